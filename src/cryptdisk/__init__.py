@@ -1,0 +1,67 @@
+"""cryptdisk: transparent, authenticated encryption at rest for analytical and transactional data.
+
+The easy tier::
+
+    import cryptdisk
+
+    keyring = cryptdisk.Keyring.from_config("cryptdisk.toml")
+    with cryptdisk.open("data.bin", "wb", keyring=keyring) as f:
+        f.write(b"secret")
+    with cryptdisk.open("data.bin", "rb", keyring=keyring) as f:
+        assert f.read() == b"secret"
+
+Lower tiers live in :mod:`cryptdisk.format` (segments, headers, data keys) and
+:mod:`cryptdisk.keys`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
+from .format import Algorithm, MutableFile, SealedReadFile, SealedWriteFile
+from .format import open_file as _open_file
+from .keys import Key, Keyring
+
+__version__ = "0.1.0"
+
+
+def open(  # noqa: A001 - mirrors io.open on purpose
+    file: str | os.PathLike[str],
+    mode: str = "rb",
+    *,
+    keyring: Keyring,
+    algorithm: str | Algorithm | None = None,
+    segment_size: int = 64 * 1024,
+) -> SealedReadFile | SealedWriteFile | MutableFile:
+    """Open an encrypted file and return a standard binary file object.
+
+    Modes:
+
+    - ``"rb"``: read a sealed or mutable file; seekable, random access, and
+      every byte returned has been authenticated.
+    - ``"wb"`` / ``"xb"``: write a new *sealed* file as a stream. It is
+      published atomically on ``close()`` (fsync, then rename); an exception in
+      a ``with`` block leaves any previous file untouched.
+    - ``"w+b"``, ``"x+b"``, ``"r+b"``, ``"ab"``, ``"a+b"``: a *mutable* file
+      (random writes, appends, truncate), for page stores and journals.
+
+    New files use ``keyring.current_key()``; reading finds the key by the id in
+    the file's header. ``segment_size`` (a power of two, 512 B to 16 MiB) and
+    ``algorithm`` (default: the current key's) apply to new files only.
+    """
+    return _open_file(file, mode, keys=keyring, algorithm=algorithm, segment_size=segment_size)
+
+
+__all__ = [
+    "Algorithm",
+    "Key",
+    "Keyring",
+    "MutableFile",
+    "SealedReadFile",
+    "SealedWriteFile",
+    "__version__",
+    "open",
+    *_errors_all,
+]

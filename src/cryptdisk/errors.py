@@ -1,0 +1,246 @@
+"""The one exception hierarchy of cryptdisk.
+
+Every error cryptdisk raises on purpose derives from :class:`CryptdiskError`.
+Where a built-in exception means the same thing, the class subclasses it too,
+so ``except FileNotFoundError`` or ``except ValueError`` keep working::
+
+    CryptdiskError
+    ├── KeyringError
+    │   ├── KeyNotFoundError          (LookupError)  no key with that id / fingerprint
+    │   ├── InvalidKeyError           (ValueError)   short, long or malformed key material
+    │   ├── WrongKeyError                            key id matches, key does not
+    │   └── KeySourceError                           a key source could not produce the key
+    │       ├── MissingEnvironmentVariableError
+    │       ├── KeyFileError                         unreadable / malformed key file
+    │       │   └── KeyFilePermissionError           key file readable by group or others
+    │       └── KeyCommandError                      external key command failed
+    ├── FormatError                                  bytes are not a file we can parse
+    │   ├── NotEncryptedError                        no cryptdisk (or ClickHouse) header
+    │   ├── UnsupportedVersionError                  a header version/algorithm we do not know
+    │   └── MalformedHeaderError                     header fields out of range
+    ├── AuthenticationError                          integrity check failed: tampered data
+    │   ├── HeaderAuthenticationError                header (key slot) does not authenticate
+    │   ├── SegmentAuthenticationError               a data segment does not authenticate
+    │   └── TruncatedFileError                       the file ends before its final segment
+    ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
+    ├── ConfigError               (ValueError)       a config file is wrong; names path and line
+    ├── DiskError                 (OSError)          a disk operation failed
+    │   └── DiskFileNotFoundError (FileNotFoundError)
+    ├── PolicyError               (LookupError)      unknown storage policy / volume / disk
+    └── DatabaseError                                the embedded database refused a statement
+        ├── CatalogError                             catalog missing, tampered or rolled back
+        ├── TableNotFoundError    (LookupError)
+        ├── DatabaseLockedError                      another process holds the database
+
+Messages say what is wrong and what to do. They never contain key material:
+context (path, offset, key id) goes on attributes and into the message.
+Authentication failures carry a fixed message plus the offset, as Fernet's
+``InvalidToken`` and age's "failed to decrypt and authenticate chunk" do.
+"""
+
+from __future__ import annotations
+
+import io
+
+__all__ = [
+    "AuthenticationError",
+    "CatalogError",
+    "ConfigError",
+    "CryptdiskError",
+    "DatabaseError",
+    "DatabaseLockedError",
+    "DiskError",
+    "DiskFileNotFoundError",
+    "FormatError",
+    "HeaderAuthenticationError",
+    "ImmutableFileError",
+    "InvalidKeyError",
+    "KeyCommandError",
+    "KeyFileError",
+    "KeyFilePermissionError",
+    "KeyNotFoundError",
+    "KeySourceError",
+    "KeyringError",
+    "MalformedHeaderError",
+    "MissingEnvironmentVariableError",
+    "NotEncryptedError",
+    "PolicyError",
+    "SegmentAuthenticationError",
+    "TableNotFoundError",
+    "TruncatedFileError",
+    "UnsupportedVersionError",
+    "WrongKeyError",
+]
+
+
+class CryptdiskError(Exception):
+    """Base class of every error cryptdisk raises on purpose."""
+
+    #: A short suggestion of what to do, shown by the CLI as ``cryptdisk: hint: ...``.
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+# --- keys -------------------------------------------------------------------
+
+
+class KeyringError(CryptdiskError):
+    """A key could not be found, loaded or used."""
+
+
+class KeyNotFoundError(KeyringError, LookupError):
+    """No key in the keyring has the id (or fingerprint) a file asks for."""
+
+    def __init__(self, message: str, *, key_id: int | None = None, path: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.key_id = key_id
+        self.path = path
+
+    def __str__(self) -> str:  # KeyError-like quoting is unhelpful; keep the plain message
+        return str(self.args[0])
+
+
+class InvalidKeyError(KeyringError, ValueError):
+    """Key material has the wrong length or is not valid hex."""
+
+
+class WrongKeyError(KeyringError):
+    """The keyring has a key with the file's key id, but it is not the key that wrote it."""
+
+    def __init__(self, message: str, *, key_id: int | None = None, path: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.key_id = key_id
+        self.path = path
+
+
+class KeySourceError(KeyringError):
+    """A key source (environment, file, command, KMS) could not produce its key."""
+
+
+class MissingEnvironmentVariableError(KeySourceError):
+    """The environment variable that should hold a key is not set or is empty."""
+
+    def __init__(self, message: str, *, variable: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.variable = variable
+
+
+class KeyFileError(KeySourceError):
+    """A key file is missing, unreadable or does not contain one hex key."""
+
+
+class KeyFilePermissionError(KeyFileError):
+    """A key file is readable by group or others (as ssh refuses such private keys)."""
+
+
+class KeyCommandError(KeySourceError):
+    """An external key command failed or printed no valid key."""
+
+
+# --- format -----------------------------------------------------------------
+
+
+class FormatError(CryptdiskError):
+    """The bytes are not an encrypted file this version can parse."""
+
+
+class NotEncryptedError(FormatError):
+    """The file has no cryptdisk (or ClickHouse ``ENC``) header."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The header names a format version, kind or algorithm this version does not know."""
+
+
+class MalformedHeaderError(FormatError):
+    """The header is too short or has fields out of range."""
+
+
+class AuthenticationError(CryptdiskError):
+    """Data failed authentication: the file was tampered with, truncated or corrupted.
+
+    No plaintext of the failing part is ever released. ``offset`` is the byte
+    offset (in the encrypted file) of the part that failed, ``path`` the file.
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None, path: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.offset = offset
+        self.path = path
+
+
+class HeaderAuthenticationError(AuthenticationError):
+    """The header does not authenticate under the key it names."""
+
+
+class SegmentAuthenticationError(AuthenticationError):
+    """A data segment does not authenticate (tampered, reordered, spliced or truncated)."""
+
+
+class TruncatedFileError(AuthenticationError):
+    """The file ends before its final segment: it was truncated."""
+
+
+class ImmutableFileError(CryptdiskError, io.UnsupportedOperation):
+    """Sealed files are written once; they cannot be opened for update."""
+
+
+# --- configuration, disks, database -----------------------------------------
+
+
+class ConfigError(CryptdiskError, ValueError):
+    """A configuration file is malformed or inconsistent.
+
+    ``path`` is the config file and ``where`` the line or element at fault.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, where: str | None = None,
+                 hint: str | None = None) -> None:
+        full = message
+        if path is not None:
+            loc = f"{path}:{where}" if where else path
+            full = f"{loc}: {message}"
+        super().__init__(full, hint=hint)
+        self.path = path
+        self.where = where
+
+
+class DiskError(CryptdiskError, OSError):
+    """A disk operation failed."""
+
+
+class DiskFileNotFoundError(DiskError, FileNotFoundError):
+    """The path does not exist on the disk."""
+
+
+class PolicyError(CryptdiskError, LookupError):
+    """Unknown storage policy, volume or disk."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DatabaseError(CryptdiskError):
+    """The embedded database refused a statement or found its storage inconsistent."""
+
+
+class CatalogError(DatabaseError):
+    """The catalog is missing, tampered with, or disagrees with the parts on disk."""
+
+
+class TableNotFoundError(DatabaseError, LookupError):
+    """No table of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DatabaseLockedError(DatabaseError):
+    """Another process holds the database open for writing."""

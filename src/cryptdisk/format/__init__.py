@@ -1,0 +1,50 @@
+"""The cryptdisk file format (``docs/format.md`` is its specification).
+
+Top tier: :func:`open_file` (re-exported as :func:`cryptdisk.open`).
+
+Lower tier, easy to misuse (you handle data keys and headers yourself):
+:class:`Header`, :func:`new_header`, :func:`open_header`, :func:`rewrap_header`,
+:class:`SealedWriter`, :class:`SealedReader`, :class:`MutableStore`.
+A wrong header/key pairing here is not caught until authentication fails.
+"""
+
+from ._cipher import TAG_SIZE, Algorithm, new_aead
+from ._header import HEADER_SIZE, MAGIC, VERSION, Header, Kind, new_header, open_header, rewrap_header
+from ._io import MutableFile, SealedReadFile, SealedWriteFile
+from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
+from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
+from ._protocols import KeyLookup, WrappingKey
+from ._sealed import SealedReader, SealedWriter, iter_sealed_stream, sealed_layout, sealed_nonce
+from ._source import FileObjectSource, source_for
+
+__all__ = [
+    "DEFAULT_SEGMENT_SIZE",
+    "HEADER_SIZE",
+    "MAGIC",
+    "MUTABLE_NONCE",
+    "TAG_SIZE",
+    "VERSION",
+    "Algorithm",
+    "FileObjectSource",
+    "Header",
+    "KeyLookup",
+    "Kind",
+    "MutableFile",
+    "MutableStore",
+    "SealedReadFile",
+    "SealedReader",
+    "SealedWriteFile",
+    "SealedWriter",
+    "WrappingKey",
+    "iter_sealed_stream",
+    "mutable_layout",
+    "new_aead",
+    "new_header",
+    "open_file",
+    "open_header",
+    "read_header",
+    "rewrap_header",
+    "sealed_layout",
+    "sealed_nonce",
+    "source_for",
+]

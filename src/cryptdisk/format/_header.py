@@ -1,0 +1,208 @@
+"""The 128-byte file header: parsing, sealing a new data key, unwrapping, rewrapping.
+
+Layout (little-endian; ``docs/format.md`` is the normative spec)::
+
+    0   8  magic        b"CRYPTDSK"
+    8   1  version      1
+    9   1  kind         1 sealed, 2 mutable
+    10  1  algorithm    1 AES-256-GCM, 2 AES-128-GCM (data cipher)
+    11  1  segment log2 segment size = 1 << n, 9 <= n <= 24
+    12  4  reserved     zero
+    16 16  file id      random
+    32  8  key id       u64 id of the key-encryption key
+    40  8  key check    8-byte check value of that key
+    48 64  key slot     nonce(12) || AES-GCM(KEK, nonce, DEK, ad=header[0:48]), zero padded
+    112 16 reserved     zero
+
+The key slot's AES-GCM tag authenticates every byte before it; the zero fields
+after it are checked literally. So no header byte can change unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, replace
+
+from cryptography.exceptions import InvalidTag
+
+from ..errors import (
+    HeaderAuthenticationError,
+    MalformedHeaderError,
+    NotEncryptedError,
+    UnsupportedVersionError,
+    WrongKeyError,
+)
+from ._cipher import TAG_SIZE, Algorithm
+from ._protocols import KeyLookup, WrappingKey
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "MAX_SEGMENT_SIZE",
+    "MIN_SEGMENT_SIZE",
+    "VERSION",
+    "Header",
+    "Kind",
+    "new_header",
+    "open_header",
+    "rewrap_header",
+]
+
+MAGIC = b"CRYPTDSK"
+VERSION = 1
+HEADER_SIZE = 128
+AUTH_PREFIX = 48  # header[0:48] is the key slot's associated data
+SLOT_OFFSET = 48
+SLOT_SIZE = 64
+WRAP_NONCE = 12
+MIN_SEGMENT_SIZE = 1 << 9
+MAX_SEGMENT_SIZE = 1 << 24
+
+_FIXED = struct.Struct("<8sBBBB4s16sQ8s")  # the 48 authenticated bytes
+assert _FIXED.size == AUTH_PREFIX
+
+
+class Kind:
+    """File kinds (the header's kind byte)."""
+
+    SEALED = 1
+    MUTABLE = 2
+    NAMES = {1: "sealed", 2: "mutable"}
+
+
+def _segment_log2(segment_size: int) -> int:
+    if not isinstance(segment_size, int) or isinstance(segment_size, bool):
+        raise TypeError("segment_size must be an int")
+    if (segment_size & (segment_size - 1)) or not (
+        MIN_SEGMENT_SIZE <= segment_size <= MAX_SEGMENT_SIZE
+    ):
+        raise ValueError(
+            f"segment_size must be a power of two from {MIN_SEGMENT_SIZE} to "
+            f"{MAX_SEGMENT_SIZE}, not {segment_size}"
+        )
+    return segment_size.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class Header:
+    """A parsed header. Holds no secret: the data key stays wrapped in ``key_slot``."""
+
+    kind: int
+    algorithm: Algorithm
+    segment_size: int
+    file_id: bytes
+    key_id: int
+    key_check: bytes
+    key_slot: bytes  # 64 bytes: wrap nonce, wrapped key, tag, zero padding
+
+    @property
+    def kind_name(self) -> str:
+        return Kind.NAMES[self.kind]
+
+    def auth_prefix(self) -> bytes:
+        return _FIXED.pack(
+            MAGIC, VERSION, self.kind, int(self.algorithm),
+            _segment_log2(self.segment_size), b"\0" * 4, self.file_id, self.key_id,
+            self.key_check,
+        )
+
+    def to_bytes(self) -> bytes:
+        out = self.auth_prefix() + self.key_slot + b"\0" * (HEADER_SIZE - AUTH_PREFIX - SLOT_SIZE)
+        assert len(out) == HEADER_SIZE
+        return out
+
+    @classmethod
+    def parse(cls, data: bytes | bytearray | memoryview, path: str | None = None) -> Header:
+        """Parse and range-check a header. Does not authenticate it (see :func:`open_header`)."""
+        where = f"{path}: " if path else ""
+        data = bytes(data[:HEADER_SIZE])
+        if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
+            raise NotEncryptedError(
+                f"{where}not a cryptdisk file (no CRYPTDSK header)",
+                hint="is it plaintext, or a ClickHouse ENC file (use --config with its keys)?",
+            )
+        if len(data) < HEADER_SIZE:
+            raise MalformedHeaderError(
+                f"{where}header is truncated ({len(data)} of {HEADER_SIZE} bytes)"
+            )
+        (_m, version, kind, alg, seg_log2, res1, file_id, key_id, key_check) = _FIXED.unpack(
+            data[:AUTH_PREFIX]
+        )
+        if version != VERSION:
+            raise UnsupportedVersionError(
+                f"{where}format version {version} is not supported (this cryptdisk reads "
+                f"version {VERSION})",
+                hint="upgrade cryptdisk",
+            )
+        if kind not in Kind.NAMES:
+            raise UnsupportedVersionError(f"{where}unknown file kind {kind}")
+        try:
+            algorithm = Algorithm(alg)
+        except ValueError:
+            raise UnsupportedVersionError(f"{where}unknown algorithm number {alg}") from None
+        if not 9 <= seg_log2 <= 24:
+            raise MalformedHeaderError(f"{where}segment size 2**{seg_log2} is out of range")
+        if res1 != b"\0" * 4 or data[AUTH_PREFIX + SLOT_SIZE :] != b"\0" * 16:
+            raise MalformedHeaderError(f"{where}reserved header bytes are not zero")
+        slot_used = WRAP_NONCE + algorithm.key_size + TAG_SIZE
+        slot = data[SLOT_OFFSET : SLOT_OFFSET + SLOT_SIZE]
+        if slot[slot_used:] != b"\0" * (SLOT_SIZE - slot_used):
+            raise MalformedHeaderError(f"{where}key slot padding is not zero")
+        return cls(kind, algorithm, 1 << seg_log2, file_id, key_id, key_check, slot)
+
+    def wrapped_key(self) -> bytes:
+        return self.key_slot[: WRAP_NONCE + self.algorithm.key_size + TAG_SIZE]
+
+
+def _slot(blob: bytes) -> bytes:
+    if len(blob) > SLOT_SIZE:
+        raise ValueError("wrapped key does not fit the key slot")
+    return blob + b"\0" * (SLOT_SIZE - len(blob))
+
+
+def new_header(
+    kind: int, key: WrappingKey, *, algorithm: Algorithm | None = None, segment_size: int = 65536
+) -> tuple[Header, bytes]:
+    """A header for a new file with a fresh random data key; returns ``(header, dek)``."""
+    alg = Algorithm.parse(algorithm) if algorithm is not None else key.algorithm
+    _segment_log2(segment_size)
+    dek = os.urandom(alg.key_size)
+    header = Header(kind, alg, segment_size, os.urandom(16), key.key_id, key.check_value,
+                    b"\0" * SLOT_SIZE)
+    return replace(header, key_slot=_slot(key.wrap(dek, header.auth_prefix()))), dek
+
+
+def open_header(header: Header, keys: KeyLookup, path: str | None = None) -> bytes:
+    """Authenticate the header and return the file's data key.
+
+    Raises :class:`KeyNotFoundError` when ``keys`` has no key with the header's
+    id, :class:`WrongKeyError` when the key with that id is a different key, and
+    :class:`HeaderAuthenticationError` when the header was tampered with.
+    """
+    where = f"{path}: " if path else ""
+    key = keys.key_by_id(header.key_id)  # raises KeyNotFoundError
+    if key.check_value != header.key_check:
+        raise WrongKeyError(
+            f"{where}the key with id {header.key_id} is not the key this file was "
+            "encrypted with",
+            key_id=header.key_id, path=path,
+            hint="check which key was configured under this id when the file was written",
+        )
+    try:
+        dek = key.unwrap(header.wrapped_key(), header.auth_prefix())
+    except InvalidTag:
+        raise HeaderAuthenticationError(
+            f"{where}header failed to authenticate: the file was tampered with or corrupted",
+            offset=0, path=path,
+        ) from None
+    if len(dek) != header.algorithm.key_size:
+        raise HeaderAuthenticationError(f"{where}header holds a data key of the wrong size",
+                                        offset=0, path=path)
+    return dek
+
+
+def rewrap_header(header: Header, dek: bytes, key: WrappingKey) -> Header:
+    """The same header with the data key wrapped by ``key`` (segments are untouched)."""
+    new = replace(header, key_id=key.key_id, key_check=key.check_value, key_slot=b"\0" * SLOT_SIZE)
+    return replace(new, key_slot=_slot(key.wrap(dek, new.auth_prefix())))

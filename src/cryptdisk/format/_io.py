@@ -1,0 +1,274 @@
+"""Standard binary file objects over the format (what :func:`cryptdisk.open` returns).
+
+They are ``io.RawIOBase`` subclasses, so pyarrow, pandas and zipfile accept
+them. ``read``/``readinto`` return only authenticated plaintext.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._header import Header
+from ._mutable import MutableStore
+from ._sealed import SealedReader, SealedWriter
+
+__all__ = ["MutableFile", "SealedReadFile", "SealedWriteFile"]
+
+
+class _Base(io.RawIOBase):
+    name: str
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{type(self).__name__} objects cannot be pickled; reopen the file by "
+                        "path with cryptdisk.open in the other process")
+
+
+class SealedReadFile(_Base):
+    """A sealed file open for reading: seekable, random access, thread-safe :meth:`pread`."""
+
+    def __init__(self, reader: SealedReader, name: str, closer: Callable[[], None] | None = None):
+        super().__init__()
+        self._r = reader
+        self._pos = 0
+        self._closer = closer
+        self.name = name
+        self.mode = "rb"
+
+    @property
+    def header(self) -> Header:
+        return self._r.header
+
+    @property
+    def size(self) -> int:
+        """Plaintext size in bytes."""
+        return self._r.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._checkClosed()
+        if whence == os.SEEK_SET:
+            pos = offset
+        elif whence == os.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == os.SEEK_END:
+            pos = self._r.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise OSError(22, "negative seek position")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        self._checkClosed()
+        n = self._r.readinto_at(buffer, self._pos)
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._checkClosed()
+        if size is None or size < 0:
+            size = max(0, self._r.size - self._pos)
+        data = self._r.read_at(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
+        self._checkClosed()
+        return self._r.read_at(offset, size)
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> int:
+        """Authenticate every segment of the file; returns its plaintext size."""
+        return self._r.verify(progress)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._r.close()
+                if self._closer is not None:
+                    self._closer()
+            finally:
+                super().close()
+
+
+class SealedWriteFile(_Base):
+    """A sealed file being written: a forward-only stream.
+
+    ``close()`` seals the final segment and publishes the file (for paths:
+    fsync, then an atomic rename over the destination). Leaving a ``with``
+    block by an exception, or calling :meth:`abort`, discards it instead.
+    """
+
+    def __init__(self, writer: SealedWriter, name: str, publish: Callable[[], None],
+                 discard: Callable[[], None]) -> None:
+        super().__init__()
+        self._w = writer
+        self._publish = publish
+        self._discard = discard
+        self.name = name
+        self.mode = "wb"
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._w.plaintext_size
+
+    def write(self, data: Any) -> int:
+        self._checkClosed()
+        return self._w.write(data)
+
+    def abort(self) -> None:
+        """Discard the file being written; the destination keeps its old content."""
+        if not self.closed:
+            try:
+                self._discard()
+            finally:
+                super().close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._w.close()
+            self._publish()
+        except BaseException:
+            self._discard()
+            raise
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+class MutableFile(_Base):
+    """A mutable file: read, write, seek and truncate anywhere; ``pread``/``pwrite`` too."""
+
+    def __init__(self, store: MutableStore, fd: int, name: str, mode: str,
+                 append: bool = False) -> None:
+        super().__init__()
+        self._s = store
+        self._fd = fd
+        self._pos = store.size if append else 0
+        self._append = append
+        self._lock = threading.Lock()
+        self.name = name
+        self.mode = mode
+
+    @property
+    def header(self) -> Header:
+        return self._s.header
+
+    @property
+    def size(self) -> int:
+        return self._s.size
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return self._s.writable
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("the descriptor of an encrypted file holds ciphertext")
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._checkClosed()
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._s.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence}")
+        if base + offset < 0:
+            raise OSError(22, "negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        self._checkClosed()
+        n = self._s.readinto_at(buffer, self._pos)
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._checkClosed()
+        if size is None or size < 0:
+            size = max(0, self._s.size - self._pos)
+        data = self._s.pread(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def write(self, data: Any) -> int:
+        self._checkClosed()
+        if not self._s.writable:
+            raise io.UnsupportedOperation("file is open read-only")
+        if self._append:
+            self._pos = self._s.size
+        n = self._s.pwrite(data, self._pos)
+        self._pos += n
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        self._checkClosed()
+        if not self._s.writable:
+            raise io.UnsupportedOperation("file is open read-only")
+        size = self._pos if size is None else size
+        self._s.truncate(size)
+        return size
+
+    def pread(self, offset: int, size: int) -> bytes:
+        self._checkClosed()
+        return self._s.pread(offset, size)
+
+    def pwrite(self, data: Any, offset: int) -> int:
+        self._checkClosed()
+        return self._s.pwrite(data, offset)
+
+    def flush(self) -> None:
+        """Writes go straight to the OS; nothing is buffered here."""
+
+    def sync(self) -> None:
+        """fsync the underlying file."""
+        self._checkClosed()
+        self._s.sync()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+

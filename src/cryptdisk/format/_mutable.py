@@ -1,0 +1,211 @@
+"""Mutable files: random writes and appends in place (page stores, journals).
+
+Each segment is stored as ``nonce(16) || AES-GCM(DEK, nonce, plaintext, ad) || tag(16)``
+with a fresh random 128-bit nonce on every write (as gocryptfs does) and
+``ad = file_id || u64le(index)``, so a segment moved within the file or
+spliced from another file fails to authenticate. Rewriting a segment never
+reuses a nonce. What the format cannot see is a whole segment cut from the end
+of the file, or the whole file rolled back to an older valid version: both
+need a trusted size or version kept elsewhere (the database catalog, SQLite's
+own header), as ``docs/format.md`` says.
+
+Lower tier: the caller owns the file descriptor and serialises writers.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+from cryptography.exceptions import InvalidTag
+
+from ..errors import SegmentAuthenticationError, TruncatedFileError
+from ._cipher import TAG_SIZE, new_aead
+from ._header import HEADER_SIZE, Header, Kind
+
+__all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout"]
+
+MUTABLE_NONCE = 16
+OVERHEAD = MUTABLE_NONCE + TAG_SIZE
+_AD = struct.Struct("<16sQ")
+
+
+def mutable_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
+    """``(segment_count, plaintext_size)`` of a mutable file of ``file_size`` bytes."""
+    body = file_size - HEADER_SIZE
+    record = segment_size + OVERHEAD
+    full, rest = divmod(max(body, 0), record)
+    if rest == 0:
+        return full, full * segment_size
+    if rest <= OVERHEAD:
+        where = f"{path}: " if path else ""
+        raise TruncatedFileError(
+            f"{where}file is truncated: its last segment is cut short",
+            offset=file_size, path=path,
+        )
+    return full + 1, full * segment_size + rest - OVERHEAD
+
+
+class MutableStore:
+    """Positional reads and writes of a mutable file's plaintext over a file descriptor.
+
+    ``pread`` is safe from several threads; writes must be serialised by the
+    caller (SQLite's locks, or the file object's lock). Each segment write is a
+    single ``pwrite`` of the whole record, so a process killed mid-write leaves
+    every segment either old or new.
+    """
+
+    def __init__(self, fd: int, header: Header, dek: bytes, path: str | None = None,
+                 *, writable: bool = False) -> None:
+        if header.kind != Kind.MUTABLE:
+            raise ValueError("MutableStore needs a mutable header")
+        self._fd = fd
+        self._aead = new_aead(dek)
+        self._file_id = header.file_id
+        self.header = header
+        self.path = path
+        self.writable = writable
+        self.segment_size = header.segment_size
+        self._record = self.segment_size + OVERHEAD
+        self._lock = threading.Lock()
+        self.segment_count, self.size = mutable_layout(os.fstat(fd).st_size, self.segment_size,
+                                                       path)
+
+    # -- one segment ---------------------------------------------------------
+
+    def _seg_len(self, index: int) -> int:
+        if index >= self.segment_count:
+            return 0
+        if index < self.segment_count - 1:
+            return self.segment_size
+        return self.size - index * self.segment_size
+
+    def _offset(self, index: int) -> int:
+        return HEADER_SIZE + index * self._record
+
+    def _fail(self, index: int) -> SegmentAuthenticationError:
+        offset = self._offset(index)
+        where = f"{self.path}: " if self.path else ""
+        return SegmentAuthenticationError(
+            f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
+            offset=offset, path=self.path,
+        )
+
+    def _decrypt_into(self, index: int, out: memoryview) -> None:
+        n = len(out)
+        record = os.pread(self._fd, n + OVERHEAD, self._offset(index))
+        if len(record) != n + OVERHEAD:
+            raise self._fail(index)
+        try:
+            self._aead.decrypt_into(
+                record[:MUTABLE_NONCE], memoryview(record)[MUTABLE_NONCE:],
+                _AD.pack(self._file_id, index), out,
+            )
+        except InvalidTag:
+            raise self._fail(index) from None
+
+    def _encrypt(self, index: int, plain: bytes | bytearray | memoryview) -> bytearray:
+        nonce = os.urandom(MUTABLE_NONCE)
+        out = bytearray(MUTABLE_NONCE + len(plain) + TAG_SIZE)
+        out[:MUTABLE_NONCE] = nonce
+        self._aead.encrypt_into(nonce, plain, _AD.pack(self._file_id, index),
+                                memoryview(out)[MUTABLE_NONCE:])
+        return out
+
+    def _write_segment(self, index: int, plain: bytes | bytearray | memoryview) -> None:
+        record = self._encrypt(index, plain)
+        written = os.pwrite(self._fd, record, self._offset(index))
+        if written != len(record):  # pragma: no cover - disk full mid-record
+            raise OSError(f"short write of segment {index}")
+
+    # -- ranges --------------------------------------------------------------
+
+    def pread(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` plaintext bytes at ``offset`` (fewer at end of file)."""
+        buf = bytearray(max(0, min(n, self.size - offset)))
+        got = self.readinto_at(buf, offset)
+        return bytes(memoryview(buf)[:got])
+
+    def readinto_at(self, buf: bytearray | memoryview, offset: int) -> int:
+        out = memoryview(buf).cast("B")
+        if offset < 0:
+            raise ValueError("negative offset")
+        n = min(len(out), max(0, self.size - offset))
+        seg = self.segment_size
+        pos = 0
+        while pos < n:
+            index, lo = divmod(offset + pos, seg)
+            seg_len = self._seg_len(index)
+            take = min(seg_len - lo, n - pos)
+            if lo == 0 and take == seg_len:
+                self._decrypt_into(index, out[pos : pos + take])
+            else:
+                scratch = memoryview(bytearray(seg_len))
+                self._decrypt_into(index, scratch)
+                out[pos : pos + take] = scratch[lo : lo + take]
+            pos += take
+        return n
+
+    def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> int:
+        """Write ``data`` at ``offset``, zero-filling any gap past the end."""
+        if not self.writable:
+            raise OSError("file is open read-only")
+        with self._lock:
+            mv = memoryview(data).cast("B")
+            if offset > self.size:
+                self._write_range(memoryview(bytes(offset - self.size)), self.size)
+            self._write_range(mv, offset)
+        return len(mv)
+
+    def _write_range(self, mv: memoryview, offset: int) -> None:
+        seg = self.segment_size
+        pos, n = 0, len(mv)
+        while pos < n:
+            index, lo = divmod(offset + pos, seg)
+            take = min(seg - lo, n - pos)
+            old_len = self._seg_len(index)
+            if lo == 0 and take >= old_len:
+                plain: bytes | bytearray | memoryview = mv[pos : pos + take]
+            else:
+                cur = bytearray(old_len)
+                if old_len:
+                    self._decrypt_into(index, memoryview(cur))
+                if len(cur) < lo + take:
+                    cur.extend(bytes(lo + take - len(cur)))
+                cur[lo : lo + take] = mv[pos : pos + take]
+                plain = cur
+            self._write_segment(index, plain)
+            end = index * seg + len(plain)
+            if index >= self.segment_count:
+                self.segment_count = index + 1
+            self.size = max(self.size, end)
+            pos += take
+
+    def truncate(self, size: int) -> None:
+        """Cut or zero-extend the plaintext to ``size`` bytes."""
+        if not self.writable:
+            raise OSError("file is open read-only")
+        with self._lock:
+            if size > self.size:
+                self._write_range(memoryview(bytes(size - self.size)), self.size)
+                return
+            if size == self.size:
+                return
+            seg = self.segment_size
+            count, rest = divmod(size, seg)
+            if rest:
+                cur = bytearray(self._seg_len(count))
+                self._decrypt_into(count, memoryview(cur))
+                keep = cur[:rest]
+                record = self._encrypt(count, keep)
+                os.ftruncate(self._fd, self._offset(count))
+                os.pwrite(self._fd, record, self._offset(count))
+                self.segment_count = count + 1
+            else:
+                os.ftruncate(self._fd, self._offset(count))
+                self.segment_count = count
+            self.size = size
+
+    def sync(self) -> None:
+        os.fsync(self._fd)

@@ -1,0 +1,145 @@
+"""Opening encrypted files by path: the safe, top-tier entry to the format."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import IO
+
+from ..errors import ImmutableFileError
+from ._cipher import Algorithm
+from ._header import HEADER_SIZE, Header, Kind, new_header, open_header
+from ._io import MutableFile, SealedReadFile, SealedWriteFile
+from ._mutable import MutableStore
+from ._protocols import KeyLookup
+from ._sealed import SealedReader, SealedWriter
+from ._source import MmapSource, source_for
+
+__all__ = ["DEFAULT_SEGMENT_SIZE", "open_file", "read_header"]
+
+DEFAULT_SEGMENT_SIZE = 64 * 1024
+_MODES = {"rb", "wb", "xb", "r+b", "w+b", "x+b", "ab", "a+b"}
+
+
+def read_header(fileobj: IO[bytes] | int, path: str | None = None) -> Header:
+    """Parse (not authenticate) the header at the start of an open file."""
+    if isinstance(fileobj, int):
+        data = os.pread(fileobj, HEADER_SIZE, 0)
+    else:
+        fileobj.seek(0)
+        data = fileobj.read(HEADER_SIZE)
+    return Header.parse(data, path)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algorithm | None,
+                        segment_size: int) -> SealedWriteFile:
+    if mode == "xb" and os.path.lexists(path):
+        raise FileExistsError(17, "file exists", path)
+    header, dek = new_header(Kind.SEALED, keys.current_key(), algorithm=algorithm,
+                             segment_size=segment_size)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
+                               dir=directory)
+    raw = os.fdopen(fd, "wb", buffering=0)
+    try:
+        writer = SealedWriter(raw, header, dek)
+    except BaseException:
+        raw.close()
+        os.unlink(tmp)
+        raise
+
+    def publish() -> None:
+        raw.flush()
+        os.fsync(raw.fileno())
+        raw.close()
+        if mode == "xb":
+            os.link(tmp, path)  # fails if the destination appeared meanwhile
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+        _fsync_dir(path)
+
+    def discard() -> None:
+        raw.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+    return SealedWriteFile(writer, path, publish, discard)
+
+
+def open_file(
+    path: str | os.PathLike[str],
+    mode: str = "rb",
+    *,
+    keys: KeyLookup,
+    algorithm: str | Algorithm | None = None,
+    segment_size: int = DEFAULT_SEGMENT_SIZE,
+) -> SealedReadFile | SealedWriteFile | MutableFile:
+    """Open an encrypted file. See :func:`cryptdisk.open` for the modes."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {sorted(_MODES)}, not {mode!r} (binary only)")
+    if not isinstance(keys, KeyLookup):
+        raise TypeError("keyring must be a cryptdisk.Keyring (or implement KeyLookup)")
+    name = os.fspath(path)
+    alg = Algorithm.parse(algorithm) if algorithm is not None else None
+    if mode in ("wb", "xb"):
+        return _open_sealed_writer(name, mode, keys, alg, segment_size)
+    if mode == "rb":
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            header = read_header(fd, name)
+            dek = open_header(header, keys, name)
+            if header.kind == Kind.SEALED:
+                source = source_for(fd)
+                if isinstance(source, MmapSource):
+                    os.close(fd)  # the map stays valid without the descriptor
+                    return SealedReadFile(SealedReader(source, header, dek, name), name)
+                keep = fd
+                return SealedReadFile(SealedReader(source, header, dek, name), name,
+                                      closer=lambda: os.close(keep))
+            return MutableFile(MutableStore(fd, header, dek, name), fd, name, mode)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+    # mutable modes
+    create = mode[0] in "wxa"
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    if mode[0] == "x":
+        flags |= os.O_CREAT | os.O_EXCL
+    elif create:
+        flags |= os.O_CREAT
+    fd = os.open(name, flags, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        if mode[0] in "wx" or size == 0:
+            header, dek = new_header(Kind.MUTABLE, keys.current_key(), algorithm=alg,
+                                     segment_size=segment_size)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, header.to_bytes(), 0)
+        else:
+            header = read_header(fd, name)
+            if header.kind != Kind.MUTABLE:
+                raise ImmutableFileError(
+                    f"{name}: sealed files are written once and cannot be opened for update",
+                    hint="open it with 'wb' to replace it, or create a mutable file with 'w+b'",
+                )
+            dek = open_header(header, keys, name)
+        store = MutableStore(fd, header, dek, name, writable=True)
+        return MutableFile(store, fd, name, mode, append=mode[0] == "a")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise

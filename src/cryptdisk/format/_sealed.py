@@ -1,0 +1,318 @@
+"""Sealed files: written once as a stream, then read at random offsets.
+
+Segment ``i`` of ``n`` is ``AES-GCM(DEK, nonce_i, plaintext_i, ad=b"")`` where
+``nonce_i = 0x000000 || u64be(i) || (1 if i == n-1 else 0)``: the same
+construction as Tink's streaming AEAD and age's STREAM. The last-segment flag
+catches truncation at a segment boundary, the index catches reordering, and
+the per-file random data key catches splicing between files.
+
+Lower tier: these classes trust their caller to pass the right header and
+data key; :func:`cryptdisk.open` is the safe entry point.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO
+
+from cryptography.exceptions import InvalidTag
+
+from ..errors import SegmentAuthenticationError, TruncatedFileError
+from ._cipher import TAG_SIZE, new_aead
+from ._header import HEADER_SIZE, Header, Kind
+from ._source import Source
+
+__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_nonce"]
+
+_NONCE = struct.Struct(">3xQB")
+
+
+def sealed_nonce(index: int, last: bool) -> bytes:
+    """The 12-byte nonce of segment ``index``."""
+    return _NONCE.pack(index, 1 if last else 0)
+
+
+def sealed_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
+    """``(segment_count, plaintext_size)`` of a sealed file of ``file_size`` bytes.
+
+    Raises :class:`TruncatedFileError` when the size cannot be a whole file.
+    """
+    body = file_size - HEADER_SIZE
+    record = segment_size + TAG_SIZE
+    where = f"{path}: " if path else ""
+    if body < TAG_SIZE:
+        raise TruncatedFileError(
+            f"{where}file is truncated: it ends before its final segment",
+            offset=max(file_size, 0), path=path,
+        )
+    count = -(-body // record)
+    last = body - (count - 1) * record
+    if last < TAG_SIZE:
+        raise TruncatedFileError(
+            f"{where}file is truncated: it ends inside a segment's tag",
+            offset=file_size, path=path,
+        )
+    return count, (count - 1) * segment_size + last - TAG_SIZE
+
+
+# Two threads saturate this kind of machine; cryptography releases the GIL on large buffers.
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+PARALLEL_MIN_SEGMENTS = 8
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            import os
+
+            _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                       thread_name_prefix="cryptdisk-aead")
+        return _POOL
+
+
+class SealedWriter:
+    """Encrypt a stream of plaintext into a sealed file, one segment at a time.
+
+    Memory stays at about two segments whatever the file size. ``close()``
+    seals the final segment (possibly empty) and must be called exactly once;
+    a writer that is never closed leaves a file without a final segment, which
+    readers reject as truncated.
+    """
+
+    def __init__(self, raw: IO[bytes], header: Header, dek: bytes) -> None:
+        if header.kind != Kind.SEALED:
+            raise ValueError("SealedWriter needs a sealed header")
+        self._raw = raw
+        self._aead = new_aead(dek)
+        self._seg = header.segment_size
+        self._buf = bytearray(self._seg)
+        self._fill = 0
+        self._out = bytearray(self._seg + TAG_SIZE)
+        self._index = 0
+        self._closed = False
+        self.plaintext_size = 0
+        raw.write(header.to_bytes())
+
+    def _seal(self, data: memoryview | bytearray, last: bool) -> None:
+        n = len(data)
+        out = memoryview(self._out)[: n + TAG_SIZE]
+        self._aead.encrypt_into(sealed_nonce(self._index, last), data, None, out)
+        self._raw.write(out)
+        self._index += 1
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self._closed:
+            raise ValueError("write to a closed SealedWriter")
+        mv = memoryview(data).cast("B")
+        total = len(mv)
+        pos = 0
+        seg = self._seg
+        while pos < total:
+            if self._fill == seg:
+                # A full buffered segment is sealed only once we know more data follows.
+                self._seal(memoryview(self._buf), False)
+                self._fill = 0
+            if self._fill == 0 and total - pos > seg:
+                # Whole segments straight from the caller's buffer, no copy.
+                self._seal(mv[pos : pos + seg], False)
+                pos += seg
+                continue
+            take = min(seg - self._fill, total - pos)
+            self._buf[self._fill : self._fill + take] = mv[pos : pos + take]
+            self._fill += take
+            pos += take
+        self.plaintext_size += total
+        return total
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._seal(memoryview(self._buf)[: self._fill], True)
+        self._closed = True
+
+
+class SealedReader:
+    """Random-access, authenticated reads of a sealed file.
+
+    Thread-safe: reads are positional and hold no shared position. Each read
+    authenticates every segment it touches before any of its bytes are copied
+    out; the final segment is authenticated when the reader is created.
+    """
+
+    def __init__(self, source: Source, header: Header, dek: bytes, path: str | None = None,
+                 *, check_final: bool = True) -> None:
+        self._src = source
+        self._aead = new_aead(dek)
+        self.header = header
+        self.path = path
+        self.segment_size = header.segment_size
+        self._record = self.segment_size + TAG_SIZE
+        self.segment_count, self.size = sealed_layout(source.size, self.segment_size, path)
+        self._local = threading.local()
+        if check_final:
+            self._decrypt_segment(self.segment_count - 1)
+
+    # -- one segment ---------------------------------------------------------
+
+    def _seg_plain_len(self, index: int) -> int:
+        if index < self.segment_count - 1:
+            return self.segment_size
+        return self.size - index * self.segment_size
+
+    def _fail(self, index: int) -> SegmentAuthenticationError:
+        offset = HEADER_SIZE + index * self._record
+        where = f"{self.path}: " if self.path else ""
+        return SegmentAuthenticationError(
+            f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
+            offset=offset, path=self.path,
+        )
+
+    def _decrypt_into(self, index: int, out: memoryview) -> None:
+        n = self._seg_plain_len(index)
+        record = self._src.view(HEADER_SIZE + index * self._record, n + TAG_SIZE)
+        if len(record) != n + TAG_SIZE:
+            raise self._fail(index)
+        last = index == self.segment_count - 1
+        try:
+            self._aead.decrypt_into(sealed_nonce(index, last), record, None, out)
+        except InvalidTag:
+            raise self._fail(index) from None
+
+    def _decrypt_segment(self, index: int) -> memoryview:
+        """Plaintext of one segment, cached per thread (small sequential reads reuse it)."""
+        local = self._local
+        if getattr(local, "index", None) == index:
+            mv: memoryview = local.view
+            return mv
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = bytearray(self.segment_size)
+        local.index = None
+        view = memoryview(buf)[: self._seg_plain_len(index)]
+        self._decrypt_into(index, view)
+        local.index, local.view = index, view
+        return view
+
+    # -- ranges --------------------------------------------------------------
+
+    def readinto_at(self, buf: bytearray | memoryview, offset: int) -> int:
+        """Fill ``buf`` with plaintext from ``offset``; returns the bytes read (0 at EOF)."""
+        out = memoryview(buf).cast("B")
+        if offset < 0:
+            raise ValueError("negative offset")
+        n = min(len(out), max(0, self.size - offset))
+        if n == 0:
+            return 0
+        seg = self.segment_size
+        first, last = offset // seg, (offset + n - 1) // seg
+        pos = 0
+        whole: list[tuple[int, memoryview]] = []
+        for index in range(first, last + 1):
+            start = index * seg
+            lo = max(offset, start) - start
+            hi = min(offset + n, start + self._seg_plain_len(index)) - start
+            if lo == 0 and hi == self._seg_plain_len(index):
+                whole.append((index, out[pos : pos + hi]))
+            else:
+                out[pos : pos + hi - lo] = self._decrypt_segment(index)[lo:hi]
+            pos += hi - lo
+        self._decrypt_many(whole)
+        return n
+
+    def _decrypt_many(self, jobs: list[tuple[int, memoryview]]) -> None:
+        if len(jobs) < PARALLEL_MIN_SEGMENTS:
+            for index, dst in jobs:
+                self._decrypt_into(index, dst)
+            return
+        half = len(jobs) // 2
+        run: Callable[[list[tuple[int, memoryview]]], None] = self._decrypt_many_serial
+        future = _pool().submit(run, jobs[half:])
+        run(jobs[:half])
+        future.result()
+
+    def _decrypt_many_serial(self, jobs: list[tuple[int, memoryview]]) -> None:
+        for index, dst in jobs:
+            self._decrypt_into(index, dst)
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        """``n`` plaintext bytes from ``offset`` (fewer at end of file)."""
+        n = max(0, min(n, self.size - offset))
+        if n == 0:
+            return b""
+        seg = self.segment_size
+        index = offset // seg
+        if offset % seg == 0 and n == self._seg_plain_len(index):
+            # Exactly one segment: decrypt straight into a new bytes object.
+            last = index == self.segment_count - 1
+            record = self._src.view(HEADER_SIZE + index * self._record, n + TAG_SIZE)
+            try:
+                return self._aead.decrypt(sealed_nonce(index, last), record, None)
+            except InvalidTag:
+                raise self._fail(index) from None
+        buf = bytearray(n)
+        self.readinto_at(buf, offset)
+        return bytes(buf)
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> int:
+        """Authenticate every segment; returns the plaintext size."""
+        scratch = memoryview(bytearray(self.segment_size))
+        for index in range(self.segment_count):
+            self._decrypt_into(index, scratch[: self._seg_plain_len(index)])
+            if progress is not None:
+                progress(self._seg_plain_len(index))
+        return self.size
+
+    def close(self) -> None:
+        self._local = threading.local()
+        self._src.close()
+
+
+def iter_sealed_stream(
+    raw: IO[bytes], header: Header, dek: bytes, path: str | None = None
+) -> Iterator[memoryview]:
+    """Decrypt a sealed file from a non-seekable stream (after its header), segment by segment.
+
+    Each yielded segment has authenticated; the last one is recognised by the
+    end of the stream, and a stream that stops early fails as truncated.
+    """
+    aead = new_aead(dek)
+    record = header.segment_size + TAG_SIZE
+    where = f"{path}: " if path else ""
+    out = bytearray(header.segment_size)
+
+    def read_record() -> bytes:
+        chunks, left = [], record
+        while left:
+            chunk = raw.read(left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    current = read_record()
+    index = 0
+    while True:
+        nxt = read_record() if len(current) == record else b""
+        last = not nxt
+        offset = HEADER_SIZE + index * record
+        if len(current) < TAG_SIZE:
+            raise TruncatedFileError(f"{where}file is truncated: it ends before its final segment",
+                                     offset=offset, path=path)
+        view = memoryview(out)[: len(current) - TAG_SIZE]
+        try:
+            aead.decrypt_into(sealed_nonce(index, last), current, None, view)
+        except InvalidTag:
+            raise SegmentAuthenticationError(
+                f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
+                offset=offset, path=path,
+            ) from None
+        yield view
+        if last:
+            return
+        current, index = nxt, index + 1

@@ -1,0 +1,276 @@
+"""The keyring: keys by id, one current key for new files, loaded from TOML.
+
+Config (``[keyring]`` in a cryptdisk TOML file; exactly one source per key)::
+
+    [keyring]
+    current_key_id = 2            # optional when there is one key
+    algorithm = "aes-256-gcm"     # optional default for the keys below
+
+    [[keyring.keys]]
+    id = 1
+    hex = "00112233..."           # inline (keep the config private)
+
+    [[keyring.keys]]
+    id = 2
+    from_env = "CRYPTDISK_KEY_2"  # environment variable holding hex
+
+    [[keyring.keys]]
+    id = 3
+    file = "keys/k3.hex"          # key file (relative to the config), mode 0600
+
+    [[keyring.keys]]
+    id = 4
+    command = ["pass", "show", "cryptdisk/k4"]   # prints hex on stdout
+
+Every key is loaded when the keyring is built, so a missing variable or a bad
+file fails at start-up, naming the config path and the element.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from ..errors import ConfigError, KeyNotFoundError, KeyringError
+from ..format import Algorithm
+from ._key import Key
+from ._sources import decode_hex_key, key_from_command, key_from_env, key_from_file
+
+__all__ = ["Keyring", "table_line"]
+
+_SOURCES = ("hex", "from_env", "file", "command")
+_KEY_FIELDS = {"id", "algorithm", *_SOURCES}
+
+
+def table_line(text: str, table: str, index: int) -> str:
+    """``line N`` of the ``index``-th ``[[table]]`` header in TOML ``text`` (for messages)."""
+    pattern = re.compile(r"^\s*\[\[\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
+    seen = -1
+    for number, line in enumerate(text.splitlines(), 1):
+        if pattern.match(line):
+            seen += 1
+            if seen == index:
+                return f"line {number} ([[{table}]] #{index + 1})"
+    return f"[[{table}]] #{index + 1}"
+
+
+class Keyring:
+    """Keys by id; the current key encrypts new files, every key can read.
+
+    ``any_id=True`` makes a single-key keyring answer for every key id (used
+    when a key is given alone, e.g. ``--key-env``); the key check value in each
+    header still tells a wrong key apart.
+    """
+
+    def __init__(self, keys: Iterable[Key], current_key_id: int | None = None, *,
+                 any_id: bool = False, config_path: str | None = None) -> None:
+        by_id: dict[int, Key] = {}
+        for key in keys:
+            if not isinstance(key, Key):
+                raise TypeError(f"keyring entries must be Key objects, not {type(key).__name__}")
+            if key.key_id in by_id:
+                raise ValueError(f"duplicate key id {key.key_id}")
+            by_id[key.key_id] = key
+        if not by_id:
+            raise KeyringError("a keyring needs at least one key",
+                               hint="generate one with 'cryptdisk keygen'")
+        if current_key_id is None:
+            if len(by_id) > 1:
+                raise KeyringError(
+                    f"keyring has {len(by_id)} keys; say which is current (current_key_id)"
+                )
+            current_key_id = next(iter(by_id))
+        if current_key_id not in by_id:
+            raise KeyNotFoundError(
+                f"current key id {current_key_id} is not among the keyring's keys "
+                f"({', '.join(map(str, sorted(by_id)))})",
+                key_id=current_key_id,
+            )
+        if any_id and len(by_id) != 1:
+            raise ValueError("any_id needs exactly one key")
+        self._keys = by_id
+        self._current = current_key_id
+        self._any_id = any_id
+        self.config_path = config_path
+
+    # -- KeyLookup -------------------------------------------------------------
+
+    def current_key(self) -> Key:
+        return self._keys[self._current]
+
+    def key_by_id(self, key_id: int) -> Key:
+        key = self._keys.get(key_id)
+        if key is not None:
+            return key
+        if self._any_id:
+            return self.current_key().with_id(key_id)
+        known = ", ".join(map(str, sorted(self._keys)))
+        where = f" in {self.config_path}" if self.config_path else ""
+        raise KeyNotFoundError(
+            f"no key with id {key_id}{where} (keys: {known})",
+            key_id=key_id,
+            hint=f"add the key with id {key_id} to the keyring; it was in use when the file "
+            "was written",
+        )
+
+    # -- inspection ------------------------------------------------------------
+
+    @property
+    def current_key_id(self) -> int:
+        return self._current
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._keys)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._keys[i] for i in sorted(self._keys))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __repr__(self) -> str:
+        return f"<Keyring keys={self.ids} current={self._current}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a Keyring cannot be pickled (that would write key material); pass its config "
+            "path and load it again with Keyring.from_config"
+        )
+
+    def with_current(self, key_id: int) -> Keyring:
+        """The same keys with another current key."""
+        return Keyring(self._keys.values(), key_id, config_path=self.config_path)
+
+    def with_key(self, key: Key, *, current: bool = False) -> Keyring:
+        keys = [k for k in self._keys.values() if k.key_id != key.key_id] + [key]
+        return Keyring(keys, key.key_id if current else self._current,
+                       config_path=self.config_path)
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def single(cls, key: Key | bytes | bytearray, *, key_id: int = 1) -> Keyring:
+        """A keyring of one key that answers for any key id (see the class docstring)."""
+        if not isinstance(key, Key):
+            key = Key(key_id, key, source="inline")
+        return cls([key], key.key_id, any_id=True)
+
+    @classmethod
+    def generate(cls, key_id: int = 1) -> Keyring:
+        """A keyring with one fresh random key (for tests and demos)."""
+        return cls([Key.generate(key_id)])
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str]) -> Keyring:
+        """Load the ``[keyring]`` section of a cryptdisk TOML config file."""
+        name = os.fspath(path)
+        try:
+            with open(name, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise ConfigError("config file does not exist", path=name) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", path=name) from None
+        return cls.from_mapping(data.get("keyring"), path=name, text=text)
+
+    @classmethod
+    def from_mapping(cls, section: Mapping[str, Any] | None, *, path: str | None = None,
+                     text: str = "") -> Keyring:
+        """Build a keyring from a parsed ``[keyring]`` table (see the module docstring)."""
+        if not isinstance(section, Mapping):
+            raise ConfigError("no [keyring] section", path=path,
+                              hint="see 'cryptdisk keygen --help' for an example config")
+        unknown = set(section) - {"current_key_id", "algorithm", "keys"}
+        if unknown:
+            raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
+                              path=path, where="[keyring]")
+        entries = section.get("keys")
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError("[keyring] has no keys; add [[keyring.keys]] entries", path=path)
+        default_alg = section.get("algorithm")
+        base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        keys: list[Key] = []
+        seen: dict[int, str] = {}
+        for i, entry in enumerate(entries):
+            where = table_line(text, "keyring.keys", i)
+            key = _key_from_entry(entry, default_alg, base, path, where)
+            if key.key_id in seen:
+                raise ConfigError(f"duplicate key id {key.key_id} (first at {seen[key.key_id]})",
+                                  path=path, where=where)
+            seen[key.key_id] = where
+            keys.append(key)
+        current = section.get("current_key_id")
+        if current is not None and (not isinstance(current, int) or current not in seen):
+            raise ConfigError(
+                f"current_key_id = {current!r} is not the id of a key in this keyring "
+                f"(ids: {', '.join(map(str, sorted(seen)))})",
+                path=path, where="[keyring]",
+            )
+        if current is None and len(keys) > 1:
+            raise ConfigError("several keys but no current_key_id; say which key encrypts "
+                              "new files", path=path, where="[keyring]")
+        return cls(keys, current, config_path=path)
+
+
+def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
+                    where: str) -> Key:
+    if not isinstance(entry, Mapping):
+        raise ConfigError("a key entry must be a table", path=path, where=where)
+    unknown = set(entry) - _KEY_FIELDS
+    if unknown:
+        raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
+                          f"(fields: {', '.join(sorted(_KEY_FIELDS))})", path=path, where=where)
+    key_id = entry.get("id")
+    if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
+        raise ConfigError("each key needs an integer id (0 to 2**64-1)", path=path, where=where)
+    sources = [s for s in _SOURCES if s in entry]
+    if len(sources) != 1:
+        raise ConfigError(
+            f"key {key_id} needs exactly one of {', '.join(_SOURCES)} (found "
+            f"{', '.join(sources) or 'none'})", path=path, where=where,
+        )
+    kind = sources[0]
+    value = entry[kind]
+    try:
+        if kind == "hex":
+            if not isinstance(value, str):
+                raise ConfigError(f"key {key_id}: hex must be a string", path=path, where=where)
+            material = decode_hex_key(value, f"key {key_id}")
+        elif kind == "from_env":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"key {key_id}: from_env must name a variable", path=path,
+                                  where=where)
+            material = key_from_env(value)
+        elif kind == "file":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"key {key_id}: file must be a path", path=path, where=where)
+            material = key_from_file(os.path.join(base, os.path.expanduser(value)))
+        else:
+            if not isinstance(value, list) or not value or not all(
+                    isinstance(a, str) for a in value):
+                raise ConfigError(f"key {key_id}: command must be a list of strings",
+                                  path=path, where=where)
+            material = key_from_command(value)
+        alg = entry.get("algorithm", default_alg)
+        return Key(key_id, material, algorithm=alg, source=kind.replace("from_", ""))
+    except ConfigError:
+        raise
+    except (KeyringError, ValueError) as exc:
+        # Same class, with the config location in front of the message.
+        located = type(exc).__new__(type(exc))
+        located.__dict__.update(getattr(exc, "__dict__", {}))
+        loc = f"{path}:{where}: " if path else ""
+        located.args = (f"{loc}{exc}",)
+        raise located from None

@@ -1,0 +1,152 @@
+"""Where key material comes from: inline hex, environment, key file, external command."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import stat
+import subprocess
+from collections.abc import Sequence
+
+from ..errors import (
+    InvalidKeyError,
+    KeyCommandError,
+    KeyFileError,
+    KeyFilePermissionError,
+    MissingEnvironmentVariableError,
+)
+
+__all__ = [
+    "decode_hex_key",
+    "key_from_command",
+    "key_from_env",
+    "key_from_file",
+    "write_key_file",
+]
+
+
+def decode_hex_key(text: str, what: str = "key") -> bytes:
+    """Decode 32 or 64 hex digits (whitespace and a ``0x`` prefix allowed) into a key."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a hex string")
+    cleaned = "".join(text.split())
+    if cleaned[:2].lower() == "0x":
+        cleaned = cleaned[2:]
+    try:
+        raw = bytes.fromhex(cleaned)
+    except ValueError:
+        raise InvalidKeyError(
+            f"{what} is not valid hex ({len(cleaned)} characters; expected 32 or 64 hex digits)",
+            hint="generate one with 'cryptdisk keygen'",
+        ) from None
+    if len(raw) not in (16, 32):
+        raise InvalidKeyError(
+            f"{what} has {len(cleaned)} hex digits; a key needs 32 (AES-128) or 64 (AES-256)",
+            hint="generate one with 'cryptdisk keygen'",
+        )
+    return raw
+
+
+def key_from_env(variable: str) -> bytes:
+    value = os.environ.get(variable)
+    if not value:
+        raise MissingEnvironmentVariableError(
+            f"environment variable {variable} is {'empty' if value == '' else 'not set'}; "
+            "it should hold a hex key",
+            variable=variable,
+            hint=f"export {variable}=$(cryptdisk keygen --print)",
+        )
+    return decode_hex_key(value, f"the key in environment variable {variable}")
+
+
+def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = True) -> bytes:
+    """Read a hex key file as ``cryptdisk keygen`` writes it (``#`` lines are comments).
+
+    Refuses a file readable or writable by group or others, as ssh refuses such
+    private keys.
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        raise KeyFileError(f"key file {name} does not exist",
+                           hint="create one with 'cryptdisk keygen -o PATH'") from None
+    except PermissionError:
+        raise KeyFileError(f"key file {name} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise KeyFileError(f"key file {name} cannot be opened: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"key file {name} is not a regular file")
+        if check_permissions and st.st_mode & 0o077:
+            raise KeyFilePermissionError(
+                f"key file {name} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); refusing to use it",
+                hint=f"chmod 600 {name}",
+            )
+        if st.st_size > 4096:
+            raise KeyFileError(f"key file {name} is too large to be a key file")
+        data = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise KeyFileError(f"key file {name} is not text: expected one line of hex") from None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if len(lines) != 1:
+        raise KeyFileError(
+            f"key file {name} should hold exactly one line of hex, found {len(lines)}"
+        )
+    return decode_hex_key(lines[0], f"the key in {name}")
+
+
+def key_from_command(argv: Sequence[str], *, timeout: float = 30.0) -> bytes:
+    """Run an external command (no shell) whose stdout is a hex key."""
+    if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError("a key command must be a non-empty list of strings")
+    shown = os.path.basename(argv[0])
+    try:
+        done = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise KeyCommandError(f"key command {shown!r} was not found") from None
+    except subprocess.TimeoutExpired:
+        raise KeyCommandError(f"key command {shown!r} did not finish in {timeout:g} s") from None
+    if done.returncode != 0:
+        # stderr may be shown (it is the command's diagnostics); stdout never is.
+        err = done.stderr.decode(errors="replace").strip().splitlines()
+        detail = f": {err[-1][:200]}" if err else ""
+        raise KeyCommandError(f"key command {shown!r} exited with status {done.returncode}"
+                              f"{detail}")
+    try:
+        return decode_hex_key(done.stdout.decode("ascii"), f"the output of key command {shown!r}")
+    except UnicodeDecodeError:
+        raise KeyCommandError(f"key command {shown!r} printed non-text output") from None
+
+
+def write_key_file(path: str | os.PathLike[str], material: bytes, *, key_id: int | None = None,
+                   overwrite: bool = False) -> None:
+    """Write a key file with mode 0600, refusing to replace an existing one unless asked."""
+    name = os.fspath(path)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(name, flags, 0o600)
+    except FileExistsError:
+        raise KeyFileError(f"key file {name} already exists; refusing to overwrite a key",
+                           hint="choose another path (losing a key loses its data)") from None
+    try:
+        os.fchmod(fd, 0o600)
+        now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        bits = len(material) * 8
+        ident = f", id {key_id}" if key_id is not None else ""
+        text = (
+            f"# cryptdisk key-encryption key (AES-{bits}{ident}), created {now}\n"
+            "# Anyone with this file can read data encrypted under it; losing it loses that data.\n"
+            f"{material.hex()}\n"
+        )
+        os.write(fd, text.encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
