@@ -25,8 +25,11 @@ __all__ = [
 ]
 
 
-def decode_hex_key(text: str, what: str = "key") -> bytes:
-    """Decode 32 or 64 hex digits (whitespace and a ``0x`` prefix allowed) into a key."""
+def decode_hex_key(text: str, what: str = "key", sizes: tuple[int, ...] = (16, 32)) -> bytes:
+    """Decode hex (whitespace and a ``0x`` prefix allowed) into a key of one of ``sizes`` bytes.
+
+    The default sizes are AES-128 and AES-256; ClickHouse's AES_192_CTR also takes 24.
+    """
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a hex string")
     cleaned = "".join(text.split())
@@ -36,12 +39,13 @@ def decode_hex_key(text: str, what: str = "key") -> bytes:
         raw = bytes.fromhex(cleaned)
     except ValueError:
         raise InvalidKeyError(
-            f"{what} is not valid hex ({len(cleaned)} characters; expected 32 or 64 hex digits)",
+            f"{what} is not valid hex ({len(cleaned)} characters)",
             hint="generate one with 'cryptdisk keygen'",
         ) from None
-    if len(raw) not in (16, 32):
+    if len(raw) not in sizes:
+        digits = " or ".join(str(2 * n) for n in sizes)
         raise InvalidKeyError(
-            f"{what} has {len(cleaned)} hex digits; a key needs 32 (AES-128) or 64 (AES-256)",
+            f"{what} has {len(cleaned)} hex digits; a key needs {digits}",
             hint="generate one with 'cryptdisk keygen'",
         )
     return raw

@@ -1,0 +1,1 @@
+"""The benchmark suite (``cryptdisk bench``): io, olap, oltp and crypto experiments."""
