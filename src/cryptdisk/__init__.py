@@ -17,6 +17,7 @@ Lower tiers live in :mod:`cryptdisk.format` (segments, headers, data keys) and
 from __future__ import annotations
 
 import os
+from typing import Literal, overload
 
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
@@ -27,7 +28,24 @@ from .keys import Key, Keyring
 __version__ = "0.1.0"
 
 
-def open(  # noqa: A001 - mirrors io.open on purpose
+@overload
+def open(file: str | os.PathLike[str], mode: Literal["rb"] = ..., *, keyring: Keyring,
+         algorithm: str | Algorithm | None = ...,
+         segment_size: int = ...) -> SealedReadFile | MutableFile: ...
+@overload
+def open(file: str | os.PathLike[str], mode: Literal["wb", "xb"], *, keyring: Keyring,
+         algorithm: str | Algorithm | None = ..., segment_size: int = ...) -> SealedWriteFile: ...
+@overload
+def open(file: str | os.PathLike[str], mode: Literal["r+b", "w+b", "x+b", "ab", "a+b"], *,
+         keyring: Keyring, algorithm: str | Algorithm | None = ...,
+         segment_size: int = ...) -> MutableFile: ...
+@overload
+def open(file: str | os.PathLike[str], mode: str, *, keyring: Keyring,
+         algorithm: str | Algorithm | None = ...,
+         segment_size: int = ...) -> SealedReadFile | SealedWriteFile | MutableFile: ...
+
+
+def open(
     file: str | os.PathLike[str],
     mode: str = "rb",
     *,

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader of our stdout went away (e.g. `cryptdisk cat f | head`).
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
         return 1

@@ -9,7 +9,16 @@ A wrong header/key pairing here is not caught until authentication fails.
 """
 
 from ._cipher import TAG_SIZE, Algorithm, new_aead
-from ._header import HEADER_SIZE, MAGIC, VERSION, Header, Kind, new_header, open_header, rewrap_header
+from ._header import (
+    HEADER_SIZE,
+    MAGIC,
+    VERSION,
+    Header,
+    Kind,
+    new_header,
+    open_header,
+    rewrap_header,
+)
 from ._io import MutableFile, SealedReadFile, SealedWriteFile
 from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header

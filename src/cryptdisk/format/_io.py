@@ -257,6 +257,17 @@ class MutableFile(_Base):
         self._checkClosed()
         return self._s.pwrite(data, offset)
 
+    def verify(self, progress: Callable[[int], None] | None = None) -> int:
+        """Authenticate every segment of the file; returns its plaintext size."""
+        self._checkClosed()
+        buf = bytearray(self._s.segment_size)
+        offset = 0
+        while n := self._s.readinto_at(buf, offset):
+            offset += n
+            if progress is not None:
+                progress(n)
+        return offset
+
     def flush(self) -> None:
         """Writes go straight to the OS; nothing is buffered here."""
 

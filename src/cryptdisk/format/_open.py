@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import IO
+from typing import IO, Literal, overload
 
 from ..errors import ImmutableFileError
 from ._cipher import Algorithm
@@ -77,6 +77,29 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
             os.unlink(tmp)
 
     return SealedWriteFile(writer, path, publish, discard)
+
+
+ReadMode = Literal["rb"]
+SealedMode = Literal["wb", "xb"]
+MutableMode = Literal["r+b", "w+b", "x+b", "ab", "a+b"]
+
+
+@overload
+def open_file(path: str | os.PathLike[str], mode: ReadMode = ..., *, keys: KeyLookup,
+              algorithm: str | Algorithm | None = ...,
+              segment_size: int = ...) -> SealedReadFile | MutableFile: ...
+@overload
+def open_file(path: str | os.PathLike[str], mode: SealedMode, *, keys: KeyLookup,
+              algorithm: str | Algorithm | None = ...,
+              segment_size: int = ...) -> SealedWriteFile: ...
+@overload
+def open_file(path: str | os.PathLike[str], mode: MutableMode, *, keys: KeyLookup,
+              algorithm: str | Algorithm | None = ...,
+              segment_size: int = ...) -> MutableFile: ...
+@overload
+def open_file(path: str | os.PathLike[str], mode: str, *, keys: KeyLookup,
+              algorithm: str | Algorithm | None = ...,
+              segment_size: int = ...) -> SealedReadFile | SealedWriteFile | MutableFile: ...
 
 
 def open_file(

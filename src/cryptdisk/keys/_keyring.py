@@ -35,7 +35,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigError, KeyNotFoundError, KeyringError
-from ..format import Algorithm
 from ._key import Key
 from ._sources import decode_hex_key, key_from_command, key_from_env, key_from_file
 

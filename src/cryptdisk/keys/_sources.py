@@ -98,7 +98,8 @@ def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
         text = data.decode("ascii")
     except UnicodeDecodeError:
         raise KeyFileError(f"key file {name} is not text: expected one line of hex") from None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
     if len(lines) != 1:
         raise KeyFileError(
             f"key file {name} should hold exactly one line of hex, found {len(lines)}"

@@ -1,0 +1,251 @@
+"""File commands: encrypt, decrypt, cat, inspect, verify."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+from ..errors import CryptdiskError, ImmutableFileError
+from ..format import (
+    DEFAULT_SEGMENT_SIZE,
+    HEADER_SIZE,
+    Header,
+    Kind,
+    SealedWriter,
+    iter_sealed_stream,
+    mutable_layout,
+    new_header,
+    open_file,
+    open_header,
+    sealed_layout,
+)
+from ._keys import add_key_options, keyring_from_args
+
+__all__ = ["register"]
+
+CHUNK = 1 << 20
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("encrypt", help="encrypt a file (or stdin) into cryptdisk's sealed format")
+    p.add_argument("input", help="plaintext file, or - for stdin")
+    p.add_argument("output", help="encrypted file, or - for stdout")
+    p.add_argument("--segment-size", type=int, default=DEFAULT_SEGMENT_SIZE,
+                   help="plaintext bytes per segment, a power of two (default 65536)")
+    p.add_argument("--algorithm", choices=["aes-256-gcm", "aes-128-gcm"],
+                   help="data cipher (default: the current key's)")
+    p.add_argument("--force", action="store_true", help="write ciphertext even to a terminal")
+    add_key_options(p)
+    p.set_defaults(func=cmd_encrypt)
+
+    p = sub.add_parser("decrypt", help="decrypt a file after authenticating it")
+    p.add_argument("input", help="encrypted file, or - for stdin")
+    p.add_argument("output", help="plaintext file, or - for stdout")
+    p.add_argument("--force", action="store_true", help="write binary output even to a terminal")
+    add_key_options(p)
+    p.set_defaults(func=cmd_decrypt)
+
+    p = sub.add_parser("cat", help="decrypt a file to stdout")
+    p.add_argument("file", help="encrypted file, or - for stdin")
+    p.add_argument("--force", action="store_true", help="write binary output even to a terminal")
+    add_key_options(p)
+    p.set_defaults(func=cmd_cat)
+
+    p = sub.add_parser("inspect", help="show a file's header (never key material; needs no key)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("verify", help="authenticate every segment of files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("-q", "--quiet", action="store_true", help="print failures only")
+    add_key_options(p)
+    p.set_defaults(func=cmd_verify)
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _refuse_tty(stream: IO[bytes], force: bool, what: str) -> None:
+    if not force and stream.isatty():
+        raise CryptdiskError(f"refusing to write {what} to a terminal",
+                             hint="redirect to a file or pipe, or pass --force")
+
+
+@contextlib.contextmanager
+def _atomic_output(path: str) -> Iterator[IO[bytes]]:
+    """A temp file beside ``path``, renamed over it only if the block succeeds."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
+                               dir=directory)
+    f = os.fdopen(fd, "wb")
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, path)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _copy(src: IO[bytes], dst: IO[bytes]) -> None:
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while True:
+        n = src.readinto(buf)  # type: ignore[attr-defined]
+        if not n:
+            return
+        dst.write(view[:n])
+
+
+def _stdin() -> IO[bytes]:
+    return sys.stdin.buffer
+
+
+def _stdout() -> IO[bytes]:
+    return sys.stdout.buffer
+
+
+# -- commands ----------------------------------------------------------------------
+
+
+def cmd_encrypt(args: argparse.Namespace) -> int:
+    keyring = keyring_from_args(args)
+    src: IO[bytes] = _stdin() if args.input == "-" else open(args.input, "rb")
+    try:
+        if args.output == "-":
+            out = _stdout()
+            _refuse_tty(out, args.force, "ciphertext")
+            header, dek = new_header(Kind.SEALED, keyring.current_key(),
+                                     algorithm=args.algorithm, segment_size=args.segment_size)
+            writer = SealedWriter(out, header, dek)
+            _copy(src, writer)  # type: ignore[arg-type]
+            writer.close()
+            out.flush()
+        else:
+            with open_file(args.output, "wb", keys=keyring, algorithm=args.algorithm,
+                           segment_size=args.segment_size) as dst:
+                _copy(src, dst)  # type: ignore[arg-type]
+    finally:
+        if src is not sys.stdin.buffer:
+            src.close()
+    return 0
+
+
+def _decrypt_to(args: argparse.Namespace, path: str, out: IO[bytes]) -> None:
+    keyring = keyring_from_args(args)
+    if path == "-":
+        stream = _stdin()
+        header = Header.parse(stream.read(HEADER_SIZE), "<stdin>")
+        if header.kind != Kind.SEALED:
+            raise ImmutableFileError("mutable files cannot be decrypted from stdin",
+                                     hint="give the file's path instead")
+        dek = open_header(header, keyring, "<stdin>")
+        for segment in iter_sealed_stream(stream, header, dek, "<stdin>"):
+            out.write(segment)
+        return
+    with open_file(path, "rb", keys=keyring) as f:
+        _copy(f, out)  # type: ignore[arg-type]
+
+
+def cmd_decrypt(args: argparse.Namespace) -> int:
+    if args.output == "-":
+        out = _stdout()
+        _refuse_tty(out, args.force, "decrypted binary data")
+        _decrypt_to(args, args.input, out)
+        out.flush()
+        return 0
+    with _atomic_output(args.output) as out:
+        _decrypt_to(args, args.input, out)
+    return 0
+
+
+class _TextCheck:
+    """Refuses binary plaintext on a terminal (checks what it is about to write)."""
+
+    def __init__(self, out: IO[bytes], force: bool) -> None:
+        self._out = out
+        self._check = not force and out.isatty()
+
+    def write(self, data: Any) -> int:
+        if self._check:
+            chunk = bytes(data[:4096])
+            if b"\0" in chunk:
+                raise CryptdiskError("refusing to write binary data to a terminal",
+                                     hint="redirect to a file or pipe, or pass --force")
+            self._check = False
+        return self._out.write(data)
+
+
+def cmd_cat(args: argparse.Namespace) -> int:
+    out = _stdout()
+    _decrypt_to(args, args.file, _TextCheck(out, args.force))  # type: ignore[arg-type]
+    out.flush()
+    return 0
+
+
+def describe(path: str) -> dict[str, Any]:
+    """Header facts of a cryptdisk file (no key needed, no key material shown)."""
+    with open(path, "rb") as f:
+        header = Header.parse(f.read(HEADER_SIZE), path)
+        size = os.fstat(f.fileno()).st_size
+    layout = sealed_layout if header.kind == Kind.SEALED else mutable_layout
+    segments, plain = layout(size, header.segment_size, path)
+    return {
+        "path": path,
+        "format": "cryptdisk",
+        "version": 1,
+        "kind": header.kind_name,
+        "algorithm": header.algorithm.label,
+        "key_id": header.key_id,
+        "segment_size": header.segment_size,
+        "segments": segments,
+        "plaintext_size": plain,
+        "file_size": size,
+        "file_id": header.file_id.hex(),
+    }
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    info = describe(args.file)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        width = max(map(len, info))
+        for k, v in info.items():
+            print(f"{k.replace('_', ' '):<{width}}  {v}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    keyring = keyring_from_args(args)
+    failed = 0
+    for path in args.files:
+        try:
+            with open_file(path, "rb", keys=keyring) as f:
+                if hasattr(f, "verify"):
+                    size = f.verify()
+                else:  # mutable: authenticate by reading everything
+                    size = 0
+                    while chunk := f.read(CHUNK):
+                        size += len(chunk)
+        except (CryptdiskError, OSError) as exc:
+            failed += 1
+            msg = str(exc) if isinstance(exc, CryptdiskError) else (exc.strerror or str(exc))
+            if path not in msg:
+                msg = f"{path}: {msg}"
+            print(f"cryptdisk: error: {msg}", file=sys.stderr)
+            continue
+        if not args.quiet:
+            print(f"OK  {path}  ({size} bytes)")
+    return 1 if failed else 0
