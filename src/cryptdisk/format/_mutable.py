@@ -103,6 +103,8 @@ class MutableStore:
                 _AD.pack(self._file_id, index), out,
             )
         except InvalidTag:
+            # OpenSSL has already written unauthenticated plaintext here: wipe it.
+            out[:] = bytes(len(out))
             raise self._fail(index) from None
 
     def _encrypt(self, index: int, plain: bytes | bytearray | memoryview) -> bytearray:

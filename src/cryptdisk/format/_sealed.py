@@ -181,6 +181,8 @@ class SealedReader:
         try:
             self._aead.decrypt_into(sealed_nonce(index, last), record, None, out)
         except InvalidTag:
+            # OpenSSL has already written unauthenticated plaintext here: wipe it.
+            out[:] = bytes(len(out))
             raise self._fail(index) from None
 
     def _decrypt_segment(self, index: int) -> memoryview:
@@ -308,6 +310,7 @@ def iter_sealed_stream(
         try:
             aead.decrypt_into(sealed_nonce(index, last), current, None, view)
         except InvalidTag:
+            view[:] = bytes(len(view))
             raise SegmentAuthenticationError(
                 f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
                 offset=offset, path=path,
