@@ -1,0 +1,156 @@
+"""The file commands end to end, run as a user runs them (subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "cryptdisk"]
+
+
+def run(*args: str, input: bytes | None = None, env: dict | None = None, cwd: Path | None = None):
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("CRYPTDISK_KEYRING", None)
+    return subprocess.run([*CLI, *args], input=input, capture_output=True, env=full_env, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.fixture
+def keyfile(tmp_path):
+    path = tmp_path / "k.hex"
+    r = run("keygen", "-o", str(path))
+    assert r.returncode == 0, r.stderr
+    assert b"0600" in r.stderr and oct(path.stat().st_mode & 0o777) == "0o600"
+    return path
+
+
+def _no_traceback(r):
+    assert b"Traceback" not in r.stderr
+
+
+def test_encrypt_inspect_verify_decrypt(tmp_path, keyfile):
+    plain = tmp_path / "p.bin"
+    plain.write_bytes(os.urandom(200_000))
+    enc, out = tmp_path / "e.cd", tmp_path / "out.bin"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    r = run("inspect", str(enc), "--json")
+    info = json.loads(r.stdout)
+    assert info["format"] == "cryptdisk" and info["plaintext_size"] == 200_000
+    assert info["key_id"] == 1 and info["algorithm"] == "AES-256-GCM"
+    assert keyfile.read_text().split()[-1] not in r.stdout.decode()
+    r = run("verify", str(enc), "--key-file", str(keyfile))
+    assert r.returncode == 0 and b"OK" in r.stdout
+    assert run("decrypt", str(enc), str(out), "--key-file", str(keyfile)).returncode == 0
+    assert out.read_bytes() == plain.read_bytes()
+
+
+def test_stdin_stdout_pipes(tmp_path, keyfile):
+    data = os.urandom(150_000)
+    enc = run("encrypt", "-", "-", "--key-file", str(keyfile), input=data)
+    assert enc.returncode == 0 and enc.stdout[:8] == b"CRYPTDSK"
+    dec = run("decrypt", "-", "-", "--key-file", str(keyfile), input=enc.stdout)
+    assert dec.returncode == 0 and dec.stdout == data
+    cat = run("cat", "-", "--key-file", str(keyfile), input=enc.stdout)
+    assert cat.stdout == data
+    truncated = run("decrypt", "-", "-", "--key-file", str(keyfile), input=enc.stdout[:-100])
+    assert truncated.returncode == 1 and b"cryptdisk: error:" in truncated.stderr
+    _no_traceback(truncated)
+
+
+def test_verify_names_file_and_offset_on_tamper(tmp_path, keyfile):
+    plain = tmp_path / "p"
+    plain.write_bytes(os.urandom(300_000))
+    good, bad = tmp_path / "good.cd", tmp_path / "bad.cd"
+    run("encrypt", str(plain), str(good), "--key-file", str(keyfile))
+    raw = bytearray(good.read_bytes())
+    raw[100_000] ^= 4
+    bad.write_bytes(raw)
+    r = run("verify", str(good), str(bad), "--key-file", str(keyfile))
+    assert r.returncode == 1
+    assert b"OK  " + str(good).encode() in r.stdout
+    err = r.stderr.decode()
+    assert str(bad) in err and "segment 1 at offset 65680" in err and err.startswith("cryptdisk: error:")
+    _no_traceback(r)
+
+
+def test_decrypt_of_tampered_file_leaves_no_output(tmp_path, keyfile):
+    plain = tmp_path / "p"
+    plain.write_bytes(os.urandom(300_000))
+    enc, out = tmp_path / "e.cd", tmp_path / "out"
+    run("encrypt", str(plain), str(enc), "--key-file", str(keyfile))
+    raw = bytearray(enc.read_bytes())
+    raw[200_000] ^= 1
+    enc.write_bytes(raw)
+    r = run("decrypt", str(enc), str(out), "--key-file", str(keyfile))
+    assert r.returncode == 1 and not out.exists()
+    assert not list(tmp_path.glob(".*cdtmp"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--key-env", "CD_NOT_SET_ANYWHERE"], "CD_NOT_SET_ANYWHERE is not set"),
+    (["--key-hex", "abcd"], "hex digits"),
+    (["--key-file", "/nonexistent/k.hex"], "does not exist"),
+    ([], "no key given"),
+    (["--key-hex", "00" * 32], "not the key this file was encrypted with"),
+])
+def test_key_errors_are_one_line(tmp_path, keyfile, args, message):
+    enc = tmp_path / "e.cd"
+    run("encrypt", "-", str(enc), "--key-file", str(keyfile), input=b"hello")
+    r = run("decrypt", str(enc), "-", *args)
+    assert r.returncode == 1
+    first = r.stderr.decode().splitlines()
+    assert any(line.startswith("cryptdisk: error:") and message in line for line in first), first
+    _no_traceback(r)
+
+
+def test_not_a_cryptdisk_file(tmp_path, keyfile):
+    p = tmp_path / "plain.txt"
+    p.write_text("hello world, this is plaintext")
+    r = run("inspect", str(p))
+    assert r.returncode == 1 and b"not a cryptdisk file" in r.stderr
+    r = run("verify", str(p), "--key-file", str(keyfile))
+    assert r.returncode == 1 and b"not a cryptdisk file" in r.stderr
+    _no_traceback(r)
+
+
+def test_key_hex_warns_about_process_listings(tmp_path):
+    r = run("encrypt", "-", str(tmp_path / "e"), "--key-hex", "11" * 32, input=b"x")
+    assert r.returncode == 0 and b"process listings" in r.stderr
+
+
+def test_keyring_config_and_rewrap(tmp_path):
+    k1, k2 = tmp_path / "k1.hex", tmp_path / "k2.hex"
+    run("keygen", "-o", str(k1), "--id", "1")
+    run("keygen", "-o", str(k2), "--id", "2")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "{k1}"\n')
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(5):
+        run("encrypt", "-", str(d / f"{i}.cd"), "--keyring", str(cfg), input=b"row %d" % i)
+    cfg.write_text(f'[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\nfile = "{k1}"\n'
+                   f'[[keyring.keys]]\nid = 2\nfile = "{k2}"\n')
+    r = run("rewrap", str(d), "--keyring", str(cfg))
+    assert r.returncode == 0 and b"rewrapped 5 file(s) under key 2" in r.stdout
+    for i in range(5):
+        out = run("cat", str(d / f"{i}.cd"), "--key-file", str(k2), "--key-id", "2")
+        assert out.stdout == b"row %d" % i
+        assert json.loads(run("inspect", str(d / f"{i}.cd"), "--json").stdout)["key_id"] == 2
+
+
+def test_keygen_prints_hex():
+    r = run("keygen", "--print")
+    assert r.returncode == 0 and len(bytes.fromhex(r.stdout.decode().strip())) == 32
+
+
+def test_demo_runs():
+    r = run("demo", "--rows", "2000")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "plaintext found in the encrypted file: False" in out
+    assert "SegmentAuthenticationError" in out and "only the new key: True" in out
