@@ -74,7 +74,8 @@ def test_verify_names_file_and_offset_on_tamper(tmp_path, keyfile):
     assert r.returncode == 1
     assert b"OK  " + str(good).encode() in r.stdout
     err = r.stderr.decode()
-    assert str(bad) in err and "segment 1 at offset 65680" in err and err.startswith("cryptdisk: error:")
+    assert str(bad) in err and "segment 1 at offset 65680" in err
+    assert err.startswith("cryptdisk: error:")
     _no_traceback(r)
 
 

@@ -33,7 +33,7 @@ def _read(path: Path) -> bytes:
         return f.read()
 
 
-@pytest.mark.parametrize("size", SIZES + [65535, 65536, 65537])
+@pytest.mark.parametrize("size", [*SIZES, 65535, 65536, 65537])
 def test_round_trip_at_boundary_sizes(tmp_path, size):
     data = os.urandom(size)
     seg = 65536 if size >= 65535 else SEG
@@ -97,7 +97,7 @@ def test_exhaustive_bit_flips_small_file(tmp_path):
 
 
 @PROPS
-@given(size=st.sampled_from(SIZES[1:] + [5 * SEG + 3]), cut=st.integers(min_value=1))
+@given(size=st.sampled_from([*SIZES[1:], 5 * SEG + 3]), cut=st.integers(min_value=1))
 def test_every_truncation_is_detected(tmp_path, size, cut):
     path = tmp_path / "f"
     raw = _write(path, os.urandom(size))
