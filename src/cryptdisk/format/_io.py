@@ -93,6 +93,9 @@ class SealedReadFile(_Base):
     def readall(self) -> bytes:
         return self.read(-1)
 
+    def write(self, data: Any) -> int:
+        raise io.UnsupportedOperation("sealed files are read-only once written")
+
     def pread(self, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
         self._checkClosed()
@@ -131,6 +134,12 @@ class SealedWriteFile(_Base):
 
     def writable(self) -> bool:
         return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        raise io.UnsupportedOperation("a sealed file being written cannot be read")
+
+    def readinto(self, buffer: Any) -> int:
+        raise io.UnsupportedOperation("a sealed file being written cannot be read")
 
     def tell(self) -> int:
         return self._w.plaintext_size

@@ -62,6 +62,8 @@ def sealed_layout(file_size: int, segment_size: int, path: str | None = None) ->
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 PARALLEL_MIN_SEGMENTS = 8
+#: Large reads drop the mapped ciphertext they consumed, so streaming keeps RSS small.
+RELEASE_MIN = 1 << 20
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -224,6 +226,9 @@ class SealedReader:
                 out[pos : pos + hi - lo] = self._decrypt_segment(index)[lo:hi]
             pos += hi - lo
         self._decrypt_many(whole)
+        if n >= RELEASE_MIN:
+            self._src.release(HEADER_SIZE + first * self._record,
+                              (last - first + 1) * self._record)
         return n
 
     def _decrypt_many(self, jobs: list[tuple[int, memoryview]]) -> None:
@@ -263,10 +268,15 @@ class SealedReader:
     def verify(self, progress: Callable[[int], None] | None = None) -> int:
         """Authenticate every segment; returns the plaintext size."""
         scratch = memoryview(bytearray(self.segment_size))
+        done = 0
         for index in range(self.segment_count):
             self._decrypt_into(index, scratch[: self._seg_plain_len(index)])
             if progress is not None:
                 progress(self._seg_plain_len(index))
+            offset = HEADER_SIZE + (index + 1) * self._record
+            if offset - done >= RELEASE_MIN:
+                self._src.release(done, offset - done)
+                done = offset
         return self.size
 
     def close(self) -> None:

@@ -11,7 +11,12 @@ import os
 import threading
 from typing import IO, Protocol
 
-__all__ = ["FdSource", "FileObjectSource", "MmapSource", "Source", "source_for"]
+__all__ = ["MMAP_MAX", "FdSource", "FileObjectSource", "MmapSource", "Source", "source_for"]
+
+#: Files up to this size are memory-mapped (zero-copy); larger ones are read with
+#: ``preadv`` into reused buffers. Mapped pages count towards RSS, so readers call
+#: :meth:`MmapSource.release` on ranges they have consumed in large sequential reads.
+MMAP_MAX = 1 << 40
 
 
 class Source(Protocol):
@@ -19,6 +24,10 @@ class Source(Protocol):
 
     def view(self, offset: int, n: int) -> memoryview:
         """Up to ``n`` bytes at ``offset`` (fewer only at end of file)."""
+        ...
+
+    def release(self, offset: int, n: int) -> None:
+        """A hint that ``[offset, offset+n)`` will not be needed soon (drop it from RSS)."""
         ...
 
     def close(self) -> None: ...
@@ -35,6 +44,16 @@ class MmapSource:
     def view(self, offset: int, n: int) -> memoryview:
         return self._mv[offset : offset + n]
 
+    def release(self, offset: int, n: int) -> None:
+        if self._map is None:
+            return
+        start = offset - offset % mmap.PAGESIZE
+        end = min(offset + n, self.size)
+        end -= end % mmap.PAGESIZE
+        if end > start:
+            # The page cache keeps the data; only this process's mapping of it goes.
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def close(self) -> None:
         self._mv.release()
         if self._map is not None:
@@ -45,17 +64,26 @@ class MmapSource:
 
 
 class FdSource:
-    """``os.pread`` on a file descriptor."""
+    """``os.preadv`` on a file descriptor into a reused per-thread buffer.
+
+    A view stays valid until the same thread asks for the next one.
+    """
 
     def __init__(self, fd: int, size: int) -> None:
         self.size = size
         self._fd = fd
+        self._local = threading.local()
 
     def view(self, offset: int, n: int) -> memoryview:
         n = max(0, min(n, self.size - offset))
-        buf = bytearray(n)
-        got = os.preadv(self._fd, [buf], offset) if n else 0
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.buf = bytearray(max(n, 1 << 16))
+        got = os.preadv(self._fd, [memoryview(buf)[:n]], offset) if n else 0
         return memoryview(buf)[:got]
+
+    def release(self, offset: int, n: int) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -87,6 +115,9 @@ class FileObjectSource:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return memoryview(data)
 
+    def release(self, offset: int, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -103,7 +134,7 @@ def source_for(fileobj: IO[bytes] | int, *, use_mmap: bool = True) -> Source:
             fd = None
     if fd is not None:
         size = os.fstat(fd).st_size
-        if use_mmap and size:
+        if use_mmap and 0 < size <= MMAP_MAX:
             try:
                 return MmapSource(fd, size)
             except (OSError, ValueError):
