@@ -180,12 +180,13 @@ def ch_key_finder(keys: Mapping[int, _Key]) -> KeyFor:
     The returned callable raises :class:`KeyNotFoundError` naming the
     fingerprint or id (never a key).
     """
-    by_fp = {clickhouse_fingerprint(k): bytes(k) for k in keys.values()}
-    by_id = {(i, clickhouse_v1_key_hash(k)): bytes(k) for i, k in keys.items()}
+    by_fp: dict[bytes | None, bytes] = {clickhouse_fingerprint(k): bytes(k) for k in keys.values()}
+    by_id: dict[tuple[int | None, int | None], bytes] = {
+        (i, clickhouse_v1_key_hash(k)): bytes(k) for i, k in keys.items()}
 
     def key_for(header: CHHeader) -> bytes:
         if header.version == 2 and header.key_fingerprint in by_fp:
-            return by_fp[header.key_fingerprint]  # type: ignore[index]
+            return by_fp[header.key_fingerprint]
         if header.version == 1 and (header.key_id, header.v1_key_hash) in by_id:
             return by_id[(header.key_id, header.v1_key_hash)]
         raise KeyNotFoundError(f"no configured key has the file's {header.describe_key()}",
