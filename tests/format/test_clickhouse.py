@@ -166,7 +166,7 @@ def test_writer_matches_reference_and_reader_reads_any_slice(key, iv, data, cuts
     raw = io.BytesIO()
     w = CHWriter(raw, key, iv=iv)
     pos = 0
-    for cut in sorted(c for c in cuts if c <= len(data)) + [len(data)]:
+    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
         w.write(data[pos:cut])  # streaming across arbitrary write sizes
         pos = cut
     w.close()
@@ -273,7 +273,8 @@ def test_rewrite_uses_fresh_iv(tmp_path):
 
 
 @given(key=keys, iv=ivs, parts=st.lists(st.binary(max_size=200), min_size=1, max_size=5))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_append_continues_the_stream(tmp_path, key, iv, parts):
     p = tmp_path / f"a-{os.urandom(6).hex()}"
     with open_clickhouse(p, "ab", key=key, iv=iv) as f:
