@@ -579,3 +579,51 @@ def test_clickhouse_reads_files_written_here(tmp_path):
     with open_clickhouse(merged[0], key_for=ch_key_finder(new128)) as f:
         assert f.header.algorithm is CHAlgorithm.AES_256_CTR
         assert f.read() == str(ROWS + 1000).encode()
+
+
+def test_bad_keys_fail_clearly(tmp_path):
+    from cryptdisk.errors import InvalidKeyError
+
+    with pytest.raises(InvalidKeyError, match="aes_256_ctr needs a 32-byte key"):
+        open_clickhouse(tmp_path / "x", "wb", key=KEY, algorithm="AES_256_CTR")
+    with pytest.raises(InvalidKeyError, match="16, 24 or 32"):
+        open_clickhouse(tmp_path / "x", "wb", key=bytes(20))
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+    with open_clickhouse(tmp_path / "y", "wb", key=KEY) as f:
+        f.write(b"data")
+    with pytest.raises(TypeError, match="bytes"):
+        open_clickhouse(tmp_path / "y", key=KEY.hex())
+
+
+_KILLED_WRITER = r"""
+import sys, time
+from cryptdisk.format.clickhouse import open_clickhouse
+f = open_clickhouse(sys.argv[1], "wb", key=bytes.fromhex(sys.argv[2]))
+f.write(b"new" * 100_000)
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigkill_while_writing_leaves_the_old_file(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    p = tmp_path / "part.bin"
+    with open_clickhouse(p, "wb", key=KEY) as f:
+        f.write(b"old contents")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(p), KEY.hex()],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "written"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+    with open_clickhouse(p, key=KEY) as f:
+        assert f.read() == b"old contents"
+    stray = [x.name for x in tmp_path.iterdir() if x.name != "part.bin"]
+    assert len(stray) == 1 and stray[0].startswith(".part.bin.") and stray[0].endswith(".cdtmp")

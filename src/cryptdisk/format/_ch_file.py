@@ -319,6 +319,8 @@ def open_clickhouse(path: str | os.PathLike[str], mode: str = "rb", *, key: _Key
       ``.NAME.*.cdtmp`` beside ``path``, fsynced and renamed on close.
     - ``"ab"``: continue an existing file's stream with its own header and
       IV (the key from ``key_for`` or ``key``), or start a new one with ``key``.
+      Data is appended in place (as ClickHouse does); an exception inside the
+      ``with`` block truncates it back. Concurrent appenders are not locked out.
 
     The format is unauthenticated: tampering is not detected (``docs/clickhouse.md``).
     """

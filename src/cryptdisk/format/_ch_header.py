@@ -28,7 +28,12 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from ..errors import MalformedHeaderError, NotEncryptedError, UnsupportedVersionError
+from ..errors import (
+    InvalidKeyError,
+    MalformedHeaderError,
+    NotEncryptedError,
+    UnsupportedVersionError,
+)
 from ._ch_siphash import siphash64, siphash128_keyed
 
 __all__ = [
@@ -86,7 +91,7 @@ class CHAlgorithm(enum.IntEnum):
         """The algorithm whose key size is ``len(key)``."""
         sizes = {a.key_size: a for a in cls}
         if len(key) not in sizes:
-            raise ValueError(f"ClickHouse keys are 16, 24 or 32 bytes, not {len(key)}")
+            raise InvalidKeyError(f"ClickHouse keys are 16, 24 or 32 bytes, not {len(key)}")
         return sizes[len(key)]
 
 

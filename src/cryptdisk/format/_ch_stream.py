@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
-from ..errors import TruncatedFileError, WrongKeyError
+from ..errors import InvalidKeyError, TruncatedFileError, WrongKeyError
 from ._ch_header import (
     CH_HEADER_SIZE,
     CHAlgorithm,
@@ -53,7 +53,7 @@ def _key_bytes(key: bytes | bytearray | memoryview, algorithm: CHAlgorithm) -> b
     if not isinstance(key, bytes | bytearray | memoryview):
         raise TypeError(f"key must be bytes, not {type(key).__name__}")
     if len(key) != algorithm.key_size:
-        raise ValueError(f"{algorithm.name.lower()} needs a {algorithm.key_size}-byte key, "
+        raise InvalidKeyError(f"{algorithm.name.lower()} needs a {algorithm.key_size}-byte key, "
                          f"not {len(key)} bytes")
     return bytes(key)
 
@@ -65,6 +65,8 @@ def check_key(header: CHHeader, key: bytes | bytearray | memoryview,
     Version 2 compares the 128-bit fingerprint. Version 1 only stores a 4-bit
     hash of the key, so a wrong key passes this check one time in 16.
     """
+    if not isinstance(key, bytes | bytearray | memoryview):
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
     where = f"{path}: " if path else ""
     alg = header.algorithm
     if len(key) != alg.key_size:
