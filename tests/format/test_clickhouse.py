@@ -113,6 +113,7 @@ def test_header_v2_round_trip(alg, fp, iv):
     assert raw[:7] == b"ENC" + struct.pack("<HH", 2, alg)
     assert raw[7:23] == fp and raw[23:39] == iv and raw[39:] == bytes(25)
     assert CHHeader.parse(raw) == h
+    assert h.fingerprint == fp
     assert is_clickhouse_header(raw)
 
 
@@ -124,6 +125,7 @@ def test_header_v1_both_byte_orders(order):
     assert (h.version, h.algorithm, h.key_id, h.v1_key_hash, h.iv) == (
         1, CHAlgorithm.AES_256_CTR, 0x0102030405060708, 0x0B, iv)
     assert h.key_fingerprint is None
+    assert h.fingerprint == struct.pack("<QQ", 0x0102030405060708, 0x0B)  # ClickHouse's v1 value
     assert is_clickhouse_header(body)
 
 

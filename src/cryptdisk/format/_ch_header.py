@@ -149,6 +149,19 @@ class CHHeader:
         """The IV as the integer counter of the first block."""
         return int.from_bytes(self.iv, "big")
 
+    @property
+    def fingerprint(self) -> bytes:
+        """The 16 bytes ClickHouse looks the key up by (its ``all_keys`` map).
+
+        Version 2: :attr:`key_fingerprint`. Version 1: ClickHouse's synthetic
+        value ``u128le(key_id | key_hash << 64)``, which matches no v2 key
+        fingerprint; find v1 keys by id (:func:`ch_key_finder` does both).
+        """
+        if self.key_fingerprint is not None:
+            return self.key_fingerprint
+        assert self.key_id is not None
+        return (self.key_id | (self.v1_key_hash or 0) << 64).to_bytes(16, "little")
+
     @classmethod
     def parse(cls, data: bytes | bytearray | memoryview, path: str | None = None) -> CHHeader:
         """Parse the first 64 bytes of a file; raises a :class:`FormatError` subclass."""
