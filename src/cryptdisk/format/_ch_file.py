@@ -1,0 +1,343 @@
+"""Opening ClickHouse encrypted files by path: binary file objects over the CTR stream."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import KeyNotFoundError
+from ._ch_header import (
+    CH_HEADER_SIZE,
+    CHAlgorithm,
+    CHHeader,
+    clickhouse_fingerprint,
+    clickhouse_v1_key_hash,
+)
+from ._ch_stream import CHReader, CHWriter, check_key
+from ._source import MmapSource, source_for
+
+__all__ = ["CHReadFile", "CHWriteFile", "ch_append", "ch_key_finder", "open_clickhouse"]
+
+KeyFor = Callable[[CHHeader], bytes]
+_Key = bytes | bytearray | memoryview
+
+
+class _Base(io.RawIOBase):
+    name: str
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {'closed' if self.closed else 'open'}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{type(self).__name__} objects cannot be pickled; reopen the file "
+                        "by path with open_clickhouse in the other process")
+
+
+class CHReadFile(_Base):
+    """A ClickHouse file open for reading: seekable, with thread-safe :meth:`pread`.
+
+    ``header`` is ``None`` for an empty (0-byte) file, which ClickHouse writes
+    without a header. Nothing read here is authenticated.
+    """
+
+    def __init__(self, reader: CHReader | None, name: str,
+                 closer: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._r = reader
+        self._closer = closer
+        self._pos = 0
+        self.name = name
+        self.mode = "rb"
+
+    @property
+    def header(self) -> CHHeader | None:
+        return self._r.header if self._r is not None else None
+
+    @property
+    def size(self) -> int:
+        """Plaintext size in bytes."""
+        return self._r.size if self._r is not None else 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._checkClosed()
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence}")
+        if base + offset < 0:
+            raise OSError(22, "negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        self._checkClosed()
+        n = self._r.readinto_at(buffer, self._pos) if self._r is not None else 0
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._checkClosed()
+        if size is None or size < 0:
+            size = max(0, self.size - self._pos)
+        data = self.pread(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
+        self._checkClosed()
+        return self._r.read_at(offset, size) if self._r is not None else b""
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                if self._r is not None:
+                    self._r.close()
+                if self._closer is not None:
+                    self._closer()
+            finally:
+                super().close()
+
+
+class CHWriteFile(_Base):
+    """A ClickHouse file being written ("wb": published atomically on close; "ab": appended).
+
+    Leaving a ``with`` block by an exception, or :meth:`abort`, discards what
+    was written: the temporary file of "wb", the appended tail of "ab".
+    """
+
+    def __init__(self, writer: CHWriter, name: str, mode: str, publish: Callable[[], None],
+                 discard: Callable[[], None]) -> None:
+        super().__init__()
+        self._w = writer
+        self._publish = publish
+        self._discard = discard
+        self.name = name
+        self.mode = mode
+
+    @property
+    def header(self) -> CHHeader:
+        return self._w.header
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        """Plaintext size of the file so far."""
+        return self._w.position
+
+    def write(self, data: Any) -> int:
+        self._checkClosed()
+        return self._w.write(data)
+
+    def abort(self) -> None:
+        """Discard what this file object wrote."""
+        if not self.closed:
+            try:
+                self._discard()
+            finally:
+                super().close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._w.close()
+            self._publish()
+        except BaseException:
+            self._discard()
+            raise
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+def ch_key_finder(keys: Mapping[int, _Key]) -> KeyFor:
+    """A ``key_for`` that finds a key by fingerprint (v2) or by id and key hash (v1).
+
+    ``keys`` maps key ids to key bytes, as a ClickHouse disk config does.
+    The returned callable raises :class:`KeyNotFoundError` naming the
+    fingerprint or id (never a key).
+    """
+    by_fp: dict[bytes | None, bytes] = {clickhouse_fingerprint(k): bytes(k) for k in keys.values()}
+    by_id: dict[tuple[int | None, int | None], bytes] = {
+        (i, clickhouse_v1_key_hash(k)): bytes(k) for i, k in keys.items()}
+
+    def key_for(header: CHHeader) -> bytes:
+        if header.version == 2 and header.key_fingerprint in by_fp:
+            return by_fp[header.key_fingerprint]
+        if header.version == 1 and (header.key_id, header.v1_key_hash) in by_id:
+            return by_id[(header.key_id, header.v1_key_hash)]
+        raise KeyNotFoundError(f"no configured key has the file's {header.describe_key()}",
+                               key_id=header.key_id,
+                               hint="add the key that wrote the file to the disk's keys")
+    return key_for
+
+
+def _resolve_key(header: CHHeader, key: _Key | None, key_for: KeyFor | None, name: str) -> bytes:
+    if key_for is not None:
+        try:
+            found = key_for(header)
+        except KeyNotFoundError as exc:
+            if exc.path is not None:
+                raise
+            raise KeyNotFoundError(f"{name}: {exc}", key_id=exc.key_id, path=name,
+                                   hint=exc.hint) from None
+        if found is None:
+            raise KeyNotFoundError(f"{name}: no key for the file's {header.describe_key()}",
+                                   key_id=header.key_id, path=name)
+        key = found
+    if key is None:
+        raise TypeError("reading a ClickHouse file needs key= or key_for=")
+    check_key(header, key, name)
+    return bytes(key)
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _open_read(name: str, key: _Key | None, key_for: KeyFor | None) -> CHReadFile:
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            os.close(fd)
+            return CHReadFile(None, name)
+        header = CHHeader.parse(os.pread(fd, CH_HEADER_SIZE, 0), name)
+        k = _resolve_key(header, key, key_for, name)
+        source = source_for(fd)
+        reader = CHReader(source, header, k, name)
+        if isinstance(source, MmapSource):
+            os.close(fd)  # the map stays valid without the descriptor
+            return CHReadFile(reader, name)
+        return CHReadFile(reader, name, closer=lambda: os.close(fd))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def _open_write(name: str, key: _Key | None, algorithm: str | int | CHAlgorithm | None,
+                iv: bytes | None) -> CHWriteFile:
+    if key is None:
+        raise TypeError("writing a ClickHouse file needs key= (the disk's current key)")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(name)}.", suffix=".cdtmp",
+                               dir=os.path.dirname(os.path.abspath(name)))
+    raw = os.fdopen(fd, "wb", buffering=0)
+    try:
+        writer = CHWriter(raw, key, algorithm, iv=iv)
+    except BaseException:
+        raw.close()
+        os.unlink(tmp)
+        raise
+
+    def publish() -> None:
+        os.fsync(raw.fileno())
+        raw.close()
+        os.replace(tmp, name)
+        _fsync_dir(name)
+
+    def discard() -> None:
+        raw.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+    return CHWriteFile(writer, name, "wb", publish, discard)
+
+
+def _open_append(name: str, key: _Key | None, key_for: KeyFor | None,
+                 algorithm: str | int | CHAlgorithm | None, iv: bytes | None) -> CHWriteFile:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
+                 0o644)
+    raw = os.fdopen(fd, "ab", buffering=0)
+    try:
+        start = os.fstat(fd).st_size
+        if start == 0:
+            if key is None:
+                raise TypeError(f"{name} is empty: appending starts a new file and needs key=")
+            writer = CHWriter(raw, key, algorithm, iv=iv)
+        else:
+            with open(name, "rb") as f:
+                header = CHHeader.parse(f.read(CH_HEADER_SIZE), name)
+            writer = CHWriter.resume(raw, _resolve_key(header, key, key_for, name), header,
+                                     max(0, start - CH_HEADER_SIZE))
+    except BaseException:
+        raw.close()
+        raise
+
+    def publish() -> None:
+        os.fsync(raw.fileno())
+        raw.close()
+
+    def discard() -> None:
+        try:
+            os.ftruncate(raw.fileno(), start)
+        finally:
+            raw.close()
+
+    return CHWriteFile(writer, name, "ab", publish, discard)
+
+
+def open_clickhouse(path: str | os.PathLike[str], mode: str = "rb", *, key: _Key | None = None,
+                    key_for: KeyFor | None = None,
+                    algorithm: str | int | CHAlgorithm | None = None,
+                    iv: bytes | None = None) -> CHReadFile | CHWriteFile:
+    """Open a file in ClickHouse's encrypted-disk format.
+
+    - ``"rb"``: a seekable reader. The key is ``key_for(header)`` (e.g.
+      :func:`ch_key_finder`) or ``key``; either way it is checked against the
+      header's fingerprint (:class:`WrongKeyError` if it differs).
+    - ``"wb"``: a new file (fresh random IV unless ``iv``) under ``key`` with
+      ``algorithm`` (default: from the key length), written to
+      ``.NAME.*.cdtmp`` beside ``path``, fsynced and renamed on close.
+    - ``"ab"``: continue an existing file's stream with its own header and
+      IV (the key from ``key_for`` or ``key``), or start a new one with ``key``.
+      Data is appended in place (as ClickHouse does); an exception inside the
+      ``with`` block truncates it back. Concurrent appenders are not locked out.
+
+    The format is unauthenticated: tampering is not detected (``docs/clickhouse.md``).
+    """
+    name = os.fspath(path)
+    if mode == "rb":
+        return _open_read(name, key, key_for)
+    if mode == "wb":
+        return _open_write(name, key, algorithm, iv)
+    if mode == "ab":
+        return _open_append(name, key, key_for, algorithm, iv)
+    raise ValueError(f"mode must be 'rb', 'wb' or 'ab', not {mode!r}")
+
+
+def ch_append(path: str | os.PathLike[str], key: _Key, data: bytes | bytearray | memoryview,
+              *, algorithm: str | int | CHAlgorithm | None = None) -> int:
+    """Append ``data`` to a ClickHouse file as ClickHouse does; returns the new plaintext size."""
+    with open_clickhouse(path, "ab", key=key, algorithm=algorithm) as f:
+        assert isinstance(f, CHWriteFile)
+        f.write(data)
+        return f.tell()
