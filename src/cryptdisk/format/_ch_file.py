@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from ._ch_header import (
     clickhouse_v1_key_hash,
 )
 from ._ch_stream import CHReader, CHWriter, check_key
+from ._io import PositionalReadFile, PublishingWriteFile
 from ._source import MmapSource, source_for
 
 __all__ = ["CHReadFile", "CHWriteFile", "ch_append", "ch_key_finder", "open_clickhouse"]
@@ -26,18 +26,23 @@ KeyFor = Callable[[CHHeader], bytes]
 _Key = bytes | bytearray | memoryview
 
 
-class _Base(io.RawIOBase):
-    name: str
+class _EmptyReader:
+    """The reader of a 0-byte file (ClickHouse writes empty files without a header)."""
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} {'closed' if self.closed else 'open'}>"
+    size = 0
+    header = None
 
-    def __reduce__(self) -> Any:
-        raise TypeError(f"{type(self).__name__} objects cannot be pickled; reopen the file "
-                        "by path with open_clickhouse in the other process")
+    def read_at(self, offset: int, n: int) -> bytes:
+        return b""
+
+    def readinto_at(self, buf: Any, offset: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
 
 
-class CHReadFile(_Base):
+class CHReadFile(PositionalReadFile):
     """A ClickHouse file open for reading: seekable, with thread-safe :meth:`pread`.
 
     ``header`` is ``None`` for an empty (0-byte) file, which ClickHouse writes
@@ -46,76 +51,19 @@ class CHReadFile(_Base):
 
     def __init__(self, reader: CHReader | None, name: str,
                  closer: Callable[[], None] | None = None) -> None:
-        super().__init__()
-        self._r = reader
-        self._closer = closer
-        self._pos = 0
-        self.name = name
-        self.mode = "rb"
+        super().__init__(reader if reader is not None else _EmptyReader(), name, closer)
 
     @property
     def header(self) -> CHHeader | None:
-        return self._r.header if self._r is not None else None
+        header: CHHeader | None = getattr(self._r, "header", None)
+        return header
 
-    @property
-    def size(self) -> int:
-        """Plaintext size in bytes."""
-        return self._r.size if self._r is not None else 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        self._checkClosed()
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._checkClosed()
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence}")
-        if base + offset < 0:
-            raise OSError(22, "negative seek position")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        self._checkClosed()
-        n = self._r.readinto_at(buffer, self._pos) if self._r is not None else 0
-        self._pos += n
-        return n
-
-    def read(self, size: int | None = -1) -> bytes:
-        self._checkClosed()
-        if size is None or size < 0:
-            size = max(0, self.size - self._pos)
-        data = self.pread(self._pos, size)
-        self._pos += len(data)
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def pread(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
-        self._checkClosed()
-        return self._r.read_at(offset, size) if self._r is not None else b""
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                if self._r is not None:
-                    self._r.close()
-                if self._closer is not None:
-                    self._closer()
-            finally:
-                super().close()
+    def __reduce__(self) -> Any:
+        raise TypeError("CHReadFile objects cannot be pickled; reopen the file by path with "
+                        "open_clickhouse in the other process")
 
 
-class CHWriteFile(_Base):
+class CHWriteFile(PublishingWriteFile):
     """A ClickHouse file being written ("wb": published atomically on close; "ab": appended).
 
     Leaving a ``with`` block by an exception, or :meth:`abort`, discards what
@@ -124,53 +72,15 @@ class CHWriteFile(_Base):
 
     def __init__(self, writer: CHWriter, name: str, mode: str, publish: Callable[[], None],
                  discard: Callable[[], None]) -> None:
-        super().__init__()
-        self._w = writer
-        self._publish = publish
-        self._discard = discard
-        self.name = name
-        self.mode = mode
+        super().__init__(writer, name, mode, publish, discard, lambda: writer.position)
+        self._ch_writer = writer
 
     @property
     def header(self) -> CHHeader:
-        return self._w.header
+        return self._ch_writer.header
 
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        """Plaintext size of the file so far."""
-        return self._w.position
-
-    def write(self, data: Any) -> int:
-        self._checkClosed()
-        return self._w.write(data)
-
-    def abort(self) -> None:
-        """Discard what this file object wrote."""
-        if not self.closed:
-            try:
-                self._discard()
-            finally:
-                super().close()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self._w.close()
-            self._publish()
-        except BaseException:
-            self._discard()
-            raise
-        finally:
-            super().close()
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
+    def __reduce__(self) -> Any:
+        raise TypeError("CHWriteFile objects cannot be pickled")
 
 
 def ch_key_finder(keys: Mapping[int, _Key]) -> KeyFor:

@@ -10,13 +10,19 @@ import io
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ._header import Header
 from ._mutable import MutableStore
 from ._sealed import SealedReader, SealedWriter
 
-__all__ = ["MutableFile", "SealedReadFile", "SealedWriteFile"]
+__all__ = [
+    "MutableFile",
+    "PositionalReadFile",
+    "PublishingWriteFile",
+    "SealedReadFile",
+    "SealedWriteFile",
+]
 
 
 class _Base(io.RawIOBase):
@@ -31,20 +37,27 @@ class _Base(io.RawIOBase):
                         "path with cryptdisk.open in the other process")
 
 
-class SealedReadFile(_Base):
-    """A sealed file open for reading: seekable, random access, thread-safe :meth:`pread`."""
+class _Reader(Protocol):
+    size: int
 
-    def __init__(self, reader: SealedReader, name: str, closer: Callable[[], None] | None = None):
+    def read_at(self, offset: int, n: int) -> bytes: ...
+
+    def readinto_at(self, buf: Any, offset: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class PositionalReadFile(_Base):
+    """A read-only, seekable file over a positional reader (``size``, ``read_at``,
+    ``readinto_at``); :meth:`pread` is safe across threads (no shared position)."""
+
+    def __init__(self, reader: _Reader, name: str, closer: Callable[[], None] | None = None):
         super().__init__()
         self._r = reader
         self._pos = 0
         self._closer = closer
         self.name = name
         self.mode = "rb"
-
-    @property
-    def header(self) -> Header:
-        return self._r.header
 
     @property
     def size(self) -> int:
@@ -63,18 +76,13 @@ class SealedReadFile(_Base):
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._checkClosed()
-        if whence == os.SEEK_SET:
-            pos = offset
-        elif whence == os.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == os.SEEK_END:
-            pos = self._r.size + offset
-        else:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._r.size}.get(whence)
+        if base is None:
             raise ValueError(f"invalid whence {whence}")
-        if pos < 0:
+        if base + offset < 0:
             raise OSError(22, "negative seek position")
-        self._pos = pos
-        return pos
+        self._pos = base + offset
+        return self._pos
 
     def readinto(self, buffer: Any) -> int:
         self._checkClosed()
@@ -94,16 +102,12 @@ class SealedReadFile(_Base):
         return self.read(-1)
 
     def write(self, data: Any) -> int:
-        raise io.UnsupportedOperation("sealed files are read-only once written")
+        raise io.UnsupportedOperation("this file is open read-only")
 
     def pread(self, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
         self._checkClosed()
         return self._r.read_at(offset, size)
-
-    def verify(self, progress: Callable[[int], None] | None = None) -> int:
-        """Authenticate every segment of the file; returns its plaintext size."""
-        return self._r.verify(progress)
 
     def close(self) -> None:
         if not self.closed:
@@ -115,41 +119,70 @@ class SealedReadFile(_Base):
                 super().close()
 
 
-class SealedWriteFile(_Base):
-    """A sealed file being written: a forward-only stream.
+class SealedReadFile(PositionalReadFile):
+    """A sealed file open for reading: seekable, random access, thread-safe :meth:`pread`.
 
-    ``close()`` seals the final segment and publishes the file (for paths:
-    fsync, then an atomic rename over the destination). Leaving a ``with``
-    block by an exception, or calling :meth:`abort`, discards it instead.
+    Every byte returned has authenticated.
     """
 
-    def __init__(self, writer: SealedWriter, name: str, publish: Callable[[], None],
-                 discard: Callable[[], None]) -> None:
+    _r: SealedReader
+
+    def __init__(self, reader: SealedReader, name: str, closer: Callable[[], None] | None = None):
+        super().__init__(reader, name, closer)
+
+    @property
+    def header(self) -> Header:
+        return self._r.header
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> int:
+        """Authenticate every segment of the file; returns its plaintext size."""
+        return self._r.verify(progress)
+
+
+class _Writer(Protocol):
+    def write(self, data: Any) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class PublishingWriteFile(_Base):
+    """A forward-only file whose ``close()`` publishes what was written.
+
+    ``publish`` runs after the writer closes (for paths: fsync, then an atomic
+    rename over the destination). Leaving a ``with`` block by an exception, or
+    calling :meth:`abort`, runs ``discard`` instead, so the destination keeps
+    its old content.
+    """
+
+    def __init__(self, writer: _Writer, name: str, mode: str, publish: Callable[[], None],
+                 discard: Callable[[], None], position: Callable[[], int]) -> None:
         super().__init__()
         self._w = writer
         self._publish = publish
         self._discard = discard
+        self._position = position
         self.name = name
-        self.mode = "wb"
+        self.mode = mode
 
     def writable(self) -> bool:
         return True
 
     def read(self, size: int | None = -1) -> bytes:
-        raise io.UnsupportedOperation("a sealed file being written cannot be read")
+        raise io.UnsupportedOperation("a file being written cannot be read")
 
     def readinto(self, buffer: Any) -> int:
-        raise io.UnsupportedOperation("a sealed file being written cannot be read")
+        raise io.UnsupportedOperation("a file being written cannot be read")
 
     def tell(self) -> int:
-        return self._w.plaintext_size
+        """Plaintext bytes written so far."""
+        return self._position()
 
     def write(self, data: Any) -> int:
         self._checkClosed()
         return self._w.write(data)
 
     def abort(self) -> None:
-        """Discard the file being written; the destination keeps its old content."""
+        """Discard what this file object wrote."""
         if not self.closed:
             try:
                 self._discard()
@@ -173,6 +206,14 @@ class SealedWriteFile(_Base):
             self.abort()
         else:
             self.close()
+
+
+class SealedWriteFile(PublishingWriteFile):
+    """A sealed file being written: a forward-only stream, published atomically on close."""
+
+    def __init__(self, writer: SealedWriter, name: str, publish: Callable[[], None],
+                 discard: Callable[[], None]) -> None:
+        super().__init__(writer, name, "wb", publish, discard, lambda: writer.plaintext_size)
 
 
 class MutableFile(_Base):
