@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -216,103 +215,57 @@ class SealedWriteFile(PublishingWriteFile):
         super().__init__(writer, name, "wb", publish, discard, lambda: writer.plaintext_size)
 
 
-class MutableFile(_Base):
+class MutableFile(PositionalReadFile):
     """A mutable file: read, write, seek and truncate anywhere; ``pread``/``pwrite`` too."""
+
+    _r: MutableStore
 
     def __init__(self, store: MutableStore, fd: int, name: str, mode: str,
                  append: bool = False) -> None:
-        super().__init__()
-        self._s = store
-        self._fd = fd
+        super().__init__(store, name, closer=lambda: os.close(fd))
         self._pos = store.size if append else 0
         self._append = append
-        self._lock = threading.Lock()
-        self.name = name
         self.mode = mode
 
     @property
     def header(self) -> Header:
-        return self._s.header
-
-    @property
-    def size(self) -> int:
-        return self._s.size
-
-    def readable(self) -> bool:
-        return True
+        return self._r.header
 
     def writable(self) -> bool:
-        return self._s.writable
-
-    def seekable(self) -> bool:
-        return True
+        return self._r.writable
 
     def fileno(self) -> int:
         raise io.UnsupportedOperation("the descriptor of an encrypted file holds ciphertext")
 
-    def tell(self) -> int:
+    def _check_writable(self) -> None:
         self._checkClosed()
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._checkClosed()
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._s.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence}")
-        if base + offset < 0:
-            raise OSError(22, "negative seek position")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        self._checkClosed()
-        n = self._s.readinto_at(buffer, self._pos)
-        self._pos += n
-        return n
-
-    def read(self, size: int | None = -1) -> bytes:
-        self._checkClosed()
-        if size is None or size < 0:
-            size = max(0, self._s.size - self._pos)
-        data = self._s.pread(self._pos, size)
-        self._pos += len(data)
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
+        if not self._r.writable:
+            raise io.UnsupportedOperation("file is open read-only")
 
     def write(self, data: Any) -> int:
-        self._checkClosed()
-        if not self._s.writable:
-            raise io.UnsupportedOperation("file is open read-only")
+        self._check_writable()
         if self._append:
-            self._pos = self._s.size
-        n = self._s.pwrite(data, self._pos)
+            self._pos = self._r.size
+        n = self._r.pwrite(data, self._pos)
         self._pos += n
         return n
 
     def truncate(self, size: int | None = None) -> int:
-        self._checkClosed()
-        if not self._s.writable:
-            raise io.UnsupportedOperation("file is open read-only")
+        self._check_writable()
         size = self._pos if size is None else size
-        self._s.truncate(size)
+        self._r.truncate(size)
         return size
 
-    def pread(self, offset: int, size: int) -> bytes:
-        self._checkClosed()
-        return self._s.pread(offset, size)
-
     def pwrite(self, data: Any, offset: int) -> int:
-        self._checkClosed()
-        return self._s.pwrite(data, offset)
+        self._check_writable()
+        return self._r.pwrite(data, offset)
 
     def verify(self, progress: Callable[[int], None] | None = None) -> int:
         """Authenticate every segment of the file; returns its plaintext size."""
         self._checkClosed()
-        buf = bytearray(self._s.segment_size)
+        buf = bytearray(self._r.segment_size)
         offset = 0
-        while n := self._s.readinto_at(buf, offset):
+        while n := self._r.readinto_at(buf, offset):
             offset += n
             if progress is not None:
                 progress(n)
@@ -324,12 +277,4 @@ class MutableFile(_Base):
     def sync(self) -> None:
         """fsync the underlying file."""
         self._checkClosed()
-        self._s.sync()
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                os.close(self._fd)
-            finally:
-                super().close()
-
+        self._r.sync()

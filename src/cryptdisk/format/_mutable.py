@@ -129,6 +129,11 @@ class MutableStore:
         got = self.readinto_at(buf, offset)
         return bytes(memoryview(buf)[:got])
 
+    read_at = pread
+
+    def close(self) -> None:
+        """The file descriptor belongs to the caller; nothing to release here."""
+
     def readinto_at(self, buf: bytearray | memoryview, offset: int) -> int:
         out = memoryview(buf).cast("B")
         if offset < 0:
