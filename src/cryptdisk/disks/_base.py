@@ -16,8 +16,9 @@ Contract:
   ``pread(offset, size)`` that is safe to call from several threads at once
   (DuckDB reads one file object from many threads). ``size`` is the
   plaintext size. On encrypted disks every byte returned has authenticated.
-- **Listing.** ``list(prefix)`` returns the published files below ``prefix``,
-  sorted, as paths relative to the disk root.
+- **Listing.** ``list(prefix)`` returns the published files whose path starts
+  with ``prefix`` (``"dir/"`` lists a directory), sorted, as paths relative to
+  the disk root.
 - **Removal and rename.** ``remove(path)`` deletes a file (missing file:
   :class:`DiskFileNotFoundError`); ``rename(src, dst)`` replaces ``dst``
   atomically where the backing store can.
@@ -45,6 +46,7 @@ class FileInfo:
     format: str  # "plain", "cryptdisk" or "clickhouse"
     key_id: int | None = None
     algorithm: str | None = None
+    mtime: float | None = None  # seconds since the epoch, when the store knows it
 
 
 class Disk(abc.ABC):
