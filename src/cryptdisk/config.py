@@ -184,7 +184,7 @@ class _Builder:
                 return "<storage_configuration><policies><" + "><".join(parts[1:]) + ">"
             return "<" + "><".join(parts) + ">"
         pattern = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(
-            re.escape(p) + '|"' + re.escape(p) + '"' for p in table.split(".")) + r"\s*\]")
+            f'(?:{re.escape(p)}|"{re.escape(p)}")' for p in table.split(".")) + r"\s*\]")
         for number, line in enumerate(self.text.splitlines(), 1):
             if pattern.match(line):
                 return f"line {number} ([{table}])"

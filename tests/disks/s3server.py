@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto's dummy credentials
+    "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 

@@ -16,8 +16,13 @@ from typing import IO, TYPE_CHECKING, Any
 from ..errors import KeyNotFoundError, NotEncryptedError
 from ..format import HEADER_SIZE, MAGIC, Header, Kind, mutable_layout, open_file, sealed_layout
 from ..keys import Key, Keyring
-from ._clickhouse import CH_HEADER_SIZE, ClickHouseKey, PreadSource, ch_module, \
-    header_algorithm_name
+from ._clickhouse import (
+    CH_HEADER_SIZE,
+    ClickHouseKey,
+    PreadSource,
+    ch_module,
+    header_algorithm_name,
+)
 from ._files import FdReader, PreadFile
 
 if TYPE_CHECKING:

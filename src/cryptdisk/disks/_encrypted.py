@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import IO
 
-from ..errors import DiskFileNotFoundError
+from ..errors import DiskFileNotFoundError, KeyNotFoundError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -99,7 +99,13 @@ class EncryptedDisk(Disk):
         source, release = self._open_source(path)
         try:
             header = Header.parse(source.view(0, HEADER_SIZE), path)
-            dek = open_header(header, self.keyring, path)
+            try:
+                dek = open_header(header, self.keyring, path)
+            except KeyNotFoundError as exc:
+                raise KeyNotFoundError(
+                    f"{path}: encrypted with key id {header.key_id}, which disk {self.name!r} "
+                    f"does not have (its keys: {', '.join(map(str, self.keyring.ids))})",
+                    key_id=header.key_id, path=path, hint=exc.hint) from None
             reader = SealedReader(source, header, dek, path)
         except BaseException:
             source.close()
