@@ -106,6 +106,8 @@ class FsspecDisk(Disk):
         return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
 
     def _stat(self, path: str) -> dict[str, Any]:
+        # Other processes write too: never trust fsspec's listing cache for a file's state.
+        self.fs.invalidate_cache(self._full(path))
         try:
             st = self.fs.info(self._full(path))
         except FileNotFoundError:
