@@ -51,7 +51,7 @@ def test_cryptdisk_files_keys_from_keyring_and_disks(config: str, tmp_path: Path
     info = describe(tmp_path / "raw" / "other" / "b")
     assert info == {"path": str(tmp_path / "raw" / "other" / "b"), "format": "cryptdisk",
                     "stored_size": info["stored_size"], "version": 1, "kind": "sealed",
-                    "algorithm": "aes-256-gcm", "key_id": 2, "segment_size": 65536,
+                    "algorithm": "aes-128-gcm", "key_id": 2, "segment_size": 65536,
                     "plaintext_size": 10}
     assert K2 not in repr(info) and K1 not in repr(info)
 
