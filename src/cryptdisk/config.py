@@ -25,6 +25,7 @@ XML (accepted unchanged; a path ending in ``.xml`` or text starting with ``<``):
     algorithm = "aes-256-gcm"
     keys = [1]                      # ids from [keyring], or [[disks.secure.keys]] entries
     segment_size = 65536
+    cache_mb = 256                  # decrypted-segment cache in memory (0: off)
 
     [disks.ch]
     type = "clickhouse"             # ClickHouse's AES-CTR encrypted-disk format
@@ -58,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .disks import ClickHouseDisk, ClickHouseKey, Disk, EncryptedDisk, FsspecDisk, LocalDisk
+from .disks._encrypted import DEFAULT_CACHE_BYTES
 from .disks._policy import StoragePolicy, Volume
 from .errors import (
     ConfigError,
@@ -75,7 +77,8 @@ _TOP = {"keyring", "disks", "policies"}
 _FIELDS = {
     "local": {"type", "path"},
     "fsspec": {"type", "url", "storage_options"},
-    "encrypted": {"type", "disk", "path", "algorithm", "current_key_id", "keys", "segment_size"},
+    "encrypted": {"type", "disk", "path", "algorithm", "current_key_id", "keys", "segment_size",
+                  "cache_mb"},
     "clickhouse": {"type", "disk", "path", "algorithm", "current_key_id", "keys"},
 }
 _KEY_SOURCES = ("hex", "from_env", "file", "command", "raw", "raw_from_env")
@@ -293,9 +296,13 @@ class _Builder:
         segment_size = spec.get("segment_size", 65536)
         if not isinstance(segment_size, int) or isinstance(segment_size, bool):
             raise self.error("segment_size must be an integer", where)
+        cache_mb = spec.get("cache_mb", DEFAULT_CACHE_BYTES >> 20)
+        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
+            raise self.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
+                             where)
         return EncryptedDisk(name, inner, Keyring(keys, current, config_path=self.path),
                              prefix=spec.get("path", ""), algorithm=spec.get("algorithm"),
-                             segment_size=segment_size)
+                             segment_size=segment_size, cache_bytes=cache_mb << 20)
 
     def _make_clickhouse(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
         inner = self.disk(self._str(spec, "disk", where), where)

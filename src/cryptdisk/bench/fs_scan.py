@@ -4,8 +4,10 @@ One N-row Parquet file (c_int Int64 = hash of n, c_str = md5 hex of n,
 c_float = n / hash(n) * 1e7; the OLAP experiment's columns) is written three
 ways: plain on local disk (DuckDB reads it directly), through ``cryptdisk://``
 onto a plain ``local`` disk, and through ``cryptdisk://`` onto an ``encrypted``
-disk. ``select avg(c_float)`` and ``select sum(c_int)`` then run on each in
-interleaved rounds (A B C A B C ...), warm, with DuckDB's default threads.
+disk, which is also read through a second encrypted disk with its
+decrypted-segment cache turned off (every query decrypts again).
+``select avg(c_float)`` and ``select sum(c_int)`` then run on each in
+interleaved rounds (A B C D A B C D ...), warm, with DuckDB's default threads.
 Recorded per strategy: wall seconds, process CPU seconds, peak RSS; the
 ratios to the direct read go in ``extra``.
 
@@ -35,7 +37,8 @@ QUERIES = {
     "avg(c_float)": "SELECT avg(c_float) FROM read_parquet('{url}')",
     "sum(c_int)": "SELECT sum(c_int) FROM read_parquet('{url}')",
 }
-STRATEGIES = ("direct local file", "cryptdisk:// plain disk", "cryptdisk:// encrypted disk")
+STRATEGIES = ("direct local file", "cryptdisk:// plain disk", "cryptdisk:// encrypted disk",
+              "cryptdisk:// encrypted disk, no cache")
 
 
 def _config(workdir: Path) -> Path:
@@ -55,6 +58,12 @@ path = "plain"
 type = "encrypted"
 disk = "plain"
 path = "enc/"
+
+[disks.nocache]
+type = "encrypted"
+disk = "plain"
+path = "enc/"
+cache_mb = 0
 """)
     path.chmod(0o600)
     return path
@@ -89,7 +98,8 @@ def _setup(workdir: Path, rows: int) -> tuple[Any, dict[str, str], int]:
         with open(local, "rb") as fin, fs.open(f"cryptdisk://{disk}/t.parquet", "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
     urls = {STRATEGIES[0]: str(local), STRATEGIES[1]: "cryptdisk://plain/t.parquet",
-            STRATEGIES[2]: "cryptdisk://secure/t.parquet"}
+            STRATEGIES[2]: "cryptdisk://secure/t.parquet",
+            STRATEGIES[3]: "cryptdisk://nocache/t.parquet"}
     return con, urls, local.stat().st_size
 
 

@@ -5,13 +5,17 @@ prefix, with a set of keys and a current key that encrypts new files), with
 cryptdisk's sealed format: every file gets a random data key wrapped by the
 current key; reading finds the key by the id in the file's header, so files
 written under an older key stay readable while that key is configured.
+
+Reads go through a bounded cache of decrypted segments shared by the disk's
+readers (:mod:`._cache`), so an engine that re-reads a file on every query
+(DuckDB through fsspec) decrypts it once.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 from ..errors import DiskFileNotFoundError, KeyNotFoundError
 from ..format import (
@@ -31,11 +35,15 @@ from ..format import (
 from ..format._source import MmapSource, Source
 from ..keys import Keyring
 from ._base import Disk, FileInfo
+from ._cache import CachedSealedReader, SegmentCache
 from ._files import AtomicWriteFile, PreadFile
 from ._local import LocalDisk
 from ._paths import join_prefix, norm_path
 
-__all__ = ["EncryptedDisk"]
+__all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
+
+#: Decrypted-segment cache per encrypted disk (plaintext in process memory only).
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 class EncryptedDisk(Disk):
@@ -45,7 +53,8 @@ class EncryptedDisk(Disk):
 
     def __init__(self, name: str, inner: Disk, keyring: Keyring, *, prefix: str = "",
                  algorithm: str | Algorithm | None = None,
-                 segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+                 segment_size: int = DEFAULT_SEGMENT_SIZE,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if not isinstance(keyring, Keyring):
             raise TypeError("keyring must be a cryptdisk.Keyring")
         self.name = name
@@ -55,6 +64,8 @@ class EncryptedDisk(Disk):
         self.algorithm = Algorithm.parse(algorithm) if algorithm is not None else None
         new_header(Kind.SEALED, keyring.current_key(), segment_size=segment_size)  # validates
         self.segment_size = segment_size
+        #: Decrypted segments shared by every reader of this disk (0 turns it off).
+        self.cache = SegmentCache(cache_bytes) if cache_bytes else None
 
     @property
     def is_encrypted(self) -> bool:
@@ -111,7 +122,8 @@ class EncryptedDisk(Disk):
             source.close()
             release()
             raise
-        return PreadFile(_Closer(reader, release), path, {
+        inner: Any = reader if self.cache is None else CachedSealedReader(reader, self.cache)
+        return PreadFile(_Closer(inner, release), path, {
             "format": "cryptdisk", "key_id": header.key_id,
             "algorithm": header.algorithm.label.lower(), "segment_size": header.segment_size})
 
@@ -158,7 +170,7 @@ class EncryptedDisk(Disk):
 class _Closer:
     """A sealed reader that also releases what it was opened from."""
 
-    def __init__(self, reader: SealedReader, release: Callable[[], None]) -> None:
+    def __init__(self, reader: Any, release: Callable[[], None]) -> None:
         self._reader = reader
         self._release = release
         self.size = reader.size
