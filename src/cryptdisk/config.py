@@ -252,7 +252,7 @@ class _Builder:
                              f"disk (settings: {', '.join(sorted(_FIELDS[kind]))})", where)
         self.building.append(name)
         try:
-            disk = getattr(self, f"_make_{kind}")(name, spec, where)
+            disk: Disk = getattr(self, f"_make_{kind}")(name, spec, where)
         except (ConfigError, KeyringError):
             raise
         except ValueError as exc:
@@ -365,23 +365,24 @@ class _Builder:
             raise self.error(f"key {key_id} needs exactly one of {', '.join(_KEY_SOURCES)} "
                              f"(found {', '.join(sources) or 'none'})", at)
         kind = sources[0]
-        value = entry[kind]
+        value: Any = entry[kind]
         if not (isinstance(value, str) and value) and not (
                 kind == "command" and isinstance(value, list)):
             raise self.error(f"key {key_id}: {kind} must be a non-empty string", at)
         what = f"key {key_id}"
+        text = value if isinstance(value, str) else ""
         try:
             if kind == "hex":
-                material = decode_hex_key(value, what, sizes)
+                material = decode_hex_key(text, what, sizes)
             elif kind == "from_env":
-                material = decode_hex_key(key_from_env_text(value), f"{what} (${value})", sizes)
+                material = decode_hex_key(key_from_env_text(text), f"{what} (${text})", sizes)
             elif kind == "raw":
-                material = _raw_key(value.encode("utf-8"), what, sizes)
+                material = _raw_key(text.encode("utf-8"), what, sizes)
             elif kind == "raw_from_env":
-                material = _raw_key(key_from_env_text(value).encode("utf-8"),
-                                    f"{what} (${value})", sizes)
+                material = _raw_key(key_from_env_text(text).encode("utf-8"),
+                                    f"{what} (${text})", sizes)
             elif kind == "file":
-                material = key_from_file(os.path.join(self.base, os.path.expanduser(value)))
+                material = key_from_file(os.path.join(self.base, os.path.expanduser(text)))
             else:
                 material = key_from_command(value)
         except (KeyringError, ValueError) as exc:

@@ -37,7 +37,7 @@ _FSSPEC_OPTIONS = {"skip_instance_cache", "use_listings_cache", "listings_expiry
                    "max_paths", "asynchronous", "loop"}
 
 
-class CryptdiskFileSystem(AbstractFileSystem):
+class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
     """fsspec filesystem for ``cryptdisk://DISK/path`` URLs (see the module docstring)."""
 
     protocol = "cryptdisk"

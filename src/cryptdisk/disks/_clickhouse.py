@@ -12,7 +12,7 @@ The byte format itself lives in :mod:`cryptdisk.format.clickhouse`.
 from __future__ import annotations
 
 import hmac
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..errors import InvalidKeyError, KeyNotFoundError
 from ._base import Disk, FileInfo
@@ -148,7 +148,7 @@ class ClickHouseDisk(Disk):
         source = PreadSource(raw)
         if source.size == 0:  # ClickHouse writes empty files without a header
             raw.close()
-            return PreadFile(_EmptyReader(), path, {"format": "clickhouse"})
+            return cast("IO[bytes]", PreadFile(_EmptyReader(), path, {"format": "clickhouse"}))
         try:
             header = ch.CHHeader.parse(source.view(0, CH_HEADER_SIZE), path)
             key = self.key_for_fingerprint(header.fingerprint, path)
@@ -156,9 +156,9 @@ class ClickHouseDisk(Disk):
         except BaseException:
             raw.close()
             raise
-        return PreadFile(reader, path, {"format": "clickhouse",
+        return cast("IO[bytes]", PreadFile(reader, path, {"format": "clickhouse",
                                         "algorithm": header_algorithm_name(header),
-                                        "fingerprint": bytes(header.fingerprint).hex()})
+                                        "fingerprint": bytes(header.fingerprint).hex()}))
 
     def open_write(self, path: str) -> IO[bytes]:
         ch = ch_module()
@@ -174,7 +174,7 @@ class ClickHouseDisk(Disk):
             writer.close()
             raw.close()
 
-        return AtomicWriteFile(writer.write, publish, raw.abort, path)  # type: ignore[attr-defined]
+        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(self._inner(path))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..errors import KeyNotFoundError, NotEncryptedError
 from ..format import HEADER_SIZE, MAGIC, Header, Kind, mutable_layout, open_file, sealed_layout
@@ -103,7 +103,7 @@ def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None
         fd = -1
         if kind == "plain":
             if allow_plain:
-                return raw
+                return cast("IO[bytes]", raw)
             raw.close()
             raise NotEncryptedError(f"{name}: not an encrypted file (no cryptdisk or "
                                     "ClickHouse ENC header)")
@@ -113,7 +113,7 @@ def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None
             os.close(fd)
 
 
-def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> PreadFile:
+def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> IO[bytes]:
     ch = ch_module()
     try:
         header = ch.CHHeader.parse(raw.pread(0, CH_HEADER_SIZE), name)
@@ -123,8 +123,9 @@ def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> PreadFile
     except BaseException:
         raw.close()
         raise
-    return PreadFile(reader, name, {"format": "clickhouse", "fingerprint": fingerprint.hex(),
-                                    "algorithm": header_algorithm_name(header)})
+    info = {"format": "clickhouse", "fingerprint": fingerprint.hex(),
+            "algorithm": header_algorithm_name(header)}
+    return cast("IO[bytes]", PreadFile(reader, name, info))
 
 
 def describe(path: str | os.PathLike[str], *, config: Config | str | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..errors import DiskFileNotFoundError, KeyNotFoundError
 from ..format import (
@@ -123,9 +123,9 @@ class EncryptedDisk(Disk):
             release()
             raise
         inner: Any = reader if self.cache is None else CachedSealedReader(reader, self.cache)
-        return PreadFile(_Closer(inner, release), path, {
+        return cast("IO[bytes]", PreadFile(_Closer(inner, release), path, {
             "format": "cryptdisk", "key_id": header.key_id,
-            "algorithm": header.algorithm.label.lower(), "segment_size": header.segment_size})
+            "algorithm": header.algorithm.label.lower(), "segment_size": header.segment_size}))
 
     def open_write(self, path: str) -> IO[bytes]:
         header, dek = new_header(Kind.SEALED, self.keyring.current_key(),
@@ -141,7 +141,7 @@ class EncryptedDisk(Disk):
             writer.close()
             raw.close()
 
-        return AtomicWriteFile(writer.write, publish, raw.abort, path)  # type: ignore[attr-defined]
+        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(self._inner(path))

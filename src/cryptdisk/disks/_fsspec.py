@@ -16,7 +16,7 @@ import contextlib
 import os
 import tempfile
 import threading
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from fsspec.core import url_to_fs
 
@@ -122,7 +122,7 @@ class FsspecDisk(Disk):
             f = self.fs.open(self._full(path), "rb")
         except FileNotFoundError:
             raise self._missing(path) from None
-        return PreadFile(_FsspecReader(f, size), path, {"format": "plain"})
+        return cast("IO[bytes]", PreadFile(_FsspecReader(f, size), path, {"format": "plain"}))
 
     def open_write(self, path: str) -> IO[bytes]:
         full = self._full(path)
@@ -158,7 +158,7 @@ class FsspecDisk(Disk):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(local)
 
-        return AtomicWriteFile(spool.write, publish, discard, path)
+        return cast("IO[bytes]", AtomicWriteFile(spool.write, publish, discard, path))
 
     def exists(self, path: str) -> bool:
         try:

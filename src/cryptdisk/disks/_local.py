@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import IO
+from typing import IO, cast
 
 from ..errors import DiskError, DiskFileNotFoundError
 from ._base import Disk, FileInfo
@@ -61,7 +61,7 @@ class LocalDisk(Disk):
             raise self._missing(path) from None
         except IsADirectoryError:
             raise DiskError(f"{path}: is a directory on disk {self.name!r}") from None
-        return PreadFile(FdReader(fd), path, {"format": "plain"})
+        return cast("IO[bytes]", PreadFile(FdReader(fd), path, {"format": "plain"}))
 
     def open_write(self, path: str) -> IO[bytes]:
         rel = norm_path(path)
@@ -85,7 +85,7 @@ class LocalDisk(Disk):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-        return AtomicWriteFile(raw.write, publish, discard, path)
+        return cast("IO[bytes]", AtomicWriteFile(raw.write, publish, discard, path))
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self.os_path(path))

@@ -25,7 +25,7 @@ class Volume:
 
     name: str
     disks: list[Disk]
-    _counter: itertools.count = field(default_factory=itertools.count, repr=False)
+    _counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -35,7 +35,8 @@ class Volume:
     def next_disk(self) -> Disk:
         """The disk for the next new file (round robin)."""
         with self._lock:
-            return self.disks[next(self._counter) % len(self.disks)]
+            disk: Disk = self.disks[next(self._counter) % len(self.disks)]
+        return disk
 
 
 @dataclass
