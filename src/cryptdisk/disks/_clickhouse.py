@@ -11,7 +11,6 @@ The byte format itself lives in :mod:`cryptdisk.format.clickhouse`.
 
 from __future__ import annotations
 
-import hmac
 from typing import IO, Any, cast
 
 from ..errors import InvalidKeyError, KeyNotFoundError
@@ -19,7 +18,8 @@ from ._base import Disk, FileInfo
 from ._files import AtomicWriteFile, PreadFile
 from ._paths import join_prefix, norm_path
 
-__all__ = ["CH_HEADER_SIZE", "ClickHouseDisk", "ClickHouseKey", "PreadSource", "ch_module"]
+__all__ = ["CH_HEADER_SIZE", "ClickHouseDisk", "ClickHouseKey", "PreadSource", "ch_module",
+           "find_clickhouse_key", "header_algorithm_name"]
 
 CH_HEADER_SIZE = 64
 _KEY_SIZES = {"AES_128_CTR": 16, "AES_192_CTR": 24, "AES_256_CTR": 32}
@@ -91,6 +91,25 @@ class _EmptyReader:
         pass
 
 
+def find_clickhouse_key(header: Any, keys: list[ClickHouseKey], path: str, where: str) -> bytes:
+    """The key for a ClickHouse header among ``keys``; raises :class:`KeyNotFoundError`.
+
+    The error names the file, the header's fingerprint (or v1 key id) and
+    where the keys came from; never key material.
+    """
+    ch = ch_module()
+    finder = ch.ch_key_finder({k.key_id: k.material() for k in keys})
+    try:
+        key: bytes = finder(header)
+    except KeyNotFoundError as exc:
+        raise KeyNotFoundError(
+            f"{path}: no key of {where} has the file's {header.describe_key()} "
+            f"({len(keys)} ClickHouse key(s): ids {', '.join(str(k.key_id) for k in keys) or '-'})",
+            key_id=header.key_id, path=path, hint=exc.hint) from None
+    ch.check_key(header, key, path)
+    return key
+
+
 def header_algorithm_name(header: Any) -> str:
     alg = getattr(header, "algorithm", None)
     return str(getattr(alg, "name", alg))
@@ -132,15 +151,10 @@ class ClickHouseDisk(Disk):
     def _inner(self, path: str) -> str:
         return join_prefix(self.prefix, norm_path(path))
 
-    def key_for_fingerprint(self, fingerprint: bytes, path: str | None = None) -> bytes:
-        for key in self.keys.values():
-            if hmac.compare_digest(key.fingerprint, bytes(fingerprint)):
-                return key.material()
-        raise KeyNotFoundError(
-            f"{path + ': ' if path else ''}no key of disk {self.name!r} has the fingerprint "
-            f"{bytes(fingerprint).hex()} (key ids: {', '.join(map(str, sorted(self.keys)))})",
-            path=path, hint="add the key ClickHouse used for this file to the disk's keys",
-        )
+    def key_for(self, header: Any, path: str) -> bytes:
+        """The key a file's header names: by fingerprint (v2) or by id and key hash (v1)."""
+        return find_clickhouse_key(header, list(self.keys.values()), path,
+                                   f"disk {self.name!r}")
 
     def open_read(self, path: str) -> IO[bytes]:
         ch = ch_module()
@@ -151,21 +165,20 @@ class ClickHouseDisk(Disk):
             return cast("IO[bytes]", PreadFile(_EmptyReader(), path, {"format": "clickhouse"}))
         try:
             header = ch.CHHeader.parse(source.view(0, CH_HEADER_SIZE), path)
-            key = self.key_for_fingerprint(header.fingerprint, path)
-            reader = ch.CHReader(source, header, key, path)
+            reader = ch.CHReader(source, header, self.key_for(header, path), path)
         except BaseException:
             raw.close()
             raise
-        return cast("IO[bytes]", PreadFile(reader, path, {"format": "clickhouse",
-                                        "algorithm": header_algorithm_name(header),
-                                        "fingerprint": bytes(header.fingerprint).hex()}))
+        return cast("IO[bytes]", PreadFile(reader, path, {
+            "format": "clickhouse", "algorithm": header_algorithm_name(header),
+            "fingerprint": bytes(header.fingerprint).hex()}))
 
     def open_write(self, path: str) -> IO[bytes]:
         ch = ch_module()
         raw = self.inner.open_write(self._inner(path))
         try:
             writer = ch.CHWriter(raw, self.keys[self.current_key_id].material(),
-                                 ch.CHAlgorithm[self.algorithm])
+                                 ch.CHAlgorithm.parse(self.algorithm))
         except BaseException:
             raw.abort()  # type: ignore[attr-defined]
             raise

@@ -18,9 +18,9 @@ from ..format import HEADER_SIZE, MAGIC, Header, Kind, mutable_layout, open_file
 from ..keys import Key, Keyring
 from ._clickhouse import (
     CH_HEADER_SIZE,
-    ClickHouseKey,
     PreadSource,
     ch_module,
+    find_clickhouse_key,
     header_algorithm_name,
 )
 from ._files import FdReader, PreadFile
@@ -66,16 +66,6 @@ def _cryptdisk_key(header: Header, keys: list[Key], path: str) -> Keyring:
         hint=f"add the key with id {header.key_id}; it encrypted this file")
 
 
-def _clickhouse_key(fingerprint: bytes, keys: list[ClickHouseKey], path: str) -> bytes:
-    for key in keys:
-        if hmac.compare_digest(key.fingerprint, fingerprint):
-            return key.material()
-    raise KeyNotFoundError(
-        f"{path}: no configured ClickHouse key has the fingerprint {fingerprint.hex()} "
-        f"({len(keys)} ClickHouse key(s) in the config)", path=path,
-        hint="pass --config with the clickhouse disk (or ClickHouse XML) that holds its key")
-
-
 def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None,
              keyring: Keyring | None = None, allow_plain: bool = False) -> IO[bytes]:
     """Open a cryptdisk, ClickHouse (or, with ``allow_plain``, plain) file for reading.
@@ -118,7 +108,8 @@ def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> IO[bytes]
     try:
         header = ch.CHHeader.parse(raw.pread(0, CH_HEADER_SIZE), name)
         fingerprint = bytes(header.fingerprint)
-        key = _clickhouse_key(fingerprint, cfg.clickhouse_keys() if cfg else [], name)
+        where = f"the config {cfg.path}" if cfg else "the config (none given)"
+        key = find_clickhouse_key(header, cfg.clickhouse_keys() if cfg else [], name, where)
         reader = ch.CHReader(PreadSource(raw), header, key, name)
     except BaseException:
         raw.close()
@@ -157,9 +148,11 @@ def describe(path: str | os.PathLike[str], *, config: Config | str | None = None
                    algorithm=header_algorithm_name(header),
                    key_fingerprint=fingerprint.hex(),
                    plaintext_size=stored - CH_HEADER_SIZE)
+        if header.version == 1:
+            out["key_id"] = header.key_id
         cfg = _config(config)
         for key in cfg.clickhouse_keys() if cfg else []:
-            if hmac.compare_digest(key.fingerprint, fingerprint):
+            if header.version == 2 and hmac.compare_digest(key.fingerprint, fingerprint):
                 out["key_id"] = key.key_id
                 break
     else:
