@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import cryptdisk
+
 K1 = "ab" * 32
-SRC_ROOT = str(Path(__file__).resolve().parents[2] / "src")
+#: The source tree of the cryptdisk being tested, for child processes.
+SRC_ROOT = str(Path(cryptdisk.__file__).resolve().parents[1])
 
 CONFIG = f"""
 [keyring]

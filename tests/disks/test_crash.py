@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+import cryptdisk
 from cryptdisk import Key, Keyring
 from cryptdisk.disks import Disk, EncryptedDisk, FsspecDisk, LocalDisk
 
 from .conftest import BUCKET
 
-SRC_ROOT = str(Path(__file__).resolve().parents[2] / "src")
+#: The source tree of the cryptdisk being tested, for child processes.
+SRC_ROOT = str(Path(cryptdisk.__file__).resolve().parents[1])
 KEY_HEX = "5a" * 32
 SIZE = 3_000_000  # bytes per version
 
