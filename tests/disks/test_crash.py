@@ -111,3 +111,7 @@ def test_sigkill_leaves_old_or_new_never_partial(kind: str, encrypted: bool, tmp
     assert any(seen_versions), seen_versions
     if kind == "local":
         assert stray > 0, "no kill landed mid-write; the test proved nothing"
+        root = LocalDisk("raw", tmp_path / "root")
+        assert root.remove_stale_temps(max_age=3600) == 0  # young: may still be written
+        assert root.remove_stale_temps(max_age=-1) > 0
+        assert not list((tmp_path / "root").glob(".f.*.cdtmp"))

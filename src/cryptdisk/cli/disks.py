@@ -141,6 +141,7 @@ def _target(cfg: Config, to: str, dst: str, disk_name: str | None) -> Disk:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     cfg = load_config(args.config)
@@ -150,7 +151,7 @@ def _convert(args: argparse.Namespace) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TimeRemainingColumn())
     with Progress(*columns, disable=args.quiet or not sys.stderr.isatty(),
-                  console=None, transient=True) as bar:
+                  console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"converting to {args.to}", total=total)
         summary = convert_tree(args.src, args.dst, target, config=cfg,
                                progress=lambda _p, n: bar.advance(task, n))

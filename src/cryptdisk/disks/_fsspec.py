@@ -25,7 +25,13 @@ from ._base import Disk, FileInfo
 from ._files import AtomicWriteFile, PreadFile
 from ._paths import TMP_SUFFIX, is_temp, join_prefix, norm_path, temp_name
 
-__all__ = ["OBJECT_STORES", "SECRET_OPTION_WORDS", "FsspecDisk", "check_storage_options"]
+__all__ = [
+    "OBJECT_STORES",
+    "SECRET_OPTION_WORDS",
+    "FsspecDisk",
+    "check_storage_options",
+    "mask_url",
+]
 
 #: Protocols whose stores have no rename; one upload is their atomic publish.
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
@@ -46,6 +52,17 @@ def check_storage_options(options: dict[str, Any], where: str = "storage_options
             )
         if isinstance(value, dict):
             check_storage_options(value, f"{where}.{name}")
+
+
+def mask_url(url: str) -> str:
+    """The URL with any ``user:password@`` part replaced by ``***@`` (for display)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    return f"{scheme}://{netloc}{slash}{tail}"
 
 
 class _FsspecReader:
@@ -97,7 +114,7 @@ class FsspecDisk(Disk):
 
     @property
     def path(self) -> str:
-        return self.url.rstrip("/") + "/"
+        return mask_url(self.url).rstrip("/") + "/"
 
     def _full(self, path: str) -> str:
         return join_prefix(self.root, norm_path(path)) if self.root else norm_path(path)
@@ -148,7 +165,8 @@ class FsspecDisk(Disk):
                         raise
                 self.fs.invalidate_cache(full)
             except OSError as exc:
-                raise DiskError(f"{path}: could not publish to disk {self.name!r}: {exc}") from exc
+                raise DiskError(f"{path}: could not publish to disk {self.name!r}: "
+                                f"{exc.strerror or type(exc).__name__}") from exc
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(local)

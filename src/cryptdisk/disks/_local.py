@@ -114,6 +114,25 @@ class LocalDisk(Disk):
                     out.append(rel)
         return sorted(out)
 
+    def remove_stale_temps(self, max_age: float = 3600.0) -> int:
+        """Delete temporary files older than ``max_age`` seconds (left by killed writers).
+
+        Returns how many were removed. Younger ones may belong to a writer that
+        is still running, so they are kept.
+        """
+        import time
+
+        cutoff = time.time() - max_age
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                full = os.path.join(dirpath, fname)
+                if is_temp(fname) and os.lstat(full).st_mtime < cutoff:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(full)
+                        removed += 1
+        return removed
+
     def remove(self, path: str) -> None:
         try:
             os.unlink(self.os_path(path))
