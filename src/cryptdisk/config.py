@@ -25,7 +25,7 @@ XML (accepted unchanged; a path ending in ``.xml`` or text starting with ``<``):
     algorithm = "aes-256-gcm"
     keys = [1]                      # ids from [keyring], or [[disks.secure.keys]] entries
     segment_size = 65536
-    cache_mb = 256                  # decrypted-segment cache in memory (0: off)
+    cache_mb = 256                  # cache of decrypted reads, in memory (0: off)
 
     [disks.ch]
     type = "clickhouse"             # ClickHouse's AES-CTR encrypted-disk format

@@ -1,4 +1,4 @@
-"""The decrypted-segment cache: bounded, keyed by file id, same bytes as uncached reads."""
+"""The cache of decrypted reads: bounded, keyed by file id, same bytes as uncached reads."""
 
 from __future__ import annotations
 
@@ -7,17 +7,20 @@ from pathlib import Path
 
 from cryptdisk import Keyring
 from cryptdisk.disks import EncryptedDisk, LocalDisk
-from cryptdisk.disks._cache import SegmentCache
+from cryptdisk.disks._cache import ReadCache
 
 
 def test_bound_and_lru() -> None:
-    cache = SegmentCache(250)
+    cache = ReadCache(1300)  # three entries of 300 bytes plus overhead
     for i in range(5):
-        cache.put((b"f", i), bytes(100))
-    assert cache.size <= 250
-    assert cache.get((b"f", 0)) is None and cache.get((b"f", 4)) is not None
-    cache.put((b"big", 0), bytes(1000))  # larger than the whole cache: not kept
-    assert cache.get((b"big", 0)) is None and cache.size <= 250
+        cache.put((b"f", i, 300), bytes(300))
+    assert cache.size <= 1300
+    assert cache.get((b"f", 0, 300)) is None and cache.get((b"f", 4, 300)) is not None
+    assert cache.get((b"f", 2, 300)) is not None  # now most recent
+    cache.put((b"f", 5, 300), bytes(300))
+    assert cache.get((b"f", 2, 300)) is not None and cache.get((b"f", 3, 300)) is None
+    cache.put((b"big", 0, 5000), bytes(5000))  # larger than the whole cache: not kept
+    assert cache.get((b"big", 0, 5000)) is None and cache.size <= 1300
 
 
 def test_cached_reads_match_and_rewrites_do_not_go_stale(tmp_path: Path) -> None:
@@ -34,8 +37,11 @@ def test_cached_reads_match_and_rewrites_do_not_go_stale(tmp_path: Path) -> None
             buf = bytearray(n)
             got = f.preadinto(buf, off)
             assert bytes(buf[:got]) == data[off : off + n]
-    assert disk.cache is not None and disk.cache.hits > 0
-    assert disk.cache.size <= 64 * 4096
+    assert disk.cache is not None and disk.cache.size <= 64 * 4096
+    with disk.open_read("f") as f:  # a repeated read is served from the cache, same object
+        first = f.pread(1000, 50_000)
+        hits = disk.cache.hits
+        assert f.pread(1000, 50_000) is first and disk.cache.hits == hits + 1
     disk.write_bytes("f", b"new content")  # new file id: old segments are never served
     assert disk.read_bytes("f") == b"new content"
 

@@ -6,7 +6,7 @@ cryptdisk's sealed format: every file gets a random data key wrapped by the
 current key; reading finds the key by the id in the file's header, so files
 written under an older key stay readable while that key is configured.
 
-Reads go through a bounded cache of decrypted segments shared by the disk's
+Reads go through a bounded cache of decrypted reads shared by the disk's
 readers (:mod:`._cache`), so an engine that re-reads a file on every query
 (DuckDB through fsspec) decrypts it once.
 """
@@ -35,14 +35,14 @@ from ..format import (
 from ..format._source import MmapSource, Source
 from ..keys import Keyring
 from ._base import Disk, FileInfo
-from ._cache import CachedSealedReader, SegmentCache
+from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import AtomicWriteFile, PreadFile
 from ._local import LocalDisk
 from ._paths import join_prefix, norm_path
 
 __all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
 
-#: Decrypted-segment cache per encrypted disk (plaintext in process memory only).
+#: Cache of decrypted reads per encrypted disk (plaintext in process memory only).
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
@@ -64,8 +64,8 @@ class EncryptedDisk(Disk):
         self.algorithm = Algorithm.parse(algorithm) if algorithm is not None else None
         new_header(Kind.SEALED, keyring.current_key(), segment_size=segment_size)  # validates
         self.segment_size = segment_size
-        #: Decrypted segments shared by every reader of this disk (0 turns it off).
-        self.cache = SegmentCache(cache_bytes) if cache_bytes else None
+        #: Decrypted reads shared by every reader of this disk (0 turns it off).
+        self.cache = ReadCache(cache_bytes) if cache_bytes else None
 
     @property
     def is_encrypted(self) -> bool:
@@ -122,7 +122,8 @@ class EncryptedDisk(Disk):
             source.close()
             release()
             raise
-        inner: Any = reader if self.cache is None else CachedSealedReader(reader, self.cache)
+        inner: Any = (BufferedSealedReader(reader) if self.cache is None
+                      else CachedSealedReader(reader, self.cache))
         return cast("IO[bytes]", PreadFile(_Closer(inner, release), path, {
             "format": "cryptdisk", "key_id": header.key_id,
             "algorithm": header.algorithm.label.lower(), "segment_size": header.segment_size}))
