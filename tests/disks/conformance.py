@@ -133,6 +133,18 @@ class DiskConformance:
         assert not disk.exists("g")
         assert disk.list() == ["f"]
 
+    def test_close_during_an_exception_discards(self, disk: Disk) -> None:
+        """Wrappers (fsspec.open) close from __exit__ without passing the exception on."""
+        disk.write_bytes("f", b"old")
+        f = disk.open_write("f")
+        try:
+            f.write(b"half")
+            raise ValueError("failed mid-write")
+        except ValueError:
+            f.close()
+        assert disk.read_bytes("f") == b"old"
+        assert disk.list() == ["f"]
+
     def test_overwrite_replaces(self, disk: Disk) -> None:
         disk.write_bytes("f", payload(9000, 1))
         disk.write_bytes("f", b"short")

@@ -109,3 +109,17 @@ def test_one_file_object_many_threads(config_path: str) -> None:
         for t in threads:
             t.join()
     assert bad == []
+
+
+def test_fsspec_open_discards_on_exception(config_path: str) -> None:
+    """fsspec.open() closes the file from __exit__ even when the block failed."""
+    fs = CryptdiskFileSystem(config=config_path)
+    fs.pipe_file("cryptdisk://secure/atom", b"old")
+    with pytest.raises(RuntimeError), fsspec.open("cryptdisk://secure/atom", "wb",
+                                                  config=config_path) as f:
+        f.write(b"partial")
+        raise RuntimeError("boom")
+    assert fs.cat_file("cryptdisk://secure/atom") == b"old"
+    with fsspec.open("cryptdisk://secure/atom", "wb", config=config_path) as f:
+        f.write(b"whole")
+    assert fs.cat_file("cryptdisk://secure/atom") == b"whole"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -178,7 +179,17 @@ class AtomicWriteFile(io.RawIOBase):
                 super().close()
 
     def close(self) -> None:
+        """Publish the file; or discard it if an exception is propagating right now.
+
+        Wrappers such as ``fsspec.open()`` close their file from ``__exit__``
+        without saying whether the block failed; an exception in flight is the
+        only sign, and publishing half a file would break the contract. So
+        call ``close()`` outside ``except`` blocks to publish.
+        """
         if self.closed:
+            return
+        if sys.exc_info()[1] is not None:
+            self.abort()
             return
         try:
             self._publish()
