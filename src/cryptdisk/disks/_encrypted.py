@@ -66,6 +66,8 @@ class EncryptedDisk(Disk):
         self.segment_size = segment_size
         #: Decrypted reads shared by every reader of this disk (0 turns it off).
         self.cache = ReadCache(cache_bytes) if cache_bytes else None
+        # info() of an unchanged backing file (same size and mtime) without rereading its header
+        self._info_memo: dict[tuple[str, int, float | None], FileInfo] = {}
 
     @property
     def is_encrypted(self) -> bool:
@@ -148,11 +150,19 @@ class EncryptedDisk(Disk):
         return self.inner.exists(self._inner(path))
 
     def info(self, path: str) -> FileInfo:
-        header, stored = self._read_header(path)
         inner = self.inner.info(self._inner(path))
+        memo_key = (path, inner.stored_size, inner.mtime)
+        cached = self._info_memo.get(memo_key)
+        if cached is not None:
+            return cached
+        header, stored = self._read_header(path)
         _count, size = sealed_layout(stored, header.segment_size, path)
-        return FileInfo(norm_path(path), size, stored, True, "cryptdisk", key_id=header.key_id,
+        info = FileInfo(norm_path(path), size, stored, True, "cryptdisk", key_id=header.key_id,
                         algorithm=header.algorithm.label.lower(), mtime=inner.mtime)
+        if len(self._info_memo) > 4096:
+            self._info_memo.clear()
+        self._info_memo[memo_key] = info
+        return info
 
     def list(self, prefix: str = "") -> list[str]:
         if not self.prefix:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import secrets
 
@@ -17,6 +18,11 @@ def norm_path(path: str, *, allow_empty: bool = False) -> str:
     """A clean relative POSIX path; refuses absolute paths and ``..`` (no escaping the root)."""
     if not isinstance(path, str):
         raise TypeError(f"disk paths are str, not {type(path).__name__}")
+    return _norm(path, allow_empty)
+
+
+@functools.lru_cache(maxsize=4096)
+def _norm(path: str, allow_empty: bool) -> str:
     cleaned = path.replace("\\", "/").strip("/")
     if not cleaned:
         if allow_empty:
