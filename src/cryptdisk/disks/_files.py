@@ -154,6 +154,8 @@ class AtomicWriteFile(io.RawIOBase):
         self._publish = publish
         self._discard = discard
         self._written = 0
+        # The exception being handled when the file was opened (usually None); see close().
+        self._exc_at_open = sys.exc_info()[1]
         self.name = name
         self.mode = "wb"
 
@@ -179,16 +181,18 @@ class AtomicWriteFile(io.RawIOBase):
                 super().close()
 
     def close(self) -> None:
-        """Publish the file; or discard it if an exception is propagating right now.
+        """Publish the file; or discard it if an exception was raised since it was opened.
 
         Wrappers such as ``fsspec.open()`` close their file from ``__exit__``
-        without saying whether the block failed; an exception in flight is the
-        only sign, and publishing half a file would break the contract. So
-        call ``close()`` outside ``except`` blocks to publish.
+        without saying whether the block failed; an exception in flight that
+        was not already being handled when the file was opened is the only
+        sign, and publishing half a file would break the contract. (Writing a
+        whole file inside an ``except`` block still publishes it.)
         """
         if self.closed:
             return
-        if sys.exc_info()[1] is not None:
+        in_flight = sys.exc_info()[1]
+        if in_flight is not None and in_flight is not self._exc_at_open:
             self.abort()
             return
         try:

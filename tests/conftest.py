@@ -1,1 +1,0 @@
-"""Fixtures shared by the whole suite."""
