@@ -44,6 +44,10 @@ def _memory(tmp: Path, _s3: Callable[[], str]) -> Disk:
     return FsspecDisk("mem", f"memory://cd-{uuid.uuid4().hex}")
 
 
+def _file_url(tmp: Path, _s3: Callable[[], str]) -> Disk:
+    return FsspecDisk("file", f"file://{tmp}/fsspec-file")
+
+
 def _s3(tmp: Path, s3: Callable[[], str]) -> Disk:
     return FsspecDisk("s3", f"s3://{BUCKET}/{uuid.uuid4().hex}", {"endpoint_url": s3()})
 
@@ -68,6 +72,7 @@ def _clickhouse_local(tmp: Path, s3: Callable[[], str]) -> Disk:
 DISK_KINDS = {
     "local": _local,
     "memory": _memory,
+    "fsspec-file": _file_url,
     "s3": _s3,
     "encrypted-local": _enc_local,
     "encrypted-s3": _enc_s3,

@@ -220,7 +220,10 @@ class FsspecDisk(Disk):
 
     def rename(self, src: str, dst: str) -> None:
         self._stat(src)
-        self.fs.mv(self._full(src), self._full(dst))
+        target = self._full(dst)
+        if not self.object_store and "/" in target:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.mv(self._full(src), target)
         self.fs.invalidate_cache()
 
 
