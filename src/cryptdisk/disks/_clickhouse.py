@@ -54,7 +54,8 @@ class ClickHouseKey:
             self._fingerprint = bytes(ch_module().clickhouse_fingerprint(self._material))
         return self._fingerprint
 
-    def material(self) -> bytes:
+    def _raw_material(self) -> bytes:
+        """Key bytes, for the format module only (nothing should print or store them)."""
         return self._material
 
     def __repr__(self) -> str:
@@ -98,7 +99,7 @@ def find_clickhouse_key(header: Any, keys: list[ClickHouseKey], path: str, where
     where the keys came from; never key material.
     """
     ch = ch_module()
-    finder = ch.ch_key_finder({k.key_id: k.material() for k in keys})
+    finder = ch.ch_key_finder({k.key_id: k._raw_material() for k in keys})
     try:
         key: bytes = finder(header)
     except KeyNotFoundError as exc:
@@ -133,7 +134,7 @@ class ClickHouseDisk(Disk):
         if alg not in _KEY_SIZES:
             raise ValueError(f"unknown ClickHouse algorithm {algorithm!r} "
                              f"(known: {', '.join(_KEY_SIZES)})")
-        size = len(self.keys[current_key_id].material())
+        size = len(self.keys[current_key_id]._raw_material())
         if size != _KEY_SIZES[alg]:
             raise InvalidKeyError(f"disk {name!r}: {alg} needs a {_KEY_SIZES[alg]}-byte key; "
                                   f"key {current_key_id} is {size} bytes")
@@ -177,7 +178,7 @@ class ClickHouseDisk(Disk):
         ch = ch_module()
         raw = self.inner.open_write(self._inner(path))
         try:
-            writer = ch.CHWriter(raw, self.keys[self.current_key_id].material(),
+            writer = ch.CHWriter(raw, self.keys[self.current_key_id]._raw_material(),
                                  ch.CHAlgorithm.parse(self.algorithm))
         except BaseException:
             raw.abort()  # type: ignore[attr-defined]
