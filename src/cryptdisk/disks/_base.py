@@ -9,7 +9,9 @@ Contract:
 - **Atomic publish.** ``open_write(path)`` returns a writable binary file.
   Nothing is visible at ``path`` until ``close()`` returns; then the whole file
   is (durably, on disks that can fsync). An exception inside a ``with`` block,
-  or ``abort()``, discards it and leaves any previous file at ``path`` intact.
+  ``abort()``, or ``close()`` while an exception raised since the open is
+  propagating (wrappers such as ``fsspec.open()`` close from ``__exit__``),
+  discards it and leaves any previous file at ``path`` intact.
   A process killed while writing leaves the old state; stray temporary files
   are named ``.*.cdtmp`` and are never listed.
 - **Positional reads.** ``open_read(path)`` returns a seekable binary file with
