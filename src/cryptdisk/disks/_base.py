@@ -9,15 +9,18 @@ Contract:
 - **Atomic publish.** ``open_write(path)`` returns a writable binary file.
   Nothing is visible at ``path`` until ``close()`` returns; then the whole file
   is (durably, on disks that can fsync). An exception inside a ``with`` block,
-  or ``abort()``, discards it and leaves any previous file at ``path`` intact.
+  ``abort()``, or ``close()`` while an exception raised since the open is
+  propagating (wrappers such as ``fsspec.open()`` close from ``__exit__``),
+  discards it and leaves any previous file at ``path`` intact.
   A process killed while writing leaves the old state; stray temporary files
   are named ``.*.cdtmp`` and are never listed.
 - **Positional reads.** ``open_read(path)`` returns a seekable binary file with
   ``pread(offset, size)`` that is safe to call from several threads at once
   (DuckDB reads one file object from many threads). ``size`` is the
   plaintext size. On encrypted disks every byte returned has authenticated.
-- **Listing.** ``list(prefix)`` returns the published files below ``prefix``,
-  sorted, as paths relative to the disk root.
+- **Listing.** ``list(prefix)`` returns the published files whose path starts
+  with ``prefix`` (``"dir/"`` lists a directory), sorted, as paths relative to
+  the disk root.
 - **Removal and rename.** ``remove(path)`` deletes a file (missing file:
   :class:`DiskFileNotFoundError`); ``rename(src, dst)`` replaces ``dst``
   atomically where the backing store can.
@@ -45,6 +48,7 @@ class FileInfo:
     format: str  # "plain", "cryptdisk" or "clickhouse"
     key_id: int | None = None
     algorithm: str | None = None
+    mtime: float | None = None  # seconds since the epoch, when the store knows it
 
 
 class Disk(abc.ABC):

@@ -1,0 +1,463 @@
+"""Loading a cryptdisk config: keys, disks and storage policies.
+
+One file defines everything, in TOML or as ClickHouse's ``storage_configuration``
+XML (accepted unchanged; a path ending in ``.xml`` or text starting with ``<``)::
+
+    [keyring]                       # optional; see cryptdisk.keys.Keyring
+    current_key_id = 1
+    [[keyring.keys]]
+    id = 1
+    from_env = "CRYPTDISK_KEY_1"
+
+    [disks.raw]
+    type = "local"                  # path: relative to this file
+    path = "data"
+
+    [disks.bucket]
+    type = "fsspec"                 # any fsspec URL; no secrets in storage_options
+    url = "s3://bucket/prefix"
+    storage_options = { endpoint_url = "http://127.0.0.1:9000" }
+
+    [disks.secure]
+    type = "encrypted"              # cryptdisk's authenticated format over another disk
+    disk = "raw"
+    path = "secure/"
+    algorithm = "aes-256-gcm"
+    keys = [1]                      # ids from [keyring], or [[disks.secure.keys]] entries
+    segment_size = 65536
+    cache_mb = 256                  # cache of decrypted reads, in memory (0: off)
+
+    [disks.ch]
+    type = "clickhouse"             # ClickHouse's AES-CTR encrypted-disk format
+    disk = "raw"
+    path = "ch/"
+    algorithm = "AES_128_CTR"
+    current_key_id = 0
+    [[disks.ch.keys]]
+    id = 0
+    hex = "00112233445566778899aabbccddeeff"   # or from_env, file, raw (ClickHouse <key>)
+
+    [policies.hot_cold]
+    [[policies.hot_cold.volumes]]
+    name = "main"
+    disks = ["secure"]
+
+As in ClickHouse, a disk named ``default`` always exists (when the config does
+not define one it is a ``local`` disk at ``data/`` next to the config file,
+created on first write), and so does a policy named ``default`` (one volume
+holding the ``default`` disk). Every error names the config file and the line
+(TOML) or element (XML) at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .disks import ClickHouseDisk, ClickHouseKey, Disk, EncryptedDisk, FsspecDisk, LocalDisk
+from .disks._encrypted import DEFAULT_CACHE_BYTES
+from .disks._policy import StoragePolicy, Volume
+from .errors import (
+    ConfigError,
+    InvalidKeyError,
+    KeyringError,
+    MissingEnvironmentVariableError,
+    PolicyError,
+)
+from .keys import Key, Keyring, decode_hex_key, key_from_command, key_from_file
+from .keys import table_line as _table_line
+
+__all__ = ["Config", "load_config"]
+
+_TOP = {"keyring", "disks", "policies"}
+_FIELDS = {
+    "local": {"type", "path"},
+    "fsspec": {"type", "url", "storage_options"},
+    "encrypted": {"type", "disk", "path", "algorithm", "current_key_id", "keys", "segment_size",
+                  "cache_mb"},
+    "clickhouse": {"type", "disk", "path", "algorithm", "current_key_id", "keys"},
+}
+_KEY_SOURCES = ("hex", "from_env", "file", "command", "raw", "raw_from_env")
+
+
+@dataclass
+class Config:
+    """A loaded config: keyring (may be None), disks and policies by name, and its path."""
+
+    path: str
+    keyring: Keyring | None
+    disks: dict[str, Disk] = field(default_factory=dict)
+    policies: dict[str, StoragePolicy] = field(default_factory=dict)
+
+    def disk(self, name: str) -> Disk:
+        try:
+            return self.disks[name]
+        except KeyError:
+            raise PolicyError(f"no disk named {name!r} in {self.path} (disks: "
+                              f"{', '.join(sorted(self.disks))})") from None
+
+    def policy(self, name: str) -> StoragePolicy:
+        try:
+            return self.policies[name]
+        except KeyError:
+            raise PolicyError(f"no storage policy named {name!r} in {self.path} (policies: "
+                              f"{', '.join(sorted(self.policies))})") from None
+
+    def cryptdisk_keys(self) -> list[Key]:
+        """Every cryptdisk key the config knows (keyring and encrypted disks)."""
+        seen: dict[tuple[int, bytes], Key] = {}
+        rings = [self.keyring] if self.keyring else []
+        rings += [d.keyring for d in self.disks.values() if isinstance(d, EncryptedDisk)]
+        for ring in rings:
+            for key in ring:
+                seen.setdefault((key.key_id, key.check_value), key)
+        return list(seen.values())
+
+    def clickhouse_keys(self) -> list[ClickHouseKey]:
+        """Every ClickHouse key of every ``clickhouse`` disk."""
+        out: list[ClickHouseKey] = []
+        for d in self.disks.values():
+            if isinstance(d, ClickHouseDisk):
+                out.extend(d.keys.values())
+        return out
+
+    def __repr__(self) -> str:
+        return f"<Config {self.path!r} disks={sorted(self.disks)} policies={sorted(self.policies)}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Config holds keys and cannot be pickled; load it again by path")
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Load a TOML or ClickHouse XML config (see the module docstring)."""
+    name = os.path.abspath(os.fspath(path))
+    try:
+        with open(name, "rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ConfigError("config file does not exist", path=name) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
+    if name.endswith(".xml") or text.lstrip().startswith("<"):
+        from .disks._clickhouse_xml import parse_clickhouse_storage_xml
+
+        data = parse_clickhouse_storage_xml(name)
+        return _Builder(name, "", data, xml=True).build()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=name) from None
+    return _Builder(name, text, data, xml=False).build()
+
+
+def _located(exc: Exception, path: str, where: str) -> Exception:
+    """The same exception class, with the config location in front of the message."""
+    located = type(exc).__new__(type(exc))
+    located.__dict__.update(getattr(exc, "__dict__", {}))
+    located.args = (f"{path}:{where}: {exc}",)
+    return located
+
+
+class _Builder:
+    def __init__(self, path: str, text: str, data: Mapping[str, Any], *, xml: bool) -> None:
+        self.path = path
+        self.text = text
+        self.data = data
+        self.xml = xml
+        self.base = os.path.dirname(path)
+        self.specs: Mapping[str, Any] = {}
+        self.disks: dict[str, Disk] = {}
+        self.building: list[str] = []
+        self.keyring: Keyring | None = None
+
+    def error(self, message: str, where: str, hint: str | None = None) -> ConfigError:
+        return ConfigError(message, path=self.path, where=where, hint=hint)
+
+    def where(self, table: str) -> str:
+        """``line N ([table])`` in TOML, the element path in XML."""
+        if self.xml:
+            parts = table.split(".")
+            if parts[0] == "disks":
+                return "<storage_configuration><disks><" + "><".join(parts[1:]) + ">"
+            if parts[0] == "policies":
+                return "<storage_configuration><policies><" + "><".join(parts[1:]) + ">"
+            return "<" + "><".join(parts) + ">"
+        pattern = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(
+            f'(?:{re.escape(p)}|"{re.escape(p)}")' for p in table.split(".")) + r"\s*\]")
+        for number, line in enumerate(self.text.splitlines(), 1):
+            if pattern.match(line):
+                return f"line {number} ([{table}])"
+        return f"[{table}]"
+
+    def entry_where(self, table: str, index: int) -> str:
+        if self.xml:
+            return self.where(table) + f" #{index + 1}"
+        return _table_line(self.text, table, index)
+
+    # -- top level -----------------------------------------------------------------
+
+    def build(self) -> Config:
+        unknown = set(self.data) - _TOP
+        if unknown:
+            raise self.error(f"unknown section(s) {', '.join(sorted(unknown))} "
+                             f"(known: {', '.join(sorted(_TOP))})", "top level")
+        if "keyring" in self.data:
+            try:
+                self.keyring = Keyring.from_mapping(self.data["keyring"], path=self.path,
+                                                    text=self.text)
+            except ValueError as exc:
+                if isinstance(exc, ConfigError):
+                    raise
+                raise _located(exc, self.path, self.where("keyring")) from None
+        specs = self.data.get("disks", {})
+        if not isinstance(specs, Mapping):
+            raise self.error("disks must be a table of [disks.NAME] sections", "[disks]")
+        self.specs = specs
+        for name in specs:
+            self.disk(name, "[disks]")
+        if "default" not in self.disks:
+            self.disks["default"] = LocalDisk("default", os.path.join(self.base, "data"))
+        policies = self.policies()
+        return Config(self.path, self.keyring, dict(self.disks), policies)
+
+    # -- disks ---------------------------------------------------------------------
+
+    def disk(self, name: str, referrer: str) -> Disk:
+        if name in self.disks:
+            return self.disks[name]
+        if name not in self.specs:
+            if name == "default":
+                self.disks["default"] = LocalDisk("default", os.path.join(self.base, "data"))
+                return self.disks["default"]
+            raise self.error(f"unknown disk {name!r} (disks: "
+                             f"{', '.join(sorted(self.specs)) or 'none'})", referrer)
+        where = self.where(f"disks.{name}")
+        if name in self.building:
+            raise self.error(f"disk {name!r} wraps itself ({' -> '.join(self.building)} -> "
+                             f"{name})", where)
+        spec = self.specs[name]
+        if not isinstance(spec, Mapping):
+            raise self.error(f"disk {name!r} must be a table", where)
+        kind = spec.get("type")
+        if kind not in _FIELDS:
+            raise self.error(f"disk {name!r} has unknown type {kind!r} (types: "
+                             f"{', '.join(sorted(_FIELDS))})", where)
+        unknown = set(spec) - _FIELDS[kind]
+        if unknown:
+            raise self.error(f"unknown setting(s) {', '.join(sorted(unknown))} for a {kind} "
+                             f"disk (settings: {', '.join(sorted(_FIELDS[kind]))})", where)
+        self.building.append(name)
+        try:
+            disk: Disk = getattr(self, f"_make_{kind}")(name, spec, where)
+        except (ConfigError, KeyringError):
+            raise
+        except ValueError as exc:
+            raise self.error(f"disk {name!r}: {exc}", where) from None
+        finally:
+            self.building.pop()
+        self.disks[name] = disk
+        return disk
+
+    def _str(self, spec: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+        value = spec.get(key, default)
+        if value is None:
+            raise self.error(f"missing setting {key!r}", where)
+        if not isinstance(value, str):
+            raise self.error(f"{key} must be a string", where)
+        return value
+
+    def _make_local(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
+        path = os.path.expanduser(self._str(spec, "path", where))
+        return LocalDisk(name, os.path.join(self.base, path))
+
+    def _make_fsspec(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
+        url = self._str(spec, "url", where)
+        options = spec.get("storage_options", {})
+        if not isinstance(options, Mapping):
+            raise self.error("storage_options must be a table", where)
+        try:
+            return FsspecDisk(name, url, dict(options))
+        except ConfigError as exc:
+            raise self.error(str(exc), where, exc.hint) from None
+        except (ImportError, OSError) as exc:
+            raise self.error(f"disk {name!r}: cannot open {url}: {exc}", where,
+                             "install the fsspec backend for this URL") from None
+
+    def _make_encrypted(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
+        inner = self.disk(self._str(spec, "disk", where), where)
+        entries = self._keys(name, spec, where, sizes=(16, 32))
+        keys = [Key(i, material, source=kind) if isinstance(material, bytes) else material
+                for i, kind, material in entries]
+        current = self._current(name, spec, where, [k.key_id for k in keys])
+        segment_size = spec.get("segment_size", 65536)
+        if not isinstance(segment_size, int) or isinstance(segment_size, bool):
+            raise self.error("segment_size must be an integer", where)
+        cache_mb = spec.get("cache_mb", DEFAULT_CACHE_BYTES >> 20)
+        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
+            raise self.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
+                             where)
+        return EncryptedDisk(name, inner, Keyring(keys, current, config_path=self.path),
+                             prefix=spec.get("path", ""), algorithm=spec.get("algorithm"),
+                             segment_size=segment_size, cache_bytes=cache_mb << 20)
+
+    def _make_clickhouse(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
+        inner = self.disk(self._str(spec, "disk", where), where)
+        entries = self._keys(name, spec, where, sizes=(16, 24, 32))
+        keys = []
+        for i, _kind, material in entries:
+            if not isinstance(material, bytes):
+                material = material._raw_material()
+            keys.append(ClickHouseKey(i, material))
+        current = self._current(name, spec, where, [k.key_id for k in keys])
+        return ClickHouseDisk(name, inner, keys, current, prefix=spec.get("path", ""),
+                              algorithm=spec.get("algorithm", "AES_128_CTR"))
+
+    # -- keys ----------------------------------------------------------------------
+
+    def _keys(self, name: str, spec: Mapping[str, Any], where: str,
+              sizes: tuple[int, ...]) -> list[tuple[int, str, bytes | Key]]:
+        entries = spec.get("keys")
+        if entries is None:
+            if self.keyring is None:
+                raise self.error(f"disk {name!r} has no keys and the config has no [keyring]",
+                                 where, "add keys = [ID, ...] and a [keyring], or "
+                                 f"[[disks.{name}.keys]] entries")
+            entries = self.keyring.ids
+        if not isinstance(entries, list) or not entries:
+            raise self.error(f"disk {name!r}: keys must be a non-empty list", where)
+        out: list[tuple[int, str, bytes | Key]] = []
+        seen: dict[int, str] = {}
+        for index, entry in enumerate(entries):
+            at = self.entry_where(f"disks.{name}.keys", index) if isinstance(
+                entry, Mapping) else where
+            if isinstance(entry, int) and not isinstance(entry, bool):
+                if self.keyring is None or entry not in self.keyring:
+                    known = ", ".join(map(str, self.keyring.ids)) if self.keyring else "none"
+                    raise self.error(f"disk {name!r} uses key id {entry}, which [keyring] does "
+                                     f"not define (ids: {known})", where)
+                item: tuple[int, str, bytes | Key] = (entry, "keyring",
+                                                      self.keyring.key_by_id(entry))
+            elif isinstance(entry, Mapping):
+                item = self._key_entry(entry, sizes, at)
+            else:
+                raise self.error(f"disk {name!r}: a key is a keyring id or a table", where)
+            if item[0] in seen:
+                raise self.error(f"duplicate key id {item[0]} (first at {seen[item[0]]})", at)
+            seen[item[0]] = at
+            out.append(item)
+        return out
+
+    def _key_entry(self, entry: Mapping[str, Any], sizes: tuple[int, ...],
+                   at: str) -> tuple[int, str, bytes]:
+        unknown = set(entry) - {"id", *_KEY_SOURCES}
+        if unknown:
+            raise self.error(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
+                             f"(fields: id, {', '.join(_KEY_SOURCES)})", at)
+        key_id = entry.get("id", 0)
+        if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
+            raise self.error("a key id must be an integer from 0 to 2**64-1", at)
+        sources = [s for s in _KEY_SOURCES if s in entry]
+        if len(sources) != 1:
+            raise self.error(f"key {key_id} needs exactly one of {', '.join(_KEY_SOURCES)} "
+                             f"(found {', '.join(sources) or 'none'})", at)
+        kind = sources[0]
+        value: Any = entry[kind]
+        if not (isinstance(value, str) and value) and not (
+                kind == "command" and isinstance(value, list)):
+            raise self.error(f"key {key_id}: {kind} must be a non-empty string", at)
+        what = f"key {key_id}"
+        text = value if isinstance(value, str) else ""
+        try:
+            if kind == "hex":
+                material = decode_hex_key(text, what, sizes)
+            elif kind == "from_env":
+                material = decode_hex_key(key_from_env_text(text), f"{what} (${text})", sizes)
+            elif kind == "raw":
+                material = _raw_key(text.encode("utf-8"), what, sizes)
+            elif kind == "raw_from_env":
+                material = _raw_key(key_from_env_text(text).encode("utf-8"),
+                                    f"{what} (${text})", sizes)
+            elif kind == "file":
+                material = key_from_file(os.path.join(self.base, os.path.expanduser(text)))
+            else:
+                material = key_from_command(value)
+        except (KeyringError, ValueError) as exc:
+            raise _located(exc, self.path, at) from None
+        return key_id, kind, material
+
+    def _current(self, name: str, spec: Mapping[str, Any], where: str, ids: list[int]) -> int:
+        current = spec.get("current_key_id")
+        if current is None:
+            if self.keyring is not None and self.keyring.current_key_id in ids:
+                return self.keyring.current_key_id
+            if len(ids) == 1:
+                return ids[0]
+            raise self.error(f"disk {name!r} has several keys; set current_key_id", where)
+        if not isinstance(current, int) or current not in ids:
+            raise self.error(f"disk {name!r}: current_key_id = {current!r} is not one of its "
+                             f"key ids ({', '.join(map(str, ids))})", where)
+        return current
+
+    # -- policies ------------------------------------------------------------------
+
+    def policies(self) -> dict[str, StoragePolicy]:
+        specs = self.data.get("policies", {})
+        if not isinstance(specs, Mapping):
+            raise self.error("policies must be a table of [policies.NAME] sections",
+                             "[policies]")
+        out: dict[str, StoragePolicy] = {}
+        for pname, pspec in specs.items():
+            where = self.where(f"policies.{pname}")
+            if not isinstance(pspec, Mapping) or set(pspec) - {"volumes"}:
+                raise self.error(f"policy {pname!r} takes only volumes", where)
+            vols = pspec.get("volumes")
+            if not isinstance(vols, list) or not vols:
+                raise self.error(f"policy {pname!r} has no volumes", where,
+                                 f"add [[policies.{pname}.volumes]] with name and disks")
+            volumes = []
+            for index, vspec in enumerate(vols):
+                at = self.entry_where(f"policies.{pname}.volumes", index)
+                volumes.append(self._volume(vspec, index, at))
+            out[pname] = StoragePolicy(pname, volumes)
+        if "default" not in out:
+            out["default"] = StoragePolicy("default", [Volume("default",
+                                                              [self.disks["default"]])])
+        return out
+
+    def _volume(self, vspec: Any, index: int, at: str) -> Volume:
+        if not isinstance(vspec, Mapping):
+            raise self.error("a volume must be a table", at)
+        unknown = set(vspec) - {"name", "disks"}
+        if unknown:
+            raise self.error(f"unknown setting(s) {', '.join(sorted(unknown))} in a volume "
+                             "(settings: name, disks)", at)
+        names = vspec.get("disks")
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise self.error("a volume needs disks = [\"NAME\", ...]", at)
+        return Volume(str(vspec.get("name", f"volume{index + 1}")),
+                      [self.disk(n, at) for n in names])
+
+
+def key_from_env_text(variable: str) -> str:
+    """The text of an environment variable that holds a key (raises if unset or empty)."""
+    value = os.environ.get(variable)
+    if not value:
+        raise MissingEnvironmentVariableError(
+            f"environment variable {variable} is {'empty' if value == '' else 'not set'}; "
+            "it should hold the key", variable=variable,
+            hint=f"export {variable}=... before loading the config")
+    return value
+
+
+def _raw_key(material: bytes, what: str, sizes: tuple[int, ...]) -> bytes:
+    """A key given as raw characters (ClickHouse's ``<key>``)."""
+    if len(material) not in sizes:
+        raise InvalidKeyError(f"{what} is {len(material)} bytes; a key needs "
+                              f"{' or '.join(map(str, sizes))}")
+    return material

@@ -1,0 +1,43 @@
+"""Disks (where files live) and storage policies (which disk gets a new file).
+
+Disk types, by the name used in configs: ``local`` (:class:`LocalDisk`),
+``fsspec`` (:class:`FsspecDisk`), ``encrypted`` (:class:`EncryptedDisk`,
+cryptdisk's authenticated format over another disk) and ``clickhouse``
+(:class:`ClickHouseDisk`, ClickHouse's AES-CTR encrypted-disk format).
+Every type honours the contract in :class:`Disk`'s module docstring.
+Configs are loaded by :func:`cryptdisk.config.load_config`.
+"""
+
+from ._base import Disk, FileInfo
+from ._clickhouse import ClickHouseDisk, ClickHouseKey
+from ._detect import describe, open_any
+from ._encrypted import EncryptedDisk
+from ._files import AtomicWriteFile, PreadFile
+from ._fsspec import FsspecDisk
+from ._local import LocalDisk
+from ._policy import StoragePolicy, Volume
+
+#: Disk classes by config type name.
+DISK_TYPES: dict[str, type[Disk]] = {
+    "local": LocalDisk,
+    "fsspec": FsspecDisk,
+    "encrypted": EncryptedDisk,
+    "clickhouse": ClickHouseDisk,
+}
+
+__all__ = [
+    "DISK_TYPES",
+    "AtomicWriteFile",
+    "ClickHouseDisk",
+    "ClickHouseKey",
+    "Disk",
+    "EncryptedDisk",
+    "FileInfo",
+    "FsspecDisk",
+    "LocalDisk",
+    "PreadFile",
+    "StoragePolicy",
+    "Volume",
+    "describe",
+    "open_any",
+]

@@ -1,0 +1,219 @@
+"""``clickhouse``: ClickHouse's own encrypted-disk format (AES-CTR, ``ENC`` header) over a disk.
+
+Byte-compatible with ClickHouse's ``type=encrypted`` disks: a 64-byte ``ENC``
+header naming the algorithm and the key's fingerprint, then AES-CTR
+ciphertext. Files are *not* authenticated (ClickHouse's design); prefer the
+``encrypted`` disk type for new data and use this one to read, write or
+migrate data that ClickHouse shares. Reading picks the key by the header's
+fingerprint among all configured keys; writing uses the current key.
+The byte format itself lives in :mod:`cryptdisk.format.clickhouse`.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, cast
+
+from ..errors import InvalidKeyError, KeyNotFoundError
+from ._base import Disk, FileInfo
+from ._files import AtomicWriteFile, PreadFile
+from ._paths import join_prefix, norm_path
+
+__all__ = ["CH_HEADER_SIZE", "ClickHouseDisk", "ClickHouseKey", "PreadSource", "ch_module",
+           "find_clickhouse_key", "header_algorithm_name"]
+
+CH_HEADER_SIZE = 64
+_KEY_SIZES = {"AES_128_CTR": 16, "AES_192_CTR": 24, "AES_256_CTR": 32}
+
+
+def ch_module() -> Any:
+    """The ClickHouse format module, with a clear error if this build lacks it."""
+    try:
+        from ..format import clickhouse
+    except ImportError as exc:  # pragma: no cover - only before the format module lands
+        raise ImportError("cryptdisk.format.clickhouse is not available in this build") from exc
+    return clickhouse
+
+
+class ClickHouseKey:
+    """One ClickHouse disk key: an id and 16/24/32 bytes that never leave the object."""
+
+    __slots__ = ("_fingerprint", "_material", "key_id")
+
+    def __init__(self, key_id: int, material: bytes) -> None:
+        if len(material) not in (16, 24, 32):
+            raise InvalidKeyError(f"ClickHouse key {key_id} is {len(material)} bytes; "
+                                  "AES-CTR keys are 16, 24 or 32 bytes")
+        self.key_id = key_id
+        self._material = bytes(material)
+        self._fingerprint: bytes | None = None
+
+    @property
+    def fingerprint(self) -> bytes:
+        """ClickHouse's 16-byte key fingerprint (SipHash-128), as stored in headers."""
+        if self._fingerprint is None:
+            self._fingerprint = bytes(ch_module().clickhouse_fingerprint(self._material))
+        return self._fingerprint
+
+    def _raw_material(self) -> bytes:
+        """Key bytes, for the format module only (nothing should print or store them)."""
+        return self._material
+
+    def __repr__(self) -> str:
+        return f"<ClickHouseKey id={self.key_id} bytes={len(self._material)}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("keys cannot be pickled; reload them from the config")
+
+
+class PreadSource:
+    """A format *source* (``size``, ``view(offset, n)``) over a file with ``pread``."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.size = int(f.size)
+
+    def view(self, offset: int, n: int) -> memoryview:
+        return memoryview(self._f.pread(offset, max(0, min(n, self.size - offset))))
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class _EmptyReader:
+    size = 0
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        return b""
+
+    def readinto_at(self, buf: Any, offset: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def find_clickhouse_key(header: Any, keys: list[ClickHouseKey], path: str, where: str) -> bytes:
+    """The key for a ClickHouse header among ``keys``; raises :class:`KeyNotFoundError`.
+
+    The error names the file, the header's fingerprint (or v1 key id) and
+    where the keys came from; never key material.
+    """
+    ch = ch_module()
+    finder = ch.ch_key_finder({k.key_id: k._raw_material() for k in keys})
+    try:
+        key: bytes = finder(header)
+    except KeyNotFoundError as exc:
+        raise KeyNotFoundError(
+            f"{path}: no key of {where} has the file's {header.describe_key()} "
+            f"({len(keys)} ClickHouse key(s): ids {', '.join(str(k.key_id) for k in keys) or '-'})",
+            key_id=header.key_id, path=path, hint=exc.hint) from None
+    ch.check_key(header, key, path)
+    return key
+
+
+def header_algorithm_name(header: Any) -> str:
+    alg = getattr(header, "algorithm", None)
+    return str(getattr(alg, "name", alg))
+
+
+class ClickHouseDisk(Disk):
+    """Files of ``inner`` under ``prefix`` in ClickHouse's encrypted-disk format."""
+
+    type = "clickhouse"
+
+    def __init__(self, name: str, inner: Disk, keys: list[ClickHouseKey], current_key_id: int,
+                 *, prefix: str = "", algorithm: str = "AES_128_CTR") -> None:
+        self.name = name
+        self.inner = inner
+        self.prefix = norm_path(prefix, allow_empty=True)
+        self.keys = {k.key_id: k for k in keys}
+        if current_key_id not in self.keys:
+            raise KeyNotFoundError(f"disk {name!r}: current_key_id {current_key_id} is not "
+                                   "among its keys", key_id=current_key_id)
+        alg = algorithm.strip().upper().replace("-", "_")
+        if alg not in _KEY_SIZES:
+            raise ValueError(f"unknown ClickHouse algorithm {algorithm!r} "
+                             f"(known: {', '.join(_KEY_SIZES)})")
+        size = len(self.keys[current_key_id]._raw_material())
+        if size != _KEY_SIZES[alg]:
+            raise InvalidKeyError(f"disk {name!r}: {alg} needs a {_KEY_SIZES[alg]}-byte key; "
+                                  f"key {current_key_id} is {size} bytes")
+        self.algorithm = alg
+        self.current_key_id = current_key_id
+
+    @property
+    def is_encrypted(self) -> bool:
+        return True
+
+    @property
+    def path(self) -> str:
+        return self.inner.path + (self.prefix + "/" if self.prefix else "")
+
+    def _inner(self, path: str) -> str:
+        return join_prefix(self.prefix, norm_path(path))
+
+    def key_for(self, header: Any, path: str) -> bytes:
+        """The key a file's header names: by fingerprint (v2) or by id and key hash (v1)."""
+        return find_clickhouse_key(header, list(self.keys.values()), path,
+                                   f"disk {self.name!r}")
+
+    def open_read(self, path: str) -> IO[bytes]:
+        ch = ch_module()
+        raw = self.inner.open_read(self._inner(path))
+        source = PreadSource(raw)
+        if source.size == 0:  # ClickHouse writes empty files without a header
+            raw.close()
+            return cast("IO[bytes]", PreadFile(_EmptyReader(), path, {"format": "clickhouse"}))
+        try:
+            header = ch.CHHeader.parse(source.view(0, CH_HEADER_SIZE), path)
+            reader = ch.CHReader(source, header, self.key_for(header, path), path)
+        except BaseException:
+            raw.close()
+            raise
+        return cast("IO[bytes]", PreadFile(reader, path, {
+            "format": "clickhouse", "algorithm": header_algorithm_name(header),
+            "fingerprint": bytes(header.fingerprint).hex()}))
+
+    def open_write(self, path: str) -> IO[bytes]:
+        ch = ch_module()
+        raw = self.inner.open_write(self._inner(path))
+        try:
+            writer = ch.CHWriter(raw, self.keys[self.current_key_id]._raw_material(),
+                                 ch.CHAlgorithm.parse(self.algorithm))
+        except BaseException:
+            raw.abort()  # type: ignore[attr-defined]
+            raise
+
+        def publish() -> None:
+            writer.close()
+            raw.close()
+
+        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(self._inner(path))
+
+    def info(self, path: str) -> FileInfo:
+        inner = self.inner.info(self._inner(path))
+        size = max(0, inner.stored_size - CH_HEADER_SIZE)
+        alg = None
+        if inner.stored_size:
+            with self.inner.open_read(self._inner(path)) as raw:
+                header = ch_module().CHHeader.parse(
+                    raw.pread(0, CH_HEADER_SIZE), path)  # type: ignore[attr-defined]
+            alg = header_algorithm_name(header)
+        return FileInfo(norm_path(path), size, inner.stored_size, True, "clickhouse",
+                        algorithm=alg, mtime=inner.mtime)
+
+    def list(self, prefix: str = "") -> list[str]:
+        if not self.prefix:
+            return self.inner.list(prefix)
+        cut = len(self.prefix) + 1
+        return [p[cut:] for p in self.inner.list(self.prefix + "/" + prefix)]
+
+    def remove(self, path: str) -> None:
+        self.inner.remove(self._inner(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self.inner.rename(self._inner(src), self._inner(dst))
+

@@ -1,0 +1,126 @@
+"""Converting a directory tree between formats (plain, ClickHouse ``ENC``, cryptdisk).
+
+Each source file is recognised by its header (:func:`open_any`), decrypted
+with the key the config holds for it, written through the target disk (which
+publishes atomically: temp file, fsync, rename) and then **read back and
+compared** by SHA-256 with the source's plaintext. A run that is interrupted
+leaves only whole, verified files (and perhaps stray ``.*.cdtmp`` temporaries,
+which the next run removes); running again skips every file whose converted
+copy already decrypts to the same bytes, and redoes the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
+from ._base import Disk
+from ._detect import open_any
+from ._paths import is_temp
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["ConvertSummary", "convert_tree", "plaintext_digest"]
+
+_CHUNK = 1 << 20
+
+
+@dataclass
+class ConvertSummary:
+    converted: int = 0
+    skipped: int = 0  # already converted and verified by an earlier run
+    bytes: int = 0  # plaintext bytes converted in this run
+    removed_temps: int = 0
+    formats: dict[str, int] = field(default_factory=dict)  # source format -> files
+
+
+def plaintext_digest(f: IO[bytes], sink: Callable[[bytes], object] | None = None,
+                     progress: Callable[[int], None] | None = None) -> tuple[bytes, int]:
+    """SHA-256 and size of a file's plaintext, feeding each chunk to ``sink`` as well."""
+    h = hashlib.sha256()
+    total = 0
+    while chunk := f.read(_CHUNK):
+        h.update(chunk)
+        total += len(chunk)
+        if sink is not None:
+            sink(chunk)
+        if progress is not None:
+            progress(len(chunk))
+    return h.digest(), total
+
+
+def _source_files(src: str) -> list[str]:
+    out = []
+    for dirpath, _dirs, files in os.walk(src):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                out.append(os.path.relpath(full, src).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def _remove_temps(dst: str) -> int:
+    removed = 0
+    for dirpath, _dirs, files in os.walk(dst):
+        for name in files:
+            if is_temp(name):
+                os.unlink(os.path.join(dirpath, name))
+                removed += 1
+    return removed
+
+
+def _already_done(target: Disk, rel: str, digest: bytes) -> bool:
+    if not target.exists(rel):
+        return False
+    try:
+        with target.open_read(rel) as f:
+            return plaintext_digest(f)[0] == digest
+    except (AuthenticationError, FormatError, CryptdiskError):
+        return False  # unreadable or another key/format: convert again
+
+
+def convert_tree(src: str, dst: str, target: Disk, *, config: Config | None,
+                 progress: Callable[[str, int], None] | None = None) -> ConvertSummary:
+    """Convert every file below ``src`` into ``target`` (a disk rooted at ``dst``).
+
+    ``progress(path, nbytes)`` is called as plaintext is processed. Raises
+    :class:`DiskError` if a converted file does not read back identical.
+    """
+    src, dst = os.path.abspath(src), os.path.abspath(dst)
+    if not os.path.isdir(src):
+        raise DiskError(f"{src}: not a directory")
+    if dst == src or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
+        raise DiskError("source and destination must be separate trees",
+                        hint="convert into a new directory, then swap the two")
+    summary = ConvertSummary()
+    summary.removed_temps = _remove_temps(dst) if os.path.isdir(dst) else 0
+    for rel in _source_files(src):
+        def tick(n: int, rel: str = rel) -> None:
+            if progress is not None:
+                progress(rel, n)
+
+        with open_any(os.path.join(src, rel), config=config, allow_plain=True) as fin:
+            fmt = getattr(fin, "info", {}).get("format", "cryptdisk")
+            summary.formats[fmt] = summary.formats.get(fmt, 0) + 1
+            digest, size = plaintext_digest(fin)
+            if _already_done(target, rel, digest):
+                summary.skipped += 1
+                tick(size)
+                continue
+            fin.seek(0)
+            with target.open_write(rel) as fout:
+                written, _ = plaintext_digest(fin, fout.write, tick)
+        with target.open_read(rel) as check:
+            back, _ = plaintext_digest(check)
+        if not (back == written == digest):
+            target.remove(rel)
+            raise DiskError(f"{rel}: the converted file does not read back identical; removed it",
+                            hint="check the disk for errors and run the conversion again")
+        summary.converted += 1
+        summary.bytes += size
+    return summary

@@ -1,0 +1,160 @@
+"""Recognising a file's format by its header and opening it with the right key.
+
+:func:`open_any` and :func:`describe` serve the CLI's ``cat``, ``decrypt``,
+``verify``, ``inspect`` and ``convert``: a file may be cryptdisk's (``CRYPTDSK``
+header, key chosen by id and check value), ClickHouse's (``ENC`` header, key
+chosen by fingerprint among every ``clickhouse`` disk's keys) or, where the
+caller allows it, plaintext.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import IO, TYPE_CHECKING, Any, cast
+
+from ..errors import KeyNotFoundError, NotEncryptedError
+from ..format import HEADER_SIZE, MAGIC, Header, Kind, mutable_layout, open_file, sealed_layout
+from ..keys import Key, Keyring
+from ._clickhouse import (
+    CH_HEADER_SIZE,
+    PreadSource,
+    ch_module,
+    find_clickhouse_key,
+    header_algorithm_name,
+)
+from ._files import FdReader, PreadFile
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["describe", "detect_format", "open_any"]
+
+
+def _config(config: Config | str | os.PathLike[str] | None) -> Config | None:
+    if config is None or not isinstance(config, (str, os.PathLike)):
+        return config
+    from ..config import load_config
+
+    return load_config(config)
+
+
+def detect_format(head: bytes) -> str:
+    """``"cryptdisk"``, ``"clickhouse"`` or ``"plain"`` from a file's first bytes."""
+    if head[: len(MAGIC)] == MAGIC:
+        return "cryptdisk"
+    if len(head) >= CH_HEADER_SIZE and head[:3] == b"ENC":
+        try:
+            if ch_module().is_clickhouse_header(head[:CH_HEADER_SIZE]):
+                return "clickhouse"
+        except ImportError:
+            return "clickhouse"
+    return "plain"
+
+
+def _cryptdisk_key(header: Header, keys: list[Key], path: str) -> Keyring:
+    same_id = [k for k in keys if k.key_id == header.key_id]
+    for key in same_id:
+        if hmac.compare_digest(key.check_value, header.key_check):
+            return Keyring([key])
+    if same_id:  # a key with that id but other material: let open_header say so
+        return Keyring([same_id[0]])
+    known = ", ".join(str(i) for i in sorted({k.key_id for k in keys})) or "none"
+    raise KeyNotFoundError(
+        f"{path}: no key with id {header.key_id} in the config or keyring (key ids: {known})",
+        key_id=header.key_id, path=path,
+        hint=f"add the key with id {header.key_id}; it encrypted this file")
+
+
+def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None,
+             keyring: Keyring | None = None, allow_plain: bool = False) -> IO[bytes]:
+    """Open a cryptdisk, ClickHouse (or, with ``allow_plain``, plain) file for reading.
+
+    The result is seekable, has ``size`` and a thread-safe ``pread``, and
+    returns only authenticated plaintext for cryptdisk files (ClickHouse's
+    format has no authentication). Raises :class:`KeyNotFoundError` naming the
+    file and the key id or fingerprint when no configured key fits, and
+    :class:`NotEncryptedError` for plaintext unless ``allow_plain``.
+    """
+    name = os.fspath(path)
+    cfg = _config(config)
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        head = os.pread(fd, HEADER_SIZE, 0)
+        kind = detect_format(head)
+        if kind == "cryptdisk":
+            os.close(fd)
+            fd = -1
+            header = Header.parse(head, name)
+            keys = list(keyring) if keyring is not None else []
+            keys += cfg.cryptdisk_keys() if cfg is not None else []
+            return open_file(name, "rb", keys=_cryptdisk_key(header, keys, name))  # type: ignore[return-value]
+        raw = PreadFile(FdReader(fd), name, {"format": "plain"})
+        fd = -1
+        if kind == "plain":
+            if allow_plain:
+                return cast("IO[bytes]", raw)
+            raw.close()
+            raise NotEncryptedError(f"{name}: not an encrypted file (no cryptdisk or "
+                                    "ClickHouse ENC header)")
+        return _open_clickhouse(raw, name, cfg)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> IO[bytes]:
+    ch = ch_module()
+    try:
+        header = ch.CHHeader.parse(raw.pread(0, CH_HEADER_SIZE), name)
+        fingerprint = bytes(header.fingerprint)
+        where = f"the config {cfg.path}" if cfg else "the config (none given)"
+        key = find_clickhouse_key(header, cfg.clickhouse_keys() if cfg else [], name, where)
+        reader = ch.CHReader(PreadSource(raw), header, key, name)
+    except BaseException:
+        raw.close()
+        raise
+    info = {"format": "clickhouse", "fingerprint": fingerprint.hex(),
+            "algorithm": header_algorithm_name(header)}
+    return cast("IO[bytes]", PreadFile(reader, name, info))
+
+
+def describe(path: str | os.PathLike[str], *, config: Config | str | None = None,
+             ) -> dict[str, Any]:
+    """What a file's header says (for ``cryptdisk inspect``); never key material.
+
+    Keys: ``format`` (cryptdisk / clickhouse / plain), ``version``, ``algorithm``,
+    ``key_id`` or ``key_fingerprint`` (hex), ``segment_size``, ``kind``,
+    ``plaintext_size``, ``stored_size``. For a ClickHouse file and a config that
+    holds its key, ``key_id`` is that key's id in the config.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        head = f.read(HEADER_SIZE)
+        stored = os.fstat(f.fileno()).st_size
+    kind = detect_format(head)
+    out: dict[str, Any] = {"path": name, "format": kind, "stored_size": stored}
+    if kind == "cryptdisk":
+        header = Header.parse(head, name)
+        layout = sealed_layout if header.kind == Kind.SEALED else mutable_layout
+        out.update(version=head[8], kind=header.kind_name,
+                   algorithm=header.algorithm.label.lower(), key_id=header.key_id,
+                   segment_size=header.segment_size,
+                   plaintext_size=layout(stored, header.segment_size, name)[1])
+    elif kind == "clickhouse":
+        header = ch_module().CHHeader.parse(head[:CH_HEADER_SIZE], name)
+        fingerprint = bytes(header.fingerprint)
+        out.update(version=getattr(header, "version", None),
+                   algorithm=header_algorithm_name(header),
+                   key_fingerprint=fingerprint.hex(),
+                   plaintext_size=stored - CH_HEADER_SIZE)
+        if header.version == 1:
+            out["key_id"] = header.key_id
+        cfg = _config(config)
+        for key in cfg.clickhouse_keys() if cfg else []:
+            if header.version == 2 and hmac.compare_digest(key.fingerprint, fingerprint):
+                out["key_id"] = key.key_id
+                break
+    else:
+        out["plaintext_size"] = stored
+    return out

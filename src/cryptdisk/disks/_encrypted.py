@@ -1,0 +1,195 @@
+"""``encrypted``: cryptdisk's authenticated format over another disk.
+
+ClickHouse semantics (an encrypted disk wraps another disk, under a path
+prefix, with a set of keys and a current key that encrypts new files), with
+cryptdisk's sealed format: every file gets a random data key wrapped by the
+current key; reading finds the key by the id in the file's header, so files
+written under an older key stay readable while that key is configured.
+
+Reads go through a bounded cache of decrypted reads shared by the disk's
+readers (:mod:`._cache`), so an engine that re-reads a file on every query
+(DuckDB through fsspec) decrypts it once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import IO, Any, cast
+
+from ..errors import DiskFileNotFoundError, KeyNotFoundError
+from ..format import (
+    DEFAULT_SEGMENT_SIZE,
+    HEADER_SIZE,
+    Algorithm,
+    FileObjectSource,
+    Header,
+    Kind,
+    SealedReader,
+    SealedWriter,
+    new_header,
+    open_header,
+    sealed_layout,
+    source_for,
+)
+from ..format._source import MmapSource, Source
+from ..keys import Keyring
+from ._base import Disk, FileInfo
+from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
+from ._files import AtomicWriteFile, PreadFile
+from ._local import LocalDisk
+from ._paths import join_prefix, norm_path
+
+__all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
+
+#: Cache of decrypted reads per encrypted disk (plaintext in process memory only).
+DEFAULT_CACHE_BYTES = 256 << 20
+
+
+class EncryptedDisk(Disk):
+    """Files of ``inner`` under ``prefix``, sealed with cryptdisk's format (see module docs)."""
+
+    type = "encrypted"
+
+    def __init__(self, name: str, inner: Disk, keyring: Keyring, *, prefix: str = "",
+                 algorithm: str | Algorithm | None = None,
+                 segment_size: int = DEFAULT_SEGMENT_SIZE,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if not isinstance(keyring, Keyring):
+            raise TypeError("keyring must be a cryptdisk.Keyring")
+        self.name = name
+        self.inner = inner
+        self.keyring = keyring
+        self.prefix = norm_path(prefix, allow_empty=True)
+        self.algorithm = Algorithm.parse(algorithm) if algorithm is not None else None
+        new_header(Kind.SEALED, keyring.current_key(), segment_size=segment_size)  # validates
+        self.segment_size = segment_size
+        #: Decrypted reads shared by every reader of this disk (0 turns it off).
+        self.cache = ReadCache(cache_bytes) if cache_bytes else None
+        # info() of an unchanged backing file (same size and mtime) without rereading its header
+        self._info_memo: dict[tuple[str, int, float | None], FileInfo] = {}
+
+    @property
+    def is_encrypted(self) -> bool:
+        return True
+
+    @property
+    def path(self) -> str:
+        return self.inner.path + (self.prefix + "/" if self.prefix else "")
+
+    def _inner(self, path: str) -> str:
+        return join_prefix(self.prefix, norm_path(path))
+
+    def _read_header(self, path: str) -> tuple[Header, int]:
+        """The file's (unauthenticated) header and its stored size."""
+        with self.inner.open_read(self._inner(path)) as raw:
+            size = raw.size  # type: ignore[attr-defined]
+            return Header.parse(raw.pread(0, HEADER_SIZE), path), size  # type: ignore[attr-defined]
+
+    def _open_source(self, path: str) -> tuple[Source, Callable[[], None]]:
+        """The encrypted bytes (a zero-copy map for local disks) and how to release them."""
+        inner_path = self._inner(path)
+        if isinstance(self.inner, LocalDisk):
+            try:
+                fd = os.open(self.inner.os_path(inner_path), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") \
+                    from None
+            try:
+                source = source_for(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if isinstance(source, MmapSource):
+                os.close(fd)  # the map stays valid without the descriptor
+                return source, lambda: None
+            return source, lambda: os.close(fd)
+        raw = self.inner.open_read(inner_path)
+        source = FileObjectSource(raw, raw.size)  # type: ignore[attr-defined]
+        return source, raw.close
+
+    def open_read(self, path: str) -> IO[bytes]:
+        source, release = self._open_source(path)
+        try:
+            header = Header.parse(source.view(0, HEADER_SIZE), path)
+            try:
+                dek = open_header(header, self.keyring, path)
+            except KeyNotFoundError as exc:
+                raise KeyNotFoundError(
+                    f"{path}: encrypted with key id {header.key_id}, which disk {self.name!r} "
+                    f"does not have (its keys: {', '.join(map(str, self.keyring.ids))})",
+                    key_id=header.key_id, path=path, hint=exc.hint) from None
+            reader = SealedReader(source, header, dek, path)
+        except BaseException:
+            source.close()
+            release()
+            raise
+        inner: Any = (BufferedSealedReader(reader) if self.cache is None
+                      else CachedSealedReader(reader, self.cache))
+        return cast("IO[bytes]", PreadFile(_Closer(inner, release), path, {
+            "format": "cryptdisk", "key_id": header.key_id,
+            "algorithm": header.algorithm.label.lower(), "segment_size": header.segment_size}))
+
+    def open_write(self, path: str) -> IO[bytes]:
+        header, dek = new_header(Kind.SEALED, self.keyring.current_key(),
+                                 algorithm=self.algorithm, segment_size=self.segment_size)
+        raw = self.inner.open_write(self._inner(path))
+        try:
+            writer = SealedWriter(raw, header, dek)
+        except BaseException:
+            raw.abort()  # type: ignore[attr-defined]
+            raise
+
+        def publish() -> None:
+            writer.close()
+            raw.close()
+
+        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(self._inner(path))
+
+    def info(self, path: str) -> FileInfo:
+        inner = self.inner.info(self._inner(path))
+        memo_key = (path, inner.stored_size, inner.mtime)
+        cached = self._info_memo.get(memo_key)
+        if cached is not None:
+            return cached
+        header, stored = self._read_header(path)
+        _count, size = sealed_layout(stored, header.segment_size, path)
+        info = FileInfo(norm_path(path), size, stored, True, "cryptdisk", key_id=header.key_id,
+                        algorithm=header.algorithm.label.lower(), mtime=inner.mtime)
+        if len(self._info_memo) > 4096:
+            self._info_memo.clear()
+        self._info_memo[memo_key] = info
+        return info
+
+    def list(self, prefix: str = "") -> list[str]:
+        if not self.prefix:
+            return self.inner.list(prefix)
+        inner_prefix = self.prefix + "/" + prefix
+        cut = len(self.prefix) + 1
+        return [p[cut:] for p in self.inner.list(inner_prefix)]
+
+    def remove(self, path: str) -> None:
+        self.inner.remove(self._inner(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self.inner.rename(self._inner(src), self._inner(dst))
+
+
+class _Closer:
+    """A sealed reader that also releases what it was opened from."""
+
+    def __init__(self, reader: Any, release: Callable[[], None]) -> None:
+        self._reader = reader
+        self._release = release
+        self.size = reader.size
+        self.read_at = reader.read_at
+        self.readinto_at = reader.readinto_at
+
+    def close(self) -> None:
+        try:
+            self._reader.close()
+        finally:
+            self._release()

@@ -1,0 +1,239 @@
+"""``fsspec``: any fsspec URL (``memory://``, ``s3://bucket/prefix``, ``file://``, ...).
+
+Atomic publish, as well as the store allows: the file is spooled to a local
+temporary file while it is written; on ``close()`` an object store receives it
+in one upload (a single PUT, or a multipart upload that becomes visible only
+when it completes), and any other filesystem receives it under a temporary
+name that is then moved over the destination.
+
+Credentials never go in ``storage_options``: use the store's environment
+variables (``AWS_ACCESS_KEY_ID`` ...) or its credential files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from typing import IO, Any, cast
+
+from fsspec.core import url_to_fs
+
+from ..errors import ConfigError, DiskError, DiskFileNotFoundError
+from ._base import Disk, FileInfo
+from ._files import AtomicWriteFile, PreadFile
+from ._paths import TMP_SUFFIX, is_temp, join_prefix, norm_path, temp_name
+
+__all__ = [
+    "OBJECT_STORES",
+    "SECRET_OPTION_WORDS",
+    "FsspecDisk",
+    "check_storage_options",
+    "mask_url",
+]
+
+#: Protocols whose stores have no rename; one upload is their atomic publish.
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
+#: Words that mark a storage option as a secret (refused: use environment variables).
+SECRET_OPTION_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "sas")
+
+
+def check_storage_options(options: dict[str, Any], where: str = "storage_options") -> None:
+    """Refuse secrets in ``storage_options`` (they end up in caches, pickles and logs)."""
+    for name, value in options.items():
+        low = name.lower()
+        if any(word in low for word in SECRET_OPTION_WORDS):
+            raise ConfigError(
+                f"{where}: '{name}' looks like a credential; secrets are not allowed in "
+                "storage_options",
+                hint="set them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                "...) or the store's credential file",
+            )
+        if isinstance(value, dict):
+            check_storage_options(value, f"{where}.{name}")
+
+
+def mask_url(url: str) -> str:
+    """The URL with any ``user:password@`` part replaced by ``***@`` (for display)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    return f"{scheme}://{netloc}{slash}{tail}"
+
+
+class _FsspecReader:
+    """Positional reads on an fsspec file object; a lock makes each seek+read atomic."""
+
+    def __init__(self, f: Any, size: int) -> None:
+        self._f = f
+        self._lock = threading.Lock()
+        self.size = size
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        n = max(0, min(n, self.size - offset))
+        if n == 0:
+            return b""
+        with self._lock:
+            self._f.seek(offset)
+            return bytes(self._f.read(n))
+
+    def readinto_at(self, buf: Any, offset: int) -> int:
+        out = memoryview(buf).cast("B")
+        data = self.read_at(offset, len(out))
+        out[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class FsspecDisk(Disk):
+    """Files under an fsspec URL (see the module docstring for atomicity)."""
+
+    type = "fsspec"
+
+    def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None,
+                 ) -> None:
+        options = dict(storage_options or {})
+        check_storage_options(options)
+        self.name = name
+        self.url = url
+        self.fs, root = url_to_fs(url, **options)
+        self.root = root.rstrip("/")
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (
+            self.fs.protocol,)
+        self.object_store = bool(OBJECT_STORES.intersection(protocols))
+
+    @property
+    def is_encrypted(self) -> bool:
+        return False
+
+    @property
+    def path(self) -> str:
+        return mask_url(self.url).rstrip("/") + "/"
+
+    def _full(self, path: str) -> str:
+        return join_prefix(self.root, norm_path(path)) if self.root else norm_path(path)
+
+    def _missing(self, path: str) -> DiskFileNotFoundError:
+        return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
+
+    def _stat(self, path: str) -> dict[str, Any]:
+        # Other processes write too: never trust fsspec's listing cache for a file's state.
+        self.fs.invalidate_cache(self._full(path))
+        try:
+            st = self.fs.info(self._full(path))
+        except FileNotFoundError:
+            raise self._missing(path) from None
+        if st.get("type") != "file":
+            raise self._missing(path)
+        return dict(st)
+
+    def open_read(self, path: str) -> IO[bytes]:
+        size = int(self._stat(path)["size"])
+        try:
+            f = self.fs.open(self._full(path), "rb")
+        except FileNotFoundError:
+            raise self._missing(path) from None
+        return cast("IO[bytes]", PreadFile(_FsspecReader(f, size), path, {"format": "plain"}))
+
+    def open_write(self, path: str) -> IO[bytes]:
+        full = self._full(path)
+        fd, local = tempfile.mkstemp(prefix=".cryptdisk-", suffix=TMP_SUFFIX)
+        spool = os.fdopen(fd, "wb")
+
+        def publish() -> None:
+            spool.close()
+            try:
+                parent = full.rsplit("/", 1)[0] if "/" in full else ""
+                if not self.object_store and parent:
+                    self.fs.makedirs(parent, exist_ok=True)
+                if self.object_store:
+                    self.fs.put_file(local, full)
+                else:
+                    tmp = temp_name(full)
+                    self.fs.put_file(local, tmp)
+                    try:
+                        self.fs.mv(tmp, full)
+                    except BaseException:
+                        with contextlib.suppress(Exception):
+                            self.fs.rm_file(tmp)
+                        raise
+                self.fs.invalidate_cache(full)
+            except OSError as exc:
+                raise DiskError(f"{path}: could not publish to disk {self.name!r}: "
+                                f"{exc.strerror or type(exc).__name__}") from exc
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(local)
+
+        def discard() -> None:
+            spool.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+
+        return cast("IO[bytes]", AtomicWriteFile(spool.write, publish, discard, path))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._stat(path)
+        except DiskFileNotFoundError:
+            return False
+        return True
+
+    def info(self, path: str) -> FileInfo:
+        st = self._stat(path)
+        mtime = _mtime(st)
+        size = int(st["size"])
+        return FileInfo(norm_path(path), size, size, False, "plain", mtime=mtime)
+
+    def list(self, prefix: str = "") -> list[str]:
+        clean = norm_path(prefix, allow_empty=True)
+        base = clean if prefix.endswith("/") else clean.rsplit("/", 1)[0] if "/" in clean else ""
+        start = self._full(base) if base else self.root
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(start) if start or not self.object_store else []
+        except FileNotFoundError:
+            return []
+        out = []
+        root = self.root.strip("/")
+        for full in found:
+            rel = full.strip("/")
+            if root:
+                if not rel.startswith(root + "/"):
+                    continue
+                rel = rel[len(root) + 1 :]
+            match = rel.startswith(clean + "/") if prefix.endswith("/") else rel.startswith(clean)
+            if not is_temp(rel) and match:
+                out.append(rel)
+        return sorted(out)
+
+    def remove(self, path: str) -> None:
+        self._stat(path)
+        self.fs.rm_file(self._full(path))
+        self.fs.invalidate_cache(self._full(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self._stat(src)
+        target = self._full(dst)
+        if not self.object_store and "/" in target:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.mv(self._full(src), target)
+        self.fs.invalidate_cache()
+
+
+def _mtime(st: dict[str, Any]) -> float | None:
+    for field in ("mtime", "LastModified", "last_modified", "created"):
+        value = st.get(field)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        with contextlib.suppress(TypeError, ValueError):
+            return float(value)
+    return None

@@ -1,0 +1,158 @@
+"""``local``: a directory on this machine."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import IO, cast
+
+from ..errors import DiskError, DiskFileNotFoundError
+from ._base import Disk, FileInfo
+from ._files import AtomicWriteFile, FdReader, PreadFile
+from ._paths import is_temp, norm_path, temp_name
+
+__all__ = ["LocalDisk"]
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalDisk(Disk):
+    """Files in a directory. Publishing is temp file + fsync + rename + fsync of the directory.
+
+    The directory is created on the first write, so configuring a disk has no
+    side effect.
+    """
+
+    type = "local"
+
+    def __init__(self, name: str, root: str | os.PathLike[str]) -> None:
+        self.name = name
+        self.root = os.path.abspath(os.fspath(root))
+
+    @property
+    def is_encrypted(self) -> bool:
+        return False
+
+    @property
+    def path(self) -> str:
+        return self.root + "/"
+
+    def os_path(self, path: str) -> str:
+        """The absolute path of a disk file on this machine."""
+        return os.path.join(self.root, norm_path(path))
+
+    def _missing(self, path: str) -> DiskFileNotFoundError:
+        return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
+
+    def open_read(self, path: str) -> IO[bytes]:
+        full = self.os_path(path)
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise self._missing(path) from None
+        except IsADirectoryError:
+            raise DiskError(f"{path}: is a directory on disk {self.name!r}") from None
+        return cast("IO[bytes]", PreadFile(FdReader(fd), path, {"format": "plain"}))
+
+    def open_write(self, path: str) -> IO[bytes]:
+        rel = norm_path(path)
+        full = os.path.join(self.root, rel)
+        directory = os.path.dirname(full)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(self.root, temp_name(rel))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
+        raw = os.fdopen(fd, "wb")  # buffered: many small writes become few syscalls
+
+        def publish() -> None:
+            raw.flush()
+            os.fsync(raw.fileno())
+            raw.close()
+            os.replace(tmp, full)
+            _fsync_dir(directory)
+
+        def discard() -> None:
+            raw.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+        return cast("IO[bytes]", AtomicWriteFile(raw.write, publish, discard, path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(self.os_path(path))
+
+    def info(self, path: str) -> FileInfo:
+        try:
+            st = os.stat(self.os_path(path))
+        except FileNotFoundError:
+            raise self._missing(path) from None
+        if not os.path.isfile(self.os_path(path)):
+            raise self._missing(path)
+        return FileInfo(norm_path(path), st.st_size, st.st_size, False, "plain",
+                        mtime=st.st_mtime)
+
+    def list(self, prefix: str = "") -> list[str]:
+        clean = norm_path(prefix, allow_empty=True)
+        # Walk only below the deepest directory the prefix names.
+        base = clean if prefix.endswith("/") else os.path.dirname(clean)
+        start = os.path.join(self.root, base)
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(start):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            for fname in files:
+                rel = fname if rel_dir == "." else f"{rel_dir}/{fname}".replace(os.sep, "/")
+                if not is_temp(rel) and _under(rel, clean, prefix):
+                    out.append(rel)
+        return sorted(out)
+
+    def remove_stale_temps(self, max_age: float = 3600.0) -> int:
+        """Delete temporary files older than ``max_age`` seconds (left by killed writers).
+
+        Returns how many were removed. Younger ones may belong to a writer that
+        is still running, so they are kept.
+        """
+        import time
+
+        cutoff = time.time() - max_age
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                full = os.path.join(dirpath, fname)
+                if is_temp(fname) and os.lstat(full).st_mtime < cutoff:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(full)
+                        removed += 1
+        return removed
+
+    def remove(self, path: str) -> None:
+        try:
+            os.unlink(self.os_path(path))
+        except FileNotFoundError:
+            raise self._missing(path) from None
+
+    def rename(self, src: str, dst: str) -> None:
+        target = self.os_path(dst)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.replace(self.os_path(src), target)
+        except FileNotFoundError:
+            raise self._missing(src) from None
+        _fsync_dir(os.path.dirname(target))
+
+
+def _under(rel: str, clean: str, prefix: str) -> bool:
+    """Does ``rel`` match the listing prefix (a directory when it ends in '/', else a string)?"""
+    if not clean:
+        return True
+    if prefix.endswith("/"):
+        return rel.startswith(clean + "/")
+    return rel.startswith(clean)

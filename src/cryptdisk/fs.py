@@ -1,0 +1,217 @@
+"""``cryptdisk://DISK/path``: an fsspec filesystem over the disks of a config.
+
+Every Python data tool that speaks fsspec reads and writes encrypted data
+through it (DuckDB, pyarrow, pandas, Dask; Polars through pyarrow datasets or
+file objects)::
+
+    fs = fsspec.filesystem("cryptdisk", config="cryptdisk.toml")
+    pd.read_parquet("cryptdisk://secure/t.parquet", storage_options={"config": "cryptdisk.toml"})
+
+The filesystem takes **a config path, never key material** (or reads the
+path from ``CRYPTDISK_CONFIG``): fsspec caches instances by their arguments
+and pickles them to send them to workers, so the only thing that travels is
+the path, and each process loads the keys from it.
+
+Reads are positional and thread-safe (DuckDB shares one file object between
+threads; each thread keeps its own position). Writes are published
+atomically on ``close()``. Directories are implicit, as in object stores:
+``mkdir`` does nothing and a directory exists while it holds a file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from .config import Config, load_config
+from .disks import Disk
+from .errors import ConfigError, DiskFileNotFoundError
+
+__all__ = ["CryptdiskFileSystem"]
+
+#: Options fsspec itself understands; anything else is refused (it might be a secret).
+_FSSPEC_OPTIONS = {"skip_instance_cache", "use_listings_cache", "listings_expiry_time",
+                   "max_paths", "asynchronous", "loop"}
+
+
+class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
+    """fsspec filesystem for ``cryptdisk://DISK/path`` URLs (see the module docstring)."""
+
+    protocol = "cryptdisk"
+    root_marker = ""
+
+    def __init__(self, config: str | os.PathLike[str] | None = None, **options: Any) -> None:
+        unknown = set(options) - _FSSPEC_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"unexpected option(s) {', '.join(sorted(unknown))}: the cryptdisk filesystem "
+                "takes only config=PATH; keys and credentials belong in the config file or "
+                "the environment, never in storage_options")
+        path = config if config is not None else os.environ.get("CRYPTDISK_CONFIG")
+        if not path:
+            raise ConfigError("no config: pass config=PATH (storage_options={'config': PATH}) "
+                              "or set CRYPTDISK_CONFIG")
+        super().__init__(**options)
+        self.config_path = os.path.abspath(os.fspath(path))
+        self.config: Config = load_config(self.config_path)
+        # What fsspec pickles and tokenises: the path only.
+        self.storage_options = {"config": self.config_path, **options}
+
+    def __reduce__(self) -> Any:
+        # Unpickling loads the config again by path; no key is ever serialised.
+        return _reload, (self.config_path,)
+
+    def __repr__(self) -> str:
+        return f"<CryptdiskFileSystem config={self.config_path!r}>"
+
+    # -- paths -----------------------------------------------------------------------
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> str:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]  # type: ignore[return-value]
+        text = os.fspath(path) if not isinstance(path, str) else path
+        if text.startswith("cryptdisk://"):
+            text = text[len("cryptdisk://"):]
+        elif text.startswith("cryptdisk:"):
+            text = text[len("cryptdisk:"):]
+        return text.strip("/")
+
+    def _split(self, path: str) -> tuple[Disk, str]:
+        clean = self._strip_protocol(path)
+        name, _, rest = clean.partition("/")
+        if not name:
+            raise IsADirectoryError(f"cryptdisk://: name a disk (disks: "
+                                    f"{', '.join(sorted(self.config.disks))})")
+        if name not in self.config.disks:
+            raise DiskFileNotFoundError(f"cryptdisk://{clean}: no disk named {name!r} in "
+                                        f"{self.config_path}")
+        return self.config.disks[name], rest
+
+    # -- listing and metadata --------------------------------------------------------------
+
+    def _file_entry(self, disk: Disk, rel: str) -> dict[str, Any]:
+        info = disk.info(rel)
+        return {"name": f"{disk.name}/{rel}", "size": info.size, "type": "file",
+                "mtime": info.mtime, "encrypted": info.encrypted, "format": info.format}
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        clean = self._strip_protocol(path)
+        if not clean:
+            entries = [{"name": n, "size": 0, "type": "directory"} for n in sorted(
+                self.config.disks)]
+            return entries if detail else [e["name"] for e in entries]
+        disk, rel = self._split(clean)
+        if rel and disk.exists(rel):
+            entries = [self._file_entry(disk, rel)]
+            return entries if detail else [e["name"] for e in entries]
+        prefix = rel + "/" if rel else ""
+        files = disk.list(prefix)
+        if rel and not files:
+            raise FileNotFoundError(f"cryptdisk://{clean}: no such file or directory")
+        out: dict[str, dict[str, Any]] = {}
+        for f in files:
+            child = f[len(prefix):].split("/", 1)
+            if len(child) == 2:
+                name = f"{disk.name}/{prefix}{child[0]}"
+                out.setdefault(name, {"name": name, "size": 0, "type": "directory"})
+            else:
+                entry = self._file_entry(disk, f)
+                out[entry["name"]] = entry
+        entries = [out[k] for k in sorted(out)]
+        return entries if detail else [e["name"] for e in entries]
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        clean = self._strip_protocol(path)
+        if not clean:
+            return {"name": "", "size": 0, "type": "directory"}
+        disk, rel = self._split(clean)
+        if not rel:
+            return {"name": disk.name, "size": 0, "type": "directory"}
+        if disk.exists(rel):
+            return self._file_entry(disk, rel)
+        if disk.list(rel + "/"):
+            return {"name": clean, "size": 0, "type": "directory"}
+        raise FileNotFoundError(f"cryptdisk://{clean}: no such file or directory")
+
+    def modified(self, path: str) -> _dt.datetime:
+        mtime = self.info(path).get("mtime")
+        if mtime is None:
+            raise NotImplementedError(f"cryptdisk://{path}: the store does not report mtimes")
+        return _dt.datetime.fromtimestamp(mtime, tz=_dt.UTC)
+
+    def created(self, path: str) -> _dt.datetime:
+        return self.modified(path)
+
+    # -- reading and writing ----------------------------------------------------------------
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
+              cache_options: Any = None, **kwargs: Any) -> Any:
+        disk, rel = self._split(path)
+        if mode == "rb":
+            return disk.open_read(rel)
+        if mode in ("wb", "xb"):
+            if mode == "xb" and disk.exists(rel):
+                raise FileExistsError(f"cryptdisk://{self._strip_protocol(path)} exists")
+            return disk.open_write(rel)
+        raise ValueError(f"cryptdisk:// files open as 'rb' or 'wb', not {mode!r} (files are "
+                         "written once and published atomically)")
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None,
+                 **kwargs: Any) -> bytes:
+        disk, rel = self._split(path)
+        with disk.open_read(rel) as f:
+            size = f.size  # type: ignore[attr-defined]
+            lo = 0 if start is None else (start if start >= 0 else max(0, size + start))
+            hi = size if end is None else (end if end >= 0 else max(0, size + end))
+            return f.pread(lo, max(0, hi - lo))  # type: ignore[attr-defined,no-any-return]
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        disk, rel = self._split(path)
+        disk.write_bytes(rel, value)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        src, srel = self._split(path1)
+        dst, drel = self._split(path2)
+        with src.open_read(srel) as fin, dst.open_write(drel) as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+
+    def mv(self, path1: str, path2: str, recursive: bool = False, maxdepth: Any = None,
+           **kwargs: Any) -> None:
+        src, srel = self._split(path1)
+        dst, drel = self._split(path2)
+        if src is dst and src.exists(srel):
+            src.rename(srel, drel)
+            return
+        super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
+
+    def rm_file(self, path: str) -> None:
+        disk, rel = self._split(path)
+        disk.remove(rel)
+
+    def _rm(self, path: str) -> None:
+        if self.isfile(path):
+            self.rm_file(path)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: Any = None) -> None:
+        paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        for p in reversed(paths):
+            self._rm(p)
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        """Directories are implicit; nothing to do."""
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Directories are implicit; nothing to do."""
+
+    def rmdir(self, path: str) -> None:
+        """Directories are implicit; they vanish with their last file."""
+
+
+def _reload(config_path: str) -> CryptdiskFileSystem:
+    return CryptdiskFileSystem(config=config_path)
+

@@ -1,0 +1,142 @@
+"""``cryptdisk disks``, ``policies`` and ``convert``, run as a user runs them (subprocess)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cryptdisk
+
+K1 = "ab" * 32
+#: The source tree of the cryptdisk being tested, for child processes.
+SRC_ROOT = str(Path(cryptdisk.__file__).resolve().parents[1])
+
+CONFIG = f"""
+[keyring]
+[[keyring.keys]]
+id = 1
+hex = "{K1}"
+
+[disks.raw]
+type = "local"
+path = "raw"
+
+[disks.secure]
+type = "encrypted"
+disk = "raw"
+path = "enc/"
+segment_size = 4096
+
+[policies.main]
+[[policies.main.volumes]]
+name = "hot"
+disks = ["secure", "raw"]
+[[policies.main.volumes]]
+name = "cold"
+disks = ["raw"]
+"""
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    p = tmp_path / "c.toml"
+    p.write_text(CONFIG)
+    return str(p)
+
+
+def test_disks_table_csv_json(config: str, tmp_path: Path) -> None:
+    table = cli("disks", "--config", config)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["name", "path", "type", "is_encrypted", "disk", "algorithm"]
+    assert any(line.split()[:4] == ["secure", f"{tmp_path}/raw/enc/", "encrypted", "1"]
+               for line in lines)
+    rows = list(csv.DictReader(io.StringIO(cli("disks", "-c", config, "--format", "csv").stdout)))
+    assert {r["name"]: r["is_encrypted"] for r in rows} == {"default": "0", "raw": "0",
+                                                           "secure": "1"}
+    data = json.loads(cli("disks", "-c", config, "--format", "json").stdout)
+    assert [d["name"] for d in data] == ["default", "raw", "secure"]
+    assert K1 not in table.stdout
+
+
+def test_policies(config: str) -> None:
+    out = json.loads(cli("policies", "-c", config, "--format", "json").stdout)
+    assert out == [
+        {"policy_name": "default", "volume_name": "default", "volume_priority": 1,
+         "disks": ["default"]},
+        {"policy_name": "main", "volume_name": "hot", "volume_priority": 1,
+         "disks": ["secure", "raw"]},
+        {"policy_name": "main", "volume_name": "cold", "volume_priority": 2, "disks": ["raw"]},
+    ]
+
+
+def test_bad_config_is_a_clean_error(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("[disks.x]\ntype = 'encrypted'\ndisk = 'missing'\n")
+    done = cli("disks", "-c", str(p))
+    assert done.returncode == 1
+    assert done.stderr.startswith("cryptdisk: error: ")
+    assert str(p) in done.stderr and "line 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    files = {"a/one.txt": b"MARKER-ONE\n" * 100, "b.bin": os.urandom(70_000), "empty": b"",
+             "deep/er/x.csv": b"1,2,3\n"}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def test_convert_round_trip_and_resume(config: str, tmp_path: Path) -> None:
+    src, enc, back = tmp_path / "src", tmp_path / "enc", tmp_path / "back"
+    files = _tree(src)
+    first = cli("convert", str(src), str(enc), "-c", config)
+    assert first.returncode == 0, first.stderr
+    assert "converted 4 file(s)" in first.stdout
+    for rel in files:
+        stored = (enc / rel).read_bytes()
+        assert stored.startswith(b"CRYPTDSK") and b"MARKER" not in stored
+    # An interrupted earlier run: one file missing, one stray temp file, one stale target.
+    (enc / "b.bin").unlink()
+    (enc / "a" / ".one.txt.123abc.cdtmp").write_bytes(b"half")
+    again = cli("convert", str(src), str(enc), "-c", config)
+    assert again.returncode == 0, again.stderr
+    assert "converted 1 file(s)" in again.stdout and "skipped 3" in again.stdout
+    assert "removed 1 unfinished" in again.stdout
+    assert not (enc / "a" / ".one.txt.123abc.cdtmp").exists()
+    plain = cli("convert", str(enc), str(back), "-c", config, "--to", "plain")
+    assert plain.returncode == 0, plain.stderr
+    for rel, data in files.items():
+        assert (back / rel).read_bytes() == data
+
+
+def test_convert_refuses_overlapping_trees(config: str, tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    done = cli("convert", str(tmp_path / "src"), str(tmp_path / "src" / "out"), "-c", config)
+    assert done.returncode == 1 and "separate trees" in done.stderr
+
+
+def test_convert_names_file_with_missing_key(config: str, tmp_path: Path) -> None:
+    src, enc = tmp_path / "src", tmp_path / "enc"
+    _tree(src)
+    assert cli("convert", str(src), str(enc), "-c", config).returncode == 0
+    other = tmp_path / "other.toml"
+    other.write_text("[keyring]\n[[keyring.keys]]\nid = 9\nhex = '" + "cd" * 32 + "'\n")
+    done = cli("convert", str(enc), str(tmp_path / "out"), "-c", str(other), "--to", "plain")
+    assert done.returncode == 1
+    assert "id 1" in done.stderr and str(enc) in done.stderr

@@ -1,0 +1,99 @@
+"""open_any / describe: recognising a file's format by its header and choosing its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cryptdisk import Key, Keyring
+from cryptdisk.config import load_config
+from cryptdisk.disks import EncryptedDisk, LocalDisk, describe, open_any
+from cryptdisk.errors import KeyNotFoundError, NotEncryptedError
+
+from .conftest import needs_clickhouse_format
+
+K1, K2 = "12" * 32, "34" * 16
+CH_KEY = "00112233445566778899aabbccddeeff"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    p = tmp_path / "c.toml"
+    p.write_text(f"""
+[keyring]
+[[keyring.keys]]
+id = 1
+hex = "{K1}"
+[disks.raw]
+type = "local"
+path = "raw"
+[disks.other]
+type = "encrypted"
+disk = "raw"
+path = "other"
+[[disks.other.keys]]
+id = 2
+hex = "{K2}"
+""")
+    return str(p)
+
+
+def test_cryptdisk_files_keys_from_keyring_and_disks(config: str, tmp_path: Path) -> None:
+    cfg = load_config(config)
+    raw = LocalDisk("raw", tmp_path / "raw")
+    EncryptedDisk("a", raw, Keyring([Key(1, bytes.fromhex(K1))])).write_bytes("a", b"A" * 1000)
+    cfg.disks["other"].write_bytes("b", b"B" * 10)
+    with open_any(tmp_path / "raw" / "a", config=cfg) as f:
+        assert f.read() == b"A" * 1000
+    with open_any(tmp_path / "raw" / "other" / "b", config=config) as f:
+        assert f.pread(2, 3) == b"BBB"
+    info = describe(tmp_path / "raw" / "other" / "b")
+    assert info == {"path": str(tmp_path / "raw" / "other" / "b"), "format": "cryptdisk",
+                    "stored_size": info["stored_size"], "version": 1, "kind": "sealed",
+                    "algorithm": "aes-128-gcm", "key_id": 2, "segment_size": 65536,
+                    "plaintext_size": 10}
+    assert K2 not in repr(info) and K1 not in repr(info)
+
+
+def test_missing_key_names_file_and_id(tmp_path: Path) -> None:
+    disk = EncryptedDisk("a", LocalDisk("raw", tmp_path), Keyring([Key.generate(77)]))
+    disk.write_bytes("f", b"x")
+    with pytest.raises(KeyNotFoundError) as info:
+        open_any(tmp_path / "f", keyring=Keyring([Key.generate(3)]))
+    assert str(tmp_path / "f") in str(info.value) and "id 77" in str(info.value)
+    assert info.value.key_id == 77
+
+
+def test_plain_files(tmp_path: Path) -> None:
+    (tmp_path / "p").write_bytes(b"just text")
+    with pytest.raises(NotEncryptedError):
+        open_any(tmp_path / "p")
+    with open_any(tmp_path / "p", allow_plain=True) as f:
+        assert f.read() == b"just text"
+    assert describe(tmp_path / "p")["format"] == "plain"
+
+
+@needs_clickhouse_format
+def test_clickhouse_files_by_fingerprint(tmp_path: Path) -> None:
+    from cryptdisk.disks import ClickHouseDisk, ClickHouseKey
+
+    p = tmp_path / "c.toml"
+    p.write_text(f"[disks.raw]\ntype='local'\npath='raw'\n[disks.ch]\ntype='clickhouse'\n"
+                 f"disk='raw'\ncurrent_key_id=5\n[[disks.ch.keys]]\nid=5\nhex='{CH_KEY}'\n")
+    cfg = load_config(p)
+    disk = cfg.disks["ch"]
+    assert isinstance(disk, ClickHouseDisk)
+    disk.write_bytes("part/data.bin", b"clickhouse bytes" * 100)
+    path = tmp_path / "raw" / "part" / "data.bin"
+    assert path.read_bytes()[:3] == b"ENC"
+    with open_any(path, config=cfg) as f:
+        assert f.read() == b"clickhouse bytes" * 100
+    info = describe(path, config=cfg)
+    assert info["format"] == "clickhouse" and info["key_id"] == 5
+    assert info["key_fingerprint"] == "75264928bd0f327f80f1af4b93f2cd69"
+    assert info["plaintext_size"] == 1600 and "AES_128_CTR" in str(info["algorithm"])
+    with pytest.raises(KeyNotFoundError, match="75264928bd0f327f80f1af4b93f2cd69"):
+        open_any(path, config=None)
+    assert ClickHouseKey(5, bytes.fromhex(CH_KEY)).fingerprint.hex() == \
+        "75264928bd0f327f80f1af4b93f2cd69"

@@ -1,0 +1,138 @@
+"""The cryptdisk:// filesystem's own API: paths, listing, atomic writes, pickling, secrets."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from cryptdisk.errors import ConfigError
+from cryptdisk.fs import CryptdiskFileSystem
+
+from .conftest import KEY_HEX, MARKER, assert_ciphertext_only
+
+
+def test_registered_through_entry_point(config_path: str) -> None:
+    fs = fsspec.filesystem("cryptdisk", config=config_path)
+    assert isinstance(fs, CryptdiskFileSystem)
+
+
+def test_pipe_cat_ls_info_rm(config_path: str, tmp_path: Path) -> None:
+    fs = CryptdiskFileSystem(config=config_path)
+    fs.pipe_file("cryptdisk://secure/a/b.txt", MARKER.encode() * 100)
+    fs.pipe_file("cryptdisk://secure/a/c/d.txt", b"d")
+    assert fs.cat_file("cryptdisk://secure/a/b.txt", 3, 10) == (MARKER.encode() * 100)[3:10]
+    assert fs.cat_file("secure/a/b.txt", -5) == (MARKER.encode() * 100)[-5:]
+    assert fs.ls("cryptdisk://secure/a", detail=False) == ["secure/a/b.txt", "secure/a/c"]
+    assert sorted(fs.ls("", detail=False)) == ["default", "plain", "raw", "secure"]
+    info = fs.info("cryptdisk://secure/a/b.txt")
+    assert info["type"] == "file" and info["size"] == len(MARKER) * 100 and info["encrypted"]
+    assert fs.info("cryptdisk://secure/a")["type"] == "directory"
+    assert fs.modified("cryptdisk://secure/a/b.txt").year >= 2024
+    assert sorted(fs.find("cryptdisk://secure")) == ["secure/a/b.txt", "secure/a/c/d.txt"]
+    assert assert_ciphertext_only(tmp_path / "raw" / "enc") == 2
+    fs.rm("cryptdisk://secure/a", recursive=True)
+    assert fs.find("cryptdisk://secure") == []
+    with pytest.raises(FileNotFoundError):
+        fs.info("cryptdisk://secure/a/b.txt")
+    with pytest.raises(FileNotFoundError):
+        fs.open("cryptdisk://nodisk/x")
+
+
+def test_open_write_is_atomic(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path)
+    fs.pipe_file("cryptdisk://secure/f", b"old")
+    with pytest.raises(RuntimeError), fs.open("cryptdisk://secure/f", "wb") as f:
+        f.write(b"new new new")
+        raise RuntimeError
+    assert fs.cat_file("cryptdisk://secure/f") == b"old"
+    with fs.open("cryptdisk://secure/f", "wb") as f:
+        f.write(b"new")
+    assert fs.cat_file("cryptdisk://secure/f") == b"new"
+    with pytest.raises(ValueError, match="'rb' or 'wb'"):
+        fs.open("cryptdisk://secure/f", "ab")
+
+
+def test_mv_and_copy_between_disks(config_path: str, tmp_path: Path) -> None:
+    fs = CryptdiskFileSystem(config=config_path)
+    fs.pipe_file("cryptdisk://plain/p.txt", b"plain text")
+    fs.cp_file("cryptdisk://plain/p.txt", "cryptdisk://secure/p.txt")
+    fs.mv("cryptdisk://secure/p.txt", "cryptdisk://secure/q.txt")
+    assert fs.cat_file("cryptdisk://secure/q.txt") == b"plain text"
+    assert not fs.exists("cryptdisk://secure/p.txt")
+    assert (tmp_path / "plain" / "p.txt").read_bytes() == b"plain text"
+
+
+def test_pickle_carries_the_path_not_the_keys(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe_file("cryptdisk://secure/x", b"payload")
+    blob = pickle.dumps(fs)
+    assert KEY_HEX.encode() not in blob and bytes.fromhex(KEY_HEX) not in blob
+    assert config_path.encode() in blob
+    clone = pickle.loads(blob)
+    assert clone.cat_file("cryptdisk://secure/x") == b"payload"
+    assert KEY_HEX not in repr(fs) and KEY_HEX not in str(fs.storage_options)
+
+
+def test_refuses_key_material_in_storage_options(config_path: str) -> None:
+    with pytest.raises(TypeError, match="never in storage_options"):
+        CryptdiskFileSystem(config=config_path, key=KEY_HEX)
+
+
+def test_config_from_environment(config_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRYPTDISK_CONFIG", config_path)
+    fs = CryptdiskFileSystem(skip_instance_cache=True)
+    assert fs.config_path == config_path
+    monkeypatch.delenv("CRYPTDISK_CONFIG")
+    with pytest.raises(ConfigError, match="CRYPTDISK_CONFIG"):
+        CryptdiskFileSystem(skip_instance_cache=True)
+
+
+def test_one_file_object_many_threads(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path)
+    data = bytes(range(256)) * 4000
+    fs.pipe_file("cryptdisk://secure/big", data)
+    bad = []
+    with fs.open("cryptdisk://secure/big", "rb") as f:
+        def work(seed: int) -> None:
+            for i in range(300):
+                off = (seed * 7919 + i * 104729) % len(data)
+                f.seek(off)
+                if f.read(5000) != data[off : off + 5000]:
+                    bad.append(off)
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert bad == []
+
+
+def test_fsspec_open_discards_on_exception(config_path: str) -> None:
+    """fsspec.open() closes the file from __exit__ even when the block failed."""
+    fs = CryptdiskFileSystem(config=config_path)
+    fs.pipe_file("cryptdisk://secure/atom", b"old")
+    with pytest.raises(RuntimeError), fsspec.open("cryptdisk://secure/atom", "wb",
+                                                  config=config_path) as f:
+        f.write(b"partial")
+        raise RuntimeError("boom")
+    assert fs.cat_file("cryptdisk://secure/atom") == b"old"
+    with fsspec.open("cryptdisk://secure/atom", "wb", config=config_path) as f:
+        f.write(b"whole")
+    assert fs.cat_file("cryptdisk://secure/atom") == b"whole"
+
+
+def test_writing_inside_an_except_block_still_publishes(config_path: str) -> None:
+    import pandas as pd
+
+    try:
+        raise KeyError("the primary source is missing")
+    except KeyError:
+        pd.DataFrame({"a": [1, 2]}).to_parquet("cryptdisk://secure/fallback.parquet",
+                                               storage_options={"config": config_path})
+    back = pd.read_parquet("cryptdisk://secure/fallback.parquet",
+                           storage_options={"config": config_path})
+    assert back["a"].tolist() == [1, 2]
