@@ -41,7 +41,7 @@ def test_encrypt_inspect_verify_decrypt(tmp_path, keyfile):
     r = run("inspect", str(enc), "--json")
     info = json.loads(r.stdout)
     assert info["format"] == "cryptdisk" and info["plaintext_size"] == 200_000
-    assert info["key_id"] == 1 and info["algorithm"] == "AES-256-GCM"
+    assert info["key_id"] == 1 and info["algorithm"] == "aes-256-gcm"
     assert keyfile.read_text().split()[-1] not in r.stdout.decode()
     r = run("verify", str(enc), "--key-file", str(keyfile))
     assert r.returncode == 0 and b"OK" in r.stdout
@@ -113,9 +113,9 @@ def test_not_a_cryptdisk_file(tmp_path, keyfile):
     p = tmp_path / "plain.txt"
     p.write_text("hello world, this is plaintext")
     r = run("inspect", str(p))
-    assert r.returncode == 1 and b"not a cryptdisk file" in r.stderr
+    assert r.returncode == 1 and b"not an encrypted file" in r.stderr
     r = run("verify", str(p), "--key-file", str(keyfile))
-    assert r.returncode == 1 and b"not a cryptdisk file" in r.stderr
+    assert r.returncode == 1 and b"not an encrypted file" in r.stderr
     _no_traceback(r)
 
 
@@ -155,3 +155,38 @@ def test_demo_runs():
     out = r.stdout.decode()
     assert "plaintext found in the encrypted file: False" in out
     assert "SegmentAuthenticationError" in out and "only the new key: True" in out
+
+
+def test_clickhouse_files_through_an_xml_config(tmp_path):
+    """decrypt/cat/inspect/verify recognise ClickHouse's ENC header and find the key by
+    fingerprint in a ClickHouse storage_configuration given with --config."""
+    from cryptdisk.format.clickhouse import CHAlgorithm, open_clickhouse
+
+    key_hex = "00112233445566778899aabbccddeeff"
+    xml = tmp_path / "storage.xml"
+    xml.write_text(f"""<clickhouse><storage_configuration><disks>
+<local_disk><path>{tmp_path}/d/</path></local_disk>
+<enc><type>encrypted</type><disk>local_disk</disk><path>enc/</path>
+<key_hex id="7">{key_hex}</key_hex><current_key_id>7</current_key_id>
+<algorithm>AES_128_CTR</algorithm></enc>
+</disks></storage_configuration></clickhouse>""")
+    data = os.urandom(70_000)
+    path = tmp_path / "data.bin"
+    with open_clickhouse(path, "wb", key=bytes.fromhex(key_hex),
+                         algorithm=CHAlgorithm.AES_128_CTR) as f:
+        f.write(data)
+    info = json.loads(run("inspect", str(path), "--json").stdout)
+    assert info["format"] == "clickhouse" and info["key_fingerprint"] == \
+        "75264928bd0f327f80f1af4b93f2cd69"
+    assert run("cat", str(path), "--config", str(xml)).stdout == data
+    out = tmp_path / "out"
+    assert run("decrypt", str(path), str(out), "--config", str(xml)).returncode == 0
+    assert out.read_bytes() == data
+    r = run("verify", str(path), "--config", str(xml))
+    assert r.returncode == 0 and b"no authentication" in r.stdout
+    other = tmp_path / "other.xml"
+    other.write_text(xml.read_text().replace(key_hex, "ff" * 16))
+    r = run("cat", str(path), "--config", str(other))
+    assert r.returncode == 1 and b"75264928bd0f327f80f1af4b93f2cd69" in r.stderr
+    assert key_hex.encode() not in r.stderr and b"ff" * 16 not in r.stderr
+    _no_traceback(r)

@@ -80,11 +80,11 @@ def _run(con: Any, workdir: str, rows: int) -> None:
               f"-> {size:,} bytes on disk (+{size - len(data):,}: 128-byte header and a 16-byte "
               "tag per 64 KiB segment)")
 
-    from .files import describe
+    from ..disks import describe
 
     info = describe(enc_path)
     con.print("3. [bold]cryptdisk inspect[/]: " + ", ".join(
-        f"{k}={info[k]}" for k in ("kind", "algorithm", "key_id", "segment_size", "segments",
+        f"{k}={info[k]}" for k in ("format", "kind", "algorithm", "key_id", "segment_size",
                                    "plaintext_size")))
 
     rng = random.Random(7)
