@@ -25,14 +25,15 @@ from ..format import (
     FileObjectSource,
     Header,
     Kind,
+    MmapSource,
     SealedReader,
     SealedWriter,
+    Source,
     new_header,
     open_header,
     sealed_layout,
     source_for,
 )
-from ..format._source import MmapSource, Source
 from ..keys import Keyring
 from ._base import Disk, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache

@@ -24,7 +24,7 @@ from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
 from ._sealed import SealedReader, SealedWriter, iter_sealed_stream, sealed_layout, sealed_nonce
-from ._source import FileObjectSource, source_for
+from ._source import FdSource, FileObjectSource, MmapSource, Source, source_for
 
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",
@@ -34,16 +34,19 @@ __all__ = [
     "TAG_SIZE",
     "VERSION",
     "Algorithm",
+    "FdSource",
     "FileObjectSource",
     "Header",
     "KeyLookup",
     "Kind",
+    "MmapSource",
     "MutableFile",
     "MutableStore",
     "SealedReadFile",
     "SealedReader",
     "SealedWriteFile",
     "SealedWriter",
+    "Source",
     "WrappingKey",
     "iter_sealed_stream",
     "mutable_layout",
