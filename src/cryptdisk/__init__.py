@@ -27,6 +27,13 @@ from .keys import Key, Keyring
 __version__ = "0.1.0"
 
 
+def connect(path: str | os.PathLike[str], config: object = None, **options: object) -> object:
+    """Open (or create) an embedded database; see :func:`cryptdisk.db.connect`."""
+    from .db import connect as _connect  # lazy: keeps ``import cryptdisk`` light
+
+    return _connect(path, config, **options)
+
+
 def open(  # noqa: A001 - mirrors io.open on purpose
     file: str | os.PathLike[str],
     mode: str = "rb",
@@ -62,6 +69,7 @@ __all__ = [
     "SealedReadFile",
     "SealedWriteFile",
     "__version__",
+    "connect",
     "open",
     *_errors_all,
 ]

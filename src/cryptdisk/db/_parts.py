@@ -1,0 +1,175 @@
+"""Parts: immutable Parquet files on a disk, written once and checked against the catalog.
+
+A part carries its random id in the Parquet key-value metadata. On an
+encrypted disk that footer is authenticated with the rest of the file, so a
+part file replaced by another valid part (or an older copy) is caught on the
+first read by comparing the id, the row count and the size with the catalog.
+The SHA-256 of the whole Parquet byte stream is recorded too and checked on
+full reads (:func:`verify_part`, merges, moves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..disks._base import Disk
+from ..errors import CatalogError, DiskFileNotFoundError
+from ._catalog import PartMeta
+from ._storage import local_path
+
+__all__ = ["PART_ID_KEY", "read_part", "verify_part", "write_parts"]
+
+PART_ID_KEY = b"cryptdisk.part_id"
+COMPRESSION = "lz4"
+ROW_GROUP_ROWS = 1 << 20
+
+
+class _HashingWriter:
+    """Forward writes to ``raw`` and hash them on the way."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self._hash.update(data)
+        n = self._raw.write(data)
+        self._size += len(memoryview(data))
+        return n if n is not None else len(memoryview(data))
+
+    def tell(self) -> int:
+        return self._size
+
+    def flush(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True  # the disk file is published by its owner, not by pyarrow
+
+    @property
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                *, max_rows: int, on_rows: Callable[[int], None] | None = None) -> list[PartMeta]:
+    """Write ``batches`` as parts of at most about ``max_rows`` rows each; publish each one.
+
+    Returns the new parts (already on disk, not yet in the catalog). If this
+    raises, parts written so far stay on disk as orphans for the next open to
+    remove; the caller records nothing.
+    """
+    parts: list[PartMeta] = []
+    it = iter(batches)
+    pending: pa.RecordBatch | None = next(it, None)
+    while pending is not None:
+        part_id = uuid.uuid4().hex
+        path = f"{prefix}/{part_id}.parquet"
+        meta_schema = schema.with_metadata({PART_ID_KEY: part_id.encode()})
+        rows = 0
+        with disk.open_write(path) as raw:
+            sink = _HashingWriter(raw)
+            with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION) as writer:
+                while pending is not None and rows < max_rows:
+                    if pending.num_rows:
+                        writer.write_batch(pending.cast(schema) if pending.schema != schema
+                                           else pending, row_group_size=ROW_GROUP_ROWS)
+                        rows += pending.num_rows
+                        if on_rows is not None:
+                            on_rows(pending.num_rows)
+                    pending = next(it, None)
+        info = disk.info(path)
+        parts.append(PartMeta(part_id, disk.name, path, rows, sink.tell(), sink.digest,
+                              info.key_id, info.algorithm))
+        if rows == 0:  # an empty insert: nothing to keep
+            disk.remove(path)
+            parts.pop()
+    return parts
+
+
+class _ZeroCopyFile:
+    """A read-only view of a disk file for pyarrow: reads fill fresh buffers, no extra copy."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.closed = False
+        self.size = f.size
+
+    def read(self, n: int = -1) -> Any:
+        pos = self._f.tell()
+        if n is None or n < 0:
+            n = self.size - pos
+        buf = bytearray(max(0, min(n, self.size - pos)))
+        got = self._f.readinto(buf)
+        return buf if got == len(buf) else buf[:got]
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self._f.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _open_parquet(disk: Disk, part: PartMeta) -> tuple[pq.ParquetFile, Any, int]:
+    lp = local_path(disk, part.path)
+    try:
+        if lp is not None:
+            src = pa.memory_map(lp)
+            return pq.ParquetFile(src), src, src.size()
+        f = disk.open_read(part.path)
+    except (FileNotFoundError, DiskFileNotFoundError):
+        raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
+                           hint="restore the disk from a backup") from None
+    size = f.size  # type: ignore[attr-defined]
+    return pq.ParquetFile(_ZeroCopyFile(f), pre_buffer=True), f, size
+
+
+def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
+    """The part's rows (only ``columns`` if given), after checking it is the catalog's part."""
+    pf, handle, size = _open_parquet(disk, part)
+    try:
+        meta = pf.metadata
+        found = (meta.metadata or {}).get(PART_ID_KEY)
+        if found != part.id.encode() or meta.num_rows != part.rows or size != part.bytes:
+            raise CatalogError(
+                f"part {part.path} on disk {disk.name!r} is not the part the catalog "
+                "recorded (replaced, rolled back or truncated)",
+                hint="restore the part from a backup, or drop the table",
+            )
+        return pf.read(columns=columns, use_threads=True)
+    finally:
+        handle.close()
+
+
+def verify_part(disk: Disk, part: PartMeta) -> None:
+    """Read every byte of a part and compare its SHA-256 with the catalog's."""
+    digest = hashlib.sha256()
+    try:
+        with disk.open_read(part.path) as f:
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+    except (FileNotFoundError, DiskFileNotFoundError):
+        raise CatalogError(f"part {part.path} is missing on disk {disk.name!r}") from None
+    if digest.hexdigest() != part.sha256:
+        raise CatalogError(f"part {part.path} on disk {disk.name!r} does not match the "
+                           "SHA-256 the catalog recorded (replaced or rolled back)")
