@@ -34,7 +34,7 @@ def connect(path: str | os.PathLike[str], config: object = None, **options: obje
     return _connect(path, config, **options)
 
 
-def open(  # noqa: A001 - mirrors io.open on purpose
+def open(
     file: str | os.PathLike[str],
     mode: str = "rb",
     *,

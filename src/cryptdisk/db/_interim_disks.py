@@ -40,7 +40,7 @@ class _PlainReader:
     """A local file with a thread-safe ``pread`` and ``size``."""
 
     def __init__(self, path: str) -> None:
-        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._f = open(path, "rb")
         self.size = os.fstat(self._f.fileno()).st_size
         self.name = path
 

@@ -26,8 +26,8 @@ from ._interim_disks import (
     load_config,
 )
 
-__all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk", "resolve_config",
-           "rewrap_on_disk", "stale_cleanup"]
+__all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk",
+           "resolve_config", "rewrap_on_disk", "stale_cleanup"]
 
 log = logging.getLogger("cryptdisk.db")
 

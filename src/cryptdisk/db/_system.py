@@ -76,9 +76,9 @@ def _parts(db: Any) -> pa.Table:
 def _keys(db: Any) -> pa.Table:
     uses = Counter(p.key_id for t in db.catalog.tables.values() for p in t.parts
                    if p.key_id is not None)
-    from ..format import read_header
-
     import os
+
+    from ..format import read_header
     with open(os.path.join(db.path, "catalog"), "rb") as f:
         uses[read_header(f).key_id] += 1
     keys = list(db.keyring)
