@@ -11,6 +11,9 @@ full reads (:func:`verify_part`, merges, moves).
 from __future__ import annotations
 
 import hashlib
+import mmap
+import queue
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,19 +34,48 @@ ROW_GROUP_ROWS = 1 << 20
 
 
 class _HashingWriter:
-    """Forward writes to ``raw`` and hash them on the way."""
+    """Hash and write (encrypt) on a background thread, while pyarrow encodes the next pages.
+
+    pyarrow hands ``write`` immutable ``bytes``, so they are queued without a
+    copy; hashing and AES-GCM release the GIL, so the two threads overlap.
+    ``finish()`` waits for the queue to drain and re-raises any write error.
+    """
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw
         self._hash = hashlib.sha256()
         self._size = 0
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name="cryptdisk-part-writer",
+                                        daemon=True)
+        self._thread.start()
         self.closed = False
 
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._hash.update(data)
+                    self._raw.write(data)
+                except BaseException as exc:  # re-raised in the writing thread
+                    self._error = exc
+
     def write(self, data: Any) -> int:
-        self._hash.update(data)
-        n = self._raw.write(data)
-        self._size += len(memoryview(data))
-        return n if n is not None else len(memoryview(data))
+        if self._error is not None:
+            raise self._error
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        self._queue.put(data)
+        self._size += len(data)
+        return len(data)
+
+    def finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
 
     def tell(self) -> int:
         return self._size
@@ -80,15 +112,18 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
         rows = 0
         with disk.open_write(path) as raw:
             sink = _HashingWriter(raw)
-            with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION) as writer:
-                while pending is not None and rows < max_rows:
-                    if pending.num_rows:
-                        writer.write_batch(pending.cast(schema) if pending.schema != schema
-                                           else pending, row_group_size=ROW_GROUP_ROWS)
-                        rows += pending.num_rows
-                        if on_rows is not None:
-                            on_rows(pending.num_rows)
-                    pending = next(it, None)
+            try:
+                with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION) as writer:
+                    while pending is not None and rows < max_rows:
+                        if pending.num_rows:
+                            writer.write_batch(pending.cast(schema) if pending.schema != schema
+                                               else pending, row_group_size=ROW_GROUP_ROWS)
+                            rows += pending.num_rows
+                            if on_rows is not None:
+                                on_rows(pending.num_rows)
+                        pending = next(it, None)
+            finally:
+                sink.finish()
         info = disk.info(path)
         parts.append(PartMeta(part_id, disk.name, path, rows, sink.tell(), sink.digest,
                               info.key_id, info.algorithm))
@@ -130,35 +165,110 @@ class _ZeroCopyFile:
         self.closed = True
 
 
-def _open_parquet(disk: Disk, part: PartMeta) -> tuple[pq.ParquetFile, Any, int]:
+def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the plaintext at ``offset`` (decrypted in place, in parallel)."""
+    f.seek(offset)
+    got = f.readinto(view)
+    if got != len(view):
+        raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
+
+
+def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tuple[int, int]]:
+    """Merged byte ranges of the column chunks holding ``columns`` (all if None)."""
+    ranges = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if columns is not None and col.path_in_schema.split(".")[0] not in columns:
+                continue
+            starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
+                      if o is not None and o > 0]
+            start = min(starts)
+            ranges.append((start, start + col.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _open_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None
+                    ) -> tuple[pq.ParquetFile, Any, int]:
+    """Decrypt the footer and the needed column chunks into a sparse in-memory file.
+
+    An anonymous map of the part's size costs nothing for the pages never
+    touched; the ranges pyarrow will read are decrypted straight into it (no
+    intermediate copies), and pyarrow then decodes from memory on its own threads.
+    """
+    f = disk.open_read(part.path)
+    try:
+        size = int(f.size)  # type: ignore[attr-defined]
+        if size < 12 or size != part.bytes:
+            _check_identity(disk, part, None, size)
+        mm = mmap.mmap(-1, size)
+        view = memoryview(mm)
+        _decrypt_range(f, view[size - 8:], size - 8)
+        footer = int.from_bytes(view[size - 8 : size - 4], "little") + 8
+        if footer > size - 4 or bytes(view[size - 4:]) != b"PAR1":
+            raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
+        _decrypt_range(f, view[size - footer : size - 8], size - footer)
+        view.release()
+        buffer = pa.py_buffer(mm)
+        meta = pq.read_metadata(pa.BufferReader(buffer))
+        _check_identity(disk, part, meta, size)
+        view = memoryview(mm)
+        for a, b in _chunk_ranges(meta, columns):
+            _decrypt_range(f, view[a:b], a)
+        view.release()
+        return pq.ParquetFile(pa.BufferReader(buffer), metadata=meta), None, size
+    finally:
+        f.close()
+
+
+def _check_identity(disk: Disk, part: PartMeta, meta: pq.FileMetaData | None,
+                    size: int) -> None:
+    found = (meta.metadata or {}).get(PART_ID_KEY) if meta is not None else None
+    if (found != part.id.encode() or meta is None or meta.num_rows != part.rows
+            or size != part.bytes):
+        raise CatalogError(
+            f"part {part.path} on disk {disk.name!r} is not the part the catalog "
+            "recorded (replaced, rolled back or truncated)",
+            hint="restore the part from a backup, or drop the table",
+        )
+
+
+def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
+                  ) -> tuple[pq.ParquetFile, Any, int]:
     lp = local_path(disk, part.path)
     try:
         if lp is not None:
             src = pa.memory_map(lp)
-            return pq.ParquetFile(src), src, src.size()
+            pf = pq.ParquetFile(src)
+            _check_identity(disk, part, pf.metadata, src.size())
+            return pf, src, src.size()
+        if disk.is_encrypted:
+            return _open_encrypted(disk, part, columns)
         f = disk.open_read(part.path)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
                            hint="restore the disk from a backup") from None
     size = f.size  # type: ignore[attr-defined]
-    return pq.ParquetFile(_ZeroCopyFile(f), pre_buffer=True), f, size
+    pf = pq.ParquetFile(_ZeroCopyFile(f), pre_buffer=True)
+    _check_identity(disk, part, pf.metadata, size)
+    return pf, f, size
 
 
 def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     """The part's rows (only ``columns`` if given), after checking it is the catalog's part."""
-    pf, handle, size = _open_parquet(disk, part)
+    pf, handle, _size = _open_parquet(disk, part, columns)
     try:
-        meta = pf.metadata
-        found = (meta.metadata or {}).get(PART_ID_KEY)
-        if found != part.id.encode() or meta.num_rows != part.rows or size != part.bytes:
-            raise CatalogError(
-                f"part {part.path} on disk {disk.name!r} is not the part the catalog "
-                "recorded (replaced, rolled back or truncated)",
-                hint="restore the part from a backup, or drop the table",
-            )
         return pf.read(columns=columns, use_threads=True)
     finally:
-        handle.close()
+        if handle is not None:
+            handle.close()
 
 
 def verify_part(disk: Disk, part: PartMeta) -> None:
