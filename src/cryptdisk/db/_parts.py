@@ -195,37 +195,115 @@ def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tupl
     return merged
 
 
-def _open_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None
-                    ) -> tuple[pq.ParquetFile, Any, int]:
-    """Decrypt the footer and the needed column chunks into a sparse in-memory file.
+class _Arena:
+    """One reusable, process-wide buffer the needed column chunks are decrypted into.
 
-    An anonymous map of the part's size costs nothing for the pages never
-    touched; the ranges pyarrow will read are decrypted straight into it (no
-    intermediate copies), and pyarrow then decodes from memory on its own threads.
+    Fresh memory costs page faults that cost more than AES-GCM itself (about
+    0.6 ms per MB here against 0.15 ms to decrypt), so the compressed
+    plaintext lands in memory that stays mapped between reads. It is safe to
+    reuse because every chunk read through it is compressed: pyarrow
+    decompresses into new buffers and never keeps a reference into it.
     """
-    f = disk.open_read(part.path)
-    try:
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._map: mmap.mmap | None = None
+
+    def view(self, n: int) -> memoryview:
+        if self._map is None or len(self._map) < n:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(-1, max(n, 1 << 21) + (-n % (1 << 21)))
+        return memoryview(self._map)[:n]
+
+
+_ARENA = _Arena()
+_COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
+
+
+class _CompactFile:
+    """A read-only file for pyarrow: prepared ranges come from the arena, others are decrypted.
+
+    ``ranges`` are ``(start, end, arena_offset)``. A read inside one range is a
+    zero-copy view of the arena; anything else (never expected) is decrypted
+    from the sealed file into a fresh buffer, so a read is always correct.
+    """
+
+    def __init__(self, f: Any, size: int, ranges: list[tuple[int, int, int]],
+                 arena: memoryview) -> None:
+        self._f, self.size, self._ranges, self._arena = f, size, ranges, arena
+        self._pos = 0
+        self.closed = False
+
+    def read(self, n: int = -1) -> Any:
+        pos = self._pos
+        n = self.size - pos if n is None or n < 0 else max(0, min(n, self.size - pos))
+        self._pos += n
+        for a, b, off in self._ranges:
+            if a <= pos and pos + n <= b:
+                return self._arena[off + pos - a : off + pos - a + n]
+        buf = bytearray(n)
+        _decrypt_range(self._f, memoryview(buf), pos)
+        return buf
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = offset if whence == 0 else (self._pos + offset if whence == 1
+                                                else self.size + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
+    """Decrypt the footer and the needed column chunks, in place, then decode from memory."""
+    with disk.open_read(part.path) as f:
         size = int(f.size)  # type: ignore[attr-defined]
         if size < 12 or size != part.bytes:
             _check_identity(disk, part, None, size)
-        mm = mmap.mmap(-1, size)
-        view = memoryview(mm)
-        _decrypt_range(f, view[size - 8:], size - 8)
-        footer = int.from_bytes(view[size - 8 : size - 4], "little") + 8
-        if footer > size - 4 or bytes(view[size - 4:]) != b"PAR1":
+        tail = f.pread(size - 8, 8)  # type: ignore[attr-defined]
+        footer = int.from_bytes(tail[:4], "little") + 8
+        if tail[4:] != b"PAR1" or footer > size - 4:
             raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
-        _decrypt_range(f, view[size - footer : size - 8], size - footer)
-        view.release()
-        buffer = pa.py_buffer(mm)
-        meta = pq.read_metadata(pa.BufferReader(buffer))
+        meta = pq.read_metadata(pa.BufferReader(
+            f.pread(size - footer, footer)))  # type: ignore[attr-defined]
         _check_identity(disk, part, meta, size)
-        view = memoryview(mm)
-        for a, b in _chunk_ranges(meta, columns):
-            _decrypt_range(f, view[a:b], a)
-        view.release()
-        return pq.ParquetFile(pa.BufferReader(buffer), metadata=meta), None, size
-    finally:
-        f.close()
+        chunks = _chunk_ranges(meta, columns)
+        if not all(c in _COMPRESSED for c in _codecs(meta, columns)):
+            pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=meta, pre_buffer=True)
+            return pf.read(columns=columns, use_threads=True)
+        with _ARENA.lock:
+            arena = _ARENA.view(sum(b - a for a, b in chunks))
+            try:
+                ranges, off = [], 0
+                for a, b in chunks:
+                    _decrypt_range(f, arena[off : off + b - a], a)
+                    ranges.append((a, b, off))
+                    off += b - a
+                pf = pq.ParquetFile(_CompactFile(f, size, ranges, arena), metadata=meta)
+                return pf.read(columns=columns, use_threads=True)
+            finally:
+                arena.release()
+
+
+def _codecs(meta: pq.FileMetaData, columns: list[str] | None) -> set[str]:
+    out = set()
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if columns is None or col.path_in_schema.split(".")[0] in columns:
+                out.add(str(col.compression).upper())
+    return out
 
 
 def _check_identity(disk: Disk, part: PartMeta, meta: pq.FileMetaData | None,
@@ -249,8 +327,6 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
             pf = pq.ParquetFile(src)
             _check_identity(disk, part, pf.metadata, src.size())
             return pf, src, src.size()
-        if disk.is_encrypted:
-            return _open_encrypted(disk, part, columns)
         f = disk.open_read(part.path)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
@@ -263,6 +339,12 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
 
 def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     """The part's rows (only ``columns`` if given), after checking it is the catalog's part."""
+    if disk.is_encrypted:
+        try:
+            return _read_encrypted(disk, part, columns)
+        except (FileNotFoundError, DiskFileNotFoundError):
+            raise CatalogError(f"part {part.path} of the catalog is missing on disk "
+                               f"{disk.name!r}", hint="restore the disk from a backup") from None
     pf, handle, _size = _open_parquet(disk, part, columns)
     try:
         return pf.read(columns=columns, use_threads=True)
