@@ -93,3 +93,28 @@ def test_second_process_gets_locked_error(tmp_path):
              "read_only=True).query('SELECT count(*) FROM t'))"],
             capture_output=True, text=True, env=env(), timeout=60)
         assert reader.stdout.strip() == "[(0,)]", reader.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operation", ["insert", "optimize"])
+def test_readers_see_whole_inserts_while_another_process_writes(tmp_path, operation):
+    cfg = write_config(tmp_path, [1], 1, "a.toml")
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+    child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg), operation],
+                             stdout=subprocess.PIPE, text=True, env=env())
+    try:
+        assert child.stdout.readline()
+        seen = []
+        with cryptdisk.connect(path, cfg, read_only=True, cache_bytes=1 << 20) as reader:
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                rows = reader.query("SELECT count(*), count(DISTINCT c_int) FROM t")[0]
+                assert rows[0] == 2000 * rows[1]  # whole inserts only
+                seen.append(rows[1])
+        assert seen == sorted(seen) and seen[-1] > seen[0]  # commits appear, never vanish
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()

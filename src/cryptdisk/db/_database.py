@@ -125,7 +125,8 @@ class Database(InsertMixin, MaintenanceMixin):
     # -- catalog -------------------------------------------------------------------
 
     def table(self, name: str) -> TableMeta:
-        meta = self.catalog.tables.get(name) or self.catalog.tables.get(name.lower())
+        meta: TableMeta | None = (self.catalog.tables.get(name)
+                                  or self.catalog.tables.get(name.lower()))
         if meta is None:
             known = ", ".join(sorted(self.catalog.tables)) or "none"
             raise _TableNotFound(f"no table {name!r} in {self.path} (tables: {known})")
@@ -266,7 +267,8 @@ class Database(InsertMixin, MaintenanceMixin):
 
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in meta.columns)
-        return self.con.sql(f"SELECT {cols}").to_arrow_table().schema  # type: ignore[no-any-return]
+        schema: pa.Schema = self.con.sql(f"SELECT {cols}").to_arrow_table().schema
+        return schema
 
     def _create(self, st: _sql.CreateTable) -> None:
         if st.name in self.catalog.tables:

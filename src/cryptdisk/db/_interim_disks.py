@@ -214,14 +214,14 @@ class EncryptedLocalDisk(LocalDisk):
 
     def open_read(self, path: str) -> IO[bytes]:
         try:
-            return cd_open(self.local_path(path), "rb", keyring=self._keyring)
+            return cd_open(self.local_path(path), "rb", keyring=self._keyring)  # type: ignore[return-value]
         except FileNotFoundError:
             raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") from None
 
     def open_write(self, path: str) -> IO[bytes]:
         full = self.local_path(path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        return cd_open(full, "wb", keyring=self._keyring)
+        return cd_open(full, "wb", keyring=self._keyring)  # type: ignore[return-value]
 
     def info(self, path: str) -> FileInfo:
         full = self.local_path(path)
