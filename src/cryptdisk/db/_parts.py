@@ -45,7 +45,7 @@ class _HashingWriter:
         self._raw = raw
         self._hash = hashlib.sha256()
         self._size = 0
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._drain, name="cryptdisk-part-writer",
                                         daemon=True)
