@@ -73,3 +73,51 @@ def test_demo_runs_end_to_end(tmp_path):
     for step in ("INSERT", "avg(c_float) cold", "sum(c_int) warm, 1 thread"):
         assert step in out
     assert os.path.exists(tmp_path / "demo.db.key")
+
+
+def test_interactive_shell_multiline_and_history(tmp_path):
+    import pty
+    import select
+    import time
+
+    db = str(tmp_path / "db")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+               HOME=str(home), TERM="dumb")
+    import warnings
+
+    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process; we exec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid, fd = pty.fork()
+    if pid == 0:  # child: the shell on a terminal
+        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db], env)
+
+    def read_until(marker, timeout=60):
+        out = b""
+        end = time.monotonic() + timeout
+        while marker not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        return out.decode(errors="replace")
+
+    try:
+        assert "end statements with ';'" in read_until(b"cryptdisk> ")
+        os.write(fd, b"SELECT 40\n")
+        assert "->" in read_until(b"-> ")  # the statement continues on the next line
+        os.write(fd, b"  + 2 AS answer;\n")
+        out = read_until(b"cryptdisk> ")
+        assert "answer" in out and "42" in out
+        os.write(fd, b"SELECT * FROM nope;\n")
+        assert "error:" in read_until(b"cryptdisk> ")  # the shell survives errors
+        os.write(fd, b"\x04")  # Ctrl-D
+        read_until(b"\n", timeout=10)
+    finally:
+        _pid, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "SELECT 40" in (home / ".cryptdisk_sql_history").read_text()

@@ -167,8 +167,13 @@ class _ZeroCopyFile:
 
 def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
     """Fill ``view`` with the plaintext at ``offset`` (decrypted in place, in parallel)."""
-    f.seek(offset)
-    got = f.readinto(view)
+    if not hasattr(f, "readinto"):  # the Disk contract promises pread; readinto is a bonus
+        data = f.pread(offset, len(view))
+        view[: len(data)] = data
+        got = len(data)
+    else:
+        f.seek(offset)
+        got = f.readinto(view)
     if got != len(view):
         raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
 
