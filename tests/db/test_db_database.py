@@ -315,3 +315,18 @@ def test_repr_and_pickle(db):
     assert "tables=0" in repr(db)
     with pytest.raises(TypeError):
         pickle.dumps(db)
+
+
+def test_table_names_in_literals_load_nothing_and_views_do_not_go_stale(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(100))
+    assert db.query("SELECT 't' AS name -- FROM t") == [("t",)]
+    assert len(db.cache) == 0
+    assert db.query("SELECT count(*) FROM t") == [(100,)]
+    db.sql("INSERT INTO t " + gen(5))
+    # Every statement registers what it reads afresh: nothing is left from the last one.
+    assert db.query("SELECT count(*) FROM (SELECT c_int FROM t)") == [(105,)]
+    import duckdb
+
+    with pytest.raises(duckdb.CatalogException, match="does not exist"):
+        db.con.sql("SELECT * FROM t")  # the raw DuckDB connection holds no views between

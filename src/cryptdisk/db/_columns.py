@@ -16,7 +16,8 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "needed_columns", "referenced_tables", "rewrite_system_tables"]
+__all__ = ["ALL", "base_tables", "needed_columns", "parse_tree", "referenced_tables",
+           "rewrite_system_tables"]
 
 ALL = None  # marker: every column
 _WORD = re.compile(r'"((?:[^"]|"")+)"|`([^`]+)`|([A-Za-z_][A-Za-z0-9_$]*)')
@@ -30,10 +31,13 @@ def rewrite_system_tables(sql: str) -> tuple[str, bool]:
     return out, n > 0
 
 
+_LITERAL = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
+
+
 def referenced_tables(sql: str, names: set[str]) -> set[str]:
-    """The names in ``names`` that appear as identifiers in ``sql``."""
+    """The names in ``names`` that appear as identifiers in ``sql`` (outside literals)."""
     found = set()
-    for m in _WORD.finditer(sql):
+    for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
         word = m.group(1) or m.group(2) or (m.group(3) or "").lower()
         if word in names:
             found.add(word)
@@ -50,16 +54,35 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
             yield from _walk(v)
 
 
-def needed_columns(con: duckdb.DuckDBPyConnection, sql: str,
-                   tables: dict[str, list[str]]) -> dict[str, list[str] | None]:
-    """For each table in ``tables`` (name -> columns): the columns ``sql`` may read."""
-    everything: dict[str, list[str] | None] = {t: ALL for t in tables}
+def parse_tree(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | None:
+    """DuckDB's parse tree of a SELECT, or None (not a SELECT, or not parseable)."""
     try:
         rows = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
-        tree = json.loads(rows[0][0]) if rows else {"error": True}
+        tree = json.loads(rows[0][0]) if rows else None
     except (duckdb.Error, ValueError):
-        return everything
-    if tree.get("error"):
+        return None
+    if not isinstance(tree, dict) or tree.get("error"):
+        return None
+    return tree
+
+
+def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
+    """The tables in ``names`` that the parse tree reads (FROM / JOIN)."""
+    lower = {n.lower(): n for n in names}
+    found = set()
+    for node in _walk(tree.get("statements", [])):
+        if node.get("type") == "BASE_TABLE" and not node.get("schema_name"):
+            name = lower.get(str(node.get("table_name", "")).lower())
+            if name is not None:
+                found.add(name)
+    return found
+
+
+def needed_columns(tree: dict[str, Any] | None,
+                   tables: dict[str, list[str]]) -> dict[str, list[str] | None]:
+    """For each table in ``tables`` (name -> columns): the columns the query may read."""
+    everything: dict[str, list[str] | None] = {t: ALL for t in tables}
+    if tree is None:
         return everything
     known = {c.lower() for cols in tables.values() for c in cols}
     refs: set[str] = set()

@@ -24,7 +24,13 @@ from ..errors import TableNotFoundError as _TableNotFound
 from . import _sql
 from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
 from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
-from ._columns import needed_columns, referenced_tables, rewrite_system_tables
+from ._columns import (
+    base_tables,
+    needed_columns,
+    parse_tree,
+    referenced_tables,
+    rewrite_system_tables,
+)
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._parts import read_part
@@ -54,6 +60,7 @@ class Database(InsertMixin, MaintenanceMixin):
         if not read_only:
             self._take_lock()
         self._mutex = threading.RLock()
+        self._registered: set[str] = set()
         try:
             self.config = resolve_config(self.path, config, creating)
             self.keyring = self.config.keyring
@@ -209,12 +216,24 @@ class Database(InsertMixin, MaintenanceMixin):
         if wants_system:
             for name, table in system_tables(self).items():
                 self.con.register(f"__cd_system_{name}", table)
-        used = referenced_tables(sql, set(self.catalog.tables))
+        names = set(self.catalog.tables)
+        used = referenced_tables(sql, names)
         if used:
+            tree = parse_tree(self.con, sql)
+            if tree is not None:
+                used = base_tables(tree, names)
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
-            for t, cols in needed_columns(self.con, sql, tables).items():
+            for t, cols in needed_columns(tree, tables).items():
                 self.con.register(t, self.arrow_table(t, cols))
+                self._registered.add(t)
         return sql
+
+    def _release(self) -> None:
+        """Drop this statement's Arrow views, so no later statement sees stale parts."""
+        for t in self._registered:
+            with contextlib.suppress(duckdb.Error):
+                self.con.unregister(t)
+        self._registered.clear()
 
     def _run_duckdb(self, sql: str) -> pa.Table | None:
         for attempt in (0, 1):
@@ -234,6 +253,8 @@ class Database(InsertMixin, MaintenanceMixin):
                 ) from None
             except duckdb.Error as exc:
                 raise DatabaseError(str(exc)) from None
+            finally:
+                self._release()
         return None  # pragma: no cover
 
     def sql(self, sql: str) -> pa.Table | None:

@@ -54,11 +54,11 @@ class InsertMixin:
         with self._mutex:  # type: ignore[attr-defined]
             self._writable("INSERT")  # type: ignore[attr-defined]
             meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
-            prepared = self._prepare(query)  # type: ignore[attr-defined]
-            wrapper = self._cast_select(meta, prepared, columns)
             schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
             disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
             try:
+                prepared = self._prepare(query)  # type: ignore[attr-defined]
+                wrapper = self._cast_select(meta, prepared, columns)
                 reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
                 parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
                                     max_rows=PART_ROWS, on_rows=on_rows)
@@ -69,6 +69,8 @@ class InsertMixin:
                                     ) from None
             except duckdb.Error as exc:
                 raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
+            finally:
+                self._release()  # type: ignore[attr-defined]
             if not parts:
                 return 0
             meta.parts.extend(parts)
