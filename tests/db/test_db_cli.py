@@ -91,7 +91,8 @@ def test_interactive_shell_multiline_and_history(tmp_path):
         warnings.simplefilter("ignore", DeprecationWarning)
         pid, fd = pty.fork()
     if pid == 0:  # child: the shell on a terminal
-        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db], env)
+        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db, "--history",
+                                   str(home / "hist")], env)
 
     def read_until(marker, timeout=60):
         out = b""
@@ -120,4 +121,6 @@ def test_interactive_shell_multiline_and_history(tmp_path):
         _pid, status = os.waitpid(pid, 0)
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert "SELECT 40" in (home / ".cryptdisk_sql_history").read_text()
+    assert "SELECT 40" in (home / "hist").read_text()
+    assert os.stat(home / "hist").st_mode & 0o077 == 0
+    assert not (home / ".cryptdisk_sql_history").exists()

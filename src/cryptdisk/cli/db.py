@@ -76,14 +76,19 @@ def _run_and_print(db: Any, sql: str, fmt: str) -> None:
             print(format_table(result, fmt))
 
 
-def _shell(db: Any, fmt: str) -> int:
+def _shell(db: Any, fmt: str, history: str | None) -> int:
+    """A prompt with readline editing and in-session history; saved only to ``history``.
+
+    Statements can hold data (``INSERT ... VALUES``), so nothing is written to
+    disk unless the user names a history file.
+    """
     import readline
 
-    history = os.path.expanduser("~/.cryptdisk_sql_history")
-    try:
-        readline.read_history_file(history)
-    except OSError:
-        pass
+    if history:
+        try:
+            readline.read_history_file(history)
+        except OSError:
+            pass
     print(f"cryptdisk sql on {db.path}: end statements with ';', quit with Ctrl-D")
     from ..errors import CryptdiskError
 
@@ -112,10 +117,12 @@ def _shell(db: Any, fmt: str) -> int:
                 except CryptdiskError as exc:
                     print(f"error: {exc}", file=sys.stderr)
     finally:
-        try:
-            readline.write_history_file(history)
-        except OSError:
-            pass
+        if history:
+            try:
+                readline.write_history_file(history)
+                os.chmod(history, 0o600)
+            except OSError:
+                pass
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -126,7 +133,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if not sys.stdin.isatty():
             _run_and_print(db, sys.stdin.read(), args.format)
             return 0
-        return _shell(db, args.format)
+        return _shell(db, args.format, args.history)
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
@@ -162,6 +169,9 @@ def register(sub: Any) -> None:
     p.add_argument("-q", "--query", help="statements to run (';'-separated); "
                    "without it: a shell on a terminal, else statements from stdin")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--history", metavar="FILE",
+                   help="keep the shell's history in FILE (mode 0600); statements may hold "
+                   "data in plaintext, so by default history lasts for the session only")
     p.add_argument("--read-only", action="store_true",
                    help="open without the write lock (alongside a writer)")
     p.set_defaults(func=cmd_sql)

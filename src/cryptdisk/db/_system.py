@@ -52,7 +52,8 @@ def _tables(db: Any) -> pa.Table:
         "parts": pa.array([len(t.parts) for t in metas], pa.int64()),
         "rows": pa.array([t.rows for t in metas], pa.int64()),
         "bytes": pa.array([sum(p.bytes for p in t.parts) for t in metas], pa.int64()),
-        "is_encrypted": pa.array([all(db.config.disks[p.disk].is_encrypted for p in t.parts)
+        "is_encrypted": pa.array([all(getattr(db.config.disks.get(p.disk), "is_encrypted", False)
+                                      for p in t.parts)
                                   if t.parts else db.config.policies[t.policy].volumes[0]
                                   .disks[0].is_encrypted for t in metas], pa.bool_()),
     })
