@@ -18,7 +18,7 @@ from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError
 from ..keys import rewrap_file
 from . import _sql
 from ._catalog import CATALOG_FILE, PartMeta
-from ._parts import verify_part
+from ._parts import read_part, verify_part
 from ._storage import policy_disk, rewrap_on_disk, stale_cleanup
 
 if TYPE_CHECKING:
@@ -131,12 +131,17 @@ class MaintenanceMixin:
 
             for part in meta.parts:
                 verify_part(self.config.disks[part.disk], part)
-            data = self.arrow_table(meta.name)  # type: ignore[attr-defined]
-            if meta.order_by:
+            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
+            if meta.order_by:  # one sort over the whole table, in memory
+                data = self.arrow_table(meta.name)  # type: ignore[attr-defined]
                 data = data.sort_by([(c, "ascending") for c in meta.order_by.split(",")])
+                batches: Any = data.to_batches(max_chunksize=1 << 20)
+            else:  # one part at a time: memory stays at about one part
+                batches = (batch for part in list(meta.parts)
+                           for batch in read_part(self.config.disks[part.disk], part, None)
+                           .to_batches(max_chunksize=1 << 20))
             disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
-            new = write_parts(disk, meta.prefix(self.catalog.db_id),
-                              data.to_batches(max_chunksize=1 << 20), data.schema,
+            new = write_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
                               max_rows=PART_ROWS, on_rows=on_rows)
             self._replace_parts(meta, new)
             return True
