@@ -330,3 +330,33 @@ def test_table_names_in_literals_load_nothing_and_views_do_not_go_stale(db):
 
     with pytest.raises(duckdb.CatalogException, match="does not exist"):
         db.con.sql("SELECT * FROM t")  # the raw DuckDB connection holds no views between
+
+
+def test_inserts_stream_into_parts_of_bounded_size(db, monkeypatch):
+    from cryptdisk.db import _insert
+
+    monkeypatch.setattr(_insert, "BATCH_ROWS", 512)
+    monkeypatch.setattr(_insert, "PART_ROWS", 2048)
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(9000))
+    rows = [r for (r,) in db.query("SELECT rows FROM system.parts ORDER BY part")]
+    assert sum(rows) == 9000 and len(rows) >= 4 and max(rows) <= 2048 + 512
+    assert db.query("SELECT count(DISTINCT c_int), min(c_int), max(c_int) FROM t") == \
+        [(9000, 0, 8999)]
+
+
+def test_threads_share_one_database(db):
+    from concurrent.futures import ThreadPoolExecutor
+
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(2000))
+
+    def work(i):
+        if i % 4 == 0:
+            db.sql("INSERT INTO t " + gen(10, 10_000 + i * 10))
+        return db.query("SELECT count(*) FROM t")[0][0]
+
+    with ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(work, range(40)))
+    assert all(c >= 2000 and (c - 2000) % 10 == 0 for c in counts)
+    assert db.query("SELECT count(*) FROM t") == [(2000 + 10 * 10,)]
