@@ -360,3 +360,39 @@ def test_threads_share_one_database(db):
         counts = list(pool.map(work, range(40)))
     assert all(c >= 2000 and (c - 2000) % 10 == 0 for c in counts)
     assert db.query("SELECT count(*) FROM t") == [(2000 + 10 * 10,)]
+
+
+def test_tampered_catalog_is_refused(tmp_path):
+    cryptdisk.connect(tmp_path / "db").close()
+    path = tmp_path / "db" / "catalog"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(CatalogError, match="cannot be trusted"):
+        cryptdisk.connect(tmp_path / "db")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[disks.x]\ntype = "weird"\npath = "x"\n', "unknown type 'weird'"),
+    ('[policies.p]\nvolumes = [{ name = "v", disks = ["nope"] }]\n', "unknown disk"),
+    ('[disks.y]\ntype = "local"\n', "needs a path"),
+])
+def test_config_errors_name_the_problem(tmp_path, extra, message):
+    from conftest import write_config
+
+    from cryptdisk.errors import ConfigError
+
+    cfg = write_config(tmp_path, [1], 1)
+    cfg.write_text(cfg.read_text() + extra)
+    with pytest.raises(ConfigError, match=message):
+        cryptdisk.connect(tmp_path / "db", cfg)
+
+
+def test_config_without_default_policy(tmp_path):
+    from conftest import write_config
+
+    cfg = write_config(tmp_path, [1], 1)
+    cfg.write_text(cfg.read_text().replace("[policies.default]", "[policies.other]"))
+    with pytest.raises(DatabaseError, match="no storage policy named 'default'"):
+        cryptdisk.connect(tmp_path / "db", cfg)
+    assert not os.path.exists(tmp_path / "db" / "catalog")
