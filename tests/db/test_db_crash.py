@@ -18,7 +18,7 @@ from conftest import SCHEMA, write_config
 import cryptdisk
 
 CHILD = os.path.join(os.path.dirname(__file__), "crash_child.py")
-TRIALS = int(os.environ.get("CRYPTDISK_CRASH_TRIALS", "6"))
+TRIALS = int(os.environ.get("CRYPTDISK_CRASH_TRIALS", "10"))
 
 
 def env():

@@ -396,3 +396,11 @@ def test_config_without_default_policy(tmp_path):
     with pytest.raises(DatabaseError, match="no storage policy named 'default'"):
         cryptdisk.connect(tmp_path / "db", cfg)
     assert not os.path.exists(tmp_path / "db" / "catalog")
+
+
+def test_a_dropped_database_releases_its_lock(tmp_path):
+    import gc
+
+    cryptdisk.connect(tmp_path / "db")  # never closed
+    gc.collect()
+    cryptdisk.connect(tmp_path / "db").close()

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import weakref
 from typing import Any
 
 import duckdb
@@ -91,10 +92,12 @@ class Database(InsertMixin, MaintenanceMixin):
                 hint="close it there, or open this one with read_only=True "
                 "(cryptdisk sql --read-only)") from None
         self._lock_fd = fd
+        # A database dropped without close() still lets go of the lock when collected.
+        self._unlock = weakref.finalize(self, os.close, fd)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing drops the flock
+            self._unlock()  # closing the descriptor drops the flock
             self._lock_fd = None
 
     def _new_duckdb(self, memory_limit: str | None, threads: int | None) -> Any:
