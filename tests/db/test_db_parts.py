@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 from conftest import SCHEMA, gen
 
-from cryptdisk.db import _parts
+from cryptdisk.db import _partread as _parts
 
 
 def test_results_do_not_alias_the_arena(db):

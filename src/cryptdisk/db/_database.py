@@ -34,7 +34,7 @@ from ._columns import (
 )
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
-from ._parts import read_part
+from ._partread import read_part
 from ._storage import resolve_config
 from ._system import system_tables
 

@@ -18,7 +18,8 @@ from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError
 from ..keys import rewrap_file
 from . import _sql
 from ._catalog import CATALOG_FILE, PartMeta
-from ._parts import read_part, verify_part
+from ._partread import read_part
+from ._parts import verify_part
 from ._storage import policy_disk, rewrap_on_disk, stale_cleanup
 
 if TYPE_CHECKING:
