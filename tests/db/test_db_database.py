@@ -195,6 +195,9 @@ def test_system_tables(db):
         ("p", 10, False), ("t", 10, True)]
     rows = db.query("SELECT \"table\", disk, key_id, algorithm FROM system.parts ORDER BY 1")
     assert rows == [("p", "plain", None, None), ("t", "default", 1, "AES-256-GCM")]
+    sizes = db.query("SELECT \"table\", bytes, bytes_on_disk FROM system.parts ORDER BY 1")
+    assert sizes[0][1] == sizes[0][2]  # plain: stored as is
+    assert sizes[1][2] > sizes[1][1] + 128  # encrypted: header and one tag per segment
     keys = db.query("SELECT id, algorithm, source, is_current, files FROM SYSTEM.KEYS")
     assert keys == [(1, "AES-256-GCM", "file", True, 2)]  # one part + the catalog
     text = str(db.sql("SELECT * FROM system.keys").to_pylist())

@@ -37,6 +37,7 @@ class PartMeta:
     sha256: str
     key_id: int | None = None
     algorithm: str | None = None
+    bytes_on_disk: int | None = None  # stored size (header and tags included)
 
 
 @dataclass

@@ -107,7 +107,8 @@ class MaintenanceMixin:
                             on_bytes(len(chunk))
                 info = target.info(path)
                 moved.append(PartMeta(part.id, target.name, path, part.rows, part.bytes,
-                                      part.sha256, info.key_id, info.algorithm))
+                                      part.sha256, info.key_id, info.algorithm,
+                                      info.stored_size))
             self._replace_parts(meta, moved, policy=policy)
 
     def _optimize_stmt(self, st: _sql.Optimize) -> None:
@@ -180,7 +181,7 @@ class MaintenanceMixin:
                     info = disk.info(part.path)
                     meta.parts[i] = PartMeta(part.id, part.disk, part.path, part.rows,
                                              part.bytes, part.sha256, info.key_id,
-                                             info.algorithm)
+                                             info.algorithm, info.stored_size)
                     if on_file is not None:
                         on_file(part.path)
             count += rewrap_file(os.path.join(self.path, CATALOG_FILE),  # type: ignore[attr-defined]

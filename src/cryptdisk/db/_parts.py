@@ -124,7 +124,7 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
                 sink.finish()
         info = disk.info(path)
         parts.append(PartMeta(part_id, disk.name, path, rows, sink.tell(), sink.digest,
-                              info.key_id, info.algorithm))
+                              info.key_id, info.algorithm, info.stored_size))
         if rows == 0:  # an empty insert: nothing to keep
             disk.remove(path)
             parts.pop()

@@ -66,6 +66,7 @@ def _parts(db: Any) -> pa.Table:
         "part": pa.array([p.id for _, p in rows], pa.string()),
         "rows": pa.array([p.rows for _, p in rows], pa.int64()),
         "bytes": pa.array([p.bytes for _, p in rows], pa.int64()),
+        "bytes_on_disk": pa.array([p.bytes_on_disk for _, p in rows], pa.int64()),
         "disk": pa.array([p.disk for _, p in rows], pa.string()),
         "path": pa.array([p.path for _, p in rows], pa.string()),
         "key_id": pa.array([p.key_id for _, p in rows], pa.uint64()),
