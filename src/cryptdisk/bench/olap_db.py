@@ -121,9 +121,9 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
             for _ in range(repeats):
                 _insert_round(db, rows, series, tick)
             for strategy in STRATEGIES:
-                stored[strategy] = db.query(
+                stored[strategy] = int(db.query(
                     f"SELECT sum(bytes) FROM system.parts WHERE \"table\" = '{TABLES[strategy]}'"  # noqa: S608 - constant table names
-                )[0][0]
+                )[0][0])
         for _ in range(repeats):
             got = _query_round(lambda: connect(path, read_only=True), series, 3, tick)
             cache = {"bound": got["bound"], "peak": max(cache["peak"], got["peak"])}
