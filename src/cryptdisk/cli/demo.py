@@ -117,6 +117,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
             from .db import format_table
 
             console.print(format_table(db.sql("SELECT * FROM system.disks")), markup=False)
+            console.print("\n[bold]system.parts[/bold] and [bold]system.keys[/bold] "
+                          "(ids and counts, never key material)")
+            console.print(format_table(db.sql(
+                'SELECT "table", rows, bytes, bytes_on_disk, disk, key_id, algorithm '
+                "FROM system.parts ORDER BY 1")), markup=False)
+            console.print(format_table(db.sql("SELECT * FROM system.keys")), markup=False)
             console.print()
             _show_bytes(db, console)
         table = Table(title=f"\n{args.rows:,} rows: plain vs encrypted (median, seconds)")
