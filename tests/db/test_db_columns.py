@@ -20,6 +20,8 @@ QUERIES = [
     "WITH a AS (SELECT c_int AS k FROM t) SELECT count(*) FROM a JOIN u ON a.k = u.c_int",
     "SELECT count(*) FROM t JOIN u USING (c_int)",
     "SELECT count(*) FROM t NATURAL JOIN u",
+    "SELECT count(*) FROM t NATURAL JOIN v",  # v matches t on c_int only
+    "SELECT count(*) FROM t JOIN v USING (c_int, c_str)",
     "SELECT list_transform([c_int], lambda x: x * 2)[1] FROM t ORDER BY c_int LIMIT 1",
     "SELECT c_int, row_number() OVER (ORDER BY c_float DESC) FROM t ORDER BY 2 LIMIT 2",
     "SELECT (SELECT max(c_str) FROM u) AS m, min(c_float) FROM t",
@@ -45,6 +47,9 @@ def pair(tmp_path_factory):
         db.sql(f"INSERT INTO {name} " + gen(n, start))
         native.execute(f"CREATE TABLE {name} {SCHEMA}")
         native.execute(f"INSERT INTO {name} " + gen(n, start))
+    other = "SELECT i::BIGINT, md5((i + 1)::VARCHAR), i / 7 FROM range(100) r(i)"
+    db.sql(f"CREATE TABLE v {SCHEMA}; INSERT INTO v {other}")
+    native.execute(f"CREATE TABLE v {SCHEMA}; INSERT INTO v {other}")
     yield db, native
     db.close()
     native.close()
