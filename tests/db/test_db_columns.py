@@ -30,6 +30,13 @@ QUERIES = [
     "SELECT \"c_int\" FROM \"t\" ORDER BY 1 LIMIT 1",
     "SELECT max(length(c_str)) FROM t GROUP BY ALL",
     "DESCRIBE t",
+    "SELECT #2 FROM t ORDER BY #1 LIMIT 2",
+    "SELECT count(*) FROM t POSITIONAL JOIN v",
+    "SELECT * EXCLUDE (c_str) FROM t ORDER BY c_int LIMIT 2",
+    "SELECT max(c_int) FROM (UNPIVOT (SELECT c_int, c_float FROM t) ON c_float INTO NAME k "
+    "VALUE val)",
+    "SELECT count(*) FROM t ASOF JOIN v ON t.c_int >= v.c_int",
+    "SELECT sum(c_int) FILTER (WHERE c_str > 'a') FROM t",
     "SUMMARIZE SELECT c_int FROM t",
     "SELECT * FROM t EXCEPT SELECT * FROM u ORDER BY 1 LIMIT 2",
     "PIVOT (SELECT c_int % 2 AS k, c_float FROM t) ON k USING sum(c_float)",

@@ -90,8 +90,8 @@ def needed_columns(tree: dict[str, Any] | None,
         cls = node.get("class")
         if cls == "STAR" or node.get("type") in ("STAR", "COLUMNS"):
             return everything
-        if node.get("ref_type") == "NATURAL":  # joins on every common column
-            return everything
+        if node.get("ref_type") in ("NATURAL", "POSITIONAL") or cls == "POSITIONAL_REFERENCE":
+            return everything  # a column by position, or joins on every common column
         if cls == "COLUMN_REF":
             name = str(node.get("column_names", [""])[-1]).lower()
             if name not in known:
