@@ -407,3 +407,22 @@ def test_a_dropped_database_releases_its_lock(tmp_path):
     cryptdisk.connect(tmp_path / "db")  # never closed
     gc.collect()
     cryptdisk.connect(tmp_path / "db").close()
+
+
+def test_no_key_material_in_catalog_logs_or_reprs(tmp_path, caplog):
+    from cryptdisk.keys import key_from_file
+
+    with caplog.at_level(logging.DEBUG):
+        db = cryptdisk.connect(tmp_path / "db")
+    key_hex = key_from_file(tmp_path / "db.key").hex()
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(10))
+    with cryptdisk.open(tmp_path / "db" / "catalog", keyring=db.keyring) as f:
+        catalog = f.read().decode()
+    assert '"t"' in catalog  # it is the catalog...
+    shown = [catalog, caplog.text, repr(db), repr(db.config), repr(db.keyring),
+             str(db.sql("SELECT * FROM system.keys").to_pylist()),
+             str(db.sql("SELECT * FROM system.disks").to_pylist())]
+    for text in shown:
+        assert key_hex not in text.lower()
+    db.close()
