@@ -2,7 +2,7 @@
 
 import duckdb
 import pytest
-from conftest import SCHEMA, gen
+from dbhelpers import SCHEMA, gen
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import SCHEMA, write_config
+from dbhelpers import SCHEMA, write_config
 
 import cryptdisk
 

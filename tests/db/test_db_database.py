@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, gen
+from dbhelpers import SCHEMA, gen
 
 import cryptdisk
 from cryptdisk.errors import (
@@ -381,7 +381,7 @@ def test_tampered_catalog_is_refused(tmp_path):
     ('[disks.y]\ntype = "local"\n', "needs a path"),
 ])
 def test_config_errors_name_the_problem(tmp_path, extra, message):
-    from conftest import write_config
+    from dbhelpers import write_config
 
     from cryptdisk.errors import ConfigError
 
@@ -392,7 +392,7 @@ def test_config_errors_name_the_problem(tmp_path, extra, message):
 
 
 def test_config_without_default_policy(tmp_path):
-    from conftest import write_config
+    from dbhelpers import write_config
 
     cfg = write_config(tmp_path, [1], 1)
     cfg.write_text(cfg.read_text().replace("[policies.default]", "[policies.other]"))

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, gen
+from dbhelpers import SCHEMA, gen
 
 from cryptdisk.db import _partread as _parts
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCHEMA, gen, write_config
+from dbhelpers import SCHEMA, gen, write_config
 
 import cryptdisk
 from cryptdisk.errors import KeyNotFoundError
