@@ -17,7 +17,7 @@ Lower tiers live in :mod:`cryptdisk.format` (segments, headers, data keys) and
 from __future__ import annotations
 
 import os
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
@@ -25,7 +25,22 @@ from .format import Algorithm, MutableFile, SealedReadFile, SealedWriteFile
 from .format import open_file as _open_file
 from .keys import Key, Keyring
 
+if TYPE_CHECKING:
+    from .db import Database
+
 __version__ = "0.1.0"
+
+
+def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:
+    """Open (or create) an embedded database in directory ``path``.
+
+    With no ``config`` every table is encrypted under a key generated on first
+    use into ``PATH.key`` beside the directory (mode 0600; losing it loses the
+    data). See :func:`cryptdisk.db.connect` for the options.
+    """
+    from .db import connect as _connect  # lazy: keeps ``import cryptdisk`` light
+
+    return _connect(path, config, **options)
 
 
 @overload
@@ -80,6 +95,7 @@ __all__ = [
     "SealedReadFile",
     "SealedWriteFile",
     "__version__",
+    "connect",
     "open",
     *_errors_all,
 ]

@@ -150,7 +150,7 @@ def test_keygen_prints_hex():
 
 
 def test_demo_runs():
-    r = run("demo", "--rows", "2000")
+    r = run("demo", "--files", "--rows", "2000")
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
     assert "plaintext found in the encrypted file: False" in out

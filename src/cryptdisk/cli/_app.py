@@ -17,6 +17,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.keys",
     "cryptdisk.cli.files",
     "cryptdisk.cli.disks",
+    "cryptdisk.cli.db",
 ]
 
 PROG = "cryptdisk"

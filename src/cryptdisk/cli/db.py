@@ -1,0 +1,189 @@
+"""``cryptdisk sql``, ``cryptdisk rotate``, ``cryptdisk reencrypt``: the embedded database."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import decimal
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["format_table", "register"]
+
+PROMPT, MORE = "cryptdisk> ", "        -> "
+
+
+def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
+    from ..db import connect
+
+    if not os.path.isdir(args.path) and read_only:
+        from ..errors import DatabaseError
+
+        raise DatabaseError(f"no database at {args.path}")
+    return connect(args.path, args.config, read_only=read_only)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (decimal.Decimal, _dt.date, _dt.datetime, _dt.time, _dt.timedelta)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def format_table(table: Any, fmt: str = "table") -> str:
+    """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list)."""
+    names = list(table.column_names)
+    rows = [[_plain(v) for v in r.values()] for r in table.to_pylist()] if table.num_rows else []
+    if fmt == "json":
+        return json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
+    if fmt == "csv":
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows(["" if v is None else v for v in r] for r in rows)
+        return buf.getvalue().rstrip("\n")
+    cells = [names] + [["NULL" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(names))]
+    line = "-+-".join("-" * w for w in widths)
+    out = [" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)), line]
+    for r in cells[1:]:
+        out.append(" | ".join(c.rjust(w) if _numeric(c) else c.ljust(w)
+                              for c, w in zip(r, widths, strict=True)))
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _run_and_print(db: Any, sql: str, fmt: str) -> None:
+    from ..db._sql import split_statements
+
+    for statement in split_statements(sql):
+        result = db.execute(statement)
+        if result is not None:
+            print(format_table(result, fmt))
+
+
+def _shell(db: Any, fmt: str, history: str | None) -> int:
+    """A prompt with readline editing and in-session history; saved only to ``history``.
+
+    Statements can hold data (``INSERT ... VALUES``), so nothing is written to
+    disk unless the user names a history file.
+    """
+    import readline
+
+    if history:
+        try:
+            readline.read_history_file(history)
+        except OSError:
+            pass
+    print(f"cryptdisk sql on {db.path}: end statements with ';', quit with Ctrl-D")
+    from ..errors import CryptdiskError
+
+    buf: list[str] = []
+    try:
+        while True:
+            try:
+                line = input(MORE if buf else PROMPT)
+            except EOFError:
+                print()
+                return 0
+            except KeyboardInterrupt:
+                print()
+                buf = []
+                continue
+            buf.append(line)
+            text = "\n".join(buf).strip()
+            if not text:
+                buf = []
+            elif text.endswith(";") or text.lower() in ("quit", "exit", r"\q"):
+                buf = []
+                if text.lower() in ("quit", "exit", r"\q"):
+                    return 0
+                try:
+                    _run_and_print(db, text, fmt)
+                except CryptdiskError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+    finally:
+        if history:
+            try:
+                readline.write_history_file(history)
+                os.chmod(history, 0o600)
+            except OSError:
+                pass
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    with _open(args, read_only=args.read_only) as db:
+        if args.query is not None:
+            _run_and_print(db, args.query, args.format)
+            return 0
+        if not sys.stdin.isatty():
+            _run_and_print(db, sys.stdin.read(), args.format)
+            return 0
+        return _shell(db, args.format, args.history)
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    with _open(args) as db:
+        n = db.rotate_keys()
+        print(f"rewrapped {n} file(s) of {db.path} under key {db.keyring.current_key_id}")
+    return 0
+
+
+def cmd_reencrypt(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    with _open(args) as db, Progress(transient=True) as bar:
+        task = bar.add_task("re-encrypting tables", total=len(db.catalog.tables))
+        db.reencrypt(on_table=lambda _name: bar.advance(task))
+        tables = len(db.catalog.tables)
+    print(f"re-encrypted {tables} table(s) of {args.path} under new data keys "
+          f"(key {db.keyring.current_key_id})")
+    return 0
+
+
+def register(sub: Any) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("path", help="the database directory")
+        p.add_argument("--config", help="cryptdisk TOML config (keys, disks, policies); "
+                       "default: encrypt everything with the key in PATH.key")
+
+    p = sub.add_parser("sql", help="query an embedded database (shell, or -q QUERY)",
+                       description="Run SQL on an embedded cryptdisk database: DuckDB's SQL "
+                       "plus CREATE TABLE ... SETTINGS storage_policy, OPTIMIZE TABLE, "
+                       "system.* tables.")
+    common(p)
+    p.add_argument("-q", "--query", help="statements to run (';'-separated); "
+                   "without it: a shell on a terminal, else statements from stdin")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--history", metavar="FILE",
+                   help="keep the shell's history in FILE (mode 0600); statements may hold "
+                   "data in plaintext, so by default history lasts for the session only")
+    p.add_argument("--read-only", action="store_true",
+                   help="open without the write lock (alongside a writer)")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("rotate", help="rewrap every file of a database under the current key",
+                       description="Rewrap parts and catalog under the config's current key "
+                       "(headers only; crash-safe, rerun to resume).")
+    common(p)
+    p.set_defaults(func=cmd_rotate)
+
+    p = sub.add_parser("reencrypt", help="rewrite a database's data under new data keys",
+                       description="Merge and re-encrypt every table under new data keys and "
+                       "the current key, then rewrap what remains.")
+    common(p)
+    p.set_defaults(func=cmd_reencrypt)

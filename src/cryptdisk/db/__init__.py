@@ -1,0 +1,19 @@
+"""The embedded database: tables on storage policies, DuckDB SQL, encrypted storage.
+
+::
+
+    import cryptdisk
+
+    db = cryptdisk.connect("analytics.db")      # key created in analytics.db.key
+    db.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float DOUBLE)")
+    db.sql("INSERT INTO t SELECT range, md5(range::VARCHAR), range / 7 FROM range(1000)")
+    db.sql("SELECT avg(c_float) FROM t")         # an Arrow table
+
+Tables are encrypted unless their storage policy says otherwise; DuckDB runs
+the SQL on decrypted columns held in a bounded in-memory cache.
+"""
+
+from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
+from ._database import Database, connect
+
+__all__ = ["DEFAULT_CACHE_BYTES", "ColumnCache", "Database", "connect"]

@@ -1,0 +1,78 @@
+"""The decrypted-data cache: decoded columns of parts, in memory, within a byte bound.
+
+Like PostgreSQL's shared buffers hold decrypted pages, this holds decoded
+Arrow columns keyed by (part id, column), least recently used first out. Sizes
+are measured (the Arrow buffers' total size), never estimated, and an entry
+larger than the whole bound is used for one query and not kept, so
+:attr:`ColumnCache.size` never exceeds :attr:`ColumnCache.bound`. Plaintext
+lives only here, in process memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import pyarrow as pa
+
+__all__ = ["DEFAULT_CACHE_BYTES", "ColumnCache"]
+
+DEFAULT_CACHE_BYTES = 2 << 30
+
+
+def measured_size(array: pa.ChunkedArray) -> int:
+    """Bytes of the Arrow buffers behind ``array`` (what the cache really holds)."""
+    return int(array.get_total_buffer_size())
+
+
+class ColumnCache:
+    """An LRU of decoded columns, thread-safe, bounded by measured bytes."""
+
+    def __init__(self, bound: int = DEFAULT_CACHE_BYTES) -> None:
+        if not isinstance(bound, int) or bound < 0:
+            raise ValueError(f"cache bound must be a non-negative number of bytes, not {bound!r}")
+        self.bound = bound
+        self.size = 0
+        self.peak = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[tuple[str, str], tuple[pa.ChunkedArray, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, part_id: str, column: str) -> pa.ChunkedArray | None:
+        with self._lock:
+            item = self._items.get((part_id, column))
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end((part_id, column))
+            self.hits += 1
+            return item[0]
+
+    def put(self, part_id: str, column: str, array: pa.ChunkedArray) -> None:
+        n = measured_size(array)
+        if n > self.bound:
+            return
+        with self._lock:
+            old = self._items.pop((part_id, column), None)
+            if old is not None:
+                self.size -= old[1]
+            while self._items and self.size + n > self.bound:
+                _key, (_arr, m) = self._items.popitem(last=False)
+                self.size -= m
+            self._items[(part_id, column)] = (array, n)
+            self.size += n
+            self.peak = max(self.peak, self.size)
+
+    def drop_part(self, part_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._items if k[0] == part_id]:
+                self.size -= self._items.pop(key)[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,124 @@
+"""The catalog: tables, their parts, and what each part must look like.
+
+It is one JSON document, sealed with the database's keyring (so encrypted and
+authenticated) in ``PATH/catalog``, replaced atomically on each change, with a
+version counter that only grows. Each part entry holds its row count, its
+plaintext size, the SHA-256 of its Parquet bytes and a random part id that is
+also written inside the part (authenticated with it on encrypted disks): a
+part file swapped for another valid one, or an older copy, no longer matches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import open as cd_open
+from ..errors import AuthenticationError, CatalogError, FormatError
+from ..keys import Keyring
+
+__all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_stamp", "load_catalog",
+           "save_catalog"]
+
+CATALOG_FILE = "catalog"
+FORMAT = 1
+
+
+@dataclass
+class PartMeta:
+    id: str
+    disk: str
+    path: str
+    rows: int
+    bytes: int  # plaintext Parquet bytes
+    sha256: str
+    key_id: int | None = None
+    algorithm: str | None = None
+    bytes_on_disk: int | None = None  # stored size (header and tags included)
+
+
+@dataclass
+class TableMeta:
+    id: str
+    name: str
+    columns: list[tuple[str, str]]  # (name, DuckDB type)
+    policy: str
+    order_by: str | None = None
+    parts: list[PartMeta] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    def prefix(self, db_id: str) -> str:
+        return f"cryptdisk-db/{db_id}/{self.id}"
+
+
+@dataclass
+class Catalog:
+    db_id: str
+    version: int = 0
+    tables: dict[str, TableMeta] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls) -> Catalog:
+        return cls(uuid.uuid4().hex)
+
+    def to_json(self) -> bytes:
+        doc = {"format": FORMAT, "db_id": self.db_id, "version": self.version,
+               "tables": [asdict(t) for t in self.tables.values()]}
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str) -> Catalog:
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != FORMAT:
+                raise CatalogError(f"{path}: catalog format {doc.get('format')!r} is not "
+                                   f"{FORMAT}; upgrade cryptdisk")
+            tables = {}
+            for t in doc["tables"]:
+                parts = [PartMeta(**p) for p in t.pop("parts")]
+                t["columns"] = [tuple(c) for c in t["columns"]]
+                tables[t["name"]] = TableMeta(**t, parts=parts)
+            return cls(doc["db_id"], int(doc["version"]), tables)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CatalogError(f"{path}: the catalog is malformed ({exc})") from None
+
+
+def load_catalog(db_path: str, keyring: Keyring) -> Catalog | None:
+    """The catalog of the database at ``db_path``, or None if there is none yet."""
+    path = os.path.join(db_path, CATALOG_FILE)
+    try:
+        with cd_open(path, "rb", keyring=keyring) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except (AuthenticationError, FormatError) as exc:
+        raise CatalogError(f"{path}: the catalog cannot be trusted: {exc}",
+                           hint="restore the database directory from a backup") from None
+    return Catalog.from_json(data, path)
+
+
+def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog) -> None:
+    """Publish ``catalog`` as version ``catalog.version + 1`` (atomic, durable)."""
+    catalog.version += 1
+    path = os.path.join(db_path, CATALOG_FILE)
+    try:
+        with cd_open(path, "wb", keyring=keyring) as f:
+            f.write(catalog.to_json())
+    except BaseException:
+        catalog.version -= 1
+        raise
+
+
+def catalog_stamp(db_path: str) -> Any:
+    """A cheap token that changes whenever the catalog file is replaced."""
+    try:
+        st = os.stat(os.path.join(db_path, CATALOG_FILE))
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

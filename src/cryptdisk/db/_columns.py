@@ -1,0 +1,102 @@
+"""Which tables and columns a query reads, so only those are decrypted and decoded.
+
+DuckDB parses the query (``json_serialize_sql``); every column reference is
+collected. Anything this analysis does not understand (a ``*``, a whole-row
+reference, a lambda parameter, a statement that is not a SELECT) makes it
+load every column of the tables the query names: it may load too much, never
+too little.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+
+__all__ = ["ALL", "base_tables", "needed_columns", "parse_tree", "referenced_tables",
+           "rewrite_system_tables"]
+
+ALL = None  # marker: every column
+_WORD = re.compile(r'"((?:[^"]|"")+)"|`([^`]+)`|([A-Za-z_][A-Za-z0-9_$]*)')
+SYSTEM_TABLES = ("disks", "storage_policies", "tables", "parts", "keys")
+_SYSTEM = re.compile(r"(?i)\bsystem\s*\.\s*(" + "|".join(SYSTEM_TABLES) + r")\b")
+
+
+def rewrite_system_tables(sql: str) -> tuple[str, bool]:
+    """Map ``system.parts`` etc. to the views that hold them (DuckDB owns a ``system`` catalog)."""
+    out, n = _SYSTEM.subn(lambda m: f"__cd_system_{m.group(1).lower()}", sql)
+    return out, n > 0
+
+
+_LITERAL = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
+
+
+def referenced_tables(sql: str, names: set[str]) -> set[str]:
+    """The names in ``names`` that appear as identifiers in ``sql`` (outside literals)."""
+    found = set()
+    for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
+        word = m.group(1) or m.group(2) or (m.group(3) or "").lower()
+        if word in names:
+            found.add(word)
+    return found
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def parse_tree(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | None:
+    """DuckDB's parse tree of a SELECT, or None (not a SELECT, or not parseable)."""
+    try:
+        rows = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
+        tree = json.loads(rows[0][0]) if rows else None
+    except (duckdb.Error, ValueError):
+        return None
+    if not isinstance(tree, dict) or tree.get("error"):
+        return None
+    return tree
+
+
+def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
+    """The tables in ``names`` that the parse tree reads (FROM / JOIN)."""
+    lower = {n.lower(): n for n in names}
+    found = set()
+    for node in _walk(tree.get("statements", [])):
+        if node.get("type") == "BASE_TABLE" and not node.get("schema_name"):
+            name = lower.get(str(node.get("table_name", "")).lower())
+            if name is not None:
+                found.add(name)
+    return found
+
+
+def needed_columns(tree: dict[str, Any] | None,
+                   tables: dict[str, list[str]]) -> dict[str, list[str] | None]:
+    """For each table in ``tables`` (name -> columns): the columns the query may read."""
+    everything: dict[str, list[str] | None] = {t: ALL for t in tables}
+    if tree is None:
+        return everything
+    known = {c.lower() for cols in tables.values() for c in cols}
+    refs: set[str] = set()
+    for node in _walk(tree.get("statements", [])):
+        cls = node.get("class")
+        if cls == "STAR" or node.get("type") in ("STAR", "COLUMNS"):
+            return everything
+        if node.get("ref_type") in ("NATURAL", "POSITIONAL") or cls == "POSITIONAL_REFERENCE":
+            return everything  # a column by position, or joins on every common column
+        if cls == "COLUMN_REF":
+            name = str(node.get("column_names", [""])[-1]).lower()
+            if name not in known:
+                return everything  # a whole-row or lambda reference: be safe
+            refs.add(name)
+        for col in node.get("using_columns") or []:
+            refs.add(str(col).lower())
+    return {t: [c for c in cols if c.lower() in refs] for t, cols in tables.items()}

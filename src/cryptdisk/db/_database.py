@@ -1,0 +1,345 @@
+"""The embedded database: DuckDB runs the SQL, cryptdisk owns storage, catalog and keys.
+
+Queries never make DuckDB read files: the columns a query needs are decrypted
+(in parallel), decoded once into Arrow, kept in the bounded
+:class:`~cryptdisk.db._cache.ColumnCache`, and handed to DuckDB as Arrow
+tables. Warm queries therefore cost the same on encrypted and plain tables.
+DuckDB runs in memory with spilling off, so no plaintext reaches its temporary
+files: a query that does not fit in ``memory_limit`` fails with a clear error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import weakref
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ..errors import CatalogError, DatabaseError, DatabaseLockedError, PolicyError
+from ..errors import TableNotFoundError as _TableNotFound
+from . import _sql
+from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
+from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
+from ._columns import (
+    base_tables,
+    needed_columns,
+    parse_tree,
+    referenced_tables,
+    rewrite_system_tables,
+)
+from ._insert import InsertMixin
+from ._maintenance import MaintenanceMixin
+from ._partread import read_part
+from ._storage import resolve_config
+from ._system import system_tables
+
+__all__ = ["Database", "connect"]
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class Database(InsertMixin, MaintenanceMixin):
+    """An embedded database in a directory (see :func:`connect`)."""
+
+    def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, read_only: bool = False,
+                 memory_limit: str | None = None, threads: int | None = None) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.read_only = read_only
+        creating = not os.path.exists(os.path.join(self.path, "catalog"))
+        if creating and read_only:
+            raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)")
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        self._lock_fd: int | None = None
+        if not read_only:
+            self._take_lock()
+        self._mutex = threading.RLock()
+        self._registered: set[str] = set()
+        try:
+            self.config = resolve_config(self.path, config, creating)
+            self.keyring = self.config.keyring
+            catalog = load_catalog(self.path, self.keyring)
+            if catalog is None:
+                catalog = Catalog.new()
+                save_catalog(self.path, self.keyring, catalog)
+            self.catalog = catalog
+            self._stamp = catalog_stamp(self.path)
+            self.cache = ColumnCache(cache_bytes)
+            self.con = self._new_duckdb(memory_limit, threads)
+            if not read_only:
+                self.collect_garbage()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    # -- setup -------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DatabaseLockedError(
+                f"database {self.path} is open for writing in another process",
+                hint="close it there, or open this one with read_only=True "
+                "(cryptdisk sql --read-only)") from None
+        self._lock_fd = fd
+        # A database dropped without close() still lets go of the lock when collected.
+        self._unlock = weakref.finalize(self, os.close, fd)
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            self._unlock()  # closing the descriptor drops the flock
+            self._lock_fd = None
+
+    def _new_duckdb(self, memory_limit: str | None, threads: int | None) -> Any:
+        con = duckdb.connect(":memory:")
+        # No temporary directory: DuckDB cannot spill plaintext; out of memory is an error.
+        con.execute("SET temp_directory = ''")
+        if memory_limit is not None:
+            con.execute("SET memory_limit = ?", [memory_limit])
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        return con
+
+    def close(self) -> None:
+        """Release the write lock and the cached plaintext."""
+        with self._mutex:
+            self.cache.clear()
+            with contextlib.suppress(Exception):
+                self.con.close()
+            self._release_lock()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        return f"<cryptdisk.Database {self.path!r} {mode} tables={len(self.catalog.tables)}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Database cannot be pickled; call cryptdisk.connect in the other "
+                        "process")
+
+    # -- catalog -------------------------------------------------------------------
+
+    def table(self, name: str) -> TableMeta:
+        meta: TableMeta | None = (self.catalog.tables.get(name)
+                                  or self.catalog.tables.get(name.lower()))
+        if meta is None:
+            known = ", ".join(sorted(self.catalog.tables)) or "none"
+            raise _TableNotFound(f"no table {name!r} in {self.path} (tables: {known})")
+        return meta
+
+    def policy(self, name: str) -> Any:
+        policy = self.config.policies.get(name)
+        if policy is None:
+            known = ", ".join(sorted(self.config.policies))
+            raise PolicyError(f"unknown storage policy {name!r} (policies: {known})")
+        return policy
+
+    def _commit(self) -> None:
+        save_catalog(self.path, self.keyring, self.catalog)
+        self._stamp = catalog_stamp(self.path)
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise DatabaseError(f"{what}: the database is open read-only")
+
+    def refresh(self) -> None:
+        """Reload the catalog if another process published a new one."""
+        stamp = catalog_stamp(self.path)
+        if stamp != self._stamp:
+            catalog = load_catalog(self.path, self.keyring)
+            if catalog is not None:
+                if catalog.version < self.catalog.version:
+                    raise CatalogError(f"{self.path}: the catalog went back from version "
+                                       f"{self.catalog.version} to {catalog.version} "
+                                       "(rolled back?)")
+                self.catalog = catalog
+            self._stamp = stamp
+
+    # -- reading -------------------------------------------------------------------
+
+    def _part_columns(self, meta: TableMeta, part: Any, columns: list[str]) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        missing = []
+        for col in columns:
+            arr = self.cache.get(part.id, col)
+            if arr is None:
+                missing.append(col)
+            else:
+                got[col] = arr
+        if missing:
+            disk = self.config.disks.get(part.disk)
+            if disk is None:
+                raise CatalogError(f"table {meta.name}: part {part.path} is on disk "
+                                   f"{part.disk!r}, which the config does not define")
+            decoded = read_part(disk, part, missing)
+            for col in missing:
+                arr = decoded.column(col)
+                self.cache.put(part.id, col, arr)
+                got[col] = arr
+        return got
+
+    def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """The table's rows as Arrow (``columns`` only if given), through the cache."""
+        with self._mutex:
+            meta = self.table(name)
+            names = [c for c, _t in meta.columns]
+            cols = names if columns is None else columns
+            if not cols:
+                cols = [names[0]]
+            schema = self.arrow_schema(meta)
+            sub = pa.schema([schema.field(c) for c in cols])
+            chunks: dict[str, list[Any]] = {c: [] for c in cols}
+            for part in meta.parts:
+                got = self._part_columns(meta, part, cols)
+                for c in cols:
+                    chunks[c].extend(got[c].chunks)
+            arrays = [pa.chunked_array(chunks[c], type=sub.field(c).type) for c in cols]
+            return pa.Table.from_arrays(arrays, schema=sub)
+
+    def _prepare(self, sql: str) -> str:
+        """Register what ``sql`` reads as Arrow views; return the SQL DuckDB should run."""
+        if self.read_only:
+            self.refresh()
+        sql, wants_system = rewrite_system_tables(sql)
+        if wants_system:
+            for name, table in system_tables(self).items():
+                self.con.register(f"__cd_system_{name}", table)
+        names = set(self.catalog.tables)
+        used = referenced_tables(sql, names)
+        if used:
+            tree = parse_tree(self.con, sql)
+            if tree is not None:
+                used = base_tables(tree, names)
+            tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
+            for t, cols in needed_columns(tree, tables).items():
+                self.con.register(t, self.arrow_table(t, cols))
+                self._registered.add(t)
+        return sql
+
+    def _release(self) -> None:
+        """Drop this statement's Arrow views, so no later statement sees stale parts."""
+        for t in self._registered:
+            with contextlib.suppress(duckdb.Error):
+                self.con.unregister(t)
+        self._registered.clear()
+
+    def _run_duckdb(self, sql: str) -> pa.Table | None:
+        for attempt in (0, 1):
+            try:
+                prepared = self._prepare(sql)
+                rel = self.con.sql(prepared)
+                return rel.to_arrow_table() if rel is not None else None
+            except CatalogError:
+                if attempt or not self.read_only:
+                    raise
+                self._stamp = None  # a part vanished under a stale catalog: reload, retry
+            except duckdb.OutOfMemoryException as exc:
+                raise DatabaseError(
+                    f"the query needs more memory than memory_limit allows ({exc}); "
+                    "cryptdisk does not let DuckDB spill plaintext to disk",
+                    hint="raise memory_limit (SET memory_limit = '8GB') or query fewer rows"
+                ) from None
+            except duckdb.Error as exc:
+                raise DatabaseError(str(exc)) from None
+            finally:
+                self._release()
+        return None  # pragma: no cover
+
+    def sql(self, sql: str) -> pa.Table | None:
+        """Run one or more statements; returns the last result as an Arrow table (or None)."""
+        result = None
+        for statement in _sql.split_statements(sql):
+            result = self.execute(statement)
+        return result
+
+    def execute(self, statement: str) -> pa.Table | None:
+        """Run one statement (see :mod:`cryptdisk.db._sql` for the ones cryptdisk handles)."""
+        with self._mutex:
+            st = _sql.parse(statement)
+            if isinstance(st, _sql.Passthrough):
+                return self._run_duckdb(st.sql)
+            self._writable(type(st).__name__)
+            handler = {
+                _sql.CreateTable: self._create, _sql.Insert: self._insert_sql,
+                _sql.DropTable: self._drop, _sql.Truncate: self._truncate,
+                _sql.AlterSetting: self._alter, _sql.Optimize: self._optimize_stmt,
+                _sql.SystemCommand: self._system_command,
+            }[type(st)]
+            return handler(st)  # type: ignore[operator]
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a query and return its rows as tuples."""
+        table = self.sql(sql)
+        return [] if table is None else [tuple(r.values()) for r in table.to_pylist()]
+
+    # -- DDL -----------------------------------------------------------------------
+
+    def arrow_schema(self, meta: TableMeta) -> pa.Schema:
+        cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in meta.columns)
+        schema: pa.Schema = self.con.sql(f"SELECT {cols}").to_arrow_table().schema
+        return schema
+
+    def _create(self, st: _sql.CreateTable) -> None:
+        if st.name in self.catalog.tables:
+            if st.if_not_exists:
+                return
+            raise DatabaseError(f"table {st.name!r} already exists")
+        unknown = set(st.settings) - {"storage_policy"}
+        if unknown:
+            raise DatabaseError(f"unknown table setting(s) {', '.join(sorted(unknown))}; "
+                                "the only setting is storage_policy")
+        policy = st.settings.get("storage_policy", "default")
+        self.policy(policy)
+        names = [c for c, _ in st.columns]
+        if len(set(names)) != len(names):
+            raise DatabaseError(f"CREATE TABLE {st.name}: duplicate column names")
+        for col in st.order_by or []:
+            if col not in names:
+                raise DatabaseError(f"ORDER BY {col}: no such column in {st.name}")
+        import uuid
+
+        meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,
+                         ",".join(st.order_by) if st.order_by else None)
+        try:
+            self.arrow_schema(meta)
+        except duckdb.Error as exc:
+            raise DatabaseError(f"CREATE TABLE {st.name}: {exc}") from None
+        self.catalog.tables[st.name] = meta
+        try:
+            self._commit()
+        except BaseException:
+            del self.catalog.tables[st.name]
+            raise
+        return None
+
+
+def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:
+    """Open (or create) the embedded database in directory ``path``.
+
+    ``config`` is ``None`` (encrypt everything: a key is generated on first use
+    into ``PATH.key`` beside the directory, mode 0600, and a warning says where;
+    **losing that file loses the data**), a cryptdisk TOML config path, or a
+    config object with ``keyring``, ``disks`` and ``policies``.
+
+    Options: ``cache_bytes`` (bound of the decrypted cache, default 2 GiB),
+    ``read_only`` (no write lock; sees other processes' commits),
+    ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``.
+    A second process opening the same database for writing gets
+    :class:`~cryptdisk.errors.DatabaseLockedError`.
+    """
+    return Database(path, config, **options)

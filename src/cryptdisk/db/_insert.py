@@ -1,0 +1,149 @@
+"""Inserts: a query's rows (or a DataFrame, Arrow table, CSV or Parquet file) become parts.
+
+DuckDB runs the SELECT or VALUES and casts each column to the table's type;
+its Arrow result streams in batches into new parts on the table's disk, so an
+insert of any size holds about one batch in memory. The parts are published
+first and the catalog last: a crash in between leaves orphan parts that the
+next writer removes, never a half-visible insert.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+
+from ..errors import DatabaseError
+from . import _sql
+from ._parts import write_parts
+from ._storage import policy_disk
+
+if TYPE_CHECKING:
+    from ._catalog import TableMeta
+
+__all__ = ["BATCH_ROWS", "PART_ROWS", "InsertMixin"]
+
+BATCH_ROWS = 1 << 20
+PART_ROWS = 16 << 20
+_SOURCE = "__cd_insert_source"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class InsertMixin:
+    """Insert methods of :class:`~cryptdisk.db.Database`."""
+
+    con: Any
+    catalog: Any
+
+    def _insert_sql(self, st: _sql.Insert) -> None:
+        self.insert_query(st.table, st.query, columns=st.columns)
+
+    def insert_query(self, table: str, query: str, *, columns: list[str] | None = None,
+                     on_rows: Callable[[int], None] | None = None) -> int:
+        """Insert the rows of ``query`` (SELECT, VALUES, FROM ...); returns the row count.
+
+        Columns match by position, or by the ``columns`` list (others get NULL).
+        ``on_rows(n)`` is called as batches are written (for progress bars).
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            self._writable("INSERT")  # type: ignore[attr-defined]
+            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
+            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
+            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+            try:
+                prepared = self._prepare(query)  # type: ignore[attr-defined]
+                wrapper = self._cast_select(meta, prepared, columns)
+                reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
+                parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
+                                    max_rows=PART_ROWS, on_rows=on_rows)
+            except duckdb.OutOfMemoryException as exc:
+                raise DatabaseError(f"INSERT INTO {meta.name} ran out of memory ({exc}); "
+                                    "cryptdisk does not let DuckDB spill plaintext to disk",
+                                    hint="raise memory_limit or insert in smaller pieces"
+                                    ) from None
+            except duckdb.Error as exc:
+                raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
+            finally:
+                self._release()  # type: ignore[attr-defined]
+            if not parts:
+                return 0
+            meta.parts.extend(parts)
+            try:
+                self._commit()  # type: ignore[attr-defined]
+            except BaseException:
+                del meta.parts[-len(parts):]
+                raise
+            return sum(p.rows for p in parts)
+
+    def _cast_select(self, meta: TableMeta, query: str, columns: list[str] | None) -> str:
+        try:
+            width = len(self.con.sql(f"SELECT * FROM ({query}) LIMIT 0").columns)
+        except duckdb.Error as exc:
+            raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
+        names = [c for c, _ in meta.columns]
+        lower = {c.lower(): c for c in names}
+        if columns is None:
+            if width != len(names):
+                raise DatabaseError(f"INSERT INTO {meta.name}: the table has {len(names)} "
+                                    f"columns but the query gives {width}")
+            positions = {c: i + 1 for i, c in enumerate(names)}
+        else:
+            unknown = [c for c in columns if c.lower() not in lower]
+            if unknown:
+                raise DatabaseError(f"INSERT INTO {meta.name}: no column(s) "
+                                    f"{', '.join(unknown)} (columns: {', '.join(names)})")
+            if len(columns) != width:
+                raise DatabaseError(f"INSERT INTO {meta.name}: {len(columns)} columns named "
+                                    f"but the query gives {width}")
+            positions = {lower[c.lower()]: i + 1 for i, c in enumerate(columns)}
+        select = ", ".join(
+            f"CAST({'#' + str(positions[c]) if c in positions else 'NULL'} AS {t}) AS {_quote(c)}"
+            for c, t in meta.columns)
+        order = ""
+        if meta.order_by:
+            order = " ORDER BY " + ", ".join(_quote(c) for c in meta.order_by.split(","))
+        return f"SELECT {select} FROM ({query}){order}"
+
+    def insert(self, table: str, data: Any, *,
+               on_rows: Callable[[int], None] | None = None) -> int:
+        """Insert an Arrow table/batches, a pandas DataFrame, or a CSV/Parquet file path.
+
+        Columns match by name; table columns the data lacks get NULL.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            registered = False
+            if isinstance(data, (str, os.PathLike)):
+                path = os.fspath(data)
+                if not os.path.isfile(path):
+                    raise DatabaseError(f"insert into {table}: no file {path}")
+                reader = ("read_parquet" if path.lower().endswith((".parquet", ".pq"))
+                          else "read_csv")
+                literal = "'" + path.replace("'", "''") + "'"
+                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
+                                 f"SELECT * FROM {reader}({literal})")
+            elif isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(
+                    data, "__arrow_c_stream__") or type(data).__name__ == "DataFrame":
+                self.con.register(_SOURCE, data)
+                registered = True
+            else:
+                raise TypeError("insert() takes an Arrow table, a pandas DataFrame, or the "
+                                f"path of a CSV or Parquet file, not {type(data).__name__}")
+            try:
+                try:
+                    cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
+                except duckdb.Error as exc:
+                    raise DatabaseError(f"insert into {table}: cannot read the data: {exc}"
+                                        ) from None
+                return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
+                                         on_rows=on_rows)
+            finally:
+                if registered:
+                    self.con.unregister(_SOURCE)
+                else:
+                    self.con.execute(f"DROP VIEW IF EXISTS {_SOURCE}")

@@ -1,0 +1,250 @@
+"""Reading parts: only the column chunks a query needs, decrypted in place, then decoded.
+
+Plain parts on a local disk are memory-mapped and read by pyarrow natively.
+Encrypted parts: the footer is decrypted first and checked against the
+catalog (part id, rows, size); then only the needed column chunks are
+decrypted, in parallel, into a reusable arena, and pyarrow decodes them from
+memory. Every byte read from an encrypted part has authenticated.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..disks._base import Disk
+from ..errors import CatalogError, DiskFileNotFoundError
+from ._catalog import PartMeta
+from ._parts import PART_ID_KEY
+from ._storage import local_path
+
+__all__ = ["read_part"]
+
+
+class _ZeroCopyFile:
+    """A read-only view of a disk file for pyarrow: reads fill fresh buffers, no extra copy."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.closed = False
+        self.size = f.size
+
+    def read(self, n: int = -1) -> Any:
+        pos = self._f.tell()
+        if n is None or n < 0:
+            n = self.size - pos
+        buf = bytearray(max(0, min(n, self.size - pos)))
+        got = self._f.readinto(buf)
+        return buf if got == len(buf) else buf[:got]
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self._f.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the plaintext at ``offset`` (decrypted in place, in parallel)."""
+    if not hasattr(f, "readinto"):  # the Disk contract promises pread; readinto is a bonus
+        data = f.pread(offset, len(view))
+        view[: len(data)] = data
+        got = len(data)
+    else:
+        f.seek(offset)
+        got = f.readinto(view)
+    if got != len(view):
+        raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
+
+
+def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tuple[int, int]]:
+    """Merged byte ranges of the column chunks holding ``columns`` (all if None)."""
+    ranges = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if columns is not None and col.path_in_schema.split(".")[0] not in columns:
+                continue
+            starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
+                      if o is not None and o > 0]
+            start = min(starts)
+            ranges.append((start, start + col.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+class _Arena:
+    """One reusable, process-wide buffer the needed column chunks are decrypted into.
+
+    Fresh memory costs page faults that cost more than AES-GCM itself (about
+    0.6 ms per MB here against 0.15 ms to decrypt), so the compressed
+    plaintext lands in memory that stays mapped between reads. It is safe to
+    reuse because every chunk read through it is compressed: pyarrow
+    decompresses into new buffers and never keeps a reference into it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._map: mmap.mmap | None = None
+
+    def view(self, n: int) -> memoryview:
+        if self._map is None or len(self._map) < n:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(-1, max(n, 1 << 21) + (-n % (1 << 21)))
+        return memoryview(self._map)[:n]
+
+
+_ARENA = _Arena()
+_COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
+
+
+class _CompactFile:
+    """A read-only file for pyarrow: prepared ranges come from the arena, others are decrypted.
+
+    ``ranges`` are ``(start, end, arena_offset)``. A read inside one range is a
+    zero-copy view of the arena; anything else (never expected) is decrypted
+    from the sealed file into a fresh buffer, so a read is always correct.
+    """
+
+    def __init__(self, f: Any, size: int, ranges: list[tuple[int, int, int]],
+                 arena: memoryview) -> None:
+        self._f, self.size, self._ranges, self._arena = f, size, ranges, arena
+        self._pos = 0
+        self.closed = False
+
+    def read(self, n: int = -1) -> Any:
+        pos = self._pos
+        n = self.size - pos if n is None or n < 0 else max(0, min(n, self.size - pos))
+        self._pos += n
+        for a, b, off in self._ranges:
+            if a <= pos and pos + n <= b:
+                return self._arena[off + pos - a : off + pos - a + n]
+        buf = bytearray(n)
+        _decrypt_range(self._f, memoryview(buf), pos)
+        return buf
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = offset if whence == 0 else (self._pos + offset if whence == 1
+                                                else self.size + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
+    """Decrypt the footer and the needed column chunks, in place, then decode from memory."""
+    with disk.open_read(part.path) as f:
+        size = int(f.size)  # type: ignore[attr-defined]
+        if size < 12 or size != part.bytes:
+            _check_identity(disk, part, None, size)
+        tail = f.pread(size - 8, 8)  # type: ignore[attr-defined]
+        footer = int.from_bytes(tail[:4], "little") + 8
+        if tail[4:] != b"PAR1" or footer > size - 4:
+            raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
+        meta = pq.read_metadata(pa.BufferReader(
+            f.pread(size - footer, footer)))  # type: ignore[attr-defined]
+        _check_identity(disk, part, meta, size)
+        chunks = _chunk_ranges(meta, columns)
+        if not all(c in _COMPRESSED for c in _codecs(meta, columns)):
+            pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=meta, pre_buffer=True)
+            return pf.read(columns=columns, use_threads=True)
+        with _ARENA.lock:
+            arena = _ARENA.view(sum(b - a for a, b in chunks))
+            try:
+                ranges, off = [], 0
+                for a, b in chunks:
+                    _decrypt_range(f, arena[off : off + b - a], a)
+                    ranges.append((a, b, off))
+                    off += b - a
+                pf = pq.ParquetFile(_CompactFile(f, size, ranges, arena), metadata=meta)
+                return pf.read(columns=columns, use_threads=True)
+            finally:
+                arena.release()
+
+
+def _codecs(meta: pq.FileMetaData, columns: list[str] | None) -> set[str]:
+    out = set()
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if columns is None or col.path_in_schema.split(".")[0] in columns:
+                out.add(str(col.compression).upper())
+    return out
+
+
+def _check_identity(disk: Disk, part: PartMeta, meta: pq.FileMetaData | None,
+                    size: int) -> None:
+    found = (meta.metadata or {}).get(PART_ID_KEY) if meta is not None else None
+    if (found != part.id.encode() or meta is None or meta.num_rows != part.rows
+            or size != part.bytes):
+        raise CatalogError(
+            f"part {part.path} on disk {disk.name!r} is not the part the catalog "
+            "recorded (replaced, rolled back or truncated)",
+            hint="restore the part from a backup, or drop the table",
+        )
+
+
+def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
+                  ) -> tuple[pq.ParquetFile, Any, int]:
+    lp = local_path(disk, part.path)
+    try:
+        if lp is not None:
+            src = pa.memory_map(lp)
+            pf = pq.ParquetFile(src)
+            _check_identity(disk, part, pf.metadata, src.size())
+            return pf, src, src.size()
+        f = disk.open_read(part.path)
+    except (FileNotFoundError, DiskFileNotFoundError):
+        raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
+                           hint="restore the disk from a backup") from None
+    size = f.size  # type: ignore[attr-defined]
+    pf = pq.ParquetFile(_ZeroCopyFile(f), pre_buffer=True)
+    _check_identity(disk, part, pf.metadata, size)
+    return pf, f, size
+
+
+def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
+    """The part's rows (only ``columns`` if given), after checking it is the catalog's part."""
+    if disk.is_encrypted:
+        try:
+            return _read_encrypted(disk, part, columns)
+        except (FileNotFoundError, DiskFileNotFoundError):
+            raise CatalogError(f"part {part.path} of the catalog is missing on disk "
+                               f"{disk.name!r}", hint="restore the disk from a backup") from None
+    pf, handle, _size = _open_parquet(disk, part, columns)
+    try:
+        return pf.read(columns=columns, use_threads=True)
+    finally:
+        if handle is not None:
+            handle.close()

@@ -1,0 +1,145 @@
+"""Writing parts: immutable Parquet files on a disk, written once, checked against the catalog.
+
+A part carries its random id in the Parquet key-value metadata. On an
+encrypted disk that footer is authenticated with the rest of the file, so a
+part file replaced by another valid part (or an older copy) is caught on the
+first read by comparing the id, the row count and the size with the catalog.
+The SHA-256 of the whole Parquet byte stream is recorded too and checked on
+full reads (:func:`verify_part`, merges, moves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..disks._base import Disk
+from ..errors import CatalogError, DiskFileNotFoundError
+from ._catalog import PartMeta
+
+__all__ = ["PART_ID_KEY", "verify_part", "write_parts"]
+
+PART_ID_KEY = b"cryptdisk.part_id"
+COMPRESSION = "lz4"
+ROW_GROUP_ROWS = 1 << 20
+
+
+class _HashingWriter:
+    """Hash and write (encrypt) on a background thread, while pyarrow encodes the next pages.
+
+    pyarrow hands ``write`` immutable ``bytes``, so they are queued without a
+    copy; hashing and AES-GCM release the GIL, so the two threads overlap.
+    ``finish()`` waits for the queue to drain and re-raises any write error.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name="cryptdisk-part-writer",
+                                        daemon=True)
+        self._thread.start()
+        self.closed = False
+
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._hash.update(data)
+                    self._raw.write(data)
+                except BaseException as exc:  # re-raised in the writing thread
+                    self._error = exc
+
+    def write(self, data: Any) -> int:
+        if self._error is not None:
+            raise self._error
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        self._queue.put(data)
+        self._size += len(data)
+        return len(data)
+
+    def finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def tell(self) -> int:
+        return self._size
+
+    def flush(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True  # the disk file is published by its owner, not by pyarrow
+
+    @property
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                *, max_rows: int, on_rows: Callable[[int], None] | None = None) -> list[PartMeta]:
+    """Write ``batches`` as parts of at most about ``max_rows`` rows each; publish each one.
+
+    Returns the new parts (already on disk, not yet in the catalog). If this
+    raises, parts written so far stay on disk as orphans for the next open to
+    remove; the caller records nothing.
+    """
+    parts: list[PartMeta] = []
+    it = iter(batches)
+    pending: pa.RecordBatch | None = next(it, None)
+    while pending is not None:
+        part_id = uuid.uuid4().hex
+        path = f"{prefix}/{part_id}.parquet"
+        meta_schema = schema.with_metadata({PART_ID_KEY: part_id.encode()})
+        rows = 0
+        with disk.open_write(path) as raw:
+            sink = _HashingWriter(raw)
+            try:
+                with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION) as writer:
+                    while pending is not None and rows < max_rows:
+                        if pending.num_rows:
+                            writer.write_batch(pending.cast(schema) if pending.schema != schema
+                                               else pending, row_group_size=ROW_GROUP_ROWS)
+                            rows += pending.num_rows
+                            if on_rows is not None:
+                                on_rows(pending.num_rows)
+                        pending = next(it, None)
+            finally:
+                sink.finish()
+        info = disk.info(path)
+        parts.append(PartMeta(part_id, disk.name, path, rows, sink.tell(), sink.digest,
+                              info.key_id, info.algorithm, info.stored_size))
+        if rows == 0:  # an empty insert: nothing to keep
+            disk.remove(path)
+            parts.pop()
+    return parts
+
+
+def verify_part(disk: Disk, part: PartMeta) -> None:
+    """Read every byte of a part and compare its SHA-256 with the catalog's."""
+    digest = hashlib.sha256()
+    try:
+        with disk.open_read(part.path) as f:
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+    except (FileNotFoundError, DiskFileNotFoundError):
+        raise CatalogError(f"part {part.path} is missing on disk {disk.name!r}") from None
+    if digest.hexdigest() != part.sha256:
+        raise CatalogError(f"part {part.path} on disk {disk.name!r} does not match the "
+                           "SHA-256 the catalog recorded (replaced or rolled back)")

@@ -1,0 +1,258 @@
+"""The statements cryptdisk handles itself; everything else goes to DuckDB as it is.
+
+Recognised (case-insensitive, ClickHouse's storage vocabulary)::
+
+    CREATE TABLE [IF NOT EXISTS] t (c1 TYPE, ...) [ENGINE = MergeTree[()]]
+        [ORDER BY col | ORDER BY (c1, c2)] [SETTINGS storage_policy = 'name']
+    INSERT INTO t [(c1, ...)] {SELECT ... | VALUES ... | WITH ... | FROM ...}
+    DROP TABLE [IF EXISTS] t
+    TRUNCATE [TABLE] t
+    ALTER TABLE t MODIFY SETTING storage_policy = 'name'
+    OPTIMIZE TABLE t [FINAL]
+    SYSTEM ROTATE KEYS | SYSTEM REENCRYPT
+
+Statements that would change tables behind cryptdisk's back (``UPDATE``,
+``DELETE``, ``CREATE TABLE ... AS``) or let DuckDB spill plaintext to disk
+(``SET temp_directory``) are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..errors import DatabaseError
+
+__all__ = [
+    "AlterSetting",
+    "CreateTable",
+    "DropTable",
+    "Insert",
+    "Optimize",
+    "Passthrough",
+    "SystemCommand",
+    "Truncate",
+    "parse",
+    "split_statements",
+]
+
+_IDENT = r'(?:"(?:[^"]|"")+"|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)'
+_FORBIDDEN_SETTINGS = ("temp_directory", "max_temp_directory_size", "temp_file_encryption")
+
+
+@dataclass
+class CreateTable:
+    name: str
+    columns: list[tuple[str, str]]
+    order_by: list[str] | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    if_not_exists: bool = False
+
+
+@dataclass
+class Insert:
+    table: str
+    query: str
+    columns: list[str] | None = None
+
+
+@dataclass
+class DropTable:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass
+class Truncate:
+    name: str
+
+
+@dataclass
+class AlterSetting:
+    name: str
+    settings: dict[str, str]
+
+
+@dataclass
+class Optimize:
+    name: str
+    final: bool = False
+
+
+@dataclass
+class SystemCommand:
+    command: str  # "rotate" or "reencrypt"
+
+
+@dataclass
+class Passthrough:
+    sql: str
+
+
+Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | Optimize
+             | SystemCommand | Passthrough)
+
+
+def unquote(ident: str) -> str:
+    if ident.startswith('"') and ident.endswith('"'):
+        return ident[1:-1].replace('""', '"')
+    if ident.startswith("`") and ident.endswith("`"):
+        return ident[1:-1]
+    return ident.lower()
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split on ``;`` outside quotes and comments; drop empty statements."""
+    out, buf, i, n = [], [], 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            j = i + 1
+            while j < n and not (sql[j] == c and (j + 1 >= n or sql[j + 1] != c)):
+                j += 2 if sql[j] == c else 1
+            buf.append(sql[i : j + 1])
+            i = j + 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == ";":
+            out.append("".join(buf).strip())
+            buf = []
+            i += 1
+        else:
+            buf.append(c)
+            i += 1
+    out.append("".join(buf).strip())
+    return [s for s in out if s]
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses and quotes."""
+    parts, depth, buf, quote = [], 0, [], ""
+    for c in text:
+        if quote:
+            buf.append(c)
+            if c == quote:
+                quote = ""
+            continue
+        if c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(buf).strip())
+            buf = []
+            continue
+        buf.append(c)
+    if "".join(buf).strip():
+        parts.append("".join(buf).strip())
+    return parts
+
+
+def _matching_paren(text: str, start: int) -> int:
+    depth, quote = 0, ""
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise DatabaseError("unbalanced parentheses in CREATE TABLE")
+
+
+def _settings(text: str, what: str) -> dict[str, str]:
+    out = {}
+    for item in _split_top(text):
+        m = re.fullmatch(rf"({_IDENT})\s*=\s*(?:'((?:[^']|'')*)'|([A-Za-z0-9_.]+))", item.strip())
+        if not m:
+            raise DatabaseError(f"cannot read setting {item!r} in {what}; write "
+                                "name = 'value'")
+        value = m.group(2).replace("''", "'") if m.group(2) is not None else m.group(3)
+        out[unquote(m.group(1))] = value
+    if not out:
+        raise DatabaseError(f"{what} names no setting")
+    return out
+
+
+def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
+    name = unquote(m.group(2))
+    rest = sql[m.end():].lstrip()
+    if re.match(r"(?is)as\b", rest) or not rest.startswith("("):
+        raise DatabaseError(
+            f"CREATE TABLE {name}: give the columns, e.g. CREATE TABLE {name} (a BIGINT, "
+            "b VARCHAR); CREATE TABLE ... AS SELECT is not supported",
+            hint="create the table, then INSERT INTO it SELECT ...")
+    close = _matching_paren(rest, 0)
+    columns = []
+    for col in _split_top(rest[1:close]):
+        cm = re.fullmatch(rf"(?s)({_IDENT})\s+(.+)", col.strip())
+        if not cm:
+            raise DatabaseError(f"CREATE TABLE {name}: column {col!r} needs a name and a type")
+        columns.append((unquote(cm.group(1)), cm.group(2).strip()))
+    if not columns:
+        raise DatabaseError(f"CREATE TABLE {name}: a table needs at least one column")
+    tail = rest[close + 1:].strip()
+    tm = re.fullmatch(
+        r"(?is)(?:ENGINE\s*=\s*MergeTree(?:\s*\(\s*\))?\s*)?"
+        r"(?:ORDER\s+BY\s+(\(.*?\)|" + _IDENT + r"))?\s*"
+        r"(?:SETTINGS\s+(.+))?", tail)
+    if not tm:
+        raise DatabaseError(f"CREATE TABLE {name}: cannot read {tail!r} after the columns; "
+                            "expected [ORDER BY col] [SETTINGS storage_policy = 'name']")
+    order = None
+    if tm.group(1):
+        raw = tm.group(1).strip()
+        raw = raw[1:-1] if raw.startswith("(") else raw
+        order = [unquote(c.strip()) for c in _split_top(raw)] or None
+    settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
+    return CreateTable(name, columns, order, settings, bool(m.group(1)))
+
+
+def parse(sql: str) -> Statement:
+    """Recognise one statement (no trailing ``;`` needed)."""
+    s = sql.strip().rstrip(";").strip()
+    if m := re.match(rf"(?is)CREATE\s+TABLE\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*", s):
+        return _parse_create(s, m)
+    if m := re.match(rf"(?is)INSERT\s+INTO\s+({_IDENT})\s*", s):
+        rest, cols = s[m.end():], None
+        if rest.startswith("("):
+            close = _matching_paren(rest, 0)
+            inner = rest[1:close].strip()
+            if not re.match(r"(?is)(SELECT|WITH|VALUES|FROM)\b", inner):
+                cols = [unquote(c.strip()) for c in _split_top(inner)]
+                rest = rest[close + 1:].strip()
+        if not re.match(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b", rest):
+            raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
+                                "table name")
+        return Insert(unquote(m.group(1)), rest, cols)
+    if m := re.fullmatch(rf"(?is)DROP\s+TABLE\s+(IF\s+EXISTS\s+)?({_IDENT})", s):
+        return DropTable(unquote(m.group(2)), bool(m.group(1)))
+    if m := re.fullmatch(rf"(?is)TRUNCATE\s+(?:TABLE\s+)?({_IDENT})", s):
+        return Truncate(unquote(m.group(1)))
+    if m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+MODIFY\s+SETTINGS?\s+(.+)", s):
+        return AlterSetting(unquote(m.group(1)), _settings(m.group(2), "MODIFY SETTING"))
+    if m := re.fullmatch(rf"(?is)OPTIMIZE\s+TABLE\s+({_IDENT})(\s+FINAL)?", s):
+        return Optimize(unquote(m.group(1)), bool(m.group(2)))
+    if m := re.fullmatch(r"(?is)SYSTEM\s+(ROTATE\s+KEYS|REENCRYPT)", s):
+        return SystemCommand("rotate" if m.group(1).upper().startswith("ROTATE") else "reencrypt")
+    if re.match(r"(?is)(UPDATE|DELETE)\b", s):
+        raise DatabaseError("tables are append-only: UPDATE and DELETE are not supported",
+                            hint="TRUNCATE or DROP the table, or insert corrected rows into a "
+                            "new table")
+    if re.match(r"(?is)(SET|RESET|PRAGMA)\b", s) and any(
+            k in s.lower() for k in _FORBIDDEN_SETTINGS):
+        raise DatabaseError("DuckDB's temporary files would hold plaintext on disk, so "
+                            "cryptdisk keeps spilling off", hint="raise memory_limit instead")
+    return Passthrough(s)

@@ -1,0 +1,103 @@
+"""Where the database finds its disks, policies and keys (the one seam to ``cryptdisk.disks``).
+
+With no config, :func:`resolve_config` builds the default: every table is
+encrypted on disk ``default`` (``PATH/data``) under one key kept in the key
+file ``PATH.key`` *beside* the database directory, never inside it, so a copy
+of the directory alone reveals nothing. A second policy, ``plain``
+(``PATH/plain``), stores tables unencrypted, and only tables that ask for it
+with ``SETTINGS storage_policy = 'plain'``. Losing the key file loses the data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ..disks._base import Disk
+from ..errors import DatabaseError, DiskError, KeyFileError
+from ..keys import Key, Keyring, key_from_file, write_key_file
+from ._interim_disks import (
+    Config,
+    EncryptedLocalDisk,
+    LocalDisk,
+    StoragePolicy,
+    Volume,
+    load_config,
+)
+
+__all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk",
+           "resolve_config", "rewrap_on_disk", "stale_cleanup"]
+
+log = logging.getLogger("cryptdisk.db")
+
+
+def default_key_path(db_path: str) -> str:
+    """The key file of a database opened without a config: ``PATH.key`` next to ``PATH``."""
+    return os.path.abspath(db_path).rstrip(os.sep) + ".key"
+
+
+def _default_keyring(db_path: str, creating: bool) -> Keyring:
+    key_path = default_key_path(db_path)
+    if not os.path.exists(key_path):
+        if not creating:
+            raise KeyFileError(
+                f"the key file {key_path} of database {db_path} is missing",
+                hint="restore it from your backup; without it the data cannot be read",
+            )
+        key = Key.generate(1)
+        write_key_file(key_path, key._raw_material(), key_id=1)
+        log.warning("cryptdisk: created the encryption key of database %s in %s (mode 0600). "
+                    "Back it up and keep it apart from the data: losing it loses the data.",
+                    db_path, key_path)
+    return Keyring([Key(1, key_from_file(key_path), source="file")])
+
+
+def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
+    """A config object from ``None`` (the default), a TOML path, or a config object."""
+    if config is None:
+        keyring = _default_keyring(db_path, creating)
+        enc = EncryptedLocalDisk("default", os.path.join(db_path, "data"), keyring)
+        plain = LocalDisk("plain", os.path.join(db_path, "plain"))
+        return Config(keyring, {"default": enc, "plain": plain},
+                      {"default": StoragePolicy("default", [Volume("main", [enc])]),
+                       "plain": StoragePolicy("plain", [Volume("main", [plain])])})
+    if isinstance(config, (str, os.PathLike)):
+        config = load_config(config)
+    for attr in ("keyring", "disks", "policies"):
+        if not hasattr(config, attr):
+            raise TypeError("config must be None, a config file path, or a cryptdisk config "
+                            f"object (it has no {attr!r})")
+    if "default" not in config.policies:
+        raise DatabaseError("the config has no storage policy named 'default'; new tables "
+                            "use it", hint="add [policies.default] to the config")
+    return config  # type: ignore[no-any-return]
+
+
+def policy_disk(policy: Any) -> Disk:
+    """The disk a policy writes new parts to (first disk of its first volume)."""
+    return policy.volumes[0].disks[0]  # type: ignore[no-any-return]
+
+
+def local_path(disk: Disk, path: str) -> str | None:
+    """An OS path for a *plain* file on a local disk (pyarrow then reads it natively)."""
+    if disk.is_encrypted:
+        return None
+    fn = getattr(disk, "local_path", None)
+    return fn(path) if fn is not None else None
+
+
+def rewrap_on_disk(disk: Disk, path: str) -> bool:
+    """Rewrap a file's header under the current key; False if it already was."""
+    fn = getattr(disk, "rewrap", None)
+    if fn is None:
+        raise DiskError(f"disk {disk.name!r} ({disk.type}) cannot rewrap files in place",
+                        hint="use 'cryptdisk reencrypt' to rewrite its data under new keys")
+    return bool(fn(path))
+
+
+def stale_cleanup(disk: Disk, prefix: str) -> None:
+    """Delete temporaries of writers killed mid-write, where the disk can."""
+    fn = getattr(disk, "remove_stale_temporaries", None)
+    if fn is not None:
+        fn(prefix)

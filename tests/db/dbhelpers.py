@@ -1,0 +1,27 @@
+"""Helpers shared by the database tests (a unique module name, unlike ``conftest``)."""
+
+from cryptdisk.keys import Key, write_key_file
+
+SCHEMA = "(c_int BIGINT, c_str VARCHAR, c_float DOUBLE)"
+
+
+def gen(n: int, start: int = 0) -> str:
+    return f"SELECT i::BIGINT, md5(i::VARCHAR), i / 7 FROM range({start}, {start + n}) r(i)"
+
+
+def write_config(tmp_path, key_ids, current, name="c.toml", plain=True):
+    """A TOML config with key files k<ID>.hex (created once) and disks/policies."""
+    lines = ["[keyring]", f"current_key_id = {current}"]
+    for kid in key_ids:
+        kf = tmp_path / f"k{kid}.hex"
+        if not kf.exists():
+            write_key_file(kf, Key.generate(kid)._raw_material(), key_id=kid)
+        lines += ["[[keyring.keys]]", f"id = {kid}", f'file = "k{kid}.hex"']
+    lines += ["[disks.secure]", 'type = "encrypted"', 'path = "store/secure"',
+              "[disks.open]", 'type = "local"', 'path = "store/open"',
+              "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]']
+    if plain:
+        lines += ["[policies.plain]", 'volumes = [{ name = "main", disks = ["open"] }]']
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,126 @@
+"""The database commands end to end, as a user runs them (subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+
+def run(*args, stdin=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
+                          text=True, env=env, timeout=300, input=stdin)
+
+
+def test_sql_one_shot_formats_and_errors(tmp_path):
+    db = str(tmp_path / "db")
+    done = run("sql", db, "-q", "CREATE TABLE t (a BIGINT, b VARCHAR); "
+               "INSERT INTO t VALUES (1, 'x'), (2, NULL); SELECT * FROM t ORDER BY a")
+    assert done.returncode == 0, done.stderr
+    assert "created the encryption key" in done.stderr and "db.key" in done.stderr
+    assert done.stdout.splitlines()[0].split() == ["a", "|", "b"]
+    assert "(2 rows)" in done.stdout and "NULL" in done.stdout
+    csv_out = run("sql", db, "-q", "SELECT * FROM t ORDER BY a", "--format", "csv")
+    assert csv_out.stdout == "a,b\n1,x\n2,\n"
+    js = run("sql", db, "-q", "SELECT a, b FROM t ORDER BY a", "--format", "json")
+    assert json.loads(js.stdout) == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
+    bad = run("sql", db, "-q", "SELECT * FROM nope")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("cryptdisk: error:") and "Traceback" not in bad.stderr
+    policy = run("sql", db, "-q", "CREATE TABLE u (a INT) SETTINGS storage_policy = 'x'")
+    assert policy.returncode == 1 and "unknown storage policy 'x'" in policy.stderr
+
+
+def test_sql_reads_statements_from_stdin(tmp_path):
+    db = str(tmp_path / "db")
+    script = "CREATE TABLE t (a INT);\nINSERT INTO t\n  SELECT * FROM range(5);\n" \
+             "SELECT sum(a) AS s\nFROM t;\n"
+    done = run("sql", db, "--format", "csv", stdin=script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "s\n10\n"
+
+
+def test_sql_second_writer_and_read_only(tmp_path):
+    db = str(tmp_path / "db")
+    run("sql", db, "-q", "CREATE TABLE t (a INT)")
+    locker = subprocess.Popen(
+        [sys.executable, "-c", "import cryptdisk, sys, time; d = cryptdisk.connect(sys.argv[1]);"
+         " print('ready', flush=True); time.sleep(60)", db],
+        stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=SRC))
+    try:
+        assert locker.stdout.readline().strip() == "ready"
+        locked = run("sql", db, "-q", "SELECT 1")
+        assert locked.returncode == 1 and "open for writing in another process" in locked.stderr
+        assert "--read-only" in locked.stderr  # the hint
+        ro = run("sql", db, "--read-only", "-q", "SELECT count(*) AS n FROM t", "--format", "csv")
+        assert ro.stdout == "n\n0\n", ro.stderr
+    finally:
+        locker.kill()
+        locker.wait()
+        locker.stdout.close()
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    done = run("demo", "--rows", "20000", "--repeats", "1", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "system.disks" in out and "encrypted | True" in out.replace("  ", " ")
+    assert "PAR1" in out and "CRYPTDSK" in out
+    assert "appears in these bytes: no" in out and "appears in these bytes: yes" in out
+    for step in ("INSERT", "avg(c_float) cold", "sum(c_int) warm, 1 thread"):
+        assert step in out
+    assert os.path.exists(tmp_path / "demo.db.key")
+
+
+def test_interactive_shell_multiline_and_history(tmp_path):
+    import pty
+    import select
+    import time
+
+    db = str(tmp_path / "db")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+               HOME=str(home), TERM="dumb")
+    import warnings
+
+    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process; we exec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid, fd = pty.fork()
+    if pid == 0:  # child: the shell on a terminal
+        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db, "--history",
+                                   str(home / "hist")], env)
+
+    def read_until(marker, timeout=60):
+        out = b""
+        end = time.monotonic() + timeout
+        while marker not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        return out.decode(errors="replace")
+
+    try:
+        assert "end statements with ';'" in read_until(b"cryptdisk> ")
+        os.write(fd, b"SELECT 40\n")
+        assert "->" in read_until(b"-> ")  # the statement continues on the next line
+        os.write(fd, b"  + 2 AS answer;\n")
+        out = read_until(b"cryptdisk> ")
+        assert "answer" in out and "42" in out
+        os.write(fd, b"SELECT * FROM nope;\n")
+        assert "error:" in read_until(b"cryptdisk> ")  # the shell survives errors
+        os.write(fd, b"\x04")  # Ctrl-D
+        read_until(b"\n", timeout=10)
+    finally:
+        _pid, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "SELECT 40" in (home / "hist").read_text()
+    assert os.stat(home / "hist").st_mode & 0o077 == 0
+    assert not (home / ".cryptdisk_sql_history").exists()

@@ -1,0 +1,428 @@
+"""The embedded database end to end: storage, SQL, errors, encryption at rest."""
+
+import logging
+import os
+import stat
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dbhelpers import SCHEMA, gen
+
+import cryptdisk
+from cryptdisk.errors import (
+    AuthenticationError,
+    CatalogError,
+    DatabaseError,
+    DatabaseLockedError,
+    KeyFileError,
+    PolicyError,
+    TableNotFoundError,
+)
+
+
+def files_under(root):
+    return sorted(os.path.join(r, f) for r, _d, fs in os.walk(root) for f in fs)
+
+
+def test_default_key_beside_directory_and_warning(tmp_path, caplog):
+    path = tmp_path / "db"
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        db = cryptdisk.connect(path)
+    key = tmp_path / "db.key"
+    assert key.exists()
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert str(key) in caplog.text and "losing it loses the data" in caplog.text
+    assert not any(f.endswith(".key") or f.endswith(".hex") for f in files_under(path))
+    db.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        cryptdisk.connect(path).close()  # reopening says nothing new
+    assert "created" not in caplog.text
+
+
+def test_missing_key_file_is_a_clear_error(tmp_path):
+    cryptdisk.connect(tmp_path / "db").close()
+    os.remove(tmp_path / "db.key")
+    with pytest.raises(KeyFileError, match=r"db\.key"):
+        cryptdisk.connect(tmp_path / "db")
+
+
+def test_everything_on_disk_is_ciphertext_except_plain_tables(tmp_path):
+    db = cryptdisk.connect(tmp_path / "db")
+    db.sql(f"CREATE TABLE secret {SCHEMA}; CREATE TABLE open {SCHEMA} "
+           "SETTINGS storage_policy = 'plain'")
+    db.sql("INSERT INTO secret SELECT 1, 'TOPSECRETVALUE', 1.5; "
+           "INSERT INTO open SELECT 2, 'publicvalue', 2.5")
+    db.close()
+    plain_root = str(tmp_path / "db" / "plain")
+    for f in files_under(tmp_path / "db"):
+        with open(f, "rb") as fh:
+            data = fh.read()
+        if f.endswith("LOCK"):
+            assert data == b""
+        elif f.startswith(plain_root):
+            assert data[:4] == b"PAR1"
+        else:
+            assert data[:8] == b"CRYPTDSK", f
+            assert b"TOPSECRETVALUE" not in data and b"secret" not in data
+
+
+def test_create_insert_select_reopen(tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql("INSERT INTO t " + gen(1000))
+        db.sql("INSERT INTO t VALUES (-1, 'x', 0.5), (-2, NULL, NULL)")
+        db.sql("INSERT INTO t (c_str, c_int) VALUES ('only', 7)")
+        assert db.query("SELECT count(*), sum(c_int) FROM t") == [(1003, 499500 - 3 + 7)]
+    with cryptdisk.connect(tmp_path / "db") as db:
+        assert db.query("SELECT c_int, c_float FROM t WHERE c_str = 'only'") == [(7, None)]
+        assert db.query("SELECT count(*) FROM t") == [(1003,)]
+        assert db.query("SELECT count(*) FROM system.parts WHERE \"table\" = 't'") == [(3,)]
+
+
+def test_insert_from_python_objects_and_files(tmp_path, db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    assert db.insert("t", pa.table({"c_int": [1, 2], "c_float": [0.5, 1.5]})) == 2
+    assert db.insert("t", pd.DataFrame({"c_str": ["a"], "c_int": [3]})) == 1
+    pq.write_table(pa.table({"c_int": [4], "c_str": ["p"], "c_float": [4.0]}),
+                   tmp_path / "x.parquet")
+    assert db.insert("t", tmp_path / "x.parquet") == 1
+    (tmp_path / "x.csv").write_text("c_int,c_str\n5,c\n6,d\n")
+    assert db.insert("t", str(tmp_path / "x.csv")) == 2
+    assert db.query("SELECT list(c_int ORDER BY c_int) FROM t") == [([1, 2, 3, 4, 5, 6],)]
+    with pytest.raises(DatabaseError, match="no column"):
+        db.insert("t", pa.table({"nope": [1]}))
+    with pytest.raises(TypeError):
+        db.insert("t", [1, 2, 3])
+
+
+def test_joins_across_encrypted_and_plain(db):
+    db.sql(f"CREATE TABLE e {SCHEMA}; CREATE TABLE p {SCHEMA} SETTINGS storage_policy='plain'")
+    db.sql("INSERT INTO e " + gen(100))
+    db.sql("INSERT INTO p " + gen(50, 25))
+    assert db.query("SELECT count(*), sum(e.c_int) FROM e JOIN p USING (c_int)") == \
+        [(50, sum(range(25, 75)))]
+    assert db.query("SELECT count(*) FROM e, p WHERE e.c_str = p.c_str") == [(50,)]
+    first = db.query("SELECT * FROM e ORDER BY c_int LIMIT 1")[0]
+    assert first[:2] == (0, "cfcd208495d565ef66e7dff9f98764da")
+
+
+def test_errors_are_clear(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    with pytest.raises(TableNotFoundError, match="nope"):
+        db.sql("INSERT INTO nope SELECT 1, 'a', 1.0")
+    with pytest.raises(TableNotFoundError):
+        db.sql("DROP TABLE nope")
+    db.sql("DROP TABLE IF EXISTS nope")
+    with pytest.raises(PolicyError, match="nowhere"):
+        db.sql(f"CREATE TABLE u {SCHEMA} SETTINGS storage_policy = 'nowhere'")
+    with pytest.raises(DatabaseError, match="unknown table setting"):
+        db.sql(f"CREATE TABLE u {SCHEMA} SETTINGS index_granularity = 8192")
+    with pytest.raises(DatabaseError, match="already exists"):
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+    with pytest.raises(DatabaseError, match="3 columns"):
+        db.sql("INSERT INTO t SELECT 1")
+    with pytest.raises(DatabaseError):
+        db.sql("CREATE TABLE u (a NOTATYPE)")
+    with pytest.raises(DatabaseError, match="does not exist"):
+        db.sql("SELECT * FROM nope")
+    with pytest.raises(DatabaseError, match="append-only"):
+        db.sql("DELETE FROM t")
+    with pytest.raises(PolicyError):
+        db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'nowhere'")
+
+
+def test_drop_and_truncate_remove_files(tmp_path, db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(10))
+    data = tmp_path / "db" / "data"
+    assert len(files_under(data)) == 1
+    db.sql("TRUNCATE TABLE t")
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    assert files_under(data) == []
+    db.sql("INSERT INTO t " + gen(10))
+    db.sql("DROP TABLE t")
+    assert files_under(data) == []
+    with pytest.raises(DatabaseError):
+        db.sql("SELECT * FROM t")
+
+
+def test_move_between_policies(tmp_path, db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(500))
+    db.sql("INSERT INTO t " + gen(500, 500))
+    before = db.query("SELECT sum(c_int), string_agg(c_str, '' ORDER BY c_int) FROM t")
+    db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'plain'")
+    assert files_under(tmp_path / "db" / "data") == []
+    assert len(files_under(tmp_path / "db" / "plain")) == 2
+    assert db.query("SELECT storage_policy, is_encrypted FROM system.tables") == [("plain", False)]
+    db.cache.clear()
+    assert db.query("SELECT sum(c_int), string_agg(c_str, '' ORDER BY c_int) FROM t") == before
+    db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'default'")
+    assert files_under(tmp_path / "db" / "plain") == []
+    db.cache.clear()
+    assert db.query("SELECT sum(c_int), string_agg(c_str, '' ORDER BY c_int) FROM t") == before
+
+
+def test_optimize_merges_and_orders(db):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    for start in (300, 0, 600):
+        db.sql("INSERT INTO t " + gen(300, start))
+    old = {r[0] for r in db.query("SELECT part FROM system.parts")}
+    assert len(old) == 3
+    db.sql("OPTIMIZE TABLE t")
+    parts = db.query("SELECT part, rows FROM system.parts")
+    assert len(parts) == 1 and parts[0][1] == 900 and parts[0][0] not in old
+    db.cache.clear()
+    assert db.query("SELECT c_int FROM t LIMIT 3") == [(0,), (1,), (2,)]
+    db.sql("OPTIMIZE TABLE t")  # one part under the current key: nothing to do
+    assert db.query("SELECT part FROM system.parts") == [(parts[0][0],)]
+    db.sql("OPTIMIZE TABLE t FINAL")  # always rewrites
+    assert db.query("SELECT part FROM system.parts") != [(parts[0][0],)]
+
+
+def test_system_tables(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}; CREATE TABLE p {SCHEMA} SETTINGS storage_policy='plain'")
+    db.sql("INSERT INTO t " + gen(10))
+    db.sql("INSERT INTO p " + gen(10))
+    assert db.query("SELECT name, type, is_encrypted FROM system.disks ORDER BY name") == [
+        ("default", "encrypted", True), ("plain", "local", False)]
+    assert db.query("SELECT policy_name, disks FROM system.storage_policies ORDER BY 1") == [
+        ("default", ["default"]), ("plain", ["plain"])]
+    assert db.query("SELECT name, rows, is_encrypted FROM system.tables ORDER BY name") == [
+        ("p", 10, False), ("t", 10, True)]
+    rows = db.query("SELECT \"table\", disk, key_id, algorithm FROM system.parts ORDER BY 1")
+    assert rows == [("p", "plain", None, None), ("t", "default", 1, "AES-256-GCM")]
+    sizes = db.query("SELECT \"table\", bytes, bytes_on_disk FROM system.parts ORDER BY 1")
+    assert sizes[0][1] == sizes[0][2]  # plain: stored as is
+    assert sizes[1][2] > sizes[1][1] + 128  # encrypted: header and one tag per segment
+    keys = db.query("SELECT id, algorithm, source, is_current, files FROM SYSTEM.KEYS")
+    assert keys == [(1, "AES-256-GCM", "file", True, 2)]  # one part + the catalog
+    text = str(db.sql("SELECT * FROM system.keys").to_pylist())
+    assert "hex" not in text.lower() or "file" in text
+
+
+def test_part_swapped_for_another_valid_part_is_detected(tmp_path, db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(10))
+    db.sql("INSERT INTO t " + gen(10, 10))
+    a, b = (os.path.join(tmp_path / "db" / "data", p)
+            for (p,) in db.query("SELECT path FROM system.parts"))
+    os.replace(b, a + ".x")
+    os.link(a, b)  # b now holds a's (valid, authenticated) bytes
+    db.cache.clear()
+    with pytest.raises(CatalogError, match="not the part the catalog recorded"):
+        db.query("SELECT sum(c_int) FROM t")
+
+
+def test_tampered_part_fails_authentication(tmp_path, db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(1000))
+    (path,) = db.query("SELECT path FROM system.parts")[0]
+    full = os.path.join(tmp_path / "db" / "data", path)
+    with open(full, "rb") as fh:
+        data = bytearray(fh.read())
+    data[300] ^= 1
+    with open(full, "wb") as fh:
+        fh.write(data)
+    db.cache.clear()
+    with pytest.raises(AuthenticationError):
+        db.query("SELECT sum(c_int) FROM t")
+    with pytest.raises(AuthenticationError):
+        db.check()
+
+
+def test_catalog_rollback_seen_by_reader(tmp_path):
+    path = tmp_path / "db"
+    db = cryptdisk.connect(path)
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    old = (path / "catalog").read_bytes()
+    db.sql("INSERT INTO t " + gen(10))
+    reader = cryptdisk.connect(path, read_only=True)
+    assert reader.query("SELECT count(*) FROM t") == [(10,)]
+    (path / "catalog").write_bytes(old)
+    with pytest.raises(CatalogError, match="rolled back"):
+        reader.query("SELECT count(*) FROM t")
+    reader.close()
+    db.close()
+
+
+def test_reader_sees_writer_commits(tmp_path):
+    db = cryptdisk.connect(tmp_path / "db")
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    reader = cryptdisk.connect(tmp_path / "db", read_only=True)
+    assert reader.query("SELECT count(*) FROM t") == [(0,)]
+    db.sql("INSERT INTO t " + gen(10))
+    assert reader.query("SELECT count(*) FROM t") == [(10,)]
+    db.sql("OPTIMIZE TABLE t FINAL")  # deletes the part the reader knew
+    db.sql("INSERT INTO t " + gen(5))
+    assert reader.query("SELECT count(*) FROM t") == [(15,)]
+    with pytest.raises(DatabaseError, match="read-only"):
+        reader.sql("INSERT INTO t " + gen(1))
+    reader.close()
+    db.close()
+
+
+def test_second_writer_is_refused(tmp_path):
+    db = cryptdisk.connect(tmp_path / "db")
+    with pytest.raises(DatabaseLockedError, match="another process"):
+        cryptdisk.connect(tmp_path / "db")
+    db.close()
+    cryptdisk.connect(tmp_path / "db").close()  # the lock went with the first
+
+
+def test_spilling_is_refused(db):
+    db.sql("SET memory_limit = '30MB'")
+    with pytest.raises(DatabaseError, match="spill"):
+        db.sql("SELECT count(*) FROM (SELECT md5(i::VARCHAR) s FROM range(3000000) r(i) "
+               "ORDER BY s)")
+    with pytest.raises(DatabaseError, match="plaintext"):
+        db.sql("SET temp_directory = '/tmp/x'")
+    assert db.query("SELECT current_setting('temp_directory')") == [("",)]
+
+
+def test_cache_stays_within_its_bound(tmp_path):
+    db = cryptdisk.connect(tmp_path / "db", cache_bytes=300_000)
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    for i in range(4):
+        db.sql("INSERT INTO t " + gen(5000, i * 5000))
+    for q in ("SELECT sum(c_int) FROM t", "SELECT max(c_str) FROM t", "SELECT * FROM t"):
+        db.query(q)
+        assert 0 < db.cache.size <= db.cache.bound
+    assert db.cache.peak <= db.cache.bound
+    assert db.query("SELECT count(*), sum(c_int) FROM t") == [(20000, sum(range(20000)))]
+    tiny = cryptdisk.connect(tmp_path / "db", cache_bytes=10, read_only=True)
+    assert tiny.query("SELECT sum(c_int) FROM t") == [(sum(range(20000)),)]
+    assert tiny.cache.size == 0  # each column is larger than the bound: used, not kept
+    tiny.close()
+    db.close()
+
+
+def test_queries_load_only_the_columns_they_name(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(100))
+    db.query("SELECT avg(c_float) FROM t")
+    assert {k[1] for k in db.cache._items} == {"c_float"}
+    db.query("SELECT count(*) FROM t")
+    db.query("SELECT t.c_int FROM t AS t WHERE t.c_int > 5")
+    assert {k[1] for k in db.cache._items} == {"c_float", "c_int"}
+    db.query("SELECT * FROM t LIMIT 1")
+    assert {k[1] for k in db.cache._items} == {"c_float", "c_int", "c_str"}
+
+
+def test_repr_and_pickle(db):
+    import pickle
+
+    assert "tables=0" in repr(db)
+    with pytest.raises(TypeError):
+        pickle.dumps(db)
+
+
+def test_table_names_in_literals_load_nothing_and_views_do_not_go_stale(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(100))
+    assert db.query("SELECT 't' AS name -- FROM t") == [("t",)]
+    assert len(db.cache) == 0
+    assert db.query("SELECT count(*) FROM t") == [(100,)]
+    db.sql("INSERT INTO t " + gen(5))
+    # Every statement registers what it reads afresh: nothing is left from the last one.
+    assert db.query("SELECT count(*) FROM (SELECT c_int FROM t)") == [(105,)]
+    import duckdb
+
+    with pytest.raises(duckdb.CatalogException, match="does not exist"):
+        db.con.sql("SELECT * FROM t")  # the raw DuckDB connection holds no views between
+
+
+def test_inserts_stream_into_parts_of_bounded_size(db, monkeypatch):
+    from cryptdisk.db import _insert
+
+    monkeypatch.setattr(_insert, "BATCH_ROWS", 512)
+    monkeypatch.setattr(_insert, "PART_ROWS", 2048)
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(9000))
+    rows = [r for (r,) in db.query("SELECT rows FROM system.parts ORDER BY part")]
+    assert sum(rows) == 9000 and len(rows) >= 4 and max(rows) <= 2048 + 512
+    assert db.query("SELECT count(DISTINCT c_int), min(c_int), max(c_int) FROM t") == \
+        [(9000, 0, 8999)]
+
+
+def test_threads_share_one_database(db):
+    from concurrent.futures import ThreadPoolExecutor
+
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(2000))
+
+    def work(i):
+        if i % 4 == 0:
+            db.sql("INSERT INTO t " + gen(10, 10_000 + i * 10))
+        return db.query("SELECT count(*) FROM t")[0][0]
+
+    with ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(work, range(40)))
+    assert all(c >= 2000 and (c - 2000) % 10 == 0 for c in counts)
+    assert db.query("SELECT count(*) FROM t") == [(2000 + 10 * 10,)]
+
+
+def test_tampered_catalog_is_refused(tmp_path):
+    cryptdisk.connect(tmp_path / "db").close()
+    path = tmp_path / "db" / "catalog"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(CatalogError, match="cannot be trusted"):
+        cryptdisk.connect(tmp_path / "db")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[disks.x]\ntype = "weird"\npath = "x"\n', "unknown type 'weird'"),
+    ('[policies.p]\nvolumes = [{ name = "v", disks = ["nope"] }]\n', "unknown disk"),
+    ('[disks.y]\ntype = "local"\n', "needs a path"),
+])
+def test_config_errors_name_the_problem(tmp_path, extra, message):
+    from dbhelpers import write_config
+
+    from cryptdisk.errors import ConfigError
+
+    cfg = write_config(tmp_path, [1], 1)
+    cfg.write_text(cfg.read_text() + extra)
+    with pytest.raises(ConfigError, match=message):
+        cryptdisk.connect(tmp_path / "db", cfg)
+
+
+def test_config_without_default_policy(tmp_path):
+    from dbhelpers import write_config
+
+    cfg = write_config(tmp_path, [1], 1)
+    cfg.write_text(cfg.read_text().replace("[policies.default]", "[policies.other]"))
+    with pytest.raises(DatabaseError, match="no storage policy named 'default'"):
+        cryptdisk.connect(tmp_path / "db", cfg)
+    assert not os.path.exists(tmp_path / "db" / "catalog")
+
+
+def test_a_dropped_database_releases_its_lock(tmp_path):
+    import gc
+
+    cryptdisk.connect(tmp_path / "db")  # never closed
+    gc.collect()
+    cryptdisk.connect(tmp_path / "db").close()
+
+
+def test_no_key_material_in_catalog_logs_or_reprs(tmp_path, caplog):
+    from cryptdisk.keys import key_from_file
+
+    with caplog.at_level(logging.DEBUG):
+        db = cryptdisk.connect(tmp_path / "db")
+    key_hex = key_from_file(tmp_path / "db.key").hex()
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(10))
+    with cryptdisk.open(tmp_path / "db" / "catalog", keyring=db.keyring) as f:
+        catalog = f.read().decode()
+    assert '"t"' in catalog  # it is the catalog...
+    shown = [catalog, caplog.text, repr(db), repr(db.config), repr(db.keyring),
+             str(db.sql("SELECT * FROM system.keys").to_pylist()),
+             str(db.sql("SELECT * FROM system.disks").to_pylist())]
+    for text in shown:
+        assert key_hex not in text.lower()
+    db.close()
