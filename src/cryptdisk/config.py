@@ -92,6 +92,9 @@ class Config:
     keyring: Keyring | None
     disks: dict[str, Disk] = field(default_factory=dict)
     policies: dict[str, StoragePolicy] = field(default_factory=dict)
+    #: True when the config declares no ``default`` policy and the implicit one
+    #: (the plain ``default`` disk) stands in; the database refuses to use it.
+    default_policy_implied: bool = False
 
     def disk(self, name: str) -> Disk:
         try:
@@ -221,8 +224,11 @@ class _Builder:
             self.disk(name, "[disks]")
         if "default" not in self.disks:
             self.disks["default"] = LocalDisk("default", os.path.join(self.base, "data"))
+        declared = self.data.get("policies", {})
         policies = self.policies()
-        return Config(self.path, self.keyring, dict(self.disks), policies)
+        implied = not (isinstance(declared, Mapping) and "default" in declared)
+        return Config(self.path, self.keyring, dict(self.disks), policies,
+                      default_policy_implied=implied)
 
     # -- disks ---------------------------------------------------------------------
 

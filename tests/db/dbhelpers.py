@@ -17,7 +17,8 @@ def write_config(tmp_path, key_ids, current, name="c.toml", plain=True):
         if not kf.exists():
             write_key_file(kf, Key.generate(kid)._raw_material(), key_id=kid)
         lines += ["[[keyring.keys]]", f"id = {kid}", f'file = "k{kid}.hex"']
-    lines += ["[disks.secure]", 'type = "encrypted"', 'path = "store/secure"',
+    lines += ["[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
+              "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
               "[disks.open]", 'type = "local"', 'path = "store/open"',
               "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]']
     if plain:

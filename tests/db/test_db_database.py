@@ -194,12 +194,12 @@ def test_system_tables(db):
     assert db.query("SELECT name, rows, is_encrypted FROM system.tables ORDER BY name") == [
         ("p", 10, False), ("t", 10, True)]
     rows = db.query("SELECT \"table\", disk, key_id, algorithm FROM system.parts ORDER BY 1")
-    assert rows == [("p", "plain", None, None), ("t", "default", 1, "AES-256-GCM")]
+    assert rows == [("p", "plain", None, None), ("t", "default", 1, "aes-256-gcm")]
     sizes = db.query("SELECT \"table\", bytes, bytes_on_disk FROM system.parts ORDER BY 1")
     assert sizes[0][1] == sizes[0][2]  # plain: stored as is
     assert sizes[1][2] > sizes[1][1] + 128  # encrypted: header and one tag per segment
     keys = db.query("SELECT id, algorithm, source, is_current, files FROM SYSTEM.KEYS")
-    assert keys == [(1, "AES-256-GCM", "file", True, 2)]  # one part + the catalog
+    assert keys == [(1, "aes-256-gcm", "file", True, 2)]  # one part + the catalog
     text = str(db.sql("SELECT * FROM system.keys").to_pylist())
     assert "hex" not in text.lower() or "file" in text
 
@@ -378,7 +378,7 @@ def test_tampered_catalog_is_refused(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ('[disks.x]\ntype = "weird"\npath = "x"\n', "unknown type 'weird'"),
     ('[policies.p]\nvolumes = [{ name = "v", disks = ["nope"] }]\n', "unknown disk"),
-    ('[disks.y]\ntype = "local"\n', "needs a path"),
+    ('[disks.y]\ntype = "local"\n', "missing setting 'path'"),
 ])
 def test_config_errors_name_the_problem(tmp_path, extra, message):
     from dbhelpers import write_config

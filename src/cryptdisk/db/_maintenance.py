@@ -20,7 +20,7 @@ from . import _sql
 from ._catalog import CATALOG_FILE, PartMeta
 from ._partread import read_part
 from ._parts import verify_part
-from ._storage import policy_disk, rewrap_on_disk, stale_cleanup
+from ._storage import policy_disk, policy_disks, rewrap_on_disk, stale_cleanup
 
 if TYPE_CHECKING:
     from ._catalog import TableMeta
@@ -196,7 +196,7 @@ class MaintenanceMixin:
             live = {(p.disk, p.path) for t in self.catalog.tables.values() for p in t.parts}
             prefix = f"cryptdisk-db/{self.catalog.db_id}"
             removed = 0
-            for disk in self.config.disks.values():
+            for disk in policy_disks(self.config):
                 try:
                     stale_cleanup(disk, prefix)
                     names = disk.list(prefix)

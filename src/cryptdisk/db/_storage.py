@@ -14,19 +14,13 @@ import logging
 import os
 from typing import Any
 
-from ..disks._base import Disk
+from ..config import Config, load_config
+from ..disks import Disk, EncryptedDisk, LocalDisk, StoragePolicy, Volume
 from ..errors import DatabaseError, DiskError, KeyFileError
 from ..keys import Key, Keyring, key_from_file, write_key_file
-from ._interim_disks import (
-    Config,
-    EncryptedLocalDisk,
-    LocalDisk,
-    StoragePolicy,
-    Volume,
-    load_config,
-)
 
 __all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk",
+           "policy_disks",
            "resolve_config", "rewrap_on_disk", "stale_cleanup"]
 
 log = logging.getLogger("cryptdisk.db")
@@ -57,9 +51,11 @@ def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
     """A config object from ``None`` (the default), a TOML path, or a config object."""
     if config is None:
         keyring = _default_keyring(db_path, creating)
-        enc = EncryptedLocalDisk("default", os.path.join(db_path, "data"), keyring)
+        # The database keeps its own decrypted cache: the disk's read cache would double it.
+        enc = EncryptedDisk("default", LocalDisk("default", os.path.join(db_path, "data")),
+                            keyring, cache_bytes=0)
         plain = LocalDisk("plain", os.path.join(db_path, "plain"))
-        return Config(keyring, {"default": enc, "plain": plain},
+        return Config(f"{db_path} (default config)", keyring, {"default": enc, "plain": plain},
                       {"default": StoragePolicy("default", [Volume("main", [enc])]),
                        "plain": StoragePolicy("plain", [Volume("main", [plain])])})
     if isinstance(config, (str, os.PathLike)):
@@ -68,7 +64,7 @@ def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
         if not hasattr(config, attr):
             raise TypeError("config must be None, a config file path, or a cryptdisk config "
                             f"object (it has no {attr!r})")
-    if "default" not in config.policies:
+    if "default" not in config.policies or getattr(config, "default_policy_implied", False):
         raise DatabaseError("the config has no storage policy named 'default'; new tables "
                             "use it", hint="add [policies.default] to the config")
     return config  # type: ignore[no-any-return]
@@ -77,6 +73,23 @@ def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
 def policy_disk(policy: Any) -> Disk:
     """The disk a policy writes new parts to (first disk of its first volume)."""
     return policy.volumes[0].disks[0]  # type: ignore[no-any-return]
+
+
+def policy_disks(config: Any) -> list[Disk]:
+    """The disks the database writes parts to: those of its storage policies.
+
+    A disk that another disk wraps (the local disk under an encrypted one) is
+    left out: its files are the wrapper's, seen without decryption, and must not
+    be taken for orphans.
+    """
+    wrapped = {id(d.inner) for d in config.disks.values() if hasattr(d, "inner")}
+    out: dict[int, Disk] = {}
+    for policy in config.policies.values():
+        for volume in policy.volumes:
+            for disk in volume.disks:
+                if id(disk) not in wrapped:
+                    out[id(disk)] = disk
+    return list(out.values())
 
 
 def local_path(disk: Disk, path: str) -> str | None:
@@ -98,6 +111,6 @@ def rewrap_on_disk(disk: Disk, path: str) -> bool:
 
 def stale_cleanup(disk: Disk, prefix: str) -> None:
     """Delete temporaries of writers killed mid-write, where the disk can."""
-    fn = getattr(disk, "remove_stale_temporaries", None)
+    fn = getattr(disk, "remove_stale_temps", None)
     if fn is not None:
-        fn(prefix)
+        fn(max_age=0, prefix=prefix)  # the database's lock excludes other writers

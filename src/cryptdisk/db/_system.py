@@ -86,7 +86,7 @@ def _keys(db: Any) -> pa.Table:
     keys = list(db.keyring)
     return pa.table({
         "id": pa.array([k.key_id for k in keys], pa.uint64()),
-        "algorithm": pa.array([k.algorithm.label for k in keys], pa.string()),
+        "algorithm": pa.array([k.algorithm.label.lower() for k in keys], pa.string()),
         "source": pa.array([k.source for k in keys], pa.string()),
         "is_current": pa.array([k.key_id == db.keyring.current_key_id for k in keys]),
         "files": pa.array([uses.get(k.key_id, 0) for k in keys], pa.int64()),

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any, cast
 
-from ..errors import DiskFileNotFoundError, KeyNotFoundError
+from ..errors import DiskError, DiskFileNotFoundError, KeyNotFoundError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -34,7 +34,7 @@ from ..format import (
     sealed_layout,
     source_for,
 )
-from ..keys import Keyring
+from ..keys import Keyring, rewrap_file
 from ._base import Disk, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import AtomicWriteFile, PreadFile
@@ -164,6 +164,29 @@ class EncryptedDisk(Disk):
             self._info_memo.clear()
         self._info_memo[memo_key] = info
         return info
+
+    def rewrap(self, path: str) -> bool:
+        """Rewrap one file's header under the current key in place (segments untouched).
+
+        Returns False if it already was under the current key. Only disks over a
+        local directory can rewrite 128 bytes in place; others raise DiskError.
+        """
+        if not isinstance(self.inner, LocalDisk):
+            raise DiskError(
+                f"disk {self.name!r} is over a {self.inner.type} disk, which cannot rewrite a "
+                "header in place",
+                hint="rewrite the data under the current key instead (cryptdisk reencrypt)")
+        try:
+            return rewrap_file(self.inner.os_path(self._inner(path)), self.keyring)
+        except FileNotFoundError:
+            raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") from None
+
+    def remove_stale_temps(self, max_age: float = 3600.0, prefix: str = "") -> int:
+        """Temporary files of killed writers, as :meth:`LocalDisk.remove_stale_temps`."""
+        fn = getattr(self.inner, "remove_stale_temps", None)
+        if fn is None:
+            return 0
+        return int(fn(max_age=max_age, prefix=self._inner(prefix) if prefix else self.prefix))
 
     def list(self, prefix: str = "") -> list[str]:
         if not self.prefix:

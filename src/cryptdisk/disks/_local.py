@@ -114,20 +114,27 @@ class LocalDisk(Disk):
                     out.append(rel)
         return sorted(out)
 
-    def remove_stale_temps(self, max_age: float = 3600.0) -> int:
-        """Delete temporary files older than ``max_age`` seconds (left by killed writers).
+    def local_path(self, path: str) -> str:
+        """The OS path of a disk file (plain: other tools may read it natively)."""
+        return self.os_path(path)
+
+    def remove_stale_temps(self, max_age: float = 3600.0, prefix: str = "") -> int:
+        """Delete temporary files older than ``max_age`` seconds (left by killed writers)
+        below the directory ``prefix``.
 
         Returns how many were removed. Younger ones may belong to a writer that
-        is still running, so they are kept.
+        is still running, so they are kept; a caller that holds an exclusive
+        lock over ``prefix`` (the database) passes ``max_age=0``.
         """
         import time
 
         cutoff = time.time() - max_age
         removed = 0
-        for dirpath, _dirs, files in os.walk(self.root):
+        start = os.path.join(self.root, norm_path(prefix, allow_empty=True))
+        for dirpath, _dirs, files in os.walk(start):
             for fname in files:
                 full = os.path.join(dirpath, fname)
-                if is_temp(fname) and os.lstat(full).st_mtime < cutoff:
+                if is_temp(fname) and os.lstat(full).st_mtime <= cutoff:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(full)
                         removed += 1
