@@ -26,6 +26,16 @@ class BenchOptions:
     duration: float | None = None  # seconds per timed test (io, oltp)
     repeats: int | None = None  # runs per strategy (interleaved)
     threads: int | None = None  # default: one per core
+    size: int | None = None  # crypto: bytes of the file for the peak-RSS test
+    # Added by the harness (cryptdisk.bench._cleanup.Cleanup); experiments that start
+    # processes or mounts register them there so Ctrl-C leaves nothing behind.
+    cleanup: Any = None
+
+    def pick(self, quick: Any, full: Any, given: Any = None) -> Any:
+        """``given`` if set, else the quick or full default."""
+        if given is not None:
+            return given
+        return quick if self.quick else full
 
 
 @dataclass
