@@ -75,6 +75,7 @@ class Strategy:
     args: dict[str, Any]
     extra_cpu: Callable[[], float] | None = None  # CPU seconds of a daemon (gocryptfs)
     baseline: str | None = None  # the strategy this one is compared with (same case)
+    before: Callable[[], None] | None = None  # run (untimed) before each run, e.g. drop caches
 
 
 def _add(acc: dict[tuple[str, str], Measurement], experiment: str, strategy: Strategy,
@@ -109,6 +110,8 @@ def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy
     for _ in range(repeats):
         for s in list(alive):
             progress(label, done, total)
+            if s.before is not None:
+                s.before()
             before = s.extra_cpu() if s.extra_cpu else 0.0
             try:
                 res = run_worker(options.cleanup, s.target, s.args)
