@@ -1,0 +1,158 @@
+"""Worker bodies of the olap experiment: one engine per call, in a fresh process.
+
+``insert`` loads the shared Parquet file into a fresh store (timed) and
+``query`` opens that store in a new process: the first execution of the
+query is *cold* (fresh process and session; the OS page cache may still hold
+the files), the next ``warm`` executions are *warm*; then the same query with
+one thread (warm). Engines: ``chdb`` (ClickHouse, plain or encrypted disk),
+``duckdb`` (its own database file, plain or ``ENCRYPTION_KEY``) and
+``parquet`` (pyarrow, plain or modular encryption AES_GCM_V1).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import statistics
+from typing import Any
+
+from ._measure import Sample, Stopwatch
+
+__all__ = ["insert", "query"]
+
+QUERIES = {"avg": ("avg(c_float)", "c_float", "mean"), "sum": ("sum(c_int)", "c_int", "sum")}
+
+
+def _chdb(store: str, config: str | None) -> Any:
+    from chdb import session
+
+    path = f"{store}/db" + (f"?config-file={config}" if config else "")
+    return session.Session(path)
+
+
+def _duckdb(store: str, key: str | None) -> Any:
+    import duckdb
+
+    con = duckdb.connect()
+    if key:
+        # duckdb from PyPI has no OpenSSL here: writes need the Mbed TLS fallback.
+        con.execute("SET force_mbedtls_unsafe = true")
+        con.execute(f"ATTACH '{store}/db.duckdb' AS x (ENCRYPTION_KEY '{key}')")
+    else:
+        con.execute(f"ATTACH '{store}/db.duckdb' AS x")
+    return con
+
+
+def _parquet_props(key: str | None, write: bool) -> Any:
+    if not key:
+        return None
+    import pyarrow.parquet.encryption as pe
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    master = bytes.fromhex(key)
+
+    class KeyWrap(pe.KmsClient):  # the in-memory KMS of pyarrow's docs, with real wrapping
+        def wrap_key(self, key_bytes: bytes, master_key_identifier: str) -> bytes:
+            nonce = os.urandom(12)
+            return base64.b64encode(nonce + AESGCM(master).encrypt(nonce, key_bytes, None))
+
+        def unwrap_key(self, wrapped_key: bytes, master_key_identifier: str) -> bytes:
+            raw = base64.b64decode(wrapped_key)
+            return AESGCM(master).decrypt(raw[:12], raw[12:], None)
+
+    factory = pe.CryptoFactory(lambda _config: KeyWrap())
+    kms = pe.KmsConnectionConfig()
+    if write:
+        cfg = pe.EncryptionConfiguration(
+            footer_key="footer", column_keys={"cols": ["c_int", "c_str", "c_float"]},
+            encryption_algorithm="AES_GCM_V1", data_key_length_bits=256)
+        return factory.file_encryption_properties(kms, cfg)
+    return factory.file_decryption_properties(kms, pe.DecryptionConfiguration())
+
+
+def insert(engine: str, store: str, data: str, secret: str | None, config: str | None,
+           case: str, rows: int) -> list[Sample]:
+    """Load ``data`` (Parquet) into a fresh store; the timed part is the load."""
+    os.makedirs(store, exist_ok=True)
+    if engine == "chdb":
+        s = _chdb(store, config)
+        policy = " SETTINGS storage_policy = 'encrypted'" if config else ""
+        s.query("CREATE TABLE t (c_int Int64, c_str String, c_float Float64) "
+                f"ENGINE = MergeTree ORDER BY c_int{policy}")
+        with Stopwatch() as sw:
+            s.query(f"INSERT INTO t SELECT * FROM file('{data}', Parquet)")
+        s.query("OPTIMIZE TABLE t FINAL")  # one part, as in the reference runs (untimed)
+        s.close()
+    elif engine == "duckdb":
+        con = _duckdb(store, secret)
+        with Stopwatch() as sw:
+            con.execute(f"CREATE TABLE x.t AS SELECT * FROM read_parquet('{data}')")
+            con.execute("CHECKPOINT x")
+        con.close()
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(data)
+        with Stopwatch() as sw:
+            pq.write_table(table, f"{store}/t.parquet",
+                           encryption_properties=_parquet_props(secret, True))
+    return [sw.seconds(case, rows * 48)]  # ~48 bytes a row (8 + 32 + 8)
+
+
+def _runner(engine: str, store: str, secret: str | None, config: str | None) -> Any:
+    """``(run(query_key, threads) -> value, close)`` for one open store."""
+    if engine == "chdb":
+        s = _chdb(store, config)
+
+        def run(q: str, threads: int | None) -> Any:
+            opt = f" SETTINGS max_threads = {threads}" if threads else ""
+            return s.query(f"SELECT {QUERIES[q][0]} FROM t{opt}", "CSV").bytes()
+        return run, s.close
+    if engine == "duckdb":
+        con = _duckdb(store, secret)
+        default = con.execute("SELECT current_setting('threads')").fetchone()[0]
+
+        def run(q: str, threads: int | None) -> Any:
+            con.execute(f"SET threads = {threads or default}")
+            return con.execute(f"SELECT {QUERIES[q][0]} FROM x.t").fetchone()
+        return run, con.close
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset  # noqa: F401 - imported lazily by read_table; not part of a query
+    import pyarrow.parquet as pq
+
+    props = _parquet_props(secret, False)
+    cores = pa.cpu_count()
+
+    def run(q: str, threads: int | None) -> Any:
+        pa.set_cpu_count(threads or cores)
+        col = QUERIES[q][1]
+        t = pq.read_table(f"{store}/t.parquet", columns=[col], decryption_properties=props,
+                          use_threads=threads != 1)
+        return getattr(pc, QUERIES[q][2])(t.column(col)).as_py()
+    return run, lambda: None
+
+
+def query(engine: str, store: str, q: str, secret: str | None, config: str | None,
+          warm: int, rows: int) -> list[Sample]:
+    """Cold, then ``warm`` warm runs with all threads, then ``warm`` with one thread."""
+    run, close = _runner(engine, store, secret, config)
+    name = QUERIES[q][0]
+    out = []
+    try:
+        with Stopwatch() as sw:
+            run(q, None)
+        out.append(sw.seconds(f"{name} threads=all cold", rows * 8))
+        for threads, label in ((None, "all"), (1, "1")):
+            walls, cpus = [], []
+            for _ in range(warm):
+                with Stopwatch() as sw:
+                    run(q, threads)
+                walls.append(sw.wall)
+                cpus.append(sw.cpu)
+            out.append(Sample(f"{name} threads={label} warm", "s", statistics.median(walls),
+                              statistics.median(cpus), rows * 8, "bytes", "lower",
+                              {"warm_runs": warm}))
+    finally:
+        close()
+    return out
