@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ._measure import Sample, Stopwatch
 
-__all__ = ["format_decrypt", "format_encrypt", "noop", "plain_file", "random_reads", "raw_aesgcm", "stream_op"]
+__all__ = ["format_decrypt", "format_encrypt", "noop", "plain_file", "random_reads", "raw_aesgcm",
+           "stream_op"]
 
 CHUNK = 64 * 1024  # raw AES-GCM buffer = the format's segment size
 IO_CHUNK = 256 * 1024  # what the format is fed / read with (4 segments)
@@ -144,12 +145,13 @@ def format_decrypt(path: str, threads: int, key_hex: str, source: str, case: str
     (a memory map of the page-cached file).
     """
     import cryptdisk
+
     from ..format import SealedReader, open_header, read_header
 
     keyring = _keyring(key_hex)
-    data = open(path, "rb").read() if source == "memory" else b""  # noqa: SIM115
+    data = open(path, "rb").read() if source == "memory" else b""
     if source == "memory":
-        header = read_header(open(path, "rb"), path)  # noqa: SIM115
+        header = read_header(open(path, "rb"), path)
         reader = SealedReader(_MemorySource(data), header, open_header(header, keyring))
         size = reader.size
     else:
@@ -178,7 +180,7 @@ def random_reads(path: str, key_hex: str | None, block: int, duration: float,
     """Random block-aligned reads for ``duration`` s: ``pread`` of cryptdisk or of the OS."""
     import cryptdisk
 
-    rng = random.Random(1)  # noqa: S311 - offsets, not secrets
+    rng = random.Random(1)
     if key_hex is None:
         fd = os.open(path, os.O_RDONLY)
         size = os.fstat(fd).st_size

@@ -42,7 +42,7 @@ def _check(buf: bytearray | memoryview, file_no: int, index: int) -> None:
 
 def _open(kind: str, path: str, mode: str, key_hex: str | None) -> Any:
     if kind == "plain":
-        return open(path, mode, buffering=0)  # noqa: SIM115
+        return open(path, mode, buffering=0)
     import cryptdisk
 
     return cryptdisk.open(path, mode, keyring=_keyring(key_hex or ""))
@@ -146,7 +146,7 @@ def skip_read(kind: str, directory: str, threads: int, duration: float, key_hex:
     seeks = [0] * threads
 
     def work(t: int) -> None:
-        rng = random.Random(t)  # noqa: S311 - offsets, not secrets
+        rng = random.Random(t)
         buf = bytearray(BLOCK)
         with _open(kind, os.path.join(directory, f"seq{t}.dat"), "rb", key_hex) as f:
             blocks = f.seek(0, os.SEEK_END) // BLOCK

@@ -23,6 +23,11 @@ __all__ = ["insert", "query"]
 QUERIES = {"avg": ("avg(c_float)", "c_float", "mean"), "sum": ("sum(c_int)", "c_int", "sum")}
 
 
+def _lit(text: str) -> str:
+    """A SQL string literal (paths and keys are ours, but may contain quotes)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _chdb(store: str, config: str | None) -> Any:
     from chdb import session
 
@@ -37,9 +42,9 @@ def _duckdb(store: str, key: str | None) -> Any:
     if key:
         # duckdb from PyPI has no OpenSSL here: writes need the Mbed TLS fallback.
         con.execute("SET force_mbedtls_unsafe = true")
-        con.execute(f"ATTACH '{store}/db.duckdb' AS x (ENCRYPTION_KEY '{key}')")
+        con.execute(f"ATTACH {_lit(store + '/db.duckdb')} AS x (ENCRYPTION_KEY {_lit(key)})")
     else:
-        con.execute(f"ATTACH '{store}/db.duckdb' AS x")
+        con.execute(f"ATTACH {_lit(store + '/db.duckdb')} AS x")
     return con
 
 
@@ -80,13 +85,13 @@ def insert(engine: str, store: str, data: str, secret: str | None, config: str |
         s.query("CREATE TABLE t (c_int Int64, c_str String, c_float Float64) "
                 f"ENGINE = MergeTree ORDER BY c_int{policy}")
         with Stopwatch() as sw:
-            s.query(f"INSERT INTO t SELECT * FROM file('{data}', Parquet)")
+            s.query(f"INSERT INTO t SELECT * FROM file({_lit(data)}, Parquet)")  # noqa: S608
         s.query("OPTIMIZE TABLE t FINAL")  # one part, as in the reference runs (untimed)
         s.close()
     elif engine == "duckdb":
         con = _duckdb(store, secret)
         with Stopwatch() as sw:
-            con.execute(f"CREATE TABLE x.t AS SELECT * FROM read_parquet('{data}')")
+            con.execute(f"CREATE TABLE x.t AS SELECT * FROM read_parquet({_lit(data)})")  # noqa: S608
             con.execute("CHECKPOINT x")
         con.close()
     else:
@@ -106,7 +111,7 @@ def _runner(engine: str, store: str, secret: str | None, config: str | None) -> 
 
         def run(q: str, threads: int | None) -> Any:
             opt = f" SETTINGS max_threads = {threads}" if threads else ""
-            return s.query(f"SELECT {QUERIES[q][0]} FROM t{opt}", "CSV").bytes()
+            return s.query(f"SELECT {QUERIES[q][0]} FROM t{opt}", "CSV").bytes()  # noqa: S608
         return run, s.close
     if engine == "duckdb":
         con = _duckdb(store, secret)
@@ -114,11 +119,11 @@ def _runner(engine: str, store: str, secret: str | None, config: str | None) -> 
 
         def run(q: str, threads: int | None) -> Any:
             con.execute(f"SET threads = {threads or default}")
-            return con.execute(f"SELECT {QUERIES[q][0]} FROM x.t").fetchone()
+            return con.execute(f"SELECT {QUERIES[q][0]} FROM x.t").fetchone()  # noqa: S608
         return run, con.close
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset  # noqa: F401 - imported lazily by read_table; not part of a query
+    import pyarrow.dataset
     import pyarrow.parquet as pq
 
     props = _parquet_props(secret, False)

@@ -28,7 +28,8 @@ class Published:
 
 
 SOURCES = {
-    "vertica": "Emerson/Vertica vioperf, LUKS (AES-XTS) vs plain (vertica-encryption-strategies.txt)",
+    "vertica": "Emerson/Vertica vioperf, LUKS (AES-XTS) vs plain "
+               "(vertica-encryption-strategies.txt)",
     "clickhouse": "Altinity KB, ClickHouse encrypted disk AES_128_CTR vs plain, 100M rows "
                   "(clickhouse-encrypted-disk.txt)",
     "pg-tde": "CYBERTEC, PostgreSQL 13 TDE vs stock, pgbench (postgresql-tde-benchmark.txt)",
@@ -70,8 +71,8 @@ PUBLISHED: dict[str, list[Published]] = {
         Published("pgbench read-write (TPC-B-like)", "-", "-", "significantly slower", "pg-tde"),
         Published("SQLite TPC-B-like, scale 1, WAL: plain vs SQLCipher", "20-22k TPS", "~8k TPS",
                   "-57 %", "design"),
-        Published("PostgreSQL 15, pgbench scale 10, 2 clients, read-only / TPC-B", "17-20k / 375 TPS",
-                  "-", "-", "design"),
+        Published("PostgreSQL 15, pgbench scale 10, 2 clients, read-only / TPC-B",
+                  "17-20k / 375 TPS", "-", "-", "design"),
     ],
     "crypto": [
         Published("cryptography 50 AES-GCM encrypt_into, 64 KiB, per core", "-", "10-12 GB/s",

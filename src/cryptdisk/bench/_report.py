@@ -8,7 +8,6 @@ strategies with the command that installs them, and the plots.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from ._model import Measurement
@@ -124,7 +123,7 @@ def write_report(results: Results, outdir: Path, note: str | None = None) -> Pat
     lines = ["# cryptdisk benchmark report", ""]
     if note:
         lines += [f"> {note}", ""]
-    lines += _environment(results) + [""]
+    lines += [*_environment(results), ""]
     lines += ["Every figure is the median of the listed number of runs, with min-max. "
               "Strategies ran interleaved (A B A B ...), each run in a fresh worker process; "
               "CPU is process user+sys time (with children and daemons), never system-wide "
@@ -157,5 +156,4 @@ def summary_lines(results: Results) -> list[str]:
     for s in results.skipped:
         hint = f" [{s.install}]" if s.install else ""
         out.append(f"skipped {s.experiment}/{s.strategy}: {s.reason}{hint}")
-    _ = statistics
     return out

@@ -109,11 +109,14 @@ def _stream(options: BenchOptions, key_hex: str, size: int, progress: Progress) 
     return [
         Strategy("interpreter baseline", _B + "noop", dict(case="stream baseline (import only)")),
         Strategy("cryptdisk", _B + "stream_op",
-                 dict(op="encrypt", src=src, dst=enc, key_hex=key_hex, case=label.format("encrypt"))),
+                 dict(op="encrypt", src=src, dst=enc, key_hex=key_hex,
+                      case=label.format("encrypt"))),
         Strategy("cryptdisk", _B + "stream_op",
-                 dict(op="verify", src=enc, dst="", key_hex=key_hex, case=label.format("verify"))),
+                 dict(op="verify", src=enc, dst="", key_hex=key_hex,
+                      case=label.format("verify"))),
         Strategy("cryptdisk", _B + "stream_op",
-                 dict(op="decrypt", src=enc, dst=dec, key_hex=key_hex, case=label.format("decrypt"))),
+                 dict(op="decrypt", src=enc, dst=dec, key_hex=key_hex,
+                      case=label.format("decrypt"))),
     ]
 
 

@@ -54,7 +54,7 @@ def _setup(options: BenchOptions, record: Recorder) -> list[tuple[str, str, str,
         return out
     try:
         mount = GocryptfsMount(cleanup, base / "io-gocryptfs")
-    except (OSError, Exception) as exc:  # noqa: BLE001 - any mount failure is a skip
+    except (OSError, Exception) as exc:
         record(Skipped("io", "gocryptfs", f"mount failed: {exc}", INSTALL))
         return out
     out.append(("gocryptfs", "plain", str(mount.mountpoint), mount.pid))
