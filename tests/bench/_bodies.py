@@ -13,3 +13,9 @@ def count(log: str, name: str) -> list[Sample]:
 
 def fail() -> list[Sample]:
     raise RuntimeError("boom")
+
+
+def hog(mib: int) -> list[Sample]:
+    buf = bytearray(mib << 20)
+    buf[::4096] = b"y" * len(buf[::4096])
+    return [Sample("hog", "MiB", len(buf) / (1 << 20))]

@@ -151,3 +151,19 @@ def test_cleanup_removes_workdir_and_kills_children(tmp_path):
     c.run()
     assert proc.poll() is not None and undone == [1] and not c.workdir.exists()
     c.run()  # idempotent
+
+
+def test_worker_peak_rss_is_its_own_not_the_harness(options, monkeypatch):
+    """ru_maxrss of an exec'd child inherits the parent's high-water mark; VmHWM does not."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", f"{root}:{root / 'src'}")
+    from cryptdisk.bench._worker import run_worker
+
+    big = bytearray(300 << 20)
+    big[:: 4096] = b"x" * len(big[:: 4096])  # touch every page: the harness is now > 300 MiB
+    res = run_worker(options.cleanup, "tests.bench._bodies:count",
+                     dict(log=str(options.workdir / "l"), name="A"))
+    assert 5 < res.peak_rss_mb < 200
+    hog = run_worker(options.cleanup, "tests.bench._bodies:hog", dict(mib=256))
+    assert hog.peak_rss_mb > 256
+    del big

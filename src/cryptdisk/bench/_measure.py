@@ -5,7 +5,8 @@ deltas: the benchmark process and any child it waited for, never
 system-wide CPU%. Daemons (gocryptfs) are added by the caller with
 :func:`process_cpu` on their pid. Peak RSS is ``ru_maxrss`` of the worker
 process that ran the body (each run gets a fresh interpreter, see
-:mod:`cryptdisk.bench._worker`), so it is the strategy's own high-water mark.
+:mod:`cryptdisk.bench._worker`), so it is the strategy's own high-water mark
+(``VmHWM``; see :func:`peak_rss_mb`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,30 @@ def cpu_seconds() -> float:
     return total
 
 
+def _vm_hwm_kib() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process (or of its largest child) in MB."""
-    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """Peak resident set size of this process (or of its largest child) in MiB.
+
+    On Linux this is ``VmHWM`` of the process's own address space, not
+    ``ru_maxrss``: after ``exec`` the kernel carries the parent's high-water
+    mark into the child's ``ru_maxrss`` (subprocess uses vfork), so a worker
+    started by a large harness would inherit the harness's figure.
+    """
+    hwm = _vm_hwm_kib()
     child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(self_kb, child_kb) / 1024  # Linux reports KiB
+    if hwm is None:
+        hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return max(hwm, child_kb) / 1024  # KiB -> MiB
 
 
 def process_cpu(pid: int) -> float:

@@ -59,7 +59,10 @@ def _row(m: Measurement, peers: list[Measurement]) -> str:
     ratio = ratio_of(m, base) if base else None
     cpu_ratio = ratio_of(m, base, cpu=True) if base else None
     lo, hi = m.spread
-    r = f"{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f})" if ratio else "baseline"
+    if ratio:
+        r = f"{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f})"
+    else:
+        r = "baseline" if any(baseline_for(p, peers) is m for p in peers) else "-"
     cr = f"{cpu_ratio.median:.2f}" if cpu_ratio else "-"
     return (f"| {m.case} | {m.strategy} | {m.unit} | {len(m.values)} | {_fmt(m.median)} | "
             f"{_fmt(lo)}-{_fmt(hi)} | {r} | {_fmt(m.cpu_per_gb)} | {cr} | "

@@ -67,6 +67,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", type=Path, metavar="OUT", help="write every run as JSON here")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write a Markdown report and PNG plots into DIR")
+    p.add_argument("--note", help="a sentence put at the top of the report (e.g. machine state)")
     p.set_defaults(func=_handle)
 
 
@@ -82,8 +83,7 @@ def _handle(args: argparse.Namespace) -> int:
         if out is not None and not out.parent.exists():
             raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
     names = _ORDER if args.experiment == "all" else [args.experiment]
-    command = "cryptdisk " + shlex.join(sys.argv[1:]) if sys.argv[0].endswith("cryptdisk") \
-        else "cryptdisk bench " + args.experiment
+    command = "cryptdisk " + shlex.join(sys.argv[1:])
     t0 = time.perf_counter()
     with Cleanup(args.workdir) as cleanup:
         options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
@@ -100,7 +100,7 @@ def _handle(args: argparse.Namespace) -> int:
     if args.report is not None:
         from ..bench._report import write_report
 
-        path = write_report(results, args.report)
+        path = write_report(results, args.report, note=args.note)
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
