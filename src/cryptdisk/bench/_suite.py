@@ -76,6 +76,7 @@ class Strategy:
     extra_cpu: Callable[[], float] | None = None  # CPU seconds of a daemon (gocryptfs)
     baseline: str | None = None  # the strategy this one is compared with (same case)
     before: Callable[[], None] | None = None  # run (untimed) before each run, e.g. drop caches
+    python: str | None = None  # the interpreter of the worker (a side venv), default ours
 
 
 def _add(acc: dict[tuple[str, str], Measurement], experiment: str, strategy: Strategy,
@@ -114,7 +115,7 @@ def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy
                 s.before()
             before = s.extra_cpu() if s.extra_cpu else 0.0
             try:
-                res = run_worker(options.cleanup, s.target, s.args)
+                res = run_worker(options.cleanup, s.target, s.args, python=s.python)
             except BenchRunError as exc:
                 record(Skipped(experiment, s.name, f"failed: {exc}"))
                 alive.remove(s)

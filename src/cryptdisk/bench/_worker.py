@@ -47,11 +47,11 @@ def _child_env() -> dict[str, str]:
 
 
 def run_worker(cleanup: Cleanup, target: str, args: dict[str, Any], *,
-               timeout: float = 3600) -> WorkerResult:
-    """Run ``target(**args)`` in a fresh Python process and return its samples."""
+               timeout: float = 3600, python: str | None = None) -> WorkerResult:
+    """Run ``target(**args)`` in a fresh Python process (``python``, default this one)."""
     result = cleanup.workdir / f".result-{os.getpid()}-{id(args)}.json"
     spec = json.dumps({"target": target, "args": args, "result": str(result)}).encode()
-    proc = cleanup.popen([sys.executable, "-m", "cryptdisk.bench._worker"],
+    proc = cleanup.popen([python or sys.executable, "-m", "cryptdisk.bench._worker"],
                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=_child_env())
     try:

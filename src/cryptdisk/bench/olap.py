@@ -20,6 +20,7 @@ from pathlib import Path
 from ._model import BenchOptions, Progress, Recorder, Skipped
 from ._olap_data import generate
 from ._suite import INSTALL_BENCH, Strategy, ensure_cleanup, interleave
+from ._venv import DUCKDB_OPENSSL, VenvError, cache_dir, ensure_venv
 
 __all__ = ["NOTES", "run"]
 
@@ -46,19 +47,42 @@ def _chdb_config(base: Path, alg: str) -> str:
     return str(path)
 
 
-def _engines(base: Path, record: Recorder) -> list[tuple[str, str, str | None, str | None]]:
-    """``(strategy, engine, secret, chdb config)`` for every engine installed here."""
-    out: list[tuple[str, str, str | None, str | None]] = []
+Engine = tuple[str, str, str | None, str | None, str | None]
+
+
+def _duckdb_openssl(record: Recorder, progress: Progress) -> list[Engine]:
+    """DuckDB 1.5.5 + httpfs (OpenSSL) from a side venv, plain and encrypted."""
+    name, reqs = DUCKDB_OPENSSL
+    progress("olap: preparing the duckdb 1.5.5 venv", 0, 1)
+    try:
+        python = ensure_venv(name, reqs)
+    except VenvError as exc:
+        record(Skipped("olap", "duckdb-1.5.5 encrypted (OpenSSL)", str(exc),
+                       f"python -m venv --system-site-packages {cache_dir() / name} && "
+                       f"{cache_dir() / name}/bin/pip install {' '.join(reqs)}"))
+        return []
+    finally:
+        progress("olap: preparing the duckdb 1.5.5 venv", 1, 1)
+    return [("duckdb-1.5.5 plain", "duckdb-openssl", None, None, python),
+            ("duckdb-1.5.5 encrypted (OpenSSL)", "duckdb-openssl", os.urandom(16).hex(), None,
+             python)]
+
+
+def _engines(base: Path, record: Recorder, progress: Progress) -> list[Engine]:
+    """``(strategy, engine, secret, chdb config, python)`` for every engine available here."""
+    out: list[Engine] = []
     if importlib.util.find_spec("chdb") is None:
         record(Skipped("olap", "chdb", "the chdb package is not installed", INSTALL_BENCH))
     else:
-        out.append(("chdb plain", "chdb", None, None))
+        out.append(("chdb plain", "chdb", None, None, None))
         for alg in ("AES_128_CTR", "AES_256_CTR"):
-            out.append((f"chdb {alg}", "chdb", None, _chdb_config(base / f"chdb-{alg}", alg)))
-    out += [("duckdb plain", "duckdb", None, None),
-            ("duckdb encrypted (Mbed TLS)", "duckdb", os.urandom(16).hex(), None),
-            ("parquet plain", "parquet", None, None),
-            ("parquet encrypted (AES_GCM_V1)", "parquet", os.urandom(32).hex(), None)]
+            out.append((f"chdb {alg}", "chdb", None, _chdb_config(base / f"chdb-{alg}", alg),
+                        None))
+    out += [("duckdb plain", "duckdb", None, None, None),
+            ("duckdb encrypted (Mbed TLS)", "duckdb", os.urandom(16).hex(), None, None)]
+    out += _duckdb_openssl(record, progress)
+    out += [("parquet plain", "parquet", None, None, None),
+            ("parquet encrypted (AES_GCM_V1)", "parquet", os.urandom(32).hex(), None, None)]
     return out
 
 
@@ -78,19 +102,21 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     progress("olap: generating data", 0, 1)
     data = str(generate(base / "data.parquet", rows))
     progress("olap: generating data", 1, 1)
-    engines = _engines(base, record)
+    engines = _engines(base, record, progress)
     inserts, queries = [], []
-    for name, engine, secret, config in engines:
+    for name, engine, secret, config, python in engines:
         store = base / ("store-" + "".join(c if c.isalnum() else "_" for c in name))
         family = name.split(" ")[0] + " plain"
         inserts.append(Strategy(name, _B + "insert",
                                 dict(engine=engine, store=str(store), data=data, secret=secret,
                                      config=config, case=f"insert {rows:,} rows", rows=rows),
-                                None, family, lambda s=store: _fresh(s)))  # type: ignore[misc]
+                                None, family, lambda s=store: _fresh(s),  # type: ignore[misc]
+                                python))
         for q in ("avg", "sum"):
             queries.append(Strategy(name, _B + "query",
                                     dict(engine=engine, store=str(store), q=q, secret=secret,
-                                         config=config, warm=warm, rows=rows), None, family))
+                                         config=config, warm=warm, rows=rows), None, family,
+                                    None, python))
     interleave(options, "olap", inserts, record, progress, "olap: insert", repeats)
     interleave(options, "olap", queries, record, progress, "olap: queries", repeats)
     NOTES.extend([
@@ -105,14 +131,12 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         "SET threads=1, pyarrow use_threads=False.",
         "chdb encrypted disks: a storage_configuration (local disk + encrypted disk, key_hex "
         "with id 0, current_key_id 0) as the ClickHouse docs show, passed with config-file=.",
-        "DuckDB: duckdb from PyPI (this run's version in the environment) has no OpenSSL "
-        "module here, so encryption runs on its Mbed TLS fallback (SET force_mbedtls_unsafe); "
-        "the design notes measured that path 4.8-5.8x slower on cold scans than OpenSSL "
-        "(duckdb 1.5.5 + duckdb-extension-httpfs). That faster peer is not run by this suite yet.",
+        "DuckDB: the suite's duckdb (version in the environment) has no OpenSSL module here, "
+        "so 'duckdb encrypted (Mbed TLS)' runs on its Mbed TLS fallback (SET "
+        "force_mbedtls_unsafe = true), the slow path. 'duckdb-1.5.5 ...' runs duckdb 1.5.5 "
+        "with the official httpfs extension from PyPI (duckdb-extension-httpfs, loaded with "
+        f"LOAD '<path>'), i.e. OpenSSL, in a venv under {cache_dir()} created on demand; "
+        "it is compared with duckdb-1.5.5 plain from the same venv.",
         "Parquet modular encryption: AES_GCM_V1, every column, footer encrypted, 256-bit data "
         "keys wrapped by an in-memory KMS client (AES-GCM) as in pyarrow's documentation.",
     ])
-    record(Skipped("olap", "duckdb encrypted (OpenSSL, 1.5.5)",
-                   "not run: needs duckdb 1.5.5 with the httpfs extension in a separate venv",
-                   "python -m venv v && v/bin/pip install duckdb==1.5.5 "
-                   "duckdb-extension-httpfs==1.5.5"))
