@@ -96,6 +96,24 @@ def test_ctrl_c_leaves_no_processes_mounts_or_files(tmp_path):
     assert "Traceback" not in log.read_text()
     alive = [p for p in seen if psutil.pid_exists(p)
              and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    assert alive == [], [psutil.Process(p).cmdline() for p in alive]
     assert _mounts_under(tmp_path) == []
     assert list(work.iterdir()) == []
+
+
+def test_olap_tiny_runs_every_peer_and_checks_answers(tmp_path):
+    out = tmp_path / "olap.json"
+    r = _bench("olap", "--quick", "--rows", "3000", "--repeats", "1", "--no-venv",
+               "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    strategies = {m["strategy"] for m in d["measurements"]}
+    assert {"chdb plain", "chdb AES_128_CTR", "chdb AES_256_CTR", "duckdb plain",
+            "duckdb encrypted (Mbed TLS)", "parquet plain",
+            "parquet encrypted (AES_GCM_V1)"} <= strategies
+    cases = {m["case"] for m in d["measurements"]}
+    assert {"insert 3,000 rows", "avg(c_float) threads=all cold",
+            "sum(c_int) threads=1 warm"} <= cases
+    assert not [s for s in d["skipped"] if "failed" in s["reason"] or "crashed" in s["reason"]]
+    notes = " ".join(d["notes"]["olap"])
+    assert "all start with ClickHouse's ENC header" in notes and "b'PARE'" in notes

@@ -167,3 +167,14 @@ def test_worker_peak_rss_is_its_own_not_the_harness(options, monkeypatch):
     hog = run_worker(options.cleanup, "tests.bench._bodies:hog", dict(mib=256))
     assert hog.peak_rss_mb > 256
     del big
+
+
+def test_olap_answers_are_checked():
+    from cryptdisk.bench._bodies_olap import check_result
+
+    check_result("sum", b"-5\n", 2**64 - 5)  # Int64 wrap vs HUGEINT agree modulo 2**64
+    check_result("avg", (1.5,), 1.5)
+    with pytest.raises(AssertionError):
+        check_result("avg", b"1.6\n", 1.5)
+    with pytest.raises(AssertionError):
+        check_result("sum", (7,), 8)

@@ -148,21 +148,46 @@ def _runner(engine: str, store: str, secret: str | None, config: str | None) -> 
     return run, lambda: None
 
 
+def _scalar(result: Any) -> float | int:
+    if isinstance(result, bytes):  # chdb CSV
+        text = result.decode().strip()
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(result, tuple):
+        result = result[0]
+    return float(result) if isinstance(result, float) else int(result)
+
+
+def check_result(q: str, got: Any, expected: float | int) -> None:
+    """The answer must match the one pyarrow computed from the source file."""
+    value = _scalar(got)
+    if q == "sum":  # engines differ in overflow: Int64 wraps, DuckDB widens to HUGEINT
+        ok = int(value) % 2**64 == int(expected) % 2**64
+    else:
+        ok = abs(float(value) - float(expected)) <= 1e-9 * max(1.0, abs(float(expected)))
+    if not ok:
+        raise AssertionError(f"{QUERIES[q][0]} returned {value}, expected {expected}")
+
+
 def query(engine: str, store: str, q: str, secret: str | None, config: str | None,
-          warm: int, rows: int) -> list[Sample]:
-    """Cold, then ``warm`` warm runs with all threads, then ``warm`` with one thread."""
+          warm: int, rows: int, expected: float | int) -> list[Sample]:
+    """Cold, then ``warm`` warm runs with all threads, then ``warm`` with one thread.
+
+    Every answer is checked against ``expected``.
+    """
     run, close = _runner(engine, store, secret, config)
     name = QUERIES[q][0]
     out = []
     try:
         with Stopwatch() as sw:
-            run(q, None)
+            got = run(q, None)
+        check_result(q, got, expected)
         out.append(sw.seconds(f"{name} threads=all cold", rows * 8))
         for threads, label in ((None, "all"), (1, "1")):
             walls, cpus = [], []
             for _ in range(warm):
                 with Stopwatch() as sw:
-                    run(q, threads)
+                    got = run(q, threads)
+                check_result(q, got, expected)
                 walls.append(sw.wall)
                 cpus.append(sw.cpu)
             out.append(Sample(f"{name} threads={label} warm", "s", statistics.median(walls),

@@ -56,10 +56,12 @@ def run_worker(cleanup: Cleanup, target: str, args: dict[str, Any], *,
                          stderr=subprocess.PIPE, env=_child_env())
     try:
         _, err = proc.communicate(spec, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:  # timeout, Ctrl-C: the worker must not outlive this call
         proc.kill()
         proc.communicate()
-        raise BenchRunError(f"{target} did not finish within {timeout:.0f} s") from None
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise BenchRunError(f"{target} did not finish within {timeout:.0f} s") from None
+        raise
     finally:
         cleanup.forget(proc)
     if proc.returncode != 0 or not result.exists():

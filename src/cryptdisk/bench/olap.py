@@ -68,7 +68,7 @@ def _duckdb_openssl(record: Recorder, progress: Progress) -> list[Engine]:
              python)]
 
 
-def _engines(base: Path, record: Recorder, progress: Progress) -> list[Engine]:
+def _engines(base: Path, record: Recorder, progress: Progress, side_venvs: bool) -> list[Engine]:
     """``(strategy, engine, secret, chdb config, python)`` for every engine available here."""
     out: list[Engine] = []
     if importlib.util.find_spec("chdb") is None:
@@ -80,10 +80,41 @@ def _engines(base: Path, record: Recorder, progress: Progress) -> list[Engine]:
                         None))
     out += [("duckdb plain", "duckdb", None, None, None),
             ("duckdb encrypted (Mbed TLS)", "duckdb", os.urandom(16).hex(), None, None)]
-    out += _duckdb_openssl(record, progress)
+    if side_venvs:
+        out += _duckdb_openssl(record, progress)
+    else:
+        record(Skipped("olap", "duckdb-1.5.5 encrypted (OpenSSL)",
+                       "side venvs disabled (--no-venv)", "run without --no-venv"))
     out += [("parquet plain", "parquet", None, None, None),
             ("parquet encrypted (AES_GCM_V1)", "parquet", os.urandom(32).hex(), None, None)]
     return out
+
+
+def _expected(data: str) -> dict[str, float | int]:
+    """The right answers, from the source file (every engine's answers are checked)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(data, columns=["c_int", "c_float"])
+    return {"avg": pc.mean(t.column("c_float")).as_py(),
+            # compared modulo 2**64: ClickHouse and pyarrow wrap, DuckDB widens
+            "sum": pc.sum(t.column("c_int")).as_py()}
+
+
+def _encrypted_at_rest(base: Path, stores: dict[str, Path]) -> list[str]:
+    """Check that the encrypted peers really wrote ciphertext (configuration sanity)."""
+    notes = []
+    for name, store in stores.items():
+        if name.startswith("chdb AES"):
+            alg = name.split()[1]
+            files = [p for p in (base / f"chdb-{alg}" / "rawdisk" / "enc").rglob("*.bin")]
+            ok = bool(files) and all(p.read_bytes()[:3] == b"ENC" for p in files)
+            notes.append(f"{name}: {len(files)} data files on the encrypted disk, "
+                         f"{'all' if ok else 'NOT all'} start with ClickHouse's ENC header.")
+        elif name.startswith("parquet encrypted"):
+            tail = (store / "t.parquet").read_bytes()[-4:]
+            notes.append(f"{name}: file ends with {tail!r} (PARE = encrypted footer).")
+    return notes
 
 
 def _fresh(path: Path) -> None:
@@ -102,10 +133,13 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     progress("olap: generating data", 0, 1)
     data = str(generate(base / "data.parquet", rows))
     progress("olap: generating data", 1, 1)
-    engines = _engines(base, record, progress)
+    expected = _expected(data)
+    engines = _engines(base, record, progress, options.side_venvs)
     inserts, queries = [], []
+    stores: dict[str, Path] = {}
     for name, engine, secret, config, python in engines:
-        store = base / ("store-" + "".join(c if c.isalnum() else "_" for c in name))
+        store = stores[name] = base / ("store-" + "".join(c if c.isalnum() else "_"
+                                                          for c in name))
         family = name.split(" ")[0] + " plain"
         inserts.append(Strategy(name, _B + "insert",
                                 dict(engine=engine, store=str(store), data=data, secret=secret,
@@ -115,14 +149,18 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         for q in ("avg", "sum"):
             queries.append(Strategy(name, _B + "query",
                                     dict(engine=engine, store=str(store), q=q, secret=secret,
-                                         config=config, warm=warm, rows=rows), None, family,
+                                         config=config, warm=warm, rows=rows,
+                                         expected=expected[q]), None, family,
                                     None, python))
     interleave(options, "olap", inserts, record, progress, "olap: insert", repeats)
     interleave(options, "olap", queries, record, progress, "olap: queries", repeats)
+    NOTES.extend(_encrypted_at_rest(base, stores))
     NOTES.extend([
         f"{rows:,} rows, generated once as Parquet ({os.path.getsize(data) / 1e6:.0f} MB) and "
         "loaded by every engine. c_int = SplitMix64(n) as Int64, c_str = md5 hex of n, "
         "c_float = n / SplitMix64(n) * 1e7 (ClickHouse's run used cityHash64).",
+        "Every query answer was checked against pyarrow's on the source file "
+        "(sum modulo 2^64, avg to 1e-9).",
         "Insert: chdb INSERT ... SELECT FROM file(Parquet) (then OPTIMIZE FINAL, untimed); "
         "DuckDB CREATE TABLE AS + CHECKPOINT; pyarrow write_table. The last insert of each "
         "strategy is the store the queries read.",

@@ -62,6 +62,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threads", type=_positive(int), help="threads (default: one per core)")
     p.add_argument("--size", type=_size,
                    help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
+    p.add_argument("--no-venv", dest="side_venvs", action="store_false",
+                   help="olap: do not create the side venv (pip) for duckdb 1.5.5 + OpenSSL")
     p.add_argument("--workdir", type=Path,
                    help="scratch directory (default: the system temp dir); removed afterwards")
     p.add_argument("--json", type=Path, metavar="OUT", help="write every run as JSON here")
@@ -87,7 +89,8 @@ def _handle(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with Cleanup(args.workdir) as cleanup:
         options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
-                               args.repeats, args.threads, args.size, cleanup)
+                               args.repeats, args.threads, args.size, args.side_venvs,
+                               cleanup)
         results = new_results(command, options)
         with progress_bar() as progress:
             for name in names:
