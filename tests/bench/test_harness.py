@@ -83,15 +83,38 @@ def test_missing_module_and_missing_dependency_are_skipped(options, tmp_path, mo
     (pkg / "__init__.py").write_text("")
     (pkg / "needs_dep.py").write_text("import no_such_package_xyz\n")
     (pkg / "broken.py").write_text("def run(o, r, p):\n    raise RuntimeError('peer broke')\n")
+    (pkg / "good.py").write_text(
+        "from cryptdisk.bench._model import Measurement, Skipped\n"
+        "import resource\n"
+        "EXPERIMENT = 'fake'\n"
+        "NOTES = ['configured as documented']\n"
+        "def run(options, record, progress):\n"
+        "    assert options.quick and options.workdir.is_dir()\n"
+        "    progress('fake step', 1, 2)\n"
+        "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "    record(Measurement('fake', 'q', 'plain', 's', [1.0, 2.0], peak_rss_mb=rss))\n"
+        "    record(Skipped('fake', 'peer', 'not here', 'apt-get install peer'))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     res = Results({}, {}, "cmd")
-    run_experiment("olap", options, res, lambda *a: None,
-                   ["cryptdisk.bench.not_written_yet", "fakepeers.needs_dep", "fakepeers.broken"])
+    steps: list = []
+    big = bytearray(300 << 20)
+    big[:: 4096] = b"x" * len(big[:: 4096])  # the harness is big; the module's child is not
+    run_experiment("olap", options, res, lambda *a: steps.append(a),
+                   ["cryptdisk.bench.not_written_yet", "fakepeers.needs_dep", "fakepeers.broken",
+                    "fakepeers.good"])
+    del big
     reasons = {s.strategy: s for s in res.skipped}
     assert "not on this branch" in reasons["cryptdisk.bench.not_written_yet"].reason
     dep = reasons["fakepeers.needs_dep"]
     assert "no_such_package_xyz" in dep.reason and "cryptdisk[bench]" in dep.install
     assert "peer broke" in reasons["fakepeers.broken"].reason
+    assert reasons["peer"].install == "apt-get install peer"
+    (m,) = res.measurements
+    assert m.values == [1.0, 2.0] and m.median == 1.5 and m.experiment == "fake"
+    assert m.peak_rss_mb < 250  # its own process: not the harness's 300 MB
+    assert res.notes["fake"] == ["configured as documented"]
+    assert ("fake step", 1, 2) in steps
 
 
 def _synthetic() -> Results:

@@ -18,9 +18,26 @@ from typing import Any
 
 from ._measure import Sample, Stopwatch
 
-__all__ = ["insert", "query"]
+__all__ = ["check_result", "insert", "prepare", "query"]
 
 QUERIES = {"avg": ("avg(c_float)", "c_float", "mean"), "sum": ("sum(c_int)", "c_int", "sum")}
+
+
+def prepare(path: str, rows: int) -> list[Sample]:
+    """Generate the data set and the right answers (in a worker, so the harness stays small)."""
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ._olap_data import generate
+
+    generate(Path(path), rows)
+    t = pq.read_table(path, columns=["c_int", "c_float"])
+    # sum compared modulo 2**64: ClickHouse and pyarrow wrap, DuckDB widens
+    answers = {"avg": pc.mean(t.column("c_float")).as_py(),
+               "sum": pc.sum(t.column("c_int")).as_py()}
+    return [Sample("prepare", "rows", rows, extra=answers)]
 
 
 def _lit(text: str) -> str:

@@ -23,7 +23,11 @@ _TITLES = {
     "io": "io: vioperf-style file I/O (Vertica vs LUKS)",
     "olap": "olap: insert and scan (ClickHouse encrypted vs plain table)",
     "oltp": "oltp: pgbench-like transactions (PostgreSQL TDE vs stock)",
+    "fs_scan": "olap, cryptdisk:// filesystem: DuckDB scans through fsspec",
+    "olap-db": "olap, cryptdisk's embedded database: encrypted vs plain tables",
 }
+#: Strategies that are the unencrypted reference of their case.
+_BASELINES = ("plain", "raw AES-GCM", "direct local file")
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -31,12 +35,12 @@ def baseline_for(m: Measurement, peers: list[Measurement]) -> Measurement | None
     """The unencrypted counterpart of ``m`` in the same case, or None if ``m`` is one.
 
     ``extra["baseline"]`` wins; else ``<family> plain`` (``chdb AES_128_CTR`` ->
-    ``chdb plain``), then ``plain``, then ``raw AES-GCM``.
+    ``chdb plain``), then ``plain``, ``raw AES-GCM``, ``direct local file``.
     """
     names = {p.strategy: p for p in peers if p.case == m.case}
     wanted = [m.extra.get("baseline")] if m.extra.get("baseline") else []
     family = m.strategy.split(" ", 1)[0]
-    wanted += [f"{family} plain", "plain", "raw AES-GCM"]
+    wanted += [f"{family} plain", *_BASELINES]
     for name in wanted:
         if name and name in names:
             return None if name == m.strategy else names[name]
@@ -131,8 +135,7 @@ def write_report(results: Results, outdir: Path, note: str | None = None) -> Pat
               "Strategies ran interleaved (A B A B ...), each run in a fresh worker process; "
               "CPU is process user+sys time (with children and daemons), never system-wide "
               "CPU%; peak RSS is the worker's ru_maxrss.", ""]
-    present = [n for n in _ORDER if any(m.experiment == n for m in results.measurements)
-               or any(s.experiment == n for s in results.skipped)]
+    present = _experiments(results)
     for name in present:
         lines += _section(name, results, outdir)
     path = outdir / "README.md"
@@ -140,10 +143,16 @@ def write_report(results: Results, outdir: Path, note: str | None = None) -> Pat
     return path
 
 
+def _experiments(results: Results) -> list[str]:
+    """Experiments with results, the four main ones first, then contributed ones."""
+    seen = {m.experiment for m in results.measurements} | {s.experiment for s in results.skipped}
+    return [n for n in _ORDER if n in seen] + sorted(seen - set(_ORDER))
+
+
 def summary_lines(results: Results) -> list[str]:
     """A compact terminal table: case, strategy, median (min-max), ratio."""
     out = []
-    for name in _ORDER:
+    for name in _experiments(results):
         ms = [m for m in results.measurements if m.experiment == name]
         if ms:
             out.append(f"== {name}")

@@ -139,9 +139,15 @@ def _missing(exc: ImportError, module: str) -> Skipped | None:
                    INSTALL_BENCH)
 
 
+#: Modules whose bodies run inside ``run()``: they run in a child process of their own.
+OWN_MODULES = {"cryptdisk.bench.crypto", "cryptdisk.bench.fileio", "cryptdisk.bench.olap"}
+
+
 def run_experiment(name: str, options: BenchOptions, results: Results, progress: Progress,
                    modules: list[str] | None = None) -> None:
     """Run every module of experiment ``name``; failures become Skipped entries."""
+    from ._module_runner import run_module
+
     for module in modules if modules is not None else EXPERIMENTS[name]:
         try:
             mod = importlib.import_module(module)
@@ -152,18 +158,28 @@ def run_experiment(name: str, options: BenchOptions, results: Results, progress:
                 results.record(skipped)
             continue
         t0 = time.perf_counter()
+        notes: list[str] = []
         try:
-            mod.run(options, results.record, progress)
+            if module in OWN_MODULES:
+                mod.run(options, results.record, progress)
+                notes = list(getattr(mod, "NOTES", []) or [])
+            else:
+                notes = run_module(module, options, results.record, progress,
+                                   ensure_cleanup(options))
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken peer must not lose the others' results
             detail = traceback.format_exception_only(exc)[-1].strip()
             results.record(Skipped(name, module, f"crashed: {detail}"))
-        notes = getattr(mod, "NOTES", None)
         if notes:
-            results.notes.setdefault(name, []).extend(notes)
+            results.notes.setdefault(_experiment_of(module, name), []).extend(notes)
         results.notes.setdefault("_timing", []).append(
             f"{module}: {time.perf_counter() - t0:.1f} s")
+
+
+def _experiment_of(module: str, name: str) -> str:
+    mod = importlib.import_module(module)
+    return str(getattr(mod, "EXPERIMENT", name))
 
 
 def new_results(command: str, options: BenchOptions) -> Results:

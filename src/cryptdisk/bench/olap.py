@@ -18,9 +18,9 @@ import shutil
 from pathlib import Path
 
 from ._model import BenchOptions, Progress, Recorder, Skipped
-from ._olap_data import generate
 from ._suite import INSTALL_BENCH, Strategy, ensure_cleanup, interleave
 from ._venv import DUCKDB_OPENSSL, VenvError, cache_dir, ensure_venv
+from ._worker import run_worker
 
 __all__ = ["NOTES", "run"]
 
@@ -90,17 +90,6 @@ def _engines(base: Path, record: Recorder, progress: Progress, side_venvs: bool)
     return out
 
 
-def _expected(data: str) -> dict[str, float | int]:
-    """The right answers, from the source file (every engine's answers are checked)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(data, columns=["c_int", "c_float"])
-    return {"avg": pc.mean(t.column("c_float")).as_py(),
-            # compared modulo 2**64: ClickHouse and pyarrow wrap, DuckDB widens
-            "sum": pc.sum(t.column("c_int")).as_py()}
-
-
 def _encrypted_at_rest(base: Path, stores: dict[str, Path]) -> list[str]:
     """Check that the encrypted peers really wrote ciphertext (configuration sanity)."""
     notes = []
@@ -131,9 +120,10 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     base = Path(options.workdir) / "olap"
     base.mkdir()
     progress("olap: generating data", 0, 1)
-    data = str(generate(base / "data.parquet", rows))
+    data = str(base / "data.parquet")
+    prepared = run_worker(options.cleanup, _B + "prepare", dict(path=data, rows=rows))
+    expected = prepared.samples[0].extra
     progress("olap: generating data", 1, 1)
-    expected = _expected(data)
     engines = _engines(base, record, progress, options.side_venvs)
     inserts, queries = [], []
     stores: dict[str, Path] = {}
