@@ -117,3 +117,25 @@ def test_olap_tiny_runs_every_peer_and_checks_answers(tmp_path):
     assert not [s for s in d["skipped"] if "failed" in s["reason"] or "crashed" in s["reason"]]
     notes = " ".join(d["notes"]["olap"])
     assert "all start with ClickHouse's ENC header" in notes and "b'PARE'" in notes
+
+
+def test_io_quick_plain_cryptdisk_and_gocryptfs_or_its_install_hint(tmp_path):
+    import shutil
+
+    out = tmp_path / "io.json"
+    r = _bench("io", "--quick", "--duration", "0.2", "--repeats", "2",
+               "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    got = {(m["case"], m["strategy"]): m for m in d["measurements"]}
+    for case in ("write", "rewrite", "read", "skip-read"):
+        for strategy in ("plain", "cryptdisk"):
+            m = got[(case, strategy)]
+            assert len(m["values"]) == 2 and m["median"] > 0 and m["cpu_s_per_gb"] > 0
+    assert got[("skip-read", "plain")]["unit"] == "seeks/s"
+    if shutil.which("gocryptfs") and os.access("/dev/fuse", os.R_OK | os.W_OK):
+        assert ("read", "gocryptfs") in got  # CI installs it (.ci/run)
+    else:
+        (skip,) = [s for s in d["skipped"] if s["strategy"] == "gocryptfs"]
+        assert "apt-get install" in skip["install"]
+    assert _mounts_under(tmp_path) == []

@@ -201,3 +201,12 @@ def test_olap_answers_are_checked():
         check_result("avg", b"1.6\n", 1.5)
     with pytest.raises(AssertionError):
         check_result("sum", (7,), 8)
+
+
+def test_database_numbers_serialise_as_json():
+    from decimal import Decimal
+
+    m = Measurement("olap-db", "q", "plain", "s", [Decimal("0.5"), 1], cpu_s=[Decimal("0.25")],
+                    work=Decimal(1_000_000_000))
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["work"] == 1e9 and d["values"] == [0.5, 1.0] and d["cpu_s_per_gb"] == 0.25

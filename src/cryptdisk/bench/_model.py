@@ -64,20 +64,25 @@ class Measurement:
 
     @property
     def median(self) -> float:
-        return statistics.median(self.values)
+        return float(statistics.median(self.values))
 
     @property
     def spread(self) -> tuple[float, float]:
-        return min(self.values), max(self.values)
+        return float(min(self.values)), float(max(self.values))
 
     @property
     def cpu_per_gb(self) -> float | None:
         if not self.cpu_s or not self.work or self.work_unit != "bytes":
             return None
-        return statistics.median(self.cpu_s) / (self.work / 1e9)
+        return float(statistics.median(self.cpu_s)) / (float(self.work) / 1e9)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (numbers such as ``Decimal`` from a database become floats)."""
         d = asdict(self)
+        d["values"] = [float(v) for v in self.values]
+        d["cpu_s"] = [float(v) for v in self.cpu_s]
+        if self.work is not None:
+            d["work"] = float(self.work)
         d.update(median=self.median, min=self.spread[0], max=self.spread[1],
                  cpu_s_per_gb=self.cpu_per_gb)
         return d
