@@ -19,3 +19,7 @@ def hog(mib: int) -> list[Sample]:
     buf = bytearray(mib << 20)
     buf[::4096] = b"y" * len(buf[::4096])
     return [Sample("hog", "MiB", len(buf) / (1 << 20))]
+
+
+def two_units() -> list[Sample]:
+    return [Sample("c", "MB/s", 5.0), Sample("c", "MiB peak RSS", 30.0, better="lower")]

@@ -105,7 +105,7 @@ def test_missing_module_and_missing_dependency_are_skipped(options, tmp_path, mo
                     "fakepeers.good"])
     del big
     reasons = {s.strategy: s for s in res.skipped}
-    assert "not on this branch" in reasons["cryptdisk.bench.not_written_yet"].reason
+    assert "not part of this build" in reasons["cryptdisk.bench.not_written_yet"].reason
     dep = reasons["fakepeers.needs_dep"]
     assert "no_such_package_xyz" in dep.reason and "cryptdisk[bench]" in dep.install
     assert "peer broke" in reasons["fakepeers.broken"].reason
@@ -210,3 +210,14 @@ def test_database_numbers_serialise_as_json():
                     work=Decimal(1_000_000_000))
     d = json.loads(json.dumps(m.to_dict()))
     assert d["work"] == 1e9 and d["values"] == [0.5, 1.0] and d["cpu_s_per_gb"] == 0.25
+
+
+def test_samples_of_one_case_in_two_units_stay_apart(options, monkeypatch):
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", f"{root}:{root / 'src'}")
+    got: list = []
+    interleave(options, "crypto", [Strategy("s", "tests.bench._bodies:two_units", {})],
+               got.append, lambda *a: None, "x", 2)
+    by_unit = {m.unit: m for m in got}
+    assert by_unit["MB/s"].values == [5.0, 5.0]
+    assert by_unit["MiB peak RSS"].values == [30.0, 30.0]

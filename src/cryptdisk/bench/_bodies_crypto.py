@@ -228,7 +228,7 @@ def stream_op(op: str, src: str, dst: str, key_hex: str, case: str) -> list[Samp
         else:
             with cryptdisk.open(src, "rb", keyring=keyring) as fin:
                 size = fin.verify()  # type: ignore[union-attr]
-    return [sw.rate(case, size, unit="MB/s"), _rss_sample(case)]
+    return [sw.rate(case, size, unit="MB/s"), _rss_sample(f"{case} (peak RSS)")]
 
 
 def _rss_sample(case: str) -> Sample:

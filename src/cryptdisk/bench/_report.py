@@ -37,7 +37,7 @@ def baseline_for(m: Measurement, peers: list[Measurement]) -> Measurement | None
     ``extra["baseline"]`` wins; else ``<family> plain`` (``chdb AES_128_CTR`` ->
     ``chdb plain``), then ``plain``, ``raw AES-GCM``, ``direct local file``.
     """
-    names = {p.strategy: p for p in peers if p.case == m.case}
+    names = {p.strategy: p for p in peers if p.case == m.case and p.unit == m.unit}
     wanted = [m.extra.get("baseline")] if m.extra.get("baseline") else []
     family = m.strategy.split(" ", 1)[0]
     wanted += [f"{family} plain", *_BASELINES]
@@ -77,8 +77,14 @@ _HEAD = ("| case | strategy | unit | runs | median | min-max | ratio to baseline
          "| CPU s/GB | CPU ratio | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
+def _by_case(ms: list[Measurement]) -> list[Measurement]:
+    """Rows grouped by case (in order of first appearance), strategies in run order."""
+    order = {c: i for i, c in enumerate(dict.fromkeys(m.case for m in ms))}
+    return sorted(ms, key=lambda m: order[m.case])
+
+
 def _section(name: str, results: Results, outdir: Path) -> list[str]:
-    ms = [m for m in results.measurements if m.experiment == name]
+    ms = _by_case([m for m in results.measurements if m.experiment == name])
     lines = [f"## {_TITLES.get(name, name)}", ""]
     published = PUBLISHED.get(name, [])
     if published:
@@ -134,7 +140,7 @@ def write_report(results: Results, outdir: Path, note: str | None = None) -> Pat
     lines += ["Every figure is the median of the listed number of runs, with min-max. "
               "Strategies ran interleaved (A B A B ...), each run in a fresh worker process; "
               "CPU is process user+sys time (with children and daemons), never system-wide "
-              "CPU%; peak RSS is the worker's ru_maxrss.", ""]
+              "CPU%; peak RSS is the worker's own high-water mark (VmHWM).", ""]
     present = _experiments(results)
     for name in present:
         lines += _section(name, results, outdir)
@@ -163,7 +169,7 @@ def summary_lines(results: Results) -> list[str]:
             rss = f"  rss {m.peak_rss_mb:.0f} MB" if m.peak_rss_mb else ""
             cpu = f"  cpu {m.cpu_per_gb:.2f} s/GB" if m.cpu_per_gb is not None else ""
             lo, hi = m.spread
-            out.append(f"{m.case:34.34} {m.strategy:26.26} {_fmt(m.median):>9} {m.unit} "
+            out.append(f"{m.case:32.32} {m.strategy:32.32} {_fmt(m.median):>9} {m.unit} "
                        f"({_fmt(lo)}-{_fmt(hi)}, n={len(m.values)}){rr}{cpu}{rss}")
     for s in results.skipped:
         hint = f" [{s.install}]" if s.install else ""

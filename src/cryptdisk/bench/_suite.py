@@ -79,9 +79,9 @@ class Strategy:
     python: str | None = None  # the interpreter of the worker (a side venv), default ours
 
 
-def _add(acc: dict[tuple[str, str], Measurement], experiment: str, strategy: Strategy,
+def _add(acc: dict[tuple[str, str, str], Measurement], experiment: str, strategy: Strategy,
          sample: Any, extra_cpu: float, rss: float) -> None:
-    key = (sample.case, strategy.name)
+    key = (sample.case, strategy.name, sample.unit)
     m = acc.get(key)
     if m is None:
         extra = dict(sample.extra)
@@ -104,7 +104,7 @@ def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy
     A strategy whose worker fails is recorded as :class:`Skipped` with the error
     and dropped from later rounds; the others go on.
     """
-    acc: dict[tuple[str, str], Measurement] = {}
+    acc: dict[tuple[str, str, str], Measurement] = {}
     alive = list(strategies)
     total = repeats * len(strategies)
     done = 0
@@ -134,7 +134,7 @@ def _missing(exc: ImportError, module: str) -> Skipped | None:
     name = exc.name or ""
     experiment = module.rsplit(".", 1)[-1]
     if name == module:
-        return Skipped(experiment, module, f"{module} is not on this branch yet")
+        return Skipped(experiment, module, f"{module} is not part of this build yet")
     return Skipped(experiment, module, f"needs the Python package {name or exc}",
                    INSTALL_BENCH)
 

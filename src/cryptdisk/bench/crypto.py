@@ -180,4 +180,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     NOTES.extend(_judge(seen))
     NOTES.append(f"Sequential runs move {total / MiB:.0f} MiB each; random reads run "
                  f"{duration:g} s each; the streaming file is {size / MiB:.0f} MiB. Peak RSS is "
-                 "ru_maxrss of the worker process that ran the case (a fresh interpreter).")
+                 "VmHWM of the worker process that ran the case (a fresh interpreter). "
+                 "'format (memory)' decrypt and 'raw AES-GCM (memory)' hold the whole "
+                 "ciphertext in memory by design; cryptdisk.open() maps files with mmap, and "
+                 "mapped file pages count in RSS.")

@@ -39,8 +39,6 @@ def drop_caches() -> bool:
 
 def _setup(options: BenchOptions, record: Recorder) -> list[tuple[str, str, str, object]]:
     """``(name, kind, directory, daemon pid or None)`` for every strategy that can run."""
-    from ._bodies_io import make_files
-
     cleanup = ensure_cleanup(options)
     out: list[tuple[str, str, str, object]] = []
     base = Path(options.workdir)
@@ -54,11 +52,10 @@ def _setup(options: BenchOptions, record: Recorder) -> list[tuple[str, str, str,
         return out
     try:
         mount = GocryptfsMount(cleanup, base / "io-gocryptfs")
-    except (OSError, Exception) as exc:
+    except Exception as exc:  # any mount failure (OSError, CalledProcessError) is a skip
         record(Skipped("io", "gocryptfs", f"mount failed: {exc}", INSTALL))
         return out
     out.append(("gocryptfs", "plain", str(mount.mountpoint), mount.pid))
-    del make_files
     return out
 
 
