@@ -139,3 +139,40 @@ def test_io_quick_plain_cryptdisk_and_gocryptfs_or_its_install_hint(tmp_path):
         (skip,) = [s for s in d["skipped"] if s["strategy"] == "gocryptfs"]
         assert "apt-get install" in skip["install"]
     assert _mounts_under(tmp_path) == []
+
+
+def test_sigkill_workers_and_daemon_die_and_next_run_reaps_scratch(tmp_path):
+    from cryptdisk.bench._cleanup import Cleanup
+
+    work = tmp_path / "work"
+    proc = subprocess.Popen([sys.executable, "-m", "cryptdisk", "bench", "io", "--quick",
+                             "--duration", "5", "--workdir", str(work)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            kids = parent.children(recursive=True)
+            if any("cryptdisk.bench._worker" in " ".join(p.cmdline()) for p in kids):
+                break
+            assert proc.poll() is None
+            time.sleep(0.1)
+        else:
+            pytest.fail("no benchmark worker started")
+        kids = parent.children(recursive=True)
+        proc.kill()  # SIGKILL: no finally, no atexit
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    gone, alive = psutil.wait_procs(kids, timeout=30)
+    assert alive == [], [p.cmdline() for p in alive]  # PR_SET_PDEATHSIG
+    (stale,) = list(work.iterdir())
+    deadline = time.monotonic() + 30
+    while _mounts_under(stale) and time.monotonic() < deadline:
+        time.sleep(0.2)  # gocryptfs unmounts itself on SIGTERM
+    fresh = Cleanup(work)
+    assert fresh.reaped == [stale] and not stale.exists()
+    fresh.run()
+    assert list(work.iterdir()) == [] and _mounts_under(tmp_path) == []

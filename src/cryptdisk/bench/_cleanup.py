@@ -3,8 +3,9 @@
 Everything the suite creates is registered with one :class:`Cleanup`. It runs
 in reverse order from ``finally`` blocks, from ``atexit``, and on SIGINT,
 SIGTERM and SIGHUP (which are turned into ``KeyboardInterrupt`` so that every
-``finally`` on the way out runs too). Workers die with their parent
-(``PR_SET_PDEATHSIG``) even if the parent is killed with SIGKILL.
+``finally`` on the way out runs too). Workers and the gocryptfs daemon die with
+their parent (``PR_SET_PDEATHSIG``) even if it is killed with SIGKILL, and the
+next run removes a scratch directory whose owner process is gone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Cleanup", "die_with_parent"]
+__all__ = ["Cleanup", "die_with_parent", "reap_stale"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -37,6 +38,46 @@ def die_with_parent() -> None:
         pass
 
 
+_PREFIX = "cryptdisk-bench-"
+_OWNER = ".owner-pid"
+
+
+def _mounts_under(path: Path) -> list[str]:
+    try:
+        with open("/proc/mounts") as f:
+            points = [line.split()[1] for line in f]
+    except OSError:
+        return []
+    root = str(path)
+    return [p for p in points if p == root or p.startswith(root + "/")]
+
+
+def reap_stale(base: Path) -> list[Path]:
+    """Remove scratch directories of earlier runs whose process is gone (e.g. SIGKILLed).
+
+    A directory is stale when the pid in its owner file no longer runs; FUSE
+    mounts inside it are unmounted first. Returns the directories removed.
+    """
+    import psutil
+
+    removed = []
+    for d in base.glob(_PREFIX + "*"):
+        try:
+            pid = int((d / _OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if psutil.pid_exists(pid):
+            continue
+        tool = shutil.which("fusermount3") or shutil.which("fusermount")
+        for point in sorted(_mounts_under(d), reverse=True):
+            if tool:
+                subprocess.run([tool, "-u", "-z", point], capture_output=True, timeout=30)
+        if not _mounts_under(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -49,10 +90,11 @@ class Cleanup:
         self._children: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
         self._old_handlers: dict[int, Any] = {}
-        parent = Path(base) if base is not None else None
-        if parent is not None:
-            parent.mkdir(parents=True, exist_ok=True)
-        self.workdir = Path(tempfile.mkdtemp(prefix="cryptdisk-bench-", dir=parent))
+        parent = Path(base) if base is not None else Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        self.reaped = reap_stale(parent)
+        self.workdir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=parent))
+        (self.workdir / _OWNER).write_text(str(os.getpid()))
         self.push("remove scratch directory", self._remove_workdir)
         atexit.register(self.run)
 
@@ -64,8 +106,15 @@ class Cleanup:
         with self._lock:
             self._actions.append((what, action))
 
-    def popen(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        """Start a child that is killed at cleanup if it is still running."""
+    def popen(self, cmd: list[str], *, die_with_us: bool = False,
+              **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start a child that is killed at cleanup if it is still running.
+
+        ``die_with_us``: the child gets SIGTERM if this process dies, even by SIGKILL
+        (for programs we cannot change, such as the gocryptfs daemon).
+        """
+        if die_with_us:
+            kwargs["preexec_fn"] = die_with_parent
         proc = subprocess.Popen(cmd, **kwargs)
         with self._lock:
             self._children.append(proc)

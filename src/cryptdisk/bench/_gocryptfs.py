@@ -50,7 +50,8 @@ class GocryptfsMount:
         self._cleanup = cleanup
         self._proc = cleanup.popen(["gocryptfs", "-fg", "-q", "-passfile", str(passfile),
                                     str(self.cipher), str(self.mountpoint)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   die_with_us=True)
         cleanup.push("unmount gocryptfs", self.unmount)
         deadline = time.monotonic() + 20
         while not os.path.ismount(self.mountpoint):
