@@ -107,13 +107,13 @@ def _keyring(key_hex: str):  # type: ignore[no-untyped-def]
 
 
 def format_encrypt(total: int, threads: int, key_hex: str, sink: str, workdir: str,
-                   case: str) -> list[Sample]:
-    """SealedWriter fed 256 KiB chunks; ``sink`` is ``memory`` (discarded) or ``file``."""
+                   case: str, chunk_size: int = IO_CHUNK) -> list[Sample]:
+    """SealedWriter fed ``chunk_size`` writes; ``sink`` is ``memory`` (discarded) or ``file``."""
     from ..format import Kind, SealedWriter, new_header
 
     key = _keyring(key_hex).current_key()
-    per = total // threads // IO_CHUNK
-    chunk = bytearray(os.urandom(IO_CHUNK))
+    per = total // threads // chunk_size
+    chunk = bytearray(os.urandom(chunk_size))
 
     def work(i: int) -> None:
         header, dek = new_header(Kind.SEALED, key)
@@ -134,7 +134,7 @@ def format_encrypt(total: int, threads: int, key_hex: str, sink: str, workdir: s
     for name in os.listdir(workdir):
         if name.startswith(f"enc-{os.getpid()}-"):
             os.unlink(os.path.join(workdir, name))
-    return [sw.rate(case, per * IO_CHUNK * threads, unit="GB/s", scale=1e9)]
+    return [sw.rate(case, per * chunk_size * threads, unit="GB/s", scale=1e9)]
 
 
 def format_decrypt(path: str, threads: int, key_hex: str, source: str, case: str) -> list[Sample]:

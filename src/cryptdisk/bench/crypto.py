@@ -5,7 +5,8 @@ Cases, all interleaved (A B C A B C ...), each run in a fresh worker:
 - ``seq-encrypt`` / ``seq-decrypt``, one thread and one thread per core:
   ``cryptography``'s AES-GCM on 64 KiB buffers (``raw AES-GCM``) against
   :class:`~cryptdisk.format.SealedWriter` / :class:`~cryptdisk.format.SealedReader`
-  on ciphertext in memory (``format (memory)``) and on a page-cached file
+  on ciphertext in memory (``format (memory)``, fed 256 KiB writes, and with
+  64 KiB writes, the chunk ``shutil.copyfileobj`` uses) and on a page-cached file
   through :func:`cryptdisk.open` (``format (file)``).
 - ``random-read 4 KiB`` / ``64 KiB``: ``pread`` per second, plain ``os.pread`` vs
   ``cryptdisk.open(...).pread``.
@@ -64,6 +65,9 @@ def _throughput(options: BenchOptions, key_hex: str, plain: str, sealed: str,
                      dict(common, key_hex=key_hex, sink="memory", workdir=wd, case=enc), None, raw),
             Strategy("plain (file)", b + "plain_file",
                      dict(common, path=f"{wd}/w", direction="encrypt", case=enc), None, raw),
+            Strategy("format (memory, 64 KiB writes)", b + "format_encrypt",
+                     dict(common, key_hex=key_hex, sink="memory", workdir=wd, case=enc,
+                          chunk_size=64 * 1024), None, raw),
             Strategy("format (file)", b + "format_encrypt",
                      dict(common, key_hex=key_hex, sink="file", workdir=wd, case=enc), None,
                      "plain (file)"),
@@ -153,7 +157,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     ensure_cleanup(options)
     NOTES.clear()
     key_hex = os.urandom(32).hex()
-    repeats = options.pick(3, 5, options.repeats)
+    repeats = options.pick(5, 7, options.repeats)
     total = options.pick(256 * MiB, 2048 * MiB)
     duration = options.pick(0.5, 3.0, options.duration)
     size = options.pick(128 * MiB, 4096 * MiB, options.size)
