@@ -166,7 +166,7 @@ def test_sigkill_workers_and_daemon_die_and_next_run_reaps_scratch(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    gone, alive = psutil.wait_procs(kids, timeout=30)
+    _gone, alive = psutil.wait_procs(kids, timeout=30)
     assert alive == [], [p.cmdline() for p in alive]  # PR_SET_PDEATHSIG
     (stale,) = list(work.iterdir())
     deadline = time.monotonic() + 30

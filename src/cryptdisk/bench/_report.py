@@ -97,9 +97,11 @@ def _section(name: str, results: Results, outdir: Path) -> list[str]:
     if ms:
         lines += ["**Measured here**:", "", _HEAD]
         lines += [_row(m, ms) for m in ms]
-        lines += ["", "Ratio: median of per-round ratios strategy/baseline from interleaved runs "
-                  "(for s or s/GB lower is better, else higher). CPU ratio: CPU s per unit of "
-                  "work, strategy/baseline.", ""]
+        lines += ["", "Ratio: median (min-max) of the per-round ratios strategy/baseline from "
+                  "interleaved runs, in the row's unit (for s lower is better, else higher). "
+                  "CPU ratio: CPU seconds per unit of work, strategy/baseline. The "
+                  "relative-cost plot turns both directions into one: >1 means slower than "
+                  "the unencrypted baseline.", ""]
     notes = results.notes.get(name, [])
     if notes:
         lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]

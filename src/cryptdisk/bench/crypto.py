@@ -23,6 +23,7 @@ import shutil
 import statistics
 
 from ._model import BenchOptions, Measurement, Progress, Recorder
+from ._stats import ratio_of
 from ._suite import Strategy, ensure_cleanup, interleave
 
 __all__ = ["NOTES", "run"]
@@ -132,10 +133,11 @@ def _judge(ms: list[Measurement]) -> list[str]:
                        ("seq-decrypt threads=1", "raw AES-GCM (memory)")):
         raw, fmt = by.get((case, base)), by.get((case, "format (memory)"))
         if raw and fmt:
-            r = statistics.median(fmt.values) / statistics.median(raw.values)
-            verdict = "meets" if r >= 0.8 else "MISSES"
-            notes.append(f"{case}: format (memory) reaches {r:.0%} of {base} "
-                         f"({verdict} the 80% target).")
+            r = ratio_of(fmt, raw)
+            assert r is not None
+            verdict = "meets" if r.median >= 0.8 else "MISSES"
+            notes.append(f"{case}: format (memory) reaches {r.median:.1%} of {base} "
+                         f"(paired runs, {r.low:.0%}-{r.high:.0%}; {verdict} the 80% target).")
     for m in ms:
         if m.case.startswith("stream") and m.unit == "MB/s" and m.peak_rss_mb is not None:
             ok = "under" if m.peak_rss_mb < 100 else "OVER"

@@ -84,6 +84,12 @@ def _handle(args: argparse.Namespace) -> int:
     for out in (args.json, args.report):
         if out is not None and not out.parent.exists():
             raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
+    if args.report is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise BenchUsageError("--report needs matplotlib for its plots",
+                                  hint="pip install 'cryptdisk[bench]'")
     names = _ORDER if args.experiment == "all" else [args.experiment]
     command = "cryptdisk " + shlex.join(sys.argv[1:])
     t0 = time.perf_counter()
