@@ -49,7 +49,7 @@ def _chdb(store: str, config: str | None) -> Any:
     from chdb import session
 
     path = f"{store}/db" + (f"?config-file={config}" if config else "")
-    return session.Session(path)
+    return session.Session(path)  # type: ignore[no-untyped-call]
 
 
 def _duckdb(store: str, key: str | None, openssl: bool = False) -> Any:
@@ -83,7 +83,7 @@ def _parquet_props(key: str | None, write: bool) -> Any:
 
     master = bytes.fromhex(key)
 
-    class KeyWrap(pe.KmsClient):  # the in-memory KMS of pyarrow's docs, with real wrapping
+    class KeyWrap(pe.KmsClient):  # type: ignore[misc]  # the in-memory KMS of pyarrow's docs, with real wrapping
         def wrap_key(self, key_bytes: bytes, master_key_identifier: str) -> bytes:
             nonce = os.urandom(12)
             return base64.b64encode(nonce + AESGCM(master).encrypt(nonce, key_bytes, None))
@@ -136,18 +136,18 @@ def _runner(engine: str, store: str, secret: str | None, config: str | None) -> 
     if engine == "chdb":
         s = _chdb(store, config)
 
-        def run(q: str, threads: int | None) -> Any:
+        def run_chdb(q: str, threads: int | None) -> Any:
             opt = f" SETTINGS max_threads = {threads}" if threads else ""
             return s.query(f"SELECT {QUERIES[q][0]} FROM t{opt}", "CSV").bytes()  # noqa: S608
-        return run, s.close
+        return run_chdb, s.close
     if engine.startswith("duckdb"):
         con = _duckdb(store, secret, engine == "duckdb-openssl")
         default = con.execute("SELECT current_setting('threads')").fetchone()[0]
 
-        def run(q: str, threads: int | None) -> Any:
+        def run_duckdb(q: str, threads: int | None) -> Any:
             con.execute(f"SET threads = {threads or default}")
             return con.execute(f"SELECT {QUERIES[q][0]} FROM x.t").fetchone()  # noqa: S608
-        return run, con.close
+        return run_duckdb, con.close
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset
@@ -156,13 +156,13 @@ def _runner(engine: str, store: str, secret: str | None, config: str | None) -> 
     props = _parquet_props(secret, False)
     cores = pa.cpu_count()
 
-    def run(q: str, threads: int | None) -> Any:
+    def run_parquet(q: str, threads: int | None) -> Any:
         pa.set_cpu_count(threads or cores)
         col = QUERIES[q][1]
         t = pq.read_table(f"{store}/t.parquet", columns=[col], decryption_properties=props,
                           use_threads=threads != 1)
         return getattr(pc, QUERIES[q][2])(t.column(col)).as_py()
-    return run, lambda: None
+    return run_parquet, lambda: None
 
 
 def _scalar(result: Any) -> float | int:

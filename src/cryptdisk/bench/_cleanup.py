@@ -147,7 +147,7 @@ class Cleanup:
     def run(self) -> None:
         """Kill children, then undo every registered action; safe to call twice."""
         # Ignore further interrupts while cleaning up, so cleanup itself completes.
-        restore = {}
+        restore: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 restore[sig] = signal.signal(sig, signal.SIG_IGN)
@@ -161,8 +161,8 @@ class Cleanup:
                 with contextlib.suppress(Exception):
                     action()
         finally:
-            for sig, old in {**restore, **self._old_handlers}.items():
-                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            for signum, old in {**restore, **self._old_handlers}.items():
+                signal.signal(signum, old if old is not None else signal.SIG_DFL)
             self._old_handlers = {}
             atexit.unregister(self.run)
 

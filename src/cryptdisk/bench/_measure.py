@@ -62,7 +62,8 @@ def process_cpu(pid: int) -> float:
         t = psutil.Process(pid).cpu_times()
     except psutil.Error:
         return 0.0
-    return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    total: float = t.user + t.system
+    return total + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
 
 
 @dataclass

@@ -12,11 +12,12 @@ mix, computed with numpy's wrapping uint64 arithmetic) instead of cityHash64:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 __all__ = ["generate", "splitmix64"]
 
 
-def splitmix64(n):  # type: ignore[no-untyped-def]
+def splitmix64(n: Any) -> Any:
     """SplitMix64's output function of ``n`` (a numpy uint64 array), wrapping."""
     import numpy as np
 

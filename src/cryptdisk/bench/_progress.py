@@ -14,13 +14,13 @@ __all__ = ["progress_bar"]
 def progress_bar() -> Iterator[Progress]:
     """Yield ``progress(description, completed, total)``; one bar per description."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bars
 
     console = Console(stderr=True)
     bars = Bars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), console=console, transient=not console.is_terminal)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def update(description: str, completed: float, total: float) -> None:
         task = tasks.get(description)

@@ -45,7 +45,10 @@ class Results:
     elapsed_s: float = 0.0
 
     def record(self, item: Measurement | Skipped) -> None:
-        (self.skipped if isinstance(item, Skipped) else self.measurements).append(item)
+        if isinstance(item, Skipped):
+            self.skipped.append(item)
+        else:
+            self.measurements.append(item)
 
     def to_dict(self) -> dict[str, Any]:
         return {

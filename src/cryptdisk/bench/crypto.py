@@ -147,8 +147,8 @@ def _judge(ms: list[Measurement]) -> list[str]:
         many = [m for m in ms if m.strategy == strategy and m.case.startswith("seq-encrypt")
                 and m is not one]
         if one and many:
-            r = statistics.median(many[0].values) / statistics.median(one.values)
-            notes.append(f"Scaling, {strategy} encrypt: {many[0].case} is {r:.2f}x one thread "
+            scale = statistics.median(many[0].values) / statistics.median(one.values)
+            notes.append(f"Scaling, {strategy} encrypt: {many[0].case} is {scale:.2f}x one thread "
                          "(on a shared machine the second core may be busy: see the load "
                          "average above).")
     return notes

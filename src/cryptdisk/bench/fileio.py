@@ -37,6 +37,10 @@ def drop_caches() -> bool:
         return False
 
 
+def _drop() -> None:
+    drop_caches()
+
+
 def _setup(options: BenchOptions, record: Recorder) -> list[tuple[str, str, str, object]]:
     """``(name, kind, directory, daemon pid or None)`` for every strategy that can run."""
     cleanup = ensure_cleanup(options)
@@ -80,12 +84,12 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     for case, body, is_read in _TESTS:
         strategies = []
         for name, kind, d, pid in targets:
-            daemon = (lambda p=pid: process_cpu(p)) if pid else None  # type: ignore[misc]
+            daemon = (lambda p=pid: process_cpu(p)) if isinstance(pid, int) else None
             strategies.append(Strategy(
                 name, _B + body,
                 dict(kind=kind, directory=d, threads=threads, duration=duration,
                      key_hex=key_hex if kind == "cryptdisk" else None, case=case),
-                daemon, "plain", drop_caches if (is_read and dropped) else None))
+                daemon, "plain", _drop if (is_read and dropped) else None))
         interleave(options, "io", strategies, record, progress, f"io: {case}", repeats)
     NOTES.extend([
         f"{threads} threads, {duration:g} s per test, 1 MiB buffers, {blocks} MiB file per "
