@@ -110,6 +110,33 @@ def _fresh(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _notes(rows: int, warm: int, data: str) -> list[str]:
+    """How the peers were configured, for the report."""
+    return [
+        f"{rows:,} rows, generated once as Parquet ({os.path.getsize(data) / 1e6:.0f} MB) and "
+        "loaded by every engine. c_int = SplitMix64(n) as Int64, c_str = md5 hex of n, "
+        "c_float = n / SplitMix64(n) * 1e7 (ClickHouse's run used cityHash64).",
+        "Every query answer was checked against pyarrow's on the source file "
+        "(sum modulo 2^64, avg to 1e-9).",
+        "Insert: chdb INSERT ... SELECT FROM file(Parquet) (then OPTIMIZE FINAL, untimed); "
+        "DuckDB CREATE TABLE AS + CHECKPOINT; pyarrow write_table. The last insert of each "
+        "strategy is the store the queries read.",
+        f"Cold = first query in a fresh process (the OS page cache may hold the files); warm = "
+        f"median of {warm} repeats in that process. threads=1: chdb max_threads=1, DuckDB "
+        "SET threads=1, pyarrow use_threads=False.",
+        "chdb encrypted disks: a storage_configuration (local disk + encrypted disk, key_hex "
+        "with id 0, current_key_id 0) as the ClickHouse docs show, passed with config-file=.",
+        "DuckDB: the suite's duckdb (version in the environment) has no OpenSSL module here, "
+        "so 'duckdb encrypted (Mbed TLS)' runs on its Mbed TLS fallback (SET "
+        "force_mbedtls_unsafe = true), the slow path. 'duckdb-1.5.5 ...' runs duckdb 1.5.5 "
+        "with the official httpfs extension from PyPI (duckdb-extension-httpfs, loaded with "
+        f"LOAD '<path>'), i.e. OpenSSL, in a venv under {cache_dir()} created on demand; "
+        "it is compared with duckdb-1.5.5 plain from the same venv.",
+        "Parquet modular encryption: AES_GCM_V1, every column, footer encrypted, 256-bit data "
+        "keys wrapped by an in-memory KMS client (AES-GCM) as in pyarrow's documentation.",
+    ]
+
+
 def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     """Run the olap experiment (see the module docstring)."""
     ensure_cleanup(options)
@@ -145,26 +172,4 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     interleave(options, "olap", inserts, record, progress, "olap: insert", repeats)
     interleave(options, "olap", queries, record, progress, "olap: queries", repeats)
     NOTES.extend(_encrypted_at_rest(base, stores))
-    NOTES.extend([
-        f"{rows:,} rows, generated once as Parquet ({os.path.getsize(data) / 1e6:.0f} MB) and "
-        "loaded by every engine. c_int = SplitMix64(n) as Int64, c_str = md5 hex of n, "
-        "c_float = n / SplitMix64(n) * 1e7 (ClickHouse's run used cityHash64).",
-        "Every query answer was checked against pyarrow's on the source file "
-        "(sum modulo 2^64, avg to 1e-9).",
-        "Insert: chdb INSERT ... SELECT FROM file(Parquet) (then OPTIMIZE FINAL, untimed); "
-        "DuckDB CREATE TABLE AS + CHECKPOINT; pyarrow write_table. The last insert of each "
-        "strategy is the store the queries read.",
-        f"Cold = first query in a fresh process (the OS page cache may hold the files); warm = "
-        f"median of {warm} repeats in that process. threads=1: chdb max_threads=1, DuckDB "
-        "SET threads=1, pyarrow use_threads=False.",
-        "chdb encrypted disks: a storage_configuration (local disk + encrypted disk, key_hex "
-        "with id 0, current_key_id 0) as the ClickHouse docs show, passed with config-file=.",
-        "DuckDB: the suite's duckdb (version in the environment) has no OpenSSL module here, "
-        "so 'duckdb encrypted (Mbed TLS)' runs on its Mbed TLS fallback (SET "
-        "force_mbedtls_unsafe = true), the slow path. 'duckdb-1.5.5 ...' runs duckdb 1.5.5 "
-        "with the official httpfs extension from PyPI (duckdb-extension-httpfs, loaded with "
-        f"LOAD '<path>'), i.e. OpenSSL, in a venv under {cache_dir()} created on demand; "
-        "it is compared with duckdb-1.5.5 plain from the same venv.",
-        "Parquet modular encryption: AES_GCM_V1, every column, footer encrypted, 256-bit data "
-        "keys wrapped by an in-memory KMS client (AES-GCM) as in pyarrow's documentation.",
-    ])
+    NOTES.extend(_notes(rows, warm, data))
