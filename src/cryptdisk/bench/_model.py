@@ -26,6 +26,17 @@ class BenchOptions:
     duration: float | None = None  # seconds per timed test (io, oltp)
     repeats: int | None = None  # runs per strategy (interleaved)
     threads: int | None = None  # default: one per core
+    size: int | None = None  # crypto: bytes of the file for the peak-RSS test
+    side_venvs: bool = True  # olap: may create a venv (pip) for duckdb 1.5.5 + OpenSSL
+    # Added by the harness (cryptdisk.bench._cleanup.Cleanup); experiments that start
+    # processes or mounts register them there so Ctrl-C leaves nothing behind.
+    cleanup: Any = None
+
+    def pick(self, quick: Any, full: Any, given: Any = None) -> Any:
+        """``given`` if set, else the quick or full default."""
+        if given is not None:
+            return given
+        return quick if self.quick else full
 
 
 @dataclass
@@ -53,20 +64,25 @@ class Measurement:
 
     @property
     def median(self) -> float:
-        return statistics.median(self.values)
+        return float(statistics.median(self.values))
 
     @property
     def spread(self) -> tuple[float, float]:
-        return min(self.values), max(self.values)
+        return float(min(self.values)), float(max(self.values))
 
     @property
     def cpu_per_gb(self) -> float | None:
         if not self.cpu_s or not self.work or self.work_unit != "bytes":
             return None
-        return statistics.median(self.cpu_s) / (self.work / 1e9)
+        return float(statistics.median(self.cpu_s)) / (float(self.work) / 1e9)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (numbers such as ``Decimal`` from a database become floats)."""
         d = asdict(self)
+        d["values"] = [float(v) for v in self.values]
+        d["cpu_s"] = [float(v) for v in self.cpu_s]
+        if self.work is not None:
+            d["work"] = float(self.work)
         d.update(median=self.median, min=self.spread[0], max=self.spread[1],
                  cpu_s_per_gb=self.cpu_per_gb)
         return d

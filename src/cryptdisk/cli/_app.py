@@ -18,6 +18,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.files",
     "cryptdisk.cli.disks",
     "cryptdisk.cli.db",
+    "cryptdisk.cli.bench",
 ]
 
 PROG = "cryptdisk"

@@ -1,0 +1,122 @@
+"""``cryptdisk bench {io,olap,oltp,crypto,all}``: measure what encryption at rest costs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import CryptdiskError
+
+__all__ = ["register"]
+
+_CHOICES = ["crypto", "io", "olap", "oltp", "all"]
+_ORDER = ["crypto", "io", "olap", "oltp"]
+
+
+class BenchUsageError(CryptdiskError):
+    """Bad arguments to ``cryptdisk bench``."""
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 4G)") from None
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+    return parse
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench", help="benchmark encryption at rest against plain storage and peers",
+        description="Reproduce the published experiments (vioperf, pgbench, ClickHouse) "
+        "for cryptdisk and its peers on this machine. Runs are interleaved (A B A B) and "
+        "every figure reports its run count, median and min-max.")
+    p.add_argument("experiment", choices=_CHOICES, help="which experiment ('all' runs each)")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes: the whole suite in a few minutes")
+    p.add_argument("--rows", type=_positive(int), help="olap rows (default 10M, quick 200k)")
+    p.add_argument("--duration", type=_positive(float),
+                   help="seconds per timed test (io, oltp, random reads)")
+    p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
+    p.add_argument("--threads", type=_positive(int), help="threads (default: one per core)")
+    p.add_argument("--size", type=_size,
+                   help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
+    p.add_argument("--no-venv", dest="side_venvs", action="store_false",
+                   help="olap: do not create the side venv (pip) for duckdb 1.5.5 + OpenSSL")
+    p.add_argument("--workdir", type=Path,
+                   help="scratch directory (default: the system temp dir); removed afterwards")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write every run as JSON here")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write a Markdown report and PNG plots into DIR")
+    p.add_argument("--note", help="a sentence put at the top of the report (e.g. machine state)")
+    p.set_defaults(func=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from ..bench._cleanup import Cleanup
+    from ..bench._model import BenchOptions
+    from ..bench._progress import progress_bar
+    from ..bench._suite import new_results, run_experiment
+
+    if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
+        raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
+    for out in (args.json, args.report):
+        if out is not None and not out.parent.exists():
+            raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
+    if args.report is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise BenchUsageError("--report needs matplotlib for its plots",
+                                  hint="pip install 'cryptdisk[bench]'")
+    names = _ORDER if args.experiment == "all" else [args.experiment]
+    command = "cryptdisk " + shlex.join(sys.argv[1:])
+    t0 = time.perf_counter()
+    with Cleanup(args.workdir) as cleanup:
+        options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
+                               args.repeats, args.threads, args.size, args.side_venvs,
+                               cleanup)
+        results = new_results(command, options)
+        with progress_bar() as progress:
+            for name in names:
+                run_experiment(name, options, results, progress)
+    results.elapsed_s = round(time.perf_counter() - t0, 1)
+    _print_summary(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results.to_dict(), indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.report is not None:
+        from ..bench._report import write_report
+
+        path = write_report(results, args.report, note=args.note)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _print_summary(results: Any) -> None:
+    from ..bench._report import summary_lines
+
+    out = sys.stdout
+    for line in summary_lines(results):
+        out.write(line + os.linesep)
