@@ -63,11 +63,10 @@ def decode(data: bytes, keys: dict[int, bytes]) -> bytes:
     out = []
     if kind == 1:
         record = seg + 16
-        if len(body) < 16:
+        full, rest = divmod(len(body), record)
+        if rest < 16:
             raise Rejected("truncated")
-        count = -(-len(body) // record)
-        if len(body) - (count - 1) * record < 16:
-            raise Rejected("truncated")
+        count = full + 1
         for i in range(count):
             chunk = body[i * record : (i + 1) * record]
             nonce = bytes(3) + i.to_bytes(8, "big") + (b"\x01" if i == count - 1 else b"\x00")
@@ -98,7 +97,9 @@ def encode_sealed(plaintext: bytes, *, kek: bytes, key_id: int, dek: bytes, file
               + struct.pack("<Q", key_id) + key_check(kek))
     slot = wrap_nonce + AESGCM(kek).encrypt(wrap_nonce, dek, prefix)
     header = prefix + slot + bytes(64 - len(slot)) + bytes(16)
-    pieces = [plaintext[i : i + seg] for i in range(0, len(plaintext), seg)] or [b""]
+    # whole segments, then the final short (possibly empty) one
+    pieces = [plaintext[i : i + seg] for i in range(0, len(plaintext) // seg * seg, seg)]
+    pieces.append(plaintext[len(plaintext) // seg * seg :])
     aead = AESGCM(dek)
     body = b"".join(
         aead.encrypt(bytes(3) + i.to_bytes(8, "big") + bytes([i == len(pieces) - 1]), p, b"")

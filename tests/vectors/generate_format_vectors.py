@@ -76,7 +76,8 @@ def main() -> None:
         swapped = base[:128] + base[128 + rec : 128 + 2 * rec] + base[128 : 128 + rec] + base[
             128 + 2 * rec :]
         bad("sealed-swap-segments-0-1", swapped, "auth failure")
-        bad("sealed-truncated-at-boundary", base[: 128 + 2 * rec], "auth failure")
+        bad("sealed-truncated-at-boundary", base[: 128 + 2 * rec], "truncated")
+        bad("sealed-final-segment-cut-to-a-full-record", base[: 128 + rec + 16], "auth failure")
         bad("sealed-truncated-mid-segment", base[:-7], "auth failure")
         bad("sealed-truncated-to-header", base[:128], "truncated")
         bad("sealed-appended-byte", base + b"\0", "auth failure")

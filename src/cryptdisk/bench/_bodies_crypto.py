@@ -96,6 +96,9 @@ class _MemorySource:
     def view(self, offset: int, n: int) -> memoryview:
         return self._mv[offset : offset + n]
 
+    def release(self, offset: int, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -156,7 +159,7 @@ def format_decrypt(path: str, threads: int, key_hex: str, source: str, case: str
         size = reader.size
     else:
         with cryptdisk.open(path, "rb", keyring=keyring) as f:
-            size = f.size  # type: ignore[union-attr]
+            size = f.size
     span = size // threads // IO_CHUNK * IO_CHUNK
 
     def work(i: int) -> None:
@@ -189,10 +192,10 @@ def random_reads(path: str, key_hex: str | None, block: int, duration: float,
             return os.pread(fd, block, off)
     else:
         f = cryptdisk.open(path, "rb", keyring=_keyring(key_hex))
-        size = f.size  # type: ignore[union-attr]
+        size = f.size
 
         def read(off: int) -> bytes:
-            return f.pread(off, block)  # type: ignore[union-attr]
+            return f.pread(off, block)
     blocks = size // block
     count = 0
     with Stopwatch() as sw:
@@ -227,7 +230,7 @@ def stream_op(op: str, src: str, dst: str, key_hex: str, case: str) -> list[Samp
             size = os.path.getsize(dst)
         else:
             with cryptdisk.open(src, "rb", keyring=keyring) as fin:
-                size = fin.verify()  # type: ignore[union-attr]
+                size = fin.verify()
     return [sw.rate(case, size, unit="MB/s"), _rss_sample(f"{case} (peak RSS)")]
 
 

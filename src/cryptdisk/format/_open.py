@@ -52,7 +52,7 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
                                dir=directory)
-    raw = os.fdopen(fd, "wb", buffering=0)
+    raw = os.fdopen(fd, "wb", buffering=1 << 20)  # fewer, larger write syscalls
     try:
         writer = SealedWriter(raw, header, dek)
     except BaseException:

@@ -38,24 +38,20 @@ def sealed_nonce(index: int, last: bool) -> bytes:
 def sealed_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
     """``(segment_count, plaintext_size)`` of a sealed file of ``file_size`` bytes.
 
+    Every segment but the last holds exactly ``segment_size`` bytes; the last
+    holds fewer (possibly none), so the file size alone fixes the layout.
     Raises :class:`TruncatedFileError` when the size cannot be a whole file.
     """
     body = file_size - HEADER_SIZE
     record = segment_size + TAG_SIZE
-    where = f"{path}: " if path else ""
-    if body < TAG_SIZE:
+    full, rest = divmod(max(body, 0), record)
+    if body < TAG_SIZE or rest < TAG_SIZE:
+        where = f"{path}: " if path else ""
         raise TruncatedFileError(
             f"{where}file is truncated: it ends before its final segment",
             offset=max(file_size, 0), path=path,
         )
-    count = -(-body // record)
-    last = body - (count - 1) * record
-    if last < TAG_SIZE:
-        raise TruncatedFileError(
-            f"{where}file is truncated: it ends inside a segment's tag",
-            offset=file_size, path=path,
-        )
-    return count, (count - 1) * segment_size + last - TAG_SIZE
+    return full + 1, full * segment_size + rest - TAG_SIZE
 
 
 # Two threads saturate this kind of machine; cryptography releases the GIL on large buffers.
@@ -114,20 +110,24 @@ class SealedWriter:
         total = len(mv)
         pos = 0
         seg = self._seg
-        while pos < total:
-            if self._fill == seg:
-                # A full buffered segment is sealed only once we know more data follows.
-                self._seal(memoryview(self._buf), False)
-                self._fill = 0
-            if self._fill == 0 and total - pos > seg:
-                # Whole segments straight from the caller's buffer, no copy.
-                self._seal(mv[pos : pos + seg], False)
-                pos += seg
-                continue
-            take = min(seg - self._fill, total - pos)
-            self._buf[self._fill : self._fill + take] = mv[pos : pos + take]
+        if self._fill:
+            take = min(seg - self._fill, total)
+            self._buf[self._fill : self._fill + take] = mv[:take]
             self._fill += take
-            pos += take
+            pos = take
+            if self._fill < seg:
+                self.plaintext_size += total
+                return total
+            self._seal(memoryview(self._buf), False)
+            self._fill = 0
+        while total - pos >= seg:
+            # Whole segments straight from the caller's buffer, no copy: the final
+            # segment is always the short one, so a full segment is never the last.
+            self._seal(mv[pos : pos + seg], False)
+            pos += seg
+        rest = total - pos
+        self._buf[:rest] = mv[pos:]
+        self._fill = rest
         self.plaintext_size += total
         return total
 
@@ -289,8 +289,9 @@ def iter_sealed_stream(
 ) -> Iterator[memoryview]:
     """Decrypt a sealed file from a non-seekable stream (after its header), segment by segment.
 
-    Each yielded segment has authenticated; the last one is recognised by the
-    end of the stream, and a stream that stops early fails as truncated.
+    Each yielded segment has authenticated. The final segment is the short one
+    (less than a whole segment, possibly empty), so no look-ahead is needed; a
+    stream that ends without it fails as truncated.
     """
     aead = new_aead(dek)
     record = header.segment_size + TAG_SIZE
@@ -307,15 +308,14 @@ def iter_sealed_stream(
             left -= len(chunk)
         return b"".join(chunks)
 
-    current = read_record()
     index = 0
     while True:
-        nxt = read_record() if len(current) == record else b""
-        last = not nxt
+        current = read_record()
         offset = HEADER_SIZE + index * record
-        if len(current) < TAG_SIZE:
+        last = len(current) < record
+        if last and len(current) < TAG_SIZE:
             raise TruncatedFileError(f"{where}file is truncated: it ends before its final segment",
-                                     offset=offset, path=path)
+                                     offset=offset + len(current), path=path)
         view = memoryview(out)[: len(current) - TAG_SIZE]
         try:
             aead.decrypt_into(sealed_nonce(index, last), current, None, view)
@@ -328,4 +328,4 @@ def iter_sealed_stream(
         yield view
         if last:
             return
-        current, index = nxt, index + 1
+        index += 1
