@@ -29,6 +29,8 @@ __all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout"]
 MUTABLE_NONCE = 16
 OVERHEAD = MUTABLE_NONCE + TAG_SIZE
 _AD = struct.Struct("<16sQ")
+#: Whole segments per batched read or write (one syscall each way).
+_RUN = 64
 
 
 def mutable_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
@@ -69,6 +71,7 @@ class MutableStore:
         self.segment_size = header.segment_size
         self._record = self.segment_size + OVERHEAD
         self._lock = threading.Lock()
+        self._local = threading.local()
         self.segment_count, self.size = mutable_layout(os.fstat(fd).st_size, self.segment_size,
                                                        path)
 
@@ -115,12 +118,6 @@ class MutableStore:
                                 memoryview(out)[MUTABLE_NONCE:])
         return out
 
-    def _write_segment(self, index: int, plain: bytes | bytearray | memoryview) -> None:
-        record = self._encrypt(index, plain)
-        written = os.pwrite(self._fd, record, self._offset(index))
-        if written != len(record):  # pragma: no cover - disk full mid-record
-            raise OSError(f"short write of segment {index}")
-
     # -- ranges --------------------------------------------------------------
 
     def pread(self, offset: int, n: int) -> bytes:
@@ -146,7 +143,13 @@ class MutableStore:
             seg_len = self._seg_len(index)
             take = min(seg_len - lo, n - pos)
             if lo == 0 and take == seg_len:
-                self._decrypt_into(index, out[pos : pos + take])
+                count, total = 1, seg_len
+                while count < _RUN and (nxt := self._seg_len(index + count)) and \
+                        pos + total + nxt <= n:
+                    count, total = count + 1, total + nxt
+                self._decrypt_run(index, count, out[pos : pos + total])
+                pos += total
+                continue
             else:
                 scratch = memoryview(bytearray(seg_len))
                 self._decrypt_into(index, scratch)
@@ -168,26 +171,78 @@ class MutableStore:
     def _write_range(self, mv: memoryview, offset: int) -> None:
         seg = self.segment_size
         pos, n = 0, len(mv)
+        run: list[tuple[int, memoryview]] = []  # whole segments, written in one pwrite
         while pos < n:
             index, lo = divmod(offset + pos, seg)
             take = min(seg - lo, n - pos)
             old_len = self._seg_len(index)
             if lo == 0 and take >= old_len:
-                plain: bytes | bytearray | memoryview = mv[pos : pos + take]
-            else:
-                cur = bytearray(old_len)
-                if old_len:
-                    self._decrypt_into(index, memoryview(cur))
-                if len(cur) < lo + take:
-                    cur.extend(bytes(lo + take - len(cur)))
-                cur[lo : lo + take] = mv[pos : pos + take]
-                plain = cur
-            self._write_segment(index, plain)
-            end = index * seg + len(plain)
-            if index >= self.segment_count:
-                self.segment_count = index + 1
-            self.size = max(self.size, end)
+                run.append((index, mv[pos : pos + take]))
+                pos += take
+                if len(run) == _RUN:
+                    self._write_run(run)
+                    run = []
+                continue
+            if run:
+                self._write_run(run)
+                run = []
+            cur = bytearray(old_len)  # part of a segment: read, patch, re-encrypt
+            if old_len:
+                self._decrypt_into(index, memoryview(cur))
+            if len(cur) < lo + take:
+                cur.extend(bytes(lo + take - len(cur)))
+            cur[lo : lo + take] = mv[pos : pos + take]
+            self._write_run([(index, memoryview(cur))])
             pos += take
+        if run:
+            self._write_run(run)
+
+    def _write_run(self, run: list[tuple[int, memoryview]]) -> None:
+        """Encrypt consecutive segments, each under a fresh nonce, into one ``pwrite``."""
+        first = run[0][0]
+        sizes = [len(plain) + OVERHEAD for _, plain in run]
+        out = self._scratch(sum(sizes))
+        nonces = os.urandom(MUTABLE_NONCE * len(run))
+        at = 0
+        for j, (index, plain) in enumerate(run):
+            nonce = nonces[j * MUTABLE_NONCE : (j + 1) * MUTABLE_NONCE]
+            out[at : at + MUTABLE_NONCE] = nonce
+            self._aead.encrypt_into(nonce, plain, _AD.pack(self._file_id, index),
+                                    out[at + MUTABLE_NONCE : at + sizes[j]])
+            at += sizes[j]
+        if os.pwrite(self._fd, out[:at], self._offset(first)) != at:  # pragma: no cover
+            raise OSError(f"short write of segments {first}..{first + len(run) - 1}")
+        last_index, last_plain = run[-1]
+        self.segment_count = max(self.segment_count, last_index + 1)
+        self.size = max(self.size, last_index * self.segment_size + len(last_plain))
+
+    def _scratch(self, n: int) -> memoryview:
+        """A per-thread buffer of at least ``n`` bytes, reused (no page faults per call)."""
+        buf: bytearray | None = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.buf = bytearray(max(n, 1 << 16))
+        return memoryview(buf)[:n]
+
+    def _decrypt_run(self, first: int, count: int, out: memoryview) -> None:
+        """``count`` whole consecutive segments from one read, each authenticated in place."""
+        total = len(out)
+        records = self._scratch(total + count * OVERHEAD)
+        got = os.preadv(self._fd, [records], self._offset(first))
+        at = dst = 0
+        for index in range(first, first + count):
+            n = self._seg_len(index)
+            if got < at + n + OVERHEAD:
+                raise self._fail(index)
+            target = out[dst : dst + n]
+            try:
+                self._aead.decrypt_into(records[at : at + MUTABLE_NONCE],
+                                        records[at + MUTABLE_NONCE : at + n + OVERHEAD],
+                                        _AD.pack(self._file_id, index), target)
+            except InvalidTag:
+                target[:] = bytes(n)  # OpenSSL wrote unauthenticated plaintext: wipe it
+                raise self._fail(index) from None
+            at += n + OVERHEAD
+            dst += n
 
     def truncate(self, size: int) -> None:
         """Cut or zero-extend the plaintext to ``size`` bytes."""
