@@ -81,8 +81,11 @@ def _handle(args: argparse.Namespace) -> int:
 
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
+    report_dir = args.report.resolve() if args.report is not None else None
     for out in (args.json, args.report):
-        if out is not None and not out.parent.exists():
+        inside_report = report_dir is not None and out is not None and \
+            out.resolve().parent == report_dir
+        if out is not None and not out.parent.exists() and not inside_report:
             raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
     if args.report is not None:
         import importlib.util
@@ -104,6 +107,7 @@ def _handle(args: argparse.Namespace) -> int:
     results.elapsed_s = round(time.perf_counter() - t0, 1)
     _print_summary(results)
     if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)  # the report dir, made here
         args.json.write_text(json.dumps(results.to_dict(), indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     if args.report is not None:
