@@ -1,0 +1,182 @@
+"""Page-sized reads and writes of a mutable cryptdisk file, tuned for SQLite's VFS.
+
+The bytes on disk are exactly :class:`cryptdisk.format.MutableStore`'s layout
+(``header || record*``, each record ``nonce(16) || AES-GCM(DEK, nonce, plain,
+file_id || u64le(index)) || tag(16)``), so either class reads what the other
+writes. This class exists because the VFS calls it once per page: it keeps one
+ciphertext buffer and one plaintext buffer per file and reuses them, reads
+records with ``preadv`` straight into the buffer, takes no lock (SQLite's file
+locks already serialise writers), and asks the file system for the size only
+when an access reaches the last segment. A page write that covers its whole
+segment is one ``encrypt_into`` and one ``pwrite``: no read, no allocation
+beyond the nonce.
+
+Lower tier: the caller owns the descriptor and serialises writers.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cryptography.exceptions import InvalidTag
+
+from ..format import HEADER_SIZE, MUTABLE_NONCE, TAG_SIZE, Header, mutable_layout, new_aead
+from ._errors import PageAuthenticationError
+
+__all__ = ["OVERHEAD", "PageStore"]
+
+OVERHEAD = MUTABLE_NONCE + TAG_SIZE
+
+
+class PageStore:
+    """Positional plaintext I/O over one mutable file (see the module docstring).
+
+    ``read`` returns a view of an internal buffer that stays valid until the
+    next call on this store: the VFS hands it straight to SQLite, which copies it.
+    """
+
+    def __init__(self, fd: int, header: Header, dek: bytes, path: str) -> None:
+        self.fd = fd
+        self.path = path
+        self.header = header
+        self.segment_size = seg = header.segment_size
+        self._aead = new_aead(dek)
+        self._file_id = header.file_id
+        self._record = seg + OVERHEAD
+        self._rec = bytearray(self._record)
+        self._rec_mv = memoryview(self._rec)
+        self._nonce = self._rec_mv[:MUTABLE_NONCE]
+        self._body = self._rec_mv[MUTABLE_NONCE:]
+        self._plain = bytearray(seg)
+        self._plain_mv = memoryview(self._plain)
+        self._out = bytearray(seg)
+        self._out_mv = memoryview(self._out)
+
+    # -- size ------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Plaintext size now (asks the file system; another process may have written)."""
+        return mutable_layout(os.fstat(self.fd).st_size, self.segment_size, self.path)[1]
+
+    # -- one segment -------------------------------------------------------------
+
+    def _fail(self, index: int) -> PageAuthenticationError:
+        offset = HEADER_SIZE + index * self._record
+        return PageAuthenticationError(
+            f"{self.path}: failed to decrypt and authenticate segment {index} at offset "
+            f"{offset}", offset=offset, path=self.path,
+        )
+
+    def _decrypt(self, index: int, out: memoryview) -> int:
+        """Decrypt segment ``index`` into ``out``; returns its plaintext length (0 past EOF)."""
+        got = os.preadv(self.fd, [self._rec_mv], HEADER_SIZE + index * self._record)
+        if got == 0:
+            return 0
+        n = got - OVERHEAD
+        if n <= 0:
+            raise self._fail(index)
+        try:
+            self._aead.decrypt_into(self._nonce, self._body[: n + TAG_SIZE],
+                                    self._file_id + index.to_bytes(8, "little"), out[:n])
+        except InvalidTag:
+            raise self._fail(index) from None
+        return n
+
+    def _encrypt_write(self, index: int, plain: memoryview | bytes | bytearray) -> None:
+        n = len(plain)
+        self._nonce[:] = os.urandom(MUTABLE_NONCE)
+        self._aead.encrypt_into(self._nonce, plain, self._file_id + index.to_bytes(8, "little"),
+                                self._body[: n + TAG_SIZE])
+        record = self._rec_mv[: n + OVERHEAD]
+        if os.pwrite(self.fd, record, HEADER_SIZE + index * self._record) != n + OVERHEAD:
+            raise OSError(f"{self.path}: short write of segment {index}")  # pragma: no cover
+
+    # -- ranges ------------------------------------------------------------------
+
+    def read(self, amount: int, offset: int) -> memoryview:
+        """Up to ``amount`` plaintext bytes at ``offset``; fewer only at end of file."""
+        seg = self.segment_size
+        index, lo = divmod(offset, seg)
+        if lo == 0 and amount == seg:  # the page fast path
+            return self._out_mv[: self._decrypt(index, self._out_mv)]
+        if amount > len(self._out):
+            self._out = bytearray(amount)
+            self._out_mv = memoryview(self._out)
+        out = self._out_mv
+        pos = 0
+        while pos < amount:
+            index, lo = divmod(offset + pos, seg)
+            take = min(seg - lo, amount - pos)
+            if lo == 0 and take == seg:
+                n = self._decrypt(index, out[pos : pos + seg])
+            else:
+                n = self._decrypt(index, self._plain_mv) - lo
+                if n > 0:
+                    n = min(n, take)
+                    out[pos : pos + n] = self._plain_mv[lo : lo + n]
+            if n < take:
+                return out[: pos + max(n, 0)]
+            pos += take
+        return out[:amount]
+
+    def write(self, data: memoryview | bytes | bytearray, offset: int) -> None:
+        """Write ``data`` at ``offset``, zero-filling any gap past the end of the file."""
+        mv = memoryview(data).cast("B")
+        seg = self.segment_size
+        n = len(mv)
+        index, lo = divmod(offset, seg)
+        if lo == 0 and n == seg:  # the page fast path: one whole segment
+            if offset > 0 and os.fstat(self.fd).st_size < HEADER_SIZE + index * self._record:
+                self._fill_to(offset)
+            self._encrypt_write(index, mv)
+            return
+        size = self.size()
+        if offset > size:
+            self._write_range(memoryview(bytes(offset - size)), size, size)
+            size = offset
+        self._write_range(mv, offset, size)
+
+    def _fill_to(self, offset: int) -> None:
+        size = self.size()
+        if offset > size:
+            self._write_range(memoryview(bytes(offset - size)), size, size)
+
+    def _write_range(self, mv: memoryview, offset: int, size: int) -> None:
+        seg = self.segment_size
+        pos, n = 0, len(mv)
+        while pos < n:
+            index, lo = divmod(offset + pos, seg)
+            take = min(seg - lo, n - pos)
+            old_len = min(seg, max(0, size - index * seg))
+            if lo == 0 and take >= old_len:
+                self._encrypt_write(index, mv[pos : pos + take])
+            else:
+                got = self._decrypt(index, self._plain_mv) if old_len else 0
+                if got != old_len:
+                    raise self._fail(index)
+                end = max(old_len, lo + take)
+                if end > old_len:
+                    self._plain_mv[old_len:end] = bytes(end - old_len)
+                self._plain_mv[lo : lo + take] = mv[pos : pos + take]
+                self._encrypt_write(index, self._plain_mv[:end])
+            pos += take
+
+    def truncate(self, size: int) -> None:
+        """Cut or zero-extend the plaintext to ``size`` bytes."""
+        current = self.size()
+        if size >= current:
+            if size > current:
+                self._write_range(memoryview(bytes(size - current)), current, current)
+            return
+        count, rest = divmod(size, self.segment_size)
+        if rest:
+            got = self._decrypt(count, self._plain_mv)
+            if got < rest:
+                raise self._fail(count)
+            os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
+            self._encrypt_write(count, self._plain_mv[:rest])
+        else:
+            os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
