@@ -174,7 +174,8 @@ class EncryptedFile(apsw.VFSFile):
             return
         store = self._store or self._create(pend, self._pend_start)
         store.write(pend, self._pend_start)
-        pend.clear()
+        self._pend_start += len(pend)
+        del pend[:]
         self._commit_next = False
 
     def _flush_journal(self) -> None:
@@ -213,24 +214,25 @@ class EncryptedFile(apsw.VFSFile):
 
     def xWrite(self, data: Any, offset: int) -> None:  # noqa: N802 - apsw API
         if not self._gather:
-            self._flush_journal()
+            journal = self._vfs.journals.get(self.path)
+            if journal is not None and journal._pend:
+                journal._flush()
             (self._store or self._create(data, offset)).write(data, offset)
             return
         pend = self._pend
-        n = len(data)
-        end = self._pend_start + len(pend)
-        if pend and offset == end:
+        if offset == self._pend_start + len(pend):  # appending (the common case)
             pend += data
-        elif pend and self._pend_start <= offset and offset + n <= end:
-            lo = offset - self._pend_start
-            pend[lo : lo + n] = data
+        elif pend and self._pend_start <= offset and offset + len(data) <= self._pend_start + len(
+                pend):
+            pend[offset - self._pend_start : offset - self._pend_start + len(data)] = data
         else:
-            self._flush()
+            if pend:
+                self._flush()
             self._pend_start = offset
             pend += data
         if self._commit_next or len(pend) >= _FLUSH_AT:
             self._flush()
-        elif n == 24 and self._kind == WAL and bytes(data[4:8]) != b"\0\0\0\0":
+        elif len(data) == 24 and self._kind == WAL and data[4:8] != b"\0\0\0\0":
             self._commit_next = True  # a commit frame's header: its page comes next
 
     def xFileSize(self) -> int:  # noqa: N802 - apsw API
