@@ -79,6 +79,7 @@ class PageStore:
             self._aead.decrypt_into(self._nonce, self._body[: n + TAG_SIZE],
                                     self._file_id + index.to_bytes(8, "little"), out[:n])
         except InvalidTag:
+            out[:n] = bytes(n)  # OpenSSL wrote unauthenticated plaintext here: wipe it
             raise self._fail(index) from None
         return n
 

@@ -110,7 +110,7 @@ class EncryptedFile(apsw.VFSFile):
         self._store: PageStore | None = None
         self._pend = bytearray()
         self._pend_start = 0
-        self._commit_next = False
+        self._write_through = False
         self._fd_key: tuple[int, int] | None = None
         self._journal_of: str | None = None
         if name is None:
@@ -176,7 +176,6 @@ class EncryptedFile(apsw.VFSFile):
         store.write(pend, self._pend_start)
         self._pend_start += len(pend)
         del pend[:]
-        self._commit_next = False
 
     def _flush_journal(self) -> None:
         journal = self._vfs.journals.get(self.path)
@@ -230,10 +229,14 @@ class EncryptedFile(apsw.VFSFile):
                 self._flush()
             self._pend_start = offset
             pend += data
-        if self._commit_next or len(pend) >= _FLUSH_AT:
+        if len(data) == 24 and self._kind == WAL:
+            # A frame header. From a commit frame's header until the next
+            # transaction's first frame, write through: SQLite may split the
+            # commit frame around a sync point and pad after it, and publishes
+            # the commit in the wal-index right after the last of these writes.
+            self._write_through = data[4:8] != b"\0\0\0\0"
+        if self._write_through or len(pend) >= _FLUSH_AT:
             self._flush()
-        elif len(data) == 24 and self._kind == WAL and data[4:8] != b"\0\0\0\0":
-            self._commit_next = True  # a commit frame's header: its page comes next
 
     def xFileSize(self) -> int:  # noqa: N802 - apsw API
         if self._pend:

@@ -1,0 +1,65 @@
+"""Key options shared by the commands: --keyring/--config, --key-env, --key-file, --key-hex."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import KeyringError
+from ..keys import Key, Keyring, decode_hex_key, key_from_env, key_from_file
+
+__all__ = ["add_key_options", "keyring_from_args"]
+
+KEYRING_ENV = "CRYPTDISK_KEYRING"
+
+
+def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Add the ways to give keys. Exactly one may be used."""
+    group = parser.add_argument_group(
+        "keys", "where the key(s) come from (one of these; default: $CRYPTDISK_KEYRING)"
+    )
+    group.add_argument("--keyring", "--config", dest="keyring", metavar="CONFIG",
+                       help="cryptdisk TOML config with a [keyring] section")
+    group.add_argument("--key-env", metavar="VAR", help="environment variable holding a hex key")
+    group.add_argument("--key-file", metavar="PATH",
+                       help="key file as written by 'cryptdisk keygen' (mode 0600)")
+    group.add_argument("--key-hex", metavar="HEX",
+                       help="a hex key on the command line (visible in process listings!)")
+    group.add_argument("--key-id", type=int, default=1, metavar="N",
+                       help="id of a single key given by --key-env/--key-file/--key-hex "
+                       "(for new files; default 1)")
+    parser.set_defaults(_keys_required=required)
+
+
+def keyring_from_args(args: argparse.Namespace) -> Keyring:
+    """Build the keyring the user asked for, with a clear error when none was given."""
+    given = [name for name in ("keyring", "key_env", "key_file", "key_hex")
+             if getattr(args, name, None)]
+    if len(given) > 1:
+        flags = ", ".join("--" + g.replace("_", "-") for g in given)
+        raise KeyringError(f"give keys one way only (got {flags})")
+    if not given:
+        env_config = os.environ.get(KEYRING_ENV)
+        if env_config:
+            return Keyring.from_config(env_config)
+        raise KeyringError(
+            "no key given",
+            hint="use --keyring CONFIG, --key-file PATH or --key-env VAR "
+            f"(or set {KEYRING_ENV} to a config path)",
+        )
+    source = given[0]
+    if source == "keyring":
+        return Keyring.from_config(args.keyring)
+    if source == "key_env":
+        material = key_from_env(args.key_env)
+        kind = "env"
+    elif source == "key_file":
+        material = key_from_file(args.key_file)
+        kind = "file"
+    else:
+        print("cryptdisk: warning: a key given with --key-hex shows in process listings and "
+              "shell history; prefer --key-file or --key-env", file=sys.stderr)
+        material = decode_hex_key(args.key_hex, "--key-hex")
+        kind = "hex"
+    return Keyring.single(Key(args.key_id, material, source=kind))
