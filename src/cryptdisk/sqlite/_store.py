@@ -22,6 +22,7 @@ from cryptography.exceptions import InvalidTag
 
 from ..format import HEADER_SIZE, MUTABLE_NONCE, TAG_SIZE, Header, mutable_layout, new_aead
 from ._errors import PageAuthenticationError
+from ._tail import TailSave
 
 __all__ = ["OVERHEAD", "PageStore"]
 
@@ -35,8 +36,10 @@ class PageStore:
     next call on this store: the VFS hands it straight to SQLite, which copies it.
     """
 
-    def __init__(self, fd: int, header: Header, dek: bytes, path: str) -> None:
+    def __init__(self, fd: int, header: Header, dek: bytes, path: str,
+                 tail: TailSave | None = None) -> None:
         self.fd = fd
+        self.tail = tail
         self.path = path
         self.header = header
         self.segment_size = seg = header.segment_size
@@ -68,20 +71,32 @@ class PageStore:
         )
 
     def _decrypt(self, index: int, out: memoryview) -> int:
-        """Decrypt segment ``index`` into ``out``; returns its plaintext length (0 past EOF)."""
+        """Decrypt segment ``index`` into ``out``; returns its plaintext length (0 past EOF).
+
+        Afterwards ``self._rec`` holds the record that authenticated.
+        """
         got = os.preadv(self.fd, [self._rec_mv], HEADER_SIZE + index * self._record)
         if got == 0:
             return 0
+        if self._open(index, got, out):
+            return got - OVERHEAD
+        if self.tail is not None:  # an interrupted rewrite? (see _tail.py)
+            saved = self.tail.load(index, self._rec_mv)
+            if saved > OVERHEAD and self._open(index, saved, out):
+                return saved - OVERHEAD
+        raise self._fail(index)
+
+    def _open(self, index: int, got: int, out: memoryview) -> bool:
         n = got - OVERHEAD
         if n <= 0:
-            raise self._fail(index)
+            return False
         try:
             self._aead.decrypt_into(self._nonce, self._body[: n + TAG_SIZE],
                                     self._file_id + index.to_bytes(8, "little"), out[:n])
         except InvalidTag:
             out[:n] = bytes(n)  # OpenSSL wrote unauthenticated plaintext here: wipe it
-            raise self._fail(index) from None
-        return n
+            return False
+        return True
 
     def _encrypt_write(self, index: int, plain: memoryview | bytes | bytearray) -> None:
         n = len(plain)
@@ -155,6 +170,8 @@ class PageStore:
                 got = self._decrypt(index, self._plain_mv) if old_len else 0
                 if got != old_len:
                     raise self._fail(index)
+                if got and self.tail is not None:
+                    self.tail.save(index, self._rec_mv[: got + OVERHEAD])
                 end = max(old_len, lo + take)
                 if end > old_len:
                     self._plain_mv[old_len:end] = bytes(end - old_len)
@@ -174,6 +191,8 @@ class PageStore:
             got = self._decrypt(count, self._plain_mv)
             if got < rest:
                 raise self._fail(count)
+            if self.tail is not None:
+                self.tail.save(count, self._rec_mv[: got + OVERHEAD])
             os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
             self._encrypt_write(count, self._plain_mv[:rest])
         else:

@@ -38,6 +38,7 @@ from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageTruncatedError
 from ._store import PageStore
+from ._tail import TailSave, remove_tail
 
 __all__ = ["EncryptedFile", "EncryptedVFS", "segment_size_for"]
 
@@ -92,6 +93,11 @@ class EncryptedVFS(apsw.VFS):
 
     def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:  # noqa: N802 - apsw API
         return EncryptedFile(self, name, flags)
+
+    def xDelete(self, filename: str, syncdir: bool) -> None:  # noqa: N802 - apsw API
+        super().xDelete(filename, syncdir)
+        if filename.endswith(("-journal", "-wal")):
+            remove_tail(filename)
 
     def __repr__(self) -> str:
         return f"<EncryptedVFS {self.vfs_name!r}>"
@@ -153,8 +159,11 @@ class EncryptedFile(apsw.VFSFile):
         if self._store is None and os.fstat(self._fd).st_size > 0:
             header = Header.parse(os.pread(self._fd, HEADER_SIZE, 0), self.path)
             dek = open_header(header, self._vfs.keyring, self.path)
-            self._store = PageStore(self._fd, header, dek, self.path)
+            self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
         return self._store
+
+    def _tail_save(self) -> TailSave | None:
+        return TailSave(self.path) if self._kind in (JOURNAL, WAL) else None
 
     def _create(self, first: bytes | memoryview, offset: int) -> PageStore:
         store = self._load()
@@ -163,7 +172,7 @@ class EncryptedFile(apsw.VFSFile):
         seg = segment_size_for(self._kind, first, offset)
         header, dek = new_header(Kind.MUTABLE, self._vfs.keyring.current_key(), segment_size=seg)
         os.pwrite(self._fd, header.to_bytes(), 0)
-        self._store = PageStore(self._fd, header, dek, self.path)
+        self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
         return self._store
 
     # -- gathering journal and WAL writes ------------------------------------------
@@ -191,7 +200,10 @@ class EncryptedFile(apsw.VFSFile):
         if store is None:
             return b""
         data = store.read(amount, offset)
-        if offset == 0 and self._kind == MAIN and len(data) >= 100:
+        if offset == 0 and self._kind == MAIN and amount >= 512:
+            # Only a whole page 1, which SQLite reads after any hot-journal rollback
+            # and only when the WAL has no newer copy; never the 100-byte peek
+            # at open, which may see a file left mid-commit by a crash.
             self._check_length(data, store)
         return data
 
@@ -201,6 +213,8 @@ class EncryptedFile(apsw.VFSFile):
             return  # the in-header size is only valid when these counters agree
         raw = int.from_bytes(page1[16:18], "big")
         page = 65536 if raw == 1 else raw
+        if page != len(page1):
+            return
         pages = int.from_bytes(page1[28:32], "big")
         size = store.size()
         if pages * page > size:
@@ -290,6 +304,8 @@ class EncryptedFile(apsw.VFSFile):
             elif fd is not None and fd >= 0:
                 os.close(fd)
             self._fd = -1
+            if self._store is not None and self._store.tail is not None:
+                self._store.tail.close()
             self._store = None
             super().xClose()
 
