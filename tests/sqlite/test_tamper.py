@@ -131,7 +131,7 @@ def test_flipped_byte_in_the_wal(tmp_path, keyring):
     wal = tmp_path / "tampered" / "w.db-wal"
     raw = wal.read_bytes()
     edit(wal, len(raw) - 50, bytes([raw[-50] ^ 0x80]))
-    with pytest.raises(csql.PageAuthenticationError, match="w.db-wal"):
+    with pytest.raises(csql.PageAuthenticationError, match=r"w\.db-wal"):
         read_all(tmp_path / "tampered" / "w.db", keyring)
 
 
@@ -155,7 +155,7 @@ def test_hot_journal_tampered(tmp_path, keyring):
     journal = crash / "j.db-journal"
     raw = journal.read_bytes()
     edit(journal, HEADER_SIZE + 700, bytes([raw[HEADER_SIZE + 700] ^ 4]))
-    with pytest.raises(csql.PageAuthenticationError, match="j.db-journal"):
+    with pytest.raises(csql.PageAuthenticationError, match=r"j\.db-journal"):
         read_all(crash / "j.db", keyring)
 
 
@@ -194,3 +194,32 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
         with pytest.raises(csql.PageAuthenticationError):
             conn.execute("SELECT * FROM t WHERE id = 0").fetchall()
     conn.close()
+
+
+def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring):
+    """A rewrite of the last WAL segment cut short (SIGKILL between kernel pages, power
+    loss) falls back to the saved previous record: the earlier commit survives."""
+    db = tmp_path / "t.db"
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'first')")
+    conn.execute("INSERT INTO t VALUES(2, 'second')")  # rewrites the tail segment
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    for suffix in ("", "-wal", "-wal-cdtail"):
+        shutil.copy(str(db) + suffix, crash / ("t.db" + suffix))
+    conn.close()
+    saved = (crash / "t.db-wal-cdtail").read_bytes()
+    index = int.from_bytes(saved[:8], "little")
+    torn_at = record_offset(index) + RECORD // 2
+    edit(crash / "t.db-wal", torn_at, saved[8 + RECORD // 2 : 8 + RECORD])  # half old, half new
+    nosave = tmp_path / "nosave"
+    shutil.copytree(crash, nosave)
+    os.unlink(nosave / "t.db-wal-cdtail")
+    rows = read_all(crash / "t.db", keyring)
+    assert rows[0] == (1, "first")
+    # Without the saved record the same file is an authentication failure.
+    with pytest.raises(csql.PageAuthenticationError):
+        read_all(nosave / "t.db", keyring)
