@@ -213,8 +213,10 @@ def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring):
     conn.close()
     saved = (crash / "t.db-wal-cdtail").read_bytes()
     index = int.from_bytes(saved[:8], "little")
-    torn_at = record_offset(index) + RECORD // 2
-    edit(crash / "t.db-wal", torn_at, bytes(RECORD // 2))  # the second half never written
+    wal = crash / "t.db-wal"
+    length = min(RECORD, wal.stat().st_size - record_offset(index))
+    half = length // 2
+    edit(wal, record_offset(index) + half, bytes(length - half))  # second half never written
     nosave = tmp_path / "nosave"
     shutil.copytree(crash, nosave)
     os.unlink(nosave / "t.db-wal-cdtail")
