@@ -48,6 +48,7 @@ class PageStore:
         self._record = seg + OVERHEAD
         self._rec = bytearray(self._record)
         self._rec_mv = memoryview(self._rec)
+        self._rec_len = 0  # length of the record in _rec that last authenticated
         self._nonce = self._rec_mv[:MUTABLE_NONCE]
         self._body = self._rec_mv[MUTABLE_NONCE:]
         self._plain = bytearray(seg)
@@ -79,11 +80,16 @@ class PageStore:
         if got == 0:
             return 0
         if self._open(index, got, out):
+            self._rec_len = got
             return got - OVERHEAD
         if self.tail is not None:  # an interrupted rewrite? (see _tail.py)
-            saved = self.tail.load(index, self._rec_mv)
-            if saved > OVERHEAD and self._open(index, saved, out):
-                return saved - OVERHEAD
+            saved = self.tail.load(index, self._rec_mv) - OVERHEAD
+            if 0 < saved <= got - OVERHEAD and self._open(index, saved + OVERHEAD, out):
+                self._rec_len = saved + OVERHEAD
+                # The segment as it was before the write: the file ended after
+                # ``saved`` bytes then, so the rest reads as a hole (zeros).
+                out[saved : got - OVERHEAD] = bytes(got - OVERHEAD - saved)
+                return got - OVERHEAD
         raise self._fail(index)
 
     def _open(self, index: int, got: int, out: memoryview) -> bool:
@@ -171,7 +177,7 @@ class PageStore:
                 if got != old_len:
                     raise self._fail(index)
                 if got and self.tail is not None:
-                    self.tail.save(index, self._rec_mv[: got + OVERHEAD])
+                    self.tail.save(index, self._rec_mv[: self._rec_len])
                 end = max(old_len, lo + take)
                 if end > old_len:
                     self._plain_mv[old_len:end] = bytes(end - old_len)
@@ -192,7 +198,7 @@ class PageStore:
             if got < rest:
                 raise self._fail(count)
             if self.tail is not None:
-                self.tail.save(count, self._rec_mv[: got + OVERHEAD])
+                self.tail.save(count, self._rec_mv[: self._rec_len])
             os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
             self._encrypt_write(count, self._plain_mv[:rest])
         else:

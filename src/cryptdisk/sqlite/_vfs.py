@@ -91,10 +91,10 @@ class EncryptedVFS(apsw.VFS):
         self.lock = threading.Lock()
         super().__init__(self.vfs_name, "")
 
-    def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:  # noqa: N802 - apsw API
+    def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:
         return EncryptedFile(self, name, flags)
 
-    def xDelete(self, filename: str, syncdir: bool) -> None:  # noqa: N802 - apsw API
+    def xDelete(self, filename: str, syncdir: bool) -> None:
         super().xDelete(filename, syncdir)
         if filename.endswith(("-journal", "-wal")):
             remove_tail(filename)
@@ -193,7 +193,7 @@ class EncryptedFile(apsw.VFSFile):
 
     # -- VFS methods -------------------------------------------------------------------
 
-    def xRead(self, amount: int, offset: int) -> Any:  # noqa: N802 - apsw API
+    def xRead(self, amount: int, offset: int) -> Any:
         if self._pend:
             self._flush()
         store = self._store or self._load()
@@ -225,7 +225,7 @@ class EncryptedFile(apsw.VFSFile):
                 path=self.path,
             )
 
-    def xWrite(self, data: Any, offset: int) -> None:  # noqa: N802 - apsw API
+    def xWrite(self, data: Any, offset: int) -> None:
         if not self._gather:
             journal = self._vfs.journals.get(self.path)
             if journal is not None and journal._pend:
@@ -252,13 +252,13 @@ class EncryptedFile(apsw.VFSFile):
         if self._write_through or len(pend) >= _FLUSH_AT:
             self._flush()
 
-    def xFileSize(self) -> int:  # noqa: N802 - apsw API
+    def xFileSize(self) -> int:
         if self._pend:
             self._flush()
         store = self._store or self._load()
         return 0 if store is None else store.size()
 
-    def xTruncate(self, newsize: int) -> None:  # noqa: N802 - apsw API
+    def xTruncate(self, newsize: int) -> None:
         if self._pend:
             self._flush()
         elif not self._gather:
@@ -269,7 +269,7 @@ class EncryptedFile(apsw.VFSFile):
         elif newsize:
             self._create(b"", 0).truncate(newsize)
 
-    def xSync(self, flags: int) -> None:  # noqa: N802 - apsw API
+    def xSync(self, flags: int) -> None:
         if self._pend:
             self._flush()
         elif not self._gather:
@@ -278,18 +278,18 @@ class EncryptedFile(apsw.VFSFile):
             return  # an anonymous temporary file: nothing to make durable
         super().xSync(flags)  # fsync/fdatasync of the same inode, plus SQLite's directory sync
 
-    def xSectorSize(self) -> int:  # noqa: N802 - apsw API
+    def xSectorSize(self) -> int:
         return self._store.segment_size if self._store is not None else 512
 
-    def xDeviceCharacteristics(self) -> int:  # noqa: N802 - apsw API
+    def xDeviceCharacteristics(self) -> int:
         return 0  # no atomic writes, no powersafe overwrite: segments are shared
 
-    def xFileControl(self, op: int, ptr: int) -> bool:  # noqa: N802 - apsw API
+    def xFileControl(self, op: int, ptr: int) -> bool:
         if op in _FCNTL_IGNORED:
             return True  # the default VFS would extend the raw file with zeros
         return bool(super().xFileControl(op, ptr))
 
-    def xClose(self) -> None:  # noqa: N802 - apsw API
+    def xClose(self) -> None:
         try:
             if self._pend:
                 self._flush()
