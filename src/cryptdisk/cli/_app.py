@@ -16,6 +16,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.demo",
     "cryptdisk.cli.keys",
     "cryptdisk.cli.files",
+    "cryptdisk.cli.sqlite",
 ]
 
 PROG = "cryptdisk"
