@@ -150,7 +150,7 @@ def _copy_logical(source, target: apsw.Connection, schema: list,
         for _name, sql in tables:
             target.execute(sql)
         for i, (name, _sql) in enumerate(tables):
-            cur = source.execute(f"SELECT * FROM {_quote(name)}")
+            cur = source.execute(f"SELECT * FROM {_quote(name)}")  # noqa: S608 - quoted name
             width = len(cur.description or ())
             insert = f"INSERT INTO {_quote(name)} VALUES({','.join('?' * width)})"
             while rows := cur.fetchmany(1000):
