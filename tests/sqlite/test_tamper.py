@@ -225,3 +225,18 @@ def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring):
     # Without the saved record the same file is an authentication failure.
     with pytest.raises(csql.PageAuthenticationError):
         read_all(nosave / "t.db", keyring)
+
+
+def test_wal_mode_file_truncated_by_one_segment(tmp_path, keyring):
+    """In WAL mode SQLite itself reports the missing pages (the file may lag the WAL)."""
+    db = tmp_path / "w.db"
+    make_db(db, keyring, journal="wal")  # closed: fully checkpointed, WAL removed
+    os.truncate(db, db.stat().st_size - RECORD)
+    with pytest.raises(apsw.CorruptError):
+        conn = csql.connect(str(db), keyring=keyring)
+        try:
+            conn.execute("PRAGMA cache_size=2")
+            conn.execute("SELECT * FROM t ORDER BY id").fetchall()
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()

@@ -17,9 +17,11 @@ Lower tier: the caller owns the descriptor and serialises writers.
 from __future__ import annotations
 
 import os
+import time
 
 from cryptography.exceptions import InvalidTag
 
+from ..errors import TruncatedFileError
 from ..format import HEADER_SIZE, MUTABLE_NONCE, TAG_SIZE, Header, mutable_layout, new_aead
 from ._errors import PageAuthenticationError
 from ._tail import TailSave
@@ -27,6 +29,7 @@ from ._tail import TailSave
 __all__ = ["OVERHEAD", "PageStore"]
 
 OVERHEAD = MUTABLE_NONCE + TAG_SIZE
+_RETRY = (0.0, 0.001, 0.005, 0.02)  # seconds between re-reads of a failing segment
 
 
 class PageStore:
@@ -60,6 +63,11 @@ class PageStore:
 
     def size(self) -> int:
         """Plaintext size now (asks the file system; another process may have written)."""
+        for pause in _RETRY:
+            try:
+                return mutable_layout(os.fstat(self.fd).st_size, self.segment_size, self.path)[1]
+            except TruncatedFileError:
+                time.sleep(pause)  # maybe another process is appending a record right now
         return mutable_layout(os.fstat(self.fd).st_size, self.segment_size, self.path)[1]
 
     # -- one segment -------------------------------------------------------------
@@ -76,12 +84,22 @@ class PageStore:
 
         Afterwards ``self._rec`` holds the record that authenticated.
         """
-        got = os.preadv(self.fd, [self._rec_mv], HEADER_SIZE + index * self._record)
+        where = HEADER_SIZE + index * self._record
+        got = os.preadv(self.fd, [self._rec_mv], where)
         if got == 0:
             return 0
         if self._open(index, got, out):
             self._rec_len = got
             return got - OVERHEAD
+        for pause in _RETRY:
+            # Another process may be rewriting this very segment (the WAL's tail
+            # holds committed frames that readers read while the writer appends):
+            # a read that overlapped the write sees half of each. Read again.
+            time.sleep(pause)
+            got = os.preadv(self.fd, [self._rec_mv], where)
+            if got and self._open(index, got, out):
+                self._rec_len = got
+                return got - OVERHEAD
         if self.tail is not None:  # an interrupted rewrite? (see _tail.py)
             saved = self.tail.load(index, self._rec_mv) - OVERHEAD
             if 0 < saved <= got - OVERHEAD and self._open(index, saved + OVERHEAD, out):

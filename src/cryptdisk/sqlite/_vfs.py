@@ -211,6 +211,12 @@ class EncryptedFile(apsw.VFSFile):
         """Pages cut from the end: the header's page count says more than the file holds."""
         if page1[:16] != b"SQLite format 3\0" or page1[24:28] != page1[92:96]:
             return  # the in-header size is only valid when these counters agree
+        if page1[18] == 2:
+            # WAL mode: the database file legitimately lags the WAL (a partial
+            # checkpoint may have copied page 1 before the pages it counts), and
+            # SQLite reads what it needs from the WAL. A cut WAL-mode file is left
+            # to SQLite's own check ("database disk image is malformed").
+            return
         raw = int.from_bytes(page1[16:18], "big")
         page = 65536 if raw == 1 else raw
         if page != len(page1):
