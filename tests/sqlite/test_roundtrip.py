@@ -180,7 +180,8 @@ def test_random_workloads_match_plain(tmp_path_factory, keyring, ops, wal):
     d = tmp_path_factory.mktemp("hyp")
     conns = [apsw.Connection(str(d / "plain.db")), csql.connect(str(d / "enc.db"), keyring=keyring)]
     for c in conns:
-        c.execute(f"PRAGMA journal_mode={'wal' if wal else 'delete'}; PRAGMA cache_size=3")
+        c.execute(f"PRAGMA journal_mode={'wal' if wal else 'delete'}").fetchall()
+        c.execute("PRAGMA cache_size=3")
         c.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v BLOB); BEGIN")
     for op, k, v in ops:
         for c in conns:

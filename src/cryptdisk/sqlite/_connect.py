@@ -35,6 +35,7 @@ def connect(
     keyring: KeyLookup,
     flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
     temp_store_memory: bool = True,
+    busy_timeout_ms: int = 5000,
     **kwargs: Any,
 ) -> apsw.Connection:
     """Open (or create) an encrypted SQLite database and return an ``apsw.Connection``.
@@ -45,6 +46,9 @@ def connect(
     opened with whichever key of the keyring their header names, so a wrong
     key fails here, at open, with :class:`cryptdisk.WrongKeyError` or
     :class:`cryptdisk.KeyNotFoundError`.
+
+    ``busy_timeout_ms`` is how long a statement waits for another connection's
+    lock before raising ``apsw.BusyError`` (SQLite's busy timeout).
 
     ``temp_store_memory`` sets ``PRAGMA temp_store=MEMORY`` so temporary
     tables, sorts and statement journals stay in memory (temporary files would
@@ -57,6 +61,7 @@ def connect(
     vfs = vfs_for(keyring)
     conn = apsw.Connection(name, flags=flags, vfs=vfs.vfs_name, **kwargs)
     try:
+        conn.set_busy_timeout(busy_timeout_ms)
         if temp_store_memory:
             conn.execute("PRAGMA temp_store=MEMORY")
         # Reading page 1 authenticates the header and the first page now rather

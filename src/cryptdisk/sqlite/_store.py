@@ -194,7 +194,9 @@ class PageStore:
                 got = self._decrypt(index, self._plain_mv) if old_len else 0
                 if got != old_len:
                     raise self._fail(index)
-                if got and self.tail is not None:
+                if lo and self.tail is not None:
+                    # Bytes before ``lo`` were written earlier (maybe committed):
+                    # keep the old record until the new one is wholly on disk.
                     self.tail.save(index, self._rec_mv[: self._rec_len])
                 end = max(old_len, lo + take)
                 if end > old_len:

@@ -17,6 +17,11 @@
   whenever the first connection opens the database, so editing it at rest
   achieves nothing.
 
+``xFileControl`` is not overridden, so SQLite's frequent file controls (lock
+timeouts, several per transaction) stay in C. One consequence: do not set
+``SQLITE_FCNTL_CHUNK_SIZE`` on these files, since the default VFS would then
+extend the raw file with zeros on size hints.
+
 Locks are the default VFS's, on its own descriptor of the same file; I/O uses
 a shared descriptor per file (see :mod:`._fds`). Authentication failures raise
 :class:`PageAuthenticationError` (SQLite sees ``SQLITE_CORRUPT``; the
@@ -44,7 +49,6 @@ __all__ = ["EncryptedFile", "EncryptedVFS", "segment_size_for"]
 
 MAIN, JOURNAL, WAL, TEMP = "main", "journal", "wal", "temp"
 _FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pending
-_FCNTL_IGNORED = {apsw.SQLITE_FCNTL_SIZE_HINT, apsw.SQLITE_FCNTL_CHUNK_SIZE}
 _MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
 _counter = itertools.count(1)
 
@@ -254,8 +258,9 @@ class EncryptedFile(apsw.VFSFile):
             # transaction's first frame, write through: SQLite may split the
             # commit frame around a sync point and pad after it, and publishes
             # the commit in the wal-index right after the last of these writes.
+            # (The header itself waits for its page, which follows at once.)
             self._write_through = data[4:8] != b"\0\0\0\0"
-        if self._write_through or len(pend) >= _FLUSH_AT:
+        elif self._write_through or len(pend) >= _FLUSH_AT:
             self._flush()
 
     def xFileSize(self) -> int:
@@ -289,11 +294,6 @@ class EncryptedFile(apsw.VFSFile):
 
     def xDeviceCharacteristics(self) -> int:
         return 0  # no atomic writes, no powersafe overwrite: segments are shared
-
-    def xFileControl(self, op: int, ptr: int) -> bool:
-        if op in _FCNTL_IGNORED:
-            return True  # the default VFS would extend the raw file with zeros
-        return bool(super().xFileControl(op, ptr))
 
     def xClose(self) -> None:
         try:
