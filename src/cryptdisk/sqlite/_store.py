@@ -57,6 +57,7 @@ class PageStore:
         self._plain = bytearray(seg)
         self._plain_mv = memoryview(self._plain)
         self._out = bytearray(seg)
+        self._batch = bytearray(0)  # sealed records of one multi-segment write
         self._out_mv = memoryview(self._out)
 
     # -- size ------------------------------------------------------------------
@@ -182,14 +183,21 @@ class PageStore:
             self._write_range(memoryview(bytes(offset - size)), size, size)
 
     def _write_range(self, mv: memoryview, offset: int, size: int) -> None:
-        seg = self.segment_size
+        """Seal the segments ``mv`` touches into one buffer and write them with one ``pwrite``."""
+        seg, record = self.segment_size, self._record
         pos, n = 0, len(mv)
+        first = offset // seg
+        count = (offset + n - 1) // seg - first + 1
+        if len(self._batch) < count * record:
+            self._batch = bytearray(count * record)
+        batch = memoryview(self._batch)
+        used = 0
         while pos < n:
             index, lo = divmod(offset + pos, seg)
             take = min(seg - lo, n - pos)
             old_len = min(seg, max(0, size - index * seg))
             if lo == 0 and take >= old_len:
-                self._encrypt_write(index, mv[pos : pos + take])
+                plain = mv[pos : pos + take]
             else:
                 got = self._decrypt(index, self._plain_mv) if old_len else 0
                 if got != old_len:
@@ -202,8 +210,17 @@ class PageStore:
                 if end > old_len:
                     self._plain_mv[old_len:end] = bytes(end - old_len)
                 self._plain_mv[lo : lo + take] = mv[pos : pos + take]
-                self._encrypt_write(index, self._plain_mv[:end])
+                plain = self._plain_mv[:end]
+            slot = (index - first) * record
+            batch[slot : slot + MUTABLE_NONCE] = os.urandom(MUTABLE_NONCE)
+            self._aead.encrypt_into(batch[slot : slot + MUTABLE_NONCE], plain,
+                                    self._file_id + index.to_bytes(8, "little"),
+                                    batch[slot + MUTABLE_NONCE : slot + len(plain) + OVERHEAD])
+            used = slot + len(plain) + OVERHEAD
             pos += take
+        where = HEADER_SIZE + first * record
+        if os.pwrite(self.fd, batch[:used], where) != used:
+            raise OSError(f"{self.path}: short write at offset {where}")  # pragma: no cover
 
     def truncate(self, size: int) -> None:
         """Cut or zero-extend the plaintext to ``size`` bytes."""
