@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 
@@ -112,11 +114,12 @@ def test_tampered_header(tmp_path, keyring):
         csql.connect(str(db), keyring=keyring)
 
 
-def test_flipped_byte_in_the_wal(tmp_path, keyring):
-    """A committed transaction still in the WAL: a copy with a flipped WAL byte fails."""
+def test_flipped_byte_in_the_wal(tmp_path, keyring, caplog):
+    """A WAL segment that does not authenticate is logged and treated as torn, never read."""
     db = tmp_path / "w.db"
     conn = csql.connect(str(db), keyring=keyring)
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # no padding: the commit frame ends the WAL
     conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
     conn.execute("INSERT INTO t VALUES(1, 'in the wal')")
@@ -131,12 +134,20 @@ def test_flipped_byte_in_the_wal(tmp_path, keyring):
     wal = tmp_path / "tampered" / "w.db-wal"
     raw = wal.read_bytes()
     edit(wal, len(raw) - 50, bytes([raw[-50] ^ 0x80]))
-    with pytest.raises(csql.PageAuthenticationError, match=r"w\.db-wal"):
-        read_all(tmp_path / "tampered" / "w.db", keyring)
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        conn = csql.connect(str(tmp_path / "tampered" / "w.db"), keyring=keyring)
+        rows = conn.execute("SELECT v FROM t").fetchall()
+        conn.close()
+    # The tampered segment reads as a torn write: SQLite drops the commit in it,
+    # exactly as after a crash, and never sees the unauthenticated bytes.
+    assert rows == []
+    assert any("w.db-wal" in r.getMessage() and "does not authenticate" in r.getMessage()
+               for r in caplog.records)
 
 
-def test_hot_journal_tampered(tmp_path, keyring):
-    """A rollback journal left by a crash is authenticated before SQLite replays it."""
+def test_hot_journal_tampered(tmp_path, keyring, caplog):
+    """A rollback journal left by a crash is authenticated before SQLite replays it: a bad
+    segment reaches SQLite as zeros (a torn journal), and is logged."""
     db = tmp_path / "j.db"
     make_db(db, keyring)
     conn = csql.connect(str(db), keyring=keyring)
@@ -155,8 +166,11 @@ def test_hot_journal_tampered(tmp_path, keyring):
     journal = crash / "j.db-journal"
     raw = journal.read_bytes()
     edit(journal, HEADER_SIZE + 700, bytes([raw[HEADER_SIZE + 700] ^ 4]))
-    with pytest.raises(csql.PageAuthenticationError, match=r"j\.db-journal"):
-        read_all(crash / "j.db", keyring)
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        with contextlib.suppress(apsw.Error):  # a journal cut short may leave it corrupt
+            read_all(crash / "j.db", keyring)
+    assert any("j.db-journal" in r.getMessage() and "does not authenticate" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_wrong_key(tmp_path, keyring):
@@ -196,12 +210,13 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
     conn.close()
 
 
-def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring):
+def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring, caplog):
     """A rewrite of the last WAL segment cut short (SIGKILL between kernel pages, power
     loss) falls back to the saved previous record: the earlier commit survives."""
     db = tmp_path / "t.db"
     conn = csql.connect(str(db), keyring=keyring)
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # no padding: commits share segments
     conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
     conn.execute("INSERT INTO t VALUES(1, 'first')")
@@ -222,21 +237,7 @@ def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring):
     os.unlink(nosave / "t.db-wal-cdtail")
     rows = read_all(crash / "t.db", keyring)
     assert rows[0] == (1, "first")
-    # Without the saved record the same file is an authentication failure.
-    with pytest.raises(csql.PageAuthenticationError):
-        read_all(nosave / "t.db", keyring)
-
-
-def test_wal_mode_file_truncated_by_one_segment(tmp_path, keyring):
-    """In WAL mode SQLite itself reports the missing pages (the file may lag the WAL)."""
-    db = tmp_path / "w.db"
-    make_db(db, keyring, journal="wal")  # closed: fully checkpointed, WAL removed
-    os.truncate(db, db.stat().st_size - RECORD)
-    with pytest.raises(apsw.CorruptError):
-        conn = csql.connect(str(db), keyring=keyring)
-        try:
-            conn.execute("PRAGMA cache_size=2")
-            conn.execute("SELECT * FROM t ORDER BY id").fetchall()
-            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        finally:
-            conn.close()
+    # Without the saved record the segment reads as torn: 'first' is lost too.
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        assert (1, "first") not in read_all(nosave / "t.db", keyring)
+    assert any("does not authenticate" in r.getMessage() for r in caplog.records)

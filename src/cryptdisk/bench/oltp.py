@@ -26,11 +26,16 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._model import BenchOptions, Measurement, Progress, Recorder, Skipped
 from ._oltp_sqlite import DbSpec, database_files, load
+
+if TYPE_CHECKING:
+    from ._oltp_pg import PgCluster
 
 __all__ = ["NOTES", "Case", "cases", "run"]
 
@@ -123,12 +128,16 @@ def _run_clients(spec: DbSpec, case: Case, duration: float) -> dict[str, float]:
 def _percentiles(lat: list[float]) -> dict[str, float]:
     if not lat:
         return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
-    pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000  # noqa: E731
+    def pick(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
+
     return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
 
 
 def _measurement(case: Case, strategy: str, runs: list[dict[str, float]]) -> Measurement:
-    med = lambda k: statistics.median(r[k] for r in runs)  # noqa: E731
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
     txns = med("txns")
     return Measurement(
         experiment=EXPERIMENT, case=case.name, strategy=strategy, unit="TPS",
@@ -224,7 +233,7 @@ def _run_postgres(options: BenchOptions, todo: list[Case], duration: float, repe
         cluster.stop()
 
 
-def _pg_cases(cluster, todo: list[Case], duration: float, repeats: int, record: Recorder,
+def _pg_cases(cluster: PgCluster, todo: list[Case], duration: float, repeats: int, record: Recorder,
               progress: Progress) -> None:
     from ._oltp_pg import parse_tps, read_latencies
 
@@ -254,14 +263,16 @@ def _pg_cases(cluster, todo: list[Case], duration: float, repeats: int, record: 
         record(m)
 
 
-def _pg_run(cluster, case: Case, duration: float, logs: Path, parse_tps, read_latencies):
+def _pg_run(cluster: PgCluster, case: Case, duration: float, logs: Path,
+            parse_tps: Callable[[str], float],
+            read_latencies: Callable[[Path], list[float]]) -> dict[str, float]:
     import psutil
 
     post = psutil.Process(cluster.postmaster_pid())
 
     def cpu() -> float:
         t = post.cpu_times()
-        own = t.user + t.system + t.children_user + t.children_system
+        own = float(t.user + t.system + t.children_user + t.children_system)
         for child in post.children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 c = child.cpu_times()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
+from typing import Any
 
 import apsw
 
@@ -143,7 +144,7 @@ def encrypt_sqlcipher_database(src: str, dst: str, keyring: KeyLookup, passphras
         source.close()
 
 
-def _copy_logical(source, target: apsw.Connection, schema: list,
+def _copy_logical(source: Any, target: apsw.Connection, schema: list[tuple[str, str, str]],
                   progress: Progress | None) -> None:
     tables = [(name, sql) for kind, name, sql in schema if kind == "table"]
     with target:

@@ -16,6 +16,7 @@ Lower tier: the caller owns the descriptor and serialises writers.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -29,6 +30,7 @@ from ._tail import TailSave
 __all__ = ["OVERHEAD", "PageStore"]
 
 OVERHEAD = MUTABLE_NONCE + TAG_SIZE
+log = logging.getLogger("cryptdisk.sqlite")
 _RETRY = (0.0, 0.001, 0.005, 0.02)  # seconds between re-reads of a failing segment
 
 
@@ -43,6 +45,7 @@ class PageStore:
                  tail: TailSave | None = None) -> None:
         self.fd = fd
         self.tail = tail
+        self.torn_as_hole = tail is not None  # journals and WALs (see _decrypt)
         self.path = path
         self.header = header
         self.segment_size = seg = header.segment_size
@@ -109,6 +112,16 @@ class PageStore:
                 # ``saved`` bytes then, so the rest reads as a hole (zeros).
                 out[saved : got - OVERHEAD] = bytes(got - OVERHEAD - saved)
                 return got - OVERHEAD
+        if self.torn_as_hole:
+            # A journal or WAL: a record that never authenticates is what a write
+            # cut short by a crash leaves at the write head. SQLite checksums its
+            # frames and journal records and stops at a bad one, so it gets
+            # zeros (never the unauthenticated bytes) and treats it as torn.
+            n = max(got - OVERHEAD, 0)
+            out[:n] = bytes(n)
+            log.warning("%s: segment %d at offset %d does not authenticate; SQLite sees "
+                        "it as a torn write (zeros)", self.path, index, where)
+            return n
         raise self._fail(index)
 
     def _open(self, index: int, got: int, out: memoryview) -> bool:
@@ -202,9 +215,10 @@ class PageStore:
                 got = self._decrypt(index, self._plain_mv) if old_len else 0
                 if got != old_len:
                     raise self._fail(index)
-                if lo and self.tail is not None:
-                    # Bytes before ``lo`` were written earlier (maybe committed):
-                    # keep the old record until the new one is wholly on disk.
+                if got and self.tail is not None:
+                    # The segment holds bytes written earlier (maybe committed) that
+                    # this write keeps: keep the old record until the new one is
+                    # wholly on disk.
                     self.tail.save(index, self._rec_mv[: self._rec_len])
                 end = max(old_len, lo + take)
                 if end > old_len:

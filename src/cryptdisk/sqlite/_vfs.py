@@ -61,7 +61,7 @@ def _pow2(n: int) -> int:
     return min(max(512, 1 << max(n - 1, 1).bit_length()), 1 << 16)
 
 
-def segment_size_for(kind: str, first: bytes | memoryview, offset: int) -> int:
+def segment_size_for(kind: str, first: bytes | bytearray | memoryview, offset: int) -> int:
     """The segment size for a new file, from the first bytes SQLite writes to it."""
     head = bytes(first[:32]) if offset == 0 else b""
     page = 0
@@ -169,7 +169,7 @@ class EncryptedFile(apsw.VFSFile):
     def _tail_save(self) -> TailSave | None:
         return TailSave(self.path) if self._kind in (JOURNAL, WAL) else None
 
-    def _create(self, first: bytes | memoryview, offset: int) -> PageStore:
+    def _create(self, first: bytes | bytearray | memoryview, offset: int) -> PageStore:
         store = self._load()
         if store is not None:
             return store
@@ -213,7 +213,7 @@ class EncryptedFile(apsw.VFSFile):
 
     def _check_length(self, page1: memoryview, store: PageStore) -> None:
         """Pages cut from the end: the header's page count says more than the file holds."""
-        if page1[:16] != b"SQLite format 3\0" or page1[24:28] != page1[92:96]:
+        if bytes(page1[:16]) != b"SQLite format 3\0" or page1[24:28] != page1[92:96]:
             return  # the in-header size is only valid when these counters agree
         if page1[18] == 2:
             # WAL mode: the database file legitimately lags the WAL (a partial
@@ -243,7 +243,8 @@ class EncryptedFile(apsw.VFSFile):
             (self._store or self._create(data, offset)).write(data, offset)
             return
         pend = self._pend
-        if offset == self._pend_start + len(pend):  # appending (the common case)
+        appended = offset == self._pend_start + len(pend)
+        if appended:  # the common case
             pend += data
         elif pend and self._pend_start <= offset and offset + len(data) <= self._pend_start + len(
                 pend):
@@ -258,8 +259,12 @@ class EncryptedFile(apsw.VFSFile):
             # transaction's first frame, write through: SQLite may split the
             # commit frame around a sync point and pad after it, and publishes
             # the commit in the wal-index right after the last of these writes.
-            # (The header itself waits for its page, which follows at once.)
+            # A new commit frame's header waits for its page, which follows at
+            # once; a header rewritten in place (SQLite recomputes checksums of
+            # frames it overwrote, after the commit frame) is written now.
             self._write_through = data[4:8] != b"\0\0\0\0"
+            if self._write_through and not appended:
+                self._flush()
         elif self._write_through or len(pend) >= _FLUSH_AT:
             self._flush()
 
