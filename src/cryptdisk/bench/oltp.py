@@ -291,3 +291,46 @@ def _pg_run(cluster: PgCluster, case: Case, duration: float, logs: Path,
     tps = parse_tps(out)
     return {"tps": tps, "txns": float(len(lat)) or tps * duration, "cpu_s": used,
             **_percentiles(lat), "retries": 0, "rss_mb": 0.0}
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m cryptdisk.bench.oltp``: run this experiment alone and print a table."""
+    import argparse
+    import sys
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m cryptdisk.bench.oltp")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--duration", type=float)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--workdir", default=tempfile.gettempdir())
+    args = parser.parse_args(argv)
+    options = BenchOptions(workdir=Path(args.workdir), quick=args.quick,
+                           duration=args.duration, repeats=args.repeats)
+    found: list[Measurement] = []
+
+    def record(item: Measurement | Skipped) -> None:
+        if isinstance(item, Skipped):
+            print(f"skipped {item.strategy}: {item.reason} ({item.install})", flush=True)
+            return
+        found.append(item)
+        plain = next((m.median for m in found if m.case == item.case
+                      and m.strategy == "plain"), None)
+        ratio = f" x{item.median / plain:.2f}" if plain and item.strategy != "plain" else ""
+        lo, hi = item.spread
+        print(f"{item.case:55s} {item.strategy:10s} {item.median:9.0f} TPS{ratio:7s} "
+              f"[{lo:.0f}-{hi:.0f}] p50/p95/p99 {item.extra['p50_ms']:.3f}/"
+              f"{item.extra['p95_ms']:.3f}/{item.extra['p99_ms']:.3f} ms, "
+              f"{item.extra['cpu_us_per_txn'] or 0:.0f} us CPU/txn", flush=True)
+
+    def progress(task: str, done: float, total: float) -> None:
+        print(f"  {task}", file=sys.stderr, flush=True)
+
+    run(options, record, progress)
+    for note in NOTES:
+        print("note:", note)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
