@@ -215,10 +215,13 @@ class PageStore:
                 got = self._decrypt(index, self._plain_mv) if old_len else 0
                 if got != old_len:
                     raise self._fail(index)
-                if got and self.tail is not None:
-                    # The segment holds bytes written earlier (maybe committed) that
-                    # this write keeps: keep the old record until the new one is
-                    # wholly on disk.
+                if lo and self.tail is not None:
+                    # Bytes before ``lo`` were written earlier (maybe committed): keep
+                    # the old record until the new one is wholly on disk. Only the
+                    # first segment of a write can have them, so the side file's one
+                    # slot suffices. Bytes after a write are never committed ones
+                    # (SQLite appends; what lies beyond is stale or this
+                    # transaction's), and a cut record there reads as torn.
                     self.tail.save(index, self._rec_mv[: self._rec_len])
                 end = max(old_len, lo + take)
                 if end > old_len:
