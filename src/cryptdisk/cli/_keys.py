@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import KeyringError
 from ..keys import Key, Keyring, decode_hex_key, key_from_env, key_from_file
 
-__all__ = ["add_key_options", "keyring_from_args"]
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["add_key_options", "config_from_args", "keyring_from_args"]
 
 KEYRING_ENV = "CRYPTDISK_KEYRING"
 
@@ -20,7 +24,8 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
         "keys", "where the key(s) come from (one of these; default: $CRYPTDISK_KEYRING)"
     )
     group.add_argument("--keyring", "--config", dest="keyring", metavar="CONFIG",
-                       help="cryptdisk TOML config with a [keyring] section")
+                       help="cryptdisk TOML config ([keyring] and disks' keys) or a ClickHouse "
+                       "storage_configuration XML")
     group.add_argument("--key-env", metavar="VAR", help="environment variable holding a hex key")
     group.add_argument("--key-file", metavar="PATH",
                        help="key file as written by 'cryptdisk keygen' (mode 0600)")
@@ -30,6 +35,21 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
                        help="id of a single key given by --key-env/--key-file/--key-hex "
                        "(for new files; default 1)")
     parser.set_defaults(_keys_required=required)
+
+
+def config_from_args(args: argparse.Namespace) -> Config | None:
+    """The full config (all disks' keys, ClickHouse XML too) when one was given, else None."""
+    path = getattr(args, "keyring", None) or (
+        None if _single_key_given(args) else os.environ.get(KEYRING_ENV))
+    if not path:
+        return None
+    from ..config import load_config
+
+    return load_config(path)
+
+
+def _single_key_given(args: argparse.Namespace) -> bool:
+    return any(getattr(args, n, None) for n in ("key_env", "key_file", "key_hex"))
 
 
 def keyring_from_args(args: argparse.Namespace) -> Keyring:
@@ -42,7 +62,7 @@ def keyring_from_args(args: argparse.Namespace) -> Keyring:
     if not given:
         env_config = os.environ.get(KEYRING_ENV)
         if env_config:
-            return Keyring.from_config(env_config)
+            return _config_keyring(env_config)
         raise KeyringError(
             "no key given",
             hint="use --keyring CONFIG, --key-file PATH or --key-env VAR "
@@ -50,7 +70,7 @@ def keyring_from_args(args: argparse.Namespace) -> Keyring:
         )
     source = given[0]
     if source == "keyring":
-        return Keyring.from_config(args.keyring)
+        return _config_keyring(args.keyring)
     if source == "key_env":
         material = key_from_env(args.key_env)
         kind = "env"
@@ -63,3 +83,13 @@ def keyring_from_args(args: argparse.Namespace) -> Keyring:
         material = decode_hex_key(args.key_hex, "--key-hex")
         kind = "hex"
     return Keyring.single(Key(args.key_id, material, source=kind))
+
+
+def _config_keyring(path: str) -> Keyring:
+    """The ``[keyring]`` of a config (TOML or XML) for new files, or a clear error."""
+    if path.endswith(".xml"):
+        raise KeyringError(
+            f"{path} is a ClickHouse config: it has no [keyring] for cryptdisk's own files",
+            hint="write cryptdisk files with a TOML config that has a [keyring] section",
+        )
+    return Keyring.from_config(path)
