@@ -52,8 +52,9 @@ _FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pendin
 _MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
 _counter = itertools.count(1)
 
-#: Segment size of the WAL and of journals, as a multiple of the page size
-#: (measured: 1 keeps a WAL frame read to two segments; see docs/sqlite.md).
+#: Segment size of the WAL and of journals, as a multiple of the page size.
+#: 1: reading one WAL frame (24 + page bytes, never aligned) decrypts at most
+#: two segments; larger segments decrypt more per frame read.
 WAL_SEGMENT_PAGES = 1
 
 
