@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.disks",
     "cryptdisk.cli.db",
     "cryptdisk.cli.bench",
+    "cryptdisk.cli.sqlite",
 ]
 
 PROG = "cryptdisk"

@@ -1,0 +1,66 @@
+"""A saved copy of the one segment being rewritten in place, for journals and the WAL.
+
+SQLite appends to its rollback journal and WAL in pieces that do not line up
+with segments, so the segment at the end of the file is read, extended and
+written again, and it still holds bytes of earlier, committed records. A
+``pwrite`` is not atomic: a process killed between two kernel pages of a
+record (SIGKILL is checked there), or a power cut, leaves the record half old,
+half new, and it no longer authenticates, taking committed bytes with it.
+
+So before such a rewrite the store puts the segment's current record, still
+encrypted, in ``<file>-cdtail`` (one ``pwritev``: ``index u64le || record``).
+When a segment of that file later fails authentication and the side file
+holds an authentic record for the same index, the store uses it: the file is
+then as it was before the interrupted write, exactly what SQLite expects after
+a crash. The saved record is ciphertext under the file's own key and binds the
+file id and index, so it cannot be moved elsewhere; what it can give an
+attacker is the previous version of the last segment, which is no more than
+cutting the file short (already undetectable without a trusted size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+__all__ = ["SUFFIX", "TailSave", "remove_tail"]
+
+SUFFIX = "-cdtail"
+
+
+class TailSave:
+    """The side file of one journal or WAL (opened lazily)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path + SUFFIX
+        self._fd = -1
+
+    def save(self, index: int, record: memoryview) -> None:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.pwritev(self._fd, [index.to_bytes(8, "little"), record], 0)
+
+    def load(self, index: int, into: memoryview) -> int:
+        """Read the saved record of segment ``index`` into ``into``; its length, or 0."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return 0
+        try:
+            head = os.pread(fd, 8, 0)
+            if len(head) != 8 or int.from_bytes(head, "little") != index:
+                return 0
+            return os.preadv(fd, [into], 8)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def remove_tail(path: str) -> None:
+    """Delete the side file of ``path`` (after SQLite deleted the journal or WAL)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path + SUFFIX)

@@ -1,0 +1,336 @@
+"""The encrypting apsw VFS: every file SQLite writes goes through cryptdisk's mutable format.
+
+- **Main database** (and temporary databases): segment size = the page size,
+  taken from the first page SQLite writes, so a page write is one segment:
+  one ``encrypt_into``, one ``pwrite``, no read-modify-write.
+- **Rollback journal, WAL, statement journals**: SQLite writes these in small
+  pieces (a 4-byte page number, the page, a 4-byte checksum; a 24-byte frame
+  header, then the page). Contiguous writes are gathered in memory and sealed
+  in whole segments when SQLite needs them on disk: before any read of the
+  file, its size, sync or close; for the rollback journal also before the
+  database file itself is written; for the WAL right after each commit frame
+  (before SQLite publishes the commit in the wal-index), so a transaction
+  SQLite reports committed is in the file even with ``synchronous=OFF``.
+- **The -shm wal-index** stays with SQLite's default VFS (apsw passes the xShm
+  methods through). It holds page numbers, frame counters, salts and checksums,
+  never page contents, and SQLite rebuilds it from the (authenticated) WAL
+  whenever the first connection opens the database, so editing it at rest
+  achieves nothing.
+
+``xFileControl`` is not overridden, so SQLite's frequent file controls (lock
+timeouts, several per transaction) stay in C. One consequence: do not set
+``SQLITE_FCNTL_CHUNK_SIZE`` on these files, since the default VFS would then
+extend the raw file with zeros on size hints.
+
+Locks are the default VFS's, on its own descriptor of the same file; I/O uses
+a shared descriptor per file (see :mod:`._fds`). Authentication failures raise
+:class:`PageAuthenticationError` (SQLite sees ``SQLITE_CORRUPT``; the
+application gets the exception itself, naming the file and offset).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import threading
+from typing import Any
+
+import apsw
+
+from ..format import HEADER_SIZE, Header, Kind, new_header, open_header
+from ..format import KeyLookup as _KeyLookup
+from . import _fds
+from ._errors import PageTruncatedError
+from ._store import PageStore
+from ._tail import TailSave, remove_tail
+
+__all__ = ["EncryptedFile", "EncryptedVFS", "segment_size_for"]
+
+MAIN, JOURNAL, WAL, TEMP = "main", "journal", "wal", "temp"
+_FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pending
+_MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
+_counter = itertools.count(1)
+
+#: Segment size of the WAL and of journals, as a multiple of the page size.
+#: 1: reading one WAL frame (24 + page bytes, never aligned) decrypts at most
+#: two segments; larger segments decrypt more per frame read.
+WAL_SEGMENT_PAGES = 1
+
+
+def _pow2(n: int) -> int:
+    return min(max(512, 1 << max(n - 1, 1).bit_length()), 1 << 16)
+
+
+def segment_size_for(kind: str, first: bytes | bytearray | memoryview, offset: int) -> int:
+    """The segment size for a new file, from the first bytes SQLite writes to it."""
+    head = bytes(first[:32]) if offset == 0 else b""
+    page = 0
+    if kind == MAIN and head.startswith(b"SQLite format 3\0"):
+        raw = int.from_bytes(head[16:18], "big")
+        page = 65536 if raw == 1 else raw
+    elif kind == MAIN and offset == 0:
+        page = len(first)
+    elif kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
+        page = int.from_bytes(head[8:12], "big") * WAL_SEGMENT_PAGES
+    elif kind == JOURNAL and len(head) >= 28 and head[:8] == b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7":
+        page = int.from_bytes(head[24:28], "big") * WAL_SEGMENT_PAGES
+    if page and page & (page - 1) == 0 and 512 <= page <= 65536:
+        return page
+    return 4096 if page == 0 else _pow2(page)
+
+
+class EncryptedVFS(apsw.VFS):
+    """An apsw VFS that encrypts and authenticates every file SQLite writes.
+
+    Use :func:`cryptdisk.sqlite.connect` rather than this class. The VFS name
+    is ``cryptdisk-N``; it names no key, and ``repr`` shows only the name.
+    """
+
+    def __init__(self, keyring: _KeyLookup, name: str | None = None) -> None:
+        if not isinstance(keyring, _KeyLookup):
+            raise TypeError("keyring must be a cryptdisk.Keyring")
+        self.vfs_name = name or f"cryptdisk-{next(_counter)}"
+        self.keyring = keyring
+        self.journals: dict[str, EncryptedFile] = {}
+        self.lock = threading.Lock()
+        super().__init__(self.vfs_name, "")
+
+    def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:
+        return EncryptedFile(self, name, flags)
+
+    def xDelete(self, filename: str, syncdir: bool) -> None:
+        super().xDelete(filename, syncdir)
+        if filename.endswith(("-journal", "-wal")):
+            remove_tail(filename)
+
+    def __repr__(self) -> str:
+        return f"<EncryptedVFS {self.vfs_name!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an EncryptedVFS cannot be pickled; register one per process")
+
+
+class EncryptedFile(apsw.VFSFile):
+    """One file SQLite opened through :class:`EncryptedVFS` (see the module docstring)."""
+
+    def __init__(self, vfs: EncryptedVFS, name: Any, flags: list[int]) -> None:
+        inflags = flags[0]
+        super().__init__("", name, flags)
+        self._vfs = vfs
+        self._store: PageStore | None = None
+        self._pend = bytearray()
+        self._pend_start = 0
+        self._write_through = False
+        self._fd_key: tuple[int, int] | None = None
+        self._journal_of: str | None = None
+        if name is None:
+            self.path = "<temporary file>"
+            self._kind = MAIN if inflags & _MAIN_FLAGS else TEMP
+            self._fd = _anonymous_file()
+        else:
+            self.path = name.filename() if isinstance(name, apsw.URIFilename) else str(name)
+            if inflags & _MAIN_FLAGS:
+                self._kind = MAIN
+            elif inflags & apsw.SQLITE_OPEN_WAL:
+                self._kind = WAL
+            elif inflags & apsw.SQLITE_OPEN_MAIN_JOURNAL:
+                self._kind = JOURNAL
+            else:
+                self._kind = TEMP
+            writable = not inflags & apsw.SQLITE_OPEN_READONLY
+            try:
+                self._fd, self._fd_key = _fds.acquire(self.path, writable)
+            except BaseException:
+                super().xClose()
+                raise
+            if self._kind == JOURNAL and self.path.endswith("-journal"):
+                self._journal_of = self.path[: -len("-journal")]
+                vfs.journals[self._journal_of] = self
+        self._gather = self._kind != MAIN
+        try:
+            self._load()
+        except BaseException:
+            self.xClose()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<EncryptedFile {self._kind} {self.path!r}>"
+
+    # -- header ------------------------------------------------------------------
+
+    def _load(self) -> PageStore | None:
+        """Open the store if the file has a header (another process may have written it)."""
+        if self._store is None and os.fstat(self._fd).st_size > 0:
+            header = Header.parse(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+            dek = open_header(header, self._vfs.keyring, self.path)
+            self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
+        return self._store
+
+    def _tail_save(self) -> TailSave | None:
+        return TailSave(self.path) if self._kind in (JOURNAL, WAL) else None
+
+    def _create(self, first: bytes | bytearray | memoryview, offset: int) -> PageStore:
+        store = self._load()
+        if store is not None:
+            return store
+        seg = segment_size_for(self._kind, first, offset)
+        header, dek = new_header(Kind.MUTABLE, self._vfs.keyring.current_key(), segment_size=seg)
+        os.pwrite(self._fd, header.to_bytes(), 0)
+        self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
+        return self._store
+
+    # -- gathering journal and WAL writes ------------------------------------------
+
+    def _flush(self) -> None:
+        pend = self._pend
+        if not pend:
+            return
+        store = self._store or self._create(pend, self._pend_start)
+        store.write(pend, self._pend_start)
+        self._pend_start += len(pend)
+        del pend[:]
+
+    def _flush_journal(self) -> None:
+        journal = self._vfs.journals.get(self.path)
+        if journal is not None and journal._pend:
+            journal._flush()
+
+    # -- VFS methods -------------------------------------------------------------------
+
+    def xRead(self, amount: int, offset: int) -> Any:
+        if self._pend:
+            self._flush()
+        store = self._store or self._load()
+        if store is None:
+            return b""
+        data = store.read(amount, offset)
+        if offset == 0 and self._kind == MAIN and amount >= 512:
+            # Only a whole page 1, which SQLite reads after any hot-journal rollback
+            # and only when the WAL has no newer copy; never the 100-byte peek
+            # at open, which may see a file left mid-commit by a crash.
+            self._check_length(data, store)
+        return data
+
+    def _check_length(self, page1: memoryview, store: PageStore) -> None:
+        """Pages cut from the end: the header's page count says more than the file holds."""
+        if bytes(page1[:16]) != b"SQLite format 3\0" or page1[24:28] != page1[92:96]:
+            return  # the in-header size is only valid when these counters agree
+        if page1[18] == 2:
+            # WAL mode: the database file legitimately lags the WAL (a partial
+            # checkpoint may have copied page 1 before the pages it counts), and
+            # SQLite reads what it needs from the WAL. A cut WAL-mode file is left
+            # to SQLite's own check ("database disk image is malformed").
+            return
+        raw = int.from_bytes(page1[16:18], "big")
+        page = 65536 if raw == 1 else raw
+        if page != len(page1):
+            return
+        pages = int.from_bytes(page1[28:32], "big")
+        size = store.size()
+        if pages * page > size:
+            raise PageTruncatedError(
+                f"{self.path}: file is truncated: its header says {pages} pages of {page} "
+                f"bytes but the file holds {size // page}",
+                offset=HEADER_SIZE + (size // store.segment_size) * (store.segment_size + 32),
+                path=self.path,
+            )
+
+    def xWrite(self, data: Any, offset: int) -> None:
+        if not self._gather:
+            journal = self._vfs.journals.get(self.path)
+            if journal is not None and journal._pend:
+                journal._flush()
+            (self._store or self._create(data, offset)).write(data, offset)
+            return
+        pend = self._pend
+        appended = offset == self._pend_start + len(pend)
+        if appended:  # the common case
+            pend += data
+        elif pend and self._pend_start <= offset and offset + len(data) <= self._pend_start + len(
+                pend):
+            pend[offset - self._pend_start : offset - self._pend_start + len(data)] = data
+        else:
+            if pend:
+                self._flush()
+            self._pend_start = offset
+            pend += data
+        if len(data) == 24 and self._kind == WAL:
+            # A frame header. From a commit frame's header until the next
+            # transaction's first frame, write through: SQLite may split the
+            # commit frame around a sync point and pad after it, and publishes
+            # the commit in the wal-index right after the last of these writes.
+            # A new commit frame's header waits for its page, which follows at
+            # once; a header rewritten in place (SQLite recomputes checksums of
+            # frames it overwrote, after the commit frame) is written now.
+            self._write_through = data[4:8] != b"\0\0\0\0"
+            if self._write_through and not appended:
+                self._flush()
+        elif self._write_through or len(pend) >= _FLUSH_AT:
+            self._flush()
+
+    def xFileSize(self) -> int:
+        if self._pend:
+            self._flush()
+        store = self._store or self._load()
+        return 0 if store is None else store.size()
+
+    def xTruncate(self, newsize: int) -> None:
+        if self._pend:
+            self._flush()
+        elif not self._gather:
+            self._flush_journal()
+        store = self._store or self._load()
+        if store is not None:
+            store.truncate(newsize)
+        elif newsize:
+            self._create(b"", 0).truncate(newsize)
+
+    def xSync(self, flags: int) -> None:
+        if self._pend:
+            self._flush()
+        elif not self._gather:
+            self._flush_journal()
+        if self._fd_key is None:
+            return  # an anonymous temporary file: nothing to make durable
+        super().xSync(flags)  # fsync/fdatasync of the same inode, plus SQLite's directory sync
+
+    def xSectorSize(self) -> int:
+        return self._store.segment_size if self._store is not None else 512
+
+    def xDeviceCharacteristics(self) -> int:
+        return 0  # no atomic writes, no powersafe overwrite: segments are shared
+
+    def xClose(self) -> None:
+        try:
+            if self._pend:
+                self._flush()
+        finally:
+            if self._journal_of is not None and self._vfs.journals.get(self._journal_of) is self:
+                del self._vfs.journals[self._journal_of]
+            self._journal_of = None
+            fd = getattr(self, "_fd", None)
+            if self._fd_key is not None:
+                _fds.release(self._fd_key)
+                self._fd_key = None
+            elif fd is not None and fd >= 0:
+                os.close(fd)
+            self._fd = -1
+            if self._store is not None and self._store.tail is not None:
+                self._store.tail.close()
+            self._store = None
+            super().xClose()
+
+
+def _anonymous_file() -> int:
+    """An unnamed file for SQLite's temporary files (gone when closed)."""
+    directory = tempfile.gettempdir()
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            return os.open(directory, flag | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError:
+            pass
+    fd, name = tempfile.mkstemp(prefix="cryptdisk-sqlite-", dir=directory)
+    os.unlink(name)
+    return fd

@@ -1,0 +1,22 @@
+"""Fixtures for the encrypted SQLite tests."""
+
+from __future__ import annotations
+
+import pytest
+
+import cryptdisk
+
+
+@pytest.fixture
+def keyring() -> cryptdisk.Keyring:
+    return cryptdisk.Keyring.generate()
+
+
+def files_of(path) -> list:
+    """The database file and whichever of its journal, WAL and shm exist."""
+    out = []
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        p = path.parent / (path.name + suffix)
+        if p.exists():
+            out.append(p)
+    return out

@@ -1,0 +1,146 @@
+"""``cryptdisk sqlite encrypt|decrypt|rotate`` end to end, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import apsw
+import pytest
+
+import cryptdisk
+import cryptdisk.sqlite as csql
+from cryptdisk.format import HEADER_SIZE, Header
+
+
+def run(*args, env=None, cwd=None):
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+                **(env or {})}
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *map(str, args)],
+                          capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def key_env():
+    return {"SQLITE_TEST_KEY": os.urandom(32).hex()}
+
+
+def plain_db(path, rows=500):
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA page_size=8192")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT)")
+    conn.execute("CREATE INDEX t_v ON t(v)")
+    with conn:
+        conn.executemany("INSERT INTO t(v) VALUES(?)", [(f"PLAINTEXT-{i}",) for i in range(rows)])
+    conn.close()
+
+
+def rows_of(conn):
+    return conn.execute("SELECT * FROM t ORDER BY id").fetchall()
+
+
+def test_encrypt_then_decrypt(tmp_path, key_env):
+    plain_db(tmp_path / "p.db")
+    r = run("sqlite", "encrypt", tmp_path / "p.db", tmp_path / "e.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 0, r.stderr
+    raw = (tmp_path / "e.db").read_bytes()
+    assert b"PLAINTEXT-" not in raw and Header.parse(raw[:HEADER_SIZE]).segment_size == 8192
+    keyring = cryptdisk.Keyring([cryptdisk.Key(1, bytes.fromhex(key_env["SQLITE_TEST_KEY"]))])
+    conn = csql.connect(str(tmp_path / "e.db"), keyring=keyring)
+    expected = rows_of(apsw.Connection(str(tmp_path / "p.db")))
+    assert rows_of(conn) == expected and len(expected) == 500
+    conn.close()
+    r = run("sqlite", "decrypt", tmp_path / "e.db", tmp_path / "d.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 0, r.stderr
+    assert rows_of(apsw.Connection(str(tmp_path / "d.db"))) == expected
+
+
+def test_refuses_to_overwrite_and_bad_inputs(tmp_path, key_env):
+    plain_db(tmp_path / "p.db")
+    (tmp_path / "exists.db").write_bytes(b"x")
+    r = run("sqlite", "encrypt", tmp_path / "p.db", tmp_path / "exists.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 1 and "already exists" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "exists.db").read_bytes() == b"x"
+    r = run("sqlite", "decrypt", tmp_path / "p.db", tmp_path / "d.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 1 and "not a cryptdisk-encrypted database" in r.stderr
+    assert not (tmp_path / "d.db").exists()
+    (tmp_path / "junk.db").write_bytes(b"not a database at all" * 100)
+    r = run("sqlite", "encrypt", tmp_path / "junk.db", tmp_path / "e.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 1 and "not a plain SQLite database" in r.stderr
+    assert not (tmp_path / "e.db").exists()
+    r = run("sqlite", "encrypt", tmp_path / "p.db", tmp_path / "e.db")
+    assert r.returncode == 1 and "no key given" in r.stderr
+
+
+def test_wrong_key_on_decrypt(tmp_path, key_env):
+    plain_db(tmp_path / "p.db")
+    assert run("sqlite", "encrypt", tmp_path / "p.db", tmp_path / "e.db", "--key-env",
+               "SQLITE_TEST_KEY", env=key_env).returncode == 0
+    r = run("sqlite", "decrypt", tmp_path / "e.db", tmp_path / "d.db", "--key-env", "OTHER",
+            env={"OTHER": os.urandom(32).hex()})
+    assert r.returncode == 1 and "not the key this file was encrypted with" in r.stderr
+    assert key_env["SQLITE_TEST_KEY"] not in r.stderr + r.stdout
+
+
+def test_encrypt_from_sqlcipher(tmp_path, key_env):
+    sqlcipher3 = pytest.importorskip("sqlcipher3", reason="sqlcipher3 is a bench extra")
+    src = tmp_path / "cipher.db"
+    conn = sqlcipher3.connect(str(src))
+    conn.execute("PRAGMA key = 'correct horse'")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT)")
+    conn.execute("CREATE INDEX t_v ON t(v)")
+    conn.execute("CREATE VIEW v AS SELECT count(*) FROM t")
+    conn.executemany("INSERT INTO t(v) VALUES(?)", [(f"row-{i}",) for i in range(300)])
+    conn.execute("PRAGMA user_version=7")
+    conn.commit()
+    conn.close()
+    env = {**key_env, "PASS": "correct horse"}
+    r = run("sqlite", "encrypt", src, tmp_path / "e.db", "--key-env", "SQLITE_TEST_KEY",
+            "--sqlcipher-passphrase-env", "PASS", env=env)
+    assert r.returncode == 0, r.stderr
+    keyring = cryptdisk.Keyring([cryptdisk.Key(1, bytes.fromhex(key_env["SQLITE_TEST_KEY"]))])
+    enc = csql.connect(str(tmp_path / "e.db"), keyring=keyring)
+    assert rows_of(enc) == [(i + 1, f"row-{i}") for i in range(300)]
+    assert enc.execute("SELECT * FROM v").fetchall() == [(300,)]
+    assert enc.execute("PRAGMA user_version").fetchall() == [(7,)]
+    assert enc.execute("SELECT seq FROM sqlite_sequence").fetchall() == [(300,)]
+    assert enc.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    enc.close()
+    r = run("sqlite", "encrypt", src, tmp_path / "f.db", "--key-env", "SQLITE_TEST_KEY",
+            "--sqlcipher-passphrase-env", "PASS", env={**key_env, "PASS": "wrong"})
+    assert r.returncode == 1 and "passphrase" in r.stderr
+    assert not (tmp_path / "f.db").exists()
+
+
+def test_rotate_rewraps_db_and_wal(tmp_path):
+    old, new = os.urandom(32), os.urandom(32)
+    config = tmp_path / "keys.toml"
+    config.write_text(f'[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\nhex = '
+                      f'"{old.hex()}"\n[[keyring.keys]]\nid = 2\nhex = "{new.hex()}"\n')
+    os.chmod(config, 0o600)
+    db = tmp_path / "r.db"
+    conn = csql.connect(str(db), keyring=cryptdisk.Keyring([cryptdisk.Key(1, old)]))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'kept in the wal')")
+    r = run("sqlite", "rotate", db, "--keyring", config)  # while the database is open
+    assert r.returncode == 0, r.stderr
+    assert "r.db: rewrapped" in r.stdout and "r.db-wal: rewrapped" in r.stdout
+    for name in (db, tmp_path / "r.db-wal"):
+        assert Header.parse(name.read_bytes()[:HEADER_SIZE]).key_id == 2
+    assert conn.execute("SELECT v FROM t").fetchall() == [("kept in the wal",)]
+    conn.execute("INSERT INTO t VALUES(2, 'after rotation')")
+    conn.close()
+    only_new = cryptdisk.Keyring([cryptdisk.Key(2, new)])
+    again = csql.connect(str(db), keyring=only_new)
+    assert again.execute("SELECT count(*) FROM t").fetchall() == [(2,)]
+    again.close()
+    r = run("sqlite", "rotate", db, "--keyring", config)
+    assert r.returncode == 0 and "already under the current key" in r.stdout

@@ -1,0 +1,243 @@
+"""Tampering with any file of an encrypted database raises a clear error, never data."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+
+import apsw
+import pytest
+
+import cryptdisk
+import cryptdisk.sqlite as csql
+from cryptdisk.errors import (
+    AuthenticationError,
+    HeaderAuthenticationError,
+    KeyNotFoundError,
+    NotEncryptedError,
+    WrongKeyError,
+)
+from cryptdisk.format import HEADER_SIZE
+
+PAGE = 4096
+RECORD = PAGE + 32
+
+
+def record_offset(index: int) -> int:
+    return HEADER_SIZE + index * RECORD
+
+
+def make_db(path, keyring, rows: int = 200, journal: str = "delete") -> None:
+    conn = csql.connect(str(path), keyring=keyring)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    with conn:
+        conn.executemany("INSERT INTO t VALUES(?, ?)",
+                         [(i, f"row {i} " + "x" * 200) for i in range(rows)])
+    conn.close()
+
+
+def read_all(path, keyring) -> list:
+    conn = csql.connect(str(path), keyring=keyring)
+    try:
+        conn.execute("PRAGMA cache_size=2")
+        return conn.execute("SELECT * FROM t ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def edit(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_flipped_byte_in_a_page(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    at = record_offset(5) + 100
+    raw = db.read_bytes()
+    edit(db, at, bytes([raw[at] ^ 1]))
+    with pytest.raises(csql.PageAuthenticationError) as info:
+        read_all(db, keyring)
+    err = info.value
+    assert isinstance(err, AuthenticationError) and isinstance(err, apsw.CorruptError)
+    assert err.path == str(db) and err.offset == record_offset(5)
+    assert str(db) in str(err) and f"offset {record_offset(5)}" in str(err)
+
+
+def test_swapped_pages(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    raw = bytearray(db.read_bytes())
+    a, b = record_offset(3), record_offset(4)
+    raw[a : a + RECORD], raw[b : b + RECORD] = raw[b : b + RECORD], raw[a : a + RECORD]
+    db.write_bytes(raw)
+    with pytest.raises(csql.PageAuthenticationError, match="segment 3 at offset"):
+        read_all(db, keyring)
+
+
+def test_page_copied_from_another_database(tmp_path, keyring):
+    """Same key, same page number, other file: the file id in the AD tells them apart."""
+    db, other = tmp_path / "a.db", tmp_path / "b.db"
+    make_db(db, keyring)
+    make_db(other, keyring)
+    at = record_offset(2)
+    edit(db, at, other.read_bytes()[at : at + RECORD])
+    with pytest.raises(csql.PageAuthenticationError):
+        read_all(db, keyring)
+
+
+def test_truncated_by_one_segment(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    os.truncate(db, db.stat().st_size - RECORD)
+    with pytest.raises(csql.PageTruncatedError, match="truncated"):
+        read_all(db, keyring)
+
+
+def test_truncated_mid_segment(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    os.truncate(db, db.stat().st_size - 100)
+    with pytest.raises(AuthenticationError, match="truncated"):
+        read_all(db, keyring)
+
+
+def test_tampered_header(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    edit(db, 20, b"\x55")  # inside the file id
+    with pytest.raises(HeaderAuthenticationError):
+        csql.connect(str(db), keyring=keyring)
+
+
+def test_flipped_byte_in_the_wal(tmp_path, keyring, caplog):
+    """A WAL segment that does not authenticate is logged and treated as torn, never read."""
+    db = tmp_path / "w.db"
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # no padding: the commit frame ends the WAL
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'in the wal')")
+    for name in ("intact", "tampered"):
+        (tmp_path / name).mkdir()
+        for suffix in ("", "-wal"):
+            shutil.copy(str(db) + suffix, tmp_path / name / ("w.db" + suffix))
+    conn.close()
+    intact = csql.connect(str(tmp_path / "intact" / "w.db"), keyring=keyring)  # WAL recovery
+    assert intact.execute("SELECT v FROM t").fetchall() == [("in the wal",)]
+    intact.close()
+    wal = tmp_path / "tampered" / "w.db-wal"
+    raw = wal.read_bytes()
+    edit(wal, len(raw) - 50, bytes([raw[-50] ^ 0x80]))
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        conn = csql.connect(str(tmp_path / "tampered" / "w.db"), keyring=keyring)
+        rows = conn.execute("SELECT v FROM t").fetchall()
+        conn.close()
+    # The tampered segment reads as a torn write: SQLite drops the commit in it,
+    # exactly as after a crash, and never sees the unauthenticated bytes.
+    assert rows == []
+    assert any("w.db-wal" in r.getMessage() and "does not authenticate" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_hot_journal_tampered(tmp_path, keyring, caplog):
+    """A rollback journal left by a crash is authenticated before SQLite replays it: a bad
+    segment reaches SQLite as zeros (a torn journal), and is logged."""
+    db = tmp_path / "j.db"
+    make_db(db, keyring)
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA cache_size=2")
+    conn.execute("BEGIN")
+    conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    shutil.copy(db, crash / "j.db")
+    shutil.copy(str(db) + "-journal", crash / "j.db-journal")
+    conn.execute("ROLLBACK")
+    conn.close()
+    good = tmp_path / "good"
+    shutil.copytree(crash, good)
+    assert len(read_all(good / "j.db", keyring)) == 200  # the crash copy rolls back fine
+    journal = crash / "j.db-journal"
+    raw = journal.read_bytes()
+    edit(journal, HEADER_SIZE + 700, bytes([raw[HEADER_SIZE + 700] ^ 4]))
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        with contextlib.suppress(apsw.Error):  # a journal cut short may leave it corrupt
+            read_all(crash / "j.db", keyring)
+    assert any("j.db-journal" in r.getMessage() and "does not authenticate" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_wrong_key(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    other = cryptdisk.Keyring.generate()  # same id 1, different key
+    with pytest.raises(WrongKeyError):
+        csql.connect(str(db), keyring=other)
+
+
+def test_unknown_key_id(tmp_path, keyring):
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    other = cryptdisk.Keyring.generate(key_id=9)
+    with pytest.raises(KeyNotFoundError, match="no key with id 1"):
+        csql.connect(str(db), keyring=other)
+
+
+def test_plain_database_is_refused(tmp_path, keyring):
+    db = tmp_path / "plain.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE TABLE t(x)")
+    conn.close()
+    with pytest.raises(NotEncryptedError):
+        csql.connect(str(db), keyring=keyring)
+
+
+def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
+    """Even after the error the connection returns no row from the bad page."""
+    db = tmp_path / "a.db"
+    make_db(db, keyring)
+    edit(db, record_offset(1) + 64, b"\0" * 8)
+    conn = csql.connect(str(db), keyring=keyring)
+    for _ in range(2):
+        with pytest.raises(csql.PageAuthenticationError):
+            conn.execute("SELECT * FROM t WHERE id = 0").fetchall()
+    conn.close()
+
+
+def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring, caplog):
+    """A rewrite of the last WAL segment cut short (SIGKILL between kernel pages, power
+    loss) falls back to the saved previous record: the earlier commit survives."""
+    db = tmp_path / "t.db"
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # no padding: commits share segments
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'first')")
+    conn.execute("INSERT INTO t VALUES(2, 'second')")  # rewrites the tail segment
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    for suffix in ("", "-wal", "-wal-cdtail"):
+        shutil.copy(str(db) + suffix, crash / ("t.db" + suffix))
+    conn.close()
+    saved = (crash / "t.db-wal-cdtail").read_bytes()
+    index = int.from_bytes(saved[:8], "little")
+    wal = crash / "t.db-wal"
+    length = min(RECORD, wal.stat().st_size - record_offset(index))
+    half = length // 2
+    edit(wal, record_offset(index) + half, bytes(length - half))  # second half never written
+    nosave = tmp_path / "nosave"
+    shutil.copytree(crash, nosave)
+    os.unlink(nosave / "t.db-wal-cdtail")
+    rows = read_all(crash / "t.db", keyring)
+    assert rows[0] == (1, "first")
+    # Without the saved record the segment reads as torn: 'first' is lost too.
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        assert (1, "first") not in read_all(nosave / "t.db", keyring)
+    assert any("does not authenticate" in r.getMessage() for r in caplog.records)
