@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..format import PositionalReadFile
+
 __all__ = ["AtomicWriteFile", "FdReader", "PreadFile", "Reader"]
 
 
@@ -59,83 +61,25 @@ class FdReader:
         os.close(self._fd)
 
 
-class PreadFile(io.RawIOBase):
-    """A read-only, seekable binary file over a :class:`Reader` (see the module docstring)."""
+class PreadFile(PositionalReadFile):
+    """A read-only, seekable binary file over a :class:`Reader` (see the module docstring).
+
+    Same as :class:`cryptdisk.format.PositionalReadFile` but its position is kept
+    per thread, and ``info`` says what the disk knows about the file.
+    """
 
     def __init__(self, reader: Reader, name: str, info: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        self._r = reader
+        super().__init__(reader, name)
         self._local = threading.local()
-        self.name = name
-        self.mode = "rb"
         #: What the disk knows about the file (format, key id, ...); never secrets.
         self.info = info or {}
 
-    @property
-    def size(self) -> int:
-        """Plaintext size in bytes."""
-        return self._r.size
+    def _get_pos(self) -> int:
+        pos: int = getattr(self._local, "pos", 0)
+        return pos
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def _pos(self) -> int:
-        return getattr(self._local, "pos", 0)
-
-    def tell(self) -> int:
-        self._checkClosed()
-        return self._pos()
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._checkClosed()
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos(), os.SEEK_END: self._r.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence}")
-        if base + offset < 0:
-            raise OSError(22, "negative seek position")
-        self._local.pos = base + offset
-        return base + offset
-
-    def readinto(self, buffer: Any) -> int:
-        self._checkClosed()
-        pos = self._pos()
-        n = self._r.readinto_at(buffer, pos)
-        self._local.pos = pos + n
-        return n
-
-    def read(self, size: int | None = -1) -> bytes:
-        self._checkClosed()
-        pos = self._pos()
-        if size is None or size < 0:
-            size = max(0, self._r.size - pos)
-        data = self._r.read_at(pos, size)
-        self._local.pos = pos + len(data)
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def pread(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at ``offset`` without moving any position (thread-safe)."""
-        self._checkClosed()
-        if offset < 0:
-            raise ValueError("negative offset")
-        return self._r.read_at(offset, size)
-
-    def preadinto(self, buffer: Any, offset: int) -> int:
-        """Fill ``buffer`` from ``offset`` without moving any position; returns bytes read."""
-        self._checkClosed()
-        return self._r.readinto_at(buffer, offset)
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self._r.close()
-            finally:
-                super().close()
+    def _set_pos(self, pos: int) -> None:
+        self._local.pos = pos
 
     def __repr__(self) -> str:
         return f"<PreadFile {self.name!r} {'closed' if self.closed else 'open'}>"

@@ -19,7 +19,13 @@ from ._header import (
     open_header,
     rewrap_header,
 )
-from ._io import MutableFile, SealedReadFile, SealedWriteFile
+from ._io import (
+    MutableFile,
+    PositionalReadFile,
+    PublishingWriteFile,
+    SealedReadFile,
+    SealedWriteFile,
+)
 from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
@@ -42,6 +48,8 @@ __all__ = [
     "MmapSource",
     "MutableFile",
     "MutableStore",
+    "PositionalReadFile",
+    "PublishingWriteFile",
     "SealedReadFile",
     "SealedReader",
     "SealedWriteFile",

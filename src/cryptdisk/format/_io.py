@@ -48,7 +48,11 @@ class _Reader(Protocol):
 
 class PositionalReadFile(_Base):
     """A read-only, seekable file over a positional reader (``size``, ``read_at``,
-    ``readinto_at``); :meth:`pread` is safe across threads (no shared position)."""
+    ``readinto_at``); :meth:`pread` is safe across threads (no shared position).
+
+    Subclasses may keep the position elsewhere (per thread, say) by overriding
+    :meth:`_get_pos` and :meth:`_set_pos`.
+    """
 
     def __init__(self, reader: _Reader, name: str, closer: Callable[[], None] | None = None):
         super().__init__()
@@ -57,6 +61,12 @@ class PositionalReadFile(_Base):
         self._closer = closer
         self.name = name
         self.mode = "rb"
+
+    def _get_pos(self) -> int:
+        return self._pos
+
+    def _set_pos(self, pos: int) -> None:
+        self._pos = pos
 
     @property
     def size(self) -> int:
@@ -71,30 +81,37 @@ class PositionalReadFile(_Base):
 
     def tell(self) -> int:
         self._checkClosed()
-        return self._pos
+        return self._get_pos()
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._checkClosed()
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._r.size}.get(whence)
-        if base is None:
+        if whence == os.SEEK_SET:
+            base = 0
+        elif whence == os.SEEK_CUR:
+            base = self._get_pos()
+        elif whence == os.SEEK_END:
+            base = self._r.size
+        else:
             raise ValueError(f"invalid whence {whence}")
         if base + offset < 0:
             raise OSError(22, "negative seek position")
-        self._pos = base + offset
-        return self._pos
+        self._set_pos(base + offset)
+        return base + offset
 
     def readinto(self, buffer: Any) -> int:
         self._checkClosed()
-        n = self._r.readinto_at(buffer, self._pos)
-        self._pos += n
+        pos = self._get_pos()
+        n = self._r.readinto_at(buffer, pos)
+        self._set_pos(pos + n)
         return n
 
     def read(self, size: int | None = -1) -> bytes:
         self._checkClosed()
+        pos = self._get_pos()
         if size is None or size < 0:
-            size = max(0, self._r.size - self._pos)
-        data = self._r.read_at(self._pos, size)
-        self._pos += len(data)
+            size = max(0, self._r.size - pos)
+        data = self._r.read_at(pos, size)
+        self._set_pos(pos + len(data))
         return data
 
     def readall(self) -> bytes:
@@ -106,7 +123,14 @@ class PositionalReadFile(_Base):
     def pread(self, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` without moving the position (safe across threads)."""
         self._checkClosed()
+        if offset < 0:
+            raise ValueError("negative offset")
         return self._r.read_at(offset, size)
+
+    def preadinto(self, buffer: Any, offset: int) -> int:
+        """Fill ``buffer`` from ``offset`` without moving the position; returns bytes read."""
+        self._checkClosed()
+        return self._r.readinto_at(buffer, offset)
 
     def close(self) -> None:
         if not self.closed:
@@ -223,7 +247,7 @@ class MutableFile(PositionalReadFile):
     def __init__(self, store: MutableStore, fd: int, name: str, mode: str,
                  append: bool = False) -> None:
         super().__init__(store, name, closer=lambda: os.close(fd))
-        self._pos = store.size if append else 0
+        self._set_pos(store.size if append else 0)
         self._append = append
         self.mode = mode
 
@@ -245,14 +269,15 @@ class MutableFile(PositionalReadFile):
     def write(self, data: Any) -> int:
         self._check_writable()
         if self._append:
-            self._pos = self._r.size
-        n = self._r.pwrite(data, self._pos)
-        self._pos += n
+            self._set_pos(self._r.size)
+        pos = self._get_pos()
+        n = self._r.pwrite(data, pos)
+        self._set_pos(pos + n)
         return n
 
     def truncate(self, size: int | None = None) -> int:
         self._check_writable()
-        size = self._pos if size is None else size
+        size = self._get_pos() if size is None else size
         self._r.truncate(size)
         return size
 
