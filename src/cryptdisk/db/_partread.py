@@ -144,11 +144,16 @@ class _Decrypting:
         self.error: BaseException | None = None
         self._stop = False
         self._step = int(getattr(f, "info", {}).get("segment_size", 1 << 16)) * _SERIAL_SEGMENTS
+        if ranges:  # nothing to decode yet: the first chunk gets both cores (format's pool)
+            a, b, off = ranges[0]
+            _decrypt_range(f, arena[off : off + b - a], a)
+            self._ok[0] = True
+            self._ready[0].set()
         self._done = _worker().submit(self._run)
 
     def _run(self) -> None:
         try:
-            for i, (a, b, off) in enumerate(self._ranges):
+            for i, (a, b, off) in enumerate(self._ranges[1:], 1):
                 if self._stop:
                     return
                 _decrypt_serial(self._f, self._arena[off : off + b - a], a, self._step)
@@ -280,17 +285,20 @@ def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa
             for a, b in chunks:
                 ranges.append((a, b, off))
                 off += b - a
-            pending = _Decrypting(f, ranges, arena)
+            pending: _Decrypting | None = None
             try:
+                pending = _Decrypting(f, ranges, arena)
                 pf = pq.ParquetFile(_CompactFile(f, size, ranges, arena, pending), metadata=meta)
                 return pf.read(columns=columns, use_threads=True)
             except Exception:
-                pending.close()
-                if pending.error is not None:  # pyarrow may wrap it: raise the real one
-                    raise pending.error from None
+                if pending is not None:
+                    pending.close()
+                    if pending.error is not None:  # pyarrow may wrap it: raise the real one
+                        raise pending.error from None
                 raise
             finally:
-                pending.close()
+                if pending is not None:
+                    pending.close()
                 arena.release()
 
 
