@@ -62,14 +62,16 @@ class _ZeroCopyFile:
 
 
 def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
-    """Fill ``view`` with the plaintext at ``offset`` (decrypted in place, in parallel)."""
-    if not hasattr(f, "readinto"):  # the Disk contract promises pread; readinto is a bonus
+    """Fill ``view`` with the plaintext at ``offset`` (in place; in parallel from 8 segments).
+
+    Positional, so the background thread and pyarrow's thread may both read.
+    """
+    if hasattr(f, "preadinto"):
+        got = f.preadinto(view, offset)
+    else:  # the Disk contract promises pread; preadinto is a bonus
         data = f.pread(offset, len(view))
         view[: len(data)] = data
         got = len(data)
-    else:
-        f.seek(offset)
-        got = f.readinto(view)
     if got != len(view):
         raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
 
