@@ -1,5 +1,6 @@
 """Part reads: in-place decryption into the reusable arena, pipelined with decoding."""
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -108,3 +109,18 @@ def test_concurrent_reads_share_the_arena_safely(db, monkeypatch):
         got = list(pool.map(lambda _: _parts.read_part(disk, part, ["c_int", "c_float"]),
                             range(8)))
     assert all(t.equals(want) for t in got)
+
+
+def test_a_forked_child_reads_parts_with_its_own_worker(db, monkeypatch):
+    part, disk = _many_row_groups(db, monkeypatch)
+    want = sum(range(20_000))
+    assert _parts.read_part(disk, part, ["c_int"]).column(0).to_pylist()[-1] == 19_999
+    pid = os.fork()
+    if pid == 0:  # the parent's worker thread does not exist here
+        try:
+            got = sum(_parts.read_part(disk, part, ["c_int"]).column(0).to_pylist())
+            os._exit(0 if got == want else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -132,7 +133,8 @@ class _Decrypting:
     """The needed column chunks of a sealed part, decrypted in file order on another thread.
 
     pyarrow decodes a column on one thread, so the other core decrypts chunk
-    ``k+1`` while chunk ``k`` is decoded. A chunk becomes readable only once
+    ``k+1`` while chunk ``k`` is decoded, and no further ahead, so pyarrow
+    reads plaintext that is still in the CPU's cache. A chunk becomes readable only once
     every segment of it has authenticated (the format checks each segment
     before writing its plaintext out); a chunk that fails stays unreadable and
     its reader gets the error. :meth:`close` stops and joins the thread before
@@ -145,6 +147,8 @@ class _Decrypting:
         self._ok = [False] * len(ranges)
         self.error: BaseException | None = None
         self._stop = False
+        self._wanted = 0  # the highest range a reader has asked for
+        self._demand = threading.Condition()
         self._step = int(getattr(f, "info", {}).get("segment_size", 1 << 16)) * _SERIAL_SEGMENTS
         if ranges:  # nothing to decode yet: the first chunk gets both cores (format's pool)
             a, b, off = ranges[0]
@@ -156,6 +160,9 @@ class _Decrypting:
     def _run(self) -> None:
         try:
             for i, (a, b, off) in enumerate(self._ranges[1:], 1):
+                with self._demand:  # stay at most _LEAD ranges ahead of the reader
+                    while not self._stop and self._wanted < i - _LEAD:
+                        self._demand.wait()
                 if self._stop:
                     return
                 _decrypt_serial(self._f, self._arena[off : off + b - a], a, self._step)
@@ -169,13 +176,19 @@ class _Decrypting:
 
     def wait(self, first: int, last: int) -> None:
         """Block until ranges ``first..last`` have decrypted; raise if one failed."""
+        if last > self._wanted:
+            with self._demand:
+                self._wanted = max(self._wanted, last)
+                self._demand.notify()
         for i in range(first, last + 1):
             self._ready[i].wait()
             if not self._ok[i]:
                 raise self.error or CatalogError("reading a part was cancelled")
 
     def close(self) -> None:
-        self._stop = True
+        with self._demand:
+            self._stop = True
+            self._demand.notify()
         self._done.result()
 
 
@@ -188,6 +201,9 @@ def _decrypt_serial(f: Any, view: memoryview, offset: int, step: int) -> None:
         pos = end
 
 
+#: Ranges decrypted ahead of the reader: one keeps the fresh plaintext in the L3
+#: cache for pyarrow (measured: no limit is 5-10% slower on 8 MiB chunks).
+_LEAD = 1
 _SERIAL_SEGMENTS = 4  # below the format's parallel threshold (8 segments)
 _WORKER: ThreadPoolExecutor | None = None
 _WORKER_LOCK = threading.Lock()
@@ -199,6 +215,15 @@ def _worker() -> ThreadPoolExecutor:
         if _WORKER is None:
             _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cryptdisk-partread")
         return _WORKER
+
+
+def _forget_worker() -> None:
+    """A forked child has no worker thread: it starts its own when it first reads a part."""
+    global _WORKER, _WORKER_LOCK
+    _WORKER, _WORKER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_worker)
 
 
 class _CompactFile:
