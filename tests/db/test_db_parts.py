@@ -1,6 +1,7 @@
 """Part reads: in-place decryption into the reusable arena, pipelined with decoding."""
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -122,5 +123,11 @@ def test_a_forked_child_reads_parts_with_its_own_worker(db, monkeypatch):
             os._exit(0 if got == want else 1)
         except BaseException:
             os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 20
+    while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not done[0]:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child hung reading a part")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
