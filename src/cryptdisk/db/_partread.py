@@ -134,7 +134,8 @@ class _Decrypting:
 
     pyarrow decodes a column on one thread, so the other core decrypts chunk
     ``k+1`` while chunk ``k`` is decoded, and no further ahead, so pyarrow
-    reads plaintext that is still in the CPU's cache. A chunk becomes readable only once
+    reads plaintext still in the CPU's cache. The first chunk, with nothing
+    to overlap, is decrypted on both cores. A chunk becomes readable only once
     every segment of it has authenticated (the format checks each segment
     before writing its plaintext out); a chunk that fails stays unreadable and
     its reader gets the error. :meth:`close` stops and joins the thread before
