@@ -3,14 +3,19 @@
 Plain parts on a local disk are memory-mapped and read by pyarrow natively.
 Encrypted parts: the footer is decrypted first and checked against the
 catalog (part id, rows, size); then only the needed column chunks are
-decrypted, in parallel, into a reusable arena, and pyarrow decodes them from
-memory. Every byte read from an encrypted part has authenticated.
+decrypted into a reusable arena, in file order on a background thread, while
+pyarrow decodes those already done (decoding one column is single-threaded
+in pyarrow, so the second core does the AES-GCM). Every byte read from an
+encrypted part has authenticated.
 """
 
 from __future__ import annotations
 
+import bisect
 import mmap
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -58,20 +63,26 @@ class _ZeroCopyFile:
 
 
 def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
-    """Fill ``view`` with the plaintext at ``offset`` (decrypted in place, in parallel)."""
-    if not hasattr(f, "readinto"):  # the Disk contract promises pread; readinto is a bonus
+    """Fill ``view`` with the plaintext at ``offset`` (in place; in parallel from 8 segments).
+
+    Positional, so the background thread and pyarrow's thread may both read.
+    """
+    if hasattr(f, "preadinto"):
+        got = f.preadinto(view, offset)
+    else:  # the Disk contract promises pread; preadinto is a bonus
         data = f.pread(offset, len(view))
         view[: len(data)] = data
         got = len(data)
-    else:
-        f.seek(offset)
-        got = f.readinto(view)
     if got != len(view):
         raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
 
 
 def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tuple[int, int]]:
-    """Merged byte ranges of the column chunks holding ``columns`` (all if None)."""
+    """Byte ranges of the column chunks holding ``columns`` (all if None), in file order.
+
+    Overlapping ranges are merged; adjacent ones stay apart, so each chunk is
+    handed to pyarrow as soon as it has decrypted.
+    """
     ranges = []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
@@ -85,7 +96,7 @@ def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tupl
             ranges.append((start, start + col.total_compressed_size))
     merged: list[tuple[int, int]] = []
     for a, b in sorted(ranges):
-        if merged and a <= merged[-1][1]:
+        if merged and a < merged[-1][1]:  # overlapping; adjacent chunks stay apart
             merged[-1] = (merged[-1][0], max(merged[-1][1], b))
         else:
             merged.append((a, b))
@@ -118,27 +129,145 @@ _ARENA = _Arena()
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
 
 
+class _Decrypting:
+    """The needed column chunks of a sealed part, decrypted in file order on another thread.
+
+    pyarrow decodes a column on one thread, so the other core decrypts chunk
+    ``k+1`` while chunk ``k`` is decoded, and no further ahead, so pyarrow
+    reads plaintext still in the CPU's cache. The first chunk, with nothing
+    to overlap, is decrypted on both cores. A chunk becomes readable only once
+    every segment of it has authenticated (the format checks each segment
+    before writing its plaintext out); a chunk that fails stays unreadable and
+    its reader gets the error. :meth:`close` stops and joins the thread before
+    the arena may be reused.
+    """
+
+    def __init__(self, f: Any, ranges: list[tuple[int, int, int]], arena: memoryview) -> None:
+        self._f, self._ranges, self._arena = f, ranges, arena
+        self._ready = [threading.Event() for _ in ranges]
+        self._ok = [False] * len(ranges)
+        self.error: BaseException | None = None
+        self._stop = False
+        self._wanted = 0  # the highest range a reader has asked for
+        self._demand = threading.Condition()
+        self._step = int(getattr(f, "info", {}).get("segment_size", 1 << 16)) * _SERIAL_SEGMENTS
+        if ranges:  # nothing to decode yet: the first chunk gets both cores (format's pool)
+            a, b, off = ranges[0]
+            _decrypt_range(f, arena[off : off + b - a], a)
+            self._ok[0] = True
+            self._ready[0].set()
+        self._done = _worker().submit(self._run)
+
+    def _run(self) -> None:
+        try:
+            for i, (a, b, off) in enumerate(self._ranges[1:], 1):
+                with self._demand:  # stay at most _LEAD ranges ahead of the reader
+                    while not self._stop and self._wanted < i - _LEAD:
+                        self._demand.wait()
+                if self._stop:
+                    return
+                _decrypt_serial(self._f, self._arena[off : off + b - a], a, self._step)
+                self._ok[i] = True
+                self._ready[i].set()
+        except BaseException as exc:  # handed to the reader that waits for this range
+            self.error = exc
+        finally:
+            for event in self._ready:
+                event.set()
+
+    def wait(self, first: int, last: int) -> None:
+        """Block until ranges ``first..last`` have decrypted; raise if one failed."""
+        if last > self._wanted:
+            with self._demand:
+                self._wanted = max(self._wanted, last)
+                self._demand.notify()
+        for i in range(first, last + 1):
+            self._ready[i].wait()
+            if not self._ok[i]:
+                raise self.error or CatalogError("reading a part was cancelled")
+
+    def close(self) -> None:
+        with self._demand:
+            self._stop = True
+            self._demand.notify()
+        self._done.result()
+
+
+def _decrypt_serial(f: Any, view: memoryview, offset: int, step: int) -> None:
+    """Decrypt ``view`` a few segments per call: one core, leaving the other to pyarrow."""
+    pos = 0
+    while pos < len(view):
+        end = min(len(view), (offset + pos) // step * step + step - offset)
+        _decrypt_range(f, view[pos:end], offset + pos)
+        pos = end
+
+
+#: Ranges decrypted ahead of the reader: one keeps the fresh plaintext in the L3
+#: cache for pyarrow (measured: no limit is 5-10% slower on 8 MiB chunks).
+_LEAD = 1
+_SERIAL_SEGMENTS = 4  # below the format's parallel threshold (8 segments)
+_WORKER: ThreadPoolExecutor | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def _worker() -> ThreadPoolExecutor:
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cryptdisk-partread")
+        return _WORKER
+
+
+def _forget_worker() -> None:
+    """A forked child has no worker thread: it starts its own when it first reads a part."""
+    global _WORKER, _WORKER_LOCK
+    _WORKER, _WORKER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_worker)
+
+
 class _CompactFile:
     """A read-only file for pyarrow: prepared ranges come from the arena, others are decrypted.
 
-    ``ranges`` are ``(start, end, arena_offset)``. A read inside one range is a
-    zero-copy view of the arena; anything else (never expected) is decrypted
-    from the sealed file into a fresh buffer, so a read is always correct.
+    ``ranges`` are ``(start, end, arena_offset)``, sorted and disjoint; adjacent
+    ranges are adjacent in the arena too. A read covered by consecutive ranges
+    is a zero-copy view of the arena (after ``pending`` has decrypted them, if
+    given); anything else (never expected) is decrypted from the sealed file
+    into a fresh buffer, so a read is always correct.
     """
 
     def __init__(self, f: Any, size: int, ranges: list[tuple[int, int, int]],
-                 arena: memoryview) -> None:
+                 arena: memoryview, pending: _Decrypting | None = None) -> None:
         self._f, self.size, self._ranges, self._arena = f, size, ranges, arena
+        self._starts = [a for a, _b, _o in ranges]
+        self._pending = pending
         self._pos = 0
         self.closed = False
+
+    def _covering(self, pos: int, n: int) -> tuple[int, int] | None:
+        """Indexes of the first and last ranges covering ``[pos, pos+n)`` without a gap."""
+        first = bisect.bisect_right(self._starts, pos) - 1
+        if first < 0 or pos >= self._ranges[first][1]:
+            return None
+        last = first
+        while self._ranges[last][1] < pos + n:
+            if last + 1 == len(self._ranges) or \
+                    self._ranges[last + 1][0] != self._ranges[last][1]:
+                return None
+            last += 1
+        return first, last
 
     def read(self, n: int = -1) -> Any:
         pos = self._pos
         n = self.size - pos if n is None or n < 0 else max(0, min(n, self.size - pos))
         self._pos += n
-        for a, b, off in self._ranges:
-            if a <= pos and pos + n <= b:
-                return self._arena[off + pos - a : off + pos - a + n]
+        found = self._covering(pos, n) if n else None
+        if found is not None:
+            if self._pending is not None:
+                self._pending.wait(*found)
+            a, _b, off = self._ranges[found[0]]
+            return self._arena[off + pos - a : off + pos - a + n]
         buf = bytearray(n)
         _decrypt_range(self._f, memoryview(buf), pos)
         return buf
@@ -162,7 +291,7 @@ class _CompactFile:
 
 
 def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
-    """Decrypt the footer and the needed column chunks, in place, then decode from memory."""
+    """Decrypt the footer, then the needed column chunks in place while pyarrow decodes."""
     with disk.open_read(part.path) as f:
         size = int(f.size)  # type: ignore[attr-defined]
         if size < 12 or size != part.bytes:
@@ -180,15 +309,24 @@ def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa
             return pf.read(columns=columns, use_threads=True)
         with _ARENA.lock:
             arena = _ARENA.view(sum(b - a for a, b in chunks))
+            ranges, off = [], 0
+            for a, b in chunks:
+                ranges.append((a, b, off))
+                off += b - a
+            pending: _Decrypting | None = None
             try:
-                ranges, off = [], 0
-                for a, b in chunks:
-                    _decrypt_range(f, arena[off : off + b - a], a)
-                    ranges.append((a, b, off))
-                    off += b - a
-                pf = pq.ParquetFile(_CompactFile(f, size, ranges, arena), metadata=meta)
+                pending = _Decrypting(f, ranges, arena)
+                pf = pq.ParquetFile(_CompactFile(f, size, ranges, arena, pending), metadata=meta)
                 return pf.read(columns=columns, use_threads=True)
+            except Exception:
+                if pending is not None:
+                    pending.close()
+                    if pending.error is not None:  # pyarrow may wrap it: raise the real one
+                        raise pending.error from None
+                raise
             finally:
+                if pending is not None:
+                    pending.close()
                 arena.release()
 
 

@@ -12,6 +12,7 @@ data key; :func:`cryptdisk.open` is the safe entry point.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -66,11 +67,18 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            import os
-
             _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
                                        thread_name_prefix="cryptdisk-aead")
         return _POOL
+
+
+def _forget_pool() -> None:
+    """A forked child has none of the pool's threads (it would wait forever): start afresh."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 class SealedWriter:
