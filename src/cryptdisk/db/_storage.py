@@ -60,6 +60,11 @@ def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
                        "plain": StoragePolicy("plain", [Volume("main", [plain])])})
     if isinstance(config, (str, os.PathLike)):
         config = load_config(config)
+        for disk in config.disks.values():
+            if isinstance(disk, EncryptedDisk):
+                # The database keeps its own bounded cache of decoded columns; the disk's
+                # cache of decrypted reads would hold the same data again, outside it.
+                disk.cache = None
     for attr in ("keyring", "disks", "policies"):
         if not hasattr(config, attr):
             raise TypeError("config must be None, a config file path, or a cryptdisk config "
