@@ -34,11 +34,16 @@ def test_sigkill_keeps_every_committed_transaction(tmp_path, journal, sync, tria
     for trial in range(trials):
         child = subprocess.Popen([sys.executable, str(CHILD), str(db), journal, sync,
                                   str(trial)], stdout=subprocess.PIPE, env=env)
-        time.sleep(rnd.uniform(0.3, 0.9))
+        first = b""
+        if trial % 5:  # kill in the middle of the transactions
+            first = child.stdout.readline()  # type: ignore[union-attr]
+            time.sleep(rnd.uniform(0.0, 0.25))
+        else:  # anywhere, also while it opens (and recovers) the database
+            time.sleep(rnd.uniform(0.0, 0.6))
         child.send_signal(signal.SIGKILL)
         out, _ = child.communicate()
         assert child.returncode == -signal.SIGKILL, "the child died before it was killed"
-        committed.update(int(x) for x in out.split())
+        committed.update(int(x) for x in (first + out).split())
         conn = csql.connect(str(db), keyring=keyring)
         try:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]

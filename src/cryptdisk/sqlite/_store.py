@@ -61,6 +61,8 @@ class PageStore:
         self._out = bytearray(seg)
         self._batch = bytearray(0)  # sealed records of one multi-segment write
         self._out_mv = memoryview(self._out)
+        self._two: memoryview | None = None  # two records, for reads across a boundary
+        self._plain2 = self._plain_mv
 
     # -- size ------------------------------------------------------------------
 
@@ -173,6 +175,8 @@ class PageStore:
         index, lo = divmod(offset, seg)
         if lo == 0 and amount == seg:  # the page fast path
             return self._out_mv[: self._decrypt(index, self._out_mv)]
+        if lo and amount <= seg and lo + amount > seg and self._straddle(index, lo, amount):
+            return self._out_mv[:amount]  # a WAL frame's page: two records, one preadv
         if amount > len(self._out):
             self._out = bytearray(amount)
             self._out_mv = memoryview(self._out)
@@ -192,6 +196,39 @@ class PageStore:
                 return out[: pos + max(n, 0)]
             pos += take
         return out[:amount]
+
+    def _straddle(self, index: int, lo: int, amount: int) -> bool:
+        """Read the tail of segment ``index`` and the head of the next into ``_out``.
+
+        One ``preadv`` of both records, each authenticated on its own. False
+        (nothing released, the plaintext buffers wiped) when either is short or
+        does not authenticate: the caller's segment-by-segment path then
+        retries, consults the side file, or raises, as for any segment.
+        """
+        seg, rec = self.segment_size, self._record
+        if self._two is None:
+            self._two = memoryview(bytearray(2 * rec))
+            self._plain2 = memoryview(bytearray(seg))
+        two, head = self._two, seg - lo
+        got = os.preadv(self.fd, [two], HEADER_SIZE + index * rec)
+        n2 = got - rec - OVERHEAD
+        if n2 < amount - head:
+            return False
+        plain, plain2 = self._plain_mv, self._plain2
+        fid = self._file_id
+        try:
+            self._aead.decrypt_into(two[:MUTABLE_NONCE], two[MUTABLE_NONCE:rec],
+                                    fid + index.to_bytes(8, "little"), plain)
+            self._aead.decrypt_into(two[rec : rec + MUTABLE_NONCE], two[rec + MUTABLE_NONCE : got],
+                                    fid + (index + 1).to_bytes(8, "little"), plain2[:n2])
+        except InvalidTag:
+            plain[:] = bytes(seg)  # OpenSSL wrote unauthenticated plaintext: wipe it
+            plain2[:] = bytes(seg)
+            return False
+        out = self._out_mv
+        out[:head] = plain[lo:]
+        out[head:amount] = plain2[: amount - head]
+        return True
 
     def write(self, data: memoryview | bytes | bytearray, offset: int) -> None:
         """Write ``data`` at ``offset``, zero-filling any gap past the end of the file."""
