@@ -31,6 +31,7 @@ application gets the exception itself, naming the file and offset).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import tempfile
 import threading
@@ -41,13 +42,14 @@ import apsw
 from ..format import HEADER_SIZE, Header, Kind, new_header, open_header
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
-from ._errors import PageTruncatedError
+from ._errors import PageAuthenticationError, PageTruncatedError
 from ._store import PageStore
 from ._tail import TailSave, remove_tail
 
 __all__ = ["EncryptedFile", "EncryptedVFS", "segment_size_for"]
 
 MAIN, JOURNAL, WAL, TEMP = "main", "journal", "wal", "temp"
+log = logging.getLogger("cryptdisk.sqlite")
 _FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pending
 _MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
 _counter = itertools.count(1)
@@ -204,6 +206,8 @@ class EncryptedFile(apsw.VFSFile):
         store = self._store or self._load()
         if store is None:
             return b""
+        if offset == 0 and self._kind == MAIN and amount < store.segment_size:
+            return self._peek(store, amount)
         data = store.read(amount, offset)
         if offset == 0 and self._kind == MAIN and amount >= 512:
             # Only a whole page 1, which SQLite reads after any hot-journal rollback
@@ -211,6 +215,26 @@ class EncryptedFile(apsw.VFSFile):
             # at open, which may see a file left mid-commit by a crash.
             self._check_length(data, store)
         return data
+
+    def _peek(self, store: PageStore, amount: int) -> Any:
+        """The first bytes of the database, which SQLite reads at open before any lock.
+
+        SQLite takes only the page size from them and reads page 1 again, whole,
+        after rolling back a hot journal. A process killed in the middle of
+        writing page 1 (a ``pwrite`` of a record is cut between kernel pages)
+        leaves a record that no longer authenticates, and its journal holds the
+        page as it was. Raising here would make such a database unopenable, so a
+        peek that does not authenticate returns zeros (never the bytes): SQLite
+        uses its default page size, rolls the journal back, and reads the whole
+        page 1 through the normal path, which raises if it is still bad.
+        """
+        try:
+            return store.read(amount, 0)
+        except PageAuthenticationError:
+            log.warning("%s: page 1 does not authenticate at open (a write cut by a "
+                        "crash?); SQLite sees zeros until it rolls back its journal",
+                        self.path)
+            return bytes(amount)
 
     def _check_length(self, page1: memoryview, store: PageStore) -> None:
         """Pages cut from the end: the header's page count says more than the file holds."""
