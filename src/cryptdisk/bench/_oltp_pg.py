@@ -55,7 +55,13 @@ class PgCluster:
         if self.as_user:
             shutil.chown(self.root, "postgres")
             shutil.chown(self.sock, "postgres")
-            os.chmod(self.root.parent, 0o755)  # noqa: S103 - postgres must reach its dir
+            # postgres must be able to pass through every directory above its own (the
+            # bench scratch dir is made 0700 by mkdtemp): grant search, not listing.
+            for parent in [self.root.parent, *self.root.parent.parents]:
+                mode = parent.stat().st_mode
+                if mode & 0o001 or parent.stat().st_uid != os.geteuid():
+                    continue
+                os.chmod(parent, (mode & 0o7777) | 0o001)
         self._run("initdb", "-D", str(self.data), "-U", "bench", "--auth=trust",
                   "--no-instructions")
         opts = f"-k {self.sock} -c listen_addresses='' -c shared_buffers=256MB"
