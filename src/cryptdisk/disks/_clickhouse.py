@@ -15,7 +15,7 @@ from typing import IO, Any, cast
 
 from ..errors import InvalidKeyError, KeyNotFoundError
 from ._base import Disk, FileInfo
-from ._files import AtomicWriteFile, PreadFile
+from ._files import PreadFile, encrypting_write
 from ._paths import join_prefix, norm_path
 
 __all__ = ["CH_HEADER_SIZE", "ClickHouseDisk", "ClickHouseKey", "PreadSource", "ch_module",
@@ -176,19 +176,10 @@ class ClickHouseDisk(Disk):
 
     def open_write(self, path: str) -> IO[bytes]:
         ch = ch_module()
-        raw = self.inner.open_write(self._inner(path))
-        try:
-            writer = ch.CHWriter(raw, self.keys[self.current_key_id]._raw_material(),
-                                 ch.CHAlgorithm.parse(self.algorithm))
-        except BaseException:
-            raw.abort()  # type: ignore[attr-defined]
-            raise
-
-        def publish() -> None:
-            writer.close()
-            raw.close()
-
-        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
+        key = self.keys[self.current_key_id]._raw_material()
+        algorithm = ch.CHAlgorithm.parse(self.algorithm)
+        return encrypting_write(self.inner.open_write(self._inner(path)), path,
+                                lambda raw: ch.CHWriter(raw, key, algorithm))
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(self._inner(path))

@@ -37,7 +37,7 @@ from ..format import (
 from ..keys import Keyring, rewrap_file
 from ._base import Disk, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
-from ._files import AtomicWriteFile, PreadFile
+from ._files import PreadFile, encrypting_write
 from ._local import LocalDisk
 from ._paths import join_prefix, norm_path
 
@@ -134,18 +134,8 @@ class EncryptedDisk(Disk):
     def open_write(self, path: str) -> IO[bytes]:
         header, dek = new_header(Kind.SEALED, self.keyring.current_key(),
                                  algorithm=self.algorithm, segment_size=self.segment_size)
-        raw = self.inner.open_write(self._inner(path))
-        try:
-            writer = SealedWriter(raw, header, dek)
-        except BaseException:
-            raw.abort()  # type: ignore[attr-defined]
-            raise
-
-        def publish() -> None:
-            writer.close()
-            raw.close()
-
-        return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, raw.abort, path))  # type: ignore[attr-defined]
+        return encrypting_write(self.inner.open_write(self._inner(path)), path,
+                                lambda raw: SealedWriter(raw, header, dek))
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(self._inner(path))

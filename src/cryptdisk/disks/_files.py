@@ -14,16 +14,15 @@ read. ``pread`` has no position at all.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, cast
 
-from ..format import PositionalReadFile
+from ..format import PositionalReadFile, PublishingWriteFile
 
-__all__ = ["AtomicWriteFile", "FdReader", "PreadFile", "Reader"]
+__all__ = ["AtomicWriteFile", "FdReader", "PreadFile", "Reader", "encrypting_write"]
 
 
 class Reader(Protocol):
@@ -88,41 +87,32 @@ class PreadFile(PositionalReadFile):
         raise TypeError("open disk files cannot be pickled; reopen the path in the other process")
 
 
-class AtomicWriteFile(io.RawIOBase):
-    """A file being written; visible only once :meth:`close` has published it."""
+class _CountingWriter:
+    """Forwards writes to a function and counts the bytes (``close`` does nothing)."""
 
-    def __init__(self, write: Callable[[Any], int], publish: Callable[[], None],
-                 discard: Callable[[], None], name: str) -> None:
-        super().__init__()
+    def __init__(self, write: Callable[[Any], int | None]) -> None:
         self._write = write
-        self._publish = publish
-        self._discard = discard
-        self._written = 0
-        # The exception being handled when the file was opened (usually None); see close().
-        self._exc_at_open = sys.exc_info()[1]
-        self.name = name
-        self.mode = "wb"
-
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._written
+        self.written = 0
 
     def write(self, data: Any) -> int:
-        self._checkClosed()
         n = self._write(data)
         n = len(memoryview(data).cast("B")) if n is None else n
-        self._written += n
+        self.written += n
         return n
 
-    def abort(self) -> None:
-        """Discard what was written; any previous file at the path stays as it was."""
-        if not self.closed:
-            try:
-                self._discard()
-            finally:
-                super().close()
+    def close(self) -> None:
+        pass
+
+
+class AtomicWriteFile(PublishingWriteFile):
+    """A file being written; visible only once :meth:`close` has published it."""
+
+    def __init__(self, write: Callable[[Any], int | None], publish: Callable[[], None],
+                 discard: Callable[[], None], name: str) -> None:
+        counter = _CountingWriter(write)
+        super().__init__(counter, name, "wb", publish, discard, lambda: counter.written)
+        # The exception being handled when the file was opened (usually None); see close().
+        self._exc_at_open = sys.exc_info()[1]
 
     def close(self) -> None:
         """Publish the file; or discard it if an exception was raised since it was opened.
@@ -139,19 +129,7 @@ class AtomicWriteFile(io.RawIOBase):
         if in_flight is not None and in_flight is not self._exc_at_open:
             self.abort()
             return
-        try:
-            self._publish()
-        except BaseException:
-            self._discard()
-            raise
-        finally:
-            super().close()
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
+        super().close()
 
     def __del__(self) -> None:
         # Never publish from the garbage collector: an unclosed file is abandoned.
@@ -166,3 +144,21 @@ class AtomicWriteFile(io.RawIOBase):
 
     def __reduce__(self) -> Any:
         raise TypeError("open disk files cannot be pickled")
+
+
+def encrypting_write(raw: IO[bytes], path: str,
+                     make_writer: Callable[[IO[bytes]], Any]) -> IO[bytes]:
+    """A file that encrypts through ``make_writer(raw)`` into ``raw``, an inner disk's
+    atomic file: published when both close, discarded together with ``raw``."""
+    abort: Callable[[], None] = raw.abort  # type: ignore[attr-defined]
+    try:
+        writer = make_writer(raw)
+    except BaseException:
+        abort()
+        raise
+
+    def publish() -> None:
+        writer.close()
+        raw.close()
+
+    return cast("IO[bytes]", AtomicWriteFile(writer.write, publish, abort, path))
