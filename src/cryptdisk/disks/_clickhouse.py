@@ -16,7 +16,8 @@ from typing import IO, Any, cast
 from ..errors import InvalidKeyError, KeyNotFoundError
 from ._base import Disk, FileInfo
 from ._files import PreadFile, encrypting_write
-from ._paths import join_prefix, norm_path
+from ._paths import norm_path
+from ._wrapping import WrappingDisk
 
 __all__ = ["CH_HEADER_SIZE", "ClickHouseDisk", "ClickHouseKey", "PreadSource", "ch_module",
            "find_clickhouse_key", "header_algorithm_name"]
@@ -116,7 +117,7 @@ def header_algorithm_name(header: Any) -> str:
     return str(getattr(alg, "name", alg))
 
 
-class ClickHouseDisk(Disk):
+class ClickHouseDisk(WrappingDisk):
     """Files of ``inner`` under ``prefix`` in ClickHouse's encrypted-disk format."""
 
     type = "clickhouse"
@@ -140,17 +141,6 @@ class ClickHouseDisk(Disk):
                                   f"key {current_key_id} is {size} bytes")
         self.algorithm = alg
         self.current_key_id = current_key_id
-
-    @property
-    def is_encrypted(self) -> bool:
-        return True
-
-    @property
-    def path(self) -> str:
-        return self.inner.path + (self.prefix + "/" if self.prefix else "")
-
-    def _inner(self, path: str) -> str:
-        return join_prefix(self.prefix, norm_path(path))
 
     def key_for(self, header: Any, path: str) -> bytes:
         """The key a file's header names: by fingerprint (v2) or by id and key hash (v1)."""
@@ -181,9 +171,6 @@ class ClickHouseDisk(Disk):
         return encrypting_write(self.inner.open_write(self._inner(path)), path,
                                 lambda raw: ch.CHWriter(raw, key, algorithm))
 
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(self._inner(path))
-
     def info(self, path: str) -> FileInfo:
         inner = self.inner.info(self._inner(path))
         size = max(0, inner.stored_size - CH_HEADER_SIZE)
@@ -195,16 +182,3 @@ class ClickHouseDisk(Disk):
             alg = header_algorithm_name(header)
         return FileInfo(norm_path(path), size, inner.stored_size, True, "clickhouse",
                         algorithm=alg, mtime=inner.mtime)
-
-    def list(self, prefix: str = "") -> list[str]:
-        if not self.prefix:
-            return self.inner.list(prefix)
-        cut = len(self.prefix) + 1
-        return [p[cut:] for p in self.inner.list(self.prefix + "/" + prefix)]
-
-    def remove(self, path: str) -> None:
-        self.inner.remove(self._inner(path))
-
-    def rename(self, src: str, dst: str) -> None:
-        self.inner.rename(self._inner(src), self._inner(dst))
-

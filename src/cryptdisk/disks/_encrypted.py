@@ -39,7 +39,8 @@ from ._base import Disk, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import PreadFile, encrypting_write
 from ._local import LocalDisk
-from ._paths import join_prefix, norm_path
+from ._paths import norm_path
+from ._wrapping import WrappingDisk
 
 __all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
 
@@ -47,7 +48,7 @@ __all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
-class EncryptedDisk(Disk):
+class EncryptedDisk(WrappingDisk):
     """Files of ``inner`` under ``prefix``, sealed with cryptdisk's format (see module docs)."""
 
     type = "encrypted"
@@ -69,17 +70,6 @@ class EncryptedDisk(Disk):
         self.cache = ReadCache(cache_bytes) if cache_bytes else None
         # info() of an unchanged backing file (same size and mtime) without rereading its header
         self._info_memo: dict[tuple[str, int, float | None], FileInfo] = {}
-
-    @property
-    def is_encrypted(self) -> bool:
-        return True
-
-    @property
-    def path(self) -> str:
-        return self.inner.path + (self.prefix + "/" if self.prefix else "")
-
-    def _inner(self, path: str) -> str:
-        return join_prefix(self.prefix, norm_path(path))
 
     def _read_header(self, path: str) -> tuple[Header, int]:
         """The file's (unauthenticated) header and its stored size."""
@@ -137,9 +127,6 @@ class EncryptedDisk(Disk):
         return encrypting_write(self.inner.open_write(self._inner(path)), path,
                                 lambda raw: SealedWriter(raw, header, dek))
 
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(self._inner(path))
-
     def info(self, path: str) -> FileInfo:
         inner = self.inner.info(self._inner(path))
         memo_key = (path, inner.stored_size, inner.mtime)
@@ -177,19 +164,6 @@ class EncryptedDisk(Disk):
         if fn is None:
             return 0
         return int(fn(max_age=max_age, prefix=self._inner(prefix) if prefix else self.prefix))
-
-    def list(self, prefix: str = "") -> list[str]:
-        if not self.prefix:
-            return self.inner.list(prefix)
-        inner_prefix = self.prefix + "/" + prefix
-        cut = len(self.prefix) + 1
-        return [p[cut:] for p in self.inner.list(inner_prefix)]
-
-    def remove(self, path: str) -> None:
-        self.inner.remove(self._inner(path))
-
-    def rename(self, src: str, dst: str) -> None:
-        self.inner.rename(self._inner(src), self._inner(dst))
 
 
 class _Closer:

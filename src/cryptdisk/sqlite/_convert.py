@@ -68,18 +68,7 @@ def encrypt_database(src: str, dst: str, keyring: KeyLookup,
                      progress: Progress | None = None) -> None:
     """Copy the plain SQLite database ``src`` to a new encrypted database ``dst``."""
     _check_paths(src, dst)
-    source = _open_plain(src)
-    try:
-        target = connect(dst, keyring=keyring)
-        try:
-            _backup(target, source, progress)
-        finally:
-            target.close()
-    except BaseException:
-        _remove(dst)
-        raise
-    finally:
-        source.close()
+    _copy_to_new(_open_plain(src), lambda: connect(dst, keyring=keyring), dst, progress)
 
 
 def decrypt_database(src: str, dst: str, keyring: KeyLookup,
@@ -92,8 +81,14 @@ def decrypt_database(src: str, dst: str, keyring: KeyLookup,
         raise DatabaseError(f"{src}: not a cryptdisk-encrypted database",
                             hint="to encrypt a plain database use 'cryptdisk sqlite encrypt'"
                             ) from None
+    _copy_to_new(source, lambda: apsw.Connection(dst), dst, progress)
+
+
+def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connection], dst: str,
+                 progress: Progress | None) -> None:
+    """Back ``source`` up into a new database; a failure removes what was made at ``dst``."""
     try:
-        target = apsw.Connection(dst)
+        target = open_target()
         try:
             _backup(target, source, progress)
         finally:

@@ -1,0 +1,45 @@
+"""What every disk that wraps another disk shares: the path prefix and the plumbing."""
+
+from __future__ import annotations
+
+from ._base import Disk
+from ._paths import join_prefix, norm_path
+
+__all__ = ["WrappingDisk"]
+
+
+class WrappingDisk(Disk):
+    """A disk whose files live on ``inner`` below ``prefix`` (encrypted, ClickHouse).
+
+    Subclasses set ``inner`` and ``prefix`` and implement reading, writing and
+    ``info``; existence, listing, removal and renaming pass straight through.
+    """
+
+    inner: Disk
+    prefix: str
+
+    @property
+    def is_encrypted(self) -> bool:
+        return True
+
+    @property
+    def path(self) -> str:
+        return self.inner.path + (self.prefix + "/" if self.prefix else "")
+
+    def _inner(self, path: str) -> str:
+        return join_prefix(self.prefix, norm_path(path))
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(self._inner(path))
+
+    def list(self, prefix: str = "") -> list[str]:
+        if not self.prefix:
+            return self.inner.list(prefix)
+        cut = len(self.prefix) + 1
+        return [p[cut:] for p in self.inner.list(self.prefix + "/" + prefix)]
+
+    def remove(self, path: str) -> None:
+        self.inner.remove(self._inner(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self.inner.rename(self._inner(src), self._inner(dst))
