@@ -5,6 +5,14 @@ from __future__ import annotations
 import pytest
 
 import cryptdisk
+import cryptdisk.sqlite as csql
+
+
+@pytest.fixture(autouse=True, params=csql.IMPLEMENTATIONS)
+def vfs_implementation(request, monkeypatch) -> str:
+    """Every test here runs against both VFSes (C and Python), children included."""
+    monkeypatch.setenv("CRYPTDISK_SQLITE_VFS", request.param)
+    return request.param
 
 
 @pytest.fixture

@@ -9,14 +9,41 @@ tag). In DELETE mode while committing row 2 (a 20 KB row), in WAL mode while
 checkpointing both rows.
 """
 
+import ctypes
 import os
 import signal
 import sys
 
+import apsw
+
 import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.format import HEADER_SIZE
-from cryptdisk.sqlite import _fds
+
+_PWRITE = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.c_int64)
+_keep = []
+
+
+def arm(torn) -> None:
+    """Route the VFS's writes through ``torn(fd, data, offset) -> int``.
+
+    The Python VFS writes with ``os.pwrite``; the C VFS through SQLite's unix
+    VFS, whose ``pwrite64`` SQLite lets a test replace (``xSetSystemCall``).
+    """
+    if csql.implementation() == "python":
+        os.pwrite = torn
+        return
+    unix = apsw.VFS("torn-child", base="unix")
+    real = _PWRITE(unix.xGetSystemCall("pwrite64"))
+
+    def hook(fd: int, buf: int, n: int, offset: int) -> int:
+        return torn(fd, ctypes.string_at(buf, n), offset,
+                    lambda fd, data, offset: real(fd, data, len(data), offset))
+
+    callback = _PWRITE(hook)
+    _keep.extend([unix, real, callback])
+    unix.xSetSystemCall("pwrite64", ctypes.cast(callback, ctypes.c_void_p).value)
 
 
 def main() -> None:
@@ -29,24 +56,24 @@ def main() -> None:
     conn.execute("INSERT INTO t VALUES(1)")
     st = os.stat(path)
     end = st.st_size
-    db_fd = _fds._table[(st.st_dev, st.st_ino)][0]
-    real = os.pwrite
 
-    def torn(fd: int, data: bytes, offset: int) -> int:
-        if fd == db_fd and what == "page1" and offset == HEADER_SIZE:
-            real(fd, memoryview(data)[: 4096 - HEADER_SIZE], offset)
+    def torn(fd: int, data: bytes, offset: int, real=os.pwrite) -> int:
+        fst = os.fstat(fd)
+        is_db = (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino)
+        if is_db and what == "page1" and offset == HEADER_SIZE:
+            real(fd, bytes(data[: 4096 - HEADER_SIZE]), offset)
             os.kill(os.getpid(), signal.SIGKILL)
-        if fd == db_fd and what == "append" and offset >= end:
-            real(fd, memoryview(data)[:20], offset)
+        if is_db and what == "append" and offset >= end:
+            real(fd, bytes(data[:20]), offset)
             os.kill(os.getpid(), signal.SIGKILL)
         return real(fd, data, offset)
 
     if journal == "wal":
         conn.execute("INSERT INTO t VALUES(randomblob(20000))")
-        os.pwrite = torn
+        arm(torn)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     else:
-        os.pwrite = torn
+        arm(torn)
         conn.execute("INSERT INTO t VALUES(randomblob(20000))")
     sys.exit("page 1 was never written")
 

@@ -16,17 +16,26 @@ and pages cut from the end of the database raise :class:`PageTruncatedError`.
 Decrypted pages live only in SQLite's own page cache. ``docs/sqlite.md``
 describes the layout, the threat model and what is not detected (a whole-file
 rollback, or one page replaced by an older version of itself).
+
+Two VFSes write these files: a C one (built at install time, linked with
+OpenSSL; the default) and the Python reference; ``connect(...,
+implementation="python")`` or ``$CRYPTDISK_SQLITE_VFS`` picks one, and
+:func:`implementation` says which is in use.
 """
 
-from ._connect import connect, vfs_for
+from ._connect import IMPLEMENTATIONS, connect, implementation, vfs_for
 from ._errors import PageAuthenticationError, PageTruncatedError
+from ._native import NativeVFS
 from ._vfs import EncryptedFile, EncryptedVFS
 
 __all__ = [
+    "IMPLEMENTATIONS",
     "EncryptedFile",
     "EncryptedVFS",
+    "NativeVFS",
     "PageAuthenticationError",
     "PageTruncatedError",
     "connect",
+    "implementation",
     "vfs_for",
 ]

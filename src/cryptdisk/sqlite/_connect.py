@@ -8,24 +8,50 @@ from typing import Any
 
 import apsw
 
+from ..errors import ConfigError
 from ..format import KeyLookup
+from . import _native
+from ._native import NativeVFS
 from ._vfs import EncryptedVFS
 
-__all__ = ["connect", "vfs_for"]
+__all__ = ["IMPLEMENTATIONS", "connect", "implementation", "vfs_for"]
+
+#: The two VFSes: "c" (``_cvfs.c``, the default when it was built) and "python"
+#: (the reference). They read and write the same files.
+IMPLEMENTATIONS = ("c", "python")
+ENV = "CRYPTDISK_SQLITE_VFS"
 
 _lock = threading.Lock()
-_registry: dict[int, tuple[KeyLookup, EncryptedVFS]] = {}
+_registry: dict[tuple[int, str], tuple[KeyLookup, EncryptedVFS | NativeVFS]] = {}
 
 
-def vfs_for(keyring: KeyLookup) -> EncryptedVFS:
+def implementation(requested: str | None = None) -> str:
+    """The VFS ``connect`` uses: ``requested``, else ``$CRYPTDISK_SQLITE_VFS``, else C if built."""
+    name = requested or os.environ.get(ENV) or ("c" if _native.available() else "python")
+    if name not in IMPLEMENTATIONS:
+        source = "implementation" if requested else ENV
+        raise ConfigError(f"{source} must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
+    if name == "c" and not _native.available():
+        raise ConfigError(
+            "the C VFS of cryptdisk.sqlite was not built (it needs a C compiler and the "
+            "OpenSSL and SQLite headers at install time)",
+            hint="install gcc, libssl-dev and libsqlite3-dev and reinstall cryptdisk, or "
+            "use implementation='python'",
+        )
+    return name
+
+
+def vfs_for(keyring: KeyLookup, implementation_: str | None = None) -> EncryptedVFS | NativeVFS:
     """The encrypted VFS of ``keyring``, registered with SQLite on first use."""
     if not isinstance(keyring, KeyLookup):
         raise TypeError(f"keyring must be a cryptdisk.Keyring, not {type(keyring).__name__}")
+    impl = implementation(implementation_)
     with _lock:
-        entry = _registry.get(id(keyring))
+        entry = _registry.get((id(keyring), impl))
         if entry is None or entry[0] is not keyring:
-            entry = (keyring, EncryptedVFS(keyring))
-            _registry[id(keyring)] = entry
+            vfs = NativeVFS(keyring) if impl == "c" else EncryptedVFS(keyring)
+            entry = (keyring, vfs)
+            _registry[(id(keyring), impl)] = entry
         return entry[1]
 
 
@@ -36,6 +62,7 @@ def connect(
     flags: int = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
     temp_store_memory: bool = True,
     busy_timeout_ms: int = 5000,
+    implementation: str | None = None,
     **kwargs: Any,
 ) -> apsw.Connection:
     """Open (or create) an encrypted SQLite database and return an ``apsw.Connection``.
@@ -54,11 +81,15 @@ def connect(
     tables, sorts and statement journals stay in memory (temporary files would
     be encrypted too; memory is simply faster). ``PRAGMA mmap_size`` has no
     effect on this VFS: SQLite must read pages through it to decrypt them.
+
+    ``implementation`` picks the VFS: ``"c"`` (compiled at install time; the
+    default when it was built) or ``"python"`` (the reference). Both read and
+    write the same files; ``$CRYPTDISK_SQLITE_VFS`` sets the default.
     """
     name = os.fspath(path)
     if not isinstance(name, str):
         raise TypeError("path must be a str or os.PathLike[str]")
-    vfs = vfs_for(keyring)
+    vfs = vfs_for(keyring, implementation)
     conn = apsw.Connection(name, flags=flags, vfs=vfs.vfs_name, **kwargs)
     try:
         conn.set_busy_timeout(busy_timeout_ms)

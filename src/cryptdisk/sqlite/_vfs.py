@@ -39,10 +39,11 @@ from typing import Any
 
 import apsw
 
-from ..format import HEADER_SIZE, Header, Kind, new_header, open_header
+from ..format import HEADER_SIZE, Header
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageAuthenticationError, PageTruncatedError
+from ._header import header_and_key
 from ._store import PageStore
 from ._tail import TailSave, remove_tail
 
@@ -87,7 +88,11 @@ class EncryptedVFS(apsw.VFS):
 
     Use :func:`cryptdisk.sqlite.connect` rather than this class. The VFS name
     is ``cryptdisk-N``; it names no key, and ``repr`` shows only the name.
+    This is the reference implementation; :class:`._native.NativeVFS` writes
+    the same files from C, and is what ``connect`` uses when it was built.
     """
+
+    implementation = "python"
 
     def __init__(self, keyring: _KeyLookup, name: str | None = None) -> None:
         if not isinstance(keyring, _KeyLookup):
@@ -164,9 +169,9 @@ class EncryptedFile(apsw.VFSFile):
     def _load(self) -> PageStore | None:
         """Open the store if the file has a header (another process may have written it)."""
         if self._store is None and os.fstat(self._fd).st_size > 0:
-            header = Header.parse(os.pread(self._fd, HEADER_SIZE, 0), self.path)
-            dek = open_header(header, self._vfs.keyring, self.path)
-            self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
+            raw, dek = header_and_key(self._vfs.keyring, self.path,
+                                      os.pread(self._fd, HEADER_SIZE, 0), 0)
+            self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
         return self._store
 
     def _tail_save(self) -> TailSave | None:
@@ -177,9 +182,9 @@ class EncryptedFile(apsw.VFSFile):
         if store is not None:
             return store
         seg = segment_size_for(self._kind, first, offset)
-        header, dek = new_header(Kind.MUTABLE, self._vfs.keyring.current_key(), segment_size=seg)
-        os.pwrite(self._fd, header.to_bytes(), 0)
-        self._store = PageStore(self._fd, header, dek, self.path, self._tail_save())
+        raw, dek = header_and_key(self._vfs.keyring, self.path, None, seg)
+        os.pwrite(self._fd, raw, 0)
+        self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
         return self._store
 
     # -- gathering journal and WAL writes ------------------------------------------
