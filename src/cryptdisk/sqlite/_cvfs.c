@@ -101,6 +101,19 @@ typedef struct cdFile {
     sqlite3_int64 fail_index;
     int tail_fd;
     char *tail_path;
+    /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
+     * next append extends it without reading and decrypting it (valid while the nonce on
+     * disk is still tc_rec's, i.e. nobody rewrote it; see cd_cached_tail) */
+    int tc_valid;
+    sqlite3_int64 tc_index;
+    sqlite3_int64 tc_len;
+    unsigned char *tc_plain;
+    unsigned char *tc_rec;
+    /* WAL only: the end of what this file wrote since SQLite last started the WAL over
+     * (wrote its header at offset 0). Bytes past it are frames of an older generation,
+     * which SQLite never reads again (their salts differ), so a write that ends past it
+     * fills the rest of its last segment with zeros instead of reading and decrypting them. */
+    sqlite3_int64 wal_high;
     /* gathered journal / WAL bytes */
     unsigned char *pend;
     sqlite3_int64 pend_len;
@@ -154,6 +167,9 @@ static int cd_auth_error(cdFile *p) {
 
 /* -- the cipher ------------------------------------------------------------ */
 
+/* Process-wide counts of records sealed and opened, and their bytes (for tests and tuning). */
+static unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes;
+
 static void cd_set_index(cdFile *p, sqlite3_int64 index) {
     unsigned long long v = (unsigned long long)index;
     for (int i = 0; i < 8; i++)
@@ -163,6 +179,8 @@ static void cd_set_index(cdFile *p, sqlite3_int64 index) {
 /* Seal n plaintext bytes as segment index into dst (n + OVERHEAD bytes). */
 static int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst) {
     int len = 0;
+    n_seal++;
+    n_seal_bytes += (unsigned long long)n;
     if (RAND_bytes(dst, NONCE) != 1)
         return SQLITE_IOERR;
     cd_set_index(p, index);
@@ -180,6 +198,8 @@ static int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqli
     int n = (int)(got - OVERHEAD), len = 0, ok;
     if (n <= 0)
         return 0;
+    n_unseal++;
+    n_unseal_bytes += (unsigned long long)n;
     cd_set_index(p, index);
     ok = EVP_DecryptInit_ex(p->dec, NULL, NULL, NULL, record) == 1 &&
          EVP_DecryptUpdate(p->dec, NULL, &len, p->ad, sizeof p->ad) == 1 &&
@@ -430,13 +450,41 @@ static int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_
     return SQLITE_OK;
 }
 
-/* Seal the segments [offset, offset + n) touches and write them with one write. */
+/* Is the cached last segment still the one on disk? One 16-byte read of its nonce (each
+ * write draws a fresh random nonce, so another writer's record has another nonce). A
+ * partial segment is the last of its file, and nobody can append past it without
+ * rewriting it, so while it is intact the file's size is known too. */
+static int cd_cached_tail(cdFile *p, sqlite3_int64 index) {
+    unsigned char nonce[NONCE];
+    sqlite3_int64 got;
+    if (!p->tc_valid || index != p->tc_index)
+        return 0;
+    if (raw_read(p, nonce, NONCE, HEADER_SIZE + index * p->rec, &got) == SQLITE_OK && got == NONCE &&
+        memcmp(nonce, p->tc_rec, NONCE) == 0)
+        return 1;
+    p->tc_valid = 0;
+    return 0;
+}
+
+/* Seal the segments [offset, offset + n) touches and write them with one write.
+ * cached: the first segment is the cached tail (cd_cached_tail said so). */
+static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
+                            sqlite3_int64 size, int cached);
+
 static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset, sqlite3_int64 size) {
+    return cd_write_range_c(p, data, n, offset, size, 0);
+}
+
+static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
+                            sqlite3_int64 size, int cached) {
     sqlite3_int64 seg = p->seg, rec = p->rec, pos = 0, used = 0;
     sqlite3_int64 first = offset / seg, count = (offset + n - 1) / seg - first + 1;
+    sqlite3_int64 new_tail = -1; /* index of a partial last segment this write leaves */
     int rc;
     if (n <= 0)
         return SQLITE_OK;
+    if (p->tc_plain != NULL && p->tc_index >= first && p->tc_index < first + count)
+        p->tc_valid = 0; /* rewritten below (or the write fails): no longer what is on disk */
     if (p->batch_cap < count * rec) {
         unsigned char *b = sqlite3_realloc64(p->batch, (sqlite3_uint64)(count * rec));
         if (b == NULL)
@@ -454,12 +502,27 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
         if (lo == 0 && take >= old_len) {
             plain = data + pos;
             plen = take;
+        } else if (lo == 0 && p->kind == KIND_WAL && offset + n >= p->wal_high) {
+            memcpy(p->plain, data + pos, (size_t)take); /* what follows is an older generation's */
+            memset(p->plain + take, 0, (size_t)(old_len - take));
+            plain = p->plain;
+            plen = old_len;
         } else {
             sqlite3_int64 got = 0, end;
-            if (old_len) {
-                rc = cd_decrypt(p, index, p->plain, &got);
-                if (rc != SQLITE_OK)
-                    return rc;
+            const unsigned char *old_rec = p->rbuf;
+            sqlite3_int64 old_rec_len;
+            if (cached && index == first && old_len == p->tc_len) { /* the tail this file wrote last */
+                memcpy(p->plain, p->tc_plain, (size_t)old_len);
+                got = old_len;
+                old_rec = p->tc_rec;
+                old_rec_len = old_len + OVERHEAD;
+            } else {
+                if (old_len) {
+                    rc = cd_decrypt(p, index, p->plain, &got);
+                    if (rc != SQLITE_OK)
+                        return rc;
+                }
+                old_rec_len = p->rec_len;
             }
             if (got != old_len) {
                 p->fail_index = index;
@@ -467,7 +530,7 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
             }
             if (lo && p->tail_path != NULL) {
                 /* bytes before lo may be committed: keep the old record until the new one is on disk */
-                if ((rc = tail_save(p, index, p->rbuf, p->rec_len)) != SQLITE_OK)
+                if ((rc = tail_save(p, index, old_rec, old_rec_len)) != SQLITE_OK)
                     return rc;
             }
             end = old_len > lo + take ? old_len : lo + take;
@@ -482,8 +545,24 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
             return rc;
         used = slot + plen + OVERHEAD;
         pos += take;
+        if (pos >= n && (plen < seg || (offset + n) % seg) && p->tc_plain != NULL) {
+            memcpy(p->tc_plain, plain, (size_t)plen);
+            memcpy(p->tc_rec, p->batch + slot, (size_t)(plen + OVERHEAD));
+            p->tc_len = plen;
+            new_tail = index;
+        }
     }
-    return raw_write(p, p->batch, used, HEADER_SIZE + first * rec);
+    if ((rc = raw_write(p, p->batch, used, HEADER_SIZE + first * rec)) != SQLITE_OK)
+        return rc;
+    if (new_tail >= 0) {
+        p->tc_index = new_tail;
+        p->tc_valid = 1;
+    }
+    if (offset == 0)
+        p->wal_high = n; /* SQLite wrote the WAL header: a new generation */
+    else if (offset + n > p->wal_high)
+        p->wal_high = offset + n;
+    return SQLITE_OK;
 }
 
 static int cd_write_zeros(cdFile *p, sqlite3_int64 n, sqlite3_int64 offset, sqlite3_int64 size) {
@@ -501,7 +580,10 @@ static int cd_write_zeros(cdFile *p, sqlite3_int64 n, sqlite3_int64 offset, sqli
 }
 
 static int cd_encrypt_write(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 n) {
-    int rc = cd_seal(p, index, plain, (int)n, p->rbuf);
+    int rc;
+    if (index == p->tc_index)
+        p->tc_valid = 0;
+    rc = cd_seal(p, index, plain, (int)n, p->rbuf);
     if (rc != SQLITE_OK)
         return rc;
     return raw_write(p, p->rbuf, n + OVERHEAD, HEADER_SIZE + index * p->rec);
@@ -524,19 +606,27 @@ static int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlit
         }
         return cd_encrypt_write(p, index, data, n);
     }
-    if ((rc = cd_size(p, &size)) != SQLITE_OK)
+    int cached = cd_cached_tail(p, index);
+    if (cached && p->tc_len < seg && offset <= index * seg + p->tc_len) {
+        size = index * seg + p->tc_len; /* a partial segment is the file's last */
+    } else if ((rc = cd_size(p, &size)) != SQLITE_OK) {
         return rc;
+    }
     if (offset > size) {
         if ((rc = cd_write_zeros(p, offset - size, size, size)) != SQLITE_OK)
             return rc;
         size = offset;
+        cached = cd_cached_tail(p, index);
     }
-    return cd_write_range(p, data, n, offset, size);
+    return cd_write_range_c(p, data, n, offset, size, cached);
 }
 
 static int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
     sqlite3_int64 current, seg = p->seg, count, rest, got;
     int rc;
+    p->tc_valid = 0;
+    if (size < p->wal_high)
+        p->wal_high = size;
     if ((rc = cd_size(p, &current)) != SQLITE_OK)
         return rc;
     if (size >= current) {
@@ -581,6 +671,12 @@ static void cd_free_store(cdFile *p) {
         OPENSSL_cleanse(p->plain, (size_t)p->seg);
     if (p->plain2)
         OPENSSL_cleanse(p->plain2, (size_t)p->seg);
+    if (p->tc_plain)
+        OPENSSL_cleanse(p->tc_plain, (size_t)p->seg);
+    sqlite3_free(p->tc_plain);
+    sqlite3_free(p->tc_rec);
+    p->tc_plain = p->tc_rec = NULL;
+    p->tc_valid = 0;
     sqlite3_free(p->rbuf);
     sqlite3_free(p->plain);
     sqlite3_free(p->plain2);
@@ -603,6 +699,17 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
     p->rbuf = sqlite3_malloc64((sqlite3_uint64)(2 * p->rec));
     p->plain = sqlite3_malloc64((sqlite3_uint64)p->seg);
     p->plain2 = sqlite3_malloc64((sqlite3_uint64)p->seg);
+    p->tc_valid = 0;
+    p->tc_index = -1;
+    p->wal_high = INT64_MAX; /* until SQLite starts the WAL over, every byte may be needed */
+    if (p->gather) {
+        p->tc_plain = sqlite3_malloc64((sqlite3_uint64)p->seg);
+        p->tc_rec = sqlite3_malloc64((sqlite3_uint64)p->rec);
+        if (!p->tc_plain || !p->tc_rec) {
+            cd_free_store(p);
+            return SQLITE_NOMEM;
+        }
+    }
     if (!p->enc || !p->dec || !p->rbuf || !p->plain || !p->plain2 ||
         EVP_EncryptInit_ex(p->enc, cipher, NULL, NULL, NULL) != 1 ||
         EVP_CIPHER_CTX_ctrl(p->enc, EVP_CTRL_GCM_SET_IVLEN, NONCE, NULL) != 1 ||
@@ -1147,7 +1254,15 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_stats(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return Py_BuildValue("{sKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
+                         n_unseal, "opened_bytes", n_unseal_bytes);
+}
+
 static PyMethodDef methods[] = {
+    {"stats", py_stats, METH_NOARGS, "Records sealed and opened by this process, and their bytes."},
     {"ready", py_ready, METH_NOARGS, "True once SQLite has loaded this module as an extension."},
     {"register", py_register, METH_VARARGS,
      "register(name, header_for, raiser, warner): register an encrypting VFS with SQLite."},
