@@ -166,6 +166,8 @@ def test_vfs_name_and_repr_hide_the_key(tmp_path):
     conn = csql.connect(str(tmp_path / "r.db"), keyring=keyring)
     conn.execute("CREATE TABLE t(x)")
     assert bytes(range(32)).hex() not in conn.vfsname("main")
+    if csql.implementation() == "c":  # a shim reports itself over the VFS it wraps
+        assert conn.vfsname("main") == f"{vfs.vfs_name}/unix"
     conn.close()
 
 

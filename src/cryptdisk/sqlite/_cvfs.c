@@ -114,6 +114,15 @@ typedef struct cdFile {
      * which SQLite never reads again (their salts differ), so a write that ends past it
      * fills the rest of its last segment with zeros instead of reading and decrypting them. */
     sqlite3_int64 wal_high;
+    /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
+     * index modulo the slot count), each with the nonce it was sealed with. The checkpoint
+     * reads back the frames just written; a segment whose record on disk still has that
+     * nonce is copied from here instead of read and decrypted (see cd_mirror_read). */
+    unsigned char *mirror;
+    unsigned char *mirror_nonce;
+    sqlite3_int64 *mirror_tag;
+    sqlite3_int64 *mirror_len;
+    sqlite3_int64 mirror_slots;
     /* gathered journal / WAL bytes */
     unsigned char *pend;
     sqlite3_int64 pend_len;
@@ -219,6 +228,7 @@ static int raw_size(cdFile *p, sqlite3_int64 *out) {
 
 /* The default VFS reads and writes at most 128 KiB per call (SQLite never asks for more). */
 #define RAW_CHUNK 65536
+#define MIRROR_BYTES (4 << 20)
 
 /* Read up to n raw bytes at where; *got is how many the file had. */
 static int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got) {
@@ -410,6 +420,8 @@ static int cd_straddle(cdFile *p, sqlite3_int64 index, sqlite3_int64 lo, sqlite3
     return 1;
 }
 
+static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset);
+
 /* Up to amount plaintext bytes at offset into buf; *got is how many (fewer only at the end). */
 static int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset, sqlite3_int64 *got) {
     sqlite3_int64 seg = p->seg, index = offset / seg, lo = offset % seg, pos = 0, n;
@@ -418,6 +430,10 @@ static int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_
         rc = cd_decrypt(p, index, buf, &n);
         *got = n;
         return rc;
+    }
+    if (p->mirror != NULL && cd_mirror_read(p, buf, amount, offset)) {
+        *got = amount;
+        return SQLITE_OK;
     }
     if (lo && amount <= seg && lo + amount > seg && cd_straddle(p, index, lo, amount, buf)) {
         *got = amount;
@@ -448,6 +464,88 @@ static int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_
     }
     *got = amount;
     return SQLITE_OK;
+}
+
+static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
+                       const unsigned char *nonce) {
+    sqlite3_int64 slot;
+    if (p->kind != KIND_WAL)
+        return;
+    if (p->mirror == NULL) {
+        sqlite3_int64 slots = MIRROR_BYTES / p->seg < 2 ? 2 : MIRROR_BYTES / p->seg;
+        p->mirror = sqlite3_malloc64((sqlite3_uint64)(slots * p->seg));
+        p->mirror_nonce = sqlite3_malloc64((sqlite3_uint64)(slots * NONCE));
+        p->mirror_tag = sqlite3_malloc64((sqlite3_uint64)slots * sizeof(sqlite3_int64));
+        p->mirror_len = sqlite3_malloc64((sqlite3_uint64)slots * sizeof(sqlite3_int64));
+        if (!p->mirror || !p->mirror_nonce || !p->mirror_tag || !p->mirror_len) {
+            sqlite3_free(p->mirror);
+            sqlite3_free(p->mirror_nonce);
+            sqlite3_free(p->mirror_tag);
+            sqlite3_free(p->mirror_len);
+            p->mirror = NULL;
+            return; /* no mirror: reads decrypt, as they would anyway */
+        }
+        p->mirror_slots = slots;
+        for (sqlite3_int64 i = 0; i < slots; i++)
+            p->mirror_tag[i] = -1;
+    }
+    slot = index % p->mirror_slots;
+    memcpy(p->mirror + slot * p->seg, plain, (size_t)len);
+    memcpy(p->mirror_nonce + slot * NONCE, nonce, NONCE);
+    p->mirror_len[slot] = len;
+    p->mirror_tag[slot] = index;
+}
+
+static void mirror_drop(cdFile *p, sqlite3_int64 index) {
+    if (p->mirror != NULL) {
+        if (index < 0) {
+            for (sqlite3_int64 i = 0; i < p->mirror_slots; i++)
+                p->mirror_tag[i] = -1;
+        } else if (p->mirror_tag[index % p->mirror_slots] == index) {
+            p->mirror_tag[index % p->mirror_slots] = -1;
+        }
+    }
+}
+
+static void mirror_free(cdFile *p) {
+    if (p->mirror != NULL)
+        OPENSSL_cleanse(p->mirror, (size_t)(p->mirror_slots * p->seg));
+    sqlite3_free(p->mirror);
+    sqlite3_free(p->mirror_nonce);
+    sqlite3_free(p->mirror_tag);
+    sqlite3_free(p->mirror_len);
+    p->mirror = NULL;
+    p->mirror_nonce = NULL;
+    p->mirror_tag = NULL;
+    p->mirror_len = NULL;
+}
+
+/* [offset, offset + amount) from the mirror, if it spans at most two segments this file
+ * sealed and the records on disk are still those (one read of their nonces); 1 on success. */
+static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset) {
+    sqlite3_int64 seg = p->seg, first = offset / seg, last = (offset + amount - 1) / seg, got, pos = 0;
+    if (p->mirror == NULL || amount <= 0 || last - first > 1)
+        return 0;
+    for (sqlite3_int64 i = first; i <= last; i++) {
+        sqlite3_int64 slot = i % p->mirror_slots;
+        sqlite3_int64 need = i < last ? seg : offset + amount - i * seg;
+        if (p->mirror_tag[slot] != i || p->mirror_len[slot] < need)
+            return 0;
+    }
+    if (raw_read(p, p->rbuf, (last - first) * p->rec + NONCE, HEADER_SIZE + first * p->rec, &got) != SQLITE_OK ||
+        got != (last - first) * p->rec + NONCE)
+        return 0;
+    for (sqlite3_int64 i = first; i <= last; i++) {
+        if (memcmp(p->rbuf + (i - first) * p->rec, p->mirror_nonce + (i % p->mirror_slots) * NONCE, NONCE) != 0)
+            return 0;
+    }
+    for (sqlite3_int64 i = first; i <= last; i++) {
+        sqlite3_int64 lo = i == first ? offset % seg : 0;
+        sqlite3_int64 hi = i == last ? offset + amount - i * seg : seg;
+        memcpy(buf + pos, p->mirror + (i % p->mirror_slots) * seg + lo, (size_t)(hi - lo));
+        pos += hi - lo;
+    }
+    return 1;
 }
 
 /* Is the cached last segment still the one on disk? One 16-byte read of its nonce (each
@@ -543,6 +641,7 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
         sqlite3_int64 slot = (index - first) * rec;
         if ((rc = cd_seal(p, index, plain, (int)plen, p->batch + slot)) != SQLITE_OK)
             return rc;
+        mirror_put(p, index, plain, plen, p->batch + slot);
         used = slot + plen + OVERHEAD;
         pos += take;
         if (pos >= n && (plen < seg || (offset + n) % seg) && p->tc_plain != NULL) {
@@ -583,6 +682,7 @@ static int cd_encrypt_write(cdFile *p, sqlite3_int64 index, const unsigned char 
     int rc;
     if (index == p->tc_index)
         p->tc_valid = 0;
+    mirror_drop(p, index);
     rc = cd_seal(p, index, plain, (int)n, p->rbuf);
     if (rc != SQLITE_OK)
         return rc;
@@ -625,6 +725,7 @@ static int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
     sqlite3_int64 current, seg = p->seg, count, rest, got;
     int rc;
     p->tc_valid = 0;
+    mirror_drop(p, -1);
     if (size < p->wal_high)
         p->wal_high = size;
     if ((rc = cd_size(p, &current)) != SQLITE_OK)
@@ -677,6 +778,7 @@ static void cd_free_store(cdFile *p) {
     sqlite3_free(p->tc_rec);
     p->tc_plain = p->tc_rec = NULL;
     p->tc_valid = 0;
+    mirror_free(p);
     sqlite3_free(p->rbuf);
     sqlite3_free(p->plain);
     sqlite3_free(p->plain2);
@@ -1047,6 +1149,12 @@ static int x_file_control(sqlite3_file *f, int op, void *arg) {
     case SQLITE_FCNTL_MMAP_SIZE: /* SQLite must read pages through the VFS to decrypt them */
         *(sqlite3_int64 *)arg = 0;
         return SQLITE_OK;
+    case SQLITE_FCNTL_VFSNAME: { /* "cryptdisk-c-N/unix", as VFS shims report themselves */
+        int rc = p->real->pMethods->xFileControl(p->real, op, arg);
+        char *inner = rc == SQLITE_OK ? *(char **)arg : NULL;
+        *(char **)arg = inner ? sqlite3_mprintf("%s/%z", p->vfs->name, inner) : sqlite3_mprintf("%s", p->vfs->name);
+        return SQLITE_OK;
+    }
     case SQLITE_FCNTL_CHUNK_SIZE: /* would grow the raw file with zeros */
     case SQLITE_FCNTL_SIZE_HINT:
         return SQLITE_OK;
