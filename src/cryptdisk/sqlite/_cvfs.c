@@ -37,6 +37,8 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -101,6 +103,7 @@ typedef struct cdFile {
     sqlite3_int64 fail_index;
     int tail_fd;
     char *tail_path;
+    unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
     /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
      * next append extends it without reading and decrypting it (valid while the nonce on
      * disk is still tc_rec's, i.e. nobody rewrote it; see cd_cached_tail) */
@@ -271,40 +274,64 @@ static void pause_us(int us) {
 
 /* -- the side file of the segment being rewritten (see _tail.py) ----------- */
 
+static void put_u64le(unsigned char *out, unsigned long long v) {
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)(v >> (8 * i));
+}
+
+static unsigned long long get_u64le(const unsigned char *in) {
+    unsigned long long v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (unsigned long long)in[i] << (8 * i);
+    return v;
+}
+
+/* Save the record of segment index before it is rewritten: index u64le || length u64le ||
+ * record. The side file stays mapped, so a save is two stores and a copy, no system call;
+ * what is in the mapping is in the page cache, so it survives the process being killed. */
 static int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlite3_int64 len) {
-    unsigned char head[8];
+    unsigned char head[16];
     struct iovec iov[2];
+    size_t size = (size_t)(16 + p->rec);
+    put_u64le(head, (unsigned long long)index);
+    put_u64le(head + 8, (unsigned long long)len);
     if (p->tail_fd < 0) {
+        struct stat st;
         p->tail_fd = open(p->tail_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (p->tail_fd < 0)
             return SQLITE_IOERR_WRITE;
+        if (fstat(p->tail_fd, &st) == 0 && (st.st_size >= (off_t)size || ftruncate(p->tail_fd, (off_t)size) == 0)) {
+            void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->tail_fd, 0);
+            p->tail_map = map == MAP_FAILED ? NULL : map;
+        }
     }
-    for (int i = 0; i < 8; i++)
-        head[i] = (unsigned char)((unsigned long long)index >> (8 * i));
+    if (p->tail_map != NULL) {
+        memcpy(p->tail_map, head, 16);
+        memcpy(p->tail_map + 16, record, (size_t)len);
+        return SQLITE_OK;
+    }
     iov[0].iov_base = head;
-    iov[0].iov_len = 8;
+    iov[0].iov_len = 16;
     iov[1].iov_base = (void *)record;
     iov[1].iov_len = (size_t)len;
-    if (pwritev(p->tail_fd, iov, 2, 0) != (ssize_t)(8 + len))
+    if (pwritev(p->tail_fd, iov, 2, 0) != (ssize_t)(16 + len))
         return SQLITE_IOERR_WRITE;
     return SQLITE_OK;
 }
 
 /* The saved record of segment index into into (up to one record); its length, or 0. */
 static sqlite3_int64 tail_load(cdFile *p, sqlite3_int64 index, unsigned char *into) {
-    unsigned char head[8];
-    unsigned long long saved = 0;
-    ssize_t got;
+    unsigned char head[16];
+    unsigned long long len;
+    ssize_t got = 0;
     int fd = open(p->tail_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    if (pread(fd, head, 8, 0) != 8) {
-        close(fd);
-        return 0;
+    if (pread(fd, head, 16, 0) == 16 && get_u64le(head) == (unsigned long long)index) {
+        len = get_u64le(head + 8);
+        if (len > 0 && len <= (unsigned long long)p->rec)
+            got = pread(fd, into, (size_t)len, 16);
     }
-    for (int i = 0; i < 8; i++)
-        saved |= (unsigned long long)head[i] << (8 * i);
-    got = saved == (unsigned long long)index ? pread(fd, into, (size_t)p->rec, 8) : 0;
     close(fd);
     return got > 0 ? got : 0;
 }
@@ -978,6 +1005,9 @@ static int x_close(sqlite3_file *f) {
         sqlite3_free(p->journal_of);
         p->journal_of = NULL;
     }
+    if (p->tail_map != NULL)
+        munmap(p->tail_map, (size_t)(16 + p->rec));
+    p->tail_map = NULL;
     if (p->tail_fd >= 0)
         close(p->tail_fd);
     p->tail_fd = -1;

@@ -8,7 +8,9 @@ record (SIGKILL is checked there), or a power cut, leaves the record half old,
 half new, and it no longer authenticates, taking committed bytes with it.
 
 So before such a rewrite the store puts the segment's current record, still
-encrypted, in ``<file>-cdtail`` (one ``pwritev``: ``index u64le || record``).
+encrypted, in ``<file>-cdtail``: ``index u64le || length u64le || record``
+(the Python VFS writes it with one ``pwritev``; the C VFS keeps the file
+mapped and copies into it, so the file may be longer than the record).
 When a segment of that file later fails authentication and the side file
 holds an authentic record for the same index, the store uses it: the file is
 then as it was before the interrupted write, exactly what SQLite expects after
@@ -38,7 +40,8 @@ class TailSave:
     def save(self, index: int, record: memoryview) -> None:
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.pwritev(self._fd, [index.to_bytes(8, "little"), record], 0)
+        os.pwritev(self._fd, [index.to_bytes(8, "little"), len(record).to_bytes(8, "little"),
+                              record], 0)
 
     def load(self, index: int, into: memoryview) -> int:
         """Read the saved record of segment ``index`` into ``into``; its length, or 0."""
@@ -47,10 +50,13 @@ class TailSave:
         except FileNotFoundError:
             return 0
         try:
-            head = os.pread(fd, 8, 0)
-            if len(head) != 8 or int.from_bytes(head, "little") != index:
+            head = os.pread(fd, 16, 0)
+            if len(head) != 16 or int.from_bytes(head[:8], "little") != index:
                 return 0
-            return os.preadv(fd, [into], 8)
+            length = int.from_bytes(head[8:], "little")
+            if not 0 < length <= len(into):
+                return 0
+            return os.preadv(fd, [into[:length]], 16)
         finally:
             os.close(fd)
 
