@@ -76,6 +76,12 @@ def cases(options: BenchOptions) -> list[Case]:
     return out
 
 
+def _vfs_implementation() -> str:
+    from ..sqlite import implementation
+
+    return {"c": "C", "python": "Python"}[implementation()]
+
+
 def _strategies(record: Recorder) -> list[str]:
     out = ["plain", "cryptdisk"]
     try:
@@ -175,6 +181,8 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  "processes deadlock on a deferred BEGIN); pgbench's statements otherwise.")
     NOTES.append("Plain and cryptdisk use the same SQLite (apsw); SQLCipher 4 (sqlcipher3) "
                  "uses its own build, default cipher settings, the same PRAGMAs.")
+    NOTES.append(f"cryptdisk's SQLite VFS: the {_vfs_implementation()} implementation "
+                 "(CRYPTDISK_SQLITE_VFS picks c or python).")
     try:
         strategies = _strategies(record)
         todo = cases(options)

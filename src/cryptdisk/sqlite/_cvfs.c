@@ -132,8 +132,11 @@ typedef struct cdFile {
     sqlite3_int64 pend_cap;
     sqlite3_int64 pend_start;
     int write_through;
-    /* the rollback journal of a database, by the database's path */
-    char *journal_of;
+    /* a rollback journal: the name pointer SQLite gave its database file when it opened it
+     * (sqlite3_filename_database), so the journal of this very connection is found, not
+     * another connection's journal of the same file */
+    const char *journal_of;
+    char *journal_of_copy; /* the database's path, for names a VFS shim above copied */
     struct cdFile *next_journal;
 } cdFile;
 
@@ -977,8 +980,12 @@ static int cd_flush_journal(cdFile *p) {
         return SQLITE_OK;
     pthread_mutex_lock(&p->vfs->lock);
     for (j = p->vfs->journals; j != NULL; j = j->next_journal)
-        if (strcmp(j->journal_of, p->path) == 0)
+        if (j->journal_of == p->path) /* this connection's journal */
             break;
+    if (j == NULL) /* names copied by a VFS shim above this one: match by path */
+        for (j = p->vfs->journals; j != NULL; j = j->next_journal)
+            if (strcmp(j->journal_of_copy, p->path) == 0)
+                break;
     pthread_mutex_unlock(&p->vfs->lock);
     return j != NULL && j->pend_len ? cd_flush(j) : SQLITE_OK;
 }
@@ -1002,7 +1009,8 @@ static int x_close(sqlite3_file *f) {
                 break;
             }
         pthread_mutex_unlock(&p->vfs->lock);
-        sqlite3_free(p->journal_of);
+        sqlite3_free(p->journal_of_copy);
+        p->journal_of_copy = NULL;
         p->journal_of = NULL;
     }
     if (p->tail_map != NULL)
@@ -1270,12 +1278,18 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
         }
     }
     if (name != NULL && p->kind == KIND_JOURNAL && has_suffix(name, "-journal")) {
-        p->journal_of = sqlite3_mprintf("%.*s", (int)(strlen(name) - strlen("-journal")), name);
-        if (p->journal_of == NULL) {
+        /* SQLITE_OPEN_MAIN_JOURNAL: the pager allocated this name after its database's, so
+         * sqlite3_filename_database gives the database file's own name pointer. A name that
+         * did not come from a pager (a VFS shim above this one copied it) is matched by path. */
+        size_t n = strlen(name) - strlen("-journal");
+        const char *db = sqlite3_filename_database(name);
+        p->journal_of_copy = sqlite3_mprintf("%.*s", (int)n, name);
+        if (p->journal_of_copy == NULL) {
             x_close(f);
             p->base.pMethods = NULL;
             return SQLITE_NOMEM;
         }
+        p->journal_of = db != NULL && strcmp(db, p->journal_of_copy) == 0 ? db : p->journal_of_copy;
         pthread_mutex_lock(&v->lock);
         p->next_journal = v->journals;
         v->journals = p;
