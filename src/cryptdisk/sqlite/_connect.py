@@ -16,7 +16,7 @@ from ._vfs import EncryptedVFS
 
 __all__ = ["IMPLEMENTATIONS", "connect", "implementation", "vfs_for"]
 
-#: The two VFSes: "c" (``_cvfs.c``, the default when it was built) and "python"
+#: The two VFSes: "c" (``csrc/cryptdisk_vfs/``, the default when it was built) and "python"
 #: (the reference). They read and write the same files.
 IMPLEMENTATIONS = ("c", "python")
 ENV = "CRYPTDISK_SQLITE_VFS"

@@ -1,4 +1,4 @@
-"""The C implementation of the encrypting VFS (``_cvfs.c``), registered per keyring.
+"""The C implementation of the encrypting VFS (``csrc/cryptdisk_vfs/``), registered per keyring.
 
 It writes and reads exactly the files the Python VFS (:mod:`._vfs`) does; it
 exists because SQLite calls its VFS several times per transaction and each

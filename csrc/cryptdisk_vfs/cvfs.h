@@ -1,0 +1,167 @@
+/*
+ * cryptdisk.sqlite._cvfs: the encrypting SQLite VFS, in C. This header is what its files
+ * share: cipher.c (records), rawio.c (raw I/O, side file), store.c (plaintext over
+ * records), file.c (one open file and its io methods), vfs.c (VFS methods, Python module).
+ *
+ * The same files, byte for byte, as the Python VFS in _vfs.py and _store.py
+ * (cryptdisk's mutable format, docs/format.md): header(128) || record*, each
+ * record nonce(16) || AES-GCM(DEK, nonce, plaintext, file_id || u64le(index))
+ * || tag(16), a fresh random nonce on every write. The Python VFS is the
+ * reference; this one exists because SQLite calls a VFS several times per
+ * transaction and each call into Python costs more than the AES-GCM of a page.
+ * Behaviour, including everything in docs/sqlite.md about crashes (the
+ * -cdtail side file, torn journal/WAL segments read as zeros, the page-1 peek,
+ * a cut record at the end), follows _vfs.py and _store.py; the comments there
+ * explain why. tests/sqlite runs every test against both VFSes, and checks that
+ * each reads what the other writes.
+ *
+ * This module is both a Python extension (register a VFS per keyring) and a
+ * SQLite loadable extension (sqlite3_cvfs_init), because it must call the
+ * SQLite library apsw was built with, which it can only reach through the
+ * routines SQLite hands to a loadable extension. Python does what touches
+ * keys: a callback authenticates an existing header and unwraps its data key,
+ * or writes a header for a new file. Errors become Python exceptions left
+ * pending for apsw (as apsw does for its own VFS methods), so the application
+ * gets PageAuthenticationError with the path and offset.
+ *
+ * Cipher primitives are OpenSSL's (EVP AES-GCM, RAND_bytes); none is written
+ * here. I/O goes through the default VFS's file methods on the raw file, which
+ * also does the locking and the wal-index (-shm, not encrypted).
+ */
+#ifndef CRYPTDISK_VFS_H
+#define CRYPTDISK_VFS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <sqlite3ext.h>
+
+#include <pthread.h>
+
+#include <openssl/evp.h>
+
+SQLITE_EXTENSION_INIT3
+
+#define HEADER_SIZE 128
+#define NONCE 16
+#define TAG 16
+#define OVERHEAD (NONCE + TAG)
+#define FLUSH_AT (1 << 20)
+#define KIND_MAIN 0
+#define KIND_JOURNAL 1
+#define KIND_WAL 2
+#define KIND_TEMP 3
+#define CD_AUTH (-1) /* internal: a segment failed authentication (p->fail_index) */
+#define ERR_AUTH 0
+#define ERR_TRUNCATED 1
+#define TAIL_SUFFIX "-cdtail"
+
+#define RAW_CHUNK 65536 /* the default VFS reads and writes at most 128 KiB per call */
+#define MIRROR_BYTES (4 << 20)
+
+struct cdFile;
+
+typedef struct cdVfs {
+    sqlite3_vfs base;
+    sqlite3_vfs *root;
+    PyObject *header_for; /* (path, header bytes | None, segment size) -> (header, dek) */
+    PyObject *raiser;     /* (error code, message, offset, path) -> exception */
+    PyObject *warner;     /* (message) -> None */
+    pthread_mutex_t lock;
+    struct cdFile *journals;
+    char name[64];
+} cdVfs;
+
+typedef struct cdFile {
+    sqlite3_file base;
+    sqlite3_file *real;
+    cdVfs *vfs;
+    const char *path;
+    int kind;
+    int anonymous;
+    int gather;
+    int torn_as_hole;
+    /* the store, once the file has a header */
+    int loaded;
+    EVP_CIPHER_CTX *enc;
+    EVP_CIPHER_CTX *dec;
+    unsigned char ad[24]; /* file_id || u64le(index) */
+    sqlite3_int64 seg;
+    sqlite3_int64 rec;
+    unsigned char *rbuf;   /* two records */
+    unsigned char *plain;  /* one segment */
+    unsigned char *plain2; /* one segment */
+    unsigned char *batch;
+    sqlite3_int64 batch_cap;
+    sqlite3_int64 rec_len; /* length of the record in rbuf that last authenticated */
+    sqlite3_int64 fail_index;
+    int tail_fd;
+    char *tail_path;
+    unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
+    /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
+     * next append extends it without reading and decrypting it (valid while the nonce on
+     * disk is still tc_rec's, i.e. nobody rewrote it; see cd_cached_tail) */
+    int tc_valid;
+    sqlite3_int64 tc_index;
+    sqlite3_int64 tc_len;
+    unsigned char *tc_plain;
+    unsigned char *tc_rec;
+    /* WAL only: the end of what this file wrote since SQLite last started the WAL over
+     * (wrote its header at offset 0). Bytes past it are frames of an older generation,
+     * which SQLite never reads again (their salts differ), so a write that ends past it
+     * fills the rest of its last segment with zeros instead of reading and decrypting them. */
+    sqlite3_int64 wal_high;
+    /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
+     * index modulo the slot count), each with the nonce it was sealed with. The checkpoint
+     * reads back the frames just written; a segment whose record on disk still has that
+     * nonce is copied from here instead of read and decrypted (see cd_mirror_read). */
+    unsigned char *mirror;
+    unsigned char *mirror_nonce;
+    sqlite3_int64 *mirror_tag;
+    sqlite3_int64 *mirror_len;
+    sqlite3_int64 mirror_slots;
+    /* gathered journal / WAL bytes */
+    unsigned char *pend;
+    sqlite3_int64 pend_len;
+    sqlite3_int64 pend_cap;
+    sqlite3_int64 pend_start;
+    int write_through;
+    /* a rollback journal: the name pointer SQLite gave its database file when it opened it
+     * (sqlite3_filename_database), so the journal of this very connection is found, not
+     * another connection's journal of the same file */
+    const char *journal_of;
+    char *journal_of_copy; /* the database's path, for names a VFS shim above copied */
+    struct cdFile *next_journal;
+} cdFile;
+
+/* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning) */
+extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes;
+int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst);
+int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int64 got, unsigned char *out);
+
+/* rawio.c: raw bytes through the default VFS's file, and the -cdtail side file */
+int raw_size(cdFile *p, sqlite3_int64 *out);
+int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got);
+int raw_write(cdFile *p, const unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where);
+void pause_us(int us);
+int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlite3_int64 len);
+sqlite3_int64 tail_load(cdFile *p, sqlite3_int64 index, unsigned char *into);
+
+/* store.c: plaintext over records (CD_AUTH for a segment that does not authenticate) */
+int cd_size(cdFile *p, sqlite3_int64 *out);
+int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset, sqlite3_int64 *got);
+int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset);
+int cd_truncate_store(cdFile *p, sqlite3_int64 size);
+void mirror_free(cdFile *p);
+
+/* file.c: one open file (header, gathering, the io methods) */
+extern const sqlite3_io_methods cd_io;
+int cd_load(cdFile *p);
+int x_close(sqlite3_file *f);
+
+/* vfs.c: the Python callbacks (they take the GIL) */
+void cd_warn(cdFile *p, const char *fmt, ...);
+int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...);
+int cd_auth_error(cdFile *p);
+
+#endif

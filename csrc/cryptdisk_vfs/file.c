@@ -1,0 +1,464 @@
+/* One open file: its header (through Python), gathered journal/WAL writes, the io methods. */
+#include "cvfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+/* -- headers (through Python, which holds the keys) ------------------------ */
+
+static void cd_free_store(cdFile *p) {
+    if (p->enc)
+        EVP_CIPHER_CTX_free(p->enc);
+    if (p->dec)
+        EVP_CIPHER_CTX_free(p->dec);
+    p->enc = p->dec = NULL;
+    if (p->plain)
+        OPENSSL_cleanse(p->plain, (size_t)p->seg);
+    if (p->plain2)
+        OPENSSL_cleanse(p->plain2, (size_t)p->seg);
+    if (p->tc_plain)
+        OPENSSL_cleanse(p->tc_plain, (size_t)p->seg);
+    sqlite3_free(p->tc_plain);
+    sqlite3_free(p->tc_rec);
+    p->tc_plain = p->tc_rec = NULL;
+    p->tc_valid = 0;
+    mirror_free(p);
+    sqlite3_free(p->rbuf);
+    sqlite3_free(p->plain);
+    sqlite3_free(p->plain2);
+    sqlite3_free(p->batch);
+    p->rbuf = p->plain = p->plain2 = p->batch = NULL;
+    p->batch_cap = 0;
+    p->loaded = 0;
+}
+
+static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char *dek, Py_ssize_t deklen) {
+    const EVP_CIPHER *cipher = deklen == 32 ? EVP_aes_256_gcm() : EVP_aes_128_gcm();
+    int log2 = header[11];
+    if ((deklen != 32 && deklen != 16) || log2 < 9 || log2 > 24)
+        return SQLITE_CORRUPT;
+    p->seg = (sqlite3_int64)1 << log2;
+    p->rec = p->seg + OVERHEAD;
+    memcpy(p->ad, header + 16, 16);
+    p->enc = EVP_CIPHER_CTX_new();
+    p->dec = EVP_CIPHER_CTX_new();
+    p->rbuf = sqlite3_malloc64((sqlite3_uint64)(2 * p->rec));
+    p->plain = sqlite3_malloc64((sqlite3_uint64)p->seg);
+    p->plain2 = sqlite3_malloc64((sqlite3_uint64)p->seg);
+    p->tc_valid = 0;
+    p->tc_index = -1;
+    p->wal_high = INT64_MAX; /* until SQLite starts the WAL over, every byte may be needed */
+    if (p->gather) {
+        p->tc_plain = sqlite3_malloc64((sqlite3_uint64)p->seg);
+        p->tc_rec = sqlite3_malloc64((sqlite3_uint64)p->rec);
+        if (!p->tc_plain || !p->tc_rec) {
+            cd_free_store(p);
+            return SQLITE_NOMEM;
+        }
+    }
+    if (!p->enc || !p->dec || !p->rbuf || !p->plain || !p->plain2 ||
+        EVP_EncryptInit_ex(p->enc, cipher, NULL, NULL, NULL) != 1 ||
+        EVP_CIPHER_CTX_ctrl(p->enc, EVP_CTRL_GCM_SET_IVLEN, NONCE, NULL) != 1 ||
+        EVP_EncryptInit_ex(p->enc, NULL, NULL, dek, NULL) != 1 ||
+        EVP_DecryptInit_ex(p->dec, cipher, NULL, NULL, NULL) != 1 ||
+        EVP_CIPHER_CTX_ctrl(p->dec, EVP_CTRL_GCM_SET_IVLEN, NONCE, NULL) != 1 ||
+        EVP_DecryptInit_ex(p->dec, NULL, NULL, dek, NULL) != 1) {
+        cd_free_store(p);
+        return SQLITE_NOMEM;
+    }
+    p->loaded = 1;
+    return SQLITE_OK;
+}
+
+/* Call header_for(path, header or None, segment size); set up the store from its answer. */
+static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int write_it) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r;
+    int rc = SQLITE_CANTOPEN;
+    if (header != NULL)
+        r = PyObject_CallFunction(p->vfs->header_for, "sy#L", p->path, (const char *)header,
+                                  (Py_ssize_t)hlen, (long long)seg);
+    else
+        r = PyObject_CallFunction(p->vfs->header_for, "sOL", p->path, Py_None, (long long)seg);
+    if (r != NULL) {
+        const char *h = NULL, *dek = NULL;
+        Py_ssize_t hl = 0, dl = 0;
+        if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 &&
+            PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), (char **)&h, &hl) == 0 &&
+            PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), (char **)&dek, &dl) == 0 && hl == HEADER_SIZE) {
+            rc = SQLITE_OK;
+            if (write_it)
+                rc = raw_write(p, (const unsigned char *)h, HEADER_SIZE, 0);
+            if (rc == SQLITE_OK)
+                rc = cd_setup(p, (const unsigned char *)h, (const unsigned char *)dek, dl);
+        } else if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
+        }
+        Py_DECREF(r);
+    }
+    /* on failure the exception stays pending: apsw raises it (WrongKeyError, ...) */
+    PyGILState_Release(g);
+    return rc;
+}
+
+/* Open the store if the file has a header (another process may have written it). */
+int cd_load(cdFile *p) {
+    sqlite3_int64 size, got;
+    unsigned char header[HEADER_SIZE];
+    int rc;
+    if (p->loaded)
+        return SQLITE_OK;
+    if ((rc = raw_size(p, &size)) != SQLITE_OK)
+        return rc;
+    if (size == 0)
+        return SQLITE_OK;
+    if ((rc = raw_read(p, header, HEADER_SIZE, 0, &got)) != SQLITE_OK)
+        return rc;
+    return cd_call_header(p, header, got, 0, 0);
+}
+
+static sqlite3_int64 pow2_segment(sqlite3_int64 n) {
+    sqlite3_int64 v = 512;
+    while (v < n && v < 65536)
+        v <<= 1;
+    return v;
+}
+
+static unsigned be(const unsigned char *b, int n) {
+    unsigned v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+/* The segment size for a new file, from the first bytes SQLite writes (as segment_size_for). */
+static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
+    static const unsigned char journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
+    sqlite3_int64 page = 0;
+    if (kind == KIND_MAIN && offset == 0 && n >= 18 && memcmp(first, "SQLite format 3", 16) == 0) {
+        unsigned raw = be(first + 16, 2);
+        page = raw == 1 ? 65536 : raw;
+    } else if (kind == KIND_MAIN && offset == 0) {
+        page = n;
+    } else if (kind == KIND_WAL && offset == 0 && n >= 12 && first[0] == 0x37 && first[1] == 0x7f && first[2] == 0x06) {
+        page = be(first + 8, 4);
+    } else if (kind == KIND_JOURNAL && offset == 0 && n >= 28 && memcmp(first, journal_magic, 8) == 0) {
+        page = be(first + 24, 4);
+    }
+    if (page && (page & (page - 1)) == 0 && page >= 512 && page <= 65536)
+        return page;
+    return page == 0 ? 4096 : pow2_segment(page);
+}
+
+static int cd_create(cdFile *p, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
+    int rc = cd_load(p);
+    if (rc != SQLITE_OK || p->loaded)
+        return rc;
+    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), 1);
+}
+
+/* -- gathering journal and WAL writes -------------------------------------- */
+
+static int cd_flush(cdFile *p) {
+    int rc;
+    if (p->pend_len == 0)
+        return SQLITE_OK;
+    if (!p->loaded && (rc = cd_create(p, p->pend, p->pend_len, p->pend_start)) != SQLITE_OK)
+        return rc;
+    if ((rc = cd_write(p, p->pend, p->pend_len, p->pend_start)) != SQLITE_OK)
+        return rc;
+    p->pend_start += p->pend_len;
+    p->pend_len = 0;
+    return SQLITE_OK;
+}
+
+static int cd_append(cdFile *p, const unsigned char *data, sqlite3_int64 n) {
+    if (p->pend_len + n > p->pend_cap) {
+        sqlite3_int64 cap = p->pend_cap ? p->pend_cap : 65536;
+        while (cap < p->pend_len + n)
+            cap *= 2;
+        unsigned char *b = sqlite3_realloc64(p->pend, (sqlite3_uint64)cap);
+        if (b == NULL)
+            return SQLITE_NOMEM;
+        p->pend = b;
+        p->pend_cap = cap;
+    }
+    memcpy(p->pend + p->pend_len, data, (size_t)n);
+    p->pend_len += n;
+    return SQLITE_OK;
+}
+
+static int cd_flush_journal(cdFile *p) {
+    cdFile *j;
+    if (p->vfs->journals == NULL)
+        return SQLITE_OK;
+    pthread_mutex_lock(&p->vfs->lock);
+    for (j = p->vfs->journals; j != NULL; j = j->next_journal)
+        if (j->journal_of == p->path) /* this connection's journal */
+            break;
+    if (j == NULL) /* names copied by a VFS shim above this one: match by path */
+        for (j = p->vfs->journals; j != NULL; j = j->next_journal)
+            if (strcmp(j->journal_of_copy, p->path) == 0)
+                break;
+    pthread_mutex_unlock(&p->vfs->lock);
+    return j != NULL && j->pend_len ? cd_flush(j) : SQLITE_OK;
+}
+
+/* Internal result to SQLite's: CD_AUTH becomes PageAuthenticationError. */
+static int cd_result(cdFile *p, int rc) {
+    return rc == CD_AUTH ? cd_auth_error(p) : rc;
+}
+
+/* -- io methods -------------------------------------------------------------- */
+
+int x_close(sqlite3_file *f) {
+    cdFile *p = (cdFile *)f;
+    int rc = cd_result(p, cd_flush(p));
+    if (p->journal_of != NULL) {
+        cdFile **link;
+        pthread_mutex_lock(&p->vfs->lock);
+        for (link = &p->vfs->journals; *link != NULL; link = &(*link)->next_journal)
+            if (*link == p) {
+                *link = p->next_journal;
+                break;
+            }
+        pthread_mutex_unlock(&p->vfs->lock);
+        sqlite3_free(p->journal_of_copy);
+        p->journal_of_copy = NULL;
+        p->journal_of = NULL;
+    }
+    if (p->tail_map != NULL)
+        munmap(p->tail_map, (size_t)(16 + p->rec));
+    p->tail_map = NULL;
+    if (p->tail_fd >= 0)
+        close(p->tail_fd);
+    p->tail_fd = -1;
+    sqlite3_free(p->tail_path);
+    p->tail_path = NULL;
+    cd_free_store(p);
+    if (p->pend) {
+        OPENSSL_cleanse(p->pend, (size_t)p->pend_cap);
+        sqlite3_free(p->pend);
+        p->pend = NULL;
+    }
+    int rc2 = p->real->pMethods ? p->real->pMethods->xClose(p->real) : SQLITE_OK;
+    return rc != SQLITE_OK ? rc : rc2;
+}
+
+static int check_length(cdFile *p, const unsigned char *page1, sqlite3_int64 got) {
+    sqlite3_int64 page, pages, size;
+    unsigned raw;
+    int rc;
+    if (got < 100 || memcmp(page1, "SQLite format 3", 16) != 0 || memcmp(page1 + 24, page1 + 92, 4) != 0)
+        return SQLITE_OK; /* the in-header size is only valid when these counters agree */
+    if (page1[18] == 2)
+        return SQLITE_OK; /* WAL mode: the file legitimately lags the WAL */
+    raw = be(page1 + 16, 2);
+    page = raw == 1 ? 65536 : raw;
+    if (page != got)
+        return SQLITE_OK;
+    pages = be(page1 + 28, 4);
+    if ((rc = cd_size(p, &size)) != SQLITE_OK)
+        return rc;
+    if (pages * page > size) {
+        sqlite3_int64 where = HEADER_SIZE + (size / p->seg) * p->rec;
+        return cd_raise(p, ERR_TRUNCATED, where,
+                        "%s: file is truncated: its header says %lld pages of %lld bytes but the file holds %lld",
+                        p->path, (long long)pages, (long long)page, (long long)(size / page));
+    }
+    return SQLITE_OK;
+}
+
+static int x_read(sqlite3_file *f, void *buf, int amount, sqlite3_int64 offset) {
+    cdFile *p = (cdFile *)f;
+    sqlite3_int64 got = 0;
+    int rc;
+    if (p->pend_len && (rc = cd_result(p, cd_flush(p))) != SQLITE_OK)
+        return rc;
+    if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
+        return rc == SQLITE_CANTOPEN ? SQLITE_IOERR_READ : rc;
+    if (!p->loaded) {
+        memset(buf, 0, (size_t)amount);
+        return SQLITE_IOERR_SHORT_READ;
+    }
+    if (offset == 0 && p->kind == KIND_MAIN && amount < p->seg) {
+        /* the peek at open: zeros (never the bytes) if page 1 was cut mid-write by a crash */
+        rc = cd_read(p, buf, amount, 0, &got);
+        if (rc == CD_AUTH) {
+            cd_warn(p, "%s: page 1 does not authenticate at open (a write cut by a crash?); SQLite sees "
+                    "zeros until it rolls back its journal", p->path);
+            memset(buf, 0, (size_t)amount);
+            return SQLITE_OK;
+        }
+    } else {
+        rc = cd_read(p, buf, amount, offset, &got);
+        if (rc == SQLITE_OK && offset == 0 && p->kind == KIND_MAIN && amount >= 512)
+            rc = check_length(p, buf, got);
+    }
+    if (rc != SQLITE_OK)
+        return cd_result(p, rc);
+    if (got < amount) {
+        memset((unsigned char *)buf + got, 0, (size_t)(amount - got));
+        return SQLITE_IOERR_SHORT_READ;
+    }
+    return SQLITE_OK;
+}
+
+static int x_write(sqlite3_file *f, const void *vdata, int n, sqlite3_int64 offset) {
+    cdFile *p = (cdFile *)f;
+    const unsigned char *data = vdata;
+    int rc, appended;
+    if (!p->gather) {
+        if ((rc = cd_flush_journal(p)) != SQLITE_OK)
+            return cd_result(p, rc);
+        if (!p->loaded && (rc = cd_create(p, data, n, offset)) != SQLITE_OK)
+            return rc;
+        return cd_result(p, cd_write(p, data, n, offset));
+    }
+    appended = offset == p->pend_start + p->pend_len;
+    if (appended) {
+        rc = cd_append(p, data, n);
+    } else if (p->pend_len && p->pend_start <= offset && offset + n <= p->pend_start + p->pend_len) {
+        memcpy(p->pend + (offset - p->pend_start), data, (size_t)n);
+        rc = SQLITE_OK;
+    } else {
+        if (p->pend_len && (rc = cd_flush(p)) != SQLITE_OK)
+            return cd_result(p, rc);
+        p->pend_start = offset;
+        rc = cd_append(p, data, n);
+    }
+    if (rc != SQLITE_OK)
+        return rc;
+    if (n == 24 && p->kind == KIND_WAL) {
+        /* a frame header: from a commit frame's header to the next transaction's first frame, write through */
+        p->write_through = data[4] | data[5] | data[6] | data[7];
+        if (p->write_through && !appended)
+            return cd_result(p, cd_flush(p));
+    } else if (p->write_through || p->pend_len >= FLUSH_AT) {
+        return cd_result(p, cd_flush(p));
+    }
+    return SQLITE_OK;
+}
+
+static int x_truncate(sqlite3_file *f, sqlite3_int64 size) {
+    cdFile *p = (cdFile *)f;
+    int rc = p->pend_len ? cd_flush(p) : (!p->gather ? cd_flush_journal(p) : SQLITE_OK);
+    if (rc != SQLITE_OK)
+        return cd_result(p, rc);
+    if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
+        return rc;
+    if (!p->loaded) {
+        if (size == 0)
+            return SQLITE_OK;
+        if ((rc = cd_create(p, (const unsigned char *)"", 0, 0)) != SQLITE_OK)
+            return rc;
+    }
+    return cd_result(p, cd_truncate_store(p, size));
+}
+
+static int x_sync(sqlite3_file *f, int flags) {
+    cdFile *p = (cdFile *)f;
+    int rc = p->pend_len ? cd_flush(p) : (!p->gather ? cd_flush_journal(p) : SQLITE_OK);
+    if (rc != SQLITE_OK)
+        return cd_result(p, rc);
+    if (p->anonymous)
+        return SQLITE_OK; /* an unnamed temporary file: nothing to make durable */
+    return p->real->pMethods->xSync(p->real, flags);
+}
+
+static int x_file_size(sqlite3_file *f, sqlite3_int64 *size) {
+    cdFile *p = (cdFile *)f;
+    int rc;
+    if (p->pend_len && (rc = cd_result(p, cd_flush(p))) != SQLITE_OK)
+        return rc;
+    if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
+        return rc == SQLITE_CANTOPEN ? SQLITE_IOERR_FSTAT : rc;
+    if (!p->loaded) {
+        *size = 0;
+        return SQLITE_OK;
+    }
+    return cd_size(p, size);
+}
+
+static int x_lock(sqlite3_file *f, int level) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xLock(p->real, level);
+}
+
+static int x_unlock(sqlite3_file *f, int level) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xUnlock(p->real, level);
+}
+
+static int x_check_reserved_lock(sqlite3_file *f, int *out) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xCheckReservedLock(p->real, out);
+}
+
+static int x_file_control(sqlite3_file *f, int op, void *arg) {
+    cdFile *p = (cdFile *)f;
+    switch (op) {
+    case SQLITE_FCNTL_MMAP_SIZE: /* SQLite must read pages through the VFS to decrypt them */
+        *(sqlite3_int64 *)arg = 0;
+        return SQLITE_OK;
+    case SQLITE_FCNTL_VFSNAME: { /* "cryptdisk-c-N/unix", as VFS shims report themselves */
+        int rc = p->real->pMethods->xFileControl(p->real, op, arg);
+        char *inner = rc == SQLITE_OK ? *(char **)arg : NULL;
+        *(char **)arg = inner ? sqlite3_mprintf("%s/%z", p->vfs->name, inner) : sqlite3_mprintf("%s", p->vfs->name);
+        return SQLITE_OK;
+    }
+    case SQLITE_FCNTL_CHUNK_SIZE: /* would grow the raw file with zeros */
+    case SQLITE_FCNTL_SIZE_HINT:
+        return SQLITE_OK;
+    default:
+        return p->real->pMethods->xFileControl(p->real, op, arg);
+    }
+}
+
+static int x_sector_size(sqlite3_file *f) {
+    cdFile *p = (cdFile *)f;
+    return p->loaded ? (int)p->seg : 512;
+}
+
+static int x_device_characteristics(sqlite3_file *f) {
+    (void)f;
+    return 0; /* no atomic writes, no powersafe overwrite: segments are shared */
+}
+
+static int x_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **out) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xShmMap(p->real, region, size, extend, out);
+}
+
+static int x_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xShmLock(p->real, offset, n, flags);
+}
+
+static void x_shm_barrier(sqlite3_file *f) {
+    cdFile *p = (cdFile *)f;
+    p->real->pMethods->xShmBarrier(p->real);
+}
+
+static int x_shm_unmap(sqlite3_file *f, int delete_flag) {
+    cdFile *p = (cdFile *)f;
+    return p->real->pMethods->xShmUnmap(p->real, delete_flag);
+}
+
+const sqlite3_io_methods cd_io = {
+    2, /* shared memory, no xFetch: SQLite never maps ciphertext */
+    x_close, x_read, x_write, x_truncate, x_sync, x_file_size, x_lock, x_unlock,
+    x_check_reserved_lock, x_file_control, x_sector_size, x_device_characteristics,
+    x_shm_map, x_shm_lock, x_shm_barrier, x_shm_unmap, NULL, NULL,
+};

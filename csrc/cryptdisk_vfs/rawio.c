@@ -1,0 +1,126 @@
+/* Raw I/O through the default VFS's file, and the -cdtail side file (see _tail.py). */
+#include "cvfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+/* -- raw I/O through the default VFS's file -------------------------------- */
+
+int raw_size(cdFile *p, sqlite3_int64 *out) {
+    return p->real->pMethods->xFileSize(p->real, out);
+}
+
+
+/* Read up to n raw bytes at where; *got is how many the file had. */
+int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got) {
+    sqlite3_int64 pos = 0;
+    while (pos < n) {
+        sqlite3_int64 k = n - pos < RAW_CHUNK ? n - pos : RAW_CHUNK;
+        int rc = p->real->pMethods->xRead(p->real, buf + pos, (int)k, where + pos);
+        if (rc == SQLITE_OK) {
+            pos += k;
+            continue;
+        }
+        if (rc != SQLITE_IOERR_SHORT_READ)
+            return rc;
+        sqlite3_int64 size;
+        if ((rc = raw_size(p, &size)) != SQLITE_OK)
+            return rc;
+        *got = size <= where ? 0 : (size - where < n ? size - where : n);
+        return SQLITE_OK;
+    }
+    *got = n;
+    return SQLITE_OK;
+}
+
+int raw_write(cdFile *p, const unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where) {
+    for (sqlite3_int64 pos = 0; pos < n; pos += RAW_CHUNK) {
+        sqlite3_int64 k = n - pos < RAW_CHUNK ? n - pos : RAW_CHUNK;
+        int rc = p->real->pMethods->xWrite(p->real, buf + pos, (int)k, where + pos);
+        if (rc != SQLITE_OK)
+            return rc;
+    }
+    return SQLITE_OK;
+}
+
+void pause_us(int us) {
+    if (us > 0)
+        usleep((useconds_t)us);
+    else
+        sched_yield();
+}
+
+/* -- the side file of the segment being rewritten (see _tail.py) ----------- */
+
+static void put_u64le(unsigned char *out, unsigned long long v) {
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)(v >> (8 * i));
+}
+
+unsigned long long get_u64le(const unsigned char *in) {
+    unsigned long long v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (unsigned long long)in[i] << (8 * i);
+    return v;
+}
+
+/* Save the record of segment index before it is rewritten: index u64le || length u64le ||
+ * record. The side file stays mapped, so a save is two stores and a copy, no system call;
+ * what is in the mapping is in the page cache, so it survives the process being killed. */
+int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlite3_int64 len) {
+    unsigned char head[16];
+    struct iovec iov[2];
+    size_t size = (size_t)(16 + p->rec);
+    put_u64le(head, (unsigned long long)index);
+    put_u64le(head + 8, (unsigned long long)len);
+    if (p->tail_fd < 0) {
+        struct stat st;
+        p->tail_fd = open(p->tail_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (p->tail_fd < 0)
+            return SQLITE_IOERR_WRITE;
+        if (fstat(p->tail_fd, &st) == 0 && (st.st_size >= (off_t)size || ftruncate(p->tail_fd, (off_t)size) == 0)) {
+            void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->tail_fd, 0);
+            p->tail_map = map == MAP_FAILED ? NULL : map;
+        }
+    }
+    if (p->tail_map != NULL) {
+        memcpy(p->tail_map, head, 16);
+        memcpy(p->tail_map + 16, record, (size_t)len);
+        return SQLITE_OK;
+    }
+    iov[0].iov_base = head;
+    iov[0].iov_len = 16;
+    iov[1].iov_base = (void *)record;
+    iov[1].iov_len = (size_t)len;
+    if (pwritev(p->tail_fd, iov, 2, 0) != (ssize_t)(16 + len))
+        return SQLITE_IOERR_WRITE;
+    return SQLITE_OK;
+}
+
+/* The saved record of segment index into into (up to one record); its length, or 0. */
+sqlite3_int64 tail_load(cdFile *p, sqlite3_int64 index, unsigned char *into) {
+    unsigned char head[16];
+    unsigned long long len;
+    ssize_t got = 0;
+    int fd = open(p->tail_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    if (pread(fd, head, 16, 0) == 16 && get_u64le(head) == (unsigned long long)index) {
+        len = get_u64le(head + 8);
+        if (len > 0 && len <= (unsigned long long)p->rec)
+            got = pread(fd, into, (size_t)len, 16);
+    }
+    close(fd);
+    return got > 0 ? got : 0;
+}
