@@ -26,12 +26,40 @@ static void cd_set_index(cdFile *p, sqlite3_int64 index) {
         p->ad[16 + i] = (unsigned char)(v >> (8 * i));
 }
 
+/* Bumped in a forked child, so that it draws its own nonces rather than the parent's pool. */
+static volatile unsigned long cd_fork_generation = 1;
+
+static void on_fork_child(void) { cd_fork_generation++; }
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+/* Once per process, before the first file is opened (called when a VFS is registered). */
+void cd_cipher_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
+}
+
+/* The next fresh random nonce of this file, from a pool drawn NONCE_POOL bytes at a time
+ * (RAND_bytes costs the same for 16 bytes as for 1 KiB); never reused, refilled after fork. */
+static int next_nonce(cdFile *p, unsigned char *out) {
+    if (p->nonce_generation != cd_fork_generation || p->nonce_used + NONCE > NONCE_POOL) {
+        if (RAND_bytes(p->nonce_pool, NONCE_POOL) != 1)
+            return SQLITE_IOERR;
+        p->nonce_used = 0;
+        p->nonce_generation = cd_fork_generation;
+    }
+    memcpy(out, p->nonce_pool + p->nonce_used, NONCE);
+    memset(p->nonce_pool + p->nonce_used, 0, NONCE);
+    p->nonce_used += NONCE;
+    return SQLITE_OK;
+}
+
 /* Seal n plaintext bytes as segment index into dst (n + OVERHEAD bytes). */
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst) {
     int len = 0;
     n_seal++;
     n_seal_bytes += (unsigned long long)n;
-    if (RAND_bytes(dst, NONCE) != 1)
+    if (next_nonce(p, dst) != SQLITE_OK)
         return SQLITE_IOERR;
     cd_set_index(p, index);
     if (EVP_EncryptInit_ex(p->enc, NULL, NULL, NULL, dst) != 1 ||

@@ -182,6 +182,7 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "VFS name too long");
         return NULL;
     }
+    cd_cipher_init();
     root = sqlite3_vfs_find(NULL);
     if (root == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SQLite has no default VFS");

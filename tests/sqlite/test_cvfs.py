@@ -72,3 +72,43 @@ def test_two_connections_taking_turns_never_trust_a_stale_cache(tmp_path, keyrin
             == [(400, 400)]
     a.close()
     b.close()
+
+
+def _records(path, record: int) -> set[tuple[bytes, int, bytes]]:
+    """(nonce, index, whole record) of every record in a mutable file now."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    return {(raw[o : o + 16], i, raw[o : o + record])
+            for i, o in enumerate(range(128, len(raw), record)) if len(raw) - o > 32}
+
+
+def test_a_forked_child_never_reuses_the_parents_nonces(tmp_path, keyring):
+    """Nonces come from a per-file pool drawn 1 KiB at a time; a child that goes on using an
+    inherited connection must draw its own, or both would seal with the same nonce (seen on
+    disk one after the other, even where the later record replaced the earlier one)."""
+    import os
+
+    path = str(tmp_path / "f.db")
+    conn = csql.connect(path, keyring=keyring, implementation="c")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(v BLOB)")
+    conn.execute("INSERT INTO t VALUES(randomblob(100))")  # the WAL's pool is drawn now
+    pid = os.fork()
+    if pid == 0:  # the child: one commit through the inherited connection, then out
+        try:
+            conn.execute("INSERT INTO t VALUES(randomblob(100))")
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    seen = _records(path + "-wal", 4096 + 32)
+    for _ in range(3):
+        conn.execute("INSERT INTO t VALUES(randomblob(100))")
+        seen |= _records(path + "-wal", 4096 + 32)
+    assert conn.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
+    by_nonce: dict[bytes, set[tuple[int, bytes]]] = {}
+    for nonce, index, record in seen:
+        by_nonce.setdefault(nonce, set()).add((index, record))
+    assert len(seen) >= 8
+    assert all(len(records) == 1 for records in by_nonce.values())  # one nonce, one record
+    conn.close()
