@@ -5,8 +5,9 @@
 query is *cold* (fresh process and session; the OS page cache may still hold
 the files), the next ``warm`` executions are *warm*; then the same query with
 one thread (warm). Engines: ``chdb`` (ClickHouse, plain or encrypted disk),
-``duckdb`` (its own database file, plain or ``ENCRYPTION_KEY``) and
-``parquet`` (pyarrow, plain or modular encryption AES_GCM_V1).
+``duckdb`` (its own database file, plain or ``ENCRYPTION_KEY``),
+``parquet`` (pyarrow, plain or modular encryption AES_GCM_V1) and, for the
+insert only, ``cryptdisk`` (cryptdisk's own database, plain or encrypted policy).
 """
 
 from __future__ import annotations
@@ -102,33 +103,83 @@ def _parquet_props(key: str | None, write: bool) -> Any:
     return factory.file_decryption_properties(kms, pe.DecryptionConfiguration())
 
 
+def _insert_chdb(store: str, data: str, config: str | None) -> tuple[Stopwatch, int]:
+    s = _chdb(store, config)
+    policy = " SETTINGS storage_policy = 'encrypted'" if config else ""
+    s.query("CREATE TABLE t (c_int Int64, c_str String, c_float Float64) "
+            f"ENGINE = MergeTree ORDER BY c_int{policy}")
+    with Stopwatch() as sw:
+        s.query(f"INSERT INTO t SELECT * FROM file({_lit(data)}, Parquet)")  # noqa: S608
+    s.query("OPTIMIZE TABLE t FINAL")  # one part, as in the reference runs (untimed)
+    count = int(s.query("SELECT count() FROM t", "CSV").bytes().decode())
+    s.close()
+    return sw, count
+
+
+def _insert_duckdb(store: str, data: str, secret: str | None,
+                   openssl: bool) -> tuple[Stopwatch, int]:
+    con = _duckdb(store, secret, openssl)
+    with Stopwatch() as sw:
+        con.execute(f"CREATE TABLE x.t AS SELECT * FROM read_parquet({_lit(data)})")  # noqa: S608
+        con.execute("CHECKPOINT x")
+    count = int(con.execute("SELECT count(*) FROM x.t").fetchone()[0])
+    con.close()
+    return sw, count
+
+
+def _insert_parquet(store: str, data: str, secret: str | None) -> tuple[Stopwatch, int]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(data)
+    out = f"{store}/t.parquet"
+    with Stopwatch() as sw:  # key generation and wrapping timed, as before
+        pq.write_table(table, out, encryption_properties=_parquet_props(secret, True))
+    return sw, int(pq.ParquetFile(out, decryption_properties=_parquet_props(secret, False)
+                                  ).metadata.num_rows)
+
+
+def _insert_cryptdisk(store: str, data: str, policy: str,
+                      order_by: bool) -> tuple[Stopwatch, int]:
+    """cryptdisk's database (no config: the ``default`` policy encrypts, ``plain`` does not).
+
+    The timed part is ``Database.insert(table, parquet_path)``, the Python API's
+    Parquet-file insert (DuckDB ``read_parquet`` streamed in batches into sealed parts,
+    catalog published): what a user loading a Parquet file calls.
+    """
+    from ..db import connect
+
+    order = " ORDER BY c_int" if order_by else ""
+    with connect(f"{store}/db") as db:
+        db.sql(f"CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float DOUBLE){order} "
+               f"SETTINGS storage_policy = {_lit(policy)}")
+        with Stopwatch() as sw:
+            inserted = db.insert("t", data)
+        count = int(db.query("SELECT count(*) FROM t")[0][0])
+    if inserted != count:
+        raise AssertionError(f"insert() reported {inserted} rows but the table has {count}")
+    return sw, count
+
+
 def insert(engine: str, store: str, data: str, secret: str | None, config: str | None,
            case: str, rows: int) -> list[Sample]:
-    """Load ``data`` (Parquet) into a fresh store; the timed part is the load."""
+    """Load ``data`` (Parquet) into a fresh store; the timed part is the load.
+
+    For ``cryptdisk`` / ``cryptdisk-ordered`` engines ``config`` is the storage policy.
+    The row count of the loaded table must equal ``rows``.
+    """
     os.makedirs(store, exist_ok=True)
     if engine == "chdb":
-        s = _chdb(store, config)
-        policy = " SETTINGS storage_policy = 'encrypted'" if config else ""
-        s.query("CREATE TABLE t (c_int Int64, c_str String, c_float Float64) "
-                f"ENGINE = MergeTree ORDER BY c_int{policy}")
-        with Stopwatch() as sw:
-            s.query(f"INSERT INTO t SELECT * FROM file({_lit(data)}, Parquet)")  # noqa: S608
-        s.query("OPTIMIZE TABLE t FINAL")  # one part, as in the reference runs (untimed)
-        s.close()
+        sw, count = _insert_chdb(store, data, config)
     elif engine.startswith("duckdb"):
-        con = _duckdb(store, secret, engine == "duckdb-openssl")
-        with Stopwatch() as sw:
-            con.execute(f"CREATE TABLE x.t AS SELECT * FROM read_parquet({_lit(data)})")  # noqa: S608
-            con.execute("CHECKPOINT x")
-        con.close()
+        sw, count = _insert_duckdb(store, data, secret, engine == "duckdb-openssl")
+    elif engine.startswith("cryptdisk"):
+        sw, count = _insert_cryptdisk(store, data, config or "default",
+                                      engine == "cryptdisk-ordered")
     else:
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(data)
-        with Stopwatch() as sw:
-            pq.write_table(table, f"{store}/t.parquet",
-                           encryption_properties=_parquet_props(secret, True))
-    return [sw.seconds(case, rows * 48)]  # ~48 bytes a row (8 + 32 + 8)
+        sw, count = _insert_parquet(store, data, secret)
+    if count != rows:
+        raise AssertionError(f"{engine} loaded {count} rows, expected {rows}")
+    return [sw.seconds(case, rows * 48, rows_loaded=count)]  # ~48 bytes a row (8 + 32 + 8)
 
 
 def _runner(engine: str, store: str, secret: str | None, config: str | None) -> Any:

@@ -7,7 +7,11 @@ repeats), all threads and one thread. Strategies: chdb with a plain disk and
 with encrypted disks (AES_128_CTR, AES_256_CTR, via a storage_configuration
 passed as ``config-file=``), DuckDB's database plain and with ENCRYPTION_KEY,
 and Parquet written and read by pyarrow, plain and with modular encryption.
-cryptdisk's own paths (``fs_scan``, ``olap_db``) are separate modules.
+For a like-for-like insert, cryptdisk's database loads the same Parquet file
+(``Database.insert``) on its plain and its encrypted policy, without and with
+ClickHouse's sort key (``ORDER BY c_int``), in the same interleaved rounds as
+chdb; the notes give the paired cryptdisk/chdb ratios. cryptdisk's scans
+(``fs_scan``, ``olap_db``) are separate modules.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ._model import BenchOptions, Progress, Recorder, Skipped
+from ._model import BenchOptions, Measurement, Progress, Recorder, Skipped
+from ._stats import paired_ratio
 from ._suite import INSTALL_BENCH, Strategy, ensure_cleanup, interleave
 from ._venv import DUCKDB_OPENSSL, VenvError, cache_dir, ensure_venv
 from ._worker import run_worker
@@ -49,6 +54,21 @@ def _chdb_config(base: Path, alg: str) -> str:
 
 Engine = tuple[str, str, str | None, str | None, str | None]
 
+#: cryptdisk's database, insert only (the config slot holds the storage policy).
+CRYPTDISK_ENGINES: list[Engine] = [
+    ("cryptdisk plain", "cryptdisk", None, "plain", None),
+    ("cryptdisk encrypted", "cryptdisk", None, "default", None),
+    ("cryptdisk plain ORDER BY c_int", "cryptdisk-ordered", None, "plain", None),
+    ("cryptdisk encrypted ORDER BY c_int", "cryptdisk-ordered", None, "default", None),
+]
+#: (cryptdisk strategy, chdb strategy) pairs whose insert ratio the notes report.
+VS_CHDB = [("cryptdisk plain", "chdb plain"),
+           ("cryptdisk plain ORDER BY c_int", "chdb plain"),
+           ("cryptdisk encrypted", "chdb AES_128_CTR"),
+           ("cryptdisk encrypted", "chdb AES_256_CTR"),
+           ("cryptdisk encrypted ORDER BY c_int", "chdb AES_128_CTR"),
+           ("cryptdisk encrypted ORDER BY c_int", "chdb AES_256_CTR")]
+
 
 def _duckdb_openssl(record: Recorder, progress: Progress) -> list[Engine]:
     """DuckDB 1.5.5 + httpfs (OpenSSL) from a side venv, plain and encrypted."""
@@ -78,6 +98,7 @@ def _engines(base: Path, record: Recorder, progress: Progress, side_venvs: bool)
         for alg in ("AES_128_CTR", "AES_256_CTR"):
             out.append((f"chdb {alg}", "chdb", None, _chdb_config(base / f"chdb-{alg}", alg),
                         None))
+    out += CRYPTDISK_ENGINES
     out += [("duckdb plain", "duckdb", None, None, None),
             ("duckdb encrypted (Mbed TLS)", "duckdb", os.urandom(16).hex(), None, None)]
     if side_venvs:
@@ -100,10 +121,43 @@ def _encrypted_at_rest(base: Path, stores: dict[str, Path]) -> list[str]:
             ok = bool(files) and all(p.read_bytes()[:3] == b"ENC" for p in files)
             notes.append(f"{name}: {len(files)} data files on the encrypted disk, "
                          f"{'all' if ok else 'NOT all'} start with ClickHouse's ENC header.")
+        elif name.startswith("cryptdisk"):
+            notes.append(_cryptdisk_at_rest(name, store))
         elif name.startswith("parquet encrypted"):
             tail = (store / "t.parquet").read_bytes()[-4:]
             notes.append(f"{name}: file ends with {tail!r} (PARE = encrypted footer).")
     return notes
+
+
+def _cryptdisk_at_rest(name: str, store: Path) -> str:
+    """Where cryptdisk's parts are and what their first bytes are (sealed vs Parquet)."""
+    encrypted = "encrypted" in name
+    files = [p for p in (store / "db" / ("data" if encrypted else "plain")).rglob("*")
+             if p.is_file()]
+    magic = b"CRYPTDSK" if encrypted else b"PAR1"
+    heads = [p.read_bytes()[:8] for p in files]
+    ok = bool(files) and all(h.startswith(magic) for h in heads)
+    parquet = sum(h.startswith(b"PAR1") for h in heads)
+    return (f"{name}: {len(files)} part files on its disk, {'all' if ok else 'NOT all'} start "
+            f"with {magic.decode()}; {parquet} readable as Parquet.")
+
+
+def _vs_chdb(measurements: list[Measurement]) -> list[str]:
+    """Paired insert ratios cryptdisk/chdb (same interleaved rounds), one note line."""
+    inserts = {m.strategy: m for m in measurements if m.case.startswith("insert ")}
+    parts = []
+    for ours, theirs in VS_CHDB:
+        a, b = inserts.get(ours), inserts.get(theirs)
+        if a is None or b is None:
+            continue
+        wall = paired_ratio(a.values, b.values)
+        cpu = paired_ratio(a.cpu_s, b.cpu_s) if a.cpu_s and b.cpu_s else None
+        parts.append(f"{ours} / {theirs} {wall.median:.2f} ({wall.low:.2f}-{wall.high:.2f})"
+                     + (f", CPU {cpu.median:.2f}" if cpu else ""))
+    if not parts:
+        return []
+    return ["Insert, cryptdisk vs chdb (the same Parquet file, paired per round, wall time; "
+            ">1 = cryptdisk slower): " + "; ".join(parts) + "."]
 
 
 def _fresh(path: Path) -> None:
@@ -118,9 +172,13 @@ def _notes(rows: int, warm: int, data: str) -> list[str]:
         "c_float = n / SplitMix64(n) * 1e7 (ClickHouse's run used cityHash64).",
         "Every query answer was checked against pyarrow's on the source file "
         "(sum modulo 2^64, avg to 1e-9).",
-        "Insert: chdb INSERT ... SELECT FROM file(Parquet) (then OPTIMIZE FINAL, untimed); "
-        "DuckDB CREATE TABLE AS + CHECKPOINT; pyarrow write_table. The last insert of each "
-        "strategy is the store the queries read.",
+        "Insert: chdb INSERT ... SELECT FROM file(Parquet) into a MergeTree ORDER BY c_int "
+        "(then OPTIMIZE FINAL, untimed); cryptdisk Database.insert(table, parquet_path) into "
+        "a table on the plain or the (encrypted) default policy of a database opened with "
+        "no config, without and with ORDER BY c_int (a full sort; ClickHouse sorts each "
+        "insert block); DuckDB CREATE TABLE AS + CHECKPOINT; pyarrow write_table. Every "
+        "loaded table's row count is checked. The last insert of each strategy is the store "
+        "the queries read; cryptdisk's scans are in the olap-db section.",
         f"Cold = first query in a fresh process (the OS page cache may hold the files); warm = "
         f"median of {warm} repeats in that process. threads=1: chdb max_threads=1, DuckDB "
         "SET threads=1, pyarrow use_threads=False.",
@@ -157,19 +215,28 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     for name, engine, secret, config, python in engines:
         store = stores[name] = base / ("store-" + "".join(c if c.isalnum() else "_"
                                                           for c in name))
-        family = name.split(" ")[0] + " plain"
+        family = (name.replace("encrypted", "plain") if engine.startswith("cryptdisk")
+                  else name.split(" ")[0] + " plain")
         inserts.append(Strategy(name, _B + "insert",
                                 dict(engine=engine, store=str(store), data=data, secret=secret,
                                      config=config, case=f"insert {rows:,} rows", rows=rows),
                                 None, family, lambda s=store: _fresh(s),  # type: ignore[misc]
                                 python))
-        for q in ("avg", "sum"):
+        for q in ("avg", "sum") if engine not in ("cryptdisk", "cryptdisk-ordered") else ():
             queries.append(Strategy(name, _B + "query",
                                     dict(engine=engine, store=str(store), q=q, secret=secret,
                                          config=config, warm=warm, rows=rows,
                                          expected=expected[q]), None, family,
                                     None, python))
-    interleave(options, "olap", inserts, record, progress, "olap: insert", repeats)
+    measured: list[Measurement] = []
+
+    def keep(item: Measurement | Skipped) -> None:
+        if isinstance(item, Measurement):
+            measured.append(item)
+        record(item)
+
+    interleave(options, "olap", inserts, keep, progress, "olap: insert", repeats)
     interleave(options, "olap", queries, record, progress, "olap: queries", repeats)
+    NOTES.extend(_vs_chdb(measured))
     NOTES.extend(_encrypted_at_rest(base, stores))
     NOTES.extend(_notes(rows, warm, data))
