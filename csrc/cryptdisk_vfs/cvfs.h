@@ -115,6 +115,15 @@ typedef struct cdFile {
      * which SQLite never reads again (their salts differ), so a write that ends past it
      * fills the rest of its last segment with zeros instead of reading and decrypting them. */
     sqlite3_int64 wal_high;
+    /* WAL only, for synchronous=FULL: SQLite pads each commit to a segment boundary and
+     * syncs there, so a segment after the sync point holds only the padding frame's tail,
+     * which recovery never needs (the commit frame before it is synced). Rewriting such a
+     * segment needs no -cdtail copy. synced_upto: what the last sync made durable;
+     * synced_since_commit: no commit frame header was written since that sync;
+     * tc_after_sync: the cached tail was written in that state (see cd_write_range_c). */
+    sqlite3_int64 synced_upto;
+    int synced_since_commit;
+    int tc_after_sync;
     /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
      * index modulo the slot count), each with the nonce it was sealed with. The checkpoint
      * reads back the frames just written; a segment whose record on disk still has that
@@ -139,7 +148,7 @@ typedef struct cdFile {
 } cdFile;
 
 /* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning) */
-extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes;
+extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
 void cd_cipher_init(void);
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst);
 int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int64 got, unsigned char *out);

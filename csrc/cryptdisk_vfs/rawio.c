@@ -82,6 +82,7 @@ int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlit
     unsigned char head[16];
     struct iovec iov[2];
     size_t size = (size_t)(16 + p->rec);
+    n_tail_saves++;
     put_u64le(head, (unsigned long long)index);
     put_u64le(head + 8, (unsigned long long)len);
     if (p->tail_fd < 0) {

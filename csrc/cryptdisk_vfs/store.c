@@ -335,8 +335,11 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
                 p->fail_index = index;
                 return CD_AUTH;
             }
-            if (lo && p->tail_path != NULL) {
-                /* bytes before lo may be committed: keep the old record until the new one is on disk */
+            /* bytes before lo may be committed: keep the old record until the new one is on
+             * disk, unless they are a synced commit's padding (see synced_upto in cvfs.h) */
+            int padding_only = cached && index == first && p->kind == KIND_WAL && p->tc_after_sync &&
+                               index * seg >= p->synced_upto;
+            if (lo && p->tail_path != NULL && !padding_only) {
                 if ((rc = tail_save(p, index, old_rec, old_rec_len)) != SQLITE_OK)
                     return rc;
             }
@@ -365,6 +368,7 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
     if (new_tail >= 0) {
         p->tc_index = new_tail;
         p->tc_valid = 1;
+        p->tc_after_sync = p->synced_since_commit;
     }
     if (offset == 0)
         p->wal_high = n; /* SQLite wrote the WAL header: a new generation */

@@ -229,8 +229,8 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
 static PyObject *py_stats(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return Py_BuildValue("{sKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
-                         n_unseal, "opened_bytes", n_unseal_bytes);
+    return Py_BuildValue("{sKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
+                         n_unseal, "opened_bytes", n_unseal_bytes, "tail_saves", n_tail_saves);
 }
 
 static PyMethodDef methods[] = {
