@@ -70,6 +70,7 @@ typedef struct cdVfs {
     PyObject *warner;     /* (message) -> None */
     pthread_mutex_t lock;
     struct cdFile *journals;
+    struct cdFile *mains; /* open (named) database files */
     char name[64];
 } cdVfs;
 
@@ -124,6 +125,19 @@ typedef struct cdFile {
     sqlite3_int64 synced_upto;
     int synced_since_commit;
     int tc_after_sync;
+    /* Database files: publications of the wal-index seen (SQLite calls xShmBarrier when it
+     * publishes a commit, and more often), and whether the wal-index is in shared memory at
+     * all (xShmMap; not in heap-memory WAL mode, which has no barriers).
+     * WAL files: their database's name pointer (sqlite3_filename_database), and the
+     * database's publication count when the oldest bytes of the cached tail were written
+     * (0: unknown). While no publication happened since, those bytes belong to the
+     * transaction being written, which no one has seen committed: a torn rewrite of them
+     * loses nothing committed, so no -cdtail copy is needed (cd_write_range_c). */
+    unsigned long barriers;
+    int shm_used;
+    struct cdFile *next_main;
+    const char *wal_db_name;
+    unsigned long tc_oldest;
     /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
      * index modulo the slot count), each with the nonce it was sealed with. The checkpoint
      * reads back the frames just written; a segment whose record on disk still has that
@@ -172,6 +186,7 @@ void mirror_free(cdFile *p);
 extern const sqlite3_io_methods cd_io;
 int cd_load(cdFile *p);
 int x_close(sqlite3_file *f);
+unsigned long cd_publications(cdFile *p);
 
 /* vfs.c: the Python callbacks (they take the GIL) */
 void cd_warn(cdFile *p, const char *fmt, ...);

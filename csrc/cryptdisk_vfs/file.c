@@ -222,9 +222,34 @@ static int cd_result(cdFile *p, int rc) {
 
 /* -- io methods -------------------------------------------------------------- */
 
+/* The publication count of a WAL file's database (same connection), or 0 when unknown. */
+unsigned long cd_publications(cdFile *p) {
+    unsigned long n = 0;
+    if (p->wal_db_name == NULL)
+        return 0;
+    pthread_mutex_lock(&p->vfs->lock);
+    for (cdFile *m = p->vfs->mains; m != NULL; m = m->next_main)
+        if (m->path == p->wal_db_name) {
+            n = m->shm_used ? m->barriers : 0;
+            break;
+        }
+    pthread_mutex_unlock(&p->vfs->lock);
+    return n;
+}
+
 int x_close(sqlite3_file *f) {
     cdFile *p = (cdFile *)f;
     int rc = cd_result(p, cd_flush(p));
+    if (p->kind == KIND_MAIN && !p->anonymous) {
+        cdFile **link;
+        pthread_mutex_lock(&p->vfs->lock);
+        for (link = &p->vfs->mains; *link != NULL; link = &(*link)->next_main)
+            if (*link == p) {
+                *link = p->next_main;
+                break;
+            }
+        pthread_mutex_unlock(&p->vfs->lock);
+    }
     if (p->journal_of != NULL) {
         cdFile **link;
         pthread_mutex_lock(&p->vfs->lock);
@@ -447,6 +472,7 @@ static int x_device_characteristics(sqlite3_file *f) {
 
 static int x_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **out) {
     cdFile *p = (cdFile *)f;
+    p->shm_used = 1;
     return p->real->pMethods->xShmMap(p->real, region, size, extend, out);
 }
 
@@ -457,6 +483,7 @@ static int x_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
 
 static void x_shm_barrier(sqlite3_file *f) {
     cdFile *p = (cdFile *)f;
+    p->barriers++;
     p->real->pMethods->xShmBarrier(p->real);
 }
 

@@ -287,6 +287,8 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
     sqlite3_int64 seg = p->seg, rec = p->rec, pos = 0, used = 0;
     sqlite3_int64 first = offset / seg, count = (offset + n - 1) / seg - first + 1;
     sqlite3_int64 new_tail = -1; /* index of a partial last segment this write leaves */
+    sqlite3_int64 last_lo = 0;  /* where this write starts in the segment it leaves cached */
+    unsigned long pubs = p->kind == KIND_WAL ? cd_publications(p) : 0;
     int rc;
     if (n <= 0)
         return SQLITE_OK;
@@ -337,9 +339,10 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
             }
             /* bytes before lo may be committed: keep the old record until the new one is on
              * disk, unless they are a synced commit's padding (see synced_upto in cvfs.h) */
-            int padding_only = cached && index == first && p->kind == KIND_WAL && p->tc_after_sync &&
-                               index * seg >= p->synced_upto;
-            if (lo && p->tail_path != NULL && !padding_only) {
+            int mine = cached && index == first && p->kind == KIND_WAL;
+            int padding_only = mine && p->tc_after_sync && index * seg >= p->synced_upto;
+            int unpublished = mine && pubs != 0 && p->tc_oldest == pubs;
+            if (lo && p->tail_path != NULL && !padding_only && !unpublished) {
                 if ((rc = tail_save(p, index, old_rec, old_rec_len)) != SQLITE_OK)
                     return rc;
             }
@@ -361,11 +364,15 @@ static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 
             memcpy(p->tc_rec, p->batch + slot, (size_t)(plen + OVERHEAD));
             p->tc_len = plen;
             new_tail = index;
+            last_lo = lo;
         }
     }
     if ((rc = raw_write(p, p->batch, used, HEADER_SIZE + first * rec)) != SQLITE_OK)
         return rc;
     if (new_tail >= 0) {
+        /* the oldest bytes of the new tail: this write's when it starts the segment, else
+         * the ones kept from the cached tail before it (unknown if that was not cached) */
+        p->tc_oldest = pubs == 0 ? 0 : last_lo == 0 ? pubs : (cached && new_tail == first) ? p->tc_oldest : 0;
         p->tc_index = new_tail;
         p->tc_valid = 1;
         p->tc_after_sync = p->synced_since_commit;

@@ -114,6 +114,15 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
         v->journals = p;
         pthread_mutex_unlock(&v->lock);
     }
+    if (name != NULL && p->kind == KIND_MAIN) {
+        p->barriers = 1;
+        pthread_mutex_lock(&v->lock);
+        p->next_main = v->mains;
+        v->mains = p;
+        pthread_mutex_unlock(&v->lock);
+    }
+    if (name != NULL && p->kind == KIND_WAL)
+        p->wal_db_name = sqlite3_filename_database(name); /* matched by pointer, never read */
     if ((rc = cd_load(p)) != SQLITE_OK) {
         x_close(f);
         p->base.pMethods = NULL;
