@@ -121,7 +121,7 @@ typedef struct cdFile {
      * which recovery never needs (the commit frame before it is synced). Rewriting such a
      * segment needs no -cdtail copy. synced_upto: what the last sync made durable;
      * synced_since_commit: no commit frame header was written since that sync;
-     * tc_after_sync: the cached tail was written in that state (see cd_write_range_c). */
+     * tc_after_sync: the cached tail was written in that state (see cd_write_range). */
     sqlite3_int64 synced_upto;
     int synced_since_commit;
     int tc_after_sync;
@@ -132,10 +132,9 @@ typedef struct cdFile {
      * database's publication count when the oldest bytes of the cached tail were written
      * (0: unknown). While no publication happened since, those bytes belong to the
      * transaction being written, which no one has seen committed: a torn rewrite of them
-     * loses nothing committed, so no -cdtail copy is needed (cd_write_range_c). */
+     * loses nothing committed, so no -cdtail copy is needed (cd_write_range). */
     unsigned long barriers;
     int shm_used;
-    struct cdFile *next_main;
     const char *wal_db_name;
     unsigned long tc_oldest;
     /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
@@ -158,7 +157,9 @@ typedef struct cdFile {
      * another connection's journal of the same file */
     const char *journal_of;
     char *journal_of_copy; /* the database's path, for names a VFS shim above copied */
-    struct cdFile *next_journal;
+    /* the VFS's list this file is on (its journals or its database files), and the link */
+    struct cdFile **listed_in;
+    struct cdFile *next;
 } cdFile;
 
 /* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning) */
@@ -186,6 +187,7 @@ void mirror_free(cdFile *p);
 extern const sqlite3_io_methods cd_io;
 int cd_load(cdFile *p);
 int x_close(sqlite3_file *f);
+void cd_list_add(cdFile **head, cdFile *p);
 unsigned long cd_publications(cdFile *p);
 
 /* vfs.c: the Python callbacks (they take the GIL) */

@@ -204,11 +204,11 @@ static int cd_flush_journal(cdFile *p) {
     if (p->vfs->journals == NULL)
         return SQLITE_OK;
     pthread_mutex_lock(&p->vfs->lock);
-    for (j = p->vfs->journals; j != NULL; j = j->next_journal)
+    for (j = p->vfs->journals; j != NULL; j = j->next)
         if (j->journal_of == p->path) /* this connection's journal */
             break;
     if (j == NULL) /* names copied by a VFS shim above this one: match by path */
-        for (j = p->vfs->journals; j != NULL; j = j->next_journal)
+        for (j = p->vfs->journals; j != NULL; j = j->next)
             if (strcmp(j->journal_of_copy, p->path) == 0)
                 break;
     pthread_mutex_unlock(&p->vfs->lock);
@@ -228,7 +228,7 @@ unsigned long cd_publications(cdFile *p) {
     if (p->wal_db_name == NULL)
         return 0;
     pthread_mutex_lock(&p->vfs->lock);
-    for (cdFile *m = p->vfs->mains; m != NULL; m = m->next_main)
+    for (cdFile *m = p->vfs->mains; m != NULL; m = m->next)
         if (m->path == p->wal_db_name) {
             n = m->shm_used ? m->barriers : 0;
             break;
@@ -237,32 +237,34 @@ unsigned long cd_publications(cdFile *p) {
     return n;
 }
 
+/* Put p on one of its VFS's lists (journals or database files), under the VFS's lock. */
+void cd_list_add(cdFile **head, cdFile *p) {
+    pthread_mutex_lock(&p->vfs->lock);
+    p->next = *head;
+    *head = p;
+    p->listed_in = head;
+    pthread_mutex_unlock(&p->vfs->lock);
+}
+
+static void cd_list_remove(cdFile *p) {
+    pthread_mutex_lock(&p->vfs->lock);
+    for (cdFile **link = p->listed_in; *link != NULL; link = &(*link)->next)
+        if (*link == p) {
+            *link = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&p->vfs->lock);
+    p->listed_in = NULL;
+}
+
 int x_close(sqlite3_file *f) {
     cdFile *p = (cdFile *)f;
     int rc = cd_result(p, cd_flush(p));
-    if (p->kind == KIND_MAIN && !p->anonymous) {
-        cdFile **link;
-        pthread_mutex_lock(&p->vfs->lock);
-        for (link = &p->vfs->mains; *link != NULL; link = &(*link)->next_main)
-            if (*link == p) {
-                *link = p->next_main;
-                break;
-            }
-        pthread_mutex_unlock(&p->vfs->lock);
-    }
-    if (p->journal_of != NULL) {
-        cdFile **link;
-        pthread_mutex_lock(&p->vfs->lock);
-        for (link = &p->vfs->journals; *link != NULL; link = &(*link)->next_journal)
-            if (*link == p) {
-                *link = p->next_journal;
-                break;
-            }
-        pthread_mutex_unlock(&p->vfs->lock);
-        sqlite3_free(p->journal_of_copy);
-        p->journal_of_copy = NULL;
-        p->journal_of = NULL;
-    }
+    if (p->listed_in != NULL)
+        cd_list_remove(p);
+    sqlite3_free(p->journal_of_copy);
+    p->journal_of_copy = NULL;
+    p->journal_of = NULL;
     if (p->tail_map != NULL)
         munmap(p->tail_map, (size_t)(16 + p->rec));
     p->tail_map = NULL;

@@ -17,8 +17,6 @@
 #include <openssl/rand.h>
 
 static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset);
-static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
-                            sqlite3_int64 size, int cached);
 
 static const int RETRY_US[] = {0, 1000, 5000, 20000};
 #define RETRIES 4
@@ -278,11 +276,7 @@ static int cd_cached_tail(cdFile *p, sqlite3_int64 index) {
 
 /* Seal the segments [offset, offset + n) touches and write them with one write.
  * cached: the first segment is the cached tail (cd_cached_tail said so). */
-static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset, sqlite3_int64 size) {
-    return cd_write_range_c(p, data, n, offset, size, 0);
-}
-
-static int cd_write_range_c(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
+static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
                             sqlite3_int64 size, int cached) {
     sqlite3_int64 seg = p->seg, rec = p->rec, pos = 0, used = 0;
     sqlite3_int64 first = offset / seg, count = (offset + n - 1) / seg - first + 1;
@@ -393,7 +387,7 @@ static int cd_write_zeros(cdFile *p, sqlite3_int64 n, sqlite3_int64 offset, sqli
     if (zeros == NULL)
         return SQLITE_NOMEM;
     memset(zeros, 0, (size_t)n);
-    rc = cd_write_range(p, zeros, n, offset, size);
+    rc = cd_write_range(p, zeros, n, offset, size, 0);
     sqlite3_free(zeros);
     return rc;
 }
@@ -438,7 +432,7 @@ int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int6
         size = offset;
         cached = cd_cached_tail(p, index);
     }
-    return cd_write_range_c(p, data, n, offset, size, cached);
+    return cd_write_range(p, data, n, offset, size, cached);
 }
 
 int cd_truncate_store(cdFile *p, sqlite3_int64 size) {

@@ -109,17 +109,11 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
             return SQLITE_NOMEM;
         }
         p->journal_of = db != NULL && strcmp(db, p->journal_of_copy) == 0 ? db : p->journal_of_copy;
-        pthread_mutex_lock(&v->lock);
-        p->next_journal = v->journals;
-        v->journals = p;
-        pthread_mutex_unlock(&v->lock);
+        cd_list_add(&v->journals, p);
     }
     if (name != NULL && p->kind == KIND_MAIN) {
         p->barriers = 1;
-        pthread_mutex_lock(&v->lock);
-        p->next_main = v->mains;
-        v->mains = p;
-        pthread_mutex_unlock(&v->lock);
+        cd_list_add(&v->mains, p);
     }
     if (name != NULL && p->kind == KIND_WAL)
         p->wal_db_name = sqlite3_filename_database(name); /* matched by pointer, never read */

@@ -18,6 +18,15 @@ def _stats_delta(before: dict) -> dict:
     return {k: after[k] - before[k] for k in before}
 
 
+def _make_bank(conn, accounts: int) -> None:
+    """The tables _tpcb_like updates, with ``accounts`` accounts."""
+    conn.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, bal INTEGER, pad TEXT)")
+    conn.execute("CREATE TABLE hist(v BLOB)")
+    with conn:
+        conn.executemany("INSERT INTO acc VALUES(?, 0, ?)",
+                         [(i, "x" * 80) for i in range(accounts)])
+
+
 def _tpcb_like(conn, i: int) -> None:
     with conn:
         conn.execute("UPDATE acc SET bal = bal + 1 WHERE id = ?", (i * 7919 % 5000,))
@@ -27,10 +36,7 @@ def _tpcb_like(conn, i: int) -> None:
 def test_wal_commits_and_checkpoints_decrypt_nothing_they_wrote(tmp_path, keyring):
     conn = csql.connect(str(tmp_path / "w.db"), keyring=keyring, implementation="c")
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, bal INTEGER, pad TEXT)")
-    conn.execute("CREATE TABLE hist(v BLOB)")
-    with conn:
-        conn.executemany("INSERT INTO acc VALUES(?, 0, ?)", [(i, "x" * 80) for i in range(5000)])
+    _make_bank(conn, 5000)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.execute("SELECT sum(bal) FROM acc").fetchall()  # every page in SQLite's cache
     before = _native._cvfs.stats()
@@ -56,10 +62,7 @@ def test_two_connections_taking_turns_never_trust_a_stale_cache(tmp_path, keyrin
     path = str(tmp_path / "t.db")
     a = csql.connect(path, keyring=keyring, implementation="c")
     a.execute(f"PRAGMA journal_mode={journal}")
-    a.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, bal INTEGER, pad TEXT)")
-    a.execute("CREATE TABLE hist(v BLOB)")
-    with a:
-        a.executemany("INSERT INTO acc VALUES(?, 0, ?)", [(i, "x" * 80) for i in range(5000)])
+    _make_bank(a, 5000)
     b = csql.connect(path, keyring=keyring, implementation="c")
     for i in range(400):
         _tpcb_like(a if i % 3 else b, i)
@@ -126,10 +129,7 @@ def test_side_file_copies_only_what_a_torn_rewrite_could_lose(tmp_path, keyring,
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.execute("CREATE TABLE acc(id INTEGER PRIMARY KEY, bal INTEGER, pad TEXT)")
-    conn.execute("CREATE TABLE hist(v BLOB)")
-    with conn:
-        conn.executemany("INSERT INTO acc VALUES(?, 0, ?)", [(i, "x" * 80) for i in range(2000)])
+    _make_bank(conn, 2000)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for i in range(20):  # the WAL starts over and reaches a steady state
         _tpcb_like(conn, i)

@@ -75,8 +75,6 @@ class NativeVFS:
     shows only the name.
     """
 
-    implementation = "c"
-
     def __init__(self, keyring: _KeyLookup, name: str | None = None) -> None:
         if not isinstance(keyring, _KeyLookup):
             raise TypeError("keyring must be a cryptdisk.Keyring")

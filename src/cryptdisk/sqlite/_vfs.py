@@ -92,8 +92,6 @@ class EncryptedVFS(apsw.VFS):
     the same files from C, and is what ``connect`` uses when it was built.
     """
 
-    implementation = "python"
-
     def __init__(self, keyring: _KeyLookup, name: str | None = None) -> None:
         if not isinstance(keyring, _KeyLookup):
             raise TypeError("keyring must be a cryptdisk.Keyring")
