@@ -80,19 +80,6 @@ class PreadSource:
         self._f.close()
 
 
-class _EmptyReader:
-    size = 0
-
-    def read_at(self, offset: int, n: int) -> bytes:
-        return b""
-
-    def readinto_at(self, buf: Any, offset: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
 def find_clickhouse_key(header: Any, keys: list[ClickHouseKey], path: str, where: str) -> bytes:
     """The key for a ClickHouse header among ``keys``; raises :class:`KeyNotFoundError`.
 
@@ -153,7 +140,7 @@ class ClickHouseDisk(WrappingDisk):
         source = PreadSource(raw)
         if source.size == 0:  # ClickHouse writes empty files without a header
             raw.close()
-            return cast("IO[bytes]", PreadFile(_EmptyReader(), path, {"format": "clickhouse"}))
+            return cast("IO[bytes]", PreadFile(ch.EmptyCHReader(), path, {"format": "clickhouse"}))
         try:
             header = ch.CHHeader.parse(source.view(0, CH_HEADER_SIZE), path)
             reader = ch.CHReader(source, header, self.key_for(header, path), path)

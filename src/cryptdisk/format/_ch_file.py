@@ -20,13 +20,14 @@ from ._ch_stream import CHReader, CHWriter, check_key
 from ._io import PositionalReadFile, PublishingWriteFile
 from ._source import MmapSource, source_for
 
-__all__ = ["CHReadFile", "CHWriteFile", "ch_append", "ch_key_finder", "open_clickhouse"]
+__all__ = ["CHReadFile", "CHWriteFile", "EmptyCHReader", "ch_append", "ch_key_finder",
+           "open_clickhouse"]
 
 KeyFor = Callable[[CHHeader], bytes]
 _Key = bytes | bytearray | memoryview
 
 
-class _EmptyReader:
+class EmptyCHReader:
     """The reader of a 0-byte file (ClickHouse writes empty files without a header)."""
 
     size = 0
@@ -51,7 +52,7 @@ class CHReadFile(PositionalReadFile):
 
     def __init__(self, reader: CHReader | None, name: str,
                  closer: Callable[[], None] | None = None) -> None:
-        super().__init__(reader if reader is not None else _EmptyReader(), name, closer)
+        super().__init__(reader if reader is not None else EmptyCHReader(), name, closer)
 
     @property
     def header(self) -> CHHeader | None:

@@ -18,7 +18,14 @@ Lower tier: :class:`CHReader`, :class:`CHWriter`, :func:`check_key`.
    own format; ``cryptdisk convert`` migrates. See ``docs/clickhouse.md``.
 """
 
-from ._ch_file import CHReadFile, CHWriteFile, ch_append, ch_key_finder, open_clickhouse
+from ._ch_file import (
+    CHReadFile,
+    CHWriteFile,
+    EmptyCHReader,
+    ch_append,
+    ch_key_finder,
+    open_clickhouse,
+)
 from ._ch_header import (
     CH_HEADER_SIZE,
     CH_SIGNATURE,
@@ -40,6 +47,7 @@ __all__ = [
     "CHReader",
     "CHWriteFile",
     "CHWriter",
+    "EmptyCHReader",
     "ch_append",
     "ch_key_finder",
     "check_key",
