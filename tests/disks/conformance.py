@@ -44,6 +44,14 @@ class DiskConformance:
                 f.write(data[i : i + 777])
         assert disk.read_bytes("pieces") == data
 
+    def test_empty_file(self, disk: Disk) -> None:
+        disk.write_bytes("empty", b"")
+        assert disk.read_bytes("empty") == b""
+        with disk.open_read("empty") as f:
+            assert f.read() == b"" and f.read(10) == b""
+            f.seek(0, os.SEEK_END)
+            assert f.tell() == 0
+
     def test_seek_tell_read(self, disk: Disk) -> None:
         data = payload(20_000, 2)
         disk.write_bytes("f", data)
