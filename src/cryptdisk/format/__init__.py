@@ -26,6 +26,7 @@ from ._io import (
     SealedReadFile,
     SealedWriteFile,
 )
+from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
@@ -54,6 +55,7 @@ __all__ = [
     "SealedReader",
     "SealedWriteFile",
     "SealedWriter",
+    "SegmentLayout",
     "Source",
     "WrappingKey",
     "iter_sealed_stream",

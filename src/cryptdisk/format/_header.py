@@ -4,10 +4,11 @@ Layout (little-endian; ``docs/format.md`` is the normative spec)::
 
     0   8  magic        b"CRYPTDSK"
     8   1  version      1
-    9   1  kind         1 sealed, 2 mutable
+    9   1  kind         1 sealed, 2 mutable, 3 framed (mutable, records follow frames)
     10  1  algorithm    1 AES-256-GCM, 2 AES-128-GCM (data cipher)
     11  1  segment log2 segment size = 1 << n, 9 <= n <= 24
-    12  4  reserved     zero
+    12  2  lead         kind 3: u16 plaintext bytes of segment 0; else zero
+    14  2  frame extra  kind 3: u16, later segments hold segment size + extra; else zero
     16 16  file id      random
     32  8  key id       u64 id of the key-encryption key
     40  8  key check    8-byte check value of that key
@@ -59,7 +60,7 @@ WRAP_NONCE = 12
 MIN_SEGMENT_SIZE = 1 << 9
 MAX_SEGMENT_SIZE = 1 << 24
 
-_FIXED = struct.Struct("<8sBBBB4s16sQ8s")  # the 48 authenticated bytes
+_FIXED = struct.Struct("<8sBBBBHH16sQ8s")  # the 48 authenticated bytes
 assert _FIXED.size == AUTH_PREFIX
 
 
@@ -68,7 +69,10 @@ class Kind:
 
     SEALED = 1
     MUTABLE = 2
-    NAMES = {1: "sealed", 2: "mutable"}
+    FRAMED = 3  # mutable, with segments that follow the plaintext's frames (SQLite's WAL)
+    NAMES = {1: "sealed", 2: "mutable", 3: "framed"}
+    #: kinds stored as mutable records (random writes in place)
+    WRITABLE = (2, 3)
 
 
 def _segment_log2(segment_size: int) -> int:
@@ -95,16 +99,28 @@ class Header:
     key_id: int
     key_check: bytes
     key_slot: bytes  # 64 bytes: wrap nonce, wrapped key, tag, zero padding
+    lead: int = 0  # kind 3: plaintext bytes of segment 0 (0 for other kinds)
+    frame_extra: int = 0  # kind 3: later segments hold segment_size + frame_extra bytes
 
     @property
     def kind_name(self) -> str:
         return Kind.NAMES[self.kind]
 
+    @property
+    def first_segment_size(self) -> int:
+        """Plaintext bytes of segment 0 when full (``lead`` for kind 3)."""
+        return self.lead if self.kind == Kind.FRAMED else self.segment_size
+
+    @property
+    def frame_size(self) -> int:
+        """Plaintext bytes of every later segment when full."""
+        return self.segment_size + self.frame_extra
+
     def auth_prefix(self) -> bytes:
         return _FIXED.pack(
             MAGIC, VERSION, self.kind, int(self.algorithm),
-            _segment_log2(self.segment_size), b"\0" * 4, self.file_id, self.key_id,
-            self.key_check,
+            _segment_log2(self.segment_size), self.lead, self.frame_extra, self.file_id,
+            self.key_id, self.key_check,
         )
 
     def to_bytes(self) -> bytes:
@@ -126,7 +142,7 @@ class Header:
             raise MalformedHeaderError(
                 f"{where}header is truncated ({len(data)} of {HEADER_SIZE} bytes)"
             )
-        (_m, version, kind, alg, seg_log2, res1, file_id, key_id, key_check) = _FIXED.unpack(
+        (_m, version, kind, alg, seg_log2, lead, extra, file_id, key_id, key_check) = _FIXED.unpack(
             data[:AUTH_PREFIX]
         )
         if version != VERSION:
@@ -143,13 +159,19 @@ class Header:
             raise UnsupportedVersionError(f"{where}unknown algorithm number {alg}") from None
         if not 9 <= seg_log2 <= 24:
             raise MalformedHeaderError(f"{where}segment size 2**{seg_log2} is out of range")
-        if res1 != b"\0" * 4 or data[AUTH_PREFIX + SLOT_SIZE :] != b"\0" * 16:
+        if data[AUTH_PREFIX + SLOT_SIZE :] != b"\0" * 16 or (
+                kind != Kind.FRAMED and (lead or extra)):
             raise MalformedHeaderError(f"{where}reserved header bytes are not zero")
+        if kind == Kind.FRAMED and not 1 <= lead <= (1 << seg_log2) + extra:
+            raise MalformedHeaderError(
+                f"{where}framed file: segment 0 of {lead} bytes does not fit a segment of "
+                f"{(1 << seg_log2) + extra} bytes"
+            )
         slot_used = WRAP_NONCE + algorithm.key_size + TAG_SIZE
         slot = data[SLOT_OFFSET : SLOT_OFFSET + SLOT_SIZE]
         if slot[slot_used:] != b"\0" * (SLOT_SIZE - slot_used):
             raise MalformedHeaderError(f"{where}key slot padding is not zero")
-        return cls(kind, algorithm, 1 << seg_log2, file_id, key_id, key_check, slot)
+        return cls(kind, algorithm, 1 << seg_log2, file_id, key_id, key_check, slot, lead, extra)
 
     def wrapped_key(self) -> bytes:
         return self.key_slot[: WRAP_NONCE + self.algorithm.key_size + TAG_SIZE]
@@ -162,14 +184,29 @@ def _slot(blob: bytes) -> bytes:
 
 
 def new_header(
-    kind: int, key: WrappingKey, *, algorithm: Algorithm | None = None, segment_size: int = 65536
+    kind: int, key: WrappingKey, *, algorithm: Algorithm | None = None, segment_size: int = 65536,
+    lead: int = 0, frame_extra: int = 0,
 ) -> tuple[Header, bytes]:
-    """A header for a new file with a fresh random data key; returns ``(header, dek)``."""
+    """A header for a new file with a fresh random data key; returns ``(header, dek)``.
+
+    ``lead`` and ``frame_extra`` describe a framed file (kind 3): segment 0
+    holds ``lead`` bytes, every later one ``segment_size + frame_extra``.
+    """
     alg = Algorithm.parse(algorithm) if algorithm is not None else key.algorithm
     _segment_log2(segment_size)
+    if kind == Kind.FRAMED:
+        largest = min(0xFFFF, segment_size + frame_extra)
+        if not (0 <= frame_extra <= 0xFFFF and 1 <= lead <= largest):
+            raise ValueError(
+                f"a framed file needs 0 <= frame_extra <= 65535 and 1 <= lead <= "
+                f"min(65535, segment_size + frame_extra), not lead={lead}, "
+                f"frame_extra={frame_extra}"
+            )
+    elif lead or frame_extra:
+        raise ValueError("lead and frame_extra are for framed files (Kind.FRAMED) only")
     dek = os.urandom(alg.key_size)
     header = Header(kind, alg, segment_size, os.urandom(16), key.key_id, key.check_value,
-                    b"\0" * SLOT_SIZE)
+                    b"\0" * SLOT_SIZE, lead, frame_extra)
     return replace(header, key_slot=_slot(key.wrap(dek, header.auth_prefix()))), dek
 
 

@@ -23,11 +23,9 @@ from cryptography.exceptions import InvalidTag
 from ..errors import SegmentAuthenticationError, TruncatedFileError
 from ._cipher import TAG_SIZE, new_aead
 from ._header import HEADER_SIZE, Header, Kind
+from ._layout import MUTABLE_NONCE, OVERHEAD
 
 __all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout"]
-
-MUTABLE_NONCE = 16
-OVERHEAD = MUTABLE_NONCE + TAG_SIZE
 _AD = struct.Struct("<16sQ")
 #: Whole segments per batched read or write (one syscall each way).
 _RUN = 64
