@@ -55,6 +55,8 @@ SQLITE_EXTENSION_INIT3
 #define ERR_AUTH 0
 #define ERR_TRUNCATED 1
 #define TAIL_SUFFIX "-cdtail"
+#define WAL_HEADER 32       /* a WAL starts with this many header bytes */
+#define WAL_FRAME_HEADER 24 /* then frames of a header and a page */
 
 #define NONCE_POOL 1024 /* nonces drawn per RAND_bytes call (one call costs ~0.7 us for any size to 1 KiB) */
 #define RAW_CHUNK 65536 /* the default VFS reads and writes at most 128 KiB per call */
@@ -91,8 +93,12 @@ typedef struct cdFile {
     unsigned char nonce_pool[NONCE_POOL]; /* random bytes for the next nonces, used once each */
     int nonce_used;
     unsigned long nonce_generation; /* cd_fork_generation when the pool was drawn */
+    /* segment geometry (docs/format.md): segment 0 holds lead bytes, later ones seg; a
+     * mutable file (kind 2) has lead == seg, a framed WAL (kind 3) lead 32 and seg 24 + page */
+    sqlite3_int64 lead;
     sqlite3_int64 seg;
-    sqlite3_int64 rec;
+    sqlite3_int64 rec;    /* seg + OVERHEAD: the largest record */
+    sqlite3_int64 sector; /* the header's segment size (the page size) */
     unsigned char *rbuf;   /* two records */
     unsigned char *plain;  /* one segment */
     unsigned char *plain2; /* one segment */
@@ -161,6 +167,21 @@ typedef struct cdFile {
     struct cdFile **listed_in;
     struct cdFile *next;
 } cdFile;
+
+/* Segment geometry: which segment holds a plaintext offset, where a segment starts, how
+ * many bytes it holds when full, and where its record is. */
+static inline sqlite3_int64 seg_index(const cdFile *p, sqlite3_int64 offset) {
+    return offset < p->lead ? 0 : 1 + (offset - p->lead) / p->seg;
+}
+static inline sqlite3_int64 seg_start(const cdFile *p, sqlite3_int64 index) {
+    return index == 0 ? 0 : p->lead + (index - 1) * p->seg;
+}
+static inline sqlite3_int64 seg_cap(const cdFile *p, sqlite3_int64 index) {
+    return index == 0 ? p->lead : p->seg;
+}
+static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
+    return index == 0 ? HEADER_SIZE : HEADER_SIZE + p->lead + OVERHEAD + (index - 1) * p->rec;
+}
 
 /* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning) */
 extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;

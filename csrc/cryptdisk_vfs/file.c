@@ -45,10 +45,15 @@ static void cd_free_store(cdFile *p) {
 
 static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char *dek, Py_ssize_t deklen) {
     const EVP_CIPHER *cipher = deklen == 32 ? EVP_aes_256_gcm() : EVP_aes_128_gcm();
-    int log2 = header[11];
+    int log2 = header[11], kind = header[9];
+    sqlite3_int64 lead = header[12] | (header[13] << 8), extra = header[14] | (header[15] << 8);
     if ((deklen != 32 && deklen != 16) || log2 < 9 || log2 > 24)
         return SQLITE_CORRUPT;
-    p->seg = (sqlite3_int64)1 << log2;
+    p->sector = (sqlite3_int64)1 << log2;
+    p->seg = kind == 3 ? p->sector + extra : p->sector;
+    p->lead = kind == 3 ? lead : p->seg;
+    if (p->lead < 1 || p->lead > p->seg)
+        return SQLITE_CORRUPT; /* Python parsed and checked the header: cannot happen */
     p->rec = p->seg + OVERHEAD;
     memcpy(p->ad, header + 16, 16);
     p->enc = EVP_CIPHER_CTX_new();
@@ -81,16 +86,19 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
     return SQLITE_OK;
 }
 
-/* Call header_for(path, header or None, segment size); set up the store from its answer. */
-static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int write_it) {
+/* Call header_for(path, header or None, segment size, lead, frame extra); set up the store
+ * from its answer. */
+static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg,
+                          int lead, int extra, int write_it) {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *r;
     int rc = SQLITE_CANTOPEN;
     if (header != NULL)
-        r = PyObject_CallFunction(p->vfs->header_for, "sy#L", p->path, (const char *)header,
-                                  (Py_ssize_t)hlen, (long long)seg);
+        r = PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
+                                  (Py_ssize_t)hlen, (long long)seg, 0, 0);
     else
-        r = PyObject_CallFunction(p->vfs->header_for, "sOL", p->path, Py_None, (long long)seg);
+        r = PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
+                                  extra);
     if (r != NULL) {
         const char *h = NULL, *dek = NULL;
         Py_ssize_t hl = 0, dl = 0;
@@ -125,7 +133,7 @@ int cd_load(cdFile *p) {
         return SQLITE_OK;
     if ((rc = raw_read(p, header, HEADER_SIZE, 0, &got)) != SQLITE_OK)
         return rc;
-    return cd_call_header(p, header, got, 0, 0);
+    return cd_call_header(p, header, got, 0, 0, 0, 0);
 }
 
 static sqlite3_int64 pow2_segment(sqlite3_int64 n) {
@@ -142,6 +150,12 @@ static unsigned be(const unsigned char *b, int n) {
     return v;
 }
 
+/* A new WAL is a framed file (as wal_framing in _vfs.py): a record per frame, so a commit
+ * never shares a record with the one before it. Other files are mutable. */
+static int is_wal_header(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
+    return kind == KIND_WAL && offset == 0 && n >= 12 && first[0] == 0x37 && first[1] == 0x7f && first[2] == 0x06;
+}
+
 /* The segment size for a new file, from the first bytes SQLite writes (as segment_size_for). */
 static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
     static const unsigned char journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
@@ -151,7 +165,7 @@ static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqli
         page = raw == 1 ? 65536 : raw;
     } else if (kind == KIND_MAIN && offset == 0) {
         page = n;
-    } else if (kind == KIND_WAL && offset == 0 && n >= 12 && first[0] == 0x37 && first[1] == 0x7f && first[2] == 0x06) {
+    } else if (is_wal_header(kind, first, n, offset)) {
         page = be(first + 8, 4);
     } else if (kind == KIND_JOURNAL && offset == 0 && n >= 28 && memcmp(first, journal_magic, 8) == 0) {
         page = be(first + 24, 4);
@@ -162,10 +176,11 @@ static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqli
 }
 
 static int cd_create(cdFile *p, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
-    int rc = cd_load(p);
+    int rc = cd_load(p), wal = is_wal_header(p->kind, first, n, offset);
     if (rc != SQLITE_OK || p->loaded)
         return rc;
-    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), 1);
+    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), wal ? WAL_HEADER : 0,
+                          wal ? WAL_FRAME_HEADER : 0, 1);
 }
 
 /* -- gathering journal and WAL writes -------------------------------------- */
@@ -299,7 +314,7 @@ static int check_length(cdFile *p, const unsigned char *page1, sqlite3_int64 got
     if ((rc = cd_size(p, &size)) != SQLITE_OK)
         return rc;
     if (pages * page > size) {
-        sqlite3_int64 where = HEADER_SIZE + (size / p->seg) * p->rec;
+        sqlite3_int64 where = rec_at(p, seg_index(p, size));
         return cd_raise(p, ERR_TRUNCATED, where,
                         "%s: file is truncated: its header says %lld pages of %lld bytes but the file holds %lld",
                         p->path, (long long)pages, (long long)page, (long long)(size / page));
@@ -464,12 +479,15 @@ static int x_file_control(sqlite3_file *f, int op, void *arg) {
 
 static int x_sector_size(sqlite3_file *f) {
     cdFile *p = (cdFile *)f;
-    return p->loaded ? (int)p->seg : 512;
+    return p->loaded ? (int)p->sector : 512;
 }
 
 static int x_device_characteristics(sqlite3_file *f) {
-    (void)f;
-    return 0; /* no atomic writes, no powersafe overwrite: segments are shared */
+    /* a database page is one record, rewritten whole, and a framed WAL has a record per
+     * frame: no commit shares a record with the one before it, so SQLite need not pad
+     * commits to a sector boundary (as xDeviceCharacteristics in _vfs.py) */
+    cdFile *p = (cdFile *)f;
+    return p->kind == KIND_MAIN ? SQLITE_IOCAP_POWERSAFE_OVERWRITE : 0;
 }
 
 static int x_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **out) {

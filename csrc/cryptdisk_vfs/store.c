@@ -23,53 +23,54 @@ static const int RETRY_US[] = {0, 1000, 5000, 20000};
 
 /* -- the store ------------------------------------------------------------- */
 
-static int cd_split_size(cdFile *p, sqlite3_int64 raw, sqlite3_int64 *full, sqlite3_int64 *rest) {
-    if (raw < HEADER_SIZE)
+/* The plaintext size of a raw file size (as SegmentLayout.measure); *cut is the length of a
+ * last record too short to hold any plaintext (0 if none), which the size leaves out. */
+static sqlite3_int64 cd_measure(cdFile *p, sqlite3_int64 raw, sqlite3_int64 *cut) {
+    sqlite3_int64 body = raw - HEADER_SIZE, first = p->lead + OVERHEAD, full, rest;
+    *cut = 0;
+    if (body <= 0)
         return 0;
-    *full = (raw - HEADER_SIZE) / p->rec;
-    *rest = (raw - HEADER_SIZE) % p->rec;
-    return 1;
+    if (body <= first) {
+        if (body <= OVERHEAD) {
+            *cut = body;
+            return 0;
+        }
+        return body - OVERHEAD;
+    }
+    full = (body - first) / p->rec;
+    rest = (body - first) % p->rec;
+    if (rest > 0 && rest <= OVERHEAD) {
+        *cut = rest;
+        rest = 0;
+    }
+    return p->lead + full * p->seg + (rest ? rest - OVERHEAD : 0);
 }
 
 /* Plaintext size now (another process may have written). */
 int cd_size(cdFile *p, sqlite3_int64 *out) {
-    sqlite3_int64 raw, full, rest;
+    sqlite3_int64 raw, cut;
     int rc = raw_size(p, &raw);
     if (rc != SQLITE_OK)
         return rc;
-    if (!cd_split_size(p, raw, &full, &rest)) {
-        *out = 0;
-        return SQLITE_OK;
-    }
-    if (rest == 0 || rest > OVERHEAD) {
-        *out = full * p->seg + (rest ? rest - OVERHEAD : 0);
-        return SQLITE_OK;
-    }
-    for (int i = 0; i < RETRIES; i++) {
+    *out = cd_measure(p, raw, &cut);
+    for (int i = 0; cut && i < RETRIES; i++) {
         pause_us(RETRY_US[i]); /* maybe another process is appending a record right now */
         if ((rc = raw_size(p, &raw)) != SQLITE_OK)
             return rc;
-        if (!cd_split_size(p, raw, &full, &rest)) {
-            *out = 0;
-            return SQLITE_OK;
-        }
-        if (rest == 0 || rest > OVERHEAD) {
-            *out = full * p->seg + (rest ? rest - OVERHEAD : 0);
-            return SQLITE_OK;
-        }
+        *out = cd_measure(p, raw, &cut);
     }
     /* At most OVERHEAD bytes of a record: an append cut by a crash (see _store.py). */
-    cd_warn(p, "%s: ignoring a cut record of %lld bytes at the end (a write cut by a crash?)",
-            p->path, (long long)rest);
-    *out = full * p->seg;
+    if (cut)
+        cd_warn(p, "%s: ignoring a cut record of %lld bytes at the end (a write cut by a crash?)",
+                p->path, (long long)cut);
     return SQLITE_OK;
 }
 
 /* Decrypt segment index into out; *n is its plaintext length (0 past the end).
  * Returns CD_AUTH when it does not authenticate (and is not a torn journal/WAL segment). */
 static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
-    sqlite3_int64 where = HEADER_SIZE + index * p->rec, got;
-    int rc = raw_read(p, p->rbuf, p->rec, where, &got);
+    sqlite3_int64 where = rec_at(p, index), len = seg_cap(p, index) + OVERHEAD, got;
+    int rc = raw_read(p, p->rbuf, len, where, &got);
     if (rc != SQLITE_OK)
         return rc;
     if (got == 0) {
@@ -84,7 +85,7 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
     for (int i = 0; i < RETRIES; i++) {
         /* another process may be rewriting this very segment: read again */
         pause_us(RETRY_US[i]);
-        if ((rc = raw_read(p, p->rbuf, p->rec, where, &got)) != SQLITE_OK)
+        if ((rc = raw_read(p, p->rbuf, len, where, &got)) != SQLITE_OK)
             return rc;
         if (got && cd_unseal(p, index, p->rbuf, got, out)) {
             p->rec_len = got;
@@ -115,15 +116,15 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
 
 /* The tail of segment index and the head of the next, in one read; 1 on success. */
 static int cd_straddle(cdFile *p, sqlite3_int64 index, sqlite3_int64 lo, sqlite3_int64 amount, unsigned char *buf) {
-    sqlite3_int64 head = p->seg - lo, got, n2;
-    if (raw_read(p, p->rbuf, 2 * p->rec, HEADER_SIZE + index * p->rec, &got) != SQLITE_OK)
+    sqlite3_int64 r0 = seg_cap(p, index) + OVERHEAD, head = seg_cap(p, index) - lo, got, n2;
+    if (raw_read(p, p->rbuf, r0 + p->rec, rec_at(p, index), &got) != SQLITE_OK)
         return 0;
-    n2 = got - p->rec - OVERHEAD;
+    n2 = got - r0 - OVERHEAD;
     if (n2 < amount - head)
         return 0;
-    if (!cd_unseal(p, index, p->rbuf, p->rec, p->plain))
+    if (!cd_unseal(p, index, p->rbuf, r0, p->plain))
         return 0;
-    if (!cd_unseal(p, index + 1, p->rbuf + p->rec, got - p->rec, p->plain2)) {
+    if (!cd_unseal(p, index + 1, p->rbuf + r0, got - r0, p->plain2)) {
         OPENSSL_cleanse(p->plain, (size_t)p->seg);
         return 0;
     }
@@ -134,9 +135,10 @@ static int cd_straddle(cdFile *p, sqlite3_int64 index, sqlite3_int64 lo, sqlite3
 
 /* Up to amount plaintext bytes at offset into buf; *got is how many (fewer only at the end). */
 int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset, sqlite3_int64 *got) {
-    sqlite3_int64 seg = p->seg, index = offset / seg, lo = offset % seg, pos = 0, n;
+    sqlite3_int64 index = seg_index(p, offset), lo = offset - seg_start(p, index), seg = seg_cap(p, index);
+    sqlite3_int64 pos = 0, n;
     int rc;
-    if (lo == 0 && amount == seg) { /* the page fast path */
+    if (lo == 0 && amount == seg) { /* the page fast path (a whole frame of a framed WAL) */
         rc = cd_decrypt(p, index, buf, &n);
         *got = n;
         return rc;
@@ -145,13 +147,14 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
         *got = amount;
         return SQLITE_OK;
     }
-    if (lo && amount <= seg && lo + amount > seg && cd_straddle(p, index, lo, amount, buf)) {
+    if (lo && lo + amount > seg && amount - (seg - lo) <= p->seg && cd_straddle(p, index, lo, amount, buf)) {
         *got = amount;
         return SQLITE_OK;
     }
     while (pos < amount) {
-        index = (offset + pos) / seg;
-        lo = (offset + pos) % seg;
+        index = seg_index(p, offset + pos);
+        lo = offset + pos - seg_start(p, index);
+        seg = seg_cap(p, index);
         sqlite3_int64 take = seg - lo < amount - pos ? seg - lo : amount - pos;
         if (lo == 0 && take == seg) {
             if ((rc = cd_decrypt(p, index, buf + pos, &n)) != SQLITE_OK)
@@ -233,26 +236,31 @@ void mirror_free(cdFile *p) {
 /* [offset, offset + amount) from the mirror, if it spans at most two segments this file
  * sealed and the records on disk are still those (one read of their nonces); 1 on success. */
 static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset) {
-    sqlite3_int64 seg = p->seg, first = offset / seg, last = (offset + amount - 1) / seg, got, pos = 0;
-    if (p->mirror == NULL || amount <= 0 || last - first > 1)
+    sqlite3_int64 first, last, base, span, got, pos = 0;
+    if (p->mirror == NULL || amount <= 0)
+        return 0;
+    first = seg_index(p, offset);
+    last = seg_index(p, offset + amount - 1);
+    if (last - first > 1)
         return 0;
     for (sqlite3_int64 i = first; i <= last; i++) {
         sqlite3_int64 slot = i % p->mirror_slots;
-        sqlite3_int64 need = i < last ? seg : offset + amount - i * seg;
+        sqlite3_int64 need = i < last ? seg_cap(p, i) : offset + amount - seg_start(p, i);
         if (p->mirror_tag[slot] != i || p->mirror_len[slot] < need)
             return 0;
     }
-    if (raw_read(p, p->rbuf, (last - first) * p->rec + NONCE, HEADER_SIZE + first * p->rec, &got) != SQLITE_OK ||
-        got != (last - first) * p->rec + NONCE)
+    base = rec_at(p, first);
+    span = rec_at(p, last) - base + NONCE;
+    if (raw_read(p, p->rbuf, span, base, &got) != SQLITE_OK || got != span)
         return 0;
     for (sqlite3_int64 i = first; i <= last; i++) {
-        if (memcmp(p->rbuf + (i - first) * p->rec, p->mirror_nonce + (i % p->mirror_slots) * NONCE, NONCE) != 0)
+        if (memcmp(p->rbuf + (rec_at(p, i) - base), p->mirror_nonce + (i % p->mirror_slots) * NONCE, NONCE) != 0)
             return 0;
     }
     for (sqlite3_int64 i = first; i <= last; i++) {
-        sqlite3_int64 lo = i == first ? offset % seg : 0;
-        sqlite3_int64 hi = i == last ? offset + amount - i * seg : seg;
-        memcpy(buf + pos, p->mirror + (i % p->mirror_slots) * seg + lo, (size_t)(hi - lo));
+        sqlite3_int64 lo = i == first ? offset - seg_start(p, i) : 0;
+        sqlite3_int64 hi = i == last ? offset + amount - seg_start(p, i) : seg_cap(p, i);
+        memcpy(buf + pos, p->mirror + (i % p->mirror_slots) * p->seg + lo, (size_t)(hi - lo));
         pos += hi - lo;
     }
     return 1;
@@ -267,7 +275,7 @@ static int cd_cached_tail(cdFile *p, sqlite3_int64 index) {
     sqlite3_int64 got;
     if (!p->tc_valid || index != p->tc_index)
         return 0;
-    if (raw_read(p, nonce, NONCE, HEADER_SIZE + index * p->rec, &got) == SQLITE_OK && got == NONCE &&
+    if (raw_read(p, nonce, NONCE, rec_at(p, index), &got) == SQLITE_OK && got == NONCE &&
         memcmp(nonce, p->tc_rec, NONCE) == 0)
         return 1;
     p->tc_valid = 0;
@@ -278,27 +286,31 @@ static int cd_cached_tail(cdFile *p, sqlite3_int64 index) {
  * cached: the first segment is the cached tail (cd_cached_tail said so). */
 static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset,
                             sqlite3_int64 size, int cached) {
-    sqlite3_int64 seg = p->seg, rec = p->rec, pos = 0, used = 0;
-    sqlite3_int64 first = offset / seg, count = (offset + n - 1) / seg - first + 1;
+    sqlite3_int64 pos = 0, used = 0, first, last, base, span;
     sqlite3_int64 new_tail = -1; /* index of a partial last segment this write leaves */
     sqlite3_int64 last_lo = 0;  /* where this write starts in the segment it leaves cached */
     unsigned long pubs = p->kind == KIND_WAL ? cd_publications(p) : 0;
     int rc;
     if (n <= 0)
         return SQLITE_OK;
-    if (p->tc_plain != NULL && p->tc_index >= first && p->tc_index < first + count)
+    first = seg_index(p, offset);
+    last = seg_index(p, offset + n - 1);
+    base = rec_at(p, first);
+    span = rec_at(p, last) + seg_cap(p, last) + OVERHEAD - base;
+    if (p->tc_plain != NULL && p->tc_index >= first && p->tc_index <= last)
         p->tc_valid = 0; /* rewritten below (or the write fails): no longer what is on disk */
-    if (p->batch_cap < count * rec) {
-        unsigned char *b = sqlite3_realloc64(p->batch, (sqlite3_uint64)(count * rec));
+    if (p->batch_cap < span) {
+        unsigned char *b = sqlite3_realloc64(p->batch, (sqlite3_uint64)span);
         if (b == NULL)
             return SQLITE_NOMEM;
         p->batch = b;
-        p->batch_cap = count * rec;
+        p->batch_cap = span;
     }
     while (pos < n) {
-        sqlite3_int64 index = (offset + pos) / seg, lo = (offset + pos) % seg;
+        sqlite3_int64 index = seg_index(p, offset + pos), lo = offset + pos - seg_start(p, index);
+        sqlite3_int64 seg = seg_cap(p, index);
         sqlite3_int64 take = seg - lo < n - pos ? seg - lo : n - pos;
-        sqlite3_int64 old_len = size - index * seg;
+        sqlite3_int64 old_len = size - seg_start(p, index);
         const unsigned char *plain;
         sqlite3_int64 plen;
         old_len = old_len < 0 ? 0 : (old_len > seg ? seg : old_len);
@@ -334,7 +346,7 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
             /* bytes before lo may be committed: keep the old record until the new one is on
              * disk, unless they are a synced commit's padding (see synced_upto in cvfs.h) */
             int mine = cached && index == first && p->kind == KIND_WAL;
-            int padding_only = mine && p->tc_after_sync && index * seg >= p->synced_upto;
+            int padding_only = mine && p->tc_after_sync && seg_start(p, index) >= p->synced_upto;
             int unpublished = mine && pubs != 0 && p->tc_oldest == pubs;
             if (lo && p->tail_path != NULL && !padding_only && !unpublished) {
                 if ((rc = tail_save(p, index, old_rec, old_rec_len)) != SQLITE_OK)
@@ -347,13 +359,13 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
             plain = p->plain;
             plen = end;
         }
-        sqlite3_int64 slot = (index - first) * rec;
+        sqlite3_int64 slot = rec_at(p, index) - base;
         if ((rc = cd_seal(p, index, plain, (int)plen, p->batch + slot)) != SQLITE_OK)
             return rc;
         mirror_put(p, index, plain, plen, p->batch + slot);
         used = slot + plen + OVERHEAD;
         pos += take;
-        if (pos >= n && (plen < seg || (offset + n) % seg) && p->tc_plain != NULL) {
+        if (pos >= n && (plen < seg || offset + n != seg_start(p, index) + seg) && p->tc_plain != NULL) {
             memcpy(p->tc_plain, plain, (size_t)plen);
             memcpy(p->tc_rec, p->batch + slot, (size_t)(plen + OVERHEAD));
             p->tc_len = plen;
@@ -361,7 +373,7 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
             last_lo = lo;
         }
     }
-    if ((rc = raw_write(p, p->batch, used, HEADER_SIZE + first * rec)) != SQLITE_OK)
+    if ((rc = raw_write(p, p->batch, used, base)) != SQLITE_OK)
         return rc;
     if (new_tail >= 0) {
         /* the oldest bytes of the new tail: this write's when it starts the segment, else
@@ -400,18 +412,18 @@ static int cd_encrypt_write(cdFile *p, sqlite3_int64 index, const unsigned char 
     rc = cd_seal(p, index, plain, (int)n, p->rbuf);
     if (rc != SQLITE_OK)
         return rc;
-    return raw_write(p, p->rbuf, n + OVERHEAD, HEADER_SIZE + index * p->rec);
+    return raw_write(p, p->rbuf, n + OVERHEAD, rec_at(p, index));
 }
 
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset) {
-    sqlite3_int64 seg = p->seg, index = offset / seg, lo = offset % seg, size;
+    sqlite3_int64 index = seg_index(p, offset), lo = offset - seg_start(p, index), seg = seg_cap(p, index), size;
     int rc;
     if (lo == 0 && n == seg) { /* the page fast path: one whole segment */
         if (offset > 0) {
             sqlite3_int64 raw;
             if ((rc = raw_size(p, &raw)) != SQLITE_OK)
                 return rc;
-            if (raw < HEADER_SIZE + index * p->rec) {
+            if (raw < rec_at(p, index)) {
                 if ((rc = cd_size(p, &size)) != SQLITE_OK)
                     return rc;
                 if (offset > size && (rc = cd_write_zeros(p, offset - size, size, size)) != SQLITE_OK)
@@ -421,8 +433,8 @@ int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int6
         return cd_encrypt_write(p, index, data, n);
     }
     int cached = cd_cached_tail(p, index);
-    if (cached && p->tc_len < seg && offset <= index * seg + p->tc_len) {
-        size = index * seg + p->tc_len; /* a partial segment is the file's last */
+    if (cached && p->tc_len < seg && offset <= seg_start(p, index) + p->tc_len) {
+        size = seg_start(p, index) + p->tc_len; /* a partial segment is the file's last */
     } else if ((rc = cd_size(p, &size)) != SQLITE_OK) {
         return rc;
     }
@@ -436,7 +448,7 @@ int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int6
 }
 
 int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
-    sqlite3_int64 current, seg = p->seg, count, rest, got;
+    sqlite3_int64 current, count, rest, got;
     int rc;
     p->tc_valid = 0;
     mirror_drop(p, -1);
@@ -447,8 +459,8 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
     if (size >= current) {
         if (size > current)
             return cd_write_zeros(p, size - current, current, current);
-        if (size % seg == 0) {
-            sqlite3_int64 raw, target = HEADER_SIZE + size / seg * p->rec;
+        if (size == seg_start(p, seg_index(p, size))) {
+            sqlite3_int64 raw, target = rec_at(p, seg_index(p, size));
             if ((rc = raw_size(p, &raw)) != SQLITE_OK)
                 return rc;
             if (raw > target)
@@ -456,8 +468,8 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
         }
         return SQLITE_OK;
     }
-    count = size / seg;
-    rest = size % seg;
+    count = seg_index(p, size);
+    rest = size - seg_start(p, count);
     if (rest) {
         if ((rc = cd_decrypt(p, count, p->plain, &got)) != SQLITE_OK)
             return rc;
@@ -467,9 +479,9 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
         }
         if (p->tail_path != NULL && (rc = tail_save(p, count, p->rbuf, p->rec_len)) != SQLITE_OK)
             return rc;
-        if ((rc = p->real->pMethods->xTruncate(p->real, HEADER_SIZE + count * p->rec)) != SQLITE_OK)
+        if ((rc = p->real->pMethods->xTruncate(p->real, rec_at(p, count))) != SQLITE_OK)
             return rc;
         return cd_encrypt_write(p, count, p->plain, rest);
     }
-    return p->real->pMethods->xTruncate(p->real, HEADER_SIZE + count * p->rec);
+    return p->real->pMethods->xTruncate(p->real, rec_at(p, count));
 }

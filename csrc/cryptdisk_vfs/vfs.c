@@ -51,7 +51,7 @@ int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...) {
 }
 
 int cd_auth_error(cdFile *p) {
-    sqlite3_int64 where = HEADER_SIZE + p->fail_index * p->rec;
+    sqlite3_int64 where = rec_at(p, p->fail_index);
     return cd_raise(p, ERR_AUTH, where,
                     "%s: failed to decrypt and authenticate segment %lld at offset %lld", p->path,
                     (long long)p->fail_index, (long long)where);

@@ -14,13 +14,20 @@ __all__ = ["header_and_key"]
 
 
 def header_and_key(keyring: _KeyLookup, path: str, header: bytes | None,
-                   segment_size: int) -> tuple[bytes, bytes]:
-    """A new file's header and data key, or an existing file's (authenticated) ones."""
+                   segment_size: int, lead: int = 0, frame_extra: int = 0) -> tuple[bytes, bytes]:
+    """A new file's header and data key, or an existing file's (authenticated) ones.
+
+    A new file is a mutable file (kind 2) with segments of ``segment_size``
+    bytes, or, when ``lead`` is given, a framed file (kind 3, for WALs): segment
+    0 of ``lead`` bytes, later segments of ``segment_size + frame_extra``.
+    """
     if header is None:
-        new, dek = new_header(Kind.MUTABLE, keyring.current_key(), segment_size=segment_size)
+        kind = Kind.FRAMED if lead else Kind.MUTABLE
+        new, dek = new_header(kind, keyring.current_key(), segment_size=segment_size,
+                              lead=lead, frame_extra=frame_extra)
         return new.to_bytes(), dek
     parsed = Header.parse(header, path)
-    if parsed.kind != Kind.MUTABLE:
+    if parsed.kind not in Kind.WRITABLE:
         raise MalformedHeaderError(
             f"{path}: a {parsed.kind_name} cryptdisk file, not a database "
             "(SQLite files are stored as mutable files)"

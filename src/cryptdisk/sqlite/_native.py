@@ -85,9 +85,9 @@ class NativeVFS:
         self.keyring = keyring
         _cvfs.register(self.vfs_name, self._header_for, _exception, _warn)
 
-    def _header_for(self, path: str, header: bytes | None,
-                    segment_size: int) -> tuple[bytes, bytes]:
-        return header_and_key(self.keyring, path, header, segment_size)
+    def _header_for(self, path: str, header: bytes | None, segment_size: int, lead: int,
+                    frame_extra: int) -> tuple[bytes, bytes]:
+        return header_and_key(self.keyring, path, header, segment_size, lead, frame_extra)
 
     def __repr__(self) -> str:
         return f"<NativeVFS {self.vfs_name!r}>"

@@ -22,7 +22,7 @@ import time
 
 from cryptography.exceptions import InvalidTag
 
-from ..format import HEADER_SIZE, MUTABLE_NONCE, TAG_SIZE, Header, new_aead
+from ..format import MUTABLE_NONCE, TAG_SIZE, Header, SegmentLayout, new_aead
 from ._errors import PageAuthenticationError
 from ._tail import TailSave
 
@@ -47,7 +47,9 @@ class PageStore:
         self.torn_as_hole = tail is not None  # journals and WALs (see _decrypt)
         self.path = path
         self.header = header
-        self.segment_size = seg = header.segment_size
+        self.segment_size = header.segment_size
+        self.layout = SegmentLayout.of(header)  # framed (kind 3) for WALs: a record per frame
+        seg = self.layout.largest
         self._aead = new_aead(dek)
         self._file_id = header.file_id
         self._record = seg + OVERHEAD
@@ -74,18 +76,14 @@ class PageStore:
         database size each time). The descriptor's offset is never used (all
         I/O is positional), so moving it is harmless.
         """
-        full, rest = divmod(os.lseek(self.fd, 0, os.SEEK_END) - HEADER_SIZE, self._record)
-        if rest == 0 and full >= 0:
-            return full * self.segment_size
-        if rest > OVERHEAD and full >= 0:
-            return full * self.segment_size + rest - OVERHEAD
+        _count, size, cut = self.layout.measure(os.lseek(self.fd, 0, os.SEEK_END))
+        if not cut:
+            return size
         for pause in _RETRY:
             time.sleep(pause)  # maybe another process is appending a record right now
-            full, rest = divmod(os.lseek(self.fd, 0, os.SEEK_END) - HEADER_SIZE, self._record)
-            if full < 0:
-                return 0
-            if rest == 0 or rest > OVERHEAD:
-                return full * self.segment_size + max(rest - OVERHEAD, 0)
+            _count, size, cut = self.layout.measure(os.lseek(self.fd, 0, os.SEEK_END))
+            if not cut:
+                return size
         # At most OVERHEAD bytes of a record: an append cut by a crash (SIGKILL
         # stops a write between kernel pages). No plaintext byte of it can be
         # authentic, so the file ends before it, as a plain file would end
@@ -93,13 +91,13 @@ class PageStore:
         # replaces it. (A cut by whole records is what a truncated file looks
         # like; see _check_length and docs/sqlite.md.)
         log.warning("%s: ignoring a cut record of %d bytes at the end (a write cut by a "
-                    "crash?)", self.path, rest)
-        return full * self.segment_size
+                    "crash?)", self.path, cut)
+        return size
 
     # -- one segment -------------------------------------------------------------
 
     def _fail(self, index: int) -> PageAuthenticationError:
-        offset = HEADER_SIZE + index * self._record
+        offset = self.layout.record_offset(index)
         return PageAuthenticationError(
             f"{self.path}: failed to decrypt and authenticate segment {index} at offset "
             f"{offset}", offset=offset, path=self.path,
@@ -110,8 +108,9 @@ class PageStore:
 
         Afterwards ``self._rec`` holds the record that authenticated.
         """
-        where = HEADER_SIZE + index * self._record
-        got = os.preadv(self.fd, [self._rec_mv], where)
+        where = self.layout.record_offset(index)
+        rec = self._rec_mv[: self.layout.capacity(index) + OVERHEAD]
+        got = os.preadv(self.fd, [rec], where)
         if got == 0:
             return 0
         if self._open(index, got, out):
@@ -122,7 +121,7 @@ class PageStore:
             # holds committed frames that readers read while the writer appends):
             # a read that overlapped the write sees half of each. Read again.
             time.sleep(pause)
-            got = os.preadv(self.fd, [self._rec_mv], where)
+            got = os.preadv(self.fd, [rec], where)
             if got and self._open(index, got, out):
                 self._rec_len = got
                 return got - OVERHEAD
@@ -164,26 +163,29 @@ class PageStore:
         self._aead.encrypt_into(self._nonce, plain, self._file_id + index.to_bytes(8, "little"),
                                 self._body[: n + TAG_SIZE])
         record = self._rec_mv[: n + OVERHEAD]
-        if os.pwrite(self.fd, record, HEADER_SIZE + index * self._record) != n + OVERHEAD:
+        if os.pwrite(self.fd, record, self.layout.record_offset(index)) != n + OVERHEAD:
             raise OSError(f"{self.path}: short write of segment {index}")  # pragma: no cover
 
     # -- ranges ------------------------------------------------------------------
 
     def read(self, amount: int, offset: int) -> memoryview:
         """Up to ``amount`` plaintext bytes at ``offset``; fewer only at end of file."""
-        seg = self.segment_size
-        index, lo = divmod(offset, seg)
-        if lo == 0 and amount == seg:  # the page fast path
-            return self._out_mv[: self._decrypt(index, self._out_mv)]
-        if lo and amount <= seg and lo + amount > seg and self._straddle(index, lo, amount):
-            return self._out_mv[:amount]  # a WAL frame's page: two records, one preadv
+        layout = self.layout
+        index, lo = layout.locate(offset)
+        seg = layout.capacity(index)
+        if lo == 0 and amount == seg:  # the page fast path (a whole frame in a framed WAL)
+            return self._out_mv[: self._decrypt(index, self._out_mv[:seg])]
+        if lo and lo + amount > seg and amount - (seg - lo) <= layout.size and self._straddle(
+                index, lo, amount):
+            return self._out_mv[:amount]  # a page across two records: one preadv
         if amount > len(self._out):
             self._out = bytearray(amount)
             self._out_mv = memoryview(self._out)
         out = self._out_mv
         pos = 0
         while pos < amount:
-            index, lo = divmod(offset + pos, seg)
+            index, lo = layout.locate(offset + pos)
+            seg = layout.capacity(index)
             take = min(seg - lo, amount - pos)
             if lo == 0 and take == seg:
                 n = self._decrypt(index, out[pos : pos + seg])
@@ -205,12 +207,14 @@ class PageStore:
         does not authenticate: the caller's segment-by-segment path then
         retries, consults the side file, or raises, as for any segment.
         """
-        seg, rec = self.segment_size, self._record
+        layout = self.layout
+        seg, big = layout.capacity(index), layout.largest
+        rec = seg + OVERHEAD
         if self._two is None:
-            self._two = memoryview(bytearray(2 * rec))
-            self._plain2 = memoryview(bytearray(seg))
-        two, head = self._two, seg - lo
-        got = os.preadv(self.fd, [two], HEADER_SIZE + index * rec)
+            self._two = memoryview(bytearray(2 * (big + OVERHEAD)))
+            self._plain2 = memoryview(bytearray(big))
+        two, head = self._two[: rec + layout.size + OVERHEAD], seg - lo
+        got = os.preadv(self.fd, [two], layout.record_offset(index))
         n2 = got - rec - OVERHEAD
         if n2 < amount - head:
             return False
@@ -218,26 +222,25 @@ class PageStore:
         fid = self._file_id
         try:
             self._aead.decrypt_into(two[:MUTABLE_NONCE], two[MUTABLE_NONCE:rec],
-                                    fid + index.to_bytes(8, "little"), plain)
+                                    fid + index.to_bytes(8, "little"), plain[:seg])
             self._aead.decrypt_into(two[rec : rec + MUTABLE_NONCE], two[rec + MUTABLE_NONCE : got],
                                     fid + (index + 1).to_bytes(8, "little"), plain2[:n2])
         except InvalidTag:
-            plain[:] = bytes(seg)  # OpenSSL wrote unauthenticated plaintext: wipe it
-            plain2[:] = bytes(seg)
+            plain[:] = bytes(len(plain))  # OpenSSL wrote unauthenticated plaintext: wipe it
+            plain2[:] = bytes(len(plain2))
             return False
         out = self._out_mv
-        out[:head] = plain[lo:]
+        out[:head] = plain[lo:seg]
         out[head:amount] = plain2[: amount - head]
         return True
 
     def write(self, data: memoryview | bytes | bytearray, offset: int) -> None:
         """Write ``data`` at ``offset``, zero-filling any gap past the end of the file."""
         mv = memoryview(data).cast("B")
-        seg = self.segment_size
         n = len(mv)
-        index, lo = divmod(offset, seg)
-        if lo == 0 and n == seg:  # the page fast path: one whole segment
-            end = HEADER_SIZE + index * self._record
+        index, lo = self.layout.locate(offset)
+        if lo == 0 and n == self.layout.capacity(index):  # the page fast path: a whole segment
+            end = self.layout.record_offset(index)
             if offset > 0 and os.lseek(self.fd, 0, os.SEEK_END) < end:
                 self._fill_to(offset)
             self._encrypt_write(index, mv)
@@ -255,19 +258,22 @@ class PageStore:
 
     def _write_range(self, mv: memoryview, offset: int, size: int) -> None:
         """Seal the segments ``mv`` touches into one buffer and write them with one ``pwrite``."""
-        seg, record = self.segment_size, self._record
+        layout = self.layout
         pos, n = 0, len(mv)
-        first = offset // seg
-        count = (offset + n - 1) // seg - first + 1
-        if len(self._batch) < count * record:
-            self._batch = bytearray(count * record)
+        first = layout.locate(offset)[0]
+        last = layout.locate(offset + n - 1)[0]
+        base = layout.record_offset(first)
+        span = layout.record_offset(last) + layout.capacity(last) + OVERHEAD - base
+        if len(self._batch) < span:
+            self._batch = bytearray(span)
         batch = memoryview(self._batch)
-        nonces = os.urandom(MUTABLE_NONCE * count)  # one call, a fresh nonce per segment
+        nonces = os.urandom(MUTABLE_NONCE * (last - first + 1))  # a fresh nonce per segment
         used = 0
         while pos < n:
-            index, lo = divmod(offset + pos, seg)
+            index, lo = layout.locate(offset + pos)
+            seg = layout.capacity(index)
             take = min(seg - lo, n - pos)
-            old_len = min(seg, max(0, size - index * seg))
+            old_len = min(seg, max(0, size - layout.start(index)))
             if lo == 0 and take >= old_len:
                 plain = mv[pos : pos + take]
             else:
@@ -287,7 +293,7 @@ class PageStore:
                     self._plain_mv[old_len:end] = bytes(end - old_len)
                 self._plain_mv[lo : lo + take] = mv[pos : pos + take]
                 plain = self._plain_mv[:end]
-            slot = (index - first) * record
+            slot = layout.record_offset(index) - base
             k = (index - first) * MUTABLE_NONCE
             batch[slot : slot + MUTABLE_NONCE] = nonces[k : k + MUTABLE_NONCE]
             self._aead.encrypt_into(batch[slot : slot + MUTABLE_NONCE], plain,
@@ -295,7 +301,7 @@ class PageStore:
                                     batch[slot + MUTABLE_NONCE : slot + len(plain) + OVERHEAD])
             used = slot + len(plain) + OVERHEAD
             pos += take
-        where = HEADER_SIZE + first * record
+        where = base
         if os.pwrite(self.fd, batch[:used], where) != used:
             raise OSError(f"{self.path}: short write at offset {where}")  # pragma: no cover
 
@@ -305,22 +311,23 @@ class PageStore:
         if size >= current:
             if size > current:
                 self._write_range(memoryview(bytes(size - current)), current, current)
-            elif size % self.segment_size == 0:
-                raw = HEADER_SIZE + size // self.segment_size * self._record
-                if os.lseek(self.fd, 0, os.SEEK_END) > raw:
+            else:
+                index, lo = self.layout.locate(size)
+                raw = self.layout.record_offset(index)
+                if lo == 0 and os.lseek(self.fd, 0, os.SEEK_END) > raw:
                     os.ftruncate(self.fd, raw)  # drop a cut record that size() ignored
             return
-        count, rest = divmod(size, self.segment_size)
+        count, rest = self.layout.locate(size)
         if rest:
             got = self._decrypt(count, self._plain_mv)
             if got < rest:
                 raise self._fail(count)
             if self.tail is not None:
                 self.tail.save(count, self._rec_mv[: self._rec_len])
-            os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
+            os.ftruncate(self.fd, self.layout.record_offset(count))
             self._encrypt_write(count, self._plain_mv[:rest])
         else:
-            os.ftruncate(self.fd, HEADER_SIZE + count * self._record)
+            os.ftruncate(self.fd, self.layout.record_offset(count))
 
     def sync(self) -> None:
         os.fsync(self.fd)

@@ -59,10 +59,26 @@ _counter = itertools.count(1)
 #: 1: reading one WAL frame (24 + page bytes, never aligned) decrypts at most
 #: two segments; larger segments decrypt more per frame read.
 WAL_SEGMENT_PAGES = 1
+WAL_HEADER = 32
+WAL_FRAME_HEADER = 24
 
 
 def _pow2(n: int) -> int:
     return min(max(512, 1 << max(n - 1, 1).bit_length()), 1 << 16)
+
+
+def wal_framing(kind: str, first: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
+    """``(lead, frame_extra)`` of a new file: a WAL gets a record per frame, others none.
+
+    A WAL is a 32-byte header, then frames of a 24-byte header and a page. As a
+    framed file (``docs/format.md``, kind 3) each frame is one record, so a
+    commit never shares a record with the one before it: appending never
+    rewrites committed bytes, and SQLite need not pad commits (the database
+    file claims power-safe overwrite; see ``xDeviceCharacteristics``).
+    """
+    if kind == WAL and offset == 0 and len(first) >= 12 and bytes(first[:3]) == b"\x37\x7f\x06":
+        return WAL_HEADER, WAL_FRAME_HEADER
+    return 0, 0
 
 
 def segment_size_for(kind: str, first: bytes | bytearray | memoryview, offset: int) -> int:
@@ -180,7 +196,8 @@ class EncryptedFile(apsw.VFSFile):
         if store is not None:
             return store
         seg = segment_size_for(self._kind, first, offset)
-        raw, dek = header_and_key(self._vfs.keyring, self.path, None, seg)
+        raw, dek = header_and_key(self._vfs.keyring, self.path, None, seg,
+                                  *wal_framing(self._kind, first, offset))
         os.pwrite(self._fd, raw, 0)
         self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
         return self._store
@@ -326,7 +343,13 @@ class EncryptedFile(apsw.VFSFile):
         return self._store.segment_size if self._store is not None else 512
 
     def xDeviceCharacteristics(self) -> int:
-        return 0  # no atomic writes, no powersafe overwrite: segments are shared
+        # A database page is one record, rewritten whole; a WAL frame is one
+        # record (framed WAL), so a commit never shares a record with the one
+        # before it, and SQLite need not pad commits to a sector boundary.
+        # (A mutable WAL left by an older cryptdisk shares its last segment;
+        # rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
+        return apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"] \
+            if self._kind == MAIN else 0
 
     def xClose(self) -> None:
         try:
