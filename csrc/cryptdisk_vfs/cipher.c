@@ -54,6 +54,10 @@ static int next_nonce(cdFile *p, unsigned char *out) {
     return SQLITE_OK;
 }
 
+void cd_wipe(void *buf, size_t n) {
+    explicit_bzero(buf, n);
+}
+
 /* Seal n plaintext bytes as segment index into dst (n + OVERHEAD bytes). */
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst) {
     int len = 0;
@@ -85,6 +89,6 @@ int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int
          EVP_CIPHER_CTX_ctrl(p->dec, EVP_CTRL_GCM_SET_TAG, TAG, record + NONCE + n) == 1 &&
          EVP_DecryptFinal_ex(p->dec, out + len, &len) == 1;
     if (!ok)
-        OPENSSL_cleanse(out, (size_t)n); /* OpenSSL wrote unauthenticated plaintext: wipe it */
+        cd_wipe(out, (size_t)n); /* OpenSSL wrote unauthenticated plaintext: wipe it */
     return ok;
 }

@@ -57,6 +57,7 @@ SQLITE_EXTENSION_INIT3
 #define TAIL_SUFFIX "-cdtail"
 #define WAL_HEADER 32       /* a WAL starts with this many header bytes */
 #define WAL_FRAME_HEADER 24 /* then frames of a header and a page */
+#define JOURNAL_RECORD_EXTRA 8 /* a journal record: page number, page, checksum */
 
 #define NONCE_POOL 1024 /* nonces drawn per RAND_bytes call (one call costs ~0.7 us for any size to 1 KiB) */
 #define RAW_CHUNK 65536 /* the default VFS reads and writes at most 128 KiB per call */
@@ -156,6 +157,7 @@ typedef struct cdFile {
     unsigned char *pend;
     sqlite3_int64 pend_len;
     sqlite3_int64 pend_cap;
+    sqlite3_int64 pend_high; /* the most bytes pend ever held (what x_close wipes) */
     sqlite3_int64 pend_start;
     int write_through;
     /* a rollback journal: the name pointer SQLite gave its database file when it opened it
@@ -183,7 +185,10 @@ static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
     return index == 0 ? HEADER_SIZE : HEADER_SIZE + p->lead + OVERHEAD + (index - 1) * p->rec;
 }
 
-/* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning) */
+/* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning);
+ * cd_wipe clears plaintext buffers (explicit_bzero: a vectorised memset the compiler keeps,
+ * where OPENSSL_cleanse's assembly clears 64 KiB in ~40k instructions) */
+void cd_wipe(void *buf, size_t n);
 extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
 void cd_cipher_init(void);
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst);

@@ -24,11 +24,11 @@ static void cd_free_store(cdFile *p) {
         EVP_CIPHER_CTX_free(p->dec);
     p->enc = p->dec = NULL;
     if (p->plain)
-        OPENSSL_cleanse(p->plain, (size_t)p->seg);
+        cd_wipe(p->plain, (size_t)p->seg);
     if (p->plain2)
-        OPENSSL_cleanse(p->plain2, (size_t)p->seg);
+        cd_wipe(p->plain2, (size_t)p->seg);
     if (p->tc_plain)
-        OPENSSL_cleanse(p->tc_plain, (size_t)p->seg);
+        cd_wipe(p->tc_plain, (size_t)p->seg);
     sqlite3_free(p->tc_plain);
     sqlite3_free(p->tc_rec);
     p->tc_plain = p->tc_rec = NULL;
@@ -150,15 +150,43 @@ static unsigned be(const unsigned char *b, int n) {
     return v;
 }
 
-/* A new WAL is a framed file (as wal_framing in _vfs.py): a record per frame, so a commit
- * never shares a record with the one before it. Other files are mutable. */
+static const unsigned char journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
+
 static int is_wal_header(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
     return kind == KIND_WAL && offset == 0 && n >= 12 && first[0] == 0x37 && first[1] == 0x7f && first[2] == 0x06;
 }
 
+static int is_journal_header(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
+    static const unsigned char zeros[8] = {0};
+    /* SQLite writes the magic as zeros first unless synchronous=OFF, then the real magic
+     * once the records are synced */
+    return kind == KIND_JOURNAL && offset == 0 && n >= 28 &&
+           (memcmp(first, journal_magic, 8) == 0 || memcmp(first, zeros, 8) == 0);
+}
+
+static int pow2_in_range(unsigned v) {
+    return v >= 512 && v <= 65536 && (v & (v - 1)) == 0;
+}
+
+/* A new WAL or rollback journal is a framed file (as framing in _vfs.py): a record per WAL
+ * frame or journal record, after the WAL header or the journal header (its sector size). */
+static void framing(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset, int *lead,
+                    int *extra) {
+    *lead = *extra = 0;
+    if (is_wal_header(kind, first, n, offset)) {
+        *lead = WAL_HEADER;
+        *extra = WAL_FRAME_HEADER;
+    } else if (is_journal_header(kind, first, n, offset)) {
+        unsigned sector = be(first + 20, 4), page = be(first + 24, 4);
+        if (pow2_in_range(sector) && pow2_in_range(page) && sector <= page + JOURNAL_RECORD_EXTRA && sector <= 0xFFFF) {
+            *lead = (int)sector;
+            *extra = JOURNAL_RECORD_EXTRA;
+        }
+    }
+}
+
 /* The segment size for a new file, from the first bytes SQLite writes (as segment_size_for). */
 static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
-    static const unsigned char journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
     sqlite3_int64 page = 0;
     if (kind == KIND_MAIN && offset == 0 && n >= 18 && memcmp(first, "SQLite format 3", 16) == 0) {
         unsigned raw = be(first + 16, 2);
@@ -167,7 +195,7 @@ static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqli
         page = n;
     } else if (is_wal_header(kind, first, n, offset)) {
         page = be(first + 8, 4);
-    } else if (kind == KIND_JOURNAL && offset == 0 && n >= 28 && memcmp(first, journal_magic, 8) == 0) {
+    } else if (is_journal_header(kind, first, n, offset)) {
         page = be(first + 24, 4);
     }
     if (page && (page & (page - 1)) == 0 && page >= 512 && page <= 65536)
@@ -176,11 +204,11 @@ static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqli
 }
 
 static int cd_create(cdFile *p, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
-    int rc = cd_load(p), wal = is_wal_header(p->kind, first, n, offset);
+    int rc = cd_load(p), lead, extra;
     if (rc != SQLITE_OK || p->loaded)
         return rc;
-    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), wal ? WAL_HEADER : 0,
-                          wal ? WAL_FRAME_HEADER : 0, 1);
+    framing(p->kind, first, n, offset, &lead, &extra);
+    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), lead, extra, 1);
 }
 
 /* -- gathering journal and WAL writes -------------------------------------- */
@@ -211,6 +239,8 @@ static int cd_append(cdFile *p, const unsigned char *data, sqlite3_int64 n) {
     }
     memcpy(p->pend + p->pend_len, data, (size_t)n);
     p->pend_len += n;
+    if (p->pend_len > p->pend_high)
+        p->pend_high = p->pend_len;
     return SQLITE_OK;
 }
 
@@ -290,7 +320,7 @@ int x_close(sqlite3_file *f) {
     p->tail_path = NULL;
     cd_free_store(p);
     if (p->pend) {
-        OPENSSL_cleanse(p->pend, (size_t)p->pend_cap);
+        cd_wipe(p->pend, (size_t)p->pend_high);
         sqlite3_free(p->pend);
         p->pend = NULL;
     }

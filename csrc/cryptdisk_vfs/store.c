@@ -125,7 +125,7 @@ static int cd_straddle(cdFile *p, sqlite3_int64 index, sqlite3_int64 lo, sqlite3
     if (!cd_unseal(p, index, p->rbuf, r0, p->plain))
         return 0;
     if (!cd_unseal(p, index + 1, p->rbuf + r0, got - r0, p->plain2)) {
-        OPENSSL_cleanse(p->plain, (size_t)p->seg);
+        cd_wipe(p->plain, (size_t)p->seg);
         return 0;
     }
     memcpy(buf, p->plain + lo, (size_t)head);
@@ -222,7 +222,7 @@ static void mirror_drop(cdFile *p, sqlite3_int64 index) {
 
 void mirror_free(cdFile *p) {
     if (p->mirror != NULL)
-        OPENSSL_cleanse(p->mirror, (size_t)(p->mirror_slots * p->seg));
+        cd_wipe(p->mirror, (size_t)(p->mirror_slots * p->seg));
     sqlite3_free(p->mirror);
     sqlite3_free(p->mirror_nonce);
     sqlite3_free(p->mirror_tag);

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import cryptdisk.sqlite as csql
+from cryptdisk.format import Header, SegmentLayout
 from cryptdisk.sqlite import _native
 
 
@@ -77,19 +80,23 @@ def test_two_connections_taking_turns_never_trust_a_stale_cache(tmp_path, keyrin
     b.close()
 
 
-def _records(path, record: int) -> set[tuple[bytes, int, bytes]]:
-    """(nonce, index, whole record) of every record in a mutable file now."""
+def _records(path) -> set[tuple[bytes, int, bytes]]:
+    """(nonce, index, whole record) of every record in a mutable or framed file now."""
     with open(path, "rb") as f:
         raw = f.read()
-    return {(raw[o : o + 16], i, raw[o : o + record])
-            for i, o in enumerate(range(128, len(raw), record)) if len(raw) - o > 32}
+    layout = SegmentLayout.of(Header.parse(raw))
+    out, index = set(), 0
+    while (at := layout.record_offset(index)) + 32 < len(raw):
+        record = raw[at : at + layout.capacity(index) + 32]
+        out.add((record[:16], index, record))
+        index += 1
+    return out
 
 
 def test_a_forked_child_never_reuses_the_parents_nonces(tmp_path, keyring):
     """Nonces come from a per-file pool drawn 1 KiB at a time; a child that goes on using an
     inherited connection must draw its own, or both would seal with the same nonce (seen on
     disk one after the other, even where the later record replaced the earlier one)."""
-    import os
 
     path = str(tmp_path / "f.db")
     conn = csql.connect(path, keyring=keyring, implementation="c")
@@ -104,10 +111,10 @@ def test_a_forked_child_never_reuses_the_parents_nonces(tmp_path, keyring):
         finally:
             os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
-    seen = _records(path + "-wal", 4096 + 32)
+    seen = _records(path + "-wal")
     for _ in range(3):
         conn.execute("INSERT INTO t VALUES(randomblob(100))")
-        seen |= _records(path + "-wal", 4096 + 32)
+        seen |= _records(path + "-wal")
     assert conn.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
     by_nonce: dict[bytes, set[tuple[int, bytes]]] = {}
     for nonce, index, record in seen:
@@ -117,15 +124,21 @@ def test_a_forked_child_never_reuses_the_parents_nonces(tmp_path, keyring):
     conn.close()
 
 
+def _wal_frames(path) -> int:
+    """Frames in a framed WAL of 4 KiB pages, from its size."""
+    with open(path, "rb") as f:
+        layout = SegmentLayout.of(Header.parse(f.read(128)))
+    _count, size, _cut = layout.measure(os.stat(path).st_size)
+    return (size - 32) // (4096 + 24)
+
+
 @pytest.mark.parametrize("sync", ["normal", "full"])
-def test_side_file_copies_only_what_a_torn_rewrite_could_lose(tmp_path, keyring, sync):
-    """With synchronous=NORMAL every commit rewrites the segment holding the end of the
-    previous (committed, unsynced, published) one, so it copies that record to -cdtail
-    first. With FULL, SQLite pads each commit to a segment boundary and syncs there: the
-    next commit only rewrites the padding's tail, which recovery never needs, and the
-    padding frame only rewrites bytes of its own transaction, which nobody has seen
-    committed yet (no wal-index publication since): no copies at all."""
-    conn = csql.connect(str(tmp_path / "s.db"), keyring=keyring, implementation="c")
+def test_wal_commits_never_rewrite_a_committed_record(tmp_path, keyring, sync):
+    """A WAL is a framed file: a record per frame, so a commit appends whole records and
+    never rewrites one holding an earlier commit's bytes (no -cdtail copy needed either):
+    one record sealed per frame written."""
+    path = str(tmp_path / "s.db")
+    conn = csql.connect(path, keyring=keyring, implementation="c")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
     conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -133,14 +146,17 @@ def test_side_file_copies_only_what_a_torn_rewrite_could_lose(tmp_path, keyring,
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for i in range(20):  # the WAL starts over and reaches a steady state
         _tpcb_like(conn, i)
+    committed = _records(path + "-wal")
+    frames_before = _wal_frames(path + "-wal")
     before = _native._cvfs.stats()
     commits = 100
     for i in range(commits):
         _tpcb_like(conn, i)
-    saves = _stats_delta(before)["tail_saves"]
-    if sync == "normal":
-        assert saves >= commits  # never skipped where a published commit is at stake
-    else:
-        assert saves == 0
+    delta = _stats_delta(before)
+    frames = _wal_frames(path + "-wal") - frames_before
+    assert frames >= commits
+    assert delta["tail_saves"] == 0
+    assert committed <= _records(path + "-wal")  # every earlier record still as it was
+    assert delta["sealed"] == frames  # one record per frame, no padding frames
     assert conn.execute("SELECT count(*) FROM hist").fetchall() == [(commits + 20,)]
     conn.close()

@@ -210,22 +210,36 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
     conn.close()
 
 
-def test_torn_rewrite_of_the_wal_tail_recovers(tmp_path, keyring, caplog, monkeypatch):
-    """A rewrite of the last WAL segment cut short (SIGKILL between kernel pages, power
-    loss) falls back to the saved previous record: the earlier commit survives, whichever
-    VFS (C or Python) wrote the side file and whichever reads it."""
-    db = tmp_path / "t.db"
-    conn = csql.connect(str(db), keyring=keyring)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")  # no padding: commits share segments
+def test_torn_rewrite_of_a_legacy_wal_tail_recovers(tmp_path, keyring, caplog, monkeypatch):
+    """A WAL written before WALs became framed files (a mutable file, kind 2) shares its
+    last segment between commits. Either VFS that goes on appending to one copies that
+    record to -cdtail first, so a rewrite cut short (SIGKILL between kernel pages, power
+    loss) falls back to it: the earlier commit survives, whichever VFS reads it."""
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    db = legacy / "t.db"
+    reopened = tmp_path / "reopened"
+    reopened.mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))  # WALs as before
+        old = csql.connect(str(db), keyring=keyring, implementation="python")
+        old.execute("PRAGMA journal_mode=WAL")
+        old.execute("PRAGMA wal_autocheckpoint=0")
+        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        old.execute("INSERT INTO t VALUES(1, 'first')")
+        for suffix in ("", "-wal"):  # as a crash would leave them
+            shutil.copy(str(db) + suffix, reopened / ("t.db" + suffix))
+        old.close()
+    with open(reopened / "t.db-wal", "rb") as f:
+        assert f.read(10)[9] == 2  # a mutable WAL (kind 2), not a framed one
+    conn = csql.connect(str(reopened / "t.db"), keyring=keyring)  # C or Python VFS
+    conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-    conn.execute("INSERT INTO t VALUES(1, 'first')")
-    conn.execute("INSERT INTO t VALUES(2, 'second')")  # rewrites the tail segment
+    conn.execute("INSERT INTO t VALUES(2, 'second')")  # rewrites the shared tail segment
     crash = tmp_path / "crash"
     crash.mkdir()
     for suffix in ("", "-wal", "-wal-cdtail"):
-        shutil.copy(str(db) + suffix, crash / ("t.db" + suffix))
+        shutil.copy(str(reopened / "t.db") + suffix, crash / ("t.db" + suffix))
     conn.close()
     saved = (crash / "t.db-wal-cdtail").read_bytes()
     index = int.from_bytes(saved[:8], "little")

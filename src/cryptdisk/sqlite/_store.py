@@ -175,12 +175,12 @@ class PageStore:
         seg = layout.capacity(index)
         if lo == 0 and amount == seg:  # the page fast path (a whole frame in a framed WAL)
             return self._out_mv[: self._decrypt(index, self._out_mv[:seg])]
-        if lo and lo + amount > seg and amount - (seg - lo) <= layout.size and self._straddle(
-                index, lo, amount):
-            return self._out_mv[:amount]  # a page across two records: one preadv
         if amount > len(self._out):
             self._out = bytearray(amount)
             self._out_mv = memoryview(self._out)
+        if lo and lo + amount > seg and amount - (seg - lo) <= layout.size and self._straddle(
+                index, lo, amount):
+            return self._out_mv[:amount]  # a page across two records: one preadv
         out = self._out_mv
         pos = 0
         while pos < amount:

@@ -61,23 +61,36 @@ _counter = itertools.count(1)
 WAL_SEGMENT_PAGES = 1
 WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
+JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
+JOURNAL_RECORD_EXTRA = 8  # page number before the page, checksum after it
 
 
 def _pow2(n: int) -> int:
     return min(max(512, 1 << max(n - 1, 1).bit_length()), 1 << 16)
 
 
-def wal_framing(kind: str, first: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
-    """``(lead, frame_extra)`` of a new file: a WAL gets a record per frame, others none.
+def framing(kind: str, first: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
+    """``(lead, frame_extra)`` of a new file: a record per frame for WALs and journals.
 
-    A WAL is a 32-byte header, then frames of a 24-byte header and a page. As a
-    framed file (``docs/format.md``, kind 3) each frame is one record, so a
-    commit never shares a record with the one before it: appending never
-    rewrites committed bytes, and SQLite need not pad commits (the database
-    file claims power-safe overwrite; see ``xDeviceCharacteristics``).
+    A WAL is a 32-byte header, then frames of a 24-byte header and a page; a
+    rollback journal is a header padded to its sector size (bytes 20-23 of the
+    header), then records of page number, page and checksum. As framed files
+    (``docs/format.md``, kind 3) each frame or record is one AES-GCM record:
+    appending never rewrites a record holding earlier bytes, each page is
+    sealed once, and SQLite need not pad WAL commits (the database file claims
+    power-safe overwrite; see ``xDeviceCharacteristics``). Anything else, or
+    a header that does not parse, gets a mutable file (kind 2).
     """
-    if kind == WAL and offset == 0 and len(first) >= 12 and bytes(first[:3]) == b"\x37\x7f\x06":
+    head = bytes(first[:28]) if offset == 0 else b""
+    if kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
         return WAL_HEADER, WAL_FRAME_HEADER
+    if kind == JOURNAL and len(head) >= 28 and head[:8] in (JOURNAL_MAGIC, bytes(8)):
+        # (SQLite writes the magic as zeros first unless synchronous=OFF, then the
+        # real magic once the records are synced)
+        sector, page = int.from_bytes(head[20:24], "big"), int.from_bytes(head[24:28], "big")
+        fits = sector <= min(0xFFFF, page + JOURNAL_RECORD_EXTRA)
+        if _pow2(sector) == sector and _pow2(page) == page and fits:
+            return sector, JOURNAL_RECORD_EXTRA
     return 0, 0
 
 
@@ -92,7 +105,7 @@ def segment_size_for(kind: str, first: bytes | bytearray | memoryview, offset: i
         page = len(first)
     elif kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
         page = int.from_bytes(head[8:12], "big") * WAL_SEGMENT_PAGES
-    elif kind == JOURNAL and len(head) >= 28 and head[:8] == b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7":
+    elif kind == JOURNAL and len(head) >= 28 and head[:8] == JOURNAL_MAGIC:
         page = int.from_bytes(head[24:28], "big") * WAL_SEGMENT_PAGES
     if page and page & (page - 1) == 0 and 512 <= page <= 65536:
         return page
@@ -197,7 +210,7 @@ class EncryptedFile(apsw.VFSFile):
             return store
         seg = segment_size_for(self._kind, first, offset)
         raw, dek = header_and_key(self._vfs.keyring, self.path, None, seg,
-                                  *wal_framing(self._kind, first, offset))
+                                  *framing(self._kind, first, offset))
         os.pwrite(self._fd, raw, 0)
         self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
         return self._store
