@@ -63,6 +63,7 @@ WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
 JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
 JOURNAL_RECORD_EXTRA = 8  # page number before the page, checksum after it
+_POWERSAFE_OVERWRITE = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"])
 
 
 def _pow2(n: int) -> int:
@@ -361,8 +362,7 @@ class EncryptedFile(apsw.VFSFile):
         # before it, and SQLite need not pad commits to a sector boundary.
         # (A mutable WAL left by an older cryptdisk shares its last segment;
         # rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
-        return apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"] \
-            if self._kind == MAIN else 0
+        return _POWERSAFE_OVERWRITE if self._kind == MAIN else 0
 
     def xClose(self) -> None:
         try:
