@@ -26,15 +26,31 @@ def key_check(kek: bytes) -> bytes:
     return hmac.new(kek, b"cryptdisk key check v1", hashlib.sha256).digest()[:8]
 
 
-def _parse_header(data: bytes, keys: dict[int, bytes]) -> tuple[int, int, int, bytes, bytes]:
+class _Parsed:
+    """What a header says: kind, segment size, framing (lead, frame size), file id, DEK."""
+
+    def __init__(self, kind: int, seg: int, lead: int, frame: int, file_id: bytes,
+                 dek: bytes) -> None:
+        self.kind, self.seg, self.lead, self.frame = kind, seg, lead, frame
+        self.file_id, self.dek = file_id, dek
+
+
+def _parse_header(data: bytes, keys: dict[int, bytes]) -> _Parsed:
     if data[:8] != b"CRYPTDSK":
         raise Rejected("not encrypted")
     if len(data) < 128:
         raise Rejected("header failure")
     version, kind, alg, seg_log2 = data[8], data[9], data[10], data[11]
-    if version != 1 or kind not in (1, 2) or alg not in (1, 2):
+    if version != 1 or kind not in (1, 2, 3) or alg not in (1, 2):
         raise Rejected("unsupported")
-    if not 9 <= seg_log2 <= 24 or data[12:16] != bytes(4) or data[112:128] != bytes(16):
+    if not 9 <= seg_log2 <= 24 or data[112:128] != bytes(16):
+        raise Rejected("header failure")
+    seg = 1 << seg_log2
+    lead, extra = struct.unpack("<HH", data[12:16])
+    if kind == 3:
+        if lead == 0 or lead > seg + extra:
+            raise Rejected("header failure")
+    elif lead or extra:
         raise Rejected("header failure")
     dek_len = 32 if alg == 1 else 16
     slot = data[48:112]
@@ -52,17 +68,33 @@ def _parse_header(data: bytes, keys: dict[int, bytes]) -> tuple[int, int, int, b
         dek = AESGCM(kek).decrypt(slot[:12], slot[12:used], data[:48])
     except InvalidTag:
         raise Rejected("header failure") from None
-    return kind, 1 << seg_log2, alg, file_id, dek
+    if kind == 3:
+        return _Parsed(kind, seg, lead, seg + extra, file_id, dek)
+    return _Parsed(kind, seg, seg, seg, file_id, dek)
+
+
+def _record_lengths(body_len: int, lead: int, frame: int) -> list[int]:
+    """Stored lengths of the records of a mutable/framed body (docs/format.md's rules)."""
+    if body_len == 0:
+        return []
+    if body_len <= 32:
+        raise Rejected("truncated")
+    if body_len <= lead + 32:
+        return [body_len]
+    full, rest = divmod(body_len - (lead + 32), frame + 32)
+    if 0 < rest <= 32:
+        raise Rejected("truncated")
+    return [lead + 32] + [frame + 32] * full + ([rest] if rest else [])
 
 
 def decode(data: bytes, keys: dict[int, bytes]) -> bytes:
     """The plaintext of a whole file, or :class:`Rejected` with the reason."""
-    kind, seg, _alg, file_id, dek = _parse_header(data, keys)
-    aead = AESGCM(dek)
+    h = _parse_header(data, keys)
+    aead = AESGCM(h.dek)
     body = data[128:]
     out = []
-    if kind == 1:
-        record = seg + 16
+    if h.kind == 1:
+        record = h.seg + 16
         full, rest = divmod(len(body), record)
         if rest < 16:
             raise Rejected("truncated")
@@ -75,28 +107,32 @@ def decode(data: bytes, keys: dict[int, bytes]) -> bytes:
             except InvalidTag:
                 raise Rejected("auth failure") from None
         return b"".join(out)
-    record = seg + 32
-    full, rest = divmod(len(body), record)
-    if 0 < rest <= 32:
-        raise Rejected("truncated")
-    for i in range(full + (1 if rest else 0)):
-        chunk = body[i * record : (i + 1) * record]
+    at = 0
+    for i, length in enumerate(_record_lengths(len(body), h.lead, h.frame)):
+        chunk = body[at : at + length]
+        at += length
         try:
-            out.append(aead.decrypt(chunk[:16], chunk[16:], file_id + struct.pack("<Q", i)))
+            out.append(aead.decrypt(chunk[:16], chunk[16:], h.file_id + struct.pack("<Q", i)))
         except InvalidTag:
             raise Rejected("auth failure") from None
     return b"".join(out)
+
+
+def _header(kind: int, *, kek: bytes, key_id: int, dek: bytes, file_id: bytes,
+            wrap_nonce: bytes, seg_log2: int, lead: int = 0, extra: int = 0) -> bytes:
+    alg = 1 if len(dek) == 32 else 2
+    prefix = (b"CRYPTDSK" + bytes([1, kind, alg, seg_log2]) + struct.pack("<HH", lead, extra)
+              + file_id + struct.pack("<Q", key_id) + key_check(kek))
+    slot = wrap_nonce + AESGCM(kek).encrypt(wrap_nonce, dek, prefix)
+    return prefix + slot + bytes(64 - len(slot)) + bytes(16)
 
 
 def encode_sealed(plaintext: bytes, *, kek: bytes, key_id: int, dek: bytes, file_id: bytes,
                   wrap_nonce: bytes, seg_log2: int) -> bytes:
     """A sealed file from its parts, as the spec lays it out (deterministic)."""
     seg = 1 << seg_log2
-    alg = 1 if len(dek) == 32 else 2
-    prefix = (b"CRYPTDSK" + bytes([1, 1, alg, seg_log2]) + bytes(4) + file_id
-              + struct.pack("<Q", key_id) + key_check(kek))
-    slot = wrap_nonce + AESGCM(kek).encrypt(wrap_nonce, dek, prefix)
-    header = prefix + slot + bytes(64 - len(slot)) + bytes(16)
+    header = _header(1, kek=kek, key_id=key_id, dek=dek, file_id=file_id,
+                     wrap_nonce=wrap_nonce, seg_log2=seg_log2)
     # whole segments, then the final short (possibly empty) one
     pieces = [plaintext[i : i + seg] for i in range(0, len(plaintext) // seg * seg, seg)]
     pieces.append(plaintext[len(plaintext) // seg * seg :])
@@ -106,3 +142,21 @@ def encode_sealed(plaintext: bytes, *, kek: bytes, key_id: int, dek: bytes, file
         for i, p in enumerate(pieces)
     )
     return header + body
+
+
+def encode_framed(plaintext: bytes, *, kek: bytes, key_id: int, dek: bytes, file_id: bytes,
+                  wrap_nonce: bytes, seg_log2: int, lead: int, extra: int,
+                  nonces: list[bytes]) -> bytes:
+    """A framed (kind 3) file from its parts; ``nonces`` are the records' 16-byte nonces."""
+    frame = (1 << seg_log2) + extra
+    header = _header(3, kek=kek, key_id=key_id, dek=dek, file_id=file_id,
+                     wrap_nonce=wrap_nonce, seg_log2=seg_log2, lead=lead, extra=extra)
+    pieces = [plaintext[:lead]] if plaintext else []
+    pieces += [plaintext[i : i + frame] for i in range(lead, len(plaintext), frame)]
+    if len(nonces) != len(pieces):
+        raise ValueError(f"{len(pieces)} segments need {len(pieces)} nonces, not {len(nonces)}")
+    aead = AESGCM(dek)
+    return header + b"".join(
+        n + aead.encrypt(n, p, file_id + struct.pack("<Q", i))
+        for i, (n, p) in enumerate(zip(nonces, pieces, strict=True))
+    )

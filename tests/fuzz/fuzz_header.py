@@ -1,5 +1,10 @@
 """Fuzz target for the parsers of untrusted bytes: the header and a whole-file open.
 
+Covers every kind, framed files (kind 3) included: their header bytes 12-15
+(lead, frame extra) decide where every record lies, so a parsed header's
+geometry is measured against the input's size, and the file is opened both
+read-only and for update (``"r+b"`` reads it, never writes).
+
 Run with atheris for coverage-guided fuzzing:
 
     PYTHONPATH=src python tests/fuzz/fuzz_header.py -atheris_runs=200000
@@ -16,7 +21,7 @@ import tempfile
 from cryptdisk import Key, Keyring
 from cryptdisk import open as cd_open
 from cryptdisk.errors import CryptdiskError
-from cryptdisk.format import Header
+from cryptdisk.format import Header, Kind, SegmentLayout
 
 RING = Keyring([Key(1, bytes(range(32))), Key(2, bytes(range(16)))], current_key_id=1)
 _DIR = tempfile.mkdtemp(prefix="cryptdisk-fuzz-")
@@ -26,16 +31,21 @@ _PATH = os.path.join(_DIR, "input.cd")
 def target(data: bytes) -> None:
     """Only documented errors may escape; anything else is a bug."""
     try:
-        Header.parse(data)
+        header = Header.parse(data)
     except CryptdiskError:
         pass
-    with open(_PATH, "wb") as f:
-        f.write(data)
-    try:
-        with cd_open(_PATH, "rb", keyring=RING) as f:
-            f.read()
-    except CryptdiskError:
-        pass
+    else:
+        if header.kind in Kind.WRITABLE:
+            count, size, cut = SegmentLayout.of(header).measure(len(data))
+            assert count >= 0 and size >= 0 and 0 <= cut <= 32, (count, size, cut)
+    for mode in ("rb", "r+b"):
+        with open(_PATH, "wb") as f:
+            f.write(data)
+        try:
+            with cd_open(_PATH, mode, keyring=RING) as f:
+                f.read()
+        except CryptdiskError:
+            pass
 
 
 def main() -> None:  # pragma: no cover - run by hand under atheris

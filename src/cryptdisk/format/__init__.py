@@ -27,7 +27,7 @@ from ._io import (
     SealedWriteFile,
 )
 from ._layout import SegmentLayout
-from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout
+from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout, store_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
 from ._sealed import SealedReader, SealedWriter, iter_sealed_stream, sealed_layout, sealed_nonce
@@ -69,4 +69,5 @@ __all__ = [
     "sealed_layout",
     "sealed_nonce",
     "source_for",
+    "store_layout",
 ]

@@ -1,4 +1,4 @@
-"""Mutable files: random writes and appends in place (page stores, journals).
+"""Mutable and framed files: random writes and appends in place (page stores, journals).
 
 Each segment is stored as ``nonce(16) || AES-GCM(DEK, nonce, plaintext, ad) || tag(16)``
 with a fresh random 128-bit nonce on every write (as gocryptfs does) and
@@ -8,6 +8,10 @@ reuses a nonce. What the format cannot see is a whole segment cut from the end
 of the file, or the whole file rolled back to an older valid version: both
 need a trusted size or version kept elsewhere (the database catalog, SQLite's
 own header), as ``docs/format.md`` says.
+
+Framed files (kind 3) are stored the same way; only where segments begin
+differs (segment 0 holds ``lead`` bytes, later ones ``segment_size +
+frame_extra``). :class:`SegmentLayout` does all of that arithmetic.
 
 Lower tier: the caller owns the file descriptor and serialises writers.
 """
@@ -22,33 +26,42 @@ from cryptography.exceptions import InvalidTag
 
 from ..errors import SegmentAuthenticationError, TruncatedFileError
 from ._cipher import TAG_SIZE, new_aead
-from ._header import HEADER_SIZE, Header, Kind
-from ._layout import MUTABLE_NONCE, OVERHEAD
+from ._header import Header, Kind
+from ._layout import MUTABLE_NONCE, OVERHEAD, SegmentLayout
 
-__all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout"]
+__all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout", "store_layout"]
 _AD = struct.Struct("<16sQ")
 #: Whole segments per batched read or write (one syscall each way).
 _RUN = 64
 
 
 def mutable_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
-    """``(segment_count, plaintext_size)`` of a mutable file of ``file_size`` bytes."""
-    body = file_size - HEADER_SIZE
-    record = segment_size + OVERHEAD
-    full, rest = divmod(max(body, 0), record)
-    if rest == 0:
-        return full, full * segment_size
-    if rest <= OVERHEAD:
+    """``(segment_count, plaintext_size)`` of a mutable (kind 2) file of ``file_size`` bytes."""
+    return _counted(SegmentLayout(segment_size, segment_size), file_size, path)
+
+
+def store_layout(file_size: int, header: Header, path: str | None = None) -> tuple[int, int]:
+    """``(segment_count, plaintext_size)`` of a mutable or framed file with ``header``.
+
+    Raises :class:`TruncatedFileError` when the last record is too short to
+    hold any plaintext.
+    """
+    return _counted(SegmentLayout.of(header), file_size, path)
+
+
+def _counted(layout: SegmentLayout, file_size: int, path: str | None) -> tuple[int, int]:
+    count, size, cut = layout.measure(file_size)
+    if cut:
         where = f"{path}: " if path else ""
         raise TruncatedFileError(
             f"{where}file is truncated: its last segment is cut short",
             offset=file_size, path=path,
         )
-    return full + 1, full * segment_size + rest - OVERHEAD
+    return count, size
 
 
 class MutableStore:
-    """Positional reads and writes of a mutable file's plaintext over a file descriptor.
+    """Positional reads and writes of a mutable or framed file's plaintext over a descriptor.
 
     ``pread`` is safe from several threads; writes must be serialised by the
     caller (SQLite's locks, or the file object's lock). Each segment write is a
@@ -58,8 +71,8 @@ class MutableStore:
 
     def __init__(self, fd: int, header: Header, dek: bytes, path: str | None = None,
                  *, writable: bool = False) -> None:
-        if header.kind != Kind.MUTABLE:
-            raise ValueError("MutableStore needs a mutable header")
+        if header.kind not in Kind.WRITABLE:
+            raise ValueError("MutableStore needs a mutable or framed header")
         self._fd = fd
         self._aead = new_aead(dek)
         self._file_id = header.file_id
@@ -67,11 +80,10 @@ class MutableStore:
         self.path = path
         self.writable = writable
         self.segment_size = header.segment_size
-        self._record = self.segment_size + OVERHEAD
+        self.layout = SegmentLayout.of(header)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.segment_count, self.size = mutable_layout(os.fstat(fd).st_size, self.segment_size,
-                                                       path)
+        self.segment_count, self.size = store_layout(os.fstat(fd).st_size, header, path)
 
     # -- one segment ---------------------------------------------------------
 
@@ -79,11 +91,11 @@ class MutableStore:
         if index >= self.segment_count:
             return 0
         if index < self.segment_count - 1:
-            return self.segment_size
-        return self.size - index * self.segment_size
+            return self.layout.capacity(index)
+        return self.size - self.layout.start(index)
 
     def _offset(self, index: int) -> int:
-        return HEADER_SIZE + index * self._record
+        return self.layout.record_offset(index)
 
     def _fail(self, index: int) -> SegmentAuthenticationError:
         offset = self._offset(index)
@@ -134,10 +146,9 @@ class MutableStore:
         if offset < 0:
             raise ValueError("negative offset")
         n = min(len(out), max(0, self.size - offset))
-        seg = self.segment_size
         pos = 0
         while pos < n:
-            index, lo = divmod(offset + pos, seg)
+            index, lo = self.layout.locate(offset + pos)
             seg_len = self._seg_len(index)
             take = min(seg_len - lo, n - pos)
             if lo == 0 and take == seg_len:
@@ -167,12 +178,11 @@ class MutableStore:
         return len(mv)
 
     def _write_range(self, mv: memoryview, offset: int) -> None:
-        seg = self.segment_size
         pos, n = 0, len(mv)
         run: list[tuple[int, memoryview]] = []  # whole segments, written in one pwrite
         while pos < n:
-            index, lo = divmod(offset + pos, seg)
-            take = min(seg - lo, n - pos)
+            index, lo = self.layout.locate(offset + pos)
+            take = min(self.layout.capacity(index) - lo, n - pos)
             old_len = self._seg_len(index)
             if lo == 0 and take >= old_len:
                 run.append((index, mv[pos : pos + take]))
@@ -212,7 +222,7 @@ class MutableStore:
             raise OSError(f"short write of segments {first}..{first + len(run) - 1}")
         last_index, last_plain = run[-1]
         self.segment_count = max(self.segment_count, last_index + 1)
-        self.size = max(self.size, last_index * self.segment_size + len(last_plain))
+        self.size = max(self.size, self.layout.start(last_index) + len(last_plain))
 
     def _scratch(self, n: int) -> memoryview:
         """A per-thread buffer of at least ``n`` bytes, reused (no page faults per call)."""
@@ -252,8 +262,7 @@ class MutableStore:
                 return
             if size == self.size:
                 return
-            seg = self.segment_size
-            count, rest = divmod(size, seg)
+            count, rest = self.layout.locate(size)  # keep segments 0..count-1, then rest bytes
             if rest:
                 cur = bytearray(self._seg_len(count))
                 self._decrypt_into(count, memoryview(cur))

@@ -154,7 +154,7 @@ def open_file(
             os.pwrite(fd, header.to_bytes(), 0)
         else:
             header = read_header(fd, name)
-            if header.kind != Kind.MUTABLE:
+            if header.kind not in Kind.WRITABLE:
                 raise ImmutableFileError(
                     f"{name}: sealed files are written once and cannot be opened for update",
                     hint="open it with 'wb' to replace it, or create a mutable file with 'w+b'",
