@@ -97,3 +97,26 @@ def test_clickhouse_files_by_fingerprint(tmp_path: Path) -> None:
         open_any(path, config=None)
     assert ClickHouseKey(5, bytes.fromhex(CH_KEY)).fingerprint.hex() == \
         "75264928bd0f327f80f1af4b93f2cd69"
+
+
+def test_describe_a_framed_file_and_verify_it(tmp_path: Path) -> None:
+    """A SQLite WAL is a framed file (kind 3): its plaintext size follows its own geometry."""
+    import cryptdisk
+    import cryptdisk.sqlite as csql
+
+    ring = Keyring([Key(1, bytes(range(32)))])
+    db = tmp_path / "w.db"
+    conn = csql.connect(str(db), keyring=ring)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES(randomblob(5000))")
+    wal = Path(str(db) + "-wal")
+    info = describe(wal)
+    with cryptdisk.open(wal, "rb", keyring=ring) as f:
+        plain = f.read()
+        assert f.verify() == len(plain)
+    conn.close()
+    assert info["kind"] == "framed" and info["segment_size"] == 4096
+    assert info["plaintext_size"] == len(plain) == 32 + (len(plain) - 32) // 4120 * 4120
+    assert plain[:4] == bytes.fromhex("377f0682")  # SQLite's WAL magic, decrypted

@@ -14,7 +14,7 @@ import os
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..errors import KeyNotFoundError, NotEncryptedError
-from ..format import HEADER_SIZE, MAGIC, Header, Kind, mutable_layout, open_file, sealed_layout
+from ..format import HEADER_SIZE, MAGIC, Header, Kind, open_file, sealed_layout, store_layout
 from ..keys import Key, Keyring
 from ._clickhouse import (
     CH_HEADER_SIZE,
@@ -136,11 +136,13 @@ def describe(path: str | os.PathLike[str], *, config: Config | str | None = None
     out: dict[str, Any] = {"path": name, "format": kind, "stored_size": stored}
     if kind == "cryptdisk":
         header = Header.parse(head, name)
-        layout = sealed_layout if header.kind == Kind.SEALED else mutable_layout
+        if header.kind == Kind.SEALED:
+            plaintext_size = sealed_layout(stored, header.segment_size, name)[1]
+        else:
+            plaintext_size = store_layout(stored, header, name)[1]
         out.update(version=head[8], kind=header.kind_name,
                    algorithm=header.algorithm.label.lower(), key_id=header.key_id,
-                   segment_size=header.segment_size,
-                   plaintext_size=layout(stored, header.segment_size, name)[1])
+                   segment_size=header.segment_size, plaintext_size=plaintext_size)
     elif kind == "clickhouse":
         header = ch_module().CHHeader.parse(head[:CH_HEADER_SIZE], name)
         fingerprint = bytes(header.fingerprint)

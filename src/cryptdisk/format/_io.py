@@ -288,9 +288,10 @@ class MutableFile(PositionalReadFile):
     def verify(self, progress: Callable[[int], None] | None = None) -> int:
         """Authenticate every segment of the file; returns its plaintext size."""
         self._checkClosed()
-        buf = bytearray(self._r.segment_size)
+        buf = bytearray(self._r.layout.largest)
         offset = 0
-        while n := self._r.readinto_at(buf, offset):
+        while n := self._r.readinto_at(memoryview(buf)[: self._r.layout.capacity(
+                self._r.layout.locate(offset)[0])], offset):
             offset += n
             if progress is not None:
                 progress(n)
