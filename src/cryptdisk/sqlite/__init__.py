@@ -17,6 +17,9 @@ Decrypted pages live only in SQLite's own page cache. ``docs/sqlite.md``
 describes the layout, the threat model and what is not detected (a whole-file
 rollback, or one page replaced by an older version of itself).
 
+:mod:`cryptdisk.sqlite.dbapi` offers the same database through a DB-API 2.0
+(PEP 249) interface shaped like the ``sqlite3`` module.
+
 Two VFSes write these files: a C one (built at install time, linked with
 OpenSSL; the default) and the Python reference; ``connect(...,
 implementation="python")`` or ``$CRYPTDISK_SQLITE_VFS`` picks one, and

@@ -1,0 +1,308 @@
+"""A DB-API 2.0 (PEP 249) interface to encrypted SQLite, shaped like the ``sqlite3`` module.
+
+For code written against ``sqlite3`` (or another PEP 249 driver)::
+
+    from cryptdisk.sqlite import dbapi
+
+    with dbapi.connect("app.db", keyring=keyring) as conn:   # commits on success
+        conn.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO t(name) VALUES (?)", ("ada",))
+    rows = conn.execute("SELECT * FROM t").fetchall()
+
+It wraps :func:`cryptdisk.sqlite.connect` (the same files, keys and VFS) and
+behaves as ``sqlite3`` does by default: ``paramstyle`` is ``"qmark"`` (named
+``:name`` parameters work too), a transaction begins implicitly before the
+first INSERT, UPDATE, DELETE or REPLACE, and lasts until :meth:`Connection.commit`
+or :meth:`Connection.rollback`; closing a connection with a transaction open
+rolls it back. SQLite's errors become this module's PEP 249 exceptions (a
+constraint violation is :class:`IntegrityError`, a locked database
+:class:`OperationalError`, ...). cryptdisk's own errors pass through unchanged,
+so a tampered page still raises :class:`cryptdisk.AuthenticationError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apsw
+
+from ..errors import CryptdiskError
+from ..format import KeyLookup
+from ._connect import connect as _connect
+
+__all__ = [
+    "Connection",
+    "Cursor",
+    "DataError",
+    "DatabaseError",
+    "Error",
+    "IntegrityError",
+    "InterfaceError",
+    "InternalError",
+    "NotSupportedError",
+    "OperationalError",
+    "ProgrammingError",
+    "Warning",
+    "apilevel",
+    "connect",
+    "paramstyle",
+    "threadsafety",
+]
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not connections
+paramstyle = "qmark"
+
+
+class Warning(Exception):
+    """Important warnings (PEP 249); this module raises none."""
+
+
+class Error(Exception):
+    """Base of this module's errors (PEP 249)."""
+
+
+class InterfaceError(Error):
+    """Misuse of the interface, e.g. a closed connection or cursor."""
+
+
+class DatabaseError(Error):
+    """An error reported by the database."""
+
+
+class DataError(DatabaseError):
+    """A value out of range or too big."""
+
+
+class OperationalError(DatabaseError):
+    """The database could not do it now: locked, busy, I/O, out of space..."""
+
+
+class IntegrityError(DatabaseError):
+    """A constraint failed (unique, foreign key, not null, check)."""
+
+
+class InternalError(DatabaseError):
+    """SQLite's internal error."""
+
+
+class ProgrammingError(DatabaseError):
+    """Bad SQL, wrong number of parameters, a closed connection."""
+
+
+class NotSupportedError(DatabaseError):
+    """Something SQLite does not do."""
+
+
+_ERRORS: tuple[tuple[type[BaseException], type[Error]], ...] = (
+    (apsw.ConstraintError, IntegrityError),
+    (apsw.TooBigError, DataError),
+    (apsw.MismatchError, DataError),
+    (apsw.RangeError, ProgrammingError),
+    (apsw.SQLError, OperationalError),  # as sqlite3 does (syntax, no such table)
+    (apsw.BindingsError, ProgrammingError),
+    (apsw.ConnectionClosedError, ProgrammingError),
+    (apsw.CursorClosedError, ProgrammingError),
+    (apsw.InternalError, InternalError),
+    (apsw.ExecutionCompleteError, InterfaceError),
+    (apsw.BusyError, OperationalError),
+    (apsw.LockedError, OperationalError),
+    (apsw.IOError, OperationalError),
+    (apsw.FullError, OperationalError),
+    (apsw.ReadOnlyError, OperationalError),
+    (apsw.CantOpenError, OperationalError),
+    (apsw.Error, DatabaseError),
+)
+_DML = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, apsw.Error) and not isinstance(exc, CryptdiskError):
+        for source, target in _ERRORS:
+            if isinstance(exc, source):
+                new = target(str(exc))
+                new.__cause__ = exc
+                return new
+    return exc
+
+
+def connect(path: str | os.PathLike[str], *, keyring: KeyLookup,
+            **kwargs: Any) -> Connection:
+    """Open (or create) an encrypted database; keyword arguments go to
+    :func:`cryptdisk.sqlite.connect` (``implementation``, ``busy_timeout_ms``, ...)."""
+    try:
+        return Connection(_connect(path, keyring=keyring, **kwargs))
+    except apsw.Error as exc:
+        raise _translate(exc) from exc
+
+
+class Connection:
+    """A PEP 249 connection over an ``apsw.Connection`` (``.apsw`` gives it back)."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn: apsw.Connection | None = conn
+
+    @property
+    def apsw(self) -> apsw.Connection:
+        """The underlying ``apsw.Connection`` (for apsw's own API)."""
+        if self._conn is None:
+            raise ProgrammingError("cannot operate on a closed connection")
+        return self._conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn is not None and bool(self._conn.in_transaction)
+
+    def cursor(self) -> Cursor:
+        return Cursor(self)
+
+    def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> Cursor:
+        """Shortcut: a new cursor, executed."""
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any) -> Cursor:
+        return self.cursor().executemany(sql, seq)
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self._run("COMMIT")
+
+    def rollback(self) -> None:
+        if self.in_transaction:
+            self._run("ROLLBACK")
+
+    def close(self) -> None:
+        """Roll back an open transaction and close (a second close does nothing)."""
+        if self._conn is None:
+            return
+        try:
+            self.rollback()
+        finally:
+            conn, self._conn = self._conn, None
+            conn.close()
+
+    def _run(self, sql: str) -> None:
+        try:
+            self.apsw.execute(sql)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def _begin_for(self, sql: str) -> None:
+        if not self.in_transaction and _DML.match(sql):
+            self._run("BEGIN")
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Commit when the block succeeds, roll back when it raises (as ``sqlite3``)."""
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def __repr__(self) -> str:
+        return f"<cryptdisk.sqlite.dbapi.Connection {'closed' if self._conn is None else 'open'}>"
+
+
+class Cursor:
+    """A PEP 249 cursor: ``execute``, ``fetchone/fetchmany/fetchall``, ``description``."""
+
+    arraysize = 1
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._rows: Iterator[tuple[Any, ...]] | None = None
+        self._cursor: apsw.Cursor | None = None
+        self.description: tuple[tuple[Any, ...], ...] | None = None
+        self.rowcount = -1
+        self.lastrowid: int | None = None
+        self._closed = False
+
+    def _live(self) -> apsw.Connection:
+        if self._closed:
+            raise ProgrammingError("cannot operate on a closed cursor")
+        return self.connection.apsw
+
+    def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> Cursor:
+        conn = self._live()
+        self.connection._begin_for(sql)
+        before = conn.total_changes()
+        try:
+            self._cursor = conn.cursor()
+            self._rows = iter(self._cursor.execute(sql, parameters))
+            self.description = self._describe()
+        except apsw.Error as exc:
+            self._rows, self.description = None, None
+            raise _translate(exc) from exc
+        self._after(conn, sql, before)
+        return self
+
+    def executemany(self, sql: str, seq: Any) -> Cursor:
+        conn = self._live()
+        self.connection._begin_for(sql)
+        before = conn.total_changes()
+        try:
+            self._cursor = conn.cursor()
+            self._rows = iter(self._cursor.executemany(sql, seq))
+            for _ in self._rows:
+                raise ProgrammingError("executemany() cannot run statements that return rows")
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+        self._rows, self.description = None, None
+        self._after(conn, sql, before)
+        return self
+
+    def _describe(self) -> tuple[tuple[Any, ...], ...] | None:
+        assert self._cursor is not None
+        try:
+            columns = self._cursor.get_description()
+        except apsw.ExecutionCompleteError:
+            return None
+        return tuple((name, None, None, None, None, None, None) for name, _decl in columns)
+
+    def _after(self, conn: apsw.Connection, sql: str, before: int) -> None:
+        self.rowcount = conn.total_changes() - before if _DML.match(sql) else -1
+        self.lastrowid = conn.last_insert_rowid()
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        self._live()
+        if self._rows is None:
+            return None
+        try:
+            return next(self._rows, None)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
+        out = []
+        for _ in range(self.arraysize if size is None else size):
+            row = self.fetchone()
+            if row is None:
+                break
+            out.append(row)
+        return out
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        out = []
+        while (row := self.fetchone()) is not None:
+            out.append(row)
+        return out
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+        self._rows, self._cursor, self._closed = None, None, True
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """Accepted and ignored (PEP 249)."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """Accepted and ignored (PEP 249)."""
