@@ -32,6 +32,11 @@ def test_module_globals_and_round_trip(tmp_path, keyring):
         assert cur.fetchall() == [(4, "dee")]
         assert cur.fetchone() is None
         assert list(again.execute("SELECT count(*) FROM t")) == [(4,)]
+        empty = again.execute("SELECT name, score FROM t WHERE id > 99")
+        assert [d[0] for d in empty.description] == ["name", "score"]  # even with no rows
+        assert empty.fetchall() == []
+        assert again.execute("UPDATE t SET score = 0 WHERE id > 99").rowcount == 0
+        assert again.execute("UPDATE t SET score = 0 WHERE id > 2").rowcount == 2
     again.close()
 
 

@@ -231,10 +231,19 @@ class Cursor:
         conn = self._live()
         self.connection._begin_for(sql)
         before = conn.total_changes()
+        columns: list[tuple[tuple[str, str], ...]] = []
+
+        def described(cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+            columns.append(cursor.get_description())  # prepared, not yet run: even 0 rows
+            return True
+
         try:
             self._cursor = conn.cursor()
+            self._cursor.exec_trace = described
             self._rows = iter(self._cursor.execute(sql, parameters))
-            self.description = self._describe()
+            last = columns[-1] if columns else ()
+            self.description = tuple(
+                (name, None, None, None, None, None, None) for name, _decl in last) or None
         except apsw.Error as exc:
             self._rows, self.description = None, None
             raise _translate(exc) from exc
@@ -255,14 +264,6 @@ class Cursor:
         self._rows, self.description = None, None
         self._after(conn, sql, before)
         return self
-
-    def _describe(self) -> tuple[tuple[Any, ...], ...] | None:
-        assert self._cursor is not None
-        try:
-            columns = self._cursor.get_description()
-        except apsw.ExecutionCompleteError:
-            return None
-        return tuple((name, None, None, None, None, None, None) for name, _decl in columns)
 
     def _after(self, conn: apsw.Connection, sql: str, before: int) -> None:
         self.rowcount = conn.total_changes() - before if _DML.match(sql) else -1
