@@ -4,9 +4,11 @@
  * records), file.c (one open file and its io methods), vfs.c (VFS methods, Python module).
  *
  * The same files, byte for byte, as the Python VFS in _vfs.py and _store.py
- * (cryptdisk's mutable format, docs/format.md): header(128) || record*, each
- * record nonce(16) || AES-GCM(DEK, nonce, plaintext, file_id || u64le(index))
- * || tag(16), a fresh random nonce on every write. The Python VFS is the
+ * (cryptdisk's mutable and framed formats, docs/format.md): header(128) ||
+ * record*, each record nonce(16) || AES-GCM(DEK, nonce, plaintext, file_id ||
+ * u64le(index)) || tag(16), a fresh random nonce on every write. Database files
+ * are mutable (a segment per page); WALs and rollback journals are framed (a
+ * segment per WAL frame or journal record, after the WAL or journal header). The Python VFS is the
  * reference; this one exists because SQLite calls a VFS several times per
  * transaction and each call into Python costs more than the AES-GCM of a page.
  * Behaviour, including everything in docs/sqlite.md about crashes (the
@@ -123,15 +125,6 @@ typedef struct cdFile {
      * which SQLite never reads again (their salts differ), so a write that ends past it
      * fills the rest of its last segment with zeros instead of reading and decrypting them. */
     sqlite3_int64 wal_high;
-    /* WAL only, for synchronous=FULL: SQLite pads each commit to a segment boundary and
-     * syncs there, so a segment after the sync point holds only the padding frame's tail,
-     * which recovery never needs (the commit frame before it is synced). Rewriting such a
-     * segment needs no -cdtail copy. synced_upto: what the last sync made durable;
-     * synced_since_commit: no commit frame header was written since that sync;
-     * tc_after_sync: the cached tail was written in that state (see cd_write_range). */
-    sqlite3_int64 synced_upto;
-    int synced_since_commit;
-    int tc_after_sync;
     /* Database files: publications of the wal-index seen (SQLite calls xShmBarrier when it
      * publishes a commit, and more often), and whether the wal-index is in shared memory at
      * all (xShmMap; not in heap-memory WAL mode, which has no barriers).

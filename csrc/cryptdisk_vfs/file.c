@@ -415,8 +415,6 @@ static int x_write(sqlite3_file *f, const void *vdata, int n, sqlite3_int64 offs
     if (n == 24 && p->kind == KIND_WAL) {
         /* a frame header: from a commit frame's header to the next transaction's first frame, write through */
         p->write_through = data[4] | data[5] | data[6] | data[7];
-        if (p->write_through)
-            p->synced_since_commit = 0;
         if (p->write_through && !appended)
             return cd_result(p, cd_flush(p));
     } else if (p->write_through || p->pend_len >= FLUSH_AT) {
@@ -427,8 +425,6 @@ static int x_write(sqlite3_file *f, const void *vdata, int n, sqlite3_int64 offs
 
 static int x_truncate(sqlite3_file *f, sqlite3_int64 size) {
     cdFile *p = (cdFile *)f;
-    if (size < p->synced_upto)
-        p->synced_upto = size;
     int rc = p->pend_len ? cd_flush(p) : (!p->gather ? cd_flush_journal(p) : SQLITE_OK);
     if (rc != SQLITE_OK)
         return cd_result(p, rc);
@@ -450,12 +446,7 @@ static int x_sync(sqlite3_file *f, int flags) {
         return cd_result(p, rc);
     if (p->anonymous)
         return SQLITE_OK; /* an unnamed temporary file: nothing to make durable */
-    rc = p->real->pMethods->xSync(p->real, flags);
-    if (rc == SQLITE_OK && p->kind == KIND_WAL && p->wal_high != INT64_MAX) {
-        p->synced_upto = p->wal_high; /* everything this generation wrote is durable */
-        p->synced_since_commit = 1;
-    }
-    return rc;
+    return p->real->pMethods->xSync(p->real, flags);
 }
 
 static int x_file_size(sqlite3_file *f, sqlite3_int64 *size) {

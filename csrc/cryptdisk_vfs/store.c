@@ -344,11 +344,10 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
                 return CD_AUTH;
             }
             /* bytes before lo may be committed: keep the old record until the new one is on
-             * disk, unless they are a synced commit's padding (see synced_upto in cvfs.h) */
+             * disk, unless nobody has seen them committed (see tc_oldest in cvfs.h) */
             int mine = cached && index == first && p->kind == KIND_WAL;
-            int padding_only = mine && p->tc_after_sync && seg_start(p, index) >= p->synced_upto;
             int unpublished = mine && pubs != 0 && p->tc_oldest == pubs;
-            if (lo && p->tail_path != NULL && !padding_only && !unpublished) {
+            if (lo && p->tail_path != NULL && !unpublished) {
                 if ((rc = tail_save(p, index, old_rec, old_rec_len)) != SQLITE_OK)
                     return rc;
             }
@@ -381,7 +380,6 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
         p->tc_oldest = pubs == 0 ? 0 : last_lo == 0 ? pubs : (cached && new_tail == first) ? p->tc_oldest : 0;
         p->tc_index = new_tail;
         p->tc_valid = 1;
-        p->tc_after_sync = p->synced_since_commit;
     }
     if (offset == 0)
         p->wal_high = n; /* SQLite wrote the WAL header: a new generation */
