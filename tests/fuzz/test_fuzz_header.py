@@ -50,11 +50,16 @@ def test_bytes_after_the_magic(data):
 @given(st.lists(st.tuples(st.integers(0, 2200), st.integers(0, 255)), max_size=6),
        st.integers(0, 2200))
 def test_mutated_valid_file(edits, cut):
-    raw = bytearray(_valid_file())
+    target(_mutated(_valid_file(), edits, cut))
+
+
+def _mutated(data: bytes, edits: list[tuple[int, int]], cut: int) -> bytes:
+    """``data`` with bytes overwritten at the edits' positions, then cut to ``cut`` (>= 1)."""
+    raw = bytearray(data)
     for pos, value in edits:
         if pos < len(raw):
             raw[pos] = value
-    target(bytes(raw[: max(cut, 1)]))
+    return bytes(raw[: max(cut, 1)])
 
 
 @cache
@@ -78,11 +83,7 @@ def _valid_framed_file() -> bytes:
 @given(st.lists(st.tuples(st.integers(0, 1600), st.integers(0, 255)), max_size=6),
        st.integers(0, 1600))
 def test_mutated_valid_framed_file(edits, cut):
-    raw = bytearray(_valid_framed_file())
-    for pos, value in edits:
-        if pos < len(raw):
-            raw[pos] = value
-    target(bytes(raw[: max(cut, 1)]))
+    target(_mutated(_valid_framed_file(), edits, cut))
 
 
 @settings(max_examples=1000, deadline=None)
