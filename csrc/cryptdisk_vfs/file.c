@@ -231,9 +231,15 @@ static int cd_append(cdFile *p, const unsigned char *data, sqlite3_int64 n) {
         sqlite3_int64 cap = p->pend_cap ? p->pend_cap : 65536;
         while (cap < p->pend_len + n)
             cap *= 2;
-        unsigned char *b = sqlite3_realloc64(p->pend, (sqlite3_uint64)cap);
+        /* not realloc: the old buffer holds plaintext, which is wiped before it is freed */
+        unsigned char *b = sqlite3_malloc64((sqlite3_uint64)cap);
         if (b == NULL)
             return SQLITE_NOMEM;
+        if (p->pend != NULL) {
+            memcpy(b, p->pend, (size_t)p->pend_len);
+            cd_wipe(p->pend, (size_t)p->pend_high);
+            sqlite3_free(p->pend);
+        }
         p->pend = b;
         p->pend_cap = cap;
     }
