@@ -259,3 +259,31 @@ def test_torn_rewrite_of_a_legacy_wal_tail_recovers(tmp_path, keyring, caplog, m
     with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
         assert (1, "first") not in read_all(nosave / "t.db", keyring)
     assert any("does not authenticate" in r.getMessage() for r in caplog.records)
+
+
+def test_a_legacy_hot_journal_rolls_back(tmp_path, keyring, monkeypatch):
+    """A rollback journal written before journals became framed files (a mutable file,
+    kind 2) and left hot by a crash is replayed by either VFS: the database comes back as
+    it was before the interrupted transaction."""
+    db = tmp_path / "j.db"
+    make_db(db, keyring)
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))  # journals as before
+        conn = csql.connect(str(db), keyring=keyring, implementation="python")
+        conn.execute("PRAGMA cache_size=2")
+        conn.execute("BEGIN")
+        conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
+        shutil.copy(db, crash / "j.db")
+        shutil.copy(str(db) + "-journal", crash / "j.db-journal")
+        conn.execute("ROLLBACK")
+        conn.close()
+    assert (crash / "j.db-journal").read_bytes()[9] == 2  # a mutable journal
+    spilled = tmp_path / "spilled"
+    spilled.mkdir()
+    shutil.copy(crash / "j.db", spilled / "j.db")  # without its journal: the spilled pages
+    assert any(v == "changed" for _, v in read_all(spilled / "j.db", keyring))
+    rows = read_all(crash / "j.db", keyring)  # C or Python VFS (the fixture's)
+    assert len(rows) == 200 and all(v.startswith("row ") for _, v in rows)
+    assert not (crash / "j.db-journal").exists() or (crash / "j.db-journal").stat().st_size == 0
