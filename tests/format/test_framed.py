@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 import cryptdisk
 from cryptdisk import Keyring
 from cryptdisk.errors import SegmentAuthenticationError, TruncatedFileError
-from cryptdisk.format import HEADER_SIZE, Kind, MutableStore, SegmentLayout, mutable_layout
+from cryptdisk.format import (
+    HEADER_SIZE,
+    Kind,
+    MutableStore,
+    SegmentLayout,
+    mutable_layout,
+    new_header,
+)
 from cryptdisk.format._mutable import _RUN
 
 from .framed_util import framed_store, new_framed, open_store
@@ -283,3 +290,18 @@ def test_kind_2_layouts_are_what_mutable_layout_gave_before(log2, file_size):
         layout = SegmentLayout(seg, seg)
         assert [layout.record_offset(i) for i in range(3)] == [
             HEADER_SIZE + i * (seg + OVERHEAD) for i in range(3)]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"lead": 0}, ValueError, "framed file needs"),
+    ({"lead": 537}, ValueError, "framed file needs"),  # > 512 + 24
+    ({"lead": 32, "frame_extra": 70000}, ValueError, "framed file needs"),
+    ({"lead": 32.0}, TypeError, "lead must be an int"),
+    ({"lead": 32, "frame_extra": True}, TypeError, "frame_extra must be an int"),
+])
+def test_new_header_checks_the_framing(kwargs, error, match):
+    key = Keyring.generate().current_key()
+    with pytest.raises(error, match=match):
+        new_header(Kind.FRAMED, key, segment_size=512, **kwargs)
+    with pytest.raises(ValueError, match="framed files"):
+        new_header(Kind.MUTABLE, key, segment_size=512, lead=32)

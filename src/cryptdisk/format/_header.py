@@ -194,6 +194,9 @@ def new_header(
     """
     alg = Algorithm.parse(algorithm) if algorithm is not None else key.algorithm
     _segment_log2(segment_size)
+    for name, value in (("lead", lead), ("frame_extra", frame_extra)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int")
     if kind == Kind.FRAMED:
         largest = min(0xFFFF, segment_size + frame_extra)
         if not (0 <= frame_extra <= 0xFFFF and 1 <= lead <= largest):
@@ -205,9 +208,12 @@ def new_header(
     elif lead or frame_extra:
         raise ValueError("lead and frame_extra are for framed files (Kind.FRAMED) only")
     dek = os.urandom(alg.key_size)
-    header = Header(kind, alg, segment_size, os.urandom(16), key.key_id, key.check_value,
-                    b"\0" * SLOT_SIZE, lead, frame_extra)
-    return replace(header, key_slot=_slot(key.wrap(dek, header.auth_prefix()))), dek
+    file_id = os.urandom(16)
+    unwrapped = Header(kind, alg, segment_size, file_id, key.key_id, key.check_value,
+                       b"\0" * SLOT_SIZE, lead, frame_extra)
+    slot = _slot(key.wrap(dek, unwrapped.auth_prefix()))
+    return Header(kind, alg, segment_size, file_id, key.key_id, key.check_value, slot, lead,
+                  frame_extra), dek
 
 
 def open_header(header: Header, keys: KeyLookup, path: str | None = None) -> bytes:
