@@ -47,11 +47,16 @@ def test_the_wal_is_framed_and_commits_are_not_padded(tmp_path, keyring, page):
         assert f.read(16) == b"SQLite format 3\0"
 
 
-def test_the_rollback_journal_is_framed(tmp_path, keyring):
+@pytest.mark.parametrize("page", [512, 4096, 8192, 65536])
+@pytest.mark.parametrize("sync", ["off", "full"])
+def test_the_rollback_journal_is_framed(tmp_path, keyring, page, sync):
     """Its segment 0 is the journal header (512 bytes: the sector size SQLite uses with
-    power-safe overwrite), then one segment per record: page number, page, checksum."""
+    power-safe overwrite), then one segment per record: page number, page, checksum.
+    (With synchronous=FULL SQLite first writes the header's magic as zeros.)"""
     path = str(tmp_path / "j.db")
     conn = csql.connect(path, keyring=keyring)
+    conn.execute(f"PRAGMA page_size={page}")
+    conn.execute(f"PRAGMA synchronous={sync}")
     conn.execute("PRAGMA journal_mode=PERSIST")  # the journal stays after the commit
     conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
     with conn:
@@ -59,9 +64,10 @@ def test_the_rollback_journal_is_framed(tmp_path, keyring):
     conn.execute("UPDATE t SET v = 'y' WHERE id < 50")
     header = _header(path + "-journal")
     assert (header.kind, header.lead, header.frame_extra) == (Kind.FRAMED, 512, 8)
+    assert header.segment_size == page  # a record per journal record: page + 8 bytes
     with cryptdisk.open(path + "-journal", "rb", keyring=keyring) as f:
         journal = f.read()
-    records = (len(journal) - 512) // (4096 + 8)
-    assert records >= 2 and len(journal) == 512 + records * (4096 + 8)
+    records = (len(journal) - 512) // (page + 8)
+    assert records >= 1 and len(journal) == 512 + records * (page + 8)
     assert conn.execute("SELECT count(*) FROM t WHERE v = 'y'").fetchall() == [(50,)]
     conn.close()

@@ -55,10 +55,6 @@ _FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pendin
 _MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
 _counter = itertools.count(1)
 
-#: Segment size of the WAL and of journals, as a multiple of the page size.
-#: 1: reading one WAL frame (24 + page bytes, never aligned) decrypts at most
-#: two segments; larger segments decrypt more per frame read.
-WAL_SEGMENT_PAGES = 1
 WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
 JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
@@ -68,6 +64,24 @@ _POWERSAFE_OVERWRITE = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_POW
 
 def _pow2(n: int) -> int:
     return min(max(512, 1 << max(n - 1, 1).bit_length()), 1 << 16)
+
+
+def _wal_page(kind: str, head: bytes) -> int:
+    """The page size in a WAL header SQLite writes first, or 0."""
+    if kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
+        return int.from_bytes(head[8:12], "big")
+    return 0
+
+
+def _journal_sizes(kind: str, head: bytes) -> tuple[int, int]:
+    """``(sector size, page size)`` in a rollback journal's header, or ``(0, 0)``.
+
+    SQLite writes the magic as zeros first unless synchronous=OFF, and the real
+    magic once the records are synced.
+    """
+    if kind == JOURNAL and len(head) >= 28 and head[:8] in (JOURNAL_MAGIC, bytes(8)):
+        return int.from_bytes(head[20:24], "big"), int.from_bytes(head[24:28], "big")
+    return 0, 0
 
 
 def framing(kind: str, first: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
@@ -83,15 +97,12 @@ def framing(kind: str, first: bytes | bytearray | memoryview, offset: int) -> tu
     a header that does not parse, gets a mutable file (kind 2).
     """
     head = bytes(first[:28]) if offset == 0 else b""
-    if kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
+    if _wal_page(kind, head):
         return WAL_HEADER, WAL_FRAME_HEADER
-    if kind == JOURNAL and len(head) >= 28 and head[:8] in (JOURNAL_MAGIC, bytes(8)):
-        # (SQLite writes the magic as zeros first unless synchronous=OFF, then the
-        # real magic once the records are synced)
-        sector, page = int.from_bytes(head[20:24], "big"), int.from_bytes(head[24:28], "big")
-        fits = sector <= min(0xFFFF, page + JOURNAL_RECORD_EXTRA)
-        if _pow2(sector) == sector and _pow2(page) == page and fits:
-            return sector, JOURNAL_RECORD_EXTRA
+    sector, page = _journal_sizes(kind, head)
+    fits = sector <= min(0xFFFF, page + JOURNAL_RECORD_EXTRA)
+    if sector and _pow2(sector) == sector and _pow2(page) == page and fits:
+        return sector, JOURNAL_RECORD_EXTRA
     return 0, 0
 
 
@@ -104,10 +115,8 @@ def segment_size_for(kind: str, first: bytes | bytearray | memoryview, offset: i
         page = 65536 if raw == 1 else raw
     elif kind == MAIN and offset == 0:
         page = len(first)
-    elif kind == WAL and len(head) >= 12 and head[:3] == b"\x37\x7f\x06":
-        page = int.from_bytes(head[8:12], "big") * WAL_SEGMENT_PAGES
-    elif kind == JOURNAL and len(head) >= 28 and head[:8] == JOURNAL_MAGIC:
-        page = int.from_bytes(head[24:28], "big") * WAL_SEGMENT_PAGES
+    else:
+        page = _wal_page(kind, head) or _journal_sizes(kind, head)[1]
     if page and page & (page - 1) == 0 and 512 <= page <= 65536:
         return page
     return 4096 if page == 0 else _pow2(page)
@@ -290,7 +299,7 @@ class EncryptedFile(apsw.VFSFile):
             raise PageTruncatedError(
                 f"{self.path}: file is truncated: its header says {pages} pages of {page} "
                 f"bytes but the file holds {size // page}",
-                offset=HEADER_SIZE + (size // store.segment_size) * (store.segment_size + 32),
+                offset=store.layout.record_offset(store.layout.locate(size)[0]),
                 path=self.path,
             )
 
