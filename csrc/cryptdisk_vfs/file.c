@@ -358,14 +358,23 @@ static int check_length(cdFile *p, const unsigned char *page1, sqlite3_int64 got
     return SQLITE_OK;
 }
 
-static int x_read(sqlite3_file *f, void *buf, int amount, sqlite3_int64 offset) {
-    cdFile *p = (cdFile *)f;
-    sqlite3_int64 got = 0;
+/* Before a read or a size query: write gathered bytes, and open the store if the file has
+ * a header by now (cantopen: what to answer when the header could not be read). */
+static int cd_ready(cdFile *p, int cantopen) {
     int rc;
     if (p->pend_len && (rc = cd_result(p, cd_flush(p))) != SQLITE_OK)
         return rc;
     if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
-        return rc == SQLITE_CANTOPEN ? SQLITE_IOERR_READ : rc;
+        return rc == SQLITE_CANTOPEN ? cantopen : rc;
+    return SQLITE_OK;
+}
+
+static int x_read(sqlite3_file *f, void *buf, int amount, sqlite3_int64 offset) {
+    cdFile *p = (cdFile *)f;
+    sqlite3_int64 got = 0;
+    int rc;
+    if ((rc = cd_ready(p, SQLITE_IOERR_READ)) != SQLITE_OK)
+        return rc;
     if (!p->loaded) {
         memset(buf, 0, (size_t)amount);
         return SQLITE_IOERR_SHORT_READ;
@@ -458,10 +467,8 @@ static int x_sync(sqlite3_file *f, int flags) {
 static int x_file_size(sqlite3_file *f, sqlite3_int64 *size) {
     cdFile *p = (cdFile *)f;
     int rc;
-    if (p->pend_len && (rc = cd_result(p, cd_flush(p))) != SQLITE_OK)
+    if ((rc = cd_ready(p, SQLITE_IOERR_FSTAT)) != SQLITE_OK)
         return rc;
-    if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
-        return rc == SQLITE_CANTOPEN ? SQLITE_IOERR_FSTAT : rc;
     if (!p->loaded) {
         *size = 0;
         return SQLITE_OK;

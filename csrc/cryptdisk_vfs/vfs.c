@@ -19,12 +19,18 @@ const sqlite3_api_routines *sqlite3_api = NULL;
 
 /* -- Python callbacks (with the GIL; apsw releases it around SQLite calls) -- */
 
+/* msg (a char array) formatted from fmt and the variadic arguments after it */
+#define CD_FORMAT(msg, fmt)                      \
+    do {                                         \
+        va_list ap_;                             \
+        va_start(ap_, fmt);                      \
+        vsnprintf(msg, sizeof msg, fmt, ap_);    \
+        va_end(ap_);                             \
+    } while (0)
+
 void cd_warn(cdFile *p, const char *fmt, ...) {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    CD_FORMAT(msg, fmt);
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *r = PyObject_CallFunction(p->vfs->warner, "s", msg);
     if (r == NULL)
@@ -36,10 +42,7 @@ void cd_warn(cdFile *p, const char *fmt, ...) {
 /* Leave a cryptdisk exception pending for apsw, which raises it to the caller of the statement. */
 int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...) {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    CD_FORMAT(msg, fmt);
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *exc = PyObject_CallFunction(p->vfs->raiser, "isLs", code, msg, (long long)offset, p->path);
     if (exc != NULL) {
