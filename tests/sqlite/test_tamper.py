@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 
 import apsw
 import pytest
@@ -210,6 +211,19 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
     conn.close()
 
 
+@contextlib.contextmanager
+def old_layout(monkeypatch, path, keyring) -> Iterator[apsw.Connection]:
+    """A connection (Python VFS) that writes WALs and journals as mutable files (kind 2),
+    as cryptdisk did before they became framed files; closed at the end."""
+    with monkeypatch.context() as patch:
+        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))
+        conn = csql.connect(str(path), keyring=keyring, implementation="python")
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
 def test_torn_rewrite_of_a_legacy_wal_tail_recovers(tmp_path, keyring, caplog, monkeypatch):
     """A WAL written before WALs became framed files (a mutable file, kind 2) shares its
     last segment between commits. Either VFS that goes on appending to one copies that
@@ -220,16 +234,13 @@ def test_torn_rewrite_of_a_legacy_wal_tail_recovers(tmp_path, keyring, caplog, m
     db = legacy / "t.db"
     reopened = tmp_path / "reopened"
     reopened.mkdir()
-    with monkeypatch.context() as patch:
-        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))  # WALs as before
-        old = csql.connect(str(db), keyring=keyring, implementation="python")
+    with old_layout(monkeypatch, db, keyring) as old:
         old.execute("PRAGMA journal_mode=WAL")
         old.execute("PRAGMA wal_autocheckpoint=0")
         old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
         old.execute("INSERT INTO t VALUES(1, 'first')")
         for suffix in ("", "-wal"):  # as a crash would leave them
             shutil.copy(str(db) + suffix, reopened / ("t.db" + suffix))
-        old.close()
     with open(reopened / "t.db-wal", "rb") as f:
         assert f.read(10)[9] == 2  # a mutable WAL (kind 2), not a framed one
     conn = csql.connect(str(reopened / "t.db"), keyring=keyring)  # C or Python VFS
@@ -269,16 +280,13 @@ def test_a_legacy_hot_journal_rolls_back(tmp_path, keyring, monkeypatch):
     make_db(db, keyring)
     crash = tmp_path / "crash"
     crash.mkdir()
-    with monkeypatch.context() as patch:
-        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))  # journals as before
-        conn = csql.connect(str(db), keyring=keyring, implementation="python")
+    with old_layout(monkeypatch, db, keyring) as conn:
         conn.execute("PRAGMA cache_size=2")
         conn.execute("BEGIN")
         conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
         shutil.copy(db, crash / "j.db")
         shutil.copy(str(db) + "-journal", crash / "j.db-journal")
         conn.execute("ROLLBACK")
-        conn.close()
     assert (crash / "j.db-journal").read_bytes()[9] == 2  # a mutable journal
     spilled = tmp_path / "spilled"
     spilled.mkdir()
