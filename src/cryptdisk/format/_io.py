@@ -288,10 +288,10 @@ class MutableFile(PositionalReadFile):
     def verify(self, progress: Callable[[int], None] | None = None) -> int:
         """Authenticate every segment of the file; returns its plaintext size."""
         self._checkClosed()
-        buf = bytearray(self._r.layout.largest)
-        offset = 0
-        while n := self._r.readinto_at(memoryview(buf)[: self._r.layout.capacity(
-                self._r.layout.locate(offset)[0])], offset):
+        layout = self._r.layout
+        buf = memoryview(bytearray(layout.largest))
+        offset = 0  # one segment per read: offset is always where a segment starts
+        while n := self._r.readinto_at(buf[: layout.capacity(layout.locate(offset)[0])], offset):
             offset += n
             if progress is not None:
                 progress(n)
