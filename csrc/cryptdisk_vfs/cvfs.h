@@ -1,7 +1,8 @@
 /*
  * cryptdisk.sqlite._cvfs: the encrypting SQLite VFS, in C. This header is what its files
  * share: cipher.c (records), rawio.c (raw I/O, side file), store.c (plaintext over
- * records), file.c (one open file and its io methods), vfs.c (VFS methods, Python module).
+ * records), file.c (one open file and its io methods), shm.c (the wal-index), vfs.c (VFS
+ * methods, Python module).
  *
  * The same files, byte for byte, as the Python VFS in _vfs.py and _store.py
  * (cryptdisk's mutable and framed formats, docs/format.md): header(128) ||
@@ -28,7 +29,8 @@
  *
  * Cipher primitives are OpenSSL's (EVP AES-GCM, RAND_bytes); none is written
  * here. I/O goes through the default VFS's file methods on the raw file, which
- * also does the locking and the wal-index (-shm, not encrypted).
+ * also does the locking; shm.c keeps the wal-index (which cannot be encrypted) in
+ * a memory file system instead of beside the database.
  */
 #ifndef CRYPTDISK_VFS_H
 #define CRYPTDISK_VFS_H
@@ -56,6 +58,7 @@ SQLITE_EXTENSION_INIT3
 #define CD_AUTH (-1) /* internal: a segment failed authentication (p->fail_index) */
 #define ERR_AUTH 0
 #define ERR_TRUNCATED 1
+#define ERR_SHM 2 /* the wal-index cannot be shared (shm.c) */
 #define TAIL_SUFFIX "-cdtail"
 #define WAL_HEADER 32       /* a WAL starts with this many header bytes */
 #define WAL_FRAME_HEADER 24 /* then frames of a header and a page */
@@ -135,6 +138,8 @@ typedef struct cdFile {
      * loses nothing committed, so no -cdtail copy is needed (cd_write_range). */
     unsigned long barriers;
     int shm_used;
+    struct cdShm *shm; /* the wal-index off the disk (shm.c), once mapped */
+    int shm_own;       /* 1: p->shm; -1: the default VFS's wal-index; 0: not decided yet */
     const char *wal_db_name;
     unsigned long tc_oldest;
     /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
@@ -202,12 +207,19 @@ int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int6
 int cd_truncate_store(cdFile *p, sqlite3_int64 size);
 void mirror_free(cdFile *p);
 
-/* file.c: one open file (header, gathering, the io methods) */
+/* file.c: one open file (header, gathering, the io methods; cd_plain_io: no encryption) */
 extern const sqlite3_io_methods cd_io;
+extern const sqlite3_io_methods cd_plain_io;
 int cd_load(cdFile *p);
 int x_close(sqlite3_file *f);
 void cd_list_add(cdFile **head, cdFile *p);
 unsigned long cd_publications(cdFile *p);
+
+/* shm.c: the wal-index, in a memory file system instead of beside the database */
+int cd_shm_map(cdFile *p, int region, int size, int extend, void volatile **out);
+int cd_shm_lock(cdFile *p, int offset, int n, int flags);
+void cd_shm_barrier(cdFile *p);
+int cd_shm_unmap(cdFile *p, int delete_flag);
 
 /* vfs.c: the Python callbacks (they take the GIL) */
 void cd_warn(cdFile *p, const char *fmt, ...);

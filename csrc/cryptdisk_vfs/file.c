@@ -330,6 +330,8 @@ int x_close(sqlite3_file *f) {
         sqlite3_free(p->pend);
         p->pend = NULL;
     }
+    if (p->shm != NULL)
+        cd_shm_unmap(p, 0);
     int rc2 = p->real->pMethods ? p->real->pMethods->xClose(p->real) : SQLITE_OK;
     return rc != SQLITE_OK ? rc : rc2;
 }
@@ -527,23 +529,21 @@ static int x_device_characteristics(sqlite3_file *f) {
 static int x_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **out) {
     cdFile *p = (cdFile *)f;
     p->shm_used = 1;
-    return p->real->pMethods->xShmMap(p->real, region, size, extend, out);
+    return cd_shm_map(p, region, size, extend, out);
 }
 
 static int x_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
-    cdFile *p = (cdFile *)f;
-    return p->real->pMethods->xShmLock(p->real, offset, n, flags);
+    return cd_shm_lock((cdFile *)f, offset, n, flags);
 }
 
 static void x_shm_barrier(sqlite3_file *f) {
     cdFile *p = (cdFile *)f;
     p->barriers++;
-    p->real->pMethods->xShmBarrier(p->real);
+    cd_shm_barrier(p);
 }
 
 static int x_shm_unmap(sqlite3_file *f, int delete_flag) {
-    cdFile *p = (cdFile *)f;
-    return p->real->pMethods->xShmUnmap(p->real, delete_flag);
+    return cd_shm_unmap((cdFile *)f, delete_flag);
 }
 
 const sqlite3_io_methods cd_io = {
@@ -551,4 +551,32 @@ const sqlite3_io_methods cd_io = {
     x_close, x_read, x_write, x_truncate, x_sync, x_file_size, x_lock, x_unlock,
     x_check_reserved_lock, x_file_control, x_sector_size, x_device_characteristics,
     x_shm_map, x_shm_lock, x_shm_barrier, x_shm_unmap, NULL, NULL,
+};
+
+/* -- the plain VFS: the default VFS's files, with the wal-index of shm.c ------------- */
+/* (the base of the Python VFS, which apsw lets override every method but the shm ones) */
+
+#define REAL(f) (((cdFile *)(f))->real)
+static int y_close(sqlite3_file *f) {
+    cdFile *p = (cdFile *)f;
+    if (p->shm != NULL)
+        cd_shm_unmap(p, 0);
+    return p->real->pMethods ? p->real->pMethods->xClose(p->real) : SQLITE_OK;
+}
+static int y_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 at) { return REAL(f)->pMethods->xRead(REAL(f), buf, n, at); }
+static int y_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 at) {
+    return REAL(f)->pMethods->xWrite(REAL(f), buf, n, at);
+}
+static int y_truncate(sqlite3_file *f, sqlite3_int64 size) { return REAL(f)->pMethods->xTruncate(REAL(f), size); }
+static int y_sync(sqlite3_file *f, int flags) { return REAL(f)->pMethods->xSync(REAL(f), flags); }
+static int y_file_size(sqlite3_file *f, sqlite3_int64 *out) { return REAL(f)->pMethods->xFileSize(REAL(f), out); }
+static int y_file_control(sqlite3_file *f, int op, void *arg) { return REAL(f)->pMethods->xFileControl(REAL(f), op, arg); }
+static int y_sector_size(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
+static int y_device_characteristics(sqlite3_file *f) { return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f)); }
+static void y_shm_barrier(sqlite3_file *f) { cd_shm_barrier((cdFile *)f); }
+
+const sqlite3_io_methods cd_plain_io = {
+    2, y_close, y_read, y_write, y_truncate, y_sync, y_file_size, x_lock, x_unlock,
+    x_check_reserved_lock, y_file_control, y_sector_size, y_device_characteristics,
+    x_shm_map, x_shm_lock, y_shm_barrier, x_shm_unmap, NULL, NULL,
 };

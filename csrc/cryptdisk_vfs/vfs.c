@@ -128,6 +128,26 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
     return SQLITE_OK;
 }
 
+/* The plain VFS (registered with header_for None): the default VFS's file, unencrypted,
+ * with the wal-index of shm.c; the Python VFS's base. */
+static int v_open_plain(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
+    cdVfs *v = (cdVfs *)vfs;
+    cdFile *p = (cdFile *)f;
+    int rc;
+    memset(p, 0, sizeof *p);
+    p->real = (sqlite3_file *)&p[1];
+    p->vfs = v;
+    p->tail_fd = -1;
+    rc = v->root->xOpen(v->root, name, p->real, flags, out_flags);
+    if (rc != SQLITE_OK)
+        return rc;
+    p->kind = flags & SQLITE_OPEN_MAIN_DB ? KIND_MAIN : KIND_TEMP;
+    p->anonymous = name == NULL;
+    p->path = name ? name : "<temporary file>";
+    p->base.pMethods = &cd_plain_io;
+    return SQLITE_OK;
+}
+
 static int v_delete(sqlite3_vfs *vfs, const char *name, int syncdir) {
     cdVfs *v = (cdVfs *)vfs;
     int rc = v->root->xDelete(v->root, name, syncdir);
@@ -180,6 +200,7 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "sOOO", &name, &header_for, &raiser, &warner))
         return NULL;
+    int plain = header_for == Py_None;
     if (sqlite3_api == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "load this module into SQLite first (sqlite3_cvfs_init)");
         return NULL;
@@ -211,7 +232,7 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
     v->base.mxPathname = root->mxPathname;
     v->base.zName = v->name;
     v->base.pAppData = NULL;
-    v->base.xOpen = v_open;
+    v->base.xOpen = plain ? v_open_plain : v_open;
     v->base.xDelete = v_delete;
     v->base.xAccess = v_access;
     v->base.xFullPathname = v_full_pathname;
@@ -243,7 +264,8 @@ static PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS, "Records sealed and opened by this process, and their bytes."},
     {"ready", py_ready, METH_NOARGS, "True once SQLite has loaded this module as an extension."},
     {"register", py_register, METH_VARARGS,
-     "register(name, header_for, raiser, warner): register an encrypting VFS with SQLite."},
+     "register(name, header_for, raiser, warner): register an encrypting VFS with SQLite "
+     "(header_for None: the default VFS's files unencrypted, with the wal-index off the disk)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,7 +27,7 @@ implementation="python")`` or ``$CRYPTDISK_SQLITE_VFS`` picks one, and
 """
 
 from ._connect import IMPLEMENTATIONS, connect, implementation, vfs_for
-from ._errors import PageAuthenticationError, PageTruncatedError
+from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
 from ._native import NativeVFS
 from ._vfs import EncryptedFile, EncryptedVFS
 
@@ -38,6 +38,7 @@ __all__ = [
     "NativeVFS",
     "PageAuthenticationError",
     "PageTruncatedError",
+    "WalIndexError",
     "connect",
     "implementation",
     "vfs_for",

@@ -93,6 +93,11 @@ def connect(
     conn = apsw.Connection(name, flags=flags, vfs=vfs.vfs_name, **kwargs)
     try:
         conn.set_busy_timeout(busy_timeout_ms)
+        if flags & apsw.SQLITE_OPEN_READONLY:
+            # A read-only connection cannot checkpoint the WAL; at close SQLite would
+            # try the exclusive lock for it anyway, and through the Python VFS apsw
+            # raises that refusal from close().
+            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
         if temp_store_memory:
             conn.execute("PRAGMA temp_store=MEMORY")
         # Reading page 1 authenticates the header and the first page now rather

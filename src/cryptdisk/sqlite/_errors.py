@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import apsw
 
-from ..errors import SegmentAuthenticationError, TruncatedFileError
+from ..errors import CryptdiskError, SegmentAuthenticationError, TruncatedFileError
 
-__all__ = ["PageAuthenticationError", "PageTruncatedError"]
+__all__ = ["PageAuthenticationError", "PageTruncatedError", "WalIndexError"]
 
 
 class PageAuthenticationError(SegmentAuthenticationError, apsw.CorruptError):
@@ -22,3 +22,13 @@ class PageAuthenticationError(SegmentAuthenticationError, apsw.CorruptError):
 
 class PageTruncatedError(TruncatedFileError, apsw.CorruptError):
     """The database file is shorter than its own header says: pages were cut away."""
+
+
+class WalIndexError(CryptdiskError, apsw.CantOpenError):
+    """The WAL index cannot be shared with another process that has the database open.
+
+    cryptdisk keeps the WAL index in a memory file system (``$CRYPTDISK_SHM_DIR``,
+    default ``/dev/shm``), not beside the database. A process that sees another
+    one (another container) or keeps its index beside the database (cryptdisk
+    without its C extension) cannot share it; the message says which.
+    """

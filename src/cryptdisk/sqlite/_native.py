@@ -25,7 +25,7 @@ from typing import Any
 import apsw
 
 from ..format import KeyLookup as _KeyLookup
-from ._errors import PageAuthenticationError, PageTruncatedError
+from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
 from ._header import header_and_key
 
 try:
@@ -33,12 +33,13 @@ try:
 except ImportError:  # built without a C compiler or OpenSSL headers: see setup.py
     _cvfs = None
 
-__all__ = ["NativeVFS", "available"]
+__all__ = ["NativeVFS", "available", "plain_base"]
 
 log = logging.getLogger("cryptdisk.sqlite")
 _counter = itertools.count(1)
 _lock = threading.Lock()
-_EXCEPTIONS = (PageAuthenticationError, PageTruncatedError)  # by the C code's error number
+_EXCEPTIONS = (PageAuthenticationError, PageTruncatedError)  # by ERR_AUTH, ERR_TRUNCATED (cvfs.h)
+_ERR_SHM = 2
 
 
 def available() -> bool:
@@ -48,19 +49,46 @@ def available() -> bool:
 
 def _load_into_sqlite() -> None:
     with _lock:
-        if _cvfs.ready():
-            return
-        conn = apsw.Connection(":memory:")
-        try:
-            conn.enable_load_extension(True)
-            conn.load_extension(_cvfs.__file__, "sqlite3_cvfs_init")
-        finally:
-            conn.close()
-        if not _cvfs.ready():  # pragma: no cover - SQLite always calls the entry point
-            raise RuntimeError("SQLite did not initialise cryptdisk's C VFS")
+        _load_into_sqlite_locked()
+
+
+def _load_into_sqlite_locked() -> None:
+    if _cvfs.ready():
+        return
+    conn = apsw.Connection(":memory:")
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(_cvfs.__file__, "sqlite3_cvfs_init")
+    finally:
+        conn.close()
+    if not _cvfs.ready():  # pragma: no cover - SQLite always calls the entry point
+        raise RuntimeError("SQLite did not initialise cryptdisk's C VFS")
+
+
+_plain_base: str | None = None
+
+
+def plain_base() -> str:
+    """The base VFS for the Python VFS: ``""`` (SQLite's default) without the C VFS.
+
+    With it, ``cryptdisk-plain``: the default VFS's files, with the WAL index in
+    a memory file system rather than beside the database (``csrc/cryptdisk_vfs/shm.c``),
+    so that both VFSes keep it in the same place.
+    """
+    global _plain_base
+    if _cvfs is None:
+        return ""
+    with _lock:
+        if _plain_base is None:
+            _load_into_sqlite_locked()
+            _cvfs.register("cryptdisk-plain", None, _exception, _warn)
+            _plain_base = "cryptdisk-plain"
+        return _plain_base
 
 
 def _exception(code: int, message: str, offset: int, path: str) -> Exception:
+    if code == _ERR_SHM:
+        return WalIndexError(message)
     return _EXCEPTIONS[code](message, offset=offset, path=path)
 
 

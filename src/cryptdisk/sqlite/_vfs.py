@@ -11,11 +11,12 @@
   database file itself is written; for the WAL right after each commit frame
   (before SQLite publishes the commit in the wal-index), so a transaction
   SQLite reports committed is in the file even with ``synchronous=OFF``.
-- **The -shm wal-index** stays with SQLite's default VFS (apsw passes the xShm
-  methods through). It holds page numbers, frame counters, salts and checksums,
-  never page contents, and SQLite rebuilds it from the (authenticated) WAL
-  whenever the first connection opens the database, so editing it at rest
-  achieves nothing.
+- **The -shm wal-index** is not encrypted (SQLite maps it as plain memory) and
+  not on disk: apsw passes the xShm methods to the base VFS, which is
+  ``cryptdisk-plain`` from the C extension (``csrc/cryptdisk_vfs/shm.c``), so
+  the index is in ``$CRYPTDISK_SHM_DIR`` (``/dev/shm``) as with the C VFS.
+  Without the C extension it stays with SQLite's default VFS, beside the
+  database (docs/sqlite.md, "The wal-index").
 
 ``xFileControl`` is not overridden, so SQLite's frequent file controls (lock
 timeouts, several per transaction) stay in C. One consequence: do not set
@@ -44,6 +45,7 @@ from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageAuthenticationError, PageTruncatedError
 from ._header import header_and_key
+from ._native import plain_base
 from ._store import PageStore
 from ._tail import TailSave, remove_tail
 
@@ -138,7 +140,8 @@ class EncryptedVFS(apsw.VFS):
         self.keyring = keyring
         self.journals: dict[str, EncryptedFile] = {}
         self.lock = threading.Lock()
-        super().__init__(self.vfs_name, "")
+        self.base = plain_base()  # the WAL index off the disk, as the C VFS keeps it
+        super().__init__(self.vfs_name, self.base)
 
     def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:
         return EncryptedFile(self, name, flags)
@@ -160,7 +163,7 @@ class EncryptedFile(apsw.VFSFile):
 
     def __init__(self, vfs: EncryptedVFS, name: Any, flags: list[int]) -> None:
         inflags = flags[0]
-        super().__init__("", name, flags)
+        super().__init__(vfs.base, name, flags)
         self._vfs = vfs
         self._store: PageStore | None = None
         self._pend = bytearray()
