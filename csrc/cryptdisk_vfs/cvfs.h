@@ -110,6 +110,7 @@ typedef struct cdFile {
     sqlite3_int64 rec_len; /* length of the record in rbuf that last authenticated */
     sqlite3_int64 fail_index;
     int tail_fd;
+    int raw_fd; /* the default VFS's descriptor of the raw file, once raw_size checked it (0: not yet) */
     char *tail_path;
     unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
     /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
