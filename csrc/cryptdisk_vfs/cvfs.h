@@ -190,6 +190,7 @@ int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int
 
 /* rawio.c: raw bytes through the default VFS's file, and the -cdtail side file */
 int raw_size(cdFile *p, sqlite3_int64 *out);
+extern unsigned long long n_size_queries, n_size_fstats; /* raw_size calls; of them by xFileSize (fstat) */
 int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got);
 int raw_write(cdFile *p, const unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where);
 void pause_us(int us);

@@ -17,6 +17,8 @@
 
 /* -- raw I/O through the default VFS's file -------------------------------- */
 
+unsigned long long n_size_queries, n_size_fstats;
+
 /* The descriptor of the raw file: SQLite's unix VFS keeps it in its unixFile after three
  * pointers (pMethod, pVfs, pInode; the layout of every SQLite 3 release since 2010). Used
  * only when that file's pVfs is the root VFS and the descriptor is the file at p->path
@@ -41,6 +43,7 @@ static int raw_fd(cdFile *p) {
  * "Performance"). lseek(SEEK_END) reads the size without reporting times. */
 int raw_size(cdFile *p, sqlite3_int64 *out) {
     int fd = raw_fd(p);
+    n_size_queries++;
     if (fd > 0) {
         off_t end = lseek(fd, 0, SEEK_END);
         if (end >= 0) {
@@ -48,6 +51,8 @@ int raw_size(cdFile *p, sqlite3_int64 *out) {
             return SQLITE_OK;
         }
     }
+    if (!p->anonymous)
+        n_size_fstats++;
     return p->real->pMethods->xFileSize(p->real, out);
 }
 
