@@ -113,6 +113,7 @@ typedef struct cdFile {
     sqlite3_int64 rec_len; /* length of the record in rbuf that last authenticated */
     sqlite3_int64 fail_index;
     int tail_fd;
+    int raw_fd; /* the default VFS's descriptor of the raw file, once raw_size checked it (0: not yet) */
     char *tail_path;
     unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
     /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
@@ -194,6 +195,7 @@ int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int
 
 /* rawio.c: raw bytes through the default VFS's file, and the -cdtail side file */
 int raw_size(cdFile *p, sqlite3_int64 *out);
+extern unsigned long long n_size_queries, n_size_fstats; /* raw_size calls; of them by xFileSize (fstat) */
 int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got);
 int raw_write(cdFile *p, const unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where);
 void pause_us(int us);

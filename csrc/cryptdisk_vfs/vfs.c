@@ -256,12 +256,14 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
 static PyObject *py_stats(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return Py_BuildValue("{sKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
-                         n_unseal, "opened_bytes", n_unseal_bytes, "tail_saves", n_tail_saves);
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
+                         n_unseal, "opened_bytes", n_unseal_bytes, "tail_saves", n_tail_saves,
+                         "size_queries", n_size_queries, "size_fstats", n_size_fstats);
 }
 
 static PyMethodDef methods[] = {
-    {"stats", py_stats, METH_NOARGS, "Records sealed and opened by this process, and their bytes."},
+    {"stats", py_stats, METH_NOARGS,
+     "Records sealed and opened by this process, and their bytes; raw file-size queries, and how many were fstats."},
     {"ready", py_ready, METH_NOARGS, "True once SQLite has loaded this module as an extension."},
     {"register", py_register, METH_VARARGS,
      "register(name, header_for, raiser, warner): register an encrypting VFS with SQLite "

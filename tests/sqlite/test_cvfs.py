@@ -160,3 +160,29 @@ def test_wal_commits_never_rewrite_a_committed_record(tmp_path, keyring, sync):
     assert delta["sealed"] == frames  # one record per frame, no padding frames
     assert conn.execute("SELECT count(*) FROM hist").fetchall() == [(commits + 20,)]
     conn.close()
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_file_sizes_are_read_without_a_stat(tmp_path, keyring, journal):
+    """Sizes come from lseek on SQLite's descriptor, never xFileSize's fstat.
+
+    On Linux 6.13+ a stat marks the file's ctime as seen, so its next write takes a
+    fine-grained timestamp and dirties the inode: with synchronous=FULL each commit's
+    fdatasync then writes the inode block too (docs/sqlite.md, "Performance").
+    """
+    conn = csql.connect(str(tmp_path / "s.db"), keyring=keyring, implementation="c")
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute("PRAGMA synchronous=FULL")
+    _make_bank(conn, 5000)
+    before = _native._cvfs.stats()
+    for i in range(200):
+        _tpcb_like(conn, i)
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)" if journal == "wal" else "SELECT 1")
+    delta = _stats_delta(before)
+    assert delta["size_queries"] > 0  # journal/WAL appends and page writes asked for sizes
+    assert delta["size_fstats"] == 0
+    conn.close()
+    other = csql.connect(str(tmp_path / "s.db"), keyring=keyring, implementation="python")
+    assert other.execute("SELECT sum(bal), (SELECT count(*) FROM hist) FROM acc").fetchall() \
+        == [(200, 200)]
+    other.close()
