@@ -33,6 +33,8 @@ static void on_fork_child(void) { cd_fork_generation++; }
 
 static void register_fork_handler(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
+unsigned long cd_generation(void) { return cd_fork_generation; }
+
 /* Once per process, before the first file is opened (called when a VFS is registered). */
 void cd_cipher_init(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;

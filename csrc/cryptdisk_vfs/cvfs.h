@@ -70,6 +70,24 @@ SQLITE_EXTENSION_INIT3
 
 struct cdFile;
 
+#define HEADER_POOL 8 /* journal headers made per call into Python (headers.c) */
+#define MAX_DEK 32
+
+/* New journals' headers and data keys, made ahead in one call into Python: in DELETE mode
+ * every transaction creates a journal, and a cold call into the interpreter costs ~40 us
+ * where a warm one costs ~7 us. Each entry is used once, then wiped; all are dropped when
+ * the geometry asked for changes or in a forked child (so parent and child never share a
+ * data key and file id). */
+typedef struct cdHeaderPool {
+    unsigned char header[HEADER_POOL][HEADER_SIZE];
+    unsigned char dek[HEADER_POOL][MAX_DEK];
+    int dek_len[HEADER_POOL];
+    int count;
+    sqlite3_int64 seg;
+    int lead, extra;
+    unsigned long generation;
+} cdHeaderPool;
+
 typedef struct cdVfs {
     sqlite3_vfs base;
     sqlite3_vfs *root;
@@ -79,6 +97,7 @@ typedef struct cdVfs {
     pthread_mutex_t lock;
     struct cdFile *journals;
     struct cdFile *mains; /* open (named) database files */
+    cdHeaderPool pool;    /* under lock */
     char name[64];
 } cdVfs;
 
@@ -190,6 +209,7 @@ static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
 void cd_wipe(void *buf, size_t n);
 extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
 void cd_cipher_init(void);
+unsigned long cd_generation(void); /* changes in a forked child */
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst);
 int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int64 got, unsigned char *out);
 
@@ -208,6 +228,11 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset);
 int cd_truncate_store(cdFile *p, sqlite3_int64 size);
 void mirror_free(cdFile *p);
+
+/* headers.c: a new journal's header and data key, from the VFS's pool */
+extern unsigned long long n_header_batches; /* calls into Python that filled a pool */
+int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned char *header, unsigned char *dek,
+                     int *dek_len);
 
 /* file.c: one open file (header, gathering, the io methods; cd_plain_io: no encryption) */
 extern const sqlite3_io_methods cd_io;

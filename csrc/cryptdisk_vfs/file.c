@@ -90,6 +90,17 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
  * from its answer. */
 static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg,
                           int lead, int extra, int write_it) {
+    if (header == NULL && p->kind == KIND_JOURNAL) { /* one per transaction in DELETE mode */
+        unsigned char h[HEADER_SIZE], dek[MAX_DEK];
+        int dl = 0;
+        int rc = cd_pooled_header(p, seg, lead, extra, h, dek, &dl);
+        if (rc == SQLITE_OK && write_it)
+            rc = raw_write(p, h, HEADER_SIZE, 0);
+        if (rc == SQLITE_OK)
+            rc = cd_setup(p, h, dek, dl);
+        cd_wipe(dek, sizeof dek);
+        return rc;
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *r;
     int rc = SQLITE_CANTOPEN;

@@ -186,3 +186,61 @@ def test_file_sizes_are_read_without_a_stat(tmp_path, keyring, journal):
     assert other.execute("SELECT sum(bal), (SELECT count(*) FROM hist) FROM acc").fetchall() \
         == [(200, 200)]
     other.close()
+
+
+def _journal_headers(conn, path: str, transactions: int) -> list[bytes]:
+    """The header of each transaction's rollback journal (DELETE mode), read mid-transaction
+    (with a cache small enough that the transaction spills, so the journal is on disk)."""
+    headers = []
+    for i in range(transactions):
+        conn.execute("BEGIN")
+        conn.execute("UPDATE acc SET bal = bal + 1 WHERE id = ?", (i,))
+        conn.execute("INSERT INTO hist(v) VALUES(randomblob(50))")  # spills: the journal exists
+        with open(path + "-journal", "rb") as f:
+            headers.append(f.read(128))
+        conn.execute("COMMIT")
+    return headers
+
+
+def test_journal_headers_are_made_ahead_in_batches_and_each_used_once(tmp_path, keyring):
+    path = str(tmp_path / "j.db")
+    conn = csql.connect(path, keyring=keyring, implementation="c")
+    conn.execute("PRAGMA cache_size=2")  # spill to the database mid-transaction
+    _make_bank(conn, 500)
+    before = _native._cvfs.stats()
+    headers = _journal_headers(conn, path, 40)
+    ids = {Header.parse(h).file_id for h in headers}
+    assert len(ids) == 40  # a fresh file id (and data key) for every journal
+    assert 0 < _stats_delta(before)["header_batches"] <= 40 // 8 + 1  # one call per 8 journals
+    assert conn.execute("SELECT sum(bal), (SELECT count(*) FROM hist) FROM acc").fetchall() \
+        == [(40, 40)]
+    conn.close()
+
+
+def test_a_forked_child_never_uses_the_parents_pooled_journal_headers(tmp_path, keyring):
+    path, other = str(tmp_path / "p.db"), str(tmp_path / "c.db")
+    setup = csql.connect(other, keyring=keyring, implementation="c")
+    _make_bank(setup, 500)
+    setup.close()
+    conn = csql.connect(path, keyring=keyring, implementation="c")
+    conn.execute("PRAGMA cache_size=2")  # spill to the database mid-transaction
+    _make_bank(conn, 500)
+    _journal_headers(conn, path, 1)  # the pool now holds headers made ahead
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: another database, through the inherited VFS and its pool
+        try:
+            child = csql.connect(other, keyring=keyring, implementation="c")
+            child.execute("PRAGMA cache_size=2")
+            os.write(write_end, b"".join(_journal_headers(child, other, 3)))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as r:
+        theirs = r.read()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert len(theirs) == 3 * 128
+    mine = _journal_headers(conn, path, 3)
+    child_ids = {Header.parse(theirs[i:i + 128]).file_id for i in range(0, len(theirs), 128)}
+    assert not child_ids & {Header.parse(h).file_id for h in mine}
+    conn.close()

@@ -1,0 +1,95 @@
+/* New journals' headers, made ahead in batches (cdHeaderPool in cvfs.h). */
+#include "cvfs.h"
+
+#include <string.h>
+
+unsigned long long n_header_batches;
+
+static void pool_drop(cdHeaderPool *pool) {
+    cd_wipe(pool->dek, sizeof pool->dek);
+    pool->count = 0;
+}
+
+/* Take one entry for this geometry; 0 if there is none. Under the VFS's lock. */
+static int pool_take(cdHeaderPool *pool, sqlite3_int64 seg, int lead, int extra, unsigned char *header,
+                     unsigned char *dek, int *dek_len) {
+    if (pool->generation != cd_generation() || pool->seg != seg || pool->lead != lead || pool->extra != extra)
+        pool_drop(pool);
+    if (pool->count == 0)
+        return 0;
+    int i = --pool->count;
+    memcpy(header, pool->header[i], HEADER_SIZE);
+    memcpy(dek, pool->dek[i], (size_t)pool->dek_len[i]);
+    *dek_len = pool->dek_len[i];
+    cd_wipe(pool->dek[i], MAX_DEK);
+    return 1;
+}
+
+/* One (header, dek) answer of header_for into the slot; 0 if it is not one. */
+static int store_answer(PyObject *r, unsigned char *header, unsigned char *dek, int *dek_len) {
+    char *h, *d;
+    Py_ssize_t hl, dl;
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 || PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), &h, &hl) != 0 ||
+        PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), &d, &dl) != 0 || hl != HEADER_SIZE || dl > MAX_DEK) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
+        return 0;
+    }
+    memcpy(header, h, HEADER_SIZE);
+    memcpy(dek, d, (size_t)dl);
+    *dek_len = (int)dl;
+    return 1;
+}
+
+/* HEADER_POOL new headers from header_for, with the GIL taken once: the first call finds
+ * the interpreter cold, the others warm. */
+static int pool_fill(cdFile *p, sqlite3_int64 seg, int lead, int extra) {
+    cdHeaderPool fresh;
+    int n = 0;
+    PyGILState_STATE g = PyGILState_Ensure();
+    n_header_batches++;
+    while (n < HEADER_POOL) {
+        PyObject *r = PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead, extra);
+        int ok = r != NULL && store_answer(r, fresh.header[n], fresh.dek[n], &fresh.dek_len[n]);
+        Py_XDECREF(r);
+        if (!ok)
+            break;
+        n++;
+    }
+    if (n > 0)
+        PyErr_Clear(); /* a later failure loses nothing: the next fill raises it */
+    PyGILState_Release(g);
+    if (n == 0) {
+        cd_wipe(fresh.dek, sizeof fresh.dek);
+        return SQLITE_CANTOPEN; /* the exception stays pending: apsw raises it */
+    }
+    pthread_mutex_lock(&p->vfs->lock);
+    cdHeaderPool *pool = &p->vfs->pool;
+    pool_drop(pool);
+    memcpy(pool->header, fresh.header, sizeof fresh.header);
+    memcpy(pool->dek, fresh.dek, sizeof fresh.dek);
+    memcpy(pool->dek_len, fresh.dek_len, sizeof fresh.dek_len);
+    pool->count = n;
+    pool->seg = seg;
+    pool->lead = lead;
+    pool->extra = extra;
+    pool->generation = cd_generation();
+    pthread_mutex_unlock(&p->vfs->lock);
+    cd_wipe(fresh.dek, sizeof fresh.dek);
+    return SQLITE_OK;
+}
+
+int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned char *header, unsigned char *dek,
+                     int *dek_len) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&p->vfs->lock);
+        int got = pool_take(&p->vfs->pool, seg, lead, extra, header, dek, dek_len);
+        pthread_mutex_unlock(&p->vfs->lock);
+        if (got)
+            return SQLITE_OK;
+        int rc = pool_fill(p, seg, lead, extra);
+        if (rc != SQLITE_OK)
+            return rc;
+    }
+    return SQLITE_CANTOPEN; /* another thread took all HEADER_POOL meanwhile: rare, harmless */
+}
