@@ -162,10 +162,12 @@ typedef struct cdFile {
     int shm_own;       /* 1: p->shm; -1: the default VFS's wal-index; 0: not decided yet */
     const char *wal_db_name;
     unsigned long tc_oldest;
-    /* WAL only: the plaintext of segments this file sealed, in MIRROR_BYTES of slots (by
-     * index modulo the slot count), each with the nonce it was sealed with. The checkpoint
-     * reads back the frames just written; a segment whose record on disk still has that
-     * nonce is copied from here instead of read and decrypted (see cd_mirror_read). */
+    /* WAL and database files: the plaintext of segments this file sealed or authenticated,
+     * in MIRROR_BYTES of slots (by index modulo the slot count), each with the nonce of its
+     * record. A read of a segment whose record on disk still has that nonce is copied from
+     * here instead of read and decrypted (one 16-byte read instead): the checkpoint reads back
+     * the frames just written, and after another process commits, SQLite drops its whole
+     * page cache and reads every page again, most of them unchanged (see mirror_segment). */
     unsigned char *mirror;
     unsigned char *mirror_nonce;
     sqlite3_int64 *mirror_tag;
@@ -228,6 +230,7 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset);
 int cd_truncate_store(cdFile *p, sqlite3_int64 size);
 void mirror_free(cdFile *p);
+extern unsigned long long n_mirror_reads; /* segments read from the mirror */
 
 /* headers.c: a new journal's header and data key, from the VFS's pool */
 extern unsigned long long n_header_batches; /* calls into Python that filled a pool */

@@ -16,7 +16,12 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+unsigned long long n_mirror_reads;
+
 static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset);
+static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
+                       const unsigned char *nonce);
+static int mirror_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n);
 
 static const int RETRY_US[] = {0, 1000, 5000, 20000};
 #define RETRIES 4
@@ -80,6 +85,7 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
     if (cd_unseal(p, index, p->rbuf, got, out)) {
         p->rec_len = got;
         *n = got - OVERHEAD;
+        mirror_put(p, index, out, *n, p->rbuf);
         return SQLITE_OK;
     }
     for (int i = 0; i < RETRIES; i++) {
@@ -90,6 +96,7 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
         if (got && cd_unseal(p, index, p->rbuf, got, out)) {
             p->rec_len = got;
             *n = got - OVERHEAD;
+            mirror_put(p, index, out, *n, p->rbuf);
             return SQLITE_OK;
         }
     }
@@ -112,6 +119,12 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
     }
     p->fail_index = index;
     return CD_AUTH;
+}
+
+/* cd_decrypt for reads: the mirror first. (Writers call cd_decrypt itself, which leaves the
+ * record in p->rbuf for the -cdtail copy.) */
+static int cd_read_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
+    return mirror_segment(p, index, out, n) ? SQLITE_OK : cd_decrypt(p, index, out, n);
 }
 
 /* The tail of segment index and the head of the next, in one read; 1 on success. */
@@ -139,7 +152,7 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
     sqlite3_int64 pos = 0, n;
     int rc;
     if (lo == 0 && amount == seg) { /* the page fast path (a whole frame of a framed WAL) */
-        rc = cd_decrypt(p, index, buf, &n);
+        rc = cd_read_segment(p, index, buf, &n);
         *got = n;
         return rc;
     }
@@ -157,10 +170,10 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
         seg = seg_cap(p, index);
         sqlite3_int64 take = seg - lo < amount - pos ? seg - lo : amount - pos;
         if (lo == 0 && take == seg) {
-            if ((rc = cd_decrypt(p, index, buf + pos, &n)) != SQLITE_OK)
+            if ((rc = cd_read_segment(p, index, buf + pos, &n)) != SQLITE_OK)
                 return rc;
         } else {
-            if ((rc = cd_decrypt(p, index, p->plain, &n)) != SQLITE_OK)
+            if ((rc = cd_read_segment(p, index, p->plain, &n)) != SQLITE_OK)
                 return rc;
             n -= lo;
             if (n > 0) {
@@ -182,7 +195,7 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
 static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
                        const unsigned char *nonce) {
     sqlite3_int64 slot;
-    if (p->kind != KIND_WAL)
+    if ((p->kind != KIND_WAL && p->kind != KIND_MAIN) || p->anonymous || len <= 0)
         return;
     if (p->mirror == NULL) {
         sqlite3_int64 slots = MIRROR_BYTES / p->seg < 2 ? 2 : MIRROR_BYTES / p->seg;
@@ -207,6 +220,22 @@ static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plai
     memcpy(p->mirror_nonce + slot * NONCE, nonce, NONCE);
     p->mirror_len[slot] = len;
     p->mirror_tag[slot] = index;
+}
+
+/* Segment index from the mirror into out, if the record on disk is still the one it holds
+ * (one read of its nonce); 1 on success. */
+static int mirror_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
+    unsigned char nonce[NONCE];
+    sqlite3_int64 slot, got;
+    if (p->mirror == NULL || p->mirror_tag[slot = index % p->mirror_slots] != index)
+        return 0;
+    if (raw_read(p, nonce, NONCE, rec_at(p, index), &got) != SQLITE_OK || got != NONCE ||
+        memcmp(nonce, p->mirror_nonce + slot * NONCE, NONCE) != 0)
+        return 0;
+    memcpy(out, p->mirror + slot * p->seg, (size_t)p->mirror_len[slot]);
+    *n = p->mirror_len[slot];
+    n_mirror_reads++;
+    return 1;
 }
 
 static void mirror_drop(cdFile *p, sqlite3_int64 index) {
@@ -263,6 +292,7 @@ static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, s
         memcpy(buf + pos, p->mirror + (i % p->mirror_slots) * p->seg + lo, (size_t)(hi - lo));
         pos += hi - lo;
     }
+    n_mirror_reads++;
     return 1;
 }
 
@@ -410,7 +440,9 @@ static int cd_encrypt_write(cdFile *p, sqlite3_int64 index, const unsigned char 
     rc = cd_seal(p, index, plain, (int)n, p->rbuf);
     if (rc != SQLITE_OK)
         return rc;
-    return raw_write(p, p->rbuf, n + OVERHEAD, rec_at(p, index));
+    if ((rc = raw_write(p, p->rbuf, n + OVERHEAD, rec_at(p, index))) == SQLITE_OK)
+        mirror_put(p, index, plain, n, p->rbuf);
+    return rc;
 }
 
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset) {

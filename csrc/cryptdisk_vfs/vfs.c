@@ -256,10 +256,10 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
 static PyObject *py_stats(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
                          n_unseal, "opened_bytes", n_unseal_bytes, "tail_saves", n_tail_saves,
                          "size_queries", n_size_queries, "size_fstats", n_size_fstats, "header_batches",
-                         n_header_batches);
+                         n_header_batches, "mirror_reads", n_mirror_reads);
 }
 
 static PyMethodDef methods[] = {

@@ -80,6 +80,30 @@ def test_two_connections_taking_turns_never_trust_a_stale_cache(tmp_path, keyrin
     b.close()
 
 
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_pages_read_again_unchanged_come_from_the_mirror(tmp_path, keyring, journal):
+    """After another connection commits, SQLite drops its whole page cache and reads every page
+    again; those whose record on disk still has the nonce this file saw are not decrypted again."""
+    path = str(tmp_path / "m.db")
+    a = csql.connect(path, keyring=keyring, implementation="c")
+    a.execute(f"PRAGMA journal_mode={journal}")
+    _make_bank(a, 5000)
+    b = csql.connect(path, keyring=keyring, implementation="c")
+    for i in range(20):  # both caches warm
+        _tpcb_like(a if i % 2 else b, i)
+    before = _native._cvfs.stats()
+    for i in range(20, 220):
+        _tpcb_like(a if i % 2 else b, i)
+    delta = _stats_delta(before)
+    assert delta["mirror_reads"] >= 200  # interior pages, unchanged, at least one per turn
+    assert delta["opened"] < 4 * 200  # what changed (the other's pages) is still decrypted
+    assert a.execute("SELECT sum(bal), (SELECT count(*) FROM hist) FROM acc").fetchall() \
+        == b.execute("SELECT sum(bal), (SELECT count(*) FROM hist) FROM acc").fetchall() \
+        == [(220, 220)]
+    a.close()
+    b.close()
+
+
 def _records(path) -> set[tuple[bytes, int, bytes]]:
     """(nonce, index, whole record) of every record in a mutable or framed file now."""
     with open(path, "rb") as f:
