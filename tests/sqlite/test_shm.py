@@ -111,7 +111,8 @@ def test_a_killed_process_leaves_an_index_the_next_open_replaces(tmp_path, shm_d
     conn.close()
 
 
-def test_a_process_that_sees_another_memory_file_system_gets_a_clear_error(tmp_path, shm_dir, key):
+def test_a_process_that_sees_another_memory_file_system_gets_a_clear_error(tmp_path, shm_dir, key,
+                                                                           monkeypatch):
     db = tmp_path / "a.db"
     conn = wal_db(db, key)
     conn.execute("INSERT INTO t VALUES (1)")
@@ -121,10 +122,10 @@ def test_a_process_that_sees_another_memory_file_system_gets_a_clear_error(tmp_p
         out, _ = proc.communicate(timeout=60)
     assert out.strip() == "WalIndexError"
     # and in this process too, with a message that says what to do
-    os.environ["CRYPTDISK_SHM_DIR"] = str(elsewhere)
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(elsewhere))
     with pytest.raises(csql.WalIndexError, match="memory file system this process does not see"):
         csql.connect(db, keyring=cryptdisk.Keyring([cryptdisk.Key(1, key)]))
-    os.environ["CRYPTDISK_SHM_DIR"] = str(shm_dir)
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(shm_dir))
     assert conn.execute("SELECT count(*) FROM t").fetchall() == [(1,)]  # unharmed
     conn.close()
 
