@@ -167,7 +167,7 @@ typedef struct cdFile {
      * record. A read of a segment whose record on disk still has that nonce is copied from
      * here instead of read and decrypted (one 16-byte read instead): the checkpoint reads back
      * the frames just written, and after another process commits, SQLite drops its whole
-     * page cache and reads every page again, most of them unchanged (see mirror_segment). */
+     * page cache and reads every page again, most of them unchanged (see cd_mirror_read). */
     unsigned char *mirror;
     unsigned char *mirror_nonce;
     sqlite3_int64 *mirror_tag;
@@ -232,7 +232,10 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size);
 void mirror_free(cdFile *p);
 extern unsigned long long n_mirror_reads; /* segments read from the mirror */
 
-/* headers.c: a new journal's header and data key, from the VFS's pool */
+/* headers.c: a file's header and data key through header_for (SQLITE_CANTOPEN with the
+ * Python exception pending if it raised), and a new journal's from the VFS's pool */
+int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead,
+                  int extra, unsigned char *out, unsigned char *dek, int *dek_len);
 extern unsigned long long n_header_batches; /* calls into Python that filled a pool */
 int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned char *header, unsigned char *dek,
                      int *dek_len);

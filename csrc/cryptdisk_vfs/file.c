@@ -86,49 +86,22 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
     return SQLITE_OK;
 }
 
-/* Call header_for(path, header or None, segment size, lead, frame extra); set up the store
- * from its answer. */
+/* The header and data key for this file (an existing header authenticated, or a new
+ * file's), through header_for; set up the store, writing a new header first if asked. */
 static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg,
                           int lead, int extra, int write_it) {
-    if (header == NULL && p->kind == KIND_JOURNAL) { /* one per transaction in DELETE mode */
-        unsigned char h[HEADER_SIZE], dek[MAX_DEK];
-        int dl = 0;
-        int rc = cd_pooled_header(p, seg, lead, extra, h, dek, &dl);
-        if (rc == SQLITE_OK && write_it)
-            rc = raw_write(p, h, HEADER_SIZE, 0);
-        if (rc == SQLITE_OK)
-            rc = cd_setup(p, h, dek, dl);
-        cd_wipe(dek, sizeof dek);
-        return rc;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *r;
-    int rc = SQLITE_CANTOPEN;
-    if (header != NULL)
-        r = PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
-                                  (Py_ssize_t)hlen, (long long)seg, 0, 0);
+    unsigned char h[HEADER_SIZE], dek[MAX_DEK];
+    int dl = 0, rc;
+    if (header == NULL && p->kind == KIND_JOURNAL) /* one per transaction in DELETE mode */
+        rc = cd_pooled_header(p, seg, lead, extra, h, dek, &dl);
     else
-        r = PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
-                                  extra);
-    if (r != NULL) {
-        const char *h = NULL, *dek = NULL;
-        Py_ssize_t hl = 0, dl = 0;
-        if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 &&
-            PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), (char **)&h, &hl) == 0 &&
-            PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), (char **)&dek, &dl) == 0 && hl == HEADER_SIZE) {
-            rc = SQLITE_OK;
-            if (write_it)
-                rc = raw_write(p, (const unsigned char *)h, HEADER_SIZE, 0);
-            if (rc == SQLITE_OK)
-                rc = cd_setup(p, (const unsigned char *)h, (const unsigned char *)dek, dl);
-        } else if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
-        }
-        Py_DECREF(r);
-    }
-    /* on failure the exception stays pending: apsw raises it (WrongKeyError, ...) */
-    PyGILState_Release(g);
-    return rc;
+        rc = cd_ask_header(p, header, hlen, seg, lead, extra, h, dek, &dl);
+    if (rc == SQLITE_OK && write_it)
+        rc = raw_write(p, h, HEADER_SIZE, 0);
+    if (rc == SQLITE_OK)
+        rc = cd_setup(p, h, dek, dl);
+    cd_wipe(dek, sizeof dek);
+    return rc; /* after a failed header_for its exception stays pending: apsw raises it */
 }
 
 /* Open the store if the file has a header (another process may have written it). */

@@ -1,4 +1,5 @@
-/* New journals' headers, made ahead in batches (cdHeaderPool in cvfs.h). */
+/* Headers and data keys from Python (header_for), and new journals' made ahead in batches
+ * (cdHeaderPool in cvfs.h). */
 #include "cvfs.h"
 
 #include <string.h>
@@ -25,20 +26,38 @@ static int pool_take(cdHeaderPool *pool, sqlite3_int64 seg, int lead, int extra,
     return 1;
 }
 
-/* One (header, dek) answer of header_for into the slot; 0 if it is not one. */
-static int store_answer(PyObject *r, unsigned char *header, unsigned char *dek, int *dek_len) {
+/* One call of header_for (the GIL held): an existing file's header authenticated and its
+ * data key (header given), or a new file's; 1 with them in out and dek, or 0 with the
+ * Python exception pending (WrongKeyError, ...). */
+static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead, int extra,
+               unsigned char *out, unsigned char *dek, int *dek_len) {
     char *h, *d;
     Py_ssize_t hl, dl;
-    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 || PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), &h, &hl) != 0 ||
-        PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), &d, &dl) != 0 || hl != HEADER_SIZE || dl > MAX_DEK) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
-        return 0;
+    PyObject *r = header != NULL
+                      ? PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
+                                              (Py_ssize_t)hlen, (long long)seg, 0, 0)
+                      : PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
+                                              extra);
+    int ok = r != NULL && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 &&
+             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), &h, &hl) == 0 &&
+             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), &d, &dl) == 0 && hl == HEADER_SIZE && dl <= MAX_DEK;
+    if (ok) {
+        memcpy(out, h, HEADER_SIZE);
+        memcpy(dek, d, (size_t)dl);
+        *dek_len = (int)dl;
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
     }
-    memcpy(header, h, HEADER_SIZE);
-    memcpy(dek, d, (size_t)dl);
-    *dek_len = (int)dl;
-    return 1;
+    Py_XDECREF(r);
+    return ok;
+}
+
+int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead,
+                  int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    int ok = ask(p, header, hlen, seg, lead, extra, out, dek, dek_len);
+    PyGILState_Release(g);
+    return ok ? SQLITE_OK : SQLITE_CANTOPEN;
 }
 
 /* HEADER_POOL new headers from header_for, with the GIL taken once: the first call finds
@@ -48,14 +67,8 @@ static int pool_fill(cdFile *p, sqlite3_int64 seg, int lead, int extra) {
     int n = 0;
     PyGILState_STATE g = PyGILState_Ensure();
     n_header_batches++;
-    while (n < HEADER_POOL) {
-        PyObject *r = PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead, extra);
-        int ok = r != NULL && store_answer(r, fresh.header[n], fresh.dek[n], &fresh.dek_len[n]);
-        Py_XDECREF(r);
-        if (!ok)
-            break;
+    while (n < HEADER_POOL && ask(p, NULL, 0, seg, lead, extra, fresh.header[n], fresh.dek[n], &fresh.dek_len[n]))
         n++;
-    }
     if (n > 0)
         PyErr_Clear(); /* a later failure loses nothing: the next fill raises it */
     PyGILState_Release(g);
@@ -91,5 +104,6 @@ int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned
         if (rc != SQLITE_OK)
             return rc;
     }
-    return SQLITE_CANTOPEN; /* another thread took all HEADER_POOL meanwhile: rare, harmless */
+    /* other threads took the whole batch meanwhile: ask for this one header alone */
+    return cd_ask_header(p, NULL, 0, seg, lead, extra, header, dek, dek_len);
 }

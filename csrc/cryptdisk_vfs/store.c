@@ -21,7 +21,6 @@ unsigned long long n_mirror_reads;
 static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset);
 static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
                        const unsigned char *nonce);
-static int mirror_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n);
 
 static const int RETRY_US[] = {0, 1000, 5000, 20000};
 #define RETRIES 4
@@ -124,7 +123,11 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
 /* cd_decrypt for reads: the mirror first. (Writers call cd_decrypt itself, which leaves the
  * record in p->rbuf for the -cdtail copy.) */
 static int cd_read_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
-    return mirror_segment(p, index, out, n) ? SQLITE_OK : cd_decrypt(p, index, out, n);
+    if (cd_mirror_read(p, out, seg_cap(p, index), seg_start(p, index))) {
+        *n = seg_cap(p, index);
+        return SQLITE_OK;
+    }
+    return cd_decrypt(p, index, out, n);
 }
 
 /* The tail of segment index and the head of the next, in one read; 1 on success. */
@@ -222,22 +225,6 @@ static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plai
     p->mirror_tag[slot] = index;
 }
 
-/* Segment index from the mirror into out, if the record on disk is still the one it holds
- * (one read of its nonce); 1 on success. */
-static int mirror_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
-    unsigned char nonce[NONCE];
-    sqlite3_int64 slot, got;
-    if (p->mirror == NULL || p->mirror_tag[slot = index % p->mirror_slots] != index)
-        return 0;
-    if (raw_read(p, nonce, NONCE, rec_at(p, index), &got) != SQLITE_OK || got != NONCE ||
-        memcmp(nonce, p->mirror_nonce + slot * NONCE, NONCE) != 0)
-        return 0;
-    memcpy(out, p->mirror + slot * p->seg, (size_t)p->mirror_len[slot]);
-    *n = p->mirror_len[slot];
-    n_mirror_reads++;
-    return 1;
-}
-
 static void mirror_drop(cdFile *p, sqlite3_int64 index) {
     if (p->mirror != NULL) {
         if (index < 0) {
@@ -263,7 +250,8 @@ void mirror_free(cdFile *p) {
 }
 
 /* [offset, offset + amount) from the mirror, if it spans at most two segments this file
- * sealed and the records on disk are still those (one read of their nonces); 1 on success. */
+ * sealed or authenticated and the records on disk are still those (one read of their
+ * nonces); 1 on success. */
 static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset) {
     sqlite3_int64 first, last, base, span, got, pos = 0;
     if (p->mirror == NULL || amount <= 0)

@@ -67,15 +67,24 @@ static int has_suffix(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
+/* A cdFile over the root VFS's file of name (which follows the cdFile in f), its path and
+ * whether it is anonymous set; the io methods are the caller's to set. */
+static int open_real(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
     cdVfs *v = (cdVfs *)vfs;
     cdFile *p = (cdFile *)f;
-    int rc;
     memset(p, 0, sizeof *p);
     p->real = (sqlite3_file *)&p[1];
     p->vfs = v;
     p->tail_fd = -1;
-    rc = v->root->xOpen(v->root, name, p->real, flags, out_flags);
+    p->anonymous = name == NULL;
+    p->path = name ? name : "<temporary file>";
+    return v->root->xOpen(v->root, name, p->real, flags, out_flags);
+}
+
+static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
+    cdVfs *v = (cdVfs *)vfs;
+    cdFile *p = (cdFile *)f;
+    int rc = open_real(vfs, name, f, flags, out_flags);
     if (rc != SQLITE_OK)
         return rc;
     if (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_TEMP_DB | SQLITE_OPEN_TRANSIENT_DB))
@@ -86,8 +95,6 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
         p->kind = KIND_JOURNAL;
     else
         p->kind = KIND_TEMP;
-    p->anonymous = name == NULL;
-    p->path = name ? name : "<temporary file>";
     p->gather = p->kind != KIND_MAIN;
     p->base.pMethods = &cd_io;
     if (name != NULL && (p->kind == KIND_JOURNAL || p->kind == KIND_WAL)) {
@@ -131,19 +138,11 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
 /* The plain VFS (registered with header_for None): the default VFS's file, unencrypted,
  * with the wal-index of shm.c; the Python VFS's base. */
 static int v_open_plain(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
-    cdVfs *v = (cdVfs *)vfs;
     cdFile *p = (cdFile *)f;
-    int rc;
-    memset(p, 0, sizeof *p);
-    p->real = (sqlite3_file *)&p[1];
-    p->vfs = v;
-    p->tail_fd = -1;
-    rc = v->root->xOpen(v->root, name, p->real, flags, out_flags);
+    int rc = open_real(vfs, name, f, flags, out_flags);
     if (rc != SQLITE_OK)
         return rc;
     p->kind = flags & SQLITE_OPEN_MAIN_DB ? KIND_MAIN : KIND_TEMP;
-    p->anonymous = name == NULL;
-    p->path = name ? name : "<temporary file>";
     p->base.pMethods = &cd_plain_io;
     return SQLITE_OK;
 }
@@ -264,7 +263,8 @@ static PyObject *py_stats(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS,
-     "Records sealed and opened by this process, and their bytes; raw file-size queries, and how many were fstats."},
+     "Process-wide counts: records sealed and opened and their bytes, -cdtail copies, raw size queries (and "
+     "fstats among them), calls into Python for batches of journal headers, segments read from the mirror."},
     {"ready", py_ready, METH_NOARGS, "True once SQLite has loaded this module as an extension."},
     {"register", py_register, METH_VARARGS,
      "register(name, header_for, raiser, warner): register an encrypting VFS with SQLite "
