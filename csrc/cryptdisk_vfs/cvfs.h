@@ -27,8 +27,9 @@
  * pending for apsw (as apsw does for its own VFS methods), so the application
  * gets PageAuthenticationError with the path and offset.
  *
- * Cipher primitives are OpenSSL's (EVP AES-GCM, RAND_bytes); none is written
- * here. I/O goes through the default VFS's file methods on the raw file, which
+ * Cipher primitives are libraries': AES-GCM from libgcrypt (or, in a build
+ * without it, OpenSSL's EVP; cipher.c), nonces from OpenSSL's RAND_bytes; none is
+ * written here. I/O goes through the default VFS's file methods on the raw file, which
  * also does the locking; shm.c keeps the wal-index (which cannot be encrypted) in
  * a memory file system instead of beside the database.
  */
@@ -42,7 +43,13 @@
 
 #include <pthread.h>
 
+#ifdef CD_LIBGCRYPT
+#include <gcrypt.h>
+typedef gcry_cipher_hd_t cdAead;
+#else
 #include <openssl/evp.h>
+typedef EVP_CIPHER_CTX *cdAead;
+#endif
 
 SQLITE_EXTENSION_INIT3
 
@@ -112,8 +119,8 @@ typedef struct cdFile {
     int torn_as_hole;
     /* the store, once the file has a header */
     int loaded;
-    EVP_CIPHER_CTX *enc;
-    EVP_CIPHER_CTX *dec;
+    cdAead enc; /* AES-GCM under the file's data key (cipher.c) */
+    cdAead dec;
     unsigned char ad[24]; /* file_id || u64le(index) */
     unsigned char nonce_pool[NONCE_POOL]; /* random bytes for the next nonces, used once each */
     int nonce_used;
@@ -205,12 +212,16 @@ static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
     return index == 0 ? HEADER_SIZE : HEADER_SIZE + p->lead + OVERHEAD + (index - 1) * p->rec;
 }
 
-/* cipher.c: one record sealed or opened, and process-wide counts (for tests and tuning);
+/* cipher.c: the AEAD (libgcrypt or OpenSSL, chosen by the build), one record sealed or
+ * opened, and process-wide counts (for tests and tuning);
  * cd_wipe clears plaintext buffers (explicit_bzero: a vectorised memset the compiler keeps,
  * where OPENSSL_cleanse's assembly clears 64 KiB in ~40k instructions) */
 void cd_wipe(void *buf, size_t n);
 extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
-void cd_cipher_init(void);
+int cd_cipher_init(void);
+const char *cd_cipher_library(void);
+int cd_aead_open(cdFile *p, const unsigned char *dek, int len); /* p->enc, p->dec */
+void cd_aead_close(cdFile *p);
 unsigned long cd_generation(void); /* changes in a forked child */
 int cd_seal(cdFile *p, sqlite3_int64 index, const unsigned char *plain, int n, unsigned char *dst);
 int cd_unseal(cdFile *p, sqlite3_int64 index, unsigned char *record, sqlite3_int64 got, unsigned char *out);

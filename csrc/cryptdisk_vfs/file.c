@@ -11,18 +11,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 /* -- headers (through Python, which holds the keys) ------------------------ */
 
 static void cd_free_store(cdFile *p) {
-    if (p->enc)
-        EVP_CIPHER_CTX_free(p->enc);
-    if (p->dec)
-        EVP_CIPHER_CTX_free(p->dec);
-    p->enc = p->dec = NULL;
+    cd_aead_close(p);
     if (p->plain)
         cd_wipe(p->plain, (size_t)p->seg);
     if (p->plain2)
@@ -44,7 +37,6 @@ static void cd_free_store(cdFile *p) {
 }
 
 static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char *dek, Py_ssize_t deklen) {
-    const EVP_CIPHER *cipher = deklen == 32 ? EVP_aes_256_gcm() : EVP_aes_128_gcm();
     int log2 = header[11], kind = header[9];
     sqlite3_int64 lead = header[12] | (header[13] << 8), extra = header[14] | (header[15] << 8);
     if ((deklen != 32 && deklen != 16) || log2 < 9 || log2 > 24)
@@ -56,8 +48,6 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
         return SQLITE_CORRUPT; /* Python parsed and checked the header: cannot happen */
     p->rec = p->seg + OVERHEAD;
     memcpy(p->ad, header + 16, 16);
-    p->enc = EVP_CIPHER_CTX_new();
-    p->dec = EVP_CIPHER_CTX_new();
     p->rbuf = sqlite3_malloc64((sqlite3_uint64)(2 * p->rec));
     p->plain = sqlite3_malloc64((sqlite3_uint64)p->seg);
     p->plain2 = sqlite3_malloc64((sqlite3_uint64)p->seg);
@@ -72,13 +62,7 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
             return SQLITE_NOMEM;
         }
     }
-    if (!p->enc || !p->dec || !p->rbuf || !p->plain || !p->plain2 ||
-        EVP_EncryptInit_ex(p->enc, cipher, NULL, NULL, NULL) != 1 ||
-        EVP_CIPHER_CTX_ctrl(p->enc, EVP_CTRL_GCM_SET_IVLEN, NONCE, NULL) != 1 ||
-        EVP_EncryptInit_ex(p->enc, NULL, NULL, dek, NULL) != 1 ||
-        EVP_DecryptInit_ex(p->dec, cipher, NULL, NULL, NULL) != 1 ||
-        EVP_CIPHER_CTX_ctrl(p->dec, EVP_CTRL_GCM_SET_IVLEN, NONCE, NULL) != 1 ||
-        EVP_DecryptInit_ex(p->dec, NULL, NULL, dek, NULL) != 1) {
+    if (!p->rbuf || !p->plain || !p->plain2 || cd_aead_open(p, dek, (int)deklen) != SQLITE_OK) {
         cd_free_store(p);
         return SQLITE_NOMEM;
     }

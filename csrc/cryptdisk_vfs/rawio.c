@@ -11,9 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 /* -- raw I/O through the default VFS's file -------------------------------- */
 

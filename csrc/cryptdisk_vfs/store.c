@@ -12,9 +12,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 unsigned long long n_mirror_reads;
 

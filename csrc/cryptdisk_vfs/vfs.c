@@ -11,9 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 const sqlite3_api_routines *sqlite3_api = NULL;
 
@@ -208,7 +205,11 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "VFS name too long");
         return NULL;
     }
-    cd_cipher_init();
+    if (cd_cipher_init() != SQLITE_OK) {
+        PyErr_SetString(PyExc_RuntimeError, "the C VFS's cipher library could not be initialised "
+                                            "(libgcrypt older than the headers it was built with?)");
+        return NULL;
+    }
     root = sqlite3_vfs_find(NULL);
     if (root == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SQLite has no default VFS");
@@ -261,7 +262,16 @@ static PyObject *py_stats(PyObject *self, PyObject *args) {
                          n_header_batches, "mirror_reads", n_mirror_reads);
 }
 
+static PyObject *py_cipher_library(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    cd_cipher_init();
+    return PyUnicode_FromString(cd_cipher_library());
+}
+
 static PyMethodDef methods[] = {
+    {"cipher_library", py_cipher_library, METH_NOARGS,
+     "The library and version of the C VFS's AES-GCM, e.g. 'libgcrypt 1.10.1' (or 'OpenSSL 3.0.19 ...')."},
     {"stats", py_stats, METH_NOARGS,
      "Process-wide counts: records sealed and opened and their bytes, -cdtail copies, raw size queries (and "
      "fstats among them), calls into Python for batches of journal headers, segments read from the mirror."},

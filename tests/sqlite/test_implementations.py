@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
+import re
 
 import pytest
 
 import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.errors import ConfigError
+from cryptdisk.format import Algorithm, Header
 from cryptdisk.sqlite import _native
 
 
@@ -21,6 +24,32 @@ def test_the_c_vfs_was_built():
     # CI installs with a compiler and libssl-dev; a missing C VFS is a build failure.
     assert _native.available()
     assert csql.implementation("c") == "c"
+
+
+def test_the_c_vfs_names_the_library_of_its_cipher():
+    # CI installs libgcrypt20-dev, so the build takes libgcrypt's AES-GCM (setup.py);
+    # CRYPTDISK_CIPHER=openssl is the documented way to build the OpenSSL variant.
+    name = _native.cipher_library()
+    want = "OpenSSL" if os.environ.get("CRYPTDISK_CIPHER") == "openssl" else "libgcrypt"
+    assert re.fullmatch(rf"{want} \d+\.\d+\.\d+.*", name), name
+
+
+@pytest.mark.parametrize(("writer", "reader"), [("c", "python"), ("python", "c")])
+def test_aes_128_files_are_read_by_the_other(tmp_path, writer, reader):
+    """A 16-byte key gives AES-128-GCM data keys; the C cipher takes those too."""
+    keyring = cryptdisk.Keyring([cryptdisk.Key(7, os.urandom(16))])
+    path = tmp_path / "x.db"
+    conn = csql.connect(str(path), keyring=keyring, implementation=writer)
+    conn.execute("PRAGMA journal_mode=WAL")
+    _write(conn, 4, 300)
+    expected = conn.execute("SELECT id, v FROM t ORDER BY id").fetchall()
+    other = csql.connect(str(path), keyring=keyring, implementation=reader)  # WAL still there
+    assert other.execute("SELECT id, v FROM t ORDER BY id").fetchall() == expected
+    other.close()
+    conn.close()
+    assert Header.parse(path.read_bytes()[:128]).algorithm == Algorithm.AES_128_GCM
+    with cryptdisk.open(str(path), "rb", keyring=keyring) as f:  # the format's own reader
+        assert f.read(16) == b"SQLite format 3\0"
 
 
 def test_default_follows_the_environment(monkeypatch, keyring, tmp_path):
@@ -48,6 +77,7 @@ def test_asking_for_c_when_it_was_not_built(monkeypatch, keyring, tmp_path):
     with pytest.raises(ConfigError, match=r"C VFS of cryptdisk\.sqlite was not built") as info:
         csql.connect(str(tmp_path / "x.db"), keyring=keyring, implementation="c")
     assert "libssl-dev" in (info.value.hint or "")
+    assert "libgcrypt20-dev" in (info.value.hint or "")
 
 
 def _write(conn, seed: int, rows: int) -> None:

@@ -77,9 +77,11 @@ def cases(options: BenchOptions) -> list[Case]:
 
 
 def _vfs_implementation() -> str:
-    from ..sqlite import implementation
+    from ..sqlite import _native, implementation
 
-    return {"c": "C", "python": "Python"}[implementation()]
+    if implementation() == "python":
+        return "Python implementation"
+    return f"C implementation, AES-GCM from {_native.cipher_library()}"
 
 
 def _strategies(record: Recorder) -> list[str]:
@@ -181,7 +183,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  "processes deadlock on a deferred BEGIN); pgbench's statements otherwise.")
     NOTES.append("Plain and cryptdisk use the same SQLite (apsw); SQLCipher 4 (sqlcipher3) "
                  "uses its own build, default cipher settings, the same PRAGMAs.")
-    NOTES.append(f"cryptdisk's SQLite VFS: the {_vfs_implementation()} implementation "
+    NOTES.append(f"cryptdisk's SQLite VFS: the {_vfs_implementation()} "
                  "(CRYPTDISK_SQLITE_VFS picks c or python).")
     try:
         strategies = _strategies(record)

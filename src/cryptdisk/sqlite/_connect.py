@@ -35,8 +35,8 @@ def implementation(requested: str | None = None) -> str:
         raise ConfigError(
             "the C VFS of cryptdisk.sqlite was not built (it needs a C compiler and the "
             "OpenSSL and SQLite headers at install time)",
-            hint="install gcc, libssl-dev and libsqlite3-dev and reinstall cryptdisk, or "
-            "use implementation='python'",
+            hint="install gcc, libssl-dev, libsqlite3-dev and libgcrypt20-dev and reinstall "
+            "cryptdisk, or use implementation='python'",
         )
     return name
 

@@ -33,7 +33,7 @@ try:
 except ImportError:  # built without a C compiler or OpenSSL headers: see setup.py
     _cvfs = None
 
-__all__ = ["NativeVFS", "available", "plain_base"]
+__all__ = ["NativeVFS", "available", "cipher_library", "plain_base"]
 
 log = logging.getLogger("cryptdisk.sqlite")
 _counter = itertools.count(1)
@@ -45,6 +45,14 @@ _ERR_SHM = 2
 def available() -> bool:
     """Whether the C VFS was built (``pip install`` with a C compiler and libssl-dev)."""
     return _cvfs is not None
+
+
+def cipher_library() -> str | None:
+    """The library and version of the C VFS's AES-GCM (``"libgcrypt 1.10.1"``), None without it.
+
+    The build takes libgcrypt when its headers are there, else OpenSSL (setup.py).
+    """
+    return _cvfs.cipher_library() if _cvfs is not None else None
 
 
 def _load_into_sqlite() -> None:
