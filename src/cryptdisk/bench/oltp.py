@@ -4,7 +4,9 @@ Reproduces the PostgreSQL-TDE pgbench comparison: the TPC-B-like read-write
 transaction and the select-only transaction (exactly pgbench's built-in
 scripts, see :mod:`._oltp_sqlite`), pgbench's four tables at scale factor s
 (100,000 accounts per s), client processes from 1 to 2x cores, a fixed
-duration per run, strategies interleaved (A B C A B C). Cases:
+duration per run, strategies interleaved and rotated (A B C, B C A, C A B: no
+strategy always follows the same one), the page cache's dirty data written out
+(``sync``) before each run. Cases:
 
 - select-only with the data in SQLite's page cache, and with a cache far
   smaller than the database;
@@ -37,7 +39,7 @@ from ._oltp_sqlite import DbSpec, database_files, load
 if TYPE_CHECKING:
     from ._oltp_pg import PgCluster
 
-__all__ = ["NOTES", "Case", "cases", "run"]
+__all__ = ["NOTES", "Case", "cases", "round_order", "run"]
 
 NOTES: list[str] = []
 EXPERIMENT = "oltp"
@@ -74,6 +76,17 @@ def cases(options: BenchOptions) -> list[Case]:
     out.append(Case("tpcb-like", 1, "delete", "full", BIG_CACHE_KIB, 1))
     out.append(Case("tpcb-like", big, "wal", "normal", SMALL_CACHE_KIB, 1))
     return out
+
+
+def round_order(strategies: list[str], round_: int) -> list[str]:
+    """The order of the strategies in round ``round_``: rotated by one each round.
+
+    So no strategy always runs right after the same other one (whose leftover
+    writeback or cache state would then always fall on it), and over
+    ``len(strategies)`` rounds each runs first, second and third once.
+    """
+    shift = round_ % len(strategies)
+    return strategies[shift:] + strategies[:shift]
 
 
 def _vfs_implementation() -> str:
@@ -181,6 +194,9 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     NOTES.clear()
     NOTES.append("SQLite TPC-B-like transactions start with BEGIN IMMEDIATE (several writer "
                  "processes deadlock on a deferred BEGIN); pgbench's statements otherwise.")
+    NOTES.append("Strategies run in an order rotated each round (A B C, B C A, C A B), each "
+                 "run after a sync, so one strategy's leftover writeback never always falls on "
+                 "the same other one.")
     NOTES.append("Plain and cryptdisk use the same SQLite (apsw); SQLCipher 4 (sqlcipher3) "
                  "uses its own build, default cipher settings, the same PRAGMAs.")
     NOTES.append(f"cryptdisk's SQLite VFS: the {_vfs_implementation()} "
@@ -193,12 +209,13 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         done = 0
         for case in todo:
             runs: dict[str, list[dict[str, float]]] = {s: [] for s in strategies}
-            for _ in range(repeats):
-                for strategy in strategies:  # A B C A B C
+            for round_ in range(repeats):
+                for strategy in round_order(strategies, round_):  # A B C, B C A, C A B
                     progress(f"oltp: {case.name} {strategy}", done, total)
                     base = specs[(strategy, case.scale)]
                     spec = DbSpec(strategy, base.path, base.secret, case.journal,
                                   case.synchronous, case.cache_kib)
+                    os.sync()  # the previous run's dirty pages are not this run's I/O
                     runs[strategy].append(_run_clients(spec, case, duration))
                     done += 1
             for strategy in strategies:
