@@ -73,7 +73,6 @@ SQLITE_EXTENSION_INIT3
 
 #define NONCE_POOL 1024 /* nonces drawn per RAND_bytes call (one call costs ~0.7 us for any size to 1 KiB) */
 #define RAW_CHUNK 65536 /* the default VFS reads and writes at most 128 KiB per call */
-#define MIRROR_BYTES (4 << 20)
 
 struct cdFile;
 
@@ -169,17 +168,6 @@ typedef struct cdFile {
     int shm_own;       /* 1: p->shm; -1: the default VFS's wal-index; 0: not decided yet */
     const char *wal_db_name;
     unsigned long tc_oldest;
-    /* WAL and database files: the plaintext of segments this file sealed or authenticated,
-     * in MIRROR_BYTES of slots (by index modulo the slot count), each with the nonce of its
-     * record. A read of a segment whose record on disk still has that nonce is copied from
-     * here instead of read and decrypted (one 16-byte read instead): the checkpoint reads back
-     * the frames just written, and after another process commits, SQLite drops its whole
-     * page cache and reads every page again, most of them unchanged (see cd_mirror_read). */
-    unsigned char *mirror;
-    unsigned char *mirror_nonce;
-    sqlite3_int64 *mirror_tag;
-    sqlite3_int64 *mirror_len;
-    sqlite3_int64 mirror_slots;
     /* gathered journal / WAL bytes */
     unsigned char *pend;
     sqlite3_int64 pend_len;
@@ -240,8 +228,6 @@ int cd_size(cdFile *p, sqlite3_int64 *out);
 int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset, sqlite3_int64 *got);
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset);
 int cd_truncate_store(cdFile *p, sqlite3_int64 size);
-void mirror_free(cdFile *p);
-extern unsigned long long n_mirror_reads; /* segments read from the mirror */
 
 /* headers.c: a file's header and data key through header_for (SQLITE_CANTOPEN with the
  * Python exception pending if it raised), and a new journal's from the VFS's pool */

@@ -26,7 +26,6 @@ static void cd_free_store(cdFile *p) {
     sqlite3_free(p->tc_rec);
     p->tc_plain = p->tc_rec = NULL;
     p->tc_valid = 0;
-    mirror_free(p);
     sqlite3_free(p->rbuf);
     sqlite3_free(p->plain);
     sqlite3_free(p->plain2);

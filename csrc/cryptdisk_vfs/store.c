@@ -1,5 +1,5 @@
 /* The store: plaintext reads, writes and truncation over records (as _store.py), with the
- * cached tail segment and the WAL mirror. */
+ * cached tail segment. */
 #include "cvfs.h"
 
 #include <errno.h>
@@ -12,12 +12,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-
-unsigned long long n_mirror_reads;
-
-static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset);
-static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
-                       const unsigned char *nonce);
 
 static const int RETRY_US[] = {0, 1000, 5000, 20000};
 #define RETRIES 4
@@ -81,7 +75,6 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
     if (cd_unseal(p, index, p->rbuf, got, out)) {
         p->rec_len = got;
         *n = got - OVERHEAD;
-        mirror_put(p, index, out, *n, p->rbuf);
         return SQLITE_OK;
     }
     for (int i = 0; i < RETRIES; i++) {
@@ -92,7 +85,6 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
         if (got && cd_unseal(p, index, p->rbuf, got, out)) {
             p->rec_len = got;
             *n = got - OVERHEAD;
-            mirror_put(p, index, out, *n, p->rbuf);
             return SQLITE_OK;
         }
     }
@@ -115,16 +107,6 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
     }
     p->fail_index = index;
     return CD_AUTH;
-}
-
-/* cd_decrypt for reads: the mirror first. (Writers call cd_decrypt itself, which leaves the
- * record in p->rbuf for the -cdtail copy.) */
-static int cd_read_segment(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
-    if (cd_mirror_read(p, out, seg_cap(p, index), seg_start(p, index))) {
-        *n = seg_cap(p, index);
-        return SQLITE_OK;
-    }
-    return cd_decrypt(p, index, out, n);
 }
 
 /* The tail of segment index and the head of the next, in one read; 1 on success. */
@@ -152,13 +134,9 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
     sqlite3_int64 pos = 0, n;
     int rc;
     if (lo == 0 && amount == seg) { /* the page fast path (a whole frame of a framed WAL) */
-        rc = cd_read_segment(p, index, buf, &n);
+        rc = cd_decrypt(p, index, buf, &n);
         *got = n;
         return rc;
-    }
-    if (p->mirror != NULL && cd_mirror_read(p, buf, amount, offset)) {
-        *got = amount;
-        return SQLITE_OK;
     }
     if (lo && lo + amount > seg && amount - (seg - lo) <= p->seg && cd_straddle(p, index, lo, amount, buf)) {
         *got = amount;
@@ -170,10 +148,10 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
         seg = seg_cap(p, index);
         sqlite3_int64 take = seg - lo < amount - pos ? seg - lo : amount - pos;
         if (lo == 0 && take == seg) {
-            if ((rc = cd_read_segment(p, index, buf + pos, &n)) != SQLITE_OK)
+            if ((rc = cd_decrypt(p, index, buf + pos, &n)) != SQLITE_OK)
                 return rc;
         } else {
-            if ((rc = cd_read_segment(p, index, p->plain, &n)) != SQLITE_OK)
+            if ((rc = cd_decrypt(p, index, p->plain, &n)) != SQLITE_OK)
                 return rc;
             n -= lo;
             if (n > 0) {
@@ -190,95 +168,6 @@ int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 o
     }
     *got = amount;
     return SQLITE_OK;
-}
-
-static void mirror_put(cdFile *p, sqlite3_int64 index, const unsigned char *plain, sqlite3_int64 len,
-                       const unsigned char *nonce) {
-    sqlite3_int64 slot;
-    if ((p->kind != KIND_WAL && p->kind != KIND_MAIN) || p->anonymous || len <= 0)
-        return;
-    if (p->mirror == NULL) {
-        sqlite3_int64 slots = MIRROR_BYTES / p->seg < 2 ? 2 : MIRROR_BYTES / p->seg;
-        p->mirror = sqlite3_malloc64((sqlite3_uint64)(slots * p->seg));
-        p->mirror_nonce = sqlite3_malloc64((sqlite3_uint64)(slots * NONCE));
-        p->mirror_tag = sqlite3_malloc64((sqlite3_uint64)slots * sizeof(sqlite3_int64));
-        p->mirror_len = sqlite3_malloc64((sqlite3_uint64)slots * sizeof(sqlite3_int64));
-        if (!p->mirror || !p->mirror_nonce || !p->mirror_tag || !p->mirror_len) {
-            sqlite3_free(p->mirror);
-            sqlite3_free(p->mirror_nonce);
-            sqlite3_free(p->mirror_tag);
-            sqlite3_free(p->mirror_len);
-            p->mirror = NULL;
-            return; /* no mirror: reads decrypt, as they would anyway */
-        }
-        p->mirror_slots = slots;
-        for (sqlite3_int64 i = 0; i < slots; i++)
-            p->mirror_tag[i] = -1;
-    }
-    slot = index % p->mirror_slots;
-    memcpy(p->mirror + slot * p->seg, plain, (size_t)len);
-    memcpy(p->mirror_nonce + slot * NONCE, nonce, NONCE);
-    p->mirror_len[slot] = len;
-    p->mirror_tag[slot] = index;
-}
-
-static void mirror_drop(cdFile *p, sqlite3_int64 index) {
-    if (p->mirror != NULL) {
-        if (index < 0) {
-            for (sqlite3_int64 i = 0; i < p->mirror_slots; i++)
-                p->mirror_tag[i] = -1;
-        } else if (p->mirror_tag[index % p->mirror_slots] == index) {
-            p->mirror_tag[index % p->mirror_slots] = -1;
-        }
-    }
-}
-
-void mirror_free(cdFile *p) {
-    if (p->mirror != NULL)
-        cd_wipe(p->mirror, (size_t)(p->mirror_slots * p->seg));
-    sqlite3_free(p->mirror);
-    sqlite3_free(p->mirror_nonce);
-    sqlite3_free(p->mirror_tag);
-    sqlite3_free(p->mirror_len);
-    p->mirror = NULL;
-    p->mirror_nonce = NULL;
-    p->mirror_tag = NULL;
-    p->mirror_len = NULL;
-}
-
-/* [offset, offset + amount) from the mirror, if it spans at most two segments this file
- * sealed or authenticated and the records on disk are still those (one read of their
- * nonces); 1 on success. */
-static int cd_mirror_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset) {
-    sqlite3_int64 first, last, base, span, got, pos = 0;
-    if (p->mirror == NULL || amount <= 0)
-        return 0;
-    first = seg_index(p, offset);
-    last = seg_index(p, offset + amount - 1);
-    if (last - first > 1)
-        return 0;
-    for (sqlite3_int64 i = first; i <= last; i++) {
-        sqlite3_int64 slot = i % p->mirror_slots;
-        sqlite3_int64 need = i < last ? seg_cap(p, i) : offset + amount - seg_start(p, i);
-        if (p->mirror_tag[slot] != i || p->mirror_len[slot] < need)
-            return 0;
-    }
-    base = rec_at(p, first);
-    span = rec_at(p, last) - base + NONCE;
-    if (raw_read(p, p->rbuf, span, base, &got) != SQLITE_OK || got != span)
-        return 0;
-    for (sqlite3_int64 i = first; i <= last; i++) {
-        if (memcmp(p->rbuf + (rec_at(p, i) - base), p->mirror_nonce + (i % p->mirror_slots) * NONCE, NONCE) != 0)
-            return 0;
-    }
-    for (sqlite3_int64 i = first; i <= last; i++) {
-        sqlite3_int64 lo = i == first ? offset - seg_start(p, i) : 0;
-        sqlite3_int64 hi = i == last ? offset + amount - seg_start(p, i) : seg_cap(p, i);
-        memcpy(buf + pos, p->mirror + (i % p->mirror_slots) * p->seg + lo, (size_t)(hi - lo));
-        pos += hi - lo;
-    }
-    n_mirror_reads++;
-    return 1;
 }
 
 /* Is the cached last segment still the one on disk? One 16-byte read of its nonce (each
@@ -376,7 +265,6 @@ static int cd_write_range(cdFile *p, const unsigned char *data, sqlite3_int64 n,
         sqlite3_int64 slot = rec_at(p, index) - base;
         if ((rc = cd_seal(p, index, plain, (int)plen, p->batch + slot)) != SQLITE_OK)
             return rc;
-        mirror_put(p, index, plain, plen, p->batch + slot);
         used = slot + plen + OVERHEAD;
         pos += take;
         if (pos >= n && (plen < seg || offset + n != seg_start(p, index) + seg) && p->tc_plain != NULL) {
@@ -421,13 +309,10 @@ static int cd_encrypt_write(cdFile *p, sqlite3_int64 index, const unsigned char 
     int rc;
     if (index == p->tc_index)
         p->tc_valid = 0;
-    mirror_drop(p, index);
     rc = cd_seal(p, index, plain, (int)n, p->rbuf);
     if (rc != SQLITE_OK)
         return rc;
-    if ((rc = raw_write(p, p->rbuf, n + OVERHEAD, rec_at(p, index))) == SQLITE_OK)
-        mirror_put(p, index, plain, n, p->rbuf);
-    return rc;
+    return raw_write(p, p->rbuf, n + OVERHEAD, rec_at(p, index));
 }
 
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset) {
@@ -466,7 +351,6 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size) {
     sqlite3_int64 current, count, rest, got;
     int rc;
     p->tc_valid = 0;
-    mirror_drop(p, -1);
     if (size < p->wal_high)
         p->wal_high = size;
     if ((rc = cd_size(p, &current)) != SQLITE_OK)
