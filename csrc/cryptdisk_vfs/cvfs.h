@@ -79,9 +79,10 @@ struct cdFile;
 #define HEADER_POOL 8 /* journal headers made per call into Python (headers.c) */
 #define MAX_DEK 32
 
-/* New journals' headers and data keys, made ahead in one call into Python: in DELETE mode
- * every transaction creates a journal, and a cold call into the interpreter costs ~40 us
- * where a warm one costs ~7 us. Each entry is used once, then wiped; all are dropped when
+/* New journals' headers and data keys, made ahead in one call into Python
+ * (cryptdisk.format.new_headers): in DELETE mode every transaction creates a journal, and
+ * a cold call into the interpreter costs ~40 us, one header made alone ~7.5 us, one of a
+ * batch of 8 ~2.5 us. Each entry is used once, then wiped; all are dropped when
  * the geometry asked for changes or in a forked child (so parent and child never share a
  * data key and file id). */
 typedef struct cdHeaderPool {

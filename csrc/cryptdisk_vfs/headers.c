@@ -26,28 +26,35 @@ static int pool_take(cdHeaderPool *pool, sqlite3_int64 seg, int lead, int extra,
     return 1;
 }
 
-/* One call of header_for (the GIL held): an existing file's header authenticated and its
- * data key (header given), or a new file's; 1 with them in out and dek, or 0 with the
- * Python exception pending (WrongKeyError, ...). */
-static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead, int extra,
-               unsigned char *out, unsigned char *dek, int *dek_len) {
+/* One (header, dek) tuple from header_for into out and dek; 1, or 0 with a TypeError set. */
+static int take_pair(PyObject *pair, unsigned char *out, unsigned char *dek, int *dek_len) {
     char *h, *d;
     Py_ssize_t hl, dl;
-    PyObject *r = header != NULL
-                      ? PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
-                                              (Py_ssize_t)hlen, (long long)seg, 0, 0)
-                      : PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
-                                              extra);
-    int ok = r != NULL && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 &&
-             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 0), &h, &hl) == 0 &&
-             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(r, 1), &d, &dl) == 0 && hl == HEADER_SIZE && dl <= MAX_DEK;
+    int ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(pair, 0), &h, &hl) == 0 &&
+             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(pair, 1), &d, &dl) == 0 && hl == HEADER_SIZE &&
+             dl <= MAX_DEK;
     if (ok) {
         memcpy(out, h, HEADER_SIZE);
         memcpy(dek, d, (size_t)dl);
         *dek_len = (int)dl;
     } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek)");
+        PyErr_SetString(PyExc_TypeError, "header_for must return (header, dek) pairs");
     }
+    return ok;
+}
+
+/* One call of header_for (the GIL held): an existing file's header authenticated and its
+ * data key (header given), or a new file's; 1 with them in out and dek, or 0 with the
+ * Python exception pending (WrongKeyError, ...). */
+static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead, int extra,
+               unsigned char *out, unsigned char *dek, int *dek_len) {
+    PyObject *r = header != NULL
+                      ? PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
+                                              (Py_ssize_t)hlen, (long long)seg, 0, 0)
+                      : PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
+                                              extra);
+    int ok = r != NULL && take_pair(r, out, dek, dek_len);
     Py_XDECREF(r);
     return ok;
 }
@@ -55,22 +62,36 @@ static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlit
 int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead,
                   int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
     PyGILState_STATE g = PyGILState_Ensure();
-    int ok = ask(p, header, hlen, seg, lead, extra, out, dek, dek_len);
+    /* an earlier failure's exception still waits for apsw (SQLite may open again before
+     * it returns): keep it rather than call into Python with it set */
+    int ok = !PyErr_Occurred() && ask(p, header, hlen, seg, lead, extra, out, dek, dek_len);
     PyGILState_Release(g);
     return ok ? SQLITE_OK : SQLITE_CANTOPEN;
 }
 
-/* HEADER_POOL new headers from header_for, with the GIL taken once: the first call finds
- * the interpreter cold, the others warm. */
+/* HEADER_POOL new headers from one call of header_for(path, None, seg, lead, extra, count),
+ * which returns a list of (header, dek): the interpreter is entered once per batch. */
 static int pool_fill(cdFile *p, sqlite3_int64 seg, int lead, int extra) {
     cdHeaderPool fresh;
     int n = 0;
     PyGILState_STATE g = PyGILState_Ensure();
+    if (PyErr_Occurred()) { /* as in cd_ask_header */
+        PyGILState_Release(g);
+        return SQLITE_CANTOPEN;
+    }
     n_header_batches++;
-    while (n < HEADER_POOL && ask(p, NULL, 0, seg, lead, extra, fresh.header[n], fresh.dek[n], &fresh.dek_len[n]))
-        n++;
-    if (n > 0)
-        PyErr_Clear(); /* a later failure loses nothing: the next fill raises it */
+    PyObject *r = PyObject_CallFunction(p->vfs->header_for, "sOLiii", p->path, Py_None, (long long)seg, lead, extra,
+                                        HEADER_POOL);
+    if (r != NULL && PyList_Check(r) && PyList_GET_SIZE(r) == HEADER_POOL) {
+        while (n < HEADER_POOL &&
+               take_pair(PyList_GET_ITEM(r, n), fresh.header[n], fresh.dek[n], &fresh.dek_len[n]))
+            n++;
+        if (n < HEADER_POOL)
+            n = 0; /* a malformed entry: use none of them */
+    } else if (r != NULL) {
+        PyErr_Format(PyExc_TypeError, "header_for must return a list of %d (header, dek) pairs", HEADER_POOL);
+    }
+    Py_XDECREF(r);
     PyGILState_Release(g);
     if (n == 0) {
         cd_wipe(fresh.dek, sizeof fresh.dek);

@@ -250,3 +250,29 @@ def test_a_forked_child_never_uses_the_parents_pooled_journal_headers(tmp_path, 
     child_ids = {Header.parse(theirs[i:i + 128]).file_id for i in range(0, len(theirs), 128)}
     assert not child_ids & {Header.parse(h).file_id for h in mine}
     conn.close()
+
+
+class _BadBatches(_native.NativeVFS):
+    """header_for answers a batch of journal headers with a list one short."""
+
+    def _header_for(self, path, header, segment_size, lead, frame_extra, count=0):
+        made = super()._header_for(path, header, segment_size, lead, frame_extra, count)
+        return made[1:] if count else made
+
+
+def test_a_malformed_batch_of_headers_is_an_error_not_a_journal(tmp_path, keyring):
+    import apsw
+
+    vfs = _BadBatches(keyring)
+    path = str(tmp_path / "b.db")
+    conn = apsw.Connection(path, vfs=vfs.vfs_name)
+    with pytest.raises(TypeError, match=r"a list of 8 \(header, dek\) pairs"):
+        conn.execute("CREATE TABLE t(v)")  # the first journal: a batch is asked for
+    conn.close()
+    journal = path + "-journal"
+    assert not os.path.exists(journal) or os.path.getsize(journal) == 0  # nothing half-made
+    good = csql.connect(path, keyring=keyring, implementation="c")  # and nothing broken
+    good.execute("CREATE TABLE t(v)")
+    good.execute("INSERT INTO t VALUES(1)")
+    assert good.execute("SELECT v FROM t").fetchall() == [(1,)]
+    good.close()

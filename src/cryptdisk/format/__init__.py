@@ -16,6 +16,7 @@ from ._header import (
     Header,
     Kind,
     new_header,
+    new_headers,
     open_header,
     rewrap_header,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "mutable_layout",
     "new_aead",
     "new_header",
+    "new_headers",
     "open_file",
     "open_header",
     "read_header",

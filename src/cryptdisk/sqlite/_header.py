@@ -7,10 +7,10 @@ the SQLite store that touches keys.
 from __future__ import annotations
 
 from ..errors import MalformedHeaderError
-from ..format import HEADER_SIZE, Header, Kind, new_header, open_header
+from ..format import HEADER_SIZE, Header, Kind, new_header, new_headers, open_header
 from ..format import KeyLookup as _KeyLookup
 
-__all__ = ["header_and_key"]
+__all__ = ["header_and_key", "new_headers_and_keys"]
 
 
 def header_and_key(keyring: _KeyLookup, path: str, header: bytes | None,
@@ -33,3 +33,16 @@ def header_and_key(keyring: _KeyLookup, path: str, header: bytes | None,
             "(SQLite files are stored as mutable files)"
         )
     return bytes(header[:HEADER_SIZE]), open_header(parsed, keyring, path)
+
+
+def new_headers_and_keys(keyring: _KeyLookup, segment_size: int, lead: int, frame_extra: int,
+                         count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` new files' headers and data keys, all of one geometry (see header_and_key).
+
+    The C VFS makes its rollback journals' headers ahead with this, several per
+    call (csrc/cryptdisk_vfs/headers.c): DELETE mode creates a journal per
+    transaction.
+    """
+    kind = Kind.FRAMED if lead else Kind.MUTABLE
+    return new_headers(kind, keyring.current_key(), count, segment_size=segment_size, lead=lead,
+                       frame_extra=frame_extra)

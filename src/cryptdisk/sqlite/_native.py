@@ -26,7 +26,7 @@ import apsw
 
 from ..format import KeyLookup as _KeyLookup
 from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
-from ._header import header_and_key
+from ._header import header_and_key, new_headers_and_keys
 
 try:
     from . import _cvfs  # type: ignore[attr-defined]
@@ -122,7 +122,11 @@ class NativeVFS:
         _cvfs.register(self.vfs_name, self._header_for, _exception, _warn)
 
     def _header_for(self, path: str, header: bytes | None, segment_size: int, lead: int,
-                    frame_extra: int) -> tuple[bytes, bytes]:
+                    frame_extra: int, count: int = 0
+                    ) -> tuple[bytes, bytes] | list[tuple[bytes, bytes]]:
+        # count: the C VFS asks for that many new files' headers at once (headers.c)
+        if count:
+            return new_headers_and_keys(self.keyring, segment_size, lead, frame_extra, count)
         return header_and_key(self.keyring, path, header, segment_size, lead, frame_extra)
 
     def __repr__(self) -> str:
