@@ -11,7 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-
 /* -- headers (through Python, which holds the keys) ------------------------ */
 
 static void cd_free_store(cdFile *p) {

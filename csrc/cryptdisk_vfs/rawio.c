@@ -11,7 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-
 /* -- raw I/O through the default VFS's file -------------------------------- */
 
 unsigned long long n_size_queries, n_size_fstats;
@@ -52,7 +51,6 @@ int raw_size(cdFile *p, sqlite3_int64 *out) {
         n_size_fstats++;
     return p->real->pMethods->xFileSize(p->real, out);
 }
-
 
 /* Read up to n raw bytes at where; *got is how many the file had. */
 int raw_read(cdFile *p, unsigned char *buf, sqlite3_int64 n, sqlite3_int64 where, sqlite3_int64 *got) {

@@ -12,7 +12,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-
 static const int RETRY_US[] = {0, 1000, 5000, 20000};
 #define RETRIES 4
 

@@ -11,7 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-
 const sqlite3_api_routines *sqlite3_api = NULL;
 
 /* -- Python callbacks (with the GIL; apsw releases it around SQLite calls) -- */

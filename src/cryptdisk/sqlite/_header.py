@@ -1,7 +1,8 @@
 """Headers of the files SQLite writes: made for new files, authenticated for existing ones.
 
-Both VFSes (Python and C) go through :func:`header_and_key`, the one place of
-the SQLite store that touches keys.
+Both VFSes (Python and C) go through :func:`header_and_key` (and the C VFS's
+pool of journal headers through :func:`new_headers_and_keys`): this module is
+the one place of the SQLite store that touches keys.
 """
 
 from __future__ import annotations
