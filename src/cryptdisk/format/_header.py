@@ -212,32 +212,26 @@ def new_header(
     ``lead`` and ``frame_extra`` describe a framed file (kind 3): segment 0
     holds ``lead`` bytes, every later one ``segment_size + frame_extra``.
     """
-    alg = Algorithm.parse(algorithm) if algorithm is not None else key.algorithm
-    _checked_geometry(kind, segment_size, lead, frame_extra)
-    dek = os.urandom(alg.key_size)
-    file_id = os.urandom(16)
-    unwrapped = Header(kind, alg, segment_size, file_id, key.key_id, key.check_value,
-                       b"\0" * SLOT_SIZE, lead, frame_extra)
-    slot = _slot(key.wrap(dek, unwrapped.auth_prefix()))
-    return Header(kind, alg, segment_size, file_id, key.key_id, key.check_value, slot, lead,
-                  frame_extra), dek
+    raw, dek = new_headers(kind, key, 1, algorithm=algorithm, segment_size=segment_size,
+                           lead=lead, frame_extra=frame_extra)[0]
+    return Header.parse(raw), dek
 
 
 def new_headers(
-    kind: int, key: WrappingKey, count: int, *, segment_size: int = 65536, lead: int = 0,
-    frame_extra: int = 0,
+    kind: int, key: WrappingKey, count: int, *, algorithm: Algorithm | None = None,
+    segment_size: int = 65536, lead: int = 0, frame_extra: int = 0,
 ) -> list[tuple[bytes, bytes]]:
     """``count`` new files' headers (as bytes) and data keys, as :func:`new_header` makes them.
 
     For callers that create many short-lived files of one geometry (SQLite's
     rollback journals): the checks and the fixed fields are done once, and
     the file ids and data keys come from one ``os.urandom`` call, so a header
-    costs about a third of :func:`new_header`'s. Each has its own random file
-    id and data key, wrapped under ``key`` with its own random nonce.
+    costs about a third of a single one's. Each has its own random file id and
+    data key, wrapped under ``key`` with its own random nonce.
     """
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"count must be a positive int, not {count!r}")
-    alg = key.algorithm
+    alg = Algorithm.parse(algorithm) if algorithm is not None else key.algorithm
     log2 = _checked_geometry(kind, segment_size, lead, frame_extra)
     fixed = _FIXED.pack(MAGIC, VERSION, kind, int(alg), log2, lead, frame_extra, bytes(16),
                         key.key_id, key.check_value)

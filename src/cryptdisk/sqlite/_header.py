@@ -8,7 +8,7 @@ the one place of the SQLite store that touches keys.
 from __future__ import annotations
 
 from ..errors import MalformedHeaderError
-from ..format import HEADER_SIZE, Header, Kind, new_header, new_headers, open_header
+from ..format import HEADER_SIZE, Header, Kind, new_headers, open_header
 from ..format import KeyLookup as _KeyLookup
 
 __all__ = ["header_and_key", "new_headers_and_keys"]
@@ -23,10 +23,7 @@ def header_and_key(keyring: _KeyLookup, path: str, header: bytes | None,
     0 of ``lead`` bytes, later segments of ``segment_size + frame_extra``.
     """
     if header is None:
-        kind = Kind.FRAMED if lead else Kind.MUTABLE
-        new, dek = new_header(kind, keyring.current_key(), segment_size=segment_size,
-                              lead=lead, frame_extra=frame_extra)
-        return new.to_bytes(), dek
+        return new_headers_and_keys(keyring, segment_size, lead, frame_extra, 1)[0]
     parsed = Header.parse(header, path)
     if parsed.kind not in Kind.WRITABLE:
         raise MalformedHeaderError(
