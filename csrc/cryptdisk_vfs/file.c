@@ -42,6 +42,7 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
     p->sector = (sqlite3_int64)1 << log2;
     p->seg = kind == 3 ? p->sector + extra : p->sector;
     p->lead = kind == 3 ? lead : p->seg;
+    p->framed = kind == 3;
     if (p->lead < 1 || p->lead > p->seg)
         return SQLITE_CORRUPT; /* Python parsed and checked the header: cannot happen */
     p->rec = p->seg + OVERHEAD;
@@ -216,10 +217,11 @@ static int cd_append(cdFile *p, const unsigned char *data, sqlite3_int64 n) {
     return SQLITE_OK;
 }
 
-static int cd_flush_journal(cdFile *p) {
+/* The open rollback journal of database file p (same connection), or NULL. */
+static cdFile *cd_journal_of(cdFile *p) {
     cdFile *j;
     if (p->vfs->journals == NULL)
-        return SQLITE_OK;
+        return NULL;
     pthread_mutex_lock(&p->vfs->lock);
     for (j = p->vfs->journals; j != NULL; j = j->next)
         if (j->journal_of == p->path) /* this connection's journal */
@@ -229,6 +231,11 @@ static int cd_flush_journal(cdFile *p) {
             if (strcmp(j->journal_of_copy, p->path) == 0)
                 break;
     pthread_mutex_unlock(&p->vfs->lock);
+    return j;
+}
+
+static int cd_flush_journal(cdFile *p) {
+    cdFile *j = cd_journal_of(p);
     return j != NULL && j->pend_len ? cd_flush(j) : SQLITE_OK;
 }
 
@@ -485,11 +492,20 @@ static int x_sector_size(sqlite3_file *f) {
 }
 
 static int x_device_characteristics(sqlite3_file *f) {
-    /* a database page is one record, rewritten whole, and a framed WAL has a record per
-     * frame: no commit shares a record with the one before it, so SQLite need not pad
-     * commits to a sector boundary (as xDeviceCharacteristics in _vfs.py) */
-    cdFile *p = (cdFile *)f;
-    return p->kind == KIND_MAIN ? SQLITE_IOCAP_POWERSAFE_OVERWRITE : 0;
+    /* Power-safe overwrite: a database page is one record, rewritten whole, and a framed
+     * WAL has a record per frame: no commit shares a record with the one before it, so
+     * SQLite need not pad commits to a sector boundary. Safe append: a framed journal's
+     * record reads back as what was written there or, not authentic, as zeros (page number
+     * 0 ends SQLite's playback), so SQLite may take the record count from the size and sync
+     * once per commit. Not with a mutable journal (an older cryptdisk's, kept by PERSIST),
+     * where a torn segment zeroes part of a record. As xDeviceCharacteristics in _vfs.py. */
+    cdFile *p = (cdFile *)f, *j;
+    if (p->kind != KIND_MAIN)
+        return 0;
+    j = cd_journal_of(p);
+    if (j != NULL && j->mutable_at_open) /* decided at open: never changes mid-transaction */
+        return SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+    return SQLITE_IOCAP_POWERSAFE_OVERWRITE | SQLITE_IOCAP_SAFE_APPEND;
 }
 
 static int x_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **out) {

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import collections
 import os
 
+import apsw
 import pytest
 
 import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.format import Header, Kind, SegmentLayout
+
+from .test_tamper import old_layout
 
 
 def _header(path) -> Header:
@@ -70,4 +74,91 @@ def test_the_rollback_journal_is_framed(tmp_path, keyring, page, sync):
     records = (len(journal) - 512) // (page + 8)
     assert records >= 1 and len(journal) == 512 + records * (page + 8)
     assert conn.execute("SELECT count(*) FROM t WHERE v = 'y'").fetchall() == [(50,)]
+    conn.close()
+
+
+class _CountSyncs(apsw.VFS):
+    """A shim over an encrypted VFS that counts xSync calls per file: main or journal."""
+
+    def __init__(self, base: str) -> None:
+        self.syncs: collections.Counter[str] = collections.Counter()
+        self.base_name = base
+        super().__init__("cd-count-syncs", base)
+
+    def xOpen(self, name, flags):  # noqa: N802 (apsw's name)
+        return _CountingFile(self, name, flags)
+
+
+class _CountingFile(apsw.VFSFile):
+    def __init__(self, vfs: _CountSyncs, name, flags) -> None:
+        path = name.filename() if isinstance(name, apsw.URIFilename) else str(name)
+        self._what = "journal" if path.endswith("-journal") else "main"
+        self._counter = vfs.syncs
+        super().__init__(vfs.base_name, name, flags)
+
+    def xSync(self, flags: int) -> None:  # noqa: N802
+        self._counter[self._what] += 1
+        super().xSync(flags)
+
+
+@pytest.fixture
+def count_syncs(keyring):
+    shim = _CountSyncs(csql.vfs_for(keyring).vfs_name)
+    yield shim
+    shim.unregister()
+
+
+def _commit_two_pages(conn: apsw.Connection, value: str) -> None:
+    with conn:
+        conn.execute("UPDATE t SET v = ? WHERE id IN (1, 99)", (value,))
+
+
+@pytest.mark.parametrize("page", [512, 4096, 65536])
+def test_a_commit_syncs_its_framed_journal_once(tmp_path, keyring, count_syncs, page):
+    """The database file claims safe append (a framed journal's records read back as
+    written or as zeros), so with synchronous=FULL SQLite syncs the journal once per
+    commit, not twice, and leaves the record count to the journal's size
+    (docs/sqlite.md, "Durability")."""
+    path = str(tmp_path / "j.db")
+    conn = apsw.Connection(path, vfs="cd-count-syncs")
+    for pragma in (f"page_size={page}", "synchronous=FULL", "journal_mode=DELETE"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    with conn:
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
+    count_syncs.syncs.clear()
+    _commit_two_pages(conn, "y")
+    assert count_syncs.syncs == {"journal": 1, "main": 1}
+    assert conn.execute("SELECT count(*) FROM t WHERE v = 'y'").fetchall() == [(2,)]
+    conn.close()
+
+
+def test_a_legacy_mutable_journal_is_synced_as_on_any_disk(tmp_path, keyring, count_syncs, monkeypatch):
+    """A rollback journal kept by journal_mode=PERSIST from before journals were framed
+    (a mutable file, kind 2) has segments that do not follow records: a torn one would
+    zero part of a record. So while it is open the database does not claim safe append,
+    and SQLite writes the record count and syncs the journal twice, as on any disk."""
+    path = tmp_path / "j.db"
+    with old_layout(monkeypatch, path, keyring) as old:
+        old.execute("PRAGMA journal_mode=PERSIST")
+        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        with old:
+            old.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
+    assert _header(str(path) + "-journal").kind == Kind.MUTABLE
+    conn = apsw.Connection(str(path), vfs="cd-count-syncs")
+    for pragma in ("synchronous=FULL", "journal_mode=PERSIST"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()
+    count_syncs.syncs.clear()
+    _commit_two_pages(conn, "y")
+    # two in the commit, one after PERSIST zeroes the journal's header
+    assert count_syncs.syncs == {"journal": 3, "main": 1}
+    assert _header(str(path) + "-journal").kind == Kind.MUTABLE
+    assert conn.execute("SELECT count(*) FROM t WHERE v = 'y'").fetchall() == [(2,)]
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.execute("PRAGMA journal_mode=DELETE").fetchall()  # deletes the legacy journal
+    conn.execute("PRAGMA journal_mode=PERSIST").fetchall()
+    count_syncs.syncs.clear()
+    _commit_two_pages(conn, "z")  # a new journal: framed, safe append again
+    assert count_syncs.syncs == {"journal": 2, "main": 1}
+    assert _header(str(path) + "-journal").kind == Kind.FRAMED
     conn.close()

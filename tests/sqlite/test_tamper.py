@@ -174,6 +174,57 @@ def test_hot_journal_tampered(tmp_path, keyring, caplog):
                for r in caplog.records)
 
 
+@pytest.mark.parametrize("tail", ["random", "zeros", "moved", "plaintext", "cut"])
+def test_what_a_power_loss_appends_to_a_journal_is_never_played_back(tmp_path, keyring,
+                                                                        caplog, tail):
+    """SQLite takes a framed journal's record count from its size (the database claims
+    safe append), so a power loss could leave records after the synced ones that were
+    never written whole: random blocks, zeros, a record from elsewhere in the file, one
+    that was never encrypted, a cut one. Each reads as zeros, where SQLite's playback
+    stops, so the database rolls back to exactly where it was."""
+    db = tmp_path / "j.db"
+    make_db(db, keyring)
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA cache_size=2")
+    conn.execute("BEGIN")
+    conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    shutil.copy(db, crash / "j.db")
+    shutil.copy(str(db) + "-journal", crash / "j.db-journal")
+    conn.execute("ROLLBACK")
+    conn.close()
+    journal = crash / "j.db-journal"
+    with cryptdisk.open(journal, "rb", keyring=keyring) as f:
+        plain = f.read()
+    assert plain[8:12] == b"\xff\xff\xff\xff"  # the record count is the journal's size
+    record = 16 + (4 + PAGE + 4) + 16
+    first = HEADER_SIZE + 16 + 512 + 16  # after the header's segment (the sector, 512)
+    raw = journal.read_bytes()
+    assert (len(raw) - first) % record == 0
+    # The first record with one byte of its page changed where SQLite's checksum does not
+    # look (it sums every 200th byte from the end): played back, it would change a row.
+    altered = bytearray(plain[512:512 + 4 + PAGE + 4])
+    altered[4 + PAGE - 50] ^= 0x20
+    appended = {
+        "random": os.urandom(record),
+        "zeros": bytes(record),
+        "moved": raw[first:first + record],  # authentic, at another index
+        "plaintext": altered + bytes(32),  # passes SQLite's checksum, never encrypted
+        "cut": raw[first:first + record // 2],
+    }[tail]
+    with open(journal, "ab") as f:
+        f.write(appended)
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.sqlite"):
+        rows = read_all(crash / "j.db", keyring)
+    assert rows == [(i, f"row {i} " + "x" * 200) for i in range(200)]
+    assert any("j.db-journal" in r.getMessage() for r in caplog.records)
+    conn = csql.connect(str(crash / "j.db"), keyring=keyring)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
 def test_wrong_key(tmp_path, keyring):
     db = tmp_path / "a.db"
     make_db(db, keyring)
@@ -214,9 +265,11 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
 @contextlib.contextmanager
 def old_layout(monkeypatch, path, keyring) -> Iterator[apsw.Connection]:
     """A connection (Python VFS) that writes WALs and journals as mutable files (kind 2),
-    as cryptdisk did before they became framed files; closed at the end."""
+    as cryptdisk did before they became framed files (and without claiming safe append
+    then); closed at the end."""
     with monkeypatch.context() as patch:
         patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))
+        patch.setattr(csql._vfs, "_SAFE_APPEND", 0)
         conn = csql.connect(str(path), keyring=keyring, implementation="python")
         try:
             yield conn

@@ -40,7 +40,7 @@ from typing import Any
 
 import apsw
 
-from ..format import HEADER_SIZE, Header
+from ..format import HEADER_SIZE, Header, Kind
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageAuthenticationError, PageTruncatedError
@@ -62,6 +62,7 @@ WAL_FRAME_HEADER = 24
 JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
 JOURNAL_RECORD_EXTRA = 8  # page number before the page, checksum after it
 _POWERSAFE_OVERWRITE = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"])
+_SAFE_APPEND = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_SAFE_APPEND"])
 
 
 def _pow2(n: int) -> int:
@@ -196,10 +197,11 @@ class EncryptedFile(apsw.VFSFile):
                 vfs.journals[self._journal_of] = self
         self._gather = self._kind != MAIN
         try:
-            self._load()
+            store = self._load()
         except BaseException:
             self.xClose()
             raise
+        self._mutable_at_open = store is not None and store.header.kind != Kind.FRAMED
 
     def __repr__(self) -> str:
         return f"<EncryptedFile {self._kind} {self.path!r}>"
@@ -369,12 +371,34 @@ class EncryptedFile(apsw.VFSFile):
         return self._store.segment_size if self._store is not None else 512
 
     def xDeviceCharacteristics(self) -> int:
-        # A database page is one record, rewritten whole; a WAL frame is one
-        # record (framed WAL), so a commit never shares a record with the one
-        # before it, and SQLite need not pad commits to a sector boundary.
-        # (A mutable WAL left by an older cryptdisk shares its last segment;
-        # rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
-        return _POWERSAFE_OVERWRITE if self._kind == MAIN else 0
+        # Power-safe overwrite: a database page is one record, rewritten whole;
+        # a WAL frame is one record (framed WAL), so a commit never shares a
+        # record with the one before it, and SQLite need not pad commits to a
+        # sector boundary. (A mutable WAL left by an older cryptdisk shares its
+        # last segment; rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
+        if self._kind != MAIN:
+            return 0
+        if self._legacy_journal():
+            return _POWERSAFE_OVERWRITE
+        # Safe append: every record of a framed rollback journal reads back as
+        # exactly what this VFS wrote there or, torn, cut or otherwise not
+        # authentic, as zeros, which end SQLite's playback (page number 0).
+        # So SQLite may take the record count from the journal's size and sync
+        # the journal once per commit instead of twice (docs/sqlite.md,
+        # "Durability").
+        return _POWERSAFE_OVERWRITE | _SAFE_APPEND
+
+    def _legacy_journal(self) -> bool:
+        """Whether this database's open rollback journal was a mutable file (kind 2)
+        when it was opened.
+
+        A journal written by a cryptdisk older than framed journals, kept by
+        ``journal_mode=PERSIST``: a torn segment there zeroes part of a
+        record, not the whole record, so it does not get safe append. Decided
+        at the journal's open, so the answer never changes in a transaction.
+        """
+        journal = self._vfs.journals.get(self.path)
+        return journal is not None and journal._mutable_at_open
 
     def xClose(self) -> None:
         try:
