@@ -201,6 +201,10 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  "uses its own build, default cipher settings, the same PRAGMAs.")
     NOTES.append(f"cryptdisk's SQLite VFS: the {_vfs_implementation()} "
                  "(CRYPTDISK_SQLITE_VFS picks c or python).")
+    NOTES.append("cryptdisk's database files claim SQLite's safe append (a journal record "
+                 "reads back as written or, not authentic, as zeros), so a DELETE-mode "
+                 "commit syncs its journal once; plain SQLite and SQLCipher sync it twice "
+                 "(docs/sqlite.md, \"Durability\").")
     try:
         strategies = _strategies(record)
         todo = cases(options)
