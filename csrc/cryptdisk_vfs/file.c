@@ -217,26 +217,41 @@ static int cd_append(cdFile *p, const unsigned char *data, sqlite3_int64 n) {
     return SQLITE_OK;
 }
 
-/* The open rollback journal of database file p (same connection), or NULL. */
+/* The open rollback journal of database file p (same connection), or NULL; call with the
+ * VFS's lock held. */
 static cdFile *cd_journal_of(cdFile *p) {
     cdFile *j;
-    if (p->vfs->journals == NULL)
-        return NULL;
-    pthread_mutex_lock(&p->vfs->lock);
     for (j = p->vfs->journals; j != NULL; j = j->next)
         if (j->journal_of == p->path) /* this connection's journal */
-            break;
-    if (j == NULL) /* names copied by a VFS shim above this one: match by path */
-        for (j = p->vfs->journals; j != NULL; j = j->next)
-            if (strcmp(j->journal_of_copy, p->path) == 0)
-                break;
-    pthread_mutex_unlock(&p->vfs->lock);
-    return j;
+            return j;
+    /* names copied by a VFS shim above this one: match by path */
+    for (j = p->vfs->journals; j != NULL; j = j->next)
+        if (strcmp(j->journal_of_copy, p->path) == 0)
+            return j;
+    return NULL;
 }
 
 static int cd_flush_journal(cdFile *p) {
-    cdFile *j = cd_journal_of(p);
+    cdFile *j;
+    if (p->vfs->journals == NULL)
+        return SQLITE_OK;
+    pthread_mutex_lock(&p->vfs->lock);
+    j = cd_journal_of(p);
+    pthread_mutex_unlock(&p->vfs->lock);
     return j != NULL && j->pend_len ? cd_flush(j) : SQLITE_OK;
+}
+
+/* Whether database file p's open journal was a mutable file when it was opened. */
+static int cd_legacy_journal(cdFile *p) {
+    cdFile *j;
+    int legacy;
+    if (p->vfs->journals == NULL)
+        return 0;
+    pthread_mutex_lock(&p->vfs->lock);
+    j = cd_journal_of(p);
+    legacy = j != NULL && j->mutable_at_open;
+    pthread_mutex_unlock(&p->vfs->lock);
+    return legacy;
 }
 
 /* Internal result to SQLite's: CD_AUTH becomes PageAuthenticationError. */
@@ -499,11 +514,10 @@ static int x_device_characteristics(sqlite3_file *f) {
      * 0 ends SQLite's playback), so SQLite may take the record count from the size and sync
      * once per commit. Not with a mutable journal (an older cryptdisk's, kept by PERSIST),
      * where a torn segment zeroes part of a record. As xDeviceCharacteristics in _vfs.py. */
-    cdFile *p = (cdFile *)f, *j;
+    cdFile *p = (cdFile *)f;
     if (p->kind != KIND_MAIN)
         return 0;
-    j = cd_journal_of(p);
-    if (j != NULL && j->mutable_at_open) /* decided at open: never changes mid-transaction */
+    if (cd_legacy_journal(p)) /* decided at the journal's open: never changes mid-transaction */
         return SQLITE_IOCAP_POWERSAFE_OVERWRITE;
     return SQLITE_IOCAP_POWERSAFE_OVERWRITE | SQLITE_IOCAP_SAFE_APPEND;
 }
