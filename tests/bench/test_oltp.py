@@ -19,3 +19,17 @@ def test_rounds_rotate_so_each_strategy_takes_each_place_once():
 def test_with_two_strategies_neither_always_follows_the_other():
     firsts = {round_order(["plain", "cryptdisk"], r)[0] for r in range(4)}
     assert firsts == {"plain", "cryptdisk"}
+
+
+def test_paired_rounds_measure_both_strategies_in_turn(tmp_path):
+    from cryptdisk.bench._oltp_pairs import paired_ratios
+    from cryptdisk.bench.oltp import BIG_CACHE_KIB, Case
+
+    case = Case("tpcb-like", 1, "delete", "full", BIG_CACHE_KIB, 1)
+    ratios, runs = paired_ratios(case, 2, 0.3, str(tmp_path))
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+    assert [len(runs[s]) for s in ("plain", "cryptdisk")] == [2, 2]
+    assert all(r["txns"] > 0 for figures in runs.values() for r in figures)
+    assert ratios[0] == runs["cryptdisk"][0]["tps"] / runs["plain"][0]["tps"]
+    raw = (tmp_path / "cryptdisk.db").read_bytes()
+    assert b"pgbench_accounts" not in raw  # the cryptdisk side is the encrypted store

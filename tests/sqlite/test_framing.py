@@ -85,7 +85,7 @@ class _CountSyncs(apsw.VFS):
         self.base_name = base
         super().__init__("cd-count-syncs", base)
 
-    def xOpen(self, name, flags):  # noqa: N802 (apsw's name)
+    def xOpen(self, name, flags):
         return _CountingFile(self, name, flags)
 
 
@@ -96,7 +96,7 @@ class _CountingFile(apsw.VFSFile):
         self._counter = vfs.syncs
         super().__init__(vfs.base_name, name, flags)
 
-    def xSync(self, flags: int) -> None:  # noqa: N802
+    def xSync(self, flags: int) -> None:
         self._counter[self._what] += 1
         super().xSync(flags)
 
@@ -133,7 +133,8 @@ def test_a_commit_syncs_its_framed_journal_once(tmp_path, keyring, count_syncs, 
     conn.close()
 
 
-def test_a_legacy_mutable_journal_is_synced_as_on_any_disk(tmp_path, keyring, count_syncs, monkeypatch):
+def test_a_legacy_mutable_journal_is_synced_as_on_any_disk(tmp_path, keyring, count_syncs,
+                                                           monkeypatch):
     """A rollback journal kept by journal_mode=PERSIST from before journals were framed
     (a mutable file, kind 2) has segments that do not follow records: a torn one would
     zero part of a record. So while it is open the database does not claim safe append,
