@@ -128,11 +128,11 @@ typedef struct cdFile {
     /* segment geometry (docs/format.md): segment 0 holds lead bytes, later ones seg; a
      * mutable file (kind 2) has lead == seg, a framed WAL (kind 3) lead 32 and seg 24 + page */
     sqlite3_int64 lead;
-    int framed; /* kind 3 (else kind 2, mutable) */
-    int mutable_at_open; /* a mutable file when opened (a journal: no safe append) */
     sqlite3_int64 seg;
     sqlite3_int64 rec;    /* seg + OVERHEAD: the largest record */
     sqlite3_int64 sector; /* the header's segment size (the page size) */
+    int framed;           /* kind 3 (else kind 2, mutable) */
+    int mutable_at_open;  /* a mutable file when opened (a journal: no safe append) */
     unsigned char *rbuf;   /* two records */
     unsigned char *plain;  /* one segment */
     unsigned char *plain2; /* one segment */

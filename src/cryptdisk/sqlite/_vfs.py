@@ -172,6 +172,7 @@ class EncryptedFile(apsw.VFSFile):
         self._write_through = False
         self._fd_key: tuple[int, int] | None = None
         self._journal_of: str | None = None
+        self._mutable_at_open = False  # set below, once the header is read
         if name is None:
             self.path = "<temporary file>"
             self._kind = MAIN if inflags & _MAIN_FLAGS else TEMP
