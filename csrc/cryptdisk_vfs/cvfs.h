@@ -131,8 +131,7 @@ typedef struct cdFile {
     sqlite3_int64 seg;
     sqlite3_int64 rec;    /* seg + OVERHEAD: the largest record */
     sqlite3_int64 sector; /* the header's segment size (the page size) */
-    int framed;           /* kind 3 (else kind 2, mutable) */
-    int mutable_at_open;  /* a mutable file when opened (a journal: no safe append) */
+    int reused;           /* had a header when opened (a journal: no safe append) */
     unsigned char *rbuf;   /* two records */
     unsigned char *plain;  /* one segment */
     unsigned char *plain2; /* one segment */

@@ -42,7 +42,6 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
     p->sector = (sqlite3_int64)1 << log2;
     p->seg = kind == 3 ? p->sector + extra : p->sector;
     p->lead = kind == 3 ? lead : p->seg;
-    p->framed = kind == 3;
     if (p->lead < 1 || p->lead > p->seg)
         return SQLITE_CORRUPT; /* Python parsed and checked the header: cannot happen */
     p->rec = p->seg + OVERHEAD;
@@ -241,17 +240,17 @@ static int cd_flush_journal(cdFile *p) {
     return j != NULL && j->pend_len ? cd_flush(j) : SQLITE_OK;
 }
 
-/* Whether database file p's open journal was a mutable file when it was opened. */
-static int cd_legacy_journal(cdFile *p) {
+/* Whether database file p's open journal already had a header when it was opened. */
+static int cd_reused_journal(cdFile *p) {
     cdFile *j;
-    int legacy;
+    int reused;
     if (p->vfs->journals == NULL)
         return 0;
     pthread_mutex_lock(&p->vfs->lock);
     j = cd_journal_of(p);
-    legacy = j != NULL && j->mutable_at_open;
+    reused = j != NULL && j->reused;
     pthread_mutex_unlock(&p->vfs->lock);
-    return legacy;
+    return reused;
 }
 
 /* Internal result to SQLite's: CD_AUTH becomes PageAuthenticationError. */
@@ -512,12 +511,14 @@ static int x_device_characteristics(sqlite3_file *f) {
      * SQLite need not pad commits to a sector boundary. Safe append: a framed journal's
      * record reads back as what was written there or, not authentic, as zeros (page number
      * 0 ends SQLite's playback), so SQLite may take the record count from the size and sync
-     * once per commit. Not with a mutable journal (an older cryptdisk's, kept by PERSIST),
-     * where a torn segment zeroes part of a record. As xDeviceCharacteristics in _vfs.py. */
+     * once per commit. Not while the journal is one that had a header when it was opened
+     * (PERSIST or TRUNCATE reusing it, a hot journal): its segments were laid out at its
+     * creation (mutable by an older cryptdisk, or for a page size VACUUM has changed since),
+     * so a torn one could zero part of a record. As xDeviceCharacteristics in _vfs.py. */
     cdFile *p = (cdFile *)f;
     if (p->kind != KIND_MAIN)
         return 0;
-    if (cd_legacy_journal(p)) /* decided at the journal's open: never changes mid-transaction */
+    if (cd_reused_journal(p)) /* decided at the journal's open: never changes mid-transaction */
         return SQLITE_IOCAP_POWERSAFE_OVERWRITE;
     return SQLITE_IOCAP_POWERSAFE_OVERWRITE | SQLITE_IOCAP_SAFE_APPEND;
 }

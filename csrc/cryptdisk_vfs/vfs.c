@@ -128,7 +128,7 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags
         p->base.pMethods = NULL;
         return rc;
     }
-    p->mutable_at_open = p->loaded && !p->framed; /* see x_device_characteristics */
+    p->reused = p->loaded; /* a header before SQLite wrote: see x_device_characteristics */
     return SQLITE_OK;
 }
 

@@ -133,12 +133,14 @@ def test_a_commit_syncs_its_framed_journal_once(tmp_path, keyring, count_syncs, 
     conn.close()
 
 
-def test_a_legacy_mutable_journal_is_synced_as_on_any_disk(tmp_path, keyring, count_syncs,
-                                                           monkeypatch):
-    """A rollback journal kept by journal_mode=PERSIST from before journals were framed
-    (a mutable file, kind 2) has segments that do not follow records: a torn one would
-    zero part of a record. So while it is open the database does not claim safe append,
-    and SQLite writes the record count and syncs the journal twice, as on any disk."""
+def test_a_journal_reused_from_before_is_synced_as_on_any_disk(tmp_path, keyring,
+                                                               count_syncs, monkeypatch):
+    """A rollback journal that already had a header when SQLite opened it (PERSIST or
+    TRUNCATE keeping it between transactions) was laid out when it was created: here as
+    a mutable file (kind 2) by a cryptdisk from before journals were framed, or for a
+    page size VACUUM may have changed since. A torn segment there could zero part of a
+    record, so while it is open the database does not claim safe append, and SQLite
+    writes the record count and syncs the journal twice per commit, as on any disk."""
     path = tmp_path / "j.db"
     with old_layout(monkeypatch, path, keyring) as old:
         old.execute("PRAGMA journal_mode=PERSIST")
@@ -159,7 +161,15 @@ def test_a_legacy_mutable_journal_is_synced_as_on_any_disk(tmp_path, keyring, co
     conn.execute("PRAGMA journal_mode=DELETE").fetchall()  # deletes the legacy journal
     conn.execute("PRAGMA journal_mode=PERSIST").fetchall()
     count_syncs.syncs.clear()
-    _commit_two_pages(conn, "z")  # a new journal: framed, safe append again
+    _commit_two_pages(conn, "z")  # SQLite creates the journal: framed, safe append
     assert count_syncs.syncs == {"journal": 2, "main": 1}
     assert _header(str(path) + "-journal").kind == Kind.FRAMED
+    count_syncs.syncs.clear()
+    _commit_two_pages(conn, "w")  # and reopens it for the next transaction: reused
+    assert count_syncs.syncs == {"journal": 3, "main": 1}
+    conn.execute("PRAGMA journal_mode=DELETE").fetchall()
+    count_syncs.syncs.clear()
+    _commit_two_pages(conn, "v")  # a new journal again
+    assert count_syncs.syncs == {"journal": 1, "main": 1}
+    assert conn.execute("SELECT count(*) FROM t WHERE v = 'v'").fetchall() == [(2,)]
     conn.close()

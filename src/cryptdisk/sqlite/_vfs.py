@@ -40,7 +40,7 @@ from typing import Any
 
 import apsw
 
-from ..format import HEADER_SIZE, Header, Kind
+from ..format import HEADER_SIZE, Header
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageAuthenticationError, PageTruncatedError
@@ -172,7 +172,7 @@ class EncryptedFile(apsw.VFSFile):
         self._write_through = False
         self._fd_key: tuple[int, int] | None = None
         self._journal_of: str | None = None
-        self._mutable_at_open = False  # set below, once the header is read
+        self._reused = False  # set below: whether the file had a header at open
         if name is None:
             self.path = "<temporary file>"
             self._kind = MAIN if inflags & _MAIN_FLAGS else TEMP
@@ -202,7 +202,7 @@ class EncryptedFile(apsw.VFSFile):
         except BaseException:
             self.xClose()
             raise
-        self._mutable_at_open = store is not None and store.header.kind != Kind.FRAMED
+        self._reused = store is not None
 
     def __repr__(self) -> str:
         return f"<EncryptedFile {self._kind} {self.path!r}>"
@@ -379,7 +379,7 @@ class EncryptedFile(apsw.VFSFile):
         # last segment; rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
         if self._kind != MAIN:
             return 0
-        if self._legacy_journal():
+        if self._reused_journal():
             return _POWERSAFE_OVERWRITE
         # Safe append: every record of a framed rollback journal reads back as
         # exactly what this VFS wrote there or, torn, cut or otherwise not
@@ -389,17 +389,20 @@ class EncryptedFile(apsw.VFSFile):
         # "Durability").
         return _POWERSAFE_OVERWRITE | _SAFE_APPEND
 
-    def _legacy_journal(self) -> bool:
-        """Whether this database's open rollback journal was a mutable file (kind 2)
-        when it was opened.
+    def _reused_journal(self) -> bool:
+        """Whether this database's open rollback journal already had a header when
+        it was opened (``journal_mode=PERSIST`` or ``TRUNCATE`` reusing it, or a
+        hot journal).
 
-        A journal written by a cryptdisk older than framed journals, kept by
-        ``journal_mode=PERSIST``: a torn segment there zeroes part of a
-        record, not the whole record, so it does not get safe append. Decided
-        at the journal's open, so the answer never changes in a transaction.
+        Its segments were laid out when it was created: as a mutable file by an
+        older cryptdisk, or for a page size the database may have changed since
+        (``VACUUM``). Records appended now might not line up with them, and a
+        torn segment would zero part of a record, so such a journal does not get
+        safe append. Decided at the journal's open, so the answer never changes
+        in a transaction; a journal SQLite creates (``DELETE``) gets it.
         """
         journal = self._vfs.journals.get(self.path)
-        return journal is not None and journal._mutable_at_open
+        return journal is not None and journal._reused
 
     def xClose(self) -> None:
         try:
