@@ -55,6 +55,27 @@ def edit(path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def crash_copy(tmp_path, keyring):
+    """A DELETE-mode database (``make_db``, synchronous=FULL, SQLite's default) copied with
+    its hot journal in the middle of a transaction that spilled pages to it, as a crash
+    would leave them: the directory ``tmp_path / "crash"`` holding ``j.db`` and
+    ``j.db-journal``."""
+    db = tmp_path / "j.db"
+    make_db(db, keyring)
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA cache_size=2")
+    conn.execute("BEGIN")
+    conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    shutil.copy(db, crash / "j.db")
+    shutil.copy(str(db) + "-journal", crash / "j.db-journal")
+    conn.execute("ROLLBACK")
+    conn.close()
+    return crash
+
+
 def test_flipped_byte_in_a_page(tmp_path, keyring):
     db = tmp_path / "a.db"
     make_db(db, keyring)
@@ -149,18 +170,7 @@ def test_flipped_byte_in_the_wal(tmp_path, keyring, caplog):
 def test_hot_journal_tampered(tmp_path, keyring, caplog):
     """A rollback journal left by a crash is authenticated before SQLite replays it: a bad
     segment reaches SQLite as zeros (a torn journal), and is logged."""
-    db = tmp_path / "j.db"
-    make_db(db, keyring)
-    conn = csql.connect(str(db), keyring=keyring)
-    conn.execute("PRAGMA cache_size=2")
-    conn.execute("BEGIN")
-    conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
-    crash = tmp_path / "crash"
-    crash.mkdir()
-    shutil.copy(db, crash / "j.db")
-    shutil.copy(str(db) + "-journal", crash / "j.db-journal")
-    conn.execute("ROLLBACK")
-    conn.close()
+    crash = crash_copy(tmp_path, keyring)
     good = tmp_path / "good"
     shutil.copytree(crash, good)
     assert len(read_all(good / "j.db", keyring)) == 200  # the crash copy rolls back fine
@@ -182,19 +192,7 @@ def test_what_a_power_loss_appends_to_a_journal_is_never_played_back(tmp_path, k
     never written whole: random blocks, zeros, a record from elsewhere in the file, one
     that was never encrypted, a cut one. Each reads as zeros, where SQLite's playback
     stops, so the database rolls back to exactly where it was."""
-    db = tmp_path / "j.db"
-    make_db(db, keyring)
-    conn = csql.connect(str(db), keyring=keyring)
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA cache_size=2")
-    conn.execute("BEGIN")
-    conn.execute("UPDATE t SET v = 'changed'")  # spills: pages written under a hot journal
-    crash = tmp_path / "crash"
-    crash.mkdir()
-    shutil.copy(db, crash / "j.db")
-    shutil.copy(str(db) + "-journal", crash / "j.db-journal")
-    conn.execute("ROLLBACK")
-    conn.close()
+    crash = crash_copy(tmp_path, keyring)
     journal = crash / "j.db-journal"
     with cryptdisk.open(journal, "rb", keyring=keyring) as f:
         plain = f.read()
