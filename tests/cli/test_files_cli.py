@@ -62,14 +62,20 @@ def test_stdin_stdout_pipes(tmp_path, keyfile):
     _no_traceback(truncated)
 
 
-def test_verify_names_file_and_offset_on_tamper(tmp_path, keyfile):
+def _encrypted_and_tampered(tmp_path, keyfile, offset: int, bit: int):
+    """A 300,000-byte random file encrypted, and a copy with ``bit`` flipped at ``offset``."""
     plain = tmp_path / "p"
     plain.write_bytes(os.urandom(300_000))
     good, bad = tmp_path / "good.cd", tmp_path / "bad.cd"
     run("encrypt", str(plain), str(good), "--key-file", str(keyfile))
     raw = bytearray(good.read_bytes())
-    raw[100_000] ^= 4
+    raw[offset] ^= bit
     bad.write_bytes(raw)
+    return good, bad
+
+
+def test_verify_names_file_and_offset_on_tamper(tmp_path, keyfile):
+    good, bad = _encrypted_and_tampered(tmp_path, keyfile, 100_000, 4)
     r = run("verify", str(good), str(bad), "--key-file", str(keyfile))
     assert r.returncode == 1
     assert b"OK  " + str(good).encode() in r.stdout
@@ -80,13 +86,8 @@ def test_verify_names_file_and_offset_on_tamper(tmp_path, keyfile):
 
 
 def test_decrypt_of_tampered_file_leaves_no_output(tmp_path, keyfile):
-    plain = tmp_path / "p"
-    plain.write_bytes(os.urandom(300_000))
-    enc, out = tmp_path / "e.cd", tmp_path / "out"
-    run("encrypt", str(plain), str(enc), "--key-file", str(keyfile))
-    raw = bytearray(enc.read_bytes())
-    raw[200_000] ^= 1
-    enc.write_bytes(raw)
+    _, enc = _encrypted_and_tampered(tmp_path, keyfile, 200_000, 1)
+    out = tmp_path / "out"
     r = run("decrypt", str(enc), str(out), "--key-file", str(keyfile))
     assert r.returncode == 1 and not out.exists()
     assert not list(tmp_path.glob(".*cdtmp"))
