@@ -11,7 +11,7 @@ import pytest
 from cryptdisk.bench._cleanup import Cleanup
 from cryptdisk.bench._model import BenchOptions, Measurement, Skipped
 from cryptdisk.bench._report import baseline_for, summary_lines, write_report
-from cryptdisk.bench._stats import paired_ratio, ratio_of
+from cryptdisk.bench._stats import median_interval, paired_ratio, ratio_of
 from cryptdisk.bench._suite import Results, Strategy, interleave, run_experiment
 
 
@@ -26,6 +26,29 @@ def test_ratio_falls_back_to_medians_when_runs_differ():
     assert not r.paired and r.median == pytest.approx(5.0 / 2.0)
     with pytest.raises(ValueError):
         paired_ratio([], [1.0])
+
+
+def test_median_interval_brackets_the_median_and_narrows_with_rounds():
+    import random
+    import statistics
+
+    rnd = random.Random(7)
+    many = [rnd.gauss(0.96, 0.06) for _ in range(200)]
+    few = many[:10]
+    lo_many, hi_many = median_interval(many)
+    lo_few, hi_few = median_interval(few)
+    assert lo_many <= statistics.median(many) <= hi_many
+    assert lo_few <= statistics.median(few) <= hi_few
+    assert hi_many - lo_many < hi_few - lo_few  # more rounds, a tighter interval
+    assert 0.93 < lo_many < 0.96 < hi_many < 0.99  # around the true median, 0.96
+    assert median_interval(few) == (lo_few, hi_few)  # seeded: the same values, the same answer
+    assert median_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    lo_half, hi_half = median_interval(many, level=0.5)
+    assert hi_half - lo_half < hi_many - lo_many
+    with pytest.raises(ValueError):
+        median_interval([])
+    with pytest.raises(ValueError, match="level"):
+        median_interval([1.0], level=1.0)
 
 
 def test_cpu_ratio_uses_cpu_per_unit_of_work():

@@ -33,3 +33,23 @@ def test_paired_rounds_measure_both_strategies_in_turn(tmp_path):
     assert ratios[0] == runs["cryptdisk"][0]["tps"] / runs["plain"][0]["tps"]
     raw = (tmp_path / "cryptdisk.db").read_bytes()
     assert b"pgbench_accounts" not in raw  # the cryptdisk side is the encrypted store
+
+
+def test_the_pairs_tool_prints_each_ratio_their_median_and_its_interval(monkeypatch, capsys):
+    import re
+    import statistics
+    import sys
+
+    from cryptdisk.bench import _oltp_pairs
+
+    monkeypatch.setattr(sys, "argv", ["_oltp_pairs", "select-only", "--rounds", "3",
+                                      "--duration", "0.3"])
+    _oltp_pairs.main()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    m = re.search(r"per round \[(.*)\]; median ([\d.]+) "
+                  r"\(90% bootstrap interval ([\d.]+)-([\d.]+)\)", last)
+    assert m, last
+    ratios = [float(x) for x in m.group(1).split(", ")]
+    median, low, high = (float(m.group(i)) for i in (2, 3, 4))
+    assert len(ratios) == 3 and median == round(statistics.median(ratios), 3)
+    assert min(ratios) <= low <= median <= high <= max(ratios)

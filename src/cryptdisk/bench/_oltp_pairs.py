@@ -5,7 +5,7 @@ machine the per-round ratio of one case spreads by +-10%, so a single
 5-round median can land either side of a target. This tool runs one case
 the same way (a fresh client process per run, the order rotated each round,
 a ``sync`` before each run) for as many rounds as asked and prints each
-paired ratio and their median::
+paired ratio, their median and a 90% bootstrap interval for it::
 
     python -m cryptdisk.bench._oltp_pairs tpcb-like --journal wal --synchronous full --rounds 10
     python -m cryptdisk.bench._oltp_pairs select-only --clients 4 --rounds 10
@@ -19,6 +19,7 @@ import statistics
 import tempfile
 
 from ._oltp_sqlite import DbSpec, load
+from ._stats import median_interval
 from .oltp import BIG_CACHE_KIB, Case, _run_clients, round_order
 
 __all__ = ["main", "paired_ratios"]
@@ -61,8 +62,9 @@ def main() -> None:
         cpu = statistics.median(r["cpu_s"] / r["txns"] * 1e6 for r in figures if r["txns"])
         print(f"{strategy:9s} TPS {[round(r['tps']) for r in figures]}; "
               f"CPU us/transaction median {cpu:.1f}")
+    low, high = median_interval(ratios)
     print(f"{case.name}: cryptdisk/plain per round {[round(r, 3) for r in ratios]}; "
-          f"median {statistics.median(ratios):.3f}")
+          f"median {statistics.median(ratios):.3f} (90% bootstrap interval {low:.3f}-{high:.3f})")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ differ (a run failed) it falls back to the ratio of medians.
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass
 
 from ._model import Measurement
 
-__all__ = ["Ratio", "paired_ratio", "ratio_of"]
+__all__ = ["Ratio", "median_interval", "paired_ratio", "ratio_of"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,21 @@ def ratio_of(m: Measurement, base: Measurement, *, cpu: bool = False) -> Ratio |
     if not m.values or not base.values:
         return None
     return paired_ratio(m.values, base.values)
+
+
+def median_interval(values: list[float], level: float = 0.9, resamples: int = 10_000,
+                    seed: int = 0) -> tuple[float, float]:
+    """A percentile-bootstrap interval for the median of ``values`` (``level`` = 0.9: 5%-95%).
+
+    How far the median of this many noisy rounds could be from the one a longer
+    run would settle on; seeded, so the same values give the same interval.
+    """
+    if not values:
+        raise ValueError("interval of an empty series")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, not {level}")
+    rnd = random.Random(seed)
+    medians = sorted(statistics.median(rnd.choices(values, k=len(values)))
+                     for _ in range(resamples))
+    tail = (1 - level) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
