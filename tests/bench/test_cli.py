@@ -49,6 +49,20 @@ def test_crypto_quick_writes_json_and_report(tmp_path):
     assert "the format against raw AES-GCM" in text and "80 % target" in text.replace("80%", "80 %")
     assert list(rep.glob("crypto-*.png"))
     assert list(work.iterdir()) == []  # scratch space removed
+    assert "`" + str(out) + "`" in text  # the report names where every run is
+    assert not (rep / "results.json").exists()  # --json put them elsewhere
+
+
+def test_a_report_keeps_every_run_beside_it(tmp_path):
+    rep = tmp_path / "rep"
+    r = _bench("crypto", "--quick", "--size", "1M", "--duration", "0.05", "--repeats", "2",
+               "--workdir", str(tmp_path / "work"), "--report", str(rep))
+    assert r.returncode == 0, r.stderr
+    d = json.loads((rep / "results.json").read_text())
+    assert d["schema"] == "cryptdisk-bench/1"
+    seq = [m for m in d["measurements"] if m["case"].startswith("seq-")]
+    assert seq and all(len(m["values"]) == 2 for m in seq)  # each run, not only the median
+    assert "`results.json`" in (rep / "README.md").read_text()
 
 
 def test_bad_arguments_are_clear_errors(tmp_path):

@@ -132,8 +132,12 @@ def _environment(results: Results) -> list[str]:
     ]
 
 
-def write_report(results: Results, outdir: Path, note: str | None = None) -> Path:
-    """Write ``README.md`` and the PNG plots into ``outdir``; returns the Markdown path."""
+def write_report(results: Results, outdir: Path, note: str | None = None,
+                 runs: Path | None = None) -> Path:
+    """Write ``README.md`` and the PNG plots into ``outdir``; returns the Markdown path.
+
+    ``runs``: the JSON file holding every run, named in the report when given.
+    """
     outdir.mkdir(parents=True, exist_ok=True)
     lines = ["# cryptdisk benchmark report", ""]
     if note:
@@ -143,6 +147,9 @@ def write_report(results: Results, outdir: Path, note: str | None = None) -> Pat
               "Strategies ran interleaved (A B A B ...), each run in a fresh worker process; "
               "CPU is process user+sys time (with children and daemons), never system-wide "
               "CPU%; peak RSS is the worker's own high-water mark (VmHWM).", ""]
+    if runs is not None:
+        where = runs.name if runs.resolve().parent == outdir.resolve() else str(runs)
+        lines += [f"Every run's figures, unrounded: `{where}` (`cryptdisk bench --json`).", ""]
     present = _experiments(results)
     for name in present:
         lines += _section(name, results, outdir)

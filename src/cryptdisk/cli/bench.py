@@ -66,9 +66,10 @@ def register(subparsers: Any) -> None:
                    help="olap: do not create the side venv (pip) for duckdb 1.5.5 + OpenSSL")
     p.add_argument("--workdir", type=Path,
                    help="scratch directory (default: the system temp dir); removed afterwards")
-    p.add_argument("--json", type=Path, metavar="OUT", help="write every run as JSON here")
+    p.add_argument("--json", type=Path, metavar="OUT",
+                   help="write every run as JSON here (default with --report: DIR/results.json)")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="write a Markdown report and PNG plots into DIR")
+                   help="write a Markdown report, PNG plots and every run as JSON into DIR")
     p.add_argument("--note", help="a sentence put at the top of the report (e.g. machine state)")
     p.set_defaults(func=_handle)
 
@@ -106,6 +107,8 @@ def _handle(args: argparse.Namespace) -> int:
                 run_experiment(name, options, results, progress)
     results.elapsed_s = round(time.perf_counter() - t0, 1)
     _print_summary(results)
+    if args.json is None and args.report is not None:
+        args.json = args.report / "results.json"  # every run, for ratios the report rounds
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)  # the report dir, made here
         args.json.write_text(json.dumps(results.to_dict(), indent=1) + "\n")
@@ -113,7 +116,7 @@ def _handle(args: argparse.Namespace) -> int:
     if args.report is not None:
         from ..bench._report import write_report
 
-        path = write_report(results, args.report, note=args.note)
+        path = write_report(results, args.report, note=args.note, runs=args.json)
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
