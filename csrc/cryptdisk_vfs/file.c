@@ -432,6 +432,18 @@ static int x_truncate(sqlite3_file *f, sqlite3_int64 size) {
     int rc = p->pend_len ? cd_flush(p) : (!p->gather ? cd_flush_journal(p) : SQLITE_OK);
     if (rc != SQLITE_OK)
         return cd_result(p, rc);
+    if (size == 0 && p->kind == KIND_JOURNAL) {
+        /* An emptied rollback journal (TRUNCATE mode ends every transaction so, a journal
+         * size limit of 0 too) loses its header as well: SQLite's next transaction opens
+         * an empty file and lays a new journal out for itself, which may claim safe
+         * append (see x_device_characteristics), as in DELETE mode. An empty journal is
+         * no journal to SQLite, with or without a header. */
+        if ((rc = p->real->pMethods->xTruncate(p->real, 0)) != SQLITE_OK)
+            return rc;
+        cd_free_store(p); /* a new data key and file id at the next write */
+        p->pend_start = 0;
+        return SQLITE_OK;
+    }
     if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
         return rc;
     if (!p->loaded) {
@@ -512,7 +524,8 @@ static int x_device_characteristics(sqlite3_file *f) {
      * record reads back as what was written there or, not authentic, as zeros (page number
      * 0 ends SQLite's playback), so SQLite may take the record count from the size and sync
      * once per commit. Not while the journal is one that had a header when it was opened
-     * (PERSIST or TRUNCATE reusing it, a hot journal): its segments were laid out at its
+     * (PERSIST reusing it, a hot journal; TRUNCATE empties it whole, see x_truncate): its
+     * segments were laid out at its
      * creation (mutable by an older cryptdisk, or for a page size VACUUM has changed since),
      * so a torn one could zero part of a record. As xDeviceCharacteristics in _vfs.py. */
     cdFile *p = (cdFile *)f;

@@ -22,6 +22,7 @@ CHILD = Path(__file__).with_name("crash_child.py")
 @pytest.mark.slow
 @pytest.mark.parametrize(("journal", "sync", "trials"), [
     ("delete", "full", 30), ("wal", "normal", 30), ("delete", "off", 12), ("wal", "full", 12),
+    ("truncate", "full", 12),
 ])
 def test_sigkill_keeps_every_committed_transaction(tmp_path, journal, sync, trials):
     material = os.urandom(32)

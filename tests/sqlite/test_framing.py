@@ -135,8 +135,8 @@ def test_a_commit_syncs_its_framed_journal_once(tmp_path, keyring, count_syncs, 
 
 def test_a_journal_reused_from_before_is_synced_as_on_any_disk(tmp_path, keyring,
                                                                count_syncs, monkeypatch):
-    """A rollback journal that already had a header when SQLite opened it (PERSIST or
-    TRUNCATE keeping it between transactions) was laid out when it was created: here as
+    """A rollback journal that already had a header when SQLite opened it (PERSIST
+    keeping it between transactions) was laid out when it was created: here as
     a mutable file (kind 2) by a cryptdisk from before journals were framed, or for a
     page size VACUUM may have changed since. A torn segment there could zero part of a
     record, so while it is open the database does not claim safe append, and SQLite
@@ -172,4 +172,73 @@ def test_a_journal_reused_from_before_is_synced_as_on_any_disk(tmp_path, keyring
     _commit_two_pages(conn, "v")  # a new journal again
     assert count_syncs.syncs == {"journal": 1, "main": 1}
     assert conn.execute("SELECT count(*) FROM t WHERE v = 'v'").fetchall() == [(2,)]
+    conn.close()
+
+
+def test_a_truncate_mode_journal_starts_over_each_transaction(tmp_path, keyring, count_syncs,
+                                                              monkeypatch):
+    """TRUNCATE mode empties the journal at the end of every transaction, and the header
+    goes with it (an empty journal is no journal to SQLite). So each transaction lays out
+    a journal of its own, which claims safe append as in DELETE mode: SQLite syncs it once
+    in the commit and once more after emptying it, where a journal kept from before (the
+    legacy mutable one here, for its first commit) takes the two syncs of any disk."""
+    path = tmp_path / "t.db"
+    with old_layout(monkeypatch, path, keyring) as old:
+        old.execute("PRAGMA journal_mode=PERSIST")
+        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        with old:
+            old.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
+    journal = str(path) + "-journal"
+    assert _header(journal).kind == Kind.MUTABLE
+    conn = apsw.Connection(str(path), vfs="cd-count-syncs")
+    for pragma in ("synchronous=FULL", "journal_mode=TRUNCATE"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()
+    for n, value in enumerate("abcd"):
+        count_syncs.syncs.clear()
+        _commit_two_pages(conn, value)
+        # the first commit still had the legacy journal open: two syncs, then the emptying one
+        assert count_syncs.syncs == {"journal": 3 if n == 0 else 2, "main": 1}, n
+        assert os.path.getsize(journal) == 0  # header and all
+        assert conn.execute("SELECT count(*) FROM t WHERE v = ?", (value,)).fetchall() == [(2,)]
+    conn.execute("PRAGMA cache_size=2").fetchall()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE t SET v = 'e' WHERE id < 50")  # spills: the journal is written
+    assert _header(journal).kind == Kind.FRAMED  # laid out by this transaction
+    with cryptdisk.open(journal, "rb", keyring=keyring) as f:
+        assert f.read(12)[8:12] == b"\xff\xff\xff\xff"  # the record count: the file's size
+    conn.execute("ROLLBACK")
+    assert os.path.getsize(journal) == 0
+    assert conn.execute("SELECT count(*) FROM t WHERE v = 'e'").fetchall() == [(0,)]
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
+def test_an_emptied_journal_kept_open_lays_itself_out_again(tmp_path, keyring):
+    """With locking_mode=EXCLUSIVE SQLite keeps the journal open between transactions:
+    emptied by one, it gets a new header (a new data key) at the next one's first write,
+    through the same open file, and a rollback plays that journal back."""
+    path = str(tmp_path / "x.db")
+    conn = csql.connect(path, keyring=keyring)
+    for pragma in ("locking_mode=EXCLUSIVE", "journal_mode=TRUNCATE", "synchronous=FULL",
+                   "cache_size=2"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    ids, file_ids = set(), set()
+    for n in range(5):
+        with conn:
+            conn.executemany("INSERT INTO t VALUES (?, ?)",
+                             [(n * 100 + i, "x" * 300) for i in range(100)])
+        ids.update(range(n * 100, n * 100 + 100))
+        assert os.path.getsize(path + "-journal") == 0
+        conn.execute("BEGIN")
+        conn.execute("UPDATE t SET v = 'gone'")  # spills: the journal is written
+        header = _header(path + "-journal")
+        assert header.kind == Kind.FRAMED and header.file_id not in file_ids
+        file_ids.add(header.file_id)
+        conn.execute("ROLLBACK")
+        assert conn.execute("SELECT count(*) FROM t WHERE v = 'gone'").fetchall() == [(0,)]
+    conn.close()
+    conn = csql.connect(path, keyring=keyring)
+    assert {i for (i,) in conn.execute("SELECT id FROM t")} == ids
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     conn.close()

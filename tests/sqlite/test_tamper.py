@@ -55,14 +55,16 @@ def edit(path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
-def crash_copy(tmp_path, keyring):
-    """A DELETE-mode database (``make_db``, synchronous=FULL, SQLite's default) copied with
-    its hot journal in the middle of a transaction that spilled pages to it, as a crash
-    would leave them: the directory ``tmp_path / "crash"`` holding ``j.db`` and
-    ``j.db-journal``."""
+def crash_copy(tmp_path, keyring, journal: str = "delete"):
+    """A database (``make_db``, synchronous=FULL, SQLite's default) copied with its hot
+    journal in the middle of a transaction that spilled pages to it, as a crash would
+    leave them: the directory ``tmp_path / "crash"`` holding ``j.db`` and
+    ``j.db-journal``. ``journal``: the rollback journal mode of every transaction
+    (TRUNCATE leaves the journal file of the transaction before, emptied)."""
     db = tmp_path / "j.db"
-    make_db(db, keyring)
+    make_db(db, keyring, journal=journal)
     conn = csql.connect(str(db), keyring=keyring)
+    conn.execute(f"PRAGMA journal_mode={journal}").fetchall()
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA cache_size=2")
     conn.execute("BEGIN")
@@ -184,15 +186,17 @@ def test_hot_journal_tampered(tmp_path, keyring, caplog):
                for r in caplog.records)
 
 
+@pytest.mark.parametrize("journal", ["delete", "truncate"])
 @pytest.mark.parametrize("tail", ["random", "zeros", "moved", "plaintext", "cut"])
 def test_what_a_power_loss_appends_to_a_journal_is_never_played_back(tmp_path, keyring,
-                                                                        caplog, tail):
+                                                                        caplog, tail, journal):
     """SQLite takes a framed journal's record count from its size (the database claims
     safe append), so a power loss could leave records after the synced ones that were
     never written whole: random blocks, zeros, a record from elsewhere in the file, one
     that was never encrypted, a cut one. Each reads as zeros, where SQLite's playback
-    stops, so the database rolls back to exactly where it was."""
-    crash = crash_copy(tmp_path, keyring)
+    stops, so the database rolls back to exactly where it was. In TRUNCATE mode too,
+    where the journal is the file the transaction before emptied."""
+    crash = crash_copy(tmp_path, keyring, journal)
     journal = crash / "j.db-journal"
     with cryptdisk.open(journal, "rb", keyring=keyring) as f:
         plain = f.read()

@@ -353,6 +353,18 @@ class EncryptedFile(apsw.VFSFile):
             self._flush()
         elif not self._gather:
             self._flush_journal()
+        if newsize == 0 and self._kind == JOURNAL:
+            # An emptied rollback journal (TRUNCATE mode ends every transaction so, a
+            # journal size limit of 0 too) loses its header as well: SQLite's next
+            # transaction opens an empty file and lays a new journal out for itself,
+            # which may claim safe append (xDeviceCharacteristics), as in DELETE mode.
+            # An empty journal is no journal to SQLite, with or without a header.
+            os.ftruncate(self._fd, 0)
+            if self._store is not None and self._store.tail is not None:
+                self._store.tail.close()
+            self._store = None  # a new data key and file id at the next write
+            self._pend_start = 0
+            return
         store = self._store or self._load()
         if store is not None:
             store.truncate(newsize)
@@ -391,8 +403,8 @@ class EncryptedFile(apsw.VFSFile):
 
     def _reused_journal(self) -> bool:
         """Whether this database's open rollback journal already had a header when
-        it was opened (``journal_mode=PERSIST`` or ``TRUNCATE`` reusing it, or a
-        hot journal).
+        it was opened (``journal_mode=PERSIST`` reusing it, or a hot journal;
+        ``TRUNCATE`` empties it, header and all: see ``xTruncate``).
 
         Its segments were laid out when it was created: as a mutable file by an
         older cryptdisk, or for a page size the database may have changed since
