@@ -525,9 +525,9 @@ static int x_device_characteristics(sqlite3_file *f) {
      * 0 ends SQLite's playback), so SQLite may take the record count from the size and sync
      * once per commit. Not while the journal is one that had a header when it was opened
      * (PERSIST reusing it, a hot journal; TRUNCATE empties it whole, see x_truncate): its
-     * segments were laid out at its
-     * creation (mutable by an older cryptdisk, or for a page size VACUUM has changed since),
-     * so a torn one could zero part of a record. As xDeviceCharacteristics in _vfs.py. */
+     * segments were laid out at its creation (mutable by an older cryptdisk, or for a page
+     * size VACUUM has changed since), so a torn one could zero part of a record. As
+     * xDeviceCharacteristics in _vfs.py. */
     cdFile *p = (cdFile *)f;
     if (p->kind != KIND_MAIN)
         return 0;
