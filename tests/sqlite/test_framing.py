@@ -108,6 +108,22 @@ def count_syncs(keyring):
     shim.unregister()
 
 
+def _open_with_a_legacy_journal(path, keyring, monkeypatch, journal_mode: str) -> apsw.Connection:
+    """A 100-row table whose PERSIST journal an older cryptdisk left as a mutable file
+    (kind 2), opened through the sync-counting shim (``count_syncs``) with
+    synchronous=FULL and ``journal_mode``."""
+    with old_layout(monkeypatch, path, keyring) as old:
+        old.execute("PRAGMA journal_mode=PERSIST")
+        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        with old:
+            old.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
+    assert _header(str(path) + "-journal").kind == Kind.MUTABLE
+    conn = apsw.Connection(str(path), vfs="cd-count-syncs")
+    for pragma in ("synchronous=FULL", f"journal_mode={journal_mode}"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()
+    return conn
+
+
 def _commit_two_pages(conn: apsw.Connection, value: str) -> None:
     with conn:
         conn.execute("UPDATE t SET v = ? WHERE id IN (1, 99)", (value,))
@@ -142,15 +158,7 @@ def test_a_journal_reused_from_before_is_synced_as_on_any_disk(tmp_path, keyring
     record, so while it is open the database does not claim safe append, and SQLite
     writes the record count and syncs the journal twice per commit, as on any disk."""
     path = tmp_path / "j.db"
-    with old_layout(monkeypatch, path, keyring) as old:
-        old.execute("PRAGMA journal_mode=PERSIST")
-        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-        with old:
-            old.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
-    assert _header(str(path) + "-journal").kind == Kind.MUTABLE
-    conn = apsw.Connection(str(path), vfs="cd-count-syncs")
-    for pragma in ("synchronous=FULL", "journal_mode=PERSIST"):
-        conn.execute(f"PRAGMA {pragma}").fetchall()
+    conn = _open_with_a_legacy_journal(path, keyring, monkeypatch, "PERSIST")
     count_syncs.syncs.clear()
     _commit_two_pages(conn, "y")
     # two in the commit, one after PERSIST zeroes the journal's header
@@ -183,16 +191,8 @@ def test_a_truncate_mode_journal_starts_over_each_transaction(tmp_path, keyring,
     in the commit and once more after emptying it, where a journal kept from before (the
     legacy mutable one here, for its first commit) takes the two syncs of any disk."""
     path = tmp_path / "t.db"
-    with old_layout(monkeypatch, path, keyring) as old:
-        old.execute("PRAGMA journal_mode=PERSIST")
-        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-        with old:
-            old.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 300) for i in range(100)])
     journal = str(path) + "-journal"
-    assert _header(journal).kind == Kind.MUTABLE
-    conn = apsw.Connection(str(path), vfs="cd-count-syncs")
-    for pragma in ("synchronous=FULL", "journal_mode=TRUNCATE"):
-        conn.execute(f"PRAGMA {pragma}").fetchall()
+    conn = _open_with_a_legacy_journal(path, keyring, monkeypatch, "TRUNCATE")
     for n, value in enumerate("abcd"):
         count_syncs.syncs.clear()
         _commit_two_pages(conn, value)
