@@ -12,6 +12,7 @@ from cryptdisk.bench.oltp import BIG_CACHE_KIB, Case, _run_clients
 
 @pytest.mark.parametrize(("journal", "sync", "cache"), [
     ("wal", "normal", BIG_CACHE_KIB), ("wal", "full", 64), ("delete", "normal", 64),
+    ("truncate", "full", 64),  # each process lays out the journal another one emptied
 ])
 def test_concurrent_tpcb_clients_keep_the_books_balanced(tmp_path, journal, sync, cache):
     spec = DbSpec("cryptdisk", str(tmp_path / "mp.db"), os.urandom(32).hex(), journal, sync,
