@@ -360,9 +360,7 @@ class EncryptedFile(apsw.VFSFile):
             # which may claim safe append (xDeviceCharacteristics), as in DELETE mode.
             # An empty journal is no journal to SQLite, with or without a header.
             os.ftruncate(self._fd, 0)
-            if self._store is not None and self._store.tail is not None:
-                self._store.tail.close()
-            self._store = None  # a new data key and file id at the next write
+            self._drop_store()  # a new data key and file id at the next write
             self._pend_start = 0
             return
         store = self._store or self._load()
@@ -431,10 +429,14 @@ class EncryptedFile(apsw.VFSFile):
             elif fd is not None and fd >= 0:
                 os.close(fd)
             self._fd = -1
-            if self._store is not None and self._store.tail is not None:
-                self._store.tail.close()
-            self._store = None
+            self._drop_store()
             super().xClose()
+
+    def _drop_store(self) -> None:
+        """Forget the store (its data key with it) and close its -cdtail side file."""
+        if self._store is not None and self._store.tail is not None:
+            self._store.tail.close()
+        self._store = None
 
 
 def _anonymous_file() -> int:
