@@ -88,9 +88,12 @@ def _handle(args: argparse.Namespace) -> int:
             out.resolve().parent == report_dir
         if out is not None and not out.parent.exists() and not inside_report:
             raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
-    if args.report is not None:
-        import importlib.util
+    import importlib.util
 
+    if importlib.util.find_spec("psutil") is None:
+        raise BenchUsageError("cryptdisk bench needs psutil (process CPU and cleanup)",
+                              hint="pip install 'cryptdisk[bench]'")
+    if args.report is not None:
         if importlib.util.find_spec("matplotlib") is None:
             raise BenchUsageError("--report needs matplotlib for its plots",
                                   hint="pip install 'cryptdisk[bench]'")

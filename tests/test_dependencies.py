@@ -1,0 +1,56 @@
+"""Optional dependencies stay with the features that need them (pyproject's extras)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cryptdisk"
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_psutil_is_imported_only_by_the_benchmark_suite():
+    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if "psutil" in _imported_roots(p))
+    assert users, "the scan found no psutil import at all (is the path right?)"
+    assert [u for u in users if not u.startswith("bench" + os.sep)] == []
+
+
+def _run_without_psutil(code: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE.parent), env.get("PYTHONPATH"))
+                                        if p)
+    blocked = "import sys; sys.modules['psutil'] = None\n"
+    return subprocess.run([sys.executable, "-c", blocked + code], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_everything_but_the_bench_imports_without_psutil():
+    r = _run_without_psutil(
+        "import cryptdisk, cryptdisk.config, cryptdisk.db, cryptdisk.disks, cryptdisk.fs, "
+        "cryptdisk.keys, cryptdisk.sqlite, cryptdisk.cli\n"
+        "from cryptdisk.cli._app import build_parser\n"
+        "build_parser().parse_args(['bench', 'crypto'])\n")
+    assert r.returncode == 0, r.stderr
+
+
+def test_bench_without_psutil_names_the_extra(tmp_path):
+    r = _run_without_psutil(
+        "from cryptdisk.cli import main\n"
+        f"raise SystemExit(main(['bench', 'crypto', '--quick', '--workdir', {str(tmp_path)!r}]))\n")
+    assert r.returncode == 1, r.stderr
+    assert "error: cryptdisk bench needs psutil" in r.stderr
+    assert "hint: pip install 'cryptdisk[bench]'" in r.stderr
+    assert "Traceback" not in r.stderr
