@@ -13,11 +13,12 @@ import sys
 import time
 
 import pytest
-from dbhelpers import SCHEMA, write_config
+from dbhelpers import SCHEMA, gen, write_config
 
 import cryptdisk
 
 CHILD = os.path.join(os.path.dirname(__file__), "crash_child.py")
+PAUSE_CHILD = os.path.join(os.path.dirname(__file__), "pause_child.py")
 TRIALS = int(os.environ.get("CRYPTDISK_CRASH_TRIALS", "10"))
 
 
@@ -118,3 +119,43 @@ def test_readers_see_whole_inserts_while_another_process_writes(tmp_path, operat
         child.kill()
         child.wait()
         child.stdout.close()
+
+
+def pause_writer(path, name, statement, config=None):
+    """A writer process stopped just before it renames a temporary onto ``name``."""
+    args = [sys.executable, PAUSE_CHILD, path, name, statement] + ([str(config)] if config else [])
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env())
+    assert child.stdout.readline() == "open\n"
+    line = child.stdout.readline()
+    assert line.startswith("paused "), line
+    return child, line.split(" ", 1)[1].strip()
+
+
+def kill(child):
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+
+
+def test_catalog_temporaries_of_killed_writers_are_removed_by_the_next_writer(tmp_path):
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql(f"INSERT INTO t {gen(100)}")
+    child, temp = pause_writer(path, "catalog", f"INSERT INTO t {gen(10, 1000)}")
+    try:
+        assert os.path.dirname(temp) == path and os.path.exists(temp)
+        # The writer is alive: no second writer can open, and a reader leaves its
+        # temporary alone.
+        with pytest.raises(cryptdisk.DatabaseLockedError):
+            cryptdisk.connect(path)
+        with cryptdisk.connect(path, read_only=True) as reader:
+            assert reader.query("SELECT count(*) FROM t") == [(100,)]
+        assert os.path.exists(temp)
+    finally:
+        kill(child)
+    assert os.path.exists(temp)
+    with cryptdisk.connect(path) as db:
+        assert not [n for n in os.listdir(path) if n.endswith(".cdtmp")]
+        assert db.query("SELECT count(*) FROM t") == [(100,)]  # never published
+        db.check()

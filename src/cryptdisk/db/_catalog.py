@@ -10,6 +10,7 @@ part file swapped for another valid one, or an older copy, no longer matches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -21,7 +22,7 @@ from ..errors import AuthenticationError, CatalogError, FormatError
 from ..keys import Keyring
 
 __all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_stamp", "load_catalog",
-           "save_catalog"]
+           "remove_catalog_temps", "save_catalog"]
 
 CATALOG_FILE = "catalog"
 FORMAT = 1
@@ -113,6 +114,27 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog) -> None:
     except BaseException:
         catalog.version -= 1
         raise
+
+
+def remove_catalog_temps(db_path: str) -> int:
+    """Delete the temporaries of catalog writes that never published; returns how many.
+
+    :func:`save_catalog` writes ``PATH/.catalog.<random>.cdtmp`` and renames it
+    over the catalog; a writer killed in between leaves the temporary. Only the
+    writer that holds the database's lock writes the catalog, so the caller must
+    hold that lock: then no temporary can belong to a live writer.
+    """
+    removed = 0
+    try:
+        names = os.listdir(db_path)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        if name.startswith(f".{CATALOG_FILE}.") and name.endswith(".cdtmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(db_path, name))
+                removed += 1
+    return removed
 
 
 def catalog_stamp(db_path: str) -> Any:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError
 from ..keys import rewrap_file
 from . import _sql
-from ._catalog import CATALOG_FILE, PartMeta
+from ._catalog import CATALOG_FILE, PartMeta, remove_catalog_temps
 from ._partread import read_part
 from ._parts import verify_part
 from ._storage import policy_disk, policy_disks, rewrap_on_disk, stale_cleanup
@@ -190,9 +190,14 @@ class MaintenanceMixin:
             return count
 
     def collect_garbage(self) -> int:
-        """Delete files of this database that the catalog does not name; returns how many."""
+        """Delete files of this database that the catalog does not name; returns how many.
+
+        Also deletes the temporaries of writers killed mid-write (parts and the
+        catalog): this connection holds the writer lock, so no live writer owns one.
+        """
         with self._mutex:  # type: ignore[attr-defined]
             self._writable("collect garbage")  # type: ignore[attr-defined]
+            remove_catalog_temps(self.path)  # type: ignore[attr-defined]
             live = {(p.disk, p.path) for t in self.catalog.tables.values() for p in t.parts}
             prefix = f"cryptdisk-db/{self.catalog.db_id}"
             removed = 0
