@@ -61,14 +61,8 @@ from typing import Any
 from .disks import ClickHouseDisk, ClickHouseKey, Disk, EncryptedDisk, FsspecDisk, LocalDisk
 from .disks._encrypted import DEFAULT_CACHE_BYTES
 from .disks._policy import StoragePolicy, Volume
-from .errors import (
-    ConfigError,
-    InvalidKeyError,
-    KeyringError,
-    MissingEnvironmentVariableError,
-    PolicyError,
-)
-from .keys import Key, Keyring, decode_hex_key, key_from_command, key_from_file
+from .errors import ConfigError, KeyringError, PolicyError, with_location
+from .keys import Key, Keyring, export_key_material, parse_key_entry
 from .keys import table_line as _table_line
 
 __all__ = ["Config", "load_config"]
@@ -81,7 +75,6 @@ _FIELDS = {
                   "cache_mb"},
     "clickhouse": {"type", "disk", "path", "algorithm", "current_key_id", "keys"},
 }
-_KEY_SOURCES = ("hex", "from_env", "file", "command", "raw", "raw_from_env")
 
 
 @dataclass
@@ -157,14 +150,6 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return _Builder(name, text, data, xml=False).build()
 
 
-def _located(exc: Exception, path: str, where: str) -> Exception:
-    """The same exception class, with the config location in front of the message."""
-    located = type(exc).__new__(type(exc))
-    located.__dict__.update(getattr(exc, "__dict__", {}))
-    located.args = (f"{path}:{where}: {exc}",)
-    return located
-
-
 class _Builder:
     def __init__(self, path: str, text: str, data: Mapping[str, Any], *, xml: bool) -> None:
         self.path = path
@@ -215,7 +200,7 @@ class _Builder:
             except ValueError as exc:
                 if isinstance(exc, ConfigError):
                     raise
-                raise _located(exc, self.path, self.where("keyring")) from None
+                raise with_location(exc, self.path, self.where("keyring")) from None
         specs = self.data.get("disks", {})
         if not isinstance(specs, Mapping):
             raise self.error("disks must be a table of [disks.NAME] sections", "[disks]")
@@ -316,7 +301,7 @@ class _Builder:
         keys = []
         for i, _kind, material in entries:
             if not isinstance(material, bytes):
-                material = material._raw_material()
+                material = export_key_material(material)
             keys.append(ClickHouseKey(i, material))
         current = self._current(name, spec, where, [k.key_id for k in keys])
         return ClickHouseDisk(name, inner, keys, current, prefix=spec.get("path", ""),
@@ -359,41 +344,9 @@ class _Builder:
 
     def _key_entry(self, entry: Mapping[str, Any], sizes: tuple[int, ...],
                    at: str) -> tuple[int, str, bytes]:
-        unknown = set(entry) - {"id", *_KEY_SOURCES}
-        if unknown:
-            raise self.error(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
-                             f"(fields: id, {', '.join(_KEY_SOURCES)})", at)
-        key_id = entry.get("id", 0)
-        if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
-            raise self.error("a key id must be an integer from 0 to 2**64-1", at)
-        sources = [s for s in _KEY_SOURCES if s in entry]
-        if len(sources) != 1:
-            raise self.error(f"key {key_id} needs exactly one of {', '.join(_KEY_SOURCES)} "
-                             f"(found {', '.join(sources) or 'none'})", at)
-        kind = sources[0]
-        value: Any = entry[kind]
-        if not (isinstance(value, str) and value) and not (
-                kind == "command" and isinstance(value, list)):
-            raise self.error(f"key {key_id}: {kind} must be a non-empty string", at)
-        what = f"key {key_id}"
-        text = value if isinstance(value, str) else ""
-        try:
-            if kind == "hex":
-                material = decode_hex_key(text, what, sizes)
-            elif kind == "from_env":
-                material = decode_hex_key(key_from_env_text(text), f"{what} (${text})", sizes)
-            elif kind == "raw":
-                material = _raw_key(text.encode("utf-8"), what, sizes)
-            elif kind == "raw_from_env":
-                material = _raw_key(key_from_env_text(text).encode("utf-8"),
-                                    f"{what} (${text})", sizes)
-            elif kind == "file":
-                material = key_from_file(os.path.join(self.base, os.path.expanduser(text)))
-            else:
-                material = key_from_command(value)
-        except (KeyringError, ValueError) as exc:
-            raise _located(exc, self.path, at) from None
-        return key_id, kind, material
+        loaded = parse_key_entry(entry, path=self.path, where=at, base=self.base, sizes=sizes,
+                                 default_id=0, exclude=())
+        return loaded.key_id, loaded.source, loaded.material
 
     def _current(self, name: str, spec: Mapping[str, Any], where: str, ids: list[int]) -> int:
         current = spec.get("current_key_id")
@@ -448,22 +401,3 @@ class _Builder:
             raise self.error("a volume needs disks = [\"NAME\", ...]", at)
         return Volume(str(vspec.get("name", f"volume{index + 1}")),
                       [self.disk(n, at) for n in names])
-
-
-def key_from_env_text(variable: str) -> str:
-    """The text of an environment variable that holds a key (raises if unset or empty)."""
-    value = os.environ.get(variable)
-    if not value:
-        raise MissingEnvironmentVariableError(
-            f"environment variable {variable} is {'empty' if value == '' else 'not set'}; "
-            "it should hold the key", variable=variable,
-            hint=f"export {variable}=... before loading the config")
-    return value
-
-
-def _raw_key(material: bytes, what: str, sizes: tuple[int, ...]) -> bytes:
-    """A key given as raw characters (ClickHouse's ``<key>``)."""
-    if len(material) not in sizes:
-        raise InvalidKeyError(f"{what} is {len(material)} bytes; a key needs "
-                              f"{' or '.join(map(str, sizes))}")
-    return material

@@ -70,6 +70,7 @@ __all__ = [
     "TruncatedFileError",
     "UnsupportedVersionError",
     "WrongKeyError",
+    "with_location",
 ]
 
 
@@ -83,6 +84,21 @@ class CryptdiskError(Exception):
         super().__init__(message)
         if hint is not None:
             self.hint = hint
+
+
+def with_location(exc: Exception, path: str | None, where: str) -> Exception:
+    """The same exception class and attributes, with ``path:where:`` in front of the message.
+
+    For errors raised while loading a config (a key source, a key's size), so the
+    message names the file and the line or element at fault. Without a path the
+    exception is returned unchanged.
+    """
+    if not path:
+        return exc
+    located = type(exc).__new__(type(exc))
+    located.__dict__.update(getattr(exc, "__dict__", {}))
+    located.args = (f"{path}:{where}: {exc}",)
+    return located
 
 
 # --- keys -------------------------------------------------------------------

@@ -15,7 +15,7 @@ def write_config(tmp_path, key_ids, current, name="c.toml", plain=True):
     for kid in key_ids:
         kf = tmp_path / f"k{kid}.hex"
         if not kf.exists():
-            write_key_file(kf, Key.generate(kid)._raw_material(), key_id=kid)
+            write_key_file(kf, Key.generate(kid))
         lines += ["[[keyring.keys]]", f"id = {kid}", f'file = "k{kid}.hex"']
     lines += ["[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
               "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import CryptdiskError
 from ..format import Algorithm
-from ..keys import Key, iter_files, rewrap_tree, write_key_file
+from ..keys import Key, export_key_material, iter_files, rewrap_tree, write_key_file
 from ._keys import add_key_options, keyring_from_args
 
 __all__ = ["register"]
@@ -42,9 +42,8 @@ def register(sub: Any) -> None:
 def cmd_keygen(args: argparse.Namespace) -> int:
     key = Key.generate(args.id, Algorithm.AES_256_GCM if args.bits == 256 else
                        Algorithm.AES_128_GCM)
-    material = key._raw_material()
     if args.output:
-        write_key_file(args.output, material, key_id=args.id)
+        write_key_file(args.output, key)
         print(f"cryptdisk: wrote a {args.bits}-bit key (id {args.id}) to {args.output} "
               "(mode 0600). Keep it safe: losing it loses the data encrypted under it.",
               file=sys.stderr)
@@ -55,7 +54,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     if sys.stdout.isatty() and not args.print:
         print("cryptdisk: warning: printing a key to the terminal; use -o PATH to write a key "
               "file instead", file=sys.stderr)
-    print(material.hex())
+    print(export_key_material(key).hex())
     return 0
 
 

@@ -40,7 +40,7 @@ def _default_keyring(db_path: str, creating: bool) -> Keyring:
                 hint="restore it from your backup; without it the data cannot be read",
             )
         key = Key.generate(1)
-        write_key_file(key_path, key._raw_material(), key_id=1)
+        write_key_file(key_path, key)
         log.warning("cryptdisk: created the encryption key of database %s in %s (mode 0600). "
                     "Back it up and keep it apart from the data: losing it loses the data.",
                     db_path, key_path)

@@ -1,23 +1,45 @@
-"""Keys: the keyring, key sources, and rotation by rewrapping headers.
+"""Keys: the keyring, key sources and providers, and rotation by rewrapping headers.
 
 Top tier: :class:`Keyring` (``Keyring.from_config(path)``), :class:`Key`,
 :func:`rewrap_tree`. Key material never appears in ``repr``, messages or pickles.
+
+Lower tier, easy to misuse: :func:`export_key_material` (a key's bytes, for the few
+layers that must hand them on), :class:`KeyProvider` and its registry
+(:func:`register_key_provider`, the entry-point group ``cryptdisk.key_providers``),
+and :func:`parse_key_entry`, the one reader of key entries in configs.
 """
 
-from ._key import Key
+from ._key import Key, export_key_material
 from ._keyring import Keyring, table_line
+from ._provider import (
+    ENTRY_POINT_GROUP,
+    KeyEntry,
+    KeyProvider,
+    get_key_provider,
+    key_provider_names,
+    parse_key_entry,
+    register_key_provider,
+)
 from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
 from ._sources import decode_hex_key, key_from_command, key_from_env, key_from_file, write_key_file
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Key",
+    "KeyEntry",
+    "KeyProvider",
     "Keyring",
     "RewrapSummary",
     "decode_hex_key",
+    "export_key_material",
+    "get_key_provider",
     "iter_files",
     "key_from_command",
     "key_from_env",
     "key_from_file",
+    "key_provider_names",
+    "parse_key_entry",
+    "register_key_provider",
     "rewrap_file",
     "rewrap_tree",
     "table_line",

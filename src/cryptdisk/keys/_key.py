@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InvalidKeyError
 from ..format import Algorithm, new_aead
 
-__all__ = ["Key"]
+__all__ = ["Key", "export_key_material"]
 
 _CHECK_LABEL = b"cryptdisk key check v1"
 _MAX_ID = 2**64 - 1
@@ -19,7 +19,8 @@ _MAX_ID = 2**64 - 1
 class Key:
     """A key-encryption key (KEK) with a u64 ``key_id``.
 
-    The material is 16 or 32 bytes (AES-128/256); it has no public attribute,
+    The material is 16 or 32 bytes (AES-128/256); it has no attribute (only
+    :func:`export_key_material` hands it out),
     ``repr`` shows the id, algorithm and source kind only, and pickling raises.
     ``bytearray`` material is copied, so the caller may wipe its own buffer
     (zeroing memory in Python is best effort).
@@ -90,13 +91,6 @@ class Key:
         """The same material under another id."""
         return Key(key_id, self._material, algorithm=self._algorithm, source=self.source)
 
-    def _raw_material(self) -> bytes:
-        """Key bytes, for other formats that need them (ClickHouse's AES-CTR disks).
-
-        Private on purpose: nothing should print or store the result.
-        """
-        return self._material
-
     def same_material(self, other: Key) -> bool:
         return hmac.compare_digest(self._material, other._material)
 
@@ -124,3 +118,18 @@ class Key:
 
     def __deepcopy__(self, memo: Any) -> Key:
         return self
+
+
+def export_key_material(key: Key) -> bytes:
+    """A key's bytes: the one way out of a :class:`Key`, for the few layers that must have them.
+
+    Easy to misuse. The users are: writing a key file (:func:`write_key_file` takes
+    the :class:`Key` itself), printing a new key (``cryptdisk keygen --print``), and
+    building a ClickHouse AES-CTR disk key from a keyring key (ClickHouse's format
+    takes the raw key). Everything else wraps and unwraps through the key
+    (:meth:`Key.wrap`, :meth:`Key.unwrap`). The result is plain ``bytes``: never log
+    it or put it in a message, a catalog, fsspec ``storage_options`` or a command line.
+    """
+    if not isinstance(key, Key):
+        raise TypeError(f"expected a cryptdisk Key, not {type(key).__name__}")
+    return key._material

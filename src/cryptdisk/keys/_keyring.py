@@ -34,15 +34,11 @@ import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import ConfigError, KeyNotFoundError, KeyringError
+from ..errors import ConfigError, KeyNotFoundError, KeyringError, with_location
 from ._key import Key
-from ._sources import decode_hex_key, key_from_command, key_from_env, key_from_file
+from ._provider import parse_key_entry
 
 __all__ = ["Keyring", "table_line"]
-
-_SOURCES = ("hex", "from_env", "file", "command")
-_KEY_FIELDS = {"id", "algorithm", *_SOURCES}
-
 
 def table_line(text: str, table: str, index: int) -> str:
     """``line N`` of the ``index``-th ``[[table]]`` header in TOML ``text`` (for messages)."""
@@ -225,51 +221,10 @@ class Keyring:
 
 def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
                     where: str) -> Key:
-    if not isinstance(entry, Mapping):
-        raise ConfigError("a key entry must be a table", path=path, where=where)
-    unknown = set(entry) - _KEY_FIELDS
-    if unknown:
-        raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
-                          f"(fields: {', '.join(sorted(_KEY_FIELDS))})", path=path, where=where)
-    key_id = entry.get("id")
-    if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
-        raise ConfigError("each key needs an integer id (0 to 2**64-1)", path=path, where=where)
-    sources = [s for s in _SOURCES if s in entry]
-    if len(sources) != 1:
-        raise ConfigError(
-            f"key {key_id} needs exactly one of {', '.join(_SOURCES)} (found "
-            f"{', '.join(sources) or 'none'})", path=path, where=where,
-        )
-    kind = sources[0]
-    value = entry[kind]
+    loaded = parse_key_entry(entry, path=path, where=where, base=base, algorithm_field=True,
+                             default_algorithm=default_alg)
     try:
-        if kind == "hex":
-            if not isinstance(value, str):
-                raise ConfigError(f"key {key_id}: hex must be a string", path=path, where=where)
-            material = decode_hex_key(value, f"key {key_id}")
-        elif kind == "from_env":
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"key {key_id}: from_env must name a variable", path=path,
-                                  where=where)
-            material = key_from_env(value)
-        elif kind == "file":
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"key {key_id}: file must be a path", path=path, where=where)
-            material = key_from_file(os.path.join(base, os.path.expanduser(value)))
-        else:
-            if not isinstance(value, list) or not value or not all(
-                    isinstance(a, str) for a in value):
-                raise ConfigError(f"key {key_id}: command must be a list of strings",
-                                  path=path, where=where)
-            material = key_from_command(value)
-        alg = entry.get("algorithm", default_alg)
-        return Key(key_id, material, algorithm=alg, source=kind.replace("from_", ""))
-    except ConfigError:
-        raise
+        return Key(loaded.key_id, loaded.material, algorithm=loaded.algorithm,
+                   source=loaded.source)
     except (KeyringError, ValueError) as exc:
-        # Same class, with the config location in front of the message.
-        located = type(exc).__new__(type(exc))
-        located.__dict__.update(getattr(exc, "__dict__", {}))
-        loc = f"{path}:{where}: " if path else ""
-        located.args = (f"{loc}{exc}",)
-        raise located from None
+        raise with_location(exc, path, where) from None

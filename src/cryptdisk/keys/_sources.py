@@ -1,4 +1,9 @@
-"""Where key material comes from: inline hex, environment, key file, external command."""
+"""Where key material comes from: inline hex, environment, key file, external command.
+
+The functions read one source each; the :class:`~cryptdisk.keys.KeyProvider` classes
+below put them behind the key-entry fields of a config (``hex``, ``from_env``,
+``file``, ``command``, and ClickHouse's ``raw`` and ``raw_from_env``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import stat
 import subprocess
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import (
     InvalidKeyError,
@@ -15,8 +21,16 @@ from ..errors import (
     KeyFilePermissionError,
     MissingEnvironmentVariableError,
 )
+from ._key import Key, export_key_material
+from ._provider import KeyProvider
 
 __all__ = [
+    "CommandKey",
+    "EnvKey",
+    "FileKey",
+    "HexKey",
+    "RawEnvKey",
+    "RawKey",
     "decode_hex_key",
     "key_from_command",
     "key_from_env",
@@ -51,19 +65,23 @@ def decode_hex_key(text: str, what: str = "key", sizes: tuple[int, ...] = (16, 3
     return raw
 
 
-def key_from_env(variable: str) -> bytes:
+def _env_text(variable: str, holds: str, hint: str) -> str:
     value = os.environ.get(variable)
     if not value:
         raise MissingEnvironmentVariableError(
             f"environment variable {variable} is {'empty' if value == '' else 'not set'}; "
-            "it should hold a hex key",
-            variable=variable,
-            hint=f"export {variable}=$(cryptdisk keygen --print)",
-        )
-    return decode_hex_key(value, f"the key in environment variable {variable}")
+            f"it should hold {holds}", variable=variable, hint=hint)
+    return value
 
 
-def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = True) -> bytes:
+def key_from_env(variable: str, sizes: tuple[int, ...] = (16, 32)) -> bytes:
+    """The hex key in an environment variable."""
+    value = _env_text(variable, "a hex key", f"export {variable}=$(cryptdisk keygen --print)")
+    return decode_hex_key(value, f"the key in environment variable {variable}", sizes)
+
+
+def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = True,
+                  sizes: tuple[int, ...] = (16, 32)) -> bytes:
     """Read a hex key file as ``cryptdisk keygen`` writes it (``#`` lines are comments).
 
     Refuses a file readable or writable by group or others, as ssh refuses such
@@ -104,10 +122,11 @@ def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
         raise KeyFileError(
             f"key file {name} should hold exactly one line of hex, found {len(lines)}"
         )
-    return decode_hex_key(lines[0], f"the key in {name}")
+    return decode_hex_key(lines[0], f"the key in {name}", sizes)
 
 
-def key_from_command(argv: Sequence[str], *, timeout: float = 30.0) -> bytes:
+def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,
+                     sizes: tuple[int, ...] = (16, 32)) -> bytes:
     """Run an external command (no shell) whose stdout is a hex key."""
     if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
         raise TypeError("a key command must be a non-empty list of strings")
@@ -126,14 +145,22 @@ def key_from_command(argv: Sequence[str], *, timeout: float = 30.0) -> bytes:
         raise KeyCommandError(f"key command {shown!r} exited with status {done.returncode}"
                               f"{detail}")
     try:
-        return decode_hex_key(done.stdout.decode("ascii"), f"the output of key command {shown!r}")
+        return decode_hex_key(done.stdout.decode("ascii"), f"the output of key command {shown!r}",
+                              sizes)
     except UnicodeDecodeError:
         raise KeyCommandError(f"key command {shown!r} printed non-text output") from None
 
 
-def write_key_file(path: str | os.PathLike[str], material: bytes, *, key_id: int | None = None,
-                   overwrite: bool = False) -> None:
-    """Write a key file with mode 0600, refusing to replace an existing one unless asked."""
+def write_key_file(path: str | os.PathLike[str], material: bytes | Key, *,
+                   key_id: int | None = None, overwrite: bool = False) -> None:
+    """Write a key file with mode 0600, refusing to replace an existing one unless asked.
+
+    ``material`` is a :class:`~cryptdisk.keys.Key` (whose id is written in the file's
+    comment unless ``key_id`` says otherwise) or the key's bytes.
+    """
+    if isinstance(material, Key):
+        key_id = material.key_id if key_id is None else key_id
+        material = export_key_material(material)
     name = os.fspath(path)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
     try:
@@ -155,3 +182,103 @@ def write_key_file(path: str | os.PathLike[str], material: bytes, *, key_id: int
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- the built-in key providers (see cryptdisk.keys._provider) -----------------------------
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError("must be a non-empty string")
+    return value
+
+
+class HexKey(KeyProvider):
+    """``hex = "0011..."``: the key inline, as hex (keep such a config private)."""
+
+    name = "hex"
+    label = "hex"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(_text(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        return decode_hex_key(self.value, what, sizes)
+
+
+class EnvKey(KeyProvider):
+    """``from_env = "VAR"``: the hex key in an environment variable."""
+
+    name = "from_env"
+    label = "env"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(_text(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        return key_from_env(self.value, sizes)
+
+
+class FileKey(KeyProvider):
+    """``file = "keys/k1.hex"``: a key file (relative to the config), mode 0600."""
+
+    name = "file"
+    label = "file"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(_text(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        return key_from_file(os.path.join(self.base, os.path.expanduser(self.value)),
+                             sizes=sizes)
+
+
+class CommandKey(KeyProvider):
+    """``command = ["pass", "show", "k1"]``: a command (no shell) that prints a hex key."""
+
+    name = "command"
+    label = "command"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        if not isinstance(value, list) or not value or not all(
+                isinstance(a, str) for a in value):
+            raise TypeError("must be a list of strings")
+        super().__init__(value, base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        return key_from_command(self.value, sizes=sizes)
+
+
+def _raw_key(material: bytes, what: str, sizes: tuple[int, ...]) -> bytes:
+    if len(material) not in sizes:
+        raise InvalidKeyError(f"{what} is {len(material)} bytes; a key needs "
+                              f"{' or '.join(map(str, sizes))}")
+    return material
+
+
+class RawKey(KeyProvider):
+    """``raw = "..."``: ClickHouse's ``<key>``, the key's bytes as characters (UTF-8)."""
+
+    name = "raw"
+    label = "raw"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(_text(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        return _raw_key(self.value.encode("utf-8"), what, sizes)
+
+
+class RawEnvKey(KeyProvider):
+    """``raw_from_env = "VAR"``: ClickHouse's ``<key from_env=...>``, raw characters."""
+
+    name = "raw_from_env"
+    label = "raw_env"
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(_text(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        text = _env_text(self.value, "the key", f"export {self.value}=... before loading the "
+                         "config")
+        return _raw_key(text.encode("utf-8"), f"{what} (${self.value})", sizes)
