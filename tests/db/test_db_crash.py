@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -159,3 +160,34 @@ def test_catalog_temporaries_of_killed_writers_are_removed_by_the_next_writer(tm
         assert not [n for n in os.listdir(path) if n.endswith(".cdtmp")]
         assert db.query("SELECT count(*) FROM t") == [(100,)]  # never published
         db.check()
+
+
+@pytest.mark.slow
+def test_check_on_a_reader_passes_while_another_process_optimizes(tmp_path):
+    cfg = write_config(tmp_path, [1], 1, "a.toml")
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+    child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg), "optimize"],
+                             stdout=subprocess.PIPE, text=True, env=env())
+    steps = []  # the child's progress: an insert or an OPTIMIZE each
+
+    def follow():
+        for line in child.stdout:
+            steps.append(line)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        checks = 0
+        with cryptdisk.connect(path, cfg, read_only=True, cache_bytes=1 << 20) as reader:
+            while len(steps) < 120:  # about 80 merges, each deleting the parts it merged
+                assert child.poll() is None, "the writer died"
+                reader.check()
+                checks += 1
+        assert checks > 10
+    finally:
+        child.kill()
+        child.wait()
+        follower.join()
+        child.stdout.close()

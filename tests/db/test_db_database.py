@@ -426,3 +426,34 @@ def test_no_key_material_in_catalog_logs_or_reprs(tmp_path, caplog):
     for text in shown:
         assert key_hex not in text.lower()
     db.close()
+
+
+def test_check_on_a_reader_follows_a_merge_that_removed_its_parts(tmp_path, monkeypatch):
+    from cryptdisk.db import _maintenance
+
+    path = tmp_path / "db"
+    writer = cryptdisk.connect(path)
+    writer.sql(f"CREATE TABLE t {SCHEMA}")
+    for i in range(3):
+        writer.sql(f"INSERT INTO t {gen(100, 100 * i)}")
+    reader = cryptdisk.connect(path, read_only=True)
+    assert reader.check() == 3
+    real = _maintenance.verify_part
+    merged = []
+
+    def verify_after_a_merge(disk, part):
+        if not merged:  # the writer merges (and deletes) the parts the reader loaded
+            merged.append(None)
+            merged[0] = writer.optimize("t", final=True)
+        real(disk, part)
+
+    monkeypatch.setattr(_maintenance, "verify_part", verify_after_a_merge)
+    assert reader.check() == 1  # the merged part, in the catalog that replaced the old one
+    assert merged == [True]
+    # Damage that persists in an unchanged catalog is still reported.
+    part = writer.query("SELECT path FROM system.parts")[0][0]
+    os.unlink(path / "data" / part)
+    with pytest.raises(CatalogError, match="missing"):
+        reader.check()
+    reader.close()
+    writer.close()

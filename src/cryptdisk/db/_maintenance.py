@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError
+from ..errors import CatalogError, CryptdiskError, DatabaseError, DiskFileNotFoundError
 from ..keys import rewrap_file
 from . import _sql
 from ._catalog import CATALOG_FILE, PartMeta, remove_catalog_temps
@@ -35,6 +35,7 @@ class MaintenanceMixin:
     config: Any
     cache: Any
     con: Any
+    _stamp: Any
 
     def _remove_parts(self, parts: list[PartMeta]) -> None:
         for part in parts:
@@ -215,12 +216,36 @@ class MaintenanceMixin:
             return removed
 
     def check(self) -> int:
-        """Verify every part's SHA-256 against the catalog; returns the parts checked."""
+        """Verify every part's SHA-256 against one catalog version; returns the parts checked.
+
+        On a read-only connection another process may publish a new catalog
+        (and delete the parts it replaced) while this runs: a part that fails is
+        looked at again under the newest catalog, and the check starts over on
+        it if it moved on. Damage is reported only when it persists in a
+        catalog version that did not change meanwhile.
+        """
         with self._mutex:  # type: ignore[attr-defined]
             self.refresh()  # type: ignore[attr-defined]
-            n = 0
-            for meta in self.catalog.tables.values():
-                for part in meta.parts:
-                    verify_part(self.config.disks[part.disk], part)
-                    n += 1
-            return n
+            while True:
+                catalog = self.catalog
+                try:
+                    return self._verify_parts(catalog)
+                except CatalogError:
+                    if not self.read_only:  # type: ignore[attr-defined]
+                        raise  # a writer's catalog cannot change under it
+                    self._stamp = None  # reload even if the file looks unchanged
+                    self.refresh()  # type: ignore[attr-defined]
+                    if self.catalog.version == catalog.version:
+                        raise
+
+    def _verify_parts(self, catalog: Any) -> int:
+        n = 0
+        for meta in catalog.tables.values():
+            for part in meta.parts:
+                disk = self.config.disks.get(part.disk)
+                if disk is None:
+                    raise CatalogError(f"table {meta.name}: part {part.path} is on disk "
+                                       f"{part.disk!r}, which the config does not define")
+                verify_part(disk, part)
+                n += 1
+        return n
