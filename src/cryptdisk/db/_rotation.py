@@ -1,0 +1,200 @@
+"""Key rotation and re-encryption of a database, checked before and after.
+
+A rotation rewraps the header of every file the catalog names (the parts on
+encrypted disks, and the catalog itself) under the current key. Before it
+changes anything it checks that every part the catalog names is found, on a
+disk that can rewrap it, under a key the config has; if one is not, it stops
+with :class:`~cryptdisk.errors.RotationError` naming the files, and nothing
+has changed. Each header is replaced in one write, so a rotation killed at
+any point leaves every file under the old key or the new one, and running it
+again finishes it. It ends by reading every header again and checking that
+each file is under the current key and that ``system.keys`` counts no file
+under another key; otherwise it raises, naming the files left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CryptdiskError, DiskFileNotFoundError, RotationError
+from ..format import read_header
+from ..keys import rewrap_file
+from ._catalog import CATALOG_FILE, PartMeta
+from ._storage import rewrap_on_disk
+
+__all__ = ["RotationMixin"]
+
+#: How many files a message lists before it says "and N more".
+SHOWN = 10
+
+
+def _listing(problems: list[str]) -> str:
+    shown = "; ".join(problems[:SHOWN])
+    more = len(problems) - SHOWN
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+class RotationMixin:
+    """Rotation methods of :class:`~cryptdisk.db.Database`."""
+
+    catalog: Any
+    config: Any
+    keyring: Any
+    path: str
+
+    def _part_label(self, table: str, part: PartMeta) -> str:
+        return f"{part.path} (table {table}, disk {part.disk!r})"
+
+    def _unreachable_parts(self, *, rewrap: bool) -> tuple[list[str], int]:
+        """Problems with the files the catalog names (empty: all fine), and how many it names.
+
+        Every part must be found on its disk, be encrypted if the catalog says
+        so, and (on encrypted disks) be under a key the disk has; with
+        ``rewrap``, its disk must also be able to rewrap headers in place.
+        """
+        problems: list[str] = []
+        named = 1  # the catalog itself
+        for meta in self.catalog.tables.values():
+            for part in meta.parts:
+                named += 1
+                label = self._part_label(meta.name, part)
+                disk = self.config.disks.get(part.disk)
+                if disk is None:
+                    problems.append(f"{label}: the config has no disk {part.disk!r}")
+                    continue
+                try:
+                    info = disk.info(part.path)
+                except (DiskFileNotFoundError, FileNotFoundError):
+                    problems.append(f"{label}: not found on disk {disk.name!r} ({disk.path})")
+                    continue
+                except (CryptdiskError, OSError) as exc:
+                    problems.append(f"{label}: {exc}")
+                    continue
+                recorded = part.key_id is not None or part.algorithm is not None
+                if recorded and not info.encrypted:
+                    problems.append(f"{label}: the catalog recorded it encrypted, but disk "
+                                    f"{disk.name!r} ({disk.type}, {disk.path}) is not")
+                    continue
+                keyring = getattr(disk, "keyring", None)
+                if not disk.is_encrypted or keyring is None:
+                    if disk.is_encrypted and rewrap:
+                        problems.append(f"{label}: disk {disk.name!r} ({disk.type}) cannot "
+                                        "rewrap files under the keyring's key")
+                    continue
+                if rewrap and not getattr(disk, "can_rewrap", False):
+                    problems.append(f"{label}: disk {disk.name!r} is over a "
+                                    f"{disk.inner.type} disk, which cannot rewrite a "
+                                    "header in place")
+                elif info.key_id is not None and info.key_id not in keyring:
+                    problems.append(f"{label}: under key {info.key_id}, which disk "
+                                    f"{disk.name!r} does not have")
+        return problems, named
+
+    def _require_reachable(self, what: str, *, rewrap: bool) -> None:
+        problems, named = self._unreachable_parts(rewrap=rewrap)
+        if problems:
+            raise RotationError(
+                f"{what} of {self.path} stopped before changing anything: "
+                f"{len(problems)} of the {named} file(s) the catalog names cannot be "
+                f"handled: {_listing(problems)}",
+                files=problems,
+                hint="open the database with the config it was written with (its disks and "
+                "keys), or without --config if it was created without one")
+
+    def _files_not_under_current_key(self) -> list[str]:
+        """Every file the catalog names whose header, read now, is not under the current key.
+
+        Also a part whose catalog entry names another key than its header, and
+        any key other than the current one that ``system.keys`` counts.
+        """
+        left: list[str] = []
+        for meta in self.catalog.tables.values():
+            for part in meta.parts:
+                disk = self.config.disks[part.disk]
+                if not disk.is_encrypted:
+                    continue
+                label = self._part_label(meta.name, part)
+                try:
+                    key_id = disk.stored_key_id(part.path)
+                except (CryptdiskError, OSError) as exc:
+                    left.append(f"{label}: {exc}")
+                    continue
+                current = disk.keyring.current_key_id
+                if key_id != current:
+                    left.append(f"{label}: under key {key_id}, not {current}")
+                elif part.key_id != key_id:
+                    left.append(f"{label}: the catalog records key {part.key_id}")
+        catalog = os.path.join(self.path, CATALOG_FILE)
+        with open(catalog, "rb") as f:
+            key_id = read_header(f).key_id
+        if key_id != self.keyring.current_key_id:
+            left.append(f"{CATALOG_FILE}: under key {key_id}, not "
+                        f"{self.keyring.current_key_id}")
+        from ._system import system_tables
+
+        keys = system_tables(self)["keys"].to_pylist()
+        for row in keys:
+            if not row["is_current"] and row["files"]:
+                left.append(f"system.keys counts {row['files']} file(s) under key {row['id']}")
+        return left
+
+    def rotate_keys(self, on_file: Callable[[str], None] | None = None) -> int:
+        """Rewrap every file of the database (parts, catalog) under the current key.
+
+        Checks first that every file the catalog names can be rewrapped and
+        last that every one is under the current key (see the module
+        docstring); raises :class:`~cryptdisk.errors.RotationError` otherwise.
+        Idempotent and crash-safe: an interrupted run is finished by running it
+        again. Returns the number of files rewrapped (0 when all already were).
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            self._writable("rotate")  # type: ignore[attr-defined]
+            self._require_reachable("the rotation", rewrap=True)
+            count = 0
+            for meta in self.catalog.tables.values():
+                for i, part in enumerate(meta.parts):
+                    disk = self.config.disks[part.disk]
+                    if not disk.is_encrypted:
+                        continue
+                    count += rewrap_on_disk(disk, part.path)
+                    info = disk.info(part.path)
+                    meta.parts[i] = dataclasses.replace(part, key_id=info.key_id,
+                                                        algorithm=info.algorithm,
+                                                        bytes_on_disk=info.stored_size)
+                    if on_file is not None:
+                        on_file(part.path)
+            count += rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
+            self._commit()  # type: ignore[attr-defined]
+            if on_file is not None:
+                on_file(CATALOG_FILE)
+            left = self._files_not_under_current_key()
+            if left:
+                raise RotationError(
+                    f"the rotation of {self.path} did not finish: {len(left)} file(s) are not "
+                    f"under key {self.keyring.current_key_id}: {_listing(left)}",
+                    files=left, hint="run the rotation again; it resumes where it stopped")
+            return count
+
+    def reencrypt(self, on_table: Callable[[str], None] | None = None) -> None:
+        """Rewrite every table's data under new data keys and the current key (online).
+
+        Checks first that every file the catalog names can be read, then
+        rewrites each table (``OPTIMIZE ... FINAL``) and rotates what remains.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            self._writable("re-encrypt")  # type: ignore[attr-defined]
+            self._require_reachable("the re-encryption", rewrap=False)
+            for name in list(self.catalog.tables):
+                self.optimize(name, final=True)  # type: ignore[attr-defined]
+                if on_table is not None:
+                    on_table(name)
+            self.rotate_keys()
+
+    def _system_command(self, st: Any) -> None:
+        if st.command == "rotate":
+            self.rotate_keys()
+        else:
+            self.reencrypt()
