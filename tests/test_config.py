@@ -157,8 +157,6 @@ def test_missing_config_file(tmp_path: Path) -> None:
 
 
 def test_clickhouse_disk_keys_accept_clickhouse_sizes(tmp_path: Path) -> None:
-    pytest.importorskip("cryptdisk.format.clickhouse", reason="ClickHouse format module not "
-                        "merged yet (written on another branch)")
     cfg = load_config(write(tmp_path, "[disks.a]\ntype='local'\npath='x'\n[disks.ch]\n"
                             "type='clickhouse'\ndisk='a'\nalgorithm='AES_192_CTR'\n"
                             "current_key_id=3\n[[disks.ch.keys]]\nid=3\nhex='" + "ab" * 24
@@ -191,8 +189,6 @@ XML = """<clickhouse><storage_configuration>
 @pytest.mark.parametrize("name", ["storage.xml", "storage.conf"])
 def test_clickhouse_xml_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                name: str) -> None:
-    pytest.importorskip("cryptdisk.format.clickhouse", reason="ClickHouse format module not "
-                        "merged yet (written on another branch)")
     monkeypatch.setenv("CD_TEST_CH_KEY", "00112233445566778899aabbccddeeff")
     path = write(tmp_path, XML.format(root=tmp_path / "d", inner="raw"), name)
     cfg = load_config(path)  # by extension, or by content starting with '<'
@@ -207,8 +203,6 @@ def test_clickhouse_xml_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 def test_clickhouse_xml_errors_name_the_element(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("cryptdisk.format.clickhouse", reason="ClickHouse format module not "
-                        "merged yet (written on another branch)")
     monkeypatch.setenv("CD_TEST_CH_KEY", "00112233445566778899aabbccddeeff")
     path = write(tmp_path, XML.format(root=tmp_path, inner="ghost"), "s.xml")
     with pytest.raises(ConfigError) as info:

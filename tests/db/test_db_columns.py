@@ -2,11 +2,12 @@
 
 import duckdb
 import pytest
-from dbhelpers import SCHEMA, gen
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cryptdisk.db import _sql
+
+from .dbhelpers import SCHEMA, gen
 
 QUERIES = [
     "SELECT count(*) FROM t",

@@ -14,9 +14,10 @@ import threading
 import time
 
 import pytest
-from dbhelpers import SCHEMA, gen, write_config
 
 import cryptdisk
+
+from .dbhelpers import SCHEMA, gen, write_config
 
 CHILD = os.path.join(os.path.dirname(__file__), "crash_child.py")
 PAUSE_CHILD = os.path.join(os.path.dirname(__file__), "pause_child.py")

@@ -8,7 +8,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dbhelpers import SCHEMA, gen
 
 import cryptdisk
 from cryptdisk.errors import (
@@ -20,6 +19,8 @@ from cryptdisk.errors import (
     PolicyError,
     TableNotFoundError,
 )
+
+from .dbhelpers import SCHEMA, gen
 
 
 def files_under(root):

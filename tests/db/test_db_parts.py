@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dbhelpers import SCHEMA, gen
 
 from cryptdisk.db import _partread as _parts
 from cryptdisk.errors import AuthenticationError
 from cryptdisk.format import HEADER_SIZE
+
+from .dbhelpers import SCHEMA, gen
 
 
 def test_results_do_not_alias_the_arena(db):

@@ -5,10 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from dbhelpers import SCHEMA, gen, write_config
 
 import cryptdisk
 from cryptdisk.errors import KeyNotFoundError
+
+from .dbhelpers import SCHEMA, gen, write_config
 
 
 def make_db(tmp_path):

@@ -15,19 +15,6 @@ from .s3server import make_bucket, s3_server
 
 BUCKET = "cryptdisk-test"
 
-try:
-    from cryptdisk.format import clickhouse as _ch  # noqa: F401
-
-    HAVE_CLICKHOUSE_FORMAT = True
-except ImportError:
-    HAVE_CLICKHOUSE_FORMAT = False
-
-needs_clickhouse_format = pytest.mark.skipif(
-    not HAVE_CLICKHOUSE_FORMAT,
-    reason="cryptdisk.format.clickhouse (ClickHouse's ENC byte format) is written on another "
-    "branch; these tests run once it is merged",
-)
-
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
@@ -80,10 +67,7 @@ DISK_KINDS = {
 }
 
 
-@pytest.fixture(params=[
-    pytest.param(k, marks=needs_clickhouse_format) if k.startswith("clickhouse") else k
-    for k in DISK_KINDS
-])
+@pytest.fixture(params=list(DISK_KINDS))
 def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Disk:
     """A fresh, empty disk of each type."""
     return DISK_KINDS[request.param](tmp_path, lambda: request.getfixturevalue("s3_endpoint"))

@@ -20,8 +20,6 @@ import pytest
 
 import cryptdisk
 
-from .conftest import needs_clickhouse_format
-
 try:
     import chdb  # noqa: F401
 
@@ -66,7 +64,6 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.chdb
 @pytest.mark.skipif(bool(CHDB_MISSING), reason=CHDB_MISSING or "chdb present")
-@needs_clickhouse_format
 def test_clickhouse_to_cryptdisk_and_back(tmp_path: Path) -> None:
     from cryptdisk.config import load_config
 

@@ -11,8 +11,6 @@ from cryptdisk.config import load_config
 from cryptdisk.disks import EncryptedDisk, LocalDisk, describe, open_any
 from cryptdisk.errors import KeyNotFoundError, NotEncryptedError
 
-from .conftest import needs_clickhouse_format
-
 K1, K2 = "12" * 32, "34" * 16
 CH_KEY = "00112233445566778899aabbccddeeff"
 
@@ -74,7 +72,6 @@ def test_plain_files(tmp_path: Path) -> None:
     assert describe(tmp_path / "p")["format"] == "plain"
 
 
-@needs_clickhouse_format
 def test_clickhouse_files_by_fingerprint(tmp_path: Path) -> None:
     from cryptdisk.disks import ClickHouseDisk, ClickHouseKey
 

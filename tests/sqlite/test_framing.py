@@ -12,7 +12,7 @@ import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.format import Header, Kind, SegmentLayout
 
-from .test_tamper import old_layout
+from .helpers import old_layout
 
 
 def _header(path) -> Header:

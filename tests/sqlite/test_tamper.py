@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Iterator
 
 import apsw
 import pytest
@@ -21,6 +20,8 @@ from cryptdisk.errors import (
     WrongKeyError,
 )
 from cryptdisk.format import HEADER_SIZE
+
+from .helpers import old_layout
 
 PAGE = 4096
 RECORD = PAGE + 32
@@ -262,21 +263,6 @@ def test_unauthenticated_bytes_never_reach_sqlite(tmp_path, keyring):
         with pytest.raises(csql.PageAuthenticationError):
             conn.execute("SELECT * FROM t WHERE id = 0").fetchall()
     conn.close()
-
-
-@contextlib.contextmanager
-def old_layout(monkeypatch, path, keyring) -> Iterator[apsw.Connection]:
-    """A connection (Python VFS) that writes WALs and journals as mutable files (kind 2),
-    as cryptdisk did before they became framed files (and without claiming safe append
-    then); closed at the end."""
-    with monkeypatch.context() as patch:
-        patch.setattr(csql._vfs, "framing", lambda *args: (0, 0))
-        patch.setattr(csql._vfs, "_SAFE_APPEND", 0)
-        conn = csql.connect(str(path), keyring=keyring, implementation="python")
-        try:
-            yield conn
-        finally:
-            conn.close()
 
 
 def test_torn_rewrite_of_a_legacy_wal_tail_recovers(tmp_path, keyring, caplog, monkeypatch):
