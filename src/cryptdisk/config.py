@@ -67,7 +67,7 @@ from .keys import table_line as _table_line
 
 __all__ = ["Config", "load_config"]
 
-_TOP = {"keyring", "disks", "policies"}
+_TOP = {"keyring", "disks", "policies", "server"}  # [server]: read by cryptdisk.server
 _FIELDS = {
     "local": {"type", "path"},
     "fsspec": {"type", "url", "storage_options"},

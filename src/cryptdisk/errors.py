@@ -27,11 +27,14 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     ├── DiskError                 (OSError)          a disk operation failed
     │   └── DiskFileNotFoundError (FileNotFoundError)
     ├── PolicyError               (LookupError)      unknown storage policy / volume / disk
-    └── DatabaseError                                the embedded database refused a statement
-        ├── CatalogError                             catalog missing, tampered or rolled back
-        ├── TableNotFoundError    (LookupError)
-        ├── DatabaseLockedError                      another process holds the database
-        └── RotationError                            a rotation cannot start or did not finish
+    ├── DatabaseError                                the embedded database refused a statement
+    │   ├── CatalogError                             catalog missing, tampered or rolled back
+    │   ├── TableNotFoundError    (LookupError)
+    │   ├── DatabaseLockedError                      another process holds the database
+    │   └── RotationError                            a rotation cannot start or did not finish
+    └── ServerError                                  cryptdisk serve refused a client or a setting
+        ├── ProtocolError                            bytes that are not the PostgreSQL protocol
+        └── LoginError                               a login failed (one message for every cause)
 
 Messages say what is wrong and what to do. They never contain key material:
 context (path, offset, key id) goes on attributes and into the message.
@@ -62,12 +65,15 @@ __all__ = [
     "KeyNotFoundError",
     "KeySourceError",
     "KeyringError",
+    "LoginError",
     "MalformedHeaderError",
     "MissingEnvironmentVariableError",
     "NotEncryptedError",
     "PolicyError",
+    "ProtocolError",
     "RotationError",
     "SegmentAuthenticationError",
+    "ServerError",
     "TableNotFoundError",
     "TruncatedFileError",
     "UnsupportedVersionError",
@@ -274,3 +280,18 @@ class RotationError(DatabaseError):
                  hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.files = list(files or [])
+
+
+# --- server -------------------------------------------------------------------
+
+
+class ServerError(CryptdiskError):
+    """``cryptdisk serve`` refused a client, a statement or a setting."""
+
+
+class ProtocolError(ServerError):
+    """A client sent bytes that are not a valid PostgreSQL v3 protocol message."""
+
+
+class LoginError(ServerError):
+    """A login failed. The message is the same for an unknown user and a wrong password."""

@@ -1,0 +1,362 @@
+"""The two engines a server can front: the embedded analytical database and encrypted SQLite.
+
+An :class:`Engine` hands each client connection its own :class:`EngineSession`,
+which runs one statement at a time and returns a :class:`Result` (column names
+and PostgreSQL type OIDs, all rows, the command tag). Results are buffered:
+a portal's rows are computed once and then sent in ``Execute``'s batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from ..errors import (
+    AuthenticationError,
+    CryptdiskError,
+    DatabaseError,
+    ServerError,
+    TableNotFoundError,
+)
+from . import _sqltext, _types
+
+__all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngine",
+           "StatementError"]
+
+_ROWS = {"SELECT", "WITH", "VALUES", "TABLE", "FROM", "SHOW", "DESCRIBE", "SUMMARIZE",
+         "PRAGMA", "EXPLAIN"}
+TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
+                     "RELEASE"}
+
+
+class StatementError(ServerError):
+    """A statement failed; ``sqlstate`` is the SQLSTATE code sent in the ErrorResponse."""
+
+    def __init__(self, message: str, sqlstate: str = "XX000", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.sqlstate = sqlstate
+
+
+@dataclass
+class Result:
+    columns: list[tuple[str, int]] | None  # None: the statement returns no rows
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    tag: str = ""
+
+
+def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
+    words = _sqltext.first_words(sql, 2) or [""]
+    head = words[0]
+    if returns_rows and head not in ("INSERT", "UPDATE", "DELETE"):
+        return f"SELECT {rows or 0}"
+    if head == "INSERT":
+        return "INSERT" if rows is None else f"INSERT 0 {rows}"
+    if head in ("UPDATE", "DELETE", "MERGE"):
+        return head if rows is None else f"{head} {rows}"
+    if head in ("CREATE", "DROP", "ALTER") and len(words) > 1:
+        return " ".join(words[:2])
+    return head
+
+
+class EngineSession:
+    """One client's view of the engine (its own transaction, where the engine has them)."""
+
+    def run(self, sql: str, params: list[Any]) -> Result:
+        raise NotImplementedError
+
+    def describe(self, sql: str) -> list[tuple[str, int]] | None:
+        """The result columns ``sql`` would have, without running it (best effort)."""
+        raise NotImplementedError
+
+    @property
+    def in_transaction(self) -> bool:
+        return False
+
+    def interrupt(self) -> None:
+        """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
+
+    def close(self) -> None:
+        pass
+
+
+class Engine:
+    name = "engine"
+    transactions = False
+
+    def open_session(self) -> EngineSession:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+# --- the embedded analytical database --------------------------------------------------
+
+
+def sql_literal(value: Any) -> str:
+    """``value`` as a SQL literal DuckDB parses back to the same value."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return f"'{value}'::DOUBLE"
+        return repr(value) + "::DOUBLE"
+    if isinstance(value, decimal.Decimal):
+        return f"'{value}'::DECIMAL(38,{max(-int(value.as_tuple().exponent), 0)})" \
+            if value.is_finite() else f"'{value}'::DOUBLE"
+    if isinstance(value, bytes):
+        return "'" + "".join(f"\\x{b:02X}" for b in value) + "'::BLOB"
+    if isinstance(value, dt.datetime):
+        kind = "TIMESTAMPTZ" if value.tzinfo else "TIMESTAMP"
+        return f"{kind} '{value.isoformat(sep=' ')}'"
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, uuid.UUID):
+        return f"'{value}'::UUID"
+    text = str(value)
+    if "\0" in text:
+        raise StatementError("a string parameter contains a NUL character", "22021")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _duckdb_sqlstate(message: str) -> str:
+    for prefix, code in (("Parser Error", "42601"), ("Catalog Error", "42P01"),
+                         ("Binder Error", "42703"), ("Conversion Error", "22P02"),
+                         ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
+                         ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014")):
+        if prefix in message:
+            return code
+    return "XX000"
+
+
+def statement_error(exc: Exception) -> StatementError:
+    """The engine's error as a StatementError with the closest SQLSTATE."""
+    if isinstance(exc, StatementError):
+        return exc
+    if isinstance(exc, AuthenticationError):
+        return StatementError(str(exc), "XX001")  # data_corrupted
+    if isinstance(exc, TableNotFoundError):
+        return StatementError(str(exc), "42P01")
+    if isinstance(exc, DatabaseError):
+        text = str(exc)
+        if "append-only" in text or "not supported" in text:
+            return StatementError(text, "0A000", hint=exc.hint)
+        return StatementError(text, _duckdb_sqlstate(text), hint=exc.hint)
+    if isinstance(exc, apsw.Error):
+        text = str(exc)
+        prefix = type(exc).__name__ + ": "
+        text = text[len(prefix):] if text.startswith(prefix) else text
+        code = "XX000"
+        if isinstance(exc, apsw.ConstraintError):
+            code = "23505" if "UNIQUE" in text else "23000"
+        elif isinstance(exc, apsw.BusyError | apsw.LockedError):
+            code = "55P03"
+        elif isinstance(exc, apsw.InterruptError):
+            code, text = "57014", "canceling statement due to user request"
+        elif isinstance(exc, apsw.SQLError):
+            code = ("42P01" if "no such table" in text else "42703" if "no such column" in text
+                    else "42601" if "syntax error" in text or "incomplete input" in text
+                    else "42000")
+        elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
+            code = "22000"
+        return StatementError(text, code)
+    if isinstance(exc, CryptdiskError):
+        return StatementError(str(exc), "XX000", hint=exc.hint)
+    return StatementError(f"internal error: {type(exc).__name__}", "XX000")
+
+
+class _AnalyticalSession(EngineSession):
+    def __init__(self, engine: AnalyticalEngine) -> None:
+        self.engine = engine
+
+    def _sql(self, sql: str, params: list[Any]) -> str:
+        words = _sqltext.first_words(sql, 1)
+        if words and words[0] in TRANSACTION_WORDS:
+            raise StatementError(
+                "the analytical engine runs every statement as its own transaction; "
+                f"{words[0]} is not supported", "0A000",
+                hint="use autocommit in the client, or serve an encrypted SQLite "
+                "database (cryptdisk serve --sqlite) for multi-statement transactions")
+
+        def lit(n: int) -> str:
+            if n < 1 or n > len(params):
+                raise StatementError(f"there is no parameter ${n}", "42P02")
+            return sql_literal(params[n - 1])
+
+        return _sqltext.substitute(sql, lit)
+
+    def run(self, sql: str, params: list[Any]) -> Result:
+        text = self._sql(sql, params)
+        try:
+            table = self.engine.db.execute(text)
+        except Exception as exc:
+            raise statement_error(exc) from None
+        if table is None:
+            return Result(None, [], command_tag(sql, None, False))
+        columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+        returns_rows = (_sqltext.first_words(sql, 1) or [""])[0] in _ROWS
+        if not returns_rows and len(columns) == 1 and columns[0][0].lower() == "count":
+            count = rows[0][0] if rows else 0
+            return Result(None, [], command_tag(sql, count, False))
+        return Result(columns, rows, command_tag(sql, len(rows), True))
+
+    def describe(self, sql: str) -> list[tuple[str, int]] | None:
+        words = _sqltext.first_words(sql, 1)
+        if not words or words[0] not in _ROWS:
+            return None
+        nulls = [None] * _sqltext.placeholders(sql)
+        try:
+            table = self.engine.db.execute(
+                f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0")  # noqa: S608
+        except Exception:
+            return None
+        if table is None:
+            return None
+        return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+
+    def interrupt(self) -> None:
+        try:
+            self.engine.db.con.interrupt()
+        except Exception:  # noqa: S110 - nothing running is fine
+            pass
+
+
+class AnalyticalEngine(Engine):
+    """The embedded analytical database (:func:`cryptdisk.connect`), shared by every client."""
+
+    name = "analytical"
+
+    def __init__(self, path: str | os.PathLike[str], config: Any = None, **options: Any) -> None:
+        from .. import connect
+
+        self.db = connect(path, config, **options)
+        self.keyring = self.db.keyring
+
+    def open_session(self) -> EngineSession:
+        return _AnalyticalSession(self)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# --- encrypted SQLite -----------------------------------------------------------------------
+
+
+def _sqlite_value(value: Any) -> Any:
+    if value is None or isinstance(value, int | float | str | bytes):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return float(value) if value.is_finite() else None
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    return str(value)
+
+
+class _SQLiteSession(EngineSession):
+    def __init__(self, engine: SQLiteEngine) -> None:
+        from ..sqlite import connect
+
+        self.conn = connect(engine.path, keyring=engine.keyring,
+                            busy_timeout_ms=engine.busy_timeout_ms)
+        self.lock = threading.Lock()
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.conn.in_transaction)
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return _sqltext.substitute(sql, lambda n: f"?{n}")
+
+    def run(self, sql: str, params: list[Any]) -> Result:
+        desc: list[tuple[str, str | None]] = []
+
+        def trace(cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+            desc[:] = [(d[0], d[1]) for d in cursor.get_description()]
+            return True
+
+        with self.lock:
+            cur = self.conn.cursor()
+            cur.exec_trace = trace
+            try:
+                cur.execute(self._sql(sql), [_sqlite_value(p) for p in params])
+                rows = [tuple(r) for r in cur]
+                changes = self.conn.changes()
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                cur.close()
+        if not desc:
+            head = (_sqltext.first_words(sql, 1) or [""])[0]
+            count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
+            return Result(None, [], command_tag(sql, count, False))
+        columns = []
+        for i, (name, decl) in enumerate(desc):
+            sample = next((r[i] for r in rows if r[i] is not None), None)
+            columns.append((name, _types.sqlite_oid(decl, sample)))
+        return Result(columns, rows, command_tag(sql, len(rows), True))
+
+    def describe(self, sql: str) -> list[tuple[str, int]] | None:
+        desc: list[tuple[str, str | None]] = []
+
+        def trace(cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+            desc[:] = [(d[0], d[1]) for d in cursor.get_description()]
+            return False  # prepared, never stepped
+
+        with self.lock:
+            cur = self.conn.cursor()
+            cur.exec_trace = trace
+            try:
+                cur.execute(self._sql(sql), [None] * _sqltext.placeholders(sql))
+            except apsw.ExecTraceAbort:
+                pass
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                cur.close()
+        if not desc:
+            return None
+        return [(name, _types.sqlite_oid(decl, None)) for name, decl in desc]
+
+    def interrupt(self) -> None:
+        self.conn.interrupt()
+
+    def close(self) -> None:
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        finally:
+            self.conn.close()
+
+
+class SQLiteEngine(Engine):
+    """An encrypted SQLite database (:func:`cryptdisk.sqlite.connect`), a connection per client."""
+
+    name = "sqlite"
+    transactions = True
+
+    def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
+                 busy_timeout_ms: int = 5000) -> None:
+        self.path = os.fspath(path)
+        self.keyring = keyring
+        self.busy_timeout_ms = busy_timeout_ms
+        # open once now, so a wrong key or a tampered header fails at start-up
+        from ..sqlite import connect
+
+        connect(self.path, keyring=keyring).close()
+
+    def open_session(self) -> EngineSession:
+        return _SQLiteSession(self)

@@ -1,0 +1,174 @@
+"""The listening server: accepts connections, runs a :class:`Session` for each, drains on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..errors import ServerError
+from ._engines import Engine, Result
+from ._session import Session, is_loopback
+
+__all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "Authenticator", "Server"]
+
+log = logging.getLogger("cryptdisk.server")
+
+DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+
+
+class Authenticator(Protocol):
+    """Checks a client's credentials during startup (SCRAM: :class:`._auth.ScramAuthenticator`).
+
+    ``login`` talks to the client through the session (``session.send``,
+    ``session.read_password_message``) and raises :class:`cryptdisk.LoginError`
+    on failure, with one message whatever the cause.
+    """
+
+    async def login(self, session: Session, user: str) -> None: ...
+
+    def is_admin(self, user: str) -> bool: ...
+
+    def handles(self, sql: str) -> bool: ...
+
+    def handle(self, session: Session, sql: str) -> Result | None: ...
+
+
+class Server:
+    """Serve ``engine`` over the PostgreSQL v3 protocol.
+
+    ``ssl_context`` (a server-side :class:`ssl.SSLContext`) enables TLS; without
+    one, ``plaintext_loopback=True`` must be given and only loopback clients are
+    served. ``authenticator`` checks logins (None: no authentication, refused
+    unless the server listens on loopback only).
+    """
+
+    def __init__(self, engine: Engine, *, host: str = "127.0.0.1", port: int = 5432,
+                 ssl_context: ssl.SSLContext | None = None, plaintext_loopback: bool = False,
+                 authenticator: Authenticator | None = None,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 max_connections: int = 100, login_timeout: float = 60.0) -> None:
+        if ssl_context is None and not plaintext_loopback:
+            raise ServerError("no TLS certificate configured and plaintext is not allowed",
+                              hint="give --cert/--key (or [server] cert/key), or "
+                              "--self-signed for a quick start")
+        if authenticator is None and not is_loopback(host):
+            raise ServerError("a server without users may listen on loopback only")
+        if max_message_size < 1024:
+            raise ServerError("max_message_size must be at least 1024 bytes")
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.plaintext_loopback = plaintext_loopback
+        self.authenticator = authenticator
+        self.max_message_size = max_message_size
+        self.max_connections = max_connections
+        self.login_timeout = login_timeout
+        self.draining = False
+        self.sessions: set[Session] = set()
+        self._by_pid: dict[int, Session] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self.address: tuple[str, int] | None = None
+
+    # -- hooks the session calls ----------------------------------------------------------------
+
+    def register(self, session: Session) -> None:
+        self.sessions.add(session)
+        self._by_pid[session.pid] = session
+
+    def unregister(self, session: Session) -> None:
+        self.sessions.discard(session)
+        if self._by_pid.get(session.pid) is session:
+            del self._by_pid[session.pid]
+
+    def cancel(self, pid: int, key: int) -> None:
+        session = self._by_pid.get(pid)
+        if session is not None and session.cancel_key == key and session.engine is not None:
+            session.engine.interrupt()
+
+    def is_admin(self, user: str) -> bool:
+        return self.authenticator is None or self.authenticator.is_admin(user)
+
+    def handles(self, sql: str) -> bool:
+        return self.authenticator is not None and self.authenticator.handles(sql)
+
+    async def handle_statement(self, session: Session, sql: str,
+                               params: list[Any]) -> Result | None:
+        if self.authenticator is None or not self.authenticator.handles(sql):
+            return None
+        return await asyncio.to_thread(self.authenticator.handle, session, sql)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            if self.draining or len(self._tasks) > self.max_connections:
+                from . import _protocol as P
+
+                code, text = (("57P03", "the server is shutting down") if self.draining else
+                              ("53300", "sorry, too many clients already"))
+                writer.write(P.error_response(code, text, severity="FATAL"))
+                try:
+                    await writer.drain()
+                finally:
+                    writer.close()
+                return
+            await Session(self, reader, writer).run()
+        except Exception:
+            log.exception("session failed")
+        finally:
+            self._tasks.discard(task)
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._client, self.host, self.port,
+                                                  limit=1 << 16)
+        sock = self._server.sockets[0].getsockname()
+        self.address = (sock[0], sock[1])
+        log.info("listening on %s:%d", *self.address)
+        return self.address
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Stop accepting; let in-flight statements finish; close idle sessions; wait."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        busy = {s.task for s in self.sessions if s.busy}
+        for task in set(self._tasks) - busy:
+            task.cancel()  # idle, or still logging in: told 57P01 and closed
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+
+    async def serve(self, stop: asyncio.Event | None = None,
+                    ready: Callable[[tuple[str, int]], None] | None = None) -> None:
+        """Serve until ``stop`` is set (or SIGTERM/SIGINT in the main thread), then drain."""
+        address = await self.start()
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (RuntimeError, ValueError):  # not the main thread
+                break
+        if ready is not None:
+            ready(address)
+        try:
+            await stop.wait()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self.drain()
+            self.engine.close()

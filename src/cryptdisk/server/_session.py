@@ -1,0 +1,448 @@
+"""One client connection: startup, TLS, login, then simple and extended query."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..errors import LoginError, ProtocolError, ServerError
+from . import _protocol as P
+from . import _sqltext, _types
+from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
+
+if TYPE_CHECKING:
+    from ._server import Server
+
+log = logging.getLogger("cryptdisk.server")
+
+__all__ = ["Session"]
+
+
+@dataclass
+class _Statement:
+    sql: str
+    param_types: tuple[int, ...]
+    nparams: int
+    columns: list[tuple[str, int]] | None = None
+    described: bool = False
+
+
+@dataclass
+class _Portal:
+    statement: _Statement
+    params: list[Any]
+    result_formats: tuple[int, ...]
+    result: Result | None = None
+    sent: int = 0
+    described_columns: list[tuple[str, int]] | None = field(default=None)
+
+
+class _Closing(Exception):
+    """End the session after sending what has been queued."""
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class Session:
+    def __init__(self, server: Server, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer_host: str | None = peer[0] if isinstance(peer, tuple) else None
+        self.tls = False
+        self.user = ""
+        self.engine: EngineSession | None = None
+        self.statements: dict[str, _Statement] = {}
+        self.portals: dict[str, _Portal] = {}
+        self.failed = False          # inside a transaction that has had an error
+        self.skip_to_sync = False    # extended query: an error discards until Sync
+        self.busy = False
+        self.pid = secrets.randbits(31)
+        self.cancel_key = secrets.randbits(31)
+        self.out: list[bytes] = []
+        self.task = asyncio.current_task()
+
+    # -- I/O -------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        self.out.append(data)
+
+    async def flush(self) -> None:
+        if self.out:
+            self.writer.write(b"".join(self.out))
+            self.out.clear()
+        await self.writer.drain()
+
+    async def _read_startup(self) -> P.StartupMessage | P.SSLRequest | P.CancelRequest:
+        head = await self.reader.readexactly(4)
+        (length,) = struct.unpack("!i", head)
+        if length < 8 or length > P.MAX_STARTUP_LENGTH:
+            raise ProtocolError(f"invalid startup packet length {length}")
+        return P.parse_startup(await self.reader.readexactly(length - 4))
+
+    async def _read(self) -> P.Message:
+        head = await self.reader.readexactly(5)
+        kind, length = head[:1], struct.unpack("!i", head[1:])[0]
+        if length < 4:
+            raise ProtocolError(f"invalid message length {length}")
+        if length - 4 > self.server.max_message_size:
+            raise ProtocolError(f"message of {length - 4} bytes exceeds the server's "
+                                f"max_message_size ({self.server.max_message_size} bytes)")
+        body = await self.reader.readexactly(length - 4) if length > 4 else b""
+        return P.parse_frontend(kind, body)
+
+    def _fatal(self, code: str, text: str, hint: str | None = None) -> None:
+        self.send(P.error_response(code, text, severity="FATAL", hint=hint))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            try:
+                await asyncio.wait_for(self._startup(), self.server.login_timeout)
+            except TimeoutError:
+                self._fatal("08006", "login timed out")
+                raise _Closing() from None
+            self.server.register(self)
+            await self._loop()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        except ProtocolError as exc:
+            log.info("protocol violation from %s: %s", self.peer_host, exc)
+            self._fatal("08P01", str(exc))
+        except _Closing:
+            pass
+        except asyncio.CancelledError:
+            self._fatal("57P01", "terminating connection due to administrator command")
+        finally:
+            self.server.unregister(self)
+            try:
+                await asyncio.wait_for(self.flush(), 5)
+            except (Exception, asyncio.CancelledError):  # noqa: S110
+                pass
+            self.writer.close()
+            if self.engine is not None:
+                engine, self.engine = self.engine, None
+                try:
+                    await asyncio.to_thread(engine.close)
+                except Exception:
+                    log.exception("closing an engine session")
+
+    async def _startup(self) -> None:
+        while True:
+            msg = await self._read_startup()
+            if isinstance(msg, P.SSLRequest):
+                ctx = self.server.ssl_context
+                if msg.gss or ctx is None or self.tls:
+                    self.writer.write(b"N")
+                    await self.writer.drain()
+                    continue
+                self.writer.write(b"S")
+                await self.writer.drain()
+                if self.reader._buffer:  # type: ignore[attr-defined]
+                    # bytes sent before the handshake could be injected in the clear
+                    raise ProtocolError("unencrypted data after an SSLRequest")
+                await self.writer.start_tls(ctx)
+                self.tls = True
+                continue
+            if isinstance(msg, P.CancelRequest):
+                self.server.cancel(msg.process_id, msg.secret_key)
+                raise _Closing()
+            break
+        if not self.tls and not (self.server.plaintext_loopback and is_loopback(self.peer_host)):
+            self._fatal("28000", "this server accepts TLS connections only",
+                        hint="connect with sslmode=require or stricter")
+            raise _Closing()
+        self.user = msg.parameters.get("user", "")
+        if not self.user:
+            self._fatal("28000", "no user name in the startup message")
+            raise _Closing()
+        await self._login(msg.parameters)
+        try:
+            self.engine = await asyncio.to_thread(self.server.engine.open_session)
+        except Exception as exc:
+            err = statement_error(exc)
+            self._fatal(err.sqlstate, str(err))
+            raise _Closing() from None
+        self.send(P.auth_ok())
+        params = {
+            "server_version": "15.0", "server_encoding": "UTF8", "client_encoding": "UTF8",
+            "DateStyle": "ISO, MDY", "integer_datetimes": "on", "IntervalStyle": "postgres",
+            "standard_conforming_strings": "on", "TimeZone": "UTC",
+            "is_superuser": "on" if self.server.is_admin(self.user) else "off",
+            "session_authorization": self.user,
+            "application_name": msg.parameters.get("application_name", ""),
+            "cryptdisk_version": __version__,
+        }
+        for name, value in params.items():
+            self.send(P.parameter_status(name, value))
+        self.send(P.backend_key_data(self.pid, self.cancel_key))
+        self.send(P.ready_for_query(self._status()))
+        await self.flush()
+
+    async def _login(self, params: dict[str, str]) -> None:
+        auth = self.server.authenticator
+        if auth is None:
+            return
+        try:
+            await auth.login(self, self.user)
+        except LoginError as exc:
+            self._fatal("28P01", str(exc))
+            raise _Closing() from None
+
+    async def read_password_message(self) -> bytes:
+        """The body of the next 'p' message (SASL exchanges); anything else is a violation."""
+        await self.flush()
+        msg = await self._read()
+        if not isinstance(msg, P.Password):
+            raise ProtocolError("expected a password message during authentication")
+        return msg.data
+
+    def _status(self) -> str:
+        if self.failed:
+            return "E"
+        return "T" if self.engine is not None and self.engine.in_transaction else "I"
+
+    async def _loop(self) -> None:
+        while True:
+            if self.server.draining:
+                self._fatal("57P01", "terminating connection due to administrator command")
+                raise _Closing()
+            self.busy = False
+            msg = await self._read()
+            self.busy = True
+            if isinstance(msg, P.Terminate):
+                raise _Closing()
+            if isinstance(msg, P.Sync):
+                self.skip_to_sync = False
+                self.portals.pop("", None)
+                self.send(P.ready_for_query(self._status()))
+                await self.flush()
+                continue
+            if self.skip_to_sync:
+                continue
+            if isinstance(msg, P.Flush):
+                await self.flush()
+                continue
+            if isinstance(msg, P.Query):
+                await self._simple_query(msg.sql)
+                self.send(P.ready_for_query(self._status()))
+                await self.flush()
+                continue
+            if isinstance(msg, P.Password):
+                raise ProtocolError("unexpected password message")
+            try:
+                await self._extended(msg)
+            except StatementError as exc:
+                self._error(exc)
+                self.skip_to_sync = True
+            if len(b"".join(self.out)) > 1 << 16:
+                await self.flush()
+
+    def _error(self, exc: StatementError) -> None:
+        if self.engine is not None and self.engine.in_transaction:
+            self.failed = True
+        self.send(P.error_response(exc.sqlstate, str(exc), hint=exc.hint))
+
+    # -- running statements ------------------------------------------------------------------
+
+    async def _execute(self, sql: str, params: list[Any]) -> Result:
+        """Run one statement: server-handled ones first, then the engine."""
+        words = _sqltext.first_words(sql, 2)
+        head = words[0] if words else ""
+        if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
+            raise StatementError("current transaction is aborted, commands ignored until end "
+                                 "of transaction block", "25P02")
+        handled = await self.server.handle_statement(self, sql, params)
+        if handled is not None:
+            return handled
+        assert self.engine is not None
+        engine = self.engine
+        try:
+            if self.server.engine.transactions and head in TRANSACTION_WORDS:
+                return await self._transaction(engine, head, sql)
+            return await asyncio.to_thread(engine.run, sql, params)
+        except Exception as exc:
+            raise statement_error(exc) from None
+
+    async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
+        if head in ("BEGIN", "START"):
+            if engine.in_transaction:
+                self.send(P.notice_response("there is already a transaction in progress"))
+                return Result(None, [], "BEGIN")
+            await asyncio.to_thread(engine.run, "BEGIN", [])
+            return Result(None, [], "BEGIN")
+        if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
+                _sqltext.first_words(sql, 3)[1:]:
+            tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
+            if not engine.in_transaction:
+                self.send(P.notice_response("there is no transaction in progress"))
+                return Result(None, [], tag)
+            if self.failed:
+                tag = "ROLLBACK"
+            self.failed = False
+            await asyncio.to_thread(engine.run, tag, [])
+            return Result(None, [], tag)
+        result = await asyncio.to_thread(engine.run, sql, [])
+        if head == "ROLLBACK":
+            self.failed = False
+        return result
+
+    async def _simple_query(self, sql: str) -> None:
+        try:
+            statements = _sqltext.split_statements(sql)
+        except ServerError as exc:
+            self._error(StatementError(str(exc), "42601"))
+            return
+        if not statements:
+            self.send(P.EMPTY_QUERY)
+            return
+        for st in statements:
+            try:
+                result = await self._execute(st, [])
+            except StatementError as exc:
+                self._error(exc)
+                return
+            self._send_result(result, (), 0, None)
+            await self.flush()
+
+    def _send_result(self, result: Result, formats: tuple[int, ...], max_rows: int,
+                     portal: _Portal | None, *, describe: bool = True) -> bool:
+        """Send rows (and the RowDescription when ``describe``); True when all were sent."""
+        columns = result.columns
+        if portal is not None and portal.described_columns is not None:
+            columns = portal.described_columns
+        fmts = [P.result_format(formats, i) for i in range(len(columns or []))]
+        if describe and columns is not None:
+            self.send(P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts,
+                                                                          strict=True)]))
+        start = portal.sent if portal else 0
+        end = len(result.rows) if not max_rows else min(len(result.rows), start + max_rows)
+        if columns is not None:
+            oids = [o for _, o in columns]
+            for row in result.rows[start:end]:
+                self.send(P.data_row([_types.encode_value(o, v, f)
+                                      for o, v, f in zip(oids, row, fmts, strict=True)]))
+        if portal is not None:
+            portal.sent = end
+            if end < len(result.rows):
+                self.send(P.PORTAL_SUSPENDED)
+                return False
+        self.send(P.command_complete(result.tag))
+        return True
+
+    # -- extended query --------------------------------------------------------------------
+
+    async def _extended(self, msg: P.Message) -> None:
+        if isinstance(msg, P.Parse):
+            if msg.name and msg.name in self.statements:
+                raise StatementError(f'prepared statement "{msg.name}" already exists', "42P05")
+            try:
+                parts = _sqltext.split_statements(msg.sql)
+                nparams = _sqltext.placeholders(msg.sql)
+            except ServerError as exc:
+                raise StatementError(str(exc), "42601") from None
+            if len(parts) > 1:
+                raise StatementError("cannot insert multiple commands into a prepared "
+                                     "statement", "42601")
+            if nparams > P.MAX_PARAMETERS:
+                raise StatementError("too many parameters", "54000")
+            self.statements[msg.name] = _Statement(parts[0] if parts else "", msg.param_types,
+                                                   max(nparams, len(msg.param_types)))
+            self.send(P.PARSE_COMPLETE)
+        elif isinstance(msg, P.Bind):
+            st = self._statement(msg.statement)
+            if msg.portal and msg.portal in self.portals:
+                raise StatementError(f'portal "{msg.portal}" already exists', "42P03")
+            if len(msg.params) != st.nparams:
+                raise StatementError(f"bind message supplies {len(msg.params)} parameters, "
+                                     f"but the statement requires {st.nparams}", "08P01")
+            try:
+                values = [
+                    _types.decode_param(st.param_types[i] if i < len(st.param_types) else 0,
+                                        v, P.result_format(msg.param_formats, i))
+                    for i, v in enumerate(msg.params)]
+            except ProtocolError as exc:
+                raise StatementError(str(exc), "22P02") from None
+            self.portals[msg.portal] = _Portal(st, values, msg.result_formats)
+            self.send(P.BIND_COMPLETE)
+        elif isinstance(msg, P.Describe):
+            if msg.kind == "S":
+                st = self._statement(msg.name)
+                if not st.described:
+                    assert self.engine is not None
+                    if _sqltext.first_words(st.sql, 1) and self.server.handles(st.sql):
+                        st.columns = None
+                    else:
+                        st.columns = await asyncio.to_thread(self.engine.describe, st.sql)
+                    st.described = True
+                self.send(P.parameter_description(
+                    [st.param_types[i] if i < len(st.param_types) and st.param_types[i]
+                     else _types.TEXT for i in range(st.nparams)]))
+                self.send(P.row_description([(n, o, 0) for n, o in st.columns])
+                          if st.columns is not None else P.NO_DATA)
+            else:
+                portal = self._portal(msg.name)
+                if portal.result is None:
+                    portal.result = await self._execute(portal.statement.sql, portal.params)
+                columns = portal.result.columns
+                if portal.statement.described and portal.statement.columns is not None \
+                        and columns is not None \
+                        and len(portal.statement.columns) == len(columns):
+                    portal.described_columns = columns = portal.statement.columns
+                if columns is None:
+                    self.send(P.NO_DATA)
+                else:
+                    self.send(P.row_description(
+                        [(n, o, P.result_format(portal.result_formats, i))
+                         for i, (n, o) in enumerate(columns)]))
+        elif isinstance(msg, P.Execute):
+            portal = self._portal(msg.portal)
+            if not portal.statement.sql:
+                self.send(P.EMPTY_QUERY)
+                return
+            if portal.result is None:
+                portal.result = await self._execute(portal.statement.sql, portal.params)
+                st = portal.statement
+                if st.described and st.columns is not None and portal.result.columns is not None \
+                        and len(st.columns) == len(portal.result.columns):
+                    portal.described_columns = st.columns
+            try:
+                self._send_result(portal.result, portal.result_formats, msg.max_rows, portal,
+                                  describe=False)
+            except ProtocolError as exc:
+                raise StatementError(str(exc), "22000") from None
+        elif isinstance(msg, P.Close):
+            if msg.kind == "S":
+                self.statements.pop(msg.name, None)
+            else:
+                self.portals.pop(msg.name, None)
+            self.send(P.CLOSE_COMPLETE)
+
+    def _statement(self, name: str) -> _Statement:
+        try:
+            return self.statements[name]
+        except KeyError:
+            raise StatementError(f'prepared statement "{name}" does not exist', "26000") \
+                from None
+
+    def _portal(self, name: str) -> _Portal:
+        try:
+            return self.portals[name]
+        except KeyError:
+            raise StatementError(f'portal "{name}" does not exist', "34000") from None

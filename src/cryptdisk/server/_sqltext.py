@@ -1,0 +1,121 @@
+"""Just enough SQL lexing for the server: split statements, find ``$n`` parameters, keywords.
+
+The lexer knows single-quoted strings (with ``''`` and ``E'...'`` backslash
+escapes), double-quoted identifiers, ``--`` and ``/* */`` comments and
+dollar-quoted strings, so a ``;`` or ``$1`` inside any of them is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+from ..errors import ServerError
+
+__all__ = ["first_words", "placeholders", "split_statements", "substitute"]
+
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_PARAM = re.compile(r"\$([0-9]+)")
+
+
+def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
+    """Yield (kind, start, end) for ';', parameters and the code between them."""
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "'":
+            escaped = i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum()
+                                                                     or sql[i - 2] == "_"))
+            j = i + 1
+            while True:
+                if j >= n:
+                    raise ServerError("unterminated quoted string")
+                if escaped and sql[j] == "\\":
+                    j += 2
+                    continue
+                if sql[j] == "'":
+                    if j + 1 < n and sql[j + 1] == "'":
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+        elif c == '"':
+            j = sql.find('"', i + 1)
+            while j >= 0 and j + 1 < n and sql[j + 1] == '"':
+                j = sql.find('"', j + 2)
+            if j < 0:
+                raise ServerError("unterminated quoted identifier")
+            i = j + 1
+        elif c == "-" and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c == "/" and sql.startswith("/*", i):
+            depth, j = 1, i + 2
+            while depth:
+                if j >= n:
+                    raise ServerError("unterminated /* comment")
+                if sql.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif sql.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            i = j
+        elif c == "$":
+            prev_ident = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")
+            m = _PARAM.match(sql, i)
+            if m and not prev_ident:
+                yield "param", i, m.end()
+                i = m.end()
+                continue
+            t = _DOLLAR_TAG.match(sql, i)
+            if t and not prev_ident:
+                end = sql.find(t.group(0), t.end())
+                if end < 0:
+                    raise ServerError("unterminated dollar-quoted string")
+                i = end + len(t.group(0))
+            else:
+                i += 1
+        elif c == ";":
+            yield "semicolon", i, i + 1
+            i += 1
+        else:
+            i += 1
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a simple Query, without empty ones."""
+    out, start = [], 0
+    for kind, s, e in _scan(sql):
+        if kind == "semicolon":
+            out.append(sql[start:s])
+            start = e
+    out.append(sql[start:])
+    return [st.strip() for st in out if _strip_comments(st).strip()]
+
+
+def _strip_comments(sql: str) -> str:
+    return re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+
+
+def placeholders(sql: str) -> int:
+    """The highest ``$n`` the statement uses (0 for none)."""
+    return max((int(sql[s + 1:e]) for k, s, e in _scan(sql) if k == "param"), default=0)
+
+
+def substitute(sql: str, replace: Callable[[int], str]) -> str:
+    """``sql`` with every ``$n`` replaced by ``replace(n)``."""
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind == "param":
+            out.append(sql[pos:s])
+            out.append(replace(int(sql[s + 1:e])))
+            pos = e
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def first_words(sql: str, count: int = 2) -> list[str]:
+    """The statement's first ``count`` words, upper-cased, comments skipped."""
+    return [w.upper() for w in re.findall(r"[A-Za-z_]+", _strip_comments(sql))[:count]]

@@ -1,0 +1,267 @@
+"""PostgreSQL type OIDs for the engines' result types, and values in text and binary format."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import struct
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import ProtocolError
+
+__all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "arrow_oid", "decode_param",
+           "encode_value", "sqlite_oid"]
+
+BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
+FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
+DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSON = (
+    1082, 1083, 1114, 1184, 1186, 1700, 2950, 114)
+_TEXTLIKE = {0, TEXT, UNKNOWN, VARCHAR, BPCHAR, NAME, JSON, 3802}
+_EPOCH_DATE = dt.date(2000, 1, 1)
+_EPOCH = dt.datetime(2000, 1, 1)
+_EPOCH_TZ = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+def arrow_oid(t: pa.DataType) -> int:
+    """The PostgreSQL type OID that represents Arrow type ``t`` (text for what has none)."""
+    if pa.types.is_boolean(t):
+        return BOOL
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return INT2
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return INT4
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return INT8
+    if pa.types.is_uint64(t) or pa.types.is_decimal(t):
+        return NUMERIC
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return FLOAT4
+    if pa.types.is_float64(t):
+        return FLOAT8
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return BYTEA
+    if pa.types.is_date(t):
+        return DATE
+    if pa.types.is_timestamp(t):
+        return TIMESTAMPTZ if t.tz else TIMESTAMP
+    if pa.types.is_time(t):
+        return TIME
+    if pa.types.is_duration(t) or pa.types.is_interval(t):
+        return INTERVAL
+    return TEXT
+
+
+def sqlite_oid(decltype: str | None, sample: Any) -> int:
+    """The OID of a SQLite result column: from its declared type, else from a value."""
+    if decltype:
+        d = decltype.upper()
+        if "INT" in d:
+            return INT8
+        if any(k in d for k in ("CHAR", "CLOB", "TEXT")):
+            return TEXT
+        if "BLOB" in d:
+            return BYTEA
+        if any(k in d for k in ("REAL", "FLOA", "DOUB")):
+            return FLOAT8
+        if "BOOL" in d:
+            return BOOL
+    if isinstance(sample, bool):
+        return BOOL
+    if isinstance(sample, int):
+        return INT8
+    if isinstance(sample, float):
+        return FLOAT8
+    if isinstance(sample, bytes):
+        return BYTEA
+    return TEXT
+
+
+# --- results --------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        secs = value.seconds + value.microseconds / 1e6
+        h, rem = divmod(value.seconds, 3600)
+        m, s = divmod(rem, 60)
+        frac = f".{value.microseconds:06d}" if value.microseconds else ""
+        del secs
+        return f"{value.days} days {h:02d}:{m:02d}:{s:02d}{frac}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _numeric_binary(value: decimal.Decimal) -> bytes:
+    if not value.is_finite():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)  # NaN (infinities have no int16 sign)
+    sign, digits, exp = value.as_tuple()
+    assert isinstance(exp, int)
+    dscale = max(-exp, 0)
+    text = "".join(map(str, digits))
+    # pad so the decimal point falls on a base-10000 group boundary
+    int_len = len(text) + exp
+    int_part = text[:int_len] if int_len > 0 else ""
+    frac_part = text[int_len:] if int_len >= 0 else "0" * -int_len + text
+    if int_len > len(text):
+        int_part = text + "0" * (int_len - len(text))
+        frac_part = ""
+    int_part = int_part.zfill((len(int_part) + 3) // 4 * 4)
+    frac_part = frac_part.ljust((len(frac_part) + 3) // 4 * 4, "0")
+    groups = [int(int_part[i:i + 4]) for i in range(0, len(int_part), 4)]
+    weight = len(groups) - 1
+    groups += [int(frac_part[i:i + 4]) for i in range(0, len(frac_part), 4)]
+    while groups and groups[0] == 0:
+        groups.pop(0)
+        weight -= 1
+    while groups and groups[-1] == 0:
+        groups.pop()
+    if not groups:
+        weight = 0
+    return struct.pack(f"!hhHH{len(groups)}H", len(groups), weight,
+                       0x4000 if sign else 0, dscale, *groups)
+
+
+def _binary(oid: int, value: Any) -> bytes:
+    try:
+        if oid == BOOL:
+            return b"\x01" if value else b"\x00"
+        if oid == INT2:
+            return struct.pack("!h", value)
+        if oid == INT4:
+            return struct.pack("!i", value)
+        if oid == INT8:
+            return struct.pack("!q", value)
+        if oid == FLOAT4:
+            return struct.pack("!f", value)
+        if oid == FLOAT8:
+            return struct.pack("!d", value)
+        if oid == BYTEA:
+            return bytes(value) if not isinstance(value, str) else value.encode()
+        if oid == DATE:
+            return struct.pack("!i", (value - _EPOCH_DATE).days)
+        if oid in (TIMESTAMP, TIMESTAMPTZ):
+            base = _EPOCH_TZ if value.tzinfo else _EPOCH
+            delta = value - base
+            return struct.pack("!q", (delta.days * 86400 + delta.seconds) * 1_000_000
+                               + delta.microseconds)
+        if oid == TIME:
+            us = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
+            return struct.pack("!q", us + value.microsecond)
+        if oid == INTERVAL:
+            us = (value.seconds * 1_000_000) + value.microseconds
+            return struct.pack("!qii", us, value.days, 0)
+        if oid == NUMERIC:
+            return _numeric_binary(decimal.Decimal(value))
+    except (struct.error, TypeError, AttributeError, decimal.InvalidOperation) as exc:
+        raise ProtocolError(f"cannot send {type(value).__name__} as binary type {oid}: "
+                            f"{exc}") from None
+    return _text(value).encode("utf-8")
+
+
+def encode_value(oid: int, value: Any, fmt: int) -> bytes | None:
+    """One result value in text (0) or binary (1) format; None is SQL NULL."""
+    if value is None:
+        return None
+    if fmt == 1:
+        return _binary(oid, value)
+    return _text(value).encode("utf-8")
+
+
+# --- parameters ----------------------------------------------------------------------
+
+
+def _decode_numeric(data: bytes) -> decimal.Decimal:
+    ndigits, weight, sign, dscale = struct.unpack("!hhHH", data[:8])
+    if len(data) != 8 + 2 * ndigits or ndigits < 0:
+        raise ProtocolError("binary numeric parameter has the wrong length")
+    if sign == 0xC000:
+        return decimal.Decimal("NaN")
+    if sign not in (0, 0x4000):
+        raise ProtocolError("binary numeric parameter has an unknown sign")
+    digits = struct.unpack(f"!{ndigits}H", data[8:])
+    value = decimal.Decimal(0)
+    for i, d in enumerate(digits):
+        if d > 9999:
+            raise ProtocolError("binary numeric parameter has a digit above 9999")
+        value += decimal.Decimal(d).scaleb(4 * (weight - i))
+    value = -value if sign else value
+    return value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale < 1000 else value
+
+
+def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
+    """A Bind parameter as a Python value (None for NULL), by its type OID and format."""
+    if data is None:
+        return None
+    try:
+        if fmt == 1:
+            return _decode_binary(oid, data)
+        text = data.decode("utf-8")
+        if oid in (INT2, INT4, INT8, OID):
+            return int(text)
+        if oid in (FLOAT4, FLOAT8):
+            return float(text)
+        if oid == BOOL:
+            low = text.strip().lower()
+            if low in ("t", "true", "yes", "on", "1", "y"):
+                return True
+            if low in ("f", "false", "no", "off", "0", "n"):
+                return False
+            raise ValueError(f"invalid boolean {text!r}")
+        if oid == NUMERIC:
+            return decimal.Decimal(text)
+        if oid == BYTEA:
+            return bytes.fromhex(text[2:]) if text.startswith("\\x") else data
+        if oid == DATE:
+            return dt.date.fromisoformat(text)
+        if oid in (TIMESTAMP, TIMESTAMPTZ):
+            return dt.datetime.fromisoformat(text)
+        if oid == UUID:
+            return uuid.UUID(text)
+        return text
+    except (ValueError, UnicodeDecodeError, struct.error, decimal.InvalidOperation) as exc:
+        raise ProtocolError(f"invalid value for parameter of type {oid}: {exc}") from None
+
+
+def _decode_binary(oid: int, data: bytes) -> Any:
+    fixed = {BOOL: "!?", INT2: "!h", INT4: "!i", INT8: "!q", OID: "!I", FLOAT4: "!f",
+             FLOAT8: "!d"}
+    if oid in fixed:
+        fmt = fixed[oid]
+        if len(data) != struct.calcsize(fmt):
+            raise ProtocolError(f"binary parameter of type {oid} has {len(data)} bytes")
+        return struct.unpack(fmt, data)[0]
+    if oid == BYTEA:
+        return bytes(data)
+    if oid in _TEXTLIKE:
+        return data.decode("utf-8")
+    if oid == DATE:
+        (days,) = struct.unpack("!i", data)
+        return _EPOCH_DATE + dt.timedelta(days=days)
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        (us,) = struct.unpack("!q", data)
+        return (_EPOCH_TZ if oid == TIMESTAMPTZ else _EPOCH) + dt.timedelta(microseconds=us)
+    if oid == NUMERIC:
+        return _decode_numeric(data)
+    if oid == UUID:
+        return uuid.UUID(bytes=data)
+    raise ProtocolError(f"binary parameters of type {oid} are not supported; send it as text")

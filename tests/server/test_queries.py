@@ -1,0 +1,109 @@
+"""Real clients (psycopg 3, pg8000) run queries against both engines over the protocol."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pg8000.dbapi
+import pg8000.native
+import psycopg
+import pytest
+
+
+def pg(port: int, **kw):
+    kw.setdefault("sslmode", "disable")
+    return psycopg.connect(host="127.0.0.1", port=port, user="u", dbname="d", **kw)
+
+
+def test_analytical_types_and_parameters(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv.port, autocommit=True) as c:
+        c.execute("CREATE TABLE t (i BIGINT, s VARCHAR, f DOUBLE, d DATE, b BLOB, n DECIMAL(10,2))")
+        c.execute("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s)",
+                        (1, "o'k; $1 --", 2.5, dt.date(2024, 2, 29), b"\x00\xff", "1.25"))
+        c.execute("INSERT INTO t VALUES (2, NULL, NULL, NULL, NULL, NULL)")
+        rows = c.execute("SELECT * FROM t ORDER BY i").fetchall()
+        assert rows == [(1, "o'k; $1 --", 2.5, dt.date(2024, 2, 29), b"\x00\xff",
+                         decimal.Decimal("1.25")), (2, None, None, None, None, None)]
+        for binary in (False, True):  # text and binary parameters and results
+            got = c.execute("SELECT i, s FROM t WHERE i = %s AND f > %s", (1, 2.0),
+                            binary=binary).fetchall()
+            assert got == [(1, "o'k; $1 --")]
+            got = c.execute("SELECT d, b, n, f FROM t WHERE i = 1", binary=binary).fetchall()
+            assert got == [(dt.date(2024, 2, 29), b"\x00\xff", decimal.Decimal("1.25"), 2.5)]
+        desc = c.execute("SELECT 1::SMALLINT, 1::INTEGER, 1::BIGINT, 1::REAL, true, "
+                         "TIMESTAMP '2020-01-01'").description
+        assert [d.type_code for d in desc] == [21, 23, 20, 700, 16, 1114]
+
+
+def test_analytical_refuses_transactions_clearly(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv.port) as c:  # psycopg opens a transaction before the first statement
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="own transaction"):
+            c.execute("SELECT 1")
+
+
+def test_errors_carry_sqlstate_and_the_session_goes_on(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv.port, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute("SELEC 1")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("SELECT * FROM nosuch")
+        assert c.execute("SELECT 41 + %s", (1,)).fetchone() == (42,)
+        # several statements in one simple query; the last result is returned
+        c.execute("CREATE TABLE a (x INTEGER); INSERT INTO a VALUES (1), (2)")
+        assert c.execute("SELECT sum(x) FROM a").fetchone() == (3,)
+
+
+def test_sqlite_transactions(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with pg(srv.port) as c, pg(srv.port) as other:
+        c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)")
+        c.commit()
+        c.execute("INSERT INTO t VALUES (%s, %s)", (1, "kept"))
+        c.commit()
+        c.execute("INSERT INTO t VALUES (%s, %s)", (2, "rolled back"))
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        c.rollback()
+        assert other.execute("SELECT a, b FROM t").fetchall() == [(1, "kept")]
+        other.rollback()
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute("INSERT INTO t VALUES (1, 'dup')")
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1")
+        c.rollback()
+        cur = c.execute("UPDATE t SET b = %s WHERE a = %s", ("new", 1))
+        assert cur.rowcount == 1
+        c.commit()
+        assert c.execute("SELECT b FROM t WHERE a = %s", (1,), prepare=True).fetchone() == \
+            ("new",)
+        assert c.execute("SELECT b FROM t WHERE a = %s", (1,), prepare=True).fetchone() == \
+            ("new",)
+
+
+def test_pg8000_prepared_statements(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    conn = pg8000.dbapi.connect(user="u", host="127.0.0.1", port=srv.port)
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d BLOB)")
+        cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)",
+                        [(i, f"row {i}", i / 2, bytes([i])) for i in range(5)])
+        conn.commit()
+        cur.execute("SELECT a, b, c, d FROM t WHERE a >= %s ORDER BY a", (3,))
+        assert [tuple(r) for r in cur.fetchall()] == [(3, "row 3", 1.5, b"\x03"),
+                                                     (4, "row 4", 2.0, b"\x04")]
+        conn.rollback()
+    finally:
+        conn.close()
+    native = pg8000.native.Connection(user="u", host="127.0.0.1", port=srv.port)
+    try:  # a named statement, described once, bound and executed twice
+        ps = native.prepare("SELECT b, c FROM t WHERE a = :a")
+        assert [tuple(r) for r in ps.run(a=2)] == [("row 2", 1.0)]
+        assert [tuple(r) for r in ps.run(a=4)] == [("row 4", 2.0)]
+        ps.close()
+    finally:
+        native.close()

@@ -1,0 +1,108 @@
+"""Malformed, truncated and oversized input: an error and a closed connection, never a crash."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from tests.server.rawclient import Raw, cstr, msg, sqlstate
+
+
+def still_serves(port: int) -> None:
+    r = Raw(port)
+    assert r.startup()[-1] == (b"Z", b"I")
+    r.send(msg(b"Q", cstr("SELECT 7")))
+    got = r.until(b"Z")
+    assert (b"D", struct.pack("!hi", 1, 1) + b"7") in got
+    r.close()
+
+
+def bind(params: list[bytes]) -> bytes:
+    body = cstr("") + cstr("") + struct.pack("!hh", 0, len(params))
+    body += b"".join(struct.pack("!i", len(p)) + p for p in params) + struct.pack("!h", 0)
+    return msg(b"B", body)
+
+
+@pytest.mark.parametrize("bad", [
+    b"P" + struct.pack("!i", 1 << 30),                          # oversized: refused unread
+    msg(b"B", cstr("") + cstr("") + struct.pack("!hhi", 0, 1, 1000)),  # length past the end
+    msg(b"Q", b"SELECT 1"),                                     # no NUL
+    msg(b"d", b"copy data out of the blue"),                    # COPY: not implemented
+    b"Q" + struct.pack("!i", 2),                                # length below 4
+    msg(b"Z"),                                                  # a backend message type
+])
+def test_bad_message_gets_fatal_error_and_close(start_server, analytical, bad) -> None:
+    srv = start_server(analytical, max_message_size=1 << 16)
+    r = Raw(srv.port)
+    r.startup()
+    r.send(bad)
+    rest = r.rest()  # the server closes the connection
+    assert [k for k, _ in rest] == [b"E"]
+    assert sqlstate(rest[0][1]) == "08P01"
+    assert b"SFATAL" in rest[0][1]
+    still_serves(srv.port)
+
+
+def test_truncated_message_then_hangup(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"Q", cstr("SELECT 1"))[:7])
+    r.close()
+    still_serves(srv.port)
+
+
+@pytest.mark.parametrize("startup", [
+    struct.pack("!i", 3),                                       # length below 8
+    struct.pack("!i", 1 << 20),                                 # over 10,000
+    struct.pack("!ii", 12, 1234 << 16) + b"\0\0\0\0",          # unknown protocol
+])
+def test_bad_startup_packets(start_server, analytical, startup) -> None:
+    srv = start_server(analytical)
+    r = Raw(srv.port)
+    r.send(startup)
+    rest = r.rest()
+    assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "08P01"
+    still_serves(srv.port)
+
+
+def test_execute_in_batches_suspends_the_portal(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    r = Raw(srv.port)
+    r.startup()
+    sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5) " \
+          "SELECT i FROM n"
+    r.send(msg(b"P", cstr("") + cstr(sql) + struct.pack("!h", 0)) + bind([])
+           + msg(b"E", cstr("") + struct.pack("!i", 2)) + msg(b"E", cstr("") + struct.pack("!i", 2))
+           + msg(b"E", cstr("") + struct.pack("!i", 2)) + msg(b"S"))
+    kinds = [k for k, _ in r.until(b"Z")]
+    assert kinds == [b"1", b"2", b"D", b"D", b"s", b"D", b"D", b"s", b"D", b"C", b"Z"]
+    r.close()
+
+
+def test_error_in_extended_query_skips_to_sync(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"P", cstr("") + cstr("SELECT $1") + struct.pack("!h", 0))
+           + bind([b"a", b"b"])                                 # two values for one parameter
+           + msg(b"E", cstr("") + struct.pack("!i", 0)) + msg(b"S"))
+    got = r.until(b"Z")
+    assert [k for k, _ in got] == [b"1", b"E", b"Z"]
+    assert sqlstate(got[1][1]) == "08P01"
+    r.send(msg(b"Q", cstr("SELECT 1")))  # the session goes on
+    assert [k for k, _ in r.until(b"Z")] == [b"T", b"D", b"C", b"Z"]
+    r.close()
+
+
+def test_plaintext_refused_unless_allowed(start_server, analytical) -> None:
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS offered, plaintext not allowed
+    srv = start_server(analytical, ssl_context=ctx)
+    r = Raw(srv.port)
+    r.send(struct.pack("!i", 8 + 5 + 2 + 1) + struct.pack("!i", 196608) + cstr("user")
+           + cstr("u") + b"\0")
+    rest = r.rest()
+    assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "28000"
