@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -66,12 +65,15 @@ def test_kill_during_writes(tmp_path, operation):
     for _trial in range(TRIALS):
         child = subprocess.Popen([sys.executable, CHILD, path, str(cfg_a), str(cfg_b),
                                   operation], stdout=subprocess.PIPE, text=True, env=env())
-        # Wait until the child is working, then kill it at a random moment.
-        first = child.stdout.readline()
-        assert first, "child died before its first step"
-        time.sleep(rng.uniform(0.0, 0.8))
+        # Kill points come from the child's own reports: after its n-th report the
+        # child is already working on the next step (a commit, a merge, a move...).
+        reported = ""
+        for _ in range(rng.randrange(1, 8)):
+            line = child.stdout.readline()
+            assert line, "child died before it was killed"
+            reported += line
         child.send_signal(signal.SIGKILL)
-        out = first + child.stdout.read()
+        out = reported + child.stdout.read()
         child.stdout.close()
         child.wait()
         committed += out.count("committed")
@@ -108,13 +110,19 @@ def test_readers_see_whole_inserts_while_another_process_writes(tmp_path, operat
     child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg), operation],
                              stdout=subprocess.PIPE, text=True, env=env())
     try:
-        assert child.stdout.readline()
+        reported = 0  # inserts the writer has reported committed
         seen = []
         with cryptdisk.connect(path, cfg, read_only=True, cache_bytes=1 << 20) as reader:
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline:
+            # Driven by the writer's reports, not a clock: read until it reports a commit
+            # the reader's first look could not have seen, then look again.
+            while not seen or reported <= seen[0]:
+                line = child.stdout.readline()
+                assert line, "the writer died"
+                if line.startswith("committed "):
+                    reported = int(line.split()[1]) + 1
                 rows = reader.query("SELECT count(*), count(DISTINCT c_int) FROM t")[0]
                 assert rows[0] == 2000 * rows[1]  # whole inserts only
+                assert rows[1] >= reported  # every reported commit is visible
                 seen.append(rows[1])
         assert seen == sorted(seen) and seen[-1] > seen[0]  # commits appear, never vanish
     finally:

@@ -16,7 +16,7 @@ import pytest
 import cryptdisk
 from cryptdisk import Key, Keyring
 from cryptdisk.format import HEADER_SIZE, read_header
-from cryptdisk.keys import rewrap_file, rewrap_tree, write_key_file
+from cryptdisk.keys import iter_files, rewrap_file, rewrap_tree, write_key_file
 
 
 def _files(root: Path, ring: Keyring, n: int) -> dict[Path, bytes]:
@@ -94,14 +94,18 @@ def test_sigkill_during_rewrap_leaves_every_file_readable(tmp_path):
     rng = random.Random(1234)
     argv = [sys.executable, "-m", "cryptdisk", "rewrap", str(data_dir), "--keyring", str(cfg),
             "-q"]
-    t0 = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
-    full = time.monotonic() - t0
     rewrap_tree([data_dir], both.with_current(1))  # back to the old key
+    order = [Path(p) for p in iter_files([data_dir])]  # the order rewrap works in
     kills = 0
     for _trial in range(10):
+        # The kill point comes from the process's own progress: the header of the n-th
+        # file it still has to rewrap turns to key 2 (a header is one pwrite), then SIGKILL.
+        pending = [p for p in order if _key_id(p) == 1]
+        mark = pending[rng.randrange(1, len(pending) - 1)]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, 0.95) * full)
+        while proc.poll() is None and _key_id(mark) == 1:
+            time.sleep(0.001)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

@@ -1,7 +1,8 @@
 """Child process for the kill -9 test: commits numbered transactions until it is killed.
 
 Usage: python crash_child.py DB JOURNAL_MODE SYNCHRONOUS SEED (key in CD_TEST_KEY).
-Prints each transaction number on stdout after COMMIT has returned.
+Prints ``open`` before it opens (and recovers) the database, then each transaction
+number on stdout after COMMIT has returned: the parent kills it at those reports.
 """
 
 import os
@@ -15,6 +16,7 @@ import cryptdisk.sqlite as csql
 def main() -> None:
     path, journal, sync, seed = sys.argv[1:5]
     keyring = cryptdisk.Keyring([cryptdisk.Key(1, bytes.fromhex(os.environ["CD_TEST_KEY"]))])
+    os.write(1, b"open\n")
     conn = csql.connect(path, keyring=keyring)
     conn.execute(f"PRAGMA journal_mode={journal}")
     conn.execute(f"PRAGMA synchronous={sync}")

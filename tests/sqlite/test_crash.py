@@ -7,7 +7,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,16 +34,18 @@ def test_sigkill_keeps_every_committed_transaction(tmp_path, journal, sync, tria
     for trial in range(trials):
         child = subprocess.Popen([sys.executable, str(CHILD), str(db), journal, sync,
                                   str(trial)], stdout=subprocess.PIPE, env=env)
-        first = b""
-        if trial % 5:  # kill in the middle of the transactions
-            first = child.stdout.readline()  # type: ignore[union-attr]
-            time.sleep(rnd.uniform(0.0, 0.25))
-        else:  # anywhere, also while it opens (and recovers) the database
-            time.sleep(rnd.uniform(0.0, 0.6))
+        assert child.stdout is not None
+        reported = [child.stdout.readline()]
+        assert reported == [b"open\n"], "the child died before it opened the database"
+        # Kill points come from the child's own reports: right after "open" (while it
+        # opens and recovers the database), or after its n-th commit (mid-transaction).
+        for _ in range(0 if trial % 5 == 0 else rnd.randrange(1, 40)):
+            reported.append(child.stdout.readline())
+            assert reported[-1], "the child died before it was killed"
         child.send_signal(signal.SIGKILL)
         out, _ = child.communicate()
         assert child.returncode == -signal.SIGKILL, "the child died before it was killed"
-        committed.update(int(x) for x in (first + out).split())
+        committed.update(int(x) for x in (b"".join(reported[1:]) + out).split())
         conn = csql.connect(str(db), keyring=keyring)
         try:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
