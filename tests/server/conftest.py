@@ -11,7 +11,19 @@ from typing import Any
 import pytest
 
 from cryptdisk.keys import Key, Keyring
-from cryptdisk.server import AnalyticalEngine, Server, SQLiteEngine
+from cryptdisk.server import (
+    AnalyticalEngine,
+    ScramAuthenticator,
+    Server,
+    SQLiteEngine,
+    UserStore,
+    end_point_hash,
+    server_context,
+)
+from tests.server.certs import der, make_ca_and_server
+
+#: The admin user every secure test server has (SCRAM, 4096 iterations to keep tests fast).
+USER, PASSWORD = "u", "pw"
 
 
 class ServerThread:
@@ -40,6 +52,8 @@ class ServerThread:
         if self.error:
             raise self.error
         return self
+
+    dsn: dict[str, Any]
 
     @property
     def port(self) -> int:
@@ -70,14 +84,33 @@ def sqlite_engine(tmp_path: Any, keyring: Keyring) -> SQLiteEngine:
 
 
 @pytest.fixture
-def start_server() -> Iterator[Any]:
-    started: list[ServerThread] = []
+def certs(tmp_path: Any) -> tuple[Any, Any, Any]:
+    """(ca.pem, server.pem, server.key): a CA the tests make and a localhost certificate."""
+    (tmp_path / "tls").mkdir()
+    return make_ca_and_server(tmp_path / "tls")
 
-    def start(engine: Any, **options: Any) -> ServerThread:
+
+@pytest.fixture
+def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
+    """start(engine, secure=True, **Server options): TLS with the test CA and SCRAM logins
+    for USER/PASSWORD; secure=False: plaintext on loopback, no authentication."""
+    started: list[ServerThread] = []
+    ca, cert, key = certs
+
+    def start(engine: Any, secure: bool = True, **options: Any) -> ServerThread:
         options.setdefault("port", 0)
-        if "ssl_context" not in options:
+        if secure:
+            store = UserStore(tmp_path / f"users{len(started)}", engine.keyring,
+                              iterations=4096)
+            store.set_user(USER, PASSWORD, admin=True, create=True)
+            options.setdefault("ssl_context", server_context(cert, key))
+            options.setdefault("authenticator", ScramAuthenticator(
+                store, channel_binding=end_point_hash(der(cert)), delay=0.01, max_delay=0.05))
+        else:
             options.setdefault("plaintext_loopback", True)
         t = ServerThread(Server(engine, **options)).start()
+        t.dsn = {"host": "localhost", "port": t.port, "user": USER, "password": PASSWORD,
+                 "dbname": "db", "sslmode": "verify-full", "sslrootcert": str(ca)}
         started.append(t)
         return t
 

@@ -1,24 +1,26 @@
-"""Real clients (psycopg 3, pg8000) run queries against both engines over the protocol."""
+"""Real clients (psycopg 3, pg8000) over TLS with SCRAM logins run queries on both engines."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import ssl
 
 import pg8000.dbapi
 import pg8000.native
 import psycopg
 import pytest
 
+from tests.server.conftest import PASSWORD, USER
 
-def pg(port: int, **kw):
-    kw.setdefault("sslmode", "disable")
-    return psycopg.connect(host="127.0.0.1", port=port, user="u", dbname="d", **kw)
+
+def pg(srv, **kw):
+    return psycopg.connect(**{**srv.dsn, **kw})
 
 
 def test_analytical_types_and_parameters(start_server, analytical) -> None:
     srv = start_server(analytical)
-    with pg(srv.port, autocommit=True) as c:
+    with pg(srv, autocommit=True) as c:
         c.execute("CREATE TABLE t (i BIGINT, s VARCHAR, f DOUBLE, d DATE, b BLOB, n DECIMAL(10,2))")
         c.execute("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s)",
                         (1, "o'k; $1 --", 2.5, dt.date(2024, 2, 29), b"\x00\xff", "1.25"))
@@ -39,14 +41,14 @@ def test_analytical_types_and_parameters(start_server, analytical) -> None:
 
 def test_analytical_refuses_transactions_clearly(start_server, analytical) -> None:
     srv = start_server(analytical)
-    with pg(srv.port) as c:  # psycopg opens a transaction before the first statement
+    with pg(srv) as c:  # psycopg opens a transaction before the first statement
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="own transaction"):
             c.execute("SELECT 1")
 
 
 def test_errors_carry_sqlstate_and_the_session_goes_on(start_server, analytical) -> None:
     srv = start_server(analytical)
-    with pg(srv.port, autocommit=True) as c:
+    with pg(srv, autocommit=True) as c:
         with pytest.raises(psycopg.errors.SyntaxError):
             c.execute("SELEC 1")
         with pytest.raises(psycopg.errors.UndefinedTable):
@@ -59,7 +61,7 @@ def test_errors_carry_sqlstate_and_the_session_goes_on(start_server, analytical)
 
 def test_sqlite_transactions(start_server, sqlite_engine) -> None:
     srv = start_server(sqlite_engine)
-    with pg(srv.port) as c, pg(srv.port) as other:
+    with pg(srv) as c, pg(srv) as other:
         c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)")
         c.commit()
         c.execute("INSERT INTO t VALUES (%s, %s)", (1, "kept"))
@@ -86,7 +88,9 @@ def test_sqlite_transactions(start_server, sqlite_engine) -> None:
 
 def test_pg8000_prepared_statements(start_server, sqlite_engine) -> None:
     srv = start_server(sqlite_engine)
-    conn = pg8000.dbapi.connect(user="u", host="127.0.0.1", port=srv.port)
+    tls = ssl.create_default_context(cafile=srv.dsn["sslrootcert"])
+    conn = pg8000.dbapi.connect(user=USER, password=PASSWORD, host="localhost", port=srv.port,
+                                ssl_context=tls)
     try:
         cur = conn.cursor()
         cur.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d BLOB)")
@@ -99,7 +103,8 @@ def test_pg8000_prepared_statements(start_server, sqlite_engine) -> None:
         conn.rollback()
     finally:
         conn.close()
-    native = pg8000.native.Connection(user="u", host="127.0.0.1", port=srv.port)
+    native = pg8000.native.Connection(user=USER, password=PASSWORD, host="localhost",
+                                      port=srv.port, ssl_context=tls)
     try:  # a named statement, described once, bound and executed twice
         ps = native.prepare("SELECT b, c FROM t WHERE a = :a")
         assert [tuple(r) for r in ps.run(a=2)] == [("row 2", 1.0)]

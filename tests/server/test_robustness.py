@@ -33,7 +33,7 @@ def bind(params: list[bytes]) -> bytes:
     msg(b"Z"),                                                  # a backend message type
 ])
 def test_bad_message_gets_fatal_error_and_close(start_server, analytical, bad) -> None:
-    srv = start_server(analytical, max_message_size=1 << 16)
+    srv = start_server(analytical, secure=False, max_message_size=1 << 16)
     r = Raw(srv.port)
     r.startup()
     r.send(bad)
@@ -45,7 +45,7 @@ def test_bad_message_gets_fatal_error_and_close(start_server, analytical, bad) -
 
 
 def test_truncated_message_then_hangup(start_server, analytical) -> None:
-    srv = start_server(analytical)
+    srv = start_server(analytical, secure=False)
     r = Raw(srv.port)
     r.startup()
     r.send(msg(b"Q", cstr("SELECT 1"))[:7])
@@ -59,7 +59,7 @@ def test_truncated_message_then_hangup(start_server, analytical) -> None:
     struct.pack("!ii", 12, 1234 << 16) + b"\0\0\0\0",          # unknown protocol
 ])
 def test_bad_startup_packets(start_server, analytical, startup) -> None:
-    srv = start_server(analytical)
+    srv = start_server(analytical, secure=False)
     r = Raw(srv.port)
     r.send(startup)
     rest = r.rest()
@@ -68,7 +68,7 @@ def test_bad_startup_packets(start_server, analytical, startup) -> None:
 
 
 def test_execute_in_batches_suspends_the_portal(start_server, sqlite_engine) -> None:
-    srv = start_server(sqlite_engine)
+    srv = start_server(sqlite_engine, secure=False)
     r = Raw(srv.port)
     r.startup()
     sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5) " \
@@ -82,7 +82,7 @@ def test_execute_in_batches_suspends_the_portal(start_server, sqlite_engine) -> 
 
 
 def test_error_in_extended_query_skips_to_sync(start_server, sqlite_engine) -> None:
-    srv = start_server(sqlite_engine)
+    srv = start_server(sqlite_engine, secure=False)
     r = Raw(srv.port)
     r.startup()
     r.send(msg(b"P", cstr("") + cstr("SELECT $1") + struct.pack("!h", 0))
@@ -100,7 +100,7 @@ def test_plaintext_refused_unless_allowed(start_server, analytical) -> None:
     import ssl
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS offered, plaintext not allowed
-    srv = start_server(analytical, ssl_context=ctx)
+    srv = start_server(analytical, secure=False, ssl_context=ctx, plaintext_loopback=False)
     r = Raw(srv.port)
     r.send(struct.pack("!i", 8 + 5 + 2 + 1) + struct.pack("!i", 196608) + cstr("user")
            + cstr("u") + b"\0")

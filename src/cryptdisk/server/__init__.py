@@ -2,18 +2,26 @@
 
 ::
 
-    from cryptdisk.server import AnalyticalEngine, Server
+    from cryptdisk.server import AnalyticalEngine, ScramAuthenticator, Server, UserStore
+    from cryptdisk.server import server_context
 
-    server = Server(AnalyticalEngine("sales.db"), ssl_context=ctx, authenticator=users)
+    engine = AnalyticalEngine("sales.db")
+    users = ScramAuthenticator(UserStore("sales.db.users", engine.keyring))
+    server = Server(engine, ssl_context=server_context("cert.pem", "key.pem"),
+                    authenticator=users)
     asyncio.run(server.serve())
 
 See ``docs/server.md`` for what is implemented and how to connect.
 """
 
 from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEngine
+from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server
+from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
+from ._users import ScramAuthenticator, UserStore
 
 __all__ = [
+    "DEFAULT_ITERATIONS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "AnalyticalEngine",
     "Authenticator",
@@ -21,5 +29,14 @@ __all__ = [
     "EngineSession",
     "Result",
     "SQLiteEngine",
+    "ScramAuthenticator",
+    "ScramServer",
     "Server",
+    "UserStore",
+    "Verifier",
+    "certificate_fingerprint",
+    "end_point_hash",
+    "make_verifier",
+    "self_signed",
+    "server_context",
 ]

@@ -1,0 +1,91 @@
+"""TLS for the server: a TLS 1.2+ context, self-signed certificates, fingerprints."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import ssl
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ..errors import ServerError
+
+__all__ = ["certificate_fingerprint", "end_point_hash", "self_signed", "server_context"]
+
+
+def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> ssl.SSLContext:
+    """A server context: TLS 1.2 or 1.3 (1.3 when the client has it), forward-secret AEAD only."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")  # TLS 1.2; 1.3's suites are all AEAD
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    try:
+        ctx.load_cert_chain(os.fspath(cert), os.fspath(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise ServerError(f"cannot load the TLS certificate {os.fspath(cert)} and key "
+                          f"{os.fspath(key)}: {exc}") from None
+    return ctx
+
+
+def _load(cert: str | os.PathLike[str]) -> x509.Certificate:
+    try:
+        with open(cert, "rb") as f:
+            return x509.load_pem_x509_certificate(f.read())
+    except (OSError, ValueError) as exc:
+        raise ServerError(f"cannot read the TLS certificate {os.fspath(cert)}: {exc}") from None
+
+
+def certificate_fingerprint(cert: str | os.PathLike[str]) -> str:
+    """The SHA-256 fingerprint of a PEM certificate, as ``AB:CD:...``."""
+    return _load(cert).fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def end_point_hash(der: bytes) -> bytes:
+    """tls-server-end-point channel binding data (RFC 5929): the certificate's hash.
+
+    The hash is the certificate's signature hash, with MD5 and SHA-1 replaced by SHA-256.
+    """
+    cert = x509.load_der_x509_certificate(der)
+    algorithm = cert.signature_hash_algorithm
+    if algorithm is None or isinstance(algorithm, hashes.MD5 | hashes.SHA1):
+        algorithm = hashes.SHA256()
+    h = hashes.Hash(algorithm)
+    h.update(der)
+    return h.finalize()
+
+
+def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str],
+                hostnames: list[str] | None = None, days: int = 365) -> str:
+    """Write a self-signed P-256 certificate and its key (mode 0600); return its fingerprint.
+
+    The certificate names ``localhost``, 127.0.0.1 and ::1 (and ``hostnames``).
+    """
+    names = ["localhost", "127.0.0.1", "::1", *(hostnames or [])]
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cryptdisk serve")])
+    alt: list[x509.GeneralName] = []
+    for n in dict.fromkeys(names):
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            alt.append(x509.DNSName(n))
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    return cert.fingerprint(hashes.SHA256()).hex(":").upper()

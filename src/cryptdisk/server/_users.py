@@ -1,0 +1,283 @@
+"""Users: a sealed user file, SCRAM logins, and the user statements the server runs itself.
+
+The user file (``PATH.users`` beside the database unless configured) is a
+sealed cryptdisk file under the database's keyring: JSON of each user's SCRAM
+verifier and admin flag. It never holds a password.
+
+Statements handled before the engine sees them::
+
+    CREATE USER name [WITH] PASSWORD '...' [ADMIN]
+    ALTER USER name [WITH] PASSWORD '...' | ADMIN | NOADMIN
+    DROP USER [IF EXISTS] name
+    SELECT * FROM system.users      (also SHOW USERS; name, is_admin, auth, iterations)
+
+Only admins create, drop or change other users; anyone may change their own
+password. ``GRANT``, ``REVOKE`` and roles are refused as not implemented.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import secrets
+import struct
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from .. import open as cd_open
+from ..errors import CryptdiskError, LoginError, ProtocolError, ServerError
+from . import _protocol as P
+from . import _sqltext
+from ._engines import Result, StatementError
+from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, _hmac, make_verifier
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["ScramAuthenticator", "UserStore"]
+
+log = logging.getLogger("cryptdisk.server")
+
+_NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
+_STRING = r"'(?:[^']|'')*'"
+
+
+def _ident(token: str) -> str:
+    if token.startswith('"'):
+        return token[1:-1].replace('""', '"')
+    return token.lower()
+
+
+class UserStore:
+    """Users and their SCRAM verifiers in a sealed file encrypted under ``keyring``."""
+
+    def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
+                 iterations: int = DEFAULT_ITERATIONS) -> None:
+        self.path = os.fspath(path)
+        self.keyring = keyring
+        self.iterations = iterations
+        self._lock = threading.Lock()
+        self.users: dict[str, dict[str, Any]] = {}
+        if os.path.exists(self.path):
+            with cd_open(self.path, "rb", keyring=keyring) as f:
+                data = json.loads(f.read())
+            if not isinstance(data, dict) or data.get("version") != 1:
+                raise ServerError(f"{self.path} is not a cryptdisk user file (version 1)")
+            self.users = data["users"]
+
+    def __repr__(self) -> str:
+        return f"<UserStore {self.path!r} users={len(self.users)}>"
+
+    def _save(self) -> None:
+        data = json.dumps({"version": 1, "users": self.users}, sort_keys=True).encode()
+        with cd_open(self.path, "wb", keyring=self.keyring) as f:
+            f.write(data)
+
+    def verifier(self, name: str) -> Verifier | None:
+        user = self.users.get(name)
+        return Verifier.parse(user["verifier"]) if user else None
+
+    def is_admin(self, name: str) -> bool:
+        return bool(self.users.get(name, {}).get("admin"))
+
+    def set_user(self, name: str, password: str | None = None, *, admin: bool | None = None,
+                 create: bool = False, verifier: str | None = None) -> None:
+        """Create (``create=True``) or change a user; the verifier is made here, salted."""
+        if not name or "\0" in name:
+            raise ServerError("a user name must be non-empty")
+        made = verifier
+        if made is not None:
+            Verifier.parse(made)
+        elif password is not None:
+            if not password:
+                raise ServerError("an empty password is not allowed")
+            made = str(make_verifier(password, self.iterations))
+        with self._lock:
+            if create and name in self.users:
+                raise StatementError(f'role "{name}" already exists', "42710")
+            if not create and name not in self.users:
+                raise StatementError(f'role "{name}" does not exist', "42704")
+            if create and made is None:
+                raise StatementError("CREATE USER needs a PASSWORD (no other login "
+                                     "method is accepted)", "42601")
+            user = dict(self.users.get(name, {"admin": False}))
+            if made is not None:
+                user["verifier"] = made
+            if admin is not None:
+                user["admin"] = admin
+            before = self.users.get(name)
+            self.users[name] = user
+            try:
+                self._save()
+            except BaseException:
+                if before is None:
+                    del self.users[name]
+                else:
+                    self.users[name] = before
+                raise
+
+    def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
+        with self._lock:
+            if name not in self.users:
+                if missing_ok:
+                    return
+                raise StatementError(f'role "{name}" does not exist', "42704")
+            admins = [u for u, v in self.users.items() if v.get("admin")]
+            if admins == [name]:
+                raise StatementError("cannot drop the last admin user", "55006")
+            before = self.users.pop(name)
+            try:
+                self._save()
+            except BaseException:
+                self.users[name] = before
+                raise
+
+    def rows(self) -> list[tuple[str, bool, str, int]]:
+        return [(n, bool(u.get("admin")), "SCRAM-SHA-256",
+                 Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
+
+
+class _Failures:
+    """Failed logins per key (user, address), bounded in memory."""
+
+    def __init__(self, limit: int = 10000) -> None:
+        self.counts: OrderedDict[str, int] = OrderedDict()
+        self.limit = limit
+
+    def add(self, key: str) -> int:
+        n = self.counts.pop(key, 0) + 1
+        self.counts[key] = n
+        while len(self.counts) > self.limit:
+            self.counts.popitem(last=False)
+        return n
+
+    def clear(self, key: str) -> None:
+        self.counts.pop(key, None)
+
+
+class ScramAuthenticator:
+    """Logins by SCRAM-SHA-256 against a :class:`UserStore` (MD5 and cleartext never offered).
+
+    A failed login waits ``delay * 2**(n-1)`` seconds (at most ``max_delay``),
+    ``n`` the failures so far of that user name or that address, whichever is
+    more, before the client hears one message, the same for an unknown user.
+    """
+
+    def __init__(self, store: UserStore, *, channel_binding: bytes | None = None,
+                 delay: float = 0.5, max_delay: float = 10.0) -> None:
+        self.store = store
+        self.channel_binding = channel_binding
+        self.delay = delay
+        self.max_delay = max_delay
+        self._secret = secrets.token_bytes(32)
+        self._failures = _Failures()
+
+    def _fake(self, user: str) -> Verifier:
+        # The same salt for the same unknown name within a run, as a real user's would be.
+        salt = _hmac(self._secret, user.encode())[:16]
+        return Verifier(salt, self.store.iterations, secrets.token_bytes(32),
+                        secrets.token_bytes(32))
+
+    async def login(self, session: Session, user: str) -> None:
+        scram = ScramServer(self.store.verifier(user), self._fake(user),
+                            self.channel_binding if session.tls else None)
+        session.send(P.auth_sasl(scram.mechanisms()))
+        try:
+            body = await session.read_password_message()
+            end = body.find(b"\0")
+            if end < 0 or len(body) < end + 5:
+                raise ProtocolError("SASLInitialResponse is malformed")
+            mechanism = body[:end].decode("utf-8", "replace")
+            (n,) = struct.unpack("!i", body[end + 1:end + 5])
+            data = body[end + 5:]
+            if n != len(data):
+                raise ProtocolError("SASLInitialResponse length does not match its data")
+            session.send(P.auth_sasl_continue(scram.first(mechanism, data)))
+            final = scram.final(await session.read_password_message())
+        except LoginError:
+            await self._failed(session, user)
+            raise LoginError(f'password authentication failed for user "{user}"') from None
+        self._failures.clear("u:" + user)
+        self._failures.clear("a:" + (session.peer_host or ""))
+        session.send(P.auth_sasl_final(final))
+
+    async def _failed(self, session: Session, user: str) -> None:
+        n = max(self._failures.add("u:" + user),
+                self._failures.add("a:" + (session.peer_host or "")))
+        log.warning("login failed for user %r from %s (failure %d)", user, session.peer_host, n)
+        await asyncio.sleep(min(self.delay * 2 ** min(n - 1, 30), self.max_delay))
+
+    def is_admin(self, user: str) -> bool:
+        return self.store.is_admin(user)
+
+    # -- statements ------------------------------------------------------------------------
+
+    def handles(self, sql: str) -> bool:
+        words = _sqltext.first_words(sql, 2)
+        if words[:1] in (["GRANT"], ["REVOKE"]) or words == ["SHOW", "USERS"]:
+            return True
+        if len(words) == 2 and words[0] in ("CREATE", "ALTER", "DROP") \
+                and words[1] in ("USER", "ROLE"):
+            return True
+        return re.fullmatch(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*users\s*;?\s*", sql,
+                            re.I) is not None
+
+    def handle(self, session: Session, sql: str) -> Result | None:
+        words = _sqltext.first_words(sql, 2)
+        me = session.user
+        admin = self.store.is_admin(me)
+        if words[:1] in (["GRANT"], ["REVOKE"]) or words[1:] == ["ROLE"]:
+            raise StatementError(f"{' '.join(words)}: roles and grants are not implemented; "
+                                 "every user may read and write every table", "0A000")
+        if words[0] in ("SHOW", "SELECT"):
+            return Result([("name", 25), ("is_admin", 16), ("auth", 25), ("iterations", 20)],
+                          list(self.store.rows()), f"SELECT {len(self.store.users)}")
+        try:
+            if words[0] == "DROP":
+                m = re.fullmatch(rf"\s*DROP\s+USER\s+(IF\s+EXISTS\s+)?({_NAME})\s*;?\s*",
+                                 sql, re.I | re.S)
+                if not m:
+                    raise StatementError("syntax: DROP USER [IF EXISTS] name", "42601")
+                name = _ident(m[2])
+                self._need_admin(admin, "drop users")
+                if name == me:
+                    raise StatementError("current user cannot be dropped", "55006")
+                self.store.drop_user(name, missing_ok=bool(m[1]))
+                return Result(None, [], "DROP ROLE")
+            m = re.fullmatch(rf"\s*(CREATE|ALTER)\s+USER\s+({_NAME})((?:\s+(?:WITH|PASSWORD\s+"
+                             rf"{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN))*)\s*;?\s*",
+                             sql, re.I | re.S)
+            if not m:
+                raise StatementError(f"syntax: {words[0]} USER name [WITH] PASSWORD '...' "
+                                     "[ADMIN | NOADMIN]", "42601")
+            name, options = _ident(m[2]), m[3]
+            pw = re.search(rf"PASSWORD\s+({_STRING})", options, re.I | re.S)
+            password = pw[1][1:-1].replace("''", "'") if pw else None
+            flags = {w.upper() for w in re.findall(r"\b[A-Za-z]+\b", re.sub(
+                _STRING, "", options))} - {"WITH", "PASSWORD", "LOGIN"}
+            make_admin = (True if flags & {"ADMIN", "SUPERUSER"} else
+                          False if flags & {"NOADMIN", "NOSUPERUSER"} else None)
+            if words[0] == "CREATE" or name != me or make_admin is not None:
+                self._need_admin(admin, "create or change other users")
+            verifier = password if password and password.startswith("SCRAM-SHA-256$") else None
+            if password and password.startswith(("md5", "SCRAM-")) and verifier is None:
+                raise StatementError("only SCRAM-SHA-256 verifiers are accepted", "22023")
+            try:
+                self.store.set_user(name, None if verifier else password, admin=make_admin,
+                                    create=words[0] == "CREATE", verifier=verifier)
+            except ValueError as exc:
+                raise StatementError(str(exc), "22023") from None
+            return Result(None, [], f"{words[0]} ROLE")
+        except StatementError:
+            raise
+        except CryptdiskError as exc:
+            raise StatementError(str(exc), "58030") from None
+
+    @staticmethod
+    def _need_admin(admin: bool, what: str) -> None:
+        if not admin:
+            raise StatementError(f"permission denied: only admin users may {what}", "42501")

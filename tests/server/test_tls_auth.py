@@ -1,0 +1,175 @@
+"""TLS (psql and psycopg with verify-full against a CA the tests make) and SCRAM-SHA-256 logins."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import ssl
+import struct
+import subprocess
+
+import psycopg
+import pytest
+
+from cryptdisk.errors import LoginError
+from cryptdisk.server import (
+    DEFAULT_ITERATIONS,
+    ScramServer,
+    UserStore,
+    Verifier,
+    make_verifier,
+    self_signed,
+    server_context,
+)
+from tests.server.conftest import PASSWORD, USER
+from tests.server.rawclient import Raw, cstr, msg, sqlstate
+
+# RFC 7677 section 3
+NONCE = "rOprNGfwEbeRWgbNEkqO"
+SNONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+PROOF = "dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+
+
+def rfc7677_exchange(verifier: Verifier, proof: str = PROOF) -> bytes:
+    server = ScramServer(verifier, make_verifier("x", 4096), None, server_nonce=SNONCE)
+    first = server.first("SCRAM-SHA-256", f"n,,n=user,r={NONCE}".encode())
+    assert first == f"r={NONCE}{SNONCE},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096".encode()
+    return server.final(f"c=biws,r={NONCE}{SNONCE},p={proof}".encode())
+
+
+def test_scram_rfc7677_vector() -> None:
+    verifier = make_verifier("pencil", 4096, salt=SALT)
+    assert rfc7677_exchange(verifier) == b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def test_scram_wrong_proof_and_unknown_user_fail_alike() -> None:
+    verifier = make_verifier("pencil", 4096, salt=SALT)
+    bad = bytearray(base64.b64decode(PROOF))
+    bad[0] ^= 1
+    with pytest.raises(LoginError):
+        rfc7677_exchange(verifier, base64.b64encode(bytes(bad)).decode())
+    fake = make_verifier("pencil", 4096, salt=SALT)  # even the right proof fails for no user
+    server = ScramServer(None, fake, None, server_nonce=SNONCE)
+    server.first("SCRAM-SHA-256", f"n,,n=user,r={NONCE}".encode())
+    with pytest.raises(LoginError):
+        server.final(f"c=biws,r={NONCE}{SNONCE},p={PROOF}".encode())
+
+
+def test_verifier_holds_no_password() -> None:
+    v = make_verifier("correct horse", 4096)
+    text = str(v)
+    assert text.startswith("SCRAM-SHA-256$4096:") and "correct horse" not in text
+    assert Verifier.parse(text) == v
+    assert make_verifier("correct horse", 4096).salt != v.salt  # salted afresh
+    assert DEFAULT_ITERATIONS == 600_000
+    with pytest.raises(ValueError):
+        make_verifier("pw", 1000)
+
+
+def test_user_file_is_sealed(tmp_path, keyring) -> None:
+    store = UserStore(tmp_path / "users", keyring, iterations=4096)
+    store.set_user("alice", "hunter2hunter2", admin=True, create=True)
+    raw = (tmp_path / "users").read_bytes()
+    assert b"alice" not in raw and b"SCRAM" not in raw and b"hunter2" not in raw
+    again = UserStore(tmp_path / "users", keyring)
+    assert again.is_admin("alice") and str(again.verifier("alice")) == \
+        str(store.verifier("alice"))
+
+
+def test_psycopg_verify_full_and_channel_binding(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, channel_binding="require") as c:
+        assert c.pgconn.ssl_in_use
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_tls13_preferred_and_tls12_accepted(start_server, sqlite_engine, certs) -> None:
+    srv = start_server(sqlite_engine)
+    for cap, expected in ((None, "TLSv1.3"), (ssl.TLSVersion.TLSv1_2, "TLSv1.2")):
+        ctx = ssl.create_default_context(cafile=str(certs[0]))
+        if cap:
+            ctx.maximum_version = cap
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(struct.pack("!ii", 8, 80877103))
+            assert s.recv(1) == b"S"
+            with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+                assert tls.version() == expected
+    assert server_context(certs[1], certs[2]).minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_wrong_password_and_unknown_user_look_the_same(start_server, sqlite_engine,
+                                                       caplog) -> None:
+    srv = start_server(sqlite_engine)
+    messages = []
+    caplog.set_level(logging.WARNING, "cryptdisk.server")
+    for user, password in ((USER, "wrong"), ("nobody", PASSWORD), (USER, "")):
+        with pytest.raises(psycopg.OperationalError) as err:
+            psycopg.connect(**{**srv.dsn, "user": user, "password": password or "x"})
+        messages.append(str(err.value).replace(f'"{user}"', '"?"'))
+    assert len(set(messages)) == 1 and "password authentication failed" in messages[0]
+    assert "wrong" not in caplog.text and PASSWORD not in caplog.text.replace("pw'", "")
+    assert "(failure 3)" in caplog.text  # the address's failures add up: the delay grows
+    with psycopg.connect(**srv.dsn) as c:  # the right password still works
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_only_scram_is_offered_and_cleartext_is_refused(start_server, analytical) -> None:
+    srv = start_server(analytical, plaintext_loopback=True)
+    r = Raw(srv.port)
+    body = struct.pack("!i", 196608) + cstr("user") + cstr(USER) + b"\0"
+    r.send(struct.pack("!i", len(body) + 4) + body)
+    kind, data = r.read()
+    assert kind == b"R" and struct.unpack("!i", data[:4])[0] == 10  # AuthenticationSASL
+    assert data[4:] == b"SCRAM-SHA-256\0\0"  # no -PLUS without TLS, never MD5/cleartext
+    r.send(msg(b"p", cstr(PASSWORD)))  # a cleartext password message
+    rest = r.rest()
+    assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "08P01"
+
+
+def test_user_statements(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("CREATE USER bob WITH PASSWORD 'b''s pw'")
+        with pytest.raises(psycopg.errors.DuplicateObject):
+            admin.execute("CREATE USER bob PASSWORD 'x'")
+        rows = admin.execute("SELECT * FROM system.users").fetchall()
+        assert rows == [("bob", False, "SCRAM-SHA-256", 4096), (USER, True, "SCRAM-SHA-256", 4096)]
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            admin.execute("GRANT SELECT ON t TO bob")
+    bob = {**srv.dsn, "user": "bob", "password": "b's pw"}
+    with psycopg.connect(**bob, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("CREATE USER eve PASSWORD 'x'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(f"ALTER USER {USER} PASSWORD 'taken over'")
+        c.execute("ALTER USER bob PASSWORD 'new pw'")
+    with psycopg.connect(**{**bob, "password": "new pw"}, autocommit=True) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("DROP USER bob")
+        with pytest.raises(psycopg.errors.UndefinedObject):
+            admin.execute("DROP USER bob")
+        admin.execute("DROP USER IF EXISTS bob")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(**{**bob, "password": "new pw"})
+
+
+def test_psql_verify_full(start_server, sqlite_engine, certs, tmp_path) -> None:
+    srv = start_server(sqlite_engine)
+    env = {**os.environ, "PGPASSWORD": PASSWORD, "PGCONNECT_TIMEOUT": "20"}
+    conninfo = (f"host=localhost port={srv.port} user={USER} dbname=db sslmode=verify-full "
+                f"sslrootcert={certs[0]}")
+    out = subprocess.run(["psql", conninfo, "-Atc", "CREATE TABLE t (a INTEGER, b TEXT); "
+                          "INSERT INTO t VALUES (1, 'one'); SELECT a, b FROM t"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["CREATE", "TABLE", "INSERT", "0", "1", "1|one"]
+    # a certificate the client's CA did not sign is refused by verify-full
+    self_signed(tmp_path / "other.pem", tmp_path / "other.key")
+    bad = conninfo.replace(str(certs[0]), str(tmp_path / "other.pem"))
+    out = subprocess.run(["psql", bad, "-Atc", "SELECT 1"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0 and "certificate verify failed" in out.stderr
