@@ -43,6 +43,29 @@ def test_default_key_beside_directory_and_warning(tmp_path, caplog):
     assert "created" not in caplog.text
 
 
+def test_a_database_is_created_only_at_a_new_path_or_in_an_empty_directory(tmp_path):
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"...")
+    with pytest.raises(DatabaseError, match=r"not empty .*'cat\.jpg'"):
+        cryptdisk.connect(other)
+    assert sorted(os.listdir(other)) == ["cat.jpg"]  # nothing written into it
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(DatabaseError, match="is a file, not a database"):
+        cryptdisk.connect(tmp_path / "notes.txt")
+    with pytest.raises(DatabaseError, match="does not exist") as info:
+        cryptdisk.connect(tmp_path / "no" / "such" / "db")
+    assert "mkdir -p" in (info.value.hint or "")
+    assert not (tmp_path / "no").exists()
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "photos"]  # and no key files
+    (tmp_path / "empty").mkdir()
+    cryptdisk.connect(tmp_path / "empty").close()
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "LOCK").touch()  # a creation killed before its first catalog
+    cryptdisk.connect(tmp_path / "half").close()
+    cryptdisk.connect(tmp_path / "half").close()  # a database now: opens
+
+
 def test_missing_key_file_is_a_clear_error(tmp_path):
     cryptdisk.connect(tmp_path / "db").close()
     os.remove(tmp_path / "db.key")

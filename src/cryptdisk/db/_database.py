@@ -46,6 +46,40 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _leftover_of_creation(path: str, name: str) -> bool:
+    """What a creation interrupted before its first catalog leaves: the lock, a temp catalog."""
+    if name == "LOCK" or (name.startswith(".catalog.") and name.endswith(".cdtmp")):
+        return True
+    full = os.path.join(path, name)
+    return name in ("data", "plain") and os.path.isdir(full) and not os.listdir(full)
+
+
+def _check_new_database_path(path: str) -> None:
+    """Refuse to create a database where it would mix with other files.
+
+    A new database is created only in a directory that does not exist yet (its
+    parent must) or is empty; a file, or a directory holding anything but the
+    leftovers of an interrupted creation, is refused.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DatabaseError(f"{path} is a file, not a database (a cryptdisk database is a "
+                            "directory)", hint="give a database directory, or a new path to "
+                            "create one")
+    if os.path.isdir(path):
+        others = sorted(n for n in os.listdir(path) if not _leftover_of_creation(path, n))
+        if others:
+            raise DatabaseError(
+                f"{path} is not a cryptdisk database (no catalog) and is not empty "
+                f"({len(others)} entr{'y' if len(others) == 1 else 'ies'}, e.g. {others[0]!r}); "
+                "refusing to create a database among other files",
+                hint="give a new path or an empty directory")
+        return
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise DatabaseError(f"cannot create database {path}: the directory {parent} does not "
+                            "exist", hint=f"create it first (mkdir -p {parent})")
+
+
 class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
@@ -57,6 +91,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         creating = not os.path.exists(os.path.join(self.path, "catalog"))
         if creating and read_only:
             raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)")
+        if creating:
+            _check_new_database_path(self.path)
         os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._lock_fd: int | None = None
         if not read_only:
@@ -331,6 +367,10 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
 
 def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:
     """Open (or create) the embedded database in directory ``path``.
+
+    A new database is created only at a path that does not exist (in an
+    existing directory) or in an empty directory; a file or a non-empty
+    directory that is not a database raises :class:`~cryptdisk.errors.DatabaseError`.
 
     ``config`` is ``None`` (encrypt everything: a key is generated on first use
     into ``PATH.key`` beside the directory, mode 0600, and a warning says where;
