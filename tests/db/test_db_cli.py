@@ -33,6 +33,39 @@ def test_sql_one_shot_formats_and_errors(tmp_path):
     assert policy.returncode == 1 and "unknown storage policy 'x'" in policy.stderr
 
 
+def test_sql_creates_a_database_only_where_nothing_else_lives(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    (tmp_path / "plain.txt").write_text("x")
+    for target, message in ((tmp_path / "d", "is not empty"),
+                            (tmp_path / "plain.txt", "is a file, not a database"),
+                            (tmp_path / "nonexistent" / "path.db", "does not exist")):
+        done = run("sql", str(target), "-q", "SELECT 1")
+        assert done.returncode == 1, done.stdout
+        assert done.stderr.startswith("cryptdisk: error:") and message in done.stderr
+        assert "cryptdisk: hint:" in done.stderr and "File exists" not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["d", "plain.txt"]
+    assert os.listdir(tmp_path / "d") == ["notes.txt"]
+    created = run("sql", str(tmp_path / "new.db"), "-q", "SELECT 1")
+    assert created.returncode == 0 and "created a new database in" in created.stderr
+    again = run("sql", str(tmp_path / "new.db"), "-q", "SELECT 1")
+    assert "created" not in again.stderr
+
+
+def test_database_commands_take_c_for_config(tmp_path):
+    from dbhelpers import write_config
+
+    cfg = str(write_config(tmp_path, [1], 1))
+    db = str(tmp_path / "db")
+    done = run("sql", db, "-c", cfg, "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1); "
+               "SELECT name, is_encrypted FROM system.disks ORDER BY name", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert "secure,true" in done.stdout and "open,false" in done.stdout
+    for command in ("rotate", "reencrypt"):
+        done = run(command, db, "-c", cfg)
+        assert done.returncode == 0, done.stderr
+
+
 def test_sql_reads_statements_from_stdin(tmp_path):
     db = str(tmp_path / "db")
     script = "CREATE TABLE t (a INT);\nINSERT INTO t\n  SELECT * FROM range(5);\n" \
@@ -67,7 +100,7 @@ def test_demo_runs_end_to_end(tmp_path):
     done = run("demo", "--rows", "20000", "--repeats", "1", "--dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "system.disks" in out and "encrypted | True" in out.replace("  ", " ")
+    assert "system.disks" in out and "encrypted | true" in out.replace("  ", " ")
     assert "PAR1" in out and "CRYPTDSK" in out
     assert "appears in these bytes: no" in out and "appears in these bytes: yes" in out
     for step in ("INSERT", "avg(c_float) cold", "sum(c_int) warm, 1 thread"):
@@ -124,3 +157,59 @@ def test_interactive_shell_multiline_and_history(tmp_path):
     assert "SELECT 40" in (home / "hist").read_text()
     assert os.stat(home / "hist").st_mode & 0o077 == 0
     assert not (home / ".cryptdisk_sql_history").exists()
+
+
+def test_shell_dot_commands(tmp_path):
+    import pty
+    import select
+    import time
+    import warnings
+
+    db = str(tmp_path / "db")
+    run("sql", db, "-q", "CREATE TABLE sales (a INT); INSERT INTO sales VALUES (1), (2)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+               HOME=str(tmp_path), TERM="dumb")
+    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process; we exec
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db], env)
+    done = 0
+
+    def read_until(marker, timeout=60):
+        out = b""
+        end = time.monotonic() + timeout
+        while marker not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        return out.decode(errors="replace")
+
+    try:
+        assert ".help" in read_until(b"cryptdisk> ")
+        os.write(fd, b".help\n")
+        out = read_until(b"cryptdisk> ")
+        assert ".tables" in out and ".quit" in out
+        os.write(fd, b".tables\n")
+        out = read_until(b"cryptdisk> ")
+        assert "sales" in out and "default" in out and "(1 row)" in out
+        os.write(fd, b".nope\n")
+        assert "unknown command .nope" in read_until(b"cryptdisk> ")
+        os.write(fd, b".quit\n")
+        read_until(b"\n", timeout=10)
+        for _ in range(100):  # .quit ends the shell
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(".quit did not end the shell")
+    finally:
+        if not done:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -62,13 +62,14 @@ def test_disks_table_csv_json(config: str, tmp_path: Path) -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["name", "path", "type", "is_encrypted", "disk", "algorithm"]
-    assert any(line.split()[:4] == ["secure", f"{tmp_path}/raw/enc/", "encrypted", "1"]
+    assert any(line.split()[:4] == ["secure", f"{tmp_path}/raw/enc/", "encrypted", "true"]
                for line in lines)
     rows = list(csv.DictReader(io.StringIO(cli("disks", "-c", config, "--format", "csv").stdout)))
-    assert {r["name"]: r["is_encrypted"] for r in rows} == {"default": "0", "raw": "0",
-                                                           "secure": "1"}
+    assert {r["name"]: r["is_encrypted"] for r in rows} == {"default": "false", "raw": "false",
+                                                           "secure": "true"}
     data = json.loads(cli("disks", "-c", config, "--format", "json").stdout)
     assert [d["name"] for d in data] == ["default", "raw", "secure"]
+    assert [d["is_encrypted"] for d in data] == [False, False, True]
     assert K1 not in table.stdout
 
 

@@ -23,10 +23,16 @@ def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
         from ..errors import DatabaseError
 
         raise DatabaseError(f"no database at {args.path}")
-    return connect(args.path, args.config, read_only=read_only)
+    creating = not os.path.exists(os.path.join(args.path, "catalog"))
+    db = connect(args.path, args.config, read_only=read_only)
+    if creating:
+        print(f"cryptdisk: created a new database in {db.path}", file=sys.stderr)
+    return db
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (decimal.Decimal, _dt.date, _dt.datetime, _dt.time, _dt.timedelta)):
         return str(value)
     if isinstance(value, bytes):
@@ -37,9 +43,12 @@ def _plain(value: Any) -> Any:
 def format_table(table: Any, fmt: str = "table") -> str:
     """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list)."""
     names = list(table.column_names)
-    rows = [[_plain(v) for v in r.values()] for r in table.to_pylist()] if table.num_rows else []
-    if fmt == "json":
-        return json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
+    records = [list(r.values()) for r in table.to_pylist()] if table.num_rows else []
+    if fmt == "json":  # JSON has its own true/false
+        return json.dumps([{n: v if isinstance(v, bool) else _plain(v)
+                            for n, v in zip(names, r, strict=True)} for r in records],
+                          default=str)
+    rows = [[_plain(v) for v in r] for r in records]
     if fmt == "csv":
         import io
 
@@ -76,6 +85,30 @@ def _run_and_print(db: Any, sql: str, fmt: str) -> None:
             print(format_table(result, fmt))
 
 
+SHELL_HELP = """\
+Statements end with ';' and may span lines. Shell commands (no ';'):
+  .help            this text
+  .tables          the tables: storage policy, encrypted or not, rows
+  .quit, .exit     leave the shell (so does Ctrl-D)
+System tables: system.disks, system.storage_policies, system.tables, system.parts,
+system.keys. Ctrl-C drops the statement being typed."""
+
+
+def _dot_command(db: Any, command: str, fmt: str) -> bool:
+    """Run a shell command (``.help``, ``.tables``, ``.quit``); False means quit."""
+    name = command.split()[0].lower()
+    if name in (".quit", ".exit", ".q"):
+        return False
+    if name == ".help":
+        print(SHELL_HELP)
+    elif name == ".tables":
+        print(format_table(db.sql("SELECT name, storage_policy, is_encrypted, rows FROM system.tables "
+                                  "ORDER BY name"), fmt))
+    else:
+        print(f"error: unknown command {name} (try .help)", file=sys.stderr)
+    return True
+
+
 def _shell(db: Any, fmt: str, history: str | None) -> int:
     """A prompt with readline editing and in-session history; saved only to ``history``.
 
@@ -89,7 +122,8 @@ def _shell(db: Any, fmt: str, history: str | None) -> int:
             readline.read_history_file(history)
         except OSError:
             pass
-    print(f"cryptdisk sql on {db.path}: end statements with ';', quit with Ctrl-D")
+    print(f"cryptdisk sql on {db.path}: end statements with ';', .help for help, "
+          ".quit or Ctrl-D to leave")
     from ..errors import CryptdiskError
 
     buf: list[str] = []
@@ -103,6 +137,13 @@ def _shell(db: Any, fmt: str, history: str | None) -> int:
             except KeyboardInterrupt:
                 print()
                 buf = []
+                continue
+            if not buf and line.strip().startswith("."):
+                try:
+                    if not _dot_command(db, line.strip(), fmt):
+                        return 0
+                except CryptdiskError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
                 continue
             buf.append(line)
             text = "\n".join(buf).strip()
@@ -161,7 +202,7 @@ def cmd_reencrypt(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("path", help="the database directory")
-        p.add_argument("--config", help="cryptdisk TOML config (keys, disks, policies); "
+        p.add_argument("-c", "--config", help="cryptdisk TOML config (keys, disks, policies); "
                        "default: encrypt everything with the key in PATH.key")
 
     p = sub.add_parser("sql", help="query an embedded database (shell, or -q QUERY)",

@@ -61,8 +61,14 @@ def _disk_row(disk: Disk) -> dict[str, Any]:
     elif isinstance(disk, ClickHouseDisk):
         algorithm = disk.algorithm
     return {"name": disk.name, "path": disk.path, "type": disk.type,
-            "is_encrypted": int(disk.is_encrypted), "disk": inner.name if inner else "",
+            "is_encrypted": bool(disk.is_encrypted), "disk": inner.name if inner else "",
             "algorithm": algorithm or ""}
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
 
 
 def _emit(rows: list[dict[str, Any]], fmt: str) -> None:
@@ -72,6 +78,7 @@ def _emit(rows: list[dict[str, Any]], fmt: str) -> None:
         return
     if not rows:
         return
+    rows = [{k: _text(v) for k, v in r.items()} for r in rows]  # true/false as in system.disks
     columns = list(rows[0])
     if fmt == "csv":
         writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
