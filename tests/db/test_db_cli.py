@@ -53,7 +53,7 @@ def test_sql_creates_a_database_only_where_nothing_else_lives(tmp_path):
 
 
 def test_database_commands_take_c_for_config(tmp_path):
-    from dbhelpers import write_config
+    from .dbhelpers import write_config
 
     cfg = str(write_config(tmp_path, [1], 1))
     db = str(tmp_path / "db")

@@ -405,9 +405,9 @@ def test_tampered_catalog_is_refused(tmp_path):
     ('[disks.y]\ntype = "local"\n', "missing setting 'path'"),
 ])
 def test_config_errors_name_the_problem(tmp_path, extra, message):
-    from dbhelpers import write_config
-
     from cryptdisk.errors import ConfigError
+
+    from .dbhelpers import write_config
 
     cfg = write_config(tmp_path, [1], 1)
     cfg.write_text(cfg.read_text() + extra)
@@ -416,7 +416,7 @@ def test_config_errors_name_the_problem(tmp_path, extra, message):
 
 
 def test_config_without_default_policy(tmp_path):
-    from dbhelpers import write_config
+    from .dbhelpers import write_config
 
     cfg = write_config(tmp_path, [1], 1)
     cfg.write_text(cfg.read_text().replace("[policies.default]", "[policies.other]"))

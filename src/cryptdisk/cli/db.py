@@ -102,8 +102,8 @@ def _dot_command(db: Any, command: str, fmt: str) -> bool:
     if name == ".help":
         print(SHELL_HELP)
     elif name == ".tables":
-        print(format_table(db.sql("SELECT name, storage_policy, is_encrypted, rows FROM system.tables "
-                                  "ORDER BY name"), fmt))
+        print(format_table(db.sql("SELECT name, storage_policy, is_encrypted, rows "
+                                  "FROM system.tables ORDER BY name"), fmt))
     else:
         print(f"error: unknown command {name} (try .help)", file=sys.stderr)
     return True
