@@ -112,3 +112,48 @@ def test_pg8000_prepared_statements(start_server, sqlite_engine) -> None:
         ps.close()
     finally:
         native.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_cancel_request_interrupts_a_running_statement(start_server, engine, request) -> None:
+    import threading
+
+    srv = start_server(request.getfixturevalue(engine))
+    endless = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+               "SELECT count(*) FROM n")
+    with pg(srv, autocommit=True) as c:
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                c.execute(endless)
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        while not any(s.busy for s in list(srv.server.sessions)):  # the statement is running
+            worker.join(0.01)
+        for _ in range(120):  # a cancel that lands before the engine starts is a no-op: repeat
+            c.cancel_safe()
+            worker.join(1)
+            if not worker.is_alive():
+                break
+        assert not worker.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_sqlite_savepoints(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with pg(srv) as c:
+        c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY)")
+        c.execute("INSERT INTO t VALUES (1)")
+        c.execute("SAVEPOINT s1")
+        c.execute("INSERT INTO t VALUES (2)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute("INSERT INTO t VALUES (1)")
+        c.execute("ROLLBACK TO SAVEPOINT s1")  # leaves the failed state, keeps row 1
+        c.execute("INSERT INTO t VALUES (3)")
+        c.commit()
+        assert c.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (3,)]

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.db",
     "cryptdisk.cli.bench",
     "cryptdisk.cli.sqlite",
+    "cryptdisk.cli.serve",
 ]
 
 PROG = "cryptdisk"

@@ -1,0 +1,167 @@
+"""``cryptdisk serve``: a database over the PostgreSQL protocol, with TLS and SCRAM logins."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import sys
+import tomllib
+from typing import Any
+
+from ..errors import ConfigError, ServerError
+from ._keys import add_key_options, keyring_from_args
+
+__all__ = ["register"]
+
+PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
+_SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
+             "max_message_size", "max_connections", "login_timeout"}
+
+
+def _server_section(config: str | None) -> dict[str, Any]:
+    if not config or config.endswith(".xml"):
+        return {}
+    try:
+        with open(config, "rb") as f:
+            section = tomllib.load(f).get("server", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read [server]: {exc}", path=config) from None
+    if not isinstance(section, dict):
+        raise ConfigError("[server] must be a table", path=config)
+    unknown = set(section) - _SETTINGS
+    if unknown:
+        raise ConfigError(f"unknown [server] setting(s) {', '.join(sorted(unknown))} "
+                          f"(known: {', '.join(sorted(_SETTINGS))})", path=config,
+                          where="[server]")
+    if section.get("plaintext", "never") not in ("never", "loopback"):
+        raise ConfigError("[server] plaintext must be \"never\" or \"loopback\"", path=config,
+                          where="[server]")
+    return section
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ServerError(f"--listen {text!r}: expected HOST:PORT (e.g. 127.0.0.1:5432)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _password(name: str) -> str:
+    password = os.environ.get(PASSWORD_ENV)
+    if password:
+        return password
+    if not sys.stdin.isatty():
+        raise ServerError(f"no password for {name}",
+                          hint=f"set {PASSWORD_ENV}, or run on a terminal to be prompted")
+    first = getpass.getpass(f"password for {name}: ")
+    if first != getpass.getpass("again: "):
+        raise ServerError("the passwords differ")
+    return first
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ..server import (
+        DEFAULT_ITERATIONS,
+        DEFAULT_MAX_MESSAGE_SIZE,
+        AnalyticalEngine,
+        ScramAuthenticator,
+        Server,
+        SQLiteEngine,
+        UserStore,
+        certificate_fingerprint,
+        end_point_hash,
+        self_signed,
+        server_context,
+    )
+
+    config = args.keyring
+    settings = _server_section(config)
+    path = os.path.abspath(args.path)
+    if args.sqlite:
+        engine: Any = SQLiteEngine(path, keyring_from_args(args))
+    else:
+        engine = AnalyticalEngine(path, config)
+    try:
+        users_path = args.users or settings.get("users") or path + ".users"
+        iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
+        store = UserStore(users_path, engine.keyring, iterations=iterations)
+        if args.add_user:
+            store.set_user(args.add_user, _password(args.add_user), admin=args.admin,
+                           create=args.add_user not in store.users)
+            print(f"user {args.add_user} {'(admin) ' if args.admin else ''}saved in "
+                  f"{users_path} (SCRAM-SHA-256, {iterations} iterations)")
+            return 0
+        if not store.users:
+            raise ServerError(f"no users in {users_path}",
+                              hint=f"add one: cryptdisk serve {args.path} --add-user NAME "
+                              f"--admin (password from ${PASSWORD_ENV} or a prompt)")
+        cert = args.tls_cert or settings.get("cert")
+        key = args.tls_key or settings.get("key")
+        if args.self_signed:
+            cert, key = path + ".server.pem", path + ".server.key"
+            if not (os.path.exists(cert) and os.path.exists(key)):
+                self_signed(cert, key)
+            print(f"TLS certificate {cert} (self-signed), SHA-256 fingerprint "
+                  f"{certificate_fingerprint(cert)}")
+        if bool(cert) != bool(key):
+            raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
+        ctx = server_context(cert, key) if cert and key else None
+        binding = None
+        if cert:
+            from cryptography import x509
+            from cryptography.hazmat.primitives.serialization import Encoding
+
+            with open(cert, "rb") as f:
+                binding = end_point_hash(
+                    x509.load_pem_x509_certificate(f.read()).public_bytes(Encoding.DER))
+        host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+        server = Server(
+            engine, host=host, port=port, ssl_context=ctx,
+            plaintext_loopback=args.plaintext_loopback
+            or settings.get("plaintext") == "loopback",
+            authenticator=ScramAuthenticator(store, channel_binding=binding),
+            max_message_size=int(settings.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)),
+            max_connections=int(settings.get("max_connections", 100)),
+            login_timeout=float(settings.get("login_timeout", 60)))
+
+        def ready(address: tuple[str, int]) -> None:
+            kind = "encrypted SQLite" if args.sqlite else "analytical database"
+            tls = "TLS" if ctx else "plaintext, loopback only"
+            print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}); "
+                  "SIGTERM stops", flush=True)
+
+        asyncio.run(server.serve(ready=ready))
+        print("stopped: every session closed", flush=True)
+        return 0
+    except BaseException:
+        engine.close()
+        raise
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a database over the PostgreSQL protocol (TLS, SCRAM users)",
+        description="Serve an embedded cryptdisk database (or, with --sqlite, an encrypted "
+        "SQLite database) to PostgreSQL clients (psql, psycopg, pg8000) over TLS, with users "
+        "logging in by SCRAM-SHA-256. See docs/server.md.")
+    p.add_argument("path", help="the database directory (or SQLite file with --sqlite)")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:5432, or [server] listen)")
+    p.add_argument("--sqlite", action="store_true", help="PATH is an encrypted SQLite database")
+    p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate (default [server] cert)")
+    p.add_argument("--tls-key", metavar="PEM", help="TLS private key (default [server] key)")
+    p.add_argument("--self-signed", action="store_true",
+                   help="use (creating it once) a self-signed certificate PATH.server.pem and "
+                   "print its SHA-256 fingerprint")
+    p.add_argument("--plaintext-loopback", action="store_true",
+                   help="also accept unencrypted connections from loopback addresses")
+    p.add_argument("--users", metavar="FILE",
+                   help="the sealed user file (default PATH.users, or [server] users)")
+    p.add_argument("--add-user", metavar="NAME",
+                   help=f"add a user (or set its password: ${PASSWORD_ENV} or a prompt) "
+                   "and exit")
+    p.add_argument("--admin", action="store_true", help="with --add-user: an admin user")
+    add_key_options(p, required=False)
+    p.set_defaults(func=_serve)

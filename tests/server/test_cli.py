@@ -1,0 +1,81 @@
+"""``cryptdisk serve`` end to end: users, a self-signed certificate, psql, SIGTERM."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+
+def cryptdisk(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
+                          text=True, timeout=120, env=env, **kw)
+
+
+@pytest.fixture
+def env() -> dict:
+    return {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
+
+
+def start(args: list[str], env: dict, cwd) -> tuple[subprocess.Popen, int, list[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", "cryptdisk", "serve", *args,
+                             "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        m = re.search(r"on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m[1]), lines
+    proc.wait(30)
+    raise AssertionError(f"server did not start: {lines} {proc.stderr.read()}")
+
+
+def test_serve_self_signed_psql_and_sigterm(tmp_path, env) -> None:
+    db = str(tmp_path / "sales.db")
+    out = cryptdisk("serve", db, env=env)  # no users yet: refused with the way out
+    assert out.returncode == 1 and "no users" in out.stderr and "--add-user" in out.stderr
+    out = cryptdisk("serve", db, "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "pw of alice" not in out.stdout + out.stderr
+    proc, port, lines = start([db, "--self-signed"], env, tmp_path)
+    try:
+        cert = tmp_path / "sales.db.server.pem"
+        der = x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(Encoding.DER)
+        assert hashlib.sha256(der).digest().hex(":").upper() in lines[0]
+        pg_env = {**os.environ, "PGPASSWORD": "pw of alice"}
+        conninfo = (f"host=localhost port={port} user=alice dbname=sales sslmode=verify-full "
+                    f"sslrootcert={cert}")
+        q = subprocess.run(["psql", conninfo, "-Atc", "SELECT 40 + 2"], env=pg_env,
+                           capture_output=True, text=True, timeout=60)
+        assert (q.returncode, q.stdout.strip()) == (0, "42"), q.stderr
+        q = subprocess.run(["psql", conninfo.replace("verify-full", "disable"), "-Atc",
+                            "SELECT 1"], env=pg_env, capture_output=True, text=True, timeout=60)
+        assert q.returncode != 0 and "TLS connections only" in q.stderr
+        idle = psycopg.connect(conninfo, password="pw of alice", autocommit=True)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert "stopped" in proc.stdout.read()
+        with pytest.raises(psycopg.OperationalError):  # the idle session was closed
+            idle.execute("SELECT 1")
+        idle.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_serve_sqlite_needs_keys(tmp_path) -> None:
+    out = cryptdisk("serve", str(tmp_path / "app.db"), "--sqlite",
+                    env={k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"})
+    assert out.returncode == 1 and "no key given" in out.stderr
