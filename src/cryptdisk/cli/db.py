@@ -1,4 +1,4 @@
-"""``cryptdisk sql``, ``cryptdisk rotate``, ``cryptdisk reencrypt``: the embedded database."""
+"""``cryptdisk sql``, ``rotate``, ``keys``, ``reencrypt``: the embedded database."""
 
 from __future__ import annotations
 
@@ -177,13 +177,59 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return _shell(db, args.format, args.history)
 
 
+def _existing(args: argparse.Namespace) -> Any:
+    """Open a database that must already exist (rotation never creates one)."""
+    if not os.path.exists(os.path.join(args.path, "catalog")):
+        from ..errors import DatabaseError
+
+        raise DatabaseError(f"no cryptdisk database at {args.path}")
+    return _open(args)
+
+
+def _new_key(args: argparse.Namespace, db: Any) -> Any:
+    from ..errors import DatabaseError
+    from ..keys import Key, read_key_file
+
+    if args.config:
+        raise DatabaseError("--new-key is for a database without a config (its keys are "
+                            "its key files)", hint="with --config, add the new key to the "
+                            "config's [keyring] and make it current_key_id")
+    material, noted = read_key_file(args.new_key)
+    key_id = noted if noted is not None else max(db.keyring.ids) + 1
+    return Key(key_id, material, source="file")
+
+
+def _older_keys(db: Any) -> None:
+    for key_id in db.keyring.ids:
+        path = db.key_file(key_id)
+        if key_id == db.keyring.current_key_id or path is None:
+            continue
+        print(f"key {key_id} is kept in {path} for backups made before; 0 files of the "
+              f"database use it. Remove it when none needs it: "
+              f"cryptdisk keys {db.path} --remove {key_id}")
+
+
 def cmd_rotate(args: argparse.Namespace) -> int:
-    with _open(args) as db:
-        n = db.rotate_keys()
+    with _existing(args) as db:
+        new_key = _new_key(args, db) if args.new_key else None
+        on_file = (lambda path: print(f"rotated {path}", flush=True)) if args.verbose else None
+        n = db.rotate_keys(on_file, new_key=new_key)
         files = 1 + sum(len(t.parts) for t in db.catalog.tables.values())
         key = db.keyring.current_key_id
         print(f"rewrapped {n} file(s) of {db.path} under key {key}; checked from their "
               f"headers: all {files} file(s) the catalog names are under key {key}")
+        _older_keys(db)
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    with _existing(args) as db:
+        if args.remove is not None:
+            path = db.remove_key(args.remove)
+            print(f"removed key {args.remove} of {db.path} ({path}); no file used it")
+        table = db.sql("SELECT id, algorithm, source, is_current, files FROM system.keys "
+                       "ORDER BY id")
+        print(format_table(table, args.format))
     return 0
 
 
@@ -221,10 +267,25 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("rotate", help="rewrap every file of a database under the current key",
-                       description="Rewrap parts and catalog under the config's current key "
-                       "(headers only; crash-safe, rerun to resume).")
+                       description="Rewrap parts and catalog under the current key (headers "
+                       "only; crash-safe, rerun to resume), then check every header. Without "
+                       "a config, --new-key makes a key file the database's current key "
+                       "first (PATH.key), keeping the old one as PATH.key.ID.")
     common(p)
+    p.add_argument("--new-key", metavar="FILE",
+                   help="key file (cryptdisk keygen -o FILE --id N) to rotate to; for a "
+                   "database without a config")
+    p.add_argument("-v", "--verbose", action="store_true", help="name each file as it is done")
     p.set_defaults(func=cmd_rotate)
+
+    p = sub.add_parser("keys", help="list a database's keys (system.keys); remove an old one",
+                       description="List the keys of a database and how many files use "
+                       "each. --remove deletes an older key file (PATH.key.ID) of a database "
+                       "without a config, refused while any file is under that key.")
+    common(p)
+    p.add_argument("--remove", type=int, metavar="ID", help="delete key ID once no file uses it")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("reencrypt", help="rewrite a database's data under new data keys",
                        description="Merge and re-encrypt every table under new data keys and "

@@ -20,7 +20,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ..errors import CatalogError, DatabaseError, DatabaseLockedError, PolicyError
+from ..errors import (
+    CatalogError,
+    DatabaseError,
+    DatabaseLockedError,
+    KeyNotFoundError,
+    PolicyError,
+)
 from ..errors import TableNotFoundError as _TableNotFound
 from . import _sql
 from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
@@ -100,6 +106,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         self._mutex = threading.RLock()
         self._registered: set[str] = set()
         try:
+            self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
             self.keyring = self.config.keyring
             catalog = load_catalog(self.path, self.keyring)
@@ -285,6 +292,12 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 if attempt or not self.read_only:
                     raise
                 self._stamp = None  # a part vanished under a stale catalog: reload, retry
+            except KeyNotFoundError:
+                if attempt or not (self.read_only and self.own_keys):
+                    raise
+                # Another process rotated to a key made after this one opened.
+                self._reload_own_keys()
+                self._stamp = None
             except duckdb.OutOfMemoryException as exc:
                 raise DatabaseError(
                     f"the query needs more memory than memory_limit allows ({exc}); "

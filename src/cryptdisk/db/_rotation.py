@@ -10,6 +10,11 @@ any point leaves every file under the old key or the new one, and running it
 again finishes it. It ends by reading every header again and checking that
 each file is under the current key and that ``system.keys`` counts no file
 under another key; otherwise it raises, naming the files left.
+
+A database opened without a config keeps its keys in files beside its
+directory (:mod:`._keyfiles`): a rotation to a new key makes it current there
+first (crash-safe), keeping the old key as ``PATH.key.ID`` until
+:meth:`remove_key` deletes it, which it refuses while any file is under it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CryptdiskError, DiskFileNotFoundError, RotationError
+from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError, RotationError
 from ..format import read_header
-from ..keys import rewrap_file
+from ..keys import Key, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta
-from ._storage import rewrap_on_disk
+from ._keyfiles import default_key_path, install_current_key, retired_key_path
+from ._keyfiles import remove_key as remove_key_file
+from ._storage import resolve_config, rewrap_on_disk
 
 __all__ = ["RotationMixin"]
 
@@ -44,6 +51,8 @@ class RotationMixin:
     config: Any
     keyring: Any
     path: str
+    #: True when the database was opened without a config: its keys are its key files.
+    own_keys: bool
 
     def _part_label(self, table: str, part: PartMeta) -> str:
         return f"{part.path} (table {table}, disk {part.disk!r})"
@@ -141,18 +150,35 @@ class RotationMixin:
                 left.append(f"system.keys counts {row['files']} file(s) under key {row['id']}")
         return left
 
-    def rotate_keys(self, on_file: Callable[[str], None] | None = None) -> int:
+    def _reload_own_keys(self) -> None:
+        """Load the database's key files again (another process may have rotated)."""
+        self.config = resolve_config(self.path, None, False)
+        self.keyring = self.config.keyring
+
+    def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
+                    new_key: Key | None = None) -> int:
         """Rewrap every file of the database (parts, catalog) under the current key.
 
-        Checks first that every file the catalog names can be rewrapped and
-        last that every one is under the current key (see the module
-        docstring); raises :class:`~cryptdisk.errors.RotationError` otherwise.
-        Idempotent and crash-safe: an interrupted run is finished by running it
-        again. Returns the number of files rewrapped (0 when all already were).
+        With ``new_key`` (a database opened without a config only), that key
+        first becomes the current key in the database's key files, the old one
+        kept beside them. Checks first that every file the catalog names can be
+        rewrapped and last that every one is under the current key (see the
+        module docstring); raises :class:`~cryptdisk.errors.RotationError`
+        otherwise. Idempotent and crash-safe: an interrupted run is finished by
+        running it again. Returns the number of files rewrapped (0 when all
+        already were).
         """
         with self._mutex:  # type: ignore[attr-defined]
             self._writable("rotate")  # type: ignore[attr-defined]
             self._require_reachable("the rotation", rewrap=True)
+            if new_key is not None:
+                if not self.own_keys:
+                    raise DatabaseError(
+                        "a new key is given only to a database opened without a config "
+                        "(its keys are its key files); with a config, add the key to the "
+                        "config's [keyring] and make it current_key_id")
+                install_current_key(self.path, new_key)
+                self._reload_own_keys()
             count = 0
             for meta in self.catalog.tables.values():
                 for i, part in enumerate(meta.parts):
@@ -177,6 +203,56 @@ class RotationMixin:
                     f"under key {self.keyring.current_key_id}: {_listing(left)}",
                     files=left, hint="run the rotation again; it resumes where it stopped")
             return count
+
+    def files_under_key(self, key_id: int) -> list[str]:
+        """The files the catalog names whose header, read now, is under key ``key_id``."""
+        with self._mutex:  # type: ignore[attr-defined]
+            self._require_reachable("counting the files under a key", rewrap=False)
+            found = []
+            for meta in self.catalog.tables.values():
+                for part in meta.parts:
+                    disk = self.config.disks[part.disk]
+                    if disk.is_encrypted and getattr(disk, "keyring", None) is not None \
+                            and disk.stored_key_id(part.path) == key_id:
+                        found.append(self._part_label(meta.name, part))
+            with open(os.path.join(self.path, CATALOG_FILE), "rb") as f:
+                if read_header(f).key_id == key_id:
+                    found.append(CATALOG_FILE)
+            return found
+
+    def key_file(self, key_id: int) -> str | None:
+        """Where a database opened without a config keeps key ``key_id`` (None with a config)."""
+        if not self.own_keys or key_id not in self.keyring:
+            return None
+        if key_id == self.keyring.current_key_id:
+            return default_key_path(self.path)
+        return retired_key_path(self.path, key_id)
+
+    def remove_key(self, key_id: int) -> str:
+        """Delete an older key of a database opened without a config; returns its file.
+
+        Refused (:class:`~cryptdisk.errors.RotationError`) while any file of the
+        database is under that key, and for the current key.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            self._writable("remove a key")  # type: ignore[attr-defined]
+            if not self.own_keys:
+                raise DatabaseError(
+                    "the database was opened with a config, which holds its keys",
+                    hint=f"remove key {key_id} from the config's [keyring] once system.keys "
+                    "shows 0 files using it")
+            if key_id == self.keyring.current_key_id:
+                raise DatabaseError(f"key {key_id} is the current key of {self.path}; "
+                                    "it encrypts new files and cannot be removed")
+            used = self.files_under_key(key_id)
+            if used:
+                raise RotationError(
+                    f"key {key_id} is still used by {len(used)} file(s) of {self.path}; "
+                    f"removing it would lose them: {_listing(used)}", files=used,
+                    hint=f"rotate first (cryptdisk rotate {self.path}), then remove it")
+            path = remove_key_file(self.path, key_id)
+            self._reload_own_keys()
+            return path
 
     def reencrypt(self, on_table: Callable[[str], None] | None = None) -> None:
         """Rewrite every table's data under new data keys and the current key (online).

@@ -1,50 +1,34 @@
 """Where the database finds its disks, policies and keys (the one seam to ``cryptdisk.disks``).
 
 With no config, :func:`resolve_config` builds the default: every table is
-encrypted on disk ``default`` (``PATH/data``) under one key kept in the key
+encrypted on disk ``default`` (``PATH/data``) under the key kept in the key
 file ``PATH.key`` *beside* the database directory, never inside it, so a copy
-of the directory alone reveals nothing. A second policy, ``plain``
-(``PATH/plain``), stores tables unencrypted, and only tables that ask for it
-with ``SETTINGS storage_policy = 'plain'``. Losing the key file loses the data.
+of the directory alone reveals nothing (older keys, after a rotation, are
+kept beside it as ``PATH.key.ID``: see :mod:`._keyfiles`). A second policy,
+``plain`` (``PATH/plain``), stores tables unencrypted, and only tables that
+ask for it with ``SETTINGS storage_policy = 'plain'``. Losing the key file loses the data.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 from ..config import Config, load_config
 from ..disks import Disk, EncryptedDisk, LocalDisk, StoragePolicy, Volume
-from ..errors import DatabaseError, DiskError, KeyFileError
-from ..keys import Key, Keyring, key_from_file, write_key_file
+from ..errors import DatabaseError, DiskError
+from ..keys import Keyring
+from ._keyfiles import default_key_path, load_keyring, make_first_key
 
 __all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk",
            "policy_disks",
            "resolve_config", "rewrap_on_disk", "stale_cleanup"]
 
-log = logging.getLogger("cryptdisk.db")
-
-
-def default_key_path(db_path: str) -> str:
-    """The key file of a database opened without a config: ``PATH.key`` next to ``PATH``."""
-    return os.path.abspath(db_path).rstrip(os.sep) + ".key"
-
 
 def _default_keyring(db_path: str, creating: bool) -> Keyring:
-    key_path = default_key_path(db_path)
-    if not os.path.exists(key_path):
-        if not creating:
-            raise KeyFileError(
-                f"the key file {key_path} of database {db_path} is missing",
-                hint="restore it from your backup; without it the data cannot be read",
-            )
-        key = Key.generate(1)
-        write_key_file(key_path, key)
-        log.warning("cryptdisk: created the encryption key of database %s in %s (mode 0600). "
-                    "Back it up and keep it apart from the data: losing it loses the data.",
-                    db_path, key_path)
-    return Keyring([Key(1, key_from_file(key_path), source="file")])
+    if creating and not os.path.exists(default_key_path(db_path)):
+        make_first_key(db_path)
+    return load_keyring(db_path)
 
 
 def resolve_config(db_path: str, config: Any, creating: bool) -> Config:

@@ -21,7 +21,14 @@ from ._provider import (
     register_key_provider,
 )
 from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
-from ._sources import decode_hex_key, key_from_command, key_from_env, key_from_file, write_key_file
+from ._sources import (
+    decode_hex_key,
+    key_from_command,
+    key_from_env,
+    key_from_file,
+    read_key_file,
+    write_key_file,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -39,6 +46,7 @@ __all__ = [
     "key_from_file",
     "key_provider_names",
     "parse_key_entry",
+    "read_key_file",
     "register_key_provider",
     "rewrap_file",
     "rewrap_tree",

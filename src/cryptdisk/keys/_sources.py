@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import stat
 import subprocess
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "key_from_command",
     "key_from_env",
     "key_from_file",
+    "read_key_file",
     "write_key_file",
 ]
 
@@ -87,6 +89,18 @@ def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
     Refuses a file readable or writable by group or others, as ssh refuses such
     private keys.
     """
+    return read_key_file(path, check_permissions=check_permissions, sizes=sizes)[0]
+
+
+_ID_COMMENT = re.compile(r"^#\s*cryptdisk key-encryption key \([^)]*\bid (\d+)\)")
+
+
+def read_key_file(path: str | os.PathLike[str], *, check_permissions: bool = True,
+                  sizes: tuple[int, ...] = (16, 32)) -> tuple[bytes, int | None]:
+    """A key file's material and the key id its first line notes (None if it notes none).
+
+    :func:`write_key_file` notes the id on its comment line (``... (AES-256, id 2) ...``).
+    """
     name = os.fspath(path)
     try:
         fd = os.open(name, os.O_RDONLY)
@@ -122,7 +136,9 @@ def key_from_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
         raise KeyFileError(
             f"key file {name} should hold exactly one line of hex, found {len(lines)}"
         )
-    return decode_hex_key(lines[0], f"the key in {name}", sizes)
+    noted = _ID_COMMENT.match(text.lstrip())
+    return (decode_hex_key(lines[0], f"the key in {name}", sizes),
+            int(noted.group(1)) if noted else None)
 
 
 def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,

@@ -1,0 +1,162 @@
+"""The key files of a database opened without a config.
+
+``PATH.key`` (beside the database directory ``PATH``) holds the current key:
+new files are encrypted under it. Its id is the one its comment line notes
+(``cryptdisk keygen --id N`` and the database write it; 1 if none is noted).
+Every older key the database still knows is kept beside it as
+``PATH.key.ID`` (e.g. ``sales.db.key.1``), so files and backups written
+under it stay readable, until the user removes it.
+
+Making a new key current (:func:`install_current_key`) is crash-safe: the
+old current key is first written to ``PATH.key.ID`` (and synced), then the
+new key replaces ``PATH.key`` by an atomic rename. Killed at any point, the
+files hold either the old arrangement (perhaps with the old key twice, which
+loading accepts) or the new one with the old key kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from ..errors import KeyFileError, KeyringError
+from ..keys import Key, Keyring, read_key_file, write_key_file
+
+__all__ = ["default_key_path", "install_current_key", "load_keyring", "make_first_key",
+           "remove_key", "retired_key_path"]
+
+log = logging.getLogger("cryptdisk.db")
+
+
+def default_key_path(db_path: str) -> str:
+    """The current key file of a database opened without a config: ``PATH.key``."""
+    return os.path.abspath(db_path).rstrip(os.sep) + ".key"
+
+
+def retired_key_path(db_path: str, key_id: int) -> str:
+    """Where an older key of that database is kept: ``PATH.key.ID``."""
+    return f"{default_key_path(db_path)}.{key_id}"
+
+
+def _sync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(path: str, default_id: int | None) -> Key:
+    material, noted = read_key_file(path)
+    key_id = noted if noted is not None else default_id
+    if key_id is None:  # pragma: no cover - callers pass a default
+        raise KeyFileError(f"key file {path} notes no key id")
+    return Key(key_id, material, source="file")
+
+
+def _retired(db_path: str) -> dict[int, str]:
+    """Key id -> path of every ``PATH.key.ID`` file."""
+    base = os.path.basename(default_key_path(db_path))
+    pattern = re.compile(re.escape(base) + r"\.(\d+)")
+    directory = os.path.dirname(default_key_path(db_path))
+    out = {}
+    for name in os.listdir(directory):
+        m = pattern.fullmatch(name)
+        if m:
+            out[int(m.group(1))] = os.path.join(directory, name)
+    return out
+
+
+def load_keyring(db_path: str) -> Keyring:
+    """The current key (``PATH.key``) and every older key kept as ``PATH.key.ID``."""
+    key_path = default_key_path(db_path)
+    if not os.path.exists(key_path):
+        raise KeyFileError(
+            f"the key file {key_path} of database {db_path} is missing",
+            hint="restore it from your backup; without it the data cannot be read")
+    current = _read(key_path, 1)
+    keys = [current]
+    for key_id, path in sorted(_retired(db_path).items()):
+        old = _read(path, key_id)
+        if old.key_id != key_id:
+            raise KeyFileError(f"key file {path} notes key id {old.key_id}, not {key_id}")
+        if key_id == current.key_id:
+            if old.check_value != current.check_value:
+                raise KeyringError(f"{path} and {key_path} hold different keys with the same "
+                                   f"id {key_id}", hint="keep the one the data was written "
+                                   "under (system.keys, cryptdisk inspect)")
+            continue  # a rotation stopped between keeping the old key and installing the new
+        keys.append(old)
+    return Keyring(keys, current.key_id)
+
+
+def make_first_key(db_path: str) -> None:
+    """Generate the key of a new database into ``PATH.key`` (mode 0600), with a warning."""
+    key_path = default_key_path(db_path)
+    key = Key.generate(1)
+    write_key_file(key_path, key)
+    log.warning("cryptdisk: created the encryption key of database %s in %s (mode 0600). "
+                "Back it up and keep it apart from the data: losing it loses the data.",
+                db_path, key_path)
+
+
+def _keep(path: str, key: Key) -> None:
+    """Write ``key`` to ``path`` unless that file already holds it (then nothing to do)."""
+    if os.path.exists(path):
+        kept = _read(path, key.key_id)
+        if kept.key_id == key.key_id and kept.check_value == key.check_value:
+            return
+        raise KeyringError(f"{path} already holds another key", hint="move it away first")
+    write_key_file(path, key)
+    _sync_dir(path)
+
+
+def install_current_key(db_path: str, key: Key) -> bool:
+    """Make ``key`` the current key of the database, keeping the old one (crash-safe).
+
+    Returns False if it already was current (a rerun of a rotation that was
+    stopped). Refuses a key whose id is taken by another key.
+    """
+    keyring = load_keyring(db_path)
+    for known in keyring:
+        if known.check_value == key.check_value and known.key_id != key.key_id:
+            raise KeyringError(f"the new key is already key {known.key_id} of database "
+                               f"{db_path}", hint="generate a new key: cryptdisk keygen")
+    if key.key_id in keyring:
+        same = keyring.key_by_id(key.key_id).check_value == key.check_value
+        if same and keyring.current_key_id == key.key_id:
+            return False
+        if not same:
+            free = max(keyring.ids) + 1
+            raise KeyringError(
+                f"database {db_path} already has a key with id {key.key_id}; the new key "
+                "needs an id of its own",
+                hint=f"generate it with another id: cryptdisk keygen -o NEW.key --id {free}")
+    old = keyring.current_key()
+    _keep(retired_key_path(db_path, old.key_id), old)
+    key_path = default_key_path(db_path)
+    tmp = key_path + ".new"
+    write_key_file(tmp, key, overwrite=True)
+    os.replace(tmp, key_path)
+    _sync_dir(key_path)
+    with_id = retired_key_path(db_path, key.key_id)
+    if os.path.exists(with_id):  # it was an older key made current again
+        os.remove(with_id)
+        _sync_dir(with_id)
+    return True
+
+
+def remove_key(db_path: str, key_id: int) -> str:
+    """Delete the older key ``PATH.key.ID``; returns its path. The caller checks it is unused."""
+    keyring = load_keyring(db_path)
+    if key_id == keyring.current_key_id:
+        raise KeyringError(f"key {key_id} is the current key of database {db_path}; it "
+                           "encrypts new files and cannot be removed")
+    path = retired_key_path(db_path, key_id)
+    if key_id not in keyring or not os.path.exists(path):
+        raise KeyringError(f"database {db_path} has no key with id {key_id} (keys: "
+                           f"{', '.join(map(str, keyring.ids))})")
+    os.remove(path)
+    _sync_dir(path)
+    return path
