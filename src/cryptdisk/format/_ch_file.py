@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +16,7 @@ from ._ch_header import (
     clickhouse_v1_key_hash,
 )
 from ._ch_stream import CHReader, CHWriter, check_key
-from ._io import PositionalReadFile, PublishingWriteFile
+from ._io import PositionalReadFile, PublishingWriteFile, temp_beside
 from ._source import MmapSource, source_for
 
 __all__ = ["CHReadFile", "CHWriteFile", "EmptyCHReader", "ch_append", "ch_key_finder",
@@ -159,8 +158,7 @@ def _open_write(name: str, key: _Key | None, algorithm: str | int | CHAlgorithm 
                 iv: bytes | None) -> CHWriteFile:
     if key is None:
         raise TypeError("writing a ClickHouse file needs key= (the disk's current key)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(name)}.", suffix=".cdtmp",
-                               dir=os.path.dirname(os.path.abspath(name)))
+    fd, tmp = temp_beside(name)
     raw = os.fdopen(fd, "wb", buffering=0)
     try:
         writer = CHWriter(raw, key, algorithm, iv=iv)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,7 +22,20 @@ __all__ = [
     "PublishingWriteFile",
     "SealedReadFile",
     "SealedWriteFile",
+    "temp_beside",
 ]
+
+
+def temp_beside(path: str) -> tuple[int, str]:
+    """A new temporary file ``.NAME.*.cdtmp`` in ``path``'s directory: ``(fd, its path)``.
+
+    An error names ``path`` (what the caller asked to write), not the temporary name.
+    """
+    try:
+        return tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
+                                dir=os.path.dirname(os.path.abspath(path)))
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, path) from None
 
 
 class _Base(io.RawIOBase):

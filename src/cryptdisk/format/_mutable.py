@@ -28,6 +28,7 @@ from ..errors import SegmentAuthenticationError, TruncatedFileError
 from ._cipher import TAG_SIZE, new_aead
 from ._header import Header, Kind
 from ._layout import MUTABLE_NONCE, OVERHEAD, SegmentLayout
+from ._sealed import segment_error
 
 __all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout", "store_layout"]
 _AD = struct.Struct("<16sQ")
@@ -98,12 +99,8 @@ class MutableStore:
         return self.layout.record_offset(index)
 
     def _fail(self, index: int) -> SegmentAuthenticationError:
-        offset = self._offset(index)
-        where = f"{self.path}: " if self.path else ""
-        return SegmentAuthenticationError(
-            f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
-            offset=offset, path=self.path,
-        )
+        return segment_error(self.path, index, self._offset(index),
+                             index == self.segment_count - 1)
 
     def _decrypt_into(self, index: int, out: memoryview) -> None:
         n = len(out)

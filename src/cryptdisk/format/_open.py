@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from typing import IO, Literal, overload
 
 from ..errors import ImmutableFileError
 from ._cipher import Algorithm
 from ._header import HEADER_SIZE, Header, Kind, new_header, open_header
-from ._io import MutableFile, SealedReadFile, SealedWriteFile
+from ._io import MutableFile, SealedReadFile, SealedWriteFile, temp_beside
 from ._mutable import MutableStore
 from ._protocols import KeyLookup
 from ._sealed import SealedReader, SealedWriter
@@ -49,9 +48,7 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
         raise FileExistsError(17, "file exists", path)
     header, dek = new_header(Kind.SEALED, keys.current_key(), algorithm=algorithm,
                              segment_size=segment_size)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
-                               dir=directory)
+    fd, tmp = temp_beside(path)
     raw = os.fdopen(fd, "wb", buffering=1 << 20)  # fewer, larger write syscalls
     try:
         writer = SealedWriter(raw, header, dek)

@@ -26,7 +26,8 @@ from ._cipher import TAG_SIZE, new_aead
 from ._header import HEADER_SIZE, Header, Kind
 from ._source import Source
 
-__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_nonce"]
+__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_nonce",
+           "segment_error"]
 
 _NONCE = struct.Struct(">3xQB")
 
@@ -53,6 +54,22 @@ def sealed_layout(file_size: int, segment_size: int, path: str | None = None) ->
             offset=max(file_size, 0), path=path,
         )
     return full + 1, full * segment_size + rest - TAG_SIZE
+
+
+def segment_error(path: str | None, index: int, offset: int,
+                  last: bool) -> SegmentAuthenticationError:
+    """The error for segment ``index`` failing to authenticate.
+
+    When it is the file's last segment, the likeliest cause is a file cut short
+    (a copy or download that stopped, a full disk), which the message says.
+    """
+    where = f"{path}: " if path else ""
+    why = (": it is the file's last segment, so the file is truncated (or its end was "
+           "altered)") if last else ""
+    return SegmentAuthenticationError(
+        f"{where}failed to decrypt and authenticate segment {index} at offset {offset}{why}",
+        offset=offset, path=path,
+    )
 
 
 # Two threads saturate this kind of machine; cryptography releases the GIL on large buffers.
@@ -176,11 +193,7 @@ class SealedReader:
 
     def _fail(self, index: int) -> SegmentAuthenticationError:
         offset = HEADER_SIZE + index * self._record
-        where = f"{self.path}: " if self.path else ""
-        return SegmentAuthenticationError(
-            f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
-            offset=offset, path=self.path,
-        )
+        return segment_error(self.path, index, offset, index == self.segment_count - 1)
 
     def _decrypt_into(self, index: int, out: memoryview) -> None:
         n = self._seg_plain_len(index)
@@ -329,10 +342,7 @@ def iter_sealed_stream(
             aead.decrypt_into(sealed_nonce(index, last), current, None, view)
         except InvalidTag:
             view[:] = bytes(len(view))
-            raise SegmentAuthenticationError(
-                f"{where}failed to decrypt and authenticate segment {index} at offset {offset}",
-                offset=offset, path=path,
-            ) from None
+            raise segment_error(path, index, offset, last) from None
         yield view
         if last:
             return
