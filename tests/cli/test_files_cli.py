@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,64 @@ def test_clickhouse_files_through_an_xml_config(tmp_path):
     assert r.returncode == 1 and b"75264928bd0f327f80f1af4b93f2cd69" in r.stderr
     assert key_hex.encode() not in r.stderr and b"ff" * 16 not in r.stderr
     _no_traceback(r)
+
+
+def test_cat_into_a_closed_pipe_ends_quietly_like_cat(tmp_path, keyfile):
+    """`cryptdisk cat big.cd | head`: no message, and the status `cat` gets (SIGPIPE)."""
+    plain = tmp_path / "big"
+    plain.write_bytes(os.urandom(4 << 20))
+    enc = tmp_path / "big.cd"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"}
+    for argv in ([*CLI, "cat", str(enc), "--key-file", str(keyfile)], ["cat", str(plain)]):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert len(proc.stdout.read(10)) == 10
+        proc.stdout.close()  # what `head` does once it has its lines
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        assert proc.wait(timeout=60) == -signal.SIGPIPE, argv
+        assert stderr == b"", stderr
+
+
+def test_encrypt_and_decrypt_into_a_missing_directory_name_the_output(tmp_path, keyfile):
+    plain = tmp_path / "data.csv"
+    plain.write_text("a,b\n1,2\n")
+    enc = tmp_path / "data.cd"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    out = tmp_path / "nope" / "out.cd"
+    for args in (("encrypt", str(plain), str(out)), ("decrypt", str(enc), str(out))):
+        r = run(*args, "--key-file", str(keyfile))
+        assert r.returncode == 1
+        assert r.stderr.decode() == f"cryptdisk: error: {out}: No such file or directory\n"
+
+
+@pytest.mark.parametrize("cut", [1, 5000, 65536 + 16])
+def test_a_truncated_file_is_called_truncated(tmp_path, keyfile, cut):
+    plain = tmp_path / "p.bin"
+    plain.write_bytes(os.urandom(300_000))
+    enc = tmp_path / "e.cd"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    data = enc.read_bytes()
+    short = tmp_path / "short.cd"
+    short.write_bytes(data[:-cut])
+    r = run("inspect", str(short), "--key-file", str(keyfile))
+    assert r.returncode == 1 and b"truncated" in r.stderr, r.stdout
+    _no_traceback(r)
+    for args in (("decrypt", str(short), str(tmp_path / "out")), ("cat", str(short)),
+                 ("verify", str(short))):
+        r = run(*args, "--key-file", str(keyfile))
+        assert r.returncode == 1 and b"truncated" in r.stderr, (args, r.stderr)
+    r = run("decrypt", "-", "-", "--key-file", str(keyfile), input=data[:-cut])
+    assert r.returncode == 1 and b"truncated" in r.stderr
+    assert not (tmp_path / "out").exists()
+    whole = json.loads(run("inspect", str(enc), "--json", "--key-file", str(keyfile)).stdout)
+    assert whole["last_segment"] == "authenticated" and whole["plaintext_size"] == 300_000
+    keyless = json.loads(run("inspect", str(enc), "--json").stdout)
+    assert keyless["last_segment"] == "not checked (no key given)"
+
+
+def test_keygen_and_inspect_explain_themselves():
+    for command, words in (("keygen", "losing it loses the data"),
+                           ("inspect", "authenticates the last segment")):
+        r = run(command, "--help")
+        assert r.returncode == 0 and words in " ".join(r.stdout.decode().split())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -58,6 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _broken_pipe() -> int:
+    """The reader of our stdout went away (``cryptdisk cat f | head``): end as ``cat`` does.
+
+    Quietly, by SIGPIPE, so the shell sees what it sees for ``cat`` (status 141)
+    and nothing is printed; the output left unwritten is nobody's anymore.
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE  # where a signal cannot end the process
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -76,12 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error("interrupted")
         return 130
     except BrokenPipeError:
-        # The reader of our stdout went away (e.g. `cryptdisk cat f | head`).
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 1
+        return _broken_pipe()
     except OSError as exc:
         if args.traceback or os.environ.get("CRYPTDISK_TRACEBACK"):
             raise

@@ -16,12 +16,20 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("keygen", help="generate a key-encryption key")
+    p = sub.add_parser(
+        "keygen", help="generate a key-encryption key",
+        description="Generate a random 256-bit (or 128-bit) key-encryption key. With -o, write "
+        "it to a new key file (mode 0600; never overwrites) and print a config snippet naming "
+        "it; without -o, print the key in hex on stdout (for a secret store or an environment "
+        "variable). Keep the key apart from the data it protects: losing it loses the data.")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write a key file (mode 0600; refuses to overwrite)")
-    p.add_argument("--bits", type=int, choices=[128, 256], default=256)
-    p.add_argument("--id", type=int, default=1, help="key id to note in the file and snippet")
-    p.add_argument("--print", action="store_true", help="print only the hex key on stdout")
+    p.add_argument("--bits", type=int, choices=[128, 256], default=256,
+                   help="key size (default 256: AES-256-GCM)")
+    p.add_argument("--id", type=int, default=1,
+                   help="key id to note in the file and snippet (default 1)")
+    p.add_argument("--print", action="store_true",
+                   help="print the hex key even on a terminal, without the warning")
     p.set_defaults(func=cmd_keygen)
 
     p = sub.add_parser(
