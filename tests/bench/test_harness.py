@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cryptdisk.bench._cleanup import Cleanup
-from cryptdisk.bench._model import BenchOptions, Measurement, Skipped
+from cryptdisk.bench._model import BenchOptions, Failure, Measurement, Skipped
 from cryptdisk.bench._report import baseline_for, summary_lines, write_report
 from cryptdisk.bench._stats import median_interval, paired_ratio, ratio_of
 from cryptdisk.bench._suite import Results, Strategy, interleave, run_experiment
@@ -95,12 +95,15 @@ def test_interleave_runs_a_b_a_b_in_fresh_workers(options, monkeypatch):
     assert set(ms) == {"A", "B"} and len(ms["A"].values) == 3
     assert ms["A"].peak_rss_mb > 1 and ms["A"].extra["pid"] != ms["B"].extra["pid"]
     assert ms["A"].cpu_s and ms["A"].work == 1e6
-    failed = [s for s in got if isinstance(s, Skipped)]
-    assert len(failed) == 1 and "boom" in failed[0].reason  # failed once, then dropped
+    failed = [s for s in got if isinstance(s, Failure)]
+    assert len(failed) == 1 and "boom" in failed[0].error  # failed once, then dropped
+    assert "RuntimeError: boom" in failed[0].traceback  # the worker's own traceback
+    assert "_bodies.py" in failed[0].traceback and "in fail" in failed[0].traceback
+    assert not [s for s in got if isinstance(s, Skipped)]  # a crash is not a skip
     assert steps[-1] == (9, 9)
 
 
-def test_missing_module_and_missing_dependency_are_skipped(options, tmp_path, monkeypatch):
+def test_missing_dependency_is_skipped_and_a_crash_is_a_failure(options, tmp_path, monkeypatch):
     pkg = tmp_path / "fakepeers"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -108,13 +111,15 @@ def test_missing_module_and_missing_dependency_are_skipped(options, tmp_path, mo
     (pkg / "broken.py").write_text("def run(o, r, p):\n    raise RuntimeError('peer broke')\n")
     (pkg / "good.py").write_text(
         "from cryptdisk.bench._model import Measurement, Skipped\n"
-        "import resource\n"
+        "from cryptdisk.bench._worker import run_worker\n"
         "EXPERIMENT = 'fake'\n"
         "NOTES = ['configured as documented']\n"
+        "def body():\n"
+        "    return []\n"
         "def run(options, record, progress):\n"
         "    assert options.quick and options.workdir.is_dir()\n"
         "    progress('fake step', 1, 2)\n"
-        "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "    rss = run_worker(options.cleanup, 'fakepeers.good:body', {}).peak_rss_mb\n"
         "    record(Measurement('fake', 'q', 'plain', 's', [1.0, 2.0], peak_rss_mb=rss))\n"
         "    record(Skipped('fake', 'peer', 'not here', 'apt-get install peer'))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -128,14 +133,19 @@ def test_missing_module_and_missing_dependency_are_skipped(options, tmp_path, mo
                     "fakepeers.good"])
     del big
     reasons = {s.strategy: s for s in res.skipped}
-    assert "not part of this build" in reasons["cryptdisk.bench.not_written_yet"].reason
+    failures = {f.strategy: f for f in res.failures}
+    assert set(failures) == {"cryptdisk.bench.not_written_yet", "fakepeers.broken"}
+    assert "cannot import cryptdisk.bench.not_written_yet" in failures[
+        "cryptdisk.bench.not_written_yet"].error  # our own module missing: a bug, not a skip
     dep = reasons["fakepeers.needs_dep"]
     assert "no_such_package_xyz" in dep.reason and "cryptdisk[bench]" in dep.install
-    assert "peer broke" in reasons["fakepeers.broken"].reason
+    broken = failures["fakepeers.broken"]
+    assert "peer broke" in broken.error and "broken.py" in broken.traceback
     assert reasons["peer"].install == "apt-get install peer"
+    assert set(reasons) == {"fakepeers.needs_dep", "peer"}
     (m,) = res.measurements
     assert m.values == [1.0, 2.0] and m.median == 1.5 and m.experiment == "fake"
-    assert m.peak_rss_mb < 250  # its own process: not the harness's 300 MB
+    assert m.peak_rss_mb < 250  # its worker's own: not the harness's 300 MB
     assert res.notes["fake"] == ["configured as documented"]
     assert ("fake step", 1, 2) in steps
 
@@ -244,3 +254,47 @@ def test_samples_of_one_case_in_two_units_stay_apart(options, monkeypatch):
     by_unit = {m.unit: m for m in got}
     assert by_unit["MB/s"].values == [5.0, 5.0]
     assert by_unit["MiB peak RSS"].values == [30.0, 30.0]
+
+
+def test_a_failure_keeps_its_traceback_in_json_report_and_summary(tmp_path):
+    res = _synthetic()
+    res.record(Failure("olap", "chdb plain", "chdb failed: ValueError: x",
+                       "Traceback (most recent call last):\n  File \"b.py\"\nValueError: x\n"))
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["failures"] == [{"experiment": "olap", "strategy": "chdb plain",
+                              "error": "chdb failed: ValueError: x",
+                              "traceback": res.failures[0].traceback}]
+    assert Results.from_dict(d).failures == res.failures
+    text = write_report(res, tmp_path / "r").read_text()
+    assert "Failed (a crash" in text and "**chdb plain**: chdb failed" in text
+    assert '  File "b.py"' in text
+    assert "FAILED olap/chdb plain: chdb failed: ValueError: x" in summary_lines(res)
+
+
+def test_cryptdisk_bench_exits_non_zero_when_a_run_failed(tmp_path, monkeypatch, capsys):
+    import cryptdisk.bench._suite as suite
+    from cryptdisk.cli import main
+
+    def fake(name, options, results, progress, modules=None):
+        results.record(Measurement(name, "c", "plain", "s", [1.0]))
+        results.record(Failure(name, "peer", "peer failed: boom", "Traceback ..."))
+
+    monkeypatch.setattr(suite, "run_experiment", fake)
+    assert main(["bench", "crypto", "--workdir", str(tmp_path), "--json",
+                 str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert "1 benchmark run(s) failed: crypto/peer" in err and "incomplete" in err
+    assert json.loads((tmp_path / "r.json").read_text())["failures"][0]["strategy"] == "peer"
+
+
+def test_interleave_can_rotate_the_order_and_gives_median_extras(options, monkeypatch):
+    log = options.workdir / "order.log"
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", f"{root}:{root / 'src'}")
+    got: list = []
+    interleave(options, "oltp", [Strategy(n, _body_target(), dict(log=str(log), name=n))
+                                 for n in "ABC"], got.append, lambda *a: None, "x", 3,
+               rotate=True)
+    assert log.read_text().split() == list("ABCBCACAB")
+    (a,) = [m for m in got if m.strategy == "A"]
+    assert len(a.values) == 3 and a.extra["pid"] > 0  # a number: the median of 3 runs' pids

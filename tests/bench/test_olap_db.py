@@ -1,7 +1,15 @@
 """The olap_db experiment runs end to end on a few rows (no timing is asserted)."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from cryptdisk.bench import olap_db
 from cryptdisk.bench._model import BenchOptions, Measurement
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def test_olap_db_records_every_case_for_both_strategies(tmp_path):
@@ -22,9 +30,15 @@ def test_olap_db_records_every_case_for_both_strategies(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the experiment removed what it created
 
 
-def test_olap_db_main_prints_a_table(tmp_path, capsys):
-    assert olap_db.main(["--rows", "2000", "--repeats", "1", "--json",
-                         str(tmp_path / "r.json")]) == 0
-    out = capsys.readouterr().out
-    assert "avg(c_float) warm threads=all" in out and "ratio" in out
-    assert (tmp_path / "r.json").stat().st_size > 0
+def test_cryptdisk_bench_olap_db_prints_a_table(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "cryptdisk", "bench", "olap-db", "--rows", "2000",
+                        "--repeats", "1", "--workdir", str(tmp_path / "w"), "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    table = [line for line in r.stdout.splitlines() if "avg(c_float) warm threads=all" in line]
+    assert len(table) == 2 and " x" in next(t for t in table if "cryptdisk" in t)  # the ratio
+    assert out.stat().st_size > 0
+    assert {m["experiment"] for m in json.loads(out.read_text())["measurements"]} == {"olap-db"}

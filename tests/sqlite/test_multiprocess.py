@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+from cryptdisk.bench._bodies_oltp import run_clients
 from cryptdisk.bench._oltp_sqlite import DbSpec, load, open_db
-from cryptdisk.bench.oltp import BIG_CACHE_KIB, Case, _run_clients
+from cryptdisk.bench.oltp import BIG_CACHE_KIB, Case
 
 
 @pytest.mark.parametrize(("journal", "sync", "cache"), [
@@ -18,7 +19,7 @@ def test_concurrent_tpcb_clients_keep_the_books_balanced(tmp_path, journal, sync
     spec = DbSpec("cryptdisk", str(tmp_path / "mp.db"), os.urandom(32).hex(), journal, sync,
                   cache)
     load(spec, 1)
-    result = _run_clients(spec, Case("tpcb-like", 1, journal, sync, cache, 3), 1.5)
+    result = run_clients(spec, Case("tpcb-like", 1, journal, sync, cache, 3), 1.5)
     assert result["txns"] > 20
     conn = open_db(spec)
     try:

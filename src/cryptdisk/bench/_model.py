@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BenchOptions", "Measurement", "Progress", "Recorder", "Skipped"]
+__all__ = ["BenchOptions", "Failure", "Measurement", "Progress", "Recorder", "Skipped"]
 
 
 @dataclass
@@ -98,5 +98,20 @@ class Skipped:
     install: str | None = None  # the command that installs what is missing
 
 
-Recorder = Callable[[Measurement | Skipped], None]
+@dataclass
+class Failure:
+    """A strategy or experiment module that crashed: an error, not a skip.
+
+    ``traceback`` is the Python traceback of the crash (from the worker process
+    when a body failed there); the report and the JSON keep it, and
+    ``cryptdisk bench`` exits non-zero when a run has any.
+    """
+
+    experiment: str
+    strategy: str
+    error: str
+    traceback: str = ""
+
+
+Recorder = Callable[[Measurement | Skipped | Failure], None]
 Progress = Callable[[str, float, float], None]  # (task description, completed, total)

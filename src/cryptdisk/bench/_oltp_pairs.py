@@ -18,9 +18,10 @@ import os
 import statistics
 import tempfile
 
+from ._bodies_oltp import run_clients
 from ._oltp_sqlite import DbSpec, load
 from ._stats import median_interval
-from .oltp import BIG_CACHE_KIB, Case, _run_clients, round_order
+from .oltp import BIG_CACHE_KIB, Case, round_order
 
 __all__ = ["main", "paired_ratios"]
 
@@ -41,7 +42,7 @@ def paired_ratios(case: Case, rounds: int, duration: float,
     for round_ in range(rounds):
         for strategy in round_order(STRATEGIES, round_):
             os.sync()
-            runs[strategy].append(_run_clients(specs[strategy], case, duration))
+            runs[strategy].append(run_clients(specs[strategy], case, duration))
     ratios = [c["tps"] / p["tps"] for p, c in zip(runs["plain"], runs["cryptdisk"], strict=True)]
     return ratios, runs
 

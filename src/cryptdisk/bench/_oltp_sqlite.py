@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ._measure import peak_rss_mb
+
 __all__ = ["SCHEMA", "ClientResult", "DbSpec", "client_main", "load", "open_db"]
 
 ACCOUNTS_PER_SCALE = 100_000
@@ -66,7 +68,7 @@ class ClientResult:
     retries: int
     latencies_us: array.array  # type: ignore[type-arg]
     cpu_s: float
-    max_rss_kib: int
+    max_rss_kib: int  # VmHWM: ru_maxrss would carry the parent's high-water mark over exec
 
 
 def open_db(spec: DbSpec) -> Any:
@@ -124,11 +126,13 @@ def _warm(conn: Any, scale: int) -> None:
     conn.execute("SELECT sum(abalance) FROM pgbench_accounts").fetchall()
 
 
-def client_main(spec: DbSpec, kind: str, scale: int, seed: int, start: Any, stop_at: Any,
-                out: Any) -> None:
-    """One client process: run ``kind`` transactions from ``start`` until ``stop_at``."""
+def client_main(spec: DbSpec, kind: str, scale: int, seed: int, ready: Any, start: Any,
+                stop_at: Any, out: Any) -> None:
+    """One client process: open and warm, say so (``ready``), then run ``kind``
+    transactions from ``start`` until ``stop_at``."""
     conn = open_db(spec)
     _warm(conn, scale)
+    ready.wait()
     rnd = random.Random(seed)
     naccounts = ACCOUNTS_PER_SCALE * scale
     lat = array.array("d")
@@ -156,7 +160,7 @@ def client_main(spec: DbSpec, kind: str, scale: int, seed: int, start: Any, stop
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     conn.close()
-    out.send(ClientResult(done, retries, lat, cpu, usage1.ru_maxrss))
+    out.send(ClientResult(done, retries, lat, cpu, int(peak_rss_mb() * 1024)))
 
 
 def _tpcb(conn: Any, rnd: random.Random, scale: int, naccounts: int) -> None:

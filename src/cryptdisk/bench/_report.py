@@ -3,7 +3,8 @@
 Each experiment section has: what was run, the published figures beside
 ours, a table per case (unit, runs, median, min-max, ratio to the baseline from
 paired interleaved runs, CPU s/GB and its ratio, peak RSS), notes, skipped
-strategies with the command that installs them, and the plots.
+strategies with the command that installs them, failed ones with their traceback,
+and the plots.
 """
 
 from __future__ import annotations
@@ -112,6 +113,15 @@ def _section(name: str, results: Results, outdir: Path) -> list[str]:
             how = f" Install: `{s.install}`" if s.install else ""
             lines.append(f"- **{s.strategy}**: {s.reason}.{how}")
         lines.append("")
+    failures = [f for f in results.failures if f.experiment == name]
+    if failures:
+        lines += ["Failed (a crash, not a missing peer; the run is incomplete):", ""]
+        for f in failures:
+            lines.append(f"- **{f.strategy}**: {f.error}")
+            if f.traceback:
+                lines += ["", "  ```", *("  " + t for t in f.traceback.rstrip().splitlines()),
+                          "  ```"]
+        lines.append("")
     if ms:
         for path in plot_experiment(name, ms, outdir):
             lines += [f"![{path.stem}]({path.name})", ""]
@@ -160,7 +170,8 @@ def write_report(results: Results, outdir: Path, note: str | None = None,
 
 def _experiments(results: Results) -> list[str]:
     """Experiments with results, the four main ones first, then contributed ones."""
-    seen = {m.experiment for m in results.measurements} | {s.experiment for s in results.skipped}
+    seen = ({m.experiment for m in results.measurements} | {s.experiment for s in results.skipped}
+            | {f.experiment for f in results.failures})
     return [n for n in _ORDER if n in seen] + sorted(seen - set(_ORDER))
 
 
@@ -183,4 +194,6 @@ def summary_lines(results: Results) -> list[str]:
     for s in results.skipped:
         hint = f" [{s.install}]" if s.install else ""
         out.append(f"skipped {s.experiment}/{s.strategy}: {s.reason}{hint}")
+    for f in results.failures:
+        out.append(f"FAILED {f.experiment}/{f.strategy}: {f.error}")
     return out

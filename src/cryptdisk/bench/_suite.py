@@ -1,24 +1,32 @@
 """Run experiments: interleave strategies, collect results, tolerate missing peers.
 
-An experiment module exposes ``run(options, record, progress)``. Modules
-written on other branches may not exist yet; :func:`run_experiment` records
-them as :class:`Skipped` with the reason instead of failing the suite.
+An experiment module exposes ``run(options, record, progress)`` and runs its timed
+bodies in fresh worker processes (:func:`interleave`, :mod:`._worker`), so CPU and
+peak RSS are each body's own. A peer whose package is missing is recorded as
+:class:`Skipped` with the install command; a body or module that crashes is a
+:class:`Failure` with its traceback, and the other strategies go on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import shutil
+import statistics
+import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ._cleanup import Cleanup
-from ._model import BenchOptions, Measurement, Progress, Recorder, Skipped
+from ._model import BenchOptions, Failure, Measurement, Progress, Skipped
 from ._worker import BenchRunError, run_worker
 
-__all__ = ["EXPERIMENTS", "INSTALL_BENCH", "Results", "Strategy", "interleave", "run_experiment"]
+__all__ = ["EXPERIMENTS", "INSTALL_BENCH", "Results", "Strategy", "experiment_dir", "interleave",
+           "round_order", "run_experiment"]
 
 INSTALL_BENCH = "pip install 'cryptdisk[bench]'"
 
@@ -28,6 +36,9 @@ EXPERIMENTS: dict[str, list[str]] = {
     "io": ["cryptdisk.bench.fileio"],
     "olap": ["cryptdisk.bench.olap", "cryptdisk.bench.fs_scan", "cryptdisk.bench.olap_db"],
     "oltp": ["cryptdisk.bench.oltp"],
+    # one part of olap alone
+    "fs-scan": ["cryptdisk.bench.fs_scan"],
+    "olap-db": ["cryptdisk.bench.olap_db"],
 }
 
 
@@ -43,10 +54,13 @@ class Results:
     notes: dict[str, list[str]] = field(default_factory=dict)
     started: str = ""
     elapsed_s: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
 
-    def record(self, item: Measurement | Skipped) -> None:
+    def record(self, item: Measurement | Skipped | Failure) -> None:
         if isinstance(item, Skipped):
             self.skipped.append(item)
+        elif isinstance(item, Failure):
+            self.failures.append(item)
         else:
             self.measurements.append(item)
 
@@ -57,6 +71,7 @@ class Results:
             "environment": self.environment, "options": self.options,
             "measurements": [m.to_dict() for m in self.measurements],
             "skipped": [asdict(s) for s in self.skipped],
+            "failures": [asdict(f) for f in self.failures],
             "notes": self.notes,
         }
 
@@ -66,7 +81,8 @@ class Results:
         ms = [Measurement(**{k: v for k, v in m.items() if k in names}) for m in d["measurements"]]
         return cls(d["environment"], d["options"], d["command"], ms,
                    [Skipped(**s) for s in d["skipped"]], d.get("notes", {}),
-                   d.get("started", ""), d.get("elapsed_s", 0.0))
+                   d.get("started", ""), d.get("elapsed_s", 0.0),
+                   [Failure(**f) for f in d.get("failures", [])])
 
 
 @dataclass
@@ -100,19 +116,48 @@ def _add(acc: dict[tuple[str, str, str], Measurement], experiment: str, strategy
         m.work = sample.work
 
 
+def round_order(strategies: list[Any], round_: int) -> list[Any]:
+    """The order of the strategies in round ``round_``: rotated by one each round.
+
+    So no strategy always runs right after the same other one (whose leftover
+    writeback or cache state would then always fall on it), and over
+    ``len(strategies)`` rounds each runs first, second and third once.
+    """
+    shift = round_ % len(strategies)
+    return strategies[shift:] + strategies[:shift]
+
+
+def _summarise(m: Measurement, runs: list[tuple[float | None, dict[str, Any]]]) -> None:
+    """Per-run figures a body reported become their median over the runs."""
+    works = [w for w, _ in runs if w is not None]
+    if len(works) > 1:
+        m.work = statistics.median(works)
+    for key, value in runs[0][1].items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        values = [e.get(key) for _, e in runs]
+        if len(values) > 1 and all(isinstance(v, int | float) for v in values):
+            m.extra[key] = statistics.median(values)  # type: ignore[type-var]
+
+
 def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy],
-               record: Recorder, progress: Progress, label: str, repeats: int) -> None:
+               record: Callable[[Any], None], progress: Progress, label: str,
+               repeats: int, *, rotate: bool = False) -> None:
     """Run every strategy ``repeats`` times, A B A B ..., each run in a fresh worker.
 
-    A strategy whose worker fails is recorded as :class:`Skipped` with the error
-    and dropped from later rounds; the others go on.
+    ``rotate``: the order turns by one each round (A B C, B C A, C A B; see
+    :func:`round_order`). Each :class:`Measurement` holds every run's value and CPU
+    seconds; its ``work`` and the numbers in its ``extra`` are medians over the runs.
+    A strategy whose worker fails is recorded as a :class:`Failure` with the
+    worker's traceback and dropped from later rounds; the others go on.
     """
     acc: dict[tuple[str, str, str], Measurement] = {}
+    per_run: dict[tuple[str, str, str], list[tuple[float | None, dict[str, Any]]]] = {}
     alive = list(strategies)
     total = repeats * len(strategies)
     done = 0
-    for _ in range(repeats):
-        for s in list(alive):
+    for round_ in range(repeats):
+        for s in round_order(alive, round_) if rotate and alive else list(alive):
             progress(label, done, total)
             if s.before is not None:
                 s.before()
@@ -120,7 +165,7 @@ def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy
             try:
                 res = run_worker(options.cleanup, s.target, s.args, python=s.python)
             except BenchRunError as exc:
-                record(Skipped(experiment, s.name, f"failed: {exc}"))
+                record(Failure(experiment, s.name, str(exc), exc.traceback))
                 alive.remove(s)
                 continue
             finally:
@@ -128,61 +173,47 @@ def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy
             daemon = (s.extra_cpu() - before) if s.extra_cpu else 0.0
             for sample in res.samples:
                 _add(acc, experiment, s, sample, daemon, res.peak_rss_mb)
+                per_run.setdefault((sample.case, s.name, sample.unit), []).append(
+                    (sample.work, sample.extra))
     progress(label, total, total)
-    for m in acc.values():
+    for key, m in acc.items():
+        _summarise(m, per_run[key])
         record(m)
 
 
-def _missing(exc: ImportError, module: str) -> Skipped | None:
+def _missing(exc: ImportError, module: str, experiment: str) -> Skipped | Failure:
+    """A peer's missing package is a skip (with the install command); our own module, a bug."""
     name = exc.name or ""
-    experiment = module.rsplit(".", 1)[-1]
-    if name == module:
-        return Skipped(experiment, module, f"{module} is not part of this build yet")
+    if name == module or name.startswith("cryptdisk"):
+        return Failure(experiment, module, f"cannot import {module}: {exc}",
+                       traceback.format_exc())
     return Skipped(experiment, module, f"needs the Python package {name or exc}",
                    INSTALL_BENCH)
 
 
-#: Modules whose bodies run inside ``run()``: they run in a child process of their own.
-OWN_MODULES = {"cryptdisk.bench.crypto", "cryptdisk.bench.fileio", "cryptdisk.bench.olap"}
-
-
 def run_experiment(name: str, options: BenchOptions, results: Results, progress: Progress,
                    modules: list[str] | None = None) -> None:
-    """Run every module of experiment ``name``; failures become Skipped entries."""
-    from ._module_runner import run_module
-
+    """Run every module of experiment ``name``; a crash becomes a :class:`Failure`."""
+    ensure_cleanup(options)
     for module in modules if modules is not None else EXPERIMENTS[name]:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
-            skipped = _missing(exc, module)
-            if skipped is not None:
-                skipped.experiment = name
-                results.record(skipped)
+            results.record(_missing(exc, module, name))
             continue
         t0 = time.perf_counter()
-        notes: list[str] = []
         try:
-            if module in OWN_MODULES:
-                mod.run(options, results.record, progress)
-                notes = list(getattr(mod, "NOTES", []) or [])
-            else:
-                notes = run_module(module, options, results.record, progress,
-                                   ensure_cleanup(options))
+            mod.run(options, results.record, progress)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken peer must not lose the others' results
             detail = traceback.format_exception_only(exc)[-1].strip()
-            results.record(Skipped(name, module, f"crashed: {detail}"))
+            results.record(Failure(name, module, f"crashed: {detail}", traceback.format_exc()))
+        notes = list(getattr(mod, "NOTES", []) or [])
         if notes:
-            results.notes.setdefault(_experiment_of(module, name), []).extend(notes)
+            results.notes.setdefault(str(getattr(mod, "EXPERIMENT", name)), []).extend(notes)
         results.notes.setdefault("_timing", []).append(
             f"{module}: {time.perf_counter() - t0:.1f} s")
-
-
-def _experiment_of(module: str, name: str) -> str:
-    mod = importlib.import_module(module)
-    return str(getattr(mod, "EXPERIMENT", name))
 
 
 def new_results(command: str, options: BenchOptions) -> Results:
@@ -200,3 +231,22 @@ def ensure_cleanup(options: BenchOptions) -> Cleanup:
         options.cleanup = Cleanup(options.workdir)
     cleanup: Cleanup = options.cleanup
     return cleanup
+
+
+@contextlib.contextmanager
+def experiment_dir(options: BenchOptions, name: str) -> Iterator[Path]:
+    """A fresh scratch directory for one experiment under ``options.workdir``, removed after.
+
+    When the caller gave no :class:`Cleanup` (an experiment run on its own, as the
+    tests do), one is made here for the workers and run at the end.
+    """
+    owned = options.cleanup is None
+    cleanup = ensure_cleanup(options)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=options.workdir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if owned:
+            cleanup.run()
+            options.cleanup = None

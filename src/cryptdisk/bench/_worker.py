@@ -7,8 +7,10 @@ spec on its stdin (never in argv, so keys stay out of process listings)::
 
 The worker imports the target, calls it with ``args``, and writes the list of
 :class:`~cryptdisk.bench._measure.Sample` it returns plus its own peak RSS to
-``result``. Bodies time themselves with :class:`~cryptdisk.bench._measure.Stopwatch`,
-so interpreter start-up and imports are not in the figures.
+``result``; if the body raises, it writes the error and its traceback there instead
+(:class:`BenchRunError` carries them to the harness). Bodies time themselves with
+:class:`~cryptdisk.bench._measure.Stopwatch`, so interpreter start-up and imports are
+not in the figures.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,11 @@ __all__ = ["BenchRunError", "WorkerResult", "run_worker"]
 
 
 class BenchRunError(CryptdiskError):
-    """A benchmark body failed in its worker process."""
+    """A benchmark body failed in its worker process; ``traceback`` says where."""
+
+    def __init__(self, message: str, *, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 @dataclass
@@ -64,11 +71,16 @@ def run_worker(cleanup: Cleanup, target: str, args: dict[str, Any], *,
         raise
     finally:
         cleanup.forget(proc)
-    if proc.returncode != 0 or not result.exists():
-        tail = err.decode(errors="replace").strip().splitlines()[-8:]
-        raise BenchRunError(f"{target} failed (exit {proc.returncode}): " + " | ".join(tail))
-    data = json.loads(result.read_text())
-    result.unlink()
+    data = json.loads(result.read_text()) if result.exists() else None
+    if data is not None:
+        result.unlink()
+    if data is not None and "error" in data:
+        raise BenchRunError(f"{target} failed: {data['error']}", traceback=data["traceback"])
+    if proc.returncode != 0 or data is None:
+        lines = err.decode(errors="replace").strip().splitlines()
+        raise BenchRunError(f"{target} failed (exit {proc.returncode}): "
+                            + (lines[-1] if lines else "no output"),
+                            traceback="\n".join(lines[-40:]))
     return WorkerResult([Sample(**s) for s in data["samples"]], data["peak_rss_mb"])
 
 
@@ -76,14 +88,23 @@ def _main() -> int:
     die_with_parent()
     spec = json.loads(sys.stdin.buffer.read())
     module, _, name = spec["target"].partition(":")
-    body = getattr(importlib.import_module(module), name)
-    samples: list[Sample] = body(**spec["args"])
-    out = {"samples": [asdict(s) for s in samples], "peak_rss_mb": peak_rss_mb()}
-    tmp = spec["result"] + ".tmp"
+    try:
+        body = getattr(importlib.import_module(module), name)
+        samples: list[Sample] = body(**spec["args"])
+    except Exception as exc:  # the harness reports it as a failure, with where it happened
+        _write(spec["result"], {"error": "".join(traceback.format_exception_only(exc)).strip(),
+                                "traceback": traceback.format_exc()})
+        return 1
+    _write(spec["result"], {"samples": [asdict(s) for s in samples],
+                            "peak_rss_mb": peak_rss_mb()})
+    return 0
+
+
+def _write(path: str, out: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f)
-    os.replace(tmp, spec["result"])
-    return 0
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ strategy always follows the same one), the page cache's dirty data written out
 - TPC-B-like with WAL + synchronous=NORMAL, WAL + FULL, and the rollback
   journal (DELETE) + FULL, data in cache; WAL + NORMAL with a small cache.
 
-Each run reports TPS, latency p50/p95/p99 and CPU seconds per transaction
+Each run is one worker process (:mod:`._bodies_oltp`) that starts the clients,
+and reports TPS, latency p50/p95/p99 and CPU seconds per transaction
 (user+system of the client processes during the timed window; for
-PostgreSQL the server's processes plus pgbench). PostgreSQL 15 with the real
+PostgreSQL the server's processes plus pgbench); the figures in ``extra`` are
+medians over the runs. PostgreSQL 15 with the real
 ``pgbench`` runs the same cases (its own durability settings, unix socket) as
 a reference when it is installed.
 """
@@ -23,18 +25,18 @@ a reference when it is installed.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import shutil
 import statistics
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._bodies_oltp import percentiles
 from ._model import BenchOptions, Measurement, Progress, Recorder, Skipped
 from ._oltp_sqlite import DbSpec, database_files, load
+from ._suite import Strategy, experiment_dir, interleave, round_order
 
 if TYPE_CHECKING:
     from ._oltp_pg import PgCluster
@@ -78,17 +80,6 @@ def cases(options: BenchOptions) -> list[Case]:
     return out
 
 
-def round_order(strategies: list[str], round_: int) -> list[str]:
-    """The order of the strategies in round ``round_``: rotated by one each round.
-
-    So no strategy always runs right after the same other one (whose leftover
-    writeback or cache state would then always fall on it), and over
-    ``len(strategies)`` rounds each runs first, second and third once.
-    """
-    shift = round_ % len(strategies)
-    return strategies[shift:] + strategies[:shift]
-
-
 def _vfs_implementation() -> str:
     from ..sqlite import _native, implementation
 
@@ -107,52 +98,6 @@ def _strategies(record: Recorder) -> list[str]:
     else:
         out.append("sqlcipher")
     return out
-
-
-def _run_clients(spec: DbSpec, case: Case, duration: float) -> dict[str, float]:
-    from ._oltp_sqlite import client_main
-
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
-    stop_at = ctx.Value("d", 0.0, lock=False)
-    procs, pipes = [], []
-    for i in range(case.clients):
-        recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=client_main, args=(spec, case.kind, case.scale, 1000 + i, start,
-                                                  stop_at, send), daemon=True)
-        p.start()
-        procs.append(p)
-        pipes.append(recv)
-    time.sleep(0.5 + 0.3 * case.clients)  # let the clients open and warm their caches
-    t0 = time.perf_counter()
-    stop_at.value = t0 + duration
-    start.set()
-    results = []
-    try:
-        for recv in pipes:
-            if not recv.poll(duration + 600):
-                raise RuntimeError("a benchmark client did not report")
-            results.append(recv.recv())
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    elapsed = max(duration, time.perf_counter() - t0)
-    lat = sorted(x for r in results for x in r.latencies_us)
-    txns = sum(r.transactions for r in results)
-    return {"tps": txns / elapsed, "txns": txns, "cpu_s": sum(r.cpu_s for r in results),
-            **_percentiles(lat), "retries": sum(r.retries for r in results),
-            "rss_mb": max(r.max_rss_kib for r in results) / 1024}
-
-
-def _percentiles(lat: list[float]) -> dict[str, float]:
-    if not lat:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
-    def pick(q: float) -> float:
-        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
-
-    return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
 
 
 def _measurement(case: Case, strategy: str, runs: list[dict[str, float]]) -> Measurement:
@@ -186,11 +131,8 @@ def _prepare(workdir: Path, strategies: list[str], scales: set[int],
 
 def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     """Run every case for every strategy, interleaved; record one Measurement per pair."""
-    duration = options.duration or (3.0 if options.quick else 10.0)
-    repeats = options.repeats or (2 if options.quick else 3)
-    workdir = Path(options.workdir) / "oltp"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    duration = options.pick(3.0, 10.0, options.duration)
+    repeats = options.pick(2, 3, options.repeats)
     NOTES.clear()
     NOTES.append("SQLite TPC-B-like transactions start with BEGIN IMMEDIATE (several writer "
                  "processes deadlock on a deferred BEGIN); pgbench's statements otherwise.")
@@ -205,29 +147,23 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  "reads back as written or, not authentic, as zeros), so a DELETE-mode "
                  "commit syncs its journal once; plain SQLite and SQLCipher sync it twice "
                  "(docs/sqlite.md, \"Durability\").")
-    try:
+    with experiment_dir(options, "oltp") as workdir:
         strategies = _strategies(record)
         todo = cases(options)
         specs = _prepare(workdir, strategies, {c.scale for c in todo}, progress)
-        total = len(todo) * repeats * len(strategies)
-        done = 0
         for case in todo:
-            runs: dict[str, list[dict[str, float]]] = {s: [] for s in strategies}
-            for round_ in range(repeats):
-                for strategy in round_order(strategies, round_):  # A B C, B C A, C A B
-                    progress(f"oltp: {case.name} {strategy}", done, total)
-                    base = specs[(strategy, case.scale)]
-                    spec = DbSpec(strategy, base.path, base.secret, case.journal,
-                                  case.synchronous, case.cache_kib)
-                    os.sync()  # the previous run's dirty pages are not this run's I/O
-                    runs[strategy].append(_run_clients(spec, case, duration))
-                    done += 1
-            for strategy in strategies:
-                record(_measurement(case, strategy, runs[strategy]))
+            runs = [Strategy(s, "cryptdisk.bench._bodies_oltp:run_case", dict(
+                        strategy=s, path=specs[(s, case.scale)].path,
+                        secret=specs[(s, case.scale)].secret, journal=case.journal,
+                        synchronous=case.synchronous, cache_kib=case.cache_kib,
+                        case=asdict(case), duration=duration),
+                        baseline=None if s == "plain" else "plain",
+                        before=os.sync)  # the previous run's dirty pages are not this run's
+                    for s in strategies]
+            interleave(options, EXPERIMENT, runs, record, progress, f"oltp: {case.name}",
+                       repeats, rotate=True)  # A B C, B C A, C A B
         _check_plaintext(specs, record)
         _run_postgres(options, todo, duration, repeats, workdir, record, progress)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _check_plaintext(specs: dict[tuple[str, int], DbSpec], record: Recorder) -> None:
@@ -321,47 +257,4 @@ def _pg_run(cluster: PgCluster, case: Case, duration: float, logs: Path,
     lat = sorted(read_latencies(logs / "pgb"))
     tps = parse_tps(out)
     return {"tps": tps, "txns": float(len(lat)) or tps * duration, "cpu_s": used,
-            **_percentiles(lat), "retries": 0, "rss_mb": 0.0}
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """``python -m cryptdisk.bench.oltp``: run this experiment alone and print a table."""
-    import argparse
-    import sys
-    import tempfile
-
-    parser = argparse.ArgumentParser(prog="python -m cryptdisk.bench.oltp")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--duration", type=float)
-    parser.add_argument("--repeats", type=int)
-    parser.add_argument("--workdir", default=tempfile.gettempdir())
-    args = parser.parse_args(argv)
-    options = BenchOptions(workdir=Path(args.workdir), quick=args.quick,
-                           duration=args.duration, repeats=args.repeats)
-    found: list[Measurement] = []
-
-    def record(item: Measurement | Skipped) -> None:
-        if isinstance(item, Skipped):
-            print(f"skipped {item.strategy}: {item.reason} ({item.install})", flush=True)
-            return
-        found.append(item)
-        plain = next((m.median for m in found if m.case == item.case
-                      and m.strategy == "plain"), None)
-        ratio = f" x{item.median / plain:.2f}" if plain and item.strategy != "plain" else ""
-        lo, hi = item.spread
-        print(f"{item.case:55s} {item.strategy:10s} {item.median:9.0f} TPS{ratio:7s} "
-              f"[{lo:.0f}-{hi:.0f}] p50/p95/p99 {item.extra['p50_ms']:.3f}/"
-              f"{item.extra['p95_ms']:.3f}/{item.extra['p99_ms']:.3f} ms, "
-              f"{item.extra['cpu_us_per_txn'] or 0:.0f} us CPU/txn", flush=True)
-
-    def progress(task: str, done: float, total: float) -> None:
-        print(f"  {task}", file=sys.stderr, flush=True)
-
-    run(options, record, progress)
-    for note in NOTES:
-        print("note:", note)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
+            **percentiles(lat), "retries": 0, "rss_mb": 0.0}
