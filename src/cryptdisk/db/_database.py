@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import weakref
@@ -41,11 +42,14 @@ from ._columns import (
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._partread import read_part
+from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._storage import resolve_config
 from ._system import system_tables
 
 __all__ = ["Database", "connect"]
+
+log = logging.getLogger("cryptdisk.db")
 
 
 def quote(name: str) -> str:
@@ -91,7 +95,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
 
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, read_only: bool = False,
-                 memory_limit: str | None = None, threads: int | None = None) -> None:
+                 memory_limit: str | None = None, threads: int | None = None,
+                 pin: str | os.PathLike[str] | bool | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.read_only = read_only
         creating = not os.path.exists(os.path.join(self.path, "catalog"))
@@ -105,12 +110,23 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             self._take_lock()
         self._mutex = threading.RLock()
         self._registered: set[str] = set()
+        self._pins = [os.path.join(self.path, PIN_FILE)]
+        if pin is True:
+            self._pins.append(default_pin_path(self.path))
+        elif pin not in (None, False):
+            self._pins.append(os.path.abspath(os.fspath(pin)))  # type: ignore[arg-type]
+        self._pending: list[tuple[Any, str]] = []
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
             self.keyring = self.config.keyring
+            pins = read_pins(self._pins, self.keyring)  # before the catalog, never ahead of it
             catalog = load_catalog(self.path, self.keyring)
             if catalog is None:
+                if pins:
+                    raise CatalogError(f"{self.path} has no catalog, but the pin {pins[0][0]} "
+                                       f"records version {pins[0][2]} of database "
+                                       f"{pins[0][1]}", hint="restore the catalog from a backup")
                 catalog = Catalog.new()
                 save_catalog(self.path, self.keyring, catalog)
             self.catalog = catalog
@@ -118,7 +134,15 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             self.cache = ColumnCache(cache_bytes)
             self.con = self._new_duckdb(memory_limit, threads)
             if not read_only:
-                self.collect_garbage()
+                self.collect_garbage()  # refuses a rolled-back catalog, deleting nothing
+                if {v for _p, _d, v in pins} != {catalog.version} or len(pins) < len(self._pins):
+                    self._write_pins()
+            else:
+                evidence = self.rollback_evidence()
+                if evidence is not None:
+                    log.warning("cryptdisk: %s: the catalog (version %d) was rolled back: %s; "
+                                "this read-only connection answers from it, without the "
+                                "newer data", self.path, self.catalog.version, evidence)
         except BaseException:
             self._release_lock()
             raise
@@ -196,6 +220,13 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     def _commit(self) -> None:
         save_catalog(self.path, self.keyring, self.catalog)
         self._stamp = catalog_stamp(self.path)
+        self._write_pins()
+        self._collect_pending()
+
+    def _write_pins(self) -> None:
+        """Record the published version in the pins (after the catalog: never ahead of it)."""
+        for path in self._pins:
+            write_pin(path, self.keyring, self.catalog.db_id, self.catalog.version)
 
     def _writable(self, what: str) -> None:
         if self.read_only:
@@ -392,7 +423,10 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
 
     Options: ``cache_bytes`` (bound of the decrypted cache, default 2 GiB),
     ``read_only`` (no write lock; sees other processes' commits),
-    ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``.
+    ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``pin`` (a file
+    outside the directory that records the catalog's version after every
+    commit, so a rollback of the whole directory is refused; ``True`` means
+    ``PATH.pin`` beside ``PATH.key``; created by the first writer that uses it).
     A second process opening the same database for writing gets
     :class:`~cryptdisk.errors.DatabaseLockedError`.
     """

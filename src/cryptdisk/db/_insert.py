@@ -61,7 +61,8 @@ class InsertMixin:
                 wrapper = self._cast_select(meta, prepared, columns)
                 reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
                 parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
-                                    max_rows=PART_ROWS, on_rows=on_rows)
+                                    version=self.catalog.version + 1, max_rows=PART_ROWS,
+                                    on_rows=on_rows)
             except duckdb.OutOfMemoryException as exc:
                 raise DatabaseError(f"INSERT INTO {meta.name} ran out of memory ({exc}); "
                                     "cryptdisk does not let DuckDB spill plaintext to disk",

@@ -1,29 +1,43 @@
 """Changing stored data: drop, truncate, move between policies, merge, clean up.
 
-Every change follows one order: write new files, publish the catalog, then
-delete what it no longer names. A process killed at any point leaves either
-the old catalog (new files are orphans) or the new one (old files are
-orphans); the next writer to open the database deletes orphans
-(:meth:`collect_garbage`), so no part is ever half-visible or counted twice.
+Every change follows one order: write new files (named for the catalog version
+that will name them), publish the catalog, then delete what it no longer
+names. A process killed at any point leaves either the old catalog (new files
+are orphans) or the new one (old files are orphans); the writers that open the
+database later delete the orphans they can prove abandoned
+(:meth:`collect_garbage`, :mod:`._rollback`), so no part is ever half-visible
+or counted twice, and no part of a newer catalog is taken for an orphan.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError, CryptdiskError, DatabaseError, DiskFileNotFoundError
 from . import _sql
-from ._catalog import PartMeta, remove_catalog_temps
+from ._catalog import PartMeta, load_catalog, remove_catalog_temps
 from ._partread import read_part
 from ._parts import verify_part
+from ._rollback import (
+    Survey,
+    part_file_name,
+    pin_evidence,
+    read_pins,
+    remove_pin_temps,
+    rollback_error,
+    survey,
+)
 from ._storage import policy_disk, policy_disks, stale_cleanup
 
 if TYPE_CHECKING:
     from ._catalog import TableMeta
 
 __all__ = ["MaintenanceMixin"]
+
+log = logging.getLogger("cryptdisk.db")
 
 
 class MaintenanceMixin:
@@ -34,6 +48,8 @@ class MaintenanceMixin:
     cache: Any
     con: Any
     _stamp: Any
+    _pins: list[str]
+    _pending: list[tuple[Any, str]]
 
     def _remove_parts(self, parts: list[PartMeta]) -> None:
         for part in parts:
@@ -98,7 +114,8 @@ class MaintenanceMixin:
                     continue
                 source = self.config.disks[part.disk]
                 verify_part(source, part)
-                path = f"{meta.prefix(self.catalog.db_id)}/{part.id}.{target.name}.parquet"
+                name = part_file_name(self.catalog.version + 1, part.id, f".{target.name}")
+                path = f"{meta.prefix(self.catalog.db_id)}/{name}"
                 with source.open_read(part.path) as src, target.open_write(path) as dst:
                     while chunk := src.read(8 << 20):
                         dst.write(chunk)
@@ -143,34 +160,90 @@ class MaintenanceMixin:
                            .to_batches(max_chunksize=1 << 20))
             disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
             new = write_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
-                              max_rows=PART_ROWS, on_rows=on_rows)
+                              version=self.catalog.version + 1, max_rows=PART_ROWS,
+                              on_rows=on_rows)
             self._replace_parts(meta, new)
             return True
 
-    def collect_garbage(self) -> int:
-        """Delete files of this database that the catalog does not name; returns how many.
+    def _live(self, catalog: Any) -> set[tuple[str, str]]:
+        return {(p.disk, p.path) for t in catalog.tables.values() for p in t.parts}
 
-        Also deletes the temporaries of writers killed mid-write (parts and the
-        catalog): this connection holds the writer lock, so no live writer owns one.
+    def _survey(self) -> Survey:
+        return survey(policy_disks(self.config), f"cryptdisk-db/{self.catalog.db_id}",
+                      self._live(self.catalog), self.catalog.version)
+
+    def rollback_evidence(self) -> str | None:
+        """A sentence naming what proves this database's catalog was rolled back, or None.
+
+        Looks at the pins (``PATH/pin`` and the one given to ``connect(pin=...)``)
+        and at the versions in the names of the files the catalog does not name.
+        Safe beside a writer: pins are read before the catalog, and the catalog
+        again after the files are listed.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            pins = read_pins(self._pins, self.keyring)  # type: ignore[attr-defined]
+            if self.read_only:  # type: ignore[attr-defined]
+                self._stamp = None
+                self.refresh()  # type: ignore[attr-defined]
+            found = self._survey()
+            if found.newer and self.read_only:  # type: ignore[attr-defined]
+                after = load_catalog(self.path, self.keyring)  # type: ignore[attr-defined]
+                if after is not None:
+                    found = found.newer_than(after.version, self._live(after))
+            return (pin_evidence(pins, self.catalog.db_id, self.catalog.version)
+                    or found.evidence())
+
+    def collect_garbage(self, *, unversioned: bool = False) -> int:
+        """Delete the files of this database that were provably abandoned; returns how many.
+
+        A file is abandoned when the catalog does not name it and has passed the
+        version the file was written for (its name says which), or when it is a
+        temporary (of a part, of the catalog, of a pin): this connection holds
+        the writer lock, so no live writer owns one. Files written for the next
+        version are deleted after this connection's first commit; files with no
+        version in their name are kept unless ``unversioned`` is true. If a file
+        or a pin proves the catalog was rolled back, nothing is deleted and
+        :class:`~cryptdisk.errors.CatalogError` says what proves it.
         """
         with self._mutex:  # type: ignore[attr-defined]
             self._writable("collect garbage")  # type: ignore[attr-defined]
+            pins = read_pins(self._pins, self.keyring)  # type: ignore[attr-defined]
+            found = self._survey()  # nothing moves: this connection holds the writer lock
+            evidence = (pin_evidence(pins, self.catalog.db_id, self.catalog.version)
+                        or found.evidence())
+            if evidence is not None:
+                raise rollback_error(self.path,  # type: ignore[attr-defined]
+                                     self.catalog.version, evidence)
             remove_catalog_temps(self.path)  # type: ignore[attr-defined]
-            live = {(p.disk, p.path) for t in self.catalog.tables.values() for p in t.parts}
+            for pin in self._pins:
+                remove_pin_temps(pin)
             prefix = f"cryptdisk-db/{self.catalog.db_id}"
-            removed = 0
             for disk in policy_disks(self.config):
-                try:
+                with contextlib.suppress(CryptdiskError, OSError):
                     stale_cleanup(disk, prefix)
-                    names = disk.list(prefix)
-                except (CryptdiskError, OSError):
-                    continue
-                for name in names:
-                    if (disk.name, name) not in live:
-                        with contextlib.suppress(DiskFileNotFoundError, FileNotFoundError):
-                            disk.remove(name)
-                            removed += 1
-            return removed
+            self._pending = found.pending
+            if found.unversioned and not unversioned:
+                log.info("cryptdisk: %s: kept %d file(s) the catalog does not name and that "
+                         "carry no catalog version (collect_garbage(unversioned=True) "
+                         "deletes them)", self.path,  # type: ignore[attr-defined]
+                         len(found.unversioned))
+            doomed = found.abandoned + (found.unversioned if unversioned else [])
+            return self._remove_files(doomed)
+
+    def _remove_files(self, files: list[tuple[Any, str]]) -> int:
+        removed = 0
+        for disk, name in files:
+            with contextlib.suppress(DiskFileNotFoundError, FileNotFoundError):
+                disk.remove(name)
+                removed += 1
+        return removed
+
+    def _collect_pending(self) -> None:
+        """After a commit: the files written for the version just passed, if still unnamed."""
+        if self._pending:
+            live = self._live(self.catalog)
+            self._remove_files([(d, n) for d, n in self._pending if (d.name, n) not in live])
+            self._pending = []
 
     def check(self) -> int:
         """Verify every part's SHA-256 against one catalog version; returns the parts checked.
@@ -182,7 +255,11 @@ class MaintenanceMixin:
         catalog version that did not change meanwhile.
         """
         with self._mutex:  # type: ignore[attr-defined]
-            self.refresh()  # type: ignore[attr-defined]
+            evidence = self.rollback_evidence()
+            if evidence is not None:
+                raise CatalogError(f"{self.path}: the catalog (version "  # type: ignore[attr-defined]
+                                   f"{self.catalog.version}) was rolled back: {evidence}",
+                                   hint="put the newest catalog back")
             while True:
                 catalog = self.catalog
                 try:

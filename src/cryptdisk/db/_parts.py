@@ -1,9 +1,11 @@
 """Writing parts: immutable Parquet files on a disk, written once, checked against the catalog.
 
-A part carries its random id in the Parquet key-value metadata. On an
-encrypted disk that footer is authenticated with the rest of the file, so a
-part file replaced by another valid part (or an older copy) is caught on the
-first read by comparing the id, the row count and the size with the catalog.
+A part carries its random id, and the catalog version that names it first, in
+the Parquet key-value metadata (its file name carries that version too, see
+:mod:`._rollback`). On an encrypted disk that footer is authenticated with the
+rest of the file, so a part file replaced by another valid part (or an older
+copy) is caught on the first read by comparing the id, the row count and the
+size with the catalog.
 The SHA-256 of the whole Parquet byte stream is recorded too and checked on
 full reads (:func:`verify_part`, merges, moves).
 """
@@ -23,6 +25,7 @@ import pyarrow.parquet as pq
 from ..disks._base import Disk
 from ..errors import CatalogError, DiskFileNotFoundError
 from ._catalog import PartMeta
+from ._rollback import VERSION_KEY, part_file_name
 
 __all__ = ["PART_ID_KEY", "verify_part", "write_parts"]
 
@@ -93,8 +96,12 @@ class _HashingWriter:
 
 
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
-                *, max_rows: int, on_rows: Callable[[int], None] | None = None) -> list[PartMeta]:
+                *, version: int, max_rows: int,
+                on_rows: Callable[[int], None] | None = None) -> list[PartMeta]:
     """Write ``batches`` as parts of at most about ``max_rows`` rows each; publish each one.
+
+    ``version`` is the catalog version that will name the parts (the loaded
+    catalog's plus one); it goes into each part's name and footer.
 
     Returns the new parts (already on disk, not yet in the catalog). If this
     raises, parts written so far stay on disk as orphans for the next open to
@@ -105,8 +112,9 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     pending: pa.RecordBatch | None = next(it, None)
     while pending is not None:
         part_id = uuid.uuid4().hex
-        path = f"{prefix}/{part_id}.parquet"
-        meta_schema = schema.with_metadata({PART_ID_KEY: part_id.encode()})
+        path = f"{prefix}/{part_file_name(version, part_id)}"
+        meta_schema = schema.with_metadata({PART_ID_KEY: part_id.encode(),
+                                            VERSION_KEY: str(version).encode()})
         rows = 0
         with disk.open_write(path) as raw:
             sink = _HashingWriter(raw)

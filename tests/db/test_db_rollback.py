@@ -1,0 +1,217 @@
+"""A rolled-back catalog is refused by writers, reported to readers, and never costs data.
+
+Parts are named (and, new ones, stamped in their authenticated footer) with the
+catalog version that publishes them; pins record the published version after
+each commit (``PATH/pin``, and optionally one outside the directory).
+"""
+
+import logging
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import cryptdisk
+from cryptdisk.db._catalog import load_catalog, save_catalog
+from cryptdisk.errors import CatalogError, WrongKeyError
+
+from .dbhelpers import SCHEMA, gen
+from .test_db_crash import kill, pause_writer
+
+
+def data_files(path):
+    root = os.path.join(path, "data")
+    return sorted(os.path.relpath(os.path.join(r, f), root)
+                  for r, _d, fs in os.walk(root) for f in fs)
+
+
+def count(path, **options):
+    with cryptdisk.connect(path, **options) as db:
+        return db.query("SELECT count(*) FROM t")[0][0]
+
+
+def new_table(path, rows=100, **options):
+    with cryptdisk.connect(path, **options) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql(f"INSERT INTO t {gen(rows)}")
+
+
+def insert(path, rows, start, **options):
+    with cryptdisk.connect(path, **options) as db:
+        db.sql(f"INSERT INTO t {gen(rows, start)}")
+
+
+def test_catalog_rolled_back_alone_is_refused_and_nothing_is_deleted(tmp_path, caplog):
+    path = str(tmp_path / "db")
+    new_table(path)
+    old = (tmp_path / "db" / "catalog").read_bytes()
+    insert(path, 10, 1000)
+    newest = (tmp_path / "db" / "catalog").read_bytes()
+    files = data_files(path)
+    (tmp_path / "db" / "catalog").write_bytes(old)
+
+    with pytest.raises(CatalogError, match="rolled back") as err:
+        cryptdisk.connect(path)
+    assert "pin" in str(err.value) and "nothing was deleted" in str(err.value)
+    assert data_files(path) == files
+    # A reader answers from the old catalog, but says so, and check() fails.
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        reader = cryptdisk.connect(path, read_only=True)
+    assert "rolled back" in caplog.text
+    with reader:
+        assert reader.query("SELECT count(*) FROM t") == [(100,)]
+        with pytest.raises(CatalogError, match="rolled back"):
+            reader.check()
+    assert data_files(path) == files
+
+    (tmp_path / "db" / "catalog").write_bytes(newest)
+    with cryptdisk.connect(path) as db:
+        assert db.query("SELECT count(*) FROM t") == [(110,)]
+        assert db.check() == 2
+
+
+def test_catalog_and_its_pin_rolled_back_together_are_refused_by_the_parts(tmp_path):
+    path = str(tmp_path / "db")
+    new_table(path)
+    saved = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    insert(path, 10, 1000)
+    insert(path, 10, 2000)  # written for a version the old catalog's successor published
+    newest = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    files = data_files(path)
+    for f, data in saved.items():
+        (tmp_path / "db" / f).write_bytes(data)
+
+    with pytest.raises(CatalogError, match="written for later catalog versions") as err:
+        cryptdisk.connect(path)
+    assert "nothing was deleted" in str(err.value)
+    assert data_files(path) == files
+    for f, data in newest.items():
+        (tmp_path / "db" / f).write_bytes(data)
+    assert count(path) == 120
+
+
+def test_a_one_commit_rollback_of_catalog_and_pin_keeps_the_newer_parts(tmp_path):
+    # Indistinguishable from a writer killed before it published: the writer opens,
+    # but deletes nothing newer than the catalog.
+    path = str(tmp_path / "db")
+    new_table(path)
+    saved = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    insert(path, 10, 1000)
+    newest = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    files = data_files(path)
+    for f, data in saved.items():
+        (tmp_path / "db" / f).write_bytes(data)
+    assert count(path) == 100
+    assert data_files(path) == files
+    for f, data in newest.items():
+        (tmp_path / "db" / f).write_bytes(data)
+    assert count(path) == 110
+
+
+def test_an_outside_pin_catches_a_rollback_of_the_whole_directory(tmp_path, caplog):
+    path = str(tmp_path / "db")
+    new_table(path, pin=True)
+    pin = tmp_path / "db.pin"
+    assert pin.exists() and b"version" not in pin.read_bytes()  # sealed
+    shutil.copytree(path, tmp_path / "backup")
+    insert(path, 10, 1000, pin=True)
+    shutil.rmtree(path)
+    shutil.copytree(tmp_path / "backup", path)
+
+    with pytest.raises(CatalogError, match=r"the pin .*db\.pin records that version"):
+        cryptdisk.connect(path, pin=True)
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        assert count(path, pin=True, read_only=True) == 100
+    assert "rolled back" in caplog.text
+    # Without the outside pin nothing in the directory shows it: that is what it is for.
+    assert count(path, read_only=True) == 100
+
+
+def test_a_pin_of_another_database_is_refused(tmp_path):
+    new_table(str(tmp_path / "a"), pin=tmp_path / "a.pin")
+    new_table(str(tmp_path / "b"))
+    with pytest.raises(WrongKeyError, match=r"a\.pin"):  # sealed under a's key
+        cryptdisk.connect(tmp_path / "b", pin=tmp_path / "a.pin")
+    shutil.copy(tmp_path / "a.key", tmp_path / "b.key")  # same key, other database
+    shutil.rmtree(tmp_path / "b")
+    new_table(str(tmp_path / "b"))
+    with pytest.raises(CatalogError, match="belongs to another database"):
+        cryptdisk.connect(tmp_path / "b", pin=tmp_path / "a.pin")
+    shutil.copy(tmp_path / "a.key", tmp_path / "c.key")
+    with pytest.raises(CatalogError, match="has no catalog, but the pin"):
+        cryptdisk.connect(tmp_path / "c", pin=tmp_path / "a.pin")
+    assert not (tmp_path / "c" / "catalog").exists()
+
+
+def test_parts_carry_their_catalog_version_in_name_and_authenticated_footer(tmp_path):
+    path = str(tmp_path / "db")
+    new_table(path)
+    with cryptdisk.connect(path) as db:
+        version = db.catalog.version
+        (part,) = db.query("SELECT path FROM system.parts")
+    assert os.path.basename(part[0]).startswith(f"v{version}-")
+    with cryptdisk.open(os.path.join(path, "data", part[0]), "rb",
+                        keyring=db.keyring) as f:
+        meta = pq.read_metadata(pa.BufferReader(f.read()))
+    assert meta.metadata[b"cryptdisk.catalog_version"] == str(version).encode()
+
+
+def test_orphans_of_a_killed_insert_go_once_the_catalog_passes_their_version(tmp_path):
+    path = str(tmp_path / "db")
+    new_table(path)
+    before = data_files(path)
+    child, _temp = pause_writer(path, "catalog", f"INSERT INTO t {gen(10, 1000)}")
+    kill(child)  # its part is on disk; the catalog naming it never was
+    orphans = set(data_files(path)) - set(before)
+    assert len(orphans) == 1
+    with cryptdisk.connect(path) as db:
+        assert set(data_files(path)) - set(before) == orphans  # newer than the catalog: kept
+        assert db.query("SELECT count(*) FROM t") == [(100,)]
+        db.sql(f"INSERT INTO t {gen(5, 2000)}")  # the catalog passes the orphan's version
+        assert not orphans & set(data_files(path))
+        assert db.query("SELECT count(*) FROM t") == [(105,)]
+
+
+def test_parts_a_killed_merge_left_behind_are_deleted_by_the_next_writer(tmp_path):
+    path = str(tmp_path / "db")
+    new_table(path)
+    insert(path, 10, 1000)
+    merged = set(data_files(path))
+    # Stopped after it published the catalog, while it records the version in the pin:
+    # the parts it merged are abandoned but still on disk.
+    child, temp = pause_writer(path, "pin", "OPTIMIZE TABLE t FINAL")
+    kill(child)
+    assert merged <= set(data_files(path)) and os.path.exists(temp)
+    with cryptdisk.connect(path) as db:
+        assert not merged & set(data_files(path))
+        assert not os.path.exists(temp)
+        assert db.query("SELECT count(*) FROM t") == [(110,)]
+        assert db.check() == 1
+
+
+def test_a_legacy_database_stays_readable_and_its_unnamed_files_are_kept(tmp_path):
+    # A database written before parts carried versions: part names without one, no pin.
+    path = str(tmp_path / "db")
+    new_table(path)
+    with cryptdisk.connect(path) as db:
+        keyring = db.keyring
+    catalog = load_catalog(path, keyring)
+    part = catalog.tables["t"].parts[0]
+    legacy = part.path.replace(os.path.basename(part.path), f"{part.id}.parquet")
+    os.replace(os.path.join(path, "data", part.path), os.path.join(path, "data", legacy))
+    part.path = legacy
+    catalog.version -= 1  # save_catalog publishes version + 1: keep the number
+    save_catalog(path, keyring, catalog)
+    os.unlink(os.path.join(path, "pin"))
+    stray = os.path.join(os.path.dirname(legacy), "0123456789abcdef0123456789abcdef.parquet")
+    shutil.copy(os.path.join(path, "data", legacy), os.path.join(path, "data", stray))
+
+    with cryptdisk.connect(path) as db:
+        assert db.query("SELECT count(*) FROM t") == [(100,)]
+        assert db.check() == 1
+        assert stray in data_files(path)  # no version: it cannot be proven abandoned
+        assert (tmp_path / "db" / "pin").exists()
+        assert db.collect_garbage(unversioned=True) == 1
+        assert data_files(path) == [legacy]
