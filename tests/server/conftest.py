@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
+# psycopg's binary wheel bundles its own OpenSSL, whose symbols mix with the system
+# OpenSSL that Python's ssl module (the server side, in this same process) has loaded:
+# freeing a TLS context then corrupts the heap. The pure-Python psycopg uses the system
+# libpq (Debian's libpq5, with postgresql-client), linked to the same OpenSSL as Python.
+os.environ["PSYCOPG_IMPL"] = "python"
+
 import asyncio
 import threading
 import warnings

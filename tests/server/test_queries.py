@@ -18,6 +18,10 @@ def pg(srv, **kw):
     return psycopg.connect(**{**srv.dsn, **kw})
 
 
+def test_psycopg_uses_the_system_libpq() -> None:
+    assert psycopg.pq.__impl__ == "python"  # see conftest.py: one OpenSSL in the process
+
+
 def test_analytical_types_and_parameters(start_server, analytical) -> None:
     srv = start_server(analytical)
     with pg(srv, autocommit=True) as c:

@@ -106,3 +106,77 @@ def test_plaintext_refused_unless_allowed(start_server, analytical) -> None:
            + cstr("u") + b"\0")
     rest = r.rest()
     assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "28000"
+
+
+def test_silent_client_is_dropped_at_the_login_timeout(start_server, analytical) -> None:
+    srv = start_server(analytical, secure=False, login_timeout=0.5)
+    r = Raw(srv.port)
+    r.send(struct.pack("!i", 100))  # a slowloris: announces a startup packet, never sends it
+    rest = r.rest()  # returns once the server closes the connection
+    assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "08006"
+    still_serves(srv.port)
+
+
+def test_a_thousand_wrong_passwords(start_server, analytical, caplog) -> None:
+    import base64
+    import logging
+
+    import psycopg
+
+    from cryptdisk.server import ScramAuthenticator, UserStore
+    from tests.server.conftest import PASSWORD, USER
+
+    store = UserStore(analytical.db.path + ".users", analytical.keyring, iterations=4096)
+    store.set_user(USER, PASSWORD, admin=True, create=True)
+    srv = start_server(analytical, secure=False,
+                       authenticator=ScramAuthenticator(store, delay=0, max_delay=0))
+    caplog.set_level(logging.WARNING, "cryptdisk.server")
+    proof = base64.b64encode(bytes(32)).decode()
+    for _ in range(1000):
+        r = Raw(srv.port)
+        body = struct.pack("!i", 196608) + cstr("user") + cstr(USER) + b"\0"
+        r.send(struct.pack("!i", len(body) + 4) + body)
+        assert r.read()[0] == b"R"
+        first = b"n,,n=,r=abcdefghijklmnop"
+        r.send(msg(b"p", cstr("SCRAM-SHA-256") + struct.pack("!i", len(first)) + first))
+        _, data = r.read()
+        nonce = data[4:].decode().split(",")[0][2:]
+        r.send(msg(b"p", f"c=biws,r={nonce},p={proof}".encode()))
+        rest = r.rest()
+        assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "28P01"
+    assert "(failure 1000)" in caplog.text
+    with psycopg.connect(host="127.0.0.1", port=srv.port, user=USER, password=PASSWORD,
+                         dbname="d", sslmode="disable", autocommit=True) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_stop_lets_the_running_statement_finish(start_server, sqlite_engine) -> None:
+    import threading
+
+    import psycopg
+
+    srv = start_server(sqlite_engine)
+    results: list[object] = []
+    stopped = threading.Event()
+
+    def run() -> None:
+        with psycopg.connect(**srv.dsn, autocommit=True) as c:
+            results.append(c.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                "WHERE i < 3000000) SELECT count(*) FROM n").fetchone())
+            stopped.wait(120)
+            try:
+                c.execute("SELECT 1")
+            except psycopg.OperationalError as exc:  # then the session was closed
+                results.append(type(exc))
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    while not any(s.busy for s in list(srv.server.sessions)):
+        worker.join(0.01)
+    srv.stop()  # drains: the statement in flight finishes and its client gets the rows
+    stopped.set()
+    worker.join(120)
+    assert results == [(3000000,), psycopg.errors.AdminShutdown]
+    with pytest.raises(psycopg.OperationalError):  # and nothing listens any more
+        psycopg.connect(**srv.dsn)

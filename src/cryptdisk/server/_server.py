@@ -107,6 +107,7 @@ class Server:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        log.debug("connection from %s", writer.get_extra_info("peername"))
         assert task is not None
         self._tasks.add(task)
         try:
@@ -143,8 +144,10 @@ class Server:
         busy = {s.task for s in self.sessions if s.busy}
         for task in set(self._tasks) - busy:
             task.cancel()  # idle, or still logging in: told 57P01 and closed
+        log.debug("draining: %d connections, %d busy", len(self._tasks), len(busy))
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            log.debug("drained: %d left", len(pending))
             for task in pending:
                 task.cancel()
             if pending:

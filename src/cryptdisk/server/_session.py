@@ -135,13 +135,19 @@ class Session:
                 await asyncio.wait_for(self.flush(), 5)
             except (Exception, asyncio.CancelledError):  # noqa: S110
                 pass
-            self.writer.close()
             if self.engine is not None:
                 engine, self.engine = self.engine, None
                 try:
-                    await asyncio.to_thread(engine.close)
+                    engine.close()  # quick (a rollback at most); no await: may run cancelled
                 except Exception:
                     log.exception("closing an engine session")
+            log.debug("closing the session of %s", self.peer_host)
+            self.writer.close()
+            try:  # TLS: send close_notify, but never wait long for the client's
+                await asyncio.wait_for(self.writer.wait_closed(), 2)
+            except (Exception, asyncio.CancelledError) as exc:
+                log.debug("aborting the connection of %s (%r)", self.peer_host, exc)
+                self.writer.transport.abort()
 
     async def _startup(self) -> None:
         while True:
