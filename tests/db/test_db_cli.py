@@ -213,3 +213,23 @@ def test_shell_dot_commands(tmp_path):
             os.waitpid(pid, 0)
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_sql_pin_refuses_a_directory_restored_from_an_older_copy(tmp_path):
+    import shutil
+
+    db = str(tmp_path / "db")
+    assert run("sql", db, "--pin", "-q", "CREATE TABLE t (a BIGINT)").returncode == 0
+    assert (tmp_path / "db.pin").exists()
+    shutil.copytree(db, tmp_path / "copy")
+    assert run("sql", db, "--pin", "-q", "INSERT INTO t VALUES (1)").returncode == 0
+    shutil.rmtree(db)
+    shutil.copytree(tmp_path / "copy", db)
+    refused = run("sql", db, "--pin", "-q", "INSERT INTO t VALUES (2)")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "rolled back" in refused.stderr and "db.pin" in refused.stderr
+    read = run("sql", db, "--pin", "--read-only", "-q", "SELECT count(*) AS n FROM t",
+               "--format", "csv")
+    assert read.returncode == 0 and read.stdout == "n\n0\n"
+    assert "rolled back" in read.stderr
+    assert run("sql", db, "-q", "SELECT count(*) FROM t").returncode == 0  # no pin: no check

@@ -24,7 +24,7 @@ def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
 
         raise DatabaseError(f"no database at {args.path}")
     creating = not os.path.exists(os.path.join(args.path, "catalog"))
-    db = connect(args.path, args.config, read_only=read_only)
+    db = connect(args.path, args.config, read_only=read_only, pin=args.pin)
     if creating:
         print(f"cryptdisk: created a new database in {db.path}", file=sys.stderr)
     return db
@@ -250,6 +250,10 @@ def register(sub: Any) -> None:
         p.add_argument("path", help="the database directory")
         p.add_argument("-c", "--config", help="cryptdisk TOML config (keys, disks, policies); "
                        "default: encrypt everything with the key in PATH.key")
+        p.add_argument("--pin", nargs="?", const=True, metavar="FILE",
+                       help="record the catalog's version after every commit in FILE "
+                       "(default PATH.pin), outside the directory, and refuse a database "
+                       "rolled back behind it; pass it on every use")
 
     p = sub.add_parser("sql", help="query an embedded database (shell, or -q QUERY)",
                        description="Run SQL on an embedded cryptdisk database: DuckDB's SQL "
