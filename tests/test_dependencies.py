@@ -54,3 +54,30 @@ def test_bench_without_psutil_names_the_extra(tmp_path):
     assert "error: cryptdisk bench needs psutil" in r.stderr
     assert "hint: pip install 'cryptdisk[bench]'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_bench_olap_without_numpy_names_the_extra(tmp_path):
+    """numpy (the bench extra) hidden by a meta-path finder, as on a base install."""
+    blocker = tmp_path / "block" / "sitecustomize.py"
+    blocker.parent.mkdir()
+    blocker.write_text(
+        "import sys\n"
+        "class _NoNumpy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'numpy':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _NoNumpy())\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(blocker.parent), str(PACKAGE.parent), env.get("PYTHONPATH")) if p)
+    probe = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert probe.returncode == 1 and "No module named 'numpy'" in probe.stderr
+    for experiment in ("olap", "all"):
+        r = subprocess.run([sys.executable, "-m", "cryptdisk", "bench", experiment, "--quick",
+                            "--workdir", str(tmp_path)], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 1, r.stderr
+        assert f"error: cryptdisk bench {experiment} needs numpy" in r.stderr
+        assert "hint: pip install 'cryptdisk[bench]'" in r.stderr
+        assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 
@@ -97,15 +99,16 @@ def test_sql_second_writer_and_read_only(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    done = run("demo", "--rows", "20000", "--repeats", "1", "--dir", str(tmp_path))
+    work = tmp_path / "new" / "work"  # --dir creates it
+    done = run("demo", "--rows", "20000", "--repeats", "1", "--dir", str(work))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "system.disks" in out and "encrypted | true" in out.replace("  ", " ")
     assert "PAR1" in out and "CRYPTDSK" in out
-    assert "appears in these bytes: no" in out and "appears in these bytes: yes" in out
+    assert "in these bytes: no" in out and "in these bytes: yes" in out
     for step in ("INSERT", "avg(c_float) cold", "sum(c_int) warm, 1 thread"):
         assert step in out
-    assert os.path.exists(tmp_path / "demo.db.key")
+    assert os.path.exists(work / "demo.db.key")
 
 
 def test_interactive_shell_multiline_and_history(tmp_path):
@@ -233,3 +236,24 @@ def test_sql_pin_refuses_a_directory_restored_from_an_older_copy(tmp_path):
     assert read.returncode == 0 and read.stdout == "n\n0\n"
     assert "rolled back" in read.stderr
     assert run("sql", db, "-q", "SELECT count(*) FROM t").returncode == 0  # no pin: no check
+
+
+def test_demo_fits_80_columns_and_names_its_key_once(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+               COLUMNS="80")
+    done = subprocess.run([sys.executable, "-m", "cryptdisk", "demo", "--rows", "300000",
+                           "--repeats", "1"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    assert any("300000/300000" in line and "t_encrypted" in line for line in lines)
+    assert any(line.startswith("t_encrypted |") for line in lines)  # system.parts, one line
+    both = done.stdout + done.stderr
+    assert both.count("demo.db.key") == 1 and "created the encryption key" not in both
+
+
+@pytest.mark.parametrize("rows", ["0", "-5", "ten"])
+def test_demo_refuses_a_row_count_below_one(rows):
+    done = run("demo", "--rows", rows)
+    assert done.returncode == 2 and "--rows" in done.stderr and "Traceback" not in done.stderr

@@ -95,6 +95,10 @@ def _handle(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("psutil") is None:
         raise BenchUsageError("cryptdisk bench needs psutil (process CPU and cleanup)",
                               hint="pip install 'cryptdisk[bench]'")
+    if args.experiment in ("olap", "all") and _missing("numpy"):
+        raise BenchUsageError(f"cryptdisk bench {args.experiment} needs numpy (it generates "
+                              "the olap experiment's table)",
+                              hint="pip install 'cryptdisk[bench]'")
     if args.report is not None:
         if importlib.util.find_spec("matplotlib") is None:
             raise BenchUsageError("--report needs matplotlib for its plots",
@@ -130,6 +134,15 @@ def _handle(args: argparse.Namespace) -> int:
         raise CryptdiskError(f"{len(results.failures)} benchmark run(s) failed: {failed}; "
                              "the results above are incomplete", hint=where)
     return 0
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # blocked, or a broken installation
+        return True
 
 
 def _print_summary(results: Any) -> None:

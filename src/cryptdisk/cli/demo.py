@@ -10,10 +10,13 @@ disk (ciphertext against Parquet's ``PAR1``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import shutil
 import statistics
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["register"]
@@ -34,15 +37,25 @@ def _hexdump(data: bytes, width: int = 16) -> str:
 def _insert(db: Any, console: Any, rows: int) -> dict[str, float]:
     import time
 
-    from rich.progress import MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from ..bench.olap_db import INSERT_SQL, TABLES
 
     took = {}
-    columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn(), TimeElapsedColumn())
+    # Narrow enough for 80 columns at 10M rows: "INSERT t_encrypted", a 20-cell bar,
+    # 10000000/10000000 and the time take about 65.
+    columns = (TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    console.print(f"INSERT {rows:,} rows into each table")
     with Progress(*columns, console=console, transient=False) as bar:
         for strategy, table in TABLES.items():
-            task = bar.add_task(f"INSERT {rows:,} rows into {table}", total=rows)
+            task = bar.add_task(f"INSERT {table}", total=rows)
             t0 = time.perf_counter()
             db.insert_query(table, INSERT_SQL.format(rows=rows),
                             on_rows=lambda n, task=task: bar.advance(task, n))
@@ -82,16 +95,42 @@ def _show_bytes(db: Any, console: Any) -> None:
             data = f.read()
         kind = "Parquet, readable by anyone" if data[:4] == b"PAR1" else \
             "cryptdisk header, then AES-GCM ciphertext"
-        console.print(f"[bold]{table}[/bold] ({len(data):,} bytes on disk, {kind}):",
-                      soft_wrap=True)
-        console.print(f"  {full}", soft_wrap=True, markup=False, highlight=False)
+        console.print(f"[bold]{table}[/bold] ({len(data):,} bytes on disk, {kind}):")
+        console.print(f"  {os.path.relpath(full, db.path)}", overflow="fold", markup=False,
+                      highlight=False)
         console.print(_hexdump(data[:64]), markup=False, highlight=False)
         found = data.find(SAMPLE.encode()) >= 0
-        console.print(f"  md5('1') = {SAMPLE}, a c_str value, appears in these bytes: "
-                      f"{'[red]yes[/red]' if found else '[green]no[/green]'}", soft_wrap=True)
+        console.print(f"  c_str value md5('1') = {SAMPLE} in these bytes: "
+                      f"{'[red]yes[/red]' if found else '[green]no[/green]'}")
+
+
+@contextlib.contextmanager
+def _quiet_key_notice() -> Iterator[None]:
+    """The demo says where its key is itself: drop the database's own notice (said once)."""
+    logger = logging.getLogger("cryptdisk.db")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return "created the encryption key" not in record.getMessage()
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def _positive_rows(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of rows: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import pyarrow as pa
     from rich.console import Console
     from rich.table import Table
 
@@ -105,6 +144,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return run_file_demo(rows, args.dir)
     console = Console()
     workdir = args.dir or tempfile.mkdtemp(prefix="cryptdisk-demo-")
+    os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "demo.db")
     if os.path.exists(path):
         shutil.rmtree(path)
@@ -113,19 +153,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"[bold]cryptdisk demo[/bold]: ClickHouse's encrypted-vs-plain experiment on "
                   f"an embedded database in {path}")
     try:
-        with connect(path) as db:
+        with _quiet_key_notice(), connect(path) as db:
             console.print(f"key file (mode 0600, outside the database directory): {path}.key",
-                          soft_wrap=True)
+                          overflow="fold")
             create_tables(db)
             took = _insert(db, console, args.rows)
-            console.print("\n[bold]system.disks[/bold]")
+            console.print(f"\n[bold]system.disks[/bold] (paths in {path})", overflow="fold")
             from .db import format_table
 
-            console.print(format_table(db.sql("SELECT * FROM system.disks")), markup=False)
+            disks = db.sql("SELECT name, type, is_encrypted, path FROM system.disks")
+            relative = [os.path.relpath(p, path) + "/" for p in disks.column("path").to_pylist()]
+            disks = disks.set_column(3, "path", pa.array(relative, pa.string()))
+            console.print(format_table(disks), markup=False)
             console.print("\n[bold]system.parts[/bold] and [bold]system.keys[/bold] "
                           "(ids and counts, never key material)")
-            console.print(format_table(db.sql(
-                'SELECT "table", rows, bytes, bytes_on_disk, disk, key_id, algorithm '
+            console.print(format_table(db.sql(  # system.disks shows the disks; 80 columns
+                'SELECT "table", rows, bytes, bytes_on_disk, key_id, algorithm '
                 "FROM system.parts ORDER BY 1")), markup=False)
             console.print(format_table(db.sql("SELECT * FROM system.keys")), markup=False)
             console.print()
@@ -155,9 +198,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="encrypted vs plain tables on an embedded database",
                        description=__doc__)
-    p.add_argument("--rows", type=int, default=DEFAULT_ROWS,
+    p.add_argument("--rows", type=_positive_rows, default=DEFAULT_ROWS,
                    help=f"rows per table (default {DEFAULT_ROWS:,}, as in ClickHouse's test)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds per query")
+    p.add_argument("--repeats", type=_positive_rows, default=3,
+                   help="interleaved rounds per query (default 3)")
     p.add_argument("--dir", help="work here instead of a temporary directory (kept)")
     p.add_argument("--keep", action="store_true", help="keep the temporary database")
     p.add_argument("--files", action="store_true",
