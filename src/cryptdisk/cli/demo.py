@@ -161,9 +161,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             console.print(f"\n[bold]system.disks[/bold] (paths in {path})", overflow="fold")
             from .db import format_table
 
-            disks = db.sql("SELECT name, type, is_encrypted, path FROM system.disks")
-            relative = [os.path.relpath(p, path) + "/" for p in disks.column("path").to_pylist()]
-            disks = disks.set_column(3, "path", pa.array(relative, pa.string()))
+            rows = db.query("SELECT name, type, is_encrypted, path FROM system.disks")
+            disks = pa.table({"name": [r[0] for r in rows], "type": [r[1] for r in rows],
+                              "is_encrypted": [r[2] for r in rows],
+                              "path": [os.path.relpath(r[3], path) + "/" for r in rows]})
             console.print(format_table(disks), markup=False)
             console.print("\n[bold]system.parts[/bold] and [bold]system.keys[/bold] "
                           "(ids and counts, never key material)")
