@@ -31,6 +31,14 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str) -> Any:
+    if name == "Database":  # lazy, as connect is: keeps ``import cryptdisk`` light
+        from .db import Database
+
+        return Database
+    raise AttributeError(f"module 'cryptdisk' has no attribute {name!r}")
+
+
 def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:
     """Open (or create) an embedded database in directory ``path``.
 
@@ -89,6 +97,7 @@ def open(
 
 __all__ = [
     "Algorithm",
+    "Database",
     "Key",
     "Keyring",
     "MutableFile",

@@ -58,12 +58,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .disks import ClickHouseDisk, ClickHouseKey, Disk, EncryptedDisk, FsspecDisk, LocalDisk
-from .disks._encrypted import DEFAULT_CACHE_BYTES
-from .disks._policy import StoragePolicy, Volume
+from .disks import (
+    DEFAULT_READ_CACHE_BYTES,
+    ClickHouseDisk,
+    ClickHouseKey,
+    Disk,
+    EncryptedDisk,
+    FsspecDisk,
+    LocalDisk,
+    StoragePolicy,
+    Volume,
+)
 from .errors import ConfigError, KeyringError, PolicyError, with_location
 from .keys import Key, Keyring, export_key_material, parse_key_entry
-from .keys import table_line as _table_line
 
 __all__ = ["Config", "load_config"]
 
@@ -139,7 +146,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
     if name.endswith(".xml") or text.lstrip().startswith("<"):
-        from .disks._clickhouse_xml import parse_clickhouse_storage_xml
+        from .disks import parse_clickhouse_storage_xml
 
         data = parse_clickhouse_storage_xml(name)
         return _Builder(name, "", data, xml=True).build()
@@ -184,7 +191,15 @@ class _Builder:
     def entry_where(self, table: str, index: int) -> str:
         if self.xml:
             return self.where(table) + f" #{index + 1}"
-        return _table_line(self.text, table, index)
+        pattern = re.compile(r"^\s*\[\[\s*" + r"\s*\.\s*".join(
+            f'(?:{re.escape(p)}|"{re.escape(p)}")' for p in table.split(".")) + r"\s*\]\]")
+        seen = -1
+        for number, line in enumerate(self.text.splitlines(), 1):
+            if pattern.match(line):
+                seen += 1
+                if seen == index:
+                    return f"line {number} ([[{table}]] #{index + 1})"
+        return f"[[{table}]] #{index + 1}"
 
     # -- top level -----------------------------------------------------------------
 
@@ -287,7 +302,7 @@ class _Builder:
         segment_size = spec.get("segment_size", 65536)
         if not isinstance(segment_size, int) or isinstance(segment_size, bool):
             raise self.error("segment_size must be an integer", where)
-        cache_mb = spec.get("cache_mb", DEFAULT_CACHE_BYTES >> 20)
+        cache_mb = spec.get("cache_mb", DEFAULT_READ_CACHE_BYTES >> 20)
         if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
             raise self.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
                              where)

@@ -81,11 +81,11 @@ def cases(options: BenchOptions) -> list[Case]:
 
 
 def _vfs_implementation() -> str:
-    from ..sqlite import _native, implementation
+    from ..sqlite import cipher_library, implementation
 
     if implementation() == "python":
         return "Python implementation"
-    return f"C implementation, AES-GCM from {_native.cipher_library()}"
+    return f"C implementation, AES-GCM from {cipher_library()}"
 
 
 def _strategies(record: Recorder) -> list[str]:

@@ -77,10 +77,7 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from ..bench._cleanup import Cleanup
-    from ..bench._model import BenchOptions
-    from ..bench._progress import progress_bar
-    from ..bench._suite import new_results, run_experiment
+    from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
@@ -123,7 +120,7 @@ def _handle(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(results.to_dict(), indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     if args.report is not None:
-        from ..bench._report import write_report
+        from ..bench import write_report
 
         path = write_report(results, args.report, note=args.note, runs=args.json)
         print(f"wrote {path}", file=sys.stderr)
@@ -146,7 +143,7 @@ def _missing(module: str) -> bool:
 
 
 def _print_summary(results: Any) -> None:
-    from ..bench._report import summary_lines
+    from ..bench import summary_lines
 
     out = sys.stdout
     for line in summary_lines(results):

@@ -77,7 +77,7 @@ def _numeric(text: str) -> bool:
 
 
 def _run_and_print(db: Any, sql: str, fmt: str) -> None:
-    from ..db._sql import split_statements
+    from ..db import split_statements
 
     for statement in split_statements(sql):
         result = db.execute(statement)

@@ -16,8 +16,7 @@ import sys
 from typing import Any
 
 from ..config import Config, load_config
-from ..disks import ClickHouseDisk, Disk, EncryptedDisk, LocalDisk
-from ..disks._convert import convert_tree
+from ..disks import ClickHouseDisk, Disk, EncryptedDisk, LocalDisk, convert_tree
 from ..errors import ConfigError, PolicyError
 
 __all__ = ["register"]

@@ -67,7 +67,7 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def _encrypt(args: argparse.Namespace) -> int:
-    from ..sqlite._convert import encrypt_database, encrypt_sqlcipher_database
+    from ..sqlite import encrypt_database, encrypt_sqlcipher_database
 
     keyring = keyring_from_args(args)
     with _progress("encrypting") as progress:
@@ -86,7 +86,7 @@ def _encrypt(args: argparse.Namespace) -> int:
 
 
 def _decrypt(args: argparse.Namespace) -> int:
-    from ..sqlite._convert import decrypt_database
+    from ..sqlite import decrypt_database
 
     keyring = keyring_from_args(args)
     with _progress("decrypting") as progress:

@@ -13,7 +13,8 @@ Tables are encrypted unless their storage policy says otherwise; DuckDB runs
 the SQL on decrypted columns held in a bounded in-memory cache.
 """
 
-from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
+from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._database import Database, connect
+from ._sql import split_statements
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ColumnCache", "Database", "connect"]
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "connect", "split_statements"]

@@ -15,9 +15,9 @@ from collections import OrderedDict
 
 import pyarrow as pa
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ColumnCache"]
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache"]
 
-DEFAULT_CACHE_BYTES = 2 << 30
+DEFAULT_COLUMN_CACHE_BYTES = 2 << 30
 
 
 def measured_size(array: pa.ChunkedArray) -> int:
@@ -28,7 +28,7 @@ def measured_size(array: pa.ChunkedArray) -> int:
 class ColumnCache:
     """An LRU of decoded columns, thread-safe, bounded by measured bytes."""
 
-    def __init__(self, bound: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, bound: int = DEFAULT_COLUMN_CACHE_BYTES) -> None:
         if not isinstance(bound, int) or bound < 0:
             raise ValueError(f"cache bound must be a non-negative number of bytes, not {bound!r}")
         self.bound = bound

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..errors import TableNotFoundError as _TableNotFound
 from . import _sql
-from ._cache import DEFAULT_CACHE_BYTES, ColumnCache
+from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
 from ._columns import (
     base_tables,
@@ -94,7 +94,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, read_only: bool = False,
+                 cache_bytes: int = DEFAULT_COLUMN_CACHE_BYTES, read_only: bool = False,
                  memory_limit: str | None = None, threads: int | None = None,
                  pin: str | os.PathLike[str] | bool | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))

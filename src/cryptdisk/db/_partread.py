@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..disks._base import Disk
+from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError
 from ._catalog import PartMeta
 from ._parts import PART_ID_KEY

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..disks._base import Disk
+from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError
 from ._catalog import PartMeta
 from ._rollback import VERSION_KEY, part_file_name

@@ -10,8 +10,10 @@ Configs are loaded by :func:`cryptdisk.config.load_config`.
 
 from ._base import Disk, FileInfo
 from ._clickhouse import ClickHouseDisk, ClickHouseKey
+from ._clickhouse_xml import parse_clickhouse_storage_xml
+from ._convert import convert_tree
 from ._detect import describe, open_any
-from ._encrypted import EncryptedDisk
+from ._encrypted import DEFAULT_READ_CACHE_BYTES, EncryptedDisk
 from ._files import AtomicWriteFile, PreadFile
 from ._fsspec import FsspecDisk
 from ._local import LocalDisk
@@ -26,6 +28,7 @@ DISK_TYPES: dict[str, type[Disk]] = {
 }
 
 __all__ = [
+    "DEFAULT_READ_CACHE_BYTES",
     "DISK_TYPES",
     "AtomicWriteFile",
     "ClickHouseDisk",
@@ -38,6 +41,8 @@ __all__ = [
     "PreadFile",
     "StoragePolicy",
     "Volume",
+    "convert_tree",
     "describe",
     "open_any",
+    "parse_clickhouse_storage_xml",
 ]

@@ -42,10 +42,10 @@ from ._local import LocalDisk
 from ._paths import norm_path
 from ._wrapping import WrappingDisk
 
-__all__ = ["DEFAULT_CACHE_BYTES", "EncryptedDisk"]
+__all__ = ["DEFAULT_READ_CACHE_BYTES", "EncryptedDisk"]
 
 #: Cache of decrypted reads per encrypted disk (plaintext in process memory only).
-DEFAULT_CACHE_BYTES = 256 << 20
+DEFAULT_READ_CACHE_BYTES = 256 << 20
 
 
 class EncryptedDisk(WrappingDisk):
@@ -56,7 +56,7 @@ class EncryptedDisk(WrappingDisk):
     def __init__(self, name: str, inner: Disk, keyring: Keyring, *, prefix: str = "",
                  algorithm: str | Algorithm | None = None,
                  segment_size: int = DEFAULT_SEGMENT_SIZE,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 cache_bytes: int = DEFAULT_READ_CACHE_BYTES) -> None:
         if not isinstance(keyring, Keyring):
             raise TypeError("keyring must be a cryptdisk.Keyring")
         self.name = name

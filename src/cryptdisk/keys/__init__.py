@@ -10,7 +10,7 @@ and :func:`parse_key_entry`, the one reader of key entries in configs.
 """
 
 from ._key import Key, export_key_material
-from ._keyring import Keyring, table_line
+from ._keyring import Keyring
 from ._provider import (
     ENTRY_POINT_GROUP,
     KeyEntry,
@@ -50,6 +50,5 @@ __all__ = [
     "register_key_provider",
     "rewrap_file",
     "rewrap_tree",
-    "table_line",
     "write_key_file",
 ]

@@ -38,9 +38,9 @@ from ..errors import ConfigError, KeyNotFoundError, KeyringError, with_location
 from ._key import Key
 from ._provider import parse_key_entry
 
-__all__ = ["Keyring", "table_line"]
+__all__ = ["Keyring"]
 
-def table_line(text: str, table: str, index: int) -> str:
+def _table_line(text: str, table: str, index: int) -> str:
     """``line N`` of the ``index``-th ``[[table]]`` header in TOML ``text`` (for messages)."""
     pattern = re.compile(r"^\s*\[\[\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
     seen = -1
@@ -199,7 +199,7 @@ class Keyring:
         keys: list[Key] = []
         seen: dict[int, str] = {}
         for i, entry in enumerate(entries):
-            where = table_line(text, "keyring.keys", i)
+            where = _table_line(text, "keyring.keys", i)
             key = _key_from_entry(entry, default_alg, base, path, where)
             if key.key_id in seen:
                 raise ConfigError(f"duplicate key id {key.key_id} (first at {seen[key.key_id]})",

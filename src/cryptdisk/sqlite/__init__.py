@@ -27,8 +27,9 @@ implementation="python")`` or ``$CRYPTDISK_SQLITE_VFS`` picks one, and
 """
 
 from ._connect import IMPLEMENTATIONS, connect, implementation, vfs_for
+from ._convert import decrypt_database, encrypt_database, encrypt_sqlcipher_database
 from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
-from ._native import NativeVFS
+from ._native import NativeVFS, cipher_library
 from ._vfs import EncryptedFile, EncryptedVFS
 
 __all__ = [
@@ -39,7 +40,11 @@ __all__ = [
     "PageAuthenticationError",
     "PageTruncatedError",
     "WalIndexError",
+    "cipher_library",
     "connect",
+    "decrypt_database",
+    "encrypt_database",
+    "encrypt_sqlcipher_database",
     "implementation",
     "vfs_for",
 ]
