@@ -94,6 +94,21 @@ def test_bad_config_is_a_clean_error(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_a_misspelt_xml_setting_is_refused_not_defaulted(tmp_path: Path) -> None:
+    p = tmp_path / "storage.xml"
+    p.write_text("<clickhouse><storage_configuration><disks>\n"
+                 f"<d><path>{tmp_path}/d/</path></d>\n"
+                 "<enc><type>encrypted</type><disk>d</disk>\n"
+                 f"<key_hex>{K1}</key_hex>\n"
+                 "<algoritm>AES_256_CTR</algoritm></enc>\n"
+                 "</disks></storage_configuration></clickhouse>\n")
+    done = cli("disks", "-c", str(p))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"cryptdisk: error: {p}:storage_configuration/disks/enc/"
+                                  "algoritm, line 5: unknown element <algoritm>")
+    assert K1 not in done.stderr and "Traceback" not in done.stderr
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     files = {"a/one.txt": b"MARKER-ONE\n" * 100, "b.bin": os.urandom(70_000), "empty": b"",
              "deep/er/x.csv": b"1,2,3\n"}

@@ -262,3 +262,61 @@ def test_mapping_matches_what_clickhouse_does_with_the_same_xml(tmp_path, monkey
         assert counts == [b"1234"]
     assert parsed["disks"]["a"]["keys"] == [{"id": 0, "raw": "0123456789abcdef"}]
     assert parsed["disks"]["b"]["current_key_id"] == 4
+
+
+def test_an_unknown_element_is_refused_with_its_path_and_line(tmp_path):
+    p = tmp_path / "storage.xml"
+    p.write_text(FULL.replace("<algorithm>aes_256_ctr</algorithm>",
+                              "<algoritm>aes_256_ctr</algoritm>"))
+    line = next(i for i, text in enumerate(p.read_text().splitlines(), 1) if "algoritm" in text)
+    with pytest.raises(ConfigError, match="unknown element <algoritm> in encrypted disk 'enc'") \
+            as info:
+        parse(p)
+    assert info.value.where == f"storage_configuration/disks/enc/algoritm, line {line}"
+    assert f"{p}:storage_configuration/disks/enc/algoritm, line {line}:" in str(info.value)
+    assert "algorithm" in info.value.hint and HEX not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("<storage_configuration><disks><d><path>/x/</path><keep_free_space_byte>1"
+     "</keep_free_space_byte></d></disks></storage_configuration>",
+     "storage_configuration/disks/d/keep_free_space_byte, line 1"),
+    ("<storage_configuration>\n<disk><d><path>/x/</path></d></disk></storage_configuration>",
+     "storage_configuration/disk, line 2"),
+    ("<storage_configuration><policies><p><volumes><v><disk>d</disk></v></volumes>\n"
+     "<movefactor>0.1</movefactor></p></policies></storage_configuration>",
+     "storage_configuration/policies/p/movefactor, line 2"),
+    ("<storage_configuration><policies><p><volumes><v><disk>d</disk>\n\n<max_part>1</max_part>"
+     "</v></volumes></p></policies></storage_configuration>",
+     "storage_configuration/policies/p/volumes/v/max_part, line 3"),
+])
+def test_unknown_elements_everywhere_in_storage_configuration(text, where):
+    with pytest.raises(ConfigError, match="unknown element") as info:
+        parse(text)
+    assert info.value.where == where
+
+
+def test_settings_clickhouse_reads_are_accepted_and_ignored():
+    text = ("<storage_configuration><disks>"
+            "<d><path>/x/</path><keep_free_space_ratio>0.1</keep_free_space_ratio>"
+            "<skip_access_check>1</skip_access_check></d></disks><policies><p><volumes><v>"
+            "<disk>d</disk><prefer_not_to_merge>1</prefer_not_to_merge>"
+            "<load_balancing>least_used</load_balancing></v></volumes>"
+            "<move_factor>0.1</move_factor></p></policies></storage_configuration>")
+    assert parse(text) == {"disks": {"d": {"type": "local", "path": "/x/"}},
+                           "policies": {"p": {"volumes": [{"name": "v", "disks": ["d"]}]}}}
+
+
+@pytest.mark.parametrize("keys", [
+    f'<key_hex id="1">{HEX}</key_hex>',                        # one key, id 1
+    f"<key_hex>{HEX}</key_hex><key>{SECRET}</key>",            # two keys without ids
+    f'<key_hex id="0">{HEX}</key_hex><key id="1">{SECRET}</key>',
+])
+def test_a_current_key_is_required_unless_the_only_key_has_id_zero(keys):
+    """ClickHouse's DiskEncrypted: 'The current key is not specified' in these cases."""
+    with pytest.raises(ConfigError, match="no current key") as info:
+        parse(_enc(keys))
+    assert info.value.where == "storage_configuration/disks/e"
+    assert "<current_key_id>" in info.value.hint
+    assert SECRET not in str(info.value) and HEX not in str(info.value)
+    assert parse(_enc(f'<key_hex id="0">{HEX}</key_hex>'))["disks"]["e"]["keys"][0]["id"] == 0

@@ -19,9 +19,12 @@ the equivalent TOML, so the one config loader accepts either file::
 
 As in ClickHouse, a single key without an ``id`` gets id 0; several keys
 without ids get the ids after the largest explicit one (ClickHouse finds keys
-by fingerprint, so the ids only name them). Settings cryptdisk has no use for
-(``keep_free_space_bytes``, ``move_factor``, ...) are ignored, as ClickHouse
-ignores what it does not know. Key material never appears in error messages.
+by fingerprint, so the ids only name them). As in ClickHouse, a disk needs
+``<current_key_id>`` (or ``<current_key>``/``<current_key_hex>``) unless its
+only key has id 0. Settings ClickHouse reads that cryptdisk has no use for
+(``keep_free_space_bytes``, ``move_factor``, ...) are ignored; an element
+ClickHouse does not read there (``<algoritm>``) is a :class:`ConfigError`
+naming its path and line. Key material never appears in error messages.
 """
 
 from __future__ import annotations
@@ -43,12 +46,37 @@ _KEY_TAGS = ("key", "key_hex")
 _CURRENT_TAGS = ("current_key_id", "current_key", "current_key_hex")
 
 
+# What ClickHouse reads in each part of a storage_configuration. cryptdisk uses some of it
+# and ignores the rest (free space, moves, merges); anything else is a typo or a setting
+# of a version cryptdisk does not know, and is refused with its line.
+_SC_CHILDREN = frozenset({"disks", "policies"})
+_COMMON_DISK = frozenset({"type", "skip_access_check", "readonly"})
+_LOCAL_DISK = _COMMON_DISK | {"path", "keep_free_space_bytes", "keep_free_space_ratio"}
+_ENCRYPTED_DISK = _COMMON_DISK | {"disk", "path", "algorithm", "use_fake_transaction",
+                                  *_KEY_TAGS, *_CURRENT_TAGS}
+_POLICY = frozenset({"volumes", "move_factor"})
+_VOLUME = frozenset({"disk", "max_data_part_size_bytes", "max_data_part_size_ratio",
+                     "prefer_not_to_merge", "perform_ttl_move_on_insert", "load_balancing",
+                     "least_used_ttl_ms", "volume_priority"})
+
+
 class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
+        self.lines: dict[ET.Element, int] = {}
 
     def error(self, message: str, where: str, hint: str | None = None) -> ConfigError:
         return ConfigError(message, path=self.source, where=where, hint=hint)
+
+    def only(self, elem: ET.Element, where: str, known: frozenset[str], what: str) -> None:
+        """Refuse a child of ``elem`` that ClickHouse does not read there (a typo, usually)."""
+        for child in elem:
+            if child.tag not in known:
+                line = self.lines.get(child)
+                raise self.error(
+                    f"unknown element <{child.tag}> in {what}",
+                    f"{where}/{child.tag}" + (f", line {line}" if line else ""),
+                    f"known here: {', '.join(sorted(known))}")
 
     def text(self, elem: ET.Element, where: str) -> str:
         """An element's text, taken from the environment with ``from_env`` (non-secret values)."""
@@ -88,6 +116,7 @@ class _Parser:
         type_elem = elem.find("type")
         kind = "local" if type_elem is None else self.text(type_elem, f"{where}/type").lower()
         if kind == "local":
+            self.only(elem, where, _LOCAL_DISK, f"local disk {elem.tag!r}")
             path = elem.find("path")
             if path is None:
                 if elem.tag == "default":
@@ -101,6 +130,7 @@ class _Parser:
             f"{where}/type", "keep only local and encrypted disks in the file cryptdisk reads")
 
     def encrypted(self, elem: ET.Element, where: str) -> dict[str, Any]:
+        self.only(elem, where, _ENCRYPTED_DISK, f"encrypted disk {elem.tag!r}")
         inner = elem.find("disk")
         if inner is None or not self.text(inner, f"{where}/disk"):
             raise self.error("an encrypted disk needs <disk> (the disk it wraps)", where)
@@ -181,7 +211,15 @@ class _Parser:
             raise self.error("the current key is given more than once "
                              f"({', '.join('<' + e.tag + '>' for e in given)})", where)
         if not given:
-            return None  # one key: it is current; otherwise the loader asks for current_key_id
+            if len(keys) == 1 and keys[0]["id"] == 0:
+                return None  # one key with id 0 (or none): current, as in ClickHouse
+            ids = ", ".join(str(k["id"]) for k in keys)
+            raise self.error(
+                f"no current key: the disk has {'keys' if len(keys) > 1 else 'a key'} with "
+                f"id {ids} and no <current_key_id> (ClickHouse refuses to start with this "
+                "disk: 'The current key is not specified')", where,
+                f"add <current_key_id>{keys[-1]['id']}</current_key_id> naming the key that "
+                "encrypts new files")
         cur = given[0]
         at = f"{where}/{cur.tag}"
         if cur.tag == "current_key_id":
@@ -206,12 +244,14 @@ class _Parser:
             at = f"{where}/{policy.tag}"
             if policy.tag in out:
                 raise self.error(f"policy {policy.tag!r} is defined twice", at)
+            self.only(policy, at, _POLICY, f"policy {policy.tag!r}")
             volumes_elem = policy.find("volumes")
             if volumes_elem is None or len(volumes_elem) == 0:
                 raise self.error(f"policy {policy.tag!r} has no volumes", at)
             volumes = []
             for volume in volumes_elem:
                 vat = f"{at}/volumes/{volume.tag}"
+                self.only(volume, vat, _VOLUME, f"volume {volume.tag!r}")
                 disks = [self.text(d, f"{vat}/disk") for d in volume.findall("disk")]
                 if not disks or not all(disks):
                     raise self.error(f"volume {volume.tag!r} needs at least one <disk>", vat)
@@ -244,10 +284,17 @@ def _refuse(*_args: Any) -> NoReturn:
 
 
 def _parse_xml(data: str | bytes, parser: _Parser) -> ET.Element:
-    """Parse with expat into an ElementTree, refusing DTDs (so no entity expansion at all)."""
+    """Parse with expat into an ElementTree, refusing DTDs (so no entity expansion at all).
+
+    Each element's line is noted in ``parser.lines`` for error messages.
+    """
     builder = ET.TreeBuilder()
     p = expat.ParserCreate()
-    p.StartElementHandler = builder.start
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        parser.lines[builder.start(tag, attrs)] = p.CurrentLineNumber
+
+    p.StartElementHandler = start
     p.EndElementHandler = builder.end
     p.CharacterDataHandler = builder.data
     p.StartDoctypeDeclHandler = _refuse
@@ -281,6 +328,7 @@ def parse_clickhouse_storage_xml(path_or_text: str | bytes | os.PathLike[str]) -
                            "the root must be <clickhouse>, <yandex> or <storage_configuration>")
     if sc is None:
         raise parser.error("no <storage_configuration> in this file", root.tag)
+    parser.only(sc, _SC, _SC_CHILDREN, "<storage_configuration>")
     out: dict[str, Any] = {}
     disks = sc.find("disks")
     if disks is not None:
