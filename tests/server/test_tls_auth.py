@@ -138,7 +138,7 @@ def test_user_statements(start_server, sqlite_engine) -> None:
         rows = admin.execute("SELECT * FROM system.users").fetchall()
         assert rows == [("bob", False, "SCRAM-SHA-256", 4096), (USER, True, "SCRAM-SHA-256", 4096)]
         with pytest.raises(psycopg.errors.FeatureNotSupported):
-            admin.execute("GRANT SELECT ON t TO bob")
+            admin.execute("CREATE ROLE analysts")
     bob = {**srv.dsn, "user": "bob", "password": "b's pw"}
     with psycopg.connect(**bob, autocommit=True) as c:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -80,6 +80,10 @@ class EngineSession:
     def in_transaction(self) -> bool:
         return False
 
+    def set_privileges(self, privileges: Any) -> None:
+        """Check every later statement against ``privileges`` (a :class:`._grants.Privileges`)."""
+        raise NotImplementedError
+
     def interrupt(self) -> None:
         """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
 
@@ -163,6 +167,8 @@ def statement_error(exc: Exception) -> StatementError:
             code = "23505" if "UNIQUE" in text else "23000"
         elif isinstance(exc, apsw.BusyError | apsw.LockedError):
             code = "55P03"
+        elif isinstance(exc, apsw.AuthError):
+            code, text = "42501", "permission denied (" + text + ")"
         elif isinstance(exc, apsw.InterruptError):
             code, text = "57014", "canceling statement due to user request"
         elif isinstance(exc, apsw.SQLError):
@@ -180,6 +186,12 @@ def statement_error(exc: Exception) -> StatementError:
 class _AnalyticalSession(EngineSession):
     def __init__(self, engine: AnalyticalEngine) -> None:
         self.engine = engine
+        self.privileges: Any = None
+        self._parser: Any = None
+
+    def set_privileges(self, privileges: Any) -> None:
+        self.privileges = privileges
+        self._parser = self.engine.db.con.cursor()  # its own connection: only parses
 
     def _sql(self, sql: str, params: list[Any]) -> str:
         words = _sqltext.first_words(sql, 1)
@@ -195,7 +207,10 @@ class _AnalyticalSession(EngineSession):
                 raise StatementError(f"there is no parameter ${n}", "42P02")
             return sql_literal(params[n - 1])
 
-        return _sqltext.substitute(sql, lit)
+        text = _sqltext.substitute(sql, lit)
+        if self.privileges is not None:
+            self.privileges.check_analytical(text, self._parser)
+        return text
 
     def run(self, sql: str, params: list[Any]) -> Result:
         text = self._sql(sql, params)
@@ -232,6 +247,10 @@ class _AnalyticalSession(EngineSession):
             self.engine.db.con.interrupt()
         except Exception:  # noqa: S110 - nothing running is fine
             pass
+
+    def close(self) -> None:
+        if self._parser is not None:
+            self._parser.close()
 
 
 class AnalyticalEngine(Engine):
@@ -272,10 +291,16 @@ class _SQLiteSession(EngineSession):
         self.conn = connect(engine.path, keyring=engine.keyring,
                             busy_timeout_ms=engine.busy_timeout_ms)
         self.lock = threading.Lock()
+        self.can_cache = True
 
     @property
     def in_transaction(self) -> bool:
         return bool(self.conn.in_transaction)
+
+    def set_privileges(self, privileges: Any) -> None:
+        self.conn.authorizer = privileges.sqlite_authorizer()
+        # SQLite authorizes when it prepares: no statement cache, so a REVOKE counts at once
+        self.can_cache = False
 
     @staticmethod
     def _sql(sql: str) -> str:
@@ -292,7 +317,8 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                cur.execute(self._sql(sql), [_sqlite_value(p) for p in params])
+                cur.execute(self._sql(sql), [_sqlite_value(p) for p in params],
+                            can_cache=self.can_cache)
                 rows = [tuple(r) for r in cur]
                 changes = self.conn.changes()
             except Exception as exc:
@@ -320,7 +346,8 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                cur.execute(self._sql(sql), [None] * _sqltext.placeholders(sql))
+                cur.execute(self._sql(sql), [None] * _sqltext.placeholders(sql),
+                            can_cache=self.can_cache)
             except apsw.ExecTraceAbort:
                 pass
             except Exception as exc:

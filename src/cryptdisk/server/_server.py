@@ -36,6 +36,9 @@ class Authenticator(Protocol):
 
     def handle(self, session: Session, sql: str) -> Result | None: ...
 
+    def privileges(self, user: str) -> Any:
+        """What ``user`` may do (:class:`._grants.Privileges`), given to its engine session."""
+
 
 class Server:
     """Serve ``engine`` over the PostgreSQL v3 protocol.

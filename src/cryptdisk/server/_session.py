@@ -181,6 +181,9 @@ class Session:
         await self._login(msg.parameters)
         try:
             self.engine = await asyncio.to_thread(self.server.engine.open_session)
+            auth = self.server.authenticator
+            if auth is not None:
+                self.engine.set_privileges(auth.privileges(self.user))
         except Exception as exc:
             err = statement_error(exc)
             self._fatal(err.sqlstate, str(err))

@@ -89,6 +89,11 @@ def split_statements(sql: str) -> list[str]:
     out, start = [], 0
     for kind, s, e in _scan(sql):
         if kind == "semicolon":
+            # a trigger's body (CREATE TRIGGER ... BEGIN ...; ...; END) holds semicolons
+            words = first_words(sql[start:s], 4)
+            if "TRIGGER" in words and words[0] == "CREATE" and not re.search(
+                    r"\bEND\s*$", _strip_comments(sql[start:s]), re.I):
+                continue
             out.append(sql[start:s])
             start = e
     out.append(sql[start:])

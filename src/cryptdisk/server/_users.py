@@ -9,10 +9,14 @@ Statements handled before the engine sees them::
     CREATE USER name [WITH] PASSWORD '...' [ADMIN]
     ALTER USER name [WITH] PASSWORD '...' | ADMIN | NOADMIN
     DROP USER [IF EXISTS] name
+    GRANT SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON [TABLE] t [, ...] TO name [, ...]
+    REVOKE ... ON [TABLE] t [, ...] FROM name [, ...]
     SELECT * FROM system.users      (also SHOW USERS; name, is_admin, auth, iterations)
+    SELECT * FROM system.grants     (user, table, privilege)
 
-Only admins create, drop or change other users; anyone may change their own
-password. ``GRANT``, ``REVOKE`` and roles are refused as not implemented.
+Only admins create, drop or change other users and grant; anyone may change
+their own password. Roles (``CREATE ROLE``, ``GRANT role TO user``) are
+refused as not implemented. :mod:`._grants` checks the privileges.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..errors import CryptdiskError, LoginError, ProtocolError, ServerError
 from . import _protocol as P
 from . import _sqltext
 from ._engines import Result, StatementError
+from ._grants import ACTIONS, Privileges
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, _hmac, make_verifier
 
 if TYPE_CHECKING:
@@ -136,6 +141,37 @@ class UserStore:
                 self.users[name] = before
                 raise
 
+    def grants(self, name: str) -> dict[str, list[str]]:
+        """``{table: [actions]}`` granted to ``name`` (tables lower-cased)."""
+        grants: dict[str, list[str]] = self.users.get(name, {}).get("grants", {})
+        return grants
+
+    def change_grants(self, names: list[str], tables: list[str], actions: list[str], *,
+                      grant: bool) -> None:
+        with self._lock:
+            for name in names:
+                if name not in self.users:
+                    raise StatementError(f'role "{name}" does not exist', "42704")
+            before = json.dumps(self.users)
+            for name in names:
+                grants = self.users[name].setdefault("grants", {})
+                for table in tables:
+                    have = set(grants.get(table, ()))
+                    have = have | set(actions) if grant else have - set(actions)
+                    if have:
+                        grants[table] = sorted(have)
+                    else:
+                        grants.pop(table, None)
+            try:
+                self._save()
+            except BaseException:
+                self.users = json.loads(before)
+                raise
+
+    def grant_rows(self) -> list[tuple[str, str, str]]:
+        return [(n, t, a) for n, u in sorted(self.users.items())
+                for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
+
     def rows(self) -> list[tuple[str, bool, str, int]]:
         return [(n, bool(u.get("admin")), "SCRAM-SHA-256",
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
@@ -214,6 +250,9 @@ class ScramAuthenticator:
     def is_admin(self, user: str) -> bool:
         return self.store.is_admin(user)
 
+    def privileges(self, user: str) -> Privileges:
+        return Privileges(self.store, user)
+
     # -- statements ------------------------------------------------------------------------
 
     def handles(self, sql: str) -> bool:
@@ -223,16 +262,22 @@ class ScramAuthenticator:
         if len(words) == 2 and words[0] in ("CREATE", "ALTER", "DROP") \
                 and words[1] in ("USER", "ROLE"):
             return True
-        return re.fullmatch(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*users\s*;?\s*", sql,
-                            re.I) is not None
+        return re.fullmatch(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(users|grants)\s*;?\s*",
+                            sql, re.I) is not None
 
     def handle(self, session: Session, sql: str) -> Result | None:
         words = _sqltext.first_words(sql, 2)
         me = session.user
         admin = self.store.is_admin(me)
-        if words[:1] in (["GRANT"], ["REVOKE"]) or words[1:] == ["ROLE"]:
-            raise StatementError(f"{' '.join(words)}: roles and grants are not implemented; "
-                                 "every user may read and write every table", "0A000")
+        if words[1:] == ["ROLE"]:
+            raise StatementError(f"{' '.join(words)}: roles are not implemented; grant "
+                                 "privileges to users", "0A000")
+        if words[0] in ("GRANT", "REVOKE"):
+            return self._grant(sql, words[0], admin)
+        if words[0] == "SELECT" and re.search(r"grants\s*;?\s*$", sql, re.I):
+            return Result([("user", 25), ("table", 25), ("privilege", 25)],
+                          list(self.store.grant_rows()),
+                          f"SELECT {len(self.store.grant_rows())}")
         if words[0] in ("SHOW", "SELECT"):
             return Result([("name", 25), ("is_admin", 16), ("auth", 25), ("iterations", 20)],
                           list(self.store.rows()), f"SELECT {len(self.store.users)}")
@@ -276,6 +321,30 @@ class ScramAuthenticator:
             raise
         except CryptdiskError as exc:
             raise StatementError(str(exc), "58030") from None
+
+    def _grant(self, sql: str, verb: str, admin: bool) -> Result:
+        self._need_admin(admin, "grant or revoke privileges")
+        names = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+        m = re.fullmatch(rf"\s*{verb}\s+(.+?)\s+ON\s+(?:TABLE\s+)?({names}(?:\s*,\s*{names})*)"
+                         rf"\s+{'TO' if verb == 'GRANT' else 'FROM'}\s+({_NAME}(?:\s*,\s*{_NAME})*)"
+                         r"\s*;?\s*", sql, re.I | re.S)
+        if not m:
+            raise StatementError(f"syntax: {verb} SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON "
+                                 f"[TABLE] t [, ...] {'TO' if verb == 'GRANT' else 'FROM'} "
+                                 "user [, ...] (roles are not implemented)", "42601")
+        actions = [a.strip().upper() for a in m[1].split(",")]
+        if actions in (["ALL"], ["ALL PRIVILEGES"]):
+            actions = list(ACTIONS)
+        bad = [a for a in actions if a not in ACTIONS]
+        if bad:
+            raise StatementError(f"{verb}: unknown privilege {bad[0]} (SELECT, INSERT, UPDATE, "
+                                 "DELETE or ALL)", "42601")
+        tables = [".".join(_ident(p) for p in re.findall(_NAME, t))
+                  for t in re.findall(names, m[2])]
+        users = [_ident(u.strip()) for u in re.findall(_NAME, m[3])]
+        self.store.change_grants(users, [t.lower() for t in tables], actions,
+                                 grant=verb == "GRANT")
+        return Result(None, [], verb)
 
     @staticmethod
     def _need_admin(admin: bool, what: str) -> None:

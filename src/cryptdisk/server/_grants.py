@@ -1,0 +1,124 @@
+"""Table privileges of non-admin users: checked before or as a statement runs.
+
+Admins may do anything. Other users need a grant per table and action
+(``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``):
+
+- Encrypted SQLite: the connection's authorizer (``sqlite3_set_authorizer``)
+  sees every table a statement reads or writes, including through views,
+  triggers, CTEs and subqueries, as SQLite compiles it; anything else than
+  reading and writing granted tables (DDL, ``PRAGMA``, ``ATTACH``) is refused.
+- The analytical engine: non-admin users may run queries only (``SELECT``,
+  ``WITH``, ``VALUES``); DuckDB's own parser (``json_serialize_sql``) lists
+  every table the query names, in subqueries and CTEs too, each of which needs
+  ``SELECT``; table functions other than ``range``, ``generate_series`` and
+  ``unnest`` (``read_parquet``, ``read_csv``, ...) and file paths used as tables
+  are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from ._engines import StatementError
+
+if TYPE_CHECKING:
+    from ._users import UserStore
+
+__all__ = ["ACTIONS", "Privileges"]
+
+ACTIONS = ("SELECT", "INSERT", "UPDATE", "DELETE")
+_SAFE_TABLE_FUNCTIONS = {"range", "generate_series", "unnest"}
+_SQLITE_ALWAYS = {apsw.SQLITE_SELECT, apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT,
+                  apsw.SQLITE_FUNCTION, apsw.SQLITE_RECURSIVE}
+_SQLITE_WRITES = {apsw.SQLITE_INSERT: "INSERT", apsw.SQLITE_UPDATE: "UPDATE",
+                  apsw.SQLITE_DELETE: "DELETE"}
+_SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
+
+
+def _denied(action: str, table: str) -> StatementError:
+    return StatementError(f"permission denied: {action} on table {table}", "42501",
+                          hint="an admin can GRANT it")
+
+
+class Privileges:
+    """What ``user`` may do, read live from ``store`` (a GRANT takes effect at once)."""
+
+    def __init__(self, store: UserStore, user: str) -> None:
+        self.store = store
+        self.user = user
+
+    @property
+    def admin(self) -> bool:
+        return self.store.is_admin(self.user)
+
+    def allowed(self, table: str, action: str) -> bool:
+        return self.admin or action in self.store.grants(self.user).get(table.lower(), ())
+
+    # -- SQLite ------------------------------------------------------------------------
+
+    def sqlite_authorizer(self) -> Callable[..., int]:
+        def authorize(op: int, one: str | None, two: str | None, database: str | None,
+                      view: str | None) -> int:
+            if op in _SQLITE_ALWAYS or self.admin:
+                return apsw.SQLITE_OK
+            if op == apsw.SQLITE_READ and one is not None:
+                if one.lower() in _SCHEMA_TABLES or self.allowed(one, "SELECT"):
+                    return apsw.SQLITE_OK
+                return apsw.SQLITE_DENY
+            if op in _SQLITE_WRITES and one is not None:
+                return apsw.SQLITE_OK if self.allowed(one, _SQLITE_WRITES[op]) \
+                    else apsw.SQLITE_DENY
+            return apsw.SQLITE_DENY
+
+        return authorize
+
+    # -- the analytical engine ------------------------------------------------------------
+
+    def check_analytical(self, sql: str, con: Any) -> None:
+        """Refuse ``sql`` unless it is a query over tables this user may SELECT."""
+        if self.admin:
+            return
+        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+        tree = json.loads(row[0]) if row else {"error": True}
+        if tree.get("error"):
+            raise StatementError("permission denied: only admin users may run statements "
+                                 "other than queries on the analytical database", "42501")
+        tables: list[str] = []
+        functions: list[str] = []
+        _walk(tree, tables, functions, frozenset())
+        for name in functions:
+            if name.lower() not in _SAFE_TABLE_FUNCTIONS:
+                raise StatementError(f"permission denied: table function {name} "
+                                     "(admin users only)", "42501")
+        for table in tables:
+            if not self.allowed(table, "SELECT"):
+                raise _denied("SELECT", table)
+
+
+def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[str]) -> None:
+    """Collect table and table-function references; a name is a CTE only where it is visible
+    (in the subtree of the node that defines it), so a CTE cannot hide a table elsewhere."""
+    if isinstance(node, dict):
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            names = {e["key"].lower() for e in cte_map.get("map", [])
+                     if isinstance(e, dict) and isinstance(e.get("key"), str)}
+            ctes = ctes | names
+        kind = node.get("type")
+        if kind == "BASE_TABLE":
+            schema, name = node.get("schema_name") or "", node.get("table_name") or ""
+            full = f"{schema}.{name}" if schema and schema != "main" else name
+            if schema or name.lower() not in ctes:
+                tables.append(full)
+        elif kind == "TABLE_FUNCTION":
+            function = node.get("function") or {}
+            functions.append(str(function.get("function_name", "?")))
+        for value in node.values():
+            _walk(value, tables, functions, ctes)
+    elif isinstance(node, list):
+        for value in node:
+            _walk(value, tables, functions, ctes)

@@ -1,0 +1,105 @@
+"""Non-admin users: every table a statement reads or writes needs a grant; each denied path."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+DENIED = psycopg.errors.InsufficientPrivilege
+
+
+def admin_and_bob(srv, setup: list[str]):
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE USER bob PASSWORD 'bob pw'")
+        for st in setup:
+            c.execute(st)
+    return psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"}, autocommit=True)
+
+
+SQLITE_SETUP = [
+    "CREATE TABLE open_t (a INTEGER)", "CREATE TABLE secret (s TEXT)",
+    "INSERT INTO open_t VALUES (1)", "INSERT INTO secret VALUES ('hidden')",
+    "CREATE VIEW v_secret AS SELECT s FROM secret",
+    "CREATE TABLE audit (x)",
+    "CREATE TRIGGER t_ins AFTER INSERT ON open_t BEGIN INSERT INTO audit VALUES (new.a); END",
+]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM secret",
+    "SELECT * FROM v_secret",                                            # through a view
+    "WITH x AS (SELECT s FROM secret) SELECT * FROM x",                  # through a CTE
+    "SELECT a FROM open_t WHERE a IN (SELECT length(s) FROM secret)",   # a subquery
+    "SELECT (SELECT s FROM secret) FROM open_t",
+    "UPDATE open_t SET a = 2",                                           # no UPDATE grant
+    "DELETE FROM open_t",
+    "INSERT INTO secret VALUES ('x')",
+    "CREATE TABLE mine (a)", "DROP TABLE secret", "PRAGMA table_info(secret)",
+    "ATTACH DATABASE ':memory:' AS m",
+    "INSERT INTO open_t VALUES (5)",                                     # its trigger writes audit
+])
+def test_sqlite_denied_paths(start_server, sqlite_engine, sql) -> None:
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*SQLITE_SETUP, "GRANT SELECT, INSERT ON open_t TO bob"]) as bob:
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+
+
+def test_sqlite_granted_paths_and_revoke(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*SQLITE_SETUP, "GRANT SELECT ON open_t, v_secret TO bob",
+                                            "GRANT ALL ON audit TO bob"]) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+        assert bob.execute("WITH x AS (SELECT a FROM open_t) SELECT * FROM x").fetchall() \
+            == [(1,)]
+        with pytest.raises(DENIED):  # SELECT on the view alone does not open its base table
+            bob.execute("SELECT * FROM v_secret")
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            admin.execute("GRANT INSERT ON open_t TO bob")
+            assert ("bob", "open_t", "INSERT") in \
+                admin.execute("SELECT * FROM system.grants").fetchall()
+        bob.execute("INSERT INTO open_t VALUES (2)")  # takes effect at once; trigger allowed
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            admin.execute("REVOKE SELECT ON open_t FROM bob")
+        with pytest.raises(DENIED):
+            bob.execute("SELECT a FROM open_t")
+        with pytest.raises(DENIED):
+            bob.execute("GRANT SELECT ON secret TO bob")  # only admins grant
+
+
+ANALYTICAL_SETUP = ["CREATE TABLE open_t (a BIGINT)", "CREATE TABLE secret (s VARCHAR)",
+                    "INSERT INTO open_t VALUES (1)", "INSERT INTO secret VALUES ('hidden')"]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM secret",
+    "SELECT * FROM main.secret",
+    "WITH x AS (SELECT s FROM secret) SELECT * FROM x",
+    "SELECT * FROM (WITH secret AS (SELECT 1) SELECT * FROM secret) a, secret",  # CTE scope
+    "SELECT (SELECT max(s) FROM secret)",
+    "SELECT * FROM open_t WHERE a IN (SELECT length(s) FROM secret)",
+    "SELECT * FROM read_csv('/etc/passwd')",                             # table functions
+    "SELECT * FROM read_parquet('x.parquet')",
+    "SELECT * FROM '/etc/hostname'",                                     # a path as a table
+    "SELECT * FROM system.parts",
+    "INSERT INTO open_t VALUES (2)",                                     # writes: admins only
+    "CREATE TABLE mine (a INTEGER)",
+    "COPY open_t TO '/tmp/x.csv'",
+    "ATTACH ':memory:' AS m",
+    "SET memory_limit = '1GB'",
+])
+def test_analytical_denied_paths(start_server, analytical, sql) -> None:
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+
+
+def test_analytical_granted_queries(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+        assert bob.execute("WITH secret AS (SELECT a FROM open_t) SELECT * FROM secret"
+                           ).fetchall() == [(1,)]  # a CTE may take any name
+        assert bob.execute("SELECT count(*) FROM range(3)").fetchall() == [(3,)]
+        assert bob.execute("SELECT a FROM open_t WHERE a = %s", (1,)).fetchall() == [(1,)]

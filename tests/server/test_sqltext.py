@@ -1,0 +1,33 @@
+"""The server's SQL lexing: statements, parameters, and what strings and comments hide."""
+
+from __future__ import annotations
+
+import pytest
+
+from cryptdisk.errors import ServerError
+from cryptdisk.server._sqltext import placeholders, split_statements, substitute
+
+
+def test_split_respects_strings_comments_and_triggers() -> None:
+    sql = ("SELECT ';' AS a; -- ; comment\nSELECT \"x;y\" FROM t /* ; */;"
+           "CREATE TRIGGER tr AFTER INSERT ON t BEGIN INSERT INTO u VALUES (1); "
+           "DELETE FROM v; END; SELECT $$;$$;;")
+    assert split_statements(sql) == [
+        "SELECT ';' AS a", "-- ; comment\nSELECT \"x;y\" FROM t /* ; */",
+        "CREATE TRIGGER tr AFTER INSERT ON t BEGIN INSERT INTO u VALUES (1); "
+        "DELETE FROM v; END", "SELECT $$;$$"]
+    assert split_statements(" ; -- nothing\n ;") == []
+
+
+def test_parameters_outside_strings_only() -> None:
+    sql = "SELECT $1, '$2', \"$3\", E'\\'$4', $tag$ $5 $tag$, a$6, $2 -- $7"
+    assert placeholders(sql) == 2
+    assert substitute(sql, lambda n: f"<{n}>") == \
+        "SELECT <1>, '$2', \"$3\", E'\\'$4', $tag$ $5 $tag$, a$6, <2> -- $7"
+
+
+@pytest.mark.parametrize("bad", ["SELECT 'open", 'SELECT "open', "SELECT /* open",
+                                 "SELECT $x$ open"])
+def test_unterminated(bad: str) -> None:
+    with pytest.raises(ServerError):
+        split_statements(bad)
