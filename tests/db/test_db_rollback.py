@@ -215,3 +215,19 @@ def test_a_legacy_database_stays_readable_and_its_unnamed_files_are_kept(tmp_pat
         assert (tmp_path / "db" / "pin").exists()
         assert db.collect_garbage(unversioned=True) == 1
         assert data_files(path) == [legacy]
+
+
+def test_a_torn_pin_inside_is_ignored_with_a_warning_and_one_outside_is_refused(tmp_path,
+                                                                              caplog):
+    path = str(tmp_path / "db")
+    new_table(path, pin=True)
+    for pin in (tmp_path / "db" / "pin", tmp_path / "db.pin"):
+        pin.write_bytes(pin.read_bytes()[:-5])  # as a power failure may leave it
+    with pytest.raises(CatalogError, match=r"db\.pin: the catalog's version pin cannot be"):
+        cryptdisk.connect(path, pin=True)
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        assert count(path) == 100  # PATH/pin is written without fsync: torn is possible
+    assert "unreadable" in caplog.text
+    caplog.clear()
+    assert count(path) == 100
+    assert "unreadable" not in caplog.text  # the writer wrote it again

@@ -225,8 +225,9 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
 
     def _write_pins(self) -> None:
         """Record the published version in the pins (after the catalog: never ahead of it)."""
-        for path in self._pins:
-            write_pin(path, self.keyring, self.catalog.db_id, self.catalog.version)
+        for i, path in enumerate(self._pins):  # PATH/pin first, unsynced (see _rollback)
+            write_pin(path, self.keyring, self.catalog.db_id, self.catalog.version,
+                      durable=i > 0)
 
     def _writable(self, what: str) -> None:
         if self.read_only:

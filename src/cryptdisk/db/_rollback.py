@@ -4,10 +4,10 @@ Every file the database writes for a change is named ``v<N>-...`` where ``N``
 is the catalog version that change publishes (and a new part also carries
 ``N`` in its Parquet footer, authenticated with the file on encrypted disks).
 After each publish the writer records the version in pins: sealed files
-holding the database id and the version, ``PATH/pin`` always, and one outside
-the directory when the user asks for it (``connect(..., pin=FILE)``). Pins are
-written after the catalog, so a pin never runs ahead of a catalog that was
-published.
+holding the database id and the version, ``PATH/pin`` always (not synced: it
+costs a commit no ``fsync``), and one outside the directory when the user asks
+for it (``connect(..., pin=FILE)``, synced). Pins are written after the
+catalog, so a pin never runs ahead of a catalog that was published.
 
 From these, with the writer lock held (nothing moves):
 
@@ -25,15 +25,19 @@ From these, with the writer lock held (nothing moves):
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import open as cd_open
 from ..errors import AuthenticationError, CatalogError, CryptdiskError, FormatError
+from ..format import Kind, SealedWriter, new_header
 from ..keys import Keyring
 
 __all__ = ["PIN_FILE", "VERSION_KEY", "Survey", "default_pin_path", "file_version",
@@ -43,6 +47,8 @@ __all__ = ["PIN_FILE", "VERSION_KEY", "Survey", "default_pin_path", "file_versio
 PIN_FILE = "pin"
 VERSION_KEY = b"cryptdisk.catalog_version"
 _VERSIONED = re.compile(r"v(\d+)-")
+
+log = logging.getLogger("cryptdisk.db")
 
 
 def default_pin_path(db_path: str) -> str:
@@ -61,11 +67,14 @@ def file_version(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def read_pin(path: str, keyring: Keyring) -> tuple[str, int] | None:
+def read_pin(path: str, keyring: Keyring, *, strict: bool = True) -> tuple[str, int] | None:
     """``(db_id, version)`` of the pin at ``path``, or None if there is none.
 
-    A pin sealed under a key the keyring lacks raises the keyring's error, as
-    the catalog does.
+    A pin that does not authenticate raises :class:`CatalogError`, or, unless
+    ``strict``, is taken as absent with a warning (``PATH/pin`` is written
+    without ``fsync``: after a power failure it may be torn, and deleting it
+    costs an attacker no more). A pin sealed under a key the keyring lacks
+    raises the keyring's error, as the catalog does.
     """
     try:
         with cd_open(path, "rb", keyring=keyring) as f:
@@ -73,19 +82,25 @@ def read_pin(path: str, keyring: Keyring) -> tuple[str, int] | None:
         return str(doc["db_id"]), int(doc["version"])
     except FileNotFoundError:
         return None
-    except (AuthenticationError, FormatError) as exc:
+    except (AuthenticationError, FormatError, KeyError, TypeError, ValueError) as exc:
+        if not strict:
+            log.warning("cryptdisk: %s: the catalog's version pin is unreadable (%s); "
+                        "ignored, the next commit writes it again", path, exc)
+            return None
         raise CatalogError(f"{path}: the catalog's version pin cannot be trusted: {exc}",
                            hint="restore it from a backup, or delete it to stop the check"
                            ) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CatalogError(f"{path}: the catalog's version pin is malformed ({exc})") from None
 
 
 def read_pins(paths: list[str], keyring: Keyring) -> list[tuple[str, str, int]]:
-    """``(path, db_id, version)`` of each pin that exists (read them before the catalog)."""
+    """``(path, db_id, version)`` of each pin that exists (read them before the catalog).
+
+    ``paths[0]`` is the database's own ``PATH/pin`` (read leniently, see
+    :func:`read_pin`); the others are pins the user asked for.
+    """
     out = []
-    for path in paths:
-        pin = read_pin(path, keyring)
+    for i, path in enumerate(paths):
+        pin = read_pin(path, keyring, strict=i > 0)
         if pin is not None:
             out.append((path, *pin))
     return out
@@ -113,10 +128,34 @@ def rollback_error(db_path: str, version: int, evidence: str) -> CatalogError:
         "on purpose, restore the whole directory from one backup and remove its pin")
 
 
-def write_pin(path: str, keyring: Keyring, db_id: str, version: int) -> None:
-    """Record that catalog ``version`` of database ``db_id`` was published (atomic, durable)."""
-    with cd_open(path, "wb", keyring=keyring) as f:
-        f.write(json.dumps({"db_id": db_id, "version": version}).encode())
+def write_pin(path: str, keyring: Keyring, db_id: str, version: int, *,
+              durable: bool = True) -> None:
+    """Record that catalog ``version`` of database ``db_id`` was published (atomic).
+
+    ``durable`` pins are synced to disk before this returns; others are left
+    to the page cache (after a power failure the file is the old pin, the new
+    one, or torn, never ahead of the catalog, which was synced first).
+    """
+    data = json.dumps({"db_id": db_id, "version": version}).encode()
+    if durable:
+        with cd_open(path, "wb", keyring=keyring) as f:
+            f.write(data)
+        return
+    sealed = io.BytesIO()
+    header, dek = new_header(Kind.SEALED, keyring.current_key())
+    writer = SealedWriter(sealed, header, dek)
+    writer.write(data)
+    writer.close()
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".cdtmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(sealed.getbuffer())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def remove_pin_temps(path: str) -> int:
