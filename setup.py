@@ -6,7 +6,9 @@ headers are found (faster on 4 KiB records than OpenSSL 3.0; docs/sqlite.md,
 "AES-GCM"), else from OpenSSL's libcrypto, and nonces from OpenSSL either way.
 It needs a C compiler and the OpenSSL, SQLite and (preferably) libgcrypt
 headers (Debian: ``gcc libssl-dev libsqlite3-dev libgcrypt20-dev``). Without
-them the build skips it and ``cryptdisk.sqlite`` uses its Python VFS.
+them the build skips it with a warning (on stderr, and on the terminal, since
+pip hides a build's output), and ``cryptdisk.sqlite`` uses its Python VFS,
+warning once at first use.
 
 ``CRYPTDISK_CIPHER=openssl`` builds the OpenSSL variant even where libgcrypt
 is installed; ``CRYPTDISK_CIPHER=libgcrypt`` fails the build if it is not.
@@ -15,18 +17,31 @@ is installed; ``CRYPTDISK_CIPHER=libgcrypt`` fails the build if it is not.
 import glob
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev"
+CVFS = "cryptdisk.sqlite._cvfs"
 
 
-def _header_found(header: str) -> bool:
-    """Whether the C compiler finds ``header`` (its own search path, CPATH included)."""
-    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+
+
+def _header_found(header: str, python: bool = False) -> bool:
+    """Whether the C compiler finds ``header`` (its own search path, CPATH included;
+    with ``python``, Python's include directory too)."""
+    cc = _compiler()
+    extra = ["-I", sysconfig.get_paths()["include"]] if python else []
     try:
-        done = subprocess.run([*cc, "-E", "-x", "c", "-"], input=f"#include <{header}>\n",
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run([*cc, *extra, "-E", "-x", "c", "-"],
+                              input=f"#include <{header}>\n", capture_output=True, text=True,
+                              check=False)
     except OSError:
         return False
     return done.returncode == 0
@@ -45,9 +60,62 @@ def _cipher() -> tuple[list[tuple[str, str]], list[str]]:
     return [], ["crypto"]
 
 
+def _announce(text: str) -> None:
+    """A warning the installing user sees: pip captures the build's output, so the
+    terminal gets it too when there is one."""
+    message = "\n" + "\n".join(f"cryptdisk: {line}" if line else "" for line in
+                                text.strip("\n").splitlines()) + "\n\n"
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    if not sys.stderr.isatty():
+        try:
+            with open("/dev/tty", "w") as tty:
+                tty.write(message)
+        except OSError:
+            pass
+
+
+def _not_built(reason: str) -> None:
+    _announce(f"""
+WARNING: the C VFS of cryptdisk.sqlite was not built: {reason}.
+cryptdisk.sqlite will use its Python VFS (the same files, about half as fast).
+To build it, install a C compiler and the headers, then reinstall cryptdisk:
+    apt-get install {PACKAGES}      (Debian, Ubuntu)
+    pip install -e .
+""")
+
+
+class BuildExt(build_ext):
+    """Builds the optional C VFS, or says clearly why not (never fails the install)."""
+
+    def build_extension(self, ext: Extension) -> None:
+        if ext.name != CVFS:
+            super().build_extension(ext)
+            return
+        cc = _compiler()
+        if shutil.which(cc[0]) is None:
+            _not_built(f"no C compiler ({cc[0]} not found)")
+            return
+        missing = [h for h in ("openssl/evp.h", "sqlite3ext.h", "Python.h")
+                   if not _header_found(h, python=h == "Python.h")]
+        if missing:
+            _not_built(f"headers not found: {', '.join(missing)}")
+            return
+        if os.environ.get("CRYPTDISK_CIPHER", "auto") == "auto" and \
+                ("CD_LIBGCRYPT", "1") not in (ext.define_macros or []):
+            _announce("note: libgcrypt's headers were not found, so the C VFS takes AES-GCM "
+                      "from OpenSSL (slower on 4 KiB pages; apt-get install libgcrypt20-dev "
+                      "and reinstall for the faster one)")
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # a compiler or linker error: the install goes on without it
+            _not_built(f"the build failed ({type(exc).__name__}: {exc})")
+
+
 _macros, _libraries = _cipher()
 
 setup(
+    cmdclass={"build_ext": BuildExt},
     ext_modules=[
         Extension(
             "cryptdisk.sqlite._cvfs",

@@ -12,7 +12,7 @@ import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.errors import ConfigError
 from cryptdisk.format import Algorithm, Header
-from cryptdisk.sqlite import _native
+from cryptdisk.sqlite import _connect, _native
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,9 @@ def test_unknown_implementation_is_a_clear_error(monkeypatch, keyring, tmp_path)
 def test_asking_for_c_when_it_was_not_built(monkeypatch, keyring, tmp_path):
     monkeypatch.setattr(_native, "_cvfs", None)
     monkeypatch.delenv("CRYPTDISK_SQLITE_VFS", raising=False)
-    assert csql.implementation() == "python"  # the fallback
+    monkeypatch.setattr(_connect, "_fallback_warned", False)
+    with pytest.warns(RuntimeWarning, match="C VFS was not built"):
+        assert csql.implementation() == "python"  # the fallback, said once
     with pytest.raises(ConfigError, match=r"C VFS of cryptdisk\.sqlite was not built") as info:
         csql.connect(str(tmp_path / "x.db"), keyring=keyring, implementation="c")
     assert "libssl-dev" in (info.value.hint or "")

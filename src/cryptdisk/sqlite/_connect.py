@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any
 
 import apsw
@@ -25,9 +26,36 @@ _lock = threading.Lock()
 _registry: dict[tuple[int, str], tuple[KeyLookup, EncryptedVFS | NativeVFS]] = {}
 
 
+#: The build prerequisites of the C VFS, named by the warnings and errors (Debian packages).
+BUILD_PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev"
+_fallback_warned = False
+
+
+def _warn_fallback() -> None:
+    """Say once per process that the slower Python VFS stands in for the missing C one."""
+    global _fallback_warned
+    if _fallback_warned:
+        return
+    _fallback_warned = True
+    warnings.warn(
+        "cryptdisk.sqlite: the C VFS was not built when cryptdisk was installed, so the "
+        "Python VFS is used (same files, about half the speed). To build it: apt-get install "
+        f"{BUILD_PACKAGES}, then reinstall cryptdisk (pip install -e .). Set "
+        f"{ENV}=python to choose the Python VFS without this warning.",
+        RuntimeWarning, stacklevel=4)
+
+
 def implementation(requested: str | None = None) -> str:
-    """The VFS ``connect`` uses: ``requested``, else ``$CRYPTDISK_SQLITE_VFS``, else C if built."""
-    name = requested or os.environ.get(ENV) or ("c" if _native.available() else "python")
+    """The VFS ``connect`` uses: ``requested``, else ``$CRYPTDISK_SQLITE_VFS``, else C if built.
+
+    Falling back to the Python VFS because the C one was not built warns once
+    (a ``RuntimeWarning`` naming the packages to install).
+    """
+    name = requested or os.environ.get(ENV)
+    if name is None:
+        name = "c" if _native.available() else "python"
+        if name == "python":
+            _warn_fallback()
     if name not in IMPLEMENTATIONS:
         source = "implementation" if requested else ENV
         raise ConfigError(f"{source} must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
@@ -35,8 +63,8 @@ def implementation(requested: str | None = None) -> str:
         raise ConfigError(
             "the C VFS of cryptdisk.sqlite was not built (it needs a C compiler and the "
             "OpenSSL and SQLite headers at install time)",
-            hint="install gcc, libssl-dev, libsqlite3-dev and libgcrypt20-dev and reinstall "
-            "cryptdisk, or use implementation='python'",
+            hint=f"apt-get install {BUILD_PACKAGES}, then reinstall cryptdisk; or use "
+            "implementation='python'",
         )
     return name
 

@@ -1,0 +1,55 @@
+"""setup.py: an install without a C compiler or headers goes on, and says so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = "apt-get install gcc libssl-dev libsqlite3-dev libgcrypt20-dev"
+
+
+def _tree(tmp_path: Path) -> Path:
+    """setup.py and the C sources alone (no pyproject.toml: any setuptools reads it)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "csrc", tree / "csrc")
+    shutil.copy(ROOT / "setup.py", tree / "setup.py")
+    (tree / "cryptdisk" / "sqlite").mkdir(parents=True)  # where --inplace puts it here
+    return tree
+
+
+def _script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["no compiler", "no headers", "compile error"])
+def test_a_c_vfs_that_cannot_be_built_is_a_visible_warning_not_a_failure(tmp_path, case):
+    tree = _tree(tmp_path)
+    real = shutil.which("cc") or shutil.which("gcc") or "cc"
+    cc = {
+        "no compiler": str(tmp_path / "missing-cc"),
+        # finds no header at all
+        "no headers": _script(tmp_path / "cc-no-headers", "exit 1\n"),
+        # finds the headers (-E) but fails to compile anything
+        "compile error": _script(tmp_path / "cc-fails",
+                                 f'for a in "$@"; do [ "$a" = -E ] && exec {real} "$@"; done\n'
+                                 'echo "cc: error: simulated" >&2; exit 1\n'),
+    }[case]
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CFLAGS", "LDSHARED")}
+    env.update(CC=cc, LDSHARED=f"{cc} -shared", CRYPTDISK_CIPHER="openssl")
+    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "cryptdisk: WARNING: the C VFS of cryptdisk.sqlite was not built" in done.stderr
+    expected = {"no compiler": "no C compiler", "no headers": "headers not found",
+                "compile error": "the build failed"}[case]
+    assert expected in done.stderr
+    assert FIX in done.stderr and "Python VFS" in done.stderr
+    assert not list(tree.rglob("_cvfs*.so"))
