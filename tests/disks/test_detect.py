@@ -44,7 +44,7 @@ def test_cryptdisk_files_keys_from_keyring_and_disks(config: str, tmp_path: Path
     cfg.disks["other"].write_bytes("b", b"B" * 10)
     with open_any(tmp_path / "raw" / "a", config=cfg) as f:
         assert f.read() == b"A" * 1000
-    with open_any(tmp_path / "raw" / "other" / "b", config=config) as f:
+    with open_any(tmp_path / "raw" / "other" / "b", config=load_config(config)) as f:
         assert f.pread(2, 3) == b"BBB"
     info = describe(tmp_path / "raw" / "other" / "b")
     assert info == {"path": str(tmp_path / "raw" / "other" / "b"), "format": "cryptdisk",

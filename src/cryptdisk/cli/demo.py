@@ -16,6 +16,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,27 @@ __all__ = ["register"]
 
 DEFAULT_ROWS = 10_000_000
 SAMPLE = "c4ca4238a0b923820dcc509a6f75849b"  # md5('1'), the c_str of row n = 1
+
+# ClickHouse's experiment, as ``cryptdisk bench olap-db`` runs it (bench/olap_db.py)
+POLICIES = {"plain": "plain", "cryptdisk": "default"}  # strategy -> storage policy
+TABLES = {"plain": "t_plain", "cryptdisk": "t_encrypted"}
+SCHEMA = "(c_int BIGINT, c_str VARCHAR, c_float DOUBLE)"
+INSERT_SQL = ("SELECT (hash(n) >> 1)::BIGINT, md5(n::VARCHAR), "
+              "n / (hash(n) >> 1)::DOUBLE * 1e7 FROM range(1, {rows} + 1) r(n)")
+QUERIES = {"avg(c_float)": "SELECT avg(c_float) FROM {table}",
+           "sum(c_int)": "SELECT sum(c_int) FROM {table}"}
+
+
+def create_tables(db: Any) -> None:
+    for strategy, policy in POLICIES.items():
+        db.sql(f"CREATE TABLE {TABLES[strategy]} {SCHEMA} SETTINGS storage_policy = '{policy}'")
+
+
+def time_query(db: Any, sql: str) -> float:
+    """Wall seconds of one query, result fetched."""
+    t0 = time.perf_counter()
+    db.query(sql)
+    return time.perf_counter() - t0
 
 
 def _hexdump(data: bytes, width: int = 16) -> str:
@@ -35,8 +57,6 @@ def _hexdump(data: bytes, width: int = 16) -> str:
 
 
 def _insert(db: Any, console: Any, rows: int) -> dict[str, float]:
-    import time
-
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -44,8 +64,6 @@ def _insert(db: Any, console: Any, rows: int) -> dict[str, float]:
         TextColumn,
         TimeElapsedColumn,
     )
-
-    from ..bench.olap_db import INSERT_SQL, TABLES
 
     took = {}
     # Narrow enough for 80 columns at 10M rows: "INSERT t_encrypted", a 20-cell bar,
@@ -64,7 +82,6 @@ def _insert(db: Any, console: Any, rows: int) -> dict[str, float]:
 
 
 def _queries(path: str, repeats: int) -> list[tuple[str, float, float]]:
-    from ..bench.olap_db import QUERIES, TABLES, time_query
     from ..db import connect
 
     out = []
@@ -75,12 +92,12 @@ def _queries(path: str, repeats: int) -> list[tuple[str, float, float]]:
                 sql = template.format(table=table)
                 with connect(path, read_only=True) as db:
                     cases.setdefault("cold", {}).setdefault(strategy, []).append(
-                        time_query(db, sql)[0])
+                        time_query(db, sql))
                     for label, setting in (("warm", "RESET threads"),
                                            ("warm, 1 thread", "SET threads = 1")):
                         db.sql(setting)
                         cases.setdefault(label, {}).setdefault(strategy, []).append(
-                            min(time_query(db, sql)[0] for _ in range(3)))
+                            min(time_query(db, sql) for _ in range(3)))
         for label, by in cases.items():
             out.append((f"{qname} {label}", statistics.median(by["plain"]),
                         statistics.median(by["cryptdisk"])))
@@ -134,7 +151,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..bench.olap_db import create_tables
     from ..db import connect
 
     if args.files:

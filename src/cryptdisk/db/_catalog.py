@@ -17,8 +17,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import open as cd_open
 from ..errors import AuthenticationError, CatalogError, FormatError
+from ..format import open_file as cd_open
 from ..keys import Keyring
 
 __all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_stamp", "load_catalog",
@@ -94,7 +94,7 @@ def load_catalog(db_path: str, keyring: Keyring) -> Catalog | None:
     """The catalog of the database at ``db_path``, or None if there is none yet."""
     path = os.path.join(db_path, CATALOG_FILE)
     try:
-        with cd_open(path, "rb", keyring=keyring) as f:
+        with cd_open(path, "rb", keys=keyring) as f:
             data = f.read()
     except FileNotFoundError:
         return None
@@ -109,7 +109,7 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog) -> None:
     catalog.version += 1
     path = os.path.join(db_path, CATALOG_FILE)
     try:
-        with cd_open(path, "wb", keyring=keyring) as f:
+        with cd_open(path, "wb", keys=keyring) as f:
             f.write(catalog.to_json())
     except BaseException:
         catalog.version -= 1

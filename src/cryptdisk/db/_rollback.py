@@ -35,9 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import open as cd_open
 from ..errors import AuthenticationError, CatalogError, CryptdiskError, FormatError
 from ..format import Kind, SealedWriter, new_header
+from ..format import open_file as cd_open
 from ..keys import Keyring
 
 __all__ = ["PIN_FILE", "VERSION_KEY", "Survey", "default_pin_path", "file_version",
@@ -77,7 +77,7 @@ def read_pin(path: str, keyring: Keyring, *, strict: bool = True) -> tuple[str, 
     raises the keyring's error, as the catalog does.
     """
     try:
-        with cd_open(path, "rb", keyring=keyring) as f:
+        with cd_open(path, "rb", keys=keyring) as f:
             doc = json.loads(f.read())
         return str(doc["db_id"]), int(doc["version"])
     except FileNotFoundError:
@@ -138,7 +138,7 @@ def write_pin(path: str, keyring: Keyring, db_id: str, version: int, *,
     """
     data = json.dumps({"db_id": db_id, "version": version}).encode()
     if durable:
-        with cd_open(path, "wb", keyring=keyring) as f:
+        with cd_open(path, "wb", keys=keyring) as f:
             f.write(data)
         return
     sealed = io.BytesIO()

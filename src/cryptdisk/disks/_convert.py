@@ -15,15 +15,12 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
 from ._base import Disk
-from ._detect import open_any
+from ._detect import ConfigKeys, open_any
 from ._paths import is_temp
-
-if TYPE_CHECKING:
-    from ..config import Config
 
 __all__ = ["ConvertSummary", "convert_tree", "plaintext_digest"]
 
@@ -84,7 +81,7 @@ def _already_done(target: Disk, rel: str, digest: bytes) -> bool:
         return False  # unreadable or another key/format: convert again
 
 
-def convert_tree(src: str, dst: str, target: Disk, *, config: Config | None,
+def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
                  progress: Callable[[str, int], None] | None = None) -> ConvertSummary:
     """Convert every file below ``src`` into ``target`` (a disk rooted at ``dst``).
 

@@ -4,20 +4,24 @@
 ``verify``, ``inspect`` and ``convert``: a file may be cryptdisk's (``CRYPTDSK``
 header, key chosen by id and check value), ClickHouse's (``ENC`` header, key
 chosen by fingerprint among every ``clickhouse`` disk's keys) or, where the
-caller allows it, plaintext.
+caller allows it, plaintext. The keys come from a keyring or from anything shaped
+like a loaded config (:class:`ConfigKeys`; :func:`cryptdisk.config.load_config`
+returns one): this layer never loads a config itself.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
-from typing import IO, TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import IO, Any, Protocol, cast
 
 from ..errors import KeyNotFoundError, NotEncryptedError
 from ..format import HEADER_SIZE, MAGIC, Header, Kind, open_file, sealed_layout, store_layout
 from ..keys import Key, Keyring
 from ._clickhouse import (
     CH_HEADER_SIZE,
+    ClickHouseKey,
     PreadSource,
     ch_module,
     find_clickhouse_key,
@@ -25,18 +29,17 @@ from ._clickhouse import (
 )
 from ._files import FdReader, PreadFile
 
-if TYPE_CHECKING:
-    from ..config import Config
-
-__all__ = ["describe", "detect_format", "open_any"]
+__all__ = ["ConfigKeys", "describe", "detect_format", "open_any"]
 
 
-def _config(config: Config | str | os.PathLike[str] | None) -> Config | None:
-    if config is None or not isinstance(config, (str, os.PathLike)):
-        return config
-    from ..config import load_config
+class ConfigKeys(Protocol):
+    """The keys of a loaded config, as detection needs them (``cryptdisk.config.Config``)."""
 
-    return load_config(config)
+    path: str
+
+    def cryptdisk_keys(self) -> Sequence[Key]: ...
+
+    def clickhouse_keys(self) -> Sequence[ClickHouseKey]: ...
 
 
 def detect_format(head: bytes) -> str:
@@ -66,7 +69,7 @@ def _cryptdisk_key(header: Header, keys: list[Key], path: str) -> Keyring:
         hint=f"add the key with id {header.key_id}; it encrypted this file")
 
 
-def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None,
+def open_any(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
              keyring: Keyring | None = None, allow_plain: bool = False) -> IO[bytes]:
     """Open a cryptdisk, ClickHouse (or, with ``allow_plain``, plain) file for reading.
 
@@ -77,7 +80,7 @@ def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None
     :class:`NotEncryptedError` for plaintext unless ``allow_plain``.
     """
     name = os.fspath(path)
-    cfg = _config(config)
+    cfg = config
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
     try:
         head = os.pread(fd, HEADER_SIZE, 0)
@@ -103,13 +106,14 @@ def open_any(path: str | os.PathLike[str], *, config: Config | str | None = None
             os.close(fd)
 
 
-def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> IO[bytes]:
+def _open_clickhouse(raw: PreadFile, name: str, cfg: ConfigKeys | None) -> IO[bytes]:
     ch = ch_module()
     try:
         header = ch.CHHeader.parse(raw.pread(0, CH_HEADER_SIZE), name)
         fingerprint = bytes(header.fingerprint)
         where = f"the config {cfg.path}" if cfg else "the config (none given)"
-        key = find_clickhouse_key(header, cfg.clickhouse_keys() if cfg else [], name, where)
+        key = find_clickhouse_key(header, list(cfg.clickhouse_keys()) if cfg else [], name,
+                                  where)
         reader = ch.CHReader(PreadSource(raw), header, key, name)
     except BaseException:
         raw.close()
@@ -119,7 +123,7 @@ def _open_clickhouse(raw: PreadFile, name: str, cfg: Config | None) -> IO[bytes]
     return cast("IO[bytes]", PreadFile(reader, name, info))
 
 
-def describe(path: str | os.PathLike[str], *, config: Config | str | None = None,
+def describe(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
              ) -> dict[str, Any]:
     """What a file's header says (for ``cryptdisk inspect``); never key material.
 
@@ -152,8 +156,7 @@ def describe(path: str | os.PathLike[str], *, config: Config | str | None = None
                    plaintext_size=stored - CH_HEADER_SIZE)
         if header.version == 1:
             out["key_id"] = header.key_id
-        cfg = _config(config)
-        for key in cfg.clickhouse_keys() if cfg else []:
+        for key in config.clickhouse_keys() if config else []:
             if header.version == 2 and hmac.compare_digest(key.fingerprint, fingerprint):
                 out["key_id"] = key.key_id
                 break
