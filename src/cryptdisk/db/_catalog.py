@@ -39,6 +39,15 @@ class PartMeta:
     key_id: int | None = None
     algorithm: str | None = None
     bytes_on_disk: int | None = None  # stored size (header and tags included)
+    disk_type: str | None = None  # the disk's type when written: local, encrypted, ...
+    encrypted: bool | None = None  # whether the disk encrypted it (None: an older catalog)
+
+    @property
+    def is_encrypted(self) -> bool:
+        """Whether the part was written encrypted (inferred from its key for older catalogs)."""
+        if self.encrypted is not None:
+            return self.encrypted
+        return self.key_id is not None or self.algorithm is not None
 
 
 @dataclass
@@ -49,6 +58,7 @@ class TableMeta:
     policy: str
     order_by: str | None = None
     parts: list[PartMeta] = field(default_factory=list)
+    encrypted: bool | None = None  # whether its policy encrypts (None: an older catalog)
 
     @property
     def rows(self) -> int:

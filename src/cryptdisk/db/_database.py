@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..errors import TableNotFoundError as _TableNotFound
 from . import _sql
+from ._agreement import disagreements, record_storage
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
 from ._columns import (
@@ -129,6 +130,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                                        f"{pins[0][1]}", hint="restore the catalog from a backup")
                 catalog = Catalog.new()
                 save_catalog(self.path, self.keyring, catalog)
+            self._check_storage(catalog)
             self.catalog = catalog
             self._stamp = catalog_stamp(self.path)
             self.cache = ColumnCache(cache_bytes)
@@ -217,7 +219,23 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             raise PolicyError(f"unknown storage policy {name!r} (policies: {known})")
         return policy
 
+    def _check_storage(self, catalog: Catalog) -> None:
+        """Refuse a config that disagrees with how the catalog recorded its tables' storage."""
+        problems = disagreements(catalog, self.config)
+        if problems:
+            first = next(iter(catalog.tables), "t")
+            raise CatalogError(
+                f"{self.path}: this config disagrees with where the catalog recorded its "
+                f"tables: {'; '.join(problems)}",
+                hint="open the database with the config it was written with (with no config "
+                "if it was made without one); to store a table unencrypted, move it "
+                "explicitly under that config: ALTER TABLE "
+                f"{first} MODIFY SETTING storage_policy = 'plain'")
+        if record_storage(catalog, self.config) and not self.read_only:
+            save_catalog(self.path, self.keyring, catalog)  # an older catalog, now recorded
+
     def _commit(self) -> None:
+        record_storage(self.catalog, self.config)  # new tables and parts
         save_catalog(self.path, self.keyring, self.catalog)
         self._stamp = catalog_stamp(self.path)
         self._write_pins()

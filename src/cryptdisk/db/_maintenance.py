@@ -125,7 +125,8 @@ class MaintenanceMixin:
                 moved.append(PartMeta(part.id, target.name, path, part.rows, part.bytes,
                                       part.sha256, info.key_id, info.algorithm,
                                       info.stored_size))
-            self._replace_parts(meta, moved, policy=policy)
+            self._replace_parts(meta, moved, policy=policy,
+                                encrypted=bool(target.is_encrypted))
 
     def _optimize_stmt(self, st: _sql.Optimize) -> None:
         self.optimize(st.name, final=st.final)

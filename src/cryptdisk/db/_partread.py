@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..disks import Disk
-from ..errors import CatalogError, DiskFileNotFoundError
+from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
-from ._parts import PART_ID_KEY
+from ._parts import PART_ID_KEY, not_as_recorded
 from ._storage import local_path
 
 __all__ = ["read_part"]
@@ -373,7 +373,20 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
 
 
 def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
-    """The part's rows (only ``columns`` if given), after checking it is the catalog's part."""
+    """The part's rows (only ``columns`` if given), after checking it is the catalog's part.
+
+    A file that is not what the catalog recorded (plain where it was encrypted,
+    not Parquet) raises :class:`~cryptdisk.errors.CatalogError`, never pyarrow's errors.
+    """
+    try:
+        return _read_part(disk, part, columns)
+    except MemoryError:
+        raise
+    except (pa.ArrowException, FormatError) as exc:
+        raise not_as_recorded(disk, part, exc) from None
+
+
+def _read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     if disk.is_encrypted:
         try:
             return _read_encrypted(disk, part, columns)

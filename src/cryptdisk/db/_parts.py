@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..disks import Disk
-from ..errors import CatalogError, DiskFileNotFoundError
+from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
 from ._rollback import VERSION_KEY, part_file_name
 
-__all__ = ["PART_ID_KEY", "verify_part", "write_parts"]
+__all__ = ["PART_ID_KEY", "not_as_recorded", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 COMPRESSION = "lz4"
@@ -139,6 +139,16 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     return parts
 
 
+def not_as_recorded(disk: Disk, part: PartMeta, exc: BaseException) -> CatalogError:
+    """The error for a part file that is not what the catalog recorded (``exc`` says how)."""
+    how = "an encrypted" if part.is_encrypted else "a plain"
+    return CatalogError(
+        f"part {part.path} on disk {disk.name!r} is not what the catalog recorded ({how} "
+        f"Parquet part): {type(exc).__name__}: {exc}",
+        hint="restore the part from a backup, or open the database with the config it "
+        "was written with")
+
+
 def verify_part(disk: Disk, part: PartMeta) -> None:
     """Read every byte of a part and compare its SHA-256 with the catalog's."""
     digest = hashlib.sha256()
@@ -148,6 +158,8 @@ def verify_part(disk: Disk, part: PartMeta) -> None:
                 digest.update(chunk)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} is missing on disk {disk.name!r}") from None
+    except FormatError as exc:
+        raise not_as_recorded(disk, part, exc) from None
     if digest.hexdigest() != part.sha256:
         raise CatalogError(f"part {part.path} on disk {disk.name!r} does not match the "
                            "SHA-256 the catalog recorded (replaced or rolled back)")
