@@ -25,7 +25,8 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
     ├── ConfigError               (ValueError)       a config file is wrong; names path and line
     ├── DiskError                 (OSError)          a disk operation failed
-    │   └── DiskFileNotFoundError (FileNotFoundError)
+    │   ├── DiskFileNotFoundError (FileNotFoundError)
+    │   └── DiskIsADirectoryError (IsADirectoryError, ValueError)  a file operation on a directory
     ├── PolicyError               (LookupError)      unknown storage policy / volume / disk
     ├── DatabaseError                                the embedded database refused a statement
     │   ├── CatalogError                             catalog missing, tampered or rolled back
@@ -55,6 +56,7 @@ __all__ = [
     "DatabaseLockedError",
     "DiskError",
     "DiskFileNotFoundError",
+    "DiskIsADirectoryError",
     "FormatError",
     "HeaderAuthenticationError",
     "ImmutableFileError",
@@ -242,6 +244,13 @@ class DiskError(CryptdiskError, OSError):
 
 class DiskFileNotFoundError(DiskError, FileNotFoundError):
     """The path does not exist on the disk."""
+
+
+class DiskIsADirectoryError(DiskError, IsADirectoryError, ValueError):
+    """A file operation named a directory (e.g. ``rm`` without ``recursive=True``).
+
+    Also a ``ValueError``, which fsspec's ``LocalFileSystem.rm`` raises in that case.
+    """
 
 
 class PolicyError(CryptdiskError, LookupError):

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from glob import has_magic
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
 from .config import Config, load_config
 from .disks import Disk
-from .errors import ConfigError, DiskFileNotFoundError
+from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError
 
 __all__ = ["CryptdiskFileSystem"]
 
 #: Options fsspec itself understands; anything else is refused (it might be a secret).
 _FSSPEC_OPTIONS = {"skip_instance_cache", "use_listings_cache", "listings_expiry_time",
                    "max_paths", "asynchronous", "loop"}
+#: The keyword :meth:`CryptdiskFileSystem.mv` passes through fsspec's ``copy`` to ``cp_file``.
+_MOVE = "cryptdisk_move"
 
 
 class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -131,11 +134,47 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         disk, rel = self._split(clean)
         if not rel:
             return {"name": disk.name, "size": 0, "type": "directory"}
-        if disk.exists(rel):
+        try:
             return self._file_entry(disk, rel)
+        except FileNotFoundError:
+            pass
         if disk.list(rel + "/"):
             return {"name": clean, "size": 0, "type": "directory"}
         raise FileNotFoundError(f"cryptdisk://{clean}: no such file or directory")
+
+    def find(self, path: str, maxdepth: int | None = None, withdirs: bool = False,
+             detail: bool = False, **kwargs: Any) -> Any:
+        """Files below ``path`` (and directories, with ``withdirs``), as fsspec's ``find``.
+
+        One listing of the disk, where fsspec's generic ``find`` lists every
+        directory and describes every file; ``detail=True`` describes the files.
+        """
+        clean = self._strip_protocol(path)
+        if not clean:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail,
+                                **kwargs)
+        if maxdepth is not None and maxdepth < 1:
+            raise ValueError("maxdepth must be at least 1")
+        disk, rel = self._split(clean)
+        base = f"{disk.name}/{rel}" if rel else disk.name
+        files = disk.list(rel + "/" if rel else "")
+        out: dict[str, dict[str, Any] | None] = {}
+        if withdirs and (files or not rel):
+            out[base] = {"name": base, "size": 0, "type": "directory"}
+        for f in files:
+            parts = (f[len(rel) + 1:] if rel else f).split("/")
+            if maxdepth is None or len(parts) <= maxdepth:
+                out[f"{disk.name}/{f}"] = None  # a file, described on demand
+            if withdirs:
+                for depth in range(1, min(len(parts), (maxdepth or len(parts)) + 1)):
+                    name = f"{base}/{'/'.join(parts[:depth])}"
+                    out.setdefault(name, {"name": name, "size": 0, "type": "directory"})
+        if not out and rel and disk.exists(rel):
+            out[base] = None
+        names = sorted(out)
+        if not detail:
+            return names
+        return {n: out[n] or self._file_entry(disk, n[len(disk.name) + 1:]) for n in names}
 
     def modified(self, path: str) -> _dt.datetime:
         mtime = self.info(path).get("mtime")
@@ -170,37 +209,117 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
             return f.pread(lo, max(0, hi - lo))  # type: ignore[attr-defined,no-any-return]
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        """Write ``value`` to ``path``; ``mode="create"`` refuses an existing file.
+
+        ``create`` checks, then publishes: two writers racing to create the same
+        file may both succeed (the last one's file stays), as on object stores.
+        """
+        if mode not in ("overwrite", "create"):
+            raise ValueError(f"pipe_file mode is 'overwrite' or 'create', not {mode!r}")
         disk, rel = self._split(path)
+        if mode == "create" and disk.exists(rel):
+            raise FileExistsError(f"cryptdisk://{self._strip_protocol(path)} exists")
         disk.write_bytes(rel, value)
 
+    def _kind(self, path: str) -> str | None:
+        """``"file"``, ``"directory"`` (implicit: it holds a file) or None (nothing there)."""
+        clean = self._strip_protocol(path)
+        if not clean:
+            return "directory"
+        disk, rel = self._split(clean)
+        if not rel:
+            return "directory"
+        if disk.exists(rel):
+            return "file"
+        return "directory" if disk.list(rel + "/") else None
+
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        """Copy one file; a directory copies as nothing (directories are implicit).
+
+        Within one disk, ``cryptdisk_move=True`` (what :meth:`mv` passes) renames
+        instead; across disks it copies, then removes the source.
+        """
+        move = bool(kwargs.get(_MOVE))
         src, srel = self._split(path1)
         dst, drel = self._split(path2)
+        if not srel or not src.exists(srel):
+            if self._kind(path1) == "directory":
+                return
+            raise DiskFileNotFoundError(
+                f"cryptdisk://{self._strip_protocol(path1)}: no such file or directory")
+        if not drel:
+            raise DiskIsADirectoryError(
+                f"cryptdisk://{self._strip_protocol(path2)}: is a disk; name a file on it")
+        if src is dst and srel == drel:
+            return
+        if move and src is dst:
+            src.rename(srel, drel)
+            return
         with src.open_read(srel) as fin, dst.open_write(drel) as fout:
             while chunk := fin.read(1 << 20):
                 fout.write(chunk)
+        if move:
+            src.remove(srel)
 
-    def mv(self, path1: str, path2: str, recursive: bool = False, maxdepth: Any = None,
+    def mv(self, path1: Any, path2: Any, recursive: bool = False, maxdepth: Any = None,
            **kwargs: Any) -> None:
-        src, srel = self._split(path1)
-        dst, drel = self._split(path2)
-        if src is dst and src.exists(srel):
-            src.rename(srel, drel)
+        """Move files as fsspec's ``copy`` pairs them (``recursive=True`` for directories).
+
+        Each file moves on its own: a rename within one disk (atomic where the
+        store can rename), a copy then a removal across disks. A directory
+        vanishes with its last file.
+        """
+        if isinstance(path1, str) and self._strip_protocol(path1) == self._strip_protocol(
+                path2):
             return
-        super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
+        if (isinstance(path1, str) and not recursive and not has_magic(path1)
+                and self._kind(path1) == "directory"):
+            raise DiskIsADirectoryError(
+                f"cryptdisk://{self._strip_protocol(path1)}: is a directory; pass "
+                "recursive=True to move it")
+        self.copy(path1, path2, recursive=recursive, maxdepth=maxdepth, on_error="raise",
+                  **{**kwargs, _MOVE: True})
 
     def rm_file(self, path: str) -> None:
         disk, rel = self._split(path)
-        disk.remove(rel)
+        if not rel:
+            raise DiskIsADirectoryError(
+                f"cryptdisk://{self._strip_protocol(path)}: is a disk, not a file")
+        try:
+            disk.remove(rel)
+        except FileNotFoundError:
+            if disk.list(rel + "/"):
+                raise DiskIsADirectoryError(
+                    f"cryptdisk://{self._strip_protocol(path)}: is a directory; use "
+                    "rm(path, recursive=True)") from None
+            raise
 
     def _rm(self, path: str) -> None:
-        if self.isfile(path):
-            self.rm_file(path)
+        self.rm_file(path)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: Any = None) -> None:
+        """Delete files; directories (implicit) need ``recursive=True``.
+
+        As fsspec's local filesystem: a path that does not exist raises
+        ``FileNotFoundError``, a directory without ``recursive=True`` raises
+        :class:`DiskIsADirectoryError` (an ``IsADirectoryError`` and a
+        ``ValueError``). Everything is checked before the first file goes.
+        """
         paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
-        for p in reversed(paths):
-            self._rm(p)
+        files = []
+        for p in paths:
+            kind = self._kind(p)
+            if kind is None:
+                raise DiskFileNotFoundError(
+                    f"cryptdisk://{self._strip_protocol(p)}: no such file or directory")
+            if kind == "directory" and not recursive:
+                raise DiskIsADirectoryError(
+                    f"cryptdisk://{self._strip_protocol(p)}: is a directory; use "
+                    "rm(path, recursive=True)")
+            if kind == "file":
+                files.append(p)
+        for p in reversed(files):
+            self.rm_file(p)
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Directories are implicit; nothing to do."""

@@ -136,3 +136,67 @@ def test_writing_inside_an_except_block_still_publishes(config_path: str) -> Non
     back = pd.read_parquet("cryptdisk://secure/fallback.parquet",
                            storage_options={"config": config_path})
     assert back["a"].tolist() == [1, 2]
+
+
+def _backing(tmp_path: Path) -> dict[str, bytes]:
+    root = tmp_path / "raw" / "enc"
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_mv_directory_recursive_renames_each_file(config_path: str, tmp_path: Path) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe({"secure/src/a": b"A", "secure/src/sub/b": b"B", "secure/src.txt": b"T"})
+    before = _backing(tmp_path)
+    fs.mv("cryptdisk://secure/src", "cryptdisk://secure/dst", recursive=True)
+    assert sorted(fs.find("secure")) == ["secure/dst/a", "secure/dst/sub/b", "secure/src.txt"]
+    assert fs.cat("secure/dst/sub/b") == b"B"
+    # Renamed, not re-encrypted: the ciphertext is byte for byte the same.
+    after = _backing(tmp_path)
+    assert after["dst/a"] == before["src/a"] and after["dst/sub/b"] == before["src/sub/b"]
+
+
+def test_mv_directory_across_disks_and_into_a_directory(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe({"plain/d/x": b"X", "plain/d/y/z": b"Z", "secure/into/keep": b"K"})
+    fs.mv("plain/d", "secure/into", recursive=True)
+    assert sorted(fs.find("secure/into")) == ["secure/into/d/x", "secure/into/d/y/z",
+                                              "secure/into/keep"]
+    assert fs.cat("secure/into/d/y/z") == b"Z" and fs.find("plain") == []
+    with pytest.raises(IsADirectoryError, match="recursive=True"):
+        fs.mv("secure/into", "secure/elsewhere")
+    assert fs.exists("secure/into/keep") and not fs.exists("secure/elsewhere")
+
+
+def test_cp_directory_recursive(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe({"secure/s/a": b"A", "secure/s/n/b": b"B"})
+    fs.cp("secure/s", "secure/t", recursive=True)
+    assert sorted(fs.find("secure/t")) == ["secure/t/a", "secure/t/n/b"]
+    assert fs.cat("secure/s/n/b") == fs.cat("secure/t/n/b") == b"B"
+
+
+def test_pipe_create_refuses_an_existing_file(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe_file("secure/once", b"first", mode="create")
+    with pytest.raises(FileExistsError):
+        fs.pipe_file("secure/once", b"second", mode="create")
+    assert fs.cat_file("secure/once") == b"first"
+    with pytest.raises(ValueError, match="overwrite"):
+        fs.pipe_file("secure/once", b"x", mode="append")
+
+
+def test_rm_missing_and_directories(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe({"secure/d/f": b"1", "secure/g": b"2"})
+    with pytest.raises(FileNotFoundError):
+        fs.rm("secure/missing")
+    with pytest.raises(FileNotFoundError):
+        fs.rm(["secure/g", "secure/missing"])
+    assert fs.exists("secure/g")  # checked before anything was deleted
+    with pytest.raises(IsADirectoryError, match="recursive=True"):
+        fs.rm("secure/d")
+    with pytest.raises(ValueError):  # what fsspec's LocalFileSystem raises
+        fs.rm("secure/d")
+    assert fs.exists("secure/d/f")
+    fs.rm("secure/d", recursive=True)
+    assert fs.find("secure") == ["secure/g"]

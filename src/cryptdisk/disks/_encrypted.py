@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any, cast
 
-from ..errors import DiskError, DiskFileNotFoundError, KeyNotFoundError
+from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError, KeyNotFoundError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -85,6 +85,9 @@ class EncryptedDisk(WrappingDisk):
                 fd = os.open(self.inner.os_path(inner_path), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") \
+                    from None
+            except IsADirectoryError:
+                raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}") \
                     from None
             try:
                 source = source_for(fd)

@@ -136,7 +136,9 @@ class FsspecDisk(Disk):
     def open_read(self, path: str) -> IO[bytes]:
         size = int(self._stat(path)["size"])
         try:
-            f = self.fs.open(self._full(path), "rb")
+            # Object stores' filesystems take the size, sparing another request for it.
+            extra = {"size": size} if self.object_store else {}
+            f = self.fs.open(self._full(path), "rb", **extra)
         except FileNotFoundError:
             raise self._missing(path) from None
         return cast("IO[bytes]", PreadFile(_FsspecReader(f, size), path, {"format": "plain"}))

@@ -6,7 +6,7 @@ import contextlib
 import os
 from typing import IO, cast
 
-from ..errors import DiskError, DiskFileNotFoundError
+from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk, FileInfo
 from ._files import AtomicWriteFile, FdReader, PreadFile
 from ._paths import is_temp, norm_path, temp_name
@@ -60,7 +60,8 @@ class LocalDisk(Disk):
         except FileNotFoundError:
             raise self._missing(path) from None
         except IsADirectoryError:
-            raise DiskError(f"{path}: is a directory on disk {self.name!r}") from None
+            raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}") \
+                from None
         return cast("IO[bytes]", PreadFile(FdReader(fd), path, {"format": "plain"}))
 
     def open_write(self, path: str) -> IO[bytes]:
@@ -145,6 +146,9 @@ class LocalDisk(Disk):
             os.unlink(self.os_path(path))
         except FileNotFoundError:
             raise self._missing(path) from None
+        except IsADirectoryError:
+            raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}") \
+                from None
 
     def rename(self, src: str, dst: str) -> None:
         target = self.os_path(dst)
