@@ -231,3 +231,23 @@ def test_a_torn_pin_inside_is_ignored_with_a_warning_and_one_outside_is_refused(
     caplog.clear()
     assert count(path) == 100
     assert "unreadable" not in caplog.text  # the writer wrote it again
+
+
+def test_files_a_move_wrote_are_evidence_too_and_survive(tmp_path):
+    path = str(tmp_path / "db")
+    new_table(path)
+    saved = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    with cryptdisk.connect(path) as db:
+        db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'plain'")
+        db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'default'")
+        (moved,) = db.query("SELECT path FROM system.parts")[0]
+    assert os.path.basename(moved).startswith(f"v{db.catalog.version}-")
+    newest = {f: (tmp_path / "db" / f).read_bytes() for f in ("catalog", "pin")}
+    for f, data in saved.items():
+        (tmp_path / "db" / f).write_bytes(data)
+    with pytest.raises(CatalogError, match="written for later catalog versions"):
+        cryptdisk.connect(path)
+    assert moved in data_files(path)
+    for f, data in newest.items():
+        (tmp_path / "db" / f).write_bytes(data)
+    assert count(path) == 100

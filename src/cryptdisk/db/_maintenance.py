@@ -253,7 +253,8 @@ class MaintenanceMixin:
         (and delete the parts it replaced) while this runs: a part that fails is
         looked at again under the newest catalog, and the check starts over on
         it if it moved on. Damage is reported only when it persists in a
-        catalog version that did not change meanwhile.
+        catalog version that did not change meanwhile. A catalog that was
+        rolled back (:meth:`rollback_evidence`) fails the check.
         """
         with self._mutex:  # type: ignore[attr-defined]
             evidence = self.rollback_evidence()
