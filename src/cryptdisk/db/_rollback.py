@@ -124,8 +124,9 @@ def rollback_error(db_path: str, version: int, evidence: str) -> CatalogError:
     return CatalogError(
         f"{db_path}: the catalog (version {version}) was rolled back: {evidence}. "
         "Refusing to write; nothing was deleted",
-        hint="put the newest catalog back (the parts it names are still on disk); to go back "
-        "on purpose, restore the whole directory from one backup and remove its pin")
+        hint="put the newest catalog back (the parts it names are still on disk), or read "
+        "this one with read_only=True (--read-only); to go back on purpose, restore the whole "
+        "directory from one backup (and delete the outside pin, if one is used)")
 
 
 def write_pin(path: str, keyring: Keyring, db_id: str, version: int, *,
