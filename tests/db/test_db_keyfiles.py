@@ -184,3 +184,16 @@ def test_a_reader_open_during_the_rotation_loads_the_new_key(tmp_path):
         reader.cache.clear()
         assert reader.query("SELECT count(*), sum(x) FROM t") == [(200, 19900)]
         assert reader.keyring.current_key_id == 2
+
+
+def test_a_keyring_only_config_points_to_rotate_new_key(tmp_path):
+    """The issue's first step: a config listing the keys only names the command that works."""
+    path = make_db(tmp_path, inserts=1)
+    write_key_file(tmp_path / "new.key", Key.generate(2))
+    cfg = tmp_path / "new-key.toml"
+    cfg.write_text('[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\n'
+                   'file = "sales.db.key"\n[[keyring.keys]]\nid = 2\nfile = "new.key"\n')
+    done = run("rotate", str(path), "--config", str(cfg))
+    assert done.returncode == 1
+    assert f"hint: {path} was made without a config" in done.stderr
+    assert f"cryptdisk rotate {path} --new-key FILE" in done.stderr

@@ -54,8 +54,14 @@ def resolve_config(db_path: str, config: Any, creating: bool) -> Config:
             raise TypeError("config must be None, a config file path, or a cryptdisk config "
                             f"object (it has no {attr!r})")
     if "default" not in config.policies or getattr(config, "default_policy_implied", False):
+        hint = "add [policies.default] to the config, with the disks the database's tables " \
+            "were written to"
+        if not creating and os.path.exists(default_key_path(db_path)):
+            hint = (f"{db_path} was made without a config (its key is {default_key_path(db_path)})"
+                    ": open it without one; to rotate its key: cryptdisk rotate "
+                    f"{db_path} --new-key FILE")
         raise DatabaseError("the config has no storage policy named 'default'; new tables "
-                            "use it", hint="add [policies.default] to the config")
+                            "use it", hint=hint)
     return config  # type: ignore[no-any-return]
 
 
