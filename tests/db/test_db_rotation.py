@@ -182,3 +182,31 @@ def test_reencrypt_changes_nothing_when_a_part_is_missing(tmp_path):
         assert db.query("SELECT part, key_id FROM system.parts ORDER BY part") == before
         with pytest.raises(RotationError):
             db.sql("SYSTEM REENCRYPT")
+
+
+def test_reencrypt_on_a_remote_encrypted_disk(tmp_path):
+    """Headers there cannot be rewritten in place: re-encryption writes new files instead."""
+    import uuid
+
+    from cryptdisk.errors import RotationError
+
+    def config(keys, current, name):
+        base = write_config(tmp_path, keys, current, name).read_text()
+        text = base.replace('[disks.secure_local]\ntype = "local"\npath = "store/secure"',
+                            f'[disks.secure_local]\ntype = "fsspec"\nurl = "memory://{bucket}"')
+        (tmp_path / name).write_text(text)
+        return tmp_path / name
+
+    bucket = uuid.uuid4().hex
+    path = tmp_path / "db"
+    with cryptdisk.connect(path, config([1], 1, "r1.toml")) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql("INSERT INTO t " + gen(500))
+    with cryptdisk.connect(path, config([1, 2], 2, "r12.toml")) as db:
+        with pytest.raises(RotationError, match="cannot rewrite a header in place"):
+            db.sql("SYSTEM ROTATE KEYS")
+        db.sql("SYSTEM REENCRYPT")
+        assert db.query("SELECT id, files FROM system.keys ORDER BY id") == [(1, 0), (2, 2)]
+        db.sql("SYSTEM ROTATE KEYS")  # nothing left to rewrap there
+    with cryptdisk.connect(path, config([2], 2, "r2.toml")) as db:
+        assert db.query("SELECT count(*), sum(c_int) FROM t") == [(500, 124750)]

@@ -93,10 +93,11 @@ class RotationMixin:
                         problems.append(f"{label}: disk {disk.name!r} ({disk.type}) cannot "
                                         "rewrap files under the keyring's key")
                     continue
-                if rewrap and not getattr(disk, "can_rewrap", False):
+                if rewrap and not getattr(disk, "can_rewrap", False) \
+                        and disk.stored_key_id(part.path) != keyring.current_key_id:
                     problems.append(f"{label}: disk {disk.name!r} is over a "
                                     f"{disk.inner.type} disk, which cannot rewrite a "
-                                    "header in place")
+                                    "header in place (re-encrypt instead)")
                 elif info.key_id is not None and info.key_id not in keyring:
                     problems.append(f"{label}: under key {info.key_id}, which disk "
                                     f"{disk.name!r} does not have")
@@ -185,7 +186,8 @@ class RotationMixin:
                     disk = self.config.disks[part.disk]
                     if not disk.is_encrypted:
                         continue
-                    count += rewrap_on_disk(disk, part.path)
+                    if disk.can_rewrap:  # the others are under the current key (checked)
+                        count += rewrap_on_disk(disk, part.path)
                     info = disk.info(part.path)
                     meta.parts[i] = dataclasses.replace(part, key_id=info.key_id,
                                                         algorithm=info.algorithm,
