@@ -116,6 +116,9 @@ def test_new_key_with_a_config_is_refused(tmp_path):
     write_key_file(tmp_path / "new.key", Key.generate(2))
     done = run("rotate", str(path), "--config", str(cfg), "--new-key", str(tmp_path / "new.key"))
     assert done.returncode == 1 and "without a config" in done.stderr
+    removal = run("keys", str(path), "--config", str(cfg), "--remove", "1")
+    assert removal.returncode == 1 and "opened with a config" in removal.stderr
+    assert "remove key 1 from the config's [keyring]" in removal.stderr
 
 
 def test_key_files_left_by_a_killed_install_load(tmp_path):
