@@ -119,10 +119,12 @@ def test_an_older_catalog_opens_and_is_recorded(tmp_path):
         cryptdisk.connect(path, cfg)
     with cryptdisk.connect(path, cfg_a) as db:
         assert db.query("SELECT count(*) FROM t") == [(100,)]
+        assert load_catalog(str(path), keyring).tables["t"].encrypted is None  # opening writes
+        db.sql("INSERT INTO t " + gen(1, 100))  # the next change records what was inferred
     recorded = load_catalog(str(path), keyring)
     assert recorded.tables["t"].encrypted is True and recorded.tables["e"].encrypted is True
     assert [(p.encrypted, p.disk_type) for p in recorded.tables["t"].parts] == \
-        [(True, "encrypted")]
+        [(True, "encrypted"), (True, "encrypted")]
 
 
 def test_a_part_that_is_not_what_the_catalog_recorded_is_a_catalog_error(tmp_path):

@@ -12,7 +12,8 @@ storage_policy = ...``) under a config that agrees.
 
 Catalogs written before these fields existed are inferred (a part with a key
 id or algorithm was encrypted; a table was encrypted if a part was) and the
-inference is recorded on the next write.
+inference is recorded with the next change (never at open: a writer checks
+first that the catalog was not rolled back).
 """
 
 from __future__ import annotations

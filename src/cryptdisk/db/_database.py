@@ -231,8 +231,9 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 "if it was made without one); to store a table unencrypted, move it "
                 "explicitly under that config: ALTER TABLE "
                 f"{first} MODIFY SETTING storage_policy = 'plain'")
-        if record_storage(catalog, self.config) and not self.read_only:
-            save_catalog(self.path, self.keyring, catalog)  # an older catalog, now recorded
+        # An older catalog: inferred now, recorded with the next change (_commit). Never
+        # written here: the writer has not yet checked that the catalog was not rolled back.
+        record_storage(catalog, self.config)
 
     def _commit(self) -> None:
         record_storage(self.catalog, self.config)  # new tables and parts
