@@ -79,3 +79,53 @@ def test_serve_sqlite_needs_keys(tmp_path) -> None:
     out = cryptdisk("serve", str(tmp_path / "app.db"), "--sqlite",
                     env={k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"})
     assert out.returncode == 1 and "no key given" in out.stderr
+
+
+def test_serve_sqlite_with_a_server_section(tmp_path) -> None:
+    import ssl
+
+    import pg8000.native
+
+    from tests.server.certs import make_ca_and_server
+
+    (tmp_path / "tls").mkdir()
+    ca, cert, key = make_ca_and_server(tmp_path / "tls")
+    config = tmp_path / "cryptdisk.toml"
+    config.write_text(f"""
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+hex = "{'ab' * 32}"
+
+[server]
+cert = "{cert}"
+key = "{key}"
+scram_iterations = 4096
+statement_timeout = 30
+""")
+    env = {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
+    db = str(tmp_path / "app.db")
+    out = cryptdisk("serve", db, "--sqlite", "--config", str(config), "--add-user", "alice",
+                    "--admin", env=env)
+    assert out.returncode == 0 and "4096 iterations" in out.stdout, out.stderr
+    out = cryptdisk("serve", db, "--sqlite", "--config", str(config), "--check", env=env)
+    assert out.returncode == 0 and "1 user(s)" in out.stdout and str(cert) in out.stdout
+    config.write_text(config.read_text() + "listen_on = 'x'\n")
+    out = cryptdisk("serve", db, "--sqlite", "--config", str(config), "--check", env=env)
+    assert out.returncode == 1 and "unknown [server] setting(s) listen_on" in out.stderr
+    config.write_text(config.read_text().replace("listen_on = 'x'\n", ""))
+    proc, port, _ = start([db, "--sqlite", "--config", str(config)], env, tmp_path)
+    try:
+        conn = pg8000.native.Connection(user="alice", password="pw of alice", host="localhost",
+                                        port=port, ssl_context=ssl.create_default_context(
+                                            cafile=str(ca)))
+        conn.run("CREATE TABLE t (a INTEGER)")
+        conn.run("INSERT INTO t VALUES (:a)", a=7)
+        assert conn.run("SELECT a FROM t") == [[7]]
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        proc.stdout.close()
+        proc.stderr.close()

@@ -180,3 +180,30 @@ def test_stop_lets_the_running_statement_finish(start_server, sqlite_engine) -> 
     assert results == [(3000000,), psycopg.errors.AdminShutdown]
     with pytest.raises(psycopg.OperationalError):  # and nothing listens any more
         psycopg.connect(**srv.dsn)
+
+
+def test_idle_and_statement_timeouts(start_server, sqlite_engine) -> None:
+    import psycopg
+
+    srv = start_server(sqlite_engine, idle_timeout=0.5, statement_timeout=0.5)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+                      "SELECT count(*) FROM n")
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        while srv.server.sessions:  # the server closes the idle session by itself
+            srv.thread.join(0.05)
+        with pytest.raises(psycopg.OperationalError, match="idle-session timeout"):
+            c.execute("SELECT 1")
+
+
+def test_max_connections(start_server, analytical) -> None:
+    srv = start_server(analytical, secure=False, max_connections=2)
+    first, second = Raw(srv.port), Raw(srv.port)
+    first.startup()
+    second.startup()
+    third = Raw(srv.port)
+    rest = third.rest()
+    assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "53300"
+    first.close()
+    second.close()

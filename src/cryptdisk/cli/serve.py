@@ -17,7 +17,8 @@ __all__ = ["register"]
 
 PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
-             "max_message_size", "max_connections", "login_timeout"}
+             "max_message_size", "max_connections", "login_timeout", "idle_timeout",
+             "statement_timeout"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -124,7 +125,16 @@ def _serve(args: argparse.Namespace) -> int:
             authenticator=ScramAuthenticator(store, channel_binding=binding),
             max_message_size=int(settings.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)),
             max_connections=int(settings.get("max_connections", 100)),
-            login_timeout=float(settings.get("login_timeout", 60)))
+            login_timeout=float(settings.get("login_timeout", 60)),
+            idle_timeout=float(settings.get("idle_timeout", 0)),
+            statement_timeout=float(settings.get("statement_timeout", 0)))
+
+        if args.check:
+            kind = "encrypted SQLite" if args.sqlite else "analytical database"
+            tls = f"TLS certificate {cert}" if cert else "no TLS (plaintext on loopback only)"
+            print(f"ok: {args.path} opens ({kind}); {len(store.users)} user(s) in {users_path}; "
+                  f"{tls}; would listen on {host}:{port}")
+            return 0
 
         def ready(address: tuple[str, int]) -> None:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"
@@ -163,5 +173,7 @@ def register(sub: Any) -> None:
                    help=f"add a user (or set its password: ${PASSWORD_ENV} or a prompt) "
                    "and exit")
     p.add_argument("--admin", action="store_true", help="with --add-user: an admin user")
+    p.add_argument("--check", action="store_true",
+                   help="check the config, keys, users and certificate, then exit (0: ok)")
     add_key_options(p, required=False)
     p.set_defaults(func=_serve)

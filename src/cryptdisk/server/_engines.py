@@ -214,10 +214,16 @@ class _AnalyticalSession(EngineSession):
 
     def run(self, sql: str, params: list[Any]) -> Result:
         text = self._sql(sql, params)
-        try:
-            table = self.engine.db.execute(text)
-        except Exception as exc:
-            raise statement_error(exc) from None
+        # One statement at a time (the database serializes them anyway), so an interrupt
+        # reaches the statement of the session that asked for it, never another's.
+        with self.engine.lock:
+            self.engine.running = self
+            try:
+                table = self.engine.db.execute(text)
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self.engine.running = None
         if table is None:
             return Result(None, [], command_tag(sql, None, False))
         columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
@@ -234,8 +240,9 @@ class _AnalyticalSession(EngineSession):
             return None
         nulls = [None] * _sqltext.placeholders(sql)
         try:
-            table = self.engine.db.execute(
-                f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0")  # noqa: S608
+            query = f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0"  # noqa: S608
+            with self.engine.lock:
+                table = self.engine.db.execute(query)
         except Exception:
             return None
         if table is None:
@@ -243,10 +250,8 @@ class _AnalyticalSession(EngineSession):
         return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
 
     def interrupt(self) -> None:
-        try:
+        if self.engine.running is self:
             self.engine.db.con.interrupt()
-        except Exception:  # noqa: S110 - nothing running is fine
-            pass
 
     def close(self) -> None:
         if self._parser is not None:
@@ -263,6 +268,8 @@ class AnalyticalEngine(Engine):
 
         self.db = connect(path, config, **options)
         self.keyring = self.db.keyring
+        self.lock = threading.Lock()
+        self.running: EngineSession | None = None
 
     def open_session(self) -> EngineSession:
         return _AnalyticalSession(self)

@@ -46,14 +46,18 @@ class Server:
     ``ssl_context`` (a server-side :class:`ssl.SSLContext`) enables TLS; without
     one, ``plaintext_loopback=True`` must be given and only loopback clients are
     served. ``authenticator`` checks logins (None: no authentication, refused
-    unless the server listens on loopback only).
+    unless the server listens on loopback only). Timeouts are in seconds, 0 for
+    none: ``login_timeout`` from connect to logged in, ``idle_timeout`` between
+    statements (the session is closed, 57P05), ``statement_timeout`` per
+    statement (it is interrupted, 57014).
     """
 
     def __init__(self, engine: Engine, *, host: str = "127.0.0.1", port: int = 5432,
                  ssl_context: ssl.SSLContext | None = None, plaintext_loopback: bool = False,
                  authenticator: Authenticator | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 max_connections: int = 100, login_timeout: float = 60.0) -> None:
+                 max_connections: int = 100, login_timeout: float = 60.0,
+                 idle_timeout: float = 0, statement_timeout: float = 0) -> None:
         if ssl_context is None and not plaintext_loopback:
             raise ServerError("no TLS certificate configured and plaintext is not allowed",
                               hint="give --cert/--key (or [server] cert/key), or "
@@ -71,6 +75,8 @@ class Server:
         self.max_message_size = max_message_size
         self.max_connections = max_connections
         self.login_timeout = login_timeout
+        self.idle_timeout = idle_timeout or None          # 0: no limit
+        self.statement_timeout = statement_timeout or None
         self.draining = False
         self.sessions: set[Session] = set()
         self._by_pid: dict[int, Session] = {}

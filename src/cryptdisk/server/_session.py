@@ -233,7 +233,11 @@ class Session:
                 self._fatal("57P01", "terminating connection due to administrator command")
                 raise _Closing()
             self.busy = False
-            msg = await self._read()
+            try:
+                msg = await asyncio.wait_for(self._read(), self.server.idle_timeout)
+            except TimeoutError:
+                self._fatal("57P05", "terminating connection due to idle-session timeout")
+                raise _Closing() from None
             self.busy = True
             if isinstance(msg, P.Terminate):
                 raise _Closing()
@@ -282,12 +286,25 @@ class Session:
             return handled
         assert self.engine is not None
         engine = self.engine
+        timer, fired = None, []
+        if self.server.statement_timeout:
+            def expire() -> None:
+                fired.append(True)
+                engine.interrupt()
+
+            timer = asyncio.get_running_loop().call_later(self.server.statement_timeout, expire)
         try:
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
             return await asyncio.to_thread(engine.run, sql, params)
         except Exception as exc:
-            raise statement_error(exc) from None
+            err = statement_error(exc)
+            if fired and err.sqlstate == "57014":
+                err = StatementError("canceling statement due to statement timeout", "57014")
+            raise err from None
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
