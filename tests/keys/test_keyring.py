@@ -218,3 +218,23 @@ def test_config_error_points_at_the_line(tmp_path):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         Keyring.from_config(tmp_path / "nope.toml")
+
+
+def test_derive_is_hkdf_sha256_and_separates_purposes():
+    import hashlib
+    import hmac
+
+    material = bytes(range(32))
+    key = Key(1, material)
+    # RFC 5869 by hand: no salt means a salt of HashLen zeros.
+    prk = hmac.new(b"\0" * 32, material, hashlib.sha256).digest()
+    t1 = hmac.new(prk, b"purpose A" + b"\x01", hashlib.sha256).digest()
+    t2 = hmac.new(prk, t1 + b"purpose A" + b"\x02", hashlib.sha256).digest()
+    assert key.derive(b"purpose A", 64) == t1 + t2
+    assert key.derive(b"purpose A", 16) == t1[:16]
+    assert key.derive(b"purpose B", 64) != key.derive(b"purpose A", 64)
+    assert Key(2, material).derive(b"purpose A") == key.derive(b"purpose A")  # material only
+    with pytest.raises(ValueError, match="purpose"):
+        key.derive(b"")
+    with pytest.raises(ValueError, match="purpose"):
+        key.derive("text")  # type: ignore[arg-type]

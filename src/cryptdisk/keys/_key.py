@@ -7,6 +7,9 @@ import hmac
 import os
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 from ..errors import InvalidKeyError
 from ..format import Algorithm, new_aead
 
@@ -86,6 +89,19 @@ class Key:
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         return self._aead.decrypt(blob[:12], blob[12:], associated_data)
+
+    def derive(self, purpose: bytes, length: int = 32) -> bytes:
+        """A subkey for another use: ``HKDF-SHA256(key, salt=None, info=purpose)[:length]``.
+
+        Easy to misuse: the result is key material. Hand it straight to a cipher
+        (the file-name cipher of encrypted disks takes 64 bytes for AES-SIV) and
+        never print, log or store it. ``purpose`` must name the use uniquely, so
+        no two uses share a subkey.
+        """
+        if not isinstance(purpose, bytes) or not purpose:
+            raise ValueError("purpose must be non-empty bytes naming the subkey's use")
+        return HKDF(algorithm=hashes.SHA256(), length=length, salt=None,
+                    info=purpose).derive(self._material)
 
     def with_id(self, key_id: int) -> Key:
         """The same material under another id."""
