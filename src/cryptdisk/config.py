@@ -26,6 +26,8 @@ XML (accepted unchanged; a path ending in ``.xml`` or text starting with ``<``):
     keys = [1]                      # ids from [keyring], or [[disks.secure.keys]] entries
     segment_size = 65536
     cache_mb = 256                  # cache of decrypted reads, in memory (0: off)
+    encrypt_names = false           # true: file and directory names encrypted (AES-SIV)
+    # names_key_id = 1              # with encrypt_names: the key the names key derives from
 
     [disks.ch]
     type = "clickhouse"             # ClickHouse's AES-CTR encrypted-disk format
@@ -79,7 +81,7 @@ _FIELDS = {
     "local": {"type", "path"},
     "fsspec": {"type", "url", "storage_options"},
     "encrypted": {"type", "disk", "path", "algorithm", "current_key_id", "keys", "segment_size",
-                  "cache_mb"},
+                  "cache_mb", "encrypt_names", "names_key_id"},
     "clickhouse": {"type", "disk", "path", "algorithm", "current_key_id", "keys"},
 }
 
@@ -252,6 +254,10 @@ class _Builder:
         if kind not in _FIELDS:
             raise self.error(f"disk {name!r} has unknown type {kind!r} (types: "
                              f"{', '.join(sorted(_FIELDS))})", where)
+        if kind == "clickhouse" and {"encrypt_names", "names_key_id"} & set(spec):
+            raise self.error(f"disk {name!r}: encrypt_names is not available for clickhouse "
+                             "disks: ClickHouse reads the names on its disks in clear", where,
+                             'use type = "encrypted" (cryptdisk\'s format) to encrypt names')
         unknown = set(spec) - _FIELDS[kind]
         if unknown:
             raise self.error(f"unknown setting(s) {', '.join(sorted(unknown))} for a {kind} "
@@ -306,9 +312,35 @@ class _Builder:
         if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
             raise self.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
                              where)
+        names_key_id = self._names_key(name, spec, where, [k.key_id for k in keys])
         return EncryptedDisk(name, inner, Keyring(keys, current, config_path=self.path),
                              prefix=spec.get("path", ""), algorithm=spec.get("algorithm"),
-                             segment_size=segment_size, cache_bytes=cache_mb << 20)
+                             segment_size=segment_size, cache_bytes=cache_mb << 20,
+                             names_key_id=names_key_id)
+
+    def _names_key(self, name: str, spec: Mapping[str, Any], where: str,
+                   ids: list[int]) -> int | None:
+        """``names_key_id`` when ``encrypt_names = true``; it never follows the current key."""
+        encrypt = spec.get("encrypt_names", False)
+        if not isinstance(encrypt, bool):
+            raise self.error("encrypt_names must be true or false", where)
+        names_key = spec.get("names_key_id")
+        if not encrypt:
+            if names_key is not None:
+                raise self.error("names_key_id is set but encrypt_names is not true", where)
+            return None
+        if names_key is None:
+            raise self.error(
+                f"disk {name!r}: encrypt_names needs names_key_id, the key whose derived key "
+                "encrypts the names", where,
+                f"add names_key_id = {ids[0] if len(ids) == 1 else 'ID'}; that key must stay "
+                "in the disk's keys while it holds files (rotation does not change it)")
+        if not isinstance(names_key, int) or isinstance(names_key, bool) or names_key not in ids:
+            raise self.error(f"disk {name!r}: names_key_id = {names_key!r} is not one of its "
+                             f"key ids ({', '.join(map(str, ids))})", where,
+                             "the names on this disk can only be read with the key that "
+                             "encrypted them: keep it in keys")
+        return names_key
 
     def _make_clickhouse(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
         inner = self.disk(self._str(spec, "disk", where), where)

@@ -21,7 +21,8 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     ├── AuthenticationError                          integrity check failed: tampered data
     │   ├── HeaderAuthenticationError                header (key slot) does not authenticate
     │   ├── SegmentAuthenticationError               a data segment does not authenticate
-    │   └── TruncatedFileError                       the file ends before its final segment
+    │   ├── TruncatedFileError                       the file ends before its final segment
+    │   └── NameAuthenticationError                  an encrypted file name does not authenticate
     ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
     ├── ConfigError               (ValueError)       a config file is wrong; names path and line
     ├── DiskError                 (OSError)          a disk operation failed
@@ -70,6 +71,7 @@ __all__ = [
     "LoginError",
     "MalformedHeaderError",
     "MissingEnvironmentVariableError",
+    "NameAuthenticationError",
     "NotEncryptedError",
     "PolicyError",
     "ProtocolError",
@@ -212,6 +214,15 @@ class SegmentAuthenticationError(AuthenticationError):
 
 class TruncatedFileError(AuthenticationError):
     """The file ends before its final segment: it was truncated."""
+
+
+class NameAuthenticationError(AuthenticationError):
+    """A stored file name on a disk with ``encrypt_names`` does not authenticate.
+
+    It was changed or moved to another directory on the backing store, was
+    never written by this disk, or was encrypted under another names key.
+    ``path`` is the stored (encrypted) path; the message never shows key material.
+    """
 
 
 class ImmutableFileError(CryptdiskError, io.UnsupportedOperation):

@@ -49,6 +49,16 @@ def _enc_s3(tmp: Path, s3: Callable[[], str]) -> Disk:
                          segment_size=4096)
 
 
+def _enc_names_local(tmp: Path, s3: Callable[[], str]) -> Disk:
+    return EncryptedDisk("encn", _local(tmp, s3), Keyring.generate(5), prefix="secure",
+                         segment_size=4096, names_key_id=5)
+
+
+def _enc_names_memory(tmp: Path, s3: Callable[[], str]) -> Disk:
+    return EncryptedDisk("encnm", _memory(tmp, s3), Keyring.generate(6), segment_size=4096,
+                         names_key_id=6)
+
+
 def _clickhouse_local(tmp: Path, s3: Callable[[], str]) -> Disk:
     from cryptdisk.disks import ClickHouseDisk, ClickHouseKey
 
@@ -63,6 +73,8 @@ DISK_KINDS = {
     "s3": _s3,
     "encrypted-local": _enc_local,
     "encrypted-s3": _enc_s3,
+    "encrypted-names-local": _enc_names_local,
+    "encrypted-names-memory": _enc_names_memory,
     "clickhouse-local": _clickhouse_local,
 }
 

@@ -6,6 +6,11 @@ cryptdisk's sealed format: every file gets a random data key wrapped by the
 current key; reading finds the key by the id in the file's header, so files
 written under an older key stay readable while that key is configured.
 
+With ``names_key_id`` (``encrypt_names = true`` in a config) the names of files
+and directories are encrypted as well, each path component with AES-SIV
+(:mod:`._names`); listings decrypt them, and a stored name that does not
+authenticate raises :class:`~cryptdisk.errors.NameAuthenticationError`.
+
 Reads go through a bounded cache of decrypted reads shared by the disk's
 readers (:mod:`._cache`), so an engine that re-reads a file on every query
 (DuckDB through fsspec) decrypts it once.
@@ -14,6 +19,7 @@ readers (:mod:`._cache`), so an engine that re-reads a file on every query
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable
 from typing import IO, Any, cast
 
@@ -39,7 +45,8 @@ from ._base import Disk, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import PreadFile, encrypting_write
 from ._local import LocalDisk
-from ._paths import norm_path
+from ._names import NameCipher
+from ._paths import join_prefix, norm_path
 from ._wrapping import WrappingDisk
 
 __all__ = ["DEFAULT_READ_CACHE_BYTES", "EncryptedDisk"]
@@ -56,9 +63,20 @@ class EncryptedDisk(WrappingDisk):
     def __init__(self, name: str, inner: Disk, keyring: Keyring, *, prefix: str = "",
                  algorithm: str | Algorithm | None = None,
                  segment_size: int = DEFAULT_SEGMENT_SIZE,
-                 cache_bytes: int = DEFAULT_READ_CACHE_BYTES) -> None:
+                 cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
+                 names_key_id: int | None = None) -> None:
         if not isinstance(keyring, Keyring):
             raise TypeError("keyring must be a cryptdisk.Keyring")
+        #: Encrypts file names (AES-SIV, see :mod:`._names`) when a names key is given.
+        self.names: NameCipher | None = None
+        if names_key_id is not None:
+            if names_key_id not in keyring:
+                raise KeyNotFoundError(
+                    f"disk {name!r}: names_key_id {names_key_id} is not one of its keys "
+                    f"({', '.join(map(str, keyring.ids))})", key_id=names_key_id,
+                    hint="keep the key that encrypts the names for as long as the disk "
+                    "holds files")
+            self.names = NameCipher(keyring.key_by_id(names_key_id))
         self.name = name
         self.inner = inner
         self.keyring = keyring
@@ -70,6 +88,54 @@ class EncryptedDisk(WrappingDisk):
         self.cache = ReadCache(cache_bytes) if cache_bytes else None
         # info() of an unchanged backing file (same size and mtime) without rereading its header
         self._info_memo: dict[tuple[str, int, float | None], FileInfo] = {}
+
+    # -- paths: encrypted names --------------------------------------------------------
+
+    def _inner(self, path: str) -> str:
+        clean = norm_path(path)
+        if self.names is not None:
+            clean = self.names.encrypt_path(clean)
+        return join_prefix(self.prefix, clean)
+
+    def list(self, prefix: str = "") -> list[str]:
+        if self.names is None:
+            return super().list(prefix)
+        clean = norm_path(prefix, allow_empty=True)
+        # Stored names are encrypted whole: list the deepest directory the prefix names,
+        # then match the rest of the prefix against the decrypted paths.
+        directory = clean if prefix.endswith("/") else posixpath.dirname(clean)
+        if directory:
+            below = self._inner(directory) + "/"
+        else:
+            below = self.prefix + "/" if self.prefix else ""
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        out = []
+        for stored in self.inner.list(below):
+            plain = self.names.decrypt_path(stored[cut:])
+            if not clean or (plain.startswith(clean + "/") if prefix.endswith("/")
+                             else plain.startswith(clean)):
+                out.append(plain)
+        return sorted(out)
+
+    def _plain_errors(self, path: str, exc: DiskFileNotFoundError) -> DiskFileNotFoundError:
+        """The inner disk names the stored path; say the caller's path instead."""
+        if self.names is None:
+            return exc
+        return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
+
+    def remove(self, path: str) -> None:
+        try:
+            super().remove(path)
+        except DiskFileNotFoundError as exc:
+            raise self._plain_errors(path, exc) from None
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            super().rename(src, dst)
+        except DiskFileNotFoundError as exc:
+            raise self._plain_errors(src, exc) from None
+
+    # -- reading and writing --------------------------------------------------------------
 
     def _read_header(self, path: str) -> tuple[Header, int]:
         """The file's (unauthenticated) header and its stored size."""
@@ -98,7 +164,10 @@ class EncryptedDisk(WrappingDisk):
                 os.close(fd)  # the map stays valid without the descriptor
                 return source, lambda: None
             return source, lambda: os.close(fd)
-        raw = self.inner.open_read(inner_path)
+        try:
+            raw = self.inner.open_read(inner_path)
+        except DiskFileNotFoundError as exc:
+            raise self._plain_errors(path, exc) from None
         source = FileObjectSource(raw, raw.size)  # type: ignore[attr-defined]
         return source, raw.close
 
@@ -131,7 +200,10 @@ class EncryptedDisk(WrappingDisk):
                                 lambda raw: SealedWriter(raw, header, dek))
 
     def info(self, path: str) -> FileInfo:
-        inner = self.inner.info(self._inner(path))
+        try:
+            inner = self.inner.info(self._inner(path))
+        except DiskFileNotFoundError as exc:
+            raise self._plain_errors(path, exc) from None
         memo_key = (path, inner.stored_size, inner.mtime)
         cached = self._info_memo.get(memo_key)
         if cached is not None:
