@@ -18,7 +18,7 @@ __all__ = ["register"]
 PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
-             "statement_timeout"}
+             "statement_timeout", "access_log", "access_log_encrypted"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -118,6 +118,13 @@ def _serve(args: argparse.Namespace) -> int:
                 binding = end_point_hash(
                     x509.load_pem_x509_certificate(f.read()).public_bytes(Encoding.DER))
         host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+        access_log = None
+        if settings.get("access_log"):
+            from ..server import AccessLog
+
+            access_log = AccessLog(settings["access_log"],
+                                   engine.keyring if settings.get("access_log_encrypted")
+                                   else None)
         server = Server(
             engine, host=host, port=port, ssl_context=ctx,
             plaintext_loopback=args.plaintext_loopback
@@ -127,7 +134,8 @@ def _serve(args: argparse.Namespace) -> int:
             max_connections=int(settings.get("max_connections", 100)),
             login_timeout=float(settings.get("login_timeout", 60)),
             idle_timeout=float(settings.get("idle_timeout", 0)),
-            statement_timeout=float(settings.get("statement_timeout", 0)))
+            statement_timeout=float(settings.get("statement_timeout", 0)),
+            access_log=access_log)
 
         if args.check:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"

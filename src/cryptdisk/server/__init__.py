@@ -14,6 +14,7 @@
 See ``docs/server.md`` for what is implemented and how to connect.
 """
 
+from ._accesslog import AccessLog
 from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEngine
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server
@@ -23,6 +24,7 @@ from ._users import ScramAuthenticator, UserStore
 __all__ = [
     "DEFAULT_ITERATIONS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "AccessLog",
     "AnalyticalEngine",
     "Authenticator",
     "Engine",

@@ -12,6 +12,7 @@ import datetime as dt
 import decimal
 import math
 import os
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -67,7 +68,16 @@ def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
 
 
 class EngineSession:
-    """One client's view of the engine (its own transaction, where the engine has them)."""
+    """One client's view of the engine (its own transaction, where the engine has them).
+
+    ``last_tables`` holds the tables the last statement read or wrote, once
+    :meth:`record_tables` was called (for the access log).
+    """
+
+    last_tables: set[str]
+
+    def record_tables(self) -> None:
+        """Fill ``last_tables`` on every later statement."""
 
     def run(self, sql: str, params: list[Any]) -> Result:
         raise NotImplementedError
@@ -188,10 +198,21 @@ class _AnalyticalSession(EngineSession):
         self.engine = engine
         self.privileges: Any = None
         self._parser: Any = None
+        self.recording = False
+        self.last_tables = set()
+
+    def _parse_connection(self) -> Any:
+        if self._parser is None:
+            self._parser = self.engine.db.con.cursor()  # its own connection: only parses
+        return self._parser
 
     def set_privileges(self, privileges: Any) -> None:
         self.privileges = privileges
-        self._parser = self.engine.db.con.cursor()  # its own connection: only parses
+        self._parse_connection()
+
+    def record_tables(self) -> None:
+        self.recording = True
+        self._parse_connection()
 
     def _sql(self, sql: str, params: list[Any]) -> str:
         words = _sqltext.first_words(sql, 1)
@@ -210,6 +231,17 @@ class _AnalyticalSession(EngineSession):
         text = _sqltext.substitute(sql, lit)
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
+        if self.recording:
+            from ._grants import query_references
+
+            found = query_references(text, self._parser)
+            if found is not None:
+                self.last_tables = {t.lower() for t in found[0]}
+            else:
+                m = re.match(r"\s*(?:INSERT\s+INTO|CREATE\s+TABLE(?:\s+IF\s+NOT\s+EXISTS)?|"
+                             r"DROP\s+TABLE(?:\s+IF\s+EXISTS)?|TRUNCATE(?:\s+TABLE)?|"
+                             r"OPTIMIZE\s+TABLE)\s+([A-Za-z_][\w.]*)", text, re.I)
+                self.last_tables = {m[1].lower()} if m else set()
         return text
 
     def run(self, sql: str, params: list[Any]) -> Result:
@@ -291,6 +323,10 @@ def _sqlite_value(value: Any) -> Any:
     return str(value)
 
 
+_TABLE_OPS = {apsw.SQLITE_READ, apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE}
+_SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
+
+
 class _SQLiteSession(EngineSession):
     def __init__(self, engine: SQLiteEngine) -> None:
         from ..sqlite import connect
@@ -299,13 +335,30 @@ class _SQLiteSession(EngineSession):
                             busy_timeout_ms=engine.busy_timeout_ms)
         self.lock = threading.Lock()
         self.can_cache = True
+        self.last_tables = set()
+        self.check: Any = None
+        self.recording = False
+
+    def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
+                   view: str | None) -> int:
+        if self.recording and one is not None and op in _TABLE_OPS \
+                and one.lower() not in _SCHEMA_TABLES:
+            self.last_tables.add(one.lower())
+        return apsw.SQLITE_OK if self.check is None else \
+            int(self.check(op, one, two, database, view))
+
+    def record_tables(self) -> None:
+        self.recording = True
+        self.can_cache = False  # the authorizer only sees statements as they are prepared
+        self.conn.authorizer = self._authorize
 
     @property
     def in_transaction(self) -> bool:
         return bool(self.conn.in_transaction)
 
     def set_privileges(self, privileges: Any) -> None:
-        self.conn.authorizer = privileges.sqlite_authorizer()
+        self.check = privileges.sqlite_authorizer()
+        self.conn.authorizer = self._authorize
         # SQLite authorizes when it prepares: no statement cache, so a REVOKE counts at once
         self.can_cache = False
 

@@ -28,7 +28,7 @@ from ._engines import StatementError
 if TYPE_CHECKING:
     from ._users import UserStore
 
-__all__ = ["ACTIONS", "Privileges"]
+__all__ = ["ACTIONS", "Privileges", "query_references"]
 
 ACTIONS = ("SELECT", "INSERT", "UPDATE", "DELETE")
 _SAFE_TABLE_FUNCTIONS = {"range", "generate_series", "unnest"}
@@ -82,14 +82,11 @@ class Privileges:
         """Refuse ``sql`` unless it is a query over tables this user may SELECT."""
         if self.admin:
             return
-        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-        tree = json.loads(row[0]) if row else {"error": True}
-        if tree.get("error"):
+        found = query_references(sql, con)
+        if found is None:
             raise StatementError("permission denied: only admin users may run statements "
                                  "other than queries on the analytical database", "42501")
-        tables: list[str] = []
-        functions: list[str] = []
-        _walk(tree, tables, functions, frozenset())
+        tables, functions = found
         for name in functions:
             if name.lower() not in _SAFE_TABLE_FUNCTIONS:
                 raise StatementError(f"permission denied: table function {name} "
@@ -97,6 +94,18 @@ class Privileges:
         for table in tables:
             if not self.allowed(table, "SELECT"):
                 raise _denied("SELECT", table)
+
+
+def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
+    """(tables, table functions) a query names, from DuckDB's parser; None: not a query."""
+    row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    tree = json.loads(row[0]) if row else {"error": True}
+    if tree.get("error"):
+        return None
+    tables: list[str] = []
+    functions: list[str] = []
+    _walk(tree, tables, functions, frozenset())
+    return tables, functions
 
 
 def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[str]) -> None:

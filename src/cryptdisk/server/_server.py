@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import ServerError
+from ._accesslog import AccessLog
 from ._engines import Engine, Result
 from ._session import Session, is_loopback
 
@@ -49,7 +50,7 @@ class Server:
     unless the server listens on loopback only). Timeouts are in seconds, 0 for
     none: ``login_timeout`` from connect to logged in, ``idle_timeout`` between
     statements (the session is closed, 57P05), ``statement_timeout`` per
-    statement (it is interrupted, 57014).
+    statement (it is interrupted, 57014). ``access_log`` gets a line per statement.
     """
 
     def __init__(self, engine: Engine, *, host: str = "127.0.0.1", port: int = 5432,
@@ -57,7 +58,8 @@ class Server:
                  authenticator: Authenticator | None = None,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_connections: int = 100, login_timeout: float = 60.0,
-                 idle_timeout: float = 0, statement_timeout: float = 0) -> None:
+                 idle_timeout: float = 0, statement_timeout: float = 0,
+                 access_log: AccessLog | None = None) -> None:
         if ssl_context is None and not plaintext_loopback:
             raise ServerError("no TLS certificate configured and plaintext is not allowed",
                               hint="give --cert/--key (or [server] cert/key), or "
@@ -77,6 +79,7 @@ class Server:
         self.login_timeout = login_timeout
         self.idle_timeout = idle_timeout or None          # 0: no limit
         self.statement_timeout = statement_timeout or None
+        self.access_log = access_log
         self.draining = False
         self.sessions: set[Session] = set()
         self._by_pid: dict[int, Session] = {}
@@ -184,3 +187,5 @@ class Server:
                 loop.remove_signal_handler(sig)
             await self.drain()
             self.engine.close()
+            if self.access_log is not None:
+                self.access_log.close()

@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import secrets
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,11 @@ class _Portal:
     result: Result | None = None
     sent: int = 0
     described_columns: list[tuple[str, int]] | None = field(default=None)
+
+
+def _tag_count(tag: str) -> int | None:
+    last = tag.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else None
 
 
 class _Closing(Exception):
@@ -184,6 +190,8 @@ class Session:
             auth = self.server.authenticator
             if auth is not None:
                 self.engine.set_privileges(auth.privileges(self.user))
+            if self.server.access_log is not None:
+                self.engine.record_tables()
         except Exception as exc:
             err = statement_error(exc)
             self._fatal(err.sqlstate, str(err))
@@ -275,7 +283,31 @@ class Session:
     # -- running statements ------------------------------------------------------------------
 
     async def _execute(self, sql: str, params: list[Any]) -> Result:
+        """Run one statement and write its access-log line."""
+        log_ = self.server.access_log
+        if log_ is None:
+            return await self._run_statement(sql, params)
+        start = time.monotonic()
+        entry: dict[str, Any] = {"user": self.user, "source": self.peer_host,
+                                 "kind": (_sqltext.first_words(sql, 1) or [""])[0]}
+        try:
+            result = await self._run_statement(sql, params)
+        except StatementError as exc:
+            entry["sqlstate"] = exc.sqlstate
+            raise
+        else:
+            entry["rows"] = len(result.rows) if result.columns is not None else \
+                _tag_count(result.tag)
+            return result
+        finally:
+            entry["tables"] = sorted(self.engine.last_tables) if self.engine else []
+            entry["duration_ms"] = round((time.monotonic() - start) * 1000, 3)
+            await asyncio.to_thread(log_.write, **entry)
+
+    async def _run_statement(self, sql: str, params: list[Any]) -> Result:
         """Run one statement: server-handled ones first, then the engine."""
+        if self.engine is not None:
+            self.engine.last_tables = set()
         words = _sqltext.first_words(sql, 2)
         head = words[0] if words else ""
         if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):

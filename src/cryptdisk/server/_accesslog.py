@@ -1,0 +1,44 @@
+"""The access log: one JSON line per statement, plain (mode 0600) or a cryptdisk mutable file.
+
+Each line has ``time`` (UTC, ISO 8601), ``user``, ``source`` (client address),
+``kind`` (the statement's first keyword), ``tables`` (those the statement reads
+or writes, where the engine says), ``rows``, ``duration_ms`` and, for a
+failure, ``sqlstate``. Never the statement's text, parameter values or passwords.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import threading
+from typing import Any
+
+from .. import open as cd_open
+
+__all__ = ["AccessLog"]
+
+
+class AccessLog:
+    """Append-only JSON lines; ``keyring`` given: encrypted (read it with ``cryptdisk cat``)."""
+
+    def __init__(self, path: str | os.PathLike[str], keyring: Any = None) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._file: Any
+        if keyring is not None:
+            self._file = cd_open(self.path, "ab", keyring=keyring)
+        else:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = os.fdopen(fd, "ab")
+
+    def write(self, **entry: Any) -> None:
+        entry = {"time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"), **entry}
+        line = json.dumps(entry, separators=(",", ":"), default=str).encode() + b"\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
