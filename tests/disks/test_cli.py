@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import cryptdisk
+from cryptdisk.config import load_config
 
 K1 = "ab" * 32
 #: The source tree of the cryptdisk being tested, for child processes.
@@ -139,6 +140,21 @@ def test_convert_round_trip_and_resume(config: str, tmp_path: Path) -> None:
     assert plain.returncode == 0, plain.stderr
     for rel, data in files.items():
         assert (back / rel).read_bytes() == data
+
+
+def test_convert_into_a_disk_that_encrypts_names(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG.replace('segment_size = 4096',
+                                     'segment_size = 4096\nencrypt_names = true\n'
+                                     'names_key_id = 1'))
+    src, enc = tmp_path / "src", tmp_path / "raw" / "enc"
+    files = _tree(src)
+    done = cli("convert", str(src), str(enc), "-c", str(config), "--disk", "secure")
+    assert done.returncode == 0, done.stderr
+    stored = [p.name for p in enc.rglob("*")]
+    assert stored and not any(rel.split("/")[-1] in stored for rel in files)
+    disk = load_config(config).disks["secure"]
+    assert {rel: disk.read_bytes(rel) for rel in disk.list()} == files
 
 
 def test_convert_refuses_overlapping_trees(config: str, tmp_path: Path) -> None:

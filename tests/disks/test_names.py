@@ -229,6 +229,26 @@ def test_duckdb_hive_partitions_over_encrypted_names(tmp_path: Path) -> None:
     assert len(stored) >= 5 and not any("region" in p or "sales" in p for p in stored)
 
 
+def test_database_tables_on_a_disk_that_encrypts_names(tmp_path: Path) -> None:
+    import cryptdisk
+
+    path = _config(tmp_path, "encrypt_names = true\nnames_key_id = 1")
+    with path.open("a") as f:
+        f.write('[policies.default]\n[[policies.default.volumes]]\nname = "main"\n'
+                'disks = ["secure"]\n')
+    db = cryptdisk.connect(str(tmp_path / "sales.db"), config=str(path))
+    try:
+        db.sql("CREATE TABLE t (x BIGINT)")
+        db.sql("INSERT INTO t SELECT range FROM range(1000)")
+        assert db.query("SELECT count(*), sum(x) FROM t") == [(1000, 499500)]
+        (part_path,) = [row[0] for row in db.query("SELECT path FROM system.parts")]
+    finally:
+        db.close()
+    stored = _stored(tmp_path / "raw")
+    assert stored and not any(".parquet" in p or "cryptdisk-db" in p for p in stored)
+    assert part_path.endswith(".parquet")
+
+
 @pytest.mark.parametrize(("lines", "message"), [
     ("encrypt_names = true", "encrypt_names needs names_key_id"),
     ("encrypt_names = true\nnames_key_id = 4", "names_key_id = 4 is not one of its key ids"),

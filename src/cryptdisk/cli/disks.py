@@ -131,8 +131,10 @@ def _target(cfg: Config, to: str, dst: str, disk_name: str | None) -> Disk:
     if to == "cryptdisk":
         chosen = _pick_disk(cfg, disk_name, EncryptedDisk, "--to cryptdisk")
         if isinstance(chosen, EncryptedDisk):
+            # A tree meant for that disk gets its names encrypted as the disk would.
             return EncryptedDisk("destination", out, chosen.keyring, algorithm=chosen.algorithm,
-                                 segment_size=chosen.segment_size)
+                                 segment_size=chosen.segment_size,
+                                 names_key_id=chosen.names.key_id if chosen.names else None)
         if cfg.keyring is None:
             raise ConfigError("no key to encrypt with: the config has no [keyring]",
                               path=cfg.path, hint="add a [keyring], or pass --disk NAME of an "
