@@ -49,6 +49,10 @@ class ColumnCache:
             self.hits += 1
             return item[0]
 
+    def contains(self, part_id: str, column: str) -> bool:
+        """Whether an entry is held (no hit or miss counted, no LRU update)."""
+        return (part_id, column) in self._items
+
     def put(self, part_id: str, column: str, array: pa.ChunkedArray) -> None:
         n = measured_size(array)
         if n > self.bound:
@@ -66,7 +70,8 @@ class ColumnCache:
 
     def drop_part(self, part_id: str) -> None:
         with self._lock:
-            for key in [k for k in self._items if k[0] == part_id]:
+            for key in [k for k in self._items
+                        if k[0] == part_id or k[0].startswith(part_id + "/")]:
                 self.size -= self._items.pop(key)[1]
 
     def clear(self) -> None:

@@ -41,6 +41,8 @@ class PartMeta:
     bytes_on_disk: int | None = None  # stored size (header and tags included)
     disk_type: str | None = None  # the disk's type when written: local, encrypted, ...
     encrypted: bool | None = None  # whether the disk encrypted it (None: an older catalog)
+    key_min: Any = None  # min and max of the table's first ORDER BY column (sparse index)
+    key_max: Any = None
 
     @property
     def is_encrypted(self) -> bool:

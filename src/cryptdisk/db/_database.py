@@ -42,9 +42,10 @@ from ._columns import (
 )
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
-from ._partread import read_part
+from ._pushdown import table_filters
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
+from ._scan import TableScan
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -117,6 +118,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         elif pin not in (None, False):
             self._pins.append(os.path.abspath(os.fspath(pin)))  # type: ignore[arg-type]
         self._pending: list[tuple[Any, str]] = []
+        self._scans: list[TableScan] = []
+        self._schemas: dict[tuple[tuple[str, str], ...], pa.Schema] = {}
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -267,26 +270,12 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
 
     # -- reading -------------------------------------------------------------------
 
-    def _part_columns(self, meta: TableMeta, part: Any, columns: list[str]) -> dict[str, Any]:
-        got: dict[str, Any] = {}
-        missing = []
-        for col in columns:
-            arr = self.cache.get(part.id, col)
-            if arr is None:
-                missing.append(col)
-            else:
-                got[col] = arr
-        if missing:
-            disk = self.config.disks.get(part.disk)
-            if disk is None:
-                raise CatalogError(f"table {meta.name}: part {part.path} is on disk "
-                                   f"{part.disk!r}, which the config does not define")
-            decoded = read_part(disk, part, missing)
-            for col in missing:
-                arr = decoded.column(col)
-                self.cache.put(part.id, col, arr)
-                got[col] = arr
-        return got
+    def _scan(self, meta: TableMeta, columns: list[str] | None,
+              filters: list[Any] | None = None) -> TableScan:
+        names = [c for c, _t in meta.columns]
+        cols = names if columns is None else [c for c in names if c in columns]
+        return TableScan(self.config, meta, self.arrow_schema(meta), cols, filters or [],
+                         self.cache if self.cache.bound else None)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache."""
@@ -296,18 +285,14 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             cols = names if columns is None else columns
             if not cols:
                 cols = [names[0]]
-            schema = self.arrow_schema(meta)
-            sub = pa.schema([schema.field(c) for c in cols])
-            chunks: dict[str, list[Any]] = {c: [] for c in cols}
-            for part in meta.parts:
-                got = self._part_columns(meta, part, cols)
-                for c in cols:
-                    chunks[c].extend(got[c].chunks)
-            arrays = [pa.chunked_array(chunks[c], type=sub.field(c).type) for c in cols]
-            return pa.Table.from_arrays(arrays, schema=sub)
+            unknown = [c for c in cols if c not in names]
+            if unknown:
+                raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}")
+            table = self._scan(meta, cols).to_table()
+            return table.select(cols)
 
     def _prepare(self, sql: str) -> str:
-        """Register what ``sql`` reads as Arrow views; return the SQL DuckDB should run."""
+        """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""
         if self.read_only:
             self.refresh()
         sql, wants_system = rewrite_system_tables(sql)
@@ -322,23 +307,51 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 used = base_tables(tree, names)
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
             for t, cols in needed_columns(tree, tables).items():
-                self.con.register(t, self.arrow_table(t, cols))
+                meta = self.catalog.tables[t]
+                filters = table_filters(tree, t, self.arrow_schema(meta))
+                scan = self._scan(meta, cols, filters)
+                self.con.register(t, scan)
                 self._registered.add(t)
+                self._scans.append(scan)
         return sql
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts."""
+        for scan in self._scans:
+            scan.close()
+        self._scans.clear()
         for t in self._registered:
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(t)
         self._registered.clear()
 
+    def _scan_error(self) -> BaseException | None:
+        """The error a scan raised inside DuckDB (which reports it only as text)."""
+        for scan in self._scans:
+            if scan.error is not None:
+                return scan.error
+        return None
+
     def _run_duckdb(self, sql: str) -> pa.Table | None:
         for attempt in (0, 1):
             try:
-                prepared = self._prepare(sql)
-                rel = self.con.sql(prepared)
-                return rel.to_arrow_table() if rel is not None else None
+                try:
+                    prepared = self._prepare(sql)
+                    rel = self.con.sql(prepared)
+                    return rel.to_arrow_table() if rel is not None else None
+                except duckdb.OutOfMemoryException as exc:
+                    raise DatabaseError(
+                        f"the query needs more memory than memory_limit allows ({exc}); "
+                        "cryptdisk does not let DuckDB spill plaintext to disk",
+                        hint="raise memory_limit (SET memory_limit = '8GB') or query fewer rows"
+                    ) from None
+                except duckdb.Error as exc:
+                    cause = self._scan_error()
+                    if cause is not None:
+                        raise cause from None
+                    raise DatabaseError(str(exc)) from None
+                finally:
+                    self._release()
             except CatalogError:
                 if attempt or not self.read_only:
                     raise
@@ -349,16 +362,6 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 # Another process rotated to a key made after this one opened.
                 self._reload_own_keys()
                 self._stamp = None
-            except duckdb.OutOfMemoryException as exc:
-                raise DatabaseError(
-                    f"the query needs more memory than memory_limit allows ({exc}); "
-                    "cryptdisk does not let DuckDB spill plaintext to disk",
-                    hint="raise memory_limit (SET memory_limit = '8GB') or query fewer rows"
-                ) from None
-            except duckdb.Error as exc:
-                raise DatabaseError(str(exc)) from None
-            finally:
-                self._release()
         return None  # pragma: no cover
 
     def sql(self, sql: str) -> pa.Table | None:
@@ -391,8 +394,12 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     # -- DDL -----------------------------------------------------------------------
 
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
-        cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in meta.columns)
-        schema: pa.Schema = self.con.sql(f"SELECT {cols}").to_arrow_table().schema
+        key = tuple(meta.columns)
+        schema: pa.Schema | None = self._schemas.get(key)
+        if schema is None:
+            cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in meta.columns)
+            schema = self.con.sql(f"SELECT {cols}").to_arrow_table().schema
+            self._schemas[key] = schema
         return schema
 
     def _create(self, st: _sql.CreateTable) -> None:

@@ -62,7 +62,8 @@ class InsertMixin:
                 reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
                 parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
                                     version=self.catalog.version + 1, max_rows=PART_ROWS,
-                                    on_rows=on_rows)
+                                    on_rows=on_rows,
+                                    key=meta.order_by.split(",")[0] if meta.order_by else None)
             except duckdb.OutOfMemoryException as exc:
                 raise DatabaseError(f"INSERT INTO {meta.name} ran out of memory ({exc}); "
                                     "cryptdisk does not let DuckDB spill plaintext to disk",

@@ -162,7 +162,8 @@ class MaintenanceMixin:
             disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
             new = write_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
                               version=self.catalog.version + 1, max_rows=PART_ROWS,
-                              on_rows=on_rows)
+                              on_rows=on_rows,
+                              key=meta.order_by.split(",")[0] if meta.order_by else None)
             self._replace_parts(meta, new)
             return True
 

@@ -12,6 +12,7 @@ encrypted part has authenticated.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 import threading
@@ -27,7 +28,7 @@ from ._catalog import PartMeta
 from ._parts import PART_ID_KEY, not_as_recorded
 from ._storage import local_path
 
-__all__ = ["read_part"]
+__all__ = ["OpenPart", "open_part", "read_part"]
 
 
 class _ZeroCopyFile:
@@ -399,3 +400,134 @@ def _read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Tabl
     finally:
         if handle is not None:
             handle.close()
+
+
+class _ThreadArena(threading.local):
+    """Each scan worker's own reusable buffer (see :class:`_Arena`)."""
+
+    def __init__(self) -> None:
+        self.arena = _Arena()
+
+
+_THREAD_ARENA = _ThreadArena()
+
+
+class OpenPart:
+    """A part whose footer has been read and checked against the catalog, read by row group.
+
+    :meth:`read` may be called from several threads at once: every read is
+    positional, and each call builds its own reader over the shared footer.
+    On an encrypted disk, only the column chunks of the requested row groups
+    and columns are decrypted (each segment authenticating first), into the
+    calling thread's reusable arena, then decoded.
+    """
+
+    def __init__(self, disk: Disk, part: PartMeta) -> None:
+        self.disk, self.part = disk, part
+        self._handle: Any = None
+        self._local: str | None = None
+        try:
+            if disk.is_encrypted:
+                f = self._handle = disk.open_read(part.path)
+                size = int(f.size)  # type: ignore[attr-defined]
+                if size < 12 or size != part.bytes:
+                    _check_identity(disk, part, None, size)
+                tail = f.pread(size - 8, 8)  # type: ignore[attr-defined]
+                footer = int.from_bytes(tail[:4], "little") + 8
+                if tail[4:] != b"PAR1" or footer > size - 4:
+                    raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a "
+                                       "Parquet file")
+                self.meta = pq.read_metadata(pa.BufferReader(
+                    f.pread(size - footer, footer)))  # type: ignore[attr-defined]
+            else:
+                lp = local_path(disk, part.path)
+                if lp is not None:
+                    self._local = lp
+                    self._handle = pa.memory_map(lp)
+                    size = self._handle.size()
+                    self.meta = pq.ParquetFile(self._handle).metadata
+                else:
+                    with disk.open_read(part.path) as f:
+                        size = int(f.size)  # type: ignore[attr-defined]
+                        self.meta = pq.ParquetFile(_ZeroCopyFile(f)).metadata
+        except (FileNotFoundError, DiskFileNotFoundError):
+            self.close()
+            raise CatalogError(f"part {part.path} of the catalog is missing on disk "
+                               f"{disk.name!r}", hint="restore the disk from a backup") from None
+        except BaseException:
+            self.close()
+            raise
+        try:
+            _check_identity(disk, part, self.meta, size)
+        except BaseException:
+            self.close()
+            raise
+        self.size = size
+        self.num_row_groups = self.meta.num_row_groups
+        self._index = {self.meta.schema.column(j).path.split(".")[0]: j
+                       for j in range(self.meta.num_columns)}
+
+    def stats(self, rg: int, column: str) -> tuple[Any, Any] | None:
+        """``(min, max)`` of ``column`` in row group ``rg`` (NaN left out), or None."""
+        j = self._index.get(column)
+        if j is None:
+            return None
+        st = self.meta.row_group(rg).column(j).statistics
+        if st is None or not st.has_min_max:
+            return None
+        return st.min, st.max
+
+    def rows(self, rg: int) -> int:
+        return int(self.meta.row_group(rg).num_rows)
+
+    def read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
+        """Rows of ``row_groups`` (consecutive or not), only ``columns``."""
+        if not self.disk.is_encrypted:
+            if self._local is not None:
+                pf = pq.ParquetFile(self._handle, metadata=self.meta)
+                return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+            with self.disk.open_read(self.part.path) as f:
+                pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
+                return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+        f = self._handle
+        chunks, compressed = [], True
+        for i in row_groups:
+            rg = self.meta.row_group(i)
+            for c in columns:
+                col = rg.column(self._index[c])
+                starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
+                          if o is not None and o > 0]
+                chunks.append((min(starts), min(starts) + col.total_compressed_size))
+                compressed = compressed and str(col.compression).upper() in _COMPRESSED
+        chunks.sort()
+        ranges: list[tuple[int, int, int]] = []
+        off = 0
+        for a, b in chunks:
+            if ranges and a < ranges[-1][1]:  # overlapping (never expected): merge
+                pa_, pb, po = ranges.pop()
+                off = po
+                a, b = pa_, max(pb, b)
+            ranges.append((a, b, off))
+            off += b - a
+        if compressed:  # pyarrow decompresses into new buffers: the arena can be reused
+            arena = _THREAD_ARENA.arena.view(off)
+        else:
+            arena = memoryview(bytearray(off))
+        try:
+            for a, b, o in ranges:
+                _decrypt_range(f, arena[o : o + b - a], a)
+            pf = pq.ParquetFile(_CompactFile(f, self.size, ranges, arena), metadata=self.meta)
+            return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+        finally:
+            arena.release()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            with contextlib.suppress(Exception):
+                self._handle.close()
+            self._handle = None
+
+
+def open_part(disk: Disk, part: PartMeta) -> OpenPart:
+    """Open ``part`` for reading by row group, after checking it is the catalog's part."""
+    return OpenPart(disk, part)

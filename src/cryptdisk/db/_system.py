@@ -72,7 +72,14 @@ def _parts(db: Any) -> pa.Table:
         "key_id": pa.array([p.key_id for _, p in rows], pa.uint64()),
         "algorithm": pa.array([p.algorithm for _, p in rows], pa.string()),
         "sha256": pa.array([p.sha256 for _, p in rows], pa.string()),
+        # the sparse index: min and max of the table's first ORDER BY column (as text)
+        "key_min": pa.array([_text(p.key_min) for _, p in rows], pa.string()),
+        "key_max": pa.array([_text(p.key_max) for _, p in rows], pa.string()),
     })
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _keys(db: Any) -> pa.Table:

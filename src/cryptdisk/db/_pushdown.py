@@ -1,0 +1,185 @@
+"""Which row groups a query can skip: simple filters read from DuckDB's parse tree.
+
+Only what is certainly implied is used. For a table read exactly once in the
+query, by a SELECT whose FROM is that table alone, the top-level ``AND``-ed
+parts of its WHERE of the forms ``col OP constant`` (``=``, ``<``, ``<=``,
+``>``, ``>=``, either side), ``col BETWEEN c1 AND c2`` and ``col IN (c, ...)``
+become :class:`Filter` s; everything else is ignored (read, not skipped). A
+row group (or a part) is skipped only when its min/max statistics prove that
+no row can pass; DuckDB still applies the whole WHERE to every row it gets, so
+a skipped filter can make a query read more, never answer differently.
+
+Types follow DuckDB's comparison rules: integer columns take integer literals
+within BIGINT's range (compared exactly); floating columns take numeric
+literals, compared with a little slack (DuckDB's decimal-to-double cast may
+round differently from Python's), and a lower bound alone never skips a row
+group because DuckDB orders NaN above every number and Parquet statistics leave
+NaN out; VARCHAR columns take string literals (byte order, as both use).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["Filter", "may_match", "table_filters"]
+
+_FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
+         "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
+_OPS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
+        "COMPARE_GREATERTHAN": ">", "COMPARE_GREATERTHANOREQUALTO": ">="}
+_INT64 = 1 << 63
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Rows pass only if ``lo <= column <= hi`` (None: unbounded), or ``column in values``."""
+
+    column: str
+    lo: Any = None
+    hi: Any = None
+    values: tuple[Any, ...] | None = None
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def _conjuncts(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if node.get("type") == "CONJUNCTION_AND":
+        for child in node.get("children") or []:
+            yield from _conjuncts(child)
+    else:
+        yield node
+
+
+class _Columns:
+    """A table's columns as a WHERE clause may name them, with the Arrow type of each."""
+
+    def __init__(self, table: str, alias: str, schema: pa.Schema) -> None:
+        self.quals = {table.lower(), (alias or table).lower()}
+        self.types = {f.name.lower(): (f.name, f.type) for f in schema}
+
+    def ref(self, node: dict[str, Any]) -> tuple[str, pa.DataType] | None:
+        if node.get("class") != "COLUMN_REF":
+            return None
+        names = [str(n) for n in node.get("column_names") or []]
+        if (len(names) == 2 and names[0].lower() not in self.quals) or not 1 <= len(names) <= 2:
+            return None
+        return self.types.get(names[-1].lower())
+
+
+def _literal(node: dict[str, Any], typ: pa.DataType) -> Any:
+    """The constant as the column's comparison sees it, or None if not used for skipping."""
+    if node.get("class") != "CONSTANT":
+        return None
+    lit = node.get("literal") or {}
+    kind, text = lit.get("kind"), lit.get("text")
+    if not isinstance(text, str):
+        return None
+    try:
+        if pa.types.is_integer(typ):
+            v = int(text) if kind == "INTEGER" else None
+            return v if v is not None and -_INT64 <= v < _INT64 else None
+        if pa.types.is_floating(typ) and kind in ("INTEGER", "NUMERIC"):
+            f = float(text)
+            return f if math.isfinite(f) else None
+        if (pa.types.is_string(typ) or pa.types.is_large_string(typ)) and kind == "STRING":
+            return text
+    except ValueError:
+        return None
+    return None
+
+
+def _from_comparison(node: dict[str, Any], cols: _Columns) -> Filter | None:
+    typ = node.get("type")
+    if typ in _OPS:
+        left, right = node.get("left") or {}, node.get("right") or {}
+        op, ref = _OPS[typ], cols.ref(left)
+        other = right
+        if ref is None:
+            op, ref, other = _FLIP[typ], cols.ref(right), left
+        if ref is None:
+            return None
+        v = _literal(other, ref[1])
+        if v is None:
+            return None
+        name = ref[0]
+        return {"=": Filter(name, v, v), "<": Filter(name, None, v),
+                "<=": Filter(name, None, v), ">": Filter(name, v, None),
+                ">=": Filter(name, v, None)}[op]
+    if typ == "COMPARE_BETWEEN":
+        ref = cols.ref(node.get("input") or {})
+        if ref is None:
+            return None
+        lo, hi = (_literal(node.get(k) or {}, ref[1]) for k in ("lower", "upper"))
+        if lo is None or hi is None:
+            return None
+        return Filter(ref[0], lo, hi)
+    if typ == "COMPARE_IN":
+        children = node.get("children") or []
+        ref = cols.ref(children[0]) if children else None
+        if ref is None or len(children) < 2:
+            return None
+        values = [_literal(c, ref[1]) for c in children[1:]]
+        if any(v is None for v in values):
+            return None
+        return Filter(ref[0], min(values), max(values), tuple(values))
+    return None
+
+
+def table_filters(tree: dict[str, Any] | None, table: str,
+                  schema: pa.Schema) -> list[Filter]:
+    """The filters every row the query reads from ``table`` must pass (may be empty)."""
+    if tree is None:
+        return []
+    scans = [n for n in _walk(tree.get("statements", []))
+             if n.get("type") == "BASE_TABLE" and not n.get("schema_name")
+             and not n.get("catalog_name")
+             and str(n.get("table_name", "")).lower() == table.lower()]
+    if len(scans) != 1:
+        return []  # read twice (or not found): the scans share the filters of neither
+    scan = scans[0]
+    for node in _walk(tree.get("statements", [])):
+        if node.get("type") == "SELECT_NODE" and node.get("from_table") is scan:
+            where = node.get("where_clause")
+            if not isinstance(where, dict):
+                return []
+            cols = _Columns(table, str(scan.get("alias") or ""), schema)
+            found = (_from_comparison(c, cols) for c in _conjuncts(where))
+            return [f for f in found if f is not None]
+    return []
+
+
+def _slack(v: Any, typ: pa.DataType, up: bool) -> Any:
+    if not pa.types.is_floating(typ):
+        return v
+    eps = abs(v) * 1e-9 + 1e-300
+    return v + eps if up else v - eps
+
+
+def may_match(f: Filter, typ: pa.DataType, lo: Any, hi: Any) -> bool:
+    """Can a row with ``lo <= value <= hi`` (statistics without NaN) pass ``f``?"""
+    try:
+        floating = pa.types.is_floating(typ)
+        if floating and f.hi is None:
+            return True  # NaN passes any lower bound and statistics never show it
+        if f.lo is not None and hi < _slack(f.lo, typ, False):
+            return False
+        if f.hi is not None and lo > _slack(f.hi, typ, True):
+            return False
+        if f.values is not None and not floating:
+            return any(lo <= v <= hi for v in f.values)
+        return True
+    except TypeError:  # statistics of an unexpected type: read it
+        return True

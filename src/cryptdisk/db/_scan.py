@@ -1,0 +1,241 @@
+"""Streaming table scans: DuckDB pulls Arrow batches; only row groups that can match are read.
+
+A :class:`TableScan` is what DuckDB sees as a table. Each time DuckDB scans it
+(``__arrow_c_stream__``, once per scan, so a table used twice in a query is
+read twice), a fresh lazy stream starts: parts whose key range (catalog) or row
+groups whose statistics (authenticated part footer) cannot match the query's
+filters are skipped; the others are read one row group per task on a small pool
+of threads (decryption and decoding on all cores), at most a few row groups
+ahead of DuckDB, and handed over in table order. So memory stays at a few row
+groups per scan whatever the table's size, and a ``LIMIT`` that DuckDB
+satisfies early stops the reading. Decoded row groups go through the optional
+:class:`~cryptdisk.db._cache.ColumnCache`; a query never waits to fill it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CatalogError
+from ._cache import ColumnCache
+from ._catalog import PartMeta, TableMeta
+from ._partread import OpenPart, open_part
+from ._pushdown import Filter, may_match
+from ._stats import key_range_of
+
+__all__ = ["TableScan", "scan_workers"]
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_NULL_BATCH = 1 << 20
+
+
+def scan_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=scan_workers(),
+                                       thread_name_prefix="cryptdisk-scan")
+        return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+class TableScan:
+    """One table as DuckDB reads it: ``columns`` only, skipping what ``filters`` rule out."""
+
+    def __init__(self, config: Any, meta: TableMeta, schema: pa.Schema, columns: list[str],
+                 filters: list[Filter], cache: ColumnCache | None) -> None:
+        self._config, self._meta, self._cache = config, meta, cache
+        self.columns = columns
+        self._filters = filters
+        self._types = {f.name: f.type for f in schema}
+        self._parts = list(meta.parts)
+        self._key = meta.order_by.split(",")[0] if meta.order_by else None
+        if columns:
+            self.schema = pa.schema([schema.field(c) for c in columns])
+        else:  # the query reads no column (count(*)): rows come from the catalog
+            self.schema = pa.schema([pa.field(schema.names[0], pa.null())])
+        self._streams: list[_Stream] = []
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.row_groups_read = 0
+        self.row_groups_skipped = 0
+        self.parts_skipped = 0
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        stream = _Stream(self)
+        with self._lock:
+            self._streams.append(stream)
+        reader = pa.RecordBatchReader.from_batches(self.schema, stream.batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+    def close(self) -> None:
+        """Stop every stream still running (a LIMIT, an error) and close its parts."""
+        with self._lock:
+            streams, self._streams = self._streams, []
+        for s in streams:
+            s.close()
+
+    def to_table(self) -> pa.Table:
+        stream = _Stream(self)
+        try:
+            return pa.Table.from_batches(list(stream.batches()), schema=self.schema)
+        finally:
+            stream.close()
+
+    # -- planning -------------------------------------------------------------------
+
+    def _part_may_match(self, part: PartMeta) -> bool:
+        lo, hi = getattr(part, "key_min", None), getattr(part, "key_max", None)
+        if self._key is None or lo is None or hi is None:
+            return True
+        typ = self._types[self._key]
+        return all(may_match(f, typ, lo, hi) for f in self._filters if f.column == self._key)
+
+    def _row_groups(self, op: OpenPart) -> list[int]:
+        part = op.part
+        if self._key is not None and getattr(part, "key_min", None) is not None:
+            found = key_range_of(op.meta, self._key)
+            if found is None or tuple(found) != (part.key_min, part.key_max):
+                raise CatalogError(
+                    f"part {part.path} on disk {op.disk.name!r}: its key range in the catalog "
+                    f"({part.key_min!r}..{part.key_max!r}) does not match the part's own "
+                    "index (tampered with, or a different part)",
+                    hint="restore the database from a backup")
+        keep = []
+        for rg in range(op.num_row_groups):
+            ok = True
+            for f in self._filters:
+                st = op.stats(rg, f.column)
+                if st is not None and not may_match(f, self._types[f.column], *st):
+                    ok = False
+                    break
+            if ok:
+                keep.append(rg)
+        return keep
+
+    def cached(self, op: OpenPart, rg: int) -> bool:
+        key = f"{op.part.id}/{rg}"
+        return self._cache is not None and all(self._cache.contains(key, c)
+                                               for c in self.columns)
+
+    def read_group(self, op: OpenPart, rg: int) -> pa.RecordBatch:
+        """Row group ``rg`` of ``op``, the scan's columns, through the cache."""
+        got: dict[str, Any] = {}
+        missing = []
+        cache = self._cache
+        key = f"{op.part.id}/{rg}"
+        for c in self.columns:
+            arr = cache.get(key, c) if cache is not None else None
+            if arr is None:
+                missing.append(c)
+            else:
+                got[c] = arr
+        if missing:
+            table = op.read([rg], missing)
+            for c in missing:
+                arr = table.column(c)
+                if cache is not None:
+                    cache.put(key, c, arr)
+                got[c] = arr
+        arrays = []
+        for field in self.schema:
+            arr = got[field.name]
+            if arr.type != field.type:
+                arr = arr.cast(field.type)
+            arrays.append(arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+class _Stream:
+    """One scan's batches in table order, read ahead by at most ``window`` row groups."""
+
+    def __init__(self, scan: TableScan) -> None:
+        self.scan = scan
+        self.window = 2 * scan_workers()
+        self._open: list[OpenPart] = []
+        self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
+        self._closed = False
+
+    def _disk(self, part: PartMeta) -> Any:
+        disk = self.scan._config.disks.get(part.disk)
+        if disk is None:
+            raise CatalogError(f"table {self.scan._meta.name}: part {part.path} is on disk "
+                               f"{part.disk!r}, which the config does not define")
+        return disk
+
+    def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
+        scan = self.scan
+        for part in scan._parts:
+            if not scan._part_may_match(part):
+                scan.parts_skipped += 1
+                continue
+            op = open_part(self._disk(part), part)
+            self._open.append(op)
+            groups = scan._row_groups(op)
+            scan.row_groups_skipped += op.num_row_groups - len(groups)
+            for rg in groups:
+                yield op, rg
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        scan = self.scan
+        try:
+            if not scan.columns:
+                for part in scan._parts:
+                    for start in range(0, part.rows, _NULL_BATCH):
+                        n = min(_NULL_BATCH, part.rows - start)
+                        yield pa.RecordBatch.from_arrays([pa.nulls(n)], schema=scan.schema)
+                return
+            pool = _pool()
+            tasks = self._tasks()
+            for op, rg in tasks:
+                if scan.cached(op, rg):  # decoded already: no thread hand-off
+                    done: Future[pa.RecordBatch] = Future()
+                    done.set_result(scan.read_group(op, rg))
+                    self._pending.append(done)
+                else:
+                    self._pending.append(pool.submit(scan.read_group, op, rg))
+                scan.row_groups_read += 1
+                if len(self._pending) >= self.window:
+                    yield self._pending.popleft().result()
+            while self._pending:
+                yield self._pending.popleft().result()
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                scan.error = scan.error or exc
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        while self._pending:  # running tasks finish (one row group each); queued ones go
+            fut = self._pending.popleft()
+            if not fut.cancel():
+                try:
+                    fut.result()
+                except Exception:  # noqa: S110 - the query has its answer or its error
+                    pass
+        for op in self._open:
+            op.close()
+        self._open.clear()
