@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--baseline", nargs=2, metavar=("SRC", "WORKDIR"),
+                        help="also run cryptdisk from source tree SRC (another version) on "
+                        "the stores loaded in WORKDIR, as engines 'base: cryptdisk ...'")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     work = Path(args.workdir)
@@ -185,21 +188,30 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(work, args.child[0], args.child[1], args.repeats)))
         return 0
     engines = args.engines.split(",")
+    runs = [(e, work, None) for e in engines]
+    if args.baseline:
+        src, base = args.baseline
+        runs = [r for e in engines for r in
+                ([(e, work, None)] + ([("base: " + e, Path(base), src)]
+                                      if e.startswith("cryptdisk") else []))]
     work.mkdir(parents=True, exist_ok=True)
     for e, s in load(work, args.rows, engines).items():
         print(f"load {e}: {s:.2f} s", flush=True)
-    print(f"{'shape':9} {'engine':20} {'cold ms':>9} {'warm ms':>9} {'RSS MB':>7}  answer")
+    print(f"{'shape':9} {'engine':26} {'cold ms':>9} {'warm ms':>9} {'RSS MB':>7}  answer")
     for shape in args.shapes.split(","):
-        for engine in engines:
+        for engine, where, src in runs:
+            env = dict(os.environ)
+            if src:
+                env["PYTHONPATH"] = src
             proc = subprocess.run(
-                [sys.executable, "-m", "cryptdisk.bench.olap_engine", "--workdir", str(work),
-                 "--repeats", str(args.repeats), "--child", engine, shape],
-                capture_output=True, text=True, check=False)
+                [sys.executable, "-m", "cryptdisk.bench.olap_engine", "--workdir", str(where),
+                 "--repeats", str(args.repeats), "--child", engine.removeprefix("base: "),
+                 shape], capture_output=True, text=True, check=False, env=env)
             if proc.returncode:
-                print(f"{shape:9} {engine:20} failed: {proc.stderr.strip()[-300:]}", flush=True)
+                print(f"{shape:9} {engine:26} failed: {proc.stderr.strip()[-300:]}", flush=True)
                 continue
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{shape:9} {engine:20} {r['cold'] * 1e3:9.1f} {r['warm'] * 1e3:9.2f} "
+            print(f"{shape:9} {engine:26} {r['cold'] * 1e3:9.1f} {r['warm'] * 1e3:9.2f} "
                   f"{r['rss_mb']:7.0f}  {r['answer'][:60]}", flush=True)
     return 0
 

@@ -45,7 +45,7 @@ from ._maintenance import MaintenanceMixin
 from ._pushdown import table_filters
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
-from ._scan import TableScan
+from ._scan import OpenParts, TableScan
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -119,6 +119,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             self._pins.append(os.path.abspath(os.fspath(pin)))  # type: ignore[arg-type]
         self._pending: list[tuple[Any, str]] = []
         self._scans: list[TableScan] = []
+        #: What the last statement's scans read and skipped, per table (see TableScan.stats).
+        self.last_scans: dict[str, dict[str, int]] = {}
         self._schemas: dict[tuple[tuple[str, str], ...], pa.Schema] = {}
         try:
             self.own_keys = config is None
@@ -137,6 +139,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             self.catalog = catalog
             self._stamp = catalog_stamp(self.path)
             self.cache = ColumnCache(cache_bytes)
+            self._open_parts = OpenParts(self.config)
             self.con = self._new_duckdb(memory_limit, threads)
             if not read_only:
                 self.collect_garbage()  # refuses a rolled-back catalog, deleting nothing
@@ -187,6 +190,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         """Release the write lock and the cached plaintext."""
         with self._mutex:
             self.cache.clear()
+            self._open_parts.clear()
             with contextlib.suppress(Exception):
                 self.con.close()
             self._release_lock()
@@ -274,7 +278,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
               filters: list[Any] | None = None) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
-        return TableScan(self.config, meta, self.arrow_schema(meta), cols, filters or [],
+        return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
                          self.cache if self.cache.bound else None)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -295,6 +299,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""
         if self.read_only:
             self.refresh()
+        self.last_scans = {}
         sql, wants_system = rewrite_system_tables(sql)
         if wants_system:
             for name, table in system_tables(self).items():
@@ -319,6 +324,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         """Drop this statement's Arrow views, so no later statement sees stale parts."""
         for scan in self._scans:
             scan.close()
+            self.last_scans[scan.name] = scan.stats()
         self._scans.clear()
         for t in self._registered:
             with contextlib.suppress(duckdb.Error):

@@ -12,6 +12,7 @@ or counted twice, and no part of a newer catalog is taken for an orphan.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -122,9 +123,10 @@ class MaintenanceMixin:
                         if on_bytes is not None:
                             on_bytes(len(chunk))
                 info = target.info(path)
-                moved.append(PartMeta(part.id, target.name, path, part.rows, part.bytes,
-                                      part.sha256, info.key_id, info.algorithm,
-                                      info.stored_size))
+                moved.append(dataclasses.replace(  # keeps the key range
+                    part, disk=target.name, path=path, key_id=info.key_id,
+                    algorithm=info.algorithm, bytes_on_disk=info.stored_size,
+                    disk_type=None, encrypted=None))
             self._replace_parts(meta, moved, policy=policy,
                                 encrypted=bool(target.is_encrypted))
 

@@ -402,11 +402,15 @@ def _read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Tabl
             handle.close()
 
 
+_ARENAS: list[_Arena] = []  # every thread's arena (tests scribble over them)
+
+
 class _ThreadArena(threading.local):
     """Each scan worker's own reusable buffer (see :class:`_Arena`)."""
 
     def __init__(self) -> None:
         self.arena = _Arena()
+        _ARENAS.append(self.arena)
 
 
 _THREAD_ARENA = _ThreadArena()
@@ -463,6 +467,7 @@ class OpenPart:
             self.close()
             raise
         self.size = size
+        self.key_checked = False  # the catalog's key range matched the footer's
         self.num_row_groups = self.meta.num_row_groups
         self._index = {self.meta.schema.column(j).path.split(".")[0]: j
                        for j in range(self.meta.num_columns)}

@@ -30,7 +30,7 @@ from ._partread import OpenPart, open_part
 from ._pushdown import Filter, may_match
 from ._stats import key_range_of
 
-__all__ = ["TableScan", "scan_workers"]
+__all__ = ["OpenParts", "TableScan", "scan_workers"]
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -58,12 +58,49 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
+class OpenParts:
+    """Parts already opened and checked, by part id, kept for the next queries (LRU).
+
+    Part files are immutable and their ids unique, so an open part (its footer
+    checked against the catalog, its key range against the footer) stays valid;
+    an entry pushed out is dropped, not closed (a running scan may still read
+    it; the file closes when the last reference goes).
+    """
+
+    def __init__(self, config: Any, limit: int = 64) -> None:
+        self._config, self._limit = config, limit
+        self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, part: PartMeta) -> OpenPart:
+        with self._lock:
+            op = self._items.get(part.id)
+            if op is not None and op.part == part:
+                self._items.move_to_end(part.id)
+                return op
+        disk = self._config.disks.get(part.disk)
+        if disk is None:
+            raise CatalogError(f"part {part.path} is on disk {part.disk!r}, which the "
+                               "config does not define")
+        op = open_part(disk, part)
+        with self._lock:
+            self._items[part.id] = op
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+        return op
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
 class TableScan:
     """One table as DuckDB reads it: ``columns`` only, skipping what ``filters`` rule out."""
 
-    def __init__(self, config: Any, meta: TableMeta, schema: pa.Schema, columns: list[str],
-                 filters: list[Filter], cache: ColumnCache | None) -> None:
-        self._config, self._meta, self._cache = config, meta, cache
+    def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
+                 columns: list[str], filters: list[Filter], cache: ColumnCache | None) -> None:
+        self._open_parts, self._meta, self._cache = parts, meta, cache
+        self.name = meta.name
         self.columns = columns
         self._filters = filters
         self._types = {f.name: f.type for f in schema}
@@ -88,11 +125,16 @@ class TableScan:
         return reader.__arrow_c_stream__(requested_schema)
 
     def close(self) -> None:
-        """Stop every stream still running (a LIMIT, an error) and close its parts."""
+        """Stop every stream still running (a LIMIT, an error)."""
         with self._lock:
             streams, self._streams = self._streams, []
         for s in streams:
             s.close()
+
+    def stats(self) -> dict[str, int]:
+        """Parts skipped by their key range; row groups read and skipped (all scans so far)."""
+        return {"parts_skipped": self.parts_skipped, "row_groups_read": self.row_groups_read,
+                "row_groups_skipped": self.row_groups_skipped}
 
     def to_table(self) -> pa.Table:
         stream = _Stream(self)
@@ -112,7 +154,8 @@ class TableScan:
 
     def _row_groups(self, op: OpenPart) -> list[int]:
         part = op.part
-        if self._key is not None and getattr(part, "key_min", None) is not None:
+        if (self._key is not None and getattr(part, "key_min", None) is not None
+                and not op.key_checked):
             found = key_range_of(op.meta, self._key)
             if found is None or tuple(found) != (part.key_min, part.key_max):
                 raise CatalogError(
@@ -120,6 +163,7 @@ class TableScan:
                     f"({part.key_min!r}..{part.key_max!r}) does not match the part's own "
                     "index (tampered with, or a different part)",
                     hint="restore the database from a backup")
+            op.key_checked = True
         keep = []
         for rg in range(op.num_row_groups):
             ok = True
@@ -171,16 +215,8 @@ class _Stream:
     def __init__(self, scan: TableScan) -> None:
         self.scan = scan
         self.window = 2 * scan_workers()
-        self._open: list[OpenPart] = []
         self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
         self._closed = False
-
-    def _disk(self, part: PartMeta) -> Any:
-        disk = self.scan._config.disks.get(part.disk)
-        if disk is None:
-            raise CatalogError(f"table {self.scan._meta.name}: part {part.path} is on disk "
-                               f"{part.disk!r}, which the config does not define")
-        return disk
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
         scan = self.scan
@@ -188,8 +224,7 @@ class _Stream:
             if not scan._part_may_match(part):
                 scan.parts_skipped += 1
                 continue
-            op = open_part(self._disk(part), part)
-            self._open.append(op)
+            op = scan._open_parts.get(part)
             groups = scan._row_groups(op)
             scan.row_groups_skipped += op.num_row_groups - len(groups)
             for rg in groups:
@@ -236,6 +271,3 @@ class _Stream:
                     fut.result()
                 except Exception:  # noqa: S110 - the query has its answer or its error
                     pass
-        for op in self._open:
-            op.close()
-        self._open.clear()

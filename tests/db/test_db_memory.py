@@ -1,0 +1,71 @@
+"""A query's peak memory is bounded by the settings, not by the table's size."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cryptdisk
+
+MB = 1 << 20
+#: The overhead docs/database.md states on top of memory_limit + cache_bytes.
+OVERHEAD = 128 * MB
+
+CHILD = textwrap.dedent("""
+    import sys, cryptdisk
+    def status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    db = cryptdisk.connect(sys.argv[1], read_only=True, memory_limit=sys.argv[2],
+                           cache_bytes=int(sys.argv[3]))
+    db.con.execute("SET enable_progress_bar = false")
+    db.query("SELECT 1")
+    before = status("VmRSS:")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM from here on: this query's peak
+    out = db.query(sys.argv[4])
+    print(before, status("VmHWM:"), repr(out[0]))
+""")
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """4.2M rows: 218 MB of decoded columns (8 + 36 + 8 bytes a row), over 4x a 50 MB limit."""
+    path = tmp_path_factory.mktemp("mem") / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float DOUBLE) ORDER BY c_int")
+        db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), i / 7 FROM range(4200000) r(i)")
+        decoded = db.arrow_table("t").nbytes
+    assert decoded >= 4 * 50 * MB
+    return path
+
+
+def _peak(path, sql, cache_bytes=0):
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), "50MB", str(cache_bytes),
+                           sql], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    before, hwm, answer = proc.stdout.strip().splitlines()[-1].split(" ", 2)
+    return int(hwm) - int(before), answer
+
+
+@pytest.mark.parametrize(("sql", "answer"), [
+    ("SELECT length(max(c_str)), sum(c_int), count(c_float) FROM t",
+     "(32, Decimal('8819997900000'), 4200000)"),
+    ("SELECT substr(c_str, 1, 1) AS p, count(*) FROM t GROUP BY p ORDER BY p", "('0', "),
+    ("SELECT c_int, c_str FROM t ORDER BY c_float DESC LIMIT 3", "(4199999, "),
+])
+def test_peak_memory_stays_within_the_settings(big, sql, answer):
+    grown, got = _peak(big, sql)
+    assert got.startswith(answer)
+    assert grown <= 50 * MB + OVERHEAD, f"{grown / MB:.0f} MB"
+
+
+def test_the_cache_bound_adds_at_most_itself(big):
+    grown, _ = _peak(big, "SELECT max(c_str) FROM t", cache_bytes=64 * MB)
+    assert grown <= 50 * MB + 64 * MB + OVERHEAD, f"{grown / MB:.0f} MB"

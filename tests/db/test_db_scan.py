@@ -1,0 +1,178 @@
+"""Streaming scans: results equal DuckDB's; skipped row groups and parts; the key index."""
+
+import math
+
+import duckdb
+import pyarrow as pa
+import pytest
+from dbhelpers import SCHEMA, gen
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cryptdisk
+from cryptdisk.db import _parts
+from cryptdisk.db._catalog import load_catalog, save_catalog
+from cryptdisk.errors import CatalogError
+
+
+@pytest.fixture
+def small_groups(monkeypatch):
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+
+
+def test_point_query_reads_one_row_group_per_matching_part(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000))
+    db.sql("INSERT INTO t " + gen(20_000, start=20_000))
+    assert db.query("SELECT c_str FROM t WHERE c_int = 12345") == \
+        db.con.sql("SELECT md5('12345')").fetchall()
+    stats = db.last_scans["t"]
+    assert stats == {"parts_skipped": 1, "row_groups_read": 1, "row_groups_skipped": 19}
+    assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 19500 AND 20499") == [(1000,)]
+    assert db.last_scans["t"]["row_groups_read"] == 2  # one in each part
+    parts = db.query('SELECT key_min, key_max FROM system.parts WHERE "table" = \'t\' '
+                     "ORDER BY rows, key_min")
+    assert sorted(parts) == [("0", "19999"), ("20000", "39999")]
+
+
+def test_count_star_reads_no_part(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(5000))
+    assert db.query("SELECT count(*) FROM t") == [(5000,)]
+    assert db.last_scans["t"]["row_groups_read"] == 0
+
+
+def test_limit_stops_the_scan_early(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(100_000))
+    assert len(db.query("SELECT * FROM t LIMIT 3")) == 3
+    assert db.last_scans["t"]["row_groups_read"] < 20  # of 100
+
+
+def test_a_table_read_twice_in_one_query_is_read_twice(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(3000))
+    got = db.query("SELECT count(*) FROM t a JOIN t b ON a.c_int = b.c_int + 1 "
+                   "WHERE a.c_int < 10")
+    assert got == [(9,)]
+
+
+def test_a_changed_index_entry_is_an_error_not_a_wrong_answer(tmp_path, small_groups):
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(5000))
+        keyring = db.keyring
+    catalog = load_catalog(str(path), keyring)
+    part = catalog.tables["t"].parts[0]
+    part.key_max = 4000  # claims rows 4001..4999 are not there
+    save_catalog(str(path), keyring, catalog)
+    with cryptdisk.connect(path, read_only=True) as db, \
+            pytest.raises(CatalogError, match="key range"):
+        db.query("SELECT count(*) FROM t WHERE c_int > 10")
+
+
+def test_a_tampered_catalog_is_refused(tmp_path):
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(100))
+    raw = bytearray((path / "catalog").read_bytes())
+    raw[-20] ^= 1
+    (path / "catalog").write_bytes(bytes(raw))
+    with pytest.raises(CatalogError):
+        cryptdisk.connect(path, read_only=True)
+
+
+# -- results equal DuckDB's on the same rows ----------------------------------------------
+
+_FLOATS = st.one_of(st.none(), st.just(math.nan), st.just(-0.0),
+                    st.sampled_from([-2.5, 0.0, 1.0, 3.25, 7.5]))
+_ROWS = st.lists(st.tuples(st.one_of(st.none(), st.integers(-12, 12)),
+                           st.one_of(st.none(), st.text("abc", max_size=3)), _FLOATS),
+                 max_size=120)
+_INT = st.integers(-14, 14)
+_FLIT = st.sampled_from(["-3", "-2.5", "0", "0.0", "1", "2", "3.25", "8.5"])
+_FILTERS = st.one_of(
+    _INT.map(lambda v: f"k = {v}"),
+    _INT.map(lambda v: f"k < {v}"), _INT.map(lambda v: f"{v} <= k"),
+    st.tuples(_INT, _INT).map(lambda p: f"k BETWEEN {min(p)} AND {max(p)}"),
+    st.lists(_INT, min_size=1, max_size=4).map(lambda vs: f"k IN ({', '.join(map(str, vs))})"),
+    _FLIT.map(lambda v: f"f > {v}"), _FLIT.map(lambda v: f"{v} <= f"),
+    _FLIT.map(lambda v: f"f <= {v}"), _FLIT.map(lambda v: f"f = {v}"),
+    st.tuples(_FLIT, _FLIT).map(lambda p: f"f BETWEEN {p[0]} AND {p[1]}"),
+    st.text("abc", max_size=2).map(lambda v: f"s >= '{v}'"),
+    st.text("abc", max_size=2).map(lambda v: f"s = '{v}'"),
+    st.just("k IS NULL"), st.just("isnan(f)"),
+)
+_SHAPES = [
+    "SELECT k, s, f FROM {t} WHERE {w} ORDER BY ALL",
+    "SELECT count(*), sum(k), count(f) FROM {t} WHERE {w}",
+    "SELECT k, f FROM {t} WHERE {w} ORDER BY f DESC NULLS LAST, k, s LIMIT 3",
+    "SELECT s, count(*), min(k), max(f) FROM {t} WHERE {w} GROUP BY s ORDER BY ALL",
+    "SELECT * FROM (SELECT k FROM {t} WHERE {w} ORDER BY k NULLS FIRST) LIMIT 2",
+]
+
+
+def _norm(rows):
+    return [tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in r)
+            for r in rows]
+
+
+@pytest.fixture(scope="module")
+def shared_db(tmp_path_factory):
+    d = cryptdisk.connect(tmp_path_factory.mktemp("scan") / "db", cache_bytes=0)
+    yield d
+    d.close()
+
+
+_COUNTER = iter(range(10**9))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=1, max_size=4),
+       where=st.lists(_FILTERS, min_size=1, max_size=3), shape=st.sampled_from(_SHAPES),
+       plain=st.booleans(), order_by=st.booleans())
+def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by):
+    db = shared_db
+    t = f"t{next(_COUNTER)}"
+    policy = "plain" if plain else "default"
+    order = " ORDER BY k" if order_by else ""
+    old = _parts.ROW_GROUP_ROWS
+    _parts.ROW_GROUP_ROWS = 7
+    try:
+        db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE){order} "
+               f"SETTINGS storage_policy = '{policy}'")
+        for rows in inserts:  # an empty list is an empty insert (no part)
+            db.insert(t, pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
+                                   "s": pa.array([r[1] for r in rows], pa.string()),
+                                   "f": pa.array([r[2] for r in rows], pa.float64())}))
+    finally:
+        _parts.ROW_GROUP_ROWS = old
+    ref = duckdb.connect()
+    ref.execute(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)")
+    for rows in inserts:
+        if rows:
+            ref.executemany(f"INSERT INTO {t} VALUES (?, ?, ?)", rows)
+    sql = shape.format(t=t, w=" AND ".join(where))
+    want = ref.execute(sql).fetchall()
+    got = db.query(sql)
+    if "ORDER BY ALL" not in sql and "LIMIT" not in sql:
+        want, got = sorted(want, key=repr), sorted(got, key=repr)
+    assert _norm(got) == _norm(want), sql
+    db.sql(f"DROP TABLE {t}")
+
+
+def test_the_key_range_survives_rotation_moves_and_merges(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(3000, start=5000))
+    db.sql("INSERT INTO t " + gen(3000))
+    ranges = "SELECT key_min, key_max FROM system.parts ORDER BY key_min::BIGINT"
+    assert db.query(ranges) == [("0", "2999"), ("5000", "7999")]
+    db.sql("SYSTEM ROTATE KEYS")
+    db.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'plain'")
+    assert db.query(ranges) == [("0", "2999"), ("5000", "7999")]
+    assert db.query("SELECT count(*) FROM t WHERE c_int = 6000") == [(1,)]
+    assert db.last_scans["t"]["parts_skipped"] == 1
+    db.sql("OPTIMIZE TABLE t FINAL")
+    assert db.query(ranges) == [("0", "7999")]
