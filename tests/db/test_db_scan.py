@@ -5,7 +5,6 @@ import math
 import duckdb
 import pyarrow as pa
 import pytest
-from dbhelpers import SCHEMA, gen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +12,8 @@ import cryptdisk
 from cryptdisk.db import _parts
 from cryptdisk.db._catalog import load_catalog, save_catalog
 from cryptdisk.errors import CatalogError
+
+from .dbhelpers import SCHEMA, gen
 
 
 @pytest.fixture

@@ -139,7 +139,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             self.catalog = catalog
             self._stamp = catalog_stamp(self.path)
             self.cache = ColumnCache(cache_bytes)
-            self._open_parts = OpenParts(self.config)
+            self._open_parts = OpenParts(lambda: self.config)
             self.con = self._new_duckdb(memory_limit, threads)
             if not read_only:
                 self.collect_garbage()  # refuses a rolled-back catalog, deleting nothing

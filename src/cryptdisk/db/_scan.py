@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -67,8 +67,8 @@ class OpenParts:
     it; the file closes when the last reference goes).
     """
 
-    def __init__(self, config: Any, limit: int = 64) -> None:
-        self._config, self._limit = config, limit
+    def __init__(self, config: Callable[[], Any], limit: int = 64) -> None:
+        self._config, self._limit = config, limit  # the current config (keys may reload)
         self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -78,7 +78,7 @@ class OpenParts:
             if op is not None and op.part == part:
                 self._items.move_to_end(part.id)
                 return op
-        disk = self._config.disks.get(part.disk)
+        disk = self._config().disks.get(part.disk)
         if disk is None:
             raise CatalogError(f"part {part.path} is on disk {part.disk!r}, which the "
                                "config does not define")
