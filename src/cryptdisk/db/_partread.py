@@ -487,6 +487,14 @@ class OpenPart:
 
     def read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
         """Rows of ``row_groups`` (consecutive or not), only ``columns``."""
+        try:
+            return self._read(row_groups, columns)
+        except MemoryError:
+            raise
+        except (pa.ArrowException, FormatError) as exc:
+            raise not_as_recorded(self.disk, self.part, exc) from None
+
+    def _read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
         if not self.disk.is_encrypted:
             if self._local is not None:
                 pf = pq.ParquetFile(self._handle, metadata=self.meta)
@@ -534,5 +542,14 @@ class OpenPart:
 
 
 def open_part(disk: Disk, part: PartMeta) -> OpenPart:
-    """Open ``part`` for reading by row group, after checking it is the catalog's part."""
-    return OpenPart(disk, part)
+    """Open ``part`` for reading by row group, after checking it is the catalog's part.
+
+    A file that is not what the catalog recorded (plain where it was encrypted,
+    not Parquet) raises :class:`~cryptdisk.errors.CatalogError`, as its reads do.
+    """
+    try:
+        return OpenPart(disk, part)
+    except MemoryError:
+        raise
+    except (pa.ArrowException, FormatError) as exc:
+        raise not_as_recorded(disk, part, exc) from None
