@@ -212,3 +212,29 @@ def test_clickhouse_xml_errors_name_the_element(tmp_path: Path,
     monkeypatch.delenv("CD_TEST_CH_KEY")
     with pytest.raises((ConfigError, MissingEnvironmentVariableError), match="CD_TEST_CH_KEY"):
         load_config(write(tmp_path, XML.format(root=tmp_path, inner="raw"), "s2.xml"))
+
+
+def test_disk_types_build_themselves_from_the_config(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_config dispatches each [disks.NAME] through DISK_TYPES to the type's from_config;
+    a new type (here a local disk under another name) needs no change to the loader."""
+    from cryptdisk.disks import DISK_TYPES
+
+    class Scratch(LocalDisk):
+        type = "scratch"
+        config_settings = frozenset({"type", "dir"})
+
+        @classmethod
+        def from_config(cls, name, spec, where, config):
+            return cls(name, Path(config.base) / config.string(spec, "dir", where))
+
+    monkeypatch.setitem(DISK_TYPES, "scratch", Scratch)
+    cfg = load_config(write(tmp_path, "[disks.s]\ntype = 'scratch'\ndir = 'here'\n"
+                                      "[disks.e]\ntype='encrypted'\ndisk='s'\n"
+                                      "keys=[{id=1,hex='" + K1 + "'}]\n"))
+    assert isinstance(cfg.disks["s"], Scratch) and cfg.disks["s"].root == str(tmp_path / "here")
+    assert cfg.disks["e"].inner is cfg.disks["s"]
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) path for a scratch disk"):
+        load_config(write(tmp_path, "[disks.s]\ntype = 'scratch'\npath = 'x'\n"))
+    with pytest.raises(ConfigError, match="missing setting 'dir'"):
+        load_config(write(tmp_path, "[disks.s]\ntype = 'scratch'\n"))

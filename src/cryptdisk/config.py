@@ -61,29 +61,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .disks import (
-    DEFAULT_READ_CACHE_BYTES,
+    DISK_TYPES,
     ClickHouseDisk,
     ClickHouseKey,
     Disk,
     EncryptedDisk,
-    FsspecDisk,
     LocalDisk,
     StoragePolicy,
     Volume,
 )
 from .errors import ConfigError, KeyringError, PolicyError, with_location
-from .keys import Key, Keyring, export_key_material, parse_key_entry
+from .keys import Key, Keyring, parse_key_entry
 
 __all__ = ["Config", "load_config"]
 
 _TOP = {"keyring", "disks", "policies", "server"}  # [server]: read by cryptdisk.server
-_FIELDS = {
-    "local": {"type", "path"},
-    "fsspec": {"type", "url", "storage_options"},
-    "encrypted": {"type", "disk", "path", "algorithm", "current_key_id", "keys", "segment_size",
-                  "cache_mb", "encrypt_names", "names_key_id"},
-    "clickhouse": {"type", "disk", "path", "algorithm", "current_key_id", "keys"},
-}
 
 
 @dataclass
@@ -251,20 +243,18 @@ class _Builder:
         if not isinstance(spec, Mapping):
             raise self.error(f"disk {name!r} must be a table", where)
         kind = spec.get("type")
-        if kind not in _FIELDS:
+        cls = DISK_TYPES.get(kind) if isinstance(kind, str) else None
+        if cls is None:
             raise self.error(f"disk {name!r} has unknown type {kind!r} (types: "
-                             f"{', '.join(sorted(_FIELDS))})", where)
-        if kind == "clickhouse" and {"encrypt_names", "names_key_id"} & set(spec):
-            raise self.error(f"disk {name!r}: encrypt_names is not available for clickhouse "
-                             "disks: ClickHouse reads the names on its disks in clear", where,
-                             'use type = "encrypted" (cryptdisk\'s format) to encrypt names')
-        unknown = set(spec) - _FIELDS[kind]
+                             f"{', '.join(sorted(DISK_TYPES))})", where)
+        settings = cls.config_settings
+        unknown = set(spec) - settings
         if unknown:
             raise self.error(f"unknown setting(s) {', '.join(sorted(unknown))} for a {kind} "
-                             f"disk (settings: {', '.join(sorted(_FIELDS[kind]))})", where)
+                             f"disk (settings: {', '.join(sorted(settings))})", where)
         self.building.append(name)
         try:
-            disk: Disk = getattr(self, f"_make_{kind}")(name, spec, where)
+            disk = cls.from_config(name, spec, where, self)
         except (ConfigError, KeyringError):
             raise
         except ValueError as exc:
@@ -274,7 +264,10 @@ class _Builder:
         self.disks[name] = disk
         return disk
 
-    def _str(self, spec: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+    # -- what a disk type's from_config asks (cryptdisk.disks.DiskConfig) ---------------
+
+    def string(self, spec: Mapping[str, Any], key: str, where: str,
+               default: str | None = None) -> str:
         value = spec.get(key, default)
         if value is None:
             raise self.error(f"missing setting {key!r}", where)
@@ -282,82 +275,10 @@ class _Builder:
             raise self.error(f"{key} must be a string", where)
         return value
 
-    def _make_local(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
-        path = os.path.expanduser(self._str(spec, "path", where))
-        return LocalDisk(name, os.path.join(self.base, path))
-
-    def _make_fsspec(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
-        url = self._str(spec, "url", where)
-        options = spec.get("storage_options", {})
-        if not isinstance(options, Mapping):
-            raise self.error("storage_options must be a table", where)
-        try:
-            return FsspecDisk(name, url, dict(options))
-        except ConfigError as exc:
-            raise self.error(str(exc), where, exc.hint) from None
-        except (ImportError, OSError) as exc:
-            raise self.error(f"disk {name!r}: cannot open {url}: {exc}", where,
-                             "install the fsspec backend for this URL") from None
-
-    def _make_encrypted(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
-        inner = self.disk(self._str(spec, "disk", where), where)
-        entries = self._keys(name, spec, where, sizes=(16, 32))
-        keys = [Key(i, material, source=kind) if isinstance(material, bytes) else material
-                for i, kind, material in entries]
-        current = self._current(name, spec, where, [k.key_id for k in keys])
-        segment_size = spec.get("segment_size", 65536)
-        if not isinstance(segment_size, int) or isinstance(segment_size, bool):
-            raise self.error("segment_size must be an integer", where)
-        cache_mb = spec.get("cache_mb", DEFAULT_READ_CACHE_BYTES >> 20)
-        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
-            raise self.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
-                             where)
-        names_key_id = self._names_key(name, spec, where, [k.key_id for k in keys])
-        return EncryptedDisk(name, inner, Keyring(keys, current, config_path=self.path),
-                             prefix=spec.get("path", ""), algorithm=spec.get("algorithm"),
-                             segment_size=segment_size, cache_bytes=cache_mb << 20,
-                             names_key_id=names_key_id)
-
-    def _names_key(self, name: str, spec: Mapping[str, Any], where: str,
-                   ids: list[int]) -> int | None:
-        """``names_key_id`` when ``encrypt_names = true``; it never follows the current key."""
-        encrypt = spec.get("encrypt_names", False)
-        if not isinstance(encrypt, bool):
-            raise self.error("encrypt_names must be true or false", where)
-        names_key = spec.get("names_key_id")
-        if not encrypt:
-            if names_key is not None:
-                raise self.error("names_key_id is set but encrypt_names is not true", where)
-            return None
-        if names_key is None:
-            raise self.error(
-                f"disk {name!r}: encrypt_names needs names_key_id, the key whose derived key "
-                "encrypts the names", where,
-                f"add names_key_id = {ids[0] if len(ids) == 1 else 'ID'}; that key must stay "
-                "in the disk's keys while it holds files (rotation does not change it)")
-        if not isinstance(names_key, int) or isinstance(names_key, bool) or names_key not in ids:
-            raise self.error(f"disk {name!r}: names_key_id = {names_key!r} is not one of its "
-                             f"key ids ({', '.join(map(str, ids))})", where,
-                             "the names on this disk can only be read with the key that "
-                             "encrypted them: keep it in keys")
-        return names_key
-
-    def _make_clickhouse(self, name: str, spec: Mapping[str, Any], where: str) -> Disk:
-        inner = self.disk(self._str(spec, "disk", where), where)
-        entries = self._keys(name, spec, where, sizes=(16, 24, 32))
-        keys = []
-        for i, _kind, material in entries:
-            if not isinstance(material, bytes):
-                material = export_key_material(material)
-            keys.append(ClickHouseKey(i, material))
-        current = self._current(name, spec, where, [k.key_id for k in keys])
-        return ClickHouseDisk(name, inner, keys, current, prefix=spec.get("path", ""),
-                              algorithm=spec.get("algorithm", "AES_128_CTR"))
-
     # -- keys ----------------------------------------------------------------------
 
-    def _keys(self, name: str, spec: Mapping[str, Any], where: str,
-              sizes: tuple[int, ...]) -> list[tuple[int, str, bytes | Key]]:
+    def key_entries(self, name: str, spec: Mapping[str, Any], where: str,
+                    sizes: tuple[int, ...]) -> list[tuple[int, str, bytes | Key]]:
         entries = spec.get("keys")
         if entries is None:
             if self.keyring is None:
@@ -395,7 +316,8 @@ class _Builder:
                                  default_id=0, exclude=())
         return loaded.key_id, loaded.source, loaded.material
 
-    def _current(self, name: str, spec: Mapping[str, Any], where: str, ids: list[int]) -> int:
+    def current_key_id(self, name: str, spec: Mapping[str, Any], where: str,
+                       ids: list[int]) -> int:
         current = spec.get("current_key_id")
         if current is None:
             if self.keyring is not None and self.keyring.current_key_id in ids:

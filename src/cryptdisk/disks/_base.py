@@ -31,10 +31,15 @@ Contract:
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
 
-__all__ = ["Disk", "FileInfo"]
+if TYPE_CHECKING:
+    from ..errors import ConfigError
+    from ..keys import Key
+
+__all__ = ["Disk", "DiskConfig", "FileInfo"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,36 @@ class FileInfo:
     mtime: float | None = None  # seconds since the epoch, when the store knows it
 
 
+class DiskConfig(Protocol):
+    """What a disk type's :meth:`Disk.from_config` may ask of the config being loaded.
+
+    :func:`cryptdisk.config.load_config` provides it; ``where`` names the place in
+    the file (a line, an XML element) for messages.
+    """
+
+    path: str  # the config file
+    base: str  # its directory: relative paths start here
+
+    def error(self, message: str, where: str, hint: str | None = None) -> ConfigError:
+        """A :class:`ConfigError` naming the file and ``where`` (to raise)."""
+
+    def string(self, spec: Mapping[str, Any], key: str, where: str,
+               default: str | None = None) -> str:
+        """``spec[key]``, which must be a string (or ``default``), else an error."""
+
+    def disk(self, name: str, referrer: str) -> Disk:
+        """The disk named ``name``, built first if needed (for disks over other disks)."""
+
+    def key_entries(self, name: str, spec: Mapping[str, Any], where: str,
+                    sizes: tuple[int, ...]) -> Sequence[tuple[int, str, bytes | Key]]:
+        """The disk's keys: ``(id, source, material)`` for entries, ``(id, "keyring", Key)``
+        for ids of the config's keyring."""
+
+    def current_key_id(self, name: str, spec: Mapping[str, Any], where: str,
+                       ids: list[int]) -> int:
+        """``current_key_id`` of the disk, or the keyring's, or the only id."""
+
+
 class Disk(abc.ABC):
     """A place to keep files (see the module docstring for the contract)."""
 
@@ -58,6 +93,18 @@ class Disk(abc.ABC):
     name: str
     #: Type from the config: ``local``, ``fsspec``, ``encrypted``, ``clickhouse``.
     type: str
+    #: The settings a disk of this type takes in a config, ``type`` included.
+    config_settings: ClassVar[frozenset[str]] = frozenset({"type"})
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any], where: str,
+                    config: DiskConfig) -> Disk:
+        """A disk of this type from its config table ``spec`` (settings already checked
+        against :attr:`config_settings`); raises ``config.error(...)`` for a bad value.
+
+        :data:`cryptdisk.disks.DISK_TYPES` maps each config ``type`` to its class.
+        """
+        raise config.error(f"disk {name!r}: type {cls.type!r} cannot be configured", where)
 
     @property
     @abc.abstractmethod

@@ -11,10 +11,12 @@ The byte format itself lives in :mod:`cryptdisk.format.clickhouse`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import IO, Any, cast
 
 from ..errors import InvalidKeyError, KeyNotFoundError
-from ._base import Disk, FileInfo
+from ..keys import export_key_material
+from ._base import Disk, DiskConfig, FileInfo
 from ._files import PreadFile, encrypting_write
 from ._paths import norm_path
 from ._wrapping import WrappingDisk
@@ -108,6 +110,23 @@ class ClickHouseDisk(WrappingDisk):
     """Files of ``inner`` under ``prefix`` in ClickHouse's encrypted-disk format."""
 
     type = "clickhouse"
+    config_settings = frozenset({"type", "disk", "path", "algorithm", "current_key_id", "keys",
+                                 "encrypt_names", "names_key_id"})  # the last two: refused
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any], where: str,
+                    config: DiskConfig) -> Disk:
+        if {"encrypt_names", "names_key_id"} & set(spec):
+            raise config.error(f"disk {name!r}: encrypt_names is not available for clickhouse "
+                               "disks: ClickHouse reads the names on its disks in clear", where,
+                               'use type = "encrypted" (cryptdisk\'s format) to encrypt names')
+        inner = config.disk(config.string(spec, "disk", where), where)
+        keys = [ClickHouseKey(i, material if isinstance(material, bytes)
+                              else export_key_material(material))
+                for i, _source, material in config.key_entries(name, spec, where, (16, 24, 32))]
+        current = config.current_key_id(name, spec, where, [k.key_id for k in keys])
+        return cls(name, inner, keys, current, prefix=spec.get("path", ""),
+                   algorithm=spec.get("algorithm", "AES_128_CTR"))
 
     def __init__(self, name: str, inner: Disk, keys: list[ClickHouseKey], current_key_id: int,
                  *, prefix: str = "", algorithm: str = "AES_128_CTR") -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any, cast
 
 from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError, KeyNotFoundError
@@ -40,8 +40,8 @@ from ..format import (
     sealed_layout,
     source_for,
 )
-from ..keys import Keyring, rewrap_file
-from ._base import Disk, FileInfo
+from ..keys import Key, Keyring, rewrap_file
+from ._base import Disk, DiskConfig, FileInfo
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import PreadFile, encrypting_write
 from ._local import LocalDisk
@@ -59,6 +59,29 @@ class EncryptedDisk(WrappingDisk):
     """Files of ``inner`` under ``prefix``, sealed with cryptdisk's format (see module docs)."""
 
     type = "encrypted"
+    config_settings = frozenset({"type", "disk", "path", "algorithm", "current_key_id", "keys",
+                                 "segment_size", "cache_mb", "encrypt_names", "names_key_id"})
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any], where: str,
+                    config: DiskConfig) -> Disk:
+        inner = config.disk(config.string(spec, "disk", where), where)
+        entries = config.key_entries(name, spec, where, (16, 32))
+        keys = [Key(i, material, source=kind) if isinstance(material, bytes) else material
+                for i, kind, material in entries]
+        current = config.current_key_id(name, spec, where, [k.key_id for k in keys])
+        segment_size = spec.get("segment_size", 65536)
+        if not isinstance(segment_size, int) or isinstance(segment_size, bool):
+            raise config.error("segment_size must be an integer", where)
+        cache_mb = spec.get("cache_mb", DEFAULT_READ_CACHE_BYTES >> 20)
+        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
+            raise config.error("cache_mb must be a whole number of MiB (0 turns the cache off)",
+                               where)
+        names_key_id = _names_key(name, spec, where, [k.key_id for k in keys], config)
+        return cls(name, inner, Keyring(keys, current, config_path=config.path),
+                   prefix=spec.get("path", ""), algorithm=spec.get("algorithm"),
+                   segment_size=segment_size, cache_bytes=cache_mb << 20,
+                   names_key_id=names_key_id)
 
     def __init__(self, name: str, inner: Disk, keyring: Keyring, *, prefix: str = "",
                  algorithm: str | Algorithm | None = None,
@@ -270,3 +293,28 @@ class _Closer:
             self._reader.close()
         finally:
             self._release()
+
+
+def _names_key(name: str, spec: Mapping[str, Any], where: str, ids: list[int],
+               config: DiskConfig) -> int | None:
+    """``names_key_id`` when ``encrypt_names = true``; it never follows the current key."""
+    encrypt = spec.get("encrypt_names", False)
+    if not isinstance(encrypt, bool):
+        raise config.error("encrypt_names must be true or false", where)
+    names_key = spec.get("names_key_id")
+    if not encrypt:
+        if names_key is not None:
+            raise config.error("names_key_id is set but encrypt_names is not true", where)
+        return None
+    if names_key is None:
+        raise config.error(
+            f"disk {name!r}: encrypt_names needs names_key_id, the key whose derived key "
+            "encrypts the names", where,
+            f"add names_key_id = {ids[0] if len(ids) == 1 else 'ID'}; that key must stay "
+            "in the disk's keys while it holds files (rotation does not change it)")
+    if not isinstance(names_key, int) or isinstance(names_key, bool) or names_key not in ids:
+        raise config.error(f"disk {name!r}: names_key_id = {names_key!r} is not one of its "
+                           f"key ids ({', '.join(map(str, ids))})", where,
+                           "the names on this disk can only be read with the key that "
+                           "encrypted them: keep it in keys")
+    return names_key

@@ -16,12 +16,13 @@ import contextlib
 import os
 import tempfile
 import threading
+from collections.abc import Mapping
 from typing import IO, Any, cast
 
 from fsspec.core import url_to_fs
 
 from ..errors import ConfigError, DiskError, DiskFileNotFoundError
-from ._base import Disk, FileInfo
+from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
 from ._paths import TMP_SUFFIX, is_temp, join_prefix, norm_path, temp_name
 
@@ -95,6 +96,22 @@ class FsspecDisk(Disk):
     """Files under an fsspec URL (see the module docstring for atomicity)."""
 
     type = "fsspec"
+    config_settings = frozenset({"type", "url", "storage_options"})
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any], where: str,
+                    config: DiskConfig) -> Disk:
+        url = config.string(spec, "url", where)
+        options = spec.get("storage_options", {})
+        if not isinstance(options, Mapping):
+            raise config.error("storage_options must be a table", where)
+        try:
+            return cls(name, url, dict(options))
+        except ConfigError as exc:
+            raise config.error(str(exc), where, exc.hint) from None
+        except (ImportError, OSError) as exc:
+            raise config.error(f"disk {name!r}: cannot open {url}: {exc}", where,
+                               "install the fsspec backend for this URL") from None
 
     def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None,
                  ) -> None:

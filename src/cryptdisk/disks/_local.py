@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import IO, cast
+from collections.abc import Mapping
+from typing import IO, Any, cast
 
 from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
-from ._base import Disk, FileInfo
+from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, FdReader, PreadFile
 from ._paths import is_temp, norm_path, temp_name
 
@@ -33,6 +34,13 @@ class LocalDisk(Disk):
     """
 
     type = "local"
+    config_settings = frozenset({"type", "path"})
+
+    @classmethod
+    def from_config(cls, name: str, spec: Mapping[str, Any], where: str,
+                    config: DiskConfig) -> Disk:
+        path = os.path.expanduser(config.string(spec, "path", where))
+        return cls(name, os.path.join(config.base, path))
 
     def __init__(self, name: str, root: str | os.PathLike[str]) -> None:
         self.name = name
