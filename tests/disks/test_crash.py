@@ -1,9 +1,10 @@
 """A process killed (SIGKILL) while writing through a disk leaves the old file or none.
 
 The child rewrites one file over and over, each version a different, self-
-checking content; the parent kills it at varying moments (mid-write and,
-by chance, mid-publish) and checks that what remains is one whole version,
-and that no temporary file is listed.
+checking content, and reports its progress: after each block it writes (then it
+waits for the parent's go-ahead), before it publishes a version and after. The
+parent kills it at chosen reports (mid-write, mid-publish, just after) and checks
+that what remains is one whole version, and that no temporary file is listed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,14 +43,22 @@ if spec["encrypted"]:
     disk = EncryptedDisk("e", disk, Keyring([Key(1, bytes.fromhex(spec["key"]))]),
                          segment_size=4096)
 version = 1
+
+
+def report(line, wait=True):
+    print(line, flush=True)
+    if wait:
+        sys.stdin.readline()  # the parent's go-ahead (or SIGKILL)
+
+
 while True:
     block = version.to_bytes(4, "little") * 16384   # 64 KiB of the version number
     with disk.open_write("f") as f:
         for i in range(spec["size"] // len(block)):
             f.write(block)
-            if version == 1 and i == 0:
-                print("writing", flush=True)
-            time.sleep(0.0005)
+            report(f"block {version} {i}")
+        report(f"publishing {version}", wait=False)  # close() publishes: killed in it, or after
+    report(f"published {version}")
     version += 1
 """
 
@@ -90,17 +98,28 @@ def test_sigkill_leaves_old_or_new_never_partial(kind: str, encrypted: bool, tmp
     env = {**os.environ}
     seen_versions = []
     stray = 0
-    for delay in [0.0, 0.05, 0.2, 0.45, 0.8, 1.3]:
+    # SIZE // 64 KiB = 45 blocks a version: mid-write (first, middle, last block),
+    # mid-publish (close: flush, fsync, rename or upload), after it, in the next version.
+    for stop in ["block 1 0", "block 1 20", "block 1 44", "publishing 1", "published 1",
+                 "block 2 10"]:
         child = subprocess.Popen([sys.executable, "-c", CHILD, SRC_ROOT, json.dumps(spec)],
-                                 stdout=subprocess.PIPE, env=env)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                 text=True)
+        assert child.stdout is not None and child.stdin is not None
         try:
-            assert child.stdout is not None
-            assert child.stdout.readline().strip() == b"writing", "child did not start"
-            time.sleep(delay)
+            for line in child.stdout:
+                if line.strip() == stop:
+                    break
+                if not line.startswith("publishing"):
+                    child.stdin.write("\n")
+                    child.stdin.flush()
+            else:
+                raise AssertionError(f"the child ended before reporting {stop!r}")
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()
-            child.stdout.close()  # type: ignore[union-attr]
+            child.stdout.close()
+            child.stdin.close()
         assert child.returncode == -signal.SIGKILL
         seen_versions.append(check_whole(disk))
         assert disk.list() in ([], ["f"]), disk.list()
