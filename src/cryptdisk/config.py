@@ -75,7 +75,8 @@ from .keys import Key, Keyring, parse_key_entry
 
 __all__ = ["Config", "load_config"]
 
-_TOP = {"keyring", "disks", "policies", "server"}  # [server]: read by cryptdisk.server
+_TOP = {"keyring", "disks", "policies", "server", "fields"}  # [server], [fields]: read by
+# cryptdisk.server and cryptdisk.fields
 
 
 @dataclass

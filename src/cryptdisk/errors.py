@@ -24,6 +24,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   ├── TruncatedFileError                       the file ends before its final segment
     │   └── NameAuthenticationError                  an encrypted file name does not authenticate
     ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
+    ├── FieldError                (ValueError)       a value a field function cannot protect
     ├── ConfigError               (ValueError)       a config file is wrong; names path and line
     ├── DiskError                 (OSError)          a disk operation failed
     │   ├── DiskFileNotFoundError (FileNotFoundError)
@@ -58,6 +59,7 @@ __all__ = [
     "DiskError",
     "DiskFileNotFoundError",
     "DiskIsADirectoryError",
+    "FieldError",
     "FormatError",
     "HeaderAuthenticationError",
     "ImmutableFileError",
@@ -303,6 +305,15 @@ class RotationError(DatabaseError):
 
 
 # --- server -------------------------------------------------------------------
+
+
+class FieldError(CryptdiskError, ValueError):
+    """A field function (cryptdisk.fields) cannot protect or unprotect a value.
+
+    A character outside the alphabet, a domain smaller than FF1's minimum, a card
+    number that fails the Luhn check. The message names the column or function,
+    never the value's key.
+    """
 
 
 class ServerError(CryptdiskError):

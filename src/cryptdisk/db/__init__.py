@@ -14,7 +14,8 @@ the SQL on decrypted columns held in a bounded in-memory cache.
 """
 
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
-from ._database import Database, connect
+from ._database import Database, add_connection_hook, connect
 from ._sql import split_statements
 
-__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "connect", "split_statements"]
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "add_connection_hook",
+           "connect", "split_statements"]

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -49,9 +50,19 @@ from ._scan import OpenParts, TableScan
 from ._storage import resolve_config
 from ._system import system_tables
 
-__all__ = ["Database", "connect"]
+__all__ = ["CONNECTION_HOOKS", "Database", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
+
+#: Called as ``hook(duckdb_connection, config)`` on each new database's DuckDB connection.
+CONNECTION_HOOKS: list[Callable[[Any, Any], None]] = []
+
+
+def add_connection_hook(hook: Callable[[Any, Any], None]) -> None:
+    """Run ``hook(con, config)`` on the DuckDB connection of every database opened from now
+    on: how the layers above db (``cryptdisk.fields``' SQL functions) extend its SQL."""
+    if hook not in CONNECTION_HOOKS:
+        CONNECTION_HOOKS.append(hook)
 
 
 def quote(name: str) -> str:
@@ -184,6 +195,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             con.execute("SET memory_limit = ?", [memory_limit])
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
+        for hook in CONNECTION_HOOKS:
+            hook(con, self.config)
         return con
 
     def close(self) -> None:

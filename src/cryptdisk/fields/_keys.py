@@ -1,0 +1,217 @@
+"""Named field keys: ``[fields.keys.NAME]`` in a cryptdisk config, apart from at-rest keys.
+
+::
+
+    [fields.keys.cards]              # one key: id 1 unless given
+    from_env = "CARDS_KEY"           # any key provider: hex, from_env, file, command
+
+    [[fields.keys.emails]]           # several versions: the highest id encrypts
+    id = 1
+    file = "emails-1.key"
+    [[fields.keys.emails]]
+    id = 2
+    file = "emails-2.key"
+
+Each version's material (16 or 32 bytes) is never used directly: every function
+derives its own subkey with HKDF-SHA256 (:meth:`cryptdisk.keys.Key.derive`), so the
+GCM, AES-SIV, FF1 and HMAC keys of one field key are independent.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
+
+from ..errors import ConfigError, KeyNotFoundError, with_location
+from ..keys import Key, parse_key_entry
+
+__all__ = ["FieldKey", "FieldKeys"]
+
+_MAX_FIELD_ID = 2**32 - 1  # the ciphertext header holds a u32 key id (Tink's layout)
+
+
+class _Version:
+    """One version of a field key: lazily derived subkeys, each for one purpose."""
+
+    __slots__ = ("_ecb", "_gcm", "_hmac", "_key", "_siv")
+
+    def __init__(self, key: Key) -> None:
+        self._key = key
+        self._gcm: AESGCM | None = None
+        self._siv: AESSIV | None = None
+        self._ecb: Any = None
+        self._hmac: bytes | None = None
+
+    def gcm(self) -> AESGCM:
+        if self._gcm is None:
+            self._gcm = AESGCM(self._key.derive(b"cryptdisk fields aes-256-gcm v1", 32))
+        return self._gcm
+
+    def siv(self) -> AESSIV:
+        if self._siv is None:
+            self._siv = AESSIV(self._key.derive(b"cryptdisk fields aes-siv v1", 64))
+        return self._siv
+
+    def ff1_cipher(self) -> Any:
+        """AES-256 ECB (FF1's PRF building block) under the FF1 subkey."""
+        if self._ecb is None:
+            self._ecb = Cipher(algorithms.AES(self._key.derive(b"cryptdisk fields ff1 v1", 32)),
+                               modes.ECB())  # noqa: S305 - FF1's PRF blocks, see _ff1
+        return self._ecb
+
+    def hmac_key(self) -> bytes:
+        if self._hmac is None:
+            self._hmac = self._key.derive(b"cryptdisk fields hmac-sha256 v1", 32)
+        return self._hmac
+
+
+class FieldKey:
+    """A named field key with one or more versions (ids); the highest id is current.
+
+    Holds no public material: ``repr`` shows the name and ids, pickling raises.
+    Ciphertexts name the version that made them, so older versions still decrypt
+    after a new one is added.
+    """
+
+    __slots__ = ("_current", "_name", "_versions")
+
+    def __init__(self, name: str, keys: Mapping[int, Key] | Key) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError("a field key needs a non-empty name")
+        if isinstance(keys, Key):
+            keys = {keys.key_id: keys}
+        if not keys:
+            raise ValueError(f"field key {name!r} has no versions")
+        for key_id, key in keys.items():
+            if not isinstance(key, Key):
+                raise TypeError(f"field key {name!r}: expected cryptdisk Keys")
+            if not 0 <= key_id <= _MAX_FIELD_ID:
+                raise ValueError(f"field key {name!r}: ids go from 0 to 2**32-1, not {key_id}")
+        self._name = name
+        self._versions = {i: _Version(k) for i, k in keys.items()}
+        self._current = max(self._versions)
+
+    @classmethod
+    def generate(cls, name: str, key_id: int = 1) -> FieldKey:
+        """A new random 256-bit field key (tests, demos)."""
+        return cls(name, Key.generate(key_id))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def current_id(self) -> int:
+        return self._current
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._versions)
+
+    def _version(self, key_id: int | None = None) -> _Version:
+        if key_id is None:
+            return self._versions[self._current]
+        try:
+            return self._versions[key_id]
+        except KeyError:
+            raise KeyNotFoundError(
+                f"field key {self._name!r} has no version {key_id} (versions: "
+                f"{', '.join(map(str, self.ids))})", key_id=key_id,
+                hint="the value was encrypted under another key or a version that was "
+                "removed from [fields.keys]") from None
+
+    def __repr__(self) -> str:
+        return f"<FieldKey {self._name!r} ids={self.ids} current={self._current}>"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("field keys cannot be pickled (that would write key material); "
+                        "pass the config path and the key's name instead")
+
+
+class FieldKeys(Mapping[str, FieldKey]):
+    """The field keys of a config, by name (``keys["cards"]``)."""
+
+    def __init__(self, keys: Mapping[str, FieldKey] | None = None) -> None:
+        self._keys = dict(keys or {})
+
+    def __getitem__(self, name: str) -> FieldKey:
+        try:
+            return self._keys[name]
+        except KeyError:
+            known = ", ".join(sorted(self._keys)) or "none"
+            raise KeyNotFoundError(f"no field key named {name!r} (field keys: {known})",
+                                   hint="declare it as [fields.keys.NAME] in the config"
+                                   ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"<FieldKeys {sorted(self._keys)}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("field keys cannot be pickled; pass the config path instead")
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str]) -> FieldKeys:
+        """The ``[fields.keys]`` of a TOML config (none if it has no ``[fields]``)."""
+        name = os.fspath(path)
+        try:
+            with open(name, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError("config file does not exist", path=name) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", path=name) from None
+        return cls.from_mapping(data.get("fields"), path=name)
+
+    @classmethod
+    def from_mapping(cls, section: Any, *, path: str | None = None) -> FieldKeys:
+        """Build from a parsed ``[fields]`` table (see the module docstring)."""
+        if section is None:
+            return cls()
+        if not isinstance(section, Mapping):
+            raise ConfigError("[fields] must be a table", path=path, where="[fields]")
+        unknown = set(section) - {"keys"}
+        if unknown:
+            raise ConfigError(f"unknown setting(s) in [fields]: {', '.join(sorted(unknown))}",
+                              path=path, where="[fields]")
+        specs = section.get("keys", {})
+        if not isinstance(specs, Mapping):
+            raise ConfigError("[fields.keys] must hold [fields.keys.NAME] tables", path=path,
+                              where="[fields.keys]")
+        base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        out: dict[str, FieldKey] = {}
+        for kname, spec in specs.items():
+            entries = spec if isinstance(spec, list) else [spec]
+            versions: dict[int, Key] = {}
+            for i, entry in enumerate(entries):
+                where = (f"[[fields.keys.{kname}]] #{i + 1}" if isinstance(spec, list)
+                         else f"[fields.keys.{kname}]")
+                loaded = parse_key_entry(entry, path=path, where=where, base=base,
+                                         default_id=None if isinstance(spec, list) else 1)
+                if loaded.key_id > _MAX_FIELD_ID:
+                    raise ConfigError(f"field key ids go from 0 to 2**32-1, not "
+                                      f"{loaded.key_id}", path=path, where=where)
+                if loaded.key_id in versions:
+                    raise ConfigError(f"duplicate id {loaded.key_id} in field key {kname!r}",
+                                      path=path, where=where)
+                try:
+                    versions[loaded.key_id] = Key(loaded.key_id, loaded.material,
+                                                  source=loaded.source)
+                except ValueError as exc:
+                    raise with_location(exc, path, where) from None
+            out[kname] = FieldKey(kname, versions)
+        return cls(out)

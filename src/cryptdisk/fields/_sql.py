@@ -1,0 +1,109 @@
+"""SQL functions of the embedded database: DuckDB Python UDFs over Arrow batches.
+
+Key arguments are names resolved from the config's ``[fields.keys]``; the
+material stays in this process's :class:`FieldKey` objects, never in SQL text,
+plans or messages. Functions with options are SQL macros with named defaults over
+internal UDFs (DuckDB cannot overload a Python UDF)::
+
+    fpe_encrypt(v, 'cards' [, col := 'pan'] [, alphabet := 'digits'])
+    tokenize(v, 'cards' [, col := 'pan'] [, keep_first := 6] [, keep_last := 4]
+             [, luhn := true])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import FieldError
+from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministic
+from ._fpe import fpe_decrypt, fpe_encrypt
+from ._keys import FieldKey, FieldKeys
+from ._mask import mask_email, mask_full, mask_hash, mask_last4, mask_null
+from ._tokens import detokenize, tokenize
+
+__all__ = ["SQL_FUNCTIONS", "config_hook", "register_sql_functions"]
+
+SQL_FUNCTIONS = ("encrypt", "decrypt", "encrypt_deterministic", "decrypt_deterministic",
+                 "fpe_encrypt", "fpe_decrypt", "tokenize", "detokenize", "mask_full",
+                 "mask_last4", "mask_email", "mask_null", "mask_hash")
+
+V = "VARCHAR"
+
+
+def _const(arr: Any, what: str) -> Any:
+    """The one value of a constant argument column (key names, options)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if len(arr) == 0:
+        return None
+    first = arr[0].as_py()
+    if len(arr) > 1 and arr.unique().__len__() > 1:
+        raise FieldError(f"{what} must be the same for every row (a constant)")
+    return first
+
+
+def register_sql_functions(con: Any, keys: FieldKeys) -> None:
+    """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection."""
+
+    def key(arr: Any) -> FieldKey:
+        name = _const(arr, "the key name")
+        if not isinstance(name, str):
+            raise FieldError("a field key name is a string constant such as 'cards'")
+        return keys[name]
+
+    def udf(name: str, fn: Callable[..., Any], params: list[str], *,
+            side_effects: bool = False, nulls: str = "default") -> None:
+        def run(cols: tuple[Any, ...]) -> Any:
+            if len(cols[0]) == 0:
+                return pa.array([], pa.string())
+            return fn(*cols)
+        # DuckDB counts the parameters of the Python function: give it the exact arity.
+        arity: dict[int, Callable[..., Any]] = {
+            1: lambda a: run((a,)), 2: lambda a, b: run((a, b)),
+            4: lambda a, b, c, d: run((a, b, c, d)),
+            6: lambda a, b, c, d, e, f: run((a, b, c, d, e, f))}
+        con.create_function(name, arity[len(params)], params, V, type="arrow",
+                            side_effects=side_effects, null_handling=nulls)
+
+    udf("encrypt", lambda v, k: encrypt(v, key(k), output="base64"), [V, V],
+        side_effects=True)  # a fresh nonce per call: never fold or share results
+    udf("decrypt", lambda v, k: decrypt(v, key(k)), [V, V])
+    udf("encrypt_deterministic",
+        lambda v, k: encrypt_deterministic(v, key(k), output="base64"), [V, V])
+    udf("decrypt_deterministic", lambda v, k: decrypt_deterministic(v, key(k)), [V, V])
+    udf("__cd_fpe_encrypt", lambda v, k, c, a: fpe_encrypt(
+        v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
+    udf("__cd_fpe_decrypt", lambda v, k, c, a: fpe_decrypt(
+        v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
+    token_params = [V, V, V, "INTEGER", "INTEGER", "BOOLEAN"]
+    udf("__cd_tokenize", lambda v, k, c, f, la, lu: tokenize(
+        v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
+        keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
+    udf("__cd_detokenize", lambda v, k, c, f, la, lu: detokenize(
+        v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
+        keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
+    udf("mask_full", mask_full, [V])
+    udf("mask_last4", mask_last4, [V])
+    udf("mask_email", mask_email, [V])
+    udf("mask_null", mask_null, [V], nulls="special")
+    udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
+    for fn in ("fpe_encrypt", "fpe_decrypt"):
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
+                    f"alphabet := 'digits') AS __cd_{fn}(v, k, col, alphabet)")
+    for fn in ("tokenize", "detokenize"):
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
+                    "keep_first := 0, keep_last := 0, luhn := false) AS "
+                    f"__cd_{fn}(v, k, col, keep_first, keep_last, luhn)")
+
+
+def config_hook(con: Any, config: Any) -> None:
+    """A :func:`cryptdisk.db.add_connection_hook` hook: the field functions on every
+    database connection, with the field keys of the database's TOML config."""
+    path = getattr(config, "path", None)
+    keys = (FieldKeys.from_config(path) if isinstance(path, str)
+            and not path.endswith(".xml") and os.path.isfile(path) else FieldKeys())
+    register_sql_functions(con, keys)

@@ -1,0 +1,141 @@
+"""The field functions in the embedded database's SQL, keyed by [fields.keys] names."""
+
+import pytest
+
+import cryptdisk
+import cryptdisk.fields
+from cryptdisk.errors import ConfigError, DatabaseError
+from cryptdisk.fields import FieldKeys, fpe_encrypt
+
+AT_REST = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+CARDS = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+CONFIG = f"""
+[keyring]
+[[keyring.keys]]
+id = 1
+hex = "{AT_REST}"
+
+[policies.default]
+[[policies.default.volumes]]
+name = "main"
+disks = ["secure"]
+
+[disks.secure]
+type = "encrypted"
+disk = "raw"
+keys = [1]
+
+[disks.raw]
+type = "local"
+path = "data"
+
+[fields.keys.cards]
+hex = "{CARDS}"
+
+[[fields.keys.emails]]
+id = 3
+from_env = "CRYPTDISK_TEST_EMAILS_KEY"
+"""
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    path = tmp_path / "cryptdisk.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+def db(tmp_path, config):
+    d = cryptdisk.connect(tmp_path / "db", config=config)
+    d.sql("CREATE TABLE t (pan VARCHAR, email VARCHAR)")
+    d.sql("INSERT INTO t VALUES ('4111111111111111', 'alice@example.com'), "
+          "('5500005555555559', 'bob@example.org'), (NULL, NULL)")
+    yield d
+    d.close()
+
+
+def _rows(db, sql):
+    return db.sql(sql).to_pylist()
+
+
+def test_field_keys_come_from_the_config(config):
+    keys = FieldKeys.from_config(config)
+    assert sorted(keys) == ["cards", "emails"]
+    assert keys["emails"].ids == [3]
+    assert CARDS not in repr(keys["cards"]) and "ff" not in repr(keys["cards"])
+    with pytest.raises(TypeError, match="pickled"):
+        import pickle
+        pickle.dumps(keys["cards"])
+
+
+def test_round_trips_in_sql(db):
+    rows = _rows(db, """SELECT decrypt(encrypt(pan, 'cards'), 'cards') AS g,
+        decrypt_deterministic(encrypt_deterministic(email, 'emails'), 'emails') AS d,
+        fpe_decrypt(fpe_encrypt(pan, 'cards', col := 'pan'), 'cards', col := 'pan') AS f,
+        detokenize(tokenize(pan, 'cards', keep_first := 6, keep_last := 4, luhn := true),
+                   'cards', keep_first := 6, keep_last := 4, luhn := true) AS t,
+        pan, email FROM t""")
+    for row in rows:
+        assert row["g"] == row["f"] == row["t"] == row["pan"]
+        assert row["d"] == row["email"]
+
+
+def test_sql_matches_the_python_api(db, config):
+    keys = FieldKeys.from_config(config)
+    sql = [r["e"] for r in _rows(db, "SELECT fpe_encrypt(pan, 'cards', col := 'pan') AS e "
+                                     "FROM t ORDER BY pan")]
+    py = fpe_encrypt(["4111111111111111", "5500005555555559", None], keys["cards"], "pan")
+    assert sql == py.to_pylist()
+
+
+def test_randomised_encryption_is_not_folded_into_one_value(db):
+    rows = _rows(db, "SELECT encrypt('same', 'cards') AS e FROM range(5)")
+    assert len({r["e"] for r in rows}) == 5
+
+
+def test_deterministic_ciphertexts_group_and_join(db):
+    db.sql("CREATE TABLE e (c VARCHAR)")
+    for _ in range(2):
+        db.sql("INSERT INTO e SELECT encrypt_deterministic(email, 'emails') FROM t")
+    rows = _rows(db, "SELECT count(*) AS n FROM e WHERE c IS NOT NULL GROUP BY c")
+    assert [r["n"] for r in rows] == [2, 2]
+
+
+def test_masks_in_sql(db):
+    rows = _rows(db, "SELECT mask_full(pan) AS f, mask_last4(pan) AS l, mask_email(email) AS m, "
+                     "mask_null(email) AS z, mask_hash(email, 'emails') AS h FROM t "
+                     "WHERE pan IS NOT NULL ORDER BY pan")
+    assert rows[0]["f"] == "*" * 16 and rows[0]["l"] == "*" * 12 + "1111"
+    assert rows[0]["m"] == "****@example.com" and rows[0]["z"] is None
+    assert len(rows[0]["h"]) == 64
+
+
+def test_errors_name_the_problem_and_never_the_key(db):
+    secrets = (CARDS, "ab" * 32, CARDS.upper())
+    with pytest.raises(DatabaseError, match="no field key named 'nope'") as info:
+        db.sql("SELECT encrypt(pan, 'nope') FROM t")
+    messages = [str(info.value)]
+    blob = _rows(db, "SELECT encrypt('secret', 'cards') AS e")[0]["e"]
+    tampered = blob[:-4] + ("AAAA" if blob[-4:] != "AAAA" else "BBBB")
+    with pytest.raises(DatabaseError, match="does not authenticate") as info:
+        db.sql(f"SELECT decrypt('{tampered}', 'cards')")
+    messages.append(str(info.value))
+    with pytest.raises(DatabaseError, match="outside the alphabet") as info:
+        db.sql("SELECT fpe_encrypt(email, 'cards') FROM t")
+    messages.append(str(info.value))
+    plan = db.sql("EXPLAIN SELECT encrypt(pan, 'cards') FROM t")
+    messages.append(str(plan))
+    for text in messages:
+        assert not any(s in text or s in text.lower() for s in secrets)
+
+
+def test_a_bad_fields_section_is_a_config_error(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[fields.keys.cards]\nhex = \"00\"\n")
+    with pytest.raises(cryptdisk.errors.InvalidKeyError):
+        FieldKeys.from_config(path)
+    path.write_text("[fields]\nkyes = 1\n")
+    with pytest.raises(ConfigError, match="kyes"):
+        FieldKeys.from_config(path)

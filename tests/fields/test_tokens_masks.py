@@ -1,0 +1,80 @@
+"""Tokens (FF1 with kept digits and Luhn) and masking functions."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cryptdisk.errors import FieldError
+from cryptdisk.fields import (
+    FieldKey,
+    detokenize,
+    luhn_valid,
+    mask_email,
+    mask_full,
+    mask_hash,
+    mask_last4,
+    mask_null,
+    tokenize,
+)
+
+KEY = FieldKey.generate("cards")
+
+
+def _luhn_complete(body):
+    for check in "0123456789":
+        if luhn_valid(np.array([[int(c) for c in body + check]]))[0]:
+            return body + check
+    raise AssertionError
+
+
+def test_luhn_check():
+    rows = np.array([[int(c) for c in s] for s in ("4111111111111111", "4111111111111112")])
+    assert luhn_valid(rows).tolist() == [True, False]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text("0123456789", min_size=15, max_size=18), min_size=1, max_size=20))
+def test_card_tokens_keep_bin_last4_and_luhn(bodies):
+    cards = [_luhn_complete(b) for b in bodies]
+    tokens = tokenize(cards, KEY, "pan", keep_first=6, keep_last=4, luhn=True).to_pylist()
+    for card, token in zip(cards, tokens, strict=True):
+        assert len(token) == len(card) and token.isdigit()
+        assert token[:6] == card[:6] and token[-4:] == card[-4:]
+        assert luhn_valid(np.array([[int(c) for c in token]]))[0]
+    assert detokenize(tokens, KEY, "pan", keep_first=6, keep_last=4,
+                      luhn=True).to_pylist() == cards
+
+
+def test_tokens_are_deterministic_per_key_and_column():
+    ids = ["12345678901", "12345678901", "99999999999"]
+    a = tokenize(ids, KEY, "customer").to_pylist()
+    assert a[0] == a[1] != a[2] and a[0] != ids[0]
+    assert tokenize(ids, KEY, "customer").to_pylist() == a
+    assert tokenize(ids, KEY, "other").to_pylist() != a
+    assert tokenize(ids, FieldKey.generate("cards"), "customer").to_pylist() != a
+    alnum = tokenize(["AB12cd34"], KEY, "ref", alphabet="alnum").to_pylist()
+    assert detokenize(alnum, KEY, "ref", alphabet="alnum").to_pylist() == ["AB12cd34"]
+
+
+def test_token_errors():
+    with pytest.raises(FieldError, match="Luhn"):
+        tokenize(["4111111111111112"], KEY, "pan", luhn=True)
+    with pytest.raises(FieldError, match="too few"):
+        tokenize(["4111111111"], KEY, "pan", keep_first=6, keep_last=4)
+    with pytest.raises(FieldError, match="domain too small"):
+        tokenize(["41111111111111"], KEY, "pan", keep_first=6, keep_last=4)
+
+
+def test_masks():
+    values = pa.array(["alice@example.com", "1234", "4111111111111111", None, "a@b@c.org"])
+    assert mask_full(values).to_pylist() == ["*" * 17, "****", "*" * 16, None, "*" * 9]
+    assert mask_last4(values).to_pylist() == ["*" * 13 + ".com", "****", "*" * 12 + "1111",
+                                              None, "*****.org"]
+    assert mask_email(values).to_pylist() == ["****@example.com", "****", "*" * 16, None,
+                                              "****@c.org"]
+    assert mask_null(values).to_pylist() == [None] * 5
+    hashed = mask_hash(["x", "x", "y", None], KEY).to_pylist()
+    assert hashed[0] == hashed[1] != hashed[2] and hashed[3] is None and len(hashed[0]) == 64
+    assert mask_hash(["x"], FieldKey.generate("other")).to_pylist()[0] != hashed[0]
