@@ -36,6 +36,16 @@ def test_point_query_reads_one_row_group_per_matching_part(db, small_groups):
     assert sorted(parts) == [("0", "19999"), ("20000", "39999")]
 
 
+def test_a_warm_query_reads_nothing(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000))
+    sql = "SELECT sum(c_float), count(*) FROM t WHERE c_int < 5500"
+    cold = db.query(sql)
+    assert db.last_scans["t"]["row_groups_read"] == 6
+    assert db.query(sql) == cold
+    assert db.last_scans["t"]["row_groups_read"] == 0  # all from the cache
+
+
 def test_count_star_reads_no_part(db, small_groups):
     db.sql(f"CREATE TABLE t {SCHEMA}")
     db.sql("INSERT INTO t " + gen(5000))
@@ -122,7 +132,7 @@ def _norm(rows):
 
 @pytest.fixture(scope="module")
 def shared_db(tmp_path_factory):
-    d = cryptdisk.connect(tmp_path_factory.mktemp("scan") / "db", cache_bytes=0)
+    d = cryptdisk.connect(tmp_path_factory.mktemp("scan") / "db")
     yield d
     d.close()
 
@@ -157,10 +167,12 @@ def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by)
             ref.executemany(f"INSERT INTO {t} VALUES (?, ?, ?)", rows)
     sql = shape.format(t=t, w=" AND ".join(where))
     want = ref.execute(sql).fetchall()
-    got = db.query(sql)
+    got = db.query(sql)  # cold: streamed
+    warm = db.query(sql)  # what the first read cached: one Arrow table
     if "ORDER BY ALL" not in sql and "LIMIT" not in sql:
-        want, got = sorted(want, key=repr), sorted(got, key=repr)
+        want, got, warm = (sorted(x, key=repr) for x in (want, got, warm))
     assert _norm(got) == _norm(want), sql
+    assert _norm(warm) == _norm(want), sql
     db.sql(f"DROP TABLE {t}")
 
 

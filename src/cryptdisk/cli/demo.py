@@ -201,8 +201,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             table.add_row(name, f"{plain:.4f}", f"{enc:.4f}", f"{enc / plain:.2f}")
         console.print(table)
         console.print("cold = first query after opening the database (decrypts and decodes the "
-                      "columns it needs); warm = repeated (served from the decrypted cache in "
-                      "memory). Timings on a shared machine are noisy; ratios are medians of "
+                      "row groups it needs, streaming them to DuckDB); warm = repeated (decoded "
+                      "row groups served from the decrypted cache in memory). Timings on a "
+                      "shared machine are noisy; ratios are medians of "
                       "interleaved runs.")
     finally:
         if not args.keep and not args.dir:

@@ -328,7 +328,8 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 meta = self.catalog.tables[t]
                 filters = table_filters(tree, t, self.arrow_schema(meta))
                 scan = self._scan(meta, cols, filters)
-                self.con.register(t, scan)
+                warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
+                self.con.register(t, scan if warm is None else warm)
                 self._registered.add(t)
                 self._scans.append(scan)
         return sql

@@ -468,19 +468,33 @@ class OpenPart:
             raise
         self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
+        self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self.num_row_groups = self.meta.num_row_groups
         self._index = {self.meta.schema.column(j).path.split(".")[0]: j
                        for j in range(self.meta.num_columns)}
 
+    def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
+        """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.
+
+        Read from the footer once per open part (a point query on a part opened
+        earlier pays nothing here).
+        """
+        got = self._ranges.get(column)
+        if got is None and column not in self._ranges:
+            j = self._index.get(column)
+            if j is not None:
+                got = []
+                for i in range(self.num_row_groups):
+                    st = self.meta.row_group(i).column(j).statistics
+                    got.append((st.min, st.max) if st is not None and st.has_min_max
+                               else None)
+            self._ranges[column] = got
+        return got
+
     def stats(self, rg: int, column: str) -> tuple[Any, Any] | None:
         """``(min, max)`` of ``column`` in row group ``rg`` (NaN left out), or None."""
-        j = self._index.get(column)
-        if j is None:
-            return None
-        st = self.meta.row_group(rg).column(j).statistics
-        if st is None or not st.has_min_max:
-            return None
-        return st.min, st.max
+        found = self.ranges(column)
+        return None if found is None else found[rg]
 
     def rows(self, rg: int) -> int:
         return int(self.meta.row_group(rg).num_rows)

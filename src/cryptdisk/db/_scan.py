@@ -131,6 +131,30 @@ class TableScan:
         for s in streams:
             s.close()
 
+    def cached_table(self) -> pa.Table | None:
+        """The scan's rows as one Arrow table if every row group it needs is in the cache.
+
+        DuckDB scans a table on all its threads (a stream has one producer), so
+        a warm query gets it; None when anything is missing (the scan streams).
+        """
+        cache = self._cache
+        if cache is None or not self.columns:
+            return None
+        chunks: dict[str, list[Any]] = {c: [] for c in self.columns}
+        for part in self._parts:
+            if not self._part_may_match(part):
+                continue
+            op = self._open_parts.get(part)
+            for rg in self._row_groups(op):
+                key = f"{part.id}/{rg}"
+                for c in self.columns:
+                    arr = cache.get(key, c)
+                    if arr is None:
+                        return None
+                    chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
+        arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
     def stats(self) -> dict[str, int]:
         """Parts skipped by their key range; row groups read and skipped (all scans so far)."""
         return {"parts_skipped": self.parts_skipped, "row_groups_read": self.row_groups_read,
