@@ -51,6 +51,8 @@ import io
 
 __all__ = [
     "AuthenticationError",
+    "BackupError",
+    "BackupKeyError",
     "CatalogError",
     "ConfigError",
     "CryptdiskError",
@@ -302,6 +304,17 @@ class RotationError(DatabaseError):
                  hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.files = list(files or [])
+
+
+# --- backup -------------------------------------------------------------------
+
+
+class BackupError(CryptdiskError):
+    """A backup repository is missing, damaged, locked, or refused an operation."""
+
+
+class BackupKeyError(BackupError, KeyringError):
+    """No given passphrase or key opens the backup repository's key."""
 
 
 # --- server -------------------------------------------------------------------

@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.db",
     "cryptdisk.cli.bench",
     "cryptdisk.cli.sqlite",
+    "cryptdisk.cli.backup",
     "cryptdisk.cli.serve",
 ]
 

@@ -1,0 +1,370 @@
+"""create, list, verify, restore and prune: backups of the embedded database and of
+encrypted SQLite databases in a :class:`Repository`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import os
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import apsw
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..db import Database
+from ..errors import BackupError, DiskFileNotFoundError
+from ..keys import Keyring
+from . import _chunker
+from ._repo import ChunkProblem, Repository
+
+__all__ = ["BackupSummary", "VerifyReport", "create", "list_backups", "prune", "restore",
+           "verify"]
+
+Progress = Callable[[int, int], None]  # (chunks seen, bytes stored so far)
+
+
+@dataclass
+class BackupSummary:
+    id: str
+    kind: str
+    source: str
+    files: int
+    bytes: int  # plaintext bytes backed up
+    chunks: int  # chunks referenced
+    new_chunks: int  # chunks written by this backup
+    stored_bytes: int  # bytes written to the repository (chunks and manifest)
+
+
+class _Hashing:
+    """A reader that hashes what it hands on."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha.update(data)
+        self.size += len(data)
+        return bytes(data)
+
+
+class _Writer:
+    def __init__(self, repo: Repository, progress: Progress | None) -> None:
+        self.repo = repo
+        self.progress = progress
+        self.chunks = 0
+        self.new = 0
+        self.stored = 0
+
+    def store(self, stream: BinaryIO | _Hashing) -> list[str]:
+        names = []
+        for data in _chunker.chunks(stream, self.repo.keys.seed):  # type: ignore[arg-type]
+            name, written = self.repo.put_chunk(data)
+            names.append(name)
+            self.chunks += 1
+            if written:
+                self.new += 1
+                self.stored += written
+            if self.progress is not None:
+                self.progress(self.chunks, self.stored)
+        return names
+
+
+class _PartMoved(Exception):
+    pass
+
+
+def _snapshot_db(db: Database, w: _Writer) -> dict[str, Any]:
+    """One catalog version and the parts it names (immutable files, so consistent)."""
+    catalog = db.catalog
+    tables = []
+    for meta in catalog.tables.values():
+        parts = []
+        for part in meta.parts:
+            disk = db.config.disks.get(part.disk)
+            if disk is None:
+                raise BackupError(f"table {meta.name}: part {part.path} is on disk "
+                                  f"{part.disk!r}, which the config does not define")
+            try:
+                with disk.open_read(part.path) as f:
+                    h = _Hashing(f)
+                    chunks = w.store(h)
+            except (FileNotFoundError, DiskFileNotFoundError):
+                raise _PartMoved(f"part {part.path} is missing") from None
+            if h.sha.hexdigest() != part.sha256:
+                raise _PartMoved(f"part {part.path} does not match the catalog's SHA-256")
+            parts.append({"rows": part.rows, "bytes": h.size, "sha256": part.sha256,
+                          "chunks": chunks})
+        tables.append({"name": meta.name, "columns": [list(c) for c in meta.columns],
+                       "policy": meta.policy, "order_by": meta.order_by, "parts": parts})
+    return {"kind": "db", "db_id": catalog.db_id, "catalog_version": catalog.version,
+            "tables": tables}
+
+
+def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
+    db = Database(path, config, read_only=True)
+    try:
+        last: Exception | None = None
+        for _attempt in range(10):
+            version = db.catalog.version
+            try:
+                return _snapshot_db(db, w)
+            except _PartMoved as exc:  # a writer merged or dropped parts meanwhile
+                last = exc
+                db.refresh()
+                if db.catalog.version == version:
+                    raise BackupError(f"{path}: {exc} (catalog version {version})",
+                                      hint="run 'cryptdisk check' on the database") from None
+        raise BackupError(f"{path}: the catalog kept changing during the backup ({last})")
+    finally:
+        db.close()
+
+
+def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
+    from ..sqlite import connect as sqlite_connect
+
+    src = sqlite_connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
+    mem = apsw.Connection(":memory:")
+    try:
+        wal = src.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
+        with mem.backup("main", src, "main") as b:  # one read transaction: one commit
+            b.step(-1)
+        image = mem.serialize("main")
+    finally:
+        mem.close()
+        src.close()
+    h = _Hashing(io.BytesIO(image))
+    chunks = w.store(h)
+    return {"kind": "sqlite", "wal": wal,
+            "file": {"bytes": h.size, "sha256": h.sha.hexdigest(), "chunks": chunks}}
+
+
+def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = None,
+           keyring: Keyring | None = None, progress: Progress | None = None) -> BackupSummary:
+    """Back up ``source``: a database directory (opened read-only with ``config``, or its
+    ``PATH.key``) or an encrypted SQLite file (opened with ``keyring``)."""
+    path = os.path.abspath(os.fspath(source))
+    w = _Writer(repo, progress)
+    with repo.lock(exclusive=False):
+        repo._known = None  # list the chunks now, under the lock
+        if os.path.isdir(path):
+            body = _backup_db(path, config, w)
+            nbytes = sum(p["bytes"] for t in body["tables"] for p in t["parts"])
+            nfiles = sum(len(t["parts"]) for t in body["tables"])
+        elif os.path.isfile(path):
+            if keyring is None:
+                raise BackupError(f"{path} is a file: back up an encrypted SQLite database "
+                                  "with its keyring", hint="--config CONFIG or --key-file FILE")
+            body = _backup_sqlite(path, keyring, w)
+            nbytes, nfiles = body["file"]["bytes"], 1
+        else:
+            raise BackupError(f"nothing to back up at {path}")
+        ids = repo.manifest_ids()
+        prev = None
+        if ids:
+            prev = {"id": ids[-1],
+                    "sha256": hashlib.sha256(repo.manifest_blob(ids[-1])).hexdigest()}
+        backup_id = repo.new_backup_id()
+        doc = {"id": backup_id, "time": _dt.datetime.now(_dt.UTC).isoformat(),
+               "source": path, "prev": prev, "bytes": nbytes, "chunks": w.chunks,
+               "new_chunks": w.new, "stored_bytes": w.stored, **body}
+        repo.write_manifest(doc)  # last: the backup exists once this is published
+    blob = repo.manifest_blob(backup_id)
+    return BackupSummary(backup_id, body["kind"], path, nfiles, nbytes, w.chunks, w.new,
+                         w.stored + len(blob))
+
+
+def list_backups(repo: Repository) -> list[dict[str, Any]]:
+    out = []
+    for bid in repo.manifest_ids():
+        m = repo.read_manifest(bid)
+        out.append({k: m.get(k) for k in ("id", "time", "kind", "source", "bytes", "chunks",
+                                          "new_chunks", "stored_bytes", "catalog_version")})
+    return out
+
+
+def _manifest_chunks(m: dict[str, Any]) -> Iterable[str]:
+    if m.get("kind") == "sqlite":
+        yield from m["file"]["chunks"]
+    else:
+        for t in m.get("tables", []):
+            for p in t["parts"]:
+                yield from p["chunks"]
+
+
+@dataclass
+class VerifyReport:
+    backups: int = 0
+    chunks_checked: int = 0
+    chunks_referenced: int = 0
+    bad_manifests: dict[str, str] = field(default_factory=dict)
+    chain_breaks: list[str] = field(default_factory=list)
+    problems: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.bad_manifests or self.chain_breaks or self.problems)
+
+
+def verify(repo: Repository, *, sample: float | None = None) -> VerifyReport:
+    """Authenticate every manifest, their chain, and every chunk they name (or ``sample``
+    percent of the chunks, chosen at random) without restoring anything."""
+    report = VerifyReport()
+    users: dict[str, list[str]] = {}
+    ids = repo.manifest_ids()
+    digests = {}
+    for bid in ids:
+        try:
+            digests[bid] = hashlib.sha256(repo.manifest_blob(bid)).hexdigest()
+            m = repo.read_manifest(bid)
+        except BackupError as exc:
+            report.bad_manifests[bid] = str(exc)
+            continue
+        report.backups += 1
+        if m.get("id") != bid:
+            report.bad_manifests[bid] = f"the manifest says it is backup {m.get('id')}"
+        prev = m.get("prev")
+        if prev and prev["id"] in digests and digests[prev["id"]] != prev["sha256"]:
+            report.chain_breaks.append(f"backup {bid} chains to a different {prev['id']} "
+                                       "than the one stored")
+        for name in _manifest_chunks(m):
+            users.setdefault(name, [])
+            if not users[name] or users[name][-1] != bid:
+                users[name].append(bid)
+    names = sorted(users)
+    report.chunks_referenced = len(names)
+    if sample is not None:
+        if not 0 < sample <= 100:
+            raise BackupError(f"--sample must be a percentage in (0, 100], not {sample}")
+        k = max(1, round(len(names) * sample / 100)) if names else 0
+        names = sorted(random.SystemRandom().sample(names, k))
+    for name in names:
+        got = repo.check_chunk(name)
+        report.chunks_checked += 1
+        if isinstance(got, ChunkProblem):
+            report.problems[name] = (got.problem, users[name])
+    return report
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _assemble(repo: Repository, chunks: list[str], size: int, sha256: str, what: str) -> bytes:
+    data = b"".join(repo.get_chunk(c) for c in chunks)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+        raise BackupError(f"{what}: the restored bytes do not match the manifest's SHA-256")
+    return data
+
+
+def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
+            config: Any = None, keyring: Keyring | None = None,
+            tables: list[str] | None = None) -> dict[str, Any]:
+    """Restore backup ``backup_id`` into ``target``, which must not exist.
+
+    A database is created with ``config`` (or a new key in ``TARGET.key``) and checked
+    with :meth:`Database.check`; a SQLite database is encrypted under ``keyring``.
+    """
+    dest = os.path.abspath(os.fspath(target))
+    if os.path.lexists(dest):
+        raise BackupError(f"{dest} exists; restore into a new path")
+    m = repo.read_manifest(backup_id)
+    if m.get("kind") == "sqlite":
+        if keyring is None:
+            raise BackupError("restoring a SQLite backup needs a keyring to encrypt it under",
+                              hint="--config CONFIG or --key-file FILE")
+        if tables:
+            raise BackupError("--table filters tables of a database backup, not SQLite")
+        return _restore_sqlite(repo, m, dest, keyring)
+    return _restore_db(repo, m, dest, config, tables)
+
+
+def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str,
+                    keyring: Keyring) -> dict[str, Any]:
+    from ..sqlite import connect as sqlite_connect
+
+    f = m["file"]
+    image = bytearray(_assemble(repo, f["chunks"], f["bytes"], f["sha256"], "the database"))
+    if len(image) >= 20:
+        image[18] = image[19] = 1  # rollback-journal mode for the in-memory copy
+    mem = apsw.Connection(":memory:")
+    try:
+        mem.deserialize("main", bytes(image))
+        dst = sqlite_connect(dest, keyring=keyring)
+        try:
+            with dst.backup("main", mem, "main") as b:
+                b.step(-1)
+            if m.get("wal"):
+                dst.execute("PRAGMA journal_mode=WAL")
+            ok = dst.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            dst.close()
+    finally:
+        mem.close()
+    if ok != [("ok",)]:
+        raise BackupError(f"{dest}: the restored database fails integrity_check: {ok[:3]}")
+    return {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
+
+
+def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
+                only: list[str] | None) -> dict[str, Any]:
+    known = {t["name"] for t in m["tables"]}
+    for name in only or []:
+        if name not in known:
+            raise BackupError(f"backup {m['id']} has no table {name!r} "
+                              f"(tables: {', '.join(sorted(known)) or 'none'})")
+    db = Database(dest, config)
+    rows = 0
+    try:
+        for t in m["tables"]:
+            if only and t["name"] not in only:
+                continue
+            cols = ", ".join(f"{_quote(n)} {typ}" for n, typ in t["columns"])
+            sql = f"CREATE TABLE {_quote(t['name'])} ({cols})"
+            if t.get("order_by"):
+                sql += " ORDER BY (" + ", ".join(_quote(c) for c in t["order_by"].split(",")) + ")"
+            if t["policy"] != "default":
+                sql += f" SETTINGS storage_policy = '{t['policy']}'"
+            db.sql(sql)
+            for i, p in enumerate(t["parts"]):
+                data = _assemble(repo, p["chunks"], p["bytes"], p["sha256"],
+                                 f"table {t['name']} part {i}")
+                table = pq.read_table(pa.BufferReader(data))
+                if table.num_rows != p["rows"]:
+                    raise BackupError(f"table {t['name']} part {i}: {table.num_rows} rows, "
+                                      f"the manifest says {p['rows']}")
+                if table.num_rows:
+                    db.insert(t["name"], table)
+                rows += table.num_rows
+        db.check()
+    finally:
+        db.close()
+    return {"kind": "db", "path": dest, "rows": rows}
+
+
+def prune(repo: Repository, *, keep_last: int) -> tuple[list[str], int]:
+    """Delete all but the newest ``keep_last`` backups, then every chunk no remaining
+    manifest names. Returns (deleted backup ids, deleted chunks)."""
+    if keep_last < 1:
+        raise BackupError("--keep-last must be at least 1")
+    with repo.lock(exclusive=True):
+        ids = repo.manifest_ids()
+        drop = ids[:-keep_last] if len(ids) > keep_last else []
+        keep = ids[len(drop):]
+        referenced: set[str] = set()
+        for bid in keep:  # read before deleting anything: an unreadable manifest stops us
+            referenced.update(_manifest_chunks(repo.read_manifest(bid)))
+        for bid in drop:
+            repo.delete_manifest(bid)
+        deleted = 0
+        for name in sorted(repo.chunk_names() - referenced):
+            repo.delete_chunk(name)
+            deleted += 1
+    return drop, deleted

@@ -1,0 +1,340 @@
+"""A backup repository on any fsspec target: its layout, chunks, manifests and lock.
+
+Layout under the repository's root::
+
+    config                 JSON: format, id, chunker sizes, key wrappings (public)
+    chunks/ab/<name>       nonce | AES-256-GCM(zstd(chunk)), name = HMAC-SHA-256(chunk)
+    manifests/<backup id>  nonce | AES-256-GCM(zstd(JSON manifest))
+    lock                   held (flock) by create (shared) and prune (exclusive), local only
+
+Every object is written whole and published in one step (a rename on a local
+directory, a single PUT on an object store), chunks before the manifest that
+names them, so an interrupted backup leaves only unreferenced chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import zstandard
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from fsspec.implementations.local import LocalFileSystem
+
+from ..errors import BackupError
+from ..keys import Keyring
+from . import _chunker
+from ._keys import RepoKeys, describe, unlock, wrap_with_key, wrap_with_passphrase
+
+__all__ = ["ChunkProblem", "Repository"]
+
+FORMAT = 1
+
+
+@dataclass
+class ChunkProblem:
+    name: str
+    problem: str  # "missing", "tampered", "truncated"
+
+
+class Repository:
+    """An open (unlocked) backup repository. Use :meth:`init` or :meth:`open`."""
+
+    def __init__(self, url: str, fs: Any, root: str, config: dict[str, Any],
+                 master: bytes) -> None:
+        keys = RepoKeys.derive(master)
+        self._master = master
+        self.url = url
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.config = config
+        self.keys = keys
+        self._aead_chunk = AESGCM(keys.chunk)
+        self._aead_manifest = AESGCM(keys.manifest)
+        self._known: set[str] | None = None
+
+    def __repr__(self) -> str:
+        return f"<cryptdisk.backup.Repository {self.url!r} id={self.id}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a backup Repository cannot be pickled; open it in the other process")
+
+    @property
+    def id(self) -> str:
+        return str(self.config["id"])
+
+    # -- opening ----------------------------------------------------------------
+
+    @staticmethod
+    def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        return fs, root
+
+    @classmethod
+    def init(cls, url: str, *, passphrase: str | None = None, keyring: Keyring | None = None,
+             storage_options: dict[str, Any] | None = None,
+             kdf_params: dict[str, int] | None = None) -> Repository:
+        """Create a repository at ``url`` (an empty or new location) with a new key."""
+        if passphrase is None and keyring is None:
+            raise BackupError("a new repository needs a passphrase or a keyring key to wrap "
+                              "its key", hint="--passphrase-env VAR or --repo-keyring CONFIG")
+        fs, root = cls._fs(url, storage_options)
+        if fs.exists(f"{root}/config"):
+            raise BackupError(f"{url} is already a backup repository")
+        if fs.exists(root) and fs.isdir(root) and fs.ls(root, detail=False):
+            raise BackupError(f"{url} is not empty; a new repository needs an empty location")
+        master = os.urandom(32)
+        repo_id = uuid.uuid4().hex
+        wrappings = []
+        if passphrase is not None:
+            wrappings.append(wrap_with_passphrase(master, repo_id, passphrase, kdf_params))
+        if keyring is not None:
+            wrappings.append(wrap_with_key(master, repo_id, keyring))
+        keys = RepoKeys.derive(master)
+        config: dict[str, Any] = {
+            "format": FORMAT, "id": repo_id,
+            "chunker": {"algorithm": "fastcdc2020", "avg": _chunker.AVG_SIZE,
+                        "min": _chunker.MIN_SIZE, "max": _chunker.MAX_SIZE},
+            "wrappings": wrappings}
+        config["params_mac"] = keys.params_mac(cls._params_doc(config))
+        with contextlib.suppress(FileExistsError):
+            fs.makedirs(root, exist_ok=True)
+        repo = cls(url, fs, root, config, master)
+        repo._write_config()
+        return repo
+
+    @staticmethod
+    def _params_doc(config: dict[str, Any]) -> bytes:
+        return json.dumps({"format": config["format"], "id": config["id"],
+                           "chunker": config["chunker"]}, sort_keys=True).encode()
+
+    @classmethod
+    def read_config(cls, url: str, storage_options: dict[str, Any] | None = None
+                    ) -> tuple[Any, str, dict[str, Any]]:
+        fs, root = cls._fs(url, storage_options)
+        try:
+            raw = fs.cat_file(f"{root}/config")
+        except FileNotFoundError:
+            raise BackupError(f"{url} is not a backup repository (no config)",
+                              hint="create one with 'cryptdisk backup init'") from None
+        try:
+            config = json.loads(raw)
+            if config.get("format") != FORMAT:
+                raise BackupError(f"{url}: repository format {config.get('format')!r} is not "
+                                  f"{FORMAT}; upgrade cryptdisk")
+            config["id"], config["wrappings"], config["chunker"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BackupError(f"{url}: the repository config is malformed ({exc})") from None
+        return fs, root, config
+
+    @classmethod
+    def open(cls, url: str, *, passphrase: str | None = None, keyring: Keyring | None = None,
+             storage_options: dict[str, Any] | None = None) -> Repository:
+        """Open the repository at ``url`` with its passphrase or a keyring key that wraps it."""
+        fs, root, config = cls.read_config(url, storage_options)
+        master = unlock(config["wrappings"], config["id"], passphrase=passphrase,
+                        keyring=keyring)
+        keys = RepoKeys.derive(master)
+        if config.get("params_mac") != keys.params_mac(cls._params_doc(config)):
+            raise BackupError(f"{url}: the repository config was tampered with (its "
+                              "parameters do not match their MAC)")
+        return cls(url, fs, root, config, master)
+
+    def _write_config(self) -> None:
+        self._put(f"{self.root}/config",
+                  json.dumps(self.config, indent=1, sort_keys=True).encode())
+
+    def add_wrapping(self, *, passphrase: str | None = None,
+                     keyring: Keyring | None = None,
+                     kdf_params: dict[str, int] | None = None) -> None:
+        """Wrap the repository key under another passphrase or keyring key too."""
+        if passphrase is None and keyring is None:
+            raise BackupError("give a passphrase or a keyring key to add")
+        if passphrase is not None:
+            self.config["wrappings"].append(
+                wrap_with_passphrase(self._master, self.id, passphrase, kdf_params))
+        if keyring is not None:
+            check = keyring.current_key().check_value.hex()
+            if any(w.get("check") == check for w in self.config["wrappings"]):
+                raise BackupError(f"keyring key id {keyring.current_key_id} already wraps "
+                                  "this repository's key")
+            self.config["wrappings"].append(wrap_with_key(self._master, self.id, keyring))
+        self._write_config()
+
+    @staticmethod
+    def describe_wrappings(config: dict[str, Any]) -> list[str]:
+        """One line per wrapping of the repository key (never key material)."""
+        return [describe(w) for w in config["wrappings"]]
+
+    # -- objects ----------------------------------------------------------------
+
+    def _put(self, path: str, data: bytes) -> None:
+        """Publish ``data`` at ``path`` whole or not at all."""
+        if isinstance(self.fs, LocalFileSystem):
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            dfd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        else:
+            self.fs.pipe_file(path, data)  # one PUT: atomic on object stores
+
+    def chunk_path(self, name: str) -> str:
+        return f"{self.root}/chunks/{name[:2]}/{name}"
+
+    def chunk_names(self) -> set[str]:
+        """Names of every chunk stored (temporaries of interrupted writes excluded)."""
+        base = f"{self.root}/chunks"
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return set()
+        names = set()
+        for p in found:
+            leaf = p.rstrip("/").rsplit("/", 1)[-1]
+            if len(leaf) == 64 and not leaf.startswith("."):
+                names.add(leaf)
+        return names
+
+    def put_chunk(self, data: bytes) -> tuple[str, int]:
+        """Store a chunk unless the repository has it; (name, bytes written, 0 if deduped)."""
+        name = self.keys.chunk_name(data)
+        if self._known is None:
+            self._known = self.chunk_names()
+        if name in self._known:
+            return name, 0
+        nonce = os.urandom(12)
+        blob = nonce + self._aead_chunk.encrypt(
+            nonce, zstandard.ZstdCompressor(level=3).compress(data), name.encode())
+        self._put(self.chunk_path(name), blob)
+        self._known.add(name)
+        return name, len(blob)
+
+    def get_chunk(self, name: str) -> bytes:
+        """A chunk's plaintext, authenticated; :class:`BackupError` names a bad chunk."""
+        problem = self.check_chunk(name)
+        if isinstance(problem, ChunkProblem):
+            raise BackupError(f"chunk {name} is {problem.problem}",
+                              hint="run 'cryptdisk backup verify' to see every damaged chunk "
+                              "and the backups it affects")
+        return problem
+
+    def check_chunk(self, name: str) -> bytes | ChunkProblem:
+        try:
+            blob = self.fs.cat_file(self.chunk_path(name))
+        except FileNotFoundError:
+            return ChunkProblem(name, "missing")
+        if len(blob) < 28:
+            return ChunkProblem(name, "truncated")
+        try:
+            packed = self._aead_chunk.decrypt(blob[:12], blob[12:], name.encode())
+            data = zstandard.ZstdDecompressor().decompress(packed)
+        except (InvalidTag, zstandard.ZstdError):
+            return ChunkProblem(name, "tampered or truncated")
+        if self.keys.chunk_name(data) != name:
+            return ChunkProblem(name, "tampered (content does not match its name)")
+        return data
+
+    def delete_chunk(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.chunk_path(name))
+        if self._known is not None:
+            self._known.discard(name)
+
+    # -- manifests --------------------------------------------------------------
+
+    def manifest_ids(self) -> list[str]:
+        """Ids of complete backups, oldest first (ids sort by time)."""
+        try:
+            found = self.fs.ls(f"{self.root}/manifests", detail=False)
+        except FileNotFoundError:
+            return []
+        ids = [p.rstrip("/").rsplit("/", 1)[-1] for p in found]
+        return sorted(i for i in ids if not i.startswith("."))
+
+    def _manifest_ad(self, backup_id: str) -> bytes:
+        return f"cryptdisk backup manifest v1:{self.id}:{backup_id}".encode()
+
+    def manifest_blob(self, backup_id: str) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(f"{self.root}/manifests/{backup_id}"))
+        except FileNotFoundError:
+            known = ", ".join(self.manifest_ids()) or "none"
+            raise BackupError(f"no backup {backup_id!r} in {self.url} (backups: {known})"
+                              ) from None
+
+    def read_manifest(self, backup_id: str) -> dict[str, Any]:
+        blob = self.manifest_blob(backup_id)
+        try:
+            packed = self._aead_manifest.decrypt(blob[:12], blob[12:],
+                                                 self._manifest_ad(backup_id))
+            doc: dict[str, Any] = json.loads(zstandard.ZstdDecompressor().decompress(packed))
+        except (InvalidTag, ValueError, zstandard.ZstdError):
+            raise BackupError(f"the manifest of backup {backup_id} fails authentication "
+                              "(tampered, truncated or from another repository)") from None
+        return doc
+
+    def write_manifest(self, doc: dict[str, Any]) -> str:
+        backup_id = str(doc["id"])
+        nonce = os.urandom(12)
+        packed = zstandard.ZstdCompressor(level=3).compress(
+            json.dumps(doc, separators=(",", ":"), sort_keys=True).encode())
+        blob = nonce + self._aead_manifest.encrypt(nonce, packed, self._manifest_ad(backup_id))
+        self._put(f"{self.root}/manifests/{backup_id}", blob)
+        return hashlib.sha256(blob).hexdigest()
+
+    def delete_manifest(self, backup_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(f"{self.root}/manifests/{backup_id}")
+
+    @staticmethod
+    def new_backup_id() -> str:
+        now = _dt.datetime.now(_dt.UTC)
+        return now.strftime("%Y%m%dT%H%M%S.%fZ") + "-" + uuid.uuid4().hex[:8]
+
+    # -- locking ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, exclusive: bool) -> Iterator[None]:
+        """Backups hold it shared, prune exclusive (``fcntl`` on a local repository).
+
+        On an object store there is no lock: prune must not run while a backup does.
+        """
+        if not isinstance(self.fs, LocalFileSystem):
+            yield
+            return
+        fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                what = "a backup is being written" if exclusive else "a prune is running"
+                raise BackupError(f"{self.url} is busy: {what}",
+                                  hint="try again when it has finished") from None
+            yield
+        finally:
+            os.close(fd)

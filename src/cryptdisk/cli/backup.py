@@ -1,0 +1,241 @@
+"""``cryptdisk backup``: encrypted, deduplicated, verifiable backups of databases."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..errors import BackupError, MissingEnvironmentVariableError
+from ..keys import Key, Keyring, key_from_file
+from ._keys import add_key_options, config_from_args, keyring_from_args
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "backup", help="encrypted, deduplicated, verifiable backups of databases",
+        description="Back up cryptdisk databases (a database directory, or an encrypted "
+        "SQLite file) into a repository on any fsspec target (a directory, s3://...). The "
+        "repository has its own key, wrapped by a passphrase and/or keyring keys. See "
+        "docs/backup.md.")
+    sub = parser.add_subparsers(dest="backup_command", metavar="ACTION", required=True)
+
+    def repo_parser(name: str, help_: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=description)
+        p.add_argument("repo", metavar="REPO", help="repository: a directory or an fsspec URL")
+        g = p.add_argument_group("repository key (one or more)")
+        g.add_argument("--passphrase-env", metavar="VAR",
+                       help="environment variable holding the repository passphrase")
+        g.add_argument("--repo-keyring", metavar="CONFIG",
+                       help="TOML config whose [keyring] has a key wrapping the repository key")
+        g.add_argument("--repo-key-file", metavar="PATH",
+                       help="key file (as 'cryptdisk keygen' writes) wrapping the repository key")
+        g.add_argument("--repo-key-id", type=int, default=1, metavar="N",
+                       help="id of the --repo-key-file key (default 1)")
+        p.add_argument("--repo-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="fsspec storage option for REPO (e.g. endpoint_url=http://...)")
+        return p
+
+    p = repo_parser("init", "create a repository", "Create a new repository with a new random "
+                    "key, wrapped by the passphrase and/or keyring key given.")
+    p.set_defaults(func=_init)
+
+    p = repo_parser("create", "back up a database", "Back up SOURCE: a database directory "
+                    "(read-only, one catalog version; its keys from --config or PATH.key) or an "
+                    "encrypted SQLite file (its keys from --config/--key-file...).")
+    p.add_argument("source", metavar="SOURCE")
+    add_key_options(p, required=False)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_create)
+
+    p = repo_parser("list", "list backups", "List the backups in the repository, oldest first.")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_list)
+
+    p = repo_parser("verify", "authenticate every chunk without restoring",
+                    "Authenticate every manifest, their chain and every chunk they name; name "
+                    "each missing or damaged chunk and the backups it affects. Exit status 1 "
+                    "if anything is wrong.")
+    p.add_argument("--sample", type=float, metavar="PCT",
+                   help="check only PCT percent of the chunks, chosen at random")
+    p.set_defaults(func=_verify)
+
+    p = repo_parser("restore", "restore a backup into a new path",
+                    "Restore backup ID into TARGET (which must not exist). A database is "
+                    "created under --config (or a new key in TARGET.key) and checked; a SQLite "
+                    "database is encrypted under the key(s) given.")
+    p.add_argument("backup_id", metavar="ID", help="backup id, or 'latest'")
+    p.add_argument("target", metavar="TARGET")
+    p.add_argument("--table", action="append", default=[], metavar="NAME",
+                   help="restore only this table (repeatable)")
+    add_key_options(p, required=False)
+    p.set_defaults(func=_restore)
+
+    p = repo_parser("prune", "delete old backups and chunks no backup needs",
+                    "Keep the newest N backups; delete the others, then every chunk that no "
+                    "remaining backup names. Refused while a backup is being written (local "
+                    "repositories; on object stores do not run it beside a backup).")
+    p.add_argument("--keep-last", type=int, required=True, metavar="N")
+    p.set_defaults(func=_prune)
+
+    p = repo_parser("keys", "list or add the repository key's wrappings",
+                    "List how the repository key is wrapped; with --add-*, wrap it under "
+                    "another passphrase or keyring key too (the repository must open with "
+                    "the key options given).")
+    p.add_argument("--add-passphrase-env", metavar="VAR")
+    p.add_argument("--add-keyring", metavar="CONFIG")
+    p.add_argument("--add-key-file", metavar="PATH")
+    p.add_argument("--add-key-id", type=int, default=1, metavar="N")
+    p.set_defaults(func=_keys)
+
+
+def _env(var: str) -> str:
+    value = os.environ.get(var)
+    if not value:
+        raise MissingEnvironmentVariableError(
+            f"environment variable {var} is not set or empty; it should hold the passphrase",
+            variable=var)
+    return value
+
+
+def _keyring(config: str | None, key_file: str | None, key_id: int) -> Keyring | None:
+    if config and key_file:
+        raise BackupError("give a keyring config or a key file, not both")
+    if config:
+        return Keyring.from_config(config)
+    if key_file:
+        return Keyring.single(Key(key_id, key_from_file(key_file), source="file"))
+    return None
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in args.repo_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BackupError(f"--repo-option {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _unlock_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {"passphrase": _env(args.passphrase_env) if args.passphrase_env else None,
+            "keyring": _keyring(args.repo_keyring, args.repo_key_file, args.repo_key_id),
+            "storage_options": _options(args)}
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from ..backup import Repository
+
+    return Repository.open(args.repo, **_unlock_args(args))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from ..backup import Repository
+
+    repo = Repository.init(args.repo, **_unlock_args(args))
+    print(f"created backup repository {args.repo} (id {repo.id})")
+    return 0
+
+
+def _source_keys(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    given = any(getattr(args, n, None) for n in ("keyring", "key_env", "key_file", "key_hex"))
+    if os.path.isdir(path) or (not os.path.exists(path) and not given):
+        return {"config": config_from_args(args)}
+    return {"keyring": keyring_from_args(args)}
+
+
+def _create(args: argparse.Namespace) -> int:
+    from ..backup import create
+
+    repo = _open(args)
+    s = create(repo, args.source, **_source_keys(args, os.path.abspath(args.source)))
+    if args.json:
+        print(json.dumps(vars(s)))
+    else:
+        print(f"backup {s.id}: {s.kind} {s.source}, {s.files} file(s), {s.bytes} bytes in "
+              f"{s.chunks} chunks; {s.new_chunks} new, {s.stored_bytes} bytes stored")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from ..backup import list_backups
+
+    rows = list_backups(_open(args))
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        print(f"{r['id']}  {r['kind']:6}  {r['bytes']:>14} bytes  "
+              f"{r['stored_bytes']:>12} stored  {r['source']}")
+    if not rows:
+        print("no backups")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from ..backup import verify
+
+    report = verify(_open(args), sample=args.sample)
+    for bid, why in report.bad_manifests.items():
+        print(f"backup {bid}: {why}")
+    for line in report.chain_breaks:
+        print(line)
+    for name, (problem, backups) in sorted(report.problems.items()):
+        print(f"chunk {name}: {problem}; affects backups {', '.join(backups)}")
+    what = (f"{report.chunks_checked} of {report.chunks_referenced} chunks"
+            if args.sample else f"{report.chunks_checked} chunks")
+    if report.ok:
+        print(f"ok: {report.backups} backup(s), {what} authenticated")
+        return 0
+    print(f"FAILED: {len(report.problems)} damaged or missing chunk(s), "
+          f"{len(report.bad_manifests)} bad manifest(s), {len(report.chain_breaks)} chain "
+          f"break(s) ({what} checked)", file=sys.stderr)
+    return 1
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from ..backup import list_backups, restore
+
+    repo = _open(args)
+    backup_id = args.backup_id
+    if backup_id == "latest":
+        rows = list_backups(repo)
+        if not rows:
+            raise BackupError(f"{args.repo} has no backups")
+        backup_id = rows[-1]["id"]
+    kind = repo.read_manifest(backup_id).get("kind")
+    keys: dict[str, Any]
+    if kind == "sqlite":
+        keys = {"keyring": keyring_from_args(args)}
+    else:
+        keys = {"config": config_from_args(args)}
+    out = restore(repo, backup_id, args.target, tables=args.table or None, **keys)
+    rows_note = f", {out['rows']} rows" if "rows" in out else ""
+    print(f"restored backup {backup_id} into {out['path']}{rows_note} (checked)")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from ..backup import prune
+
+    dropped, deleted = prune(_open(args), keep_last=args.keep_last)
+    print(f"deleted {len(dropped)} backup(s) and {deleted} chunk(s)")
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from ..backup import Repository
+
+    repo = _open(args)
+    add_pass = _env(args.add_passphrase_env) if args.add_passphrase_env else None
+    add_ring = _keyring(args.add_keyring, args.add_key_file, args.add_key_id)
+    if add_pass is not None or add_ring is not None:
+        repo.add_wrapping(passphrase=add_pass, keyring=add_ring)
+    for line in Repository.describe_wrappings(repo.config):
+        print(line)
+    return 0

@@ -1,0 +1,260 @@
+"""Backups of both engines: round trips, dedup, verify naming damage, keys, prune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+
+import cryptdisk
+import cryptdisk.sqlite
+from cryptdisk.backup import Repository, create, list_backups, prune, restore, verify
+from cryptdisk.errors import BackupError, BackupKeyError
+from cryptdisk.keys import Keyring
+
+from .helpers import FAST_KDF, content, make_db
+
+
+def _repo(tmp_path: Path, **kw) -> Repository:
+    return Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF, **kw)
+
+
+def test_db_restore_equals_source(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src)
+    repo = _repo(tmp_path)
+    s = create(repo, src)
+    assert s.kind == "db" and s.new_chunks == s.chunks > 0
+    restore(repo, s.id, tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == content(src)
+    assert (tmp_path / "r.db.key").exists()  # under a new key of its own
+    assert (tmp_path / "r.db.key").read_bytes() != (tmp_path / "a.db.key").read_bytes()
+    # the repository holds no plaintext of the data
+    for p in (tmp_path / "repo").rglob("*"):
+        if p.is_file():
+            assert b"c4ca4238a0b923820dcc509a6f75849b" not in p.read_bytes()  # md5('1')
+
+
+def test_restore_filters_tables_and_refuses_existing_target(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=10)
+    repo = _repo(tmp_path)
+    s = create(repo, src)
+    restore(repo, s.id, tmp_path / "r.db", tables=["u"])
+    assert list(content(tmp_path / "r.db")) == ["u"]
+    with pytest.raises(BackupError, match="exists"):
+        restore(repo, s.id, tmp_path / "r.db")
+    with pytest.raises(BackupError, match="no table 'nope'"):
+        restore(repo, s.id, tmp_path / "x.db", tables=["nope"])
+    with pytest.raises(BackupError, match="no backup"):
+        restore(repo, "nope", tmp_path / "y.db")
+
+
+def _sqlite(path: Path, keyring: Keyring, rows: int) -> None:
+    c = cryptdisk.sqlite.connect(path, keyring=keyring)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, s TEXT)")
+    with c:
+        c.executemany("INSERT INTO t(s) VALUES (?)", [(f"row {i}" * 3,) for i in range(rows)])
+    c.close()
+
+
+def _sqlite_rows(path: Path, keyring: Keyring) -> list:
+    c = cryptdisk.sqlite.connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return c.execute("SELECT * FROM t ORDER BY id").fetchall()
+    finally:
+        c.close()
+
+
+def test_sqlite_restore_equals_source(tmp_path: Path) -> None:
+    kr = Keyring.generate()
+    src = tmp_path / "app.db"
+    _sqlite(src, kr, 3000)
+    repo = _repo(tmp_path)
+    s = create(repo, src, keyring=kr)
+    assert s.kind == "sqlite"
+    other = Keyring.generate(5)
+    restore(repo, s.id, tmp_path / "r.db", keyring=other)
+    assert _sqlite_rows(tmp_path / "r.db", other) == _sqlite_rows(src, kr)
+    with pytest.raises(cryptdisk.CryptdiskError):
+        _sqlite_rows(tmp_path / "r.db", kr)  # not under the source's key
+
+
+def test_second_backup_after_small_change_stores_little(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=200_000)
+    repo = _repo(tmp_path)
+    first = create(repo, src)
+    db = cryptdisk.connect(src)
+    db.sql("INSERT INTO t SELECT range, md5(range::VARCHAR), 0 FROM range(200000, 202000)")
+    db.close()
+    second = create(repo, src)
+    assert first.stored_bytes > 100_000
+    assert second.stored_bytes < first.stored_bytes * 0.10
+    assert second.chunks > second.new_chunks
+
+
+def test_sqlite_second_backup_dedups(tmp_path: Path) -> None:
+    kr = Keyring.generate()
+    src = tmp_path / "app.db"
+    _sqlite(src, kr, 400_000)
+    repo = _repo(tmp_path)
+    first = create(repo, src, keyring=kr)
+    c = cryptdisk.sqlite.connect(src, keyring=kr)
+    with c:
+        c.executemany("INSERT INTO t(s) VALUES (?)", [("new",)] * 4000)
+    c.close()
+    second = create(repo, src, keyring=kr)
+    assert second.stored_bytes < first.stored_bytes * 0.10
+
+
+def _corrupt(repo: Repository, tmp_path: Path):
+    files = sorted(p for p in (tmp_path / "repo" / "chunks").rglob("*") if p.is_file())
+    return files
+
+
+def test_verify_names_missing_tampered_truncated_chunks_and_their_backups(
+        tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=50_000)
+    repo = _repo(tmp_path)
+    b1 = create(repo, src).id
+    db = cryptdisk.connect(src)
+    db.sql("INSERT INTO u VALUES ('c', 3)")
+    db.close()
+    b2 = create(repo, src).id
+    assert verify(repo).ok
+    files = _corrupt(repo, tmp_path)
+    assert len(files) >= 4
+    files[0].unlink()
+    data = bytearray(files[1].read_bytes())
+    data[40] ^= 1
+    files[1].write_bytes(bytes(data))
+    files[2].write_bytes(files[2].read_bytes()[:-5])
+    report = verify(repo)
+    assert not report.ok
+    assert set(report.problems) == {files[0].name, files[1].name, files[2].name}
+    assert report.problems[files[0].name][0] == "missing"
+    assert "tampered" in report.problems[files[1].name][0]
+    for _problem, backups in report.problems.values():
+        assert set(backups) <= {b1, b2} and backups
+    with pytest.raises(BackupError, match="chunk"):
+        restore(repo, b1, tmp_path / "r.db")
+    sampled = verify(repo, sample=50)
+    assert 0 < sampled.chunks_checked < report.chunks_checked
+
+
+def test_tampered_or_swapped_manifest_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=10)
+    repo = _repo(tmp_path)
+    b1 = create(repo, src).id
+    b2 = create(repo, src).id
+    m1 = tmp_path / "repo" / "manifests" / b1
+    m2 = tmp_path / "repo" / "manifests" / b2
+    m2.write_bytes(m1.read_bytes())  # a valid manifest under another id
+    report = verify(repo)
+    assert b2 in report.bad_manifests
+    with pytest.raises(BackupError, match="fails authentication"):
+        restore(repo, b2, tmp_path / "r.db")
+
+
+def test_keys_passphrase_keyring_and_clear_errors(tmp_path: Path) -> None:
+    kr = Keyring.generate(3)
+    url = str(tmp_path / "repo")
+    repo = Repository.init(url, keyring=kr)
+    with pytest.raises(BackupKeyError, match="no passphrase wrapping"):
+        Repository.open(url, passphrase="pw")
+    with pytest.raises(BackupKeyError, match="none of the given keyring keys"):
+        Repository.open(url, keyring=Keyring.generate(3))
+    with pytest.raises(BackupKeyError, match="locked"):
+        Repository.open(url)
+    repo.add_wrapping(passphrase="second", kdf_params=FAST_KDF)
+    assert Repository.open(url, passphrase="second").id == repo.id
+    with pytest.raises(BackupKeyError, match="wrong passphrase"):
+        Repository.open(url, passphrase="wrong")
+    assert Repository.open(url, keyring=kr).keys.chunk == repo.keys.chunk
+    assert "second" not in (tmp_path / "repo" / "config").read_text()
+    assert "pw" not in repr(repo) and "chunk" not in repr(repo.keys)
+    with pytest.raises(TypeError):
+        import pickle
+        pickle.dumps(repo)
+
+
+def test_config_parameters_are_authenticated(tmp_path: Path) -> None:
+    url = str(tmp_path / "repo")
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    cfg = tmp_path / "repo" / "config"
+    cfg.write_text(cfg.read_text().replace('"avg": 131072', '"avg": 65536'))
+    with pytest.raises(BackupError, match="tampered"):
+        Repository.open(url, passphrase="pw")
+
+
+def test_prune_keeps_last_and_deletes_only_unreferenced_chunks(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=20_000)
+    repo = _repo(tmp_path)
+    ids = []
+    for i in range(3):
+        db = cryptdisk.connect(src)
+        if i == 0:  # only the first backup holds this table's chunks
+            db.sql("CREATE TABLE gone (x VARCHAR)")
+            db.sql("INSERT INTO gone SELECT md5(range::VARCHAR) FROM range(20000)")
+        else:
+            db.sql("DROP TABLE IF EXISTS gone")
+        db.sql(f"INSERT INTO t SELECT range, 'x{i}', 0 FROM range(5000)")
+        db.close()
+        ids.append(create(repo, src).id)
+    before = repo.chunk_names()
+    dropped, deleted = prune(repo, keep_last=2)
+    assert dropped == ids[:1] and deleted > 0
+    assert [b["id"] for b in list_backups(repo)] == ids[1:]
+    assert len(repo.chunk_names()) == len(before) - deleted
+    assert verify(repo).ok  # the chain's pruned link is not a break
+    restore(repo, ids[1], tmp_path / "r.db")
+    with pytest.raises(BackupError, match="at least 1"):
+        prune(repo, keep_last=0)
+
+
+def test_prune_refuses_while_a_backup_holds_the_lock(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    with repo.lock(exclusive=False):
+        with pytest.raises(BackupError, match="busy"):
+            prune(repo, keep_last=1)
+
+
+def test_manifests_chain(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=10)
+    repo = _repo(tmp_path)
+    b1 = create(repo, src).id
+    b2 = create(repo, src).id
+    assert repo.read_manifest(b1)["prev"] is None
+    assert repo.read_manifest(b2)["prev"]["id"] == b1
+    m1 = tmp_path / "repo" / "manifests" / b1
+    # a re-encrypted (valid) different b1 breaks the chain: simulate with another write
+    doc = repo.read_manifest(b1)
+    doc["bytes"] = 0
+    repo.write_manifest(doc)
+    assert m1.exists()
+    assert verify(repo).chain_breaks
+
+
+def test_s3_repository(tmp_path: Path) -> None:
+    from tests.disks.s3server import make_bucket, s3_server
+
+    src = tmp_path / "a.db"
+    make_db(src, rows=5000)
+    with s3_server() as endpoint:
+        make_bucket(endpoint, "backups")
+        opts = {"endpoint_url": endpoint, "skip_instance_cache": True}
+        repo = Repository.init("s3://backups/repo", passphrase="pw", kdf_params=FAST_KDF,
+                               storage_options=opts)
+        s = create(repo, src)
+        again = Repository.open("s3://backups/repo", passphrase="pw", storage_options=opts)
+        assert create(again, src).new_chunks == 0
+        assert verify(again).ok
+        restore(again, s.id, tmp_path / "r.db")
+        assert content(tmp_path / "r.db") == content(src)

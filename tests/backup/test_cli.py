@@ -1,0 +1,86 @@
+"""cryptdisk backup init|create|list|verify|restore|prune|keys as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .helpers import content, make_db
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def run(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, PYTHONPATH=SRC, BK_PASS="hunter2", BK_OTHER="other pass",
+             BK_WRONG="nope", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "cryptdisk", "backup", *argv],
+                          capture_output=True, text=True, env=e, timeout=300)
+
+
+def test_cli_round_trip(tmp_path: Path) -> None:
+    src, repo = tmp_path / "a.db", str(tmp_path / "repo")
+    make_db(src, rows=3000)
+    r = run("init", repo, "--passphrase-env", "BK_PASS")
+    assert r.returncode == 0, r.stderr
+    r = run("create", repo, str(src), "--passphrase-env", "BK_PASS", "--json")
+    assert r.returncode == 0, r.stderr
+    bid = json.loads(r.stdout)["id"]
+    r = run("list", repo, "--passphrase-env", "BK_PASS", "--json")
+    assert [b["id"] for b in json.loads(r.stdout)] == [bid]
+    r = run("verify", repo, "--passphrase-env", "BK_PASS")
+    assert r.returncode == 0 and r.stdout.startswith("ok:"), r.stderr
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--passphrase-env", "BK_PASS")
+    assert r.returncode == 0, r.stderr
+    assert content(tmp_path / "r.db") == content(src)
+
+    r = run("keys", repo, "--passphrase-env", "BK_PASS", "--add-passphrase-env", "BK_OTHER")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("passphrase (argon2id") == 2
+    assert run("list", repo, "--passphrase-env", "BK_OTHER").returncode == 0
+
+    r = run("list", repo, "--passphrase-env", "BK_WRONG")
+    assert r.returncode == 1
+    assert "error: wrong passphrase for this backup repository" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("list", repo)
+    assert r.returncode == 1 and "locked" in r.stderr
+
+    chunk = next(p for p in (tmp_path / "repo" / "chunks").rglob("*") if p.is_file())
+    chunk.unlink()
+    r = run("verify", repo, "--passphrase-env", "BK_PASS")
+    assert r.returncode == 1
+    assert f"chunk {chunk.name}: missing; affects backups {bid}" in r.stdout
+
+    r = run("prune", repo, "--passphrase-env", "BK_PASS", "--keep-last", "1")
+    assert r.returncode == 0 and "deleted 0 backup(s)" in r.stdout, r.stderr
+
+
+def test_cli_sqlite_with_keyring_wrapping(tmp_path: Path) -> None:
+    import cryptdisk.sqlite
+    from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+
+    key = tmp_path / "db.key"
+    write_key_file(key, os.urandom(32))
+    kr = Keyring.single(Key(1, key_from_file(key)))
+    c = cryptdisk.sqlite.connect(tmp_path / "app.db", keyring=kr)
+    c.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1), (2)")
+    c.close()
+    repo_key = tmp_path / "repo.key"
+    write_key_file(repo_key, os.urandom(32))
+    repo = str(tmp_path / "repo")
+    opts = ["--repo-key-file", str(repo_key)]
+    assert run("init", repo, *opts).returncode == 0
+    r = run("create", repo, str(tmp_path / "app.db"), *opts, "--key-file", str(key))
+    assert r.returncode == 0, r.stderr
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), *opts, "--key-file", str(key))
+    assert r.returncode == 0, r.stderr
+    c = cryptdisk.sqlite.connect(tmp_path / "r.db", keyring=kr)
+    assert c.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
+    c.close()
+    other = tmp_path / "other.key"
+    write_key_file(other, os.urandom(32))
+    r = run("list", repo, "--repo-key-file", str(other))
+    assert r.returncode == 1 and "none of the given keyring keys" in r.stderr
