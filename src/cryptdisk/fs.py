@@ -20,8 +20,10 @@ atomically on ``close()``. Directories are implicit, as in object stores:
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import os
+import posixpath
 from glob import has_magic
 from typing import Any
 
@@ -233,6 +235,31 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
             return "file"
         return "directory" if disk.list(rel + "/") else None
 
+    def _kinds(self, paths: list[str]) -> dict[str, str | None]:
+        """:meth:`_kind` of many paths, from one listing per disk where they share a disk."""
+        if len(paths) < 2:
+            return {p: self._kind(p) for p in paths}
+        by_disk: dict[str, list[str]] = {}
+        out: dict[str, str | None] = {}
+        for p in paths:
+            clean = self._strip_protocol(p)
+            disk, rel = self._split(clean) if clean else (None, "")
+            if disk is None or not rel:
+                out[p] = "directory"
+            else:
+                by_disk.setdefault(disk.name, []).append(p)
+        for name, group in by_disk.items():
+            disk = self.config.disks[name]
+            rels = {p: self._split(p)[1] for p in group}
+            parent = posixpath.dirname(posixpath.commonpath(list(rels.values())))
+            listed = disk.list(parent + "/" if parent else "")
+            files = set(listed)
+            for p, rel in rels.items():
+                i = bisect.bisect_left(listed, rel + "/")
+                below = i < len(listed) and listed[i].startswith(rel + "/")
+                out[p] = "file" if rel in files else "directory" if below else None
+        return out
+
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         """Copy one file; a directory copies as nothing (directories are implicit).
 
@@ -242,24 +269,38 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         move = bool(kwargs.get(_MOVE))
         src, srel = self._split(path1)
         dst, drel = self._split(path2)
-        if not srel or not src.exists(srel):
-            if self._kind(path1) == "directory":
-                return
-            raise DiskFileNotFoundError(
-                f"cryptdisk://{self._strip_protocol(path1)}: no such file or directory")
+        if not srel:
+            return  # a whole disk: a directory, its files are paired one by one
         if not drel:
             raise DiskIsADirectoryError(
                 f"cryptdisk://{self._strip_protocol(path2)}: is a disk; name a file on it")
-        if src is dst and srel == drel:
-            return
         if move and src is dst:
-            src.rename(srel, drel)
+            # Never rename a directory as a whole (fsspec pairs its files too).
+            if not src.exists(srel):
+                self._directory_or_missing(src, srel, path1)
+                return
+            if srel != drel:
+                src.rename(srel, drel)
             return
-        with src.open_read(srel) as fin, dst.open_write(drel) as fout:
+        try:
+            fin = src.open_read(srel)
+        except (FileNotFoundError, IsADirectoryError):
+            self._directory_or_missing(src, srel, path1)
+            return
+        if src is dst and srel == drel:
+            fin.close()
+            return
+        with fin, dst.open_write(drel) as fout:
             while chunk := fin.read(1 << 20):
                 fout.write(chunk)
         if move:
             src.remove(srel)
+
+    def _directory_or_missing(self, disk: Disk, rel: str, path: str) -> None:
+        """Return if ``rel`` is a directory (it holds a file); else FileNotFoundError."""
+        if not disk.list(rel + "/"):
+            raise DiskFileNotFoundError(
+                f"cryptdisk://{self._strip_protocol(path)}: no such file or directory")
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, maxdepth: Any = None,
            **kwargs: Any) -> None:
@@ -306,9 +347,10 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         ``ValueError``). Everything is checked before the first file goes.
         """
         paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        kinds = self._kinds(paths)
         files = []
         for p in paths:
-            kind = self._kind(p)
+            kind = kinds[p]
             if kind is None:
                 raise DiskFileNotFoundError(
                     f"cryptdisk://{self._strip_protocol(p)}: no such file or directory")

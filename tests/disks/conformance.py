@@ -16,7 +16,12 @@ import threading
 import pytest
 
 from cryptdisk.disks import Disk
-from cryptdisk.errors import CryptdiskError, DiskError, DiskFileNotFoundError
+from cryptdisk.errors import (
+    CryptdiskError,
+    DiskError,
+    DiskFileNotFoundError,
+    DiskIsADirectoryError,
+)
 
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096, 65536, 65537, 200_003]
 
@@ -181,6 +186,13 @@ class DiskConformance:
         with pytest.raises(FileNotFoundError):
             disk.info("missing")
         assert not disk.exists("missing")
+
+    def test_a_directory_is_not_a_file(self, disk: Disk) -> None:
+        disk.write_bytes("d/f", b"x")
+        for call in (disk.open_read, disk.remove):
+            with pytest.raises((DiskFileNotFoundError, DiskIsADirectoryError)):
+                call("d")
+        assert not disk.exists("d") and disk.read_bytes("d/f") == b"x"
 
     def test_rename_replaces_destination(self, disk: Disk) -> None:
         disk.write_bytes("src", b"source")

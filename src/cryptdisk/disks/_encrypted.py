@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import IO, Any, cast
 
-from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError, KeyNotFoundError
+from ..errors import DiskError, DiskFileNotFoundError, KeyNotFoundError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -170,14 +170,7 @@ class EncryptedDisk(WrappingDisk):
         """The encrypted bytes (a zero-copy map for local disks) and how to release them."""
         inner_path = self._inner(path)
         if isinstance(self.inner, LocalDisk):
-            try:
-                fd = os.open(self.inner.os_path(inner_path), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                raise DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}") \
-                    from None
-            except IsADirectoryError:
-                raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}") \
-                    from None
+            fd = self.inner.open_fd(inner_path, shown=path, disk=self.name)
             try:
                 source = source_for(fd)
             except BaseException:

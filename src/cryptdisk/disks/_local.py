@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
@@ -61,15 +62,27 @@ class LocalDisk(Disk):
     def _missing(self, path: str) -> DiskFileNotFoundError:
         return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
 
-    def open_read(self, path: str) -> IO[bytes]:
-        full = self.os_path(path)
+    def open_fd(self, path: str, shown: str | None = None, disk: str | None = None) -> int:
+        """A read-only descriptor of a disk file (a directory is refused, not opened).
+
+        Errors name ``shown`` on disk ``disk`` (a wrapping disk's view of the
+        file), by default ``path`` on this disk.
+        """
+        shown, disk = shown or path, disk or self.name
         try:
-            fd = os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self.os_path(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            raise self._missing(path) from None
+            raise DiskFileNotFoundError(f"{shown}: no such file on disk {disk!r}") from None
         except IsADirectoryError:
-            raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}") \
-                from None
+            fd = -1
+        if fd < 0 or stat.S_ISDIR(os.fstat(fd).st_mode):
+            if fd >= 0:
+                os.close(fd)
+            raise DiskIsADirectoryError(f"{shown}: is a directory on disk {disk!r}")
+        return fd
+
+    def open_read(self, path: str) -> IO[bytes]:
+        fd = self.open_fd(path)
         return cast("IO[bytes]", PreadFile(FdReader(fd), path, {"format": "plain"}))
 
     def open_write(self, path: str) -> IO[bytes]:
