@@ -1,0 +1,55 @@
+"""Child processes for the backup tests (run as scripts).
+
+``writer db PATH`` / ``writer sqlite PATH KEYFILE``: insert batches of rows forever,
+printing ``committed N`` after each commit (the db writer merges parts now and then).
+``backup REPO PASSPHRASE SOURCE``: one backup, printing ``chunk N`` after each chunk.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cryptdisk.backup import Repository, create
+
+
+def writer_db(path: str) -> None:
+    import cryptdisk
+
+    db = cryptdisk.connect(path)
+    n = 0
+    while True:
+        db.sql(f"INSERT INTO w SELECT {n}, range FROM range(1000)")
+        print(f"committed {n}", flush=True)
+        n += 1
+        if n % 4 == 0:
+            db.sql("OPTIMIZE TABLE w")  # parts of older catalogs go away
+
+
+def writer_sqlite(path: str, keyfile: str) -> None:
+    import cryptdisk.sqlite
+    from cryptdisk.keys import Key, Keyring, key_from_file
+
+    kr = Keyring.single(Key(1, key_from_file(keyfile)))
+    c = cryptdisk.sqlite.connect(path, keyring=kr)
+    n = 0
+    while True:
+        with c:
+            c.executemany("INSERT INTO w VALUES (?, ?)", [(n, i) for i in range(1000)])
+        print(f"committed {n}", flush=True)
+        n += 1
+
+
+def backup(repo: str, passphrase: str, source: str) -> None:
+    r = Repository.open(repo, passphrase=passphrase)
+    s = create(r, source, progress=lambda n, _stored: print(f"chunk {n}", flush=True))
+    print(f"done {s.id} {s.new_chunks}", flush=True)
+
+
+if __name__ == "__main__":
+    what, *rest = sys.argv[1:]
+    if what == "writer" and rest[0] == "db":
+        writer_db(rest[1])
+    elif what == "writer":
+        writer_sqlite(rest[1], rest[2])
+    else:
+        backup(*rest)

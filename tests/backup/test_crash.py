@@ -1,0 +1,126 @@
+"""Real processes: kill -9 of a backup mid-way, and backups while a writer commits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import cryptdisk
+import cryptdisk.sqlite
+from cryptdisk.backup import Repository, create, restore, verify
+from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+
+from .helpers import FAST_KDF, content, make_db
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = [sys.executable, "-m", "tests.backup.child"]
+
+
+def _spawn(*argv: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    return subprocess.Popen([*CHILD, *argv], stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
+
+
+def _wait_for(proc: subprocess.Popen[str], word: str, n: int) -> None:
+    """Read the child's progress until it reports ``word`` number ``n`` or more."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        parts = line.split()
+        if parts and parts[0] == word and int(parts[1]) >= n:
+            return
+    raise AssertionError(f"the child ended before reporting {word} {n} ({proc.wait()})")
+
+
+def test_kill_9_mid_backup_leaves_a_valid_repository_and_a_rerun_resumes(
+        tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=300_000)
+    url = str(tmp_path / "repo")
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    for kill_at in (3, 12):
+        proc = _spawn("backup", url, "pw", str(src))
+        _wait_for(proc, "chunk", kill_at)
+        _kill(proc)
+        repo = Repository.open(url, passphrase="pw")
+        assert repo.manifest_ids() == []
+        stored = repo.chunk_names()
+        assert len(stored) >= kill_at
+        for name in stored:  # every published chunk is whole and authentic
+            assert isinstance(repo.check_chunk(name), bytes)
+        assert verify(repo).ok
+    total = len(stored)
+    s = create(repo, src)
+    assert s.new_chunks < s.chunks and s.chunks - s.new_chunks >= total - 1
+    assert verify(repo).ok
+    restore(repo, s.id, tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == content(src)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _committed_state(rows: list[tuple[int, int]]) -> int:
+    """The number of whole batches ``rows`` hold; fails unless they are exactly 0..k-1."""
+    batches: dict[int, set[int]] = {}
+    for b, i in rows:
+        batches.setdefault(b, set()).add(i)
+    k = len(batches)
+    assert sorted(batches) == list(range(k))
+    assert all(v == set(range(1000)) for v in batches.values())
+    assert len(rows) == 1000 * k
+    return k
+
+
+def test_db_backup_during_inserts_restores_one_committed_state(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE w (b BIGINT, i BIGINT)")
+    db.close()
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    writer = _spawn("writer", "db", str(src))
+    try:
+        _wait_for(writer, "committed", 5)
+        ids = [create(repo, src).id for _ in range(3)]
+        _wait_for(writer, "committed", 1)  # still writing
+    finally:
+        _kill(writer)
+    seen = []
+    for n, bid in enumerate(ids):
+        restore(repo, bid, tmp_path / f"r{n}.db")  # runs Database.check()
+        r = cryptdisk.connect(tmp_path / f"r{n}.db", read_only=True)
+        seen.append(_committed_state(r.query("SELECT b, i FROM w")))
+        r.close()
+    assert seen == sorted(seen) and seen[0] >= 5
+
+
+def test_sqlite_backup_during_inserts_restores_one_committed_state(tmp_path: Path) -> None:
+    keyfile = tmp_path / "k"
+    write_key_file(keyfile, os.urandom(32))
+    kr = Keyring.single(Key(1, key_from_file(keyfile)))
+    src = tmp_path / "app.db"
+    c = cryptdisk.sqlite.connect(src, keyring=kr)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute("CREATE TABLE w (b INTEGER, i INTEGER)")
+    c.close()
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    writer = _spawn("writer", "sqlite", str(src), str(keyfile))
+    try:
+        _wait_for(writer, "committed", 5)
+        ids = [create(repo, src, keyring=kr).id for _ in range(3)]
+    finally:
+        _kill(writer)
+    seen = []
+    for n, bid in enumerate(ids):
+        restore(repo, bid, tmp_path / f"r{n}.db", keyring=kr)
+        r = cryptdisk.sqlite.connect(tmp_path / f"r{n}.db", keyring=kr)
+        seen.append(_committed_state(r.execute("SELECT b, i FROM w").fetchall()))
+        r.close()
+    assert seen == sorted(seen) and seen[0] >= 5
