@@ -161,3 +161,33 @@ def test_sqlite_savepoints(start_server, sqlite_engine) -> None:
         c.execute("INSERT INTO t VALUES (3)")
         c.commit()
         assert c.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (3,)]
+
+
+def test_32_concurrent_clients_without_errors(start_server, sqlite_engine) -> None:
+    import threading
+
+    srv = start_server(sqlite_engine)
+    with pg(srv, autocommit=True) as c:
+        c.execute("CREATE TABLE t (client INTEGER, i INTEGER)")
+    errors: list[BaseException] = []
+
+    def client(n: int) -> None:
+        try:
+            with pg(srv) as c:
+                for i in range(10):
+                    c.execute("INSERT INTO t VALUES (%s, %s)", (n, i))
+                    c.commit()
+                    assert c.execute("SELECT count(*) FROM t WHERE client = %s",
+                                     (n,)).fetchone() == (i + 1,)
+                    c.rollback()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert errors == []
+    with pg(srv, autocommit=True) as c:
+        assert c.execute("SELECT count(*), count(DISTINCT client) FROM t").fetchone() == (320, 32)

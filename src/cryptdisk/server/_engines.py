@@ -436,7 +436,7 @@ class SQLiteEngine(Engine):
     transactions = True
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
-                 busy_timeout_ms: int = 5000) -> None:
+                 busy_timeout_ms: int = 30000) -> None:
         self.path = os.fspath(path)
         self.keyring = keyring
         self.busy_timeout_ms = busy_timeout_ms

@@ -8,8 +8,10 @@ import logging
 import secrets
 import struct
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cryptdisk.server")
 
 __all__ = ["Session"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,6 +46,16 @@ class _Portal:
     result: Result | None = None
     sent: int = 0
     described_columns: list[tuple[str, int]] | None = field(default=None)
+
+
+_READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
+
+
+def _close_quietly(engine: EngineSession) -> None:
+    try:
+        engine.close()
+    except Exception:
+        log.exception("closing an engine session")
 
 
 def _tag_count(tag: str) -> int | None:
@@ -76,12 +90,21 @@ class Session:
         self.statements: dict[str, _Statement] = {}
         self.portals: dict[str, _Portal] = {}
         self.failed = False          # inside a transaction that has had an error
+        self.pending_begin = False   # BEGIN seen; SQLite's BEGIN waits for the 1st statement
         self.skip_to_sync = False    # extended query: an error discards until Sync
         self.busy = False
         self.pid = secrets.randbits(31)
         self.cancel_key = secrets.randbits(31)
         self.out: list[bytes] = []
         self.task = asyncio.current_task()
+        self.executor: ThreadPoolExecutor | None = None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking engine call on this session's own thread: a session waiting for a
+        lock never holds a thread another session needs to release that lock."""
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="cryptdisk-session")
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     # -- I/O -------------------------------------------------------------------------------
 
@@ -143,11 +166,13 @@ class Session:
                 pass
             if self.engine is not None:
                 engine, self.engine = self.engine, None
-                try:
-                    engine.close()  # quick (a rollback at most); no await: may run cancelled
-                except Exception:
-                    log.exception("closing an engine session")
+                if self.executor is not None:  # after a statement still running, in its thread
+                    self.executor.submit(_close_quietly, engine)
+                else:
+                    _close_quietly(engine)
             log.debug("closing the session of %s", self.peer_host)
+            if self.executor is not None:
+                self.executor.shutdown(wait=False)
             self.writer.close()
             try:  # TLS: send close_notify, but never wait long for the client's
                 await asyncio.wait_for(self.writer.wait_closed(), 2)
@@ -186,7 +211,7 @@ class Session:
             raise _Closing()
         await self._login(msg.parameters)
         try:
-            self.engine = await asyncio.to_thread(self.server.engine.open_session)
+            self.engine = await self.call(self.server.engine.open_session)
             auth = self.server.authenticator
             if auth is not None:
                 self.engine.set_privileges(auth.privileges(self.user))
@@ -233,7 +258,8 @@ class Session:
     def _status(self) -> str:
         if self.failed:
             return "E"
-        return "T" if self.engine is not None and self.engine.in_transaction else "I"
+        in_tx = self.pending_begin or (self.engine is not None and self.engine.in_transaction)
+        return "T" if in_tx else "I"
 
     async def _loop(self) -> None:
         while True:
@@ -328,7 +354,8 @@ class Session:
         try:
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
-            return await asyncio.to_thread(engine.run, sql, params)
+            await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
+            return await self.call(engine.run, sql, params)
         except Exception as exc:
             err = statement_error(exc)
             if fired and err.sqlstate == "57014":
@@ -340,26 +367,37 @@ class Session:
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
-            if engine.in_transaction:
+            if engine.in_transaction or self.pending_begin:
                 self.send(P.notice_response("there is already a transaction in progress"))
-                return Result(None, [], "BEGIN")
-            await asyncio.to_thread(engine.run, "BEGIN", [])
+            else:
+                self.pending_begin = True
             return Result(None, [], "BEGIN")
         if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
                 _sqltext.first_words(sql, 3)[1:]:
             tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
+            pending, self.pending_begin = self.pending_begin, False
             if not engine.in_transaction:
-                self.send(P.notice_response("there is no transaction in progress"))
+                if not pending:
+                    self.send(P.notice_response("there is no transaction in progress"))
                 return Result(None, [], tag)
             if self.failed:
                 tag = "ROLLBACK"
             self.failed = False
-            await asyncio.to_thread(engine.run, tag, [])
+            await self.call(engine.run, tag, [])
             return Result(None, [], tag)
-        result = await asyncio.to_thread(engine.run, sql, [])
+        await self._begin(engine, "IMMEDIATE")
+        result = await self.call(engine.run, sql, [])
         if head == "ROLLBACK":
             self.failed = False
         return result
+
+    async def _begin(self, engine: EngineSession, mode: str) -> None:
+        """Start SQLite's transaction for a pending BEGIN: DEFERRED when the first statement
+        reads, IMMEDIATE (the write lock now) when it writes, so two writers never deadlock
+        upgrading their read locks."""
+        if self.pending_begin:
+            self.pending_begin = False
+            await self.call(engine.run, f"BEGIN {mode}", [])
 
     async def _simple_query(self, sql: str) -> None:
         try:
@@ -447,7 +485,7 @@ class Session:
                     if _sqltext.first_words(st.sql, 1) and self.server.handles(st.sql):
                         st.columns = None
                     else:
-                        st.columns = await asyncio.to_thread(self.engine.describe, st.sql)
+                        st.columns = await self.call(self.engine.describe, st.sql)
                     st.described = True
                 self.send(P.parameter_description(
                     [st.param_types[i] if i < len(st.param_types) and st.param_types[i]

@@ -1,0 +1,98 @@
+"""kill -9 of `cryptdisk serve --sqlite` during inserts from several clients: every
+acknowledged commit survives, and no transaction is half applied."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import psycopg
+
+from tests.server.certs import make_ca_and_server
+
+CLIENTS, ACKED_BEFORE_KILL = 4, 200
+
+
+def serve(db: str, config, cwd) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "cryptdisk", "serve", db, "--sqlite",
+                             "--config", str(config), "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=cwd)
+    for line in proc.stdout:
+        m = re.search(r"on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m[1])
+    raise AssertionError("the server did not start")
+
+
+def test_kill_9_during_inserts_keeps_every_acknowledged_commit(tmp_path) -> None:
+    (tmp_path / "tls").mkdir()
+    ca, cert, key = make_ca_and_server(tmp_path / "tls")
+    config = tmp_path / "c.toml"
+    config.write_text(f"""
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+hex = "{'cd' * 32}"
+[server]
+cert = "{cert}"
+key = "{key}"
+scram_iterations = 4096
+""")
+    db = str(tmp_path / "app.db")
+    env = {**os.environ, "CRYPTDISK_PASSWORD": "pw"}
+    subprocess.run([sys.executable, "-m", "cryptdisk", "serve", db, "--sqlite", "--config",
+                    str(config), "--add-user", "u", "--admin"], env=env, check=True,
+                   capture_output=True, timeout=120)
+    proc, port = serve(db, config, tmp_path)
+    dsn = dict(host="localhost", port=port, user="u", password="pw", dbname="app",
+               sslmode="verify-full", sslrootcert=str(ca))
+    with psycopg.connect(**dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE a (id INTEGER PRIMARY KEY)")
+        c.execute("CREATE TABLE b (id INTEGER PRIMARY KEY)")
+    acked: set[int] = set()
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def client(n: int) -> None:
+        try:
+            with psycopg.connect(**dsn) as c:
+                i = n
+                while True:
+                    c.execute("INSERT INTO a VALUES (%s)", (i,))
+                    c.execute("INSERT INTO b VALUES (%s)", (i,))
+                    c.commit()  # acknowledged from here on
+                    with lock:
+                        acked.add(i)
+                        if len(acked) >= ACKED_BEFORE_KILL:
+                            enough.set()
+                    i += CLIENTS
+        except psycopg.Error:
+            return  # the server was killed
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    assert enough.wait(300), "the clients made no progress"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(60)
+    proc.stdout.close()
+    for t in threads:
+        t.join(120)
+    proc, port = serve(db, config, tmp_path)
+    try:
+        with psycopg.connect(**{**dsn, "port": port}, autocommit=True) as c:
+            in_a = {r[0] for r in c.execute("SELECT id FROM a")}
+            in_b = {r[0] for r in c.execute("SELECT id FROM b")}
+            assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        proc.stdout.close()
+    assert acked <= in_a            # every acknowledged commit is there
+    assert in_a == in_b             # nothing half applied
