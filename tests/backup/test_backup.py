@@ -9,7 +9,15 @@ import pytest
 
 import cryptdisk
 import cryptdisk.sqlite
-from cryptdisk.backup import Repository, create, list_backups, prune, restore, verify
+from cryptdisk.backup import (
+    Repository,
+    create,
+    find_backup,
+    list_backups,
+    prune,
+    restore,
+    verify,
+)
 from cryptdisk.errors import BackupError, BackupKeyError
 from cryptdisk.keys import Keyring
 
@@ -258,3 +266,35 @@ def test_s3_repository(tmp_path: Path) -> None:
         assert verify(again).ok
         restore(again, s.id, tmp_path / "r.db")
         assert content(tmp_path / "r.db") == content(src)
+
+
+def test_find_backup_by_id_latest_and_time(tmp_path: Path) -> None:
+    import datetime as dt
+    import time
+
+    src = tmp_path / "a.db"
+    make_db(src, rows=10)
+    repo = _repo(tmp_path)
+    with pytest.raises(BackupError, match="no backups"):
+        find_backup(repo, "latest")
+    b1 = create(repo, src).id
+    time.sleep(0.01)  # ordering only: the two backups' times differ
+    between = dt.datetime.now(dt.UTC).isoformat()
+    time.sleep(0.01)
+    b2 = create(repo, src).id
+    assert find_backup(repo, "latest") == b2
+    assert find_backup(repo, b1) == b1
+    assert find_backup(repo, "@" + between) == b1
+    with pytest.raises(BackupError, match="at or before"):
+        find_backup(repo, "@2000-01-01T00:00")
+    with pytest.raises(BackupError, match="ISO 8601"):
+        find_backup(repo, "@yesterday")
+
+
+def test_prune_removes_temporaries_of_killed_writes(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    d = tmp_path / "repo" / "chunks" / "ab"
+    d.mkdir(parents=True)
+    (d / ".tmp-deadbeef").write_bytes(b"half a chunk")
+    prune(repo, keep_last=1)
+    assert not (d / ".tmp-deadbeef").exists()

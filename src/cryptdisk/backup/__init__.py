@@ -14,8 +14,17 @@ own key; manifests are encrypted, authenticated and chained. ``docs/backup.md``
 describes the format and its guarantees.
 """
 
-from ._ops import BackupSummary, VerifyReport, create, list_backups, prune, restore, verify
+from ._ops import (
+    BackupSummary,
+    VerifyReport,
+    create,
+    find_backup,
+    list_backups,
+    prune,
+    restore,
+    verify,
+)
 from ._repo import ChunkProblem, Repository
 
 __all__ = ["BackupSummary", "ChunkProblem", "Repository", "VerifyReport", "create",
-           "list_backups", "prune", "restore", "verify"]
+           "find_backup", "list_backups", "prune", "restore", "verify"]

@@ -22,8 +22,8 @@ from ..keys import Keyring
 from . import _chunker
 from ._repo import ChunkProblem, Repository
 
-__all__ = ["BackupSummary", "VerifyReport", "create", "list_backups", "prune", "restore",
-           "verify"]
+__all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
+           "restore", "verify"]
 
 Progress = Callable[[int, int], None]  # (chunks seen, bytes stored so far)
 
@@ -188,6 +188,36 @@ def list_backups(repo: Repository) -> list[dict[str, Any]]:
         out.append({k: m.get(k) for k in ("id", "time", "kind", "source", "bytes", "chunks",
                                           "new_chunks", "stored_bytes", "catalog_version")})
     return out
+
+
+def find_backup(repo: Repository, ref: str) -> str:
+    """The id ``ref`` names: an id, ``latest``, or ``@TIME`` (ISO 8601, UTC unless it says
+    otherwise): the newest backup taken at or before TIME."""
+    ids = repo.manifest_ids()
+    if ref == "latest" or ref.startswith("@"):
+        if not ids:
+            raise BackupError(f"{repo.url} has no backups")
+        if ref == "latest":
+            return ids[-1]
+        try:
+            when = _dt.datetime.fromisoformat(ref[1:])
+        except ValueError:
+            raise BackupError(f"{ref!r}: expected @TIME in ISO 8601, e.g. "
+                              "@2026-12-01T20:00") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=_dt.UTC)
+        best = None
+        for bid in ids:
+            if _dt.datetime.fromisoformat(repo.read_manifest(bid)["time"]) <= when:
+                best = bid
+        if best is None:
+            raise BackupError(f"no backup was taken at or before {when.isoformat()} "
+                              f"(the first: {ids[0]})")
+        return best
+    if ref not in ids:
+        raise BackupError(f"no backup {ref!r} in {repo.url} "
+                          f"(backups: {', '.join(ids) or 'none'})")
+    return ref
 
 
 def _manifest_chunks(m: dict[str, Any]) -> Iterable[str]:
@@ -363,6 +393,7 @@ def prune(repo: Repository, *, keep_last: int) -> tuple[list[str], int]:
             referenced.update(_manifest_chunks(repo.read_manifest(bid)))
         for bid in drop:
             repo.delete_manifest(bid)
+        repo.remove_temporaries()
         deleted = 0
         for name in sorted(repo.chunk_names() - referenced):
             repo.delete_chunk(name)

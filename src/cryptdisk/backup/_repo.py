@@ -265,6 +265,22 @@ class Repository:
         if self._known is not None:
             self._known.discard(name)
 
+    def remove_temporaries(self) -> int:
+        """Delete temporaries of interrupted writes (local repositories; call under the
+        exclusive lock, so none belongs to a live writer)."""
+        if not isinstance(self.fs, LocalFileSystem):
+            return 0
+        n = 0
+        for sub in ("chunks", "manifests", ""):
+            top = os.path.join(self.root, sub)
+            for dirpath, _dirs, files in os.walk(top) if sub else [(top, [], os.listdir(top))]:
+                for f in files:
+                    if f.startswith(".tmp-"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(dirpath, f))
+                            n += 1
+        return n
+
     # -- manifests --------------------------------------------------------------
 
     def manifest_ids(self) -> list[str]:

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sub = parser.add_subparsers(dest="backup_command", metavar="ACTION", required=True)
 
     def repo_parser(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=description)
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=description)
         p.add_argument("repo", metavar="REPO", help="repository: a directory or an fsspec URL")
         g = p.add_argument_group("repository key (one or more)")
         g.add_argument("--passphrase-env", metavar="VAR",
@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "Restore backup ID into TARGET (which must not exist). A database is "
                     "created under --config (or a new key in TARGET.key) and checked; a SQLite "
                     "database is encrypted under the key(s) given.")
-    p.add_argument("backup_id", metavar="ID", help="backup id, or 'latest'")
+    p.add_argument("backup_id", metavar="ID", help="backup id, 'latest', or @TIME (ISO 8601, UTC "
+                   "by default): the newest backup taken at or before TIME")
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--table", action="append", default=[], metavar="NAME",
                    help="restore only this table (repeatable)")
@@ -199,15 +200,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from ..backup import list_backups, restore
+    from ..backup import find_backup, restore
 
     repo = _open(args)
-    backup_id = args.backup_id
-    if backup_id == "latest":
-        rows = list_backups(repo)
-        if not rows:
-            raise BackupError(f"{args.repo} has no backups")
-        backup_id = rows[-1]["id"]
+    backup_id = find_backup(repo, args.backup_id)
     kind = repo.read_manifest(backup_id).get("kind")
     keys: dict[str, Any]
     if kind == "sqlite":
