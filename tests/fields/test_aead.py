@@ -86,3 +86,20 @@ def test_a_new_version_encrypts_and_the_old_one_still_decrypts():
     assert decrypt(blob, both).to_pylist() == ["x"]
     assert encrypt(["x"], both)[0].as_py()[1:5] == (2).to_bytes(4, "big")
     assert base64.b64decode(encrypt(["x"], both, output="base64")[0].as_py())[4] == 2
+
+
+@pytest.mark.parametrize("enc,dec", [(encrypt, decrypt),
+                                     (encrypt_deterministic, decrypt_deterministic)])
+def test_sliced_chunked_and_large_inputs(enc, dec):
+    key = FieldKey.generate("k")
+    base = pa.array(["a", None, "bcd", "", "é"], pa.string())
+    for values in (base.slice(1, 3), pa.chunked_array([base[:2], base[2:]]),
+                   base.cast(pa.large_string())):
+        expected = values.to_pylist()
+        out = enc(values, key)
+        assert dec(out, key).to_pylist() == expected
+        assert dec(enc(values, key, output="base64"), key).to_pylist() == expected
+    raw = pa.array([b"\xff\x00", None], pa.binary())
+    assert dec(enc(raw, key), key, output="binary").to_pylist() == [b"\xff\x00", None]
+    with pytest.raises(FormatError, match="not UTF-8"):
+        dec(enc(raw, key), key)

@@ -13,8 +13,9 @@ nonces). AES-SIV is deterministic on purpose: equal plaintexts give equal
 ciphertexts under one key version (joins, ``GROUP BY``, ``DISTINCT`` work on
 them), which also tells an observer which values are equal.
 
-Values are encrypted one by one (``cryptography`` has no batch AEAD call); nulls
-stay null. Output is ``binary`` or, with ``output="base64"``, base64 text.
+Values are encrypted one by one (``cryptography`` has no batch AEAD call), straight
+from the Arrow buffers into one output buffer (``encrypt_into``); nulls stay null.
+Output is ``binary`` or, with ``output="base64"``, base64 text.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import binascii
 import os
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from cryptography.exceptions import InvalidTag
 
@@ -44,30 +46,67 @@ def _as_array(values: Any) -> pa.Array:
     return values
 
 
-def _bytes_in(values: Any) -> list[bytes | None]:
-    """The values as bytes (strings as UTF-8), nulls as None."""
-    arr = _as_array(values)
-    if pa.types.is_null(arr.type):
-        return [None] * len(arr)
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        arr = arr.cast(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
-    elif not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
-              or pa.types.is_fixed_size_binary(arr.type)):
-        arr = arr.cast(pa.string()).cast(pa.binary())
-    out: list[bytes | None] = arr.to_pylist()
-    return out
+class _Column:
+    """A binary view of an Arrow column: offsets, one data buffer, validity; no copies."""
+
+    def __init__(self, values: Any) -> None:
+        arr = _as_array(values)
+        t = arr.type
+        if pa.types.is_null(t):
+            arr = pa.nulls(len(arr), pa.binary())
+        elif pa.types.is_string(t):
+            arr = arr.cast(pa.binary())
+        elif pa.types.is_large_string(t):
+            arr = arr.cast(pa.large_binary())
+        elif not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+            arr = arr.cast(pa.string()).cast(pa.binary())
+        width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+        self.count = len(arr)
+        offsets = np.frombuffer(arr.buffers()[1], dtype=width)
+        self.offsets = offsets[arr.offset:arr.offset + self.count + 1].astype(np.int64)
+        data = arr.buffers()[2]
+        self.data = memoryview(data).cast("B") if data is not None else memoryview(b"")
+        self.np_data = np.frombuffer(self.data, dtype=np.uint8)
+        self.valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        self.lengths = np.diff(self.offsets)
+        self.validity = arr.buffers()[0] if arr.null_count else None
+        self.arr = arr
+
+    def rows(self) -> np.ndarray:
+        rows: np.ndarray = np.nonzero(self.valid)[0]
+        return rows
 
 
-def _out(values: list[bytes | None], output: str) -> pa.Array:
+def _layout(col: _Column, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Output offsets for ``sizes`` bytes per valid row, and the output buffer."""
+    sizes = np.where(col.valid, sizes, 0)
+    offsets = np.zeros(col.count + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets, np.empty(int(offsets[-1]), dtype=np.uint8)
+
+
+def _binary(col: _Column, offsets: np.ndarray, out: np.ndarray) -> pa.Array:
+    large = offsets[-1] >= 2**31
+    typ = pa.large_binary() if large else pa.binary()
+    offs = offsets if large else offsets.astype(np.int32)
+    validity = None
+    if col.validity is not None:
+        validity = pa.array(col.valid).buffers()[1]
+    return pa.Array.from_buffers(typ, col.count, [validity, pa.py_buffer(offs),
+                                                  pa.py_buffer(out)])
+
+
+def _out(col: _Column, offsets: np.ndarray, out: np.ndarray, output: str) -> pa.Array:
+    arr = _binary(col, offsets, out)
     if output == "binary":
-        return pa.array(values, pa.binary())
+        return arr
     if output == "base64":
         return pa.array([None if v is None else base64.b64encode(v).decode("ascii")
-                         for v in values], pa.string())
+                         for v in arr.to_pylist()], pa.string())
     raise ValueError(f"output must be 'binary' or 'base64', not {output!r}")
 
 
-def _ciphertexts(values: Any) -> list[bytes | None]:
+def _ciphertexts(values: Any) -> _Column:
     """Ciphertexts in: binary as is, text as base64."""
     arr = _as_array(values)
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
@@ -80,32 +119,51 @@ def _ciphertexts(values: Any) -> list[bytes | None]:
                 out.append(base64.b64decode(v, validate=True))
             except (binascii.Error, ValueError):
                 raise FormatError(f"row {row}: a field ciphertext is not valid base64") from None
-        return out
-    return _bytes_in(arr)
+        return _Column(pa.array(out, pa.binary()))
+    return _Column(arr)
 
 
-def _plain_out(values: list[bytes | None], output: str) -> pa.Array:
+def _plain_out(col: _Column, offsets: np.ndarray, out: np.ndarray, output: str) -> pa.Array:
+    arr = _binary(col, offsets, out)
     if output == "binary":
-        return pa.array(values, pa.binary())
+        return arr
     if output == "string":
-        arr = pa.array(values, pa.binary())
         try:
-            return arr.cast(pa.string())
+            text = arr.cast(pa.large_string() if pa.types.is_large_binary(arr.type)
+                            else pa.string())
+            text.validate(full=True)
         except pa.ArrowInvalid:
             raise FormatError("a decrypted value is not UTF-8 text; decrypt with "
                               "output='binary'") from None
+        return text
     raise ValueError(f"output must be 'string' or 'binary', not {output!r}")
 
 
-def _header(key_id: int) -> bytes:
-    return bytes([VERSION]) + key_id.to_bytes(4, "big")
+def _header(key_id: int) -> np.ndarray:
+    return np.frombuffer(bytes([VERSION]) + key_id.to_bytes(4, "big"), dtype=np.uint8)
 
 
-def _split(blob: bytes, row: int, minimum: int) -> tuple[int, bytes]:
-    if len(blob) < _HEADER + minimum or blob[0] != VERSION:
+def _put_headers(out: np.ndarray, starts: np.ndarray, key_id: int) -> None:
+    out[starts[:, None] + np.arange(_HEADER)] = _header(key_id)
+
+
+def _check_headers(col: _Column, minimum: int) -> tuple[np.ndarray, np.ndarray]:
+    """Valid rows and each one's key id; a short or unknown-version value is a FormatError."""
+    rows = col.rows()
+    starts = col.offsets[:-1][rows]
+    short = col.lengths[rows] < _HEADER + minimum
+    if short.any():
+        row = int(rows[np.argmax(short)])
+        raise FormatError(f"row {row}: not a cryptdisk field ciphertext ("
+                          f"{int(col.lengths[row])} bytes)")
+    version = col.np_data[starts]
+    if (version != VERSION).any():
+        row = int(rows[np.argmax(version != VERSION)])
         raise FormatError(f"row {row}: not a cryptdisk field ciphertext (version "
-                          f"{blob[0] if blob else 'missing'}, {len(blob)} bytes)")
-    return int.from_bytes(blob[1:5], "big"), blob[_HEADER:]
+                          f"{int(col.np_data[col.offsets[row]])})")
+    ids = col.np_data[starts[:, None] + np.arange(1, _HEADER)].astype(np.uint32)
+    key_ids = (ids[:, 0] << 24) | (ids[:, 1] << 16) | (ids[:, 2] << 8) | ids[:, 3]
+    return rows, key_ids
 
 
 def _auth_error(row: int) -> AuthenticationError:
@@ -115,72 +173,67 @@ def _auth_error(row: int) -> AuthenticationError:
 
 def encrypt(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
     """AES-256-GCM with a fresh random nonce per value, under ``key``'s current version."""
-    data = _bytes_in(values)
+    col = _Column(values)
     aead = key._version().gcm()
-    header = _header(key.current_id)
-    nonces = os.urandom(12 * len(data))
-    out: list[bytes | None] = []
-    for i, v in enumerate(data):
-        if v is None:
-            out.append(None)
-            continue
-        nonce = nonces[12 * i:12 * i + 12]
-        out.append(header + nonce + aead.encrypt(nonce, v, None))
-    return _out(out, output)
+    offsets, out = _layout(col, col.lengths + _HEADER + 12 + 16)
+    rows = col.rows()
+    starts = offsets[:-1][rows]
+    _put_headers(out, starts, key.current_id)
+    nonces = os.urandom(12 * len(rows))
+    out[starts[:, None] + np.arange(_HEADER, _HEADER + 12)] = np.frombuffer(
+        nonces, dtype=np.uint8).reshape(len(rows), 12)
+    view, data = memoryview(out), col.data
+    src = col.offsets
+    for j, i in enumerate(rows.tolist()):
+        s = int(starts[j]) + _HEADER + 12
+        aead.encrypt_into(nonces[12 * j:12 * j + 12], data[src[i]:src[i + 1]], None,
+                          view[s:int(offsets[i + 1])])
+    return _out(col, offsets, out, output)
 
 
 def decrypt(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
     """Check and decrypt :func:`encrypt`'s output (binary, or base64 text)."""
-    out: list[bytes | None] = []
-    cache: dict[int, Any] = {}
-    for row, blob in enumerate(_ciphertexts(values)):
-        if blob is None:
-            out.append(None)
-            continue
-        key_id, body = _split(blob, row, 12 + 16)
-        aead = cache.get(key_id)
-        if aead is None:
-            aead = cache[key_id] = key._version(key_id).gcm()
+    col = _ciphertexts(values)
+    rows, key_ids = _check_headers(col, 12 + 16)
+    offsets, out = _layout(col, col.lengths - _HEADER - 12 - 16)
+    view, data, src = memoryview(out), col.data, col.offsets
+    ciphers = {int(k): key._version(int(k)).gcm() for k in np.unique(key_ids)}
+    for j, i in enumerate(rows.tolist()):
+        s = int(src[i])
         try:
-            out.append(aead.decrypt(body[:12], body[12:], None))
+            ciphers[int(key_ids[j])].decrypt_into(
+                bytes(data[s + _HEADER:s + _HEADER + 12]), data[s + _HEADER + 12:src[i + 1]],
+                None, view[offsets[i]:offsets[i + 1]])
         except InvalidTag:
-            raise _auth_error(row) from None
-    return _plain_out(out, output)
+            raise _auth_error(i) from None
+    return _plain_out(col, offsets, out, output)
 
 
 def encrypt_deterministic(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
     """AES-SIV (RFC 5297, no associated data): equal inputs give equal outputs."""
+    col = _Column(values)
     siv = key._version().siv()
-    header = _header(key.current_id)
-    out: list[bytes | None] = []
-    memo: dict[bytes, bytes] = {}  # repeated values (the point of deterministic columns)
-    for v in _bytes_in(values):
-        if v is None:
-            out.append(None)
-            continue
-        c = memo.get(v)
-        if c is None:
-            c = header + siv.encrypt(v, None)
-            if len(memo) < 65536:
-                memo[v] = c
-        out.append(c)
-    return _out(out, output)
+    offsets, out = _layout(col, col.lengths + _HEADER + 16)
+    rows = col.rows()
+    _put_headers(out, offsets[:-1][rows], key.current_id)
+    view, data, src = memoryview(out), col.data, col.offsets
+    for i in rows.tolist():
+        siv.encrypt_into(data[src[i]:src[i + 1]], None,
+                         view[offsets[i] + _HEADER:offsets[i + 1]])
+    return _out(col, offsets, out, output)
 
 
 def decrypt_deterministic(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
     """Check and decrypt :func:`encrypt_deterministic`'s output."""
-    out: list[bytes | None] = []
-    cache: dict[int, Any] = {}
-    for row, blob in enumerate(_ciphertexts(values)):
-        if blob is None:
-            out.append(None)
-            continue
-        key_id, body = _split(blob, row, 16)
-        siv = cache.get(key_id)
-        if siv is None:
-            siv = cache[key_id] = key._version(key_id).siv()
+    col = _ciphertexts(values)
+    rows, key_ids = _check_headers(col, 16)
+    offsets, out = _layout(col, col.lengths - _HEADER - 16)
+    view, data, src = memoryview(out), col.data, col.offsets
+    ciphers = {int(k): key._version(int(k)).siv() for k in np.unique(key_ids)}
+    for j, i in enumerate(rows.tolist()):
         try:
-            out.append(siv.decrypt(body, None))
+            ciphers[int(key_ids[j])].decrypt_into(data[src[i] + _HEADER:src[i + 1]], None,
+                                                  view[offsets[i]:offsets[i + 1]])
         except InvalidTag:
-            raise _auth_error(row) from None
-    return _plain_out(out, output)
+            raise _auth_error(i) from None
+    return _plain_out(col, offsets, out, output)

@@ -18,9 +18,6 @@ from ._keys import FieldKey
 
 __all__ = ["mask_email", "mask_full", "mask_hash", "mask_last4", "mask_null"]
 
-_ANY = "(?s)."
-
-
 def _text(values: Any) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -31,17 +28,24 @@ def _text(values: Any) -> pa.Array:
     return values
 
 
+def _stars(counts: pa.Array, char: str) -> pa.Array:
+    return pc.binary_repeat(pa.scalar(char), counts).cast(pa.string())
+
+
 def mask_full(values: Any, char: str = "*") -> pa.Array:
     """Every character replaced by ``char`` (the length shows)."""
-    return pc.replace_substring_regex(_text(values), _ANY, char)
+    arr = _text(values)
+    return pc.if_else(arr.is_valid(), _stars(pc.utf8_length(arr), char),
+                      pa.scalar(None, pa.string()))
 
 
 def mask_last4(values: Any, char: str = "*") -> pa.Array:
     """All but the last four characters masked; values of four or fewer are masked whole."""
     arr = _text(values)
-    head = pc.replace_substring_regex(pc.utf8_slice_codeunits(arr, 0, -4), _ANY, char)
+    length = pc.utf8_length(arr)
+    head = _stars(pc.max_element_wise(pc.subtract(length, 4), 0), char)
     joined = pc.binary_join_element_wise(head, pc.utf8_slice_codeunits(arr, -4), "")
-    return pc.if_else(pc.greater(pc.utf8_length(arr), 4), joined, mask_full(arr, char))
+    return pc.if_else(pc.greater(length, 4), joined, mask_full(arr, char))
 
 
 def mask_email(values: Any) -> pa.Array:
