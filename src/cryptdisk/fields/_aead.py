@@ -182,7 +182,7 @@ def encrypt(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
     nonces = os.urandom(12 * len(rows))
     out[starts[:, None] + np.arange(_HEADER, _HEADER + 12)] = np.frombuffer(
         nonces, dtype=np.uint8).reshape(len(rows), 12)
-    view, data = memoryview(out), col.data
+    view, data = out.data, col.data
     src = col.offsets
     for j, i in enumerate(rows.tolist()):
         s = int(starts[j]) + _HEADER + 12
@@ -196,7 +196,7 @@ def decrypt(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
     col = _ciphertexts(values)
     rows, key_ids = _check_headers(col, 12 + 16)
     offsets, out = _layout(col, col.lengths - _HEADER - 12 - 16)
-    view, data, src = memoryview(out), col.data, col.offsets
+    view, data, src = out.data, col.data, col.offsets
     ciphers = {int(k): key._version(int(k)).gcm() for k in np.unique(key_ids)}
     for j, i in enumerate(rows.tolist()):
         s = int(src[i])
@@ -216,7 +216,7 @@ def encrypt_deterministic(values: Any, key: FieldKey, *, output: str = "binary")
     offsets, out = _layout(col, col.lengths + _HEADER + 16)
     rows = col.rows()
     _put_headers(out, offsets[:-1][rows], key.current_id)
-    view, data, src = memoryview(out), col.data, col.offsets
+    view, data, src = out.data, col.data, col.offsets
     for i in rows.tolist():
         siv.encrypt_into(data[src[i]:src[i + 1]], None,
                          view[offsets[i] + _HEADER:offsets[i + 1]])
@@ -228,7 +228,7 @@ def decrypt_deterministic(values: Any, key: FieldKey, *, output: str = "string")
     col = _ciphertexts(values)
     rows, key_ids = _check_headers(col, 16)
     offsets, out = _layout(col, col.lengths - _HEADER - 16)
-    view, data, src = memoryview(out), col.data, col.offsets
+    view, data, src = out.data, col.data, col.offsets
     ciphers = {int(k): key._version(int(k)).siv() for k in np.unique(key_ids)}
     for j, i in enumerate(rows.tolist()):
         try:
