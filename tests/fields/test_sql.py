@@ -139,3 +139,26 @@ def test_a_bad_fields_section_is_a_config_error(tmp_path):
     path.write_text("[fields]\nkyes = 1\n")
     with pytest.raises(ConfigError, match="kyes"):
         FieldKeys.from_config(path)
+
+
+def test_cryptdisk_sql_has_the_functions(tmp_path, config):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(cryptdisk.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src}
+    run = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "cli.db"), "-c", str(config),
+         "-q", "SELECT fpe_decrypt(fpe_encrypt('4111111111111111', 'cards'), 'cards') AS p, "
+         "mask_email('bob@example.org') AS m", "--format", "csv"],
+        capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "4111111111111111,****@example.org"
+    bad = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "cli.db"), "-c", str(config),
+         "-q", "SELECT decrypt('AQAAAAE=', 'cards')"],
+        capture_output=True, text=True, env=env, check=False)
+    assert bad.returncode == 1 and "not a cryptdisk field ciphertext" in bad.stderr
+    assert CARDS not in bad.stderr and "Traceback" not in bad.stderr

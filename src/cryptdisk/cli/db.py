@@ -17,6 +17,7 @@ PROMPT, MORE = "cryptdisk> ", "        -> "
 
 
 def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
+    from .. import fields  # noqa: F401  (encrypt, fpe_encrypt, mask_*... in cryptdisk sql)
     from ..db import connect
 
     if not os.path.isdir(args.path) and read_only:

@@ -63,6 +63,7 @@ def _password(name: str) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .. import fields  # noqa: F401  (its SQL functions on the analytical engine)
     from ..server import (
         DEFAULT_ITERATIONS,
         DEFAULT_MAX_MESSAGE_SIZE,
