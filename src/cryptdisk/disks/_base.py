@@ -23,7 +23,9 @@ Contract:
   the disk root.
 - **Removal and rename.** ``remove(path)`` deletes a file (missing file:
   :class:`DiskFileNotFoundError`); ``rename(src, dst)`` replaces ``dst``
-  atomically where the backing store can.
+  atomically where the backing store can. A directory is not a file:
+  ``open_read`` or ``remove`` of one raises :class:`DiskFileNotFoundError` or
+  :class:`DiskIsADirectoryError`.
 - Errors are :class:`cryptdisk.errors.CryptdiskError` subclasses;
   a missing file raises :class:`DiskFileNotFoundError` (a ``FileNotFoundError``).
 """
