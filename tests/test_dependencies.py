@@ -81,3 +81,22 @@ def test_bench_olap_without_numpy_names_the_extra(tmp_path):
         assert f"error: cryptdisk bench {experiment} needs numpy" in r.stderr
         assert "hint: pip install 'cryptdisk[bench]'" in r.stderr
         assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr
+
+
+def test_the_kms_libraries_are_imported_only_by_their_providers():
+    """python-pkcs11 and boto3 (the kms extra) load only when a config names their source."""
+    for root in ("pkcs11", "boto3"):
+        users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                       if root in _imported_roots(p))
+        assert all(u.startswith(os.path.join("keys", "providers")) for u in users), users
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    r = subprocess.run([sys.executable, "-c",
+                        "import sys; sys.modules['pkcs11'] = None; sys.modules['boto3'] = None\n"
+                        "import cryptdisk, cryptdisk.keys.providers, cryptdisk.db, cryptdisk.cli\n"
+                        "from cryptdisk.errors import KeyProviderError\n"
+                        "from cryptdisk.keys.providers._pkcs11 import _pkcs11\n"
+                        "try:\n    _pkcs11()\nexcept KeyProviderError as e:\n"
+                        "    print(e.hint)\n"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pip install 'cryptdisk[kms]'"

@@ -312,10 +312,10 @@ class _Builder:
         return out
 
     def _key_entry(self, entry: Mapping[str, Any], sizes: tuple[int, ...],
-                   at: str) -> tuple[int, str, bytes]:
+                   at: str) -> tuple[int, str, bytes | Key]:
         loaded = parse_key_entry(entry, path=self.path, where=at, base=self.base, sizes=sizes,
                                  default_id=0, exclude=())
-        return loaded.key_id, loaded.source, loaded.material
+        return loaded.key_id, loaded.source, loaded.key or loaded.material
 
     def current_key_id(self, name: str, spec: Mapping[str, Any], where: str,
                        ids: list[int]) -> int:

@@ -13,7 +13,8 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │       ├── MissingEnvironmentVariableError
     │       ├── KeyFileError                         unreadable / malformed key file
     │       │   └── KeyFilePermissionError           key file readable by group or others
-    │       └── KeyCommandError                      external key command failed
+    │       ├── KeyCommandError                      external key command failed
+    │       └── KeyProviderError                     an HSM or KMS failed, refused or timed out
     ├── FormatError                                  bytes are not a file we can parse
     │   ├── NotEncryptedError                        no cryptdisk (or ClickHouse) header
     │   ├── UnsupportedVersionError                  a header version/algorithm we do not know
@@ -70,6 +71,7 @@ __all__ = [
     "KeyFileError",
     "KeyFilePermissionError",
     "KeyNotFoundError",
+    "KeyProviderError",
     "KeySourceError",
     "KeyringError",
     "LoginError",
@@ -173,6 +175,14 @@ class KeyFilePermissionError(KeyFileError):
 
 class KeyCommandError(KeySourceError):
     """An external key command failed or printed no valid key."""
+
+
+class KeyProviderError(KeySourceError):
+    """A provider that keeps its key (an HSM, a KMS) failed, refused or did not answer in time.
+
+    The message names the provider, the key reference and the operation; never a PIN,
+    a credential or key material.
+    """
 
 
 # --- format -----------------------------------------------------------------

@@ -30,6 +30,7 @@ from ..errors import (
     PolicyError,
 )
 from ..errors import TableNotFoundError as _TableNotFound
+from ..keys import ProviderKey
 from . import _sql
 from ._agreement import disagreements, record_storage
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
@@ -204,6 +205,7 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
         with self._mutex:
             self.cache.clear()
             self._open_parts.clear()
+            _wipe_unwrap_caches(self.config)
             with contextlib.suppress(Exception):
                 self.con.close()
             self._release_lock()
@@ -454,6 +456,14 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             del self.catalog.tables[st.name]
             raise
         return None
+
+
+def _wipe_unwrap_caches(config: Any) -> None:
+    """Zero the data keys that provider-held keys cached for this database's files."""
+    keys = getattr(config, "cryptdisk_keys", None)
+    for key in keys() if callable(keys) else ():
+        if isinstance(key, ProviderKey):
+            key.cache.clear()
 
 
 def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:

@@ -7,6 +7,9 @@ Lower tier, easy to misuse: :func:`export_key_material` (a key's bytes, for the 
 layers that must hand them on), :class:`KeyProvider` and its registry
 (:func:`register_key_provider`, the entry-point group ``cryptdisk.key_providers``),
 and :func:`parse_key_entry`, the one reader of key entries in configs.
+Keys that stay in an HSM or KMS: :class:`RemoteKeyProvider` (the contract),
+:class:`ProviderKey` (a :class:`Key` that wraps through it) and :class:`UnwrapCache`;
+the providers themselves are in :mod:`cryptdisk.keys.providers`.
 """
 
 from ._key import Key, export_key_material
@@ -20,6 +23,14 @@ from ._provider import (
     parse_key_entry,
     register_key_provider,
 )
+from ._remote import (
+    DEFAULT_CACHE_ENTRIES,
+    DEFAULT_CACHE_SECONDS,
+    ProviderKey,
+    RemoteKeyProvider,
+    UnwrapCache,
+    close_provider_keys,
+)
 from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
 from ._sources import (
     decode_hex_key,
@@ -31,12 +42,18 @@ from ._sources import (
 )
 
 __all__ = [
+    "DEFAULT_CACHE_ENTRIES",
+    "DEFAULT_CACHE_SECONDS",
     "ENTRY_POINT_GROUP",
     "Key",
     "KeyEntry",
     "KeyProvider",
     "Keyring",
+    "ProviderKey",
+    "RemoteKeyProvider",
     "RewrapSummary",
+    "UnwrapCache",
+    "close_provider_keys",
     "decode_hex_key",
     "export_key_material",
     "get_key_provider",

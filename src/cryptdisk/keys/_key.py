@@ -10,7 +10,7 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..errors import InvalidKeyError
+from ..errors import InvalidKeyError, KeySourceError
 from ..format import Algorithm, new_aead
 
 __all__ = ["Key", "export_key_material"]
@@ -148,4 +148,7 @@ def export_key_material(key: Key) -> bytes:
     """
     if not isinstance(key, Key):
         raise TypeError(f"expected a cryptdisk Key, not {type(key).__name__}")
+    if key._material is None:
+        raise KeySourceError(f"key {key.key_id} is held by a key provider ({key.source}) and "
+                             "has no material to hand out")
     return key._material

@@ -22,6 +22,14 @@ Config (``[keyring]`` in a cryptdisk TOML file; exactly one source per key)::
     id = 4
     command = ["pass", "show", "cryptdisk/k4"]   # prints hex on stdout
 
+    [[keyring.keys]]
+    id = 5
+    source = "pkcs11"             # a key that stays in an HSM (see cryptdisk.keys.providers)
+    module = "/usr/lib/softhsm/libsofthsm2.so"
+    token = "cryptdisk"
+    key = "kek-5"
+    pin_env = "CRYPTDISK_PIN"
+
 Every key is loaded when the keyring is built, so a missing variable or a bad
 file fails at start-up, naming the config path and the element.
 """
@@ -139,6 +147,13 @@ class Keyring:
             "path and load it again with Keyring.from_config"
         )
 
+    def close(self) -> None:
+        """Close the provider-held keys (wipes their unwrap caches); local keys need nothing."""
+        for key in self._keys.values():
+            close = getattr(key, "close", None)
+            if close is not None:
+                close()
+
     def with_current(self, key_id: int) -> Keyring:
         """The same keys with another current key."""
         return Keyring(self._keys.values(), key_id, config_path=self.config_path)
@@ -223,6 +238,8 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
                     where: str) -> Key:
     loaded = parse_key_entry(entry, path=path, where=where, base=base, algorithm_field=True,
                              default_algorithm=default_alg)
+    if loaded.key is not None:  # a provider-held key (source = "NAME")
+        return loaded.key  # type: ignore[no-any-return]
     try:
         return Key(loaded.key_id, loaded.material, algorithm=loaded.algorithm,
                    source=loaded.source)

@@ -97,8 +97,16 @@ _KNOWN: dict[str, dict[str, str]] = {
     # ClickHouse's <key>: raw characters, as its config takes them (ClickHouse disks only)
     "raw": {"class": "cryptdisk.keys._sources:RawKey"},
     "raw_from_env": {"class": "cryptdisk.keys._sources:RawEnvKey"},
+    # providers that keep their key, selected by source = "NAME" (cryptdisk.keys.providers)
+    "pkcs11": {"class": "cryptdisk.keys.providers._pkcs11:Pkcs11Provider",
+               "err": "pip install 'cryptdisk[kms]' (python-pkcs11) and a PKCS#11 module "
+                      "(e.g. apt-get install softhsm2)"},
+    "aws-kms": {"class": "cryptdisk.keys.providers._aws_kms:AwsKmsProvider",
+                "err": "pip install 'cryptdisk[kms]' (boto3)"},
 }
 _loaded: dict[str, type[KeyProvider]] = {}
+#: providers selected by ``source = "NAME"`` (they keep their key; see RemoteKeyProvider)
+_SOURCES: set[str] = {"pkcs11", "aws-kms"}
 _entry_points_read = False
 
 #: The providers of ClickHouse's raw-character keys, which only ClickHouse disks accept.
@@ -106,19 +114,25 @@ RAW_PROVIDERS = frozenset({"raw", "raw_from_env"})
 
 
 def register_key_provider(name: str, cls: type[KeyProvider] | str, *, clobber: bool = False,
-                          errtxt: str | None = None) -> None:
+                          errtxt: str | None = None, source: bool = False) -> None:
     """Make ``name`` a key-entry field that selects ``cls`` (a class or ``"module:Class"``).
 
     A string is imported on first use; ``errtxt`` is the hint shown when that import
-    fails (e.g. ``pip install cryptdisk-kms-aws``). Refuses to replace a provider
-    unless ``clobber``.
+    fails (e.g. ``pip install cryptdisk-kms-aws``). ``source=True`` registers a
+    provider that keeps its key (a :class:`~cryptdisk.keys.RemoteKeyProvider`),
+    selected by ``source = "NAME"`` rather than by a field; its name may contain
+    hyphens. Refuses to replace a provider unless ``clobber``.
     """
-    if not isinstance(name, str) or not name.isidentifier() or name in ("id", "algorithm"):
-        raise ValueError(f"a key provider name must be an identifier other than id and "
-                         f"algorithm, not {name!r}")
+    plain = name.replace("-", "_") if source and isinstance(name, str) else name
+    if not isinstance(plain, str) or not plain.isidentifier() or name in (
+            "id", "algorithm", "source"):
+        raise ValueError(f"a key provider name must be an identifier other than id, "
+                         f"algorithm and source, not {name!r}")
     if not clobber and (name in _KNOWN or name in _loaded):
         raise ValueError(f"a key provider named {name!r} is already registered "
                          "(clobber=True replaces it)")
+    if source:
+        _SOURCES.add(name)
     _loaded.pop(name, None)
     if isinstance(cls, str):
         _KNOWN[name] = {"class": cls, **({"err": errtxt} if errtxt else {})}
@@ -183,13 +197,16 @@ def get_key_provider(name: str) -> type[KeyProvider]:
 class KeyEntry:
     """A loaded key entry: its id, where it came from (a provider label) and its material.
 
-    The material is not in ``repr`` and the entry cannot be pickled.
+    An entry whose provider keeps its key (``source = "NAME"``) has empty material
+    and its :class:`~cryptdisk.keys.ProviderKey` in ``key``. The material is not in
+    ``repr`` and the entry cannot be pickled.
     """
 
     key_id: int
     source: str
     material: bytes = field(repr=False)
     algorithm: Any = None
+    key: Any = field(default=None, repr=False)
 
     def __reduce__(self) -> Any:
         raise TypeError("a key entry holds key material and cannot be pickled")
@@ -209,8 +226,12 @@ def parse_key_entry(entry: Any, *, path: str | None, where: str, base: str | Non
     """
     if not isinstance(entry, Mapping):
         raise ConfigError("a key entry must be a table", path=path, where=where)
-    providers = [n for n in key_provider_names() if n not in exclude]
-    fields = {"id", *providers, *(("algorithm",) if algorithm_field else ())}
+    if "source" in entry:
+        return _parse_source_entry(entry, path=path, where=where, base=base,
+                                   default_id=default_id, algorithm_field=algorithm_field,
+                                   default_algorithm=default_algorithm)
+    providers = [n for n in key_provider_names() if n not in exclude and n not in _SOURCES]
+    fields = {"id", "source", *providers, *(("algorithm",) if algorithm_field else ())}
     unknown = set(entry) - fields
     if unknown:
         raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
@@ -236,3 +257,46 @@ def parse_key_entry(entry: Any, *, path: str | None, where: str, base: str | Non
         raise with_location(exc, path, where) from None
     return KeyEntry(key_id, cls.label, material,
                     entry.get("algorithm", default_algorithm) if algorithm_field else None)
+
+
+def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: str,
+                        base: str | None, default_id: int | None, algorithm_field: bool,
+                        default_algorithm: Any) -> KeyEntry:
+    """``source = "NAME"``: a provider that keeps its key (:class:`RemoteKeyProvider`)."""
+    from ._remote import COMMON_FIELDS, ProviderKey, RemoteKeyProvider, UnwrapCache
+
+    key_id = entry.get("id", default_id)
+    if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id <= _MAX_ID:
+        raise ConfigError("each key needs an integer id (0 to 2**64-1)", path=path, where=where)
+    name = entry["source"]
+    if not isinstance(name, str) or (name not in _SOURCES and name not in _KNOWN):
+        raise ConfigError(f"key {key_id}: unknown source {name!r} (sources: "
+                          f"{', '.join(sorted(_SOURCES))})", path=path, where=where)
+    rest = {k: v for k, v in entry.items() if k not in ("id", "source", "algorithm")}
+    if "algorithm" in entry and not algorithm_field:
+        raise ConfigError(f"key {key_id}: algorithm is not taken here", path=path, where=where)
+    cache_args = {}
+    for field_name, arg in (("cache_entries", "entries"), ("cache_seconds", "seconds")):
+        if field_name in rest:
+            cache_args[arg] = rest.pop(field_name)
+    try:
+        cls = get_key_provider(name)
+        if not issubclass(cls, RemoteKeyProvider):
+            raise ConfigError(f"key {key_id}: {name} is a field provider; write {name} = ... "
+                              "instead of source", path=path, where=where)
+        try:
+            provider = cls(rest, base=base if base is not None else os.getcwd())
+            cache = UnwrapCache(**cache_args)
+        except TypeError as exc:
+            raise ConfigError(f"key {key_id}: {name} {exc}", path=path, where=where) from None
+        except ValueError as exc:
+            raise ConfigError(f"key {key_id}: {exc} ({', '.join(sorted(COMMON_FIELDS))})",
+                              path=path, where=where) from None
+        algorithm = entry.get("algorithm", default_algorithm) if algorithm_field else None
+        key = ProviderKey(key_id, provider, algorithm=algorithm, cache=cache,
+                          what=f"key {key_id}")
+    except ConfigError:
+        raise
+    except (KeyringError, ValueError) as exc:
+        raise with_location(exc, path, where) from None
+    return KeyEntry(key_id, cls.label, b"", key.algorithm, key)

@@ -1,0 +1,297 @@
+"""Keys that stay in a provider (an HSM, a KMS): the contract, the key object, the unwrap cache.
+
+Envelope layout (the file format is unchanged, see ``docs/format.md``): every file
+header holds a random per-file data key (DEK) in its 64-byte key slot as
+``nonce(12) || AES-GCM(KEK, nonce, DEK, ad=header[0:48])``. With a provider-held
+keyring entry the KEK is a key inside the provider, and that AES-GCM runs there:
+:meth:`RemoteKeyProvider.seal` and :meth:`RemoteKeyProvider.open` are the only
+things cryptdisk asks of it. A provider that cannot run AES-GCM on a caller's nonce
+and associated data (a cloud KMS) implements them with a local KEK it unwraps
+through the service and keeps in memory for a bounded time; its docstring says so.
+
+What stays in process memory: the KEK never (for providers that keep it, such as
+PKCS#11 tokens); each file's DEK while the file is open, as with any key; and the
+DEKs in the :class:`UnwrapCache`, bounded in count and age, wiped on expiry and on
+:meth:`ProviderKey.close`. Wiping in Python is best effort: the cache zeroes its own
+``bytearray`` copies, but the ``bytes`` handed to the cipher are immutable.
+"""
+
+from __future__ import annotations
+
+import abc
+import atexit
+import hmac
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from cryptography.exceptions import InvalidTag
+
+from ..errors import KeyProviderError, KeyringError, KeySourceError
+from ..format import Algorithm
+from ._key import Key
+from ._provider import KeyProvider
+
+__all__ = ["DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_SECONDS", "ProviderKey",
+           "RemoteKeyProvider", "UnwrapCache", "close_provider_keys"]
+
+#: Unwrapped data keys kept per provider-held key, and for how long, unless the entry says.
+DEFAULT_CACHE_ENTRIES = 10_000
+DEFAULT_CACHE_SECONDS = 300.0
+#: Fields every provider-held entry accepts besides its provider's own.
+COMMON_FIELDS = frozenset({"cache_seconds", "cache_entries"})
+
+
+class RemoteKeyProvider(KeyProvider):
+    """A provider whose key-encryption key stays inside it (``source = "NAME"`` entries).
+
+    Contract (besides :class:`KeyProvider`'s):
+
+    * Selected by ``source = "NAME"`` in a key entry; ``value`` is a dict of the
+      entry's other fields except ``id``, ``algorithm``, ``source`` and the cache
+      settings. ``fields`` lists the ones the provider takes; ``__init__`` checks them
+      (unknown or missing field: :class:`TypeError` completing "key N: NAME ...") and
+      reads no secret. A PIN or credential is only ever named (an environment
+      variable, a file), never given inline.
+    * :meth:`connect` is called once, when the config is loaded: it opens the
+      session or client, finds the key, checks what the service can tell (a PKCS#11
+      key must be sensitive and non-extractable) and returns the key's size in bytes.
+      It fails with :class:`~cryptdisk.errors.KeyProviderError` within a timeout.
+    * :meth:`check_value` returns 8 bytes that depend only on the key (written in
+      every header so a wrong key is told from a tampered one) and reveal nothing.
+    * :meth:`seal` returns ``AES-GCM(KEK, nonce, dek, ad)`` as ciphertext and 16-byte
+      tag; :meth:`open` inverts it and raises
+      :class:`cryptography.exceptions.InvalidTag` when it does not authenticate, or
+      :class:`~cryptdisk.errors.KeyProviderError` when the provider failed (so an
+      outage is never reported as tampering, where the provider tells them apart).
+    * Safe to call from several threads (serialise inside when the library is not).
+    * :meth:`close` releases the session; later calls may reconnect or raise.
+      Messages and ``repr`` never contain a PIN, a credential or key material.
+    """
+
+    fields: ClassVar[frozenset[str]] = frozenset()
+    required: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        if not isinstance(value, Mapping):
+            raise TypeError("takes the entry's fields")
+        unknown = set(value) - self.fields
+        if unknown:
+            raise TypeError(f"does not take {', '.join(sorted(unknown))} (fields: "
+                            f"{', '.join(sorted(self.fields | COMMON_FIELDS))})")
+        missing = self.required - set(value)
+        if missing:
+            raise TypeError(f"needs {', '.join(sorted(missing))}")
+        super().__init__(dict(value), base=base)
+
+    def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
+        raise KeySourceError(f"{what}: the {self.name} provider keeps its key; it wraps and "
+                             "unwraps data keys itself and hands out no key material")
+
+    @abc.abstractmethod
+    def connect(self, what: str) -> int:
+        """Open the provider, find and check the key; its size in bytes (16 or 32)."""
+
+    @abc.abstractmethod
+    def check_value(self) -> bytes:
+        """8 bytes that depend only on the key."""
+
+    @abc.abstractmethod
+    def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
+        """``AES-GCM(KEK, nonce, dek, ad)``: ciphertext || 16-byte tag."""
+
+    @abc.abstractmethod
+    def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
+        """The data key; :class:`InvalidTag` when ``sealed`` does not authenticate."""
+
+    def close(self) -> None:
+        """Release the session or client."""
+
+    def describe(self) -> str:
+        """Where the key is, for messages and ``system.keys`` (no secret)."""
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+class UnwrapCache:
+    """Unwrapped data keys by wrapped blob and associated data: at most ``entries``, each
+    for at most ``seconds``; per process (it is never pickled or shared).
+
+    Expired entries are zeroed and dropped on every access; :meth:`clear` zeroes and
+    drops all. ``entries = 0`` or ``seconds = 0`` turns the cache off.
+    """
+
+    def __init__(self, entries: int = DEFAULT_CACHE_ENTRIES,
+                 seconds: float = DEFAULT_CACHE_SECONDS, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not isinstance(entries, int) or isinstance(entries, bool) or entries < 0:
+            raise ValueError(f"cache entries must be a whole number >= 0, not {entries!r}")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+            raise ValueError(f"cache seconds must be a number >= 0, not {seconds!r}")
+        self.entries = entries
+        self.seconds = float(seconds)
+        self._clock = clock
+        self._items: OrderedDict[bytes, tuple[float, bytearray]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._expire(self._clock())
+            return len(self._items)
+
+    def _expire(self, now: float) -> None:
+        while self._items:
+            k, (born, dek) = next(iter(self._items.items()))
+            if now - born < self.seconds:
+                return
+            _zero(dek)
+            del self._items[k]
+
+    def get(self, blob: bytes, associated_data: bytes) -> bytes | None:
+        with self._lock:
+            self._expire(self._clock())
+            item = self._items.get(_cache_key(blob, associated_data))
+            if item is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            return bytes(item[1])
+
+    def put(self, blob: bytes, associated_data: bytes, dek: bytes) -> None:
+        if not self.entries or not self.seconds:
+            return
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            k = _cache_key(blob, associated_data)
+            old = self._items.pop(k, None)
+            if old is not None:
+                _zero(old[1])
+            while len(self._items) >= self.entries:
+                _zero(self._items.popitem(last=False)[1][1])
+            self._items[k] = (now, bytearray(dek))
+
+    def clear(self) -> None:
+        with self._lock:
+            for _, dek in self._items.values():
+                _zero(dek)
+            self._items.clear()
+
+    def __repr__(self) -> str:
+        return f"<UnwrapCache entries<={self.entries} seconds<={self.seconds:g}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an unwrap cache holds data keys and cannot be pickled")
+
+
+def _cache_key(blob: bytes, associated_data: bytes) -> bytes:
+    return len(blob).to_bytes(2, "little") + bytes(blob) + bytes(associated_data)
+
+
+def _zero(buf: bytearray) -> None:
+    buf[:] = bytes(len(buf))
+
+
+_OPEN_KEYS: weakref.WeakSet[ProviderKey] = weakref.WeakSet()
+
+
+class ProviderKey(Key):
+    """A keyring key whose KEK stays in a :class:`RemoteKeyProvider`.
+
+    A :class:`Key` everywhere a key is taken (keyrings, disks, databases, SQLite,
+    rotation): ``wrap`` and ``unwrap`` produce and read the usual key slot
+    (``nonce(12) || AES-GCM(KEK, nonce, DEK, ad)``), the AES-GCM running in the
+    provider. Unwrapped data keys go through an :class:`UnwrapCache`. It has no
+    material: :func:`~cryptdisk.keys.export_key_material` and :meth:`derive` refuse.
+    :meth:`close` wipes the cache and closes the provider; so does the interpreter's
+    exit (:func:`close_provider_keys`).
+    """
+
+    __slots__ = ("__weakref__", "_cache", "_provider")
+
+    def __init__(self, key_id: int, provider: RemoteKeyProvider, *,
+                 algorithm: str | Algorithm | None = None, cache: UnwrapCache | None = None,
+                 what: str | None = None) -> None:
+        if not isinstance(provider, RemoteKeyProvider):
+            raise TypeError(f"expected a RemoteKeyProvider, not {type(provider).__name__}")
+        if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
+            raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id!r}")
+        size = provider.connect(what or f"key {key_id}")
+        alg = Algorithm.parse(algorithm) if algorithm is not None else Algorithm.for_key_size(
+            size)
+        self._id = key_id
+        self._material = None  # type: ignore[assignment]
+        self._algorithm = alg
+        self._aead = None  # type: ignore[assignment]
+        self._check = provider.check_value()
+        self._fingerprint = None
+        self.source = provider.label
+        self._provider = provider
+        self._cache = cache if cache is not None else UnwrapCache()
+        _OPEN_KEYS.add(self)
+
+    @property
+    def provider(self) -> RemoteKeyProvider:
+        return self._provider
+
+    @property
+    def cache(self) -> UnwrapCache:
+        return self._cache
+
+    def wrap(self, dek: bytes, associated_data: bytes) -> bytes:
+        nonce = os.urandom(12)
+        blob = nonce + self._provider.seal(nonce, bytes(dek), bytes(associated_data))
+        self._cache.put(blob, associated_data, dek)
+        return blob
+
+    def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        cached = self._cache.get(blob, associated_data)
+        if cached is not None:
+            return cached
+        if len(blob) < 12 + 16:
+            raise InvalidTag()
+        dek = self._provider.open(bytes(blob[:12]), bytes(blob[12:]), bytes(associated_data))
+        self._cache.put(blob, associated_data, dek)
+        return dek
+
+    def derive(self, purpose: bytes, length: int = 32) -> bytes:
+        raise KeyringError(f"key {self._id} is held by the {self._provider.name} provider and "
+                           "derives no subkeys (encrypt_names needs a local key)")
+
+    def with_id(self, key_id: int) -> Key:
+        raise KeyringError(f"key {self._id} is held by the {self._provider.name} provider; "
+                           "give it its own id in the config")
+
+    def same_material(self, other: Key) -> bool:
+        return isinstance(other, ProviderKey) and hmac.compare_digest(self._check, other._check)
+
+    def close(self) -> None:
+        """Wipe the unwrap cache and close the provider's session (idempotent)."""
+        self._cache.clear()
+        self._provider.close()
+
+    def __repr__(self) -> str:
+        return (f"<ProviderKey id={self._id} algorithm={self._algorithm.label} "
+                f"source={self.source} at={self._provider.describe()}>")
+
+    __str__ = __repr__
+
+
+def close_provider_keys() -> None:
+    """Close every open :class:`ProviderKey` of this process (wipes their caches)."""
+    for key in list(_OPEN_KEYS):
+        try:
+            key.close()
+        except KeyProviderError:
+            pass
+
+
+atexit.register(close_provider_keys)

@@ -1,0 +1,17 @@
+"""Key providers that keep the key-encryption key: HSMs (PKCS#11) and KMS services.
+
+Each is a :class:`~cryptdisk.keys.RemoteKeyProvider` registered in the key-provider
+registry under the name a config's ``source = "NAME"`` selects, and imported only
+when a config uses it (their libraries are the ``kms`` extra:
+``pip install 'cryptdisk[kms]'``):
+
+* ``pkcs11``: an AES key in a PKCS#11 token; the AES-GCM of every key slot runs in
+  the token (:mod:`cryptdisk.keys.providers._pkcs11`).
+* ``aws-kms``: AWS KMS through boto3 (:mod:`cryptdisk.keys.providers._aws_kms`).
+
+See ``docs/keys.md`` for the config, what stays where and the cache bounds.
+"""
+
+from ._pkcs11 import Pkcs11Provider, generate_pkcs11_key
+
+__all__ = ["Pkcs11Provider", "generate_pkcs11_key"]

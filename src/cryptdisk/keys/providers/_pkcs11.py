@@ -1,0 +1,263 @@
+"""PKCS#11: the key-encryption key is an AES key inside a token (an HSM, SoftHSM2).
+
+Config::
+
+    [[keyring.keys]]
+    id = 5
+    source = "pkcs11"
+    module = "/usr/lib/softhsm/libsofthsm2.so"   # the token's PKCS#11 library
+    token = "cryptdisk"                           # token label
+    key = "kek-5"                                 # the AES key's label (CKA_LABEL)
+    pin_env = "CRYPTDISK_PIN"                     # or pin_file = "secrets/pin" (mode 0600)
+
+Every key slot is sealed and opened with ``CKM_AES_GCM`` inside the token (12-byte
+nonce chosen by cryptdisk, the header's first 48 bytes as associated data, 128-bit
+tag), so files are byte for byte what a local key writes. The check value is
+``AES-CMAC(KEK, "cryptdisk key check v1")[:8]`` (``CKM_AES_CMAC``), computed in the token.
+The key must be ``CKA_SENSITIVE`` and not ``CKA_EXTRACTABLE``; an extractable key is
+refused. The PIN is read from its variable or file when the session is opened and
+is never stored, shown or logged. Calls into the module are serialised by a lock;
+PKCS#11 has no timeouts, so a hung module hangs the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import stat
+import threading
+from typing import Any, ClassVar
+
+from cryptography.exceptions import InvalidTag
+
+from ...errors import KeyProviderError
+from .._remote import RemoteKeyProvider
+
+__all__ = ["Pkcs11Provider", "generate_pkcs11_key"]
+
+_CHECK_LABEL = b"cryptdisk key check v1"
+
+
+def _pkcs11() -> Any:
+    try:
+        import pkcs11
+    except ImportError as exc:  # the registry's hint says what to install
+        raise KeyProviderError(f"the pkcs11 provider needs python-pkcs11: {exc}",
+                               hint="pip install 'cryptdisk[kms]'") from None
+    return pkcs11
+
+
+def read_pin(spec: dict[str, Any], base: str, what: str) -> str:
+    """The PIN from ``pin_env`` or ``pin_file`` (a file must be mode 0600 or stricter)."""
+    if "pin_env" in spec:
+        value = os.environ.get(spec["pin_env"])
+        if not value:
+            raise KeyProviderError(f"{what}: environment variable {spec['pin_env']} (the "
+                                   "token PIN) is not set or empty")
+        return value
+    path = os.path.join(base, os.path.expanduser(spec["pin_file"]))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise KeyProviderError(f"{what}: PIN file {path} cannot be read: "
+                               f"{exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077:
+            raise KeyProviderError(f"{what}: PIN file {path} is accessible by group or others "
+                                   f"(mode {stat.S_IMODE(st.st_mode):04o})",
+                                   hint=f"chmod 600 {path}")
+        data = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", errors="strict").strip("\r\n") if len(data) <= 4096 else ""
+    if not text:
+        raise KeyProviderError(f"{what}: PIN file {path} is empty or too large")
+    return text
+
+
+class Pkcs11Provider(RemoteKeyProvider):
+    """``source = "pkcs11"``: an AES key in a PKCS#11 token (see the module docstring)."""
+
+    name = "pkcs11"
+    label = "pkcs11"
+    fields: ClassVar[frozenset[str]] = frozenset({"module", "token", "key", "pin_env",
+                                                  "pin_file"})
+    required: ClassVar[frozenset[str]] = frozenset({"module", "token", "key"})
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        super().__init__(value, base=base)
+        for name in self.value:
+            if not isinstance(self.value[name], str) or not self.value[name]:
+                raise TypeError(f"{name} must be a non-empty string")
+        if ("pin_env" in self.value) == ("pin_file" in self.value):
+            raise TypeError("needs exactly one of pin_env and pin_file (a PIN is never "
+                            "written in the config)")
+        self._lock = threading.RLock()
+        self._session: Any = None
+        self._key: Any = None
+        self._check: bytes | None = None
+
+    def describe(self) -> str:
+        return f"pkcs11 token {self.value['token']!r} key {self.value['key']!r}"
+
+    def connect(self, what: str) -> int:
+        with self._lock:
+            self._open(what)
+            return int(self._key[self._attr.VALUE_LEN])
+
+    def _open(self, what: str) -> None:
+        if self._session is not None:
+            return
+        p11 = _pkcs11()
+        exc_mod = p11.exceptions
+        self._attr = p11.Attribute
+        where = f"{what}: {self.describe()}"
+        try:
+            lib = p11.lib(os.path.join(self.base, self.value["module"]))
+        except (RuntimeError, OSError, exc_mod.PKCS11Error) as exc:
+            raise KeyProviderError(f"{what}: PKCS#11 module {self.value['module']} cannot be "
+                                   f"loaded: {type(exc).__name__}") from None
+        try:
+            token = lib.get_token(token_label=self.value["token"])
+        except (exc_mod.NoSuchToken, exc_mod.MultipleTokensReturned) as exc:
+            raise KeyProviderError(f"{where}: {_describe(exc)} (no single token with that "
+                                   "label)") from None
+        except exc_mod.PKCS11Error as exc:
+            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+        pin = read_pin(self.value, self.base, what)
+        try:
+            session = _login(token, pin, exc_mod)
+        except exc_mod.PinIncorrect:
+            raise KeyProviderError(f"{where}: the PIN was refused") from None
+        except exc_mod.PKCS11Error as exc:
+            raise KeyProviderError(f"{where}: cannot open a session: {_describe(exc)}") from None
+        finally:
+            del pin
+        try:
+            key = session.get_key(object_class=p11.ObjectClass.SECRET_KEY,
+                                  key_type=p11.KeyType.AES, label=self.value["key"])
+            extractable = bool(key[p11.Attribute.EXTRACTABLE])
+            sensitive = bool(key[p11.Attribute.SENSITIVE])
+            size = int(key[p11.Attribute.VALUE_LEN])
+        except (exc_mod.NoSuchKey, exc_mod.MultipleObjectsReturned) as exc:
+            session.close()
+            raise KeyProviderError(f"{where}: {_describe(exc)} (no single AES key with that "
+                                   "label)") from None
+        except exc_mod.PKCS11Error as exc:
+            session.close()
+            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+        if extractable or not sensitive:
+            session.close()
+            raise KeyProviderError(f"{where}: the key is extractable or not sensitive; a "
+                                   "key-encryption key must never leave the token",
+                                   hint="generate it with CKA_EXTRACTABLE false and "
+                                        "CKA_SENSITIVE true")
+        if size not in (16, 32):
+            session.close()
+            raise KeyProviderError(f"{where}: the key is {size} bytes; cryptdisk takes AES-128 "
+                                   "or AES-256")
+        self._session, self._key = session, key
+        try:
+            self._check = bytes(key.sign(_CHECK_LABEL, mechanism=p11.Mechanism.AES_CMAC))[:8]
+        except exc_mod.PKCS11Error as exc:
+            self.close()
+            raise KeyProviderError(f"{where}: AES-CMAC (the key check value) failed: "
+                                   f"{_describe(exc)}") from None
+
+    def check_value(self) -> bytes:
+        if self._check is None:
+            raise KeyProviderError(f"{self.describe()}: not connected")
+        return self._check
+
+    def _gcm(self, nonce: bytes, associated_data: bytes) -> tuple[Any, Any]:
+        p11 = _pkcs11()
+        return p11.Mechanism.AES_GCM, p11.GCMParams(nonce, associated_data, 128)
+
+    def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
+        mech, param = self._gcm(nonce, associated_data)
+        with self._lock:
+            self._open("sealing a data key")
+            try:
+                return bytes(self._key.encrypt(dek, mechanism=mech, mechanism_param=param))
+            except _pkcs11().exceptions.PKCS11Error as exc:
+                raise KeyProviderError(f"{self.describe()}: sealing a data key failed: "
+                                       f"{_describe(exc)}") from None
+
+    def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
+        mech, param = self._gcm(nonce, associated_data)
+        errors = _pkcs11().exceptions
+        with self._lock:
+            self._open("opening a data key")
+            try:
+                return bytes(self._key.decrypt(sealed, mechanism=mech, mechanism_param=param))
+            except (errors.EncryptedDataInvalid, errors.EncryptedDataLenRange,
+                    errors.GeneralError):
+                # SoftHSM2 reports a failed GCM tag as CKR_GENERAL_ERROR
+                raise InvalidTag() from None
+            except errors.PKCS11Error as exc:
+                raise KeyProviderError(f"{self.describe()}: opening a data key failed: "
+                                       f"{_describe(exc)}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            session, self._session, self._key = self._session, None, None
+            if session is not None:
+                with contextlib.suppress(Exception):  # the session may already be gone
+                    session.close()
+
+
+_PROCESS_SECRET = os.urandom(32)
+#: (module, token label) -> HMAC(process secret, the PIN that logged in); never the PIN
+_LOGINS: dict[tuple[str, str], bytes] = {}
+
+
+def _login(token: Any, pin: str, exc_mod: Any, rw: bool = False) -> Any:
+    """A logged-in session.
+
+    PKCS#11 logs in once per process and token: while one session is logged in, a new
+    one shares that login and the token checks no PIN. So a PIN that differs from the
+    one that logged in here is refused as the token would refuse it.
+    """
+    ident = (str(token.slot.slot_id), str(token.label))
+    digest = hmac.new(_PROCESS_SECRET, pin.encode(), hashlib.sha256).digest()
+    try:
+        session = token.open(user_pin=pin, rw=rw)
+    except exc_mod.UserAlreadyLoggedIn:
+        known = _LOGINS.get(ident)
+        if known is not None and not hmac.compare_digest(known, digest):
+            raise exc_mod.PinIncorrect() from None
+        session = token.open(rw=rw)
+        _LOGINS.setdefault(ident, digest)
+    else:
+        _LOGINS[ident] = digest
+    return session
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}{': ' + text if text else ''}"
+
+
+def generate_pkcs11_key(module: str, token: str, label: str, *, pin: str,
+                        bits: int = 256) -> None:
+    """Generate a sensitive, non-extractable AES key labelled ``label`` in a token.
+
+    For setting up a token (and for tests); the key is made by the token and never
+    leaves it. Refuses when a key with that label exists.
+    """
+    p11 = _pkcs11()
+    lib = p11.lib(module)
+    tok = lib.get_token(token_label=token)
+    with _login(tok, pin, p11.exceptions, rw=True) as session:
+        existing = list(session.get_objects({p11.Attribute.LABEL: label,
+                                             p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY}))
+        if existing:
+            raise KeyProviderError(f"token {token!r} already has a key labelled {label!r}")
+        session.generate_key(p11.KeyType.AES, bits, label=label, store=True, template={
+            p11.Attribute.EXTRACTABLE: False, p11.Attribute.SENSITIVE: True,
+            p11.Attribute.ENCRYPT: True, p11.Attribute.DECRYPT: True,
+            p11.Attribute.SIGN: True, p11.Attribute.WRAP: False,
+        })

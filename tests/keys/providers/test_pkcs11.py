@@ -1,0 +1,222 @@
+"""The pkcs11 provider against a real SoftHSM2 token: the key stays in the token."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from pathlib import Path
+
+import pkcs11
+import pytest
+from cryptography.exceptions import InvalidTag
+from pkcs11 import Attribute, KeyType, ObjectClass
+
+import cryptdisk
+from cryptdisk.config import load_config
+from cryptdisk.errors import (
+    ConfigError,
+    HeaderAuthenticationError,
+    KeyProviderError,
+    KeySourceError,
+    WrongKeyError,
+)
+from cryptdisk.format import Header
+from cryptdisk.keys import Keyring, ProviderKey, export_key_material
+from cryptdisk.keys.providers import generate_pkcs11_key
+
+from .conftest import Token, entry_toml, write
+
+AD = bytes(range(48))
+
+
+@pytest.fixture
+def pin_env(softhsm: Token, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CD_TEST_PIN", softhsm.pin)
+    return softhsm.pin
+
+
+def _label(request: pytest.FixtureRequest) -> str:
+    return "kek-" + request.node.name[-40:]
+
+
+@pytest.fixture
+def key_label(softhsm: Token, request: pytest.FixtureRequest) -> str:
+    label = _label(request)
+    generate_pkcs11_key(softhsm.module, softhsm.label, label, pin=softhsm.pin)
+    return label
+
+
+def _ring(tmp_path: Path, token: Token, label: str, **kw: str) -> Keyring:
+    return Keyring.from_config(write(tmp_path, "[keyring]\n" + entry_toml(token, label, **kw)))
+
+
+def _token_key(token: Token, label: str) -> tuple[object, object]:
+    tok = pkcs11.lib(token.module).get_token(token_label=token.label)
+    try:
+        session = tok.open(user_pin=token.pin)
+    except pkcs11.exceptions.UserAlreadyLoggedIn:  # this process logged in already
+        session = tok.open()
+    return session, session.get_key(object_class=ObjectClass.SECRET_KEY, label=label)
+
+
+def test_the_generated_key_is_sensitive_and_never_leaves_the_token(softhsm, key_label):
+    session, key = _token_key(softhsm, key_label)
+    try:
+        assert key[Attribute.EXTRACTABLE] is False
+        assert key[Attribute.SENSITIVE] is True
+        with pytest.raises(pkcs11.exceptions.AttributeSensitive):
+            key[Attribute.VALUE]
+    finally:
+        session.close()
+
+
+def test_wrap_runs_in_the_token_and_writes_the_usual_key_slot(tmp_path, softhsm, key_label,
+                                                              pin_env):
+    ring = _ring(tmp_path, softhsm, key_label)
+    key = ring.current_key()
+    assert isinstance(key, ProviderKey) and key.key_id == 1 and key.source == "pkcs11"
+    dek = os.urandom(32)
+    blob = key.wrap(dek, AD)
+    assert len(blob) == 12 + 32 + 16  # nonce || ciphertext || tag, as a local key writes
+    # the token itself opens it with AES-GCM under the token key: the wrap ran there
+    session, token_key = _token_key(softhsm, key_label)
+    try:
+        opened = token_key.decrypt(blob[12:], mechanism=pkcs11.Mechanism.AES_GCM,
+                                   mechanism_param=pkcs11.GCMParams(blob[:12], AD, 128))
+    finally:
+        session.close()
+    assert bytes(opened) == dek
+    key.cache.clear()
+    assert key.unwrap(blob, AD) == dek
+    with pytest.raises(InvalidTag):
+        key.unwrap(blob, AD[:-1] + b"\xff")  # other associated data: no cache hit, token says no
+    tampered = blob[:20] + bytes([blob[20] ^ 1]) + blob[21:]
+    with pytest.raises(InvalidTag):
+        key.unwrap(tampered, AD)
+
+
+def test_the_key_has_no_material_and_cannot_be_pickled(tmp_path, softhsm, key_label, pin_env):
+    key = _ring(tmp_path, softhsm, key_label).current_key()
+    with pytest.raises(KeySourceError, match="held by a key provider"):
+        export_key_material(key)
+    with pytest.raises(cryptdisk.errors.KeyringError, match="derives no subkeys"):
+        key.derive(b"names")
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(key)
+
+
+def test_files_written_under_the_token_key_read_back_and_detect_tampering(
+        tmp_path, softhsm, key_label, pin_env):
+    ring = _ring(tmp_path, softhsm, key_label)
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"hello from the token" * 1000)
+    header = Header.parse(path.read_bytes()[:128])
+    assert header.key_id == 1 and header.key_check == ring.current_key().check_value
+    ring.current_key().cache.clear()
+    misses = ring.current_key().cache.misses
+    for _ in range(3):
+        with cryptdisk.open(path, "rb", keyring=ring) as f:
+            assert f.read() == b"hello from the token" * 1000
+    cache = ring.current_key().cache
+    assert cache.misses == misses + 1 and cache.hits >= 2  # one token call for three opens
+    raw = bytearray(path.read_bytes())
+    raw[60] ^= 1  # inside the key slot
+    path.write_bytes(bytes(raw))
+    cache.clear()
+    with pytest.raises(HeaderAuthenticationError):
+        with cryptdisk.open(path, "rb", keyring=ring) as f:
+            f.read()
+
+
+def test_another_token_key_under_the_same_id_is_a_wrong_key(tmp_path, softhsm, key_label,
+                                                           pin_env):
+    other = key_label[:-1] + "X"
+    generate_pkcs11_key(softhsm.module, softhsm.label, other, pin=softhsm.pin)
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=_ring(tmp_path, softhsm, key_label)) as f:
+        f.write(b"x")
+    with pytest.raises(WrongKeyError):
+        with cryptdisk.open(path, "rb", keyring=_ring(tmp_path, softhsm, other)) as f:
+            f.read()
+
+
+def test_an_extractable_key_is_refused(tmp_path, softhsm, request, pin_env):
+    label = _label(request)
+    tok = pkcs11.lib(softhsm.module).get_token(token_label=softhsm.label)
+    try:
+        session = tok.open(user_pin=softhsm.pin, rw=True)
+    except pkcs11.exceptions.UserAlreadyLoggedIn:
+        session = tok.open(rw=True)
+    with session:
+        session.generate_key(KeyType.AES, 256, label=label, store=True, template={
+            Attribute.EXTRACTABLE: True, Attribute.SENSITIVE: False})
+    with pytest.raises(KeyProviderError, match="extractable"):
+        _ring(tmp_path, softhsm, label)
+
+
+def test_bad_entries_fail_at_load_naming_the_entry_never_the_pin(tmp_path, softhsm, key_label,
+                                                                 pin_env, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    errors: list[Exception] = []
+    monkeypatch.setenv("CD_WRONG_PIN", "wrong-" + softhsm.pin)
+    for kw, exc_type, text in (
+            ({"pin_env": "CD_WRONG_PIN"}, KeyProviderError, "PIN was refused"),
+            ({"pin_env": "CD_UNSET_PIN"}, KeyProviderError, "CD_UNSET_PIN"),
+    ):
+        with pytest.raises(exc_type, match=text) as info:
+            _ring(tmp_path, softhsm, key_label, **kw)
+        assert "cryptdisk.toml" in str(info.value)
+        errors.append(info.value)
+    with pytest.raises(KeyProviderError, match="no single AES key") as info:
+        _ring(tmp_path, softhsm, "no-such-label")
+    errors.append(info.value)
+    inline = "[keyring]\n" + entry_toml(softhsm, key_label).replace(
+        'pin_env = "CD_TEST_PIN"', f'pin = "{softhsm.pin}"')
+    with pytest.raises(ConfigError, match="does not take pin") as info:
+        Keyring.from_config(write(tmp_path, inline))
+    errors.append(info.value)
+    both = "[keyring]\n" + entry_toml(softhsm, key_label, extra='pin_file = "p"\n')
+    with pytest.raises(ConfigError, match="exactly one of pin_env and pin_file") as info:
+        Keyring.from_config(write(tmp_path, both))
+    errors.append(info.value)
+    ring = _ring(tmp_path, softhsm, key_label)
+    shown = [str(e) for e in errors] + [repr(e) for e in errors] + [
+        repr(ring), repr(ring.current_key()), repr(ring.current_key().provider), caplog.text]
+    assert not [s for s in shown if softhsm.pin in s]
+
+
+def test_the_pin_from_a_file_must_be_private(tmp_path, softhsm, key_label):
+    pin_file = tmp_path / "pin"
+    pin_file.write_text(softhsm.pin + "\n")
+    pin_file.chmod(0o644)
+    text = "[keyring]\n" + entry_toml(softhsm, key_label).replace(
+        'pin_env = "CD_TEST_PIN"', 'pin_file = "pin"')
+    with pytest.raises(KeyProviderError, match="accessible by group or others"):
+        Keyring.from_config(write(tmp_path, text))
+    pin_file.chmod(0o600)
+    key = Keyring.from_config(write(tmp_path, text)).current_key()
+    assert key.unwrap(key.wrap(b"k" * 32, AD), AD) == b"k" * 32
+
+
+def test_a_database_whose_key_is_in_the_token(tmp_path, softhsm, key_label, pin_env):
+    cfg = write(tmp_path, "[keyring]\ncurrent_key_id = 7\n" + entry_toml(
+        softhsm, key_label, key_id=7) + "\n".join([
+            "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
+            "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
+            "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
+    assert isinstance(load_config(cfg).keyring.current_key(), ProviderKey)
+    path = tmp_path / "db"
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql("CREATE TABLE t (i BIGINT, s VARCHAR)")
+        db.sql("INSERT INTO t SELECT i, 'row ' || i FROM range(1000) r(i)")
+    with cryptdisk.connect(path, cfg) as db:
+        got = db.sql("SELECT count(*) AS n, sum(i) AS s, max(s) AS m FROM t").to_pylist()
+        keys = db.sql("SELECT * FROM system.keys").to_pylist()
+    assert got == [{"n": 1000, "s": 499500, "m": "row 999"}]
+    assert any(row["id"] == 7 for row in keys)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    parts = [p for p in written if "store" in p.parts]
+    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 7 for p in parts)
+    assert not [p for p in written if softhsm.pin.encode() in p.read_bytes()]

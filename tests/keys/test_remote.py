@@ -1,0 +1,154 @@
+"""The contract for keys that stay in a provider: ProviderKey and its unwrap cache,
+with a fake provider (the real ones are tested in tests/keys/providers)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, ClassVar
+
+import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+import cryptdisk
+from cryptdisk.errors import ConfigError, KeySourceError
+from cryptdisk.keys import Keyring, ProviderKey, RemoteKeyProvider, UnwrapCache, _provider
+from cryptdisk.keys import register_key_provider as register
+
+AD = b"a" * 48
+
+
+class FakeKms(RemoteKeyProvider):
+    """A fake KMS: its key lives in the class, never in the keyring; counts its calls."""
+
+    name = "fake-kms"
+    label = "fake"
+    fields: ClassVar[frozenset[str]] = frozenset({"key"})
+    required: ClassVar[frozenset[str]] = frozenset({"key"})
+    keys: ClassVar[dict[str, bytes]] = {}
+    calls: ClassVar[list[str]] = []
+
+    def connect(self, what: str) -> int:
+        self.aead = AESGCM(self.keys.setdefault(self.value["key"], os.urandom(32)))
+        return 32
+
+    def check_value(self) -> bytes:
+        return self.aead.encrypt(bytes(12), b"", b"check")[:8]
+
+    def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
+        self.calls.append("seal")
+        return self.aead.encrypt(nonce, dek, associated_data)
+
+    def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
+        self.calls.append("open")
+        return self.aead.decrypt(nonce, sealed, associated_data)
+
+
+@pytest.fixture(autouse=True)
+def _own_registry(monkeypatch):
+    monkeypatch.setattr(_provider, "_KNOWN", dict(_provider._KNOWN))
+    monkeypatch.setattr(_provider, "_loaded", dict(_provider._loaded))
+    monkeypatch.setattr(_provider, "_SOURCES", set(_provider._SOURCES))
+    register("fake-kms", FakeKms, source=True)
+    FakeKms.calls.clear()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_cache_is_bounded_in_count_and_age_and_wipes_what_it_drops():
+    clock = Clock()
+    cache = UnwrapCache(entries=2, seconds=10, clock=clock)
+    cache.put(b"w1", AD, b"1" * 32)
+    held = next(iter(cache._items.values()))[1]  # the cache's own buffer
+    cache.put(b"w2", AD, b"2" * 32)
+    assert cache.get(b"w1", AD) == b"1" * 32 and len(cache) == 2
+    cache.put(b"w3", AD, b"3" * 32)  # over the count: the oldest goes, zeroed
+    assert cache.get(b"w1", AD) is None and held == bytearray(32)
+    assert cache.get(b"w2", b"b" * 48) is None  # other associated data, other entry
+    held = cache._items[next(iter(cache._items))][1]
+    clock.now += 10  # the age bound
+    assert cache.get(b"w2", AD) is None and cache.get(b"w3", AD) is None
+    assert held == bytearray(32) and len(cache) == 0
+    cache.put(b"w4", AD, b"4" * 32)
+    held = next(iter(cache._items.values()))[1]
+    cache.clear()
+    assert held == bytearray(32) and cache.get(b"w4", AD) is None
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(cache)
+    off = UnwrapCache(entries=0)
+    off.put(b"w", AD, b"k" * 32)
+    assert off.get(b"w", AD) is None
+
+
+def _ring(tmp_path, extra: str = "") -> Keyring:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[keyring]\n[[keyring.keys]]\nid = 3\nsource = "fake-kms"\nkey = "k"\n'
+                    f"{extra}")
+    return Keyring.from_config(path)
+
+
+def test_a_source_entry_makes_a_provider_key_that_wraps_through_the_provider(tmp_path):
+    ring = _ring(tmp_path, "cache_entries = 5\ncache_seconds = 60\n")
+    key = ring.current_key()
+    assert isinstance(key, ProviderKey) and key.key_id == 3 and key.source == "fake"
+    assert (key.cache.entries, key.cache.seconds) == (5, 60.0)
+    blob = key.wrap(b"d" * 32, AD)
+    key.cache.clear()
+    assert key.unwrap(blob, AD) == b"d" * 32 and key.unwrap(blob, AD) == b"d" * 32
+    assert FakeKms.calls == ["seal", "open"]  # the second unwrap came from the cache
+    with pytest.raises(InvalidTag):
+        key.unwrap(blob[:-1] + bytes([blob[-1] ^ 1]), AD)
+    path = tmp_path / "f"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"payload")
+    ring.close()  # wipes the cache: the next open asks the provider again
+    before = FakeKms.calls.count("open")
+    with cryptdisk.open(path, "rb", keyring=ring) as f:
+        assert f.read() == b"payload"
+    assert FakeKms.calls.count("open") == before + 1
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('source = "nope"\n', "unknown source 'nope'"),
+    ('source = "from_env"\n', "field provider"),
+    ('source = "fake-kms"\nkey = "k"\nregion = "x"\n', "does not take region"),
+    ('source = "fake-kms"\n', "needs key"),
+    ('source = "fake-kms"\nkey = "k"\ncache_entries = -1\n', "cache entries"),
+])
+def test_bad_source_entries_are_config_errors(tmp_path, extra, message):
+    path = tmp_path / "c.toml"
+    path.write_text(f"[keyring]\n[[keyring.keys]]\nid = 1\n{extra}")
+    with pytest.raises(ConfigError, match=message) as info:
+        Keyring.from_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_source_provider_hands_out_no_material():
+    with pytest.raises(KeySourceError, match="keeps its key"):
+        FakeKms({"key": "k"}, base=".").load("key 1", (32,))
+
+
+def test_registering_a_source_name():
+    with pytest.raises(ValueError, match="identifier"):
+        register("source", FakeKms)
+    with pytest.raises(ValueError, match="identifier"):
+        register("a-b", FakeKms)  # hyphens only for source providers
+    register("other-kms", FakeKms, source=True)
+    assert "other-kms" in _provider._SOURCES
+
+
+def test_unknown_provider_install_hint(tmp_path: Any, monkeypatch):
+    monkeypatch.setitem(_provider._KNOWN, "aws-kms", {"class": "no_such_module_x:Cls",
+                                                      "err": "pip install 'cryptdisk[kms]'"})
+    path = tmp_path / "c.toml"
+    path.write_text('[keyring]\n[[keyring.keys]]\nid = 1\nsource = "aws-kms"\n')
+    with pytest.raises(KeySourceError, match="cannot be imported") as info:
+        Keyring.from_config(path)
+    assert info.value.hint == "pip install 'cryptdisk[kms]'"
