@@ -1,6 +1,8 @@
 """Streaming scans: results equal DuckDB's; skipped row groups and parts; the key index."""
 
 import math
+import subprocess
+import sys
 
 import duckdb
 import pyarrow as pa
@@ -189,3 +191,39 @@ def test_the_key_range_survives_rotation_moves_and_merges(db, small_groups):
     assert db.last_scans["t"]["parts_skipped"] == 1
     db.sql("OPTIMIZE TABLE t FINAL")
     assert db.query(ranges) == [("0", "7999")]
+
+
+def test_a_process_exits_cleanly_with_scans_cut_short(tmp_path):
+    """No pyarrow thread holds a Python file at exit: LIMITs and errors mid-scan, no close()."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(300_000))
+    child = (
+        "import cryptdisk, sys\n"
+        f"db = cryptdisk.connect({str(path)!r}, read_only=True, cache_bytes=0)\n"
+        "for _ in range(20):\n"
+        "    assert len(db.query('SELECT * FROM t LIMIT 1')) == 1\n"
+        "try:\n"
+        "    db.query('SELECT CAST(c_str AS INTEGER) FROM t')\n"
+        "    sys.exit('no error')\n"
+        "except cryptdisk.errors.CryptdiskError:\n"
+        "    pass\n"
+        "print(db.query('SELECT count(*) FROM t WHERE c_str > \\'f\\'')[0][0] > 0)\n"
+    )
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip() == "True"
+
+
+def test_nested_columns_stream_whole(db, small_groups):
+    db.sql("CREATE TABLE n (k BIGINT, s STRUCT(a INT, b VARCHAR), l INT[]) ORDER BY k")
+    db.sql("INSERT INTO n SELECT i, {'a': i, 'b': i::VARCHAR}, [i, i + 1] "
+           "FROM range(5000) r(i)")
+    assert db.query("SELECT s, l FROM n WHERE k = 4321") == [({"a": 4321, "b": "4321"},
+                                                             [4321, 4322])]
+    assert db.last_scans["n"]["row_groups_read"] == 1
+    assert db.query("SELECT sum(s.a), sum(len(l)), count(s.b) FROM n") == \
+        [(12497500, 10000, 5000)]

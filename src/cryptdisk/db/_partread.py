@@ -470,8 +470,11 @@ class OpenPart:
         self.key_checked = False  # the catalog's key range matched the footer's
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self.num_row_groups = self.meta.num_row_groups
-        self._index = {self.meta.schema.column(j).path.split(".")[0]: j
-                       for j in range(self.meta.num_columns)}
+        self._leaves: dict[str, list[int]] = {}  # a nested column has several leaf chunks
+        for j in range(self.meta.num_columns):
+            self._leaves.setdefault(self.meta.schema.column(j).path.split(".")[0], []).append(j)
+        # statistics only for plain (one-leaf) columns
+        self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
         """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.
@@ -521,11 +524,12 @@ class OpenPart:
         for i in row_groups:
             rg = self.meta.row_group(i)
             for c in columns:
-                col = rg.column(self._index[c])
-                starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
-                          if o is not None and o > 0]
-                chunks.append((min(starts), min(starts) + col.total_compressed_size))
-                compressed = compressed and str(col.compression).upper() in _COMPRESSED
+                for j in self._leaves[c]:
+                    col = rg.column(j)
+                    starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
+                              if o is not None and o > 0]
+                    chunks.append((min(starts), min(starts) + col.total_compressed_size))
+                    compressed = compressed and str(col.compression).upper() in _COMPRESSED
         chunks.sort()
         ranges: list[tuple[int, int, int]] = []
         off = 0
