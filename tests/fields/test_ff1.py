@@ -98,3 +98,19 @@ def test_a_character_outside_the_alphabet_names_the_row_not_the_value():
     with pytest.raises(FieldError, match="row 1") as info:
         fpe_encrypt(["12345678", "1234x678"], KEY, "pan")
     assert "1234x678" not in str(info.value)
+
+
+def test_the_vector_path_equals_the_integer_path(monkeypatch):
+    from cryptdisk.fields import _ff1
+
+    aes = Cipher(algorithms.AES(bytes(range(32))), modes.ECB())
+    rng = np.random.default_rng(2)
+    cases = [(10, 16, b""), (10, 7, b"tweak"), (36, 12, bytes(20)), (2, 40, b"x" * 15)]
+    fast = {c: ff1_encrypt(aes, c[0], c[2], rng.integers(0, c[0], size=(50, c[1])))
+            for c in cases}
+    rng = np.random.default_rng(2)
+    monkeypatch.setattr(_ff1, "_FAST", 0)  # every radix**v is above it: integers only
+    for c in cases:
+        x = rng.integers(0, c[0], size=(50, c[1]))
+        assert (ff1_encrypt(aes, c[0], c[2], x) == fast[c]).all()
+        assert (ff1_decrypt(aes, c[0], c[2], fast[c]) == x).all()

@@ -73,15 +73,28 @@ class _Rounds:
         self.state = state
         self.head = np.frombuffer(const[16 * full:], dtype=np.uint8)
         self.fast = radix**self.v <= _FAST
+        if self.fast:
+            # b <= 4, so Q's variable part is one block: head || [i] || [NUM(B)]_b, and
+            # d == 8. Per round the AES input is a constant block with NUM(B) xored into
+            # its last b bytes: as little-endian u64 words, word 1 ^ byteswap(NUM(B)).
+            chained = self.state[0].tobytes()
+            self.words = [np.frombuffer(bytes(
+                x ^ y for x, y in zip(self.head.tobytes() + bytes([i]) + bytes(self.b),
+                                      chained, strict=True)), dtype="<u8")
+                for i in range(10)]
 
     def y(self, i: int, num: Any, count: int) -> Any:
         """y = NUM(S) for round ``i`` of each value, where Q ends in [i] || [num]_b."""
         b = self.b
         if self.fast:
-            nb = num.astype(">u8").view(np.uint8).reshape(count, 8)[:, 8 - b:]
-        else:
-            nb = np.frombuffer(b"".join(x.to_bytes(b, "big") for x in num),
-                               dtype=np.uint8).reshape(count, b)
+            words = np.empty((count, 2), dtype="<u8")
+            words[:, 0] = self.words[i][0]
+            np.bitwise_xor(num.astype("<u8").byteswap(), self.words[i][1], out=words[:, 1])
+            enc = self.cipher.encryptor()
+            r = np.frombuffer(enc.update(words.tobytes()) + enc.finalize(), dtype="<u8")
+            return r[0::2].byteswap()  # NUM of S = R's first 8 bytes, big-endian
+        nb = np.frombuffer(b"".join(x.to_bytes(b, "big") for x in num),
+                           dtype=np.uint8).reshape(count, b)
         tail = np.empty((count, len(self.head) + 1 + b), dtype=np.uint8)
         tail[:, :len(self.head)] = self.head
         tail[:, len(self.head)] = i
@@ -99,18 +112,14 @@ class _Rounds:
             s = np.concatenate(parts, axis=1)[:, :d]
         else:
             s = state[:, :d]
-        if self.fast:  # d == 8
-            return np.ascontiguousarray(s).view(">u8").reshape(count).astype(np.uint64)
         raw = np.ascontiguousarray(s).tobytes()
         return [int.from_bytes(raw[k * d:(k + 1) * d], "big") for k in range(count)]
 
 
 def _num(x: np.ndarray, radix: int, fast: bool) -> Any:
-    if fast:
-        acc = np.zeros(x.shape[0], dtype=np.uint64)
-        r = np.uint64(radix)
-        for col in range(x.shape[1]):
-            acc = acc * r + x[:, col].astype(np.uint64)
+    if fast:  # radix**columns <= 2**32: a dot product with the place values
+        powers = np.array([radix**k for k in range(x.shape[1] - 1, -1, -1)], dtype=np.uint64)
+        acc: np.ndarray = x.astype(np.uint64) @ powers
         return acc
     out = []
     for row in x.tolist():
@@ -122,10 +131,10 @@ def _num(x: np.ndarray, radix: int, fast: bool) -> Any:
 
 
 def _str(num: Any, radix: int, m: int, fast: bool) -> np.ndarray:
-    if fast:
+    if fast:  # every value is below radix**m <= 2**32
         out = np.empty((len(num), m), dtype=np.uint32)
-        r = np.uint64(radix)
-        rest = num.copy()
+        r = np.uint32(radix)
+        rest = num.astype(np.uint32)
         for col in range(m - 1, -1, -1):
             out[:, col] = rest % r
             rest //= r
@@ -165,7 +174,8 @@ def ff1_encrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
         y = rounds.y(i, b, count)
         mod = radix**m
         if fast:
-            c = (a + y % np.uint64(mod)) % np.uint64(mod)
+            c = a + y % np.uint64(mod)
+            c -= np.uint64(mod) * (c >= mod)
         else:
             c = [(ai + yi) % mod for ai, yi in zip(a, y, strict=True)]
         a, b = b, c
@@ -186,7 +196,8 @@ def ff1_decrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
         y = rounds.y(i, a, count)
         mod = radix**m
         if fast:
-            c = (b + np.uint64(mod) - y % np.uint64(mod)) % np.uint64(mod)
+            c = b + (np.uint64(mod) - y % np.uint64(mod))
+            c -= np.uint64(mod) * (c >= mod)
         else:
             c = [(bi - yi) % mod for bi, yi in zip(b, y, strict=True)]
         b, a = a, c
