@@ -18,7 +18,7 @@ __all__ = ["register"]
 PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
-             "statement_timeout", "access_log", "access_log_encrypted"}
+             "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -136,7 +136,8 @@ def _serve(args: argparse.Namespace) -> int:
             login_timeout=float(settings.get("login_timeout", 60)),
             idle_timeout=float(settings.get("idle_timeout", 0)),
             statement_timeout=float(settings.get("statement_timeout", 0)),
-            access_log=access_log)
+            access_log=access_log,
+            max_copy_size=int(settings.get("max_copy_size", 1 << 30)))
 
         if args.check:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"

@@ -97,6 +97,11 @@ class EngineSession:
     def interrupt(self) -> None:
         """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
 
+    def copy_in(self, table: str, columns: list[str] | None,
+                rows: list[list[str | None]]) -> int:
+        """Insert ``rows`` of text values (None for NULL) into ``table``, all or none."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -285,6 +290,29 @@ class _AnalyticalSession(EngineSession):
         if self.engine.running is self:
             self.engine.db.con.interrupt()
 
+    def copy_in(self, table: str, columns: list[str] | None,
+                rows: list[list[str | None]]) -> int:
+        import pyarrow as pa
+
+        if self.privileges is not None and not self.privileges.admin:
+            raise StatementError("permission denied: only admin users may write to the "
+                                 "analytical database", "42501")
+        if self.recording:
+            self.last_tables = {table.lower()}
+        with self.engine.lock:
+            try:
+                names = columns or [c for c, _ in self.engine.db.table(table).columns]
+                for i, row in enumerate(rows):
+                    if len(row) != len(names):
+                        raise StatementError(f"COPY row {i + 1} has {len(row)} fields for "
+                                             f"{len(names)} columns", "22P04")
+                data = pa.table({n: pa.array([r[j] for r in rows], pa.string())
+                                 for j, n in enumerate(names)})
+                self.engine.db.insert(table, data)
+            except Exception as exc:
+                raise statement_error(exc) from None
+        return len(rows)
+
     def close(self) -> None:
         if self._parser is not None:
             self._parser.close()
@@ -321,6 +349,10 @@ def _sqlite_value(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
     return str(value)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 _TABLE_OPS = {apsw.SQLITE_READ, apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE}
@@ -420,6 +452,37 @@ class _SQLiteSession(EngineSession):
 
     def interrupt(self) -> None:
         self.conn.interrupt()
+
+    def copy_in(self, table: str, columns: list[str] | None,
+                rows: list[list[str | None]]) -> int:
+        if not rows:
+            return 0
+        width = len(rows[0])
+        for i, row in enumerate(rows):
+            if len(row) != width:
+                raise StatementError(f"COPY row {i + 1} has {len(row)} fields, the first "
+                                     f"has {width}", "22P04")
+        cols = f" ({', '.join(_quote(c) for c in columns)})" if columns else ""
+        sql = f"INSERT INTO {'.'.join(_quote(p) for p in table.split('.'))}{cols} " \
+              f"VALUES ({', '.join('?' * width)})"  # noqa: S608 - identifiers quoted
+        if self.recording:
+            self.last_tables = set()
+        with self.lock:
+            cur = self.conn.cursor()
+            try:
+                cur.execute("SAVEPOINT cryptdisk_copy")
+                try:
+                    cur.executemany(sql, rows, can_cache=self.can_cache)
+                except BaseException:
+                    cur.execute("ROLLBACK TO cryptdisk_copy")
+                    raise
+                finally:
+                    cur.execute("RELEASE cryptdisk_copy")
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                cur.close()
+        return len(rows)
 
     def close(self) -> None:
         try:

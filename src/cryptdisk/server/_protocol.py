@@ -274,6 +274,32 @@ def parse_frontend(kind: bytes, body: bytes) -> Message:
                         "(COPY and the function call protocol are not implemented)")
 
 
+def parse_copy_message(kind: bytes, body: bytes) -> tuple[str, bytes]:
+    """A message during COPY FROM STDIN: ("data", bytes), ("done", b""), ("fail", reason),
+    ("ignore", b"") for Flush and Sync, which PostgreSQL also ignores there."""
+    if kind == b"d":
+        return "data", body
+    if kind == b"c":
+        if body:
+            raise ProtocolError("CopyDone message has a body")
+        return "done", b""
+    if kind == b"f":
+        r = _Reader(body, "CopyFail")
+        reason = r.cstring()
+        r.done()
+        return "fail", reason.encode()
+    if kind in (b"H", b"S"):
+        if body:
+            raise ProtocolError(f"message {kind.decode()} has a body")
+        return "ignore", b""
+    raise ProtocolError(f"unexpected message type {kind!r} during COPY FROM STDIN")
+
+
+def copy_response(kind: bytes, columns: int) -> bytes:
+    """CopyInResponse (G) or CopyOutResponse (H), text format."""
+    return message(kind, struct.pack("!bh", 0, columns) + struct.pack("!h", 0) * columns)
+
+
 def result_format(formats: Sequence[int], index: int) -> int:
     """The format of column/parameter ``index`` under Bind's rules (none, one for all, each)."""
     if not formats:
@@ -361,6 +387,7 @@ def notice_response(text: str) -> bytes:
     return message(b"N", b"SNOTICE\0VNOTICE\0C00000\0M" + cstr(text) + b"\0")
 
 
+COPY_DONE = message(b"c")
 PARSE_COMPLETE = message(b"1")
 BIND_COMPLETE = message(b"2")
 CLOSE_COMPLETE = message(b"3")

@@ -59,7 +59,8 @@ class Server:
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_connections: int = 100, login_timeout: float = 60.0,
                  idle_timeout: float = 0, statement_timeout: float = 0,
-                 access_log: AccessLog | None = None) -> None:
+                 access_log: AccessLog | None = None,
+                 max_copy_size: int = 1 << 30) -> None:
         if ssl_context is None and not plaintext_loopback:
             raise ServerError("no TLS certificate configured and plaintext is not allowed",
                               hint="give --cert/--key (or [server] cert/key), or "
@@ -80,6 +81,7 @@ class Server:
         self.idle_timeout = idle_timeout or None          # 0: no limit
         self.statement_timeout = statement_timeout or None
         self.access_log = access_log
+        self.max_copy_size = max_copy_size
         self.draining = False
         self.sessions: set[Session] = set()
         self._by_pid: dict[int, Session] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import secrets
 import struct
 import time
@@ -46,6 +47,14 @@ class _Portal:
     result: Result | None = None
     sent: int = 0
     described_columns: list[tuple[str, int]] | None = field(default=None)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _quote_name(name: str) -> str:
+    return ".".join(_quote(p) for p in name.split("."))
 
 
 _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
@@ -123,6 +132,16 @@ class Session:
         if length < 8 or length > P.MAX_STARTUP_LENGTH:
             raise ProtocolError(f"invalid startup packet length {length}")
         return P.parse_startup(await self.reader.readexactly(length - 4))
+
+    async def _read_raw(self) -> tuple[bytes, bytes]:
+        head = await self.reader.readexactly(5)
+        kind, length = head[:1], struct.unpack("!i", head[1:])[0]
+        if length < 4:
+            raise ProtocolError(f"invalid message length {length}")
+        if length - 4 > self.server.max_message_size:
+            raise ProtocolError(f"message of {length - 4} bytes exceeds the server's "
+                                f"max_message_size ({self.server.max_message_size} bytes)")
+        return kind, await self.reader.readexactly(length - 4) if length > 4 else b""
 
     async def _read(self) -> P.Message:
         head = await self.reader.readexactly(5)
@@ -339,6 +358,9 @@ class Session:
         if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
+        if head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
+            raise StatementError("COPY FROM STDIN / TO STDOUT works in a simple query only "
+                                 "(not through Parse/Bind/Execute)", "0A000")
         handled = await self.server.handle_statement(self, sql, params)
         if handled is not None:
             return handled
@@ -410,12 +432,62 @@ class Session:
             return
         for st in statements:
             try:
-                result = await self._execute(st, [])
+                if (_sqltext.first_words(st, 1) or [""])[0] == "COPY" and \
+                        re.search(r"\b(STDIN|STDOUT)\b", st, re.I):
+                    result = await self._copy(st)
+                else:
+                    result = await self._execute(st, [])
             except StatementError as exc:
                 self._error(exc)
                 return
             self._send_result(result, (), 0, None)
             await self.flush()
+
+    async def _copy(self, sql: str) -> Result:
+        """COPY ... FROM STDIN / TO STDOUT (simple query protocol only)."""
+        from ._copy import decode_rows, encode_rows, parse_copy
+
+        if self.failed:
+            raise StatementError("current transaction is aborted, commands ignored until end "
+                                 "of transaction block", "25P02")
+        st = parse_copy(sql)
+        assert self.engine is not None
+        engine = self.engine
+        if st.direction == "out":
+            cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
+            query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
+            result = await self._execute(query, [])
+            names = [n for n, _ in result.columns or []]
+            self.send(P.copy_response(b"H", len(names)))
+            for chunk in encode_rows(st, names, result.rows):
+                self.send(P.message(b"d", chunk))
+                if len(self.out) > 256:
+                    await self.flush()
+            self.send(P.COPY_DONE)
+            return Result(None, [], f"COPY {len(result.rows)}")
+        self.send(P.copy_response(b"G", len(st.columns or [])))
+        await self.flush()
+        data, limit = [], self.server.max_copy_size
+        size = 0
+        while True:
+            kind, body = P.parse_copy_message(*await self._read_raw())
+            if kind == "data":
+                size += len(body)
+                if size > limit:
+                    raise ProtocolError(f"COPY data exceeds the server's max_copy_size "
+                                        f"({limit} bytes)")
+                data.append(body)
+            elif kind == "fail":
+                raise StatementError(f"COPY from stdin failed: {body.decode()}", "57014")
+            elif kind == "done":
+                break
+        rows = decode_rows(st, b"".join(data))
+        await self._begin(engine, "IMMEDIATE")
+        try:
+            count = await self.call(engine.copy_in, st.table or "", st.columns, rows)
+        except Exception as exc:
+            raise statement_error(exc) from None
+        return Result(None, [], f"COPY {count}")
 
     def _send_result(self, result: Result, formats: tuple[int, ...], max_rows: int,
                      portal: _Portal | None, *, describe: bool = True) -> bool:
