@@ -3,12 +3,16 @@ encrypted SQLite databases in a :class:`Repository`."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import io
 import os
 import random
+import shutil
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -17,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..db import Database
-from ..errors import BackupError, DiskFileNotFoundError
+from ..errors import BackupError, CryptdiskError, DiskFileNotFoundError
 from ..keys import Keyring
 from . import _chunker
 from ._repo import ChunkProblem, Repository
@@ -56,25 +60,56 @@ class _Hashing:
 
 
 class _Writer:
+    """Chunks, compresses, encrypts and stores on a few threads (zstd, AES-GCM and
+    fsync release the GIL); :meth:`finish` waits until every chunk is durable."""
+
+    WORKERS = 4
+    IN_FLIGHT = 16
+
     def __init__(self, repo: Repository, progress: Progress | None) -> None:
         self.repo = repo
         self.progress = progress
         self.chunks = 0
         self.new = 0
         self.stored = 0
+        self.done = 0
+        self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="cryptdisk-backup")
+        self._queue: deque[Future[tuple[str, int]] | None] = deque()
 
     def store(self, stream: BinaryIO | _Hashing) -> list[str]:
         names = []
         for data in _chunker.chunks(stream, self.repo.keys.seed):  # type: ignore[arg-type]
-            name, written = self.repo.put_chunk(data)
+            name = self.repo.keys.chunk_name(data)
             names.append(name)
             self.chunks += 1
-            if written:
+            if self.repo.claim_chunk(name):
                 self.new += 1
-                self.stored += written
-            if self.progress is not None:
-                self.progress(self.chunks, self.stored)
+                self._queue.append(self._pool.submit(self.repo.put_chunk, data, name))
+            else:
+                self._queue.append(None)
+            while len(self._queue) > self.IN_FLIGHT or (self._queue and (
+                    self._queue[0] is None or self._queue[0].done())):
+                self._pop()
         return names
+
+    def _pop(self) -> None:
+        item = self._queue.popleft()
+        if item is not None:
+            self.stored += item.result()[1]
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.stored)
+
+    def finish(self) -> None:
+        """Wait for every chunk (raising the first failure)."""
+        while self._queue:
+            self._pop()
+
+    def close(self) -> None:
+        for item in self._queue:
+            if item is not None:
+                item.cancel()
+        self._pool.shutdown(wait=True)
 
 
 class _PartMoved(Exception):
@@ -153,19 +188,24 @@ def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = No
     path = os.path.abspath(os.fspath(source))
     w = _Writer(repo, progress)
     with repo.lock(exclusive=False):
-        repo._known = None  # list the chunks now, under the lock
-        if os.path.isdir(path):
-            body = _backup_db(path, config, w)
-            nbytes = sum(p["bytes"] for t in body["tables"] for p in t["parts"])
-            nfiles = sum(len(t["parts"]) for t in body["tables"])
-        elif os.path.isfile(path):
-            if keyring is None:
-                raise BackupError(f"{path} is a file: back up an encrypted SQLite database "
-                                  "with its keyring", hint="--config CONFIG or --key-file FILE")
-            body = _backup_sqlite(path, keyring, w)
-            nbytes, nfiles = body["file"]["bytes"], 1
-        else:
-            raise BackupError(f"nothing to back up at {path}")
+        repo.forget_chunks()  # list the chunks now, under the lock
+        try:
+            if os.path.isdir(path):
+                body = _backup_db(path, config, w)
+                nbytes = sum(p["bytes"] for t in body["tables"] for p in t["parts"])
+                nfiles = sum(len(t["parts"]) for t in body["tables"])
+            elif os.path.isfile(path):
+                if keyring is None:
+                    raise BackupError(f"{path} is a file: back up an encrypted SQLite "
+                                      "database with its keyring",
+                                      hint="--config CONFIG or --key-file FILE")
+                body = _backup_sqlite(path, keyring, w)
+                nbytes, nfiles = body["file"]["bytes"], 1
+            else:
+                raise BackupError(f"nothing to back up at {path}")
+            w.finish()  # every chunk durable before the manifest names it
+        finally:
+            w.close()
         ids = repo.manifest_ids()
         prev = None
         if ids:
@@ -316,6 +356,20 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     return _restore_db(repo, m, dest, config, tables)
 
 
+def _remove_sqlite(dest: str) -> None:
+    for suffix in ("", "-wal", "-journal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest + suffix)
+
+
+def _new_sqlite(dest: str, keyring: Keyring, sqlite_connect: Any) -> Any:
+    try:
+        return sqlite_connect(dest, keyring=keyring)
+    except BaseException:
+        _remove_sqlite(dest)
+        raise
+
+
 def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str,
                     keyring: Keyring) -> dict[str, Any]:
     from ..sqlite import connect as sqlite_connect
@@ -327,20 +381,42 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str,
     mem = apsw.Connection(":memory:")
     try:
         mem.deserialize("main", bytes(image))
-        dst = sqlite_connect(dest, keyring=keyring)
+        dst = _new_sqlite(dest, keyring, sqlite_connect)
         try:
             with dst.backup("main", mem, "main") as b:
                 b.step(-1)
             if m.get("wal"):
                 dst.execute("PRAGMA journal_mode=WAL")
             ok = dst.execute("PRAGMA integrity_check").fetchall()
-        finally:
+        except BaseException:
             dst.close()
+            _remove_sqlite(dest)
+            raise
+        dst.close()
     finally:
         mem.close()
     if ok != [("ok",)]:
+        _remove_sqlite(dest)
         raise BackupError(f"{dest}: the restored database fails integrity_check: {ok[:3]}")
     return {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
+
+
+def _part_batches(repo: Repository, t: dict[str, Any], schema: pa.Schema,
+                  counted: list[int], errors: list[BackupError]) -> Iterable[pa.RecordBatch]:
+    """The rows of a table's parts, each part checked against the manifest first."""
+    for i, p in enumerate(t["parts"]):
+        try:
+            data = _assemble(repo, p["chunks"], p["bytes"], p["sha256"],
+                             f"table {t['name']} part {i}")
+            table = pq.read_table(pa.BufferReader(data))
+            if table.num_rows != p["rows"]:
+                raise BackupError(f"table {t['name']} part {i}: {table.num_rows} rows, "
+                                  f"the manifest says {p['rows']}")
+        except BackupError as exc:  # DuckDB, reading this stream, would rewrap it
+            errors.append(exc)
+            raise
+        counted.append(table.num_rows)
+        yield from table.select(schema.names).cast(schema).to_batches()
 
 
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
@@ -350,8 +426,11 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
         if name not in known:
             raise BackupError(f"backup {m['id']} has no table {name!r} "
                               f"(tables: {', '.join(sorted(known)) or 'none'})")
+    key_file = dest + ".key"
+    had_key = os.path.exists(key_file)
     db = Database(dest, config)
     rows = 0
+    errors: list[BackupError] = []
     try:
         for t in m["tables"]:
             if only and t["name"] not in only:
@@ -363,19 +442,27 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             if t["policy"] != "default":
                 sql += f" SETTINGS storage_policy = '{t['policy']}'"
             db.sql(sql)
-            for i, p in enumerate(t["parts"]):
-                data = _assemble(repo, p["chunks"], p["bytes"], p["sha256"],
-                                 f"table {t['name']} part {i}")
-                table = pq.read_table(pa.BufferReader(data))
-                if table.num_rows != p["rows"]:
-                    raise BackupError(f"table {t['name']} part {i}: {table.num_rows} rows, "
-                                      f"the manifest says {p['rows']}")
-                if table.num_rows:
-                    db.insert(t["name"], table)
-                rows += table.num_rows
+            schema = db.arrow_schema(db.table(t["name"]))
+            counted: list[int] = []
+            reader = pa.RecordBatchReader.from_batches(
+                schema, _part_batches(repo, t, schema, counted, errors))
+            try:
+                db.insert(t["name"], reader)  # one commit per table
+            except CryptdiskError:
+                if errors:
+                    raise errors[0] from None
+                raise
+            rows += sum(counted)
         db.check()
-    finally:
+    except BaseException:
         db.close()
+        # the restore made TARGET (and its key): leave nothing half-restored behind
+        shutil.rmtree(dest, ignore_errors=True)
+        if not had_key and config is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(key_file)
+        raise
+    db.close()
     return {"kind": "db", "path": dest, "rows": rows}
 
 

@@ -62,6 +62,7 @@ class Repository:
         self._aead_chunk = AESGCM(keys.chunk)
         self._aead_manifest = AESGCM(keys.manifest)
         self._known: set[str] | None = None
+        self._claimed: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<cryptdisk.backup.Repository {self.url!r} id={self.id}>"
@@ -220,19 +221,42 @@ class Repository:
                 names.add(leaf)
         return names
 
-    def put_chunk(self, data: bytes) -> tuple[str, int]:
-        """Store a chunk unless the repository has it; (name, bytes written, 0 if deduped)."""
-        name = self.keys.chunk_name(data)
+    def forget_chunks(self) -> None:
+        """List the stored chunks again at the next :meth:`has_chunk`."""
+        self._known = None
+        self._claimed = set()
+
+    def has_chunk(self, name: str) -> bool:
+        """Whether the repository has (or this process is writing) chunk ``name``."""
         if self._known is None:
             self._known = self.chunk_names()
-        if name in self._known:
+        return name in self._known
+
+    def put_chunk(self, data: bytes, name: str | None = None) -> tuple[str, int]:
+        """Store a chunk unless the repository has it; (name, bytes written, 0 if deduped).
+
+        Thread-safe for distinct chunks once :meth:`has_chunk` has listed the chunks.
+        """
+        name = name or self.keys.chunk_name(data)
+        if self.has_chunk(name) and not self._writing(name):
             return name, 0
         nonce = os.urandom(12)
         blob = nonce + self._aead_chunk.encrypt(
             nonce, zstandard.ZstdCompressor(level=3).compress(data), name.encode())
         self._put(self.chunk_path(name), blob)
-        self._known.add(name)
         return name, len(blob)
+
+    def claim_chunk(self, name: str) -> bool:
+        """Mark ``name`` as being written by this process; False if it is already stored."""
+        if self.has_chunk(name):
+            return False
+        assert self._known is not None
+        self._known.add(name)
+        self._claimed.add(name)
+        return True
+
+    def _writing(self, name: str) -> bool:
+        return name in self._claimed
 
     def get_chunk(self, name: str) -> bytes:
         """A chunk's plaintext, authenticated; :class:`BackupError` names a bad chunk."""
@@ -264,6 +288,7 @@ class Repository:
             self.fs.rm_file(self.chunk_path(name))
         if self._known is not None:
             self._known.discard(name)
+        self._claimed.discard(name)
 
     def remove_temporaries(self) -> int:
         """Delete temporaries of interrupted writes (local repositories; call under the
