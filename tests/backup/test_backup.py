@@ -299,3 +299,28 @@ def test_prune_removes_temporaries_of_killed_writes(tmp_path: Path) -> None:
     (d / ".tmp-deadbeef").write_bytes(b"half a chunk")
     prune(repo, keep_last=1)
     assert not (d / ".tmp-deadbeef").exists()
+
+
+def test_restore_under_a_new_config_with_a_plain_table(tmp_path: Path) -> None:
+    from cryptdisk.config import load_config
+    from tests.db.dbhelpers import write_config
+
+    src = tmp_path / "a.db"
+    make_db(src, rows=1000)
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE p (x BIGINT) SETTINGS storage_policy = 'plain'")
+    db.sql("INSERT INTO p SELECT range FROM range(10)")
+    db.close()
+    repo = _repo(tmp_path)
+    s = create(repo, src)
+    new = tmp_path / "new"
+    new.mkdir()
+    cfg = write_config(new, [4], 4)
+    restore(repo, s.id, tmp_path / "r.db", config=load_config(cfg))
+    assert not (tmp_path / "r.db.key").exists()  # the config's keys, not a new key file
+    r = cryptdisk.connect(tmp_path / "r.db", load_config(cfg), read_only=True)
+    assert r.query("SELECT count(*), sum(x) FROM p") == [(10, 45)]
+    assert r.query("SELECT count(*) FROM t") == [(1000,)]
+    assert r.query("SELECT storage_policy, is_encrypted FROM system.tables "
+                   "WHERE name = 'p'") == [("plain", False)]
+    r.close()
