@@ -46,6 +46,29 @@ def make_ca_and_server(directory: Path) -> tuple[Path, Path, Path]:
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     paths[2].chmod(0o600)
+    (directory / "ca.key").write_bytes(ca_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return paths
+
+
+def make_client(directory: Path, name: str, ca_dir: Path) -> tuple[Path, Path]:
+    """A client certificate with CN=name signed by the CA in ca_dir: (cert, key)."""
+    ca = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    paths = directory / f"{name}.pem", directory / f"{name}.key"
+    paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    paths[1].chmod(0o600)
     return paths
 
 

@@ -173,3 +173,31 @@ def test_psql_verify_full(start_server, sqlite_engine, certs, tmp_path) -> None:
     out = subprocess.run(["psql", bad, "-Atc", "SELECT 1"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode != 0 and "certificate verify failed" in out.stderr
+
+
+def test_client_certificate_required_per_user(start_server, sqlite_engine, certs,
+                                              tmp_path) -> None:
+    from tests.server.certs import make_ca_and_server, make_client
+
+    ca, cert, key = certs
+    srv = start_server(sqlite_engine, ssl_context=server_context(cert, key, client_ca=ca))
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("CREATE USER dora PASSWORD 'dora pw' CLIENTCERT")
+        assert ("dora", False, "SCRAM-SHA-256 + client certificate", 4096) in \
+            admin.execute("SELECT * FROM system.users").fetchall()
+    dora = {**srv.dsn, "user": "dora", "password": "dora pw"}
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(**dora)                                   # no certificate
+    other_cert, other_key = make_client(tmp_path, "eve", ca.parent)
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(**dora, sslcert=str(other_cert), sslkey=str(other_key))  # not hers
+    (tmp_path / "rogue").mkdir()
+    make_ca_and_server(tmp_path / "rogue")                        # a CA the server does not know
+    rogue_cert, rogue_key = make_client(tmp_path / "rogue", "dora", tmp_path / "rogue")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(**dora, sslcert=str(rogue_cert), sslkey=str(rogue_key))
+    dora_cert, dora_key = make_client(tmp_path, "dora", ca.parent)
+    with psycopg.connect(**dora, sslcert=str(dora_cert), sslkey=str(dora_key)) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    with psycopg.connect(**srv.dsn) as c:  # users without CLIENTCERT need no certificate
+        assert c.execute("SELECT 1").fetchone() == (1,)

@@ -18,7 +18,8 @@ __all__ = ["register"]
 PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
-             "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size"}
+             "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size",
+             "client_ca"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
                   f"{certificate_fingerprint(cert)}")
         if bool(cert) != bool(key):
             raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
-        ctx = server_context(cert, key) if cert and key else None
+        ctx = server_context(cert, key, settings.get("client_ca")) if cert and key else None
         binding = None
         if cert:
             from cryptography import x509

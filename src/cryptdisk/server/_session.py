@@ -60,6 +60,17 @@ def _quote_name(name: str) -> str:
 _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 
 
+def _common_name(cert: Any) -> str | None:
+    """The subject CN of a client certificate the TLS handshake verified (None: none sent)."""
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
 def _close_quietly(engine: EngineSession) -> None:
     try:
         engine.close()
@@ -94,6 +105,7 @@ class Session:
         peer = writer.get_extra_info("peername")
         self.peer_host: str | None = peer[0] if isinstance(peer, tuple) else None
         self.tls = False
+        self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
         self.engine: EngineSession | None = None
         self.statements: dict[str, _Statement] = {}
@@ -215,6 +227,7 @@ class Session:
                     raise ProtocolError("unencrypted data after an SSLRequest")
                 await self.writer.start_tls(ctx)
                 self.tls = True
+                self.client_cert_name = _common_name(self.writer.get_extra_info("peercert"))
                 continue
             if isinstance(msg, P.CancelRequest):
                 self.server.cancel(msg.process_id, msg.secret_key)

@@ -17,8 +17,13 @@ from ..errors import ServerError
 __all__ = ["certificate_fingerprint", "end_point_hash", "self_signed", "server_context"]
 
 
-def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> ssl.SSLContext:
-    """A server context: TLS 1.2 or 1.3 (1.3 when the client has it), forward-secret AEAD only."""
+def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
+                   client_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """A server context: TLS 1.2 or 1.3 (1.3 when the client has it), forward-secret AEAD only.
+
+    ``client_ca``: client certificates are asked for and, when sent, must chain to it
+    (users marked CLIENTCERT must then present one whose CN is their name).
+    """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")  # TLS 1.2; 1.3's suites are all AEAD
@@ -28,6 +33,13 @@ def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str]) ->
     except (OSError, ssl.SSLError) as exc:
         raise ServerError(f"cannot load the TLS certificate {os.fspath(cert)} and key "
                           f"{os.fspath(key)}: {exc}") from None
+    if client_ca is not None:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        try:
+            ctx.load_verify_locations(os.fspath(client_ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ServerError(f"cannot load the client CA {os.fspath(client_ca)}: {exc}") \
+                from None
     return ctx
 
 

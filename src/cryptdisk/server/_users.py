@@ -7,7 +7,7 @@ verifier and admin flag. It never holds a password.
 Statements handled before the engine sees them::
 
     CREATE USER name [WITH] PASSWORD '...' [ADMIN]
-    ALTER USER name [WITH] PASSWORD '...' | ADMIN | NOADMIN
+    ALTER USER name [WITH] PASSWORD '...' | ADMIN | NOADMIN | CLIENTCERT | NOCLIENTCERT
     DROP USER [IF EXISTS] name
     GRANT SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON [TABLE] t [, ...] TO name [, ...]
     REVOKE ... ON [TABLE] t [, ...] FROM name [, ...]
@@ -89,8 +89,12 @@ class UserStore:
     def is_admin(self, name: str) -> bool:
         return bool(self.users.get(name, {}).get("admin"))
 
+    def needs_clientcert(self, name: str) -> bool:
+        return bool(self.users.get(name, {}).get("clientcert"))
+
     def set_user(self, name: str, password: str | None = None, *, admin: bool | None = None,
-                 create: bool = False, verifier: str | None = None) -> None:
+                 create: bool = False, verifier: str | None = None,
+                 clientcert: bool | None = None) -> None:
         """Create (``create=True``) or change a user; the verifier is made here, salted."""
         if not name or "\0" in name:
             raise ServerError("a user name must be non-empty")
@@ -114,6 +118,8 @@ class UserStore:
                 user["verifier"] = made
             if admin is not None:
                 user["admin"] = admin
+            if clientcert is not None:
+                user["clientcert"] = clientcert
             before = self.users.get(name)
             self.users[name] = user
             try:
@@ -173,7 +179,8 @@ class UserStore:
                 for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
 
     def rows(self) -> list[tuple[str, bool, str, int]]:
-        return [(n, bool(u.get("admin")), "SCRAM-SHA-256",
+        return [(n, bool(u.get("admin")),
+                 "SCRAM-SHA-256" + (" + client certificate" if u.get("clientcert") else ""),
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
 
 
@@ -219,7 +226,11 @@ class ScramAuthenticator:
                         secrets.token_bytes(32))
 
     async def login(self, session: Session, user: str) -> None:
-        scram = ScramServer(self.store.verifier(user), self._fake(user),
+        verifier = self.store.verifier(user)
+        if verifier is not None and self.store.needs_clientcert(user) \
+                and session.client_cert_name != user:
+            verifier = None  # fails like a wrong password, after the same exchange
+        scram = ScramServer(verifier, self._fake(user),
                             self.channel_binding if session.tls else None)
         session.send(P.auth_sasl(scram.mechanisms()))
         try:
@@ -294,7 +305,8 @@ class ScramAuthenticator:
                 self.store.drop_user(name, missing_ok=bool(m[1]))
                 return Result(None, [], "DROP ROLE")
             m = re.fullmatch(rf"\s*(CREATE|ALTER)\s+USER\s+({_NAME})((?:\s+(?:WITH|PASSWORD\s+"
-                             rf"{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN))*)\s*;?\s*",
+                             rf"{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN|CLIENTCERT|"
+                             r"NOCLIENTCERT))*)\s*;?\s*",
                              sql, re.I | re.S)
             if not m:
                 raise StatementError(f"syntax: {words[0]} USER name [WITH] PASSWORD '...' "
@@ -306,14 +318,18 @@ class ScramAuthenticator:
                 _STRING, "", options))} - {"WITH", "PASSWORD", "LOGIN"}
             make_admin = (True if flags & {"ADMIN", "SUPERUSER"} else
                           False if flags & {"NOADMIN", "NOSUPERUSER"} else None)
-            if words[0] == "CREATE" or name != me or make_admin is not None:
+            clientcert = (True if "CLIENTCERT" in flags else
+                          False if "NOCLIENTCERT" in flags else None)
+            if words[0] == "CREATE" or name != me or make_admin is not None \
+                    or clientcert is not None:
                 self._need_admin(admin, "create or change other users")
             verifier = password if password and password.startswith("SCRAM-SHA-256$") else None
             if password and password.startswith(("md5", "SCRAM-")) and verifier is None:
                 raise StatementError("only SCRAM-SHA-256 verifiers are accepted", "22023")
             try:
                 self.store.set_user(name, None if verifier else password, admin=make_admin,
-                                    create=words[0] == "CREATE", verifier=verifier)
+                                    create=words[0] == "CREATE", verifier=verifier,
+                                    clientcert=clientcert)
             except ValueError as exc:
                 raise StatementError(str(exc), "22023") from None
             return Result(None, [], f"{words[0]} ROLE")
