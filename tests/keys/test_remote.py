@@ -29,7 +29,7 @@ class FakeKms(RemoteKeyProvider):
     keys: ClassVar[dict[str, bytes]] = {}
     calls: ClassVar[list[str]] = []
 
-    def connect(self, what: str) -> int:
+    def connect(self, what: str, key_id: int) -> int:
         self.aead = AESGCM(self.keys.setdefault(self.value["key"], os.urandom(32)))
         return 32
 
@@ -147,6 +147,7 @@ def test_registering_a_source_name():
 def test_unknown_provider_install_hint(tmp_path: Any, monkeypatch):
     monkeypatch.setitem(_provider._KNOWN, "aws-kms", {"class": "no_such_module_x:Cls",
                                                       "err": "pip install 'cryptdisk[kms]'"})
+    _provider._loaded.pop("aws-kms", None)  # as in a process that has not imported it yet
     path = tmp_path / "c.toml"
     path.write_text('[keyring]\n[[keyring.keys]]\nid = 1\nsource = "aws-kms"\n')
     with pytest.raises(KeySourceError, match="cannot be imported") as info:

@@ -57,9 +57,10 @@ class RemoteKeyProvider(KeyProvider):
       (unknown or missing field: :class:`TypeError` completing "key N: NAME ...") and
       reads no secret. A PIN or credential is only ever named (an environment
       variable, a file), never given inline.
-    * :meth:`connect` is called once, when the config is loaded: it opens the
-      session or client, finds the key, checks what the service can tell (a PKCS#11
-      key must be sensitive and non-extractable) and returns the key's size in bytes.
+    * :meth:`connect` (``what`` names the key in messages) is called once, when the
+      config is loaded: it opens the session or client, finds the key, checks what
+      the service can tell (a PKCS#11 key must be sensitive and non-extractable) and
+      returns the key's size in bytes.
       It fails with :class:`~cryptdisk.errors.KeyProviderError` within a timeout.
     * :meth:`check_value` returns 8 bytes that depend only on the key (written in
       every header so a wrong key is told from a tampered one) and reveal nothing.
@@ -93,8 +94,11 @@ class RemoteKeyProvider(KeyProvider):
                              "unwraps data keys itself and hands out no key material")
 
     @abc.abstractmethod
-    def connect(self, what: str) -> int:
-        """Open the provider, find and check the key; its size in bytes (16 or 32)."""
+    def connect(self, what: str, key_id: int) -> int:
+        """Open the provider, find and check the key; its size in bytes (16 or 32).
+
+        ``key_id`` is the keyring id of the entry (a provider may bind it to its key).
+        """
 
     @abc.abstractmethod
     def check_value(self) -> bytes:
@@ -224,7 +228,7 @@ class ProviderKey(Key):
             raise TypeError(f"expected a RemoteKeyProvider, not {type(provider).__name__}")
         if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
             raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id!r}")
-        size = provider.connect(what or f"key {key_id}")
+        size = provider.connect(what or f"key {key_id}", key_id)
         alg = Algorithm.parse(algorithm) if algorithm is not None else Algorithm.for_key_size(
             size)
         self._id = key_id

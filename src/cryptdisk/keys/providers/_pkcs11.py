@@ -103,7 +103,7 @@ class Pkcs11Provider(RemoteKeyProvider):
     def describe(self) -> str:
         return f"pkcs11 token {self.value['token']!r} key {self.value['key']!r}"
 
-    def connect(self, what: str) -> int:
+    def connect(self, what: str, key_id: int) -> int:
         with self._lock:
             self._open(what)
             return int(self._key[self._attr.VALUE_LEN])

@@ -1,0 +1,152 @@
+"""The aws-kms provider against moto's KMS in server mode on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+import cryptdisk
+from cryptdisk.errors import ConfigError, KeyProviderError
+from cryptdisk.format import Header
+from cryptdisk.keys import Keyring, ProviderKey
+from cryptdisk.keys.providers import _aws_kms, create_aws_kms_wrapped_key
+
+from .conftest import write
+
+SECRET = "aws-secret-do-not-leak-0815"
+ENV = {"AWS_ACCESS_KEY_ID": "AKIDTESTING", "AWS_SECRET_ACCESS_KEY": SECRET,
+       "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture
+def kms(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """moto's server on a free loopback port: (endpoint, a new KMS key's id)."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")
+        key = client.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+        yield endpoint, key
+    finally:
+        server.stop()
+
+
+def _entry(endpoint: str, kms_key: str, key_id: int = 6, extra: str = "") -> str:
+    return (f'[[keyring.keys]]\nid = {key_id}\nsource = "aws-kms"\nkms_key = "{kms_key}"\n'
+            f'wrapped_key = "k{key_id}.kms"\nregion = "us-east-1"\nendpoint = "{endpoint}"\n'
+            f"timeout = 2\n{extra}")
+
+
+def _ring(tmp_path: Path, endpoint: str, kms_key: str, key_id: int = 6,
+          extra: str = "") -> Keyring:
+    return Keyring.from_config(write(tmp_path, "[keyring]\n" + _entry(endpoint, kms_key, key_id,
+                                                                        extra)))
+
+
+def test_a_file_under_a_kms_wrapped_key(tmp_path, kms):
+    endpoint, kms_key = kms
+    wrapped = tmp_path / "k6.kms"
+    create_aws_kms_wrapped_key(wrapped, kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    assert oct(wrapped.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(KeyProviderError, match="refusing to overwrite"):
+        create_aws_kms_wrapped_key(wrapped, kms_key, key_id=6, region="us-east-1",
+                                   endpoint=endpoint)
+    ring = _ring(tmp_path, endpoint, kms_key)
+    key = ring.current_key()
+    assert isinstance(key, ProviderKey) and key.source == "aws-kms"
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"under kms" * 100)
+    header = Header.parse(path.read_bytes()[:128])
+    assert header.key_id == 6 and header.key_check == key.check_value
+    ring.close()
+    assert key.provider._kek is None  # closing forgot the unwrapped key
+    again = _ring(tmp_path, endpoint, kms_key)  # another process would do the same
+    with cryptdisk.open(path, "rb", keyring=again) as f:
+        assert f.read() == b"under kms" * 100
+
+
+def test_the_unwrapped_key_is_kept_for_kek_seconds_then_zeroed_and_unwrapped_again(
+        tmp_path, kms, monkeypatch):
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    now = [100.0]
+    monkeypatch.setattr(_aws_kms.time, "monotonic", lambda: now[0])
+    key = _ring(tmp_path, endpoint, kms_key, extra="kek_seconds = 60\ncache_entries = 0\n"
+                ).current_key()
+    provider = key.provider
+    assert provider.unwraps == 1
+    held = provider._kek
+    blobs = [key.wrap(bytes([i]) * 32, b"x" * 48) for i in range(20)]
+    assert [key.unwrap(b, b"x" * 48) for b in blobs] == [bytes([i]) * 32 for i in range(20)]
+    assert provider.unwraps == 1  # one KMS call for 40 seals and opens
+    now[0] += 60
+    assert key.unwrap(blobs[0], b"x" * 48) == bytes(32)
+    assert provider.unwraps == 2 and held == bytearray(len(held))
+
+
+def test_a_wrapped_key_is_bound_to_its_keyring_id(tmp_path, kms):
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=5, region="us-east-1",
+                               endpoint=endpoint)
+    with pytest.raises(KeyProviderError, match=r"Decrypt of .* failed") as info:
+        _ring(tmp_path, endpoint, kms_key, key_id=6)
+    assert "InvalidCiphertext" in str(info.value)  # KMS refused the context, not the network
+
+
+def test_kms_unreachable_or_refusing_is_a_clear_error_without_credentials(tmp_path, kms):
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    errors = []
+    with pytest.raises(KeyProviderError, match="Decrypt") as info:
+        _ring(tmp_path, "http://127.0.0.1:9", kms_key)  # nothing listens on port 9
+    errors.append(info.value)
+    (tmp_path / "k6.kms").write_bytes(b"bm90IGEga21zIGJsb2I=\n")
+    with pytest.raises(KeyProviderError, match="Decrypt") as info:
+        _ring(tmp_path, endpoint, kms_key)
+    errors.append(info.value)
+    os.remove(tmp_path / "k6.kms")
+    with pytest.raises(KeyProviderError, match="cannot be read") as info:
+        _ring(tmp_path, endpoint, kms_key)
+    errors.append(info.value)
+    assert all(str(tmp_path / "cryptdisk.toml") in str(e) for e in errors)
+    assert not [e for e in errors if SECRET in str(e) or SECRET in repr(e)]
+
+
+def test_credentials_are_never_config_fields(tmp_path, kms):
+    endpoint, kms_key = kms
+    with pytest.raises(ConfigError, match="does not take aws_secret_access_key"):
+        _ring(tmp_path, endpoint, kms_key, extra=f'aws_secret_access_key = "{SECRET}"\n')
+
+
+def test_a_database_whose_key_is_wrapped_by_kms(tmp_path, kms):
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    cfg = write(tmp_path, "[keyring]\n" + _entry(endpoint, kms_key) + "\n".join([
+        "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
+        "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
+        "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        db.sql("CREATE TABLE t (i BIGINT)")
+        db.sql("INSERT INTO t SELECT i FROM range(500) r(i)")
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        assert db.sql("SELECT sum(i) AS s FROM t").to_pylist() == [{"s": 124750}]
+    parts = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 6 for p in parts)
