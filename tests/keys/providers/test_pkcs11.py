@@ -220,3 +220,21 @@ def test_a_database_whose_key_is_in_the_token(tmp_path, softhsm, key_label, pin_
     parts = [p for p in written if "store" in p.parts]
     assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 7 for p in parts)
     assert not [p for p in written if softhsm.pin.encode() in p.read_bytes()]
+
+
+def test_encrypted_sqlite_whose_key_is_in_the_token(tmp_path, softhsm, key_label, pin_env):
+    import cryptdisk.sqlite
+
+    ring = _ring(tmp_path, softhsm, key_label)
+    path = str(tmp_path / "app.db")
+    db = cryptdisk.sqlite.connect(path, keyring=ring)
+    db.execute("CREATE TABLE t (i INTEGER, s TEXT)")
+    db.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) "
+               "INSERT INTO t SELECT i, 'v' || i FROM n")
+    db.close()
+    ring.close()
+    again = _ring(tmp_path, softhsm, key_label)
+    db = cryptdisk.sqlite.connect(path, keyring=again)
+    assert db.execute("SELECT count(*), max(s) FROM t").fetchall() == [(300, "v99")]
+    db.close()
+    assert Header.parse(Path(path).read_bytes()[:128]).key_check == again.current_key().check_value
