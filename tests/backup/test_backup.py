@@ -268,6 +268,22 @@ def test_s3_repository(tmp_path: Path) -> None:
         restore(again, s.id, tmp_path / "r.db")
         assert content(tmp_path / "r.db") == content(src)
 
+        # prune and create exclude each other through lock markers
+        other = Repository.open("s3://backups/repo", passphrase="pw", storage_options=opts)
+        with again.lock(exclusive=False):
+            with pytest.raises(BackupError, match="busy: another backup or prune"):
+                prune(other, keep_last=1)
+        with again.lock(exclusive=True):
+            with pytest.raises(BackupError, match="busy: a prune runs"):
+                create(other, src)
+        assert prune(other, keep_last=1)[0] == [s.id]  # released: prune runs
+        other._put("backups/repo/locks/create-dead", b"{}")  # a killed backup's marker
+        with pytest.raises(BackupError, match="create-dead") as err:
+            prune(other, keep_last=1)
+        assert "--break-lock" in (err.value.hint or "")
+        prune(other, keep_last=1, break_lock=True)
+        assert verify(other).ok
+
 
 def test_find_backup_by_id_latest_and_time(tmp_path: Path) -> None:
     import datetime as dt

@@ -466,11 +466,15 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
     return {"kind": "db", "path": dest, "rows": rows}
 
 
-def prune(repo: Repository, *, keep_last: int) -> tuple[list[str], int]:
+def prune(repo: Repository, *, keep_last: int, break_lock: bool = False
+          ) -> tuple[list[str], int]:
     """Delete all but the newest ``keep_last`` backups, then every chunk no remaining
-    manifest names. Returns (deleted backup ids, deleted chunks)."""
+    manifest names. Returns (deleted backup ids, deleted chunks). ``break_lock`` first
+    deletes the lock markers that killed processes left on an object store."""
     if keep_last < 1:
         raise BackupError("--keep-last must be at least 1")
+    if break_lock:
+        repo.break_locks()
     with repo.lock(exclusive=True):
         ids = repo.manifest_ids()
         drop = ids[:-keep_last] if len(ids) > keep_last else []

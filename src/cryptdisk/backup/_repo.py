@@ -5,7 +5,8 @@ Layout under the repository's root::
     config                 JSON: format, id, chunker sizes, key wrappings (public)
     chunks/ab/<name>       nonce | AES-256-GCM(zstd(chunk)), name = HMAC-SHA-256(chunk)
     manifests/<backup id>  nonce | AES-256-GCM(zstd(JSON manifest))
-    lock                   held (flock) by create (shared) and prune (exclusive), local only
+    lock                   local: held (flock) by create (shared) and prune (exclusive)
+    locks/<kind>-<id>      elsewhere: markers of running creates and prunes
 
 Every object is written whole and published in one step (a rename on a local
 directory, a single PUT on an object store), chunks before the manifest that
@@ -210,6 +211,7 @@ class Repository:
     def chunk_names(self) -> set[str]:
         """Names of every chunk stored (temporaries of interrupted writes excluded)."""
         base = f"{self.root}/chunks"
+        self.fs.invalidate_cache(base)
         try:
             found = self.fs.find(base)
         except FileNotFoundError:
@@ -310,10 +312,7 @@ class Repository:
 
     def manifest_ids(self) -> list[str]:
         """Ids of complete backups, oldest first (ids sort by time)."""
-        try:
-            found = self.fs.ls(f"{self.root}/manifests", detail=False)
-        except FileNotFoundError:
-            return []
+        found = self._list(f"{self.root}/manifests")
         ids = [p.rstrip("/").rsplit("/", 1)[-1] for p in found]
         return sorted(i for i in ids if not i.startswith("."))
 
@@ -361,13 +360,56 @@ class Repository:
 
     @contextlib.contextmanager
     def lock(self, exclusive: bool) -> Iterator[None]:
-        """Backups hold it shared, prune exclusive (``fcntl`` on a local repository).
+        """Backups hold it shared, prune exclusive.
 
-        On an object store there is no lock: prune must not run while a backup does.
+        A local repository uses ``fcntl`` on ``lock`` (released when a process dies). On
+        other targets each holder first publishes a marker ``locks/<kind>-<id>`` and then
+        lists the others (prune refuses beside any marker, a backup beside a prune's): with
+        the read-after-write consistency of S3 and its peers, of two that start together at
+        least one sees the other. A killed holder leaves its marker: :meth:`break_locks`.
         """
-        if not isinstance(self.fs, LocalFileSystem):
-            yield
+        if isinstance(self.fs, LocalFileSystem):
+            with self._flock(exclusive):
+                yield
             return
+        kind = "prune" if exclusive else "create"
+        me = f"{self.root}/locks/{kind}-{uuid.uuid4().hex}"
+        self._put(me, json.dumps({"kind": kind, "pid": os.getpid(),
+                                  "time": _dt.datetime.now(_dt.UTC).isoformat()}).encode())
+        try:
+            others = [p for p in self._list(f"{self.root}/locks")
+                      if p.rstrip("/") != me and (exclusive or p.rsplit("/", 1)[-1]
+                                                  .startswith("prune-"))]
+            if others:
+                names = ", ".join(p.rsplit("/", 1)[-1] for p in others)
+                what = "another backup or prune holds it" if exclusive else "a prune runs"
+                raise BackupError(f"{self.url} is busy: {what} ({names})",
+                                  hint="try again when it has finished; if no process is "
+                                  "using the repository (a killed one left its marker), "
+                                  "'cryptdisk backup prune --break-lock' removes the markers")
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(me)
+
+    def break_locks(self) -> int:
+        """Delete every lock marker (only when no process uses the repository)."""
+        n = 0
+        for p in self._list(f"{self.root}/locks"):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(p)
+                n += 1
+        return n
+
+    def _list(self, path: str) -> list[str]:
+        self.fs.invalidate_cache(path)  # another process may have written meanwhile
+        try:
+            return [str(p) for p in self.fs.ls(path, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    @contextlib.contextmanager
+    def _flock(self, exclusive: bool) -> Iterator[None]:
         fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:

@@ -78,9 +78,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = repo_parser("prune", "delete old backups and chunks no backup needs",
                     "Keep the newest N backups; delete the others, then every chunk that no "
-                    "remaining backup names. Refused while a backup is being written (local "
-                    "repositories; on object stores do not run it beside a backup).")
+                    "remaining backup names. Refused while a backup is being written.")
     p.add_argument("--keep-last", type=int, required=True, metavar="N")
+    p.add_argument("--break-lock", action="store_true",
+                   help="first delete the lock markers of killed processes (object stores; "
+                   "only when no backup or prune is running)")
     p.set_defaults(func=_prune)
 
     p = repo_parser("keys", "list or add the repository key's wrappings",
@@ -219,7 +221,8 @@ def _restore(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from ..backup import prune
 
-    dropped, deleted = prune(_open(args), keep_last=args.keep_last)
+    dropped, deleted = prune(_open(args), keep_last=args.keep_last,
+                             break_lock=args.break_lock)
     print(f"deleted {len(dropped)} backup(s) and {deleted} chunk(s)")
     return 0
 
