@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "cryptdisk.cli.sqlite",
     "cryptdisk.cli.backup",
     "cryptdisk.cli.serve",
+    "cryptdisk.cli.protect",
 ]
 
 PROG = "cryptdisk"

@@ -1,0 +1,142 @@
+"""Protected ingestion: rules, protect_file, cryptdisk protect, and a kill in the middle."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+import cryptdisk
+from cryptdisk.errors import FieldError, KeyNotFoundError
+from cryptdisk.fields import (
+    FieldKeys,
+    decrypt_deterministic,
+    fpe_decrypt,
+    parse_rule,
+    protect_file,
+    protect_table,
+)
+
+CARDS = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+SRC = str(Path(cryptdisk.__file__).resolve().parents[1])
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "fields.toml"
+    path.write_text(f'[fields.keys.cards]\nhex = "{CARDS}"\n')
+    return path
+
+
+@pytest.fixture
+def keys(config):
+    return FieldKeys.from_config(config)
+
+
+def test_rules_parse_and_refuse_nonsense():
+    rule = parse_rule("pan=tokenize:cards,keep_first=6,keep_last=4,luhn=true")
+    assert (rule.column, rule.function, rule.key) == ("pan", "tokenize", "cards")
+    assert rule.options == {"keep_first": 6, "keep_last": 4, "luhn": True}
+    assert parse_rule("phone=mask_last4").key is None
+    for bad, match in [("pan", "COLUMN="), ("pan=rot13:cards", "unknown function"),
+                       ("pan=encrypt", "needs a field key"), ("p=mask_full:cards", "no key"),
+                       ("p=tokenize:c,keep=1", "unknown option"),
+                       ("p=tokenize:c,luhn=maybe", "true or false")]:
+        with pytest.raises(FieldError, match=match):
+            parse_rule(bad)
+
+
+def test_protect_csv_to_parquet_keeps_text_and_other_columns(tmp_path, keys):
+    src = tmp_path / "in.csv"
+    src.write_text("id,pan,email\n1,0041111111111111,a@x.org\n2,5500005555555559,b@y.org\n")
+    dst = tmp_path / "out.parquet"
+    summary = protect_file(src, dst, [parse_rule("pan=fpe_encrypt:cards"),
+                                      parse_rule("email=encrypt_deterministic:cards")], keys)
+    assert summary.rows == 2
+    out = pq.read_table(dst)
+    assert out.column("id").to_pylist() == [1, 2]
+    pans = out.column("pan")
+    assert all(len(p) == 16 and p.isdigit() for p in pans.to_pylist())
+    assert "0041111111111111" not in dst.read_bytes().decode("latin-1")
+    assert fpe_decrypt(pans, keys["cards"], "pan").to_pylist() == ["0041111111111111",
+                                                                   "5500005555555559"]
+    assert decrypt_deterministic(out.column("email"), keys["cards"]).to_pylist() == [
+        "a@x.org", "b@y.org"]
+
+
+def test_protect_table_names_a_missing_column(keys):
+    with pytest.raises(FieldError, match="no column 'pan'"):
+        protect_table(pa.table({"x": ["1"]}), [parse_rule("pan=mask_full")], keys)
+
+
+def test_a_failure_leaves_the_old_output_and_no_temporary(tmp_path, keys):
+    src = tmp_path / "in.csv"
+    src.write_text("pan\n4111111111111111\n4111111111111112\n")
+    dst = tmp_path / "out.csv"
+    dst.write_text("old\n")
+    with pytest.raises(FieldError, match="row 1 fails the Luhn check"):
+        protect_file(src, dst, [parse_rule("pan=tokenize:cards,luhn=true")], keys)
+    assert dst.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fields.toml", "in.csv", "out.csv"]
+    with pytest.raises(KeyNotFoundError, match="no field key named 'other'"):
+        protect_file(src, dst, [parse_rule("pan=encrypt:other")], keys)
+    with pytest.raises(FieldError, match="no such file"):
+        protect_file(tmp_path / "missing.csv", dst, [parse_rule("pan=mask_full")], keys)
+
+
+def test_an_empty_input_gives_an_empty_protected_output(tmp_path, keys):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"pan": pa.array([], pa.string())}), src)
+    summary = protect_file(src, tmp_path / "out.parquet", [parse_rule("pan=encrypt:cards")],
+                           keys)
+    assert summary.rows == 0 and pq.read_table(tmp_path / "out.parquet").num_rows == 0
+
+
+def test_cli_end_to_end(tmp_path, config):
+    src = tmp_path / "in.csv"
+    src.write_text("pan,name\n4111111111111111,alice\n")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    run = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "protect", str(src), str(tmp_path / "o.csv"),
+         "-c", str(config), "-r", "pan=tokenize:cards,keep_first=6,keep_last=4,luhn=true",
+         "-r", "name=mask_full"], capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "protected 1 rows" in run.stderr
+    row = pacsv.read_csv(tmp_path / "o.csv", convert_options=pacsv.ConvertOptions(
+        column_types={"pan": pa.string()})).to_pylist()[0]
+    assert row["name"] == "*****" and row["pan"][:6] == "411111" and row["pan"][-4:] == "1111"
+    assert row["pan"] != "4111111111111111"
+    bad = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "protect", str(src), str(tmp_path / "p.csv"),
+         "-c", str(config), "-r", "pan=fpe_encrypt:nope"],
+        capture_output=True, text=True, env=env, check=False)
+    assert bad.returncode == 1 and "no field key named 'nope'" in bad.stderr
+    assert CARDS not in bad.stderr and not (tmp_path / "p.csv").exists()
+
+
+def test_killed_mid_way_the_output_is_the_old_one(tmp_path, config):
+    src = tmp_path / "in.parquet"
+    pans = [f"{4000000000000000 + i}" for i in range(150_000)]  # 3 batches of 65,536
+    pq.write_table(pa.table({"pan": pans}), src)
+    dst = tmp_path / "out.parquet"
+    dst.write_bytes(b"old")
+    with subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("protect_child.py")), str(src),
+             str(dst), str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": SRC}) as child:
+        try:
+            assert child.stdout.readline().strip() == "batch 1"
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "batch 2"  # one written, one pending
+        finally:
+            child.kill()
+            child.wait()
+    assert dst.read_bytes() == b"old"
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".protect-")]
+    for path in leftovers:  # a killed run's temporary holds protected values only
+        assert pans[0].encode() not in path.read_bytes()
