@@ -3,13 +3,15 @@
 ``writer db PATH`` / ``writer sqlite PATH KEYFILE``: insert batches of rows forever,
 printing ``committed N`` after each commit (the db writer merges parts now and then).
 ``backup REPO PASSPHRASE SOURCE``: one backup, printing ``chunk N`` after each chunk.
+``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
+waiting for a line on stdin before going on.
 """
 
 from __future__ import annotations
 
 import sys
 
-from cryptdisk.backup import Repository, create
+from cryptdisk.backup import Repository, create, prune
 
 
 def writer_db(path: str) -> None:
@@ -45,11 +47,23 @@ def backup(repo: str, passphrase: str, source: str) -> None:
     print(f"done {s.id} {s.new_chunks}", flush=True)
 
 
+def prune_(repo: str, passphrase: str, keep: str) -> None:
+    r = Repository.open(repo, passphrase=passphrase)
+    def report(n: int) -> None:  # then wait for the parent's go-ahead: it kills here
+        print(f"deleted {n}", flush=True)
+        sys.stdin.readline()
+
+    prune(r, keep_last=int(keep), progress=report)
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     what, *rest = sys.argv[1:]
     if what == "writer" and rest[0] == "db":
         writer_db(rest[1])
     elif what == "writer":
         writer_sqlite(rest[1], rest[2])
+    elif what == "prune":
+        prune_(*rest)
     else:
         backup(*rest)

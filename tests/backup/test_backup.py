@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import apsw
@@ -34,8 +35,12 @@ def test_db_restore_equals_source(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     s = create(repo, src)
     assert s.kind == "db" and s.new_chunks == s.chunks > 0
+    expected = content(src)
+    shutil.rmtree(src)  # the database and its key are lost: the backup is not
+    (tmp_path / "a.db.key").rename(tmp_path / "old.key")
     restore(repo, s.id, tmp_path / "r.db")
-    assert content(tmp_path / "r.db") == content(src)
+    assert content(tmp_path / "r.db") == expected
+    (tmp_path / "old.key").rename(tmp_path / "a.db.key")
     assert (tmp_path / "r.db.key").exists()  # under a new key of its own
     assert (tmp_path / "r.db.key").read_bytes() != (tmp_path / "a.db.key").read_bytes()
     # the repository holds no plaintext of the data

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import cryptdisk
 import cryptdisk.sqlite
-from cryptdisk.backup import Repository, create, restore, verify
+from cryptdisk.backup import Repository, create, prune, restore, verify
 from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
 
 from .helpers import FAST_KDF, content, make_db
@@ -19,19 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = [sys.executable, "-m", "tests.backup.child"]
 
 
-def _spawn(*argv: str) -> subprocess.Popen[str]:
+def _spawn(*argv: str, stdin: int | None = None) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
-    return subprocess.Popen([*CHILD, *argv], stdout=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT)
+    return subprocess.Popen([*CHILD, *argv], stdout=subprocess.PIPE, stdin=stdin, text=True,
+                            env=env, cwd=ROOT)
 
 
 def _wait_for(proc: subprocess.Popen[str], word: str, n: int) -> None:
-    """Read the child's progress until it reports ``word`` number ``n`` or more."""
+    """Read the child's progress until it reports ``word`` number ``n`` or more (a child
+    that waits for a go-ahead after each report gets one, until then)."""
     assert proc.stdout is not None
     for line in proc.stdout:
         parts = line.split()
         if parts and parts[0] == word and int(parts[1]) >= n:
             return
+        if proc.stdin is not None:
+            proc.stdin.write("\n")
+            proc.stdin.flush()
     raise AssertionError(f"the child ended before reporting {word} {n} ({proc.wait()})")
 
 
@@ -65,6 +69,8 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.wait()
     assert proc.stdout is not None
     proc.stdout.close()
+    if proc.stdin is not None:
+        proc.stdin.close()
 
 
 def _committed_state(rows: list[tuple[int, int]]) -> int:
@@ -124,3 +130,30 @@ def test_sqlite_backup_during_inserts_restores_one_committed_state(tmp_path: Pat
         seen.append(_committed_state(r.execute("SELECT b, i FROM w").fetchall()))
         r.close()
     assert seen == sorted(seen) and seen[0] >= 5
+
+
+def test_kill_9_mid_prune_loses_no_chunk_of_a_kept_backup(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=10)
+    url = str(tmp_path / "repo")
+    repo = Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    ids = []
+    for i in range(3):
+        db = cryptdisk.connect(src)
+        db.sql(f"CREATE TABLE g{i} (x VARCHAR)")  # each backup has chunks of its own
+        db.sql(f"INSERT INTO g{i} SELECT md5((range + {i} * 1000000)::VARCHAR) "
+                   "FROM range(100000)")
+        if i:
+            db.sql(f"DROP TABLE g{i - 1}")
+        db.close()
+        ids.append(create(repo, src).id)
+    proc = _spawn("prune", url, "pw", "1", stdin=subprocess.PIPE)
+    _wait_for(proc, "deleted", 2)
+    _kill(proc)
+    assert repo.manifest_ids() == ids[-1:]  # manifests go first
+    assert verify(repo).ok  # every chunk of the kept backup is there and authentic
+    left = len(repo.chunk_names())
+    _dropped, deleted = prune(repo, keep_last=1)
+    assert deleted > 0 and len(repo.chunk_names()) == left - deleted
+    restore(repo, ids[-1], tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == content(src)

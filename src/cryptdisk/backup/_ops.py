@@ -466,8 +466,8 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
     return {"kind": "db", "path": dest, "rows": rows}
 
 
-def prune(repo: Repository, *, keep_last: int, break_lock: bool = False
-          ) -> tuple[list[str], int]:
+def prune(repo: Repository, *, keep_last: int, break_lock: bool = False,
+          progress: Callable[[int], None] | None = None) -> tuple[list[str], int]:
     """Delete all but the newest ``keep_last`` backups, then every chunk no remaining
     manifest names. Returns (deleted backup ids, deleted chunks). ``break_lock`` first
     deletes the lock markers that killed processes left on an object store."""
@@ -489,4 +489,6 @@ def prune(repo: Repository, *, keep_last: int, break_lock: bool = False
         for name in sorted(repo.chunk_names() - referenced):
             repo.delete_chunk(name)
             deleted += 1
+            if progress is not None:
+                progress(deleted)
     return drop, deleted
