@@ -228,7 +228,7 @@ def test_prune_keeps_last_and_deletes_only_unreferenced_chunks(tmp_path: Path) -
     assert len(repo.chunk_names()) == len(before) - deleted
     assert verify(repo).ok  # the chain's pruned link is not a break
     restore(repo, ids[1], tmp_path / "r.db")
-    with pytest.raises(BackupError, match="at least 1"):
+    with pytest.raises(BackupError, match="at least one retention rule"):
         prune(repo, keep_last=0)
 
 
@@ -345,3 +345,28 @@ def test_restore_under_a_new_config_with_a_plain_table(tmp_path: Path) -> None:
     assert r.query("SELECT storage_policy, is_encrypted FROM system.tables "
                    "WHERE name = 'p'") == [("plain", False)]
     r.close()
+
+
+def test_retention_rules() -> None:
+    from cryptdisk.backup import retained
+
+    def bid(day: str, hour: int) -> str:
+        return f"{day}T{hour:02d}0000.000000Z-00000000"
+
+    ids = sorted([bid("20261130", 9), bid("20261130", 18),      # Mon of week 49
+                  bid("20261201", 8), bid("20261201", 20),      # Tue
+                  bid("20261125", 12),                          # Wed of week 48
+                  bid("20261031", 23)])                         # October
+    assert retained(ids, keep_last=2) == [bid("20261201", 8), bid("20261201", 20)]
+    assert retained(ids, keep_daily=2) == [bid("20261130", 18), bid("20261201", 20)]
+    assert retained(ids, keep_weekly=3) == [bid("20261031", 23), bid("20261125", 12),
+                                            bid("20261201", 20)]
+    assert retained(ids, keep_monthly=2) == [bid("20261130", 18), bid("20261201", 20)]
+    assert retained(ids, keep_last=2, keep_monthly=3) == [
+        bid("20261031", 23), bid("20261130", 18), bid("20261201", 8), bid("20261201", 20)]
+    assert retained(ids, keep_daily=100) == [bid("20261031", 23), bid("20261125", 12),
+                                             bid("20261130", 18), bid("20261201", 20)]
+    with pytest.raises(BackupError, match="retention rule"):
+        retained(ids)
+    with pytest.raises(BackupError, match="retention rule"):
+        retained(ids, keep_last=-1, keep_daily=1)

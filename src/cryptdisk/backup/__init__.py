@@ -22,9 +22,10 @@ from ._ops import (
     list_backups,
     prune,
     restore,
+    retained,
     verify,
 )
 from ._repo import ChunkProblem, Repository
 
 __all__ = ["BackupSummary", "ChunkProblem", "Repository", "VerifyReport", "create",
-           "find_backup", "list_backups", "prune", "restore", "verify"]
+           "find_backup", "list_backups", "prune", "restore", "retained", "verify"]

@@ -27,7 +27,7 @@ from . import _chunker
 from ._repo import ChunkProblem, Repository
 
 __all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
-           "restore", "verify"]
+           "restore", "retained", "verify"]
 
 Progress = Callable[[int, int], None]  # (chunks seen, bytes stored so far)
 
@@ -466,19 +466,57 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
     return {"kind": "db", "path": dest, "rows": rows}
 
 
-def prune(repo: Repository, *, keep_last: int, break_lock: bool = False,
+def _backup_time(backup_id: str) -> _dt.datetime:
+    try:
+        return _dt.datetime.strptime(backup_id[:23], "%Y%m%dT%H%M%S.%fZ").replace(
+            tzinfo=_dt.UTC)
+    except ValueError:
+        raise BackupError(f"{backup_id!r} is not a backup id this version wrote") from None
+
+
+def retained(ids: list[str], *, keep_last: int = 0, keep_daily: int = 0,
+             keep_weekly: int = 0, keep_monthly: int = 0) -> list[str]:
+    """The backups (ids sort by time) that the rules keep: the newest ``keep_last``, and the
+    newest backup of each of the newest ``keep_daily`` days, ``keep_weekly`` ISO weeks and
+    ``keep_monthly`` months that have backups (UTC)."""
+    if min(keep_last, keep_daily, keep_weekly, keep_monthly) < 0 or not any(
+            (keep_last, keep_daily, keep_weekly, keep_monthly)):
+        raise BackupError("give at least one retention rule of 1 or more (--keep-last, "
+                          "--keep-daily, --keep-weekly, --keep-monthly)")
+    newest_first = sorted(ids, reverse=True)
+    keep = set(newest_first[:keep_last])
+    buckets: list[tuple[int, Callable[[_dt.datetime], object]]] = [
+        (keep_daily, lambda t: t.date()),
+        (keep_weekly, lambda t: t.isocalendar()[:2]),
+        (keep_monthly, lambda t: (t.year, t.month))]
+    for n, bucket in buckets:
+        seen: set[object] = set()
+        for bid in newest_first:
+            if len(seen) >= n:
+                break
+            b = bucket(_backup_time(bid))
+            if b not in seen:
+                seen.add(b)
+                keep.add(bid)
+    return [i for i in ids if i in keep]
+
+
+def prune(repo: Repository, *, keep_last: int = 0, keep_daily: int = 0,
+          keep_weekly: int = 0, keep_monthly: int = 0, break_lock: bool = False,
           progress: Callable[[int], None] | None = None) -> tuple[list[str], int]:
-    """Delete all but the newest ``keep_last`` backups, then every chunk no remaining
-    manifest names. Returns (deleted backup ids, deleted chunks). ``break_lock`` first
-    deletes the lock markers that killed processes left on an object store."""
-    if keep_last < 1:
-        raise BackupError("--keep-last must be at least 1")
+    """Delete the backups no retention rule keeps (see :func:`retained`), then every chunk
+    no remaining manifest names. Returns (deleted backup ids, deleted chunks).
+    ``break_lock`` first deletes the lock markers that killed processes left on an
+    object store."""
+    rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly,
+             "keep_monthly": keep_monthly}
+    retained([], **rules)  # the rules are valid before anything is touched
     if break_lock:
         repo.break_locks()
     with repo.lock(exclusive=True):
         ids = repo.manifest_ids()
-        drop = ids[:-keep_last] if len(ids) > keep_last else []
-        keep = ids[len(drop):]
+        keep = retained(ids, **rules)
+        drop = [i for i in ids if i not in keep]
         referenced: set[str] = set()
         for bid in keep:  # read before deleting anything: an unreadable manifest stops us
             referenced.update(_manifest_chunks(repo.read_manifest(bid)))

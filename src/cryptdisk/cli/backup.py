@@ -76,10 +76,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_key_options(p, required=False)
     p.set_defaults(func=_restore)
 
-    p = repo_parser("prune", "delete old backups and chunks no backup needs",
-                    "Keep the newest N backups; delete the others, then every chunk that no "
+    p = repo_parser("prune", "delete old backups (keep last/daily/weekly/monthly) and "
+                    "chunks no backup needs",
+                    "Delete the backups no retention rule keeps, then every chunk that no "
                     "remaining backup names. Refused while a backup is being written.")
-    p.add_argument("--keep-last", type=int, required=True, metavar="N")
+    p.add_argument("--keep-last", type=int, default=0, metavar="N",
+                   help="keep the newest N backups")
+    for unit in ("daily", "weekly", "monthly"):
+        p.add_argument(f"--keep-{unit}", type=int, default=0, metavar="N",
+                       help=f"keep the newest backup of each of the newest N "
+                       f"{ {'daily': 'days', 'weekly': 'ISO weeks', 'monthly': 'months'}[unit]} "
+                       "that have backups (UTC)")
     p.add_argument("--break-lock", action="store_true",
                    help="first delete the lock markers of killed processes (object stores; "
                    "only when no backup or prune is running)")
@@ -222,7 +229,8 @@ def _prune(args: argparse.Namespace) -> int:
     from ..backup import prune
 
     dropped, deleted = prune(_open(args), keep_last=args.keep_last,
-                             break_lock=args.break_lock)
+                             keep_daily=args.keep_daily, keep_weekly=args.keep_weekly,
+                             keep_monthly=args.keep_monthly, break_lock=args.break_lock)
     print(f"deleted {len(dropped)} backup(s) and {deleted} chunk(s)")
     return 0
 
