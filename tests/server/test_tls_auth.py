@@ -201,3 +201,23 @@ def test_client_certificate_required_per_user(start_server, sqlite_engine, certs
         assert c.execute("SELECT 1").fetchone() == (1,)
     with psycopg.connect(**srv.dsn) as c:  # users without CLIENTCERT need no certificate
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_psql_dt_lists_tables(start_server, engine, request, certs) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    conninfo = (f"host=localhost port={srv.port} user={USER} dbname=db sslmode=verify-full "
+                f"sslrootcert={certs[0]}")
+    setup = ["CREATE TABLE zeta (a INTEGER)", "CREATE TABLE alpha (b INTEGER)"]
+    if engine == "sqlite_engine":
+        setup.append("CREATE VIEW beta AS SELECT a FROM zeta")
+    args = ["psql", conninfo, "-At"]
+    for st in setup:
+        args += ["-c", st]
+    out = subprocess.run([*args, "-c", "\\dt", "-c", "\\dt al*"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    listed = [line for line in out.stdout.splitlines() if line.startswith("public|")]
+    assert listed == ["public|alpha|table|cryptdisk", "public|zeta|table|cryptdisk",
+                      "public|alpha|table|cryptdisk"]

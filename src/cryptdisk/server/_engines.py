@@ -102,6 +102,10 @@ class EngineSession:
         """Insert ``rows`` of text values (None for NULL) into ``table``, all or none."""
         raise NotImplementedError
 
+    def relations(self) -> list[tuple[str, str]]:
+        """(name, kind) of every table ("r") and view ("v"), for psql's \\dt."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -313,6 +317,10 @@ class _AnalyticalSession(EngineSession):
                 raise statement_error(exc) from None
         return len(rows)
 
+    def relations(self) -> list[tuple[str, str]]:
+        with self.engine.lock:
+            return [(name, "r") for name in sorted(self.engine.db.catalog.tables)]
+
     def close(self) -> None:
         if self._parser is not None:
             self._parser.close()
@@ -452,6 +460,11 @@ class _SQLiteSession(EngineSession):
 
     def interrupt(self) -> None:
         self.conn.interrupt()
+
+    def relations(self) -> list[tuple[str, str]]:
+        result = self.run("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view') "
+                          "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'", [])
+        return [(str(n), "r" if t == "table" else "v") for n, t in result.rows]
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[str | None]]) -> int:
