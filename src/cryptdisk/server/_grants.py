@@ -12,7 +12,12 @@ Admins may do anything. Other users need a grant per table and action
   every table the query names, in subqueries and CTEs too, each of which needs
   ``SELECT``; table functions other than ``range``, ``generate_series`` and
   ``unnest`` (``read_parquet``, ``read_csv``, ...) and file paths used as tables
-  are refused.
+  are refused, and so are the keyed field functions (``decrypt``,
+  ``fpe_encrypt``, ``tokenize``, ``mask_hash``, ... of ``cryptdisk.fields``):
+  they use the server's field keys, and an encrypting one lets a caller test
+  guesses against stored deterministic ciphertexts or tokens. The masks
+  without a key (``mask_full``, ``mask_last4``, ``mask_email``, ``mask_null``)
+  stay open.
 """
 
 from __future__ import annotations
@@ -28,10 +33,15 @@ from ._engines import StatementError
 if TYPE_CHECKING:
     from ._users import UserStore
 
-__all__ = ["ACTIONS", "Privileges", "query_references"]
+__all__ = ["ACTIONS", "KEYED_FIELD_FUNCTIONS", "Privileges", "query_references"]
 
 ACTIONS = ("SELECT", "INSERT", "UPDATE", "DELETE")
 _SAFE_TABLE_FUNCTIONS = {"range", "generate_series", "unnest"}
+#: cryptdisk.fields' SQL functions that use a field key, and the UDFs behind its macros.
+KEYED_FIELD_FUNCTIONS = frozenset({
+    "encrypt", "decrypt", "encrypt_deterministic", "decrypt_deterministic", "fpe_encrypt",
+    "fpe_decrypt", "tokenize", "detokenize", "mask_hash", "__cd_fpe_encrypt",
+    "__cd_fpe_decrypt", "__cd_tokenize", "__cd_detokenize"})
 _SQLITE_ALWAYS = {apsw.SQLITE_SELECT, apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT,
                   apsw.SQLITE_FUNCTION, apsw.SQLITE_RECURSIVE}
 _SQLITE_WRITES = {apsw.SQLITE_INSERT: "INSERT", apsw.SQLITE_UPDATE: "UPDATE",
@@ -94,6 +104,9 @@ class Privileges:
         for table in tables:
             if not self.allowed(table, "SELECT"):
                 raise _denied("SELECT", table)
+        for name in _scalar_functions(sql, con) & KEYED_FIELD_FUNCTIONS:
+            raise StatementError(f"permission denied: function {name} uses a field key "
+                                 "(admin users only)", "42501")
 
 
 def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
@@ -106,6 +119,22 @@ def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
     functions: list[str] = []
     _walk(tree, tables, functions, frozenset())
     return tables, functions
+
+
+def _scalar_functions(sql: str, con: Any) -> set[str]:
+    """The (lower-cased) names of every function a query calls, at any depth."""
+    row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    names: set[str] = set()
+    stack: list[Any] = [json.loads(row[0]) if row else {}]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "FUNCTION" and isinstance(node.get("function_name"), str):
+                names.add(node["function_name"].lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return names
 
 
 def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[str]) -> None:
