@@ -11,6 +11,7 @@ from cryptdisk.errors import FieldError
 from cryptdisk.fields import ALPHABETS, FieldKey, ff1_decrypt, ff1_encrypt, fpe_decrypt, fpe_encrypt
 
 from .vectors_ff1 import SAMPLES
+from .vectors_ff1_acvp import ACVP
 
 
 def _numerals(text):
@@ -114,3 +115,14 @@ def test_the_vector_path_equals_the_integer_path(monkeypatch):
         x = rng.integers(0, c[0], size=(50, c[1]))
         assert (ff1_encrypt(aes, c[0], c[2], x) == fast[c]).all()
         assert (ff1_decrypt(aes, c[0], c[2], fast[c]) == x).all()
+
+
+@pytest.mark.parametrize("tc,alphabet,key,tweak,plain,cipher", ACVP,
+                         ids=[f"acvp{row[0]}" for row in ACVP])
+def test_acvp_ff1_vectors_both_ways(tc, alphabet, key, tweak, plain, cipher):
+    aes = Cipher(algorithms.AES(bytes.fromhex(key)), modes.ECB())
+    index = {c: i for i, c in enumerate(alphabet)}
+    x = np.array([[index[c] for c in plain]])
+    out = ff1_encrypt(aes, len(alphabet), bytes.fromhex(tweak), x)
+    assert "".join(alphabet[int(d)] for d in out[0]) == cipher
+    assert (ff1_decrypt(aes, len(alphabet), bytes.fromhex(tweak), out) == x).all()
