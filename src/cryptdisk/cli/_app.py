@@ -8,6 +8,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from .. import __version__
@@ -72,7 +73,9 @@ def _broken_pipe() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGPIPE)
+    # To this thread, so it arrives before the next line (a signal to the process may be
+    # taken by another thread while this one goes on to exit with a status).
+    signal.pthread_kill(threading.get_ident(), signal.SIGPIPE)
     return 128 + signal.SIGPIPE  # where a signal cannot end the process
 
 
