@@ -53,3 +53,16 @@ def test_a_c_vfs_that_cannot_be_built_is_a_visible_warning_not_a_failure(tmp_pat
     assert expected in done.stderr
     assert FIX in done.stderr and "Python VFS" in done.stderr
     assert not list(tree.rglob("_cvfs*.so"))
+
+
+def test_license_is_an_spdx_expression_with_a_setuptools_that_reads_it():
+    """The table form (license = {text = ...}) is deprecated by setuptools; the SPDX string
+    needs setuptools 77 or later (PEP 639)."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "Apache-2.0"
+    requires = meta["build-system"]["requires"]
+    setuptools = [r.replace(" ", "") for r in requires if r.startswith("setuptools")]
+    assert setuptools and setuptools[0].startswith("setuptools>="), requires
+    assert int(setuptools[0].split(">=")[1].split(".")[0]) >= 77, requires
