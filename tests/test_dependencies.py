@@ -85,7 +85,7 @@ def test_bench_olap_without_numpy_names_the_extra(tmp_path):
 
 def test_the_kms_libraries_are_imported_only_by_their_providers():
     """python-pkcs11 and boto3 (the kms extra) load only when a config names their source."""
-    for root in ("pkcs11", "boto3"):
+    for root in ("pkcs11", "boto3", "kmip"):
         users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                        if root in _imported_roots(p))
         assert all(u.startswith(os.path.join("keys", "providers")) for u in users), users

@@ -103,10 +103,12 @@ _KNOWN: dict[str, dict[str, str]] = {
                       "(e.g. apt-get install softhsm2)"},
     "aws-kms": {"class": "cryptdisk.keys.providers._aws_kms:AwsKmsProvider",
                 "err": "pip install 'cryptdisk[kms]' (boto3)"},
+    "kmip": {"class": "cryptdisk.keys.providers._kmip:KmipProvider",
+             "err": "pip install 'cryptdisk[kms]' (PyKMIP)"},
 }
 _loaded: dict[str, type[KeyProvider]] = {}
 #: providers selected by ``source = "NAME"`` (they keep their key; see RemoteKeyProvider)
-_SOURCES: set[str] = {"pkcs11", "aws-kms"}
+_SOURCES: set[str] = {"pkcs11", "aws-kms", "kmip"}
 _entry_points_read = False
 
 #: The providers of ClickHouse's raw-character keys, which only ClickHouse disks accept.

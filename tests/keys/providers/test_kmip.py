@@ -1,0 +1,212 @@
+"""The kmip provider against PyKMIP's server, started on loopback with mutual TLS."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+import cryptdisk
+from cryptdisk.errors import ConfigError, KeyProviderError
+from cryptdisk.format import Header
+from cryptdisk.keys import Keyring, ProviderKey
+from cryptdisk.keys.providers import kmip_client
+
+from .conftest import write
+
+HERE = Path(__file__).parent
+AD = bytes(range(48))
+
+
+@dataclass(frozen=True)
+class Server:
+    root: Path
+    port: int
+
+
+def _certs(root: Path) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def save(path: str, cert: x509.Certificate | None, key: ec.EllipticCurvePrivateKey | None):
+        data = b""
+        if cert is not None:
+            data += cert.public_bytes(serialization.Encoding.PEM)
+        if key is not None:
+            data += key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.TraditionalOpenSSL,
+                                      serialization.NoEncryption())
+        (root / path).write_bytes(data)
+        (root / path).chmod(0o600)
+
+    def build(subject: str, issuer: x509.Name, public, signer, *, ca: bool = False, eku=None):
+        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
+             .public_key(public).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(hours=1))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if eku is not None:
+            b = b.add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
+        if eku == ExtendedKeyUsageOID.SERVER_AUTH:
+            b = b.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    for prefix in ("", "other-"):  # other-: a CA the server does not trust
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = build(f"{prefix}test ca", name(f"{prefix}test ca"), ca_key.public_key(), ca_key,
+                   ca=True)
+        save(f"{prefix}ca.pem", ca, None)
+        for role, eku in (("server", ExtendedKeyUsageOID.SERVER_AUTH),
+                          ("client", ExtendedKeyUsageOID.CLIENT_AUTH)):
+            key = ec.generate_private_key(ec.SECP256R1())
+            save(f"{prefix}{role}.pem", build("cryptdisk" if role == "client" else "127.0.0.1",
+                                               ca.subject, key.public_key(), ca_key, eku=eku),
+                 None)
+            save(f"{prefix}{role}.key", None, key)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def kmip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("kmip")
+    _certs(root)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "kmip_server.py"), str(root), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+        yield Server(root, port)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _client(server: Server, prefix: str = ""):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kmip.core import enums
+    client = kmip_client("127.0.0.1", server.port, cert=str(server.root / f"{prefix}client.pem"),
+                         key=str(server.root / f"{prefix}client.key"),
+                         ca=str(server.root / "ca.pem"))
+    return client, enums
+
+
+def _make_key(server: Server, name: str, *, activate: bool = True) -> str:
+    client, enums = _client(server)
+    with contextlib.closing(client):
+        uid = client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
+                            cryptographic_usage_mask=[enums.CryptographicUsageMask.ENCRYPT,
+                                                      enums.CryptographicUsageMask.DECRYPT,
+                                                      enums.CryptographicUsageMask.MAC_GENERATE])
+        if activate:
+            client.activate(uid)
+    return str(uid)
+
+
+def _entry(server: Server, key: str, key_id: int = 7, prefix: str = "", extra: str = "") -> str:
+    r = server.root
+    return (f'[[keyring.keys]]\nid = {key_id}\nsource = "kmip"\nhost = "127.0.0.1"\n'
+            f'port = {server.port}\nkey = "{key}"\nclient_cert = "{r}/{prefix}client.pem"\n'
+            f'client_key = "{r}/{prefix}client.key"\nca = "{r}/ca.pem"\ntimeout = 5\n{extra}')
+
+
+def _ring(tmp_path: Path, server: Server, key: str, **kw) -> Keyring:
+    return Keyring.from_config(write(tmp_path, "[keyring]\n" + _entry(server, key, **kw)))
+
+
+def test_seal_and_open_run_on_the_server_in_aes_gcm(tmp_path, kmip_server, request):
+    label = "kek-" + request.node.name
+    uid = _make_key(kmip_server, label)
+    key = _ring(tmp_path, kmip_server, label).current_key()
+    assert isinstance(key, ProviderKey) and key.source == "kmip"
+    dek = os.urandom(32)
+    blob = key.wrap(dek, AD)
+    assert len(blob) == 12 + 32 + 16
+    client, enums = _client(kmip_server)  # the server's own key opens the slot: it sealed it
+    with contextlib.closing(client):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        raw = client.get(uid).value  # PyKMIP hands its owner the key (no non-extractable keys)
+        _, mac = client.mac(b"cryptdisk key check v1", uid,
+                            algorithm=enums.CryptographicAlgorithm.HMAC_SHA256)
+    assert AESGCM(bytes(raw)).decrypt(blob[:12], blob[12:], AD) == dek
+    assert key.check_value == bytes(mac)[:8]
+    key.cache.clear()
+    assert key.unwrap(blob, AD) == dek
+    with pytest.raises(InvalidTag):
+        key.unwrap(blob, AD[:-1] + b"\0")
+    with pytest.raises(InvalidTag):
+        key.unwrap(blob[:-1] + bytes([blob[-1] ^ 1]), AD)
+
+
+def test_a_file_and_a_database_under_a_kmip_key(tmp_path, kmip_server, request):
+    label = "kek-" + request.node.name
+    _make_key(kmip_server, label)
+    ring = _ring(tmp_path, kmip_server, label)
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"kmip" * 999)
+    ring.close()
+    with cryptdisk.open(path, "rb", keyring=_ring(tmp_path, kmip_server, label)) as f:
+        assert f.read() == b"kmip" * 999
+    cfg = write(tmp_path, "[keyring]\n" + _entry(kmip_server, label) + "\n".join([
+        "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
+        "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
+        "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        db.sql("CREATE TABLE t (i BIGINT)")
+        db.sql("INSERT INTO t SELECT i FROM range(100) r(i)")
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        assert db.sql("SELECT sum(i) AS s FROM t").to_pylist() == [{"s": 4950}]
+    parts = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 7 for p in parts)
+
+
+def test_mutual_tls_and_key_problems_are_clear_errors(tmp_path, kmip_server, request):
+    label = "kek-" + request.node.name
+    _make_key(kmip_server, label + "-inactive", activate=False)
+    with pytest.raises(KeyProviderError, match="cannot connect"):
+        _ring(tmp_path, kmip_server, label, prefix="other-")  # a client the server's CA did
+    with pytest.raises(KeyProviderError, match="0 keys have that name"):  # not sign
+        _ring(tmp_path, kmip_server, "no-such-key")
+    with pytest.raises(KeyProviderError, match="not active"):
+        _ring(tmp_path, kmip_server, label + "-inactive")
+    (kmip_server.root / "client.key").chmod(0o644)
+    try:
+        with pytest.raises(KeyProviderError, match="accessible by group or others"):
+            _ring(tmp_path, kmip_server, label)
+    finally:
+        (kmip_server.root / "client.key").chmod(0o600)
+    with pytest.raises(ConfigError, match="does not take password"):
+        _ring(tmp_path, kmip_server, label, extra='password = "x"\n')
+
+
+def test_an_unreachable_server_fails_within_the_timeout(tmp_path, kmip_server):
+    text = "[keyring]\n" + _entry(kmip_server, "k").replace(f"port = {kmip_server.port}",
+                                                             f"port = {_free_port()}")
+    with pytest.raises(KeyProviderError, match="cannot connect"):
+        Keyring.from_config(write(tmp_path, text))
