@@ -6,6 +6,7 @@ import logging
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pkcs11
 import pytest
@@ -47,7 +48,7 @@ def key_label(softhsm: Token, request: pytest.FixtureRequest) -> str:
     return label
 
 
-def _ring(tmp_path: Path, token: Token, label: str, **kw: str) -> Keyring:
+def _ring(tmp_path: Path, token: Token, label: str, **kw: Any) -> Keyring:
     return Keyring.from_config(write(tmp_path, "[keyring]\n" + entry_toml(token, label, **kw)))
 
 
@@ -238,3 +239,25 @@ def test_encrypted_sqlite_whose_key_is_in_the_token(tmp_path, softhsm, key_label
     assert db.execute("SELECT count(*), max(s) FROM t").fetchall() == [(300, "v99")]
     db.close()
     assert Header.parse(Path(path).read_bytes()[:128]).key_check == again.current_key().check_value
+
+
+def test_rotation_moves_files_from_a_key_file_into_the_token(tmp_path, softhsm, key_label,
+                                                             pin_env):
+    from cryptdisk.keys import Key, rewrap_tree, write_key_file
+
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    both = Keyring.from_config(write(tmp_path, "[keyring]\ncurrent_key_id = 2\n"
+                                     "[[keyring.keys]]\nid = 1\nfile = \"k1.hex\"\n"
+                                     + entry_toml(softhsm, key_label, key_id=2)))
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(5):
+        with cryptdisk.open(data / f"f{i}", "wb", keyring=both.with_current(1)) as f:
+            f.write(b"row %d" % i)
+    summary = rewrap_tree([data], both)
+    assert summary.rewrapped == 5
+    token_only = _ring(tmp_path, softhsm, key_label, key_id=2)
+    for i in range(5):
+        assert Header.parse((data / f"f{i}").read_bytes()[:128]).key_id == 2
+        with cryptdisk.open(data / f"f{i}", "rb", keyring=token_only) as f:
+            assert f.read() == b"row %d" % i
