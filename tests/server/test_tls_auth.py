@@ -10,6 +10,7 @@ import ssl
 import struct
 import subprocess
 
+import pg8000.native
 import psycopg
 import pytest
 
@@ -139,6 +140,14 @@ def test_user_statements(start_server, sqlite_engine) -> None:
         assert rows == [("bob", False, "SCRAM-SHA-256", 4096), (USER, True, "SCRAM-SHA-256", 4096)]
         with pytest.raises(psycopg.errors.FeatureNotSupported):
             admin.execute("CREATE ROLE analysts")
+    native = pg8000.native.Connection(user=USER, password=PASSWORD, host="localhost",
+                                      port=srv.port, ssl_context=ssl.create_default_context(
+                                          cafile=srv.dsn["sslrootcert"]))
+    try:  # pg8000 describes the prepared statement before it binds: the same columns
+        assert native.run("SELECT * FROM system.users")[0] == ["bob", False, "SCRAM-SHA-256",
+                                                              4096]
+    finally:
+        native.close()
     bob = {**srv.dsn, "user": "bob", "password": "b's pw"}
     with psycopg.connect(**bob, autocommit=True) as c:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -575,6 +575,9 @@ class Session:
                     assert self.engine is not None
                     if _sqltext.first_words(st.sql, 1) and self.server.handles(st.sql):
                         st.columns = None
+                        if _sqltext.first_words(st.sql, 1)[0] in ("SELECT", "SHOW"):
+                            listed = await self.server.handle_statement(self, st.sql, [])
+                            st.columns = listed.columns if listed is not None else None
                     else:
                         st.columns = await self.call(self.engine.describe, st.sql)
                     st.described = True
