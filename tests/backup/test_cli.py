@@ -32,6 +32,10 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert [b["id"] for b in json.loads(r.stdout)] == [bid]
     r = run("verify", repo, "--passphrase-env", "BK_PASS")
     assert r.returncode == 0 and r.stdout.startswith("ok:"), r.stderr
+    r = run("verify", repo, "--passphrase-env", "BK_PASS", "--sample", "50%")
+    assert r.returncode == 0 and " of " in r.stdout, r.stderr
+    r = run("verify", repo, "--passphrase-env", "BK_PASS", "--sample", "0")
+    assert r.returncode == 2 and "percentage in (0, 100]" in r.stderr
     r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--passphrase-env", "BK_PASS")
     assert r.returncode == 0, r.stderr
     assert content(tmp_path / "r.db") == content(src)

@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "Authenticate every manifest, their chain and every chunk they name; name "
                     "each missing or damaged chunk and the backups it affects. Exit status 1 "
                     "if anything is wrong.")
-    p.add_argument("--sample", type=float, metavar="PCT",
-                   help="check only PCT percent of the chunks, chosen at random")
+    p.add_argument("--sample", type=_percent, metavar="PCT",
+                   help="check only PCT percent of the chunks (5 or 5%%), chosen at random")
     p.set_defaults(func=_verify)
 
     p = repo_parser("restore", "restore a backup into a new path",
@@ -101,6 +101,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--add-key-file", metavar="PATH")
     p.add_argument("--add-key-id", type=int, default=1, metavar="N")
     p.set_defaults(func=_keys)
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage in (0, 100]")
+    return value
 
 
 def _env(var: str) -> str:
