@@ -140,15 +140,18 @@ def test_verify_names_missing_tampered_truncated_chunks_and_their_backups(
     b2 = create(repo, src).id
     assert verify(repo).ok
     files = _corrupt(repo, tmp_path)
-    assert len(files) >= 4
+    assert len(files) >= 5
     files[0].unlink()
     data = bytearray(files[1].read_bytes())
     data[40] ^= 1
     files[1].write_bytes(bytes(data))
     files[2].write_bytes(files[2].read_bytes()[:-5])
+    files[3].write_bytes(files[4].read_bytes())  # a valid chunk under another name
     report = verify(repo)
     assert not report.ok
-    assert set(report.problems) == {files[0].name, files[1].name, files[2].name}
+    assert set(report.problems) == {files[0].name, files[1].name, files[2].name,
+                                    files[3].name}
+    assert "tampered" in report.problems[files[3].name][0]
     assert report.problems[files[0].name][0] == "missing"
     assert "tampered" in report.problems[files[1].name][0]
     for _problem, backups in report.problems.values():
@@ -171,6 +174,9 @@ def test_tampered_or_swapped_manifest_is_refused(tmp_path: Path) -> None:
     m2.write_bytes(m1.read_bytes())  # a valid manifest under another id
     report = verify(repo)
     assert b2 in report.bad_manifests
+    listed = list_backups(repo)
+    assert listed[0]["id"] == b1 and "error" not in listed[0]
+    assert listed[1]["id"] == b2 and "fails authentication" in listed[1]["error"]
     with pytest.raises(BackupError, match="fails authentication"):
         restore(repo, b2, tmp_path / "r.db")
 

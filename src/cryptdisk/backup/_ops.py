@@ -222,9 +222,15 @@ def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = No
 
 
 def list_backups(repo: Repository) -> list[dict[str, Any]]:
-    out = []
+    """Every backup, oldest first; one whose manifest does not authenticate is listed with
+    an ``error`` (``verify`` says more)."""
+    out: list[dict[str, Any]] = []
     for bid in repo.manifest_ids():
-        m = repo.read_manifest(bid)
+        try:
+            m = repo.read_manifest(bid)
+        except BackupError as exc:
+            out.append({"id": bid, "error": str(exc)})
+            continue
         out.append({k: m.get(k) for k in ("id", "time", "kind", "source", "bytes", "chunks",
                                           "new_chunks", "stored_bytes", "catalog_version")})
     return out

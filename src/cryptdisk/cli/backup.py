@@ -190,11 +190,14 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     for r in rows:
+        if "error" in r:
+            print(f"{r['id']}  DAMAGED: {r['error']}")
+            continue
         print(f"{r['id']}  {r['kind']:6}  {r['bytes']:>14} bytes  "
               f"{r['stored_bytes']:>12} stored  {r['source']}")
     if not rows:
         print("no backups")
-    return 0
+    return 1 if any("error" in r for r in rows) else 0
 
 
 def _verify(args: argparse.Namespace) -> int:
