@@ -190,3 +190,9 @@ def test_sigkill_workers_and_daemon_die_and_next_run_reaps_scratch(tmp_path):
     assert fresh.reaped == [stale] and not stale.exists()
     fresh.run()
     assert list(work.iterdir()) == [] and _mounts_under(tmp_path) == []
+
+
+def test_case_is_for_oltp_only(tmp_path):
+    r = _bench("crypto", "--case", "wal", "--workdir", str(tmp_path))
+    assert r.returncode == 1 and "--case picks oltp cases" in r.stderr
+    assert "Traceback" not in r.stderr

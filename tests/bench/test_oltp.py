@@ -21,35 +21,54 @@ def test_with_two_strategies_neither_always_follows_the_other():
     assert firsts == {"plain", "cryptdisk"}
 
 
-def test_paired_rounds_measure_both_strategies_in_turn(tmp_path):
-    from cryptdisk.bench._oltp_pairs import paired_ratios
-    from cryptdisk.bench.oltp import BIG_CACHE_KIB, Case
+def test_one_case_in_paired_rounds(tmp_path, monkeypatch):
+    """``cryptdisk bench oltp --case TEXT`` runs only the matching case, every strategy in
+    rotated paired rounds, each run a worker that starts the clients."""
+    from cryptdisk.bench import BenchOptions, Measurement, _oltp_pg
+    from cryptdisk.bench.oltp import run
 
-    case = Case("tpcb-like", 1, "delete", "full", BIG_CACHE_KIB, 1)
-    ratios, runs = paired_ratios(case, 2, 0.3, str(tmp_path))
-    assert len(ratios) == 2 and all(r > 0 for r in ratios)
-    assert [len(runs[s]) for s in ("plain", "cryptdisk")] == [2, 2]
-    assert all(r["txns"] > 0 for figures in runs.values() for r in figures)
-    assert ratios[0] == runs["cryptdisk"][0]["tps"] / runs["plain"][0]["tps"]
-    raw = (tmp_path / "cryptdisk.db").read_bytes()
-    assert b"pgbench_accounts" not in raw  # the cryptdisk side is the encrypted store
+    monkeypatch.setattr(_oltp_pg, "find_pg_bin", lambda: None)  # PostgreSQL: not this test's
+
+    got: list = []
+    name = "tpcb-like scale=1 in-cache delete+full clients=1"
+    run(BenchOptions(tmp_path, quick=True, duration=0.3, repeats=2, case="delete+full"),
+        got.append, lambda *a: None)
+    ms = {m.strategy: m for m in got if isinstance(m, Measurement) and m.case == name}
+    assert {"plain", "cryptdisk"} <= set(ms)
+    assert {m.case for m in got if isinstance(m, Measurement)} == {name}  # no other case ran
+    for m in ms.values():
+        assert len(m.values) == 2 and all(v > 0 for v in m.values) and m.work > 0
+        assert m.extra["p50_ms"] > 0 and m.peak_rss_mb > 0
+    assert ms["cryptdisk"].extra["baseline"] == "plain"
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_the_pairs_tool_prints_each_ratio_their_median_and_its_interval(monkeypatch, capsys):
-    import re
+def test_an_unknown_case_names_the_cases(tmp_path):
+    import pytest
+
+    from cryptdisk.bench import BenchOptions
+    from cryptdisk.bench.oltp import run
+
+    with pytest.raises(ValueError, match=r"no oltp case matches --case 'nope' \(cases: "
+                       r"select-only scale=1 in-cache wal\+normal clients=1;"):
+        run(BenchOptions(tmp_path, quick=True, case="nope"), lambda m: None, lambda *a: None)
+
+
+def test_many_paired_rounds_give_the_median_a_bootstrap_interval():
     import statistics
-    import sys
 
-    from cryptdisk.bench import _oltp_pairs
+    from cryptdisk.bench import Measurement, Results, summary_lines
+    from cryptdisk.bench._stats import median_interval, paired_ratio
 
-    monkeypatch.setattr(sys, "argv", ["_oltp_pairs", "select-only", "--rounds", "3",
-                                      "--duration", "0.3"])
-    _oltp_pairs.main()
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    m = re.search(r"per round \[(.*)\]; median ([\d.]+) "
-                  r"\(90% bootstrap interval ([\d.]+)-([\d.]+)\)", last)
-    assert m, last
-    ratios = [float(x) for x in m.group(1).split(", ")]
-    median, low, high = (float(m.group(i)) for i in (2, 3, 4))
-    assert len(ratios) == 3 and median == round(statistics.median(ratios), 3)
-    assert min(ratios) <= low <= median <= high <= max(ratios)
+    plain = [100.0, 104.0, 98.0, 101.0, 99.0, 103.0]
+    ours = [96.0, 99.0, 95.0, 97.0, 96.0, 100.0]
+    ratios = [a / b for a, b in zip(ours, plain, strict=True)]
+    r = paired_ratio(ours, plain)
+    assert r.median == statistics.median(ratios) and r.interval == median_interval(ratios)
+    assert min(ratios) <= r.interval[0] <= r.median <= r.interval[1] <= max(ratios)
+    assert paired_ratio(ours[:4], plain[:4]).interval is None  # too few rounds for one
+    res = Results({}, {}, "cmd")
+    res.record(Measurement("oltp", "c", "plain", "TPS", plain))
+    res.record(Measurement("oltp", "c", "cryptdisk", "TPS", ours))
+    line = next(x for x in summary_lines(res) if "cryptdisk" in x)
+    assert f"x{r.median:.2f} [90% {r.interval[0]:.3f}-{r.interval[1]:.3f}]" in line

@@ -66,6 +66,8 @@ def _row(m: Measurement, peers: list[Measurement]) -> str:
     lo, hi = m.spread
     if ratio:
         r = f"{ratio.median:.2f} ({ratio.low:.2f}-{ratio.high:.2f})"
+        if ratio.interval:
+            r += f" [90% {ratio.interval[0]:.3f}-{ratio.interval[1]:.3f}]"
     else:
         r = "baseline" if any(baseline_for(p, peers) is m for p in peers) else "-"
     cr = f"{cpu_ratio.median:.2f}" if cpu_ratio else "-"
@@ -186,6 +188,8 @@ def summary_lines(results: Results) -> list[str]:
             base = baseline_for(m, ms)
             ratio = ratio_of(m, base) if base else None
             rr = f"  x{ratio.median:.2f}" if ratio else ""
+            if ratio and ratio.interval:
+                rr += f" [90% {ratio.interval[0]:.3f}-{ratio.interval[1]:.3f}]"
             rss = f"  rss {m.peak_rss_mb:.0f} MB" if m.peak_rss_mb else ""
             cpu = f"  cpu {m.cpu_per_gb:.2f} s/GB" if m.cpu_per_gb is not None else ""
             lo, hi = m.spread

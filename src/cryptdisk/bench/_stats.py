@@ -17,12 +17,18 @@ from ._model import Measurement
 __all__ = ["Ratio", "median_interval", "paired_ratio", "ratio_of"]
 
 
+#: Paired rounds from which a ratio also gets a bootstrap interval for its median.
+INTERVAL_ROUNDS = 5
+
+
 @dataclass(frozen=True)
 class Ratio:
     median: float
     low: float
     high: float
     paired: bool  # True when computed round by round
+    #: 90% bootstrap interval of the median, from INTERVAL_ROUNDS paired rounds or more
+    interval: tuple[float, float] | None = None
 
     def percent_change(self) -> float:
         return (self.median - 1.0) * 100.0
@@ -34,7 +40,8 @@ def paired_ratio(a: list[float], b: list[float]) -> Ratio:
         raise ValueError("ratio of an empty series")
     if len(a) == len(b) and all(x > 0 for x in b):
         rs = [x / y for x, y in zip(a, b, strict=True)]
-        return Ratio(statistics.median(rs), min(rs), max(rs), True)
+        interval = median_interval(rs) if len(rs) >= INTERVAL_ROUNDS else None
+        return Ratio(statistics.median(rs), min(rs), max(rs), True, interval)
     med = statistics.median(a) / statistics.median(b)
     return Ratio(med, med, med, False)
 

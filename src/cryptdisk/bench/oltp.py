@@ -67,7 +67,8 @@ class Case:
 
 
 def cases(options: BenchOptions) -> list[Case]:
-    """The run's cases: fewer clients and one small scale in quick mode."""
+    """The run's cases: fewer clients and one small scale in quick mode (``--case`` then
+    picks among them by name)."""
     cores = os.cpu_count() or 1
     clients = [1, 2] if options.quick else sorted({1, cores, 2 * cores})
     big = 1 if options.quick else 4
@@ -149,7 +150,10 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  "(docs/sqlite.md, \"Durability\").")
     with experiment_dir(options, "oltp") as workdir:
         strategies = _strategies(record)
-        todo = cases(options)
+        todo = [c for c in cases(options) if options.case is None or options.case in c.name]
+        if not todo:
+            raise ValueError(f"no oltp case matches --case {options.case!r} (cases: "
+                             + "; ".join(c.name for c in cases(options)) + ")")
         specs = _prepare(workdir, strategies, {c.scale for c in todo}, progress)
         for case in todo:
             runs = [Strategy(s, "cryptdisk.bench._bodies_oltp:run_case", dict(

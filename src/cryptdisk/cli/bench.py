@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
                    help="seconds per timed test (io, oltp, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
     p.add_argument("--threads", type=_positive(int), help="threads (default: one per core)")
+    p.add_argument("--case", metavar="TEXT",
+                   help="oltp: only the cases whose name contains TEXT (e.g. 'wal+full "
+                   "clients=1'); with many --repeats, for a tighter paired ratio")
     p.add_argument("--size", type=_size,
                    help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
     p.add_argument("--no-venv", dest="side_venvs", action="store_false",
@@ -79,6 +82,8 @@ def register(subparsers: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
+    if args.case is not None and args.experiment != "oltp":
+        raise BenchUsageError("--case picks oltp cases; use it with 'cryptdisk bench oltp'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None
@@ -106,7 +111,7 @@ def _handle(args: argparse.Namespace) -> int:
     with Cleanup(args.workdir) as cleanup:
         options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
                                args.repeats, args.threads, args.size, args.side_venvs,
-                               cleanup)
+                               args.case, cleanup)
         results = new_results(command, options)
         with progress_bar() as progress:
             for name in names:
