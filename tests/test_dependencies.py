@@ -100,3 +100,27 @@ def test_the_kms_libraries_are_imported_only_by_their_providers():
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "pip install 'cryptdisk[kms]'"
+
+
+def test_dask_is_imported_only_by_cryptdisk_dask():
+    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if _imported_roots(p) & {"dask", "distributed"})
+    assert users, "the scan found no dask import at all (is the path right?)"
+    assert [u for u in users if not u.startswith("dask" + os.sep)] == []
+
+
+def test_cryptdisk_dask_without_dask_names_the_extra(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE.parent), env.get("PYTHONPATH"))
+                                        if p)
+    code = ("import sys; sys.modules['dask'] = None; sys.modules['dask.dataframe'] = None\n"
+            "import cryptdisk.dask\n"
+            "from cryptdisk.errors import CryptdiskError\n"
+            "try:\n"
+            f"    cryptdisk.dask.read_table({str(tmp_path / 'db')!r}, 't')\n"
+            "except CryptdiskError as e:\n"
+            "    print(e.hint)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pip install 'cryptdisk[dask]'"

@@ -20,7 +20,7 @@ RANK = {
     "config": 4,
     "db": 5, "sqlite": 5, "fs": 5,
     "(root)": 5.5,  # the easy tier: cryptdisk.open, cryptdisk.connect, over format/keys/db
-    "server": 6, "fields": 6, "backup": 6,
+    "server": 6, "fields": 6, "backup": 6, "dask": 6,
     "bench": 7,
     "cli": 8,
     "__main__": 9,

@@ -44,7 +44,7 @@ from ._columns import (
 )
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
-from ._pushdown import table_filters
+from ._pushdown import filters_from_tuples, table_filters
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
@@ -309,6 +309,94 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}")
             table = self._scan(meta, cols).to_table()
             return table.select(cols)
+
+    def scan_plan(self, name: str, filters: Any = ()) -> list[tuple[str, list[int]]]:
+        """What a scan of table ``name`` under ``filters`` reads: ``(part, row groups)``.
+
+        ``filters`` is ``[(column, op, value), ...]``, AND-ed (see :meth:`read_part`).
+        Parts whose key range and row groups whose statistics rule every row out are
+        left out; ``part`` is the id ``system.parts`` shows. One catalog version answers.
+        """
+        with self._mutex:
+            if self.read_only:
+                self.refresh()
+            meta = self.table(name)
+            flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
+            scan = self._scan(meta, None, flt)
+            plan = []
+            for part in meta.parts:
+                if scan._part_may_match(part):
+                    groups = scan._row_groups(self._open_parts.get(part))
+                    if groups:
+                        plan.append((part.id, groups))
+            return plan
+
+    def read_part(self, name: str, part: str, columns: list[str] | None = None,
+                  filters: Any = (), row_groups: list[int] | None = None) -> pa.Table:
+        """The rows of one part of table ``name`` that pass ``filters``, as Arrow.
+
+        ``part`` is its id (``system.parts``, :meth:`scan_plan`); ``columns`` default to
+        all; ``filters`` is ``[(column, op, value), ...]`` AND-ed, ``op`` one of ``=``,
+        ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``, compared as DuckDB
+        compares (row groups that cannot match are not read); ``row_groups`` limits the
+        read to those. A part the catalog no longer names (merged or dropped since it was
+        planned) raises :class:`~cryptdisk.errors.CatalogError`.
+        """
+        with self._mutex:
+            meta = self.table(name)
+            found = next((p for p in meta.parts if p.id == part), None)
+            if found is None and self.read_only:
+                self.refresh()
+                meta = self.table(name)
+                found = next((p for p in meta.parts if p.id == part), None)
+            if found is None:
+                raise CatalogError(f"table {name} has no part {part!r} in catalog version "
+                                   f"{self.catalog.version} (merged or dropped since the "
+                                   "read was planned?)", hint="plan the read again")
+            names = [c for c, _t in meta.columns]
+            cols = names if columns is None else list(columns)
+            unknown = [c for c in cols if c not in names]
+            if unknown or not cols:
+                raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}"
+                                    if unknown else "read_part: give at least one column")
+            filters = list(filters)
+            flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
+            wanted = set(cols) | {f[0] for f in filters}
+            scan = self._scan(meta, [c for c in names if c in wanted], flt)
+            op = self._open_parts.get(found)
+            groups = scan._row_groups(op)
+            if row_groups is not None:
+                bad = [g for g in row_groups if not 0 <= g < op.num_row_groups]
+                if bad:
+                    raise DatabaseError(f"part {part} has {op.num_row_groups} row groups; "
+                                        f"no row group {bad[0]}")
+                groups = [g for g in groups if g in set(row_groups)]
+            table = pa.Table.from_batches([scan.read_group(op, g) for g in groups],
+                                          schema=scan.schema)
+            if filters:
+                table = self._filter_rows(table, filters)
+            return table.select(cols)
+
+    def _filter_rows(self, table: pa.Table, filters: list[Any]) -> pa.Table:
+        conds, params = [], []
+        for col, op, value in filters:
+            if op in ("in", "not in"):
+                values = list(value)
+                conds.append(f"{quote(col)} {op.upper()} ({', '.join('?' * len(values))})")
+                params += values
+            else:
+                conds.append(f"{quote(col)} {({'==': '=', '!=': '<>'}).get(op, op)} ?")
+                params.append(value)
+        view = "__cd_read_part"
+        self.con.register(view, table)
+        try:
+            got = self.con.sql(f"SELECT * FROM {view} WHERE {' AND '.join(conds)}",
+                               params=params).to_arrow_table()
+        except duckdb.Error as exc:
+            raise DatabaseError(f"filters {filters!r}: {exc}") from None
+        finally:
+            self.con.unregister(view)
+        return got.cast(table.schema)
 
     def _prepare(self, sql: str) -> str:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""

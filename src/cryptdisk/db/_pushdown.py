@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["Filter", "may_match", "table_filters"]
+__all__ = ["Filter", "filters_from_tuples", "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -183,3 +183,61 @@ def may_match(f: Filter, typ: pa.DataType, lo: Any, hi: Any) -> bool:
         return True
     except TypeError:  # statistics of an unexpected type: read it
         return True
+
+
+_TUPLE_OPS = {"=", "==", "!=", "<", "<=", ">", ">=", "in", "not in"}
+
+
+def _pruning_value(v: Any, typ: pa.DataType) -> Any:
+    """``v`` as :func:`may_match` compares it with ``typ``'s statistics, or None (no skipping)."""
+    if isinstance(v, bool):
+        return None
+    if pa.types.is_integer(typ):
+        return v if isinstance(v, int) and -_INT64 <= v < _INT64 else None
+    if pa.types.is_floating(typ):
+        return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return v if isinstance(v, str) else None
+    return None
+
+
+def filters_from_tuples(filters: Any, schema: pa.Schema,
+                        error: type[Exception] = ValueError) -> list[Filter]:
+    """The row-group filters implied by ``[(column, op, value), ...]`` (AND-ed).
+
+    ``op`` is one of ``= == != < <= > >= in, not in``; ``!=``, ``not in`` and values of
+    other types than the column's (integer, floating, VARCHAR) skip nothing. Anything
+    malformed raises ``error``.
+    """
+    names = set(schema.names)
+    out = []
+    for item in filters:
+        if not (isinstance(item, tuple | list) and len(item) == 3):
+            raise error(f"filter {item!r}: expected (column, op, value)")
+        col, op, value = item
+        if col not in names:
+            raise error(f"filter {item!r}: no column {col!r} (columns: "
+                        f"{', '.join(schema.names)})")
+        if op not in _TUPLE_OPS:
+            raise error(f"filter {item!r}: op must be one of {', '.join(sorted(_TUPLE_OPS))}")
+        if op in ("in", "not in"):
+            if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+                raise error(f"filter {item!r}: {op} takes a list of values")
+            value = list(value)
+            if not value:
+                raise error(f"filter {item!r}: {op} takes at least one value")
+        typ = schema.field(col).type
+        if op in ("!=", "not in"):
+            continue
+        if op == "in":
+            vals = [_pruning_value(v, typ) for v in value]
+            if all(v is not None for v in vals):
+                out.append(Filter(col, min(vals), max(vals), tuple(vals)))
+            continue
+        v = _pruning_value(value, typ)
+        if v is None:
+            continue
+        out.append({"=": Filter(col, v, v), "==": Filter(col, v, v), "<": Filter(col, None, v),
+                    "<=": Filter(col, None, v), ">": Filter(col, v, None),
+                    ">=": Filter(col, v, None)}[op])
+    return out

@@ -1,0 +1,158 @@
+"""cryptdisk.dask.read_table on a real LocalCluster: results equal the embedded engine's,
+filters on the key leave out parts, tasks and worker logs carry no key material."""
+
+import pickle
+import subprocess
+import sys
+
+import cloudpickle
+import pandas as pd
+import pytest
+
+import cryptdisk
+import cryptdisk.dask
+from cryptdisk.errors import CatalogError, ConfigError, DatabaseError
+
+from ..db.dbhelpers import write_config
+
+PART_ROWS = 150_000  # 3 row groups of 64Ki rows per part
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """Table t (ORDER BY k) in 3 parts, on an encrypted disk of a TOML config."""
+    tmp = tmp_path_factory.mktemp("daskread")
+    cfg = write_config(tmp, [1], 1)
+    path = tmp / "db"
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k")
+        for i in range(3):
+            db.sql(f"INSERT INTO t SELECT i, md5(i::VARCHAR), i / 7 "
+                   f"FROM range({i * PART_ROWS}, {(i + 1) * PART_ROWS}) r(i)")
+    return path, cfg, (tmp / "k1.hex").read_text().split()[-1]
+
+
+def _engine(path, cfg, sql):
+    with cryptdisk.connect(path, cfg, read_only=True) as db:
+        return db.sql(sql).to_pandas()
+
+
+def _same(got, want):
+    got = got.sort_values(list(got.columns)).reset_index(drop=True)
+    want = want.sort_values(list(want.columns)).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def test_a_table_reads_as_one_partition_per_part_equal_to_the_engine(client, table):
+    path, cfg, _key = table
+    df = cryptdisk.dask.read_table(path, "t", config=cfg)
+    assert df.npartitions == 3
+    assert list(df.columns) == ["k", "s", "f"]
+    got = client.compute(df).result()
+    _same(got, _engine(path, cfg, "SELECT * FROM t"))
+    agg = client.compute(df.groupby(df.k % 10).f.sum()).result().sort_index()
+    want = _engine(path, cfg, "SELECT k % 10 AS g, sum(f) AS f FROM t GROUP BY g")
+    assert agg.to_dict() == pytest.approx(dict(zip(want.g, want.f, strict=True)))
+
+
+def test_a_filter_on_the_key_schedules_only_the_parts_that_can_match(client, table):
+    path, cfg, _key = table
+    lo, hi = PART_ROWS + 10, PART_ROWS + 70_000  # inside the second part, 2 of its row groups
+    df = cryptdisk.dask.read_table(path, "t", ["s", "k"], [("k", ">=", lo), ("k", "<", hi)],
+                                   config=cfg)
+    assert df.npartitions == 1
+    got = client.compute(df).result()
+    assert list(got.columns) == ["s", "k"]
+    _same(got, _engine(path, cfg, f"SELECT s, k FROM t WHERE k >= {lo} AND k < {hi}"))
+    spanning = cryptdisk.dask.read_table(path, "t", filters=[("k", "in", [5, 2 * PART_ROWS])],
+                                         config=cfg)
+    assert spanning.npartitions == 2
+    assert sorted(client.compute(spanning.k).result()) == [5, 2 * PART_ROWS]
+    none = cryptdisk.dask.read_table(path, "t", filters=[("k", ">", 10**9)], config=cfg)
+    assert len(client.compute(none).result()) == 0
+
+
+def test_filters_on_other_columns_equal_the_engine(client, table):
+    path, cfg, _key = table
+    filters = [("f", "<", 1000.5), ("s", ">=", "8"), ("k", "!=", 7)]
+    df = cryptdisk.dask.read_table(path, "t", ["k", "f"], filters, config=cfg)
+    _same(client.compute(df).result(),
+          _engine(path, cfg, "SELECT k, f FROM t WHERE f < 1000.5 AND s >= '8' AND k <> 7"))
+
+
+def test_large_parts_split_into_row_group_partitions(client, table):
+    path, cfg, _key = table
+    df = cryptdisk.dask.read_table(path, "t", ["k"], config=cfg, row_groups_per_partition=1)
+    assert df.npartitions == 9
+    sizes = client.compute(df.map_partitions(len)).result().tolist()
+    assert sum(sizes) == 3 * PART_ROWS and all(0 < n <= 65536 for n in sizes)
+    assert client.compute(df.k.sum()).result() == sum(range(3 * PART_ROWS))
+
+
+def test_tasks_and_worker_logs_carry_no_key_material(client, table):
+    path, cfg, key_hex = table
+    raw = bytes.fromhex(key_hex)
+    needles = [raw, key_hex.encode(), key_hex.upper().encode()]
+    df = cryptdisk.dask.read_table(path, "t", ["k", "s"], [("k", "<", 1000)], config=cfg)
+    graph = dict(df.__dask_graph__())
+    seen = 0
+    for task in graph.values():
+        for blob in (pickle.dumps(task), cloudpickle.dumps(task), repr(task).encode()):
+            assert not any(n in blob for n in needles)
+            seen += str(cfg).encode() in blob  # the scan sees the tasks' arguments
+    assert seen >= 2
+    assert client.compute(df.k.count()).result() == 1000
+    logs = repr(client.get_worker_logs()) + repr(client.get_scheduler_logs())
+    assert "read-table" in repr(client.run_on_scheduler(
+        lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+    assert key_hex not in logs.lower()
+
+
+def test_a_config_object_is_refused_it_would_put_keys_in_the_graph(table):
+    path, cfg, _key = table
+    from cryptdisk.config import load_config
+
+    with pytest.raises(ConfigError, match="path"):
+        cryptdisk.dask.read_table(path, "t", config=load_config(cfg))
+
+
+def test_bad_columns_and_filters_fail_on_the_client(table):
+    path, cfg, _key = table
+    with pytest.raises(DatabaseError, match="no column"):
+        cryptdisk.dask.read_table(path, "t", ["nope"], config=cfg)
+    with pytest.raises(DatabaseError, match="no column"):
+        cryptdisk.dask.read_table(path, "t", filters=[("nope", "=", 1)], config=cfg)
+    with pytest.raises(DatabaseError, match="op must be"):
+        cryptdisk.dask.read_table(path, "t", filters=[("k", "like", 1)], config=cfg)
+    with pytest.raises(DatabaseError, match="expected"):
+        cryptdisk.dask.read_table(path, "t", filters=[[("k", "=", 1)], [("k", "=", 2)]],
+                                  config=cfg)
+
+
+def test_the_key_file_beside_the_database_is_loaded_by_each_worker(client, tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE u (a BIGINT, b VARCHAR)")
+        db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000) r(i)")
+        db.sql("INSERT INTO u SELECT i, NULL FROM range(1000, 1500) r(i)")
+    df = cryptdisk.dask.read_table(tmp_path / "db", "u")
+    assert df.npartitions == 2
+    _same(client.compute(df).result(), _engine(tmp_path / "db", None, "SELECT * FROM u"))
+
+
+def test_a_part_merged_away_after_planning_fails_clearly(client, tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE u (a BIGINT)")
+        db.sql("INSERT INTO u SELECT * FROM range(10)")
+        db.sql("INSERT INTO u SELECT * FROM range(10, 20)")
+        df = cryptdisk.dask.read_table(tmp_path / "db", "u")
+        db.sql("OPTIMIZE TABLE u FINAL")
+    with pytest.raises(CatalogError, match="merged or dropped"):
+        client.compute(df).result()
+
+
+def test_importing_cryptdisk_does_not_import_dask():
+    code = ("import sys, cryptdisk, cryptdisk.db, cryptdisk.dask\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
