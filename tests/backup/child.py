@@ -5,13 +5,15 @@ printing ``committed N`` after each commit (the db writer merges parts now and t
 ``backup REPO PASSPHRASE SOURCE``: one backup, printing ``chunk N`` after each chunk.
 ``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
 waiting for a line on stdin before going on.
+``restore REPO PASSPHRASE ID TARGET``: one restore, printing ``part N`` after each part
+and waiting for a line on stdin.
 """
 
 from __future__ import annotations
 
 import sys
 
-from cryptdisk.backup import Repository, create, prune
+from cryptdisk.backup import Repository, create, prune, restore
 
 
 def writer_db(path: str) -> None:
@@ -57,6 +59,16 @@ def prune_(repo: str, passphrase: str, keep: str) -> None:
     print("done", flush=True)
 
 
+def restore_(repo: str, passphrase: str, backup_id: str, target: str) -> None:
+    r = Repository.open(repo, passphrase=passphrase)
+    def report(n: int) -> None:  # then wait for the parent's go-ahead: it kills here
+        print(f"part {n}", flush=True)
+        sys.stdin.readline()
+
+    restore(r, backup_id, target, progress=report)
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     what, *rest = sys.argv[1:]
     if what == "writer" and rest[0] == "db":
@@ -65,5 +77,7 @@ if __name__ == "__main__":
         writer_sqlite(rest[1], rest[2])
     elif what == "prune":
         prune_(*rest)
+    elif what == "restore":
+        restore_(*rest)
     else:
         backup(*rest)

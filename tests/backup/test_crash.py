@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import cryptdisk
 import cryptdisk.sqlite
 from cryptdisk.backup import Repository, create, prune, restore, verify
+from cryptdisk.errors import BackupError
 from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
 
 from .helpers import FAST_KDF, content, make_db
@@ -157,3 +160,33 @@ def test_kill_9_mid_prune_loses_no_chunk_of_a_kept_backup(tmp_path: Path) -> Non
     assert deleted > 0 and len(repo.chunk_names()) == left - deleted
     restore(repo, ids[-1], tmp_path / "r.db")
     assert content(tmp_path / "r.db") == content(src)
+
+
+def test_kill_9_mid_restore_leaves_the_repository_as_it_was(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE t (x BIGINT, s VARCHAR)")
+    for i in range(6):  # six parts
+        db.sql(f"INSERT INTO t SELECT range, md5(range::VARCHAR) FROM range({i * 50000}, "
+               f"{(i + 1) * 50000})")
+    db.close()
+    url = str(tmp_path / "repo")
+    repo = Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    bid = create(repo, src).id
+
+    def listing() -> dict[str, int]:
+        return {str(p): p.stat().st_size for p in (tmp_path / "repo").rglob("*") if p.is_file()}
+
+    before = listing()
+    proc = _spawn("restore", url, "pw", bid, str(tmp_path / "r.db"), stdin=subprocess.PIPE)
+    _wait_for(proc, "part", 3)
+    _kill(proc)
+    partial = cryptdisk.connect(tmp_path / "r.db", read_only=True)
+    assert partial.query("SELECT count(*) FROM t") == [(0,)]  # killed inside the insert
+    partial.close()
+    assert listing() == before  # a restore only reads the repository
+    assert verify(repo).ok
+    with pytest.raises(BackupError, match="exists"):  # the partial target is not reused
+        restore(repo, bid, tmp_path / "r.db")
+    restore(repo, bid, tmp_path / "r2.db")
+    assert content(tmp_path / "r2.db") == content(src)

@@ -342,7 +342,8 @@ def _assemble(repo: Repository, chunks: list[str], size: int, sha256: str, what:
 
 def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
             config: Any = None, keyring: Keyring | None = None,
-            tables: list[str] | None = None) -> dict[str, Any]:
+            tables: list[str] | None = None,
+            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Restore backup ``backup_id`` into ``target``, which must not exist.
 
     A database is created with ``config`` (or a new key in ``TARGET.key``) and checked
@@ -359,7 +360,7 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
         if tables:
             raise BackupError("--table filters tables of a database backup, not SQLite")
         return _restore_sqlite(repo, m, dest, keyring)
-    return _restore_db(repo, m, dest, config, tables)
+    return _restore_db(repo, m, dest, config, tables, progress)
 
 
 def _remove_sqlite(dest: str) -> None:
@@ -408,7 +409,8 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str,
 
 
 def _part_batches(repo: Repository, t: dict[str, Any], schema: pa.Schema,
-                  counted: list[int], errors: list[BackupError]) -> Iterable[pa.RecordBatch]:
+                  counted: list[int], errors: list[BackupError],
+                  progress: Callable[[int], None] | None) -> Iterable[pa.RecordBatch]:
     """The rows of a table's parts, each part checked against the manifest first."""
     for i, p in enumerate(t["parts"]):
         try:
@@ -422,11 +424,14 @@ def _part_batches(repo: Repository, t: dict[str, Any], schema: pa.Schema,
             errors.append(exc)
             raise
         counted.append(table.num_rows)
+        if progress is not None:
+            progress(len(counted))
         yield from table.select(schema.names).cast(schema).to_batches()
 
 
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
-                only: list[str] | None) -> dict[str, Any]:
+                only: list[str] | None,
+                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     known = {t["name"] for t in m["tables"]}
     for name in only or []:
         if name not in known:
@@ -451,7 +456,7 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             schema = db.arrow_schema(db.table(t["name"]))
             counted: list[int] = []
             reader = pa.RecordBatchReader.from_batches(
-                schema, _part_batches(repo, t, schema, counted, errors))
+                schema, _part_batches(repo, t, schema, counted, errors, progress))
             try:
                 db.insert(t["name"], reader)  # one commit per table
             except CryptdiskError:
