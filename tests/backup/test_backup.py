@@ -376,3 +376,16 @@ def test_retention_rules() -> None:
         retained(ids)
     with pytest.raises(BackupError, match="retention rule"):
         retained(ids, keep_last=-1, keep_daily=1)
+
+
+def test_argon2_parameters_from_the_config_are_bounded(tmp_path: Path) -> None:
+    import json
+
+    url = str(tmp_path / "repo")
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    cfg = tmp_path / "repo" / "config"
+    doc = json.loads(cfg.read_text())
+    doc["wrappings"][0]["params"]["memory_cost"] = 1 << 40  # would exhaust memory
+    cfg.write_text(json.dumps(doc))
+    with pytest.raises(BackupError, match=r"memory_cost \d+ is outside"):
+        Repository.open(url, passphrase="pw")

@@ -42,9 +42,19 @@ def _ad(repo_id: str) -> bytes:
     return b"cryptdisk backup repository key v1:" + repo_id.encode()
 
 
+#: Bounds on Argon2id parameters read from a repository (its config is not secret and
+#: could be edited to make opening it exhaust memory or time).
+LIMITS = {"memory_cost": (8, 4 * 1024 * 1024), "iterations": (1, 64), "lanes": (1, 64)}
+
+
 def _passphrase_kek(passphrase: str, salt: bytes, params: dict[str, int]) -> bytes:
     if not passphrase:
         raise BackupKeyError("the passphrase is empty")
+    for name, (lo, hi) in LIMITS.items():
+        value = params.get(name)
+        if type(value) is not int or not lo <= value <= hi:
+            raise BackupError(f"the repository's Argon2id {name} {value!r} is outside "
+                              f"[{lo}, {hi}] (a damaged or edited config)")
     kdf = Argon2id(salt=salt, length=32, iterations=params["iterations"],
                    lanes=params["lanes"], memory_cost=params["memory_cost"])
     return kdf.derive(passphrase.encode())
