@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from ..errors import DatabaseError
+from ..errors import CatalogError, DatabaseError
 from . import _sql
-from ._parts import write_parts
+from ._catalog import PartMeta
+from ._partread import open_part
+from ._parts import verify_part, write_parts
+from ._rollback import part_file_name
 from ._storage import policy_disk
 
 if TYPE_CHECKING:
@@ -149,3 +153,75 @@ class InsertMixin:
                     self.con.unregister(_SOURCE)
                 else:
                     self.con.execute(f"DROP VIEW IF EXISTS {_SOURCE}")
+
+    def stage_parts(self, table: str, data: Any, version: int) -> list[dict[str, Any]]:
+        """Write ``data`` (Arrow, pandas) as new parts of ``table``, unpublished.
+
+        For a writer in another process that holds the write lock: ``version`` is its
+        catalog's version plus one, and only its :meth:`commit_parts` makes the parts
+        visible. Works on a read-only connection (it changes no catalog). Columns match by
+        name, as :meth:`insert`. Returns the parts' catalog entries (no key material).
+        Parts never committed are orphans that the next writer removes after its commit.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            if self.read_only:  # type: ignore[attr-defined]
+                self.refresh()  # type: ignore[attr-defined]
+            if version != self.catalog.version + 1:
+                raise CatalogError(f"stage_parts for version {version}, but the catalog is at "
+                                   f"version {self.catalog.version}: another writer "
+                                   "committed meanwhile", hint="start the insert again")
+            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
+            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
+            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+            self.con.register(_SOURCE, data)
+            try:
+                cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
+                wrapper = self._cast_select(meta, f"SELECT * FROM {_SOURCE}", cols)
+                reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
+                parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
+                                    version=version, max_rows=PART_ROWS,
+                                    key=meta.order_by.split(",")[0] if meta.order_by else None)
+            except duckdb.Error as exc:
+                raise DatabaseError(f"stage_parts into {meta.name}: {exc}") from None
+            finally:
+                self.con.unregister(_SOURCE)
+            return [asdict(p) for p in parts]
+
+    def commit_parts(self, table: str, parts: list[dict[str, Any]]) -> int:
+        """Publish parts written by :meth:`stage_parts` in one commit; returns their rows.
+
+        Each part must be named for this writer's next catalog version under the table's
+        directory on its policy's disk, is read whole (its SHA-256 must match) and its
+        footer checked (id, rows, size) before the catalog names any of them.
+        """
+        with self._mutex:  # type: ignore[attr-defined]
+            self._writable("commit_parts")  # type: ignore[attr-defined]
+            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
+            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+            version = self.catalog.version + 1
+            prefix = meta.prefix(self.catalog.db_id)
+            known = {p.id for t in self.catalog.tables.values() for p in t.parts}
+            new: list[PartMeta] = []
+            for entry in parts:
+                try:
+                    part = PartMeta(**entry)
+                except TypeError as exc:
+                    raise DatabaseError(f"commit_parts: not a part entry: {exc}") from None
+                if (part.disk != disk.name or part.id in known
+                        or part.path != f"{prefix}/{part_file_name(version, part.id)}"):
+                    raise CatalogError(f"commit_parts: part {part.path} on disk {part.disk!r} "
+                                       f"is not a new part of {meta.name} for version "
+                                       f"{version}", hint="start the insert again")
+                known.add(part.id)
+                verify_part(disk, part)
+                open_part(disk, part)
+                new.append(part)
+            if not new:
+                return 0
+            meta.parts.extend(new)
+            try:
+                self._commit()  # type: ignore[attr-defined]
+            except BaseException:
+                del meta.parts[-len(new):]
+                raise
+            return sum(p.rows for p in new)

@@ -1,0 +1,49 @@
+"""``to_table``: workers write a DataFrame's partitions as parts; one commit publishes them.
+
+The client opens the database for writing (its lock is held for the whole job,
+so no other writer commits meanwhile) and fixes the catalog version the parts
+are written for. Each task carries ``(database path, config path, table,
+version)`` and its partition; the worker writes it with
+:meth:`Database.stage_parts` on its own read-only connection (keys loaded on the
+worker) and returns the parts' catalog entries. When every task has succeeded,
+the client reads each part whole, checks it, and commits them all at once
+(:meth:`Database.commit_parts`). A failed job commits nothing; the parts it
+wrote are orphans that the database's next writer removes after its first commit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from ..db import connect
+from ._read import _config_path, _dask_dataframe, _worker_database
+
+__all__ = ["to_table"]
+
+
+def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
+    db_path, config, table, version = spec
+    return _worker_database(db_path, config).stage_parts(table, pdf, version)
+
+
+def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None) -> int:
+    """Insert the rows of Dask DataFrame ``df`` into ``table``; returns the row count.
+
+    Columns match by name (table columns ``df`` lacks get NULL). Workers write the
+    parts in parallel; nothing is visible until all are written and verified, then
+    one catalog commit publishes them. ``config`` is ``None`` or a config path, as
+    for :func:`read_table`; the calling process holds the database's write lock.
+    """
+    _dask_dataframe()
+    dask: Any = importlib.import_module("dask")
+
+    path = os.path.abspath(os.fspath(db_path))
+    config_path = _config_path(config)
+    with connect(path, config_path) as db:
+        meta = db.table(table)
+        spec = (path, config_path, meta.name, db.catalog.version + 1)
+        tasks = [dask.delayed(_stage_partition)(part, spec) for part in df.to_delayed()]
+        staged = dask.compute(*tasks)
+        return db.commit_parts(meta.name, [p for parts in staged for p in parts])
