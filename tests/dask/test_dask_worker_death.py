@@ -12,16 +12,13 @@ import cryptdisk
 import cryptdisk.dask
 
 from ..db.dbhelpers import write_config
-from .conftest import distributed
+from .conftest import local_cluster
 
 
 @pytest.fixture
-def dying_client(tmp_path):
+def dying_client():
     """Its own cluster: one of its worker processes is killed (the nanny starts a new one)."""
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  worker_dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as c:
+    with local_cluster() as c:
         yield c
 
 
