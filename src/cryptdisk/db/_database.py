@@ -44,7 +44,7 @@ from ._columns import (
 )
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
-from ._pushdown import filters_from_tuples, table_filters
+from ._pushdown import filters_from_tuples, table_filters, top_n
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
@@ -290,11 +290,11 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
     # -- reading -------------------------------------------------------------------
 
     def _scan(self, meta: TableMeta, columns: list[str] | None,
-              filters: list[Any] | None = None) -> TableScan:
+              filters: list[Any] | None = None, top: Any = None) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
-                         self.cache if self.cache.bound else None)
+                         self.cache if self.cache.bound else None, top)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache."""
@@ -416,8 +416,9 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
             for t, cols in needed_columns(tree, tables).items():
                 meta = self.catalog.tables[t]
-                filters = table_filters(tree, t, self.arrow_schema(meta))
-                scan = self._scan(meta, cols, filters)
+                schema = self.arrow_schema(meta)
+                scan = self._scan(meta, cols, table_filters(tree, t, schema),
+                                  top_n(tree, t, schema))
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self.con.register(t, scan if warm is None else warm)
                 self._registered.add(t)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import mmap
 import os
 import threading
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
-from ._parts import PART_ID_KEY, not_as_recorded
+from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
 from ._storage import local_path
 
 __all__ = ["OpenPart", "open_part", "read_part"]
@@ -469,6 +470,7 @@ class OpenPart:
         self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
+        self._nans: dict[str, set[int]] | None = None
         self.num_row_groups = self.meta.num_row_groups
         self._leaves: dict[str, list[int]] = {}  # a nested column has several leaf chunks
         for j in range(self.meta.num_columns):
@@ -493,6 +495,29 @@ class OpenPart:
                                else None)
             self._ranges[column] = got
         return got
+
+    def nan_free(self, rg: int, column: str) -> bool:
+        """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""
+        if self._nans is None:
+            self._nans = {}
+            raw = (self.meta.metadata or {}).get(NAN_KEY)
+            if raw is not None:
+                try:
+                    doc = json.loads(raw)
+                    if doc.get("row_groups") == self.num_row_groups:
+                        self._nans = {c: set(v) for c, v in doc["nan"].items()}
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    self._nans = {}
+        found = self._nans.get(column)
+        return found is not None and rg not in found
+
+    def nulls(self, rg: int, column: str) -> int | None:
+        """Null count of ``column`` in row group ``rg``, if its statistics say."""
+        j = self._index.get(column)
+        if j is None:
+            return None
+        st = self.meta.row_group(rg).column(j).statistics
+        return None if st is None or not st.has_null_count else int(st.null_count)
 
     def stats(self, rg: int, column: str) -> tuple[Any, Any] | None:
         """``(min, max)`` of ``column`` in row group ``rg`` (NaN left out), or None."""

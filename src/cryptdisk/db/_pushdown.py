@@ -241,3 +241,81 @@ def filters_from_tuples(filters: Any, schema: pa.Schema,
                     "<=": Filter(col, None, v), ">": Filter(col, v, None),
                     ">=": Filter(col, v, None)}[op])
     return out
+
+
+@dataclass(frozen=True)
+class TopN:
+    """The query wants only the ``limit`` first rows ordered by ``column`` (then others)."""
+
+    column: str
+    descending: bool
+    limit: int
+
+
+def _int_constant(node: Any) -> int | None:
+    if not isinstance(node, dict) or node.get("class") != "CONSTANT":
+        return None
+    lit = node.get("literal") or {}
+    if lit.get("kind") != "INTEGER":
+        return None
+    try:
+        v = int(str(lit.get("text")))
+    except (TypeError, ValueError):
+        return None
+    return v if v >= 0 else None
+
+
+def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema) -> TopN | None:
+    """``SELECT cols FROM table ORDER BY col ASC|DESC[, ...] LIMIT n [OFFSET m]``, or None.
+
+    Only the plainest form: the table read once, no WHERE, GROUP BY, HAVING,
+    DISTINCT or aliases, only column references (or ``*``) selected, an
+    explicit direction on an integer, floating or VARCHAR column, constant
+    LIMIT and OFFSET. Then every row past the first ``n + m`` in that order
+    cannot reach the result, which lets a scan skip row groups whose
+    statistics prove all their rows come later.
+    """
+    if tree is None:
+        return None
+    scans = [n for n in _walk(tree.get("statements", []))
+             if n.get("type") == "BASE_TABLE" and not n.get("schema_name")
+             and not n.get("catalog_name")
+             and str(n.get("table_name", "")).lower() == table.lower()]
+    if len(scans) != 1:
+        return None
+    node = next((n for n in _walk(tree.get("statements", []))
+                 if n.get("type") == "SELECT_NODE" and n.get("from_table") is scans[0]), None)
+    if node is None or node.get("where_clause") or node.get("group_expressions") \
+            or node.get("having") or node.get("qualify") or node.get("sample") \
+            or (node.get("group_sets") or []):
+        return None
+    for item in node.get("select_list") or []:
+        if item.get("alias"):
+            return None
+        if item.get("class") == "STAR":
+            if item.get("replace_list") or item.get("columns") or item.get("expr") \
+                    or item.get("rename_list"):
+                return None
+        elif item.get("class") != "COLUMN_REF":
+            return None
+    mods = node.get("modifiers") or []
+    if len(mods) != 2 or mods[0].get("type") != "ORDER_MODIFIER" \
+            or mods[1].get("type") != "LIMIT_MODIFIER" \
+            or mods[1].get("limit_type", "ROW_COUNT") != "ROW_COUNT":
+        return None
+    limit = _int_constant(mods[1].get("limit"))
+    offset = 0 if mods[1].get("offset") is None else _int_constant(mods[1].get("offset"))
+    if limit is None or offset is None:
+        return None
+    orders = mods[0].get("orders") or []
+    if not orders or orders[0].get("type") not in ("ASCENDING", "DESCENDING"):
+        return None
+    cols = _Columns(table, str(scans[0].get("alias") or ""), schema)
+    ref = cols.ref(orders[0].get("expression") or {})
+    if ref is None:
+        return None
+    typ = ref[1]
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)):
+        return None
+    return TopN(ref[0], orders[0]["type"] == "DESCENDING", limit + offset)

@@ -27,7 +27,7 @@ from ..errors import CatalogError
 from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
 from ._partread import OpenPart, open_part
-from ._pushdown import Filter, may_match
+from ._pushdown import Filter, TopN, may_match
 from ._stats import key_range_of
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
@@ -98,11 +98,13 @@ class TableScan:
     """One table as DuckDB reads it: ``columns`` only, skipping what ``filters`` rule out."""
 
     def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
-                 columns: list[str], filters: list[Filter], cache: ColumnCache | None) -> None:
+                 columns: list[str], filters: list[Filter], cache: ColumnCache | None,
+                 top: TopN | None = None) -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
         self.name = meta.name
         self.columns = columns
         self._filters = filters
+        self._top = top if top is not None and top.limit > 0 and top.column in columns else None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.order_by.split(",")[0] if meta.order_by else None
@@ -240,6 +242,8 @@ class _Stream:
         self.scan = scan
         self.window = 2 * scan_workers()
         self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
+        self._best: pa.Array | None = None  # top-N: the best sort values read so far
+        self._threshold: Any = None
         self._closed = False
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
@@ -254,8 +258,50 @@ class _Stream:
             for rg in groups:
                 yield op, rg
 
+    def _top_tasks(self, top: TopN) -> Iterator[tuple[OpenPart, int, Any]]:
+        """Row groups best-first by the sort column's bound; those without one first."""
+        scan = self.scan
+        typ = scan._types[top.column]
+        floating = pa.types.is_floating(typ)
+        ranked = []
+        for op, rg in self._tasks():
+            st = op.stats(rg, top.column)
+            usable = (st is not None and op.nulls(rg, top.column) == 0
+                      and not (floating and top.descending and not op.nan_free(rg, top.column)))
+            if st is None or not usable:
+                yield op, rg, None
+            else:
+                ranked.append((st[1] if top.descending else st[0], op, rg))
+        ranked.sort(key=lambda r: r[0], reverse=top.descending)
+        for bound, op, rg in ranked:
+            yield op, rg, bound
+
+    def _see(self, batch: pa.RecordBatch, top: TopN) -> None:
+        """Keep the ``limit`` best sort values read so far (NaN and NULL never help)."""
+        import pyarrow.compute as pc
+
+        col = batch.column(batch.schema.get_field_index(top.column))
+        if pa.types.is_floating(col.type):
+            col = pc.if_else(pc.is_nan(col), None, col)
+        col = col.drop_null()
+        if self._best is not None:
+            col = pa.concat_arrays([self._best, col.cast(self._best.type)])
+        order = "descending" if top.descending else "ascending"
+        idx = pc.select_k_unstable(pa.table({"v": col}), k=top.limit, sort_keys=[("v", order)])
+        self._best = col.take(idx)
+        if len(self._best) >= top.limit:
+            self._threshold = self._best[top.limit - 1].as_py()
+
+    def _beaten(self, bound: Any, top: TopN) -> bool:
+        """Whether every row of a row group bounded by ``bound`` sorts after the top rows."""
+        t = self._threshold
+        if t is None:
+            return False
+        return bool(bound < t) if top.descending else bool(bound > t)
+
     def batches(self) -> Iterator[pa.RecordBatch]:
         scan = self.scan
+        top = scan._top
         try:
             if not scan.columns:
                 for part in scan._parts:
@@ -264,8 +310,13 @@ class _Stream:
                         yield pa.RecordBatch.from_arrays([pa.nulls(n)], schema=scan.schema)
                 return
             pool = _pool()
-            tasks = self._tasks()
-            for op, rg in tasks:
+            tasks: Iterator[tuple[OpenPart, int, Any]] = (
+                self._top_tasks(top) if top is not None
+                else ((op, rg, None) for op, rg in self._tasks()))
+            for op, rg, bound in tasks:
+                if top is not None and bound is not None and self._beaten(bound, top):
+                    scan.row_groups_skipped += 1  # all its rows sort after the top ones
+                    continue
                 if scan.cached(op, rg):  # decoded already: no thread hand-off
                     done: Future[pa.RecordBatch] = Future()
                     done.set_result(scan.read_group(op, rg))
@@ -274,7 +325,10 @@ class _Stream:
                     self._pending.append(pool.submit(scan.read_group, op, rg))
                 scan.row_groups_read += 1
                 if len(self._pending) >= self.window:
-                    yield self._pending.popleft().result()
+                    batch = self._pending.popleft().result()
+                    if top is not None:
+                        self._see(batch, top)
+                    yield batch
             while self._pending:
                 yield self._pending.popleft().result()
         except BaseException as exc:
