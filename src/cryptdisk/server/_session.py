@@ -156,14 +156,7 @@ class Session:
         return kind, await self.reader.readexactly(length - 4) if length > 4 else b""
 
     async def _read(self) -> P.Message:
-        head = await self.reader.readexactly(5)
-        kind, length = head[:1], struct.unpack("!i", head[1:])[0]
-        if length < 4:
-            raise ProtocolError(f"invalid message length {length}")
-        if length - 4 > self.server.max_message_size:
-            raise ProtocolError(f"message of {length - 4} bytes exceeds the server's "
-                                f"max_message_size ({self.server.max_message_size} bytes)")
-        body = await self.reader.readexactly(length - 4) if length > 4 else b""
+        kind, body = await self._read_raw()
         return P.parse_frontend(kind, body)
 
     def _fatal(self, code: str, text: str, hint: str | None = None) -> None:
