@@ -111,36 +111,46 @@ def test_demo_runs_end_to_end(tmp_path):
     assert os.path.exists(work / "demo.db.key")
 
 
-def test_interactive_shell_multiline_and_history(tmp_path):
+def _spawn_on_a_terminal(home, *args):
+    """`python -m cryptdisk ARGS` on a pseudo-terminal, HOME=home; (pid, terminal fd)."""
     import pty
-    import select
-    import time
-
-    db = str(tmp_path / "db")
-    home = tmp_path / "home"
-    home.mkdir()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-               HOME=str(home), TERM="dumb")
     import warnings
 
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+               HOME=str(home), TERM="dumb")
     with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process; we exec
         warnings.simplefilter("ignore", DeprecationWarning)
         pid, fd = pty.fork()
-    if pid == 0:  # child: the shell on a terminal
-        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db, "--history",
-                                   str(home / "hist")], env)
+    if pid == 0:  # child: the command on a terminal
+        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", *args], env)
+    return pid, fd
+
+
+def _read_until(fd, marker, timeout=60):
+    """What the terminal shows until ``marker`` (or ``timeout`` seconds, or its end)."""
+    import select
+    import time
+
+    out = b""
+    end = time.monotonic() + timeout
+    while marker not in out and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                break
+    return out.decode(errors="replace")
+
+
+def test_interactive_shell_multiline_and_history(tmp_path):
+    db = str(tmp_path / "db")
+    home = tmp_path / "home"
+    home.mkdir()
+    pid, fd = _spawn_on_a_terminal(home, "sql", db, "--history", str(home / "hist"))
 
     def read_until(marker, timeout=60):
-        out = b""
-        end = time.monotonic() + timeout
-        while marker not in out and time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if ready:
-                try:
-                    out += os.read(fd, 4096)
-                except OSError:
-                    break
-        return out.decode(errors="replace")
+        return _read_until(fd, marker, timeout)
 
     try:
         assert "end statements with ';'" in read_until(b"cryptdisk> ")
@@ -163,33 +173,15 @@ def test_interactive_shell_multiline_and_history(tmp_path):
 
 
 def test_shell_dot_commands(tmp_path):
-    import pty
-    import select
     import time
-    import warnings
 
     db = str(tmp_path / "db")
     run("sql", db, "-q", "CREATE TABLE sales (a INT); INSERT INTO sales VALUES (1), (2)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-               HOME=str(tmp_path), TERM="dumb")
-    with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process; we exec
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(sys.executable, [sys.executable, "-m", "cryptdisk", "sql", db], env)
+    pid, fd = _spawn_on_a_terminal(tmp_path, "sql", db)
     done = 0
 
     def read_until(marker, timeout=60):
-        out = b""
-        end = time.monotonic() + timeout
-        while marker not in out and time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if ready:
-                try:
-                    out += os.read(fd, 4096)
-                except OSError:
-                    break
-        return out.decode(errors="replace")
+        return _read_until(fd, marker, timeout)
 
     try:
         assert ".help" in read_until(b"cryptdisk> ")
