@@ -142,20 +142,16 @@ def shared_db(tmp_path_factory):
 _COUNTER = iter(range(10**9))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inserts=st.lists(_ROWS, min_size=1, max_size=4),
-       where=st.lists(_FILTERS, min_size=1, max_size=3), shape=st.sampled_from(_SHAPES),
-       plain=st.booleans(), order_by=st.booleans())
-def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by):
-    db = shared_db
+def _table_and_reference(db, inserts, row_group_rows, order_by, settings=""):
+    """A new table (k BIGINT, s VARCHAR, f DOUBLE) in ``db``, one insert per list of rows and
+    ``row_group_rows`` rows per row group, and the same rows in a DuckDB table of the same
+    name: (name, DuckDB connection)."""
     t = f"t{next(_COUNTER)}"
-    policy = "plain" if plain else "default"
-    order = " ORDER BY k" if order_by else ""
     old = _parts.ROW_GROUP_ROWS
-    _parts.ROW_GROUP_ROWS = 7
+    _parts.ROW_GROUP_ROWS = row_group_rows
     try:
-        db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE){order} "
-               f"SETTINGS storage_policy = '{policy}'")
+        db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)"
+               f"{' ORDER BY k' if order_by else ''}{settings}")
         for rows in inserts:  # an empty list is an empty insert (no part)
             db.insert(t, pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
                                    "s": pa.array([r[1] for r in rows], pa.string()),
@@ -167,6 +163,18 @@ def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by)
     for rows in inserts:
         if rows:
             ref.executemany(f"INSERT INTO {t} VALUES (?, ?, ?)", rows)
+    return t, ref
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=1, max_size=4),
+       where=st.lists(_FILTERS, min_size=1, max_size=3), shape=st.sampled_from(_SHAPES),
+       plain=st.booleans(), order_by=st.booleans())
+def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by):
+    db = shared_db
+    t, ref = _table_and_reference(db, inserts, 7, order_by,
+                                  " SETTINGS storage_policy = 'plain'" if plain
+                                  else " SETTINGS storage_policy = 'default'")
     sql = shape.format(t=t, w=" AND ".join(where))
     want = ref.execute(sql).fetchall()
     got = db.query(sql)  # cold: streamed
@@ -245,23 +253,7 @@ def test_top_n_equals_duckdb(shared_db, inserts, column, desc, nulls, limit, off
                              order_by):
     """ORDER BY col LIMIT n skips row groups that cannot reach the top: same rows as DuckDB."""
     db = shared_db
-    t = f"t{next(_COUNTER)}"
-    old = _parts.ROW_GROUP_ROWS
-    _parts.ROW_GROUP_ROWS = 5
-    try:
-        db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)"
-               + (" ORDER BY k" if order_by else ""))
-        for rows in inserts:
-            db.insert(t, pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
-                                   "s": pa.array([r[1] for r in rows], pa.string()),
-                                   "f": pa.array([r[2] for r in rows], pa.float64())}))
-    finally:
-        _parts.ROW_GROUP_ROWS = old
-    ref = duckdb.connect()
-    ref.execute(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)")
-    for rows in inserts:
-        if rows:
-            ref.executemany(f"INSERT INTO {t} VALUES (?, ?, ?)", rows)
+    t, ref = _table_and_reference(db, inserts, 5, order_by)
     ties = ", ".join(f"{c} ASC NULLS FIRST" for c in "ksf")
     sql = (f"SELECT {'*' if star else 'f, s, k'} FROM {t} ORDER BY {column} "
            f"{'DESC' if desc else 'ASC'}{nulls}, {ties} LIMIT {limit}"
