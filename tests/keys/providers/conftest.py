@@ -51,3 +51,32 @@ def write(tmp_path: Path, text: str, name: str = "cryptdisk.toml") -> str:
     path = tmp_path / name
     path.write_text(text)
     return str(path)
+
+
+#: Config lines after a keyring: the default policy stores parts on an encrypted disk over
+#: ``store/secure``.
+SECURE_STORE = "\n".join([
+    "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
+    "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
+    "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""])
+
+
+def assert_parts_sealed_under(tmp_path: Path, key_id: int) -> None:
+    """Every file below ``tmp_path/store`` is a cryptdisk file under key ``key_id``."""
+    from cryptdisk.format import Header
+
+    parts = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == key_id for p in parts)
+
+
+def assert_a_database_round_trips(tmp_path: Path, cfg: str, rows: int, key_id: int) -> None:
+    """A table of ``rows`` rows written under ``cfg`` reads back after reopening, and its parts
+    are sealed under key ``key_id``."""
+    import cryptdisk
+
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        db.sql("CREATE TABLE t (i BIGINT)")
+        db.sql(f"INSERT INTO t SELECT i FROM range({rows}) r(i)")
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        assert db.sql("SELECT sum(i) AS s FROM t").to_pylist() == [{"s": rows * (rows - 1) // 2}]
+    assert_parts_sealed_under(tmp_path, key_id)

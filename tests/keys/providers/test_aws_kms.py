@@ -15,7 +15,7 @@ from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey
 from cryptdisk.keys.providers import _aws_kms, create_aws_kms_wrapped_key
 
-from .conftest import write
+from .conftest import SECURE_STORE, assert_a_database_round_trips, write
 
 SECRET = "aws-secret-do-not-leak-0815"
 ENV = {"AWS_ACCESS_KEY_ID": "AKIDTESTING", "AWS_SECRET_ACCESS_KEY": SECRET,
@@ -139,14 +139,5 @@ def test_a_database_whose_key_is_wrapped_by_kms(tmp_path, kms):
     endpoint, kms_key = kms
     create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
                                endpoint=endpoint)
-    cfg = write(tmp_path, "[keyring]\n" + _entry(endpoint, kms_key) + "\n".join([
-        "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
-        "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
-        "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
-    with cryptdisk.connect(tmp_path / "db", cfg) as db:
-        db.sql("CREATE TABLE t (i BIGINT)")
-        db.sql("INSERT INTO t SELECT i FROM range(500) r(i)")
-    with cryptdisk.connect(tmp_path / "db", cfg) as db:
-        assert db.sql("SELECT sum(i) AS s FROM t").to_pylist() == [{"s": 124750}]
-    parts = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
-    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 6 for p in parts)
+    cfg = write(tmp_path, "[keyring]\n" + _entry(endpoint, kms_key) + SECURE_STORE)
+    assert_a_database_round_trips(tmp_path, cfg, rows=500, key_id=6)

@@ -23,11 +23,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import cryptdisk
 from cryptdisk.errors import ConfigError, KeyProviderError
-from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey
 from cryptdisk.keys.providers import kmip_client
 
-from .conftest import write
+from .conftest import SECURE_STORE, assert_a_database_round_trips, write
 
 HERE = Path(__file__).parent
 AD = bytes(range(48))
@@ -173,17 +172,8 @@ def test_a_file_and_a_database_under_a_kmip_key(tmp_path, kmip_server, request):
     ring.close()
     with cryptdisk.open(path, "rb", keyring=_ring(tmp_path, kmip_server, label)) as f:
         assert f.read() == b"kmip" * 999
-    cfg = write(tmp_path, "[keyring]\n" + _entry(kmip_server, label) + "\n".join([
-        "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
-        "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
-        "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
-    with cryptdisk.connect(tmp_path / "db", cfg) as db:
-        db.sql("CREATE TABLE t (i BIGINT)")
-        db.sql("INSERT INTO t SELECT i FROM range(100) r(i)")
-    with cryptdisk.connect(tmp_path / "db", cfg) as db:
-        assert db.sql("SELECT sum(i) AS s FROM t").to_pylist() == [{"s": 4950}]
-    parts = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
-    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 7 for p in parts)
+    cfg = write(tmp_path, "[keyring]\n" + _entry(kmip_server, label) + SECURE_STORE)
+    assert_a_database_round_trips(tmp_path, cfg, rows=100, key_id=7)
 
 
 def test_mutual_tls_and_key_problems_are_clear_errors(tmp_path, kmip_server, request):

@@ -26,7 +26,7 @@ from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey, export_key_material
 from cryptdisk.keys.providers import generate_pkcs11_key
 
-from .conftest import Token, entry_toml, write
+from .conftest import SECURE_STORE, Token, assert_parts_sealed_under, entry_toml, write
 
 AD = bytes(range(48))
 
@@ -203,10 +203,7 @@ def test_the_pin_from_a_file_must_be_private(tmp_path, softhsm, key_label):
 
 def test_a_database_whose_key_is_in_the_token(tmp_path, softhsm, key_label, pin_env):
     cfg = write(tmp_path, "[keyring]\ncurrent_key_id = 7\n" + entry_toml(
-        softhsm, key_label, key_id=7) + "\n".join([
-            "[disks.secure_local]", 'type = "local"', 'path = "store/secure"',
-            "[disks.secure]", 'type = "encrypted"', 'disk = "secure_local"',
-            "[policies.default]", 'volumes = [{ name = "main", disks = ["secure"] }]', ""]))
+        softhsm, key_label, key_id=7) + SECURE_STORE)
     assert isinstance(load_config(cfg).keyring.current_key(), ProviderKey)
     path = tmp_path / "db"
     with cryptdisk.connect(path, cfg) as db:
@@ -218,8 +215,7 @@ def test_a_database_whose_key_is_in_the_token(tmp_path, softhsm, key_label, pin_
     assert got == [{"n": 1000, "s": 499500, "m": "row 999"}]
     assert any(row["id"] == 7 for row in keys)
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    parts = [p for p in written if "store" in p.parts]
-    assert parts and all(Header.parse(p.read_bytes()[:128]).key_id == 7 for p in parts)
+    assert_parts_sealed_under(tmp_path, 7)
     assert not [p for p in written if softhsm.pin.encode() in p.read_bytes()]
 
 
