@@ -24,21 +24,35 @@ def engine(tmp_path, monkeypatch):
     return AnalyticalEngine(tmp_path / "db", config)
 
 
-def test_field_functions_through_the_server(start_server, engine):  # noqa: F811
-    srv = start_server(engine)
-    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+def _cards_for_bob(srv) -> psycopg.Connection:
+    """An admin connection that has made table cards (one FPE-encrypted card number) and user
+    bob, who may SELECT it."""
+    admin = psycopg.connect(**srv.dsn, autocommit=True)
+    try:
         admin.execute("CREATE TABLE cards (pan VARCHAR)")
         admin.execute("INSERT INTO cards SELECT fpe_encrypt('4111111111111111', 'cards')")
         admin.execute("CREATE USER bob PASSWORD 'bob pw'")
         admin.execute("GRANT SELECT ON cards TO bob")
+    except BaseException:
+        admin.close()
+        raise
+    return admin
+
+
+def _as_bob(srv) -> psycopg.Connection:
+    return psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"}, autocommit=True)
+
+
+def test_field_functions_through_the_server(start_server, engine):  # noqa: F811
+    srv = start_server(engine)
+    with _cards_for_bob(srv) as admin:
         assert admin.execute("SELECT mask_last4(fpe_decrypt(pan, 'cards')) FROM cards"
                              ).fetchone()[0] == "************1111"
         with pytest.raises(psycopg.Error) as info:
             admin.execute("SELECT decrypt(pan, 'cards') FROM cards")
         assert CARDS not in str(info.value) and "not a cryptdisk field ciphertext" in str(
             info.value)
-    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
-                         autocommit=True) as bob:
+    with _as_bob(srv) as bob:
         stored = bob.execute("SELECT pan FROM cards").fetchone()[0]
         assert stored != "4111111111111111" and len(stored) == 16
         assert bob.execute("SELECT mask_full(pan) FROM cards").fetchone()[0] == "*" * 16
@@ -58,14 +72,9 @@ def test_field_functions_through_the_server(start_server, engine):  # noqa: F811
 ])
 def test_keyed_field_functions_are_for_admins_only(start_server, engine, sql):  # noqa: F811
     srv = start_server(engine)
-    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
-        admin.execute("CREATE TABLE cards (pan VARCHAR)")
-        admin.execute("INSERT INTO cards SELECT fpe_encrypt('4111111111111111', 'cards')")
-        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
-        admin.execute("GRANT SELECT ON cards TO bob")
+    with _cards_for_bob(srv) as admin:
         admin.execute(sql)  # an admin may
-    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
-                         autocommit=True) as bob:
+    with _as_bob(srv) as bob:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="field key"):
             bob.execute(sql)
         assert bob.execute("SELECT mask_last4(pan) FROM cards").fetchone()[0].endswith(
