@@ -82,12 +82,7 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     filters = [tuple(f) for f in filters or []]
     with connect(path, config_path, read_only=True, cache_bytes=0) as db:
         meta = db.table(table)
-        names = [c for c, _t in meta.columns]
-        cols = names if columns is None else list(columns)
-        unknown = [c for c in cols if c not in names]
-        if unknown or not cols:
-            raise DatabaseError(f"table {table} has no column(s) {', '.join(unknown)}"
-                                if unknown else "read_table: give at least one column")
+        cols = meta.pick_columns(columns, "read_table")
         plan = db.scan_plan(meta.name, filters)
         empty = db.arrow_schema(meta).empty_table().select(cols).to_pandas()
     specs = []

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import AuthenticationError, CatalogError, FormatError
+from ..errors import AuthenticationError, CatalogError, DatabaseError, FormatError
 from ..format import open_file as cd_open
 from ..keys import Keyring
 
@@ -68,6 +68,18 @@ class TableMeta:
 
     def prefix(self, db_id: str) -> str:
         return f"cryptdisk-db/{db_id}/{self.id}"
+
+    def pick_columns(self, columns: Any, caller: str) -> list[str]:
+        """The names in ``columns`` (all of the table's for ``None``), checked against the
+        table: a name it lacks, or no name at all, is a :class:`DatabaseError` (``caller``
+        names the function in the latter)."""
+        names = [c for c, _t in self.columns]
+        cols = names if columns is None else list(columns)
+        unknown = [c for c in cols if c not in names]
+        if unknown or not cols:
+            raise DatabaseError(f"table {self.name} has no column(s) {', '.join(unknown)}"
+                                if unknown else f"{caller}: give at least one column")
+        return cols
 
 
 @dataclass

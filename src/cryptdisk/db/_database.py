@@ -353,16 +353,11 @@ class Database(InsertMixin, MaintenanceMixin, RotationMixin):
                 raise CatalogError(f"table {name} has no part {part!r} in catalog version "
                                    f"{self.catalog.version} (merged or dropped since the "
                                    "read was planned?)", hint="plan the read again")
-            names = [c for c, _t in meta.columns]
-            cols = names if columns is None else list(columns)
-            unknown = [c for c in cols if c not in names]
-            if unknown or not cols:
-                raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}"
-                                    if unknown else "read_part: give at least one column")
+            cols = meta.pick_columns(columns, "read_part")
             filters = list(filters)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
             wanted = set(cols) | {f[0] for f in filters}
-            scan = self._scan(meta, [c for c in names if c in wanted], flt)
+            scan = self._scan(meta, [c for c, _t in meta.columns if c in wanted], flt)
             op = self._open_parts.get(found)
             groups = scan._row_groups(op)
             if row_groups is not None:
