@@ -83,6 +83,16 @@ class _Rounds:
                                       chained, strict=True)), dtype="<u8")
                 for i in range(10)]
 
+    def split(self, x: np.ndarray) -> tuple[Any, Any]:
+        """The halves A and B of each row of numerals ``x``, as numbers."""
+        return _num(x[:, :self.u], self.radix, self.fast), _num(x[:, self.u:], self.radix,
+                                                                 self.fast)
+
+    def join(self, a: Any, b: Any) -> np.ndarray:
+        """The numerals of halves A and B side by side: the inverse of :meth:`split`."""
+        return np.concatenate([_str(a, self.radix, self.u, self.fast),
+                               _str(b, self.radix, self.v, self.fast)], axis=1)
+
     def y(self, i: int, num: Any, count: int) -> Any:
         """y = NUM(S) for round ``i`` of each value, where Q ends in [i] || [num]_b."""
         b = self.b
@@ -168,7 +178,7 @@ def ff1_encrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
     if count == 0:
         return x.astype(np.uint32)
     fast, u, v = rounds.fast, rounds.u, rounds.v
-    a, b = _num(x[:, :u], radix, fast), _num(x[:, u:], radix, fast)
+    a, b = rounds.split(x)
     for i in range(10):
         m = u if i % 2 == 0 else v
         y = rounds.y(i, b, count)
@@ -179,7 +189,7 @@ def ff1_encrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
         else:
             c = [(ai + yi) % mod for ai, yi in zip(a, y, strict=True)]
         a, b = b, c
-    return np.concatenate([_str(a, radix, u, fast), _str(b, radix, v, fast)], axis=1)
+    return rounds.join(a, b)
 
 
 def ff1_decrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndarray:
@@ -190,7 +200,7 @@ def ff1_decrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
     if count == 0:
         return x.astype(np.uint32)
     fast, u, v = rounds.fast, rounds.u, rounds.v
-    a, b = _num(x[:, :u], radix, fast), _num(x[:, u:], radix, fast)
+    a, b = rounds.split(x)
     for i in range(9, -1, -1):
         m = u if i % 2 == 0 else v
         y = rounds.y(i, a, count)
@@ -201,4 +211,4 @@ def ff1_decrypt(cipher: Any, radix: int, tweak: bytes, x: np.ndarray) -> np.ndar
         else:
             c = [(bi - yi) % mod for bi, yi in zip(b, y, strict=True)]
         b, a = a, c
-    return np.concatenate([_str(a, radix, u, fast), _str(b, radix, v, fast)], axis=1)
+    return rounds.join(a, b)
