@@ -26,7 +26,7 @@ from ._model import BenchOptions, Failure, Measurement, Progress, Skipped
 from ._worker import BenchRunError, run_worker
 
 __all__ = ["EXPERIMENTS", "INSTALL_BENCH", "Results", "Strategy", "experiment_dir", "interleave",
-           "round_order", "run_experiment"]
+           "keep_measurements", "round_order", "run_experiment"]
 
 INSTALL_BENCH = "pip install 'cryptdisk[bench]'"
 
@@ -138,6 +138,21 @@ def _summarise(m: Measurement, runs: list[tuple[float | None, dict[str, Any]]]) 
         values = [e.get(key) for _, e in runs]
         if len(values) > 1 and all(isinstance(v, int | float) for v in values):
             m.extra[key] = statistics.median(values)  # type: ignore[type-var]
+
+
+def keep_measurements(measured: list[Measurement],
+                      record: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A recorder for :func:`interleave` that appends each :class:`Measurement` to
+    ``measured`` (for the experiment to finish and record) and records anything else
+    (skips, failures) at once."""
+
+    def keep(item: object) -> None:
+        if isinstance(item, Measurement):
+            measured.append(item)
+        else:
+            record(item)
+
+    return keep
 
 
 def interleave(options: BenchOptions, experiment: str, strategies: list[Strategy],

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ._model import BenchOptions, Measurement, Progress, Recorder
 from ._stats import paired_ratio
-from ._suite import Strategy, experiment_dir, interleave
+from ._suite import Strategy, experiment_dir, interleave, keep_measurements
 from ._worker import run_worker
 
 __all__ = ["QUERIES", "STRATEGIES", "run"]
@@ -98,14 +98,8 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                      baseline=None if s == STRATEGIES[0] else STRATEGIES[0])
             for s in STRATEGIES]
         measured: list[Measurement] = []
-
-        def keep(item: object) -> None:
-            if isinstance(item, Measurement):
-                measured.append(item)
-            else:
-                record(item)  # type: ignore[arg-type]
-
-        interleave(options, EXPERIMENT, strategies, keep, progress, "fs_scan", repeats)
+        interleave(options, EXPERIMENT, strategies, keep_measurements(measured, record),
+                   progress, "fs_scan", repeats)
     direct = {m.case: m for m in measured if m.strategy == STRATEGIES[0]}
     for m in measured:
         base = direct.get(m.case)

@@ -17,7 +17,7 @@ from typing import Any
 from ._measure import Stopwatch
 from ._model import BenchOptions, Measurement, Progress, Recorder
 from ._stats import paired_ratio
-from ._suite import Strategy, experiment_dir, interleave
+from ._suite import Strategy, experiment_dir, interleave, keep_measurements
 from ._worker import run_worker
 
 __all__ = ["INSERT_SQL", "QUERIES", "STRATEGIES", "TABLES", "create_tables", "run",
@@ -52,13 +52,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     rows = options.pick(200_000, 10_000_000, options.rows)
     repeats = options.pick(2, 3, options.repeats)
     measured: list[Measurement] = []
-
-    def keep(item: object) -> None:
-        if isinstance(item, Measurement):
-            measured.append(item)
-        else:
-            record(item)  # type: ignore[arg-type]
-
+    keep = keep_measurements(measured, record)
     with experiment_dir(options, "olap-db") as workdir:
         path = str(workdir / "db")
         run_worker(options.cleanup, _B + "db_prepare", dict(
