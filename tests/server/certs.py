@@ -75,3 +75,25 @@ def make_client(directory: Path, name: str, ca_dir: Path) -> tuple[Path, Path]:
 def der(pem: Path) -> bytes:
     return x509.load_pem_x509_certificate(pem.read_bytes()).public_bytes(
         serialization.Encoding.DER)
+
+
+def sqlite_serve_config(root: Path, name: str, key_hex: str,
+                        extra: str = "") -> tuple[Path, Path, Path]:
+    """Certificates in ``root/tls`` and a config ``root/name`` for ``cryptdisk serve
+    --sqlite``: one key (``key_hex``) and a [server] section with the certificate,
+    scram_iterations = 4096 and the ``extra`` lines. Returns (ca, cert, config)."""
+    (root / "tls").mkdir()
+    ca, cert, key = make_ca_and_server(root / "tls")
+    config = root / name
+    config.write_text(f"""
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+hex = "{key_hex}"
+[server]
+cert = "{cert}"
+key = "{key}"
+scram_iterations = 4096
+{extra}""")
+    return ca, cert, config

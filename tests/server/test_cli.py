@@ -86,24 +86,10 @@ def test_serve_sqlite_with_a_server_section(tmp_path) -> None:
 
     import pg8000.native
 
-    from tests.server.certs import make_ca_and_server
+    from tests.server.certs import sqlite_serve_config
 
-    (tmp_path / "tls").mkdir()
-    ca, cert, key = make_ca_and_server(tmp_path / "tls")
-    config = tmp_path / "cryptdisk.toml"
-    config.write_text(f"""
-[keyring]
-current_key_id = 1
-[[keyring.keys]]
-id = 1
-hex = "{'ab' * 32}"
-
-[server]
-cert = "{cert}"
-key = "{key}"
-scram_iterations = 4096
-statement_timeout = 30
-""")
+    ca, cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32,
+                                           "statement_timeout = 30\n")
     env = {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
     db = str(tmp_path / "app.db")
     out = cryptdisk("serve", db, "--sqlite", "--config", str(config), "--add-user", "alice",

@@ -12,7 +12,7 @@ import threading
 
 import psycopg
 
-from tests.server.certs import make_ca_and_server
+from tests.server.certs import sqlite_serve_config
 
 CLIENTS, ACKED_BEFORE_KILL = 4, 200
 
@@ -30,20 +30,7 @@ def serve(db: str, config, cwd) -> tuple[subprocess.Popen, int]:
 
 
 def test_kill_9_during_inserts_keeps_every_acknowledged_commit(tmp_path) -> None:
-    (tmp_path / "tls").mkdir()
-    ca, cert, key = make_ca_and_server(tmp_path / "tls")
-    config = tmp_path / "c.toml"
-    config.write_text(f"""
-[keyring]
-current_key_id = 1
-[[keyring.keys]]
-id = 1
-hex = "{'cd' * 32}"
-[server]
-cert = "{cert}"
-key = "{key}"
-scram_iterations = 4096
-""")
+    ca, _cert, config = sqlite_serve_config(tmp_path, "c.toml", "cd" * 32)
     db = str(tmp_path / "app.db")
     env = {**os.environ, "CRYPTDISK_PASSWORD": "pw"}
     subprocess.run([sys.executable, "-m", "cryptdisk", "serve", db, "--sqlite", "--config",
