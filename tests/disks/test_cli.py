@@ -14,27 +14,13 @@ import pytest
 
 import cryptdisk
 from cryptdisk.config import load_config
+from tests.configs import encrypted_over_local
 
 K1 = "ab" * 32
 #: The source tree of the cryptdisk being tested, for child processes.
 SRC_ROOT = str(Path(cryptdisk.__file__).resolve().parents[1])
 
-CONFIG = f"""
-[keyring]
-[[keyring.keys]]
-id = 1
-hex = "{K1}"
-
-[disks.raw]
-type = "local"
-path = "raw"
-
-[disks.secure]
-type = "encrypted"
-disk = "raw"
-path = "enc/"
-segment_size = 4096
-
+CONFIG = encrypted_over_local(K1, "segment_size = 4096", """
 [policies.main]
 [[policies.main.volumes]]
 name = "hot"
@@ -42,7 +28,7 @@ disks = ["secure", "raw"]
 [[policies.main.volumes]]
 name = "cold"
 disks = ["raw"]
-"""
+""")
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

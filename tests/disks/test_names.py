@@ -27,6 +27,7 @@ from cryptdisk.errors import (
     NameAuthenticationError,
 )
 from cryptdisk.keys import Key
+from tests.configs import encrypted_over_local
 
 KEY_HEX = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 NAMES = ["t/part=a/x.parquet", "t/part=b/y.parquet", "t/part=a/z.parquet", "top secret.txt",
@@ -180,23 +181,7 @@ def test_names_key_must_be_one_of_the_disks_keys(tmp_path: Path) -> None:
 
 def _config(tmp_path: Path, disk_lines: str) -> Path:
     path = tmp_path / "cryptdisk.toml"
-    path.write_text(f"""
-[keyring]
-current_key_id = 1
-[[keyring.keys]]
-id = 1
-hex = "{KEY_HEX}"
-
-[disks.raw]
-type = "local"
-path = "raw"
-
-[disks.secure]
-type = "encrypted"
-disk = "raw"
-path = "enc/"
-{disk_lines}
-""")
+    path.write_text(encrypted_over_local(KEY_HEX, disk_lines, current_key_id=True))
     return path
 
 

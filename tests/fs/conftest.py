@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.configs import encrypted_over_local
+
 KEY_HEX = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 #: A string the test data contains; it must never appear in the backing files.
 MARKER = "PLAINTEXT-MARKER-7f3a"
@@ -14,26 +16,11 @@ MARKER = "PLAINTEXT-MARKER-7f3a"
 @pytest.fixture
 def config_path(tmp_path: Path) -> str:
     path = tmp_path / "cryptdisk.toml"
-    path.write_text(f"""
-[keyring]
-[[keyring.keys]]
-id = 1
-hex = "{KEY_HEX}"
-
-[disks.raw]
-type = "local"
-path = "raw"
-
-[disks.secure]
-type = "encrypted"
-disk = "raw"
-path = "enc/"
-segment_size = 16384
-
+    path.write_text(encrypted_over_local(KEY_HEX, "segment_size = 16384", """
 [disks.plain]
 type = "local"
 path = "plain"
-""")
+"""))
     return str(path)
 
 
