@@ -203,46 +203,40 @@ def write_key_file(path: str | os.PathLike[str], material: bytes | Key, *,
 # -- the built-in key providers (see cryptdisk.keys._provider) -----------------------------
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise TypeError("must be a non-empty string")
-    return value
+class _TextProvider(KeyProvider):
+    """A provider whose config value is one non-empty string."""
+
+    def __init__(self, value: Any, *, base: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise TypeError("must be a non-empty string")
+        super().__init__(value, base=base)
 
 
-class HexKey(KeyProvider):
+class HexKey(_TextProvider):
     """``hex = "0011..."``: the key inline, as hex (keep such a config private)."""
 
     name = "hex"
     label = "hex"
 
-    def __init__(self, value: Any, *, base: str) -> None:
-        super().__init__(_text(value), base=base)
-
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
         return decode_hex_key(self.value, what, sizes)
 
 
-class EnvKey(KeyProvider):
+class EnvKey(_TextProvider):
     """``from_env = "VAR"``: the hex key in an environment variable."""
 
     name = "from_env"
     label = "env"
 
-    def __init__(self, value: Any, *, base: str) -> None:
-        super().__init__(_text(value), base=base)
-
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
         return key_from_env(self.value, sizes)
 
 
-class FileKey(KeyProvider):
+class FileKey(_TextProvider):
     """``file = "keys/k1.hex"``: a key file (relative to the config), mode 0600."""
 
     name = "file"
     label = "file"
-
-    def __init__(self, value: Any, *, base: str) -> None:
-        super().__init__(_text(value), base=base)
 
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
         return key_from_file(os.path.join(self.base, os.path.expanduser(self.value)),
@@ -272,27 +266,21 @@ def _raw_key(material: bytes, what: str, sizes: tuple[int, ...]) -> bytes:
     return material
 
 
-class RawKey(KeyProvider):
+class RawKey(_TextProvider):
     """``raw = "..."``: ClickHouse's ``<key>``, the key's bytes as characters (UTF-8)."""
 
     name = "raw"
     label = "raw"
 
-    def __init__(self, value: Any, *, base: str) -> None:
-        super().__init__(_text(value), base=base)
-
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
         return _raw_key(self.value.encode("utf-8"), what, sizes)
 
 
-class RawEnvKey(KeyProvider):
+class RawEnvKey(_TextProvider):
     """``raw_from_env = "VAR"``: ClickHouse's ``<key from_env=...>``, raw characters."""
 
     name = "raw_from_env"
     label = "raw_env"
-
-    def __init__(self, value: Any, *, base: str) -> None:
-        super().__init__(_text(value), base=base)
 
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
         text = _env_text(self.value, "the key", f"export {self.value}=... before loading the "
