@@ -77,15 +77,20 @@ class InsertMixin:
                 raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
             finally:
                 self._release()  # type: ignore[attr-defined]
-            if not parts:
-                return 0
-            meta.parts.extend(parts)
-            try:
-                self._commit()  # type: ignore[attr-defined]
-            except BaseException:
-                del meta.parts[-len(parts):]
-                raise
-            return sum(p.rows for p in parts)
+            return self._publish(meta, parts)
+
+    def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int:
+        """Add ``parts`` to table ``meta`` and commit the catalog; if the commit fails they
+        leave ``meta`` again. Returns their row count (0, and no commit, for no parts)."""
+        if not parts:
+            return 0
+        meta.parts.extend(parts)
+        try:
+            self._commit()  # type: ignore[attr-defined]
+        except BaseException:
+            del meta.parts[-len(parts):]
+            raise
+        return sum(p.rows for p in parts)
 
     def _cast_select(self, meta: TableMeta, query: str, columns: list[str] | None) -> str:
         try:
@@ -216,12 +221,4 @@ class InsertMixin:
                 verify_part(disk, part)
                 open_part(disk, part)
                 new.append(part)
-            if not new:
-                return 0
-            meta.parts.extend(new)
-            try:
-                self._commit()  # type: ignore[attr-defined]
-            except BaseException:
-                del meta.parts[-len(new):]
-                raise
-            return sum(p.rows for p in new)
+            return self._publish(meta, new)
