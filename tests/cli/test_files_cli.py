@@ -211,6 +211,25 @@ def test_cat_into_a_closed_pipe_ends_quietly_like_cat(tmp_path, keyfile):
         assert stderr == b"", stderr
 
 
+def test_cat_into_a_closed_pipe_ends_by_sigpipe_even_when_the_parent_blocked_it(tmp_path, keyfile):
+    """A blocked SIGPIPE is inherited across exec; cryptdisk unblocks it to end like `cat`."""
+    plain = tmp_path / "big"
+    plain.write_bytes(os.urandom(4 << 20))
+    enc = tmp_path / "big.cd"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"}
+    proc = subprocess.Popen(
+        [*CLI, "cat", str(enc), "--key-file", str(keyfile)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE}))
+    assert len(proc.stdout.read(10)) == 10
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == -signal.SIGPIPE
+    assert stderr == b"", stderr
+
+
 def test_encrypt_and_decrypt_into_a_missing_directory_name_the_output(tmp_path, keyfile):
     plain = tmp_path / "data.csv"
     plain.write_text("a,b\n1,2\n")

@@ -73,6 +73,9 @@ def _broken_pipe() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A signal mask is inherited across exec: a parent that blocked SIGPIPE in the thread
+    # that started us would leave the signal pending and the process running.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGPIPE})
     # To this thread, so it arrives before the next line (a signal to the process may be
     # taken by another thread while this one goes on to exit with a status).
     signal.pthread_kill(threading.get_ident(), signal.SIGPIPE)
