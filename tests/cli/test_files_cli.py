@@ -194,6 +194,10 @@ def test_clickhouse_files_through_an_xml_config(tmp_path):
     _no_traceback(r)
 
 
+def _unblock_sigpipe() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGPIPE})
+
+
 def test_cat_into_a_closed_pipe_ends_quietly_like_cat(tmp_path, keyfile):
     """`cryptdisk cat big.cd | head`: no message, and the status `cat` gets (SIGPIPE)."""
     plain = tmp_path / "big"
@@ -202,7 +206,11 @@ def test_cat_into_a_closed_pipe_ends_quietly_like_cat(tmp_path, keyfile):
     assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
     env = {k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"}
     for argv in ([*CLI, "cat", str(enc), "--key-file", str(keyfile)], ["cat", str(plain)]):
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        # A library loaded by an earlier test (chdb's threads) may have blocked SIGPIPE in
+        # this process, and children inherit the mask: `cat` would then see EPIPE instead.
+        # cryptdisk unblocks it itself (the next test); start both with a clean mask here.
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                preexec_fn=_unblock_sigpipe)
         assert len(proc.stdout.read(10)) == 10
         proc.stdout.close()  # what `head` does once it has its lines
         stderr = proc.stderr.read()
