@@ -41,10 +41,14 @@ def test_point_query_reads_one_row_group_per_matching_part(db, small_groups):
 def test_a_warm_query_reads_nothing(db, small_groups):
     db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
     db.sql("INSERT INTO t " + gen(20_000))
-    sql = "SELECT sum(c_float), count(*) FROM t WHERE c_int < 5500"
+    sql = "SELECT sum(c_int), count(*), sum(c_float) FROM t WHERE c_int < 5500"
     cold = db.query(sql)
     assert db.last_scans["t"]["row_groups_read"] == 6
-    assert db.query(sql) == cold
+    warm = db.query(sql)
+    # the float sum may differ in its last bit: DuckDB adds a stream's batches in arrival
+    # order and the cached row groups on several threads
+    assert warm[0][:2] == cold[0][:2]
+    assert warm[0][2] == pytest.approx(cold[0][2], rel=1e-12)
     assert db.last_scans["t"]["row_groups_read"] == 0  # all from the cache
 
 
