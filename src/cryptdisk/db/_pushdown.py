@@ -26,6 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ._columns import _walk
+
 __all__ = ["Filter", "filters_from_tuples", "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
@@ -43,16 +45,6 @@ class Filter:
     lo: Any = None
     hi: Any = None
     values: tuple[Any, ...] | None = None
-
-
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 def _conjuncts(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
