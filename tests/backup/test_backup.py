@@ -29,6 +29,15 @@ def _repo(tmp_path: Path, **kw) -> Repository:
     return Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF, **kw)
 
 
+def _parts(path: Path) -> dict[str, list[tuple[str, int, str]]]:
+    db = cryptdisk.connect(path, read_only=True)
+    try:
+        return {t.name: [(p.id, p.rows, p.sha256) for p in t.parts]
+                for t in db.catalog.tables.values()}
+    finally:
+        db.close()
+
+
 def test_db_restore_equals_source(tmp_path: Path) -> None:
     src = tmp_path / "a.db"
     make_db(src)
@@ -36,10 +45,12 @@ def test_db_restore_equals_source(tmp_path: Path) -> None:
     s = create(repo, src)
     assert s.kind == "db" and s.new_chunks == s.chunks > 0
     expected = content(src)
+    parts = _parts(src)
     shutil.rmtree(src)  # the database and its key are lost: the backup is not
     (tmp_path / "a.db.key").rename(tmp_path / "old.key")
     restore(repo, s.id, tmp_path / "r.db")
     assert content(tmp_path / "r.db") == expected
+    assert _parts(tmp_path / "r.db") == parts  # the parts as they were, not re-encoded
     (tmp_path / "old.key").rename(tmp_path / "a.db.key")
     assert (tmp_path / "r.db.key").exists()  # under a new key of its own
     assert (tmp_path / "r.db.key").read_bytes() != (tmp_path / "a.db.key").read_bytes()

@@ -42,6 +42,7 @@ from ._columns import (
     referenced_tables,
     rewrite_system_tables,
 )
+from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._pushdown import filters_from_tuples, table_filters, top_n
@@ -104,7 +105,7 @@ def _check_new_database_path(path: str) -> None:
                             "exist", hint=f"create it first (mkdir -p {parent})")
 
 
-class Database(InsertMixin, MaintenanceMixin, RotationMixin):
+class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
