@@ -1,8 +1,12 @@
 import contextlib
+import os
+import secrets
 
 import pytest
 
 distributed = pytest.importorskip("distributed", reason="the test extra installs distributed")
+
+S3_BUCKET = "cryptdisk-dask"
 
 
 @contextlib.contextmanager
@@ -16,6 +20,22 @@ def local_cluster():
 
 
 @pytest.fixture(scope="package")
-def client():
+def s3():
+    """moto's S3 server on loopback, and a random AWS secret key in the environment.
+
+    Started before the package's cluster, so its worker processes inherit the
+    credentials from the environment, as a deployment's workers do (never from a
+    config or storage_options); the secret is random so a test can look for it.
+    """
+    from ..disks.s3server import make_bucket, s3_server
+
+    with s3_server() as endpoint:
+        os.environ["AWS_SECRET_ACCESS_KEY"] = secrets.token_hex(20)  # restored on exit
+        make_bucket(endpoint, S3_BUCKET)
+        yield endpoint, os.environ["AWS_SECRET_ACCESS_KEY"]
+
+
+@pytest.fixture(scope="package")
+def client(s3):
     with local_cluster() as c:
         yield c
