@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cryptdisk.errors import ServerError
+from cryptdisk.server import _sqltext
 from cryptdisk.server._sqltext import placeholders, split_statements, substitute
 
 
@@ -31,3 +32,15 @@ def test_parameters_outside_strings_only() -> None:
 def test_unterminated(bad: str) -> None:
     with pytest.raises(ServerError):
         split_statements(bad)
+
+
+def test_replace_words_only_bare_words() -> None:
+    sql = ("SELECT current_user, \"current_user\", 'current_user', t.current_user -- current_user\n"
+           "/* current_user */ , $$current_user$$, CURRENT_USER, xcurrent_user FROM t")
+    out = _sqltext.replace_words(sql, lambda w: "'u'" if w.lower() == "current_user" else None)
+    assert out == ("SELECT 'u', \"current_user\", 'current_user', t.current_user -- current_user\n"
+                   "/* current_user */ , $$current_user$$, 'u', xcurrent_user FROM t")
+
+
+def test_strip_strings() -> None:
+    assert _sqltext.strip_strings("GRANT r TO \"on\" -- ON\n") == "GRANT r TO      " + " " * 6

@@ -138,8 +138,9 @@ def test_user_statements(start_server, sqlite_engine) -> None:
             admin.execute("CREATE USER bob PASSWORD 'x'")
         rows = admin.execute("SELECT * FROM system.users").fetchall()
         assert rows == [("bob", False, "SCRAM-SHA-256", 4096), (USER, True, "SCRAM-SHA-256", 4096)]
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            admin.execute("CREATE ROLE analysts")
+        admin.execute("CREATE ROLE analysts")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(**{**srv.dsn, "user": "analysts", "password": "x"})  # roles never log in
     native = pg8000.native.Connection(user=USER, password=PASSWORD, host="localhost",
                                       port=srv.port, ssl_context=ssl.create_default_context(
                                           cafile=srv.dsn["sslrootcert"]))

@@ -11,11 +11,19 @@
                     authenticator=users)
     asyncio.run(server.serve())
 
+Each session's identity and roles: ``session.privileges`` (also
+``engine_session.privileges``), a :class:`Privileges` with ``session_user``,
+``current_user`` (after ``SET ROLE``), ``roles`` (current_user and every role
+it belongs to, transitively), ``has_role(name)`` and ``admin``; None on a
+server without users. ``UserStore.member_of(name)`` answers the same for any
+user or role.
+
 See ``docs/server.md`` for what is implemented and how to connect.
 """
 
 from ._accesslog import AccessLog
 from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEngine
+from ._grants import Privileges
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server
 from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
@@ -29,6 +37,7 @@ __all__ = [
     "Authenticator",
     "Engine",
     "EngineSession",
+    "Privileges",
     "Result",
     "SQLiteEngine",
     "ScramAuthenticator",

@@ -75,6 +75,8 @@ class EngineSession:
     """
 
     last_tables: set[str]
+    #: the session's :class:`._grants.Privileges` (None: a server without users)
+    privileges: Any = None
 
     def record_tables(self) -> None:
         """Fill ``last_tables`` on every later statement."""
@@ -397,6 +399,7 @@ class _SQLiteSession(EngineSession):
         return bool(self.conn.in_transaction)
 
     def set_privileges(self, privileges: Any) -> None:
+        self.privileges = privileges
         self.check = privileges.sqlite_authorizer()
         self.conn.authorizer = self._authorize
         # SQLite authorizes when it prepares: no statement cache, so a REVOKE counts at once

@@ -1,7 +1,10 @@
 """Table privileges of non-admin users: checked before or as a statement runs.
 
 Admins may do anything. Other users need a grant per table and action
-(``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``):
+(``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``), to themselves or to a role
+they are a member of (directly or through other roles). ``SET ROLE r`` makes
+the session act as ``r``: with r's privileges (and its roles') only, as in
+PostgreSQL; ``RESET ROLE`` goes back to the login user.
 
 - Encrypted SQLite: the connection's authorizer (``sqlite3_set_authorizer``)
   sees every table a statement reads or writes, including through views,
@@ -55,18 +58,52 @@ def _denied(action: str, table: str) -> StatementError:
 
 
 class Privileges:
-    """What ``user`` may do, read live from ``store`` (a GRANT takes effect at once)."""
+    """What one session may do, read live from ``store`` (a GRANT takes effect at once).
+
+    The session's identity, for code that decides per user or role (e.g. masking)::
+
+        p.session_user   # the user who logged in
+        p.current_user   # the same, or the role chosen by SET ROLE
+        p.roles          # frozenset: current_user and every role it belongs to
+        p.has_role("analyst")
+        p.admin          # current_user is an admin (admins may do anything)
+    """
 
     def __init__(self, store: UserStore, user: str) -> None:
         self.store = store
-        self.user = user
+        self.session_user = user
+        self.current_user = user
+
+    def __repr__(self) -> str:
+        return f"<Privileges session_user={self.session_user!r} " \
+            f"current_user={self.current_user!r}>"
+
+    @property
+    def user(self) -> str:
+        """The name privileges are checked for: :attr:`current_user`."""
+        return self.current_user
+
+    def set_role(self, role: str | None) -> None:
+        """Act as ``role`` (None: the login user again). The caller checks the membership."""
+        self.current_user = self.session_user if role is None else role
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """:attr:`current_user` and every role it is a member of, transitively (live)."""
+        return self.store.member_of(self.current_user) | {self.current_user}
+
+    def has_role(self, role: str) -> bool:
+        return role in self.roles
 
     @property
     def admin(self) -> bool:
-        return self.store.is_admin(self.user)
+        return self.store.is_admin(self.current_user)
 
     def allowed(self, table: str, action: str) -> bool:
-        return self.admin or action in self.store.grants(self.user).get(table.lower(), ())
+        if self.admin:
+            return True
+        table = table.lower()
+        return any(action in self.store.grants(name).get(table, ()) for name in self.roles)
 
     # -- SQLite ------------------------------------------------------------------------
 

@@ -83,6 +83,17 @@ def _tag_count(tag: str) -> int | None:
     return int(last) if last.isdigit() else None
 
 
+def _rename(columns: list[tuple[str, int]],
+            renames: dict[str, list[str]]) -> list[tuple[str, int]]:
+    """Columns named by a literal :meth:`Session._identity` wrote in get the word back."""
+    left = {k: list(v) for k, v in renames.items()}
+    out = []
+    for name, oid in columns:
+        words = left.get(name)
+        out.append((words.pop(0) if words else name, oid))
+    return out
+
+
 class _Closing(Exception):
     """End the session after sending what has been queued."""
 
@@ -107,6 +118,8 @@ class Session:
         self.tls = False
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
+        #: what this session may do and who it acts as (None: a server without users)
+        self.privileges: Any = None
         self.engine: EngineSession | None = None
         self.statements: dict[str, _Statement] = {}
         self.portals: dict[str, _Portal] = {}
@@ -239,7 +252,8 @@ class Session:
             self.engine = await self.call(self.server.engine.open_session)
             auth = self.server.authenticator
             if auth is not None:
-                self.engine.set_privileges(auth.privileges(self.user))
+                self.privileges = auth.privileges(self.user)
+                self.engine.set_privileges(self.privileges)
             if self.server.access_log is not None:
                 self.engine.record_tables()
         except Exception as exc:
@@ -389,7 +403,11 @@ class Session:
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
             await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
-            return await self.call(engine.run, sql, params)
+            sql, renames = self._identity(sql)
+            result = await self.call(engine.run, sql, params)
+            if renames and result.columns is not None:
+                result.columns = _rename(result.columns, renames)
+            return result
         except Exception as exc:
             err = statement_error(exc)
             if fired and err.sqlstate == "57014":
@@ -398,6 +416,29 @@ class Session:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    def _identity(self, sql: str) -> tuple[str, dict[str, list[str]]]:
+        """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
+        string literals, and the column names those literals get mapped back to the words
+        (in the order they appear)."""
+        if re.search(r"current_user|current_role|session_user", sql, re.I) is None:
+            return sql, {}
+        current = self.privileges.current_user if self.privileges is not None else self.user
+        values = {"CURRENT_USER": current, "CURRENT_ROLE": current, "SESSION_USER": self.user}
+        renames: dict[str, list[str]] = {}
+
+        def replace(word: str) -> str | None:
+            value = values.get(word.upper())
+            if value is None:
+                return None
+            literal = "'" + value.replace("'", "''") + "'"
+            renames.setdefault(literal, []).append(word.lower())
+            return literal
+
+        try:
+            return _sqltext.replace_words(sql, replace), renames
+        except ServerError:
+            return sql, {}
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
@@ -572,7 +613,10 @@ class Session:
                             listed = await self.server.handle_statement(self, st.sql, [])
                             st.columns = listed.columns if listed is not None else None
                     else:
-                        st.columns = await self.call(self.engine.describe, st.sql)
+                        text, renames = self._identity(st.sql)
+                        st.columns = await self.call(self.engine.describe, text)
+                        if renames and st.columns is not None:
+                            st.columns = _rename(st.columns, renames)
                     st.described = True
                 self.send(P.parameter_description(
                     [st.param_types[i] if i < len(st.param_types) and st.param_types[i]

@@ -12,17 +12,23 @@ from collections.abc import Callable, Iterator
 
 from ..errors import ServerError
 
-__all__ = ["first_words", "placeholders", "split_statements", "substitute"]
+__all__ = ["first_words", "placeholders", "replace_words", "split_statements", "strip_strings",
+           "substitute"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
 
 
-def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
-    """Yield (kind, start, end) for ';', parameters and the code between them."""
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
+    """Yield (kind, start, end) for ';', parameters, quoted parts ("quoted": strings,
+    quoted identifiers, comments) and, with ``words``, bare words."""
     i, n = 0, len(sql)
     while i < n:
         c = sql[i]
+        start = i
         if c == "'":
             escaped = i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum()
                                                                      or sql[i - 2] == "_"))
@@ -40,6 +46,7 @@ def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
                     break
                 j += 1
             i = j + 1
+            yield "quoted", start, i
         elif c == '"':
             j = sql.find('"', i + 1)
             while j >= 0 and j + 1 < n and sql[j + 1] == '"':
@@ -47,9 +54,11 @@ def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
             if j < 0:
                 raise ServerError("unterminated quoted identifier")
             i = j + 1
+            yield "quoted", start, i
         elif c == "-" and sql.startswith("--", i):
             j = sql.find("\n", i)
             i = n if j < 0 else j + 1
+            yield "quoted", start, i
         elif c == "/" and sql.startswith("/*", i):
             depth, j = 1, i + 2
             while depth:
@@ -62,6 +71,7 @@ def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
                 else:
                     j += 1
             i = j
+            yield "quoted", start, i
         elif c == "$":
             prev_ident = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")
             m = _PARAM.match(sql, i)
@@ -75,11 +85,19 @@ def _scan(sql: str) -> Iterator[tuple[str, int, int]]:
                 if end < 0:
                     raise ServerError("unterminated dollar-quoted string")
                 i = end + len(t.group(0))
+                yield "quoted", start, i
             else:
                 i += 1
         elif c == ";":
             yield "semicolon", i, i + 1
             i += 1
+        elif (c.isalpha() or c == "_") and (i == 0 or not (sql[i - 1].isalnum()
+                                                          or sql[i - 1] in "_$")):
+            m = _WORD.match(sql, i)
+            end = m.end() if m else i + 1
+            if words and m and (i == 0 or sql[i - 1] != "."):
+                yield "word", i, end
+            i = end
         else:
             i += 1
 
@@ -117,6 +135,33 @@ def substitute(sql: str, replace: Callable[[int], str]) -> str:
             out.append(sql[pos:s])
             out.append(replace(int(sql[s + 1:e])))
             pos = e
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def strip_strings(sql: str) -> str:
+    """``sql`` with its strings, quoted identifiers and comments blanked out."""
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind == "quoted":
+            out.append(sql[pos:s])
+            out.append(" " * (e - s))
+            pos = e
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
+    """``sql`` with each bare word (not in a string, quoted identifier or comment, not
+    after a ``.``) replaced by ``replace(word)`` unless that returns None."""
+    out, pos = [], 0
+    for kind, s, e in _scan(sql, words=True):
+        if kind == "word":
+            new = replace(sql[s:e])
+            if new is not None:
+                out.append(sql[pos:s])
+                out.append(new)
+                pos = e
     out.append(sql[pos:])
     return "".join(out)
 

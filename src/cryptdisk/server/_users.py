@@ -2,21 +2,27 @@
 
 The user file (``PATH.users`` beside the database unless configured) is a
 sealed cryptdisk file under the database's keyring: JSON of each user's SCRAM
-verifier and admin flag. It never holds a password.
+verifier, admin flag, grants and role memberships, and of each role's grants
+and memberships. It never holds a password.
 
 Statements handled before the engine sees them::
 
     CREATE USER name [WITH] PASSWORD '...' [ADMIN]
-    ALTER USER name [WITH] PASSWORD '...' | ADMIN | NOADMIN | CLIENTCERT | NOCLIENTCERT
-    DROP USER [IF EXISTS] name
+    ALTER USER|ROLE name [WITH] PASSWORD '...' | ADMIN | NOADMIN | CLIENTCERT | NOCLIENTCERT
+    DROP USER|ROLE [IF EXISTS] name
+    CREATE ROLE name [[WITH] NOLOGIN]
+    GRANT role [, ...] TO name [, ...]              REVOKE role [, ...] FROM name [, ...]
     GRANT SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON [TABLE] t [, ...] TO name [, ...]
     REVOKE ... ON [TABLE] t [, ...] FROM name [, ...]
+    SET ROLE name | NONE          RESET ROLE
     SELECT * FROM system.users      (also SHOW USERS; name, is_admin, auth, iterations)
-    SELECT * FROM system.grants     (user, table, privilege)
+    SELECT * FROM system.roles      (role, members)
+    SELECT * FROM system.grants     (user, table, privilege; the grantee may be a role)
 
-Only admins create, drop or change other users and grant; anyone may change
-their own password. Roles (``CREATE ROLE``, ``GRANT role TO user``) are
-refused as not implemented. :mod:`._grants` checks the privileges.
+Users and roles share one namespace, as in PostgreSQL. A role cannot log in;
+its privileges reach every user (or role) granted it, transitively. Only
+admins create, drop or change other users and roles and grant; anyone may
+change their own password. :mod:`._grants` checks the privileges.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import secrets
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
@@ -49,6 +56,8 @@ log = logging.getLogger("cryptdisk.server")
 
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _STRING = r"'(?:[^']|'')*'"
+_SYSTEM_TABLE = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(users|grants|roles)\s*;?\s*",
+                           re.I)
 
 
 def _ident(token: str) -> str:
@@ -67,20 +76,102 @@ class UserStore:
         self.iterations = iterations
         self._lock = threading.Lock()
         self.users: dict[str, dict[str, Any]] = {}
+        #: ``{role: {"grants": {table: [actions]}, "roles": [roles it is a member of]}}``
+        self.roles: dict[str, dict[str, Any]] = {}
         if os.path.exists(self.path):
             with cd_open(self.path, "rb", keyring=keyring) as f:
                 data = json.loads(f.read())
             if not isinstance(data, dict) or data.get("version") != 1:
                 raise ServerError(f"{self.path} is not a cryptdisk user file (version 1)")
             self.users = data["users"]
+            self.roles = data.get("roles", {})
 
     def __repr__(self) -> str:
-        return f"<UserStore {self.path!r} users={len(self.users)}>"
+        return f"<UserStore {self.path!r} users={len(self.users)} roles={len(self.roles)}>"
 
     def _save(self) -> None:
-        data = json.dumps({"version": 1, "users": self.users}, sort_keys=True).encode()
+        data = json.dumps({"version": 1, "users": self.users, "roles": self.roles},
+                          sort_keys=True).encode()
         with cd_open(self.path, "wb", keyring=self.keyring) as f:
             f.write(data)
+
+    def _change(self, change: Callable[[], None]) -> None:
+        """Apply ``change`` to users/roles and save; on any failure restore both."""
+        with self._lock:
+            before = json.dumps([self.users, self.roles])
+            try:
+                change()
+                self._save()
+            except BaseException:
+                self.users, self.roles = json.loads(before)
+                raise
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        entry = self.users.get(name)
+        if entry is None:
+            entry = self.roles.get(name)
+        if entry is None:
+            raise StatementError(f'role "{name}" does not exist', "42704")
+        return entry
+
+    def exists(self, name: str) -> bool:
+        """A user or a role of that name exists."""
+        return name in self.users or name in self.roles
+
+    def is_role(self, name: str) -> bool:
+        return name in self.roles
+
+    def member_of(self, name: str) -> frozenset[str]:
+        """Every role ``name`` (a user or a role) belongs to, directly or through other
+        roles; not ``name`` itself."""
+        seen: set[str] = set()
+        stack = list(self.users.get(name, self.roles.get(name, {})).get("roles", ()))
+        while stack:
+            role = stack.pop()
+            if role in seen or role not in self.roles:
+                continue
+            seen.add(role)
+            stack.extend(self.roles[role].get("roles", ()))
+        return frozenset(seen)
+
+    def create_role(self, name: str) -> None:
+        """A role: a name that holds grants and is granted to users; it cannot log in."""
+        if not name or "\0" in name:
+            raise ServerError("a role name must be non-empty")
+
+        def change() -> None:
+            if self.exists(name):
+                raise StatementError(f'role "{name}" already exists', "42710")
+            self.roles[name] = {"grants": {}, "roles": []}
+
+        self._change(change)
+
+    def grant_roles(self, roles: list[str], members: list[str], *, grant: bool) -> None:
+        """Make ``members`` (users or roles) members of ``roles`` (``grant=False``: no longer)."""
+        def change() -> None:
+            for role in roles:
+                if role in self.users:
+                    raise StatementError(f'"{role}" is a user, not a role: only roles are '
+                                         "granted", "0LP01")
+                if role not in self.roles:
+                    raise StatementError(f'role "{role}" does not exist', "42704")
+            for member in members:
+                entry = self._entry(member)
+                have = set(entry.get("roles", ()))
+                for role in roles:
+                    if grant and (role == member or member in self.member_of(role)):
+                        raise StatementError(f'role "{role}" is a member of role "{member}"'
+                                             if role != member else
+                                             f'role "{role}" cannot be a member of itself',
+                                             "0LP01")
+                    if grant:
+                        have.add(role)
+                        entry["roles"] = sorted(have)
+                    else:
+                        have.discard(role)
+                        entry["roles"] = sorted(have)
+
+        self._change(change)
 
     def verifier(self, name: str) -> Verifier | None:
         user = self.users.get(name)
@@ -106,8 +197,11 @@ class UserStore:
                 raise ServerError("an empty password is not allowed")
             made = str(make_verifier(password, self.iterations))
         with self._lock:
-            if create and name in self.users:
+            if create and (name in self.users or name in self.roles):
                 raise StatementError(f'role "{name}" already exists', "42710")
+            if name in self.roles:
+                raise StatementError(f'"{name}" is a role, not a user: roles have no '
+                                     "password and cannot log in", "42809")
             if not create and name not in self.users:
                 raise StatementError(f'role "{name}" does not exist', "42704")
             if create and made is None:
@@ -132,35 +226,39 @@ class UserStore:
                 raise
 
     def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
-        with self._lock:
-            if name not in self.users:
-                if missing_ok:
-                    return
-                raise StatementError(f'role "{name}" does not exist', "42704")
+        """Drop a user or a role (and every membership in that role)."""
+        def change() -> None:
+            if name in self.roles:
+                del self.roles[name]
+                for entry in [*self.users.values(), *self.roles.values()]:
+                    if name in entry.get("roles", ()):
+                        entry["roles"] = [r for r in entry["roles"] if r != name]
+                return
             admins = [u for u, v in self.users.items() if v.get("admin")]
             if admins == [name]:
                 raise StatementError("cannot drop the last admin user", "55006")
-            before = self.users.pop(name)
-            try:
-                self._save()
-            except BaseException:
-                self.users[name] = before
-                raise
+            del self.users[name]
+
+        if not self.exists(name):
+            if missing_ok:
+                return
+            raise StatementError(f'role "{name}" does not exist', "42704")
+        self._change(change)
 
     def grants(self, name: str) -> dict[str, list[str]]:
-        """``{table: [actions]}`` granted to ``name`` (tables lower-cased)."""
-        grants: dict[str, list[str]] = self.users.get(name, {}).get("grants", {})
+        """``{table: [actions]}`` granted to ``name`` itself, a user or a role (tables
+        lower-cased); what it has through roles is not included (see :meth:`member_of`)."""
+        grants: dict[str, list[str]] = \
+            self.users.get(name, self.roles.get(name, {})).get("grants", {})
         return grants
 
     def change_grants(self, names: list[str], tables: list[str], actions: list[str], *,
                       grant: bool) -> None:
-        with self._lock:
+        def change() -> None:
             for name in names:
-                if name not in self.users:
-                    raise StatementError(f'role "{name}" does not exist', "42704")
-            before = json.dumps(self.users)
+                self._entry(name)
             for name in names:
-                grants = self.users[name].setdefault("grants", {})
+                grants = self._entry(name).setdefault("grants", {})
                 for table in tables:
                     have = set(grants.get(table, ()))
                     have = have | set(actions) if grant else have - set(actions)
@@ -168,15 +266,20 @@ class UserStore:
                         grants[table] = sorted(have)
                     else:
                         grants.pop(table, None)
-            try:
-                self._save()
-            except BaseException:
-                self.users = json.loads(before)
-                raise
+
+        self._change(change)
 
     def grant_rows(self) -> list[tuple[str, str, str]]:
-        return [(n, t, a) for n, u in sorted(self.users.items())
+        entries = sorted([*self.users.items(), *self.roles.items()])
+        return [(n, t, a) for n, u in entries
                 for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
+
+    def role_rows(self) -> list[tuple[str, str]]:
+        """(role, members): each role with its direct members (users and roles), sorted."""
+        return [(role, ", ".join(sorted(n for n, e in [*self.users.items(),
+                                                         *self.roles.items()]
+                                        if role in e.get("roles", ()))))
+                for role in sorted(self.roles)]
 
     def rows(self) -> list[tuple[str, bool, str, int]]:
         return [(n, bool(u.get("admin")),
@@ -270,43 +373,61 @@ class ScramAuthenticator:
         words = _sqltext.first_words(sql, 2)
         if words[:1] in (["GRANT"], ["REVOKE"]) or words == ["SHOW", "USERS"]:
             return True
+        if words in (["SET", "ROLE"], ["RESET", "ROLE"]):
+            return True
         if len(words) == 2 and words[0] in ("CREATE", "ALTER", "DROP") \
                 and words[1] in ("USER", "ROLE"):
             return True
-        return re.fullmatch(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(users|grants)\s*;?\s*",
-                            sql, re.I) is not None
+        return _SYSTEM_TABLE.fullmatch(sql) is not None
 
     def handle(self, session: Session, sql: str) -> Result | None:
         words = _sqltext.first_words(sql, 2)
         me = session.user
-        admin = self.store.is_admin(me)
-        if words[1:] == ["ROLE"]:
-            raise StatementError(f"{' '.join(words)}: roles are not implemented; grant "
-                                 "privileges to users", "0A000")
+        privileges: Privileges | None = getattr(session, "privileges", None)
+        admin = privileges.admin if privileges is not None else self.store.is_admin(me)
+        if words[0] in ("SET", "RESET"):
+            return self._set_role(sql, words[0], privileges)
         if words[0] in ("GRANT", "REVOKE"):
+            if re.search(r"\bON\b", _sqltext.strip_strings(sql), re.I) is None:
+                return self._grant_role(sql, words[0], admin)
             return self._grant(sql, words[0], admin)
-        if words[0] == "SELECT" and re.search(r"grants\s*;?\s*$", sql, re.I):
-            return Result([("user", 25), ("table", 25), ("privilege", 25)],
-                          list(self.store.grant_rows()),
-                          f"SELECT {len(self.store.grant_rows())}")
+        system = _SYSTEM_TABLE.fullmatch(sql)
+        if system is not None and system[1].lower() == "grants":
+            rows = self.store.grant_rows()
+            return Result([("user", 25), ("table", 25), ("privilege", 25)], list(rows),
+                          f"SELECT {len(rows)}")
+        if system is not None and system[1].lower() == "roles":
+            role_rows = self.store.role_rows()
+            return Result([("role", 25), ("members", 25)], list(role_rows),
+                          f"SELECT {len(role_rows)}")
         if words[0] in ("SHOW", "SELECT"):
             return Result([("name", 25), ("is_admin", 16), ("auth", 25), ("iterations", 20)],
                           list(self.store.rows()), f"SELECT {len(self.store.users)}")
         try:
             if words[0] == "DROP":
-                m = re.fullmatch(rf"\s*DROP\s+USER\s+(IF\s+EXISTS\s+)?({_NAME})\s*;?\s*",
-                                 sql, re.I | re.S)
+                m = re.fullmatch(rf"\s*DROP\s+(?:USER|ROLE)\s+(IF\s+EXISTS\s+)?({_NAME})"
+                                 r"\s*;?\s*", sql, re.I | re.S)
                 if not m:
-                    raise StatementError("syntax: DROP USER [IF EXISTS] name", "42601")
+                    raise StatementError(f"syntax: DROP {words[1]} [IF EXISTS] name", "42601")
                 name = _ident(m[2])
-                self._need_admin(admin, "drop users")
+                self._need_admin(admin, "drop users and roles")
                 if name == me:
                     raise StatementError("current user cannot be dropped", "55006")
                 self.store.drop_user(name, missing_ok=bool(m[1]))
                 return Result(None, [], "DROP ROLE")
-            m = re.fullmatch(rf"\s*(CREATE|ALTER)\s+USER\s+({_NAME})((?:\s+(?:WITH|PASSWORD\s+"
-                             rf"{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN|CLIENTCERT|"
-                             r"NOCLIENTCERT))*)\s*;?\s*",
+            if words == ["CREATE", "ROLE"]:
+                m = re.fullmatch(rf"\s*CREATE\s+ROLE\s+({_NAME})((?:\s+(?:WITH|NOLOGIN))*)"
+                                 r"\s*;?\s*", sql, re.I | re.S)
+                if not m:
+                    raise StatementError("syntax: CREATE ROLE name [[WITH] NOLOGIN] (a role "
+                                         "cannot log in: CREATE USER name PASSWORD '...' "
+                                         "makes a user)", "42601")
+                self._need_admin(admin, "create roles")
+                self.store.create_role(_ident(m[1]))
+                return Result(None, [], "CREATE ROLE")
+            m = re.fullmatch(rf"\s*(CREATE|ALTER)\s+(?:USER|ROLE)\s+({_NAME})((?:\s+(?:WITH|"
+                             rf"PASSWORD\s+{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN|"
+                             r"CLIENTCERT|NOCLIENTCERT))*)\s*;?\s*",
                              sql, re.I | re.S)
             if not m:
                 raise StatementError(f"syntax: {words[0]} USER name [WITH] PASSWORD '...' "
@@ -338,6 +459,44 @@ class ScramAuthenticator:
         except CryptdiskError as exc:
             raise StatementError(str(exc), "58030") from None
 
+    def _set_role(self, sql: str, verb: str, privileges: Privileges | None) -> Result:
+        if verb == "RESET":
+            if not re.fullmatch(r"\s*RESET\s+ROLE\s*;?\s*", sql, re.I):
+                raise StatementError("syntax: RESET ROLE", "42601")
+            role = None
+        else:
+            m = re.fullmatch(rf"\s*SET\s+ROLE\s+(?:TO\s+|=\s*)?({_NAME}|{_STRING})\s*;?\s*",
+                             sql, re.I | re.S)
+            if not m:
+                raise StatementError("syntax: SET ROLE name | NONE", "42601")
+            token = m[1]
+            role = token[1:-1].replace("''", "'") if token.startswith("'") else _ident(token)
+            if not token.startswith(('"', "'")) and role == "none":
+                role = None
+        if privileges is None:
+            raise StatementError("SET ROLE needs a server with users", "0A000")
+        if role is not None:
+            session_user = privileges.session_user
+            if not self.store.exists(role):
+                raise StatementError(f'role "{role}" does not exist', "22023")
+            if role != session_user and not self.store.is_admin(session_user) \
+                    and role not in self.store.member_of(session_user):
+                raise StatementError(f'permission denied to set role "{role}"', "42501")
+        privileges.set_role(role)
+        return Result(None, [], "SET")
+
+    def _grant_role(self, sql: str, verb: str, admin: bool) -> Result:
+        to = "TO" if verb == "GRANT" else "FROM"
+        m = re.fullmatch(rf"\s*{verb}\s+({_NAME}(?:\s*,\s*{_NAME})*)\s+{to}\s+"
+                         rf"({_NAME}(?:\s*,\s*{_NAME})*)\s*;?\s*", sql, re.I | re.S)
+        if not m:
+            raise StatementError(f"syntax: {verb} role [, ...] {to} name [, ...]", "42601")
+        self._need_admin(admin, "grant or revoke roles")
+        roles = [_ident(r) for r in re.findall(_NAME, m[1])]
+        members = [_ident(u) for u in re.findall(_NAME, m[2])]
+        self.store.grant_roles(roles, members, grant=verb == "GRANT")
+        return Result(None, [], f"{verb} ROLE")
+
     def _grant(self, sql: str, verb: str, admin: bool) -> Result:
         self._need_admin(admin, "grant or revoke privileges")
         names = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
@@ -347,7 +506,7 @@ class ScramAuthenticator:
         if not m:
             raise StatementError(f"syntax: {verb} SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON "
                                  f"[TABLE] t [, ...] {'TO' if verb == 'GRANT' else 'FROM'} "
-                                 "user [, ...] (roles are not implemented)", "42601")
+                                 "name [, ...]", "42601")
         actions = [a.strip().upper() for a in m[1].split(",")]
         if actions in (["ALL"], ["ALL PRIVILEGES"]):
             actions = list(ACTIONS)

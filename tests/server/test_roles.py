@@ -1,0 +1,158 @@
+"""Roles: CREATE/DROP ROLE, GRANT role TO user, privileges through roles, SET ROLE, persistence."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from cryptdisk.server import Privileges, UserStore
+
+DENIED = psycopg.errors.InsufficientPrivilege
+
+
+def connect(srv, user: str | None = None, password: str | None = None):
+    dsn = dict(srv.dsn)
+    if user is not None:
+        dsn.update(user=user, password=password)
+    return psycopg.connect(**dsn, autocommit=True)
+
+
+def setup_roles(srv, statements: list[str]) -> None:
+    with connect(srv) as admin:
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+        for st in statements:
+            admin.execute(st)
+
+
+SQLITE_TABLES = ["CREATE TABLE sales (a INTEGER)", "CREATE TABLE hr (s TEXT)",
+                 "INSERT INTO sales VALUES (1)", "INSERT INTO hr VALUES ('pay')"]
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite_engine", "analytical"])
+def test_privileges_through_roles_nested_and_revoked(start_server, request, engine_name) -> None:
+    srv = start_server(request.getfixturevalue(engine_name))
+    setup_roles(srv, [*SQLITE_TABLES, "CREATE ROLE readers", "CREATE ROLE analysts",
+                      "GRANT SELECT ON sales TO readers", "GRANT readers TO analysts",
+                      "GRANT analysts TO bob"])
+    with connect(srv, "bob", "bob pw") as bob:
+        assert bob.execute("SELECT a FROM sales").fetchall() == [(1,)]  # bob < analysts < readers
+        with pytest.raises(DENIED):
+            bob.execute("SELECT s FROM hr")
+        with connect(srv) as admin:
+            assert ("readers", "sales", "SELECT") in \
+                admin.execute("SELECT * FROM system.grants").fetchall()
+            assert admin.execute("SELECT * FROM system.roles").fetchall() == \
+                [("analysts", "bob"), ("readers", "analysts")]
+            admin.execute("REVOKE readers FROM analysts")
+        with pytest.raises(DENIED):  # at once, on the open session
+            bob.execute("SELECT a FROM sales")
+        with connect(srv) as admin:
+            admin.execute("GRANT readers TO bob")
+        assert bob.execute("SELECT a FROM sales").fetchall() == [(1,)]
+        with connect(srv) as admin:
+            admin.execute("DROP ROLE readers")  # its memberships and grants go with it
+            assert admin.execute("SELECT * FROM system.roles").fetchall() == \
+                [("analysts", "bob")]
+            assert [g for g in admin.execute("SELECT * FROM system.grants").fetchall()
+                    if g[0] == "readers"] == []
+        with pytest.raises(DENIED):
+            bob.execute("SELECT a FROM sales")
+
+
+def test_set_role_current_user_session_user(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, [*SQLITE_TABLES, "CREATE ROLE readers", "CREATE ROLE hr_staff",
+                      "GRANT SELECT ON sales TO readers", "GRANT SELECT ON hr TO hr_staff",
+                      "GRANT readers, hr_staff TO bob"])
+    with connect(srv, "bob", "bob pw") as bob:
+        cur = bob.execute("SELECT current_user, session_user, 'current_user' AS q")
+        assert cur.fetchall() == [("bob", "bob", "current_user")]
+        assert [d.name for d in cur.description] == ["current_user", "session_user", "q"]
+        assert bob.execute("SELECT s FROM hr").fetchall() == [("pay",)]
+        bob.execute("SET ROLE readers")  # only readers' privileges now
+        assert bob.execute("SELECT current_user, current_role, session_user").fetchall() \
+            == [("readers", "readers", "bob")]
+        assert bob.execute("SELECT a FROM sales").fetchall() == [(1,)]
+        with pytest.raises(DENIED):
+            bob.execute("SELECT s FROM hr")
+        # prepared (extended protocol) statements see the role too
+        assert bob.execute("SELECT current_user WHERE 1 = %s", (1,)).fetchall() == [("readers",)]
+        bob.execute("RESET ROLE")
+        assert bob.execute("SELECT current_user").fetchall() == [("bob",)]
+        assert bob.execute("SELECT s FROM hr").fetchall() == [("pay",)]
+        with pytest.raises(DENIED):  # not a member
+            with connect(srv) as admin:
+                admin.execute("CREATE ROLE other")
+            bob.execute("SET ROLE other")
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            bob.execute("SET ROLE nobody")
+        bob.execute("SET ROLE NONE")
+        assert bob.execute("SELECT current_user").fetchall() == [("bob",)]
+
+
+def test_admin_set_role_drops_admin_rights(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup_roles(srv, ["CREATE TABLE t (a BIGINT)", "CREATE TABLE s (a BIGINT)",
+                      "CREATE ROLE viewer", "GRANT SELECT ON t TO viewer"])
+    with connect(srv) as admin:
+        admin.execute("SET ROLE viewer")
+        assert admin.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+        with pytest.raises(DENIED):
+            admin.execute("SELECT * FROM s")
+        with pytest.raises(DENIED):
+            admin.execute("CREATE ROLE x")
+        admin.execute("RESET ROLE")  # always allowed
+        assert admin.execute("SELECT count(*) FROM s").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("sql, error", [
+    ("CREATE ROLE bob", psycopg.errors.DuplicateObject),          # users and roles: one namespace
+    ("CREATE USER readers PASSWORD 'x'", psycopg.errors.DuplicateObject),
+    ("GRANT bob TO readers", psycopg.errors.InvalidGrantOperation),      # only roles are granted
+    ("GRANT nosuch TO bob", psycopg.errors.UndefinedObject),
+    ("GRANT readers TO nosuch", psycopg.errors.UndefinedObject),
+    ("GRANT readers TO readers", psycopg.errors.InvalidGrantOperation),
+    ("GRANT bob_role TO readers", psycopg.errors.InvalidGrantOperation),  # a cycle
+    ("CREATE ROLE r2 PASSWORD 'x'", psycopg.errors.SyntaxError),   # roles do not log in
+    ("ALTER ROLE readers PASSWORD 'x'", psycopg.errors.WrongObjectType),
+    ("DROP ROLE nosuch", psycopg.errors.UndefinedObject),
+])
+def test_role_errors(start_server, sqlite_engine, sql, error) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, ["CREATE ROLE readers", "CREATE ROLE bob_role", "GRANT readers TO bob_role"])
+    with connect(srv) as admin:
+        with pytest.raises(error):
+            admin.execute(sql)
+        admin.execute("DROP ROLE IF EXISTS nosuch")
+
+
+@pytest.mark.parametrize("sql", ["CREATE ROLE r", "DROP ROLE readers", "GRANT readers TO bob",
+                                 "REVOKE readers FROM bob"])
+def test_only_admins_manage_roles(start_server, sqlite_engine, sql) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, ["CREATE ROLE readers"])
+    with connect(srv, "bob", "bob pw") as bob:
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+
+
+def test_roles_persist_in_the_sealed_user_file(tmp_path, keyring) -> None:
+    path = tmp_path / "db.users"
+    store = UserStore(path, keyring, iterations=4096)
+    store.set_user("alice", "pw", create=True)
+    store.create_role("readers")
+    store.create_role("staff")
+    store.grant_roles(["readers"], ["staff"], grant=True)
+    store.grant_roles(["staff"], ["alice"], grant=True)
+    store.change_grants(["readers"], ["sales"], ["SELECT"], grant=True)
+    assert b"readers" not in path.read_bytes()  # sealed: no names in the clear
+
+    again = UserStore(path, keyring)
+    assert again.member_of("alice") == {"staff", "readers"}
+    p = Privileges(again, "alice")
+    assert p.roles == {"alice", "staff", "readers"} and p.has_role("readers")
+    assert p.allowed("SALES", "SELECT") and not p.allowed("sales", "INSERT")
+    p.set_role("staff")
+    assert (p.current_user, p.session_user) == ("staff", "alice")
+    assert p.roles == {"staff", "readers"}
+    assert "staff" in repr(again) or "roles=2" in repr(again)
