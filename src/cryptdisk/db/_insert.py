@@ -27,6 +27,9 @@ from ._storage import policy_disk
 
 if TYPE_CHECKING:
     from ._catalog import TableMeta
+    from ._state import DatabaseState
+else:
+    DatabaseState = object  # the type checker's view only: see _state
 
 __all__ = ["BATCH_ROWS", "PART_ROWS", "InsertMixin"]
 
@@ -39,11 +42,8 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class InsertMixin:
+class InsertMixin(DatabaseState):
     """Insert methods of :class:`~cryptdisk.db.Database`."""
-
-    con: Any
-    catalog: Any
 
     def _insert_sql(self, st: _sql.Insert) -> None:
         self.insert_query(st.table, st.query, columns=st.columns)
@@ -55,13 +55,13 @@ class InsertMixin:
         Columns match by position, or by the ``columns`` list (others get NULL).
         ``on_rows(n)`` is called as batches are written (for progress bars).
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("INSERT")  # type: ignore[attr-defined]
-            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
-            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
-            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("INSERT")
+            meta: TableMeta = self.table(table)
+            schema = self.arrow_schema(meta)
+            disk = policy_disk(self.policy(meta.policy))
             try:
-                prepared = self._prepare(query)  # type: ignore[attr-defined]
+                prepared = self._prepare(query)
                 wrapper = self._cast_select(meta, prepared, columns)
                 reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
                 parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,
@@ -76,7 +76,7 @@ class InsertMixin:
             except duckdb.Error as exc:
                 raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
             finally:
-                self._release()  # type: ignore[attr-defined]
+                self._release()
             return self._publish(meta, parts)
 
     def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int:
@@ -86,7 +86,7 @@ class InsertMixin:
             return 0
         meta.parts.extend(parts)
         try:
-            self._commit()  # type: ignore[attr-defined]
+            self._commit()
         except BaseException:
             del meta.parts[-len(parts):]
             raise
@@ -127,7 +127,7 @@ class InsertMixin:
 
         Columns match by name; table columns the data lacks get NULL.
         """
-        with self._mutex:  # type: ignore[attr-defined]
+        with self._mutex:
             registered = False
             if isinstance(data, (str, os.PathLike)):
                 path = os.fspath(data)
@@ -168,16 +168,16 @@ class InsertMixin:
         name, as :meth:`insert`. Returns the parts' catalog entries (no key material).
         Parts never committed are orphans that the next writer removes after its commit.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            if self.read_only:  # type: ignore[attr-defined]
-                self.refresh()  # type: ignore[attr-defined]
+        with self._mutex:
+            if self.read_only:
+                self.refresh()
             if version != self.catalog.version + 1:
                 raise CatalogError(f"stage_parts for version {version}, but the catalog is at "
                                    f"version {self.catalog.version}: another writer "
                                    "committed meanwhile", hint="start the insert again")
-            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
-            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
-            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+            meta: TableMeta = self.table(table)
+            schema = self.arrow_schema(meta)
+            disk = policy_disk(self.policy(meta.policy))
             self.con.register(_SOURCE, data)
             try:
                 cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
@@ -199,10 +199,10 @@ class InsertMixin:
         directory on its policy's disk, is read whole (its SHA-256 must match) and its
         footer checked (id, rows, size) before the catalog names any of them.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("commit_parts")  # type: ignore[attr-defined]
-            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
-            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("commit_parts")
+            meta: TableMeta = self.table(table)
+            disk = policy_disk(self.policy(meta.policy))
             version = self.catalog.version + 1
             prefix = meta.prefix(self.catalog.db_id)
             known = {p.id for t in self.catalog.tables.values() for p in t.parts}

@@ -35,22 +35,17 @@ from ._storage import policy_disk, policy_disks, stale_cleanup
 
 if TYPE_CHECKING:
     from ._catalog import TableMeta
+    from ._state import DatabaseState
+else:
+    DatabaseState = object  # the type checker's view only: see _state
 
 __all__ = ["MaintenanceMixin"]
 
 log = logging.getLogger("cryptdisk.db")
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(DatabaseState):
     """Maintenance methods of :class:`~cryptdisk.db.Database`."""
-
-    catalog: Any
-    config: Any
-    cache: Any
-    con: Any
-    _stamp: Any
-    _pins: list[str]
-    _pending: list[tuple[Any, str]]
 
     def _remove_parts(self, parts: list[PartMeta]) -> None:
         for part in parts:
@@ -67,7 +62,7 @@ class MaintenanceMixin:
         for k, v in changes.items():
             setattr(meta, k, v)
         try:
-            self._commit()  # type: ignore[attr-defined]
+            self._commit()
         except BaseException:
             meta.parts = old
             for k, v in saved.items():
@@ -79,10 +74,10 @@ class MaintenanceMixin:
     def _drop(self, st: _sql.DropTable) -> None:
         if st.if_exists and st.name not in self.catalog.tables:
             return
-        meta = self.table(st.name)  # type: ignore[attr-defined]
+        meta = self.table(st.name)
         del self.catalog.tables[meta.name]
         try:
-            self._commit()  # type: ignore[attr-defined]
+            self._commit()
         except BaseException:
             self.catalog.tables[meta.name] = meta
             raise
@@ -91,10 +86,10 @@ class MaintenanceMixin:
         self._remove_parts(meta.parts)
 
     def _truncate(self, st: _sql.Truncate) -> None:
-        self._replace_parts(self.table(st.name), [])  # type: ignore[attr-defined]
+        self._replace_parts(self.table(st.name), [])
 
     def _alter(self, st: _sql.AlterSetting) -> None:
-        meta = self.table(st.name)  # type: ignore[attr-defined]
+        meta = self.table(st.name)
         unknown = set(st.settings) - {"storage_policy"}
         if unknown:
             raise DatabaseError(f"unknown table setting(s) {', '.join(sorted(unknown))}; "
@@ -104,10 +99,10 @@ class MaintenanceMixin:
     def move(self, table: str, policy: str,
              on_bytes: Callable[[int], None] | None = None) -> None:
         """Move a table's parts to another storage policy (crash-safe; verifies digests)."""
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("move")  # type: ignore[attr-defined]
-            meta = self.table(table)  # type: ignore[attr-defined]
-            target = policy_disk(self.policy(policy))  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("move")
+            meta = self.table(table)
+            target = policy_disk(self.policy(policy))
             moved = []
             for part in meta.parts:
                 if part.disk == target.name:
@@ -140,10 +135,10 @@ class MaintenanceMixin:
         Without ``final`` a table already in one part under the current key is
         left alone. Returns True if the parts were rewritten.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("OPTIMIZE")  # type: ignore[attr-defined]
-            meta = self.table(table)  # type: ignore[attr-defined]
-            current = self.keyring.current_key_id  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("OPTIMIZE")
+            meta = self.table(table)
+            current = self.keyring.current_key_id
             if not meta.parts or (not final and len(meta.parts) == 1
                                   and meta.parts[0].key_id in (None, current)):
                 return False
@@ -152,16 +147,16 @@ class MaintenanceMixin:
 
             for part in meta.parts:
                 verify_part(self.config.disks[part.disk], part)
-            schema = self.arrow_schema(meta)  # type: ignore[attr-defined]
+            schema = self.arrow_schema(meta)
             if meta.order_by:  # one sort over the whole table, in memory
-                data = self.arrow_table(meta.name)  # type: ignore[attr-defined]
+                data = self.arrow_table(meta.name)
                 data = data.sort_by([(c, "ascending") for c in meta.order_by.split(",")])
                 batches: Any = data.to_batches(max_chunksize=1 << 20)
             else:  # one part at a time: memory stays at about one part
                 batches = (batch for part in list(meta.parts)
                            for batch in read_part(self.config.disks[part.disk], part, None)
                            .to_batches(max_chunksize=1 << 20))
-            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+            disk = policy_disk(self.policy(meta.policy))
             new = write_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
                               version=self.catalog.version + 1, max_rows=PART_ROWS,
                               on_rows=on_rows,
@@ -184,14 +179,14 @@ class MaintenanceMixin:
         Safe beside a writer: pins are read before the catalog, and the catalog
         again after the files are listed.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            pins = read_pins(self._pins, self.keyring)  # type: ignore[attr-defined]
-            if self.read_only:  # type: ignore[attr-defined]
+        with self._mutex:
+            pins = read_pins(self._pins, self.keyring)
+            if self.read_only:
                 self._stamp = None
-                self.refresh()  # type: ignore[attr-defined]
+                self.refresh()
             found = self._survey()
-            if found.newer and self.read_only:  # type: ignore[attr-defined]
-                after = load_catalog(self.path, self.keyring)  # type: ignore[attr-defined]
+            if found.newer and self.read_only:
+                after = load_catalog(self.path, self.keyring)
                 if after is not None:
                     found = found.newer_than(after.version, self._live(after))
             return (pin_evidence(pins, self.catalog.db_id, self.catalog.version)
@@ -209,16 +204,16 @@ class MaintenanceMixin:
         or a pin proves the catalog was rolled back, nothing is deleted and
         :class:`~cryptdisk.errors.CatalogError` says what proves it.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("collect garbage")  # type: ignore[attr-defined]
-            pins = read_pins(self._pins, self.keyring)  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("collect garbage")
+            pins = read_pins(self._pins, self.keyring)
             found = self._survey()  # nothing moves: this connection holds the writer lock
             evidence = (pin_evidence(pins, self.catalog.db_id, self.catalog.version)
                         or found.evidence())
             if evidence is not None:
-                raise rollback_error(self.path,  # type: ignore[attr-defined]
+                raise rollback_error(self.path,
                                      self.catalog.version, evidence)
-            remove_catalog_temps(self.path)  # type: ignore[attr-defined]
+            remove_catalog_temps(self.path)
             for pin in self._pins:
                 remove_pin_temps(pin)
             prefix = f"cryptdisk-db/{self.catalog.db_id}"
@@ -229,7 +224,7 @@ class MaintenanceMixin:
             if found.unversioned and not unversioned:
                 log.info("cryptdisk: %s: kept %d file(s) the catalog does not name and that "
                          "carry no catalog version (collect_garbage(unversioned=True) "
-                         "deletes them)", self.path,  # type: ignore[attr-defined]
+                         "deletes them)", self.path,
                          len(found.unversioned))
             doomed = found.abandoned + (found.unversioned if unversioned else [])
             return self._remove_files(doomed)
@@ -259,10 +254,10 @@ class MaintenanceMixin:
         catalog version that did not change meanwhile. A catalog that was
         rolled back (:meth:`rollback_evidence`) fails the check.
         """
-        with self._mutex:  # type: ignore[attr-defined]
+        with self._mutex:
             evidence = self.rollback_evidence()
             if evidence is not None:
-                raise CatalogError(f"{self.path}: the catalog (version "  # type: ignore[attr-defined]
+                raise CatalogError(f"{self.path}: the catalog (version "
                                    f"{self.catalog.version}) was rolled back: {evidence}",
                                    hint="put the newest catalog back")
             while True:
@@ -270,10 +265,10 @@ class MaintenanceMixin:
                 try:
                     return self._verify_parts(catalog)
                 except CatalogError:
-                    if not self.read_only:  # type: ignore[attr-defined]
+                    if not self.read_only:
                         raise  # a writer's catalog cannot change under it
                     self._stamp = None  # reload even if the file looks unchanged
-                    self.refresh()  # type: ignore[attr-defined]
+                    self.refresh()
                     if self.catalog.version == catalog.version:
                         raise
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError, RotationError
 from ..format import read_header
@@ -31,6 +31,11 @@ from ._catalog import CATALOG_FILE, PartMeta
 from ._keyfiles import default_key_path, install_current_key, retired_key_path
 from ._keyfiles import remove_key as remove_key_file
 from ._storage import resolve_config, rewrap_on_disk
+
+if TYPE_CHECKING:
+    from ._state import DatabaseState
+else:
+    DatabaseState = object  # the type checker's view only: see _state
 
 __all__ = ["RotationMixin"]
 
@@ -44,15 +49,8 @@ def _listing(problems: list[str]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
-class RotationMixin:
+class RotationMixin(DatabaseState):
     """Rotation methods of :class:`~cryptdisk.db.Database`."""
-
-    catalog: Any
-    config: Any
-    keyring: Any
-    path: str
-    #: True when the database was opened without a config: its keys are its key files.
-    own_keys: bool
 
     def _part_label(self, table: str, part: PartMeta) -> str:
         return f"{part.path} (table {table}, disk {part.disk!r})"
@@ -153,8 +151,8 @@ class RotationMixin:
 
     def _reload_own_keys(self) -> None:
         """Load the database's key files again (another process may have rotated)."""
-        self.config = resolve_config(self.path, None, False)
-        self.keyring = self.config.keyring
+        config: Any = resolve_config(self.path, None, False)  # typed as DatabaseState.config
+        self.config, self.keyring = config, config.keyring
 
     def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
                     new_key: Key | None = None) -> int:
@@ -169,8 +167,8 @@ class RotationMixin:
         running it again. Returns the number of files rewrapped (0 when all
         already were).
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("rotate")  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("rotate")
             self._require_reachable("the rotation", rewrap=True)
             if new_key is not None:
                 if not self.own_keys:
@@ -195,7 +193,7 @@ class RotationMixin:
                     if on_file is not None:
                         on_file(part.path)
             count += rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
-            self._commit()  # type: ignore[attr-defined]
+            self._commit()
             if on_file is not None:
                 on_file(CATALOG_FILE)
             left = self._files_not_under_current_key()
@@ -208,7 +206,7 @@ class RotationMixin:
 
     def files_under_key(self, key_id: int) -> list[str]:
         """The files the catalog names whose header, read now, is under key ``key_id``."""
-        with self._mutex:  # type: ignore[attr-defined]
+        with self._mutex:
             self._require_reachable("counting the files under a key", rewrap=False)
             found = []
             for meta in self.catalog.tables.values():
@@ -236,8 +234,8 @@ class RotationMixin:
         Refused (:class:`~cryptdisk.errors.RotationError`) while any file of the
         database is under that key, and for the current key.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("remove a key")  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("remove a key")
             if not self.own_keys:
                 raise DatabaseError(
                     "the database was opened with a config, which holds its keys",
@@ -262,11 +260,11 @@ class RotationMixin:
         Checks first that every file the catalog names can be read, then
         rewrites each table (``OPTIMIZE ... FINAL``) and rotates what remains.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("re-encrypt")  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("re-encrypt")
             self._require_reachable("the re-encryption", rewrap=False)
             for name in list(self.catalog.tables):
-                self.optimize(name, final=True)  # type: ignore[attr-defined]
+                self.optimize(name, final=True)
                 if on_table is not None:
                     on_table(name)
             self.rotate_keys()

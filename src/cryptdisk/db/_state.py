@@ -1,0 +1,69 @@
+"""What the database's mixins may use of :class:`~cryptdisk.db.Database`.
+
+:class:`~cryptdisk.db.Database` is assembled from mixins (inserts, maintenance,
+rotation), each in its own module. :class:`DatabaseState` declares the state
+and the methods they share, so mypy checks every ``self.x`` a mixin uses, and
+checks that ``Database`` provides each of them with a compatible type. The
+mixins subclass it for the type checker only (at run time their base is
+``object``), so it changes no behaviour and adds nothing to the MRO.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..keys import Keyring
+    from ._cache import ColumnCache
+    from ._catalog import Catalog, TableMeta
+
+__all__ = ["DatabaseState"]
+
+
+class DatabaseState(Protocol):
+    """The attributes and methods of a database that its mixins rely on."""
+
+    #: The database directory (absolute).
+    path: str
+    read_only: bool
+    config: Any
+    keyring: Keyring
+    #: True when the database was opened without a config: its keys are its key files.
+    own_keys: bool
+    catalog: Catalog
+    cache: ColumnCache
+    #: The in-memory DuckDB connection.
+    con: Any
+    #: Held by every public method: one statement at a time per connection.
+    _mutex: threading.RLock
+    #: The catalog file's stamp when last loaded (None forces a reload).
+    _stamp: Any
+    #: The pin files recording the published catalog version.
+    _pins: list[str]
+    #: Files (disk, path) to delete once the next catalog is published.
+    _pending: list[tuple[Any, str]]
+
+    def table(self, name: str) -> TableMeta: ...
+
+    def policy(self, name: str) -> Any: ...
+
+    def arrow_schema(self, meta: TableMeta) -> pa.Schema: ...
+
+    def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table: ...
+
+    def refresh(self) -> None: ...
+
+    def _writable(self, what: str) -> None: ...
+
+    def _commit(self) -> None: ...
+
+    def _prepare(self, sql: str) -> str: ...
+
+    def _release(self) -> None: ...
+
+    def optimize(self, table: str, *, final: bool = False,
+                 on_rows: Callable[[int], None] | None = None) -> bool: ...
