@@ -18,7 +18,8 @@ import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +31,33 @@ from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
 from ._storage import local_path
 
 __all__ = ["OpenPart", "open_part", "read_part"]
+
+
+class _DiskFile(Protocol):
+    """What :meth:`Disk.open_read <cryptdisk.disks.Disk.open_read>` returns, by the Disk
+    contract: a seekable binary file with a ``size`` and a thread-safe ``pread``."""
+
+    size: int
+
+    def pread(self, offset: int, n: int) -> bytes: ...
+
+    def readinto(self, buf: Any) -> int | None: ...
+
+    def seek(self, offset: int, whence: int = 0) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> _DiskFile: ...
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+def _open_read(disk: Disk, path: str) -> _DiskFile:
+    """``disk.open_read(path)``, typed with what the Disk contract promises of it."""
+    return cast("_DiskFile", disk.open_read(path))
 
 
 class _ZeroCopyFile:
@@ -294,16 +322,16 @@ class _CompactFile:
 
 def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     """Decrypt the footer, then the needed column chunks in place while pyarrow decodes."""
-    with disk.open_read(part.path) as f:
-        size = int(f.size)  # type: ignore[attr-defined]
+    with _open_read(disk, part.path) as f:
+        size = int(f.size)
         if size < 12 or size != part.bytes:
             _check_identity(disk, part, None, size)
-        tail = f.pread(size - 8, 8)  # type: ignore[attr-defined]
+        tail = f.pread(size - 8, 8)
         footer = int.from_bytes(tail[:4], "little") + 8
         if tail[4:] != b"PAR1" or footer > size - 4:
             raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
         meta = pq.read_metadata(pa.BufferReader(
-            f.pread(size - footer, footer)))  # type: ignore[attr-defined]
+            f.pread(size - footer, footer)))
         _check_identity(disk, part, meta, size)
         chunks = _chunk_ranges(meta, columns)
         if not all(c in _COMPRESSED for c in _codecs(meta, columns)):
@@ -364,11 +392,11 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
             pf = pq.ParquetFile(src)
             _check_identity(disk, part, pf.metadata, src.size())
             return pf, src, src.size()
-        f = disk.open_read(part.path)
+        f = _open_read(disk, part.path)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
                            hint="restore the disk from a backup") from None
-    size = f.size  # type: ignore[attr-defined]
+    size = f.size
     pf = pq.ParquetFile(_ZeroCopyFile(f), pre_buffer=True)
     _check_identity(disk, part, pf.metadata, size)
     return pf, f, size
@@ -433,17 +461,17 @@ class OpenPart:
         self._local: str | None = None
         try:
             if disk.is_encrypted:
-                f = self._handle = disk.open_read(part.path)
-                size = int(f.size)  # type: ignore[attr-defined]
+                f = self._handle = _open_read(disk, part.path)
+                size = int(f.size)
                 if size < 12 or size != part.bytes:
                     _check_identity(disk, part, None, size)
-                tail = f.pread(size - 8, 8)  # type: ignore[attr-defined]
+                tail = f.pread(size - 8, 8)
                 footer = int.from_bytes(tail[:4], "little") + 8
                 if tail[4:] != b"PAR1" or footer > size - 4:
                     raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a "
                                        "Parquet file")
                 self.meta = pq.read_metadata(pa.BufferReader(
-                    f.pread(size - footer, footer)))  # type: ignore[attr-defined]
+                    f.pread(size - footer, footer)))
             else:
                 lp = local_path(disk, part.path)
                 if lp is not None:
@@ -452,8 +480,8 @@ class OpenPart:
                     size = self._handle.size()
                     self.meta = pq.ParquetFile(self._handle).metadata
                 else:
-                    with disk.open_read(part.path) as f:
-                        size = int(f.size)  # type: ignore[attr-defined]
+                    with _open_read(disk, part.path) as f:
+                        size = int(f.size)
                         self.meta = pq.ParquetFile(_ZeroCopyFile(f)).metadata
         except (FileNotFoundError, DiskFileNotFoundError):
             self.close()
@@ -541,7 +569,7 @@ class OpenPart:
             if self._local is not None:
                 pf = pq.ParquetFile(self._handle, metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
-            with self.disk.open_read(self.part.path) as f:
+            with _open_read(self.disk, self.part.path) as f:
                 pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         f = self._handle
