@@ -25,11 +25,14 @@ from ._catalog import PartMeta
 from ._parts import PART_ID_KEY
 from ._rollback import part_file_name
 from ._stats import key_range_of
-from ._storage import policy_disk
+from ._storage import open_read, policy_disk
 
 if TYPE_CHECKING:
     from ..disks import Disk
     from ._catalog import TableMeta
+    from ._state import DatabaseState
+else:
+    DatabaseState = object  # the type checker's view only: see _state
 
 __all__ = ["ImportMixin"]
 
@@ -39,23 +42,21 @@ _COPY_BYTES = 8 << 20
 
 def _footer(disk: Disk, path: str) -> tuple[pq.FileMetaData, int]:
     """The Parquet footer of ``path`` (read through the disk, so authenticated) and its size."""
-    with disk.open_read(path) as f:
-        size = int(f.size)  # type: ignore[attr-defined]
-        tail = bytes(f.pread(size - 8, 8)) if size >= 12 else b""  # type: ignore[attr-defined]
+    with open_read(disk, path) as f:
+        size = int(f.size)
+        tail = bytes(f.pread(size - 8, 8)) if size >= 12 else b""
         if tail[4:] != b"PAR1" or int.from_bytes(tail[:4], "little") + 12 > size:
             raise DatabaseError(f"import_parts: {path}: not a Parquet file")
         n = int.from_bytes(tail[:4], "little") + 8
-        raw = f.pread(size - n, n)  # type: ignore[attr-defined]
+        raw = f.pread(size - n, n)
     try:
         return pq.read_metadata(pa.BufferReader(raw)), size
     except pa.ArrowException as exc:
         raise DatabaseError(f"import_parts: {path}: unreadable Parquet footer ({exc})") from None
 
 
-class ImportMixin:
+class ImportMixin(DatabaseState):
     """:meth:`import_parts` of :class:`~cryptdisk.db.Database`."""
-
-    catalog: Any
 
     def import_parts(self, table: str, parts: Iterable[Any], *,
                      on_bytes: Callable[[int], None] | None = None) -> int:
@@ -70,11 +71,11 @@ class ImportMixin:
         written. All parts are published in one commit. An error (a stream's, or a check's)
         publishes none of them. ``on_bytes(n)`` is called as bytes are written.
         """
-        with self._mutex:  # type: ignore[attr-defined]
-            self._writable("import_parts")  # type: ignore[attr-defined]
-            meta: TableMeta = self.table(table)  # type: ignore[attr-defined]
-            schema = self.arrow_schema(meta).remove_metadata()  # type: ignore[attr-defined]
-            disk = policy_disk(self.policy(meta.policy))  # type: ignore[attr-defined]
+        with self._mutex:
+            self._writable("import_parts")
+            meta: TableMeta = self.table(table)
+            schema = self.arrow_schema(meta).remove_metadata()
+            disk = policy_disk(self.policy(meta.policy))
             version = self.catalog.version + 1
             prefix = meta.prefix(self.catalog.db_id)
             key = meta.order_by.split(",")[0] if meta.order_by else None
@@ -111,4 +112,4 @@ class ImportMixin:
                 new.append(PartMeta(part_id, disk.name, path, footer.num_rows, written,
                                     digest.hexdigest(), info.key_id, info.algorithm,
                                     info.stored_size, key_min=lo, key_max=hi))
-            return self._publish(meta, new)  # type: ignore[attr-defined,no-any-return]
+            return self._publish(meta, new)

@@ -18,8 +18,7 @@ import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, Protocol, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,36 +27,9 @@ from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
 from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
-from ._storage import local_path
+from ._storage import local_path, open_read
 
 __all__ = ["OpenPart", "open_part", "read_part"]
-
-
-class _DiskFile(Protocol):
-    """What :meth:`Disk.open_read <cryptdisk.disks.Disk.open_read>` returns, by the Disk
-    contract: a seekable binary file with a ``size`` and a thread-safe ``pread``."""
-
-    size: int
-
-    def pread(self, offset: int, n: int) -> bytes: ...
-
-    def readinto(self, buf: Any) -> int | None: ...
-
-    def seek(self, offset: int, whence: int = 0) -> int: ...
-
-    def tell(self) -> int: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> _DiskFile: ...
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
-
-
-def _open_read(disk: Disk, path: str) -> _DiskFile:
-    """``disk.open_read(path)``, typed with what the Disk contract promises of it."""
-    return cast("_DiskFile", disk.open_read(path))
 
 
 class _ZeroCopyFile:
@@ -322,7 +294,7 @@ class _CompactFile:
 
 def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     """Decrypt the footer, then the needed column chunks in place while pyarrow decodes."""
-    with _open_read(disk, part.path) as f:
+    with open_read(disk, part.path) as f:
         size = int(f.size)
         if size < 12 or size != part.bytes:
             _check_identity(disk, part, None, size)
@@ -392,7 +364,7 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
             pf = pq.ParquetFile(src)
             _check_identity(disk, part, pf.metadata, src.size())
             return pf, src, src.size()
-        f = _open_read(disk, part.path)
+        f = open_read(disk, part.path)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} of the catalog is missing on disk {disk.name!r}",
                            hint="restore the disk from a backup") from None
@@ -461,7 +433,7 @@ class OpenPart:
         self._local: str | None = None
         try:
             if disk.is_encrypted:
-                f = self._handle = _open_read(disk, part.path)
+                f = self._handle = open_read(disk, part.path)
                 size = int(f.size)
                 if size < 12 or size != part.bytes:
                     _check_identity(disk, part, None, size)
@@ -480,7 +452,7 @@ class OpenPart:
                     size = self._handle.size()
                     self.meta = pq.ParquetFile(self._handle).metadata
                 else:
-                    with _open_read(disk, part.path) as f:
+                    with open_read(disk, part.path) as f:
                         size = int(f.size)
                         self.meta = pq.ParquetFile(_ZeroCopyFile(f)).metadata
         except (FileNotFoundError, DiskFileNotFoundError):
@@ -569,7 +541,7 @@ class OpenPart:
             if self._local is not None:
                 pf = pq.ParquetFile(self._handle, metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
-            with _open_read(self.disk, self.part.path) as f:
+            with open_read(self.disk, self.part.path) as f:
                 pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         f = self._handle

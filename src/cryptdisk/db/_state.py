@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ..keys import Keyring
     from ._cache import ColumnCache
-    from ._catalog import Catalog, TableMeta
+    from ._catalog import Catalog, PartMeta, TableMeta
 
 __all__ = ["DatabaseState"]
 
@@ -64,6 +64,8 @@ class DatabaseState(Protocol):
     def _prepare(self, sql: str) -> str: ...
 
     def _release(self) -> None: ...
+
+    def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int: ...
 
     def optimize(self, table: str, *, final: bool = False,
                  on_rows: Callable[[int], None] | None = None) -> bool: ...

@@ -12,7 +12,8 @@ ask for it with ``SETTINGS storage_policy = 'plain'``. Losing the key file loses
 from __future__ import annotations
 
 import os
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol, cast
 
 from ..config import Config, load_config
 from ..disks import Disk, EncryptedDisk, LocalDisk, StoragePolicy, Volume
@@ -20,8 +21,8 @@ from ..errors import DatabaseError, DiskError
 from ..keys import Keyring
 from ._keyfiles import default_key_path, load_keyring, make_first_key
 
-__all__ = ["Config", "StoragePolicy", "default_key_path", "local_path", "policy_disk",
-           "policy_disks",
+__all__ = ["Config", "DiskFile", "StoragePolicy", "default_key_path", "local_path", "open_read",
+           "policy_disk", "policy_disks",
            "resolve_config", "rewrap_on_disk", "stale_cleanup"]
 
 
@@ -85,6 +86,33 @@ def policy_disks(config: Any) -> list[Disk]:
                 if id(disk) not in wrapped:
                     out[id(disk)] = disk
     return list(out.values())
+
+
+class DiskFile(Protocol):
+    """What :meth:`Disk.open_read <cryptdisk.disks.Disk.open_read>` returns, by the Disk
+    contract: a seekable binary file with a ``size`` and a thread-safe ``pread``."""
+
+    size: int
+
+    def pread(self, offset: int, n: int) -> bytes: ...
+
+    def readinto(self, buf: Any) -> int | None: ...
+
+    def seek(self, offset: int, whence: int = 0) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> DiskFile: ...
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+def open_read(disk: Disk, path: str) -> DiskFile:
+    """``disk.open_read(path)``, typed with what the Disk contract promises of it."""
+    return cast("DiskFile", disk.open_read(path))
 
 
 def local_path(disk: Disk, path: str) -> str | None:
