@@ -108,6 +108,10 @@ class EngineSession:
         """(name, kind) of every table ("r") and view ("v"), for psql's \\dt."""
         raise NotImplementedError
 
+    def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
+        """(column, PostgreSQL type name, not null, default) of a table or view, for \\d."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -323,6 +327,14 @@ class _AnalyticalSession(EngineSession):
         with self.engine.lock:
             return [(name, "r") for name in sorted(self.engine.db.catalog.tables)]
 
+    def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
+        with self.engine.lock:
+            try:
+                cols = self.engine.db.table(name).columns
+            except Exception as exc:
+                raise statement_error(exc) from None
+        return [(c, _types.pg_type_name(t), False, None) for c, t in cols]
+
     def close(self) -> None:
         if self._parser is not None:
             self._parser.close()
@@ -468,6 +480,21 @@ class _SQLiteSession(EngineSession):
         result = self.run("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view') "
                           "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'", [])
         return [(str(n), "r" if t == "table" else "v") for n, t in result.rows]
+
+    def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
+        # the catalog is open to every user, as PostgreSQL's is: no privilege check here
+        with self.lock:
+            check, self.check = self.check, None
+            try:
+                rows = list(self.conn.execute(
+                    "SELECT name, type, \"notnull\", dflt_value FROM pragma_table_info(?)",
+                    (name,)))
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self.check = check
+        return [(str(c), (str(t) or "").lower(), bool(nn), None if d is None else str(d))
+                for c, t, nn, d in rows]
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[str | None]]) -> int:

@@ -1,24 +1,126 @@
-"""The few ``pg_catalog`` queries the server answers itself: psql's ``\\dt``, ``\\dv``, ``\\d``.
+"""The ``pg_catalog`` queries psql sends for ``\\dt``, ``\\dv``, ``\\d``, ``\\d NAME`` and ``\\du``.
 
-psql lists relations with one fixed query over ``pg_class`` and ``pg_namespace``;
-it is recognized by its shape and answered from the engine's own list of
-tables and views (schema ``public``, owner ``cryptdisk``). Other catalog queries
-(psql's ``\\d table``, ``information_schema``) are not emulated.
+psql describes with fixed queries over ``pg_class``, ``pg_attribute``,
+``pg_roles`` and friends; each is recognized by its shape and answered from
+the engine's own tables and views (schema ``public``, owner ``cryptdisk``) and
+the user store. A relation's OID is a stable hash of its name. Other catalog
+queries (``\\d+``, ``information_schema``) are not emulated.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
+from typing import Any
 
-from ._engines import EngineSession, Result
-from ._types import TEXT
+from ._engines import EngineSession, Result, StatementError
+from ._types import BOOL, INT2, INT4, INT8, TEXT
 
-__all__ = ["psql_list"]
+__all__ = ["catalog_query", "psql_list", "relation_oid"]
 
 _SIGNATURE = re.compile(r"pg_catalog\.pg_get_userbyid\(c\.relowner\).*FROM\s+pg_catalog\."
                         r"pg_class\s+c\s.*c\.relkind\s+IN\s+\(([^)]*)\)", re.S)
 _SIGNATURE_FIRST = re.compile(r"^\s*SELECT\s+n\.nspname\s+as\s+\"Schema\"", re.I)
 _KINDS = {"r": "table", "v": "view"}
+_LOOKUP = re.compile(r"^\s*SELECT\s+c\.oid,\s*n\.nspname,\s*c\.relname\s+FROM\s+pg_catalog\."
+                     r"pg_class\s+c\b", re.I)
+_RELINFO = re.compile(r"^\s*SELECT\s+c\.relchecks,\s*c\.relkind\b.*\bWHERE\s+c\.oid\s*=\s*"
+                      r"'(\d+)'", re.I | re.S)
+_ATTRS = re.compile(r"^\s*SELECT\s+a\.attname,.*FROM\s+pg_catalog\.pg_attribute\s+a\s+WHERE\s+"
+                    r"a\.attrelid\s*=\s*'(\d+)'", re.I | re.S)
+#: the footers of psql's \d (indexes, policies, statistics, publications, inheritance, ...):
+#: none exist in cryptdisk, so each is an empty result
+_FOOTER = re.compile(r"pg_catalog\.pg_(?:index|policy|statistic_ext|publication|inherits|"
+                     r"trigger|rewrite|constraint)\b.*'(\d+)'", re.I | re.S)
+_ROLES = re.compile(r"^\s*SELECT\s+r\.rolname,\s*r\.rolsuper\b.*FROM\s+pg_catalog\.pg_roles\s+r\b",
+                    re.I | re.S)
+
+
+def relation_oid(name: str) -> int:
+    """The OID psql sees for a table or view: stable for its name."""
+    return 16384 + zlib.crc32(name.encode()) % (1 << 30)
+
+
+def _pattern(sql: str, column: str) -> re.Pattern[str] | None:
+    m = re.search(rf"{column}\s+OPERATOR\(pg_catalog\.~\)\s+'((?:[^']|'')*)'", sql)
+    if not m:
+        return None
+    try:
+        return re.compile(m[1].replace("''", "'"))
+    except re.error as exc:
+        raise StatementError(f"invalid regular expression: {exc}", "2201B") from None
+
+
+def _result(columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]) -> Result:
+    return Result(columns, rows, f"SELECT {len(rows)}")
+
+
+def catalog_query(sql: str, engine: EngineSession, privileges: Any,
+                  session_user: str) -> Result | None:
+    """One of psql's catalog queries answered, or None when ``sql`` is none of them."""
+    listed = psql_list(sql, engine)
+    if listed is not None:
+        return listed
+    if _LOOKUP.match(sql):
+        names, schema = _pattern(sql, r"c\.relname"), _pattern(sql, r"n\.nspname")
+        if schema is not None and not schema.search("public"):
+            return _result([("oid", INT8), ("nspname", TEXT), ("relname", TEXT)], [])
+        found = sorted(n for n, _ in engine.relations() if names is None or names.search(n))
+        return _result([("oid", INT8), ("nspname", TEXT), ("relname", TEXT)],
+                       [(relation_oid(n), "public", n) for n in found])
+    m = _RELINFO.match(sql)
+    if m:
+        kinds = {relation_oid(n): k for n, k in engine.relations()}
+        kind = kinds.get(int(m[1]))
+        columns = [("relchecks", INT2), ("relkind", TEXT), ("relhasindex", BOOL),
+                   ("relhasrules", BOOL), ("relhastriggers", BOOL), ("relrowsecurity", BOOL),
+                   ("relforcerowsecurity", BOOL), ("relhasoids", BOOL),
+                   ("relispartition", BOOL), ("?column?", TEXT), ("reltablespace", INT8),
+                   ("reloftype", TEXT), ("relpersistence", TEXT), ("relreplident", TEXT),
+                   ("amname", TEXT)]
+        rows: list[tuple[Any, ...]] = [] if kind is None else [
+            (0, kind, False, False, False, False, False, False, False, "", 0, "", "p", "d",
+             "heap" if kind == "r" else None)]
+        return _result(columns, rows)
+    m = _ATTRS.match(sql)
+    if m:
+        by_oid = {relation_oid(n): n for n, _ in engine.relations()}
+        name = by_oid.get(int(m[1]))
+        columns = [("attname", TEXT), ("format_type", TEXT), ("pg_get_expr", TEXT),
+                   ("attnotnull", BOOL), ("attcollation", TEXT), ("attidentity", TEXT),
+                   ("attgenerated", TEXT)]
+        rows = [] if name is None else [(col, typ, default, notnull, None, "", "")
+                                        for col, typ, notnull, default in engine.columns(name)]
+        return _result(columns, rows)
+    if _ROLES.match(sql):
+        return _roles(sql, privileges, session_user)
+    if _FOOTER.search(sql) and sql.lstrip()[:6].upper() == "SELECT":
+        return _result([("?column?", TEXT)], [])
+    return None
+
+
+def _roles(sql: str, privileges: Any, session_user: str) -> Result:
+    columns = [("rolname", TEXT), ("rolsuper", BOOL), ("rolinherit", BOOL),
+               ("rolcreaterole", BOOL), ("rolcreatedb", BOOL), ("rolcanlogin", BOOL),
+               ("rolconnlimit", INT4), ("rolvaliduntil", TEXT), ("memberof", TEXT),
+               ("rolreplication", BOOL), ("rolbypassrls", BOOL)]
+    store = getattr(privileges, "store", None)
+    entries: list[tuple[str, bool, bool, list[str]]] = []  # name, admin, login, member of
+    if store is None:
+        entries.append((session_user, True, True, []))
+    else:
+        for name, user in store.users.items():
+            entries.append((name, bool(user.get("admin")), True, list(user.get("roles", ()))))
+        for name, role in store.roles.items():
+            entries.append((name, False, False, list(role.get("roles", ()))))
+    wanted = _pattern(sql, r"r\.rolname")
+    rows = []
+    for name, admin, login, member_of in sorted(entries):
+        if wanted is not None and not wanted.search(name):
+            continue
+        rows.append((name, admin, True, admin, admin, login, -1, None,
+                     "{" + ",".join(sorted(member_of)) + "}", False, admin))
+    return _result(columns, rows)
 
 
 def psql_list(sql: str, engine: EngineSession) -> Result | None:

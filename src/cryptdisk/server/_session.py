@@ -381,10 +381,11 @@ class Session:
         if head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
             raise StatementError("COPY FROM STDIN / TO STDOUT works in a simple query only "
                                  "(not through Parse/Bind/Execute)", "0A000")
-        if head == "SELECT" and self.engine is not None and "pg_catalog.pg_class" in sql:
-            from ._pgcatalog import psql_list
+        if head == "SELECT" and self.engine is not None and "pg_catalog." in sql:
+            from ._pgcatalog import catalog_query
 
-            listed = await self.call(psql_list, sql, self.engine)
+            listed = await self.call(catalog_query, sql, self.engine, self.privileges,
+                                     self.user)
             if listed is not None:
                 return listed
         handled = await self.server.handle_statement(self, sql, params)

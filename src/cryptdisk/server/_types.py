@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..errors import ProtocolError
 
 __all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "arrow_oid", "decode_param",
-           "encode_value", "sqlite_oid"]
+           "encode_value", "pg_type_name", "sqlite_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -79,6 +79,28 @@ def sqlite_oid(decltype: str | None, sample: Any) -> int:
     if isinstance(sample, bytes):
         return BYTEA
     return TEXT
+
+
+_PG_NAMES = {"BIGINT": "bigint", "INT8": "bigint", "LONG": "bigint", "INTEGER": "integer",
+             "INT4": "integer", "INT": "integer", "SMALLINT": "smallint", "INT2": "smallint",
+             "TINYINT": "smallint", "HUGEINT": "numeric(38,0)", "UBIGINT": "numeric(20,0)",
+             "UINTEGER": "bigint", "USMALLINT": "integer", "UTINYINT": "smallint",
+             "DOUBLE": "double precision", "FLOAT8": "double precision",
+             "REAL": "real", "FLOAT": "real", "FLOAT4": "real", "VARCHAR": "text",
+             "TEXT": "text", "STRING": "text", "BOOLEAN": "boolean", "BOOL": "boolean",
+             "BLOB": "bytea", "BYTEA": "bytea", "DATE": "date", "TIME": "time without time zone",
+             "TIMESTAMP": "timestamp without time zone",
+             "TIMESTAMPTZ": "timestamp with time zone",
+             "TIMESTAMP WITH TIME ZONE": "timestamp with time zone",
+             "INTERVAL": "interval", "UUID": "uuid", "JSON": "json"}
+
+
+def pg_type_name(duckdb_type: str) -> str:
+    """The name PostgreSQL's ``format_type`` would give a DuckDB column type."""
+    t = duckdb_type.strip().upper()
+    if t.startswith(("DECIMAL", "NUMERIC")):
+        return "numeric" + t[t.index("("):].replace(" ", "") if "(" in t else "numeric"
+    return _PG_NAMES.get(t, duckdb_type.lower())
 
 
 # --- results --------------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""The real psql's \\d NAME, \\dt, \\du against the server (TLS, verify-full), on both engines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import psycopg
+import pytest
+
+from tests.server.conftest import PASSWORD, USER
+
+
+def psql(srv, certs, *commands: str, user: str = USER, password: str = PASSWORD,
+         unaligned: bool = True) -> subprocess.CompletedProcess[str]:
+    conninfo = (f"host=localhost port={srv.port} user={user} dbname=db sslmode=verify-full "
+                f"sslrootcert={certs[0]}")
+    args = ["psql", conninfo, "-X", "-v", "ON_ERROR_STOP=1"] + (["-A"] if unaligned else [])
+    for c in commands:
+        args += ["-c", c]
+    return subprocess.run(args, env={**os.environ, "PGPASSWORD": password},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_describe_sqlite_table_and_view(start_server, sqlite_engine, certs) -> None:
+    srv = start_server(sqlite_engine)
+    out = psql(srv, certs, "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL "
+               "DEFAULT 'x', price REAL)", "CREATE VIEW cheap AS SELECT id FROM items",
+               "\\d items", "\\d cheap", "\\d public.items", unaligned=False)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert 'Table "public.items"' in text and 'View "public.cheap"' in text
+    rows = [[c.strip() for c in line.split("|")] for line in text.splitlines()
+            if line.count("|") == 4 and "Column" not in line]
+    assert rows[:3] == [["id", "integer", "", "", ""], ["name", "text", "", "not null", "'x'"],
+                        ["price", "real", "", "", ""]]
+    assert rows[3] == ["id", "integer", "", "", ""]   # the view's column
+    assert rows[4:] == rows[:3]                        # \d public.items: the same table
+    missing = psql(srv, certs, "\\d nosuch")
+    assert 'Did not find any relation named "nosuch"' in missing.stderr
+
+
+def test_describe_analytical_table_types(start_server, analytical, certs) -> None:
+    srv = start_server(analytical)
+    out = psql(srv, certs, "CREATE TABLE m (a BIGINT, b VARCHAR, c DECIMAL(10,2), "
+               "d TIMESTAMPTZ, e DOUBLE, f BOOLEAN, g DATE)", "\\d m")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[:2] for line in out.stdout.splitlines()
+            if line.count("|") == 4 and not line.startswith("Column")]
+    assert rows == [["a", "bigint"], ["b", "text"], ["c", "numeric(10,2)"],
+                    ["d", "timestamp with time zone"], ["e", "double precision"],
+                    ["f", "boolean"], ["g", "date"]]
+
+
+def test_du_lists_users_roles_and_memberships(start_server, sqlite_engine, certs) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        for st in ["CREATE USER bob PASSWORD 'bob pw'", "CREATE ROLE readers",
+                   "CREATE ROLE staff", "GRANT readers, staff TO bob",
+                   "CREATE TABLE t (a INTEGER)"]:
+            admin.execute(st)
+    out = psql(srv, certs, "\\du", "\\du bo*")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.count("|") == 2]
+    assert lines == [
+        "Role name|Attributes|Member of",
+        "bob||{readers,staff}",
+        "readers|Cannot login|{}",
+        "staff|Cannot login|{}",
+        f"{USER}|Superuser, Create role, Create DB, Bypass RLS|{{}}",
+        "Role name|Attributes|Member of",
+        "bob||{readers,staff}",
+    ]
+    # a user without grants may still read the catalog (as in PostgreSQL), not the data
+    bob = psql(srv, certs, "\\dt", "\\d t", user="bob", password="bob pw")
+    assert bob.returncode == 0, bob.stderr
+    assert "public|t|table|cryptdisk" in bob.stdout and "a|integer" in bob.stdout
+    denied = psql(srv, certs, "SELECT * FROM t", user="bob", password="bob pw")
+    assert denied.returncode != 0 and "permission denied" in denied.stderr
+
+
+def test_bad_catalog_pattern_is_an_error(start_server, sqlite_engine, certs) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InvalidRegularExpression):
+            c.execute("SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c "
+                      "WHERE c.relname OPERATOR(pg_catalog.~) '^((' ORDER BY 2, 3")
