@@ -1,4 +1,4 @@
-"""Build the C half of cryptdisk.sqlite (everything else is in pyproject.toml).
+"""Build the C halves of cryptdisk.sqlite and cryptdisk.fields (the rest is in pyproject.toml).
 
 The encrypting SQLite VFS has a C implementation (``cryptdisk.sqlite._cvfs``,
 sources in ``csrc/cryptdisk_vfs/``). It takes AES-GCM from libgcrypt when its
@@ -12,6 +12,12 @@ warning once at first use.
 
 ``CRYPTDISK_CIPHER=openssl`` builds the OpenSSL variant even where libgcrypt
 is installed; ``CRYPTDISK_CIPHER=libgcrypt`` fails the build if it is not.
+
+``cryptdisk.fields._cfields`` (sources in ``csrc/cryptdisk_fields/``) runs the
+per-value loops of column encryption (AES-GCM, AES-SIV, base64) over Arrow
+buffers without the GIL, with the same choice of cipher library. Without it
+``cryptdisk.fields`` makes one ``cryptography`` call per value (slower; the
+same bytes).
 """
 
 import glob
@@ -27,6 +33,7 @@ from setuptools.command.build_ext import build_ext
 
 PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev"
 CVFS = "cryptdisk.sqlite._cvfs"
+CFIELDS = "cryptdisk.fields._cfields"
 
 
 def _compiler() -> list[str]:
@@ -75,10 +82,14 @@ def _announce(text: str) -> None:
             pass
 
 
-def _not_built(reason: str) -> None:
+def _not_built(reason: str, name: str = CVFS) -> None:
+    what = ("the C VFS of cryptdisk.sqlite", "its Python VFS (the same files, about half as fast)")
+    if name == CFIELDS:
+        what = ("the C loops of cryptdisk.fields", "one cryptography call per value (the same "
+                "bytes, 10-30x slower)")
     _announce(f"""
-WARNING: the C VFS of cryptdisk.sqlite was not built: {reason}.
-cryptdisk.sqlite will use its Python VFS (the same files, about half as fast).
+WARNING: {what[0]} was not built: {reason}.
+cryptdisk will use {what[1]}.
 To build it, install a C compiler and the headers, then reinstall cryptdisk:
     apt-get install {PACKAGES}      (Debian, Ubuntu)
     pip install -e .
@@ -86,22 +97,23 @@ To build it, install a C compiler and the headers, then reinstall cryptdisk:
 
 
 class BuildExt(build_ext):
-    """Builds the optional C VFS, or says clearly why not (never fails the install)."""
+    """Builds the optional C extensions, or says clearly why not (never fails the install)."""
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name != CVFS:
+        if ext.name not in (CVFS, CFIELDS):
             super().build_extension(ext)
             return
         cc = _compiler()
         if shutil.which(cc[0]) is None:
-            _not_built(f"no C compiler ({cc[0]} not found)")
+            _not_built(f"no C compiler ({cc[0]} not found)", ext.name)
             return
-        missing = [h for h in ("openssl/evp.h", "sqlite3ext.h", "Python.h")
-                   if not _header_found(h, python=h == "Python.h")]
+        needed = ("openssl/evp.h", "sqlite3ext.h", "Python.h") if ext.name == CVFS else \
+            ("openssl/evp.h", "Python.h")
+        missing = [h for h in needed if not _header_found(h, python=h == "Python.h")]
         if missing:
-            _not_built(f"headers not found: {', '.join(missing)}")
+            _not_built(f"headers not found: {', '.join(missing)}", ext.name)
             return
-        if os.environ.get("CRYPTDISK_CIPHER", "auto") == "auto" and \
+        if ext.name == CVFS and os.environ.get("CRYPTDISK_CIPHER", "auto") == "auto" and \
                 ("CD_LIBGCRYPT", "1") not in (ext.define_macros or []):
             _announce("note: libgcrypt's headers were not found, so the C VFS takes AES-GCM "
                       "from OpenSSL (slower on 4 KiB pages; apt-get install libgcrypt20-dev "
@@ -109,7 +121,7 @@ class BuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # a compiler or linker error: the install goes on without it
-            _not_built(f"the build failed ({type(exc).__name__}: {exc})")
+            _not_built(f"the build failed ({type(exc).__name__}: {exc})", ext.name)
 
 
 _macros, _libraries = _cipher()
@@ -126,6 +138,15 @@ setup(
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
                                 "-Wno-unused-parameter", "-Wno-cast-function-type"],
             optional=True,
-        )
+        ),
+        Extension(
+            CFIELDS,
+            sources=["csrc/cryptdisk_fields/fields.c"],
+            define_macros=_macros,
+            libraries=_libraries,
+            extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
+                                "-Wno-unused-parameter"],
+            optional=True,
+        ),
     ]
 )

@@ -1,20 +1,37 @@
-"""Randomised (AES-256-GCM) and deterministic (AES-SIV) column encryption."""
+"""Randomised (AES-256-GCM) and deterministic (AES-SIV) column encryption.
+
+Every test runs twice: through the C extension ``_cfields`` and through the
+``cryptography`` path used when it is not built; tests at the end check that the
+two give the same bytes.
+"""
 
 import base64
+import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 
 from cryptdisk.errors import AuthenticationError, FormatError, KeyNotFoundError
 from cryptdisk.fields import (
     FieldKey,
+    _aead,
     decrypt,
     decrypt_deterministic,
     encrypt,
     encrypt_deterministic,
 )
 from cryptdisk.keys import Key
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def backend(request, monkeypatch):
+    """The C loops (required: the test environment builds them) or cryptography's."""
+    assert _aead._cfields is not None, "cryptdisk.fields._cfields was not built (setup.py)"
+    if request.param == "python":
+        monkeypatch.setattr(_aead, "_cfields", None)
+    return request.param
 
 VALUES = pa.array(["4111111111111111", "", None, "é" * 100], pa.string())
 
@@ -103,3 +120,80 @@ def test_sliced_chunked_and_large_inputs(enc, dec):
     assert dec(enc(raw, key), key, output="binary").to_pylist() == [b"\xff\x00", None]
     with pytest.raises(FormatError, match="not UTF-8"):
         dec(enc(raw, key), key)
+
+
+def _mixed(seed: int, n: int = 300) -> pa.Array:
+    rng = random.Random(seed)
+    return pa.array([None if rng.random() < 0.2 else
+                     "".join(rng.choice("ab€9") for _ in range(rng.randrange(0, 90)))
+                     for _ in range(n)], pa.string())
+
+
+def _shapes(values: pa.Array) -> list[pa.Array]:
+    return [values, values.slice(3), values.slice(5, 101), values.cast(pa.large_string()),
+            values.cast(pa.binary()), pa.array([None, None], pa.string()),
+            pa.array([], pa.string())]
+
+
+@pytest.mark.parametrize("output", ["binary", "base64"])
+def test_c_and_python_paths_give_the_same_bytes(backend, output):
+    key = FieldKey.generate("k")
+    for seed in range(3):
+        for values in _shapes(_mixed(seed)):
+            c_siv = encrypt_deterministic(values, key, output=output)
+            c_gcm = encrypt(values, key, output=output)
+            _aead._cfields, saved = None, _aead._cfields
+            try:
+                py_siv = encrypt_deterministic(values, key, output=output)
+                py_gcm = encrypt(values, key, output=output)
+                assert decrypt(c_gcm, key, output="binary").equals(
+                    decrypt(py_gcm, key, output="binary"))
+            finally:
+                _aead._cfields = saved
+            assert c_siv.equals(py_siv)
+            expected = values.cast(pa.binary()) if len(values) else values
+            assert decrypt(py_gcm, key, output="binary").to_pylist() == expected.to_pylist()
+            assert decrypt_deterministic(py_siv, key, output="binary").to_pylist() == \
+                expected.to_pylist()
+
+
+def test_gcm_values_open_with_cryptography(backend):
+    raw = Key(3, bytes(range(32)))
+    out = encrypt(["4111111111111111", "", "é"], FieldKey("cards", raw)).to_pylist()
+    aead = AESGCM(raw.derive(b"cryptdisk fields aes-256-gcm v1", 32))
+    assert [aead.decrypt(v[5:17], v[17:], None).decode() for v in out] == \
+        ["4111111111111111", "", "é"]
+    assert {v[:5] for v in out} == {b"\x01\x00\x00\x00\x03"}
+    assert len({v[5:17] for v in out}) == 3
+
+
+def test_many_key_versions_in_one_batch():
+    # the C loop keeps up to 8 versions per batch; more take the Python path
+    versions = {i: Key.generate(i) for i in range(1, 11)}
+    blobs = [encrypt([f"v{i}"], FieldKey("k", {i: versions[i]}))[0].as_py() for i in versions]
+    both = FieldKey("k", versions)
+    assert decrypt(pa.array(blobs), both).to_pylist() == [f"v{i}" for i in versions]
+
+
+def test_a_bad_value_after_many_good_ones_names_its_row():
+    key = FieldKey.generate("k")
+    blobs = encrypt_deterministic([str(i) for i in range(5000)], key, output="base64")
+    bad = blobs.to_pylist()
+    bad[4321] = bad[4321][:-2] + ("A=" if bad[4321][-2:] != "A=" else "B=")
+    with pytest.raises(AuthenticationError, match="row 4321"):
+        decrypt_deterministic(pa.array(bad), key)
+    bad[4321] = bad[4321][:-1] + "*"
+    with pytest.raises(FormatError, match=r"row 4321: .*base64"):
+        decrypt_deterministic(pa.array(bad), key)
+
+
+def test_concurrent_batches_from_threads():
+    key = FieldKey.generate("k")
+    batches = [_mixed(seed, 2048) for seed in range(8)]
+
+    def round_trip(values: pa.Array) -> bool:
+        return bool(decrypt(encrypt(values, key, output="base64"), key).equals(values) and
+                    decrypt_deterministic(encrypt_deterministic(values, key), key).equals(values))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(round_trip, batches))

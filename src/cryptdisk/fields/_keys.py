@@ -38,23 +38,37 @@ _MAX_FIELD_ID = 2**32 - 1  # the ciphertext header holds a u32 key id (Tink's la
 class _Version:
     """One version of a field key: lazily derived subkeys, each for one purpose."""
 
-    __slots__ = ("_ecb", "_gcm", "_hmac", "_key", "_siv")
+    __slots__ = ("_ecb", "_gcm", "_gcm_key", "_hmac", "_key", "_siv", "_siv_key")
 
     def __init__(self, key: Key) -> None:
         self._key = key
         self._gcm: AESGCM | None = None
         self._siv: AESSIV | None = None
+        self._gcm_key: bytes | None = None
+        self._siv_key: bytes | None = None
         self._ecb: Any = None
         self._hmac: bytes | None = None
 
+    def gcm_key(self) -> bytes:
+        """The AES-256-GCM subkey (for the C loops of ``_cfields``)."""
+        if self._gcm_key is None:
+            self._gcm_key = self._key.derive(b"cryptdisk fields aes-256-gcm v1", 32)
+        return self._gcm_key
+
+    def siv_key(self) -> bytes:
+        """The AES-SIV subkey, 64 bytes (RFC 5297's two 256-bit keys)."""
+        if self._siv_key is None:
+            self._siv_key = self._key.derive(b"cryptdisk fields aes-siv v1", 64)
+        return self._siv_key
+
     def gcm(self) -> AESGCM:
         if self._gcm is None:
-            self._gcm = AESGCM(self._key.derive(b"cryptdisk fields aes-256-gcm v1", 32))
+            self._gcm = AESGCM(self.gcm_key())
         return self._gcm
 
     def siv(self) -> AESSIV:
         if self._siv is None:
-            self._siv = AESSIV(self._key.derive(b"cryptdisk fields aes-siv v1", 64))
+            self._siv = AESSIV(self.siv_key())
         return self._siv
 
     def ff1_cipher(self) -> Any:
