@@ -431,8 +431,11 @@ class _ChunkStream:
         if not self._buf:
             if not self._queue:
                 return b""
-            self._buf = memoryview(self._queue.popleft().result())
+            chunk = self._queue.popleft().result()
             self._fill()
+            if n < 0 or n >= len(chunk):
+                return chunk  # the whole chunk: no copy
+            self._buf = memoryview(chunk)
         out = self._buf if n < 0 else self._buf[:n]
         self._buf = self._buf[len(out):]
         return bytes(out)

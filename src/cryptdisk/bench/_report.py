@@ -26,6 +26,7 @@ _TITLES = {
     "oltp": "oltp: pgbench-like transactions (PostgreSQL TDE vs stock)",
     "fs_scan": "olap, cryptdisk:// filesystem: DuckDB scans through fsspec",
     "olap-db": "olap, cryptdisk's embedded database: encrypted vs plain tables",
+    "backup": "backup: cryptdisk backup beside restic (first, second after +1%, restore)",
 }
 #: Strategies that are the unencrypted reference of their case.
 _BASELINES = ("plain", "raw AES-GCM", "direct local file")

@@ -39,6 +39,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     # one part of olap alone
     "fs-scan": ["cryptdisk.bench.fs_scan"],
     "olap-db": ["cryptdisk.bench.olap_db"],
+    "backup": ["cryptdisk.bench.backup"],
 }
 
 

@@ -1,4 +1,5 @@
-"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db}``: what encryption at rest costs."""
+"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup}``: what encryption at
+rest costs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..errors import CryptdiskError
 
 __all__ = ["register"]
 
-_CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db"]
+_CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -54,10 +55,12 @@ def register(subparsers: Any) -> None:
         "every figure reports its run count, median and min-max.")
     p.add_argument("experiment", choices=_CHOICES,
                    help="which experiment ('all' runs the first four; fs-scan and olap-db are "
-                   "the parts of olap on cryptdisk:// and on the embedded database, alone)")
+                   "the parts of olap on cryptdisk:// and on the embedded database, alone; backup: "
+                   "cryptdisk backup beside restic)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
-    p.add_argument("--rows", type=_positive(int), help="olap rows (default 10M, quick 200k)")
+    p.add_argument("--rows", type=_positive(int),
+                   help="olap and backup rows (default 10M, quick 200k)")
     p.add_argument("--duration", type=_positive(float),
                    help="seconds per timed test (io, oltp, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
