@@ -103,3 +103,47 @@ def test_analytical_granted_queries(start_server, analytical) -> None:
                            ).fetchall() == [(1,)]  # a CTE may take any name
         assert bob.execute("SELECT count(*) FROM range(3)").fetchall() == [(3,)]
         assert bob.execute("SELECT a FROM open_t WHERE a = %s", (1,)).fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO open_t VALUES (2)",                                 # no INSERT on open_t
+    "INSERT INTO sink SELECT length(s) FROM secret",                 # source not granted
+    "INSERT INTO sink (a) SELECT length(s) FROM secret",
+    "INSERT INTO sink WITH x AS (SELECT length(s) AS a FROM secret) SELECT a FROM x",
+    "INSERT INTO sink SELECT * FROM read_csv('/etc/passwd')",
+    "INSERT INTO main.secret VALUES ('x')",
+])
+def test_analytical_insert_denied_paths(start_server, analytical, sql) -> None:
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, "CREATE TABLE sink (a BIGINT)", "GRANT SELECT ON open_t TO bob",
+             "GRANT INSERT ON sink TO bob"]
+    with admin_and_bob(srv, setup) as bob:
+        with pytest.raises((DENIED, psycopg.errors.SyntaxError)):
+            bob.execute(sql)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        assert admin.execute("SELECT count(*) FROM sink").fetchone() == (0,)
+        assert admin.execute("SELECT count(*) FROM secret").fetchone() == (1,)
+
+
+def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, "CREATE TABLE sink (a BIGINT)", "CREATE ROLE loaders",
+             "GRANT INSERT ON sink TO loaders", "GRANT loaders TO bob",
+             "GRANT SELECT ON open_t TO bob"]
+    with admin_and_bob(srv, setup) as bob:
+        bob.execute("INSERT INTO sink VALUES (10), (11)")
+        bob.execute("INSERT INTO sink (a) SELECT a FROM open_t")
+        bob.execute('INSERT INTO "sink" SELECT %s', (12,))
+        with bob.cursor().copy("COPY sink FROM STDIN") as copy:
+            copy.write_row((13,))
+        with pytest.raises(DENIED):  # INSERT, not SELECT, on sink
+            bob.execute("SELECT * FROM sink")
+        with pytest.raises(DENIED):
+            with bob.cursor().copy("COPY open_t FROM STDIN") as copy:
+                copy.write_row((5,))
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == \
+                [(1,), (10,), (11,), (12,), (13,)]
+            admin.execute("REVOKE loaders FROM bob")
+        with pytest.raises(DENIED):
+            bob.execute("INSERT INTO sink VALUES (14)")

@@ -304,9 +304,9 @@ class _AnalyticalSession(EngineSession):
                 rows: list[list[str | None]]) -> int:
         import pyarrow as pa
 
-        if self.privileges is not None and not self.privileges.admin:
-            raise StatementError("permission denied: only admin users may write to the "
-                                 "analytical database", "42501")
+        if self.privileges is not None and not self.privileges.allowed(table, "INSERT"):
+            raise StatementError(f"permission denied: INSERT on table {table}", "42501",
+                                 hint="an admin can GRANT it")
         if self.recording:
             self.last_tables = {table.lower()}
         with self.engine.lock:

@@ -10,10 +10,12 @@ PostgreSQL; ``RESET ROLE`` goes back to the login user.
   sees every table a statement reads or writes, including through views,
   triggers, CTEs and subqueries, as SQLite compiles it; anything else than
   reading and writing granted tables (DDL, ``PRAGMA``, ``ATTACH``) is refused.
-- The analytical engine: non-admin users may run queries only (``SELECT``,
-  ``WITH``, ``VALUES``); DuckDB's own parser (``json_serialize_sql``) lists
-  every table the query names, in subqueries and CTEs too, each of which needs
-  ``SELECT``; table functions other than ``range``, ``generate_series`` and
+- The analytical engine: non-admin users may run queries (``SELECT``,
+  ``WITH``, ``VALUES``) and ``INSERT INTO t ... {SELECT|VALUES|WITH|FROM} ...``
+  (and ``COPY t FROM STDIN``) with ``INSERT`` on ``t``; DuckDB's own parser
+  (``json_serialize_sql``) lists every table a query (or an INSERT's source)
+  names, in subqueries and CTEs too, each of which needs ``SELECT``; table
+  functions other than ``range``, ``generate_series`` and
   ``unnest`` (``read_parquet``, ``read_csv``, ...) and file paths used as tables
   are refused, and so are the keyed field functions (``decrypt``,
   ``fpe_encrypt``, ``tokenize``, ``mask_hash``, ... of ``cryptdisk.fields``):
@@ -26,6 +28,7 @@ PostgreSQL; ``RESET ROLE`` goes back to the login user.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -126,13 +129,26 @@ class Privileges:
     # -- the analytical engine ------------------------------------------------------------
 
     def check_analytical(self, sql: str, con: Any) -> None:
-        """Refuse ``sql`` unless it is a query over tables this user may SELECT."""
+        """Refuse ``sql`` unless it is a query over tables this user may SELECT, or an
+        INSERT into a table this user may INSERT into from such a query."""
         if self.admin:
             return
+        insert = _INSERT.match(sql)
+        if insert is not None:
+            table = _table_name(insert[1])
+            if not self.allowed(table, "INSERT"):
+                raise _denied("INSERT", table)
+            rest = sql[insert.end():].strip()
+            if rest.startswith("(") and not re.match(r"\(\s*(SELECT|WITH|VALUES|FROM)\b",
+                                                     rest, re.I):
+                close = _close_paren(rest)
+                rest = rest[close + 1:].strip()  # the column list
+            sql = rest
         found = query_references(sql, con)
         if found is None:
             raise StatementError("permission denied: only admin users may run statements "
-                                 "other than queries on the analytical database", "42501")
+                                 "other than queries and INSERT on the analytical database",
+                                 "42501")
         tables, functions = found
         for name in functions:
             if name.lower() not in _SAFE_TABLE_FUNCTIONS:
@@ -144,6 +160,42 @@ class Privileges:
         for name in _scalar_functions(sql, con) & KEYED_FIELD_FUNCTIONS:
             raise StatementError(f"permission denied: function {name} uses a field key "
                                  "(admin users only)", "42501")
+
+
+_PART = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
+_INSERT = re.compile(rf"\s*INSERT\s+INTO\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
+
+
+def _table_name(text: str) -> str:
+    """A possibly quoted, possibly schema-qualified name as the grants key it (``main.``
+    dropped, as DuckDB's parser reports tables of the main schema)."""
+    parts = [p[1:-1].replace('""', '"') if p.startswith('"') else p
+             for p in re.findall(_PART, text)]
+    if len(parts) == 2 and parts[0].lower() == "main":
+        parts = parts[1:]
+    return ".".join(parts).lower()
+
+
+def _close_paren(text: str) -> int:
+    """The index of the ``)`` closing the ``(`` at 0 (strings and quoted names skipped)."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            end = text.find(c, i + 1)
+            while end >= 0 and end + 1 < n and text[end + 1] == c:
+                end = text.find(c, end + 2)
+            if end < 0:
+                break
+            i = end
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise StatementError("unbalanced parentheses in INSERT", "42601")
 
 
 def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
