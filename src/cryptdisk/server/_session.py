@@ -123,6 +123,7 @@ class Session:
         self.engine: EngineSession | None = None
         self.statements: dict[str, _Statement] = {}
         self.portals: dict[str, _Portal] = {}
+        self.cursors: dict[str, bool] = {}  # DECLAREd cursor names (portals too): WITH HOLD
         self.failed = False          # inside a transaction that has had an error
         self.pending_begin = False   # BEGIN seen; SQLite's BEGIN waits for the 1st statement
         self.skip_to_sync = False    # extended query: an error discards until Sync
@@ -378,9 +379,15 @@ class Session:
         if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
+        if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
+            return await self._cursor(head, sql, params)
         if head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
             raise StatementError("COPY FROM STDIN / TO STDOUT works in a simple query only "
                                  "(not through Parse/Bind/Execute)", "0A000")
+        if head == "SELECT" and re.search(r"pg_catalog\.pg_cursors\b", sql):
+            m = re.search(r"\bname\s*=\s*'((?:[^']|'')*)'", sql)
+            rows = [(1,)] if m and m[1].replace("''", "'") in self.cursors else []
+            return Result([("?column?", _types.INT4)], rows, f"SELECT {len(rows)}")
         if head == "SELECT" and self.engine is not None and "pg_catalog." in sql:
             from ._pgcatalog import catalog_query
 
@@ -441,6 +448,58 @@ class Session:
         except ServerError:
             return sql, {}
 
+    async def _cursor(self, head: str, sql: str, params: list[Any]) -> Result:
+        """DECLARE / FETCH / MOVE / CLOSE of a server-side cursor."""
+        from ._cursors import move, parse_close, parse_declare, parse_fetch
+
+        if head == "DECLARE":
+            st = parse_declare(sql)
+            if not st.name:
+                raise StatementError("a cursor needs a name", "42601")
+            if st.name in self.portals:
+                raise StatementError(f'cursor "{st.name}" already exists', "42P03")
+            in_tx = self.pending_begin or (self.engine is not None
+                                           and self.engine.in_transaction)
+            if not st.hold and not in_tx:
+                raise StatementError("DECLARE CURSOR can only be used in transaction blocks",
+                                     "25P01", hint="declare it WITH HOLD (psycopg: "
+                                     "withhold=True) in autocommit mode")
+            result = await self._run_statement(st.query, params)
+            if result.columns is None:
+                raise StatementError("DECLARE CURSOR needs a query that returns rows",
+                                     "42P11")
+            portal = _Portal(_Statement(st.query, (), 0), params, ())
+            portal.result = result
+            self.portals[st.name] = portal
+            self.cursors[st.name] = st.hold
+            return Result(None, [], "DECLARE CURSOR")
+        if head == "CLOSE":
+            name = parse_close(sql)
+            names = list(self.cursors) if name is None else [name]
+            if name is not None and name not in self.cursors:
+                raise StatementError(f'cursor "{name}" does not exist', "34000")
+            for n in names:
+                self.cursors.pop(n, None)
+                self.portals.pop(n, None)
+            return Result(None, [], "CLOSE CURSOR")
+        fetch = parse_fetch(sql)
+        if fetch.name not in self.cursors:
+            raise StatementError(f'cursor "{fetch.name}" does not exist', "34000")
+        portal = self.portals[fetch.name]
+        assert portal.result is not None
+        rows = portal.result.rows
+        picked, portal.sent = move(portal.sent, len(rows), fetch)
+        if fetch.move:
+            return Result(None, [], f"MOVE {len(picked)}")
+        return Result(portal.result.columns, [rows[i] for i in picked], f"FETCH {len(picked)}")
+
+    def _end_transaction_cursors(self) -> None:
+        """A transaction's end closes its cursors declared WITHOUT HOLD."""
+        for name, hold in list(self.cursors.items()):
+            if not hold:
+                del self.cursors[name]
+                self.portals.pop(name, None)
+
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
             if engine.in_transaction or self.pending_begin:
@@ -451,6 +510,7 @@ class Session:
         if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
                 _sqltext.first_words(sql, 3)[1:]:
             tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
+            self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
             if not engine.in_transaction:
                 if not pending:
@@ -608,7 +668,16 @@ class Session:
                 st = self._statement(msg.name)
                 if not st.described:
                     assert self.engine is not None
-                    if _sqltext.first_words(st.sql, 1) and self.server.handles(st.sql):
+                    head = (_sqltext.first_words(st.sql, 1) or [""])[0]
+                    if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
+                        st.columns = None
+                        if head == "FETCH":
+                            from ._cursors import parse_fetch
+
+                            cursor = self.portals.get(parse_fetch(st.sql).name)
+                            if cursor is not None and cursor.result is not None:
+                                st.columns = cursor.result.columns
+                    elif _sqltext.first_words(st.sql, 1) and self.server.handles(st.sql):
                         st.columns = None
                         if _sqltext.first_words(st.sql, 1)[0] in ("SELECT", "SHOW"):
                             listed = await self.server.handle_statement(self, st.sql, [])
@@ -660,6 +729,7 @@ class Session:
                 self.statements.pop(msg.name, None)
             else:
                 self.portals.pop(msg.name, None)
+                self.cursors.pop(msg.name, None)
             self.send(P.CLOSE_COMPLETE)
 
     def _statement(self, name: str) -> _Statement:
