@@ -2,7 +2,8 @@
 
 ``writer db PATH`` / ``writer sqlite PATH KEYFILE``: insert batches of rows forever,
 printing ``committed N`` after each commit (the db writer merges parts now and then).
-``backup REPO PASSPHRASE SOURCE``: one backup, printing ``chunk N`` after each chunk.
+``backup REPO PASSPHRASE SOURCE [step]``: one backup, printing ``chunk N`` after each
+chunk (with ``step``, waiting for a line on stdin after each), then ``done ID``.
 ``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
 waiting for a line on stdin before going on.
 ``restore REPO PASSPHRASE ID TARGET``: one restore, printing ``part N`` after each part
@@ -43,9 +44,15 @@ def writer_sqlite(path: str, keyfile: str) -> None:
         n += 1
 
 
-def backup(repo: str, passphrase: str, source: str) -> None:
+def backup(repo: str, passphrase: str, source: str, step: str = "") -> None:
     r = Repository.open(repo, passphrase=passphrase)
-    s = create(r, source, progress=lambda n, _stored: print(f"chunk {n}", flush=True))
+
+    def report(n: int, _stored: int) -> None:
+        print(f"chunk {n}", flush=True)
+        if step:  # wait for the parent's go-ahead: it kills here
+            sys.stdin.readline()
+
+    s = create(r, source, progress=report)
     print(f"done {s.id} {s.new_chunks}", flush=True)
 
 
