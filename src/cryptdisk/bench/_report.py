@@ -27,6 +27,7 @@ _TITLES = {
     "fs_scan": "olap, cryptdisk:// filesystem: DuckDB scans through fsspec",
     "olap-db": "olap, cryptdisk's embedded database: encrypted vs plain tables",
     "backup": "backup: cryptdisk backup beside restic (first, second after +1%, restore)",
+    "olap-engine": "olap, the embedded database's query shapes against DuckDB's file and chdb",
 }
 #: Strategies that are the unencrypted reference of their case.
 _BASELINES = ("plain", "raw AES-GCM", "direct local file")

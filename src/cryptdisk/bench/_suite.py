@@ -40,6 +40,8 @@ EXPERIMENTS: dict[str, list[str]] = {
     "fs-scan": ["cryptdisk.bench.fs_scan"],
     "olap-db": ["cryptdisk.bench.olap_db"],
     "backup": ["cryptdisk.bench.backup"],
+    # the analytical engine's query shapes against DuckDB's file and chdb
+    "olap-engine": ["cryptdisk.bench.olap_engine"],
 }
 
 

@@ -1,5 +1,5 @@
-"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup}``: what encryption at
-rest costs."""
+"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine}``:
+what encryption at rest costs, and what the embedded database costs against its peers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from ..errors import CryptdiskError
 
 __all__ = ["register"]
 
-_CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup"]
+_CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
+            "olap-engine"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -55,8 +56,9 @@ def register(subparsers: Any) -> None:
         "every figure reports its run count, median and min-max.")
     p.add_argument("experiment", choices=_CHOICES,
                    help="which experiment ('all' runs the first four; fs-scan and olap-db are "
-                   "the parts of olap on cryptdisk:// and on the embedded database, alone; backup: "
-                   "cryptdisk backup beside restic)")
+                   "the parts of olap on cryptdisk:// and on the embedded database, alone; "
+                   "backup: cryptdisk backup beside restic; olap-engine: the database's query "
+                   "shapes against DuckDB's file and chdb)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
@@ -100,7 +102,7 @@ def _handle(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("psutil") is None:
         raise BenchUsageError("cryptdisk bench needs psutil (process CPU and cleanup)",
                               hint="pip install 'cryptdisk[bench]'")
-    if args.experiment in ("olap", "all") and _missing("numpy"):
+    if args.experiment in ("olap", "all", "olap-engine") and _missing("numpy"):
         raise BenchUsageError(f"cryptdisk bench {args.experiment} needs numpy (it generates "
                               "the olap experiment's table)",
                               hint="pip install 'cryptdisk[bench]'")

@@ -1,0 +1,56 @@
+"""The olap-engine experiment runs end to end on a few rows (no timing is asserted)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cryptdisk.bench import olap_engine
+from cryptdisk.bench._bodies_engine import ENGINES, shapes
+from cryptdisk.bench._model import Failure, Measurement
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def test_a_wrong_answer_is_a_failure():
+    def m(strategy, answer):
+        return Measurement("olap-engine", "sum(c_int) cold", strategy, "s", [0.1], "lower",
+                           extra={"answer": answer})
+
+    got = []
+    olap_engine._finish([m("duckdb file", "a"), m("cryptdisk encrypted", "b"),
+                         m("cryptdisk plain", "a")], got.append, 10)
+    failures = [f for f in got if isinstance(f, Failure)]
+    assert [f.strategy for f in failures] == ["cryptdisk encrypted"]
+    assert "differs" in failures[0].error
+
+
+def test_cryptdisk_bench_olap_engine_runs_every_shape_on_every_engine(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    out = tmp_path / "r.json"
+    rows = 20_000
+    r = subprocess.run([sys.executable, "-m", "cryptdisk", "bench", "olap-engine", "--rows",
+                        str(rows), "--repeats", "1", "--workdir", str(tmp_path / "w"), "--json",
+                        str(out)], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "point c_int = X cold" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == [] and doc["skipped"] == []
+    ms = doc["measurements"]
+    assert {m["experiment"] for m in ms} == {"olap-engine"}
+    by = {(m["case"], m["strategy"]): m for m in ms}
+    for engine in ENGINES:
+        assert by[("load the Parquet file", engine)]["values"][0] > 0
+        for name in shapes(rows):
+            assert (f"{name} cold", engine) in by and (f"{name} warm", engine) in by
+    # cryptdisk answered as DuckDB's own file did, shape by shape (a digest of the rows)
+    for name in shapes(rows):
+        duck = by[(f"{name} cold", "duckdb file")]["extra"]["answer"]
+        assert by[(f"{name} cold", "cryptdisk encrypted")]["extra"]["answer"] == duck
+        assert by[(f"{name} warm", "cryptdisk plain")]["extra"]["answer"] == duck
+    point = by[("point c_int = X cold", "cryptdisk encrypted")]
+    assert point["extra"]["vs_chdb_encrypted"] > 0 and point["extra"]["vs_duckdb_file"] > 0
+    assert point["peak_rss_mb"] > 0 and point["extra"]["rows"] == rows
+    assert list((tmp_path / "w").iterdir()) == []  # the experiment removed what it created
