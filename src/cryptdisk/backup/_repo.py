@@ -6,7 +6,8 @@ Layout under the repository's root::
     chunks/ab/<name>       nonce | AES-256-GCM(zstd(chunk)), name = HMAC-SHA-256(chunk)
     manifests/<backup id>  nonce | AES-256-GCM(zstd(JSON manifest))
     lock                   local: held (flock) by create (shared) and prune (exclusive)
-    locks/<kind>-<id>      elsewhere: markers of running creates and prunes
+    locks/<kind>-<id>      elsewhere: markers of running creates and prunes (refreshed;
+                           stale after 30 minutes or when their process is gone)
 
 Every object is written whole and published in one step (a rename on a local
 directory, a single PUT on an object store), chunks before the manifest that
@@ -21,6 +22,8 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -362,15 +365,24 @@ class Repository:
 
     # -- locking ----------------------------------------------------------------
 
+    #: A lock marker not refreshed for this long is stale (restic's rule: 30 minutes).
+    LOCK_STALE_S = 30 * 60.0
+    #: How often a holder rewrites its marker with the time (restic: every 5 minutes).
+    LOCK_REFRESH_S = 5 * 60.0
+
     @contextlib.contextmanager
     def lock(self, exclusive: bool) -> Iterator[None]:
         """Backups hold it shared, prune exclusive.
 
         A local repository uses ``fcntl`` on ``lock`` (released when a process dies). On
-        other targets each holder first publishes a marker ``locks/<kind>-<id>`` and then
-        lists the others (prune refuses beside any marker, a backup beside a prune's): with
-        the read-after-write consistency of S3 and its peers, of two that start together at
-        least one sees the other. A killed holder leaves its marker: :meth:`break_locks`.
+        other targets each holder first publishes a marker ``locks/<kind>-<id>`` (its
+        kind, host, pid and time) and then lists the others (prune refuses beside any
+        marker, a backup beside a prune's): with the read-after-write consistency of S3
+        and its peers, of two that start together at least one sees the other. The
+        holder rewrites its marker's time every :attr:`LOCK_REFRESH_S` seconds. A marker
+        is stale, ignored and deleted, when its time is older than :attr:`LOCK_STALE_S`
+        seconds, or when it names this host and a process that no longer exists: what
+        a killed holder leaves. :meth:`break_locks` deletes every marker.
         """
         if isinstance(self.fs, LocalFileSystem):
             with self._flock(exclusive):
@@ -378,23 +390,74 @@ class Repository:
             return
         kind = "prune" if exclusive else "create"
         me = f"{self.root}/locks/{kind}-{uuid.uuid4().hex}"
-        self._put(me, json.dumps({"kind": kind, "pid": os.getpid(),
-                                  "time": _dt.datetime.now(_dt.UTC).isoformat()}).encode())
+        self._put(me, self._marker(kind))
+        stop = threading.Event()
+        refresher = threading.Thread(target=self._refresh_marker, args=(me, kind, stop),
+                                     name="cryptdisk-backup-lock", daemon=True)
         try:
-            others = [p for p in self._list(f"{self.root}/locks")
-                      if p.rstrip("/") != me and (exclusive or p.rsplit("/", 1)[-1]
-                                                  .startswith("prune-"))]
+            others = []
+            for p in self._list(f"{self.root}/locks"):
+                leaf = p.rstrip("/").rsplit("/", 1)[-1]
+                if p.rstrip("/") == me or not (exclusive or leaf.startswith("prune-")):
+                    continue
+                if self._stale(p):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.fs.rm_file(p)
+                    continue
+                others.append(leaf)
             if others:
-                names = ", ".join(p.rsplit("/", 1)[-1] for p in others)
+                names = ", ".join(others)
                 what = "another backup or prune holds it" if exclusive else "a prune runs"
                 raise BackupError(f"{self.url} is busy: {what} ({names})",
-                                  hint="try again when it has finished; if no process is "
-                                  "using the repository (a killed one left its marker), "
-                                  "'cryptdisk backup prune --break-lock' removes the markers")
+                                  hint="try again when it has finished; a marker is stale "
+                                  "(ignored) once its holder has not refreshed it for "
+                                  f"{self.LOCK_STALE_S / 60:.0f} minutes, or at once when "
+                                  "its process is gone from this host; if no process uses "
+                                  "the repository, 'cryptdisk backup prune --break-lock' "
+                                  "removes the markers now")
+            refresher.start()
             yield
         finally:
+            stop.set()
+            if refresher.is_alive():
+                refresher.join()
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(me)
+
+    @staticmethod
+    def _marker(kind: str) -> bytes:
+        return json.dumps({"kind": kind, "host": socket.gethostname(), "pid": os.getpid(),
+                           "time": _dt.datetime.now(_dt.UTC).isoformat()}).encode()
+
+    def _refresh_marker(self, path: str, kind: str, stop: threading.Event) -> None:
+        while not stop.wait(self.LOCK_REFRESH_S):
+            with contextlib.suppress(Exception):  # the next refresh tries again
+                self._put(path, self._marker(kind))
+
+    def _stale(self, path: str) -> bool:
+        """Whether the marker at ``path`` is a killed holder's (see :meth:`lock`); one that
+        cannot be read or parsed is not (it may be a holder's being written)."""
+        try:
+            doc = json.loads(self.fs.cat_file(path))
+            when = _dt.datetime.fromisoformat(doc["time"])
+            host, pid = doc["host"], int(doc["pid"])
+        except FileNotFoundError:
+            return True
+        except (ValueError, KeyError, TypeError):
+            return False
+        if when.tzinfo is None:
+            return False
+        age = (_dt.datetime.now(_dt.UTC) - when).total_seconds()
+        if age > self.LOCK_STALE_S:
+            return True
+        if host == socket.gethostname() and pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+        return False
 
     def break_locks(self) -> int:
         """Delete every lock marker (only when no process uses the repository)."""

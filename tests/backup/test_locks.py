@@ -1,0 +1,99 @@
+"""Lock markers on object stores: stale ones (a killed holder's) are ignored and deleted,
+live ones refuse, holders refresh theirs (fsspec's in-memory filesystem stands in for S3:
+any non-local target uses markers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cryptdisk.backup import Repository, create, prune
+from cryptdisk.errors import BackupError
+
+from .helpers import FAST_KDF, make_db
+
+
+@pytest.fixture
+def repo() -> Repository:
+    r = Repository.init(f"memory://backups-{uuid.uuid4().hex}", passphrase="pw",
+                        kdf_params=FAST_KDF)
+    return r
+
+
+def _marker(repo: Repository, name: str, *, minutes_ago: float = 0, host: str = "elsewhere",
+            pid: int = 1) -> str:
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes_ago)
+    path = f"{repo.root}/locks/{name}"
+    repo._put(path, json.dumps({"kind": name.split("-")[0], "host": host, "pid": pid,
+                                "time": when.isoformat()}).encode())
+    return path
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _backed_up(repo: Repository, tmp_path: Path) -> None:
+    make_db(tmp_path / "a.db", rows=10)
+    create(repo, tmp_path / "a.db")
+    create(repo, tmp_path / "a.db")
+
+
+def test_markers_older_than_the_stale_age_are_ignored_and_deleted(repo, tmp_path) -> None:
+    _backed_up(repo, tmp_path)
+    old = _marker(repo, "create-old", minutes_ago=31)
+    assert len(prune(repo, keep_last=1)[0]) == 1  # not busy
+    assert not repo.fs.exists(old)
+    _marker(repo, "prune-old", minutes_ago=31)
+    create(repo, tmp_path / "a.db")  # a stale prune marker does not stop a backup
+    assert repo._list(f"{repo.root}/locks") == []
+
+
+def test_a_dead_process_on_this_host_leaves_a_stale_marker(repo, tmp_path) -> None:
+    _backed_up(repo, tmp_path)
+    dead = _marker(repo, "create-dead", host=socket.gethostname(), pid=_dead_pid())
+    prune(repo, keep_last=1)
+    assert not repo.fs.exists(dead)
+
+
+@pytest.mark.parametrize("where", ["other host", "live process here", "unreadable"])
+def test_live_or_unknown_markers_refuse(repo, tmp_path, where: str) -> None:
+    _backed_up(repo, tmp_path)
+    if where == "other host":
+        path = _marker(repo, "create-x", minutes_ago=29, host="elsewhere", pid=_dead_pid())
+    elif where == "live process here":
+        path = _marker(repo, "create-x", host=socket.gethostname(), pid=1)  # init
+    else:
+        path = f"{repo.root}/locks/create-x"
+        repo._put(path, b"not json")
+    with pytest.raises(BackupError, match=r"busy.*create-x") as err:
+        prune(repo, keep_last=1)
+    assert "30 minutes" in (err.value.hint or "")
+    assert repo.fs.exists(path) and len(repo.manifest_ids()) == 2  # nothing pruned
+    prune(repo, keep_last=1, break_lock=True)
+    assert len(repo.manifest_ids()) == 1
+
+
+def test_a_holder_refreshes_its_marker(repo) -> None:
+    repo.LOCK_REFRESH_S = 0.05  # type: ignore[misc]
+    with repo.lock(exclusive=False):
+        (path,) = repo._list(f"{repo.root}/locks")
+        first = json.loads(repo.fs.cat_file(path))
+        assert first["host"] == socket.gethostname() and first["kind"] == "create"
+        for _ in range(400):  # until the refresher has rewritten it
+            if json.loads(repo.fs.cat_file(path))["time"] != first["time"]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the marker was never refreshed")
+    assert repo._list(f"{repo.root}/locks") == []  # released
