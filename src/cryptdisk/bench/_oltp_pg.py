@@ -50,7 +50,8 @@ class PgCluster:
             raise RuntimeError(f"{tool} failed: {done.stderr.strip()[-500:]}")
         return done.stdout + done.stderr
 
-    def start(self) -> None:
+    def start(self, options: str = "") -> None:
+        """initdb and start; ``options`` are more ``postgres`` options (e.g. a TCP port)."""
         self.sock.mkdir(parents=True)
         if self.as_user:
             shutil.chown(self.root, "postgres")
@@ -64,7 +65,7 @@ class PgCluster:
                 os.chmod(parent, (mode & 0o7777) | 0o001)
         self._run("initdb", "-D", str(self.data), "-U", "bench", "--auth=trust",
                   "--no-instructions")
-        opts = f"-k {self.sock} -c listen_addresses='' -c shared_buffers=256MB"
+        opts = f"-k {self.sock} -c listen_addresses='' -c shared_buffers=256MB {options}"
         self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-w", "-l",
                   str(self.root / "server.log"), "start")
 

@@ -42,6 +42,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     "backup": ["cryptdisk.bench.backup"],
     # the analytical engine's query shapes against DuckDB's file and chdb
     "olap-engine": ["cryptdisk.bench.olap_engine"],
+    "server": ["cryptdisk.bench.server"],
 }
 
 

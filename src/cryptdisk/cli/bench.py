@@ -17,7 +17,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine"]
+            "olap-engine", "server"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -81,14 +81,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write a Markdown report, PNG plots and every run as JSON into DIR")
     p.add_argument("--note", help="a sentence put at the top of the report (e.g. machine state)")
+    p.add_argument("--server", action="store_true",
+                   help="oltp: the real pgbench against cryptdisk serve and PostgreSQL "
+                   "(the same as 'cryptdisk bench server')")
     p.set_defaults(func=_handle)
 
 
 def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
-    if args.case is not None and args.experiment != "oltp":
-        raise BenchUsageError("--case picks oltp cases; use it with 'cryptdisk bench oltp'")
+    if args.case is not None and args.experiment not in ("oltp", "server"):
+        raise BenchUsageError("--case picks oltp cases (or server cases); use it with "
+                              "'cryptdisk bench oltp' or 'server'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None
@@ -111,6 +115,10 @@ def _handle(args: argparse.Namespace) -> int:
             raise BenchUsageError("--report needs matplotlib for its plots",
                                   hint="pip install 'cryptdisk[bench]'")
     names = _ORDER if args.experiment == "all" else [args.experiment]
+    if args.server:
+        if args.experiment not in ("oltp", "server"):
+            raise BenchUsageError("--server goes with 'cryptdisk bench oltp'")
+        names = ["server"]
     command = "cryptdisk " + shlex.join(sys.argv[1:])
     t0 = time.perf_counter()
     with Cleanup(args.workdir) as cleanup:

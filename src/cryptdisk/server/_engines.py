@@ -385,8 +385,13 @@ class _SQLiteSession(EngineSession):
     def __init__(self, engine: SQLiteEngine) -> None:
         from ..sqlite import connect
 
-        self.conn = connect(engine.path, keyring=engine.keyring,
-                            busy_timeout_ms=engine.busy_timeout_ms)
+        if engine.plaintext:
+            self.conn = apsw.Connection(engine.path)
+            self.conn.set_busy_timeout(engine.busy_timeout_ms)
+            self.conn.execute("PRAGMA temp_store=MEMORY")  # as cryptdisk.sqlite.connect does
+        else:
+            self.conn = connect(engine.path, keyring=engine.keyring,
+                                busy_timeout_ms=engine.busy_timeout_ms)
         self.lock = threading.Lock()
         self.can_cache = True
         self.last_tables = set()
@@ -536,16 +541,25 @@ class _SQLiteSession(EngineSession):
 
 
 class SQLiteEngine(Engine):
-    """An encrypted SQLite database (:func:`cryptdisk.sqlite.connect`), a connection per client."""
+    """An encrypted SQLite database (:func:`cryptdisk.sqlite.connect`), a connection per client.
+
+    ``plaintext=True`` serves an unencrypted SQLite file instead (``keyring`` is then
+    unused): the baseline ``cryptdisk bench server`` compares the encrypted one with;
+    ``cryptdisk serve`` never does this.
+    """
 
     name = "sqlite"
     transactions = True
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
-                 busy_timeout_ms: int = 30000) -> None:
+                 busy_timeout_ms: int = 30000, plaintext: bool = False) -> None:
         self.path = os.fspath(path)
         self.keyring = keyring
         self.busy_timeout_ms = busy_timeout_ms
+        self.plaintext = plaintext
+        if plaintext:
+            apsw.Connection(self.path).close()
+            return
         # open once now, so a wrong key or a tampered header fails at start-up
         from ..sqlite import connect
 
