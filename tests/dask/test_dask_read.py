@@ -156,3 +156,30 @@ def test_importing_cryptdisk_does_not_import_dask():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(client,
+                                                                           tmp_path):
+    """The workers' connections already hold the plan's catalog version; the merged-away
+    part's file is then deleted (the writer's cleanup): the task says to plan again."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE u (a BIGINT)")
+        db.sql("INSERT INTO u SELECT * FROM range(10)")
+        db.sql("INSERT INTO u SELECT * FROM range(10, 20)")
+        df = cryptdisk.dask.read_table(tmp_path / "db", "u")
+        path = str(tmp_path / "db")
+
+        def open_here():  # this worker's connection, at the plan's catalog version
+            from cryptdisk.dask._read import _worker_database
+
+            return _worker_database(path, None).catalog.version
+
+        assert set(client.run(open_here).values()) == {db.catalog.version}
+        db.sql("OPTIMIZE TABLE u FINAL")
+        db.sql("INSERT INTO u VALUES (20)")
+        db.sql("INSERT INTO u VALUES (21)")  # the merged parts' files are gone now
+        names = {p["path"].rsplit("/", 1)[-1]
+                 for p in db.sql("SELECT path FROM system.parts").to_pylist()}
+    assert {p.name for p in (tmp_path / "db").parent.rglob("*.parquet")} == names
+    with pytest.raises(CatalogError, match="merged or dropped"):
+        client.compute(df).result()

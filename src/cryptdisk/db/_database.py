@@ -351,15 +351,23 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 meta = self.table(name)
                 found = next((p for p in meta.parts if p.id == part), None)
             if found is None:
-                raise CatalogError(f"table {name} has no part {part!r} in catalog version "
-                                   f"{self.catalog.version} (merged or dropped since the "
-                                   "read was planned?)", hint="plan the read again")
+                raise self._part_gone(name, part)
             cols = meta.pick_columns(columns, "read_part")
             filters = list(filters)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
             wanted = set(cols) | {f[0] for f in filters}
             scan = self._scan(meta, [c for c, _t in meta.columns if c in wanted], flt)
-            op = self._open_parts.get(found)
+            try:
+                op = self._open_parts.get(found)
+            except CatalogError:
+                # This connection's catalog may predate a merge or drop whose cleanup
+                # has deleted the file since: if the current catalog no longer names
+                # the part, that is the error (not a disk that lost a file).
+                if self.read_only:
+                    self.refresh()
+                    if not any(p.id == part for p in self.table(name).parts):
+                        raise self._part_gone(name, part) from None
+                raise
             groups = scan._row_groups(op)
             if row_groups is not None:
                 bad = [g for g in row_groups if not 0 <= g < op.num_row_groups]
@@ -372,6 +380,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if filters:
                 table = self._filter_rows(table, filters)
             return table.select(cols)
+
+    def _part_gone(self, name: str, part: str) -> CatalogError:
+        return CatalogError(f"table {name} has no part {part!r} in catalog version "
+                            f"{self.catalog.version} (merged or dropped since the read was "
+                            "planned?)", hint="plan the read again")
 
     def _filter_rows(self, table: pa.Table, filters: list[Any]) -> pa.Table:
         conds, params = [], []
