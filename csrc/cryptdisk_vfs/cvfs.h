@@ -4,8 +4,8 @@
  * records), file.c (one open file and its io methods), shm.c (the wal-index), vfs.c (VFS
  * methods, Python module).
  *
- * The same files, byte for byte, as the Python VFS in _vfs.py and _store.py
- * (cryptdisk's mutable and framed formats, docs/format.md): header(128) ||
+ * The same files, byte for byte, as the Python VFS (_vfs.py over format/_mutable.py's
+ * MutableStore; cryptdisk's mutable and framed formats, docs/format.md): header(128) ||
  * record*, each record nonce(16) || AES-GCM(DEK, nonce, plaintext, file_id ||
  * u64le(index)) || tag(16), a fresh random nonce on every write. Database files
  * are mutable (a segment per page); WALs and rollback journals are framed (a
@@ -14,7 +14,7 @@
  * transaction and each call into Python costs more than the AES-GCM of a page.
  * Behaviour, including everything in docs/sqlite.md about crashes (the
  * -cdtail side file, torn journal/WAL segments read as zeros, the page-1 peek,
- * a cut record at the end), follows _vfs.py and _store.py; the comments there
+ * a cut record at the end), follows _vfs.py and format/_mutable.py; the comments there
  * explain why. tests/sqlite runs every test against both VFSes, and checks that
  * each reads what the other writes.
  *

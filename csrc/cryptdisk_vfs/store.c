@@ -1,5 +1,5 @@
-/* The store: plaintext reads, writes and truncation over records (as _store.py), with the
- * cached tail segment. */
+/* The store: plaintext reads, writes and truncation over records (as format/_mutable.py's
+ * MutableStore), with the cached tail segment. */
 #include "cvfs.h"
 
 #include <errno.h>

@@ -86,6 +86,29 @@ def test_readable_with_the_core_format_reader(tmp_path, keyring):
     assert dump(apsw.Connection(str(tmp_path / "plain.db"))) == rows
 
 
+@pytest.mark.parametrize("page_size", [1024, 4096])
+def test_a_database_the_format_wrote_opens_through_the_vfs(tmp_path, keyring, page_size):
+    """The reverse: a plain SQLite file written through the format's MutableStore
+    (cryptdisk.open 'w+b', a segment per page) is a database each VFS reads and extends."""
+    plain = tmp_path / "plain.db"
+    conn = apsw.Connection(str(plain))
+    conn.execute(f"PRAGMA page_size={page_size}")
+    workload(conn, seed=3)
+    rows = dump(conn)
+    conn.close()
+    path = tmp_path / "f.db"
+    with cryptdisk.open(path, "w+b", keyring=keyring, segment_size=page_size) as f:
+        f.write(plain.read_bytes())
+    conn = csql.connect(str(path), keyring=keyring)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert dump(conn) == rows
+    conn.execute("INSERT INTO t VALUES(1000, 'new', x'00')")
+    conn.close()
+    with cryptdisk.open(path, "rb", keyring=keyring) as f:  # and back through the format
+        plain.write_bytes(f.read())
+    assert dump(apsw.Connection(str(plain)))[-1] == (1000, "new", b"\0")
+
+
 def test_vacuum_changes_page_size(tmp_path, keyring):
     path = tmp_path / "v.db"
     conn = csql.connect(str(path), keyring=keyring)

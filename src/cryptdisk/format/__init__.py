@@ -28,7 +28,7 @@ from ._io import (
     SealedWriteFile,
 )
 from ._layout import SegmentLayout
-from ._mutable import MUTABLE_NONCE, MutableStore, mutable_layout, store_layout
+from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
 from ._sealed import SealedReader, SealedWriter, iter_sealed_stream, sealed_layout, sealed_nonce
@@ -58,6 +58,7 @@ __all__ = [
     "SealedWriter",
     "SegmentLayout",
     "Source",
+    "TailStore",
     "WrappingKey",
     "iter_sealed_stream",
     "mutable_layout",

@@ -18,9 +18,12 @@ Lower tier: the caller owns the file descriptor and serialises writers.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
+import time
+from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 
@@ -30,10 +33,12 @@ from ._header import Header, Kind
 from ._layout import MUTABLE_NONCE, OVERHEAD, SegmentLayout
 from ._sealed import segment_error
 
-__all__ = ["MUTABLE_NONCE", "MutableStore", "mutable_layout", "store_layout"]
+__all__ = ["MUTABLE_NONCE", "MutableStore", "TailStore", "mutable_layout", "store_layout"]
 _AD = struct.Struct("<16sQ")
 #: Whole segments per batched read or write (one syscall each way).
 _RUN = 64
+_RETRY = (0.0, 0.001, 0.005, 0.02)  # seconds between re-reads of a shared file
+log = logging.getLogger("cryptdisk.format")
 
 
 def mutable_layout(file_size: int, segment_size: int, path: str | None = None) -> tuple[int, int]:
@@ -61,6 +66,17 @@ def _counted(layout: SegmentLayout, file_size: int, path: str | None) -> tuple[i
     return count, size
 
 
+class TailStore(Protocol):
+    """Where a store saves the record of a segment before rewriting it in place, for
+    journals and WALs (SQLite's ``-cdtail`` side file, :mod:`cryptdisk.sqlite`)."""
+
+    def save(self, index: int, record: memoryview) -> None:
+        """Keep ``record`` (ciphertext, as on disk) as the saved copy of segment ``index``."""
+
+    def load(self, index: int, into: memoryview) -> int:
+        """Read the saved record of segment ``index`` into ``into``; its length, or 0."""
+
+
 class MutableStore:
     """Positional reads and writes of a mutable or framed file's plaintext over a descriptor.
 
@@ -68,10 +84,32 @@ class MutableStore:
     caller (SQLite's locks, or the file object's lock). Each segment write is a
     single ``pwrite`` of the whole record, so a process killed mid-write leaves
     every segment either old or new.
+
+    Options for a file that other processes write at the same time (SQLite's
+    databases, journals and WALs; see ``docs/sqlite.md``):
+
+    - ``shared``: the size is asked of the file system at every read, write,
+      truncate and :meth:`current_size` (``lseek``, one integer), never cached;
+      a last record too short to hold any plaintext (an append cut by a crash)
+      is left out of the size, with a warning, instead of raising; and a
+      segment that fails to authenticate is read again a few times (another
+      process may be rewriting it: a read that overlaps a write sees half of
+      each).
+    - ``tail``: before a segment holding earlier bytes is rewritten in place, its
+      record is saved there; a segment that later fails to authenticate is read
+      from the saved record if that one authenticates (the file as it was before
+      an interrupted rewrite, bytes beyond it as a hole).
+    - ``torn_as_hole``: a segment that still fails reads as zeros, with a
+      warning, instead of raising (journals and WALs: what a crash leaves at the
+      write head; SQLite checksums its records and stops at a bad one).
+
+    Their warnings go to ``logger`` (default ``cryptdisk.format``).
     """
 
     def __init__(self, fd: int, header: Header, dek: bytes, path: str | None = None,
-                 *, writable: bool = False) -> None:
+                 *, writable: bool = False, shared: bool = False,
+                 tail: TailStore | None = None, torn_as_hole: bool = False,
+                 logger: logging.Logger | None = None) -> None:
         if header.kind not in Kind.WRITABLE:
             raise ValueError("MutableStore needs a mutable or framed header")
         self._fd = fd
@@ -80,11 +118,57 @@ class MutableStore:
         self.header = header
         self.path = path
         self.writable = writable
+        self.shared = shared
+        self.tail = tail
+        self.torn_as_hole = torn_as_hole
+        self._log = logger or log
         self.segment_size = header.segment_size
         self.layout = SegmentLayout.of(header)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.segment_count, self.size = store_layout(os.fstat(fd).st_size, header, path)
+        self._raw_size = -1
+        if shared:
+            self.segment_count = self.size = 0
+            self.current_size()
+        else:
+            self.segment_count, self.size = store_layout(os.fstat(fd).st_size, header, path)
+
+    # -- size ----------------------------------------------------------------
+
+    def current_size(self) -> int:
+        """The plaintext size now, from the file system (another process may have written).
+
+        ``lseek(SEEK_END)`` rather than ``fstat``: one integer instead of a stat
+        result (SQLite asks for the size at every read transaction). All I/O is
+        positional, so the descriptor's offset is never used. A last record cut
+        to ``OVERHEAD`` bytes or fewer is read again a few times (another process
+        may be appending it right now), then left out of the size.
+        """
+        raw = os.lseek(self._fd, 0, os.SEEK_END)
+        if raw == self._raw_size:
+            return self.size
+        count, size, cut = self.layout.measure(raw)
+        if cut:
+            for pause in _RETRY:
+                time.sleep(pause)
+                raw = os.lseek(self._fd, 0, os.SEEK_END)
+                count, size, cut = self.layout.measure(raw)
+                if not cut:
+                    break
+            else:
+                # No plaintext byte of such a record can be authentic, so the file
+                # ends before it, as a plain file ends before a write that never
+                # happened; the next write or truncate replaces it.
+                self._log.warning("%s: ignoring a cut record of %d bytes at the end (a write cut "
+                            "by a crash?)", self.path, cut)
+                raw = -1  # measure again next time
+        self._raw_size = raw
+        self.segment_count, self.size = count, size
+        return size
+
+    def _refresh(self) -> None:
+        if self.shared:
+            self.current_size()
 
     # -- one segment ---------------------------------------------------------
 
@@ -100,22 +184,67 @@ class MutableStore:
 
     def _fail(self, index: int) -> SegmentAuthenticationError:
         return segment_error(self.path, index, self._offset(index),
-                             index == self.segment_count - 1)
+                             not self.shared and index == self.segment_count - 1)
 
-    def _decrypt_into(self, index: int, out: memoryview) -> None:
-        n = len(out)
-        record = os.pread(self._fd, n + OVERHEAD, self._offset(index))
-        if len(record) != n + OVERHEAD:
-            raise self._fail(index)
+    def _open(self, index: int, record: memoryview, out: memoryview) -> bool:
+        """Authenticate and decrypt ``record`` of segment ``index`` into ``out`` (its
+        plaintext length); False, ``out`` wiped, if it does not authenticate."""
         try:
-            self._aead.decrypt_into(
-                record[:MUTABLE_NONCE], memoryview(record)[MUTABLE_NONCE:],
-                _AD.pack(self._file_id, index), out,
-            )
+            self._aead.decrypt_into(record[:MUTABLE_NONCE], record[MUTABLE_NONCE:],
+                                    _AD.pack(self._file_id, index), out)
         except InvalidTag:
-            # OpenSSL has already written unauthenticated plaintext here: wipe it.
-            out[:] = bytes(len(out))
-            raise self._fail(index) from None
+            out[:] = bytes(len(out))  # OpenSSL wrote unauthenticated plaintext here: wipe it
+            return False
+        return True
+
+    def _decrypt_into(self, index: int, out: memoryview) -> memoryview:
+        """Fill ``out`` with the first ``len(out)`` plaintext bytes of segment ``index``.
+
+        Returns the record that authenticated (empty if the segment read as a
+        hole), valid until the next call on this thread.
+        """
+        n = len(out)
+        record = self._scratch(n + OVERHEAD)
+        got = os.preadv(self._fd, [record], self._offset(index))
+        if got == n + OVERHEAD and self._open(index, record, out):
+            return record
+        return self._recover(index, out)
+
+    def _recover(self, index: int, out: memoryview) -> memoryview:
+        """Segment ``index`` did not authenticate: read it again (``shared``), take its
+        saved record (``tail``), read it as zeros (``torn_as_hole``), or raise."""
+        n = len(out)
+        where = self._offset(index)
+        record = self._scratch(self.layout.capacity(index) + OVERHEAD)
+        plain = memoryview(bytearray(self.layout.capacity(index)))  # (a rare path)
+        got = 0
+        if self.shared:
+            for pause in _RETRY:
+                time.sleep(pause)
+                # The whole record as it is now: an append may have lengthened it.
+                got = os.preadv(self._fd, [record], where)
+                m = got - OVERHEAD
+                if m >= n and self._open(index, record[:got], plain[:m]):
+                    out[:] = plain[:n]
+                    return record[:got]
+        else:
+            got = os.preadv(self._fd, [record[: n + OVERHEAD]], where)
+        if self.tail is not None:  # an interrupted rewrite? (see cryptdisk.sqlite._tail)
+            saved = self.tail.load(index, record) - OVERHEAD
+            if 0 < saved <= max(got - OVERHEAD, n) and self._open(
+                    index, record[: saved + OVERHEAD], plain[:saved]):
+                # The segment as it was before the write: the file ended after
+                # ``saved`` bytes then, so the rest reads as a hole (zeros).
+                keep = min(saved, n)
+                out[:keep] = plain[:keep]
+                out[keep:] = bytes(n - keep)
+                return record[: saved + OVERHEAD]
+        if self.torn_as_hole:
+            out[:] = bytes(n)
+            self._log.warning("%s: segment %d at offset %d does not authenticate; it reads as a "
+                        "torn write (zeros)", self.path, index, where)
+            return record[:0]
+        raise self._fail(index)
 
     def _encrypt(self, index: int, plain: bytes | bytearray | memoryview) -> bytearray:
         nonce = os.urandom(MUTABLE_NONCE)
@@ -129,6 +258,7 @@ class MutableStore:
 
     def pread(self, offset: int, n: int) -> bytes:
         """Up to ``n`` plaintext bytes at ``offset`` (fewer at end of file)."""
+        self._refresh()
         buf = bytearray(max(0, min(n, self.size - offset)))
         got = self.readinto_at(buf, offset)
         return bytes(memoryview(buf)[:got])
@@ -139,9 +269,15 @@ class MutableStore:
         """The file descriptor belongs to the caller; nothing to release here."""
 
     def readinto_at(self, buf: bytearray | memoryview, offset: int) -> int:
+        """Fill ``buf`` with the plaintext at ``offset``; the bytes read (fewer at end of file)."""
         out = memoryview(buf).cast("B")
         if offset < 0:
             raise ValueError("negative offset")
+        if self.shared:
+            index, lo = self.layout.locate(offset)
+            if lo == 0 and len(out) == self.layout.capacity(index):
+                return self._read_segment(index, out)  # a page: the record says its length
+            self.current_size()
         n = min(len(out), max(0, self.size - offset))
         pos = 0
         while pos < n:
@@ -156,19 +292,37 @@ class MutableStore:
                 self._decrypt_run(index, count, out[pos : pos + total])
                 pos += total
                 continue
-            else:
-                scratch = memoryview(bytearray(seg_len))
-                self._decrypt_into(index, scratch)
-                out[pos : pos + take] = scratch[lo : lo + take]
+            scratch = self._plain(seg_len)
+            self._decrypt_into(index, scratch)
+            out[pos : pos + take] = scratch[lo : lo + take]
             pos += take
+        return n
+
+    def _read_segment(self, index: int, out: memoryview) -> int:
+        """Segment ``index`` whole into ``out``, its length as its record on disk says now
+        (0 past the end); ``shared`` files' page reads, which need not ask for the size."""
+        record = self._scratch(len(out) + OVERHEAD)
+        got = os.preadv(self._fd, [record], self._offset(index))
+        n = got - OVERHEAD
+        if n <= 0:
+            return 0  # past the end, or a cut record current_size() leaves out
+        if not self._open(index, record[:got], out[:n]):
+            self._recover(index, out[:n])
         return n
 
     def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> int:
         """Write ``data`` at ``offset``, zero-filling any gap past the end."""
         if not self.writable:
             raise OSError("file is open read-only")
+        mv = memoryview(data).cast("B")
         with self._lock:
-            mv = memoryview(data).cast("B")
+            if self.shared:
+                index, lo = self.layout.locate(offset)
+                if lo == 0 and len(mv) == self.layout.capacity(index) and \
+                        os.lseek(self._fd, 0, os.SEEK_END) >= self._offset(index):
+                    self._write_one(index, mv)  # a page over no gap: no size needed
+                    return len(mv)
+                self.current_size()
             if offset > self.size:
                 self._write_range(memoryview(bytes(offset - self.size)), self.size)
             self._write_range(mv, offset)
@@ -193,7 +347,15 @@ class MutableStore:
                 run = []
             cur = bytearray(old_len)  # part of a segment: read, patch, re-encrypt
             if old_len:
-                self._decrypt_into(index, memoryview(cur))
+                record = self._decrypt_into(index, memoryview(cur))
+                if lo and self.tail is not None and len(record):
+                    # Bytes before ``lo`` were written earlier (maybe committed): keep
+                    # the old record until the new one is wholly on disk. Only the
+                    # first segment of a write can have them, so one saved record
+                    # suffices. Bytes after a write are never committed ones (SQLite
+                    # appends; what lies beyond is stale or this transaction's), and
+                    # a cut record there reads as torn.
+                    self.tail.save(index, record)
             if len(cur) < lo + take:
                 cur.extend(bytes(lo + take - len(cur)))
             cur[lo : lo + take] = mv[pos : pos + take]
@@ -201,6 +363,18 @@ class MutableStore:
             pos += take
         if run:
             self._write_run(run)
+
+    def _write_one(self, index: int, plain: memoryview) -> None:
+        """Seal one segment under a fresh nonce and write its record (one ``pwrite``)."""
+        at = len(plain) + OVERHEAD
+        record = self._scratch(at)
+        nonce = record[:MUTABLE_NONCE]
+        nonce[:] = os.urandom(MUTABLE_NONCE)
+        self._aead.encrypt_into(nonce, plain, _AD.pack(self._file_id, index),
+                                record[MUTABLE_NONCE:])
+        if os.pwrite(self._fd, record, self._offset(index)) != at:  # pragma: no cover
+            raise OSError(f"short write of segment {index}")
+        self._raw_size = -1
 
     def _write_run(self, run: list[tuple[int, memoryview]]) -> None:
         """Encrypt consecutive segments, each under a fresh nonce, into one ``pwrite``."""
@@ -220,12 +394,20 @@ class MutableStore:
         last_index, last_plain = run[-1]
         self.segment_count = max(self.segment_count, last_index + 1)
         self.size = max(self.size, self.layout.start(last_index) + len(last_plain))
+        self._raw_size = -1
 
     def _scratch(self, n: int) -> memoryview:
         """A per-thread buffer of at least ``n`` bytes, reused (no page faults per call)."""
         buf: bytearray | None = getattr(self._local, "buf", None)
         if buf is None or len(buf) < n:
             buf = self._local.buf = bytearray(max(n, 1 << 16))
+        return memoryview(buf)[:n]
+
+    def _plain(self, n: int) -> memoryview:
+        """A second per-thread buffer, for one segment's plaintext."""
+        buf: bytearray | None = getattr(self._local, "plain", None)
+        if buf is None or len(buf) < n:
+            buf = self._local.plain = bytearray(max(n, self.layout.largest))
         return memoryview(buf)[:n]
 
     def _decrypt_run(self, first: int, count: int, out: memoryview) -> None:
@@ -236,16 +418,15 @@ class MutableStore:
         at = dst = 0
         for index in range(first, first + count):
             n = self._seg_len(index)
-            if got < at + n + OVERHEAD:
-                raise self._fail(index)
             target = out[dst : dst + n]
-            try:
-                self._aead.decrypt_into(records[at : at + MUTABLE_NONCE],
-                                        records[at + MUTABLE_NONCE : at + n + OVERHEAD],
-                                        _AD.pack(self._file_id, index), target)
-            except InvalidTag:
-                target[:] = bytes(n)  # OpenSSL wrote unauthenticated plaintext: wipe it
-                raise self._fail(index) from None
+            if got < at + n + OVERHEAD or not self._open(
+                    index, records[at : at + n + OVERHEAD], target):
+                # Each segment from here on its own, with the store's recovery.
+                for rest in range(index, first + count):
+                    n = self._seg_len(rest)
+                    self._decrypt_into(rest, out[dst : dst + n])
+                    dst += n
+                return
             at += n + OVERHEAD
             dst += n
 
@@ -254,17 +435,24 @@ class MutableStore:
         if not self.writable:
             raise OSError("file is open read-only")
         with self._lock:
+            self._refresh()
             if size > self.size:
                 self._write_range(memoryview(bytes(size - self.size)), self.size)
                 return
-            if size == self.size:
-                return
             count, rest = self.layout.locate(size)  # keep segments 0..count-1, then rest bytes
+            if size == self.size:
+                if self.shared and not rest and os.lseek(self._fd, 0, os.SEEK_END) > \
+                        self._offset(count):
+                    os.ftruncate(self._fd, self._offset(count))  # a cut record size() left out
+                    self._raw_size = -1
+                return
             if rest:
                 cur = bytearray(self._seg_len(count))
-                self._decrypt_into(count, memoryview(cur))
+                record = self._decrypt_into(count, memoryview(cur))
+                if self.tail is not None and len(record):
+                    self.tail.save(count, record)
                 keep = cur[:rest]
-                record = self._encrypt(count, keep)
+                record = memoryview(self._encrypt(count, keep))
                 os.ftruncate(self._fd, self._offset(count))
                 os.pwrite(self._fd, record, self._offset(count))
                 self.segment_count = count + 1
@@ -272,6 +460,7 @@ class MutableStore:
                 os.ftruncate(self._fd, self._offset(count))
                 self.segment_count = count
             self.size = size
+            self._raw_size = -1
 
     def sync(self) -> None:
         os.fsync(self._fd)

@@ -40,13 +40,13 @@ from typing import Any
 
 import apsw
 
-from ..format import HEADER_SIZE, Header
+from ..errors import SegmentAuthenticationError
+from ..format import HEADER_SIZE, Header, MutableStore
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
 from ._errors import PageAuthenticationError, PageTruncatedError
 from ._header import header_and_key
 from ._native import plain_base
-from ._store import PageStore
 from ._tail import TailSave, remove_tail
 
 __all__ = ["EncryptedFile", "EncryptedVFS", "segment_size_for"]
@@ -166,7 +166,9 @@ class EncryptedFile(apsw.VFSFile):
         inflags = flags[0]
         super().__init__(vfs.base, name, flags)
         self._vfs = vfs
-        self._store: PageStore | None = None
+        self._store: MutableStore | None = None
+        self._buf = bytearray()  # what xRead returns a view of (SQLite copies it)
+        self._tail: TailSave | None = None  # the store's -cdtail side file, if any
         self._pend = bytearray()
         self._pend_start = 0
         self._write_through = False
@@ -209,18 +211,22 @@ class EncryptedFile(apsw.VFSFile):
 
     # -- header ------------------------------------------------------------------
 
-    def _load(self) -> PageStore | None:
+    def _load(self) -> MutableStore | None:
         """Open the store if the file has a header (another process may have written it)."""
         if self._store is None and os.fstat(self._fd).st_size > 0:
             raw, dek = header_and_key(self._vfs.keyring, self.path,
                                       os.pread(self._fd, HEADER_SIZE, 0), 0)
-            self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
+            self._store = self._new_store(raw, dek)
         return self._store
 
-    def _tail_save(self) -> TailSave | None:
-        return TailSave(self.path) if self._kind in (JOURNAL, WAL) else None
+    def _new_store(self, raw: bytes, dek: bytes) -> MutableStore:
+        """The file's record store: shared with other processes, and for journals and WALs
+        with a -cdtail side file, a torn record reading as zeros (see _tail.py)."""
+        tail = self._tail = TailSave(self.path) if self._kind in (JOURNAL, WAL) else None
+        return MutableStore(self._fd, Header.parse(raw), dek, self.path, writable=True,
+                            shared=True, tail=tail, torn_as_hole=tail is not None, logger=log)
 
-    def _create(self, first: bytes | bytearray | memoryview, offset: int) -> PageStore:
+    def _create(self, first: bytes | bytearray | memoryview, offset: int) -> MutableStore:
         store = self._load()
         if store is not None:
             return store
@@ -228,7 +234,7 @@ class EncryptedFile(apsw.VFSFile):
         raw, dek = header_and_key(self._vfs.keyring, self.path, None, seg,
                                   *framing(self._kind, first, offset))
         os.pwrite(self._fd, raw, 0)
-        self._store = PageStore(self._fd, Header.parse(raw), dek, self.path, self._tail_save())
+        self._store = self._new_store(raw, dek)
         return self._store
 
     # -- gathering journal and WAL writes ------------------------------------------
@@ -238,7 +244,10 @@ class EncryptedFile(apsw.VFSFile):
         if not pend:
             return
         store = self._store or self._create(pend, self._pend_start)
-        store.write(pend, self._pend_start)
+        try:
+            store.pwrite(pend, self._pend_start)
+        except SegmentAuthenticationError as exc:
+            raise _page_error(exc) from None
         self._pend_start += len(pend)
         del pend[:]
 
@@ -257,7 +266,7 @@ class EncryptedFile(apsw.VFSFile):
             return b""
         if offset == 0 and self._kind == MAIN and amount < store.segment_size:
             return self._peek(store, amount)
-        data = store.read(amount, offset)
+        data = self._read(store, amount, offset)
         if offset == 0 and self._kind == MAIN and amount >= 512:
             # Only a whole page 1, which SQLite reads after any hot-journal rollback
             # and only when the WAL has no newer copy; never the 100-byte peek
@@ -265,7 +274,17 @@ class EncryptedFile(apsw.VFSFile):
             self._check_length(data, store)
         return data
 
-    def _peek(self, store: PageStore, amount: int) -> Any:
+    def _read(self, store: MutableStore, amount: int, offset: int) -> memoryview:
+        """Up to ``amount`` plaintext bytes at ``offset``, in a buffer reused by the next read."""
+        if len(self._buf) < amount:
+            self._buf = bytearray(amount)
+        out = memoryview(self._buf)[:amount]
+        try:
+            return out[: store.readinto_at(out, offset)]
+        except SegmentAuthenticationError as exc:
+            raise _page_error(exc) from None
+
+    def _peek(self, store: MutableStore, amount: int) -> Any:
         """The first bytes of the database, which SQLite reads at open before any lock.
 
         SQLite takes only the page size from them and reads page 1 again, whole,
@@ -278,14 +297,14 @@ class EncryptedFile(apsw.VFSFile):
         page 1 through the normal path, which raises if it is still bad.
         """
         try:
-            return store.read(amount, 0)
+            return self._read(store, amount, 0)
         except PageAuthenticationError:
             log.warning("%s: page 1 does not authenticate at open (a write cut by a "
                         "crash?); SQLite sees zeros until it rolls back its journal",
                         self.path)
             return bytes(amount)
 
-    def _check_length(self, page1: memoryview, store: PageStore) -> None:
+    def _check_length(self, page1: memoryview, store: MutableStore) -> None:
         """Pages cut from the end: the header's page count says more than the file holds."""
         if bytes(page1[:16]) != b"SQLite format 3\0" or page1[24:28] != page1[92:96]:
             return  # the in-header size is only valid when these counters agree
@@ -300,7 +319,7 @@ class EncryptedFile(apsw.VFSFile):
         if page != len(page1):
             return
         pages = int.from_bytes(page1[28:32], "big")
-        size = store.size()
+        size = store.current_size()
         if pages * page > size:
             raise PageTruncatedError(
                 f"{self.path}: file is truncated: its header says {pages} pages of {page} "
@@ -314,7 +333,10 @@ class EncryptedFile(apsw.VFSFile):
             journal = self._vfs.journals.get(self.path)
             if journal is not None and journal._pend:
                 journal._flush()
-            (self._store or self._create(data, offset)).write(data, offset)
+            try:
+                (self._store or self._create(data, offset)).pwrite(data, offset)
+            except SegmentAuthenticationError as exc:
+                raise _page_error(exc) from None
             return
         pend = self._pend
         appended = offset == self._pend_start + len(pend)
@@ -346,7 +368,7 @@ class EncryptedFile(apsw.VFSFile):
         if self._pend:
             self._flush()
         store = self._store or self._load()
-        return 0 if store is None else store.size()
+        return 0 if store is None else store.current_size()
 
     def xTruncate(self, newsize: int) -> None:
         if self._pend:
@@ -364,10 +386,13 @@ class EncryptedFile(apsw.VFSFile):
             self._pend_start = 0
             return
         store = self._store or self._load()
-        if store is not None:
-            store.truncate(newsize)
-        elif newsize:
-            self._create(b"", 0).truncate(newsize)
+        try:
+            if store is not None:
+                store.truncate(newsize)
+            elif newsize:
+                self._create(b"", 0).truncate(newsize)
+        except SegmentAuthenticationError as exc:
+            raise _page_error(exc) from None
 
     def xSync(self, flags: int) -> None:
         if self._pend:
@@ -434,9 +459,17 @@ class EncryptedFile(apsw.VFSFile):
 
     def _drop_store(self) -> None:
         """Forget the store (its data key with it) and close its -cdtail side file."""
-        if self._store is not None and self._store.tail is not None:
-            self._store.tail.close()
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
         self._store = None
+
+
+def _page_error(exc: SegmentAuthenticationError) -> PageAuthenticationError:
+    """The store's error as the VFS raises it: SQLITE_CORRUPT to SQLite (see _errors)."""
+    if isinstance(exc, PageAuthenticationError):
+        return exc
+    return PageAuthenticationError(str(exc), offset=exc.offset, path=exc.path)
 
 
 def _anonymous_file() -> int:
