@@ -181,8 +181,14 @@ class KeyProviderError(KeySourceError):
     """A provider that keeps its key (an HSM, a KMS) failed, refused or did not answer in time.
 
     The message names the provider, the key reference and the operation; never a PIN,
-    a credential or key material.
+    a credential or key material. ``transient`` is true when the provider could not be
+    reached or did not answer in time (worth retrying), false when it refused.
     """
+
+    def __init__(self, message: str, *, hint: str | None = None,
+                 transient: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.transient = transient
 
 
 # --- format -----------------------------------------------------------------

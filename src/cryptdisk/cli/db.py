@@ -1,4 +1,5 @@
-"""``cryptdisk sql``, ``rotate``, ``keys``, ``reencrypt``: the embedded database."""
+"""``cryptdisk sql``, ``rotate``, ``reencrypt``: the embedded database (``cryptdisk keys DB``,
+a database's keys, is registered by :mod:`cryptdisk.cli.keys`)."""
 
 from __future__ import annotations
 
@@ -282,15 +283,6 @@ def register(sub: Any) -> None:
                    "database without a config")
     p.add_argument("-v", "--verbose", action="store_true", help="name each file as it is done")
     p.set_defaults(func=cmd_rotate)
-
-    p = sub.add_parser("keys", help="list a database's keys (system.keys); remove an old one",
-                       description="List the keys of a database and how many files use "
-                       "each. --remove deletes an older key file (PATH.key.ID) of a database "
-                       "without a config, refused while any file is under that key.")
-    common(p)
-    p.add_argument("--remove", type=int, metavar="ID", help="delete key ID once no file uses it")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    p.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("reencrypt", help="rewrite a database's data under new data keys",
                        description="Merge and re-encrypt every table under new data keys and "

@@ -1,16 +1,29 @@
-"""Key commands: keygen and rewrap (key rotation without rewriting data)."""
+"""Key commands: keygen, rewrap (key rotation without rewriting data), and the key lifecycle
+(``cryptdisk keys list|add|promote|retire|destroy``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
 
-from ..errors import CryptdiskError
+from ..errors import CryptdiskError, KeyProviderError, KeyringError
 from ..format import Algorithm
-from ..keys import Key, export_key_material, iter_files, rewrap_tree, write_key_file
-from ._keys import add_key_options, keyring_from_args
+from ..keys import (
+    Key,
+    KeyConfig,
+    Keyring,
+    export_key_material,
+    files_under_key,
+    iter_files,
+    key_usage,
+    read_key_file,
+    rewrap_tree,
+    write_key_file,
+)
+from ._keys import KEYRING_ENV, add_key_options, keyring_from_args
 
 __all__ = ["register"]
 
@@ -45,6 +58,7 @@ def register(sub: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_key_options(p)
     p.set_defaults(func=cmd_rewrap)
+    _register_lifecycle(sub)
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -89,3 +103,382 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
         msg = reason if path in reason else f"{path}: {reason}"
         print(f"cryptdisk: error: {msg}", file=sys.stderr)
     return 0 if summary.ok else 1
+
+
+# -- cryptdisk keys list|add|promote|retire|destroy: the key lifecycle -------------------------
+
+LIFECYCLE = """\
+The key lifecycle of a config's [keyring] (see docs/keys.md): add a key, promote it
+(current: it wraps new files; --db and PATHs are rewrapped to it, resumable), retire an
+older key (refused while a file under --db or the PATHs uses it), destroy a retired key
+(its key file, token object or KMIP key, then its entry). Each step rewrites the config
+crash-safe (temporary file, fsync, rename)."""
+
+VERBS = ("list", "add", "promote", "retire", "destroy")
+
+
+class _AnyVerb(dict):  # type: ignore[type-arg]
+    """The verbs, as argparse's choices, accepting any word (_Verbs sorts them out)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """``cryptdisk keys DB`` (no verb) keeps meaning ``cryptdisk keys list --db DB``'s older
+    spelling: a database's keys, ``--remove ID`` deleting an older key file."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if values and values[0] not in self._name_parser_map:
+            values = ["database", *values]
+        name, rest = values[0], list(values[1:])
+        sub = self._name_parser_map.get(name)
+        if sub is None:  # pragma: no cover - every name maps
+            super().__call__(parser, namespace, values, option_string)
+            return
+        setattr(namespace, self.dest, name)
+        # a verb's PATHs may follow its options (promote 2 -c C DIR): parse them intermixed
+        subnamespace, extras = sub.parse_known_intermixed_args(rest, None)
+        for key, value in vars(subnamespace).items():
+            setattr(namespace, key, value)
+        if extras:
+            vars(namespace).setdefault(argparse._UNRECOGNIZED_ARGS_ATTR, [])
+            getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR).extend(extras)
+
+
+def _register_lifecycle(sub: Any) -> None:
+    group = sub.add_parser("keys", help="key lifecycle: list, add, promote, retire, destroy",
+                           description=LIFECYCLE)
+    verbs = group.add_subparsers(dest="verb", metavar="{" + ",".join(VERBS) + "}",
+                                 action=_Verbs)
+
+    def scope(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-c", "--config", help="the cryptdisk TOML config whose [keyring] "
+                       "changes (default: $CRYPTDISK_KEYRING)")
+        p.add_argument("--db", metavar="PATH", help="a database written with the config: "
+                       "its files are counted, checked or rewrapped")
+        p.add_argument("paths", nargs="*", metavar="PATH",
+                       help="files and directories written with the config (headers are read)")
+
+    p = verbs.add_parser("list", help="the keys, their state and how many files use each",
+                         description="List the config's keys: id, state (current, active, "
+                         "retired), source; with --db or PATHs, how many files use each.")
+    scope(p)
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=cmd_keys_list)
+
+    p = verbs.add_parser("add", help="add a key to the config (active, not current)",
+                         description="Add a [[keyring.keys]] entry. The key is loaded first "
+                         "(its file read, its provider connected), so a key that cannot be "
+                         "used is never written into the config.")
+    p.add_argument("id", type=int, help="the new key's id (unused in the config)")
+    p.add_argument("-c", "--config", help="the config (default: $CRYPTDISK_KEYRING)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--generate", metavar="FILE",
+                     help="generate a 256-bit key into a new key file (mode 0600)")
+    how.add_argument("--file", metavar="FILE", help="an existing key file")
+    how.add_argument("--env", metavar="VAR", help="an environment variable holding hex")
+    how.add_argument("--source", metavar="NAME",
+                     help="a provider that keeps its key (pkcs11, kmip, aws-kms); its fields "
+                     "with --set")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a field of a --source entry (repeat; TOML numbers stay numbers)")
+    p.set_defaults(func=cmd_keys_add)
+
+    p = verbs.add_parser("promote", help="make a key current and rewrap files to it",
+                         description="Make the key current (current_key_id), after checking "
+                         "it loads; then rewrap --db and the PATHs to it (headers only, one "
+                         "write per file; run again to resume).")
+    p.add_argument("id", type=int)
+    scope(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="name each file as it is done")
+    p.set_defaults(func=cmd_keys_promote)
+
+    for verb, text in (("retire", "mark an older key retired (refused while a file uses it)"),
+                       ("destroy", "destroy a retired key's material and remove its entry")):
+        p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ". "
+                             "The files that could use the key are --db and the PATHs; "
+                             "one of them is needed.")
+        p.add_argument("id", type=int)
+        scope(p)
+        p.set_defaults(func=cmd_keys_retire if verb == "retire" else cmd_keys_destroy)
+
+    p = verbs.add_parser("database", help=argparse.SUPPRESS,
+                         description="A database's keys (system.keys); --remove deletes an "
+                         "older key file (PATH.key.ID) of a database without a config.")
+    p.add_argument("path", help="the database directory")
+    p.add_argument("-c", "--config", help="cryptdisk TOML config")
+    p.add_argument("--pin", nargs="?", const=True, metavar="FILE")
+    p.add_argument("--remove", type=int, metavar="ID", help="delete key ID once no file uses it")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=_cmd_database_keys)
+    verbs._choices_actions = [a for a in verbs._choices_actions if a.dest != "database"]
+    verbs.choices = _AnyVerb(verbs._name_parser_map)  # a database path is taken too
+
+
+def _cmd_database_keys(args: argparse.Namespace) -> int:
+    from .db import cmd_keys
+
+    return cmd_keys(args)
+
+
+def _config_path(args: argparse.Namespace, *, required: bool = True) -> str | None:
+    path = args.config or os.environ.get(KEYRING_ENV)
+    if not path and required:
+        raise KeyringError("no config given", hint=f"use --config CONFIG (or set {KEYRING_ENV})")
+    return path
+
+
+def _open_db(args: argparse.Namespace, config: str | None) -> Any:
+    from ..db import connect
+    from ..errors import DatabaseError
+
+    if not os.path.exists(os.path.join(args.db, "catalog")):
+        raise DatabaseError(f"no cryptdisk database at {args.db}")
+    return connect(args.db, config)
+
+
+def _usage(args: argparse.Namespace, config: str | None, key_id: int) -> list[str]:
+    """The files of --db and the PATHs under ``key_id``; refuses when neither is given."""
+    if not args.db and not args.paths:
+        raise KeyringError(f"which files could use key {key_id}? give the database (--db "
+                           "PATH) or the files and directories written with this config",
+                           hint="the check reads only file headers")
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        raise KeyringError(f"{', '.join(missing)}: no such file or directory")
+    used: list[str] = []
+    if args.db:
+        with _open_db(args, config) as db:
+            used += [os.path.join(args.db, f) for f in db.files_under_key(key_id)]
+    if args.paths:
+        used += files_under_key(args.paths, key_id)
+    return used
+
+
+def _listing(files: list[str], shown: int = 10) -> str:
+    more = len(files) - shown
+    return "; ".join(files[:shown]) + (f"; and {more} more" if more > 0 else "")
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from .db import format_table
+
+    config = _config_path(args, required=not args.db)
+    counts: dict[int, int] = {}
+    if args.paths:
+        usage = key_usage(args.paths)
+        unreadable = usage.pop(None, [])
+        counts = {k: len(v) for k, v in usage.items() if k is not None}
+        for path in unreadable:
+            print(f"cryptdisk: warning: {path}: header unreadable; not counted",
+                  file=sys.stderr)
+    if args.db:
+        with _open_db(args, config) as db:
+            for row in db.sql("SELECT id, files FROM system.keys").to_pylist():
+                counts[row["id"]] = counts.get(row["id"], 0) + row["files"]
+            if config is None:  # a database's own key files
+                ids, current = db.keyring.ids, db.keyring.current_key_id
+                rows = [(i, "current" if i == current else "active", "file",
+                         db.key_file(i) or "") for i in ids]
+    if config is not None:
+        rows = [(s.key_id, s.state, s.source, s.where) for s in KeyConfig(config).states()]
+    table = {"id": [r[0] for r in rows], "state": [r[1] for r in rows],
+             "source": [r[2] for r in rows], "where": [r[3] for r in rows]}
+    if args.db or args.paths:
+        table["files"] = [counts.get(r[0], 0) for r in rows]
+    print(format_table(pa.table(table), args.format))
+    unknown = sorted(set(counts) - {r[0] for r in rows})
+    if unknown:
+        print(f"cryptdisk: error: files are under key(s) {', '.join(map(str, unknown))}, which "
+              "the config does not have", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _field(text: str) -> tuple[str, Any]:
+    import tomllib
+
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise KeyringError(f"--set {text!r}: write FIELD=VALUE")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return name.strip(), value
+
+
+def cmd_keys_add(args: argparse.Namespace) -> int:
+    config = _config_path(args)
+    assert config is not None
+    keys = KeyConfig(config)
+    if args.set and not args.source:
+        raise KeyringError("--set gives the fields of a --source entry")
+    entry: dict[str, Any] = {"id": args.id}
+    made = None
+    if args.generate:
+        made = os.path.abspath(args.generate)
+        entry["file"] = _relative(made, keys.base)
+    elif args.file:
+        entry["file"] = _relative(os.path.abspath(args.file), keys.base)
+    elif args.env:
+        entry["from_env"] = args.env
+    else:
+        entry["source"] = args.source
+        for item in args.set:
+            name, value = _field(item)
+            if name in ("id", "source"):
+                raise KeyringError(f"--set {name}: give it as the command's argument")
+            entry[name] = value
+    if keys.has_entry(entry):  # a rerun after the config was written
+        print(f"key {args.id} is already in {config} as given")
+        return 0
+    if made is not None:
+        if keys.has(args.id):
+            raise KeyringError(f"{config}: [keyring] already has a key with id {args.id}")
+        if _generate_key_file(made, args.id):
+            print(f"cryptdisk: {made} holds key {args.id} from an add that was interrupted; "
+                  "adding it", file=sys.stderr)
+    keys.add(entry)
+    print(f"added key {args.id} to {config} (active; 'cryptdisk keys promote {args.id}' makes "
+          "it current)")
+    return 0
+
+
+def _generate_key_file(path: str, key_id: int) -> bool:
+    """A new key file at ``path``, crash-safe; True when an interrupted add had made it.
+
+    The key is written to ``.NAME.cryptdisk-new`` beside it, synced, then linked to
+    ``path`` (never replacing a file) and the directory synced, so ``path`` is a whole
+    key file or absent. An existing ``path`` is taken only if it is a key file noting
+    this id (what a killed add leaves); anything else is refused.
+    """
+    if os.path.exists(path):
+        try:
+            _, noted = read_key_file(path)
+        except CryptdiskError:
+            noted = None
+        if noted != key_id:
+            raise KeyringError(f"{path} already exists; refusing to overwrite it",
+                               hint="choose another path, or add an existing key file "
+                               "with --file")
+        return True
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.cryptdisk-new")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a killed add
+    write_key_file(tmp, Key.generate(key_id))
+    os.link(tmp, path)
+    os.unlink(tmp)
+    fd = os.open(directory or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return False
+
+
+def _relative(path: str, base: str) -> str:
+    rel = os.path.relpath(path, base)
+    return path if rel.startswith("..") else rel
+
+
+def cmd_keys_promote(args: argparse.Namespace) -> int:
+    config = _config_path(args)
+    assert config is not None
+    keys = KeyConfig(config)
+    changed = keys.promote(args.id)
+    print(f"key {args.id} is the current key of {config}" + ("" if changed else " (already)"))
+    code = 0
+    done = 0
+
+    def on_file(path: str) -> None:
+        nonlocal done
+        done += 1
+        if args.verbose:
+            print(f"done {path}", flush=True)
+
+    if args.db:
+        with _open_db(args, config) as db:
+            try:
+                n = db.rotate_keys(on_file)
+            except KeyProviderError as exc:
+                print(f"cryptdisk: error: the rewrap of {args.db} stopped after {done} file(s): "
+                      f"{exc}; the other files are still under their old keys. Run the same "
+                      "command again when the provider answers: it resumes", file=sys.stderr)
+                code = 1
+            else:
+                print(f"rewrapped {n} file(s) of {args.db} under key {args.id}; all its files "
+                      f"are under key {args.id}")
+    if args.paths:
+        keyring = Keyring.from_config(config)
+        try:
+            summary = rewrap_tree(args.paths, keyring, on_file=on_file)
+        finally:
+            keyring.close()
+        print(f"rewrapped {summary.rewrapped} file(s) under key {args.id}; "
+              f"{summary.already_current} already under it; "
+              f"{len(summary.skipped_not_encrypted)} not encrypted (left alone); "
+              f"{len(summary.failed)} failed; {len(summary.not_done)} not done")
+        for path, reason in summary.failed:
+            msg = reason if path in reason else f"{path}: {reason}"
+            print(f"cryptdisk: error: {msg}", file=sys.stderr)
+        if summary.not_done:
+            print(f"cryptdisk: error: stopped at a provider fault; {len(summary.not_done)} "
+                  f"file(s) not done, still under their old keys: {_listing(summary.not_done)}."
+                  " Run the same command again when the provider answers: it resumes",
+                  file=sys.stderr)
+        code = code or (0 if summary.ok else 1)
+    if not args.db and not args.paths:
+        print("files written before stay under their keys until rewrapped: give --db or "
+              f"PATHs to 'cryptdisk keys promote {args.id}'")
+    return code
+
+
+def cmd_keys_retire(args: argparse.Namespace) -> int:
+    config = _config_path(args)
+    assert config is not None
+    keys = KeyConfig(config)
+    if keys.state(args.id) == "current":
+        keys.retire(args.id)  # raises: the current key
+    used = _usage(args, config, args.id)
+    if used:
+        raise KeyringError(f"key {args.id} is still used by {len(used)} file(s): "
+                           f"{_listing(used)}",
+                           hint=f"rewrap them first: cryptdisk keys promote "
+                           f"{keys.current_key_id} --config {config} with --db or PATHs")
+    changed = keys.retire(args.id)
+    print(f"key {args.id} is retired in {config}" + ("" if changed else " (already)") +
+          "; no file of the given database or paths uses it")
+    return 0
+
+
+def cmd_keys_destroy(args: argparse.Namespace) -> int:
+    config = _config_path(args, required=not args.db)
+    if config is None:  # a database without a config: its older key files
+        with _open_db(args, None) as db:
+            path = db.remove_key(args.id)
+        print(f"destroyed key {args.id} of {args.db}: deleted {path}; no file used it")
+        return 0
+    keys = KeyConfig(config)
+    if not keys.has(args.id):
+        # a destroy removes the entry last, after the material: nothing is left to do
+        print(f"key {args.id} has no entry in {config}: nothing to destroy (already destroyed, "
+              "or never there)")
+        return 0
+    if keys.state(args.id) != "retired":
+        keys.destroy(args.id)  # raises: retire first
+    used = _usage(args, config, args.id)
+    if used:
+        raise KeyringError(f"key {args.id} is still used by {len(used)} file(s); destroying "
+                           f"it would lose them: {_listing(used)}",
+                           hint="those files were written or restored after the key was "
+                           "retired; rewrap them to the current key first")
+    for line in keys.destroy(args.id):
+        print(line)
+    print(f"destroyed key {args.id}")
+    return 0

@@ -1,7 +1,9 @@
 """Keys: the keyring, key sources and providers, and rotation by rewrapping headers.
 
 Top tier: :class:`Keyring` (``Keyring.from_config(path)``), :class:`Key`,
-:func:`rewrap_tree`. Key material never appears in ``repr``, messages or pickles.
+:func:`rewrap_tree`; the key lifecycle of a config (:class:`KeyConfig`: add, promote,
+retire, destroy; :func:`key_usage` counts files per key from their headers) and the
+key audit log (``AUDIT_ENV``). Key material never appears in ``repr``, messages or pickles.
 
 Lower tier, easy to misuse: :func:`export_key_material` (a key's bytes, for the few
 layers that must hand them on), :class:`KeyProvider` and its registry
@@ -12,8 +14,10 @@ Keys that stay in an HSM or KMS: :class:`RemoteKeyProvider` (the contract),
 the providers themselves are in :mod:`cryptdisk.keys.providers`.
 """
 
+from ._audit import AUDIT_ENV
 from ._key import Key, export_key_material
 from ._keyring import Keyring
+from ._lifecycle import KeyConfig, KeyEntryState, files_under_key, key_usage
 from ._provider import (
     ENTRY_POINT_GROUP,
     KeyEntry,
@@ -42,11 +46,14 @@ from ._sources import (
 )
 
 __all__ = [
+    "AUDIT_ENV",
     "DEFAULT_CACHE_ENTRIES",
     "DEFAULT_CACHE_SECONDS",
     "ENTRY_POINT_GROUP",
     "Key",
+    "KeyConfig",
     "KeyEntry",
+    "KeyEntryState",
     "KeyProvider",
     "Keyring",
     "ProviderKey",
@@ -56,12 +63,14 @@ __all__ = [
     "close_provider_keys",
     "decode_hex_key",
     "export_key_material",
+    "files_under_key",
     "get_key_provider",
     "iter_files",
     "key_from_command",
     "key_from_env",
     "key_from_file",
     "key_provider_names",
+    "key_usage",
     "parse_key_entry",
     "read_key_file",
     "register_key_provider",

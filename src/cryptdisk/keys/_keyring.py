@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigError, KeyNotFoundError, KeyringError, with_location
+from ._audit import set_audit_log
 from ._key import Key
 from ._provider import parse_key_entry
 
@@ -69,7 +70,8 @@ class Keyring:
     """
 
     def __init__(self, keys: Iterable[Key], current_key_id: int | None = None, *,
-                 any_id: bool = False, config_path: str | None = None) -> None:
+                 any_id: bool = False, config_path: str | None = None,
+                 retired: Iterable[int] = ()) -> None:
         by_id: dict[int, Key] = {}
         for key in keys:
             if not isinstance(key, Key):
@@ -98,6 +100,8 @@ class Keyring:
         self._current = current_key_id
         self._any_id = any_id
         self.config_path = config_path
+        #: ids of the config's retired keys (``state = "retired"``): known, not loaded
+        self.retired = frozenset(retired)
 
     # -- KeyLookup -------------------------------------------------------------
 
@@ -112,6 +116,12 @@ class Keyring:
             return self.current_key().with_id(key_id)
         known = ", ".join(map(str, sorted(self._keys)))
         where = f" in {self.config_path}" if self.config_path else ""
+        if key_id in self.retired:
+            raise KeyNotFoundError(
+                f"key {key_id} is retired{where} (state = \"retired\"): it is not loaded",
+                key_id=key_id,
+                hint="a file under a retired key was restored or missed when the key was "
+                "retired; remove the key's state line to load it again, then rewrap")
         raise KeyNotFoundError(
             f"no key with id {key_id}{where} (keys: {known})",
             key_id=key_id,
@@ -156,12 +166,13 @@ class Keyring:
 
     def with_current(self, key_id: int) -> Keyring:
         """The same keys with another current key."""
-        return Keyring(self._keys.values(), key_id, config_path=self.config_path)
+        return Keyring(self._keys.values(), key_id, config_path=self.config_path,
+                       retired=self.retired)
 
     def with_key(self, key: Key, *, current: bool = False) -> Keyring:
         keys = [k for k in self._keys.values() if k.key_id != key.key_id] + [key]
         return Keyring(keys, key.key_id if current else self._current,
-                       config_path=self.config_path)
+                       config_path=self.config_path, retired=self.retired - {key.key_id})
 
     # -- construction ------------------------------------------------------------
 
@@ -202,7 +213,7 @@ class Keyring:
         if not isinstance(section, Mapping):
             raise ConfigError("no [keyring] section", path=path,
                               hint="see 'cryptdisk keygen --help' for an example config")
-        unknown = set(section) - {"current_key_id", "algorithm", "keys"}
+        unknown = set(section) - {"current_key_id", "algorithm", "keys", "audit_log"}
         if unknown:
             raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
                               path=path, where="[keyring]")
@@ -211,17 +222,44 @@ class Keyring:
             raise ConfigError("[keyring] has no keys; add [[keyring.keys]] entries", path=path)
         default_alg = section.get("algorithm")
         base = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        audit = section.get("audit_log")
+        if audit is not None:
+            if not isinstance(audit, str) or not audit:
+                raise ConfigError("audit_log must be a file path", path=path, where="[keyring]")
+            set_audit_log(os.path.join(base, os.path.expanduser(audit)))
         keys: list[Key] = []
         seen: dict[int, str] = {}
+        retired: set[int] = set()
         for i, entry in enumerate(entries):
             where = _table_line(text, "keyring.keys", i)
+            if isinstance(entry, Mapping) and "state" in entry:
+                state = entry["state"]
+                if state not in ("active", "retired"):
+                    raise ConfigError(f"state = {state!r}: a key's state is \"active\" (the "
+                                      "default) or \"retired\"", path=path, where=where)
+                entry = {k: v for k, v in entry.items() if k != "state"}
+                if state == "retired":
+                    key_id = entry.get("id")
+                    if not isinstance(key_id, int) or isinstance(key_id, bool):
+                        raise ConfigError("each key needs an integer id (0 to 2**64-1)",
+                                          path=path, where=where)
+                    if key_id in seen or key_id in retired:
+                        raise ConfigError(f"duplicate key id {key_id}", path=path, where=where)
+                    retired.add(key_id)
+                    continue
             key = _key_from_entry(entry, default_alg, base, path, where)
-            if key.key_id in seen:
-                raise ConfigError(f"duplicate key id {key.key_id} (first at {seen[key.key_id]})",
+            if key.key_id in seen or key.key_id in retired:
+                first = seen.get(key.key_id, "a retired entry")
+                raise ConfigError(f"duplicate key id {key.key_id} (first at {first})",
                                   path=path, where=where)
             seen[key.key_id] = where
             keys.append(key)
         current = section.get("current_key_id")
+        if current is not None and current in retired:
+            raise ConfigError(f"current_key_id = {current} names a retired key", path=path,
+                              where="[keyring]", hint="promote an active key")
+        if not keys:
+            raise ConfigError("every key of [keyring] is retired; add a key", path=path)
         if current is not None and (not isinstance(current, int) or current not in seen):
             raise ConfigError(
                 f"current_key_id = {current!r} is not the id of a key in this keyring "
@@ -231,7 +269,7 @@ class Keyring:
         if current is None and len(keys) > 1:
             raise ConfigError("several keys but no current_key_id; say which key encrypts "
                               "new files", path=path, where="[keyring]")
-        return cls(keys, current, config_path=path)
+        return cls(keys, current, config_path=path, retired=retired)
 
 
 def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,

@@ -115,6 +115,16 @@ class RemoteKeyProvider(KeyProvider):
     def close(self) -> None:
         """Release the session or client."""
 
+    def destroy(self, what: str) -> str:
+        """Destroy the key in the provider (``cryptdisk keys destroy``); what was done.
+
+        Called on an unconnected provider built from a retired entry. A key that is
+        already gone is not an error (a destroy killed half-way is run again).
+        Providers that cannot destroy their key raise :class:`KeyProviderError`.
+        """
+        raise KeyProviderError(f"{what}: the {self.name} provider cannot destroy its key",
+                               hint="destroy it in the provider, then remove the entry")
+
     def describe(self) -> str:
         """Where the key is, for messages and ``system.keys`` (no secret)."""
         return self.name

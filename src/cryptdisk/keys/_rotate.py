@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ..errors import CryptdiskError, NotEncryptedError
+from ..errors import CryptdiskError, KeyProviderError, NotEncryptedError
 from ..format import HEADER_SIZE, Header, KeyLookup, open_header, rewrap_header
 
 __all__ = ["RewrapSummary", "iter_files", "rewrap_file", "rewrap_tree"]
@@ -61,17 +61,25 @@ class RewrapSummary:
     already_current: int = 0
     skipped_not_encrypted: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    #: files not tried: the run stopped at a key provider that failed (after its retries)
+    not_done: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.not_done
 
 
 def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
                 on_file: Callable[[str], None] | None = None) -> RewrapSummary:
-    """Rewrap every cryptdisk file under ``paths``; other files are listed, not touched."""
+    """Rewrap every cryptdisk file under ``paths``; other files are listed, not touched.
+
+    A key provider that fails (unreachable after its retries) stops the run: the file
+    at hand is in ``failed`` and the files after it in ``not_done``, each still under
+    its old key; running it again resumes.
+    """
     summary = RewrapSummary()
-    for name in iter_files(paths):
+    files = iter_files(paths)
+    for name in files:
         try:
             if rewrap_file(name, keys):
                 summary.rewrapped += 1
@@ -79,6 +87,10 @@ def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
                 summary.already_current += 1
         except NotEncryptedError:
             summary.skipped_not_encrypted.append(name)
+        except KeyProviderError as exc:
+            summary.failed.append((name, str(exc)))
+            summary.not_done.extend(files)
+            break
         except CryptdiskError as exc:
             summary.failed.append((name, str(exc)))
         except OSError as exc:

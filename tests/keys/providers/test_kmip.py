@@ -200,3 +200,28 @@ def test_an_unreachable_server_fails_within_the_timeout(tmp_path, kmip_server):
                                                              f"port = {_free_port()}")
     with pytest.raises(KeyProviderError, match="cannot connect"):
         Keyring.from_config(write(tmp_path, text))
+
+
+def test_destroy_revokes_and_destroys_a_retired_key_on_the_server(tmp_path, kmip_server,
+                                                                   request):
+    from cryptdisk.keys import Key, write_key_file
+
+    label = "kek-" + request.node.name[-30:]
+    _make_key(kmip_server, label)
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    entry = _entry(kmip_server, label, key_id=7).replace('source = "kmip"',
+                                                         'state = "retired"\nsource = "kmip"')
+    cfg = write(tmp_path, '[keyring]\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n' + entry)
+    (tmp_path / "empty").mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "destroy", "7", "-c", cfg,
+                           str(tmp_path / "empty")], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "revoked and destroyed kmip" in done.stdout
+    client, enums = _client(kmip_server)
+    with contextlib.closing(client):
+        name = client.attribute_factory.create_attribute(enums.AttributeType.NAME, label)
+        assert client.locate(attributes=[name]) == []
+    assert "id = 7" not in (tmp_path / "cryptdisk.toml").read_text()

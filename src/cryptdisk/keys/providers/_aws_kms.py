@@ -174,6 +174,27 @@ class AwsKmsProvider(RemoteKeyProvider):
             aead, _ = self._unwrap(f"key {self._key_id}")
         return aead.decrypt(nonce, sealed, associated_data)  # InvalidTag when tampered
 
+    def destroy(self, what: str) -> str:
+        """Delete the wrapped key file: the keyring key then exists nowhere.
+
+        The KMS key stays in KMS (it may wrap other keys; schedule its deletion there).
+        """
+        path = os.path.join(self.base, os.path.expanduser(self.value["wrapped_key"]))
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return f"wrapped key file {path} was already gone"
+        except OSError as exc:
+            raise KeyProviderError(f"{what}: cannot delete wrapped key file {path}: "
+                                   f"{exc.strerror}") from None
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return (f"deleted wrapped key file {path} (the KMS key {self.value['kms_key']!r} "
+                "stays in KMS)")
+
     def close(self) -> None:
         with self._lock:
             self._forget()

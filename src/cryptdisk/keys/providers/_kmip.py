@@ -199,6 +199,38 @@ class KmipProvider(RemoteKeyProvider):
                                         "auth_tag": sealed[-16:]})
         return bytes(answer.data)
 
+    def destroy(self, what: str) -> str:
+        """Revoke and destroy the key on the server (KMIP ``Revoke``, ``Destroy``)."""
+        kmip = _kmip()
+        enums = kmip.core.enums
+        where = f"{what}: {self.describe()}"
+        try:
+            client = kmip_client(self.value["host"], self.value["port"],
+                                 cert=self._path("client_cert"), key=self._path("client_key"),
+                                 ca=self._path("ca"), timeout=self.timeout)
+        except Exception as exc:
+            raise KeyProviderError(f"{where}: cannot connect: {_describe(exc)}",
+                                   transient=True) from None
+        try:
+            name = client.attribute_factory.create_attribute(enums.AttributeType.NAME,
+                                                             self.value["key"])
+            uids = client.locate(attributes=[name])
+            for uid in uids:
+                state = {a.attribute_name.value: a.attribute_value.value
+                         for a in client.get_attributes(uid, ["State"])[1]}.get("State")
+                if state == enums.State.ACTIVE:
+                    client.revoke(enums.RevocationReasonCode.CESSATION_OF_OPERATION, uid)
+                client.destroy(uid)
+        except Exception as exc:  # whatever PyKMIP raised
+            raise KeyProviderError(f"{where}: destroying the key failed: "
+                                   f"{_describe(exc)}") from None
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+        if not uids:
+            return f"{self.describe()} was already gone"
+        return f"revoked and destroyed {self.describe()} on the server"
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None

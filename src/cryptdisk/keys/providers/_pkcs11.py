@@ -201,6 +201,34 @@ class Pkcs11Provider(RemoteKeyProvider):
                 raise KeyProviderError(f"{self.describe()}: opening a data key failed: "
                                        f"{_describe(exc)}") from None
 
+    def destroy(self, what: str) -> str:
+        """Destroy the key object in the token (``C_DestroyObject`` in a read-write session)."""
+        p11 = _pkcs11()
+        exc_mod = p11.exceptions
+        where = f"{what}: {self.describe()}"
+        try:
+            token = p11.lib(os.path.join(self.base, self.value["module"])).get_token(
+                token_label=self.value["token"])
+            pin = read_pin(self.value, self.base, what)
+            try:
+                session = _login(token, pin, exc_mod, rw=True)
+            finally:
+                del pin
+            with session:
+                found = list(session.get_objects({
+                    p11.Attribute.LABEL: self.value["key"],
+                    p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY}))
+                for obj in found:
+                    obj.destroy()
+        except exc_mod.PinIncorrect:
+            raise KeyProviderError(f"{where}: the PIN was refused") from None
+        except (RuntimeError, OSError, exc_mod.PKCS11Error) as exc:
+            raise KeyProviderError(f"{where}: destroying the key failed: "
+                                   f"{_describe(exc)}") from None
+        if not found:
+            return f"{self.describe()} was already gone"
+        return f"destroyed {self.describe()} in the token"
+
     def close(self) -> None:
         with self._lock:
             session, self._session, self._key = self._session, None, None

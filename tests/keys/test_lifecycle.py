@@ -1,0 +1,368 @@
+"""``cryptdisk keys list|add|promote|retire|destroy`` run as a user runs them, and killed.
+
+Files and databases are written with a config; the lifecycle commands change its
+``[keyring]``. Every step is checked through the real CLI, including kill -9 at
+every write a step makes (the child pauses before the N-th write and is killed
+there): the config then parses as the old or the new state and running the step
+again finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import cryptdisk
+from cryptdisk.errors import ConfigError, KeyNotFoundError
+from cryptdisk.format import Header
+from cryptdisk.keys import AUDIT_ENV, Key, Keyring, write_key_file
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+CHILD = os.path.join(os.path.dirname(__file__), "lifecycle_child.py")
+
+CONFIG = """\
+# the team's config: comments and layout survive the lifecycle's edits
+[keyring]
+current_key_id = 1   # the first key
+
+[[keyring.keys]]
+id = 1
+file = "k1.hex"   # made by cryptdisk keygen
+
+[disks.secure_local]
+type = "local"
+path = "store/secure"
+[disks.secure]
+type = "encrypted"
+disk = "secure_local"
+[policies.default]
+volumes = [{ name = "main", disks = ["secure"] }]
+"""
+
+
+def env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+                **extra)
+
+
+def run(*args: str, cwd: Path | None = None, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
+                          text=True, env=env(**extra), timeout=300, cwd=cwd)
+
+
+def setup(tmp_path: Path, files: int = 3) -> tuple[str, Path]:
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = tmp_path / "cryptdisk.toml"
+    cfg.write_text(CONFIG)
+    data = tmp_path / "data"
+    data.mkdir()
+    ring = Keyring.from_config(cfg)
+    for i in range(files):
+        with cryptdisk.open(data / f"f{i}.cdk", "wb", keyring=ring) as f:
+            f.write(f"file {i}".encode() * 100)
+    return str(cfg), data
+
+
+def key_ids(data: Path) -> list[int]:
+    return sorted(Header.parse(p.read_bytes()[:128]).key_id for p in data.iterdir())
+
+
+def keyring_section(cfg: str) -> dict:
+    return tomllib.loads(Path(cfg).read_text())["keyring"]
+
+
+def test_the_whole_lifecycle_of_a_key_over_files(tmp_path):
+    cfg, data = setup(tmp_path)
+    listed = run("keys", "list", "-c", cfg, str(data), "--format", "csv")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == ["id,state,source,where,files", "1,current,file,k1.hex,3"]
+
+    added = run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex"))
+    assert added.returncode == 0, added.stderr
+    assert (tmp_path / "k2.hex").stat().st_mode & 0o777 == 0o600
+    text = Path(cfg).read_text()
+    assert "# the team's config" in text and "# made by cryptdisk keygen" in text
+    assert keyring_section(cfg)["keys"][1] == {"id": 2, "file": "k2.hex"}
+    assert keyring_section(cfg)["current_key_id"] == 1  # added, not current
+
+    refused = run("keys", "retire", "1", "-c", cfg, str(data))
+    assert refused.returncode == 1
+    assert "key 1 is the current key" in refused.stderr
+
+    promoted = run("keys", "promote", "2", "-c", cfg, str(data), "-v")
+    assert promoted.returncode == 0, promoted.stderr
+    assert "rewrapped 3 file(s) under key 2" in promoted.stdout
+    assert keyring_section(cfg)["current_key_id"] == 2
+    assert "current_key_id = 2   # the first key" in Path(cfg).read_text()
+    assert key_ids(data) == [2, 2, 2]
+
+    # a file still under key 1 (restored from a backup) stops retire, naming it
+    old = tmp_path / "old.cdk"
+    with cryptdisk.open(old, "wb", keyring=Keyring.from_config(cfg).with_current(1)) as f:
+        f.write(b"restored")
+    (data / "sub").mkdir()
+    os.replace(old, data / "sub" / "restored.cdk")
+    used = run("keys", "retire", "1", "-c", cfg, str(data))
+    assert used.returncode == 1
+    assert "key 1 is still used by 1 file(s)" in used.stderr
+    assert str(data / "sub" / "restored.cdk") in used.stderr
+    assert "state" not in keyring_section(cfg)["keys"][0]
+    assert run("keys", "promote", "2", "-c", cfg, str(data)).returncode == 0
+
+    unscoped = run("keys", "retire", "1", "-c", cfg)
+    assert unscoped.returncode == 1 and "which files could use key 1" in unscoped.stderr
+    not_retired = run("keys", "destroy", "1", "-c", cfg, str(data))
+    assert not_retired.returncode == 1 and "retire it first" in not_retired.stderr
+
+    retired = run("keys", "retire", "1", "-c", cfg, str(data))
+    assert retired.returncode == 0, retired.stderr
+    assert keyring_section(cfg)["keys"][0]["state"] == "retired"
+    listed = run("keys", "list", "-c", cfg, str(data), "--format", "csv")
+    assert listed.stdout.splitlines()[1:] == ["1,retired,file,k1.hex,0", "2,current,file,k2.hex,4"]
+
+    # a retired key is not loaded: its file may go, the files under key 2 still read
+    (tmp_path / "k1.hex").rename(tmp_path / "k1.moved")
+    with cryptdisk.open(data / "f0.cdk", "rb", keyring=Keyring.from_config(cfg)) as f:
+        assert f.read() == b"file 0" * 100
+    (tmp_path / "k1.moved").rename(tmp_path / "k1.hex")
+
+    # a file that comes back under the retired key stops destroy, named
+    with cryptdisk.open(old, "wb", keyring=Keyring([Key.generate(1)])) as f:
+        f.write(b"late")
+    os.replace(old, data / "late.cdk")
+    late = run("keys", "destroy", "1", "-c", cfg, str(data))
+    assert late.returncode == 1
+    assert "destroying it would lose them" in late.stderr and "late.cdk" in late.stderr
+    assert (tmp_path / "k1.hex").exists()
+    (data / "late.cdk").unlink()
+
+    # so does a cryptdisk file whose header cannot be read: any key may be its
+    (data / "damaged.cdk").write_bytes(b"CRYPTDSK" + b"\xff" * 120)
+    damaged = run("keys", "destroy", "1", "-c", cfg, str(data))
+    assert damaged.returncode == 1
+    assert f"{data / 'damaged.cdk'} (header unreadable)" in damaged.stderr
+    (data / "damaged.cdk").unlink()
+
+    destroyed = run("keys", "destroy", "1", "-c", cfg, str(data))
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert f"deleted key file {tmp_path / 'k1.hex'}" in destroyed.stdout
+    assert not (tmp_path / "k1.hex").exists()
+    assert [k["id"] for k in keyring_section(cfg)["keys"]] == [2]
+    assert "# the team's config" in Path(cfg).read_text()
+    assert run("decrypt", "--keyring", cfg, str(data / "f1.cdk"), "-").stdout == "file 1" * 100
+
+
+def test_the_lifecycle_over_a_database_written_with_the_config(tmp_path):
+    cfg, _ = setup(tmp_path, files=0)
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100, 200)")
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    listed = run("keys", "list", "-c", cfg, "--db", str(db), "--format", "json")
+    assert [(r["id"], r["state"], r["files"]) for r in json.loads(listed.stdout)] == [
+        (1, "current", 3), (2, "active", 0)]
+    current = run("keys", "promote", "2", "-c", cfg)  # new files only: nothing rewrapped
+    assert current.returncode == 0 and "stay under their keys until rewrapped" in current.stdout
+    refused = run("keys", "retire", "1", "-c", cfg, "--db", str(db))
+    assert refused.returncode == 1 and "still used by 3 file(s)" in refused.stderr
+    assert "catalog" in refused.stderr
+    promoted = run("keys", "promote", "2", "-c", cfg, "--db", str(db))
+    assert promoted.returncode == 0, promoted.stderr
+    assert "rewrapped 3 file(s) of" in promoted.stdout
+    assert run("keys", "retire", "1", "-c", cfg, "--db", str(db)).returncode == 0
+    assert run("keys", "destroy", "1", "-c", cfg, "--db", str(db)).returncode == 0
+    with cryptdisk.connect(db, cfg) as conn:
+        assert conn.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 200}]
+        assert conn.sql("SELECT id, files FROM system.keys").to_pylist() == [
+            {"id": 2, "files": 3}]
+
+
+def test_a_database_without_a_config_keeps_its_older_spelling(tmp_path):
+    db = tmp_path / "own.db"
+    assert run("sql", str(db), "-q", "CREATE TABLE t (x INT)").returncode == 0
+    old = run("keys", str(db), "--format", "csv")
+    assert old.returncode == 0, old.stderr
+    assert old.stdout.splitlines()[1] == "1,aes-256-gcm,file,true,1"
+    listed = run("keys", "list", "--db", str(db), "--format", "csv")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].startswith("1,current,file,")
+    current = run("keys", "destroy", "1", "--db", str(db))
+    assert current.returncode == 1 and "current key" in current.stderr
+
+
+def test_add_refuses_a_key_that_does_not_load_and_duplicate_ids(tmp_path):
+    cfg, _ = setup(tmp_path, files=0)
+    before = Path(cfg).read_text()
+    missing = run("keys", "add", "3", "-c", cfg, "--env", "CD_NOT_SET_ANYWHERE")
+    assert missing.returncode == 1 and "CD_NOT_SET_ANYWHERE" in missing.stderr
+    dup = run("keys", "add", "1", "-c", cfg, "--generate", str(tmp_path / "k9.hex"))
+    assert dup.returncode == 1 and "already has a key with id 1" in dup.stderr
+    assert not (tmp_path / "k9.hex").exists()
+    pin = run("keys", "add", "4", "-c", cfg, "--source", "pkcs11", "--set", "pin=1234",
+              "--set", "module=/x.so", "--set", "token=t", "--set", "key=k")
+    assert pin.returncode == 1 and "does not take pin" in pin.stderr
+    assert "1234" not in pin.stderr
+    assert Path(cfg).read_text() == before
+    hexkey = Key.generate(5)
+    from cryptdisk.keys import export_key_material
+
+    ok = run("keys", "add", "5", "-c", cfg, "--env", "CD_K5",
+             CD_K5=export_key_material(hexkey).hex())
+    assert ok.returncode == 0, ok.stderr
+    assert keyring_section(cfg)["keys"][-1] == {"id": 5, "from_env": "CD_K5"}
+    # destroying a key whose material cryptdisk cannot reach says so and exits 1
+    nowhere = run("keys", "retire", "5", "-c", cfg, str(tmp_path / "nothing-here"))
+    assert nowhere.returncode == 1 and "no such file or directory" in nowhere.stderr
+    (tmp_path / "nothing-here").mkdir()
+    assert run("keys", "retire", "5", "-c", cfg, str(tmp_path / "nothing-here"),
+               CD_K5="00" * 32).returncode == 0
+    env_key = run("keys", "destroy", "5", "-c", cfg, str(tmp_path / "nothing-here"))
+    assert env_key.returncode == 1
+    assert "environment variable CD_K5" in env_key.stderr
+    assert [k["id"] for k in keyring_section(cfg)["keys"]] == [1]
+
+
+def test_a_config_laid_out_otherwise_is_refused_unchanged(tmp_path):
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    write_key_file(tmp_path / "k2.hex", Key.generate(2))
+    cfg = tmp_path / "inline.toml"
+    text = ('keyring = { current_key_id = 1, keys = [{ id = 1, file = "k1.hex" }, '
+            '{ id = 2, file = "k2.hex" }] }\n')
+    cfg.write_text(text)
+    (tmp_path / "none").mkdir()
+    for args in (("promote", "2"), ("retire", "2", str(tmp_path / "none"))):
+        r = run("keys", *args, "-c", str(cfg))
+        assert r.returncode == 1, r.stdout
+        assert "the config is unchanged" in r.stderr or "by hand" in r.stderr
+        assert cfg.read_text() == text
+
+
+def test_retired_keys_are_not_loaded_and_say_so(tmp_path):
+    write_key_file(tmp_path / "k2.hex", Key.generate(2))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\nstate = "retired"\n'
+                   'from_env = "CD_UNSET_RETIRED"\n[[keyring.keys]]\nid = 2\nfile = "k2.hex"\n')
+    ring = Keyring.from_config(cfg)  # the retired key's variable is not read
+    assert ring.ids == [2] and ring.retired == {1}
+    with pytest.raises(KeyNotFoundError, match="key 1 is retired"):
+        ring.key_by_id(1)
+    cfg.write_text(cfg.read_text().replace("current_key_id = 2", "current_key_id = 1"))
+    with pytest.raises(ConfigError, match="names a retired key"):
+        Keyring.from_config(cfg)
+    cfg.write_text(cfg.read_text().replace('"retired"', '"gone"'))
+    with pytest.raises(ConfigError, match="a key's state is"):
+        Keyring.from_config(cfg)
+
+
+def test_lifecycle_events_go_to_the_audit_log_without_material(tmp_path):
+    cfg, data = setup(tmp_path)
+    log = tmp_path / "audit.jsonl"
+    extra = {AUDIT_ENV: str(log)}
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex"),
+               **extra).returncode == 0
+    assert run("keys", "promote", "2", "-c", cfg, str(data), **extra).returncode == 0
+    assert run("keys", "retire", "1", "-c", cfg, str(data), **extra).returncode == 0
+    assert run("keys", "destroy", "1", "-c", cfg, str(data), **extra).returncode == 0
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["event"], e["key_id"]) for e in events] == [
+        ("add", 2), ("promote", 2), ("retire", 1), ("destroy", 1)]
+    assert events[1]["previous"] == 1 and all(e["config"] == cfg for e in events)
+    assert log.stat().st_mode & 0o777 == 0o600
+    text = log.read_text()
+    for name in ("k2.hex",):
+        material = (tmp_path / name).read_text().split()[-1]
+        assert material not in text
+
+
+# -- kill -9 at every write of every step --------------------------------------------------
+
+
+def _kill_at(n: int, args: list[str]) -> str:
+    """Run the step with a pause before its n-th write; kill it there. The child's last line."""
+    child = subprocess.Popen([sys.executable, CHILD, str(n), *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env())
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith(("paused", "finished")):
+                break
+        else:
+            raise AssertionError(f"the child ended without a report: {child.stderr.read()}")
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()  # type: ignore[union-attr]
+        child.stderr.close()  # type: ignore[union-attr]
+    return line.strip()
+
+
+STEPS = [
+    ("add", ["keys", "add", "2", "--generate", "K2"]),
+    ("promote", ["keys", "promote", "2", "DATA"]),
+    ("retire", ["keys", "retire", "1", "DATA"]),
+    ("destroy", ["keys", "destroy", "1", "DATA"]),
+]
+
+
+def _state(cfg: str) -> str:
+    """Which lifecycle state the config and key files are in (they must be consistent)."""
+    ring = keyring_section(cfg)  # must parse
+    keys = {k["id"]: k for k in ring["keys"]}
+    if 2 not in keys:
+        return "start"
+    if ring["current_key_id"] == 1:
+        return "added"
+    if 1 not in keys:
+        return "destroyed"
+    return "retired" if keys[1].get("state") == "retired" else "promoted"
+
+
+@pytest.mark.parametrize("step", range(len(STEPS)), ids=[s[0] for s in STEPS])
+def test_kill_9_at_every_write_of_a_step_leaves_the_old_or_new_state(tmp_path, step):
+    work, snapshot = tmp_path / "work", tmp_path / "snapshot"
+    work.mkdir()
+    cfg, data = setup(work)
+    subs = {"K2": str(work / "k2.hex"), "DATA": str(data)}
+    for name, args in STEPS[:step]:  # bring the config to this step's start
+        done = run(*[subs.get(a, a) for a in args], "-c", cfg)
+        assert done.returncode == 0, (name, done.stderr)
+    shutil.copytree(work, snapshot)
+    name, args = STEPS[step]
+    argv = [subs.get(a, a) for a in args] + ["-c", cfg]
+    before = _state(cfg)
+    after = {"add": "added", "promote": "promoted", "retire": "retired",
+             "destroy": "destroyed"}[name]
+    kills = 0
+    for n in range(1, 200):
+        line = _kill_at(n, argv)
+        if line.startswith("finished"):
+            assert line == "finished 0"
+            break
+        kills += 1
+        state = _state(cfg)
+        assert state in (before, after), (n, line, state)
+        # whatever state it is in, every file opens with the config's keys
+        ring = Keyring.from_config(cfg)
+        for path in data.iterdir():
+            with cryptdisk.open(path, "rb", keyring=ring) as f:
+                assert f.read().startswith(b"file ")
+        ring.close()
+        again = run(*argv)  # running the step again finishes it
+        assert again.returncode == 0, (n, line, again.stderr)
+        assert _state(cfg) == after
+        shutil.rmtree(work)  # back to the step's start for the next kill point
+        shutil.copytree(snapshot, work)
+    else:
+        raise AssertionError("the step never finished")
+    assert kills >= 2  # at least the config's temporary file and its rename
+    assert _state(cfg) == after
