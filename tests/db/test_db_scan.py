@@ -30,7 +30,8 @@ def test_point_query_reads_one_row_group_per_matching_part(db, small_groups):
     assert db.query("SELECT c_str FROM t WHERE c_int = 12345") == \
         db.con.sql("SELECT md5('12345')").fetchall()
     stats = db.last_scans["t"]
-    assert stats == {"parts_skipped": 1, "row_groups_read": 1, "row_groups_skipped": 19}
+    assert stats == {"parts_skipped": 1, "row_groups_read": 1, "row_groups_skipped": 19,
+                     "parts_from_index": 0}
     assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 19500 AND 20499") == [(1000,)]
     assert db.last_scans["t"]["row_groups_read"] == 2  # one in each part
     parts = db.query('SELECT key_min, key_max FROM system.parts WHERE "table" = \'t\' '
@@ -249,23 +250,93 @@ _TOP_ROWS = st.lists(st.tuples(st.one_of(st.integers(-12, 12), st.none()),
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inserts=st.lists(_TOP_ROWS, min_size=1, max_size=3),
-       column=st.sampled_from(["k", "s", "f"]), desc=st.booleans(),
+       column=st.sampled_from(["k", "s", "f"]), desc=st.sampled_from([True, False, None]),
+       default_desc=st.booleans(),
        nulls=st.sampled_from(["", " NULLS FIRST", " NULLS LAST"]),
        limit=st.integers(1, 6), offset=st.sampled_from([None, 0, 3]),
        star=st.booleans(), order_by=st.booleans())
-def test_top_n_equals_duckdb(shared_db, inserts, column, desc, nulls, limit, offset, star,
-                             order_by):
-    """ORDER BY col LIMIT n skips row groups that cannot reach the top: same rows as DuckDB."""
+def test_top_n_equals_duckdb(shared_db, inserts, column, desc, default_desc, nulls, limit,
+                             offset, star, order_by):
+    """ORDER BY col LIMIT n skips row groups that cannot reach the top: same rows as DuckDB.
+
+    With no direction (``desc`` None) DuckDB's ``default_order`` decides, set to DESC or
+    ASC on both connections.
+    """
     db = shared_db
     t, ref = _table_and_reference(db, inserts, 5, order_by)
     ties = ", ".join(f"{c} ASC NULLS FIRST" for c in "ksf")
-    sql = (f"SELECT {'*' if star else 'f, s, k'} FROM {t} ORDER BY {column} "
-           f"{'DESC' if desc else 'ASC'}{nulls}, {ties} LIMIT {limit}"
+    direction = {True: " DESC", False: " ASC", None: ""}[desc]
+    sql = (f"SELECT {'*' if star else 'f, s, k'} FROM {t} ORDER BY {column}"
+           f"{direction}{nulls}, {ties} LIMIT {limit}"
            + ("" if offset is None else f" OFFSET {offset}"))
-    want = ref.execute(sql).fetchall()
-    got = db.query(sql)
-    assert _norm(got) == _norm(want), sql
+    order = "DESC" if default_desc else "ASC"
+    for con in (db.con, ref):
+        con.execute(f"SET default_order = '{order}'")
+    try:
+        want = ref.execute(sql).fetchall()
+        got = db.query(sql)
+    finally:
+        db.con.execute("RESET default_order")
+    assert _norm(got) == _norm(want), (sql, order)
     db.sql(f"DROP TABLE {t}")
+
+
+_EXTREMES = [
+    "SELECT min(k), max(k) FROM {t}",
+    "SELECT max(k) - min(k) AS spread, min({t}.k) FROM {t}",
+    "SELECT min(k), count(*) FROM {t}",  # count(*) needs the rows: read as usual
+    "SELECT min(k), max(k) FROM {t} WHERE k > 0",
+    "SELECT count(*) FROM (SELECT max(k) AS m FROM {t}) WHERE m IS NOT NULL",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=0, max_size=4), shape=st.sampled_from(_EXTREMES),
+       plain=st.booleans(), order_by=st.booleans())
+def test_min_max_of_the_key_equal_duckdb(shared_db, inserts, shape, plain, order_by):
+    """min/max of the key answered from the parts' key ranges: DuckDB's answer, NULLs,
+    empty inserts and empty tables included."""
+    db = shared_db
+    t, ref = _table_and_reference(db, inserts, 7, order_by,
+                                  " SETTINGS storage_policy = 'plain'" if plain else "")
+    sql = shape.format(t=t)
+    assert db.query(sql) == ref.execute(sql).fetchall(), sql
+    db.sql(f"DROP TABLE {t}")
+
+
+def test_min_max_of_the_key_read_no_row_group(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000, start=-5000))
+    db.sql("INSERT INTO t " + gen(3000, start=40_000))
+    db.sql("INSERT INTO t SELECT NULL, 'x', 1.0")  # a part with no key range
+    assert db.query("SELECT min(c_int), max(c_int) FROM t") == [(-5000, 42_999)]
+    assert db.last_scans["t"] == {"parts_skipped": 0, "row_groups_read": 1,
+                                  "row_groups_skipped": 0, "parts_from_index": 2}
+    assert db.query("SELECT max(c_int) FROM t WHERE c_str <> 'x'") == [(42_999,)]
+    assert db.last_scans["t"]["parts_from_index"] == 0  # a WHERE: rows are read
+    assert db.query("SELECT min(c_float) FROM t") == [(-5000 / 7,)]  # not the key: read
+    assert db.last_scans["t"]["row_groups_read"] == 24
+
+
+def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (most of a second) for some conversions of Python values;
+    the scans avoid them, so a cold query does not pay it."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(300_000))
+    child = (
+        "import cryptdisk, sys\n"
+        f"db = cryptdisk.connect({str(path)!r}, read_only=True)\n"
+        "assert db.query('SELECT min(c_int), max(c_int) FROM t') == [(0, 299999)]\n"
+        "assert db.query('SELECT c_int FROM t ORDER BY c_float DESC LIMIT 1') == [(299999,)]\n"
+        "assert db.query('SELECT c_int FROM t ORDER BY c_int LIMIT 1') == [(0,)]\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
 
 
 def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
@@ -277,3 +348,6 @@ def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
     assert db.query("SELECT c_int FROM t ORDER BY c_int DESC LIMIT 3") == \
         [(49999,), (49998,), (49997,)]
     assert db.last_scans["t"]["row_groups_read"] <= 5  # of 50
+    db.cache.clear()
+    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 2") == [(0,), (1,)]
+    assert db.last_scans["t"]["row_groups_read"] <= 5  # no direction: default_order (ASC)

@@ -45,7 +45,7 @@ from ._columns import (
 from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
-from ._pushdown import filters_from_tuples, table_filters, top_n
+from ._pushdown import filters_from_tuples, key_extremes_only, table_filters, top_n
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
@@ -291,11 +291,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     # -- reading -------------------------------------------------------------------
 
     def _scan(self, meta: TableMeta, columns: list[str] | None,
-              filters: list[Any] | None = None, top: Any = None) -> TableScan:
+              filters: list[Any] | None = None, top: Any = None,
+              extremes: bool = False) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
-                         self.cache if self.cache.bound else None, top)
+                         self.cache if self.cache.bound else None, top, extremes)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache."""
@@ -426,13 +427,20 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             for t, cols in needed_columns(tree, tables).items():
                 meta = self.catalog.tables[t]
                 schema = self.arrow_schema(meta)
+                key = meta.order_by.split(",")[0] if meta.order_by else None
                 scan = self._scan(meta, cols, table_filters(tree, t, schema),
-                                  top_n(tree, t, schema))
+                                  top_n(tree, t, schema, self._default_order),
+                                  key_extremes_only(tree, t, schema, key))
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self.con.register(t, scan if warm is None else warm)
                 self._registered.add(t)
                 self._scans.append(scan)
         return sql
+
+    def _default_order(self) -> str:
+        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so)."""
+        rows = self.con.execute("SELECT current_setting('default_order')").fetchall()
+        return str(rows[0][0]) if rows else "ASC"
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts."""

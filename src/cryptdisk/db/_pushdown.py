@@ -20,7 +20,7 @@ NaN out; VARCHAR columns take string literals (byte order, as both use).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ._columns import _walk
 
-__all__ = ["Filter", "filters_from_tuples", "may_match", "table_filters"]
+__all__ = ["Filter", "filters_from_tuples", "key_extremes_only", "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -257,12 +257,14 @@ def _int_constant(node: Any) -> int | None:
     return v if v >= 0 else None
 
 
-def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema) -> TopN | None:
+def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
+          default_order: Callable[[], str] | None = None) -> TopN | None:
     """``SELECT cols FROM table ORDER BY col ASC|DESC[, ...] LIMIT n [OFFSET m]``, or None.
 
     Only the plainest form: the table read once, no WHERE, GROUP BY, HAVING,
     DISTINCT or aliases, only column references (or ``*``) selected, an
-    explicit direction on an integer, floating or VARCHAR column, constant
+    explicit direction (or DuckDB's ``default_order``, asked of ``default_order()``) on an
+    integer, floating or VARCHAR column, constant
     LIMIT and OFFSET. Then every row past the first ``n + m`` in that order
     cannot reach the result, which lets a scan skip row groups whose
     statistics prove all their rows come later.
@@ -300,8 +302,13 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema) -> TopN | 
     if limit is None or offset is None:
         return None
     orders = mods[0].get("orders") or []
-    if not orders or orders[0].get("type") not in ("ASCENDING", "DESCENDING"):
+    if not orders or orders[0].get("type") not in ("ASCENDING", "DESCENDING", "ORDER_DEFAULT"):
         return None
+    descending = orders[0]["type"] == "DESCENDING"
+    if orders[0]["type"] == "ORDER_DEFAULT":  # DuckDB's default_order setting decides
+        if default_order is None:
+            return None
+        descending = default_order().strip().upper().startswith("DESC")
     cols = _Columns(table, str(scans[0].get("alias") or ""), schema)
     ref = cols.ref(orders[0].get("expression") or {})
     if ref is None:
@@ -310,4 +317,52 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema) -> TopN | 
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_string(typ)
             or pa.types.is_large_string(typ)):
         return None
-    return TopN(ref[0], orders[0]["type"] == "DESCENDING", limit + offset)
+    return TopN(ref[0], descending, limit + offset)
+
+
+def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
+                      key: str | None) -> bool:
+    """Whether the query reads ``table`` only as ``min(key)`` / ``max(key)`` of all its rows.
+
+    The table read once by a SELECT with no WHERE, GROUP BY, HAVING, QUALIFY or
+    SAMPLE, and every column reference of the statement the single argument of a
+    plain ``min`` or ``max`` aggregate (no FILTER, ORDER BY or window) naming the
+    integer key. Then each part's key range (its minimum and maximum non-NULL
+    key) gives the same answer as its rows: integers have no NaN and their
+    statistics are exact.
+    """
+    if tree is None or key is None or key not in schema.names \
+            or not pa.types.is_integer(schema.field(key).type):
+        return False
+    stmts = tree.get("statements", [])
+    scans = [n for n in _walk(stmts) if n.get("type") == "BASE_TABLE"
+             and not n.get("schema_name") and not n.get("catalog_name")
+             and str(n.get("table_name", "")).lower() == table.lower()]
+    if len(scans) != 1:
+        return False
+    node = next((n for n in _walk(stmts)
+                 if n.get("type") == "SELECT_NODE" and n.get("from_table") is scans[0]), None)
+    if node is None or node.get("where_clause") or node.get("group_expressions") \
+            or node.get("having") or node.get("qualify") or node.get("sample") \
+            or (node.get("group_sets") or []):
+        return False
+    cols = _Columns(table, str(scans[0].get("alias") or ""), schema)
+    allowed: set[int] = set()
+    for n in _walk(node.get("select_list") or []):
+        if n.get("class") == "WINDOW":
+            return False  # count(*) OVER () and the like see every row
+        if n.get("class") != "FUNCTION" or n.get("is_operator"):
+            continue
+        args = n.get("arguments") or n.get("children") or []
+        if str(n.get("function_name", "")).lower() not in ("min", "max") or n.get("schema") \
+                or n.get("catalog") or n.get("filter") or n.get("export_state") \
+                or (n.get("order_bys") or {}).get("orders") or len(args) != 1:
+            return False  # another function may be an aggregate over every row (count(*))
+        arg = args[0].get("expression", args[0]) if isinstance(args[0], dict) else {}
+        ref = cols.ref(arg)
+        if ref is None or ref[0] != key:
+            return False
+        allowed.add(id(arg))
+    refs = [n for n in _walk(stmts) if n.get("class") in ("COLUMN_REF", "STAR")
+            or n.get("type") in ("STAR", "COLUMNS")]
+    return bool(allowed) and all(id(n) in allowed for n in refs)

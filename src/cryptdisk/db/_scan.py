@@ -14,6 +14,7 @@ satisfies early stops the reading. Decoded row groups go through the optional
 
 from __future__ import annotations
 
+import array
 import collections
 import os
 import threading
@@ -99,7 +100,7 @@ class TableScan:
 
     def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
                  columns: list[str], filters: list[Filter], cache: ColumnCache | None,
-                 top: TopN | None = None) -> None:
+                 top: TopN | None = None, extremes: bool = False) -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
         self.name = meta.name
         self.columns = columns
@@ -108,6 +109,8 @@ class TableScan:
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.order_by.split(",")[0] if meta.order_by else None
+        # the query wants only min/max of the (integer) key: parts' key ranges answer
+        self._extremes = extremes and columns == [self._key] and not filters
         if columns:
             self.schema = pa.schema([schema.field(c) for c in columns])
         else:  # the query reads no column (count(*)): rows come from the catalog
@@ -118,6 +121,7 @@ class TableScan:
         self.row_groups_read = 0
         self.row_groups_skipped = 0
         self.parts_skipped = 0
+        self.parts_from_index = 0
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         stream = _Stream(self)
@@ -140,7 +144,7 @@ class TableScan:
         a warm query gets it; None when anything is missing (the scan streams).
         """
         cache = self._cache
-        if cache is None or not self.columns:
+        if cache is None or not self.columns or self._extremes:
             return None
         chunks: dict[str, list[Any]] = {c: [] for c in self.columns}
         for part in self._parts:
@@ -158,9 +162,11 @@ class TableScan:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def stats(self) -> dict[str, int]:
-        """Parts skipped by their key range; row groups read and skipped (all scans so far)."""
+        """Parts skipped by their key range, or answered by it (min/max of the key); row
+        groups read and skipped (all scans so far)."""
         return {"parts_skipped": self.parts_skipped, "row_groups_read": self.row_groups_read,
-                "row_groups_skipped": self.row_groups_skipped}
+                "row_groups_skipped": self.row_groups_skipped,
+                "parts_from_index": self.parts_from_index}
 
     def to_table(self) -> pa.Table:
         stream = _Stream(self)
@@ -252,6 +258,8 @@ class _Stream:
             if not scan._part_may_match(part):
                 scan.parts_skipped += 1
                 continue
+            if scan._extremes and (part.key_min is not None or not part.rows):
+                continue  # answered from its key range (see batches)
             op = scan._open_parts.get(part)
             groups = scan._row_groups(op)
             scan.row_groups_skipped += op.num_row_groups - len(groups)
@@ -281,9 +289,10 @@ class _Stream:
         import pyarrow.compute as pc
 
         col = batch.column(batch.schema.get_field_index(top.column))
-        if pa.types.is_floating(col.type):
-            col = pc.if_else(pc.is_nan(col), None, col)
-        col = col.drop_null()
+        if pa.types.is_floating(col.type):  # (pc.if_else with a None would import pandas)
+            col = col.filter(pc.invert(pc.is_nan(col)))  # drops NaN and NULL
+        else:
+            col = col.drop_null()
         if self._best is not None:
             col = pa.concat_arrays([self._best, col.cast(self._best.type)])
         order = "descending" if top.descending else "ascending"
@@ -299,6 +308,28 @@ class _Stream:
             return False
         return bool(bound < t) if top.descending else bool(bound > t)
 
+    def _extremes(self) -> Iterator[pa.RecordBatch]:
+        """Each part's minimum and maximum key as two rows (the query wants only those).
+
+        The range is the sealed catalog's (checked against the part's authenticated
+        footer whenever the part is read); parts without one are read as usual.
+        """
+        scan = self.scan
+        lows, highs = [], []
+        for part in scan._parts:
+            if part.key_min is not None:
+                lows.append(part.key_min)
+                highs.append(part.key_max)
+                scan.parts_from_index += 1
+        if lows:
+            typ = scan.schema.field(0).type
+            # From a buffer: pa.array of Python ints imports pandas (most of a second).
+            code = "Q" if pa.types.is_unsigned_integer(typ) else "q"
+            values = array.array(code, lows + highs)
+            arr = pa.Array.from_buffers(pa.uint64() if code == "Q" else pa.int64(),
+                                        len(values), [None, pa.py_buffer(values)])
+            yield pa.RecordBatch.from_arrays([arr.cast(typ)], schema=scan.schema)
+
     def batches(self) -> Iterator[pa.RecordBatch]:
         scan = self.scan
         top = scan._top
@@ -309,6 +340,8 @@ class _Stream:
                         n = min(_NULL_BATCH, part.rows - start)
                         yield pa.RecordBatch.from_arrays([pa.nulls(n)], schema=scan.schema)
                 return
+            if scan._extremes:
+                yield from self._extremes()
             pool = _pool()
             tasks: Iterator[tuple[OpenPart, int, Any]] = (
                 self._top_tasks(top) if top is not None
