@@ -69,6 +69,12 @@ def test_restore_filters_tables_and_refuses_existing_target(tmp_path: Path) -> N
     assert list(content(tmp_path / "r.db")) == ["u"]
     with pytest.raises(BackupError, match="exists"):
         restore(repo, s.id, tmp_path / "r.db")
+    (tmp_path / "k.db.key").write_bytes(b"someone's key")
+    with pytest.raises(BackupError, match=r"k\.db\.key exists"):  # never over a key file
+        restore(repo, s.id, tmp_path / "k.db")
+    assert (tmp_path / "k.db.key").read_bytes() == b"someone's key"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("k.db")) == [
+        "k.db.key"]
     with pytest.raises(BackupError, match="no table 'nope'"):
         restore(repo, s.id, tmp_path / "x.db", tables=["nope"])
     with pytest.raises(BackupError, match="no backup"):

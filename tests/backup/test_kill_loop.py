@@ -111,7 +111,7 @@ def test_kill_9_at_random_points_of_create_prune_restore(tmp_path: Path) -> None
                 expected[bid] = state
                 chunks = repo.read_manifest(bid)["chunks"]
         elif op == "prune":
-            kill_at = rnd.randint(1, 8)
+            kill_at = rnd.randint(0, 8)  # 0: after the manifests
             proc = _spawn("prune", url, "pw", str(len(before) - 1), stdin=subprocess.PIPE)
             done = _run_until(proc, "deleted", kill_at)
             after = repo.manifest_ids()
@@ -130,6 +130,8 @@ def test_kill_9_at_random_points_of_create_prune_restore(tmp_path: Path) -> None
             assert _listing(tmp_path / "repo") == was, (trial, op, kill_at)  # only read
             if done is not None:
                 assert content(target) == expected[bid]
+            else:  # killed: no target, only the work in progress beside it
+                assert not target.exists() and not Path(f"{target}.key").exists()
         log.append((op, kill_at, done is None))
         report = verify(repo)
         assert report.ok, (trial, op, kill_at, report)

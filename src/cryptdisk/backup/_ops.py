@@ -10,6 +10,7 @@ import io
 import os
 import random
 import shutil
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -485,38 +486,67 @@ def _restore_table(repo: Repository, pool: ThreadPoolExecutor, db: Database,
     return rows
 
 
+def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str) -> None:
+    """Move a finished restore from ``tmp`` to ``dest`` (its key first: a kill in between
+    leaves the key and no database, never a database without its key)."""
+    if os.path.lexists(dest):
+        raise BackupError(f"{dest} appeared during the restore; restore into a new path")
+    if tmp_key is not None:
+        try:
+            os.link(tmp_key, key_file)  # never over a key file that appeared meanwhile
+        except FileExistsError:
+            raise BackupError(f"{key_file} appeared during the restore; restore into a "
+                              "new path") from None
+        os.unlink(tmp_key)
+    os.rename(tmp, dest)
+    parent = os.open(os.path.dirname(dest), os.O_RDONLY)
+    try:
+        os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
                 only: list[str] | None,
                 progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Restore into ``TARGET.restoring-<id>`` beside TARGET, check it, then rename it to
+    TARGET: a killed restore never leaves a partial TARGET."""
     known = {t["name"] for t in m["tables"]}
     for name in only or []:
         if name not in known:
             raise BackupError(f"backup {m['id']} has no table {name!r} "
                               f"(tables: {', '.join(sorted(known)) or 'none'})")
     key_file = dest + ".key"
-    had_key = os.path.exists(key_file)
-    db = Database(dest, config)
+    if config is None and os.path.lexists(key_file):
+        raise BackupError(f"{key_file} exists: a restore without --config makes a new key "
+                          "there", hint="restore into a new path, or remove the key file if "
+                          "it belongs to no database (a restore killed while publishing "
+                          "leaves one)")
+    tmp = f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
+    tmp_key = tmp + ".key" if config is None else None
+    db = Database(tmp, config)
     rows = 0
     counted: list[int] = []
     pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
     try:
-        for t in m["tables"]:
-            if only and t["name"] not in only:
-                continue
-            _create_table(db, t)
-            rows += _restore_table(repo, pool, db, t, progress, counted)
-        db.check()
+        try:
+            for t in m["tables"]:
+                if only and t["name"] not in only:
+                    continue
+                _create_table(db, t)
+                rows += _restore_table(repo, pool, db, t, progress, counted)
+            db.check()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            db.close()
+        _publish_dir(tmp, dest, tmp_key, key_file)
     except BaseException:
-        db.close()
-        # the restore made TARGET (and its key): leave nothing half-restored behind
-        shutil.rmtree(dest, ignore_errors=True)
-        if not had_key and config is None:
+        # leave nothing half-restored behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp_key is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(key_file)
+                os.unlink(tmp_key)
         raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    db.close()
     return {"kind": "db", "path": dest, "rows": rows}
 
 
@@ -560,6 +590,8 @@ def prune(repo: Repository, *, keep_last: int = 0, keep_daily: int = 0,
           progress: Callable[[int], None] | None = None) -> tuple[list[str], int]:
     """Delete the backups no retention rule keeps (see :func:`retained`), then every chunk
     no remaining manifest names. Returns (deleted backup ids, deleted chunks).
+    ``progress(n)`` is called with 0 once the dropped manifests are deleted, then after
+    each chunk deletion with the count so far.
     ``break_lock`` first deletes the lock markers that killed processes left on an
     object store."""
     rules = {"keep_last": keep_last, "keep_daily": keep_daily, "keep_weekly": keep_weekly,
@@ -578,6 +610,8 @@ def prune(repo: Repository, *, keep_last: int = 0, keep_daily: int = 0,
             repo.delete_manifest(bid)
         repo.remove_temporaries()
         deleted = 0
+        if progress is not None:
+            progress(0)  # the manifests are gone, no chunk yet
         for name in sorted(repo.chunk_names() - referenced):
             repo.delete_chunk(name)
             deleted += 1
