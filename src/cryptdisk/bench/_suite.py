@@ -43,6 +43,8 @@ EXPERIMENTS: dict[str, list[str]] = {
     # the analytical engine's query shapes against DuckDB's file and chdb
     "olap-engine": ["cryptdisk.bench.olap_engine"],
     "server": ["cryptdisk.bench.server"],
+    # CPU per SQLite transaction in one process, plain against cryptdisk (VFS tuning)
+    "oltp-cpu": ["cryptdisk.bench.oltp_cpu"],
 }
 
 

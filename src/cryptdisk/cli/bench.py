@@ -1,4 +1,5 @@
-"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine}``:
+"""``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine,server,
+oltp-cpu}``:
 what encryption at rest costs, and what the embedded database costs against its peers."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine", "server"]
+            "olap-engine", "server", "oltp-cpu"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -58,13 +59,14 @@ def register(subparsers: Any) -> None:
                    help="which experiment ('all' runs the first four; fs-scan and olap-db are "
                    "the parts of olap on cryptdisk:// and on the embedded database, alone; "
                    "backup: cryptdisk backup beside restic; olap-engine: the database's query "
-                   "shapes against DuckDB's file and chdb)")
+                   "shapes against DuckDB's file and chdb; oltp-cpu: CPU per SQLite "
+                   "transaction in one process, plain against cryptdisk)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
                    help="olap and backup rows (default 10M, quick 200k)")
     p.add_argument("--duration", type=_positive(float),
-                   help="seconds per timed test (io, oltp, random reads)")
+                   help="seconds per timed test (io, oltp, oltp-cpu, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
     p.add_argument("--threads", type=_positive(int), help="threads (default: one per core)")
     p.add_argument("--case", metavar="TEXT",
@@ -90,9 +92,9 @@ def register(subparsers: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
-    if args.case is not None and args.experiment not in ("oltp", "server"):
-        raise BenchUsageError("--case picks oltp cases (or server cases); use it with "
-                              "'cryptdisk bench oltp' or 'server'")
+    if args.case is not None and args.experiment not in ("oltp", "server", "oltp-cpu"):
+        raise BenchUsageError("--case picks oltp cases (or server or oltp-cpu cases); use it "
+                              "with 'cryptdisk bench oltp', 'server' or 'oltp-cpu'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None
