@@ -131,7 +131,8 @@ def db_queries(path: str, table: str, queries: dict[str, str], warm: int,
                     got = answers.setdefault(qname, row[0])
                     if not _same(row[0], got):
                         raise AssertionError(f"{qname} on {table}: {row[0]}, then {got}")
-                cache = {"cache_bound_bytes": db.cache.bound, "cache_peak_bytes": db.cache.peak}
+                cache: dict[str, Any] = {"cache_bound_bytes": db.cache.bound,
+                                         "cache_peak_bytes": db.cache.peak}
             out.append(times[0].seconds(f"{qname} cold threads={threads}", stored, **cache))
             out += [sw.seconds(f"{qname} warm threads={threads}", stored, **cache)
                     for sw in times[1:]]
