@@ -32,6 +32,7 @@ import shutil
 import statistics
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,23 @@ def _tree_cpu(pid: int) -> float:
     return total
 
 
+def _children(pid: int) -> int:
+    import psutil
+
+    try:
+        return len(psutil.Process(pid).children())
+    except psutil.Error:
+        return 0
+
+
+def _settle(pid: int, children: int, timeout: float = 10.0) -> None:
+    """Wait until the server has no more child processes than before the run (PostgreSQL's
+    backends exit after their client, and their CPU counts once the postmaster reaped them)."""
+    deadline = time.monotonic() + timeout
+    while _children(pid) > children and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _tree_rss_mb(pid: int) -> float:
     import psutil
 
@@ -250,6 +268,7 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
             peak[0] = max(peak[0], _tree_rss_mb(server_pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
+    children = _children(server_pid)
     before = _tree_cpu(server_pid)
     sampler.start()
     try:
@@ -258,6 +277,7 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
     finally:
         stop.set()
         sampler.join()
+    _settle(server_pid, children)
     used = _tree_cpu(server_pid) - before
     out = done.stdout + done.stderr
     if done.returncode != 0 or "aborted" in out:

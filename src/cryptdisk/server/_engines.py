@@ -397,6 +397,8 @@ class _SQLiteSession(EngineSession):
         self.last_tables = set()
         self.check: Any = None
         self.recording = False
+        self.engine = engine
+        self.writing = False  # holds the engine's write queue (a BEGIN IMMEDIATE transaction)
 
     def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
                    view: str | None) -> int:
@@ -434,6 +436,8 @@ class _SQLiteSession(EngineSession):
             return True
 
         with self.lock:
+            if sql == "BEGIN IMMEDIATE" and not self.writing:
+                self._queue_for_writing()
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
@@ -445,6 +449,9 @@ class _SQLiteSession(EngineSession):
                 raise statement_error(exc) from None
             finally:
                 cur.close()
+                if self.writing and not self.conn.in_transaction:
+                    self.writing = False
+                    self.engine.write_queue.release()
         if not desc:
             head = (_sqltext.first_words(sql, 1) or [""])[0]
             count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
@@ -477,6 +484,14 @@ class _SQLiteSession(EngineSession):
         if not desc:
             return None
         return [(name, _types.sqlite_oid(decl, None)) for name, decl in desc]
+
+    def _queue_for_writing(self) -> None:
+        """Wait for this server's other write transactions, in a queue: woken as soon as
+        one ends, where SQLite's busy handler would poll with sleeps of up to 100 ms."""
+        if not self.engine.write_queue.acquire(timeout=self.engine.busy_timeout_ms / 1000):
+            raise StatementError("could not obtain the write lock: another transaction held "
+                                 f"it for {self.engine.busy_timeout_ms / 1000:g} s", "55P03")
+        self.writing = True
 
     def interrupt(self) -> None:
         self.conn.interrupt()
@@ -538,6 +553,9 @@ class _SQLiteSession(EngineSession):
                 self.conn.execute("ROLLBACK")
         finally:
             self.conn.close()
+            if self.writing:
+                self.writing = False
+                self.engine.write_queue.release()
 
 
 class SQLiteEngine(Engine):
@@ -557,6 +575,8 @@ class SQLiteEngine(Engine):
         self.keyring = keyring
         self.busy_timeout_ms = busy_timeout_ms
         self.plaintext = plaintext
+        #: held by the session in a write transaction (BEGIN IMMEDIATE); the others queue
+        self.write_queue = threading.Lock()
         if plaintext:
             apsw.Connection(self.path).close()
             return
