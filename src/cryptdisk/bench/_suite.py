@@ -45,6 +45,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     "server": ["cryptdisk.bench.server"],
     # CPU per SQLite transaction in one process, plain against cryptdisk (VFS tuning)
     "oltp-cpu": ["cryptdisk.bench.oltp_cpu"],
+    "fields": ["cryptdisk.bench.fields"],  # field-level protection (issue 18)
 }
 
 

@@ -1,5 +1,5 @@
 """``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine,server,
-oltp-cpu}``:
+oltp-cpu,fields}``:
 what encryption at rest costs, and what the embedded database costs against its peers."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine", "server", "oltp-cpu"]
+            "olap-engine", "server", "oltp-cpu", "fields"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -60,11 +60,13 @@ def register(subparsers: Any) -> None:
                    "the parts of olap on cryptdisk:// and on the embedded database, alone; "
                    "backup: cryptdisk backup beside restic; olap-engine: the database's query "
                    "shapes against DuckDB's file and chdb; oltp-cpu: CPU per SQLite "
-                   "transaction in one process, plain against cryptdisk)")
+                   "transaction in one process, plain against cryptdisk; fields: field-level "
+                   "protection)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
-                   help="olap and backup rows (default 10M, quick 200k)")
+                   help="olap and backup rows; fields values per function and scan rows "
+                   "(default 10M, quick 200k)")
     p.add_argument("--duration", type=_positive(float),
                    help="seconds per timed test (io, oltp, oltp-cpu, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")

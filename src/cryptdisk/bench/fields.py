@@ -1,0 +1,315 @@
+"""The fields experiment (``cryptdisk bench fields``): what field-level protection costs.
+
+Issue 18's benchmark, each run in a fresh worker process, strategies interleaved:
+
+- **Throughput per core** of each function of :mod:`cryptdisk.fields` (Python API,
+  one thread) on ``--rows`` values (default 10M, quick 200k): 16-digit card numbers,
+  32-character strings, 64-bit ids (an ``int64`` column, cast to text inside), and
+  1 MiB values for AES-GCM in MB/s (64 of them, quick 16). The values are one
+  generated batch of up to 2**20 distinct values, passed in slices of 65,536 until
+  ``--rows`` are done (so the input is not regenerated per run).
+- **Query overhead**: a warm ``SELECT sum(length(...))`` over a table of the embedded
+  database (at-rest encrypted) holding 4 clear and 4 protected (``encrypt``, AES-GCM,
+  base64 text) columns of the same 16-character values, decrypting 1, 2 and 4 columns
+  (strategy ``decrypt``) against the same scan of the clear columns (``clear``); the
+  figure is the median of 3 timed queries after one warm-up, per run.
+- **Masking overhead**: the same scan through ``mask_last4`` of a clear column
+  (``mask``) against the clear scan. This is the masking function's cost; per-role
+  masking policies (``CREATE MASKING POLICY``) are not implemented, so their overhead
+  is not measured.
+
+Targets (issue 18): FF1 >= 1M 16-digit values/s/core, AES-SIV >= 3M short values/s/core,
+AES-GCM >= 1 GB/s/core on long values, one decrypted column < 1.5x the clear scan, a
+mask <= 5% on a scan. The notes say which are met.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from ._measure import Sample, Stopwatch
+from ._model import BenchOptions, Measurement, Progress, Recorder
+from ._stats import paired_ratio
+from ._suite import Strategy, experiment_dir, interleave, keep_measurements
+from ._worker import run_worker
+
+__all__ = ["NOTES", "run", "scan", "scan_prepare", "throughput"]
+
+EXPERIMENT = "fields"
+NOTES: list[str] = []
+_B = "cryptdisk.bench.fields:"
+_BATCH = 65_536
+_MIB = 1 << 20
+
+#: case -> (function, data, unit, target in that unit or None)
+CASES: dict[str, tuple[str, str, str, float | None]] = {
+    "fpe_encrypt FF1, 16 digits": ("fpe_encrypt", "cards", "values/s", 1e6),
+    "fpe_decrypt FF1, 16 digits": ("fpe_decrypt", "cards", "values/s", None),
+    "tokenize 6+4 kept, Luhn, 16 digits": ("tokenize", "luhn", "values/s", None),
+    "encrypt_deterministic AES-SIV, 16 digits": ("encrypt_deterministic", "cards", "values/s",
+                                                 3e6),
+    "encrypt_deterministic AES-SIV, 64-bit ids": ("encrypt_deterministic", "ids", "values/s",
+                                                  3e6),
+    "encrypt_deterministic AES-SIV, 32 chars": ("encrypt_deterministic", "str32", "values/s",
+                                                3e6),
+    "decrypt_deterministic AES-SIV, 32 chars": ("decrypt_deterministic", "str32", "values/s",
+                                                None),
+    "encrypt AES-GCM, 32 chars": ("encrypt", "str32", "values/s", None),
+    "decrypt AES-GCM, 32 chars": ("decrypt", "str32", "values/s", None),
+    "encrypt AES-GCM, 1 MiB values": ("encrypt", "mib", "MB/s", 1000.0),
+    "decrypt AES-GCM, 1 MiB values": ("decrypt", "mib", "MB/s", None),
+    "mask_last4, 16 digits": ("mask_last4", "cards", "values/s", None),
+    "mask_hash HMAC-SHA-256, 32 chars": ("mask_hash", "str32", "values/s", None),
+}
+
+_CONFIG = """
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+hex = "{at_rest}"
+
+[disks.local]
+type = "local"
+path = "data"
+
+[disks.secure]
+type = "encrypted"
+disk = "local"
+
+[policies.default]
+volumes = [{{ name = "main", disks = ["secure"] }}]
+
+[fields.keys.bench]
+hex = "{field}"
+"""
+
+
+# -- worker bodies ---------------------------------------------------------------------------
+
+
+def _digits(n: int, seed: int, luhn: bool = False) -> Any:
+    """``n`` random 16-digit strings (Luhn-valid with ``luhn``), built over numpy buffers."""
+    import numpy as np
+    import pyarrow as pa
+
+    x = np.random.default_rng(seed).integers(0, 10, size=(n, 16), dtype=np.int64)
+    if luhn:
+        x[:, -1] = 0
+        rev = x[:, ::-1].copy()
+        doubled = rev[:, 1::2] * 2
+        rev[:, 1::2] = np.where(doubled > 9, doubled - 9, doubled)
+        x[:, -1] = (10 - rev.sum(axis=1) % 10) % 10
+    data = (x + ord("0")).astype(np.uint8).tobytes()
+    offsets = (np.arange(n + 1, dtype=np.int32) * 16).tobytes()
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def _data(kind: str, n: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    if kind == "cards":
+        return _digits(n, 0)
+    if kind == "luhn":
+        return _digits(n, 1, luhn=True)
+    if kind == "ids":
+        return pa.array(np.random.default_rng(2).integers(-2**63, 2**63 - 1, size=n,
+                                                          dtype=np.int64))
+    if kind == "str32":
+        data = os.urandom(16 * n).hex().encode("ascii")
+        offsets = (np.arange(n + 1, dtype=np.int32) * 32).tobytes()
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    if kind == "mib":
+        return pa.array([os.urandom(_MIB) for _ in range(n)], pa.binary())
+    raise ValueError(f"unknown data {kind!r}")
+
+
+def throughput(case: str, function: str, data: str, values: int, unit: str) -> list[Sample]:
+    """One function over ``values`` values (see the module docstring), timed."""
+    from .. import fields
+
+    key = fields.FieldKey.generate("bench")
+    pool = _data(data, min(values, 64 if data == "mib" else 1 << 20))
+    call: Callable[[Any], Any] = {
+        "fpe_encrypt": lambda v: fields.fpe_encrypt(v, key, "pan"),
+        "fpe_decrypt": lambda v: fields.fpe_decrypt(v, key, "pan"),
+        "tokenize": lambda v: fields.tokenize(v, key, "pan", keep_first=6, keep_last=4,
+                                              luhn=True),
+        "encrypt_deterministic": lambda v: fields.encrypt_deterministic(v, key),
+        "decrypt_deterministic": lambda v: fields.decrypt_deterministic(v, key),
+        "encrypt": lambda v: fields.encrypt(v, key),
+        "decrypt": lambda v: fields.decrypt(v, key, output="binary"),
+        "mask_last4": fields.mask_last4,
+        "mask_hash": lambda v: fields.mask_hash(v, key),
+    }[function]
+    if function.startswith("decrypt") or function == "fpe_decrypt":
+        pool = {"decrypt": fields.encrypt, "decrypt_deterministic": fields.encrypt_deterministic,
+                "fpe_decrypt": lambda v, k: fields.fpe_encrypt(v, k, "pan")}[function](pool, key)
+    batch = 1 if data == "mib" else _BATCH
+    slices = [pool.slice(i, batch) for i in range(0, len(pool), batch)]
+    done, nbytes = 0, 0
+    with Stopwatch() as sw:
+        while done < values:
+            for part in slices:
+                take = part if done + len(part) <= values else part.slice(0, values - done)
+                call(take)
+                done += len(take)
+                if data == "mib":
+                    nbytes += _MIB
+                if done >= values:
+                    break
+    if unit == "MB/s":
+        return [sw.rate(case, nbytes, values=values)]
+    return [sw.rate(case, done, unit="values/s", scale=1, work_unit="values", values=values)]
+
+
+def scan_prepare(path: str, config: str, rows: int) -> list[Sample]:
+    """The scan table: c0..c3 clear, e0..e3 their ``encrypt`` (AES-GCM, base64) copies."""
+    from .. import fields  # noqa: F401 - gives databases opened afterwards the SQL functions
+    from ..db import connect
+
+    db = connect(path, config)
+    try:
+        db.sql("CREATE TABLE t (c0 VARCHAR, c1 VARCHAR, c2 VARCHAR, c3 VARCHAR, "
+               "e0 VARCHAR, e1 VARCHAR, e2 VARCHAR, e3 VARCHAR)")
+        step = 1_000_000
+        for lo in range(0, rows, step):
+            hi = min(rows, lo + step)
+            clear = ", ".join(f"substr(md5((range * 4 + {i})::VARCHAR), 1, 16) AS c{i}"
+                              for i in range(4))
+            db.sql(f"INSERT INTO t SELECT *, encrypt(c0, 'bench'), encrypt(c1, 'bench'), "  # noqa: S608
+                   f"encrypt(c2, 'bench'), encrypt(c3, 'bench') FROM (SELECT {clear} "
+                   f"FROM range({int(lo)}, {int(hi)}))")
+    finally:
+        db.close()
+    return []
+
+
+def _answer(db: Any, sql: str) -> Any:
+    table = db.sql(sql)
+    if table is None:
+        raise AssertionError(f"{sql!r} returned no rows")
+    return table.column(0)[0].as_py()
+
+
+def scan(case: str, path: str, config: str, sql: str, expected: int, timed: int = 3
+         ) -> list[Sample]:
+    """One warm-up query, then the median of ``timed`` runs of ``sql`` (answer checked)."""
+    from .. import fields  # noqa: F401 - gives databases opened afterwards the SQL functions
+    from ..db import connect
+
+    db = connect(path, config)
+    try:
+        got = _answer(db, sql)
+        walls, cpus = [], []
+        for _ in range(timed):
+            with Stopwatch() as sw:
+                got = _answer(db, sql)
+            walls.append(sw.wall)
+            cpus.append(sw.cpu)
+    finally:
+        db.close()
+    if got != expected:
+        raise AssertionError(f"{case}: the scan answered {got}, expected {expected}")
+    return [Sample(case, "s", statistics.median(walls), statistics.median(cpus), None, "rows",
+                   "lower")]
+
+
+# -- the experiment ----------------------------------------------------------------------------
+
+
+def _scan_sql(kind: str, k: int) -> str:
+    if kind == "clear":
+        terms = [f"length(c{i})" for i in range(k)]
+    elif kind == "decrypt":
+        terms = [f"length(decrypt(e{i}, 'bench'))" for i in range(k)]
+    else:
+        terms = [f"length(mask_last4(c{i}))" for i in range(k)]
+    return f"SELECT sum({' + '.join(terms)}) FROM t"  # noqa: S608 - our own column names
+
+
+def _judge(measured: list[Measurement], rows: int) -> list[str]:
+    by = {(m.case, m.strategy): m for m in measured}
+    notes = []
+    for case, (_fn, _data_kind, unit, target) in CASES.items():
+        m = by.get((case, "cryptdisk"))
+        if m is None or target is None:
+            continue
+        low, high = m.spread
+        verdict = "meets" if m.median >= target else "MISSES"
+        shown = f"{m.median / 1e6:.2f}M" if unit == "values/s" else f"{m.median:,.0f}"
+        goal = f"{target / 1e6:g}M" if unit == "values/s" else f"{target:,.0f}"
+        notes.append(f"{case}: {shown} {unit} (runs {low:,.0f}-{high:,.0f}); {verdict} "
+                     f"the target of {goal} {unit} per core.")
+    for label, strategy, limit in (("decrypting", "decrypt", 1.5), ("masking", "mask", 1.05)):
+        for k in (1, 2, 4):
+            case = f"scan {k} column{'s' if k > 1 else ''}"
+            a, b = by.get((case, strategy)), by.get((case, "clear"))
+            if a is None or b is None:
+                continue
+            r = paired_ratio(a.values, b.values)
+            verdict = ""
+            if k == 1:
+                verdict = (f"; {'meets' if r.median < limit else 'MISSES'} the target of "
+                           f"{'under 1.5x' if strategy == 'decrypt' else 'at most +5%'}")
+            notes.append(f"{case}, {label} ({rows:,} rows): {r.median:.2f}x the clear scan "
+                         f"(paired runs {r.low:.2f}-{r.high:.2f}){verdict}.")
+    return notes
+
+
+def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
+    """Function throughput, then the scans (see the module docstring)."""
+    from ..fields import _aead
+
+    native: Any = getattr(_aead, "_cfields", None)
+    NOTES.clear()
+    values = options.pick(200_000, 10_000_000, options.rows)
+    rows = options.pick(200_000, 10_000_000, options.rows)
+    repeats = options.pick(3, 5, options.repeats)
+    measured: list[Measurement] = []
+    keep = keep_measurements(measured, record)
+    with experiment_dir(options, "fields") as workdir:
+        strategies = []
+        for case, (fn, data, unit, _target) in CASES.items():
+            n = options.pick(16, 64) if data == "mib" else values  # 1 MiB values
+            strategies.append(Strategy("cryptdisk", _B + "throughput", dict(
+                case=case, function=fn, data=data, values=n, unit=unit)))
+        interleave(options, EXPERIMENT, strategies, keep, progress,
+                   f"fields: {len(CASES)} functions, {values:,} values", repeats)
+        config = str(workdir / "bench.toml")
+        with open(config, "w") as f:
+            f.write(_CONFIG.format(at_rest=os.urandom(32).hex(), field=os.urandom(32).hex()))
+        path = str(workdir / "db")
+        progress(f"fields: a {rows:,}-row table with 4 protected columns", 0, 1)
+        run_worker(options.cleanup, _B + "scan_prepare", dict(path=path, config=config,
+                                                              rows=rows))
+        for k in (1, 2, 4):
+            case = f"scan {k} column{'s' if k > 1 else ''}"
+            expected = 16 * k * rows
+            scans = [Strategy(kind, _B + "scan", dict(case=case, path=path, config=config,
+                                                      sql=_scan_sql(kind, k),
+                                                      expected=expected),
+                              baseline=None if kind == "clear" else "clear")
+                     for kind in ("clear", "decrypt", "mask")]
+            interleave(options, EXPERIMENT, scans, keep, progress,
+                       f"fields: warm scans of {rows:,} rows, {case}", repeats, rotate=True)
+    for m in measured:
+        m.extra.setdefault("rows", rows if m.case.startswith("scan") else m.extra.get("values"))
+        if m.case in CASES and CASES[m.case][3] is not None:
+            m.extra["target"] = CASES[m.case][3]
+    NOTES.extend(_judge(measured, rows))
+    library = native.library() if native is not None else None
+    NOTES.append("Column encryption ran through "
+                 + (f"the C extension (cryptdisk.fields._cfields, {library})" if library else
+                    "cryptography, one call per value (the C extension was not built)")
+                 + "; FF1, tokens and masks are numpy and pyarrow over cryptography's AES. "
+                 "Throughput is one thread in one worker process; a scan runs DuckDB's "
+                 "threads (the C loops release the GIL). Per-role masking policies are not "
+                 "implemented, so their overhead is not measured; 'mask' is mask_last4 in "
+                 "the query.")
+    for m in measured:
+        record(m)
