@@ -18,12 +18,16 @@ it belongs to, transitively), ``has_role(name)`` and ``admin``; None on a
 server without users. ``UserStore.member_of(name)`` answers the same for any
 user or role.
 
+Masking and row access policies (``CREATE MASKING POLICY``, ...) of the analytical
+engine: ``engine.policies = PolicyStore("sales.db.policies", engine.keyring, engine)``.
+
 See ``docs/server.md`` for what is implemented and how to connect.
 """
 
 from ._accesslog import AccessLog
 from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEngine
 from ._grants import Privileges
+from ._policies import PolicyStore
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server
 from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
@@ -37,6 +41,7 @@ __all__ = [
     "Authenticator",
     "Engine",
     "EngineSession",
+    "PolicyStore",
     "Privileges",
     "Result",
     "SQLiteEngine",

@@ -246,6 +246,8 @@ class _AnalyticalSession(EngineSession):
         text = _sqltext.substitute(sql, lit)
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
+            if self.engine.policies is not None:  # masking and row access (._policies)
+                text = self.engine.policies.rewrite(text, self.privileges, self._parser)
         if self.recording:
             from ._grants import query_references
 
@@ -351,6 +353,8 @@ class AnalyticalEngine(Engine):
         self.db = connect(path, config, **options)
         self.keyring = self.db.keyring
         self.lock = threading.Lock()
+        #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
+        self.policies: Any = None
         self.running: EngineSession | None = None
 
     def open_session(self) -> EngineSession:

@@ -108,11 +108,20 @@ class Server:
     def is_admin(self, user: str) -> bool:
         return self.authenticator is None or self.authenticator.is_admin(user)
 
+    def _policies(self, sql: str) -> Any:
+        """The engine's policy store if it runs ``sql`` (masking and row access policies)."""
+        policies = getattr(self.engine, "policies", None)
+        return policies if policies is not None and policies.handles(sql) else None
+
     def handles(self, sql: str) -> bool:
-        return self.authenticator is not None and self.authenticator.handles(sql)
+        return self._policies(sql) is not None or (
+            self.authenticator is not None and self.authenticator.handles(sql))
 
     async def handle_statement(self, session: Session, sql: str,
                                params: list[Any]) -> Result | None:
+        policies = self._policies(sql)
+        if policies is not None:
+            return await asyncio.to_thread(policies.handle, session, sql)
         if self.authenticator is None or not self.authenticator.handles(sql):
             return None
         return await asyncio.to_thread(self.authenticator.handle, session, sql)

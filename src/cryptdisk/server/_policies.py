@@ -1,0 +1,589 @@
+"""Masking and row access policies by role, on the analytical engine.
+
+A masking policy is a function of a column's value (and of the session's role)
+that a table's column is read through; a row access policy is a condition on a
+table's rows. Both are kept in a sealed file beside the database (``PATH.policies``
+unless configured), under its keyring, and apply to every session that is not an
+admin (an admin that ran ``SET ROLE r`` acts as ``r`` and is subject to them)::
+
+    CREATE [OR REPLACE] MASKING POLICY p AS (v VARCHAR) RETURNS VARCHAR ->
+        CASE WHEN current_role() IN ('auditor') THEN fpe_decrypt(v, 'cards')
+             ELSE mask_last4(v) END
+    ALTER TABLE t ALTER [COLUMN] c SET MASKING POLICY p
+    ALTER TABLE t ALTER [COLUMN] c UNSET MASKING POLICY
+    DROP MASKING POLICY [IF EXISTS] p
+    CREATE [OR REPLACE] ROW ACCESS POLICY r AS (region VARCHAR) RETURNS BOOLEAN ->
+        is_role_in_session('eu_staff') OR region <> 'EU'
+    ALTER TABLE t ADD ROW ACCESS POLICY r ON (region)
+    ALTER TABLE t DROP ROW ACCESS POLICY r
+    DROP ROW ACCESS POLICY [IF EXISTS] r
+    GRANT APPLY POLICY TO name [, ...]      REVOKE APPLY POLICY FROM name [, ...]  (admins)
+    SELECT * FROM system.policies           (name, kind, signature, body)
+    SELECT * FROM system.policy_references  (table, column, policy, kind)
+
+Only sessions holding ``APPLY POLICY`` (granted to their current user or to one of its
+roles) create, set, unset or drop policies; admins grant it but do not hold it by
+being admins (separation of duties). In a policy body ``current_role()`` (also
+``current_role`` and ``current_user``) is the session's current user or role,
+``session_user`` its login user, and ``is_role_in_session('r')`` whether ``r`` is
+the current role or one it belongs to (transitively).
+
+Enforcement rewrites every query of a subject session before it runs: DuckDB's
+parser (``json_serialize_sql``) gives the query's tree; every reference to a table
+with policies (in subqueries, CTEs, joins, ``UNION`` branches, an ``INSERT``'s source)
+becomes the subquery ``(SELECT mask(c1) AS c1, ..., cn FROM t WHERE row_policy(...)) AS
+t``, and ``json_deserialize_sql`` gives the text that runs. Rows are filtered on the
+clear values first, then columns are masked; everything the query does above
+(``WHERE``, joins, ``GROUP BY``, ``ORDER BY``, windows, ``UNION``) sees only the masked
+values. Subject sessions can run nothing but queries and ``INSERT ... SELECT`` on this
+engine (:mod:`._grants`), and ``system.parts`` shows no ``key_min``/``key_max`` of a
+table with policies to them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import open as cd_open
+from ..errors import CryptdiskError, ServerError
+from . import _sqltext
+from ._engines import Result, StatementError, sql_literal
+
+if TYPE_CHECKING:
+    from ._grants import Privileges
+
+__all__ = ["PolicyStore"]
+
+_TEXT = 25
+_NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
+_SYSTEM = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(policies|policy_references)"
+                     r"\s*;?\s*", re.I)
+_CREATE = re.compile(rf"\s*CREATE\s+(OR\s+REPLACE\s+)?(MASKING|ROW\s+ACCESS)\s+POLICY\s+"
+                     rf"({_NAME})\s+AS\s*\((.*?)\)\s*RETURNS\s+([A-Za-z][\w ()]*?)\s*->\s*(.+?)"
+                     r"\s*;?\s*", re.I | re.S)
+_DROP = re.compile(rf"\s*DROP\s+(MASKING|ROW\s+ACCESS)\s+POLICY\s+(IF\s+EXISTS\s+)?({_NAME})"
+                   r"\s*;?\s*", re.I | re.S)
+_SET_MASK = re.compile(rf"\s*ALTER\s+TABLE\s+({_NAME})\s+ALTER\s+(?:COLUMN\s+)?({_NAME})\s+"
+                       rf"(SET\s+MASKING\s+POLICY\s+({_NAME})|UNSET\s+MASKING\s+POLICY)\s*;?\s*",
+                       re.I | re.S)
+_ROW = re.compile(rf"\s*ALTER\s+TABLE\s+({_NAME})\s+(ADD|DROP)\s+ROW\s+ACCESS\s+POLICY\s+"
+                  rf"({_NAME})(?:\s+ON\s*\(\s*({_NAME}(?:\s*,\s*{_NAME})*)\s*\))?\s*;?\s*",
+                  re.I | re.S)
+_APPLY = re.compile(rf"\s*(GRANT|REVOKE)\s+APPLY\s+POLICY\s+(?:TO|FROM)\s+"
+                    rf"({_NAME}(?:\s*,\s*{_NAME})*)\s*;?\s*", re.I | re.S)
+_QUOTED_SYSTEM = re.compile(r'"system"\s*\.\s*(disks|storage_policies|tables|parts|keys)\b')
+#: functions of a policy body that the rewrite replaces by the session's values
+_ROLE_WORDS = {"current_role", "current_user", "session_user"}
+
+
+def _ident(token: str) -> str:
+    if token.startswith('"'):
+        return token[1:-1].replace('""', '"')
+    return token.lower()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
+    """Rebuild ``node`` bottom-up with ``visit`` (which returns a replacement or None)."""
+    if isinstance(node, dict):
+        done = visit(node)
+        if done is not None:
+            return done
+        return {k: _walk_nodes(v, visit) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_walk_nodes(v, visit) for v in node]
+    return node
+
+
+class PolicyStore:
+    """The policies of one analytical database, and the statements that manage them."""
+
+    def __init__(self, path: str | os.PathLike[str], keyring: Any, engine: Any) -> None:
+        self.path = os.fspath(path)
+        self.keyring = keyring
+        self.engine = engine
+        self._lock = threading.Lock()
+        #: {"masking": {name: policy}, "row_access": {name: policy},
+        #:  "columns": {table: {column: name}}, "rows": {table: [name, [columns]]},
+        #:  "apply": [grantees]}; a policy is {"args": [[name, type]], "returns": type,
+        #:  "body": text}
+        self.data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {},
+                                     "rows": {}, "apply": []}
+        if os.path.exists(self.path):
+            with cd_open(self.path, "rb", keyring=keyring) as f:
+                data = json.loads(f.read())
+            if not isinstance(data, dict) or data.get("version") != 1:
+                raise ServerError(f"{self.path} is not a cryptdisk policy file (version 1)")
+            for key in self.data:
+                self.data[key] = data.get(key, self.data[key])
+        self._parsed: dict[tuple[str, str], Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"<PolicyStore {self.path!r} masking={len(self.data['masking'])} "
+                f"row_access={len(self.data['row_access'])}>")
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def _change(self, change: Callable[[], None]) -> None:
+        with self._lock:
+            before = json.dumps(self.data)
+            try:
+                change()
+                blob = json.dumps({"version": 1, **self.data}, sort_keys=True).encode()
+                with cd_open(self.path, "wb", keyring=self.keyring) as f:
+                    f.write(blob)
+            except BaseException:
+                self.data = json.loads(before)
+                raise
+            finally:
+                self._parsed.clear()
+
+    @property
+    def active(self) -> bool:
+        """Whether any table has a policy (else queries run as they are)."""
+        return bool(self.data["columns"] or self.data["rows"])
+
+    # -- statements --------------------------------------------------------------------------
+
+    def handles(self, sql: str) -> bool:
+        words = _sqltext.first_words(sql, 3)
+        if words[:1] == ["CREATE"] and "POLICY" in " ".join(_sqltext.first_words(sql, 6)):
+            return True
+        if words[:2] in (["DROP", "MASKING"], ["DROP", "ROW"]):
+            return True
+        if words[:2] in (["GRANT", "APPLY"], ["REVOKE", "APPLY"]):
+            return True
+        if words[:2] == ["ALTER", "TABLE"] and re.search(
+                r"\b(MASKING|ROW\s+ACCESS)\s+POLICY\b", _sqltext.strip_strings(sql), re.I):
+            return True
+        return _SYSTEM.fullmatch(sql) is not None
+
+    def handle(self, session: Any, sql: str) -> Result:
+        privileges: Privileges | None = getattr(session, "privileges", None)
+        try:
+            return self._handle(sql, privileges)
+        except StatementError:
+            raise
+        except CryptdiskError as exc:
+            raise StatementError(str(exc), "58030") from None
+
+    def _handle(self, sql: str, privileges: Privileges | None) -> Result:
+        system = _SYSTEM.fullmatch(sql)
+        if system is not None:
+            return self._system(system[1].lower())
+        apply = _APPLY.fullmatch(sql)
+        if apply is not None:
+            if privileges is not None and not privileges.admin:
+                raise StatementError("permission denied: only admin users may grant or revoke "
+                                     "APPLY POLICY", "42501")
+            names = [_ident(n) for n in re.findall(_NAME, apply[2])]
+            store = privileges.store if privileges is not None else None
+            for name in names:
+                if store is not None and not store.exists(name):
+                    raise StatementError(f'role "{name}" does not exist', "42704")
+            grant = apply[1].upper() == "GRANT"
+
+            def change_apply() -> None:
+                held = set(self.data["apply"])
+                self.data["apply"] = sorted(held | set(names) if grant else held - set(names))
+
+            self._change(change_apply)
+            return Result(None, [], apply[1].upper())
+        self._need_apply(privileges)
+        create = _CREATE.fullmatch(sql)
+        if create is not None:
+            return self._create(create)
+        drop = _DROP.fullmatch(sql)
+        if drop is not None:
+            return self._drop(drop)
+        mask = _SET_MASK.fullmatch(sql)
+        if mask is not None:
+            return self._set_mask(mask)
+        row = _ROW.fullmatch(sql)
+        if row is not None:
+            return self._set_row(row)
+        raise StatementError("syntax: CREATE [OR REPLACE] MASKING|ROW ACCESS POLICY p AS "
+                             "(arg type, ...) RETURNS type -> expression; ALTER TABLE t ALTER "
+                             "[COLUMN] c SET MASKING POLICY p | UNSET MASKING POLICY; ALTER "
+                             "TABLE t ADD ROW ACCESS POLICY r ON (c, ...) | DROP ROW ACCESS "
+                             "POLICY r; DROP MASKING|ROW ACCESS POLICY [IF EXISTS] p", "42601")
+
+    def _need_apply(self, privileges: Privileges | None) -> None:
+        if privileges is None:
+            return  # a server without users: whoever connects is trusted
+        if not set(self.data["apply"]) & privileges.roles:
+            raise StatementError("permission denied: setting or dropping policies needs "
+                                 "APPLY POLICY", "42501",
+                                 hint="an admin can GRANT APPLY POLICY TO a role")
+
+    def _parse(self, sql: str) -> Any:
+        with self.engine.lock:
+            con = self.engine.db.con.cursor()
+            try:
+                row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+            finally:
+                con.close()
+        tree = json.loads(row[0]) if row else {"error": True}
+        if tree.get("error"):
+            raise StatementError(f"not a valid policy body: {tree.get('error_message', '?')}",
+                                 "42601")
+        return tree
+
+    def _canonical_type(self, text: str) -> str:
+        if not re.fullmatch(r"[A-Za-z][\w ()]*", text.strip()):
+            raise StatementError(f"unknown type {text!r}", "42704")
+        with self.engine.lock:
+            con = self.engine.db.con.cursor()
+            try:
+                row = con.execute(f"SELECT typeof(CAST(NULL AS {text}))").fetchone()
+            except Exception:
+                raise StatementError(f"unknown type {text!r}", "42704") from None
+            finally:
+                con.close()
+        return str(row[0]) if row else text.upper()
+
+    def _create(self, m: re.Match[str]) -> Result:
+        replace, kind = bool(m[1]), "masking" if m[2].upper() == "MASKING" else "row_access"
+        name = _ident(m[3])
+        args = []
+        for part in (p.strip() for p in m[4].split(",")):
+            am = re.fullmatch(rf"({_NAME})\s+(.+)", part, re.S)
+            if am is None:
+                raise StatementError(f"policy argument {part!r}: expected 'name TYPE'", "42601")
+            args.append([_ident(am[1]), self._canonical_type(am[2])])
+        if not args or len({a for a, _ in args}) != len(args):
+            raise StatementError("a policy takes one or more distinct arguments", "42601")
+        returns = self._canonical_type(m[5])
+        if kind == "masking":
+            if len(args) != 1:
+                raise StatementError("a masking policy takes one argument: the column's value",
+                                     "42601")
+            if returns != args[0][1]:
+                raise StatementError(f"a masking policy returns its argument's type "
+                                     f"({args[0][1]}), not {returns}", "42804")
+        elif returns != "BOOLEAN":
+            raise StatementError("a row access policy RETURNS BOOLEAN", "42804")
+        body = m[6].strip()
+        self._parse(f"SELECT {body}")  # a syntax error is reported now
+        policy = {"args": args, "returns": returns, "body": body}
+
+        def change() -> None:
+            if name in self.data[kind] and not replace:
+                raise StatementError(f'policy "{name}" already exists', "42710")
+            used = self._uses(kind, name)
+            old = self.data[kind].get(name)
+            if old is not None and used and [t for _, t in old["args"]] != \
+                    [t for _, t in args]:
+                raise StatementError(f'policy "{name}" is set on {used[0]}: its arguments '
+                                     "cannot change type", "42804")
+            self.data[kind][name] = policy
+
+        self._change(change)
+        return Result(None, [], "CREATE POLICY")
+
+    def _uses(self, kind: str, name: str) -> list[str]:
+        if kind == "masking":
+            return [f"{t}.{c}" for t, cols in self.data["columns"].items()
+                    for c, p in cols.items() if p == name]
+        return [t for t, (p, _cols) in self.data["rows"].items() if p == name]
+
+    def _drop(self, m: re.Match[str]) -> Result:
+        kind = "masking" if m[1].upper() == "MASKING" else "row_access"
+        name = _ident(m[3])
+
+        def change() -> None:
+            if name not in self.data[kind]:
+                if m[2]:
+                    return
+                raise StatementError(f'policy "{name}" does not exist', "42704")
+            used = self._uses(kind, name)
+            if used:
+                raise StatementError(f'policy "{name}" is set on {", ".join(used)}; unset it '
+                                     "first", "2BP01")
+            del self.data[kind][name]
+
+        self._change(change)
+        return Result(None, [], "DROP POLICY")
+
+    def _columns(self, table: str) -> dict[str, str]:
+        with self.engine.lock:
+            try:
+                cols = self.engine.db.table(table).columns
+            except CryptdiskError as exc:
+                raise StatementError(str(exc), "42P01") from None
+        return {c.lower(): str(t) for c, t in cols}
+
+    def _set_mask(self, m: re.Match[str]) -> Result:
+        table, column = _ident(m[1]), _ident(m[2])
+        cols = self._columns(table)
+        if column not in cols:
+            raise StatementError(f'column "{column}" of table "{table}" does not exist', "42703")
+        name = _ident(m[4]) if m[4] else None
+
+        def change() -> None:
+            if name is None:
+                self.data["columns"].get(table, {}).pop(column, None)
+                if not self.data["columns"].get(table, True):
+                    del self.data["columns"][table]
+                return
+            policy = self.data["masking"].get(name)
+            if policy is None:
+                raise StatementError(f'masking policy "{name}" does not exist', "42704")
+            if self._canonical_type(cols[column]) != policy["args"][0][1]:
+                raise StatementError(f"masking policy {name} takes {policy['args'][0][1]}; "
+                                     f"{table}.{column} is {cols[column]}", "42804")
+            self.data["columns"].setdefault(table, {})[column] = name
+
+        self._change(change)
+        return Result(None, [], "ALTER TABLE")
+
+    def _set_row(self, m: re.Match[str]) -> Result:
+        table, name = _ident(m[1]), _ident(m[3])
+        add = m[2].upper() == "ADD"
+        columns = [_ident(c) for c in re.findall(_NAME, m[4] or "")]
+
+        def change() -> None:
+            if not add:
+                if self.data["rows"].get(table, [None])[0] != name:
+                    raise StatementError(f'table "{table}" has no row access policy {name}',
+                                         "42704")
+                del self.data["rows"][table]
+                return
+            policy = self.data["row_access"].get(name)
+            if policy is None:
+                raise StatementError(f'row access policy "{name}" does not exist', "42704")
+            if table in self.data["rows"]:
+                raise StatementError(f'table "{table}" already has a row access policy; drop '
+                                     "it first", "42710")
+            cols = self._columns(table)
+            if len(columns) != len(policy["args"]):
+                raise StatementError(f"row access policy {name} takes {len(policy['args'])} "
+                                     "column(s): ADD ROW ACCESS POLICY r ON (c, ...)", "42601")
+            for c, (_arg, typ) in zip(columns, policy["args"], strict=True):
+                if c not in cols:
+                    raise StatementError(f'column "{c}" of table "{table}" does not exist',
+                                         "42703")
+                if self._canonical_type(cols[c]) != typ:
+                    raise StatementError(f"row access policy {name} takes {typ} for {c}; "
+                                         f"{table}.{c} is {cols[c]}", "42804")
+            self.data["rows"][table] = [name, columns]
+
+        self._change(change)
+        return Result(None, [], "ALTER TABLE")
+
+    def _system(self, which: str) -> Result:
+        if which == "policies":
+            rows = [(name, kind.replace("_", " "),
+                     f"({', '.join(f'{a} {t}' for a, t in p['args'])}) RETURNS {p['returns']}",
+                     p["body"])
+                    for kind in ("masking", "row_access")
+                    for name, p in sorted(self.data[kind].items())]
+            return Result([("name", _TEXT), ("kind", _TEXT), ("signature", _TEXT),
+                           ("body", _TEXT)], rows, f"SELECT {len(rows)}")
+        refs = [(t, c, p, "masking") for t, cols in sorted(self.data["columns"].items())
+                for c, p in sorted(cols.items())]
+        refs += [(t, ", ".join(cols), p, "row access")
+                 for t, (p, cols) in sorted(self.data["rows"].items())]
+        return Result([("table", _TEXT), ("column", _TEXT), ("policy", _TEXT), ("kind", _TEXT)],
+                      refs, f"SELECT {len(refs)}")
+
+    # -- enforcement -------------------------------------------------------------------------
+
+    def rewrite(self, sql: str, privileges: Privileges, con: Any) -> str:
+        """``sql`` (a query, or ``INSERT INTO t ... <query>``) reading every table with
+        policies through them, for ``privileges``' session (see the module docstring)."""
+        if not self.active or privileges.admin:
+            return sql
+        from ._grants import _INSERT, _close_paren
+
+        prefix = ""
+        insert = _INSERT.match(sql)
+        if insert is not None:
+            rest = sql[insert.end():]
+            stripped = rest.lstrip()
+            cut = len(rest) - len(stripped)
+            if stripped.startswith("(") and not re.match(r"\(\s*(SELECT|WITH|VALUES|FROM)\b",
+                                                         stripped, re.I):
+                cut += _close_paren(stripped) + 1
+            prefix, sql = sql[:insert.end() + cut] + " ", sql[insert.end() + cut:]
+        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+        tree = json.loads(row[0]) if row else {"error": True}
+        if tree.get("error"):
+            raise StatementError("permission denied: tables with policies are read through "
+                                 "queries only", "42501")
+        context = _Context(self, privileges, con)
+        tree = context.walk(tree, frozenset())
+        if not context.changed:
+            return prefix + sql
+        row = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchone()
+        if row is None or row[0] is None:
+            raise StatementError("internal error: a policy rewrite failed", "XX000")
+        # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
+        text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(row[0]))
+        return prefix + text
+
+    def parsed_body(self, kind: str, name: str, con: Any) -> Any:
+        """The expression tree of a policy body (cached until the policies change)."""
+        key = (kind, name)
+        if key not in self._parsed:
+            body = self.data[kind][name]["body"]
+            row = con.execute("SELECT json_serialize_sql(?)", [f"SELECT {body}"]).fetchone()
+            tree = json.loads(row[0])
+            if tree.get("error"):
+                raise StatementError(f"policy {name} no longer parses", "XX000")
+            self._parsed[key] = tree["statements"][0]["node"]["select_list"][0]
+        return copy.deepcopy(self._parsed[key])
+
+
+class _Context:
+    """One query's rewrite: the session's role values and a parser connection."""
+
+    def __init__(self, store: PolicyStore, privileges: Privileges, con: Any) -> None:
+        self.store, self.privileges, self.con = store, privileges, con
+        self.roles = privileges.roles
+        self._constants: dict[str, Any] = {}
+        self.changed = False
+
+    def constant(self, literal: str) -> Any:
+        if literal not in self._constants:
+            row = self.con.execute("SELECT json_serialize_sql(?)",
+                                   [f"SELECT {literal}"]).fetchone()
+            self._constants[literal] = json.loads(row[0])["statements"][0]["node"][
+                "select_list"][0]
+        return copy.deepcopy(self._constants[literal])
+
+    def walk(self, node: Any, ctes: frozenset[str]) -> Any:
+        """Replace table references outside the CTE names in scope (a CTE's own body does
+        not see it, nor later ones; a recursive CTE sees itself)."""
+        if isinstance(node, list):
+            return [self.walk(v, ctes) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "BASE_TABLE":
+            return self.table(node, ctes)
+        if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
+            ctes = ctes | {node["cte_name"].lower()}
+        cte_map = node.get("cte_map")
+        out = dict(node)
+        if isinstance(cte_map, dict) and cte_map.get("map"):
+            seen = ctes
+            entries = []
+            for entry in cte_map["map"]:
+                entries.append(self.walk(entry, seen))
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    seen = seen | {entry["key"].lower()}
+            out["cte_map"] = dict(cte_map, map=entries)
+            ctes = seen
+        for key, value in node.items():
+            if key != "cte_map":
+                out[key] = self.walk(value, ctes)
+        return out
+
+    def table(self, node: dict[str, Any], ctes: frozenset[str]) -> Any:
+        schema = (node.get("schema_name") or "").lower()
+        name = (node.get("table_name") or "").lower()
+        if not schema and name in ctes:
+            return node
+        data = self.store.data
+        if schema == "system" and name == "parts":
+            self.changed = True
+            return self.system_parts(node)
+        key = name if schema in ("", "main") else f"{schema}.{name}"
+        masks = data["columns"].get(key, {})
+        rows = data["rows"].get(key)
+        if not masks and rows is None:
+            return node
+        if schema not in ("", "main"):
+            raise StatementError(f"permission denied: {key} has policies", "42501")
+        self.changed = True
+        cols = list(self.store._columns(key))
+        select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c in masks
+                           else _quote(c) for i, c in enumerate(cols))
+        where = ""
+        if rows is not None:
+            where = f" WHERE __cd_rows({', '.join(_quote(c) for c in rows[1])})"
+        alias = node.get("alias") or name
+        text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "  # noqa: S608
+                f"AS {_quote(alias)}")  # quoted names, and markers replaced below
+        row = self.con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()
+        sub = json.loads(row[0])["statements"][0]["node"]["from_table"]
+
+        def fill(n: dict[str, Any]) -> Any:
+            fn = n.get("function_name")
+            if n.get("type") != "FUNCTION" or not isinstance(fn, str) or \
+                    not fn.startswith("__cd_"):
+                return None
+            args = [a["expression"] if isinstance(a, dict) and "expression" in a else a
+                    for a in n.get("arguments", [])]
+            if fn == "__cd_rows":
+                policy = data["row_access"][rows[0]]
+                expr = self.body("row_access", rows[0], policy, args)
+            else:
+                column = cols[int(fn.rsplit("_", 1)[1])]
+                pname = masks[column]
+                policy = data["masking"][pname]
+                expr = self.body("masking", pname, policy, args)
+                cast = self.constant(f"CAST(NULL AS {policy['returns']})")
+                cast["child"] = expr
+                expr = cast
+            expr["alias"] = n.get("alias", "")
+            return expr
+
+        return _walk_nodes(sub, fill)
+
+    def body(self, kind: str, name: str, policy: dict[str, Any], args: list[Any]) -> Any:
+        """A policy's expression with its arguments bound and role functions evaluated."""
+        bound = {a.lower(): arg for (a, _t), arg in zip(policy["args"], args, strict=True)}
+        current = self.privileges.current_user
+        values = {"current_role": current, "current_user": current,
+                  "session_user": self.privileges.session_user}
+
+        def visit(n: dict[str, Any]) -> Any:
+            kind_ = n.get("type")
+            if kind_ == "COLUMN_REF":
+                names = [str(x).lower() for x in n.get("column_names", [])]
+                if len(names) == 1 and names[0] in bound:
+                    return copy.deepcopy(bound[names[0]])
+                if len(names) == 1 and names[0] in values:
+                    return self.constant(sql_literal(values[names[0]]))
+                return None
+            if kind_ == "FUNCTION":
+                fn = str(n.get("function_name", "")).lower()
+                arguments = n.get("arguments", [])
+                if fn in _ROLE_WORDS and not arguments:
+                    return self.constant(sql_literal(values[fn]))
+                if fn == "is_role_in_session":
+                    arg = arguments[0].get("expression") if len(arguments) == 1 and \
+                        isinstance(arguments[0], dict) else None
+                    literal = (arg or {}).get("literal") or {}
+                    if literal.get("kind") != "STRING":
+                        raise StatementError(f"policy {name}: is_role_in_session takes a "
+                                             "role name in quotes", "42601")
+                    held = literal.get("text", "").lower() in self.roles
+                    return self.constant("TRUE" if held else "FALSE")
+            return None
+
+        return _walk_nodes(self.store.parsed_body(kind, name, self.con), visit)
+
+    def system_parts(self, node: dict[str, Any]) -> Any:
+        protected = sorted(set(self.store.data["columns"]) | set(self.store.data["rows"]))
+        hidden = ", ".join(sql_literal(t) for t in protected)
+        cols = [c for c in ("table", "part", "rows", "bytes", "bytes_on_disk", "disk", "path",
+                            "key_id", "algorithm", "sha256")]
+        select = ", ".join(_quote(c) for c in cols)
+        alias = node.get("alias") or "parts"
+        text = (f"SELECT * FROM (SELECT {select}, CASE WHEN \"table\" IN ({hidden}) THEN NULL "  # noqa: S608
+                "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
+                f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
+                f"{_quote(alias)}")
+        row = self.con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()
+        return json.loads(row[0])["statements"][0]["node"]["from_table"]

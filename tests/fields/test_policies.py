@@ -1,0 +1,205 @@
+"""Masking and row access policies by role through cryptdisk serve (analytical engine).
+
+An admin makes table ``cards`` (card numbers FPE-encrypted, a region), roles
+``auditor`` and ``analyst``, a masking policy showing auditors the clear number
+and everyone else its last four digits, and a row policy hiding EU rows from
+non-auditors; a policy officer holding APPLY POLICY sets them. Then each way
+to read the column around the policy returns masked values to an analyst.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["PSYCOPG_IMPL"] = "python"  # as tests/server/conftest.py explains
+
+import psycopg
+import pytest
+
+import cryptdisk.fields  # noqa: F401  (what cryptdisk serve imports: the SQL functions)
+from cryptdisk.server import AnalyticalEngine, PolicyStore
+from tests.server.conftest import certs, start_server  # noqa: F401  (fixtures)
+
+from .test_sql import CONFIG
+
+DENIED = psycopg.errors.InsufficientPrivilege
+PANS = ["4111111111111111", "5500005555555559", "340000000000009"]
+MASK = "CASE WHEN current_role() IN ('auditor') THEN fpe_decrypt(v, 'cards') " \
+    "ELSE mask_last4(fpe_decrypt(v, 'cards')) END"
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config = tmp_path / "cryptdisk.toml"
+    config.write_text(CONFIG)
+    eng = AnalyticalEngine(tmp_path / "db", config)
+    eng.policies = PolicyStore(tmp_path / "db.policies", eng.keyring, eng)
+    return eng
+
+
+def connect(srv, user: str | None = None) -> psycopg.Connection:
+    dsn = dict(srv.dsn)
+    if user is not None:
+        dsn.update(user=user, password=f"{user} pw")
+    return psycopg.connect(**dsn, autocommit=True)
+
+
+def setup(srv) -> None:
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE cards (pan VARCHAR, region VARCHAR, n INTEGER)")
+        for i, pan in enumerate(PANS):
+            admin.execute(f"INSERT INTO cards SELECT fpe_encrypt('{pan}', 'cards'), "
+                          f"'{['US', 'EU', 'US'][i]}', {i}")
+        admin.execute("CREATE TABLE other (pan VARCHAR)")
+        admin.execute(f"INSERT INTO other SELECT fpe_encrypt('{PANS[0]}', 'cards')")
+        for role in ("auditor", "analyst", "officers"):
+            admin.execute(f"CREATE ROLE {role}")
+        for user, role in (("alice", "auditor"), ("bob", "analyst"), ("olga", "officers")):
+            admin.execute(f"CREATE USER {user} PASSWORD '{user} pw'")
+            admin.execute(f"GRANT {role} TO {user}")
+        admin.execute("GRANT SELECT ON cards TO auditor, analyst")
+        admin.execute("GRANT SELECT ON other TO analyst")
+        admin.execute("GRANT INSERT ON other TO analyst")
+        with pytest.raises(DENIED, match="APPLY POLICY"):  # admins do not hold it
+            admin.execute(f"CREATE MASKING POLICY pan_mask AS (v VARCHAR) RETURNS VARCHAR "
+                          f"-> {MASK}")
+        admin.execute("GRANT APPLY POLICY TO officers")
+    with connect(srv, "olga") as officer:
+        officer.execute(f"CREATE MASKING POLICY pan_mask AS (v VARCHAR) RETURNS VARCHAR "
+                        f"-> {MASK}")
+        officer.execute("ALTER TABLE cards ALTER COLUMN pan SET MASKING POLICY pan_mask")
+        officer.execute("CREATE ROW ACCESS POLICY no_eu AS (r VARCHAR) RETURNS BOOLEAN -> "
+                        "is_role_in_session('auditor') OR r <> 'EU'")
+        officer.execute("ALTER TABLE cards ADD ROW ACCESS POLICY no_eu ON (region)")
+
+
+def test_roles_see_what_the_policies_allow(start_server, engine):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv, "alice") as auditor:
+        # a member of auditor: the row policy (is_role_in_session) lets every row through,
+        # the mask (current_role() IN ('auditor')) wants the role taken with SET ROLE
+        assert auditor.execute("SELECT pan FROM cards ORDER BY n").fetchall() == \
+            [("************1111",), ("************5559",), ("***********0009",)]
+        auditor.execute("SET ROLE auditor")
+        assert auditor.execute("SELECT pan FROM cards ORDER BY n").fetchall() == \
+            [(p,) for p in PANS]
+    with connect(srv, "bob") as analyst:
+        assert analyst.execute("SELECT pan, region FROM cards ORDER BY n").fetchall() == \
+            [("************1111", "US"), ("***********0009", "US")]
+    with connect(srv) as admin:  # admins hold the keys and are not subject to policies
+        stored = admin.execute("SELECT pan FROM cards ORDER BY n").fetchall()
+        assert len(stored) == 3 and stored[0][0] != PANS[0]
+        assert admin.execute("SELECT * FROM system.policy_references").fetchall() == [
+            ("cards", "pan", "pan_mask", "masking"), ("cards", "region", "no_eu", "row access")]
+        assert [r[0] for r in admin.execute("SELECT * FROM system.policies").fetchall()] == \
+            ["pan_mask", "no_eu"]
+        admin.execute("SET ROLE analyst")  # an admin acting as a role is subject to them
+        assert admin.execute("SELECT count(*) FROM cards").fetchone()[0] == 2
+        assert admin.execute("SELECT pan FROM cards WHERE n = 0").fetchone()[0] == \
+            "************1111"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT pan FROM (SELECT * FROM cards) AS s",
+    "WITH s AS (SELECT pan FROM cards) SELECT * FROM s",
+    "WITH cards AS (SELECT * FROM cards) SELECT pan FROM cards",  # a CTE named as the table
+    "SELECT pan FROM cards UNION ALL SELECT pan FROM cards WHERE false",
+    "SELECT c.pan FROM cards AS c JOIN cards AS d ON c.pan = d.pan",
+    "SELECT pan FROM cards WHERE pan LIKE '%1111'",
+    "SELECT pan FROM cards ORDER BY pan",
+    "SELECT max(pan) FROM cards GROUP BY region",
+    "SELECT first_value(pan) OVER (ORDER BY n) FROM cards",
+    "SELECT (SELECT max(pan) FROM cards)",
+    "SELECT pan FROM main.cards",
+    "SELECT pan FROM cards WHERE region = 'EU' OR true",
+    "SELECT pan FROM cards, (SELECT 1) AS x WHERE pan IN (SELECT pan FROM cards)",
+    "FROM cards SELECT pan",
+    "SELECT * FROM query_table('cards')",
+    "SUMMARIZE cards",
+    "PIVOT cards ON region USING max(pan)",
+    "SELECT cards FROM cards",
+    "SELECT list(pan) FROM cards",
+    "SELECT * FROM cards TABLESAMPLE 100%",
+])
+def test_bypass_attempts_see_masked_values(start_server, engine, sql):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv, "bob") as analyst:
+        try:
+            rows = analyst.execute(sql).fetchall()
+        except psycopg.Error as exc:  # refusing is fine too; leaking is not
+            assert not any(p in str(exc) for p in PANS)
+            return
+    values = {str(v) for row in rows for v in row}
+    assert values and not any(p in v for v in values for p in PANS)
+    assert not any("5559" in v for v in values)  # the EU row stays hidden
+    assert all("*" in v for v in values if len(v) >= 12 and v.isdigit()), values
+
+
+def test_other_ways_around_are_refused(start_server, engine):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv, "bob") as analyst:
+        for sql in ("EXPLAIN SELECT pan FROM cards", "COPY cards TO '/tmp/x.csv'",
+                    "SELECT * FROM read_parquet('x/*.parquet')",
+                    "SELECT fpe_decrypt(pan, 'cards') FROM cards",
+                    "ALTER TABLE cards ALTER COLUMN pan UNSET MASKING POLICY",
+                    "DROP MASKING POLICY pan_mask"):
+            with pytest.raises(psycopg.Error) as info:
+                analyst.execute(sql)
+            assert not any(p in str(info.value) for p in PANS)
+        # an INSERT's source query is read through the policies too
+        analyst.execute("INSERT INTO other SELECT pan FROM cards")
+    with connect(srv) as admin:
+        copied = [r[0] for r in admin.execute("SELECT pan FROM other").fetchall()]
+    assert sorted(copied[1:]) == ["************1111", "***********0009"]
+
+
+def test_only_apply_policy_holders_change_policies_and_state_persists(
+        start_server, engine, tmp_path):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv, "olga") as officer:
+        with pytest.raises(psycopg.Error, match=r"is set on cards\.pan"):
+            officer.execute("DROP MASKING POLICY pan_mask")
+        with pytest.raises(psycopg.Error, match="takes VARCHAR"):
+            officer.execute("ALTER TABLE cards ALTER COLUMN n SET MASKING POLICY pan_mask")
+        with pytest.raises(psycopg.Error, match="returns its argument's type"):
+            officer.execute("CREATE MASKING POLICY bad AS (v VARCHAR) RETURNS INTEGER -> 1")
+    reopened = PolicyStore(tmp_path / "db.policies", engine.keyring, engine)
+    assert reopened.data["columns"] == {"cards": {"pan": "pan_mask"}}
+    assert b"pan_mask" not in (tmp_path / "db.policies").read_bytes()  # sealed
+    with connect(srv) as admin:
+        admin.execute("REVOKE APPLY POLICY FROM officers")
+    with connect(srv, "olga") as officer:
+        with pytest.raises(DENIED, match="APPLY POLICY"):
+            officer.execute("ALTER TABLE cards ALTER COLUMN pan UNSET MASKING POLICY")
+    with connect(srv) as admin:
+        admin.execute("GRANT APPLY POLICY TO officers")
+    with connect(srv, "olga") as officer:
+        officer.execute("ALTER TABLE cards ALTER COLUMN pan UNSET MASKING POLICY")
+        officer.execute("ALTER TABLE cards DROP ROW ACCESS POLICY no_eu")
+        officer.execute("DROP MASKING POLICY pan_mask")
+    with connect(srv, "bob") as analyst:  # no policy left: the stored values, all rows
+        assert analyst.execute("SELECT count(*) FROM cards").fetchone()[0] == 3
+
+
+def test_system_parts_hides_sort_keys_of_protected_tables(start_server, engine):  # noqa: F811
+    srv = start_server(engine)
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE s (pan VARCHAR) ORDER BY pan")
+        admin.execute("INSERT INTO s VALUES ('4111111111111111')")
+        admin.execute("CREATE ROLE officers")
+        admin.execute("CREATE USER olga PASSWORD 'olga pw'")
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+        admin.execute("GRANT officers TO olga")
+        admin.execute("GRANT APPLY POLICY TO officers")
+        admin.execute("GRANT SELECT ON system.parts TO bob")
+    with connect(srv, "olga") as officer:
+        officer.execute("CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> mask_full(v)")
+        officer.execute("ALTER TABLE s ALTER COLUMN pan SET MASKING POLICY m")
+    with connect(srv, "bob") as bob:
+        rows = bob.execute("SELECT \"table\", key_min, key_max FROM system.parts").fetchall()
+    assert rows == [("s", None, None)]
