@@ -197,3 +197,13 @@ def test_concurrent_batches_from_threads():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(round_trip, batches))
+
+
+def test_native_library_names_the_cipher_library(backend):
+    from cryptdisk.fields import native_library
+
+    name = native_library()
+    if backend == "python":
+        assert name is None
+    else:
+        assert name is not None and name.split()[0] in ("libgcrypt", "OpenSSL")

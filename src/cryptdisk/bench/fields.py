@@ -263,9 +263,8 @@ def _judge(measured: list[Measurement], rows: int) -> list[str]:
 
 def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     """Function throughput, then the scans (see the module docstring)."""
-    from ..fields import _aead
+    from ..fields import native_library
 
-    native: Any = getattr(_aead, "_cfields", None)
     NOTES.clear()
     values = options.pick(200_000, 10_000_000, options.rows)
     rows = options.pick(200_000, 10_000_000, options.rows)
@@ -302,7 +301,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         if m.case in CASES and CASES[m.case][3] is not None:
             m.extra["target"] = CASES[m.case][3]
     NOTES.extend(_judge(measured, rows))
-    library = native.library() if native is not None else None
+    library = native_library()
     NOTES.append("Column encryption ran through "
                  + (f"the C extension (cryptdisk.fields._cfields, {library})" if library else
                     "cryptography, one call per value (the C extension was not built)")

@@ -21,7 +21,13 @@ FF1 mode over numeral matrices.
 """
 
 from ..db import add_connection_hook
-from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministic
+from ._aead import (
+    decrypt,
+    decrypt_deterministic,
+    encrypt,
+    encrypt_deterministic,
+    native_library,
+)
 from ._ff1 import MIN_DOMAIN, ff1_decrypt, ff1_encrypt
 from ._fpe import ALPHABETS, Alphabet, fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
@@ -56,6 +62,7 @@ __all__ = [
     "mask_hash",
     "mask_last4",
     "mask_null",
+    "native_library",
     "parse_rule",
     "protect_file",
     "protect_table",

@@ -40,7 +40,8 @@ try:
 except ImportError:  # pragma: no cover - the C extension was not built (setup.py says why)
     _cfields = None
 
-__all__ = ["decrypt", "decrypt_deterministic", "encrypt", "encrypt_deterministic"]
+__all__ = ["decrypt", "decrypt_deterministic", "encrypt", "encrypt_deterministic",
+           "native_library"]
 
 VERSION = 1
 _HEADER = 5
@@ -180,6 +181,12 @@ def _check_headers(col: _Column, minimum: int) -> tuple[np.ndarray, np.ndarray]:
 def _auth_error(row: int) -> AuthenticationError:
     return AuthenticationError(f"field value at row {row} does not authenticate (tampered, "
                                "or encrypted under another key)", offset=row)
+
+
+def native_library() -> str | None:
+    """The cipher library of the C loops (``"libgcrypt 1.10.1"``), or None when the
+    extension was not built and each value is one ``cryptography`` call."""
+    return str(_cfields.library()) if _cfields is not None else None
 
 
 # -- the C path: whole columns -------------------------------------------------------------
