@@ -176,6 +176,7 @@ def test_verify_names_missing_tampered_truncated_chunks_and_their_backups(
     with pytest.raises(BackupError, match="chunk"):
         restore(repo, b1, tmp_path / "r.db")
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "r.db.key").exists()
+    assert not list(tmp_path.glob("r.db.restoring-*"))  # the work in progress is gone too
     sampled = verify(repo, sample=50)
     assert 0 < sampled.chunks_checked < report.chunks_checked
 
