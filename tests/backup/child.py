@@ -6,8 +6,8 @@ printing ``committed N`` after each commit (the db writer merges parts now and t
 chunk (with ``step``, waiting for a line on stdin after each), then ``done ID``.
 ``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
 waiting for a line on stdin before going on.
-``restore REPO PASSPHRASE ID TARGET``: one restore, printing ``part N`` after each part
-and waiting for a line on stdin.
+``restore REPO PASSPHRASE ID TARGET [KEYFILE]``: one restore (a SQLite one under the key
+in KEYFILE), printing ``part N`` at each progress report and waiting for a line on stdin.
 """
 
 from __future__ import annotations
@@ -66,13 +66,16 @@ def prune_(repo: str, passphrase: str, keep: str) -> None:
     print("done", flush=True)
 
 
-def restore_(repo: str, passphrase: str, backup_id: str, target: str) -> None:
+def restore_(repo: str, passphrase: str, backup_id: str, target: str, keyfile: str = "") -> None:
+    from cryptdisk.keys import Key, Keyring, key_from_file
+
+    kr = Keyring.single(Key(1, key_from_file(keyfile))) if keyfile else None
     r = Repository.open(repo, passphrase=passphrase)
     def report(n: int) -> None:  # then wait for the parent's go-ahead: it kills here
         print(f"part {n}", flush=True)
         sys.stdin.readline()
 
-    restore(r, backup_id, target, progress=report)
+    restore(r, backup_id, target, keyring=kr, progress=report)
     print("done", flush=True)
 
 

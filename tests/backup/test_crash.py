@@ -185,3 +185,27 @@ def test_kill_9_mid_restore_leaves_the_repository_as_it_was(tmp_path: Path) -> N
     assert verify(repo).ok
     restore(repo, bid, tmp_path / "r.db")
     assert content(tmp_path / "r.db") == content(src)
+
+
+def test_kill_9_before_a_sqlite_restore_is_renamed_leaves_no_target(tmp_path: Path) -> None:
+    keyfile = tmp_path / "k"
+    write_key_file(keyfile, os.urandom(32))
+    kr = Keyring.single(Key(1, key_from_file(keyfile)))
+    src = tmp_path / "app.db"
+    c = cryptdisk.sqlite.connect(src, keyring=kr)
+    c.execute("CREATE TABLE w (b INTEGER, i INTEGER)")
+    c.executemany("INSERT INTO w VALUES (?, ?)", [(1, i) for i in range(1000)])
+    c.close()
+    url = str(tmp_path / "repo")
+    repo = Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    bid = create(repo, src, keyring=kr).id
+    target = tmp_path / "r.db"
+    proc = _spawn("restore", url, "pw", bid, str(target), str(keyfile), stdin=subprocess.PIPE)
+    _wait_for(proc, "part", 1)  # written and checked, not yet renamed
+    _kill(proc)
+    assert not target.exists()
+    assert len(list(tmp_path.glob("r.db.restoring-*"))) == 1
+    restore(repo, bid, target, keyring=kr)
+    r = cryptdisk.sqlite.connect(target, keyring=kr)
+    assert r.execute("SELECT count(*) FROM w").fetchall() == [(1000,)]
+    r.close()

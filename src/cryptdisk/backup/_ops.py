@@ -346,7 +346,9 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     """Restore backup ``backup_id`` into ``target``, which must not exist.
 
     A database is created with ``config`` (or a new key in ``TARGET.key``) and checked
-    with :meth:`Database.check`; a SQLite database is encrypted under ``keyring``.
+    with :meth:`Database.check`; a SQLite database is encrypted under ``keyring``. Both are
+    built beside TARGET and renamed to it when complete. ``progress(n)`` is called after
+    each part of a database is written, and with 1 before a SQLite database is renamed.
     """
     dest = os.path.abspath(os.fspath(target))
     if os.path.lexists(dest):
@@ -358,7 +360,7 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
                               hint="--config CONFIG or --key-file FILE")
         if tables:
             raise BackupError("--table filters tables of a database backup, not SQLite")
-        return _restore_sqlite(repo, m, dest, keyring)
+        return _restore_sqlite(repo, m, dest, keyring, progress)
     return _restore_db(repo, m, dest, config, tables, progress)
 
 
@@ -376,35 +378,55 @@ def _new_sqlite(dest: str, keyring: Keyring, sqlite_connect: Any) -> Any:
         raise
 
 
-def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str,
-                    keyring: Keyring) -> dict[str, Any]:
+def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Keyring,
+                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Write the database as ``TARGET.restoring-<id>``, check it, then rename it to TARGET
+    (``progress(1)`` just before): a killed restore never leaves a partial TARGET."""
     from ..sqlite import connect as sqlite_connect
 
     f = m["file"]
     image = bytearray(_assemble(repo, f["chunks"], f["bytes"], f["sha256"], "the database"))
     if len(image) >= 20:
         image[18] = image[19] = 1  # rollback-journal mode for the in-memory copy
+    tmp = f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
     mem = apsw.Connection(":memory:")
     try:
         mem.deserialize("main", bytes(image))
-        dst = _new_sqlite(dest, keyring, sqlite_connect)
+        dst = _new_sqlite(tmp, keyring, sqlite_connect)
         try:
             with dst.backup("main", mem, "main") as b:
                 b.step(-1)
             if m.get("wal"):
                 dst.execute("PRAGMA journal_mode=WAL")
             ok = dst.execute("PRAGMA integrity_check").fetchall()
-        except BaseException:
-            dst.close()
-            _remove_sqlite(dest)
-            raise
-        dst.close()
+        finally:
+            dst.close()  # the last connection: SQLite checkpoints and removes the WAL
+        if ok != [("ok",)]:
+            raise BackupError(f"{dest}: the restored database fails integrity_check: "
+                              f"{ok[:3]}")
+        if os.path.exists(tmp + "-wal"):
+            raise BackupError(f"{tmp}: SQLite left a WAL file after closing the restored "
+                              "database")
+        if progress is not None:
+            progress(1)
+        if os.path.lexists(dest):
+            raise BackupError(f"{dest} appeared during the restore; restore into a new path")
+        os.rename(tmp, dest)
+        _sync_parent(dest)
+    except BaseException:
+        _remove_sqlite(tmp)
+        raise
     finally:
         mem.close()
-    if ok != [("ok",)]:
-        _remove_sqlite(dest)
-        raise BackupError(f"{dest}: the restored database fails integrity_check: {ok[:3]}")
     return {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
+
+
+def _sync_parent(path: str) -> None:
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _ChunkStream:
@@ -499,11 +521,7 @@ def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str) -> Non
                               "new path") from None
         os.unlink(tmp_key)
     os.rename(tmp, dest)
-    parent = os.open(os.path.dirname(dest), os.O_RDONLY)
-    try:
-        os.fsync(parent)
-    finally:
-        os.close(parent)
+    _sync_parent(dest)
 
 
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
