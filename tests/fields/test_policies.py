@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import cryptdisk.fields  # noqa: F401  (what cryptdisk serve imports: the SQL functions)
-from cryptdisk.server import AnalyticalEngine, PolicyStore
+from cryptdisk import open as cd_open
+from cryptdisk.server import AnalyticalEngine, AuditLog, PolicyStore
 from tests.server.conftest import certs, start_server  # noqa: F401  (fixtures)
 
 from .test_sql import CONFIG
@@ -34,7 +35,8 @@ def engine(tmp_path, monkeypatch):
     config = tmp_path / "cryptdisk.toml"
     config.write_text(CONFIG)
     eng = AnalyticalEngine(tmp_path / "db", config)
-    eng.policies = PolicyStore(tmp_path / "db.policies", eng.keyring, eng)
+    eng.policies = PolicyStore(tmp_path / "db.policies", eng.keyring, eng,
+                               audit=AuditLog(tmp_path / "db.audit", eng.keyring))
     return eng
 
 
@@ -203,3 +205,41 @@ def test_system_parts_hides_sort_keys_of_protected_tables(start_server, engine):
     with connect(srv, "bob") as bob:
         rows = bob.execute("SELECT \"table\", key_min, key_max FROM system.parts").fetchall()
     assert rows == [("s", None, None)]
+
+
+def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_path):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("SELECT fpe_decrypt(pan, 'cards') FROM cards").fetchall()
+        admin.execute("SELECT count(*) FROM cards WHERE n > 0").fetchall()  # nothing revealed
+        admin.execute("SELECT 'decrypt(' AS not_a_call").fetchall()
+    with connect(srv, "bob") as analyst:
+        analyst.execute("SELECT pan FROM cards").fetchall()
+        analyst.execute("SELECT region FROM cards").fetchall()  # through the policies too
+        analyst.execute("INSERT INTO other SELECT pan FROM cards")
+        with pytest.raises(DENIED, match="AUDIT"):
+            analyst.execute("SELECT * FROM system.audit")
+    with connect(srv) as admin:
+        with pytest.raises(DENIED, match="AUDIT"):  # admins read it only if granted
+            admin.execute("SELECT * FROM system.audit")
+        admin.execute("GRANT AUDIT TO auditor")
+    with connect(srv, "alice") as auditor:
+        cur = auditor.execute("SELECT * FROM system.audit")
+        names = [d.name for d in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    assert [(r["session_user"], r["kind"], r["functions"], r["tables"], r["columns"],
+             r["rows"]) for r in rows] == [
+        ("u", "function", "fpe_decrypt", "cards", "", 3),
+        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2),
+        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2),
+        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", None)]  # the INSERT
+    assert engine.policies.audit.verify() is None
+    raw = (tmp_path / "db.audit").read_bytes()
+    assert b"fpe_decrypt" not in raw and b"bob" not in raw  # encrypted
+    assert not any(p.encode() in raw for p in PANS)
+    # a line slipped in with the key but without the chain is found
+    engine.policies.audit.close()
+    with cd_open(tmp_path / "db.audit", "ab", keyring=engine.keyring) as f:
+        f.write(b'{"time":"x","kind":"function","prev":"' + b"0" * 64 + b'"}\n')
+    assert AuditLog(tmp_path / "db.audit", engine.keyring).verify() == 5

@@ -19,7 +19,7 @@ PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
              "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size",
-             "client_ca", "policies"}
+             "client_ca", "policies", "audit_log"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -91,10 +91,11 @@ def _serve(args: argparse.Namespace) -> int:
         iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
         store = UserStore(users_path, engine.keyring, iterations=iterations)
         if not args.sqlite:
-            from ..server import PolicyStore
+            from ..server import AuditLog, PolicyStore
 
-            engine.policies = PolicyStore(settings.get("policies") or path + ".policies",
-                                          engine.keyring, engine)
+            engine.policies = PolicyStore(
+                settings.get("policies") or path + ".policies", engine.keyring, engine,
+                audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring))
         if args.add_user:
             store.set_user(args.add_user, _password(args.add_user), admin=args.admin,
                            create=args.add_user not in store.users)

@@ -19,12 +19,14 @@ server without users. ``UserStore.member_of(name)`` answers the same for any
 user or role.
 
 Masking and row access policies (``CREATE MASKING POLICY``, ...) of the analytical
-engine: ``engine.policies = PolicyStore("sales.db.policies", engine.keyring, engine)``.
+engine: ``engine.policies = PolicyStore("sales.db.policies", engine.keyring, engine,
+audit=AuditLog("sales.db.audit", engine.keyring))`` (the audit log of decryptions).
 
 See ``docs/server.md`` for what is implemented and how to connect.
 """
 
 from ._accesslog import AccessLog
+from ._audit import AuditLog
 from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEngine
 from ._grants import Privileges
 from ._policies import PolicyStore
@@ -38,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "AccessLog",
     "AnalyticalEngine",
+    "AuditLog",
     "Authenticator",
     "Engine",
     "EngineSession",

@@ -215,6 +215,7 @@ class _AnalyticalSession(EngineSession):
         self._parser: Any = None
         self.recording = False
         self.last_tables = set()
+        self.revealed: list[str] = []  # columns the last statement read through a policy
 
     def _parse_connection(self) -> Any:
         if self._parser is None:
@@ -247,7 +248,8 @@ class _AnalyticalSession(EngineSession):
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
             if self.engine.policies is not None:  # masking and row access (._policies)
-                text = self.engine.policies.rewrite(text, self.privileges, self._parser)
+                text, self.revealed = self.engine.policies.rewrite(text, self.privileges,
+                                                                   self._parser)
         if self.recording:
             from ._grants import query_references
 
@@ -262,6 +264,7 @@ class _AnalyticalSession(EngineSession):
         return text
 
     def run(self, sql: str, params: list[Any]) -> Result:
+        self.revealed = []
         text = self._sql(sql, params)
         # One statement at a time (the database serializes them anyway), so an interrupt
         # reaches the statement of the session that asked for it, never another's.
@@ -273,6 +276,15 @@ class _AnalyticalSession(EngineSession):
                 raise statement_error(exc) from None
             finally:
                 self.engine.running = None
+        policies = self.engine.policies
+        if policies is not None and policies.audit is not None:
+            count = table.num_rows if table is not None else None
+            if table is not None and table.num_columns == 1 and table.num_rows == 1 and \
+                    table.schema[0].name.lower() == "count" and \
+                    (_sqltext.first_words(sql, 1) or [""])[0] not in _ROWS:
+                count = table.column(0)[0].as_py()  # rows an INSERT wrote
+            policies.record(text, self.privileges, self.revealed, count,
+                            self._parse_connection())
         if table is None:
             return Result(None, [], command_tag(sql, None, False))
         columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
@@ -361,6 +373,8 @@ class AnalyticalEngine(Engine):
         return _AnalyticalSession(self)
 
     def close(self) -> None:
+        if self.policies is not None and self.policies.audit is not None:
+            self.policies.audit.close()
         self.db.close()
 
 

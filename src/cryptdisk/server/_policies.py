@@ -18,8 +18,10 @@ admin (an admin that ran ``SET ROLE r`` acts as ``r`` and is subject to them)::
     ALTER TABLE t DROP ROW ACCESS POLICY r
     DROP ROW ACCESS POLICY [IF EXISTS] r
     GRANT APPLY POLICY TO name [, ...]      REVOKE APPLY POLICY FROM name [, ...]  (admins)
+    GRANT AUDIT TO name [, ...]             REVOKE AUDIT FROM name [, ...]         (admins)
     SELECT * FROM system.policies           (name, kind, signature, body)
     SELECT * FROM system.policy_references  (table, column, policy, kind)
+    SELECT * FROM system.audit              (holders of AUDIT only; see ._audit)
 
 Only sessions holding ``APPLY POLICY`` (granted to their current user or to one of its
 roles) create, set, unset or drop policies; admins grant it but do not hold it by
@@ -53,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from .. import open as cd_open
 from ..errors import CryptdiskError, ServerError
 from . import _sqltext
+from ._audit import AuditLog, revealing_calls
 from ._engines import Result, StatementError, sql_literal
 
 if TYPE_CHECKING:
@@ -62,7 +65,7 @@ __all__ = ["PolicyStore"]
 
 _TEXT = 25
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
-_SYSTEM = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(policies|policy_references)"
+_SYSTEM = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(policies|policy_references|audit)"
                      r"\s*;?\s*", re.I)
 _CREATE = re.compile(rf"\s*CREATE\s+(OR\s+REPLACE\s+)?(MASKING|ROW\s+ACCESS)\s+POLICY\s+"
                      rf"({_NAME})\s+AS\s*\((.*?)\)\s*RETURNS\s+([A-Za-z][\w ()]*?)\s*->\s*(.+?)"
@@ -75,7 +78,7 @@ _SET_MASK = re.compile(rf"\s*ALTER\s+TABLE\s+({_NAME})\s+ALTER\s+(?:COLUMN\s+)?(
 _ROW = re.compile(rf"\s*ALTER\s+TABLE\s+({_NAME})\s+(ADD|DROP)\s+ROW\s+ACCESS\s+POLICY\s+"
                   rf"({_NAME})(?:\s+ON\s*\(\s*({_NAME}(?:\s*,\s*{_NAME})*)\s*\))?\s*;?\s*",
                   re.I | re.S)
-_APPLY = re.compile(rf"\s*(GRANT|REVOKE)\s+APPLY\s+POLICY\s+(?:TO|FROM)\s+"
+_APPLY = re.compile(rf"\s*(GRANT|REVOKE)\s+(APPLY\s+POLICY|AUDIT)\s+(?:TO|FROM)\s+"
                     rf"({_NAME}(?:\s*,\s*{_NAME})*)\s*;?\s*", re.I | re.S)
 _QUOTED_SYSTEM = re.compile(r'"system"\s*\.\s*(disks|storage_policies|tables|parts|keys)\b')
 #: functions of a policy body that the rewrite replaces by the session's values
@@ -107,8 +110,11 @@ def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
 class PolicyStore:
     """The policies of one analytical database, and the statements that manage them."""
 
-    def __init__(self, path: str | os.PathLike[str], keyring: Any, engine: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], keyring: Any, engine: Any, *,
+                 audit: AuditLog | None = None) -> None:
         self.path = os.fspath(path)
+        #: where decryptions are logged (None: not logged); see :mod:`._audit`
+        self.audit = audit
         self.keyring = keyring
         self.engine = engine
         self._lock = threading.Lock()
@@ -117,7 +123,7 @@ class PolicyStore:
         #:  "apply": [grantees]}; a policy is {"args": [[name, type]], "returns": type,
         #:  "body": text}
         self.data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {},
-                                     "rows": {}, "apply": []}
+                                     "rows": {}, "apply": [], "audit": []}
         if os.path.exists(self.path):
             with cd_open(self.path, "rb", keyring=keyring) as f:
                 data = json.loads(f.read())
@@ -160,7 +166,8 @@ class PolicyStore:
             return True
         if words[:2] in (["DROP", "MASKING"], ["DROP", "ROW"]):
             return True
-        if words[:2] in (["GRANT", "APPLY"], ["REVOKE", "APPLY"]):
+        if words[:2] in (["GRANT", "APPLY"], ["REVOKE", "APPLY"], ["GRANT", "AUDIT"],
+                         ["REVOKE", "AUDIT"]):
             return True
         if words[:2] == ["ALTER", "TABLE"] and re.search(
                 r"\b(MASKING|ROW\s+ACCESS)\s+POLICY\b", _sqltext.strip_strings(sql), re.I):
@@ -179,13 +186,15 @@ class PolicyStore:
     def _handle(self, sql: str, privileges: Privileges | None) -> Result:
         system = _SYSTEM.fullmatch(sql)
         if system is not None:
-            return self._system(system[1].lower())
+            return self._system(system[1].lower(), privileges)
         apply = _APPLY.fullmatch(sql)
         if apply is not None:
+            what = "audit" if apply[2].upper() == "AUDIT" else "apply"
             if privileges is not None and not privileges.admin:
                 raise StatementError("permission denied: only admin users may grant or revoke "
-                                     "APPLY POLICY", "42501")
-            names = [_ident(n) for n in re.findall(_NAME, apply[2])]
+                                     f"{what.upper().replace('APPLY', 'APPLY POLICY')}",
+                                     "42501")
+            names = [_ident(n) for n in re.findall(_NAME, apply[3])]
             store = privileges.store if privileges is not None else None
             for name in names:
                 if store is not None and not store.exists(name):
@@ -193,8 +202,8 @@ class PolicyStore:
             grant = apply[1].upper() == "GRANT"
 
             def change_apply() -> None:
-                held = set(self.data["apply"])
-                self.data["apply"] = sorted(held | set(names) if grant else held - set(names))
+                held = set(self.data[what])
+                self.data[what] = sorted(held | set(names) if grant else held - set(names))
 
             self._change(change_apply)
             return Result(None, [], apply[1].upper())
@@ -380,7 +389,18 @@ class PolicyStore:
         self._change(change)
         return Result(None, [], "ALTER TABLE")
 
-    def _system(self, which: str) -> Result:
+    def _system(self, which: str, privileges: Privileges | None) -> Result:
+        if which == "audit":
+            if privileges is not None and not set(self.data["audit"]) & privileges.roles:
+                raise StatementError("permission denied: system.audit is for holders of AUDIT",
+                                     "42501", hint="an admin can GRANT AUDIT TO a role")
+            entries = self.audit.entries() if self.audit is not None else []
+            cols = ["time", "session_user", "current_user", "kind", "functions", "tables",
+                    "columns", "rows", "prev"]
+            rows = [tuple(", ".join(e[c]) if isinstance(e.get(c), list) else e.get(c)
+                          for c in cols) for e in entries]
+            return Result([(c, 20 if c == "rows" else _TEXT) for c in cols], rows,
+                          f"SELECT {len(rows)}")
         if which == "policies":
             rows = [(name, kind.replace("_", " "),
                      f"({', '.join(f'{a} {t}' for a, t in p['args'])}) RETURNS {p['returns']}",
@@ -398,11 +418,12 @@ class PolicyStore:
 
     # -- enforcement -------------------------------------------------------------------------
 
-    def rewrite(self, sql: str, privileges: Privileges, con: Any) -> str:
+    def rewrite(self, sql: str, privileges: Privileges, con: Any) -> tuple[str, list[str]]:
         """``sql`` (a query, or ``INSERT INTO t ... <query>``) reading every table with
-        policies through them, for ``privileges``' session (see the module docstring)."""
+        policies through them, for ``privileges``' session (see the module docstring),
+        and the columns (``t.c``) read through a policy that decrypts."""
         if not self.active or privileges.admin:
-            return sql
+            return sql, []
         from ._grants import _INSERT, _close_paren
 
         prefix = ""
@@ -423,13 +444,39 @@ class PolicyStore:
         context = _Context(self, privileges, con)
         tree = context.walk(tree, frozenset())
         if not context.changed:
-            return prefix + sql
+            return prefix + sql, []
         row = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchone()
         if row is None or row[0] is None:
             raise StatementError("internal error: a policy rewrite failed", "XX000")
         # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
         text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(row[0]))
-        return prefix + text
+        return prefix + text, sorted(context.revealed)
+
+    def record(self, sql: str, privileges: Privileges | None, revealed: list[str],
+               rows: int | None, con: Any, user: str | None = None) -> None:
+        """Write an audit line if ``sql`` (as run) revealed protected values (see
+        :mod:`._audit`): an admin's call of a revealing function, or columns read through a
+        policy that decrypts."""
+        if self.audit is None:
+            return
+        functions = revealing_calls(sql)
+        if not functions:
+            return
+        tables = sorted({c.split(".")[0] for c in revealed})
+        if not revealed:
+            from ._grants import query_references
+
+            try:
+                found = query_references(sql, con)
+            except Exception:
+                found = None
+            tables = sorted({t.lower() for t in found[0]}) if found else []
+        session_user = privileges.session_user if privileges is not None else user
+        current = privileges.current_user if privileges is not None else user
+        self.audit.write(session_user=session_user, current_user=current,
+                         kind="policy" if revealed else "function",
+                         functions=sorted(functions), tables=tables, columns=revealed,
+                         rows=rows)
 
     def parsed_body(self, kind: str, name: str, con: Any) -> Any:
         """The expression tree of a policy body (cached until the policies change)."""
@@ -452,6 +499,7 @@ class _Context:
         self.roles = privileges.roles
         self._constants: dict[str, Any] = {}
         self.changed = False
+        self.revealed: set[str] = set()
 
     def constant(self, literal: str) -> Any:
         if literal not in self._constants:
@@ -506,6 +554,11 @@ class _Context:
             raise StatementError(f"permission denied: {key} has policies", "42501")
         self.changed = True
         cols = list(self.store._columns(key))
+        for column, pname in masks.items():
+            if revealing_calls(data["masking"][pname]["body"]):
+                self.revealed.add(f"{key}.{column}")
+        if rows is not None and revealing_calls(data["row_access"][rows[0]]["body"]):
+            self.revealed.update(f"{key}.{c}" for c in rows[1])
         select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c in masks
                            else _quote(c) for i, c in enumerate(cols))
         where = ""
