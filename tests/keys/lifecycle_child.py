@@ -5,7 +5,9 @@ Usage: lifecycle_child.py N ARGS...
 Runs ``cryptdisk ARGS...`` in this process. Every call that changes the disk
 (``os.write``, ``os.pwrite``, ``os.fsync``, ``os.replace``, ``os.link``, ``os.unlink``)
 counts; before the N-th it prints ``paused N CALL`` and sleeps until killed, so the
-parent kills it at that exact point. A run with fewer than N such calls prints
+parent kills it at that exact point (with ``CHILD_RESUME=1`` in the environment it
+waits for a line on stdin instead and goes on: the parent does something at that
+point, such as stopping a key server). A run with fewer than N such calls prints
 ``finished CODE`` instead.
 """
 
@@ -30,7 +32,10 @@ def main():
             if calls == stop:
                 sys.__stdout__.write(f"paused {calls} {_name}\n")
                 sys.__stdout__.flush()
-                time.sleep(600)
+                if os.environ.get("CHILD_RESUME"):
+                    sys.stdin.readline()
+                else:
+                    time.sleep(600)
             return _real(*args, **kwargs)
 
         setattr(os, name, wrapped)

@@ -153,3 +153,47 @@ def test_unknown_provider_install_hint(tmp_path: Any, monkeypatch):
     with pytest.raises(KeySourceError, match="cannot be imported") as info:
         Keyring.from_config(path)
     assert info.value.hint == "pip install 'cryptdisk[kms]'"
+
+
+def test_retry_policy_retries_only_transient_faults_with_growing_waits(tmp_path):
+    from cryptdisk.errors import KeyProviderError
+    from cryptdisk.keys import RetryPolicy
+
+    waits: list[float] = []
+    policy = RetryPolicy(3, 0.5, sleep=waits.append)
+    attempts = []
+
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise KeyProviderError("fake: unreachable", transient=True)
+        return "ok"
+
+    assert policy.call("open", 1, flaky) == "ok" and len(attempts) == 3
+    assert len(waits) == 2 and 0.4 <= waits[0] <= 0.6 and 0.8 <= waits[1] <= 1.2
+    attempts.clear()
+
+    def refused() -> None:
+        attempts.append(1)
+        raise KeyProviderError("fake: access denied")
+
+    with pytest.raises(KeyProviderError, match="access denied") as info:
+        policy.call("open", 1, refused)
+    assert len(attempts) == 1 and not info.value.transient
+
+    def down() -> None:
+        raise KeyProviderError("fake: unreachable", transient=True)
+
+    waits.clear()
+    with pytest.raises(KeyProviderError, match=r"unreachable \(gave up after 4 attempts"):
+        policy.call("seal", 1, down)
+    assert len(waits) == 3
+    with pytest.raises(ConfigError, match="retries must be"):
+        Keyring.from_config(_cfg_with(tmp_path, "retries = -1"))
+
+
+def _cfg_with(tmp_path, extra: str) -> str:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[keyring]\n[[keyring.keys]]\nid = 1\nsource = "fake-kms"\nkey = "r"\n'
+                    f"{extra}\n")
+    return str(path)

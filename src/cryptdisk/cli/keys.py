@@ -102,7 +102,15 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
     for path, reason in summary.failed:
         msg = reason if path in reason else f"{path}: {reason}"
         print(f"cryptdisk: error: {msg}", file=sys.stderr)
+    _report_not_done(summary.not_done)
     return 0 if summary.ok else 1
+
+
+def _report_not_done(files: list[str]) -> None:
+    if files:
+        print(f"cryptdisk: error: stopped at a provider fault; {len(files)} file(s) not done, "
+              f"still under their old keys: {_listing(files)}. Run the same command again "
+              "when the provider answers: it resumes", file=sys.stderr)
 
 
 # -- cryptdisk keys list|add|promote|retire|destroy: the key lifecycle -------------------------
@@ -427,11 +435,7 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
         for path, reason in summary.failed:
             msg = reason if path in reason else f"{path}: {reason}"
             print(f"cryptdisk: error: {msg}", file=sys.stderr)
-        if summary.not_done:
-            print(f"cryptdisk: error: stopped at a provider fault; {len(summary.not_done)} "
-                  f"file(s) not done, still under their old keys: {_listing(summary.not_done)}."
-                  " Run the same command again when the provider answers: it resumes",
-                  file=sys.stderr)
+        _report_not_done(summary.not_done)
         code = code or (0 if summary.ok else 1)
     if not args.db and not args.paths:
         print("files written before stay under their keys until rewrapped: give --db or "

@@ -32,6 +32,7 @@ from ._remote import (
     DEFAULT_CACHE_SECONDS,
     ProviderKey,
     RemoteKeyProvider,
+    RetryPolicy,
     UnwrapCache,
     close_provider_keys,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Keyring",
     "ProviderKey",
     "RemoteKeyProvider",
+    "RetryPolicy",
     "RewrapSummary",
     "UnwrapCache",
     "close_provider_keys",

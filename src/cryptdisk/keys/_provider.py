@@ -265,7 +265,7 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
                         base: str | None, default_id: int | None, algorithm_field: bool,
                         default_algorithm: Any) -> KeyEntry:
     """``source = "NAME"``: a provider that keeps its key (:class:`RemoteKeyProvider`)."""
-    from ._remote import COMMON_FIELDS, ProviderKey, RemoteKeyProvider, UnwrapCache
+    from ._remote import COMMON_FIELDS, ProviderKey, RemoteKeyProvider, RetryPolicy, UnwrapCache
 
     key_id = entry.get("id", default_id)
     if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id <= _MAX_ID:
@@ -281,6 +281,10 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
     for field_name, arg in (("cache_entries", "entries"), ("cache_seconds", "seconds")):
         if field_name in rest:
             cache_args[arg] = rest.pop(field_name)
+    retry_args = {}
+    for field_name, arg in (("retries", "retries"), ("retry_seconds", "seconds")):
+        if field_name in rest:
+            retry_args[arg] = rest.pop(field_name)
     try:
         cls = get_key_provider(name)
         if not issubclass(cls, RemoteKeyProvider):
@@ -289,13 +293,14 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
         try:
             provider = cls(rest, base=base if base is not None else os.getcwd())
             cache = UnwrapCache(**cache_args)
+            retry = RetryPolicy(**retry_args)
         except TypeError as exc:
             raise ConfigError(f"key {key_id}: {name} {exc}", path=path, where=where) from None
         except ValueError as exc:
             raise ConfigError(f"key {key_id}: {exc} ({', '.join(sorted(COMMON_FIELDS))})",
                               path=path, where=where) from None
         algorithm = entry.get("algorithm", default_algorithm) if algorithm_field else None
-        key = ProviderKey(key_id, provider, algorithm=algorithm, cache=cache,
+        key = ProviderKey(key_id, provider, algorithm=algorithm, cache=cache, retry=retry,
                           what=f"key {key_id}")
     except ConfigError:
         raise

@@ -22,6 +22,7 @@ import abc
 import atexit
 import hmac
 import os
+import random
 import threading
 import time
 import weakref
@@ -33,17 +34,23 @@ from cryptography.exceptions import InvalidTag
 
 from ..errors import KeyProviderError, KeyringError, KeySourceError
 from ..format import Algorithm
+from ._audit import audit_event
 from ._key import Key
 from ._provider import KeyProvider
 
 __all__ = ["DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_SECONDS", "ProviderKey",
-           "RemoteKeyProvider", "UnwrapCache", "close_provider_keys"]
+           "RemoteKeyProvider", "RetryPolicy", "UnwrapCache", "close_provider_keys"]
 
 #: Unwrapped data keys kept per provider-held key, and for how long, unless the entry says.
 DEFAULT_CACHE_ENTRIES = 10_000
 DEFAULT_CACHE_SECONDS = 300.0
+#: How often a provider call that failed transiently is tried again, and the first wait.
+DEFAULT_RETRIES = 2
+DEFAULT_RETRY_SECONDS = 0.5
+#: The longest wait between two attempts (the wait doubles from retry_seconds up to this).
+MAX_RETRY_WAIT = 5.0
 #: Fields every provider-held entry accepts besides its provider's own.
-COMMON_FIELDS = frozenset({"cache_seconds", "cache_entries"})
+COMMON_FIELDS = frozenset({"cache_seconds", "cache_entries", "retries", "retry_seconds"})
 
 
 class RemoteKeyProvider(KeyProvider):
@@ -131,6 +138,56 @@ class RemoteKeyProvider(KeyProvider):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
+
+
+class RetryPolicy:
+    """Retries of provider calls that failed transiently (unreachable, no answer in time).
+
+    A call that raises :class:`~cryptdisk.errors.KeyProviderError` with ``transient``
+    set is tried again up to ``retries`` times, waiting ``seconds``, then twice as long
+    each time (at most :data:`MAX_RETRY_WAIT`, with +-20% jitter); each failed attempt
+    is a ``fault`` event in the audit log. A refusal (not transient) and
+    :class:`~cryptography.exceptions.InvalidTag` are never retried. Sealing is safe
+    to repeat: the nonce, data key and associated data are the same, so the provider
+    computes the same ciphertext.
+    """
+
+    def __init__(self, retries: int = DEFAULT_RETRIES, seconds: float = DEFAULT_RETRY_SECONDS,
+                 *, sleep: Callable[[float], None] = time.sleep) -> None:
+        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
+            raise ValueError(f"retries must be a whole number from 0 to 100, not {retries!r}")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not (
+                0 <= seconds <= 60):
+            raise ValueError(f"retry_seconds must be a number from 0 to 60, not {seconds!r}")
+        self.retries = retries
+        self.seconds = float(seconds)
+        self._sleep = sleep
+
+    def call(self, operation: str, key_id: int, fn: Callable[[], Any]) -> Any:
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except KeyProviderError as exc:
+                if not exc.transient:
+                    raise
+                if attempt >= self.retries:
+                    if not attempt:
+                        raise
+                    took = time.monotonic() - start
+                    raise KeyProviderError(f"{exc} (gave up after {attempt + 1} attempts in "
+                                           f"{took:.1f} s)", hint=exc.hint,
+                                           transient=True) from None
+                wait = min(MAX_RETRY_WAIT, self.seconds * 2 ** attempt)
+                wait *= random.uniform(0.8, 1.2)
+                audit_event("fault", key_id, operation=operation, attempt=attempt + 1,
+                            error=str(exc)[:300], retry_in=round(wait, 3))
+                self._sleep(wait)
+                attempt += 1
+
+    def __repr__(self) -> str:
+        return f"<RetryPolicy retries={self.retries} seconds={self.seconds:g}>"
 
 
 class UnwrapCache:
@@ -229,16 +286,18 @@ class ProviderKey(Key):
     exit (:func:`close_provider_keys`).
     """
 
-    __slots__ = ("__weakref__", "_cache", "_provider")
+    __slots__ = ("__weakref__", "_cache", "_provider", "_retry", "_uses")
 
     def __init__(self, key_id: int, provider: RemoteKeyProvider, *,
                  algorithm: str | Algorithm | None = None, cache: UnwrapCache | None = None,
-                 what: str | None = None) -> None:
+                 retry: RetryPolicy | None = None, what: str | None = None) -> None:
         if not isinstance(provider, RemoteKeyProvider):
             raise TypeError(f"expected a RemoteKeyProvider, not {type(provider).__name__}")
         if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
             raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id!r}")
-        size = provider.connect(what or f"key {key_id}", key_id)
+        self._retry = retry if retry is not None else RetryPolicy()
+        size = self._retry.call("connect", key_id,
+                                lambda: provider.connect(what or f"key {key_id}", key_id))
         alg = Algorithm.parse(algorithm) if algorithm is not None else Algorithm.for_key_size(
             size)
         self._id = key_id
@@ -250,7 +309,10 @@ class ProviderKey(Key):
         self.source = provider.label
         self._provider = provider
         self._cache = cache if cache is not None else UnwrapCache()
+        #: data keys wrapped, unwrapped, and the provider calls made for them (audit log)
+        self._uses = {"wraps": 0, "unwraps": 0, "cache_hits": 0, "provider_calls": 0}
         _OPEN_KEYS.add(self)
+        audit_event("connect", key_id, provider=provider.describe())
 
     @property
     def provider(self) -> RemoteKeyProvider:
@@ -260,21 +322,34 @@ class ProviderKey(Key):
     def cache(self) -> UnwrapCache:
         return self._cache
 
+    @property
+    def uses(self) -> dict[str, int]:
+        """Counts of this key's use in this process (what the audit log's ``use`` event says)."""
+        return dict(self._uses)
+
     def wrap(self, dek: bytes, associated_data: bytes) -> bytes:
         nonce = os.urandom(12)
-        blob = nonce + self._provider.seal(nonce, bytes(dek), bytes(associated_data))
+        dek, ad = bytes(dek), bytes(associated_data)
+        self._uses["wraps"] += 1
+        self._uses["provider_calls"] += 1
+        blob: bytes = nonce + self._retry.call("seal", self._id,
+                                               lambda: self._provider.seal(nonce, dek, ad))
         self._cache.put(blob, associated_data, dek)
         return blob
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        self._uses["unwraps"] += 1
         cached = self._cache.get(blob, associated_data)
         if cached is not None:
+            self._uses["cache_hits"] += 1
             return cached
         if len(blob) < 12 + 16:
             raise InvalidTag()
-        dek = self._provider.open(bytes(blob[:12]), bytes(blob[12:]), bytes(associated_data))
+        nonce, sealed, ad = bytes(blob[:12]), bytes(blob[12:]), bytes(associated_data)
+        self._uses["provider_calls"] += 1
+        dek = self._retry.call("open", self._id, lambda: self._provider.open(nonce, sealed, ad))
         self._cache.put(blob, associated_data, dek)
-        return dek
+        return dek  # type: ignore[no-any-return]
 
     def derive(self, purpose: bytes, length: int = 32) -> bytes:
         raise KeyringError(f"key {self._id} is held by the {self._provider.name} provider and "
@@ -291,6 +366,10 @@ class ProviderKey(Key):
         """Wipe the unwrap cache and close the provider's session (idempotent)."""
         self._cache.clear()
         self._provider.close()
+        if any(self._uses.values()):
+            audit_event("use", self._id, provider=self._provider.describe(), **self._uses)
+            for name in self._uses:
+                self._uses[name] = 0
 
     def __repr__(self) -> str:
         return (f"<ProviderKey id={self._id} algorithm={self._algorithm.label} "

@@ -22,6 +22,10 @@ ENV = {"AWS_ACCESS_KEY_ID": "AKIDTESTING", "AWS_SECRET_ACCESS_KEY": SECRET,
        "AWS_DEFAULT_REGION": "us-east-1"}
 
 
+#: the running moto server of the ``kms`` fixture (a test may stop it)
+RUNNING: list = []
+
+
 @pytest.fixture
 def kms(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """moto's server on a free loopback port: (endpoint, a new KMS key's id)."""
@@ -34,6 +38,7 @@ def kms(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
         monkeypatch.setenv(k, v)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    RUNNING[:] = [server]
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
@@ -141,3 +146,33 @@ def test_a_database_whose_key_is_wrapped_by_kms(tmp_path, kms):
                                endpoint=endpoint)
     cfg = write(tmp_path, "[keyring]\n" + _entry(endpoint, kms_key) + SECURE_STORE)
     assert_a_database_round_trips(tmp_path, cfg, rows=500, key_id=6)
+
+
+def test_kms_stopped_mid_operation_fails_after_retries_and_recovers(tmp_path, kms, monkeypatch):
+    """moto's server is stopped after the key was unwrapped; once the unwrapped key expires
+    the next unwrap retries, gives up with a clear transient error, and works again once a
+    server answers on the endpoint."""
+    from moto.server import ThreadedMotoServer
+
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    now = [100.0]
+    monkeypatch.setattr(_aws_kms.time, "monotonic", lambda: now[0])
+    key = _ring(tmp_path, endpoint, kms_key, extra="kek_seconds = 60\ncache_entries = 0\n"
+                "retries = 2\nretry_seconds = 0.05\n").current_key()
+    blob = key.wrap(b"k" * 32, b"x" * 48)
+    port = int(endpoint.rsplit(":", 1)[1])
+    RUNNING[0].stop()  # the fixture's server (its stop() at teardown is then a no-op)
+    assert key.unwrap(blob, b"x" * 48) == b"k" * 32  # the unwrapped key is still held
+    now[0] += 60
+    with pytest.raises(KeyProviderError, match="gave up after 3 attempts") as info:
+        key.unwrap(blob, b"x" * 48)
+    assert info.value.transient and SECRET not in str(info.value)
+    again = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    again.start()
+    try:
+        assert key.unwrap(blob, b"x" * 48) == b"k" * 32
+    finally:
+        again.stop()
+        key.close()

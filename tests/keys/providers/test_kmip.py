@@ -225,3 +225,134 @@ def test_destroy_revokes_and_destroys_a_retired_key_on_the_server(tmp_path, kmip
         name = client.attribute_factory.create_attribute(enums.AttributeType.NAME, label)
         assert client.locate(attributes=[name]) == []
     assert "id = 7" not in (tmp_path / "cryptdisk.toml").read_text()
+
+
+def _start(root: Path, port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, str(HERE / "kmip_server.py"), str(root), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path):
+    """The KMIP server is killed while ``cryptdisk keys promote`` rewraps files into it: the
+    command stops, names what it did not do and exits 1; with the server back, the same
+    command finishes. The child pauses at its 4th file's header write; the server is
+    stopped there."""
+    from cryptdisk.format import Header
+    from cryptdisk.keys import Key, write_key_file
+
+    root = tmp_path / "kmip"
+    root.mkdir()
+    _certs(root)
+    port = _free_port()
+    server = Server(root, port)
+    proc = _start(root, port)
+    try:
+        _make_key(server, "kek-rotate")
+        write_key_file(tmp_path / "k1.hex", Key.generate(1))
+        cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                    'file = "k1.hex"\n' + _entry(server, "kek-rotate", key_id=7,
+                                                  extra="retries = 2\nretry_seconds = 0.1\n"))
+        data = tmp_path / "data"
+        data.mkdir()
+        ring = Keyring.from_config(cfg)
+        for i in range(10):
+            with cryptdisk.open(data / f"f{i:02}", "wb", keyring=ring) as f:
+                f.write(b"%d" % i * 500)
+        ring.close()
+        env = dict(os.environ, CHILD_RESUME="1", PYTHONPATH=os.pathsep.join(
+            [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+        # calls counted by the child: per file a pwrite and an fsync of its header, after
+        # the config's write, fsync, replace and directory fsync (the audit log is off):
+        # pause before the 4th file's pwrite
+        child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
+                                  str(4 + 2 * 3 + 1), "keys", "promote", "7", "-c", cfg,
+                                  str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        assert child.stdout is not None and child.stdin is not None
+        shown = []
+        for line in child.stdout:
+            if line.startswith(("paused", "finished")):
+                break
+            shown.append(line)
+        assert line.startswith("paused 11 pwrite"), (shown, line)
+        _stop(proc)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+        assert "finished 1" in out, (out, err)
+        assert "stopped at a provider fault; 5 file(s) not done" in err
+        assert "gave up after 3 attempts" in err
+        assert "rewrapped 4 file(s) under key 7" in out
+        ids = [Header.parse((data / f"f{i:02}").read_bytes()[:128]).key_id for i in range(10)]
+        assert ids == [7] * 4 + [1] * 6  # the 5th failed, 6..10 not tried: all under key 1
+
+        proc = _start(root, port)  # the server is back: the same command finishes
+        again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
+                                "-c", cfg, str(data)], capture_output=True, text=True, env=env,
+                               timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert "rewrapped 6 file(s) under key 7; 4 already under it" in again.stdout
+        ring = Keyring.from_config(cfg)
+        for i in range(10):
+            with cryptdisk.open(data / f"f{i:02}", "rb", keyring=ring) as f:
+                assert f.read() == b"%d" % i * 500
+        ring.close()
+    finally:
+        _stop(proc)
+
+
+def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
+    """Unwrapping with the server down: the key retries with backoff; the server is started
+    again once the audit log shows the first failed attempt, and the unwrap succeeds."""
+    import json
+    import threading
+    import time
+
+    from cryptdisk.keys import AUDIT_ENV
+
+    root = tmp_path / "kmip"
+    root.mkdir()
+    _certs(root)
+    port = _free_port()
+    server = Server(root, port)
+    procs = [_start(root, port)]
+    log = tmp_path / "audit.jsonl"
+    os.environ[AUDIT_ENV] = str(log)
+    try:
+        _make_key(server, "kek-retry")
+        key = _ring(tmp_path, server, "kek-retry",
+                    extra="retries = 8\nretry_seconds = 0.5\n").current_key()
+        blob = key.wrap(b"d" * 32, AD)
+        key.cache.clear()
+        _stop(procs[0])
+
+        def restart() -> None:
+            while not log.exists() or '"fault"' not in log.read_text():
+                time.sleep(0.05)
+            procs.append(_start(root, port))
+
+        helper = threading.Thread(target=restart)
+        helper.start()
+        assert key.unwrap(blob, AD) == b"d" * 32
+        helper.join()
+        faults = [json.loads(x) for x in log.read_text().splitlines()
+                  if '"fault"' in x]
+        assert faults and faults[0]["operation"] == "open" and faults[0]["key_id"] == 7
+        assert "kek-retry" in faults[0]["error"] and "client.key" not in faults[0]["error"]
+        key.close()
+        uses = [json.loads(x) for x in log.read_text().splitlines() if '"use"' in x]
+        assert uses[-1]["wraps"] == 1 and uses[-1]["unwraps"] == 1
+        assert uses[-1]["provider_calls"] == 2
+    finally:
+        del os.environ[AUDIT_ENV]
+        for p in procs:
+            _stop(p)

@@ -257,3 +257,37 @@ def test_rotation_moves_files_from_a_key_file_into_the_token(tmp_path, softhsm, 
         assert Header.parse((data / f"f{i}").read_bytes()[:128]).key_id == 2
         with cryptdisk.open(data / f"f{i}", "rb", keyring=token_only) as f:
             assert f.read() == b"row %d" % i
+
+
+def test_a_hung_module_call_fails_within_the_timeout_and_later_calls_work(tmp_path, softhsm,
+                                                                          pin_env, key_label):
+    """A call that hangs in the module (here: another thread holds the module's lock, as a
+    call stuck in C_Decrypt would) makes the caller fail within ``timeout`` per attempt
+    with a transient error; when it returns, the key works again."""
+    import threading
+
+    key = _ring(tmp_path, softhsm, key_label,
+                extra="timeout = 0.3\nretries = 1\nretry_seconds = 0.01\ncache_entries = 0\n"
+                ).current_key()
+    blob = key.wrap(b"h" * 32, AD)
+    provider = key.provider
+    held, release = threading.Event(), threading.Event()
+
+    def hang() -> None:
+        with provider._lock:
+            held.set()
+            release.wait(60)
+
+    hung = threading.Thread(target=hang)
+    hung.start()
+    held.wait(10)
+    try:
+        with pytest.raises(KeyProviderError, match=r"did not answer within 0.3 s .*gave up "
+                           r"after 2 attempts") as info:
+            key.unwrap(blob, AD)
+        assert info.value.transient
+    finally:
+        release.set()
+        hung.join()
+    assert key.unwrap(blob, AD) == b"h" * 32
+    key.close()

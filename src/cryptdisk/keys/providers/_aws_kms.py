@@ -59,14 +59,36 @@ def _boto3() -> Any:
 
 def _client(region: str | None, endpoint: str | None, timeout: float) -> Any:
     boto3, botocore = _boto3()
+    # one attempt per call: the key's RetryPolicy retries what is worth retrying
     config = botocore.config.Config(connect_timeout=timeout, read_timeout=timeout,
-                                    retries={"max_attempts": 2, "mode": "standard"})
+                                    retries={"total_max_attempts": 1, "mode": "standard"})
     return boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint,
                                           config=config)
 
 
 def _context(key_id: int) -> dict[str, str]:
     return {"cryptdisk-key-id": str(key_id)}
+
+
+#: KMS error codes that mean "try again" (the rest are refusals).
+_TRANSIENT_CODES = frozenset({"ThrottlingException", "KMSInternalException",
+                              "DependencyTimeoutException", "ServiceUnavailableException",
+                              "InternalFailure", "RequestTimeout", "RequestTimeoutException"})
+
+
+def _transient(exc: Exception, botocore: Any) -> bool:
+    """True when KMS could not be reached, did not answer in time or asked to retry."""
+    if isinstance(exc, (botocore.exceptions.EndpointConnectionError,
+                        botocore.exceptions.ConnectionClosedError,
+                        botocore.exceptions.ConnectTimeoutError,
+                        botocore.exceptions.ReadTimeoutError)):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500)
+    return False
 
 
 def _kms_error(exc: Exception) -> str:
@@ -139,7 +161,8 @@ class AwsKmsProvider(RemoteKeyProvider):
                                     EncryptionContext=_context(self._key_id or 0))
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise KeyProviderError(f"{what}: {self.describe()}: Decrypt of {path} failed: "
-                                   f"{_kms_error(exc)}") from None
+                                   f"{_kms_error(exc)}",
+                                   transient=_transient(exc, botocore)) from None
         kek = bytearray(answer["Plaintext"])
         answer.clear()
         if len(kek) not in (16, 32):

@@ -118,7 +118,8 @@ class KmipProvider(RemoteKeyProvider):
                                  cert=self._path("client_cert"), key=client_key,
                                  ca=self._path("ca"), timeout=self.timeout)
         except Exception as exc:  # PyKMIP raises socket, ssl and its own errors
-            raise KeyProviderError(f"{where}: cannot connect: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: cannot connect: {_describe(exc)}",
+                                   transient=_unreachable(exc)) from None
         try:
             name = client.attribute_factory.create_attribute(enums.AttributeType.NAME,
                                                              self.value["key"])
@@ -142,11 +143,15 @@ class KmipProvider(RemoteKeyProvider):
             _, mac = client.mac(_CHECK_LABEL, uid,
                                 algorithm=enums.CryptographicAlgorithm.HMAC_SHA256)
         except KeyProviderError:
-            client.close()
+            _close_client(client)
             raise
         except Exception as exc:  # whatever PyKMIP raised
-            client.close()
+            _close_client(client)
             raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+        if self._check is not None and bytes(mac)[:8] != self._check:
+            _close_client(client)
+            raise KeyProviderError(f"{where}: the server's key of that name is another key "
+                                   "than the one connected first")
         self._client, self._uid, self._check = client, uid, bytes(mac)[:8]
         return size
 
@@ -179,10 +184,10 @@ class KmipProvider(RemoteKeyProvider):
                     raise InvalidTag() from None  # PyKMIP reports a bad tag as either
                 raise KeyProviderError(f"{self.describe()}: {operation} failed: "
                                        f"{_describe(exc)}") from None
-            except Exception as exc:  # socket and TLS errors
+            except Exception as exc:  # socket and TLS errors: reconnect on the next call
                 self.close()
                 raise KeyProviderError(f"{self.describe()}: {operation} failed: "
-                                       f"{_describe(exc)}") from None
+                                       f"{_describe(exc)}", transient=True) from None
 
     def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
         answer = self._call("Encrypt", {"data": dek, "iv_counter_nonce": nonce,
@@ -226,7 +231,7 @@ class KmipProvider(RemoteKeyProvider):
                                    f"{_describe(exc)}") from None
         finally:
             with contextlib.suppress(Exception):
-                client.close()
+                _close_client(client)
         if not uids:
             return f"{self.describe()} was already gone"
         return f"revoked and destroyed {self.describe()} on the server"
@@ -235,8 +240,7 @@ class KmipProvider(RemoteKeyProvider):
         with self._lock:
             client, self._client = self._client, None
             if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
+                _close_client(client)
 
 
 def kmip_client(host: str, port: int, *, cert: str, key: str, ca: str,
@@ -262,8 +266,34 @@ def kmip_client(host: str, port: int, *, cert: str, key: str, ca: str,
         proxy.socket.settimeout(timeout)
 
     proxy._create_socket = create
-    client.open()
+    try:
+        client.open()
+    except BaseException:
+        sock = getattr(proxy, "socket", None)  # PyKMIP leaves it open when connect fails
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        raise
     return client
+
+
+def _close_client(client: Any) -> None:
+    """Close a PyKMIP client and its socket (PyKMIP skips the close when the shutdown of a
+    connection the server dropped fails)."""
+    sock = getattr(getattr(client, "proxy", None), "socket", None)
+    with contextlib.suppress(Exception):
+        client.close()
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """True for a server that could not be reached or did not answer (worth retrying); a TLS
+    handshake the server refused (a certificate problem) is not."""
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
+        return False
+    return isinstance(exc, (OSError, EOFError, TimeoutError))
 
 
 def _describe(exc: BaseException) -> str:

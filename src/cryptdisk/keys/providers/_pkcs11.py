@@ -16,8 +16,10 @@ tag), so files are byte for byte what a local key writes. The check value is
 ``AES-CMAC(KEK, "cryptdisk key check v1")[:8]`` (``CKM_AES_CMAC``), computed in the token.
 The key must be ``CKA_SENSITIVE`` and not ``CKA_EXTRACTABLE``; an extractable key is
 refused. The PIN is read from its variable or file when the session is opened and
-is never stored, shown or logged. Calls into the module are serialised by a lock;
-PKCS#11 has no timeouts, so a hung module hangs the caller.
+is never stored, shown or logged. Calls into the module are serialised by a lock and
+run in a worker thread: one that does not return within ``timeout`` seconds (default
+30) is left there and the caller gets a transient error, which the key's retries
+handle; a lost session or device is closed and opened again on the next attempt.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import contextlib
 import hashlib
 import hmac
 import os
+import queue
 import stat
 import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
@@ -84,17 +88,24 @@ class Pkcs11Provider(RemoteKeyProvider):
     name = "pkcs11"
     label = "pkcs11"
     fields: ClassVar[frozenset[str]] = frozenset({"module", "token", "key", "pin_env",
-                                                  "pin_file"})
+                                                  "pin_file", "timeout"})
     required: ClassVar[frozenset[str]] = frozenset({"module", "token", "key"})
 
     def __init__(self, value: Any, *, base: str) -> None:
         super().__init__(value, base=base)
         for name in self.value:
+            if name == "timeout":
+                continue
             if not isinstance(self.value[name], str) or not self.value[name]:
                 raise TypeError(f"{name} must be a non-empty string")
         if ("pin_env" in self.value) == ("pin_file" in self.value):
             raise TypeError("needs exactly one of pin_env and pin_file (a PIN is never "
                             "written in the config)")
+        timeout = self.value.get("timeout", DEFAULT_TIMEOUT)
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise TypeError("timeout must be a number of seconds above 0")
+        self.timeout = float(timeout)
+        self._worker: _Worker | None = None
         self._lock = threading.RLock()
         self._session: Any = None
         self._key: Any = None
@@ -103,10 +114,36 @@ class Pkcs11Provider(RemoteKeyProvider):
     def describe(self) -> str:
         return f"pkcs11 token {self.value['token']!r} key {self.value['key']!r}"
 
+    def _bounded(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` in this provider's worker thread, waiting at most ``timeout`` seconds.
+
+        PKCS#11 calls cannot be interrupted: a call that does not return in time is
+        left to its thread (which is abandoned, a new one takes the next call) and the
+        caller gets a transient :class:`KeyProviderError`. While it hangs it holds the
+        module lock, so later calls time out too until it returns.
+        """
+        worker = self._worker
+        if worker is None:
+            worker = self._worker = _Worker(f"cryptdisk-pkcs11-{self.value['token']}")
+        done, result = worker.call(fn, self.timeout)
+        if not done:
+            self._worker = None
+            worker.stop()
+            raise KeyProviderError(f"{self.describe()}: {what}: the PKCS#11 module did not "
+                                   f"answer within {self.timeout:g} s", transient=True)
+        return result
+
+    def _locked(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            with self._lock:
+                return fn()
+        return run
+
     def connect(self, what: str, key_id: int) -> int:
-        with self._lock:
+        def run() -> int:
             self._open(what)
             return int(self._key[self._attr.VALUE_LEN])
+        return int(self._bounded("opening the session", self._locked(run)))
 
     def _open(self, what: str) -> None:
         if self._session is not None:
@@ -176,20 +213,32 @@ class Pkcs11Provider(RemoteKeyProvider):
         p11 = _pkcs11()
         return p11.Mechanism.AES_GCM, p11.GCMParams(nonce, associated_data, 128)
 
+    def _failed(self, what: str, exc: Exception) -> KeyProviderError:
+        """A provider error for a failed call; a lost session or device is closed, so the
+        next attempt opens a new one, and is transient."""
+        errors = _pkcs11().exceptions
+        lost = tuple(getattr(errors, n) for n in _LOST if hasattr(errors, n))
+        if isinstance(exc, lost):
+            self.close()
+        return KeyProviderError(f"{self.describe()}: {what} failed: {_describe(exc)}",
+                                transient=isinstance(exc, lost))
+
     def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
         mech, param = self._gcm(nonce, associated_data)
-        with self._lock:
+
+        def run() -> bytes:
             self._open("sealing a data key")
             try:
                 return bytes(self._key.encrypt(dek, mechanism=mech, mechanism_param=param))
             except _pkcs11().exceptions.PKCS11Error as exc:
-                raise KeyProviderError(f"{self.describe()}: sealing a data key failed: "
-                                       f"{_describe(exc)}") from None
+                raise self._failed("sealing a data key", exc) from None
+        return bytes(self._bounded("sealing a data key", self._locked(run)))
 
     def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
         mech, param = self._gcm(nonce, associated_data)
         errors = _pkcs11().exceptions
-        with self._lock:
+
+        def run() -> bytes:
             self._open("opening a data key")
             try:
                 return bytes(self._key.decrypt(sealed, mechanism=mech, mechanism_param=param))
@@ -198,8 +247,8 @@ class Pkcs11Provider(RemoteKeyProvider):
                 # SoftHSM2 reports a failed GCM tag as CKR_GENERAL_ERROR
                 raise InvalidTag() from None
             except errors.PKCS11Error as exc:
-                raise KeyProviderError(f"{self.describe()}: opening a data key failed: "
-                                       f"{_describe(exc)}") from None
+                raise self._failed("opening a data key", exc) from None
+        return bytes(self._bounded("opening a data key", self._locked(run)))
 
     def destroy(self, what: str) -> str:
         """Destroy the key object in the token (``C_DestroyObject`` in a read-write session)."""
@@ -230,11 +279,61 @@ class Pkcs11Provider(RemoteKeyProvider):
         return f"destroyed {self.describe()} in the token"
 
     def close(self) -> None:
-        with self._lock:
+        # a call hung in the module holds the lock: then the session is left to it
+        if not self._lock.acquire(timeout=self.timeout):
+            return
+        try:
             session, self._session, self._key = self._session, None, None
             if session is not None:
                 with contextlib.suppress(Exception):  # the session may already be gone
                     session.close()
+        finally:
+            self._lock.release()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+
+
+#: PKCS#11 errors that mean the session or device went away (a new session may work).
+_LOST = ("SessionClosed", "SessionHandleInvalid", "DeviceRemoved", "DeviceError",
+         "TokenNotPresent", "DeviceMemory")
+#: Seconds a PKCS#11 call may take before the caller gets an error (the ``timeout`` field).
+DEFAULT_TIMEOUT = 30.0
+
+
+class _Worker:
+    """One daemon thread running calls from a queue, so a caller can stop waiting."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, box, done = item
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # handed to the caller
+                box.append((False, exc))
+            done.set()
+
+    def call(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+        """(True, result) or (False, None) when ``fn`` did not return within ``timeout``."""
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._queue.put((fn, box, done))
+        if not done.wait(timeout):
+            return False, None
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return True, value
+
+    def stop(self) -> None:
+        self._queue.put(None)
 
 
 _PROCESS_SECRET = os.urandom(32)
