@@ -28,7 +28,8 @@ from ._catalog import PartMeta
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["NAN_KEY", "PART_ID_KEY", "not_as_recorded", "verify_part", "write_parts"]
+__all__ = ["NAN_KEY", "PART_ID_KEY", "dictionary_columns", "not_as_recorded", "verify_part",
+           "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -128,6 +129,81 @@ class _NaNGroups:
         return json.dumps({"row_groups": self.groups, "nan": self.found}).encode()
 
 
+#: A column whose first rows are more than this share distinct values is written without
+#: a dictionary: pyarrow would build one per row group and drop it past its page limit.
+DICTIONARY_MAX_DISTINCT = 0.5
+_SAMPLE_ROWS = 1 << 16
+
+
+def dictionary_columns(batch: pa.RecordBatch, schema: pa.Schema) -> list[str] | bool:
+    """The columns worth a dictionary, judged on the first rows of an insert's first batch.
+
+    True (pyarrow's default: every column) when the schema has nested columns (their
+    leaves have other names) or the sample is small; else the columns whose sample has
+    at most :data:`DICTIONARY_MAX_DISTINCT` distinct values per row (unique keys, hashes
+    and measurements go without: their dictionaries would cost writing time and end up
+    dropped).
+    """
+    import pyarrow.compute as pc
+
+    if batch.num_rows < 4096 or any(pa.types.is_nested(f.type) for f in schema):
+        return True
+    sample = batch.slice(0, _SAMPLE_ROWS)
+    keep = []
+    for f in schema:
+        col = sample.column(sample.schema.get_field_index(f.name))
+        if pc.count_distinct(col).as_py() <= DICTIONARY_MAX_DISTINCT * len(col):
+            keep.append(f.name)
+    return keep
+
+
+class _Prefetch:
+    """Pull the next batches on another thread while the writer encodes the current one.
+
+    DuckDB produces (sorts, converts to Arrow) and pyarrow encodes, both without the
+    GIL, so the two overlap on two cores. At most ``depth`` batches wait. An error of
+    the source is raised by :meth:`next`; :meth:`close` stops the thread and waits
+    for it (the source, a DuckDB result, must not be in use when the caller goes on).
+    """
+
+    def __init__(self, it: Iterable[pa.RecordBatch], depth: int = 2) -> None:
+        self._it = iter(it)
+        self._queue: queue.Queue[tuple[pa.RecordBatch | None, BaseException | None]] = \
+            queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cryptdisk-insert-source",
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, item: tuple[pa.RecordBatch | None, BaseException | None]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for batch in self._it:
+                if not self._put((batch, None)):
+                    return
+            self._put((None, None))
+        except BaseException as exc:  # handed to the writing thread
+            self._put((None, exc))
+
+    def next(self) -> pa.RecordBatch | None:
+        batch, error = self._queue.get()
+        if error is not None:
+            raise error
+        return batch
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                 *, version: int, max_rows: int,
                 on_rows: Callable[[int], None] | None = None,
@@ -144,9 +220,20 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     raises, parts written so far stay on disk as orphans for the next open to
     remove; the caller records nothing.
     """
+    source = _Prefetch(batches)
+    try:
+        return _write_parts(disk, prefix, source, schema, version=version, max_rows=max_rows,
+                            on_rows=on_rows, key=key)
+    finally:
+        source.close()
+
+
+def _write_parts(disk: Disk, prefix: str, source: _Prefetch, schema: pa.Schema, *,
+                 version: int, max_rows: int, on_rows: Callable[[int], None] | None,
+                 key: str | None) -> list[PartMeta]:
     parts: list[PartMeta] = []
-    it = iter(batches)
-    pending: pa.RecordBatch | None = next(it, None)
+    pending = source.next()
+    dictionary = dictionary_columns(pending, schema) if pending is not None else True
     while pending is not None:
         part_id = uuid.uuid4().hex
         path = f"{prefix}/{part_file_name(version, part_id)}"
@@ -157,7 +244,8 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
         with disk.open_write(path) as raw:
             sink = _HashingWriter(raw)
             try:
-                with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION) as writer:
+                with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION,
+                                      use_dictionary=dictionary) as writer:
                     nans = _NaNGroups(schema)
                     while pending is not None and rows < max_rows:
                         if pending.num_rows:
@@ -168,7 +256,7 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
                             rows += pending.num_rows
                             if on_rows is not None:
                                 on_rows(pending.num_rows)
-                        pending = next(it, None)
+                        pending = source.next()
                     writer.add_key_value_metadata({NAN_KEY: nans.to_json()})
                 written = writer
             finally:

@@ -1,0 +1,91 @@
+"""Writing parts: the dictionary choice per column and the prefetching of the source."""
+
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import cryptdisk
+from cryptdisk.db import _parts
+from cryptdisk.db._parts import _Prefetch, dictionary_columns
+
+
+def _batch(n):
+    return pa.RecordBatch.from_pydict({
+        "k": pa.array(range(n), pa.int64()),
+        "s": pa.array([f"{i:032x}" for i in range(n)], pa.string()),
+        "city": pa.array(["paris", "oslo", "lima"] * (n // 3) + ["rome"] * (n % 3)),
+        "f": pa.array([float(i % 7) for i in range(n)], pa.float64()),
+    })
+
+
+def test_unique_columns_go_without_a_dictionary():
+    b = _batch(30_000)
+    assert dictionary_columns(b, b.schema) == ["city", "f"]
+    assert dictionary_columns(b.slice(0, 100), b.schema) is True  # too few rows to judge
+    nested = pa.schema([("l", pa.list_(pa.int64())), ("k", pa.int64())])
+    assert dictionary_columns(pa.RecordBatch.from_pydict(
+        {"l": [[i] for i in range(5000)], "k": list(range(5000))}, schema=nested),
+        nested) is True
+
+
+def test_an_insert_writes_each_column_as_chosen_and_reads_back(tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR, city VARCHAR, f DOUBLE) ORDER BY k "
+               "SETTINGS storage_policy = 'plain'")
+        db.insert("t", pa.Table.from_batches([_batch(30_000)]))
+        (path,) = db.query("SELECT path FROM system.parts")[0]
+        assert db.query("SELECT count(DISTINCT s), count(*), min(city), sum(f) FROM t") == \
+            [(30_000, 30_000, "lima", sum(float(i % 7) for i in range(30_000)))]
+        disk = db.config.disks["plain"]
+        with disk.open_read(path) as f:
+            meta = pq.ParquetFile(f).metadata
+        encodings = {meta.schema.column(j).name: meta.row_group(0).column(j).encodings
+                     for j in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" not in encodings["s"] and "RLE_DICTIONARY" not in encodings["k"]
+    assert "RLE_DICTIONARY" in encodings["city"] and "RLE_DICTIONARY" in encodings["f"]
+
+
+def test_a_source_error_reaches_the_writer_and_the_thread_ends():
+    def source():
+        yield _batch(10)
+        raise ValueError("the source broke")
+
+    p = _Prefetch(source())
+    assert p.next().num_rows == 10
+    with pytest.raises(ValueError, match="the source broke"):
+        p.next()
+    p.close()
+    assert not any(t.name == "cryptdisk-insert-source" and t.is_alive()
+                   for t in threading.enumerate())
+
+
+def test_closing_early_stops_pulling_the_source():
+    pulled = []
+
+    def source():
+        for i in range(1000):
+            pulled.append(i)
+            yield _batch(3)
+
+    p = _Prefetch(source(), depth=2)
+    p.next()
+    p.close()  # the writer failed: the source must not be read to its end
+    assert len(pulled) < 10
+
+
+def test_a_failing_write_leaves_no_part_and_no_thread(tmp_path, monkeypatch):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+        monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 100)
+
+        def broken(*a, **k):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(_parts._NaNGroups, "add", broken)
+        with pytest.raises(OSError, match="disk full"):
+            db.sql("INSERT INTO t SELECT range FROM range(500000)")
+        assert db.query("SELECT count(*) FROM t") == [(0,)]
+    assert not any(t.name == "cryptdisk-insert-source" and t.is_alive()
+                   for t in threading.enumerate())
