@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import FieldError
+
 __all__ = ["register"]
 
 _EPILOG = """rules: COLUMN=FUNCTION:KEY[,option=value...], KEY a [fields.keys.NAME] of the config:
@@ -17,10 +19,26 @@ _EPILOG = """rules: COLUMN=FUNCTION:KEY[,option=value...], KEY a [fields.keys.NA
 
 
 def cmd_protect(args: argparse.Namespace) -> int:
-    from ..fields import FieldKeys, parse_rule, protect_file
+    from ..fields import FieldKeys, parse_rule, protect_file, protect_insert
 
     rules = [parse_rule(text) for text in args.rule]
     keys = FieldKeys.from_config(args.config)
+    if args.into is not None:
+        from ..db import connect
+
+        db_path, _, table = args.into.rpartition(":")
+        if not db_path or not table:
+            raise FieldError(f"--into {args.into!r}: give DATABASE:TABLE")
+        if args.output is not None:
+            raise FieldError("give an output file or --into DATABASE:TABLE, not both")
+        with connect(db_path, args.config) as db:
+            rows = protect_insert(db, table, args.input, rules, keys,
+                                  input_format=args.input_format)
+        print(f"cryptdisk: inserted {rows} rows into {table} of {db_path} with "
+              f"{', '.join(r.column for r in rules)} protected", file=sys.stderr)
+        return 0
+    if args.output is None:
+        raise FieldError("give an output file, or --into DATABASE:TABLE")
     summary = protect_file(args.input, args.output, rules, keys,
                            input_format=args.input_format, output_format=args.output_format)
     print(f"cryptdisk: protected {summary.rows} rows ({', '.join(summary.columns)}) into "
@@ -33,7 +51,11 @@ def register(sub: Any) -> None:
                        "tokenized or masked (docs/fields.md)", epilog=_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="CSV or Parquet file (by extension, or --input-format)")
-    p.add_argument("output", help="Parquet or CSV file to write (replaced only when complete)")
+    p.add_argument("output", nargs="?",
+                   help="Parquet or CSV file to write (replaced only when complete)")
+    p.add_argument("--into", metavar="DATABASE:TABLE",
+                   help="insert into a table of the embedded database instead of writing a "
+                   "file (one commit: all rows or none)")
     p.add_argument("-c", "--config", required=True, help="cryptdisk TOML config with "
                    "[fields.keys.NAME] entries")
     p.add_argument("-r", "--rule", action="append", required=True,

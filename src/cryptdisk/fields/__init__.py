@@ -32,7 +32,14 @@ from ._ff1 import MIN_DOMAIN, ff1_decrypt, ff1_encrypt
 from ._fpe import ALPHABETS, Alphabet, fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
 from ._mask import mask_email, mask_full, mask_hash, mask_last4, mask_null
-from ._protect import ProtectRule, ProtectSummary, parse_rule, protect_file, protect_table
+from ._protect import (
+    ProtectRule,
+    ProtectSummary,
+    parse_rule,
+    protect_file,
+    protect_insert,
+    protect_table,
+)
 from ._sql import SQL_FUNCTIONS, config_hook, register_sql_functions
 from ._tokens import detokenize, luhn_valid, tokenize
 
@@ -65,6 +72,7 @@ __all__ = [
     "native_library",
     "parse_rule",
     "protect_file",
+    "protect_insert",
     "protect_table",
     "register_sql_functions",
     "tokenize",

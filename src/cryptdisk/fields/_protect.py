@@ -13,7 +13,9 @@ are read as text (a CSV's ``0042`` stays ``0042``); the other columns pass throu
 :func:`protect_file` streams CSV or Parquet input to a Parquet or CSV file, batch
 by batch, into a temporary file renamed over the output only when every row is
 done, so the output never holds clear values of protected columns and a failed or
-killed run leaves no partial file.
+killed run leaves no partial file. :func:`protect_insert` streams the same way into a
+table of the embedded database: one insert (one commit), so clear values of the
+protected columns never reach a file, and a failure inserts no row.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from ._keys import FieldKey, FieldKeys
 from ._mask import mask_email, mask_full, mask_hash, mask_last4, mask_null
 from ._tokens import tokenize
 
-__all__ = ["ProtectRule", "ProtectSummary", "parse_rule", "protect_file", "protect_table"]
+__all__ = ["ProtectRule", "ProtectSummary", "parse_rule", "protect_file", "protect_insert",
+           "protect_table"]
 
 _KEYED = {"encrypt", "encrypt_deterministic", "fpe_encrypt", "tokenize", "mask_hash"}
 _UNKEYED = {"mask_full", "mask_last4", "mask_email", "mask_null"}
@@ -209,3 +212,61 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
             os.unlink(tmp)
         raise
     return ProtectSummary(rows, [r.column for r in rules])
+
+
+def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
+                   keys: FieldKeys | None = None, *, input_format: str | None = None) -> int:
+    """Insert ``data`` into ``table`` of ``db`` (:func:`cryptdisk.connect`) with the rules'
+    columns protected on the way; returns the row count.
+
+    ``data`` is a CSV or Parquet path (streamed batch by batch), or an Arrow table, record
+    batch or record batch reader. ``keys`` default to the ``[fields.keys]`` of the
+    database's config. The batches are protected in memory and inserted as one stream: one
+    commit, all rows or none.
+    """
+    if keys is None:
+        path = getattr(getattr(db, "config", None), "path", None)
+        keys = FieldKeys.from_config(path) if isinstance(path, str) and \
+            not path.endswith(".xml") and os.path.isfile(path) else FieldKeys()
+    for rule in rules:
+        if rule.key is not None:
+            keys[rule.key]  # an unknown key name fails before anything is read
+    if isinstance(data, (str, os.PathLike)):
+        src = os.fspath(data)
+        kind = _kind(src, input_format)
+        schema, source = _reader(src, kind, [r.column for r in rules])
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while (batch := _next(source, src, kind)) is not None:
+                yield batch
+    else:
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if isinstance(data, pa.Table):
+            data = pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
+        if not isinstance(data, pa.RecordBatchReader):
+            raise TypeError("protect_insert takes a CSV or Parquet path or Arrow data, not "
+                            f"{type(data).__name__}")
+        schema, reader = data.schema, data
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from reader
+    out_schema = protect_table(schema.empty_table(), rules, keys).schema
+    assert keys is not None
+
+    failed: list[BaseException] = []
+
+    def protected() -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in batches():
+                yield from protect_table(batch, rules, keys).cast(out_schema).to_batches()
+        except BaseException as exc:  # the database wraps it: raise ours instead, below
+            failed.append(exc)
+            raise
+
+    try:
+        return int(db.insert(table, pa.RecordBatchReader.from_batches(out_schema, protected())))
+    except Exception:
+        if failed:
+            raise failed[0] from None
+        raise
