@@ -100,9 +100,10 @@ class _Writer:
             self.progress(self.done, self.stored)
 
     def finish(self) -> None:
-        """Wait for every chunk (raising the first failure)."""
+        """Wait for every chunk (raising the first failure) and make them durable."""
         while self._queue:
             self._pop()
+        self.repo.sync_chunks()
 
     def close(self) -> None:
         for item in self._queue:

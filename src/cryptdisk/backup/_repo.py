@@ -43,6 +43,17 @@ from ._keys import RepoKeys, describe, unlock, wrap_with_key, wrap_with_passphra
 __all__ = ["ChunkProblem", "Repository"]
 
 FORMAT = 1
+#: zstd level of chunks and manifests. Level 1 stores about 1% more than level 3 on a
+#: database's (LZ4) Parquet parts and compresses about 5x faster, decompresses faster too.
+ZSTD_LEVEL = 1
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -67,6 +78,7 @@ class Repository:
         self._aead_manifest = AESGCM(keys.manifest)
         self._known: set[str] | None = None
         self._claimed: set[str] = set()
+        self._dirty_dirs: set[str] = set()  # local: directories whose entries await fsync
 
     def __repr__(self) -> str:
         return f"<cryptdisk.backup.Repository {self.url!r} id={self.id}>"
@@ -183,11 +195,16 @@ class Repository:
 
     # -- objects ----------------------------------------------------------------
 
-    def _put(self, path: str, data: bytes) -> None:
-        """Publish ``data`` at ``path`` whole or not at all."""
+    def _put(self, path: str, data: bytes, *, sync_dir: bool = True) -> None:
+        """Publish ``data`` at ``path`` whole or not at all.
+
+        On a local repository the file is synced before its rename; the directory entry
+        is synced at once, or (``sync_dir=False``) by the next :meth:`sync_chunks`."""
         if isinstance(self.fs, LocalFileSystem):
             directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
+            if not os.path.isdir(directory):
+                os.makedirs(directory, exist_ok=True)
+                self._dirty_dirs.update({os.path.dirname(directory), self.root})
             tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -200,13 +217,32 @@ class Repository:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            dfd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            if sync_dir:
+                _fsync_dir(directory)
+                self._sync_dirty()  # and the directories made on the way
+            else:
+                self._dirty_dirs.add(directory)
         else:
             self.fs.pipe_file(path, data)  # one PUT: atomic on object stores
+
+    def sync_chunks(self) -> None:
+        """Make the directory entries of every stored chunk durable (local repositories;
+        each chunk's data was synced when it was written). Call before a manifest names
+        chunks: this covers chunks an earlier, killed run wrote too, which a backup
+        reuses without writing them again."""
+        if not isinstance(self.fs, LocalFileSystem):
+            return
+        base = os.path.join(self.root, "chunks")
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(base):
+                if entry.is_dir(follow_symlinks=False):
+                    self._dirty_dirs.add(entry.path)
+            self._dirty_dirs.update({base, self.root})
+        self._sync_dirty()
+
+    def _sync_dirty(self) -> None:
+        while self._dirty_dirs:
+            _fsync_dir(self._dirty_dirs.pop())
 
     def chunk_path(self, name: str) -> str:
         return f"{self.root}/chunks/{name[:2]}/{name}"
@@ -247,8 +283,8 @@ class Repository:
             return name, 0
         nonce = os.urandom(12)
         blob = nonce + self._aead_chunk.encrypt(
-            nonce, zstandard.ZstdCompressor(level=3).compress(data), name.encode())
-        self._put(self.chunk_path(name), blob)
+            nonce, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data), name.encode())
+        self._put(self.chunk_path(name), blob, sync_dir=False)
         return name, len(blob)
 
     def claim_chunk(self, name: str) -> bool:
@@ -348,7 +384,7 @@ class Repository:
     def write_manifest(self, doc: dict[str, Any]) -> str:
         backup_id = str(doc["id"])
         nonce = os.urandom(12)
-        packed = zstandard.ZstdCompressor(level=3).compress(
+        packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
             json.dumps(doc, separators=(",", ":"), sort_keys=True).encode())
         blob = nonce + self._aead_manifest.encrypt(nonce, packed, self._manifest_ad(backup_id))
         self._put(f"{self.root}/manifests/{backup_id}", blob)
