@@ -44,6 +44,7 @@ from typing import Any
 
 from ..errors import ConfigError, KeyNotFoundError, KeyringError, with_location
 from ._audit import set_audit_log
+from ._hygiene import enable_mlock
 from ._key import Key
 from ._provider import parse_key_entry
 
@@ -213,7 +214,7 @@ class Keyring:
         if not isinstance(section, Mapping):
             raise ConfigError("no [keyring] section", path=path,
                               hint="see 'cryptdisk keygen --help' for an example config")
-        unknown = set(section) - {"current_key_id", "algorithm", "keys", "audit_log"}
+        unknown = set(section) - {"current_key_id", "algorithm", "keys", "audit_log", "mlock"}
         if unknown:
             raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
                               path=path, where="[keyring]")
@@ -227,6 +228,11 @@ class Keyring:
             if not isinstance(audit, str) or not audit:
                 raise ConfigError("audit_log must be a file path", path=path, where="[keyring]")
             set_audit_log(os.path.join(base, os.path.expanduser(audit)))
+        mlock = section.get("mlock", False)
+        if not isinstance(mlock, bool):
+            raise ConfigError("mlock must be true or false", path=path, where="[keyring]")
+        if mlock:
+            enable_mlock()
         keys: list[Key] = []
         seen: dict[int, str] = {}
         retired: set[int] = set()

@@ -35,6 +35,7 @@ from cryptography.exceptions import InvalidTag
 from ..errors import KeyProviderError, KeyringError, KeySourceError
 from ..format import Algorithm
 from ._audit import audit_event
+from ._hygiene import lock_buffer, protect_process, unlock_buffer
 from ._key import Key
 from ._provider import KeyProvider
 
@@ -208,7 +209,8 @@ class UnwrapCache:
         self.entries = entries
         self.seconds = float(seconds)
         self._clock = clock
-        self._items: OrderedDict[bytes, tuple[float, bytearray]] = OrderedDict()
+        # key -> (when it was put, the data key, whether its pages are mlocked)
+        self._items: OrderedDict[bytes, tuple[float, bytearray, bool]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -220,10 +222,10 @@ class UnwrapCache:
 
     def _expire(self, now: float) -> None:
         while self._items:
-            k, (born, dek) = next(iter(self._items.items()))
+            k, (born, dek, locked) = next(iter(self._items.items()))
             if now - born < self.seconds:
                 return
-            _zero(dek)
+            _zero(dek, locked)
             del self._items[k]
 
     def get(self, blob: bytes, associated_data: bytes) -> bytes | None:
@@ -245,15 +247,17 @@ class UnwrapCache:
             k = _cache_key(blob, associated_data)
             old = self._items.pop(k, None)
             if old is not None:
-                _zero(old[1])
+                _zero(old[1], old[2])
             while len(self._items) >= self.entries:
-                _zero(self._items.popitem(last=False)[1][1])
-            self._items[k] = (now, bytearray(dek))
+                _, dropped, was_locked = self._items.popitem(last=False)[1]
+                _zero(dropped, was_locked)
+            buf = bytearray(dek)
+            self._items[k] = (now, buf, lock_buffer(buf))
 
     def clear(self) -> None:
         with self._lock:
-            for _, dek in self._items.values():
-                _zero(dek)
+            for _, dek, locked in self._items.values():
+                _zero(dek, locked)
             self._items.clear()
 
     def __repr__(self) -> str:
@@ -267,8 +271,10 @@ def _cache_key(blob: bytes, associated_data: bytes) -> bytes:
     return len(blob).to_bytes(2, "little") + bytes(blob) + bytes(associated_data)
 
 
-def _zero(buf: bytearray) -> None:
+def _zero(buf: bytearray, locked: bool = False) -> None:
     buf[:] = bytes(len(buf))
+    if locked:
+        unlock_buffer(buf)
 
 
 _OPEN_KEYS: weakref.WeakSet[ProviderKey] = weakref.WeakSet()
@@ -295,6 +301,7 @@ class ProviderKey(Key):
             raise TypeError(f"expected a RemoteKeyProvider, not {type(provider).__name__}")
         if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
             raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id!r}")
+        protect_process()
         self._retry = retry if retry is not None else RetryPolicy()
         size = self._retry.call("connect", key_id,
                                 lambda: provider.connect(what or f"key {key_id}", key_id))

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import KeyProviderError
+from .._hygiene import lock_buffer, unlock_buffer
 from .._remote import RemoteKeyProvider
 
 __all__ = ["AwsKmsProvider", "create_aws_kms_wrapped_key"]
@@ -123,6 +124,7 @@ class AwsKmsProvider(RemoteKeyProvider):
         self.timeout = float(self.value.get("timeout", 10.0))
         self._lock = threading.Lock()
         self._kek: bytearray | None = None
+        self._kek_locked = False
         self._aead: AESGCM | None = None
         self._until = 0.0
         self._check: bytes | None = None
@@ -174,12 +176,16 @@ class AwsKmsProvider(RemoteKeyProvider):
             raise KeyProviderError(f"{what}: {path} now holds another key than at start-up")
         self._check = check
         self._kek, self._aead = kek, AESGCM(bytes(kek))
+        self._kek_locked = lock_buffer(kek)
         self._until = now + self.kek_seconds
         return self._aead, len(kek)
 
     def _forget(self) -> None:
         if self._kek is not None:
             self._kek[:] = bytes(len(self._kek))
+            if self._kek_locked:
+                unlock_buffer(self._kek)
+                self._kek_locked = False
         self._kek, self._aead, self._until = None, None, 0.0
 
     def check_value(self) -> bytes:
