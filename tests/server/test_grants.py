@@ -76,6 +76,8 @@ ANALYTICAL_SETUP = ["CREATE TABLE open_t (a BIGINT)", "CREATE TABLE secret (s VA
     "SELECT * FROM main.secret",
     "WITH x AS (SELECT s FROM secret) SELECT * FROM x",
     "SELECT * FROM (WITH secret AS (SELECT 1) SELECT * FROM secret) a, secret",  # CTE scope
+    "WITH secret AS (SELECT * FROM secret) SELECT * FROM secret",  # a CTE's body: the table
+    "WITH a AS (SELECT 1), secret AS (SELECT s FROM secret) SELECT * FROM secret",
     "SELECT (SELECT max(s) FROM secret)",
     "SELECT * FROM open_t WHERE a IN (SELECT length(s) FROM secret)",
     "SELECT * FROM read_csv('/etc/passwd')",                             # table functions

@@ -228,13 +228,19 @@ def _scalar_functions(sql: str, con: Any) -> set[str]:
 
 def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[str]) -> None:
     """Collect table and table-function references; a name is a CTE only where it is visible
-    (in the subtree of the node that defines it), so a CTE cannot hide a table elsewhere."""
+    (in the subtree of the node that defines it, after it: a CTE's own body, and earlier
+    ones, see the table of that name, as DuckDB resolves them; a recursive CTE sees
+    itself), so a CTE cannot hide a table."""
     if isinstance(node, dict):
+        if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
+            ctes = ctes | {node["cte_name"].lower()}
         cte_map = node.get("cte_map")
         if isinstance(cte_map, dict):
-            names = {e["key"].lower() for e in cte_map.get("map", [])
-                     if isinstance(e, dict) and isinstance(e.get("key"), str)}
-            ctes = ctes | names
+            for entry in cte_map.get("map", []):
+                _walk(entry, tables, functions, ctes)
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    ctes = ctes | {entry["key"].lower()}
+            node = {k: v for k, v in node.items() if k != "cte_map"}
         kind = node.get("type")
         if kind == "BASE_TABLE":
             schema, name = node.get("schema_name") or "", node.get("table_name") or ""
