@@ -19,7 +19,7 @@ from cryptdisk.backup import (
     restore,
     verify,
 )
-from cryptdisk.errors import BackupError, BackupKeyError
+from cryptdisk.errors import BackupError, BackupKeyError, CryptdiskError
 from cryptdisk.keys import Keyring
 
 from .helpers import FAST_KDF, content, make_db
@@ -369,6 +369,10 @@ def test_restore_under_a_new_config_with_a_plain_table(tmp_path: Path) -> None:
     assert r.query("SELECT storage_policy, is_encrypted FROM system.tables "
                    "WHERE name = 'p'") == [("plain", False)]
     r.close()
+    lacking = write_config(new, [4], 4, name="noplain.toml", plain=False)
+    with pytest.raises(CryptdiskError, match="plain"):  # the policy the backup needs
+        restore(repo, s.id, tmp_path / "x.db", config=load_config(lacking))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("x.db")]
 
 
 def test_retention_rules() -> None:

@@ -543,11 +543,11 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
                           "leaves one)")
     tmp = f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
     tmp_key = tmp + ".key" if config is None else None
-    db = Database(tmp, config)
     rows = 0
     counted: list[int] = []
-    pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
     try:
+        db = Database(tmp, config)
+        pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
         try:
             for t in m["tables"]:
                 if only and t["name"] not in only:
