@@ -29,6 +29,7 @@ _TITLES = {
     "backup": "backup: cryptdisk backup beside restic (first, second after +1%, restore)",
     "olap-engine": "olap, the embedded database's query shapes against DuckDB's file and chdb",
     "oltp-cpu": "oltp-cpu: CPU per SQLite transaction in one process (plain vs cryptdisk)",
+    "names": "names: listing and opening small files, encrypted vs plain names",
 }
 #: Strategies that are the unencrypted reference of their case.
 _BASELINES = ("plain", "raw AES-GCM", "direct local file")

@@ -46,6 +46,8 @@ EXPERIMENTS: dict[str, list[str]] = {
     # CPU per SQLite transaction in one process, plain against cryptdisk (VFS tuning)
     "oltp-cpu": ["cryptdisk.bench.oltp_cpu"],
     "fields": ["cryptdisk.bench.fields"],  # field-level protection (issue 18)
+    # listing and opening many small files with and without encrypted names
+    "names": ["cryptdisk.bench.names"],
 }
 
 

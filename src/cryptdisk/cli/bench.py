@@ -1,5 +1,5 @@
 """``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine,server,
-oltp-cpu,fields}``:
+oltp-cpu,fields,names}``:
 what encryption at rest costs, and what the embedded database costs against its peers."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine", "server", "oltp-cpu", "fields"]
+            "olap-engine", "server", "oltp-cpu", "fields", "names"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -61,12 +61,13 @@ def register(subparsers: Any) -> None:
                    "backup: cryptdisk backup beside restic; olap-engine: the database's query "
                    "shapes against DuckDB's file and chdb; oltp-cpu: CPU per SQLite "
                    "transaction in one process, plain against cryptdisk; fields: field-level "
-                   "protection)")
+                   "protection; names: listing and opening small files with and without "
+                   "encrypted names)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
                    help="olap and backup rows; fields values per function and scan rows "
-                   "(default 10M, quick 200k)")
+                   "(default 10M, quick 200k); names: files (default 10k, quick 2k)")
     p.add_argument("--duration", type=_positive(float),
                    help="seconds per timed test (io, oltp, oltp-cpu, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
