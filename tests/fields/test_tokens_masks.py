@@ -1,5 +1,8 @@
 """Tokens (FF1 with kept digits and Luhn) and masking functions."""
 
+import hashlib
+import hmac
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -67,7 +70,18 @@ def test_token_errors():
         tokenize(["41111111111111"], KEY, "pan", keep_first=6, keep_last=4)
 
 
-def test_masks():
+@pytest.fixture(params=["c", "python"])
+def mask_backend(request, monkeypatch):
+    """The masks through the C extension (required in tests) or through pyarrow."""
+    from cryptdisk.fields import _aead
+
+    assert _aead.native_module() is not None, "cryptdisk.fields._cfields was not built"
+    if request.param == "python":
+        monkeypatch.setattr(_aead, "_cfields", None)
+    return request.param
+
+
+def test_masks(mask_backend):
     values = pa.array(["alice@example.com", "1234", "4111111111111111", None, "a@b@c.org"])
     assert mask_full(values).to_pylist() == ["*" * 17, "****", "*" * 16, None, "*" * 9]
     assert mask_last4(values).to_pylist() == ["*" * 13 + ".com", "****", "*" * 12 + "1111",
@@ -78,3 +92,24 @@ def test_masks():
     hashed = mask_hash(["x", "x", "y", None], KEY).to_pylist()
     assert hashed[0] == hashed[1] != hashed[2] and hashed[3] is None and len(hashed[0]) == 64
     assert mask_hash(["x"], FieldKey.generate("other")).to_pylist()[0] != hashed[0]
+    secret = KEY._version().hmac_key()
+    assert hashed[0] == hmac.new(secret, b"x", hashlib.sha256).hexdigest()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=30),
+       st.integers(0, 5))
+def test_c_masks_equal_the_pyarrow_ones(values, skip):
+    from cryptdisk.fields import _aead
+
+    arr = pa.array(values, pa.string()).slice(min(skip, len(values)))
+    native = _aead._cfields
+    got = [f(arr) for f in (mask_full, mask_last4, mask_email)] + [mask_hash(arr, KEY)]
+    _aead._cfields = None
+    try:
+        want = [f(arr) for f in (mask_full, mask_last4, mask_email)] + [mask_hash(arr, KEY)]
+    finally:
+        _aead._cfields = native
+    assert native is not None
+    for g, w in zip(got, want, strict=True):
+        assert g.to_pylist() == w.to_pylist()

@@ -305,7 +305,8 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     NOTES.append("Column encryption ran through "
                  + (f"the C extension (cryptdisk.fields._cfields, {library})" if library else
                     "cryptography, one call per value (the C extension was not built)")
-                 + "; FF1, tokens and masks are numpy and pyarrow over cryptography's AES. "
+                 + ", the masks and mask_hash too; FF1 and tokens are numpy over "
+                 "cryptography's AES. "
                  "Throughput is one thread in one worker process; a scan runs DuckDB's "
                  "threads (the C loops release the GIL). 'mask' is mask_last4 in the query, "
                  "what a masking policy with that body makes cryptdisk serve run for a "

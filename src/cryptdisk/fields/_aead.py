@@ -183,6 +183,11 @@ def _auth_error(row: int) -> AuthenticationError:
                                "or encrypted under another key)", offset=row)
 
 
+def native_module() -> Any:
+    """The C extension ``_cfields``, or None (not built; tests set it to None)."""
+    return _cfields
+
+
 def native_library() -> str | None:
     """The cipher library of the C loops (``"libgcrypt 1.10.1"``), or None when the
     extension was not built and each value is one ``cryptography`` call."""
