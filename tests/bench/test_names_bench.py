@@ -22,6 +22,10 @@ def test_a_run_lists_and_reads_every_file(tmp_path: Path) -> None:
     assert listing.value > 0 and reading.value > 0 and listing.work == reading.work == 30
     stored = [p.name for p in (tmp_path / "names").rglob("*")]
     assert len(stored) == 30 + 2 and not any("part=" in n or "file-" in n for n in stored)
+    write_files(str(tmp_path / "plain"), key, False, 30)  # the baseline keeps its names
+    assert any(p.name.startswith("part=") for p in (tmp_path / "plain").rglob("*"))
+    listing, _reading = list_and_read(str(tmp_path / "plain"), key.hex(), False, 30)
+    assert listing.work == 30
 
 
 def test_both_disks_interleaved_in_fresh_workers(tmp_path: Path) -> None:
