@@ -34,7 +34,9 @@ from ._remote import (
     RemoteKeyProvider,
     RetryPolicy,
     UnwrapCache,
+    WrappedKekProvider,
     close_provider_keys,
+    create_wrapped_key,
 )
 from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
 from ._sources import (
@@ -62,7 +64,9 @@ __all__ = [
     "RetryPolicy",
     "RewrapSummary",
     "UnwrapCache",
+    "WrappedKekProvider",
     "close_provider_keys",
+    "create_wrapped_key",
     "decode_hex_key",
     "export_key_material",
     "files_under_key",

@@ -415,7 +415,9 @@ def _destroy_material(entry: Mapping[str, Any], base: str) -> tuple[list[str], s
         rest = {k: v for k, v in entry.items()
                 if k not in ("id", "source", "algorithm", "state", "cache_entries",
                              "cache_seconds", "retries", "retry_seconds")}
-        provider = cls(rest, base=base)
+        from ._remote import wrapped_provider
+
+        provider = wrapped_provider(cls, rest, base)
         try:
             return [provider.destroy(f"key {key_id}")], ""
         finally:

@@ -265,7 +265,14 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
                         base: str | None, default_id: int | None, algorithm_field: bool,
                         default_algorithm: Any) -> KeyEntry:
     """``source = "NAME"``: a provider that keeps its key (:class:`RemoteKeyProvider`)."""
-    from ._remote import COMMON_FIELDS, ProviderKey, RemoteKeyProvider, RetryPolicy, UnwrapCache
+    from ._remote import (
+        COMMON_FIELDS,
+        ProviderKey,
+        RemoteKeyProvider,
+        RetryPolicy,
+        UnwrapCache,
+        wrapped_provider,
+    )
 
     key_id = entry.get("id", default_id)
     if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id <= _MAX_ID:
@@ -291,7 +298,7 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
             raise ConfigError(f"key {key_id}: {name} is a field provider; write {name} = ... "
                               "instead of source", path=path, where=where)
         try:
-            provider = cls(rest, base=base if base is not None else os.getcwd())
+            provider = wrapped_provider(cls, rest, base if base is not None else os.getcwd())
             cache = UnwrapCache(**cache_args)
             retry = RetryPolicy(**retry_args)
         except TypeError as exc:

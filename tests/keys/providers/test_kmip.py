@@ -356,3 +356,30 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
         del os.environ[AUDIT_ENV]
         for p in procs:
             _stop(p)
+
+
+def test_a_wrapped_keyring_key_makes_a_cold_scan_one_server_call(tmp_path, kmip_server,
+                                                                  request):
+    from cryptdisk.keys import create_wrapped_key
+
+    label = "kek-" + request.node.name[-30:]
+    _make_key(kmip_server, label)
+    r = kmip_server.root
+    create_wrapped_key(tmp_path / "k7.kmip", {
+        "id": 7, "source": "kmip", "host": "127.0.0.1", "port": kmip_server.port,
+        "key": label, "client_cert": f"{r}/client.pem", "client_key": f"{r}/client.key",
+        "ca": f"{r}/ca.pem"})
+    cfg = write(tmp_path, "[keyring]\n" + _entry(kmip_server, label,
+                                                   extra='wrapped_key = "k7.kmip"\n'))
+    ring = Keyring.from_config(cfg)
+    for i in range(10):
+        with cryptdisk.open(tmp_path / f"f{i}", "wb", keyring=ring) as f:
+            f.write(b"w" * 100)
+    ring.close()
+    ring = Keyring.from_config(cfg)
+    for i in range(10):
+        with cryptdisk.open(tmp_path / f"f{i}", "rb", keyring=ring) as f:
+            assert f.read() == b"w" * 100
+    key = ring.current_key()
+    assert key.uses["unwraps"] == 10 and key.provider.unwraps == 1
+    ring.close()

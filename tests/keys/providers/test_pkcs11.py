@@ -291,3 +291,49 @@ def test_a_hung_module_call_fails_within_the_timeout_and_later_calls_work(tmp_pa
         hung.join()
     assert key.unwrap(blob, AD) == b"h" * 32
     key.close()
+
+
+def _cold_scan(tmp_path: Path, cfg: str, files: int) -> ProviderKey:
+    """Write ``files`` files under the config's key, then read them all with a new keyring
+    (a cold cache, as a new process has); the key that read them."""
+    ring = Keyring.from_config(cfg)
+    for i in range(files):
+        with cryptdisk.open(tmp_path / f"f{i}", "wb", keyring=ring) as f:
+            f.write(b"%d" % i * 100)
+    ring.close()
+    ring = Keyring.from_config(cfg)
+    for i in range(files):
+        with cryptdisk.open(tmp_path / f"f{i}", "rb", keyring=ring) as f:
+            assert f.read() == b"%d" % i * 100
+    return ring.current_key()  # type: ignore[return-value]
+
+
+def test_a_wrapped_keyring_key_makes_a_cold_scan_one_token_call_per_key(
+        tmp_path, softhsm, pin_env, key_label):
+    from cryptdisk.keys import create_wrapped_key
+
+    entry = {"id": 1, "source": "pkcs11", "module": softhsm.module, "token": softhsm.label,
+             "key": key_label, "pin_env": "CD_TEST_PIN"}
+    create_wrapped_key(tmp_path / "k1.p11", entry)
+    assert (tmp_path / "k1.p11").stat().st_mode & 0o777 == 0o600
+    direct = write(tmp_path, "[keyring]\n" + entry_toml(softhsm, key_label), "direct.toml")
+    wrapped = write(tmp_path, "[keyring]\n" + entry_toml(
+        softhsm, key_label, extra='wrapped_key = "k1.p11"\nkek_seconds = 600\n'),
+        "wrapped.toml")
+
+    (tmp_path / "a").mkdir()
+    key = _cold_scan(tmp_path / "a", direct, 20)
+    assert key.uses["provider_calls"] == 20  # one token call per file opened
+    key.close()
+
+    (tmp_path / "b").mkdir()
+    key = _cold_scan(tmp_path / "b", wrapped, 20)
+    assert key.uses["unwraps"] == 20 and key.provider.unwraps == 1  # one token call in all
+    assert key.provider.inner.describe() in key.provider.describe()
+    # the file is bound to its key and id: under another id the token does not open it
+    other = write(tmp_path, "[keyring]\n" + entry_toml(
+        softhsm, key_label, key_id=2, extra='wrapped_key = "k1.p11"\n'), "other.toml")
+    with pytest.raises(KeyProviderError, match="does not open under"):
+        Keyring.from_config(other)
+    key.close()
+    assert key.provider._kek is None

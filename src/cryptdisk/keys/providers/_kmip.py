@@ -68,6 +68,7 @@ class KmipProvider(RemoteKeyProvider):
     label = "kmip"
     fields: ClassVar[frozenset[str]] = frozenset({"host", "port", "key", "client_cert",
                                                   "client_key", "ca", "timeout"})
+    wraps_keys: ClassVar[bool] = True
     required: ClassVar[frozenset[str]] = frozenset({"host", "port", "key", "client_cert",
                                                     "client_key", "ca"})
 

@@ -89,6 +89,7 @@ class Pkcs11Provider(RemoteKeyProvider):
     label = "pkcs11"
     fields: ClassVar[frozenset[str]] = frozenset({"module", "token", "key", "pin_env",
                                                   "pin_file", "timeout"})
+    wraps_keys: ClassVar[bool] = True
     required: ClassVar[frozenset[str]] = frozenset({"module", "token", "key"})
 
     def __init__(self, value: Any, *, base: str) -> None:
