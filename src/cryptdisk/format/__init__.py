@@ -4,7 +4,8 @@ Top tier: :func:`open_file` (re-exported as :func:`cryptdisk.open`).
 
 Lower tier, easy to misuse (you handle data keys and headers yourself):
 :class:`Header`, :func:`new_header`, :func:`open_header`, :func:`rewrap_header`,
-:class:`SealedWriter`, :class:`SealedReader`, :class:`MutableStore`.
+:class:`SealedWriter`, :class:`SealedReader`, :class:`MutableStore` (its options for
+files other processes write at once, SQLite's, take a :class:`TailStore`).
 A wrong header/key pairing here is not caught until authentication fails.
 """
 
