@@ -107,7 +107,7 @@ def test_dask_is_imported_only_by_cryptdisk_dask_and_its_benchmark():
                    if _imported_roots(p) & {"dask", "distributed"})
     assert users, "the scan found no dask import at all (is the path right?)"
     assert [u for u in users if not u.startswith("dask" + os.sep)] == [
-        os.path.join("bench", "dask_scan.py")]
+        os.path.join("bench", "_bodies_dask.py")]
 
 
 def test_cryptdisk_dask_without_dask_names_the_extra(tmp_path):

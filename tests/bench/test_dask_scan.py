@@ -1,5 +1,7 @@
-"""python -m cryptdisk.bench.dask_scan runs end to end on a tiny table (both readers agree)."""
+"""cryptdisk bench dask runs end to end on a tiny table: both readers, 1 and 2 workers,
+both shapes, answers checked against DuckDB's (no timing is asserted)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,19 +9,50 @@ from pathlib import Path
 
 import pytest
 
+from cryptdisk.bench import dask_scan
+from cryptdisk.bench._model import Measurement
+
 pytest.importorskip("distributed", reason="the test extra installs distributed")
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def test_the_dask_benchmark_runs_and_both_readers_agree(tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-    r = subprocess.run([sys.executable, "-W", "ignore", "-m", "cryptdisk.bench.dask_scan",
-                        "--rows", "20000", "--repeats", "1", "--workers", "1",
-                        "--workdir", str(tmp_path / "w")],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    lines = r.stdout.splitlines()
-    assert "answers differ" not in r.stdout
-    assert [ln.split()[0] for ln in lines[2:]] == ["full", "filtered"]
+def test_ratios_and_scaling_are_paired_by_round():
+    def m(case, strategy, values):
+        return Measurement("dask", case, strategy, "Mrows/s", values)
+
+    ms = [m("full scan, 1 worker", "plain", [10.0, 8.0]),
+          m("full scan, 1 worker", "cryptdisk", [5.0, 8.0]),
+          m("full scan, 2 workers", "plain", [20.0, 12.0]),
+          m("full scan, 2 workers", "cryptdisk", [10.0, 16.0])]
+    got = []
+    dask_scan._finish(ms, got.append, 100, 1e6, 1.1e6)
+    by = {(x.case, x.strategy): x.extra for x in got}
+    assert by[("full scan, 1 worker", "cryptdisk")]["ratio_to_plain"] == pytest.approx(1.5)
+    assert by[("full scan, 2 workers", "plain")]["scaling_vs_1_worker"] == pytest.approx(1.75)
+    assert by[("full scan, 2 workers", "cryptdisk")]["scaling_vs_1_worker"] == 2.0
+    assert "ratio_to_plain" not in by[("full scan, 1 worker", "plain")]
+    assert any("2 workers run 2.00x" in n for n in dask_scan.NOTES)
+
+
+def test_cryptdisk_bench_dask_runs_both_readers_at_each_worker_count(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "cryptdisk", "bench", "dask", "--rows", "20000",
+                        "--repeats", "1", "--threads", "2", "--workdir", str(tmp_path / "w"),
+                        "--json", str(out)], capture_output=True, text=True, env=env,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == [] and doc["skipped"] == []
+    by = {(m["case"], m["strategy"]): m for m in doc["measurements"]}
+    assert set(by) == {(f"{shape}, {n}", reader) for shape in ("full scan", "filtered sum")
+                       for n in ("1 worker", "2 workers") for reader in ("cryptdisk", "plain")}
+    full = by[("full scan, 2 workers", "cryptdisk")]
+    assert full["values"][0] > 0 and full["extra"]["workers"] == 2
+    assert full["extra"]["partitions"] == dask_scan.PARTS
+    assert full["extra"]["ratio_to_plain"] > 0 and full["extra"]["scaling_vs_1_worker"] > 0
+    # the filter on the key leaves out parts: fewer partitions than the full scan
+    assert by[("filtered sum, 1 worker", "cryptdisk")]["extra"]["partitions"] < dask_scan.PARTS
+    assert list((tmp_path / "w").iterdir()) == []  # the experiment removed what it created

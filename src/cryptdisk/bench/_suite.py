@@ -48,6 +48,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     "fields": ["cryptdisk.bench.fields"],  # field-level protection (issue 18)
     # listing and opening many small files with and without encrypted names
     "names": ["cryptdisk.bench.names"],
+    "dask": ["cryptdisk.bench.dask_scan"],
 }
 
 

@@ -1,5 +1,5 @@
 """``cryptdisk bench {crypto,io,olap,oltp,all,fs-scan,olap-db,backup,olap-engine,server,
-oltp-cpu,fields,names}``:
+oltp-cpu,fields,names,dask}``:
 what encryption at rest costs, and what the embedded database costs against its peers."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine", "server", "oltp-cpu", "fields", "names"]
+            "olap-engine", "server", "oltp-cpu", "fields", "names", "dask"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
                    "shapes against DuckDB's file and chdb; oltp-cpu: CPU per SQLite "
                    "transaction in one process, plain against cryptdisk; fields: field-level "
                    "protection; names: listing and opening small files with and without "
-                   "encrypted names)")
+                   "encrypted names; dask: cryptdisk.dask against dd.read_parquet on "
+                   "LocalClusters of 1..N worker processes)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
@@ -71,7 +72,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--duration", type=_positive(float),
                    help="seconds per timed test (io, oltp, oltp-cpu, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
-    p.add_argument("--threads", type=_positive(int), help="threads (default: one per core)")
+    p.add_argument("--threads", type=_positive(int),
+                   help="threads (default: one per core); dask: the most worker processes "
+                   "(default: cores + 1)")
     p.add_argument("--case", metavar="TEXT",
                    help="oltp: only the cases whose name contains TEXT (e.g. 'wal+full "
                    "clients=1'); with many --repeats, for a tighter paired ratio")
