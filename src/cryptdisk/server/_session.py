@@ -131,6 +131,7 @@ class Session:
         self.pid = secrets.randbits(31)
         self.cancel_key = secrets.randbits(31)
         self.out: list[bytes] = []
+        self.out_size = 0  # bytes in self.out
         self.task = asyncio.current_task()
         self.executor: ThreadPoolExecutor | None = None
 
@@ -145,11 +146,13 @@ class Session:
 
     def send(self, data: bytes) -> None:
         self.out.append(data)
+        self.out_size += len(data)
 
     async def flush(self) -> None:
         if self.out:
             self.writer.write(b"".join(self.out))
             self.out.clear()
+            self.out_size = 0
         await self.writer.drain()
 
     async def _read_startup(self) -> P.StartupMessage | P.SSLRequest | P.CancelRequest:
@@ -338,7 +341,7 @@ class Session:
             except StatementError as exc:
                 self._error(exc)
                 self.skip_to_sync = True
-            if len(b"".join(self.out)) > 1 << 16:
+            if self.out_size > 1 << 16:
                 await self.flush()
 
     def _error(self, exc: StatementError) -> None:
@@ -555,7 +558,8 @@ class Session:
                 self._error(exc)
                 return
             self._send_result(result, (), 0, None)
-            await self.flush()
+            if self.out_size > 1 << 16:  # else sent with ReadyForQuery: one write per query
+                await self.flush()
 
     async def _copy(self, sql: str) -> Result:
         """COPY ... FROM STDIN / TO STDOUT (simple query protocol only)."""
