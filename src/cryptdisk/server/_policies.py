@@ -162,7 +162,9 @@ class PolicyStore:
 
     def handles(self, sql: str) -> bool:
         words = _sqltext.first_words(sql, 3)
-        if words[:1] == ["CREATE"] and "POLICY" in " ".join(_sqltext.first_words(sql, 6)):
+        head = _sqltext.first_words(sql, 6)
+        if words[:1] == ["CREATE"] and re.match(r"CREATE (OR REPLACE )?(MASKING|ROW ACCESS) "
+                                                r"POLICY\b", " ".join(head)):
             return True
         if words[:2] in (["DROP", "MASKING"], ["DROP", "ROW"]):
             return True
