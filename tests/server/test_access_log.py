@@ -55,3 +55,21 @@ def test_plain_access_log_of_the_analytical_engine(start_server, analytical, tmp
     assert [(e["kind"], e["tables"]) for e in log] == [
         ("CREATE", ["t"]), ("INSERT", ["t"]), ("WITH", ["t"])]
     assert b"VALUES" not in path.read_bytes() and b"SELECT a" not in path.read_bytes()
+
+
+def test_access_log_names_the_role_after_set_role(start_server, sqlite_engine, tmp_path) -> None:
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, access_log=AccessLog(path))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+        c.execute("CREATE ROLE auditors")
+        c.execute("GRANT SELECT ON t TO auditors")
+        c.execute("SET ROLE auditors")
+        c.execute("SELECT a FROM t").fetchall()
+        c.execute("RESET ROLE")
+        c.execute("SELECT 1").fetchall()
+    srv.stop()
+    log = lines(path.read_bytes())
+    assert [(e["kind"], e["user"], e.get("role")) for e in log] == [
+        ("CREATE", "u", None), ("CREATE", "u", None), ("GRANT", "u", None), ("SET", "u", None),
+        ("SELECT", "u", "auditors"), ("RESET", "u", "auditors"), ("SELECT", "u", None)]

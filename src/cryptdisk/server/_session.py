@@ -359,6 +359,8 @@ class Session:
         start = time.monotonic()
         entry: dict[str, Any] = {"user": self.user, "source": self.peer_host,
                                  "kind": (_sqltext.first_words(sql, 1) or [""])[0]}
+        if self.privileges is not None and self.privileges.current_user != self.user:
+            entry["role"] = self.privileges.current_user  # acting as it after SET ROLE
         try:
             result = await self._run_statement(sql, params)
         except StatementError as exc:
