@@ -71,3 +71,29 @@ def test_move_follows_postgresql_positions() -> None:
     assert move(3, n, parse_fetch("MOVE RELATIVE -1 FROM c")) == ([1], 2)
     assert move(4, n, parse_fetch("FETCH BACKWARD ALL FROM c")) == ([2, 1, 0], 0)
     assert move(4, n, parse_fetch("FETCH -2 FROM c")) == ([2, 1], 2)
+
+
+@pytest.mark.parametrize("sql, error", [
+    ("FETCH 1 FROM nosuch", psycopg.errors.InvalidCursorName),
+    ("MOVE NEXT IN nosuch", psycopg.errors.InvalidCursorName),
+    ("CLOSE nosuch", psycopg.errors.InvalidCursorName),
+    ("FETCH SIDEWAYS 2 FROM c", psycopg.errors.SyntaxError),
+    ("FETCH FORWARD x FROM c", psycopg.errors.SyntaxError),
+    ("DECLARE c CURSOR WITH HOLD FOR SELECT 2", psycopg.errors.DuplicateCursor),
+    ("DECLARE d CURSOR WITH HOLD FOR CREATE TABLE x (a INTEGER)",
+     psycopg.errors.InvalidCursorDefinition),
+    ("DECLARE e BINARY CURSOR WITH HOLD FOR SELECT 1", psycopg.errors.FeatureNotSupported),
+    ("DECLARE CURSOR FOR", psycopg.errors.SyntaxError),
+])
+def test_cursor_errors_are_clear(start_server, sqlite_engine, sql, error) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("DECLARE c CURSOR WITH HOLD FOR SELECT 1 UNION ALL SELECT 2")
+        with pytest.raises(error):
+            c.execute(sql)
+        assert c.execute("FETCH ALL FROM c").fetchall() == [(1,), (2,)]  # still usable
+        assert c.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'x'").fetchone() \
+            == (0,)  # a refused DECLARE ran nothing
+        c.execute("CLOSE ALL")
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            c.execute("FETCH NEXT FROM c")

@@ -58,6 +58,7 @@ def _quote_name(name: str) -> str:
 
 
 _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
+_CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 
 
 def _common_name(cert: Any) -> str | None:
@@ -469,6 +470,9 @@ class Session:
                 raise StatementError("DECLARE CURSOR can only be used in transaction blocks",
                                      "25P01", hint="declare it WITH HOLD (psycopg: "
                                      "withhold=True) in autocommit mode")
+            if (_sqltext.first_words(st.query, 1) or [""])[0] not in _CURSOR_QUERIES:
+                raise StatementError("DECLARE CURSOR needs a query (SELECT, VALUES, WITH, "
+                                     "TABLE)", "42P11")
             result = await self._run_statement(st.query, params)
             if result.columns is None:
                 raise StatementError("DECLARE CURSOR needs a query that returns rows",
