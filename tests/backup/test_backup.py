@@ -126,6 +126,35 @@ def test_second_backup_after_small_change_stores_little(tmp_path: Path) -> None:
     assert second.chunks > second.new_chunks
 
 
+def test_unchanged_parts_are_not_read_again_unless_a_chunk_is_gone(tmp_path: Path) -> None:
+    src = tmp_path / "a.db"
+    make_db(src, rows=20_000)
+    repo = _repo(tmp_path)
+    first = create(repo, src)
+    assert first.files_reused == 0
+    db = cryptdisk.connect(src)
+    db.sql("INSERT INTO u VALUES ('c', 3)")  # one new part; the others are as they were
+    db.close()
+    second = create(repo, src)
+    assert second.files_reused == first.files and second.files == first.files + 1
+    assert second.chunks == sum(1 for _ in _chunks_of(repo, second.id))
+    # a chunk of the reused parts gone: its part is read again and the chunk rewritten
+    gone = next(iter(_chunks_of(repo, second.id)))
+    Path(repo.chunk_path(gone)).unlink()
+    third = create(repo, src)
+    assert third.files_reused == second.files - 1 and third.new_chunks == 1
+    assert Path(repo.chunk_path(gone)).exists()
+    assert verify(repo).ok  # the same name: the earlier backups are whole again too
+    restore(repo, third.id, tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == content(src)
+
+
+def _chunks_of(repo: Repository, backup_id: str):
+    for t in repo.read_manifest(backup_id)["tables"]:
+        for p in t["parts"]:
+            yield from p["chunks"]
+
+
 def test_sqlite_second_backup_dedups(tmp_path: Path) -> None:
     kr = Keyring.generate()
     src = tmp_path / "app.db"

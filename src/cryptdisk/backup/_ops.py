@@ -41,6 +41,7 @@ class BackupSummary:
     chunks: int  # chunks referenced
     new_chunks: int  # chunks written by this backup
     stored_bytes: int  # bytes written to the repository (chunks and manifest)
+    files_reused: int = 0  # parts unchanged since an earlier backup: not read again
 
 
 class _Hashing:
@@ -72,6 +73,7 @@ class _Writer:
         self.new = 0
         self.stored = 0
         self.done = 0
+        self.reused = 0  # parts whose chunk lists were reused
         self._pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="cryptdisk-backup")
         self._queue: deque[Future[tuple[str, int]] | None] = deque()
 
@@ -86,10 +88,20 @@ class _Writer:
                 self._queue.append(self._pool.submit(self.repo.put_chunk, data, name))
             else:
                 self._queue.append(None)
-            while len(self._queue) > self.IN_FLIGHT or (self._queue and (
-                    self._queue[0] is None or self._queue[0].done())):
-                self._pop()
+            self._drain()
         return names
+
+    def reuse(self, names: list[str]) -> None:
+        """Count chunks an unchanged part already has in the repository."""
+        for _name in names:
+            self.chunks += 1
+            self._queue.append(None)
+            self._drain()
+
+    def _drain(self) -> None:
+        while len(self._queue) > self.IN_FLIGHT or (self._queue and (
+                self._queue[0] is None or self._queue[0].done())):
+            self._pop()
 
     def _pop(self) -> None:
         item = self._queue.popleft()
@@ -116,13 +128,43 @@ class _PartMoved(Exception):
     pass
 
 
-def _snapshot_db(db: Database, w: _Writer) -> dict[str, Any]:
-    """One catalog version and the parts it names (immutable files, so consistent)."""
+def _earlier_parts(repo: Repository, db_id: str) -> dict[tuple[str, int], list[str]]:
+    """The chunk lists of the parts in the newest earlier backup of database ``db_id``,
+    by (SHA-256, size): parts are immutable, so equal ones need not be read again."""
+    for bid in reversed(repo.manifest_ids()[-_EARLIER_MANIFESTS:]):
+        try:
+            m = repo.read_manifest(bid)
+        except BackupError:
+            continue  # verify reports it
+        if m.get("kind") == "db" and m.get("db_id") == db_id:
+            return {(p["sha256"], p["bytes"]): p["chunks"]
+                    for t in m["tables"] for p in t["parts"]}
+    return {}
+
+
+#: How many of the newest manifests create looks through for the database's last backup.
+_EARLIER_MANIFESTS = 20
+
+
+def _snapshot_db(db: Database, w: _Writer,
+                 earlier: dict[tuple[str, int], list[str]]) -> dict[str, Any]:
+    """One catalog version and the parts it names (immutable files, so consistent).
+
+    A part that ``earlier`` has, with every chunk still in the repository, is not read:
+    its chunk list is reused (a chunk gone, e.g. deleted by damage, means reading it)."""
     catalog = db.catalog
     tables = []
+    w.reused = 0  # this attempt's (a retry starts over on a newer catalog)
     for meta in catalog.tables.values():
         parts = []
         for part in meta.parts:
+            known = earlier.get((part.sha256, part.bytes))
+            if known is not None and all(w.repo.has_chunk(c) for c in known):
+                w.reuse(known)
+                w.reused += 1
+                parts.append({"rows": part.rows, "bytes": part.bytes, "sha256": part.sha256,
+                              "chunks": known})
+                continue
             disk = db.config.disks.get(part.disk)
             if disk is None:
                 raise BackupError(f"table {meta.name}: part {part.path} is on disk "
@@ -146,11 +188,12 @@ def _snapshot_db(db: Database, w: _Writer) -> dict[str, Any]:
 def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
     db = Database(path, config, read_only=True)
     try:
+        earlier = _earlier_parts(w.repo, db.catalog.db_id)
         last: Exception | None = None
         for _attempt in range(10):
             version = db.catalog.version
             try:
-                return _snapshot_db(db, w)
+                return _snapshot_db(db, w, earlier)
             except _PartMoved as exc:  # a writer merged or dropped parts meanwhile
                 last = exc
                 db.refresh()
@@ -212,13 +255,14 @@ def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = No
             prev = {"id": ids[-1],
                     "sha256": hashlib.sha256(repo.manifest_blob(ids[-1])).hexdigest()}
         backup_id = repo.new_backup_id()
+        nchunks = sum(1 for _c in _manifest_chunks(body))  # this attempt's, not retries'
         doc = {"id": backup_id, "time": _dt.datetime.now(_dt.UTC).isoformat(),
-               "source": path, "prev": prev, "bytes": nbytes, "chunks": w.chunks,
+               "source": path, "prev": prev, "bytes": nbytes, "chunks": nchunks,
                "new_chunks": w.new, "stored_bytes": w.stored, **body}
         repo.write_manifest(doc)  # last: the backup exists once this is published
     blob = repo.manifest_blob(backup_id)
-    return BackupSummary(backup_id, body["kind"], path, nfiles, nbytes, w.chunks, w.new,
-                         w.stored + len(blob))
+    return BackupSummary(backup_id, body["kind"], path, nfiles, nbytes, nchunks, w.new,
+                         w.stored + len(blob), w.reused)
 
 
 def list_backups(repo: Repository) -> list[dict[str, Any]]:

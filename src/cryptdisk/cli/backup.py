@@ -177,8 +177,9 @@ def _create(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(vars(s)))
     else:
-        print(f"backup {s.id}: {s.kind} {s.source}, {s.files} file(s), {s.bytes} bytes in "
-              f"{s.chunks} chunks; {s.new_chunks} new, {s.stored_bytes} bytes stored")
+        reused = f" ({s.files_reused} unchanged, not read again)" if s.files_reused else ""
+        print(f"backup {s.id}: {s.kind} {s.source}, {s.files} file(s){reused}, {s.bytes} "
+              f"bytes in {s.chunks} chunks; {s.new_chunks} new, {s.stored_bytes} bytes stored")
     return 0
 
 
