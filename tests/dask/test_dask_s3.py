@@ -127,3 +127,68 @@ def test_a_dataset_on_s3_round_trips_through_the_cluster(client, recorder, on_s3
                                filters=[("k", ">=", 2500)])
     assert sorted(client.compute(filtered.k).result()) == list(range(2500, 3000))
     _assert_no_secret(recorded_tasks(client), needles, cfg)
+
+
+def test_a_kms_wrapped_key_is_unwrapped_by_each_worker_never_sent(client, recorder, s3,
+                                                                  tmp_path):
+    """The keyring key is an aws-kms entry (KMS on the same moto server): tasks carry the
+    config path; each worker process asks KMS itself; the key is in no task."""
+    import base64
+
+    import boto3
+
+    from cryptdisk.keys.providers import create_aws_kms_wrapped_key
+
+    endpoint, aws_secret = s3
+    kms = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")
+    kms_key = kms.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    kek = kms.decrypt(CiphertextBlob=base64.b64decode((tmp_path / "k6.kms").read_text()),
+                      EncryptionContext={"cryptdisk-key-id": "6"})["Plaintext"]
+    prefix = uuid.uuid4().hex
+    cfg = tmp_path / "kms.toml"
+    cfg.write_text(f"""[keyring]
+current_key_id = 6
+[[keyring.keys]]
+id = 6
+source = "aws-kms"
+kms_key = "{kms_key}"
+wrapped_key = "k6.kms"
+region = "us-east-1"
+endpoint = "{endpoint}"
+[disks.raw]
+type = "fsspec"
+url = "s3://{S3_BUCKET}/{prefix}"
+storage_options = {{ endpoint_url = "{endpoint}" }}
+[disks.secure]
+type = "encrypted"
+disk = "raw"
+[policies.default]
+volumes = [{{ name = "main", disks = ["secure"] }}]
+""")
+    db = tmp_path / "db"
+    with cryptdisk.connect(db, cfg) as con:
+        con.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        con.sql("CREATE TABLE u (k BIGINT, s VARCHAR) ORDER BY k")
+        con.sql("INSERT INTO t SELECT i, 'kms-' || i FROM range(5000) r(i)")
+        con.sql("INSERT INTO t SELECT i, 'kms-' || i FROM range(5000, 9000) r(i)")
+    df = cryptdisk.dask.read_table(db, "t", config=cfg)
+    _same(client.compute(df).result(), _engine(db, cfg, "SELECT * FROM t"))
+    with client.as_current():
+        assert cryptdisk.dask.to_table(df, db, "u", config=cfg) == 9000
+    _same(_engine(db, cfg, "SELECT * FROM u"), _engine(db, cfg, "SELECT * FROM t"))
+    _assert_sealed(_objects(s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True),
+                            f"{S3_BUCKET}/{prefix}"), b"kms-4321")
+
+    path, config = str(db), str(cfg)
+
+    def key_here():  # this worker's keyring key: from KMS, used by this process
+        from cryptdisk.dask._read import _worker_database
+
+        key = _worker_database(path, config).keyring.current_key()
+        return type(key).__name__, key.source, key.uses["provider_calls"] > 0
+
+    assert set(client.run(key_here).values()) == {("ProviderKey", "aws-kms", True)}
+    needles = [aws_secret.encode(), kek, kek.hex().encode(), kek.hex().upper().encode()]
+    _assert_no_secret(recorded_tasks(client), needles, cfg)
