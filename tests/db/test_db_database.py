@@ -314,26 +314,31 @@ def test_cache_stays_within_its_bound(tmp_path):
         db.sql("INSERT INTO t " + gen(5000, i * 5000))
     for q in ("SELECT sum(c_int) FROM t", "SELECT max(c_str) FROM t", "SELECT * FROM t"):
         db.query(q)
+        db.query(q)  # the second run fills the cache (admitted on the second offer)
         assert 0 < db.cache.size <= db.cache.bound
     assert db.cache.peak <= db.cache.bound
     assert db.query("SELECT count(*), sum(c_int) FROM t") == [(20000, sum(range(20000)))]
     tiny = cryptdisk.connect(tmp_path / "db", cache_bytes=10, read_only=True)
-    assert tiny.query("SELECT sum(c_int) FROM t") == [(sum(range(20000)),)]
+    for _ in range(2):
+        assert tiny.query("SELECT sum(c_int) FROM t") == [(sum(range(20000)),)]
     assert tiny.cache.size == 0  # each column is larger than the bound: used, not kept
     tiny.close()
     db.close()
 
 
 def test_queries_load_only_the_columns_they_name(db):
+    def read():  # the columns offered to the cache (kept from their second read)
+        return {k[1] for k in [*db.cache._items, *db.cache._offered]}
+
     db.sql(f"CREATE TABLE t {SCHEMA}")
     db.sql("INSERT INTO t " + gen(100))
     db.query("SELECT avg(c_float) FROM t")
-    assert {k[1] for k in db.cache._items} == {"c_float"}
+    assert read() == {"c_float"}
     db.query("SELECT count(*) FROM t")
     db.query("SELECT t.c_int FROM t AS t WHERE t.c_int > 5")
-    assert {k[1] for k in db.cache._items} == {"c_float", "c_int"}
+    assert read() == {"c_float", "c_int"}
     db.query("SELECT * FROM t LIMIT 1")
-    assert {k[1] for k in db.cache._items} == {"c_float", "c_int", "c_str"}
+    assert read() == {"c_float", "c_int", "c_str"}
 
 
 def test_repr_and_pickle(db):
