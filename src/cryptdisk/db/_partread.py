@@ -570,11 +570,8 @@ class OpenPart:
         else:
             arena = memoryview(bytearray(off))
         try:
-            # A few segments per call: below the format's parallel threshold, so the
-            # scan's own threads (one per core) decrypt without handing work to another
-            step = int(getattr(f, "info", {}).get("segment_size", 1 << 16)) * _SERIAL_SEGMENTS
             for a, b, o in ranges:
-                _decrypt_serial(f, arena[o : o + b - a], a, step)
+                _decrypt_range(f, arena[o : o + b - a], a)
             pf = pq.ParquetFile(_CompactFile(f, self.size, ranges, arena), metadata=self.meta)
             return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         finally:
