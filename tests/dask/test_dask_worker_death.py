@@ -6,6 +6,7 @@ rows), or, without retries, the job fails and the table keeps its old rows."""
 
 import os
 
+import dask
 import dask.dataframe as dd
 import pandas as pd
 import pytest
@@ -168,6 +169,8 @@ def _backing(kind, s3, tmp_path):
 
 
 ROWS = 240_000  # two partitions of 120k rows: parts of about 2 MB each
+#: each worker holds one partition at a time, so the two go to the two workers
+ONE_TASK_EACH = {"distributed.scheduler.worker-saturation": 1.0}
 
 
 def _kill_mid_part(client, tmp_path, cfg, published):
@@ -214,7 +217,7 @@ def _kill_mid_part(client, tmp_path, cfg, published):
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_worker_killed_mid_part_is_replaced_and_the_write_is_exact(kind, s3, tmp_path):
     cfg, published, exists = _backing(kind, s3, tmp_path)
-    with local_cluster() as c:  # after s3: the workers inherit its environment
+    with dask.config.set(ONE_TASK_EACH), local_cluster() as c:  # after s3: its environment
         result, path, version = _kill_mid_part(c, tmp_path, cfg, published)
         assert not exists(path)  # killed before its part was published
         assert result.result(timeout=300) == ROWS  # Dask reran the task
@@ -232,11 +235,11 @@ def test_a_worker_killed_mid_part_is_replaced_and_the_write_is_exact(kind, s3, t
 
 
 def test_a_worker_killed_mid_part_without_retries_fails_the_job_cleanly(s3, tmp_path):
-    import dask
     from distributed import KilledWorker
 
     cfg, published, exists = _backing("local", s3, tmp_path)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), local_cluster() as c:
+    with dask.config.set({**ONE_TASK_EACH, "distributed.scheduler.allowed-failures": 0}), \
+            local_cluster() as c:
         result, path, version = _kill_mid_part(c, tmp_path, cfg, published)
         with pytest.raises(KilledWorker):
             result.result(timeout=300)
