@@ -49,6 +49,8 @@ EXPERIMENTS: dict[str, list[str]] = {
     # listing and opening many small files with and without encrypted names
     "names": ["cryptdisk.bench.names"],
     "dask": ["cryptdisk.bench.dask_scan"],
+    # provider-held keys (SoftHSM2) against a local key file: opens and a cold scan
+    "keys": ["cryptdisk.bench.keys_speed"],
 }
 
 

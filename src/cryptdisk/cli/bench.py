@@ -18,7 +18,7 @@ from ..errors import CryptdiskError
 __all__ = ["register"]
 
 _CHOICES = ["crypto", "io", "olap", "oltp", "all", "fs-scan", "olap-db", "backup",
-            "olap-engine", "server", "oltp-cpu", "fields", "names", "dask"]
+            "olap-engine", "server", "oltp-cpu", "fields", "names", "dask", "keys"]
 _ORDER = ["crypto", "io", "olap", "oltp"]
 
 
@@ -63,7 +63,8 @@ def register(subparsers: Any) -> None:
                    "transaction in one process, plain against cryptdisk; fields: field-level "
                    "protection; names: listing and opening small files with and without "
                    "encrypted names; dask: cryptdisk.dask against dd.read_parquet on "
-                   "LocalClusters of 1..N worker processes)")
+                   "LocalClusters of 1..N worker processes; keys: keys in a SoftHSM2 "
+                   "token against a key file)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
