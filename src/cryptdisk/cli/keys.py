@@ -120,7 +120,8 @@ The key lifecycle of a config's [keyring] (see docs/keys.md): add a key, promote
 (current: it wraps new files; --db and PATHs are rewrapped to it, resumable), retire an
 older key (refused while a file under --db or the PATHs uses it), destroy a retired key
 (its key file, token object or KMIP key, then its entry). Each step rewrites the config
-crash-safe (temporary file, fsync, rename)."""
+crash-safe (temporary file, fsync, rename). 'cryptdisk keys DB [--remove ID]' lists the keys
+of a database made without a config and deletes an older key file."""
 
 VERBS = ("list", "add", "promote", "retire", "destroy")
 
