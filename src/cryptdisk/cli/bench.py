@@ -69,7 +69,8 @@ def register(subparsers: Any) -> None:
                    help="small sizes: the whole suite in a few minutes")
     p.add_argument("--rows", type=_positive(int),
                    help="olap and backup rows; fields values per function and scan rows "
-                   "(default 10M, quick 200k); names: files (default 10k, quick 2k)")
+                   "(default 10M, quick 200k); names: files (default 10k, quick 2k); keys: "
+                   "files below 100k (default 2k), table rows from 100k (default 10M)")
     p.add_argument("--duration", type=_positive(float),
                    help="seconds per timed test (io, oltp, oltp-cpu, random reads)")
     p.add_argument("--repeats", type=_positive(int), help="interleaved runs per strategy")
