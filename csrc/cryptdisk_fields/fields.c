@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -118,6 +119,8 @@ static void ctx_close(Ctx h) { EVP_CIPHER_CTX_free(h); /* cleanses the key sched
 static int gcm_seal(Ctx h, const unsigned char *nonce, const unsigned char *in, size_t n, unsigned char *ct,
                     unsigned char *tag) {
     int len = 0;
+    if (n > INT_MAX) /* EVP takes int lengths */
+        return 0;
     return EVP_EncryptInit_ex2(h, NULL, NULL, nonce, NULL) == 1 &&
            (n == 0 || EVP_EncryptUpdate(h, ct, &len, in, (int)n) == 1) &&
            EVP_EncryptFinal_ex(h, ct + n, &len) == 1 &&
@@ -127,6 +130,8 @@ static int gcm_seal(Ctx h, const unsigned char *nonce, const unsigned char *in, 
 static int gcm_open(Ctx h, const unsigned char *nonce, const unsigned char *ct, size_t n, const unsigned char *tag,
                     unsigned char *out) {
     int len = 0;
+    if (n > INT_MAX) /* EVP takes int lengths */
+        return -1;
     if (EVP_DecryptInit_ex2(h, NULL, NULL, nonce, NULL) != 1 ||
         (n && EVP_DecryptUpdate(h, out, &len, ct, (int)n) != 1) ||
         EVP_CIPHER_CTX_ctrl(h, EVP_CTRL_AEAD_SET_TAG, TAG, (void *)tag) != 1)
@@ -141,6 +146,8 @@ static int siv_seal(Ctx keyed, Ctx work, const unsigned char *in, size_t n, unsi
     int len = 0;
     if (n == 0)
         return -2;
+    if (n > INT_MAX)
+        return 0;
     return EVP_CIPHER_CTX_copy(work, keyed) == 1 && EVP_EncryptUpdate(work, ct, &len, in, (int)n) == 1 &&
            EVP_EncryptFinal_ex(work, ct + n, &len) == 1 &&
            EVP_CIPHER_CTX_ctrl(work, EVP_CTRL_AEAD_GET_TAG, TAG, siv) == 1;
@@ -151,6 +158,8 @@ static int siv_open(Ctx keyed, Ctx work, const unsigned char *siv, const unsigne
     int len = 0;
     if (n == 0)
         return -2;
+    if (n > INT_MAX)
+        return -1;
     if (EVP_CIPHER_CTX_copy(work, keyed) != 1 ||
         EVP_CIPHER_CTX_ctrl(work, EVP_CTRL_AEAD_SET_TAG, TAG, (void *)siv) != 1)
         return -1;
