@@ -147,6 +147,8 @@ def test_other_ways_around_are_refused(start_server, engine):  # noqa: F811
     setup(srv)
     with connect(srv, "bob") as analyst:
         for sql in ("EXPLAIN SELECT pan FROM cards", "COPY cards TO '/tmp/x.csv'",
+                    "COPY (SELECT pan FROM cards) TO '/tmp/x.csv'", "EXPORT DATABASE '/tmp/x'",
+                    "CREATE MACRO peek(x) AS x", "CREATE TEMP TABLE c2 AS SELECT * FROM cards",
                     "SELECT * FROM read_parquet('x/*.parquet')",
                     "SELECT fpe_decrypt(pan, 'cards') FROM cards",
                     "ALTER TABLE cards ALTER COLUMN pan UNSET MASKING POLICY",
