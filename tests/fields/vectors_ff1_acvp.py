@@ -1,8 +1,8 @@
 """A selection of NIST's ACVP FF1 vectors (usnistgov/ACVP-Server,
-gen-val/json-files/ACVP-AES-FF1-1.0/internalProjection.json, test groups 3, 4, 5, 7, 16
-and 17): declared alphabets of radix 4, 16, 32 and 64, and radix 10 and 26 with AES-256
-on inputs of up to 56 numerals (FF1's integer path), AES-128, -192 and -256, tweaks of 0
-to 16 bytes. Copied by hand; each row is (tcId, alphabet, key hex, tweak hex, plaintext,
+gen-val/json-files/ACVP-AES-FF1-1.0/internalProjection.json, test groups 3, 4, 5, 7, 16,
+17 and 18): declared alphabets of radix 4, 16, 32 and 64, and radix 10, 26 and 64 with
+AES-256 on inputs of up to 56 numerals (FF1's integer path), AES-128, -192 and -256,
+tweaks of 0 to 16 bytes. Copied by hand; each row is (tcId, alphabet, key hex, tweak hex, plaintext,
 ciphertext)."""
 
 HEX = "0123456789abcdef"
@@ -58,4 +58,13 @@ ACVP = [
     (405, LOWER, "307E20C7DEF0629E69734E94F75AADCC3AD99ED2548BECE74B864B4098163892",
      "6A3CE2E761D2A0E9A9", "ddpdwjuhhiupcnzbvfqyoyqhusdxpghfiuinpwpb",
      "uweuwpotrrdueezqyaigmbsrubuhmdnvzkhthjon"),
+    # group 18: AES-256, radix 64
+    (426, B64, "521E252307C7C2EB9DF9D253F598FC5FA8DEB5BCE185ED3366C1920C5566F7DD", "",
+     "9l0KE2GRjg", "wcYmNY8U9K"),
+    (427, B64, "84254E06C81739BC2232BCF554AD92F8B799C4BA15F1991CFC3D9B74201FDF82",
+     "401E690C7A225B7A4E8412503960CE98", "RVRN7XjDSyLIX6tiCXEstS4jvTDn",
+     "h73RGLJg55IJ76I7F9ub8V21kYTP"),
+    (434, B64, "ADEB2FCBFFE9B05D29B8084002108FB3FB0E7131F2F3A0D8E329BC814746A075",
+     "3D5C06C7230C2CE5C01C4A", "3sZTSd6cxynvqq+zQJGGFy9oHuRw",
+     "7mjPGKCq/bPPviLt+pDfNUei+VzW"),
 ]
