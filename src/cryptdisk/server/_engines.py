@@ -84,6 +84,11 @@ class EngineSession:
     def run(self, sql: str, params: list[Any]) -> Result:
         raise NotImplementedError
 
+    def run_quick(self, sql: str, params: list[Any]) -> Result | None:
+        """Run read-only ``sql`` on the calling thread if it cannot block or run long, else
+        return None having done nothing (then :meth:`run` it on the session's thread)."""
+        return None
+
     def describe(self, sql: str) -> list[tuple[str, int]] | None:
         """The result columns ``sql`` would have, without running it (best effort)."""
         raise NotImplementedError
@@ -399,6 +404,15 @@ _TABLE_OPS = {apsw.SQLITE_READ, apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQL
 _SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
 
 
+def _placeholder(n: int) -> str:
+    return f"?{n}"
+
+
+#: SQLite VM steps a :meth:`_SQLiteSession.run_quick` statement may take on the server's event
+#: loop (well under a millisecond of work; a point query takes a few dozen)
+QUICK_STEPS = 20000
+
+
 class _SQLiteSession(EngineSession):
     def __init__(self, engine: SQLiteEngine) -> None:
         from ..sqlite import connect
@@ -417,6 +431,10 @@ class _SQLiteSession(EngineSession):
         self.recording = False
         self.engine = engine
         self.writing = False  # holds the engine's write queue (a BEGIN IMMEDIATE transaction)
+        self._desc: Any = ()      # the columns of the statement :meth:`_step` ran
+        self._quick = False       # running in :meth:`run_quick`
+        self._stopped = False     # ... and the progress handler stopped it
+        self.conn.set_progress_handler(self._progress, QUICK_STEPS)
 
     def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
                    view: str | None) -> int:
@@ -444,41 +462,85 @@ class _SQLiteSession(EngineSession):
 
     @staticmethod
     def _sql(sql: str) -> str:
-        return _sqltext.substitute(sql, lambda n: f"?{n}")
+        return _sqltext.substitute(sql, _placeholder)
 
-    def run(self, sql: str, params: list[Any]) -> Result:
-        desc: list[tuple[str, str | None]] = []
+    def _trace(self, cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+        self._desc = cursor.get_description()
+        return True
 
-        def trace(cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
-            desc[:] = [(d[0], d[1]) for d in cursor.get_description()]
-            return True
+    def _step(self, sql: str, params: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
+        """Run ``sql`` (the caller holds :attr:`lock`): its rows and the changes it made;
+        :attr:`_desc` gets its columns. Raises the engine's own exceptions."""
+        self._desc = ()
+        cur = self.conn.cursor()
+        cur.exec_trace = self._trace
+        try:
+            cur.execute(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql,
+                        [_sqlite_value(p) for p in params] if params else (),
+                        can_cache=self.can_cache)
+            rows = [tuple(r) for r in cur]
+            return rows, self.conn.changes()
+        finally:
+            cur.close()
+            if self.writing and not self.conn.in_transaction:
+                self.writing = False
+                self.engine.write_queue.release()
 
-        with self.lock:
-            if sql == "BEGIN IMMEDIATE" and not self.writing:
-                self._queue_for_writing()
-            cur = self.conn.cursor()
-            cur.exec_trace = trace
-            try:
-                cur.execute(self._sql(sql), [_sqlite_value(p) for p in params],
-                            can_cache=self.can_cache)
-                rows = [tuple(r) for r in cur]
-                changes = self.conn.changes()
-            except Exception as exc:
-                raise statement_error(exc) from None
-            finally:
-                cur.close()
-                if self.writing and not self.conn.in_transaction:
-                    self.writing = False
-                    self.engine.write_queue.release()
+    def _result(self, sql: str, rows: list[tuple[Any, ...]], changes: int) -> Result:
+        desc = self._desc
         if not desc:
             head = (_sqltext.first_words(sql, 1) or [""])[0]
             count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
             return Result(None, [], command_tag(sql, count, False))
         columns = []
-        for i, (name, decl) in enumerate(desc):
+        for i, d in enumerate(desc):
             sample = next((r[i] for r in rows if r[i] is not None), None)
-            columns.append((name, _types.sqlite_oid(decl, sample)))
+            columns.append((d[0], _types.sqlite_oid(d[1], sample)))
         return Result(columns, rows, command_tag(sql, len(rows), True))
+
+    def run(self, sql: str, params: list[Any]) -> Result:
+        with self.lock:
+            if sql == "BEGIN IMMEDIATE" and not self.writing:
+                self._queue_for_writing()
+            try:
+                rows, changes = self._step(sql, params)
+            except Exception as exc:
+                raise statement_error(exc) from None
+        return self._result(sql, rows, changes)
+
+    def run_quick(self, sql: str, params: list[Any]) -> Result | None:
+        """Run a read-only statement on the calling thread (the server's event loop) if it
+        finishes at once; None, having done nothing, when it would wait for a lock or run
+        more than :data:`QUICK_STEPS` SQLite VM steps (the caller then runs it with
+        :meth:`run` on the session's thread, where a cancel or timeout can stop it)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            self._quick, self._stopped = True, False
+            self.conn.set_busy_timeout(0)  # a lock held elsewhere: SQLITE_BUSY at once
+            try:
+                rows, changes = self._step(sql, params)
+            except (apsw.BusyError, apsw.LockedError):
+                return None
+            except apsw.InterruptError as exc:
+                if self._stopped:
+                    return None
+                raise statement_error(exc) from None
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self._quick = False
+                self.conn.set_busy_timeout(self.engine.busy_timeout_ms)
+        finally:
+            self.lock.release()
+        return self._result(sql, rows, changes)
+
+    def _progress(self) -> bool:
+        """SQLite's progress handler: stop a :meth:`run_quick` statement that runs long."""
+        if self._quick:
+            self._stopped = True
+            return True
+        return False
 
     def describe(self, sql: str) -> list[tuple[str, int]] | None:
         desc: list[tuple[str, str | None]] = []

@@ -59,6 +59,8 @@ def _quote_name(name: str) -> str:
 
 _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
+#: statements tried with :meth:`EngineSession.run_quick` (they only read)
+_QUICK = {"SELECT", "VALUES"}
 
 
 def _common_name(cert: Any) -> str | None:
@@ -418,7 +420,10 @@ class Session:
                 return await self._transaction(engine, head, sql)
             await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
             sql, renames = self._identity(sql)
-            result = await self.call(engine.run, sql, params)
+            # a read that finishes at once runs here, without the hop to the session's thread
+            result = engine.run_quick(sql, params) if head in _QUICK else None
+            if result is None:
+                result = await self.call(engine.run, sql, params)
             if renames and result.columns is not None:
                 result.columns = _rename(result.columns, renames)
             return result
