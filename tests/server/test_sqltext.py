@@ -44,3 +44,15 @@ def test_replace_words_only_bare_words() -> None:
 
 def test_strip_strings() -> None:
     assert _sqltext.strip_strings("GRANT r TO \"on\" -- ON\n") == "GRANT r TO      " + " " * 6
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1;", "  ;  ", "", "SELECT 1 ;  \n", "UPDATE a SET b = b + -5 WHERE c = 3;",
+    "SELECT 1; SELECT 2", "select 'a;b';", "SELECT 1 -- c\n;", "SELECT /* x */ 1;",
+    "CREATE TRIGGER t AFTER INSERT ON x BEGIN SELECT 1;", "SELECT $1;", "END;",
+    "SELECT a/b FROM t;", ";;", "SELECT 1;;", "\t\n", "select -1 - -2;", "select 1 -",
+])
+def test_split_statements_fast_path_agrees_with_the_scan(sql, monkeypatch) -> None:
+    fast = split_statements(sql)
+    monkeypatch.setattr(_sqltext, "_single_statement", lambda _sql: None)
+    assert fast == split_statements(sql)

@@ -104,6 +104,9 @@ def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
 
 def split_statements(sql: str) -> list[str]:
     """The statements of a simple Query, without empty ones."""
+    single = _single_statement(sql)
+    if single is not None:
+        return single
     out, start = [], 0
     for kind, s, e in _scan(sql):
         if kind == "semicolon":
@@ -118,7 +121,25 @@ def split_statements(sql: str) -> list[str]:
     return [st.strip() for st in out if _strip_comments(st).strip()]
 
 
+_PLAIN = re.compile(r"(?:[^'\"$;/-]++|-(?!-)|/(?!\*))*+;?\s*")
+
+
+def _single_statement(sql: str) -> list[str] | None:
+    """The common case without a scan: no quotes, comments or ``$``, at most a final ``;``
+    (and not a CREATE, which may be a trigger); None for anything else."""
+    if _PLAIN.fullmatch(sql) is None:
+        return None
+    text = sql.strip()
+    if text.endswith(";"):
+        text = text[:-1].rstrip()
+    if text[:6].upper() == "CREATE":
+        return None
+    return [text] if text else []
+
+
 def _strip_comments(sql: str) -> str:
+    if "--" not in sql and "/*" not in sql:
+        return sql
     return re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
 
 
@@ -168,4 +189,13 @@ def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
 
 def first_words(sql: str, count: int = 2) -> list[str]:
     """The statement's first ``count`` words, upper-cased, comments skipped."""
-    return [w.upper() for w in re.findall(r"[A-Za-z_]+", _strip_comments(sql))[:count]]
+    out = []
+    if count > 0:
+        for m in _ALPHA.finditer(_strip_comments(sql)):
+            out.append(m.group().upper())
+            if len(out) == count:
+                break
+    return out
+
+
+_ALPHA = re.compile(r"[A-Za-z_]+")
