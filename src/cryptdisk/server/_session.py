@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import queue
 import re
 import secrets
 import struct
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -97,6 +98,65 @@ def _rename(columns: list[tuple[str, int]],
     return out
 
 
+def _begin_and_run(engine: EngineSession, sql: str, params: list[Any]) -> Result:
+    engine.run("BEGIN IMMEDIATE", [])
+    return engine.run(sql, params)
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if not future.cancelled():
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+class _SessionThread:
+    """One session's thread: runs its blocking calls one after the other, in order.
+
+    A queue and one ``call_soon_threadsafe`` per call: the hop from the event loop and back
+    costs less than ``run_in_executor`` on a one-thread pool."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...],
+                                           asyncio.Future[Any] | None] | None] = \
+            queue.SimpleQueue()
+        threading.Thread(target=self._work, name="cryptdisk-session").start()
+
+    def _work(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            fn, args, future = job
+            try:
+                value, ok = fn(*args), True
+            except BaseException as exc:  # handed to the caller, as run_in_executor does
+                value, ok = exc, False
+            del fn, args
+            if future is not None:
+                try:
+                    self.loop.call_soon_threadsafe(_settle, future, ok, value)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    pass
+            elif not ok:
+                log.error("a session's background call failed", exc_info=value)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        future: asyncio.Future[T] = self.loop.create_future()
+        self.jobs.put((fn, args, future))
+        return future
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` after the calls queued so far; nobody waits for it."""
+        self.jobs.put((fn, args, None))
+
+    def shutdown(self) -> None:
+        """End the thread once the calls queued so far have run."""
+        self.jobs.put(None)
+
+
 class _Closing(Exception):
     """End the session after sending what has been queued."""
 
@@ -136,14 +196,14 @@ class Session:
         self.out: list[bytes] = []
         self.out_size = 0  # bytes in self.out
         self.task = asyncio.current_task()
-        self.executor: ThreadPoolExecutor | None = None
+        self.executor: _SessionThread | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking engine call on this session's own thread: a session waiting for a
         lock never holds a thread another session needs to release that lock."""
         if self.executor is None:
-            self.executor = ThreadPoolExecutor(1, thread_name_prefix="cryptdisk-session")
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+            self.executor = _SessionThread(asyncio.get_running_loop())
+        return await self.executor.call(fn, *args)
 
     # -- I/O -------------------------------------------------------------------------------
 
@@ -216,7 +276,7 @@ class Session:
                     _close_quietly(engine)
             log.debug("closing the session of %s", self.peer_host)
             if self.executor is not None:
-                self.executor.shutdown(wait=False)
+                self.executor.shutdown()
             self.writer.close()
             try:  # TLS: send close_notify, but never wait long for the client's
                 await asyncio.wait_for(self.writer.wait_closed(), 2)
@@ -418,12 +478,18 @@ class Session:
         try:
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
-            await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
+            begin = "DEFERRED" if head in _READS else "IMMEDIATE"
             sql, renames = self._identity(sql)
-            # a read that finishes at once runs here, without the hop to the session's thread
-            result = engine.run_quick(sql, params) if head in _QUICK else None
-            if result is None:
-                result = await self.call(engine.run, sql, params)
+            if self.pending_begin and begin == "IMMEDIATE":
+                # SQLite's BEGIN and the first write, in one hop to the session's thread
+                self.pending_begin = False
+                result = await self.call(_begin_and_run, engine, sql, params)
+            else:
+                await self._begin(engine, begin)
+                # a read that finishes at once runs here, without the hop to the thread
+                quick = engine.run_quick(sql, params) if head in _QUICK else None
+                result = quick if quick is not None else await self.call(engine.run, sql,
+                                                                         params)
             if renames and result.columns is not None:
                 result.columns = _rename(result.columns, renames)
             return result
