@@ -79,6 +79,7 @@ class Repository:
         self._known: set[str] | None = None
         self._claimed: set[str] = set()
         self._dirty_dirs: set[str] = set()  # local: directories whose entries await fsync
+        self._local = isinstance(fs, LocalFileSystem)
 
     def __repr__(self) -> str:
         return f"<cryptdisk.backup.Repository {self.url!r} id={self.id}>"
@@ -314,13 +315,18 @@ class Repository:
 
     def check_chunk(self, name: str, *, check_name: bool = True) -> bytes | ChunkProblem:
         try:
-            blob = self.fs.cat_file(self.chunk_path(name))
+            if self._local:  # a plain read: fsspec's costs a quarter of the decryption
+                with open(self.chunk_path(name), "rb") as f:
+                    blob = f.read()
+            else:
+                blob = self.fs.cat_file(self.chunk_path(name))
         except FileNotFoundError:
             return ChunkProblem(name, "missing")
         if len(blob) < 28:
             return ChunkProblem(name, "truncated")
         try:
-            packed = self._aead_chunk.decrypt(blob[:12], blob[12:], name.encode())
+            packed = self._aead_chunk.decrypt(blob[:12], memoryview(blob)[12:],
+                                              name.encode())
             data = zstandard.ZstdDecompressor().decompress(packed)
         except (InvalidTag, zstandard.ZstdError):
             return ChunkProblem(name, "tampered or truncated")
