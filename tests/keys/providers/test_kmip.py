@@ -97,6 +97,7 @@ def kmip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+        _wait_accepting(port)
         yield Server(root, port)
     finally:
         proc.kill()
@@ -231,7 +232,24 @@ def _start(root: Path, port: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, str(HERE / "kmip_server.py"), str(root), str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+    _wait_accepting(port)
     return proc
+
+
+def _wait_accepting(port: int) -> None:
+    """PyKMIP's server binds before it prints "listening" but listens only in serve():
+    wait until a connection is accepted."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -383,3 +401,21 @@ def test_a_wrapped_keyring_key_makes_a_cold_scan_one_server_call(tmp_path, kmip_
     key = ring.current_key()
     assert key.uses["unwraps"] == 10 and key.provider.unwraps == 1
     ring.close()
+
+
+def test_promoting_a_key_whose_server_is_down_changes_nothing(tmp_path, kmip_server):
+    from cryptdisk.keys import Key, write_key_file
+
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    entry = _entry(kmip_server, "any", key_id=7, extra="retries = 1\nretry_seconds = 0.01\n")
+    cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                'file = "k1.hex"\n' + entry.replace(f"port = {kmip_server.port}",
+                                                     f"port = {_free_port()}"))
+    before = Path(cfg).read_text()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7", "-c", cfg],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    assert "cannot connect" in done.stderr and "gave up after 2 attempts" in done.stderr
+    assert Path(cfg).read_text() == before

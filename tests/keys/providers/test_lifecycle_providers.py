@@ -89,3 +89,30 @@ def test_a_wrong_pin_stops_destroy_with_the_key_kept(tmp_path, softhsm):
     assert refused.returncode == 1 and "the PIN was refused" in refused.stderr
     assert "0000-wrong" not in refused.stderr
     assert _objects(softhsm, label) == 1 and 'key = "kek-kept"' in cfg.read_text()
+
+
+def test_destroying_a_wrapped_key_deletes_its_file_and_keeps_the_token_key(tmp_path, softhsm):
+    from cryptdisk.keys import create_wrapped_key
+
+    label = "kek-wrapping"
+    generate_pkcs11_key(softhsm.module, softhsm.label, label, pin=softhsm.pin)
+    entry = {"id": 2, "source": "pkcs11", "module": softhsm.module, "token": softhsm.label,
+             "key": label, "pin_env": "CD_TEST_PIN"}
+    os.environ["CD_TEST_PIN"] = softhsm.pin
+    try:
+        create_wrapped_key(tmp_path / "k2.p11", entry)
+    finally:
+        del os.environ["CD_TEST_PIN"]
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n'
+                   '[[keyring.keys]]\nid = 2\nstate = "retired"\nsource = "pkcs11"\n'
+                   f'module = "{softhsm.module}"\ntoken = "{softhsm.label}"\nkey = "{label}"\n'
+                   'pin_env = "CD_TEST_PIN"\nwrapped_key = "k2.p11"\n')
+    (tmp_path / "empty").mkdir()
+    done = run("keys", "destroy", "2", "-c", str(cfg), str(tmp_path / "empty"),
+               CD_TEST_PIN=softhsm.pin)
+    assert done.returncode == 0, done.stderr
+    assert f"deleted wrapped key file {tmp_path / 'k2.p11'}" in done.stdout
+    assert not (tmp_path / "k2.p11").exists() and _objects(softhsm, label) == 1
+    assert "id = 2" not in cfg.read_text()
