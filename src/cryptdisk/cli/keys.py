@@ -260,10 +260,16 @@ def _usage(args: argparse.Namespace, config: str | None, key_id: int) -> list[st
     used: list[str] = []
     if args.db:
         with _open_db(args, config) as db:
-            used += [os.path.join(args.db, f) for f in db.files_under_key(key_id)]
+            used += [_db_file(args.db, f) for f in db.files_under_key(key_id)]
     if args.paths:
         used += files_under_key(args.paths, key_id)
     return used
+
+
+def _db_file(db: str, label: str) -> str:
+    """A database's file for messages: its catalog by path, a part as the database names it
+    (its path on its disk, table and disk)."""
+    return os.path.join(db, label) if label == "catalog" else label
 
 
 def _listing(files: list[str], shown: int = 10) -> str:
@@ -416,9 +422,11 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
             try:
                 n = db.rotate_keys(on_file)
             except KeyProviderError as exc:
+                left = [_db_file(args.db, f) for k in db.keyring.ids if k != args.id
+                        for f in db.files_under_key(k)]
                 print(f"cryptdisk: error: the rewrap of {args.db} stopped after {done} file(s): "
-                      f"{exc}; the other files are still under their old keys. Run the same "
-                      "command again when the provider answers: it resumes", file=sys.stderr)
+                      f"{exc}", file=sys.stderr)
+                _report_not_done(left)
                 code = 1
             else:
                 print(f"rewrapped {n} file(s) of {args.db} under key {args.id}; all its files "

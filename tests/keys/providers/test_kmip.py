@@ -419,3 +419,68 @@ def test_promoting_a_key_whose_server_is_down_changes_nothing(tmp_path, kmip_ser
     assert done.returncode == 1
     assert "cannot connect" in done.stderr and "gave up after 2 attempts" in done.stderr
     assert Path(cfg).read_text() == before
+
+
+def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path):
+    """As above for ``keys promote --db``: the child pauses before its second part's header
+    write (its data key already sealed), the server is stopped there; the command names the
+    files not done and exits 1, and finishes when run again with the server back."""
+    from cryptdisk.keys import Key, write_key_file
+
+    from .conftest import SECURE_STORE
+
+    root = tmp_path / "kmip"
+    root.mkdir()
+    _certs(root)
+    port = _free_port()
+    server = Server(root, port)
+    proc = _start(root, port)
+    try:
+        _make_key(server, "kek-db")
+        write_key_file(tmp_path / "k1.hex", Key.generate(1))
+        cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                    'file = "k1.hex"\n' + _entry(server, "kek-db", key_id=7,
+                                                  extra="retries = 1\nretry_seconds = 0.1\n")
+                    + SECURE_STORE)
+        db = tmp_path / "sales.db"
+        with cryptdisk.connect(db, cfg) as conn:
+            conn.sql("CREATE TABLE t (x BIGINT)")
+            for i in range(4):
+                conn.sql(f"INSERT INTO t SELECT range FROM range({i * 10}, {(i + 1) * 10})")
+        env = dict(os.environ, CHILD_RESUME="1", PYTHONPATH=os.pathsep.join(
+            [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+        # the config's write, fsync, replace, directory fsync; then per part a header pwrite
+        # and fsync: pause before the second part's pwrite
+        child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
+                                  str(4 + 2 + 1), "keys", "promote", "7", "-c", cfg, "--db",
+                                  str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        assert child.stdout is not None and child.stdin is not None
+        for line in child.stdout:
+            if line.startswith(("paused", "finished")):
+                break
+        assert line.startswith("paused 7 pwrite"), line
+        _stop(proc)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+        assert "finished 1" in out, (out, err)
+        # the second part was sealed before the pause: two done, the third failed
+        assert "stopped after 2 file(s)" in err and "gave up after 2 attempts" in err, err
+        assert "An error occurred" not in err  # PyKMIP's own log records stay quiet
+        assert "stopped at a provider fault; 3 file(s) not done" in err  # 2 parts, catalog
+        assert f"{db}/catalog" in err and err.count("(table t, disk 'secure')") == 2
+
+        proc = _start(root, port)
+        again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
+                                "-c", cfg, "--db", str(db)], capture_output=True, text=True,
+                               env=env, timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert "all its files are under key 7" in again.stdout
+        with cryptdisk.connect(db, cfg) as conn:
+            assert conn.sql("SELECT count(*) AS n, sum(x) AS s FROM t").to_pylist() == [
+                {"n": 40, "s": 780}]
+            assert conn.sql("SELECT id, files FROM system.keys ORDER BY id").to_pylist() == [
+                {"id": 1, "files": 0}, {"id": 7, "files": 5}]
+    finally:
+        _stop(proc)

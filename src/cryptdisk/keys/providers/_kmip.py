@@ -27,6 +27,7 @@ is the credential: a file, never the config, refused when group or others can re
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import ssl
@@ -58,6 +59,11 @@ def _kmip() -> Any:
     except ImportError as exc:
         raise KeyProviderError(f"the kmip provider needs PyKMIP: {exc}",
                                hint="pip install 'cryptdisk[kms]'") from None
+    # PyKMIP logs connection failures itself; cryptdisk reports them in its own errors, so
+    # keep its records off stderr (a NullHandler stops logging's last-resort handler)
+    logger = logging.getLogger("kmip")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
     return kmip
 
 
