@@ -434,6 +434,10 @@ class _SQLiteSession(EngineSession):
         self._desc: Any = ()      # the columns of the statement :meth:`_step` ran
         self._quick = False       # running in :meth:`run_quick`
         self._stopped = False     # ... and the progress handler stopped it
+        self.privileges: Any = None
+        self._version: Any = None  # the privileges' version the statement cache is under
+        self._epoch = 0
+        self._tag = ""
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
 
     def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
@@ -457,12 +461,25 @@ class _SQLiteSession(EngineSession):
         self.privileges = privileges
         self.check = privileges.sqlite_authorizer()
         self.conn.authorizer = self._authorize
-        # SQLite authorizes when it prepares: no statement cache, so a REVOKE counts at once
-        self.can_cache = False
 
-    @staticmethod
-    def _sql(sql: str) -> str:
-        return _sqltext.substitute(sql, _placeholder)
+    def _sql(self, sql: str) -> str:
+        """The text SQLite prepares: ``?n`` for ``$n``; with privileges, prefixed by a comment
+        naming their version. SQLite authorizes a statement when it prepares it, and the
+        statement cache is keyed by the text: a cached statement is reused only while the
+        privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
+        prefix, so the next statement is prepared, and checked, again)."""
+        return self._tagged(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql)
+
+    def _tagged(self, text: str) -> str:
+        """``text`` with the privileges' version prefixed (see :meth:`_sql`)."""
+        if self.privileges is not None and self.can_cache:
+            version = self.privileges.version
+            if version != self._version:
+                self._version = version
+                self._epoch += 1
+                self._tag = f"/* cryptdisk {self._epoch} */ "
+            text = self._tag + text
+        return text
 
     def _trace(self, cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
         self._desc = cursor.get_description()
@@ -475,8 +492,7 @@ class _SQLiteSession(EngineSession):
         cur = self.conn.cursor()
         cur.exec_trace = self._trace
         try:
-            cur.execute(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql,
-                        [_sqlite_value(p) for p in params] if params else (),
+            cur.execute(self._sql(sql), [_sqlite_value(p) for p in params] if params else (),
                         can_cache=self.can_cache)
             rows = [tuple(r) for r in cur]
             return rows, self.conn.changes()
@@ -615,7 +631,7 @@ class _SQLiteSession(EngineSession):
             try:
                 cur.execute("SAVEPOINT cryptdisk_copy")
                 try:
-                    cur.executemany(sql, rows, can_cache=self.can_cache)
+                    cur.executemany(self._tagged(sql), rows, can_cache=self.can_cache)
                 except BaseException:
                     cur.execute("ROLLBACK TO cryptdisk_copy")
                     raise

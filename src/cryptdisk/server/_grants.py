@@ -91,6 +91,12 @@ class Privileges:
         self.current_user = self.session_user if role is None else role
 
     @property
+    def version(self) -> tuple[int, str]:
+        """Changes whenever what this session may do can change (a user, role or grant
+        changed, or SET ROLE): a check cached under one version holds while it stays."""
+        return self.store.generation, self.current_user
+
+    @property
     def roles(self) -> frozenset[str]:
         """:attr:`current_user` and every role it is a member of, transitively (live)."""
         return self.store.member_of(self.current_user) | {self.current_user}

@@ -75,6 +75,8 @@ class UserStore:
         self.keyring = keyring
         self.iterations = iterations
         self._lock = threading.Lock()
+        #: counts the changes to users, roles and grants (cached permission checks use it)
+        self.generation = 0
         self.users: dict[str, dict[str, Any]] = {}
         #: ``{role: {"grants": {table: [actions]}, "roles": [roles it is a member of]}}``
         self.roles: dict[str, dict[str, Any]] = {}
@@ -105,6 +107,8 @@ class UserStore:
             except BaseException:
                 self.users, self.roles = json.loads(before)
                 raise
+            finally:
+                self.generation += 1
 
     def _entry(self, name: str) -> dict[str, Any]:
         entry = self.users.get(name)
@@ -224,6 +228,8 @@ class UserStore:
                 else:
                     self.users[name] = before
                 raise
+            finally:
+                self.generation += 1
 
     def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
         """Drop a user or a role (and every membership in that role)."""
