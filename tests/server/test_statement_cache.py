@@ -45,7 +45,7 @@ def test_a_revoke_counts_for_a_cached_statement(setup) -> None:
     for _ in range(3):
         assert session.run("SELECT a FROM t", []).rows == [(1,)]
     store.change_grants(["bob"], ["t"], ["SELECT"], grant=False)
-    with pytest.raises(ServerError, match="not authorized|permission denied"):
+    with pytest.raises(ServerError, match="permission denied"):
         session.run("SELECT a FROM t", [])
     store.change_grants(["bob"], ["t"], ["SELECT"], grant=True)
     assert session.run("SELECT a FROM t", []).rows == [(1,)]
@@ -58,7 +58,7 @@ def test_set_role_counts_for_a_cached_statement(setup) -> None:
     store.grant_roles(["nobody"], ["bob"], grant=True)
     assert session.run("SELECT a FROM t", []).rows == [(1,)]
     privileges.set_role("nobody")  # SET ROLE: the role's privileges only
-    with pytest.raises(ServerError, match="not authorized|permission denied"):
+    with pytest.raises(ServerError, match="permission denied"):
         session.run("SELECT a FROM t", [])
     privileges.set_role(None)  # RESET ROLE
     assert session.run("SELECT a FROM t", []).rows == [(1,)]

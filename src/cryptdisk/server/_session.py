@@ -452,7 +452,8 @@ class Session:
         if head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
             raise StatementError("COPY FROM STDIN / TO STDOUT works in a simple query only "
                                  "(not through Parse/Bind/Execute)", "0A000")
-        if head == "SELECT" and re.search(r"pg_catalog\.pg_cursors\b", sql):
+        if head == "SELECT" and "pg_cursors" in sql and \
+                re.search(r"pg_catalog\.pg_cursors\b", sql):
             m = re.search(r"\bname\s*=\s*'((?:[^']|'')*)'", sql)
             rows = [(1,)] if m and m[1].replace("''", "'") in self.cursors else []
             return Result([("?column?", _types.INT4)], rows, f"SELECT {len(rows)}")

@@ -7,6 +7,7 @@ dollar-quoted strings, so a ``;`` or ``$1`` inside any of them is left alone.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 
@@ -189,13 +190,18 @@ def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
 
 def first_words(sql: str, count: int = 2) -> list[str]:
     """The statement's first ``count`` words, upper-cased, comments skipped."""
+    return list(_first_words(sql, count))
+
+
+@functools.lru_cache(maxsize=64)  # a statement is asked about several times on its way
+def _first_words(sql: str, count: int) -> tuple[str, ...]:
     out = []
     if count > 0:
         for m in _ALPHA.finditer(_strip_comments(sql)):
             out.append(m.group().upper())
             if len(out) == count:
                 break
-    return out
+    return tuple(out)
 
 
 _ALPHA = re.compile(r"[A-Za-z_]+")
