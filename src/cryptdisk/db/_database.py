@@ -1,10 +1,12 @@
 """The embedded database: DuckDB runs the SQL, cryptdisk owns storage, catalog and keys.
 
-Queries never make DuckDB read files: the columns a query needs are decrypted
-(in parallel), decoded once into Arrow, kept in the bounded
-:class:`~cryptdisk.db._cache.ColumnCache`, and handed to DuckDB as Arrow
-tables. Warm queries therefore cost the same on encrypted and plain tables.
-DuckDB runs in memory with spilling off, so no plaintext reaches its temporary
+Queries never make DuckDB read files: each table a query reads is handed to
+DuckDB as a streaming :class:`~cryptdisk.db._scan.TableScan` of the columns it
+needs, whose row groups are decrypted and decoded on a thread pool as DuckDB
+pulls them, skipping those the query's filters, top-N or key range rule out;
+row groups read twice are kept in the bounded
+:class:`~cryptdisk.db._cache.ColumnCache`, so warm queries cost the same on
+encrypted and plain tables. DuckDB runs in memory with spilling off, so no plaintext reaches its temporary
 files: a query that does not fit in ``memory_limit`` fails with a clear error.
 """
 
