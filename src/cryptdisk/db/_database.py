@@ -6,8 +6,9 @@ needs, whose row groups are decrypted and decoded on a thread pool as DuckDB
 pulls them, skipping those the query's filters, top-N or key range rule out;
 row groups read twice are kept in the bounded
 :class:`~cryptdisk.db._cache.ColumnCache`, so warm queries cost the same on
-encrypted and plain tables. DuckDB runs in memory with spilling off, so no plaintext reaches its temporary
-files: a query that does not fit in ``memory_limit`` fails with a clear error.
+encrypted and plain tables. DuckDB runs in memory with spilling off, so no
+plaintext reaches its temporary files: a query that does not fit in
+``memory_limit`` fails with a clear error.
 """
 
 from __future__ import annotations
