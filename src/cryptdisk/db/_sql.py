@@ -220,9 +220,24 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     return CreateTable(name, columns, order, settings, bool(m.group(1)))
 
 
+#: The first words of the statements :func:`parse` handles or refuses; any other goes to
+#: DuckDB untouched, without trying (and, in a new process, compiling) the patterns below.
+_OWN_WORDS = frozenset({"CREATE", "INSERT", "DROP", "TRUNCATE", "ALTER", "OPTIMIZE", "SYSTEM",
+                        "UPDATE", "DELETE", "SET", "RESET", "PRAGMA"})
+
+
+def _first_word(s: str) -> str:
+    end = 0
+    while end < len(s) and s[end].isalpha():
+        end += 1
+    return s[:end].upper()
+
+
 def parse(sql: str) -> Statement:
     """Recognise one statement (no trailing ``;`` needed)."""
     s = sql.strip().rstrip(";").strip()
+    if _first_word(s) not in _OWN_WORDS:  # SELECT, WITH, FROM, ...: DuckDB's
+        return Passthrough(s)
     if m := re.match(rf"(?is)CREATE\s+TABLE\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*", s):
         return _parse_create(s, m)
     if m := re.match(rf"(?is)INSERT\s+INTO\s+({_IDENT})\s*", s):
