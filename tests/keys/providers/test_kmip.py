@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -15,13 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import cryptdisk
+from cryptdisk.bench.key_servers import free_port, make_kmip_certs, start_kmip, stop_kmip
+from cryptdisk.bench.key_servers import kmip_server as kmip_server_at
 from cryptdisk.errors import ConfigError, KeyProviderError
 from cryptdisk.keys import Keyring, ProviderKey
 from cryptdisk.keys.providers import kmip_client
@@ -38,72 +33,11 @@ class Server:
     port: int
 
 
-def _certs(root: Path) -> None:
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def save(path: str, cert: x509.Certificate | None, key: ec.EllipticCurvePrivateKey | None):
-        data = b""
-        if cert is not None:
-            data += cert.public_bytes(serialization.Encoding.PEM)
-        if key is not None:
-            data += key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.TraditionalOpenSSL,
-                                      serialization.NoEncryption())
-        (root / path).write_bytes(data)
-        (root / path).chmod(0o600)
-
-    def build(subject: str, issuer: x509.Name, public, signer, *, ca: bool = False, eku=None):
-        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
-             .public_key(public).serial_number(x509.random_serial_number())
-             .not_valid_before(now - datetime.timedelta(hours=1))
-             .not_valid_after(now + datetime.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if eku is not None:
-            b = b.add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
-        if eku == ExtendedKeyUsageOID.SERVER_AUTH:
-            b = b.add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        return b.sign(signer, hashes.SHA256())
-
-    for prefix in ("", "other-"):  # other-: a CA the server does not trust
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca = build(f"{prefix}test ca", name(f"{prefix}test ca"), ca_key.public_key(), ca_key,
-                   ca=True)
-        save(f"{prefix}ca.pem", ca, None)
-        for role, eku in (("server", ExtendedKeyUsageOID.SERVER_AUTH),
-                          ("client", ExtendedKeyUsageOID.CLIENT_AUTH)):
-            key = ec.generate_private_key(ec.SECP256R1())
-            save(f"{prefix}{role}.pem", build("cryptdisk" if role == "client" else "127.0.0.1",
-                                               ca.subject, key.public_key(), ca_key, eku=eku),
-                 None)
-            save(f"{prefix}{role}.key", None, key)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def kmip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("kmip")
-    _certs(root)
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "kmip_server.py"), str(root), str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
-        _wait_accepting(port)
+    with kmip_server_at(root) as port:
         yield Server(root, port)
-    finally:
-        proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _client(server: Server, prefix: str = ""):
@@ -198,7 +132,7 @@ def test_mutual_tls_and_key_problems_are_clear_errors(tmp_path, kmip_server, req
 
 def test_an_unreachable_server_fails_within_the_timeout(tmp_path, kmip_server):
     text = "[keyring]\n" + _entry(kmip_server, "k").replace(f"port = {kmip_server.port}",
-                                                             f"port = {_free_port()}")
+                                                             f"port = {free_port()}")
     with pytest.raises(KeyProviderError, match="cannot connect"):
         Keyring.from_config(write(tmp_path, text))
 
@@ -228,37 +162,6 @@ def test_destroy_revokes_and_destroys_a_retired_key_on_the_server(tmp_path, kmip
     assert "id = 7" not in (tmp_path / "cryptdisk.toml").read_text()
 
 
-def _start(root: Path, port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "kmip_server.py"), str(root), str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
-    _wait_accepting(port)
-    return proc
-
-
-def _wait_accepting(port: int) -> None:
-    """PyKMIP's server binds before it prints "listening" but listens only in serve():
-    wait until a connection is accepted."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.kill()
-    proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path):
     """The KMIP server is killed while ``cryptdisk keys promote`` rewraps files into it: the
     command stops, names what it did not do and exits 1; with the server back, the same
@@ -269,10 +172,10 @@ def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_pat
 
     root = tmp_path / "kmip"
     root.mkdir()
-    _certs(root)
-    port = _free_port()
+    make_kmip_certs(root)
+    port = free_port()
     server = Server(root, port)
-    proc = _start(root, port)
+    proc = start_kmip(root, port)
     try:
         _make_key(server, "kek-rotate")
         write_key_file(tmp_path / "k1.hex", Key.generate(1))
@@ -302,7 +205,7 @@ def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_pat
                 break
             shown.append(line)
         assert line.startswith("paused 11 pwrite"), (shown, line)
-        _stop(proc)
+        stop_kmip(proc)
         child.stdin.write("go\n")
         child.stdin.flush()
         out, err = child.communicate(timeout=120)
@@ -313,7 +216,7 @@ def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_pat
         ids = [Header.parse((data / f"f{i:02}").read_bytes()[:128]).key_id for i in range(10)]
         assert ids == [7] * 4 + [1] * 6  # the 5th failed, 6..10 not tried: all under key 1
 
-        proc = _start(root, port)  # the server is back: the same command finishes
+        proc = start_kmip(root, port)  # the server is back: the same command finishes
         again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
                                 "-c", cfg, str(data)], capture_output=True, text=True, env=env,
                                timeout=120)
@@ -325,7 +228,7 @@ def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_pat
                 assert f.read() == b"%d" % i * 500
         ring.close()
     finally:
-        _stop(proc)
+        stop_kmip(proc)
 
 
 def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
@@ -339,10 +242,10 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
 
     root = tmp_path / "kmip"
     root.mkdir()
-    _certs(root)
-    port = _free_port()
+    make_kmip_certs(root)
+    port = free_port()
     server = Server(root, port)
-    procs = [_start(root, port)]
+    procs = [start_kmip(root, port)]
     log = tmp_path / "audit.jsonl"
     os.environ[AUDIT_ENV] = str(log)
     try:
@@ -351,12 +254,12 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
                     extra="retries = 8\nretry_seconds = 0.5\n").current_key()
         blob = key.wrap(b"d" * 32, AD)
         key.cache.clear()
-        _stop(procs[0])
+        stop_kmip(procs[0])
 
         def restart() -> None:
             while not log.exists() or '"fault"' not in log.read_text():
                 time.sleep(0.05)
-            procs.append(_start(root, port))
+            procs.append(start_kmip(root, port))
 
         helper = threading.Thread(target=restart)
         helper.start()
@@ -373,7 +276,7 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
     finally:
         del os.environ[AUDIT_ENV]
         for p in procs:
-            _stop(p)
+            stop_kmip(p)
 
 
 def test_a_wrapped_keyring_key_makes_a_cold_scan_one_server_call(tmp_path, kmip_server,
@@ -410,7 +313,7 @@ def test_promoting_a_key_whose_server_is_down_changes_nothing(tmp_path, kmip_ser
     entry = _entry(kmip_server, "any", key_id=7, extra="retries = 1\nretry_seconds = 0.01\n")
     cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
                 'file = "k1.hex"\n' + entry.replace(f"port = {kmip_server.port}",
-                                                     f"port = {_free_port()}"))
+                                                     f"port = {free_port()}"))
     before = Path(cfg).read_text()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
@@ -431,10 +334,10 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
 
     root = tmp_path / "kmip"
     root.mkdir()
-    _certs(root)
-    port = _free_port()
+    make_kmip_certs(root)
+    port = free_port()
     server = Server(root, port)
-    proc = _start(root, port)
+    proc = start_kmip(root, port)
     try:
         _make_key(server, "kek-db")
         write_key_file(tmp_path / "k1.hex", Key.generate(1))
@@ -460,7 +363,7 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
             if line.startswith(("paused", "finished")):
                 break
         assert line.startswith("paused 7 pwrite"), line
-        _stop(proc)
+        stop_kmip(proc)
         child.stdin.write("go\n")
         child.stdin.flush()
         out, err = child.communicate(timeout=120)
@@ -471,7 +374,7 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
         assert "stopped at a provider fault; 3 file(s) not done" in err  # 2 parts, catalog
         assert f"{db}/catalog" in err and err.count("(table t, disk 'secure')") == 2
 
-        proc = _start(root, port)
+        proc = start_kmip(root, port)
         again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
                                 "-c", cfg, "--db", str(db)], capture_output=True, text=True,
                                env=env, timeout=120)
@@ -483,4 +386,4 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
             assert conn.sql("SELECT id, files FROM system.keys ORDER BY id").to_pylist() == [
                 {"id": 1, "files": 0}, {"id": 7, "files": 5}]
     finally:
-        _stop(proc)
+        stop_kmip(proc)
