@@ -2,7 +2,8 @@
 
 Each run is a fresh process, so the keyring connects to its provider and every unwrap
 cache starts empty, as in a new reader. The SoftHSM2 token (``SOFTHSM2_CONF``) and its
-PIN (``CD_BENCH_PIN``) come from the environment the harness set.
+PIN (``CD_BENCH_PIN``), and moto's dummy AWS credentials, come from the environment the
+harness set; the KMIP and KMS servers are the harness's (:mod:`.key_servers`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def _write(directory: str, text: str) -> str:
     return path
 
 
-def _configs(workdir: str, module: str | None, label: str | None) -> dict[str, str]:
+def _configs(workdir: str, module: str | None, label: str | None,
+             kmip: dict[str, Any] | None, kms_endpoint: str | None) -> dict[str, str]:
     """Strategy name -> the config of its key (a directory each)."""
     from ..keys import Key, create_wrapped_key, write_key_file
 
@@ -58,17 +60,76 @@ def _configs(workdir: str, module: str | None, label: str | None) -> dict[str, s
             "id": 1, "source": "pkcs11", "module": module, "token": label, "key": "kek",
             "pin_env": PIN_ENV})
         configs["pkcs11 wrapped_key"] = _write(wrapped, entry + 'wrapped_key = "k1.p11"\n')
+    if kmip is not None:
+        configs.update(_kmip_configs(workdir, kmip))
+    if kms_endpoint is not None:
+        configs["aws-kms (moto)"] = _aws_kms_config(workdir, kms_endpoint)
     return configs
 
 
-def prepare(workdir: str, module: str | None, label: str | None, files: int,
-            rows: int) -> list[Sample]:
-    """Make each key (the token's in SoftHSM2), its files and its database (untimed); what
-    was made goes to ``workdir/prepared.json``."""
+def _kmip_configs(workdir: str, kmip: dict[str, Any]) -> dict[str, str]:
+    """A key made on the KMIP server, used directly and as the KEK of a wrapped key."""
+    import contextlib
+    import warnings
+
+    from ..keys import create_wrapped_key
+    from ..keys.providers import kmip_client
+
+    root, port = kmip["root"], int(kmip["port"])
+    cert, tls_key, ca = f"{root}/client.pem", f"{root}/client.key", f"{root}/ca.pem"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kmip.core import enums
+    client = kmip_client("127.0.0.1", port, cert=cert, key=tls_key, ca=ca)
+    with contextlib.closing(client):
+        usage = [enums.CryptographicUsageMask.ENCRYPT, enums.CryptographicUsageMask.DECRYPT,
+                 enums.CryptographicUsageMask.MAC_GENERATE]
+        uid = client.create(enums.CryptographicAlgorithm.AES, 256, name="bench-kek",
+                            cryptographic_usage_mask=usage)
+        client.activate(uid)
+    fields = {"id": 1, "source": "kmip", "host": "127.0.0.1", "port": port, "key": "bench-kek",
+              "client_cert": cert, "client_key": tls_key, "ca": ca,
+              "timeout": 30}
+    entry = "[keyring]\n[[keyring.keys]]\n" + "".join(
+        f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
+    configs = {}
+    direct = os.path.join(workdir, "kmip")
+    os.makedirs(direct)
+    configs["kmip (PyKMIP)"] = _write(direct, entry)
+    wrapped = os.path.join(workdir, "kmip-wrapped")
+    os.makedirs(wrapped)
+    create_wrapped_key(os.path.join(wrapped, "k1.kmip"), fields)
+    configs["kmip wrapped_key"] = _write(wrapped, entry + 'wrapped_key = "k1.kmip"\n')
+    return configs
+
+
+def _aws_kms_config(workdir: str, endpoint: str) -> str:
+    """A KMS key made in moto and a keyring key wrapped by it."""
+    import boto3
+
+    from ..keys.providers import create_aws_kms_wrapped_key
+
+    client = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")
+    kms_key = client.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+    base = os.path.join(workdir, "aws-kms")
+    os.makedirs(base)
+    create_aws_kms_wrapped_key(os.path.join(base, "k1.kms"), kms_key, key_id=1,
+                               region="us-east-1", endpoint=endpoint)
+    return _write(base, f'[keyring]\n[[keyring.keys]]\nid = 1\nsource = "aws-kms"\n'
+                  f'kms_key = "{kms_key}"\nwrapped_key = "k1.kms"\nregion = "us-east-1"\n'
+                  f'endpoint = "{endpoint}"\ntimeout = 30\n')
+
+
+def prepare(workdir: str, module: str | None, label: str | None, files: int, rows: int,
+            kmip: dict[str, Any] | None = None,
+            kms_endpoint: str | None = None) -> list[Sample]:
+    """Make each key (the token's in SoftHSM2, the KMIP server's, moto's KMS key), its files
+    and its database (untimed); what was made goes to ``workdir/prepared.json``. ``kmip``:
+    the server's ``root`` (its certificates) and ``port``."""
     import cryptdisk
 
     prepared = {}
-    for name, config in _configs(workdir, module, label).items():
+    for name, config in _configs(workdir, module, label, kmip, kms_endpoint).items():
         base = os.path.dirname(config)
         os.makedirs(os.path.join(base, "files"))
         write_files(config, os.path.join(base, "files"), files)
@@ -85,12 +146,13 @@ def prepare(workdir: str, module: str | None, label: str | None, files: int,
 
 
 def _calls(key: Any) -> dict[str, Any]:
-    """Provider calls a key made (a wrapped key: the unwraps of its KEK), for the report."""
+    """Provider calls a key made (a wrapped key, aws-kms: the unwraps of its KEK), for the
+    report."""
     uses = getattr(key, "uses", None)
     if uses is None:
         return {"provider_calls": 0}
     provider = key.provider
-    if hasattr(provider, "inner"):
+    if hasattr(provider, "unwraps"):
         return {"provider_calls": provider.unwraps}
     return {"provider_calls": uses["provider_calls"]}
 

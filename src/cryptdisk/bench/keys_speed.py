@@ -2,9 +2,15 @@
 
 Keys: a local key file; an AES key in a SoftHSM2 token (``pkcs11``: every data key
 sealed and opened in the token); the same token key wrapping a keyring key
-(``pkcs11 wrapped_key``: one token call per process, then local AES-GCM). The
-SoftHSM2 token is made in the scratch directory (``softhsm2-util``). For each key,
-interleaved, each run a fresh worker (:mod:`._bodies_keys`):
+(``pkcs11 wrapped_key``: one token call per process, then local AES-GCM); an AES key on
+PyKMIP's KMIP server (``kmip``: every data key sealed and opened by the server, over
+mutual TLS on loopback) and the same server key wrapping a keyring key (``kmip
+wrapped_key``); a keyring key wrapped by a KMS key in moto's server (``aws-kms``: one
+KMS ``Decrypt`` per process). The SoftHSM2 token is made in the scratch directory
+(``softhsm2-util``); the KMIP and KMS servers run on 127.0.0.1 while the experiment
+runs (:mod:`.key_servers`). A provider whose software is missing is recorded as skipped
+with its install hint. For each key, interleaved, each run a fresh worker
+(:mod:`._bodies_keys`):
 
 * opens: N files of 100 bytes (``--rows`` sets N; default 2,000, quick 300): load the
   keyring (connect), open every file once (an unwrap each), open them all again (the
@@ -25,12 +31,18 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
+from . import key_servers
 from ._bodies_keys import PIN_ENV
 from ._model import BenchOptions, Progress, Recorder, Skipped
 from ._suite import Strategy, ensure_cleanup, experiment_dir, interleave
 from ._worker import run_worker
 
 __all__ = ["NOTES", "run"]
+
+#: moto accepts any credentials; these keep the workers' boto3 off any real account
+_AWS_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
 
 NOTES: list[str] = []
 EXPERIMENT = "keys"
@@ -87,11 +99,25 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         if token is None:
             record(Skipped(EXPERIMENT, "pkcs11 (SoftHSM2)", "SoftHSM2 is not installed",
                            "apt-get install softhsm2"))
-        with _environment(**({"SOFTHSM2_CONF": token[2]} if token else {})):
+        with contextlib.ExitStack() as servers, \
+                _environment(**({"SOFTHSM2_CONF": token[2]} if token else {}), **_AWS_ENV):
+            kmip = kms = None
+            try:
+                kmip_root = workdir / "kmip-server"
+                kmip_root.mkdir()
+                kmip = {"root": str(kmip_root), "port": servers.enter_context(
+                    key_servers.kmip_server(kmip_root))}
+            except key_servers.ServerMissing as exc:
+                record(Skipped(EXPERIMENT, "kmip (PyKMIP)", str(exc), exc.hint))
+            try:
+                kms = servers.enter_context(key_servers.moto_kms())
+            except key_servers.ServerMissing as exc:
+                record(Skipped(EXPERIMENT, "aws-kms (moto)", str(exc), exc.hint))
             progress(f"keys: writing {files} files and {rows:,} rows under each key", 0, 1)
             run_worker(ensure_cleanup(options), "cryptdisk.bench._bodies_keys:prepare", dict(
                 workdir=str(workdir), module=token[0] if token else None,
-                label=token[1] if token else None, files=files, rows=rows))
+                label=token[1] if token else None, files=files, rows=rows, kmip=kmip,
+                kms_endpoint=kms))
             prepared = json.loads((workdir / "prepared.json").read_text())
             opens, scans = [], []
             for name, item in prepared.items():
@@ -108,7 +134,9 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                          "(plus the catalog), summed by a fresh process. SoftHSM2 is a "
                          "software token in the same process: a network HSM adds its round "
                          "trip to every provider call, which the wrapped key pays once per "
-                         "process.")
+                         "process. PyKMIP's server and moto's KMS run on this machine "
+                         "(loopback; their CPU is not in the workers' CPU figures): a "
+                         "remote server adds the network round trip to each call.")
             interleave(options, EXPERIMENT, opens, record, progress, "keys: opens", repeats)
             interleave(options, EXPERIMENT, scans, record, progress, "keys: cold scan",
                        repeats)
