@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -150,8 +152,11 @@ def start_kmip(root: Path, port: int) -> subprocess.Popen[str]:
     """Start PyKMIP's server on 127.0.0.1:``port`` with the certificates in ``root`` (see
     :func:`make_kmip_certs`); returns once it accepts connections."""
     require("kmip")
+    # its own process group: PyKMIP's server forks a process per connection, which
+    # stop_kmip must kill with it
     proc = subprocess.Popen([sys.executable, "-c", _SERVE_KMIP, str(root), str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
@@ -165,8 +170,10 @@ def start_kmip(root: Path, port: int) -> subprocess.Popen[str]:
 
 
 def stop_kmip(proc: subprocess.Popen[str]) -> None:
-    """Kill a server :func:`start_kmip` started and reap it."""
-    proc.kill()
+    """Kill a server :func:`start_kmip` started, with the processes it forked for its
+    connections (its process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
