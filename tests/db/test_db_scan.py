@@ -355,3 +355,35 @@ def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
     db.cache.clear()
     assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 2") == [(0,), (1,)]
     assert db.last_scans["t"]["row_groups_read"] <= 5  # no direction: default_order (ASC)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=1, max_size=4),
+       order=st.sampled_from(["k", "k, s", "f", "s, k"]), merge_rows=st.sampled_from([1, 7, 50]),
+       plain=st.booleans())
+def test_optimize_sorts_one_key_interval_at_a_time(shared_db, inserts, order, merge_rows,
+                                                   plain):
+    """OPTIMIZE of a table with an ORDER BY sorts interval by interval (here a few rows each):
+    the merged part holds the same rows, in the table's order (NULLs, then NaN, last)."""
+    from cryptdisk.db import _maintenance
+
+    db = shared_db
+    t, ref = _table_and_reference(db, inserts, 5, False,
+                                  f" ORDER BY ({order})"
+                                  + (" SETTINGS storage_policy = 'plain'" if plain else ""))
+    old = _maintenance.MERGE_ROWS
+    _maintenance.MERGE_ROWS = merge_rows
+    try:
+        db.sql(f"OPTIMIZE TABLE {t} FINAL")
+    finally:
+        _maintenance.MERGE_ROWS = old
+    got = db.arrow_table(t).to_pylist()  # part by part, row group by row group: stored order
+    assert len(db.table(t).parts) <= 1
+    cols = [c.strip() for c in order.split(",")]
+    want = ref.execute(f"SELECT {order} FROM {t} ORDER BY "
+                       + ", ".join(f"{c} ASC NULLS LAST" for c in cols)).fetchall()
+    assert _norm([tuple(r[c] for c in cols) for r in got]) == _norm(want)
+    everything = ref.execute(f"SELECT k, s, f FROM {t}").fetchall()
+    assert sorted(_norm([(r["k"], r["s"], r["f"]) for r in got]), key=repr) == \
+        sorted(_norm(everything), key=repr)
+    db.sql(f"DROP TABLE {t}")

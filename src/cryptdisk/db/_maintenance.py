@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import duckdb
+
 from ..errors import CatalogError, CryptdiskError, DatabaseError, DiskFileNotFoundError
 from . import _sql
 from ._catalog import PartMeta, load_catalog, remove_catalog_temps
@@ -33,6 +35,9 @@ from ._rollback import (
 )
 from ._storage import policy_disk, policy_disks, stale_cleanup
 
+#: Rows sorted at a time by OPTIMIZE of a table with an ORDER BY (see _sorted_batches).
+MERGE_ROWS = 1 << 18
+
 if TYPE_CHECKING:
     from ._catalog import TableMeta
     from ._state import DatabaseState
@@ -40,6 +45,10 @@ else:
     DatabaseState = object  # the type checker's view only: see _state
 
 __all__ = ["MaintenanceMixin"]
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
 
 log = logging.getLogger("cryptdisk.db")
 
@@ -148,10 +157,9 @@ class MaintenanceMixin(DatabaseState):
             for part in meta.parts:
                 verify_part(self.config.disks[part.disk], part)
             schema = self.arrow_schema(meta)
-            if meta.order_by:  # one sort over the whole table, in memory
-                data = self.arrow_table(meta.name)
-                data = data.sort_by([(c, "ascending") for c in meta.order_by.split(",")])
-                batches: Any = data.to_batches(max_chunksize=1 << 20)
+            batches: Any
+            if meta.order_by:
+                batches = self._sorted_batches(meta)
             else:  # one part at a time: memory stays at about one part
                 batches = (batch for part in list(meta.parts)
                            for batch in read_part(self.config.disks[part.disk], part, None)
@@ -163,6 +171,81 @@ class MaintenanceMixin(DatabaseState):
                               key=meta.order_by.split(",")[0] if meta.order_by else None)
             self._replace_parts(meta, new)
             return True
+
+    def _sorted_batches(self, meta: TableMeta) -> Any:
+        """The table's rows in ``ORDER BY`` order, sorted one key interval at a time.
+
+        The row groups' minimum keys split the key's domain into intervals of about
+        :data:`MERGE_ROWS` rows; each interval's rows (read from the row groups whose
+        statistics overlap it) are sorted by DuckDB, then the rows with a NULL key.
+        So a merge holds one interval in memory, not the table (a single key value
+        with more rows than that is one interval). A part with a row group whose key
+        has no statistics falls back to one sort of the whole table.
+        """
+        from ._pushdown import Filter
+        from ._scan import TableScan
+
+        cols = meta.order_by.split(",") if meta.order_by else []
+        key = cols[0]
+        schema = self.arrow_schema(meta)
+        names = [c for c, _t in meta.columns]
+        firsts: list[tuple[Any, int]] = []
+        for part in meta.parts:
+            op = self._open_parts.get(part)
+            ranges = op.ranges(key)
+            for rg in range(op.num_row_groups):
+                found = None if ranges is None else ranges[rg]
+                if found is None:
+                    if op.nulls(rg, key) == op.rows(rg):
+                        continue  # NULL keys only: the last interval
+                    data = self.arrow_table(meta.name)  # no statistics: one sort in memory
+                    yield from data.sort_by([(c, "ascending") for c in cols]).to_batches(
+                        max_chunksize=1 << 20)
+                    return
+                firsts.append((found[0], op.rows(rg)))
+        firsts.sort(key=lambda f: f[0])
+        splits: list[Any] = []
+        rows = 0
+        for low, n in firsts:
+            if rows >= MERGE_ROWS and (not splits or low > splits[-1]):
+                splits.append(low)
+                rows = 0
+            rows += n
+        bounds = list(zip([None, *splits], [*splits, None], strict=True))
+        order = ", ".join(f"{_quote(c)} ASC NULLS LAST" for c in cols)
+        view = "__cd_optimize"
+        for low, high in [*bounds, ("null", "null")]:
+            if low == "null":
+                flt: list[Any] = []
+                params: list[Any] = []
+                where = f"{_quote(key)} IS NULL"
+            else:
+                flt = [Filter(key, low, high)]
+                conds = [f"{_quote(key)} IS NOT NULL"]  # NULL keys: the last interval
+                params = []
+                if low is not None:
+                    conds.append(f"{_quote(key)} >= ?")
+                    params.append(low)
+                if high is not None:
+                    conds.append(f"{_quote(key)} < ?")
+                    params.append(high)
+                where = " AND ".join(conds)
+            scan = TableScan(self._open_parts, meta, schema, names, flt, None)
+            self.con.register(view, scan)
+            try:
+                reader = self.con.sql(f"SELECT * FROM {view} WHERE {where} ORDER BY {order}",
+                                      params=params).to_arrow_reader(1 << 20)
+                yield from reader
+            except duckdb.OutOfMemoryException as exc:
+                raise DatabaseError(
+                    f"OPTIMIZE {meta.name}: sorting {MERGE_ROWS:,} rows at a time needs more "
+                    f"memory than memory_limit allows ({exc}); cryptdisk does not let DuckDB "
+                    "spill plaintext to disk", hint="raise memory_limit") from None
+            finally:
+                scan.close()
+                self.con.unregister(view)
+            if scan.error is not None:
+                raise scan.error
 
     def _live(self, catalog: Any) -> set[tuple[str, str]]:
         return {(p.disk, p.path) for t in catalog.tables.values() for p in t.parts}

@@ -46,6 +46,8 @@ class DatabaseState(Protocol):
     _pins: list[str]
     #: Files (disk, path) to delete once the next catalog is published.
     _pending: list[tuple[Any, str]]
+    #: Parts opened and checked, kept for the next reads (an ``_scan.OpenParts``).
+    _open_parts: Any
 
     def table(self, name: str) -> TableMeta: ...
 
