@@ -387,3 +387,24 @@ def test_optimize_sorts_one_key_interval_at_a_time(shared_db, inserts, order, me
     assert sorted(_norm([(r["k"], r["s"], r["f"]) for r in got]), key=repr) == \
         sorted(_norm(everything), key=repr)
     db.sql(f"DROP TABLE {t}")
+
+
+def test_optimize_by_a_key_without_statistics_sorts_in_one_piece(tmp_path):
+    """A nested ORDER BY column has no min/max: OPTIMIZE sorts the table at once (on the
+    insert's source thread, while the writer holds the database; in a child with a
+    timeout, so a deadlock fails instead of hanging)."""
+    child = (
+        "import cryptdisk, sys\n"
+        f"db = cryptdisk.connect({str(tmp_path / 'db')!r})\n"
+        "db.sql('CREATE TABLE n (k INT[], v BIGINT) ORDER BY k')\n"
+        "db.sql('INSERT INTO n SELECT [i % 5, i], i FROM range(300) r(i)')\n"
+        "db.sql('INSERT INTO n SELECT [i % 3], i FROM range(300, 400) r(i)')\n"
+        "db.sql('OPTIMIZE TABLE n FINAL')\n"
+        "print(db.query('SELECT count(*), sum(v) FROM n'), len(db.table('n').parts))\n"
+        "ks = db.arrow_table('n', ['k']).column('k').to_pylist()\n"
+        "print(ks == sorted(ks))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["[(400, Decimal('79800'))] 1", "True"]

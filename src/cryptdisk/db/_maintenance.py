@@ -198,7 +198,9 @@ class MaintenanceMixin(DatabaseState):
                 if found is None:
                     if op.nulls(rg, key) == op.rows(rg):
                         continue  # NULL keys only: the last interval
-                    data = self.arrow_table(meta.name)  # no statistics: one sort in memory
+                    # no statistics: one sort in memory (not through arrow_table: this
+                    # runs on write_parts' source thread, while the caller holds _mutex)
+                    data = TableScan(self._open_parts, meta, schema, names, [], None).to_table()
                     yield from data.sort_by([(c, "ascending") for c in cols]).to_batches(
                         max_chunksize=1 << 20)
                     return
