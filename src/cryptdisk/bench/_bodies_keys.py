@@ -69,24 +69,12 @@ def _configs(workdir: str, module: str | None, label: str | None,
 
 def _kmip_configs(workdir: str, kmip: dict[str, Any]) -> dict[str, str]:
     """A key made on the KMIP server, used directly and as the KEK of a wrapped key."""
-    import contextlib
-    import warnings
-
     from ..keys import create_wrapped_key
-    from ..keys.providers import kmip_client
+    from ..keys.providers import create_kmip_key
 
     root, port = kmip["root"], int(kmip["port"])
     cert, tls_key, ca = f"{root}/client.pem", f"{root}/client.key", f"{root}/ca.pem"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from kmip.core import enums
-    client = kmip_client("127.0.0.1", port, cert=cert, key=tls_key, ca=ca)
-    with contextlib.closing(client):
-        usage = [enums.CryptographicUsageMask.ENCRYPT, enums.CryptographicUsageMask.DECRYPT,
-                 enums.CryptographicUsageMask.MAC_GENERATE]
-        uid = client.create(enums.CryptographicAlgorithm.AES, 256, name="bench-kek",
-                            cryptographic_usage_mask=usage)
-        client.activate(uid)
+    create_kmip_key("127.0.0.1", port, "bench-kek", cert=cert, key=tls_key, ca=ca)
     fields = {"id": 1, "source": "kmip", "host": "127.0.0.1", "port": port, "key": "bench-kek",
               "client_cert": cert, "client_key": tls_key, "ca": ca,
               "timeout": 30}
@@ -105,12 +93,9 @@ def _kmip_configs(workdir: str, kmip: dict[str, Any]) -> dict[str, str]:
 
 def _aws_kms_config(workdir: str, endpoint: str) -> str:
     """A KMS key made in moto and a keyring key wrapped by it."""
-    import boto3
+    from ..keys.providers import create_aws_kms_key, create_aws_kms_wrapped_key
 
-    from ..keys.providers import create_aws_kms_wrapped_key
-
-    client = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")
-    kms_key = client.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+    kms_key = create_aws_kms_key(region="us-east-1", endpoint=endpoint)
     base = os.path.join(workdir, "aws-kms")
     os.makedirs(base)
     create_aws_kms_wrapped_key(os.path.join(base, "k1.kms"), kms_key, key_id=1,

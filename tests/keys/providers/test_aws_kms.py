@@ -13,7 +13,7 @@ import cryptdisk
 from cryptdisk.errors import ConfigError, KeyProviderError
 from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey
-from cryptdisk.keys.providers import _aws_kms, create_aws_kms_wrapped_key
+from cryptdisk.keys.providers import _aws_kms, create_aws_kms_key, create_aws_kms_wrapped_key
 
 from .conftest import SECURE_STORE, assert_a_database_round_trips, write
 
@@ -83,6 +83,27 @@ def test_a_file_under_a_kms_wrapped_key(tmp_path, kms):
     again = _ring(tmp_path, endpoint, kms_key)  # another process would do the same
     with cryptdisk.open(path, "rb", keyring=again) as f:
         assert f.read() == b"under kms" * 100
+
+
+def test_create_aws_kms_key_makes_a_usable_key_and_refusals_are_clear(tmp_path, kms):
+    endpoint, _ = kms
+    made = create_aws_kms_key(region="us-east-1", endpoint=endpoint)
+    client = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")
+    meta = client.describe_key(KeyId=made)["KeyMetadata"]
+    assert meta["KeyUsage"] == "ENCRYPT_DECRYPT" and meta["Enabled"]
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", made, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    ring = _ring(tmp_path, endpoint, made)
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"new kms key")
+    with cryptdisk.open(path, "rb", keyring=ring) as f:
+        assert f.read() == b"new kms key"
+    ring.close()
+    RUNNING[0].stop()
+    with pytest.raises(KeyProviderError, match="CreateKey failed") as err:
+        create_aws_kms_key(region="us-east-1", endpoint=endpoint, timeout=1)
+    assert SECRET not in str(err.value)
 
 
 def test_the_unwrapped_key_is_kept_for_kek_seconds_then_zeroed_and_unwrapped_again(

@@ -19,7 +19,7 @@ from cryptdisk.bench.key_servers import free_port, make_kmip_certs, start_kmip, 
 from cryptdisk.bench.key_servers import kmip_server as kmip_server_at
 from cryptdisk.errors import ConfigError, KeyProviderError
 from cryptdisk.keys import Keyring, ProviderKey
-from cryptdisk.keys.providers import kmip_client
+from cryptdisk.keys.providers import create_kmip_key, kmip_client
 
 from .conftest import SECURE_STORE, assert_a_database_round_trips, write
 
@@ -51,15 +51,10 @@ def _client(server: Server, prefix: str = ""):
 
 
 def _make_key(server: Server, name: str, *, activate: bool = True) -> str:
-    client, enums = _client(server)
-    with contextlib.closing(client):
-        uid = client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
-                            cryptographic_usage_mask=[enums.CryptographicUsageMask.ENCRYPT,
-                                                      enums.CryptographicUsageMask.DECRYPT,
-                                                      enums.CryptographicUsageMask.MAC_GENERATE])
-        if activate:
-            client.activate(uid)
-    return str(uid)
+    return create_kmip_key("127.0.0.1", server.port, name,
+                           cert=str(server.root / "client.pem"),
+                           key=str(server.root / "client.key"), ca=str(server.root / "ca.pem"),
+                           activate=activate)
 
 
 def _entry(server: Server, key: str, key_id: int = 7, prefix: str = "", extra: str = "") -> str:

@@ -15,9 +15,10 @@ when a config uses it (their libraries are the ``kms`` extra:
 See ``docs/keys.md`` for the config, what stays where and the cache bounds.
 """
 
-from ._aws_kms import AwsKmsProvider, create_aws_kms_wrapped_key
-from ._kmip import KmipProvider, kmip_client
+from ._aws_kms import AwsKmsProvider, create_aws_kms_key, create_aws_kms_wrapped_key
+from ._kmip import KmipProvider, create_kmip_key, kmip_client
 from ._pkcs11 import Pkcs11Provider, generate_pkcs11_key
 
-__all__ = ["AwsKmsProvider", "KmipProvider", "Pkcs11Provider", "create_aws_kms_wrapped_key",
-           "generate_pkcs11_key", "kmip_client"]
+__all__ = ["AwsKmsProvider", "KmipProvider", "Pkcs11Provider", "create_aws_kms_key",
+           "create_aws_kms_wrapped_key", "create_kmip_key", "generate_pkcs11_key",
+           "kmip_client"]

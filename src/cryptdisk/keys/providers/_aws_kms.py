@@ -41,7 +41,7 @@ from ...errors import KeyProviderError
 from .._hygiene import lock_buffer, unlock_buffer
 from .._remote import RemoteKeyProvider
 
-__all__ = ["AwsKmsProvider", "create_aws_kms_wrapped_key"]
+__all__ = ["AwsKmsProvider", "create_aws_kms_key", "create_aws_kms_wrapped_key"]
 
 _CHECK_LABEL = b"cryptdisk key check v1"
 _MAX_BLOB = 8192
@@ -227,6 +227,22 @@ class AwsKmsProvider(RemoteKeyProvider):
     def close(self) -> None:
         with self._lock:
             self._forget()
+
+
+def create_aws_kms_key(*, region: str | None = None, endpoint: str | None = None,
+                       timeout: float = 10.0) -> str:
+    """Make a new symmetric KMS key (``CreateKey``, ``ENCRYPT_DECRYPT``) and return its id.
+
+    For tests, benchmarks and first setups; production KMS keys are usually made by the
+    account's own tooling. The key never leaves KMS.
+    """
+    _, botocore = _boto3()
+    try:
+        client = _client(region, endpoint, timeout)
+        answer = client.create_key(KeyUsage="ENCRYPT_DECRYPT")
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise KeyProviderError(f"aws-kms: CreateKey failed: {_kms_error(exc)}") from None
+    return str(answer["KeyMetadata"]["KeyId"])
 
 
 def create_aws_kms_wrapped_key(path: str | os.PathLike[str], kms_key: str, *, key_id: int,
