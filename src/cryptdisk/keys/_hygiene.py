@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 __all__ = ["ALLOW_DUMPS_ENV", "MLOCK_ENV", "enable_mlock", "is_dumpable", "lock_buffer",
-           "locked_pages", "mlock_enabled", "protect_process", "unlock_buffer"]
+           "locked_pages", "mlock_enabled", "protect_process", "unlock_buffer", "wipe_buffer"]
 
 ALLOW_DUMPS_ENV = "CRYPTDISK_ALLOW_CORE_DUMPS"
 MLOCK_ENV = "CRYPTDISK_MLOCK"
@@ -118,6 +118,13 @@ def lock_buffer(buf: bytearray) -> bool:
         for p in pages:
             _pages[p] = _pages.get(p, 0) + 1
     return True
+
+
+def wipe_buffer(buf: bytearray, locked: bool = False) -> None:
+    """Overwrite ``buf`` with zeros, then undo :func:`lock_buffer` if it was ``locked``."""
+    buf[:] = bytes(len(buf))
+    if locked:
+        unlock_buffer(buf)
 
 
 def unlock_buffer(buf: bytearray) -> None:

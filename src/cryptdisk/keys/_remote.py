@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidTag
 from ..errors import KeyProviderError, KeyringError, KeySourceError
 from ..format import Algorithm
 from ._audit import audit_event
-from ._hygiene import lock_buffer, protect_process, unlock_buffer
+from ._hygiene import lock_buffer, protect_process, wipe_buffer
 from ._key import Key
 from ._provider import KeyProvider
 
@@ -229,7 +229,7 @@ class UnwrapCache:
             k, (born, dek, locked) = next(iter(self._items.items()))
             if now - born < self.seconds:
                 return
-            _zero(dek, locked)
+            wipe_buffer(dek, locked)
             del self._items[k]
 
     def get(self, blob: bytes, associated_data: bytes) -> bytes | None:
@@ -251,17 +251,17 @@ class UnwrapCache:
             k = _cache_key(blob, associated_data)
             old = self._items.pop(k, None)
             if old is not None:
-                _zero(old[1], old[2])
+                wipe_buffer(old[1], old[2])
             while len(self._items) >= self.entries:
                 _, dropped, was_locked = self._items.popitem(last=False)[1]
-                _zero(dropped, was_locked)
+                wipe_buffer(dropped, was_locked)
             buf = bytearray(dek)
             self._items[k] = (now, buf, lock_buffer(buf))
 
     def clear(self) -> None:
         with self._lock:
             for _, dek, locked in self._items.values():
-                _zero(dek, locked)
+                wipe_buffer(dek, locked)
             self._items.clear()
 
     def __repr__(self) -> str:
@@ -273,12 +273,6 @@ class UnwrapCache:
 
 def _cache_key(blob: bytes, associated_data: bytes) -> bytes:
     return len(blob).to_bytes(2, "little") + bytes(blob) + bytes(associated_data)
-
-
-def _zero(buf: bytearray, locked: bool = False) -> None:
-    buf[:] = bytes(len(buf))
-    if locked:
-        unlock_buffer(buf)
 
 
 WRAPPED_KEY_FIELDS = frozenset({"wrapped_key", "kek_seconds"})
@@ -364,7 +358,7 @@ class WrappedKekProvider(RemoteKeyProvider):
 
     def _forget(self) -> None:
         if self._kek is not None:
-            _zero(self._kek, self._kek_locked)
+            wipe_buffer(self._kek, self._kek_locked)
         self._kek, self._aead, self._until, self._kek_locked = None, None, 0.0, False
 
     def check_value(self) -> bytes:
@@ -459,7 +453,7 @@ def create_wrapped_key(path: str | os.PathLike[str], entry: Mapping[str, Any], *
         kek = bytearray(os.urandom(bits // 8))
         nonce = os.urandom(12)
         blob = nonce + provider.seal(nonce, bytes(kek), _wrapped_ad(key_id))
-        _zero(kek)
+        wipe_buffer(kek)
     finally:
         provider.close()
     name = os.fspath(path)

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ...errors import KeyProviderError
-from .._hygiene import lock_buffer, unlock_buffer
+from .._hygiene import lock_buffer, wipe_buffer
 from .._remote import RemoteKeyProvider
 
 __all__ = ["AwsKmsProvider", "create_aws_kms_key", "create_aws_kms_wrapped_key"]
@@ -182,11 +182,8 @@ class AwsKmsProvider(RemoteKeyProvider):
 
     def _forget(self) -> None:
         if self._kek is not None:
-            self._kek[:] = bytes(len(self._kek))
-            if self._kek_locked:
-                unlock_buffer(self._kek)
-                self._kek_locked = False
-        self._kek, self._aead, self._until = None, None, 0.0
+            wipe_buffer(self._kek, self._kek_locked)
+        self._kek, self._aead, self._until, self._kek_locked = None, None, 0.0, False
 
     def check_value(self) -> bytes:
         if self._check is None:
