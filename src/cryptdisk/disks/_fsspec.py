@@ -4,7 +4,9 @@ Atomic publish, as well as the store allows: the file is spooled to a local
 temporary file while it is written; on ``close()`` an object store receives it
 in one upload (a single PUT, or a multipart upload that becomes visible only
 when it completes), and any other filesystem receives it under a temporary
-name that is then moved over the destination.
+name that is then moved over the destination. The spool (see ``_spool``) holds
+the bytes this disk stores, so ciphertext under an encrypted disk; the spools of
+killed writers are deleted by the next process that opens an fsspec disk.
 
 Credentials never go in ``storage_options``: use the store's environment
 variables (``AWS_ACCESS_KEY_ID`` ...) or its credential files.
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from typing import IO, Any, cast
@@ -24,7 +25,8 @@ from fsspec.core import url_to_fs
 from ..errors import ConfigError, DiskError, DiskFileNotFoundError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
-from ._paths import TMP_SUFFIX, is_temp, join_prefix, norm_path, temp_name
+from ._paths import is_temp, join_prefix, norm_path, temp_name
+from ._spool import collect_stale_spools_once, open_spool
 
 __all__ = [
     "OBJECT_STORES",
@@ -124,6 +126,7 @@ class FsspecDisk(Disk):
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (
             self.fs.protocol,)
         self.object_store = bool(OBJECT_STORES.intersection(protocols))
+        collect_stale_spools_once()  # spools of this user's writers killed before an upload
 
     @property
     def is_encrypted(self) -> bool:
@@ -162,12 +165,19 @@ class FsspecDisk(Disk):
 
     def open_write(self, path: str) -> IO[bytes]:
         full = self._full(path)
-        fd, local = tempfile.mkstemp(prefix=".cryptdisk-", suffix=TMP_SUFFIX)
-        spool = os.fdopen(fd, "wb")
+        spool, local = open_spool()
+
+        def drop_spool() -> None:
+            # Unlinked while still locked: a collector never sees it unlocked and in use.
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(local)
+            finally:
+                spool.close()
 
         def publish() -> None:
-            spool.close()
             try:
+                spool.flush()
                 parent = full.rsplit("/", 1)[0] if "/" in full else ""
                 if not self.object_store and parent:
                     self.fs.makedirs(parent, exist_ok=True)
@@ -187,15 +197,9 @@ class FsspecDisk(Disk):
                 raise DiskError(f"{path}: could not publish to disk {self.name!r}: "
                                 f"{exc.strerror or type(exc).__name__}") from exc
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(local)
+                drop_spool()
 
-        def discard() -> None:
-            spool.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(local)
-
-        return cast("IO[bytes]", AtomicWriteFile(spool.write, publish, discard, path))
+        return cast("IO[bytes]", AtomicWriteFile(spool.write, publish, drop_spool, path))
 
     def exists(self, path: str) -> bool:
         try:
