@@ -109,6 +109,18 @@ class EngineSession:
         """Insert ``rows`` of text values (None for NULL) into ``table``, all or none."""
         raise NotImplementedError
 
+    def authorize(self, sql: str, privileges: Any) -> None:
+        """Raise StatementError (42501) if ``privileges`` (a :class:`._grants.Privileges`,
+        possibly not this session's own) may not run ``sql``; run nothing. Errors other than
+        a refusal are left for when the statement runs."""
+        raise NotImplementedError
+
+    def authorize_copy_in(self, table: str, privileges: Any) -> None:
+        """As :meth:`authorize`, for ``COPY table FROM STDIN``."""
+        if not privileges.allowed(table, "INSERT"):
+            raise StatementError(f"permission denied: INSERT on table {table}", "42501",
+                                 hint="an admin can GRANT it")
+
     def relations(self) -> list[tuple[str, str]]:
         """(name, kind) of every table ("r") and view ("v"), for psql's \\dt."""
         raise NotImplementedError
@@ -267,6 +279,18 @@ class _AnalyticalSession(EngineSession):
                              r"OPTIMIZE\s+TABLE)\s+([A-Za-z_][\w.]*)", text, re.I)
                 self.last_tables = {m[1].lower()} if m else set()
         return text
+
+    def authorize(self, sql: str, privileges: Any) -> None:
+        if privileges.admin:
+            return
+        words = _sqltext.first_words(sql, 1)
+        if words and words[0] in TRANSACTION_WORDS:
+            return  # refused when it runs, whoever runs it
+        text = _sqltext.substitute(sql, lambda n: "NULL")
+        con = self._parse_connection()
+        privileges.check_analytical(text, con)
+        if self.engine.policies is not None:
+            self.engine.policies.rewrite(text, privileges, con)
 
     def run(self, sql: str, params: list[Any]) -> Result:
         self.revealed = []
@@ -580,6 +604,38 @@ class _SQLiteSession(EngineSession):
         if not desc:
             return None
         return [(name, _types.sqlite_oid(decl, None)) for name, decl in desc]
+
+    def authorize(self, sql: str, privileges: Any) -> None:
+        """SQLite prepares ``sql`` (never steps it) with ``privileges``' authorizer."""
+        if privileges.admin:
+            return
+
+        def trace(_cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+            return False  # prepared, never stepped
+
+        with self.lock:
+            check, recording = self.check, self.recording
+            self.check, self.recording = privileges.sqlite_authorizer(), False
+            self.conn.authorizer = self._authorize
+            cur = self.conn.cursor()
+            cur.exec_trace = trace
+            try:
+                cur.execute(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql,
+                            [None] * _sqltext.placeholders(sql), can_cache=False)
+            except apsw.ExecTraceAbort:
+                pass
+            except apsw.AuthError as exc:
+                raise statement_error(exc) from None
+            except apsw.Error:
+                pass  # not a refusal: it shows when the statement runs
+            finally:
+                cur.close()
+                self.check, self.recording = check, recording
+
+    def authorize_copy_in(self, table: str, privileges: Any) -> None:
+        # COPY runs INSERTs: prepared with the table's triggers, as they are
+        self.authorize(f"INSERT INTO {'.'.join(_quote(p) for p in table.split('.'))} "
+                       "DEFAULT VALUES", privileges)
 
     def _queue_for_writing(self) -> None:
         """Wait for this server's other write transactions, in a queue: woken as soon as

@@ -13,10 +13,11 @@ import re
 import zlib
 from typing import Any
 
+from . import _sqltext
 from ._engines import EngineSession, Result, StatementError
 from ._types import BOOL, INT2, INT4, INT8, TEXT
 
-__all__ = ["catalog_query", "psql_list", "relation_oid"]
+__all__ = ["answers", "catalog_query", "psql_list", "relation_oid"]
 
 _SIGNATURE = re.compile(r"pg_catalog\.pg_get_userbyid\(c\.relowner\).*FROM\s+pg_catalog\."
                         r"pg_class\s+c\s.*c\.relkind\s+IN\s+\(([^)]*)\)", re.S)
@@ -53,6 +54,17 @@ def _pattern(sql: str, column: str) -> re.Pattern[str] | None:
 
 def _result(columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]) -> Result:
     return Result(columns, rows, f"SELECT {len(rows)}")
+
+
+def answers(sql: str) -> bool:
+    """Whether ``sql`` is a catalog query the server answers itself (open to every user)."""
+    if _sqltext.first_words(sql, 1) != ["SELECT"] or "pg_catalog." not in sql:
+        return False
+    if "pg_cursors" in sql and re.search(r"pg_catalog\.pg_cursors\b", sql):
+        return True
+    return bool((_SIGNATURE_FIRST.match(sql) and _SIGNATURE.search(sql)) or _LOOKUP.match(sql)
+                or _RELINFO.match(sql) or _ATTRS.match(sql) or _ROLES.match(sql)
+                or _FOOTER.search(sql))
 
 
 def catalog_query(sql: str, engine: EngineSession, privileges: Any,

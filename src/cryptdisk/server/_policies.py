@@ -192,10 +192,7 @@ class PolicyStore:
         apply = _APPLY.fullmatch(sql)
         if apply is not None:
             what = "audit" if apply[2].upper() == "AUDIT" else "apply"
-            if privileges is not None and not privileges.admin:
-                raise StatementError("permission denied: only admin users may grant or revoke "
-                                     f"{what.upper().replace('APPLY', 'APPLY POLICY')}",
-                                     "42501")
+            self._need_admin(privileges, what)
             names = [_ident(n) for n in re.findall(_NAME, apply[3])]
             store = privileges.store if privileges is not None else None
             for name in names:
@@ -228,10 +225,49 @@ class PolicyStore:
                              "TABLE t ADD ROW ACCESS POLICY r ON (c, ...) | DROP ROW ACCESS "
                              "POLICY r; DROP MASKING|ROW ACCESS POLICY [IF EXISTS] p", "42601")
 
-    def _need_apply(self, privileges: Privileges | None) -> None:
+    def holders(self) -> dict[str, set[str]]:
+        """Who holds APPLY POLICY (``"apply"``) and AUDIT (``"audit"``), for :meth:`check`."""
+        return {"apply": set(self.data["apply"]), "audit": set(self.data["audit"])}
+
+    def check(self, sql: str, privileges: Privileges, held: dict[str, set[str]]) -> None:
+        """Raise what :meth:`handle` would for want of a privilege, changing nothing (the
+        check of every statement of a query before any runs). ``held`` (from
+        :meth:`holders`) takes the changes of a ``GRANT``/``REVOKE APPLY POLICY|AUDIT``, so
+        a later statement of the same query is checked as it will run."""
+        system = _SYSTEM.fullmatch(sql)
+        if system is not None:
+            if system[1].lower() == "audit":
+                self._need_audit(privileges, held["audit"])
+            return
+        apply = _APPLY.fullmatch(sql)
+        if apply is not None:
+            what = "audit" if apply[2].upper() == "AUDIT" else "apply"
+            self._need_admin(privileges, what)
+            names = {_ident(n) for n in re.findall(_NAME, apply[3])}
+            if apply[1].upper() == "GRANT":
+                held[what] |= names
+            else:
+                held[what] -= names
+            return
+        self._need_apply(privileges, held["apply"])
+
+    @staticmethod
+    def _need_admin(privileges: Privileges | None, what: str) -> None:
+        if privileges is not None and not privileges.admin:
+            raise StatementError("permission denied: only admin users may grant or revoke "
+                                 f"{what.upper().replace('APPLY', 'APPLY POLICY')}", "42501")
+
+    def _need_audit(self, privileges: Privileges | None, held: set[str] | None = None) -> None:
+        holders = set(self.data["audit"]) if held is None else held
+        if privileges is not None and not holders & privileges.roles:
+            raise StatementError("permission denied: system.audit is for holders of AUDIT",
+                                 "42501", hint="an admin can GRANT AUDIT TO a role")
+
+    def _need_apply(self, privileges: Privileges | None,
+                    held: set[str] | None = None) -> None:
         if privileges is None:
             return  # a server without users: whoever connects is trusted
-        if not set(self.data["apply"]) & privileges.roles:
+        if not (set(self.data["apply"]) if held is None else held) & privileges.roles:
             raise StatementError("permission denied: setting or dropping policies needs "
                                  "APPLY POLICY", "42501",
                                  hint="an admin can GRANT APPLY POLICY TO a role")
@@ -393,9 +429,7 @@ class PolicyStore:
 
     def _system(self, which: str, privileges: Privileges | None) -> Result:
         if which == "audit":
-            if privileges is not None and not set(self.data["audit"]) & privileges.roles:
-                raise StatementError("permission denied: system.audit is for holders of AUDIT",
-                                     "42501", hint="an admin can GRANT AUDIT TO a role")
+            self._need_audit(privileges)
             entries = self.audit.entries() if self.audit is not None else []
             cols = ["time", "session_user", "current_user", "kind", "functions", "tables",
                     "columns", "rows", "prev"]

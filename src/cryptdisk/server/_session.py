@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import queue
@@ -503,13 +504,14 @@ class Session:
             if timer is not None:
                 timer.cancel()
 
-    def _identity(self, sql: str) -> tuple[str, dict[str, list[str]]]:
+    def _identity(self, sql: str, privileges: Any = None) -> tuple[str, dict[str, list[str]]]:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
         string literals, and the column names those literals get mapped back to the words
-        (in the order they appear)."""
+        (in the order they appear). ``privileges``: others than the session's own."""
         if re.search(r"current_user|current_role|session_user", sql, re.I) is None:
             return sql, {}
-        current = self.privileges.current_user if self.privileges is not None else self.user
+        privileges = privileges if privileges is not None else self.privileges
+        current = privileges.current_user if privileges is not None else self.user
         values = {"CURRENT_USER": current, "CURRENT_ROLE": current, "SESSION_USER": self.user}
         renames: dict[str, list[str]] = {}
 
@@ -625,6 +627,18 @@ class Session:
         if not statements:
             self.send(P.EMPTY_QUERY)
             return
+        implicit = False
+        if len(statements) > 1:
+            try:
+                await self._authorize_all(statements)
+            except StatementError as exc:
+                self._error(exc)
+                return
+            # PostgreSQL runs them as one implicit transaction unless they manage their own
+            implicit = self.server.engine.transactions and self._status() == "I" and not any(
+                (_sqltext.first_words(st, 1) or [""])[0] in TRANSACTION_WORDS
+                for st in statements)
+            self.pending_begin = self.pending_begin or implicit
         for st in statements:
             try:
                 if (_sqltext.first_words(st, 1) or [""])[0] == "COPY" and \
@@ -634,10 +648,53 @@ class Session:
                     result = await self._execute(st, [])
             except StatementError as exc:
                 self._error(exc)
+                if implicit:
+                    await self._rollback_implicit()
                 return
             self._send_result(result, (), 0, None)
             if self.out_size > 1 << 16:  # else sent with ReadyForQuery: one write per query
                 await self.flush()
+        if implicit:
+            try:
+                await self._end_implicit("COMMIT")
+            except StatementError as exc:
+                self._error(exc)
+                await self._rollback_implicit()
+
+    async def _rollback_implicit(self) -> None:
+        try:
+            await self._end_implicit("ROLLBACK")
+        except StatementError as exc:  # nothing more to tell the client than the first error
+            log.warning("rolling back a query's statements failed: %s", exc)
+
+    async def _authorize_all(self, statements: list[str]) -> None:
+        """Refuse the query before anything runs if any of its statements would be
+        (:mod:`._precheck`)."""
+        if self.privileges is None or self.engine is None:
+            return
+        from ._precheck import authorize_statements
+
+        try:
+            await self.call(functools.partial(
+                authorize_statements, statements, privileges=self.privileges, user=self.user,
+                engine=self.engine, authenticator=self.server.authenticator,
+                policies=getattr(self.server.engine, "policies", None),
+                identity=lambda sql, p: self._identity(sql, p)[0]))
+        except Exception as exc:
+            raise statement_error(exc) from None
+
+    async def _end_implicit(self, verb: str) -> None:
+        """End the implicit transaction of a simple query's statements (SQLite)."""
+        self.pending_begin = False
+        self._end_transaction_cursors()
+        assert self.engine is not None
+        if self.engine.in_transaction:
+            if verb == "ROLLBACK":
+                self.failed = False
+            try:
+                await self.call(self.engine.run, verb, [])
+            except Exception as exc:
+                raise statement_error(exc) from None
 
     async def _copy(self, sql: str) -> Result:
         """COPY ... FROM STDIN / TO STDOUT (simple query protocol only)."""

@@ -28,6 +28,7 @@ change their own password. :mod:`._grants` checks the privileges.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
@@ -45,7 +46,14 @@ from . import _protocol as P
 from . import _sqltext
 from ._engines import Result, StatementError
 from ._grants import ACTIONS, Privileges
-from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, _hmac, make_verifier
+from ._scram import (
+    DEFAULT_ITERATIONS,
+    MIN_ITERATIONS,
+    ScramServer,
+    Verifier,
+    _hmac,
+    make_verifier,
+)
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -90,6 +98,14 @@ class UserStore:
 
     def __repr__(self) -> str:
         return f"<UserStore {self.path!r} users={len(self.users)} roles={len(self.roles)}>"
+
+    def scratch(self) -> UserStore:
+        """An in-memory copy that never saves, to try statements on: the statements of a
+        query are tried, in order, before any of them runs. New verifiers in it use the
+        fewest iterations (they are thrown away)."""
+        with self._lock:
+            users, roles = copy.deepcopy(self.users), copy.deepcopy(self.roles)
+        return _ScratchStore(self.path, users, roles, self.generation)
 
     def _save(self) -> None:
         data = json.dumps({"version": 1, "users": self.users, "roles": self.roles},
@@ -293,6 +309,23 @@ class UserStore:
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
 
 
+class _ScratchStore(UserStore):
+    """:meth:`UserStore.scratch`: a copy in memory; changes are never saved."""
+
+    def __init__(self, path: str, users: dict[str, dict[str, Any]],
+                 roles: dict[str, dict[str, Any]], generation: int) -> None:
+        self.path = path
+        self.keyring = None
+        self.iterations = MIN_ITERATIONS
+        self._lock = threading.Lock()
+        self.generation = generation
+        self.users = users
+        self.roles = roles
+
+    def _save(self) -> None:
+        pass
+
+
 class _Failures:
     """Failed logins per key (user, address), bounded in memory."""
 
@@ -372,6 +405,11 @@ class ScramAuthenticator:
 
     def privileges(self, user: str) -> Privileges:
         return Privileges(self.store, user)
+
+    def dry_run(self) -> ScramAuthenticator:
+        """An authenticator over :meth:`UserStore.scratch`: its :meth:`handle` checks and
+        applies user statements to that copy only."""
+        return ScramAuthenticator(self.store.scratch(), delay=0)
 
     # -- statements ------------------------------------------------------------------------
 

@@ -1,0 +1,92 @@
+"""Authorise every statement of a simple Query before any of them runs.
+
+PostgreSQL runs the statements of one simple Query as one implicit transaction:
+a statement refused halfway leaves nothing of the earlier ones. The analytical
+engine cannot roll back, and statements the server runs itself (users, roles,
+grants, ``SET ROLE``, policies) are outside SQLite's transaction, so before a
+query with several statements runs, each is checked in order as it will run:
+
+- user, role and grant statements run on a scratch copy of the user store
+  (:meth:`._users.ScramAuthenticator.dry_run`), so ``SET ROLE``, ``GRANT`` and
+  ``REVOKE`` earlier in the query count for the statements after them;
+- policy statements are checked for ``APPLY POLICY`` / ``AUDIT`` / admin;
+- everything else is checked by the engine (:meth:`.EngineSession.authorize`)
+  with the privileges so far: the analytical engine's grant check and policy
+  rewrite, SQLite's authorizer as it prepares the statement (never steps it);
+- ``COPY ... FROM STDIN`` needs ``INSERT`` on its table, ``COPY ... TO
+  STDOUT`` and ``DECLARE`` are checked as their query.
+
+A refusal fails the whole query before anything ran. Errors other than a
+refusal (a missing table, a constraint) show when the statement runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import _sqltext
+from ._engines import TRANSACTION_WORDS, EngineSession
+from ._grants import Privileges
+
+__all__ = ["authorize_statements"]
+
+
+@dataclass
+class _Trial:
+    """What a user-statement handler sees of a session during the check."""
+
+    user: str
+    privileges: Privileges
+
+
+def _quote(name: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in name.split("."))
+
+
+def authorize_statements(statements: list[str], *, privileges: Privileges, user: str,
+                         engine: EngineSession, authenticator: Any, policies: Any,
+                         identity: Callable[[str, Privileges], str]) -> None:
+    """Raise the StatementError the first refused statement would get, running nothing.
+
+    ``identity(sql, privileges)`` writes ``current_user`` and friends into ``sql`` as the
+    session does. ``authenticator`` and ``policies`` are the server's (either may be None).
+    """
+    from ._pgcatalog import answers
+
+    dry = authenticator.dry_run() if authenticator is not None else None
+    trial = Privileges(dry.store if dry is not None else privileges.store,
+                       privileges.session_user)
+    trial.set_role(None if privileges.current_user == privileges.session_user
+                   else privileges.current_user)
+    session = _Trial(user, trial)
+    held = policies.holders() if policies is not None else None
+    for sql in statements:
+        words = _sqltext.first_words(sql, 1)
+        head = words[0] if words else ""
+        if head in TRANSACTION_WORDS or head in ("FETCH", "MOVE", "CLOSE"):
+            continue
+        if head == "DECLARE":
+            from ._cursors import parse_declare
+
+            sql = parse_declare(sql).query
+        elif head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
+            from ._copy import parse_copy
+
+            st = parse_copy(sql)
+            if st.direction == "in":
+                engine.authorize_copy_in(st.table or "", trial)
+                continue
+            cols = ", ".join(f'"{c}"' for c in st.columns) if st.columns else "*"
+            sql = st.query or f"SELECT {cols} FROM {_quote(st.table or '')}"  # noqa: S608
+        if policies is not None and held is not None and policies.handles(sql):
+            policies.check(sql, trial, held)
+            continue
+        if dry is not None and dry.handles(sql):
+            dry.handle(session, sql)
+            continue
+        if answers(sql):
+            continue  # the catalog, open to every user
+        engine.authorize(identity(sql, trial), trial)
