@@ -1,5 +1,6 @@
 """A query's peak memory is bounded by the settings, not by the table's size."""
 
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,74 @@ def test_optimize_of_an_ordered_table_sorts_within_the_bound(tmp_path):
         assert len(db.table("t").parts) == 1
         keys = db.arrow_table("t", ["c_int"]).column("c_int").to_pylist()
     assert keys == list(range(4200000))
+
+
+SPILL_CHILD = textwrap.dedent("""
+    import json, os, sys, threading, cryptdisk
+    from cryptdisk.errors import DatabaseError
+    roots = sys.argv[3:]
+    def files():
+        found = {}
+        for root in roots:
+            for d, _dirs, names in os.walk(root):
+                for n in names:
+                    p = os.path.join(d, n)
+                    try:
+                        st = os.stat(p)
+                    except FileNotFoundError:  # (one that came and went: seen by a poll)
+                        continue
+                    found[p] = [st.st_size, st.st_mtime_ns]
+        return found
+    db = cryptdisk.connect(sys.argv[1], memory_limit="32MB", cache_bytes=0)
+    before = files()
+    seen, done = set(), threading.Event()
+    def poll():  # files that a query creates and deletes while it runs
+        while not done.is_set():
+            seen.update(files())
+            done.wait(0.02)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        db.query(sys.argv[2])
+        error = None
+    except DatabaseError as exc:
+        error = [type(exc).__name__, str(exc), exc.hint]
+    finally:
+        done.set()
+        poller.join()
+    temp = db.query("SELECT current_setting('temp_directory')")[0][0]
+    print(json.dumps({"error": error, "before": before, "after": files(),
+                      "new": sorted(seen - set(before)), "temp_directory": temp}))
+""")
+
+
+def test_an_aggregation_over_memory_limit_fails_clearly_and_writes_nothing(big, tmp_path):
+    """count(DISTINCT c_str) over a column 4x memory_limit cannot run in memory, and
+    DuckDB may not spill it (its temporary files would hold the strings unless encrypted,
+    which this DuckDB cannot do securely: docs/database.md). The query fails with the
+    DatabaseError that says so, and no file appears or changes anywhere DuckDB could put
+    temporary files: the database's directory, the working directory (DuckDB's default
+    temp_directory is ./.tmp), TMPDIR; polled while the query runs."""
+    with cryptdisk.connect(big, read_only=True) as db:
+        column = db.arrow_table("t", ["c_str"]).column("c_str")
+        assert column.nbytes >= 4 * 32 * MB  # 151 MB, 4.2M distinct: the hash table is more
+    cwd, tmpdir = tmp_path / "cwd", tmp_path / "tmpdir"
+    cwd.mkdir()
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    proc = subprocess.run([sys.executable, "-c", SPILL_CHILD, str(big),
+                           "SELECT count(DISTINCT c_str) FROM t", str(big), str(cwd),
+                           str(tmpdir)], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["error"] is not None, "the query answered: it fitted in memory_limit?"
+    kind, message, hint = got["error"]
+    assert kind == "DatabaseError"
+    assert "memory_limit" in message and "spill" in message
+    assert "temp_directory" not in message  # (DuckDB's own advice, which cryptdisk refuses)
+    assert "memory_limit" in hint
+    assert got["new"] == []
+    assert got["after"] == got["before"]
+    assert os.listdir(cwd) == [] and os.listdir(tmpdir) == []
+    assert got["temp_directory"] == ""

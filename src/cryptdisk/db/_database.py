@@ -48,6 +48,7 @@ from ._columns import (
 from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
+from ._memory import out_of_memory
 from ._pushdown import filters_from_tuples, key_extremes_only, table_filters, top_n
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
@@ -471,11 +472,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     rel = self.con.sql(prepared)
                     return rel.to_arrow_table() if rel is not None else None
                 except duckdb.OutOfMemoryException as exc:
-                    raise DatabaseError(
-                        f"the query needs more memory than memory_limit allows ({exc}); "
-                        "cryptdisk does not let DuckDB spill plaintext to disk",
-                        hint="raise memory_limit (SET memory_limit = '8GB') or query fewer rows"
-                    ) from None
+                    raise out_of_memory("the query", exc, "raise memory_limit (SET "
+                                        "memory_limit = '8GB') or query fewer rows") from None
                 except duckdb.Error as exc:
                     cause = self._scan_error()
                     if cause is not None:

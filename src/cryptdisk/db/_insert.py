@@ -20,6 +20,7 @@ import pyarrow as pa
 from ..errors import CatalogError, DatabaseError
 from . import _sql
 from ._catalog import PartMeta
+from ._memory import out_of_memory
 from ._partread import open_part
 from ._parts import verify_part, write_parts
 from ._rollback import part_file_name
@@ -69,10 +70,8 @@ class InsertMixin(DatabaseState):
                                     on_rows=on_rows,
                                     key=meta.order_by.split(",")[0] if meta.order_by else None)
             except duckdb.OutOfMemoryException as exc:
-                raise DatabaseError(f"INSERT INTO {meta.name} ran out of memory ({exc}); "
-                                    "cryptdisk does not let DuckDB spill plaintext to disk",
-                                    hint="raise memory_limit or insert in smaller pieces"
-                                    ) from None
+                raise out_of_memory(f"INSERT INTO {meta.name}", exc,
+                                    "raise memory_limit or insert in smaller pieces") from None
             except duckdb.Error as exc:
                 raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
             finally:

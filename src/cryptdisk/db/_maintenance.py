@@ -22,6 +22,7 @@ import duckdb
 from ..errors import CatalogError, CryptdiskError, DatabaseError, DiskFileNotFoundError
 from . import _sql
 from ._catalog import PartMeta, load_catalog, remove_catalog_temps
+from ._memory import out_of_memory
 from ._partread import read_part
 from ._parts import verify_part
 from ._rollback import (
@@ -239,10 +240,8 @@ class MaintenanceMixin(DatabaseState):
                                       params=params).to_arrow_reader(1 << 20)
                 yield from reader
             except duckdb.OutOfMemoryException as exc:
-                raise DatabaseError(
-                    f"OPTIMIZE {meta.name}: sorting {MERGE_ROWS:,} rows at a time needs more "
-                    f"memory than memory_limit allows ({exc}); cryptdisk does not let DuckDB "
-                    "spill plaintext to disk", hint="raise memory_limit") from None
+                raise out_of_memory(f"OPTIMIZE {meta.name}: sorting {MERGE_ROWS:,} rows at "
+                                    "a time", exc, "raise memory_limit") from None
             finally:
                 scan.close()
                 self.con.unregister(view)
