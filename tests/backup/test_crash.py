@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import cryptdisk
 import cryptdisk.sqlite
 from cryptdisk.backup import Repository, create, prune, restore, verify
+from cryptdisk.errors import BackupError
 from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
 
 from .helpers import FAST_KDF, content, make_db
@@ -183,8 +186,30 @@ def test_kill_9_mid_restore_leaves_the_repository_as_it_was(tmp_path: Path) -> N
     assert (tmp_path / f"{partial.name}.key").exists()
     assert listing() == before  # a restore only reads the repository
     assert verify(repo).ok
-    restore(repo, bid, tmp_path / "r.db")
+    # The next restore to r.db deletes the killed one's work, holding r.db's restore lock.
+    proc = _spawn("restore", url, "pw", bid, str(tmp_path / "r.db"), stdin=subprocess.PIPE)
+    try:
+        _wait_for(proc, "part", 1)
+        assert not partial.exists() and not (tmp_path / f"{partial.name}.key").exists()
+        (live,) = [p for p in tmp_path.glob("r.db.restoring-*") if p.is_dir()]
+        with pytest.raises(BackupError, match=r"another restore to .* is running"):
+            restore(repo, bid, tmp_path / "r.db")  # never touches the live restore's work
+        assert live.is_dir() and (tmp_path / f"{live.name}.key").exists()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n" * 10)
+        proc.stdin.flush()
+        assert proc.stdout.read().split()[-1] == "done"
+        assert proc.wait() == 0
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+        else:
+            assert proc.stdout is not None and proc.stdin is not None
+            proc.stdout.close()
+            proc.stdin.close()
     assert content(tmp_path / "r.db") == content(src)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.db", "a.db.key", "r.db", "r.db.key", "repo"]
 
 
 def test_kill_9_before_a_sqlite_restore_is_renamed_leaves_no_target(tmp_path: Path) -> None:
@@ -206,6 +231,7 @@ def test_kill_9_before_a_sqlite_restore_is_renamed_leaves_no_target(tmp_path: Pa
     assert not target.exists()
     assert len(list(tmp_path.glob("r.db.restoring-*"))) == 1
     restore(repo, bid, target, keyring=kr)
+    assert not list(tmp_path.glob("r.db.restoring*"))  # the killed one's file, and the lock
     r = cryptdisk.sqlite.connect(target, keyring=kr)
     assert r.execute("SELECT count(*) FROM w").fetchall() == [(1000,)]
     r.close()

@@ -132,6 +132,11 @@ def test_kill_9_at_random_points_of_create_prune_restore(tmp_path: Path) -> None
                 assert content(target) == expected[bid]
             else:  # killed: no target, only the work in progress beside it
                 assert not target.exists() and not Path(f"{target}.key").exists()
+                # The next restore to the target deletes it (and no TARGET.key was left:
+                # the kill points are the parts' reports, before the key is published).
+                restore(repo, bid, target)
+                assert content(target) == expected[bid]
+            assert not list(tmp_path.glob(f"{target.name}.restoring*")), (trial, kill_at)
         log.append((op, kill_at, done is None))
         report = verify(repo)
         assert report.ok, (trial, op, kill_at, report)

@@ -10,7 +10,6 @@ import io
 import os
 import random
 import shutil
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +23,7 @@ from ..errors import BackupError, DiskFileNotFoundError
 from ..keys import Keyring
 from . import _chunker
 from ._repo import ChunkProblem, Repository
+from ._restoring import restore_lock, work_path
 
 __all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
            "restore", "retained", "verify"]
@@ -394,8 +394,19 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     with :meth:`Database.check`; a SQLite database is encrypted under ``keyring``. Both are
     built beside TARGET and renamed to it when complete. ``progress(n)`` is called after
     each part of a database is written, and with 1 before a SQLite database is renamed.
+
+    The restore holds ``TARGET.restoring.lock`` (another restore to TARGET meanwhile
+    fails) and first deletes the ``TARGET.restoring-<id>`` work of killed restores.
     """
     dest = os.path.abspath(os.fspath(target))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with restore_lock(dest):
+        return _restore_locked(repo, backup_id, dest, config, keyring, tables, progress)
+
+
+def _restore_locked(repo: Repository, backup_id: str, dest: str, config: Any,
+                    keyring: Keyring | None, tables: list[str] | None,
+                    progress: Callable[[int], None] | None) -> dict[str, Any]:
     if os.path.lexists(dest):
         raise BackupError(f"{dest} exists; restore into a new path")
     m = repo.read_manifest(backup_id)
@@ -433,7 +444,7 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
     image = bytearray(_assemble(repo, f["chunks"], f["bytes"], f["sha256"], "the database"))
     if len(image) >= 20:
         image[18] = image[19] = 1  # rollback-journal mode for the in-memory copy
-    tmp = f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
+    tmp = work_path(dest)
     mem = apsw.Connection(":memory:")
     try:
         mem.deserialize("main", bytes(image))
@@ -585,7 +596,7 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
                           "there", hint="restore into a new path, or remove the key file if "
                           "it belongs to no database (a restore killed while publishing "
                           "leaves one)")
-    tmp = f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
+    tmp = work_path(dest)
     tmp_key = tmp + ".key" if config is None else None
     rows = 0
     counted: list[int] = []

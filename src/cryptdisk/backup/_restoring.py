@@ -1,0 +1,86 @@
+"""A restore's work in progress beside its target, and the lock that makes it collectable.
+
+A restore to TARGET holds an exclusive ``flock`` on ``TARGET.restoring.lock`` from before
+it creates anything until it is done, and builds the database as
+``TARGET.restoring-<12 hex>`` (a directory and ``...key`` for a database; a file and
+SQLite's ``-wal``, ``-journal``, ``-shm`` for SQLite). Whoever holds the lock owns every
+such name: a restore that takes it deletes the ones killed restores left. A second
+restore to the same TARGET while one runs fails at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+
+from ..errors import BackupError
+
+__all__ = ["restore_lock", "work_path"]
+
+_SUFFIXES = ("", ".key", "-wal", "-journal", "-shm")
+
+
+def work_path(dest: str) -> str:
+    """A new name for a restore's work in progress beside ``dest``."""
+    return f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
+
+
+def _leftovers(dest: str) -> list[str]:
+    directory, base = os.path.split(dest)
+    pattern = re.compile(re.escape(base) + r"\.restoring-[0-9a-f]{12}(" +
+                         "|".join(re.escape(s) for s in _SUFFIXES if s) + ")?")
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names if pattern.fullmatch(n))
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+@contextlib.contextmanager
+def restore_lock(dest: str) -> Iterator[list[str]]:
+    """Hold ``dest``'s restore lock; delete the work that killed restores left and yield
+    what was deleted. Raises :class:`BackupError` while another restore holds it."""
+    lock = dest + ".restoring.lock"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise BackupError(f"{lock}: cannot create the restore's lock file: "
+                              f"{exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BackupError(f"another restore to {dest} is running (it holds {lock})",
+                              hint="wait for it to finish, or restore to another path") \
+                from None
+        # The holder before us deletes the file as it finishes: lock the file at the path.
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        removed = _leftovers(dest)
+        for path in removed:
+            _remove(path)
+        yield removed
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        os.close(fd)
