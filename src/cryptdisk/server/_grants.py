@@ -204,10 +204,27 @@ def _close_paren(text: str) -> int:
     raise StatementError("unbalanced parentheses in INSERT", "42601")
 
 
+def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
+    """The first value of a one-row query on a DuckDB connection (None without a row).
+
+    It fetches the whole result: a ``fetchone()`` that returns the only row leaves the
+    result unfinished and its transaction open until the connection's next statement,
+    which keeps the row versions of every later change to the database in memory (and
+    a session's parsing connection sits idle between statements)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0][0] if rows else None
+
+
+def serialize_sql(sql: str, con: Any) -> Any:
+    """DuckDB's parse tree of ``sql`` (``json_serialize_sql``), ``{"error": True, ...}``
+    if it does not parse."""
+    text = scalar(con, "SELECT json_serialize_sql(?)", [sql])
+    return json.loads(text) if text is not None else {"error": True}
+
+
 def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
     """(tables, table functions) a query names, from DuckDB's parser; None: not a query."""
-    row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-    tree = json.loads(row[0]) if row else {"error": True}
+    tree = serialize_sql(sql, con)
     if tree.get("error"):
         return None
     tables: list[str] = []
@@ -218,9 +235,8 @@ def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:
 
 def _scalar_functions(sql: str, con: Any) -> set[str]:
     """The (lower-cased) names of every function a query calls, at any depth."""
-    row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     names: set[str] = set()
-    stack: list[Any] = [json.loads(row[0]) if row else {}]
+    stack: list[Any] = [serialize_sql(sql, con)]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):

@@ -57,6 +57,7 @@ from ..errors import CryptdiskError, ServerError
 from . import _sqltext
 from ._audit import AuditLog, revealing_calls
 from ._engines import Result, StatementError, sql_literal
+from ._grants import scalar, serialize_sql
 
 if TYPE_CHECKING:
     from ._grants import Privileges
@@ -276,10 +277,9 @@ class PolicyStore:
         with self.engine.lock:
             con = self.engine.db.con.cursor()
             try:
-                row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+                tree = serialize_sql(sql, con)
             finally:
                 con.close()
-        tree = json.loads(row[0]) if row else {"error": True}
         if tree.get("error"):
             raise StatementError(f"not a valid policy body: {tree.get('error_message', '?')}",
                                  "42601")
@@ -291,12 +291,12 @@ class PolicyStore:
         with self.engine.lock:
             con = self.engine.db.con.cursor()
             try:
-                row = con.execute(f"SELECT typeof(CAST(NULL AS {text}))").fetchone()
+                name = scalar(con, f"SELECT typeof(CAST(NULL AS {text}))")
             except Exception:
                 raise StatementError(f"unknown type {text!r}", "42704") from None
             finally:
                 con.close()
-        return str(row[0]) if row else text.upper()
+        return str(name) if name is not None else text.upper()
 
     def _create(self, m: re.Match[str]) -> Result:
         replace, kind = bool(m[1]), "masking" if m[2].upper() == "MASKING" else "row_access"
@@ -472,8 +472,7 @@ class PolicyStore:
                                                          stripped, re.I):
                 cut += _close_paren(stripped) + 1
             prefix, sql = sql[:insert.end() + cut] + " ", sql[insert.end() + cut:]
-        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-        tree = json.loads(row[0]) if row else {"error": True}
+        tree = serialize_sql(sql, con)
         if tree.get("error"):
             raise StatementError("permission denied: tables with policies are read through "
                                  "queries only", "42501")
@@ -481,11 +480,11 @@ class PolicyStore:
         tree = context.walk(tree, frozenset())
         if not context.changed:
             return prefix + sql, []
-        row = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchone()
-        if row is None or row[0] is None:
+        rewritten = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
+        if rewritten is None:
             raise StatementError("internal error: a policy rewrite failed", "XX000")
         # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
-        text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(row[0]))
+        text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(rewritten))
         return prefix + text, sorted(context.revealed)
 
     def record(self, sql: str, privileges: Privileges | None, revealed: list[str],
@@ -519,8 +518,7 @@ class PolicyStore:
         key = (kind, name)
         if key not in self._parsed:
             body = self.data[kind][name]["body"]
-            row = con.execute("SELECT json_serialize_sql(?)", [f"SELECT {body}"]).fetchone()
-            tree = json.loads(row[0])
+            tree = serialize_sql(f"SELECT {body}", con)
             if tree.get("error"):
                 raise StatementError(f"policy {name} no longer parses", "XX000")
             self._parsed[key] = tree["statements"][0]["node"]["select_list"][0]
@@ -539,10 +537,8 @@ class _Context:
 
     def constant(self, literal: str) -> Any:
         if literal not in self._constants:
-            row = self.con.execute("SELECT json_serialize_sql(?)",
-                                   [f"SELECT {literal}"]).fetchone()
-            self._constants[literal] = json.loads(row[0])["statements"][0]["node"][
-                "select_list"][0]
+            self._constants[literal] = serialize_sql(f"SELECT {literal}", self.con)[
+                "statements"][0]["node"]["select_list"][0]
         return copy.deepcopy(self._constants[literal])
 
     def walk(self, node: Any, ctes: frozenset[str]) -> Any:
@@ -603,8 +599,7 @@ class _Context:
         alias = node.get("alias") or name
         text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "  # noqa: S608
                 f"AS {_quote(alias)}")  # quoted names, and markers replaced below
-        row = self.con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()
-        sub = json.loads(row[0])["statements"][0]["node"]["from_table"]
+        sub = serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
 
         def fill(n: dict[str, Any]) -> Any:
             fn = n.get("function_name")
@@ -674,5 +669,4 @@ class _Context:
                 "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
                 f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
                 f"{_quote(alias)}")
-        row = self.con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()
-        return json.loads(row[0])["statements"][0]["node"]["from_table"]
+        return serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
