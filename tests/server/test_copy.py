@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import io
 import os
+import ssl
+import struct
 import subprocess
 
+import pg8000.native
 import psycopg
 import pytest
 
@@ -75,3 +81,129 @@ def test_disconnect_mid_copy_inserts_nothing(start_server, sqlite_engine) -> Non
     r.send(msg(b"Q", cstr("SELECT 1")))  # not a COPY message: a protocol violation
     rest = r.rest()
     assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "08P01"
+
+
+BINARY_ROWS = [
+    (1, "plain", 1.5, True, dt.date(2024, 2, 29), dt.datetime(2024, 1, 2, 3, 4, 5, 678901),
+     decimal.Decimal("12.34"), b"\x00\xffbytes"),
+    (2, "tab\tnewline\n\\", -0.25, False, dt.date(1999, 12, 31), dt.datetime(1970, 1, 1),
+     decimal.Decimal("-0.01"), b""),
+    (3, None, None, None, None, None, None, None),
+]
+BINARY_TYPES = ["int8", "text", "float8", "bool", "date", "timestamp", "numeric", "bytea"]
+DDL = {"analytical": "CREATE TABLE t (a BIGINT, b VARCHAR, c DOUBLE, d BOOLEAN, e DATE, "
+                     "f TIMESTAMP, g DECIMAL(10,2), h BLOB)",
+       "sqlite_engine": "CREATE TABLE t (a INTEGER, b TEXT, c REAL, d BOOLEAN, e DATE, "
+                        "f TIMESTAMP, g NUMERIC, h BLOB)"}
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_binary_copy_in_and_out_with_psycopg(start_server, engine, request) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute(DDL[engine])
+        with c.cursor() as cur:
+            with cur.copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(BINARY_TYPES)
+                for row in BINARY_ROWS:
+                    copy.write_row(row)
+            assert cur.rowcount == 3
+            if engine == "analytical":  # typed columns: the values come back as they went
+                assert c.execute("SELECT * FROM t ORDER BY a").fetchall() == BINARY_ROWS
+            with cur.copy("COPY (SELECT a, b, h FROM t ORDER BY a) TO STDOUT (FORMAT BINARY)"
+                          ) as copy:
+                copy.set_types(["int8", "text", "bytea"])
+                assert list(copy.rows()) == [(r[0], r[1], r[7]) for r in BINARY_ROWS]
+            with cur.copy("COPY t (b, a) FROM STDIN WITH BINARY") as copy:  # a column list
+                copy.set_types(["text", "int4"])                           # a narrower int
+                copy.write_row(("four", 4))
+            assert c.execute("SELECT b FROM t WHERE a = 4").fetchone() == ("four",)
+            with cur.copy("COPY (SELECT a FROM t WHERE a > 100) TO STDOUT (FORMAT binary)"
+                          ) as copy:
+                copy.set_types(["int8"])
+                assert list(copy.rows()) == []  # the header and the trailer only
+
+
+def _binary(*rows: bytes, header: bytes | None = None, trailer: bool = True) -> bytes:
+    head = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!Ii", 0, 0) if header is None else header
+    return head + b"".join(rows) + (b"\xff\xff" if trailer else b"")
+
+
+def _row(*fields: bytes | None) -> bytes:
+    out = struct.pack("!h", len(fields))
+    for f in fields:
+        out += b"\xff\xff\xff\xff" if f is None else struct.pack("!i", len(f)) + f
+    return out
+
+
+GOOD = _row(struct.pack("!q", 1), b"one")
+
+
+@pytest.mark.parametrize("data, code", [
+    (b"not binary at all", "22P04"),                                          # no signature
+    (_binary(GOOD, header=b"PGCOPY\n\xff\r\n\x00" + struct.pack("!Ii", 1 << 16, 0)), "22P04"),
+    (_binary(GOOD, header=b"PGCOPY\n\xff\r\n\x00" + struct.pack("!Ii", 0, 99)), "22P04"),
+    (_binary(GOOD, _row(struct.pack("!q", 2))), "22P04"),                     # 1 field of 2
+    (_binary(GOOD, _row(struct.pack("!q", 2), b"two")[:-1], trailer=False), "22P04"),
+    (_binary(GOOD, struct.pack("!hi", 2, 1 << 30)), "22P04"),                 # length too long
+    (_binary(GOOD, struct.pack("!hi", 2, -7)), "22P04"),                      # negative length
+    (_binary(GOOD) + b"junk", "22P04"),                                       # after the trailer
+    (_binary(GOOD, _row(b"\x01\x02\x03", b"x")), "22P03"),                    # 3-byte integer
+    (_binary(GOOD, _row(struct.pack("!q", 3), b"\xff\xfe")), "22P03"),        # not UTF-8
+])
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_malformed_binary_copy_is_refused_whole(start_server, engine, request, data,
+                                                code) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        with pytest.raises(psycopg.Error) as err:
+            with c.cursor().copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(data)
+        assert err.value.sqlstate == code
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        with c.cursor().copy("COPY t FROM STDIN (FORMAT BINARY)") as copy:  # the session goes on
+            copy.write(_binary(GOOD, trailer=False))  # ends at a row: accepted, as PostgreSQL
+        assert c.execute("SELECT a, b FROM t").fetchall() == [(1, "one")]
+
+
+def test_binary_copy_options_and_unknown_table(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute("COPY t FROM STDIN (FORMAT binary, HEADER)")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            with c.cursor().copy("COPY nosuch FROM STDIN (FORMAT binary)") as copy:
+                copy.write(_binary())
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            with c.cursor().copy("COPY t (zz) FROM STDIN (FORMAT binary)") as copy:
+                copy.write(_binary())
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_copy_through_the_extended_protocol_with_pg8000(start_server, engine, request,
+                                                        certs) -> None:
+    """pg8000 sends every statement, COPY too, as Parse/Bind/Describe/Execute/Sync."""
+    srv = start_server(request.getfixturevalue(engine))
+    ctx = ssl.create_default_context(cafile=str(certs[0]))
+    con = pg8000.native.Connection(USER, host="localhost", port=srv.port, password=PASSWORD,
+                                   database="db", ssl_context=ctx)
+    try:
+        con.run("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        con.run("COPY t FROM STDIN", stream=io.StringIO("1\tone\n2\t\\N\n"))
+        assert con.row_count == 2
+        out = io.StringIO()
+        con.run("COPY (SELECT a, b FROM t ORDER BY a) TO STDOUT WITH (FORMAT csv)", stream=out)
+        assert out.getvalue() == "1,one\n2,\n"
+        binary = io.BytesIO()
+        con.run("COPY t TO STDOUT (FORMAT binary)", stream=binary)
+        assert binary.getvalue().startswith(b"PGCOPY\n\xff\r\n\x00")
+        con.run("COPY t FROM STDIN (FORMAT binary)", stream=io.BytesIO(binary.getvalue()))
+        assert con.run("SELECT count(*), count(b) FROM t") == [[4, 2]]
+        with pytest.raises(pg8000.native.DatabaseError) as err:  # an error, then Sync
+            con.run("COPY t FROM STDIN", stream=io.StringIO("3\tthree\textra\n"))
+        assert err.value.args[0]["C"] == "22P04"
+        assert con.run("SELECT count(*) FROM t") == [[4]]
+    finally:
+        con.close()

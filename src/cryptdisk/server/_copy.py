@@ -1,23 +1,34 @@
-"""COPY ... FROM STDIN and COPY ... TO STDOUT: the statement, and rows in text or CSV format.
+"""COPY ... FROM STDIN and COPY ... TO STDOUT: the statement, and rows in text, CSV or binary.
 
 Text format is PostgreSQL's: fields split by a delimiter (tab), ``\\N`` for NULL,
 backslash escapes. CSV: RFC 4180 quoting, an empty field is NULL (the
-``NULL`` option changes that), optional header line. Binary COPY is not supported.
+``NULL`` option changes that), optional header line. Binary is PostgreSQL's binary
+copy format: the 11-byte signature ``PGCOPY\\n\\377\\r\\n\\0``, flags, a header
+extension, then per row a 16-bit field count and per field a 32-bit length (-1:
+NULL) and the value in its type's binary format; a field count of -1 ends the data.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import re
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProtocolError
+from . import _types
 from ._engines import StatementError
 from ._types import _text
 
-__all__ = ["CopyStatement", "decode_rows", "encode_rows", "parse_copy"]
+__all__ = ["SIGNATURE", "CopyStatement", "decode_binary", "decode_rows", "encode_binary",
+           "encode_rows", "parse_copy"]
+
+#: the first bytes of PostgreSQL's binary copy format
+SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
 _IDENT = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
@@ -30,6 +41,7 @@ class CopyStatement:
     query: str | None
     columns: list[str] | None
     csv: bool = False
+    binary: bool = False
     header: bool = False
     delimiter: str = "\t"
     null: str = "\\N"
@@ -59,15 +71,17 @@ def parse_copy(sql: str) -> CopyStatement:
         items = [o.strip() for o in opts[1:-1].split(",") if o.strip()]
     else:  # the old syntax: CSV HEADER DELIMITER ',' NULL ''
         items = re.findall(r"[A-Za-z_]+(?:\s+(?:'(?:[^']|'')*'|[A-Za-z_]+))?", opts)
-        items = [re.sub(r"^CSV$", "FORMAT csv", i, flags=re.I) for i in items]
+        items = [re.sub(r"^(CSV|BINARY)$", r"FORMAT \1", i, flags=re.I) for i in items]
     for item in items:
         key, _, value = item.partition(" ")
         key, value = key.upper(), value.strip()
         text = value[1:-1].replace("''", "'") if value.startswith("'") else value
         if key == "FORMAT":
-            if text.lower() not in ("text", "csv"):
-                raise StatementError(f"COPY format {text} is not supported (text, csv)", "0A000")
+            if text.lower() not in ("text", "csv", "binary"):
+                raise StatementError(f"COPY format {text} is not supported (text, csv, "
+                                     "binary)", "0A000")
             st.csv = text.lower() == "csv"
+            st.binary = text.lower() == "binary"
         elif key == "HEADER":
             st.header = text.lower() not in ("false", "off", "0")
         elif key == "DELIMITER":
@@ -78,6 +92,8 @@ def parse_copy(sql: str) -> CopyStatement:
             st.null = text
         else:
             raise StatementError(f"COPY option {key} is not supported", "0A000")
+        if st.binary and key in ("HEADER", "DELIMITER", "NULL"):
+            raise StatementError(f"cannot specify {key} in BINARY mode", "42601")
     if st.csv:
         st.delimiter = "," if st.delimiter == "\t" and "DELIMITER" not in opts.upper() \
             else st.delimiter
@@ -165,3 +181,102 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, .
             "\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace(
             st.delimiter, "\\" + st.delimiter) for v in row]
         yield (st.delimiter.join(fields) + "\n").encode()
+
+
+# --- binary ------------------------------------------------------------------------------
+
+_INTS = {2: "!h", 4: "!i", 8: "!q"}
+
+
+def _bad(text: str) -> StatementError:
+    return StatementError(f"COPY binary data: {text}", "22P04")
+
+
+def _field(oid: int, data: bytes, row: int, column: int) -> object:
+    """One field's value by its column's type OID. An integer column takes a 2, 4 or 8
+    byte integer and a float column a 4 or 8 byte float, whatever its own width (the
+    engines' types map to PostgreSQL's loosely: SQLite's INTEGER is int8)."""
+    try:
+        if oid in (_types.INT2, _types.INT4, _types.INT8) and len(data) in _INTS:
+            return struct.unpack(_INTS[len(data)], data)[0]
+        if oid in (_types.FLOAT4, _types.FLOAT8) and len(data) in (4, 8):
+            return struct.unpack("!f" if len(data) == 4 else "!d", data)[0]
+        if oid in (_types.INT2, _types.INT4, _types.INT8, _types.FLOAT4, _types.FLOAT8):
+            raise ProtocolError(f"{len(data)} bytes is not a binary number")
+        if oid == _types.TIME:
+            if len(data) != 8:
+                raise ProtocolError(f"{len(data)} bytes is not a binary time")
+            (us,) = struct.unpack("!q", data)
+            if not 0 <= us < 86_400_000_000:
+                raise ProtocolError("time out of range")
+            seconds, micro = divmod(us, 1_000_000)
+            return dt.time(seconds // 3600, seconds // 60 % 60, seconds % 60, micro)
+        return _types._decode_binary(oid, data)
+    except (ProtocolError, struct.error, ValueError, ArithmeticError) as exc:
+        raise StatementError(f"COPY binary data: row {row}, column {column}: {exc}",
+                             "22P03") from None
+
+
+def decode_binary(data: bytes, oids: list[int]) -> list[list[object]]:
+    """Rows of PostgreSQL's binary copy format, each field decoded by the OID of its
+    column; a malformed stream raises StatementError (22P04, 22P03 for a bad value)."""
+    view = memoryview(data)
+    n = len(view)
+    if n < 19 or bytes(view[:11]) != SIGNATURE:
+        raise _bad("the signature is missing (not PostgreSQL's binary copy format)")
+    flags, ext = struct.unpack_from("!Ii", view, 11)
+    if flags & 0x10000:
+        raise _bad("rows with OIDs are not supported")
+    if flags & 0xFFFF0000:
+        raise _bad(f"unknown critical flags {flags:#x} in the header")
+    if ext < 0 or ext > n - 19:
+        raise _bad("the header extension is longer than the data")
+    pos = 19 + ext
+    rows: list[list[object]] = []
+    width = len(oids)
+    while pos < n:
+        if pos + 2 > n:
+            raise _bad(f"row {len(rows) + 1} is truncated")
+        (count,) = struct.unpack_from("!h", view, pos)
+        pos += 2
+        if count == -1:
+            if pos != n:
+                raise _bad(f"{n - pos} bytes after the end-of-data marker")
+            return rows
+        if count != width:
+            raise _bad(f"row {len(rows) + 1} has {count} fields for {width} columns")
+        row: list[object] = []
+        for column, oid in enumerate(oids):
+            if pos + 4 > n:
+                raise _bad(f"row {len(rows) + 1} is truncated")
+            (size,) = struct.unpack_from("!i", view, pos)
+            pos += 4
+            if size == -1:
+                row.append(None)
+                continue
+            if size < 0 or size > n - pos:
+                raise _bad(f"row {len(rows) + 1}, column {column + 1}: a field of "
+                           f"{size} bytes where {n - pos} remain")
+            row.append(_field(oid, bytes(view[pos:pos + size]), len(rows) + 1, column + 1))
+            pos += size
+        rows.append(row)
+    return rows  # ended at a row boundary without the marker: PostgreSQL accepts that too
+
+
+def encode_binary(oids: list[int], rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+    """Rows in PostgreSQL's binary copy format, a chunk (one CopyData) per row and one for
+    the trailer; the header starts the first, as PostgreSQL sends it (psycopg expects it)."""
+    head = SIGNATURE + struct.pack("!Ii", 0, 0)
+    count = struct.pack("!h", len(oids))
+    for row in rows:
+        out = [head, count]
+        head = b""
+        for oid, value in zip(oids, row, strict=True):
+            field = _types.encode_value(oid, value, 1)
+            if field is None:
+                out.append(b"\xff\xff\xff\xff")
+            else:
+                out.append(struct.pack("!i", len(field)))
+                out.append(field)
+        yield b"".join(out)
+    yield head + b"\xff\xff"

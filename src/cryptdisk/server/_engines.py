@@ -105,8 +105,13 @@ class EngineSession:
         """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
 
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[str | None]]) -> int:
-        """Insert ``rows`` of text values (None for NULL) into ``table``, all or none."""
+                rows: list[list[Any]], *, typed: bool = False) -> int:
+        """Insert ``rows`` into ``table``, all or none: text values (None for NULL), or with
+        ``typed`` Python values (binary COPY)."""
+        raise NotImplementedError
+
+    def column_types(self, table: str) -> list[tuple[str, int]]:
+        """(column, PostgreSQL type OID) of ``table``, in order (binary COPY FROM)."""
         raise NotImplementedError
 
     def authorize(self, sql: str, privileges: Any) -> None:
@@ -223,6 +228,20 @@ def statement_error(exc: Exception) -> StatementError:
     if isinstance(exc, CryptdiskError):
         return StatementError(str(exc), "XX000", hint=exc.hint)
     return StatementError(f"internal error: {type(exc).__name__}", "XX000")
+
+
+def _arrow_column(values: list[Any], typed: bool) -> Any:
+    """A column for :meth:`_AnalyticalSession.copy_in` (the database casts it to the table's
+    type): text, or typed values as Arrow infers them (text where it cannot)."""
+    import pyarrow as pa
+
+    if typed:
+        try:
+            return pa.array([str(v) if isinstance(v, uuid.UUID) else v for v in values])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            return pa.array([None if v is None else _types._text(v) for v in values],
+                            pa.string())
+    return pa.array(values, pa.string())
 
 
 class _AnalyticalSession(EngineSession):
@@ -343,8 +362,17 @@ class _AnalyticalSession(EngineSession):
         if self.engine.running is self:
             self.engine.db.con.interrupt()
 
+    def column_types(self, table: str) -> list[tuple[str, int]]:
+        with self.engine.lock:
+            try:
+                db = self.engine.db
+                schema = db.arrow_schema(db.table(table))
+            except Exception as exc:
+                raise statement_error(exc) from None
+        return [(f.name, _types.arrow_oid(f.type)) for f in schema]
+
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[str | None]]) -> int:
+                rows: list[list[Any]], *, typed: bool = False) -> int:
         import pyarrow as pa
 
         if self.privileges is not None and not self.privileges.allowed(table, "INSERT"):
@@ -359,7 +387,7 @@ class _AnalyticalSession(EngineSession):
                     if len(row) != len(names):
                         raise StatementError(f"COPY row {i + 1} has {len(row)} fields for "
                                              f"{len(names)} columns", "22P04")
-                data = pa.table({n: pa.array([r[j] for r in rows], pa.string())
+                data = pa.table({n: _arrow_column([r[j] for r in rows], typed)
                                  for j, n in enumerate(names)})
                 self.engine.db.insert(table, data)
             except Exception as exc:
@@ -435,6 +463,23 @@ def _placeholder(n: int) -> str:
 #: SQLite VM steps a :meth:`_SQLiteSession.run_quick` statement may take on the server's event
 #: loop (well under a millisecond of work; a point query takes a few dozen)
 QUICK_STEPS = 20000
+
+
+def _copy_oid(decltype: str) -> int:
+    """The type a binary COPY field for a SQLite column of ``decltype`` is read as: its
+    result type, or for the date, time and decimal names SQLite has no affinity for (their
+    values are stored as text and REAL, as parameters are), that type."""
+    oid = _types.sqlite_oid(decltype, None)
+    d = decltype.upper()
+    if oid != _types.TEXT or not d:
+        return oid
+    for word, found in (("TIMESTAMPTZ", _types.TIMESTAMPTZ), ("TIMESTAMP", _types.TIMESTAMP),
+                        ("DATETIME", _types.TIMESTAMP), ("DATE", _types.DATE),
+                        ("TIME", _types.TIME), ("NUMERIC", _types.NUMERIC),
+                        ("DECIMAL", _types.NUMERIC), ("UUID", _types.UUID)):
+        if word in d:
+            return found
+    return oid
 
 
 class _SQLiteSession(EngineSession):
@@ -668,11 +713,21 @@ class _SQLiteSession(EngineSession):
         return [(str(c), (str(t) or "").lower(), bool(nn), None if d is None else str(d))
                 for c, t, nn, d in rows]
 
+    def column_types(self, table: str) -> list[tuple[str, int]]:
+        return [(c, _copy_oid(t)) for c, t, _nn, _d in self.columns(table)]
+
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[str | None]]) -> int:
+                rows: list[list[Any]], *, typed: bool = False) -> int:
         if not rows:
             return 0
+        if typed:
+            rows = [[_sqlite_value(v) for v in row] for row in rows]
         width = len(rows[0])
+        if columns is None:
+            have = len(self.columns(table))
+            if have and width != have:
+                raise StatementError(f"COPY row 1 has {width} fields for {have} columns",
+                                     "22P04")
         for i, row in enumerate(rows):
             if len(row) != width:
                 raise StatementError(f"COPY row {i + 1} has {len(row)} fields, the first "

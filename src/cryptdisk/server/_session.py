@@ -99,6 +99,18 @@ def _rename(columns: list[tuple[str, int]],
     return out
 
 
+def _copy_response(kind: bytes, columns: int, binary: bool) -> bytes:
+    """CopyInResponse (G) or CopyOutResponse (H): every column in text, or in binary."""
+    fmt = 1 if binary else 0
+    return P.message(kind, struct.pack("!bh", fmt, columns) + struct.pack("!h", fmt) * columns)
+
+
+def _is_copy(sql: str) -> bool:
+    """COPY ... FROM STDIN / TO STDOUT (the server runs those itself)."""
+    return (_sqltext.first_words(sql, 1) or [""])[0] == "COPY" and \
+        re.search(r"\b(STDIN|STDOUT)\b", sql, re.I) is not None
+
+
 def _begin_and_run(engine: EngineSession, sql: str, params: list[Any]) -> Result:
     engine.run("BEGIN IMMEDIATE", [])
     return engine.run(sql, params)
@@ -450,9 +462,9 @@ class Session:
                                  "of transaction block", "25P02")
         if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
             return await self._cursor(head, sql, params)
-        if head == "COPY" and re.search(r"\b(STDIN|STDOUT)\b", sql, re.I):
-            raise StatementError("COPY FROM STDIN / TO STDOUT works in a simple query only "
-                                 "(not through Parse/Bind/Execute)", "0A000")
+        if head == "COPY" and _is_copy(sql):
+            raise StatementError("COPY FROM STDIN / TO STDOUT cannot run here (a cursor's "
+                                 "query)", "0A000")
         if head == "SELECT" and "pg_cursors" in sql and \
                 re.search(r"pg_catalog\.pg_cursors\b", sql):
             m = re.search(r"\bname\s*=\s*'((?:[^']|'')*)'", sql)
@@ -641,8 +653,7 @@ class Session:
             self.pending_begin = self.pending_begin or implicit
         for st in statements:
             try:
-                if (_sqltext.first_words(st, 1) or [""])[0] == "COPY" and \
-                        re.search(r"\b(STDIN|STDOUT)\b", st, re.I):
+                if _is_copy(st):
                     result = await self._copy(st)
                 else:
                     result = await self._execute(st, [])
@@ -697,8 +708,8 @@ class Session:
                 raise statement_error(exc) from None
 
     async def _copy(self, sql: str) -> Result:
-        """COPY ... FROM STDIN / TO STDOUT (simple query protocol only)."""
-        from ._copy import decode_rows, encode_rows, parse_copy
+        """COPY ... FROM STDIN / TO STDOUT, in a simple query or an Execute."""
+        from ._copy import decode_binary, decode_rows, encode_binary, encode_rows, parse_copy
 
         if self.failed:
             raise StatementError("current transaction is aborted, commands ignored until end "
@@ -711,14 +722,31 @@ class Session:
             query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
             result = await self._execute(query, [])
             names = [n for n, _ in result.columns or []]
-            self.send(P.copy_response(b"H", len(names)))
-            for chunk in encode_rows(st, names, result.rows):
-                self.send(P.message(b"d", chunk))
-                if len(self.out) > 256:
-                    await self.flush()
+            self.send(_copy_response(b"H", len(names), st.binary))
+            chunks = encode_binary([o for _, o in result.columns or []], result.rows) \
+                if st.binary else encode_rows(st, names, result.rows)
+            try:
+                for chunk in chunks:
+                    self.send(P.message(b"d", chunk))
+                    if len(self.out) > 256:
+                        await self.flush()
+            except ProtocolError as exc:  # a value the binary format cannot carry
+                raise StatementError(str(exc), "22000") from None
             self.send(P.COPY_DONE)
             return Result(None, [], f"COPY {len(result.rows)}")
-        self.send(P.copy_response(b"G", len(st.columns or [])))
+        types: list[tuple[str, int]] = []
+        if st.binary:  # its fields are read by the types of the columns they go to
+            types = await self.call(engine.column_types, st.table or "")
+            if not types:
+                raise StatementError(f'relation "{st.table}" does not exist', "42P01")
+            if st.columns:
+                by_name = {n.lower(): (n, o) for n, o in types}
+                missing = [c for c in st.columns if c.lower() not in by_name]
+                if missing:
+                    raise StatementError(f'column "{missing[0]}" of relation "{st.table}" '
+                                         "does not exist", "42703")
+                types = [by_name[c.lower()] for c in st.columns]
+        self.send(_copy_response(b"G", len(types or st.columns or []), st.binary))
         await self.flush()
         data, limit = [], self.server.max_copy_size
         size = 0
@@ -734,10 +762,15 @@ class Session:
                 raise StatementError(f"COPY from stdin failed: {body.decode()}", "57014")
             elif kind == "done":
                 break
-        rows = decode_rows(st, b"".join(data))
+        if st.binary:
+            rows: list[list[Any]] = decode_binary(b"".join(data), [o for _, o in types])
+        else:
+            rows = decode_rows(st, b"".join(data))
         await self._begin(engine, "IMMEDIATE")
         try:
-            count = await self.call(engine.copy_in, st.table or "", st.columns, rows)
+            count = await self.call(functools.partial(
+                engine.copy_in, st.table or "", [n for n, _ in types] or st.columns, rows,
+                typed=st.binary))
         except Exception as exc:
             raise statement_error(exc) from None
         return Result(None, [], f"COPY {count}")
@@ -808,7 +841,9 @@ class Session:
                 if not st.described:
                     assert self.engine is not None
                     head = (_sqltext.first_words(st.sql, 1) or [""])[0]
-                    if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
+                    if _is_copy(st.sql):
+                        st.columns = None  # its rows travel in CopyData, not DataRows
+                    elif head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
                         st.columns = None
                         if head == "FETCH":
                             from ._cursors import parse_fetch
@@ -834,6 +869,9 @@ class Session:
                           if st.columns is not None else P.NO_DATA)
             else:
                 portal = self._portal(msg.name)
+                if portal.result is None and _is_copy(portal.statement.sql):
+                    self.send(P.NO_DATA)  # COPY runs at Execute
+                    return
                 if portal.result is None:
                     portal.result = await self._execute(portal.statement.sql, portal.params)
                 columns = portal.result.columns
@@ -852,7 +890,9 @@ class Session:
             if not portal.statement.sql:
                 self.send(P.EMPTY_QUERY)
                 return
-            if portal.result is None:
+            if portal.result is None and _is_copy(portal.statement.sql):
+                portal.result = await self._copy(portal.statement.sql)
+            elif portal.result is None:
                 portal.result = await self._execute(portal.statement.sql, portal.params)
                 st = portal.statement
                 if st.described and st.columns is not None and portal.result.columns is not None \

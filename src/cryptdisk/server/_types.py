@@ -194,7 +194,10 @@ def _binary(oid: int, value: Any) -> bytes:
             return struct.pack("!qii", us, value.days, 0)
         if oid == NUMERIC:
             return _numeric_binary(decimal.Decimal(value))
-    except (struct.error, TypeError, AttributeError, decimal.InvalidOperation) as exc:
+        if oid == UUID:
+            return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
+    except (struct.error, TypeError, AttributeError, ValueError,
+            decimal.InvalidOperation) as exc:
         raise ProtocolError(f"cannot send {type(value).__name__} as binary type {oid}: "
                             f"{exc}") from None
     return _text(value).encode("utf-8")
