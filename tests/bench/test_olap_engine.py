@@ -54,3 +54,29 @@ def test_cryptdisk_bench_olap_engine_runs_every_shape_on_every_engine(tmp_path):
     assert point["extra"]["vs_chdb_encrypted"] > 0 and point["extra"]["vs_duckdb_file"] > 0
     assert point["peak_rss_mb"] > 0 and point["extra"]["rows"] == rows
     assert list((tmp_path / "w").iterdir()) == []  # the experiment removed what it created
+
+
+def test_case_runs_only_the_matching_shapes(tmp_path, monkeypatch):
+    """``--case TEXT`` loads every engine but runs only the shapes whose name holds TEXT."""
+    from cryptdisk.bench._model import BenchOptions
+
+    ran = []
+    monkeypatch.setattr(olap_engine, "run_worker", lambda *a, **k: type(
+        "R", (), {"samples": [], "peak_rss_mb": 1.0})())
+    monkeypatch.setattr(olap_engine, "interleave",
+                        lambda options, exp, strategies, *a, **k: ran.append(
+                            {s.args["name"] for s in strategies}))
+    olap_engine.run(BenchOptions(tmp_path, rows=1000, case="c_int = X"), lambda m: None,
+                    lambda *a: None)
+    assert ran == [{"point c_int = X"}]
+
+
+def test_an_unknown_case_names_the_shapes(tmp_path):
+    import pytest
+
+    from cryptdisk.bench._model import BenchOptions
+
+    with pytest.raises(ValueError, match=r"no olap-engine shape matches --case 'nope' "
+                       r"\(shapes: avg\(c_float\); sum\(c_int\);"):
+        olap_engine.run(BenchOptions(tmp_path, rows=1000, case="nope"), lambda m: None,
+                        lambda *a: None)

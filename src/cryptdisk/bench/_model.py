@@ -28,7 +28,7 @@ class BenchOptions:
     threads: int | None = None  # default: one per core
     size: int | None = None  # crypto: bytes of the file for the peak-RSS test
     side_venvs: bool = True  # olap: may create a venv (pip) for duckdb 1.5.5 + OpenSSL
-    case: str | None = None  # oltp: only the cases whose name contains this text
+    case: str | None = None  # oltp, server, oltp-cpu, olap-engine: only matching cases
     # Added by the harness (cryptdisk.bench._cleanup.Cleanup); experiments that start
     # processes or mounts register them there so Ctrl-C leaves nothing behind.
     cleanup: Any = None

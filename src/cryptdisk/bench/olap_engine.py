@@ -48,6 +48,10 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     measured: list[Measurement] = []
     keep = keep_measurements(measured, record)
     label = f"olap-engine {rows:,} rows"
+    todo = [n for n in shapes(rows) if options.case is None or options.case in n]
+    if not todo:
+        raise ValueError(f"no olap-engine shape matches --case {options.case!r} (shapes: "
+                         + "; ".join(shapes(rows)) + ")")
     with experiment_dir(options, EXPERIMENT) as workdir:
         data = str(workdir / "data.parquet")
         run_worker(options.cleanup, "cryptdisk.bench._bodies_olap:prepare",
@@ -67,7 +71,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                                    [s.cpu_s or 0.0], s.work, s.work_unit, res.peak_rss_mb,
                                    dict(s.extra)))
         progress(label + ": load", len(ENGINES), len(ENGINES))
-        for name in shapes(rows):
+        for name in todo:
             strategies = [Strategy(e, _B + "shape", dict(engine=e, work=str(workdir), name=name,
                                                          rows=rows, warm=WARM))
                           for e in engines]
