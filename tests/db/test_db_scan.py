@@ -408,3 +408,68 @@ def test_optimize_by_a_key_without_statistics_sorts_in_one_piece(tmp_path):
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:2] == ["[(400, Decimal('79800'))] 1", "True"]
+
+
+# -- the cold path: planning cost, schemas -------------------------------------------------
+
+def test_a_point_query_checks_few_row_groups_of_a_sorted_part(db, small_groups, monkeypatch):
+    """Row groups of a part sorted by the key are found by bisection: planning a point query
+    does not compare the filter with every row group's statistics."""
+    from cryptdisk.db import _scan
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(200_000))  # 200 row groups
+    calls = []
+    real = _scan.may_match
+    monkeypatch.setattr(_scan, "may_match", lambda *a: calls.append(a) or real(*a))
+    assert db.query("SELECT c_str FROM t WHERE c_int = 123456") == \
+        db.con.sql("SELECT md5('123456')").fetchall()
+    assert db.last_scans["t"]["row_groups_read"] == 1
+    assert 0 < len(calls) <= 8  # the part's range, then the one row group left
+    assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 1500 AND 3499") == [(2000,)]
+    assert db.last_scans["t"]["row_groups_read"] == 3
+
+
+def test_sorted_bounds_only_for_row_groups_in_order(db, small_groups):
+    """Bisection is used only where every row group has a range and they ascend."""
+    db.sql(f"CREATE TABLE s {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO s " + gen(3000))
+    db.sql(f"CREATE TABLE u {SCHEMA}")  # no ORDER BY: rows stay in insert order
+    db.sql("INSERT INTO u SELECT i, md5(i::VARCHAR), i / 7 FROM range(3000) r(i) "
+           "ORDER BY md5(i::VARCHAR)")
+    db.sql(f"CREATE TABLE n {SCHEMA} ORDER BY c_int")  # a row group of NULL keys
+    db.sql("INSERT INTO n SELECT CASE WHEN i < 1000 THEN NULL ELSE i END, c_str, c_float "
+           "FROM (SELECT i, md5(i::VARCHAR) c_str, i / 7 c_float FROM range(3000) r(i))")
+    ops = {t: db._open_parts.get(db.table(t).parts[0]) for t in "sun"}
+    mins, maxs = ops["s"].sorted_bounds("c_int")
+    assert mins == [0, 1000, 2000] and maxs == [999, 1999, 2999]
+    assert ops["s"].sorted_bounds("c_str") is None  # md5 of a sorted key: not in order
+    assert ops["u"].sorted_bounds("c_int") is None
+    assert ops["n"].sorted_bounds("c_int") is None  # the NULL row group has no range
+    for t, op in ops.items():  # the key range the part's reader checks is _stats' one
+        from cryptdisk.db._stats import key_range_of
+        assert op.key_range("c_int") == key_range_of(op.meta, "c_int"), t
+    assert ops["n"].key_range("c_int") == (1000, 2999)
+    for t, want in (("s", 10), ("u", 10), ("n", 0)):
+        assert db.query(f"SELECT count(*) FROM {t} WHERE c_int BETWEEN 500 AND 509") == \
+            [(want,)]
+
+
+def test_arrow_types_are_duckdbs():
+    """A table's Arrow schema comes without a DuckDB statement for plain types: each is the
+    type DuckDB gives that column type."""
+    from cryptdisk.db._database import ARROW_TYPES
+
+    con = duckdb.connect()
+    for name, typ in ARROW_TYPES.items():
+        got = con.sql(f"SELECT CAST(NULL AS {name}) AS x").to_arrow_table().schema.field(0)
+        assert got.type == typ, name
+
+
+def test_a_table_of_other_types_gets_duckdbs_schema(db):
+    db.sql("CREATE TABLE o (a DECIMAL(10, 2), b TIMESTAMP, c bigint, d VARCHAR[])")
+    db.sql("INSERT INTO o VALUES (1.25, TIMESTAMP '2026-01-02 03:04:05', 7, ['x'])")
+    schema = db.arrow_schema(db.table("o"))
+    assert [str(f.type) for f in schema] == ["decimal128(10, 2)", "timestamp[us]", "int64",
+                                             "list<l: string>"]
+    assert db.query("SELECT a, c, d FROM o")[0][1:] == (7, ["x"])

@@ -27,6 +27,7 @@ from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
 from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
+from ._stats import key_range_of
 from ._storage import local_path, open_read
 
 __all__ = ["OpenPart", "open_part", "read_part"]
@@ -470,6 +471,8 @@ class OpenPart:
         self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
+        self._all_null: dict[str, set[int]] = {}  # row groups whose column is all NULL
+        self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
         self._nans: dict[str, set[int]] | None = None
         self.num_row_groups = self.meta.num_row_groups
         self._leaves: dict[str, list[int]] = {}  # a nested column has several leaf chunks
@@ -489,11 +492,59 @@ class OpenPart:
             j = self._index.get(column)
             if j is not None:
                 got = []
+                nulls = self._all_null[column] = set()
                 for i in range(self.num_row_groups):
-                    st = self.meta.row_group(i).column(j).statistics
-                    got.append((st.min, st.max) if st is not None and st.has_min_max
-                               else None)
+                    rg = self.meta.row_group(i)
+                    st = rg.column(j).statistics
+                    if st is not None and st.has_min_max:
+                        got.append((st.min, st.max))
+                        continue
+                    got.append(None)
+                    if st is not None and st.null_count == rg.num_rows:
+                        nulls.add(i)
             self._ranges[column] = got
+        return got
+
+    def key_range(self, column: str) -> tuple[Any, Any] | None:
+        """The part's (min, max) of ``column`` as :func:`~._stats.key_range_of` computes it,
+        from the statistics :meth:`ranges` read (one pass over the footer per column)."""
+        found = self.ranges(column)
+        if found is None:
+            return key_range_of(self.meta, column)  # not a plain one-leaf column
+        lo = hi = None
+        nulls = self._all_null.get(column, set())
+        for i, r in enumerate(found):
+            if r is None:
+                if i in nulls:
+                    continue
+                return None
+            a, b = r
+            if not all(isinstance(v, int | float | str) and not isinstance(v, bool)
+                       for v in (a, b)):
+                return None
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        return None if lo is None else (lo, hi)
+
+    def sorted_bounds(self, column: str) -> tuple[list[Any], list[Any]] | None:
+        """Per row group, the minima and maxima of ``column``, if every row group has them
+        and each row group's maximum is at most the next one's minimum (a part sorted by
+        ``column``, such as by its ORDER BY key): both lists ascend, so the row groups a
+        range can match are found by bisection. None otherwise."""
+        if column in self._sorted:
+            return self._sorted[column]
+        found = self.ranges(column)
+        got: tuple[list[Any], list[Any]] | None = None
+        if found is not None and all(r is not None for r in found):
+            mins = [r[0] for r in found]  # type: ignore[index]
+            maxs = [r[1] for r in found]  # type: ignore[index]
+            try:
+                ordered = all(a <= b for a, b in zip(mins, maxs, strict=True)) and \
+                    all(maxs[i] <= mins[i + 1] for i in range(len(mins) - 1))
+            except TypeError:  # statistics of mixed or unexpected types
+                ordered = False
+            got = (mins, maxs) if ordered else None
+        self._sorted[column] = got
         return got
 
     def nan_free(self, rg: int, column: str) -> bool:

@@ -15,6 +15,7 @@ satisfies early stops the reading. Decoded row groups go through the optional
 from __future__ import annotations
 
 import array
+import bisect
 import collections
 import os
 import threading
@@ -29,7 +30,6 @@ from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
 from ._partread import OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
-from ._stats import key_range_of
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
 
@@ -188,7 +188,7 @@ class TableScan:
         part = op.part
         if (self._key is not None and getattr(part, "key_min", None) is not None
                 and not op.key_checked):
-            found = key_range_of(op.meta, self._key)
+            found = op.key_range(self._key)
             if found is None or tuple(found) != (part.key_min, part.key_max):
                 raise CatalogError(
                     f"part {part.path} on disk {op.disk.name!r}: its key range in the catalog "
@@ -197,7 +197,7 @@ class TableScan:
                     hint="restore the database from a backup")
             op.key_checked = True
         keep = []
-        for rg in range(op.num_row_groups):
+        for rg in self._candidates(op):
             ok = True
             for f in self._filters:
                 st = op.stats(rg, f.column)
@@ -207,6 +207,28 @@ class TableScan:
             if ok:
                 keep.append(rg)
         return keep
+
+    def _candidates(self, op: OpenPart) -> range:
+        """The row groups that filters on a column the part is sorted by leave (bisection;
+        the others are then checked one by one)."""
+        first, end = 0, op.num_row_groups
+        for f in self._filters:
+            typ = self._types[f.column]
+            if not (pa.types.is_integer(typ) or pa.types.is_string(typ)
+                    or pa.types.is_large_string(typ)):
+                continue  # floating: NaN and the comparison slack, see may_match
+            bounds = op.sorted_bounds(f.column)
+            if bounds is None:
+                continue
+            mins, maxs = bounds
+            try:
+                if f.lo is not None:  # a row group can match only if its max >= lo
+                    first = max(first, bisect.bisect_left(maxs, f.lo))
+                if f.hi is not None:  # ... and its min <= hi
+                    end = min(end, bisect.bisect_right(mins, f.hi))
+            except TypeError:  # a filter value of another type: may_match decides
+                continue
+        return range(first, max(first, end))
 
     def cached(self, op: OpenPart, rg: int) -> bool:
         key = f"{op.part.id}/{rg}"
