@@ -134,3 +134,28 @@ def test_a_forked_child_reads_parts_with_its_own_worker(db, monkeypatch):
         os.waitpid(pid, 0)
         raise AssertionError("the forked child hung reading a part")
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+@pytest.mark.parametrize("columns", [["c_float"], ["c_int", "c_float"], ["c_str"],
+                                     ["c_int", "c_str", "c_float"]])
+def test_row_group_reads_decode_from_the_arena_without_python_reads(db, monkeypatch, columns):
+    part, disk = _many_row_groups(db, monkeypatch)
+    want = _parts.read_part(disk, part, columns)
+    op = _parts.open_part(disk, part)
+    made = []
+    real = _parts._CompactFile
+    monkeypatch.setattr(_parts, "_CompactFile", lambda *a: made.append(a) or real(*a))
+    try:
+        native = pa.concat_tables([op.read([rg], columns) for rg in range(op.num_row_groups)])
+        pairs = pa.concat_tables([op.read([rg, rg + 5], columns) for rg in range(5)])
+        assert not made  # pyarrow read the arena as memory, not through a Python file
+        monkeypatch.setattr(_parts, "_GAP_SLACK", -(1 << 40))  # every read compacted
+        compacted = pa.concat_tables([op.read([rg], columns)
+                                      for rg in range(op.num_row_groups)])
+        assert made
+    finally:
+        op.close()
+    assert native.equals(want) and compacted.equals(want)
+    expected_pairs = pa.concat_tables([want.slice(rg * 2_000, 2_000).combine_chunks()
+                                       for rg in (0, 5, 1, 6, 2, 7, 3, 8, 4, 9)])
+    assert pairs.to_pylist() == expected_pairs.to_pylist()

@@ -80,6 +80,22 @@ def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
         raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
 
 
+def _chunk_start_end(col: Any) -> tuple[int, int]:
+    """Where a column chunk's bytes are, as Arrow computes it (``ComputeColumnChunkRange``).
+
+    The dictionary page, if any, comes first; anything Arrow would refuse is a
+    ``FormatError`` here too.
+    """
+    start = col.data_page_offset
+    dictionary = col.dictionary_page_offset
+    if col.has_dictionary_page and dictionary is not None and 0 < dictionary < start:
+        start = dictionary
+    length = col.total_compressed_size
+    if start is None or length is None or start < 4 or length < 0:
+        raise FormatError(f"a column chunk at offset {start} of length {length}")
+    return int(start), int(start) + int(length)
+
+
 def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tuple[int, int]]:
     """Byte ranges of the column chunks holding ``columns`` (all if None), in file order.
 
@@ -119,16 +135,33 @@ class _Arena:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._map: mmap.mmap | None = None
+        self._buffer: pa.Buffer | None = None
+
+    def _grow(self, n: int) -> mmap.mmap:
+        if self._map is None or len(self._map) < n:
+            old, self._map, self._buffer = self._map, None, None
+            if old is not None:
+                with contextlib.suppress(BufferError):  # else it goes with its last view
+                    old.close()
+            self._map = mmap.mmap(-1, max(n, 1 << 21) + (-n % (1 << 21)))
+        return self._map
 
     def view(self, n: int) -> memoryview:
-        if self._map is None or len(self._map) < n:
-            if self._map is not None:
-                self._map.close()
-            self._map = mmap.mmap(-1, max(n, 1 << 21) + (-n % (1 << 21)))
-        return memoryview(self._map)[:n]
+        return memoryview(self._grow(n))[:n]
+
+    def buffer(self, n: int) -> tuple[memoryview, pa.Buffer]:
+        """The first ``n`` bytes, writable, and the whole arena as a pyarrow buffer."""
+        m = self._grow(n)
+        if self._buffer is None:
+            self._buffer = pa.py_buffer(m)
+        return memoryview(m)[:n], self._buffer
 
 
 _ARENA = _Arena()
+#: How far apart (beyond twice their size) a read's column chunks may lie for the
+#: arena to hold them at their file offsets (the gap is address space, touched only
+#: by earlier reads of this thread).
+_GAP_SLACK = 4 << 20
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
 
 
@@ -423,9 +456,11 @@ class OpenPart:
 
     :meth:`read` may be called from several threads at once: every read is
     positional, and each call builds its own reader over the shared footer.
-    On an encrypted disk, only the column chunks of the requested row groups
-    and columns are decrypted (each segment authenticating first), into the
-    calling thread's reusable arena, then decoded.
+    On an encrypted disk, only the segments holding the column chunks of the
+    requested row groups and columns are decrypted (each authenticating first),
+    into the calling thread's reusable arena at their offsets in the file, and
+    pyarrow decodes them from there as memory (a Python file object would cost
+    a call into Python, under the GIL, for every read it makes).
     """
 
     def __init__(self, disk: Disk, part: PartMeta) -> None:
@@ -470,6 +505,12 @@ class OpenPart:
             raise
         self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
+        self._chunk: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        info = getattr(self._handle, "info", None) if disk.is_encrypted else None
+        self._segment = int(info.get("segment_size", 1)) if isinstance(info, dict) else 1
+        # Arrow pads the chunk ranges of parquet-mr 1.2.8's files; cryptdisk's are pyarrow's
+        self._native = (self._segment > 0 and
+                        str(self.meta.created_by or "").startswith("parquet-cpp"))
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self._all_null: dict[str, set[int]] = {}  # row groups whose column is all NULL
         self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
@@ -595,18 +636,12 @@ class OpenPart:
             with open_read(self.disk, self.part.path) as f:
                 pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+        chunks, compressed = self._chunks(row_groups, columns)
+        if compressed and self._native and chunks:
+            native = self._read_native(row_groups, columns, chunks)
+            if native is not None:
+                return native
         f = self._handle
-        chunks, compressed = [], True
-        for i in row_groups:
-            rg = self.meta.row_group(i)
-            for c in columns:
-                for j in self._leaves[c]:
-                    col = rg.column(j)
-                    starts = [o for o in (col.dictionary_page_offset, col.data_page_offset)
-                              if o is not None and o > 0]
-                    chunks.append((min(starts), min(starts) + col.total_compressed_size))
-                    compressed = compressed and str(col.compression).upper() in _COMPRESSED
-        chunks.sort()
         ranges: list[tuple[int, int, int]] = []
         off = 0
         for a, b in chunks:
@@ -627,6 +662,57 @@ class OpenPart:
             return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         finally:
             arena.release()
+
+    def _chunks(self, row_groups: list[int], columns: list[str]
+                ) -> tuple[list[tuple[int, int]], bool]:
+        """The byte ranges of the column chunks to read, sorted; whether all are compressed."""
+        chunks, compressed = [], True
+        for i in row_groups:
+            for c in columns:
+                for j in self._leaves[c]:
+                    got = self._chunk.get((i, j))
+                    if got is None:
+                        col = self.meta.row_group(i).column(j)
+                        got = self._chunk[(i, j)] = (
+                            *_chunk_start_end(col),
+                            str(col.compression).upper() in _COMPRESSED)
+                    chunks.append((got[0], got[1]))
+                    compressed = compressed and got[2]
+        chunks.sort()
+        return chunks, compressed
+
+    def _read_native(self, row_groups: list[int], columns: list[str],
+                     chunks: list[tuple[int, int]]) -> pa.Table | None:
+        """Decrypt whole segments into the thread's arena at their offsets in the file, and
+        let pyarrow decode from memory (no Python call per read); None if the chunks are
+        too far apart for the arena (the caller reads them compacted).
+
+        pyarrow sees a buffer that starts ``lo`` bytes before the arena, so the file's
+        offsets land in it; it reads exactly the column chunk ranges of the footer
+        (:func:`_chunk_start_end` computes them as Arrow does), all inside the arena.
+        """
+        seg = self._segment
+        lo, hi = chunks[0][0] // seg * seg, max(b for _a, b in chunks)
+        end = min(self.size, -(-hi // seg) * seg)
+        need = sum(b - a for a, b in chunks)
+        if end - lo > 2 * need + _GAP_SLACK:
+            return None
+        merged: list[list[int]] = []
+        for a, b in chunks:  # whole segments: no partial one decrypted twice
+            a, b = a // seg * seg, min(self.size, -(-b // seg) * seg)
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        view, whole = _THREAD_ARENA.arena.buffer(end - lo)
+        try:
+            for a, b in merged:
+                _decrypt_range(self._handle, view[a - lo : b - lo], a)
+            source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, hi, base=whole))
+            pf = pq.ParquetFile(source, metadata=self.meta)
+            return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+        finally:
+            view.release()
 
     def close(self) -> None:
         if self._handle is not None:
