@@ -15,6 +15,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,9 @@ class EngineSession:
         """Check every later statement against ``privileges`` (a :class:`._grants.Privileges`)."""
         raise NotImplementedError
 
+    #: stops what the session runs outside the engine (an information_schema query), if set
+    interrupt_also: Callable[[], None] | None = None
+
     def interrupt(self) -> None:
         """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
 
@@ -186,7 +190,8 @@ def _duckdb_sqlstate(message: str) -> str:
     for prefix, code in (("Parser Error", "42601"), ("Catalog Error", "42P01"),
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
-                         ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014")):
+                         ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014"),
+                         ("Permission Error", "42501")):
         if prefix in message:
             return code
     return "XX000"
@@ -359,6 +364,8 @@ class _AnalyticalSession(EngineSession):
         return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
 
     def interrupt(self) -> None:
+        if self.interrupt_also is not None:
+            self.interrupt_also()
         if self.engine.running is self:
             self.engine.db.con.interrupt()
 
@@ -465,7 +472,7 @@ def _placeholder(n: int) -> str:
 QUICK_STEPS = 20000
 
 
-def _copy_oid(decltype: str) -> int:
+def sqlite_declared_oid(decltype: str) -> int:
     """The type a binary COPY field for a SQLite column of ``decltype`` is read as: its
     result type, or for the date, time and decimal names SQLite has no affinity for (their
     values are stored as text and REAL, as parameters are), that type."""
@@ -691,6 +698,8 @@ class _SQLiteSession(EngineSession):
         self.writing = True
 
     def interrupt(self) -> None:
+        if self.interrupt_also is not None:
+            self.interrupt_also()
         self.conn.interrupt()
 
     def relations(self) -> list[tuple[str, str]]:
@@ -714,7 +723,7 @@ class _SQLiteSession(EngineSession):
                 for c, t, nn, d in rows]
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
-        return [(c, _copy_oid(t)) for c, t, _nn, _d in self.columns(table)]
+        return [(c, sqlite_declared_oid(t)) for c, t, _nn, _d in self.columns(table)]
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[Any]], *, typed: bool = False) -> int:

@@ -4,7 +4,8 @@ psql describes with fixed queries over ``pg_class``, ``pg_attribute``,
 ``pg_roles`` and friends; each is recognized by its shape and answered from
 the engine's own tables and views (schema ``public``, owner ``cryptdisk``) and
 the user store. A relation's OID is a stable hash of its name. Other catalog
-queries (``\\d+``, ``information_schema``) are not emulated.
+queries (``\\d+``, ``\\l``, ...) are not emulated; ``information_schema`` is
+:mod:`._infoschema`.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ def authorize_statements(statements: list[str], *, privileges: Privileges, user:
     ``identity(sql, privileges)`` writes ``current_user`` and friends into ``sql`` as the
     session does. ``authenticator`` and ``policies`` are the server's (either may be None).
     """
+    from ._infoschema import handles as handles_information_schema
     from ._pgcatalog import answers
 
     dry = authenticator.dry_run() if authenticator is not None else None
@@ -87,6 +88,6 @@ def authorize_statements(statements: list[str], *, privileges: Privileges, user:
         if dry is not None and dry.handles(sql):
             dry.handle(session, sql)
             continue
-        if answers(sql):
-            continue  # the catalog, open to every user
+        if answers(sql) or handles_information_schema(sql):
+            continue  # the catalogs: open to every user, information_schema filtered itself
         engine.authorize(identity(sql, trial), trial)

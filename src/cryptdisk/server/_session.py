@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
+from . import _infoschema, _sqltext, _types
 from . import _protocol as P
-from . import _sqltext, _types
 from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
 
 if TYPE_CHECKING:
@@ -490,6 +490,8 @@ class Session:
 
             timer = asyncio.get_running_loop().call_later(self.server.statement_timeout, expire)
         try:
+            if head in ("SELECT", "WITH") and _infoschema.handles(sql):
+                return await self.call(_infoschema.query, sql, params, engine, self.privileges)
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
             begin = "DEFERRED" if head in _READS else "IMMEDIATE"
@@ -843,6 +845,10 @@ class Session:
                     head = (_sqltext.first_words(st.sql, 1) or [""])[0]
                     if _is_copy(st.sql):
                         st.columns = None  # its rows travel in CopyData, not DataRows
+                    elif _infoschema.handles(st.sql):
+                        st.columns = (await self.call(
+                            _infoschema.query, st.sql, [None] * st.nparams, self.engine,
+                            self.privileges)).columns
                     elif head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
                         st.columns = None
                         if head == "FETCH":

@@ -1,0 +1,167 @@
+"""``information_schema.tables``, ``.columns`` and ``.schemata``, filtered by the user's grants.
+
+A query that names ``information_schema`` (``SELECT`` or ``WITH``) runs in a
+private in-memory DuckDB that holds these three views as tables, filled for
+the session's user: the tables and views of the engine the user may read
+(``SELECT`` granted to them or one of their roles; admins: all), their
+columns, and the schemata. The query runs there as it was written (joins,
+filters, ``ORDER BY``, parameters), with DuckDB's access to files and the
+network switched off and locked, so it sees nothing else. Tables live in
+schema ``public``; a column's ``data_type`` is the PostgreSQL type the server
+reports for it in results.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from . import _sqltext, _types
+from ._engines import (
+    EngineSession,
+    Result,
+    StatementError,
+    _duckdb_sqlstate,
+    sql_literal,
+    sqlite_declared_oid,
+)
+
+__all__ = ["handles", "query"]
+
+_SCHEMA = "cd_information_schema"  # the name the query runs under (DuckDB has its own)
+_CATALOG = "cryptdisk"
+_NAMES = {_types.BOOL: ("boolean", "bool"), _types.BYTEA: ("bytea", "bytea"),
+          _types.INT8: ("bigint", "int8"), _types.INT2: ("smallint", "int2"),
+          _types.INT4: ("integer", "int4"), _types.TEXT: ("text", "text"),
+          _types.FLOAT4: ("real", "float4"), _types.FLOAT8: ("double precision", "float8"),
+          _types.DATE: ("date", "date"), _types.TIME: ("time without time zone", "time"),
+          _types.TIMESTAMP: ("timestamp without time zone", "timestamp"),
+          _types.TIMESTAMPTZ: ("timestamp with time zone", "timestamptz"),
+          _types.INTERVAL: ("interval", "interval"), _types.NUMERIC: ("numeric", "numeric"),
+          _types.UUID: ("uuid", "uuid"), _types.JSON: ("json", "json")}
+#: (numeric_precision, radix, scale) of the fixed-size numbers
+_PRECISION = {_types.INT2: (16, 2, 0), _types.INT4: (32, 2, 0), _types.INT8: (64, 2, 0),
+              _types.FLOAT4: (24, 2, None), _types.FLOAT8: (53, 2, None)}
+_DATETIME = {_types.DATE: 0, _types.TIME: 6, _types.TIMESTAMP: 6, _types.TIMESTAMPTZ: 6,
+             _types.INTERVAL: 6}
+
+_TABLES = ["table_catalog", "table_schema", "table_name", "table_type",
+           "self_referencing_column_name", "reference_generation", "user_defined_type_catalog",
+           "user_defined_type_schema", "user_defined_type_name", "is_insertable_into",
+           "is_typed", "commit_action"]
+_COLUMNS = ["table_catalog", "table_schema", "table_name", "column_name", "ordinal_position",
+            "column_default", "is_nullable", "data_type", "character_maximum_length",
+            "character_octet_length", "numeric_precision", "numeric_precision_radix",
+            "numeric_scale", "datetime_precision", "interval_type", "interval_precision",
+            "character_set_catalog", "character_set_schema", "character_set_name",
+            "collation_catalog", "collation_schema", "collation_name", "domain_catalog",
+            "domain_schema", "domain_name", "udt_catalog", "udt_schema", "udt_name",
+            "is_identity", "is_generated", "is_updatable"]
+_INT_COLUMNS = {"ordinal_position", "character_maximum_length", "character_octet_length",
+                "numeric_precision", "numeric_precision_radix", "numeric_scale",
+                "datetime_precision", "interval_precision"}
+_SCHEMATA = ["catalog_name", "schema_name", "schema_owner", "default_character_set_catalog",
+             "default_character_set_schema", "default_character_set_name", "sql_path"]
+
+
+def handles(sql: str) -> bool:
+    """Whether ``sql`` is a query over ``information_schema`` (answered here)."""
+    if "information_schema" not in sql.lower() or \
+            (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
+        return False
+    try:
+        return re.search(r"\binformation_schema\b", _sqltext.strip_strings(sql), re.I) \
+            is not None
+    except Exception:
+        return False
+
+
+def _visible(engine: EngineSession, privileges: Any) -> list[tuple[str, str]]:
+    """(name, kind) of the tables and views this session may read."""
+    return sorted((n, k) for n, k in engine.relations()
+                  if privileges is None or privileges.allowed(n, "SELECT"))
+
+
+def _column_rows(engine: EngineSession, name: str, kind: str) -> list[tuple[Any, ...]]:
+    described = engine.columns(name)
+    try:
+        oids = [o for _, o in engine.column_types(name)] if kind == "r" else []
+    except StatementError:
+        oids = []
+    if len(oids) != len(described):  # SQLite, a view: from the declared types
+        oids = [sqlite_declared_oid(t) for _, t, _, _ in described]
+    rows = []
+    for i, ((column, type_name, notnull, default), oid) in enumerate(
+            zip(described, oids, strict=True)):
+        data_type, udt = _NAMES.get(oid, ("text", "text"))
+        precision, radix, scale = _PRECISION.get(oid, (None, None, None))
+        if oid == _types.NUMERIC:
+            m = re.search(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", type_name)
+            precision, radix = (int(m[1]), 10) if m else (None, 10)
+            scale = int(m[2] or 0) if m else None
+        values = {
+            "table_catalog": _CATALOG, "table_schema": "public", "table_name": name,
+            "column_name": column, "ordinal_position": i + 1, "column_default": default,
+            "is_nullable": "NO" if notnull else "YES", "data_type": data_type,
+            "numeric_precision": precision, "numeric_precision_radix": radix,
+            "numeric_scale": scale, "datetime_precision": _DATETIME.get(oid),
+            "udt_catalog": _CATALOG, "udt_schema": "pg_catalog", "udt_name": udt,
+            "is_identity": "NO", "is_generated": "NEVER",
+            "is_updatable": "YES" if kind == "r" else "NO"}
+        rows.append(tuple(values.get(c) for c in _COLUMNS))
+    return rows
+
+
+def _arrow(names: list[str], rows: list[tuple[Any, ...]]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({n: pa.array([r[i] for r in rows],
+                                 pa.int32() if n in _INT_COLUMNS else pa.string())
+                     for i, n in enumerate(names)})
+
+
+def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -> Result:
+    """Run ``sql`` (see :func:`handles`) over this session's information_schema."""
+    import duckdb
+
+    visible = _visible(engine, privileges)
+    tables = [(_CATALOG, "public", n, "BASE TABLE" if k == "r" else "VIEW", None, None, None,
+               None, None, "YES" if k == "r" else "NO", "NO", None) for n, k in visible]
+    columns = [row for n, k in visible for row in _column_rows(engine, n, k)]
+    schemata = [(_CATALOG, s, "cryptdisk", None, None, "UTF8", None)
+                for s in ("information_schema", "pg_catalog", "public")]
+
+    def literal(n: int) -> str:
+        if n < 1 or n > len(params):
+            raise StatementError(f"there is no parameter ${n}", "42P02")
+        return sql_literal(params[n - 1])
+
+    text = _sqltext.substitute(sql, literal)
+    text = _sqltext.replace_words(
+        text, lambda w: _SCHEMA if w.lower() == "information_schema" else None)
+    con = duckdb.connect()
+    try:
+        con.execute(f"CREATE SCHEMA {_SCHEMA}")
+        for name, cols, rows in (("tables", _TABLES, tables), ("columns", _COLUMNS, columns),
+                                 ("schemata", _SCHEMATA, schemata)):
+            con.register("__cd_source", _arrow(cols, rows))
+            con.execute(f"CREATE TABLE {_SCHEMA}.{name} AS SELECT * FROM __cd_source")  # noqa: S608
+            con.unregister("__cd_source")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        engine.interrupt_also = con.interrupt  # a CancelRequest or statement_timeout stops it
+        try:
+            relation = con.sql(text)
+            if relation is None:
+                raise StatementError("information_schema is read by queries only", "42601")
+            table = relation.to_arrow_table()
+        except duckdb.Error as exc:
+            message = str(exc).replace(_SCHEMA, "information_schema")
+            raise StatementError(message, _duckdb_sqlstate(message)) from None
+        finally:
+            engine.interrupt_also = None
+    finally:
+        con.close()
+    out_columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+    out_rows = [tuple(r.values()) for r in table.to_pylist()]
+    return Result(out_columns, out_rows, f"SELECT {len(out_rows)}")
