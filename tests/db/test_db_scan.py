@@ -473,3 +473,51 @@ def test_a_table_of_other_types_gets_duckdbs_schema(db):
     assert [str(f.type) for f in schema] == ["decimal128(10, 2)", "timestamp[us]", "int64",
                                              "list<l: string>"]
     assert db.query("SELECT a, c, d FROM o")[0][1:] == (7, ["x"])
+
+
+_COUNTS = [  # (statement, answered from the catalog)
+    ("SELECT count(*) FROM t", True),
+    ("select COUNT( * ) AS n, count() FROM t", True),
+    ('SELECT count(*) AS "a b" FROM t AS x', True),
+    ("SELECT count(*) FROM t WHERE k > 3", False),
+    ("SELECT count(k) FROM t", False),
+    ("SELECT count(*) FROM t GROUP BY k % 2 ORDER BY 1", False),
+    ("SELECT count(*) FROM t LIMIT 0", False),
+    ("SELECT DISTINCT count(*) FROM t", False),
+    ("SELECT count(*) FILTER (WHERE k > 3) FROM t", False),
+    ("SELECT count(*) OVER () FROM t LIMIT 1", False),
+    ("SELECT count(*), min(k) FROM t", False),
+    ("SELECT count(*) + 1 FROM t", False),
+    ("WITH t AS (SELECT 1 AS k) SELECT count(*) FROM t", False),
+    ("SELECT count(*) FROM t HAVING count(*) > 100", False),
+    ("SELECT count(*) FROM t USING SAMPLE 100%", False),
+    ("SELECT count(*) FROM t a JOIN t b ON a.k = b.k", False),
+    ("SELECT count(*) FROM (SELECT * FROM t)", False),
+]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_count_star_alone_is_answered_from_the_catalog(db, small_groups, plain):
+    """``SELECT count(*) FROM t`` (and nothing else) reads the catalog's row counts, named
+    and typed as DuckDB answers; any other shape is DuckDB's over the parts."""
+    policy = "plain" if plain else "default"
+    db.sql(f"CREATE TABLE t (k BIGINT, s VARCHAR) SETTINGS storage_policy = '{policy}'")
+    db.sql(f"CREATE TABLE e (k BIGINT) SETTINGS storage_policy = '{policy}'")
+    ref = duckdb.connect()
+    ref.execute("CREATE TABLE t (k BIGINT, s VARCHAR)")
+    for lo, hi in ((0, 2500), (2500, 4000)):
+        rows = (f"SELECT CASE WHEN i % 5 = 0 THEN NULL ELSE i END, i::VARCHAR "
+                f"FROM range({lo}, {hi}) r(i)")
+        db.sql("INSERT INTO t " + rows)
+        ref.execute("INSERT INTO t " + rows)
+    for sql, from_catalog in _COUNTS:
+        got = db.sql(sql)
+        want = ref.sql(sql).to_arrow_table()
+        assert got.schema == want.schema, sql  # names and types
+        assert got.to_pylist() == want.to_pylist(), sql
+        index = db.last_scans.get("t", {}).get("parts_from_index", 0)
+        assert index == (2 if from_catalog else 0), sql
+        if from_catalog:
+            assert db.last_scans == {"t": {"parts_skipped": 0, "row_groups_read": 0,
+                                           "row_groups_skipped": 0, "parts_from_index": 2}}
+    assert db.query("SELECT count(*) FROM e") == [(0,)]

@@ -28,7 +28,8 @@ import pyarrow as pa
 
 from ._columns import _walk
 
-__all__ = ["Filter", "filters_from_tuples", "key_extremes_only", "may_match", "table_filters"]
+__all__ = ["Filter", "count_star_only", "filters_from_tuples", "key_extremes_only", "may_match",
+           "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -366,3 +367,42 @@ def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema
     refs = [n for n in _walk(stmts) if n.get("class") in ("COLUMN_REF", "STAR")
             or n.get("type") in ("STAR", "COLUMNS")]
     return bool(allowed) and all(id(n) in allowed for n in refs)
+
+
+def count_star_only(tree: dict[str, Any] | None, table: str) -> list[str] | None:
+    """The result's column names if the statement is ``SELECT count(*) [AS a], ... FROM
+    table`` and nothing else, or None.
+
+    Nothing else: one statement, a SELECT of ``count(*)`` items only (no FILTER, DISTINCT
+    or window), FROM the table alone (no sample), no WHERE, GROUP BY, HAVING, QUALIFY,
+    ORDER BY, LIMIT, DISTINCT or CTE. Its answer is then the table's row count, one
+    BIGINT per item, named as DuckDB names it (the alias, or ``count_star()``).
+    """
+    if tree is None:
+        return None
+    stmts = tree.get("statements") or []
+    if len(stmts) != 1 or not isinstance(stmts[0], dict):
+        return None
+    node = stmts[0].get("node") or {}
+    src = node.get("from_table") or {}
+    if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
+            or src.get("schema_name") or src.get("catalog_name") or src.get("sample") \
+            or src.get("at_clause") \
+            or str(src.get("table_name", "")).lower() != table.lower():
+        return None
+    if node.get("where_clause") or node.get("group_expressions") or node.get("group_sets") \
+            or node.get("having") or node.get("qualify") or node.get("sample") \
+            or node.get("modifiers") or (node.get("cte_map") or {}).get("map") \
+            or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING":
+        return None
+    names = []
+    for item in node.get("select_list") or []:
+        if item.get("class") != "FUNCTION" or item.get("type") != "FUNCTION" \
+                or str(item.get("function_name", "")).lower() != "count_star" \
+                or item.get("schema") or item.get("catalog") or item.get("filter") \
+                or item.get("distinct") or item.get("export_state") or item.get("is_operator") \
+                or item.get("arguments") or item.get("children") \
+                or (item.get("order_bys") or {}).get("orders"):
+            return None
+        names.append(str(item.get("alias") or "count_star()"))
+    return names or None
