@@ -56,7 +56,7 @@ def test_sqlite_granted_paths_and_revoke(start_server, sqlite_engine) -> None:
             bob.execute("SELECT * FROM v_secret")
         with psycopg.connect(**srv.dsn, autocommit=True) as admin:
             admin.execute("GRANT INSERT ON open_t TO bob")
-            assert ("bob", "open_t", "INSERT") in \
+            assert ("bob", "open_t", "INSERT", None, None) in \
                 admin.execute("SELECT * FROM system.grants").fetchall()
         bob.execute("INSERT INTO open_t VALUES (2)")  # takes effect at once; trigger allowed
         with psycopg.connect(**srv.dsn, autocommit=True) as admin:

@@ -39,7 +39,9 @@ def test_privileges_through_roles_nested_and_revoked(start_server, request, engi
         with pytest.raises(DENIED):
             bob.execute("SELECT s FROM hr")
         with connect(srv) as admin:
-            assert ("readers", "sales", "SELECT") in \
+            assert ("readers", "sales", "SELECT", None, None) in \
+                admin.execute("SELECT * FROM system.grants").fetchall()
+            assert ("bob", None, "MEMBER", "analysts", False) in \
                 admin.execute("SELECT * FROM system.grants").fetchall()
             assert admin.execute("SELECT * FROM system.roles").fetchall() == \
                 [("analysts", "bob"), ("readers", "analysts")]
@@ -143,12 +145,13 @@ def test_roles_persist_in_the_sealed_user_file(tmp_path, keyring) -> None:
     store.create_role("readers")
     store.create_role("staff")
     store.grant_roles(["readers"], ["staff"], grant=True)
-    store.grant_roles(["staff"], ["alice"], grant=True)
+    store.grant_roles(["staff"], ["alice"], grant=True, admin_option=True)
     store.change_grants(["readers"], ["sales"], ["SELECT"], grant=True)
     assert b"readers" not in path.read_bytes()  # sealed: no names in the clear
 
     again = UserStore(path, keyring)
     assert again.member_of("alice") == {"staff", "readers"}
+    assert again.admin_of({"alice"}) == {"staff"} and again.admin_of({"staff"}) == set()
     p = Privileges(again, "alice")
     assert p.roles == {"alice", "staff", "readers"} and p.has_role("readers")
     assert p.allowed("SALES", "SELECT") and not p.allowed("sales", "INSERT")
@@ -156,3 +159,88 @@ def test_roles_persist_in_the_sealed_user_file(tmp_path, keyring) -> None:
     assert (p.current_user, p.session_user) == ("staff", "alice")
     assert p.roles == {"staff", "readers"}
     assert "staff" in repr(again) or "roles=2" in repr(again)
+
+
+ADMIN_OPTION_SETUP = [*SQLITE_TABLES, "CREATE USER carol PASSWORD 'carol pw'",
+                      "CREATE USER dave PASSWORD 'dave pw'", "CREATE ROLE analysts",
+                      "CREATE ROLE hr_readers", "CREATE ROLE leads",
+                      "GRANT SELECT ON sales TO analysts", "GRANT SELECT ON hr TO hr_readers",
+                      "GRANT analysts TO bob WITH ADMIN OPTION"]
+
+
+@pytest.mark.parametrize("engine_name", ["sqlite_engine", "analytical"])
+def test_admin_option_lets_a_user_grant_and_revoke_that_role(start_server, request,
+                                                             engine_name) -> None:
+    srv = start_server(request.getfixturevalue(engine_name))
+    setup_roles(srv, ADMIN_OPTION_SETUP)
+    with connect(srv, "bob", "bob pw") as bob, connect(srv, "carol", "carol pw") as carol:
+        with pytest.raises(DENIED):
+            carol.execute("SELECT a FROM sales")
+        bob.execute("GRANT analysts TO carol")
+        assert carol.execute("SELECT a FROM sales").fetchall() == [(1,)]
+        with connect(srv) as admin:
+            grants = [g for g in admin.execute("SELECT * FROM system.grants").fetchall()
+                      if g[2] == "MEMBER"]
+            assert sorted(grants) == [("bob", None, "MEMBER", "analysts", True),
+                                      ("carol", None, "MEMBER", "analysts", False)]
+        bob.execute("REVOKE analysts FROM carol")
+        with pytest.raises(DENIED):
+            carol.execute("SELECT a FROM sales")
+        bob.execute("GRANT analysts TO carol WITH ADMIN OPTION")  # passed on
+        carol.execute("GRANT analysts TO dave")
+        with connect(srv) as admin:
+            admin.execute("REVOKE ADMIN OPTION FOR analysts FROM carol")
+            assert ("carol", None, "MEMBER", "analysts", False) in \
+                admin.execute("SELECT * FROM system.grants").fetchall()
+        assert carol.execute("SELECT a FROM sales").fetchall() == [(1,)]  # still a member
+        with pytest.raises(DENIED):
+            carol.execute("REVOKE analysts FROM dave")
+
+
+@pytest.mark.parametrize("sql", [
+    "GRANT hr_readers TO bob",                       # no admin option on that role
+    "GRANT analysts, hr_readers TO carol",           # one of two
+    "REVOKE hr_readers FROM dave",
+    "GRANT SELECT ON hr TO bob",                     # table privileges: admins only
+    "GRANT SELECT ON sales TO carol",
+    "CREATE ROLE mine", "DROP ROLE analysts", "ALTER USER carol NOADMIN",
+    "GRANT analysts TO carol; SELECT s FROM hr",     # a query refused whole
+])
+def test_admin_option_denied_paths(start_server, sqlite_engine, sql) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, [*ADMIN_OPTION_SETUP, "GRANT hr_readers TO dave"])
+    with connect(srv, "bob", "bob pw") as bob:
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+    with connect(srv) as admin:
+        members = sorted(g for g in admin.execute("SELECT * FROM system.grants").fetchall()
+                         if g[2] == "MEMBER")
+        assert members == [("bob", None, "MEMBER", "analysts", True),
+                           ("dave", None, "MEMBER", "hr_readers", False)]
+        assert ("bob", "hr", "SELECT", None, None) not in \
+            admin.execute("SELECT * FROM system.grants").fetchall()
+
+
+def test_a_member_without_the_option_and_set_role(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, [*ADMIN_OPTION_SETUP, "GRANT analysts TO carol",
+                      "GRANT hr_readers TO leads WITH ADMIN OPTION", "GRANT leads TO bob"])
+    with connect(srv, "carol", "carol pw") as carol:
+        with pytest.raises(DENIED):  # a member, but without the admin option
+            carol.execute("GRANT analysts TO dave")
+    with connect(srv, "bob", "bob pw") as bob:
+        bob.execute("GRANT hr_readers TO dave")  # through leads, which holds the option
+        bob.execute("SET ROLE analysts")         # acting as analysts: no option on hr_readers
+        with pytest.raises(DENIED):
+            bob.execute("REVOKE hr_readers FROM dave")
+        bob.execute("RESET ROLE")
+        bob.execute("REVOKE hr_readers FROM dave")
+        # revoking its own membership: the SELECT after it is checked without it, so the
+        # query is refused whole and bob stays a member
+        with pytest.raises(DENIED):
+            bob.execute("REVOKE analysts FROM bob; SELECT a FROM sales")
+        assert bob.execute("SELECT a FROM sales").fetchall() == [(1,)]
+    with connect(srv) as admin:
+        admin.execute("DROP ROLE hr_readers")
+        assert [g for g in admin.execute("SELECT * FROM system.grants").fetchall()
+                if g[3] == "hr_readers"] == []

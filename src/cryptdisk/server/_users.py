@@ -11,18 +11,22 @@ Statements handled before the engine sees them::
     ALTER USER|ROLE name [WITH] PASSWORD '...' | ADMIN | NOADMIN | CLIENTCERT | NOCLIENTCERT
     DROP USER|ROLE [IF EXISTS] name
     CREATE ROLE name [[WITH] NOLOGIN]
-    GRANT role [, ...] TO name [, ...]              REVOKE role [, ...] FROM name [, ...]
+    GRANT role [, ...] TO name [, ...] [WITH ADMIN OPTION]
+    REVOKE [ADMIN OPTION FOR] role [, ...] FROM name [, ...]
     GRANT SELECT|INSERT|UPDATE|DELETE|ALL [, ...] ON [TABLE] t [, ...] TO name [, ...]
     REVOKE ... ON [TABLE] t [, ...] FROM name [, ...]
     SET ROLE name | NONE          RESET ROLE
     SELECT * FROM system.users      (also SHOW USERS; name, is_admin, auth, iterations)
     SELECT * FROM system.roles      (role, members)
-    SELECT * FROM system.grants     (user, table, privilege; the grantee may be a role)
+    SELECT * FROM system.grants     (user, table, privilege, role, admin_option; the grantee
+                                     may be a role; a membership is privilege MEMBER)
 
 Users and roles share one namespace, as in PostgreSQL. A role cannot log in;
 its privileges reach every user (or role) granted it, transitively. Only
-admins create, drop or change other users and roles and grant; anyone may
-change their own password. :mod:`._grants` checks the privileges.
+admins create, drop or change other users and roles and grant table
+privileges; a role is also granted and revoked by whoever holds the admin
+option on it (``WITH ADMIN OPTION``, held by the current user or one of its
+roles); anyone may change their own password. :mod:`._grants` checks the privileges.
 """
 
 from __future__ import annotations
@@ -166,8 +170,13 @@ class UserStore:
 
         self._change(change)
 
-    def grant_roles(self, roles: list[str], members: list[str], *, grant: bool) -> None:
-        """Make ``members`` (users or roles) members of ``roles`` (``grant=False``: no longer)."""
+    def grant_roles(self, roles: list[str], members: list[str], *, grant: bool,
+                    admin_option: bool = False) -> None:
+        """Make ``members`` (users or roles) members of ``roles`` (``grant=False``: no longer).
+
+        ``admin_option``: with ``grant``, the members may also grant and revoke those roles
+        (``WITH ADMIN OPTION``); without, they lose only that (``REVOKE ADMIN OPTION FOR``)
+        and stay members. A revoked membership takes its admin option with it."""
         def change() -> None:
             for role in roles:
                 if role in self.users:
@@ -178,6 +187,7 @@ class UserStore:
             for member in members:
                 entry = self._entry(member)
                 have = set(entry.get("roles", ()))
+                options = set(entry.get("admin_roles", ()))
                 for role in roles:
                     if grant and (role == member or member in self.member_of(role)):
                         raise StatementError(f'role "{role}" is a member of role "{member}"'
@@ -186,12 +196,28 @@ class UserStore:
                                              "0LP01")
                     if grant:
                         have.add(role)
-                        entry["roles"] = sorted(have)
+                        if admin_option:
+                            options.add(role)
+                    elif admin_option:
+                        options.discard(role)
                     else:
                         have.discard(role)
-                        entry["roles"] = sorted(have)
+                        options.discard(role)
+                entry["roles"] = sorted(have)
+                if options:
+                    entry["admin_roles"] = sorted(options)
+                else:
+                    entry.pop("admin_roles", None)
 
         self._change(change)
+
+    def admin_of(self, names: frozenset[str] | set[str]) -> frozenset[str]:
+        """The roles any of ``names`` (users or roles) holds the admin option on: may grant
+        and revoke (pass a session's :attr:`._grants.Privileges.roles`)."""
+        held: set[str] = set()
+        for name in names:
+            held.update(self.users.get(name, self.roles.get(name, {})).get("admin_roles", ()))
+        return frozenset(r for r in held if r in self.roles)
 
     def verifier(self, name: str) -> Verifier | None:
         user = self.users.get(name)
@@ -255,6 +281,8 @@ class UserStore:
                 for entry in [*self.users.values(), *self.roles.values()]:
                     if name in entry.get("roles", ()):
                         entry["roles"] = [r for r in entry["roles"] if r != name]
+                    if name in entry.get("admin_roles", ()):
+                        entry["admin_roles"] = [r for r in entry["admin_roles"] if r != name]
                 return
             admins = [u for u, v in self.users.items() if v.get("admin")]
             if admins == [name]:
@@ -291,10 +319,16 @@ class UserStore:
 
         self._change(change)
 
-    def grant_rows(self) -> list[tuple[str, str, str]]:
+    def grant_rows(self) -> list[tuple[str, str | None, str, str | None, bool | None]]:
+        """(user, table, privilege, role, admin_option): a table privilege (role and
+        admin_option NULL), or a role membership (table NULL, privilege ``MEMBER``)."""
         entries = sorted([*self.users.items(), *self.roles.items()])
-        return [(n, t, a) for n, u in entries
-                for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
+        rows: list[tuple[str, str | None, str, str | None, bool | None]] = [
+            (n, t, a, None, None) for n, u in entries
+            for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
+        rows += [(n, None, "MEMBER", r, r in u.get("admin_roles", ())) for n, u in entries
+                 for r in sorted(u.get("roles", ()))]
+        return rows
 
     def role_rows(self) -> list[tuple[str, str]]:
         """(role, members): each role with its direct members (users and roles), sorted."""
@@ -433,13 +467,13 @@ class ScramAuthenticator:
             return self._set_role(sql, words[0], privileges)
         if words[0] in ("GRANT", "REVOKE"):
             if re.search(r"\bON\b", _sqltext.strip_strings(sql), re.I) is None:
-                return self._grant_role(sql, words[0], admin)
+                return self._grant_role(sql, words[0], admin, privileges)
             return self._grant(sql, words[0], admin)
         system = _SYSTEM_TABLE.fullmatch(sql)
         if system is not None and system[1].lower() == "grants":
             rows = self.store.grant_rows()
-            return Result([("user", 25), ("table", 25), ("privilege", 25)], list(rows),
-                          f"SELECT {len(rows)}")
+            return Result([("user", 25), ("table", 25), ("privilege", 25), ("role", 25),
+                           ("admin_option", 16)], list(rows), f"SELECT {len(rows)}")
         if system is not None and system[1].lower() == "roles":
             role_rows = self.store.role_rows()
             return Result([("role", 25), ("members", 25)], list(role_rows),
@@ -529,16 +563,32 @@ class ScramAuthenticator:
         privileges.set_role(role)
         return Result(None, [], "SET")
 
-    def _grant_role(self, sql: str, verb: str, admin: bool) -> Result:
-        to = "TO" if verb == "GRANT" else "FROM"
-        m = re.fullmatch(rf"\s*{verb}\s+({_NAME}(?:\s*,\s*{_NAME})*)\s+{to}\s+"
-                         rf"({_NAME}(?:\s*,\s*{_NAME})*)\s*;?\s*", sql, re.I | re.S)
+    def _grant_role(self, sql: str, verb: str, admin: bool,
+                    privileges: Privileges | None) -> Result:
+        names = rf"{_NAME}(?:\s*,\s*{_NAME})*"
+        if verb == "GRANT":
+            m = re.fullmatch(rf"\s*GRANT\s+()({names})\s+TO\s+({names})"
+                             r"(\s+WITH\s+ADMIN\s+OPTION)?\s*;?\s*", sql, re.I | re.S)
+        else:
+            m = re.fullmatch(rf"\s*REVOKE\s+(ADMIN\s+OPTION\s+FOR\s+)?({names})\s+FROM\s+"
+                             rf"({names})()\s*;?\s*", sql, re.I | re.S)
         if not m:
-            raise StatementError(f"syntax: {verb} role [, ...] {to} name [, ...]", "42601")
-        self._need_admin(admin, "grant or revoke roles")
-        roles = [_ident(r) for r in re.findall(_NAME, m[1])]
-        members = [_ident(u) for u in re.findall(_NAME, m[2])]
-        self.store.grant_roles(roles, members, grant=verb == "GRANT")
+            raise StatementError("syntax: GRANT role [, ...] TO name [, ...] [WITH ADMIN "
+                                 "OPTION]" if verb == "GRANT" else "syntax: REVOKE [ADMIN "
+                                 "OPTION FOR] role [, ...] FROM name [, ...]", "42601")
+        roles = [_ident(r) for r in re.findall(_NAME, m[2])]
+        members = [_ident(u) for u in re.findall(_NAME, m[3])]
+        if not admin:
+            held = self.store.admin_of(privileges.roles) if privileges is not None \
+                else frozenset()
+            for role in roles:
+                if role not in held:
+                    raise StatementError(
+                        f'permission denied to {verb.lower()} role "{role}"', "42501",
+                        hint=f'only admins and roles with the ADMIN OPTION on "{role}" may '
+                        f"{verb.lower()} it")
+        self.store.grant_roles(roles, members, grant=verb == "GRANT",
+                               admin_option=bool(m[1] or m[4]))
         return Result(None, [], f"{verb} ROLE")
 
     def _grant(self, sql: str, verb: str, admin: bool) -> Result:
