@@ -41,7 +41,27 @@ QUERIES = [
     "SUMMARIZE SELECT c_int FROM t",
     "SELECT * FROM t EXCEPT SELECT * FROM u ORDER BY 1 LIMIT 2",
     "PIVOT (SELECT c_int % 2 AS k, c_float FROM t) ON k USING sum(c_float)",
+    "SELECT substr(c_str, 1, 1) AS p, count(*) FROM t GROUP BY p ORDER BY p",
+    "SELECT c_float * 2 AS d FROM t ORDER BY d DESC LIMIT 2",
+    "SELECT c_int AS x FROM t x ORDER BY x LIMIT 1",  # x: a column alias and the table's
+    "WITH u AS (SELECT c_int AS u FROM t) SELECT u FROM u ORDER BY 1 LIMIT 1",
+    "WITH w AS (SELECT c_str AS s FROM t) SELECT max(s) FROM w",
 ]
+
+
+@pytest.mark.parametrize(("query", "columns"), [
+    ("SELECT substr(c_str, 1, 2) AS p, count(*) FROM t GROUP BY p ORDER BY p", ["c_str"]),
+    ("SELECT c_float * 2 AS d FROM t ORDER BY d LIMIT 3", ["c_float"]),
+    ("WITH w AS (SELECT c_str AS s FROM t) SELECT max(s) FROM w", ["c_str"]),
+    ("SELECT c_int AS x FROM t x ORDER BY x", None),  # x may be the whole row: every column
+    ("SELECT c_int AS t FROM t ORDER BY t", None),
+    ("SELECT p FROM t", None),  # no such alias: unclear, every column
+])
+def test_select_list_aliases_load_only_what_their_expressions_read(query, columns):
+    from cryptdisk.db._columns import needed_columns, parse_tree
+
+    tree = parse_tree(duckdb.connect(), query)
+    assert needed_columns(tree, {"t": ["c_int", "c_str", "c_float"]}) == {"t": columns}
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,24 @@ def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
     return found
 
 
+def _expression_aliases(tree: dict[str, Any]) -> set[str]:
+    """Names given to select-list expressions (``substr(c, 1, 2) AS p``) that name no
+    relation: an unqualified reference to one reads what its expression reads. A name that
+    is also a table, alias or CTE name might be a whole-row reference, so it is left out."""
+    exprs, relations = set(), set()
+    for node in _walk(tree.get("statements", [])):
+        for item in node.get("select_list") or []:
+            if isinstance(item, dict) and item.get("alias"):
+                exprs.add(str(item["alias"]).lower())
+        if "class" not in node:  # a table reference, a query node, a CTE map...
+            for key in ("alias", "table_name"):
+                if node.get(key):
+                    relations.add(str(node[key]).lower())
+            for entry in (node.get("cte_map") or {}).get("map") or []:
+                relations.add(str(entry.get("key", "")).lower())
+    return exprs - relations
+
+
 def needed_columns(tree: dict[str, Any] | None,
                    tables: dict[str, list[str]]) -> dict[str, list[str] | None]:
     """For each table in ``tables`` (name -> columns): the columns the query may read."""
@@ -85,6 +103,7 @@ def needed_columns(tree: dict[str, Any] | None,
     if tree is None:
         return everything
     known = {c.lower() for cols in tables.values() for c in cols}
+    aliases = _expression_aliases(tree)
     refs: set[str] = set()
     for node in _walk(tree.get("statements", [])):
         cls = node.get("class")
@@ -93,8 +112,11 @@ def needed_columns(tree: dict[str, Any] | None,
         if node.get("ref_type") in ("NATURAL", "POSITIONAL") or cls == "POSITIONAL_REFERENCE":
             return everything  # a column by position, or joins on every common column
         if cls == "COLUMN_REF":
-            name = str(node.get("column_names", [""])[-1]).lower()
+            names = node.get("column_names") or [""]
+            name = str(names[-1]).lower()
             if name not in known:
+                if len(names) == 1 and name in aliases:
+                    continue  # a select-list alias (GROUP BY p): its expression is walked
                 return everything  # a whole-row or lambda reference: be safe
             refs.add(name)
         for col in node.get("using_columns") or []:
