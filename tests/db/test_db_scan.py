@@ -343,6 +343,45 @@ def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
     assert proc.stdout.strip() == "False"
 
 
+def test_selective_queries_on_the_key_do_not_import_pyarrow_compute(tmp_path):
+    """Importing pyarrow.compute builds its Python wrappers (40-80 ms of CPU): the point,
+    range, min/max of the key and count(*) queries of a fresh process do without it."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(200_000))
+    child = (
+        "import cryptdisk, sys\n"
+        f"db = cryptdisk.connect({str(path)!r}, read_only=True)\n"
+        "assert db.query('SELECT min(c_int), max(c_int) FROM t') == [(0, 199999)]\n"
+        "assert db.query('SELECT count(*) FROM t') == [(200000,)]\n"
+        "assert db.query('SELECT c_int FROM t WHERE c_int = 7') == [(7,)]\n"
+        "assert db.query('SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 10 AND 13')"
+        " == [(4, 46 / 7)]\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("typ", ["TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT",
+                                 "USMALLINT", "UINTEGER", "UBIGINT"])
+def test_min_max_of_a_key_of_any_integer_type(db, typ):
+    lo, hi = (0, 100) if typ.startswith("U") else (-100, 100)
+    if typ in ("UBIGINT", "BIGINT"):
+        lo, hi = (0, 2**64 - 1) if typ == "UBIGINT" else (-(2**63), 2**63 - 1)
+    db.sql(f"CREATE TABLE t (k {typ}, v VARCHAR) ORDER BY k")
+    db.sql(f"INSERT INTO t VALUES ({lo}, 'a'), ({hi}, 'b')")
+    db.sql(f"INSERT INTO t VALUES ({lo + 1}, 'c')")
+    got = db.sql("SELECT min(k), max(k) FROM t")
+    assert db.last_scans["t"]["parts_from_index"] == 2
+    assert got.to_pylist() == [{"min(k)": lo, "max(k)": hi}]
+    key_type = db.arrow_schema(db.table("t")).field(0).type
+    assert [f.type for f in got.schema] == [key_type, key_type]
+
+
 def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
     db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
     db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), CASE WHEN i = 7777 THEN 'nan'::DOUBLE "
