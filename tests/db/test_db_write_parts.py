@@ -1,5 +1,6 @@
-"""Writing parts: the dictionary choice per column and the prefetching of the source."""
+"""Writing parts: the dictionary and codec choice per column and the prefetching of the source."""
 
+import hashlib
 import threading
 
 import pyarrow as pa
@@ -8,7 +9,7 @@ import pytest
 
 import cryptdisk
 from cryptdisk.db import _parts
-from cryptdisk.db._parts import _Prefetch, dictionary_columns
+from cryptdisk.db._parts import _Prefetch, column_compression, dictionary_columns
 
 
 def _batch(n):
@@ -89,3 +90,38 @@ def test_a_failing_write_leaves_no_part_and_no_thread(tmp_path, monkeypatch):
         assert db.query("SELECT count(*) FROM t") == [(0,)]
     assert not any(t.name == "cryptdisk-insert-source" and t.is_alive()
                    for t in threading.enumerate())
+
+
+def _mixed(n):
+    return pa.RecordBatch.from_pydict({
+        "k": pa.array(range(n), pa.int64()),
+        "h": pa.array([hashlib.md5(str(i).encode()).hexdigest() for i in range(n)]),
+        "text": pa.array([f"order {i % 50} shipped to warehouse {i % 7}" for i in range(n)]),
+    })
+
+
+def test_near_random_columns_go_uncompressed():
+    b = _mixed(20_000)
+    dictionary = dictionary_columns(b, b.schema)
+    assert column_compression(b, b.schema, dictionary) == {"k": "lz4", "h": "none",
+                                                           "text": "lz4"}
+    assert column_compression(b.slice(0, 100), b.schema, True) == "lz4"  # too few rows
+    dotted = pa.schema([("a.b", pa.string())])
+    assert column_compression(pa.RecordBatch.from_pydict(
+        {"a.b": b.column(1)}, schema=dotted), dotted, True) == "lz4"
+
+
+def test_an_insert_writes_each_codec_as_chosen_and_reads_back(tmp_path):
+    b = _mixed(20_000)
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT, h VARCHAR, text VARCHAR) ORDER BY k")
+        db.insert("t", pa.Table.from_batches([b]))
+        assert db.query("SELECT count(DISTINCT h), max(text), sum(k) FROM t") == \
+            [(20_000, "order 9 shipped to warehouse 6", sum(range(20_000)))]
+        (path,) = db.query("SELECT path FROM system.parts")[0]
+        disk = db.config.disks["default"]
+        with disk.open_read(path) as f:
+            meta = pq.ParquetFile(f).metadata
+    codecs = {meta.schema.column(j).name: meta.row_group(0).column(j).compression
+              for j in range(meta.num_columns)}
+    assert codecs == {"k": "LZ4", "h": "UNCOMPRESSED", "text": "LZ4"}

@@ -28,8 +28,8 @@ from ._catalog import PartMeta
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["NAN_KEY", "PART_ID_KEY", "dictionary_columns", "not_as_recorded", "verify_part",
-           "write_parts"]
+__all__ = ["NAN_KEY", "PART_ID_KEY", "column_compression", "dictionary_columns",
+           "not_as_recorded", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -157,6 +157,42 @@ def dictionary_columns(batch: pa.RecordBatch, schema: pa.Schema) -> list[str] | 
     return keep
 
 
+#: A column is compressed (LZ4) only if its sample's Parquet pages shrink by at least this
+#: share: LZ4 costs about as much CPU as the rest of a column's encoding, and on near-random
+#: bytes (hashes, random keys and floats) saves a few percent at best.
+COMPRESSION_MIN_SAVING = 0.10
+
+
+def column_compression(batch: pa.RecordBatch, schema: pa.Schema,
+                       dictionary: list[str] | bool) -> dict[str, str] | str:
+    """Each column's codec, judged on the first rows of an insert's first batch.
+
+    The sample (the rows :func:`dictionary_columns` judged, encoded with its choice) is
+    written to memory with LZ4; a column whose pages shrink by less than
+    :data:`COMPRESSION_MIN_SAVING` is written uncompressed, the others with LZ4.
+    :data:`COMPRESSION` for every column (a str) when the schema has nested columns or
+    names with a dot (pyarrow keys codecs by leaf path), or the sample is small.
+    """
+    if (batch.num_rows < 4096 or any(pa.types.is_nested(f.type) for f in schema)
+            or any("." in f.name for f in schema)):
+        return COMPRESSION
+    sample = batch.slice(0, _SAMPLE_ROWS)
+    if sample.schema != schema:
+        sample = sample.cast(schema)
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression=COMPRESSION,
+                          use_dictionary=dictionary) as writer:
+        writer.write_batch(sample)
+    group = pq.read_metadata(pa.BufferReader(sink.getvalue())).row_group(0)
+    chosen = {}
+    for j in range(group.num_columns):
+        col = group.column(j)
+        raw = col.total_uncompressed_size
+        saved = 1 - col.total_compressed_size / raw if raw else 0.0
+        chosen[col.path_in_schema] = COMPRESSION if saved >= COMPRESSION_MIN_SAVING else "none"
+    return chosen
+
+
 class _Prefetch:
     """Pull the next batches on another thread while the writer encodes the current one.
 
@@ -234,6 +270,8 @@ def _write_parts(disk: Disk, prefix: str, source: _Prefetch, schema: pa.Schema, 
     parts: list[PartMeta] = []
     pending = source.next()
     dictionary = dictionary_columns(pending, schema) if pending is not None else True
+    compression = (column_compression(pending, schema, dictionary) if pending is not None
+                   else COMPRESSION)
     while pending is not None:
         part_id = uuid.uuid4().hex
         path = f"{prefix}/{part_file_name(version, part_id)}"
@@ -244,7 +282,7 @@ def _write_parts(disk: Disk, prefix: str, source: _Prefetch, schema: pa.Schema, 
         with disk.open_write(path) as raw:
             sink = _HashingWriter(raw)
             try:
-                with pq.ParquetWriter(sink, meta_schema, compression=COMPRESSION,
+                with pq.ParquetWriter(sink, meta_schema, compression=compression,
                                       use_dictionary=dictionary) as writer:
                     nans = _NaNGroups(schema)
                     while pending is not None and rows < max_rows:
