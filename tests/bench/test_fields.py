@@ -21,19 +21,38 @@ def test_fields_records_every_function_and_scan(tmp_path):
     cases = {(m.case, m.strategy) for m in got}
     for case in fields.CASES:
         assert (case, "cryptdisk") in cases
-    for k in ("1 column", "2 columns", "4 columns"):
+    for case in ("scan 1 column", "scan 2 columns", "scan 4 columns", "fetch 1 column",
+                 "fetch 4 columns, 1 protected"):
         for strategy in ("clear", "decrypt", "mask"):
-            assert (f"scan {k}", strategy) in cases
+            assert (case, strategy) in cases
     gcm = next(m for m in got if m.case == "encrypt AES-GCM, 1 MiB values")
     assert gcm.unit == "MB/s" and gcm.work == 16 * (1 << 20) and gcm.extra["target"] == 1000
     ff1 = next(m for m in got if m.case == "fpe_encrypt FF1, 16 digits")
     assert ff1.unit == "values/s" and ff1.work == 3000 and ff1.values[0] > 0
     scan = next(m for m in got if m.case == "scan 1 column" and m.strategy == "decrypt")
     assert scan.extra["baseline"] == "clear" and scan.extra["rows"] == 3000
+    assert scan.work == 3000 and scan.cpu_s  # so the report has a CPU ratio per row
     notes = "\n".join(fields.NOTES)
     assert "fpe_encrypt FF1, 16 digits" in notes and "the target of 1M values/s" in notes
     assert "scan 1 column, decrypting (3,000 rows)" in notes and "under 1.5x" in notes
     assert list(tmp_path.iterdir()) == []  # the experiment removed what it created
+
+
+def test_case_picks_the_cases_to_run(tmp_path):
+    got = []
+    fields.run(BenchOptions(tmp_path, quick=True, rows=2000, repeats=1, case="fetch 1"),
+               got.append, lambda what, n, total: None)
+    assert {(m.case, m.strategy) for m in got} == {
+        ("fetch 1 column", s) for s in ("clear", "decrypt", "mask")}
+    notes = "\n".join(fields.NOTES)
+    assert "fetch 1 column, masking (2,000 rows)" in notes
+    try:
+        fields.run(BenchOptions(tmp_path, quick=True, case="nothing like it"), got.append,
+                   lambda what, n, total: None)
+    except ValueError as exc:
+        assert "scan 1 column" in str(exc)  # it lists the cases
+    else:
+        raise AssertionError("an unknown --case ran")
 
 
 def test_cryptdisk_bench_fields_writes_json(tmp_path):

@@ -1,11 +1,23 @@
 """The field functions in the embedded database's SQL, keyed by [fields.keys] names."""
 
+import duckdb
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cryptdisk
 import cryptdisk.fields
 from cryptdisk.errors import ConfigError, DatabaseError
-from cryptdisk.fields import FieldKeys, fpe_encrypt
+from cryptdisk.fields import (
+    FieldKeys,
+    fpe_encrypt,
+    mask_email,
+    mask_full,
+    mask_last4,
+    mask_null,
+    register_sql_functions,
+)
 
 AT_REST = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 CARDS = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
@@ -110,6 +122,44 @@ def test_masks_in_sql(db):
     assert rows[0]["f"] == "*" * 16 and rows[0]["l"] == "*" * 12 + "1111"
     assert rows[0]["m"] == "****@example.com" and rows[0]["z"] is None
     assert len(rows[0]["h"]) == 64
+
+
+_MASKS = {"mask_full": mask_full, "mask_last4": mask_last4, "mask_email": mask_email,
+          "mask_null": mask_null}
+_MASK_CON = duckdb.connect()
+register_sql_functions(_MASK_CON, FieldKeys())
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=80)  # code points of 1-4 bytes
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), _TEXT, st.sampled_from(
+    ["", "@", "a@", "@b", "a@b@c.org", "1234", "12345", "\u00e9\u00e9\u00e9\u00e9\u00e9",
+     "e\u0301xyz", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "*" * 70, "x" * 69])),
+    max_size=20))
+def test_sql_masks_equal_the_python_ones(values):
+    """The SQL masks are DuckDB macros; they give the Python API's (C's) text exactly."""
+    arr = pa.array(values, pa.string())
+    _MASK_CON.register("vals", pa.table({"i": pa.array(range(len(values)), pa.int64()),
+                                         "v": arr}))
+    try:
+        for name, fn in _MASKS.items():
+            got = [r[0] for r in _MASK_CON.execute(
+                f"SELECT {name}(v) FROM vals ORDER BY i").fetchall()]
+            assert got == fn(arr).to_pylist(), name
+    finally:
+        _MASK_CON.unregister("vals")
+
+
+def test_keyless_masks_are_duckdb_macros(db):
+    """No Python per batch: DuckDB runs them itself, on all its threads."""
+    kinds = dict(db.con.execute(
+        "SELECT function_name, function_type FROM duckdb_functions() "
+        "WHERE function_name IN ('mask_full', 'mask_last4', 'mask_email', 'mask_null', "
+        "'mask_hash')").fetchall())
+    assert kinds == {"mask_full": "macro", "mask_last4": "macro", "mask_email": "macro",
+                     "mask_null": "macro", "mask_hash": "scalar"}
+    with pytest.raises(DatabaseError, match="mask_last4"):  # VARCHAR only, as documented
+        db.sql("SELECT mask_last4(42)")
 
 
 def test_errors_name_the_problem_and_never_the_key(db):

@@ -17,6 +17,14 @@ Issue 18's benchmark, each run in a fresh worker process, strategies interleaved
   (``mask``) against the clear scan: what a masking policy whose body is
   ``mask_last4(v)`` makes a subject's query read (``cryptdisk serve`` rewrites the
   query so; that rewrite, a parse per query, is not in the figure).
+- **Fetching rows**: the scan shape that returns them to the caller (``SELECT c0 FROM
+  t``, and ``SELECT c0, c1, c2, c3`` with ``c0`` decrypted or masked) as the Arrow table
+  ``Database.sql`` gives, against the same clear columns. The sum scans do almost
+  nothing per value (DuckDB sums string lengths it keeps), so any per-value function
+  dominates them; a query whose rows leave the database pays for building them.
+
+``--case TEXT`` runs only the cases whose name contains TEXT (``scan 1``, ``fetch``,
+``AES-GCM``...); each scan case needs the table, made once per run.
 
 Targets (issue 18): FF1 >= 1M 16-digit values/s/core, AES-SIV >= 3M short values/s/core,
 AES-GCM >= 1 GB/s/core on long values, one decrypted column < 1.5x the clear scan, a
@@ -189,47 +197,72 @@ def scan_prepare(path: str, config: str, rows: int) -> list[Sample]:
     return []
 
 
-def _answer(db: Any, sql: str) -> Any:
-    table = db.sql(sql)
-    if table is None:
-        raise AssertionError(f"{sql!r} returned no rows")
-    return table.column(0)[0].as_py()
+def _total(table: Any, shape: str) -> int:
+    """The answer checked against ``expected``: the query's sum, or the characters fetched."""
+    import pyarrow.compute as pc
+
+    if shape == "sum":
+        return int(table.column(0)[0].as_py())
+    return sum(int(pc.sum(pc.utf8_length(c)).as_py() or 0) for c in table.columns)
 
 
-def scan(case: str, path: str, config: str, sql: str, expected: int, timed: int = 3
-         ) -> list[Sample]:
-    """One warm-up query, then the median of ``timed`` runs of ``sql`` (answer checked)."""
+def scan(case: str, path: str, config: str, sql: str, expected: int, timed: int = 3,
+         shape: str = "sum", rows: int | None = None) -> list[Sample]:
+    """One warm-up query, then the median of ``timed`` runs of ``sql`` (answer checked,
+    outside the timing: ``shape`` "sum" reads the query's one value, "fetch" counts the
+    characters of the Arrow table the query returned)."""
     from .. import fields  # noqa: F401 - gives databases opened afterwards the SQL functions
     from ..db import connect
 
     db = connect(path, config)
     try:
-        got = _answer(db, sql)
+        got = _total(db.sql(sql), shape)
         walls, cpus = [], []
         for _ in range(timed):
             with Stopwatch() as sw:
-                got = _answer(db, sql)
+                table = db.sql(sql)
             walls.append(sw.wall)
             cpus.append(sw.cpu)
+            got = _total(table, shape)
+            del table
     finally:
         db.close()
     if got != expected:
         raise AssertionError(f"{case}: the scan answered {got}, expected {expected}")
-    return [Sample(case, "s", statistics.median(walls), statistics.median(cpus), None, "rows",
+    return [Sample(case, "s", statistics.median(walls), statistics.median(cpus), rows, "rows",
                    "lower")]
 
 
 # -- the experiment ----------------------------------------------------------------------------
 
 
-def _scan_sql(kind: str, k: int) -> str:
+def _term(kind: str, i: int) -> str:
     if kind == "clear":
-        terms = [f"length(c{i})" for i in range(k)]
-    elif kind == "decrypt":
-        terms = [f"length(decrypt(e{i}, 'bench'))" for i in range(k)]
-    else:
-        terms = [f"length(mask_last4(c{i}))" for i in range(k)]
+        return f"c{i}"
+    if kind == "decrypt":
+        return f"decrypt(e{i}, 'bench')"
+    return f"mask_last4(c{i})"
+
+
+def _scan_sql(kind: str, k: int) -> str:
+    terms = [f"length({_term(kind, i)})" for i in range(k)]
     return f"SELECT sum({' + '.join(terms)}) FROM t"  # noqa: S608 - our own column names
+
+
+def _fetch_sql(kind: str, k: int) -> str:
+    """The first column protected (decrypted or masked), the other ``k - 1`` clear."""
+    cols = [f"{_term(kind, 0)} AS c0"] + [f"c{i}" for i in range(1, k)]
+    return f"SELECT {', '.join(cols)} FROM t"  # noqa: S608 - our own column names
+
+
+#: scan case -> (SQL of a strategy, columns, shape); "fetch": the rows go to the caller
+SCANS: dict[str, tuple[Callable[[str, int], str], int, str]] = {
+    "scan 1 column": (_scan_sql, 1, "sum"),
+    "scan 2 columns": (_scan_sql, 2, "sum"),
+    "scan 4 columns": (_scan_sql, 4, "sum"),
+    "fetch 1 column": (_fetch_sql, 1, "fetch"),
+    "fetch 4 columns, 1 protected": (_fetch_sql, 4, "fetch"),
+}
 
 
 def _judge(measured: list[Measurement], rows: int) -> list[str]:
@@ -246,14 +279,13 @@ def _judge(measured: list[Measurement], rows: int) -> list[str]:
         notes.append(f"{case}: {shown} {unit} (runs {low:,.0f}-{high:,.0f}); {verdict} "
                      f"the target of {goal} {unit} per core.")
     for label, strategy, limit in (("decrypting", "decrypt", 1.5), ("masking", "mask", 1.05)):
-        for k in (1, 2, 4):
-            case = f"scan {k} column{'s' if k > 1 else ''}"
+        for case in SCANS:
             a, b = by.get((case, strategy)), by.get((case, "clear"))
             if a is None or b is None:
                 continue
             r = paired_ratio(a.values, b.values)
             verdict = ""
-            if k == 1:
+            if case == "scan 1 column":
                 verdict = (f"; {'meets' if r.median < limit else 'MISSES'} the target of "
                            f"{'under 1.5x' if strategy == 'decrypt' else 'at most +5%'}")
             notes.append(f"{case}, {label} ({rows:,} rows): {r.median:.2f}x the clear scan "
@@ -269,35 +301,27 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     values = options.pick(200_000, 10_000_000, options.rows)
     rows = options.pick(200_000, 10_000_000, options.rows)
     repeats = options.pick(3, 5, options.repeats)
+    functions = [c for c in CASES if options.case is None or options.case in c]
+    scans = [c for c in SCANS if options.case is None or options.case in c]
+    if not functions and not scans:
+        raise ValueError(f"no fields case matches --case {options.case!r} (cases: "
+                         f"{', '.join([*CASES, *SCANS])})")
     measured: list[Measurement] = []
     keep = keep_measurements(measured, record)
     with experiment_dir(options, "fields") as workdir:
         strategies = []
-        for case, (fn, data, unit, _target) in CASES.items():
+        for case in functions:
+            fn, data, unit, _target = CASES[case]
             n = options.pick(16, 64) if data == "mib" else values  # 1 MiB values
             strategies.append(Strategy("cryptdisk", _B + "throughput", dict(
                 case=case, function=fn, data=data, values=n, unit=unit)))
-        interleave(options, EXPERIMENT, strategies, keep, progress,
-                   f"fields: {len(CASES)} functions, {values:,} values", repeats)
-        config = str(workdir / "bench.toml")
-        with open(config, "w") as f:
-            f.write(_CONFIG.format(at_rest=os.urandom(32).hex(), field=os.urandom(32).hex()))
-        path = str(workdir / "db")
-        progress(f"fields: a {rows:,}-row table with 4 protected columns", 0, 1)
-        run_worker(options.cleanup, _B + "scan_prepare", dict(path=path, config=config,
-                                                              rows=rows))
-        for k in (1, 2, 4):
-            case = f"scan {k} column{'s' if k > 1 else ''}"
-            expected = 16 * k * rows
-            scans = [Strategy(kind, _B + "scan", dict(case=case, path=path, config=config,
-                                                      sql=_scan_sql(kind, k),
-                                                      expected=expected),
-                              baseline=None if kind == "clear" else "clear")
-                     for kind in ("clear", "decrypt", "mask")]
-            interleave(options, EXPERIMENT, scans, keep, progress,
-                       f"fields: warm scans of {rows:,} rows, {case}", repeats, rotate=True)
+        if strategies:
+            interleave(options, EXPERIMENT, strategies, keep, progress,
+                       f"fields: {len(strategies)} functions, {values:,} values", repeats)
+        if scans:
+            _scans(options, workdir, scans, rows, repeats, keep, progress)
     for m in measured:
-        m.extra.setdefault("rows", rows if m.case.startswith("scan") else m.extra.get("values"))
+        m.extra.setdefault("rows", rows if m.case in SCANS else m.extra.get("values"))
         if m.case in CASES and CASES[m.case][3] is not None:
             m.extra["target"] = CASES[m.case][3]
     NOTES.extend(_judge(measured, rows))
@@ -305,11 +329,33 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     NOTES.append("Column encryption ran through "
                  + (f"the C extension (cryptdisk.fields._cfields, {library})" if library else
                     "cryptography, one call per value (the C extension was not built)")
-                 + ", the masks and mask_hash too; FF1 and tokens are numpy over "
-                 "cryptography's AES. "
+                 + ", mask_hash too; FF1 and tokens are numpy over cryptography's AES. "
                  "Throughput is one thread in one worker process; a scan runs DuckDB's "
-                 "threads (the C loops release the GIL). 'mask' is mask_last4 in the query, "
-                 "what a masking policy with that body makes cryptdisk serve run for a "
-                 "subject role (the per-query rewrite is not in the figure).")
+                 "threads (the C loops release the GIL). 'mask' is mask_last4 in the query "
+                 "(in SQL a DuckDB macro, in the throughput case the Python API's C loop), "
+                 "what a masking policy with that body makes a subject role's query run "
+                 "(the per-query rewrite is not in the figure). 'scan' cases sum the "
+                 "values' lengths inside DuckDB; 'fetch' cases return the rows to the "
+                 "caller as an Arrow table.")
     for m in measured:
         record(m)
+
+
+def _scans(options: BenchOptions, workdir: Any, scans: list[str], rows: int, repeats: int,
+           keep: Any, progress: Progress) -> None:
+    """The table, then each scan case's clear, decrypt and mask runs interleaved."""
+    config = str(workdir / "bench.toml")
+    with open(config, "w") as f:
+        f.write(_CONFIG.format(at_rest=os.urandom(32).hex(), field=os.urandom(32).hex()))
+    path = str(workdir / "db")
+    progress(f"fields: a {rows:,}-row table with 4 protected columns", 0, 1)
+    run_worker(options.cleanup, _B + "scan_prepare", dict(path=path, config=config,
+                                                          rows=rows))
+    for case in scans:
+        make, k, shape = SCANS[case]
+        runs = [Strategy(kind, _B + "scan", dict(
+            case=case, path=path, config=config, sql=make(kind, k), expected=16 * k * rows,
+            shape=shape, rows=rows), baseline=None if kind == "clear" else "clear")
+            for kind in ("clear", "decrypt", "mask")]
+        interleave(options, EXPERIMENT, runs, keep, progress,
+                   f"fields: warm scans of {rows:,} rows, {case}", repeats, rotate=True)

@@ -81,7 +81,8 @@ def register(subparsers: Any) -> None:
                    help="oltp: only the cases whose name contains TEXT (e.g. 'wal+full "
                    "clients=1'); with many --repeats, for a tighter paired ratio; "
                    "olap-engine: only the query shapes whose name contains TEXT (e.g. "
-                   "'c_int')")
+                   "'c_int'); fields: only its cases containing TEXT (e.g. 'scan 1', "
+                   "'fetch')")
     p.add_argument("--size", type=_size,
                    help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
     p.add_argument("--no-venv", dest="side_venvs", action="store_false",
@@ -103,10 +104,10 @@ def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
     if args.case is not None and args.experiment not in ("oltp", "server", "oltp-cpu",
-                                                         "olap-engine"):
-        raise BenchUsageError("--case picks oltp cases (or server, oltp-cpu or olap-engine "
-                              "cases); use it with 'cryptdisk bench oltp', 'server', "
-                              "'oltp-cpu' or 'olap-engine'")
+                                                         "olap-engine", "fields"):
+        raise BenchUsageError("--case picks oltp cases (or server, oltp-cpu, olap-engine or "
+                              "fields cases); use it with 'cryptdisk bench oltp', 'server', "
+                              "'oltp-cpu', 'olap-engine' or 'fields'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None

@@ -1,13 +1,20 @@
-"""SQL functions of the embedded database: DuckDB Python UDFs over Arrow batches.
+"""SQL functions of the embedded database.
 
-Key arguments are names resolved from the config's ``[fields.keys]``; the
-material stays in this process's :class:`FieldKey` objects, never in SQL text,
-plans or messages. Functions with options are SQL macros with named defaults over
-internal UDFs (DuckDB cannot overload a Python UDF)::
+The keyed functions are DuckDB Python UDFs over Arrow batches. Key arguments are
+names resolved from the config's ``[fields.keys]``; the material stays in this
+process's :class:`FieldKey` objects, never in SQL text, plans or messages.
+Functions with options are SQL macros with named defaults over internal UDFs
+(DuckDB cannot overload a Python UDF)::
 
     fpe_encrypt(v, 'cards' [, col := 'pan'] [, alphabet := 'digits'])
     tokenize(v, 'cards' [, col := 'pan'] [, keep_first := 6] [, keep_last := 4]
              [, luhn := true])
+
+The masks without a key (``mask_full``, ``mask_last4``, ``mask_email``,
+``mask_null``) are SQL macros over DuckDB's own string functions (:data:`MASK_MACROS`):
+they run inside DuckDB's vectorised engine on all its threads, with no trip through
+Python, and give the same text as :mod:`._mask`'s functions (characters are Unicode
+code points in both).
 """
 
 from __future__ import annotations
@@ -22,16 +29,32 @@ from ..errors import FieldError
 from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministic
 from ._fpe import fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
-from ._mask import mask_email, mask_full, mask_hash, mask_last4, mask_null
+from ._mask import mask_hash
 from ._tokens import detokenize, tokenize
 
-__all__ = ["SQL_FUNCTIONS", "config_hook", "register_sql_functions"]
+__all__ = ["MASK_MACROS", "SQL_FUNCTIONS", "config_hook", "register_sql_functions"]
 
 SQL_FUNCTIONS = ("encrypt", "decrypt", "encrypt_deterministic", "decrypt_deterministic",
                  "fpe_encrypt", "fpe_decrypt", "tokenize", "detokenize", "mask_full",
                  "mask_last4", "mask_email", "mask_null", "mask_hash")
 
 V = "VARCHAR"
+
+_STARS = "'" + "*" * 64 + "'"
+#: name -> body of the keyless masks as DuckDB macros of one VARCHAR ``v``: the same
+#: output as cryptdisk.fields.mask_full etc. (tests/fields/test_sql.py compares them).
+#: ``left`` of a constant row of stars costs less than ``repeat`` for values of up
+#: to 64 characters.
+MASK_MACROS = {
+    "mask_full": f"CASE WHEN length(v) <= 64 THEN left({_STARS}, length(v)) "
+                 "ELSE repeat('*', length(v)) END",
+    "mask_last4": f"CASE WHEN length(v) <= 4 THEN mask_full(v) WHEN length(v) <= 68 THEN "
+                  f"left({_STARS}, length(v) - 4) || substr(v, -4) "
+                  "ELSE repeat('*', length(v) - 4) || substr(v, -4) END",
+    "mask_email": "CASE WHEN contains(v, '@') THEN '****@' || split_part(v, '@', -1) "
+                  "ELSE mask_full(v) END",
+    "mask_null": "CAST(NULL AS VARCHAR)",
+}
 
 
 def _const(arr: Any, what: str) -> Any:
@@ -56,7 +79,7 @@ def register_sql_functions(con: Any, keys: FieldKeys) -> None:
         return keys[name]
 
     def udf(name: str, fn: Callable[..., Any], params: list[str], *,
-            side_effects: bool = False, nulls: str = "default") -> None:
+            side_effects: bool = False) -> None:
         def run(cols: tuple[Any, ...]) -> Any:
             if len(cols[0]) == 0:
                 return pa.array([], pa.string())
@@ -67,7 +90,7 @@ def register_sql_functions(con: Any, keys: FieldKeys) -> None:
             4: lambda a, b, c, d: run((a, b, c, d)),
             6: lambda a, b, c, d, e, f: run((a, b, c, d, e, f))}
         con.create_function(name, arity[len(params)], params, V, type="arrow",
-                            side_effects=side_effects, null_handling=nulls)
+                            side_effects=side_effects)
 
     udf("encrypt", lambda v, k: encrypt(v, key(k), output="base64"), [V, V],
         side_effects=True)  # a fresh nonce per call: never fold or share results
@@ -86,10 +109,8 @@ def register_sql_functions(con: Any, keys: FieldKeys) -> None:
     udf("__cd_detokenize", lambda v, k, c, f, la, lu: detokenize(
         v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
         keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
-    udf("mask_full", mask_full, [V])
-    udf("mask_last4", mask_last4, [V])
-    udf("mask_email", mask_email, [V])
-    udf("mask_null", mask_null, [V], nulls="special")
+    for name, body in MASK_MACROS.items():  # mask_full first: the others use it
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {name}(v VARCHAR) AS {body}")
     udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
     for fn in ("fpe_encrypt", "fpe_decrypt"):
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
