@@ -126,3 +126,36 @@ def test_sqlite_a_failing_statement_rolls_back_the_earlier_ones(start_server, sq
         assert admin.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
         admin.execute("ROLLBACK")
     assert sink_and_secret(srv)[0] == [(3,)]
+
+
+@pytest.fixture
+def with_policies(analytical, tmp_path):
+    from cryptdisk.server import PolicyStore
+
+    analytical.policies = PolicyStore(tmp_path / "a.policies", analytical.keyring, analytical)
+    return analytical
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO sink VALUES (1); CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> "
+    "'***'",                                                          # needs APPLY POLICY
+    "INSERT INTO sink VALUES (1); SELECT * FROM system.audit",        # needs AUDIT
+    "INSERT INTO sink VALUES (1); GRANT APPLY POLICY TO bob",         # admins only
+])
+def test_policy_statements_are_checked_before_the_query_runs(start_server, with_policies,
+                                                             sql) -> None:
+    srv = start_server(with_policies)
+    setup(srv)
+    with connect(srv, "bob", "bob pw") as bob:
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+    assert sink_and_secret(srv)[0] == []
+
+
+def test_apply_policy_granted_earlier_in_the_query_counts(start_server, with_policies) -> None:
+    srv = start_server(with_policies)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("GRANT APPLY POLICY TO u; CREATE MASKING POLICY m AS (v VARCHAR) "
+                      "RETURNS VARCHAR -> '***'")
+        assert [r[0] for r in admin.execute("SELECT * FROM system.policies").fetchall()] == ["m"]
