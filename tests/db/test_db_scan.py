@@ -345,7 +345,8 @@ def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
 
 def test_selective_queries_on_the_key_do_not_import_pyarrow_compute(tmp_path):
     """Importing pyarrow.compute builds its Python wrappers (40-80 ms of CPU): the point,
-    range, min/max of the key and count(*) queries of a fresh process do without it."""
+    range, min/max of the key, count(*) and ORDER BY key LIMIT queries of a fresh process
+    do without it."""
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:
         db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
@@ -358,6 +359,8 @@ def test_selective_queries_on_the_key_do_not_import_pyarrow_compute(tmp_path):
         "assert db.query('SELECT c_int FROM t WHERE c_int = 7') == [(7,)]\n"
         "assert db.query('SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 10 AND 13')"
         " == [(4, 46 / 7)]\n"
+        "assert db.query('SELECT c_int FROM t ORDER BY c_int DESC LIMIT 2') == "
+        "[(199999,), (199998,)]\n"
         "print('pyarrow.compute' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
@@ -394,6 +397,22 @@ def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
     db.cache.clear()
     assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 2") == [(0,), (1,)]
     assert db.last_scans["t"]["row_groups_read"] <= 5  # no direction: default_order (ASC)
+
+
+def test_top_n_by_a_sorted_key_reads_only_the_first_row_groups(db, small_groups):
+    """The statistics alone bound the top rows: the first row groups (best-first) that hold
+    ``limit`` rows are read, and no other."""
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000, start=10_000))
+    db.sql("INSERT INTO t " + gen(10_000))
+    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 3") == [(0,), (1,), (2,)]
+    assert db.last_scans["t"]["row_groups_read"] == 1  # of 30
+    assert db.query("SELECT c_int FROM t ORDER BY c_int DESC LIMIT 1500") == \
+        [(i,) for i in range(29_999, 28_499, -1)]
+    assert db.last_scans["t"]["row_groups_read"] == 2
+    got = db.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 2 OFFSET 9999")
+    assert got == db.con.sql("SELECT i, md5(i::VARCHAR) FROM range(9999, 10001) r(i)").fetchall()
+    assert db.last_scans["t"]["row_groups_read"] == 11  # 10 of one part, 1 of the other
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -275,6 +275,7 @@ class _Stream:
         self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
         self._best: pa.Array | None = None  # top-N: the best sort values read so far
         self._threshold: Any = None
+        self._static: Any = None  # top-N: a bound of the best rows from statistics alone
         self._closed = False
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
@@ -306,8 +307,35 @@ class _Stream:
             else:
                 ranked.append((st[1] if top.descending else st[0], op, rg))
         ranked.sort(key=lambda r: r[0], reverse=top.descending)
+        self._static = self._bound_from_statistics(ranked, top, floating)
         for bound, op, rg in ranked:
             yield op, rg, bound
+
+    def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int]], top: TopN,
+                               floating: bool) -> Any:
+        """A value the ``limit``-th best row is at least as good as, from statistics alone.
+
+        Row groups taken best-first whose every row has a value within their min/max (no
+        NULL, and no NaN for a floating column: the footer says) hold at least ``limit``
+        rows no worse than the worst bound among them; so a row group whose every row is
+        strictly worse cannot reach the top, and is skipped before anything is read (on a
+        part sorted by the column, ``ORDER BY key LIMIT n`` reads the first row groups).
+        None if those row groups hold fewer rows.
+        """
+        rows, worst = 0, None
+        for _bound, op, rg in ranked:
+            if floating and not op.nan_free(rg, top.column):
+                continue
+            st = op.stats(rg, top.column)
+            if st is None:  # (ranked row groups have statistics)
+                continue
+            edge = st[0] if top.descending else st[1]
+            if worst is None or (edge < worst if top.descending else edge > worst):
+                worst = edge
+            rows += op.rows(rg)
+            if rows >= top.limit:
+                return worst
+        return None
 
     def _see(self, batch: pa.RecordBatch, top: TopN) -> None:
         """Keep the ``limit`` best sort values read so far (NaN and NULL never help)."""
@@ -328,10 +356,10 @@ class _Stream:
 
     def _beaten(self, bound: Any, top: TopN) -> bool:
         """Whether every row of a row group bounded by ``bound`` sorts after the top rows."""
-        t = self._threshold
-        if t is None:
-            return False
-        return bool(bound < t) if top.descending else bool(bound > t)
+        for t in (self._static, self._threshold):
+            if t is not None and (bound < t if top.descending else bound > t):
+                return True
+        return False
 
     def _extremes(self) -> Iterator[pa.RecordBatch]:
         """Each part's minimum and maximum key as two rows (the query wants only those).
