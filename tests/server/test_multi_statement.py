@@ -9,6 +9,8 @@ import subprocess
 import psycopg
 import pytest
 
+from tests.server.rawclient import Raw, cstr, msg, sqlstate
+
 DENIED = psycopg.errors.InsufficientPrivilege
 
 TABLES = ["CREATE TABLE sink (a BIGINT)", "CREATE TABLE open_t (a BIGINT)",
@@ -159,3 +161,22 @@ def test_apply_policy_granted_earlier_in_the_query_counts(start_server, with_pol
         admin.execute("GRANT APPLY POLICY TO u; CREATE MASKING POLICY m AS (v VARCHAR) "
                       "RETURNS VARCHAR -> '***'")
         assert [r[0] for r in admin.execute("SELECT * FROM system.policies").fetchall()] == ["m"]
+
+
+def test_sqlite_a_failed_copy_rolls_back_the_statements_before_it(start_server,
+                                                                  sqlite_engine) -> None:
+    srv = start_server(sqlite_engine, secure=False)
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"Q", cstr("CREATE TABLE k (a INTEGER PRIMARY KEY); INSERT INTO k VALUES (1)")))
+    assert r.until(b"Z")[-1] == (b"Z", b"I")
+    r.send(msg(b"Q", cstr("INSERT INTO k VALUES (2); COPY k FROM STDIN")))
+    got = r.until(b"G")
+    assert [k for k, _ in got] == [b"C", b"G"]
+    r.send(msg(b"d", b"3\n1\n") + msg(b"c"))  # 1 is there already: a unique violation
+    got = r.until(b"Z")
+    assert [k for k, _ in got] == [b"E", b"Z"] and sqlstate(got[0][1]) == "23505"
+    assert got[-1] == (b"Z", b"I")  # rolled back: no transaction left open
+    r.send(msg(b"Q", cstr("SELECT count(*) FROM k")))
+    assert (b"D", b"\x00\x01\x00\x00\x00\x011") in r.until(b"Z")  # only the first row
+    r.close()
