@@ -207,3 +207,30 @@ def test_copy_through_the_extended_protocol_with_pg8000(start_server, engine, re
         assert con.run("SELECT count(*) FROM t") == [[4]]
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_binary_copy_with_psql(start_server, engine, request, certs, tmp_path) -> None:
+    """psql's \\copy in binary: out to a file, back into another table, the same rows."""
+    srv = start_server(request.getfixturevalue(engine))
+    conninfo = (f"host=localhost port={srv.port} user={USER} dbname=db sslmode=verify-full "
+                f"sslrootcert={certs[0]}")
+    data = tmp_path / "t.bin"
+
+    def psql(*commands: str) -> str:
+        args = ["psql", conninfo, "-X", "-At", "-v", "ON_ERROR_STOP=1"]
+        for c in commands:
+            args += ["-c", c]
+        out = subprocess.run(args, env={**os.environ, "PGPASSWORD": PASSWORD},
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    psql("CREATE TABLE t (a BIGINT, b VARCHAR, c DOUBLE PRECISION)",
+         "CREATE TABLE t2 (a BIGINT, b VARCHAR, c DOUBLE PRECISION)",
+         "INSERT INTO t VALUES (1, 'one', 0.5), (2, NULL, -2.25), (3, 'tab\there', NULL)",
+         f"\\copy t TO '{data}' WITH (FORMAT binary)",
+         f"\\copy t2 FROM '{data}' WITH (FORMAT binary)")
+    assert data.read_bytes().startswith(b"PGCOPY\n\xff\r\n\x00")
+    assert psql("SELECT a, coalesce(b, 'NULL'), c FROM t2 ORDER BY a").splitlines() == \
+        ["1|one|0.5", "2|NULL|-2.25", "3|tab\there|"]

@@ -13,6 +13,7 @@ reports for it in results.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -64,8 +65,10 @@ _SCHEMATA = ["catalog_name", "schema_name", "schema_owner", "default_character_s
              "default_character_set_schema", "default_character_set_name", "sql_path"]
 
 
+@functools.lru_cache(maxsize=1024)
 def handles(sql: str) -> bool:
-    """Whether ``sql`` is a query over ``information_schema`` (answered here)."""
+    """Whether ``sql`` is a query over ``information_schema`` (answered here); cached per
+    text, as it is asked of every query."""
     if "information_schema" not in sql.lower() or \
             (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
         return False
