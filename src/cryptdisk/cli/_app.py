@@ -83,6 +83,15 @@ def _broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``cryptdisk`` command (``argv`` defaults to the program's arguments).
+
+    Run as the program (no ``argv``: the ``cryptdisk`` script, ``python -m cryptdisk``),
+    it first makes the process non-dumpable (:func:`cryptdisk.keys.protect_process`):
+    its commands hold keys. A caller passing ``argv`` keeps its own process as it is."""
+    if argv is None:
+        from ..keys import protect_process
+
+        protect_process()
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

@@ -15,6 +15,7 @@ the providers themselves are in :mod:`cryptdisk.keys.providers`.
 """
 
 from ._audit import AUDIT_ENV
+from ._hygiene import is_dumpable, protect_process
 from ._key import Key, export_key_material
 from ._keyring import Keyring
 from ._lifecycle import KeyConfig, KeyEntryState, files_under_key, key_usage
@@ -71,6 +72,7 @@ __all__ = [
     "export_key_material",
     "files_under_key",
     "get_key_provider",
+    "is_dumpable",
     "iter_files",
     "key_from_command",
     "key_from_env",
@@ -78,6 +80,7 @@ __all__ = [
     "key_provider_names",
     "key_usage",
     "parse_key_entry",
+    "protect_process",
     "read_key_file",
     "register_key_provider",
     "rewrap_file",

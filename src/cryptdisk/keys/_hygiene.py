@@ -1,10 +1,13 @@
 """Key hygiene of the process: no core dumps while it holds keys, optional mlock of key buffers.
 
-* :func:`protect_process` (called when the first key of a process is made) sets
-  ``prctl(PR_SET_DUMPABLE, 0)`` on Linux: no core dump of this process (it would hold
-  the keys), and only root can attach a debugger or read its memory through ``/proc``.
-  ``CRYPTDISK_ALLOW_CORE_DUMPS=1`` leaves the process dumpable (debugging). Where
-  ``prctl`` is missing (not Linux) nothing happens.
+* :func:`protect_process` sets ``prctl(PR_SET_DUMPABLE, 0)`` on Linux: no core dump of
+  this process (it would hold the keys), and only root can attach a debugger or read its
+  memory through ``/proc``. The ``cryptdisk`` command calls it as it starts (its
+  processes hold keys: ``serve``, ``db``, ``keys`` ...); the library never does, since
+  the setting is the whole host process's (a notebook, a test runner, a Dask worker
+  would lose core dumps, debuggers and profilers): a program holding keys calls it
+  itself. ``CRYPTDISK_ALLOW_CORE_DUMPS=1`` leaves the process dumpable (debugging).
+  Where ``prctl`` is missing (not Linux) nothing happens.
 * :func:`lock_buffer` / :func:`unlock_buffer` ``mlock`` a ``bytearray`` that holds key
   material (the unwrap cache's data keys, an unwrapped KMS key) so it is not written to
   swap, when ``[keyring] mlock = true`` or ``CRYPTDISK_MLOCK=1`` turned it on. Locked

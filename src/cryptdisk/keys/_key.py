@@ -12,7 +12,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..errors import InvalidKeyError, KeySourceError
 from ..format import Algorithm, new_aead
-from ._hygiene import protect_process
 
 __all__ = ["Key", "export_key_material"]
 
@@ -43,7 +42,6 @@ class Key:
             raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id}")
         if not isinstance(material, (bytes, bytearray, memoryview)):
             raise TypeError("key material must be bytes or bytearray")
-        protect_process()
         raw = bytes(material)
         if len(raw) not in (16, 32):
             raise InvalidKeyError(

@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidTag
 from ..errors import KeyProviderError, KeyringError, KeySourceError
 from ..format import Algorithm
 from ._audit import audit_event
-from ._hygiene import lock_buffer, protect_process, wipe_buffer
+from ._hygiene import lock_buffer, wipe_buffer
 from ._key import Key
 from ._provider import KeyProvider
 
@@ -494,7 +494,6 @@ class ProviderKey(Key):
             raise TypeError(f"expected a RemoteKeyProvider, not {type(provider).__name__}")
         if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id < 2**64:
             raise ValueError(f"key id must be between 0 and 2**64-1, not {key_id!r}")
-        protect_process()
         self._retry = retry if retry is not None else RetryPolicy()
         size = self._retry.call("connect", key_id,
                                 lambda: provider.connect(what or f"key {key_id}", key_id))
