@@ -76,8 +76,10 @@ def segment_error(path: str | None, index: int, offset: int,
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 PARALLEL_MIN_SEGMENTS = 8
-#: Large reads drop the mapped ciphertext they consumed, so streaming keeps RSS small.
-RELEASE_MIN = 1 << 20
+#: Reads of this much or more (a default segment) drop the mapped ciphertext they consumed,
+#: so streaming keeps RSS small: a database scan reads each row group's column chunk once,
+#: often well under 1 MiB (64Ki BIGINTs are 512 KiB), and kept every such chunk mapped.
+RELEASE_MIN = 1 << 16
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -17,6 +17,7 @@ __all__ = ["MMAP_MAX", "FdSource", "FileObjectSource", "MmapSource", "Source", "
 #: ``preadv`` into reused buffers. Mapped pages count towards RSS, so readers call
 #: :meth:`MmapSource.release` on ranges they have consumed in large sequential reads.
 MMAP_MAX = 1 << 40
+_FAULT_AROUND = 1 << 16  # Linux's default fault_around_bytes
 
 
 class Source(Protocol):
@@ -47,8 +48,12 @@ class MmapSource:
     def release(self, offset: int, n: int) -> None:
         if self._map is None:
             return
-        start = offset - offset % mmap.PAGESIZE
-        end = min(offset + n, self.size)
+        # The kernel maps up to 64 KiB of cached pages around each fault (fault-around), so
+        # a read leaves its neighbours mapped too: they go with it (a later read of them
+        # faults them in again, from the page cache).
+        start = max(0, offset - _FAULT_AROUND)
+        start -= start % mmap.PAGESIZE
+        end = min(offset + n + _FAULT_AROUND, self.size)
         end -= end % mmap.PAGESIZE
         if end > start:
             # The page cache keeps the data; only this process's mapping of it goes.
