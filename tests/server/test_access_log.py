@@ -73,3 +73,26 @@ def test_access_log_names_the_role_after_set_role(start_server, sqlite_engine, t
     assert [(e["kind"], e["user"], e.get("role")) for e in log] == [
         ("CREATE", "u", None), ("CREATE", "u", None), ("GRANT", "u", None), ("SET", "u", None),
         ("SELECT", "u", "auditors"), ("RESET", "u", "auditors"), ("SELECT", "u", None)]
+
+
+def test_a_query_refused_before_it_runs_is_logged(start_server, analytical, tmp_path) -> None:
+    """A query with several statements is checked whole first: the refused statement gets a
+    line (42501), the ones before it none, since they never ran."""
+    path = tmp_path / "access.log"
+    srv = start_server(analytical, access_log=AccessLog(path))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for st in ["CREATE TABLE sink (a BIGINT)", "CREATE TABLE secret (s VARCHAR)",
+                   "CREATE USER bob PASSWORD 'bob pw'", "GRANT INSERT ON sink TO bob"]:
+            c.execute(st)
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True) as bob:
+        try:
+            bob.execute("INSERT INTO sink VALUES (1); SELECT * FROM secret")
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+        else:
+            raise AssertionError("the query ran")
+    srv.stop()
+    log = [e for e in lines(path.read_bytes()) if e["user"] == "bob"]
+    assert [(e["kind"], e.get("sqlstate"), e["tables"]) for e in log] == \
+        [("SELECT", "42501", [])]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _sqltext
-from ._engines import TRANSACTION_WORDS, EngineSession
+from ._engines import TRANSACTION_WORDS, EngineSession, StatementError, statement_error
 from ._grants import Privileges
 
 __all__ = ["authorize_statements"]
@@ -48,27 +48,49 @@ def _quote(name: str) -> str:
 
 def authorize_statements(statements: list[str], *, privileges: Privileges, user: str,
                          engine: EngineSession, authenticator: Any, policies: Any,
-                         identity: Callable[[str, Privileges], str]) -> None:
-    """Raise the StatementError the first refused statement would get, running nothing.
+                         identity: Callable[[str, Privileges], str]
+                         ) -> tuple[int, StatementError] | None:
+    """The index of the first refused statement and the error it would get (None: all may
+    run), having run nothing.
 
     ``identity(sql, privileges)`` writes ``current_user`` and friends into ``sql`` as the
     session does. ``authenticator`` and ``policies`` are the server's (either may be None).
     """
-    from ._infoschema import handles as handles_information_schema
-    from ._pgcatalog import answers
-
     dry = authenticator.dry_run() if authenticator is not None else None
     trial = Privileges(dry.store if dry is not None else privileges.store,
                        privileges.session_user)
     trial.set_role(None if privileges.current_user == privileges.session_user
                    else privileges.current_user)
-    session = _Trial(user, trial)
-    held = policies.holders() if policies is not None else None
-    for sql in statements:
+    check = _Check(engine, trial, _Trial(user, trial), dry, policies,
+                   policies.holders() if policies is not None else None, identity)
+    for index, sql in enumerate(statements):
+        try:
+            check.statement(sql)
+        except Exception as exc:
+            return index, statement_error(exc)
+    return None
+
+
+@dataclass
+class _Check:
+    engine: EngineSession
+    trial: Privileges          # the privileges as the statements so far leave them
+    session: _Trial
+    dry: Any                   # the authenticator on a scratch user store, or None
+    policies: Any
+    held: dict[str, set[str]] | None   # APPLY POLICY / AUDIT holders so far
+    identity: Callable[[str, Privileges], str]
+
+    def statement(self, sql: str) -> None:
+        """Raise what running ``sql`` would for want of a privilege; apply what it changes
+        in users, roles and grants to the scratch store."""
+        from ._infoschema import handles as handles_information_schema
+        from ._pgcatalog import answers
+
         words = _sqltext.first_words(sql, 1)
         head = words[0] if words else ""
         if head in TRANSACTION_WORDS or head in ("FETCH", "MOVE", "CLOSE"):
-            continue
+            return
         if head == "DECLARE":
             from ._cursors import parse_declare
 
@@ -78,16 +100,16 @@ def authorize_statements(statements: list[str], *, privileges: Privileges, user:
 
             st = parse_copy(sql)
             if st.direction == "in":
-                engine.authorize_copy_in(st.table or "", trial)
-                continue
+                self.engine.authorize_copy_in(st.table or "", self.trial)
+                return
             cols = ", ".join(f'"{c}"' for c in st.columns) if st.columns else "*"
             sql = st.query or f"SELECT {cols} FROM {_quote(st.table or '')}"  # noqa: S608
-        if policies is not None and held is not None and policies.handles(sql):
-            policies.check(sql, trial, held)
-            continue
-        if dry is not None and dry.handles(sql):
-            dry.handle(session, sql)
-            continue
+        if self.policies is not None and self.held is not None and self.policies.handles(sql):
+            self.policies.check(sql, self.trial, self.held)
+            return
+        if self.dry is not None and self.dry.handles(sql):
+            self.dry.handle(self.session, sql)
+            return
         if answers(sql) or handles_information_schema(sql):
-            continue  # the catalogs: open to every user, information_schema filtered itself
-        engine.authorize(identity(sql, trial), trial)
+            return  # the catalogs: open to every user, information_schema filtered itself
+        self.engine.authorize(self.identity(sql, self.trial), self.trial)

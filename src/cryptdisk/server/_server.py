@@ -40,6 +40,11 @@ class Authenticator(Protocol):
     def privileges(self, user: str) -> Any:
         """What ``user`` may do (:class:`._grants.Privileges`), given to its engine session."""
 
+    def dry_run(self) -> Authenticator:
+        """An authenticator whose ``handle`` applies statements to a scratch copy of its
+        users (the check of a query's statements before any runs); its ``store`` is that
+        copy."""
+
 
 class Server:
     """Serve ``engine`` over the PostgreSQL v3 protocol.

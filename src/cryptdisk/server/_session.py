@@ -643,10 +643,18 @@ class Session:
             return
         implicit = False
         if len(statements) > 1:
-            try:
-                await self._authorize_all(statements)
-            except StatementError as exc:
-                self._error(exc)
+            refused = await self._authorize_all(statements)
+            if refused is not None:
+                index, refusal = refused
+                self._error(refusal)
+                if self.server.access_log is not None:  # the refused attempt, never run
+                    entry: dict[str, Any] = {
+                        "user": self.user, "source": self.peer_host,
+                        "kind": (_sqltext.first_words(statements[index], 1) or [""])[0]}
+                    if self.privileges.current_user != self.user:
+                        entry["role"] = self.privileges.current_user
+                    await asyncio.to_thread(self.server.access_log.write, **entry, tables=[],
+                                            duration_ms=0, sqlstate=refusal.sqlstate)
                 return
             # PostgreSQL runs them as one implicit transaction unless they manage their own
             implicit = self.server.engine.transactions and self._status() == "I" and not any(
@@ -680,21 +688,21 @@ class Session:
         except StatementError as exc:  # nothing more to tell the client than the first error
             log.warning("rolling back a query's statements failed: %s", exc)
 
-    async def _authorize_all(self, statements: list[str]) -> None:
-        """Refuse the query before anything runs if any of its statements would be
-        (:mod:`._precheck`)."""
+    async def _authorize_all(self, statements: list[str]) -> tuple[int, StatementError] | None:
+        """The first of ``statements`` that would be refused and its error, checked before
+        any of them runs (:mod:`._precheck`)."""
         if self.privileges is None or self.engine is None:
-            return
+            return None
         from ._precheck import authorize_statements
 
         try:
-            await self.call(functools.partial(
+            return await self.call(functools.partial(
                 authorize_statements, statements, privileges=self.privileges, user=self.user,
                 engine=self.engine, authenticator=self.server.authenticator,
                 policies=getattr(self.server.engine, "policies", None),
                 identity=lambda sql, p: self._identity(sql, p)[0]))
         except Exception as exc:
-            raise statement_error(exc) from None
+            return 0, statement_error(exc)
 
     async def _end_implicit(self, verb: str) -> None:
         """End the implicit transaction of a simple query's statements (SQLite)."""
