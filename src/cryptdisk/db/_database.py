@@ -469,9 +469,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                   top_n(tree, t, schema, self._default_order),
                                   key_extremes_only(tree, t, schema, key))
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
+                self._scans.append(scan)
+                if warm is None:
+                    scan.prefetch()  # its first row groups decode while DuckDB plans
                 self.con.register(t, scan if warm is None else warm)
                 self._registered.add(t)
-                self._scans.append(scan)
         return sql
 
     def _default_order(self) -> str:

@@ -119,6 +119,7 @@ class TableScan:
         else:  # the query reads no column (count(*)): rows come from the catalog
             self.schema = pa.schema([pa.field(schema.names[0], pa.null())])
         self._streams: list[_Stream] = []
+        self._primed: _Stream | None = None  # started by prefetch, not yet taken by DuckDB
         self._lock = threading.Lock()
         self.error: BaseException | None = None
         self.row_groups_read = 0
@@ -127,16 +128,31 @@ class TableScan:
         self.parts_from_index = 0
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        with self._lock:
+            stream, self._primed = self._primed, None
+            if stream is None:
+                stream = _Stream(self)
+                self._streams.append(stream)
+        reader = pa.RecordBatchReader.from_batches(self.schema, stream.batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+    def prefetch(self) -> None:
+        """Start the first scan now, before DuckDB asks for it: plan it and set its first
+        row groups reading on the pool while DuckDB binds and plans the query (a point
+        query's one row group decodes meanwhile). DuckDB's first scan of the table takes
+        this stream; a stream nobody takes is stopped by :meth:`close`."""
+        if not self.columns:
+            return  # no part to read (count(*)): rows come from the catalog
         stream = _Stream(self)
         with self._lock:
             self._streams.append(stream)
-        reader = pa.RecordBatchReader.from_batches(self.schema, stream.batches())
-        return reader.__arrow_c_stream__(requested_schema)
+            self._primed = stream
+        stream.start()
 
     def close(self) -> None:
         """Stop every stream still running (a LIMIT, an error)."""
         with self._lock:
-            streams, self._streams = self._streams, []
+            streams, self._streams, self._primed = self._streams, [], None
         for s in streams:
             s.close()
 
@@ -276,6 +292,8 @@ class _Stream:
         self._best: pa.Array | None = None  # top-N: the best sort values read so far
         self._threshold: Any = None
         self._static: Any = None  # top-N: a bound of the best rows from statistics alone
+        self._todo: Iterator[tuple[OpenPart, int, Any]] | None = None  # row groups to submit
+        self._started = False
         self._closed = False
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
@@ -395,34 +413,50 @@ class _Stream:
                 return
             if scan._extremes:
                 yield from self._extremes()
-            pool = _pool()
-            tasks: Iterator[tuple[OpenPart, int, Any]] = (
-                self._top_tasks(top) if top is not None
-                else ((op, rg, None) for op, rg in self._tasks()))
-            for op, rg, bound in tasks:
-                if top is not None and bound is not None and self._beaten(bound, top):
-                    scan.row_groups_skipped += 1  # all its rows sort after the top ones
-                    continue
-                if scan.cached(op, rg):  # decoded already: no thread hand-off
-                    done: Future[pa.RecordBatch] = Future()
-                    done.set_result(scan.read_group(op, rg))
-                    self._pending.append(done)
-                else:
-                    self._pending.append(pool.submit(scan.read_group, op, rg))
-                scan.row_groups_read += 1
-                if len(self._pending) >= self.window:
-                    batch = self._pending.popleft().result()
-                    if top is not None:
-                        self._see(batch, top)
-                    yield batch
-            while self._pending:
-                yield self._pending.popleft().result()
+            self.start()
+            while True:
+                self._fill()
+                if not self._pending:
+                    break
+                batch = self._pending.popleft().result()
+                if top is not None and self._todo is not None:  # row groups left to skip
+                    self._see(batch, top)
+                yield batch
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
                 scan.error = scan.error or exc
             raise
         finally:
             self.close()
+
+    def start(self) -> None:
+        """Plan the scan and set its first row groups (up to the window) reading."""
+        if self._todo is None and not self._started:
+            self._started = True
+            top = self.scan._top
+            self._todo = (self._top_tasks(top) if top is not None
+                          else ((op, rg, None) for op, rg in self._tasks()))
+            self._fill()
+
+    def _fill(self) -> None:
+        """Submit row groups until ``window`` are in flight or none is left."""
+        scan, top = self.scan, self.scan._top
+        while self._todo is not None and len(self._pending) < self.window:
+            item = next(self._todo, None)
+            if item is None:
+                self._todo = None
+                break
+            op, rg, bound = item
+            if top is not None and bound is not None and self._beaten(bound, top):
+                scan.row_groups_skipped += 1  # all its rows sort after the top ones
+                continue
+            if scan.cached(op, rg):  # decoded already: no thread hand-off
+                done: Future[pa.RecordBatch] = Future()
+                done.set_result(scan.read_group(op, rg))
+                self._pending.append(done)
+            else:
+                self._pending.append(_pool().submit(scan.read_group, op, rg))
+            scan.row_groups_read += 1
 
     def close(self) -> None:
         if self._closed:
