@@ -579,3 +579,25 @@ def test_count_star_alone_is_answered_from_the_catalog(db, small_groups, plain):
             assert db.last_scans == {"t": {"parts_skipped": 0, "row_groups_read": 0,
                                            "row_groups_skipped": 0, "parts_from_index": 2}}
     assert db.query("SELECT count(*) FROM e") == [(0,)]
+
+
+def test_a_prefetched_scan_duckdb_never_reads_is_stopped(db, small_groups, monkeypatch):
+    """A scan starts reading when the statement is prepared; if DuckDB's plan never scans
+    the table, the stream is stopped with the statement and nothing waits on it."""
+    from cryptdisk.db import _scan
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000))
+    made, taken = [], []
+    init, batches = _scan._Stream.__init__, _scan._Stream.batches
+    monkeypatch.setattr(_scan._Stream, "__init__",
+                        lambda self, scan: made.append(self) or init(self, scan))
+    monkeypatch.setattr(_scan._Stream, "batches",
+                        lambda self: taken.append(self) or batches(self))
+    assert db.query("SELECT c_int FROM t WHERE c_int > 10 AND 1 = 0") == []
+    assert len(made) == 1 and taken == []  # prefetched, then DuckDB's plan read nothing
+    assert db.last_scans["t"]["row_groups_read"] > 0
+    assert made[0]._closed and not made[0]._pending  # stopped with the statement
+    assert db.query("SELECT count(*) FROM t WHERE c_int < 1500") == [(1500,)]
+    assert len(made) == 2 and taken == [made[1]]  # DuckDB took the prefetched stream
+    assert made[1]._closed and not made[1]._pending
