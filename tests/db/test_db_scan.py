@@ -1,5 +1,6 @@
 """Streaming scans: results equal DuckDB's; skipped row groups and parts; the key index."""
 
+import hashlib
 import math
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import cryptdisk
 from cryptdisk.db import _parts
 from cryptdisk.db._catalog import load_catalog, save_catalog
+from cryptdisk.db._scan import scan_workers
 from cryptdisk.errors import CatalogError
 
 from .dbhelpers import SCHEMA, gen
@@ -323,8 +325,9 @@ def test_min_max_of_the_key_read_no_row_group(db, small_groups):
 
 
 def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
-    """pyarrow imports pandas (most of a second) for some conversions of Python values;
-    the scans avoid them, so a cold query does not pay it."""
+    """pyarrow imports pandas (most of a second) for some conversions of Python values,
+    and pyarrow.compute costs 40-80 ms to import; the scans of the key's extremes and of
+    top-N on a number avoid both, so a cold query does not pay them."""
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:
         db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
@@ -335,12 +338,12 @@ def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
         "assert db.query('SELECT min(c_int), max(c_int) FROM t') == [(0, 299999)]\n"
         "assert db.query('SELECT c_int FROM t ORDER BY c_float DESC LIMIT 1') == [(299999,)]\n"
         "assert db.query('SELECT c_int FROM t ORDER BY c_int LIMIT 1') == [(0,)]\n"
-        "print('pandas' in sys.modules)\n"
+        "print('pandas' in sys.modules, 'pyarrow.compute' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "False"
+    assert proc.stdout.strip() == "False False"
 
 
 def test_selective_queries_on_the_key_do_not_import_pyarrow_compute(tmp_path):
@@ -413,6 +416,23 @@ def test_top_n_by_a_sorted_key_reads_only_the_first_row_groups(db, small_groups)
     got = db.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 2 OFFSET 9999")
     assert got == db.con.sql("SELECT i, md5(i::VARCHAR) FROM range(9999, 10001) r(i)").fetchall()
     assert db.last_scans["t"]["row_groups_read"] == 11  # 10 of one part, 1 of the other
+
+
+def test_top_n_reads_one_row_group_per_thread_when_the_best_holds_the_top(db, small_groups):
+    """Each row group is checked against the freshest threshold: with the top rows in the
+    best-ranked row group (whose wide min/max give no bound from statistics alone), at most
+    one row group per scan thread is read."""
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), CASE WHEN i BETWEEN 49000 AND 49004 "
+           "THEN i WHEN i % 1000 = 0 THEN 40000 + i // 1000 ELSE -1000 END "
+           "FROM range(50000) r(i)")  # every row group but the last peaks at 40000 + r
+    for sql, want in [("SELECT c_int FROM t ORDER BY c_float DESC LIMIT 3",
+                       [(49004,), (49003,), (49002,)]),
+                      ("SELECT c_int, c_str FROM t ORDER BY c_float DESC, c_int LIMIT 1",
+                       [(49004, hashlib.md5(b"49004").hexdigest())])]:
+        db.cache.clear()
+        assert db.query(sql) == want
+        assert db.last_scans["t"]["row_groups_read"] <= scan_workers(), sql
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import CatalogError
@@ -282,6 +283,29 @@ class TableScan:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+def _numbers(col: pa.Array) -> Any:
+    """The non-null values of an integer or floating array as numpy, NaN left out; else None."""
+    typ = col.type
+    if pa.types.is_integer(typ):
+        kind = "i" if pa.types.is_signed_integer(typ) else "u"
+        dtype = np.dtype(kind + str(typ.bit_width // 8))
+    elif pa.types.is_floating(typ):
+        dtype = np.dtype("f" + str(typ.bit_width // 8))
+    else:
+        return None
+    validity, data = col.buffers()[:2]
+    n, offset = len(col), col.offset
+    if data is None or n == 0:
+        return np.empty(0, dtype)
+    values = np.frombuffer(data, dtype=dtype, count=offset + n)[offset:]
+    if col.null_count:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        values = values[bits[offset : offset + n].astype(bool)]
+    if dtype.kind == "f":
+        values = values[~np.isnan(values)]
+    return values
+
+
 class _Stream:
     """One scan's batches in table order, read ahead by at most ``window`` row groups."""
 
@@ -289,7 +313,7 @@ class _Stream:
         self.scan = scan
         self.window = 2 * scan_workers()
         self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
-        self._best: pa.Array | None = None  # top-N: the best sort values read so far
+        self._best: Any = None  # top-N: the best sort values read so far
         self._threshold: Any = None
         self._static: Any = None  # top-N: a bound of the best rows from statistics alone
         self._todo: Iterator[tuple[OpenPart, int, Any]] | None = None  # row groups to submit
@@ -357,13 +381,22 @@ class _Stream:
 
     def _see(self, batch: pa.RecordBatch, top: TopN) -> None:
         """Keep the ``limit`` best sort values read so far (NaN and NULL never help)."""
+        col = batch.column(batch.schema.get_field_index(top.column))
+        values = _numbers(col)
+        if values is not None:  # numpy: pyarrow.compute costs a cold query ~50 ms to import
+            if self._best is not None:
+                values = np.concatenate([self._best, values])
+            k = top.limit
+            if len(values) > k:
+                values = (np.partition(values, len(values) - k)[len(values) - k:]
+                          if top.descending else np.partition(values, k - 1)[:k])
+            self._best = values
+            if len(values) >= k:
+                self._threshold = (values.min() if top.descending else values.max()).item()
+            return
         import pyarrow.compute as pc
 
-        col = batch.column(batch.schema.get_field_index(top.column))
-        if pa.types.is_floating(col.type):  # (pc.if_else with a None would import pandas)
-            col = col.filter(pc.invert(pc.is_nan(col)))  # drops NaN and NULL
-        else:
-            col = col.drop_null()
+        col = col.drop_null()
         if self._best is not None:
             col = pa.concat_arrays([self._best, col.cast(self._best.type)])
         order = "descending" if top.descending else "ascending"
@@ -439,9 +472,17 @@ class _Stream:
             self._fill()
 
     def _fill(self) -> None:
-        """Submit row groups until ``window`` are in flight or none is left."""
+        """Submit row groups until ``window`` are in flight or none is left.
+
+        Top-N keeps one row group per scan thread in flight and stops while a finished
+        one waits to be seen, so each row group is checked against the freshest
+        threshold (the best-ranked one usually sets the final threshold).
+        """
         scan, top = self.scan, self.scan._top
-        while self._todo is not None and len(self._pending) < self.window:
+        window = self.window if top is None else scan_workers()
+        while self._todo is not None and len(self._pending) < window:
+            if top is not None and self._pending and self._pending[0].done():
+                break
             item = next(self._todo, None)
             if item is None:
                 self._todo = None
