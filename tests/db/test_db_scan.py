@@ -332,12 +332,18 @@ def test_top_n_and_key_extremes_do_not_import_pandas(tmp_path):
     with cryptdisk.connect(path) as db:
         db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
         db.sql("INSERT INTO t " + gen(300_000))
+        # every row group spans 0..999: no bound from statistics, the rows set the threshold
+        db.sql(f"CREATE TABLE u {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO u SELECT i, 'x', (i * 7) % 1000 FROM range(300000) r(i)")
     child = (
         "import cryptdisk, sys\n"
         f"db = cryptdisk.connect({str(path)!r}, read_only=True)\n"
         "assert db.query('SELECT min(c_int), max(c_int) FROM t') == [(0, 299999)]\n"
         "assert db.query('SELECT c_int FROM t ORDER BY c_float DESC LIMIT 1') == [(299999,)]\n"
         "assert db.query('SELECT c_int FROM t ORDER BY c_int LIMIT 1') == [(0,)]\n"
+        "assert db.query('SELECT c_float FROM u ORDER BY c_float DESC LIMIT 2') == "
+        "[(999.0,), (999.0,)]\n"
+        "assert db.query('SELECT c_int FROM u ORDER BY c_int DESC LIMIT 1') == [(299999,)]\n"
         "print('pandas' in sys.modules, 'pyarrow.compute' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
