@@ -279,7 +279,9 @@ class TableScan:
             arr = got[field.name]
             if arr.type != field.type:
                 arr = arr.cast(field.type)
-            arrays.append(arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr)
+            if isinstance(arr, pa.ChunkedArray):  # (combine_chunks copies even one chunk)
+                arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+            arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
