@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ..errors import ServerError
 from ._accesslog import AccessLog
+from ._conn import Connection, Listener
 from ._engines import Engine, Result
 from ._session import Session, is_loopback
 
@@ -91,7 +92,7 @@ class Server:
         self.sessions: set[Session] = set()
         self._by_pid: dict[int, Session] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: Listener | None = None
         self.address: tuple[str, int] | None = None
 
     # -- hooks the session calls ----------------------------------------------------------------
@@ -133,9 +134,9 @@ class Server:
 
     # -- running ----------------------------------------------------------------------------------
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _client(self, conn: Connection) -> None:
         task = asyncio.current_task()
-        log.debug("connection from %s", writer.get_extra_info("peername"))
+        log.debug("connection from %s", conn.get_extra_info("peername"))
         assert task is not None
         self._tasks.add(task)
         try:
@@ -144,22 +145,23 @@ class Server:
 
                 code, text = (("57P03", "the server is shutting down") if self.draining else
                               ("53300", "sorry, too many clients already"))
-                writer.write(P.error_response(code, text, severity="FATAL"))
+                conn.write(P.error_response(code, text, severity="FATAL"))
                 try:
-                    await writer.drain()
+                    await conn.drain()
                 finally:
-                    writer.close()
+                    conn.close()
                 return
-            await Session(self, reader, writer).run()
+            await Session(self, conn).run()
         except Exception:
             log.exception("session failed")
+            conn.abort()  # never left open with nobody reading it
         finally:
             self._tasks.discard(task)
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._client, self.host, self.port,
-                                                  limit=1 << 16)
-        sock = self._server.sockets[0].getsockname()
+        self._listener = Listener(asyncio.get_running_loop(), self._client)
+        await self._listener.listen(self.host, self.port)
+        sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         log.info("listening on %s:%d", *self.address)
         return self.address
@@ -167,8 +169,8 @@ class Server:
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop accepting; let in-flight statements finish; close idle sessions; wait."""
         self.draining = True
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         busy = {s.task for s in self.sessions if s.busy}
         for task in set(self._tasks) - busy:
             task.cancel()  # idle, or still logging in: told 57P01 and closed

@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
 from . import _infoschema, _sqltext, _types
 from . import _protocol as P
+from ._conn import Connection
 from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 #: statements tried with :meth:`EngineSession.run_quick` (they only read)
 _QUICK = {"SELECT", "VALUES"}
+_IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
 
 
 def _common_name(cert: Any) -> str | None:
@@ -184,12 +186,10 @@ def is_loopback(host: str | None) -> bool:
 
 
 class Session:
-    def __init__(self, server: Server, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: Server, conn: Connection) -> None:
         self.server = server
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
+        self.conn = conn
+        peer = conn.get_extra_info("peername")
         self.peer_host: str | None = peer[0] if isinstance(peer, tuple) else None
         self.tls = False
         self.client_cert_name: str | None = None  # CN of a verified client certificate
@@ -226,27 +226,27 @@ class Session:
 
     async def flush(self) -> None:
         if self.out:
-            self.writer.write(b"".join(self.out))
+            self.conn.write(b"".join(self.out))
             self.out.clear()
             self.out_size = 0
-        await self.writer.drain()
+        await self.conn.drain()
 
     async def _read_startup(self) -> P.StartupMessage | P.SSLRequest | P.CancelRequest:
-        head = await self.reader.readexactly(4)
+        head = await self.conn.readexactly(4)
         (length,) = struct.unpack("!i", head)
         if length < 8 or length > P.MAX_STARTUP_LENGTH:
             raise ProtocolError(f"invalid startup packet length {length}")
-        return P.parse_startup(await self.reader.readexactly(length - 4))
+        return P.parse_startup(await self.conn.readexactly(length - 4))
 
     async def _read_raw(self) -> tuple[bytes, bytes]:
-        head = await self.reader.readexactly(5)
+        head = await self.conn.readexactly(5)
         kind, length = head[:1], struct.unpack("!i", head[1:])[0]
         if length < 4:
             raise ProtocolError(f"invalid message length {length}")
         if length - 4 > self.server.max_message_size:
             raise ProtocolError(f"message of {length - 4} bytes exceeds the server's "
                                 f"max_message_size ({self.server.max_message_size} bytes)")
-        return kind, await self.reader.readexactly(length - 4) if length > 4 else b""
+        return kind, await self.conn.readexactly(length - 4) if length > 4 else b""
 
     async def _read(self) -> P.Message:
         kind, body = await self._read_raw()
@@ -290,12 +290,12 @@ class Session:
             log.debug("closing the session of %s", self.peer_host)
             if self.executor is not None:
                 self.executor.shutdown()
-            self.writer.close()
-            try:  # TLS: send close_notify, but never wait long for the client's
-                await asyncio.wait_for(self.writer.wait_closed(), 2)
+            self.conn.close()
+            try:  # what is still queued, then TLS's close_notify, but never wait long
+                await asyncio.wait_for(self.conn.wait_closed(), 2)
             except (Exception, asyncio.CancelledError) as exc:
                 log.debug("aborting the connection of %s (%r)", self.peer_host, exc)
-                self.writer.transport.abort()
+                self.conn.abort()
 
     async def _startup(self) -> None:
         while True:
@@ -303,17 +303,17 @@ class Session:
             if isinstance(msg, P.SSLRequest):
                 ctx = self.server.ssl_context
                 if msg.gss or ctx is None or self.tls:
-                    self.writer.write(b"N")
-                    await self.writer.drain()
+                    self.conn.write(b"N")
+                    await self.conn.drain()
                     continue
-                self.writer.write(b"S")
-                await self.writer.drain()
-                if self.reader._buffer:  # type: ignore[attr-defined]
+                self.conn.write(b"S")
+                await self.conn.drain()
+                if self.conn.buffer:
                     # bytes sent before the handshake could be injected in the clear
                     raise ProtocolError("unencrypted data after an SSLRequest")
-                await self.writer.start_tls(ctx)
+                await self.conn.start_tls(ctx)
                 self.tls = True
-                self.client_cert_name = _common_name(self.writer.get_extra_info("peercert"))
+                self.client_cert_name = _common_name(self.conn.get_extra_info("peercert"))
                 continue
             if isinstance(msg, P.CancelRequest):
                 self.server.cancel(msg.process_id, msg.secret_key)
@@ -522,7 +522,7 @@ class Session:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
         string literals, and the column names those literals get mapped back to the words
         (in the order they appear). ``privileges``: others than the session's own."""
-        if re.search(r"current_user|current_role|session_user", sql, re.I) is None:
+        if _IDENTITY_WORDS.search(sql) is None:
             return sql, {}
         privileges = privileges if privileges is not None else self.privileges
         current = privileges.current_user if privileges is not None else self.user

@@ -1,0 +1,368 @@
+"""Client sockets on the event loop, TLS on the socket itself.
+
+asyncio's streams run TLS through memory BIOs pumped by Python code (``sslproto``):
+a dozen Python calls per message each way. Here a connection is a non-blocking
+socket the loop watches with ``add_reader``/``add_writer``; after ``start_tls`` it is
+an :class:`ssl.SSLSocket`, so one ``recv`` or ``send`` call decrypts or encrypts in
+OpenSSL, on the socket, without the GIL. :class:`Listener` accepts connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+__all__ = ["Connection", "Listener"]
+
+log = logging.getLogger("cryptdisk.server")
+
+#: bytes read ahead of what the session consumed before reading pauses
+READ_LIMIT = 1 << 17
+_RECV = 1 << 16
+#: drain() waits while more than this is queued for sending ...
+_HIGH = 1 << 16
+#: ... until it is below this
+_LOW = 1 << 14
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
+                ssl.SSLWantWriteError)
+
+
+def _lost(exc: BaseException) -> ConnectionError:
+    """A socket or TLS error as the ConnectionError a session ends on quietly."""
+    if isinstance(exc, ConnectionError):
+        return exc
+    err = ConnectionResetError(f"connection lost: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class Connection:
+    """One client: buffered reads (:meth:`readexactly`), queued writes (:meth:`write`,
+    :meth:`drain`), :meth:`start_tls` in place, :meth:`close` and :meth:`abort`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.loop = loop
+        self.sock: socket.socket = sock
+        self.fd = sock.fileno()
+        try:
+            self.peername: Any = sock.getpeername()
+        except OSError:
+            self.peername = None
+        self.buffer = bytearray()
+        self.eof = False
+        self.error: ConnectionError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._reading = False
+        self._out: collections.deque[bytes] = collections.deque()
+        self._out_size = 0
+        self._writing = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._closing = False
+        self._closed: asyncio.Future[None] = loop.create_future()
+        self.tls: ssl.SSLSocket | None = None
+        self._resume_reading()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _resume_reading(self) -> None:
+        if not self._reading and not self.eof and self.error is None and not self._closing:
+            self._reading = True
+            self.loop.add_reader(self.fd, self._on_readable)
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self.loop.remove_reader(self.fd)
+
+    def _on_readable(self) -> None:
+        sock = self.tls or self.sock
+        try:
+            while True:
+                chunk = sock.recv(_RECV)
+                if not chunk:
+                    self.eof = True
+                    break
+                self.buffer += chunk
+                # TLS: a record's decrypted bytes can wait in the SSL object, unseen by epoll
+                if len(self.buffer) >= READ_LIMIT or (
+                        self.tls is None and len(chunk) < _RECV) or (
+                        self.tls is not None and not self.tls.pending()):
+                    break
+        except _WOULD_BLOCK:
+            pass
+        except OSError as exc:
+            self.error = _lost(exc)
+        if self.eof or self.error is not None or len(self.buffer) >= READ_LIMIT:
+            self._pause_reading()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def readexactly(self, n: int) -> bytes:
+        """The next ``n`` bytes; :class:`asyncio.IncompleteReadError` at end of stream."""
+        buf = self.buffer
+        while len(buf) < n:
+            if self.error is not None:
+                raise self.error
+            if self.eof or self._closing:
+                raise asyncio.IncompleteReadError(bytes(buf), n)
+            self._resume_reading()
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        data = bytes(buf[:n])
+        del buf[:n]
+        if not self._reading and len(buf) < READ_LIMIT:
+            self._resume_reading()
+        return data
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` now if the socket takes it, else queue it (see :meth:`drain`)."""
+        if self._closing or self.error is not None or not data:
+            return
+        if not self._out:
+            try:
+                n = (self.tls or self.sock).send(data)
+            except _WOULD_BLOCK:
+                n = 0
+            except OSError as exc:
+                self._fail(exc)
+                return
+            if n == len(data):
+                return
+            # TLS: SSL_write did not take it all and must be called again with the same bytes
+            data = data if self.tls is not None else data[n:]
+        self._out.append(data)
+        self._out_size += len(data)
+        if not self._writing:
+            self._writing = True
+            self.loop.add_writer(self.fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        sock = self.tls or self.sock
+        out = self._out
+        try:
+            while out:
+                data = out[0]
+                n = sock.send(data)
+                if n < len(data) and self.tls is None:
+                    out[0] = data[n:]
+                    self._out_size -= n
+                    break
+                out.popleft()
+                self._out_size -= len(data)
+        except _WOULD_BLOCK:
+            pass
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if not out:
+            self._writing = False
+            self.loop.remove_writer(self.fd)
+            if self._closing:
+                self._finish_close()
+        if self._out_size <= _LOW:
+            self._wake_drain()
+
+    async def drain(self) -> None:
+        """Wait while much is queued for sending; the connection's error if it failed."""
+        if self.error is not None:
+            raise self.error
+        while self._out_size > _HIGH:
+            self._drain_waiter = self.loop.create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+            if self.error is not None:
+                raise self.error
+
+    def _fail(self, exc: BaseException) -> None:
+        """A send failed: drop the socket; readers and drainers get the error."""
+        self.error = _lost(exc)
+        self._out.clear()
+        self._out_size = 0
+        self._wake_drain()
+        self.abort()
+
+    def _wake_drain(self) -> None:
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- TLS --------------------------------------------------------------------------------
+
+    def get_extra_info(self, name: str) -> Any:
+        if name == "peername":
+            return self.peername
+        if name == "peercert":
+            return self.tls.getpeercert() if self.tls is not None else None
+        if name == "ssl_object":
+            return self.tls
+        return None
+
+    async def _ready(self, write: bool) -> None:
+        """Wait until the socket is writable (``write``) or readable."""
+        future: asyncio.Future[None] = self.loop.create_future()
+
+        def ready() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        (self.loop.add_writer if write else self.loop.add_reader)(self.fd, ready)
+        try:
+            await future
+        finally:
+            (self.loop.remove_writer if write else self.loop.remove_reader)(self.fd)
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        """The TLS handshake (server side) on this socket; later reads and writes go
+        through it. Nothing may be buffered or queued when it starts."""
+        assert not self.buffer and self.tls is None
+        while self._out and self.error is None:  # the plaintext reply first (b"S")
+            self._drain_waiter = self.loop.create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+        if self.error is not None:
+            raise self.error
+        self._pause_reading()
+        self.tls = context.wrap_socket(self.sock, server_side=True,
+                                       do_handshake_on_connect=False)
+        try:
+            while True:
+                try:
+                    self.tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await self._ready(write=False)
+                except ssl.SSLWantWriteError:
+                    await self._ready(write=True)
+        except BaseException:
+            self.abort()
+            raise
+        self._resume_reading()
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close once what is queued has been sent (TLS: with a close_notify)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._pause_reading()
+        self._wake()
+        if not self._out:
+            self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self.tls is not None and self.error is None:
+            try:  # close_notify, without waiting for the client's
+                self.tls.unwrap()
+            except (OSError, ValueError):
+                pass
+        self.abort()
+
+    def abort(self) -> None:
+        """Close the socket now, dropping whatever is queued."""
+        self._closing = True
+        if self._reading:
+            self._reading = False
+            self.loop.remove_reader(self.fd)
+        if self._writing:
+            self._writing = False
+            self.loop.remove_writer(self.fd)
+        self._out.clear()
+        self._out_size = 0
+        self._wake()
+        self._wake_drain()
+        if not self._closed.done():
+            (self.tls or self.sock).close()
+            self._closed.set_result(None)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+
+class Listener:
+    """Listening sockets for ``host``:``port``; each accepted client goes to ``serve``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 serve: Callable[[Connection], Coroutine[Any, Any, None]]) -> None:
+        self.loop = loop
+        self.serve = serve
+        self.sockets: list[socket.socket] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def listen(self, host: str, port: int, backlog: int = 128) -> None:
+        infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                            flags=socket.AI_PASSIVE)
+        seen = set()
+        try:
+            for family, kind, proto, _, address in infos:
+                if (family, address) in seen:
+                    continue
+                seen.add((family, address))
+                sock = socket.socket(family, kind, proto)
+                self.sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and len(self.sockets) > 1:  # one port for every address
+                    address = (address[0], self.sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(backlog)
+                sock.setblocking(False)
+        except BaseException:
+            self.close()
+            raise
+        for sock in self.sockets:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(64):
+            try:
+                conn, _addr = sock.accept()
+            except _WOULD_BLOCK:
+                return
+            except OSError as exc:  # out of file descriptors and the like: pause a moment
+                log.warning("accepting a connection failed: %s", exc)
+                self.loop.remove_reader(sock.fileno())
+                self.loop.call_later(1.0, self._resume, sock)
+                return
+            try:
+                connection = Connection(self.loop, conn)
+            except OSError:
+                conn.close()
+                continue
+            task = self.loop.create_task(self.serve(connection))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def _resume(self, sock: socket.socket) -> None:
+        if sock in self.sockets and sock.fileno() >= 0:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def close(self) -> None:
+        """Stop accepting (connections already accepted go on)."""
+        sockets, self.sockets = self.sockets, []
+        for sock in sockets:
+            if sock.fileno() >= 0:
+                self.loop.remove_reader(sock.fileno())
+                sock.close()

@@ -1,0 +1,131 @@
+"""The server's sockets (cryptdisk.server._conn): TLS on the socket, back-pressure, hangups."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+
+import psycopg
+import pytest
+
+from cryptdisk.server import server_context
+from tests.server.rawclient import Raw, cstr, msg, sqlstate
+
+
+def _fill(conn: psycopg.Connection, rows: int, width: int) -> None:
+    conn.execute("CREATE TABLE big (i INTEGER, s TEXT)")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO big VALUES (%s, %s)",
+                        [(i, f"{i:08d}" * (width // 8)) for i in range(rows)])
+
+
+def test_results_larger_than_the_socket_buffers_over_tls(start_server, sqlite_engine) -> None:
+    """Megabytes of rows over TLS: SSL_write meets a full socket, waits, goes on, loses
+    nothing; then the same session answers the next query."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        _fill(conn, 4000, 2000)
+        rows = conn.execute("SELECT i, s FROM big ORDER BY i").fetchall()
+        assert [r[0] for r in rows] == list(range(4000))
+        assert all(s == f"{i:08d}" * 250 for i, s in rows)
+        assert conn.execute("SELECT count(*) FROM big").fetchone() == (4000,)
+        assert conn.info.pgconn.ssl_in_use
+
+
+def test_a_client_that_does_not_read_holds_the_server_back(start_server,
+                                                           sqlite_engine) -> None:
+    """Pipelined queries whose answers the client reads only at the end: the server stops
+    sending while the socket is full, and every answer arrives, in order."""
+    srv = start_server(sqlite_engine, secure=False)
+    raw = Raw(srv.port)
+    raw.startup()
+    raw.send(msg(b"Q", cstr("CREATE TABLE t (s TEXT); "
+                            "INSERT INTO t VALUES (replace(hex(zeroblob(30000)), '0', 'x'))")))
+    assert raw.until(b"Z")[-1] == (b"Z", b"I")
+    n = 200  # about 12 MB of answers
+    raw.send(b"".join(msg(b"Q", cstr(f"SELECT {i}, s FROM t")) for i in range(n)))
+    seen = []
+    for _ in range(n):
+        for kind, body in raw.until(b"Z"):
+            if kind == b"D":
+                first = struct.unpack("!i", body[2:6])[0]
+                second = body[10 + first:]
+                assert second == b"x" * 60000
+                seen.append(int(body[6:6 + first]))
+            assert kind != b"E", sqlstate(body)
+    assert seen == list(range(n))
+    raw.close()
+
+
+def _tls_raw(port: int, ca: str) -> Raw:
+    """A Raw client over TLS (SSLRequest, then the handshake with the test CA)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(struct.pack("!ii", 8, 80877103))
+    assert sock.recv(1) == b"S"
+    raw = Raw.__new__(Raw)
+    raw.sock = ssl.create_default_context(cafile=ca).wrap_socket(
+        sock, server_hostname="localhost")
+    raw.buf = b""
+    return raw
+
+
+def test_a_client_gone_mid_result_leaves_the_server_serving(start_server, sqlite_engine,
+                                                           certs) -> None:
+    """Clients that hang up (no close_notify) while megabytes are queued for them."""
+    ca, cert, key = certs
+    srv = start_server(sqlite_engine, secure=False, ssl_context=server_context(cert, key))
+    raw = _tls_raw(srv.port, str(ca))
+    raw.startup()
+    raw.send(msg(b"Q", cstr("CREATE TABLE big AS WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL "
+                            "SELECT i + 1 FROM n WHERE i < 1999) SELECT i, "
+                            "replace(hex(zeroblob(1000)), '0', 'x') AS s FROM n")))
+    assert raw.until(b"Z")[-1] == (b"Z", b"I")
+    raw.close()
+    for _ in range(3):
+        raw = _tls_raw(srv.port, str(ca))
+        raw.startup()
+        raw.send(msg(b"Q", cstr("SELECT i, s FROM big")))
+        assert raw.sock.recv(1)
+        raw.sock.close()  # no close_notify, most of the answer unread
+    raw = _tls_raw(srv.port, str(ca))
+    raw.startup()
+    raw.send(msg(b"Q", cstr("SELECT count(*), min(length(s)) FROM big")))
+    rows = [body for kind, body in raw.until(b"Z") if kind == b"D"]
+    assert rows == [b"\0\x02\0\0\0\x042000\0\0\0\x042000"]
+    raw.close()
+
+
+def test_plaintext_bytes_sent_with_the_ssl_request_are_refused(start_server,
+                                                               sqlite_engine) -> None:
+    """Bytes that follow an SSLRequest before the handshake could be injected by anyone
+    on the path: the server refuses them instead of reading them as the client's."""
+    srv = start_server(sqlite_engine)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    body = struct.pack("!i", 196608) + cstr("user") + cstr("u") + b"\0"
+    sock.sendall(struct.pack("!ii", 8, 80877103) + struct.pack("!i", len(body) + 4) + body)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    sock.close()
+    assert data[:1] == b"S" and data[1:2] == b"E" and b"C08P01" in data
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_listens_on_each_address_of_the_host(start_server, sqlite_engine, host) -> None:
+    if host == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        srv = start_server(sqlite_engine, secure=False, host=host)
+    except OSError as exc:  # a machine without an IPv6 loopback
+        pytest.skip(f"cannot listen on {host}: {exc}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(("::1" if family == socket.AF_INET6 else "127.0.0.1", srv.port))
+    raw = Raw.__new__(Raw)
+    raw.sock, raw.buf = sock, b""
+    raw.startup()
+    raw.send(msg(b"Q", cstr("SELECT 41 + 1")))
+    assert [body for kind, body in raw.until(b"Z") if kind == b"D"] == [b"\0\x01\0\0\0\x0242"]
+    raw.close()
