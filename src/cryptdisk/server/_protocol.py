@@ -350,12 +350,16 @@ def ready_for_query(status: str) -> bytes:
     return message(b"Z", status.encode())
 
 
+#: typlen of the fixed-size types a RowDescription names (-1: variable)
+_TYPE_SIZES = {16: 1, 20: 8, 21: 2, 23: 4, 700: 4, 701: 8, 1082: 4, 1114: 8, 1184: 8}
+
+
 def row_description(columns: Sequence[tuple[str, int, int]]) -> bytes:
     """``columns``: (name, type oid, format code)."""
     body = [struct.pack("!h", len(columns))]
     for name, oid, fmt in columns:
-        size = {16: 1, 20: 8, 21: 2, 23: 4, 700: 4, 701: 8, 1082: 4, 1114: 8, 1184: 8}.get(oid, -1)
-        body.append(cstr(name) + struct.pack("!ihihih", 0, 0, oid, size, -1, fmt))
+        body.append(cstr(name) + struct.pack("!ihihih", 0, 0, oid, _TYPE_SIZES.get(oid, -1), -1,
+                                             fmt))
     return message(b"T", b"".join(body))
 
 

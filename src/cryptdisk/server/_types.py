@@ -107,6 +107,9 @@ def pg_type_name(duckdb_type: str) -> str:
 
 
 def _text(value: Any) -> str:
+    kind = type(value)
+    if kind is int or kind is str:  # the common cases first (bool is an int subclass)
+        return str(value)
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, float):
