@@ -208,35 +208,95 @@ static void b64_one(const unsigned char *in, size_t n, unsigned char *out) {
 }
 
 static signed char DEC[256];
+/* DQ[k][c]: character c's 6 bits at position k of a quantum, shifted into place in its 24
+ * bits; BAD (bit 24) for a character outside the alphabet, so one OR of four lookups
+ * decodes a quantum and one test checks it. */
+#define BAD 0x01000000u
+static uint32_t DQ[4][256];
 
 /* 1 if `in` (n bytes, n % 4 == 0) is padded base64 decoding to exactly out_n bytes. */
 static int unb64_one(const unsigned char *in, size_t n, unsigned char *out, size_t out_n) {
     if (n % 4 || out_n != n / 4 * 3 - (n && in[n - 1] == '=') - (n && in[n - 2] == '='))
         return 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int last = i + 4 == n;
-        int a = DEC[in[i]], b = DEC[in[i + 1]], c = DEC[in[i + 2]], d = DEC[in[i + 3]];
-        if (a < 0 || b < 0)
+    if (n == 0)
+        return 1;
+    size_t o = 0, full = n - 4; /* every quantum but the last has no padding */
+    for (size_t i = 0; i < full; i += 4) {
+        uint32_t v = DQ[0][in[i]] | DQ[1][in[i + 1]] | DQ[2][in[i + 2]] | DQ[3][in[i + 3]];
+        if (v & BAD)
             return 0;
-        if (last && in[i + 2] == '=' && in[i + 3] == '=') {
-            out[o++] = (unsigned char)(a << 2 | b >> 4);
-            break;
-        }
-        if (c < 0)
-            return 0;
-        if (last && in[i + 3] == '=') {
-            out[o++] = (unsigned char)(a << 2 | b >> 4);
-            out[o++] = (unsigned char)((b & 15) << 4 | c >> 2);
-            break;
-        }
-        if (d < 0)
-            return 0;
+        out[o] = (unsigned char)(v >> 16);
+        out[o + 1] = (unsigned char)(v >> 8);
+        out[o + 2] = (unsigned char)v;
+        o += 3;
+    }
+    const unsigned char *t = in + full;
+    int a = DEC[t[0]], b = DEC[t[1]], c = DEC[t[2]], d = DEC[t[3]];
+    if (a < 0 || b < 0)
+        return 0;
+    if (t[2] == '=' && t[3] == '=') {
+        out[o++] = (unsigned char)(a << 2 | b >> 4);
+        return o == out_n;
+    }
+    if (c < 0)
+        return 0;
+    if (t[3] == '=') {
         out[o++] = (unsigned char)(a << 2 | b >> 4);
         out[o++] = (unsigned char)((b & 15) << 4 | c >> 2);
-        out[o++] = (unsigned char)((c & 3) << 6 | d);
+        return o == out_n;
     }
+    if (d < 0)
+        return 0;
+    out[o++] = (unsigned char)(a << 2 | b >> 4);
+    out[o++] = (unsigned char)((b & 15) << 4 | c >> 2);
+    out[o++] = (unsigned char)((c & 3) << 6 | d);
     return o == out_n;
+}
+
+/* 1 if v (n bytes) is valid UTF-8 (RFC 3629: shortest forms, no surrogates, at most
+ * U+10FFFF), as Arrow's string type requires; ASCII runs go 8 bytes at a time. */
+static int utf8_ok(const unsigned char *v, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, v + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = v[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            return 0;
+        if (i + len > n || v[i + 1] < lo || v[i + 1] > hi)
+            return 0;
+        for (int k = 2; k < len; k++)
+            if ((v[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += len;
+    }
+    return 1;
 }
 
 /* -- whole Arrow columns (the SQL functions' path: one call per batch) ------------------ */
@@ -441,20 +501,21 @@ out:
 
 #define MAX_VERSIONS 8
 
-/* open_column(siv, subkey, validity, offsets, data, wide, count, offset, b64, alloc)
+/* open_column(siv, subkey, validity, offsets, data, wide, count, offset, b64, alloc, utf8)
  *   -> (wide_out, offsets_bytes, data_bytes, failed_row, reason)
  * reason: 0 done; 1 not base64; 2 too short; 3 unknown version byte; 4 does not
  * authenticate; 5 more than MAX_VERSIONS key versions in one batch; 6 this build cannot
- * (see siv_seal). subkey(key_id) gives a
+ * (see siv_seal); 7 a plaintext is not UTF-8 (checked only with utf8, for text output:
+ * here, on the value just written, instead of another pass over the column). subkey(key_id) gives a
  * version's subkey (called with the GIL, once per version met); its exceptions propagate. */
 static PyObject *py_open_column(PyObject *self, PyObject *args) {
-    int siv, b64, wide;
+    int siv, b64, wide, utf8 = 0;
     PyObject *subkey;
     Column c;
     memset(&c, 0, sizeof c);
     PyObject *alloc;
-    if (!PyArg_ParseTuple(args, "pOy*y*y*pnnpO", &siv, &subkey, &c.bufs[0].b, &c.bufs[1].b, &c.bufs[2].b, &wide,
-                          &c.count, &c.offset, &b64, &alloc))
+    if (!PyArg_ParseTuple(args, "pOy*y*y*pnnpO|p", &siv, &subkey, &c.bufs[0].b, &c.bufs[1].b, &c.bufs[2].b, &wide,
+                          &c.count, &c.offset, &b64, &alloc, &utf8))
         return NULL;
     c.wide = wide;
     c.validity = c.bufs[0].b.len ? c.bufs[0].b.buf : NULL;
@@ -465,7 +526,7 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
     PyObject *offs = NULL, *data = NULL, *rawobj = NULL, *result = NULL, *keys[MAX_VERSIONS] = {NULL};
     Py_buffer dview = {0}, rview = {0};
     uint32_t ids[MAX_VERSIONS];
-    int nkeys = 0, error = 0, reason = 0, fallback = 0;
+    int nkeys = 0, error = 0, reason = 0, fallback = 0, not_text = 0;
     Py_ssize_t failed = -1;
     unsigned char *raw = NULL; /* decoded ciphertexts (b64), else the input itself */
     int64_t *roff = NULL;      /* each row's start in raw (count + 1) */
@@ -587,6 +648,8 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
             error = 1;
         else if (r == 0)
             failed = i;
+        else if (utf8 && !utf8_ok(dst + out_at, n))
+            failed = i, not_text = 1;
         if (fallback)
             break;
         out_at += n;
@@ -603,14 +666,14 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
         if (hs[k])
             ctx_close(hs[k]);
     if (failed >= 0 || error || fallback)
-        OPENSSL_cleanse(dst, (size_t)total); /* unauthenticated plaintext: wipe it all */
+        OPENSSL_cleanse(dst, (size_t)total); /* unauthenticated (or refused) plaintext: wipe */
     Py_END_ALLOW_THREADS
     if (error)
         PyErr_SetString(PyExc_RuntimeError, "the cipher library failed (out of memory?)");
     else if (fallback)
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, (Py_ssize_t)-1, 6);
     else if (failed >= 0)
-        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, 4);
+        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, not_text ? 7 : 4);
     else
         result = Py_BuildValue("(iOOni)", wide_out, offs, data, (Py_ssize_t)-1, 0);
 out:
@@ -869,6 +932,9 @@ PyMODINIT_FUNC PyInit__cfields(void) {
     memset(DEC, -1, sizeof DEC);
     for (int i = 0; i < 64; i++)
         DEC[(unsigned char)B64[i]] = (signed char)i;
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 256; c++)
+            DQ[k][c] = DEC[c] < 0 ? BAD : (uint32_t)DEC[c] << (18 - 6 * k);
 #ifdef CD_LIBGCRYPT
     if (gcry_check_version(GCRYPT_VERSION) == NULL) {
         PyErr_SetString(PyExc_ImportError, "libgcrypt is older than the headers cryptdisk was built with");

@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cryptdisk.errors import AuthenticationError, FormatError, KeyNotFoundError
 from cryptdisk.fields import (
@@ -207,3 +209,58 @@ def test_native_library_names_the_cipher_library(backend):
         assert name is None
     else:
         assert name is not None and name.split()[0] in ("libgcrypt", "OpenSSL")
+
+
+_UTF8_EDGES = [b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5\x80",
+               b"\xc2", b"\xe2\x82", b"\xf0\x9f\x98", b"\x80", b"\xff", b"\xc2\xa9",
+               b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xef\xbf\xbf", b"\xf4\x8f\xbf\xbf",
+               b"abcdefgh", b"\x00"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=24), st.lists(st.sampled_from(_UTF8_EDGES),
+                                                            max_size=6).map(b"".join)),
+                min_size=1, max_size=8))
+def test_decrypted_text_is_checked_as_utf8_as_python_does(values):
+    """The C loop checks each plaintext for UTF-8 as it writes it (shortest forms, no
+    surrogates, at most U+10FFFF): text out exactly when Python's decoder agrees."""
+    key = FieldKey.generate("k")
+    blobs = encrypt(pa.array(values, pa.binary()), key, output="base64")
+    bad = [i for i, v in enumerate(values) if not _decodes(v)]
+    if bad:
+        with pytest.raises(FormatError, match=f"row {bad[0]}: .*not UTF-8"):
+            decrypt(blobs, key)
+    else:
+        assert decrypt(blobs, key).to_pylist() == [v.decode() for v in values]
+
+
+def _decodes(v: bytes) -> bool:
+    try:
+        v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=40), st.integers(0, 200), st.sampled_from(
+    ["", "=", "==", "A", "*", "\n", "====", "A=AA", "-", "_"]))
+def test_c_base64_accepts_exactly_what_python_accepts(plain, at, junk):
+    """A ciphertext's base64 spoiled anywhere: the C decoder refuses it (FormatError
+    naming the row) exactly when Python's strict decoder does, else it opens."""
+    key = FieldKey.generate("k")
+    text = encrypt([plain], key, output="base64")[0].as_py()
+    at = at % (len(text) + 1)
+    spoiled = text[:at] + junk + text[at + len(junk):]
+    try:
+        raw = base64.b64decode(spoiled, validate=True)
+    except ValueError:
+        raw = None
+    if raw is None:
+        with pytest.raises(FormatError, match="row 0"):
+            decrypt(pa.array([spoiled]), key, output="binary")
+    elif raw == base64.b64decode(text):
+        assert decrypt(pa.array([spoiled]), key, output="binary")[0].as_py() == plain
+    else:  # other bytes: another layout, key version or tag
+        with pytest.raises((FormatError, AuthenticationError, KeyNotFoundError)):
+            decrypt(pa.array([spoiled]), key, output="binary")

@@ -212,3 +212,18 @@ def test_cryptdisk_sql_has_the_functions(tmp_path, config):
         capture_output=True, text=True, env=env, check=False)
     assert bad.returncode == 1 and "not a cryptdisk field ciphertext" in bad.stderr
     assert CARDS not in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("names", [["cards", "emails"], ["cards", "cardz"],
+                                   ["cards"] * 3000 + ["cardsx"], ["cards", "cards", "card"]])
+def test_a_key_name_that_varies_by_row_is_refused(db, names):
+    """Key names must be constants: a batch mixing names is an error, never an encryption
+    under the first row's key (a NULL name gives NULL: DuckDB skips such rows)."""
+    db.con.register("names", pa.table({"k": pa.array(names, pa.string())}))
+    try:
+        with pytest.raises(DatabaseError, match="same for every row"):
+            db.sql("SELECT encrypt_deterministic('x', k) FROM names")
+    finally:
+        db.con.unregister("names")
+    assert _rows(db, "SELECT count(encrypt_deterministic(pan, 'cards')) AS n FROM t") == \
+        [{"n": 2}]

@@ -48,8 +48,8 @@ _HEADER = 5
 
 
 def _as_array(values: Any) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+    if isinstance(values, pa.ChunkedArray):  # one chunk (DuckDB's batches): no copy
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     if not isinstance(values, pa.Array):
         values = pa.array(values)
     return values
@@ -145,10 +145,20 @@ def _as_text(arr: pa.Array, output: str) -> pa.Array:
                             else pa.string())
             text.validate(full=True)
         except pa.ArrowInvalid:
-            raise FormatError("a decrypted value is not UTF-8 text; decrypt with "
+            row = next(i for i, v in enumerate(arr.to_pylist())
+                       if v is not None and not _is_utf8(v))
+            raise FormatError(f"row {row}: a decrypted value is not UTF-8 text; decrypt with "
                               "output='binary'") from None
         return text
     raise ValueError(f"output must be 'string' or 'binary', not {output!r}")
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _header(key_id: int) -> np.ndarray:
@@ -254,12 +264,15 @@ def _c_open(values: Any, key: FieldKey, siv: bool, output: str) -> pa.Array | No
     wide_out, offs, out, failed, reason = _cfields.open_column(
         siv, (lambda k: key._version(k).siv_key()) if siv else
         (lambda k: key._version(k).gcm_key()), validity, offsets, data, wide, len(arr),
-        arr.offset, arr.type in _TEXT, pa.allocate_buffer)
+        arr.offset, arr.type in _TEXT, pa.allocate_buffer, output == "string")
     if reason == 4:
         raise _auth_error(failed)
+    if reason == 7:  # checked by the C loop as it wrote each value
+        raise FormatError(f"row {failed}: a decrypted value is not UTF-8 text; decrypt with "
+                          "output='binary'")
     if reason:
         return None  # not base64, short, unknown version, many key versions, see _cfields
-    return _as_text(_from_c(arr, wide_out, offs, out, False), output)
+    return _from_c(arr, wide_out, offs, out, output == "string")
 
 
 def encrypt(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:

@@ -20,9 +20,11 @@ code points in both).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import FieldError
@@ -57,16 +59,44 @@ MASK_MACROS = {
 }
 
 
+_OFFSETS: dict[tuple[int, int], bytes] = {}
+
+
+def _constant(arr: pa.Array) -> bool:
+    """Whether every row of ``arr`` holds one value (all null counts as one), checked on
+    the buffers with two byte comparisons: a constant argument is a whole batch of copies."""
+    n = len(arr)
+    if n <= 1 or arr.null_count == n:
+        return True
+    if arr.null_count:
+        return False
+    if arr.type not in (pa.string(), pa.binary()):
+        values = arr.to_numpy(zero_copy_only=False)
+        return bool((values == values[0]).all())
+    _validity, offsets_buf, data = arr.buffers()
+    offsets = offsets_buf.slice(4 * arr.offset, 4 * (n + 1)).to_pybytes()
+    start = int.from_bytes(offsets[:4], sys.byteorder, signed=True)
+    width = int.from_bytes(offsets[4:8], sys.byteorder, signed=True) - start
+    want = _OFFSETS.get((n, width)) if start == 0 else None
+    if want is None:
+        want = (np.arange(n + 1, dtype=np.int32) * width + start).tobytes()
+        if start == 0 and len(_OFFSETS) < 64:
+            _OFFSETS[(n, width)] = want
+    if offsets != want:
+        return False
+    return width == 0 or data.slice(start, width * n).to_pybytes() == \
+        data.slice(start, width).to_pybytes() * n
+
+
 def _const(arr: Any, what: str) -> Any:
     """The one value of a constant argument column (key names, options)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    if isinstance(arr, pa.ChunkedArray):  # one chunk (DuckDB's batches): no copy
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
     if len(arr) == 0:
         return None
-    first = arr[0].as_py()
-    if len(arr) > 1 and arr.unique().__len__() > 1:
+    if not _constant(arr):
         raise FieldError(f"{what} must be the same for every row (a constant)")
-    return first
+    return arr[0].as_py()
 
 
 def register_sql_functions(con: Any, keys: FieldKeys) -> None:
