@@ -23,7 +23,7 @@ def test_database_is_exported_at_the_root_without_importing_the_db_on_import():
 
 
 def test_the_two_cache_defaults_have_names_that_say_which_cache():
-    assert cryptdisk.db.DEFAULT_COLUMN_CACHE_BYTES == 2 << 30  # the database's column cache
+    assert cryptdisk.db.DEFAULT_COLUMN_CACHE_BYTES == 768 << 20  # the database's column cache
     assert cryptdisk.disks.DEFAULT_READ_CACHE_BYTES == 256 << 20  # an encrypted disk's reads
     assert not hasattr(cryptdisk.db, "DEFAULT_CACHE_BYTES")
     assert not hasattr(cryptdisk.disks, "DEFAULT_CACHE_BYTES")

@@ -26,7 +26,9 @@ import pyarrow as pa
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache"]
 
-DEFAULT_COLUMN_CACHE_BYTES = 2 << 30
+#: 768 MiB: with pyarrow's allocator holding up to about 40% more than the cache's measured
+#: bytes, a full cache plus a scan's ~200 MB stays under 1.5 GB (docs/database.md, Memory).
+DEFAULT_COLUMN_CACHE_BYTES = 768 << 20
 _OFFERED = 1 << 18  # first offers remembered (a row group's column each)
 
 

@@ -630,7 +630,7 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     **losing that file loses the data**), a cryptdisk TOML config path, or a
     config object with ``keyring``, ``disks`` and ``policies``.
 
-    Options: ``cache_bytes`` (bound of the decrypted cache, default 2 GiB),
+    Options: ``cache_bytes`` (bound of the decrypted cache, default 768 MiB),
     ``read_only`` (no write lock; sees other processes' commits),
     ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``pin`` (a file
     outside the directory that records the catalog's version after every
