@@ -943,5 +943,11 @@ PyMODINIT_FUNC PyInit__cfields(void) {
     if (!gcry_control(GCRYCTL_INITIALIZATION_FINISHED_P))
         gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* 2: open_column takes the utf8 flag (an older build's callers check this first) */
+    if (m && PyModule_AddIntConstant(m, "API", 2) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

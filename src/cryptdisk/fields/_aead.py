@@ -261,10 +261,12 @@ def _c_open(values: Any, key: FieldKey, siv: bool, output: str) -> pa.Array | No
     if arr.type not in _TEXT and arr.type not in _BYTES:
         return None
     validity, offsets, data, wide = _buffers(arr)
+    # an extension built before API 2 cannot check UTF-8: the Arrow check below does
+    in_c = output == "string" and getattr(_cfields, "API", 1) >= 2
     wide_out, offs, out, failed, reason = _cfields.open_column(
         siv, (lambda k: key._version(k).siv_key()) if siv else
         (lambda k: key._version(k).gcm_key()), validity, offsets, data, wide, len(arr),
-        arr.offset, arr.type in _TEXT, pa.allocate_buffer, output == "string")
+        arr.offset, arr.type in _TEXT, pa.allocate_buffer, *([True] if in_c else []))
     if reason == 4:
         raise _auth_error(failed)
     if reason == 7:  # checked by the C loop as it wrote each value
@@ -272,6 +274,8 @@ def _c_open(values: Any, key: FieldKey, siv: bool, output: str) -> pa.Array | No
                           "output='binary'")
     if reason:
         return None  # not base64, short, unknown version, many key versions, see _cfields
+    if output == "string" and not in_c:
+        return _as_text(_from_c(arr, wide_out, offs, out, False), output)
     return _from_c(arr, wide_out, offs, out, output == "string")
 
 
