@@ -627,3 +627,45 @@ def test_a_prefetched_scan_duckdb_never_reads_is_stopped(db, small_groups, monke
     assert db.query("SELECT count(*) FROM t WHERE c_int < 1500") == [(1500,)]
     assert len(made) == 2 and taken == [made[1]]  # DuckDB took the prefetched stream
     assert made[1]._closed and not made[1]._pending
+
+
+def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
+    """A statement naming a table of at most 4 parts opens them all on the scan pool (the
+    point query then reads one); a larger table's skipped parts stay closed."""
+    from cryptdisk.db import _database
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    for i in range(_database._PREOPEN_PARTS + 1):
+        db.sql("INSERT INTO t " + gen(1000, start=1000 * i))
+    parts = db.table("t").parts
+    assert db.query("SELECT c_int FROM t WHERE c_int = 1500") == [(1500,)]
+    assert set(db._open_parts._items) == {parts[1].id}  # 5 parts: only the one read
+    db.sql("OPTIMIZE TABLE t FINAL")
+    db._open_parts.clear()
+    db.sql("INSERT INTO t " + gen(1000, start=9000))
+    assert db.query("SELECT c_int FROM t WHERE c_int = 9500") == [(9500,)]
+    assert db.last_scans["t"]["parts_skipped"] == 1
+    for fut in [f for _pid, f in list(db._open_parts._opening.values())]:
+        fut.result(timeout=60)  # the skipped part may still be opening in the background
+    assert set(db._open_parts._items) == {p.id for p in db.table("t").parts}  # both
+    assert db._open_parts._opening == {}
+    db.sql(f"CREATE TABLE u {SCHEMA}")  # no ORDER BY: no key statistics to read ahead
+    db.sql("INSERT INTO u " + gen(1000))
+    assert db.query("SELECT count(*) FROM u WHERE c_int < 10") == [(10,)]
+    assert db.table("u").parts[0].id in db._open_parts._items
+    assert db._open_parts._opening == {}
+
+
+def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups):
+    """An error opening a part ahead of the statement (here: its file is gone) is the
+    statement's error, raised when the scan needs the part."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(3000))
+    (part_file,) = (path / "data").rglob("*.parquet")
+    with cryptdisk.connect(path, read_only=True) as db:
+        part_file.unlink()
+        with pytest.raises(CatalogError, match="missing"):
+            db.query("SELECT count(*) FROM t WHERE c_int = 5")
+        assert db._open_parts._opening == {} and db._open_parts._items == {}

@@ -65,6 +65,10 @@ from ._system import system_tables
 __all__ = ["CONNECTION_HOOKS", "Database", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
+#: A statement naming a table of at most this many parts opens them (footer decrypted and
+#: checked, key statistics read) on the scan pool while DuckDB parses it; a larger table's
+#: parts open when its scan knows which ones its filters leave.
+_PREOPEN_PARTS = 4
 
 #: Called as ``hook(duckdb_connection, config)`` on each new database's DuckDB connection.
 CONNECTION_HOOKS: list[Callable[[Any, Any], None]] = []
@@ -447,6 +451,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
+            for t in used:  # small tables: their parts open on the pool while DuckDB parses
+                meta = self.catalog.tables[t]
+                if 0 < len(meta.parts) <= _PREOPEN_PARTS:
+                    self._open_parts.preopen(
+                        meta.parts, meta.order_by.split(",")[0] if meta.order_by else None)
             tree = parse_tree(self.con, sql)
             if tree is not None:
                 used = base_tables(tree, names)

@@ -69,12 +69,16 @@ class OpenParts:
     Part files are immutable and their ids unique, so an open part (its footer
     checked against the catalog, its key range against the footer) stays valid;
     an entry pushed out is dropped, not closed (a running scan may still read
-    it; the file closes when the last reference goes).
+    it; the file closes when the last reference goes). :meth:`preopen` opens
+    parts on the scan pool ahead of a statement; :meth:`get` waits for one in
+    flight.
     """
 
     def __init__(self, config: Callable[[], Any], limit: int = 64) -> None:
         self._config, self._limit = config, limit  # the current config (keys may reload)
         self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
+        self._opening: dict[str, tuple[int, Future[OpenPart]]] = {}  # id -> (pid, future)
+        self._generation = 0  # clear() drops what is still being opened
         self._lock = threading.Lock()
 
     def get(self, part: PartMeta) -> OpenPart:
@@ -83,20 +87,52 @@ class OpenParts:
             if op is not None and op.part == part:
                 self._items.move_to_end(part.id)
                 return op
-        disk = self._config().disks.get(part.disk)
-        if disk is None:
-            raise CatalogError(f"part {part.path} is on disk {part.disk!r}, which the "
-                               "config does not define")
-        op = open_part(disk, part)
+            opening = self._opening.get(part.id)
+        if opening is not None and opening[0] == os.getpid():
+            try:
+                op = opening[1].result()
+            except Exception:  # opened again below, which raises the error
+                op = None
+            if op is not None and op.part == part:
+                return op
+        return self._open(part, None, self._generation, ahead=False)
+
+    def preopen(self, parts: list[PartMeta], key: str | None) -> None:
+        """Open ``parts`` (those not open yet) on the scan pool, and read the statistics
+        of ``key``, without waiting: a statement about to read them opens them while
+        DuckDB parses it. An error is left for :meth:`get` to raise."""
         with self._lock:
-            self._items[part.id] = op
-            while len(self._items) > self._limit:
-                self._items.popitem(last=False)
-        return op
+            todo = [p for p in parts if p.id not in self._items and p.id not in self._opening]
+            for part in todo:
+                self._opening[part.id] = (os.getpid(), _pool().submit(
+                    self._open, part, key, self._generation, ahead=True))
+
+    def _open(self, part: PartMeta, key: str | None, generation: int, *,
+              ahead: bool) -> OpenPart:
+        try:
+            disk = self._config().disks.get(part.disk)
+            if disk is None:
+                raise CatalogError(f"part {part.path} is on disk {part.disk!r}, which the "
+                                   "config does not define")
+            op = open_part(disk, part)
+            if key is not None:
+                op.key_range(key)  # reads the key's statistics before anyone shares op
+            with self._lock:
+                if generation == self._generation:
+                    self._items[part.id] = op
+                    while len(self._items) > self._limit:
+                        self._items.popitem(last=False)
+            return op
+        finally:
+            if ahead:  # no longer in flight
+                with self._lock:
+                    self._opening.pop(part.id, None)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._opening.clear()
+            self._generation += 1
 
 
 class TableScan:
