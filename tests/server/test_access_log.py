@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
+import ssl
 
+import pg8000.native
 import psycopg
+import pytest
 
 import cryptdisk
 from cryptdisk.server import AccessLog
+from tests.server.conftest import PASSWORD, USER
+from tests.server.rawclient import Raw, cstr, msg
 
 
 def lines(raw: bytes) -> list[dict]:
@@ -96,3 +102,235 @@ def test_a_query_refused_before_it_runs_is_logged(start_server, analytical, tmp_
     log = [e for e in lines(path.read_bytes()) if e["user"] == "bob"]
     assert [(e["kind"], e.get("sqlstate"), e["tables"]) for e in log] == \
         [("SELECT", "42501", [])]
+
+
+def _plain(srv) -> dict:
+    return {"host": "127.0.0.1", "port": srv.port, "user": "u", "dbname": "d",
+            "sslmode": "disable"}
+
+
+def test_every_copy_gets_one_line_and_a_failed_one_says_so(start_server, sqlite_engine,
+                                                           tmp_path) -> None:
+    """COPY FROM STDIN in text, csv and binary, COPY TO STDOUT, and COPYs that end with a
+    CopyFail or with the client gone mid-COPY: one line each, kind COPY; a failed one has
+    its SQLSTATE and 0 rows, and its rows are not in the table."""
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, secure=False, access_log=AccessLog(path))
+    with psycopg.connect(**_plain(srv), autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b TEXT)")
+        with c.cursor() as cur:
+            with cur.copy("COPY t (a, b) FROM STDIN") as copy:
+                for row in [(1, "one"), (2, "two")]:
+                    copy.write_row(row)
+            with cur.copy("COPY t FROM STDIN WITH (FORMAT csv)") as copy:
+                copy.write(b"3,three\n4,four\n5,five\n")
+            with cur.copy("COPY t (a, b) FROM STDIN (FORMAT binary)") as copy:
+                copy.set_types(["int8", "text"])
+                copy.write_row((6, "six"))
+            with cur.copy("COPY t TO STDOUT") as copy:
+                assert len(list(copy.rows())) == 6
+            with pytest.raises(RuntimeError):
+                with cur.copy("COPY t FROM STDIN") as copy:
+                    copy.write_row((7, "never"))
+                    raise RuntimeError("client gives up")  # psycopg sends CopyFail
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"Q", cstr("COPY t FROM STDIN")))
+    assert r.read()[0] == b"G"
+    r.send(msg(b"d", b"8\teight\n"))
+    r.close()  # gone before CopyDone
+    with psycopg.connect(**_plain(srv), autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (6,)
+    srv.stop()
+    log = [e for e in lines(path.read_bytes()) if e["kind"] == "COPY"]
+    assert [(e["rows"], e["tables"], e.get("sqlstate")) for e in log] == [
+        (2, ["t"], None), (3, ["t"], None), (1, ["t"], None), (6, ["t"], None),
+        (0, [], "57014"), (0, [], "08006")]
+    assert all(e["user"] == "u" and e["source"] == "127.0.0.1" for e in log)
+    assert b"eight" not in path.read_bytes() and b"never" not in path.read_bytes()
+
+
+def test_copy_through_the_extended_protocol_is_logged(start_server, analytical, certs,
+                                                      tmp_path) -> None:
+    """pg8000 sends COPY as Parse/Bind/Describe/Execute: one line per COPY there too."""
+    path = tmp_path / "access.log"
+    srv = start_server(analytical, access_log=AccessLog(path))
+    ctx = ssl.create_default_context(cafile=str(certs[0]))
+    con = pg8000.native.Connection(USER, host="localhost", port=srv.port, password=PASSWORD,
+                                   database="db", ssl_context=ctx)
+    try:
+        con.run("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        con.run("COPY t FROM STDIN", stream=io.StringIO("1\tone\n2\t\\N\n"))
+        con.run("COPY (SELECT a FROM t) TO STDOUT", stream=io.StringIO())
+        with pytest.raises(pg8000.native.DatabaseError):
+            con.run("COPY t FROM STDIN", stream=io.StringIO("3\tthree\textra\n"))
+    finally:
+        con.close()
+    srv.stop()
+    log = lines(path.read_bytes())
+    assert [(e["kind"], e["rows"], e["tables"], e.get("sqlstate")) for e in log] == [
+        ("CREATE", None, ["t"], None), ("COPY", 2, ["t"], None), ("COPY", 2, ["t"], None),
+        ("COPY", 0, ["t"], "22P04")]
+
+
+def test_one_line_per_statement_of_a_query_and_per_execution(start_server, sqlite_engine,
+                                                            tmp_path) -> None:
+    """Each statement of a multi-statement query gets its line (those after a failed one
+    never run: none); a prepared statement gets one per execution; a portal read in chunks
+    (Execute with a row limit, PortalSuspended) one line, for all its rows."""
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, secure=False, access_log=AccessLog(path))
+    with psycopg.connect(**_plain(srv), autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2), (3)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute("CREATE UNIQUE INDEX i ON t (a); INSERT INTO t VALUES (1); "
+                      "DELETE FROM t")
+        for _ in range(3):
+            c.execute("SELECT a FROM t WHERE a > %s", (0,), prepare=True).fetchall()
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"P", cstr("s") + cstr("SELECT a FROM t ORDER BY a") + b"\0\0")
+           + msg(b"B", cstr("p") + cstr("s") + b"\0\0" + b"\0\0" + b"\0\0")
+           + msg(b"E", cstr("p") + b"\0\0\0\x01") + msg(b"E", cstr("p") + b"\0\0\0\x01")
+           + msg(b"E", cstr("p") + b"\0\0\0\0") + msg(b"S"))
+    kinds = [k for k, _ in r.until(b"Z")]
+    assert kinds.count(b"s") == 2 and kinds.count(b"D") == 3 and kinds.count(b"C") == 1
+    r.close()
+    srv.stop()
+    log = lines(path.read_bytes())
+    assert [(e["kind"], e["rows"], e.get("sqlstate")) for e in log] == [
+        ("CREATE", None, None), ("INSERT", 3, None), ("CREATE", None, None),
+        ("INSERT", 0, "23505"), ("SELECT", 3, None), ("SELECT", 3, None),
+        ("SELECT", 3, None), ("SELECT", 3, None)]
+    assert [e["tables"] for e in log[4:]] == [["t"]] * 4
+
+
+def test_server_side_cursors_are_logged(start_server, sqlite_engine, tmp_path) -> None:
+    """DECLARE, each FETCH and CLOSE get a line; DECLARE and FETCH name the query's tables."""
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, access_log=AccessLog(path))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+        c.execute("INSERT INTO t VALUES (1), (2), (3), (4), (5)")
+        with c.cursor("cur", withhold=True) as cur:
+            cur.execute("SELECT a FROM t ORDER BY a")
+            assert cur.fetchmany(2) == [(1,), (2,)]
+            assert cur.fetchall() == [(3,), (4,), (5,)]
+    srv.stop()
+    log = lines(path.read_bytes())[2:]
+    assert [e["kind"] for e in log if e["kind"] != "FETCH"] == ["DECLARE", "CLOSE"]
+    assert log[0]["tables"] == ["t"]
+    fetches = [e for e in log if e["kind"] == "FETCH"]
+    assert sum(e["rows"] for e in fetches) == 5
+    assert all(e["tables"] == ["t"] for e in fetches)
+
+
+SECRETS = ["carol-secret-1", "carol-secret-2", "nobody-secret-3", "again-secret-4",
+           "broken-secret-5"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_passwords_never_reach_the_log(start_server, engine, request, tmp_path,
+                                       caplog) -> None:
+    """CREATE USER / ALTER USER ... PASSWORD, succeeding and failing (no such user, the user
+    exists, an unterminated literal): a line each, never the password; nor in the server's
+    own log."""
+    path = tmp_path / "access.log"
+    srv = start_server(request.getfixturevalue(engine), access_log=AccessLog(path))
+    caplog.set_level("DEBUG", logger="cryptdisk")
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute(f"CREATE USER carol PASSWORD '{SECRETS[0]}'")
+        c.execute(f"ALTER USER carol PASSWORD '{SECRETS[1]}'")
+        with pytest.raises(psycopg.Error):
+            c.execute(f"ALTER USER nobody PASSWORD '{SECRETS[2]}'")
+        with pytest.raises(psycopg.Error):
+            c.execute(f"CREATE USER carol PASSWORD '{SECRETS[3]}'")
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute(f"CREATE USER dave PASSWORD '{SECRETS[4]}")
+    srv.stop()
+    raw = path.read_bytes()
+    for secret in SECRETS:
+        assert secret.encode() not in raw and secret not in caplog.text
+    log = lines(raw)
+    assert [(e["kind"], e["rows"] == 0, "sqlstate" in e) for e in log] == [
+        ("CREATE", False, False), ("ALTER", False, False), ("ALTER", True, True),
+        ("CREATE", True, True), ("CREATE", True, True)]
+    assert log[-1]["sqlstate"] == "42601"
+
+
+def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytical,
+                                                         tmp_path) -> None:
+    """A statement refused (42501), an information_schema query, grants and policy
+    statements: a line each with the right kind and outcome."""
+    from cryptdisk.server import PolicyStore
+
+    analytical.policies = PolicyStore(tmp_path / "a.policies", analytical.keyring, analytical)
+    path = tmp_path / "access.log"
+    srv = start_server(analytical, access_log=AccessLog(path))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for st in ["CREATE TABLE t (a BIGINT, s VARCHAR)", "CREATE USER bob PASSWORD 'bob pw'",
+                   "CREATE ROLE readers", "GRANT SELECT ON t TO readers",
+                   "GRANT readers TO bob", "GRANT APPLY POLICY TO u",
+                   "CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'",
+                   "ALTER TABLE t ALTER s SET MASKING POLICY m", "REVOKE readers FROM bob"]:
+            c.execute(st)
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True) as bob:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bob.execute("SELECT * FROM t")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bob.execute("INSERT INTO t VALUES (1, 'x')")
+        bob.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    srv.stop()
+    log = lines(path.read_bytes())
+    admin = [(e["kind"], e.get("sqlstate")) for e in log if e["user"] == "u"]
+    assert admin == [("CREATE", None), ("CREATE", None), ("CREATE", None), ("GRANT", None),
+                     ("GRANT", None), ("GRANT", None), ("CREATE", None), ("ALTER", None),
+                     ("REVOKE", None)]
+    bobs = [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log if e["user"] == "bob"]
+    assert bobs == [("SELECT", "42501", 0), ("INSERT", "42501", 0), ("SELECT", None, 0)]
+
+
+def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engine,
+                                                       keyring, tmp_path) -> None:
+    import threading
+
+    from cryptdisk.server import SQLiteEngine
+
+    endless = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+               "SELECT count(*) FROM n")
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, access_log=AccessLog(path), statement_timeout=0.5)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute(endless)
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    srv.stop()
+    log = lines(path.read_bytes())
+    assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log] == [
+        ("WITH", "57014", 0), ("SELECT", None, 1)]
+
+    path = tmp_path / "cancel.log"
+    srv = start_server(SQLiteEngine(tmp_path / "s2.db", keyring), access_log=AccessLog(path))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                c.execute(endless)
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        while not any(s.busy for s in list(srv.server.sessions)):  # the statement is running
+            worker.join(0.01)
+        for _ in range(120):  # a cancel that lands before the engine starts is a no-op: repeat
+            c.cancel_safe()
+            worker.join(1)
+            if not worker.is_alive():
+                break
+        assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
+    srv.stop()
+    assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in lines(path.read_bytes())] == \
+        [("WITH", "57014", 0)]

@@ -3,7 +3,9 @@
 Each line has ``time`` (UTC, ISO 8601), ``user``, ``source`` (client address),
 ``kind`` (the statement's first keyword), ``tables`` (those the statement reads
 or writes, where the engine says), ``rows``, ``duration_ms`` and, for a
-failure, ``sqlstate``. Never the statement's text, parameter values or passwords.
+failure, ``sqlstate`` (and ``rows`` 0). Never the statement's text, parameter values or
+passwords. The session writes one line per statement it is asked to run, COPY included
+(see docs/server.md).
 """
 
 from __future__ import annotations

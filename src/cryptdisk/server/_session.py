@@ -12,7 +12,7 @@ import secrets
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,6 +50,7 @@ class _Portal:
     result: Result | None = None
     sent: int = 0
     described_columns: list[tuple[str, int]] | None = field(default=None)
+    tables: set[str] = field(default_factory=set)  # a cursor's: what its FETCHes read
 
 
 def _quote(name: str) -> str:
@@ -111,6 +112,19 @@ def _is_copy(sql: str) -> bool:
     """COPY ... FROM STDIN / TO STDOUT (the server runs those itself)."""
     return (_sqltext.first_words(sql, 1) or [""])[0] == "COPY" and \
         re.search(r"\b(STDIN|STDOUT)\b", sql, re.I) is not None
+
+
+def _failure_sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE an access-log line gives a statement that ended with ``exc``."""
+    if isinstance(exc, StatementError):
+        return exc.sqlstate
+    if isinstance(exc, ProtocolError):
+        return "08P01"
+    if isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
+        return "08006"  # the client went away
+    if isinstance(exc, asyncio.CancelledError):
+        return "57P01"  # the session was ended
+    return "XX000"
 
 
 def _begin_and_run(engine: EngineSession, sql: str, params: list[Any]) -> Result:
@@ -429,18 +443,27 @@ class Session:
 
     async def _execute(self, sql: str, params: list[Any]) -> Result:
         """Run one statement and write its access-log line."""
+        return await self._logged(sql, functools.partial(self._run_statement, sql, params))
+
+    async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]]) -> Result:
+        """``run()`` (one statement, ``sql``) and its access-log line, whatever the outcome:
+        ``rows`` when it ran, ``sqlstate`` when it failed, the client gone or the session
+        ended (08006, 08P01, 57P01) included."""
         log_ = self.server.access_log
         if log_ is None:
-            return await self._run_statement(sql, params)
+            return await run()
         start = time.monotonic()
         entry: dict[str, Any] = {"user": self.user, "source": self.peer_host,
                                  "kind": (_sqltext.first_words(sql, 1) or [""])[0]}
         if self.privileges is not None and self.privileges.current_user != self.user:
             entry["role"] = self.privileges.current_user  # acting as it after SET ROLE
+        if self.engine is not None:
+            self.engine.last_tables = set()
         try:
-            result = await self._run_statement(sql, params)
-        except StatementError as exc:
-            entry["sqlstate"] = exc.sqlstate
+            result = await run()
+        except BaseException as exc:
+            entry["sqlstate"] = _failure_sqlstate(exc)
+            entry["rows"] = 0
             raise
         else:
             entry["rows"] = len(result.rows) if result.columns is not None else \
@@ -449,7 +472,20 @@ class Session:
         finally:
             entry["tables"] = sorted(self.engine.last_tables) if self.engine else []
             entry["duration_ms"] = round((time.monotonic() - start) * 1000, 3)
-            await asyncio.to_thread(log_.write, **entry)
+            if entry.get("sqlstate") in ("57P01", "XX000"):  # the loop may be going away
+                log_.write(**entry)
+            else:
+                await asyncio.to_thread(log_.write, **entry)
+
+    async def _log_failure(self, sql: str, err: StatementError) -> None:
+        """The access-log line of a statement refused or failed before it could run."""
+        async def fail() -> Result:
+            raise err
+
+        try:
+            await self._logged(sql, fail)
+        except StatementError:
+            pass
 
     async def _run_statement(self, sql: str, params: list[Any]) -> Result:
         """Run one statement: server-handled ones first, then the engine."""
@@ -567,6 +603,8 @@ class Session:
                                      "42P11")
             portal = _Portal(_Statement(st.query, (), 0), params, ())
             portal.result = result
+            if self.engine is not None:
+                portal.tables = set(self.engine.last_tables)
             self.portals[st.name] = portal
             self.cursors[st.name] = st.hold
             return Result(None, [], "DECLARE CURSOR")
@@ -586,6 +624,8 @@ class Session:
         assert portal.result is not None
         rows = portal.result.rows
         picked, portal.sent = move(portal.sent, len(rows), fetch)
+        if self.engine is not None:
+            self.engine.last_tables = set(portal.tables)
         if fetch.move:
             return Result(None, [], f"MOVE {len(picked)}")
         return Result(portal.result.columns, [rows[i] for i in picked], f"FETCH {len(picked)}")
@@ -636,7 +676,9 @@ class Session:
         try:
             statements = _sqltext.split_statements(sql)
         except ServerError as exc:
-            self._error(StatementError(str(exc), "42601"))
+            err = StatementError(str(exc), "42601")
+            await self._log_failure(sql, err)
+            self._error(err)
             return
         if not statements:
             self.send(P.EMPTY_QUERY)
@@ -647,14 +689,7 @@ class Session:
             if refused is not None:
                 index, refusal = refused
                 self._error(refusal)
-                if self.server.access_log is not None:  # the refused attempt, never run
-                    entry: dict[str, Any] = {
-                        "user": self.user, "source": self.peer_host,
-                        "kind": (_sqltext.first_words(statements[index], 1) or [""])[0]}
-                    if self.privileges.current_user != self.user:
-                        entry["role"] = self.privileges.current_user
-                    await asyncio.to_thread(self.server.access_log.write, **entry, tables=[],
-                                            duration_ms=0, sqlstate=refusal.sqlstate)
+                await self._log_failure(statements[index], refusal)  # never run
                 return
             # PostgreSQL runs them as one implicit transaction unless they manage their own
             implicit = self.server.engine.transactions and self._status() == "I" and not any(
@@ -718,7 +753,11 @@ class Session:
                 raise statement_error(exc) from None
 
     async def _copy(self, sql: str) -> Result:
-        """COPY ... FROM STDIN / TO STDOUT, in a simple query or an Execute."""
+        """COPY ... FROM STDIN / TO STDOUT, in a simple query or an Execute, and its
+        access-log line (a COPY that fails or loses its client: its SQLSTATE, 0 rows)."""
+        return await self._logged(sql, functools.partial(self._run_copy, sql))
+
+    async def _run_copy(self, sql: str) -> Result:
         from ._copy import decode_binary, decode_rows, encode_binary, encode_rows, parse_copy
 
         if self.failed:
@@ -730,7 +769,7 @@ class Session:
         if st.direction == "out":
             cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
             query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
-            result = await self._execute(query, [])
+            result = await self._run_statement(query, [])
             names = [n for n, _ in result.columns or []]
             self.send(_copy_response(b"H", len(names), st.binary))
             chunks = encode_binary([o for _, o in result.columns or []], result.rows) \
