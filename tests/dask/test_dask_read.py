@@ -72,6 +72,28 @@ def test_a_filter_on_the_key_schedules_only_the_parts_that_can_match(client, tab
     assert len(client.compute(none).result()) == 0
 
 
+def test_partitions_come_in_dasks_string_dtype_one_task_each(client, table):
+    """Strings arrive as ``string[pyarrow]``, the dtype Dask gives them (as dd.read_parquet
+    does): no task converting each partition follows the read."""
+    import dask
+    import distributed
+
+    path, cfg, _key = table
+    df = cryptdisk.dask.read_table(path, "t", config=cfg)
+    assert df.dtypes["s"] == pd.StringDtype("pyarrow")
+    with distributed.get_task_stream(client) as stream:  # two reductions share the reads
+        client.compute([df.f.sum(), df.s.count()], sync=True)
+    names = [str(t["key"]) for t in stream.data]
+    assert sum("cryptdisk-read-table" in n for n in names) == df.npartitions
+    assert not [n for n in names if "string" in n], names  # no conversion task
+    got = client.compute(df.partitions[0]).result()
+    assert got.dtypes.to_dict() == df.dtypes.to_dict()
+    with dask.config.set({"dataframe.convert-string": False}):  # pandas' own str dtype then
+        plain = cryptdisk.dask.read_table(path, "t", ["s"], config=cfg)
+        assert plain.dtypes["s"] != pd.StringDtype("pyarrow")
+        assert client.compute(plain.partitions[0]).result().dtypes["s"] == plain.dtypes["s"]
+
+
 def test_filters_on_other_columns_equal_the_engine(client, table):
     path, cfg, _key = table
     filters = [("f", "<", 1000.5), ("s", ">=", "8"), ("k", "!=", 7)]

@@ -55,10 +55,27 @@ def _worker_database(db_path: str, config: str | None) -> Database:
         return db
 
 
+def _string_dtype(arrow_type: Any) -> Any:
+    """pandas' ``string[pyarrow]`` for Arrow strings: the dtype Dask gives string columns
+    (``dataframe.convert-string``); with pandas' default ``str`` dtype (NaN as missing
+    value) Dask would add a task converting every partition."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or \
+            pa.types.is_string_view(arrow_type):
+        return pd.StringDtype("pyarrow")
+    return None
+
+
+def _to_pandas(table: Any, arrow_strings: bool) -> Any:
+    return table.to_pandas(types_mapper=_string_dtype if arrow_strings else None)
+
+
 def _read_partition(spec: tuple[Any, ...]) -> Any:
-    db_path, config, table, part, row_groups, columns, filters = spec
+    db_path, config, table, part, row_groups, columns, filters, arrow_strings = spec
     db = _worker_database(db_path, config)
-    return db.read_part(table, part, columns, filters, row_groups).to_pandas()
+    return _to_pandas(db.read_part(table, part, columns, filters, row_groups), arrow_strings)
 
 
 def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] | None = None,
@@ -75,6 +92,12 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     database) or a config *path*: every worker must see the same paths.
     """
     dd = _dask_dataframe()
+    import dask
+    from dask.dataframe.utils import pyarrow_strings_enabled
+
+    # Partitions come with Dask's string dtype (``dataframe.convert-string``, on by
+    # default) already, so from_map need not add a task converting each one.
+    arrow_strings = bool(pyarrow_strings_enabled())
     if row_groups_per_partition < 1:
         raise DatabaseError("row_groups_per_partition must be at least 1")
     path = os.path.abspath(os.fspath(db_path))
@@ -84,13 +107,15 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
         meta = db.table(table)
         cols = meta.pick_columns(columns, "read_table")
         plan = db.scan_plan(meta.name, filters)
-        empty = db.arrow_schema(meta).empty_table().select(cols).to_pandas()
+        empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), arrow_strings)
     specs = []
     for part, groups in plan:
         for i in range(0, len(groups), row_groups_per_partition):
             specs.append((path, config_path, meta.name, part,
-                          groups[i:i + row_groups_per_partition], cols, filters))
+                          groups[i:i + row_groups_per_partition], cols, filters,
+                          arrow_strings))
     if not specs:
         return dd.from_pandas(empty, npartitions=1)
-    return dd.from_map(_read_partition, specs, meta=empty, label="cryptdisk-read-table",
-                       enforce_metadata=False)
+    with dask.config.set({"dataframe.convert-string": False}):
+        return dd.from_map(_read_partition, specs, meta=empty, label="cryptdisk-read-table",
+                           enforce_metadata=False)
