@@ -334,3 +334,29 @@ def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engi
     srv.stop()
     assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in lines(path.read_bytes())] == \
         [("WITH", "57014", 0)]
+
+
+def test_a_copy_in_flight_at_shutdown_is_logged(start_server, sqlite_engine, keyring,
+                                                tmp_path) -> None:
+    """The server ends a session still inside a COPY once draining times out: the COPY's
+    line says 57P01 with 0 rows, in the encrypted log too, and nothing of it is applied."""
+    import asyncio
+
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, secure=False, access_log=AccessLog(path, keyring))
+    with psycopg.connect(**_plain(srv), autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"Q", cstr("COPY t FROM STDIN")))
+    assert r.read()[0] == b"G"
+    r.send(msg(b"d", b"1\n"))
+    asyncio.run_coroutine_threadsafe(srv.server.drain(timeout=0.2), srv.loop).result(60)
+    rest = r.rest()
+    assert rest and rest[-1][0] == b"E"
+    srv.stop()
+    with cryptdisk.open(path, "rb", keyring=keyring) as f:
+        log = lines(f.read())
+    assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log] == [
+        ("CREATE", None, None), ("COPY", "57P01", 0)]
+    assert sqlite_engine.open_session().run("SELECT count(*) FROM t", []).rows == [(0,)]
