@@ -281,6 +281,10 @@ def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytica
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             bob.execute("INSERT INTO t VALUES (1, 'x')")
         bob.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # extended protocol
+            bob.execute("SELECT * FROM t WHERE a = %s", (1,))
+        bob.execute("SELECT table_name FROM information_schema.tables WHERE table_name = %s",
+                    ("t",), prepare=True).fetchall()
     srv.stop()
     log = lines(path.read_bytes())
     admin = [(e["kind"], e.get("sqlstate")) for e in log if e["user"] == "u"]
@@ -288,7 +292,8 @@ def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytica
                      ("GRANT", None), ("GRANT", None), ("CREATE", None), ("ALTER", None),
                      ("REVOKE", None)]
     bobs = [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log if e["user"] == "bob"]
-    assert bobs == [("SELECT", "42501", 0), ("INSERT", "42501", 0), ("SELECT", None, 0)]
+    assert bobs == [("SELECT", "42501", 0), ("INSERT", "42501", 0), ("SELECT", None, 0),
+                    ("SELECT", "42501", 0), ("SELECT", None, 0)]
 
 
 def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engine,
