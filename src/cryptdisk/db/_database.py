@@ -474,7 +474,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 meta = self.catalog.tables[t]
                 schema = self.arrow_schema(meta)
                 key = meta.order_by.split(",")[0] if meta.order_by else None
-                scan = self._scan(meta, cols, table_filters(tree, t, schema),
+                schemas = {u: self.arrow_schema(self.catalog.tables[u]) for u in tables}
+                scan = self._scan(meta, cols, table_filters(tree, t, schema, schemas),
                                   top_n(tree, t, schema, self._default_order),
                                   key_extremes_only(tree, t, schema, key))
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread

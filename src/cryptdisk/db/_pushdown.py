@@ -7,7 +7,10 @@ parts of its WHERE of the forms ``col OP constant`` (``=``, ``<``, ``<=``,
 become :class:`Filter` s; everything else is ignored (read, not skipped). A
 row group (or a part) is skipped only when its min/max statistics prove that
 no row can pass; DuckDB still applies the whole WHERE to every row it gets, so
-a skipped filter can make a query read more, never answer differently.
+a skipped filter can make a query read more, never answer differently. When
+the FROM is a tree of inner joins of cryptdisk tables, the WHERE's and ONs'
+conjuncts apply too, carried between tables by column equalities
+(:func:`_through_joins`).
 
 Types follow DuckDB's comparison rules: integer columns take integer literals
 within BIGINT's range (compared exactly); floating columns take numeric
@@ -131,9 +134,101 @@ def _from_comparison(node: dict[str, Any], cols: _Columns) -> Filter | None:
     return None
 
 
-def table_filters(tree: dict[str, Any] | None, table: str,
-                  schema: pa.Schema) -> list[Filter]:
-    """The filters every row the query reads from ``table`` must pass (may be empty)."""
+def _inner_join_leaves(node: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The base tables of a tree of INNER (or comma) joins, or None if it holds anything else."""
+    if node.get("type") == "BASE_TABLE":
+        if node.get("schema_name") or node.get("catalog_name"):
+            return None
+        return [node]
+    if (node.get("type") != "JOIN" or node.get("join_type") != "INNER"
+            or node.get("ref_type") not in ("REGULAR", "CROSS")):
+        return None
+    left, right = node.get("left"), node.get("right")
+    if not isinstance(left, dict) or not isinstance(right, dict):
+        return None
+    a, b = _inner_join_leaves(left), _inner_join_leaves(right)
+    return None if a is None or b is None else a + b
+
+
+def _join_conditions(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if node.get("type") == "JOIN":
+        cond = node.get("condition")
+        if isinstance(cond, dict):
+            yield from _conjuncts(cond)
+        for side in ("left", "right"):
+            yield from _join_conditions(node.get(side) or {})
+
+
+def _through_joins(select: dict[str, Any], scan: dict[str, Any], table: str,
+                   schemas: dict[str, pa.Schema]) -> list[Filter]:
+    """Filters on ``table`` implied through a tree of inner joins of cryptdisk tables.
+
+    Its own ``col OP constant`` conjuncts (WHERE and ON), and those on another table's
+    column ``u.c`` where a conjunct says ``t.k = u.c`` (same type): every row an inner
+    join keeps has ``t.k = u.c``, so ``u.c``'s bounds bind ``t.k`` too. A column named
+    without its table counts only if one table of the join has it.
+    """
+    leaves = _inner_join_leaves(select["from_table"])
+    lower = {n.lower(): sc for n, sc in schemas.items()}
+    if leaves is None or any(str(n.get("table_name", "")).lower() not in lower
+                             for n in leaves):
+        return []
+    cols = [_Columns(str(n["table_name"]), str(n.get("alias") or ""),
+                     lower[str(n["table_name"]).lower()]) for n in leaves]
+    mine = next(i for i, n in enumerate(leaves) if n is scan)
+
+    def resolve(node: dict[str, Any]) -> tuple[int, str, pa.DataType] | None:
+        found = [(i, *got) for i, c in enumerate(cols) if (got := c.ref(node)) is not None]
+        return found[0] if len(found) == 1 else None
+
+    where = select.get("where_clause")
+    conjuncts = [*(_conjuncts(where) if isinstance(where, dict) else ()),
+                 *_join_conditions(select["from_table"])]
+    bounds: dict[tuple[int, str], list[Filter]] = {}
+    same: dict[tuple[int, str], tuple[int, str]] = {}  # columns equal in every row kept
+
+    def root(x: tuple[int, str]) -> tuple[int, str]:
+        while same.get(x, x) != x:
+            x = same[x]
+        return x
+
+    for c in conjuncts:
+        if c.get("type") == "COMPARE_EQUAL":
+            a, b = resolve(c.get("left") or {}), resolve(c.get("right") or {})
+            if a is not None and b is not None and a[2] == b[2]:
+                same[root((a[0], a[1]))] = root((b[0], b[1]))
+                continue
+        ref = resolve(_ref_of(c))
+        f = _from_comparison(c, cols[ref[0]]) if ref is not None else None
+        if ref is not None and f is not None:
+            bounds.setdefault((ref[0], f.column), []).append(f)
+    out = []
+    for name in cols[mine].types.values():
+        here = root((mine, name[0]))
+        for (i, col), fs in bounds.items():
+            if root((i, col)) == here:
+                out += [Filter(name[0], f.lo, f.hi, f.values) for f in fs]
+    return out
+
+
+def _ref_of(node: dict[str, Any]) -> dict[str, Any]:
+    """The column reference a comparison :func:`_from_comparison` understood is about."""
+    if node.get("type") == "COMPARE_BETWEEN":
+        return node.get("input") or {}
+    if node.get("type") == "COMPARE_IN":
+        children = node.get("children") or [{}]
+        return children[0] if isinstance(children[0], dict) else {}
+    left = node.get("left") or {}
+    return left if left.get("class") == "COLUMN_REF" else node.get("right") or {}
+
+
+def table_filters(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
+                  schemas: dict[str, pa.Schema] | None = None) -> list[Filter]:
+    """The filters every row the query reads from ``table`` must pass (may be empty).
+
+    ``schemas`` (every cryptdisk table's Arrow schema, by name) lets filters reach
+    ``table`` through inner joins (see :func:`_through_joins`).
+    """
     if tree is None:
         return []
     scans = [n for n in _walk(tree.get("statements", []))
@@ -151,6 +246,11 @@ def table_filters(tree: dict[str, Any] | None, table: str,
             cols = _Columns(table, str(scan.get("alias") or ""), schema)
             found = (_from_comparison(c, cols) for c in _conjuncts(where))
             return [f for f in found if f is not None]
+        if (schemas is not None and node.get("type") == "SELECT_NODE"
+                and isinstance(node.get("from_table"), dict)
+                and node["from_table"].get("type") == "JOIN"
+                and any(n is scan for n in _inner_join_leaves(node["from_table"]) or ())):
+            return _through_joins(node, scan, table, schemas)
     return []
 
 
