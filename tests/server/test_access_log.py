@@ -365,3 +365,33 @@ def test_a_copy_in_flight_at_shutdown_is_logged(start_server, sqlite_engine, key
     assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log] == [
         ("CREATE", None, None), ("COPY", "57P01", 0)]
     assert sqlite_engine.open_session().run("SELECT count(*) FROM t", []).rows == [(0,)]
+
+
+def test_binary_results_that_fail_to_encode_are_logged_as_failed(start_server, sqlite_engine,
+                                                                 tmp_path) -> None:
+    """SQLite keeps a text value in an INTEGER column: sent in binary it cannot be, the
+    client gets 22000 and the statement's line says so (0 rows). Binary results that are
+    sent, whole or in part (a portal dropped at Sync after one chunk), get one line each."""
+    path = tmp_path / "access.log"
+    srv = start_server(sqlite_engine, secure=False, access_log=AccessLog(path))
+    with psycopg.connect(**_plain(srv), autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+        c.execute("INSERT INTO t VALUES (1), (2)")
+        assert c.execute("SELECT a FROM t WHERE a > %s ORDER BY a", (0,),
+                         binary=True).fetchall() == [(1,), (2,)]
+        c.execute("INSERT INTO t VALUES ('abc')")
+        with pytest.raises(psycopg.errors.DataException):
+            c.execute("SELECT a FROM t WHERE a <> %s", (0,), binary=True).fetchall()
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (3,)
+    r = Raw(srv.port)
+    r.startup()
+    r.send(msg(b"P", cstr("") + cstr("SELECT a FROM t ORDER BY a") + b"\0\0")
+           + msg(b"B", cstr("") + cstr("") + b"\0\0" + b"\0\0" + b"\0\x01\0\x01")
+           + msg(b"E", cstr("") + b"\0\0\0\x01") + msg(b"S"))
+    assert [k for k, _ in r.until(b"Z")] == [b"1", b"2", b"D", b"s", b"Z"]
+    r.close()
+    srv.stop()
+    log = lines(path.read_bytes())
+    assert [(e["kind"], e["rows"], e.get("sqlstate")) for e in log] == [
+        ("CREATE", None, None), ("INSERT", 2, None), ("SELECT", 2, None), ("INSERT", 1, None),
+        ("SELECT", 0, "22000"), ("SELECT", 1, None), ("SELECT", 3, None)]

@@ -51,6 +51,8 @@ class _Portal:
     sent: int = 0
     described_columns: list[tuple[str, int]] | None = field(default=None)
     tables: set[str] = field(default_factory=set)  # a cursor's: what its FETCHes read
+    #: its access-log line, held until its rows are sent (binary results can fail to encode)
+    log_entry: dict[str, Any] | None = None
 
 
 def _quote(name: str) -> str:
@@ -304,6 +306,9 @@ class Session:
             log.debug("closing the session of %s", self.peer_host)
             if self.executor is not None:
                 self.executor.shutdown()
+            for portal in self.portals.values():  # lines still held: their rows were sent
+                if portal.log_entry is not None and self.server.access_log is not None:
+                    self.server.access_log.write(**portal.log_entry)
             self.conn.close()
             try:  # what is still queued, then TLS's close_notify, but never wait long
                 await asyncio.wait_for(self.conn.wait_closed(), 2)
@@ -410,7 +415,9 @@ class Session:
                 raise _Closing()
             if isinstance(msg, P.Sync):
                 self.skip_to_sync = False
-                self.portals.pop("", None)
+                dropped = self.portals.pop("", None)
+                if dropped is not None and dropped.log_entry is not None:
+                    await self._write_portal_log(dropped)
                 self.send(P.ready_for_query(self._status()))
                 await self.flush()
                 continue
@@ -445,10 +452,13 @@ class Session:
         """Run one statement and write its access-log line."""
         return await self._logged(sql, functools.partial(self._run_statement, sql, params))
 
-    async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]]) -> Result:
+    async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]],
+                      portal: _Portal | None = None) -> Result:
         """``run()`` (one statement, ``sql``) and its access-log line, whatever the outcome:
         ``rows`` when it ran, ``sqlstate`` when it failed, the client gone or the session
-        ended (08006, 08P01, 57P01) included."""
+        ended (08006, 08P01, 57P01) included. ``portal`` with binary results: the line of a
+        statement that ran is held on it until its rows are sent (:meth:`_write_portal_log`),
+        since a value can fail to encode."""
         log_ = self.server.access_log
         if log_ is None:
             return await run()
@@ -472,10 +482,23 @@ class Session:
         finally:
             entry["tables"] = sorted(self.engine.last_tables) if self.engine else []
             entry["duration_ms"] = round((time.monotonic() - start) * 1000, 3)
-            if entry.get("sqlstate") in ("57P01", "XX000"):  # the loop may be going away
+            if portal is not None and "sqlstate" not in entry and any(portal.result_formats):
+                portal.log_entry = entry
+            elif entry.get("sqlstate") in ("57P01", "XX000"):  # the loop may be going away
                 log_.write(**entry)
             else:
                 await asyncio.to_thread(log_.write, **entry)
+
+    async def _write_portal_log(self, portal: _Portal,
+                                error: StatementError | None = None) -> None:
+        """Write the access-log line held on ``portal``: its rows were sent, it was dropped,
+        or sending them failed with ``error``."""
+        entry, portal.log_entry = portal.log_entry, None
+        if entry is None or self.server.access_log is None:
+            return
+        if error is not None:
+            entry.update(sqlstate=error.sqlstate, rows=0)
+        await asyncio.to_thread(self.server.access_log.write, **entry)
 
     async def _log_failure(self, sql: str, err: StatementError) -> None:
         """The access-log line of a statement refused or failed before it could run."""
@@ -882,6 +905,9 @@ class Session:
                     for i, v in enumerate(msg.params)]
             except ProtocolError as exc:
                 raise StatementError(str(exc), "22P02") from None
+            replaced = self.portals.get(msg.portal)
+            if replaced is not None and replaced.log_entry is not None:
+                await self._write_portal_log(replaced)
             self.portals[msg.portal] = _Portal(st, values, msg.result_formats)
             self.send(P.BIND_COMPLETE)
         elif isinstance(msg, P.Describe):
@@ -926,7 +952,8 @@ class Session:
                     self.send(P.NO_DATA)  # COPY runs at Execute
                     return
                 if portal.result is None:
-                    portal.result = await self._execute(portal.statement.sql, portal.params)
+                    portal.result = await self._logged(portal.statement.sql, functools.partial(
+                        self._run_statement, portal.statement.sql, portal.params), portal)
                 columns = portal.result.columns
                 if portal.statement.described and portal.statement.columns is not None \
                         and columns is not None \
@@ -946,22 +973,29 @@ class Session:
             if portal.result is None and _is_copy(portal.statement.sql):
                 portal.result = await self._copy(portal.statement.sql)
             elif portal.result is None:
-                portal.result = await self._execute(portal.statement.sql, portal.params)
+                portal.result = await self._logged(portal.statement.sql, functools.partial(
+                    self._run_statement, portal.statement.sql, portal.params), portal)
                 st = portal.statement
                 if st.described and st.columns is not None and portal.result.columns is not None \
                         and len(st.columns) == len(portal.result.columns):
                     portal.described_columns = st.columns
             try:
-                self._send_result(portal.result, portal.result_formats, msg.max_rows, portal,
-                                  describe=False)
+                done = self._send_result(portal.result, portal.result_formats, msg.max_rows,
+                                         portal, describe=False)
             except ProtocolError as exc:
-                raise StatementError(str(exc), "22000") from None
+                err = StatementError(str(exc), "22000")
+                await self._write_portal_log(portal, err)
+                raise err from None
+            if done and portal.log_entry is not None:
+                await self._write_portal_log(portal)
         elif isinstance(msg, P.Close):
             if msg.kind == "S":
                 self.statements.pop(msg.name, None)
             else:
-                self.portals.pop(msg.name, None)
+                dropped = self.portals.pop(msg.name, None)
                 self.cursors.pop(msg.name, None)
+                if dropped is not None and dropped.log_entry is not None:
+                    await self._write_portal_log(dropped)
             self.send(P.CLOSE_COMPLETE)
 
     def _statement(self, name: str) -> _Statement:
