@@ -63,6 +63,7 @@ __all__ = [
     "DiskFileNotFoundError",
     "DiskIsADirectoryError",
     "FieldError",
+    "FieldPolicyError",
     "FormatError",
     "HeaderAuthenticationError",
     "ImmutableFileError",
@@ -343,6 +344,22 @@ class FieldError(CryptdiskError, ValueError):
     number that fails the Luhn check. The message names the column or function,
     never the value's key.
     """
+
+
+class FieldPolicyError(FieldError):
+    """A query cannot be read through the masking and row access policies of its role.
+
+    It is not a query (only queries are rewritten), names a table with policies in
+    another schema, or a policy no longer parses. ``sqlstate`` is the PostgreSQL code
+    ``cryptdisk serve`` answers with.
+    """
+
+    sqlstate = "42501"
+
+    def __init__(self, message: str, sqlstate: str = "42501", *, hint: str | None = None
+                 ) -> None:
+        super().__init__(message, hint=hint)
+        self.sqlstate = sqlstate
 
 
 class ServerError(CryptdiskError):

@@ -15,7 +15,9 @@ the SQL on decrypted columns held in a bounded in-memory cache.
 
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._database import Database, add_connection_hook, connect
+from ._policies import PolicyRewriter, PolicySession, read_policies, role_query
 from ._sql import split_statements
 
-__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "add_connection_hook",
-           "connect", "split_statements"]
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "PolicyRewriter",
+           "PolicySession", "add_connection_hook", "connect", "read_policies", "role_query",
+           "split_statements"]

@@ -49,6 +49,7 @@ from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
+from ._policies import role_query
 from ._pushdown import (
     count_star_only,
     filters_from_tuples,
@@ -142,9 +143,18 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
                  cache_bytes: int = DEFAULT_COLUMN_CACHE_BYTES, read_only: bool = False,
                  memory_limit: str | None = None, threads: int | None = None,
-                 pin: str | os.PathLike[str] | bool | None = None) -> None:
+                 pin: str | os.PathLike[str] | bool | None = None, role: str | None = None,
+                 policies: str | os.PathLike[str] | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.read_only = read_only
+        if role is not None and (not isinstance(role, str) or not role):
+            raise DatabaseError("role must be a role name (a non-empty string)")
+        #: the role whose masking and row access policies this connection's queries
+        #: read through (None: none, the caller's full access)
+        self.role = role
+        #: the sealed policy file (``cryptdisk serve``'s, default ``PATH.policies``)
+        self.policies_path = os.path.abspath(os.fspath(policies)) if policies is not None \
+            else self.path + ".policies"
         creating = not os.path.exists(os.path.join(self.path, "catalog"))
         if creating and read_only:
             raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)")
@@ -550,7 +560,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         with self._mutex:
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
-                return self._run_duckdb(st.sql)
+                sql = st.sql
+                if self.role is not None:  # masking and row access policies (._policies)
+                    sql = role_query(self, sql)
+                return self._run_duckdb(sql)
             self._writable(type(st).__name__)
             handler = {
                 _sql.CreateTable: self._create, _sql.Insert: self._insert_sql,
@@ -645,7 +658,12 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``pin`` (a file
     outside the directory that records the catalog's version after every
     commit, so a rollback of the whole directory is refused; ``True`` means
-    ``PATH.pin`` beside ``PATH.key``; created by the first writer that uses it).
+    ``PATH.pin`` beside ``PATH.key``; created by the first writer that uses it),
+    ``role`` (a role name: the queries read tables through the masking and row
+    access policies of ``cryptdisk serve`` for that role, kept in ``policies``,
+    default ``PATH.policies``; their bodies call ``cryptdisk.fields``' functions,
+    so import it first; the caller still holds the keys, so this applies policies,
+    it does not confine the caller).
     A second process opening the same database for writing gets
     :class:`~cryptdisk.errors.DatabaseLockedError`.
     """

@@ -44,7 +44,6 @@ table with policies to them.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -53,10 +52,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
-from ..errors import CryptdiskError, ServerError
+from ..db import PolicyRewriter
+from ..errors import CryptdiskError, FieldPolicyError, ServerError
 from . import _sqltext
 from ._audit import AuditLog, revealing_calls
-from ._engines import Result, StatementError, sql_literal
+from ._engines import Result, StatementError
 from ._grants import scalar, serialize_sql
 
 if TYPE_CHECKING:
@@ -81,9 +81,6 @@ _ROW = re.compile(rf"\s*ALTER\s+TABLE\s+({_NAME})\s+(ADD|DROP)\s+ROW\s+ACCESS\s+
                   re.I | re.S)
 _APPLY = re.compile(rf"\s*(GRANT|REVOKE)\s+(APPLY\s+POLICY|AUDIT)\s+(?:TO|FROM)\s+"
                     rf"({_NAME}(?:\s*,\s*{_NAME})*)\s*;?\s*", re.I | re.S)
-_QUOTED_SYSTEM = re.compile(r'"system"\s*\.\s*(disks|storage_policies|tables|parts|keys)\b')
-#: functions of a policy body that the rewrite replaces by the session's values
-_ROLE_WORDS = {"current_role", "current_user", "session_user"}
 
 
 def _ident(token: str) -> str:
@@ -94,18 +91,6 @@ def _ident(token: str) -> str:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
-    """Rebuild ``node`` bottom-up with ``visit`` (which returns a replacement or None)."""
-    if isinstance(node, dict):
-        done = visit(node)
-        if done is not None:
-            return done
-        return {k: _walk_nodes(v, visit) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_walk_nodes(v, visit) for v in node]
-    return node
 
 
 class PolicyStore:
@@ -132,7 +117,9 @@ class PolicyStore:
                 raise ServerError(f"{self.path} is not a cryptdisk policy file (version 1)")
             for key in self.data:
                 self.data[key] = data.get(key, self.data[key])
-        self._parsed: dict[tuple[str, str], Any] = {}
+        #: the query rewrite, shared with embedded connections that name a role
+        self._rewriter = PolicyRewriter(lambda: self.data, self._columns,
+                                        lambda body: bool(revealing_calls(body)))
 
     def __repr__(self) -> str:
         return (f"<PolicyStore {self.path!r} masking={len(self.data['masking'])} "
@@ -152,7 +139,7 @@ class PolicyStore:
                 self.data = json.loads(before)
                 raise
             finally:
-                self._parsed.clear()
+                self._rewriter.clear()
 
     @property
     def active(self) -> bool:
@@ -472,20 +459,11 @@ class PolicyStore:
                                                          stripped, re.I):
                 cut += _close_paren(stripped) + 1
             prefix, sql = sql[:insert.end() + cut] + " ", sql[insert.end() + cut:]
-        tree = serialize_sql(sql, con)
-        if tree.get("error"):
-            raise StatementError("permission denied: tables with policies are read through "
-                                 "queries only", "42501")
-        context = _Context(self, privileges, con)
-        tree = context.walk(tree, frozenset())
-        if not context.changed:
-            return prefix + sql, []
-        rewritten = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
-        if rewritten is None:
-            raise StatementError("internal error: a policy rewrite failed", "XX000")
-        # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
-        text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(rewritten))
-        return prefix + text, sorted(context.revealed)
+        try:
+            text, revealed = self._rewriter.rewrite_query(sql, privileges, con)
+        except FieldPolicyError as exc:
+            raise StatementError(str(exc), exc.sqlstate) from None
+        return prefix + text, revealed
 
     def record(self, sql: str, privileges: Privileges | None, revealed: list[str],
                rows: int | None, con: Any, user: str | None = None) -> None:
@@ -512,161 +490,3 @@ class PolicyStore:
                          kind="policy" if revealed else "function",
                          functions=sorted(functions), tables=tables, columns=revealed,
                          rows=rows)
-
-    def parsed_body(self, kind: str, name: str, con: Any) -> Any:
-        """The expression tree of a policy body (cached until the policies change)."""
-        key = (kind, name)
-        if key not in self._parsed:
-            body = self.data[kind][name]["body"]
-            tree = serialize_sql(f"SELECT {body}", con)
-            if tree.get("error"):
-                raise StatementError(f"policy {name} no longer parses", "XX000")
-            self._parsed[key] = tree["statements"][0]["node"]["select_list"][0]
-        return copy.deepcopy(self._parsed[key])
-
-
-class _Context:
-    """One query's rewrite: the session's role values and a parser connection."""
-
-    def __init__(self, store: PolicyStore, privileges: Privileges, con: Any) -> None:
-        self.store, self.privileges, self.con = store, privileges, con
-        self.roles = privileges.roles
-        self._constants: dict[str, Any] = {}
-        self.changed = False
-        self.revealed: set[str] = set()
-
-    def constant(self, literal: str) -> Any:
-        if literal not in self._constants:
-            self._constants[literal] = serialize_sql(f"SELECT {literal}", self.con)[
-                "statements"][0]["node"]["select_list"][0]
-        return copy.deepcopy(self._constants[literal])
-
-    def walk(self, node: Any, ctes: frozenset[str]) -> Any:
-        """Replace table references outside the CTE names in scope (a CTE's own body does
-        not see it, nor later ones; a recursive CTE sees itself)."""
-        if isinstance(node, list):
-            return [self.walk(v, ctes) for v in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "BASE_TABLE":
-            return self.table(node, ctes)
-        if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
-            ctes = ctes | {node["cte_name"].lower()}
-        cte_map = node.get("cte_map")
-        out = dict(node)
-        if isinstance(cte_map, dict) and cte_map.get("map"):
-            seen = ctes
-            entries = []
-            for entry in cte_map["map"]:
-                entries.append(self.walk(entry, seen))
-                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-                    seen = seen | {entry["key"].lower()}
-            out["cte_map"] = dict(cte_map, map=entries)
-            ctes = seen
-        for key, value in node.items():
-            if key != "cte_map":
-                out[key] = self.walk(value, ctes)
-        return out
-
-    def table(self, node: dict[str, Any], ctes: frozenset[str]) -> Any:
-        schema = (node.get("schema_name") or "").lower()
-        name = (node.get("table_name") or "").lower()
-        if not schema and name in ctes:
-            return node
-        data = self.store.data
-        if schema == "system" and name == "parts":
-            self.changed = True
-            return self.system_parts(node)
-        key = name if schema in ("", "main") else f"{schema}.{name}"
-        masks = data["columns"].get(key, {})
-        rows = data["rows"].get(key)
-        if not masks and rows is None:
-            return node
-        if schema not in ("", "main"):
-            raise StatementError(f"permission denied: {key} has policies", "42501")
-        self.changed = True
-        cols = list(self.store._columns(key))
-        for column, pname in masks.items():
-            if revealing_calls(data["masking"][pname]["body"]):
-                self.revealed.add(f"{key}.{column}")
-        if rows is not None and revealing_calls(data["row_access"][rows[0]]["body"]):
-            self.revealed.update(f"{key}.{c}" for c in rows[1])
-        select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c in masks
-                           else _quote(c) for i, c in enumerate(cols))
-        where = ""
-        if rows is not None:
-            where = f" WHERE __cd_rows({', '.join(_quote(c) for c in rows[1])})"
-        alias = node.get("alias") or name
-        text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "  # noqa: S608
-                f"AS {_quote(alias)}")  # quoted names, and markers replaced below
-        sub = serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
-
-        def fill(n: dict[str, Any]) -> Any:
-            fn = n.get("function_name")
-            if n.get("type") != "FUNCTION" or not isinstance(fn, str) or \
-                    not fn.startswith("__cd_"):
-                return None
-            args = [a["expression"] if isinstance(a, dict) and "expression" in a else a
-                    for a in n.get("arguments", [])]
-            if fn == "__cd_rows":
-                policy = data["row_access"][rows[0]]
-                expr = self.body("row_access", rows[0], policy, args)
-            else:
-                column = cols[int(fn.rsplit("_", 1)[1])]
-                pname = masks[column]
-                policy = data["masking"][pname]
-                expr = self.body("masking", pname, policy, args)
-                cast = self.constant(f"CAST(NULL AS {policy['returns']})")
-                cast["child"] = expr
-                expr = cast
-            expr["alias"] = n.get("alias", "")
-            return expr
-
-        return _walk_nodes(sub, fill)
-
-    def body(self, kind: str, name: str, policy: dict[str, Any], args: list[Any]) -> Any:
-        """A policy's expression with its arguments bound and role functions evaluated."""
-        bound = {a.lower(): arg for (a, _t), arg in zip(policy["args"], args, strict=True)}
-        current = self.privileges.current_user
-        values = {"current_role": current, "current_user": current,
-                  "session_user": self.privileges.session_user}
-
-        def visit(n: dict[str, Any]) -> Any:
-            kind_ = n.get("type")
-            if kind_ == "COLUMN_REF":
-                names = [str(x).lower() for x in n.get("column_names", [])]
-                if len(names) == 1 and names[0] in bound:
-                    return copy.deepcopy(bound[names[0]])
-                if len(names) == 1 and names[0] in values:
-                    return self.constant(sql_literal(values[names[0]]))
-                return None
-            if kind_ == "FUNCTION":
-                fn = str(n.get("function_name", "")).lower()
-                arguments = n.get("arguments", [])
-                if fn in _ROLE_WORDS and not arguments:
-                    return self.constant(sql_literal(values[fn]))
-                if fn == "is_role_in_session":
-                    arg = arguments[0].get("expression") if len(arguments) == 1 and \
-                        isinstance(arguments[0], dict) else None
-                    literal = (arg or {}).get("literal") or {}
-                    if literal.get("kind") != "STRING":
-                        raise StatementError(f"policy {name}: is_role_in_session takes a "
-                                             "role name in quotes", "42601")
-                    held = literal.get("text", "").lower() in self.roles
-                    return self.constant("TRUE" if held else "FALSE")
-            return None
-
-        return _walk_nodes(self.store.parsed_body(kind, name, self.con), visit)
-
-    def system_parts(self, node: dict[str, Any]) -> Any:
-        protected = sorted(set(self.store.data["columns"]) | set(self.store.data["rows"]))
-        hidden = ", ".join(sql_literal(t) for t in protected)
-        cols = [c for c in ("table", "part", "rows", "bytes", "bytes_on_disk", "disk", "path",
-                            "key_id", "algorithm", "sha256")]
-        select = ", ".join(_quote(c) for c in cols)
-        alias = node.get("alias") or "parts"
-        text = (f"SELECT * FROM (SELECT {select}, CASE WHEN \"table\" IN ({hidden}) THEN NULL "  # noqa: S608
-                "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
-                f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
-                f"{_quote(alias)}")
-        return serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]

@@ -1,0 +1,367 @@
+"""Masking and row access policies applied to a query, for one role.
+
+The rewrite shared by ``cryptdisk serve`` (whose ``PolicyStore`` keeps the policies in
+a sealed file and runs the statements that manage them) and by embedded connections
+that name a role (``cryptdisk.connect(path, config, role="analyst")``, which read the
+same file, ``PATH.policies``). It lives in db, below both; the functions policy bodies
+call (``mask_last4``, ``decrypt``...) come from ``cryptdisk.fields``::
+
+    rewriter = PolicyRewriter(lambda: data, columns_of)
+    text, revealed = rewriter.rewrite_query(sql, session, con)
+
+DuckDB's parser (``json_serialize_sql``) gives the query's tree; every reference to a
+table with policies (in subqueries, CTEs, joins, ``UNION`` branches) becomes the
+subquery ``(SELECT mask(c1) AS c1, ..., cn FROM t WHERE row_policy(...)) AS t``, and
+``json_deserialize_sql`` gives the text that runs. In each policy body the session's
+role functions are replaced by constants (``current_role()``, ``current_user``,
+``session_user``: the names; ``is_role_in_session('r')``: TRUE or FALSE), so DuckDB folds
+``CASE WHEN current_role() IN ('auditor') THEN decrypt(v, 'k') ELSE mask_last4(v) END``
+to the one branch the role gets and never runs the other one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import FieldPolicyError
+from ..format import open_file
+
+__all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_query"]
+
+#: functions of a policy body that the rewrite replaces by the session's values
+_ROLE_WORDS = {"current_role", "current_user", "session_user"}
+_QUOTED_SYSTEM = re.compile(r'"system"\s*\.\s*(disks|storage_policies|tables|parts|keys)\b')
+
+
+class PolicySession:
+    """Who a query runs as: the names the role functions of a policy body evaluate to.
+
+    ``roles`` is ``current_user`` and every role it belongs to (what
+    ``is_role_in_session`` tests); the server's ``Privileges`` has the same attributes.
+    """
+
+    def __init__(self, current_user: str, session_user: str | None = None,
+                 roles: frozenset[str] | None = None) -> None:
+        self.current_user = current_user
+        self.session_user = session_user if session_user is not None else current_user
+        self.roles = frozenset(roles or ()) | {current_user}
+        self.admin = False
+
+    def __repr__(self) -> str:
+        return f"<PolicySession current_user={self.current_user!r}>"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _scalar(con: Any, sql: str, params: list[Any]) -> Any:
+    # fetchall, not fetchone: a one-row result left unfinished keeps its transaction open
+    rows = con.execute(sql, params).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _parse(sql: str, con: Any) -> Any:
+    text = _scalar(con, "SELECT json_serialize_sql(?)", [sql])
+    return json.loads(text) if text is not None else {"error": True}
+
+
+def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
+    """Rebuild ``node`` bottom-up with ``visit`` (which returns a replacement or None)."""
+    if isinstance(node, dict):
+        done = visit(node)
+        if done is not None:
+            return done
+        return {k: _walk_nodes(v, visit) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_walk_nodes(v, visit) for v in node]
+    return node
+
+
+def read_policies(path: str | os.PathLike[str], keyring: Any) -> dict[str, Any]:
+    """The policies in a sealed policy file (``cryptdisk serve`` writes it), or none."""
+    data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {}, "rows": {},
+                            "apply": [], "audit": []}
+    if not os.path.exists(path):
+        return data
+    with open_file(os.fspath(path), "rb", keys=keyring) as f:
+        stored = json.loads(f.read())
+    if not isinstance(stored, dict) or stored.get("version") != 1:
+        raise FieldPolicyError(f"{os.fspath(path)} is not a cryptdisk policy file (version 1)",
+                               "XX000")
+    for key in data:
+        data[key] = stored.get(key, data[key])
+    return data
+
+
+class PolicyRewriter:
+    """Rewrites queries to read tables through their policies.
+
+    ``data()`` gives the policies (the policy file's dictionary), ``columns(table)`` a
+    table's ``{column: type}`` in order, and ``reveals(body)`` whether a body calls a
+    function that reveals protected values (for the audit's column list; default: no).
+    Parsed policy bodies are cached until :meth:`clear`.
+    """
+
+    def __init__(self, data: Callable[[], dict[str, Any]],
+                 columns: Callable[[str], dict[str, str]],
+                 reveals: Callable[[str], bool] | None = None) -> None:
+        self.data, self.columns = data, columns
+        self.reveals = reveals or (lambda body: False)
+        self._parsed: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget parsed policy bodies (call after the policies change)."""
+        with self._lock:
+            self._parsed.clear()
+
+    @property
+    def active(self) -> bool:
+        """Whether any table has a policy (else queries run as they are)."""
+        data = self.data()
+        return bool(data["columns"] or data["rows"])
+
+    def parsed_body(self, kind: str, name: str, con: Any) -> Any:
+        """The expression tree of a policy body (cached until :meth:`clear`)."""
+        key = (kind, name)
+        with self._lock:
+            tree = self._parsed.get(key)
+        if tree is None:
+            body = self.data()[kind][name]["body"]
+            parsed = _parse(f"SELECT {body}", con)
+            if parsed.get("error"):
+                raise FieldPolicyError(f"policy {name} no longer parses", "XX000")
+            tree = parsed["statements"][0]["node"]["select_list"][0]
+            with self._lock:
+                self._parsed[key] = tree
+        return copy.deepcopy(tree)
+
+    def rewrite_query(self, sql: str, session: Any, con: Any) -> tuple[str, list[str]]:
+        """``sql`` (a query) reading every table with policies through them, as
+        ``session`` (a :class:`PolicySession` or the server's ``Privileges``), and the
+        columns (``t.c``) read through a policy that reveals protected values."""
+        if not self.active or getattr(session, "admin", False):
+            return sql, []
+        tree = _parse(sql, con)
+        if tree.get("error"):
+            raise FieldPolicyError("permission denied: tables with policies are read through "
+                                   "queries only")
+        context = _Context(self, session, con)
+        tree = context.walk(tree, frozenset())
+        if not context.changed:
+            return sql, []
+        rewritten = _scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
+        if rewritten is None:
+            raise FieldPolicyError("internal error: a policy rewrite failed", "XX000")
+        # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
+        text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(rewritten))
+        return text, sorted(context.revealed)
+
+
+class _Context:
+    """One query's rewrite: the session's role values and a parser connection."""
+
+    def __init__(self, rewriter: PolicyRewriter, session: Any, con: Any) -> None:
+        self.rewriter, self.session, self.con = rewriter, session, con
+        self.data = rewriter.data()
+        self.roles = session.roles
+        self._constants: dict[str, Any] = {}
+        self.changed = False
+        self.revealed: set[str] = set()
+
+    def constant(self, literal: str) -> Any:
+        if literal not in self._constants:
+            self._constants[literal] = _parse(f"SELECT {literal}", self.con)[
+                "statements"][0]["node"]["select_list"][0]
+        return copy.deepcopy(self._constants[literal])
+
+    def walk(self, node: Any, ctes: frozenset[str]) -> Any:
+        """Replace table references outside the CTE names in scope (a CTE's own body does
+        not see it, nor later ones; a recursive CTE sees itself)."""
+        if isinstance(node, list):
+            return [self.walk(v, ctes) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "BASE_TABLE":
+            return self.table(node, ctes)
+        if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
+            ctes = ctes | {node["cte_name"].lower()}
+        cte_map = node.get("cte_map")
+        out = dict(node)
+        if isinstance(cte_map, dict) and cte_map.get("map"):
+            seen = ctes
+            entries = []
+            for entry in cte_map["map"]:
+                entries.append(self.walk(entry, seen))
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    seen = seen | {entry["key"].lower()}
+            out["cte_map"] = dict(cte_map, map=entries)
+            ctes = seen
+        for key, value in node.items():
+            if key != "cte_map":
+                out[key] = self.walk(value, ctes)
+        return out
+
+    def table(self, node: dict[str, Any], ctes: frozenset[str]) -> Any:
+        schema = (node.get("schema_name") or "").lower()
+        name = (node.get("table_name") or "").lower()
+        if not schema and name in ctes:
+            return node
+        data = self.data
+        if schema == "system" and name == "parts":
+            self.changed = True
+            return self.system_parts(node)
+        key = name if schema in ("", "main") else f"{schema}.{name}"
+        masks = data["columns"].get(key, {})
+        rows = data["rows"].get(key)
+        if not masks and rows is None:
+            return node
+        if schema not in ("", "main"):
+            raise FieldPolicyError(f"permission denied: {key} has policies")
+        self.changed = True
+        cols = list(self.rewriter.columns(key))
+        for column, pname in masks.items():
+            if self.rewriter.reveals(data["masking"][pname]["body"]):
+                self.revealed.add(f"{key}.{column}")
+        if rows is not None and self.rewriter.reveals(data["row_access"][rows[0]]["body"]):
+            self.revealed.update(f"{key}.{c}" for c in rows[1])
+        select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c in masks
+                           else _quote(c) for i, c in enumerate(cols))
+        where = ""
+        if rows is not None:
+            where = f" WHERE __cd_rows({', '.join(_quote(c) for c in rows[1])})"
+        alias = node.get("alias") or name
+        text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "
+                f"AS {_quote(alias)}")  # quoted names, and markers replaced below
+        sub = _parse(text, self.con)["statements"][0]["node"]["from_table"]
+
+        def fill(n: dict[str, Any]) -> Any:
+            fn = n.get("function_name")
+            if n.get("type") != "FUNCTION" or not isinstance(fn, str) or \
+                    not fn.startswith("__cd_"):
+                return None
+            args = [a["expression"] if isinstance(a, dict) and "expression" in a else a
+                    for a in n.get("arguments", [])]
+            if fn == "__cd_rows":
+                policy = data["row_access"][rows[0]]
+                expr = self.body("row_access", rows[0], policy, args)
+            else:
+                column = cols[int(fn.rsplit("_", 1)[1])]
+                pname = masks[column]
+                policy = data["masking"][pname]
+                expr = self.body("masking", pname, policy, args)
+                cast = self.constant(f"CAST(NULL AS {policy['returns']})")
+                cast["child"] = expr
+                expr = cast
+            expr["alias"] = n.get("alias", "")
+            return expr
+
+        return _walk_nodes(sub, fill)
+
+    def body(self, kind: str, name: str, policy: dict[str, Any], args: list[Any]) -> Any:
+        """A policy's expression with its arguments bound and role functions evaluated."""
+        bound = {a.lower(): arg for (a, _t), arg in zip(policy["args"], args, strict=True)}
+        current = self.session.current_user
+        values = {"current_role": current, "current_user": current,
+                  "session_user": self.session.session_user}
+
+        def visit(n: dict[str, Any]) -> Any:
+            kind_ = n.get("type")
+            if kind_ == "COLUMN_REF":
+                names = [str(x).lower() for x in n.get("column_names", [])]
+                if len(names) == 1 and names[0] in bound:
+                    return copy.deepcopy(bound[names[0]])
+                if len(names) == 1 and names[0] in values:
+                    return self.constant(_literal(values[names[0]]))
+                return None
+            if kind_ == "FUNCTION":
+                fn = str(n.get("function_name", "")).lower()
+                arguments = n.get("arguments", [])
+                if fn in _ROLE_WORDS and not arguments:
+                    return self.constant(_literal(values[fn]))
+                if fn == "is_role_in_session":
+                    arg = arguments[0].get("expression") if len(arguments) == 1 and \
+                        isinstance(arguments[0], dict) else None
+                    literal = (arg or {}).get("literal") or {}
+                    if literal.get("kind") != "STRING":
+                        raise FieldPolicyError(f"policy {name}: is_role_in_session takes a "
+                                               "role name in quotes", "42601")
+                    held = literal.get("text", "").lower() in self.roles
+                    return self.constant("TRUE" if held else "FALSE")
+            return None
+
+        return _walk_nodes(self.rewriter.parsed_body(kind, name, self.con), visit)
+
+    def system_parts(self, node: dict[str, Any]) -> Any:
+        protected = sorted(set(self.data["columns"]) | set(self.data["rows"]))
+        hidden = ", ".join(_literal(t) for t in protected)
+        cols = [c for c in ("table", "part", "rows", "bytes", "bytes_on_disk", "disk", "path",
+                            "key_id", "algorithm", "sha256")]
+        select = ", ".join(_quote(c) for c in cols)
+        alias = node.get("alias") or "parts"
+        text = (f"SELECT * FROM (SELECT {select}, CASE WHEN \"table\" IN ({hidden}) THEN NULL "
+                "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
+                f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
+                f"{_quote(alias)}")
+        return _parse(text, self.con)["statements"][0]["node"]["from_table"]
+
+
+# -- embedded connections that name a role -------------------------------------------------
+
+
+class _Embedded:
+    """A role connection's policies: the file read again whenever it changes."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.path = db.policies_path
+        self.stamp: tuple[int, int, int] | None = None
+        self.data: dict[str, Any] = read_policies(self.path, db.keyring)
+        self.rewriter = PolicyRewriter(lambda: self.data, self.columns)
+        self.session = PolicySession(db.role)
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+            stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self.stamp:
+            self.data = read_policies(self.path, self.db.keyring)
+            self.rewriter.clear()
+            self.stamp = stamp
+
+    def columns(self, table: str) -> dict[str, str]:
+        return {c.lower(): str(t) for c, t in self.db.table(table).columns}
+
+
+_EMBEDDED: weakref.WeakKeyDictionary[Any, _Embedded] = weakref.WeakKeyDictionary()
+_EMBEDDED_LOCK = threading.Lock()
+
+
+def role_query(db: Any, sql: str) -> str:
+    """The text a database opened with ``role=`` runs for query ``sql``: every table with
+    policies read through them as that role (unchanged without a role or policies)."""
+    if getattr(db, "role", None) is None:
+        return sql
+    with _EMBEDDED_LOCK:
+        state = _EMBEDDED.get(db)
+        if state is None:
+            state = _EMBEDDED[db] = _Embedded(db)
+        else:
+            state.refresh()
+    text, _revealed = state.rewriter.rewrite_query(sql, state.session, db.con)
+    return text

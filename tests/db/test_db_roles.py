@@ -1,0 +1,131 @@
+"""An embedded connection that names its role reads tables through the masking and row
+access policies ``cryptdisk serve`` keeps for the database (``PATH.policies``).
+
+The policies are made the server's way (its ``PolicyStore`` statements); the embedded
+connection reads them: an analyst gets masked card numbers and no EU rows, an auditor
+the clear numbers, a connection without a role the stored values.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cryptdisk
+import cryptdisk.fields  # (the SQL functions the policy bodies call)
+from cryptdisk.db import role_query
+from cryptdisk.errors import DatabaseError, FieldPolicyError
+from cryptdisk.server import AnalyticalEngine, PolicyStore
+from tests.fields.test_sql import CONFIG
+
+PANS = ["4111111111111111", "5500005555555559", "340000000000009"]
+MASKED = ["************1111", "************5559", "***********0009"]
+MASK = "CASE WHEN current_role() IN ('auditor') THEN fpe_decrypt(v, 'cards') " \
+    "ELSE mask_last4(fpe_decrypt(v, 'cards')) END"
+NOTE = "CASE WHEN is_role_in_session('auditor') THEN decrypt(v, 'cards') ELSE mask_full(v) END"
+
+
+def _policy_statements() -> list[str]:
+    return [f"CREATE MASKING POLICY pan_mask AS (v VARCHAR) RETURNS VARCHAR -> {MASK}",
+            "ALTER TABLE cards ALTER COLUMN pan SET MASKING POLICY pan_mask",
+            "CREATE ROW ACCESS POLICY no_eu AS (r VARCHAR) RETURNS BOOLEAN -> "
+            "is_role_in_session('auditor') OR r <> 'EU'",
+            "ALTER TABLE cards ADD ROW ACCESS POLICY no_eu ON (region)",
+            f"CREATE MASKING POLICY note_mask AS (v VARCHAR) RETURNS VARCHAR -> {NOTE}",
+            "ALTER TABLE notes ALTER COLUMN secret SET MASKING POLICY note_mask"]
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """The database and its policies as cryptdisk serve leaves them: (engine, store)."""
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config = tmp_path / "cryptdisk.toml"
+    config.write_text(CONFIG)
+    engine = AnalyticalEngine(tmp_path / "db", config)
+    store = PolicyStore(tmp_path / "db.policies", engine.keyring, engine)
+    engine.db.sql("CREATE TABLE cards (pan VARCHAR, region VARCHAR, n INTEGER)")
+    for i, pan in enumerate(PANS):
+        engine.db.sql(f"INSERT INTO cards SELECT fpe_encrypt('{pan}', 'cards'), "
+                      f"'{['US', 'EU', 'US'][i]}', {i}")
+    engine.db.sql("CREATE TABLE notes (secret VARCHAR)")
+    engine.db.sql("INSERT INTO notes SELECT encrypt('call me', 'cards')")
+    for sql in _policy_statements():
+        store.handle(None, sql)  # a server without users: its caller may manage policies
+    yield engine, store, tmp_path / "db", config
+    engine.close()
+
+
+@pytest.fixture
+def made(served):
+    engine, _store, path, config = served
+    engine.close()
+    return path, config
+
+
+def _col(db, sql):
+    return [r[0] for r in db.query(sql)]
+
+
+def test_a_role_reads_through_the_policies(made):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert _col(db, "SELECT pan FROM cards ORDER BY n") == [MASKED[0], MASKED[2]]
+        [note] = _col(db, "SELECT secret FROM notes")  # the ciphertext's length, in stars
+        assert set(note) == {"*"} and len(note) > len("call me")
+    with cryptdisk.connect(path, config, role="auditor") as db:
+        assert _col(db, "SELECT pan FROM cards ORDER BY n") == PANS
+        assert _col(db, "SELECT secret FROM notes") == ["call me"]
+    with cryptdisk.connect(path, config) as db:  # no role: the stored values
+        stored = _col(db, "SELECT pan FROM cards ORDER BY n")
+        assert len(stored) == 3 and not set(stored) & set(PANS)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT pan FROM (SELECT * FROM cards) AS s ORDER BY pan",
+    "WITH cards AS (SELECT * FROM cards) SELECT pan FROM cards ORDER BY pan",
+    "SELECT c.pan FROM cards AS c JOIN cards AS d ON c.pan = d.pan ORDER BY 1",
+    "SELECT pan FROM cards WHERE pan LIKE '%1111' OR true ORDER BY pan",
+    "SELECT pan FROM cards UNION SELECT pan FROM main.cards ORDER BY 1",
+    "SELECT max(pan) FROM cards GROUP BY region ORDER BY 1",
+])
+def test_every_way_to_the_column_is_masked(made, sql):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        got = _col(db, sql)
+        assert got and set(got) <= {MASKED[0], MASKED[2]}
+
+
+def test_the_branch_a_role_does_not_get_is_folded_away(made):
+    """The role functions become constants, so DuckDB keeps one branch of the CASE: the
+    plan of the analyst's query has no decrypt at all, the auditor's has it."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as analyst, \
+            cryptdisk.connect(path, config, role="auditor", read_only=True) as auditor, \
+            cryptdisk.connect(path, config) as plain:
+        for db, decrypts in ((analyst, False), (auditor, True)):
+            text = role_query(db, "SELECT secret FROM notes")
+            assert "is_role_in_session" not in text
+            assert f"WHEN ({str(decrypts).lower()})" in text, text
+            # without the column alias, EXPLAIN names the expression DuckDB kept
+            bare = text.replace(' AS "secret" FROM', " FROM", 1).replace(
+                'SELECT "secret" FROM', "SELECT * FROM", 1)
+            plan = str(plain.sql(f"EXPLAIN {bare}").to_pylist())
+            assert ("decrypt" in plan) == decrypts, plan
+
+
+def test_policy_changes_reach_an_open_role_connection(served):
+    _engine, store, path, config = served
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        assert _col(db, "SELECT pan FROM cards ORDER BY n") == [MASKED[0], MASKED[2]]
+        store.handle(None, "ALTER TABLE cards ALTER COLUMN pan UNSET MASKING POLICY")
+        stored = _col(db, "SELECT pan FROM cards ORDER BY n")
+        assert len(stored) == 2 and not set(stored) & set(MASKED)  # still no EU row
+
+
+def test_a_role_connection_runs_queries_only_while_tables_have_policies(made, tmp_path):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(FieldPolicyError, match="read through queries only"):
+            db.sql(f"COPY cards TO '{tmp_path / 'out.csv'}'")
+        assert not (tmp_path / "out.csv").exists()
+    with pytest.raises(DatabaseError, match="role"):
+        cryptdisk.connect(path, config, role="")
