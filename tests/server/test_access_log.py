@@ -285,6 +285,12 @@ def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytica
             bob.execute("SELECT * FROM t WHERE a = %s", (1,))
         bob.execute("SELECT table_name FROM information_schema.tables WHERE table_name = %s",
                     ("t",), prepare=True).fetchall()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with bob.cursor().copy("COPY t TO STDOUT") as copy:
+                list(copy)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with bob.cursor().copy("COPY t (a) FROM STDIN") as copy:
+                copy.write_row((1,))
     srv.stop()
     log = lines(path.read_bytes())
     admin = [(e["kind"], e.get("sqlstate")) for e in log if e["user"] == "u"]
@@ -293,7 +299,8 @@ def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytica
                      ("REVOKE", None)]
     bobs = [(e["kind"], e.get("sqlstate"), e["rows"]) for e in log if e["user"] == "bob"]
     assert bobs == [("SELECT", "42501", 0), ("INSERT", "42501", 0), ("SELECT", None, 0),
-                    ("SELECT", "42501", 0), ("SELECT", None, 0)]
+                    ("SELECT", "42501", 0), ("SELECT", None, 0), ("COPY", "42501", 0),
+                    ("COPY", "42501", 0)]
 
 
 def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engine,
