@@ -42,3 +42,22 @@ def test_cryptdisk_bench_olap_db_prints_a_table(tmp_path):
     assert len(table) == 2 and " x" in next(t for t in table if "cryptdisk" in t)  # the ratio
     assert out.stat().st_size > 0
     assert {m["experiment"] for m in json.loads(out.read_text())["measurements"]} == {"olap-db"}
+
+
+def test_case_runs_only_the_matching_queries(tmp_path):
+    """``--case TEXT`` inserts into both tables but queries only what TEXT names."""
+    got = []
+    olap_db.run(BenchOptions(tmp_path, rows=2000, repeats=1, case="avg"), got.append,
+                lambda *a: None)
+    cases = {m.case for m in got}
+    assert "insert" in cases and "avg(c_float) cold threads=all" in cases
+    assert not any(c.startswith("sum(c_int)") for c in cases)
+
+
+def test_an_unknown_case_names_the_queries(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match=r"no olap-db query matches --case 'nope' "
+                       r"\(queries: avg\(c_float\); sum\(c_int\)\)"):
+        olap_db.run(BenchOptions(tmp_path, rows=1000, case="nope"), lambda m: None,
+                    lambda *a: None)

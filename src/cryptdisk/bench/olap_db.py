@@ -3,7 +3,8 @@
 The ClickHouse experiment on this database: insert N rows of (c_int BIGINT =
 hash of n, c_str = md5 of n, c_float = n / hash(n) * 1e7), then ``avg(c_float)``
 and ``sum(c_int)`` with all threads and with one, cold (first query after
-opening the database; the OS page cache is warm) and warm (repeated). Strategies
+opening the database; the OS page cache is warm) and warm (repeated); ``--case
+TEXT`` runs only the queries whose name contains TEXT (after the insert). Strategies
 run interleaved (plain, encrypted, plain, ...), each run in a fresh worker process
 (:mod:`._bodies_scan`), with process CPU seconds (all threads: the CPU ratio is
 what encryption costs on a busy machine) and the worker's peak RSS. It also
@@ -51,6 +52,10 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     """Insert and scan on plain and encrypted tables, interleaved; record medians."""
     rows = options.pick(200_000, 10_000_000, options.rows)
     repeats = options.pick(2, 3, options.repeats)
+    wanted = {n: q for n, q in QUERIES.items() if options.case is None or options.case in n}
+    if not wanted:
+        raise ValueError(f"no olap-db query matches --case {options.case!r} (queries: "
+                         + "; ".join(QUERIES) + ")")
     measured: list[Measurement] = []
     keep = keep_measurements(measured, record)
     with experiment_dir(options, "olap-db") as workdir:
@@ -65,7 +70,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         interleave(options, EXPERIMENT, inserts, keep, progress, label + ": insert", repeats)
         stored = {m.strategy: m.work for m in measured}
         queries = [Strategy(s, _B + "db_queries", dict(path=path, table=TABLES[s],
-                                                       queries=QUERIES, warm=WARM,
+                                                       queries=wanted, warm=WARM,
                                                        stored=stored.get(s)),
                             baseline=None if s == "plain" else "plain") for s in STRATEGIES]
         interleave(options, EXPERIMENT, queries, keep, progress, label + ": queries", repeats)

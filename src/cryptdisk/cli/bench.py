@@ -81,7 +81,8 @@ def register(subparsers: Any) -> None:
                    help="oltp: only the cases whose name contains TEXT (e.g. 'wal+full "
                    "clients=1'); with many --repeats, for a tighter paired ratio; "
                    "olap-engine: only the query shapes whose name contains TEXT (e.g. "
-                   "'c_int'); fields: only its cases containing TEXT (e.g. 'scan 1', "
+                   "'c_int'); olap-db: only the queries whose name contains TEXT (e.g. "
+                   "'avg'); fields: only its cases containing TEXT (e.g. 'scan 1', "
                    "'fetch')")
     p.add_argument("--size", type=_size,
                    help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
@@ -104,10 +105,11 @@ def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
     if args.case is not None and args.experiment not in ("oltp", "server", "oltp-cpu",
-                                                         "olap-engine", "fields"):
-        raise BenchUsageError("--case picks oltp cases (or server, oltp-cpu, olap-engine or "
-                              "fields cases); use it with 'cryptdisk bench oltp', 'server', "
-                              "'oltp-cpu', 'olap-engine' or 'fields'")
+                                                         "olap-engine", "olap-db",
+                                                         "fields"):
+        raise BenchUsageError("--case picks oltp cases (or server, oltp-cpu, olap-engine, "
+                              "olap-db or fields cases); use it with 'cryptdisk bench oltp', "
+                              "'server', 'oltp-cpu', 'olap-engine', 'olap-db' or 'fields'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None
