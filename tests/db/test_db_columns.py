@@ -101,3 +101,13 @@ def test_split_statements_never_loses_text_outside_separators(parts):
     pieces = _sql.split_statements(joined)
     assert all(p.strip() == p and p for p in pieces)
     assert len(pieces) <= joined.count(";") + 1
+
+
+def test_has_where_sees_the_keyword_not_literals_or_names():
+    from cryptdisk.db._columns import has_where
+
+    assert has_where("SELECT a FROM t WHERE a = 1")
+    assert has_where("select a from t\nwhere(a = 1)")
+    assert not has_where("SELECT 'where' FROM t")
+    assert not has_where('SELECT "where" FROM t -- where\n')
+    assert not has_where("SELECT nowhere, where_x FROM t /* WHERE */")

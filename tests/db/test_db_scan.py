@@ -630,8 +630,8 @@ def test_a_prefetched_scan_duckdb_never_reads_is_stopped(db, small_groups, monke
 
 
 def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
-    """A statement naming a table of at most 4 parts opens them all on the scan pool (the
-    point query then reads one); a larger table's skipped parts stay closed."""
+    """A statement with a WHERE naming a table of at most 4 parts opens them all on the scan
+    pool (the point query then reads one); a larger table's skipped parts stay closed."""
     from cryptdisk.db import _database
 
     db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
@@ -643,6 +643,9 @@ def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     db.sql("OPTIMIZE TABLE t FINAL")
     db._open_parts.clear()
     db.sql("INSERT INTO t " + gen(1000, start=9000))
+    assert db.query("SELECT min(c_int), max(c_int) FROM t") == [(0, 9999)]
+    assert db.query("SELECT count(*) FROM t") == [(6000,)]
+    assert db._open_parts._opening == {} and db._open_parts._items == {}  # no WHERE
     assert db.query("SELECT c_int FROM t WHERE c_int = 9500") == [(9500,)]
     assert db.last_scans["t"]["parts_skipped"] == 1
     for fut in [f for _pid, f in list(db._open_parts._opening.values())]:

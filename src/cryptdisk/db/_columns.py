@@ -16,8 +16,8 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "base_tables", "needed_columns", "parse_tree", "referenced_tables",
-           "rewrite_system_tables"]
+__all__ = ["ALL", "base_tables", "has_where", "needed_columns", "parse_tree",
+           "referenced_tables", "rewrite_system_tables"]
 
 ALL = None  # marker: every column
 _WORD = re.compile(r'"((?:[^"]|"")+)"|`([^`]+)`|([A-Za-z_][A-Za-z0-9_$]*)')
@@ -42,6 +42,12 @@ def referenced_tables(sql: str, names: set[str]) -> set[str]:
         if word in names:
             found.add(word)
     return found
+
+
+def has_where(sql: str) -> bool:
+    """Whether ``sql`` holds the keyword WHERE (outside literals, comments and quotes)."""
+    return any(m.group(3) and m.group(3).lower() == "where"
+               for m in _WORD.finditer(_LITERAL.sub(" ", sql)))
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:

@@ -40,6 +40,7 @@ from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
 from ._columns import (
     base_tables,
+    has_where,
     needed_columns,
     parse_tree,
     referenced_tables,
@@ -66,9 +67,11 @@ from ._system import system_tables
 __all__ = ["CONNECTION_HOOKS", "Database", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
-#: A statement naming a table of at most this many parts opens them (footer decrypted and
-#: checked, key statistics read) on the scan pool while DuckDB parses it; a larger table's
-#: parts open when its scan knows which ones its filters leave.
+#: A statement with a WHERE naming a table of at most this many parts opens them (footer
+#: decrypted and checked, key statistics read) on the scan pool while DuckDB parses it (a
+#: selective query's critical path); a larger table's parts, and those of a statement
+#: without WHERE (count(*) and min/max of the key may read none), open when its scan
+#: knows which ones it reads.
 _PREOPEN_PARTS = 4
 
 #: Called as ``hook(duckdb_connection, config)`` on each new database's DuckDB connection.
@@ -461,7 +464,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
-            for t in used:  # small tables: their parts open on the pool while DuckDB parses
+            for t in used if has_where(sql) else ():  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
                 if 0 < len(meta.parts) <= _PREOPEN_PARTS:
                     self._open_parts.preopen(
