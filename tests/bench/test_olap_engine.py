@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cryptdisk.bench import olap_engine
 from cryptdisk.bench._bodies_engine import ENGINES, shapes
 from cryptdisk.bench._model import Failure, Measurement
@@ -69,6 +71,36 @@ def test_case_runs_only_the_matching_shapes(tmp_path, monkeypatch):
     olap_engine.run(BenchOptions(tmp_path, rows=1000, case="c_int = X"), lambda m: None,
                     lambda *a: None)
     assert ran == [{"point c_int = X"}]
+
+
+def test_case_load_repeats_the_loads_alone_into_fresh_stores(tmp_path, monkeypatch):
+    """``--case load``: every engine loads ``--repeats`` times, engines interleaved and
+    turned each round, each round into its own directory; no shape runs; one measurement
+    per engine holds every round's time, with its paired ratio to chdb's encrypted disk."""
+    from cryptdisk.bench._measure import Sample
+    from cryptdisk.bench._model import BenchOptions
+
+    calls, got = [], []
+
+    def worker(_cleanup, target, args):
+        if not target.endswith(":load"):
+            return type("R", (), {"samples": [], "peak_rss_mb": 1.0})()
+        calls.append((args["engine"], args["work"]))
+        value = 2.0 if args["engine"] == "cryptdisk encrypted" else 4.0
+        return type("R", (), {"samples": [Sample(olap_engine.LOAD, "s", value + len(calls))],
+                              "peak_rss_mb": 5.0})()
+
+    monkeypatch.setattr(olap_engine, "run_worker", worker)
+    monkeypatch.setattr(olap_engine, "interleave", lambda *a, **k: pytest.fail("a shape ran"))
+    olap_engine.run(BenchOptions(tmp_path, rows=1000, repeats=3, case="load"), got.append,
+                    lambda *a: None)
+    assert len(calls) == 3 * len(ENGINES)
+    assert [e for e, _ in calls[:2]] == ENGINES[:2]
+    assert [e for e, _ in calls[5:7]] == ENGINES[1:3]  # the order turned
+    assert len({w for _, w in calls}) == 3  # a fresh directory per round
+    by = {m.strategy: m for m in got}
+    assert set(by) == set(ENGINES) and all(len(m.values) == 3 for m in by.values())
+    assert by["cryptdisk encrypted"].extra["vs_chdb_encrypted"] < 1
 
 
 def test_an_unknown_case_names_the_shapes(tmp_path):

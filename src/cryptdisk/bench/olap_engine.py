@@ -14,6 +14,8 @@ ratios within one run. cryptdisk's answers must equal DuckDB's file's.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._model import BenchOptions, Failure, Measurement, Progress, Recorder
 from ._stats import paired_ratio
 from ._suite import Strategy, experiment_dir, interleave, keep_measurements
@@ -22,6 +24,8 @@ from ._worker import BenchRunError, run_worker
 __all__ = ["EXPERIMENT", "run"]
 
 EXPERIMENT = "olap-engine"
+#: The load's case name; ``--case load`` runs the loads alone, ``--repeats`` times.
+LOAD = "load the Parquet file"
 WARM = 5
 _B = "cryptdisk.bench._bodies_engine:"
 #: What each strategy's time is compared with, in ``extra`` (median of paired ratios).
@@ -49,28 +53,41 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     keep = keep_measurements(measured, record)
     label = f"olap-engine {rows:,} rows"
     todo = [n for n in shapes(rows) if options.case is None or options.case in n]
-    if not todo:
+    only_load = not todo and options.case is not None and options.case in LOAD
+    if not todo and not only_load:
         raise ValueError(f"no olap-engine shape matches --case {options.case!r} (shapes: "
-                         + "; ".join(shapes(rows)) + ")")
+                         + "; ".join(shapes(rows)) + f"; or {LOAD!r})")
     with experiment_dir(options, EXPERIMENT) as workdir:
         data = str(workdir / "data.parquet")
         run_worker(options.cleanup, "cryptdisk.bench._bodies_olap:prepare",
                    dict(path=data, rows=rows))
-        engines = []
-        for i, engine in enumerate(ENGINES):
-            progress(label + ": load", i, len(ENGINES))
-            try:
-                res = run_worker(options.cleanup, _B + "load", dict(
-                    engine=engine, work=str(workdir), data=data, rows=rows))
-            except BenchRunError as exc:  # chdb missing or broken: the others go on
-                record(Failure(EXPERIMENT, engine, str(exc), exc.traceback))
+        # --case load: the loads alone, repeated into fresh stores, engines interleaved
+        rounds = repeats if only_load else 1
+        engines: list[str] = []
+        loads: dict[str, list[Any]] = {}
+        for r in range(rounds):
+            work = workdir if rounds == 1 else workdir / f"round-{r}"
+            work.mkdir(exist_ok=True)
+            order = ENGINES[r % len(ENGINES):] + ENGINES[:r % len(ENGINES)]
+            for i, engine in enumerate(order):
+                progress(label + ": load", r * len(ENGINES) + i, rounds * len(ENGINES))
+                try:
+                    res = run_worker(options.cleanup, _B + "load", dict(
+                        engine=engine, work=str(work), data=data, rows=rows))
+                except BenchRunError as exc:  # chdb missing or broken: the others go on
+                    record(Failure(EXPERIMENT, engine, str(exc), exc.traceback))
+                    continue
+                if r == 0:
+                    engines.append(engine)
+                loads.setdefault(engine, []).extend((s, res.peak_rss_mb) for s in res.samples)
+        for engine, got in loads.items():
+            if not got:
                 continue
-            engines.append(engine)
-            for s in res.samples:
-                record(Measurement(EXPERIMENT, s.case, engine, s.unit, [s.value], s.better,
-                                   [s.cpu_s or 0.0], s.work, s.work_unit, res.peak_rss_mb,
-                                   dict(s.extra)))
-        progress(label + ": load", len(ENGINES), len(ENGINES))
+            s = got[0][0]
+            keep(Measurement(EXPERIMENT, s.case, engine, s.unit, [g.value for g, _ in got],
+                             s.better, [g.cpu_s or 0.0 for g, _ in got], s.work, s.work_unit,
+                             max(m for _, m in got), dict(s.extra)))
+        progress(label + ": load", rounds * len(ENGINES), rounds * len(ENGINES))
         for name in todo:
             strategies = [Strategy(e, _B + "shape", dict(engine=e, work=str(workdir), name=name,
                                                          rows=rows, warm=WARM))

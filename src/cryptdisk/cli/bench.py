@@ -81,9 +81,9 @@ def register(subparsers: Any) -> None:
                    help="oltp: only the cases whose name contains TEXT (e.g. 'wal+full "
                    "clients=1'); with many --repeats, for a tighter paired ratio; "
                    "olap-engine: only the query shapes whose name contains TEXT (e.g. "
-                   "'c_int'); olap-db: only the queries whose name contains TEXT (e.g. "
-                   "'avg'); fields: only its cases containing TEXT (e.g. 'scan 1', "
-                   "'fetch')")
+                   "'c_int'), or 'load' for the loads alone, --repeats times; olap-db: only "
+                   "the queries whose name contains TEXT (e.g. 'avg'); fields: only its cases "
+                   "containing TEXT (e.g. 'scan 1', 'fetch')")
     p.add_argument("--size", type=_size,
                    help="crypto: size of the streamed file for peak RSS (default 4G, quick 128M)")
     p.add_argument("--no-venv", dest="side_venvs", action="store_false",
