@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import stat
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import IO, Any, cast
 
 from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
@@ -25,6 +27,50 @@ def _fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: Bytes a file being written may hold dirty in the page cache before its writeback is
+#: started (asynchronously, Linux's ``sync_file_range``): the fsync that publishes the file
+#: then waits for the last few MB, not for the whole file (a 500 MB part: about 0.4 s).
+WRITE_BEHIND_BYTES = 16 << 20
+
+
+def _writeback_starter() -> Callable[[int, int, int], object] | None:
+    """``start(fd, offset, length)``: begin writing a range back, without waiting; or None
+    where the system has no ``sync_file_range``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return lambda fd, offset, length: call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
+
+
+_START_WRITEBACK = _writeback_starter()
+
+
+class _WriteBehind:
+    """Write through a buffered file, starting the writeback of every
+    :data:`WRITE_BEHIND_BYTES` written (best effort: the publishing fsync is what makes
+    the file durable; a failed start is ignored)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._started = 0
+        self._written = 0
+
+    def write(self, data: Any) -> int:
+        n: int = self._raw.write(data)
+        self._written += n
+        start = _START_WRITEBACK
+        if start is not None and self._written - self._started >= WRITE_BEHIND_BYTES:
+            self._raw.flush()
+            start(self._raw.fileno(), self._started, self._written - self._started)
+            self._started = self._written
+        return n
 
 
 class LocalDisk(Disk):
@@ -107,7 +153,8 @@ class LocalDisk(Disk):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-        return cast("IO[bytes]", AtomicWriteFile(raw.write, publish, discard, path))
+        return cast("IO[bytes]", AtomicWriteFile(_WriteBehind(raw).write, publish, discard,
+                                                 path))
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self.os_path(path))
