@@ -2,6 +2,8 @@
 
 Usage: crash_child.py DB CONFIG_A CONFIG_B OPERATION
 Prints ``committed N`` after the N-th insert has returned (so it is durable).
+OPERATION ``big-insert``: one insert of :data:`BIG` rows in several parts, printing
+``rows N`` as it writes them.
 """
 
 import sys
@@ -9,15 +11,31 @@ import sys
 import cryptdisk
 
 BATCH = 2000
+BIG = 200_000  # rows of a big-insert: 5 parts
 
 
 def insert(db, i):
     db.sql(f"INSERT INTO t SELECT {i}, md5(r::VARCHAR) || '{i}', r FROM range({BATCH}) x(r)")
 
 
+def big_insert(db):
+    """One insert of many parts and row groups; ``rows N`` as each batch is encoded, while
+    the source thread sorts the next batches and the writer thread hashes and encrypts."""
+    from cryptdisk.db import _insert, _parts
+
+    _insert.BATCH_ROWS, _insert.PART_ROWS, _parts.ROW_GROUP_ROWS = 4096, 40_000, 2048
+    i = db.query("SELECT coalesce(max(c_int) + 1, 0) FROM t")[0][0]
+    db.insert_query("t", f"SELECT {i}, md5(r::VARCHAR), r FROM range({BIG}) x(r)",
+                    on_rows=lambda n: print(f"rows {n}", flush=True))
+    print(f"committed {i}", flush=True)
+
+
 def main():
     path, cfg_a, cfg_b, op = sys.argv[1:5]
     db = cryptdisk.connect(path, cfg_a)
+    if op == "big-insert":
+        big_insert(db)
+        return
     i = db.query("SELECT coalesce(max(c_int) + 1, 0) FROM t")[0][0]
     for n in range(10_000):
         if op == "insert" or n % 3 == 0:

@@ -85,6 +85,47 @@ def test_kill_during_writes(tmp_path, operation):
         committed = check_consistent(path, str(cfg_a), committed)
 
 
+@pytest.mark.slow
+def test_kill_while_an_insert_writes_its_parts_on_several_threads(tmp_path):
+    """kill -9 while one insert's threads are busy: DuckDB sorting the next batches, pyarrow
+    encoding a part, another thread hashing and encrypting it, earlier parts published.
+    The insert is wholly absent, the next writer's commit removes its files, nothing is lost."""
+    from .crash_child import BIG
+
+    cfg = write_config(tmp_path, [1], 1, "a.toml")
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_str")
+        db.sql(f"INSERT INTO t {gen(1000)}")
+    rng = random.Random(7)
+    killed_at, expected = [], 1000
+    for trial in range(max(2, TRIALS // 3)):
+        child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg),
+                                  "big-insert"], stdout=subprocess.PIPE, text=True, env=env())
+        # kill after a random number of the child's own row reports (up to 4 parts' worth)
+        wanted, written = rng.randrange(1, BIG - 40_000), 0
+        while written < wanted:
+            line = child.stdout.readline()
+            assert line.startswith("rows "), f"child ended before it was killed: {line!r}"
+            written += int(line.split()[1])
+        child.send_signal(signal.SIGKILL)
+        rest = child.stdout.read()
+        child.stdout.close()
+        child.wait()
+        assert "committed" not in rest
+        killed_at.append(written)
+        with cryptdisk.connect(path, cfg) as db:
+            assert db.query("SELECT count(*) FROM t") == [(expected,)]
+            db.check()
+            db.sql(f"INSERT INTO t {gen(1, 5000 + trial)}")  # its commit removes the orphans
+            expected += 1
+            live = {p for (p,) in db.query("SELECT path FROM system.parts")}
+            on_disk = set(disk_files(os.path.join(tmp_path, "store", "secure")))
+            assert on_disk == live, on_disk - live
+            assert db.query("SELECT count(*) FROM t") == [(expected,)]
+    assert max(killed_at) > 40_000  # some kills came after a part had been published
+
+
 def test_second_process_gets_locked_error(tmp_path):
     path = str(tmp_path / "db")
     with cryptdisk.connect(path) as db:
