@@ -125,3 +125,45 @@ def test_an_insert_writes_each_codec_as_chosen_and_reads_back(tmp_path):
     codecs = {meta.schema.column(j).name: meta.row_group(0).column(j).compression
               for j in range(meta.num_columns)}
     assert codecs == {"k": "LZ4", "h": "UNCOMPRESSED", "text": "LZ4"}
+
+
+def test_parts_written_at_once_never_share_a_key_and_nonce(tmp_path):
+    """Parts written by concurrent threads on one disk and key: each part file has its own
+    random data key (and file id), and segment ``i`` of a file is sealed under nonce
+    ``(i, last)`` (checked with cryptography's AESGCM alone), so no (key, nonce) pair repeats."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from cryptdisk import Keyring
+    from cryptdisk.disks import EncryptedDisk, LocalDisk
+    from cryptdisk.format import HEADER_SIZE, TAG_SIZE, Header, open_header, sealed_nonce
+
+    keyring = Keyring.generate()
+    disk = EncryptedDisk("e", LocalDisk("raw", tmp_path), keyring, segment_size=4096)
+    batch = _mixed(20_000)
+
+    def write(n):
+        batches = [batch.slice(i, 5_000) for i in range(0, batch.num_rows, 5_000)]
+        return _parts.write_parts(disk, f"t{n}", batches, batch.schema, version=1,
+                                  max_rows=10_000)
+
+    with ThreadPoolExecutor(4) as pool:
+        parts = [p for ps in pool.map(write, range(4)) for p in ps]
+    assert len(parts) == 8
+    keys, ids = set(), set()
+    for part in parts:
+        raw = (tmp_path / part.path).read_bytes()
+        header = Header.parse(raw[:HEADER_SIZE])
+        dek = open_header(header, keyring)
+        keys.add(dek)
+        ids.add(header.file_id)
+        record = header.segment_size + TAG_SIZE
+        body = raw[HEADER_SIZE:]
+        count = -(-len(body) // record)
+        plain = b"".join(
+            AESGCM(dek).decrypt(sealed_nonce(i, i == count - 1),
+                                body[i * record:(i + 1) * record], None)
+            for i in range(count))
+        assert len(plain) == part.bytes and plain[:4] == b"PAR1"
+    assert len(keys) == len(ids) == len(parts)
