@@ -672,3 +672,17 @@ def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups
         with pytest.raises(CatalogError, match="missing"):
             db.query("SELECT count(*) FROM t WHERE c_int = 5")
         assert db._open_parts._opening == {} and db._open_parts._items == {}
+
+
+def test_a_catalog_key_range_that_is_not_the_parts_own_fails_the_read(tmp_path):
+    """The sparse index is written with the part (its footer, authenticated with it) and
+    checked against the catalog's range when the part is read: an entry that differs is an
+    error, never an answer computed from the wrong range."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO t " + gen(100))
+        assert db.query("SELECT key_min, key_max FROM system.parts") == [("0", "99")]
+        part = db.table("t").parts[0]
+        part.key_max = 150  # a range that still holds the value asked for below
+        with pytest.raises(CatalogError, match="does not match the part's own index"):
+            db.query("SELECT count(*) FROM t WHERE c_int = 50")
