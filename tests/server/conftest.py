@@ -26,6 +26,7 @@ from cryptdisk.server import (
     SQLiteEngine,
     UserStore,
     end_point_hash,
+    new_event_loop,
     server_context,
 )
 from tests.server.certs import der, make_ca_and_server
@@ -35,9 +36,10 @@ USER, PASSWORD = "u", "pw"
 
 
 class ServerThread:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, plain_asyncio: bool = False) -> None:
         self.server = server
-        self.loop = asyncio.new_event_loop()
+        # uvloop's where installed, as cryptdisk serve's; plain_asyncio: asyncio's own
+        self.loop = asyncio.new_event_loop() if plain_asyncio else new_event_loop()
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -100,12 +102,14 @@ def certs(tmp_path: Any) -> tuple[Any, Any, Any]:
 
 @pytest.fixture
 def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
-    """start(engine, secure=True, **Server options): TLS with the test CA and SCRAM logins
-    for USER/PASSWORD; secure=False: plaintext on loopback, no authentication."""
+    """start(engine, secure=True, plain_asyncio=False, **Server options): TLS with the test
+    CA and SCRAM logins for USER/PASSWORD; secure=False: plaintext on loopback, no
+    authentication; plain_asyncio: on asyncio's own event loop even where uvloop is installed."""
     started: list[ServerThread] = []
     ca, cert, key = certs
 
-    def start(engine: Any, secure: bool = True, **options: Any) -> ServerThread:
+    def start(engine: Any, secure: bool = True, plain_asyncio: bool = False,
+              **options: Any) -> ServerThread:
         options.setdefault("port", 0)
         if secure:
             store = UserStore(tmp_path / f"users{len(started)}", engine.keyring,
@@ -116,7 +120,7 @@ def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
                 store, channel_binding=end_point_hash(der(cert)), delay=0.01, max_delay=0.05))
         else:
             options.setdefault("plaintext_loopback", True)
-        t = ServerThread(Server(engine, **options)).start()
+        t = ServerThread(Server(engine, **options), plain_asyncio).start()
         t.dsn = {"host": "localhost", "port": t.port, "user": USER, "password": PASSWORD,
                  "dbname": "db", "sslmode": "verify-full", "sslrootcert": str(ca)}
         started.append(t)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import socket
 import ssl
 import struct
@@ -20,10 +22,15 @@ def _fill(conn: psycopg.Connection, rows: int, width: int) -> None:
                         [(i, f"{i:08d}" * (width // 8)) for i in range(rows)])
 
 
-def test_results_larger_than_the_socket_buffers_over_tls(start_server, sqlite_engine) -> None:
+@pytest.mark.parametrize("plain_asyncio", [False, True], ids=["loop", "asyncio-loop"])
+def test_results_larger_than_the_socket_buffers_over_tls(start_server, sqlite_engine,
+                                                         plain_asyncio) -> None:
     """Megabytes of rows over TLS: SSL_write meets a full socket, waits, goes on, loses
-    nothing; then the same session answers the next query."""
-    srv = start_server(sqlite_engine)
+    nothing; then the same session answers the next query. On the server's event loop
+    (uvloop's where installed) and on asyncio's own."""
+    srv = start_server(sqlite_engine, plain_asyncio=plain_asyncio)
+    assert isinstance(srv.loop, asyncio.BaseEventLoop) == (
+        plain_asyncio or importlib.util.find_spec("uvloop") is None)
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
         _fill(conn, 4000, 2000)
         rows = conn.execute("SELECT i, s FROM big ORDER BY i").fetchall()
@@ -33,11 +40,12 @@ def test_results_larger_than_the_socket_buffers_over_tls(start_server, sqlite_en
         assert conn.info.pgconn.ssl_in_use
 
 
-def test_a_client_that_does_not_read_holds_the_server_back(start_server,
-                                                           sqlite_engine) -> None:
+@pytest.mark.parametrize("plain_asyncio", [False, True], ids=["loop", "asyncio-loop"])
+def test_a_client_that_does_not_read_holds_the_server_back(start_server, sqlite_engine,
+                                                           plain_asyncio) -> None:
     """Pipelined queries whose answers the client reads only at the end: the server stops
     sending while the socket is full, and every answer arrives, in order."""
-    srv = start_server(sqlite_engine, secure=False)
+    srv = start_server(sqlite_engine, secure=False, plain_asyncio=plain_asyncio)
     raw = Raw(srv.port)
     raw.startup()
     raw.send(msg(b"Q", cstr("CREATE TABLE t (s TEXT); "

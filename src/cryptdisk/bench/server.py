@@ -96,7 +96,6 @@ def cases(options: BenchOptions) -> list[Case]:
 def serve_child(spec: dict[str, Any], conn: Any) -> None:
     """A server process: ``cryptdisk serve --sqlite``'s Server on the spec's database; sends
     its port through ``conn``, serves until SIGTERM."""
-    import asyncio
 
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import Encoding
@@ -123,7 +122,7 @@ def serve_child(spec: dict[str, Any], conn: Any) -> None:
                     ssl_context=server_context(spec["cert"], spec["key"]),
                     plaintext_loopback=True, max_connections=200,
                     authenticator=ScramAuthenticator(store, channel_binding=binding))
-    asyncio.run(server.serve(ready=lambda address: conn.send(address[1])))
+    server.run(ready=lambda address: conn.send(address[1]))
 
 
 class _Serve:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import os
 import sys
@@ -159,7 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}); "
                   "SIGTERM stops", flush=True)
 
-        asyncio.run(server.serve(ready=ready))
+        server.run(ready=ready)
         print("stopped: every session closed", flush=True)
         return 0
     except BaseException:

@@ -9,7 +9,9 @@
     users = ScramAuthenticator(UserStore("sales.db.users", engine.keyring))
     server = Server(engine, ssl_context=server_context("cert.pem", "key.pem"),
                     authenticator=users)
-    asyncio.run(server.serve())
+    server.run()  # until SIGTERM; or: await server.serve() on a loop of yours
+
+The server runs on uvloop's event loop when uvloop is installed (``new_event_loop``).
 
 Each session's identity and roles: ``session.privileges`` (also
 ``engine_session.privileges``), a :class:`Privileges` with ``session_user``,
@@ -31,7 +33,7 @@ from ._engines import AnalyticalEngine, Engine, EngineSession, Result, SQLiteEng
 from ._grants import Privileges
 from ._policies import PolicyStore
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
-from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server
+from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server, new_event_loop
 from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
 from ._users import ScramAuthenticator, UserStore
 
@@ -56,6 +58,7 @@ __all__ = [
     "certificate_fingerprint",
     "end_point_hash",
     "make_verifier",
+    "new_event_loop",
     "self_signed",
     "server_context",
 ]
