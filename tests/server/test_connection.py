@@ -38,6 +38,9 @@ def test_results_larger_than_the_socket_buffers_over_tls(start_server, sqlite_en
         assert all(s == f"{i:08d}" * 250 for i, s in rows)
         assert conn.execute("SELECT count(*) FROM big").fetchone() == (4000,)
         assert conn.info.pgconn.ssl_in_use
+        # a message many times the server's read-ahead, in 16 KiB TLS records
+        text = "".join(f"{i:07d}," for i in range(250_000))
+        assert conn.execute(f"SELECT length('{text}')").fetchone() == (len(text),)
 
 
 @pytest.mark.parametrize("plain_asyncio", [False, True], ids=["loop", "asyncio-loop"])

@@ -76,6 +76,10 @@ class Connection:
         if not self._reading and not self.eof and self.error is None and not self._closing:
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
+            if self.tls is not None and self.tls.pending():
+                # decrypted bytes left in the SSL object when reading paused: epoll will
+                # not report them
+                self.loop.call_soon(self._on_readable)
 
     def _pause_reading(self) -> None:
         if self._reading:
@@ -83,6 +87,8 @@ class Connection:
             self.loop.remove_reader(self.fd)
 
     def _on_readable(self) -> None:
+        if not self._reading:
+            return
         sock = self.tls or self.sock
         try:
             while True:
