@@ -581,7 +581,9 @@ class Session:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
         string literals, and the column names those literals get mapped back to the words
         (in the order they appear). ``privileges``: others than the session's own."""
-        if _IDENTITY_WORDS.search(sql) is None:
+        upper = sql.upper()  # a word is replaced when its upper() is one of the three
+        if ("CURRENT_USER" not in upper and "CURRENT_ROLE" not in upper
+                and "SESSION_USER" not in upper) or _IDENTITY_WORDS.search(sql) is None:
             return sql, {}
         privileges = privileges if privileges is not None else self.privileges
         current = privileges.current_user if privileges is not None else self.user
