@@ -17,7 +17,7 @@ from tests.server.rawclient import Raw, cstr, msg, sqlstate
 
 def _fill(conn: psycopg.Connection, rows: int, width: int) -> None:
     conn.execute("CREATE TABLE big (i INTEGER, s TEXT)")
-    with conn.cursor() as cur:
+    with conn.transaction(), conn.cursor() as cur:  # one commit, not one per row
         cur.executemany("INSERT INTO big VALUES (%s, %s)",
                         [(i, f"{i:08d}" * (width // 8)) for i in range(rows)])
 
@@ -140,3 +140,9 @@ def test_listens_on_each_address_of_the_host(start_server, sqlite_engine, host) 
     raw.send(msg(b"Q", cstr("SELECT 41 + 1")))
     assert [body for kind, body in raw.until(b"Z") if kind == b"D"] == [b"\0\x01\0\0\0\x0242"]
     raw.close()
+
+
+def test_tls_renegotiation_is_off(certs) -> None:
+    """As in PostgreSQL: with no TLS 1.2 renegotiation a send never waits for a read."""
+    _, cert, key = certs
+    assert server_context(cert, key).options & ssl.OP_NO_RENEGOTIATION
