@@ -23,7 +23,7 @@ def test_fields_records_every_function_and_scan(tmp_path):
         assert (case, "cryptdisk") in cases
     for case in ("scan 1 column", "scan 2 columns", "scan 4 columns", "fetch 1 column",
                  "fetch 4 columns, 1 protected"):
-        for strategy in ("clear", "decrypt", "mask"):
+        for strategy in ("clear", "decrypt", "mask", "policy"):
             assert (case, strategy) in cases
     gcm = next(m for m in got if m.case == "encrypt AES-GCM, 1 MiB values")
     assert gcm.unit == "MB/s" and gcm.work == 16 * (1 << 20) and gcm.extra["target"] == 1000
@@ -43,9 +43,10 @@ def test_case_picks_the_cases_to_run(tmp_path):
     fields.run(BenchOptions(tmp_path, quick=True, rows=2000, repeats=1, case="fetch 1"),
                got.append, lambda what, n, total: None)
     assert {(m.case, m.strategy) for m in got} == {
-        ("fetch 1 column", s) for s in ("clear", "decrypt", "mask")}
+        ("fetch 1 column", s) for s in ("clear", "decrypt", "mask", "policy")}
     notes = "\n".join(fields.NOTES)
     assert "fetch 1 column, masking (2,000 rows)" in notes
+    assert "fetch 1 column, through c0's masking policy, as a role (2,000 rows)" in notes
     try:
         fields.run(BenchOptions(tmp_path, quick=True, case="nothing like it"), got.append,
                    lambda what, n, total: None)
