@@ -163,3 +163,32 @@ def test_row_group_reads_decode_from_the_arena_without_python_reads(db, monkeypa
     expected_pairs = pa.concat_tables([want.slice(rg * 2_000, 2_000).combine_chunks()
                                        for rg in (0, 5, 1, 6, 2, 7, 3, 8, 4, 9)])
     assert pairs.to_pylist() == expected_pairs.to_pylist()
+
+
+def test_a_row_group_read_decrypts_on_the_reading_thread(tmp_path):
+    """A scan's threads are its parallelism: a row group's chunks (here 35 segments of
+    c_str) are decrypted a few segments per call on the reading thread; the format's own
+    thread pool (which splits reads of 8 segments or more) never starts."""
+    import subprocess
+    import sys
+
+    import cryptdisk
+
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql("INSERT INTO t " + gen(70_000))
+    child = (
+        "import threading, cryptdisk\n"
+        "from cryptdisk.db import _partread\n"
+        f"db = cryptdisk.connect({str(path)!r}, read_only=True)\n"
+        "part = db.table('t').parts[0]\n"
+        "op = _partread.open_part(db.config.disks[part.disk], part)\n"
+        "got = op.read([0], ['c_int', 'c_str'])\n"
+        "assert got.num_rows == 65536 and got.column('c_int')[-1].as_py() == 65535\n"
+        "print(sorted({t.name.split('_')[0] for t in threading.enumerate()}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "cryptdisk-aead" not in proc.stdout and "MainThread" in proc.stdout

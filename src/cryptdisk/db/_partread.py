@@ -96,6 +96,16 @@ def _chunk_start_end(col: Any) -> tuple[int, int]:
     return int(start), int(start) + int(length)
 
 
+def _copied_type(typ: pa.DataType) -> bool:
+    """A flat type that pyarrow decodes by copying out of the page (never a view into it)."""
+    t = pa.types
+    return bool(t.is_integer(typ) or t.is_floating(typ) or t.is_boolean(typ)
+                or t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ)
+                or t.is_large_binary(typ) or t.is_fixed_size_binary(typ) or t.is_decimal(typ)
+                or t.is_date(typ) or t.is_time(typ) or t.is_timestamp(typ)
+                or t.is_duration(typ))
+
+
 def _chunk_ranges(meta: pq.FileMetaData, columns: list[str] | None) -> list[tuple[int, int]]:
     """Byte ranges of the column chunks holding ``columns`` (all if None), in file order.
 
@@ -506,6 +516,7 @@ class OpenPart:
         self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
         self._chunk: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        self._arrow: pa.Schema | None = None
         info = getattr(self._handle, "info", None) if disk.is_encrypted else None
         self._segment = int(info.get("segment_size", 1)) if isinstance(info, dict) else 1
         # Arrow pads the chunk ranges of parquet-mr 1.2.8's files; cryptdisk's are pyarrow's
@@ -637,8 +648,9 @@ class OpenPart:
                 pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         chunks, compressed = self._chunks(row_groups, columns)
-        if compressed and self._native and chunks:
-            native = self._read_native(row_groups, columns, chunks)
+        if self._native and chunks:
+            native = self._read_native(row_groups, columns, chunks,
+                                       compressed or self._copied(columns))
             if native is not None:
                 return native
         f = self._handle
@@ -681,15 +693,28 @@ class OpenPart:
         chunks.sort()
         return chunks, compressed
 
-    def _read_native(self, row_groups: list[int], columns: list[str],
-                     chunks: list[tuple[int, int]]) -> pa.Table | None:
-        """Decrypt whole segments into the thread's arena at their offsets in the file, and
-        let pyarrow decode from memory (no Python call per read); None if the chunks are
-        too far apart for the arena (the caller reads them compacted).
+    def _copied(self, columns: list[str]) -> bool:
+        """Whether pyarrow copies ``columns`` out of uncompressed pages (flat types whose
+        decoders copy values into their builders; checked by a test): then the arena may
+        hold those pages too."""
+        if self._arrow is None:
+            self._arrow = self.meta.schema.to_arrow_schema()
+        for c in columns:
+            i = self._arrow.get_field_index(c)
+            if i < 0 or not _copied_type(self._arrow.field(i).type):
+                return False
+        return True
 
-        pyarrow sees a buffer that starts ``lo`` bytes before the arena, so the file's
+    def _read_native(self, row_groups: list[int], columns: list[str],
+                     chunks: list[tuple[int, int]], reuse: bool) -> pa.Table | None:
+        """Decrypt whole segments into memory at their offsets in the file, and let pyarrow
+        decode from there (no Python call per read); None if the chunks are too far apart
+        (the caller reads them compacted).
+
+        pyarrow sees a buffer that starts ``lo`` bytes before that memory, so the file's
         offsets land in it; it reads exactly the column chunk ranges of the footer
-        (:func:`_chunk_start_end` computes them as Arrow does), all inside the arena.
+        (:func:`_chunk_start_end` computes them as Arrow does), all inside it. The memory
+        is the thread's arena if ``reuse`` (nothing decoded refers to it), else fresh.
         """
         seg = self._segment
         lo, hi = chunks[0][0] // seg * seg, max(b for _a, b in chunks)
@@ -704,10 +729,15 @@ class OpenPart:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        view, whole = _THREAD_ARENA.arena.buffer(end - lo)
+        if reuse:
+            view, whole = _THREAD_ARENA.arena.buffer(end - lo)
+        else:  # pyarrow may keep slices of uncompressed pages of these types: fresh memory
+            fresh = bytearray(end - lo)
+            view, whole = memoryview(fresh), pa.py_buffer(fresh)
         try:
-            for a, b in merged:
-                _decrypt_range(self._handle, view[a - lo : b - lo], a)
+            step = seg * _SERIAL_SEGMENTS if seg > 1 else 1 << 18
+            for a, b in merged:  # on this thread: the scan's threads are the parallelism
+                _decrypt_serial(self._handle, view[a - lo : b - lo], a, step)
             source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, hi, base=whole))
             pf = pq.ParquetFile(source, metadata=self.meta)
             return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
