@@ -84,7 +84,8 @@ def scan(reader: str, workers: int, db: str, plain: str, rows: int,
     """Each shape once untimed, then timed, on a fresh cluster of ``workers`` processes.
 
     Rows/s counts the table's rows for both shapes (the filtered sum reads a tenth);
-    CPU is this process's and the worker processes' (nannies excluded).
+    CPU is this process's and the worker processes' (nannies excluded), also recorded
+    apart (``client_cpu_s``, ``workers_cpu_s``).
     """
     import warnings
 
@@ -103,12 +104,16 @@ def scan(reader: str, workers: int, db: str, plain: str, rows: int,
             cpu0 = sum(process_cpu(p) for p in pids)
             with Stopwatch() as sw:
                 got = _compute(dask, _frame(reader, db, plain, shape), name)
-            cpu = sw.cpu + sum(process_cpu(p) for p in pids) - cpu0
+            workers_cpu = sum(process_cpu(p) for p in pids) - cpu0
+            cpu = sw.cpu + workers_cpu
             _check(got, answers[name], reader, name)
             s = sw.rate(f"{name}, {workers} worker{'s' if workers > 1 else ''}", rows,
                         unit="Mrows/s", work_unit="rows", rows=rows, workers=workers,
                         partitions=df.npartitions)
             s.cpu_s = cpu
+            # where the CPU went: the client (planning, and LocalCluster's scheduler) and the
+            # worker processes (reads, and Dask's per-task work on each worker's event loop)
+            s.extra.update(client_cpu_s=sw.cpu, workers_cpu_s=workers_cpu)
             out.append(s)
     return out
 
