@@ -129,3 +129,20 @@ def test_a_role_connection_runs_queries_only_while_tables_have_policies(made, tm
         assert not (tmp_path / "out.csv").exists()
     with pytest.raises(DatabaseError, match="role"):
         cryptdisk.connect(path, config, role="")
+
+
+def test_a_role_query_reads_only_the_columns_it_names(made):
+    """The policy subquery lists the columns the query names (the row policy's are read
+    underneath), so the database decodes no others; * or a whole-row name keeps all."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        text = role_query(db, "SELECT n FROM cards WHERE n > 0")
+        assert "fpe_decrypt" not in text and '"pan"' not in text and "r <> 'EU'" not in text
+        assert "'EU'" in text  # the row policy still filters
+        assert _col(db, "SELECT n FROM cards ORDER BY n") == [0, 2]
+        assert _col(db, "SELECT count(*) FROM cards") == [2]
+        for whole in ("SELECT * FROM cards", "SELECT cards FROM cards",
+                      "SELECT c FROM cards AS c", "SELECT COLUMNS('p.*') FROM cards"):
+            assert "fpe_decrypt" in role_query(db, whole), whole
+        rows = db.query("SELECT * FROM cards ORDER BY n")
+        assert [r[0] for r in rows] == [MASKED[0], MASKED[2]] and len(rows[0]) == 3

@@ -220,7 +220,8 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
         admin.execute("SELECT 'decrypt(' AS not_a_call").fetchall()
     with connect(srv, "bob") as analyst:
         analyst.execute("SELECT pan FROM cards").fetchall()
-        analyst.execute("SELECT region FROM cards").fetchall()  # through the policies too
+        # through the row policy, but pan is not read: nothing decrypted, no line
+        analyst.execute("SELECT region FROM cards").fetchall()
         analyst.execute("INSERT INTO other SELECT pan FROM cards")
         with pytest.raises(DENIED, match="AUDIT"):
             analyst.execute("SELECT * FROM system.audit")
@@ -236,7 +237,6 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
              r["rows"]) for r in rows] == [
         ("u", "function", "fpe_decrypt", "cards", "", 3),
         ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2),
-        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2),
         ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", None)]  # the INSERT
     assert engine.policies.audit.verify() is None
     raw = (tmp_path / "db.audit").read_bytes()
@@ -246,4 +246,4 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
     engine.policies.audit.close()
     with cd_open(tmp_path / "db.audit", "ab", keyring=engine.keyring) as f:
         f.write(b'{"time":"x","kind":"function","prev":"' + b"0" * 64 + b'"}\n')
-    assert AuditLog(tmp_path / "db.audit", engine.keyring).verify() == 5
+    assert AuditLog(tmp_path / "db.audit", engine.keyring).verify() == 4

@@ -89,6 +89,46 @@ def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
     return node
 
 
+def _nodes(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _nodes(value)
+
+
+def _referenced_columns(tree: Any) -> set[str] | None:
+    """The column names (lower case) a query references anywhere, or None when it may
+    read whole rows (``*``, ``COLUMNS``, positional or natural references, ``PIVOT``, a
+    name that is also a table, alias or CTE name): then a table read through its policies
+    gives every column. A name missed here could only make a query fail, never read a
+    column around its policy (every column given is the policy's)."""
+    refs: set[str] = set()
+    singles: set[str] = set()
+    relations: set[str] = set()
+    for node in _nodes(tree):
+        kind, cls = node.get("type"), node.get("class")
+        if cls in ("STAR", "POSITIONAL_REFERENCE") or kind in ("STAR", "COLUMNS") or \
+                "PIVOT" in str(kind) or node.get("ref_type") in ("NATURAL", "POSITIONAL"):
+            return None
+        if cls == "COLUMN_REF":
+            names = [str(n).lower() for n in node.get("column_names") or [""]]
+            refs.add(names[-1])
+            if len(names) == 1:
+                singles.add(names[0])
+        for col in node.get("using_columns") or []:
+            refs.add(str(col).lower())
+        for key in ("table_name", "alias", "cte_name"):
+            if isinstance(node.get(key), str) and node[key]:
+                relations.add(node[key].lower())
+        for entry in (node.get("cte_map") or {}).get("map") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                relations.add(entry["key"].lower())
+    return None if singles & relations else refs
+
+
 def read_policies(path: str | os.PathLike[str], keyring: Any) -> dict[str, Any]:
     """The policies in a sealed policy file (``cryptdisk serve`` writes it), or none."""
     data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {}, "rows": {},
@@ -159,6 +199,7 @@ class PolicyRewriter:
             raise FieldPolicyError("permission denied: tables with policies are read through "
                                    "queries only")
         context = _Context(self, session, con)
+        context.used = _referenced_columns(tree)
         tree = context.walk(tree, frozenset())
         if not context.changed:
             return sql, []
@@ -180,6 +221,9 @@ class _Context:
         self._constants: dict[str, Any] = {}
         self.changed = False
         self.revealed: set[str] = set()
+        #: the columns the query names (None: it may read whole rows); a table read
+        #: through its policies gives only these, so the database decodes only these
+        self.used: set[str] | None = None
 
     def constant(self, literal: str) -> Any:
         if literal not in self._constants:
@@ -232,6 +276,9 @@ class _Context:
             raise FieldPolicyError(f"permission denied: {key} has policies")
         self.changed = True
         cols = list(self.rewriter.columns(key))
+        if self.used is not None:
+            named = [c for c in cols if c in self.used]
+            cols = named or cols[:1]  # count(*): one column, for the rows
         for column, pname in masks.items():
             if self.rewriter.reveals(data["masking"][pname]["body"]):
                 self.revealed.add(f"{key}.{column}")
