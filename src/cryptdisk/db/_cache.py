@@ -15,6 +15,12 @@ of CPU against 1.4 s without the cache, over 10M md5 strings), while a scan
 that keeps nothing reuses the same buffers. So a query's first run reads
 without filling the cache, its second run fills it and later runs answer from
 it. Only the keys of first offers are remembered (a bounded number).
+
+A statement never evicts what it kept or used itself (:meth:`ColumnCache.new_statement`
+starts one): a scan larger than the cache keeps its first row groups, up to the bound,
+and leaves the rest out, instead of cycling every row group through an LRU that a
+sequential scan defeats (each run evicting what the next run reads first). So repeats
+of that scan answer the same leading row groups from the cache and read the rest.
 """
 
 from __future__ import annotations
@@ -48,9 +54,18 @@ class ColumnCache:
         self.peak = 0
         self.hits = 0
         self.misses = 0
-        self._items: OrderedDict[tuple[str, str], tuple[pa.ChunkedArray, int]] = OrderedDict()
+        self.evictions = 0
+        #: The current statement; each entry records the last statement that kept or used it.
+        self.statement = 0
+        self._items: OrderedDict[tuple[str, str], tuple[pa.ChunkedArray, int, int]] = (
+            OrderedDict())
         self._offered: OrderedDict[tuple[str, str], None] = OrderedDict()  # once, not kept
         self._lock = threading.Lock()
+
+    def new_statement(self) -> None:
+        """A new statement starts: what earlier ones kept may be evicted for it."""
+        with self._lock:
+            self.statement += 1
 
     def get(self, part_id: str, column: str) -> pa.ChunkedArray | None:
         with self._lock:
@@ -58,6 +73,7 @@ class ColumnCache:
             if item is None:
                 self.misses += 1
                 return None
+            self._items[(part_id, column)] = (item[0], item[1], self.statement)
             self._items.move_to_end((part_id, column))
             self.hits += 1
             return item[0]
@@ -73,20 +89,22 @@ class ColumnCache:
             return
         key = (part_id, column)
         with self._lock:
-            if key not in self._items:
-                if key not in self._offered:  # first offer: remembered, not kept
-                    self._offered[key] = None
-                    while len(self._offered) > _OFFERED:
-                        self._offered.popitem(last=False)
-                    return
-                del self._offered[key]
-            old = self._items.pop((part_id, column), None)
-            if old is not None:
-                self.size -= old[1]
+            if key in self._items:
+                return  # (a scan reads only what it missed; another scan kept it meanwhile)
+            if key not in self._offered:  # first offer: remembered, not kept
+                self._offered[key] = None
+                while len(self._offered) > _OFFERED:
+                    self._offered.popitem(last=False)
+                return
             while self._items and self.size + n > self.bound:
-                _key, (_arr, m) = self._items.popitem(last=False)
+                oldest = next(iter(self._items.values()))
+                if oldest[2] == self.statement:
+                    return  # full of this statement's own row groups: this one is not kept
+                _key, (_arr, m, _s) = self._items.popitem(last=False)
                 self.size -= m
-            self._items[(part_id, column)] = (array, n)
+                self.evictions += 1
+            del self._offered[key]
+            self._items[key] = (array, n, self.statement)
             self.size += n
             self.peak = max(self.peak, self.size)
 

@@ -457,6 +457,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if self.read_only:
             self.refresh()
         self.last_scans = {}
+        self.cache.new_statement()
         sql, wants_system = rewrite_system_tables(sql)
         if wants_system:
             for name, table in system_tables(self).items():
