@@ -192,3 +192,41 @@ def test_a_row_group_read_decrypts_on_the_reading_thread(tmp_path):
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "cryptdisk-aead" not in proc.stdout and "MainThread" in proc.stdout
+
+
+def test_pyarrow_copies_the_flat_types_out_of_uncompressed_pages():
+    """What lets the arena hold uncompressed pages: for every type _copied_type admits,
+    the decoded arrays of an uncompressed file (plain or dictionary pages, v1 or v2) keep
+    nothing of the file's memory, so overwriting it changes no value."""
+    import datetime
+    import decimal
+    import io
+
+    n = 3000
+    table = pa.table({
+        "i": pa.array([i if i % 7 else None for i in range(n)], pa.int64()),
+        "u": pa.array(range(n), pa.uint16()),
+        "f": pa.array([i / 3 for i in range(n)], pa.float32()),
+        "s": pa.array([f"s{i}" if i % 5 else None for i in range(n)], pa.string()),
+        "r": pa.array([f"r{i % 10}" for i in range(n)], pa.large_string()),
+        "b": pa.array([i % 2 == 0 for i in range(n)]),
+        "bin": pa.array([bytes([i % 256]) * 3 for i in range(n)], pa.binary()),
+        "fsb": pa.array([bytes([i % 256]) * 16 for i in range(n)], pa.binary(16)),
+        "dec": pa.array([decimal.Decimal(i) / 100 for i in range(n)], pa.decimal128(18, 2)),
+        "d": pa.array([datetime.date(2020, 1, 1) + datetime.timedelta(days=i % 300)
+                       for i in range(n)], pa.date32()),
+        "t": pa.array([i * 1000 for i in range(n)], pa.time64("us")),
+        "ts": pa.array([i * 10**6 for i in range(n)], pa.timestamp("us")),
+        "dur": pa.array([i for i in range(n)], pa.duration("ms")),
+    })
+    assert all(_parts._copied_type(f.type) for f in table.schema)
+    for dictionary in (False, True):
+        for version in ("1.0", "2.0"):
+            sink = io.BytesIO()
+            pq.write_table(table, sink, compression="NONE", use_dictionary=dictionary,
+                           data_page_version=version)
+            raw = bytearray(sink.getvalue())
+            got = pq.ParquetFile(pa.BufferReader(pa.py_buffer(raw))).read(use_threads=False)
+            footer = int.from_bytes(raw[-8:-4], "little")
+            raw[4 : len(raw) - footer - 8] = b"\xaa" * (len(raw) - footer - 12)
+            assert got.equals(table), (dictionary, version)
