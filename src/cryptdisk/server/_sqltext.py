@@ -190,7 +190,10 @@ def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
 
 def first_words(sql: str, count: int = 2) -> list[str]:
     """The statement's first ``count`` words, upper-cased, comments skipped."""
-    return list(_first_words(sql, count))
+    if count <= 0:
+        return []
+    # one cache entry serves the 1- and 2-word questions asked of each statement
+    return list(_first_words(sql, max(count, 2))[:count])
 
 
 @functools.lru_cache(maxsize=64)  # a statement is asked about several times on its way
