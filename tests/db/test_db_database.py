@@ -486,3 +486,30 @@ def test_check_on_a_reader_follows_a_merge_that_removed_its_parts(tmp_path, monk
         reader.check()
     reader.close()
     writer.close()
+
+
+def test_connect_warms_duckdb_and_leaves_no_thread(tmp_path):
+    """connect runs DuckDB's first JSON function on a cursor in a thread (the first query's
+    parse then does not pay it); close, and a connect that fails, end that thread first."""
+    import threading
+
+    from cryptdisk.errors import CatalogError
+
+    def warmups():
+        return [t for t in threading.enumerate() if t.name == "cryptdisk-duckdb-warmup"]
+
+    path = tmp_path / "db"
+    for _ in range(3):  # closed at once, while the warm-up may still run
+        cryptdisk.connect(path).close()
+    assert warmups() == []
+    with cryptdisk.connect(path) as db:
+        db._warmup.join(timeout=60)
+        assert not db._warmup.is_alive()
+        db.sql("CREATE TABLE t (a BIGINT)")
+        assert db.query("SELECT count(*) FROM t WHERE a > 1") == [(0,)]
+    raw = bytearray((path / "catalog").read_bytes())
+    raw[-20] ^= 1
+    (path / "catalog").write_bytes(bytes(raw))
+    with pytest.raises(CatalogError):
+        cryptdisk.connect(path, read_only=True)
+    assert warmups() == []
