@@ -146,3 +146,16 @@ def test_a_role_query_reads_only_the_columns_it_names(made):
             assert "fpe_decrypt" in role_query(db, whole), whole
         rows = db.query("SELECT * FROM cards ORDER BY n")
         assert [r[0] for r in rows] == [MASKED[0], MASKED[2]] and len(rows[0]) == 3
+
+
+def test_count_star_counts_the_rows_a_role_may_read(made):
+    """count(*) of a table alone is answered from the catalog's row counts only where no
+    row access policy applies: under a role, the table is read through its policy."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert db.query("SELECT count(*) FROM cards") == [(2,)]  # no EU rows
+    with cryptdisk.connect(path, config, role="auditor") as db:
+        assert db.query("SELECT count(*) FROM cards") == [(3,)]
+    with cryptdisk.connect(path, config) as db:
+        assert db.query("SELECT count(*) FROM cards") == [(3,)]
+        assert db.last_scans["cards"]["parts_from_index"] == 3  # from the catalog
