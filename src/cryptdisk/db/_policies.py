@@ -120,8 +120,8 @@ def _referenced_columns(tree: Any) -> set[str] | None:
                 singles.add(names[0])
         for col in node.get("using_columns") or []:
             refs.add(str(col).lower())
-        for key in ("table_name", "alias", "cte_name"):
-            if isinstance(node.get(key), str) and node[key]:
+        for key in ("table_name", "alias", "cte_name"):  # of tables (expressions have a
+            if cls is None and isinstance(node.get(key), str) and node[key]:  # class)
                 relations.add(node[key].lower())
         for entry in (node.get("cte_map") or {}).get("map") or []:
             if isinstance(entry, dict) and isinstance(entry.get("key"), str):
