@@ -13,7 +13,7 @@ import pytest
 import cryptdisk
 import cryptdisk.fields  # (the SQL functions the policy bodies call)
 from cryptdisk.db import role_query
-from cryptdisk.errors import DatabaseError, FieldPolicyError
+from cryptdisk.errors import CryptdiskError, DatabaseError, FieldPolicyError
 from cryptdisk.server import AnalyticalEngine, PolicyStore
 from tests.fields.test_sql import CONFIG
 
@@ -161,3 +161,49 @@ def test_count_star_counts_the_rows_a_role_may_read(made):
     with cryptdisk.connect(path, config) as db:
         assert db.query("SELECT count(*) FROM cards") == [(3,)]
         assert db.last_scans["cards"]["parts_from_index"] == 3  # from the catalog
+
+
+def test_a_role_inserts_only_the_rows_and_values_it_may_read(made):
+    """INSERT ... SELECT on a role connection reads through the policies like its queries:
+    copying a masked table to another one (which has no policy) copies the masked values
+    and only the rows the role may read, so reading the copy reveals nothing more."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        db.sql("CREATE TABLE copy (pan VARCHAR, region VARCHAR, n INTEGER)")
+        db.sql("INSERT INTO copy SELECT * FROM cards")
+        db.sql("INSERT INTO copy (pan, n) SELECT pan, n + 10 FROM (SELECT * FROM cards)")
+        db.insert_query("copy", "WITH c AS (SELECT pan, region, n + 20 FROM cards) FROM c")
+        rows = db.query("SELECT pan, region, n FROM copy ORDER BY n")
+        assert rows == [(MASKED[0], "US", 0), (MASKED[2], "US", 2),
+                        (MASKED[0], None, 10), (MASKED[2], None, 12),
+                        (MASKED[0], "US", 20), (MASKED[2], "US", 22)]
+        with pytest.raises(CryptdiskError):  # the stars are no ciphertext to decrypt
+            db.query("SELECT fpe_decrypt(pan, 'cards') FROM copy")
+        db.sql("CREATE TABLE secrets (secret VARCHAR)")
+        db.sql("INSERT INTO secrets SELECT secret FROM notes")
+        with pytest.raises(CryptdiskError):  # the masked text is no ciphertext
+            db.query("SELECT decrypt(secret, 'cards') FROM secrets")
+    with cryptdisk.connect(path, config) as db:  # what was stored: the masked values
+        assert _col(db, "SELECT pan FROM copy ORDER BY n") == [MASKED[0], MASKED[2]] * 3
+        assert _col(db, "SELECT secret FROM secrets") != ["call me"]
+    with cryptdisk.connect(path, config, role="auditor") as db:  # the auditor's copy: clear
+        db.sql("CREATE TABLE audited (pan VARCHAR)")
+        db.sql("INSERT INTO audited SELECT pan FROM cards ORDER BY n")
+        assert sorted(_col(db, "SELECT pan FROM audited")) == sorted(PANS)
+
+
+@pytest.mark.parametrize(("sql", "error"), [
+    ("CREATE TABLE copy AS SELECT * FROM cards", DatabaseError),  # cryptdisk's: no CTAS
+    ("CREATE TEMP TABLE copy AS SELECT * FROM cards", FieldPolicyError),  # DuckDB's
+    ("CREATE OR REPLACE TABLE copy AS SELECT * FROM cards", FieldPolicyError),
+    ("CREATE VIEW copy AS SELECT * FROM cards", FieldPolicyError),
+])
+def test_a_role_cannot_copy_a_table_around_its_policies(made, sql, error):
+    """Statements that would make a table or view of a query outside cryptdisk's INSERT
+    are refused on a role connection, and leave nothing behind to read."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(error):
+            db.sql(sql)
+        with pytest.raises(DatabaseError):
+            db.query("SELECT pan FROM copy")

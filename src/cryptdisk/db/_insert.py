@@ -23,6 +23,7 @@ from ._catalog import PartMeta
 from ._memory import out_of_memory
 from ._partread import open_part
 from ._parts import verify_part, write_parts
+from ._policies import role_query
 from ._rollback import part_file_name
 from ._storage import policy_disk
 
@@ -54,13 +55,17 @@ class InsertMixin(DatabaseState):
         """Insert the rows of ``query`` (SELECT, VALUES, FROM ...); returns the row count.
 
         Columns match by position, or by the ``columns`` list (others get NULL).
-        ``on_rows(n)`` is called as batches are written (for progress bars).
+        ``on_rows(n)`` is called as batches are written (for progress bars). On a
+        connection opened with ``role=``, ``query`` reads tables through that role's
+        masking and row access policies, as its queries do.
         """
         with self._mutex:
             self._writable("INSERT")
             meta: TableMeta = self.table(table)
             schema = self.arrow_schema(meta)
             disk = policy_disk(self.policy(meta.policy))
+            if self.role is not None:  # the rows a role may read, as in its queries
+                query = role_query(self, query)
             try:
                 prepared = self._prepare(query)
                 wrapper = self._cast_select(meta, prepared, columns)

@@ -34,6 +34,8 @@ class DatabaseState(Protocol):
     keyring: Keyring
     #: True when the database was opened without a config: its keys are its key files.
     own_keys: bool
+    #: The role whose policies reads go through (``connect(..., role=)``), or None.
+    role: str | None
     catalog: Catalog
     cache: ColumnCache
     #: The in-memory DuckDB connection.
