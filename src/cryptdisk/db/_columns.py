@@ -60,11 +60,28 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
             yield from _walk(v)
 
 
+def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
+    """The first value of a one-row query on a DuckDB connection (None without a row).
+
+    It fetches the whole result: a ``fetchone()`` that returns the only row leaves the
+    result unfinished and its transaction open until the connection's next statement,
+    which keeps the row versions of every later change to the database in memory (and
+    a parsing connection sits idle between statements)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0][0] if rows else None
+
+
+def serialize_sql(sql: str, con: Any) -> Any:
+    """DuckDB's parse tree of ``sql`` (``json_serialize_sql``), ``{"error": True, ...}``
+    if it does not parse."""
+    text = scalar(con, "SELECT json_serialize_sql(?)", [sql])
+    return json.loads(text) if text is not None else {"error": True}
+
+
 def parse_tree(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | None:
     """DuckDB's parse tree of a SELECT, or None (not a SELECT, or not parseable)."""
     try:
-        rows = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
-        tree = json.loads(rows[0][0]) if rows else None
+        tree = serialize_sql(sql, con)
     except (duckdb.Error, ValueError):
         return None
     if not isinstance(tree, dict) or tree.get("error"):

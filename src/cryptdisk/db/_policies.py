@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import FieldPolicyError
 from ..format import open_file
+from ._columns import scalar, serialize_sql
 
 __all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_query"]
 
@@ -64,17 +65,6 @@ def _literal(value: str) -> str:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _scalar(con: Any, sql: str, params: list[Any]) -> Any:
-    # fetchall, not fetchone: a one-row result left unfinished keeps its transaction open
-    rows = con.execute(sql, params).fetchall()
-    return rows[0][0] if rows else None
-
-
-def _parse(sql: str, con: Any) -> Any:
-    text = _scalar(con, "SELECT json_serialize_sql(?)", [sql])
-    return json.loads(text) if text is not None else {"error": True}
 
 
 def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
@@ -180,7 +170,7 @@ class PolicyRewriter:
             tree = self._parsed.get(key)
         if tree is None:
             body = self.data()[kind][name]["body"]
-            parsed = _parse(f"SELECT {body}", con)
+            parsed = serialize_sql(f"SELECT {body}", con)
             if parsed.get("error"):
                 raise FieldPolicyError(f"policy {name} no longer parses", "XX000")
             tree = parsed["statements"][0]["node"]["select_list"][0]
@@ -194,7 +184,7 @@ class PolicyRewriter:
         columns (``t.c``) read through a policy that reveals protected values."""
         if not self.active or getattr(session, "admin", False):
             return sql, []
-        tree = _parse(sql, con)
+        tree = serialize_sql(sql, con)
         if tree.get("error"):
             raise FieldPolicyError("permission denied: tables with policies are read through "
                                    "queries only")
@@ -203,7 +193,7 @@ class PolicyRewriter:
         tree = context.walk(tree, frozenset())
         if not context.changed:
             return sql, []
-        rewritten = _scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
+        rewritten = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
         if rewritten is None:
             raise FieldPolicyError("internal error: a policy rewrite failed", "XX000")
         # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
@@ -227,7 +217,7 @@ class _Context:
 
     def constant(self, literal: str) -> Any:
         if literal not in self._constants:
-            self._constants[literal] = _parse(f"SELECT {literal}", self.con)[
+            self._constants[literal] = serialize_sql(f"SELECT {literal}", self.con)[
                 "statements"][0]["node"]["select_list"][0]
         return copy.deepcopy(self._constants[literal])
 
@@ -292,7 +282,7 @@ class _Context:
         alias = node.get("alias") or name
         text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "
                 f"AS {_quote(alias)}")  # quoted names, and markers replaced below
-        sub = _parse(text, self.con)["statements"][0]["node"]["from_table"]
+        sub = serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
 
         def fill(n: dict[str, Any]) -> Any:
             fn = n.get("function_name")
@@ -362,7 +352,7 @@ class _Context:
                 "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
                 f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
                 f"{_quote(alias)}")
-        return _parse(text, self.con)["statements"][0]["node"]["from_table"]
+        return serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
 
 
 # -- embedded connections that name a role -------------------------------------------------

@@ -27,13 +27,13 @@ PostgreSQL; ``RESET ROLE`` goes back to the login user.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from ..db import serialize_sql
 from ._engines import StatementError
 
 if TYPE_CHECKING:
@@ -202,24 +202,6 @@ def _close_paren(text: str) -> int:
                 return i
         i += 1
     raise StatementError("unbalanced parentheses in INSERT", "42601")
-
-
-def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
-    """The first value of a one-row query on a DuckDB connection (None without a row).
-
-    It fetches the whole result: a ``fetchone()`` that returns the only row leaves the
-    result unfinished and its transaction open until the connection's next statement,
-    which keeps the row versions of every later change to the database in memory (and
-    a session's parsing connection sits idle between statements)."""
-    rows = con.execute(sql, params or []).fetchall()
-    return rows[0][0] if rows else None
-
-
-def serialize_sql(sql: str, con: Any) -> Any:
-    """DuckDB's parse tree of ``sql`` (``json_serialize_sql``), ``{"error": True, ...}``
-    if it does not parse."""
-    text = scalar(con, "SELECT json_serialize_sql(?)", [sql])
-    return json.loads(text) if text is not None else {"error": True}
 
 
 def query_references(sql: str, con: Any) -> tuple[list[str], list[str]] | None:

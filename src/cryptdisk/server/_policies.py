@@ -52,12 +52,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
-from ..db import PolicyRewriter
+from ..db import PolicyRewriter, scalar, serialize_sql
 from ..errors import CryptdiskError, FieldPolicyError, ServerError
 from . import _sqltext
 from ._audit import AuditLog, revealing_calls
 from ._engines import Result, StatementError
-from ._grants import scalar, serialize_sql
 
 if TYPE_CHECKING:
     from ._grants import Privileges
