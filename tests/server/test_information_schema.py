@@ -110,6 +110,17 @@ def test_the_query_sees_nothing_but_the_information_schema(start_server, analyti
                 who.execute(sql)
 
 
+def test_the_query_can_neither_spill_nor_take_the_servers_memory(start_server,
+                                                                 analytical) -> None:
+    srv = start_server(analytical)
+    with connect(srv) as c:
+        row = c.execute("SELECT current_setting('temp_directory'), "
+                        "current_setting('memory_limit') "
+                        "FROM information_schema.schemata LIMIT 1").fetchall()
+    assert row[0][0] == ""
+    assert row[0][1].endswith(("MiB", "MB")) and float(row[0][1].split()[0]) <= 256
+
+
 def test_information_schema_with_psql_and_pg8000(start_server, sqlite_engine, certs) -> None:
     srv = start_server(sqlite_engine)
     with connect(srv) as c:

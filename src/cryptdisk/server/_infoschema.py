@@ -123,6 +123,9 @@ def _arrow(names: list[str], rows: list[tuple[Any, ...]]) -> Any:
                      for i, n in enumerate(names)})
 
 
+_MEMORY_LIMIT = "256MB"
+
+
 def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -> Result:
     """Run ``sql`` (see :func:`handles`) over this session's information_schema."""
     import duckdb
@@ -150,6 +153,10 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
             con.register("__cd_source", _arrow(cols, rows))
             con.execute(f"CREATE TABLE {_SCHEMA}.{name} AS SELECT * FROM __cd_source")  # noqa: S608
             con.unregister("__cd_source")
+        # a huge query (a cross join with range()) fails inside a small memory budget
+        # instead of spilling the catalog's names into ./.tmp or taking the server's memory
+        con.execute("SET temp_directory = ''")
+        con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         engine.interrupt_also = con.interrupt  # a CancelRequest or statement_timeout stops it
