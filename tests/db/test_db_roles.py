@@ -207,3 +207,90 @@ def test_a_role_cannot_copy_a_table_around_its_policies(made, sql, error):
             db.sql(sql)
         with pytest.raises(DatabaseError):
             db.query("SELECT pan FROM copy")
+
+
+OWN_STATEMENTS = ["DROP TABLE {t}", "DROP TABLE IF EXISTS {t}", "TRUNCATE TABLE {t}",
+                  "TRUNCATE {t}", "OPTIMIZE TABLE {t} FINAL",
+                  "ALTER TABLE {t} MODIFY SETTING storage_policy = 'default'"]
+
+
+def _rows(path, config):
+    with cryptdisk.connect(path, config) as db:
+        return db.query("SELECT pan, region, n FROM cards ORDER BY n"), \
+            db.query("SELECT secret FROM notes")
+
+
+@pytest.mark.parametrize("sql", OWN_STATEMENTS)
+@pytest.mark.parametrize("table", ["cards", "notes", "CARDS"])
+def test_a_role_cannot_drop_or_rewrite_a_table_with_policies(made, sql, table):
+    """cryptdisk's own statements on a table with a masking or row access policy are
+    refused on a role connection, and the table is left as it was."""
+    path, config = made
+    before = _rows(path, config)
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(FieldPolicyError, match="has policies") as info:
+            db.sql(sql.format(t=table))
+        assert info.value.sqlstate == "42501"
+        assert _col(db, "SELECT pan FROM cards ORDER BY n") == [MASKED[0], MASKED[2]]
+    assert _rows(path, config) == before
+    with cryptdisk.connect(path, config, role="auditor") as db:  # any role, also a privileged one
+        with pytest.raises(FieldPolicyError):
+            db.sql(sql.format(t=table))
+    assert _rows(path, config) == before
+
+
+@pytest.mark.parametrize("sql", ["SYSTEM ROTATE KEYS", "SYSTEM REENCRYPT"])
+def test_a_role_cannot_run_system_commands_while_tables_have_policies(made, sql):
+    path, config = made
+    before = _rows(path, config)
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(FieldPolicyError, match="while tables have policies") as info:
+            db.sql(sql)
+        assert info.value.sqlstate == "42501"
+    assert _rows(path, config) == before
+    with cryptdisk.connect(path, config) as db:  # without a role: runs
+        db.sql(sql)
+    assert _rows(path, config) == before
+
+
+@pytest.mark.parametrize("sql", OWN_STATEMENTS)
+def test_a_role_still_drops_and_rewrites_a_table_without_policies(made, sql):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        db.sql("CREATE TABLE plain (pan VARCHAR, region VARCHAR, n INTEGER)")
+        db.sql("INSERT INTO plain VALUES ('x', 'US', 1)")
+        db.sql("INSERT INTO plain VALUES ('y', 'EU', 2)")
+        db.sql(sql.format(t="plain"))
+        if sql.startswith("DROP"):
+            assert "plain" not in db.catalog.tables
+        elif sql.startswith("TRUNCATE"):
+            assert db.query("SELECT count(*) FROM plain") == [(0,)]
+        else:
+            assert db.query("SELECT pan FROM plain ORDER BY n") == [("x",), ("y",)]
+
+
+@pytest.mark.parametrize("sql", OWN_STATEMENTS)
+def test_a_connection_without_a_role_drops_and_rewrites_a_table_with_policies(made, sql):
+    path, config = made
+    with cryptdisk.connect(path, config) as db:
+        db.sql(sql.format(t="cards"))
+        if sql.startswith("DROP"):
+            assert "cards" not in db.catalog.tables
+        elif sql.startswith("TRUNCATE"):
+            assert db.query("SELECT count(*) FROM cards") == [(0,)]
+        else:
+            assert db.query("SELECT count(*) FROM cards") == [(3,)]
+
+
+@pytest.mark.parametrize("sql", ["SYSTEM ROTATE KEYS", "SYSTEM REENCRYPT"])
+def test_system_commands_run_on_a_role_connection_without_policies(tmp_path, monkeypatch,
+                                                                   sql):
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config = tmp_path / "cryptdisk.toml"
+    config.write_text(CONFIG)
+    with cryptdisk.connect(tmp_path / "db", config) as db:
+        db.sql("CREATE TABLE t (n INTEGER)")
+        db.sql("INSERT INTO t VALUES (1), (2)")
+    with cryptdisk.connect(tmp_path / "db", config, role="analyst") as db:
+        db.sql(sql)
+        assert db.query("SELECT n FROM t ORDER BY n") == [(1,), (2,)]

@@ -50,7 +50,7 @@ from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
-from ._policies import role_query
+from ._policies import role_check_statement, role_query
 from ._pushdown import (
     count_star_only,
     filters_from_tuples,
@@ -577,6 +577,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     sql = role_query(self, sql)
                 return self._run_duckdb(sql)
             self._writable(type(st).__name__)
+            if self.role is not None:  # a role may not drop or rewrite a protected table
+                self._role_check(st)
             handler = {
                 _sql.CreateTable: self._create, _sql.Insert: self._insert_sql,
                 _sql.DropTable: self._drop, _sql.Truncate: self._truncate,
@@ -584,6 +586,18 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 _sql.SystemCommand: self._system_command,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
+
+    def _role_check(self, st: _sql.Statement) -> None:
+        if isinstance(st, _sql.SystemCommand):
+            word = "ROTATE KEYS" if st.command == "rotate" else "REENCRYPT"
+            role_check_statement(self, f"SYSTEM {word}", None)
+            return
+        words = {_sql.DropTable: "DROP TABLE", _sql.Truncate: "TRUNCATE",
+                 _sql.AlterSetting: "ALTER TABLE ... MODIFY SETTING",
+                 _sql.Optimize: "OPTIMIZE TABLE"}
+        name = words.get(type(st))
+        if name is not None:
+            role_check_statement(self, name, st.name)  # type: ignore[union-attr]
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as tuples."""

@@ -389,16 +389,41 @@ _EMBEDDED: weakref.WeakKeyDictionary[Any, _Embedded] = weakref.WeakKeyDictionary
 _EMBEDDED_LOCK = threading.Lock()
 
 
-def role_query(db: Any, sql: str) -> str:
-    """The text a database opened with ``role=`` runs for query ``sql``: every table with
-    policies read through them as that role (unchanged without a role or policies)."""
-    if getattr(db, "role", None) is None:
-        return sql
+def _embedded(db: Any) -> _Embedded:
     with _EMBEDDED_LOCK:
         state = _EMBEDDED.get(db)
         if state is None:
             state = _EMBEDDED[db] = _Embedded(db)
         else:
             state.refresh()
+    return state
+
+
+def role_check_statement(db: Any, statement: str, table: str | None) -> None:
+    """Refuse cryptdisk's own ``statement`` (``DROP TABLE``, ``TRUNCATE``, ``OPTIMIZE``,
+    ``ALTER TABLE ... MODIFY SETTING`` on ``table``; ``SYSTEM ...`` with ``table`` None)
+    on a database opened with ``role=`` while ``table`` has a masking or row access
+    policy (for ``SYSTEM ...``: while any table has one). Raises
+    :class:`~cryptdisk.errors.FieldPolicyError`; does nothing without a role."""
+    if getattr(db, "role", None) is None:
+        return
+    data = _embedded(db).data
+    if table is None:
+        if data["columns"] or data["rows"]:
+            raise FieldPolicyError(f"permission denied: {statement} on a connection with "
+                                   f"role {db.role!r} while tables have policies")
+        return
+    key = table.lower()
+    if data["columns"].get(key) or data["rows"].get(key) is not None:
+        raise FieldPolicyError(f"permission denied: {statement} on {table}: the table has "
+                               f"policies and the connection has role {db.role!r}")
+
+
+def role_query(db: Any, sql: str) -> str:
+    """The text a database opened with ``role=`` runs for query ``sql``: every table with
+    policies read through them as that role (unchanged without a role or policies)."""
+    if getattr(db, "role", None) is None:
+        return sql
+    state = _embedded(db)
     text, _revealed = state.rewriter.rewrite_query(sql, state.session, db.con)
     return text
