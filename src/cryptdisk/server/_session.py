@@ -219,6 +219,8 @@ class Session:
         self.failed = False          # inside a transaction that has had an error
         self.pending_begin = False   # BEGIN seen; SQLite's BEGIN waits for the 1st statement
         self.skip_to_sync = False    # extended query: an error discards until Sync
+        #: extended query: the statements until the next Sync run as one implicit transaction
+        self.pipeline_tx = False
         self.busy = False
         self.pid = secrets.randbits(31)
         self.cancel_key = secrets.randbits(31)
@@ -414,10 +416,12 @@ class Session:
             if isinstance(msg, P.Terminate):
                 raise _Closing()
             if isinstance(msg, P.Sync):
-                self.skip_to_sync = False
+                errored, self.skip_to_sync = self.skip_to_sync, False
                 dropped = self.portals.pop("", None)
                 if dropped is not None and dropped.log_entry is not None:
                     await self._write_portal_log(dropped)
+                if self.pipeline_tx:
+                    await self._end_pipeline(errored)
                 self.send(P.ready_for_query(self._status()))
                 await self.flush()
                 continue
@@ -428,6 +432,8 @@ class Session:
                 continue
             if isinstance(msg, P.Query):
                 await self._simple_query(msg.sql)
+                if self.pipeline_tx:  # a Query ends the implicit transaction it ran in
+                    await self._end_pipeline(False)
                 self.send(P.ready_for_query(self._status()))
                 await self.flush()
                 continue
@@ -440,6 +446,58 @@ class Session:
                 self.skip_to_sync = True
             if self.out_size > 1 << 16:
                 await self.flush()
+
+    def _pipeline_continues(self, portal: str) -> bool:
+        """Whether the client has sent (or may still send) another statement to run before
+        its next Sync: what the read buffer holds after the current message is scanned up
+        to the Sync. A Bind, a Query, or an Execute or Describe of another portal means yes;
+        no Sync in the buffer yet means maybe (so yes)."""
+        buf = self.conn.buffer
+        pos = 0
+        while pos + 5 <= len(buf):
+            kind = bytes(buf[pos:pos + 1])
+            (length,) = struct.unpack_from("!i", buf, pos + 1)
+            if length < 4 or pos + 1 + length > len(buf):
+                return True
+            body = bytes(buf[pos + 5:pos + 1 + length])
+            if kind == b"S":
+                return False
+            if kind in (b"B", b"Q"):
+                return True
+            if kind == b"E" and body.split(b"\0", 1)[0] != portal.encode():
+                return True
+            if kind == b"D" and body[:1] == b"P" and \
+                    body[1:].split(b"\0", 1)[0] != portal.encode():
+                return True
+            pos += 1 + length
+        return True
+
+    def _open_pipeline(self, sql: str, portal: str) -> None:
+        """Before an Execute (or a portal's Describe) runs ``sql`` outside a transaction:
+        when more statements follow before the next Sync, start the implicit transaction
+        PostgreSQL runs them in (SQLite); that Sync commits it, an error rolls it back. A
+        lone statement before its Sync runs on its own, as it would in it."""
+        if self.pipeline_tx or not self.server.engine.transactions or self._status() != "I":
+            return
+        head = (_sqltext.first_words(sql, 1) or [""])[0]
+        if head in TRANSACTION_WORDS or head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
+            return
+        if self._pipeline_continues(portal):
+            self.pipeline_tx = True
+            self.pending_begin = True
+
+    async def _end_pipeline(self, errored: bool) -> None:
+        """At Sync (or after a Query): commit the implicit transaction of the statements
+        since the last Sync, or roll it back when one of them failed."""
+        self.pipeline_tx = False
+        if errored or self.failed:
+            await self._rollback_implicit()
+            return
+        try:
+            await self._end_implicit("COMMIT")
+        except StatementError as exc:
+            self._error(exc)
+            await self._rollback_implicit()
 
     def _error(self, exc: StatementError) -> None:
         if self.engine is not None and self.engine.in_transaction:
@@ -613,8 +671,9 @@ class Session:
                 raise StatementError("a cursor needs a name", "42601")
             if st.name in self.portals:
                 raise StatementError(f'cursor "{st.name}" already exists', "42P03")
-            in_tx = self.pending_begin or (self.engine is not None
-                                           and self.engine.in_transaction)
+            in_tx = (self.pending_begin or (self.engine is not None
+                                            and self.engine.in_transaction)) \
+                and not self.pipeline_tx  # an implicit transaction is no transaction block
             if not st.hold and not in_tx:
                 raise StatementError("DECLARE CURSOR can only be used in transaction blocks",
                                      "25P01", hint="declare it WITH HOLD (psycopg: "
@@ -664,7 +723,10 @@ class Session:
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
-            if engine.in_transaction or self.pending_begin:
+            if self.pipeline_tx:  # the statements before it join the explicit transaction
+                self.pipeline_tx = False
+                self.pending_begin = self.pending_begin or not engine.in_transaction
+            elif engine.in_transaction or self.pending_begin:
                 self.send(P.notice_response("there is already a transaction in progress"))
             else:
                 self.pending_begin = True
@@ -672,6 +734,9 @@ class Session:
         if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
                 _sqltext.first_words(sql, 3)[1:]:
             tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
+            if self.pipeline_tx:  # ends the implicit transaction, as PostgreSQL does
+                self.pipeline_tx = False
+                self.send(P.notice_response("there is no transaction in progress"))
             self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
             if not engine.in_transaction:
@@ -954,6 +1019,7 @@ class Session:
                     self.send(P.NO_DATA)  # COPY runs at Execute
                     return
                 if portal.result is None:
+                    self._open_pipeline(portal.statement.sql, msg.name)
                     portal.result = await self._logged(portal.statement.sql, functools.partial(
                         self._run_statement, portal.statement.sql, portal.params), portal)
                 columns = portal.result.columns
@@ -972,6 +1038,8 @@ class Session:
             if not portal.statement.sql:
                 self.send(P.EMPTY_QUERY)
                 return
+            if portal.result is None:
+                self._open_pipeline(portal.statement.sql, msg.portal)
             if portal.result is None and _is_copy(portal.statement.sql):
                 portal.result = await self._copy(portal.statement.sql)
             elif portal.result is None:
