@@ -99,6 +99,9 @@ class _MemorySource:
     def release(self, offset: int, n: int) -> None:
         pass
 
+    def willneed(self, offset: int, n: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

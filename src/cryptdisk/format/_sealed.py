@@ -237,6 +237,9 @@ class SealedReader:
             return 0
         seg = self.segment_size
         first, last = offset // seg, (offset + n - 1) // seg
+        if n >= RELEASE_MIN:  # all of this read's ciphertext, and only it, from disk at once
+            self._src.willneed(HEADER_SIZE + first * self._record,
+                               (last - first + 1) * self._record)
         pos = 0
         whole: list[tuple[int, memoryview]] = []
         for index in range(first, last + 1):

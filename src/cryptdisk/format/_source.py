@@ -31,6 +31,10 @@ class Source(Protocol):
         """A hint that ``[offset, offset+n)`` will not be needed soon (drop it from RSS)."""
         ...
 
+    def willneed(self, offset: int, n: int) -> None:
+        """A hint that ``[offset, offset+n)`` is about to be read (start reading it now)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -58,6 +62,18 @@ class MmapSource:
         if end > start:
             # The page cache keeps the data; only this process's mapping of it goes.
             self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def willneed(self, offset: int, n: int) -> None:
+        # Faults on a file mapping read around them and then ahead sequentially: a scan of
+        # one column's chunks spread over the file pulled the whole file from disk. Asking
+        # for exactly the ranges first reads only those (one request each, in the
+        # background); the faults then find the pages cached and read nothing more.
+        if self._map is None or n <= 0:
+            return
+        start = max(0, offset) - max(0, offset) % mmap.PAGESIZE
+        end = min(offset + n, self.size)
+        if end > start:
+            self._map.madvise(mmap.MADV_WILLNEED, start, end - start)
 
     def close(self) -> None:
         self._mv.release()
@@ -88,6 +104,9 @@ class FdSource:
         return memoryview(buf)[:got]
 
     def release(self, offset: int, n: int) -> None:
+        pass
+
+    def willneed(self, offset: int, n: int) -> None:
         pass
 
     def close(self) -> None:
@@ -121,6 +140,9 @@ class FileObjectSource:
         return memoryview(data)
 
     def release(self, offset: int, n: int) -> None:
+        pass
+
+    def willneed(self, offset: int, n: int) -> None:
         pass
 
     def close(self) -> None:
