@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import FieldPolicyError
 from ..format import open_file
-from ._columns import scalar, serialize_sql
+from ._columns import _walk, scalar, serialize_sql
 
 __all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_query"]
 
@@ -79,16 +79,6 @@ def _walk_nodes(node: Any, visit: Callable[[dict[str, Any]], Any]) -> Any:
     return node
 
 
-def _nodes(node: Any) -> Any:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _nodes(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _nodes(value)
-
-
 def _referenced_columns(tree: Any) -> set[str] | None:
     """The column names (lower case) a query references anywhere, or None when it may
     read whole rows (``*``, ``COLUMNS``, positional or natural references, ``PIVOT``, a
@@ -98,7 +88,7 @@ def _referenced_columns(tree: Any) -> set[str] | None:
     refs: set[str] = set()
     singles: set[str] = set()
     relations: set[str] = set()
-    for node in _nodes(tree):
+    for node in _walk(tree):
         kind, cls = node.get("type"), node.get("class")
         if cls in ("STAR", "POSITIONAL_REFERENCE") or kind in ("STAR", "COLUMNS") or \
                 "PIVOT" in str(kind) or node.get("ref_type") in ("NATURAL", "POSITIONAL"):
