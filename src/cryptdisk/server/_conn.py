@@ -41,6 +41,12 @@ def _lost(exc: BaseException) -> ConnectionError:
     return err
 
 
+def _settle(waiter: asyncio.Future[None] | None) -> None:
+    """Wake whoever awaits ``waiter`` (if anyone still does)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
 class Connection:
     """One client: buffered reads (:meth:`readexactly`), queued writes (:meth:`write`,
     :meth:`drain`), :meth:`start_tls` in place, :meth:`close` and :meth:`abort`."""
@@ -112,8 +118,7 @@ class Connection:
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        _settle(waiter)
 
     async def readexactly(self, n: int) -> bytes:
         """The next ``n`` bytes; :class:`asyncio.IncompleteReadError` at end of stream."""
@@ -208,8 +213,7 @@ class Connection:
 
     def _wake_drain(self) -> None:
         waiter, self._drain_waiter = self._drain_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        _settle(waiter)
 
     # -- TLS --------------------------------------------------------------------------------
 
