@@ -2,9 +2,9 @@
 
 PostgreSQL runs the statements of one simple Query as one implicit transaction:
 a statement refused halfway leaves nothing of the earlier ones. The analytical
-engine cannot roll back, and statements the server runs itself (users, roles,
-grants, ``SET ROLE``, policies) are outside SQLite's transaction, so before a
-query with several statements runs, each is checked in order as it will run:
+engine cannot roll back, and a refusal should leave no trace on either engine,
+so before a query with several statements runs, each is checked in order as it
+will run:
 
 - user, role and grant statements run on a scratch copy of the user store
   (:meth:`._users.ScramAuthenticator.dry_run`), so ``SET ROLE``, ``GRANT`` and

@@ -57,6 +57,11 @@ class Authenticator(Protocol):
         users (the check of a query's statements before any runs); its ``store`` is that
         copy."""
 
+    def transaction(self) -> Authenticator:
+        """An authenticator whose ``handle`` applies statements to a view of its users for
+        one transaction (saving nothing); its ``store.ops`` are what the COMMIT applies with
+        ``store.parent.apply``."""
+
 
 class Server:
     """Serve ``engine`` over the PostgreSQL v3 protocol.

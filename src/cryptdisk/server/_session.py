@@ -221,6 +221,12 @@ class Session:
         self.skip_to_sync = False    # extended query: an error discards until Sync
         #: extended query: the statements until the next Sync run as one implicit transaction
         self.pipeline_tx = False
+        #: in a transaction (SQLite): the authenticator whose store holds its changes to
+        #: users, roles and grants until COMMIT (None: none made, or SET ROLE, yet)
+        self.user_tx: Any = None
+        self.tx_role: str | None = None  # the role the transaction started as
+        #: the transaction's savepoints: (name, changes to users made before it, role)
+        self.savepoints: list[tuple[str, int, str | None]] = []
         self.busy = False
         self.pid = secrets.randbits(31)
         self.cancel_key = secrets.randbits(31)
@@ -493,9 +499,16 @@ class Session:
         if errored or self.failed:
             await self._rollback_implicit()
             return
+        await self._commit_implicit()
+
+    async def _commit_implicit(self) -> None:
+        """COMMIT the implicit transaction of a query's or a pipeline's statements; when
+        that fails (a deferred constraint), everything is rolled back, and the failure gets
+        an access-log line of its own (kind COMMIT): the statements' lines say they ran."""
         try:
             await self._end_implicit("COMMIT")
         except StatementError as exc:
+            await self._log_failure("COMMIT", exc)
             self._error(exc)
             await self._rollback_implicit()
 
@@ -594,6 +607,9 @@ class Session:
                                      self.user)
             if listed is not None:
                 return listed
+        if self._in_transaction() and self.server.authenticator is not None \
+                and self.server.authenticator.handles(sql):
+            return await self._user_statement(sql)
         handled = await self.server.handle_statement(self, sql, params)
         if handled is not None:
             return handled
@@ -739,20 +755,117 @@ class Session:
                 self.send(P.notice_response("there is no transaction in progress"))
             self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
-            if not engine.in_transaction:
+            if not engine.in_transaction and self.user_tx is None:
                 if not pending:
                     self.send(P.notice_response("there is no transaction in progress"))
                 return Result(None, [], tag)
             if self.failed:
                 tag = "ROLLBACK"
             self.failed = False
-            await self.call(engine.run, tag, [])
+            if tag == "COMMIT":
+                await self._commit(engine)
+            else:
+                self._end_users(keep_role=False)
+                if engine.in_transaction:
+                    await self.call(engine.run, tag, [])
             return Result(None, [], tag)
         await self._begin(engine, "IMMEDIATE")
         result = await self.call(engine.run, sql, [])
         if head == "ROLLBACK":
             self.failed = False
+        self._savepoint(head, sql)
         return result
+
+    def _in_transaction(self) -> bool:
+        """In a transaction block, or the implicit transaction of a query's or a pipeline's
+        statements (SQLite)."""
+        return self.pending_begin or self.pipeline_tx or self.user_tx is not None or (
+            self.engine is not None and self.engine.in_transaction)
+
+    async def _user_statement(self, sql: str) -> Result:
+        """A user, role or grant statement, or SET ROLE, in a transaction: applied to the
+        transaction's view of the users (:meth:`._users.UserStore.transaction`), which the
+        session's privileges read until the transaction ends; COMMIT saves it."""
+        if self.user_tx is None:
+            assert self.server.authenticator is not None
+            self.user_tx = self.server.authenticator.transaction()
+            if self.privileges is not None:
+                self.tx_role = self.privileges.current_user
+                self.privileges.store = self.user_tx.store
+        result: Result | None = await asyncio.to_thread(self.user_tx.handle, self, sql)
+        assert result is not None
+        return result
+
+    def _end_users(self, *, keep_role: bool) -> None:
+        """End the transaction's view of the users: its changes are committed or dropped;
+        ``keep_role=False`` (a rollback) restores the role the transaction started as."""
+        tx, self.user_tx = self.user_tx, None
+        self.savepoints.clear()
+        if tx is None or self.privileges is None:
+            return
+        self.privileges.store = tx.store.parent
+        if not keep_role:
+            self._restore_role(self.tx_role)
+
+    def _restore_role(self, role: str | None) -> None:
+        if self.privileges is not None and role is not None:
+            self.privileges.set_role(None if role == self.privileges.session_user else role)
+
+    async def _commit(self, engine: EngineSession) -> None:
+        """COMMIT the transaction: its data and its changes to users, roles and grants
+        together. The changes are tried on the users as they are now first (one that no
+        longer applies fails the COMMIT); a COMMIT that fails rolls everything back, as in
+        PostgreSQL. A crash between SQLite's commit and the user file's save keeps the data
+        without the user changes."""
+        tx = self.user_tx
+        ops = tx.store.ops if tx is not None else []
+        try:
+            if ops:
+                await self.call(tx.store.parent.replay, ops)
+            if engine.in_transaction:
+                await self.call(engine.run, "COMMIT", [])
+        except Exception as exc:
+            self._end_users(keep_role=False)
+            self.failed = False
+            if engine.in_transaction:
+                try:
+                    await self.call(engine.run, "ROLLBACK", [])
+                except Exception as again:
+                    log.warning("rolling back after a failed COMMIT failed: %s", again)
+            raise statement_error(exc) from None
+        if ops:
+            try:
+                await self.call(tx.store.parent.apply, ops)
+            except Exception as exc:
+                self._end_users(keep_role=False)
+                err = statement_error(exc)
+                raise StatementError("the transaction's data was committed, but its changes "
+                                     f"to users, roles and grants were not: {err}",
+                                     err.sqlstate) from None
+        self._end_users(keep_role=True)
+
+    def _savepoint(self, head: str, sql: str) -> None:
+        """Track SAVEPOINT / RELEASE / ROLLBACK TO (run by SQLite) for the changes to
+        users and the SET ROLE made after a savepoint."""
+        m = re.search(r'(?:SAVEPOINT\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)\s*;?\s*$',
+                      sql)
+        if m is None:
+            return
+        token = m[1]
+        name = token[1:-1].replace('""', '"') if token.startswith('"') else token.lower()
+        marks = [i for i, (n, _, _) in enumerate(self.savepoints) if n == name]
+        if head == "SAVEPOINT":
+            ops = len(self.user_tx.store.ops) if self.user_tx is not None else 0
+            role = self.privileges.current_user if self.privileges is not None else None
+            self.savepoints.append((name, ops, role))
+        elif marks and head == "RELEASE":
+            del self.savepoints[marks[-1]:]
+        elif marks and head == "ROLLBACK":
+            del self.savepoints[marks[-1] + 1:]
+            _, ops, role = self.savepoints[-1]
+            if self.user_tx is not None:
+                self.user_tx.store.rollback_to(ops)
+            self._restore_role(role)
 
     async def _begin(self, engine: EngineSession, mode: str) -> None:
         """Start SQLite's transaction for a pending BEGIN: DEFERRED when the first statement
@@ -801,11 +914,7 @@ class Session:
             if self.out_size > 1 << 16:  # else sent with ReadyForQuery: one write per query
                 await self.flush()
         if implicit:
-            try:
-                await self._end_implicit("COMMIT")
-            except StatementError as exc:
-                self._error(exc)
-                await self._rollback_implicit()
+            await self._commit_implicit()
 
     async def _rollback_implicit(self) -> None:
         try:
@@ -823,7 +932,7 @@ class Session:
         try:
             return await self.call(functools.partial(
                 authorize_statements, statements, privileges=self.privileges, user=self.user,
-                engine=self.engine, authenticator=self.server.authenticator,
+                engine=self.engine, authenticator=self.user_tx or self.server.authenticator,
                 policies=getattr(self.server.engine, "policies", None),
                 identity=lambda sql, p: self._identity(sql, p)[0]))
         except Exception as exc:
@@ -834,9 +943,12 @@ class Session:
         self.pending_begin = False
         self._end_transaction_cursors()
         assert self.engine is not None
+        if verb == "COMMIT":
+            await self._commit(self.engine)
+            return
+        self._end_users(keep_role=False)
         if self.engine.in_transaction:
-            if verb == "ROLLBACK":
-                self.failed = False
+            self.failed = False
             try:
                 await self.call(self.engine.run, verb, [])
             except Exception as exc:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import logging
 import os
@@ -72,6 +73,12 @@ _SYSTEM_TABLE = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(users|grants
                            re.I)
 
 
+#: generations of every user store, copies included: a number never names two states
+_GENERATIONS = itertools.count(1)
+#: a change to a user store, kept to apply again: (method name, args, keyword args)
+Op = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
 def _ident(token: str) -> str:
     if token.startswith('"'):
         return token[1:-1].replace('""', '"')
@@ -87,8 +94,9 @@ class UserStore:
         self.keyring = keyring
         self.iterations = iterations
         self._lock = threading.Lock()
-        #: counts the changes to users, roles and grants (cached permission checks use it)
-        self.generation = 0
+        #: changes with every change to users, roles and grants (cached permission checks
+        #: use it); unique across stores and their copies
+        self.generation = next(_GENERATIONS)
         self.users: dict[str, dict[str, Any]] = {}
         #: ``{role: {"grants": {table: [actions]}, "roles": [roles it is a member of]}}``
         self.roles: dict[str, dict[str, Any]] = {}
@@ -109,7 +117,8 @@ class UserStore:
         fewest iterations (they are thrown away)."""
         with self._lock:
             users, roles = copy.deepcopy(self.users), copy.deepcopy(self.roles)
-        return _ScratchStore(self.path, users, roles, self.generation)
+            generation = self.generation
+        return _ScratchStore(self.path, users, roles, generation)
 
     def _save(self) -> None:
         data = json.dumps({"version": 1, "users": self.users, "roles": self.roles},
@@ -128,7 +137,40 @@ class UserStore:
                 self.users, self.roles = json.loads(before)
                 raise
             finally:
-                self.generation += 1
+                self._bump()
+
+    def _bump(self) -> None:
+        self.generation = next(_GENERATIONS)
+
+    def transaction(self) -> UserStore:
+        """A view of the users to apply one transaction's statements to, saving nothing:
+        the store as it is now (other sessions' changes show as they are made) with the
+        transaction's changes on top. :meth:`apply` its ``ops`` to commit them."""
+        return _TxStore(self)
+
+    def replay(self, ops: list[Op]) -> None:
+        """Raise what the first of ``ops`` (a transaction's changes) that cannot apply to the
+        users as they are now raises; change nothing."""
+        trial = self.scratch()
+        for name, args, kwargs in ops:
+            getattr(trial, name)(*args, **kwargs)
+
+    def apply(self, ops: list[Op]) -> None:
+        """Apply a transaction's changes together, in one save: all of them or none."""
+        with self._lock:
+            trial = _ScratchStore(self.path, copy.deepcopy(self.users),
+                                  copy.deepcopy(self.roles), self.generation)
+            for name, args, kwargs in ops:
+                getattr(trial, name)(*args, **kwargs)
+            before = self.users, self.roles
+            self.users, self.roles = trial.users, trial.roles
+            try:
+                self._save()
+            except BaseException:
+                self.users, self.roles = before
+                raise
+            finally:
+                self._bump()
 
     def _entry(self, name: str) -> dict[str, Any]:
         entry = self.users.get(name)
@@ -271,7 +313,7 @@ class UserStore:
                     self.users[name] = before
                 raise
             finally:
-                self.generation += 1
+                self._bump()
 
     def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
         """Drop a user or a role (and every membership in that role)."""
@@ -360,6 +402,87 @@ class _ScratchStore(UserStore):
         pass
 
 
+class _TxStore(UserStore):
+    """:meth:`UserStore.transaction`: the store's users with one transaction's changes
+    (:attr:`ops`) replayed on them, rebuilt whenever the store changes; never saved."""
+
+    def __init__(self, parent: UserStore) -> None:
+        self.parent = parent
+        self.path = parent.path
+        self.keyring = None
+        self.iterations = parent.iterations  # verifiers made here are the ones committed
+        self._lock = threading.Lock()
+        self.ops: list[Op] = []
+        self._view: UserStore | None = None
+        self._generation = 0
+
+    def _current(self) -> UserStore:
+        view = self._view
+        if view is None or view.generation != self.parent.generation:
+            view = self.parent.scratch()
+            base = view.generation  # the parent's, when copied
+            for name, args, kwargs in self.ops:
+                try:  # one that no longer applies fails the COMMIT (UserStore.replay)
+                    getattr(view, name)(*args, **kwargs)
+                except (StatementError, ServerError):
+                    pass
+            view.generation = base
+            self._view = view
+            self._generation = next(_GENERATIONS)
+        return view
+
+    @property
+    def users(self) -> dict[str, dict[str, Any]]:  # type: ignore[override]
+        return self._current().users
+
+    @property
+    def roles(self) -> dict[str, dict[str, Any]]:  # type: ignore[override]
+        return self._current().roles
+
+    @property
+    def generation(self) -> int:  # type: ignore[override]
+        self._current()
+        return self._generation
+
+    def rollback_to(self, count: int) -> None:
+        """Forget the changes after the first ``count`` (ROLLBACK TO SAVEPOINT)."""
+        if count < len(self.ops):
+            del self.ops[count:]
+            self._view = None
+
+    def _do(self, name: str, *args: Any, **kwargs: Any) -> None:
+        view = self._current()
+        generation = view.generation
+        try:
+            getattr(view, name)(*args, **kwargs)
+        finally:
+            view.generation = generation  # still the parent's it was built on
+            self._generation = next(_GENERATIONS)
+        self.ops.append((name, args, kwargs))
+
+    def create_role(self, name: str) -> None:
+        self._do("create_role", name)
+
+    def grant_roles(self, roles: list[str], members: list[str], *, grant: bool,
+                    admin_option: bool = False) -> None:
+        self._do("grant_roles", roles, members, grant=grant, admin_option=admin_option)
+
+    def set_user(self, name: str, password: str | None = None, *, admin: bool | None = None,
+                 create: bool = False, verifier: str | None = None,
+                 clientcert: bool | None = None) -> None:
+        if verifier is None and password:  # made once: the COMMIT keeps this verifier
+            verifier, password = str(make_verifier(password, self.iterations)), None
+        self._do("set_user", name, password, admin=admin, create=create, verifier=verifier,
+                 clientcert=clientcert)
+
+    def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
+        self._do("drop_user", name, missing_ok=missing_ok)
+
+    def change_grants(self, names: list[str], tables: list[str], actions: list[str], *,
+                      grant: bool) -> None:
+        self._do("change_grants", names, tables, actions, grant=grant)
+
+
 class _Failures:
     """Failed logins per key (user, address), bounded in memory."""
 
@@ -444,6 +567,11 @@ class ScramAuthenticator:
         """An authenticator over :meth:`UserStore.scratch`: its :meth:`handle` checks and
         applies user statements to that copy only."""
         return ScramAuthenticator(self.store.scratch(), delay=0)
+
+    def transaction(self) -> ScramAuthenticator:
+        """An authenticator over :meth:`UserStore.transaction`: its :meth:`handle` applies
+        user statements to that view; its ``store.ops`` are what a COMMIT applies."""
+        return ScramAuthenticator(self.store.transaction(), delay=0)
 
     # -- statements ------------------------------------------------------------------------
 
