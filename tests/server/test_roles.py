@@ -244,3 +244,28 @@ def test_a_member_without_the_option_and_set_role(start_server, sqlite_engine) -
         admin.execute("DROP ROLE hr_readers")
         assert [g for g in admin.execute("SELECT * FROM system.grants").fetchall()
                 if g[3] == "hr_readers"] == []
+
+
+def test_granted_by_the_current_user_is_accepted_any_other_refused(start_server,
+                                                                   sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    setup_roles(srv, [*SQLITE_TABLES, "CREATE ROLE readers", "CREATE USER carol PASSWORD 'c'",
+                      "GRANT readers TO carol WITH ADMIN OPTION"])
+    with connect(srv) as admin:
+        admin.execute("GRANT SELECT ON sales TO readers GRANTED BY CURRENT_USER")
+        admin.execute("GRANT readers TO bob GRANTED BY u")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="grantor"):
+            admin.execute("GRANT SELECT ON hr TO bob GRANTED BY carol")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="grantor"):
+            admin.execute('REVOKE readers FROM bob GRANTED BY "carol"')
+        grants = admin.execute("SELECT * FROM system.grants").fetchall()
+    assert ("readers", "sales", "SELECT", None, None) in grants
+    assert ("bob", None, "MEMBER", "readers", False) in grants
+    assert not any(g[0] == "bob" and g[1] == "hr" for g in grants)
+    with connect(srv, "bob", "bob pw") as bob:
+        assert bob.execute("SELECT a FROM sales").fetchall() == [(1,)]
+    with connect(srv, "carol", "c") as carol:  # the admin option, granting as itself
+        carol.execute("REVOKE readers FROM bob GRANTED BY carol")
+        carol.execute("SET ROLE readers")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):  # now acting as readers
+            carol.execute("GRANT readers TO bob GRANTED BY SESSION_USER")

@@ -594,6 +594,8 @@ class ScramAuthenticator:
         if words[0] in ("SET", "RESET"):
             return self._set_role(sql, words[0], privileges)
         if words[0] in ("GRANT", "REVOKE"):
+            sql = self._granted_by(sql, privileges.current_user if privileges is not None
+                                   else me, me)
             if re.search(r"\bON\b", _sqltext.strip_strings(sql), re.I) is None:
                 return self._grant_role(sql, words[0], admin, privileges)
             return self._grant(sql, words[0], admin)
@@ -742,6 +744,22 @@ class ScramAuthenticator:
         self.store.change_grants(users, [t.lower() for t in tables], actions,
                                  grant=verb == "GRANT")
         return Result(None, [], verb)
+
+    @staticmethod
+    def _granted_by(sql: str, current: str, session_user: str) -> str:
+        """``sql`` without its ``GRANTED BY role``, which must name the current user (as
+        PostgreSQL requires of non-superusers): cryptdisk records no grantor."""
+        m = re.search(rf"\s+GRANTED\s+BY\s+({_NAME})\s*;?\s*$", sql, re.I | re.S)
+        if m is None:
+            return sql
+        word = m[1].upper()
+        name = current if word in ("CURRENT_USER", "CURRENT_ROLE") else \
+            session_user if word == "SESSION_USER" else _ident(m[1])
+        if name != current:
+            raise StatementError(f'GRANTED BY "{name}": the grantor must be the current '
+                                 "user (cryptdisk records no grantor)", "0A000",
+                                 hint="leave out GRANTED BY, or name the current user")
+        return sql[:m.start()]
 
     @staticmethod
     def _need_admin(admin: bool, what: str) -> None:
