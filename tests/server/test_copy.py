@@ -234,3 +234,52 @@ def test_binary_copy_with_psql(start_server, engine, request, certs, tmp_path) -
     assert data.read_bytes().startswith(b"PGCOPY\n\xff\r\n\x00")
     assert psql("SELECT a, coalesce(b, 'NULL'), c FROM t2 ORDER BY a").splitlines() == \
         ["1|one|0.5", "2|NULL|-2.25", "3|tab\there|"]
+
+
+INTERVALS = [(1, dt.timedelta(days=3, seconds=5, microseconds=7)),
+             (2, dt.timedelta(seconds=-5)), (3, dt.timedelta(0)), (4, None)]
+#: psycopg sends -5 s as -1 day and +23:59:55 (a timedelta's own form); PostgreSQL reads
+#: this text back as that same interval
+INTERVAL_TEXTS = ["3 days 00:00:05.000007", "-1 days 23:59:55", "00:00:00", None]
+
+
+def test_binary_copy_of_intervals_round_trips_as_text_copy_does(start_server,
+                                                                sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c, c.cursor() as cur:
+        c.execute("CREATE TABLE iv (k INTEGER, d INTERVAL)")
+        with cur.copy("COPY iv FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "interval"])
+            for row in INTERVALS:
+                copy.write_row(row)
+        with cur.copy("COPY iv FROM STDIN") as copy:  # text: PostgreSQL's own form
+            copy.write(b"5\t1 year 2 mons -3 days +04:05:06.5\n")
+        with cur.copy("COPY iv TO STDOUT") as copy:  # text: what PostgreSQL writes
+            assert [r[1] for r in copy.rows()] == [*INTERVAL_TEXTS,
+                                                   "1 year 2 mons -3 days +04:05:06.5"]
+        with cur.copy("COPY iv TO STDOUT (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "interval"])
+            got = list(copy.rows())
+        assert got[:4] == INTERVALS
+        assert got[4][1] == dt.timedelta(days=365 + 60 - 3, hours=4, minutes=5, seconds=6.5)
+        assert c.execute("SELECT d FROM iv WHERE k = 1", binary=True).fetchone() == \
+            (INTERVALS[0][1],)
+
+
+def test_intervals_of_the_analytical_engine(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    query = ("SELECT INTERVAL '1 month 2 days 03:04:05.000006' AS a, "
+             "INTERVAL '-5 seconds' AS b, INTERVAL '1 year -3 days' AS c")
+    want = (dt.timedelta(days=32, seconds=11045, microseconds=6), dt.timedelta(seconds=-5),
+            dt.timedelta(days=362))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c, c.cursor() as cur:
+        assert c.execute(query).fetchone() == want
+        assert c.execute(query, binary=True).fetchone() == want
+        with cur.copy(f"COPY ({query}) TO STDOUT") as copy:
+            assert list(copy.rows()) == [("1 mon 2 days 03:04:05.000006", "-00:00:05",
+                                          "1 year -3 days")]
+        with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)") as copy:
+            copy.set_types(["interval"] * 3)
+            assert list(copy.rows()) == [want]
+        assert c.execute("SELECT %b::INTERVAL * 2", (dt.timedelta(days=-1, seconds=5),)
+                         ).fetchone() == (dt.timedelta(days=-2, seconds=10),)

@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import json
 import math
+import re
 import struct
 import uuid
 from typing import Any
@@ -60,6 +61,8 @@ def sqlite_oid(decltype: str | None, sample: Any) -> int:
     """The OID of a SQLite result column: from its declared type, else from a value."""
     if decltype:
         d = decltype.upper()
+        if "INTERVAL" in d:  # SQLite's affinity says INTEGER ("INT"): the values are text
+            return INTERVAL
         if "INT" in d:
             return INT8
         if any(k in d for k in ("CHAR", "CLOB", "TEXT")):
@@ -103,6 +106,79 @@ def pg_type_name(duckdb_type: str) -> str:
     return _PG_NAMES.get(t, duckdb_type.lower())
 
 
+# --- intervals ------------------------------------------------------------------------
+
+_US_PER_HOUR = 3_600_000_000
+_INTERVAL_PART = re.compile(r"\s*([+-]?\d+)\s+(years?|mons?|days?)\b", re.I)
+_INTERVAL_TIME = re.compile(r"\s*([+-])?(\d+):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?\s*$")
+
+
+def interval_parts(value: Any) -> tuple[int, int, int]:
+    """(months, days, microseconds) of an interval: DuckDB's through Arrow (a
+    ``MonthDayNano``), a ``timedelta``, or the text :func:`interval_text` writes."""
+    if isinstance(value, pa.MonthDayNano):
+        ns = value.nanoseconds
+        return value.months, value.days, ns // 1000 if ns >= 0 else -(-ns // 1000)
+    if isinstance(value, dt.timedelta):
+        return 0, value.days, value.seconds * 1_000_000 + value.microseconds
+    if isinstance(value, str):
+        return _parse_interval(value)
+    raise TypeError(f"{type(value).__name__} is not an interval")
+
+
+def _parse_interval(text: str) -> tuple[int, int, int]:
+    """PostgreSQL's interval output (IntervalStyle postgres): ``1 year 2 mons -3 days
+    04:05:06.7``."""
+    months = days = 0
+    pos = 0
+    while (m := _INTERVAL_PART.match(text, pos)) is not None:
+        n, unit = int(m[1]), m[2].lower()
+        if unit.startswith("year"):
+            months += 12 * n
+        elif unit.startswith("mon"):
+            months += n
+        else:
+            days += n
+        pos = m.end()
+    rest = text[pos:]
+    micros = 0
+    if rest.strip():
+        t = _INTERVAL_TIME.match(rest)
+        if t is None:
+            raise ValueError(f"invalid interval {text!r}")
+        micros = int(t[2]) * _US_PER_HOUR + int(t[3]) * 60_000_000 + \
+            int(t[4] or 0) * 1_000_000 + int((t[5] or "0").ljust(6, "0"))
+        if t[1] == "-":
+            micros = -micros
+    elif pos == 0:
+        raise ValueError(f"invalid interval {text!r}")
+    return months, days, micros
+
+
+def interval_text(months: int, days: int, micros: int, *, plus: bool = True) -> str:
+    """An interval as PostgreSQL writes it (IntervalStyle postgres): ``1 year 2 mons
+    -3 days +04:05:06.000007``; ``plus=False`` leaves out the ``+`` PostgreSQL puts on a
+    part after a negative one (DuckDB does not read it; PostgreSQL reads both)."""
+    parts: list[str] = []
+    before = False  # the last part written was negative
+    years, mons = abs(months) // 12, abs(months) % 12
+    if months < 0:
+        years, mons = -years, -mons
+    for n, unit in ((years, "year"), (mons, "mon"), (days, "day")):
+        if n:
+            sign = "+" if plus and before and n > 0 else ""
+            parts.append(f"{sign}{n} {unit}{'' if n == 1 else 's'}")
+            before = n < 0
+    if micros or not parts:
+        hours, rest = divmod(abs(micros), _US_PER_HOUR)
+        minutes, rest = divmod(rest, 60_000_000)
+        seconds, us = divmod(rest, 1_000_000)
+        sign = "-" if micros < 0 else "+" if plus and before else ""
+        frac = f".{us:06d}".rstrip("0") if us else ""
+        parts.append(f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}{frac}")
+    return " ".join(parts)
+
+
 # --- results --------------------------------------------------------------------------
 
 
@@ -124,13 +200,8 @@ def _text(value: Any) -> str:
         return value.isoformat(sep=" ")
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        secs = value.seconds + value.microseconds / 1e6
-        h, rem = divmod(value.seconds, 3600)
-        m, s = divmod(rem, 60)
-        frac = f".{value.microseconds:06d}" if value.microseconds else ""
-        del secs
-        return f"{value.days} days {h:02d}:{m:02d}:{s:02d}{frac}"
+    if isinstance(value, dt.timedelta | pa.MonthDayNano):
+        return interval_text(*interval_parts(value))
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     return str(value)
@@ -193,8 +264,8 @@ def _binary(oid: int, value: Any) -> bytes:
             us = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
             return struct.pack("!q", us + value.microsecond)
         if oid == INTERVAL:
-            us = (value.seconds * 1_000_000) + value.microseconds
-            return struct.pack("!qii", us, value.days, 0)
+            months, days, us = interval_parts(value)
+            return struct.pack("!qii", us, days, months)
         if oid == NUMERIC:
             return _numeric_binary(decimal.Decimal(value))
         if oid == UUID:
@@ -292,4 +363,9 @@ def _decode_binary(oid: int, data: bytes) -> Any:
         return _decode_numeric(data)
     if oid == UUID:
         return uuid.UUID(bytes=data)
+    if oid == INTERVAL:  # as text, which both engines read: what a text parameter gives
+        if len(data) != 16:
+            raise ProtocolError(f"{len(data)} bytes is not a binary interval")
+        us, days, months = struct.unpack("!qii", data)
+        return interval_text(months, days, us, plus=False)
     raise ProtocolError(f"binary parameters of type {oid} are not supported; send it as text")
