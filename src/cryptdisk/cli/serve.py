@@ -18,7 +18,7 @@ PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
              "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size",
-             "client_ca", "policies", "audit_log"}
+             "client_ca", "policies", "audit_log", "workers"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -47,6 +47,35 @@ def _listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ServerError(f"--listen {text!r}: expected HOST:PORT (e.g. 127.0.0.1:5432)")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _workers(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[int, str | None]:
+    """(worker processes, why ``auto`` gave one): ``--workers``, else ``[server] workers``,
+    else ``auto``: one per CPU (at most 8) for --sqlite; one for the analytical engine and
+    for an encrypted access log, which one process at a time can write."""
+    from ..server import MAX_WORKERS, default_workers
+
+    text = str(args.workers if args.workers is not None else settings.get("workers", "auto"))
+    single = None
+    if not args.sqlite:
+        single = ("the analytical database is written by one process at a time (its LOCK), "
+                  "and another process would not see its new parts")
+    elif settings.get("access_log") and settings.get("access_log_encrypted"):
+        single = "an encrypted access log is written by one process"
+    if text == "auto":
+        return (1, single) if single else (default_workers(), None)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise ServerError(f"--workers {text!r}: expected a number from 1 to {MAX_WORKERS}, "
+                          "or auto")
+    if int(text) > 1 and single:
+        raise ServerError(f"--workers {text}: {single}; serve it with --workers 1",
+                          hint="several workers serve an encrypted SQLite database "
+                          "(--sqlite) with a plain (or no) access log")
+    return int(text), None
+
+
+def _plural(workers: int) -> str:
+    return "1 worker process" if workers == 1 else f"{workers} worker processes"
 
 
 def _password(name: str) -> str:
@@ -125,6 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
                 binding = end_point_hash(
                     x509.load_pem_x509_certificate(f.read()).public_bytes(Encoding.DER))
         host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+        workers, _single = _workers(args, settings)
         access_log = None
         if settings.get("access_log"):
             from ..server import AccessLog
@@ -149,15 +179,22 @@ def _serve(args: argparse.Namespace) -> int:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"
             tls = f"TLS certificate {cert}" if cert else "no TLS (plaintext on loopback only)"
             print(f"ok: {args.path} opens ({kind}); {len(store.users)} user(s) in {users_path}; "
-                  f"{tls}; would listen on {host}:{port}")
+                  f"{tls}; would listen on {host}:{port} with {_plural(workers)}")
             return 0
 
         def ready(address: tuple[str, int]) -> None:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"
             tls = "TLS" if ctx else "plaintext, loopback only"
-            print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}); "
-                  "SIGTERM stops", flush=True)
+            print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}, "
+                  f"{_plural(workers)}); SIGTERM stops", flush=True)
 
+        if workers > 1:
+            from ..server import run_workers
+
+            code = run_workers(server, workers, ready=ready)
+            print("stopped: every worker drained" if code == 0 else
+                  "stopped: a worker did not exit cleanly", flush=True)
+            return code
         server.run(ready=ready)
         print("stopped: every session closed", flush=True)
         return 0
@@ -189,6 +226,10 @@ def register(sub: Any) -> None:
                    help=f"add a user (or set its password: ${PASSWORD_ENV} or a prompt) "
                    "and exit")
     p.add_argument("--admin", action="store_true", help="with --add-user: an admin user")
+    p.add_argument("--workers", metavar="N|auto",
+                   help="worker processes, each serving connections on its own core (default "
+                   "auto: one per CPU, at most 8, with --sqlite; 1 for the analytical "
+                   "database; or [server] workers)")
     p.add_argument("--check", action="store_true",
                    help="check the config, keys, users and certificate, then exit (0: ok)")
     add_key_options(p, required=False)

@@ -12,6 +12,8 @@
     server.run()  # until SIGTERM; or: await server.serve() on a loop of yours
 
 The server runs on uvloop's event loop when uvloop is installed (``new_event_loop``).
+``run_workers(server, n)`` serves with ``n`` forked worker processes instead (``cryptdisk
+serve --workers``; encrypted SQLite only), each running ``server`` on its own loop.
 
 Each session's identity and roles: ``session.privileges`` (also
 ``engine_session.privileges``), a :class:`Privileges` with ``session_user``,
@@ -36,10 +38,12 @@ from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server, new_event_loop
 from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
 from ._users import ScramAuthenticator, UserStore
+from ._workers import MAX_WORKERS, default_workers, run_workers
 
 __all__ = [
     "DEFAULT_ITERATIONS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "MAX_WORKERS",
     "AccessLog",
     "AnalyticalEngine",
     "AuditLog",
@@ -56,9 +60,11 @@ __all__ = [
     "UserStore",
     "Verifier",
     "certificate_fingerprint",
+    "default_workers",
     "end_point_hash",
     "make_verifier",
     "new_event_loop",
+    "run_workers",
     "self_signed",
     "server_context",
 ]

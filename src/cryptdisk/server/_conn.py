@@ -28,6 +28,8 @@ _RECV = 1 << 16
 _HIGH = 1 << 16
 #: ... until it is below this
 _LOW = 1 << 14
+#: seconds a worker leaves a connection to a less busy worker before taking it itself
+_DEFER = 0.005
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
                 ssl.SSLWantWriteError)
 
@@ -314,11 +316,21 @@ class Listener:
     """Listening sockets for ``host``:``port``; each accepted client goes to ``serve``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 serve: Callable[[Connection], Coroutine[Any, Any, None]]) -> None:
+                 serve: Callable[[Connection], Coroutine[Any, Any, None]],
+                 balance: Any = None) -> None:
         self.loop = loop
         self.serve = serve
         self.sockets: list[socket.socket] = []
         self.tasks: set[asyncio.Task[None]] = set()
+        #: with worker processes accepting on the same sockets (:class:`._workers.Workers`):
+        #: ``may_accept()``, ``defer()`` and ``connected(delta)`` spread connections evenly
+        self.balance = balance
+
+    def adopt(self, sockets: list[socket.socket]) -> None:
+        """Accept on listening sockets bound elsewhere (the supervisor of worker processes)."""
+        self.sockets = list(sockets)
+        for sock in self.sockets:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
 
     async def listen(self, host: str, port: int, backlog: int = 128) -> None:
         infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
@@ -346,7 +358,14 @@ class Listener:
             self.loop.add_reader(sock.fileno(), self._accept, sock)
 
     def _accept(self, sock: socket.socket) -> None:
+        balance = self.balance
         for _ in range(64):
+            if balance is not None and not balance.may_accept():
+                # another worker has fewer connections: leave this one to it for a moment
+                balance.defer()
+                self.loop.remove_reader(sock.fileno())
+                self.loop.call_later(_DEFER, self._resume, sock)
+                return
             try:
                 conn, _addr = sock.accept()
             except _WOULD_BLOCK:
@@ -364,6 +383,10 @@ class Listener:
             task = self.loop.create_task(self.serve(connection))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+            if balance is not None:
+                balance.connected(1)
+                task.add_done_callback(lambda _t: balance.connected(-1))
+                return  # one at a time: the others get their turn
 
     def _resume(self, sock: socket.socket) -> None:
         if sock in self.sockets and sock.fileno() >= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 import ssl
 from collections.abc import Callable
@@ -20,6 +21,10 @@ __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "Authenticator", "Server", "new_event_loo
 log = logging.getLogger("cryptdisk.server")
 
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+
+
+def _nothing() -> None:
+    pass
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -110,8 +115,22 @@ class Server:
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: Listener | None = None
         self.address: tuple[str, int] | None = None
+        #: in a worker process (:func:`._workers.run_workers`): what the workers share, and
+        #: the listening sockets the supervisor bound
+        self.workers: Any = None
+        self.sockets: list[Any] | None = None
+        #: called before each message a session reads: picks up changes other processes
+        #: made to the users (and grants, roles)
+        self.refresh: Callable[[], None] = getattr(authenticator, "refresh", None) or _nothing
 
     # -- hooks the session calls ----------------------------------------------------------------
+
+    def new_pid(self) -> int:
+        """A process id for a new session's BackendKeyData (its cancel requests name it)."""
+        if self.workers is not None:
+            pid: int = self.workers.new_pid(self._by_pid)
+            return pid
+        return secrets.randbits(31)
 
     def register(self, session: Session) -> None:
         self.sessions.add(session)
@@ -123,6 +142,10 @@ class Server:
             del self._by_pid[session.pid]
 
     def cancel(self, pid: int, key: int) -> None:
+        workers = self.workers
+        if workers is not None and workers.owner(pid) != workers.slot:
+            workers.forward_cancel(pid, key)  # another worker's session
+            return
         session = self._by_pid.get(pid)
         if session is not None and session.cancel_key == key and session.engine is not None:
             session.engine.interrupt()
@@ -156,7 +179,8 @@ class Server:
         assert task is not None
         self._tasks.add(task)
         try:
-            if self.draining or len(self._tasks) > self.max_connections:
+            connections = len(self._tasks) if self.workers is None else self.workers.total()
+            if self.draining or connections > self.max_connections:
                 from . import _protocol as P
 
                 code, text = (("57P03", "the server is shutting down") if self.draining else
@@ -175,8 +199,11 @@ class Server:
             self._tasks.discard(task)
 
     async def start(self) -> tuple[str, int]:
-        self._listener = Listener(asyncio.get_running_loop(), self._client)
-        await self._listener.listen(self.host, self.port)
+        self._listener = Listener(asyncio.get_running_loop(), self._client, self.workers)
+        if self.sockets is not None:
+            self._listener.adopt(self.sockets)
+        else:
+            await self._listener.listen(self.host, self.port)
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         log.info("listening on %s:%d", *self.address)
@@ -218,6 +245,8 @@ class Server:
                 installed.append(sig)
             except (RuntimeError, ValueError):  # not the main thread
                 break
+        if self.workers is not None:
+            self.workers.attach(loop, self, stop.set)
         if ready is not None:
             ready(address)
         try:

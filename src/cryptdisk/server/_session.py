@@ -228,7 +228,7 @@ class Session:
         #: the transaction's savepoints: (name, changes to users made before it, role)
         self.savepoints: list[tuple[str, int, str | None]] = []
         self.busy = False
-        self.pid = secrets.randbits(31)
+        self.pid = server.new_pid()
         self.cancel_key = secrets.randbits(31)
         self.out: list[bytes] = []
         self.out_size = 0  # bytes in self.out
@@ -419,6 +419,7 @@ class Session:
                 self._fatal("57P05", "terminating connection due to idle-session timeout")
                 raise _Closing() from None
             self.busy = True
+            self.server.refresh()  # users, roles, grants another worker changed
             if isinstance(msg, P.Terminate):
                 raise _Closing()
             if isinstance(msg, P.Sync):

@@ -32,17 +32,20 @@ roles); anyone may change their own password. :mod:`._grants` checks the privile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import fcntl
 import itertools
 import json
 import logging
+import mmap
 import os
 import re
 import secrets
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
@@ -100,13 +103,50 @@ class UserStore:
         self.users: dict[str, dict[str, Any]] = {}
         #: ``{role: {"grants": {table: [actions]}, "roles": [roles it is a member of]}}``
         self.roles: dict[str, dict[str, Any]] = {}
+        self._shared: _ChangeCounter | None = _ChangeCounter(self.path + ".lock")
+        self._seen = self._shared.value()
+        self._load()
+
+    def _load(self) -> None:
         if os.path.exists(self.path):
-            with cd_open(self.path, "rb", keyring=keyring) as f:
+            with cd_open(self.path, "rb", keyring=self.keyring) as f:
                 data = json.loads(f.read())
             if not isinstance(data, dict) or data.get("version") != 1:
                 raise ServerError(f"{self.path} is not a cryptdisk user file (version 1)")
             self.users = data["users"]
             self.roles = data.get("roles", {})
+
+    def refresh(self) -> None:
+        """Read the user file again if another process (a worker of the same server,
+        ``cryptdisk serve --add-user``) changed it since this one last did."""
+        shared = self._shared
+        if shared is not None and shared.value() != self._seen:
+            with self._lock:
+                self._reload()
+
+    def _reload(self) -> None:
+        assert self._shared is not None
+        seen = self._shared.value()  # before reading: a later change is read again
+        if seen != self._seen:
+            self._load()
+            self._seen = seen
+            self._bump()
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the user file against every other thread and process, with what they saved
+        read in, for a change; the change counter moves when it ends."""
+        with self._lock:
+            shared = self._shared
+            if shared is None:
+                yield
+                return
+            with shared.locked():
+                self._reload()
+                try:
+                    yield
+                finally:
+                    self._seen = shared.bump()
 
     def __repr__(self) -> str:
         return f"<UserStore {self.path!r} users={len(self.users)} roles={len(self.roles)}>"
@@ -128,7 +168,7 @@ class UserStore:
 
     def _change(self, change: Callable[[], None]) -> None:
         """Apply ``change`` to users/roles and save; on any failure restore both."""
-        with self._lock:
+        with self._exclusive():
             before = json.dumps([self.users, self.roles])
             try:
                 change()
@@ -157,7 +197,7 @@ class UserStore:
 
     def apply(self, ops: list[Op]) -> None:
         """Apply a transaction's changes together, in one save: all of them or none."""
-        with self._lock:
+        with self._exclusive():
             trial = _ScratchStore(self.path, copy.deepcopy(self.users),
                                   copy.deepcopy(self.roles), self.generation)
             for name, args, kwargs in ops:
@@ -284,7 +324,7 @@ class UserStore:
             if not password:
                 raise ServerError("an empty password is not allowed")
             made = str(make_verifier(password, self.iterations))
-        with self._lock:
+        with self._exclusive():
             if create and (name in self.users or name in self.roles):
                 raise StatementError(f'role "{name}" already exists', "42710")
             if name in self.roles:
@@ -318,6 +358,10 @@ class UserStore:
     def drop_user(self, name: str, *, missing_ok: bool = False) -> None:
         """Drop a user or a role (and every membership in that role)."""
         def change() -> None:
+            if not self.exists(name):
+                if missing_ok:
+                    return
+                raise StatementError(f'role "{name}" does not exist', "42704")
             if name in self.roles:
                 del self.roles[name]
                 for entry in [*self.users.values(), *self.roles.values()]:
@@ -331,10 +375,6 @@ class UserStore:
                 raise StatementError("cannot drop the last admin user", "55006")
             del self.users[name]
 
-        if not self.exists(name):
-            if missing_ok:
-                return
-            raise StatementError(f'role "{name}" does not exist', "42704")
         self._change(change)
 
     def grants(self, name: str) -> dict[str, list[str]]:
@@ -385,6 +425,46 @@ class UserStore:
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
 
 
+class _ChangeCounter:
+    """How many times the user file was changed, shared by every process that serves it:
+    8 bytes at the start of ``path`` (the user file's name plus ``.lock``, mode 0600, no
+    secret in it), mapped into memory so reading it costs no system call; a change holds
+    an exclusive ``flock`` on it while it reads, saves and counts."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < 8:
+                os.ftruncate(fd, 8)
+            self._map = mmap.mmap(fd, 8)
+        finally:
+            os.close(fd)
+        self._counter = memoryview(self._map).cast("Q")
+        self._fd = -1
+        self._pid = 0
+
+    def value(self) -> int:
+        return int(self._counter[0])
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        if self._pid != os.getpid():  # an flock is per open file: one open per process
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            self._pid = os.getpid()
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def bump(self) -> int:
+        """Count a change (the caller holds :meth:`locked`); the new count."""
+        value = (int(self._counter[0]) + 1) & 0xFFFFFFFFFFFFFFFF
+        self._counter[0] = value
+        return value
+
+
 class _ScratchStore(UserStore):
     """:meth:`UserStore.scratch`: a copy in memory; changes are never saved."""
 
@@ -397,6 +477,8 @@ class _ScratchStore(UserStore):
         self.generation = generation
         self.users = users
         self.roles = roles
+        self._shared = None
+        self._seen = 0
 
     def _save(self) -> None:
         pass
@@ -415,6 +497,11 @@ class _TxStore(UserStore):
         self.ops: list[Op] = []
         self._view: UserStore | None = None
         self._generation = 0
+        self._shared = None
+        self._seen = 0
+
+    def refresh(self) -> None:
+        self.parent.refresh()
 
     def _current(self) -> UserStore:
         view = self._view
@@ -524,7 +611,12 @@ class ScramAuthenticator:
         return Verifier(salt, self.store.iterations, secrets.token_bytes(32),
                         secrets.token_bytes(32))
 
+    def refresh(self) -> None:
+        """Pick up changes other processes made to the users (:meth:`UserStore.refresh`)."""
+        self.store.refresh()
+
     async def login(self, session: Session, user: str) -> None:
+        self.store.refresh()
         verifier = self.store.verifier(user)
         if verifier is not None and self.store.needs_clientcert(user) \
                 and session.client_cert_name != user:

@@ -1,0 +1,332 @@
+"""``cryptdisk serve --workers N``: a supervisor process and N worker processes.
+
+One Python process serves every connection on one core (one event loop, the GIL). With
+several workers the supervisor binds the listening sockets, then forks the workers, each
+a whole server with its own event loop accepting on those same sockets:
+
+- *One shared listening socket*, not ``SO_REUSEPORT``: the kernel keeps one accept queue,
+  so a connection waits for whichever worker is free, and none is lost in the queue of a
+  worker that dies (with ``SO_REUSEPORT`` each socket has its own queue, filled by a hash
+  of the client's address). A worker accepts when it has no more connections than any
+  other live worker (counts in shared memory), else it leaves the connection to the
+  others for 5 ms and then takes it: connections spread evenly, and ``max_connections``
+  counts them all.
+- *Cancel requests*: a session's process id (BackendKeyData) names its worker in its top
+  bits; a worker that receives a CancelRequest for another worker's session passes it on
+  through that worker's pipe (8 bytes, atomic).
+- *Key material* stays in memory: the workers are forked from the supervisor, which has
+  loaded the keyring; nothing secret is in any process's argv or environment.
+- *Crashes*: a worker that dies (kill -9, a crash) is forked again; the others go on, and
+  SQLite's own locking keeps the database consistent (its locks die with the process).
+  SIGTERM or SIGINT to the supervisor drains every worker (each stops accepting, lets
+  statements in flight finish, closes its sessions) and exits once all have. When the
+  supervisor dies, even by kill -9, the workers get SIGTERM (Linux's
+  ``PR_SET_PDEATHSIG``) and see the end of a pipe only the supervisor held open; either
+  way they drain and exit.
+
+The supervisor stays single-threaded and never runs an event loop (it forks from it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import mmap
+import os
+import secrets
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ServerError
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ._server import Server
+
+__all__ = ["MAX_WORKERS", "Workers", "default_workers", "run_workers"]
+
+log = logging.getLogger("cryptdisk.server")
+
+#: the most workers (a session's process id keeps its worker's number in 7 bits)
+MAX_WORKERS = 64
+#: ``--workers auto``: one per CPU the process may run on, at most this many
+AUTO_MAX = 8
+_SLOT_SHIFT = 24
+_CANCEL = struct.Struct("!ii")
+_PR_SET_PDEATHSIG = 1
+#: how long the supervisor waits for draining workers before it kills them
+DRAIN_WAIT = 45.0
+
+
+def default_workers() -> int:
+    """``--workers auto``: the CPUs this process may run on, at most :data:`AUTO_MAX`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, AUTO_MAX))
+
+
+def _nonblocking_pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
+
+
+class Workers:
+    """What the workers share, made by the supervisor before it forks them: per worker, its
+    live connection count (shared memory; -1 while no worker runs in that slot) and the pipe
+    its cancel requests arrive on; and the pipe whose end tells the workers the supervisor
+    is gone. In a worker, :attr:`slot` is its own number."""
+
+    def __init__(self, count: int) -> None:
+        if not 1 <= count <= MAX_WORKERS:
+            raise ServerError(f"--workers must be between 1 and {MAX_WORKERS}")
+        self.count = count
+        self._memory = mmap.mmap(-1, 8 * count, flags=mmap.MAP_SHARED)
+        self.connections = memoryview(self._memory).cast("q")
+        for i in range(count):
+            self.connections[i] = -1
+        self.cancel_pipes = [_nonblocking_pipe() for _ in range(count)]
+        self.death_r, self.death_w = os.pipe()
+        self.slot = -1
+        self.supervisor = os.getpid()
+        self._deferred = False
+
+    # -- in a worker --------------------------------------------------------------------------
+
+    def new_pid(self, in_use: Any) -> int:
+        """A session's process id: this worker's number (plus one) in bits 24-30."""
+        while True:
+            pid = ((self.slot + 1) << _SLOT_SHIFT) | secrets.randbits(_SLOT_SHIFT)
+            if pid not in in_use:
+                return pid
+
+    def owner(self, pid: int) -> int:
+        """The worker a session's process id belongs to (-1: none)."""
+        slot = (pid >> _SLOT_SHIFT) - 1
+        return slot if 0 <= slot < self.count else -1
+
+    def forward_cancel(self, pid: int, key: int) -> None:
+        """Pass a CancelRequest to the worker whose session ``pid`` is."""
+        slot = self.owner(pid)
+        if slot < 0:
+            return
+        try:
+            os.write(self.cancel_pipes[slot][1], _CANCEL.pack(pid, key))
+        except OSError as exc:  # a full pipe (a worker not reading): the cancel is dropped
+            log.warning("passing a cancel request to worker %d failed: %s", slot, exc)
+
+    def may_accept(self) -> bool:
+        """Accept now: this worker has no more connections than any other live worker, or it
+        has already left the connection to the others a moment (5 ms)."""
+        if self._deferred:
+            self._deferred = False
+            return True
+        mine = self.connections[self.slot]
+        return all(c < 0 or mine <= c for c in self.connections)
+
+    def defer(self) -> None:
+        self._deferred = True
+
+    def connected(self, delta: int) -> None:
+        self.connections[self.slot] += delta
+
+    def total(self) -> int:
+        """Connections of every worker."""
+        return sum(c for c in self.connections if c > 0)
+
+    def attach(self, loop: asyncio.AbstractEventLoop, server: Server,
+               stop: Callable[[], None]) -> None:
+        """Watch this worker's cancel pipe and the supervisor's pipe on ``loop``."""
+        cancel_r = self.cancel_pipes[self.slot][0]
+
+        def cancels() -> None:
+            try:
+                data = os.read(cancel_r, _CANCEL.size * 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            for i in range(0, len(data) - _CANCEL.size + 1, _CANCEL.size):
+                server.cancel(*_CANCEL.unpack_from(data, i))
+
+        def supervisor_gone() -> None:
+            loop.remove_reader(self.death_r)
+            log.warning("worker %d: the supervisor is gone; draining", self.slot)
+            stop()
+
+        loop.add_reader(cancel_r, cancels)
+        loop.add_reader(self.death_r, supervisor_gone)
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM when the supervisor dies (Linux), and exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def bind(host: str, port: int, backlog: int = 511) -> list[socket.socket]:
+    """Listening sockets for ``host``:``port`` (every address it resolves to), non-blocking."""
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(
+                (i[0], i[1], i[2], "", i[4]) for i in socket.getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # one port for every address
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sockets
+
+
+class _Supervisor:
+    def __init__(self, server: Server, count: int) -> None:
+        self.server = server
+        self.workers = Workers(count)
+        self.sockets = bind(server.host, server.port)
+        self.children: dict[int, int] = {}     # pid -> slot
+        self.started: dict[int, float] = {}    # slot -> when its worker was forked
+        self.failures = [0] * count            # quick deaths in a row, per slot
+        self.restart_at: dict[int, float] = {}  # slot -> when to fork it again
+        self.stopping = False
+        self.exit_codes: list[int] = []
+
+    def spawn(self, slot: int) -> None:
+        self.workers.connections[slot] = 0
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+                _die_with_parent(self.workers.supervisor)
+                os.close(self.workers.death_w)
+                for i, (r, _w) in enumerate(self.workers.cancel_pipes):
+                    if i != slot:
+                        os.close(r)
+                self.workers.slot = slot
+                self.server.workers = self.workers
+                self.server.sockets = self.sockets
+                self.server.run()
+                code = 0
+            except BaseException:
+                log.exception("worker %d failed", slot)
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = slot
+        self.started[slot] = time.monotonic()
+        log.info("worker %d started (pid %d)", slot, pid)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            slot = self.children.pop(pid, None)
+            if slot is None:
+                continue
+            self.workers.connections[slot] = -1
+            code = os.waitstatus_to_exitcode(status)
+            self.exit_codes.append(code)
+            if self.stopping:
+                log.info("worker %d (pid %d) exited (%d)", slot, pid, code)
+                continue
+            log.warning("worker %d (pid %d) died (%s); starting it again", slot, pid,
+                        f"signal {-code}" if code < 0 else f"exit {code}")
+            quick = time.monotonic() - self.started.get(slot, 0) < 1.0
+            self.failures[slot] = self.failures[slot] + 1 if quick else 0
+            delay = min(0.1 * 2 ** self.failures[slot], 10.0) if self.failures[slot] else 0
+            self.restart_at[slot] = time.monotonic() + delay
+
+    def run(self, ready: Callable[[tuple[str, int]], None] | None) -> int:
+        stop_signals = {signal.SIGTERM, signal.SIGINT}
+        waited = {signal.SIGCHLD, *stop_signals}
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+        try:
+            for slot in range(self.workers.count):
+                self.spawn(slot)
+            name = self.sockets[0].getsockname()
+            self.server.address = (name[0], name[1])
+            if ready is not None:
+                ready(self.server.address)
+            while True:
+                timeout = 1.0
+                if self.restart_at:
+                    timeout = max(0.0, min(self.restart_at.values()) - time.monotonic())
+                info = signal.sigtimedwait(waited, timeout)
+                if info is not None and info.si_signo in stop_signals:
+                    break
+                self.reap()
+                now = time.monotonic()
+                for slot, when in list(self.restart_at.items()):
+                    if when <= now:
+                        del self.restart_at[slot]
+                        self.spawn(slot)
+            return self.drain()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+
+    def drain(self) -> int:
+        """SIGTERM to every worker; wait for them (then SIGKILL what is left)."""
+        self.stopping = True
+        for sock in self.sockets:  # the workers' copies stop accepting as they drain
+            sock.close()
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + DRAIN_WAIT
+        while self.children and time.monotonic() < deadline:
+            signal.sigtimedwait({signal.SIGCHLD}, 0.5)
+            self.reap()
+        for pid in self.children:
+            log.warning("worker pid %d did not drain in %g s: killed", pid, DRAIN_WAIT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while self.children:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EINTR:
+                    raise
+                continue
+            self.children.pop(pid, None)
+        os.close(self.workers.death_w)
+        return 0 if all(c == 0 for c in self.exit_codes) else 1
+
+
+def run_workers(server: Server, count: int,
+                ready: Callable[[tuple[str, int]], None] | None = None) -> int:
+    """Serve with ``count`` worker processes (see the module's doc) until SIGTERM or SIGINT;
+    0 when every worker drained and exited cleanly. Call it from the main thread of a
+    process that has no event loop running (it forks)."""
+    if sys.platform == "win32" or not hasattr(os, "fork"):
+        raise ServerError("--workers above 1 needs fork (Linux, macOS)")
+    return _Supervisor(server, count).run(ready)
