@@ -109,6 +109,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     config = args.keyring
     settings = _server_section(config)
+    workers, _single = _workers(args, settings)
     path = os.path.abspath(args.path)
     if args.sqlite:
         engine: Any = SQLiteEngine(path, keyring_from_args(args))
@@ -154,7 +155,6 @@ def _serve(args: argparse.Namespace) -> int:
                 binding = end_point_hash(
                     x509.load_pem_x509_certificate(f.read()).public_bytes(Encoding.DER))
         host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
-        workers, _single = _workers(args, settings)
         access_log = None
         if settings.get("access_log"):
             from ..server import AccessLog

@@ -212,7 +212,7 @@ class _Supervisor:
         self.failures = [0] * count            # quick deaths in a row, per slot
         self.restart_at: dict[int, float] = {}  # slot -> when to fork it again
         self.stopping = False
-        self.exit_codes: list[int] = []
+        self.exit_codes: list[int] = []        # of the workers that drained
 
     def spawn(self, slot: int) -> None:
         self.workers.connections[slot] = 0
@@ -253,8 +253,8 @@ class _Supervisor:
                 continue
             self.workers.connections[slot] = -1
             code = os.waitstatus_to_exitcode(status)
-            self.exit_codes.append(code)
             if self.stopping:
+                self.exit_codes.append(code)  # how the drain went
                 log.info("worker %d (pid %d) exited (%d)", slot, pid, code)
                 continue
             log.warning("worker %d (pid %d) died (%s); starting it again", slot, pid,

@@ -1,0 +1,343 @@
+"""`cryptdisk serve --workers 2`: real worker processes behind one listening socket, real
+clients (psycopg over TLS). Cancel requests reach the right worker, user and grant changes
+made through one worker hold on the next statement in another, concurrent writers in two
+workers lose no update, a worker killed with -9 is replaced while the others go on, SIGTERM
+drains them all, and the workers die with their supervisor."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import pytest
+
+from tests.server.certs import sqlite_serve_config
+
+KEY_HEX = "cd" * 32
+
+
+def _children(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True,
+                         text=True).stdout
+    return {int(x) for x in out.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_until(check: Any, what: str, limit: float = 60.0) -> None:
+    """Poll ``check`` (a bound on how long the test may hang, not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+class Served:
+    def __init__(self, root: Path, workers: str = "2") -> None:
+        self.ca, _cert, self.config = sqlite_serve_config(root, "c.toml", KEY_HEX)
+        self.db = str(root / "app.db")
+        env = {**os.environ, "CRYPTDISK_PASSWORD": "pw"}
+        subprocess.run([sys.executable, "-m", "cryptdisk", "serve", self.db, "--sqlite",
+                        "--config", str(self.config), "--add-user", "u", "--admin"], env=env,
+                       check=True, capture_output=True, timeout=120)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cryptdisk", "serve", self.db, "--sqlite", "--config",
+             str(self.config), "--listen", "127.0.0.1:0", "--workers", workers],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=root)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = re.search(r"on 127\.0\.0\.1:(\d+) .*\b(\d+) worker processes", line)
+        assert m, line
+        self.port, self.workers = int(m[1]), int(m[2])
+        _wait_until(lambda: len(_children(self.proc.pid)) == self.workers, "workers started")
+
+    def connect(self, user: str = "u", password: str = "pw", **kw: Any) -> psycopg.Connection:
+        return psycopg.connect(host="localhost", port=self.port, user=user, password=password,
+                               dbname="app", sslmode="verify-full", sslrootcert=str(self.ca),
+                               autocommit=True, **kw)
+
+    def in_each_worker(self, n: int = 2, **kw: Any) -> list[psycopg.Connection]:
+        """Connections until there is one in each of ``n`` different workers (the top bits
+        of a session's process id name its worker)."""
+        found: dict[int, psycopg.Connection] = {}
+        extra = []
+        for _ in range(20):
+            c = self.connect(**kw)
+            worker = c.info.backend_pid >> 24
+            if worker in found:
+                extra.append(c)
+            else:
+                found[worker] = c
+            if len(found) == n:
+                break
+        for c in extra:
+            c.close()
+        assert len(found) == n, "the connections all went to one worker"
+        return list(found.values())
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(120)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Any:
+    s = Served(tmp_path)
+    try:
+        yield s
+    finally:
+        workers = _children(s.proc.pid)
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait(60)
+        if s.proc.stdout is not None:
+            s.proc.stdout.close()
+        for pid in workers:  # the workers end with it; never leave one behind
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_connections_spread_over_the_workers(served: Served) -> None:
+    conns = [served.connect() for _ in range(4)]
+    try:
+        workers = [c.info.backend_pid >> 24 for c in conns]
+        assert sorted(workers) == [1, 1, 2, 2]
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_cancel_request_reaches_the_session_in_another_worker(served: Served) -> None:
+    a, b = served.in_each_worker()
+    owner = _owner(served, a)
+    idle = _cpu(owner)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def endless() -> None:
+        try:
+            started.set()
+            a.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                      "SELECT count(*) FROM c")
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=endless)
+    t.start()
+    started.wait()
+    # the statement is running in the owner; stop that worker so only the other can take
+    # the cancel connection, which it must pass on
+    _wait_until(lambda: _cpu(owner) > idle + 0.3, "the statement runs in its worker")
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        a.cancel_safe(timeout=60)  # a new connection, to the worker not stopped
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    t.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
+    assert a.execute("SELECT 1").fetchone() == (1,)
+    assert b.execute("SELECT 2").fetchone() == (2,)
+    a.close()
+    b.close()
+
+
+def _owner(served: Served, conn: psycopg.Connection) -> int:
+    """The worker process that serves ``conn`` (the one holding its TCP connection)."""
+    import socket
+
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        port = sock.getsockname()[1]
+    for pid in _children(served.proc.pid):
+        if any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections()):
+            return pid
+    raise AssertionError("no worker holds the connection")
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def test_grants_changed_in_one_worker_hold_in_the_other_at_once(served: Served) -> None:
+    admin1, admin2 = served.in_each_worker()
+    admin1.execute("CREATE TABLE t (x INTEGER)")
+    admin1.execute("INSERT INTO t VALUES (1)")
+    admin1.execute("CREATE USER bob PASSWORD 'bobpw'")
+    admin1.execute("GRANT SELECT ON t TO bob")
+    bob = served.connect("bob", "bobpw")
+    bob_worker = bob.info.backend_pid >> 24
+    same, other = ((admin1, admin2) if admin1.info.backend_pid >> 24 == bob_worker
+                   else (admin2, admin1))
+    assert bob.execute("SELECT x FROM t").fetchall() == [(1,)]
+    other.execute("REVOKE SELECT ON t FROM bob")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        bob.execute("SELECT x FROM t")
+    other.execute("CREATE ROLE readers")
+    other.execute("GRANT SELECT ON t TO readers")
+    other.execute("GRANT readers TO bob")
+    assert bob.execute("SELECT x FROM t").fetchall() == [(1,)]
+    assert "bob" in {r[0] for r in same.execute("SELECT * FROM system.users")}
+    other.execute("ALTER USER bob PASSWORD 'newpw'")
+    bob.close()
+    with pytest.raises(psycopg.OperationalError):
+        served.connect("bob", "bobpw").close()
+    served.connect("bob", "newpw").close()
+    for c in (admin1, admin2):
+        c.close()
+
+
+def test_users_created_at_once_in_two_workers_are_all_kept(served: Served) -> None:
+    conns = served.in_each_worker()
+    barrier = threading.Barrier(2)
+
+    def create(conn: psycopg.Connection, prefix: str) -> None:
+        barrier.wait()
+        for i in range(10):
+            conn.execute(f"CREATE USER {prefix}{i} PASSWORD 'p'")
+
+    threads = [threading.Thread(target=create, args=(c, p)) for c, p in zip(conns, "xy")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for c in conns:
+        names = {r[0] for r in c.execute("SELECT * FROM system.users")}
+        assert {f"{p}{i}" for p in "xy" for i in range(10)} <= names
+        c.close()
+
+
+def test_writers_in_two_workers_lose_no_update(served: Served) -> None:
+    a, b = served.in_each_worker()
+    a.execute("CREATE TABLE counter (n INTEGER)")
+    a.execute("INSERT INTO counter VALUES (0)")
+    # one worker holds the write lock; the other's writer waits for it, then goes on
+    a.execute("BEGIN")
+    a.execute("UPDATE counter SET n = n + 1")
+    done = threading.Event()
+
+    def wait_and_write() -> None:
+        b.execute("BEGIN")
+        b.execute("UPDATE counter SET n = n + 1")
+        b.execute("COMMIT")
+        done.set()
+
+    t = threading.Thread(target=wait_and_write)
+    t.start()
+    a.execute("COMMIT")
+    t.join(60)
+    assert done.is_set()
+    assert a.execute("SELECT n FROM counter").fetchone() == (2,)
+
+    def increments(conn: psycopg.Connection, explicit: bool) -> None:
+        for _ in range(50):
+            if explicit:
+                conn.execute("BEGIN")
+                conn.execute("UPDATE counter SET n = n + 1")
+                conn.execute("COMMIT")
+            else:
+                conn.execute("UPDATE counter SET n = n + 1")
+
+    threads = [threading.Thread(target=increments, args=(c, e))
+               for c in (a, b) for e in (True,)]
+    third = served.connect()  # autocommit writes, in whichever worker
+    threads.append(threading.Thread(target=increments, args=(third, False)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert b.execute("SELECT n FROM counter").fetchone() == (2 + 150,)
+    for c in (a, b, third):
+        c.close()
+
+
+def test_a_killed_worker_is_replaced_and_the_others_go_on(served: Served) -> None:
+    a, b = served.in_each_worker()
+    a.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    a.execute("INSERT INTO t VALUES (1)")
+    before = _children(served.proc.pid)
+    victim = _owner(served, a)
+    assert victim in before
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(psycopg.OperationalError):
+        a.execute("SELECT 1")
+    assert b.execute("INSERT INTO t VALUES (2)").rowcount == 1  # the other worker goes on
+    _wait_until(lambda: len(_children(served.proc.pid)) == 2
+                and victim not in _children(served.proc.pid), "the worker was replaced")
+    conns = [served.connect() for _ in range(3)]
+    assert {c.info.backend_pid >> 24 for c in conns} == {1, 2}  # the new worker serves
+    for c in conns:
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (2,)
+        c.close()
+    assert b.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    b.close()
+    workers = _children(served.proc.pid)
+    assert served.stop() == 0
+    assert not any(_alive(p) for p in workers)  # no orphans
+
+
+def test_sigterm_drains_every_worker(served: Served) -> None:
+    a, b = served.in_each_worker()
+    workers = _children(served.proc.pid)
+    assert served.stop() == 0
+    assert not any(_alive(p) for p in workers)
+    for c in (a, b):  # idle sessions were told and closed
+        with pytest.raises(psycopg.OperationalError):
+            c.execute("SELECT 1")
+        c.close()
+
+
+def test_workers_exit_when_the_supervisor_is_killed(served: Served) -> None:
+    c = served.connect()
+    workers = _children(served.proc.pid)
+    assert len(workers) == 2
+    served.proc.kill()
+    served.proc.wait(60)
+    _wait_until(lambda: not any(_alive(p) for p in workers), "the workers exited")
+    with pytest.raises(psycopg.OperationalError):
+        c.execute("SELECT 1")
+    c.close()
+
+
+def test_no_key_material_in_process_listings(served: Served) -> None:
+    for pid in {served.proc.pid, *_children(served.proc.pid)}:
+        for name in ("cmdline", "environ"):
+            with open(f"/proc/{pid}/{name}", "rb") as f:
+                text = f.read()
+            assert KEY_HEX.encode() not in text and b"pw" not in text.split(b"\0")
+
+
+def test_the_analytical_engine_refuses_several_workers(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cryptdisk", "serve", str(tmp_path / "a.db"),
+                          "--workers", "2", "--check"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "--workers 2" in out.stderr and "one process" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_worker_counts_are_refused(tmp_path: Path) -> None:
+    for bad in ("0", "x", "65"):
+        out = subprocess.run([sys.executable, "-m", "cryptdisk", "serve",
+                              str(tmp_path / "s.db"), "--sqlite", "--key-env", "NOPE",
+                              "--workers", bad, "--check"], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode != 0 and "Traceback" not in out.stderr
