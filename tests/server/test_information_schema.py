@@ -153,3 +153,59 @@ def test_a_long_query_is_stopped_by_the_statement_timeout(start_server, sqlite_e
             c.execute("SELECT count(*) FROM information_schema.tables, range(1000000000000)")
         assert c.execute("SELECT table_name FROM information_schema.tables").fetchall() == \
             [("t",)]
+
+
+GRANTS_OF_BOB = ("SELECT grantee, table_name, privilege_type, is_grantable "
+                 "FROM information_schema.role_table_grants WHERE grantee = current_user OR "
+                 "grantee IN (SELECT role_name FROM information_schema.enabled_roles) "
+                 "ORDER BY grantee, table_name, privilege_type")
+
+
+def test_views_privileges_and_roles_show_only_what_the_user_may_know(start_server,
+                                                                      sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with connect(srv) as c:
+        for st in [*SETUP["sqlite_engine"], "CREATE VIEW v_secret AS SELECT s FROM secret",
+                   *USERS, "GRANT SELECT ON v_open TO readers",
+                   "CREATE USER carol PASSWORD 'c'", "GRANT SELECT ON secret TO carol",
+                   "GRANT SELECT ON v_secret TO carol"]:
+            c.execute(st)
+        admin_views = c.execute("SELECT table_name, view_definition FROM "
+                                "information_schema.views ORDER BY table_name").fetchall()
+        assert [n for n, _ in admin_views] == ["v_open", "v_secret"]
+        assert admin_views[0][1] == "CREATE VIEW v_open AS SELECT a FROM open_t"
+        admin_rows = c.execute("SELECT grantee, table_name, privilege_type FROM "
+                               "information_schema.table_privileges WHERE table_name = %s",
+                               ("secret",)).fetchall()
+        assert sorted(admin_rows) == [("u", "secret", a)  # an admin, as an owner
+                                      for a in ("DELETE", "INSERT", "SELECT", "UPDATE")]
+    with connect(srv, "bob", "bob pw") as bob:
+        assert bob.execute("SELECT table_schema, table_name, view_definition, check_option "
+                           "FROM information_schema.views").fetchall() == \
+            [("public", "v_open", None, "NONE")]
+        assert bob.execute(GRANTS_OF_BOB).fetchall() == [
+            ("bob", "sink", "INSERT", "NO"), ("readers", "open_t", "SELECT", "NO"),
+            ("readers", "v_open", "SELECT", "NO")]
+        assert bob.execute("SELECT * FROM information_schema.table_privileges WHERE "
+                           "table_name IN ('secret', 'v_secret')").fetchall() == []
+        assert bob.execute("SELECT role_name FROM information_schema.enabled_roles ORDER BY 1"
+                           ).fetchall() == [("bob",), ("readers",)]
+        assert bob.execute("SELECT * FROM information_schema.applicable_roles").fetchall() == \
+            [("bob", "readers", "NO")]
+        bob.execute("SET ROLE readers")
+        assert bob.execute("SELECT role_name FROM information_schema.enabled_roles"
+                           ).fetchall() == [("readers",)]
+        assert [r[0] for r in bob.execute(GRANTS_OF_BOB).fetchall()] == ["readers", "readers"]
+
+
+def test_table_privileges_on_the_analytical_engine(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with connect(srv) as c:
+        for st in [*SETUP["analytical"], *USERS]:
+            c.execute(st)
+    with connect(srv, "bob", "bob pw") as bob:  # the columns an ORM's introspection reads
+        cur = bob.execute("SELECT tp.table_name, tp.privilege_type, t.table_type FROM "
+                          "information_schema.table_privileges tp LEFT JOIN "
+                          "information_schema.tables t USING (table_schema, table_name) "
+                          "WHERE tp.table_schema = %s ORDER BY 1, 2", ("public",))
+        assert cur.fetchall() == [("open_t", "SELECT", "BASE TABLE"), ("sink", "INSERT", None)]

@@ -141,6 +141,10 @@ class EngineSession:
         """(column, PostgreSQL type name, not null, default) of a table or view, for \\d."""
         raise NotImplementedError
 
+    def view_definition(self, name: str) -> str | None:
+        """The SQL that defines view ``name`` (None: none known)."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -709,6 +713,11 @@ class _SQLiteSession(EngineSession):
         result = self.run("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view') "
                           "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'", [])
         return [(str(n), "r" if t == "table" else "v") for n, t in result.rows]
+
+    def view_definition(self, name: str) -> str | None:
+        result = self.run("SELECT sql FROM sqlite_schema WHERE type = 'view' AND name = $1",
+                          [name])
+        return str(result.rows[0][0]) if result.rows else None
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         # the catalog is open to every user, as PostgreSQL's is: no privilege check here

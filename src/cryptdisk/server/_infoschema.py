@@ -1,20 +1,26 @@
-"""``information_schema.tables``, ``.columns`` and ``.schemata``, filtered by the user's grants.
+"""``information_schema``'s ``tables``, ``columns``, ``schemata``, ``views``,
+``table_privileges``, ``role_table_grants``, ``enabled_roles`` and
+``applicable_roles``, filtered by the user's grants.
 
 A query that names ``information_schema`` (``SELECT`` or ``WITH``) runs in a
-private in-memory DuckDB that holds these three views as tables, filled for
-the session's user: the tables and views of the engine the user may read
+private in-memory DuckDB that holds these views as tables, filled for the
+session's user: the tables and views of the engine the user may read
 (``SELECT`` granted to them or one of their roles; admins: all), their
-columns, and the schemata. The query runs there as it was written (joins,
-filters, ``ORDER BY``, parameters), with DuckDB's access to files and the
-network switched off and locked, so it sees nothing else. Tables live in
-schema ``public``; a column's ``data_type`` is the PostgreSQL type the server
-reports for it in results.
+columns and view definitions (admins only, as PostgreSQL shows them to a
+view's owner), the schemata, the table privileges granted to the user's
+enabled roles (its current role and the roles that one is a member of; an
+admin also holds every privilege on every table, as an owner does), and those
+roles. The query runs there as it was written (joins, filters, ``ORDER BY``,
+parameters), with DuckDB's access to files and the network switched off and
+locked, so it sees nothing else. Tables live in schema ``public``; a column's
+``data_type`` is the PostgreSQL type the server reports for it in results.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 from . import _sqltext, _types
@@ -61,6 +67,14 @@ _COLUMNS = ["table_catalog", "table_schema", "table_name", "column_name", "ordin
 _INT_COLUMNS = {"ordinal_position", "character_maximum_length", "character_octet_length",
                 "numeric_precision", "numeric_precision_radix", "numeric_scale",
                 "datetime_precision", "interval_precision"}
+_VIEWS = ["table_catalog", "table_schema", "table_name", "view_definition", "check_option",
+          "is_updatable", "is_insertable_into", "is_trigger_updatable",
+          "is_trigger_deletable", "is_trigger_insertable_into"]
+_TABLE_PRIVILEGES = ["grantor", "grantee", "table_catalog", "table_schema", "table_name",
+                     "privilege_type", "is_grantable", "with_hierarchy"]
+_APPLICABLE_ROLES = ["grantee", "role_name", "is_grantable"]
+_ENABLED_ROLES = ["role_name"]
+_OWNER = "cryptdisk"  # the owner pg_catalog reports; cryptdisk records no grantor
 _SCHEMATA = ["catalog_name", "schema_name", "schema_owner", "default_character_set_catalog",
              "default_character_set_schema", "default_character_set_name", "sql_path"]
 
@@ -115,6 +129,37 @@ def _column_rows(engine: EngineSession, name: str, kind: str) -> list[tuple[Any,
     return rows
 
 
+def _privilege_rows(engine: EngineSession, privileges: Any,
+                    visible: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """table_privileges: the grants to the enabled roles on tables and views that exist;
+    for an admin, also every privilege on every table, as PostgreSQL lists an owner's."""
+    if privileges is None:
+        return []
+    from ._grants import ACTIONS
+
+    enabled = privileges.roles
+    names = {n.lower(): n for n, _ in engine.relations()}
+    rows = {(grantee, names[table], action)
+            for grantee, table, action, _role, _option in privileges.store.grant_rows()
+            if table is not None and grantee in enabled and table in names}
+    if privileges.admin:
+        rows |= {(privileges.current_user, n, a) for n, _ in visible for a in ACTIONS}
+    return [(_OWNER, grantee, _CATALOG, "public", table, action, "NO",
+             "YES" if action == "SELECT" else "NO")
+            for grantee, table, action in sorted(rows)]
+
+
+def _role_rows(privileges: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(applicable_roles, enabled_roles): the memberships of the enabled roles, and those."""
+    if privileges is None:
+        return [], []
+    enabled = privileges.roles
+    applicable = [(grantee, role, "YES" if option else "NO")
+                  for grantee, table, action, role, option in privileges.store.grant_rows()
+                  if table is None and action == "MEMBER" and grantee in enabled]
+    return sorted(applicable), [(r,) for r in sorted(enabled)]
+
+
 def _arrow(names: list[str], rows: list[tuple[Any, ...]]) -> Any:
     import pyarrow as pa
 
@@ -131,11 +176,31 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     import duckdb
 
     visible = _visible(engine, privileges)
-    tables = [(_CATALOG, "public", n, "BASE TABLE" if k == "r" else "VIEW", None, None, None,
-               None, None, "YES" if k == "r" else "NO", "NO", None) for n, k in visible]
-    columns = [row for n, k in visible for row in _column_rows(engine, n, k)]
-    schemata = [(_CATALOG, s, "cryptdisk", None, None, "UTF8", None)
-                for s in ("information_schema", "pg_catalog", "public")]
+    admin = privileges is None or privileges.admin
+    granted: list[Any] = []
+
+    def privilege_rows() -> list[tuple[Any, ...]]:
+        if not granted:
+            granted.append(_privilege_rows(engine, privileges, visible))
+        return list(granted[0])
+
+    views: dict[str, tuple[list[str], Callable[[], list[tuple[Any, ...]]]]] = {
+        "tables": (_TABLES, lambda: [
+            (_CATALOG, "public", n, "BASE TABLE" if k == "r" else "VIEW", None, None, None,
+             None, None, "YES" if k == "r" else "NO", "NO", None) for n, k in visible]),
+        "columns": (_COLUMNS, lambda: [row for n, k in visible
+                                       for row in _column_rows(engine, n, k)]),
+        "schemata": (_SCHEMATA, lambda: [
+            (_CATALOG, s, "cryptdisk", None, None, "UTF8", None)
+            for s in ("information_schema", "pg_catalog", "public")]),
+        "views": (_VIEWS, lambda: [
+            (_CATALOG, "public", n, engine.view_definition(n) if admin else None, "NONE",
+             "NO", "NO", "NO", "NO", "NO") for n, k in visible if k == "v"]),
+        "table_privileges": (_TABLE_PRIVILEGES, privilege_rows),
+        "role_table_grants": (_TABLE_PRIVILEGES, privilege_rows),
+        "applicable_roles": (_APPLICABLE_ROLES, lambda: _role_rows(privileges)[0]),
+        "enabled_roles": (_ENABLED_ROLES, lambda: _role_rows(privileges)[1]),
+    }
 
     def literal(n: int) -> str:
         if n < 1 or n > len(params):
@@ -148,8 +213,11 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     con = duckdb.connect()
     try:
         con.execute(f"CREATE SCHEMA {_SCHEMA}")
-        for name, cols, rows in (("tables", _TABLES, tables), ("columns", _COLUMNS, columns),
-                                 ("schemata", _SCHEMATA, schemata)):
+        words = {w.lower() for w in re.findall(r"\w+", text)}
+        for name, (cols, make) in views.items():
+            if name not in words:  # a query reads only the views it names
+                continue
+            rows = make()
             con.register("__cd_source", _arrow(cols, rows))
             con.execute(f"CREATE TABLE {_SCHEMA}.{name} AS SELECT * FROM __cd_source")  # noqa: S608
             con.unregister("__cd_source")

@@ -625,7 +625,12 @@ class Session:
             timer = asyncio.get_running_loop().call_later(self.server.statement_timeout, expire)
         try:
             if head in ("SELECT", "WITH") and _infoschema.handles(sql):
-                return await self.call(_infoschema.query, sql, params, engine, self.privileges)
+                text, renames = self._identity(sql)  # current_user: the session's, not DuckDB's
+                listed = await self.call(_infoschema.query, text, params, engine,
+                                         self.privileges)
+                if renames and listed.columns is not None:
+                    listed.columns = _rename(listed.columns, renames)
+                return listed
             if self.server.engine.transactions and head in TRANSACTION_WORDS:
                 return await self._transaction(engine, head, sql)
             begin = "DEFERRED" if head in _READS else "IMMEDIATE"
