@@ -33,7 +33,7 @@ def test_point_query_reads_one_row_group_per_matching_part(db, small_groups):
         db.con.sql("SELECT md5('12345')").fetchall()
     stats = db.last_scans["t"]
     assert stats == {"parts_skipped": 1, "row_groups_read": 1, "row_groups_skipped": 19,
-                     "parts_from_index": 0}
+                     "parts_from_index": 0, "granule_reads": 0}  # (one page a row group)
     assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 19500 AND 20499") == [(1000,)]
     assert db.last_scans["t"]["row_groups_read"] == 2  # one in each part
     parts = db.query('SELECT key_min, key_max FROM system.parts WHERE "table" = \'t\' '
@@ -152,13 +152,14 @@ def shared_db(tmp_path_factory):
 _COUNTER = iter(range(10**9))
 
 
-def _table_and_reference(db, inserts, row_group_rows, order_by, settings=""):
+def _table_and_reference(db, inserts, row_group_rows, order_by, settings="", page_rows=None):
     """A new table (k BIGINT, s VARCHAR, f DOUBLE) in ``db``, one insert per list of rows and
-    ``row_group_rows`` rows per row group, and the same rows in a DuckDB table of the same
-    name: (name, DuckDB connection)."""
+    ``row_group_rows`` rows per row group (``page_rows`` per page), and the same rows in a
+    DuckDB table of the same name: (name, DuckDB connection)."""
     t = f"t{next(_COUNTER)}"
-    old = _parts.ROW_GROUP_ROWS
+    old, old_pages = _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS
     _parts.ROW_GROUP_ROWS = row_group_rows
+    _parts.GRANULE_ROWS = page_rows or old_pages
     try:
         db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)"
                f"{' ORDER BY k' if order_by else ''}{settings}")
@@ -167,7 +168,7 @@ def _table_and_reference(db, inserts, row_group_rows, order_by, settings=""):
                                    "s": pa.array([r[1] for r in rows], pa.string()),
                                    "f": pa.array([r[2] for r in rows], pa.float64())}))
     finally:
-        _parts.ROW_GROUP_ROWS = old
+        _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = old, old_pages
     ref = duckdb.connect()
     ref.execute(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)")
     for rows in inserts:
@@ -195,6 +196,62 @@ def test_results_equal_duckdb(shared_db, inserts, where, shape, plain, order_by)
     assert _norm(got) == _norm(want), sql
     assert _norm(warm) == _norm(want), sql
     db.sql(f"DROP TABLE {t}")
+
+
+_KEY_FILTERS = st.one_of(
+    _INT.map(lambda v: f"k = {v}"), _INT.map(lambda v: f"k <= {v}"),
+    _INT.map(lambda v: f"{v} < k"),
+    st.tuples(_INT, _INT).map(lambda p: f"k BETWEEN {min(p)} AND {max(p)}"),
+    st.lists(_INT, min_size=1, max_size=4).map(lambda vs: f"k IN ({', '.join(map(str, vs))})"),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=1, max_size=3),
+       where=st.lists(_KEY_FILTERS, min_size=1, max_size=2),
+       other=st.lists(_FILTERS, max_size=1), shape=st.sampled_from(_SHAPES),
+       plain=st.booleans(), dictionary=st.booleans())
+def test_granule_reads_equal_duckdb(shared_db, inserts, where, other, shape, plain,
+                                    dictionary):
+    """Row groups of 40 rows in pages of 3: a filter on the key decodes only the pages
+    (granules) of the other columns that hold the rows it may keep, cold; the second run
+    reads whole row groups into the cache, the third answers from it."""
+    db = shared_db
+    if dictionary:  # few distinct strings: a dictionary page comes first in each chunk
+        inserts = [[(k, (s or "")[:1] or None, f) for k, s, f in rows] for rows in inserts]
+    t, ref = _table_and_reference(db, inserts, 40, True,
+                                  " SETTINGS storage_policy = 'plain'" if plain
+                                  else " SETTINGS storage_policy = 'default'", page_rows=3)
+    sql = shape.format(t=t, w=" AND ".join(where + other))
+    want = ref.execute(sql).fetchall()
+    runs = [db.query(sql) for _ in range(3)]  # cold (granules), whole (cached), warm
+    if "ORDER BY ALL" not in sql and "LIMIT" not in sql:
+        want, *runs = (sorted(x, key=repr) for x in (want, *runs))
+    for got in runs:
+        assert _norm(got) == _norm(want), sql
+    db.sql(f"DROP TABLE {t}")
+
+
+def test_a_point_query_decodes_one_granule_then_caches_the_row_group(db, small_groups,
+                                                                    monkeypatch):
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(5000))
+    sql = "SELECT c_int, c_str, c_float FROM t WHERE c_int = 1234"
+    want = [(1234, hashlib.md5(b"1234").hexdigest(), 1234 / 7)]
+    assert db.query(sql) == want
+    assert db.last_scans["t"]["row_groups_read"] == 1
+    assert db.last_scans["t"]["granule_reads"] == 1
+    assert len(db.cache) == 0
+    assert db.query(sql) == want  # read whole now, and kept
+    assert db.last_scans["t"]["granule_reads"] == 0
+    assert len(db.cache) == 3
+    assert db.query(sql) == want
+    assert db.last_scans["t"]["row_groups_read"] == 0  # from the cache
+    # a range keeping most of a row group reads it whole
+    assert db.query("SELECT count(*), max(c_str) FROM t WHERE c_int BETWEEN 3000 AND 3900") \
+        == [(901, max(hashlib.md5(str(i).encode()).hexdigest() for i in range(3000, 3901)))]
+    assert db.last_scans["t"]["granule_reads"] == 0
 
 
 def test_the_key_range_survives_rotation_moves_and_merges(db, small_groups):
@@ -317,7 +374,8 @@ def test_min_max_of_the_key_read_no_row_group(db, small_groups):
     db.sql("INSERT INTO t SELECT NULL, 'x', 1.0")  # a part with no key range
     assert db.query("SELECT min(c_int), max(c_int) FROM t") == [(-5000, 42_999)]
     assert db.last_scans["t"] == {"parts_skipped": 0, "row_groups_read": 1,
-                                  "row_groups_skipped": 0, "parts_from_index": 2}
+                                  "row_groups_skipped": 0, "parts_from_index": 2,
+                                  "granule_reads": 0}
     assert db.query("SELECT max(c_int) FROM t WHERE c_str <> 'x'") == [(42_999,)]
     assert db.last_scans["t"]["parts_from_index"] == 0  # a WHERE: rows are read
     assert db.query("SELECT min(c_float) FROM t") == [(-5000 / 7,)]  # not the key: read
@@ -366,6 +424,9 @@ def test_selective_queries_on_the_key_do_not_import_pyarrow_compute(tmp_path):
         "assert db.query('SELECT min(c_int), max(c_int) FROM t') == [(0, 199999)]\n"
         "assert db.query('SELECT count(*) FROM t') == [(200000,)]\n"
         "assert db.query('SELECT c_int FROM t WHERE c_int = 7') == [(7,)]\n"
+        "assert db.query('SELECT c_int, c_str FROM t WHERE c_int = 70001') == "
+        f"[(70001, {hashlib.md5(b'70001').hexdigest()!r})]\n"
+        "assert db.last_scans['t']['granule_reads'] == 1\n"
         "assert db.query('SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 10 AND 13')"
         " == [(4, 46 / 7)]\n"
         "assert db.query('SELECT c_int FROM t ORDER BY c_int DESC LIMIT 2') == "
@@ -603,7 +664,8 @@ def test_count_star_alone_is_answered_from_the_catalog(db, small_groups, plain):
         assert index == (2 if from_catalog else 0), sql
         if from_catalog:
             assert db.last_scans == {"t": {"parts_skipped": 0, "row_groups_read": 0,
-                                           "row_groups_skipped": 0, "parts_from_index": 2}}
+                                           "row_groups_skipped": 0, "parts_from_index": 2,
+                                  "granule_reads": 0}}
     assert db.query("SELECT count(*) FROM e") == [(0,)]
 
 

@@ -82,6 +82,22 @@ class ColumnCache:
         """Whether an entry is held (no hit or miss counted, no LRU update)."""
         return (part_id, column) in self._items
 
+    def offered(self, part_id: str, column: str) -> bool:
+        """Whether an entry was offered once and not kept (its next offer keeps it)."""
+        return (part_id, column) in self._offered
+
+    def offer(self, part_id: str, column: str) -> None:
+        """Count a read of part of an entry (a granule of a row group) as a first offer, so
+        that its next read, of the whole entry, keeps it."""
+        if self.bound == 0:
+            return
+        key = (part_id, column)
+        with self._lock:
+            if key not in self._items and key not in self._offered:
+                self._offered[key] = None
+                while len(self._offered) > _OFFERED:
+                    self._offered.popitem(last=False)
+
     def put(self, part_id: str, column: str, array: pa.ChunkedArray) -> None:
         """Offer ``array``: kept from its second offer on (see the module's docstring)."""
         n = measured_size(array)

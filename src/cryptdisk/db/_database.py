@@ -488,7 +488,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     meta = self.catalog.tables[only]
                     self.last_scans[only] = {"parts_skipped": 0, "row_groups_read": 0,
                                              "row_groups_skipped": 0,
-                                             "parts_from_index": len(meta.parts)}
+                                             "parts_from_index": len(meta.parts),
+                                             "granule_reads": 0}
                     return "SELECT " + ", ".join(f"CAST({int(meta.rows)} AS BIGINT) AS "
                                                  f"{quote(n)}" for n in counted)
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}

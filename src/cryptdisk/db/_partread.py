@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
+from ._granule import PageError, PageSpan, decode_pages, granule_schema, page_spans
 from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
 from ._stats import key_range_of
 from ._storage import local_path, open_read
@@ -532,6 +533,7 @@ class OpenPart:
             self._leaves.setdefault(self.meta.schema.column(j).path.split(".")[0], []).append(j)
         # statistics only for plain (one-leaf) columns
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
+        self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
         """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.
@@ -675,6 +677,53 @@ class OpenPart:
         finally:
             arena.release()
 
+    def read_rows(self, rg: int, column: str, first: int, end: int) -> pa.Array | None:
+        """Rows ``first..end`` of ``column`` in row group ``rg``, decoding only the pages
+        (granules of :data:`~._granule.GRANULE_ROWS` rows) that hold them; None when that
+        would decode the whole column chunk anyway, or the column is not one the granule
+        reader describes (the caller reads the row group).
+
+        On an encrypted disk only the segments holding the chunk's page headers and
+        those pages are decrypted, each authenticating before it is used.
+        """
+        j = self._index.get(column)
+        if j is None or end <= first or granule_schema(self.meta, j) is None:
+            return None
+        read = _SegmentReader(self) if self.disk.is_encrypted else self._plain_reader()
+        try:
+            spans = self._pages.get((rg, j), [])
+            if spans == []:
+                col = self.meta.row_group(rg).column(j)
+                start, stop = _chunk_start_end(col)
+                spans = self._pages[(rg, j)] = page_spans(read, start, stop, col.num_values)
+            if spans is None:
+                return None
+            data = [p for p in spans if not p.dictionary]
+            wanted = [p for p in data if p.first_row < end and p.first_row + p.rows > first]
+            if not wanted or len(wanted) == len(data):
+                return None
+            pages = [p for p in spans if p.dictionary] + wanted
+            arr = decode_pages(self.meta, rg, j, pages, read)
+        except (PageError, pa.ArrowException):
+            # not pages this reader understands: the whole chunk is read (and any damage
+            # reported) as before
+            self._pages[(rg, j)] = None
+            return None
+        if arr is None:
+            return None
+        return arr.slice(first - wanted[0].first_row, end - first)
+
+    def _plain_reader(self) -> Any:
+        if self._local is not None:
+            handle = self._handle
+            return lambda offset, n: handle.read_at(n, offset)
+        path, disk = self.part.path, self.disk
+
+        def read(offset: int, n: int) -> bytes:
+            with open_read(disk, path) as f:
+                return bytes(f.pread(offset, n))
+        return read
+
     def _chunks(self, row_groups: list[int], columns: list[str]
                 ) -> tuple[list[tuple[int, int]], bool]:
         """The byte ranges of the column chunks to read, sorted; whether all are compressed."""
@@ -749,6 +798,36 @@ class OpenPart:
             with contextlib.suppress(Exception):
                 self._handle.close()
             self._handle = None
+
+
+class _SegmentReader:
+    """Bytes of an encrypted part for one granule read (a chunk's page headers, then the
+    pages wanted), each segment decrypted (and authenticated) once."""
+
+    def __init__(self, op: OpenPart) -> None:
+        self._f, self._size = op._handle, op.size
+        self._seg = op._segment if op._segment > 1 else 1 << 16
+        self._plain: dict[int, memoryview] = {}
+
+    def __call__(self, offset: int, n: int) -> memoryview:
+        n = max(0, min(n, self._size - offset))
+        seg = self._seg
+        first, last = offset // seg, (offset + n - 1) // seg
+        if n and first == last and first in self._plain:
+            a = offset - first * seg
+            return self._plain[first][a : a + n]
+        lo, hi = first * seg, min(self._size, (last + 1) * seg)
+        out = memoryview(bytearray(hi - lo))
+        for i in range(first, last + 1):  # runs of segments not decrypted yet: one call each
+            a = i * seg - lo
+            b = min(a + seg, hi - lo)
+            got = self._plain.get(i)
+            if got is not None:
+                out[a:b] = got
+            else:
+                _decrypt_range(self._f, out[a:b], lo + a)
+                self._plain[i] = out[a:b]
+        return out[offset - lo : offset - lo + n]
 
 
 def open_part(disk: Disk, part: PartMeta) -> OpenPart:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
+from ._granule import GRANULE_ROWS
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
@@ -283,7 +284,8 @@ def _write_parts(disk: Disk, prefix: str, source: _Prefetch, schema: pa.Schema, 
             sink = _HashingWriter(raw)
             try:
                 with pq.ParquetWriter(sink, meta_schema, compression=compression,
-                                      use_dictionary=dictionary) as writer:
+                                      use_dictionary=dictionary,
+                                      max_rows_per_page=GRANULE_ROWS) as writer:
                     nans = _NaNGroups(schema)
                     while pending is not None and rows < max_rows:
                         if pending.num_rows:

@@ -160,6 +160,14 @@ class TableScan:
         self._lock = threading.Lock()
         self.error: BaseException | None = None
         self.row_groups_read = 0
+        #: row groups of which only the granules the key's filters leave were decoded
+        self.granule_reads = 0
+        # filters on an integer key, for which a row group's matching rows are found
+        key_type = self._types.get(self._key) if self._key is not None else None
+        self._key_filters = [
+            f for f in filters if f.column == self._key and key_type is not None
+            and pa.types.is_integer(key_type) and f.column in columns
+            and all(_plain_int(v) for v in (f.lo, f.hi, *(f.values or ())) if v is not None)]
         self.row_groups_skipped = 0
         self.parts_skipped = 0
         self.parts_from_index = 0
@@ -219,10 +227,11 @@ class TableScan:
 
     def stats(self) -> dict[str, int]:
         """Parts skipped by their key range, or answered by it (min/max of the key); row
-        groups read and skipped (all scans so far)."""
+        groups read and skipped, and of those read, how many only in the granules that
+        the key's filters leave (all scans so far)."""
         return {"parts_skipped": self.parts_skipped, "row_groups_read": self.row_groups_read,
                 "row_groups_skipped": self.row_groups_skipped,
-                "parts_from_index": self.parts_from_index}
+                "parts_from_index": self.parts_from_index, "granule_reads": self.granule_reads}
 
     def to_table(self) -> pa.Table:
         stream = _Stream(self)
@@ -292,13 +301,85 @@ class TableScan:
                                                for c in self.columns)
 
     def read_group(self, op: OpenPart, rg: int) -> pa.RecordBatch:
-        """Row group ``rg`` of ``op``, the scan's columns, through the cache."""
+        """Row group ``rg`` of ``op``, the scan's columns, through the cache; only the rows
+        the key's filters leave when they leave few (see :meth:`_read_granules`)."""
         got: dict[str, Any] = {}
+        if self._key_filters and len(self.columns) > 1:
+            found = self._read_granules(op, rg, got)
+            if found is not None:
+                return found
+        return self._read_group(op, rg, got)
+
+    def _read_granules(self, op: OpenPart, rg: int,
+                       got: dict[str, Any]) -> pa.RecordBatch | None:
+        """The rows of row group ``rg`` that the filters on the key may keep, decoding the
+        key's column chunk whole and, of the other columns, only the pages (granules)
+        holding those rows; None when the key's filters keep more than half the rows (or
+        cannot be checked here), and the row group is read whole.
+
+        DuckDB applies the whole WHERE again, so handing it a superset of the matching
+        rows is enough. The key's column goes through the cache like any column; the
+        granules of the others are not kept (the cache holds whole row groups), but count
+        as a first offer: the row group's next read is whole, and the cache keeps it
+        (a query's third run answers from the cache as before).
+        """
+        key = self._key
+        assert key is not None
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        others = [c for c in self.columns if c != key]
+        if cache is not None and any(cache.offered(ckey, c) for c in others):
+            return None  # read before: read whole, so the cache keeps it for warm repeats
+        if cache is not None and all(cache.contains(ckey, c) for c in self.columns):
+            return None  # all decoded already
+        arr = cache.get(ckey, key) if cache is not None else None
+        if arr is None:
+            arr = op.read([rg], [key]).column(key)
+            if cache is not None:
+                cache.put(ckey, key, arr)
+        got[key] = arr  # a row group read whole after all does not decode it again
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+        span = _key_span(arr, self._key_filters)
+        if span is None:
+            return None
+        first, end = span
+        if 2 * (end - first) > len(arr):
+            return None
+        arrays = []
+        for field in self.schema:
+            c = field.name
+            if c == key:
+                col = arr.slice(first, end - first)
+            else:
+                whole = cache.get(ckey, c) if cache is not None else None
+                if whole is not None:
+                    col = whole.slice(first, end - first)
+                else:
+                    col = op.read_rows(rg, c, first, end) if end > first else None
+                    if col is None:
+                        if end > first:
+                            return None  # not a column the granule reader describes
+                        col = pa.nulls(0, field.type)
+            if isinstance(col, pa.ChunkedArray):
+                col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            if col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        if cache is not None:
+            for c in others:
+                cache.offer(ckey, c)
+        self.granule_reads += 1
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _read_group(self, op: OpenPart, rg: int, got: dict[str, Any]) -> pa.RecordBatch:
         missing = []
         cache = self._cache
         key = f"{op.part.id}/{rg}"
         for c in self.columns:
-            arr = cache.get(key, c) if cache is not None else None
+            arr = got.get(c)
+            if arr is None and cache is not None:
+                arr = cache.get(key, c)
             if arr is None:
                 missing.append(c)
             else:
@@ -319,6 +400,51 @@ class TableScan:
                 arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _key_span(col: pa.Array, filters: list[Filter]) -> tuple[int, int] | None:
+    """``(first, end)``: the rows of integer array ``col`` from the first to the last
+    that ``filters`` may keep (every one between them is handed on); ``(0, 0)`` if none.
+    No filter of the pushdown (comparisons, ranges, IN) keeps a NULL. None if ``col``
+    is not an integer array.
+    """
+    typ = col.type
+    if not pa.types.is_integer(typ):
+        return None
+    kind = "i" if pa.types.is_signed_integer(typ) else "u"
+    dtype = np.dtype(kind + str(typ.bit_width // 8))
+    data = col.buffers()[1]
+    n, offset = len(col), col.offset
+    if data is None or n == 0:
+        return (0, 0)
+    values = np.frombuffer(data, dtype=dtype, count=offset + n)[offset:]
+    info = np.iinfo(dtype)
+    keep = np.ones(n, dtype=bool)
+    for f in filters:
+        if f.values is not None:
+            wanted = [v for v in f.values if info.min <= v <= info.max]
+            keep &= np.isin(values, np.array(wanted, dtype=dtype))
+            continue
+        if f.lo is not None:
+            if f.lo > info.max:
+                return (0, 0)
+            if f.lo > info.min:
+                keep &= values >= dtype.type(f.lo)
+        if f.hi is not None:
+            if f.hi < info.min:
+                return (0, 0)
+            if f.hi < info.max:
+                keep &= values <= dtype.type(f.hi)
+    if col.null_count:
+        valid = np.unpackbits(np.frombuffer(col.buffers()[0], dtype=np.uint8),
+                              bitorder="little")[offset : offset + n].astype(bool)
+        keep &= valid
+    found = np.flatnonzero(keep)
+    return (0, 0) if not len(found) else (int(found[0]), int(found[-1]) + 1)
 
 
 def _numbers(col: pa.Array) -> Any:

@@ -1,0 +1,309 @@
+"""Reading one granule (a few Parquet pages) of a column chunk instead of the whole chunk.
+
+Parts are written with pages of at most :data:`GRANULE_ROWS` rows. A column
+chunk is a sequence of pages, each a small Thrift header (its kind, sizes and
+number of values) followed by its bytes. To decode rows ``r0..r1`` of a row
+group, :func:`page_spans` walks the page headers of a chunk (reading each
+header's bytes only), and :func:`decode_pages` hands pyarrow a small Parquet
+file of its own: the chunk's dictionary page if it has one and the data pages
+that hold those rows, under a footer written here that describes just them.
+pyarrow decodes it as any file. Only flat columns of plain types take this
+path (:func:`granule_schema` says which); anything it cannot describe is read
+whole by the caller.
+
+The bytes come from the part as the caller reads it: on an encrypted disk,
+from segments that have authenticated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["GRANULE_ROWS", "PageSpan", "decode_pages", "granule_schema", "page_spans"]
+
+#: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
+#: per column where it would decode a whole row group.
+GRANULE_ROWS = 8192
+
+# Thrift compact protocol type ids
+_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = \
+    range(1, 13)
+_PHYSICAL = {"BOOLEAN": 0, "INT32": 1, "INT64": 2, "FLOAT": 4, "DOUBLE": 5, "BYTE_ARRAY": 6}
+_CODECS = {"UNCOMPRESSED": 0, "SNAPPY": 1, "GZIP": 2, "BROTLI": 4, "ZSTD": 6, "LZ4": 7}
+_ENCODINGS = {"PLAIN": 0, "PLAIN_DICTIONARY": 2, "RLE": 3, "BIT_PACKED": 4,
+              "DELTA_BINARY_PACKED": 5, "DELTA_LENGTH_BYTE_ARRAY": 6, "DELTA_BYTE_ARRAY": 7,
+              "RLE_DICTIONARY": 8, "BYTE_STREAM_SPLIT": 9}
+#: (physical type, logical type) -> (Arrow type, converted type id, LogicalType field id)
+_TYPES: dict[tuple[str, str], tuple[pa.DataType, int | None, int | None]] = {
+    ("INT64", "None"): (pa.int64(), None, None),
+    ("INT32", "None"): (pa.int32(), None, None),
+    ("DOUBLE", "None"): (pa.float64(), None, None),
+    ("FLOAT", "None"): (pa.float32(), None, None),
+    ("BOOLEAN", "None"): (pa.bool_(), None, None),
+    ("BYTE_ARRAY", "String"): (pa.string(), 0, 1),  # UTF8, LogicalType.STRING
+    ("INT32", "Date"): (pa.date32(), 6, 6),  # DATE, LogicalType.DATE
+}
+_DICTIONARY_PAGE = 2
+_DATA_PAGE, _DATA_PAGE_V2 = 0, 3
+
+
+class PageError(ValueError):
+    """A page header that is not what a Parquet writer writes (the caller reads the chunk
+    whole, which reports the damage as any read does)."""
+
+
+# -- Thrift compact protocol: read a struct, write the few a footer needs ------------------
+
+def _varint(buf: Any, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise PageError("truncated page header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise PageError("overlong varint in a page header")
+
+
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _read_value(buf: Any, pos: int, t: int, depth: int) -> tuple[Any, int]:
+    if t in (_TRUE, _FALSE):
+        return t == _TRUE, pos
+    if t == _BYTE:
+        if pos >= len(buf):
+            raise PageError("truncated page header")
+        return buf[pos], pos + 1
+    if t in (_I16, _I32, _I64):
+        n, pos = _varint(buf, pos)
+        return _zigzag(n), pos
+    if t == _DOUBLE:
+        return None, pos + 8
+    if t == _BINARY:
+        n, pos = _varint(buf, pos)
+        if pos + n > len(buf):
+            raise PageError("truncated page header")
+        return None, pos + n  # (statistics: not needed)
+    if t in (_LIST, _SET):
+        if pos >= len(buf):
+            raise PageError("truncated page header")
+        head = buf[pos]
+        pos += 1
+        size, et = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(buf, pos)
+        for _ in range(size):
+            _, pos = _read_value(buf, pos, _BYTE if et in (_TRUE, _FALSE) else et, depth)
+        return None, pos
+    if t == _STRUCT:
+        return _read_struct(buf, pos, depth + 1)
+    raise PageError(f"unexpected Thrift type {t} in a page header")
+
+
+def _read_struct(buf: Any, pos: int, depth: int = 0) -> tuple[dict[int, Any], int]:
+    if depth > 8:
+        raise PageError("page header nested too deeply")
+    fields: dict[int, Any] = {}
+    fid = 0
+    while True:
+        if pos >= len(buf):
+            raise PageError("truncated page header")
+        head = buf[pos]
+        pos += 1
+        if head == 0:
+            return fields, pos
+        t, delta = head & 0x0F, head >> 4
+        if delta:
+            fid += delta
+        else:
+            n, pos = _varint(buf, pos)
+            fid = _zigzag(n)
+        fields[fid], pos = _read_value(buf, pos, t, depth)
+
+
+def _w_varint(out: bytearray, n: int) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _w_int(out: bytearray, n: int) -> None:
+    _w_varint(out, (n << 1) ^ (n >> 63))
+
+
+def _w_struct(out: bytearray, fields: list[tuple[int, int, Any]]) -> None:
+    """Write a struct of ``(field id, type, value)`` in ascending field order."""
+    last = 0
+    for fid, t, value in fields:
+        wire = (_TRUE if value else _FALSE) if t == _TRUE else t
+        if 0 < fid - last <= 15:
+            out.append(((fid - last) << 4) | wire)
+        else:
+            out.append(wire)
+            _w_int(out, fid)
+        last = fid
+        if t in (_I32, _I64):
+            _w_int(out, value)
+        elif t == _BINARY:
+            _w_varint(out, len(value))
+            out += value
+        elif t == _STRUCT:
+            _w_struct(out, value)
+        elif t == _LIST:
+            et, items = value
+            if len(items) < 15:
+                out.append((len(items) << 4) | et)
+            else:
+                out.append(0xF0 | et)
+                _w_varint(out, len(items))
+            for item in items:
+                if et == _STRUCT:
+                    _w_struct(out, item)
+                elif et == _BINARY:
+                    _w_varint(out, len(item))
+                    out += item
+                else:
+                    _w_int(out, item)
+    out.append(0)
+
+
+# -- pages ---------------------------------------------------------------------------------
+
+class PageSpan:
+    """One page of a column chunk: its bytes ``start..end`` in the file (header included),
+    and, for a data page, the rows ``first_row..first_row + rows`` of the row group."""
+
+    __slots__ = ("dictionary", "end", "first_row", "rows", "start")
+
+    def __init__(self, start: int, end: int, first_row: int, rows: int,
+                 dictionary: bool) -> None:
+        self.start, self.end, self.first_row, self.rows = start, end, first_row, rows
+        self.dictionary = dictionary
+
+
+def page_spans(read: Callable[[int, int], Any], start: int, end: int,
+               num_values: int) -> list[PageSpan]:
+    """The pages of the column chunk at ``start..end`` of the file, from their headers.
+
+    ``read(offset, n)`` returns up to ``n`` bytes of the file at ``offset``. The
+    pages' values must add up to the chunk's ``num_values`` (a flat column: one value
+    a row) and their bytes to its length; otherwise :class:`PageError`.
+    """
+    spans: list[PageSpan] = []
+    pos, rows = start, 0
+    while pos < end:
+        want = min(256, end - pos)
+        while True:
+            head = read(pos, want)
+            try:
+                header, used = _read_struct(head, 0)
+                break
+            except PageError:
+                if want >= end - pos or want >= 1 << 20:
+                    raise
+                want = min(end - pos, want * 4)  # a long header (statistics of long strings)
+        kind, size = header.get(1), header.get(3)
+        if not isinstance(size, int) or size < 0:
+            raise PageError(f"a page header at offset {pos} without a page size")
+        page_end = pos + used + size
+        if page_end > end:
+            raise PageError(f"a page at offset {pos} runs past its column chunk")
+        if kind == _DICTIONARY_PAGE:
+            if spans:
+                raise PageError("a dictionary page after a data page")
+            spans.append(PageSpan(pos, page_end, 0, 0, True))
+        elif kind in (_DATA_PAGE, _DATA_PAGE_V2):
+            sub = header.get(5 if kind == _DATA_PAGE else 8)
+            n = sub.get(1) if isinstance(sub, dict) else None
+            if not isinstance(n, int) or n < 0:
+                raise PageError(f"a data page at offset {pos} without its number of values")
+            spans.append(PageSpan(pos, page_end, rows, n, False))
+            rows += n
+        else:
+            raise PageError(f"a page of kind {kind!r} at offset {pos}")
+        pos = page_end
+    if rows != num_values:
+        raise PageError(f"the pages hold {rows} values, the column chunk {num_values}")
+    return spans
+
+
+def granule_schema(meta: pq.FileMetaData, j: int) -> tuple[pa.DataType, int, int | None,
+                                                            int | None, bool] | None:
+    """How to describe leaf column ``j`` in a footer of our own: (Arrow type, physical
+    type id, converted type id, LogicalType field id, optional), or None if this module
+    does not describe that column (it is read whole)."""
+    col = meta.schema.column(j)
+    if col.max_repetition_level != 0 or col.max_definition_level > 1 or "." in col.path:
+        return None
+    found = _TYPES.get((col.physical_type, str(col.logical_type)))
+    if found is None:
+        return None
+    typ, converted, logical = found
+    return typ, _PHYSICAL[col.physical_type], converted, logical, col.max_definition_level == 1
+
+
+def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
+                 read: Callable[[int, int], Any]) -> pa.Array | None:
+    """Decode ``pages`` (a chunk's dictionary page, if any, and consecutive data pages)
+    of leaf column ``j`` in row group ``rg``; None if the column is not one this module
+    describes. ``read(offset, n)`` returns the file's bytes at ``offset``."""
+    described = granule_schema(meta, j)
+    if described is None:
+        return None
+    typ, physical, converted, logical, optional = described
+    chunk = meta.row_group(rg).column(j)
+    codec = _CODECS.get(str(chunk.compression).upper())
+    encodings = [_ENCODINGS.get(e) for e in chunk.encodings]
+    if codec is None or any(e is None for e in encodings):
+        return None
+    data = bytearray(b"PAR1")
+    dictionary_offset = None
+    values = 0
+    for p in pages:
+        if p.dictionary:
+            dictionary_offset = len(data)
+        else:
+            values += p.rows
+        data += read(p.start, p.end - p.start)
+    first_data = 4 if dictionary_offset is None else 4 + (pages[0].end - pages[0].start)
+    length = len(data) - 4
+    name = meta.schema.column(j).name.encode()
+    leaf: list[tuple[int, int, Any]] = [(1, _I32, physical), (3, _I32, 1 if optional else 0),
+                                        (4, _BINARY, name)]
+    if converted is not None:
+        leaf.append((6, _I32, converted))
+    if logical is not None:
+        leaf.append((10, _STRUCT, [(logical, _STRUCT, [])]))
+    column_meta: list[tuple[int, int, Any]] = [
+        (1, _I32, physical), (2, _LIST, (_I32, encodings)), (3, _LIST, (_BINARY, [name])),
+        (4, _I32, codec), (5, _I64, values), (6, _I64, length), (7, _I64, length),
+        (9, _I64, first_data)]
+    if dictionary_offset is not None:
+        column_meta.append((11, _I64, dictionary_offset))
+    footer = bytearray()
+    _w_struct(footer, [
+        (1, _I32, 1),
+        (2, _LIST, (_STRUCT, [[(4, _BINARY, b"schema"), (5, _I32, 1)], leaf])),
+        (3, _I64, values),
+        (4, _LIST, (_STRUCT, [[(1, _LIST, (_STRUCT, [[(2, _I64, first_data),
+                                                        (3, _STRUCT, column_meta)]])),
+                               (2, _I64, length), (3, _I64, values)]])),
+    ])
+    data += footer
+    data += len(footer).to_bytes(4, "little") + b"PAR1"
+    table = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data))).read(use_threads=False)
+    arr = table.column(0)
+    if arr.type != typ or len(arr) != values:
+        return None
+    return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
