@@ -190,7 +190,8 @@ class UserStore:
 
     def replay(self, ops: list[Op]) -> None:
         """Raise what the first of ``ops`` (a transaction's changes) that cannot apply to the
-        users as they are now raises; change nothing."""
+        users as they are now (other processes' changes read in) raises; change nothing."""
+        self.refresh()
         trial = self.scratch()
         for name, args, kwargs in ops:
             getattr(trial, name)(*args, **kwargs)
