@@ -38,6 +38,10 @@ def test_round_trip_case_runs_every_server_and_cleans_up():
         assert m.extra["p50_ms"] > 0 and m.extra["server_cpu_us_per_txn"] > 0
         assert m.peak_rss_mb > 0
     assert ms["serve encrypted"].extra["baseline"] == "serve plain"
+    from cryptdisk.server import default_workers
+
+    assert ms["serve encrypted"].extra["workers"] == default_workers()  # serve's default
+    assert any("worker process" in n for n in NOTES)
     assert ms["postgresql"].extra["baseline"] == "serve encrypted"
     assert any(n.startswith("Targets (issue #17") for n in NOTES)
 

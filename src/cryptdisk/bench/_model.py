@@ -32,6 +32,7 @@ class BenchOptions:
     # Added by the harness (cryptdisk.bench._cleanup.Cleanup); experiments that start
     # processes or mounts register them there so Ctrl-C leaves nothing behind.
     cleanup: Any = None
+    workers: str | None = None  # server: cryptdisk serve --workers (default: its own, auto)
 
     def pick(self, quick: Any, full: Any, given: Any = None) -> Any:
         """``given`` if set, else the quick or full default."""

@@ -122,20 +122,26 @@ def serve_child(spec: dict[str, Any], conn: Any) -> None:
                     ssl_context=server_context(spec["cert"], spec["key"]),
                     plaintext_loopback=True, max_connections=200,
                     authenticator=ScramAuthenticator(store, channel_binding=binding))
-    server.run(ready=lambda address: conn.send(address[1]))
+    workers = spec["workers"]
+    if workers > 1:
+        from ..server import run_workers
+
+        run_workers(server, workers, ready=lambda address: conn.send(address[1]))
+    else:
+        server.run(ready=lambda address: conn.send(address[1]))
 
 
 class _Serve:
     """One ``cryptdisk serve`` process (multiprocessing, spawn) on a SQLite database."""
 
     def __init__(self, path: str, key_hex: str, plaintext: bool, tls_dir: Path,
-                 password: str) -> None:
+                 password: str, workers: int) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=serve_child, daemon=True, args=(dict(
-            path=path, plaintext=plaintext, users=path + ".users",
+            path=path, plaintext=plaintext, users=path + ".users", workers=workers,
             cert=str(tls_dir / "server.pem"), key=str(tls_dir / "server.key")), child))
         self.proc.start()
         parent.send({"key": key_hex, "password": password})
@@ -145,6 +151,7 @@ class _Serve:
         if not parent.poll():
             self.stop()
             raise RuntimeError(f"cryptdisk serve did not start (exit code {self.proc.exitcode})")
+        self.workers = workers
         self.port = int(parent.recv())
         assert self.proc.pid is not None
         self.pid = self.proc.pid
@@ -292,6 +299,17 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
             **percentiles(lat)}
 
 
+def _workers(text: str | None) -> int:
+    """``--workers`` as cryptdisk serve reads it (auto: one per CPU, at most 8)."""
+    from ..server import MAX_WORKERS, default_workers
+
+    if text in (None, "auto"):
+        return default_workers()
+    if not str(text).isdigit() or not 1 <= int(str(text)) <= MAX_WORKERS:
+        raise ValueError(f"--workers {text!r}: expected 1 to {MAX_WORKERS} or auto")
+    return int(str(text))
+
+
 def _measurement(case: Case, strategy: str, runs: list[dict[str, float]]) -> Measurement:
     def med(key: str) -> float:
         return float(statistics.median(r[key] for r in runs))
@@ -347,10 +365,16 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
             load(DbSpec("cryptdisk" if name == "encrypted" else "plain",
                         str(workdir / f"{name}.db"), keys[name]), 1)
         servers: dict[str, Any] = {}
+        workers = _workers(options.workers)
+        NOTES.append(f"cryptdisk serve ran with {workers} worker process"
+                     f"{'es' if workers > 1 else ''} (--workers "
+                     f"{options.workers or 'auto'}; `cryptdisk serve`'s default is auto).")
         try:
-            enc = _Serve(str(workdir / "encrypted.db"), keys["encrypted"], False, tls, password)
+            enc = _Serve(str(workdir / "encrypted.db"), keys["encrypted"], False, tls, password,
+                         workers)
             servers[ENCRYPTED] = servers[NO_TLS] = enc
-            servers[PLAIN] = _Serve(str(workdir / "plain.db"), keys["plain"], True, tls, password)
+            servers[PLAIN] = _Serve(str(workdir / "plain.db"), keys["plain"], True, tls, password,
+                                    workers)
             if bindir is None:
                 record(Skipped(EXPERIMENT, POSTGRES, "PostgreSQL (initdb, pg_ctl) is not "
                                "installed", INSTALL))
@@ -401,6 +425,8 @@ def _run_cases(todo: list[Case], servers: dict[str, Any], pgbench: str, ca: Path
             if runs[strategy] and strategy in alive:
                 _RESULTS[(case.name, strategy)] = m = _measurement(case, strategy,
                                                                    runs[strategy])
+                if hasattr(servers[strategy], "workers"):
+                    m.extra["workers"] = servers[strategy].workers
                 record(m)
 
 

@@ -98,6 +98,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--server", action="store_true",
                    help="oltp: the real pgbench against cryptdisk serve and PostgreSQL "
                    "(the same as 'cryptdisk bench server')")
+    p.add_argument("--workers", metavar="N|auto",
+                   help="server: cryptdisk serve's worker processes (default: serve's own "
+                   "default, auto)")
     p.set_defaults(func=_handle)
 
 
@@ -141,7 +144,7 @@ def _handle(args: argparse.Namespace) -> int:
     with Cleanup(args.workdir) as cleanup:
         options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
                                args.repeats, args.threads, args.size, args.side_venvs,
-                               args.case, cleanup)
+                               args.case, cleanup, args.workers)
         results = new_results(command, options)
         with progress_bar() as progress:
             for name in names:
