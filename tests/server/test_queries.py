@@ -191,3 +191,21 @@ def test_32_concurrent_clients_without_errors(start_server, sqlite_engine) -> No
     assert errors == []
     with pg(srv, autocommit=True) as c:
         assert c.execute("SELECT count(*), count(DISTINCT client) FROM t").fetchone() == (320, 32)
+
+
+def test_sqlite_constraint_failures_have_postgresql_sqlstates(start_server,
+                                                              sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("PRAGMA foreign_keys = ON")
+        c.execute("CREATE TABLE p (id INTEGER PRIMARY KEY, n TEXT NOT NULL, v INTEGER "
+                  "CHECK (v > 0))")
+        c.execute("CREATE TABLE r (pid INTEGER REFERENCES p(id))")
+        c.execute("INSERT INTO p VALUES (1, 'a', 1)")
+        for sql, error in [("INSERT INTO p VALUES (1, 'b', 1)", psycopg.errors.UniqueViolation),
+                           ("INSERT INTO p VALUES (2, NULL, 1)",
+                            psycopg.errors.NotNullViolation),
+                           ("INSERT INTO p VALUES (3, 'c', 0)", psycopg.errors.CheckViolation),
+                           ("INSERT INTO r VALUES (9)", psycopg.errors.ForeignKeyViolation)]:
+            with pytest.raises(error):
+                c.execute(sql)

@@ -97,6 +97,20 @@ def test_a_grant_counts_inside_its_transaction_only(srv) -> None:
     assert not bob_reads(srv)
 
 
+def test_a_query_in_the_transaction_is_checked_against_its_grants(srv) -> None:
+    with connect(srv) as admin:
+        admin.execute("BEGIN")
+        admin.execute("GRANT readers TO bob")
+        # several statements: checked whole before they run, with the transaction's grants
+        admin.execute("SET ROLE bob; SELECT a FROM t")
+        admin.execute("RESET ROLE; REVOKE readers FROM bob")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            admin.execute("SET ROLE bob; SELECT a FROM t")
+        admin.execute("ROLLBACK")
+        assert admin.execute("SELECT current_user").fetchone() == ("u",)
+    assert not bob_reads(srv)
+
+
 def test_a_revoke_rolled_back_leaves_the_grant(srv) -> None:
     with connect(srv) as admin:
         admin.execute("GRANT readers TO bob")
@@ -216,9 +230,9 @@ def test_every_statement_of_a_transaction_has_a_log_line(start_server, sqlite_en
     log = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(e["kind"], e.get("sqlstate")) for e in log] == [
         ("CREATE", None), ("CREATE", None), ("PRAGMA", None), ("BEGIN", None),
-        ("INSERT", None), ("COMMIT", "23000"), ("BEGIN", None), ("SELECT", "42P01"),
+        ("INSERT", None), ("COMMIT", "23503"), ("BEGIN", None), ("SELECT", "42P01"),
         ("COMMIT", None), ("ROLLBACK", None), ("INSERT", None), ("SELECT", None),
-        ("COMMIT", "23000"), ("SELECT", None)]
+        ("COMMIT", "23503"), ("SELECT", None)]
 
 
 def test_a_pipeline_whose_commit_fails_has_a_line_for_it(start_server, sqlite_engine,
@@ -239,10 +253,10 @@ def test_a_pipeline_whose_commit_fails_has_a_line_for_it(start_server, sqlite_en
         r.send(msg(b"P", insert) + execute + execute + msg(b"S"))
         got = r.until(b"Z")
         errors = [sqlstate(body) for kind, body in got if kind == b"E"]
-        assert errors == ["23000"] and got[-1] == (b"Z", b"I")
+        assert errors == ["23503"] and got[-1] == (b"Z", b"I")
     finally:
         r.close()
     srv.stop()
     log = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(e["kind"], e.get("sqlstate")) for e in log][-3:] == [
-        ("INSERT", None), ("INSERT", None), ("COMMIT", "23000")]
+        ("INSERT", None), ("INSERT", None), ("COMMIT", "23503")]

@@ -223,7 +223,9 @@ def statement_error(exc: Exception) -> StatementError:
         text = text[len(prefix):] if text.startswith(prefix) else text
         code = "XX000"
         if isinstance(exc, apsw.ConstraintError):
-            code = "23505" if "UNIQUE" in text else "23000"
+            code = next((c for word, c in (("UNIQUE", "23505"), ("FOREIGN KEY", "23503"),
+                                            ("NOT NULL", "23502"), ("CHECK", "23514"))
+                         if word in text), "23000")
         elif isinstance(exc, apsw.BusyError | apsw.LockedError):
             code = "55P03"
         elif isinstance(exc, apsw.AuthError):
