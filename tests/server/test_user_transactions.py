@@ -222,6 +222,10 @@ def test_every_statement_of_a_transaction_has_a_log_line(start_server, sqlite_en
             admin.execute("SELECT * FROM missing")
         admin.execute("COMMIT")
         admin.execute("ROLLBACK")  # none in progress: a warning, and a line
+        admin.execute("BEGIN")
+        with pytest.raises(psycopg.errors.InvalidSavepointSpecification):
+            admin.execute("ROLLBACK TO SAVEPOINT nope")
+        admin.execute("ROLLBACK")
         # an implicit transaction whose COMMIT fails: a line for that COMMIT
         with pytest.raises(psycopg.errors.IntegrityError):
             admin.execute("INSERT INTO c VALUES (99); SELECT 1")
@@ -231,7 +235,8 @@ def test_every_statement_of_a_transaction_has_a_log_line(start_server, sqlite_en
     assert [(e["kind"], e.get("sqlstate")) for e in log] == [
         ("CREATE", None), ("CREATE", None), ("PRAGMA", None), ("BEGIN", None),
         ("INSERT", None), ("COMMIT", "23503"), ("BEGIN", None), ("SELECT", "42P01"),
-        ("COMMIT", None), ("ROLLBACK", None), ("INSERT", None), ("SELECT", None),
+        ("COMMIT", None), ("ROLLBACK", None), ("BEGIN", None), ("ROLLBACK", "3B001"),
+        ("ROLLBACK", None), ("INSERT", None), ("SELECT", None),
         ("COMMIT", "23503"), ("SELECT", None)]
 
 

@@ -235,7 +235,7 @@ def statement_error(exc: Exception) -> StatementError:
         elif isinstance(exc, apsw.SQLError):
             code = ("42P01" if "no such table" in text else "42703" if "no such column" in text
                     else "42601" if "syntax error" in text or "incomplete input" in text
-                    else "42000")
+                    else "3B001" if "no such savepoint" in text else "42000")
         elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
             code = "22000"
         return StatementError(text, code)
