@@ -51,8 +51,9 @@ def _wait_until(check: Any, what: str, limit: float = 60.0) -> None:
 
 
 class Served:
-    def __init__(self, root: Path, workers: str = "2") -> None:
-        self.ca, _cert, self.config = sqlite_serve_config(root, "c.toml", KEY_HEX)
+    def __init__(self, root: Path, workers: str = "2", extra: str = "",
+                 processes: int | None = None) -> None:
+        self.ca, _cert, self.config = sqlite_serve_config(root, "c.toml", KEY_HEX, extra)
         self.db = str(root / "app.db")
         env = {**os.environ, "CRYPTDISK_PASSWORD": "pw"}
         subprocess.run([sys.executable, "-m", "cryptdisk", "serve", self.db, "--sqlite",
@@ -67,7 +68,8 @@ class Served:
         m = re.search(r"on 127\.0\.0\.1:(\d+) .*\b(\d+) worker processes", line)
         assert m, line
         self.port, self.workers = int(m[1]), int(m[2])
-        _wait_until(lambda: len(_children(self.proc.pid)) == self.workers, "workers started")
+        expected = processes if processes is not None else self.workers
+        _wait_until(lambda: len(_children(self.proc.pid)) == expected, "workers started")
 
     def connect(self, user: str = "u", password: str = "pw", **kw: Any) -> psycopg.Connection:
         return psycopg.connect(host="localhost", port=self.port, user=user, password=password,
@@ -341,3 +343,40 @@ def test_bad_worker_counts_are_refused(tmp_path: Path) -> None:
                               "--workers", bad, "--check"], capture_output=True, text=True,
                              timeout=120)
         assert out.returncode != 0 and "Traceback" not in out.stderr
+
+
+def test_encrypted_access_log_gets_every_line_from_every_worker(tmp_path: Path) -> None:
+    from cryptdisk import open as cd_open
+    from cryptdisk.keys import Key, Keyring
+
+    log_path = tmp_path / "access.log"
+    served = Served(tmp_path, extra=f'access_log = "{log_path}"\naccess_log_encrypted = true',
+                    processes=3)  # two workers and the log writer
+    try:
+        a, b = served.in_each_worker()
+        a.execute("CREATE TABLE t (x INTEGER)")
+        for i in range(20):
+            (a if i % 2 else b).execute("INSERT INTO t VALUES (%s)", (i,))
+        # the writer killed: lines sent meanwhile wait in the socket for the next one
+        writer = next(p for p in _children(served.proc.pid)
+                      if p not in {_owner(served, a), _owner(served, b)})
+        os.kill(writer, signal.SIGKILL)
+        for i in range(20, 30):
+            (a if i % 2 else b).execute("INSERT INTO t VALUES (%s)", (i,))
+        _wait_until(lambda: len(_children(served.proc.pid)) == 3
+                    and writer not in _children(served.proc.pid), "the writer was replaced")
+        a.close()
+        b.close()
+        assert served.stop() == 0
+    finally:
+        if served.proc.poll() is None:
+            served.proc.kill()
+            served.proc.wait(60)
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()
+    import json
+
+    with cd_open(log_path, "rb", keyring=Keyring([Key(1, bytes.fromhex(KEY_HEX))])) as f:
+        lines = [json.loads(line) for line in f.read().splitlines()]
+    inserts = [e for e in lines if e["kind"] == "INSERT"]
+    assert len(inserts) == 30 and all(e["rows"] == 1 and e["tables"] == ["t"] for e in inserts)

@@ -51,8 +51,8 @@ def _listen(text: str) -> tuple[str, int]:
 
 def _workers(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[int, str | None]:
     """(worker processes, why ``auto`` gave one): ``--workers``, else ``[server] workers``,
-    else ``auto``: one per CPU (at most 8) for --sqlite; one for the analytical engine and
-    for an encrypted access log, which one process at a time can write."""
+    else ``auto``: one per CPU (at most 8) for --sqlite; one for the analytical engine,
+    which one process at a time can write."""
     from ..server import MAX_WORKERS, default_workers
 
     text = str(args.workers if args.workers is not None else settings.get("workers", "auto"))
@@ -60,8 +60,6 @@ def _workers(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[int, s
     if not args.sqlite:
         single = ("the analytical database is written by one process at a time (its LOCK), "
                   "and another process would not see its new parts")
-    elif settings.get("access_log") and settings.get("access_log_encrypted"):
-        single = "an encrypted access log is written by one process"
     if text == "auto":
         return (1, single) if single else (default_workers(), None)
     if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
@@ -70,7 +68,7 @@ def _workers(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[int, s
     if int(text) > 1 and single:
         raise ServerError(f"--workers {text}: {single}; serve it with --workers 1",
                           hint="several workers serve an encrypted SQLite database "
-                          "(--sqlite) with a plain (or no) access log")
+                          "(--sqlite)")
     return int(text), None
 
 

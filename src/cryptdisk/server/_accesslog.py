@@ -18,7 +18,13 @@ from typing import Any
 
 from .. import open as cd_open
 
-__all__ = ["AccessLog"]
+__all__ = ["AccessLog", "line"]
+
+
+def line(entry: dict[str, Any]) -> bytes:
+    """``entry`` as the log's JSON line, its time (now) first."""
+    entry = {"time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"), **entry}
+    return json.dumps(entry, separators=(",", ":"), default=str).encode() + b"\n"
 
 
 class AccessLog:
@@ -26,6 +32,7 @@ class AccessLog:
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any = None) -> None:
         self.path = os.fspath(path)
+        self.keyring = keyring  # None: a plain file
         self._lock = threading.Lock()
         self._file: Any
         if keyring is not None:
@@ -35,10 +42,12 @@ class AccessLog:
             self._file = os.fdopen(fd, "ab")
 
     def write(self, **entry: Any) -> None:
-        entry = {"time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"), **entry}
-        line = json.dumps(entry, separators=(",", ":"), default=str).encode() + b"\n"
+        self.write_line(line(entry))
+
+    def write_line(self, data: bytes) -> None:
+        """Append one line made by :func:`line`."""
         with self._lock:
-            self._file.write(line)
+            self._file.write(data)
             self._file.flush()
 
     def close(self) -> None:

@@ -14,6 +14,11 @@ a whole server with its own event loop accepting on those same sockets:
 - *Cancel requests*: a session's process id (BackendKeyData) names its worker in its top
   bits; a worker that receives a CancelRequest for another worker's session passes it on
   through that worker's pipe (8 bytes, atomic).
+- *An encrypted access log* (a mutable cryptdisk file has one writer) is written by one
+  more process, forked like the workers, which send it each line as a datagram on a
+  Unix socket; the supervisor holds the socket open, so lines queued when that writer
+  dies wait for the one forked in its place. A plain access log is appended by each
+  worker directly (one ``O_APPEND`` write per line).
 - *Key material* stays in memory: the workers are forked from the supervisor, which has
   loaded the keyring; nothing secret is in any process's argv or environment.
 - *Crashes*: a worker that dies (kill -9, a crash) is forked again; the others go on, and
@@ -46,6 +51,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ServerError
+from ._accesslog import AccessLog
 
 if TYPE_CHECKING:
     import asyncio
@@ -168,6 +174,57 @@ class Workers:
         loop.add_reader(self.death_r, supervisor_gone)
 
 
+class _LogForwarder(AccessLog):
+    """A worker's access log: each line a datagram to the log writer process."""
+
+    def __init__(self, path: str, sock: socket.socket) -> None:  # opens nothing
+        self.path = path
+        self.keyring = None
+        self.sock = sock
+
+    def write_line(self, data: bytes) -> None:
+        try:  # blocks while the writer's queue is full
+            self.sock.send(data)
+        except OSError as exc:
+            log.error("access log: a line could not be passed to its writer: %s", exc)
+
+    def close(self) -> None:
+        pass
+
+
+class _Stop(Exception):
+    pass
+
+
+def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
+    """The log writer process: every datagram on ``sock`` a line of the encrypted access log
+    at ``path``, until SIGTERM; then what is queued, and close."""
+    def stop(_sig: int, _frame: Any) -> None:
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us
+    access_log = AccessLog(path, keyring)
+    try:
+        try:
+            while True:
+                data = sock.recv(1 << 20)
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+                access_log.write_line(data)  # never cut by the signal
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except _Stop:
+            pass
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        sock.setblocking(False)
+        while True:
+            try:
+                access_log.write_line(sock.recv(1 << 20))
+            except (BlockingIOError, InterruptedError):
+                break
+    finally:
+        access_log.close()
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGTERM when the supervisor dies (Linux), and exit now if it already has."""
     if sys.platform.startswith("linux"):
@@ -213,6 +270,38 @@ class _Supervisor:
         self.restart_at: dict[int, float] = {}  # slot -> when to fork it again
         self.stopping = False
         self.exit_codes: list[int] = []        # of the workers that drained
+        #: an encrypted access log: (path, keyring) for the log writer process, its socket
+        #: pair (the workers send, the writer receives) and its process id
+        self.log_target: tuple[str, Any] | None = None
+        self.log_socks: tuple[socket.socket, socket.socket] | None = None
+        self.log_pid = 0
+        access_log = server.access_log
+        if access_log is not None and getattr(access_log, "keyring", None) is not None:
+            access_log.close()  # the writer process opens its own
+            self.log_target = (access_log.path, access_log.keyring)
+            self.log_socks = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.log_socks[0].set_inheritable(False)
+            server.access_log = _LogForwarder(access_log.path, self.log_socks[0])
+
+    def spawn_log_writer(self) -> None:
+        assert self.log_target is not None and self.log_socks is not None
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+                _die_with_parent(self.workers.supervisor)
+                for sock in self.sockets:
+                    sock.close()
+                _write_log(*self.log_target, self.log_socks[1])
+                code = 0
+            except BaseException:
+                log.exception("the access log writer failed")
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.log_pid = pid
+        log.info("access log writer started (pid %d)", pid)
 
     def spawn(self, slot: int) -> None:
         self.workers.connections[slot] = 0
@@ -223,6 +312,8 @@ class _Supervisor:
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
                 _die_with_parent(self.workers.supervisor)
                 os.close(self.workers.death_w)
+                if self.log_socks is not None:
+                    self.log_socks[1].close()
                 for i, (r, _w) in enumerate(self.workers.cancel_pipes):
                     if i != slot:
                         os.close(r)
@@ -241,13 +332,23 @@ class _Supervisor:
         log.info("worker %d started (pid %d)", slot, pid)
 
     def reap(self) -> None:
-        while self.children:
+        while self.children or self.log_pid:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if pid == self.log_pid:
+                self.log_pid = 0
+                code = os.waitstatus_to_exitcode(status)
+                if not self.stopping:
+                    log.warning("the access log writer (pid %d) died (%d); starting it again",
+                                pid, code)
+                    self.spawn_log_writer()
+                elif code != 0:
+                    self.exit_codes.append(code)
+                continue
             slot = self.children.pop(pid, None)
             if slot is None:
                 continue
@@ -269,6 +370,8 @@ class _Supervisor:
         waited = {signal.SIGCHLD, *stop_signals}
         self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
         try:
+            if self.log_target is not None:
+                self.spawn_log_writer()
             for slot in range(self.workers.count):
                 self.spawn(slot)
             name = self.sockets[0].getsockname()
@@ -318,6 +421,17 @@ class _Supervisor:
                     raise
                 continue
             self.children.pop(pid, None)
+        if self.log_pid:  # every worker is gone: the writer takes what is queued, and ends
+            os.kill(self.log_pid, signal.SIGTERM)
+            while self.log_pid:
+                try:
+                    pid, status = os.waitpid(self.log_pid, 0)
+                except ChildProcessError:
+                    break
+                code = os.waitstatus_to_exitcode(status)
+                if code != 0:
+                    self.exit_codes.append(code)
+                self.log_pid = 0
         os.close(self.workers.death_w)
         return 0 if all(c == 0 for c in self.exit_codes) else 1
 
