@@ -192,9 +192,9 @@ def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(cl
         path = str(tmp_path / "db")
 
         def open_here():  # this worker's connection, at the plan's catalog version
-            from cryptdisk.dask._read import _worker_database
+            from cryptdisk.dask._read import _process_database
 
-            return _worker_database(path, None).catalog.version
+            return _process_database(path, None).catalog.version
 
         assert set(client.run(open_here).values()) == {db.catalog.version}
         db.sql("OPTIMIZE TABLE u FINAL")
@@ -205,3 +205,91 @@ def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(cl
     assert {p.name for p in (tmp_path / "db").parent.rglob("*.parquet")} == names
     with pytest.raises(CatalogError, match="merged or dropped"):
         client.compute(df).result()
+
+
+def _count_setup_work():
+    """Counts, in this process, what opening a database and a part costs: key loading
+    (``resolve_config``), catalog reads (``load_catalog``), part footers (``open_part``).
+    Returns (counts, undo)."""
+    import cryptdisk.db._database as database
+    import cryptdisk.db._scan as scan
+
+    counts = {"keys": 0, "catalog": 0, "footers": 0}
+    patched = [(database, "resolve_config", "keys"), (database, "load_catalog", "catalog"),
+               (scan, "open_part", "footers")]
+    originals = [(mod, name, getattr(mod, name)) for mod, name, _what in patched]
+
+    def counting(fn, what):
+        def wrapper(*args, **kwargs):
+            counts[what] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for mod, name, what in patched:
+        setattr(mod, name, counting(getattr(mod, name), what))
+
+    def undo():
+        for mod, name, fn in originals:
+            setattr(mod, name, fn)
+    return counts, undo
+
+
+def test_planning_again_reads_no_catalog_key_or_footer_until_a_writer_commits(tmp_path):
+    """The client keeps one read-only connection per database: a second read_table of an
+    unchanged table loads no key, reads no catalog and decrypts no footer; a commit in
+    between is seen (the new catalog once, the new part's footer once)."""
+    cfg = write_config(tmp_path, [1], 1)
+    path = tmp_path / "db"
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql("CREATE TABLE u (k BIGINT, s VARCHAR) ORDER BY k")
+        db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000) r(i)")
+        db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000, 2000) r(i)")
+    assert cryptdisk.dask.read_table(path, "u", config=cfg).npartitions == 2
+    counts, undo = _count_setup_work()
+    try:
+        again = cryptdisk.dask.read_table(path, "u", ["k"], [("k", ">=", 10)], config=cfg)
+        assert counts == {"keys": 0, "catalog": 0, "footers": 0}
+        assert again.npartitions == 2
+        with cryptdisk.connect(path, cfg) as db:
+            db.sql("INSERT INTO u VALUES (5000, 'x')")
+            by_writer = dict(counts)
+        newer = cryptdisk.dask.read_table(path, "u", config=cfg)
+        # the writer's connection counted its own keys, catalog and footers; the planner
+        # read the new catalog once and opened only the new part
+        planner = {k: counts[k] - by_writer[k] for k in counts}
+        assert planner == {"keys": 0, "catalog": 1, "footers": 1}, (planner, by_writer)
+    finally:
+        undo()
+    assert newer.npartitions == 3
+    assert newer.k.max().compute(scheduler="sync") == 5000
+
+
+def test_tasks_do_no_catalog_or_key_work_on_a_worker_that_has_the_database_open(client,
+                                                                               table):
+    """Per task, a worker reads the part's row groups: the keys and the catalog were
+    loaded once by that worker process, and footers are opened once per process."""
+    path, cfg, _key = table
+    df = cryptdisk.dask.read_table(path, "t", ["k", "f"], config=cfg)
+    want = sum(range(3 * PART_ROWS))
+    assert client.compute(df.k.sum()).result() == want  # every worker has it open now
+
+    def start():
+        import builtins
+        builtins._cd_counts = _count_setup_work()  # one per worker process
+
+    def stop():
+        import builtins
+        counts, undo = builtins._cd_counts
+        undo()
+        return counts
+
+    client.run(start)
+    try:
+        for _ in range(3):
+            assert client.compute(df.k.sum()).result() == want
+    finally:
+        per_worker = client.run(stop)
+    assert len(per_worker) == 2
+    for counts in per_worker.values():
+        assert counts["keys"] == 0 and counts["catalog"] == 0, per_worker
+        assert counts["footers"] <= 3, per_worker  # a part new to this worker, once

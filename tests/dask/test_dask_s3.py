@@ -184,9 +184,9 @@ volumes = [{{ name = "main", disks = ["secure"] }}]
     path, config = str(db), str(cfg)
 
     def key_here():  # this worker's keyring key: from KMS, used by this process
-        from cryptdisk.dask._read import _worker_database
+        from cryptdisk.dask._read import _process_database
 
-        key = _worker_database(path, config).keyring.current_key()
+        key = _process_database(path, config).keyring.current_key()
         return type(key).__name__, key.source, key.uses["provider_calls"] > 0
 
     assert set(client.run(key_here).values()) == {("ProviderKey", "aws-kms", True)}

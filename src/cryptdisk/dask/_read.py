@@ -1,11 +1,14 @@
 """``read_table``: one Dask partition per part (or per few row groups of a large part).
 
-The client opens the database read-only once: one catalog version plans the
-read (parts outside the filters' key range and row groups whose statistics rule
-every row out are left out). Each task carries ``(database path, config path,
-table, part id, row groups, columns, filters)``; the worker opens the database
-itself (read-only, no decrypted-column cache), loading the keys from the config
-or the database's key file, and reads that part with :meth:`Database.read_part`.
+Every process (the client and each worker) keeps one read-only connection per
+``(database, config)`` (:func:`_process_database`): the keys are loaded and the
+catalog read once per process, and a part's footer is decrypted once per
+process, not once per read or per task. On the client one catalog version plans
+the read (parts outside the filters' key range and row groups whose statistics
+rule every row out are left out); a later ``read_table`` only checks that the
+catalog is unchanged. Each task carries ``(database path, config path, table,
+part id, row groups, columns, filters)``, no key and no connection; the worker
+reads that part with :meth:`Database.read_part` on its own connection.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 from typing import Any
 
 from ..db import Database, connect
-from ..errors import ConfigError, CryptdiskError, DatabaseError
+from ..errors import CatalogError, ConfigError, CryptdiskError, DatabaseError
 
 __all__ = ["read_table"]
 
@@ -45,14 +48,45 @@ def _config_path(config: Any) -> str | None:
     return os.path.abspath(os.fspath(config))
 
 
-def _worker_database(db_path: str, config: str | None) -> Database:
-    """This process's read-only connection to ``db_path`` (opened once, keys loaded here)."""
+def _process_database(db_path: str, config: str | None, *, fresh: bool = False) -> Database:
+    """This process's read-only connection to ``db_path`` (opened once, keys loaded here).
+
+    ``fresh``: close the one kept (if any) and open a new one.
+    """
     with _OPEN_LOCK:
         db = _OPEN.get((db_path, config))
+        if db is not None and fresh:
+            del _OPEN[(db_path, config)]
+            db.close()
+            db = None
         if db is None:
             db = connect(db_path, config, read_only=True, cache_bytes=0)
             _OPEN[(db_path, config)] = db
         return db
+
+
+def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
+          filters: list[Any], arrow_strings: bool) -> tuple[str, list[str], Any, Any]:
+    """(table name, columns, scan plan, empty pandas frame), on this process's connection.
+
+    The connection is kept for the next read (the catalog is reloaded only when a
+    writer has published a new one); a connection that fails (say, a database
+    replaced at the same path) is replaced by a new one, once.
+    """
+    for attempt in (0, 1):
+        db = _process_database(path, config, fresh=attempt > 0)
+        try:
+            plan = db.scan_plan(table, filters)  # reloads a newer catalog first
+            meta = db.table(table)
+            cols = meta.pick_columns(columns, "read_table")
+            empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), arrow_strings)
+            return meta.name, cols, plan, empty
+        except CryptdiskError as exc:
+            # The caller's table, columns or filters: a new connection says the same.
+            if attempt or isinstance(exc, ConfigError) or (
+                    isinstance(exc, DatabaseError) and not isinstance(exc, CatalogError)):
+                raise
+    raise AssertionError("unreachable")
 
 
 def _string_dtype(arrow_type: Any) -> Any:
@@ -74,7 +108,7 @@ def _to_pandas(table: Any, arrow_strings: bool) -> Any:
 
 def _read_partition(spec: tuple[Any, ...]) -> Any:
     db_path, config, table, part, row_groups, columns, filters, arrow_strings = spec
-    db = _worker_database(db_path, config)
+    db = _process_database(db_path, config)
     return _to_pandas(db.read_part(table, part, columns, filters, row_groups), arrow_strings)
 
 
@@ -103,15 +137,11 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     path = os.path.abspath(os.fspath(db_path))
     config_path = _config_path(config)
     filters = [tuple(f) for f in filters or []]
-    with connect(path, config_path, read_only=True, cache_bytes=0) as db:
-        meta = db.table(table)
-        cols = meta.pick_columns(columns, "read_table")
-        plan = db.scan_plan(meta.name, filters)
-        empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), arrow_strings)
+    name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings)
     specs = []
     for part, groups in plan:
         for i in range(0, len(groups), row_groups_per_partition):
-            specs.append((path, config_path, meta.name, part,
+            specs.append((path, config_path, name, part,
                           groups[i:i + row_groups_per_partition], cols, filters,
                           arrow_strings))
     if not specs:

@@ -18,14 +18,14 @@ import os
 from typing import Any
 
 from ..db import connect
-from ._read import _config_path, _dask_dataframe, _worker_database
+from ._read import _config_path, _dask_dataframe, _process_database
 
 __all__ = ["to_table"]
 
 
 def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
     db_path, config, table, version = spec
-    return _worker_database(db_path, config).stage_parts(table, pdf, version)
+    return _process_database(db_path, config).stage_parts(table, pdf, version)
 
 
 def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None) -> int:
