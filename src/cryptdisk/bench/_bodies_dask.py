@@ -14,7 +14,7 @@ import math
 import os
 from typing import Any
 
-from ._measure import Sample, Stopwatch, process_cpu
+from ._measure import Sample, Stopwatch
 
 __all__ = ["prepare", "scan", "shapes"]
 
@@ -79,14 +79,109 @@ def _compute(dask: Any, df: Any, name: str) -> list[float]:
     return [float(v) for v in out]
 
 
+#: Timed computes of each shape per cluster; a run's figure is their median.
+TIMED = 3
+#: Seconds the cluster is left idle at the end, to measure its background CPU.
+IDLE_S = 1.0
+
+
+def _task_counter() -> Any:
+    """A scheduler plugin (in this process: LocalCluster's scheduler runs here) counting
+    the tasks a compute sends to workers and the bytes of their pickled specs, while
+    ``active`` (off for the timed computes: pickling every spec costs the scheduler)."""
+    import cloudpickle
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class TaskCounter(SchedulerPlugin):
+        name = "cryptdisk-bench-task-counter"
+
+        def __init__(self) -> None:
+            self.active = False
+            self.tasks = 0
+            self.spec_bytes = 0
+            self.scheduler: Any = None
+
+        async def start(self, scheduler: Any) -> None:
+            self.scheduler = scheduler
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any,
+                       **kwargs: Any) -> None:
+            if self.active and finish == "processing":
+                self.tasks += 1
+                self.spec_bytes += len(cloudpickle.dumps(self.scheduler.tasks[key].run_spec))
+
+    return TaskCounter()
+
+
+def _thread_names() -> dict[int, str]:
+    import threading
+
+    return {t.native_id or 0: t.name for t in threading.enumerate()}
+
+
+def _transfer_bytes(dask_worker: Any) -> int:
+    return int(dask_worker.transfer_outgoing_bytes_total)
+
+
+class _Components:
+    """CPU seconds by component: this process's calling thread (planning, graph, submit,
+    wait) and its other threads (LocalCluster's scheduler, nannies and the client's
+    comms share its event loop), each worker's task thread and its other threads
+    (event loop: Dask's per-task bookkeeping, heartbeats, the statistical profiler)."""
+
+    def __init__(self, client: Any) -> None:
+        import psutil
+
+        self.me = psutil.Process()
+        self.workers = [psutil.Process(p) for p in client.run(os.getpid).values()]
+        self.names: dict[int, str] = {}
+        for names in client.run(_thread_names).values():
+            self.names.update(names)
+
+    def snapshot(self) -> dict[str, Any]:
+        import time
+
+        t = self.me.cpu_times()
+        task, other = [], []
+        for w in self.workers:
+            tt = to = 0.0
+            for th in w.threads():
+                cpu = th.user_time + th.system_time
+                if "Dask-Default-Threads" in self.names.get(th.id, ""):
+                    tt += cpu
+                else:
+                    to += cpu
+            task.append(tt)
+            other.append(to)
+        return {"main": time.thread_time(), "process": t.user + t.system,
+                "task": task, "other": other}
+
+    @staticmethod
+    def delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
+        task = [y - x for x, y in zip(a["task"], b["task"], strict=True)]
+        main = b["main"] - a["main"]
+        return {"client_main_cpu_s": main,
+                "client_loop_cpu_s": b["process"] - a["process"] - main,
+                "worker_task_cpu_s": sum(task),
+                "worker_task_cpu_max_s": max(task),
+                "worker_other_cpu_s": sum(b["other"]) - sum(a["other"])}
+
+
 def scan(reader: str, workers: int, db: str, plain: str, rows: int,
          answers: dict[str, list[float]]) -> list[Sample]:
-    """Each shape once untimed, then timed, on a fresh cluster of ``workers`` processes.
+    """Each shape once untimed, then :data:`TIMED` times, on a fresh cluster of
+    ``workers`` processes; the sample is the median of the timed computes.
 
-    Rows/s counts the table's rows for both shapes (the filtered sum reads a tenth);
-    CPU is this process's and the worker processes' (nannies excluded), also recorded
-    apart (``client_cpu_s``, ``workers_cpu_s``).
+    Rows/s counts the table's rows for both shapes (the filtered sum reads a tenth).
+    CPU is this process's and the worker processes' (nannies run in this process);
+    ``extra`` splits it by component (:class:`_Components`, medians per compute) and
+    gives ``plan_s`` (wall seconds of ``read_table`` / ``read_parquet``), the task count
+    and pickled task bytes (counted on the untimed compute) and the bytes workers sent
+    each other; ``idle_*_per_s`` are the components' CPU seconds per second of an
+    idle cluster (measured once, after the computes).
     """
+    import statistics
+    import time
     import warnings
 
     dask: Any = importlib.import_module("dask")
@@ -97,24 +192,57 @@ def scan(reader: str, workers: int, db: str, plain: str, rows: int,
                                   host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                   worker_dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
-        pids = list(client.run(os.getpid).values())
+        client.wait_for_workers(workers)
+        counter = _task_counter()
+        client.register_plugin(counter)
+        counter = cluster.scheduler.plugins[counter.name]  # the scheduler's copy
         for name, shape in shapes(rows).items():
+            counter.tasks = counter.spec_bytes = 0
+            counter.active = True
             df = _frame(reader, db, plain, shape)
             _check(_compute(dask, df, name), answers[name], reader, name)
-            cpu0 = sum(process_cpu(p) for p in pids)
-            with Stopwatch() as sw:
-                got = _compute(dask, _frame(reader, db, plain, shape), name)
-            workers_cpu = sum(process_cpu(p) for p in pids) - cpu0
-            cpu = sw.cpu + workers_cpu
-            _check(got, answers[name], reader, name)
+            counter.active = False
+            tasks, spec_bytes = counter.tasks, counter.spec_bytes
+            parts = _Components(client)
+            runs = []
+            for _ in range(TIMED):
+                sent0 = sum(client.run(_transfer_bytes).values())
+                c0 = parts.snapshot()
+                with Stopwatch() as sw:
+                    t0 = time.perf_counter()
+                    frame = _frame(reader, db, plain, shape)
+                    plan_s = time.perf_counter() - t0
+                    got = _compute(dask, frame, name)
+                c1 = parts.snapshot()
+                _check(got, answers[name], reader, name)
+                figures = _Components.delta(c0, c1)
+                figures.update(wall_s=sw.wall, plan_s=plan_s, client_cpu_s=sw.cpu,
+                               transfer_bytes=sum(client.run(_transfer_bytes).values())
+                               - sent0)
+                runs.append(figures)
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            sw = Stopwatch()
+            sw.wall = med.pop("wall_s")
+            sw.cpu = med["client_cpu_s"]
             s = sw.rate(f"{name}, {workers} worker{'s' if workers > 1 else ''}", rows,
                         unit="Mrows/s", work_unit="rows", rows=rows, workers=workers,
-                        partitions=df.npartitions)
-            s.cpu_s = cpu
-            # where the CPU went: the client (planning, and LocalCluster's scheduler) and the
-            # worker processes (reads, and Dask's per-task work on each worker's event loop)
-            s.extra.update(client_cpu_s=sw.cpu, workers_cpu_s=workers_cpu)
+                        partitions=df.npartitions, tasks=tasks, task_spec_bytes=spec_bytes)
+            med["workers_cpu_s"] = med["worker_task_cpu_s"] + med["worker_other_cpu_s"]
+            s.cpu_s = med["client_cpu_s"] + med["workers_cpu_s"]
+            s.extra.update(med)
             out.append(s)
+        # CPU the cluster spends per second doing nothing (heartbeats, the workers'
+        # profilers and memory monitors, the scheduler's periodic work): the part of each
+        # component's figure that grows with wall time rather than with tasks or rows
+        time.sleep(0.2)
+        c0 = parts.snapshot()
+        t0 = time.perf_counter()
+        time.sleep(IDLE_S)
+        idle = _Components.delta(c0, parts.snapshot())
+        idle_s = time.perf_counter() - t0
+        for s in out:
+            s.extra.update({f"idle_{k[:-2]}_per_s": v / idle_s for k, v in idle.items()
+                            if k != "worker_task_cpu_max_s"})
     return out
 
 
