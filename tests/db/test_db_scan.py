@@ -665,7 +665,7 @@ def test_count_star_alone_is_answered_from_the_catalog(db, small_groups, plain):
         if from_catalog:
             assert db.last_scans == {"t": {"parts_skipped": 0, "row_groups_read": 0,
                                            "row_groups_skipped": 0, "parts_from_index": 2,
-                                  "granule_reads": 0}}
+                                           "granule_reads": 0}}
     assert db.query("SELECT count(*) FROM e") == [(0,)]
 
 
@@ -693,7 +693,8 @@ def test_a_prefetched_scan_duckdb_never_reads_is_stopped(db, small_groups, monke
 
 def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     """A statement with a WHERE naming a table of at most 4 parts opens them all on the scan
-    pool (the point query then reads one); a larger table's skipped parts stay closed."""
+    pool (the point query then reads one); of a larger table, those whose key range holds
+    a number the statement names, and its skipped parts stay closed."""
     from cryptdisk.db import _database
 
     db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
@@ -702,6 +703,15 @@ def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     parts = db.table("t").parts
     assert db.query("SELECT c_int FROM t WHERE c_int = 1500") == [(1500,)]
     assert set(db._open_parts._items) == {parts[1].id}  # 5 parts: only the one read
+    # of more than 4 parts, those whose key range holds a number the statement names open
+    # ahead (here while DuckDB parses the range query)
+    ahead, preopen = [], db._open_parts.preopen
+    db._open_parts.preopen = lambda ps, key: ahead.append([p.id for p in ps]) or preopen(ps, key)
+    assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 2500 AND 3100") == [(601,)]
+    assert ahead == [[parts[2].id, parts[3].id]]
+    assert db.query("SELECT count(*) FROM t WHERE c_str = 'x' AND c_int > 99999") == [(0,)]
+    assert ahead[1:] == []  # no part holds those numbers: none opens ahead
+    del db._open_parts.preopen
     db.sql("OPTIMIZE TABLE t FINAL")
     db._open_parts.clear()
     db.sql("INSERT INTO t " + gen(1000, start=9000))

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable
@@ -69,10 +70,28 @@ __all__ = ["CONNECTION_HOOKS", "Database", "add_connection_hook", "connect"]
 log = logging.getLogger("cryptdisk.db")
 #: A statement with a WHERE naming a table of at most this many parts opens them (footer
 #: decrypted and checked, key statistics read) on the scan pool while DuckDB parses it (a
-#: selective query's critical path); a larger table's parts, and those of a statement
-#: without WHERE (count(*) and min/max of the key may read none), open when its scan
-#: knows which ones it reads.
+#: selective query's critical path); of a larger table, the parts (at most this many)
+#: whose integer key range holds an integer the statement's text names (a point or range
+#: query's bounds). Other parts, and those of a statement without WHERE (count(*) and
+#: min/max of the key may read none), open when its scan knows which ones it reads.
 _PREOPEN_PARTS = 4
+_INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
+
+
+def _parts_to_preopen(meta: TableMeta, sql: str) -> list[Any]:
+    """The parts of ``meta`` to open while DuckDB parses ``sql`` (see _PREOPEN_PARTS)."""
+    if len(meta.parts) <= _PREOPEN_PARTS:
+        return list(meta.parts)
+    numbers = {int(n) for n in _INTEGER.findall(sql)[:32]}
+    found = []
+    for part in meta.parts:
+        lo, hi = getattr(part, "key_min", None), getattr(part, "key_max", None)
+        if (isinstance(lo, int) and isinstance(hi, int)
+                and any(lo <= n <= hi for n in numbers)):
+            found.append(part)
+            if len(found) == _PREOPEN_PARTS:
+                break
+    return found
 
 #: Called as ``hook(duckdb_connection, config)`` on each new database's DuckDB connection.
 CONNECTION_HOOKS: list[Callable[[Any, Any], None]] = []
@@ -475,9 +494,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if used:
             for t in used if has_where(sql) else ():  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
-                if 0 < len(meta.parts) <= _PREOPEN_PARTS:
+                parts = _parts_to_preopen(meta, sql)
+                if parts:
                     self._open_parts.preopen(
-                        meta.parts, meta.order_by.split(",")[0] if meta.order_by else None)
+                        parts, meta.order_by.split(",")[0] if meta.order_by else None)
             tree = parse_tree(self.con, sql)
             if tree is not None:
                 used = base_tables(tree, names)
