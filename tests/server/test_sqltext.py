@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 
 from cryptdisk.errors import ServerError
 from cryptdisk.server import _sqltext
-from cryptdisk.server._sqltext import placeholders, split_statements, substitute
+from cryptdisk.server._sqltext import (
+    first_words,
+    placeholders,
+    split_statements,
+    substitute,
+)
 
 
 def test_split_respects_strings_comments_and_triggers() -> None:
@@ -56,3 +63,13 @@ def test_split_statements_fast_path_agrees_with_the_scan(sql, monkeypatch) -> No
     fast = split_statements(sql)
     monkeypatch.setattr(_sqltext, "_single_statement", lambda _sql: None)
     assert fast == split_statements(sql)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(st.text(alphabet="SELECTfromab_ \t\n(1;-*/'", max_size=30))
+def test_first_words_fast_path_agrees_with_the_scan(sql: str) -> None:
+    from cryptdisk.server._sqltext import _ALPHA, _strip_comments
+
+    words = [m.group().upper() for m in _ALPHA.finditer(_strip_comments(sql))]
+    assert first_words(sql, 2) == words[:2]
+    assert first_words(sql, 1) == words[:1]

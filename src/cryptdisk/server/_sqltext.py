@@ -198,6 +198,10 @@ def first_words(sql: str, count: int = 2) -> list[str]:
 
 @functools.lru_cache(maxsize=64)  # a statement is asked about several times on its way
 def _first_words(sql: str, count: int) -> tuple[str, ...]:
+    if count == 2 and "-" not in sql and "/" not in sql:
+        m = _TWO_WORDS.match(sql)  # the common case, in one match: "SELECT abalance ..."
+        if m is not None:
+            return m[1].upper(), m[2].upper()
     out = []
     if count > 0:
         for m in _ALPHA.finditer(_strip_comments(sql)):
@@ -208,3 +212,5 @@ def _first_words(sql: str, count: int) -> tuple[str, ...]:
 
 
 _ALPHA = re.compile(r"[A-Za-z_]+")
+#: two words with only white space before and between them: the first two _ALPHA runs
+_TWO_WORDS = re.compile(r"\s*([A-Za-z_]+)\s+([A-Za-z_]+)")
