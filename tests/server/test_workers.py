@@ -380,3 +380,25 @@ def test_encrypted_access_log_gets_every_line_from_every_worker(tmp_path: Path) 
         lines = [json.loads(line) for line in f.read().splitlines()]
     inserts = [e for e in lines if e["kind"] == "INSERT"]
     assert len(inserts) == 30 and all(e["rows"] == 1 and e["tables"] == ["t"] for e in inserts)
+
+
+def test_a_writer_waiting_longer_than_lock_timeout_gets_55p03(tmp_path: Path) -> None:
+    served = Served(tmp_path, extra="lock_timeout = 1")
+    try:
+        a, b = served.in_each_worker()
+        a.execute("CREATE TABLE t (x INTEGER)")
+        a.execute("BEGIN")
+        a.execute("INSERT INTO t VALUES (1)")  # holds the write lock
+        b.execute("BEGIN")
+        with pytest.raises(psycopg.errors.LockNotAvailable, match="write lock"):
+            b.execute("INSERT INTO t VALUES (2)")
+        b.execute("ROLLBACK")
+        a.execute("COMMIT")
+        b.execute("INSERT INTO t VALUES (3)")  # free again
+        assert a.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (3,)]
+        a.close()
+        b.close()
+    finally:
+        served.stop()
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()

@@ -18,7 +18,7 @@ PASSWORD_ENV = "CRYPTDISK_PASSWORD"  # noqa: S105 - a variable name
 _SETTINGS = {"listen", "cert", "key", "users", "plaintext", "scram_iterations",
              "max_message_size", "max_connections", "login_timeout", "idle_timeout",
              "statement_timeout", "access_log", "access_log_encrypted", "max_copy_size",
-             "client_ca", "policies", "audit_log", "workers"}
+             "client_ca", "policies", "audit_log", "workers", "lock_timeout"}
 
 
 def _server_section(config: str | None) -> dict[str, Any]:
@@ -110,7 +110,12 @@ def _serve(args: argparse.Namespace) -> int:
     workers, _single = _workers(args, settings)
     path = os.path.abspath(args.path)
     if args.sqlite:
-        engine: Any = SQLiteEngine(path, keyring_from_args(args))
+        lock_timeout = settings.get("lock_timeout", 30)
+        if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout <= 86400:
+            raise ConfigError("[server] lock_timeout must be more than 0 and at most 86400 "
+                              "seconds", path=config, where="[server]")
+        engine: Any = SQLiteEngine(path, keyring_from_args(args),
+                                   busy_timeout_ms=round(lock_timeout * 1000))
     else:
         engine = AnalyticalEngine(path, config)
     try:
