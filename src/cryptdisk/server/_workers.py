@@ -74,7 +74,10 @@ DRAIN_WAIT = 45.0
 
 
 def default_workers() -> int:
-    """``--workers auto``: the CPUs this process may run on, at most :data:`AUTO_MAX`."""
+    """``--workers auto``: the CPUs this process may run on, at most :data:`AUTO_MAX` (1
+    where :func:`run_workers` cannot run)."""
+    if not hasattr(os, "fork") or not hasattr(signal, "sigtimedwait"):
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -441,6 +444,7 @@ def run_workers(server: Server, count: int,
     """Serve with ``count`` worker processes (see the module's doc) until SIGTERM or SIGINT;
     0 when every worker drained and exited cleanly. Call it from the main thread of a
     process that has no event loop running (it forks)."""
-    if sys.platform == "win32" or not hasattr(os, "fork"):
-        raise ServerError("--workers above 1 needs fork (Linux, macOS)")
+    if not hasattr(os, "fork") or not hasattr(signal, "sigtimedwait"):
+        raise ServerError("--workers above 1 needs Linux (fork, sigtimedwait)",
+                          hint="serve with --workers 1 here")
     return _Supervisor(server, count).run(ready)
