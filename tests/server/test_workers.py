@@ -402,3 +402,15 @@ def test_a_writer_waiting_longer_than_lock_timeout_gets_55p03(tmp_path: Path) ->
         served.stop()
         if served.proc.stdout is not None:
             served.proc.stdout.close()
+
+
+def test_a_user_added_by_another_command_can_log_in_to_every_worker(served: Served) -> None:
+    conns = served.in_each_worker()  # both workers have loaded the user file already
+    env = {**os.environ, "CRYPTDISK_PASSWORD": "carolpw"}
+    subprocess.run([sys.executable, "-m", "cryptdisk", "serve", served.db, "--sqlite",
+                    "--config", str(served.config), "--add-user", "carol"], env=env,
+                   check=True, capture_output=True, timeout=120)
+    logged_in = [served.connect("carol", "carolpw") for _ in range(4)]
+    assert {c.info.backend_pid >> 24 for c in logged_in} == {1, 2}
+    for c in [*logged_in, *conns]:
+        c.close()

@@ -294,6 +294,7 @@ class _Supervisor:
             try:
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
                 _die_with_parent(self.workers.supervisor)
+                os.close(self.workers.death_w)  # only the supervisor holds it open
                 for sock in self.sockets:
                     sock.close()
                 _write_log(*self.log_target, self.log_socks[1])
