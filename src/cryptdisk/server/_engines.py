@@ -13,6 +13,7 @@ import datetime as dt
 import decimal
 import fcntl
 import math
+import mmap
 import os
 import re
 import threading
@@ -792,24 +793,33 @@ class WriteQueue:
     """Write transactions of one server take turns here before SQLite's ``BEGIN IMMEDIATE``:
     the sessions of one process queue on a lock handed on as soon as a transaction ends;
     its holder then takes an ``flock`` on ``PATH.write-lock``, which the server's other
-    worker processes hold the same way (polled every 0.2-2 ms while another process holds
-    it, where SQLite's busy handler would sleep up to 100 ms). The kernel drops the flock
-    of a process that dies. Without the lock file (a read-only directory) SQLite's own
-    locking alone keeps processes apart."""
+    worker processes hold the same way (polled every 0.2-1 ms while another process holds
+    it, where SQLite's busy handler would sleep up to 100 ms). A process waiting there
+    writes its pid, when it began to wait and when it last tried into the file's first
+    24 bytes (mapped by every process); a process that gets the lock while another,
+    waiting since before it began, tried within the last 3 ms lets it go once, so two
+    busy workers take turns. The kernel drops the flock of a process that
+    dies. Without the lock file (a read-only directory) SQLite's own locking alone keeps
+    processes apart."""
 
     def __init__(self, path: str) -> None:
         self._thread = threading.Lock()
         self.path = path + ".write-lock"
         self._fd = -1
         self._pid = 0
-        self._missing = False
+        #: [pid, began, last tried] (monotonic ns) of the latest process to wait
+        self._waiter: Any = None
 
     def _file(self) -> int:
         if self._pid != os.getpid():  # an flock is per open file: one open per process
             self._pid = os.getpid()
+            self._waiter = None
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
+                if os.fstat(self._fd).st_size < 24:
+                    os.ftruncate(self._fd, 24)
+                self._waiter = memoryview(mmap.mmap(self._fd, 24)).cast("q")
+            except (OSError, ValueError):
                 self._fd = -1
         return self._fd
 
@@ -820,21 +830,33 @@ class WriteQueue:
         fd = self._file()
         if fd < 0:
             return True
-        pause = 0.0002
+        waiter, me = self._waiter, self._pid
+        began = time.monotonic_ns()
+        pause, yielded = 0.0002, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
             except BlockingIOError:
                 pass
             except OSError:
                 return True  # no flock here: SQLite's locks still apply
+            else:
+                if yielded or waiter[0] in (0, me) or waiter[1] >= began or \
+                        time.monotonic_ns() - waiter[2] > 3_000_000:
+                    if waiter[0] == me:
+                        waiter[0] = 0
+                    return True
+                fcntl.flock(fd, fcntl.LOCK_UN)  # waiting longer elsewhere: its turn first
+                yielded = True
+            if waiter[0] != me:
+                waiter[0], waiter[1] = me, began
+            waiter[2] = time.monotonic_ns()
             left = deadline - time.monotonic()
             if left <= 0:
                 self._thread.release()
                 return False
             time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.002)
+            pause = min(pause * 2, 0.001)
 
     def release(self) -> None:
         if self._fd >= 0 and self._pid == os.getpid():
