@@ -65,8 +65,8 @@ def test_a_filter_on_the_key_schedules_only_the_parts_that_can_match(client, tab
     assert list(got.columns) == ["s", "k"]
     _same(got, _engine(path, cfg, f"SELECT s, k FROM t WHERE k >= {lo} AND k < {hi}"))
     spanning = cryptdisk.dask.read_table(path, "t", filters=[("k", "in", [5, 2 * PART_ROWS])],
-                                         config=cfg)
-    assert spanning.npartitions == 2
+                                         config=cfg, min_partition_rows=0)
+    assert spanning.npartitions == 2  # one row group of the first part, one of the third
     assert sorted(client.compute(spanning.k).result()) == [5, 2 * PART_ROWS]
     none = cryptdisk.dask.read_table(path, "t", filters=[("k", ">", 10**9)], config=cfg)
     assert len(client.compute(none).result()) == 0
@@ -92,6 +92,34 @@ def test_partitions_come_in_dasks_string_dtype_one_task_each(client, table):
         plain = cryptdisk.dask.read_table(path, "t", ["s"], config=cfg)
         assert plain.dtypes["s"] != pd.StringDtype("pyarrow")
         assert client.compute(plain.partitions[0]).result().dtypes["s"] == plain.dtypes["s"]
+
+
+def test_small_parts_share_partitions_up_to_min_partition_rows(client, tmp_path):
+    """Six parts of 1000 rows: one task reads them all by default; a smaller
+    min_partition_rows packs two to a partition; 0 gives one partition per part."""
+    import distributed
+
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE u (k BIGINT, s VARCHAR) ORDER BY k")
+        for i in range(6):
+            db.sql(f"INSERT INTO u SELECT i, md5(i::VARCHAR) FROM range({i * 1000}, "
+                   f"{(i + 1) * 1000}) r(i)")
+    want = _engine(tmp_path / "db", None, "SELECT * FROM u")
+    for min_rows, n in ((None, 1), (2500, 3), (0, 6)):
+        kw = {} if min_rows is None else {"min_partition_rows": min_rows}
+        df = cryptdisk.dask.read_table(tmp_path / "db", "u", **kw)
+        assert df.npartitions == n, min_rows
+        with distributed.get_task_stream(client) as stream:
+            got = client.compute(df).result()
+        _same(got, want)
+        assert sum("cryptdisk-read-table" in str(t["key"]) for t in stream.data) == n
+    # a filter on the key still leaves parts out before packing
+    flt = cryptdisk.dask.read_table(tmp_path / "db", "u", ["k"], [("k", ">=", 4500)],
+                                    min_partition_rows=0)
+    assert flt.npartitions == 2
+    assert sorted(client.compute(flt).result().k) == list(range(4500, 6000))
+    with pytest.raises(DatabaseError, match="min_partition_rows"):
+        cryptdisk.dask.read_table(tmp_path / "db", "u", min_partition_rows=-1)
 
 
 def test_filters_on_other_columns_equal_the_engine(client, table):
@@ -157,7 +185,7 @@ def test_the_key_file_beside_the_database_is_loaded_by_each_worker(client, tmp_p
         db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000) r(i)")
         db.sql("INSERT INTO u SELECT i, NULL FROM range(1000, 1500) r(i)")
     df = cryptdisk.dask.read_table(tmp_path / "db", "u")
-    assert df.npartitions == 2
+    assert df.npartitions == 1  # two small parts, read by one task
     _same(client.compute(df).result(), _engine(tmp_path / "db", None, "SELECT * FROM u"))
 
 
@@ -244,16 +272,18 @@ def test_planning_again_reads_no_catalog_key_or_footer_until_a_writer_commits(tm
         db.sql("CREATE TABLE u (k BIGINT, s VARCHAR) ORDER BY k")
         db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000) r(i)")
         db.sql("INSERT INTO u SELECT i, i::VARCHAR FROM range(1000, 2000) r(i)")
-    assert cryptdisk.dask.read_table(path, "u", config=cfg).npartitions == 2
+    assert cryptdisk.dask.read_table(path, "u", config=cfg, min_partition_rows=0
+                                     ).npartitions == 2
     counts, undo = _count_setup_work()
     try:
-        again = cryptdisk.dask.read_table(path, "u", ["k"], [("k", ">=", 10)], config=cfg)
+        again = cryptdisk.dask.read_table(path, "u", ["k"], [("k", ">=", 10)], config=cfg,
+                                          min_partition_rows=0)
         assert counts == {"keys": 0, "catalog": 0, "footers": 0}
         assert again.npartitions == 2
         with cryptdisk.connect(path, cfg) as db:
             db.sql("INSERT INTO u VALUES (5000, 'x')")
             by_writer = dict(counts)
-        newer = cryptdisk.dask.read_table(path, "u", config=cfg)
+        newer = cryptdisk.dask.read_table(path, "u", config=cfg, min_partition_rows=0)
         # the writer's connection counted its own keys, catalog and footers; the planner
         # read the new catalog once and opened only the new part
         planner = {k: counts[k] - by_writer[k] for k in counts}

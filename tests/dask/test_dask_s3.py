@@ -85,12 +85,12 @@ def test_a_table_on_s3_is_read_and_written_by_the_cluster(client, recorder, on_s
                     f"{(i + 1) * PART_ROWS}) r(i)")
     assert not (tmp_path / "store").exists()  # the parts are on S3, not in the directory
 
-    df = cryptdisk.dask.read_table(db, "t", config=cfg)
+    df = cryptdisk.dask.read_table(db, "t", config=cfg, min_partition_rows=0)  # one per part
     assert df.npartitions == 3
     _same(client.compute(df).result(), _engine(db, cfg, "SELECT * FROM t"))
     lo, hi = PART_ROWS + 5, PART_ROWS + 60_000
     flt = cryptdisk.dask.read_table(db, "t", ["k", "f"], [("k", ">=", lo), ("k", "<", hi)],
-                                    config=cfg)
+                                    config=cfg, min_partition_rows=0)
     assert flt.npartitions == 1
     _same(client.compute(flt).result(),
           _engine(db, cfg, f"SELECT k, f FROM t WHERE k >= {lo} AND k < {hi}"))

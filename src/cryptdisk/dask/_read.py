@@ -6,9 +6,11 @@ catalog read once per process, and a part's footer is decrypted once per
 process, not once per read or per task. On the client one catalog version plans
 the read (parts outside the filters' key range and row groups whose statistics
 rule every row out are left out); a later ``read_table`` only checks that the
-catalog is unchanged. Each task carries ``(database path, config path, table,
-part id, row groups, columns, filters)``, no key and no connection; the worker
-reads that part with :meth:`Database.read_part` on its own connection.
+catalog is unchanged. A partition is one part, a run of row groups of a large
+part, or several small parts. Each task carries ``(database path, config path,
+table, [(part id, row groups)], columns, filters)``, no key and no connection;
+the worker reads those parts with :meth:`Database.read_part` on its own
+connection.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ __all__ = ["read_table"]
 
 #: Row groups (64Ki rows each) per partition before a part is split into several.
 ROW_GROUPS_PER_PARTITION = 16
+#: Rows of a partition below which the next small part joins it (4 row groups): each
+#: task costs the scheduler and the worker's event loop a few milliseconds of CPU,
+#: about what a worker takes to read 20k rows.
+MIN_PARTITION_ROWS = 4 * 65536
+#: Rows per row group of a part (the last one of a part may hold fewer).
+_GROUP_ROWS = 65536
 
 _OPEN: dict[tuple[str, str | None], Database] = {}
 _OPEN_LOCK = threading.Lock()
@@ -66,8 +74,10 @@ def _process_database(db_path: str, config: str | None, *, fresh: bool = False) 
 
 
 def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
-          filters: list[Any], arrow_strings: bool) -> tuple[str, list[str], Any, Any]:
-    """(table name, columns, scan plan, empty pandas frame), on this process's connection.
+          filters: list[Any], arrow_strings: bool
+          ) -> tuple[str, list[str], list[tuple[str, list[int], int]], Any]:
+    """(table name, columns, ``[(part, row groups, rows of the part)]``, empty pandas
+    frame), on this process's connection.
 
     The connection is kept for the next read (the catalog is reloaded only when a
     writer has published a new one); a connection that fails (say, a database
@@ -80,7 +90,8 @@ def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
             meta = db.table(table)
             cols = meta.pick_columns(columns, "read_table")
             empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), arrow_strings)
-            return meta.name, cols, plan, empty
+            rows = {p.id: p.rows for p in meta.parts}
+            return meta.name, cols, [(p, g, rows.get(p, 0)) for p, g in plan], empty
         except CryptdiskError as exc:
             # The caller's table, columns or filters: a new connection says the same.
             if attempt or isinstance(exc, ConfigError) or (
@@ -106,19 +117,52 @@ def _to_pandas(table: Any, arrow_strings: bool) -> Any:
     return table.to_pandas(types_mapper=_string_dtype if arrow_strings else None)
 
 
+def _partitions(plan: list[tuple[str, list[int], int]], per_partition: int,
+                min_rows: int) -> list[list[tuple[str, list[int]]]]:
+    """The plan's ``(part, row groups)`` pieces, grouped into partitions.
+
+    A part with more than ``per_partition`` row groups to read is split into pieces of
+    ``per_partition``; consecutive pieces smaller than ``min_rows`` share a partition
+    while it holds fewer than ``min_rows`` rows (estimated from the row groups read;
+    ``min_rows`` is capped at ``per_partition`` row groups).
+    """
+    min_rows = min(min_rows, per_partition * _GROUP_ROWS)  # never more than a split's rows
+    out: list[list[tuple[str, list[int]]]] = []
+    open_rows = 0  # rows in out[-1] if it may take more pieces, else min_rows
+    for part, groups, rows in plan:
+        for i in range(0, len(groups), per_partition):
+            chunk = groups[i:i + per_partition]
+            est = min(len(chunk) * _GROUP_ROWS, rows) if rows else len(chunk) * _GROUP_ROWS
+            if out and est < min_rows and open_rows + est <= min_rows:
+                out[-1].append((part, chunk))
+                open_rows += est
+            else:
+                out.append([(part, chunk)])
+                open_rows = est if est < min_rows else min_rows
+    return out
+
+
 def _read_partition(spec: tuple[Any, ...]) -> Any:
-    db_path, config, table, part, row_groups, columns, filters, arrow_strings = spec
+    db_path, config, table, pieces, columns, filters, arrow_strings = spec
     db = _process_database(db_path, config)
-    return _to_pandas(db.read_part(table, part, columns, filters, row_groups), arrow_strings)
+    tables = [db.read_part(table, part, columns, filters, groups) for part, groups in pieces]
+    if len(tables) == 1:
+        return _to_pandas(tables[0], arrow_strings)
+    import pyarrow as pa
+
+    return _to_pandas(pa.concat_tables(tables), arrow_strings)
 
 
 def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] | None = None,
                filters: list[tuple[str, str, Any]] | None = None, config: Any = None, *,
-               row_groups_per_partition: int = ROW_GROUPS_PER_PARTITION) -> Any:
+               row_groups_per_partition: int = ROW_GROUPS_PER_PARTITION,
+               min_partition_rows: int = MIN_PARTITION_ROWS) -> Any:
     """Table ``table`` of the database at ``db_path`` as a Dask DataFrame.
 
     One partition per part that can hold matching rows; a part with more than
-    ``row_groups_per_partition`` such row groups (64Ki rows each) is split.
+    ``row_groups_per_partition`` such row groups (64Ki rows each) is split, and
+    parts with fewer than ``min_partition_rows`` rows to read share partitions of up
+    to that many rows (0: one part per partition).
     ``columns`` default to all; ``filters`` is ``[(column, op, value), ...]``,
     AND-ed, ``op`` one of ``= == != < <= > >= in, not in``, compared as the
     embedded engine compares; filters on the table's first ``ORDER BY`` column
@@ -134,16 +178,14 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     arrow_strings = bool(pyarrow_strings_enabled())
     if row_groups_per_partition < 1:
         raise DatabaseError("row_groups_per_partition must be at least 1")
+    if min_partition_rows < 0:
+        raise DatabaseError("min_partition_rows must be 0 or more")
     path = os.path.abspath(os.fspath(db_path))
     config_path = _config_path(config)
     filters = [tuple(f) for f in filters or []]
     name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings)
-    specs = []
-    for part, groups in plan:
-        for i in range(0, len(groups), row_groups_per_partition):
-            specs.append((path, config_path, name, part,
-                          groups[i:i + row_groups_per_partition], cols, filters,
-                          arrow_strings))
+    specs = [(path, config_path, name, pieces, cols, filters, arrow_strings)
+             for pieces in _partitions(plan, row_groups_per_partition, min_partition_rows)]
     if not specs:
         return dd.from_pandas(empty, npartitions=1)
     with dask.config.set({"dataframe.convert-string": False}):
