@@ -103,8 +103,13 @@ class UserStore:
         self.users: dict[str, dict[str, Any]] = {}
         #: ``{role: {"grants": {table: [actions]}, "roles": [roles it is a member of]}}``
         self.roles: dict[str, dict[str, Any]] = {}
-        self._shared: _ChangeCounter | None = _ChangeCounter(self.path + ".lock")
-        self._seen = self._shared.value()
+        self._shared: _ChangeCounter | None = None
+        try:
+            self._shared = _ChangeCounter(self.path + ".lock")
+        except OSError as exc:  # a read-only directory: other processes' changes go unseen
+            log.warning("users: cannot use %s.lock (%s); changes other processes make to "
+                        "the users are not picked up", self.path, exc.strerror or exc)
+        self._seen = self._shared.value() if self._shared is not None else 0
         self._load()
 
     def _load(self) -> None:
@@ -150,6 +155,11 @@ class UserStore:
 
     def __repr__(self) -> str:
         return f"<UserStore {self.path!r} users={len(self.users)} roles={len(self.roles)}>"
+
+    @property
+    def shared(self) -> bool:
+        """Changes other processes make are picked up (:meth:`refresh`)."""
+        return self._shared is not None
 
     def scratch(self) -> UserStore:
         """An in-memory copy that never saves, to try statements on: the statements of a

@@ -264,6 +264,12 @@ def bind(host: str, port: int, backlog: int = 511) -> list[socket.socket]:
 
 class _Supervisor:
     def __init__(self, server: Server, count: int) -> None:
+        store = getattr(server.authenticator, "store", None)
+        if store is not None and not getattr(store, "shared", True):
+            raise ServerError(f"--workers {count}: the workers could not share user changes: "
+                              f"{store.path}.lock cannot be created",
+                              hint="make the user file's directory writable, or serve with "
+                              "--workers 1")
         self.server = server
         self.workers = Workers(count)
         self.sockets = bind(server.host, server.port)
