@@ -156,3 +156,42 @@ def test_point_and_range_queries_through_granules(db, monkeypatch, plain):
     assert db.query("SELECT c_str FROM t WHERE c_int IN (7, 4999, 6000)") == [
         (hashlib.md5(b"7").hexdigest(),), (hashlib.md5(b"4999").hexdigest(),)]
     assert db.query("SELECT c_str FROM t WHERE c_int = -1") == []
+
+
+def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch):
+    """Opening a part ahead of a statement also reads the key's column of the row group
+    holding an integer the statement names; the granule read uses it, and what the
+    statement does not use is dropped when it ends."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        _point_table(db, monkeypatch)
+    reads = []
+    read = _partread.OpenPart.read
+    monkeypatch.setattr(_partread.OpenPart, "read",
+                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+    from cryptdisk.db import _scan
+
+    ahead = []
+    read_ahead = _scan.OpenParts._read_keys_ahead
+
+    def spy(self, op, key, numbers):
+        read_ahead(self, op, key, numbers)
+        ahead.append(sorted(op.key_reads))
+
+    monkeypatch.setattr(_scan.OpenParts, "_read_keys_ahead", spy)
+    with cryptdisk.connect(path, read_only=True) as db:
+        assert db.query("SELECT c_int, c_float FROM t WHERE c_int = 4321") == [
+            (4321, 4321 / 7)]
+        assert db.last_scans["t"]["granule_reads"] == 1
+        assert ahead == [[0]]  # the row group of 4321, read ahead
+        assert reads == [["c_int"]]  # once: the granule read used it
+        (op,) = db._open_parts._items.values()
+        assert op.key_reads == {} and db._open_parts._key_reads == []
+    reads.clear()
+    with cryptdisk.connect(path, read_only=True) as db:
+        # 4321 names a row group, but the filter is not on the key: nothing uses it
+        assert db.query("SELECT count(*) FROM t WHERE c_str = '4321'") == [(0,)]
+        (op,) = db._open_parts._items.values()
+        assert op.key_reads == {} and db._open_parts._key_reads == []
+        assert db.query("SELECT c_str FROM t WHERE c_int = 4321") == [
+            (hashlib.md5(b"4321").hexdigest(),)]

@@ -706,7 +706,8 @@ def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     # of more than 4 parts, those whose key range holds a number the statement names open
     # ahead (here while DuckDB parses the range query)
     ahead, preopen = [], db._open_parts.preopen
-    db._open_parts.preopen = lambda ps, key: ahead.append([p.id for p in ps]) or preopen(ps, key)
+    db._open_parts.preopen = lambda ps, key, numbers: (ahead.append([p.id for p in ps])
+                                                       or preopen(ps, key, numbers))
     assert db.query("SELECT count(*) FROM t WHERE c_int BETWEEN 2500 AND 3100") == [(601,)]
     assert ahead == [[parts[2].id, parts[3].id]]
     assert db.query("SELECT count(*) FROM t WHERE c_str = 'x' AND c_int > 99999") == [(0,)]

@@ -78,11 +78,16 @@ _PREOPEN_PARTS = 4
 _INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
 
 
+def _numbers(sql: str) -> set[int]:
+    """The integers written in ``sql`` (the first 32)."""
+    return {int(n) for n in _INTEGER.findall(sql)[:32]}
+
+
 def _parts_to_preopen(meta: TableMeta, sql: str) -> list[Any]:
     """The parts of ``meta`` to open while DuckDB parses ``sql`` (see _PREOPEN_PARTS)."""
     if len(meta.parts) <= _PREOPEN_PARTS:
         return list(meta.parts)
-    numbers = {int(n) for n in _INTEGER.findall(sql)[:32]}
+    numbers = _numbers(sql)
     found = []
     for part in meta.parts:
         lo, hi = getattr(part, "key_min", None), getattr(part, "key_max", None)
@@ -497,7 +502,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 parts = _parts_to_preopen(meta, sql)
                 if parts:
                     self._open_parts.preopen(
-                        parts, meta.order_by.split(",")[0] if meta.order_by else None)
+                        parts, meta.order_by.split(",")[0] if meta.order_by else None,
+                        _numbers(sql))
             tree = parse_tree(self.con, sql)
             if tree is not None:
                 used = base_tables(tree, names)
@@ -536,6 +542,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts."""
+        self._open_parts.drop_key_reads()
         for scan in self._scans:
             scan.close()
             self.last_scans[scan.name] = scan.stats()

@@ -534,6 +534,8 @@ class OpenPart:
         # statistics only for plain (one-leaf) columns
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
         self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
+        #: row group -> its key column being read ahead of a statement (see OpenParts)
+        self.key_reads: dict[int, Any] = {}
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
         """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.

@@ -79,6 +79,7 @@ class OpenParts:
         self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
         self._opening: dict[str, tuple[int, Future[OpenPart]]] = {}  # id -> (pid, future)
         self._generation = 0  # clear() drops what is still being opened
+        self._key_reads: list[OpenPart] = []  # parts with key columns read ahead
         self._lock = threading.Lock()
 
     def get(self, part: PartMeta) -> OpenPart:
@@ -97,18 +98,53 @@ class OpenParts:
                 return op
         return self._open(part, None, self._generation, ahead=False)
 
-    def preopen(self, parts: list[PartMeta], key: str | None) -> None:
+    def preopen(self, parts: list[PartMeta], key: str | None,
+                numbers: set[int] | frozenset[int] = frozenset()) -> None:
         """Open ``parts`` (those not open yet) on the scan pool, and read the statistics
         of ``key``, without waiting: a statement about to read them opens them while
-        DuckDB parses it. An error is left for :meth:`get` to raise."""
+        DuckDB parses it. An error is left for :meth:`get` to raise.
+
+        Of a part sorted by an integer ``key``, the key's column of the row groups (at
+        most 2) that hold one of ``numbers`` (integers written in the statement) is then
+        decoded too, on the pool, for the statement's granule reads (see
+        :meth:`TableScan._read_granules`); what the statement does not use goes with
+        :meth:`drop_key_reads`."""
         with self._lock:
             todo = [p for p in parts if p.id not in self._items and p.id not in self._opening]
             for part in todo:
                 self._opening[part.id] = (os.getpid(), _pool().submit(
-                    self._open, part, key, self._generation, ahead=True))
+                    self._open, part, key, self._generation, ahead=True, numbers=numbers))
+
+    def drop_key_reads(self) -> None:
+        """Forget the key columns read ahead for the statement that ends."""
+        with self._lock:
+            ops, self._key_reads = self._key_reads, []
+        for op in ops:
+            for fut in list(op.key_reads.values()):
+                fut.cancel()
+            op.key_reads.clear()
+
+    def _read_keys_ahead(self, op: OpenPart, key: str, numbers: set[int] | frozenset[int]
+                         ) -> None:
+        bounds = op.sorted_bounds(key)
+        if bounds is None or not numbers:
+            return
+        mins, maxs = bounds
+        if not all(isinstance(v, int) for v in (mins[0], maxs[-1])):
+            return
+        groups = set()
+        for n in sorted(numbers):
+            rg = bisect.bisect_left(maxs, n)  # the first row group whose max >= n
+            if rg < len(mins) and mins[rg] <= n:
+                groups.add(rg)
+        for rg in sorted(groups)[:2]:
+            op.key_reads[rg] = _pool().submit(op.read, [rg], [key])
+        if groups:
+            with self._lock:
+                self._key_reads.append(op)
 
     def _open(self, part: PartMeta, key: str | None, generation: int, *,
-              ahead: bool) -> OpenPart:
+              ahead: bool, numbers: set[int] | frozenset[int] = frozenset()) -> OpenPart:
         try:
             disk = self._config().disks.get(part.disk)
             if disk is None:
@@ -117,6 +153,7 @@ class OpenParts:
             op = open_part(disk, part)
             if key is not None:
                 op.key_range(key)  # reads the key's statistics before anyone shares op
+                self._read_keys_ahead(op, key, numbers)
             with self._lock:
                 if generation == self._generation:
                     self._items[part.id] = op
@@ -333,6 +370,12 @@ class TableScan:
         if cache is not None and all(cache.contains(ckey, c) for c in self.columns):
             return None  # all decoded already
         arr = cache.get(ckey, key) if cache is not None else None
+        ahead = op.key_reads.pop(rg, None)  # read while DuckDB parsed the statement
+        # (one not started yet is read here: a pool thread never waits for a queued task)
+        if arr is None and ahead is not None and not ahead.cancel():
+            arr = ahead.result().column(key)
+            if cache is not None:
+                cache.put(ckey, key, arr)
         if arr is None:
             arr = op.read([rg], [key]).column(key)
             if cache is not None:
