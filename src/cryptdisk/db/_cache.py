@@ -30,6 +30,8 @@ from collections import OrderedDict
 
 import pyarrow as pa
 
+from ._derived import SEP
+
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache"]
 
 #: 768 MiB: with pyarrow's allocator holding up to about 40% more than the cache's measured
@@ -129,6 +131,20 @@ class ColumnCache:
             for key in [k for k in self._items
                         if k[0] == part_id or k[0].startswith(part_id + "/")]:
                 self.size -= self._items.pop(key)[1]
+
+    def drop_derived(self) -> None:
+        """Drop every derived column (field functions' values, see :mod:`._derived`): the
+        field keys changed, or the at-rest keys were rotated."""
+        with self._lock:
+            for key in [k for k in self._items if SEP in k[1]]:
+                self.size -= self._items.pop(key)[1]
+            for key in [k for k in self._offered if SEP in k[1]]:
+                del self._offered[key]
+
+    def derived_size(self) -> int:
+        """Bytes held by derived columns (clear values of protected columns among them)."""
+        with self._lock:
+            return sum(item[1] for k, item in self._items.items() if SEP in k[1])
 
     def clear(self) -> None:
         with self._lock:

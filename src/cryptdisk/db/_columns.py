@@ -119,9 +119,11 @@ def _expression_aliases(tree: dict[str, Any]) -> set[str]:
     return exprs - relations
 
 
-def needed_columns(tree: dict[str, Any] | None,
-                   tables: dict[str, list[str]]) -> dict[str, list[str] | None]:
-    """For each table in ``tables`` (name -> columns): the columns the query may read."""
+def needed_columns(tree: dict[str, Any] | None, tables: dict[str, list[str]],
+                   derived: set[str] | frozenset[str] = frozenset()
+                   ) -> dict[str, list[str] | None]:
+    """For each table in ``tables`` (name -> columns): the columns the query may read
+    (``derived``: names of derived columns, see ._derived, which are none of them)."""
     everything: dict[str, list[str] | None] = {t: ALL for t in tables}
     if tree is None:
         return everything
@@ -137,6 +139,8 @@ def needed_columns(tree: dict[str, Any] | None,
         if cls == "COLUMN_REF":
             names = node.get("column_names") or [""]
             name = str(names[-1]).lower()
+            if name in derived:
+                continue
             if name not in known:
                 if len(names) == 1 and name in aliases:
                     continue  # a select-list alias (GROUP BY p): its expression is walked

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -46,7 +47,9 @@ from ._columns import (
     parse_tree,
     referenced_tables,
     rewrite_system_tables,
+    scalar,
 )
+from ._derived import DerivedFailed, PushedScan, expression_names, push_functions
 from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
@@ -99,12 +102,18 @@ def _parts_to_preopen(meta: TableMeta, sql: str) -> list[Any]:
     return found
 
 #: Called as ``hook(duckdb_connection, config)`` on each new database's DuckDB connection.
-CONNECTION_HOOKS: list[Callable[[Any, Any], None]] = []
+CONNECTION_HOOKS: list[Callable[[Any, Any], Any]] = []
 
 
-def add_connection_hook(hook: Callable[[Any, Any], None]) -> None:
+def add_connection_hook(hook: Callable[[Any, Any], Any]) -> None:
     """Run ``hook(con, config)`` on the DuckDB connection of every database opened from now
-    on: how the layers above db (``cryptdisk.fields``' SQL functions) extend its SQL."""
+    on: how the layers above db (``cryptdisk.fields``' SQL functions) extend its SQL.
+
+    A hook may return an extension object with ``scan_functions`` (name -> binder, see
+    :mod:`._derived`: functions the table scan computes over whole Arrow arrays) and
+    ``refresh()`` (called before each statement; True when what the functions compute
+    changed, e.g. the field keys were reloaded, which drops the cached derived columns).
+    """
     if hook not in CONNECTION_HOOKS:
         CONNECTION_HOOKS.append(hook)
 
@@ -203,6 +212,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: What the last statement's scans read and skipped, per table (see TableScan.stats).
         self.last_scans: dict[str, dict[str, int]] = {}
         self._schemas: dict[tuple[tuple[str, str], ...], pa.Schema] = {}
+        #: extensions returned by the connection hooks (see add_connection_hook)
+        self._extensions: list[Any] = []
+        #: whether field functions may be computed by the scan (see ._derived)
+        self.push_field_functions = True
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -273,7 +286,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if threads is not None:
             con.execute(f"SET threads = {int(threads)}")
         for hook in CONNECTION_HOOKS:
-            hook(con, self.config)
+            ext = hook(con, self.config)
+            if ext is not None and hasattr(ext, "scan_functions"):
+                self._extensions.append(ext)
         return con
 
     def close(self) -> None:
@@ -368,11 +383,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _scan(self, meta: TableMeta, columns: list[str] | None,
               filters: list[Any] | None = None, top: Any = None,
-              extremes: bool = False) -> TableScan:
+              extremes: bool = False, derived: list[Any] | None = None,
+              name: str | None = None) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
-                         self.cache if self.cache.bound else None, top, extremes)
+                         self.cache if self.cache.bound else None, top, extremes,
+                         derived, name)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache."""
@@ -484,12 +501,43 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.con.unregister(view)
         return got.cast(table.schema)
 
-    def _prepare(self, sql: str) -> str:
+    def _scan_functions(self) -> dict[str, Any]:
+        """The functions the scan may compute (see ._derived), after a refresh of the
+        extensions; cached derived columns go when what they compute changed."""
+        binders: dict[str, Any] = {}
+        changed = False
+        for ext in self._extensions:
+            changed = bool(ext.refresh()) or changed
+            binders.update(ext.scan_functions)
+        if changed:
+            self.cache.drop_derived()
+        return binders
+
+    def _push(self, tree: Any, names: set[str], binders: dict[str, Any]
+              ) -> tuple[Any, list[PushedScan]]:
+        """Field functions over stored columns become derived columns of the scan."""
+        if tree is None or not binders or not self.push_field_functions:
+            return None, []
+        tables = {t: {f.name: f.type for f in self.arrow_schema(self.catalog.tables[t])}
+                  for t in base_tables(tree, names)}
+        if not tables:
+            return None, []
+        pushed = push_functions(tree, tables, binders,
+                                lambda exprs: expression_names(self.con, exprs))
+        if not pushed:
+            return None, []
+        text = scalar(self.con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
+        if not isinstance(text, str):
+            return None, []
+        return text, pushed
+
+    def _prepare(self, sql: str, push: bool = True) -> str:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""
         if self.read_only:
             self.refresh()
         self.last_scans = {}
         self.cache.new_statement()
+        binders = self._scan_functions() if self._extensions else {}
         sql, wants_system = rewrite_system_tables(sql)
         if wants_system:
             for name, table in system_tables(self).items():
@@ -505,9 +553,23 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                         parts, meta.order_by.split(",")[0] if meta.order_by else None,
                         _numbers(sql))
             tree = parse_tree(self.con, sql)
+            pushed: list[PushedScan] = []
+            if tree is not None and push:
+                text, pushed = self._push(tree, names, binders)
+                if text is not None:
+                    sql = text
             if tree is not None:
                 used = base_tables(tree, names)
-            if len(used) == 1:
+            for p in pushed:
+                meta = self.catalog.tables[p.table]
+                scan = self._scan(meta, p.columns, derived=p.derived, name=p.view)
+                warm = scan.cached_table()
+                self._scans.append(scan)
+                if warm is None:
+                    scan.prefetch()
+                self.con.register(p.view, scan if warm is None else warm)
+                self._registered.add(p.view)
+            if len(used) == 1 and not pushed:
                 (only,) = used
                 counted = count_star_only(tree, only)
                 if counted is not None:  # the catalog's row counts answer: no part is read
@@ -519,7 +581,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     return "SELECT " + ", ".join(f"CAST({int(meta.rows)} AS BIGINT) AS "
                                                  f"{quote(n)}" for n in counted)
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
-            for t, cols in needed_columns(tree, tables).items():
+            derived_names = {d.name for p in pushed for d in p.derived}
+            for t, cols in needed_columns(tree, tables, derived_names).items():
                 meta = self.catalog.tables[t]
                 schema = self.arrow_schema(meta)
                 key = meta.order_by.split(",")[0] if meta.order_by else None
@@ -560,10 +623,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         return None
 
     def _run_duckdb(self, sql: str) -> pa.Table | None:
+        try:
+            return self._run_duckdb_once(sql, True)
+        except DerivedFailed:  # computed by DuckDB instead: the same answer or error as ever
+            return self._run_duckdb_once(sql, False)
+
+    def _run_duckdb_once(self, sql: str, push: bool) -> pa.Table | None:
         for attempt in (0, 1):
             try:
                 try:
-                    prepared = self._prepare(sql)
+                    prepared = self._prepare(sql, push)
                     rel = self.con.sql(prepared)
                     return rel.to_arrow_table() if rel is not None else None
                 except duckdb.OutOfMemoryException as exc:

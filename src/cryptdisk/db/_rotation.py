@@ -169,6 +169,7 @@ class RotationMixin(DatabaseState):
         """
         with self._mutex:
             self._writable("rotate")
+            self.cache.drop_derived()  # field functions' values go with the keys' change
             self._require_reachable("the rotation", rewrap=True)
             if new_key is not None:
                 if not self.own_keys:
@@ -262,6 +263,7 @@ class RotationMixin(DatabaseState):
         """
         with self._mutex:
             self._writable("re-encrypt")
+            self.cache.drop_derived()
             self._require_reachable("the re-encryption", rewrap=False)
             for name in list(self.catalog.tables):
                 self.optimize(name, final=True)

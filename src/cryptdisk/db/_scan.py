@@ -29,6 +29,7 @@ import pyarrow as pa
 from ..errors import CatalogError
 from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
+from ._derived import DerivedColumn, DerivedFailed
 from ._partread import OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
 
@@ -177,19 +178,23 @@ class TableScan:
 
     def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
                  columns: list[str], filters: list[Filter], cache: ColumnCache | None,
-                 top: TopN | None = None, extremes: bool = False) -> None:
+                 top: TopN | None = None, extremes: bool = False,
+                 derived: list[DerivedColumn] | None = None, name: str | None = None) -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
-        self.name = meta.name
+        self.name = name or meta.name
         self.columns = columns
+        #: field functions' values computed per row group (see ._derived), after columns
+        self.derived = list(derived or [])
         self._filters = filters
         self._top = top if top is not None and top.limit > 0 and top.column in columns else None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.order_by.split(",")[0] if meta.order_by else None
         # the query wants only min/max of the (integer) key: parts' key ranges answer
-        self._extremes = extremes and columns == [self._key] and not filters
-        if columns:
-            self.schema = pa.schema([schema.field(c) for c in columns])
+        self._extremes = extremes and columns == [self._key] and not filters and not derived
+        if columns or self.derived:
+            self.schema = pa.schema([schema.field(c) for c in columns] +
+                                    [pa.field(d.name, pa.string()) for d in self.derived])
         else:  # the query reads no column (count(*)): rows come from the catalog
             self.schema = pa.schema([pa.field(schema.names[0], pa.null())])
         self._streams: list[_Stream] = []
@@ -223,7 +228,7 @@ class TableScan:
         row groups reading on the pool while DuckDB binds and plans the query (a point
         query's one row group decodes meanwhile). DuckDB's first scan of the table takes
         this stream; a stream nobody takes is stopped by :meth:`close`."""
-        if not self.columns:
+        if not self.columns and not self.derived:
             return  # no part to read (count(*)): rows come from the catalog
         stream = _Stream(self)
         with self._lock:
@@ -245,17 +250,18 @@ class TableScan:
         a warm query gets it; None when anything is missing (the scan streams).
         """
         cache = self._cache
-        if cache is None or not self.columns or self._extremes:
+        if cache is None or not (self.columns or self.derived) or self._extremes:
             return None
-        chunks: dict[str, list[Any]] = {c: [] for c in self.columns}
+        wanted = [(c, c) for c in self.columns] + [(d.name, d.cache_name) for d in self.derived]
+        chunks: dict[str, list[Any]] = {c: [] for c, _k in wanted}
         for part in self._parts:
             if not self._part_may_match(part):
                 continue
             op = self._open_parts.get(part)
             for rg in self._row_groups(op):
                 key = f"{part.id}/{rg}"
-                for c in self.columns:
-                    arr = cache.get(key, c)
+                for c, k in wanted:
+                    arr = cache.get(key, k)
                     if arr is None:
                         return None
                     chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
@@ -334,8 +340,9 @@ class TableScan:
 
     def cached(self, op: OpenPart, rg: int) -> bool:
         key = f"{op.part.id}/{rg}"
-        return self._cache is not None and all(self._cache.contains(key, c)
-                                               for c in self.columns)
+        return self._cache is not None and all(
+            self._cache.contains(key, c)
+            for c in self.columns + [d.cache_name for d in self.derived])
 
     def read_group(self, op: OpenPart, rg: int) -> pa.RecordBatch:
         """Row group ``rg`` of ``op``, the scan's columns, through the cache; only the rows
@@ -427,6 +434,15 @@ class TableScan:
                 missing.append(c)
             else:
                 got[c] = arr
+        todo = []
+        for d in self.derived:
+            arr = cache.get(key, d.cache_name) if cache is not None else None
+            if arr is None:
+                todo.append(d)
+                if d.column not in got and d.column not in missing:
+                    missing.append(d.column)
+            else:
+                got[d.name] = arr
         if missing:
             table = op.read([rg], missing)
             for c in missing:
@@ -434,6 +450,18 @@ class TableScan:
                 if cache is not None:
                     cache.put(key, c, arr)
                 got[c] = arr
+        for d in todo:
+            base = got[d.column]
+            if isinstance(base, pa.ChunkedArray):
+                base = base.chunk(0) if base.num_chunks == 1 else base.combine_chunks()
+            try:
+                arr = d.compute(base)
+            except Exception as exc:  # the statement runs again without derived columns
+                raise DerivedFailed(f"{self.name}: a field function failed in the scan: "
+                                    f"{type(exc).__name__}") from exc
+            if cache is not None:
+                cache.put(key, d.cache_name, pa.chunked_array([arr]))
+            got[d.name] = arr
         arrays = []
         for field in self.schema:
             arr = got[field.name]
@@ -645,7 +673,7 @@ class _Stream:
         scan = self.scan
         top = scan._top
         try:
-            if not scan.columns:
+            if not scan.columns and not scan.derived:
                 for part in scan._parts:
                     for start in range(0, part.rows, _NULL_BATCH):
                         n = min(_NULL_BATCH, part.rows - start)

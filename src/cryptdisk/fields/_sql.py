@@ -19,7 +19,6 @@ code points in both).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministi
 from ._fpe import fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
 from ._mask import mask_hash
+from ._scanfns import FieldExtension
 from ._tokens import detokenize, tokenize
 
 __all__ = ["MASK_MACROS", "SQL_FUNCTIONS", "config_hook", "register_sql_functions"]
@@ -99,14 +99,16 @@ def _const(arr: Any, what: str) -> Any:
     return arr[0].as_py()
 
 
-def register_sql_functions(con: Any, keys: FieldKeys) -> None:
-    """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection."""
+def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) -> None:
+    """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection, with
+    ``keys`` (or the keys ``keys()`` gives at each call)."""
 
     def key(arr: Any) -> FieldKey:
         name = _const(arr, "the key name")
         if not isinstance(name, str):
             raise FieldError("a field key name is a string constant such as 'cards'")
-        return keys[name]
+        current = keys() if callable(keys) else keys
+        return current[name]
 
     def udf(name: str, fn: Callable[..., Any], params: list[str], *,
             side_effects: bool = False) -> None:
@@ -151,10 +153,11 @@ def register_sql_functions(con: Any, keys: FieldKeys) -> None:
                     f"__cd_{fn}(v, k, col, keep_first, keep_last, luhn)")
 
 
-def config_hook(con: Any, config: Any) -> None:
+def config_hook(con: Any, config: Any) -> FieldExtension:
     """A :func:`cryptdisk.db.add_connection_hook` hook: the field functions on every
-    database connection, with the field keys of the database's TOML config."""
-    path = getattr(config, "path", None)
-    keys = (FieldKeys.from_config(path) if isinstance(path, str)
-            and not path.endswith(".xml") and os.path.isfile(path) else FieldKeys())
-    register_sql_functions(con, keys)
+    database connection, with the field keys of the database's TOML config (read again
+    before a statement when the file changed), and the functions its scans compute
+    (:class:`._scanfns.FieldExtension`)."""
+    ext = FieldExtension(config)
+    register_sql_functions(con, ext.current)
+    return ext

@@ -1,0 +1,159 @@
+"""Field functions the embedded database's scan computes (derived columns).
+
+:class:`FieldExtension` is what :func:`._sql.config_hook` gives each database: the
+field keys of its config (read again before a statement when the config file changed:
+a key version added or a key removed reaches the next statement, and the database
+drops the derived columns computed under the old keys), and the binders of the
+functions the scan may compute over whole Arrow arrays (``cryptdisk.db._derived``):
+``decrypt``, ``decrypt_deterministic``, ``fpe_decrypt``, ``detokenize``, ``mask_full``,
+``mask_last4``, ``mask_email``, ``mask_null`` and ``mask_hash``, with the same
+arguments, defaults and output as their SQL forms (:mod:`._sql`). A call the binder
+does not take (an unknown key, an argument that is not a constant of the right type)
+stays a DuckDB function call, which reports the error as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CryptdiskError
+from ._aead import decrypt, decrypt_deterministic
+from ._fpe import fpe_decrypt
+from ._keys import FieldKey, FieldKeys
+from ._mask import mask_email, mask_full, mask_hash, mask_last4, mask_null
+from ._tokens import detokenize
+
+__all__ = ["FieldExtension"]
+
+
+class _Step:
+    """One bound call: ``fn(values)``; ``tag`` names it for the cache (no key material)."""
+
+    def __init__(self, tag: str, fn: Callable[[pa.Array], pa.Array]) -> None:
+        self.tag, self._fn = tag, fn
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        return self._fn(values)
+
+    def __repr__(self) -> str:
+        return f"<scan function {self.tag!r}>"
+
+
+def _config_path(config: Any) -> str | None:
+    path = getattr(config, "path", None)
+    return path if isinstance(path, str) and not path.endswith(".xml") else None
+
+
+class FieldExtension:
+    """A database's field keys and scan functions (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        self.path = _config_path(config)
+        self._lock = threading.Lock()
+        self.generation = 0
+        self._nonce = secrets.token_hex(8)  # tags of this connection's keys only
+        self._stamp = self._stat()
+        self.keys = self._load()
+        self.scan_functions = self._binders()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _load(self) -> FieldKeys:
+        if self.path is None or not os.path.isfile(self.path):
+            return FieldKeys()
+        return FieldKeys.from_config(self.path)
+
+    def current(self) -> FieldKeys:
+        return self.keys
+
+    def refresh(self) -> bool:
+        """Read the field keys again if the config file changed; True if it did."""
+        stamp = self._stat()
+        if stamp == self._stamp:
+            return False
+        with self._lock:
+            if stamp == self._stamp:
+                return False
+            keys = self._load()  # a broken config: the error, and the old keys stay
+            self.keys, self._stamp = keys, stamp
+            self.generation += 1
+        return True
+
+    # -- binders -----------------------------------------------------------------------
+
+    def _key(self, name: Any) -> FieldKey | None:
+        if not isinstance(name, str):
+            return None
+        try:
+            return self.keys[name]
+        except CryptdiskError:
+            return None
+
+    def _tag(self, fn: str, key: FieldKey, *options: Any) -> str:
+        return (f"{fn}{options!r}@{key.name}:{','.join(map(str, key.ids))}"
+                f"#{self._nonce}.{self.generation}")
+
+    def _binders(self) -> dict[str, Callable[[list[Any], dict[str, Any]], Any]]:
+        def keyed(name: str, fn: Callable[[pa.Array, FieldKey], pa.Array]) -> Any:
+            def bind(args: list[Any], named: dict[str, Any]) -> Any:
+                key = self._key(args[0]) if len(args) == 1 and not named else None
+                if key is None:
+                    return None
+                return _Step(self._tag(name, key), lambda v: fn(v, key))
+            return bind
+
+        def fpe(args: list[Any], named: dict[str, Any]) -> Any:
+            key = self._key(args[0]) if len(args) == 1 else None
+            col, alphabet = named.get("col", ""), named.get("alphabet", "digits")
+            if key is None or set(named) - {"col", "alphabet"} or \
+                    not isinstance(col, str) or not isinstance(alphabet, str):
+                return None
+            return _Step(self._tag("fpe_decrypt", key, col, alphabet),
+                         lambda v: fpe_decrypt(v, key, col, alphabet=alphabet))
+
+        def detok(args: list[Any], named: dict[str, Any]) -> Any:
+            key = self._key(args[0]) if len(args) == 1 else None
+            col = named.get("col", "")
+            first, last = named.get("keep_first", 0), named.get("keep_last", 0)
+            luhn = named.get("luhn", False)
+            if key is None or set(named) - {"col", "keep_first", "keep_last", "luhn"} or \
+                    not isinstance(col, str) or not isinstance(luhn, bool) or \
+                    isinstance(first, bool) or isinstance(last, bool) or \
+                    not isinstance(first, int) or not isinstance(last, int):
+                return None
+            return _Step(self._tag("detokenize", key, col, first, last, luhn),
+                         lambda v: detokenize(v, key, col, keep_first=first, keep_last=last,
+                                              luhn=luhn))
+
+        def keyless(name: str, fn: Callable[[pa.Array], pa.Array]) -> Any:
+            step = _Step(name, fn)
+
+            def bind(args: list[Any], named: dict[str, Any]) -> Any:
+                return step if not args and not named else None
+            return bind
+
+        return {
+            "decrypt": keyed("decrypt", lambda v, k: decrypt(v, k)),
+            "decrypt_deterministic": keyed("decrypt_deterministic",
+                                           lambda v, k: decrypt_deterministic(v, k)),
+            "fpe_decrypt": fpe,
+            "detokenize": detok,
+            "mask_hash": keyed("mask_hash", mask_hash),
+            "mask_full": keyless("mask_full", mask_full),
+            "mask_last4": keyless("mask_last4", mask_last4),
+            "mask_email": keyless("mask_email", mask_email),
+            "mask_null": keyless("mask_null", lambda v: mask_null(v).cast(pa.string())),
+        }

@@ -1,0 +1,218 @@
+"""Field functions computed by the embedded database's scan (derived columns) and cached.
+
+Every pushed query is compared with the same query computed by DuckDB's UDFs and
+macros (``db.push_field_functions = False``): same rows, same column names, same
+errors. ``db.last_scans`` names the derived view when the scan computed a function.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cryptdisk
+import cryptdisk.fields
+from cryptdisk.errors import DatabaseError
+from cryptdisk.fields import (
+    FieldKeys,
+    encrypt,
+    encrypt_deterministic,
+    fpe_encrypt,
+    tokenize,
+)
+
+from .test_sql import CONFIG
+
+PUSHED = "__cd_derived_0"
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    path = tmp_path / "cryptdisk.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+def db(tmp_path, config):
+    d = cryptdisk.connect(tmp_path / "db", config=config)
+    d.sql("CREATE TABLE t (n BIGINT, s VARCHAR, g VARCHAR, d VARCHAR, f VARCHAR, "
+          "k VARCHAR, p VARCHAR)")
+    yield d
+    d.close()
+
+
+def _load(db, config, texts: list[str | None], pans: list[str | None]) -> None:
+    keys = FieldKeys.from_config(config)
+    cards = keys["cards"]
+    db.sql("TRUNCATE t")
+    data = pa.table({
+        "n": pa.array(range(len(texts)), pa.int64()),
+        "s": pa.array(texts, pa.string()),
+        "g": encrypt(pa.array(texts, pa.string()), cards, output="base64"),
+        "d": encrypt_deterministic(pa.array(texts, pa.string()), cards, output="base64"),
+        "f": fpe_encrypt(pa.array(pans, pa.string()), cards, "pan"),
+        "k": tokenize(pa.array(pans, pa.string()), cards, "pan", keep_first=6, keep_last=4,
+                      luhn=False),
+        "p": pa.array(pans, pa.string()),
+    })
+    db.insert("t", data)
+
+
+QUERIES = [
+    "SELECT n, decrypt(g, 'cards') FROM t ORDER BY n",
+    "SELECT n, decrypt_deterministic(d, 'cards') AS v FROM t ORDER BY n",
+    "SELECT n, fpe_decrypt(f, 'cards', col := 'pan') FROM t ORDER BY n",
+    "SELECT n, detokenize(k, 'cards', col := 'pan', keep_first := 6, keep_last := 4) "
+    "FROM t ORDER BY n",
+    "SELECT n, mask_full(s), mask_last4(s), mask_email(s), mask_null(s), "
+    "mask_hash(s, 'cards') FROM t ORDER BY n",
+    "SELECT n, mask_last4(fpe_decrypt(f, 'cards', col := 'pan')) AS m FROM t ORDER BY n",
+    "SELECT sum(length(decrypt(g, 'cards'))), count(mask_last4(s)) FROM t",
+    "SELECT mask_last4(decrypt(g, 'cards')) AS m, count(*) AS c FROM t "
+    "GROUP BY mask_last4(decrypt(g, 'cards')) ORDER BY c DESC, m NULLS FIRST",
+    "SELECT x.n, decrypt(x.g, 'cards') FROM t AS x ORDER BY x.n",
+    "SELECT * FROM (SELECT n, decrypt(g, 'cards') AS v FROM t) WHERE v IS NOT NULL "
+    "ORDER BY n",
+]
+
+
+def _both(db, sql):
+    db.push_field_functions = True
+    pushed = db.sql(sql)
+    scans = set(db.last_scans)
+    db.push_field_functions = False
+    try:
+        plain = db.sql(sql)
+    finally:
+        db.push_field_functions = True
+    return pushed, plain, scans
+
+
+TEXT = st.one_of(st.none(), st.text(max_size=24))
+PAN = st.one_of(st.none(), st.text("0123456789", min_size=16, max_size=16))
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(TEXT, PAN), min_size=1, max_size=40))
+def test_pushed_functions_give_what_duckdb_gives(db, config, rows):
+    _load(db, config, [r[0] for r in rows], [r[1] for r in rows])
+    for sql in QUERIES:
+        for _repeat in range(3):  # computed, then kept in the cache, then served from it
+            pushed, plain, scans = _both(db, sql)
+            assert PUSHED in scans, sql
+            assert pushed.schema.names == plain.schema.names, sql
+            assert pushed.to_pylist() == plain.to_pylist(), sql
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT decrypt(g, 'cards') FROM t WHERE n > 0",  # the WHERE would drop rows: DuckDB
+    "SELECT * , decrypt(g, 'cards') FROM t",  # * would show the derived column
+    "SELECT decrypt(g, 'cards') FROM t JOIN t AS u USING (n)",
+    "SELECT decrypt(g, n::VARCHAR) FROM t",  # not a constant key
+    "SELECT decrypt(g, 'nokey') FROM t",  # unknown key: DuckDB's error
+    "SELECT decrypt(n::VARCHAR, 'cards') FROM t",  # not a stored text column
+    "SELECT list_transform([g], x -> decrypt(x, 'cards')) FROM t",
+    "WITH t AS (SELECT mask_last4(s) AS g FROM main.t) SELECT decrypt(g, 'cards') FROM t",
+])
+def test_calls_the_scan_does_not_take_stay_with_duckdb(db, config, sql):
+    _load(db, config, ["a", None], ["4111111111111111", None])
+    try:
+        db.sql(sql)
+    except Exception:  # some are errors either way; none is pushed
+        pass
+    assert not any(name.startswith("__cd_derived") for name in db.last_scans), sql
+
+
+def test_a_cte_named_like_the_table_is_not_the_table(db, config):
+    """decrypt over a CTE's masked column must not become decrypt of the stored one."""
+    _load(db, config, ["secret"], ["4111111111111111"])
+    with pytest.raises(Exception, match=r"(?i)format|base64|ciphertext"):
+        db.sql("WITH t AS (SELECT mask_full(g) AS g FROM t) SELECT decrypt(g, 'cards') FROM t")
+
+
+def test_a_value_the_scan_cannot_compute_runs_again_in_duckdb(db, config):
+    """A tampered value: the same error as without the scan; a CASE that never evaluates
+    it: the same answer."""
+    _load(db, config, ["one", "two"], [None, None])
+    db.sql("CREATE TABLE u (ok BOOLEAN, g VARCHAR)")
+    good = db.sql("SELECT g FROM t ORDER BY n").column(0).to_pylist()
+    bad = good[1][:-4] + ("AAAA" if not good[1].endswith("AAAA") else "BBBB")
+    db.sql(f"INSERT INTO u VALUES (true, '{good[0]}'), (false, '{bad}')")
+    errors = []
+    for push in (True, False):
+        db.push_field_functions = push
+        with pytest.raises(DatabaseError, match="does not authenticate") as exc:
+            db.sql("SELECT decrypt(g, 'cards') FROM u")
+        errors.append((type(exc.value), str(exc.value)))
+    assert errors[0] == errors[1]
+    db.push_field_functions = True
+    sql = "SELECT CASE WHEN ok THEN decrypt(g, 'cards') END AS v FROM u ORDER BY ok"
+    pushed, plain, _scans = _both(db, sql)
+    assert pushed.to_pylist() == plain.to_pylist() == [{"v": None}, {"v": "one"}]
+
+
+def _derived_entries(db) -> int:
+    return sum(1 for _part, col in db.cache._items if "\x00" in col)
+
+
+def _warm(db, sql, times=3):
+    for _ in range(times):
+        got = db.sql(sql)
+    return got
+
+
+def test_derived_columns_are_cached_and_served_like_stored_ones(db, config):
+    _load(db, config, [f"v{i}" for i in range(100)], ["4111111111111111"] * 100)
+    sql = "SELECT decrypt(g, 'cards') AS v FROM t ORDER BY n"
+    first = db.sql(sql)
+    assert _derived_entries(db) == 0  # a first offer is remembered, not kept
+    db.sql(sql)
+    assert _derived_entries(db) == 1 and db.cache.derived_size() > 0
+    hits = db.cache.hits
+    assert _warm(db, sql, 1) == first
+    assert db.cache.hits > hits
+    # another function, or the same one under other arguments, is another entry
+    _warm(db, "SELECT mask_last4(decrypt(g, 'cards')) FROM t", 2)
+    _warm(db, "SELECT fpe_decrypt(f, 'cards', col := 'pan') FROM t", 2)
+    _warm(db, "SELECT fpe_decrypt(f, 'cards', col := 'other') FROM t", 2)
+    assert _derived_entries(db) == 4
+    db.close()
+    assert db.cache.derived_size() == 0 and len(db.cache) == 0
+
+
+def test_changing_or_dropping_a_field_key_drops_cached_values(db, config, monkeypatch):
+    _load(db, config, ["alpha", "beta"], [None, None])
+    sql = "SELECT decrypt(g, 'cards') AS v FROM t ORDER BY n"
+    want = _warm(db, sql).to_pylist()
+    assert _derived_entries(db) == 1
+    # rotation: a second version of the key (new values use it, old ones stay readable)
+    text = config.read_text().replace(
+        "[fields.keys.cards]\nhex =", "[[fields.keys.cards]]\nid = 1\nhex =")
+    text += '\n[[fields.keys.cards]]\nid = 2\nhex = "' + "77" * 32 + '"\n'
+    config.write_text(text)
+    db.sql("SELECT 1")
+    assert _derived_entries(db) == 0
+    assert _warm(db, sql).to_pylist() == want  # computed again under the new key set
+    assert _derived_entries(db) == 1
+    # removal: the key is gone from the config: nothing cached answers for it
+    config.write_text(CONFIG.replace("[fields.keys.cards]", "[fields.keys.gone]"))
+    with pytest.raises(DatabaseError, match=r"no field key named .cards."):
+        db.sql(sql)
+    assert _derived_entries(db) == 0
+
+
+def test_rotating_the_at_rest_keys_drops_cached_values(db, config):
+    _load(db, config, ["alpha", "beta"], [None, None])
+    _warm(db, "SELECT mask_last4(s) FROM t")
+    assert _derived_entries(db) == 1
+    db.rotate_keys()
+    assert _derived_entries(db) == 0
+    db.sql("SELECT 1")
+    _warm(db, "SELECT mask_last4(s) FROM t")
+    db.reencrypt()
+    assert _derived_entries(db) == 0
