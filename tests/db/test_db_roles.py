@@ -294,3 +294,58 @@ def test_system_commands_run_on_a_role_connection_without_policies(tmp_path, mon
     with cryptdisk.connect(tmp_path / "db", config, role="analyst") as db:
         db.sql(sql)
         assert db.query("SELECT n FROM t ORDER BY n") == [(1,), (2,)]
+
+
+def test_arrow_table_on_a_role_connection_reads_through_the_policies(made):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        got = db.arrow_table("cards", ["pan", "region"])
+        assert sorted(got.column("pan").to_pylist()) == sorted([MASKED[0], MASKED[2]])
+        assert got.column("region").to_pylist() == ["US", "US"]  # no EU row
+        assert db.arrow_table("notes").column("secret").to_pylist() == ["*" * len(
+            db.query("SELECT secret FROM notes")[0][0])]
+    with cryptdisk.connect(path, config, role="auditor") as db:
+        assert sorted(db.arrow_table("cards", ["pan"]).column(0).to_pylist()) == sorted(PANS)
+
+
+@pytest.mark.parametrize(("table", "call"), [
+    ("cards", lambda db, t, part: db.read_part(t, part)),
+    ("notes", lambda db, t, part: db.read_part(t, part, ["secret"])),
+    ("cards", lambda db, t, part: db.scan_plan(t, [("pan", ">", "5")])),
+    ("cards", lambda db, t, part: db.optimize(t, final=True)),
+    ("notes", lambda db, t, part: db.optimize(t, final=True)),
+    ("cards", lambda db, t, part: db.move(t, "default")),
+])
+def test_methods_around_the_sql_are_refused_on_tables_with_policies(made, table, call):
+    path, config = made
+    before = _rows(path, config)
+    with cryptdisk.connect(path, config) as plain:
+        part = plain.table(table).parts[0].id
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(FieldPolicyError, match="has policies") as info:
+            call(db, table, part)
+        assert info.value.sqlstate == "42501"
+    assert _rows(path, config) == before
+
+
+@pytest.mark.parametrize("method", ["rotate_keys", "reencrypt"])
+def test_key_methods_are_refused_to_a_role_while_tables_have_policies(made, method):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        with pytest.raises(FieldPolicyError, match="while tables have policies"):
+            getattr(db, method)()
+    with cryptdisk.connect(path, config) as db:  # without a role: runs
+        getattr(db, method)()
+
+
+def test_methods_still_run_on_tables_without_policies_for_a_role(made):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        db.sql("CREATE TABLE plain (pan VARCHAR)")
+        db.sql("INSERT INTO plain VALUES ('x')")
+        db.sql("INSERT INTO plain VALUES ('y')")
+        part = db.table("plain").parts[0].id
+        assert db.read_part("plain", part).num_rows == 1
+        assert db.scan_plan("plain")
+        assert db.optimize("plain", final=True)
+        assert sorted(db.arrow_table("plain").column(0).to_pylist()) == ["x", "y"]

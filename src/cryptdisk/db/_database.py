@@ -54,7 +54,7 @@ from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
-from ._policies import role_check_statement, role_query
+from ._policies import role_check_statement, role_has_policies, role_query
 from ._pushdown import (
     count_star_only,
     filters_from_tuples,
@@ -392,7 +392,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                          derived, name)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
-        """The table's rows as Arrow (``columns`` only if given), through the cache."""
+        """The table's rows as Arrow (``columns`` only if given), through the cache.
+
+        On a connection with ``role=``, a table with policies is read through them, as
+        ``SELECT columns FROM name`` would be."""
         with self._mutex:
             meta = self.table(name)
             names = [c for c, _t in meta.columns]
@@ -402,6 +405,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             unknown = [c for c in cols if c not in names]
             if unknown:
                 raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}")
+            if role_has_policies(self, meta.name):
+                query = (f"SELECT {', '.join(quote(c) for c in cols)} "
+                         f"FROM {quote(meta.name)}")
+                got = self.execute(query)
+                assert got is not None  # a query returns a table
+                return got
             table = self._scan(meta, cols).to_table()
             return table.select(cols)
 
@@ -416,6 +425,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if self.read_only:
                 self.refresh()
             meta = self.table(name)
+            role_check_statement(self, "scan_plan()", meta.name)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
             scan = self._scan(meta, None, flt)
             plan = []
@@ -439,6 +449,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         """
         with self._mutex:
             meta = self.table(name)
+            role_check_statement(self, "read_part()", meta.name)
             found = next((p for p in meta.parts if p.id == part), None)
             if found is None and self.read_only:
                 self.refresh()

@@ -25,6 +25,7 @@ from ._catalog import PartMeta, load_catalog, remove_catalog_temps
 from ._memory import out_of_memory
 from ._partread import read_part
 from ._parts import verify_part
+from ._policies import role_check_statement
 from ._rollback import (
     Survey,
     part_file_name,
@@ -111,6 +112,7 @@ class MaintenanceMixin(DatabaseState):
         """Move a table's parts to another storage policy (crash-safe; verifies digests)."""
         with self._mutex:
             self._writable("move")
+            role_check_statement(self, "move()", table)
             meta = self.table(table)
             target = policy_disk(self.policy(policy))
             moved = []
@@ -147,6 +149,7 @@ class MaintenanceMixin(DatabaseState):
         """
         with self._mutex:
             self._writable("OPTIMIZE")
+            role_check_statement(self, "optimize()", table)
             meta = self.table(table)
             current = self.keyring.current_key_id
             if not meta.parts or (not final and len(meta.parts) == 1

@@ -409,6 +409,16 @@ def role_check_statement(db: Any, statement: str, table: str | None) -> None:
                                f"policies and the connection has role {db.role!r}")
 
 
+def role_has_policies(db: Any, table: str) -> bool:
+    """Whether ``table`` has a masking or row access policy and ``db`` was opened with
+    ``role=`` (so what reads it must go through the policies)."""
+    if getattr(db, "role", None) is None:
+        return False
+    data = _embedded(db).data
+    key = table.lower()
+    return bool(data["columns"].get(key)) or data["rows"].get(key) is not None
+
+
 def role_query(db: Any, sql: str) -> str:
     """The text a database opened with ``role=`` runs for query ``sql``: every table with
     policies read through them as that role (unchanged without a role or policies)."""

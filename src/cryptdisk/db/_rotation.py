@@ -30,6 +30,7 @@ from ..keys import Key, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta
 from ._keyfiles import default_key_path, install_current_key, retired_key_path
 from ._keyfiles import remove_key as remove_key_file
+from ._policies import role_check_statement
 from ._storage import resolve_config, rewrap_on_disk
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class RotationMixin(DatabaseState):
         """
         with self._mutex:
             self._writable("rotate")
+            role_check_statement(self, "rotate_keys()", None)
             self.cache.drop_derived()  # field functions' values go with the keys' change
             self._require_reachable("the rotation", rewrap=True)
             if new_key is not None:
@@ -263,6 +265,7 @@ class RotationMixin(DatabaseState):
         """
         with self._mutex:
             self._writable("re-encrypt")
+            role_check_statement(self, "reencrypt()", None)
             self.cache.drop_derived()
             self._require_reachable("the re-encryption", rewrap=False)
             for name in list(self.catalog.tables):
