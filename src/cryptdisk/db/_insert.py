@@ -67,7 +67,9 @@ class InsertMixin(DatabaseState):
             if self.role is not None:  # the rows a role may read, as in its queries
                 query = role_query(self, query)
             try:
-                prepared = self._prepare(query)
+                # field functions stay DuckDB's here: a row the scan could not compute
+                # would fail the stream half written (queries run again instead)
+                prepared = self._prepare(query, False)
                 wrapper = self._cast_select(meta, prepared, columns)
                 reader = self.con.sql(wrapper).to_arrow_reader(BATCH_ROWS)
                 parts = write_parts(disk, meta.prefix(self.catalog.db_id), reader, schema,

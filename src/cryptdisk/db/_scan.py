@@ -447,8 +447,8 @@ class TableScan:
             table = op.read([rg], missing)
             for c in missing:
                 arr = table.column(c)
-                if cache is not None:
-                    cache.put(key, c, arr)
+                if cache is not None and c in self.columns:  # (not one read only for
+                    cache.put(key, c, arr)                   # a derived column's values)
                 got[c] = arr
         for d in todo:
             base = got[d.column]
