@@ -216,3 +216,39 @@ def test_rotating_the_at_rest_keys_drops_cached_values(db, config):
     _warm(db, "SELECT mask_last4(s) FROM t")
     db.reencrypt()
     assert _derived_entries(db) == 0
+
+
+NOTE = "CASE WHEN is_role_in_session('auditor') THEN decrypt(v, 'cards') ELSE mask_full(v) END"
+
+
+def test_a_role_gets_its_policy_branch_from_the_scan_and_the_cache(tmp_path, config):
+    """A masking policy's rewrite is computed by the scan: the analyst's cache holds the
+    mask of the column, the auditor's its decryption; both equal DuckDB's answers."""
+    from cryptdisk.server import AnalyticalEngine, PolicyStore
+
+    engine = AnalyticalEngine(tmp_path / "db", config)
+    try:
+        engine.db.sql("CREATE TABLE notes (secret VARCHAR, n INTEGER)")
+        engine.db.sql("INSERT INTO notes SELECT encrypt('call me ' || range, 'cards'), range "
+                      "FROM range(50)")
+        store = PolicyStore(tmp_path / "db.policies", engine.keyring, engine)
+        for sql in (f"CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> {NOTE}",
+                    "ALTER TABLE notes ALTER COLUMN secret SET MASKING POLICY m"):
+            store.handle(None, sql)
+    finally:
+        engine.close()
+    sql = "SELECT secret FROM notes ORDER BY n"
+    for role, function in (("analyst", "mask_full"), ("auditor", "decrypt")):
+        with cryptdisk.connect(tmp_path / "db", config, role=role) as db:
+            db.push_field_functions = False
+            want = db.query(sql)
+            db.push_field_functions = True
+            for _ in range(3):
+                assert db.query(sql) == want
+                assert PUSHED in db.last_scans
+            tags = [col.split("\x00")[1:] for _part, col in db.cache._items if "\x00" in col]
+            assert tags and all(len(t) == 1 and t[0].startswith(function) for t in tags)
+        if role == "analyst":
+            assert all(set(v) == {"*"} for (v,) in want)
+        else:
+            assert want == [(f"call me {i}",) for i in range(50)]

@@ -49,7 +49,13 @@ from ._columns import (
     rewrite_system_tables,
     scalar,
 )
-from ._derived import DerivedFailed, PushedScan, expression_names, push_functions
+from ._derived import (
+    DerivedFailed,
+    PushedScan,
+    constant_values,
+    expression_names,
+    push_functions,
+)
 from ._import import ImportMixin
 from ._insert import InsertMixin
 from ._maintenance import MaintenanceMixin
@@ -534,7 +540,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if not tables:
             return None, []
         pushed = push_functions(tree, tables, binders,
-                                lambda exprs: expression_names(self.con, exprs))
+                                lambda exprs: expression_names(self.con, exprs),
+                                lambda exprs: constant_values(self.con, exprs))
         if not pushed:
             return None, []
         text = scalar(self.con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])

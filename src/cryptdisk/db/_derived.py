@@ -120,14 +120,44 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
             yield from _walk(v)
 
 
+#: expressions that evaluate a child for some rows only (a branch a role does not get,
+#: a value a condition rules out): the scan would compute it for every row
+_CONDITIONAL = {"CASE_EXPR", "OPERATOR_COALESCE", "CONJUNCTION_AND", "CONJUNCTION_OR",
+                "OPERATOR_TRY"}
+_CONDITIONAL_FUNCTIONS = {"if", "iff", "ifnull", "nullif", "coalesce", "try"}
+#: what a condition folded before the scan may hold: constants and operators on them
+_CONSTANT_CLASSES = {"CONSTANT", "OPERATOR", "COMPARISON", "CONJUNCTION", "CAST", "TYPE"}
+
+
 class _Pusher:
     def __init__(self, tables: dict[str, dict[str, pa.DataType]],
-                 binders: dict[str, Binder]) -> None:
+                 binders: dict[str, Binder],
+                 evaluate: Callable[[list[dict[str, Any]]], list[Any] | None]) -> None:
         self.tables = {t.lower(): (t, cols) for t, cols in tables.items()}
         self.binders = binders
+        self.evaluate = evaluate
         self.pushed: list[PushedScan] = []
         #: (rewritten, original) select-list expressions without an alias
         self.unnamed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def fold(self, case: dict[str, Any]) -> Any:
+        """The branch of a ``CASE`` whose conditions are all constants (as a policy's are
+        once the role functions are the role's names) that DuckDB would take; None when
+        a condition is not constant. Under a ``CAST`` only (the policy rewrite's), so
+        the expression's type stays what it was."""
+        checks = case.get("case_checks") or []
+        whens = [c.get("when_expr") for c in checks if isinstance(c, dict)]
+        if not whens or len(whens) != len(checks) or not all(
+                isinstance(w, dict) and all(n.get("class", "CONSTANT") in _CONSTANT_CLASSES
+                                            for n in _walk(w)) for w in whens):
+            return None
+        values = self.evaluate(whens)
+        if values is None or len(values) != len(whens):
+            return None
+        for check, value in zip(checks, values, strict=True):
+            if value is True:
+                return check.get("then_expr")
+        return case.get("else_expr")
 
     # -- the tree ------------------------------------------------------------------
 
@@ -240,7 +270,16 @@ class _Pusher:
                 return [visit(v) for v in expr]
             if not isinstance(expr, dict):
                 return expr
-            if expr.get("type") in ("SUBQUERY", "LAMBDA"):
+            kind = expr.get("type")
+            if kind == "OPERATOR_CAST" and isinstance(expr.get("child"), dict) and \
+                    expr["child"].get("type") == "CASE_EXPR":
+                branch = self.fold(expr["child"])
+                if branch is not None:  # a policy's CASE on the role's constants
+                    expr = dict(expr, child=branch)
+            elif kind in _CONDITIONAL or (kind == "FUNCTION" and str(
+                    expr.get("function_name") or "").lower() in _CONDITIONAL_FUNCTIONS):
+                return expr  # evaluated for some rows only: computing all would do more
+            if kind in ("SUBQUERY", "LAMBDA"):
                 return expr
             found = chain(expr)
             if found is not None:
@@ -278,7 +317,8 @@ class _Pusher:
 
 def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType]],
                    binders: dict[str, Binder],
-                   names: Callable[[list[dict[str, Any]]], list[str] | None]
+                   names: Callable[[list[dict[str, Any]]], list[str] | None],
+                   evaluate: Callable[[list[dict[str, Any]]], list[Any] | None]
                    ) -> list[PushedScan]:
     """Replace field function calls the scan can compute by derived columns, in place.
 
@@ -290,7 +330,7 @@ def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType
     if not binders:
         return []
     original = copy.deepcopy(tree)
-    pusher = _Pusher(tables, binders)
+    pusher = _Pusher(tables, binders, evaluate)
     pusher.walk(tree.get("statements", []), frozenset())
     if pusher.unnamed:
         got = names([old for _new, old in pusher.unnamed])
@@ -301,6 +341,19 @@ def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType
         for (new, _old), name in zip(pusher.unnamed, got, strict=True):
             new["alias"] = name
     return pusher.pushed
+
+
+def constant_values(con: Any, exprs: list[dict[str, Any]]) -> list[Any] | None:
+    """The values of constant expressions (``CASE`` conditions), as BOOLEAN, from DuckDB."""
+    texts = expression_names(con, exprs)
+    if texts is None:
+        return None
+    try:
+        row = con.execute("SELECT " + ", ".join(f"CAST(({t}) AS BOOLEAN)" for t in texts)
+                          ).fetchall()[0]
+    except Exception:
+        return None
+    return list(row)
 
 
 def expression_names(con: Any, exprs: list[dict[str, Any]]) -> list[str] | None:
