@@ -146,10 +146,11 @@ class _Pusher:
         a condition is not constant. Under a ``CAST`` only (the policy rewrite's), so
         the expression's type stays what it was."""
         checks = case.get("case_checks") or []
-        whens = [c.get("when_expr") for c in checks if isinstance(c, dict)]
+        whens: list[dict[str, Any]] = [c["when_expr"] for c in checks if isinstance(c, dict)
+                                       and isinstance(c.get("when_expr"), dict)]
         if not whens or len(whens) != len(checks) or not all(
-                isinstance(w, dict) and all(n.get("class", "CONSTANT") in _CONSTANT_CLASSES
-                                            for n in _walk(w)) for w in whens):
+                n.get("class", "CONSTANT") in _CONSTANT_CLASSES
+                for w in whens for n in _walk(w)):
             return None
         values = self.evaluate(whens)
         if values is None or len(values) != len(whens):
