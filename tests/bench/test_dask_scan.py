@@ -33,6 +33,19 @@ def test_ratios_and_scaling_are_paired_by_round():
     assert by[("full scan, 2 workers", "cryptdisk")]["scaling_vs_1_worker"] == 2.0
     assert "ratio_to_plain" not in by[("full scan, 1 worker", "plain")]
     assert any("2 workers run 2.00x" in n for n in dask_scan.NOTES)
+    assert not [n for n in dask_scan.NOTES if "CPU s per compute" in n]  # none recorded
+
+
+def test_the_notes_say_where_each_computes_cpu_went():
+    extra = {"client_main_cpu_s": 0.01, "client_loop_cpu_s": 0.15, "worker_task_cpu_s": 0.3,
+             "worker_task_cpu_max_s": 0.3, "worker_other_cpu_s": 0.2, "tasks": 87,
+             "task_spec_bytes": 55000}
+    got = []
+    dask_scan._finish([Measurement("dask", "full scan, 1 worker", "cryptdisk", "Mrows/s",
+                                   [5.0], extra=dict(extra))], got.append, 3_000_000, 1e6, 1e6)
+    note = next(n for n in dask_scan.NOTES if "CPU s per compute" in n)
+    assert "workers 0.300 in tasks" in note and "100 ns per table row" in note
+    assert "87 tasks, 55 kB pickled" in note
 
 
 def test_cryptdisk_bench_dask_runs_both_readers_at_each_worker_count(tmp_path):

@@ -77,4 +77,23 @@ def _finish(measured: list[Measurement], record: Recorder, rows: int, plain_byte
         if "ratio_to_plain" in m.extra:
             NOTES.append(f"{m.case}: cryptdisk takes {m.extra['ratio_to_plain']:.2f}x the "
                          "time of plain Parquet")
+        note = _cpu_note(m, rows)
+        if note:
+            NOTES.append(note)
         record(m)
+
+
+def _cpu_note(m: Measurement, rows: int) -> str | None:
+    """Where one compute's CPU went (medians), from the components the body recorded."""
+    x = m.extra
+    keys = ("client_main_cpu_s", "client_loop_cpu_s", "worker_task_cpu_s",
+            "worker_task_cpu_max_s", "worker_other_cpu_s", "tasks", "task_spec_bytes")
+    if not all(isinstance(x.get(k), int | float) for k in keys):
+        return None
+    return (f"{m.case}, {m.strategy}, CPU s per compute: client {x['client_main_cpu_s']:.3f} "
+            f"(calling thread: planning, graph, submit) + {x['client_loop_cpu_s']:.3f} (event "
+            f"loop: scheduler, nannies); workers {x['worker_task_cpu_s']:.3f} in tasks "
+            f"(busiest worker {x['worker_task_cpu_max_s']:.3f}; "
+            f"{x['worker_task_cpu_s'] / rows * 1e9:.0f} ns per table row) + "
+            f"{x['worker_other_cpu_s']:.3f} in their other threads (event loop, profiler); "
+            f"{x['tasks']:.0f} tasks, {x['task_spec_bytes'] / 1e3:.0f} kB pickled")
