@@ -138,6 +138,21 @@ def test_pages_the_reader_does_not_understand_are_read_whole(db, monkeypatch):
     assert db.last_scans["t"]["row_groups_read"] == 1
 
 
+def test_narrow_columns_are_read_whole_and_sliced(db, monkeypatch):
+    """Columns of 8-byte values decode whole (cheaper than finding their pages); the rows
+    handed on are still only those the key's filters keep."""
+    _point_table(db, monkeypatch)
+    rows_rows = []
+    read_rows = _partread.OpenPart.read_rows
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_rows.append((c, read_rows(self, rg, c, a, b) is not None)) or read_rows(
+            self, rg, c, a, b)))
+    assert db.query("SELECT c_float, c_str FROM t WHERE c_int BETWEEN 10 AND 12") == [
+        (i / 7, hashlib.md5(str(i).encode()).hexdigest()) for i in (10, 11, 12)]
+    assert sorted(rows_rows) == [("c_float", False), ("c_str", True)]
+    assert db.last_scans["t"]["granule_reads"] == 1
+
+
 @pytest.mark.parametrize("plain", [False, True])
 def test_point_and_range_queries_through_granules(db, monkeypatch, plain):
     monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
@@ -180,8 +195,8 @@ def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch):
 
     monkeypatch.setattr(_scan.OpenParts, "_read_keys_ahead", spy)
     with cryptdisk.connect(path, read_only=True) as db:
-        assert db.query("SELECT c_int, c_float FROM t WHERE c_int = 4321") == [
-            (4321, 4321 / 7)]
+        assert db.query("SELECT c_int, c_str FROM t WHERE c_int = 4321") == [
+            (4321, hashlib.md5(b"4321").hexdigest())]
         assert db.last_scans["t"]["granule_reads"] == 1
         assert ahead == [[0]]  # the row group of 4321, read ahead
         assert reads == [["c_int"]]  # once: the granule read used it

@@ -174,6 +174,11 @@ _ARENA = _Arena()
 #: by earlier reads of this thread).
 _GAP_SLACK = 4 << 20
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
+#: A column chunk is read by granule only if it stores at least this many bytes a value
+#: (strings, mostly): a chunk of 8-byte numbers decodes whole (a copy) in less time than
+#: finding its pages takes, and on an encrypted disk its pages are about a segment each,
+#: so walking their headers decrypts the whole chunk anyway.
+_GRANULE_MIN_BYTES = 16
 
 
 class _Decrypting:
@@ -682,8 +687,9 @@ class OpenPart:
     def read_rows(self, rg: int, column: str, first: int, end: int) -> pa.Array | None:
         """Rows ``first..end`` of ``column`` in row group ``rg``, decoding only the pages
         (granules of :data:`~._granule.GRANULE_ROWS` rows) that hold them; None when that
-        would decode the whole column chunk anyway, or the column is not one the granule
-        reader describes (the caller reads the row group).
+        would decode the whole column chunk anyway, the column's values are narrow
+        (:data:`_GRANULE_MIN_BYTES`), or the column is not one the granule reader
+        describes (the caller reads the chunk whole).
 
         On an encrypted disk only the segments holding the chunk's page headers and
         those pages are decrypted, each authenticating before it is used.
@@ -691,11 +697,13 @@ class OpenPart:
         j = self._index.get(column)
         if j is None or end <= first or granule_schema(self.meta, j) is None:
             return None
+        col = self.meta.row_group(rg).column(j)
+        if col.total_compressed_size < _GRANULE_MIN_BYTES * max(1, col.num_values):
+            return None  # narrow values: decoding the chunk whole costs less than finding pages
         read = _SegmentReader(self) if self.disk.is_encrypted else self._plain_reader()
         try:
             spans = self._pages.get((rg, j), [])
             if spans == []:
-                col = self.meta.row_group(rg).column(j)
                 start, stop = _chunk_start_end(col)
                 spans = self._pages[(rg, j)] = page_spans(read, start, stop, col.num_values)
             if spans is None:

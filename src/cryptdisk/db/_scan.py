@@ -397,29 +397,34 @@ class TableScan:
         if 2 * (end - first) > len(arr):
             return None
         arrays = []
+        granules = []
         for field in self.schema:
             c = field.name
             if c == key:
                 col = arr.slice(first, end - first)
+            elif end == first:
+                col = pa.nulls(0, field.type)
             else:
                 whole = cache.get(ckey, c) if cache is not None else None
-                if whole is not None:
+                col = None if whole is not None else op.read_rows(rg, c, first, end)
+                if col is not None:
+                    granules.append(c)
+                else:  # cached, or narrow, or not a column the granule reader describes
+                    if whole is None:
+                        whole = op.read([rg], [c]).column(c)
+                        if cache is not None:
+                            cache.put(ckey, c, whole)
                     col = whole.slice(first, end - first)
-                else:
-                    col = op.read_rows(rg, c, first, end) if end > first else None
-                    if col is None:
-                        if end > first:
-                            return None  # not a column the granule reader describes
-                        col = pa.nulls(0, field.type)
             if isinstance(col, pa.ChunkedArray):
                 col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
             if col.type != field.type:
                 col = col.cast(field.type)
             arrays.append(col)
         if cache is not None:
-            for c in others:
+            for c in granules:
                 cache.offer(ckey, c)
-        self.granule_reads += 1
+        if granules or end == first:
+            self.granule_reads += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _read_group(self, op: OpenPart, rg: int, got: dict[str, Any]) -> pa.RecordBatch:
