@@ -252,3 +252,32 @@ def test_a_role_gets_its_policy_branch_from_the_scan_and_the_cache(tmp_path, con
             assert all(set(v) == {"*"} for (v,) in want)
         else:
             assert want == [(f"call me {i}",) for i in range(50)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT decrypt(secret, 'cards') FROM notes",
+    "SELECT decrypt(x.secret, 'cards') FROM notes AS x",
+    "WITH c AS (SELECT secret FROM notes) SELECT decrypt(secret, 'cards') FROM c",
+    "SELECT decrypt(secret, 'cards') FROM (SELECT * FROM notes)",
+    "SELECT (SELECT max(decrypt(secret, 'cards')) FROM notes) AS v",
+])
+def test_a_role_cannot_have_the_scan_decrypt_around_its_policy(tmp_path, config, sql):
+    """A role's own decrypt over the column reads the masked values (the rewrite put the
+    policy's subquery under it): it fails as before, and nothing decrypted is computed."""
+    from cryptdisk.server import AnalyticalEngine, PolicyStore
+
+    engine = AnalyticalEngine(tmp_path / "db", config)
+    try:
+        engine.db.sql("CREATE TABLE notes (secret VARCHAR, n INTEGER)")
+        engine.db.sql("INSERT INTO notes SELECT encrypt('call me', 'cards'), 1")
+        store = PolicyStore(tmp_path / "db.policies", engine.keyring, engine)
+        for stmt in (f"CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> {NOTE}",
+                     "ALTER TABLE notes ALTER COLUMN secret SET MASKING POLICY m"):
+            store.handle(None, stmt)
+    finally:
+        engine.close()
+    with cryptdisk.connect(tmp_path / "db", config, role="analyst") as db:
+        for _ in range(2):
+            with pytest.raises(DatabaseError, match=r"(?i)base64|format|ciphertext"):
+                db.sql(sql)
+        assert not any("decrypt" in col for _part, col in db.cache._items)
