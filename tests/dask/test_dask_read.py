@@ -323,3 +323,23 @@ def test_tasks_do_no_catalog_or_key_work_on_a_worker_that_has_the_database_open(
     for counts in per_worker.values():
         assert counts["keys"] == 0 and counts["catalog"] == 0, per_worker
         assert counts["footers"] <= 3, per_worker  # a part new to this worker, once
+
+
+def test_a_forked_child_opens_its_own_connection_not_the_parents(table, monkeypatch):
+    """The kept connection belongs to the process that opened it: a child forked after
+    read_table (seen here as another pid) opens its own, since DuckDB's must not cross a
+    fork."""
+    import os
+
+    from cryptdisk.dask._read import _process_database
+
+    path, cfg, _key = table
+    cryptdisk.dask.read_table(path, "t", config=cfg)
+    parent = _process_database(str(path), str(cfg))
+    assert _process_database(str(path), str(cfg)) is parent
+    real = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real + 1)
+    child = _process_database(str(path), str(cfg))
+    assert child is not parent
+    assert child.read_part("t", child.scan_plan("t")[0][0], ["k"]).num_rows == PART_ROWS
+    assert _process_database(str(path), str(cfg)) is child  # kept for the child's next read

@@ -33,7 +33,8 @@ MIN_PARTITION_ROWS = 4 * 65536
 #: Rows per row group of a part (the last one of a part may hold fewer).
 _GROUP_ROWS = 65536
 
-_OPEN: dict[tuple[str, str | None], Database] = {}
+#: (database path, config path) -> (pid that opened it, its read-only connection)
+_OPEN: dict[tuple[str, str | None], tuple[int, Database]] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -59,17 +60,21 @@ def _config_path(config: Any) -> str | None:
 def _process_database(db_path: str, config: str | None, *, fresh: bool = False) -> Database:
     """This process's read-only connection to ``db_path`` (opened once, keys loaded here).
 
-    ``fresh``: close the one kept (if any) and open a new one.
+    ``fresh``: close the one kept (if any) and open a new one. A child forked after the
+    parent opened one opens its own (a DuckDB connection must not cross a fork).
     """
+    key = (db_path, config)
     with _OPEN_LOCK:
-        db = _OPEN.get((db_path, config))
+        pid, db = _OPEN.get(key, (None, None))
+        if db is not None and pid != os.getpid():
+            db = None  # inherited through fork: the parent's connection, never used here
         if db is not None and fresh:
-            del _OPEN[(db_path, config)]
+            del _OPEN[key]
             db.close()
             db = None
         if db is None:
             db = connect(db_path, config, read_only=True, cache_bytes=0)
-            _OPEN[(db_path, config)] = db
+            _OPEN[key] = (os.getpid(), db)
         return db
 
 
