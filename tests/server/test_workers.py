@@ -414,3 +414,44 @@ def test_a_user_added_by_another_command_can_log_in_to_every_worker(served: Serv
     assert {c.info.backend_pid >> 24 for c in logged_in} == {1, 2}
     for c in [*logged_in, *conns]:
         c.close()
+
+
+def test_a_worker_killed_during_writes_loses_no_acknowledged_commit(served: Served) -> None:
+    a, b = served.in_each_worker()
+    a.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, worker INTEGER)")
+    victim = _owner(served, a)
+    acked: dict[str, list[int]] = {"a": [], "b": []}
+    enough = threading.Event()
+    stop = threading.Event()
+
+    def writer(conn: psycopg.Connection, name: str, start: int) -> None:
+        i = start
+        try:
+            while not stop.is_set():
+                conn.execute("BEGIN")
+                conn.execute("INSERT INTO t VALUES (%s, %s)", (i, start))
+                conn.execute("COMMIT")  # acknowledged from here on
+                acked[name].append(i)
+                if len(acked["a"]) >= 50:
+                    enough.set()
+                i += 2
+        except psycopg.Error:
+            return  # its worker was killed
+
+    threads = [threading.Thread(target=writer, args=(a, "a", 0)),
+               threading.Thread(target=writer, args=(b, "b", 1))]
+    for t in threads:
+        t.start()
+    assert enough.wait(300), "the writers made no progress"
+    os.kill(victim, signal.SIGKILL)
+    threads[0].join(60)
+    survived = len(acked["b"])
+    _wait_until(lambda: len(acked["b"]) > survived + 20, "the other worker's writer goes on")
+    stop.set()
+    threads[1].join(60)
+    c = served.connect()
+    ids = {r[0] for r in c.execute("SELECT id FROM t")}
+    assert set(acked["a"]) | set(acked["b"]) <= ids
+    assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for conn in (a, b, c):
+        conn.close()
