@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader
 
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
@@ -31,7 +32,7 @@ from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
 from ._stats import key_range_of
 from ._storage import local_path, open_read
 
-__all__ = ["OpenPart", "open_part", "read_part"]
+__all__ = ["SPAN_MAX", "OpenPart", "open_part", "read_part"]
 
 
 class _ZeroCopyFile:
@@ -173,6 +174,10 @@ _ARENA = _Arena()
 #: arena to hold them at their file offsets (the gap is address space, touched only
 #: by earlier reads of this thread).
 _GAP_SLACK = 4 << 20
+#: A read may span this much of the file whatever its chunks' share of it: a scan reads
+#: a few consecutive row groups of one column at once (see ``_scan``), whose chunks lie
+#: one row group apart.
+SPAN_MAX = 12 << 20
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
 #: A column chunk is read by granule only if it stores at least this many bytes a value
 #: (strings, mostly): a chunk of 8-byte numbers decodes whole (a copy) in less time than
@@ -453,6 +458,17 @@ def _read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Tabl
             handle.close()
 
 
+def _read_row_groups(source: Any, meta: pq.FileMetaData, row_groups: list[int],
+                     indices: list[int]) -> pa.Table:
+    """``row_groups`` of the Parquet file ``source`` (footer ``meta``), leaf columns
+    ``indices``, on this thread: what ``ParquetFile(source, metadata=meta)
+    .read_row_groups(...)`` does, without rebuilding its Python-side schema maps on every
+    call (a scan reads each row group with a reader of its own)."""
+    reader = ParquetReader()
+    reader.open(source, metadata=meta, pre_buffer=False, arrow_extensions_enabled=True)
+    return reader.read_row_groups(row_groups, column_indices=indices, use_threads=False)
+
+
 _ARENAS: list[_Arena] = []  # every thread's arena (tests scribble over them)
 
 
@@ -651,8 +667,8 @@ class OpenPart:
     def _read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
         if not self.disk.is_encrypted:
             if self._local is not None:
-                pf = pq.ParquetFile(self._handle, metadata=self.meta)
-                return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+                return _read_row_groups(self._handle, self.meta, row_groups,
+                                        self._indices(columns))
             with open_read(self.disk, self.part.path) as f:
                 pf = pq.ParquetFile(_ZeroCopyFile(f), metadata=self.meta)
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
@@ -679,8 +695,8 @@ class OpenPart:
         try:
             for a, b, o in ranges:
                 _decrypt_range(f, arena[o : o + b - a], a)
-            pf = pq.ParquetFile(_CompactFile(f, self.size, ranges, arena), metadata=self.meta)
-            return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+            return _read_row_groups(_CompactFile(f, self.size, ranges, arena), self.meta,
+                                    row_groups, self._indices(columns))
         finally:
             arena.release()
 
@@ -734,6 +750,19 @@ class OpenPart:
                 return bytes(f.pread(offset, n))
         return read
 
+    def _indices(self, columns: list[str]) -> list[int]:
+        """The leaf column indexes of ``columns`` (as ``ParquetFile`` maps names)."""
+        return [j for c in columns for j in self._leaves[c]]
+
+    def span(self, row_groups: list[int], columns: list[str]) -> tuple[int, int]:
+        """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
+        their column chunks, and the distance from the first chunk's start to the last
+        one's end (what a read decrypting them at their file offsets spans)."""
+        chunks, _compressed = self._chunks(row_groups, columns)
+        if not chunks:
+            return 0, 0
+        return sum(b - a for a, b in chunks), max(b for _a, b in chunks) - chunks[0][0]
+
     def _chunks(self, row_groups: list[int], columns: list[str]
                 ) -> tuple[list[tuple[int, int]], bool]:
         """The byte ranges of the column chunks to read, sorted; whether all are compressed."""
@@ -779,7 +808,7 @@ class OpenPart:
         lo, hi = chunks[0][0] // seg * seg, max(b for _a, b in chunks)
         end = min(self.size, -(-hi // seg) * seg)
         need = sum(b - a for a, b in chunks)
-        if end - lo > 2 * need + _GAP_SLACK:
+        if end - lo > max(2 * need + _GAP_SLACK, SPAN_MAX):
             return None
         merged: list[list[int]] = []
         for a, b in chunks:  # whole segments: no partial one decrypted twice
@@ -798,8 +827,7 @@ class OpenPart:
             for a, b in merged:  # on this thread: the scan's threads are the parallelism
                 _decrypt_serial(self._handle, view[a - lo : b - lo], a, step)
             source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, hi, base=whole))
-            pf = pq.ParquetFile(source, metadata=self.meta)
-            return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
+            return _read_row_groups(source, self.meta, row_groups, self._indices(columns))
         finally:
             view.release()
 

@@ -30,7 +30,7 @@ from ..errors import CatalogError
 from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed
-from ._partread import OpenPart, open_part
+from ._partread import SPAN_MAX, OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
@@ -38,6 +38,10 @@ __all__ = ["OpenParts", "TableScan", "scan_workers"]
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 _NULL_BATCH = 1 << 20
+#: A scan task reads consecutive row groups of a part while their column chunks add up
+#: to at most this (see ``_Stream._run``), and at most ``RUN_GROUPS`` of them.
+RUN_BYTES = 4 << 20
+RUN_GROUPS = 8
 #: array.array's type code of each integer type: (bit width, unsigned) -> code.
 _ARRAY_CODES = {(8, False): "b", (16, False): "h", (32, False): "i", (64, False): "q",
                 (8, True): "B", (16, True): "H", (32, True): "I", (64, True): "Q"}
@@ -344,6 +348,33 @@ class TableScan:
             self._cache.contains(key, c)
             for c in self.columns + [d.cache_name for d in self.derived])
 
+    def uncached(self, op: OpenPart, rg: int) -> bool:
+        """Whether no column of the scan's is cached for row group ``rg``."""
+        key = f"{op.part.id}/{rg}"
+        return self._cache is None or not any(self._cache.contains(key, c)
+                                              for c in self.columns)
+
+    def read_groups(self, op: OpenPart, groups: list[int]) -> list[pa.RecordBatch]:
+        """Consecutive row groups of ``op`` none of whose columns is cached, read at once
+        (one decryption pass and one Parquet reader for all), a batch per row group; each
+        row group goes through the cache as :meth:`read_group` would put it."""
+        if len(groups) == 1:
+            return [self.read_group(op, groups[0])]
+        table = op.read(groups, self.columns)
+        out, start = [], 0
+        for rg in groups:
+            n = op.rows(rg)
+            part = table.slice(start, n)
+            start += n
+            got = {}
+            for c in self.columns:
+                arr = part.column(c)
+                if self._cache is not None:
+                    self._cache.put(f"{op.part.id}/{rg}", c, arr)
+                got[c] = arr
+            out.append(self._batch(got))
+        return out
+
     def read_group(self, op: OpenPart, rg: int) -> pa.RecordBatch:
         """Row group ``rg`` of ``op``, the scan's columns, through the cache; only the rows
         the key's filters leave when they leave few (see :meth:`_read_granules`)."""
@@ -467,6 +498,9 @@ class TableScan:
             if cache is not None:
                 cache.put(key, d.cache_name, pa.chunked_array([arr]))
             got[d.name] = arr
+        return self._batch(got)
+
+    def _batch(self, got: dict[str, Any]) -> pa.RecordBatch:
         arrays = []
         for field in self.schema:
             arr = got[field.name]
@@ -552,7 +586,9 @@ class _Stream:
     def __init__(self, scan: TableScan) -> None:
         self.scan = scan
         self.window = 2 * scan_workers()
-        self._pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
+        self._pending: collections.deque[Future[list[pa.RecordBatch]]] = collections.deque()
+        self._held: tuple[OpenPart, int, Any] | None = None  # taken from _todo, not submitted
+        self._tasks_submitted = 0
         self._best: Any = None  # top-N: the best sort values read so far
         self._threshold: Any = None
         self._static: Any = None  # top-N: a bound of the best rows from statistics alone
@@ -691,10 +727,10 @@ class _Stream:
                 self._fill()
                 if not self._pending:
                     break
-                batch = self._pending.popleft().result()
-                if top is not None and self._todo is not None:  # row groups left to skip
-                    self._see(batch, top)
-                yield batch
+                for batch in self._pending.popleft().result():
+                    if top is not None and self._todo is not None:  # row groups left to skip
+                        self._see(batch, top)
+                    yield batch
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
                 scan.error = scan.error or exc
@@ -723,7 +759,7 @@ class _Stream:
         while self._todo is not None and len(self._pending) < window:
             if top is not None and self._pending and self._pending[0].done():
                 break
-            item = next(self._todo, None)
+            item = self._next()
             if item is None:
                 self._todo = None
                 break
@@ -732,12 +768,49 @@ class _Stream:
                 scan.row_groups_skipped += 1  # all its rows sort after the top ones
                 continue
             if scan.cached(op, rg):  # decoded already: no thread hand-off
-                done: Future[pa.RecordBatch] = Future()
-                done.set_result(scan.read_group(op, rg))
+                done: Future[list[pa.RecordBatch]] = Future()
+                done.set_result([scan.read_group(op, rg)])
                 self._pending.append(done)
-            else:
-                self._pending.append(_pool().submit(scan.read_group, op, rg))
-            scan.row_groups_read += 1
+                scan.row_groups_read += 1
+                continue
+            # The first window's tasks read one row group each: a LIMIT that the first
+            # batches satisfy reads no more than before; a longer scan then reads runs.
+            groups = ([rg] if top is not None or scan.derived or self._tasks_submitted < window
+                      else self._run(op, rg))
+            self._pending.append(_pool().submit(scan.read_groups, op, groups))
+            self._tasks_submitted += 1
+            scan.row_groups_read += len(groups)
+
+    def _next(self) -> tuple[OpenPart, int, Any] | None:
+        if self._held is not None:
+            item, self._held = self._held, None
+            return item
+        return next(self._todo, None) if self._todo is not None else None
+
+    def _run(self, op: OpenPart, rg: int) -> list[int]:
+        """``rg`` and the row groups after it in the plan that one task reads with it: the
+        next ones of the same part, none of their columns cached, while their column chunks
+        stay within ``RUN_BYTES`` (a scan of one 8-byte column reads 4 row groups a task,
+        of every column one), so the per-read costs (a Parquet reader, the decryption's
+        calls) are paid per task, not per row group."""
+        scan = self.scan
+        groups = [rg]
+        if not scan.uncached(op, rg):
+            return groups
+        while len(groups) < RUN_GROUPS:
+            item = self._next()
+            if item is None:
+                break
+            nop, nrg, _bound = item
+            if nop is not op or nrg != groups[-1] + 1 or not scan.uncached(op, nrg):
+                self._held = item
+                break
+            size, extent = op.span([*groups, nrg], scan.columns)
+            if size > RUN_BYTES or extent > SPAN_MAX:
+                self._held = item
+                break
+            groups.append(nrg)
+        return groups
 
     def close(self) -> None:
         if self._closed:
