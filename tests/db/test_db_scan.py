@@ -72,6 +72,36 @@ def test_limit_stops_the_scan_early(db, small_groups):
     assert db.last_scans["t"]["row_groups_read"] < 20  # of 100
 
 
+def test_a_full_scan_reads_runs_of_row_groups_and_answers_as_one_by_one(db, small_groups,
+                                                                         monkeypatch):
+    from cryptdisk.db._partread import OpenPart
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(40_000))
+    db.sql("INSERT INTO t " + gen(30_500, start=40_000))
+    reads: list[list[int]] = []
+    real = OpenPart.read
+
+    def read(self, row_groups, columns):
+        reads.append(list(row_groups))
+        return real(self, row_groups, columns)
+
+    monkeypatch.setattr(OpenPart, "read", read)
+    sql = "SELECT sum(c_int), count(c_float), max(c_str), min(c_float) FROM t"
+    expected = db.con.sql("SELECT sum(i), count(*), max(md5(i::VARCHAR)), min(i / 7) "
+                          "FROM range(70500) r(i)").fetchall()
+    for _ in range(3):  # cold, filling the cache, from the cache
+        assert db.query(sql) == expected
+    got = db.query("SELECT c_int FROM t")
+    assert sorted(r[0] for r in got) == list(range(70500))
+    db.cache.clear()
+    reads.clear()
+    assert db.query("SELECT sum(c_int) FROM t") == [(sum(range(70500)),)]
+    assert max(len(r) for r in reads) > 1  # runs of row groups, each within one part
+    assert sorted(g for r in reads for g in r) == sorted(list(range(40)) + list(range(31)))
+    assert all(r == list(range(r[0], r[0] + len(r))) for r in reads)
+
+
 def test_a_table_read_twice_in_one_query_is_read_twice(db, small_groups):
     db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
     db.sql("INSERT INTO t " + gen(3000))

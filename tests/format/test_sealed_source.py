@@ -13,7 +13,10 @@ import io
 import mmap
 import os
 
+import pytest
+
 from cryptdisk import Keyring
+from cryptdisk.errors import SegmentAuthenticationError
 from cryptdisk.format import HEADER_SIZE, Kind, MmapSource, SealedReader, SealedWriter, new_header
 from cryptdisk.format._sealed import RELEASE_MIN
 
@@ -29,13 +32,14 @@ class _Recording:
         self._mv = memoryview(data)
         self.needed: list[tuple[int, int]] = []
         self.views: list[int] = []
+        self.released: list[tuple[int, int]] = []
 
     def view(self, offset: int, n: int) -> memoryview:
         self.views.append(offset)
         return self._mv[offset : offset + n]
 
     def release(self, offset: int, n: int) -> None:
-        pass
+        self.released.append((offset, n))
 
     def willneed(self, offset: int, n: int) -> None:
         self.needed.append((offset, n))
@@ -100,3 +104,37 @@ def test_a_mapped_source_takes_the_hint_for_any_range(tmp_path):
         src.close()
     finally:
         os.close(fd)
+
+
+def test_a_read_told_not_to_advise_gives_no_hint_and_advise_gives_them_for_the_range():
+    plain, _, reader, src = _sealed(10 * SEG + 123)
+    src.needed.clear()
+    offset, n = 2 * SEG + 100, 3 * SEG  # segments 2..5
+    reader.advise(offset, n, True)
+    assert src.needed == [(HEADER_SIZE + 2 * RECORD, 4 * RECORD)]
+    buf = bytearray(n)
+    assert reader.readinto_at(buf, offset, advise=False, parallel=False) == n
+    assert bytes(buf) == plain[offset : offset + n]
+    assert len(src.needed) == 1 and src.released == []  # the read itself hinted nothing
+    reader.advise(offset, n, False)
+    assert src.released == [(HEADER_SIZE + 2 * RECORD, 4 * RECORD)]
+    reader.advise(10 * SEG + 200, 5, True)  # past the end, negative: nothing, no error
+    reader.advise(-1, 5, False)
+    assert len(src.needed) == 1 and len(src.released) == 1
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_serial_read_authenticates_every_segment_as_a_parallel_one_does(parallel):
+    key = Keyring.single(os.urandom(32)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=SEG)
+    out = io.BytesIO()
+    writer = SealedWriter(out, header, dek)
+    writer.write(os.urandom(12 * SEG))
+    writer.close()
+    damaged = bytearray(out.getvalue())
+    damaged[HEADER_SIZE + 9 * RECORD + 5] ^= 1  # segment 9 of the 12 the read covers
+    reader = SealedReader(_Recording(bytes(damaged)), header, dek)
+    buf = bytearray(12 * SEG)
+    with pytest.raises(SegmentAuthenticationError, match="segment 9"):
+        reader.readinto_at(buf, 0, advise=False, parallel=parallel)
+    assert bytes(buf[9 * SEG : 10 * SEG]) == bytes(SEG)  # no unauthenticated plaintext

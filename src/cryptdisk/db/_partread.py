@@ -541,6 +541,9 @@ class OpenPart:
         self._arrow: pa.Schema | None = None
         info = getattr(self._handle, "info", None) if disk.is_encrypted else None
         self._segment = int(info.get("segment_size", 1)) if isinstance(info, dict) else 1
+        # cryptdisk's own sealed format: reads take hints and run on the calling thread
+        self._sealed = (isinstance(info, dict) and info.get("format") == "cryptdisk"
+                        and hasattr(self._handle, "advise"))
         # Arrow pads the chunk ranges of parquet-mr 1.2.8's files; cryptdisk's are pyarrow's
         self._native = (self._segment > 0 and
                         str(self.meta.created_by or "").startswith("parquet-cpp"))
@@ -754,6 +757,17 @@ class OpenPart:
         """The leaf column indexes of ``columns`` (as ``ParquetFile`` maps names)."""
         return [j for c in columns for j in self._leaves[c]]
 
+    def prefetch(self, row_groups: list[int], columns: list[str]) -> None:
+        """Ask the OS to start reading the column chunks of a read to come (encrypted
+        parts on a local disk; a no-op when the file is in the page cache already, and
+        for plain parts, which pyarrow reads through the kernel's own readahead)."""
+        if not self._sealed or self._handle is None:
+            return
+        chunks, _compressed = self._chunks(row_groups, columns)
+        with contextlib.suppress(ValueError, OSError):  # a hint; a closed part reads later
+            for a, b in chunks:
+                self._handle.advise(a, b - a, True)
+
     def span(self, row_groups: list[int], columns: list[str]) -> tuple[int, int]:
         """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
         their column chunks, and the distance from the first chunk's start to the last
@@ -823,9 +837,20 @@ class OpenPart:
             fresh = bytearray(end - lo)
             view, whole = memoryview(fresh), pa.py_buffer(fresh)
         try:
-            step = seg * _SERIAL_SEGMENTS if seg > 1 else 1 << 18
-            for a, b in merged:  # on this thread: the scan's threads are the parallelism
-                _decrypt_serial(self._handle, view[a - lo : b - lo], a, step)
+            f = self._handle
+            if self._sealed:  # one hint per chunk for the whole read, not one per call
+                for a, b in merged:
+                    f.advise(a, b - a, True)
+                for a, b in merged:  # on this thread: the scan's threads are the parallelism
+                    if f.preadinto(view[a - lo : b - lo], a, advise=False,
+                                   parallel=False) != b - a:
+                        raise CatalogError(f"short read at offset {a} of {f.name}")
+                for a, b in merged:  # read: the mapped ciphertext goes (the OS keeps it)
+                    f.advise(a, b - a, False)
+            else:
+                step = seg * _SERIAL_SEGMENTS if seg > 1 else 1 << 18
+                for a, b in merged:  # on this thread: the scan's threads are the parallelism
+                    _decrypt_serial(f, view[a - lo : b - lo], a, step)
             source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, hi, base=whole))
             return _read_row_groups(source, self.meta, row_groups, self._indices(columns))
         finally:

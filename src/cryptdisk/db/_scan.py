@@ -777,6 +777,8 @@ class _Stream:
             # batches satisfy reads no more than before; a longer scan then reads runs.
             groups = ([rg] if top is not None or scan.derived or self._tasks_submitted < window
                       else self._run(op, rg))
+            if self._pending:  # queued behind others: its bytes start coming from disk now
+                op.prefetch(groups, scan.columns)
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
             self._tasks_submitted += 1
             scan.row_groups_read += len(groups)

@@ -97,6 +97,7 @@ class BufferedSealedReader:
         self.size = reader.size
         self.segment_size = reader.segment_size
         self.readinto_at = reader.readinto_at
+        self.advise = reader.advise
 
     def read_at(self, offset: int, n: int) -> bytes:
         n = max(0, min(n, self.size - offset))
@@ -138,7 +139,7 @@ class CachedSealedReader(BufferedSealedReader):
             self._cache.put(key, data)
         return data
 
-    def readinto_at(self, buf: Any, offset: int) -> int:
+    def readinto_at(self, buf: Any, offset: int, **_options: Any) -> int:
         out = memoryview(buf).cast("B")
         data = self.read_at(offset, len(out))
         out[: len(data)] = data

@@ -141,10 +141,24 @@ class PositionalReadFile(_Base):
             raise ValueError("negative offset")
         return self._r.read_at(offset, size)
 
-    def preadinto(self, buffer: Any, offset: int) -> int:
-        """Fill ``buffer`` from ``offset`` without moving the position; returns bytes read."""
+    def preadinto(self, buffer: Any, offset: int, **options: Any) -> int:
+        """Fill ``buffer`` from ``offset`` without moving the position; returns bytes read.
+
+        ``options`` go to the reader (a sealed file's: ``advise``, ``parallel``, see
+        :meth:`SealedReader.readinto_at`); readers of other formats take none.
+        """
         self._checkClosed()
+        if options:
+            return self._r.readinto_at(buffer, offset, **options)
         return self._r.readinto_at(buffer, offset)
+
+    def advise(self, offset: int, n: int, need: bool) -> None:
+        """A hint that ``[offset, offset+n)`` is about to be read (``need``) or was read;
+        nothing if the reader takes no hints (see :meth:`SealedReader.advise`)."""
+        self._checkClosed()
+        hint = getattr(self._r, "advise", None)
+        if hint is not None:
+            hint(offset, n, need)
 
     def close(self) -> None:
         if not self.closed:

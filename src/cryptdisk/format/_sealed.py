@@ -227,8 +227,30 @@ class SealedReader:
 
     # -- ranges --------------------------------------------------------------
 
-    def readinto_at(self, buf: bytearray | memoryview, offset: int) -> int:
-        """Fill ``buf`` with plaintext from ``offset``; returns the bytes read (0 at EOF)."""
+    def advise(self, offset: int, n: int, need: bool) -> None:
+        """A hint about the ciphertext of plaintext ``[offset, offset+n)``: ``need`` (about
+        to be read: start reading it from disk now) or not (read: drop it from this
+        process's memory; the OS page cache keeps it). Reads of at least ``RELEASE_MIN``
+        give both hints themselves unless told not to (``advise=False``)."""
+        n = min(n, self.size - offset)
+        if n <= 0 or offset < 0:
+            return
+        seg = self.segment_size
+        first, last = offset // seg, (offset + n - 1) // seg
+        start, length = HEADER_SIZE + first * self._record, (last - first + 1) * self._record
+        if need:
+            self._src.willneed(start, length)
+        else:
+            self._src.release(start, length)
+
+    def readinto_at(self, buf: bytearray | memoryview, offset: int, *, advise: bool = True,
+                    parallel: bool = True) -> int:
+        """Fill ``buf`` with plaintext from ``offset``; returns the bytes read (0 at EOF).
+
+        ``advise=False``: no hints to the source (the caller gives them, once for several
+        reads, with :meth:`advise`); ``parallel=False``: on this thread only, however
+        many segments (the caller's threads are the parallelism).
+        """
         out = memoryview(buf).cast("B")
         if offset < 0:
             raise ValueError("negative offset")
@@ -237,7 +259,8 @@ class SealedReader:
             return 0
         seg = self.segment_size
         first, last = offset // seg, (offset + n - 1) // seg
-        if n >= RELEASE_MIN:  # all of this read's ciphertext, and only it, from disk at once
+        advise = advise and n >= RELEASE_MIN
+        if advise:  # all of this read's ciphertext, and only it, from disk at once
             self._src.willneed(HEADER_SIZE + first * self._record,
                                (last - first + 1) * self._record)
         pos = 0
@@ -251,8 +274,11 @@ class SealedReader:
             else:
                 out[pos : pos + hi - lo] = self._decrypt_segment(index)[lo:hi]
             pos += hi - lo
-        self._decrypt_many(whole)
-        if n >= RELEASE_MIN:
+        if parallel:
+            self._decrypt_many(whole)
+        else:
+            self._decrypt_many_serial(whole)
+        if advise:
             self._src.release(HEADER_SIZE + first * self._record,
                               (last - first + 1) * self._record)
         return n
