@@ -774,9 +774,11 @@ class _Stream:
                 scan.row_groups_read += 1
                 continue
             # The first window's tasks read one row group each: a LIMIT that the first
-            # batches satisfy reads no more than before; a longer scan then reads runs.
-            groups = ([rg] if top is not None or scan.derived or self._tasks_submitted < window
-                      else self._run(op, rg))
+            # batches satisfy reads no more than before; a longer scan then reads runs
+            # (not one filtered on the key, whose row groups may read granules only, nor
+            # one computing derived columns, per row group).
+            groups = ([rg] if top is not None or scan._key_filters or scan.derived
+                      or self._tasks_submitted < window else self._run(op, rg))
             if self._pending:  # queued behind others: its bytes start coming from disk now
                 op.prefetch(groups, scan.columns)
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
