@@ -21,7 +21,7 @@ from typing import Any
 
 from ._measure import Sample, Stopwatch
 
-__all__ = ["ENGINES", "load", "shape", "shapes"]
+__all__ = ["ENGINES", "load", "shape", "shapes", "store_files"]
 
 ENGINES = ["cryptdisk encrypted", "cryptdisk plain", "duckdb file", "chdb plain",
            "chdb AES_256_CTR"]
@@ -172,9 +172,30 @@ def _num(v: str) -> Any:
     return v
 
 
-def shape(engine: str, work: str, name: str, rows: int, warm: int) -> list[Sample]:
-    """Open ``engine``'s store, run shape ``name`` once (cold), then ``warm`` times."""
+def store_files(engine: str, work: Path) -> list[Path]:
+    """The directories and files of ``engine``'s store under ``work``."""
+    if engine.startswith("cryptdisk"):
+        return [work / "cd", work / "cd.key"]
+    if engine == "duckdb file":
+        return [work / "duck.db", work / "duck.db.wal"]
+    return [work / ("chdb" if engine == "chdb plain" else "chdb-enc")]
+
+
+def shape(engine: str, work: str, name: str, rows: int, warm: int,
+          drop_cache: bool = False) -> list[Sample]:
+    """Open ``engine``'s store, run shape ``name`` once (cold), then ``warm`` times.
+
+    ``drop_cache``: first evict the store's files from the OS page cache, so the cold
+    run reads from disk. Either way the share of the store's bytes the page cache held
+    just before the store opened is recorded (``page_cache``, 0..1).
+    """
+    from ._pagecache import drop, resident
+
     sql = shapes(rows)[name]
+    store = store_files(engine, Path(work))
+    if drop_cache:
+        drop(store)
+    held = resident(store)
     run, close = _runner(engine, Path(work))
     try:
         with Stopwatch() as cold:
@@ -189,6 +210,8 @@ def shape(engine: str, work: str, name: str, rows: int, warm: int) -> list[Sampl
     answer = _normal(first)
     mid = sorted(times, key=lambda s: s.wall)[len(times) // 2]
     extra: dict[str, Any] = {"answer": answer, "warm_runs": warm}
+    if held is not None:
+        extra["page_cache"] = round(held, 3)
     return [cold.seconds(f"{name} cold", **extra),
             Sample(f"{name} warm", "s", statistics.median(s.wall for s in times), mid.cpu,
                    None, "bytes", "lower", extra)]

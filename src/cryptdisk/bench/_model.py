@@ -33,6 +33,7 @@ class BenchOptions:
     # processes or mounts register them there so Ctrl-C leaves nothing behind.
     cleanup: Any = None
     workers: str | None = None  # server: cryptdisk serve --workers (default: its own, auto)
+    drop_page_cache: bool = False  # olap-engine: evict each store's files before each run
 
     def pick(self, quick: Any, full: Any, given: Any = None) -> Any:
         """``given`` if set, else the quick or full default."""

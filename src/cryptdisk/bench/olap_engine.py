@@ -6,7 +6,8 @@ encrypted and a plain table, both ``ORDER BY c_int``), a DuckDB database file
 (rows sorted by c_int) and chdb (MergeTree ``ORDER BY c_int``, plain and on an
 AES_256_CTR encrypted disk, merged to one part). Then each query shape runs in
 a fresh worker process per engine and round: *cold* is the first execution after
-opening the store (the OS page cache may hold the files), *warm* the median of
+opening the store (the OS page cache may hold the files: each run records how much
+of them it held; ``--drop-page-cache`` evicts them first), *warm* the median of
 ``WARM`` repeats in the same process. Engines are interleaved per shape and
 their order turns each round, so a noisy machine disturbs them alike: compare
 ratios within one run. cryptdisk's answers must equal DuckDB's file's.
@@ -31,7 +32,7 @@ _B = "cryptdisk.bench._bodies_engine:"
 #: What each strategy's time is compared with, in ``extra`` (median of paired ratios).
 _VERSUS = {"vs_chdb_encrypted": "chdb AES_256_CTR", "vs_duckdb_file": "duckdb file",
            "vs_chdb_plain": "chdb plain"}
-NOTES = [
+_NOTES = [
     "Loads: cryptdisk Database.insert(table, parquet) into tables ORDER BY c_int (default and "
     "plain policy); DuckDB CREATE TABLE AS SELECT * FROM read_parquet(...) ORDER BY c_int + "
     "CHECKPOINT; chdb INSERT INTO a MergeTree ORDER BY c_int SELECT FROM file(Parquet) "
@@ -40,7 +41,13 @@ NOTES = [
     "cache may hold the files); warm = median of 5 repeats in that process. chdb runs "
     "count(DISTINCT) as uniqExact; its sum(c_int) wraps at 64 bits where DuckDB widens.",
     "extra.vs_*: median of the per-round ratios of this strategy's time to that peer's.",
+    "extra.page_cache: the share of the store's file bytes in the OS page cache just before "
+    "the worker opened it (median over rounds; Linux mincore). With --drop-page-cache every "
+    "engine's store files are evicted first (fsync + posix_fadvise DONTNEED per file), so the "
+    "cold run reads from disk; without it the files are usually cached (cold = fresh process, "
+    "not cold disk).",
 ]
+NOTES = list(_NOTES)
 
 
 def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
@@ -90,16 +97,30 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         progress(label + ": load", rounds * len(ENGINES), rounds * len(ENGINES))
         for name in todo:
             strategies = [Strategy(e, _B + "shape", dict(engine=e, work=str(workdir), name=name,
-                                                         rows=rows, warm=WARM))
+                                                         rows=rows, warm=WARM,
+                                                         drop_cache=options.drop_page_cache))
                           for e in engines]
             interleave(options, EXPERIMENT, strategies, keep, progress, f"{label}: {name}",
                        repeats, rotate=True)
-    _finish(measured, record, rows)
+    _finish(measured, record, rows, options.drop_page_cache)
 
 
-def _finish(measured: list[Measurement], record: Recorder, rows: int) -> None:
+def _finish(measured: list[Measurement], record: Recorder, rows: int,
+            dropped: bool = False) -> None:
     """Check cryptdisk's answers against DuckDB's, add the paired ratios, record."""
     by = {(m.case, m.strategy): m for m in measured}
+    held: dict[str, list[float]] = {}
+    for m in measured:
+        if m.case.endswith(" cold") and isinstance(m.extra.get("page_cache"), int | float):
+            held.setdefault(m.strategy, []).append(float(m.extra["page_cache"]))
+    NOTES[:] = list(_NOTES)
+    if held:
+        NOTES.append(("Store files evicted before each run (--drop-page-cache); " if dropped
+                      else "Store files not evicted (no --drop-page-cache); ")
+                     + "share of them in the page cache as each worker opened its store, "
+                     "lowest-highest over the shapes (medians over rounds): " + "; ".join(
+                         f"{k} {100 * min(v):.0f}-{100 * max(v):.0f}%"
+                         for k, v in held.items()))
     for m in measured:
         m.extra["rows"] = rows
         for key, peer in _VERSUS.items():

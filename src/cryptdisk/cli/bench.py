@@ -101,6 +101,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workers", metavar="N|auto",
                    help="server: cryptdisk serve's worker processes (default: serve's own "
                    "default, auto)")
+    p.add_argument("--drop-page-cache", action="store_true",
+                   help="olap-engine: before each query run, evict that engine's store files "
+                   "from the OS page cache (posix_fadvise), so cold runs read from disk")
     p.set_defaults(func=_handle)
 
 
@@ -113,6 +116,8 @@ def _handle(args: argparse.Namespace) -> int:
         raise BenchUsageError("--case picks oltp cases (or server, oltp-cpu, olap-engine, "
                               "olap-db or fields cases); use it with 'cryptdisk bench oltp', "
                               "'server', 'oltp-cpu', 'olap-engine', 'olap-db' or 'fields'")
+    if args.drop_page_cache and args.experiment != "olap-engine":
+        raise BenchUsageError("--drop-page-cache goes with 'cryptdisk bench olap-engine'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
     report_dir = args.report.resolve() if args.report is not None else None
@@ -144,7 +149,8 @@ def _handle(args: argparse.Namespace) -> int:
     with Cleanup(args.workdir) as cleanup:
         options = BenchOptions(cleanup.workdir, args.quick, args.rows, args.duration,
                                args.repeats, args.threads, args.size, args.side_venvs,
-                               args.case, cleanup, args.workers)
+                               args.case, cleanup, args.workers,
+                               drop_page_cache=args.drop_page_cache)
         results = new_results(command, options)
         with progress_bar() as progress:
             for name in names:
