@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import decimal
 import fcntl
+import logging
 import math
 import mmap
 import os
@@ -36,6 +37,8 @@ from . import _sqltext, _types
 
 __all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngine",
            "StatementError"]
+
+log = logging.getLogger("cryptdisk.server")
 
 _ROWS = {"SELECT", "WITH", "VALUES", "TABLE", "FROM", "SHOW", "DESCRIBE", "SUMMARIZE",
          "PRAGMA", "EXPLAIN"}
@@ -471,6 +474,15 @@ def _quote(name: str) -> str:
 
 _TABLE_OPS = {apsw.SQLITE_READ, apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE}
 _SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
+#: the server's own table in a served SQLite database: the record of the user changes the
+#: last transaction that had any committed with its data (:meth:`._users.UserStore.commit`);
+#: no client statement may name it, and the catalogs leave it out
+USERS_JOURNAL = "cryptdisk_users_journal"
+_JOURNAL_CREATE = ("CREATE TABLE IF NOT EXISTS cryptdisk_users_journal (id INTEGER PRIMARY KEY "
+                   "CHECK (id = 1), serial INTEGER NOT NULL, users BLOB NOT NULL)")
+_JOURNAL_WRITE = ("INSERT OR REPLACE INTO cryptdisk_users_journal (id, serial, users) "
+                  "VALUES (1, ?, ?)")
+_JOURNAL_READ = "SELECT serial, users FROM cryptdisk_users_journal"
 
 
 def _placeholder(n: int) -> str:
@@ -524,15 +536,64 @@ class _SQLiteSession(EngineSession):
         self._version: Any = None  # the privileges' version the statement cache is under
         self._epoch = 0
         self._tag = ""
+        self._internal = False  # running the server's own statement on USERS_JOURNAL
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
+        self.conn.authorizer = self._authorize
 
     def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
                    view: str | None) -> int:
+        if self._internal:
+            return apsw.SQLITE_OK  # the server's own statement (the user file may be held)
+        if (one is not None and one.lower() == USERS_JOURNAL) \
+                or (two is not None and two.lower() == USERS_JOURNAL):
+            return apsw.SQLITE_DENY
         if self.recording and one is not None and op in _TABLE_OPS \
                 and one.lower() not in _SCHEMA_TABLES:
             self.last_tables.add(one.lower())
         return apsw.SQLITE_OK if self.check is None else \
             int(self.check(op, one, two, database, view))
+
+    def commit_users(self, store: Any, ops: list[Any]) -> None:
+        """COMMIT the transaction with its changes to the users (``ops``), in two phases
+        (:meth:`._users.UserStore.commit`): the new user file's content is written into
+        :data:`USERS_JOURNAL` in this transaction, which commits; then the user file is
+        saved. The write lock is taken first (the queue, then SQLite's), the user file's
+        after: the order every writer takes them in."""
+        if self.conn.in_transaction and \
+                self.conn.txn_state("main") != apsw.SQLITE_TXN_WRITE:
+            self.run("COMMIT", [])  # it only read: nothing of it to keep or lose
+        if not self.conn.in_transaction:
+            self.run("BEGIN IMMEDIATE", [])
+        self._internal = True  # checked already; the privileges read the users held here
+        try:
+            store.commit(ops, self._write_users_record, self._commit_internal,
+                         journal=self._read_users_record)
+        finally:
+            self._internal = False
+
+    def _commit_internal(self) -> None:
+        with self.lock:  # not _step: its privileges' prefix would read the users held here
+            try:
+                self.conn.execute("COMMIT", can_cache=False)
+            finally:
+                if self.writing and not self.conn.in_transaction:
+                    self.writing = False
+                    self.engine.write_queue.release()
+
+    def _internal_statement(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        with self.lock:  # never cached: a client's statement of the same text is checked anew
+            return list(self.conn.execute(sql, params, can_cache=False))
+
+    def _write_users_record(self, serial: int, text: bytes) -> None:
+        self._internal_statement(_JOURNAL_CREATE, ())
+        self._internal_statement(_JOURNAL_WRITE, (serial, text))
+
+    def _read_users_record(self, _wait: bool = True) -> tuple[int, bytes] | None:
+        try:
+            rows = self._internal_statement(_JOURNAL_READ, ())
+        except apsw.SQLError:
+            return None  # no such table: no transaction has changed users
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
 
     def record_tables(self) -> None:
         self.recording = True
@@ -714,7 +775,8 @@ class _SQLiteSession(EngineSession):
 
     def relations(self) -> list[tuple[str, str]]:
         result = self.run("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view') "
-                          "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'", [])
+                          "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> $1",
+                          [USERS_JOURNAL])
         return [(str(n), "r" if t == "table" else "v") for n, t in result.rows]
 
     def view_definition(self, name: str) -> str | None:
@@ -884,6 +946,8 @@ class SQLiteEngine(Engine):
         self.plaintext = plaintext
         #: held by the session in a write transaction (BEGIN IMMEDIATE); the others queue
         self.write_queue = WriteQueue(self.path)
+        self._reader: Any = None  # (pid, connection) of read_users_record
+        self._reader_lock = threading.Lock()
         if plaintext:
             apsw.Connection(self.path).close()
             return
@@ -894,3 +958,37 @@ class SQLiteEngine(Engine):
 
     def open_session(self) -> EngineSession:
         return _SQLiteSession(self)
+
+    def read_users_record(self, wait: bool = True) -> tuple[int, bytes] | None:
+        """The last record of committed user changes in :data:`USERS_JOURNAL`: ``(serial,
+        user-file JSON)``, or None (none yet; or ``wait=False`` and a writer holds the
+        database locked). A :class:`._users.UserStore` ``journal``."""
+        with self._reader_lock:
+            if self._reader is None or self._reader[0] != os.getpid():
+                if self.plaintext:
+                    conn = apsw.Connection(self.path)
+                else:
+                    from ..sqlite import connect
+
+                    conn = connect(self.path, keyring=self.keyring)
+                self._reader = (os.getpid(), conn)
+            conn = self._reader[1]
+            # short: the caller holds the user file, which a writer may be waiting for
+            conn.set_busy_timeout(min(self.busy_timeout_ms, 2000) if wait else 0)
+            try:
+                rows = list(conn.execute(_JOURNAL_READ))
+            except apsw.SQLError:
+                return None  # no such table: no transaction has changed users
+            except (apsw.BusyError, apsw.LockedError):
+                if wait:
+                    log.warning("the record of committed user changes could not be read "
+                                "(the database is locked); it is read at the next change")
+                return None
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def close(self) -> None:
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None and reader[0] == os.getpid():
+            reader[1].close()
+        super().close()

@@ -199,6 +199,9 @@ class Server:
             self._tasks.discard(task)
 
     async def start(self) -> tuple[str, int]:
+        store = getattr(self.authenticator, "store", None)
+        if store is not None and getattr(store, "journal", None) is not None:
+            store.recover()  # user changes committed with the data, not saved: save them
         self._listener = Listener(asyncio.get_running_loop(), self._client, self.workers)
         if self.sockets is not None:
             self._listener.adopt(self.sockets)

@@ -821,12 +821,17 @@ class Session:
         """COMMIT the transaction: its data and its changes to users, roles and grants
         together. The changes are tried on the users as they are now first (one that no
         longer applies fails the COMMIT); a COMMIT that fails rolls everything back, as in
-        PostgreSQL. A crash between SQLite's commit and the user file's save keeps the data
-        without the user changes."""
+        PostgreSQL. On SQLite the changes commit in two phases with the user file held
+        throughout (:meth:`._engines._SQLiteSession.commit_users`): a crash leaves both or
+        neither."""
         tx = self.user_tx
         ops = tx.store.ops if tx is not None else []
+        two_phase = getattr(engine, "commit_users", None) if ops else None
         try:
-            if ops:
+            if two_phase is not None:
+                await self.call(two_phase, tx.store.parent, ops)
+                ops = []
+            elif ops:
                 await self.call(tx.store.parent.replay, ops)
             if engine.in_transaction:
                 await self.call(engine.run, "COMMIT", [])

@@ -88,14 +88,33 @@ def _ident(token: str) -> str:
     return token.lower()
 
 
+#: reads the last record of committed user changes (:meth:`UserStore.commit`) from where
+#: the data is: ``(serial, user-file JSON)`` or None; ``wait=False``: None rather than
+#: wait for a lock
+JournalReader = Callable[[bool], "tuple[int, bytes] | None"]
+
+
 class UserStore:
-    """Users and their SCRAM verifiers in a sealed file encrypted under ``keyring``."""
+    """Users and their SCRAM verifiers in a sealed file encrypted under ``keyring``.
+
+    ``journal`` (SQLite: :meth:`._engines.SQLiteEngine.read_users_record`) reads the record
+    of user changes a transaction committed with its data; a record newer than the user
+    file (the process died between the two writes) is saved to the file first, at start
+    (:meth:`recover`), before every change and when another process's change is read in.
+    """
+
+    #: the user file's own count of saves: a record of committed changes with a higher
+    #: serial than the file's is not in the file yet
+    serial = 0
+    journal: JournalReader | None = None
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
-                 iterations: int = DEFAULT_ITERATIONS) -> None:
+                 iterations: int = DEFAULT_ITERATIONS,
+                 journal: JournalReader | None = None) -> None:
         self.path = os.fspath(path)
         self.keyring = keyring
         self.iterations = iterations
+        self.journal = journal
         self._lock = threading.Lock()
         #: changes with every change to users, roles and grants (cached permission checks
         #: use it); unique across stores and their copies
@@ -120,14 +139,60 @@ class UserStore:
                 raise ServerError(f"{self.path} is not a cryptdisk user file (version 1)")
             self.users = data["users"]
             self.roles = data.get("roles", {})
+            self.serial = int(data.get("serial", 0))
 
     def refresh(self) -> None:
         """Read the user file again if another process (a worker of the same server,
-        ``cryptdisk serve --add-user``) changed it since this one last did."""
+        ``cryptdisk serve --add-user``) changed it since this one last did. Never waits:
+        while another thread or process is changing the users, the next call reads."""
         shared = self._shared
-        if shared is not None and shared.value() != self._seen:
-            with self._lock:
+        if shared is None or shared.value() == self._seen:
+            return
+        if not self._lock.acquire(blocking=False):
+            return  # a change in this process: it reads the others' in first
+        try:
+            if not shared.try_lock():
+                return  # another process is changing them: read when it is done
+            try:
                 self._reload()
+                if self._recover(wait=False):
+                    self._seen = shared.bump()
+            finally:
+                shared.unlock()
+        finally:
+            self._lock.release()
+
+    def recover(self) -> None:
+        """Save to the user file the user changes a transaction committed with its data
+        when the process died before saving them (see :meth:`commit`)."""
+        with self._exclusive():
+            pass
+
+    def _recover(self, *, wait: bool = True,
+                 journal: JournalReader | None = None) -> bool:
+        """With the user file locked: apply a journal record newer than the file."""
+        read = journal or self.journal
+        if read is None:
+            return False
+        record = read(wait)
+        if record is None or record[0] <= self.serial:
+            return False
+        self._load()  # the file itself, in case this process's copy is behind
+        serial, text = record
+        if serial <= self.serial:
+            return False
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("version") != 1 \
+                or int(data.get("serial", -1)) != serial:
+            raise ServerError(f"the record of committed user changes for {self.path} is "
+                              "not a cryptdisk user file (version 1)")
+        with cd_open(self.path, "wb", keyring=self.keyring) as f:
+            f.write(text)
+        self.users, self.roles, self.serial = data["users"], data.get("roles", {}), serial
+        self._bump()
+        log.warning("saved to %s the user changes committed with the data before the "
+                    "process that committed them stopped (serial %d)", self.path, serial)
+        return True
 
     def _reload(self) -> None:
         assert self._shared is not None
@@ -138,17 +203,19 @@ class UserStore:
             self._bump()
 
     @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
+    def _exclusive(self, journal: JournalReader | None = None) -> Iterator[None]:
         """Hold the user file against every other thread and process, with what they saved
-        read in, for a change; the change counter moves when it ends."""
+        read in (and a committed record not saved yet, :meth:`_recover`), for a change; the
+        change counter moves when it ends."""
         with self._lock:
             shared = self._shared
             if shared is None:
                 yield
                 return
             with shared.locked():
-                self._reload()
                 try:
+                    self._reload()
+                    self._recover(journal=journal)
                     yield
                 finally:
                     self._seen = shared.bump()
@@ -170,11 +237,15 @@ class UserStore:
             generation = self.generation
         return _ScratchStore(self.path, users, roles, generation)
 
+    def _encode(self, serial: int) -> bytes:
+        return json.dumps({"version": 1, "serial": serial, "users": self.users,
+                           "roles": self.roles}, sort_keys=True).encode()
+
     def _save(self) -> None:
-        data = json.dumps({"version": 1, "users": self.users, "roles": self.roles},
-                          sort_keys=True).encode()
+        data = self._encode(self.serial + 1)
         with cd_open(self.path, "wb", keyring=self.keyring) as f:
             f.write(data)
+        self.serial += 1
 
     def _change(self, change: Callable[[], None]) -> None:
         """Apply ``change`` to users/roles and save; on any failure restore both."""
@@ -222,6 +293,43 @@ class UserStore:
                 raise
             finally:
                 self._bump()
+
+    def commit(self, ops: list[Op], record: Callable[[int, bytes], None],
+               commit_data: Callable[[], None],
+               journal: JournalReader | None = None) -> None:
+        """Commit a transaction's changes (``ops``) with its data, in two phases, holding the
+        user file against every other process throughout (so nothing can change the users
+        between the check and the save): the changes are applied to the users as they are
+        now (the first that cannot apply raises, having changed nothing); ``record(serial,
+        text)`` writes the new user file's content into the data's transaction;
+        ``commit_data()`` commits that transaction; then the user file is saved. If the
+        process dies after ``commit_data``, the record (newer than the file) is saved at
+        the next start or change (:meth:`_recover`). The caller holds the data's write lock
+        already (lock order: data first, then the user file, never the other way).
+        ``journal`` reads the record through the committing connection."""
+        with self._exclusive(journal):
+            trial = _ScratchStore(self.path, copy.deepcopy(self.users),
+                                  copy.deepcopy(self.roles), self.generation)
+            for name, args, kwargs in ops:
+                getattr(trial, name)(*args, **kwargs)
+            serial = self.serial + 1
+            text = json.dumps({"version": 1, "serial": serial, "users": trial.users,
+                               "roles": trial.roles}, sort_keys=True).encode()
+            record(serial, text)
+            if self._shared is not None:  # other processes look, and find the file locked
+                self._seen = self._shared.bump()
+            _test_hook("before-data-commit")
+            commit_data()
+            _test_hook("after-data-commit")
+            self.users, self.roles, self.serial = trial.users, trial.roles, serial
+            self._bump()
+            try:
+                with cd_open(self.path, "wb", keyring=self.keyring) as f:
+                    f.write(text)
+            except Exception as exc:  # committed in the record: saved at the next change
+                log.warning("the user changes were committed with the data but the user "
+                            "file %s could not be saved now (%s); they are saved from the "
+                            "record at the next change or start", self.path, exc)
 
     def _entry(self, name: str) -> dict[str, Any]:
         entry = self.users.get(name)
@@ -436,6 +544,23 @@ class UserStore:
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
 
 
+#: test-only fault injection: ``CRYPTDISK_TEST_USERS_STOP=POINT`` makes the process print
+#: ``users-commit: POINT pid PID`` to stderr and stop itself (SIGSTOP) at that point of
+#: :meth:`UserStore.commit` (``before-data-commit``, ``after-data-commit``), so a crash
+#: test can kill -9 it exactly there
+_TEST_STOP = os.environ.get("CRYPTDISK_TEST_USERS_STOP")
+
+
+def _test_hook(point: str) -> None:
+    if _TEST_STOP is not None and _TEST_STOP == point:
+        import signal
+        import sys
+
+        sys.stderr.write(f"users-commit: {point} pid {os.getpid()}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 class _ChangeCounter:
     """How many times the user file was changed, shared by every process that serves it:
     8 bytes at the start of ``path`` (the user file's name plus ``.lock``, mode 0600, no
@@ -468,6 +593,20 @@ class _ChangeCounter:
             yield
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def try_lock(self) -> bool:
+        """Take the exclusive lock if no other process holds it (:meth:`unlock` it)."""
+        if self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            self._pid = os.getpid()
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def unlock(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def bump(self) -> int:
         """Count a change (the caller holds :meth:`locked`); the new count."""
