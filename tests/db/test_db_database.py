@@ -513,3 +513,15 @@ def test_connect_warms_duckdb_and_leaves_no_thread(tmp_path):
     with pytest.raises(CatalogError):
         cryptdisk.connect(path, read_only=True)
     assert warmups() == []
+
+
+@pytest.mark.parametrize("typ", ["INTERVAL", "INTERVAL[]", "STRUCT(a INTEGER, b INTERVAL)",
+                                 "MAP(VARCHAR, INTERVAL)"])
+def test_a_column_parquet_cannot_store_is_refused_at_create_table(db, typ):
+    with pytest.raises(DatabaseError, match=r"column d of type .*INTERVAL.* not supported") as e:
+        db.sql(f"CREATE TABLE iv (a INTEGER, d {typ})")
+    assert e.value.hint and "BIGINT" in e.value.hint
+    assert "iv" not in db.catalog.tables  # nothing created
+    db.sql("CREATE TABLE iv (a INTEGER, d BIGINT, l INTEGER[], s STRUCT(x VARCHAR))")
+    db.sql("INSERT INTO iv VALUES (1, 3, [1, 2], {'x': 'a'})")
+    assert db.sql("SELECT a, d FROM iv").to_pylist() == [{"a": 1, "d": 3}]

@@ -209,3 +209,13 @@ def test_sqlite_constraint_failures_have_postgresql_sqlstates(start_server,
                            ("INSERT INTO r VALUES (9)", psycopg.errors.ForeignKeyViolation)]:
             with pytest.raises(error):
                 c.execute(sql)
+
+
+def test_analytical_refuses_an_interval_column_with_0a000(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="INTERVAL"):
+            c.execute("CREATE TABLE iv (a INTEGER, d INTERVAL)")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("INSERT INTO iv VALUES (1, INTERVAL 3 DAY)")
+        assert c.execute("SELECT INTERVAL 3 DAY").fetchone() == (dt.timedelta(days=3),)

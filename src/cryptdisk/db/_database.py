@@ -762,9 +762,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,
                          ",".join(st.order_by) if st.order_by else None)
         try:
-            self.arrow_schema(meta)
+            schema = self.arrow_schema(meta)
         except duckdb.Error as exc:
             raise DatabaseError(f"CREATE TABLE {st.name}: {exc}") from None
+        for (column, typ), field in zip(st.columns, schema, strict=True):
+            if not _parquet_stores(field):
+                raise DatabaseError(
+                    f"CREATE TABLE {st.name}: column {column} of type {typ} is not supported: "
+                    "a table's parts are Parquet files, which cannot store it (Arrow type "
+                    f"{field.type})",
+                    hint="store an interval as BIGINT (e.g. microseconds) or VARCHAR, or "
+                    "serve it from SQLite (cryptdisk serve --sqlite)")
         self.catalog.tables[st.name] = meta
         try:
             self._commit()
@@ -772,6 +780,20 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             del self.catalog.tables[st.name]
             raise
         return None
+
+
+def _parquet_stores(field: pa.Field) -> bool:
+    """A Parquet file can hold a column of ``field``'s type (not Arrow's intervals, alone
+    or inside a list, struct or map): an empty one is written to memory to find out."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    try:
+        pq.write_table(pa.schema([field]).empty_table(), io.BytesIO())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    return True
 
 
 def _warm_parser(con: Any) -> threading.Thread:
