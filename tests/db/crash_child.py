@@ -2,8 +2,10 @@
 
 Usage: crash_child.py DB CONFIG_A CONFIG_B OPERATION
 Prints ``committed N`` after the N-th insert has returned (so it is durable).
-OPERATION ``big-insert``: one insert of :data:`BIG` rows in several parts, printing
-``rows N`` as it writes them.
+OPERATION ``big-insert``: one insert of :data:`BIG` rows (keys in random order) in blocks
+of about 8K rows, each sorted and written as its own part on two threads, printing
+``rows N`` as they are written; ``big-insert-sorted``: the same with keys already in
+order, so blocks go on at the end of parts of up to 40K rows.
 """
 
 import sys
@@ -18,14 +20,17 @@ def insert(db, i):
     db.sql(f"INSERT INTO t SELECT {i}, md5(r::VARCHAR) || '{i}', r FROM range({BATCH}) x(r)")
 
 
-def big_insert(db):
-    """One insert of many parts and row groups; ``rows N`` as each batch is encoded, while
-    the source thread sorts the next batches and the writer thread hashes and encrypts."""
+def big_insert(db, presorted):
+    """One insert of many parts and row groups; ``rows N`` as each block is encoded, while
+    the source thread pulls the next batches, part threads sort and encode blocks, and
+    their writer threads hash and encrypt."""
     from cryptdisk.db import _insert, _parts
 
     _insert.BATCH_ROWS, _insert.PART_ROWS, _parts.ROW_GROUP_ROWS = 4096, 40_000, 2048
+    db.insert_block_bytes = 256 << 10
     i = db.query("SELECT coalesce(max(c_int) + 1, 0) FROM t")[0][0]
-    db.insert_query("t", f"SELECT {i}, md5(r::VARCHAR), r FROM range({BIG}) x(r)",
+    key = "lpad(r::VARCHAR, 8, '0')" if presorted else "md5(r::VARCHAR)"  # ORDER BY c_str
+    db.insert_query("t", f"SELECT {i}, {key}, r FROM range({BIG}) x(r)",
                     on_rows=lambda n: print(f"rows {n}", flush=True))
     print(f"committed {i}", flush=True)
 
@@ -33,8 +38,8 @@ def big_insert(db):
 def main():
     path, cfg_a, cfg_b, op = sys.argv[1:5]
     db = cryptdisk.connect(path, cfg_a)
-    if op == "big-insert":
-        big_insert(db)
+    if op.startswith("big-insert"):
+        big_insert(db, op.endswith("sorted"))
         return
     i = db.query("SELECT coalesce(max(c_int) + 1, 0) FROM t")[0][0]
     for n in range(10_000):

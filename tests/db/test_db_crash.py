@@ -86,10 +86,13 @@ def test_kill_during_writes(tmp_path, operation):
 
 
 @pytest.mark.slow
-def test_kill_while_an_insert_writes_its_parts_on_several_threads(tmp_path):
-    """kill -9 while one insert's threads are busy: DuckDB sorting the next batches, pyarrow
-    encoding a part, another thread hashing and encrypting it, earlier parts published.
-    The insert is wholly absent, the next writer's commit removes its files, nothing is lost."""
+@pytest.mark.parametrize("operation", ["big-insert", "big-insert-sorted"])
+def test_kill_while_an_insert_writes_its_parts_on_several_threads(tmp_path, operation):
+    """kill -9 while one insert's threads are busy: DuckDB producing the next batches, part
+    threads sorting and encoding blocks (random keys: a part per block, two at once; keys
+    in order: blocks appended to one part), their threads hashing and encrypting, earlier
+    parts published. The insert is wholly absent, the next writer's commit removes its
+    files, nothing is lost."""
     from .crash_child import BIG
 
     cfg = write_config(tmp_path, [1], 1, "a.toml")
@@ -101,7 +104,7 @@ def test_kill_while_an_insert_writes_its_parts_on_several_threads(tmp_path):
     killed_at, expected = [], 1000
     for trial in range(max(2, TRIALS // 3)):
         child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg),
-                                  "big-insert"], stdout=subprocess.PIPE, text=True, env=env())
+                                  operation], stdout=subprocess.PIPE, text=True, env=env())
         # kill after a random number of the child's own row reports (up to 4 parts' worth)
         wanted, written = rng.randrange(1, BIG - 40_000), 0
         while written < wanted:

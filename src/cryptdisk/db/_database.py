@@ -57,7 +57,7 @@ from ._derived import (
     push_functions,
 )
 from ._import import ImportMixin
-from ._insert import InsertMixin
+from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_query
@@ -186,8 +186,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                  cache_bytes: int = DEFAULT_COLUMN_CACHE_BYTES, read_only: bool = False,
                  memory_limit: str | None = None, threads: int | None = None,
                  pin: str | os.PathLike[str] | bool | None = None, role: str | None = None,
-                 policies: str | os.PathLike[str] | None = None) -> None:
+                 policies: str | os.PathLike[str] | None = None,
+                 insert_block_bytes: int = INSERT_BLOCK_BYTES) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        if not isinstance(insert_block_bytes, int) or insert_block_bytes < 1:
+            raise DatabaseError("insert_block_bytes must be a positive number of bytes")
+        #: an insert sorts and writes its rows in blocks of about this much Arrow data
+        self.insert_block_bytes = insert_block_bytes
         self.read_only = read_only
         if role is not None and (not isinstance(role, str) or not role):
             raise DatabaseError("role must be a role name (a non-empty string)")
@@ -842,7 +847,9 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
 
     Options: ``cache_bytes`` (bound of the decrypted cache, default 768 MiB),
     ``read_only`` (no write lock; sees other processes' commits),
-    ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``pin`` (a file
+    ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``insert_block_bytes``
+    (an insert sorts and writes its rows in blocks of about this much, default 64 MiB;
+    its memory is a few blocks, see docs/database.md), ``pin`` (a file
     outside the directory that records the catalog's version after every
     commit, so a rollback of the whole directory is refused; ``True`` means
     ``PATH.pin`` beside ``PATH.key``; created by the first writer that uses it),

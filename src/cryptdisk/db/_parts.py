@@ -12,6 +12,7 @@ full reads (:func:`verify_part`, merges, moves).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import threading
@@ -113,7 +114,7 @@ class _NaNGroups:
         self.groups = 0
         self.found: dict[str, list[int]] = {c: [] for c in self.columns}
 
-    def add(self, batch: pa.RecordBatch, group_rows: int) -> None:
+    def add(self, batch: pa.RecordBatch | pa.Table, group_rows: int) -> None:
         import pyarrow.compute as pc
 
         n = batch.num_rows
@@ -239,13 +240,89 @@ class _Prefetch:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+        self._it = iter(())  # the source (a DuckDB result) is not kept alive by this
+
+
+class _PartWriter:
+    """One part being written: Parquet encoding here, hashing and encryption on a thread.
+
+    :meth:`write` takes a table or batch (cast to the part's schema) and splits it into
+    row groups of :data:`ROW_GROUP_ROWS`; :meth:`finish` publishes the part (atomic
+    rename on the disk) and returns its catalog entry, or None (removing the file) if
+    no row was written; :meth:`abort` discards it.
+    """
+
+    def __init__(self, disk: Disk, prefix: str, schema: pa.Schema, *, version: int,
+                 compression: dict[str, str] | str, dictionary: list[str] | bool,
+                 key: str | None) -> None:
+        self.disk, self.schema, self.key = disk, schema, key
+        self.part_id = uuid.uuid4().hex
+        self.path = f"{prefix}/{part_file_name(version, self.part_id)}"
+        self.rows = 0
+        self._raw = disk.open_write(self.path)
+        self._sink = _HashingWriter(self._raw)
+        meta_schema = schema.with_metadata({PART_ID_KEY: self.part_id.encode(),
+                                            VERSION_KEY: str(version).encode()})
+        try:
+            self._writer = pq.ParquetWriter(self._sink, meta_schema, compression=compression,
+                                            use_dictionary=dictionary,
+                                            max_rows_per_page=GRANULE_ROWS)
+        except BaseException:
+            self.abort()
+            raise
+        self._nans = _NaNGroups(schema)
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        if not data.num_rows:
+            return
+        if data.schema != self.schema:
+            data = data.cast(self.schema)
+        if isinstance(data, pa.RecordBatch):
+            self._writer.write_batch(data, row_group_size=ROW_GROUP_ROWS)
+        else:  # row groups of ROW_GROUP_ROWS across the table's chunks
+            self._writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
+        self._nans.add(data, ROW_GROUP_ROWS)
+        self.rows += data.num_rows
+
+    def finish(self) -> PartMeta | None:
+        try:
+            self._writer.add_key_value_metadata({NAN_KEY: self._nans.to_json()})
+            self._writer.close()
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            self._sink.finish()  # the hashing thread's last writes
+        except BaseException:
+            self.abort()
+            raise
+        self._raw.close()  # publishes the file
+        if self.rows == 0:  # nothing to keep
+            self.disk.remove(self.path)
+            return None
+        info = self.disk.info(self.path)
+        lo, hi = (key_range_of(self._writer.writer.metadata, self.key) if self.key else None
+                  ) or (None, None)
+        return PartMeta(self.part_id, self.disk.name, self.path, self.rows, self._sink.tell(),
+                        self._sink.digest, info.key_id, info.algorithm, info.stored_size,
+                        key_min=lo, key_max=hi)
+
+    def abort(self) -> None:
+        """Discard the part: the disk's temporary file goes, nothing is published."""
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+        with contextlib.suppress(BaseException):
+            self._sink.finish()
+        self._raw.abort()  # type: ignore[attr-defined]  # the Disk contract's discard
 
 
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                 *, version: int, max_rows: int,
                 on_rows: Callable[[int], None] | None = None,
                 key: str | None = None) -> list[PartMeta]:
-    """Write ``batches`` as parts of at most about ``max_rows`` rows each; publish each one.
+    """Write ``batches`` as they come, in parts of at most about ``max_rows`` rows each.
 
     ``version`` is the catalog version that will name the parts (the loaded
     catalog's plus one); it goes into each part's name and footer. With ``key``
@@ -259,58 +336,29 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     """
     source = _Prefetch(batches)
     try:
-        return _write_parts(disk, prefix, source, schema, version=version, max_rows=max_rows,
-                            on_rows=on_rows, key=key)
+        parts: list[PartMeta] = []
+        pending = source.next()
+        dictionary = dictionary_columns(pending, schema) if pending is not None else True
+        compression = (column_compression(pending, schema, dictionary) if pending is not None
+                       else COMPRESSION)
+        while pending is not None:
+            writer = _PartWriter(disk, prefix, schema, version=version,
+                                 compression=compression, dictionary=dictionary, key=key)
+            try:
+                while pending is not None and writer.rows < max_rows:
+                    writer.write(pending)
+                    if on_rows is not None and pending.num_rows:
+                        on_rows(pending.num_rows)
+                    pending = source.next()
+            except BaseException:
+                writer.abort()
+                raise
+            part = writer.finish()
+            if part is not None:
+                parts.append(part)
+        return parts
     finally:
         source.close()
-
-
-def _write_parts(disk: Disk, prefix: str, source: _Prefetch, schema: pa.Schema, *,
-                 version: int, max_rows: int, on_rows: Callable[[int], None] | None,
-                 key: str | None) -> list[PartMeta]:
-    parts: list[PartMeta] = []
-    pending = source.next()
-    dictionary = dictionary_columns(pending, schema) if pending is not None else True
-    compression = (column_compression(pending, schema, dictionary) if pending is not None
-                   else COMPRESSION)
-    while pending is not None:
-        part_id = uuid.uuid4().hex
-        path = f"{prefix}/{part_file_name(version, part_id)}"
-        meta_schema = schema.with_metadata({PART_ID_KEY: part_id.encode(),
-                                            VERSION_KEY: str(version).encode()})
-        rows = 0
-        written: Any = None
-        with disk.open_write(path) as raw:
-            sink = _HashingWriter(raw)
-            try:
-                with pq.ParquetWriter(sink, meta_schema, compression=compression,
-                                      use_dictionary=dictionary,
-                                      max_rows_per_page=GRANULE_ROWS) as writer:
-                    nans = _NaNGroups(schema)
-                    while pending is not None and rows < max_rows:
-                        if pending.num_rows:
-                            batch = pending.cast(schema) if pending.schema != schema else pending
-                            group_rows = ROW_GROUP_ROWS
-                            writer.write_batch(batch, row_group_size=group_rows)
-                            nans.add(batch, group_rows)
-                            rows += pending.num_rows
-                            if on_rows is not None:
-                                on_rows(pending.num_rows)
-                        pending = source.next()
-                    writer.add_key_value_metadata({NAN_KEY: nans.to_json()})
-                written = writer
-            finally:
-                sink.finish()
-        info = disk.info(path)
-        lo, hi = (key_range_of(written.writer.metadata, key) if key and written else None
-                  ) or (None, None)
-        parts.append(PartMeta(part_id, disk.name, path, rows, sink.tell(), sink.digest,
-                              info.key_id, info.algorithm, info.stored_size,
-                              key_min=lo, key_max=hi))
-        if rows == 0:  # an empty insert: nothing to keep
-            disk.remove(path)
-            parts.pop()
-    return parts
 
 
 def not_as_recorded(disk: Disk, part: PartMeta, exc: BaseException) -> CatalogError:

@@ -38,6 +38,8 @@ class DatabaseState(Protocol):
     role: str | None
     catalog: Catalog
     cache: ColumnCache
+    #: An insert sorts and writes its rows in blocks of about this many bytes.
+    insert_block_bytes: int
     #: The in-memory DuckDB connection.
     con: Any
     #: Held by every public method: one statement at a time per connection.

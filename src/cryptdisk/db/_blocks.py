@@ -1,0 +1,249 @@
+"""An insert's rows as sorted parts, one block of rows at a time, on several threads.
+
+The rows stream in (from DuckDB, in the input's order) and are cut into blocks of
+about ``block_bytes`` of Arrow data (whole row groups). Each block is checked for
+order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring keys):
+
+- a block already in order whose first key is at least the last key of the part
+  being written goes on at the end of that part (so an input already sorted by the
+  key becomes parts of up to ``max_rows`` rows whose key ranges do not overlap,
+  with no sort at all);
+- any other block is sorted (Arrow's ``sort_indices``) and starts a new part.
+
+Parts are written by up to ``workers`` threads at once, each sorting, encoding and
+(on another thread) hashing and encrypting its own part, so both cores work. At
+most ``workers`` parts are open, each holding the block it encodes and one queued
+block, and one block is being gathered: an insert holds about
+``(2 * workers + 1) * block_bytes`` of rows (3x while a block is sorted, which
+copies it), whatever its size. Unsorted input yields one part per block, whose key
+ranges overlap; ``OPTIMIZE`` merges them.
+
+All parts are published (each an atomic rename) before the caller commits the
+catalog once for all of them; on an error the parts being written are discarded
+and the ones already published are orphans for the next writer to remove.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from ..disks import Disk
+from . import _parts
+from ._catalog import PartMeta
+from ._parts import (
+    _PartWriter,
+    _Prefetch,
+    column_compression,
+    dictionary_columns,
+)
+
+__all__ = ["sortable", "write_sorted_parts"]
+
+
+def sortable(schema: pa.Schema, order: list[str]) -> bool:
+    """Whether Arrow can sort and compare the ``order`` columns of ``schema``."""
+    import pyarrow.compute as pc  # not at import: a reader never pays it
+    try:
+        for name in order:
+            empty = pa.array([], schema.field(name).type)
+            pc.sort_indices(empty)
+            pc.greater_equal(empty, empty)
+    except (pa.ArrowException, KeyError):
+        return False
+    return True
+
+
+def _in_order(block: pa.Table, order: list[str]) -> bool:
+    """Whether ``block`` is sorted by ``order``: checked on the first column only, strictly
+    increasing when there are more (ties would need the next columns), no NULL or NaN."""
+    import pyarrow.compute as pc  # not at import: a reader never pays it
+    key = block.column(order[0])
+    n = block.num_rows
+    if key.null_count or n < 2:
+        return not key.null_count
+    cmp = pc.greater if len(order) > 1 else pc.greater_equal
+    # NaN compares false, so a key with NaN is never found in order
+    return bool(pc.all(cmp(key.slice(1), key.slice(0, n - 1))).as_py())
+
+
+def _clean_range(block: pa.Table, key: str, ordered: bool) -> tuple[Any, Any] | None:
+    """The block's (min, max) key, or None if it has NULL or NaN (no chaining then)."""
+    import pyarrow.compute as pc  # not at import: a reader never pays it
+    col = block.column(key)
+    if col.null_count or not block.num_rows:
+        return None
+    if pa.types.is_floating(col.type) and pc.any(pc.is_nan(col)).as_py():
+        return None
+    if ordered:
+        return col[0].as_py(), col[-1].as_py()
+    mm = pc.min_max(col)
+    return mm["min"].as_py(), mm["max"].as_py()
+
+
+def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
+    """``block`` sorted by ``order`` (NULLs last, NaN above every number, as DuckDB)."""
+    import pyarrow.compute as pc  # not at import: a reader never pays it
+    if len(order) == 1:  # one contiguous key column: a plain array sort, no chunk merging
+        idx = pc.array_sort_indices(block.column(order[0]).combine_chunks(),
+                                    null_placement="at_end")
+    else:
+        idx = pc.sort_indices(block.combine_chunks(),
+                              sort_keys=[(c, "ascending", "at_end") for c in order])
+    return block.combine_chunks().take(idx)
+
+
+class _Job:
+    """One part on its own thread: blocks come through a queue, sorted there if asked."""
+
+    def __init__(self, writer: _PartWriter, order: list[str],
+                 on_rows: Callable[[int], None] | None, lock: threading.Lock) -> None:
+        self.writer = writer
+        self.rows = 0  # rows handed to it
+        self.last: Any = None  # the largest key handed to it (None: unknown, no chaining)
+        self.ended = False
+        self._order = order
+        self._on_rows, self._lock = on_rows, lock
+        self._queue: queue.Queue[tuple[pa.Table, bool] | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.stop = False  # set by the inserting thread when the insert fails elsewhere
+        self.part: PartMeta | None = None
+        self._thread = threading.Thread(target=self._run, name="cryptdisk-insert-part",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, block: pa.Table, sort: bool) -> None:
+        self.rows += block.num_rows
+        self._queue.put((block, sort))
+
+    def _run(self) -> None:
+        ended = False
+        try:
+            while (item := self._queue.get()) is not None:
+                if self.stop:
+                    continue
+                block, sort = item
+                if sort:
+                    block = _sorted(block, self._order)
+                self.writer.write(block)
+                if self._on_rows is not None:
+                    with self._lock:
+                        self._on_rows(block.num_rows)
+                del block, item
+            ended = True
+            if not self.stop:
+                self.part = self.writer.finish()
+        except BaseException as exc:  # re-raised by the inserting thread
+            self.error = exc
+        finally:
+            if self.error is not None or self.stop:
+                self.writer.abort()
+            while not ended:  # take what the inserting thread still hands over
+                ended = self._queue.get() is None
+
+    def end(self) -> None:
+        """No more blocks: the thread finishes the part (see :meth:`join`)."""
+        if not self.ended:
+            self.ended = True
+            self._queue.put(None)
+
+    def join(self) -> None:
+        self.end()
+        self._thread.join()
+
+
+def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.Table]:
+    """The source's batches gathered into tables of about ``block_bytes`` (at least one
+    batch) and at most ``max_rows`` rows, cut at a multiple of :data:`._parts.ROW_GROUP_ROWS`
+    rows where they hold one; the rest starts the next."""
+    held: list[pa.RecordBatch] = []
+    size = rows = 0
+    while True:
+        batch = source.next()
+        if batch is not None and not batch.num_rows:
+            continue
+        if batch is not None:
+            held.append(batch)
+            size += batch.nbytes
+            rows += batch.num_rows
+        while held and (batch is None or size >= block_bytes or rows >= max_rows):
+            table = pa.Table.from_batches(held)
+            cut = min(rows, max_rows)
+            if batch is not None and cut >= _parts.ROW_GROUP_ROWS:
+                cut -= cut % _parts.ROW_GROUP_ROWS
+            yield table.slice(0, cut)
+            rest = table.slice(cut)
+            held = rest.to_batches() if rest.num_rows else []
+            rows = rest.num_rows
+            size = rest.nbytes if rows else 0
+            del table, rest
+        if batch is None:
+            return
+
+
+def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch],
+                       schema: pa.Schema, *, version: int, max_rows: int, block_bytes: int,
+                       order: list[str], workers: int,
+                       on_rows: Callable[[int], None] | None = None) -> list[PartMeta]:
+    """Write ``batches`` (in ``schema``) as parts sorted by ``order`` (see the module).
+
+    ``order`` empty: the rows keep their order, in parts of up to ``max_rows`` rows
+    (one thread encodes, as :func:`._parts.write_parts`). ``version`` names the parts
+    (the catalog's next version). Returns the parts, published but not in the catalog.
+    """
+    source = _Prefetch(batches)
+    jobs: list[_Job] = []  # in the order started; the last one may take more blocks
+    lock = threading.Lock()
+    key = order[0] if order else None
+    try:
+        settings: tuple[Any, Any] | None = None
+        for block in _blocks(source, block_bytes, max_rows):
+            if settings is None:  # judged on the insert's first rows, as write_parts does
+                sample = block.slice(0, 1 << 16).combine_chunks().to_batches()[0]
+                dictionary = dictionary_columns(sample, schema)
+                settings = (column_compression(sample, schema, dictionary), dictionary)
+                del sample
+            ordered = not order or _in_order(block, order)
+            span = _clean_range(block, key, ordered) if key else (None, None)
+            current = jobs[-1] if jobs and not jobs[-1].ended else None
+            if not (current is not None and ordered and span is not None
+                    and current.rows + block.num_rows <= max_rows
+                    and (not order or (current.last is not None and (
+                        span[0] > current.last if len(order) > 1
+                        else span[0] >= current.last)))):
+                if current is not None:
+                    current.end()
+                open_jobs = [j for j in jobs if j.part is None and j.error is None]
+                while len(open_jobs) >= max(1, workers):  # at most `workers` parts at once
+                    open_jobs.pop(0).join()
+                _raise_any(jobs)
+                current = _Job(_PartWriter(disk, prefix, schema, version=version,
+                                           compression=settings[0], dictionary=settings[1],
+                                           key=key), order, on_rows, lock)
+                jobs.append(current)
+            current.put(block, sort=not ordered)
+            current.last = span[1] if span is not None else None
+            del block
+            _raise_any(jobs)
+        for job in jobs:
+            job.join()
+        _raise_any(jobs)
+        return [j.part for j in jobs if j.part is not None]
+    except BaseException:
+        for job in jobs:
+            job.stop = True
+        for job in jobs:
+            job.join()
+        raise
+    finally:
+        source.close()
+
+
+def _raise_any(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if job.error is not None:
+            raise job.error

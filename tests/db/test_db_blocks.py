@@ -1,0 +1,187 @@
+"""Inserts sorted a block at a time (cryptdisk.db._blocks): same rows, sorted parts, memory."""
+
+import itertools
+import math
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cryptdisk
+from cryptdisk.db import _insert, _parts
+
+_FLOATS = st.one_of(st.none(), st.just(math.nan), st.sampled_from([-2.5, -0.0, 1.0, 3.25]))
+_ROWS = st.lists(st.tuples(st.one_of(st.none(), st.integers(-20, 20)),
+                           st.one_of(st.none(), st.text("abc", max_size=3)), _FLOATS),
+                 max_size=120)
+_QUERIES = [
+    "SELECT k, s, f FROM {t} ORDER BY ALL",
+    "SELECT k, s, f FROM {t} WHERE k = 3 ORDER BY ALL",
+    "SELECT k, s, f FROM {t} WHERE k BETWEEN -4 AND 6 ORDER BY ALL",
+    "SELECT count(*), count(k), sum(k), count(f) FROM {t} WHERE s >= 'b'",
+    "SELECT k FROM {t} ORDER BY k NULLS FIRST LIMIT 3",
+    "SELECT f FROM {t} ORDER BY f DESC NULLS LAST LIMIT 3",
+]
+
+
+def _norm(rows):
+    return [tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in r)
+            for r in rows]
+
+
+def _rank(v):
+    """DuckDB's ascending order of one value: numbers and strings, then NaN, then NULL."""
+    if v is None:
+        return (2, 0)
+    if isinstance(v, float) and math.isnan(v):
+        return (1, 0)
+    return (0, v)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    d = cryptdisk.connect(tmp_path_factory.mktemp("blocks") / "db", insert_block_bytes=600)
+    yield d
+    d.close()
+
+
+_COUNTER = iter(range(10**9))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_ROWS, min_size=1, max_size=3),
+       order_by=st.sampled_from(["k", "(k, s)", "s", "f", "(s, k)", None]),
+       presorted=st.booleans(), plain=st.booleans(), threads=st.sampled_from([1, 2, 3]))
+def test_results_equal_duckdb_and_each_part_is_sorted(shared, inserts, order_by, presorted,
+                                                       plain, threads):
+    """Blocks of a few rows (insert_block_bytes=600, batches of 5 rows, row groups of 7), on
+    1-3 threads: the table holds exactly the rows inserted, queries answer as DuckDB does
+    on the same rows, and every part is sorted by the ORDER BY."""
+    db = shared
+    cols = order_by.strip("()").split(", ") if order_by else []
+    pos = {"k": 0, "s": 1, "f": 2}
+    if presorted and cols:
+        inserts = [sorted(rows, key=lambda r: tuple(_rank(r[pos[c]]) for c in cols))
+                   for rows in inserts]
+    t = f"t{next(_COUNTER)}"
+    old = _parts.ROW_GROUP_ROWS, _insert.BATCH_ROWS
+    _parts.ROW_GROUP_ROWS, _insert.BATCH_ROWS = 7, 5
+    db.con.execute(f"SET threads = {threads}")
+    try:
+        db.sql(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)"
+               f"{' ORDER BY ' + order_by if order_by else ''}"
+               f" SETTINGS storage_policy = '{'plain' if plain else 'default'}'")
+        for rows in inserts:
+            db.insert(t, pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
+                                   "s": pa.array([r[1] for r in rows], pa.string()),
+                                   "f": pa.array([r[2] for r in rows], pa.float64())}))
+    finally:
+        _parts.ROW_GROUP_ROWS, _insert.BATCH_ROWS = old
+    ref = duckdb.connect()
+    ref.execute(f"CREATE TABLE {t} (k BIGINT, s VARCHAR, f DOUBLE)")
+    for rows in inserts:
+        if rows:
+            ref.executemany(f"INSERT INTO {t} VALUES (?, ?, ?)", rows)
+    for q in _QUERIES:
+        sql = q.format(t=t)
+        assert _norm(db.query(sql)) == _norm(ref.execute(sql).fetchall()), sql
+    parts = db.query(f"SELECT part, rows FROM system.parts WHERE \"table\" = '{t}'")
+    assert sum(n for _p, n in parts) == sum(len(r) for r in inserts)
+    for part, _n in parts:
+        got = db.read_part(t, part).to_pylist()
+        keys = [tuple(_rank(r[c]) for c in cols) for r in got]
+        assert keys == sorted(keys), (order_by, part)
+    db.sql(f"DROP TABLE {t}")
+
+
+def test_sorted_input_becomes_disjoint_parts_without_a_sort(tmp_path, monkeypatch):
+    """Input already in key order: blocks go on at the end of the part being written (no
+    sort), parts hold up to PART_ROWS rows and their key ranges do not overlap. Unsorted
+    input: one sorted part per block, all published in one commit."""
+    from cryptdisk.db import _blocks
+
+    monkeypatch.setattr(_insert, "PART_ROWS", 300_000)
+    sorts = []
+    real = _blocks._sorted
+    monkeypatch.setattr(_blocks, "_sorted", lambda b, o: sorts.append(b.num_rows) or real(b, o))
+    path = tmp_path / "db"
+    with cryptdisk.connect(path, insert_block_bytes=1 << 20) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        version = db.catalog.version
+        db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR) FROM range(600000) r(i)")
+        parts = db.query("SELECT rows, key_min::BIGINT, key_max::BIGINT FROM system.parts "
+                         "ORDER BY 2")
+        assert sorts == []
+        # blocks of one 131072-row batch (over 1 MiB), two to a part: at most PART_ROWS
+        assert [p[0] for p in parts] == [262144, 262144, 75712]
+        assert all(a[2] < b[1] for a, b in itertools.pairwise(parts))
+        assert db.catalog.version == version + 1
+
+        db.sql("CREATE TABLE u (k BIGINT, s VARCHAR) ORDER BY k")
+        version = db.catalog.version
+        db.sql("INSERT INTO u SELECT hash(i) // 2, md5(i::VARCHAR) FROM range(250000) r(i)")
+        n = db.query("SELECT count(*), sum(rows)::BIGINT FROM system.parts "
+                     "WHERE \"table\" = 'u'")[0]
+        assert n == (len(sorts), 250000) and n[0] >= 2  # one part per block, each sorted
+        assert db.catalog.version == version + 1  # one commit for all of them
+        assert db.query("SELECT count(*) FROM u WHERE k = (SELECT min(k) FROM u)") == [(1,)]
+
+
+def test_an_error_in_a_block_publishes_nothing(tmp_path, monkeypatch):
+    """A part's thread failing mid-insert: no part of the insert is in the catalog, and the
+    connection can run the next statement (DuckDB's result was closed)."""
+    from cryptdisk.db import _blocks
+
+    def fail(block, order):
+        raise OSError("disk full")
+
+    with cryptdisk.connect(tmp_path / "db", insert_block_bytes=1 << 20) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        monkeypatch.setattr(_blocks, "_sorted", fail)
+        with pytest.raises(OSError, match="disk full"):
+            db.sql("INSERT INTO t SELECT hash(i) // 2, md5(i::VARCHAR) FROM range(200000) r(i)")
+        monkeypatch.undo()
+        assert db.query("SELECT count(*) FROM t") == [(0,)]
+        db.sql("INSERT INTO t VALUES (1, 'a')")
+        assert db.query("SELECT count(*), count(*) FILTER (k = 1) FROM t") == [(1, 1)]
+
+
+_MEM_CHILD = textwrap.dedent("""
+    import sys, cryptdisk
+    def hwm():
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
+    db = cryptdisk.connect(sys.argv[1], memory_limit="256MB", threads=2,
+                           insert_block_bytes=8 << 20)
+    db.con.execute("SET enable_progress_bar = false")
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k")
+    db.sql("INSERT INTO t VALUES (1, 'a', 1)")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM from here on: the insert's peak
+    db.sql(f"INSERT INTO t SELECT hash(i) // 2, md5(i::VARCHAR), i / 7 "
+           f"FROM range({int(sys.argv[2])}) r(i)")
+    print(hwm(), db.query("SELECT count(*) FROM t")[0][0])
+""")
+
+
+@pytest.mark.slow
+def test_an_insert_peaks_at_the_same_memory_whatever_its_rows(tmp_path):
+    """An insert of random keys, 1M and 3M rows (about 53 and 159 MB of Arrow data), in a
+    child process with insert_block_bytes=8 MiB and memory_limit='256MB': its peak RSS does
+    not grow with the rows (the whole-insert sort it replaces did not fit 3M rows)."""
+    peaks = {}
+    for rows in (1_000_000, 3_000_000):
+        proc = subprocess.run([sys.executable, "-c", _MEM_CHILD, str(tmp_path / f"db{rows}"),
+                               str(rows)], capture_output=True, text=True, timeout=600,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        peak, count = map(int, proc.stdout.split())
+        assert count == rows + 1
+        peaks[rows] = peak
+    assert peaks[3_000_000] < peaks[1_000_000] + (48 << 20), peaks
+    assert peaks[3_000_000] < 600 << 20, peaks
