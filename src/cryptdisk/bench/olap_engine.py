@@ -34,7 +34,8 @@ _VERSUS = {"vs_chdb_encrypted": "chdb AES_256_CTR", "vs_duckdb_file": "duckdb fi
            "vs_chdb_plain": "chdb plain"}
 _NOTES = [
     "Loads: cryptdisk Database.insert(table, parquet) into tables ORDER BY c_int (default and "
-    "plain policy); DuckDB CREATE TABLE AS SELECT * FROM read_parquet(...) ORDER BY c_int + "
+    "plain policy; OPTIMIZE untimed, merging the insert's one part per block); DuckDB "
+    "CREATE TABLE AS SELECT * FROM read_parquet(...) ORDER BY c_int + "
     "CHECKPOINT; chdb INSERT INTO a MergeTree ORDER BY c_int SELECT FROM file(Parquet) "
     "(OPTIMIZE FINAL untimed). One load per engine.",
     "Shapes: cold = first query in a fresh process just after opening the store (the OS page "
