@@ -23,18 +23,21 @@ def test_fields_records_every_function_and_scan(tmp_path):
         assert (case, "cryptdisk") in cases
     for case in ("scan 1 column", "scan 2 columns", "scan 4 columns", "fetch 1 column",
                  "fetch 4 columns, 1 protected"):
-        for strategy in ("clear", "decrypt", "mask", "policy"):
-            assert (case, strategy) in cases
+        for run in ("first run", "repeated"):  # each timed apart, against the clear one's
+            for strategy in ("clear", "decrypt", "mask", "policy", "decrypt-udf"):
+                assert (f"{case}, {run}", strategy) in cases
     gcm = next(m for m in got if m.case == "encrypt AES-GCM, 1 MiB values")
     assert gcm.unit == "MB/s" and gcm.work == 16 * (1 << 20) and gcm.extra["target"] == 1000
     ff1 = next(m for m in got if m.case == "fpe_encrypt FF1, 16 digits")
     assert ff1.unit == "values/s" and ff1.work == 3000 and ff1.values[0] > 0
-    scan = next(m for m in got if m.case == "scan 1 column" and m.strategy == "decrypt")
+    scan = next(m for m in got
+                if m.case == "scan 1 column, repeated" and m.strategy == "decrypt")
     assert scan.extra["baseline"] == "clear" and scan.extra["rows"] == 3000
     assert scan.work == 3000 and scan.cpu_s  # so the report has a CPU ratio per row
     notes = "\n".join(fields.NOTES)
     assert "fpe_encrypt FF1, 16 digits" in notes and "the target of 1M values/s" in notes
-    assert "scan 1 column, decrypting (3,000 rows)" in notes and "under 1.5x" in notes
+    assert "scan 1 column, first run, decrypting (3,000 rows)" in notes
+    assert "scan 1 column, repeated, decrypting (3,000 rows)" in notes and "under 1.5x" in notes
     assert list(tmp_path.iterdir()) == []  # the experiment removed what it created
 
 
@@ -43,10 +46,13 @@ def test_case_picks_the_cases_to_run(tmp_path):
     fields.run(BenchOptions(tmp_path, quick=True, rows=2000, repeats=1, case="fetch 1"),
                got.append, lambda what, n, total: None)
     assert {(m.case, m.strategy) for m in got} == {
-        ("fetch 1 column", s) for s in ("clear", "decrypt", "mask", "policy")}
+        (f"fetch 1 column, {run}", s) for s in ("clear", "decrypt", "mask", "policy",
+                                                 "decrypt-udf")
+        for run in ("first run", "repeated")}
     notes = "\n".join(fields.NOTES)
-    assert "fetch 1 column, masking (2,000 rows)" in notes
-    assert "fetch 1 column, through c0's masking policy, as a role (2,000 rows)" in notes
+    assert "fetch 1 column, repeated, masking (2,000 rows)" in notes
+    assert "fetch 1 column, first run, through c0's masking policy, as a role (2,000 rows)" \
+        in notes
     try:
         fields.run(BenchOptions(tmp_path, quick=True, case="nothing like it"), got.append,
                    lambda what, n, total: None)

@@ -365,7 +365,8 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
         if scans:
             _scans(options, workdir, scans, rows, repeats, keep, progress)
     for m in measured:
-        m.extra.setdefault("rows", rows if m.case in SCANS else m.extra.get("values"))
+        scan_case = m.case.rsplit(", ", 1)[0]  # "scan 1 column, first run" etc.
+        m.extra.setdefault("rows", rows if scan_case in SCANS else m.extra.get("values"))
         if m.case in CASES and CASES[m.case][3] is not None:
             m.extra["target"] = CASES[m.case][3]
     NOTES.extend(_judge(measured, rows))
