@@ -25,6 +25,7 @@ from cryptdisk import Keyring
 from cryptdisk.server._engines import USERS_JOURNAL
 from cryptdisk.sqlite import connect as sqlite_connect
 from tests.server.certs import sqlite_serve_config
+from tests.server.test_workers import connections_in_workers
 
 KEY_HEX = "ab" * 32
 
@@ -185,21 +186,8 @@ def _wait_gone(pid: int) -> None:
 
 
 def _in_two_workers(s: Serve) -> list[psycopg.Connection]:
-    found: dict[int, psycopg.Connection] = {}
-    extra = []
-    for _ in range(30):
-        c = s.connect()
-        worker = c.info.backend_pid >> 24
-        if worker in found:
-            extra.append(c)
-        else:
-            found[worker] = c
-        if len(found) == 2:
-            break
-    for c in extra:
-        c.close()
-    assert len(found) == 2, "the connections all went to one worker"
-    return list(found.values())
+    """A connection in each of the two workers, connecting until both have answered."""
+    return connections_in_workers(s.connect, 2)
 
 
 def test_a_worker_killed_between_the_two_writes_loses_no_user_change(
