@@ -1,4 +1,4 @@
-"""``read_table``: one Dask partition per part (or per few row groups of a large part).
+"""``read_table``: a Dask partition per part, per run of small parts, or per few row groups.
 
 Every process (the client and each worker) keeps one read-only connection per
 ``(database, config)`` (:func:`_process_database`): the keys are loaded and the
