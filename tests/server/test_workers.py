@@ -83,7 +83,7 @@ def connections_in_workers(connect: Any, n: int = 2, limit: float = 120.0,
 
 class Served:
     def __init__(self, root: Path, workers: str = "2", extra: str = "",
-                 processes: int | None = None) -> None:
+                 processes: int | None = None, stderr: Any = subprocess.DEVNULL) -> None:
         self.ca, _cert, self.config = sqlite_serve_config(root, "c.toml", KEY_HEX, extra)
         self.db = str(root / "app.db")
         env = {**os.environ, "CRYPTDISK_PASSWORD": "pw"}
@@ -93,7 +93,7 @@ class Served:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cryptdisk", "serve", self.db, "--sqlite", "--config",
              str(self.config), "--listen", "127.0.0.1:0", "--workers", workers],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=root)
+            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=root)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         m = re.search(r"on 127\.0\.0\.1:(\d+) .*\b(\d+) worker processes", line)
@@ -473,3 +473,73 @@ def test_a_worker_killed_during_writes_loses_no_acknowledged_commit(served: Serv
     assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     for conn in (a, b, c):
         conn.close()
+
+
+def test_failed_logins_add_up_across_the_workers(tmp_path: Path) -> None:
+    """Two failed logins reach one worker, the third the other (each in turn the only one
+    running, the other stopped): the third is counted as the third, so its delay is the
+    third's, not the first's as it would be if each worker counted its own."""
+    with open(tmp_path / "stderr.log", "w") as err:
+        served = Served(tmp_path, stderr=err)
+    try:
+        a, b = served.in_each_worker()
+        first, second = _owner(served, a), _owner(served, b)
+
+        def fail_login() -> None:
+            with pytest.raises(psycopg.OperationalError, match="password authentication"):
+                served.connect("mallory", "guess")
+
+        os.kill(second, signal.SIGSTOP)  # only the first worker accepts
+        try:
+            fail_login()
+            fail_login()
+        finally:
+            os.kill(second, signal.SIGCONT)
+        os.kill(first, signal.SIGSTOP)  # only the second worker accepts
+        try:
+            fail_login()
+        finally:
+            os.kill(first, signal.SIGCONT)
+        a.close()
+        b.close()
+        assert served.stop() == 0
+    finally:
+        if served.proc.poll() is None:
+            served.proc.kill()
+            served.proc.wait(60)
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()
+    failures = re.findall(r"login failed for user 'mallory' .*\(failure (\d+)\)",
+                          (tmp_path / "stderr.log").read_text())
+    assert failures == ["1", "2", "3"]
+
+
+def test_the_shared_failure_table_counts_across_forks_and_survives_a_killed_holder() -> None:
+    import fcntl
+
+    from cryptdisk.server._users import _SharedFailures
+
+    table = _SharedFailures(b"s" * 32, buckets=1, ways=2)
+    try:
+        assert [table.add("u:a"), table.add("u:a")] == [1, 2]
+        pid = os.fork()
+        if pid == 0:  # a forked process counts in the same table
+            if table.add("u:a") != 3:
+                os._exit(1)
+            with table._locked():  # then dies holding the lock
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL  # it counted 3, then died
+        fcntl.lockf(table._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by its death
+        fcntl.lockf(table._file.fileno(), fcntl.LOCK_UN)
+        assert table.add("u:a") == 4
+        table.clear("u:a")
+        assert table.add("u:a") == 1
+        # bounded: a full bucket gives the entry used longest ago to a new key
+        table.add("u:b")
+        table.add("u:a")
+        assert table.add("u:c") == 1  # takes u:b's entry
+        assert table.add("u:a") == 3 and table.add("u:b") == 1
+    finally:
+        table.close()

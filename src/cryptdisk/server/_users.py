@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import copy
 import fcntl
+import hashlib
 import itertools
 import json
 import logging
@@ -43,6 +44,7 @@ import os
 import re
 import secrets
 import struct
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -738,6 +740,79 @@ class _Failures:
         self.counts.pop(key, None)
 
 
+class _SharedFailures:
+    """Failed logins per key, in memory shared by every process forked after it is made
+    (``cryptdisk serve --workers N``): one table the workers count in together.
+
+    A key is stored as its keyed 64-bit hash (BLAKE2b under ``secret``, so a client cannot
+    choose names that collide), in a set-associative table of ``buckets`` x ``ways``
+    entries (hash, count, last use); a new key takes a free entry of its bucket, else the
+    one used longest ago (bounded like :class:`_Failures`). Updates hold a POSIX record
+    lock on the table's (unlinked) file: it excludes the other processes, never this one,
+    and dies with a process killed while holding it."""
+
+    _ENTRY = struct.Struct("QQQ")  # key hash (0: free), count, last use
+    _HEAD = struct.Struct("Q")     # the use counter
+
+    def __init__(self, secret: bytes, buckets: int = 2048, ways: int = 8) -> None:
+        self.secret = secret
+        self.buckets = buckets
+        self.ways = ways
+        self._file = tempfile.TemporaryFile(prefix="cryptdisk-logins-")
+        size = self._HEAD.size + buckets * ways * self._ENTRY.size
+        os.ftruncate(self._file.fileno(), size)
+        self._memory = mmap.mmap(self._file.fileno(), size, flags=mmap.MAP_SHARED)
+
+    def close(self) -> None:
+        self._memory.close()
+        self._file.close()
+
+    def _hash(self, key: str) -> int:
+        digest = hashlib.blake2b(key.encode(), key=self.secret[:64], digest_size=8).digest()
+        return int.from_bytes(digest, "big") or 1
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fcntl.lockf(self._file.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self._file.fileno(), fcntl.LOCK_UN)
+
+    def _entries(self, h: int) -> range:
+        first = self._HEAD.size + (h % self.buckets) * self.ways * self._ENTRY.size
+        return range(first, first + self.ways * self._ENTRY.size, self._ENTRY.size)
+
+    def add(self, key: str) -> int:
+        h = self._hash(key)
+        m = self._memory
+        with self._locked():
+            (use,) = self._HEAD.unpack_from(m, 0)
+            use += 1
+            self._HEAD.pack_into(m, 0, use)
+            free, stale, stale_use = -1, -1, 0
+            for at in self._entries(h):
+                kh, count, last = self._ENTRY.unpack_from(m, at)
+                if kh == h:
+                    self._ENTRY.pack_into(m, at, h, count + 1, use)
+                    return int(count + 1)
+                if kh == 0:
+                    if free < 0:
+                        free = at
+                elif stale < 0 or last < stale_use:
+                    stale, stale_use = at, last
+            self._ENTRY.pack_into(m, free if free >= 0 else stale, h, 1, use)
+            return 1
+
+    def clear(self, key: str) -> None:
+        h = self._hash(key)
+        m = self._memory
+        with self._locked():
+            for at in self._entries(h):
+                if self._ENTRY.unpack_from(m, at)[0] == h:
+                    self._ENTRY.pack_into(m, at, 0, 0, 0)
+
+
 class ScramAuthenticator:
     """Logins by SCRAM-SHA-256 against a :class:`UserStore` (MD5 and cleartext never offered).
 
@@ -753,7 +828,13 @@ class ScramAuthenticator:
         self.delay = delay
         self.max_delay = max_delay
         self._secret = secrets.token_bytes(32)
-        self._failures = _Failures()
+        self._failures: _Failures | _SharedFailures = _Failures()
+
+    def share_failures(self) -> None:
+        """Count failed logins in memory shared with the processes forked after this call
+        (the workers of ``cryptdisk serve --workers N``), so an attacker's attempts add up
+        whichever worker they reach."""
+        self._failures = _SharedFailures(self._secret)
 
     def _fake(self, user: str) -> Verifier:
         # The same salt for the same unknown name within a run, as a real user's would be.

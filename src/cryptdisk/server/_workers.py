@@ -19,6 +19,9 @@ a whole server with its own event loop accepting on those same sockets:
   Unix socket; the supervisor holds the socket open, so lines queued when that writer
   dies wait for the one forked in its place. A plain access log is appended by each
   worker directly (one ``O_APPEND`` write per line).
+- *Failed logins* are counted in one table in shared memory, made before the fork
+  (``ScramAuthenticator.share_failures``): an attacker's attempts add up whichever
+  worker they reach.
 - *Key material* stays in memory: the workers are forked from the supervisor, which has
   loaded the keyring; nothing secret is in any process's argv or environment.
 - *Crashes*: a worker that dies (kill -9, a crash) is forked again; the others go on, and
@@ -270,6 +273,9 @@ class _Supervisor:
                               f"{store.path}.lock cannot be created",
                               hint="make the user file's directory writable, or serve with "
                               "--workers 1")
+        share = getattr(server.authenticator, "share_failures", None)
+        if share is not None:  # failed logins add up across the workers
+            share()
         self.server = server
         self.workers = Workers(count)
         self.sockets = bind(server.host, server.port)
