@@ -543,3 +543,18 @@ def test_the_shared_failure_table_counts_across_forks_and_survives_a_killed_hold
         assert table.add("u:a") == 3 and table.add("u:b") == 1
     finally:
         table.close()
+
+
+def test_no_room_for_the_shared_failure_table_is_a_clear_error(monkeypatch: Any) -> None:
+    import tempfile
+
+    from cryptdisk.errors import ServerError
+    from cryptdisk.server._users import _SharedFailures
+
+    def full(*_a: Any, **_k: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", full)
+    with pytest.raises(ServerError, match=r"failed-login table.*No space left") as err:
+        _SharedFailures(b"s" * 32)
+    assert err.value.hint is not None and "--workers 1" in err.value.hint

@@ -758,10 +758,21 @@ class _SharedFailures:
         self.secret = secret
         self.buckets = buckets
         self.ways = ways
-        self._file = tempfile.TemporaryFile(prefix="cryptdisk-logins-")
         size = self._HEAD.size + buckets * ways * self._ENTRY.size
-        os.ftruncate(self._file.fileno(), size)
-        self._memory = mmap.mmap(self._file.fileno(), size, flags=mmap.MAP_SHARED)
+        try:
+            self._file = tempfile.TemporaryFile(prefix="cryptdisk-logins-")
+        except OSError as exc:
+            raise ServerError(f"the workers' shared failed-login table cannot be made in "
+                              f"{tempfile.gettempdir()}: {exc.strerror or exc}",
+                              hint="set TMPDIR to a writable directory, or serve with "
+                              "--workers 1") from None
+        try:
+            os.ftruncate(self._file.fileno(), size)
+            self._memory = mmap.mmap(self._file.fileno(), size, flags=mmap.MAP_SHARED)
+        except OSError as exc:
+            self._file.close()
+            raise ServerError("the workers' shared failed-login table cannot be made: "
+                              f"{exc.strerror or exc}", hint="serve with --workers 1") from None
 
     def close(self) -> None:
         self._memory.close()
