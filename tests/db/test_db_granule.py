@@ -7,6 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cryptdisk
 from cryptdisk.db import _granule, _partread, _parts
@@ -87,6 +89,53 @@ def test_page_headers_that_do_not_add_up_are_refused():
         _granule.page_spans(read, start, end - 1, 1000)  # the last page runs past the chunk
     with pytest.raises(_granule.PageError):
         _granule.page_spans(lambda o, n: b"\x15", start, end, 1000)  # a truncated header
+
+
+def _chunk_bytes():
+    table = pa.table({"k": pa.array(np.arange(1000, dtype=np.int64))})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, max_rows_per_page=100, compression="none")
+    raw = sink.getvalue()
+    col = pq.read_metadata(pa.BufferReader(raw)).row_group(0).column(0)
+    return raw, *_chunk_start_end(col)
+
+
+_RAW, _START, _END = _chunk_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_page_header_parser_fuzz_mutated_chunks_fail_with_page_error_only(data):
+    """The page header parser reads bytes of a plain part that nothing authenticated:
+    any mutation of a real chunk gives its pages or a PageError, in bounded time."""
+    raw = bytearray(_RAW)
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(_START, _END - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.sampled_from([len(raw), _END - 1, _START + 5]))
+    buf = bytes(raw[:cut])
+    try:
+        spans = _granule.page_spans(lambda o, n: buf[o : o + n], _START, _END, 1000)
+    except _granule.PageError:
+        return
+    assert sum(s.rows for s in spans) == 1000
+    assert all(_START <= s.start < s.end <= _END for s in spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_page_header_parser_fuzz_random_bytes(blob):
+    try:
+        _granule.page_spans(lambda o, n: blob[o : o + n], 0, len(blob) + 1, 10)
+    except _granule.PageError:
+        pass
+
+
+def test_a_long_list_of_doubles_past_the_header_is_refused_not_looped():
+    # a header field: list (type 9) of 2**40 doubles (element type 7), then nothing
+    head = bytes([0x19, 0xF7]) + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x20])
+    with pytest.raises(_granule.PageError, match="truncated"):
+        _granule.page_spans(lambda o, n: head[o : o + n], 0, len(head), 1)
 
 
 def _point_table(db, monkeypatch):

@@ -88,6 +88,8 @@ def _read_value(buf: Any, pos: int, t: int, depth: int) -> tuple[Any, int]:
         n, pos = _varint(buf, pos)
         return _zigzag(n), pos
     if t == _DOUBLE:
+        if pos + 8 > len(buf):
+            raise PageError("truncated page header")
         return None, pos + 8
     if t == _BINARY:
         n, pos = _varint(buf, pos)
