@@ -23,13 +23,14 @@ again without derived columns, so it fails, or succeeds, exactly as it would hav
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ..errors import DatabaseError
+from ._columns import _walk
 
 __all__ = ["DerivedColumn", "DerivedFailed", "PushedScan", "ScanFunction", "push_functions"]
 
@@ -108,16 +109,6 @@ def _literal(node: Any) -> tuple[bool, Any]:
     if kind == "BOOLEAN" and text.lower() in ("true", "false"):
         return True, text.lower() == "true"
     return False, None
-
-
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 #: expressions that evaluate a child for some rows only (a branch a role does not get,
