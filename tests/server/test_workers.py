@@ -142,7 +142,10 @@ def test_connections_spread_over_the_workers(served: Served) -> None:
     conns = [served.connect() for _ in range(4)]
     try:
         workers = [c.info.backend_pid >> 24 for c in conns]
-        assert sorted(workers) == [1, 1, 2, 2]
+        # each worker takes some: the less busy one has 5 ms to take a connection before
+        # the other does, which a loaded machine may not schedule it within, so the exact
+        # 2 + 2 split is the usual outcome but not a certainty
+        assert sorted(set(workers)) == [1, 2], workers
     finally:
         for c in [*conns, *ready]:
             c.close()
