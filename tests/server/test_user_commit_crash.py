@@ -275,3 +275,25 @@ def test_the_record_is_hidden_from_clients_and_holds_no_password(
         db.close()
     assert b"dave" in text and b"dave secret pw" not in text  # verifiers, as in the file
     assert serial >= 1
+
+
+def test_a_plaintext_database_never_gets_the_record(tmp_path: Path) -> None:
+    """The unencrypted SQLite the benchmarks serve must not hold verifiers: the record of
+    committed user changes goes only into an encrypted database."""
+    from cryptdisk.keys import Key
+    from cryptdisk.server import SQLiteEngine
+    from cryptdisk.server._users import UserStore
+
+    engine = SQLiteEngine(tmp_path / "p.db", None, plaintext=True)
+    store = UserStore(tmp_path / "users", Keyring([Key(1, bytes(range(32)))]),
+                      iterations=4096, journal=engine.read_users_record)
+    session = engine.open_session()
+    session.run("CREATE TABLE t (a INTEGER)", [])
+    session.run("BEGIN", [])
+    session.run("INSERT INTO t VALUES (1)", [])
+    session.commit_users(store, [("set_user", ("erin", "erin secret pw"), {"create": True})])
+    session.close()
+    assert store.exists("erin") and UserStore(tmp_path / "users", store.keyring).exists("erin")
+    raw = (tmp_path / "p.db").read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("p.db-*"))
+    assert b"erin" not in raw and USERS_JOURNAL.encode() not in raw
