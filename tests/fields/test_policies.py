@@ -21,8 +21,6 @@ from cryptdisk import open as cd_open
 from cryptdisk.server import AnalyticalEngine, AuditLog, PolicyStore
 from tests.server.conftest import certs, start_server  # noqa: F401  (fixtures)
 
-from .test_sql import CONFIG
-
 DENIED = psycopg.errors.InsufficientPrivilege
 PANS = ["4111111111111111", "5500005555555559", "340000000000009"]
 MASK = "CASE WHEN current_role() IN ('auditor') THEN fpe_decrypt(v, 'cards') " \
@@ -30,10 +28,7 @@ MASK = "CASE WHEN current_role() IN ('auditor') THEN fpe_decrypt(v, 'cards') " \
 
 
 @pytest.fixture
-def engine(tmp_path, monkeypatch):
-    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
-    config = tmp_path / "cryptdisk.toml"
-    config.write_text(CONFIG)
+def engine(tmp_path, config):
     eng = AnalyticalEngine(tmp_path / "db", config)
     eng.policies = PolicyStore(tmp_path / "db.policies", eng.keyring, eng,
                                audit=AuditLog(tmp_path / "db.audit", eng.keyring))

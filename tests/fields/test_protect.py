@@ -144,7 +144,7 @@ def test_killed_mid_way_the_output_is_the_old_one(tmp_path, config):
 
 @pytest.fixture
 def db(tmp_path, monkeypatch):
-    from .test_sql import CONFIG
+    from tests.fields.conftest import CONFIG
 
     monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
     path = tmp_path / "db.toml"

@@ -22,18 +22,9 @@ from cryptdisk.fields import (
     fpe_encrypt,
     tokenize,
 )
-
-from .test_sql import CONFIG
+from tests.fields.conftest import CONFIG
 
 PUSHED = "__cd_derived_0"
-
-
-@pytest.fixture
-def config(tmp_path, monkeypatch):
-    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
-    path = tmp_path / "cryptdisk.toml"
-    path.write_text(CONFIG)
-    return path
 
 
 @pytest.fixture

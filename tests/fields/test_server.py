@@ -11,16 +11,12 @@ import pytest
 
 import cryptdisk.fields  # noqa: F401  (what cryptdisk serve imports: the SQL functions)
 from cryptdisk.server import AnalyticalEngine
+from tests.fields.conftest import CARDS
 from tests.server.conftest import certs, start_server  # noqa: F401  (fixtures)
-
-from .test_sql import CARDS, CONFIG
 
 
 @pytest.fixture
-def engine(tmp_path, monkeypatch):
-    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
-    config = tmp_path / "cryptdisk.toml"
-    config.write_text(CONFIG)
+def engine(tmp_path, config):
     return AnalyticalEngine(tmp_path / "db", config)
 
 

@@ -18,44 +18,7 @@ from cryptdisk.fields import (
     mask_null,
     register_sql_functions,
 )
-
-AT_REST = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
-CARDS = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
-CONFIG = f"""
-[keyring]
-[[keyring.keys]]
-id = 1
-hex = "{AT_REST}"
-
-[policies.default]
-[[policies.default.volumes]]
-name = "main"
-disks = ["secure"]
-
-[disks.secure]
-type = "encrypted"
-disk = "raw"
-keys = [1]
-
-[disks.raw]
-type = "local"
-path = "data"
-
-[fields.keys.cards]
-hex = "{CARDS}"
-
-[[fields.keys.emails]]
-id = 3
-from_env = "CRYPTDISK_TEST_EMAILS_KEY"
-"""
-
-
-@pytest.fixture
-def config(tmp_path, monkeypatch):
-    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
-    path = tmp_path / "cryptdisk.toml"
-    path.write_text(CONFIG)
-    return path
+from tests.fields.conftest import CARDS
 
 
 @pytest.fixture
