@@ -129,3 +129,32 @@ def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
     yield start
     for t in started:
         t.stop()
+
+
+#: A statement that runs until it is cancelled or times out.
+ENDLESS = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+           "SELECT count(*) FROM n")
+
+
+def cancel_running(srv: ServerThread, conn: Any, sql: str = ENDLESS) -> list[BaseException]:
+    """Run ``sql`` on the psycopg connection ``conn`` in a thread, send CancelRequests once
+    the server has it running until the statement ends, and return what it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            conn.execute(sql)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    while not any(s.busy for s in list(srv.server.sessions)):  # the statement is running
+        worker.join(0.01)
+    for _ in range(120):  # a cancel that lands before the engine starts is a no-op: repeat
+        conn.cancel_safe()
+        worker.join(1)
+        if not worker.is_alive():
+            break
+    assert not worker.is_alive()
+    return errors

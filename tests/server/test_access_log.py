@@ -12,7 +12,7 @@ import pytest
 
 import cryptdisk
 from cryptdisk.server import AccessLog
-from tests.server.conftest import PASSWORD, USER
+from tests.server.conftest import ENDLESS, PASSWORD, USER, cancel_running
 from tests.server.rawclient import Raw, cstr, msg
 
 
@@ -305,17 +305,13 @@ def test_refusals_catalog_grants_and_policies_are_logged(start_server, analytica
 
 def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engine,
                                                        keyring, tmp_path) -> None:
-    import threading
-
     from cryptdisk.server import SQLiteEngine
 
-    endless = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
-               "SELECT count(*) FROM n")
     path = tmp_path / "access.log"
     srv = start_server(sqlite_engine, access_log=AccessLog(path), statement_timeout=0.5)
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         with pytest.raises(psycopg.errors.QueryCanceled):
-            c.execute(endless)
+            c.execute(ENDLESS)
         assert c.execute("SELECT 1").fetchone() == (1,)
     srv.stop()
     log = lines(path.read_bytes())
@@ -325,23 +321,7 @@ def test_timed_out_and_cancelled_statements_are_logged(start_server, sqlite_engi
     path = tmp_path / "cancel.log"
     srv = start_server(SQLiteEngine(tmp_path / "s2.db", keyring), access_log=AccessLog(path))
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                c.execute(endless)
-            except BaseException as exc:
-                errors.append(exc)
-
-        worker = threading.Thread(target=run)
-        worker.start()
-        while not any(s.busy for s in list(srv.server.sessions)):  # the statement is running
-            worker.join(0.01)
-        for _ in range(120):  # a cancel that lands before the engine starts is a no-op: repeat
-            c.cancel_safe()
-            worker.join(1)
-            if not worker.is_alive():
-                break
+        errors = cancel_running(srv, c)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
     srv.stop()
     assert [(e["kind"], e.get("sqlstate"), e["rows"]) for e in lines(path.read_bytes())] == \

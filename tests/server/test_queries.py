@@ -11,7 +11,7 @@ import pg8000.native
 import psycopg
 import pytest
 
-from tests.server.conftest import PASSWORD, USER
+from tests.server.conftest import PASSWORD, USER, cancel_running
 
 
 def pg(srv, **kw):
@@ -120,30 +120,9 @@ def test_pg8000_prepared_statements(start_server, sqlite_engine) -> None:
 
 @pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
 def test_cancel_request_interrupts_a_running_statement(start_server, engine, request) -> None:
-    import threading
-
     srv = start_server(request.getfixturevalue(engine))
-    endless = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
-               "SELECT count(*) FROM n")
     with pg(srv, autocommit=True) as c:
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                c.execute(endless)
-            except BaseException as exc:
-                errors.append(exc)
-
-        worker = threading.Thread(target=run)
-        worker.start()
-        while not any(s.busy for s in list(srv.server.sessions)):  # the statement is running
-            worker.join(0.01)
-        for _ in range(120):  # a cancel that lands before the engine starts is a no-op: repeat
-            c.cancel_safe()
-            worker.join(1)
-            if not worker.is_alive():
-                break
-        assert not worker.is_alive()
+        errors = cancel_running(srv, c)
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
         assert c.execute("SELECT 1").fetchone() == (1,)
 
