@@ -426,6 +426,86 @@ def test_a_writer_waiting_longer_than_lock_timeout_gets_55p03(tmp_path: Path) ->
             served.proc.stdout.close()
 
 
+def _waiting_worker(served: Served) -> int:
+    """The pid of the worker waiting for another's write lock: it writes itself into the
+    first bytes of ``PATH.write-lock`` while it waits (0: none)."""
+    import struct
+
+    with open(served.db + ".write-lock", "rb") as f:
+        return int(struct.unpack("q", f.read(8))[0])
+
+
+def _cancel_until_done(conn: psycopg.Connection, statements: list[str],
+                       waiting: Any = None) -> BaseException | None:
+    """Run ``statements`` on ``conn`` in a thread and send CancelRequests (after ``waiting()``
+    says it waits, if given) until they end; what they raised. A cancel that arrives before
+    the statement is ignored, as in PostgreSQL, hence the repeats; the bound makes a wait
+    that no cancel ends fail the test instead of hanging it."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            for st in statements:
+                conn.execute(st)
+            raised.append(None)
+        except BaseException as exc:
+            raised.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    if waiting is not None:
+        _wait_until(waiting, "the statement waits for the write lock")
+    deadline = time.monotonic() + 60
+    while t.is_alive() and time.monotonic() < deadline:
+        conn.cancel_safe(timeout=30)
+        t.join(0.2)
+    assert not t.is_alive(), "a CancelRequest did not end the wait for the write lock"
+    return raised[0]
+
+
+def test_a_cancel_ends_a_wait_for_the_write_lock(tmp_path: Path) -> None:
+    """A session waiting for another's write lock (another worker's, on the flock; its own
+    worker's queue; SQLite's lock, for a statement outside a transaction) stops waiting at a
+    CancelRequest with 57014, holds no lock after it, and goes on working."""
+    served = Served(tmp_path, extra="lock_timeout = 600")  # no wait here ends by itself
+    try:
+        a, b = served.in_each_worker()
+        same = connections_in_workers(served.connect, 2)  # one more in a's worker
+        c = next(x for x in same if x.info.backend_pid >> 24 == a.info.backend_pid >> 24)
+        a.execute("CREATE TABLE t (x INTEGER)")
+        a.execute("BEGIN")
+        a.execute("INSERT INTO t VALUES (1)")  # a holds the write lock
+        b_worker = _owner(served, b)
+        # another worker's session, in a transaction: it waits on the cross-process flock
+        err = _cancel_until_done(b, ["BEGIN", "INSERT INTO t VALUES (2)"],
+                                 waiting=lambda: _waiting_worker(served) == b_worker)
+        assert isinstance(err, psycopg.errors.QueryCanceled), err
+        b.execute("ROLLBACK")
+        # a session in the same worker as the holder: it waits in that worker's queue
+        err = _cancel_until_done(c, ["BEGIN", "INSERT INTO t VALUES (3)"])
+        assert isinstance(err, psycopg.errors.QueryCanceled), err
+        c.execute("ROLLBACK")
+        # outside a transaction: the statement waits for SQLite's lock
+        err = _cancel_until_done(b, ["INSERT INTO t VALUES (4)"])
+        assert isinstance(err, psycopg.errors.QueryCanceled), err
+        assert b.execute("SELECT 1").fetchone() == (1,)  # usable while a still writes
+        a.execute("INSERT INTO t VALUES (5)")
+        a.execute("COMMIT")
+        # no cancelled wait took the lock: every session writes again, in turn
+        b.execute("BEGIN")
+        b.execute("INSERT INTO t VALUES (6)")
+        b.execute("COMMIT")
+        c.execute("INSERT INTO t VALUES (7)")
+        a.execute("INSERT INTO t VALUES (8)")
+        assert [r[0] for r in a.execute("SELECT x FROM t ORDER BY x")] == [1, 5, 6, 7, 8]
+        for conn in [a, b, *same]:
+            conn.close()
+    finally:
+        served.stop()
+        if served.proc.stdout is not None:
+            served.proc.stdout.close()
+
+
 def test_a_user_added_by_another_command_can_log_in_to_every_worker(served: Served) -> None:
     conns = served.in_each_worker()  # both workers have loaded the user file already
     env = {**os.environ, "CRYPTDISK_PASSWORD": "carolpw"}

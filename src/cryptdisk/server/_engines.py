@@ -492,6 +492,15 @@ def _placeholder(n: int) -> str:
 #: SQLite VM steps a :meth:`_SQLiteSession.run_quick` statement may take on the server's event
 #: loop (well under a millisecond of work; a point query takes a few dozen)
 QUICK_STEPS = 20000
+#: pauses (seconds) between a busy statement's tries for another connection's lock, as
+#: SQLite's own busy handler makes them; a cancel ends the pause at once
+_BUSY_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
+#: how often a write transaction waiting in its worker's queue looks for a cancel (seconds)
+_QUEUE_POLL = 0.02
+
+
+def _cancelled() -> StatementError:
+    return StatementError("canceling statement due to user request", "57014")
 
 
 def sqlite_declared_oid(decltype: str) -> int:
@@ -537,6 +546,11 @@ class _SQLiteSession(EngineSession):
         self._epoch = 0
         self._tag = ""
         self._internal = False  # running the server's own statement on USERS_JOURNAL
+        #: set by :meth:`interrupt`: ends a wait for the write lock (the queue or SQLite's)
+        self._cancel = threading.Event()
+        self._busy_since = 0.0
+        self._busy_cancelled = False
+        self.conn.set_busy_handler(self._busy)
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
         self.conn.authorizer = self._authorize
 
@@ -665,13 +679,31 @@ class _SQLiteSession(EngineSession):
 
     def run(self, sql: str, params: list[Any]) -> Result:
         with self.lock:
+            self._cancel.clear()  # a cancel sent before this statement is not for it
+            self._busy_cancelled = False
             if sql == "BEGIN IMMEDIATE" and not self.writing:
                 self._queue_for_writing()
             try:
                 rows, changes = self._step(sql, params)
             except Exception as exc:
+                if self._busy_cancelled and isinstance(exc, apsw.BusyError | apsw.LockedError):
+                    raise _cancelled() from None
                 raise statement_error(exc) from None
         return self._result(sql, rows, changes)
+
+    def _busy(self, count: int) -> bool:
+        """SQLite's busy handler: wait for another connection's lock up to the lock timeout,
+        in SQLite's own steps, unless a cancel (:meth:`interrupt`) ends the wait."""
+        now = time.monotonic()
+        if count == 0:
+            self._busy_since = now
+        left = self.engine.busy_timeout_ms / 1000 - (now - self._busy_since)
+        if left <= 0:
+            return False
+        if self._cancel.wait(min(_BUSY_PAUSES[min(count, len(_BUSY_PAUSES) - 1)], left)):
+            self._busy_cancelled = True
+            return False
+        return True
 
     def run_quick(self, sql: str, params: list[Any]) -> Result | None:
         """Run a read-only statement on the calling thread (the server's event loop) if it
@@ -682,7 +714,7 @@ class _SQLiteSession(EngineSession):
             return None
         try:
             self._quick, self._stopped = True, False
-            self.conn.set_busy_timeout(0)  # a lock held elsewhere: SQLITE_BUSY at once
+            self.conn.set_busy_handler(None)  # a lock held elsewhere: SQLITE_BUSY at once
             try:
                 rows, changes = self._step(sql, params)
             except (apsw.BusyError, apsw.LockedError):
@@ -695,7 +727,7 @@ class _SQLiteSession(EngineSession):
                 raise statement_error(exc) from None
             finally:
                 self._quick = False
-                self.conn.set_busy_timeout(self.engine.busy_timeout_ms)
+                self.conn.set_busy_handler(self._busy)
         finally:
             self.lock.release()
         return self._result(sql, rows, changes)
@@ -764,8 +796,12 @@ class _SQLiteSession(EngineSession):
 
     def _queue_for_writing(self) -> None:
         """Wait for this server's other write transactions, in a queue: woken as soon as
-        one ends, where SQLite's busy handler would poll with sleeps of up to 100 ms."""
-        if not self.engine.write_queue.acquire(timeout=self.engine.busy_timeout_ms / 1000):
+        one ends, where SQLite's busy handler would poll with sleeps of up to 100 ms. A
+        cancel ends the wait (57014) without the lock."""
+        if not self.engine.write_queue.acquire(timeout=self.engine.busy_timeout_ms / 1000,
+                                               cancel=self._cancel):
+            if self._cancel.is_set():
+                raise _cancelled()
             raise StatementError("could not obtain the write lock: another transaction held "
                                  f"it for {self.engine.busy_timeout_ms / 1000:g} s", "55P03")
         self.writing = True
@@ -773,6 +809,7 @@ class _SQLiteSession(EngineSession):
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
             self.interrupt_also()
+        self._cancel.set()  # a statement waiting for the write lock stops waiting
         self.conn.interrupt()
 
     def relations(self) -> list[tuple[str, str]]:
@@ -887,10 +924,16 @@ class WriteQueue:
                 self._fd = -1
         return self._fd
 
-    def acquire(self, timeout: float) -> bool:
+    def acquire(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """Take the lock within ``timeout`` seconds: False, not holding it, when the time
+        runs out or ``cancel`` is set first."""
         deadline = time.monotonic() + timeout
-        if not self._thread.acquire(timeout=timeout):
-            return False
+        while True:  # woken at once by a release; looks at ``cancel`` every _QUEUE_POLL
+            left = deadline - time.monotonic()
+            if (cancel is not None and cancel.is_set()) or left <= 0:
+                return False
+            if self._thread.acquire(timeout=min(left, _QUEUE_POLL) if cancel else left):
+                break
         fd = self._file()
         if fd < 0:
             return True
@@ -916,10 +959,13 @@ class WriteQueue:
                 waiter[0], waiter[1] = me, began
             waiter[2] = time.monotonic_ns()
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (cancel is not None and cancel.wait(min(pause, left))):
+                if waiter[0] == me:
+                    waiter[0] = 0
                 self._thread.release()
                 return False
-            time.sleep(min(pause, left))
+            if cancel is None:
+                time.sleep(min(pause, left))
             pause = min(pause * 2, 0.001)
 
     def release(self) -> None:
