@@ -3,7 +3,8 @@ two phases (a record in the database's transaction, then the user file): kill -9
 the two keeps both, kill -9 before the data's commit keeps neither, with one process or
 with workers; the user file stays locked from the COMMIT's check to its save, so a change
 from another worker waits instead of breaking the COMMIT. The kill points come from the
-server's own report (CRYPTDISK_TEST_USERS_STOP: it prints the point and stops itself)."""
+server's own report: started through ``tests/server/stopping_serve.py``, the child prints
+the point of the COMMIT it reached and stops itself there."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ from tests.server.certs import sqlite_serve_config
 from tests.server.test_workers import connections_in_workers
 
 KEY_HEX = "ab" * 32
+STOPPING_SERVE = Path(__file__).with_name("stopping_serve.py")
 
 
 class Serve:
-    """`cryptdisk serve --sqlite` in a process of its own; ``stop_at`` sets the test hook."""
+    """`cryptdisk serve --sqlite` in a process of its own; ``stop_at``: it stops itself at that
+    point of a COMMIT with user changes (:mod:`tests.server.stopping_serve`)."""
 
     def __init__(self, root: Path, *, workers: str = "1", stop_at: str | None = None,
                  fresh: bool = True) -> None:
@@ -44,13 +47,12 @@ class Serve:
         else:
             self.ca, self.config = root / "tls" / "ca.pem", root / "c.toml"
         self.db = str(root / "app.db")
-        env = {k: v for k, v in os.environ.items() if k != "CRYPTDISK_TEST_USERS_STOP"}
-        if stop_at is not None:
-            env["CRYPTDISK_TEST_USERS_STOP"] = stop_at
+        launch = [sys.executable, "-m", "cryptdisk"] if stop_at is None else \
+            [sys.executable, str(STOPPING_SERVE), stop_at]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cryptdisk", "serve", self.db, "--sqlite", "--config",
-             str(self.config), "--listen", "127.0.0.1:0", "--workers", workers],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env)
+            [*launch, "serve", self.db, "--sqlite", "--config", str(self.config), "--listen",
+             "127.0.0.1:0", "--workers", workers],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         m = re.search(r"on 127\.0\.0\.1:(\d+)", line)
@@ -297,3 +299,15 @@ def test_a_plaintext_database_never_gets_the_record(tmp_path: Path) -> None:
     raw = (tmp_path / "p.db").read_bytes() + b"".join(
         p.read_bytes() for p in tmp_path.glob("p.db-*"))
     assert b"erin" not in raw and USERS_JOURNAL.encode() not in raw
+
+
+def test_no_test_hook_in_the_product() -> None:
+    """The crash points above are the test's own patch in the child it starts
+    (:mod:`tests.server.stopping_serve`): the product reads no test switch from its
+    environment."""
+    import cryptdisk
+
+    src = Path(cryptdisk.__file__).parent
+    hooks = [str(p.relative_to(src)) for p in src.rglob("*.py")
+             if "CRYPTDISK_TEST" in p.read_text(encoding="utf-8")]
+    assert hooks == []

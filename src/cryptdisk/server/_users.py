@@ -320,9 +320,7 @@ class UserStore:
             record(serial, text)
             if self._shared is not None:  # other processes look, and find the file locked
                 self._seen = self._shared.bump()
-            _test_hook("before-data-commit")
             commit_data()
-            _test_hook("after-data-commit")
             self.users, self.roles, self.serial = trial.users, trial.roles, serial
             self._bump()
             try:
@@ -544,23 +542,6 @@ class UserStore:
         return [(n, bool(u.get("admin")),
                  "SCRAM-SHA-256" + (" + client certificate" if u.get("clientcert") else ""),
                  Verifier.parse(u["verifier"]).iterations) for n, u in sorted(self.users.items())]
-
-
-#: test-only fault injection: ``CRYPTDISK_TEST_USERS_STOP=POINT`` makes the process print
-#: ``users-commit: POINT pid PID`` to stderr and stop itself (SIGSTOP) at that point of
-#: :meth:`UserStore.commit` (``before-data-commit``, ``after-data-commit``), so a crash
-#: test can kill -9 it exactly there
-_TEST_STOP = os.environ.get("CRYPTDISK_TEST_USERS_STOP")
-
-
-def _test_hook(point: str) -> None:
-    if _TEST_STOP is not None and _TEST_STOP == point:
-        import signal
-        import sys
-
-        sys.stderr.write(f"users-commit: {point} pid {os.getpid()}\n")
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class _ChangeCounter:
