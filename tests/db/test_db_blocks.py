@@ -185,3 +185,75 @@ def test_an_insert_peaks_at_the_same_memory_whatever_its_rows(tmp_path):
         peaks[rows] = peak
     assert peaks[3_000_000] < peaks[1_000_000] + (48 << 20), peaks
     assert peaks[3_000_000] < 600 << 20, peaks
+
+
+_KEY_TYPES = {
+    "int8": (pa.int8(), st.integers(-128, 127)),
+    "int64": (pa.int64(), st.integers(-2**63, 2**63 - 1)),
+    "int64 narrow": (pa.int64(), st.integers(-3, 3)),
+    "uint64": (pa.uint64(), st.integers(0, 2**64 - 1)),
+    "uint16": (pa.uint16(), st.integers(0, 2**16 - 1)),
+    "float64": (pa.float64(), st.one_of(st.floats(allow_nan=True), st.just(-0.0),
+                                        st.just(0.0), st.just(math.nan))),
+    "float32": (pa.float32(), st.floats(width=32, allow_nan=True)),
+    "timestamp": (pa.timestamp("us"), st.integers(-2**63 + 1, 2**63 - 1)),
+    "date32": (pa.date32(), st.integers(-2**31, 2**31 - 1)),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(sorted(_KEY_TYPES)), data=st.data(),
+       outlier=st.sampled_from([None, 0, -1]))
+def test_a_numeric_key_sorts_as_arrows_stable_sort(kind, data, outlier):
+    """One key column without NULLs (numbers, dates, times) is sorted by packing each value
+    with its position: the permutation equals Arrow's stable sort_indices exactly (NaN
+    above every number, -0.0 equal to 0.0, ties in input order), also when a few extreme
+    values leave most keys with the same top bits (the runs sorted again)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cryptdisk.db import _blocks
+
+    typ, values = _KEY_TYPES[kind]
+    keys = data.draw(st.lists(values, min_size=2, max_size=300))
+    if outlier is not None and kind in ("int64", "int64 narrow", "timestamp"):
+        keys[outlier] = 2**62  # small keys with one far away: one long run of equal top bits
+    arr = pa.array(keys, pa.int64()).view(typ) if kind == "timestamp" else \
+        pa.array(keys, pa.int32()).view(typ) if kind == "date32" else pa.array(keys, typ)
+    want = pc.array_sort_indices(arr, null_placement="at_end").to_numpy()
+    bits = _blocks._order_bits(arr)
+    assert bits is not None
+    got = _blocks._packed_sort_indices(bits)
+    assert np.array_equal(got, want), (kind, keys)
+    block = pa.table({"k": arr, "i": pa.array(range(len(arr)))})
+    assert _blocks._sorted(block, ["k"]).column("i").to_pylist() == want.tolist()
+
+
+def test_keys_that_need_the_second_sort_of_runs():
+    """Many keys sharing their top bits (dense small keys plus the extremes of int64) and
+    runs of equal keys: the packed sort's runs are sorted again by the whole value."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cryptdisk.db import _blocks
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(-1000, 1000, 200_000)
+    keys[[5, 77, 1234]] = [-2**63, 2**63 - 1, 2**40]
+    arr = pa.array(keys)
+    got = _blocks._packed_sort_indices(_blocks._order_bits(arr))
+    assert np.array_equal(got, pc.array_sort_indices(arr).to_numpy())
+
+
+def test_keys_with_nulls_or_of_other_types_keep_arrows_sort():
+    """A key with NULLs, or a string, decimal or boolean key, has no packed order: Arrow
+    sorts it (NULLs last)."""
+    import decimal
+
+    from cryptdisk.db import _blocks
+
+    for arr in (pa.array([3, None, 1]), pa.array(["b", "a"]), pa.array([True, False]),
+                pa.array([decimal.Decimal("1.5"), decimal.Decimal("0.5")])):
+        assert _blocks._order_bits(arr) is None
+    block = pa.table({"k": pa.array([3, None, 1, 2])})
+    assert _blocks._sorted(block, ["k"]).column("k").to_pylist() == [1, 2, 3, None]

@@ -8,7 +8,9 @@ order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring key
   being written goes on at the end of that part (so an input already sorted by the
   key becomes parts of up to ``max_rows`` rows whose key ranges do not overlap,
   with no sort at all);
-- any other block is sorted (Arrow's ``sort_indices``) and starts a new part.
+- any other block is sorted and starts a new part: a key of numbers, dates or times
+  without NULLs by :func:`_packed_sort_indices` (one sort of plain 64-bit integers, about
+  twice as fast as an argsort), other keys by Arrow's ``sort_indices``.
 
 Parts are written by up to ``workers`` threads at once, each sorting, encoding and
 (on another thread) hashing and encrypting its own part, so both cores work. At
@@ -85,12 +87,82 @@ def _clean_range(block: pa.Table, key: str, ordered: bool) -> tuple[Any, Any] | 
     return mm["min"].as_py(), mm["max"].as_py()
 
 
+def _order_bits(key: pa.Array) -> Any:
+    """The key as a numpy uint64 array that orders as ``key`` does (NaN above every number,
+    -0.0 equal to 0.0), or None: the key has NULLs or is not a number, date or time."""
+    import numpy as np
+
+    if key.null_count:
+        return None
+    t = key.type
+    if pa.types.is_temporal(t) and not pa.types.is_interval(t):
+        width = pa.int32() if t.bit_width == 32 else pa.int64() if t.bit_width == 64 else None
+        if width is None:
+            return None
+        key, t = key.view(width), width
+    if pa.types.is_unsigned_integer(t):
+        return key.to_numpy().astype(np.uint64, copy=False)
+    if pa.types.is_signed_integer(t):
+        return key.to_numpy().astype(np.int64, copy=False).view(np.uint64) ^ np.uint64(1 << 63)
+    if t in (pa.float32(), pa.float64()):
+        x = key.to_numpy().astype(np.float64) + 0.0  # -0.0 + 0.0 is 0.0
+        x[np.isnan(x)] = np.nan  # one NaN, with its sign bit clear
+        bits = x.view(np.uint64)
+        negative = (bits >> np.uint64(63)).astype(bool)
+        return np.where(negative, ~bits, bits | np.uint64(1 << 63))
+    return None
+
+
+def _packed_sort_indices(u: Any) -> Any:
+    """The stable ascending sort order of ``u`` (numpy uint64), as int64 positions.
+
+    Each value, less the minimum, goes into the high bits of one uint64 and its position
+    into the low ``b`` bits (``b`` bits hold every position), so one sort of plain
+    integers (several times faster than an argsort) yields the order, ties broken by
+    position. When the values span more than the ``64 - b`` bits left, their top bits
+    are packed and the runs of equal top bits are sorted again by the whole value.
+    """
+    import numpy as np
+
+    n = len(u)
+    b = max(1, (n - 1).bit_length())
+    lo = u.min()
+    shift = max(0, int(u.max() - lo).bit_length() + b - 64)
+    packed = u - lo
+    if shift:
+        packed >>= np.uint64(shift)
+    packed <<= np.uint64(b)
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    tie = None
+    if shift:  # runs of equal top bits: sorted again by the whole value below
+        prefix = packed >> np.uint64(b)
+        tie = prefix[1:] == prefix[:-1]
+        del prefix
+    packed &= np.uint64((1 << b) - 1)
+    idx = packed.view(np.int64)
+    if tie is not None and tie.any():
+        run = np.zeros(n, dtype=bool)
+        run[1:] |= tie
+        run[:-1] |= tie
+        pos = np.flatnonzero(run)
+        sub = idx[pos]
+        idx[pos] = sub[np.argsort(u[sub], kind="stable")]
+    return idx
+
+
 def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
-    """``block`` sorted by ``order`` (NULLs last, NaN above every number, as DuckDB)."""
+    """``block`` sorted by ``order`` (NULLs last, NaN above every number, as DuckDB).
+
+    One key column of numbers, dates or times without NULLs is sorted by
+    :func:`_packed_sort_indices`; other keys by Arrow's sort. Both are stable.
+    """
     import pyarrow.compute as pc  # not at import: a reader never pays it
     if len(order) == 1:  # one contiguous key column: a plain array sort, no chunk merging
-        idx = pc.array_sort_indices(block.column(order[0]).combine_chunks(),
-                                    null_placement="at_end")
+        key = block.column(order[0]).combine_chunks()
+        bits = _order_bits(key) if len(key) > 1 else None
+        idx = (_packed_sort_indices(bits) if bits is not None
+               else pc.array_sort_indices(key, null_placement="at_end"))
     else:
         idx = pc.sort_indices(block.combine_chunks(),
                               sort_keys=[(c, "ascending", "at_end") for c in order])
