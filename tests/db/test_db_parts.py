@@ -1,5 +1,6 @@
 """Part reads: in-place decryption into the reusable arena, pipelined with decoding."""
 
+import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,11 +63,11 @@ def test_read_part_matches_for_any_projection(db, columns):
     assert isinstance(got, pa.Table)
 
 
-def _many_row_groups(db, monkeypatch, rows=20_000):
+def _many_row_groups(db, monkeypatch, rows=20_000, group_rows=2_000):
     """A table whose one part has many row groups, so reads go through the pipeline."""
     from cryptdisk.db import _parts as writer
 
-    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2_000)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", group_rows)
     monkeypatch.setattr(writer, "COMPRESSION_MIN_SAVING", -1.0)  # LZ4 even on md5 strings
     db.sql(f"CREATE TABLE t {SCHEMA}")
     db.sql("INSERT INTO t " + gen(rows))
@@ -164,6 +165,75 @@ def test_row_group_reads_decode_from_the_arena_without_python_reads(db, monkeypa
     expected_pairs = pa.concat_tables([want.slice(rg * 2_000, 2_000).combine_chunks()
                                        for rg in (0, 5, 1, 6, 2, 7, 3, 8, 4, 9)])
     assert pairs.to_pylist() == expected_pairs.to_pylist()
+
+
+def _apart(db, monkeypatch):
+    """A part whose c_float chunks lie several segments apart (c_str between them)."""
+    part, disk = _many_row_groups(db, monkeypatch, rows=100_000, group_rows=20_000)
+    op = _parts.open_part(disk, part)
+    seg = op._segment
+    starts = [_parts._chunk_start_end(op.meta.row_group(rg).column(2))
+              for rg in range(op.num_row_groups)]
+    assert op.num_row_groups == 5
+    assert all(b[0] - a[1] > 2 * seg for a, b in itertools.pairwise(starts))
+    return op, disk, part, starts
+
+
+@pytest.mark.parametrize("groups", [[0, 1, 2, 3, 4], [1, 2], [0, 2, 4], [3, 1]])
+@pytest.mark.parametrize("columns", [["c_float"], ["c_int", "c_float"], ["c_str"]])
+def test_a_read_of_row_groups_far_apart_fills_only_its_chunks_of_the_arena(
+        db, monkeypatch, groups, columns):
+    """Row groups whose chunks lie apart in the file are decrypted one after another into
+    the arena (not at their distance in the file), each decoded by a reader of its own:
+    the rows are the same as a plain read's, in the order asked."""
+    op, _disk, _part, starts = _apart(db, monkeypatch)
+    made = []
+    real = _parts._CompactFile
+    monkeypatch.setattr(_parts, "_CompactFile", lambda *a: made.append(a) or real(*a))
+    try:
+        size, arena = op.span(groups, columns)
+        got = op.read(groups, columns)
+    finally:
+        op.close()
+    assert not made  # decoded from the arena as memory
+    if len(columns) == 1:  # each chunk's whole segments, one after another
+        assert arena <= size + len(groups) * (2 * op._segment + _parts._ARENA_ALIGN)
+    if columns == ["c_float"] and len(groups) > 1:  # far less than the chunks' extent
+        assert 2 * arena < max(b for _a, b in starts) - min(a for a, _b in starts)
+    full = db.con.sql(gen(100_000)).to_arrow_table().rename_columns(
+        ["c_int", "c_str", "c_float"])
+    want = pa.concat_tables([full.slice(rg * 20_000, 20_000) for rg in groups])
+    assert got.to_pylist() == want.select(columns).to_pylist()
+
+
+def test_a_tampered_segment_of_a_later_row_group_fails_before_any_decoding(
+        tmp_path, db, monkeypatch):
+    """Every block of a read authenticates before pyarrow decodes any: a segment altered
+    in a later row group's chunk fails the read and nothing was decoded; the SQL query
+    fails with the segment's error."""
+    op, disk, part, starts = _apart(db, monkeypatch)
+    seg = op._segment
+    index = (starts[3][0] + starts[3][1]) // 2 // seg  # inside row group 3's chunk
+    op.close()
+    full = tmp_path / "db" / "data" / part.path
+    data = bytearray(full.read_bytes())
+    data[HEADER_SIZE + index * (seg + 16) + 9] ^= 1
+    full.write_bytes(bytes(data))
+    decoded = []
+    real = _parts._read_row_groups
+    monkeypatch.setattr(_parts, "_read_row_groups",
+                        lambda *a: decoded.append(a[2]) or real(*a))
+    op = _parts.open_part(disk, part)
+    try:
+        with pytest.raises(AuthenticationError, match=f"segment {index}"):
+            op.read([0, 1, 2, 3, 4], ["c_float"])
+        assert decoded == []
+        assert op.read([0, 1], ["c_float"]).num_rows == 40_000  # the others still read
+    finally:
+        op.close()
+    db.cache.clear()
+    with pytest.raises(AuthenticationError, match=f"segment {index}"):
+        db.query("SELECT avg(c_float) FROM t")
 
 
 def test_a_row_group_read_decrypts_on_the_reading_thread(tmp_path):

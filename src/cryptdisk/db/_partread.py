@@ -34,6 +34,10 @@ from ._storage import local_path, open_read
 
 __all__ = ["SPAN_MAX", "OpenPart", "open_part", "read_part"]
 
+#: Row groups read together, their merged whole-segment ranges, and the start and end of
+#: those ranges (see ``OpenPart._blocks``).
+_Block = tuple[list[int], list[list[int]], int, int]
+
 
 class _ZeroCopyFile:
     """A read-only view of a disk file for pyarrow: reads fill fresh buffers, no extra copy."""
@@ -155,7 +159,8 @@ class _Arena:
             if old is not None:
                 with contextlib.suppress(BufferError):  # else it goes with its last view
                     old.close()
-            self._map = mmap.mmap(-1, max(n, 1 << 21) + (-n % (1 << 21)))
+            size = max(n, _ARENA_MIN)
+            self._map = _anonymous(size + (-size % (1 << 21)))
         return self._map
 
     def view(self, n: int) -> memoryview:
@@ -169,6 +174,13 @@ class _Arena:
         return memoryview(m)[:n], self._buffer
 
 
+def _anonymous(size: int) -> mmap.mmap:
+    """Private anonymous memory of ``size`` bytes (a shared mapping is backed by shmem,
+    whose first touch of each page costs about half as much again)."""
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return mmap.mmap(-1, size, flags=flags) if flags else mmap.mmap(-1, size)
+
+
 _ARENA = _Arena()
 #: How far apart (beyond twice their size) a read's column chunks may lie for the
 #: arena to hold them at their file offsets (the gap is address space, touched only
@@ -178,6 +190,11 @@ _GAP_SLACK = 4 << 20
 #: a few consecutive row groups of one column at once (see ``_scan``), whose chunks lie
 #: one row group apart.
 SPAN_MAX = 12 << 20
+#: An arena is mapped at the most a scan's reads take (only the pages touched cost
+#: memory), so it is not mapped afresh (and faulted in again) when a read outgrows it.
+_ARENA_MIN = SPAN_MAX + (2 << 20)
+#: Blocks of a read start this far apart in the arena (see ``OpenPart._blocks``).
+_ARENA_ALIGN = 4096
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
 #: A column chunk is read by granule only if it stores at least this many bytes a value
 #: (strings, mostly): a chunk of 8-byte numbers decodes whole (a copy) in less time than
@@ -770,12 +787,63 @@ class OpenPart:
 
     def span(self, row_groups: list[int], columns: list[str]) -> tuple[int, int]:
         """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
-        their column chunks, and the distance from the first chunk's start to the last
-        one's end (what a read decrypting them at their file offsets spans)."""
+        their column chunks, and the arena a read decrypting them in place takes (see
+        :meth:`_blocks`)."""
         chunks, _compressed = self._chunks(row_groups, columns)
         if not chunks:
             return 0, 0
+        if self._segment > 0:
+            return sum(b - a for a, b in chunks), sum(
+                _ARENA_ALIGN + blk[3] - blk[2] for blk in self._blocks(row_groups, columns))
         return sum(b - a for a, b in chunks), max(b for _a, b in chunks) - chunks[0][0]
+
+    def _blocks(self, row_groups: list[int], columns: list[str]) -> list[_Block]:
+        """The read's row groups in order, cut where their whole segments stop touching:
+        ``(row groups, segment ranges, start, end)`` per block, the ranges merged, sorted
+        and within ``[start, end)``. A block is decrypted at its own offsets in the file,
+        and decoded by a reader of its own; blocks lie one after another in the arena. So
+        a scan of one column of consecutive row groups (its chunks a row group apart in the
+        file) fills only as much arena as the chunks take, and that same memory again on
+        each read, instead of a new stretch of the row groups' extent: fresh memory costs
+        a page fault and zeroing per 4 KiB, more than decrypting into it."""
+        seg, size = self._segment, self.size
+        blocks: list[_Block] = []
+        for rg in row_groups:
+            ranges: list[list[int]] = []
+            for c in columns:
+                for j in self._leaves[c]:
+                    got = self._chunk.get((rg, j))
+                    if got is None:
+                        col = self.meta.row_group(rg).column(j)
+                        got = self._chunk[(rg, j)] = (
+                            *_chunk_start_end(col),
+                            str(col.compression).upper() in _COMPRESSED)
+                    ranges.append([got[0] // seg * seg, min(size, -(-got[1] // seg) * seg)])
+            ranges.sort()
+            merged: list[list[int]] = []
+            for a, b in ranges:
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            last = blocks[-1] if blocks else None
+            if last is not None and any(a <= r[1] and r[0] <= b
+                                        for a, b in merged for r in last[1]):
+                # shares a segment with the block before, or follows it: one block
+                for a, b in merged:
+                    last[1].append([a, b])
+                last[1].sort()
+                joined: list[list[int]] = []
+                for a, b in last[1]:
+                    if joined and a <= joined[-1][1]:
+                        joined[-1][1] = max(joined[-1][1], b)
+                    else:
+                        joined.append([a, b])
+                blocks[-1] = ([*last[0], rg], joined, min(last[2], merged[0][0]),
+                              max(last[3], max(b for _a, b in merged)))
+            else:
+                blocks.append(([rg], merged, merged[0][0], max(b for _a, b in merged)))
+        return blocks
 
     def _chunks(self, row_groups: list[int], columns: list[str]
                 ) -> tuple[list[tuple[int, int]], bool]:
@@ -813,46 +881,53 @@ class OpenPart:
         decode from there (no Python call per read); None if the chunks are too far apart
         (the caller reads them compacted).
 
-        pyarrow sees a buffer that starts ``lo`` bytes before that memory, so the file's
-        offsets land in it; it reads exactly the column chunk ranges of the footer
-        (:func:`_chunk_start_end` computes them as Arrow does), all inside it. The memory
-        is the thread's arena if ``reuse`` (nothing decoded refers to it), else fresh.
+        Each block (see :meth:`_blocks`) is decrypted into its own stretch of that memory,
+        and pyarrow sees a buffer that starts the block's offset in the file before it, so
+        the file's offsets land in it; it reads exactly the column chunk ranges of the
+        footer (:func:`_chunk_start_end` computes them as Arrow does), all inside the
+        block. The memory is the thread's arena if ``reuse`` (nothing decoded refers to
+        it), else fresh.
         """
-        seg = self._segment
-        lo, hi = chunks[0][0] // seg * seg, max(b for _a, b in chunks)
-        end = min(self.size, -(-hi // seg) * seg)
+        blocks = self._blocks(row_groups, columns)
+        places, total = [], 0
+        for blk in blocks:
+            places.append(total)
+            total += blk[3] - blk[2] + (-(blk[3] - blk[2]) % _ARENA_ALIGN)
         need = sum(b - a for a, b in chunks)
-        if end - lo > max(2 * need + _GAP_SLACK, SPAN_MAX):
+        if total > max(2 * need + _GAP_SLACK, SPAN_MAX):
             return None
-        merged: list[list[int]] = []
-        for a, b in chunks:  # whole segments: no partial one decrypted twice
-            a, b = a // seg * seg, min(self.size, -(-b // seg) * seg)
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
         if reuse:
-            view, whole = _THREAD_ARENA.arena.buffer(end - lo)
+            view, whole = _THREAD_ARENA.arena.buffer(total)
         else:  # pyarrow may keep slices of uncompressed pages of these types: fresh memory
-            fresh = bytearray(end - lo)
+            fresh = bytearray(total)
             view, whole = memoryview(fresh), pa.py_buffer(fresh)
         try:
             f = self._handle
             if self._sealed:  # one hint per chunk for the whole read, not one per call
-                for a, b in merged:
-                    f.advise(a, b - a, True)
-                for a, b in merged:  # on this thread: the scan's threads are the parallelism
-                    if f.preadinto(view[a - lo : b - lo], a, advise=False,
-                                   parallel=False) != b - a:
-                        raise CatalogError(f"short read at offset {a} of {f.name}")
-                for a, b in merged:  # read: the mapped ciphertext goes (the OS keeps it)
-                    f.advise(a, b - a, False)
+                for blk in blocks:
+                    for a, b in blk[1]:
+                        f.advise(a, b - a, True)
+                for blk, at in zip(blocks, places, strict=True):
+                    lo = blk[2] - at
+                    for a, b in blk[1]:  # on this thread: the scan's threads are the parallelism
+                        if f.preadinto(view[a - lo : b - lo], a, advise=False,
+                                       parallel=False) != b - a:
+                            raise CatalogError(f"short read at offset {a} of {f.name}")
+                        f.advise(a, b - a, False)  # read: the mapped ciphertext goes
             else:
-                step = seg * _SERIAL_SEGMENTS if seg > 1 else 1 << 18
-                for a, b in merged:  # on this thread: the scan's threads are the parallelism
-                    _decrypt_serial(f, view[a - lo : b - lo], a, step)
-            source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, hi, base=whole))
-            return _read_row_groups(source, self.meta, row_groups, self._indices(columns))
+                step = self._segment * _SERIAL_SEGMENTS if self._segment > 1 else 1 << 18
+                for blk, at in zip(blocks, places, strict=True):
+                    lo = blk[2] - at
+                    for a, b in blk[1]:  # on this thread: the scan's threads are the parallelism
+                        _decrypt_serial(f, view[a - lo : b - lo], a, step)
+            # every byte of every block has authenticated: only now does pyarrow see any
+            tables = []
+            for blk, at in zip(blocks, places, strict=True):
+                source = pa.BufferReader(pa.foreign_buffer(
+                    whole.address + at - blk[2], blk[3], base=whole))
+                tables.append(_read_row_groups(source, self.meta, blk[0],
+                                               self._indices(columns)))
+            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         finally:
             view.release()
 
