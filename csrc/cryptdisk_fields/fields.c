@@ -526,7 +526,7 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
     PyObject *offs = NULL, *data = NULL, *rawobj = NULL, *result = NULL, *keys[MAX_VERSIONS] = {NULL};
     Py_buffer dview = {0}, rview = {0};
     uint32_t ids[MAX_VERSIONS];
-    int nkeys = 0, error = 0, reason = 0, fallback = 0, not_text = 0;
+    int nkeys = 0, nids = 0, error = 0, reason = 0, fallback = 0, not_text = 0;
     Py_ssize_t failed = -1;
     unsigned char *raw = NULL; /* decoded ciphertexts (b64), else the input itself */
     int64_t *roff = NULL;      /* each row's start in raw (count + 1) */
@@ -544,8 +544,8 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
             goto out;
         raw = rview.buf;
     }
-    /* pass 1: base64, lengths, versions, key ids (without the GIL) */
-    int64_t at = 0;
+    /* pass 1: base64, lengths, versions, the key ids met (without the GIL) */
+    int64_t at = 0, total = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < c.count && !reason; i++) {
         roff[i] = at;
@@ -563,10 +563,26 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
             v = raw + at;
             n = m;
         }
-        if (n < overhead)
+        if (n < overhead) {
             reason = 2, failed = i;
-        else if (v[0] != 1)
+            break;
+        }
+        if (v[0] != 1) {
             reason = 3, failed = i;
+            break;
+        }
+        total += n - overhead;
+        uint32_t id = (uint32_t)v[1] << 24 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 8 | v[4];
+        int k = 0;
+        while (k < nids && ids[k] != id)
+            k++;
+        if (k == nids) {
+            if (nids == MAX_VERSIONS) {
+                reason = 5, failed = i;
+                break;
+            }
+            ids[nids++] = id;
+        }
         at += b64 ? n : 0;
     }
     roff[c.count] = at;
@@ -575,26 +591,10 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, reason);
         goto out;
     }
-    /* the key versions (with the GIL: subkey is Python) */
+    /* the key versions' subkeys (with the GIL: subkey is Python), in the order met */
     const unsigned char *base = b64 ? raw : c.data;
-    int64_t total = 0;
-    for (Py_ssize_t i = 0; i < c.count; i++) {
-        if (!col_valid(&c, i))
-            continue;
-        const unsigned char *v = b64 ? raw + roff[i] : c.data + col_off(&c, i);
-        int64_t n = b64 ? roff[i + 1] - roff[i] : col_off(&c, i + 1) - col_off(&c, i);
-        total += n - overhead;
-        uint32_t id = (uint32_t)v[1] << 24 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 8 | v[4];
-        int k = 0;
-        while (k < nkeys && ids[k] != id)
-            k++;
-        if (k < nkeys)
-            continue;
-        if (nkeys == MAX_VERSIONS) {
-            result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, i, 5);
-            goto out;
-        }
-        PyObject *got = PyObject_CallFunction(subkey, "k", (unsigned long)id);
+    for (int k = 0; k < nids; k++) {
+        PyObject *got = PyObject_CallFunction(subkey, "k", (unsigned long)ids[k]);
         if (!got)
             goto out;
         if (!PyBytes_Check(got) || !key_ok(PyBytes_GET_SIZE(got), siv)) {
@@ -603,7 +603,6 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_TypeError, "subkey must return bytes");
             goto out;
         }
-        ids[nkeys] = id;
         keys[nkeys++] = got;
     }
     int wide_out = total >= ((int64_t)1 << 31);
@@ -697,8 +696,18 @@ out:
 
 /* Characters (code points) of valid UTF-8: the bytes that do not continue one. */
 static int64_t chars(const unsigned char *v, int64_t n) {
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++)
+    int64_t count = 0, i = 0;
+    for (; i + 8 <= n; i += 8) { /* ASCII runs 8 bytes at a time */
+        uint64_t w;
+        memcpy(&w, v + i, 8);
+        if (!(w & 0x8080808080808080ull)) {
+            count += 8;
+            continue;
+        }
+        for (int j = 0; j < 8; j++)
+            count += (v[i + j] & 0xC0) != 0x80;
+    }
+    for (; i < n; i++)
         count += (v[i] & 0xC0) != 0x80;
     return count;
 }
@@ -734,7 +743,7 @@ static int64_t mask_one(int kind, const unsigned char *v, int64_t n, unsigned ch
     }
     int64_t total = chars(v, n);
     if (kind == 'l' && total > 4) {
-        int64_t start = tail_start(v, n, 4);
+        int64_t start = total == n ? n - 4 : tail_start(v, n, 4); /* all ASCII: 4 bytes */
         if (out) {
             memset(out, '*', (size_t)(total - 4));
             memcpy(out + total - 4, v + start, (size_t)(n - start));
@@ -774,10 +783,19 @@ static PyObject *py_mask_column(PyObject *self, PyObject *args) {
     }
     if (!col_check(&c))
         goto out;
+    /* the output's size: at most the input's for 'f' and 'l' (a character masks to one
+     * byte, the kept ones are copied), so one pass writes into a buffer of that size;
+     * an email mask may grow a value ("a@b" -> "****@b"): a first pass sizes it. Both
+     * passes run without the GIL (DuckDB's scan threads mask batches in parallel). */
     int64_t total = 0;
-    for (Py_ssize_t i = 0; i < c.count; i++)
-        if (col_valid(&c, i))
-            total += mask_one(kind, c.data + col_off(&c, i), col_off(&c, i + 1) - col_off(&c, i), NULL);
+    if (kind == 'e') {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < c.count; i++)
+            if (col_valid(&c, i))
+                total += mask_one(kind, c.data + col_off(&c, i), col_off(&c, i + 1) - col_off(&c, i), NULL);
+        Py_END_ALLOW_THREADS
+    } else
+        total = c.count ? col_off(&c, c.count) - col_off(&c, 0) : 0;
     int wide_out = total >= ((int64_t)1 << 31);
     offs = new_bytes((c.count + 1) * (wide_out ? 8 : 4));
     if (!offs || !(data = new_buffer(alloc, (Py_ssize_t)total, &dview)))
@@ -798,6 +816,8 @@ static PyObject *py_mask_column(PyObject *self, PyObject *args) {
         ((int64_t *)dof)[c.count] = at;
     else
         ((int32_t *)dof)[c.count] = (int32_t)at;
+    if (at < total) /* multi-byte characters masked: no stale pool memory in the buffer */
+        memset(dst + at, 0, (size_t)(total - at));
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iOO)", wide_out, offs, data);
 out:

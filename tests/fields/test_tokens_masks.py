@@ -96,6 +96,19 @@ def test_masks(mask_backend):
     assert hashed[0] == hmac.new(secret, b"x", hashlib.sha256).hexdigest()
 
 
+def test_c_masks_leave_no_other_bytes_in_their_buffer():
+    # mask_full and mask_last4 write into a buffer of the input's size: multi-byte
+    # characters mask to fewer bytes, and what is left after the last value is zeroed
+    # (no stale pool memory, a freed decryption's output say, behind the values)
+    arr = pa.array(["\u00e9" * 9, "\u65e5\u672c\u8a9e\u30c6\u30ad\u30b9\u30c8", None, "abcdef"])
+    for mask in (mask_full, mask_last4):
+        out = mask(arr)
+        _validity, offsets, data = out.buffers()
+        end = int.from_bytes(offsets.to_pybytes()[4 * len(out):4 * len(out) + 4], "little")
+        assert data.size > end  # the input's size: 18 + 21 + 6 bytes, 9 + 7 + 6 masked
+        assert data.to_pybytes()[end:] == b"\0" * (data.size - end)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=30),
        st.integers(0, 5))

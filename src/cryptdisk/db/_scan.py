@@ -349,29 +349,41 @@ class TableScan:
             for c in self.columns + [d.cache_name for d in self.derived])
 
     def uncached(self, op: OpenPart, rg: int) -> bool:
-        """Whether no column of the scan's is cached for row group ``rg``."""
+        """Whether no column of the scan's (stored or derived) is cached for row group ``rg``."""
         key = f"{op.part.id}/{rg}"
-        return self._cache is None or not any(self._cache.contains(key, c)
-                                              for c in self.columns)
+        return self._cache is None or not any(
+            self._cache.contains(key, c)
+            for c in self.columns + [d.cache_name for d in self.derived])
+
+    def read_columns(self) -> list[str]:
+        """The stored columns a read of the scan decodes: its own, then the base columns
+        of its derived ones (computed from, not handed to DuckDB nor cached)."""
+        out = list(self.columns)
+        for d in self.derived:
+            if d.column not in out:
+                out.append(d.column)
+        return out
 
     def read_groups(self, op: OpenPart, groups: list[int]) -> list[pa.RecordBatch]:
         """Consecutive row groups of ``op`` none of whose columns is cached, read at once
         (one decryption pass and one Parquet reader for all), a batch per row group; each
-        row group goes through the cache as :meth:`read_group` would put it."""
+        row group goes through the cache as :meth:`read_group` would put it, and its
+        derived columns are computed from its own rows."""
         if len(groups) == 1:
             return [self.read_group(op, groups[0])]
-        table = op.read(groups, self.columns)
+        table = op.read(groups, self.read_columns())
         out, start = [], 0
         for rg in groups:
             n = op.rows(rg)
             part = table.slice(start, n)
             start += n
             got = {}
-            for c in self.columns:
+            for c in part.column_names:
                 arr = part.column(c)
-                if self._cache is not None:
+                if self._cache is not None and c in self.columns:
                     self._cache.put(f"{op.part.id}/{rg}", c, arr)
                 got[c] = arr
+            self._derive(f"{op.part.id}/{rg}", self.derived, got)
             out.append(self._batch(got))
         return out
 
@@ -486,19 +498,27 @@ class TableScan:
                 if cache is not None and c in self.columns:  # (not one read only for
                     cache.put(key, c, arr)                   # a derived column's values)
                 got[c] = arr
-        for d in todo:
-            base = got[d.column]
-            if isinstance(base, pa.ChunkedArray):
-                base = base.chunk(0) if base.num_chunks == 1 else base.combine_chunks()
-            try:
-                arr = d.compute(base)
-            except Exception as exc:  # the statement runs again without derived columns
-                raise DerivedFailed(f"{self.name}: a field function failed in the scan: "
-                                    f"{type(exc).__name__}") from exc
-            if cache is not None:
-                cache.put(key, d.cache_name, pa.chunked_array([arr]))
-            got[d.name] = arr
+        self._derive(key, todo, got)
         return self._batch(got)
+
+    def _derive(self, key: str, derived: list[DerivedColumn], got: dict[str, Any]) -> None:
+        """Put ``derived``'s values for row group ``key`` into ``got`` (which holds their
+        base columns): from the cache, else computed and offered to it."""
+        cache = self._cache
+        for d in derived:
+            arr = cache.get(key, d.cache_name) if cache is not None else None
+            if arr is None:
+                base = got[d.column]
+                if isinstance(base, pa.ChunkedArray):
+                    base = base.chunk(0) if base.num_chunks == 1 else base.combine_chunks()
+                try:
+                    arr = d.compute(base)
+                except Exception as exc:  # the statement runs again without derived columns
+                    raise DerivedFailed(f"{self.name}: a field function failed in the scan: "
+                                        f"{type(exc).__name__}") from exc
+                if cache is not None:
+                    cache.put(key, d.cache_name, pa.chunked_array([arr]))
+            got[d.name] = arr
 
     def _batch(self, got: dict[str, Any]) -> pa.RecordBatch:
         arrays = []
@@ -775,12 +795,11 @@ class _Stream:
                 continue
             # The first window's tasks read one row group each: a LIMIT that the first
             # batches satisfy reads no more than before; a longer scan then reads runs
-            # (not one filtered on the key, whose row groups may read granules only, nor
-            # one computing derived columns, per row group).
-            groups = ([rg] if top is not None or scan._key_filters or scan.derived
+            # (not one filtered on the key, whose row groups may read granules only).
+            groups = ([rg] if top is not None or scan._key_filters
                       or self._tasks_submitted < window else self._run(op, rg))
             if self._pending:  # queued behind others: its bytes start coming from disk now
-                op.prefetch(groups, scan.columns)
+                op.prefetch(groups, scan.read_columns())
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
             self._tasks_submitted += 1
             scan.row_groups_read += len(groups)
@@ -809,7 +828,7 @@ class _Stream:
             if nop is not op or nrg != groups[-1] + 1 or not scan.uncached(op, nrg):
                 self._held = item
                 break
-            size, extent = op.span([*groups, nrg], scan.columns)
+            size, extent = op.span([*groups, nrg], scan.read_columns())
             if size > RUN_BYTES or extent > SPAN_MAX:
                 self._held = item
                 break
