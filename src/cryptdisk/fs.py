@@ -30,7 +30,7 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from .config import Config, load_config
-from .disks import Disk
+from .disks import Disk, positional
 from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError
 
 __all__ = ["CryptdiskFileSystem"]
@@ -204,11 +204,12 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
     def cat_file(self, path: str, start: int | None = None, end: int | None = None,
                  **kwargs: Any) -> bytes:
         disk, rel = self._split(path)
-        with disk.open_read(rel) as f:
-            size = f.size  # type: ignore[attr-defined]
+        with disk.open_read(rel) as raw:
+            f = positional(raw)
+            size = f.size
             lo = 0 if start is None else (start if start >= 0 else max(0, size + start))
             hi = size if end is None else (end if end >= 0 else max(0, size + end))
-            return f.pread(lo, max(0, hi - lo))  # type: ignore[attr-defined,no-any-return]
+            return f.pread(lo, max(0, hi - lo))
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         """Write ``value`` to ``path``; ``mode="create"`` refuses an existing file.

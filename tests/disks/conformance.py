@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from cryptdisk.disks import Disk
+from cryptdisk.disks import Disk, discardable, positional
 from cryptdisk.errors import (
     CryptdiskError,
     DiskError,
@@ -40,7 +40,19 @@ class DiskConformance:
         assert disk.read_bytes("dir/file.bin") == data
         assert disk.info("dir/file.bin").size == size
         with disk.open_read("dir/file.bin") as f:
-            assert f.size == size  # type: ignore[attr-defined]
+            assert positional(f).size == size
+
+    def test_files_keep_the_contracts_protocols(self, disk: Disk) -> None:
+        """positional() and discardable() accept every disk's files and refuse others."""
+        with disk.open_write("p") as w:
+            w.write(b"abc")
+            assert callable(discardable(w).abort)
+        with disk.open_read("p") as f:
+            assert positional(f).pread(1, 5) == b"bc"
+        with pytest.raises(TypeError, match="not a disk's read file"):
+            positional(io.BytesIO(b"abc"))
+        with pytest.raises(TypeError, match="not a disk's write file"):
+            discardable(io.BytesIO())
 
     def test_write_in_many_small_pieces(self, disk: Disk) -> None:
         data = payload(50_000, 1)
@@ -80,11 +92,12 @@ class DiskConformance:
         data = payload(70_000, 3)
         disk.write_bytes("f", data)
         rnd = random.Random(4)
-        with disk.open_read("f") as f:
+        with disk.open_read("f") as raw:
+            f = positional(raw)
             for _ in range(200):
                 off = rnd.randrange(0, len(data) + 10)
                 n = rnd.randrange(0, 9000)
-                assert f.pread(off, n) == data[off : off + n]  # type: ignore[attr-defined]
+                assert f.pread(off, n) == data[off : off + n]
 
     def test_threads_share_one_file_object(self, disk: Disk) -> None:
         """DuckDB's pattern: many threads, one file object, seek() then read()."""
@@ -97,7 +110,7 @@ class DiskConformance:
                 for _ in range(150):
                     off, n = rnd.randrange(len(data)), rnd.randrange(1, 20_000)
                     if rnd.random() < 0.5:
-                        got = f.pread(off, n)  # type: ignore[attr-defined]
+                        got = positional(f).pread(off, n)
                     else:
                         f.seek(off)
                         got = f.read(n)

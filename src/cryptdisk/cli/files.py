@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ..errors import CryptdiskError, ImmutableFileError, NotEncryptedError
 from ..format import (
@@ -108,14 +108,15 @@ def _atomic_output(path: str) -> Iterator[IO[bytes]]:
         raise
 
 
-def _copy(src: IO[bytes], dst: IO[bytes]) -> None:
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    while True:
-        n = src.readinto(buf)  # type: ignore[attr-defined]
-        if not n:
-            return
-        dst.write(view[:n])
+class _Sink(Protocol):
+    """Where :func:`_copy` writes: a binary file or a :class:`SealedWriter`."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+def _copy(src: IO[bytes], dst: _Sink) -> None:
+    while chunk := src.read(CHUNK):
+        dst.write(chunk)
 
 
 def _stdin() -> IO[bytes]:
@@ -139,13 +140,13 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
             header, dek = new_header(Kind.SEALED, keyring.current_key(),
                                      algorithm=args.algorithm, segment_size=args.segment_size)
             writer = SealedWriter(out, header, dek)
-            _copy(src, writer)  # type: ignore[arg-type]
+            _copy(src, writer)
             writer.close()
             out.flush()
         else:
             with open_file(args.output, "wb", keys=keyring, algorithm=args.algorithm,
                            segment_size=args.segment_size) as dst:
-                _copy(src, dst)  # type: ignore[arg-type]
+                _copy(src, dst)
     finally:
         if src is not sys.stdin.buffer:
             src.close()

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..disks import Disk
+from ..disks import Disk, discardable
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
 from ._granule import GRANULE_ROWS
@@ -315,7 +315,7 @@ class _PartWriter:
                 writer.close()
         with contextlib.suppress(BaseException):
             self._sink.finish()
-        self._raw.abort()  # type: ignore[attr-defined]  # the Disk contract's discard
+        discardable(self._raw).abort()  # the Disk contract's discard
 
 
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,

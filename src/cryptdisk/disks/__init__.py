@@ -8,7 +8,7 @@ Every type honours the contract in :class:`Disk`'s module docstring.
 Configs are loaded by :func:`cryptdisk.config.load_config`.
 """
 
-from ._base import Disk, FileInfo
+from ._base import Discardable, Disk, FileInfo, PositionalRead, discardable, positional
 from ._clickhouse import ClickHouseDisk, ClickHouseKey
 from ._clickhouse_xml import parse_clickhouse_storage_xml
 from ._convert import convert_tree
@@ -33,16 +33,20 @@ __all__ = [
     "AtomicWriteFile",
     "ClickHouseDisk",
     "ClickHouseKey",
+    "Discardable",
     "Disk",
     "EncryptedDisk",
     "FileInfo",
     "FsspecDisk",
     "LocalDisk",
+    "PositionalRead",
     "PreadFile",
     "StoragePolicy",
     "Volume",
     "convert_tree",
     "describe",
+    "discardable",
     "open_any",
     "parse_clickhouse_storage_xml",
+    "positional",
 ]

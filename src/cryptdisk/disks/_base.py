@@ -35,13 +35,56 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..errors import ConfigError
     from ..keys import Key
 
-__all__ = ["Disk", "DiskConfig", "FileInfo"]
+__all__ = [
+    "Discardable",
+    "Disk",
+    "DiskConfig",
+    "FileInfo",
+    "PositionalRead",
+    "discardable",
+    "positional",
+]
+
+
+@runtime_checkable
+class PositionalRead(Protocol):
+    """What a file from :meth:`Disk.open_read` offers beside ``IO[bytes]`` (see
+    *Positional reads* above): its plaintext ``size`` and a ``pread`` safe across threads."""
+
+    @property
+    def size(self) -> int: ...
+
+    def pread(self, offset: int, size: int) -> bytes: ...
+
+
+@runtime_checkable
+class Discardable(Protocol):
+    """What a file from :meth:`Disk.open_write` offers beside ``IO[bytes]`` (see *Atomic
+    publish* above): ``abort()`` discards what was written."""
+
+    def abort(self) -> None: ...
+
+
+def positional(f: IO[bytes]) -> PositionalRead:
+    """``f``, a file a disk's ``open_read`` returned, as its :class:`PositionalRead` side;
+    ``TypeError`` for a file that does not keep the contract."""
+    if not isinstance(f, PositionalRead):
+        raise TypeError(f"{type(f).__name__} has no size and pread: not a disk's read file")
+    return f
+
+
+def discardable(f: IO[bytes]) -> Discardable:
+    """``f``, a file a disk's ``open_write`` returned, as its :class:`Discardable` side;
+    ``TypeError`` for a file that does not keep the contract."""
+    if not isinstance(f, Discardable):
+        raise TypeError(f"{type(f).__name__} has no abort(): not a disk's write file")
+    return f
 
 
 @dataclass(frozen=True)

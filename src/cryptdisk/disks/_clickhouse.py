@@ -16,7 +16,7 @@ from typing import IO, Any, cast
 
 from ..errors import InvalidKeyError, KeyNotFoundError
 from ..keys import export_key_material
-from ._base import Disk, DiskConfig, FileInfo
+from ._base import Disk, DiskConfig, FileInfo, positional
 from ._files import PreadFile, encrypting_write
 from ._paths import norm_path
 from ._wrapping import WrappingDisk
@@ -184,7 +184,7 @@ class ClickHouseDisk(WrappingDisk):
         if inner.stored_size:
             with self.inner.open_read(self._inner(path)) as raw:
                 header = ch_module().CHHeader.parse(
-                    raw.pread(0, CH_HEADER_SIZE), path)  # type: ignore[attr-defined]
+                    positional(raw).pread(0, CH_HEADER_SIZE), path)
             alg = header_algorithm_name(header)
         return FileInfo(norm_path(path), size, inner.stored_size, True, "clickhouse",
                         algorithm=alg, mtime=inner.mtime)

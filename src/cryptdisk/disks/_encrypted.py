@@ -41,7 +41,7 @@ from ..format import (
     source_for,
 )
 from ..keys import Key, Keyring, rewrap_file
-from ._base import Disk, DiskConfig, FileInfo
+from ._base import Disk, DiskConfig, FileInfo, positional
 from ._cache import BufferedSealedReader, CachedSealedReader, ReadCache
 from ._files import PreadFile, encrypting_write
 from ._local import LocalDisk
@@ -163,8 +163,8 @@ class EncryptedDisk(WrappingDisk):
     def _read_header(self, path: str) -> tuple[Header, int]:
         """The file's (unauthenticated) header and its stored size."""
         with self.inner.open_read(self._inner(path)) as raw:
-            size = raw.size  # type: ignore[attr-defined]
-            return Header.parse(raw.pread(0, HEADER_SIZE), path), size  # type: ignore[attr-defined]
+            file = positional(raw)
+            return Header.parse(file.pread(0, HEADER_SIZE), path), file.size
 
     def _open_source(self, path: str) -> tuple[Source, Callable[[], None]]:
         """The encrypted bytes (a zero-copy map for local disks) and how to release them."""
@@ -184,7 +184,7 @@ class EncryptedDisk(WrappingDisk):
             raw = self.inner.open_read(inner_path)
         except DiskFileNotFoundError as exc:
             raise self._plain_errors(path, exc) from None
-        source = FileObjectSource(raw, raw.size)  # type: ignore[attr-defined]
+        source = FileObjectSource(raw, positional(raw).size)
         return source, raw.close
 
     def open_read(self, path: str) -> IO[bytes]:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import IO, Any, Protocol, cast
 
 from ..format import PositionalReadFile, PublishingWriteFile
+from ._base import discardable
 
 __all__ = ["AtomicWriteFile", "FdReader", "PreadFile", "Reader", "encrypting_write"]
 
@@ -150,7 +151,7 @@ def encrypting_write(raw: IO[bytes], path: str,
                      make_writer: Callable[[IO[bytes]], Any]) -> IO[bytes]:
     """A file that encrypts through ``make_writer(raw)`` into ``raw``, an inner disk's
     atomic file: published when both close, discarded together with ``raw``."""
-    abort: Callable[[], None] = raw.abort  # type: ignore[attr-defined]
+    abort = discardable(raw).abort
     try:
         writer = make_writer(raw)
     except BaseException:

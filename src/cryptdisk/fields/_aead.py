@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import os
 from typing import Any
 
@@ -35,8 +36,8 @@ from cryptography.exceptions import InvalidTag
 from ..errors import AuthenticationError, FormatError
 from ._keys import FieldKey
 
-try:
-    from . import _cfields  # type: ignore[attr-defined]
+try:  # the C extension, which has no type stubs (Any)
+    _cfields: Any = importlib.import_module(f"{__package__}._cfields")
 except ImportError:  # pragma: no cover - the C extension was not built (setup.py says why)
     _cfields = None
 

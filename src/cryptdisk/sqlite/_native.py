@@ -17,6 +17,7 @@ private in-memory connection before the first registration.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import logging
 import threading
@@ -28,8 +29,8 @@ from ..format import KeyLookup as _KeyLookup
 from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
 from ._header import header_and_key, new_headers_and_keys
 
-try:
-    from . import _cvfs  # type: ignore[attr-defined]
+try:  # the C extension, which has no type stubs (Any)
+    _cvfs: Any = importlib.import_module(f"{__package__}._cvfs")
 except ImportError:  # built without a C compiler or OpenSSL headers: see setup.py
     _cvfs = None
 
