@@ -174,6 +174,48 @@ def test_a_tampered_page_header_fails_the_granule_read(tmp_path, monkeypatch):
         db.query(sql)
 
 
+def test_a_tampered_column_read_beside_the_key_fails_the_query(tmp_path, monkeypatch):
+    """The narrow columns a point query reads whole on another scan thread, while the
+    key's column is read, authenticate as any read: a changed byte in one is a clear
+    error, never other rows."""
+    path = tmp_path / "db"
+    sql = "SELECT c_int, c_str, c_float FROM t WHERE c_int = 4321"
+    with cryptdisk.connect(path) as db:
+        part = _point_table(db, monkeypatch)
+        disk = db.config.disks[part.disk]
+        assert db.query(sql) == [(4321, hashlib.md5(b"4321").hexdigest(), 4321 / 7)]
+        with disk.open_read(part.path) as f:
+            meta = pq.read_metadata(f)
+            seg = f.info["segment_size"]
+        start, end = _chunk_start_end(meta.row_group(0).column(2))  # c_float
+        key_end = _chunk_start_end(meta.row_group(0).column(0))[1]
+    index = (start + end) // 2 // seg
+    assert index > key_end // seg  # not a segment the key's read decrypts
+    full = path / "data" / part.path
+    data = bytearray(full.read_bytes())
+    data[HEADER_SIZE + index * (seg + 16) + (start + end) // 2 % seg] ^= 1
+    full.write_bytes(bytes(data))
+    with cryptdisk.connect(path, read_only=True) as db, \
+            pytest.raises(AuthenticationError, match=f"segment {index}"):
+        db.query(sql)
+
+
+def test_a_wide_key_range_reads_each_column_once(db, monkeypatch):
+    """Key filters that keep more than half a row group read it whole: the columns read
+    beside the key are used, not decoded again."""
+    _point_table(db, monkeypatch)
+    reads = []
+    read = _partread.OpenPart.read
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
+        reads.append(list(cols)) or read(self, rgs, cols)))
+    got = db.query("SELECT count(*), sum(c_float), count(c_str) FROM t "
+                   "WHERE c_int BETWEEN 100 AND 4900")
+    assert got[0][0] == got[0][2] == 4801
+    assert got[0][1] == pytest.approx(sum(i / 7 for i in range(100, 4901)))
+    assert sorted(c for cols in reads for c in cols) == ["c_float", "c_int", "c_str"]
+    assert db.last_scans["t"]["granule_reads"] == 0
+
+
 def test_pages_the_reader_does_not_understand_are_read_whole(db, monkeypatch):
     _point_table(db, monkeypatch)
 
@@ -188,17 +230,21 @@ def test_pages_the_reader_does_not_understand_are_read_whole(db, monkeypatch):
 
 
 def test_narrow_columns_are_read_whole_and_sliced(db, monkeypatch):
-    """Columns of 8-byte values decode whole (cheaper than finding their pages); the rows
-    handed on are still only those the key's filters keep."""
+    """Columns of 8-byte values decode whole (cheaper than finding their pages), on
+    another scan thread while the key's column is read; the rows handed on are still
+    only those the key's filters keep."""
     _point_table(db, monkeypatch)
-    rows_rows = []
-    read_rows = _partread.OpenPart.read_rows
+    rows_rows, wholes = [], []
+    read_rows, read = _partread.OpenPart.read_rows, _partread.OpenPart.read
     monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
         rows_rows.append((c, read_rows(self, rg, c, a, b) is not None)) or read_rows(
             self, rg, c, a, b)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
+        wholes.append(list(cols)) or read(self, rgs, cols)))
     assert db.query("SELECT c_float, c_str FROM t WHERE c_int BETWEEN 10 AND 12") == [
         (i / 7, hashlib.md5(str(i).encode()).hexdigest()) for i in (10, 11, 12)]
-    assert sorted(rows_rows) == [("c_float", False), ("c_str", True)]
+    assert rows_rows == [("c_str", True)]
+    assert sorted(wholes) == [["c_float"], ["c_int"]]
     assert db.last_scans["t"]["granule_reads"] == 1
 
 

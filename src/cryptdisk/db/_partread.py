@@ -720,6 +720,39 @@ class OpenPart:
         finally:
             arena.release()
 
+    def by_granule(self, rg: int, column: str) -> bool:
+        """Whether :meth:`read_rows` may decode ``column`` of row group ``rg`` by page: a
+        column the granule reader describes whose values are not narrow
+        (:data:`_GRANULE_MIN_BYTES`), and whose pages were not found unreadable. From the
+        footer alone (no read); the other columns are read whole."""
+        j = self._index.get(column)
+        if j is None or granule_schema(self.meta, j) is None:
+            return False
+        if self._pages.get((rg, j), []) is None:
+            return False
+        col = self.meta.row_group(rg).column(j)
+        return bool(col.total_compressed_size >= _GRANULE_MIN_BYTES * max(1, col.num_values))
+
+    def page_index(self, rg: int, column: str, read: Any = None) -> list[PageSpan] | None:
+        """The pages of ``column``'s chunk in row group ``rg``, from their headers (walked
+        once per open part; on an encrypted disk each header's segment authenticates
+        first); None if :meth:`by_granule` says no or the headers are not what this
+        reader understands (the chunk is then read whole, which reports any damage).
+        ``read(offset, n)``: the reader to use (see :meth:`read_rows`)."""
+        if not self.by_granule(rg, column):
+            return None
+        j = self._index[column]
+        spans = self._pages.get((rg, j), [])
+        if spans == []:
+            start, stop = _chunk_start_end(self.meta.row_group(rg).column(j))
+            try:
+                spans = page_spans(read or self._page_reader(), start, stop,
+                                   self.meta.row_group(rg).column(j).num_values)
+            except (PageError, pa.ArrowException):
+                spans = None
+            self._pages[(rg, j)] = spans
+        return spans
+
     def read_rows(self, rg: int, column: str, first: int, end: int) -> pa.Array | None:
         """Rows ``first..end`` of ``column`` in row group ``rg``, decoding only the pages
         (granules of :data:`~._granule.GRANULE_ROWS` rows) that hold them; None when that
@@ -730,25 +763,19 @@ class OpenPart:
         On an encrypted disk only the segments holding the chunk's page headers and
         those pages are decrypted, each authenticating before it is used.
         """
-        j = self._index.get(column)
-        if j is None or end <= first or granule_schema(self.meta, j) is None:
+        if end <= first:
             return None
-        col = self.meta.row_group(rg).column(j)
-        if col.total_compressed_size < _GRANULE_MIN_BYTES * max(1, col.num_values):
-            return None  # narrow values: decoding the chunk whole costs less than finding pages
-        read = _SegmentReader(self) if self.disk.is_encrypted else self._plain_reader()
+        read = self._page_reader()  # one per read: a segment decrypts once for both uses
+        spans = self.page_index(rg, column, read)
+        if spans is None:
+            return None
+        j = self._index[column]
+        data = [p for p in spans if not p.dictionary]
+        wanted = [p for p in data if p.first_row < end and p.first_row + p.rows > first]
+        if not wanted or len(wanted) == len(data):
+            return None
+        pages = [p for p in spans if p.dictionary] + wanted
         try:
-            spans = self._pages.get((rg, j), [])
-            if spans == []:
-                start, stop = _chunk_start_end(col)
-                spans = self._pages[(rg, j)] = page_spans(read, start, stop, col.num_values)
-            if spans is None:
-                return None
-            data = [p for p in spans if not p.dictionary]
-            wanted = [p for p in data if p.first_row < end and p.first_row + p.rows > first]
-            if not wanted or len(wanted) == len(data):
-                return None
-            pages = [p for p in spans if p.dictionary] + wanted
             arr = decode_pages(self.meta, rg, j, pages, read)
         except (PageError, pa.ArrowException):
             # not pages this reader understands: the whole chunk is read (and any damage
@@ -758,6 +785,9 @@ class OpenPart:
         if arr is None:
             return None
         return arr.slice(first - wanted[0].first_row, end - first)
+
+    def _page_reader(self) -> Any:
+        return _SegmentReader(self) if self.disk.is_encrypted else self._plain_reader()
 
     def _plain_reader(self) -> Any:
         if self._local is not None:

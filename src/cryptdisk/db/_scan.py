@@ -404,6 +404,10 @@ class TableScan:
         holding those rows; None when the key's filters keep more than half the rows (or
         cannot be checked here), and the row group is read whole.
 
+        While the key's column is read, the columns read whole either way (narrow ones,
+        and those the granule reader does not describe) are read on another scan thread
+        and the page headers of the others are walked, so a point query's reads overlap.
+
         DuckDB applies the whole WHERE again, so handing it a superset of the matching
         rows is enough. The key's column goes through the cache like any column; the
         granules of the others are not kept (the cache holds whole row groups), but count
@@ -419,10 +423,34 @@ class TableScan:
             return None  # read before: read whole, so the cache keeps it for warm repeats
         if cache is not None and all(cache.contains(ckey, c) for c in self.columns):
             return None  # all decoded already
+        wholes: dict[str, Any] = {}  # columns read whole: cached, or read beside the key
+        for c in others:
+            arr = cache.get(ckey, c) if cache is not None else None
+            if arr is not None:
+                wholes[c] = arr
+        paged = [c for c in others if c not in wholes and op.by_granule(rg, c)]
+        unpaged = [c for c in others if c not in wholes and c not in paged]
+        side = _pool().submit(op.read, [rg], unpaged) if unpaged else None
+        try:
+            return self._granules(op, rg, got, paged, wholes, unpaged, side)
+        finally:
+            if side is not None and not side.cancel():
+                side.exception()  # (never left running: a failed read raised above)
+
+    def _granules(self, op: OpenPart, rg: int, got: dict[str, Any], paged: list[str],
+                  wholes: dict[str, Any], unpaged: list[str],
+                  side: Future[pa.Table] | None) -> pa.RecordBatch | None:
+        key = self._key
+        assert key is not None
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
         arr = cache.get(ckey, key) if cache is not None else None
         ahead = op.key_reads.pop(rg, None)  # read while DuckDB parsed the statement
         # (one not started yet is read here: a pool thread never waits for a queued task)
         if arr is None and ahead is not None and not ahead.cancel():
+            if not ahead.done():  # the key is still being read: find the pages meanwhile
+                for c in paged:
+                    op.page_index(rg, c)
             arr = ahead.result().column(key)
             if cache is not None:
                 cache.put(ckey, key, arr)
@@ -431,42 +459,56 @@ class TableScan:
             if cache is not None:
                 cache.put(ckey, key, arr)
         got[key] = arr  # a row group read whole after all does not decode it again
+
+        def take_side() -> None:  # the columns read whole beside the key, cached as usual
+            if side is None:
+                return
+            table = side.result() if not side.cancel() else op.read([rg], unpaged)
+            for c in unpaged:
+                wholes[c] = table.column(c)
+                if cache is not None:
+                    cache.put(ckey, c, wholes[c])
+
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
         span = _key_span(arr, self._key_filters)
-        if span is None:
+        if span is None or 2 * (span[1] - span[0]) > len(arr):
+            take_side()
+            got.update(wholes)  # read whole: not decoded again
             return None
         first, end = span
-        if 2 * (end - first) > len(arr):
-            return None
+        pages: dict[str, Any] = {}  # this thread decodes pages while the other reads
+        if end > first:
+            for c in paged:
+                col = op.read_rows(rg, c, first, end)
+                if col is not None:
+                    pages[c] = col
+            take_side()
         arrays = []
-        granules = []
         for field in self.schema:
             c = field.name
             if c == key:
                 col = arr.slice(first, end - first)
             elif end == first:
                 col = pa.nulls(0, field.type)
-            else:
-                whole = cache.get(ckey, c) if cache is not None else None
-                col = None if whole is not None else op.read_rows(rg, c, first, end)
-                if col is not None:
-                    granules.append(c)
-                else:  # cached, or narrow, or not a column the granule reader describes
-                    if whole is None:
-                        whole = op.read([rg], [c]).column(c)
-                        if cache is not None:
-                            cache.put(ckey, c, whole)
-                    col = whole.slice(first, end - first)
+            elif c in pages:
+                col = pages[c]
+            else:  # cached, or narrow, or not a column the granule reader describes
+                whole = wholes.get(c)
+                if whole is None:
+                    whole = op.read([rg], [c]).column(c)
+                    if cache is not None:
+                        cache.put(ckey, c, whole)
+                col = whole.slice(first, end - first)
             if isinstance(col, pa.ChunkedArray):
                 col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
             if col.type != field.type:
                 col = col.cast(field.type)
             arrays.append(col)
         if cache is not None:
-            for c in granules:
+            for c in pages:
                 cache.offer(ckey, c)
-        if granules or end == first:
+        if pages or end == first:
             self.granule_reads += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
