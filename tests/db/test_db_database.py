@@ -525,3 +525,38 @@ def test_a_column_parquet_cannot_store_is_refused_at_create_table(db, typ):
     db.sql("CREATE TABLE iv (a INTEGER, d BIGINT, l INTEGER[], s STRUCT(x VARCHAR))")
     db.sql("INSERT INTO iv VALUES (1, 3, [1, 2], {'x': 'a'})")
     assert db.sql("SELECT a, d FROM iv").to_pylist() == [{"a": 1, "d": 3}]
+
+
+def test_connect_warms_up_the_first_query_s_code_paths(tmp_path):
+    """connect runs DuckDB's, pyarrow's and the scan pool's first-use costs on made-up rows
+    before it returns, without importing pandas (most of a second) and without leaving
+    anything behind for the database's own statements."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, sys, threading
+import duckdb
+import cryptdisk
+db = cryptdisk.connect({str(tmp_path / 'db')!r})
+assert not db._warmup.is_alive()
+names = [t.name for t in threading.enumerate()]
+assert sum(n.startswith("cryptdisk-scan") for n in names) == os.cpu_count(), names
+assert "pandas" not in sys.modules
+try:
+    db.con.execute("SELECT * FROM __cd_warm_up").fetchall()
+except duckdb.CatalogException:
+    pass
+else:
+    raise AssertionError("the warm-up's rows are visible to the database's statements")
+db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+db.sql("INSERT INTO t SELECT range, range::VARCHAR FROM range(100)")
+assert db.query("SELECT s FROM t WHERE k = 42") == [("42",)]
+db.close()
+print("ok")
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
