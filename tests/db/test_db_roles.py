@@ -15,7 +15,7 @@ import cryptdisk.fields  # (the SQL functions the policy bodies call)
 from cryptdisk.db import role_query
 from cryptdisk.errors import CryptdiskError, DatabaseError, FieldPolicyError
 from cryptdisk.server import AnalyticalEngine, PolicyStore
-from tests.fields.test_sql import CONFIG
+from tests.fields.conftest import CONFIG
 
 PANS = ["4111111111111111", "5500005555555559", "340000000000009"]
 MASKED = ["************1111", "************5559", "***********0009"]
