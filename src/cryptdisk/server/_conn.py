@@ -142,6 +142,15 @@ class Connection:
             self._resume_reading()
         return data
 
+    def take(self, n: int) -> bytes:
+        """The next ``n`` bytes, which the buffer holds (the caller checked)."""
+        buf = self.buffer
+        data = bytes(buf[:n])
+        del buf[:n]
+        if not self._reading and len(buf) < READ_LIMIT:
+            self._resume_reading()
+        return data
+
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:

@@ -985,6 +985,8 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     transactions = True
+    #: a statement's integer literals may run as parameters (:func:`._sqltext.lift_literals`)
+    lifts_literals = True
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
                  busy_timeout_ms: int = 30000, plaintext: bool = False) -> None:

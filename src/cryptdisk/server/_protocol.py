@@ -223,6 +223,11 @@ def _formats(r: _Reader, what: str) -> tuple[int, ...]:
 def parse_frontend(kind: bytes, body: bytes) -> Message:
     """Parse one frontend message of type ``kind`` (one byte) with ``body``."""
     if kind == b"Q":
+        if body and body.find(b"\0") == len(body) - 1:  # the common case, as below
+            try:
+                return Query(body[:-1].decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
         r = _Reader(body, "Query")
         q = Query(r.cstring())
         r.done()
@@ -368,11 +373,24 @@ def parameter_description(oids: Sequence[int]) -> bytes:
                                                                     for o in oids))
 
 
+_INT32 = struct.Struct("!i")
+_INT16 = struct.Struct("!h")
+_NULL = _INT32.pack(-1)
+
+
 def data_row(values: Sequence[bytes | None]) -> bytes:
-    parts = [struct.pack("!h", len(values))]
+    parts = [b"D", b"", _INT16.pack(len(values))]
+    size = 6
     for v in values:
-        parts.append(struct.pack("!i", -1) if v is None else struct.pack("!i", len(v)) + v)
-    return message(b"D", b"".join(parts))
+        if v is None:
+            parts.append(_NULL)
+            size += 4
+        else:
+            parts.append(_INT32.pack(len(v)))
+            parts.append(v)
+            size += 4 + len(v)
+    parts[1] = _INT32.pack(size)
+    return b"".join(parts)
 
 
 def command_complete(tag: str) -> bytes:

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import ServerError
+from . import _infoschema
 from ._accesslog import AccessLog
 from ._conn import Connection, Listener
 from ._engines import Engine, Result
-from ._session import Session, is_loopback
+from ._session import IDENTITY_WORDS, Session, is_loopback
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "Authenticator", "Server", "new_event_loop"]
 
@@ -122,6 +123,10 @@ class Server:
         #: called before each message a session reads: picks up changes other processes
         #: made to the users (and grants, roles)
         self.refresh: Callable[[], None] = getattr(authenticator, "refresh", None) or _nothing
+        #: the engine takes integer literals as parameters (SQLite: a statement's shape is
+        #: prepared once, :func:`._sqltext.lift_literals`)
+        self.engine_lifts_literals = bool(getattr(engine, "lifts_literals", False))
+        self._engine_statements: dict[str, bool] = {}
 
     # -- hooks the session calls ----------------------------------------------------------------
 
@@ -161,6 +166,21 @@ class Server:
     def handles(self, sql: str) -> bool:
         return self._policies(sql) is not None or (
             self.authenticator is not None and self.authenticator.handles(sql))
+
+    def engine_statement(self, shape: str) -> bool:
+        """Whether a statement of this shape (a SELECT, UPDATE, DELETE or INSERT with its
+        integer literals lifted) goes to the engine as it is: no catalog, information_schema,
+        user, role, grant or policy statement the server answers, no ``current_user`` to
+        write in. Depends on the text alone, so it is asked once per shape."""
+        known = self._engine_statements.get(shape)
+        if known is None:
+            known = ("pg_cursors" not in shape and "pg_catalog." not in shape
+                     and not self.handles(shape) and not _infoschema.handles(shape)
+                     and IDENTITY_WORDS.search(shape) is None)
+            if len(self._engine_statements) >= 4096:
+                self._engine_statements.clear()
+            self._engine_statements[shape] = known
+        return known
 
     async def handle_statement(self, session: Session, sql: str,
                                params: list[Any]) -> Result | None:

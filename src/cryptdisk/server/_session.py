@@ -31,6 +31,7 @@ log = logging.getLogger("cryptdisk.server")
 __all__ = ["Session"]
 
 T = TypeVar("T")
+_LENGTH = struct.Struct("!i")
 
 
 @dataclass
@@ -67,7 +68,9 @@ _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 #: statements tried with :meth:`EngineSession.run_quick` (they only read)
 _QUICK = {"SELECT", "VALUES"}
-_IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
+#: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
+_LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
+IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
 
 
 def _common_name(cert: Any) -> str | None:
@@ -102,6 +105,12 @@ def _rename(columns: list[tuple[str, int]],
         words = left.get(name)
         out.append((words.pop(0) if words else name, oid))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _row_description(columns: tuple[tuple[str, int], ...], fmts: tuple[int, ...]) -> bytes:
+    """A result's RowDescription, built once per shape of result."""
+    return P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts, strict=True)])
 
 
 def _copy_response(kind: bytes, columns: int, binary: bool) -> bytes:
@@ -263,6 +272,12 @@ class Session:
         return P.parse_startup(await self.conn.readexactly(length - 4))
 
     async def _read_raw(self) -> tuple[bytes, bytes]:
+        buf = self.conn.buffer
+        if len(buf) >= 5:  # the common case: the whole message is buffered already
+            (length,) = _LENGTH.unpack_from(buf, 1)
+            if 4 <= length <= self.server.max_message_size + 4 and len(buf) > length:
+                data = self.conn.take(length + 1)
+                return data[:1], data[5:]
         head = await self.conn.readexactly(5)
         kind, length = head[:1], struct.unpack("!i", head[1:])[0]
         if length < 4:
@@ -414,7 +429,10 @@ class Session:
                 raise _Closing()
             self.busy = False
             try:
-                msg = await asyncio.wait_for(self._read(), self.server.idle_timeout)
+                if self.server.idle_timeout is None:
+                    msg = await self._read()
+                else:
+                    msg = await asyncio.wait_for(self._read(), self.server.idle_timeout)
             except TimeoutError:
                 self._fatal("57P05", "terminating connection due to idle-session timeout")
                 raise _Closing() from None
@@ -591,6 +609,12 @@ class Session:
         if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
+        if head in _LIFTABLE and not params and self.server.engine_lifts_literals:
+            lifted = _sqltext.lift_literals(sql)
+            if lifted is not None and self.server.engine_statement(lifted[0]):
+                # the engine's own statement: its shape, prepared once, checked as SQLite
+                # prepares it under the session's privileges (their version in its text)
+                return await self._run_timed(head, lifted[0], list(lifted[1]), {})
         if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
             return await self._cursor(head, sql, params)
         if head == "COPY" and _is_copy(sql):
@@ -615,6 +639,19 @@ class Session:
         if handled is not None:
             return handled
         assert self.engine is not None
+        if head in ("SELECT", "WITH") and _infoschema.handles(sql):
+            text, renames = self._identity(sql)  # current_user: the session's, not DuckDB's
+            return await self._run_timed(head, text, params, renames, _infoschema.query)
+        if self.server.engine.transactions and head in TRANSACTION_WORDS:
+            return await self._run_timed(head, sql, params, {}, self._transaction)
+        sql, renames = self._identity(sql)
+        return await self._run_timed(head, sql, params, renames)
+
+    async def _run_timed(self, head: str, sql: str, params: list[Any],
+                         renames: dict[str, list[str]], special: Any = None) -> Result:
+        """Run ``sql`` in the engine under the statement timeout; ``special``: the
+        information_schema's query or :meth:`_transaction` instead."""
+        assert self.engine is not None
         engine = self.engine
         timer, fired = None, []
         if self.server.statement_timeout:
@@ -623,24 +660,20 @@ class Session:
                 engine.interrupt()
 
             timer = asyncio.get_running_loop().call_later(self.server.statement_timeout, expire)
+        result: Result
         try:
-            if head in ("SELECT", "WITH") and _infoschema.handles(sql):
-                text, renames = self._identity(sql)  # current_user: the session's, not DuckDB's
-                listed = await self.call(_infoschema.query, text, params, engine,
+            if special is _infoschema.query:
+                result = await self.call(_infoschema.query, sql, params, engine,
                                          self.privileges)
-                if renames and listed.columns is not None:
-                    listed.columns = _rename(listed.columns, renames)
-                return listed
-            if self.server.engine.transactions and head in TRANSACTION_WORDS:
-                return await self._transaction(engine, head, sql)
-            begin = "DEFERRED" if head in _READS else "IMMEDIATE"
-            sql, renames = self._identity(sql)
-            if self.pending_begin and begin == "IMMEDIATE":
-                # SQLite's BEGIN and the first write, in one hop to the session's thread
+            elif special is not None:
+                return await special(engine, head, sql)  # type: ignore[no-any-return]
+            elif self.pending_begin and head not in _READS:
+                # SQLite's BEGIN (IMMEDIATE) and the first write, in one hop to the thread
                 self.pending_begin = False
                 result = await self.call(_begin_and_run, engine, sql, params)
             else:
-                await self._begin(engine, begin)
+                if self.pending_begin:
+                    await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
                 # a read that finishes at once runs here, without the hop to the thread
                 quick = engine.run_quick(sql, params) if head in _QUICK else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
@@ -663,7 +696,7 @@ class Session:
         (in the order they appear). ``privileges``: others than the session's own."""
         upper = sql.upper()  # a word is replaced when its upper() is one of the three
         if ("CURRENT_USER" not in upper and "CURRENT_ROLE" not in upper
-                and "SESSION_USER" not in upper) or _IDENTITY_WORDS.search(sql) is None:
+                and "SESSION_USER" not in upper) or IDENTITY_WORDS.search(sql) is None:
             return sql, {}
         privileges = privileges if privileges is not None else self.privileges
         current = privileges.current_user if privileges is not None else self.user
@@ -1045,15 +1078,23 @@ class Session:
             columns = portal.described_columns
         fmts = [P.result_format(formats, i) for i in range(len(columns or []))]
         if describe and columns is not None:
-            self.send(P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts,
-                                                                          strict=True)]))
+            self.send(_row_description(tuple(columns), tuple(fmts)))
         start = portal.sent if portal else 0
         end = len(result.rows) if not max_rows else min(len(result.rows), start + max_rows)
         if columns is not None:
-            oids = [o for _, o in columns]
-            for row in result.rows[start:end]:
-                self.send(P.data_row([_types.encode_value(o, v, f)
-                                      for o, v, f in zip(oids, row, fmts, strict=True)]))
+            rows = result.rows if start == 0 and end == len(result.rows) else \
+                result.rows[start:end]
+            if not any(fmts):  # text: the value alone says how it is written
+                encode = _types.encode_text
+                for row in rows:
+                    if len(row) != len(fmts):  # as zip(..., strict=True) below
+                        raise ValueError(f"a row of {len(row)} values for {len(fmts)} columns")
+                    self.send(P.data_row([encode(v) for v in row]))
+            else:
+                oids = [o for _, o in columns]
+                for row in rows:
+                    self.send(P.data_row([_types.encode_value(o, v, f)
+                                          for o, v, f in zip(oids, row, fmts, strict=True)]))
         if portal is not None:
             portal.sent = end
             if end < len(result.rows):

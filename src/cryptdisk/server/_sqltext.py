@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import ServerError
 
-__all__ = ["first_words", "placeholders", "replace_words", "split_statements", "strip_strings",
-           "substitute"]
+__all__ = ["first_words", "lift_literals", "placeholders", "replace_words", "split_statements",
+           "strip_strings", "substitute"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -214,3 +215,141 @@ def _first_words(sql: str, count: int) -> tuple[str, ...]:
 _ALPHA = re.compile(r"[A-Za-z_]+")
 #: two words with only white space before and between them: the first two _ALPHA runs
 _TWO_WORDS = re.compile(r"\s*([A-Za-z_]+)\s+([A-Za-z_]+)")
+
+
+# --- integer literals as parameters ---------------------------------------------------------
+
+#: texts never lifted: quotes, comments, parameters of any SQLite spelling, bracketed or
+#: backquoted identifiers, several statements, exponents (``1e-5``)
+_NO_LIFT = re.compile(r"['\"$;?:@#\[`]|--|/\*|\d[eE]")
+_LIFT_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*|[()]")
+#: an integer literal: not part of a name, a decimal or a hex literal
+_INTEGER = re.compile(r"(?<![\w.])(\d{1,18})(?![\w.])")
+#: words after which a literal's position may name a result column (ORDER BY 1), a
+#: column's name may come from the text (RETURNING, a subquery's select list), or the
+#: plan may need the literal: a region holding one is not lifted
+_LIFT_STOP = frozenset({"SELECT", "ORDER", "GROUP", "HAVING", "WINDOW", "UNION", "INTERSECT",
+                        "EXCEPT", "LIMIT", "OFFSET", "RETURNING", "VALUES", "ON", "FROM",
+                        "WITH", "MATCH", "LIKE", "GLOB", "REGEXP"})
+_OPERATORS = frozenset("=<>+-*/%")
+_MAX_LIFTED = 64
+
+
+def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
+    """One SQLite statement with its integer literals as parameters, where that cannot
+    change what it does: ``(text with ?1, ?2, ..., values)``, or None.
+
+    Lifted are the integers that follow an operator (``=``, ``<``, ``>``, ``+``, ``-``,
+    ``*``, ``/``, ``%``) in the ``WHERE`` clause of a ``SELECT`` or ``DELETE``, in an
+    ``UPDATE``'s ``SET`` and ``WHERE``, and the elements of an ``INSERT``'s one ``VALUES``
+    row that are integers. A bound integer compares, converts and computes as the literal
+    does, and SQLite prepares again where a value can change the plan (partial indexes,
+    ``LIKE``). Nothing is lifted from a text with strings, quoted names, comments or
+    parameters, or with a subquery, a join, ``RETURNING``, ``ORDER BY``, ``LIMIT`` and the
+    like (where a literal can name a column, or its text be a column's name). Statements
+    of one shape then share one prepared statement.
+
+    Which integers are lifted depends on the text around them only: it is worked out once
+    per such text (the statement with its integers blanked out) and remembered."""
+    parts = _INTEGER.split(sql)  # text, integer, text, integer, ..., text
+    if len(parts) == 1:
+        return None
+    key = "\0".join(parts[0::2])
+    plan = _LIFT_PLANS.get(key, _UNKNOWN)
+    if plan is _UNKNOWN:
+        plan = _lift_plan(sql)
+        if len(_LIFT_PLANS) >= _MAX_PLANS:
+            _LIFT_PLANS.clear()
+        _LIFT_PLANS[key] = plan
+    if plan is None:
+        return None
+    shape, picks = plan
+    return shape, tuple([int(parts[i]) for i in picks])
+
+
+_UNKNOWN: Any = object()
+_MAX_PLANS = 4096
+#: a text with its integers blanked out -> (its shape, the indexes in _INTEGER.split's parts
+#: of the integers lifted) or None (nothing lifted)
+_LIFT_PLANS: dict[str, tuple[str, tuple[int, ...]] | None] = {}
+
+
+def _lift_plan(sql: str) -> tuple[str, tuple[int, ...]] | None:
+    """:func:`lift_literals`' work: the shape of ``sql`` and which of its integers (their
+    indexes in ``_INTEGER.split(sql)``) it lifts; None when none."""
+    spans = _lift_spans(sql)
+    if not spans:
+        return None
+    where = {m.start(): n for n, m in enumerate(_INTEGER.finditer(sql))}
+    out, picks, pos = [], [], 0
+    for start, end in spans:
+        picks.append(2 * where[start] + 1)
+        out.append(sql[pos:start])
+        out.append(f"?{len(picks)}")
+        pos = end
+    out.append(sql[pos:])
+    return "".join(out), tuple(picks)
+
+
+def _lift_spans(sql: str) -> list[tuple[int, int]]:
+    """Where the integers :func:`lift_literals` lifts from ``sql`` are."""
+    if _NO_LIFT.search(sql) is not None:
+        return []
+    tokens = list(_LIFT_TOKEN.finditer(sql))
+    if not tokens:
+        return []
+    head = tokens[0][0].upper()
+    if head not in ("SELECT", "UPDATE", "DELETE", "INSERT"):
+        return []
+    depth, start = 0, -1
+    for m in tokens[1:]:
+        t = m[0]
+        if t == "(":
+            depth += 1
+            continue
+        if t == ")":
+            depth -= 1
+            if depth < 0:
+                return []
+            continue
+        word = t.upper()
+        if head == "INSERT":
+            if depth == 0 and word == "VALUES":
+                return _values_spans(sql, m.end())
+            if word in _LIFT_STOP:
+                return []
+            continue
+        if start < 0 and depth == 0 and (word == "WHERE" or (word == "SET" and head == "UPDATE")):
+            start = m.end()
+        elif word in _LIFT_STOP and not (start < 0 and depth == 0 and word == "FROM"
+                                         and head in ("SELECT", "DELETE")):
+            return []
+    if start < 0 or depth != 0:
+        return []
+    spans = []
+    for m in _INTEGER.finditer(sql, start):
+        j = m.start() - 1
+        while sql[j].isspace():
+            j -= 1
+        if sql[j] in _OPERATORS:
+            spans.append(m.span())
+    return spans[:_MAX_LIFTED] if len(spans) <= _MAX_LIFTED else []
+
+
+_VALUES_ROW = re.compile(r"\s*\(([^()]*)\)\s*")
+_INTEGER_ELEMENT = re.compile(r"\s*(-\s*)?(\d{1,18})\s*")
+
+
+def _values_spans(sql: str, at: int) -> list[tuple[int, int]]:
+    """An INSERT whose text ends with one ``VALUES (...)`` row without parentheses inside:
+    where its elements that are integers are."""
+    row = _VALUES_ROW.fullmatch(sql, at)
+    if row is None:
+        return []
+    spans, pos = [], row.start(1)
+    for element in row[1].split(","):
+        m = _INTEGER_ELEMENT.fullmatch(element)
+        if m is not None:
+            spans.append((pos + m.start(2), pos + m.end(2)))
+        pos += len(element) + 1
+    return spans if len(spans) <= _MAX_LIFTED else []

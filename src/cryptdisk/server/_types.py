@@ -277,6 +277,16 @@ def _binary(oid: int, value: Any) -> bytes:
     return _text(value).encode("utf-8")
 
 
+def encode_text(value: Any) -> bytes | None:
+    """One result value in text format (:func:`encode_value` with format 0)."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is int or kind is str:
+        return str(value).encode("utf-8")
+    return _text(value).encode("utf-8")
+
+
 def encode_value(oid: int, value: Any, fmt: int) -> bytes | None:
     """One result value in text (0) or binary (1) format; None is SQL NULL."""
     if value is None:
