@@ -398,12 +398,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def _scan(self, meta: TableMeta, columns: list[str] | None,
               filters: list[Any] | None = None, top: Any = None,
               extremes: bool = False, derived: list[Any] | None = None,
-              name: str | None = None) -> TableScan:
+              name: str | None = None, where: str | None = None,
+              alias: str = "") -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
                          self.cache if self.cache.bound else None, top, extremes,
-                         derived, name)
+                         derived, name, where, alias)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache.
@@ -549,7 +550,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             return None, []
         pushed = push_functions(tree, tables, binders,
                                 lambda exprs: expression_names(self.con, exprs),
-                                lambda exprs: constant_values(self.con, exprs))
+                                lambda exprs: constant_values(self.con, exprs),
+                                # a WHERE the scan applies in its own DuckDB connection
+                                # compares text as this one does: no default collation
+                                lambda: scalar(self.con, "SELECT current_setting("
+                                               "'default_collation')") in ("", None))
         if not pushed:
             return None, []
         text = scalar(self.con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
@@ -588,7 +593,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 used = base_tables(tree, names)
             for p in pushed:
                 meta = self.catalog.tables[p.table]
-                scan = self._scan(meta, p.columns, derived=p.derived, name=p.view)
+                scan = self._scan(meta, p.columns, derived=p.derived, name=p.view,
+                                  where=p.where, alias=p.alias)
                 warm = scan.cached_table()
                 self._scans.append(scan)
                 if warm is None:

@@ -2,11 +2,12 @@
 
 A query that applies a field function (``decrypt``, ``mask_last4``...; the layers
 above db name them, see :func:`~cryptdisk.db.add_connection_hook`) to a text column
-of a table, in the select list of a ``SELECT`` that reads that table alone and has no
-``WHERE`` of its own, gets the function's values from the scan: the expression
-becomes a column of a separate Arrow view of the table, which the scan computes over
-each row group's whole Arrow array on its thread pool (the C loops run without the
-GIL, on every core) and keeps in the :class:`~cryptdisk.db._cache.ColumnCache` like a
+of a table, in the select list of a ``SELECT`` that reads that table alone, with no
+``WHERE`` or a plain one (:func:`_plain_where`: the scan keeps its rows first and
+computes the functions for those only), gets the function's values from the scan: the
+expression becomes a column of a separate Arrow view of the table, which the scan
+computes over each row group's whole Arrow array on its thread pool (the C loops run
+without the GIL, on every core) and keeps in the :class:`~cryptdisk.db._cache.ColumnCache` like a
 decoded column, keyed by part, row group, column and the functions' tags (name,
 constant arguments, key name, key versions and the keys' generation). DuckDB then
 reads the values as it reads a stored column: no Python UDF per batch of 2,048.
@@ -15,7 +16,7 @@ The query's text decides what is computed (a role's query has already been rewri
 through its policies, so the scan computes only what the rewrite put there); the scan
 computes nothing a query did not ask for. Chains (``mask_last4(fpe_decrypt(c, 'k'))``)
 are computed as one derived column. A function inside a subquery, a lambda, or a
-``SELECT`` with a ``WHERE``, a join or ``*`` stays with DuckDB. A value the scan cannot
+``SELECT`` with another ``WHERE``, a join or ``*`` stays with DuckDB. A value the scan cannot
 compute (a tampered ciphertext, a value FF1 cannot take) makes the statement run
 again without derived columns, so it fails, or succeeds, exactly as it would have.
 """
@@ -65,10 +66,14 @@ class DerivedColumn:
     name: str
     column: str
     steps: tuple[ScanFunction, ...]
+    #: the WHERE of its SELECT (SQL text) when the scan applies it first: the values
+    #: are computed for the rows it keeps only, and cached as such
+    where: str | None = None
 
     @property
     def cache_name(self) -> str:
-        return SEP.join([self.column, *(s.tag for s in self.steps)])
+        tags = [self.column, *(s.tag for s in self.steps)]
+        return SEP.join(tags + ([where_name(self.where)] if self.where is not None else []))
 
     def compute(self, values: pa.Array) -> pa.Array:
         out = values
@@ -83,12 +88,24 @@ class DerivedColumn:
 
 @dataclass
 class PushedScan:
-    """A derived view: ``view`` reads ``table``'s ``columns`` and computes ``derived``."""
+    """A derived view: ``view`` reads ``table``'s ``columns`` and computes ``derived``;
+    with ``where`` (SQL text over the columns, qualified by ``alias``), only for the rows
+    it keeps, which are all the view returns (DuckDB applies the same WHERE again)."""
 
     view: str
     table: str
     columns: list[str]
     derived: list[DerivedColumn] = field(default_factory=list)
+    where: str | None = None
+    alias: str = ""
+    #: the parsed WHERE, until push_functions has its text
+    where_expr: Any = None
+
+
+def where_name(where: str) -> str:
+    """The cache name of the rows a WHERE keeps (a row group's boolean mask), and the
+    tag that keys the derived values computed for them."""
+    return f"{SEP}where:{where}"
 
 
 def _literal(node: Any) -> tuple[bool, Any]:
@@ -120,16 +137,68 @@ _CONDITIONAL_FUNCTIONS = {"if", "iff", "ifnull", "nullif", "coalesce", "try"}
 _CONSTANT_CLASSES = {"CONSTANT", "OPERATOR", "COMPARISON", "CONJUNCTION", "CAST", "TYPE"}
 
 
+#: what a WHERE that the scan applies itself may hold: it keeps the rows first, computes
+#: the functions for those only (rows first, then columns, as a row access policy
+#: requires), and DuckDB applies the same WHERE again, so it must give the same answer
+#: twice in any DuckDB connection: the table's columns, constants, comparisons, AND, OR,
+#: NOT, IN, BETWEEN, IS NULL, CASE and a few string functions no setting changes (no
+#: casts, arithmetic, time, randomness, subqueries, parameters or user functions)
+_WHERE_CLASSES = {"CONSTANT", "COLUMN_REF", "COMPARISON", "CONJUNCTION", "BETWEEN", "CASE"}
+_WHERE_OPERATORS = {"OPERATOR_NOT", "OPERATOR_IS_NULL", "OPERATOR_IS_NOT_NULL", "COMPARE_IN",
+                    "COMPARE_NOT_IN"}
+_WHERE_FUNCTIONS = {"~~", "!~~", "lower", "upper", "length", "starts_with", "prefix",
+                    "suffix", "ends_with", "contains"}
+
+
+def _plain_where(where: Any, columns: set[str], qualifiers: set[str]) -> bool:
+    """Whether ``where`` holds only what :data:`_WHERE_CLASSES` (and the operators and
+    functions beside it) allow, its column references naming ``columns`` (lower case),
+    qualified by one of ``qualifiers`` or not at all."""
+    for n in _walk(where):
+        cls = n.get("class")
+        if cls is None:
+            continue
+        if cls == "OPERATOR":
+            if n.get("type") not in _WHERE_OPERATORS:
+                return False
+        elif cls == "FUNCTION":
+            if str(n.get("function_name") or "").lower() not in _WHERE_FUNCTIONS or \
+                    n.get("schema") or n.get("catalog") or n.get("filter") is not None or \
+                    n.get("distinct") or n.get("export_state") or \
+                    (n.get("order_bys") or {}).get("orders"):
+                return False
+        elif cls == "COLUMN_REF":
+            names = [str(x).lower() for x in n.get("column_names") or []]
+            if not (len(names) == 1 or (len(names) == 2 and names[0] in qualifiers)) or \
+                    names[-1] not in columns:
+                return False
+        elif cls == "CONSTANT":
+            if n.get("type") != "VALUE_CONSTANT":
+                return False
+        elif cls not in _WHERE_CLASSES:
+            return False
+    return True
+
+
 class _Pusher:
     def __init__(self, tables: dict[str, dict[str, pa.DataType]],
                  binders: dict[str, Binder],
-                 evaluate: Callable[[list[dict[str, Any]]], list[Any] | None]) -> None:
+                 evaluate: Callable[[list[dict[str, Any]]], list[Any] | None],
+                 filters: Callable[[], bool]) -> None:
         self.tables = {t.lower(): (t, cols) for t, cols in tables.items()}
+        self._filters = filters
+        self._filters_ok: bool | None = None
         self.binders = binders
         self.evaluate = evaluate
         self.pushed: list[PushedScan] = []
         #: (rewritten, original) select-list expressions without an alias
         self.unnamed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def filters_ok(self) -> bool:
+        """Whether the scan may apply a plain WHERE itself (asked once)."""
+        if self._filters_ok is None:
+            self._filters_ok = bool(self._filters())
+        return self._filters_ok
 
     def fold(self, case: dict[str, Any]) -> Any:
         """The branch of a ``CASE`` whose conditions are all constants (as a policy's are
@@ -187,12 +256,16 @@ class _Pusher:
         name = str(src.get("table_name") or "").lower()
         if name in ctes or name not in self.tables:
             return
-        if node.get("where_clause") is not None or node.get("sample") is not None:
-            return  # the scan would compute the rows the WHERE drops: DuckDB keeps it
+        if node.get("sample") is not None:
+            return
         table, types = self.tables[name]
         alias = str(src.get("alias") or "").lower()
         qualifiers = {alias} if alias else {name}
         lower = {c.lower(): c for c in types}
+        where = node.get("where_clause")
+        if where is not None and not (_plain_where(where, set(lower), qualifiers)
+                                      and self.filters_ok()):
+            return  # the scan would compute the rows the WHERE drops: DuckDB keeps it
         for n in _walk([node.get(k) for k in node if k not in ("from_table", "cte_map")]):
             cls, kind = n.get("class"), n.get("type")
             if cls in ("STAR", "POSITIONAL_REFERENCE") or kind in ("STAR", "COLUMNS") or \
@@ -286,7 +359,8 @@ class _Pusher:
                         "query_location_length": 0, "column_names": [same.name]}
             return {k: visit(v) for k, v in expr.items()}
 
-        parts = {k: visit(v) for k, v in node.items() if k not in ("from_table", "cte_map")}
+        parts = {k: visit(v) for k, v in node.items()
+                 if k not in ("from_table", "cte_map", "where_clause")}
         if not derived:
             return
         for old, new in zip(node.get("select_list") or [], parts.get("select_list") or [],
@@ -304,25 +378,27 @@ class _Pusher:
         new_src["alias"] = alias or name
         new_src["qualified_name"] = {"path": [view]}
         node["from_table"] = new_src
-        self.pushed.append(PushedScan(view, table, columns, derived))
+        self.pushed.append(PushedScan(view, table, columns, derived, alias=alias or name,
+                                      where_expr=where))
 
 
 def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType]],
                    binders: dict[str, Binder],
                    names: Callable[[list[dict[str, Any]]], list[str] | None],
-                   evaluate: Callable[[list[dict[str, Any]]], list[Any] | None]
-                   ) -> list[PushedScan]:
+                   evaluate: Callable[[list[dict[str, Any]]], list[Any] | None],
+                   filters: Callable[[], bool] = lambda: True) -> list[PushedScan]:
     """Replace field function calls the scan can compute by derived columns, in place.
 
     ``tables`` maps the database's tables to ``{column: Arrow type}``; ``names(exprs)``
     gives the column names DuckDB gives expressions (a rewritten expression without an
     alias gets its original's name as alias). Returns the derived views to register
-    (none: ``tree`` is unchanged).
+    (none: ``tree`` is unchanged). ``filters()`` says whether a ``SELECT`` with a plain
+    ``WHERE`` (see :func:`_plain_where`) may be pushed: the scan applies it first.
     """
     if not binders:
         return []
     original = copy.deepcopy(tree)
-    pusher = _Pusher(tables, binders, evaluate)
+    pusher = _Pusher(tables, binders, evaluate, filters)
     pusher.walk(tree.get("statements", []), frozenset())
     if pusher.unnamed:
         got = names([old for _new, old in pusher.unnamed])
@@ -332,6 +408,18 @@ def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType
             return []
         for (new, _old), name in zip(pusher.unnamed, got, strict=True):
             new["alias"] = name
+    filtered = [p for p in pusher.pushed if p.where_expr is not None]
+    if filtered:  # the WHERE's text: the scan runs it over each row group
+        got = names([copy.deepcopy(p.where_expr) for p in filtered])
+        if got is None or len(got) != len(filtered):
+            tree.clear()
+            tree.update(original)
+            return []
+        for p, text in zip(filtered, got, strict=True):
+            p.where = text
+            p.derived = [DerivedColumn(d.name, d.column, d.steps, text) for d in p.derived]
+    for p in pusher.pushed:
+        p.where_expr = None
     return pusher.pushed
 
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 from ..errors import CatalogError
 from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
-from ._derived import DerivedColumn, DerivedFailed
+from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
 
@@ -193,12 +193,16 @@ class TableScan:
     def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
                  columns: list[str], filters: list[Filter], cache: ColumnCache | None,
                  top: TopN | None = None, extremes: bool = False,
-                 derived: list[DerivedColumn] | None = None, name: str | None = None) -> None:
+                 derived: list[DerivedColumn] | None = None, name: str | None = None,
+                 where: str | None = None, alias: str = "") -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
         self.name = name or meta.name
         self.columns = columns
         #: field functions' values computed per row group (see ._derived), after columns
         self.derived = list(derived or [])
+        #: a derived view's WHERE (SQL over ``columns``, qualified by ``alias``): each row
+        #: group's rows are kept by it first, and the functions computed for those only
+        self.where, self._alias = (where, alias) if derived else (None, "")
         self._filters = filters
         self._top = top if top is not None and top.limit > 0 and top.column in columns else None
         self._types = {f.name: f.type for f in schema}
@@ -274,10 +278,18 @@ class TableScan:
             op = self._open_parts.get(part)
             for rg in self._row_groups(op):
                 key = f"{part.id}/{rg}"
+                keep = None
+                if self.where is not None:  # the rows the WHERE keeps, as the stream gives
+                    keep = cache.get(key, where_name(self.where))
+                    if keep is None:
+                        return None
+                    keep = _one(keep)
                 for c, k in wanted:
                     arr = cache.get(key, k)
                     if arr is None:
                         return None
+                    if keep is not None and c in self.columns:
+                        arr = arr.filter(keep)
                     chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
         arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
@@ -354,9 +366,10 @@ class TableScan:
 
     def cached(self, op: OpenPart, rg: int) -> bool:
         key = f"{op.part.id}/{rg}"
+        where = [where_name(self.where)] if self.where is not None else []
         return self._cache is not None and all(
             self._cache.contains(key, c)
-            for c in self.columns + [d.cache_name for d in self.derived])
+            for c in self.columns + [d.cache_name for d in self.derived] + where)
 
     def uncached(self, op: OpenPart, rg: int) -> bool:
         """Whether no column of the scan's (stored or derived) is cached for row group ``rg``."""
@@ -393,8 +406,7 @@ class TableScan:
                 if self._cache is not None and c in self.columns:
                     self._cache.put(f"{op.part.id}/{rg}", c, arr)
                 got[c] = arr
-            self._derive(f"{op.part.id}/{rg}", self.derived, got)
-            out.append(self._batch(got))
+            out.append(self._finish(f"{op.part.id}/{rg}", got))
         return out
 
     def read_group(self, op: OpenPart, rg: int) -> pa.RecordBatch:
@@ -550,8 +562,36 @@ class TableScan:
                 if cache is not None and c in self.columns:  # (not one read only for
                     cache.put(key, c, arr)                   # a derived column's values)
                 got[c] = arr
-        self._derive(key, todo, got)
+        return self._finish(key, got)
+
+    def _finish(self, key: str, got: dict[str, Any]) -> pa.RecordBatch:
+        """Row group ``key``'s batch from its stored columns in ``got``: the rows the
+        WHERE keeps (if any), then the derived columns computed for those rows."""
+        if self.where is not None:
+            keep = self._kept(key, got)
+            for c in self.read_columns():
+                if c in got:
+                    got[c] = _one(got[c]).filter(keep)
+        self._derive(key, self.derived, got)
         return self._batch(got)
+
+    def _kept(self, key: str, got: dict[str, Any]) -> pa.Array:
+        """The rows of row group ``key`` its WHERE keeps (a boolean mask), through the
+        cache; evaluated by this thread's own DuckDB connection on the stored columns."""
+        assert self.where is not None
+        cache, name = self._cache, where_name(self.where)
+        keep = cache.get(key, name) if cache is not None else None
+        if keep is not None:
+            return _one(keep)
+        table = pa.table({c: _one(got[c]) for c in self.columns})
+        try:
+            keep = _rows_kept(table, self.where, self._alias)
+        except Exception as exc:  # the statement runs again without derived columns
+            raise DerivedFailed(f"{self.name}: the scan could not apply the WHERE: "
+                                f"{type(exc).__name__}") from exc
+        if cache is not None:
+            cache.put(key, name, pa.chunked_array([keep]))
+        return keep
 
     def _derive(self, key: str, derived: list[DerivedColumn], got: dict[str, Any]) -> None:
         """Put ``derived``'s values for row group ``key`` into ``got`` (which holds their
@@ -582,6 +622,39 @@ class TableScan:
                 arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _one(arr: Any) -> pa.Array:
+    """One Arrow array from an array or a chunked one."""
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr
+
+
+_LOCAL = threading.local()
+
+
+def _rows_kept(table: pa.Table, where: str, alias: str) -> pa.Array:
+    """Which rows of ``table`` the SQL condition ``where`` keeps (TRUE; NULL and FALSE
+    drop), as a boolean array, by a DuckDB connection of the calling thread's own: one
+    thread, nothing in it but ``table`` while it runs (the conditions it gets are plain,
+    see ``_derived._plain_where``)."""
+    import duckdb
+
+    con = getattr(_LOCAL, "con", None)
+    if con is None:
+        con = _LOCAL.con = duckdb.connect(config={"threads": 1})
+    con.register("__cd_rows", table)
+    try:
+        quoted = '"' + alias.replace('"', '""') + '"'  # the query's own WHERE, as DuckDB
+        sql = f"SELECT COALESCE(({where}), FALSE) FROM __cd_rows AS {quoted}"  # prints it
+        got = con.sql(sql).to_arrow_table()
+    finally:
+        con.unregister("__cd_rows")
+    keep = _one(got.column(0)) if got is not None else None
+    if keep is None or len(keep) != table.num_rows or keep.type != pa.bool_():
+        raise DerivedFailed("the WHERE did not give one boolean per row")
+    return keep
 
 
 def _plain_int(v: Any) -> bool:
