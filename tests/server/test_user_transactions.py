@@ -164,8 +164,9 @@ def test_a_commit_whose_user_changes_no_longer_apply_fails_whole(srv) -> None:
     with connect(srv) as a, connect(srv) as b:
         a.execute("BEGIN")
         a.execute("CREATE USER dave PASSWORD 'a pw'")
-        a.execute("INSERT INTO t VALUES (2)")
+        # committed at once (a holds no write lock yet: b's change, a write, would wait)
         b.execute("CREATE USER dave PASSWORD 'b pw'")
+        a.execute("INSERT INTO t VALUES (2)")
         with pytest.raises(psycopg.errors.DuplicateObject):
             a.execute("COMMIT")
         assert a.execute("SELECT count(*) FROM t").fetchone() == (1,)

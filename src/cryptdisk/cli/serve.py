@@ -129,9 +129,20 @@ def _serve(args: argparse.Namespace) -> int:
             engine.policies = PolicyStore(
                 settings.get("policies") or path + ".policies", engine.keyring, engine,
                 audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring))
-        if args.add_user:
+        if args.add_user and args.sqlite:
+            # as every change on --sqlite: with the database's record of user changes
+            tx: Any = store.transaction()
+            tx.set_user(args.add_user, _password(args.add_user), admin=args.admin,
+                        create=args.add_user not in store.users)
+            session = engine.open_session()
+            try:
+                session.commit_users(store, tx.ops)
+            finally:
+                session.close()
+        elif args.add_user:
             store.set_user(args.add_user, _password(args.add_user), admin=args.admin,
                            create=args.add_user not in store.users)
+        if args.add_user:
             print(f"user {args.add_user} {'(admin) ' if args.admin else ''}saved in "
                   f"{users_path} (SCRAM-SHA-256, {iterations} iterations)")
             return 0

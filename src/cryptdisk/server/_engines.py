@@ -602,7 +602,14 @@ class _SQLiteSession(EngineSession):
         if self.engine.plaintext:  # verifiers never go into an unencrypted file (benchmarks
             return  # only): such a server keeps the window between the two writes
         self._internal_statement(_JOURNAL_CREATE, ())
-        self._internal_statement(_JOURNAL_WRITE, (serial, text))
+        # the record it replaces may hold verifiers of users dropped since: SQLite zeroes
+        # the space and pages it frees instead of leaving the old bytes in the database
+        ((before,),) = self._internal_statement("PRAGMA secure_delete", ())
+        self._internal_statement("PRAGMA secure_delete = 1", ())
+        try:
+            self._internal_statement(_JOURNAL_WRITE, (serial, text))
+        finally:
+            self._internal_statement(f"PRAGMA secure_delete = {int(before)}", ())
 
     def _read_users_record(self, _wait: bool = True) -> tuple[int, bytes] | None:
         try:

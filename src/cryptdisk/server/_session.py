@@ -632,9 +632,11 @@ class Session:
                                      self.user)
             if listed is not None:
                 return listed
-        if self._in_transaction() and self.server.authenticator is not None \
-                and self.server.authenticator.handles(sql):
-            return await self._user_statement(sql)
+        if self.server.authenticator is not None and self.server.authenticator.handles(sql):
+            if self._in_transaction():
+                return await self._user_statement(sql)
+            if getattr(self.engine, "commit_users", None) is not None:
+                return await self._user_statement_alone(sql)
         handled = await self.server.handle_statement(self, sql, params)
         if handled is not None:
             return handled
@@ -833,6 +835,19 @@ class Session:
                 self.privileges.store = self.user_tx.store
         result: Result | None = await asyncio.to_thread(self.user_tx.handle, self, sql)
         assert result is not None
+        return result
+
+    async def _user_statement_alone(self, sql: str) -> Result:
+        """A user, role or grant statement outside a transaction (SQLite): a transaction of
+        its own, committed as every change to the users is (:meth:`_commit`), so the
+        database's record of user changes and the user file never part."""
+        try:
+            result = await self._user_statement(sql)
+        except BaseException:
+            self._end_users(keep_role=False)
+            raise
+        assert self.engine is not None
+        await self._commit(self.engine)
         return result
 
     def _end_users(self, *, keep_role: bool) -> None:
