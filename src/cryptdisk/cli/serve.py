@@ -129,6 +129,20 @@ def _serve(args: argparse.Namespace) -> int:
             engine.policies = PolicyStore(
                 settings.get("policies") or path + ".policies", engine.keyring, engine,
                 audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring))
+        if args.resolve_users and not args.sqlite:
+            raise ServerError("--resolve-users is for --sqlite databases (the analytical "
+                              "database keeps no record of user changes)")
+        if args.resolve_users:
+            session = engine.open_session()
+            try:
+                print(session.resolve_users(store, args.resolve_users))
+            finally:
+                session.close()
+            return 0
+        if args.sqlite and args.check:
+            store.check_journal()
+        elif args.sqlite:
+            store.recover()  # before any worker starts: a restored user file stops it here
         if args.add_user and args.sqlite:
             # as every change on --sqlite: with the database's record of user changes
             tx: Any = store.transaction()
@@ -241,6 +255,10 @@ def register(sub: Any) -> None:
                    help=f"add a user (or set its password: ${PASSWORD_ENV} or a prompt) "
                    "and exit")
     p.add_argument("--admin", action="store_true", help="with --add-user: an admin user")
+    p.add_argument("--resolve-users", choices=("file", "database"),
+                   help="with --sqlite, after the user file or the database was restored "
+                   "from an older copy: keep the user file's users (file) or the ones the "
+                   "database recorded (database), make the other agree, and exit")
     p.add_argument("--workers", metavar="N|auto",
                    help="worker processes, each serving connections on its own core (default "
                    "auto: one per CPU, at most 8, with --sqlite; 1 for the analytical "

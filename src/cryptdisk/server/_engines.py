@@ -585,6 +585,22 @@ class _SQLiteSession(EngineSession):
         finally:
             self._internal = False
 
+    def resolve_users(self, store: Any, keep: str) -> str:
+        """``cryptdisk serve --resolve-users``: make the user file and the record of user
+        changes agree (:meth:`._users.UserStore.resolve`), holding the write lock first."""
+        self.run("BEGIN IMMEDIATE", [])
+        self._internal = True
+        try:
+            return str(store.resolve(keep, self._read_users_record, self._write_users_record,
+                                     self._commit_internal))
+        finally:
+            self._internal = False
+            if self.conn.in_transaction:
+                self._internal_statement("ROLLBACK", ())
+                if self.writing:
+                    self.writing = False
+                    self.engine.write_queue.release()
+
     def _commit_internal(self) -> None:
         with self.lock:  # not _step: its privileges' prefix would read the users held here
             try:

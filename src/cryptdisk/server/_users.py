@@ -68,7 +68,7 @@ from ._scram import (
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["ScramAuthenticator", "UserStore"]
+__all__ = ["ScramAuthenticator", "UserStore", "UsersJournalMismatch"]
 
 log = logging.getLogger("cryptdisk.server")
 
@@ -94,6 +94,26 @@ def _ident(token: str) -> str:
 #: the data is: ``(serial, user-file JSON)`` or None; ``wait=False``: None rather than
 #: wait for a lock
 JournalReader = Callable[[bool], "tuple[int, bytes] | None"]
+
+
+class UsersJournalMismatch(ServerError):
+    """The user file and the database's record of committed user changes do not belong
+    together: one of them was restored from an older copy (or replaced)."""
+
+    def __init__(self, path: str, file: int, record: int) -> None:
+        why = ("the user file is older than the database (restored from an older copy?)"
+               if record > file else
+               "the database is older than the user file (restored from an older copy?)"
+               if record < file else
+               "they hold different users (one of them was replaced)")
+        super().__init__(
+            f"the user file {path} is at generation {file}, but the database's record of "
+            f"committed user changes is at generation {record}: {why}; the server does not "
+            "start (nor change users) rather than guess which users are the right ones",
+            hint="restore the user file and the database from the same backup, or choose: "
+            "`cryptdisk serve PATH --sqlite --resolve-users file` keeps the user file's "
+            "users (written into the database's record), `--resolve-users database` the "
+            "database's (written into the user file)")
 
 
 class UserStore:
@@ -159,6 +179,8 @@ class UserStore:
                 self._reload()
                 if self._recover(wait=False):
                     self._seen = shared.bump()
+            except UsersJournalMismatch as exc:  # every change fails with it, until resolved
+                log.error("%s", exc)
             finally:
                 shared.unlock()
         finally:
@@ -172,29 +194,96 @@ class UserStore:
 
     def _recover(self, *, wait: bool = True,
                  journal: JournalReader | None = None) -> bool:
-        """With the user file locked: apply a journal record newer than the file."""
+        """With the user file locked: save to it the record of committed user changes when
+        the record is the file's next generation (the process that committed it died before
+        saving the file). A record of any other generation than the file's or the next, or
+        of the file's with other users, means one of the two was replaced by an older (or
+        another) copy: :class:`UsersJournalMismatch`, nothing applied."""
         read = journal or self.journal
         if read is None:
             return False
         record = read(wait)
-        if record is None or record[0] <= self.serial:
+        if record is None:
             return False
-        self._load()  # the file itself, in case this process's copy is behind
         serial, text = record
-        if serial <= self.serial:
-            return False
+        if serial != self.serial:
+            self._load()  # the file itself, in case this process's copy is behind
+        if serial not in (self.serial, self.serial + 1):
+            raise UsersJournalMismatch(self.path, self.serial, serial)
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("version") != 1 \
                 or int(data.get("serial", -1)) != serial:
             raise ServerError(f"the record of committed user changes for {self.path} is "
                               "not a cryptdisk user file (version 1)")
+        if serial == self.serial:
+            if data["users"] != self.users or data.get("roles", {}) != self.roles:
+                raise UsersJournalMismatch(self.path, self.serial, serial)
+            return False
         with cd_open(self.path, "wb", keyring=self.keyring) as f:
             f.write(text)
         self.users, self.roles, self.serial = data["users"], data.get("roles", {}), serial
         self._bump()
         log.warning("saved to %s the user changes committed with the data before the "
-                    "process that committed them stopped (serial %d)", self.path, serial)
+                    "process that committed them stopped (generation %d)", self.path, serial)
         return True
+
+    def check_journal(self) -> None:
+        """Raise :class:`UsersJournalMismatch` if the record of committed user changes does
+        not belong with the user file (``cryptdisk serve --check``); change nothing."""
+        if self.journal is None:
+            return
+        record = self.journal(True)
+        if record is None:
+            return
+        serial, text = record
+        data = json.loads(text)
+        if serial == self.serial + 1:
+            return  # committed with the data, saved to the file at start
+        if serial != self.serial or data.get("users") != self.users \
+                or data.get("roles", {}) != self.roles:
+            raise UsersJournalMismatch(self.path, self.serial, serial)
+
+    def resolve(self, keep: str, read: JournalReader, write: Callable[[int, bytes], None],
+                commit_data: Callable[[], None]) -> str:
+        """Make the user file and the database's record of user changes agree again, after
+        one of them was restored from an older copy: ``keep="file"`` writes the user file's
+        users into the record (``write``, then ``commit_data``); ``keep="database"`` saves
+        the record's users to the user file. The caller holds the data's write lock. What
+        was done, in words."""
+        if keep not in ("file", "database"):
+            raise ServerError(f"--resolve-users takes file or database, not {keep!r}")
+        with self._lock, (self._shared.locked() if self._shared is not None
+                          else contextlib.nullcontext()):
+            try:
+                self._load()
+                record = read(True)
+                if keep == "file":
+                    write(self.serial, self._encode(self.serial))
+                    commit_data()
+                    return (f"the database's record of user changes now holds the users of "
+                            f"{self.path} (generation {self.serial}, "
+                            f"{len(self.users)} users)")
+                if record is None:
+                    raise ServerError("the database holds no record of user changes to take "
+                                      "the users from", hint="--resolve-users file keeps "
+                                      "the user file's")
+                serial, text = record
+                data = json.loads(text)
+                if not isinstance(data, dict) or data.get("version") != 1 \
+                        or int(data.get("serial", -1)) != serial:
+                    raise ServerError(f"the record of committed user changes for {self.path} "
+                                      "is not a cryptdisk user file (version 1)")
+                with cd_open(self.path, "wb", keyring=self.keyring) as f:
+                    f.write(text)
+                self.users, self.roles = data["users"], data.get("roles", {})
+                self.serial = serial
+                commit_data()
+                return (f"{self.path} now holds the users of the database's record "
+                        f"(generation {serial}, {len(self.users)} users)")
+            finally:
+                self._bump()
+                if self._shared is not None:
+                    self._seen = self._shared.bump()
 
     def _reload(self) -> None:
         assert self._shared is not None
