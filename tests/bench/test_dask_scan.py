@@ -48,6 +48,41 @@ def test_the_notes_say_where_each_computes_cpu_went():
     assert "87 tasks, 55 kB pickled" in note
 
 
+def test_the_timeline_splits_a_computes_wall_time_from_the_task_stream():
+    from cryptdisk.bench._bodies_dask import _timeline
+
+    def task(worker, key, start, stop):
+        return {"worker": worker, "key": key,
+                "startstops": [{"action": "transfer", "start": start - 0.5, "stop": start},
+                               {"action": "compute", "start": start, "stop": stop}]}
+
+    stream = [task("a", ("cryptdisk-read-table-x", 0), 10.1, 10.3),
+              task("a", ("chunk-y", 0), 10.35, 10.36),   # 0.05 idle before it
+              task("a", ("cryptdisk-read-table-x", 2), 10.4, 10.6),  # 0.04 idle
+              task("b", ("cryptdisk-read-table-x", 1), 10.2, 10.5),
+              task("b", "sum-tree-z", 10.6, 10.7)]  # 0.1 idle
+    got = _timeline(stream, 2, 10.0, 10.75)
+    assert got["head_s"] == pytest.approx(0.1) and got["tail_s"] == pytest.approx(0.05)
+    assert got["in_tasks_s"] == pytest.approx(0.81) and got["in_tasks_max_s"] == pytest.approx(0.41)
+    assert got["gaps_s"] == pytest.approx(0.19)
+    assert (got["reads_min"], got["reads_max"]) == (1, 2)
+    # a worker that ran nothing ran no read task; dd.read_parquet's reads count too
+    got = _timeline([task("a", ("read_parquet-x", 0), 1.0, 2.0)], 2, 0.5, 2.5)
+    assert (got["reads_min"], got["reads_max"], got["gaps_s"]) == (0, 1, 0)
+    assert _timeline([], 1, 0.0, 1.0) == {}
+
+
+def test_the_notes_say_where_each_computes_wall_time_went():
+    extra = {"head_s": 0.02, "tail_s": 0.01, "in_tasks_s": 0.4, "in_tasks_max_s": 0.2,
+             "gaps_s": 0.05, "reads_min": 5, "reads_max": 7, "plan_s": 0.004,
+             "rows": 3_000_000}
+    dask_scan._finish([Measurement("dask", "full scan, 2 workers", "cryptdisk", "Mrows/s",
+                                   [10.0], extra=dict(extra))], [].append, 3_000_000, 1e6, 1e6)
+    note = next(n for n in dask_scan.NOTES if "wall s per compute" in n)
+    assert "wall s per compute 0.300: 0.020 before the first task" in note
+    assert "idle between their tasks 0.050" in note and "5 to 7 read tasks" in note
+
+
 def test_cryptdisk_bench_dask_runs_both_readers_at_each_worker_count(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
@@ -77,6 +112,11 @@ def test_cryptdisk_bench_dask_runs_both_readers_at_each_worker_count(tmp_path):
         assert x[k] >= 0, k
     assert x["tasks"] > x["partitions"] and x["task_spec_bytes"] > 0
     assert x["worker_task_cpu_max_s"] <= x["worker_task_cpu_s"]
+    # where the wall time went, from the task stream: the one partition is read by one worker
+    for k in ("head_s", "tail_s", "in_tasks_s", "gaps_s"):
+        assert x[k] >= 0, k
+    assert (x["reads_min"], x["reads_max"]) == (0, 1)
+    assert x["in_tasks_max_s"] <= x["in_tasks_s"]
     # the filter on the key leaves out files (read_table's skipping: tests/dask)
     assert by[("filtered sum, 1 worker", "plain")]["extra"]["partitions"] < dask_scan.PARTS
     assert list((tmp_path / "w").iterdir()) == []  # the experiment removed what it created

@@ -123,6 +123,45 @@ def _transfer_bytes(dask_worker: Any) -> int:
     return int(dask_worker.transfer_outgoing_bytes_total)
 
 
+#: Key prefixes of the readers' read tasks (one per partition).
+_READ_TASKS = ("cryptdisk-read-table-", "read_parquet-")
+
+
+def _timeline(stream: list[dict[str, Any]], workers: int, t0: float, t1: float
+              ) -> dict[str, float]:
+    """Where one compute's wall time went, from distributed's task stream (the tasks'
+    start and stop times on the workers, the same clock as this process's on one
+    machine): ``head_s`` from the start of the timed region (planning, graph, submission,
+    the scheduler's first assignment) to the first task's start, ``tail_s`` from the last
+    task's end to the result in this process, each worker's seconds in tasks
+    (``in_tasks_s`` summed, ``in_tasks_max_s`` the busiest) and idle between its first
+    and last task (``gaps_s`` summed: waiting for the scheduler, its own event loop, a
+    core), and the fewest and most read tasks one worker ran."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    reads: dict[str, int] = {}
+    for task in stream:
+        for ss in task.get("startstops", ()):
+            if ss.get("action") == "compute":
+                spans.setdefault(task["worker"], []).append((ss["start"], ss["stop"]))
+        key = task.get("key")
+        if str(key[0] if isinstance(key, tuple) else key).startswith(_READ_TASKS):
+            reads[task["worker"]] = reads.get(task["worker"], 0) + 1
+    if not spans:
+        return {}
+    busy, gaps = [], []
+    for v in spans.values():
+        v.sort()
+        busy.append(sum(b - a for a, b in v))
+        gaps.append(sum(max(0.0, v[i + 1][0] - v[i][1]) for i in range(len(v) - 1)))
+    first = min(a for v in spans.values() for a, _ in v)
+    last = max(b for v in spans.values() for _, b in v)
+    return {"head_s": first - t0, "tail_s": t1 - last, "in_tasks_s": sum(busy),
+            "in_tasks_max_s": max(busy), "gaps_s": sum(gaps),
+            "reads_min": float(min(reads.get(w, 0) for w in spans)) if len(spans) == workers
+            else 0.0,
+            "reads_max": float(max(reads.get(w, 0) for w in spans))}
+
+
 class _Components:
     """CPU seconds by component: this process's calling thread (planning, graph, submit,
     wait) and its other threads (LocalCluster's scheduler, nannies and the client's
@@ -205,22 +244,26 @@ def scan(reader: str, workers: int, db: str, plain: str, rows: int,
             tasks, spec_bytes = counter.tasks, counter.spec_bytes
             parts = _Components(client)
             runs = []
+            client.get_task_stream(start=time.time())  # the scheduler records from now on
             for _ in range(TIMED):
                 sent0 = sum(client.run(_transfer_bytes).values())
                 c0 = parts.snapshot()
                 with Stopwatch() as sw:
                     t0 = time.perf_counter()
+                    w0 = time.time()
                     frame = _frame(reader, db, plain, shape)
                     plan_s = time.perf_counter() - t0
                     got = _compute(dask, frame, name)
+                    w1 = time.time()
                 c1 = parts.snapshot()
                 _check(got, answers[name], reader, name)
                 figures = _Components.delta(c0, c1)
                 figures.update(wall_s=sw.wall, plan_s=plan_s, client_cpu_s=sw.cpu,
                                transfer_bytes=sum(client.run(_transfer_bytes).values())
                                - sent0)
+                figures.update(_timeline(client.get_task_stream(start=w0), workers, w0, w1))
                 runs.append(figures)
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
             sw = Stopwatch()
             sw.wall = med.pop("wall_s")
             sw.cpu = med["client_cpu_s"]

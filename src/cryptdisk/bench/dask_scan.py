@@ -77,9 +77,9 @@ def _finish(measured: list[Measurement], record: Recorder, rows: int, plain_byte
         if "ratio_to_plain" in m.extra:
             NOTES.append(f"{m.case}: cryptdisk takes {m.extra['ratio_to_plain']:.2f}x the "
                          "time of plain Parquet")
-        note = _cpu_note(m, rows)
-        if note:
-            NOTES.append(note)
+        for note in (_cpu_note(m, rows), _time_note(m)):
+            if note:
+                NOTES.append(note)
         record(m)
 
 
@@ -97,3 +97,19 @@ def _cpu_note(m: Measurement, rows: int) -> str | None:
             f"{x['worker_task_cpu_s'] / rows * 1e9:.0f} ns per table row) + "
             f"{x['worker_other_cpu_s']:.3f} in their other threads (event loop, profiler); "
             f"{x['tasks']:.0f} tasks, {x['task_spec_bytes'] / 1e3:.0f} kB pickled")
+
+
+def _time_note(m: Measurement) -> str | None:
+    """Where one compute's wall time went (medians), from distributed's task stream."""
+    x = m.extra
+    keys = ("head_s", "tail_s", "in_tasks_s", "in_tasks_max_s", "gaps_s", "reads_min",
+            "reads_max", "plan_s")
+    if not all(isinstance(x.get(k), int | float) for k in keys):
+        return None
+    wall = m.extra.get("rows", 0) / (m.median * 1e6) if m.median else 0.0
+    return (f"{m.case}, {m.strategy}, wall s per compute {wall:.3f}: "
+            f"{x['head_s']:.3f} before the first task starts (planning {x['plan_s']:.3f}, "
+            f"graph, submission, first assignment), {x['tail_s']:.3f} after the last ends "
+            f"(result to the client); workers in tasks {x['in_tasks_s']:.3f} (busiest "
+            f"{x['in_tasks_max_s']:.3f}), idle between their tasks {x['gaps_s']:.3f}; "
+            f"{x['reads_min']:.0f} to {x['reads_max']:.0f} read tasks per worker")
