@@ -177,6 +177,20 @@ def test_a_where_keeps_its_rows_before_the_scan_computes(db, config):
         db.sql("SELECT decrypt(g, 'cards') FROM u WHERE n >= 1")
 
 
+def test_a_where_on_the_key_skips_parts_in_the_scan_that_computes(tmp_path, config):
+    """The WHERE's conditions on the sorting key skip parts and row groups as for a
+    stored table: a point query decrypts its one part's rows."""
+    with cryptdisk.connect(tmp_path / "db", config=config) as db:
+        db.sql("CREATE TABLE s (n BIGINT, g VARCHAR) ORDER BY n")
+        for lo in (0, 100, 200):
+            db.sql(f"INSERT INTO s SELECT range, encrypt('v' || range, 'cards') "
+                   f"FROM range({lo}, {lo + 100})")
+        for _ in range(2):
+            assert db.query("SELECT n, decrypt(g, 'cards') FROM s WHERE n = 150 "
+                            "AND g IS NOT NULL") == [(150, "v150")]
+            assert db.last_scans[PUSHED]["parts_skipped"] == 2
+
+
 ROWS = "is_role_in_session('auditor') OR r <> 'EU'"
 
 

@@ -593,7 +593,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 used = base_tables(tree, names)
             for p in pushed:
                 meta = self.catalog.tables[p.table]
-                scan = self._scan(meta, p.columns, derived=p.derived, name=p.view,
+                # its WHERE's conditions on the key and sorted columns skip parts and
+                # row groups as they do for a stored table's scan
+                filters = (table_filters(tree, p.view, self.arrow_schema(meta))
+                           if p.where is not None else [])
+                scan = self._scan(meta, p.columns, filters, derived=p.derived, name=p.view,
                                   where=p.where, alias=p.alias)
                 warm = scan.cached_table()
                 self._scans.append(scan)

@@ -224,8 +224,9 @@ class TableScan:
         self.granule_reads = 0
         # filters on an integer key, for which a row group's matching rows are found
         key_type = self._types.get(self._key) if self._key is not None else None
-        self._key_filters = [
+        self._key_filters = [  # (a derived view's rows are whole row groups)
             f for f in filters if f.column == self._key and key_type is not None
+            and not self.derived
             and pa.types.is_integer(key_type) and f.column in columns
             and all(_plain_int(v) for v in (f.lo, f.hi, *(f.values or ())) if v is not None)]
         self.row_groups_skipped = 0
