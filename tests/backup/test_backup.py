@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -444,3 +445,29 @@ def test_argon2_parameters_from_the_config_are_bounded(tmp_path: Path) -> None:
     cfg.write_text(json.dumps(doc))
     with pytest.raises(BackupError, match=r"memory_cost \d+ is outside"):
         Repository.open(url, passphrase="pw")
+
+
+def test_an_encrypted_part_swapped_for_another_fails_the_backup(tmp_path: Path) -> None:
+    """Encrypted parts have no SHA-256 in the catalog: the backup checks each one's footer
+    (part id, rows, size) as it reads it, so a part file replaced by another valid part of
+    the database fails the backup instead of being stored under the wrong part; the
+    manifest records the SHA-256 of the bytes read, which a restore checks."""
+    src = tmp_path / "a.db"
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE t (id BIGINT, s VARCHAR)")
+    for _ in range(2):  # the same rows twice: two parts of the same size
+        db.sql("INSERT INTO t SELECT range, md5(range::VARCHAR) FROM range(100)")
+    paths = [src / "data" / p.path for p in db.table("t").parts]
+    assert [p.sha256 for p in db.table("t").parts] == ["", ""]
+    db.close()
+    repo = _repo(tmp_path)
+    os.replace(paths[1], tmp_path / "kept")
+    os.link(paths[0], paths[1])
+    with pytest.raises(BackupError, match="not what the catalog recorded"):
+        create(repo, src)
+    os.replace(tmp_path / "kept", paths[1])
+    good = create(repo, src)
+    manifest = repo.read_manifest(good.id)
+    assert all(len(p["sha256"]) == 64 for t in manifest["tables"] for p in t["parts"])
+    restore(repo, good.id, tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == content(src)

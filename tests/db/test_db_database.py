@@ -560,3 +560,71 @@ print("ok")
                           env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_only_parts_on_plain_disks_have_a_sha256_and_check_verifies_both(tmp_path, db):
+    """An encrypted part has no SHA-256 (AES-GCM authenticates it; NULL in system.parts), a
+    plain part has one. check() reads both: an encrypted part swapped for another valid part
+    of the database fails on its footer's part id, a flipped byte of a plain part on its
+    SHA-256."""
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql(f"CREATE TABLE p {SCHEMA} SETTINGS storage_policy = 'plain'")
+    for _ in range(2):  # the same rows twice: two parts of the same size
+        db.sql("INSERT INTO t " + gen(10))
+    db.sql("INSERT INTO p " + gen(10))
+    digests = db.query("SELECT \"table\", sha256 FROM system.parts ORDER BY 1")
+    assert [(t, d is None or len(d)) for t, d in digests] == [("p", 64), ("t", True),
+                                                              ("t", True)]
+    assert all(p.sha256 == "" for p in db.table("t").parts)
+    assert db.check() == 3
+
+    a, b = (os.path.join(tmp_path / "db" / "data", p) for (p,) in db.query(
+        "SELECT path FROM system.parts WHERE \"table\" = 't'"))
+    os.replace(b, b + ".x")
+    os.link(a, b)  # b now holds a's (valid, authenticated) bytes
+    with pytest.raises(CatalogError, match=r"not what the catalog recorded.*part id"):
+        db.check()
+    os.replace(b + ".x", b)
+    assert db.check() == 3
+
+    (path,) = db.query("SELECT path FROM system.parts WHERE \"table\" = 'p'")[0]
+    full = os.path.join(tmp_path / "db" / "plain", path)
+    with open(full, "r+b") as fh:
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(CatalogError, match="SHA-256"):
+        db.check()
+
+
+def test_a_part_moved_to_a_plain_disk_gets_a_sha256(tmp_path, db):
+    """Moving an encrypted table to the plain policy records each part's SHA-256 (computed
+    from the bytes copied); check() then verifies it, and moving back keeps it."""
+    import hashlib
+
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(100))
+    assert db.table("t").parts[0].sha256 == ""
+    db.move("t", "plain")
+    part = db.table("t").parts[0]
+    with open(os.path.join(tmp_path / "db" / "plain", part.path), "rb") as fh:
+        assert part.sha256 == hashlib.sha256(fh.read()).hexdigest()
+    assert db.check() == 1
+    db.move("t", "default")
+    assert db.table("t").parts[0].sha256 == part.sha256
+    assert db.check() == 1
+    assert db.query("SELECT count(*) FROM t") == [(100,)]
+
+
+def test_commit_parts_refuses_a_plain_part_without_its_sha256(tmp_path, db):
+    """A staged part entry on a plain disk must carry its SHA-256: one without it is
+    refused before the catalog names it."""
+    db.sql(f"CREATE TABLE p {SCHEMA} SETTINGS storage_policy = 'plain'")
+    entries = db.stage_parts("p", pa.table({"c_int": [1], "c_str": ["a"], "c_float": [1.0]}),
+                             db.catalog.version + 1)
+    assert len(entries[0]["sha256"]) == 64
+    entries[0]["sha256"] = ""
+    with pytest.raises(CatalogError, match="no SHA-256"):
+        db.commit_parts("p", entries)
+    assert db.query("SELECT count(*) FROM p") == [(0,)]

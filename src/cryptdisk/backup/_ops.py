@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 import apsw
 
 from ..db import Database
-from ..errors import BackupError, DiskFileNotFoundError
+from ..errors import BackupError, CatalogError, DiskFileNotFoundError
 from ..keys import Keyring
 from . import _chunker
 from ._repo import ChunkProblem, Repository
@@ -128,17 +128,27 @@ class _PartMoved(Exception):
     pass
 
 
-def _earlier_parts(repo: Repository, db_id: str) -> dict[tuple[str, int], list[str]]:
-    """The chunk lists of the parts in the newest earlier backup of database ``db_id``,
-    by (SHA-256, size): parts are immutable, so equal ones need not be read again."""
+def _part_keys(sha256: str, part_id: str | None, size: int) -> list[tuple[str, int]]:
+    """What identifies a part's bytes across backups: its SHA-256 where the catalog has one
+    (plain parts), its part id (random, never reused; a part's file never changes)."""
+    keys = [(sha256, size)] if sha256 else []
+    if part_id:
+        keys.append(("id:" + part_id, size))
+    return keys
+
+
+def _earlier_parts(repo: Repository, db_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """The manifest entries of the parts in the newest earlier backup of database ``db_id``,
+    by (SHA-256, size) and by (part id, size): parts are immutable, so equal ones need not
+    be read again."""
     for bid in reversed(repo.manifest_ids()[-_EARLIER_MANIFESTS:]):
         try:
             m = repo.read_manifest(bid)
         except BackupError:
             continue  # verify reports it
         if m.get("kind") == "db" and m.get("db_id") == db_id:
-            return {(p["sha256"], p["bytes"]): p["chunks"]
-                    for t in m["tables"] for p in t["parts"]}
+            return {key: p for t in m["tables"] for p in t["parts"]
+                    for key in _part_keys(p["sha256"], p.get("id"), p["bytes"])}
     return {}
 
 
@@ -147,7 +157,7 @@ _EARLIER_MANIFESTS = 20
 
 
 def _snapshot_db(db: Database, w: _Writer,
-                 earlier: dict[tuple[str, int], list[str]]) -> dict[str, Any]:
+                 earlier: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
     """One catalog version and the parts it names (immutable files, so consistent).
 
     A part that ``earlier`` has, with every chunk still in the repository, is not read:
@@ -158,27 +168,33 @@ def _snapshot_db(db: Database, w: _Writer,
     for meta in catalog.tables.values():
         parts = []
         for part in meta.parts:
-            known = earlier.get((part.sha256, part.bytes))
-            if known is not None and all(w.repo.has_chunk(c) for c in known):
-                w.reuse(known)
+            known = next((earlier[k] for k in _part_keys(part.sha256, part.id, part.bytes)
+                          if k in earlier), None)
+            if known is not None and all(w.repo.has_chunk(c) for c in known["chunks"]):
+                w.reuse(known["chunks"])
                 w.reused += 1
-                parts.append({"rows": part.rows, "bytes": part.bytes, "sha256": part.sha256,
-                              "chunks": known})
+                parts.append({"id": part.id, "rows": part.rows, "bytes": part.bytes,
+                              "sha256": known["sha256"], "chunks": known["chunks"]})
                 continue
-            disk = db.config.disks.get(part.disk)
-            if disk is None:
+            if part.disk not in db.config.disks:
                 raise BackupError(f"table {meta.name}: part {part.path} is on disk "
                                   f"{part.disk!r}, which the config does not define")
             try:
-                with disk.open_read(part.path) as f:
+                # a part without a SHA-256 (encrypted) is checked by its footer and its
+                # segments' authentication as it is read; the manifest gets the SHA-256 of
+                # the bytes read either way (a restore checks them against it)
+                with db.open_part_file(part) as f:
                     h = _Hashing(f)
                     chunks = w.store(h)
             except (FileNotFoundError, DiskFileNotFoundError):
                 raise _PartMoved(f"part {part.path} is missing") from None
-            if h.sha.hexdigest() != part.sha256:
-                raise _PartMoved(f"part {part.path} does not match the catalog's SHA-256")
-            parts.append({"rows": part.rows, "bytes": h.size, "sha256": part.sha256,
-                          "chunks": chunks})
+            except CatalogError as exc:
+                raise _PartMoved(str(exc)) from None
+            if h.size != part.bytes or (part.sha256 and h.sha.hexdigest() != part.sha256):
+                raise _PartMoved(f"part {part.path} does not match the catalog's SHA-256 "
+                                 "and size")
+            parts.append({"id": part.id, "rows": part.rows, "bytes": h.size,
+                          "sha256": h.sha.hexdigest(), "chunks": chunks})
         tables.append({"name": meta.name, "columns": [list(c) for c in meta.columns],
                        "policy": meta.policy, "order_by": meta.order_by, "parts": parts})
     return {"kind": "db", "db_id": catalog.db_id, "catalog_version": catalog.version,
@@ -541,12 +557,14 @@ def _restore_table(repo: Repository, pool: ThreadPoolExecutor, db: Database,
     """Import the table's parts as they are (no decoding), then check each against the
     manifest (SHA-256, size, rows); a mismatch fails the restore, which removes TARGET."""
     streams: list[_ChunkStream] = []
+    read: list[_Hashing] = []  # what import_parts read of each part (its SHA-256 and size)
 
-    def sources() -> Iterable[_ChunkStream]:
+    def sources() -> Iterable[_Hashing]:
         for p in t["parts"]:
             stream = _ChunkStream(repo, pool, p["chunks"])
             streams.append(stream)
-            yield stream
+            read.append(_Hashing(stream))
+            yield read[-1]
             counted.append(p["rows"])
             if progress is not None:
                 progress(len(counted))
@@ -557,8 +575,10 @@ def _restore_table(repo: Repository, pool: ThreadPoolExecutor, db: Database,
         for s in streams:
             s.close()
     got = db.table(t["name"]).parts[-len(t["parts"]):] if t["parts"] else []
-    for i, (p, part) in enumerate(zip(t["parts"], got, strict=True)):
-        if (part.sha256, part.bytes, part.rows) != (p["sha256"], p["bytes"], p["rows"]):
+    for i, (p, part, h) in enumerate(zip(t["parts"], got, read, strict=True)):
+        if ((h.sha.hexdigest(), h.size, part.bytes, part.rows)
+                != (p["sha256"], p["bytes"], p["bytes"], p["rows"])
+                or part.sha256 not in ("", p["sha256"])):
             raise BackupError(f"table {t['name']} part {i}: the restored bytes do not match "
                               "the manifest (SHA-256, size or rows)")
     return rows

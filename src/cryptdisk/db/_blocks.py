@@ -13,7 +13,7 @@ order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring key
   twice as fast as an argsort), other keys by Arrow's ``sort_indices``.
 
 Parts are written by up to ``workers`` threads at once, each sorting, encoding and
-(on another thread) hashing and encrypting its own part, so both cores work. At
+(on another thread) encrypting (plain: hashing) its own part, so both cores work. At
 most ``workers`` parts are open, each holding the block it encodes and one queued
 block, and one block is being gathered: an insert holds about
 ``(2 * workers + 1) * block_bytes`` of rows (3x while a block is sorted, which

@@ -67,8 +67,9 @@ class ImportMixin(DatabaseState):
         through the table's storage policy disk (encrypted under this database's keys),
         neither decoded nor re-encoded. Then its footer must hold a cryptdisk part id that
         the catalog does not name yet and exactly the table's columns and types; its row
-        count and key range come from the footer, its size and SHA-256 from the bytes
-        written. All parts are published in one commit. An error (a stream's, or a check's)
+        count and key range come from the footer, its size (and, on a plain disk, its
+        SHA-256) from the bytes written. All parts are published in one commit. An error
+        (a stream's, or a check's)
         publishes none of them. ``on_bytes(n)`` is called as bytes are written.
         """
         with self._mutex:
@@ -83,11 +84,13 @@ class ImportMixin(DatabaseState):
             new: list[PartMeta] = []
             for src in parts:
                 path = f"{prefix}/{part_file_name(version, uuid.uuid4().hex)}"
-                digest = hashlib.sha256()
+                # a SHA-256 on a plain disk only, as inserts (see _parts)
+                digest = None if disk.is_encrypted else hashlib.sha256()
                 written = 0
                 with disk.open_write(path) as dst:
                     while data := src.read(_COPY_BYTES):
-                        digest.update(data)
+                        if digest is not None:
+                            digest.update(data)
                         dst.write(data)
                         written += len(data)
                         if on_bytes is not None:
@@ -110,6 +113,7 @@ class ImportMixin(DatabaseState):
                 lo, hi = (key_range_of(footer, key) if key else None) or (None, None)
                 known.add(part_id)
                 new.append(PartMeta(part_id, disk.name, path, footer.num_rows, written,
-                                    digest.hexdigest(), info.key_id, info.algorithm,
+                                    digest.hexdigest() if digest is not None else "",
+                                    info.key_id, info.algorithm,
                                     info.stored_size, key_min=lo, key_max=hi))
             return self._publish(meta, new)

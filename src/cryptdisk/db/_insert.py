@@ -235,8 +235,9 @@ class InsertMixin(DatabaseState):
         """Publish parts written by :meth:`stage_parts` in one commit; returns their rows.
 
         Each part must be named for this writer's next catalog version under the table's
-        directory on its policy's disk, is read whole (its SHA-256 must match) and its
-        footer checked (id, rows, size) before the catalog names any of them.
+        directory on its policy's disk, is read whole (its SHA-256 must match on a plain
+        disk; on an encrypted disk every segment must authenticate) and its footer checked
+        (id, rows, size) before the catalog names any of them.
         """
         with self._mutex:
             self._writable("commit_parts")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from . import _sql
 from ._catalog import PartMeta, load_catalog, remove_catalog_temps
 from ._memory import out_of_memory
 from ._partread import read_part
-from ._parts import verify_part
+from ._parts import check_footer, verify_part
 from ._policies import role_check_statement
 from ._rollback import (
     Survey,
@@ -35,7 +36,7 @@ from ._rollback import (
     rollback_error,
     survey,
 )
-from ._storage import policy_disk, policy_disks, stale_cleanup
+from ._storage import DiskFile, open_read, policy_disk, policy_disks, stale_cleanup
 
 #: Rows sorted at a time by OPTIMIZE of a table with an ORDER BY (see _sorted_batches).
 MERGE_ROWS = 1 << 18
@@ -124,14 +125,19 @@ class MaintenanceMixin(DatabaseState):
                 verify_part(source, part)
                 name = part_file_name(self.catalog.version + 1, part.id, f".{target.name}")
                 path = f"{meta.prefix(self.catalog.db_id)}/{name}"
+                # a part without a SHA-256 (it was encrypted) gets one on a plain disk
+                digest = None if part.sha256 or target.is_encrypted else hashlib.sha256()
                 with source.open_read(part.path) as src, target.open_write(path) as dst:
                     while chunk := src.read(8 << 20):
+                        if digest is not None:
+                            digest.update(chunk)
                         dst.write(chunk)
                         if on_bytes is not None:
                             on_bytes(len(chunk))
                 info = target.info(path)
                 moved.append(dataclasses.replace(  # keeps the key range
                     part, disk=target.name, path=path, key_id=info.key_id,
+                    sha256=digest.hexdigest() if digest is not None else part.sha256,
                     algorithm=info.algorithm, bytes_on_disk=info.stored_size,
                     disk_type=None, encrypted=None))
             self._replace_parts(meta, moved, policy=policy,
@@ -331,8 +337,38 @@ class MaintenanceMixin(DatabaseState):
             self._remove_files([(d, n) for d, n in self._pending if (d.name, n) not in live])
             self._pending = []
 
+    def open_part_file(self, part: PartMeta) -> DiskFile:
+        """Open one part of the catalog to read its Parquet bytes as they are (a backup).
+
+        A part without a SHA-256 (on an encrypted disk) is checked here, through the
+        returned file: its size and its footer's part id and row count must be the
+        catalog's, and each read authenticates what it reads. For a part with one, the
+        caller compares the SHA-256 of the bytes it read with ``part.sha256``. A part that
+        is not the catalog's raises :class:`~cryptdisk.errors.CatalogError`; a missing file
+        :class:`~cryptdisk.errors.DiskFileNotFoundError`.
+        """
+        disk = self.config.disks.get(part.disk)
+        if disk is None:
+            raise CatalogError(f"part {part.path} is on disk {part.disk!r}, which the config "
+                               "does not define")
+        if not part.sha256 and not (part.is_encrypted and disk.is_encrypted):
+            raise CatalogError(f"part {part.path} on disk {disk.name!r} has no SHA-256 in the "
+                               "catalog, which only a part on an encrypted disk may lack")
+        f = open_read(disk, part.path)
+        try:
+            if not part.sha256:
+                check_footer(f, disk, part)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
     def check(self) -> int:
-        """Verify every part's SHA-256 against one catalog version; returns the parts checked.
+        """Verify every part against one catalog version; returns the parts checked.
+
+        Each part is read whole: a part on a plain disk must match the SHA-256 the catalog
+        recorded, a part on an encrypted disk must authenticate (every segment) and its
+        footer name the catalog's part id and rows (see :func:`._parts.verify_part`).
 
         On a read-only connection another process may publish a new catalog
         (and delete the parts it replaced) while this runs: a part that fails is

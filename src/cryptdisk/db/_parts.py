@@ -6,8 +6,12 @@ the Parquet key-value metadata (its file name carries that version too, see
 rest of the file, so a part file replaced by another valid part (or an older
 copy) is caught on the first read by comparing the id, the row count and the
 size with the catalog.
-The SHA-256 of the whole Parquet byte stream is recorded too and checked on
-full reads (:func:`verify_part`, merges, moves).
+A part on a plain disk also has the SHA-256 of its whole Parquet byte stream in
+the catalog, checked on full reads (:func:`verify_part`, merges, moves, backups):
+nothing else would notice a changed byte of it. A part on an encrypted disk has
+none: every segment of it is authenticated with AES-GCM under the file's own data
+key on every read, and its footer's part id, row count and size identify it, so a
+digest would add nothing but a second pass over its bytes as it is written.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ._granule import GRANULE_ROWS
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["NAN_KEY", "PART_ID_KEY", "column_compression", "dictionary_columns",
+__all__ = ["NAN_KEY", "PART_ID_KEY", "check_footer", "column_compression", "dictionary_columns",
            "not_as_recorded", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
@@ -46,16 +50,17 @@ ROW_GROUP_ROWS = 1 << 16
 
 
 class _HashingWriter:
-    """Hash and write (encrypt) on a background thread, while pyarrow encodes the next pages.
+    """Hash (``hashing``) and write (encrypt) on a background thread, while pyarrow encodes
+    the next pages.
 
     pyarrow hands ``write`` immutable ``bytes``, so they are queued without a
     copy; hashing and AES-GCM release the GIL, so the two threads overlap.
     ``finish()`` waits for the queue to drain and re-raises any write error.
     """
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, hashing: bool = True) -> None:
         self._raw = raw
-        self._hash = hashlib.sha256()
+        self._hash = hashlib.sha256() if hashing else None
         self._size = 0
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self._error: BaseException | None = None
@@ -68,7 +73,8 @@ class _HashingWriter:
         while (data := self._queue.get()) is not None:
             if self._error is None:
                 try:
-                    self._hash.update(data)
+                    if self._hash is not None:
+                        self._hash.update(data)
                     self._raw.write(data)
                 except BaseException as exc:  # re-raised in the writing thread
                     self._error = exc
@@ -103,7 +109,8 @@ class _HashingWriter:
 
     @property
     def digest(self) -> str:
-        return self._hash.hexdigest()
+        """The SHA-256 of what was written, or "" when not hashing."""
+        return self._hash.hexdigest() if self._hash is not None else ""
 
 
 class _NaNGroups:
@@ -260,7 +267,7 @@ class _PartWriter:
         self.path = f"{prefix}/{part_file_name(version, self.part_id)}"
         self.rows = 0
         self._raw = disk.open_write(self.path)
-        self._sink = _HashingWriter(self._raw)
+        self._sink = _HashingWriter(self._raw, hashing=not disk.is_encrypted)
         meta_schema = schema.with_metadata({PART_ID_KEY: self.part_id.encode(),
                                             VERSION_KEY: str(version).encode()})
         try:
@@ -371,17 +378,49 @@ def not_as_recorded(disk: Disk, part: PartMeta, exc: BaseException) -> CatalogEr
         "was written with")
 
 
+def check_footer(f: Any, disk: Disk, part: PartMeta) -> None:
+    """The open part ``f`` is the catalog's ``part``: its size, and its footer's part id and
+    row count (the footer read through ``f``, so authenticated on an encrypted disk)."""
+    size = int(f.size)
+    tail = bytes(f.pread(size - 8, 8)) if size >= 12 else b""
+    footer = int.from_bytes(tail[:4], "little") + 8 if tail[4:] == b"PAR1" else size + 1
+    try:
+        if size != part.bytes:
+            raise ValueError(f"{size} bytes, the catalog says {part.bytes}")
+        if footer > size - 4:
+            raise ValueError("not a Parquet file")
+        meta = pq.read_metadata(pa.BufferReader(f.pread(size - footer, footer)))
+        found = (meta.metadata or {}).get(PART_ID_KEY, b"").decode("ascii", "replace")
+        if found != part.id or meta.num_rows != part.rows:
+            raise ValueError(f"part id {found or 'none'} with {meta.num_rows} rows, the "
+                             f"catalog names {part.id} with {part.rows}")
+    except (ValueError, pa.ArrowException) as exc:
+        raise not_as_recorded(disk, part, exc) from None
+
+
 def verify_part(disk: Disk, part: PartMeta) -> None:
-    """Read every byte of a part and compare its SHA-256 with the catalog's."""
-    digest = hashlib.sha256()
+    """Read every byte of a part and check it is the part the catalog recorded.
+
+    A part with a SHA-256 in the catalog (every part on a plain disk) must match it. A
+    part without one must be on an encrypted disk: reading it authenticates every segment
+    (AES-GCM), and its size and its footer's part id and row count must be the catalog's.
+    """
+    if not part.sha256 and not (part.is_encrypted and disk.is_encrypted):
+        raise CatalogError(f"part {part.path} on disk {disk.name!r} has no SHA-256 in the "
+                           "catalog, which only a part on an encrypted disk may lack",
+                           hint="restore the part (or the catalog) from a backup")
+    digest = hashlib.sha256() if part.sha256 else None
     try:
         with disk.open_read(part.path) as f:
+            if digest is None:
+                check_footer(f, disk, part)
             while chunk := f.read(8 << 20):
-                digest.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
     except (FileNotFoundError, DiskFileNotFoundError):
         raise CatalogError(f"part {part.path} is missing on disk {disk.name!r}") from None
     except FormatError as exc:
         raise not_as_recorded(disk, part, exc) from None
-    if digest.hexdigest() != part.sha256:
+    if digest is not None and digest.hexdigest() != part.sha256:
         raise CatalogError(f"part {part.path} on disk {disk.name!r} does not match the "
                            "SHA-256 the catalog recorded (replaced or rolled back)")

@@ -71,7 +71,8 @@ def _parts(db: Any) -> pa.Table:
         "path": pa.array([p.path for _, p in rows], pa.string()),
         "key_id": pa.array([p.key_id for _, p in rows], pa.uint64()),
         "algorithm": pa.array([p.algorithm for _, p in rows], pa.string()),
-        "sha256": pa.array([p.sha256 for _, p in rows], pa.string()),
+        # NULL for a part on an encrypted disk (AES-GCM authenticates it, see _parts)
+        "sha256": pa.array([p.sha256 or None for _, p in rows], pa.string()),
         # the sparse index: min and max of the table's first ORDER BY column (as text)
         "key_min": pa.array([_text(p.key_min) for _, p in rows], pa.string()),
         "key_max": pa.array([_text(p.key_max) for _, p in rows], pa.string()),
