@@ -201,6 +201,11 @@ class Connection:
         if self._out_size <= _LOW:
             self._wake_drain()
 
+    @property
+    def backed_up(self) -> bool:
+        """Whether :meth:`drain` would wait (or raise the connection's error)."""
+        return self._out_size > _HIGH or self.error is not None
+
     async def drain(self) -> None:
         """Wait while much is queued for sending; the connection's error if it failed."""
         if self.error is not None:

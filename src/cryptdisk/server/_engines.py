@@ -680,7 +680,7 @@ class _SQLiteSession(EngineSession):
         try:
             cur.execute(self._sql(sql), [_sqlite_value(p) for p in params] if params else (),
                         can_cache=self.can_cache)
-            rows = [tuple(r) for r in cur]
+            rows = list(cur)  # tuples (no row tracer)
             return rows, self.conn.changes()
         finally:
             cur.close()
@@ -696,8 +696,11 @@ class _SQLiteSession(EngineSession):
             return Result(None, [], command_tag(sql, count, False))
         columns = []
         for i, d in enumerate(desc):
-            sample = next((r[i] for r in rows if r[i] is not None), None)
-            columns.append((d[0], _types.sqlite_oid(d[1], sample)))
+            oid = _types.declared_oid(d[1])
+            if oid is None:  # the values decide
+                sample = next((r[i] for r in rows if r[i] is not None), None)
+                oid = _types.sqlite_oid(d[1], sample)
+            columns.append((d[0], oid))
         return Result(columns, rows, command_tag(sql, len(rows), True))
 
     def run(self, sql: str, params: list[Any]) -> Result:

@@ -409,6 +409,8 @@ def notice_response(text: str) -> bytes:
     return message(b"N", b"SNOTICE\0VNOTICE\0C00000\0M" + cstr(text) + b"\0")
 
 
+#: ReadyForQuery for each transaction status
+READY_FOR_QUERY = {status: ready_for_query(status) for status in "ITE"}
 COPY_DONE = message(b"c")
 PARSE_COMPLETE = message(b"1")
 BIND_COMPLETE = message(b"2")

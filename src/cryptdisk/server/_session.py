@@ -262,7 +262,8 @@ class Session:
             self.conn.write(b"".join(self.out))
             self.out.clear()
             self.out_size = 0
-        await self.conn.drain()
+        if self.conn.backed_up:
+            await self.conn.drain()
 
     async def _read_startup(self) -> P.StartupMessage | P.SSLRequest | P.CancelRequest:
         head = await self.conn.readexactly(4)
@@ -395,7 +396,7 @@ class Session:
         for name, value in params.items():
             self.send(P.parameter_status(name, value))
         self.send(P.backend_key_data(self.pid, self.cancel_key))
-        self.send(P.ready_for_query(self._status()))
+        self.send(P.READY_FOR_QUERY[self._status()])
         await self.flush()
 
     async def _login(self, params: dict[str, str]) -> None:
@@ -447,7 +448,7 @@ class Session:
                     await self._write_portal_log(dropped)
                 if self.pipeline_tx:
                     await self._end_pipeline(errored)
-                self.send(P.ready_for_query(self._status()))
+                self.send(P.READY_FOR_QUERY[self._status()])
                 await self.flush()
                 continue
             if self.skip_to_sync:
@@ -459,7 +460,7 @@ class Session:
                 await self._simple_query(msg.sql)
                 if self.pipeline_tx:  # a Query ends the implicit transaction it ran in
                     await self._end_pipeline(False)
-                self.send(P.ready_for_query(self._status()))
+                self.send(P.READY_FOR_QUERY[self._status()])
                 await self.flush()
                 continue
             if isinstance(msg, P.Password):
@@ -540,6 +541,8 @@ class Session:
 
     async def _execute(self, sql: str, params: list[Any]) -> Result:
         """Run one statement and write its access-log line."""
+        if self.server.access_log is None:
+            return await self._run_statement(sql, params)
         return await self._logged(sql, functools.partial(self._run_statement, sql, params))
 
     async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]],
@@ -1091,7 +1094,8 @@ class Session:
         columns = result.columns
         if portal is not None and portal.described_columns is not None:
             columns = portal.described_columns
-        fmts = [P.result_format(formats, i) for i in range(len(columns or []))]
+        fmts = [P.result_format(formats, i) for i in range(len(columns or []))] if formats \
+            else [0] * len(columns or [])
         if describe and columns is not None:
             self.send(_row_description(tuple(columns), tuple(fmts)))
         start = portal.sent if portal else 0

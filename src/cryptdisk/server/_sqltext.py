@@ -250,11 +250,11 @@ def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
     of one shape then share one prepared statement.
 
     Which integers are lifted depends on the text around them only: it is worked out once
-    per such text (the statement with its integers blanked out) and remembered."""
-    parts = _INTEGER.split(sql)  # text, integer, text, integer, ..., text
-    if len(parts) == 1:
+    per such text (the statement with its digits blanked out) and remembered."""
+    text = sql.encode("utf-8")
+    key = text.translate(_DIGIT_MARKS)  # digits blanked out (0xFF: never in UTF-8), in C
+    if key == text:
         return None
-    key = "\0".join(parts[0::2])
     plan = _LIFT_PLANS.get(key, _UNKNOWN)
     if plan is _UNKNOWN:
         plan = _lift_plan(sql)
@@ -263,32 +263,34 @@ def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
         _LIFT_PLANS[key] = plan
     if plan is None:
         return None
-    shape, picks = plan
-    return shape, tuple([int(parts[i]) for i in picks])
+    shape, spans = plan
+    if len(spans) == 1:
+        ((start, end),) = spans
+        return shape, (int(sql[start:end]),)
+    return shape, tuple([int(sql[start:end]) for start, end in spans])
 
 
+_DIGIT_MARKS = bytes.maketrans(b"0123456789", b"\xff" * 10)
 _UNKNOWN: Any = object()
 _MAX_PLANS = 4096
-#: a text with its integers blanked out -> (its shape, the indexes in _INTEGER.split's parts
-#: of the integers lifted) or None (nothing lifted)
-_LIFT_PLANS: dict[str, tuple[str, tuple[int, ...]] | None] = {}
+#: a text with its digits blanked out -> (its shape, where the integers lifted are) or None
+#: (nothing lifted): texts alike but for their digits' values lift the same integers
+_LIFT_PLANS: dict[bytes, tuple[str, tuple[tuple[int, int], ...]] | None] = {}
 
 
-def _lift_plan(sql: str) -> tuple[str, tuple[int, ...]] | None:
-    """:func:`lift_literals`' work: the shape of ``sql`` and which of its integers (their
-    indexes in ``_INTEGER.split(sql)``) it lifts; None when none."""
+def _lift_plan(sql: str) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+    """:func:`lift_literals`' work: the shape of ``sql`` and where the integers it lifts
+    are; None when none."""
     spans = _lift_spans(sql)
     if not spans:
         return None
-    where = {m.start(): n for n, m in enumerate(_INTEGER.finditer(sql))}
-    out, picks, pos = [], [], 0
-    for start, end in spans:
-        picks.append(2 * where[start] + 1)
+    out, pos = [], 0
+    for n, (start, end) in enumerate(spans, 1):
         out.append(sql[pos:start])
-        out.append(f"?{len(picks)}")
+        out.append(f"?{n}")
         pos = end
     out.append(sql[pos:])
-    return "".join(out), tuple(picks)
+    return "".join(out), tuple(spans)
 
 
 def _lift_spans(sql: str) -> list[tuple[int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import json
 import math
 import re
@@ -55,6 +56,16 @@ def arrow_oid(t: pa.DataType) -> int:
     if pa.types.is_duration(t) or pa.types.is_interval(t):
         return INTERVAL
     return TEXT
+
+
+@functools.lru_cache(maxsize=256)
+def declared_oid(decltype: str | None) -> int | None:
+    """The OID :func:`sqlite_oid` gives a column of ``decltype`` whatever its values; None
+    when its values decide."""
+    if not decltype:
+        return None
+    oid = sqlite_oid(decltype, None)
+    return oid if oid != TEXT or sqlite_oid(decltype, 0) == TEXT else None
 
 
 def sqlite_oid(decltype: str | None, sample: Any) -> int:
