@@ -16,6 +16,7 @@ the providers themselves are in :mod:`cryptdisk.keys.providers`.
 
 from ._audit import AUDIT_ENV
 from ._hygiene import is_dumpable, protect_process
+from ._kek import WrappedKekProvider, create_wrapped_key
 from ._key import Key, export_key_material
 from ._keyring import Keyring
 from ._lifecycle import KeyConfig, KeyEntryState, files_under_key, key_usage
@@ -35,9 +36,7 @@ from ._remote import (
     RemoteKeyProvider,
     RetryPolicy,
     UnwrapCache,
-    WrappedKekProvider,
     close_provider_keys,
-    create_wrapped_key,
 )
 from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
 from ._sources import (

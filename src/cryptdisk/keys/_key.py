@@ -13,10 +13,16 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..errors import InvalidKeyError, KeySourceError
 from ..format import Algorithm, new_aead
 
-__all__ = ["Key", "export_key_material"]
+__all__ = ["Key", "export_key_material", "key_check_value"]
 
 _CHECK_LABEL = b"cryptdisk key check v1"
 _MAX_ID = 2**64 - 1
+
+
+def key_check_value(material: bytes | bytearray) -> bytes:
+    """``HMAC-SHA256(key, "cryptdisk key check v1")[:8]``: a key's check value (in every
+    header it wraps), which tells keys apart and reveals nothing."""
+    return hmac.new(material, _CHECK_LABEL, hashlib.sha256).digest()[:8]
 
 
 class Key:
@@ -59,7 +65,7 @@ class Key:
         self._material = raw
         self._algorithm = alg
         self._aead = new_aead(raw)
-        self._check = hmac.new(raw, _CHECK_LABEL, hashlib.sha256).digest()[:8]
+        self._check = key_check_value(raw)
         self._fingerprint: bytes | None = None
         self.source = source
 

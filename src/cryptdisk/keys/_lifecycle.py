@@ -415,7 +415,7 @@ def _destroy_material(entry: Mapping[str, Any], base: str) -> tuple[list[str], s
         rest = {k: v for k, v in entry.items()
                 if k not in ("id", "source", "algorithm", "state", "cache_entries",
                              "cache_seconds", "retries", "retry_seconds")}
-        from ._remote import wrapped_provider
+        from ._kek import wrapped_provider
 
         provider = wrapped_provider(cls, rest, base)
         try:

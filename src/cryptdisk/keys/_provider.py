@@ -265,14 +265,8 @@ def _parse_source_entry(entry: Mapping[str, Any], *, path: str | None, where: st
                         base: str | None, default_id: int | None, algorithm_field: bool,
                         default_algorithm: Any) -> KeyEntry:
     """``source = "NAME"``: a provider that keeps its key (:class:`RemoteKeyProvider`)."""
-    from ._remote import (
-        COMMON_FIELDS,
-        ProviderKey,
-        RemoteKeyProvider,
-        RetryPolicy,
-        UnwrapCache,
-        wrapped_provider,
-    )
+    from ._kek import wrapped_provider
+    from ._remote import COMMON_FIELDS, ProviderKey, RemoteKeyProvider, RetryPolicy, UnwrapCache
 
     key_id = entry.get("id", default_id)
     if not isinstance(key_id, int) or isinstance(key_id, bool) or not 0 <= key_id <= _MAX_ID:

@@ -7,7 +7,7 @@ keyring entry the KEK is a key inside the provider, and that AES-GCM runs there:
 :meth:`RemoteKeyProvider.seal` and :meth:`RemoteKeyProvider.open` are the only
 things cryptdisk asks of it. A provider that cannot run AES-GCM on a caller's nonce
 and associated data (a cloud KMS) implements them with a local KEK it unwraps
-through the service and keeps in memory for a bounded time; its docstring says so.
+through the service and keeps in memory for a bounded time (``_kek.py``).
 
 What stays in process memory: the KEK never (for providers that keep it, such as
 PKCS#11 tokens); each file's DEK while the file is open, as with any key; and the
@@ -40,8 +40,7 @@ from ._key import Key
 from ._provider import KeyProvider
 
 __all__ = ["DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_SECONDS", "ProviderKey",
-           "RemoteKeyProvider", "RetryPolicy", "UnwrapCache", "WrappedKekProvider",
-           "close_provider_keys", "create_wrapped_key"]
+           "RemoteKeyProvider", "RetryPolicy", "UnwrapCache", "close_provider_keys"]
 
 #: Unwrapped data keys kept per provider-held key, and for how long, unless the entry says.
 DEFAULT_CACHE_ENTRIES = 10_000
@@ -86,7 +85,7 @@ class RemoteKeyProvider(KeyProvider):
     fields: ClassVar[frozenset[str]] = frozenset()
     required: ClassVar[frozenset[str]] = frozenset()
     #: seals with AES-GCM on any nonce and data, so it can keep a keyring key wrapped
-    #: (``wrapped_key = "FILE"``, :class:`WrappedKekProvider`)
+    #: (``wrapped_key = "FILE"``, :class:`~cryptdisk.keys.WrappedKekProvider`)
     wraps_keys: ClassVar[bool] = False
 
     def __init__(self, value: Any, *, base: str) -> None:
@@ -273,201 +272,6 @@ class UnwrapCache:
 
 def _cache_key(blob: bytes, associated_data: bytes) -> bytes:
     return len(blob).to_bytes(2, "little") + bytes(blob) + bytes(associated_data)
-
-
-WRAPPED_KEY_FIELDS = frozenset({"wrapped_key", "kek_seconds"})
-_WRAPPED_MAGIC = b"cryptdisk wrapped key v1"
-_CHECK_LABEL = b"cryptdisk key check v1"
-
-
-def _wrapped_ad(key_id: int) -> bytes:
-    return _WRAPPED_MAGIC + b" id=" + str(key_id).encode()
-
-
-class WrappedKekProvider(RemoteKeyProvider):
-    """A keyring key stored wrapped by a provider's key, unwrapped once and kept a bounded time.
-
-    Selected by ``wrapped_key = "FILE"`` in a ``pkcs11`` or ``kmip`` entry (the
-    providers that seal with AES-GCM): the provider's key seals one local key (KEK) in
-    FILE; opening a file's data key is then a local AES-GCM under that KEK, so a cold
-    scan costs one provider call per key instead of one per file. The price: the KEK is
-    in process memory (a zeroed, optionally mlocked ``bytearray``) for at most
-    ``kek_seconds`` at a time, as with ``aws-kms``; the provider's key never leaves it.
-    The file is bound to the entry's id (associated data), so it cannot be used under
-    another id. :func:`create_wrapped_key` makes it.
-    """
-
-    def __init__(self, inner: RemoteKeyProvider, wrapped_key: str, kek_seconds: float) -> None:
-        self.inner = inner
-        self.value = {"wrapped_key": wrapped_key}
-        self.base = inner.base
-        self.name = inner.name  # type: ignore[misc]
-        self.label = inner.label  # type: ignore[misc]
-        self.kek_seconds = float(kek_seconds)
-        self._lock = threading.Lock()
-        self._kek: bytearray | None = None
-        self._kek_locked = False
-        self._aead: Any = None
-        self._until = 0.0
-        self._check: bytes | None = None
-        self._key_id = 0
-        self._what = ""
-        self.unwraps = 0  # provider calls made to unwrap the KEK (tests, benchmarks)
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.base, os.path.expanduser(self.value["wrapped_key"]))
-
-    def describe(self) -> str:
-        return f"{self.inner.describe()} wrapping {self.value['wrapped_key']}"
-
-    def connect(self, what: str, key_id: int) -> int:
-        self._key_id, self._what = key_id, what
-        self.inner.connect(what, key_id)
-        with self._lock:
-            return len(self._unwrap()[1])
-
-    def _unwrap(self) -> tuple[Any, bytearray]:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        now = time.monotonic()
-        if self._aead is not None and self._kek is not None and now < self._until:
-            return self._aead, self._kek
-        self._forget()
-        blob = _read_wrapped(self.path, self._what)
-        try:
-            raw = self.inner.open(blob[:12], blob[12:], _wrapped_ad(self._key_id))
-        except InvalidTag:
-            raise KeyProviderError(f"{self._what}: {self.path} does not open under "
-                                   f"{self.inner.describe()} as key {self._key_id} (another "
-                                   "key or another id)") from None
-        kek = bytearray(raw)
-        del raw
-        if len(kek) not in (16, 32):
-            raise KeyProviderError(f"{self._what}: {self.path} holds no AES key")
-        self.unwraps += 1
-        check = hmac.new(bytes(kek), _CHECK_LABEL, "sha256").digest()[:8]
-        if self._check is not None and check != self._check:
-            raise KeyProviderError(f"{self._what}: {self.path} now holds another key than at "
-                                   "start-up")
-        self._check = check
-        self._kek, self._aead = kek, AESGCM(bytes(kek))
-        self._kek_locked = lock_buffer(kek)
-        self._until = now + self.kek_seconds
-        return self._aead, kek
-
-    def _forget(self) -> None:
-        if self._kek is not None:
-            wipe_buffer(self._kek, self._kek_locked)
-        self._kek, self._aead, self._until, self._kek_locked = None, None, 0.0, False
-
-    def check_value(self) -> bytes:
-        if self._check is None:
-            raise KeyProviderError(f"{self.describe()}: not connected")
-        return self._check
-
-    def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
-        with self._lock:
-            aead, _ = self._unwrap()
-        return aead.encrypt(nonce, dek, associated_data)  # type: ignore[no-any-return]
-
-    def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
-        with self._lock:
-            aead, _ = self._unwrap()
-        return aead.decrypt(nonce, sealed, associated_data)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        with self._lock:
-            self._forget()
-        self.inner.close()
-
-    def destroy(self, what: str) -> str:
-        """Delete the wrapped key file (the provider's key may wrap others and stays)."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            return f"wrapped key file {self.path} was already gone"
-        except OSError as exc:
-            raise KeyProviderError(f"{what}: cannot delete {self.path}: {exc.strerror}") from None
-        return f"deleted wrapped key file {self.path} ({self.inner.describe()} stays)"
-
-
-def wrapped_provider(cls: type[RemoteKeyProvider], fields: Mapping[str, Any],
-                     base: str) -> RemoteKeyProvider:
-    """The provider of a ``source`` entry's fields: a :class:`WrappedKekProvider` around it
-    when the entry has ``wrapped_key`` and the provider wraps keys (TypeError otherwise)."""
-    rest = dict(fields)
-    if not cls.wraps_keys or "wrapped_key" not in rest:
-        return cls(rest, base=base)
-    wrapped = rest.pop("wrapped_key")
-    seconds = rest.pop("kek_seconds", 300.0)
-    if not isinstance(wrapped, str) or not wrapped:
-        raise TypeError("wrapped_key must be a non-empty string")
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
-        raise TypeError("kek_seconds must be a number of seconds above 0")
-    return WrappedKekProvider(cls(rest, base=base), wrapped, seconds)
-
-
-def _read_wrapped(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            lines = f.read(4096).split()
-    except OSError as exc:
-        raise KeyProviderError(f"{what}: wrapped key file {path} cannot be read: "
-                               f"{exc.strerror}", hint="make one with cryptdisk.keys."
-                               "create_wrapped_key") from None
-    import base64
-    import binascii
-
-    try:
-        if lines[:1] != [_WRAPPED_MAGIC.split()[0]] or len(lines) < 2:
-            raise ValueError
-        blob = base64.b64decode(lines[-1], validate=True)
-    except (ValueError, binascii.Error):
-        raise KeyProviderError(f"{what}: {path} is not a cryptdisk wrapped key file") from None
-    if len(blob) not in (12 + 16 + 16, 12 + 32 + 16):
-        raise KeyProviderError(f"{what}: {path} is not a cryptdisk wrapped key file")
-    return blob
-
-
-def create_wrapped_key(path: str | os.PathLike[str], entry: Mapping[str, Any], *,
-                       base: str | None = None, bits: int = 256) -> None:
-    """Make a new keyring key sealed by a ``pkcs11`` or ``kmip`` entry's key, into ``path``.
-
-    ``entry`` is the key entry without ``wrapped_key`` (its ``id`` and ``source`` and
-    the provider's fields). The file (mode 0600, never overwritten) holds the sealed key
-    in base64; the key's plaintext is dropped here.
-    """
-    import base64
-
-    from ._provider import get_key_provider
-
-    key_id = entry["id"]
-    cls = get_key_provider(entry["source"])
-    if not issubclass(cls, RemoteKeyProvider) or not getattr(cls, "wraps_keys", False):
-        raise KeyProviderError(f"the {entry['source']} provider cannot wrap a keyring key")
-    rest = {k: v for k, v in entry.items() if k in cls.fields}
-    provider = cls(rest, base=base or os.getcwd())
-    try:
-        provider.connect(f"key {key_id}", key_id)
-        kek = bytearray(os.urandom(bits // 8))
-        nonce = os.urandom(12)
-        blob = nonce + provider.seal(nonce, bytes(kek), _wrapped_ad(key_id))
-        wipe_buffer(kek)
-    finally:
-        provider.close()
-    name = os.fspath(path)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise KeyProviderError(f"{name} already exists; refusing to overwrite a wrapped "
-                               "key") from None
-    try:
-        os.write(fd, _WRAPPED_MAGIC + f" (key {key_id}, {provider.describe()})\n".encode()
-                 + base64.b64encode(blob) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _OPEN_KEYS: weakref.WeakSet[ProviderKey] = weakref.WeakSet()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import cryptdisk
 from cryptdisk.errors import ConfigError, KeyProviderError
 from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey
-from cryptdisk.keys.providers import _aws_kms, create_aws_kms_key, create_aws_kms_wrapped_key
+from cryptdisk.keys.providers import create_aws_kms_key, create_aws_kms_wrapped_key
 
 from .conftest import SECURE_STORE, assert_a_database_round_trips, write
 
@@ -47,6 +48,15 @@ def kms(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
         yield endpoint, key
     finally:
         server.stop()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """time.monotonic under the test's control (``clock[0]`` is now): the age of the
+    unwrapped key is read from it."""
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    return now
 
 
 def _entry(endpoint: str, kms_key: str, key_id: int = 6, extra: str = "") -> str:
@@ -107,12 +117,10 @@ def test_create_aws_kms_key_makes_a_usable_key_and_refusals_are_clear(tmp_path, 
 
 
 def test_the_unwrapped_key_is_kept_for_kek_seconds_then_zeroed_and_unwrapped_again(
-        tmp_path, kms, monkeypatch):
+        tmp_path, kms, clock):
     endpoint, kms_key = kms
     create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
                                endpoint=endpoint)
-    now = [100.0]
-    monkeypatch.setattr(_aws_kms.time, "monotonic", lambda: now[0])
     key = _ring(tmp_path, endpoint, kms_key, extra="kek_seconds = 60\ncache_entries = 0\n"
                 ).current_key()
     provider = key.provider
@@ -121,7 +129,7 @@ def test_the_unwrapped_key_is_kept_for_kek_seconds_then_zeroed_and_unwrapped_aga
     blobs = [key.wrap(bytes([i]) * 32, b"x" * 48) for i in range(20)]
     assert [key.unwrap(b, b"x" * 48) for b in blobs] == [bytes([i]) * 32 for i in range(20)]
     assert provider.unwraps == 1  # one KMS call for 40 seals and opens
-    now[0] += 60
+    clock[0] += 60
     assert key.unwrap(blobs[0], b"x" * 48) == bytes(32)
     assert provider.unwraps == 2 and held == bytearray(len(held))
 
@@ -169,7 +177,7 @@ def test_a_database_whose_key_is_wrapped_by_kms(tmp_path, kms):
     assert_a_database_round_trips(tmp_path, cfg, rows=500, key_id=6)
 
 
-def test_kms_stopped_mid_operation_fails_after_retries_and_recovers(tmp_path, kms, monkeypatch):
+def test_kms_stopped_mid_operation_fails_after_retries_and_recovers(tmp_path, kms, clock):
     """moto's server is stopped after the key was unwrapped; once the unwrapped key expires
     the next unwrap retries, gives up with a clear transient error, and works again once a
     server answers on the endpoint."""
@@ -178,15 +186,13 @@ def test_kms_stopped_mid_operation_fails_after_retries_and_recovers(tmp_path, km
     endpoint, kms_key = kms
     create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
                                endpoint=endpoint)
-    now = [100.0]
-    monkeypatch.setattr(_aws_kms.time, "monotonic", lambda: now[0])
     key = _ring(tmp_path, endpoint, kms_key, extra="kek_seconds = 60\ncache_entries = 0\n"
                 "retries = 2\nretry_seconds = 0.05\n").current_key()
     blob = key.wrap(b"k" * 32, b"x" * 48)
     port = int(endpoint.rsplit(":", 1)[1])
     RUNNING[0].stop()  # the fixture's server (its stop() at teardown is then a no-op)
     assert key.unwrap(blob, b"x" * 48) == b"k" * 32  # the unwrapped key is still held
-    now[0] += 60
+    clock[0] += 60
     with pytest.raises(KeyProviderError, match="gave up after 3 attempts") as info:
         key.unwrap(blob, b"x" * 48)
     assert info.value.transient and SECRET not in str(info.value)

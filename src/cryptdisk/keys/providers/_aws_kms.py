@@ -27,23 +27,14 @@ never from the config.
 from __future__ import annotations
 
 import base64
-import contextlib
-import hashlib
-import hmac
 import os
-import threading
-import time
 from typing import Any, ClassVar
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ...errors import KeyProviderError
-from .._hygiene import lock_buffer, wipe_buffer
-from .._remote import RemoteKeyProvider
+from .._kek import DEFAULT_KEK_SECONDS, HeldKekProvider, write_wrapped_file
 
 __all__ = ["AwsKmsProvider", "create_aws_kms_key", "create_aws_kms_wrapped_key"]
 
-_CHECK_LABEL = b"cryptdisk key check v1"
 _MAX_BLOB = 8192
 
 
@@ -101,8 +92,12 @@ def _kms_error(exc: Exception) -> str:
     return type(exc).__name__
 
 
-class AwsKmsProvider(RemoteKeyProvider):
-    """``source = "aws-kms"``: a keyring key wrapped by an AWS KMS key (module docstring)."""
+class AwsKmsProvider(HeldKekProvider):
+    """``source = "aws-kms"``: a keyring key wrapped by an AWS KMS key (module docstring).
+
+    Holding the unwrapped key, sealing and opening with it: :class:`HeldKekProvider`;
+    here, unwrapping it through KMS ``Decrypt``.
+    """
 
     name = "aws-kms"
     label = "aws-kms"
@@ -116,38 +111,19 @@ class AwsKmsProvider(RemoteKeyProvider):
             if name in self.value and (not isinstance(self.value[name], str)
                                        or not self.value[name]):
                 raise TypeError(f"{name} must be a non-empty string")
-        for name, default in (("kek_seconds", 300.0), ("timeout", 10.0)):
+        for name, default in (("kek_seconds", DEFAULT_KEK_SECONDS), ("timeout", 10.0)):
             number = self.value.get(name, default)
             if not isinstance(number, (int, float)) or isinstance(number, bool) or number <= 0:
                 raise TypeError(f"{name} must be a number of seconds above 0")
-        self.kek_seconds = float(self.value.get("kek_seconds", 300.0))
+        self.kek_seconds = float(self.value.get("kek_seconds", DEFAULT_KEK_SECONDS))
         self.timeout = float(self.value.get("timeout", 10.0))
-        self._lock = threading.Lock()
-        self._kek: bytearray | None = None
-        self._kek_locked = False
-        self._aead: AESGCM | None = None
-        self._until = 0.0
-        self._check: bytes | None = None
-        self._key_id: int | None = None
-        self.unwraps = 0  # KMS Decrypt calls made (for tests and benchmarks)
 
     def describe(self) -> str:
         return f"aws-kms key {self.value['kms_key']!r}"
 
-    def connect(self, what: str, key_id: int) -> int:
-        self._key_id = key_id
-        with self._lock:
-            aead, size = self._unwrap(what)
-        del aead
-        return size
-
-    def _unwrap(self, what: str) -> tuple[AESGCM, int]:
-        """The local AEAD of the KEK, unwrapping it through KMS when it is absent or expired."""
-        now = time.monotonic()
-        if self._aead is not None and now < self._until and self._kek is not None:
-            return self._aead, len(self._kek)
-        self._forget()
-        path = os.path.join(self.base, os.path.expanduser(self.value["wrapped_key"]))
+    def _unwrap_kek(self, what: str) -> bytearray:
+        """The keyring key, unwrapped by KMS ``Decrypt`` from the wrapped key file."""
+        path = self.path
         try:
             with open(path, "rb") as f:
                 blob = base64.b64decode(f.read(_MAX_BLOB), validate=False)
@@ -160,70 +136,17 @@ class AwsKmsProvider(RemoteKeyProvider):
         try:
             client = _client(self.value.get("region"), self.value.get("endpoint"), self.timeout)
             answer = client.decrypt(CiphertextBlob=blob, KeyId=self.value["kms_key"],
-                                    EncryptionContext=_context(self._key_id or 0))
+                                    EncryptionContext=_context(self._key_id))
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise KeyProviderError(f"{what}: {self.describe()}: Decrypt of {path} failed: "
                                    f"{_kms_error(exc)}",
                                    transient=_transient(exc, botocore)) from None
         kek = bytearray(answer["Plaintext"])
         answer.clear()
-        if len(kek) not in (16, 32):
-            raise KeyProviderError(f"{what}: {path} unwrapped to {len(kek)} bytes, not an AES "
-                                   "key")
-        self.unwraps += 1
-        check = hmac.new(bytes(kek), _CHECK_LABEL, hashlib.sha256).digest()[:8]
-        if self._check is not None and check != self._check:
-            raise KeyProviderError(f"{what}: {path} now holds another key than at start-up")
-        self._check = check
-        self._kek, self._aead = kek, AESGCM(bytes(kek))
-        self._kek_locked = lock_buffer(kek)
-        self._until = now + self.kek_seconds
-        return self._aead, len(kek)
+        return kek
 
-    def _forget(self) -> None:
-        if self._kek is not None:
-            wipe_buffer(self._kek, self._kek_locked)
-        self._kek, self._aead, self._until, self._kek_locked = None, None, 0.0, False
-
-    def check_value(self) -> bytes:
-        if self._check is None:
-            raise KeyProviderError(f"{self.describe()}: not connected")
-        return self._check
-
-    def seal(self, nonce: bytes, dek: bytes, associated_data: bytes) -> bytes:
-        with self._lock:
-            aead, _ = self._unwrap(f"key {self._key_id}")
-        return aead.encrypt(nonce, dek, associated_data)
-
-    def open(self, nonce: bytes, sealed: bytes, associated_data: bytes) -> bytes:
-        with self._lock:
-            aead, _ = self._unwrap(f"key {self._key_id}")
-        return aead.decrypt(nonce, sealed, associated_data)  # InvalidTag when tampered
-
-    def destroy(self, what: str) -> str:
-        """Delete the wrapped key file: the keyring key then exists nowhere.
-
-        The KMS key stays in KMS (it may wrap other keys; schedule its deletion there).
-        """
-        path = os.path.join(self.base, os.path.expanduser(self.value["wrapped_key"]))
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return f"wrapped key file {path} was already gone"
-        except OSError as exc:
-            raise KeyProviderError(f"{what}: cannot delete wrapped key file {path}: "
-                                   f"{exc.strerror}") from None
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return (f"deleted wrapped key file {path} (the KMS key {self.value['kms_key']!r} "
-                "stays in KMS)")
-
-    def close(self) -> None:
-        with self._lock:
-            self._forget()
+    def _what_stays(self) -> str:
+        return f"the KMS key {self.value['kms_key']!r} stays in KMS"
 
 
 def create_aws_kms_key(*, region: str | None = None, endpoint: str | None = None,
@@ -260,13 +183,4 @@ def create_aws_kms_wrapped_key(path: str | os.PathLike[str], kms_key: str, *, ke
         raise KeyProviderError(f"aws-kms key {kms_key!r}: GenerateDataKey failed: "
                                f"{_kms_error(exc)}") from None
     answer.pop("Plaintext", None)
-    name = os.fspath(path)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise KeyProviderError(f"{name} already exists; refusing to overwrite a wrapped "
-                               "key") from None
-    with contextlib.closing(os.fdopen(fd, "wb")) as f:
-        f.write(base64.b64encode(answer["CiphertextBlob"]) + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
+    write_wrapped_file(path, base64.b64encode(answer["CiphertextBlob"]) + b"\n")
