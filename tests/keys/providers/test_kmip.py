@@ -8,7 +8,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,35 @@ def kmip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield Server(root, port)
 
 
+@dataclass(frozen=True)
+class OwnServer(Server):
+    """A KMIP server of one test's own, which the test stops and starts again on its port."""
+
+    running: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.running.append(start_kmip(self.root, self.port))
+
+    def stop(self) -> None:
+        stop_kmip(self.running.pop())
+
+
+@pytest.fixture
+def own_kmip_server(tmp_path: Path) -> Iterator[OwnServer]:
+    """A running KMIP server for one test (certificates in ``tmp_path/kmip``); whatever of
+    it runs when the test ends is stopped."""
+    root = tmp_path / "kmip"
+    root.mkdir()
+    make_kmip_certs(root)
+    server = OwnServer(root, free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        while server.running:
+            server.stop()
+
+
 def _client(server: Server, prefix: str = ""):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -62,6 +91,12 @@ def _entry(server: Server, key: str, key_id: int = 7, prefix: str = "", extra: s
     return (f'[[keyring.keys]]\nid = {key_id}\nsource = "kmip"\nhost = "127.0.0.1"\n'
             f'port = {server.port}\nkey = "{key}"\nclient_cert = "{r}/{prefix}client.pem"\n'
             f'client_key = "{r}/{prefix}client.key"\nca = "{r}/ca.pem"\ntimeout = 5\n{extra}')
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The environment of a cryptdisk child process: this checkout's package first."""
+    return dict(os.environ, **extra, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
 
 
 def _ring(tmp_path: Path, server: Server, key: str, **kw) -> Keyring:
@@ -143,8 +178,7 @@ def test_destroy_revokes_and_destroys_a_retired_key_on_the_server(tmp_path, kmip
                                                          'state = "retired"\nsource = "kmip"')
     cfg = write(tmp_path, '[keyring]\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n' + entry)
     (tmp_path / "empty").mkdir()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = _env()
     done = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "destroy", "7", "-c", cfg,
                            str(tmp_path / "empty")], capture_output=True, text=True, env=env,
                           timeout=120)
@@ -157,7 +191,8 @@ def test_destroy_revokes_and_destroys_a_retired_key_on_the_server(tmp_path, kmip
     assert "id = 7" not in (tmp_path / "cryptdisk.toml").read_text()
 
 
-def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path):
+def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path,
+                                                                         own_kmip_server):
     """The KMIP server is killed while ``cryptdisk keys promote`` rewraps files into it: the
     command stops, names what it did not do and exits 1; with the server back, the same
     command finishes. The child pauses at its 4th file's header write; the server is
@@ -165,68 +200,59 @@ def test_a_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_pat
     from cryptdisk.format import Header
     from cryptdisk.keys import Key, write_key_file
 
-    root = tmp_path / "kmip"
-    root.mkdir()
-    make_kmip_certs(root)
-    port = free_port()
-    server = Server(root, port)
-    proc = start_kmip(root, port)
-    try:
-        _make_key(server, "kek-rotate")
-        write_key_file(tmp_path / "k1.hex", Key.generate(1))
-        cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
-                    'file = "k1.hex"\n' + _entry(server, "kek-rotate", key_id=7,
-                                                  extra="retries = 2\nretry_seconds = 0.1\n"))
-        data = tmp_path / "data"
-        data.mkdir()
-        ring = Keyring.from_config(cfg)
-        for i in range(10):
-            with cryptdisk.open(data / f"f{i:02}", "wb", keyring=ring) as f:
-                f.write(b"%d" % i * 500)
-        ring.close()
-        env = dict(os.environ, CHILD_RESUME="1", PYTHONPATH=os.pathsep.join(
-            [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
-        # calls counted by the child: per file a pwrite and an fsync of its header, after
-        # the config's write, fsync, replace and directory fsync (the audit log is off):
-        # pause before the 4th file's pwrite
-        child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
-                                  str(4 + 2 * 3 + 1), "keys", "promote", "7", "-c", cfg,
-                                  str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
-        assert child.stdout is not None and child.stdin is not None
-        shown = []
-        for line in child.stdout:
-            if line.startswith(("paused", "finished")):
-                break
-            shown.append(line)
-        assert line.startswith("paused 11 pwrite"), (shown, line)
-        stop_kmip(proc)
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        out, err = child.communicate(timeout=120)
-        assert "finished 1" in out, (out, err)
-        assert "stopped at a provider fault; 5 file(s) not done" in err
-        assert "gave up after 3 attempts" in err
-        assert "rewrapped 4 file(s) under key 7" in out
-        ids = [Header.parse((data / f"f{i:02}").read_bytes()[:128]).key_id for i in range(10)]
-        assert ids == [7] * 4 + [1] * 6  # the 5th failed, 6..10 not tried: all under key 1
+    server = own_kmip_server
+    _make_key(server, "kek-rotate")
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                'file = "k1.hex"\n' + _entry(server, "kek-rotate", key_id=7,
+                                              extra="retries = 2\nretry_seconds = 0.1\n"))
+    data = tmp_path / "data"
+    data.mkdir()
+    ring = Keyring.from_config(cfg)
+    for i in range(10):
+        with cryptdisk.open(data / f"f{i:02}", "wb", keyring=ring) as f:
+            f.write(b"%d" % i * 500)
+    ring.close()
+    env = _env(CHILD_RESUME="1")
+    # calls counted by the child: per file a pwrite and an fsync of its header, after
+    # the config's write, fsync, replace and directory fsync (the audit log is off):
+    # pause before the 4th file's pwrite
+    child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
+                              str(4 + 2 * 3 + 1), "keys", "promote", "7", "-c", cfg,
+                              str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None and child.stdin is not None
+    shown = []
+    for line in child.stdout:
+        if line.startswith(("paused", "finished")):
+            break
+        shown.append(line)
+    assert line.startswith("paused 11 pwrite"), (shown, line)
+    server.stop()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    out, err = child.communicate(timeout=120)
+    assert "finished 1" in out, (out, err)
+    assert "stopped at a provider fault; 5 file(s) not done" in err
+    assert "gave up after 3 attempts" in err
+    assert "rewrapped 4 file(s) under key 7" in out
+    ids = [Header.parse((data / f"f{i:02}").read_bytes()[:128]).key_id for i in range(10)]
+    assert ids == [7] * 4 + [1] * 6  # the 5th failed, 6..10 not tried: all under key 1
 
-        proc = start_kmip(root, port)  # the server is back: the same command finishes
-        again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
-                                "-c", cfg, str(data)], capture_output=True, text=True, env=env,
-                               timeout=120)
-        assert again.returncode == 0, again.stderr
-        assert "rewrapped 6 file(s) under key 7; 4 already under it" in again.stdout
-        ring = Keyring.from_config(cfg)
-        for i in range(10):
-            with cryptdisk.open(data / f"f{i:02}", "rb", keyring=ring) as f:
-                assert f.read() == b"%d" % i * 500
-        ring.close()
-    finally:
-        stop_kmip(proc)
+    server.start()  # the server is back: the same command finishes
+    again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
+                            "-c", cfg, str(data)], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "rewrapped 6 file(s) under key 7; 4 already under it" in again.stdout
+    ring = Keyring.from_config(cfg)
+    for i in range(10):
+        with cryptdisk.open(data / f"f{i:02}", "rb", keyring=ring) as f:
+            assert f.read() == b"%d" % i * 500
+    ring.close()
 
 
-def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
+def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path, own_kmip_server):
     """Unwrapping with the server down: the key retries with backoff; the server is started
     again once the audit log shows the first failed attempt, and the unwrap succeeds."""
     import json
@@ -235,12 +261,7 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
 
     from cryptdisk.keys import AUDIT_ENV
 
-    root = tmp_path / "kmip"
-    root.mkdir()
-    make_kmip_certs(root)
-    port = free_port()
-    server = Server(root, port)
-    procs = [start_kmip(root, port)]
+    server = own_kmip_server
     log = tmp_path / "audit.jsonl"
     os.environ[AUDIT_ENV] = str(log)
     try:
@@ -249,12 +270,12 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
                     extra="retries = 8\nretry_seconds = 0.5\n").current_key()
         blob = key.wrap(b"d" * 32, AD)
         key.cache.clear()
-        stop_kmip(procs[0])
+        server.stop()
 
         def restart() -> None:
             while not log.exists() or '"fault"' not in log.read_text():
                 time.sleep(0.05)
-            procs.append(start_kmip(root, port))
+            server.start()
 
         helper = threading.Thread(target=restart)
         helper.start()
@@ -270,8 +291,6 @@ def test_a_call_retried_while_the_server_restarts_succeeds(tmp_path):
         assert uses[-1]["provider_calls"] == 2
     finally:
         del os.environ[AUDIT_ENV]
-        for p in procs:
-            stop_kmip(p)
 
 
 def test_a_wrapped_keyring_key_makes_a_cold_scan_one_server_call(tmp_path, kmip_server,
@@ -310,8 +329,7 @@ def test_promoting_a_key_whose_server_is_down_changes_nothing(tmp_path, kmip_ser
                 'file = "k1.hex"\n' + entry.replace(f"port = {kmip_server.port}",
                                                      f"port = {free_port()}"))
     before = Path(cfg).read_text()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = _env()
     done = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7", "-c", cfg],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1
@@ -319,7 +337,8 @@ def test_promoting_a_key_whose_server_is_down_changes_nothing(tmp_path, kmip_ser
     assert Path(cfg).read_text() == before
 
 
-def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resumes(tmp_path):
+def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resumes(
+        tmp_path, own_kmip_server):
     """As above for ``keys promote --db``: the child pauses before its second part's header
     write (its data key already sealed), the server is stopped there; the command names the
     files not done and exits 1, and finishes when run again with the server back."""
@@ -327,58 +346,49 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
 
     from .conftest import SECURE_STORE
 
-    root = tmp_path / "kmip"
-    root.mkdir()
-    make_kmip_certs(root)
-    port = free_port()
-    server = Server(root, port)
-    proc = start_kmip(root, port)
-    try:
-        _make_key(server, "kek-db")
-        write_key_file(tmp_path / "k1.hex", Key.generate(1))
-        cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
-                    'file = "k1.hex"\n' + _entry(server, "kek-db", key_id=7,
-                                                  extra="retries = 1\nretry_seconds = 0.1\n")
-                    + SECURE_STORE)
-        db = tmp_path / "sales.db"
-        with cryptdisk.connect(db, cfg) as conn:
-            conn.sql("CREATE TABLE t (x BIGINT)")
-            for i in range(4):
-                conn.sql(f"INSERT INTO t SELECT range FROM range({i * 10}, {(i + 1) * 10})")
-        env = dict(os.environ, CHILD_RESUME="1", PYTHONPATH=os.pathsep.join(
-            [str(HERE.parent.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]))
-        # the config's write, fsync, replace, directory fsync; then per part a header pwrite
-        # and fsync: pause before the second part's pwrite
-        child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
-                                  str(4 + 2 + 1), "keys", "promote", "7", "-c", cfg, "--db",
-                                  str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
-        assert child.stdout is not None and child.stdin is not None
-        for line in child.stdout:
-            if line.startswith(("paused", "finished")):
-                break
-        assert line.startswith("paused 7 pwrite"), line
-        stop_kmip(proc)
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        out, err = child.communicate(timeout=120)
-        assert "finished 1" in out, (out, err)
-        # the second part was sealed before the pause: two done, the third failed
-        assert "stopped after 2 file(s)" in err and "gave up after 2 attempts" in err, err
-        assert "An error occurred" not in err  # PyKMIP's own log records stay quiet
-        assert "stopped at a provider fault; 3 file(s) not done" in err  # 2 parts, catalog
-        assert f"{db}/catalog" in err and err.count("(table t, disk 'secure')") == 2
+    server = own_kmip_server
+    _make_key(server, "kek-db")
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = write(tmp_path, '[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                'file = "k1.hex"\n' + _entry(server, "kek-db", key_id=7,
+                                              extra="retries = 1\nretry_seconds = 0.1\n")
+                + SECURE_STORE)
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+        for i in range(4):
+            conn.sql(f"INSERT INTO t SELECT range FROM range({i * 10}, {(i + 1) * 10})")
+    env = _env(CHILD_RESUME="1")
+    # the config's write, fsync, replace, directory fsync; then per part a header pwrite
+    # and fsync: pause before the second part's pwrite
+    child = subprocess.Popen([sys.executable, str(HERE.parent / "lifecycle_child.py"),
+                              str(4 + 2 + 1), "keys", "promote", "7", "-c", cfg, "--db",
+                              str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None and child.stdin is not None
+    for line in child.stdout:
+        if line.startswith(("paused", "finished")):
+            break
+    assert line.startswith("paused 7 pwrite"), line
+    server.stop()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    out, err = child.communicate(timeout=120)
+    assert "finished 1" in out, (out, err)
+    # the second part was sealed before the pause: two done, the third failed
+    assert "stopped after 2 file(s)" in err and "gave up after 2 attempts" in err, err
+    assert "An error occurred" not in err  # PyKMIP's own log records stay quiet
+    assert "stopped at a provider fault; 3 file(s) not done" in err  # 2 parts, catalog
+    assert f"{db}/catalog" in err and err.count("(table t, disk 'secure')") == 2
 
-        proc = start_kmip(root, port)
-        again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
-                                "-c", cfg, "--db", str(db)], capture_output=True, text=True,
-                               env=env, timeout=120)
-        assert again.returncode == 0, again.stderr
-        assert "all its files are under key 7" in again.stdout
-        with cryptdisk.connect(db, cfg) as conn:
-            assert conn.sql("SELECT count(*) AS n, sum(x) AS s FROM t").to_pylist() == [
-                {"n": 40, "s": 780}]
-            assert conn.sql("SELECT id, files FROM system.keys ORDER BY id").to_pylist() == [
-                {"id": 1, "files": 0}, {"id": 7, "files": 5}]
-    finally:
-        stop_kmip(proc)
+    server.start()
+    again = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", "promote", "7",
+                            "-c", cfg, "--db", str(db)], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "all its files are under key 7" in again.stdout
+    with cryptdisk.connect(db, cfg) as conn:
+        assert conn.sql("SELECT count(*) AS n, sum(x) AS s FROM t").to_pylist() == [
+            {"n": 40, "s": 780}]
+        assert conn.sql("SELECT id, files FROM system.keys ORDER BY id").to_pylist() == [
+            {"id": 1, "files": 0}, {"id": 7, "files": 5}]
