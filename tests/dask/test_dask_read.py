@@ -55,6 +55,24 @@ def test_a_table_reads_as_one_partition_per_part_equal_to_the_engine(client, tab
     assert agg.to_dict() == pytest.approx(dict(zip(want.g, want.f, strict=True)))
 
 
+def test_a_worker_with_several_threads_reads_partitions_at_once_exactly(table):
+    """One worker process, four threads sharing its connection, whose lock no longer
+    covers the reading (tests/db/test_db_read_part.py shows two threads inside it at
+    once): nine row-group partitions read by nine tasks equal the engine's rows."""
+    import distributed
+
+    path, cfg, _key = table
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=4,
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        df = cryptdisk.dask.read_table(path, "t", config=cfg, row_groups_per_partition=1)
+        assert df.npartitions == 9
+        with distributed.get_task_stream(c) as stream:
+            got = c.compute(df).result()
+        _same(got, _engine(path, cfg, "SELECT * FROM t"))
+        assert sum("cryptdisk-read-table" in str(t["key"]) for t in stream.data) == 9
+
+
 def test_a_filter_on_the_key_schedules_only_the_parts_that_can_match(client, table):
     path, cfg, _key = table
     lo, hi = PART_ROWS + 10, PART_ROWS + 70_000  # inside the second part, 2 of its row groups

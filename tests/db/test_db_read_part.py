@@ -65,3 +65,42 @@ def test_a_part_merged_away_is_no_longer_readable(db):
     with pytest.raises(CatalogError, match="merged or dropped") as info:
         db.read_part("t", part)
     assert info.value.hint == "plan the read again"
+
+
+def test_threads_of_one_process_read_parts_at_the_same_time(db, monkeypatch):
+    """read_part reads row groups outside the connection's lock: while one thread is
+    inside a row group's read, another thread's read_part on the same connection
+    completes (a Dask worker's threads read partitions in parallel)."""
+    import threading
+
+    from cryptdisk.db._scan import TableScan
+
+    plan = db.scan_plan("t")
+    assert len(plan) == 2
+    inside, other_done = threading.Event(), threading.Event()
+    real = TableScan.read_group
+    blocker = threading.get_ident()
+
+    def read_group(self, op, rg):
+        if threading.get_ident() == blocker and not inside.is_set():
+            inside.set()
+            # the other thread's whole read_part runs while this one is mid-read; on a
+            # connection that held its lock here it could not, and this wait would end
+            # unset (a deadlock guard, not a timing)
+            assert other_done.wait(30), "the other thread's read_part waited for this one"
+        return real(self, op, rg)
+
+    monkeypatch.setattr(TableScan, "read_group", read_group)
+    got = {}
+
+    def other():
+        inside.wait(60)
+        got["other"] = db.read_part("t", plan[1][0], ["k"], [("k", ">=", 150)])
+        other_done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    got["mine"] = db.read_part("t", plan[0][0], ["k", "s"])
+    t.join(60)
+    assert got["mine"].num_rows == 100
+    assert got["other"].column("k").to_pylist() == list(range(150, 200))

@@ -495,11 +495,15 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     raise DatabaseError(f"part {part} has {op.num_row_groups} row groups; "
                                         f"no row group {bad[0]}")
                 groups = [g for g in groups if g in set(row_groups)]
-            table = pa.Table.from_batches([scan.read_group(op, g) for g in groups],
-                                          schema=scan.schema)
-            if filters:
+        # The row groups are read outside the connection's lock: an open part may be read
+        # by several threads at once, and decryption and decoding release the GIL, so the
+        # threads of one process (a Dask worker's) read parts in parallel.
+        table = pa.Table.from_batches([scan.read_group(op, g) for g in groups],
+                                      schema=scan.schema)
+        if filters:
+            with self._mutex:  # the DuckDB connection serves one thread at a time
                 table = self._filter_rows(table, filters)
-            return table.select(cols)
+        return table.select(cols)
 
     def _part_gone(self, name: str, part: str) -> CatalogError:
         return CatalogError(f"table {name} has no part {part!r} in catalog version "
