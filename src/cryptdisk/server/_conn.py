@@ -43,6 +43,10 @@ def _lost(exc: BaseException) -> ConnectionError:
     return err
 
 
+def _nothing_pending() -> int:
+    return 0
+
+
 def _settle(waiter: asyncio.Future[None] | None) -> None:
     """Wake whoever awaits ``waiter`` (if anyone still does)."""
     if waiter is not None and not waiter.done():
@@ -76,6 +80,11 @@ class Connection:
         self._closing = False
         self._closed: asyncio.Future[None] = loop.create_future()
         self.tls: ssl.SSLSocket | None = None
+        #: the calls that move bytes: the socket's, then (TLS) the SSL object's own methods,
+        #: without ssl.SSLSocket's Python wrappers around them
+        self._recv: Callable[[int], bytes] = sock.recv
+        self._send: Callable[[bytes], int] = sock.send
+        self._pending: Callable[[], int] = _nothing_pending
         self._resume_reading()
 
     # -- reading ----------------------------------------------------------------------------
@@ -84,7 +93,7 @@ class Connection:
         if not self._reading and not self.eof and self.error is None and not self._closing:
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
-            if self.tls is not None and self.tls.pending():
+            if self.tls is not None and self._pending():
                 # decrypted bytes left in the SSL object when reading paused: epoll will
                 # not report them
                 self.loop.call_soon(self._on_readable)
@@ -97,10 +106,10 @@ class Connection:
     def _on_readable(self) -> None:
         if not self._reading:
             return
-        sock = self.tls or self.sock
+        recv = self._recv
         try:
             while True:
-                chunk = sock.recv(_RECV)
+                chunk = recv(_RECV)
                 if not chunk:
                     self.eof = True
                     break
@@ -108,10 +117,12 @@ class Connection:
                 # TLS: a record's decrypted bytes can wait in the SSL object, unseen by epoll
                 if len(self.buffer) >= READ_LIMIT or (
                         self.tls is None and len(chunk) < _RECV) or (
-                        self.tls is not None and not self.tls.pending()):
+                        self.tls is not None and not self._pending()):
                     break
         except _WOULD_BLOCK:
             pass
+        except ssl.SSLEOFError:  # closed without close_notify: an end, as SSLSocket has it
+            self.eof = True
         except OSError as exc:
             self.error = _lost(exc)
         if self.eof or self.error is not None or len(self.buffer) >= READ_LIMIT:
@@ -159,7 +170,7 @@ class Connection:
             return
         if not self._out:
             try:
-                n = (self.tls or self.sock).send(data)
+                n = self._send(data)
             except _WOULD_BLOCK:
                 n = 0
             except OSError as exc:
@@ -176,12 +187,12 @@ class Connection:
             self.loop.add_writer(self.fd, self._on_writable)
 
     def _on_writable(self) -> None:
-        sock = self.tls or self.sock
+        send = self._send
         out = self._out
         try:
             while out:
                 data = out[0]
-                n = sock.send(data)
+                n = send(data)
                 if n < len(data) and self.tls is None:
                     out[0] = data[n:]
                     self._out_size -= n
@@ -283,6 +294,11 @@ class Connection:
         except BaseException:
             self.abort()
             raise
+        tls = self.tls
+        obj = getattr(tls, "_sslobj", None)  # CPython's _ssl._SSLSocket under the wrapper
+        self._recv = obj.read if obj is not None else tls.recv
+        self._send = obj.write if obj is not None else tls.send
+        self._pending = obj.pending if obj is not None else tls.pending
         self._resume_reading()
 
     # -- closing ----------------------------------------------------------------------------
