@@ -87,6 +87,10 @@ def test_first_words_fast_path_agrees_with_the_scan(sql: str) -> None:
     ("SELECT a FROM t WHERE CAST(a AS NUMERIC(10,2)) = 5 AND b IN (1, 2)",
      "SELECT a FROM t WHERE CAST(a AS NUMERIC(10,2)) = ?1 AND b IN (1, 2)", (5,)),
     ("SELECT a FROM t1 WHERE t1.a=3", "SELECT a FROM t1 WHERE t1.a=?1", (3,)),
+    # in WHERE only a comparison's operands: an index on a + 5 is matched by its text
+    ("SELECT a FROM t WHERE a + 5 = 10 OR a <> - 2",
+     "SELECT a FROM t WHERE a + 5 = ?1 OR a <> - ?2", (10, 2)),
+    ("UPDATE t SET b = b * 3 WHERE a % 4 = 1", "UPDATE t SET b = b * ?1 WHERE a % 4 = ?2", (3, 1)),
 ])
 def test_lift_literals(sql: str, shape: str, values: tuple[int, ...]) -> None:
     assert _sqltext.lift_literals(sql) == (shape, values)
@@ -132,7 +136,7 @@ def test_lifted_statements_do_what_their_text_does(shape: str, values: list[int]
 
     sql = shape.format(*values)
     lifted = _sqltext.lift_literals(sql)
-    assert lifted is not None and len(lifted[1]) >= shape.count("{")
+    assert lifted is not None
     out = []
     for text, params in ((sql, ()), lifted):
         db = apsw.Connection(":memory:")

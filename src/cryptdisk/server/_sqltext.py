@@ -232,6 +232,7 @@ _LIFT_STOP = frozenset({"SELECT", "ORDER", "GROUP", "HAVING", "WINDOW", "UNION",
                         "EXCEPT", "LIMIT", "OFFSET", "RETURNING", "VALUES", "ON", "FROM",
                         "WITH", "MATCH", "LIKE", "GLOB", "REGEXP"})
 _OPERATORS = frozenset("=<>+-*/%")
+_COMPARISONS = frozenset("=<>")
 _MAX_LIFTED = 64
 
 
@@ -239,12 +240,14 @@ def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
     """One SQLite statement with its integer literals as parameters, where that cannot
     change what it does: ``(text with ?1, ?2, ..., values)``, or None.
 
-    Lifted are the integers that follow an operator (``=``, ``<``, ``>``, ``+``, ``-``,
-    ``*``, ``/``, ``%``) in the ``WHERE`` clause of a ``SELECT`` or ``DELETE``, in an
-    ``UPDATE``'s ``SET`` and ``WHERE``, and the elements of an ``INSERT``'s one ``VALUES``
-    row that are integers. A bound integer compares, converts and computes as the literal
-    does, and SQLite prepares again where a value can change the plan (partial indexes,
-    ``LIKE``). Nothing is lifted from a text with strings, quoted names, comments or
+    Lifted are the integers compared with ``=``, ``<``, ``>`` (and ``<=``, ``<>``, ...)
+    in the ``WHERE`` clause of a ``SELECT``, ``DELETE`` or ``UPDATE``, those after any
+    operator (also ``+``, ``-``, ``*``, ``/``, ``%``) in an ``UPDATE``'s ``SET``, and
+    the elements of an ``INSERT``'s one ``VALUES`` row that are integers. A bound integer
+    compares, converts and computes as the literal does, and SQLite prepares again where
+    a value can change the plan (partial indexes, ``LIKE``); an index on an expression
+    is matched against the text, whose ``WHERE`` keeps the literals inside expressions
+    (``a + 5 = ?1``). Nothing is lifted from a text with strings, quoted names, comments or
     parameters, or with a subquery, a join, ``RETURNING``, ``ORDER BY``, ``LIMIT`` and the
     like (where a literal can name a column, or its text be a column's name). Statements
     of one shape then share one prepared statement.
@@ -303,7 +306,7 @@ def _lift_spans(sql: str) -> list[tuple[int, int]]:
     head = tokens[0][0].upper()
     if head not in ("SELECT", "UPDATE", "DELETE", "INSERT"):
         return []
-    depth, start = 0, -1
+    depth, start, where = 0, -1, len(sql)
     for m in tokens[1:]:
         t = m[0]
         if t == "(":
@@ -321,6 +324,8 @@ def _lift_spans(sql: str) -> list[tuple[int, int]]:
             if word in _LIFT_STOP:
                 return []
             continue
+        if depth == 0 and word == "WHERE" and where == len(sql):
+            where = m.end()
         if start < 0 and depth == 0 and (word == "WHERE" or (word == "SET" and head == "UPDATE")):
             start = m.end()
         elif word in _LIFT_STOP and not (start < 0 and depth == 0 and word == "FROM"
@@ -333,7 +338,17 @@ def _lift_spans(sql: str) -> list[tuple[int, int]]:
         j = m.start() - 1
         while sql[j].isspace():
             j -= 1
-        if sql[j] in _OPERATORS:
+        # in WHERE, only a comparison's operand: an index on an expression (a + 5) is
+        # matched against the query's text, with its literals
+        if m.start() < where:
+            if sql[j] in _OPERATORS:
+                spans.append(m.span())
+            continue
+        if sql[j] == "-":  # a negative operand: - after the comparison
+            j -= 1
+            while sql[j].isspace():
+                j -= 1
+        if sql[j] in _COMPARISONS:
             spans.append(m.span())
     return spans[:_MAX_LIFTED] if len(spans) <= _MAX_LIFTED else []
 
