@@ -111,6 +111,9 @@ def test_lift_literals(sql: str, shape: str, values: tuple[int, ...]) -> None:
     "SELECT a FROM t WHERE a = 1 -- c", "SELECT a FROM t WHERE a = 1 /* c */",
     "SELECT a FROM t WHERE a LIKE 1 || 2", "CREATE TABLE t (a INT DEFAULT 1)",
     "WITH x AS (SELECT 1) SELECT * FROM x WHERE 1 = 1",
+    # SQLite reads \u0663 (ARABIC-INDIC DIGIT THREE) as a name, not the number 3
+    "SELECT a FROM t WHERE a = 1 + \u0663", "SELECT a FROM t WHERE a = \u0663\u0661",
+    "SELECT a FROM t WHERE \u00e9 = 1",
 ])
 def test_lift_literals_leaves_these_alone(sql: str) -> None:
     assert _sqltext.lift_literals(sql) is None

@@ -298,7 +298,9 @@ def _lift_plan(sql: str) -> tuple[str, tuple[tuple[int, int], ...]] | None:
 
 def _lift_spans(sql: str) -> list[tuple[int, int]]:
     """Where the integers :func:`lift_literals` lifts from ``sql`` are."""
-    if _NO_LIFT.search(sql) is not None:
+    # SQLite reads any character above 0x7F as part of a name, and regular expressions'
+    # \d and \w take non-ASCII digits and letters: such texts run as written
+    if not sql.isascii() or _NO_LIFT.search(sql) is not None:
         return []
     tokens = list(_LIFT_TOKEN.finditer(sql))
     if not tokens:
