@@ -349,3 +349,79 @@ def test_methods_still_run_on_tables_without_policies_for_a_role(made):
         assert db.scan_plan("plain")
         assert db.optimize("plain", final=True)
         assert sorted(db.arrow_table("plain").column(0).to_pylist()) == ["x", "y"]
+
+
+# -- the rewrite cache: reused while nothing it depends on changes ------------------------
+
+
+def _rewrites(db) -> int:
+    from cryptdisk.db._policies import _embedded
+
+    return _embedded(db).rewriter.rewrites
+
+
+def test_a_repeated_query_is_rewritten_once(made):
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        for _ in range(3):
+            assert _col(db, "SELECT pan FROM cards ORDER BY n") == [MASKED[0], MASKED[2]]
+        assert _rewrites(db) == 1
+        assert _col(db, "SELECT pan FROM cards ORDER BY n DESC") == [MASKED[2], MASKED[0]]
+        assert _rewrites(db) == 2
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (["CREATE OR REPLACE MASKING POLICY pan_mask AS (v VARCHAR) RETURNS VARCHAR -> 'x'"],
+     [("x", 0), ("x", 2)]),
+    (["ALTER TABLE cards DROP ROW ACCESS POLICY no_eu", "DROP ROW ACCESS POLICY no_eu"],
+     [(MASKED[0], 0), (MASKED[1], 1), (MASKED[2], 2)]),
+    (["CREATE MASKING POLICY n_mask AS (v INTEGER) RETURNS INTEGER -> v + 10",
+      "ALTER TABLE cards ALTER COLUMN n SET MASKING POLICY n_mask"],
+     [(MASKED[0], 10), (MASKED[2], 12)]),
+], ids=["policy replaced", "row policy dropped", "policy assigned"])
+def test_a_policy_change_reaches_the_next_repeated_query(served, change, expected):
+    _engine, store, path, config = served
+    sql = "SELECT pan, n FROM cards ORDER BY n"
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        for _ in range(2):
+            assert db.query(sql) == [(MASKED[0], 0), (MASKED[2], 2)]
+        for statement in change:
+            store.handle(None, statement)
+        assert db.query(sql) == expected
+
+
+def test_new_columns_of_a_table_reach_the_next_repeated_query(served):
+    engine, _store, path, config = served
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        for _ in range(2):
+            assert len(db.sql("SELECT * FROM notes").column_names) == 1
+        engine.db.sql("DROP TABLE notes")  # the policy stays set on notes.secret
+        engine.db.sql("CREATE TABLE notes (secret VARCHAR, extra VARCHAR)")
+        engine.db.sql("INSERT INTO notes SELECT 'abc', 'more'")
+        assert db.query("SELECT * FROM notes") == [("***", "more")]
+
+
+def test_a_rewrite_is_kept_per_role_membership(tmp_path):
+    """One rewriter serves every session of a server: a session whose roles differ (a
+    role granted or revoked) gets its own rewrite."""
+    import duckdb
+
+    from cryptdisk.db import PolicyRewriter, PolicySession
+
+    data = {"masking": {"m": {"args": [["v", "VARCHAR"]], "returns": "VARCHAR", "body":
+                              "CASE WHEN is_role_in_session('auditor') THEN v ELSE 'x' END"}},
+            "row_access": {}, "columns": {"t": {"c": "m"}}, "rows": {}}
+    rewriter = PolicyRewriter(lambda: data, lambda table: {"c": "VARCHAR"})
+    con = duckdb.connect()
+    con.sql("CREATE TABLE t (c VARCHAR)")
+    con.sql("INSERT INTO t VALUES ('clear')")
+
+    def read(roles):
+        text, _ = rewriter.rewrite_query("SELECT c FROM t", PolicySession("bob", roles=roles),
+                                         con)
+        return con.sql(text).fetchall()
+
+    assert read(frozenset()) == [("x",)]
+    assert read(frozenset({"auditor"})) == [("clear",)]  # granted
+    assert read(frozenset()) == [("x",)]  # revoked
+    assert rewriter.rewrites == 2

@@ -27,10 +27,11 @@ import os
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import FieldPolicyError
+from ..errors import CryptdiskError, FieldPolicyError
 from ..format import open_file
 from ._columns import _walk, scalar, serialize_sql
 
@@ -39,6 +40,8 @@ __all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_query"]
 #: functions of a policy body that the rewrite replaces by the session's values
 _ROLE_WORDS = {"current_role", "current_user", "session_user"}
 _QUOTED_SYSTEM = re.compile(r'"system"\s*\.\s*(disks|storage_policies|tables|parts|keys)\b')
+#: rewritten queries a :class:`PolicyRewriter` keeps (least recently used dropped first)
+REWRITE_CACHE_SIZE = 256
 
 
 class PolicySession:
@@ -131,7 +134,10 @@ class PolicyRewriter:
     ``data()`` gives the policies (the policy file's dictionary), ``columns(table)`` a
     table's ``{column: type}`` in order, and ``reveals(body)`` whether a body calls a
     function that reveals protected values (for the audit's column list; default: no).
-    Parsed policy bodies are cached until :meth:`clear`.
+    Parsed policy bodies and rewritten queries are cached until :meth:`clear`; a
+    rewritten query is keyed on its text and the session's ``current_user``,
+    ``session_user`` and ``roles``, and reused only while the tables it rewrote still
+    have the columns they had.
     """
 
     def __init__(self, data: Callable[[], dict[str, Any]],
@@ -140,12 +146,23 @@ class PolicyRewriter:
         self.data, self.columns = data, columns
         self.reveals = reveals or (lambda body: False)
         self._parsed: dict[tuple[str, str], Any] = {}
+        #: (sql, current_user, session_user, roles) -> (text, revealed, the columns of
+        #: each table the rewrite read through its policies)
+        self._rewritten: OrderedDict[tuple[Any, ...], tuple[str, list[str], tuple[
+            tuple[str, tuple[tuple[str, str], ...]], ...]]] = OrderedDict()
+        #: changes with every :meth:`clear`: a rewrite begun before one is not kept
+        self._generation = 0
         self._lock = threading.Lock()
+        #: rewrites computed (not answered from the cache)
+        self.rewrites = 0
 
     def clear(self) -> None:
-        """Forget parsed policy bodies (call after the policies change)."""
+        """Forget parsed policy bodies and rewritten queries (call after the policies
+        change)."""
         with self._lock:
             self._parsed.clear()
+            self._rewritten.clear()
+            self._generation += 1
 
     @property
     def active(self) -> bool:
@@ -174,6 +191,32 @@ class PolicyRewriter:
         columns (``t.c``) read through a policy that reveals protected values."""
         if not self.active or getattr(session, "admin", False):
             return sql, []
+        key = (sql, session.current_user, session.session_user, frozenset(session.roles))
+        with self._lock:
+            generation = self._generation
+            hit = self._rewritten.get(key)
+            if hit is not None:
+                self._rewritten.move_to_end(key)
+        if hit is not None:
+            text, revealed, tables = hit
+            try:
+                same = all(tuple(self.columns(t).items()) == cols for t, cols in tables)
+            except CryptdiskError:  # a table gone: rewrite (and report) anew
+                same = False
+            if same:
+                return text, list(revealed)
+        text, revealed, tables = self._rewrite(sql, session, con)
+        with self._lock:
+            if generation == self._generation:  # no policy changed meanwhile
+                self._rewritten[key] = (text, revealed, tables)
+                self._rewritten.move_to_end(key)
+                while len(self._rewritten) > REWRITE_CACHE_SIZE:
+                    self._rewritten.popitem(last=False)
+        return text, list(revealed)
+
+    def _rewrite(self, sql: str, session: Any, con: Any) -> tuple[
+            str, list[str], tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+        self.rewrites += 1
         tree = serialize_sql(sql, con)
         if tree.get("error"):
             raise FieldPolicyError("permission denied: tables with policies are read through "
@@ -181,14 +224,15 @@ class PolicyRewriter:
         context = _Context(self, session, con)
         context.used = _referenced_columns(tree)
         tree = context.walk(tree, frozenset())
+        tables = tuple(sorted(context.tables.items()))
         if not context.changed:
-            return sql, []
+            return sql, [], tables
         rewritten = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
         if rewritten is None:
             raise FieldPolicyError("internal error: a policy rewrite failed", "XX000")
         # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
         text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(rewritten))
-        return text, sorted(context.revealed)
+        return text, sorted(context.revealed), tables
 
 
 class _Context:
@@ -204,6 +248,8 @@ class _Context:
         #: the columns the query names (None: it may read whole rows); a table read
         #: through its policies gives only these, so the database decodes only these
         self.used: set[str] | None = None
+        #: the columns of each table read through its policies, as the rewrite used them
+        self.tables: dict[str, tuple[tuple[str, str], ...]] = {}
 
     def constant(self, literal: str) -> Any:
         if literal not in self._constants:
@@ -255,7 +301,9 @@ class _Context:
         if schema not in ("", "main"):
             raise FieldPolicyError(f"permission denied: {key} has policies")
         self.changed = True
-        cols = list(self.rewriter.columns(key))
+        columns = self.rewriter.columns(key)
+        self.tables[key] = tuple(columns.items())
+        cols = list(columns)
         if self.used is not None:
             named = [c for c in cols if c in self.used]
             cols = named or cols[:1]  # count(*): one column, for the rows
@@ -424,6 +472,8 @@ def role_query(db: Any, sql: str) -> str:
     policies read through them as that role (unchanged without a role or policies)."""
     if getattr(db, "role", None) is None:
         return sql
+    if db.read_only:  # the tables' columns another process changed (as _prepare reads them)
+        db.refresh()
     state = _embedded(db)
     text, _revealed = state.rewriter.rewrite_query(sql, state.session, db.con)
     return text
