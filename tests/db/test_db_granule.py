@@ -91,6 +91,27 @@ def test_page_headers_that_do_not_add_up_are_refused():
         _granule.page_spans(lambda o, n: b"\x15", start, end, 1000)  # a truncated header
 
 
+def test_a_walk_until_a_row_reads_no_header_after_its_page_and_walks_on_later():
+    raw, start, end = _chunk_bytes()  # 10 pages of 100 rows
+    reads = []
+
+    def read(offset, n):
+        reads.append(offset)
+        return raw[offset : offset + n]
+
+    full = _granule.page_spans(lambda o, n: raw[o : o + n], start, end, 1000)
+    part = _granule.page_spans(read, start, end, 1000, until=350)
+    assert [p.first_row for p in part if not p.dictionary] == [0, 100, 200, 300]
+    assert max(reads) < part[-1].end  # the next page's header was not read
+    assert not _granule.walked_all(part, end)
+    again = _granule.page_spans(read, start, end, 1000, walked=part)
+    assert [(p.start, p.end, p.first_row, p.rows) for p in again] == [
+        (p.start, p.end, p.first_row, p.rows) for p in full]
+    assert _granule.walked_all(again, end)
+    with pytest.raises(_granule.PageError, match="1000"):  # the totals still checked
+        _granule.page_spans(read, start, end, 999, walked=part)
+
+
 def _chunk_bytes():
     table = pa.table({"k": pa.array(np.arange(1000, dtype=np.int64))})
     sink = io.BytesIO()
@@ -172,6 +193,40 @@ def test_a_tampered_page_header_fails_the_granule_read(tmp_path, monkeypatch):
     with cryptdisk.connect(path, read_only=True) as db, \
             pytest.raises(AuthenticationError, match=f"segment {index}"):
         db.query(sql)
+
+
+def test_a_granule_read_decrypts_no_header_after_its_page(tmp_path, monkeypatch):
+    """Page headers are walked only as far as the rows wanted: a changed byte in a later
+    page's header is not read for earlier rows, and fails authentication once rows past
+    it are read (by the same open part, which walks on)."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        part = _point_table(db, monkeypatch)
+        disk = db.config.disks[part.disk]
+        with disk.open_read(part.path) as f:
+            meta = pq.read_metadata(f)
+            seg = f.info["segment_size"]
+            col = meta.row_group(0).column(1)  # c_str
+            spans = _granule.page_spans(lambda o, n: f.pread(o, n), *_chunk_start_end(col),
+                                        col.num_values)
+    early = next(p for p in spans if p.first_row <= 150 < p.first_row + p.rows)
+    late = next(p for p in spans if p.first_row <= 4321 < p.first_row + p.rows)
+    index = late.start // seg
+    assert index > early.end // seg + 1  # a segment the early rows' read never touches
+    full = path / "data" / part.path
+    data = bytearray(full.read_bytes())
+    data[HEADER_SIZE + index * (seg + 16) + late.start % seg] ^= 1
+    full.write_bytes(bytes(data))
+    op = _partread.open_part(disk, part)
+    try:
+        got = op.read_rows(0, "c_str", 150, 152)
+        assert got is not None
+        assert got.to_pylist() == [hashlib.md5(str(i).encode()).hexdigest()
+                                   for i in (150, 151)]
+        with pytest.raises(AuthenticationError, match=f"segment {index}"):
+            op.read_rows(0, "c_str", 4321, 4322)
+    finally:
+        op.close()
 
 
 def test_a_tampered_column_read_beside_the_key_fails_the_query(tmp_path, monkeypatch):

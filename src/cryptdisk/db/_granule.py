@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["GRANULE_ROWS", "PageSpan", "decode_pages", "granule_schema", "page_spans"]
+__all__ = ["GRANULE_ROWS", "PageSpan", "decode_pages", "granule_schema", "page_spans",
+           "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -195,16 +196,26 @@ class PageSpan:
 
 
 def page_spans(read: Callable[[int, int], Any], start: int, end: int,
-               num_values: int) -> list[PageSpan]:
+               num_values: int, until: int | None = None,
+               walked: list[PageSpan] | None = None) -> list[PageSpan]:
     """The pages of the column chunk at ``start..end`` of the file, from their headers.
 
     ``read(offset, n)`` returns up to ``n`` bytes of the file at ``offset``. The
     pages' values must add up to the chunk's ``num_values`` (a flat column: one value
     a row) and their bytes to its length; otherwise :class:`PageError`.
+
+    With ``until``, the walk stops once its data pages hold row ``until`` (every page
+    before is walked, so the pages' first rows are exact): the list then ends
+    before ``end`` (see :func:`walked_all`), and the totals are checked only by a walk
+    that reaches the chunk's end. ``walked``: the pages a stopped walk returned, to
+    continue from (a new list is returned).
     """
-    spans: list[PageSpan] = []
-    pos, rows = start, 0
+    spans: list[PageSpan] = list(walked or ())
+    pos = spans[-1].end if spans else start
+    rows = sum(p.rows for p in spans)
     while pos < end:
+        if until is not None and rows > until:
+            return spans
         want = min(256, end - pos)
         while True:
             head = read(pos, want)
@@ -238,6 +249,11 @@ def page_spans(read: Callable[[int, int], Any], start: int, end: int,
     if rows != num_values:
         raise PageError(f"the pages hold {rows} values, the column chunk {num_values}")
     return spans
+
+
+def walked_all(spans: list[PageSpan], end: int) -> bool:
+    """Whether :func:`page_spans` walked the chunk ending at ``end`` to its end."""
+    return bool(spans) and spans[-1].end == end
 
 
 def granule_schema(meta: pq.FileMetaData, j: int) -> tuple[pa.DataType, int, int | None,

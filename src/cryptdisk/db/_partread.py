@@ -27,7 +27,7 @@ from pyarrow._parquet import ParquetReader
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
-from ._granule import PageError, PageSpan, decode_pages, granule_schema, page_spans
+from ._granule import PageError, PageSpan, decode_pages, granule_schema, page_spans, walked_all
 from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
 from ._stats import key_range_of
 from ._storage import local_path, open_read
@@ -741,25 +741,34 @@ class OpenPart:
         col = self.meta.row_group(rg).column(j)
         return bool(col.total_compressed_size >= _GRANULE_MIN_BYTES * max(1, col.num_values))
 
-    def page_index(self, rg: int, column: str, read: Any = None) -> list[PageSpan] | None:
-        """The pages of ``column``'s chunk in row group ``rg``, from their headers (walked
-        once per open part; on an encrypted disk each header's segment authenticates
-        first); None if :meth:`by_granule` says no or the headers are not what this
-        reader understands (the chunk is then read whole, which reports any damage).
-        ``read(offset, n)``: the reader to use (see :meth:`read_rows`)."""
+    def page_index(self, rg: int, column: str, read: Any = None,
+                   until: int | None = None) -> tuple[list[PageSpan], bool] | None:
+        """The pages of ``column``'s chunk in row group ``rg``, from their headers (each
+        walked once per open part; on an encrypted disk each header's segment
+        authenticates first), and whether they are all of the chunk's pages; None if
+        :meth:`by_granule` says no or the headers are not what this reader understands
+        (the chunk is then read whole, which reports any damage).
+        ``read(offset, n)``: the reader to use (see :meth:`read_rows`). With ``until``,
+        the headers are walked only as far as the page holding row ``until`` (the
+        pages after it are neither read nor decrypted); a later call walks on."""
         if not self.by_granule(rg, column):
             return None
         j = self._index[column]
         spans = self._pages.get((rg, j), [])
-        if spans == []:
-            start, stop = _chunk_start_end(self.meta.row_group(rg).column(j))
+        if spans is None:
+            return None
+        col = self.meta.row_group(rg).column(j)
+        start, stop = _chunk_start_end(col)
+        if not walked_all(spans, stop) and (
+                until is None or sum(p.rows for p in spans) <= until):
             try:
                 spans = page_spans(read or self._page_reader(), start, stop,
-                                   self.meta.row_group(rg).column(j).num_values)
+                                   col.num_values, until, spans)
             except (PageError, pa.ArrowException):
-                spans = None
+                self._pages[(rg, j)] = None
+                return None
             self._pages[(rg, j)] = spans
-        return spans
+        return spans, walked_all(spans, stop)
 
     def read_rows(self, rg: int, column: str, first: int, end: int) -> pa.Array | None:
         """Rows ``first..end`` of ``column`` in row group ``rg``, decoding only the pages
@@ -774,13 +783,14 @@ class OpenPart:
         if end <= first:
             return None
         read = self._page_reader()  # one per read: a segment decrypts once for both uses
-        spans = self.page_index(rg, column, read)
-        if spans is None:
+        found = self.page_index(rg, column, read, until=end - 1)
+        if found is None:
             return None
+        spans, complete = found
         j = self._index[column]
         data = [p for p in spans if not p.dictionary]
         wanted = [p for p in data if p.first_row < end and p.first_row + p.rows > first]
-        if not wanted or len(wanted) == len(data):
+        if not wanted or (complete and len(wanted) == len(data)):
             return None
         pages = [p for p in spans if p.dictionary] + wanted
         try:
