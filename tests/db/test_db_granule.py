@@ -360,3 +360,23 @@ def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch):
         assert op.key_reads == {} and db._open_parts._key_reads == []
         assert db.query("SELECT c_str FROM t WHERE c_int = 4321") == [
             (hashlib.md5(b"4321").hexdigest(),)]
+
+
+def test_the_row_estimate_for_walking_headers_while_the_key_decodes():
+    """While the key's column decodes, page headers are walked as far as where the last
+    value the filters keep would be among evenly spread keys (a guess: read_rows walks
+    on from it, see the test above); without an upper bound, all of them."""
+    from cryptdisk.db._pushdown import Filter
+    from cryptdisk.db._scan import _row_estimate
+
+    rows = 65536
+    assert _row_estimate((0, 1000), rows, [Filter("k", 250, 250)]) == 16384
+    assert _row_estimate((0, 1000), rows, [Filter("k", values=(100, 750))]) == 49152
+    assert _row_estimate((0, 1000), rows, [Filter("k", 10, 900), Filter("k", hi=500)]) \
+        == 32768
+    assert _row_estimate((0, 1000), rows, [Filter("k", hi=5000)]) == rows - 1
+    assert _row_estimate((0, 1000), rows, [Filter("k", hi=-5)]) == 0
+    assert _row_estimate((0, 1000), rows, [Filter("k", lo=5)]) is None
+    assert _row_estimate(None, rows, [Filter("k", 5, 5)]) is None
+    assert _row_estimate((7, 7), rows, [Filter("k", 7, 7)]) is None
+    assert _row_estimate((-2**63, 2**63 - 1), rows, [Filter("k", 0, 0)]) == 32768

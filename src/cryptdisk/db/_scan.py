@@ -472,8 +472,9 @@ class TableScan:
         # (one not started yet is read here: a pool thread never waits for a queued task)
         if arr is None and ahead is not None and not ahead.cancel():
             if not ahead.done():  # the key is still being read: find the pages meanwhile
+                until = _row_estimate(op.stats(rg, key), op.rows(rg), self._key_filters)
                 for c in paged:
-                    op.page_index(rg, c)
+                    op.page_index(rg, c, until=until)
             arr = ahead.result().column(key)
             if cache is not None:
                 cache.put(ckey, key, arr)
@@ -660,6 +661,30 @@ def _rows_kept(table: pa.Table, where: str, alias: str) -> pa.Array:
 
 def _plain_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _row_estimate(stats: tuple[Any, Any] | None, rows: int, filters: list[Filter]
+                  ) -> int | None:
+    """The row of a row group with integer key statistics ``stats`` where the last value
+    ``filters`` may keep would be if its keys were spread evenly between their min and max
+    (a guess, for walking page headers while the key decodes: a walk that stops short
+    walks on when the rows are known); None (walk them all) without a bound."""
+    if stats is None or not all(isinstance(v, int) for v in stats):
+        return None
+    top = None
+    for f in filters:
+        if f.values is not None:
+            ints = [v for v in f.values if isinstance(v, int)]
+            bound = max(ints) if ints and len(ints) == len(f.values) else None
+        else:
+            bound = f.hi
+        if isinstance(bound, int) and (top is None or bound < top):
+            top = bound
+    lo, hi = stats
+    if top is None or hi <= lo:
+        return None
+    share = min(1.0, max(0.0, (top - lo) / (hi - lo)))
+    return min(rows - 1, int(share * rows))
 
 
 def _key_span(col: pa.Array, filters: list[Filter]) -> tuple[int, int] | None:
