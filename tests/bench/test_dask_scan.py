@@ -1,5 +1,6 @@
 """cryptdisk bench dask runs end to end on a tiny table: both readers, 1 and 2 workers,
-both shapes, answers checked against DuckDB's (no timing is asserted)."""
+both shapes, answers checked against DuckDB's, the full scan one fused aggregation (no
+timing is asserted)."""
 
 import json
 import os
@@ -56,7 +57,7 @@ def test_the_timeline_splits_a_computes_wall_time_from_the_task_stream():
                 "startstops": [{"action": "transfer", "start": start - 0.5, "stop": start},
                                {"action": "compute", "start": start, "stop": stop}]}
 
-    stream = [task("a", ("cryptdisk-read-table-x", 0), 10.1, 10.3),
+    stream = [task("a", ("cryptdisk-chunk-x", 0), 10.1, 10.3),  # a read fused with its chunk
               task("a", ("chunk-y", 0), 10.35, 10.36),   # 0.05 idle before it
               task("a", ("cryptdisk-read-table-x", 2), 10.4, 10.6),  # 0.04 idle
               task("b", ("cryptdisk-read-table-x", 1), 10.2, 10.5),
@@ -67,7 +68,7 @@ def test_the_timeline_splits_a_computes_wall_time_from_the_task_stream():
     assert got["gaps_s"] == pytest.approx(0.19)
     assert (got["reads_min"], got["reads_max"]) == (1, 2)
     # a worker that ran nothing ran no read task; dd.read_parquet's reads count too
-    got = _timeline([task("a", ("read_parquet-x", 0), 1.0, 2.0)], 2, 0.5, 2.5)
+    got = _timeline([task("a", ("read_parquet-fused-chunk-x", 0), 1.0, 2.0)], 2, 0.5, 2.5)
     assert (got["reads_min"], got["reads_max"], got["gaps_s"]) == (0, 1, 0)
     assert _timeline([], 1, 0.0, 1.0) == {}
 
@@ -110,7 +111,13 @@ def test_cryptdisk_bench_dask_runs_both_readers_at_each_worker_count(tmp_path):
               "worker_other_cpu_s", "plan_s", "transfer_bytes", "idle_client_loop_cpu_per_s",
               "idle_worker_other_cpu_per_s"):
         assert x[k] >= 0, k
-    assert x["tasks"] > x["partitions"] and x["task_spec_bytes"] > 0
+    assert x["task_spec_bytes"] > 0
+    # the full scan is one aggregation, fused with the read: a task per partition, one more
+    # adding the partials (three separate sums, unfused: 7 per partition and the trees)
+    for n in ("1 worker", "2 workers"):
+        for reader in ("cryptdisk", "plain"):
+            e = by[(f"full scan, {n}", reader)]["extra"]
+            assert e["tasks"] == e["partitions"] + 1, (n, reader, e["tasks"])
     assert x["worker_task_cpu_max_s"] <= x["worker_task_cpu_s"]
     # where the wall time went, from the task stream: the one partition is read by one worker
     for k in ("head_s", "tail_s", "in_tasks_s", "gaps_s"):

@@ -71,12 +71,46 @@ def _frame(reader: str, db: str, plain: str, shape: dict[str, Any]) -> Any:
     return dd.read_parquet(plain, columns=cols, filters=filters)
 
 
-def _compute(dask: Any, df: Any, name: str) -> list[float]:
+def _partial_sums(part: Any) -> Any:
+    """One partition's share of the full scan: ``[sum(f), count(s), count(k)]``."""
+    import pandas as pd
+
+    return pd.Series([part.f.sum(), part.s.count(), part.k.count()], index=["f", "s", "k"],
+                     dtype="float64")
+
+
+def _add_partials(partials: Any) -> Any:
+    """The partitions' ``[sum(f), count(s), count(k)]`` (a frame, one row per partition)
+    added up, in one task."""
+    return partials.sum()
+
+
+def _aggregation(df: Any, name: str) -> Any:
+    """The shape's one Dask aggregation of ``df``, fused (``.optimize()``): one task per
+    partition (the read and its partial result) and one adding the partials.
+
+    The full scan is one reduction (``_partial_sums`` per partition, ``_add_partials``
+    once, ``split_every=False``), not three (``sum(f)``, ``count(s)``, ``count(k)``:
+    a read, 3 column selections and 3 partial reductions per partition). ``dask.compute``
+    does not fuse a DataFrame's blockwise steps (Dask 2026.8: it lowers the expression
+    without the fusion stage), so the read and the reduction's chunk would be two tasks
+    per partition; the collection's own ``optimize()`` fuses them."""
+    import pandas as pd
+
     if name == "full scan":
-        out = dask.compute(df.f.sum(), df.s.count(), df.k.count())
+        meta = pd.Series([0.0, 0.0, 0.0], index=["f", "s", "k"], dtype="float64")
+        out = df.reduction(chunk=_partial_sums, aggregate=_add_partials, meta=meta,
+                           split_every=False)
     else:
-        out = dask.compute(df.f.sum())
-    return [float(v) for v in out]
+        out = df.f.sum()
+    return out.optimize()
+
+
+def _compute(dask: Any, df: Any, name: str) -> list[float]:
+    (out,) = dask.compute(_aggregation(df, name))
+    if name == "full scan":
+        return [float(out[c]) for c in ("f", "s", "k")]
+    return [float(out)]
 
 
 #: Timed computes of each shape per cluster; a run's figure is their median.
@@ -123,8 +157,10 @@ def _transfer_bytes(dask_worker: Any) -> int:
     return int(dask_worker.transfer_outgoing_bytes_total)
 
 
-#: Key prefixes of the readers' read tasks (one per partition).
-_READ_TASKS = ("cryptdisk-read-table-", "read_parquet-")
+#: Key prefixes of the readers' read tasks (one per partition), alone
+#: (``cryptdisk-read-table-``) or fused with what follows (``cryptdisk-chunk-``,
+#: ``read_parquet-fused-chunk-``: a fused task's key starts with its first step's label).
+_READ_TASKS = ("cryptdisk-", "read_parquet-")
 
 
 def _timeline(stream: list[dict[str, Any]], workers: int, t0: float, t1: float
