@@ -34,6 +34,7 @@ def test_ratios_and_scaling_are_paired_by_round():
     assert by[("full scan, 2 workers", "cryptdisk")]["scaling_vs_1_worker"] == 2.0
     assert "ratio_to_plain" not in by[("full scan, 1 worker", "plain")]
     assert any("2 workers run 2.00x" in n for n in dask_scan.NOTES)
+    assert dask_scan.NOTES[1] == dask_scan.SHAPES_NOTE  # what each shape computes
     assert not [n for n in dask_scan.NOTES if "CPU s per compute" in n]  # none recorded
 
 

@@ -4,10 +4,12 @@ The same rows (k BIGINT in order, s = md5(k), f DOUBLE; 12 parts) go into an
 encrypted cryptdisk table (``ORDER BY k``) and into 12 plain Parquet files
 (64Ki-row row groups, LZ4, as cryptdisk's parts). On a ``distributed.LocalCluster``
 of 1, 2, ... N single-threaded worker processes (N: ``--threads``, default
-cores + 1, so one point oversubscribes the machine), two shapes run:
-a full scan (``sum(f)`` and counts of k and s) and a filtered aggregation
-(``sum(f)`` where k falls in the middle tenth; both readers skip the other
-parts or files by their statistics). ``cryptdisk.dask.read_table`` is the
+cores + 1, so one point oversubscribes the machine), two shapes run, each one
+Dask aggregation fused with the read (a task per partition and one more, see
+:data:`SHAPES_NOTE`): a full scan (``sum(f)``, ``count(s)``, ``count(k)`` as one
+reduction) and a filtered aggregation (``sum(f)`` where k falls in the middle
+tenth; both readers skip the other parts or files by their statistics).
+``cryptdisk.dask.read_table`` is the
 cryptdisk strategy, ``dd.read_parquet`` on the plain files the baseline. Each
 run is a fresh process with a fresh cluster (:mod:`._bodies_dask`): each shape
 once untimed, then timed; answers are checked against DuckDB's. Runs are
@@ -32,6 +34,14 @@ EXPERIMENT = "dask"
 READERS = ("cryptdisk", "plain")
 PARTS = 12  # divisible by 1, 2, 3 and 4 workers
 NOTES: list[str] = []
+#: What each shape computes (the first note after the table's size).
+SHAPES_NOTE = (
+    "Full scan: sum(f), count(s) and count(k) over all rows as one Dask reduction "
+    "(per partition one pandas Series of the three, one task adding them up: "
+    "split_every=False); filtered sum: df.f.sum() with the reader given k >= 0.45 N "
+    "and k < 0.55 N. Both are fused with the read (.optimize() before compute: "
+    "dask.compute does not fuse), a task per partition and one more, identically for "
+    "both readers; answers checked against DuckDB's on the plain files.")
 _B = "cryptdisk.bench._bodies_dask:"
 
 
@@ -63,7 +73,7 @@ def _finish(measured: list[Measurement], record: Recorder, rows: int, plain_byte
     """Ratios and scaling into each measurement's ``extra`` and the notes, then record."""
     by = {(m.case, m.strategy): m for m in measured}
     NOTES[:] = [f"{rows:,} rows in {PARTS} parts: {encrypted_bytes / 1e6:.0f} MB encrypted, "
-                f"{plain_bytes / 1e6:.0f} MB plain Parquet."]
+                f"{plain_bytes / 1e6:.0f} MB plain Parquet.", SHAPES_NOTE]
     for m in measured:
         shape, _, workers = m.case.partition(", ")
         plain = by.get((m.case, "plain"))
