@@ -32,3 +32,18 @@ def test_the_two_cache_defaults_have_names_that_say_which_cache():
 def test_keys_exports_no_toml_helper():
     assert "table_line" not in cryptdisk.keys.__all__
     assert not hasattr(cryptdisk.keys, "table_line")
+
+
+def test_every_error_class_is_drawn_in_the_one_hierarchy():
+    import re
+
+    import cryptdisk.errors as errors
+    from cryptdisk.server._users import UsersJournalMismatch
+
+    classes = {name for name in errors.__all__
+               if isinstance(getattr(errors, name), type)
+               and issubclass(getattr(errors, name), errors.CryptdiskError)}
+    drawn = set(re.findall(r"[├└]── (\w+)", errors.__doc__ or "")) | {"CryptdiskError"}
+    assert classes == drawn
+    assert UsersJournalMismatch is errors.UsersJournalMismatch is cryptdisk.UsersJournalMismatch
+    assert issubclass(UsersJournalMismatch, errors.ServerError)

@@ -26,6 +26,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   └── NameAuthenticationError                  an encrypted file name does not authenticate
     ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
     ├── FieldError                (ValueError)       a value a field function cannot protect
+    │   └── FieldPolicyError                         a query its role's policies cannot read
     ├── ConfigError               (ValueError)       a config file is wrong; names path and line
     ├── DiskError                 (OSError)          a disk operation failed
     │   ├── DiskFileNotFoundError (FileNotFoundError)
@@ -36,9 +37,12 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   ├── TableNotFoundError    (LookupError)
     │   ├── DatabaseLockedError                      another process holds the database
     │   └── RotationError                            a rotation cannot start or did not finish
+    ├── BackupError                                  a backup repository is missing or damaged
+    │   └── BackupKeyError        (KeyringError)     no passphrase or key opens the repository
     └── ServerError                                  cryptdisk serve refused a client or a setting
         ├── ProtocolError                            bytes that are not the PostgreSQL protocol
-        └── LoginError                               a login failed (one message for every cause)
+        ├── LoginError                               a login failed (one message for every cause)
+        └── UsersJournalMismatch                     user file and database restored apart
 
 Messages say what is wrong and what to do. They never contain key material:
 context (path, offset, key id) goes on attributes and into the message.
@@ -88,6 +92,7 @@ __all__ = [
     "TableNotFoundError",
     "TruncatedFileError",
     "UnsupportedVersionError",
+    "UsersJournalMismatch",
     "WrongKeyError",
     "with_location",
 ]
@@ -334,7 +339,7 @@ class BackupKeyError(BackupError, KeyringError):
     """No given passphrase or key opens the backup repository's key."""
 
 
-# --- server -------------------------------------------------------------------
+# --- fields -------------------------------------------------------------------
 
 
 class FieldError(CryptdiskError, ValueError):
@@ -362,6 +367,9 @@ class FieldPolicyError(FieldError):
         self.sqlstate = sqlstate
 
 
+# --- server -------------------------------------------------------------------
+
+
 class ServerError(CryptdiskError):
     """``cryptdisk serve`` refused a client, a statement or a setting."""
 
@@ -372,3 +380,30 @@ class ProtocolError(ServerError):
 
 class LoginError(ServerError):
     """A login failed. The message is the same for an unknown user and a wrong password."""
+
+
+class UsersJournalMismatch(ServerError):
+    """The user file and the database's record of committed user changes do not belong
+    together: one of them was restored from an older copy (or replaced).
+
+    ``path`` is the user file, ``file_generation`` its generation and
+    ``record_generation`` the record's (``cryptdisk serve --sqlite``).
+    """
+
+    def __init__(self, path: str, file: int, record: int) -> None:
+        why = ("the user file is older than the database (restored from an older copy?)"
+               if record > file else
+               "the database is older than the user file (restored from an older copy?)"
+               if record < file else
+               "they hold different users (one of them was replaced)")
+        super().__init__(
+            f"the user file {path} is at generation {file}, but the database's record of "
+            f"committed user changes is at generation {record}: {why}; the server does not "
+            "start (nor change users) rather than guess which users are the right ones",
+            hint="restore the user file and the database from the same backup, or choose: "
+            "`cryptdisk serve PATH --sqlite --resolve-users file` keeps the user file's "
+            "users (written into the database's record), `--resolve-users database` the "
+            "database's (written into the user file)")
+        self.path = path
+        self.file_generation = file
+        self.record_generation = record

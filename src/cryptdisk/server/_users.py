@@ -51,7 +51,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
-from ..errors import CryptdiskError, LoginError, ProtocolError, ServerError
+from ..errors import (
+    CryptdiskError,
+    LoginError,
+    ProtocolError,
+    ServerError,
+    UsersJournalMismatch,
+)
 from . import _protocol as P
 from . import _sqltext
 from ._engines import Result, StatementError
@@ -94,26 +100,6 @@ def _ident(token: str) -> str:
 #: the data is: ``(serial, user-file JSON)`` or None; ``wait=False``: None rather than
 #: wait for a lock
 JournalReader = Callable[[bool], "tuple[int, bytes] | None"]
-
-
-class UsersJournalMismatch(ServerError):
-    """The user file and the database's record of committed user changes do not belong
-    together: one of them was restored from an older copy (or replaced)."""
-
-    def __init__(self, path: str, file: int, record: int) -> None:
-        why = ("the user file is older than the database (restored from an older copy?)"
-               if record > file else
-               "the database is older than the user file (restored from an older copy?)"
-               if record < file else
-               "they hold different users (one of them was replaced)")
-        super().__init__(
-            f"the user file {path} is at generation {file}, but the database's record of "
-            f"committed user changes is at generation {record}: {why}; the server does not "
-            "start (nor change users) rather than guess which users are the right ones",
-            hint="restore the user file and the database from the same backup, or choose: "
-            "`cryptdisk serve PATH --sqlite --resolve-users file` keeps the user file's "
-            "users (written into the database's record), `--resolve-users database` the "
-            "database's (written into the user file)")
 
 
 class UserStore:
