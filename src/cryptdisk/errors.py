@@ -42,7 +42,8 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     └── ServerError                                  cryptdisk serve refused a client or a setting
         ├── ProtocolError                            bytes that are not the PostgreSQL protocol
         ├── LoginError                               a login failed (one message for every cause)
-        └── UsersJournalMismatch                     user file and database restored apart
+        ├── UsersJournalMismatch                     user file and database restored apart
+        └── UsersFileError                           a user file or record holds bad JSON
 
 Messages say what is wrong and what to do. They never contain key material:
 context (path, offset, key id) goes on attributes and into the message.
@@ -92,6 +93,7 @@ __all__ = [
     "TableNotFoundError",
     "TruncatedFileError",
     "UnsupportedVersionError",
+    "UsersFileError",
     "UsersJournalMismatch",
     "WrongKeyError",
     "with_location",
@@ -407,3 +409,20 @@ class UsersJournalMismatch(ServerError):
         self.path = path
         self.file_generation = file
         self.record_generation = record
+
+
+class UsersFileError(ServerError):
+    """A user file, or the database's record of committed user changes, authenticates
+    but does not hold what cryptdisk writes there: not JSON, a field missing or of the
+    wrong type.
+
+    ``path`` is the user file, or the database that holds the record; ``record`` the
+    record's number in the database (None for the user file). The message names the
+    field at fault, never a value (a verifier is a secret).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, record: int | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+        self.record = record

@@ -122,7 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
         users_path = args.users or settings.get("users") or path + ".users"
         iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
         store = UserStore(users_path, engine.keyring, iterations=iterations,
-                          journal=engine.read_users_record if args.sqlite else None)
+                          journal=engine.read_users_record if args.sqlite else None,
+                          journal_path=path if args.sqlite else None)
         if not args.sqlite:
             from ..server import AuditLog, PolicyStore
 

@@ -32,6 +32,7 @@ from ..errors import (
     DatabaseError,
     ServerError,
     TableNotFoundError,
+    UsersFileError,
 )
 from . import _sqltext, _types
 
@@ -483,6 +484,43 @@ _JOURNAL_CREATE = ("CREATE TABLE IF NOT EXISTS cryptdisk_users_journal (id INTEG
 _JOURNAL_WRITE = ("INSERT OR REPLACE INTO cryptdisk_users_journal (id, serial, users) "
                   "VALUES (1, ?, ?)")
 _JOURNAL_READ = "SELECT serial, users FROM cryptdisk_users_journal"
+#: the number of the one record in :data:`USERS_JOURNAL` (its ``id``)
+USERS_RECORD = 1
+
+
+def users_record_error(path: str | None, what: str) -> UsersFileError:
+    """The error for a record of committed user changes (in the database ``path``) that
+    authenticates but is malformed: ``what`` is wrong with it."""
+    where = f"{path}: " if path else ""
+    return UsersFileError(
+        f"{where}the database's record of committed user changes (table {USERS_JOURNAL}, "
+        f"record {USERS_RECORD}) is malformed: {what}", path=path, record=USERS_RECORD,
+        hint="`cryptdisk serve PATH --sqlite --resolve-users file` writes the user file's "
+        "users over it, or restore the database from a backup")
+
+
+def _users_record(path: str, rows: list[Any]) -> tuple[int, bytes] | None:
+    """``(serial, text)`` of the :data:`USERS_JOURNAL` rows read, None for none; a column
+    of the wrong type raises :class:`UsersFileError` (SQLite stores any type in any
+    column)."""
+    if not rows:
+        return None
+    serial, text = rows[0]
+    if type(serial) is not int or serial < 0:
+        raise users_record_error(path, f"its serial is {_sqlite_kind(serial)}, not a "
+                                 "generation number (a whole number from 0)")
+    if not isinstance(text, bytes):
+        raise users_record_error(path, f"its users are {_sqlite_kind(text)}, not a blob "
+                                 "of JSON")
+    return serial, text
+
+
+def _sqlite_kind(value: Any) -> str:
+    """What an SQLite value is, in words (not the value)."""
+    if isinstance(value, int):
+        return "a negative integer" if value < 0 else "an integer"
+    return ("null" if value is None else "a real" if isinstance(value, float)
+            else "text" if isinstance(value, str) else "a blob")
 
 
 def _placeholder(n: int) -> str:
@@ -632,7 +670,7 @@ class _SQLiteSession(EngineSession):
             rows = self._internal_statement(_JOURNAL_READ, ())
         except apsw.SQLError:
             return None  # no such table: no transaction has changed users
-        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+        return _users_record(self.engine.path, rows)
 
     def record_tables(self) -> None:
         self.recording = True
@@ -1060,7 +1098,7 @@ class SQLiteEngine(Engine):
                     log.warning("the record of committed user changes could not be read "
                                 "(the database is locked); it is read at the next change")
                 return None
-        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+        return _users_record(self.path, rows)
 
     def close(self) -> None:
         with self._reader_lock:

@@ -56,11 +56,12 @@ from ..errors import (
     LoginError,
     ProtocolError,
     ServerError,
+    UsersFileError,
     UsersJournalMismatch,
 )
 from . import _protocol as P
 from . import _sqltext
-from ._engines import Result, StatementError
+from ._engines import Result, StatementError, users_record_error
 from ._grants import ACTIONS, Privileges
 from ._scram import (
     DEFAULT_ITERATIONS,
@@ -102,6 +103,96 @@ def _ident(token: str) -> str:
 JournalReader = Callable[[bool], "tuple[int, bytes] | None"]
 
 
+def _users_file_error(path: str, what: str) -> UsersFileError:
+    return UsersFileError(f"the user file {path} is malformed: {what}", path=path,
+                          hint="restore it from a backup")
+
+
+_ENTRY_LISTS = ("roles", "admin_roles")
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words (never the value: it may be a verifier)."""
+    return ("null" if value is None else "true or false" if isinstance(value, bool) else
+            "a number" if isinstance(value, int | float) else "a string"
+            if isinstance(value, str) else "a list" if isinstance(value, list) else
+            "an object")
+
+
+def _check_entry(entry: Any, field: str, bad: Callable[[str], UsersFileError], *,
+                 user: bool) -> None:
+    """Raise ``bad(what)`` unless ``entry`` is a user's (``user``) or a role's entry as
+    :class:`UserStore` writes it. Names fields, never values (a verifier is a secret)."""
+    if not isinstance(entry, dict):
+        raise bad(f"{field} is {_kind(entry)}, not an object")
+    if user:
+        verifier = entry.get("verifier")
+        if not isinstance(verifier, str):
+            raise bad(f"{field}.verifier is missing" if verifier is None else
+                      f"{field}.verifier is {_kind(verifier)}, not a string")
+        try:
+            Verifier.parse(verifier)
+        except (ValueError, CryptdiskError):
+            raise bad(f"{field}.verifier is not a SCRAM-SHA-256 verifier") from None
+        for flag in ("admin", "clientcert"):
+            if flag in entry and not isinstance(entry[flag], bool):
+                raise bad(f"{field}.{flag} is {_kind(entry[flag])}, not true or false")
+    for key in _ENTRY_LISTS:
+        names = entry.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise bad(f"{field}.{key} is not a list of role names")
+    grants = entry.get("grants", {})
+    if not isinstance(grants, dict):
+        raise bad(f"{field}.grants is {_kind(grants)}, not an object")
+    for table, actions in grants.items():
+        if not isinstance(actions, list) or not all(a in ACTIONS for a in actions):
+            raise bad(f"{field}.grants[{table!r}] is not a list of privileges "
+                      f"({', '.join(ACTIONS)})")
+
+
+def _parse_users(text: bytes, bad: Callable[[str], UsersFileError], *,
+                 serial: int | None = None) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """``(serial, users, roles)`` of a user file's JSON (also the record of committed user
+    changes: ``serial`` is the one the record is filed under, which the JSON must hold);
+    ``bad(what)`` is raised for anything else than what :class:`UserStore` writes."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
+    if not isinstance(data, dict):
+        raise bad(f"{_kind(data)}, not an object")
+    version = data.get("version")
+    if type(version) is not int or version != 1:
+        raise bad("not a cryptdisk user file (version 1)")
+    found = data.get("serial", 0 if serial is None else None)
+    if type(found) is not int or found < 0:
+        raise bad("serial is missing" if "serial" not in data else
+                  "serial is not a generation number (a whole number from 0)")
+    if serial is not None and found != serial:
+        raise bad(f"it holds generation {found} but is filed as generation {serial}")
+    users, roles = data.get("users"), data.get("roles", {})
+    for key, value in (("users", users), ("roles", roles)):
+        if not isinstance(value, dict):
+            raise bad(f"{key} is missing" if value is None else
+                      f"{key} is {_kind(value)}, not an object")
+    assert isinstance(users, dict) and isinstance(roles, dict)
+    for name, entry in users.items():
+        _check_entry(entry, f"users[{name!r}]", bad, user=True)
+        if name in roles:
+            raise bad(f"{name!r} is both a user and a role")
+    for name, entry in roles.items():
+        _check_entry(entry, f"roles[{name!r}]", bad, user=False)
+    return found, users, roles
+
+
+def _position(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start}"
+    return "its start"
+
+
 class UserStore:
     """Users and their SCRAM verifiers in a sealed file encrypted under ``keyring``.
 
@@ -109,6 +200,11 @@ class UserStore:
     of user changes a transaction committed with its data; a record newer than the user
     file (the process died between the two writes) is saved to the file first, at start
     (:meth:`recover`), before every change and when another process's change is read in.
+    ``journal_path`` is the database that holds the record, for error messages.
+
+    A user file or record that authenticates but is malformed (not JSON, a field
+    missing or of the wrong type) raises :class:`~cryptdisk.errors.UsersFileError`
+    naming the file, the record and the field.
     """
 
     #: the user file's own count of saves: a record of committed changes with a higher
@@ -118,11 +214,13 @@ class UserStore:
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
                  iterations: int = DEFAULT_ITERATIONS,
-                 journal: JournalReader | None = None) -> None:
+                 journal: JournalReader | None = None,
+                 journal_path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(path)
         self.keyring = keyring
         self.iterations = iterations
         self.journal = journal
+        self.journal_path = os.fspath(journal_path) if journal_path is not None else None
         self._lock = threading.Lock()
         #: changes with every change to users, roles and grants (cached permission checks
         #: use it); unique across stores and their copies
@@ -142,12 +240,16 @@ class UserStore:
     def _load(self) -> None:
         if os.path.exists(self.path):
             with cd_open(self.path, "rb", keyring=self.keyring) as f:
-                data = json.loads(f.read())
-            if not isinstance(data, dict) or data.get("version") != 1:
-                raise ServerError(f"{self.path} is not a cryptdisk user file (version 1)")
-            self.users = data["users"]
-            self.roles = data.get("roles", {})
-            self.serial = int(data.get("serial", 0))
+                text = f.read()
+            self.serial, self.users, self.roles = _parse_users(
+                text, lambda what: _users_file_error(self.path, what))
+
+    def _parse_record(self, serial: int, text: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(users, roles)`` of a record of committed user changes filed as ``serial``;
+        :class:`UsersFileError` if it is malformed."""
+        _, users, roles = _parse_users(
+            text, lambda what: users_record_error(self.journal_path, what), serial=serial)
+        return users, roles
 
     def refresh(self) -> None:
         """Read the user file again if another process (a worker of the same server,
@@ -165,8 +267,8 @@ class UserStore:
                 self._reload()
                 if self._recover(wait=False):
                     self._seen = shared.bump()
-            except UsersJournalMismatch as exc:  # every change fails with it, until resolved
-                log.error("%s", exc)
+            except (UsersJournalMismatch, UsersFileError) as exc:  # every change fails
+                log.error("%s", exc)  # with it, until resolved
             finally:
                 shared.unlock()
         finally:
@@ -192,22 +294,18 @@ class UserStore:
         if record is None:
             return False
         serial, text = record
+        users, roles = self._parse_record(serial, text)
         if serial != self.serial:
             self._load()  # the file itself, in case this process's copy is behind
         if serial not in (self.serial, self.serial + 1):
             raise UsersJournalMismatch(self.path, self.serial, serial)
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("version") != 1 \
-                or int(data.get("serial", -1)) != serial:
-            raise ServerError(f"the record of committed user changes for {self.path} is "
-                              "not a cryptdisk user file (version 1)")
         if serial == self.serial:
-            if data["users"] != self.users or data.get("roles", {}) != self.roles:
+            if users != self.users or roles != self.roles:
                 raise UsersJournalMismatch(self.path, self.serial, serial)
             return False
         with cd_open(self.path, "wb", keyring=self.keyring) as f:
             f.write(text)
-        self.users, self.roles, self.serial = data["users"], data.get("roles", {}), serial
+        self.users, self.roles, self.serial = users, roles, serial
         self._bump()
         log.warning("saved to %s the user changes committed with the data before the "
                     "process that committed them stopped (generation %d)", self.path, serial)
@@ -215,18 +313,18 @@ class UserStore:
 
     def check_journal(self) -> None:
         """Raise :class:`UsersJournalMismatch` if the record of committed user changes does
-        not belong with the user file (``cryptdisk serve --check``); change nothing."""
+        not belong with the user file, :class:`UsersFileError` if it is malformed
+        (``cryptdisk serve --check``); change nothing."""
         if self.journal is None:
             return
         record = self.journal(True)
         if record is None:
             return
         serial, text = record
-        data = json.loads(text)
+        users, roles = self._parse_record(serial, text)
         if serial == self.serial + 1:
             return  # committed with the data, saved to the file at start
-        if serial != self.serial or data.get("users") != self.users \
-                or data.get("roles", {}) != self.roles:
+        if serial != self.serial or users != self.users or roles != self.roles:
             raise UsersJournalMismatch(self.path, self.serial, serial)
 
     def resolve(self, keep: str, read: JournalReader, write: Callable[[int, bytes], None],
@@ -242,26 +340,22 @@ class UserStore:
                           else contextlib.nullcontext()):
             try:
                 self._load()
-                record = read(True)
-                if keep == "file":
+                if keep == "file":  # the record is not read: a malformed one is replaced
                     write(self.serial, self._encode(self.serial))
                     commit_data()
                     return (f"the database's record of user changes now holds the users of "
                             f"{self.path} (generation {self.serial}, "
                             f"{len(self.users)} users)")
+                record = read(True)
                 if record is None:
                     raise ServerError("the database holds no record of user changes to take "
                                       "the users from", hint="--resolve-users file keeps "
                                       "the user file's")
                 serial, text = record
-                data = json.loads(text)
-                if not isinstance(data, dict) or data.get("version") != 1 \
-                        or int(data.get("serial", -1)) != serial:
-                    raise ServerError(f"the record of committed user changes for {self.path} "
-                                      "is not a cryptdisk user file (version 1)")
+                users, roles = self._parse_record(serial, text)
                 with cd_open(self.path, "wb", keyring=self.keyring) as f:
                     f.write(text)
-                self.users, self.roles = data["users"], data.get("roles", {})
+                self.users, self.roles = users, roles
                 self.serial = serial
                 commit_data()
                 return (f"{self.path} now holds the users of the database's record "
