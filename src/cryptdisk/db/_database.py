@@ -56,6 +56,7 @@ from ._derived import (
     expression_names,
     push_functions,
 )
+from ._forksafe import track
 from ._import import ImportMixin
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._maintenance import MaintenanceMixin
@@ -292,7 +293,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self._lock_fd = None
 
     def _new_duckdb(self, memory_limit: str | None, threads: int | None) -> Any:
-        con = duckdb.connect(":memory:")
+        con = track(duckdb.connect(":memory:"))  # never freed by a forked child (_forksafe)
         # No temporary directory: DuckDB cannot spill plaintext; out of memory is an error.
         con.execute("SET temp_directory = ''")
         if memory_limit is not None:

@@ -30,6 +30,7 @@ from ..errors import CatalogError
 from ._cache import ColumnCache
 from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed, where_name
+from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
 
@@ -645,7 +646,7 @@ def _rows_kept(table: pa.Table, where: str, alias: str) -> pa.Array:
 
     con = getattr(_LOCAL, "con", None)
     if con is None:
-        con = _LOCAL.con = duckdb.connect(config={"threads": 1})
+        con = _LOCAL.con = track(duckdb.connect(config={"threads": 1}))
     con.register("__cd_rows", table)
     try:
         quoted = '"' + alias.replace('"', '""') + '"'  # the query's own WHERE, as DuckDB

@@ -1,0 +1,67 @@
+"""A process that forks while DuckDB connections are open: the child never frees them.
+
+Freeing a DuckDB instance of the parent's in a forked child is a segmentation fault
+(see ``cryptdisk.db._forksafe``). These fail on code that keeps a connection where the
+child frees it: a scan thread's thread-local (at the fork), a database (at exit).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+
+from cryptdisk.db import _scan
+
+
+def _status(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def test_a_child_forked_after_the_scan_threads_filtered_rows_survives_the_fork(db):
+    db.sql("CREATE TABLE t (n BIGINT)")
+    db.insert("t", pa.table({"n": pa.array(range(100), pa.int64())}))
+    assert db.sql("SELECT count(*) AS c FROM t WHERE n > 5").to_pylist() == [{"c": 94}]
+    table = pa.table({"n": pa.array(range(100), pa.int64())})
+    pool = _scan._pool()
+    tasks = [pool.submit(_scan._rows_kept, table, "n > 5", "t")
+             for _ in range(4 * _scan.scan_workers())]
+    assert all(t.result().to_pylist().count(True) == 94 for t in tasks)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0)
+    assert _status(pid) == 0  # 139 (SIGSEGV) without _forksafe
+    # the parent's connections and scan threads carry on
+    again = [pool.submit(_scan._rows_kept, table, "n < 10", "t") for _ in range(4)]
+    assert all(t.result().to_pylist().count(True) == 10 for t in again)
+    assert db.sql("SELECT count(*) AS c FROM t WHERE n > 5").to_pylist() == [{"c": 94}]
+
+
+def test_a_forked_child_that_exits_normally_and_opens_its_own_database(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, sys
+        import pyarrow as pa
+        import cryptdisk
+        db = cryptdisk.connect({str(tmp_path / "a")!r})
+        db.sql("CREATE TABLE t (n BIGINT)")
+        db.insert("t", pa.table({{"n": pa.array(range(10), pa.int64())}}))
+        assert db.sql("SELECT sum(n) AS s FROM t").column(0).to_pylist() == [45]
+        pid = os.fork()
+        if pid == 0:
+            own = cryptdisk.connect({str(tmp_path / "b")!r})
+            ok = own.sql("SELECT 42 AS x").column(0).to_pylist() == [42]
+            own.close()
+            sys.exit(0 if ok else 3)  # a normal exit: the interpreter frees what it holds
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+        print("parent", db.sql("SELECT sum(n) AS s FROM t").column(0).to_pylist()[0])
+        db.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["child", "0", "parent", "45"], out.stdout + out.stderr
