@@ -459,8 +459,9 @@ def _targets(record: Recorder) -> None:
                  "SQLite's are loaded directly with the same rows. Both servers use "
                  "SCRAM-SHA-256 with 4096 PBKDF2 iterations (PostgreSQL's default). "
                  "PostgreSQL runs with its defaults (shared_buffers=256MB, fsync and "
-                 "synchronous_commit on); SQLite in WAL mode with its default "
-                 "synchronous=FULL.")
+                 "synchronous_commit on); SQLite in WAL mode, every commit synced before "
+                 "it is acknowledged (cryptdisk serve's group commit: synchronous=NORMAL "
+                 "and an fdatasync of the WAL after the write lock is released).")
     NOTES.append("Server CPU per transaction (`server_cpu_us_per_txn`, in the JSON): the "
                  "server process (PostgreSQL: the postmaster and its backends) user+sys time "
                  "over the run, divided by the transactions. Peak RSS: the server's RSS "

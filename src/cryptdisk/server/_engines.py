@@ -35,6 +35,7 @@ from ..errors import (
     UsersFileError,
 )
 from . import _sqltext, _types
+from ._groupsync import GroupSync
 
 __all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngine",
            "StatementError"]
@@ -591,6 +592,70 @@ class _SQLiteSession(EngineSession):
         self.conn.set_busy_handler(self._busy)
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
         self.conn.authorizer = self._authorize
+        #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has
+        #: committed to since the last sync, and those due for a checkpoint
+        self._committed: set[str] = set()
+        self._checkpoint_due: set[str] = set()
+        self._autocheckpoint = 0
+        if str(self.conn.execute("PRAGMA journal_mode").fetchall()[0][0]).lower() == "wal":
+            self._group_commit()
+
+    def _group_commit(self) -> None:
+        """WAL mode: commits are made durable by :meth:`_durable` (group commit,
+        :mod:`._groupsync`) once the write lock is released, not by SQLite inside it. The
+        WAL hook that tells of each commit replaces SQLite's autocheckpoint, which
+        :meth:`_finish` runs instead (PASSIVE, at the same number of WAL pages)."""
+        ((pages,),) = self.conn.execute("PRAGMA wal_autocheckpoint").fetchall()
+        self._autocheckpoint = int(str(pages))
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.set_wal_hook(self._wal_hook)
+
+    def _wal_hook(self, _conn: Any, name: str, pages: int) -> int:
+        self._committed.add(name)
+        if 0 < self._autocheckpoint <= pages:
+            self._checkpoint_due.add(name)
+        return int(apsw.SQLITE_OK)
+
+    def _finish(self, release: bool = True) -> None:
+        """After a statement: checkpoint the databases due (still holding the write queue:
+        a checkpoint that overlaps the next writer's start keeps that writer from restarting
+        the WAL, which then grows and is checkpointed at every commit), release the queue
+        (``release``) once the transaction has ended, then make its commit durable."""
+        if self._checkpoint_due and not self.conn.in_transaction:
+            due, self._checkpoint_due = self._checkpoint_due, set()
+            for name in due:  # in NORMAL mode SQLite syncs the WAL first, the database after
+                try:
+                    self.conn.wal_checkpoint(name, apsw.SQLITE_CHECKPOINT_PASSIVE)
+                except apsw.Error as exc:  # busy (another checkpoint): tried again later
+                    log.debug("checkpoint of %s: %s", name, exc)
+        if release and self.writing and not self.conn.in_transaction:
+            self.writing = False
+            self.engine.write_queue.release()
+        if self._committed:
+            self._durable()
+
+    def _durable(self) -> None:
+        """Sync the WAL of each database the statement committed to (in WAL mode). Raises
+        58030 when a sync fails: the transaction is committed but may not survive a crash
+        of the machine."""
+        committed, self._committed = self._committed, set()
+        for name in committed:
+            wal = self.conn.db_filename(name) + "-wal"
+            try:
+                if name == "main":
+                    self.engine.group_sync.sync(wal)
+                else:  # an attached database: synced on its own
+                    fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        os.fdatasync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as exc:
+                log.critical("syncing %s after a commit failed: %s", wal, exc)
+                raise StatementError(f"the transaction was committed but could not be made "
+                                     f"durable: syncing the WAL failed: {exc}", "58030",
+                                     hint="check the disk; the commit may be lost if the "
+                                     "machine crashes") from None
 
     def _authorize(self, op: int, one: str | None, two: str | None, database: str | None,
                    view: str | None) -> int:
@@ -644,13 +709,14 @@ class _SQLiteSession(EngineSession):
             try:
                 self.conn.execute("COMMIT", can_cache=False)
             finally:
-                if self.writing and not self.conn.in_transaction:
-                    self.writing = False
-                    self.engine.write_queue.release()
+                self._finish()
 
     def _internal_statement(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         with self.lock:  # never cached: a client's statement of the same text is checked anew
-            return list(self.conn.execute(sql, params, can_cache=False))
+            try:
+                return list(self.conn.execute(sql, params, can_cache=False))
+            finally:
+                self._finish(release=False)
 
     def _write_users_record(self, serial: int, text: bytes) -> None:
         if self.engine.plaintext:  # verifiers never go into an unencrypted file (benchmarks
@@ -722,9 +788,7 @@ class _SQLiteSession(EngineSession):
             return rows, self.conn.changes()
         finally:
             cur.close()
-            if self.writing and not self.conn.in_transaction:
-                self.writing = False
-                self.engine.write_queue.release()
+            self._finish()
 
     def _result(self, sql: str, rows: list[tuple[Any, ...]], changes: int) -> Result:
         desc = self._desc
@@ -941,6 +1005,7 @@ class _SQLiteSession(EngineSession):
                 raise statement_error(exc) from None
             finally:
                 cur.close()
+                self._finish(release=False)
         return len(rows)
 
     def close(self) -> None:
@@ -1060,6 +1125,8 @@ class SQLiteEngine(Engine):
         self.plaintext = plaintext
         #: held by the session in a write transaction (BEGIN IMMEDIATE); the others queue
         self.write_queue = WriteQueue(self.path)
+        #: WAL mode: the syncs that make commits durable, shared (group commit)
+        self.group_sync = GroupSync(self.path)
         self._reader: Any = None  # (pid, connection) of read_users_record
         self._reader_lock = threading.Lock()
         if plaintext:
@@ -1105,4 +1172,5 @@ class SQLiteEngine(Engine):
             reader, self._reader = self._reader, None
         if reader is not None and reader[0] == os.getpid():
             reader[1].close()
+        self.group_sync.close()
         super().close()

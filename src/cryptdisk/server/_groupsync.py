@@ -1,0 +1,137 @@
+"""Group commit for ``cryptdisk serve --sqlite`` in WAL mode: one ``fdatasync`` of the WAL
+makes every commit durable that waits for it, across a server's threads and processes.
+
+SQLite with ``synchronous=FULL`` syncs the WAL inside each COMMIT, while it holds the one
+write lock: every writer of the database waits for every other writer's ``fdatasync``. The
+server's sessions run with ``synchronous=NORMAL`` instead (SQLite then writes the commit's
+frames, and the encrypting VFS seals them into the file, before COMMIT returns, but does
+not sync them) and call :meth:`GroupSync.sync` once the COMMIT has returned and the write
+lock is released, before the client hears of the commit. So the next writer runs while
+this one's ``fdatasync`` does, and commits that come in during one ``fdatasync`` share the
+next, as PostgreSQL's commits share its WAL flushes. A commit is acknowledged only after an
+``fdatasync`` of the WAL that began after its frames were written: the same guarantee as
+``synchronous=FULL`` and as PostgreSQL's default ``synchronous_commit = on`` (it survives
+kill -9 of the server and a power cut or OS crash, as far as the disk honours a flush).
+
+The bookkeeping is two counters in ``PATH.sync-lock``, mapped by every process, changed
+only under an ``flock`` of that file (and a thread lock inside each process, since an
+``flock`` is per open file): ``started``, the syncs begun, and ``completed``, the number
+of the latest one that finished. A committer reads ``started`` (say *n*) after its frames
+are in the file; sync *n* + 1 begins after that read, so once ``completed`` > *n* its
+frames are on disk, and it returns without a sync of its own. Otherwise it takes the lock,
+looks again, and syncs itself (whatever has been written by then, its own frames and the
+frames of every commit waiting behind it). Without the lock file (a read-only directory)
+each process counts for itself alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import threading
+from typing import Any
+
+__all__ = ["GroupSync"]
+
+_COUNTS = 16  # bytes: started, completed (int64 each)
+
+
+class GroupSync:
+    """The WAL syncs of one database (``path``, the database file) in one server."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path + ".sync-lock"
+        self._thread = threading.Lock()
+        self._pid = 0
+        self._fd = -1
+        self._counts: Any = None
+        #: per process: WAL path -> (fd, inode) kept open to be synced
+        self._wals: dict[str, tuple[int, int]] = {}
+
+    def _file(self) -> Any:
+        """The counters of this process (opened once per process: a forked worker opens its
+        own descriptor, since an flock belongs to an open file)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._wals = {}  # descriptors inherited over fork are the parent's to close
+            self._fd = -1
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                self._counts = memoryview(bytearray(_COUNTS)).cast("q")
+                return self._counts
+            try:
+                if os.fstat(fd).st_size < _COUNTS:
+                    os.ftruncate(fd, _COUNTS)
+                self._counts = memoryview(mmap.mmap(fd, _COUNTS)).cast("q")
+                self._fd = fd
+            except (OSError, ValueError):
+                os.close(fd)
+                self._counts = memoryview(bytearray(_COUNTS)).cast("q")
+        return self._counts
+
+    def counts(self) -> tuple[int, int]:
+        """(syncs started, latest sync completed), as this process sees them."""
+        counts = self._file()
+        return int(counts[0]), int(counts[1])
+
+    def sync(self, wal: str) -> None:
+        """Return once every byte written to the file ``wal`` before this call is on disk
+        (an ``fdatasync`` begun after the call, by this thread or another). Raises
+        :class:`OSError` when the sync fails."""
+        counts = self._file()
+        ticket = counts[0]
+        if counts[1] > ticket:
+            return
+        with self._thread:
+            if counts[1] > ticket:
+                return
+            fd = self._fd
+            if fd >= 0:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # blocks without the GIL
+            try:
+                if counts[1] > ticket:
+                    return
+                counts[0] += 1
+                number = counts[0]
+                os.fdatasync(self._wal_fd(wal))
+                counts[1] = number
+            finally:
+                if fd >= 0:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _wal_fd(self, wal: str) -> int:
+        """A descriptor of the file now at ``wal``: the one kept open, unless the file was
+        replaced since (a WAL is deleted when the last connection closes); a new file's
+        directory entry is synced once, as SQLite does for a WAL it creates."""
+        kept = self._wals.get(wal)
+        st = os.stat(wal)
+        if kept is not None and kept[1] == st.st_ino:
+            return kept[0]
+        if kept is not None:
+            os.close(kept[0])
+            del self._wals[wal]
+        fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            ino = os.fstat(fd).st_ino
+            directory = os.open(os.path.dirname(os.path.abspath(wal)),
+                                os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError:
+            os.close(fd)
+            raise
+        self._wals[wal] = (fd, ino)
+        return fd
+
+    def close(self) -> None:
+        """Close this process's descriptors (the counters' mapping goes with the object)."""
+        if self._pid == os.getpid():
+            for fd, _ in self._wals.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._wals = {}

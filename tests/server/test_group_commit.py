@@ -1,0 +1,149 @@
+"""Group commit (WAL mode): sessions run with synchronous=NORMAL and sync the WAL after each
+commit, one fdatasync shared by the commits that wait for it; checkpoints still run."""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from cryptdisk.keys import Key, Keyring
+from cryptdisk.server import SQLiteEngine
+from cryptdisk.server._groupsync import GroupSync
+
+
+def _engine(tmp_path: Any, journal: str, encrypted: bool = False) -> SQLiteEngine:
+    path = str(tmp_path / "g.db")
+    keyring = Keyring([Key(1, b"\x07" * 32)]) if encrypted else None
+    engine = SQLiteEngine(path, keyring, plaintext=not encrypted)
+    session = engine.open_session()
+    session.run(f"PRAGMA journal_mode={journal}", [])
+    session.run("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)", [])
+    session.close()
+    return engine
+
+
+def _counts(engine: SQLiteEngine) -> tuple[int, int]:
+    with open(engine.path + ".sync-lock", "rb") as f:
+        data = f.read(16)
+    return int.from_bytes(data[:8], "little"), int.from_bytes(data[8:], "little")
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_wal_sessions_sync_every_commit_themselves(tmp_path: Any, encrypted: bool) -> None:
+    engine = _engine(tmp_path, "wal", encrypted)
+    session = engine.open_session()
+    assert session.run("PRAGMA synchronous", []).rows == [(1,)]  # NORMAL: not in the lock
+    before = engine.group_sync.counts()
+    for i in range(5):  # one writer, one after the other: each commit waits for a sync of its own
+        session.run("BEGIN IMMEDIATE", [])
+        session.run("INSERT INTO t VALUES ($1, $2)", [i, b"x"])
+        session.run("COMMIT", [])
+    session.run("INSERT INTO t VALUES (99, x'00')", [])  # autocommit
+    session.run("SELECT * FROM t", [])  # a read commits nothing: no sync
+    started, completed = _counts(engine)
+    assert (started - before[0], completed - before[1]) == (6, 6)
+    session.close()
+    engine.close()
+
+
+def test_a_rollback_journal_database_keeps_sqlite_syncing(tmp_path: Any) -> None:
+    engine = _engine(tmp_path, "delete")
+    session = engine.open_session()
+    assert session.run("PRAGMA synchronous", []).rows == [(2,)]  # FULL, SQLite's default
+    session.run("INSERT INTO t VALUES (1, x'00')", [])
+    assert not os.path.exists(engine.path + ".sync-lock")
+    session.close()
+    engine.close()
+
+
+def test_checkpoints_still_run_and_the_wal_restarts(tmp_path: Any) -> None:
+    engine = _engine(tmp_path, "wal")
+    session = engine.open_session()
+    blob = os.urandom(100_000)  # 25 pages a commit: 100 commits, 2,500 pages of WAL
+    for i in range(100):
+        session.run("INSERT INTO t VALUES ($1, $2)", [i, blob])
+    # checkpointed at 1,000 pages (SQLite's wal_autocheckpoint), then written from the start
+    assert os.path.getsize(engine.path) > 5_000_000
+    assert os.path.getsize(engine.path + "-wal") < 5_000_000
+    session.close()
+    engine.close()
+
+
+def _hold(path: str) -> tuple[int, Any]:
+    """Play another process: hold the sync lock, with the counters mapped."""
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd, memoryview(mmap.mmap(fd, 16)).cast("q")
+
+
+def _waiting(gs: GroupSync, wal: str) -> threading.Thread:
+    thread = threading.Thread(target=gs.sync, args=(wal,))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not gs._thread.locked():  # it has read its ticket and waits for the file's lock
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    return thread
+
+
+def test_a_sync_begun_after_the_commit_serves_it(tmp_path: Any) -> None:
+    wal = str(tmp_path / "w")
+    with open(wal, "wb") as f:
+        f.write(b"frames")
+    gs = GroupSync(str(tmp_path / "d"))
+    gs.counts()
+    fd, counts = _hold(gs.path)
+    try:
+        thread = _waiting(gs, wal)
+        counts[0] += 1  # another process syncs, begun after the waiter's frames were written
+        counts[1] = counts[0]
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    thread.join(10)
+    assert gs.counts() == (1, 1)  # the waiter returned without a sync of its own
+    os.close(fd)
+
+
+def test_a_sync_begun_before_the_commit_does_not_serve_it(tmp_path: Any) -> None:
+    wal = str(tmp_path / "w")
+    with open(wal, "wb") as f:
+        f.write(b"frames")
+    gs = GroupSync(str(tmp_path / "d"))
+    gs.counts()
+    fd, counts = _hold(gs.path)
+    try:
+        counts[0] += 1  # another process's sync is under way before the frames were written
+        thread = _waiting(gs, wal)
+        counts[1] = counts[0]
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    thread.join(10)
+    assert gs.counts() == (2, 2)  # so the waiter synced itself
+    os.close(fd)
+
+
+def test_a_failed_sync_fails_the_statement(tmp_path: Any, monkeypatch: Any) -> None:
+    engine = _engine(tmp_path, "wal")
+    session = engine.open_session()
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(Exception, match="committed but could not be made durable") as info:
+        session.run("INSERT INTO t VALUES (1, x'00')", [])
+    assert getattr(info.value, "sqlstate", None) == "58030"
+    monkeypatch.undo()
+    # the queue was released and the session goes on
+    session.run("BEGIN IMMEDIATE", [])
+    session.run("INSERT INTO t VALUES (2, x'00')", [])
+    session.run("COMMIT", [])
+    assert session.run("SELECT count(*) FROM t", []).rows == [(2,)]
+    session.close()
+    engine.close()
