@@ -167,3 +167,31 @@ def test_parts_written_at_once_never_share_a_key_and_nonce(tmp_path):
             for i in range(count))
         assert len(plain) == part.bytes and plain[:4] == b"PAR1"
     assert len(keys) == len(ids) == len(parts)
+
+
+def test_row_groups_are_whole_whatever_the_batch_sizes(tmp_path, monkeypatch):
+    """A merge's sorted source may start with a batch of a few rows: it no longer becomes a
+    row group of its own (nor alone decides the encodings: too few rows to judge meant a
+    dictionary and LZ4 for every column); parts end at max_rows exactly."""
+    from cryptdisk.disks import LocalDisk
+
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 8192)
+    whole = _mixed(60_000)
+    sizes = [5, 12_000, 3, 30_000, 17_992]
+    batches, at = [], 0
+    for n in sizes:
+        batches.append(whole.slice(at, n))
+        at += n
+    disk = LocalDisk("raw", tmp_path)
+    parts = _parts.write_parts(disk, "t", batches, whole.schema, version=1, max_rows=40_960)
+    assert [p.rows for p in parts] == [40_960, 19_040]
+    got = []
+    for part in parts:
+        meta = pq.read_metadata(tmp_path / part.path)
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert all(n == 8192 for n in rows[:-1]) and 0 < rows[-1] <= 8192
+        h = meta.schema.names.index("h")
+        assert not meta.row_group(0).column(h).has_dictionary_page  # judged on 20k rows
+        assert meta.row_group(0).column(h).compression == "UNCOMPRESSED"
+        got.append(pq.read_table(tmp_path / part.path))
+    assert pa.concat_tables(got).equals(pa.Table.from_batches([whole]))

@@ -21,7 +21,7 @@ import hashlib
 import queue
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -325,11 +325,36 @@ class _PartWriter:
         discardable(self._raw).abort()  # the Disk contract's discard
 
 
+def _whole_groups(next_batch: Callable[[], pa.RecordBatch | None],
+                  rows: int) -> Iterator[pa.Table]:
+    """The batches ``next_batch()`` returns (None at the end), as tables of a multiple of
+    ``rows`` rows, the last one shorter: each is written as whole row groups, so every row
+    group of a part holds ``rows`` rows but its last, whatever sizes the batches come in
+    (DuckDB's sorted output for a merge may start with a batch of a few rows, which would
+    otherwise become a row group of its own, and alone decide the part's encodings)."""
+    held: list[pa.RecordBatch] = []
+    n = 0
+    while (batch := next_batch()) is not None:
+        if not batch.num_rows:
+            continue
+        held.append(batch)
+        n += batch.num_rows
+        if n >= rows:
+            table = pa.Table.from_batches(held)
+            cut = n - n % rows
+            yield table.slice(0, cut)
+            rest = table.slice(cut)
+            held, n = rest.to_batches(), rest.num_rows
+    if n:
+        yield pa.Table.from_batches(held)
+
+
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                 *, version: int, max_rows: int,
                 on_rows: Callable[[int], None] | None = None,
                 key: str | None = None) -> list[PartMeta]:
-    """Write ``batches`` as they come, in parts of at most about ``max_rows`` rows each.
+    """Write ``batches`` as they come, in parts of at most ``max_rows`` rows each, in row
+    groups of :data:`ROW_GROUP_ROWS` rows (a part's last one may be shorter).
 
     ``version`` is the catalog version that will name the parts (the loaded
     catalog's plus one); it goes into each part's name and footer. With ``key``
@@ -344,19 +369,26 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     source = _Prefetch(batches)
     try:
         parts: list[PartMeta] = []
-        pending = source.next()
-        dictionary = dictionary_columns(pending, schema) if pending is not None else True
-        compression = (column_compression(pending, schema, dictionary) if pending is not None
+        pieces = _whole_groups(source.next, ROW_GROUP_ROWS)
+        pending = next(pieces, None)
+        sample = (pending.slice(0, _SAMPLE_ROWS).combine_chunks().to_batches()[0]
+                  if pending is not None else None)
+        dictionary = dictionary_columns(sample, schema) if sample is not None else True
+        compression = (column_compression(sample, schema, dictionary) if sample is not None
                        else COMPRESSION)
+        del sample
         while pending is not None:
             writer = _PartWriter(disk, prefix, schema, version=version,
                                  compression=compression, dictionary=dictionary, key=key)
             try:
                 while pending is not None and writer.rows < max_rows:
-                    writer.write(pending)
-                    if on_rows is not None and pending.num_rows:
-                        on_rows(pending.num_rows)
-                    pending = source.next()
+                    room = max_rows - writer.rows  # the part ends at max_rows rows
+                    piece = pending.slice(0, room) if pending.num_rows > room else pending
+                    writer.write(piece)
+                    if on_rows is not None and piece.num_rows:
+                        on_rows(piece.num_rows)
+                    pending = (pending.slice(room) if piece is not pending
+                               else next(pieces, None))
             except BaseException:
                 writer.abort()
                 raise
