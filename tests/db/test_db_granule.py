@@ -166,6 +166,28 @@ def _point_table(db, monkeypatch):
     return db.table("t").parts[0]
 
 
+def _layout(disk, part):
+    """The part's footer, its segment size and the page spans of c_str's first chunk."""
+    with disk.open_read(part.path) as f:
+        meta = pq.read_metadata(f)
+        seg = f.info["segment_size"]
+        col = meta.row_group(0).column(1)  # c_str
+        spans = _granule.page_spans(lambda o, n: f.pread(o, n), *_chunk_start_end(col),
+                                    col.num_values)
+    return meta, seg, spans
+
+
+def _flip(path, part, seg, offset):
+    """Flip a bit of the part's ciphertext where plaintext byte ``offset`` is (in the
+    database at ``path``); the index of the segment that no longer authenticates."""
+    index = offset // seg
+    full = path / "data" / part.path
+    data = bytearray(full.read_bytes())
+    data[HEADER_SIZE + index * (seg + 16) + offset % seg] ^= 1
+    full.write_bytes(bytes(data))
+    return index
+
+
 def test_a_tampered_page_header_fails_the_granule_read(tmp_path, monkeypatch):
     """A granule read decrypts the segment holding the header of the page it wants: a
     changed byte there fails authentication, it never yields other rows."""
@@ -176,20 +198,11 @@ def test_a_tampered_page_header_fails_the_granule_read(tmp_path, monkeypatch):
         disk = db.config.disks[part.disk]
         assert db.query(sql) == [(4321, hashlib.md5(b"4321").hexdigest())]
         assert db.last_scans["t"]["granule_reads"] == 1
-        with disk.open_read(part.path) as f:
-            meta = pq.read_metadata(f)
-            seg = f.info["segment_size"]
-            col = meta.row_group(0).column(1)  # c_str
-            spans = _granule.page_spans(lambda o, n: f.pread(o, n), *_chunk_start_end(col),
-                                        col.num_values)
-            key = meta.row_group(0).column(0)
+        meta, seg, spans = _layout(disk, part)
     page = next(p for p in spans if p.first_row <= 4321 < p.first_row + p.rows)
-    index = page.start // seg
-    assert index > _chunk_start_end(key)[1] // seg  # not a segment the key's read decrypts
-    full = path / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + page.start % seg] ^= 1
-    full.write_bytes(bytes(data))
+    key_end = _chunk_start_end(meta.row_group(0).column(0))[1]
+    index = _flip(path, part, seg, page.start)
+    assert index > key_end // seg  # not a segment the key's read decrypts
     with cryptdisk.connect(path, read_only=True) as db, \
             pytest.raises(AuthenticationError, match=f"segment {index}"):
         db.query(sql)
@@ -203,20 +216,11 @@ def test_a_granule_read_decrypts_no_header_after_its_page(tmp_path, monkeypatch)
     with cryptdisk.connect(path) as db:
         part = _point_table(db, monkeypatch)
         disk = db.config.disks[part.disk]
-        with disk.open_read(part.path) as f:
-            meta = pq.read_metadata(f)
-            seg = f.info["segment_size"]
-            col = meta.row_group(0).column(1)  # c_str
-            spans = _granule.page_spans(lambda o, n: f.pread(o, n), *_chunk_start_end(col),
-                                        col.num_values)
+        _meta, seg, spans = _layout(disk, part)
     early = next(p for p in spans if p.first_row <= 150 < p.first_row + p.rows)
     late = next(p for p in spans if p.first_row <= 4321 < p.first_row + p.rows)
-    index = late.start // seg
+    index = _flip(path, part, seg, late.start)
     assert index > early.end // seg + 1  # a segment the early rows' read never touches
-    full = path / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + late.start % seg] ^= 1
-    full.write_bytes(bytes(data))
     op = _partread.open_part(disk, part)
     try:
         got = op.read_rows(0, "c_str", 150, 152)
@@ -239,17 +243,11 @@ def test_a_tampered_column_read_beside_the_key_fails_the_query(tmp_path, monkeyp
         part = _point_table(db, monkeypatch)
         disk = db.config.disks[part.disk]
         assert db.query(sql) == [(4321, hashlib.md5(b"4321").hexdigest(), 4321 / 7)]
-        with disk.open_read(part.path) as f:
-            meta = pq.read_metadata(f)
-            seg = f.info["segment_size"]
+        meta, seg, _spans = _layout(disk, part)
         start, end = _chunk_start_end(meta.row_group(0).column(2))  # c_float
         key_end = _chunk_start_end(meta.row_group(0).column(0))[1]
-    index = (start + end) // 2 // seg
+    index = _flip(path, part, seg, (start + end) // 2)
     assert index > key_end // seg  # not a segment the key's read decrypts
-    full = path / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + (start + end) // 2 % seg] ^= 1
-    full.write_bytes(bytes(data))
     with cryptdisk.connect(path, read_only=True) as db, \
             pytest.raises(AuthenticationError, match=f"segment {index}"):
         db.query(sql)

@@ -101,13 +101,18 @@ def _change_users(s: Serve) -> None:
         admin.execute("DROP USER bob")  # outside a transaction
 
 
-def test_a_restored_older_user_file_stops_the_server(tmp_path: Path,
-                                                     servers: list[Serve]) -> None:  # noqa: F811
-    s = Serve(tmp_path)
-    servers.append(s)
+def _served_with_bob(root: Path, started: list[Serve]) -> None:
+    """A fresh server on ``root`` (admin ``u``) creates user bob, and stops."""
+    s = Serve(root)
+    started.append(s)
     with s.connect() as admin:
         admin.execute("CREATE USER bob PASSWORD 'bob pw'")
     _stop(s)
+
+
+def test_a_restored_older_user_file_stops_the_server(tmp_path: Path,
+                                                     servers: list[Serve]) -> None:  # noqa: F811
+    _served_with_bob(tmp_path, servers)
     older = (tmp_path / "app.db.users").read_bytes()
     old_generation = _user_file(tmp_path)["serial"]
     s = Serve(tmp_path, fresh=False)
@@ -143,11 +148,7 @@ def test_a_restored_older_user_file_stops_the_server(tmp_path: Path,
 
 def test_a_restored_older_database_stops_the_server(tmp_path: Path,
                                                     servers: list[Serve]) -> None:  # noqa: F811
-    s = Serve(tmp_path)
-    servers.append(s)
-    with s.connect() as admin:
-        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
-    _stop(s)
+    _served_with_bob(tmp_path, servers)
     backup = tmp_path / "backup"
     backup.mkdir()
     for f in tmp_path.glob("app.db*"):

@@ -39,12 +39,28 @@ __all__ = ["SPAN_MAX", "OpenPart", "open_part", "read_part"]
 _Block = tuple[list[int], list[list[int]], int, int]
 
 
-class _ZeroCopyFile:
+class _ReadOnlyFile:
+    """What pyarrow asks of a Python file besides ``read``, ``seek`` and ``tell``: a
+    seekable, read-only file whose ``close`` only marks it closed (the disk file under it
+    belongs to the caller)."""
+
+    closed = False
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _ZeroCopyFile(_ReadOnlyFile):
     """A read-only view of a disk file for pyarrow: reads fill fresh buffers, no extra copy."""
 
     def __init__(self, f: Any) -> None:
         self._f = f
-        self.closed = False
         self.size = f.size
 
     def read(self, n: int = -1) -> Any:
@@ -60,15 +76,6 @@ class _ZeroCopyFile:
 
     def tell(self) -> int:
         return int(self._f.tell())
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
@@ -93,6 +100,17 @@ def _read_exact(f: Any, offset: int, n: int) -> bytearray:
     out = bytearray(n)
     _decrypt_range(f, memoryview(out), offset)
     return out
+
+
+def _merged(ranges: list[list[int]]) -> list[list[int]]:
+    """``[start, end)`` ``ranges`` sorted, those that overlap or touch merged into one."""
+    merged: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
 
 
 def _chunk_start_end(col: Any) -> tuple[int, int]:
@@ -310,7 +328,7 @@ def _forget_worker() -> None:
 os.register_at_fork(after_in_child=_forget_worker)
 
 
-class _CompactFile:
+class _CompactFile(_ReadOnlyFile):
     """A read-only file for pyarrow: prepared ranges come from the arena, others are decrypted.
 
     ``ranges`` are ``(start, end, arena_offset)``, sorted and disjoint; adjacent
@@ -326,7 +344,6 @@ class _CompactFile:
         self._starts = [a for a, _b, _o in ranges]
         self._pending = pending
         self._pos = 0
-        self.closed = False
 
     def _covering(self, pos: int, n: int) -> tuple[int, int] | None:
         """Indexes of the first and last ranges covering ``[pos, pos+n)`` without a gap."""
@@ -363,27 +380,24 @@ class _CompactFile:
     def tell(self) -> int:
         return self._pos
 
-    def seekable(self) -> bool:
-        return True
 
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.closed = True
+def _read_footer(disk: Disk, part: PartMeta, f: Any) -> tuple[int, pq.FileMetaData]:
+    """``(size, footer metadata)`` of the part open as ``f`` on an encrypted disk: the
+    footer is decrypted straight into a buffer of its size (:func:`_read_exact`)."""
+    size = int(f.size)
+    if size < 12 or size != part.bytes:
+        _check_identity(disk, part, None, size)
+    tail = _read_exact(f, size - 8, 8)
+    footer = int.from_bytes(tail[:4], "little") + 8
+    if tail[4:] != b"PAR1" or footer > size - 4:
+        raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
+    return size, pq.read_metadata(pa.BufferReader(_read_exact(f, size - footer, footer)))
 
 
 def _read_encrypted(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
     """Decrypt the footer, then the needed column chunks in place while pyarrow decodes."""
     with open_read(disk, part.path) as f:
-        size = int(f.size)
-        if size < 12 or size != part.bytes:
-            _check_identity(disk, part, None, size)
-        tail = _read_exact(f, size - 8, 8)
-        footer = int.from_bytes(tail[:4], "little") + 8
-        if tail[4:] != b"PAR1" or footer > size - 4:
-            raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
-        meta = pq.read_metadata(pa.BufferReader(_read_exact(f, size - footer, footer)))
+        size, meta = _read_footer(disk, part, f)
         _check_identity(disk, part, meta, size)
         chunks = _chunk_ranges(meta, columns)
         if not all(c in _COMPRESSED for c in _codecs(meta, columns)):
@@ -527,16 +541,7 @@ class OpenPart:
         try:
             if disk.is_encrypted:
                 f = self._handle = open_read(disk, part.path)
-                size = int(f.size)
-                if size < 12 or size != part.bytes:
-                    _check_identity(disk, part, None, size)
-                tail = _read_exact(f, size - 8, 8)
-                footer = int.from_bytes(tail[:4], "little") + 8
-                if tail[4:] != b"PAR1" or footer > size - 4:
-                    raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a "
-                                       "Parquet file")
-                self.meta = pq.read_metadata(pa.BufferReader(
-                    _read_exact(f, size - footer, footer)))
+                size, self.meta = _read_footer(disk, part, f)
             else:
                 lp = local_path(disk, part.path)
                 if lp is not None:
@@ -860,33 +865,14 @@ class OpenPart:
             ranges: list[list[int]] = []
             for c in columns:
                 for j in self._leaves[c]:
-                    got = self._chunk.get((rg, j))
-                    if got is None:
-                        col = self.meta.row_group(rg).column(j)
-                        got = self._chunk[(rg, j)] = (
-                            *_chunk_start_end(col),
-                            str(col.compression).upper() in _COMPRESSED)
-                    ranges.append([got[0] // seg * seg, min(size, -(-got[1] // seg) * seg)])
-            ranges.sort()
-            merged: list[list[int]] = []
-            for a, b in ranges:
-                if merged and a <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], b)
-                else:
-                    merged.append([a, b])
+                    start, end, _compressed = self._chunk_info(rg, j)
+                    ranges.append([start // seg * seg, min(size, -(-end // seg) * seg)])
+            merged = _merged(ranges)
             last = blocks[-1] if blocks else None
             if last is not None and any(a <= r[1] and r[0] <= b
                                         for a, b in merged for r in last[1]):
                 # shares a segment with the block before, or follows it: one block
-                for a, b in merged:
-                    last[1].append([a, b])
-                last[1].sort()
-                joined: list[list[int]] = []
-                for a, b in last[1]:
-                    if joined and a <= joined[-1][1]:
-                        joined[-1][1] = max(joined[-1][1], b)
-                    else:
-                        joined.append([a, b])
+                joined = _merged(last[1] + merged)
                 blocks[-1] = ([*last[0], rg], joined, min(last[2], merged[0][0]),
                               max(last[3], max(b for _a, b in merged)))
             else:
@@ -900,16 +886,21 @@ class OpenPart:
         for i in row_groups:
             for c in columns:
                 for j in self._leaves[c]:
-                    got = self._chunk.get((i, j))
-                    if got is None:
-                        col = self.meta.row_group(i).column(j)
-                        got = self._chunk[(i, j)] = (
-                            *_chunk_start_end(col),
-                            str(col.compression).upper() in _COMPRESSED)
-                    chunks.append((got[0], got[1]))
-                    compressed = compressed and got[2]
+                    start, end, is_compressed = self._chunk_info(i, j)
+                    chunks.append((start, end))
+                    compressed = compressed and is_compressed
         chunks.sort()
         return chunks, compressed
+
+    def _chunk_info(self, rg: int, j: int) -> tuple[int, int, bool]:
+        """``(start, end, compressed)`` of leaf column ``j``'s chunk in row group ``rg``
+        (:func:`_chunk_start_end`; compressed by a codec in ``_COMPRESSED``), kept."""
+        got = self._chunk.get((rg, j))
+        if got is None:
+            col = self.meta.row_group(rg).column(j)
+            got = self._chunk[(rg, j)] = (*_chunk_start_end(col),
+                                          str(col.compression).upper() in _COMPRESSED)
+        return got
 
     def _copied(self, columns: list[str]) -> bool:
         """Whether pyarrow copies ``columns`` out of uncompressed pages (flat types whose
