@@ -99,6 +99,21 @@ class EngineSession:
         return None having done nothing (then :meth:`run` it on the session's thread)."""
         return None
 
+    def run_write_quick(self, sql: str, params: list[Any]) -> Result | None:
+        """Run the write ``sql`` on the calling thread if this session holds the write lock
+        and the statement is known to finish at once, else return None having done nothing
+        (then :meth:`run` it on the session's thread)."""
+        return None
+
+    def commit_quick(self) -> bool:
+        """COMMIT on the calling thread if that cannot wait for a lock or the disk; then
+        :meth:`finish_commit` must run (on the session's thread) before the client is told.
+        False, having done nothing, when not."""
+        return False
+
+    def finish_commit(self) -> None:
+        """The rest of a :meth:`commit_quick`: what waits for the disk."""
+
     def describe(self, sql: str) -> list[tuple[str, int]] | None:
         """The result columns ``sql`` would have, without running it (best effort)."""
         raise NotImplementedError
@@ -534,6 +549,8 @@ QUICK_STEPS = 20000
 #: pauses (seconds) between a busy statement's tries for another connection's lock, as
 #: SQLite's own busy handler makes them; a cancel ends the pause at once
 _BUSY_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
+#: statements :meth:`_SQLiteSession.run_write_quick` may run (their first six characters)
+_WRITE_HEADS = ("UPDATE", "INSERT", "DELETE")
 #: how often a write transaction waiting in its worker's queue looks for a cancel (seconds)
 _QUEUE_POLL = 0.02
 
@@ -580,6 +597,12 @@ class _SQLiteSession(EngineSession):
         self._desc: Any = ()      # the columns of the statement :meth:`_step` ran
         self._quick = False       # running in :meth:`run_quick`
         self._stopped = False     # ... and the progress handler stopped it
+        self._ticks = 0           # progress handler calls (every QUICK_STEPS VM steps)
+        #: write statements (their text) by whether every run so far took under
+        #: QUICK_STEPS VM steps (:meth:`run_write_quick`)
+        self._short_writes: dict[str, bool] = {}
+        self._wal = False  # WAL mode: a writer holding the write lock never waits for a lock
+        self._deferring = False  # in commit_quick: _finish leaves the disk's work for later
         self.privileges: Any = None
         self._version: Any = None  # the privileges' version the statement cache is under
         self._epoch = 0
@@ -607,6 +630,7 @@ class _SQLiteSession(EngineSession):
         :meth:`_finish` runs instead (PASSIVE, at the same number of WAL pages)."""
         ((pages,),) = self.conn.execute("PRAGMA wal_autocheckpoint").fetchall()
         self._autocheckpoint = int(str(pages))
+        self._wal = True
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.set_wal_hook(self._wal_hook)
 
@@ -616,11 +640,42 @@ class _SQLiteSession(EngineSession):
             self._checkpoint_due.add(name)
         return int(apsw.SQLITE_OK)
 
+    def commit_quick(self) -> bool:
+        """WAL mode, a write transaction (this session holds the write lock): COMMIT here
+        (SQLite writes the WAL frames, without a sync) and release the write lock, unless a
+        checkpoint is then due; the sync, and a checkpoint, wait for :meth:`finish_commit`
+        on the session's thread. False, having done nothing, otherwise."""
+        if not (self._wal and self.writing and self.conn.in_transaction):
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._cancel.clear()
+            self._deferring = True
+            try:
+                self._step("COMMIT", [])
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self._deferring = False
+        finally:
+            self.lock.release()
+        return True
+
+    def finish_commit(self) -> None:
+        with self.lock:
+            self._finish()
+
     def _finish(self, release: bool = True) -> None:
         """After a statement: checkpoint the databases due (still holding the write queue:
         a checkpoint that overlaps the next writer's start keeps that writer from restarting
         the WAL, which then grows and is checkpointed at every commit), release the queue
         (``release``) once the transaction has ended, then make its commit durable."""
+        if self._deferring:  # commit_quick on the event loop: nothing that waits for the disk
+            if not self._checkpoint_due and self.writing and not self.conn.in_transaction:
+                self.writing = False
+                self.engine.write_queue.release()
+            return
         if self._checkpoint_due and not self.conn.in_transaction:
             due, self._checkpoint_due = self._checkpoint_due, set()
             for name in due:  # in NORMAL mode SQLite syncs the WAL first, the database after
@@ -811,12 +866,45 @@ class _SQLiteSession(EngineSession):
             self._busy_cancelled = False
             if sql == "BEGIN IMMEDIATE" and not self.writing:
                 self._queue_for_writing()
+            self._ticks = 0
             try:
                 rows, changes = self._step(sql, params)
             except Exception as exc:
                 if self._busy_cancelled and isinstance(exc, apsw.BusyError | apsw.LockedError):
                     raise _cancelled() from None
                 raise statement_error(exc) from None
+            if self._wal and sql[:6].upper() in _WRITE_HEADS:
+                self._learn(sql)
+        return self._result(sql, rows, changes)
+
+    def _learn(self, sql: str) -> None:
+        """Note whether the write ``sql`` just ran within QUICK_STEPS VM steps."""
+        if len(self._short_writes) >= 4096:
+            self._short_writes.clear()
+        self._short_writes[sql] = self._ticks == 0 and self._short_writes.get(sql, True)
+
+    def run_write_quick(self, sql: str, params: list[Any]) -> Result | None:
+        """In WAL mode, in a write transaction (this session holds the write lock, so no
+        lock is waited for), run a write on the calling thread (the event loop) if every
+        earlier run of its text took fewer than QUICK_STEPS VM steps: a write cannot be
+        stopped midway without rolling back its whole transaction, so it runs to the end
+        here, and a text that then ran long goes back to the thread. None, having done
+        nothing, otherwise."""
+        if not (self.writing and self._short_writes.get(sql) and self.conn.in_transaction):
+            return None
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            self._cancel.clear()
+            self._ticks = 0
+            try:
+                rows, changes = self._step(sql, params)
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self._learn(sql)
+        finally:
+            self.lock.release()
         return self._result(sql, rows, changes)
 
     def _busy(self, count: int) -> bool:
@@ -865,6 +953,7 @@ class _SQLiteSession(EngineSession):
         if self._quick:
             self._stopped = True
             return True
+        self._ticks += 1
         return False
 
     def describe(self, sql: str) -> list[tuple[str, int]] | None:

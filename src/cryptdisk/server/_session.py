@@ -68,6 +68,8 @@ _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 #: statements tried with :meth:`EngineSession.run_quick` (they only read)
 _QUICK = {"SELECT", "VALUES"}
+#: writes tried with :meth:`EngineSession.run_write_quick` (in a transaction holding the lock)
+_QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 #: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
 _LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
@@ -680,7 +682,8 @@ class Session:
                 if self.pending_begin:
                     await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
                 # a read that finishes at once runs here, without the hop to the thread
-                quick = engine.run_quick(sql, params) if head in _QUICK else None
+                quick = engine.run_quick(sql, params) if head in _QUICK else \
+                    engine.run_write_quick(sql, params) if head in _QUICK_WRITES else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
                                                                          params)
             if renames and result.columns is not None:
@@ -885,7 +888,10 @@ class Session:
             elif ops:
                 await self.call(tx.store.parent.replay, ops)
             if engine.in_transaction:
-                await self.call(engine.run, "COMMIT", [])
+                if not ops and engine.commit_quick():  # the write lock released here
+                    await self.call(engine.finish_commit)  # the sync, on the thread
+                else:
+                    await self.call(engine.run, "COMMIT", [])
         except Exception as exc:
             self._end_users(keep_role=False)
             self.failed = False

@@ -1,0 +1,129 @@
+"""Writes in a transaction that holds the write lock (WAL mode) run on the event loop
+(run_write_quick) when every earlier run of their text was short; anything else is left
+for the session's thread, having done nothing."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from cryptdisk.server import SQLiteEngine
+
+BUMP = "UPDATE t SET b = b + $1 WHERE a >= $2"
+
+
+def _engine(tmp_path: Any, journal: str = "wal") -> SQLiteEngine:
+    engine = SQLiteEngine(tmp_path / "w.db", None, plaintext=True)
+    session = engine.open_session()
+    session.run(f"PRAGMA journal_mode={journal}", [])
+    session.run("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER)", [])
+    session.run("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)"
+                " INSERT INTO t SELECT i, 0 FROM n", [])
+    session.close()
+    return engine
+
+
+def test_a_short_write_in_a_write_transaction_runs_at_once(tmp_path: Any) -> None:
+    engine = _engine(tmp_path)
+    session = engine.open_session()
+    assert session.run_write_quick(BUMP, [1, 5000]) is None  # never run: unknown
+    session.run("BEGIN IMMEDIATE", [])
+    assert session.run_write_quick(BUMP, [1, 5000]) is None  # still unknown
+    assert session.run(BUMP, [1, 5000]).tag == "UPDATE 1"  # on the thread: short
+    result = session.run_write_quick(BUMP, [1, 4999])
+    assert result is not None and result.tag == "UPDATE 2"
+    session.run("COMMIT", [])
+    assert session.run_write_quick(BUMP, [1, 5000]) is None  # no transaction, no lock held
+    assert session.run("SELECT a, b FROM t WHERE a >= 4999", []).rows == [(4999, 1), (5000, 2)]
+    session.close()
+    engine.close()
+
+
+def test_a_write_that_ran_long_stays_on_the_thread(tmp_path: Any) -> None:
+    engine = _engine(tmp_path)
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    assert session.run(BUMP, [1, 1]).tag == "UPDATE 5000"  # over 20,000 VM steps
+    assert session.run_write_quick(BUMP, [1, 5000]) is None
+    session.run("ROLLBACK", [])
+    session.close()
+    engine.close()
+
+
+def test_a_short_write_that_runs_long_finishes_and_goes_back_to_the_thread(
+        tmp_path: Any) -> None:
+    engine = _engine(tmp_path)
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    session.run(BUMP, [1, 5000])
+    result = session.run_write_quick(BUMP, [1, 1])  # long this time: never stopped midway
+    assert result is not None and result.tag == "UPDATE 5000"
+    assert session.in_transaction  # the transaction is whole
+    assert session.run_write_quick(BUMP, [1, 5000]) is None  # from now on on the thread
+    session.run("COMMIT", [])
+    assert session.run("SELECT sum(b) FROM t", []).rows == [(5001,)]
+    session.close()
+    engine.close()
+
+
+@pytest.mark.parametrize("journal", ["delete", "truncate"])
+def test_only_in_wal_mode(tmp_path: Any, journal: str) -> None:
+    # with a rollback journal a writer may wait for readers (to spill its cache): never
+    # on the event loop
+    engine = _engine(tmp_path, journal)
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    session.run(BUMP, [1, 5000])
+    assert session.run_write_quick(BUMP, [1, 5000]) is None
+    session.run("ROLLBACK", [])
+    session.close()
+    engine.close()
+
+
+def test_a_commit_releases_the_lock_at_once_and_syncs_later(tmp_path: Any) -> None:
+    engine = _engine(tmp_path)
+    session, other = engine.open_session(), engine.open_session()
+    assert not session.commit_quick()  # no transaction
+    session.run("BEGIN IMMEDIATE", [])
+    session.run(BUMP, [1, 5000])
+    synced = engine.group_sync.counts()
+    assert session.commit_quick()
+    assert not session.in_transaction
+    other.run("BEGIN IMMEDIATE", [])  # the write lock is free before the sync
+    assert engine.group_sync.counts() == synced  # no sync yet: the client is not told yet
+    session.finish_commit()
+    assert engine.group_sync.counts()[1] == synced[1] + 1
+    other.run("ROLLBACK", [])
+    assert session.run("SELECT b FROM t WHERE a = 5000", []).rows == [(1,)]
+    session.close()
+    other.close()
+    engine.close()
+
+
+def test_a_commit_that_makes_a_checkpoint_due_keeps_the_lock_until_it_ran(
+        tmp_path: Any) -> None:
+    engine = _engine(tmp_path)
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    session.run("CREATE TABLE big (x BLOB)", [])
+    session.run("INSERT INTO big VALUES (randomblob(5000000))", [])  # 1,200 pages of WAL
+    assert session.commit_quick()
+    assert session.writing  # the checkpoint runs before the next writer starts
+    session.finish_commit()
+    assert not session.writing
+    assert os.path.getsize(engine.path) > 5_000_000  # checkpointed
+    session.close()
+    engine.close()
+
+
+def test_no_quick_commit_with_a_rollback_journal(tmp_path: Any) -> None:
+    engine = _engine(tmp_path, "delete")
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    session.run(BUMP, [1, 5000])
+    assert not session.commit_quick()  # SQLite syncs inside COMMIT: on the thread
+    session.run("COMMIT", [])
+    session.close()
+    engine.close()
