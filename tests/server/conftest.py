@@ -88,9 +88,28 @@ def analytical(tmp_path: Any) -> AnalyticalEngine:
         return AnalyticalEngine(tmp_path / "a.db")
 
 
+def pytest_generate_tests(metafunc: Any) -> None:
+    """``sqlite_engine`` in each journal mode a module lists in ``SQLITE_JOURNALS`` (default:
+    SQLite's own, a rollback journal); WAL mode takes the server's other paths (group commit,
+    writes and COMMIT on the event loop)."""
+    journals = getattr(metafunc.module, "SQLITE_JOURNALS", None)
+    if journals and "sqlite_journal" in metafunc.fixturenames:
+        metafunc.parametrize("sqlite_journal", journals)
+
+
 @pytest.fixture
-def sqlite_engine(tmp_path: Any, keyring: Keyring) -> SQLiteEngine:
-    return SQLiteEngine(tmp_path / "s.db", keyring)
+def sqlite_journal() -> str:
+    return "delete"
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Any, keyring: Keyring, sqlite_journal: str) -> SQLiteEngine:
+    engine = SQLiteEngine(tmp_path / "s.db", keyring)
+    if sqlite_journal != "delete":
+        session = engine.open_session()
+        session.run(f"PRAGMA journal_mode={sqlite_journal}", [])
+        session.close()
+    return engine
 
 
 @pytest.fixture

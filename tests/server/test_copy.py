@@ -17,6 +17,9 @@ import pytest
 from tests.server.conftest import PASSWORD, USER
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 
+#: run the SQLite tests with a rollback journal and in WAL mode
+SQLITE_JOURNALS = ("delete", "wal")
+
 
 @pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
 def test_copy_in_and_out_with_psycopg(start_server, engine, request) -> None:

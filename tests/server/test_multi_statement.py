@@ -11,6 +11,9 @@ import pytest
 
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 
+#: run the SQLite tests with a rollback journal and in WAL mode
+SQLITE_JOURNALS = ("delete", "wal")
+
 DENIED = psycopg.errors.InsufficientPrivilege
 
 TABLES = ["CREATE TABLE sink (a BIGINT)", "CREATE TABLE open_t (a BIGINT)",

@@ -10,6 +10,9 @@ import pytest
 
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 
+#: run the SQLite tests with a rollback journal and in WAL mode
+SQLITE_JOURNALS = ("delete", "wal")
+
 SYNC = msg(b"S")
 FLUSH = msg(b"H")
 

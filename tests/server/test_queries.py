@@ -13,6 +13,9 @@ import pytest
 
 from tests.server.conftest import PASSWORD, USER, cancel_running
 
+#: run the SQLite tests with a rollback journal and in WAL mode
+SQLITE_JOURNALS = ("delete", "wal")
+
 
 def pg(srv, **kw):
     return psycopg.connect(**{**srv.dsn, **kw})

@@ -11,6 +11,9 @@ import pytest
 from cryptdisk.server import AccessLog
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 
+#: run the SQLite tests with a rollback journal and in WAL mode
+SQLITE_JOURNALS = ("delete", "wal")
+
 BOB = ("bob", "bob pw")
 
 
