@@ -1,4 +1,4 @@
-"""The server's sockets (cryptdisk.server._conn): TLS on the socket, back-pressure, hangups."""
+"""The server's sockets (cryptdisk.server._conn): TLS records, back-pressure, hangups."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib.util
 import socket
 import ssl
 import struct
+import time
 
 import psycopg
 import pytest
@@ -146,3 +147,100 @@ def test_tls_renegotiation_is_off(certs) -> None:
     """As in PostgreSQL: with no TLS 1.2 renegotiation a send never waits for a read."""
     _, cert, key = certs
     assert server_context(cert, key).options & ssl.OP_NO_RENEGOTIATION
+
+
+class _Records:
+    """The socket side of a TLS client on memory BIOs: the test decides how the records
+    it writes are cut into TCP segments (``chop`` bytes at a time, or all at once)."""
+
+    def __init__(self, sock: socket.socket, ca: str) -> None:
+        self.sock, self.pending = sock, b""
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ssl.create_default_context(cafile=ca).wrap_bio(
+            self.inc, self.out, server_hostname="localhost")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                self.inc.write(self.sock.recv(65536))
+        self.sock.sendall(self.out.read())
+
+    def record(self, data: bytes) -> None:
+        """``data`` as one TLS record, held until :meth:`flush`."""
+        self.tls.write(data)
+        self.pending += self.out.read()
+
+    def flush(self, chop: int = 0) -> None:
+        data, self.pending = self.pending, b""
+        if not chop:
+            self.sock.sendall(data)
+            return
+        for i in range(0, len(data), chop):
+            self.sock.sendall(data[i:i + chop])
+            time.sleep(0.002)  # each piece its own segment: a record arrives in parts
+
+    def sendall(self, data: bytes) -> None:
+        self.record(data)
+        self.flush()
+
+    def recv(self, n: int) -> bytes:
+        while True:
+            try:
+                return self.tls.read(n)
+            except ssl.SSLWantReadError:
+                data = self.sock.recv(65536)
+                if not data:
+                    return b""
+                self.inc.write(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _records_raw(port: int, ca: str) -> tuple[Raw, _Records]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(struct.pack("!ii", 8, 80877103))
+    assert sock.recv(1) == b"S"
+    records = _Records(sock, ca)
+    raw = Raw.__new__(Raw)
+    raw.sock, raw.buf = records, b""  # type: ignore[assignment]
+    return raw, records
+
+
+def test_many_tls_records_in_one_segment_are_all_answered(start_server, sqlite_engine,
+                                                          certs) -> None:
+    """Fifty queries, each its own TLS record, reach the server in one send: one recv
+    brings them all, and every one is decrypted and answered without the socket
+    becoming readable again."""
+    ca, cert, key = certs
+    srv = start_server(sqlite_engine, secure=False, ssl_context=server_context(cert, key))
+    raw, records = _records_raw(srv.port, str(ca))
+    raw.startup()
+    for i in range(50):
+        records.record(msg(b"Q", cstr(f"SELECT {i} * 2")))
+    records.flush()
+    seen = [body for i in range(50) for kind, body in raw.until(b"Z") if kind == b"D"]
+    assert seen == [b"\0\x01\0\0\0" + bytes([len(str(2 * i))]) + str(2 * i).encode()
+                    for i in range(50)]
+    raw.close()
+
+
+def test_tls_records_cut_into_small_segments(start_server, sqlite_engine, certs) -> None:
+    """Records that arrive 7 bytes at a time (header split from body, body in pieces),
+    and a query cut across two records: the server waits for the rest, then answers."""
+    ca, cert, key = certs
+    srv = start_server(sqlite_engine, secure=False, ssl_context=server_context(cert, key))
+    raw, records = _records_raw(srv.port, str(ca))
+    raw.startup()
+    query = msg(b"Q", cstr("SELECT 'split across records'"))
+    records.record(query[:9])
+    records.record(query[9:])
+    records.flush(chop=7)
+    rows = [body for kind, body in raw.until(b"Z") if kind == b"D"]
+    assert rows == [b"\0\x01\0\0\0\x14split across records"]
+    records.sendall(msg(b"Q", cstr("SELECT 1")))
+    assert [body for kind, body in raw.until(b"Z") if kind == b"D"] == [b"\0\x01\0\0\0\x011"]
+    raw.close()

@@ -1,16 +1,21 @@
-"""Client sockets on the event loop, TLS on the socket itself.
+"""Client sockets on the event loop, TLS through an :class:`ssl.SSLObject`.
 
-asyncio's streams run TLS through memory BIOs pumped by Python code (``sslproto``):
-a dozen Python calls per message each way. Here a connection is a non-blocking
-socket the loop watches with ``add_reader``/``add_writer``; after ``start_tls`` it is
-an :class:`ssl.SSLSocket`, so one ``recv`` or ``send`` call decrypts or encrypts in
-OpenSSL, on the socket, without the GIL. :class:`Listener` accepts connections.
+A connection is a non-blocking socket the loop watches with ``add_reader``/``add_writer``.
+After ``start_tls`` its bytes pass through an :class:`ssl.SSLObject` on two memory BIOs:
+one ``recv`` takes whatever the client sent (whole TLS records, often several), one
+``read`` of the SSL object decrypts a record, one ``write`` encrypts a whole response
+and one ``send`` puts it on the socket. An :class:`ssl.SSLSocket` would read each record
+with two system calls (its 5-byte header, then the rest: Python's ``ssl`` cannot turn on
+OpenSSL's read-ahead) and write a large response in one system call per 16 KiB record.
+asyncio's streams use memory BIOs too, but pump them with a dozen Python calls per
+message each way (``sslproto``). :class:`Listener` accepts connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import socket
 import ssl
@@ -30,8 +35,7 @@ _HIGH = 1 << 16
 _LOW = 1 << 14
 #: seconds a worker leaves a connection to a less busy worker before taking it itself
 _DEFER = 0.005
-_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                ssl.SSLWantWriteError)
+_WOULD_BLOCK = (BlockingIOError, InterruptedError)
 
 
 def _lost(exc: BaseException) -> ConnectionError:
@@ -43,8 +47,8 @@ def _lost(exc: BaseException) -> ConnectionError:
     return err
 
 
-def _nothing_pending() -> int:
-    return 0
+def _no_tls(_n: int) -> bytes:
+    raise AssertionError("no TLS on this connection")
 
 
 def _settle(waiter: asyncio.Future[None] | None) -> None:
@@ -79,12 +83,15 @@ class Connection:
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closing = False
         self._closed: asyncio.Future[None] = loop.create_future()
-        self.tls: ssl.SSLSocket | None = None
-        #: the calls that move bytes: the socket's, then (TLS) the SSL object's own methods,
-        #: without ssl.SSLSocket's Python wrappers around them
-        self._recv: Callable[[int], bytes] = sock.recv
-        self._send: Callable[[bytes], int] = sock.send
-        self._pending: Callable[[], int] = _nothing_pending
+        self.tls: ssl.SSLObject | None = None
+        #: TLS: ciphertext received and not yet decrypted, and encrypted, not yet sent
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        #: TLS: the SSL object's own read and write, without ssl.SSLObject's Python
+        #: wrappers around them
+        self._decrypt: Callable[[int], bytes] = _no_tls
+        self._encrypt: Callable[[bytes], int] | None = None
+        self._on_readable: Callable[[], None] = self._read_plain
         self._resume_reading()
 
     # -- reading ----------------------------------------------------------------------------
@@ -93,9 +100,9 @@ class Connection:
         if not self._reading and not self.eof and self.error is None and not self._closing:
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
-            if self.tls is not None and self._pending():
-                # decrypted bytes left in the SSL object when reading paused: epoll will
-                # not report them
+            if self.tls is not None and self._incoming.pending:
+                # records received but not decrypted when reading paused: epoll will not
+                # report them
                 self.loop.call_soon(self._on_readable)
 
     def _pause_reading(self) -> None:
@@ -103,10 +110,10 @@ class Connection:
             self._reading = False
             self.loop.remove_reader(self.fd)
 
-    def _on_readable(self) -> None:
+    def _read_plain(self) -> None:
         if not self._reading:
             return
-        recv = self._recv
+        recv = self.sock.recv
         try:
             while True:
                 chunk = recv(_RECV)
@@ -114,17 +121,53 @@ class Connection:
                     self.eof = True
                     break
                 self.buffer += chunk
-                # TLS: a record's decrypted bytes can wait in the SSL object, unseen by epoll
-                if len(self.buffer) >= READ_LIMIT or (
-                        self.tls is None and len(chunk) < _RECV) or (
-                        self.tls is not None and not self._pending()):
+                if len(self.buffer) >= READ_LIMIT or len(chunk) < _RECV:
                     break
         except _WOULD_BLOCK:
             pass
-        except ssl.SSLEOFError:  # closed without close_notify: an end, as SSLSocket has it
-            self.eof = True
         except OSError as exc:
             self.error = _lost(exc)
+        self._after_read()
+
+    def _read_tls(self) -> None:
+        """Decrypt the records already received, then ``recv`` more: one system call
+        brings what the client sent, whole records or parts of them."""
+        if not self._reading:
+            return
+        buf, incoming, decrypt = self.buffer, self._incoming, self._decrypt
+        more = True  # the socket may hold more (the last recv filled its buffer)
+        try:
+            while True:  # at least one record, even past READ_LIMIT: readexactly needs it
+                if incoming.pending:
+                    try:  # one record: _RECV is more than a record holds, so none is left
+                        chunk = decrypt(_RECV)  # half read in the SSL object
+                    except ssl.SSLWantReadError:  # the rest of a record is on its way
+                        chunk = None
+                    if chunk:
+                        buf += chunk
+                        if len(buf) >= READ_LIMIT:
+                            break
+                        continue
+                    if chunk is not None:  # the client's close_notify
+                        self.eof = True
+                        break
+                if not more:
+                    break
+                data = self.sock.recv(_RECV)
+                if not data:  # without close_notify: an end, as SSLSocket has it
+                    self.eof = True
+                    break
+                incoming.write(data)
+                more = len(data) == _RECV
+        except _WOULD_BLOCK:
+            pass
+        except OSError as exc:  # ssl.SSLError too: a record that does not authenticate
+            self.error = _lost(exc)
+        if self._outgoing.pending and self.error is None and not self._closing:
+            self._send_raw(self._outgoing.read())  # TLS 1.3 KeyUpdate's answer
+        self._after_read()
+
+    def _after_read(self) -> None:
         if self.eof or self.error is not None or len(self.buffer) >= READ_LIMIT:
             self._pause_reading()
         self._wake()
@@ -165,12 +208,24 @@ class Connection:
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Send ``data`` now if the socket takes it, else queue it (see :meth:`drain`)."""
+        """Send ``data`` now if the socket takes it, else queue it (see :meth:`drain`).
+        TLS: encrypted now, all of it (a memory BIO never refuses bytes), then sent."""
         if self._closing or self.error is not None or not data:
             return
+        if self._encrypt is not None:
+            try:
+                self._encrypt(data)
+            except (ssl.SSLError, ValueError) as exc:
+                self._fail(exc)
+                return
+            data = self._outgoing.read()
+        self._send_raw(data)
+
+    def _send_raw(self, data: bytes) -> None:
+        """Send bytes as they go on the wire (ciphertext under TLS), or queue them."""
         if not self._out:
             try:
-                n = self._send(data)
+                n = self.sock.send(data)
             except _WOULD_BLOCK:
                 n = 0
             except OSError as exc:
@@ -178,8 +233,7 @@ class Connection:
                 return
             if n == len(data):
                 return
-            # TLS: SSL_write did not take it all and must be called again with the same bytes
-            data = data if self.tls is not None else data[n:]
+            data = data[n:]
         self._out.append(data)
         self._out_size += len(data)
         if not self._writing:
@@ -187,13 +241,13 @@ class Connection:
             self.loop.add_writer(self.fd, self._on_writable)
 
     def _on_writable(self) -> None:
-        send = self._send
+        send = self.sock.send
         out = self._out
         try:
             while out:
                 data = out[0]
                 n = send(data)
-                if n < len(data) and self.tls is None:
+                if n < len(data):
                     out[0] = data[n:]
                     self._out_size -= n
                     break
@@ -267,11 +321,9 @@ class Connection:
         finally:
             (self.loop.remove_writer if write else self.loop.remove_reader)(self.fd)
 
-    async def start_tls(self, context: ssl.SSLContext) -> None:
-        """The TLS handshake (server side) on this socket; later reads and writes go
-        through it. Nothing may be buffered or queued when it starts."""
-        assert not self.buffer and self.tls is None
-        while self._out and self.error is None:  # the plaintext reply first (b"S")
+    async def _sent(self) -> None:
+        """Wait until everything queued has gone to the socket."""
+        while self._out and self.error is None:
             self._drain_waiter = self.loop.create_future()
             try:
                 await self._drain_waiter
@@ -279,26 +331,47 @@ class Connection:
                 self._drain_waiter = None
         if self.error is not None:
             raise self.error
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        """The TLS handshake (server side) on this socket; later reads and writes go
+        through it. Nothing may be buffered or queued when it starts."""
+        assert not self.buffer and self.tls is None
+        await self._sent()  # the plaintext reply first (b"S")
         self._pause_reading()
-        self.tls = context.wrap_socket(self.sock, server_side=True,
-                                       do_handshake_on_connect=False)
+        incoming, outgoing = self._incoming, self._outgoing
+        tls = self.tls = context.wrap_bio(incoming, outgoing, server_side=True)
         try:
             while True:
                 try:
-                    self.tls.do_handshake()
-                    break
+                    tls.do_handshake()
+                    done = True
                 except ssl.SSLWantReadError:
-                    await self._ready(write=False)
-                except ssl.SSLWantWriteError:
-                    await self._ready(write=True)
+                    done = False
+                except ssl.SSLError:
+                    with contextlib.suppress(OSError):  # the alert, if the socket takes it
+                        self.sock.send(outgoing.read())
+                    raise
+                if outgoing.pending:
+                    self._send_raw(outgoing.read())
+                    await self._sent()
+                if done:
+                    break
+                await self._ready(write=False)
+                try:
+                    data = self.sock.recv(_RECV)
+                except _WOULD_BLOCK:
+                    continue
+                if not data:
+                    raise ConnectionResetError("the client closed the connection during "
+                                               "the TLS handshake")
+                incoming.write(data)
         except BaseException:
             self.abort()
             raise
-        tls = self.tls
         obj = getattr(tls, "_sslobj", None)  # CPython's _ssl._SSLSocket under the wrapper
-        self._recv = obj.read if obj is not None else tls.recv
-        self._send = obj.write if obj is not None else tls.send
-        self._pending = obj.pending if obj is not None else tls.pending
+        self._decrypt = obj.read if obj is not None else tls.read
+        self._encrypt = obj.write if obj is not None else tls.write
+        self._on_readable = self._read_tls
         self._resume_reading()
 
     # -- closing ----------------------------------------------------------------------------
@@ -315,10 +388,10 @@ class Connection:
 
     def _finish_close(self) -> None:
         if self.tls is not None and self.error is None:
-            try:  # close_notify, without waiting for the client's
-                self.tls.unwrap()
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(OSError, ValueError):  # close_notify, without waiting
+                self.tls.unwrap()                           # for the client's
+            with contextlib.suppress(OSError):
+                self.sock.send(self._outgoing.read())
         self.abort()
 
     def abort(self) -> None:
@@ -335,7 +408,7 @@ class Connection:
         self._wake()
         self._wake_drain()
         if not self._closed.done():
-            (self.tls or self.sock).close()
+            self.sock.close()
             self._closed.set_result(None)
 
     async def wait_closed(self) -> None:
