@@ -298,3 +298,33 @@ def test_interleave_can_rotate_the_order_and_gives_median_extras(options, monkey
     assert log.read_text().split() == list("ABCBCACAB")
     (a,) = [m for m in got if m.strategy == "A"]
     assert len(a.values) == 3 and a.extra["pid"] > 0  # a number: the median of 3 runs' pids
+
+
+def test_cleanup_stops_workers_before_the_actions_and_daemons_after(tmp_path):
+    """A FUSE daemon serves its mount until the unmount action has run; the workers,
+    which hold files open on it, are gone before."""
+    c = Cleanup(tmp_path)
+    worker = c.popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    daemon = c.popen([sys.executable, "-c", "import time; time.sleep(60)"], daemon=True)
+    seen = []
+    c.push("unmount", lambda: seen.append((worker.poll() is not None, daemon.poll() is None)))
+    c.run()
+    assert seen == [(True, True)]
+    assert daemon.poll() is not None and not c.workdir.exists()
+
+
+def test_a_child_that_ignores_sigterm_is_killed_and_cleanup_ends(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    c = Cleanup(tmp_path)
+    proc = c.popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                    "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+                   stdout=subprocess.PIPE, daemon=True)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    t0 = time.monotonic()
+    c.run()
+    assert proc.returncode == -signal.SIGKILL
+    assert time.monotonic() - t0 < 30  # bounded waits (SIGTERM, then SIGKILL), never wait()
+    proc.stdout.close()

@@ -4,7 +4,12 @@ Configured as its documentation recommends for a new file system
 (``gocryptfs -init``: AES-256-GCM, the default), except ``-scryptn 10`` so that
 mounting is quick (it only changes the password hash, not data throughput).
 The daemon runs in the foreground (``-fg``) as our child, so its CPU time is
-read with psutil and added to the benchmark's.
+read with psutil and added to the benchmark's. Its messages go to a log file in
+the scratch directory (a pipe nobody reads would stop it once full).
+
+Unmounting never waits on the daemon for long (see :mod:`._cleanup`): ``fusermount
+-u`` while it still serves, ``-u -z`` if that fails (a worker's file still open, a
+daemon that does not answer), then the daemon is stopped, SIGKILL last.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ._cleanup import Cleanup
+from ._cleanup import Cleanup, is_mounted, stop, unmount
 
 __all__ = ["INSTALL", "GocryptfsMount", "unavailable_reason"]
 
@@ -48,30 +53,28 @@ class GocryptfsMount:
         subprocess.run(["gocryptfs", "-init", "-q", "-passfile", str(passfile), "-scryptn", "10",
                         str(self.cipher)], check=True, capture_output=True, timeout=60)
         self._cleanup = cleanup
-        self._proc = cleanup.popen(["gocryptfs", "-fg", "-q", "-passfile", str(passfile),
-                                    str(self.cipher), str(self.mountpoint)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   die_with_us=True)
+        log = base / "gocryptfs.log"
+        with open(log, "wb") as err:
+            self._proc = cleanup.popen(["gocryptfs", "-fg", "-q", "-passfile", str(passfile),
+                                        str(self.cipher), str(self.mountpoint)],
+                                       stdout=subprocess.DEVNULL, stderr=err,
+                                       die_with_us=True, daemon=True)
         cleanup.push("unmount gocryptfs", self.unmount)
         deadline = time.monotonic() + 20
-        while not os.path.ismount(self.mountpoint):
+        while not is_mounted(self.mountpoint):
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
                 self.unmount()
-                raise OSError(f"gocryptfs did not mount: {err.strip() or 'timeout'}")
+                said = log.read_text(errors="replace").strip()
+                raise OSError(f"gocryptfs did not mount: {said or 'timeout'}")
             time.sleep(0.05)
         self.pid = self._proc.pid
 
     def unmount(self) -> None:
-        if os.path.ismount(self.mountpoint):
-            tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
-            subprocess.run([tool, "-u", str(self.mountpoint)], capture_output=True, timeout=30)
-        if self._proc.poll() is None:
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._proc.stderr:
-            self._proc.stderr.close()
-        self._cleanup.forget(self._proc)
+        """Unmount and stop the daemon; bounded however the daemon behaves."""
+        unmount(self.mountpoint)
+        # unmounted, gocryptfs -fg exits by itself; SIGKILL also aborts a FUSE connection
+        # that a lazy unmount left to a file still open
+        exited = stop(self._proc, grace=2.0)
+        unmount(self.mountpoint)  # a mount whose daemon died before it was unmounted
+        if exited:
+            self._cleanup.forget(self._proc)

@@ -15,6 +15,7 @@ not in the figures.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CryptdiskError
-from ._cleanup import Cleanup, die_with_parent
+from ._cleanup import KILL_WAIT, Cleanup, die_with_parent
 from ._measure import Sample, peak_rss_mb
 
 __all__ = ["BenchRunError", "WorkerResult", "run_worker"]
@@ -65,12 +66,19 @@ def run_worker(cleanup: Cleanup, target: str, args: dict[str, Any], *,
         _, err = proc.communicate(spec, timeout=timeout)
     except BaseException as exc:  # timeout, Ctrl-C: the worker must not outlive this call
         proc.kill()
-        proc.communicate()
+        try:  # bounded: a worker killed in a request to a FUSE daemon that does not answer
+            proc.wait(timeout=KILL_WAIT)  # cannot exit until the daemon is stopped
+        except subprocess.TimeoutExpired:
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise BenchRunError(f"{target} did not finish within {timeout:.0f} s and "
+                                    "did not exit when killed") from None
+            raise exc from None  # still registered: Cleanup.run reaps it after the daemon
+        _close_pipes(proc)
+        cleanup.forget(proc)
         if isinstance(exc, subprocess.TimeoutExpired):
             raise BenchRunError(f"{target} did not finish within {timeout:.0f} s") from None
         raise
-    finally:
-        cleanup.forget(proc)
+    cleanup.forget(proc)
     data = json.loads(result.read_text()) if result.exists() else None
     if data is not None:
         result.unlink()
@@ -82,6 +90,13 @@ def run_worker(cleanup: Cleanup, target: str, args: dict[str, Any], *,
                             + (lines[-1] if lines else "no output"),
                             traceback="\n".join(lines[-40:]))
     return WorkerResult([Sample(**s) for s in data["samples"]], data["peak_rss_mb"])
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def _main() -> int:
