@@ -249,3 +249,28 @@ def test_serve_reports_a_malformed_user_file(root: Path) -> None:
         _assert_cli_error(_serve(root, *args),
                           f"the user file {root / 'app.db.users'} is malformed: "
                           "users['u'].verifier is missing", "cryptdisk: hint: restore it")
+
+
+def test_a_running_server_keeps_its_users_when_another_process_leaves_a_malformed_file(
+        root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A login reads the users in again when another process changed them (refresh): a
+    malformed user file is logged as the error it is, the users read before stay, and
+    every change to users fails with the same error until it is repaired."""
+    from cryptdisk.server._users import _ChangeCounter
+
+    store, engine = _store(root)
+    try:
+        users = dict(store.users)
+        _write_user_file(root, b'{"version": 1, "serial": 9, "users": []}')
+        counter = _ChangeCounter(str(root / "app.db.users.lock"))
+        with counter.locked():
+            counter.bump()  # as another process's save does
+        with caplog.at_level("ERROR", logger="cryptdisk.server"):
+            store.refresh()
+        assert store.users == users
+        assert f"the user file {root / 'app.db.users'} is malformed: users is a list" \
+            in caplog.text
+        with pytest.raises(UsersFileError, match="users is a list"):
+            store.set_user("v", "v pw", create=True)
+    finally:
+        engine.close()
