@@ -101,6 +101,23 @@ def test_tls13_preferred_and_tls12_accepted(start_server, sqlite_engine, certs) 
     assert server_context(certs[1], certs[2]).minimum_version == ssl.TLSVersion.TLSv1_2
 
 
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_no_session_ticket_is_issued(start_server, sqlite_engine, certs, version) -> None:
+    """As PostgreSQL: no session to resume, so every connection makes a full handshake
+    with its certificate checks (TLS 1.3 would send two tickets after each handshake)."""
+    srv = start_server(sqlite_engine)
+    ctx = ssl.create_default_context(cafile=str(certs[0]))
+    ctx.maximum_version = ctx.minimum_version = version
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+        s.sendall(struct.pack("!ii", 8, 80877103))
+        assert s.recv(1) == b"S"
+        with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+            body = struct.pack("!i", 196608) + b"user\0nobody\0\0"
+            tls.sendall(struct.pack("!i", len(body) + 4) + body)
+            assert tls.recv(1) == b"R"  # the SCRAM request: TLS 1.3's tickets came before it
+            assert tls.session is not None and not tls.session.has_ticket
+
+
 def test_wrong_password_and_unknown_user_look_the_same(start_server, sqlite_engine,
                                                        caplog) -> None:
     srv = start_server(sqlite_engine)
