@@ -107,8 +107,9 @@ def test_sorted_input_becomes_disjoint_parts_without_a_sort(tmp_path, monkeypatc
 
     monkeypatch.setattr(_insert, "PART_ROWS", 300_000)
     sorts = []
-    real = _blocks._sorted
-    monkeypatch.setattr(_blocks, "_sorted", lambda b, o: sorts.append(b.num_rows) or real(b, o))
+    real = _blocks._sorted_pieces
+    monkeypatch.setattr(_blocks, "_sorted_pieces",
+                        lambda b, o, n: sorts.append(b.num_rows) or real(b, o, n))
     path = tmp_path / "db"
     with cryptdisk.connect(path, insert_block_bytes=1 << 20) as db:
         db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
@@ -137,12 +138,12 @@ def test_an_error_in_a_block_publishes_nothing(tmp_path, monkeypatch):
     connection can run the next statement (DuckDB's result was closed)."""
     from cryptdisk.db import _blocks
 
-    def fail(block, order):
+    def fail(block, order, rows):
         raise OSError("disk full")
 
     with cryptdisk.connect(tmp_path / "db", insert_block_bytes=1 << 20) as db:
         db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
-        monkeypatch.setattr(_blocks, "_sorted", fail)
+        monkeypatch.setattr(_blocks, "_sorted_pieces", fail)
         with pytest.raises(OSError, match="disk full"):
             db.sql("INSERT INTO t SELECT hash(i) // 2, md5(i::VARCHAR) FROM range(200000) r(i)")
         monkeypatch.undo()
@@ -226,6 +227,14 @@ def test_a_numeric_key_sorts_as_arrows_stable_sort(kind, data, outlier):
     assert np.array_equal(got, want), (kind, keys)
     block = pa.table({"k": arr, "i": pa.array(range(len(arr)))})
     assert _blocks._sorted(block, ["k"]).column("i").to_pylist() == want.tolist()
+    # the same order a few rows at a time, from a block of several chunks
+    cut = data.draw(st.integers(0, len(keys)))
+    chunked = pa.concat_tables([block.slice(0, cut), block.slice(cut)])
+    rows = data.draw(st.integers(1, 64))
+    pieces = list(_blocks._sorted_pieces(chunked, ["k"], rows))
+    assert [p.num_rows for p in pieces] == [min(rows, len(keys) - s)
+                                           for s in range(0, len(keys), rows)]
+    assert pa.concat_tables(pieces).column("i").to_pylist() == want.tolist()
 
 
 def test_keys_that_need_the_second_sort_of_runs():

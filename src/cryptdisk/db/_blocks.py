@@ -16,8 +16,10 @@ Parts are written by up to ``workers`` threads at once, each sorting, encoding a
 (on another thread) encrypting (plain: hashing) its own part, so both cores work. At
 most ``workers`` parts are open, each holding the block it encodes and one queued
 block, and one block is being gathered: an insert holds about
-``(2 * workers + 1) * block_bytes`` of rows (3x while a block is sorted, which
-copies it), whatever its size. Unsorted input yields one part per block, whose key
+``(2 * workers + 1) * block_bytes`` of rows, whatever its size (one block more for a
+moment while a block's chunks are combined into the one contiguous copy that is then
+taken in key order a row group at a time, each row group encoded as it is taken).
+Unsorted input yields one part per block, whose key
 ranges overlap; ``OPTIMIZE`` merges them.
 
 All parts are published (each an atomic rename) before the caller commits the
@@ -162,8 +164,9 @@ def _packed_sort_indices(key: pa.Array) -> Any:
     return idx
 
 
-def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
-    """``block`` sorted by ``order`` (NULLs last, NaN above every number, as DuckDB).
+def _sort_order(block: pa.Table, order: list[str]) -> Any:
+    """The stable order of ``block``'s rows by ``order`` (NULLs last, NaN above every
+    number, as DuckDB): positions, as a numpy or Arrow integer array.
 
     One key column of numbers, dates or times without NULLs is sorted by
     :func:`_packed_sort_indices`; other keys by Arrow's sort. Both are stable.
@@ -174,10 +177,31 @@ def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
         idx = _packed_sort_indices(key) if len(key) > 1 else None
         if idx is None:
             idx = pc.array_sort_indices(key, null_placement="at_end")
-    else:
-        idx = pc.sort_indices(block.combine_chunks(),
-                              sort_keys=[(c, "ascending", "at_end") for c in order])
-    return block.combine_chunks().take(idx)
+        return idx
+    return pc.sort_indices(block.combine_chunks(),
+                           sort_keys=[(c, "ascending", "at_end") for c in order])
+
+
+def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
+    """``block`` sorted by ``order`` (see :func:`_sort_order`)."""
+    return block.combine_chunks().take(_sort_order(block, order))
+
+
+def _sorted_pieces(block: pa.Table, order: list[str], rows: int) -> Iterable[pa.Table]:
+    """``block`` sorted by ``order`` (see :func:`_sort_order`), ``rows`` rows at a time
+    (the last piece may be shorter).
+
+    Each piece is taken from the block when it is asked for, so the sorted rows are
+    never all in memory (one piece is, beside the block's one contiguous copy), and a
+    piece is still in the CPU's cache when the writer encodes it: taking the whole
+    block at once wrote the sorted rows to fresh memory (page faults) and read them back
+    from RAM, which cost as much as the take itself.
+    """
+    idx = _sort_order(block, order)
+    if any(c.num_chunks != 1 for c in block.columns):  # combine_chunks copies even one
+        block = block.combine_chunks()
+    for start in range(0, block.num_rows, rows):
+        yield block.take(idx[start:start + rows])
 
 
 class _Job:
@@ -210,13 +234,23 @@ class _Job:
                 if self.stop:
                     continue
                 block, sort = item
+                del item
+                rows = block.num_rows
                 if sort:
-                    block = _sorted(block, self._order)
-                self.writer.write(block)
+                    # a row group at a time, each one a row group of the part; the block's
+                    # contiguous copy replaces it (no reference to it is kept here)
+                    pieces = _sorted_pieces(block, self._order, _parts.ROW_GROUP_ROWS)
+                    del block
+                    for piece in pieces:
+                        self.writer.write(piece)
+                        del piece
+                    del pieces
+                else:
+                    self.writer.write(block)
+                    del block
                 if self._on_rows is not None:
                     with self._lock:
-                        self._on_rows(block.num_rows)
-                del block, item
+                        self._on_rows(rows)
             ended = True
             if not self.stop:
                 self.part = self.writer.finish()
