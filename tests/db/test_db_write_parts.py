@@ -195,3 +195,82 @@ def test_row_groups_are_whole_whatever_the_batch_sizes(tmp_path, monkeypatch):
         assert meta.row_group(0).column(h).compression == "UNCOMPRESSED"
         got.append(pq.read_table(tmp_path / part.path))
     assert pa.concat_tables(got).equals(pa.Table.from_batches([whole]))
+
+
+def _stats_bounds(meta, column):
+    j = meta.schema.names.index(column)
+    return [(meta.row_group(i).column(j).statistics.min, meta.row_group(i).column(j).statistics.max)
+            for i in range(meta.num_row_groups)]
+
+
+@pytest.mark.parametrize("typ", ["BIGINT", "INTEGER", "SMALLINT"])
+def test_a_signed_integer_key_has_its_bounds_in_the_footer(tmp_path, monkeypatch, typ):
+    """Each row group's key min/max are written beside the statistics, equal to them, and
+    an opened part reads them from there (not one statistics object per row group)."""
+    from cryptdisk.db._partread import open_part
+    from cryptdisk.db._parts import KEY_BOUNDS_KEY, key_bounds
+
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql(f"CREATE TABLE t (k {typ}, v VARCHAR) ORDER BY k "
+               "SETTINGS storage_policy = 'plain'")
+        db.sql("INSERT INTO t SELECT (i * 7919) % 30011 - 15000, i::VARCHAR FROM range(9500) r(i)")
+        db.sql("OPTIMIZE TABLE t FINAL")  # the merge's writer too
+        (part,) = db.table("t").parts
+        with db.config.disks["plain"].open_read(part.path) as f:
+            meta = pq.ParquetFile(f).metadata
+        want = _stats_bounds(meta, "k")
+        assert len(want) == 10
+        assert key_bounds(meta.metadata, "k", meta.num_row_groups) == want
+        assert meta.metadata[KEY_BOUNDS_KEY].startswith(b"k\0")
+        op = db._open_parts.get(part)
+        assert op.ranges("k") == want and op.key_range("k") == (want[0][0], want[-1][1])
+        fresh = open_part(db.config.disks["plain"], part)
+
+        class NoStatistics:  # the footer, but its row groups' statistics are not read
+            def __init__(self, meta):
+                self._meta = meta
+
+            def __getattr__(self, name):
+                if name == "row_group":
+                    raise AssertionError("read the row groups' statistics")
+                return getattr(self._meta, name)
+
+        fresh.meta = NoStatistics(fresh.meta)
+        assert fresh.ranges("k") == want
+        assert db.query("SELECT v FROM t WHERE k = -15000 + 7919 * 3 % 30011") == [("3",)]
+
+
+def test_no_key_bounds_for_null_keys_or_other_types(tmp_path, monkeypatch):
+    """A key with a NULL, or not a signed integer, has only its statistics."""
+    from cryptdisk.db._parts import KEY_BOUNDS_KEY
+
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE n (k BIGINT, v BIGINT) ORDER BY k SETTINGS storage_policy = 'plain'")
+        db.sql("INSERT INTO n SELECT CASE WHEN i % 10 = 0 THEN NULL ELSE i END, i "
+               "FROM range(3000) r(i)")
+        db.sql("CREATE TABLE s (k VARCHAR, v BIGINT) ORDER BY k SETTINGS storage_policy = 'plain'")
+        db.sql("INSERT INTO s SELECT i::VARCHAR, i FROM range(3000) r(i)")
+        for t in "ns":
+            (part,) = db.table(t).parts
+            with db.config.disks["plain"].open_read(part.path) as f:
+                meta = pq.ParquetFile(f).metadata
+            assert KEY_BOUNDS_KEY not in (meta.metadata or {})
+            assert db._open_parts.get(part).ranges("k") == _stats_bounds(meta, "k")
+        assert db.query("SELECT count(*) FROM n WHERE k = 7") == [(1,)]
+        assert db.query("SELECT count(*) FROM s WHERE k = '7'") == [(1,)]
+
+
+def test_key_bounds_that_do_not_fit_the_part_are_ignored():
+    import array
+
+    from cryptdisk.db._parts import KEY_BOUNDS_KEY, key_bounds
+
+    raw = array.array("q", [1, 5, 4, 9]).tobytes()  # mins 1, 5; maxs 4, 9
+    assert key_bounds({KEY_BOUNDS_KEY: b"k\0" + raw}, "k", 2) == [(1, 4), (5, 9)]
+    assert key_bounds({KEY_BOUNDS_KEY: b"k\0" + raw}, "k", 3) is None  # other row groups
+    assert key_bounds({KEY_BOUNDS_KEY: b"k\0" + raw}, "v", 2) is None  # another column
+    assert key_bounds({KEY_BOUNDS_KEY: b"k" + raw}, "k", 2) is None  # no separator
+    assert key_bounds({KEY_BOUNDS_KEY: b"k\0" + raw[:-1]}, "k", 2) is None
+    assert key_bounds({}, "k", 2) is None and key_bounds(None, "k", 2) is None

@@ -28,7 +28,7 @@ from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
 from ._granule import PageError, PageSpan, decode_pages, granule_schema, page_spans, walked_all
-from ._parts import NAN_KEY, PART_ID_KEY, not_as_recorded
+from ._parts import NAN_KEY, PART_ID_KEY, key_bounds, not_as_recorded
 from ._stats import key_range_of
 from ._storage import local_path, open_read
 
@@ -579,6 +579,7 @@ class OpenPart:
                         str(self.meta.created_by or "").startswith("parquet-cpp"))
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self._all_null: dict[str, set[int]] = {}  # row groups whose column is all NULL
+        self._bounded: set[str] = set()  # columns whose ranges came from KEY_BOUNDS_KEY
         self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
         self._nans: dict[str, set[int]] | None = None
         self.num_row_groups = self.meta.num_row_groups
@@ -595,12 +596,18 @@ class OpenPart:
         """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.
 
         Read from the footer once per open part (a point query on a part opened
-        earlier pays nothing here).
+        earlier pays nothing here): a signed integer key's from the bounds written for it
+        (:data:`~._parts.KEY_BOUNDS_KEY`), other columns' from their statistics.
         """
         got = self._ranges.get(column)
         if got is None and column not in self._ranges:
             j = self._index.get(column)
-            if j is not None:
+            if j is not None:  # a key's bounds written for it, else the statistics
+                got = key_bounds(self.meta.metadata, column, self.num_row_groups)
+                self._all_null[column] = set()
+                if got is not None:  # integers, every row group's: key_range needs no checks
+                    self._bounded.add(column)
+            if j is not None and got is None:
                 got = []
                 nulls = self._all_null[column] = set()
                 for i in range(self.num_row_groups):
@@ -621,6 +628,8 @@ class OpenPart:
         found = self.ranges(column)
         if found is None:
             return key_range_of(self.meta, column)  # not a plain one-leaf column
+        if column in self._bounded:
+            return (min(r[0] for r in found), max(r[1] for r in found))  # type: ignore[index]
         lo = hi = None
         nulls = self._all_null.get(column, set())
         for i, r in enumerate(found):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import queue
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -34,13 +35,18 @@ from ._granule import GRANULE_ROWS
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["NAN_KEY", "PART_ID_KEY", "check_footer", "column_compression", "dictionary_columns",
-           "not_as_recorded", "verify_part", "write_parts"]
+__all__ = ["KEY_BOUNDS_KEY", "NAN_KEY", "PART_ID_KEY", "check_footer", "column_compression",
+           "dictionary_columns", "key_bounds", "not_as_recorded", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
 #: leave NaN out, and DuckDB orders NaN above every number).
 NAN_KEY = b"cryptdisk.nan_row_groups"
+#: Footer entry: each row group's minimum and maximum of a signed integer ORDER BY key
+#: without NULLs: the key's name, a NUL byte, then every minimum and every maximum as
+#: little-endian int64 (see :func:`key_bounds`). A query opening the part reads the key's
+#: sparse index from here at once, not from one statistics object per row group.
+KEY_BOUNDS_KEY = b"cryptdisk.key_bounds"
 COMPRESSION = "lz4"
 #: Rows per row group: the granule a filtered scan reads, decrypts and decodes at least.
 #: 64Ki rows (8 ClickHouse granules) keep a point query on the key at one small read
@@ -136,6 +142,60 @@ class _NaNGroups:
         import json
 
         return json.dumps({"row_groups": self.groups, "nan": self.found}).encode()
+
+
+class _KeyBounds:
+    """Each row group's minimum and maximum of a signed integer key, as the writer splits
+    batches (see :data:`KEY_BOUNDS_KEY`); none once a NULL key is seen."""
+
+    def __init__(self, schema: pa.Schema, key: str | None) -> None:
+        i = schema.get_field_index(key) if key is not None else -1
+        self.key = key if i >= 0 and pa.types.is_signed_integer(schema.field(i).type) else None
+        self.mins: list[int] = []
+        self.maxs: list[int] = []
+
+    def add(self, batch: pa.RecordBatch | pa.Table, group_rows: int) -> None:
+        if self.key is None:
+            return
+        col = batch.column(self.key)
+        if col.null_count:
+            self.key = None
+            return
+        for start in range(0, len(col), group_rows):
+            piece = col.slice(start, group_rows).to_numpy()  # no NULL: no copy of one chunk
+            self.mins.append(int(piece.min()))
+            self.maxs.append(int(piece.max()))
+
+    def to_bytes(self) -> bytes | None:
+        if self.key is None or not self.mins:
+            return None
+        import array
+
+        values = array.array("q", self.mins + self.maxs)
+        if sys.byteorder == "big":
+            values.byteswap()
+        return self.key.encode() + b"\0" + values.tobytes()
+
+
+def key_bounds(metadata: dict[bytes, bytes] | None, column: str,
+               row_groups: int) -> list[tuple[Any, Any] | None] | None:
+    """Per row group, ``(min, max)`` of ``column`` from a part footer's
+    :data:`KEY_BOUNDS_KEY` entry (``metadata``: the footer's key-value pairs), or None
+    when there is no such entry for ``column`` with ``row_groups`` row groups."""
+    raw = (metadata or {}).get(KEY_BOUNDS_KEY)
+    if raw is None:
+        return None
+    name, sep, data = raw.partition(b"\0")
+    if not sep or name != column.encode() or len(data) != 16 * row_groups or not row_groups:
+        return None
+    import array
+
+    values = array.array("q")
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    found = values.tolist()
+    return list(zip(found[:row_groups], found[row_groups:], strict=True))
 
 
 #: A column whose first rows are more than this share distinct values is written without
@@ -278,6 +338,7 @@ class _PartWriter:
             self.abort()
             raise
         self._nans = _NaNGroups(schema)
+        self._bounds = _KeyBounds(schema, key)
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         if not data.num_rows:
@@ -289,11 +350,16 @@ class _PartWriter:
         else:  # row groups of ROW_GROUP_ROWS across the table's chunks
             self._writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
         self._nans.add(data, ROW_GROUP_ROWS)
+        self._bounds.add(data, ROW_GROUP_ROWS)
         self.rows += data.num_rows
 
     def finish(self) -> PartMeta | None:
         try:
-            self._writer.add_key_value_metadata({NAN_KEY: self._nans.to_json()})
+            extra = {NAN_KEY: self._nans.to_json()}
+            bounds = self._bounds.to_bytes()
+            if bounds is not None:
+                extra[KEY_BOUNDS_KEY] = bounds
+            self._writer.add_key_value_metadata(extra)
             self._writer.close()
         except BaseException:
             self.abort()
