@@ -120,6 +120,25 @@ def _order_bits(key: pa.Array) -> Any:
 _CHUNK = 1 << 16
 
 
+def _ties(packed: Any, limit: Any) -> Any:
+    """The positions ``i`` of sorted ``packed`` where ``packed[i + 1] ^ packed[i]`` is
+    below ``limit`` (the two share their top bits), or None if there are none; worked
+    out :data:`_CHUNK` rows at a time, so without an array the size of ``packed``."""
+    import numpy as np
+
+    n = len(packed)
+    found = []
+    buf = np.empty(min(max(n - 1, 0), _CHUNK), dtype=np.uint64)
+    for start in range(0, n - 1, _CHUNK):
+        stop = min(n - 1, start + _CHUNK)
+        x = buf[:stop - start]
+        np.bitwise_xor(packed[start + 1:stop + 1], packed[start:stop], out=x)
+        hit = np.flatnonzero(x < limit)
+        if len(hit):
+            found.append(hit + start)
+    return np.concatenate(found) if found else None
+
+
 def _packed_sort_indices(key: pa.Array) -> Any:
     """The stable ascending sort order of ``key`` as int64 positions, or None where
     :func:`_order_bits` has no order for it.
@@ -129,7 +148,7 @@ def _packed_sort_indices(key: pa.Array) -> Any:
     one sort of plain integers (about twice as fast as an argsort) yields the order, ties
     broken by position. When the keys span more than the ``64 - b`` bits left, their top
     bits are packed and the runs of equal top bits are sorted again by the whole key.
-    Works in place: 8 bytes a row, and as much again while the runs are found.
+    Works in place: 8 bytes a row (the runs are found a chunk of rows at a time).
     """
     import numpy as np
 
@@ -148,17 +167,12 @@ def _packed_sort_indices(key: pa.Array) -> Any:
         packed[start:start + _CHUNK] |= np.arange(start, min(n, start + _CHUNK),
                                                   dtype=np.uint64)
     packed.sort()
-    tie = None
-    if shift:  # neighbours with the same top bits: sorted again by the whole key below
-        tie = np.bitwise_xor(packed[1:], packed[:-1]) < np.uint64(1 << b)
+    ties = _ties(packed, np.uint64(1 << b)) if shift else None
     packed &= np.uint64((1 << b) - 1)
     idx = packed.view(np.int64)
-    if tie is not None and tie.any():
-        run = np.zeros(n, dtype=bool)
-        run[1:] |= tie
-        run[:-1] |= tie
-        del tie
-        pos = np.flatnonzero(run)
+    if ties is not None:  # neighbours with the same top bits: sorted again by the whole key
+        pos = np.union1d(ties, ties + 1)
+        del ties
         sub = idx[pos]
         idx[pos] = sub[np.argsort(_order_bits(key.take(sub)), kind="stable")]
     return idx
