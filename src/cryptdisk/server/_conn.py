@@ -127,7 +127,9 @@ class Connection:
             pass
         except OSError as exc:
             self.error = _lost(exc)
-        self._after_read()
+        if self.eof or self.error is not None or len(self.buffer) >= READ_LIMIT:
+            self._pause_reading()
+        self._wake()
 
     def _read_tls(self) -> None:
         """Decrypt the records already received, then ``recv`` more: one system call
@@ -165,9 +167,6 @@ class Connection:
             self.error = _lost(exc)
         if self._outgoing.pending and self.error is None and not self._closing:
             self._send_raw(self._outgoing.read())  # TLS 1.3 KeyUpdate's answer
-        self._after_read()
-
-    def _after_read(self) -> None:
         if self.eof or self.error is not None or len(self.buffer) >= READ_LIMIT:
             self._pause_reading()
         self._wake()
