@@ -17,6 +17,7 @@ import math
 import mmap
 import os
 import re
+import select
 import threading
 import time
 import uuid
@@ -1113,7 +1114,9 @@ class WriteQueue:
     the sessions of one process queue on a lock handed on as soon as a transaction ends;
     its holder then takes an ``flock`` on ``PATH.write-lock``, which the server's other
     worker processes hold the same way (polled every 0.2-1 ms while another process holds
-    it, where SQLite's busy handler would sleep up to 100 ms). A process waiting there
+    it, where SQLite's busy handler would sleep up to 100 ms; a worker that lets it go
+    while another waits ends that one's pause at once, through a pipe the workers forked
+    from one server share). A process waiting there
     writes its pid, when it began to wait and when it last tried into the file's first
     24 bytes (mapped by every process); a process that gets the lock while another,
     waiting since before it began, tried within the last 3 ms lets it go once, so two
@@ -1128,6 +1131,11 @@ class WriteQueue:
         self._pid = 0
         #: [pid, began, last tried] (monotonic ns) of the latest process to wait
         self._waiter: Any = None
+        #: a pipe the worker processes forked from this one share: a process that lets the
+        #: lock go while another waits writes a byte, which ends that one's pause at once
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     def _file(self) -> int:
         if self._pid != os.getpid():  # an flock is per open file: one open per process
@@ -1172,25 +1180,48 @@ class WriteQueue:
                         waiter[0] = 0
                     return True
                 fcntl.flock(fd, fcntl.LOCK_UN)  # waiting longer elsewhere: its turn first
+                self._wake_waiter()
                 yielded = True
             if waiter[0] != me:
                 waiter[0], waiter[1] = me, began
             waiter[2] = time.monotonic_ns()
             left = deadline - time.monotonic()
-            if left <= 0 or (cancel is not None and cancel.wait(min(pause, left))):
+            if left <= 0 or (cancel is not None and cancel.is_set()):
                 if waiter[0] == me:
                     waiter[0] = 0
                 self._thread.release()
                 return False
-            if cancel is None:
-                time.sleep(min(pause, left))
+            self._pause(min(pause, left))
             pause = min(pause * 2, 0.001)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when another process lets the lock go."""
+        try:
+            if select.select([self._wake_r], [], [], seconds)[0]:
+                os.read(self._wake_r, 64)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except (OSError, ValueError):  # the pipe is closed (the engine is closing)
+            time.sleep(seconds)
+
+    def _wake_waiter(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and waiter[0] not in (0, self._pid):
+            with contextlib.suppress(OSError):  # full (nobody read the last ones): fine
+                os.write(self._wake_w, b"\0")
 
     def release(self) -> None:
         if self._fd >= 0 and self._pid == os.getpid():
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._wake_waiter()
         self._thread.release()
+
+    def close(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
 
 
 class SQLiteEngine(Engine):
@@ -1262,4 +1293,5 @@ class SQLiteEngine(Engine):
         if reader is not None and reader[0] == os.getpid():
             reader[1].close()
         self.group_sync.close()
+        self.write_queue.close()
         super().close()
