@@ -125,3 +125,21 @@ def test_cryptdisk_dask_without_dask_names_the_extra(tmp_path):
                        timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "pip install 'cryptdisk[dask]'"
+
+
+def test_the_embedded_database_does_not_import_fsspec(tmp_path):
+    """fsspec (50-150 ms of a process's start) loads only for a disk or filesystem that uses
+    it: opening and querying a database on local disks does without."""
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    code = ("import sys, cryptdisk\n"
+            f"db = cryptdisk.connect({str(tmp_path / 'db')!r})\n"
+            "db.sql('CREATE TABLE t (k BIGINT) ORDER BY k')\n"
+            "db.sql('INSERT INTO t SELECT range FROM range(10)')\n"
+            "print(db.query('SELECT sum(k) FROM t WHERE k > 4'), 'fsspec' in sys.modules)\n"
+            "from cryptdisk.disks import FsspecDisk\n"
+            f"FsspecDisk('m', 'file://{tmp_path}')\n"
+            "print('fsspec' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[(Decimal('35'),)] False", "True"]

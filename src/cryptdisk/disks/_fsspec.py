@@ -20,8 +20,6 @@ import threading
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from fsspec.core import url_to_fs
-
 from ..errors import ConfigError, DiskError, DiskFileNotFoundError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
@@ -121,6 +119,8 @@ class FsspecDisk(Disk):
         check_storage_options(options)
         self.name = name
         self.url = url
+        from fsspec.core import url_to_fs  # (fsspec costs 50-150 ms to import)
+
         self.fs, root = url_to_fs(url, **options)
         self.root = root.rstrip("/")
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (
