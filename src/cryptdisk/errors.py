@@ -27,6 +27,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     ├── ImmutableFileError        (io.UnsupportedOperation)  writing to a sealed file
     ├── FieldError                (ValueError)       a value a field function cannot protect
     │   └── FieldPolicyError                         a query its role's policies cannot read
+    │       └── PolicyFileError                      a policy file or audit log holds bad JSON
     ├── ConfigError               (ValueError)       a config file is wrong; names path and line
     ├── DiskError                 (OSError)          a disk operation failed
     │   ├── DiskFileNotFoundError (FileNotFoundError)
@@ -86,6 +87,7 @@ __all__ = [
     "NameAuthenticationError",
     "NotEncryptedError",
     "PolicyError",
+    "PolicyFileError",
     "ProtocolError",
     "RotationError",
     "SegmentAuthenticationError",
@@ -367,6 +369,23 @@ class FieldPolicyError(FieldError):
                  ) -> None:
         super().__init__(message, hint=hint)
         self.sqlstate = sqlstate
+
+
+class PolicyFileError(FieldPolicyError):
+    """A policy file (``PATH.policies``) or an audit log (``PATH.audit``) authenticates
+    but does not hold what ``cryptdisk serve`` writes there: not JSON, a field missing or
+    of the wrong type, a table set to a policy the file does not hold.
+
+    ``path`` is the file; ``record`` the audit log's line number (1-based; None for the
+    policy file). The message names the field at fault, never a value (a policy body
+    or an audit record is not repeated). ``sqlstate`` is ``XX001`` (data corrupted).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, record: int | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, "XX001", hint=hint)
+        self.path = path
+        self.record = record
 
 
 # --- server -------------------------------------------------------------------

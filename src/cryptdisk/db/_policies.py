@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CryptdiskError, FieldPolicyError
+from ..errors import CryptdiskError, FieldPolicyError, PolicyFileError
 from ..format import open_file
 from ._columns import _walk, scalar, serialize_sql
 
@@ -112,20 +112,109 @@ def _referenced_columns(tree: Any) -> set[str] | None:
     return None if singles & relations else refs
 
 
-def read_policies(path: str | os.PathLike[str], keyring: Any) -> dict[str, Any]:
-    """The policies in a sealed policy file (``cryptdisk serve`` writes it), or none."""
-    data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {}, "rows": {},
-                            "apply": [], "audit": []}
-    if not os.path.exists(path):
-        return data
-    with open_file(os.fspath(path), "rb", keys=keyring) as f:
-        stored = json.loads(f.read())
-    if not isinstance(stored, dict) or stored.get("version") != 1:
-        raise FieldPolicyError(f"{os.fspath(path)} is not a cryptdisk policy file (version 1)",
-                               "XX000")
+def _empty() -> dict[str, Any]:
+    return {"masking": {}, "row_access": {}, "columns": {}, "rows": {}, "apply": [],
+            "audit": []}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words (never the value: it may be a policy body)."""
+    return ("null" if value is None else "true or false" if isinstance(value, bool) else
+            "a number" if isinstance(value, int | float) else "a string"
+            if isinstance(value, str) else "a list" if isinstance(value, list) else
+            "an object")
+
+
+def _position(exc: ValueError) -> str:
+    """Where a ``json.loads`` failed (never the text)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start}"
+    return "its start"
+
+
+def _is_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) for n in value)
+
+
+def _check_policy(policy: Any, field: str, bad: Callable[[str], PolicyFileError]) -> None:
+    if not isinstance(policy, dict):
+        raise bad(f"{field} is {_kind(policy)}, not an object")
+    args = policy.get("args")
+    if not isinstance(args, list) or not args or not all(
+            isinstance(a, list) and len(a) == 2 and _is_names(a) for a in args):
+        raise bad(f"{field}.args is missing" if args is None else
+                  f"{field}.args is not a list of [name, type] pairs")
+    for key in ("returns", "body"):
+        if not isinstance(policy.get(key), str):
+            raise bad(f"{field}.{key} is missing" if policy.get(key) is None else
+                      f"{field}.{key} is {_kind(policy[key])}, not a string")
+
+
+def parse_policies(text: bytes, path: str) -> dict[str, Any]:
+    """The policies of a policy file's JSON ``text`` (read from ``path``): every field
+    :class:`~cryptdisk.server.PolicyStore` writes, checked; anything else raises
+    :class:`~cryptdisk.errors.PolicyFileError` naming ``path`` and the field."""
+    def bad(what: str) -> PolicyFileError:
+        return PolicyFileError(f"the policy file {path} is malformed: {what}", path=path,
+                               hint="restore it from a backup")
+
+    try:
+        stored = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
+    if not isinstance(stored, dict):
+        raise bad(f"{_kind(stored)}, not an object")
+    version = stored.get("version")
+    if type(version) is not int or version != 1:
+        raise bad("not a cryptdisk policy file (version 1)")
+    data = _empty()
     for key in data:
-        data[key] = stored.get(key, data[key])
+        value = stored.get(key, data[key])
+        if type(value) is not type(data[key]):
+            raise bad(f"{key} is {_kind(value)}, not "
+                      f"{'an object' if isinstance(data[key], dict) else 'a list'}")
+        data[key] = value
+    for kind in ("masking", "row_access"):
+        for name, policy in data[kind].items():
+            _check_policy(policy, f"{kind}[{name!r}]", bad)
+    for key in ("apply", "audit"):
+        if not _is_names(data[key]):
+            raise bad(f"{key} is not a list of role names")
+    for table, columns in data["columns"].items():
+        field = f"columns[{table!r}]"
+        if not isinstance(columns, dict):
+            raise bad(f"{field} is {_kind(columns)}, not an object")
+        for column, name in columns.items():
+            if not isinstance(name, str):
+                raise bad(f"{field}[{column!r}] is {_kind(name)}, not a policy name")
+            if name not in data["masking"]:
+                raise bad(f"{field}[{column!r}] names masking policy {name!r}, which the "
+                          "file does not hold")
+    for table, entry in data["rows"].items():
+        field = f"rows[{table!r}]"
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str) \
+                or not _is_names(entry[1]):
+            raise bad(f"{field} is not a [policy name, [column, ...]] pair")
+        policy = data["row_access"].get(entry[0])
+        if policy is None:
+            raise bad(f"{field} names row access policy {entry[0]!r}, which the file does "
+                      "not hold")
+        if len(entry[1]) != len(policy["args"]):
+            raise bad(f"{field} gives {len(entry[1])} column(s) to row access policy "
+                      f"{entry[0]!r}, which takes {len(policy['args'])}")
     return data
+
+
+def read_policies(path: str | os.PathLike[str], keyring: Any) -> dict[str, Any]:
+    """The policies in a sealed policy file (``cryptdisk serve`` writes it), or none; a
+    file that authenticates but is malformed raises
+    :class:`~cryptdisk.errors.PolicyFileError`."""
+    if not os.path.exists(path):
+        return _empty()
+    with open_file(os.fspath(path), "rb", keys=keyring) as f:
+        return parse_policies(f.read(), os.fspath(path))
 
 
 class PolicyRewriter:

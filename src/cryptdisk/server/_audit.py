@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 from .. import open as cd_open
+from ..errors import PolicyFileError
 
 __all__ = ["REVEALING_FUNCTIONS", "AuditLog", "revealing_calls"]
 
@@ -37,6 +38,29 @@ REVEALING_FUNCTIONS = ("decrypt", "decrypt_deterministic", "fpe_decrypt", "detok
                        "__cd_fpe_decrypt", "__cd_detokenize")
 _CALL = re.compile(r'(?<![\w$."])"?(' + "|".join(REVEALING_FUNCTIONS) + r')"?\s*\(', re.I)
 _GENESIS = "0" * 64
+#: the fields of a line (as ``system.audit`` shows them) and their JSON types
+_FIELDS: dict[str, type] = {"time": str, "session_user": str, "current_user": str,
+                            "kind": str, "functions": list, "tables": list, "columns": list,
+                            "rows": int, "prev": str}
+#: the fields that may be null (no count of rows; a session without a user)
+_NULLABLE = frozenset({"rows", "session_user", "current_user"})
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words (never the value)."""
+    return ("null" if value is None else "true or false" if isinstance(value, bool) else
+            "a number" if isinstance(value, int | float) else "a string"
+            if isinstance(value, str) else "a list" if isinstance(value, list) else
+            "an object")
+
+
+def _position(exc: ValueError) -> str:
+    """Where a ``json.loads`` failed (never the text)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start}"
+    return "its start"
 
 
 def revealing_calls(sql: str) -> set[str]:
@@ -76,7 +100,38 @@ class AuditLog:
     def entries(self) -> list[dict[str, Any]]:
         with self._lock:
             self._file.flush()
-            return [json.loads(line) for line in self._lines()]
+            return [self._parse(number, line)
+                    for number, line in enumerate(self._lines(), 1)]
+
+    def _parse(self, number: int, line: bytes) -> dict[str, Any]:
+        """The entry of line ``number``; :class:`~cryptdisk.errors.PolicyFileError` naming
+        the file, the line and the field (never a value) if it is not what :meth:`write`
+        writes."""
+        def bad(what: str) -> PolicyFileError:
+            return PolicyFileError(f"the audit log {self.path} is malformed: line {number}: "
+                                   f"{what}", path=self.path, record=number,
+                                   hint="restore it from a backup")
+
+        try:
+            entry = json.loads(line)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+            raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
+        if not isinstance(entry, dict):
+            raise bad(f"{_kind(entry)}, not an object")
+        for field, kind in _FIELDS.items():
+            if field not in entry:
+                raise bad(f"{field} is missing")
+            value = entry[field]
+            if value is None and field in _NULLABLE:
+                continue
+            if kind is int and type(value) is not int:
+                raise bad(f"{field} is {_kind(value)}, not a whole number or null")
+            if kind is list and not (isinstance(value, list)
+                                     and all(isinstance(v, str) for v in value)):
+                raise bad(f"{field} is not a list of names")
+            if kind is str and not isinstance(value, str):
+                raise bad(f"{field} is {_kind(value)}, not a string")
+        return entry
 
     def verify(self) -> int | None:
         """None if every line names its predecessor's hash, else the first line (1-based)
@@ -86,9 +141,10 @@ class AuditLog:
             prev = _GENESIS
             for number, line in enumerate(self._lines(), 1):
                 try:
-                    named = json.loads(line).get("prev")
+                    entry = json.loads(line)
                 except ValueError:
                     return number
+                named = entry.get("prev") if isinstance(entry, dict) else None
                 if named != prev:
                     return number
                 prev = hashlib.sha256(line).hexdigest()

@@ -52,8 +52,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
-from ..db import PolicyRewriter, scalar, serialize_sql
-from ..errors import CryptdiskError, FieldPolicyError, ServerError
+from ..db import PolicyRewriter, read_policies, scalar, serialize_sql
+from ..errors import CryptdiskError, FieldPolicyError
 from . import _sqltext
 from ._audit import AuditLog, revealing_calls
 from ._engines import Result, StatementError
@@ -109,13 +109,8 @@ class PolicyStore:
         #:  "body": text}
         self.data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {},
                                      "rows": {}, "apply": [], "audit": []}
-        if os.path.exists(self.path):
-            with cd_open(self.path, "rb", keyring=keyring) as f:
-                data = json.loads(f.read())
-            if not isinstance(data, dict) or data.get("version") != 1:
-                raise ServerError(f"{self.path} is not a cryptdisk policy file (version 1)")
-            for key in self.data:
-                self.data[key] = data.get(key, self.data[key])
+        #: a file that authenticates but is malformed raises PolicyFileError
+        self.data = read_policies(self.path, keyring)
         #: the query rewrite, shared with embedded connections that name a role
         self._rewriter = PolicyRewriter(lambda: self.data, self._columns,
                                         lambda body: bool(revealing_calls(body)))
@@ -169,6 +164,8 @@ class PolicyStore:
             return self._handle(sql, privileges)
         except StatementError:
             raise
+        except FieldPolicyError as exc:  # a malformed audit log: XX001
+            raise StatementError(str(exc), exc.sqlstate) from None
         except CryptdiskError as exc:
             raise StatementError(str(exc), "58030") from None
 
