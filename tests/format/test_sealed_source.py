@@ -138,3 +138,35 @@ def test_a_serial_read_authenticates_every_segment_as_a_parallel_one_does(parall
     with pytest.raises(SegmentAuthenticationError, match="segment 9"):
         reader.readinto_at(buf, 0, advise=False, parallel=parallel)
     assert bytes(buf[9 * SEG : 10 * SEG]) == bytes(SEG)  # no unauthenticated plaintext
+
+
+@pytest.mark.parametrize(("first", "count"), [(0, 1), (3, 4), (7, 4), (0, 11), (10, 1)])
+def test_a_serial_read_of_whole_segments_equals_a_parallel_one(first, count):
+    # 10 full segments and a short final one (index 10); reads ending at the file's end
+    # take the final segment, whose nonce is flagged last
+    plain, _data, reader, _src = _sealed(10 * SEG + 321)
+    offset = first * SEG
+    want = plain[offset : offset + count * SEG]
+    serial, parallel = bytearray(count * SEG), bytearray(count * SEG)
+    assert reader.readinto_at(serial, offset, advise=False, parallel=False) == len(want)
+    assert reader.readinto_at(parallel, offset) == len(want)
+    assert bytes(serial[: len(want)]) == bytes(parallel[: len(want)]) == want
+
+
+def test_a_serial_read_of_whole_segments_fails_on_a_file_cut_short_after_opening():
+    key = Keyring.single(os.urandom(32)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=SEG)
+    out = io.BytesIO()
+    writer = SealedWriter(out, header, dek)
+    plain = os.urandom(6 * SEG + 10)
+    writer.write(plain)
+    writer.close()
+    src = _Recording(out.getvalue())
+    reader = SealedReader(src, header, dek)
+    src.size -= RECORD + 100  # segment 4 now ends early
+    src._mv = src._mv[: src.size]
+    buf = bytearray(6 * SEG)
+    with pytest.raises(SegmentAuthenticationError, match="segment 4"):
+        reader.readinto_at(buf, 0, advise=False, parallel=False)
+    assert bytes(buf[: 4 * SEG]) == plain[: 4 * SEG]  # authenticated before the cut
+    assert bytes(buf[4 * SEG :]) == bytes(2 * SEG)

@@ -263,6 +263,47 @@ class SealedReader:
         if advise:  # all of this read's ciphertext, and only it, from disk at once
             self._src.willneed(HEADER_SIZE + first * self._record,
                                (last - first + 1) * self._record)
+        if not parallel and offset % seg == 0 and (
+                (offset + n) % seg == 0 or offset + n == self.size):
+            self._decrypt_run(first, last, out[:n])  # whole segments only: one tight loop
+        else:
+            self._decrypt_parts(offset, n, out, first, last, parallel)
+        if advise:
+            self._src.release(HEADER_SIZE + first * self._record,
+                              (last - first + 1) * self._record)
+        return n
+
+    def _decrypt_run(self, first: int, last: int, out: memoryview) -> None:
+        """Decrypt whole segments ``first..last`` into ``out`` on this thread, from one view
+        of their ciphertext: per segment a slice, a nonce and the AEAD call (a database
+        scan decrypts some 1,400 segments per 8-byte column of 10M rows; callgrind: a
+        third less Python than through :meth:`_decrypt_into`). Each segment authenticates
+        before its plaintext is written; one that fails is wiped and raises, as there."""
+        seg, record = self.segment_size, self._record
+        final = self.segment_count - 1
+        size = (last - first) * record + (self.size - last * seg if last == final else seg) \
+            + TAG_SIZE
+        cipher = self._src.view(HEADER_SIZE + first * record, size)
+        decrypt, pack = self._aead.decrypt_into, _NONCE.pack
+        at = pos = 0
+        for index in range(first, last + 1):
+            n = seg if index < final else self.size - index * seg
+            chunk = cipher[at : at + n + TAG_SIZE]
+            dst = out[pos : pos + n]
+            if len(chunk) != n + TAG_SIZE:
+                raise self._fail(index)
+            try:
+                decrypt(pack(index, index == final), chunk, None, dst)
+            except InvalidTag:
+                # OpenSSL has already written unauthenticated plaintext here: wipe it.
+                dst[:] = bytes(n)
+                raise self._fail(index) from None
+            at += record
+            pos += n
+
+    def _decrypt_parts(self, offset: int, n: int, out: memoryview, first: int, last: int,
+                       parallel: bool) -> None:
+        seg = self.segment_size
         pos = 0
         whole: list[tuple[int, memoryview]] = []
         for index in range(first, last + 1):
@@ -278,10 +319,6 @@ class SealedReader:
             self._decrypt_many(whole)
         else:
             self._decrypt_many_serial(whole)
-        if advise:
-            self._src.release(HEADER_SIZE + first * self._record,
-                              (last - first + 1) * self._record)
-        return n
 
     def _decrypt_many(self, jobs: list[tuple[int, memoryview]]) -> None:
         if len(jobs) < PARALLEL_MIN_SEGMENTS:
