@@ -119,6 +119,27 @@ def test_lift_literals_leaves_these_alone(sql: str) -> None:
     assert _sqltext.lift_literals(sql) is None
 
 
+@pytest.mark.parametrize("first, second, expected", [
+    # a literal kept as written (after a binary minus, in a WHERE) differs
+    ("SELECT b FROM t WHERE a = -2 OR a = 1 - 2", "SELECT b FROM t WHERE a = -5 OR a = 3 - 4",
+     ("SELECT b FROM t WHERE a = -?1 OR a = ?2 - 4", (5, 3))),
+    # a name's digits differ: the second reads column a2, not a1
+    ("SELECT a1 FROM t WHERE a = 5", "SELECT a2 FROM t WHERE a = 7",
+     ("SELECT a2 FROM t WHERE a = ?1", (7,))),
+    ("UPDATE t1 SET a = 3 WHERE a = 4", "UPDATE t2 SET a = 5 WHERE a = 6",
+     ("UPDATE t2 SET a = ?1 WHERE a = ?2", (5, 6))),
+    # every digit lifted: the shape is shared
+    ("SELECT b FROM t WHERE a = 1", "SELECT b FROM t WHERE a = 9",
+     ("SELECT b FROM t WHERE a = ?1", (9,))),
+])
+def test_texts_alike_but_for_digits_keep_their_own_digits(first, second, expected) -> None:
+    """Lifting is planned once per text with its digits blanked out; a second text of
+    that key lifts its own integers and keeps its own other digits."""
+    _sqltext._LIFT_PLANS.clear()
+    assert _sqltext.lift_literals(first) is not None
+    assert _sqltext.lift_literals(second) == expected
+
+
 _SHAPES = [
     "SELECT a, b FROM t WHERE a = {0}",
     "SELECT a * 2 AS x, b FROM t WHERE a >= {0} AND a < {1} + {2}",

@@ -266,7 +266,9 @@ def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
         _LIFT_PLANS[key] = plan
     if plan is None:
         return None
-    shape, spans = plan
+    shape, spans, exact = plan
+    if not exact:  # digits outside the lifted integers (a name's, a literal kept) are this
+        shape = _shape(sql, spans)  # text's own, not those of the text the plan came from
     if len(spans) == 1:
         ((start, end),) = spans
         return shape, (int(sql[start:end]),)
@@ -276,24 +278,32 @@ def lift_literals(sql: str) -> tuple[str, tuple[int, ...]] | None:
 _DIGIT_MARKS = bytes.maketrans(b"0123456789", b"\xff" * 10)
 _UNKNOWN: Any = object()
 _MAX_PLANS = 4096
-#: a text with its digits blanked out -> (its shape, where the integers lifted are) or None
-#: (nothing lifted): texts alike but for their digits' values lift the same integers
-_LIFT_PLANS: dict[bytes, tuple[str, tuple[tuple[int, int], ...]] | None] = {}
+#: a text with its digits blanked out -> (its shape, where the integers lifted are, whether
+#: they are all its digits) or None (nothing lifted): texts alike but for their digits'
+#: values lift the same integers, and share the shape when every digit is lifted
+_LIFT_PLANS: dict[bytes, tuple[str, tuple[tuple[int, int], ...], bool] | None] = {}
 
 
-def _lift_plan(sql: str) -> tuple[str, tuple[tuple[int, int], ...]] | None:
-    """:func:`lift_literals`' work: the shape of ``sql`` and where the integers it lifts
-    are; None when none."""
-    spans = _lift_spans(sql)
+def _lift_plan(sql: str) -> tuple[str, tuple[tuple[int, int], ...], bool] | None:
+    """:func:`lift_literals`' work: the shape of ``sql``, where the integers it lifts are,
+    and whether they hold all its digits (another text of the same key then has the same
+    shape: its digits are where these are); None when none."""
+    spans = tuple(_lift_spans(sql))
     if not spans:
         return None
+    digits = len(sql) - len(sql.encode("utf-8").translate(None, b"0123456789"))
+    return _shape(sql, spans), spans, digits == sum(end - start for start, end in spans)
+
+
+def _shape(sql: str, spans: tuple[tuple[int, int], ...]) -> str:
+    """``sql`` with its integers at ``spans`` as parameters ``?1``, ``?2``, ..."""
     out, pos = [], 0
     for n, (start, end) in enumerate(spans, 1):
         out.append(sql[pos:start])
         out.append(f"?{n}")
         pos = end
     out.append(sql[pos:])
-    return "".join(out), tuple(spans)
+    return "".join(out)
 
 
 def _lift_spans(sql: str) -> list[tuple[int, int]]:
