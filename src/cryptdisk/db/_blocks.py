@@ -12,8 +12,9 @@ order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring key
   without NULLs by :func:`_packed_sort_indices` (one sort of plain 64-bit integers, about
   twice as fast as an argsort), other keys by Arrow's ``sort_indices``.
 
-Parts are written by up to ``workers`` threads at once, each sorting, encoding and
-(on another thread) encrypting (plain: hashing) its own part, so both cores work. At
+Parts are written by up to ``workers`` threads at once (the same threads for all the
+insert's parts, see :class:`_Pool`), each sorting, encoding and (on another thread)
+encrypting (plain: hashing) its own part, so both cores work. At
 most ``workers`` parts are open, each holding the block it encodes and one queued
 block, and one block is being gathered: an insert holds about
 ``(2 * workers + 1) * block_bytes`` of rows, whatever its size (one block more for a
@@ -218,8 +219,40 @@ def _sorted_pieces(block: pa.Table, order: list[str], rows: int) -> Iterable[pa.
         yield block.take(idx[start:start + rows])
 
 
+class _Pool:
+    """The insert's part threads: each runs its jobs (parts) one after another.
+
+    A thread per part would give every part fresh memory: Arrow's allocator (mimalloc)
+    keeps a heap per thread, so the blocks a new thread combines, sorts and encodes
+    came from pages the kernel had to fault in and zero (combining a block's chunks
+    cost 4-6x the CPU on a new thread). :meth:`close` ends and joins the threads.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._threads = [threading.Thread(target=self._loop, name="cryptdisk-insert-part",
+                                          daemon=True) for _ in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            job.run()
+            del job
+
+    def submit(self, job: _Job) -> None:
+        self._queue.put(job)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join()
+
+
 class _Job:
-    """One part on its own thread: blocks come through a queue, sorted there if asked."""
+    """One part, written by a thread of the :class:`_Pool`: blocks come through a queue,
+    sorted there if asked. The pool has a thread for every part that is not done."""
 
     def __init__(self, writer: _PartWriter, order: list[str],
                  on_rows: Callable[[int], None] | None, lock: threading.Lock) -> None:
@@ -233,15 +266,21 @@ class _Job:
         self.error: BaseException | None = None
         self.stop = False  # set by the inserting thread when the insert fails elsewhere
         self.part: PartMeta | None = None
-        self._thread = threading.Thread(target=self._run, name="cryptdisk-insert-part",
-                                        daemon=True)
-        self._thread.start()
+        self._done = threading.Event()
 
     def put(self, block: pa.Table, sort: bool) -> None:
         self.rows += block.num_rows
         self._queue.put((block, sort))
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Write the blocks handed over until :meth:`end`, then finish (or discard) the
+        part; on the pool's thread."""
+        try:
+            self._write()
+        finally:
+            self._done.set()
+
+    def _write(self) -> None:
         ended = False
         try:
             while (item := self._queue.get()) is not None:
@@ -284,7 +323,7 @@ class _Job:
 
     def join(self) -> None:
         self.end()
-        self._thread.join()
+        self._done.wait()
 
 
 def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.Table]:
@@ -327,6 +366,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     (the catalog's next version). Returns the parts, published but not in the catalog.
     """
     source = _Prefetch(batches)
+    pool = _Pool(max(1, workers))
     jobs: list[_Job] = []  # in the order started; the last one may take more blocks
     lock = threading.Lock()
     key = order[0] if order else None
@@ -356,6 +396,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                                            compression=settings[0], dictionary=settings[1],
                                            key=key), order, on_rows, lock)
                 jobs.append(current)
+                pool.submit(current)
             current.put(block, sort=not ordered)
             current.last = span[1] if span is not None else None
             del block
@@ -371,6 +412,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
             job.join()
         raise
     finally:
+        pool.close()
         source.close()
 
 
