@@ -488,31 +488,28 @@ def test_check_on_a_reader_follows_a_merge_that_removed_its_parts(tmp_path, monk
     writer.close()
 
 
-def test_connect_warms_duckdb_and_leaves_no_thread(tmp_path):
-    """connect runs DuckDB's first JSON function on a cursor in a thread (the first query's
-    parse then does not pay it); close, and a connect that fails, end that thread first."""
+def test_connect_warms_duckdb_on_the_calling_thread(tmp_path):
+    """connect runs DuckDB's first JSON function itself (the first query's parse then
+    does not pay it) and starts no thread; a connect that fails leaves none either."""
     import threading
 
     from cryptdisk.errors import CatalogError
 
-    def warmups():
-        return [t for t in threading.enumerate() if t.name == "cryptdisk-duckdb-warmup"]
-
     path = tmp_path / "db"
-    for _ in range(3):  # closed at once, while the warm-up may still run
-        cryptdisk.connect(path).close()
-    assert warmups() == []
+    cryptdisk.connect(path).close()
+    before = set(threading.enumerate())
     with cryptdisk.connect(path) as db:
-        db._warmup.join(timeout=60)
-        assert not db._warmup.is_alive()
+        assert set(threading.enumerate()) == before
+        assert db.con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
         db.sql("CREATE TABLE t (a BIGINT)")
         assert db.query("SELECT count(*) FROM t WHERE a > 1") == [(0,)]
     raw = bytearray((path / "catalog").read_bytes())
     raw[-20] ^= 1
     (path / "catalog").write_bytes(bytes(raw))
+    before = set(threading.enumerate())
     with pytest.raises(CatalogError):
         cryptdisk.connect(path, read_only=True)
-    assert warmups() == []
+    assert set(threading.enumerate()) == before
 
 
 @pytest.mark.parametrize("typ", ["INTERVAL", "INTERVAL[]", "STRUCT(a INTEGER, b INTERVAL)",
@@ -527,28 +524,18 @@ def test_a_column_parquet_cannot_store_is_refused_at_create_table(db, typ):
     assert db.sql("SELECT a, d FROM iv").to_pylist() == [{"a": 1, "d": 3}]
 
 
-def test_connect_warms_up_the_first_query_s_code_paths(tmp_path):
-    """connect runs DuckDB's, pyarrow's and the scan pool's first-use costs on made-up rows
-    before it returns, without importing pandas (most of a second) and without leaving
-    anything behind for the database's own statements."""
+def test_connect_in_a_fresh_process_starts_no_thread_and_imports_no_pandas(tmp_path):
+    """A fresh process's connect leaves it with its main thread only (no scan pool, no
+    warm-up thread), without importing pandas (most of a second)."""
     import subprocess
     import sys
 
     code = f"""
-import os, sys, threading
-import duckdb
+import sys, threading
 import cryptdisk
 db = cryptdisk.connect({str(tmp_path / 'db')!r})
-assert not db._warmup.is_alive()
-names = [t.name for t in threading.enumerate()]
-assert sum(n.startswith("cryptdisk-scan") for n in names) == os.cpu_count(), names
+assert threading.active_count() == 1, threading.enumerate()
 assert "pandas" not in sys.modules
-try:
-    db.con.execute("SELECT * FROM __cd_warm_up").fetchall()
-except duckdb.CatalogException:
-    pass
-else:
-    raise AssertionError("the warm-up's rows are visible to the database's statements")
 db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
 db.sql("INSERT INTO t SELECT range, range::VARCHAR FROM range(100)")
 assert db.query("SELECT s FROM t WHERE k = 42") == [("42",)]

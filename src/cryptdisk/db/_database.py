@@ -233,7 +233,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.config = resolve_config(self.path, config, creating)
             self.keyring = self.config.keyring
             self.con = self._new_duckdb(memory_limit, threads)
-            self._warmup = _warm_parser(self.con)  # on the other core, while connect goes on
+            _warm_parser(self.con)
             pins = read_pins(self._pins, self.keyring)  # before the catalog, never ahead of it
             catalog = load_catalog(self.path, self.keyring)
             if catalog is None:
@@ -258,13 +258,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     log.warning("cryptdisk: %s: the catalog (version %d) was rolled back: %s; "
                                 "this read-only connection answers from it, without the "
                                 "newer data", self.path, self.catalog.version, evidence)
-            # done on the other core by now, unless that core was busy: the first query
-            # would pay for what is left of it anyway, and should not compete with it
-            self._warmup.join(timeout=2.0)
         except BaseException:
-            con, warmup = getattr(self, "con", None), getattr(self, "_warmup", None)
-            if warmup is not None:
-                warmup.join()
+            con = getattr(self, "con", None)
             if con is not None:
                 with contextlib.suppress(Exception):
                     con.close()
@@ -312,7 +307,6 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.cache.clear()
             self._open_parts.clear()
             _wipe_unwrap_caches(self.config)
-            self._warmup.join()  # its cursor ends before the connection closes
             with contextlib.suppress(Exception):
                 self.con.close()
             self._release_lock()
@@ -819,86 +813,17 @@ def _parquet_stores(field: pa.Field) -> bool:
     return True
 
 
-class _WarmRows:
-    """A tiny Arrow stream, handed to DuckDB as the scans are (``__arrow_c_stream__``)."""
+def _warm_parser(con: Any) -> None:
+    """Run DuckDB's first JSON function on ``con``.
 
-    def __init__(self, table: pa.Table) -> None:
-        self.table = table
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        reader = pa.RecordBatchReader.from_batches(self.table.schema, self.table.to_batches())
-        return reader.__arrow_c_stream__(requested_schema)
-
-
-def _warm_rows(n: int) -> pa.Table:
-    """``n`` made-up rows of an integer, a string and a double column, built from buffers
-    (``pa.array`` of Python or numpy values imports pandas: most of a second)."""
-    import numpy as np
-
-    text = b"".join(b"%032x" % i for i in range(n))
-    return pa.Table.from_arrays([
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(n, dtype=np.int64))]),
-        pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(
-            np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(text)]),
-        pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(np.arange(n) / 7)]),
-    ], names=["k", "s", "f"])
-
-
-def _warm_up(con: Any) -> None:
-    """Run once the code paths every first query of a process pays for, on made-up rows.
-
-    The first JSON function a DuckDB instance runs costs about 5 ms of CPU (later
-    ones 0.5 ms), and every statement that reads a table starts with one
-    (``json_serialize_sql``, see :mod:`._columns`); DuckDB's first scan of an Arrow
-    stream, pyarrow's first Parquet footer and reads (as :mod:`._partread` and
-    :mod:`._granule` make them) and the scan threads' start cost 5-10 ms more. Paid
-    here, on another core while connect reads the catalog (connect waits for it before
-    it returns), the first query does not pay them. Nothing read from the database is
-    involved.
-    """
-    import io
-
-    import pyarrow.parquet as pq
-    from pyarrow._parquet import ParquetReader
-
-    from ._granule import GRANULE_ROWS
-    from ._scan import warm_scan_pool
-
-    warm_scan_pool()
-    cursor = con.cursor()
-    try:
-        cursor.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
-        rows = _warm_rows(64)
-        for compression in ("none", "lz4"):
-            sink = io.BytesIO()
-            pq.write_table(rows, sink, compression=compression,
-                           max_rows_per_page=min(GRANULE_ROWS, 16))
-            data = pa.py_buffer(sink.getvalue())
-            meta = pq.read_metadata(pa.BufferReader(data))
-            reader = ParquetReader()
-            reader.open(pa.BufferReader(data), metadata=meta, pre_buffer=False,
-                        arrow_extensions_enabled=True)
-            reader.read_row_groups([0], column_indices=[0, 1, 2], use_threads=False)
-            pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-        cursor.register("__cd_warm_up", _WarmRows(rows))
-        cursor.sql("SELECT k, s, f FROM __cd_warm_up WHERE k = 7").to_arrow_table()
-    finally:
-        with contextlib.suppress(Exception):
-            cursor.close()
-
-
-def _warm_parser(con: Any) -> threading.Thread:
-    """Run :func:`_warm_up` on a cursor of ``con``, in a thread."""
-
-    def run() -> None:
-        try:
-            _warm_up(con)
-        except Exception:  # noqa: S110 - only a warm-up: the first statement pays it then
-            pass
-
-    thread = threading.Thread(target=run, name="cryptdisk-duckdb-warmup", daemon=True)
-    thread.start()
-    return thread
+    The first JSON function a DuckDB instance runs costs about 5 ms of CPU (later ones
+    0.5 ms), and every statement that reads a table starts with one
+    (``json_serialize_sql``, see :mod:`._columns`): paid in connect, the first query does
+    not pay it. On the calling thread: connect starts no thread (a thread left running
+    would make connect's time depend on the machine's load, and a fork while it runs
+    would free its cursor in the child)."""
+    with contextlib.suppress(duckdb.Error):
+        con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
 
 
 def _wipe_unwrap_caches(config: Any) -> None:

@@ -61,16 +61,6 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def warm_scan_pool() -> None:
-    """Start the scan pool's threads now (a thread starts on a task's first submit while
-    the others are busy: each task waits until all are submitted)."""
-    pool, go = _pool(), threading.Event()
-    tasks = [pool.submit(go.wait, 0.05) for _ in range(scan_workers())]
-    go.set()
-    for task in tasks:
-        task.result()
-
-
 def _forget_pool() -> None:
     global _POOL, _POOL_LOCK
     _POOL, _POOL_LOCK = None, threading.Lock()
