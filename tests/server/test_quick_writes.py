@@ -12,6 +12,7 @@ import pytest
 from cryptdisk.server import SQLiteEngine
 
 BUMP = "UPDATE t SET b = b + $1 WHERE a >= $2"
+SQLITE_JOURNALS = ["wal"]  # the sqlite_engine fixture's (the server test below)
 
 
 def _engine(tmp_path: Any, journal: str = "wal") -> SQLiteEngine:
@@ -127,3 +128,60 @@ def test_no_quick_commit_with_a_rollback_journal(tmp_path: Any) -> None:
     session.run("COMMIT", [])
     session.close()
     engine.close()
+
+
+def test_a_short_write_that_runs_past_its_deadline_is_stopped(tmp_path: Any) -> None:
+    import time
+
+    from cryptdisk.server._engines import StatementError
+
+    engine = _engine(tmp_path)
+    session = engine.open_session()
+    session.run("BEGIN IMMEDIATE", [])
+    session.run(BUMP, [1, 5000])
+    with pytest.raises(StatementError) as e:  # long this time, past the statement timeout
+        session.run_write_quick(BUMP, [1, 1], time.monotonic() - 1)
+    assert e.value.sqlstate == "57014"
+    # SQLite rolls back the whole transaction when a write is interrupted, and the write
+    # lock goes with it (the server's session answers 25P02 until ROLLBACK)
+    assert not session.in_transaction and not session.writing
+    other = engine.open_session()
+    other.run("BEGIN IMMEDIATE", [])  # the lock is free
+    other.run("ROLLBACK", [])
+    other.close()
+    assert session.run("SELECT sum(b) FROM t", []).rows == [(0,)]
+    session.run("BEGIN IMMEDIATE", [])
+    assert session.run_write_quick(BUMP, [1, 5000], time.monotonic() + 60) is None  # thread
+    session.run("ROLLBACK", [])
+    session.close()
+    engine.close()
+
+
+def test_the_statement_timeout_stops_a_write_on_the_event_loop(start_server,
+                                                               sqlite_engine) -> None:
+    """A write whose earlier runs were short runs on the event loop, where no timer can
+    fire: it stops itself at the statement timeout, and the transaction fails as it would
+    in PostgreSQL."""
+    import time
+
+    import psycopg
+
+    srv = start_server(sqlite_engine, statement_timeout=0.5)
+    heavy = ("UPDATE t SET b = (SELECT count(*) FROM t AS x, t AS y, t AS z "
+             "WHERE x.a < %s AND y.a < %s AND z.a < %s) WHERE a = 1")
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER)")
+        c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                  "WHERE i < 2000) INSERT INTO t SELECT i, 0 FROM n")
+        c.execute("BEGIN")
+        c.execute("UPDATE t SET b = 1 WHERE a = 2")  # holds the write lock
+        c.execute(heavy, (2, 2, 2))  # short: learnt as such
+        assert c.execute("SELECT b FROM t WHERE a = 1").fetchone() == (1,)
+        began = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            c.execute(heavy, (2001, 2001, 2001))  # 8e9 rows: long this time
+        assert time.monotonic() - began < 30
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1")
+        c.execute("ROLLBACK")
+        assert c.execute("SELECT sum(b) FROM t").fetchone() == (0,)

@@ -100,10 +100,13 @@ class EngineSession:
         return None having done nothing (then :meth:`run` it on the session's thread)."""
         return None
 
-    def run_write_quick(self, sql: str, params: list[Any]) -> Result | None:
+    def run_write_quick(self, sql: str, params: list[Any],
+                        deadline: float | None = None) -> Result | None:
         """Run the write ``sql`` on the calling thread if this session holds the write lock
         and the statement is known to finish at once, else return None having done nothing
-        (then :meth:`run` it on the session's thread)."""
+        (then :meth:`run` it on the session's thread). ``deadline`` (``time.monotonic()``):
+        the statement timeout's, at which a write that runs long after all is stopped
+        (57014), since nothing else can stop it while it holds the calling thread."""
         return None
 
     def commit_quick(self) -> bool:
@@ -599,6 +602,7 @@ class _SQLiteSession(EngineSession):
         self._quick = False       # running in :meth:`run_quick`
         self._stopped = False     # ... and the progress handler stopped it
         self._ticks = 0           # progress handler calls (every QUICK_STEPS VM steps)
+        self._deadline: float | None = None  # a run_write_quick statement's timeout
         #: write statements (their text) by whether every run so far took under
         #: QUICK_STEPS VM steps (:meth:`run_write_quick`)
         self._short_writes: dict[str, bool] = {}
@@ -884,13 +888,17 @@ class _SQLiteSession(EngineSession):
             self._short_writes.clear()
         self._short_writes[sql] = self._ticks == 0 and self._short_writes.get(sql, True)
 
-    def run_write_quick(self, sql: str, params: list[Any]) -> Result | None:
+    def run_write_quick(self, sql: str, params: list[Any],
+                        deadline: float | None = None) -> Result | None:
         """In WAL mode, in a write transaction (this session holds the write lock, so no
         lock is waited for), run a write on the calling thread (the event loop) if every
-        earlier run of its text took fewer than QUICK_STEPS VM steps: a write cannot be
-        stopped midway without rolling back its whole transaction, so it runs to the end
-        here, and a text that then ran long goes back to the thread. None, having done
-        nothing, otherwise."""
+        earlier run of its text took fewer than QUICK_STEPS VM steps. A write that runs
+        long this time is not handed to the thread midway (that would mean failing it):
+        it runs to its end here, unless it passes ``deadline`` (the statement timeout,
+        checked every QUICK_STEPS VM steps), which stops it with 57014 as the timeout
+        would on the thread (SQLite then rolls the whole transaction back, and the write
+        lock is released); its text goes back to the thread from then on. None, having
+        done nothing, otherwise."""
         if not (self.writing and self._short_writes.get(sql) and self.conn.in_transaction):
             return None
         if not self.lock.acquire(blocking=False):
@@ -898,12 +906,18 @@ class _SQLiteSession(EngineSession):
         try:
             self._cancel.clear()
             self._ticks = 0
+            self._deadline = deadline
             try:
                 rows, changes = self._step(sql, params)
+            except apsw.InterruptError:
+                raise _cancelled() from None
             except Exception as exc:
                 raise statement_error(exc) from None
             finally:
+                self._deadline = None
                 self._learn(sql)
+                if not self.conn.in_transaction:  # SQLite rolled it back (the interrupt)
+                    self._finish()  # the write lock goes
         finally:
             self.lock.release()
         return self._result(sql, rows, changes)
@@ -955,7 +969,7 @@ class _SQLiteSession(EngineSession):
             self._stopped = True
             return True
         self._ticks += 1
-        return False
+        return self._deadline is not None and time.monotonic() >= self._deadline
 
     def describe(self, sql: str) -> list[tuple[str, int]] | None:
         desc: list[tuple[str, str | None]] = []

@@ -606,7 +606,22 @@ class Session:
             pass
 
     async def _run_statement(self, sql: str, params: list[Any]) -> Result:
-        """Run one statement: server-handled ones first, then the engine."""
+        """Run one statement: server-handled ones first, then the engine. A statement that
+        fails in a transaction block leaves it failed (25P02 until ROLLBACK), also when
+        the engine rolled the whole transaction back itself (SQLite does on an interrupt,
+        a statement timeout, a full disk), as in PostgreSQL: the statements after it must
+        not run on their own, outside the transaction the client believes it is in."""
+        in_block = self.pending_begin or (self.engine is not None
+                                          and self.engine.in_transaction)
+        try:
+            return await self._run_one(sql, params)
+        except Exception:
+            if in_block and self.engine is not None and not self.engine.in_transaction \
+                    and not self.pending_begin:
+                self.failed = True
+            raise
+
+    async def _run_one(self, sql: str, params: list[Any]) -> Result:
         if self.engine is not None:
             self.engine.last_tables = set()
         words = _sqltext.first_words(sql, 2)
@@ -660,8 +675,9 @@ class Session:
         information_schema's query or :meth:`_transaction` instead."""
         assert self.engine is not None
         engine = self.engine
-        timer, fired = None, []
+        timer, fired, deadline = None, [], None
         if self.server.statement_timeout:
+            deadline = time.monotonic() + self.server.statement_timeout
             def expire() -> None:
                 fired.append(True)
                 engine.interrupt()
@@ -683,7 +699,8 @@ class Session:
                     await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
                 # a read that finishes at once runs here, without the hop to the thread
                 quick = engine.run_quick(sql, params) if head in _QUICK else \
-                    engine.run_write_quick(sql, params) if head in _QUICK_WRITES else None
+                    engine.run_write_quick(sql, params, deadline) if head in _QUICK_WRITES \
+                    else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
                                                                          params)
             if renames and result.columns is not None:
@@ -691,7 +708,8 @@ class Session:
             return result
         except Exception as exc:
             err = statement_error(exc)
-            if fired and err.sqlstate == "57014":
+            if err.sqlstate == "57014" and (fired or (
+                    deadline is not None and time.monotonic() >= deadline)):
                 err = StatementError("canceling statement due to statement timeout", "57014")
             raise err from None
         finally:
@@ -802,13 +820,13 @@ class Session:
                 self.send(P.notice_response("there is no transaction in progress"))
             self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
+            failed, self.failed = self.failed, False
+            if failed:
+                tag = "ROLLBACK"
             if not engine.in_transaction and self.user_tx is None:
-                if not pending:
+                if not pending and not failed:  # failed: the engine rolled it back already
                     self.send(P.notice_response("there is no transaction in progress"))
                 return Result(None, [], tag)
-            if self.failed:
-                tag = "ROLLBACK"
-            self.failed = False
             if tag == "COMMIT":
                 await self._commit(engine)
             else:
