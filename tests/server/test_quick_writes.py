@@ -185,3 +185,29 @@ def test_the_statement_timeout_stops_a_write_on_the_event_loop(start_server,
             c.execute("SELECT 1")
         c.execute("ROLLBACK")
         assert c.execute("SELECT sum(b) FROM t").fetchone() == (0,)
+
+
+def test_a_transaction_sqlite_rolled_back_is_a_failed_block(start_server,
+                                                            sqlite_engine) -> None:
+    """A write stopped by the statement timeout on the session's thread: SQLite rolls
+    back the whole transaction; later statements fail with 25P02 until ROLLBACK rather than
+    running on their own in autocommit."""
+    import psycopg
+
+    srv = start_server(sqlite_engine, statement_timeout=0.5)
+    heavy = ("UPDATE t SET b = (SELECT count(*) FROM t AS x, t AS y, t AS z "
+             "WHERE x.a < %s AND y.a < %s AND z.a < %s) WHERE a = 1")
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER)")
+        c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                  "WHERE i < 2000) INSERT INTO t SELECT i, 0 FROM n")
+        c.execute("BEGIN")
+        c.execute("UPDATE t SET b = 1 WHERE a = 2")
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            c.execute(heavy, (2001, 2001, 2001))  # never run before: on the thread
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("UPDATE t SET b = 5 WHERE a = 3")
+        assert c.execute("COMMIT").statusmessage == "ROLLBACK"
+        assert c.execute("SELECT sum(b) FROM t").fetchone() == (0,)
+        c.execute("UPDATE t SET b = 7 WHERE a = 4")  # out of the block: runs again
+        assert c.execute("SELECT sum(b) FROM t").fetchone() == (7,)
