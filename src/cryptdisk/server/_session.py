@@ -617,8 +617,8 @@ class Session:
             return await self._run_one(sql, params)
         except Exception:
             if in_block and self.engine is not None and not self.engine.in_transaction \
-                    and not self.pending_begin:
-                self.failed = True
+                    and not self.pending_begin and not _ends_transaction(sql):
+                self.failed = True  # (a failed COMMIT ends the block, as in PostgreSQL)
             raise
 
     async def _run_one(self, sql: str, params: list[Any]) -> Result:
@@ -1287,3 +1287,10 @@ class Session:
             return self.portals[name]
         except KeyError:
             raise StatementError(f'portal "{name}" does not exist', "34000") from None
+
+
+def _ends_transaction(sql: str) -> bool:
+    """``COMMIT``, ``END``, ``ROLLBACK`` or ``ABORT`` (not ``ROLLBACK TO``)."""
+    words = _sqltext.first_words(sql, 3)
+    return bool(words) and words[0] in ("COMMIT", "END", "ROLLBACK", "ABORT") \
+        and "TO" not in words[1:]
