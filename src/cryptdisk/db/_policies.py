@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from .._json import kind as _kind
+from .._json import load_object
 from ..errors import CryptdiskError, FieldPolicyError, PolicyFileError
 from ..format import open_file
 from ._columns import _walk, scalar, serialize_sql
@@ -117,23 +119,6 @@ def _empty() -> dict[str, Any]:
             "audit": []}
 
 
-def _kind(value: Any) -> str:
-    """What a JSON value is, in words (never the value: it may be a policy body)."""
-    return ("null" if value is None else "true or false" if isinstance(value, bool) else
-            "a number" if isinstance(value, int | float) else "a string"
-            if isinstance(value, str) else "a list" if isinstance(value, list) else
-            "an object")
-
-
-def _position(exc: ValueError) -> str:
-    """Where a ``json.loads`` failed (never the text)."""
-    if isinstance(exc, json.JSONDecodeError):
-        return f"line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"byte {exc.start}"
-    return "its start"
-
-
 def _is_names(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(n, str) for n in value)
 
@@ -160,12 +145,7 @@ def parse_policies(text: bytes, path: str) -> dict[str, Any]:
         return PolicyFileError(f"the policy file {path} is malformed: {what}", path=path,
                                hint="restore it from a backup")
 
-    try:
-        stored = json.loads(text)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-        raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
-    if not isinstance(stored, dict):
-        raise bad(f"{_kind(stored)}, not an object")
+    stored = load_object(text, bad)
     version = stored.get("version")
     if type(version) is not int or version != 1:
         raise bad("not a cryptdisk policy file (version 1)")

@@ -29,6 +29,8 @@ import threading
 from typing import Any
 
 from .. import open as cd_open
+from .._json import kind as _kind
+from .._json import load_object
 from ..errors import PolicyFileError
 
 __all__ = ["REVEALING_FUNCTIONS", "AuditLog", "revealing_calls"]
@@ -44,23 +46,6 @@ _FIELDS: dict[str, type] = {"time": str, "session_user": str, "current_user": st
                             "rows": int, "prev": str}
 #: the fields that may be null (no count of rows; a session without a user)
 _NULLABLE = frozenset({"rows", "session_user", "current_user"})
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, in words (never the value)."""
-    return ("null" if value is None else "true or false" if isinstance(value, bool) else
-            "a number" if isinstance(value, int | float) else "a string"
-            if isinstance(value, str) else "a list" if isinstance(value, list) else
-            "an object")
-
-
-def _position(exc: ValueError) -> str:
-    """Where a ``json.loads`` failed (never the text)."""
-    if isinstance(exc, json.JSONDecodeError):
-        return f"line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"byte {exc.start}"
-    return "its start"
 
 
 def revealing_calls(sql: str) -> set[str]:
@@ -112,12 +97,7 @@ class AuditLog:
                                    f"{what}", path=self.path, record=number,
                                    hint="restore it from a backup")
 
-        try:
-            entry = json.loads(line)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-            raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
-        if not isinstance(entry, dict):
-            raise bad(f"{_kind(entry)}, not an object")
+        entry = load_object(line, bad)
         for field, kind in _FIELDS.items():
             if field not in entry:
                 raise bad(f"{field} is missing")

@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
+from .._json import kind as _kind
+from .._json import load_object
 from ..errors import (
     CryptdiskError,
     LoginError,
@@ -111,14 +113,6 @@ def _users_file_error(path: str, what: str) -> UsersFileError:
 _ENTRY_LISTS = ("roles", "admin_roles")
 
 
-def _kind(value: Any) -> str:
-    """What a JSON value is, in words (never the value: it may be a verifier)."""
-    return ("null" if value is None else "true or false" if isinstance(value, bool) else
-            "a number" if isinstance(value, int | float) else "a string"
-            if isinstance(value, str) else "a list" if isinstance(value, list) else
-            "an object")
-
-
 def _check_entry(entry: Any, field: str, bad: Callable[[str], UsersFileError], *,
                  user: bool) -> None:
     """Raise ``bad(what)`` unless ``entry`` is a user's (``user``) or a role's entry as
@@ -155,12 +149,7 @@ def _parse_users(text: bytes, bad: Callable[[str], UsersFileError], *,
     """``(serial, users, roles)`` of a user file's JSON (also the record of committed user
     changes: ``serial`` is the one the record is filed under, which the JSON must hold);
     ``bad(what)`` is raised for anything else than what :class:`UserStore` writes."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-        raise bad(f"not JSON ({type(exc).__name__} at {_position(exc)})") from None
-    if not isinstance(data, dict):
-        raise bad(f"{_kind(data)}, not an object")
+    data = load_object(text, bad)
     version = data.get("version")
     if type(version) is not int or version != 1:
         raise bad("not a cryptdisk user file (version 1)")
@@ -183,14 +172,6 @@ def _parse_users(text: bytes, bad: Callable[[str], UsersFileError], *,
     for name, entry in roles.items():
         _check_entry(entry, f"roles[{name!r}]", bad, user=False)
     return found, users, roles
-
-
-def _position(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"byte {exc.start}"
-    return "its start"
 
 
 class UserStore:
