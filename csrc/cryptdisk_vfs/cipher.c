@@ -16,7 +16,7 @@
 /* -- the cipher ------------------------------------------------------------ */
 
 /* Process-wide counts of records sealed and opened, and their bytes (for tests and tuning). */
-unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
+unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves, n_tail_syncs;
 
 static void cd_set_index(cdFile *p, sqlite3_int64 index) {
     unsigned long long v = (unsigned long long)index;

@@ -143,6 +143,9 @@ typedef struct cdFile {
     int raw_fd; /* the default VFS's descriptor of the raw file, once raw_size checked it (0: not yet) */
     char *tail_path;
     unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
+    /* a rewrite whose saved copy is in the side file is not synced yet (tail_save) */
+    int tail_pending;
+    int tail_dir_synced; /* the side file's directory synced (once per open file) */
     /* the partial segment at the end of a journal or WAL, as this file last wrote it: the
      * next append extends it without reading and decrypting it (valid while the nonce on
      * disk is still tc_rec's, i.e. nobody rewrote it; see cd_cached_tail) */
@@ -207,7 +210,7 @@ static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
  * cd_wipe clears plaintext buffers (explicit_bzero: a vectorised memset the compiler keeps,
  * where OPENSSL_cleanse's assembly clears 64 KiB in ~40k instructions) */
 void cd_wipe(void *buf, size_t n);
-extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves;
+extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves, n_tail_syncs;
 int cd_cipher_init(void);
 const char *cd_cipher_library(void);
 int cd_aead_open(cdFile *p, const unsigned char *dek, int len); /* p->enc, p->dec */

@@ -442,6 +442,7 @@ static int x_truncate(sqlite3_file *f, sqlite3_int64 size) {
             return rc;
         cd_free_store(p); /* a new data key and file id at the next write */
         p->pend_start = 0;
+        p->tail_pending = 0;
         return SQLITE_OK;
     }
     if (!p->loaded && (rc = cd_load(p)) != SQLITE_OK)
@@ -462,7 +463,10 @@ static int x_sync(sqlite3_file *f, int flags) {
         return cd_result(p, rc);
     if (p->anonymous)
         return SQLITE_OK; /* an unnamed temporary file: nothing to make durable */
-    return p->real->pMethods->xSync(p->real, flags);
+    if ((rc = p->real->pMethods->xSync(p->real, flags)) != SQLITE_OK)
+        return rc;
+    p->tail_pending = 0; /* the rewrite of the record saved last is durable now */
+    return SQLITE_OK;
 }
 
 static int x_file_size(sqlite3_file *f, sqlite3_int64 *size) {

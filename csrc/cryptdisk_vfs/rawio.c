@@ -105,16 +105,58 @@ unsigned long long get_u64le(const unsigned char *in) {
     return v;
 }
 
+/* fsync the directory holding path, so a file created there survives power loss. */
+static void sync_dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash == NULL ? sqlite3_mprintf(".") : sqlite3_mprintf("%.*s", (int)(slash - path + 1), path);
+    int fd;
+    if (dir == NULL)
+        return;
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    sqlite3_free(dir);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+static int tail_write(cdFile *p, const unsigned char *head, const unsigned char *record, sqlite3_int64 len);
+
 /* Save the record of segment index before it is rewritten: index u64le || length u64le ||
  * record. The side file stays mapped, so a save is two stores and a copy, no system call;
- * what is in the mapping is in the page cache, so it survives the process being killed. */
+ * what is in the mapping is in the page cache, so it survives the process being killed.
+ * Power loss is worse: the kernel may write the rewrite back half done at any time, and
+ * the record holds bytes of commits SQLite synced (or a checkpoint did), so the copy is
+ * synced before the rewrite is issued (with the directory, the first time); and as the
+ * side file holds one record, the rewrite of the one saved before is synced before its
+ * copy is replaced, unless SQLite synced the file since (tail_pending). See docs/sqlite.md. */
 int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlite3_int64 len) {
     unsigned char head[16];
-    struct iovec iov[2];
-    size_t size = (size_t)(16 + p->rec);
+    int rc;
     n_tail_saves++;
+    if (p->tail_pending) {
+        if ((rc = p->real->pMethods->xSync(p->real, SQLITE_SYNC_NORMAL)) != SQLITE_OK)
+            return rc;
+        p->tail_pending = 0;
+    }
     put_u64le(head, (unsigned long long)index);
     put_u64le(head + 8, (unsigned long long)len);
+    if ((rc = tail_write(p, head, record, len)) != SQLITE_OK)
+        return rc;
+    n_tail_syncs++;
+    if ((p->tail_map != NULL ? msync(p->tail_map, (size_t)(16 + p->rec), MS_SYNC) : fdatasync(p->tail_fd)) != 0)
+        return SQLITE_IOERR_FSYNC;
+    if (!p->tail_dir_synced) { /* errors ignored, as SQLite's unixSync ignores them for directories */
+        sync_dir_of(p->tail_path);
+        p->tail_dir_synced = 1;
+    }
+    p->tail_pending = 1;
+    return SQLITE_OK;
+}
+
+static int tail_write(cdFile *p, const unsigned char *head, const unsigned char *record, sqlite3_int64 len) {
+    struct iovec iov[2];
+    size_t size = (size_t)(16 + p->rec);
     if (p->tail_fd < 0) {
         struct stat st;
         p->tail_fd = open(p->tail_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -130,7 +172,7 @@ int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlit
         memcpy(p->tail_map + 16, record, (size_t)len);
         return SQLITE_OK;
     }
-    iov[0].iov_base = head;
+    iov[0].iov_base = (void *)head;
     iov[0].iov_len = 16;
     iov[1].iov_base = (void *)record;
     iov[1].iov_len = (size_t)len;

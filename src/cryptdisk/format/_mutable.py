@@ -71,7 +71,8 @@ class TailStore(Protocol):
     journals and WALs (SQLite's ``-cdtail`` side file, :mod:`cryptdisk.sqlite`)."""
 
     def save(self, index: int, record: memoryview) -> None:
-        """Keep ``record`` (ciphertext, as on disk) as the saved copy of segment ``index``."""
+        """Keep ``record`` (ciphertext, as on disk) as the saved copy of segment ``index``,
+        on stable storage when this returns (the rewrite that follows may tear)."""
 
     def load(self, index: int, into: memoryview) -> int:
         """Read the saved record of segment ``index`` into ``into``; its length, or 0."""
@@ -98,7 +99,9 @@ class MutableStore:
     - ``tail``: before a segment holding earlier bytes is rewritten in place, its
       record is saved there; a segment that later fails to authenticate is read
       from the saved record if that one authenticates (the file as it was before
-      an interrupted rewrite, bytes beyond it as a hole).
+      an interrupted rewrite, bytes beyond it as a hole). ``tail`` holds one
+      record, so the rewrite of the one saved before is synced before its copy is
+      replaced, unless the file was synced since (:meth:`synced`).
     - ``torn_as_hole``: a segment that still fails reads as zeros, with a
       warning, instead of raising (journals and WALs: what a crash leaves at the
       write head; SQLite checksums its records and stops at a bad one).
@@ -127,6 +130,7 @@ class MutableStore:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._raw_size = -1
+        self._tail_pending = False  # the rewrite of the record saved last is not synced yet
         if shared:
             self.segment_count = self.size = 0
             self.current_size()
@@ -355,7 +359,7 @@ class MutableStore:
                     # suffices. Bytes after a write are never committed ones (SQLite
                     # appends; what lies beyond is stale or this transaction's), and
                     # a cut record there reads as torn.
-                    self.tail.save(index, record)
+                    self._save_tail(index, record)
             if len(cur) < lo + take:
                 cur.extend(bytes(lo + take - len(cur)))
             cur[lo : lo + take] = mv[pos : pos + take]
@@ -450,7 +454,7 @@ class MutableStore:
                 cur = bytearray(self._seg_len(count))
                 record = self._decrypt_into(count, memoryview(cur))
                 if self.tail is not None and len(record):
-                    self.tail.save(count, record)
+                    self._save_tail(count, record)
                 keep = cur[:rest]
                 record = memoryview(self._encrypt(count, keep))
                 os.ftruncate(self._fd, self._offset(count))
@@ -462,5 +466,18 @@ class MutableStore:
             self.size = size
             self._raw_size = -1
 
+    def _save_tail(self, index: int, record: memoryview) -> None:
+        """Save ``record`` in ``tail`` before segment ``index`` is rewritten (see the class)."""
+        assert self.tail is not None
+        if self._tail_pending:
+            os.fdatasync(self._fd)  # the copy about to be replaced is no longer needed
+        self.tail.save(index, record)
+        self._tail_pending = True
+
+    def synced(self) -> None:
+        """Note that the file was just made durable (its owner synced the descriptor)."""
+        self._tail_pending = False
+
     def sync(self) -> None:
         os.fsync(self._fd)
+        self.synced()

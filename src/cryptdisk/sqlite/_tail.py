@@ -18,6 +18,14 @@ a crash. The saved record is ciphertext under the file's own key and binds the
 file id and index, so it cannot be moved elsewhere; what it can give an
 attacker is the previous version of the last segment, which is no more than
 cutting the file short (already undetectable without a trusted size).
+
+Power loss is worse than a killed process: the kernel may write a rewrite back
+half done at any time, not only while ``pwrite`` runs, and the record holds
+bytes of commits SQLite reported durable (or frames a checkpoint copied, which
+recovery would otherwise read again over newer pages). So the copy is synced
+before the rewrite is issued (the directory too, the first time), and the store
+syncs the file before a copy whose rewrite SQLite has not synced yet is replaced
+(see :class:`cryptdisk.format.MutableStore`).
 """
 
 from __future__ import annotations
@@ -38,10 +46,18 @@ class TailSave:
         self._fd = -1
 
     def save(self, index: int, record: memoryview) -> None:
+        """Keep ``record`` of segment ``index``, synced (the directory too, the first time)."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with contextlib.suppress(OSError):  # as SQLite, which ignores directory errors
+                fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         os.pwritev(self._fd, [index.to_bytes(8, "little"), len(record).to_bytes(8, "little"),
                               record], 0)
+        os.fdatasync(self._fd)
 
     def load(self, index: int, into: memoryview) -> int:
         """Read the saved record of segment ``index`` into ``into``; its length, or 0."""

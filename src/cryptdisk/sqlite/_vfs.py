@@ -402,6 +402,8 @@ class EncryptedFile(apsw.VFSFile):
         if self._fd_key is None:
             return  # an anonymous temporary file: nothing to make durable
         super().xSync(flags)  # fsync/fdatasync of the same inode, plus SQLite's directory sync
+        if self._store is not None:
+            self._store.synced()  # the rewrites -cdtail copies were saved for are durable
 
     def xSectorSize(self) -> int:
         return self._store.segment_size if self._store is not None else 512
