@@ -791,3 +791,32 @@ def test_a_catalog_key_range_that_is_not_the_parts_own_fails_the_read(tmp_path):
         part.key_max = 150  # a range that still holds the value asked for below
         with pytest.raises(CatalogError, match="does not match the part's own index"):
             db.query("SELECT count(*) FROM t WHERE c_int = 50")
+
+
+def test_a_prefetched_read_hints_once_and_drops_its_ciphertext_in_one_call(db, small_groups):
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000))
+    op = db._open_parts.get(db.table("t").parts[0])
+    assert op._sealed and op.num_row_groups == 20
+    calls: list[tuple[int, int, bool]] = []
+    real = op._handle.advise
+    op._handle.advise = lambda offset, n, need: (calls.append((offset, n, need)),
+                                                  real(offset, n, need))[1]
+    want = db.con.sql("SELECT i / 7 FROM range(20000) r(i)").fetchall()
+
+    def chunk(rg):
+        return op._chunk_info(rg, op._index["c_float"])[:2]
+
+    op.prefetch([0, 1, 2, 3], ["c_float"])  # a task queued behind others
+    assert calls == [(*chunk(rg)[:1], chunk(rg)[1] - chunk(rg)[0], True) for rg in range(4)]
+    calls.clear()
+    got = op.read([0, 1, 2, 3], ["c_float"]).column("c_float").to_pylist()
+    assert got == [r[0] for r in want[:4000]]
+    # no second hint; the mapped ciphertext of all four chunks dropped in one call
+    assert len(calls) == 1 and calls[0][2] is False
+    assert calls[0][0] <= chunk(0)[0] and calls[0][0] + calls[0][1] >= chunk(3)[1]
+    calls.clear()
+    got = op.read([4, 5, 6], ["c_float"]).column("c_float").to_pylist()  # not prefetched
+    assert got == [r[0] for r in want[4000:7000]]
+    # it hints itself (one call per run of touching segments), then one drop
+    assert len(calls) >= 2 and all(c[2] for c in calls[:-1]) and calls[-1][2] is False

@@ -589,6 +589,9 @@ class OpenPart:
         # statistics only for plain (one-leaf) columns
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
         self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
+        #: (row group, columns) whose ciphertext :meth:`prefetch` asked the OS for and no
+        #: read has used yet: that read gives no second hint
+        self._advised: set[tuple[int, tuple[str, ...]]] = set()
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
 
@@ -846,6 +849,8 @@ class OpenPart:
         with contextlib.suppress(ValueError, OSError):  # a hint; a closed part reads later
             for a, b in chunks:
                 self._handle.advise(a, b - a, True)
+        wanted = tuple(columns)
+        self._advised.update((rg, wanted) for rg in row_groups)
 
     def span(self, row_groups: list[int], columns: list[str]) -> tuple[int, int]:
         """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
@@ -951,17 +956,31 @@ class OpenPart:
             view, whole = memoryview(fresh), pa.py_buffer(fresh)
         try:
             f = self._handle
-            if self._sealed:  # one hint per chunk for the whole read, not one per call
-                for blk in blocks:
-                    for a, b in blk[1]:
-                        f.advise(a, b - a, True)
-                for blk, at in zip(blocks, places, strict=True):
-                    lo = blk[2] - at
-                    for a, b in blk[1]:  # on this thread: the scan's threads are the parallelism
-                        if f.preadinto(view[a - lo : b - lo], a, advise=False,
-                                       parallel=False) != b - a:
-                            raise CatalogError(f"short read at offset {a} of {f.name}")
-                        f.advise(a, b - a, False)  # read: the mapped ciphertext goes
+            if self._sealed:
+                # One hint per chunk for the whole read, unless prefetch gave it already
+                # (a task queued behind others), and one call at the end that drops the
+                # whole read's mapped ciphertext: each madvise costs a system call under
+                # the GIL, a dropping one also a TLB flush on every core the process runs
+                # on, and a scan of one column gave three per column chunk.
+                wanted = tuple(columns)
+                hinted = [(rg, wanted) for rg in row_groups]
+                if all(h in self._advised for h in hinted):
+                    self._advised.difference_update(hinted)
+                else:
+                    for blk in blocks:
+                        for a, b in blk[1]:
+                            f.advise(a, b - a, True)
+                try:
+                    for blk, at in zip(blocks, places, strict=True):
+                        lo = blk[2] - at
+                        for a, b in blk[1]:  # on this thread: the scan's threads are the
+                            # parallelism
+                            if f.preadinto(view[a - lo : b - lo], a, advise=False,
+                                           parallel=False) != b - a:
+                                raise CatalogError(f"short read at offset {a} of {f.name}")
+                finally:  # read (or failed): the mapped ciphertext goes, other bytes with it
+                    start = min(blk[1][0][0] for blk in blocks)
+                    f.advise(start, max(blk[1][-1][1] for blk in blocks) - start, False)
             else:
                 step = self._segment * _SERIAL_SEGMENTS if self._segment > 1 else 1 << 18
                 for blk, at in zip(blocks, places, strict=True):
