@@ -22,10 +22,11 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fsspec.implementations.local import LocalFileSystem
 
+from .. import _json
 from ..errors import BackupError
 from ..keys import Keyring
 from . import _chunker
@@ -145,14 +147,7 @@ class Repository:
         except FileNotFoundError:
             raise BackupError(f"{url} is not a backup repository (no config)",
                               hint="create one with 'cryptdisk backup init'") from None
-        try:
-            config = json.loads(raw)
-            if config.get("format") != FORMAT:
-                raise BackupError(f"{url}: repository format {config.get('format')!r} is not "
-                                  f"{FORMAT}; upgrade cryptdisk")
-            config["id"], config["wrappings"], config["chunker"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BackupError(f"{url}: the repository config is malformed ({exc})") from None
+        config = check_config(raw, url)
         return fs, root, config
 
     @classmethod
@@ -381,11 +376,11 @@ class Repository:
         try:
             packed = self._aead_manifest.decrypt(blob[:12], blob[12:],
                                                  self._manifest_ad(backup_id))
-            doc: dict[str, Any] = json.loads(zstandard.ZstdDecompressor().decompress(packed))
+            text = zstandard.ZstdDecompressor().decompress(packed)
         except (InvalidTag, ValueError, zstandard.ZstdError):
             raise BackupError(f"the manifest of backup {backup_id} fails authentication "
                               "(tampered, truncated or from another repository)") from None
-        return doc
+        return check_manifest(text, f"the manifest of backup {backup_id}")
 
     def write_manifest(self, doc: dict[str, Any]) -> str:
         backup_id = str(doc["id"])
@@ -530,3 +525,132 @@ class Repository:
             yield
         finally:
             os.close(fd)
+
+
+# -- what the JSON documents hold ------------------------------------------------
+# The config is plain JSON anyone with write access to the repository can change; a
+# manifest authenticates, but may be another version's or a bug's. Either, malformed, is
+# a BackupError naming the document and the field, never a KeyError or TypeError later
+# (and never a value: a config holds wrapped keys).
+
+_CHUNK_NAME = re.compile(r"[0-9a-f]{64}")
+_NONE = type(None)
+#: What a field must be, in words, and the JSON types that are that.
+_KINDS: dict[str, tuple[type, ...]] = {
+    "a string": (str,), "a count": (int,), "an object": (dict,), "a list": (list,),
+    "true or false": (bool,), "a string or null": (str, _NONE),
+    "an object or null": (dict, _NONE), "a list of chunk names": (list,),
+    "a list of two strings": (list,)}
+
+
+class _Doc:
+    """Checks fields of one JSON document; ``bad(why)`` makes the error."""
+
+    def __init__(self, bad: Callable[[str], BackupError]) -> None:
+        self.bad = bad
+
+    def value(self, value: Any, where: str, expect: str) -> Any:
+        types = _KINDS[expect]
+        fits = isinstance(value, types)  # (kept apart: it would narrow value to object)
+        if (isinstance(value, bool) and bool not in types) or not fits:
+            raise self.bad(f"{where} is {_json.kind(value)}, not {expect}")
+        if expect == "a count" and value < 0:
+            raise self.bad(f"{where} is negative, not {expect}")
+        if expect == "a list of chunk names" and not all(
+                isinstance(c, str) and _CHUNK_NAME.fullmatch(c) for c in value):
+            raise self.bad(f"{where} holds something that is not a chunk name")
+        if expect == "a list of two strings" and (
+                len(value) != 2 or not all(isinstance(c, str) for c in value)):
+            raise self.bad(f"{where} is not {expect}")
+        return value
+
+    def field(self, obj: dict[str, Any], name: str, expect: str, where: str = "", *,
+              optional: bool = False) -> Any:
+        if name not in obj:
+            if optional:
+                return None
+            raise self.bad(f"{where}{name} is missing")
+        return self.value(obj[name], where + name, expect)
+
+    def items(self, obj: dict[str, Any], name: str, where: str = "") -> list[dict[str, Any]]:
+        """A field that is a list of objects."""
+        out = self.field(obj, name, "a list", where)
+        for i, item in enumerate(out):
+            self.value(item, f"{where}{name}[{i}]", "an object")
+        return out  # type: ignore[no-any-return]
+
+
+def check_config(raw: bytes, url: str) -> dict[str, Any]:
+    """The repository config in ``raw``, its fields checked (:class:`BackupError` if not)."""
+    doc = _Doc(lambda why: BackupError(f"{url}: the repository config is malformed: {why}"))
+    config = _json.load_object(raw, doc.bad)
+    fmt = config.get("format")
+    if fmt != FORMAT or isinstance(fmt, bool):
+        shown = repr(fmt) if isinstance(fmt, int) and not isinstance(fmt, bool) else \
+            _json.kind(fmt) if "format" in config else "missing"
+        raise BackupError(f"{url}: repository format {shown} is not {FORMAT}; upgrade cryptdisk")
+    doc.field(config, "id", "a string")
+    chunker = doc.field(config, "chunker", "an object")
+    doc.field(chunker, "algorithm", "a string", "chunker.")
+    for name in ("avg", "min", "max"):
+        doc.field(chunker, name, "a count", "chunker.")
+    doc.field(config, "params_mac", "a string", optional=True)
+    for i, w in enumerate(doc.items(config, "wrappings")):
+        where = f"wrappings[{i}]."
+        doc.field(w, "kind", "a string", where)
+        doc.field(w, "blob", "a string", where)
+        if w["kind"] == "passphrase":
+            doc.field(w, "salt", "a string", where)
+            params = doc.field(w, "params", "an object", where)
+            for name, value in params.items():
+                doc.value(value, f"{where}params.{name}", "a count")
+        elif w["kind"] == "key":
+            doc.field(w, "check", "a string", where)
+    return config
+
+
+def check_manifest(text: bytes, what: str) -> dict[str, Any]:
+    """The manifest in ``text`` (decrypted), its fields checked (:class:`BackupError` if
+    not); ``what`` names it in the error."""
+    doc = _Doc(lambda why: BackupError(f"{what} is malformed: {why}"))
+    m = _json.load_object(text, doc.bad)
+    doc.field(m, "id", "a string")
+    try:
+        when = _dt.datetime.fromisoformat(doc.field(m, "time", "a string"))
+    except ValueError:
+        raise doc.bad("time is not an ISO 8601 time") from None
+    if when.tzinfo is None:
+        raise doc.bad("time has no time zone")
+    prev = doc.field(m, "prev", "an object or null", optional=True)
+    if prev is not None:
+        doc.field(prev, "id", "a string", "prev.")
+        doc.field(prev, "sha256", "a string", "prev.")
+    doc.field(m, "source", "a string", optional=True)
+    for name in ("bytes", "chunks", "new_chunks", "stored_bytes", "catalog_version"):
+        doc.field(m, name, "a count", optional=True)
+    kind = doc.field(m, "kind", "a string")
+    if kind == "sqlite":
+        doc.field(m, "wal", "true or false", optional=True)
+        f = doc.field(m, "file", "an object")
+        doc.field(f, "bytes", "a count", "file.")
+        doc.field(f, "sha256", "a string", "file.")
+        doc.field(f, "chunks", "a list of chunk names", "file.")
+    elif kind == "db":
+        doc.field(m, "db_id", "a string", optional=True)
+        for i, t in enumerate(doc.items(m, "tables")):
+            where = f"tables[{i}]."
+            doc.field(t, "name", "a string", where)
+            for j, column in enumerate(doc.field(t, "columns", "a list", where)):
+                doc.value(column, f"{where}columns[{j}]", "a list of two strings")
+            doc.field(t, "policy", "a string", where)
+            doc.field(t, "order_by", "a string or null", where, optional=True)
+            for j, p in enumerate(doc.items(t, "parts", where)):
+                at = f"{where}parts[{j}]."
+                doc.field(p, "id", "a string or null", at, optional=True)
+                doc.field(p, "rows", "a count", at)
+                doc.field(p, "bytes", "a count", at)
+                doc.field(p, "sha256", "a string", at)
+                doc.field(p, "chunks", "a list of chunk names", at)
+    else:
+        raise doc.bad('kind is neither "db" nor "sqlite"')
+    return m
