@@ -523,45 +523,47 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
     c.data = c.bufs[2].b.buf;
     for (int i = 0; i < 3; i++)
         c.bufs[i].held = 1;
-    PyObject *offs = NULL, *data = NULL, *rawobj = NULL, *result = NULL, *keys[MAX_VERSIONS] = {NULL};
-    Py_buffer dview = {0}, rview = {0};
+    PyObject *offs = NULL, *data = NULL, *result = NULL, *keys[MAX_VERSIONS] = {NULL};
+    Py_buffer dview = {0};
     uint32_t ids[MAX_VERSIONS];
     int nkeys = 0, nids = 0, error = 0, reason = 0, fallback = 0, not_text = 0;
     Py_ssize_t failed = -1;
-    unsigned char *raw = NULL; /* decoded ciphertexts (b64), else the input itself */
-    int64_t *roff = NULL;      /* each row's start in raw (count + 1) */
+    unsigned char *scratch = NULL; /* one decoded ciphertext at a time (b64) */
+    int64_t longest = 0;
     int overhead = siv ? HEADER + TAG : HEADER + NONCE + TAG;
     if (!col_check(&c))
         goto out;
-    int64_t span = c.count ? col_off(&c, c.count) - col_off(&c, 0) : 0;
-    roff = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(c.count + 1));
-    if (!roff) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if (b64) {
-        if (!(rawobj = new_buffer(alloc, (Py_ssize_t)span, &rview)))
-            goto out;
-        raw = rview.buf;
-    }
-    /* pass 1: base64, lengths, versions, the key ids met (without the GIL) */
-    int64_t at = 0, total = 0;
+    /* pass 1: lengths, versions, the key ids met (without the GIL); base64 text is only
+     * sized here and its first 8 characters (the header) decoded: each value is decoded
+     * whole in pass 2, into a scratch buffer the cipher then reads while it is in cache */
+    int64_t total = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < c.count && !reason; i++) {
-        roff[i] = at;
         if (!col_valid(&c, i))
             continue;
         int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
         const unsigned char *v = c.data + s;
+        unsigned char head[6];
         if (b64) {
             const unsigned char *t = c.data + s;
             int64_t m = n % 4 ? -1 : n / 4 * 3 - (n && t[n - 1] == '=') - (n && t[n - 2] == '=');
-            if (m < 0 || !unb64_one(t, (size_t)n, raw + at, (size_t)m)) {
+            if (m < 0) {
                 reason = 1, failed = i;
                 break;
             }
-            v = raw + at;
+            if (m >= overhead) { /* n >= 28: the header's 8 characters hold no padding */
+                uint32_t q0 = DQ[0][t[0]] | DQ[1][t[1]] | DQ[2][t[2]] | DQ[3][t[3]];
+                uint32_t q1 = DQ[0][t[4]] | DQ[1][t[5]] | DQ[2][t[6]] | DQ[3][t[7]];
+                if ((q0 | q1) & BAD) {
+                    reason = 1, failed = i;
+                    break;
+                }
+                head[0] = (unsigned char)(q0 >> 16), head[1] = (unsigned char)(q0 >> 8), head[2] = (unsigned char)q0;
+                head[3] = (unsigned char)(q1 >> 16), head[4] = (unsigned char)(q1 >> 8), head[5] = (unsigned char)q1;
+                v = head;
+            }
             n = m;
+            longest = m > longest ? m : longest;
         }
         if (n < overhead) {
             reason = 2, failed = i;
@@ -583,16 +585,17 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
             }
             ids[nids++] = id;
         }
-        at += b64 ? n : 0;
     }
-    roff[c.count] = at;
     Py_END_ALLOW_THREADS
     if (reason) {
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, reason);
         goto out;
     }
+    if (b64 && longest && !(scratch = PyMem_RawMalloc((size_t)longest))) {
+        PyErr_NoMemory();
+        goto out;
+    }
     /* the key versions' subkeys (with the GIL: subkey is Python), in the order met */
-    const unsigned char *base = b64 ? raw : c.data;
     for (int k = 0; k < nids; k++) {
         PyObject *got = PyObject_CallFunction(subkey, "k", (unsigned long)ids[k]);
         if (!got)
@@ -615,7 +618,7 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
     size_t klen[MAX_VERSIONS];
     for (int k = 0; k < nkeys; k++)
         kbuf[k] = (const unsigned char *)PyBytes_AS_STRING(keys[k]), klen[k] = (size_t)PyBytes_GET_SIZE(keys[k]);
-    /* pass 2: decrypt (without the GIL) */
+    /* pass 2: decode (base64) and decrypt each value (without the GIL) */
     Py_BEGIN_ALLOW_THREADS
     Ctx hs[MAX_VERSIONS] = {NULL};
     Ctx work = NULL;
@@ -626,15 +629,26 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
         error = 1;
 #endif
     int64_t out_at = 0;
-    for (Py_ssize_t i = 0; i < c.count && !error && failed < 0; i++) {
+    Py_ssize_t i = 0;
+    for (; i < c.count && !error && failed < 0; i++) {
         if (wide_out)
             ((int64_t *)dof)[i] = out_at;
         else
             ((int32_t *)dof)[i] = (int32_t)out_at;
         if (!col_valid(&c, i))
             continue;
-        const unsigned char *v = b64 ? base + roff[i] : c.data + col_off(&c, i);
-        int64_t n = (b64 ? roff[i + 1] - roff[i] : col_off(&c, i + 1) - col_off(&c, i)) - overhead;
+        int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
+        const unsigned char *v = c.data + s;
+        if (b64) {
+            int64_t m = n / 4 * 3 - (v[n - 1] == '=') - (v[n - 2] == '='); /* checked in pass 1 */
+            if (!unb64_one(v, (size_t)n, scratch, (size_t)m)) {
+                reason = 1, failed = i;
+                break;
+            }
+            v = scratch;
+            n = m;
+        }
+        n -= overhead;
         uint32_t id = (uint32_t)v[1] << 24 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 8 | v[4];
         int k = 0;
         while (ids[k] != id)
@@ -653,6 +667,19 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
             break;
         out_at += n;
     }
+    /* a value that failed: the rows after it are checked as base64 still, so a column
+     * that is not all base64 is reported as such, wherever its other failures are */
+    if (b64 && failed >= 0 && !reason && !error)
+        for (; i < c.count; i++) {
+            if (!col_valid(&c, i))
+                continue;
+            int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
+            const unsigned char *t = c.data + s;
+            if (!unb64_one(t, (size_t)n, scratch, (size_t)(n / 4 * 3 - (t[n - 1] == '=') - (t[n - 2] == '=')))) {
+                reason = 1, failed = i;
+                break;
+            }
+        }
     if (wide_out)
         ((int64_t *)dof)[c.count] = out_at;
     else
@@ -671,6 +698,8 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "the cipher library failed (out of memory?)");
     else if (fallback)
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, (Py_ssize_t)-1, 6);
+    else if (reason)
+        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, reason);
     else if (failed >= 0)
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, not_text ? 7 : 4);
     else
@@ -678,14 +707,12 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
 out:
     for (int k = 0; k < nkeys; k++)
         Py_DECREF(keys[k]);
-    if (raw)
-        OPENSSL_cleanse(raw, (size_t)span); /* decoded ciphertexts only, but wipe them too */
-    if (rview.obj)
-        PyBuffer_Release(&rview);
-    Py_XDECREF(rawobj);
+    if (scratch) {
+        OPENSSL_cleanse(scratch, (size_t)longest); /* a decoded ciphertext only, but wipe it */
+        PyMem_RawFree(scratch);
+    }
     if (dview.obj)
         PyBuffer_Release(&dview);
-    PyMem_RawFree(roff);
     Py_XDECREF(offs);
     Py_XDECREF(data);
     release(c.bufs, 3);
@@ -755,9 +782,35 @@ static int64_t mask_one(int kind, const unsigned char *v, int64_t n, unsigned ch
     return total;
 }
 
+/* 1 if v (n bytes) is all ASCII, 8 bytes at a time. */
+static int ascii(const unsigned char *v, int64_t n) {
+    uint64_t any = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, v + i, 32);
+        any |= w[0] | w[1] | w[2] | w[3];
+        if (any & 0x8080808080808080ull)
+            return 0;
+    }
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, v + i, 8);
+        any |= w;
+    }
+    for (; i < n; i++)
+        any |= v[i];
+    return !(any & 0x8080808080808080ull);
+}
+
 /* mask_column(kind, validity, offsets, data, wide, count, offset, alloc)
  *   -> (wide_out, offsets_bytes, data) ; kind "full", "last4" or "email" (see mask_one);
- * the input must be valid UTF-8 (Arrow strings are). */
+ * the input must be valid UTF-8 (Arrow strings are).
+ * "full" and "last4" of an all-ASCII column keep every value's length and place:
+ *   -> (wide, None, data): data is as long as the input's offsets reach, every byte
+ * the input's values span masked ('*', the last four of each valid value longer than
+ * four copied), the bytes before the first value zero; the caller reuses the input's
+ * offsets, validity and array offset (no new offsets, no pass over the characters). */
 static PyObject *py_mask_column(PyObject *self, PyObject *args) {
     const char *kindname;
     int wide;
@@ -783,6 +836,35 @@ static PyObject *py_mask_column(PyObject *self, PyObject *args) {
     }
     if (!col_check(&c))
         goto out;
+    if (kind != 'e') {
+        int64_t first = c.count ? col_off(&c, 0) : 0, end = c.count ? col_off(&c, c.count) : 0;
+        int plain;
+        Py_BEGIN_ALLOW_THREADS
+        plain = ascii(c.data + first, end - first);
+        Py_END_ALLOW_THREADS
+        if (plain) {
+            if (!(data = new_buffer(alloc, (Py_ssize_t)end, &dview)))
+                goto out;
+            unsigned char *dst = dview.buf;
+            Py_BEGIN_ALLOW_THREADS
+            memset(dst, 0, (size_t)first);
+            memset(dst + first, '*', (size_t)(end - first));
+            if (kind == 'l' && !c.wide && !c.validity) { /* the usual column: one load a row */
+                const int32_t *o = (const int32_t *)c.offsets + c.offset;
+                for (Py_ssize_t i = 0; i < c.count; i++)
+                    if (o[i + 1] - o[i] > 4)
+                        memcpy(dst + o[i + 1] - 4, c.data + o[i + 1] - 4, 4);
+            } else if (kind == 'l')
+                for (Py_ssize_t i = 0; i < c.count; i++) {
+                    int64_t e = col_off(&c, i + 1);
+                    if (e - col_off(&c, i) > 4 && col_valid(&c, i))
+                        memcpy(dst + e - 4, c.data + e - 4, 4);
+                }
+            Py_END_ALLOW_THREADS
+            result = Py_BuildValue("(iOO)", wide, Py_None, data);
+            goto out;
+        }
+    }
     /* the output's size: at most the input's for 'f' and 'l' (a character masks to one
      * byte, the kept ones are copied), so one pass writes into a buffer of that size;
      * an email mask may grow a value ("a@b" -> "****@b"): a first pass sizes it. Both
@@ -964,8 +1046,9 @@ PyMODINIT_FUNC PyInit__cfields(void) {
         gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
 #endif
     PyObject *m = PyModule_Create(&module);
-    /* 2: open_column takes the utf8 flag (an older build's callers check this first) */
-    if (m && PyModule_AddIntConstant(m, "API", 2) != 0) {
+    /* 2: open_column takes the utf8 flag (an older build's callers check this first);
+     * 3: mask_column may answer (wide, None, data): the input's offsets serve */
+    if (m && PyModule_AddIntConstant(m, "API", 3) != 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -189,6 +189,22 @@ def test_a_bad_value_after_many_good_ones_names_its_row():
         decrypt_deterministic(pa.array(bad), key)
 
 
+def test_a_value_that_is_not_base64_is_reported_before_an_earlier_one_that_fails():
+    # the C loop decodes each value as it decrypts it: a failure at row 100 still has
+    # the rows after it checked as base64, so the batch is reported as Python's path
+    # (which decodes every value first) reports it
+    key = FieldKey.generate("k")
+    for enc, dec in ((encrypt, decrypt), (encrypt_deterministic, decrypt_deterministic)):
+        bad = enc([str(i) for i in range(5000)], key, output="base64").to_pylist()
+        bad[100] = bad[100][:-2] + ("A=" if bad[100][-2:] != "A=" else "B=")
+        bad[4000] = bad[4000][:-1] + "*"
+        with pytest.raises(FormatError, match=r"row 4000: .*base64"):
+            dec(pa.array(bad), key)
+        bad[4000] = bad[4001]
+        with pytest.raises(AuthenticationError, match="row 100"):
+            dec(pa.array(bad), key)
+
+
 def test_concurrent_batches_from_threads():
     key = FieldKey.generate("k")
     batches = [_mixed(seed, 2048) for seed in range(8)]

@@ -109,6 +109,47 @@ def test_c_masks_leave_no_other_bytes_in_their_buffer():
         assert data.to_pybytes()[end:] == b"\0" * (data.size - end)
 
 
+def test_c_masks_of_ascii_keep_offsets_and_hide_what_nulls_hold():
+    # an all-ASCII column masks in place: the output reuses the input's offsets, and
+    # its data holds stars and kept tails only: not the bytes under a null slot, nor
+    # those before the first value of a slice (zero)
+    data = b"secret-before" + b"4111111111111111" + b"hidden-under-null" + b"abc" + b"12345"
+    offsets = pa.array([0, 13, 29, 46, 49, 54], pa.int32()).buffers()[1]
+    validity = pa.array([True, True, False, True, True]).buffers()[1]
+    arr = pa.Array.from_buffers(pa.string(), 5, [validity, offsets, pa.py_buffer(data)],
+                                null_count=1).slice(1)
+    for mask, want in ((mask_last4, ["*" * 12 + "1111", None, "***", "*2345"]),
+                       (mask_full, ["*" * 16, None, "***", "*****"])):
+        out = mask(arr)
+        out.validate(full=True)
+        assert out.to_pylist() == want
+        raw = out.buffers()[2].to_pybytes()
+        assert b"secret" not in raw and b"hidden" not in raw and b"null" not in raw
+        assert raw[:13] == b"\0" * 13
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text("ab1234@.\u00e9", max_size=12)), max_size=30),
+       st.integers(0, 5), st.booleans())
+def test_c_masks_equal_the_pyarrow_ones_on_ascii_and_not(values, skip, ascii_only):
+    from cryptdisk.fields import _aead
+
+    if ascii_only:
+        values = [v if v is None else v.replace("\u00e9", "e") for v in values]
+    arr = pa.array(values, pa.string()).slice(min(skip, len(values)))
+    native = _aead._cfields
+    got = [f(arr) for f in (mask_full, mask_last4)]
+    _aead._cfields = None
+    try:
+        want = [f(arr) for f in (mask_full, mask_last4)]
+    finally:
+        _aead._cfields = native
+    assert native is not None
+    for g, w in zip(got, want, strict=True):
+        g.validate(full=True)
+        assert g.to_pylist() == w.to_pylist()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=30),
        st.integers(0, 5))

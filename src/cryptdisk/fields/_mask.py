@@ -39,6 +39,10 @@ def _c_mask(kind: str, arr: pa.Array) -> pa.Array | None:
     validity, offsets, data, wide = _aead._buffers(arr)
     wide_out, offs, out = native.mask_column(kind, validity, offsets, data, wide, len(arr),
                                              arr.offset, pa.allocate_buffer)
+    if offs is None:  # all ASCII: each masked value where the input's was (API 3)
+        buffers = arr.buffers()
+        return pa.Array.from_buffers(arr.type, len(arr), [buffers[0], buffers[1], out],
+                                     null_count=arr.null_count, offset=arr.offset)
     return _aead._from_c(arr, wide_out, offs, out, True)
 
 
