@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from cryptdisk.backup._ops import _manifest_chunks, _part_keys
 from cryptdisk.backup._repo import check_config, check_manifest
 from cryptdisk.errors import BackupError
 from cryptdisk.keys import Keyring
+from tests.json_edits import set_at
 
 from .helpers import FAST_KDF, make_db
 
@@ -69,52 +69,37 @@ def _doc(repo: Repository, backup_id: str) -> dict[str, Any]:
     return copy.deepcopy(repo.read_manifest(backup_id))
 
 
-def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    """Set (or, with ``...``, delete) the field at a dotted path; numbers index lists."""
-    def edit(doc: dict[str, Any]) -> None:
-        *head, last = path.split(".")
-        obj: Any = doc
-        for key in head:
-            obj = obj[int(key)] if key.isdigit() else obj[key]
-        k: Any = int(last) if last.isdigit() else last
-        if value is ...:
-            del obj[k]
-        else:
-            obj[k] = value
-    return edit
-
-
 # (which backup, edit, what the error must say)
 DB_CASES = [
-    ("time", _set("time", ...), "time is missing"),
-    ("time-number", _set("time", 5), "time is a number, not a string"),
-    ("time-words", _set("time", "yesterday"), "time is not an ISO 8601 time"),
-    ("time-naive", _set("time", "2026-12-02T10:00:00"), "time has no time zone"),
-    ("id", _set("id", ...), "id is missing"),
-    ("kind", _set("kind", "tape"), 'kind is neither "db" nor "sqlite"'),
-    ("tables", _set("tables", ...), "tables is missing"),
-    ("tables-object", _set("tables", {}), "tables is an object, not a list"),
-    ("table-string", _set("tables.0", "t"), "tables[0] is a string, not an object"),
-    ("columns", _set("tables.0.columns.0", ["id"]), "tables[0].columns[0] is not a list of"),
-    ("policy", _set("tables.0.policy", None), "tables[0].policy is null, not a string"),
-    ("parts", _set("tables.0.parts", None), "tables[0].parts is null, not a list"),
-    ("rows", _set("tables.0.parts.0.rows", "12"), "tables[0].parts[0].rows is a string"),
-    ("bytes-bool", _set("tables.0.parts.0.bytes", True), "parts[0].bytes is true or false"),
-    ("bytes-negative", _set("tables.0.parts.0.bytes", -1), "parts[0].bytes is negative"),
-    ("sha256", _set("tables.0.parts.0.sha256", ...), "tables[0].parts[0].sha256 is missing"),
-    ("chunks-string", _set("tables.0.parts.0.chunks", "ab"), "parts[0].chunks is a string"),
-    ("chunk-number", _set("tables.0.parts.0.chunks", [7]), "not a chunk name"),
-    ("chunk-path", _set("tables.0.parts.0.chunks", ["../../config"]), "not a chunk name"),
-    ("prev", _set("prev", 3), "prev is a number, not an object or null"),
-    ("prev-id", _set("prev", {"sha256": "00"}), "prev.id is missing"),
-    ("bytes-total", _set("bytes", "many"), "bytes is a string, not a count"),
+    ("time", set_at("time", ...), "time is missing"),
+    ("time-number", set_at("time", 5), "time is a number, not a string"),
+    ("time-words", set_at("time", "yesterday"), "time is not an ISO 8601 time"),
+    ("time-naive", set_at("time", "2026-12-02T10:00:00"), "time has no time zone"),
+    ("id", set_at("id", ...), "id is missing"),
+    ("kind", set_at("kind", "tape"), 'kind is neither "db" nor "sqlite"'),
+    ("tables", set_at("tables", ...), "tables is missing"),
+    ("tables-object", set_at("tables", {}), "tables is an object, not a list"),
+    ("table-string", set_at("tables.0", "t"), "tables[0] is a string, not an object"),
+    ("columns", set_at("tables.0.columns.0", ["id"]), "tables[0].columns[0] is not a list of"),
+    ("policy", set_at("tables.0.policy", None), "tables[0].policy is null, not a string"),
+    ("parts", set_at("tables.0.parts", None), "tables[0].parts is null, not a list"),
+    ("rows", set_at("tables.0.parts.0.rows", "12"), "tables[0].parts[0].rows is a string"),
+    ("bytes-bool", set_at("tables.0.parts.0.bytes", True), "parts[0].bytes is true or false"),
+    ("bytes-negative", set_at("tables.0.parts.0.bytes", -1), "parts[0].bytes is negative"),
+    ("sha256", set_at("tables.0.parts.0.sha256", ...), "tables[0].parts[0].sha256 is missing"),
+    ("chunks-string", set_at("tables.0.parts.0.chunks", "ab"), "parts[0].chunks is a string"),
+    ("chunk-number", set_at("tables.0.parts.0.chunks", [7]), "not a chunk name"),
+    ("chunk-path", set_at("tables.0.parts.0.chunks", ["../../config"]), "not a chunk name"),
+    ("prev", set_at("prev", 3), "prev is a number, not an object or null"),
+    ("prev-id", set_at("prev", {"sha256": "00"}), "prev.id is missing"),
+    ("bytes-total", set_at("bytes", "many"), "bytes is a string, not a count"),
 ]
 SQLITE_CASES = [
-    ("file", _set("file", ...), "file is missing"),
-    ("file-list", _set("file", []), "file is a list, not an object"),
-    ("file-chunks", _set("file.chunks", ...), "file.chunks is missing"),
-    ("file-bytes", _set("file.bytes", 1.5), "file.bytes is a number, not a count"),
-    ("wal", _set("wal", "yes"), "wal is a string, not true or false"),
+    ("file", set_at("file", ...), "file is missing"),
+    ("file-list", set_at("file", []), "file is a list, not an object"),
+    ("file-chunks", set_at("file.chunks", ...), "file.chunks is missing"),
+    ("file-bytes", set_at("file.bytes", 1.5), "file.bytes is a number, not a count"),
+    ("wal", set_at("wal", "yes"), "wal is a string, not true or false"),
 ]
 
 
@@ -197,7 +182,7 @@ def _config_edits(config: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
         ("params_mac", 1, "params_mac is a number, not a string"),
     ]:
         edited = copy.deepcopy(config)
-        _set(path, value)(edited)
+        set_at(path, value)(edited)
         out.append((edited, says))
     return out
 
@@ -251,9 +236,9 @@ def _mutated(doc: dict[str, Any], paths: list[str], value: Any) -> Any:
     doc = copy.deepcopy(doc)
     for p in paths:
         try:
-            _set(p, copy.deepcopy(value))(doc)
-        except (KeyError, IndexError, TypeError):
-            pass
+            set_at(p, copy.deepcopy(value))(doc)
+        except (KeyError, IndexError, TypeError, ValueError):
+            pass  # the path is not there (any more)
     return doc
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from cryptdisk import FieldPolicyError, Keyring, PolicyFileError
 from cryptdisk import open as cd_open
 from cryptdisk.db import read_policies
 from cryptdisk.server import AnalyticalEngine, AuditLog, PolicyStore
+from tests.json_edits import Change, set_at
 from tests.server.conftest import certs, start_server  # noqa: F401  (fixtures)
 
 #: a body no message may repeat
@@ -43,56 +43,39 @@ GOOD: dict[str, Any] = {
     "audit": ["auditor"],
 }
 
-Change = Callable[[dict[str, Any]], Any]
-
-
-def _set(path: str, value: Any) -> Change:
-    """Set (or, for ``...``, delete) the JSON field at ``path`` ("masking.pan_mask.body")."""
-    *parents, last = path.split(".")
-
-    def change(data: dict[str, Any]) -> None:
-        for key in parents:
-            data = data[key]
-        if value is ...:
-            del data[last]
-        else:
-            data[last] = value
-    return change
-
-
 #: (id, bytes or a change to GOOD, what the message says)
 CASES: list[tuple[str, bytes | Change, str]] = [
     ("bad JSON", b'{"version": 1, "masking": ', "not JSON (JSONDecodeError at line 1"),
     ("not UTF-8", b"{\x80}", "not JSON (UnicodeDecodeError at byte 1)"),
     ("an array", b"[1, 2]", "a list, not an object"),
-    ("no version", _set("version", ...), "not a cryptdisk policy file (version 1)"),
-    ("version true", _set("version", True), "not a cryptdisk policy file (version 1)"),
-    ("masking a list", _set("masking", []), "masking is a list, not an object"),
-    ("apply an object", _set("apply", {}), "apply is an object, not a list"),
-    ("audit of numbers", _set("audit", [1]), "audit is not a list of role names"),
-    ("a policy a string", _set("masking.pan_mask", "x"),
+    ("no version", set_at("version", ...), "not a cryptdisk policy file (version 1)"),
+    ("version true", set_at("version", True), "not a cryptdisk policy file (version 1)"),
+    ("masking a list", set_at("masking", []), "masking is a list, not an object"),
+    ("apply an object", set_at("apply", {}), "apply is an object, not a list"),
+    ("audit of numbers", set_at("audit", [1]), "audit is not a list of role names"),
+    ("a policy a string", set_at("masking.pan_mask", "x"),
      "masking['pan_mask'] is a string, not an object"),
-    ("no args", _set("masking.pan_mask.args", ...), "masking['pan_mask'].args is missing"),
-    ("args empty", _set("masking.pan_mask.args", []),
+    ("no args", set_at("masking.pan_mask.args", ...), "masking['pan_mask'].args is missing"),
+    ("args empty", set_at("masking.pan_mask.args", []),
      "masking['pan_mask'].args is not a list of [name, type] pairs"),
-    ("an arg a string", _set("row_access.no_eu.args", ["r"]),
+    ("an arg a string", set_at("row_access.no_eu.args", ["r"]),
      "row_access['no_eu'].args is not a list of [name, type] pairs"),
-    ("no body", _set("row_access.no_eu.body", ...), "row_access['no_eu'].body is missing"),
-    ("body a number", _set("masking.pan_mask.body", 5),
+    ("no body", set_at("row_access.no_eu.body", ...), "row_access['no_eu'].body is missing"),
+    ("body a number", set_at("masking.pan_mask.body", 5),
      "masking['pan_mask'].body is a number, not a string"),
-    ("returns a list", _set("masking.pan_mask.returns", ["VARCHAR"]),
+    ("returns a list", set_at("masking.pan_mask.returns", ["VARCHAR"]),
      "masking['pan_mask'].returns is a list, not a string"),
-    ("columns of a table a list", _set("columns.cards", ["pan"]),
+    ("columns of a table a list", set_at("columns.cards", ["pan"]),
      "columns['cards'] is a list, not an object"),
-    ("a column's policy a number", _set("columns.cards.pan", 1),
+    ("a column's policy a number", set_at("columns.cards.pan", 1),
      "columns['cards']['pan'] is a number, not a policy name"),
-    ("a column's policy unknown", _set("columns.cards.pan", "gone"),
+    ("a column's policy unknown", set_at("columns.cards.pan", "gone"),
      "columns['cards']['pan'] names masking policy 'gone', which the file does not hold"),
-    ("rows of a table a string", _set("rows.cards", "no_eu"),
+    ("rows of a table a string", set_at("rows.cards", "no_eu"),
      "rows['cards'] is not a [policy name, [column, ...]] pair"),
-    ("a row policy unknown", _set("rows.cards", ["gone", ["region"]]),
+    ("a row policy unknown", set_at("rows.cards", ["gone", ["region"]]),
      "rows['cards'] names row access policy 'gone', which the file does not hold"),
-    ("a row policy's columns short", _set("rows.cards", ["no_eu", []]),
+    ("a row policy's columns short", set_at("rows.cards", ["no_eu", []]),
      "rows['cards'] gives 0 column(s) to row access policy 'no_eu', which takes 1"),
 ]
 

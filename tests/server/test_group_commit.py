@@ -3,11 +3,13 @@ commit, one fdatasync shared by the commits that wait for it; checkpoints still 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -75,11 +77,27 @@ def test_checkpoints_still_run_and_the_wal_restarts(tmp_path: Any) -> None:
     engine.close()
 
 
-def _hold(path: str) -> tuple[int, Any]:
-    """Play another process: hold the sync lock, with the counters mapped."""
-    fd = os.open(path, os.O_RDWR)
+def _group_sync(tmp_path: Any) -> tuple[GroupSync, str]:
+    """A GroupSync with its counters file made, and a WAL with frames to sync."""
+    wal = str(tmp_path / "w")
+    with open(wal, "wb") as f:
+        f.write(b"frames")
+    gs = GroupSync(str(tmp_path / "d"))
+    gs.counts()
+    return gs, wal
+
+
+@contextlib.contextmanager
+def _holding(gs: GroupSync) -> Iterator[Any]:
+    """Play another process: hold the sync lock, with the counters (started, completed)
+    mapped; released at the end."""
+    fd = os.open(gs.path, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd, memoryview(mmap.mmap(fd, 16)).cast("q")
+    try:
+        yield memoryview(mmap.mmap(fd, 16)).cast("q")
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _waiting(gs: GroupSync, wal: str) -> threading.Thread:
@@ -93,39 +111,23 @@ def _waiting(gs: GroupSync, wal: str) -> threading.Thread:
 
 
 def test_a_sync_begun_after_the_commit_serves_it(tmp_path: Any) -> None:
-    wal = str(tmp_path / "w")
-    with open(wal, "wb") as f:
-        f.write(b"frames")
-    gs = GroupSync(str(tmp_path / "d"))
-    gs.counts()
-    fd, counts = _hold(gs.path)
-    try:
+    gs, wal = _group_sync(tmp_path)
+    with _holding(gs) as counts:
         thread = _waiting(gs, wal)
         counts[0] += 1  # another process syncs, begun after the waiter's frames were written
         counts[1] = counts[0]
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
     thread.join(10)
     assert gs.counts() == (1, 1)  # the waiter returned without a sync of its own
-    os.close(fd)
 
 
 def test_a_sync_begun_before_the_commit_does_not_serve_it(tmp_path: Any) -> None:
-    wal = str(tmp_path / "w")
-    with open(wal, "wb") as f:
-        f.write(b"frames")
-    gs = GroupSync(str(tmp_path / "d"))
-    gs.counts()
-    fd, counts = _hold(gs.path)
-    try:
+    gs, wal = _group_sync(tmp_path)
+    with _holding(gs) as counts:
         counts[0] += 1  # another process's sync is under way before the frames were written
         thread = _waiting(gs, wal)
         counts[1] = counts[0]
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
     thread.join(10)
     assert gs.counts() == (2, 2)  # so the waiter synced itself
-    os.close(fd)
 
 
 def test_a_failed_sync_fails_the_statement(tmp_path: Any, monkeypatch: Any) -> None:

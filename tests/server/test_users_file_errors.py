@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,66 +22,50 @@ from cryptdisk import open as cd_open
 from cryptdisk.server import SQLiteEngine, UserStore
 from cryptdisk.server._engines import USERS_JOURNAL
 from cryptdisk.sqlite import connect as sqlite_connect
+from tests.json_edits import Change, set_at
 from tests.server.certs import sqlite_serve_config
 from tests.server.test_users_journal import _record, _serve, _user_file
 
 KEY_HEX = "cd" * 32
-
-Change = Callable[[dict[str, Any]], Any]
-
-
-def _set(path: str, value: Any) -> Change:
-    """Set (or, for ``...``, delete) the JSON field at ``path`` ("users.u.admin")."""
-    *parents, last = path.split(".")
-
-    def change(data: dict[str, Any]) -> None:
-        for key in parents:
-            data = data[key]
-        if value is ...:
-            del data[last]
-        else:
-            data[last] = value
-    return change
-
 
 #: (id, bytes or a change to the good JSON, what the message says, only for the record)
 CASES: list[tuple[str, bytes | Change, str, bool]] = [
     ("bad JSON", b'{"version": 1, "serial": ', "not JSON (JSONDecodeError at line 1", False),
     ("not UTF-8", b"{\x80}", "not JSON (UnicodeDecodeError at byte 1)", False),
     ("an array", b"[1, 2]", "a list, not an object", False),
-    ("no version", _set("version", ...), "not a cryptdisk user file (version 1)", False),
-    ("version true", _set("version", True), "not a cryptdisk user file (version 1)", False),
-    ("no serial", _set("serial", ...), "serial is missing", True),
-    ("serial a string", _set("serial", "1"), "serial is not a generation number", False),
-    ("serial negative", _set("serial", -1), "serial is not a generation number", False),
+    ("no version", set_at("version", ...), "not a cryptdisk user file (version 1)", False),
+    ("version true", set_at("version", True), "not a cryptdisk user file (version 1)", False),
+    ("no serial", set_at("serial", ...), "serial is missing", True),
+    ("serial a string", set_at("serial", "1"), "serial is not a generation number", False),
+    ("serial negative", set_at("serial", -1), "serial is not a generation number", False),
     ("serial not the record's", lambda d: d.update(serial=d["serial"] + 5),
      "but is filed as generation", True),
-    ("no users", _set("users", ...), "users is missing", False),
-    ("users a list", _set("users", []), "users is a list, not an object", False),
-    ("roles a string", _set("roles", "r"), "roles is a string, not an object", False),
-    ("a user a string", _set("users.u", "x"), "users['u'] is a string, not an object", False),
-    ("no verifier", _set("users.u.verifier", ...), "users['u'].verifier is missing", False),
-    ("verifier a number", _set("users.u.verifier", 5),
+    ("no users", set_at("users", ...), "users is missing", False),
+    ("users a list", set_at("users", []), "users is a list, not an object", False),
+    ("roles a string", set_at("roles", "r"), "roles is a string, not an object", False),
+    ("a user a string", set_at("users.u", "x"), "users['u'] is a string, not an object", False),
+    ("no verifier", set_at("users.u.verifier", ...), "users['u'].verifier is missing", False),
+    ("verifier a number", set_at("users.u.verifier", 5),
      "users['u'].verifier is a number, not a string", False),
     ("verifier a list", lambda d: d["users"]["u"].update(verifier=[d["users"]["u"]["verifier"]]),
      "users['u'].verifier is a list, not a string", False),
-    ("verifier not SCRAM", _set("users.u.verifier", "SCRAM-SHA-256$4096:AA==$x:y"),
+    ("verifier not SCRAM", set_at("users.u.verifier", "SCRAM-SHA-256$4096:AA==$x:y"),
      "users['u'].verifier is not a SCRAM-SHA-256 verifier", False),
-    ("admin a string", _set("users.u.admin", "yes"),
+    ("admin a string", set_at("users.u.admin", "yes"),
      "users['u'].admin is a string, not true or false", False),
-    ("clientcert null", _set("users.u.clientcert", None),
+    ("clientcert null", set_at("users.u.clientcert", None),
      "users['u'].clientcert is null, not true or false", False),
-    ("roles of a user a string", _set("users.u.roles", "r"),
+    ("roles of a user a string", set_at("users.u.roles", "r"),
      "users['u'].roles is not a list of role names", False),
-    ("grants a list", _set("users.u.grants", []), "users['u'].grants is a list, not an object",
+    ("grants a list", set_at("users.u.grants", []), "users['u'].grants is a list, not an object",
      False),
-    ("an unknown privilege", _set("users.u.grants", {"t": ["DROP"]}),
+    ("an unknown privilege", set_at("users.u.grants", {"t": ["DROP"]}),
      "users['u'].grants['t'] is not a list of privileges", False),
-    ("a role a number", _set("roles", {"r": 1}), "roles['r'] is a number, not an object",
+    ("a role a number", set_at("roles", {"r": 1}), "roles['r'] is a number, not an object",
      False),
-    ("admin option names a number", _set("roles", {"r": {"admin_roles": [1]}}),
+    ("admin option names a number", set_at("roles", {"r": {"admin_roles": [1]}}),
      "roles['r'].admin_roles is not a list of role names", False),
-    ("a user and a role", _set("roles", {"u": {}}), "'u' is both a user and a role", False),
+    ("a user and a role", set_at("roles", {"u": {}}), "'u' is both a user and a role", False),
 ]
 
 
