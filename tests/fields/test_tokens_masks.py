@@ -128,6 +128,23 @@ def test_c_masks_of_ascii_keep_offsets_and_hide_what_nulls_hold():
         assert raw[:13] == b"\0" * 13
 
 
+@pytest.mark.parametrize("offsets", [[0, 8, 4, 12], [0, 4, 16, 12], [0, 4, 8, 99], [-4, 0, 4, 8]])
+@pytest.mark.parametrize("kind", ["full", "last4", "email"])
+@pytest.mark.parametrize("nulls", [False, True])
+def test_c_masks_refuse_offsets_that_decrease_or_leave_the_data(offsets, kind, nulls):
+    # the all-ASCII path checks the offsets in the pass that copies the tails: a column
+    # whose offsets decrease or point outside its data is an error, never a read past it
+    from cryptdisk.fields import _aead
+
+    native = _aead.native_module()
+    assert native is not None
+    validity = pa.array([True, False, True]).buffers()[1] if nulls else b""
+    offs = pa.array(offsets, pa.int32()).buffers()[1]
+    with pytest.raises(ValueError, match=r"column offsets|column buffers"):
+        native.mask_column(kind, validity, offs, b"abcdefghijkl", False, 3, 0,
+                           pa.allocate_buffer)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.text("ab1234@.\u00e9", max_size=12)), max_size=30),
        st.integers(0, 5), st.booleans())
