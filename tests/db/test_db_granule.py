@@ -270,6 +270,7 @@ def test_a_wide_key_range_reads_each_column_once(db, monkeypatch):
 
 
 def test_pages_the_reader_does_not_understand_are_read_whole(db, monkeypatch):
+    monkeypatch.setattr(_parts, "WRITE_PAGE_INDEX", False)  # a part of an earlier version
     _point_table(db, monkeypatch)
 
     def refuse(*args, **kwargs):
@@ -283,9 +284,11 @@ def test_pages_the_reader_does_not_understand_are_read_whole(db, monkeypatch):
 
 
 def test_narrow_columns_are_read_whole_and_sliced(db, monkeypatch):
-    """Columns of 8-byte values decode whole (cheaper than finding their pages), on
-    another scan thread while the key's column is read; the rows handed on are still
-    only those the key's filters keep."""
+    """In a part without a page index (an earlier version's), columns of 8-byte values
+    decode whole (cheaper than finding their pages), on another scan thread while the
+    key's column is read; the rows handed on are still only those the key's filters
+    keep."""
+    monkeypatch.setattr(_parts, "WRITE_PAGE_INDEX", False)
     _point_table(db, monkeypatch)
     rows_rows, wholes = [], []
     read_rows, read = _partread.OpenPart.read_rows, _partread.OpenPart.read
@@ -321,17 +324,22 @@ def test_point_and_range_queries_through_granules(db, monkeypatch, plain):
     assert db.query("SELECT c_str FROM t WHERE c_int = -1") == []
 
 
-def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch):
+@pytest.mark.parametrize("index", [True, False])
+def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch, index):
     """Opening a part ahead of a statement also reads the key's column of the row group
-    holding an integer the statement names; the granule read uses it, and what the
-    statement does not use is dropped when it ends."""
+    holding an integer the statement names (with a page index, the pages of the granule
+    holding it only; an earlier version's part, the whole chunk); the granule read uses
+    it, and what the statement does not use is dropped when it ends."""
     path = tmp_path / "db"
+    monkeypatch.setattr(_parts, "WRITE_PAGE_INDEX", index)
     with cryptdisk.connect(path) as db:
         _point_table(db, monkeypatch)
-    reads = []
-    read = _partread.OpenPart.read
+    reads, rows_reads = [], []
+    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
     monkeypatch.setattr(_partread.OpenPart, "read",
                         lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
     from cryptdisk.db import _scan
 
     ahead = []
@@ -347,7 +355,11 @@ def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch):
             (4321, hashlib.md5(b"4321").hexdigest())]
         assert db.last_scans["t"]["granule_reads"] == 1
         assert ahead == [[0]]  # the row group of 4321, read ahead
-        assert reads == [["c_int"]]  # once: the granule read used it
+        if index:  # once, the granule of 100 rows holding 4321: the granule read used it
+            assert reads == [] and ("c_int", 4300, 4400) in rows_reads
+            assert [r for r in rows_reads if r[0] == "c_int"] == [("c_int", 4300, 4400)]
+        else:
+            assert reads == [["c_int"]]  # once: the granule read used it
         (op,) = db._open_parts._items.values()
         assert op.key_reads == {} and db._open_parts._key_reads == []
     reads.clear()
@@ -378,3 +390,177 @@ def test_the_row_estimate_for_walking_headers_while_the_key_decodes():
     assert _row_estimate(None, rows, [Filter("k", 5, 5)]) is None
     assert _row_estimate((7, 7), rows, [Filter("k", 7, 7)]) is None
     assert _row_estimate((-2**63, 2**63 - 1), rows, [Filter("k", 0, 0)]) == 32768
+
+
+# -- the page index written with a part ------------------------------------------------------
+
+def _spans(spans):
+    return [(p.start, p.end, p.first_row, p.rows, p.dictionary) for p in spans]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_page_index_equals_the_walked_page_headers(db, monkeypatch, plain):
+    """Every chunk of every row group of parts written in several inserts (NULLs, a
+    dictionary column, a last row group shorter than the others) has index entries,
+    equal to the pages its headers describe."""
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    policy = "plain" if plain else "default"
+    db.sql(f"CREATE TABLE t (c_int BIGINT, c_str VARCHAR, lo VARCHAR, c_float DOUBLE) "
+           f"ORDER BY c_int SETTINGS storage_policy = '{policy}'")
+    db.sql("INSERT INTO t SELECT i, CASE WHEN i % 7 = 0 THEN NULL ELSE md5(i::VARCHAR) END, "
+           "'x' || (i % 5)::VARCHAR, i / 7 FROM range(4321) r(i)")
+    db.sql("INSERT INTO t SELECT NULL, 'n', 'x', 0.5 FROM range(50)")
+    parts = db.table("t").parts
+    assert len(parts) == 2
+    for part in parts:
+        disk = db.config.disks[part.disk]
+        op = _partread.open_part(disk, part)
+        try:
+            assert _parts.PAGES_KEY in op.meta.metadata
+            read = op._page_reader()
+            for rg in range(op.num_row_groups):
+                for j in range(op.meta.num_columns):
+                    col = op.meta.row_group(rg).column(j)
+                    start, end = _chunk_start_end(col)
+                    assert op.indexed(rg, j), (part.rows, rg, j)
+                    walked = _granule.page_spans(read, start, end, col.num_values)
+                    assert _spans(op._pages[(rg, j)]) == _spans(walked)
+        finally:
+            op.close()
+
+
+def test_with_a_page_index_a_point_query_walks_no_header_and_reads_pages_only(db, monkeypatch):
+    """A part written with its page index: the granule read finds every column's pages
+    there, narrow ones too, and reads no page header and no whole chunk but the key's."""
+    _point_table(db, monkeypatch)
+    rows_rows, wholes = [], []
+    read_rows, read = _partread.OpenPart.read_rows, _partread.OpenPart.read
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a page header walked")
+
+    monkeypatch.setattr(_partread, "page_spans", refuse)
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_rows.append((c, read_rows(self, rg, c, a, b) is not None)) or read_rows(
+            self, rg, c, a, b)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
+        wholes.append(list(cols)) or read(self, rgs, cols)))
+    assert db.query("SELECT c_float, c_str FROM t WHERE c_int BETWEEN 10 AND 12") == [
+        (i / 7, hashlib.md5(str(i).encode()).hexdigest()) for i in (10, 11, 12)]
+    assert sorted(rows_rows) == [("c_float", True), ("c_int", True), ("c_str", True)]
+    assert wholes == []  # the key too: the pages of its granule only
+    assert db.last_scans["t"]["granule_reads"] == 1
+
+
+def test_a_page_index_that_does_not_fit_its_chunk_is_not_used(db, monkeypatch):
+    """Malformed entries (short, wrong counts, offsets off the chunk's pages) give no
+    pages: the reader walks the headers instead."""
+    part = _point_table(db, monkeypatch)
+    op = _partread.open_part(db.config.disks[part.disk], part)
+    try:
+        raw = op.meta.metadata[_parts.PAGES_KEY]
+        groups, leaves = op.num_row_groups, op.meta.num_columns
+        col = op.meta.row_group(0).column(1)
+        start, end = _chunk_start_end(col)
+        good = _granule.PageIndex(raw, groups, leaves)
+        assert good.spans(0, 1, start, end, col.num_values) is not None
+        assert good.spans(0, 1, start, end, col.num_values + 1) is None  # rows differ
+        assert good.spans(0, 1, start, start + 100, col.num_values) is None  # runs past
+        for bad in (b"", raw[:-4], raw + b"\0\0\0\0", raw[:3], b"\xff" * len(raw)):
+            assert _granule.PageIndex(bad, groups, leaves).spans(
+                0, 1, start, end, col.num_values) is None
+        assert _granule.PageIndex(raw, groups + 1, leaves).spans(
+            0, 1, start, end, col.num_values) is None
+        shifted = bytearray(raw)  # the second page of the first chunk one byte later
+        at = 4 * (2 + groups * leaves + 2)
+        shifted[at] += 1
+        assert _granule.PageIndex(bytes(shifted), groups, leaves).spans(
+            0, 0, *_chunk_start_end(op.meta.row_group(0).column(0)),
+            op.meta.row_group(0).column(0).num_values) is not None  # (only that entry
+        # is checked against the footer: its page sizes are not in the footer)
+    finally:
+        op.close()
+    # a part whose index entry is garbage reads by walking its page headers
+    monkeypatch.setattr(_granule.PageIndex, "spans", lambda *a, **k: None)
+    assert db.query("SELECT c_int, c_str, c_float FROM t WHERE c_int = 4321") == [
+        (4321, hashlib.md5(b"4321").hexdigest(), 4321 / 7)]
+    assert db.last_scans["t"]["granule_reads"] == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(cuts=st.lists(st.integers(1, 5000), max_size=30), seed=st.integers(0, 3))
+def test_the_page_scanner_reads_the_same_pages_however_the_bytes_are_cut(cuts, seed):
+    """pyarrow's writes may cut a page header anywhere: fed the file's bytes in any
+    pieces, the scanner finds the pages a walk of the headers finds."""
+    table = _table()
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, table.schema, compression=["none", "lz4"][seed % 2],
+                          use_dictionary=["lo"], max_rows_per_page=150 + seed) as writer:
+        writer.write_table(table, row_group_size=700)
+    raw = sink.getvalue()
+    meta = pq.read_metadata(pa.BufferReader(raw))
+    end = len(raw) - 8 - meta.serialized_size
+    scanner = _granule.PageScanner()
+    pos = 0
+    for c in cuts:
+        scanner.feed(raw[pos : min(end, pos + c)])
+        pos = min(end, pos + c)
+    scanner.feed(raw[pos:end])
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    index = _granule.PageIndex(scanner.to_bytes(groups, meta.num_columns),
+                               meta.num_row_groups, meta.num_columns)
+    for rg in range(meta.num_row_groups):
+        for j in range(meta.num_columns):
+            col = meta.row_group(rg).column(j)
+            start, stop = _chunk_start_end(col)
+            walked = _granule.page_spans(lambda o, n: raw[o : o + n], start, stop,
+                                         col.num_values)
+            assert _spans(index.spans(rg, j, start, stop, col.num_values)) == _spans(walked)
+
+
+def test_the_key_granule_bounds_are_each_granules_min_and_max(db, monkeypatch):
+    """The footer's granule bounds of the key are the min and max of every run of
+    GRANULE_ROWS rows of each row group (the last run of a row group shorter); a part
+    with a NULL key has none (its granule reads decode the key's whole chunk)."""
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t SELECT (i * 7919) % 2503 - 1000, 'x', 0.5 FROM range(2503) r(i)")
+    db.sql("INSERT INTO t SELECT CASE WHEN i = 3 THEN NULL ELSE i END, 'x', 0.5 "
+           "FROM range(500) r(i)")
+    full, nulls = sorted(db.table("t").parts, key=lambda p: -p.rows)
+    op = _partread.open_part(db.config.disks[full.disk], full)
+    try:
+        keys = db.arrow_table("t").column("c_int").to_numpy()[:full.rows]
+        assert list(keys) == sorted(keys)
+        rows = [op.rows(i) for i in range(op.num_row_groups)]
+        assert rows == [1000, 1000, 503]
+        g, groups, mins, maxs = _parts.key_granules(op.meta.metadata, "c_int", 3, 2503)
+        assert g == 100 and groups == rows and len(mins) == 10 + 10 + 6
+        want, at = [], 0
+        for r in rows:
+            for a in range(0, r, 100):
+                piece = keys[at + a : at + min(r, a + 100)]
+                want.append((piece.min(), piece.max()))
+            at += r
+        assert list(zip(mins, maxs, strict=True)) == want
+        assert _parts.key_granules(op.meta.metadata, "c_str", 3, 2503) is None
+        assert _parts.key_granules(op.meta.metadata, "c_int", 2, 2503) is None
+        assert _parts.key_granules(op.meta.metadata, "c_int", 3, 2504) is None
+        raw = op.meta.metadata[_parts.KEY_GRANULES_KEY]
+        for bad in (raw[:-8], raw + b"\0" * 8, raw[:9], b"c_int\0" + b"\xff" * 64):
+            assert _parts.key_granules({_parts.KEY_GRANULES_KEY: bad}, "c_int", 3,
+                                       2503) is None
+        # the rows of the granules a filter may keep: from the first to the last
+        assert op.granule_rows(1, "c_int", lambda lo, hi: lo <= mins[12] <= hi) == (200, 300)
+        assert op.granule_rows(1, "c_int", lambda lo, hi: False) == (0, 0)
+    finally:
+        op.close()
+    op = _partread.open_part(db.config.disks[nulls.disk], nulls)
+    try:
+        assert _parts.KEY_GRANULES_KEY not in op.meta.metadata
+        assert op.granule_rows(0, "c_int", lambda lo, hi: True) is None
+    finally:
+        op.close()
+    assert db.query("SELECT count(*) FROM t WHERE c_int = 250") == [(2,)]

@@ -240,18 +240,22 @@ _KEY_FILTERS = st.one_of(
 @given(inserts=st.lists(_ROWS, min_size=1, max_size=3),
        where=st.lists(_KEY_FILTERS, min_size=1, max_size=2),
        other=st.lists(_FILTERS, max_size=1), shape=st.sampled_from(_SHAPES),
-       plain=st.booleans(), dictionary=st.booleans())
+       plain=st.booleans(), dictionary=st.booleans(), index=st.booleans())
 def test_granule_reads_equal_duckdb(shared_db, inserts, where, other, shape, plain,
-                                    dictionary):
+                                    dictionary, index):
     """Row groups of 40 rows in pages of 3: a filter on the key decodes only the pages
-    (granules) of the other columns that hold the rows it may keep, cold; the second run
-    reads whole row groups into the cache, the third answers from it."""
+    (granules) of the other columns that hold the rows it may keep, cold (with the page
+    index and the key's granule bounds, the key's pages of the granules that may match
+    too; ``index`` False: parts as earlier versions wrote them); the second run reads
+    whole row groups into the cache, the third answers from it."""
     db = shared_db
     if dictionary:  # few distinct strings: a dictionary page comes first in each chunk
         inserts = [[(k, (s or "")[:1] or None, f) for k, s, f in rows] for rows in inserts]
-    t, ref = _table_and_reference(db, inserts, 40, True,
-                                  " SETTINGS storage_policy = 'plain'" if plain
-                                  else " SETTINGS storage_policy = 'default'", page_rows=3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_parts, "WRITE_PAGE_INDEX", index)
+        t, ref = _table_and_reference(db, inserts, 40, True,
+                                      " SETTINGS storage_policy = 'plain'" if plain
+                                      else " SETTINGS storage_policy = 'default'", page_rows=3)
     sql = shape.format(t=t, w=" AND ".join(where + other))
     want = ref.execute(sql).fetchall()
     with pytest.MonkeyPatch.context() as mp:

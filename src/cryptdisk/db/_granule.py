@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["GRANULE_ROWS", "PageSpan", "decode_pages", "granule_schema", "page_spans",
-           "walked_all"]
+__all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_pages",
+           "granule_schema", "page_spans", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -325,3 +325,187 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
     if arr.type != typ or len(arr) != values:
         return None
     return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+
+
+# -- the page index written with a part -----------------------------------------------------
+
+class PageScanner:
+    """Where a part's pages are, found from the bytes of the Parquet file as it is written.
+
+    pyarrow writes a file as ``PAR1``, then every column chunk of every row group as a
+    run of pages (a Thrift header, then the page's bytes), then the footer. :meth:`feed`
+    takes the bytes in order and reads each page header as it passes (the bodies are
+    skipped, never copied); :meth:`to_bytes` turns the pages seen so far into the page
+    index (:func:`page_index_bytes`). Anything it does not understand stops the scan
+    (the part is then written without an index and read by walking its page headers).
+    """
+
+    def __init__(self) -> None:
+        self._skip = 4  # PAR1
+        self._pos = 0  # file offset of the next byte fed
+        self._head = bytearray()  # an incomplete page header, from file offset _head_at
+        self._head_at = 0
+        self.pages: list[tuple[int, int, int]] = []  # (offset, values or -1, end)
+        self.failed = False
+
+    def feed(self, data: Any) -> None:
+        if self.failed:
+            return
+        n = len(data)
+        pos = 0
+        while pos < n:
+            if self._skip:
+                take = min(self._skip, n - pos)
+                self._skip -= take
+                pos += take
+                continue
+            old = len(self._head)
+            buf: Any
+            if old:  # the header began in an earlier write
+                take = min(n - pos, 4096)
+                self._head += data[pos : pos + take]
+                buf, at = self._head, self._head_at
+            else:
+                take = n - pos
+                buf, at = memoryview(data)[pos:], self._pos + pos
+            try:
+                header, used = _read_struct(buf, 0)
+            except PageError:
+                if not old:
+                    self._head, self._head_at = bytearray(data[pos:]), at
+                if len(self._head) >= 1 << 16:  # no page header is this long: not pages
+                    self.failed = True
+                    return
+                pos += take  # wait for the rest of the header
+                continue
+            self._head = bytearray()
+            kind, size = header.get(1), header.get(3)
+            if not isinstance(size, int) or size < 0:
+                self.failed = True
+                return
+            values: int
+            if kind == _DICTIONARY_PAGE:
+                values = -1
+            elif kind in (_DATA_PAGE, _DATA_PAGE_V2):
+                sub = header.get(5 if kind == _DATA_PAGE else 8)
+                found = sub.get(1) if isinstance(sub, dict) else None
+                if not isinstance(found, int) or found < 0:
+                    self.failed = True
+                    return
+                values = found
+            else:
+                self.failed = True
+                return
+            self.pages.append((at, values, at + used + size))
+            pos += used - old
+            self._skip = size
+        self._pos += n
+
+    def to_bytes(self, group_rows: list[int], leaves: int) -> bytes | None:
+        """The page index of the chunks of ``group_rows`` (each row group's rows) and
+        ``leaves`` flat columns whose pages have all been seen (the file's last chunks may
+        still be in the writer's buffers: they get no entry); None if nothing to index."""
+        if self.failed or not group_rows or leaves <= 0:
+            return None
+        counts: list[int] = []
+        entries: list[int] = []
+        i = 0
+        pages = self.pages
+        for rows in group_rows:
+            for _ in range(leaves):
+                start = i
+                seen = 0
+                if i < len(pages) and pages[i][1] < 0:  # a dictionary page comes first
+                    i += 1
+                while i < len(pages) and pages[i][1] >= 0 and seen < rows:
+                    seen += pages[i][1]
+                    i += 1
+                if seen != rows or i == start:
+                    counts.extend([0] * (len(group_rows) * leaves - len(counts)))
+                    return _pack(len(group_rows), leaves, counts, entries) if any(
+                        counts) else None
+                base = pages[start][0]
+                if pages[i - 1][2] - base >= 1 << 31:
+                    counts.append(0)
+                    continue
+                counts.append(i - start)
+                for at, values, _end in pages[start:i]:
+                    entries += (at - base, values)
+        return _pack(len(group_rows), leaves, counts, entries)
+
+
+def _pack(groups: int, leaves: int, counts: list[int], entries: list[int]) -> bytes:
+    import array
+    import sys
+
+    values = array.array("i", [groups, leaves, *counts, *entries])
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tobytes()
+
+
+class PageIndex:
+    """A part's page index (:class:`PageScanner`), as written in its footer: for each
+    column chunk whose pages were indexed, where each page starts (relative to the chunk)
+    and how many values it holds (-1: the dictionary page), so a granule read finds its
+    pages without walking their headers. The footer is authenticated with the part on an
+    encrypted disk; every chunk's entry is checked against the footer's own numbers
+    (:meth:`spans`) before it is used, and an entry that does not fit is not used."""
+
+    def __init__(self, raw: bytes, groups: int, leaves: int) -> None:
+        import array
+        import sys
+
+        values = array.array("i")
+        ok = len(raw) % 4 == 0 and len(raw) >= 8
+        if ok:
+            values.frombytes(raw)
+            if sys.byteorder == "big":
+                values.byteswap()
+        chunks = groups * leaves
+        self._counts: list[int] = []
+        self._starts: list[int] = []
+        self._entries = values
+        self._leaves = leaves
+        if not ok or values[0] != groups or values[1] != leaves or len(values) < 2 + chunks:
+            return
+        counts = values[2 : 2 + chunks].tolist()
+        at = 2 + chunks
+        starts = []
+        for c in counts:
+            if c < 0:
+                return
+            starts.append(at)
+            at += 2 * c
+        if at != len(values):
+            return
+        self._counts, self._starts = counts, starts
+
+    def spans(self, rg: int, j: int, start: int, end: int, num_values: int
+              ) -> list[PageSpan] | None:
+        """The pages of leaf ``j``'s chunk in row group ``rg`` (at ``start..end`` of the
+        file, ``num_values`` values, as the footer says), or None if not indexed or the
+        entry does not fit that chunk."""
+        c = rg * self._leaves + j
+        if not self._counts or not 0 <= c < len(self._counts) or not self._counts[c]:
+            return None
+        at = self._starts[c]
+        raw = self._entries[at : at + 2 * self._counts[c]].tolist()
+        offsets, counts = raw[0::2], raw[1::2]
+        if offsets[0] != 0:
+            return None
+        out: list[PageSpan] = []
+        rows = 0
+        for k, (off, n) in enumerate(zip(offsets, counts, strict=True)):
+            a = start + off
+            b = start + offsets[k + 1] if k + 1 < len(offsets) else end
+            if not a < b <= end:
+                return None
+            if n < 0:
+                if k:
+                    return None
+                out.append(PageSpan(a, b, 0, 0, True))
+            else:
+                out.append(PageSpan(a, b, rows, n, False))
+                rows += n
+        return out if rows == num_values else None

@@ -17,6 +17,7 @@ import json
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,8 +28,16 @@ from pyarrow._parquet import ParquetReader
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
-from ._granule import PageError, PageSpan, decode_pages, granule_schema, page_spans, walked_all
-from ._parts import NAN_KEY, PART_ID_KEY, key_bounds, not_as_recorded
+from ._granule import (
+    PageError,
+    PageIndex,
+    PageSpan,
+    decode_pages,
+    granule_schema,
+    page_spans,
+    walked_all,
+)
+from ._parts import NAN_KEY, PAGES_KEY, PART_ID_KEY, key_bounds, key_granules, not_as_recorded
 from ._stats import key_range_of
 from ._storage import local_path, open_read
 
@@ -592,6 +601,11 @@ class OpenPart:
         #: (row group, columns) whose ciphertext :meth:`prefetch` asked the OS for and no
         #: read has used yet: that read gives no second hint
         self._advised: set[tuple[int, tuple[str, ...]]] = set()
+        self._page_index: PageIndex | bool | None = False  # read from the footer when needed
+        #: column -> (granule rows, each row group's rows, minima, maxima, each row group's
+        #: first granule)
+        self._granules: dict[str, tuple[int, list[int], list[int], list[int], list[int]]
+                             | None] = {}
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
 
@@ -668,6 +682,36 @@ class OpenPart:
             got = (mins, maxs) if ordered else None
         self._sorted[column] = got
         return got
+
+    def granule_rows(self, rg: int, column: str, keep: Callable[[int, int], bool]
+                     ) -> tuple[int, int] | None:
+        """``(first, end)``: the rows of row group ``rg`` from the first to the last granule
+        whose minimum and maximum of ``column`` (from the footer's
+        :data:`~._parts.KEY_GRANULES_KEY`) ``keep(min, max)`` says may hold a wanted
+        value; ``(0, 0)`` if none may; None if the part has no such bounds of ``column``."""
+        if column not in self._granules:
+            found = key_granules(self.meta.metadata, column, self.num_row_groups,
+                                 self.meta.num_rows)
+            if found is None:
+                self._granules[column] = None
+            else:
+                g, groups, mins, maxs = found
+                firsts = [0]
+                for r in groups:
+                    firsts.append(firsts[-1] - (-r // g))
+                self._granules[column] = (g, groups, mins, maxs, firsts)
+        got = self._granules[column]
+        if got is None:
+            return None
+        g, groups, mins, maxs, firsts = got
+        if groups[rg] != self.rows(rg):  # not this part's row groups: not used
+            self._granules[column] = None
+            return None
+        hits = [k for k in range(firsts[rg], firsts[rg + 1]) if keep(mins[k], maxs[k])]
+        if not hits:
+            return (0, 0)
+        return ((hits[0] - firsts[rg]) * g,
+                min(self.rows(rg), (hits[-1] - firsts[rg] + 1) * g))
 
     def nan_free(self, rg: int, column: str) -> bool:
         """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""
@@ -747,22 +791,51 @@ class OpenPart:
 
     def by_granule(self, rg: int, column: str) -> bool:
         """Whether :meth:`read_rows` may decode ``column`` of row group ``rg`` by page: a
-        column the granule reader describes whose values are not narrow
-        (:data:`_GRANULE_MIN_BYTES`), and whose pages were not found unreadable. From the
-        footer alone (no read); the other columns are read whole."""
+        column the granule reader describes whose pages were not found unreadable, and
+        either the part's page index says where its pages are (:meth:`indexed`) or its
+        values are not narrow (:data:`_GRANULE_MIN_BYTES`: a narrow chunk decodes whole in
+        less time than walking its page headers takes). From the footer alone (no read);
+        the other columns are read whole."""
         j = self._index.get(column)
         if j is None or granule_schema(self.meta, j) is None:
             return False
-        if self._pages.get((rg, j), []) is None:
+        spans = self._pages.get((rg, j), [])
+        if spans is None:
             return False
+        if (spans and walked_all(spans, self._chunk_info(rg, j)[1])) or self.indexed(rg, j):
+            return True
         col = self.meta.row_group(rg).column(j)
         return bool(col.total_compressed_size >= _GRANULE_MIN_BYTES * max(1, col.num_values))
 
+    def indexed(self, rg: int, j: int) -> bool:
+        """Whether the part's page index (:data:`~._parts.PAGES_KEY`, in its authenticated
+        footer) has the pages of leaf ``j``'s chunk in row group ``rg``; if so, they are
+        kept as if their headers had been walked."""
+        walked = self._pages.get((rg, j), [])
+        if walked is None:
+            return False
+        if walked and walked_all(walked, self._chunk_info(rg, j)[1]):
+            return True
+        if self._page_index is False:
+            raw = (self.meta.metadata or {}).get(PAGES_KEY)
+            self._page_index = None if raw is None else PageIndex(
+                raw, self.num_row_groups, self.meta.num_columns)
+        if self._page_index is None:
+            return False
+        col = self.meta.row_group(rg).column(j)
+        start, end, _compressed = self._chunk_info(rg, j)
+        spans = self._page_index.spans(rg, j, start, end, col.num_values)  # type: ignore[union-attr]
+        if spans is None:
+            return False
+        self._pages[(rg, j)] = spans
+        return True
+
     def page_index(self, rg: int, column: str, read: Any = None,
                    until: int | None = None) -> tuple[list[PageSpan], bool] | None:
-        """The pages of ``column``'s chunk in row group ``rg``, from their headers (each
-        walked once per open part; on an encrypted disk each header's segment
-        authenticates first), and whether they are all of the chunk's pages; None if
+        """The pages of ``column``'s chunk in row group ``rg``, from the part's page index
+        (:meth:`indexed`) or else from their headers (each walked once per open part; on
+        an encrypted disk each header's segment authenticates first), and whether they are
+        all of the chunk's pages; None if
         :meth:`by_granule` says no or the headers are not what this reader understands
         (the chunk is then read whole, which reports any damage).
         ``read(offset, n)``: the reader to use (see :meth:`read_rows`). With ``until``,
@@ -791,8 +864,8 @@ class OpenPart:
         """Rows ``first..end`` of ``column`` in row group ``rg``, decoding only the pages
         (granules of :data:`~._granule.GRANULE_ROWS` rows) that hold them; None when that
         would decode the whole column chunk anyway, the column's values are narrow
-        (:data:`_GRANULE_MIN_BYTES`), or the column is not one the granule reader
-        describes (the caller reads the chunk whole).
+        (:data:`_GRANULE_MIN_BYTES`) and the part has no page index for it, or the column
+        is not one the granule reader describes (the caller reads the chunk whole).
 
         On an encrypted disk only the segments holding the chunk's page headers and
         those pages are decrypted, each authenticating before it is used.

@@ -31,12 +31,13 @@ import pyarrow.parquet as pq
 from ..disks import Disk, discardable
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from ._catalog import PartMeta
-from ._granule import GRANULE_ROWS
+from ._granule import GRANULE_ROWS, PageScanner
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["KEY_BOUNDS_KEY", "NAN_KEY", "PART_ID_KEY", "check_footer", "column_compression",
-           "dictionary_columns", "key_bounds", "not_as_recorded", "verify_part", "write_parts"]
+__all__ = ["KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY", "PART_ID_KEY",
+           "check_footer", "column_compression", "dictionary_columns", "key_bounds",
+           "key_granules", "not_as_recorded", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -47,6 +48,19 @@ NAN_KEY = b"cryptdisk.nan_row_groups"
 #: little-endian int64 (see :func:`key_bounds`). A query opening the part reads the key's
 #: sparse index from here at once, not from one statistics object per row group.
 KEY_BOUNDS_KEY = b"cryptdisk.key_bounds"
+#: Footer entry: the minimum and maximum of the same key in every granule (each row
+#: group's rows cut into runs of ``GRANULE_ROWS`` from its first row): the key's name, a NUL
+#: byte, then little-endian int64s: the granule's rows, the number of row groups, each row
+#: group's rows, every granule's minimum, every maximum (see :func:`key_granules`). A point
+#: query decodes the key's pages of one granule.
+KEY_GRANULES_KEY = b"cryptdisk.key_granules"
+#: Footer entry: the page index (see :class:`~._granule.PageScanner`): where each page of
+#: each column chunk starts and how many rows it holds, so a query reading a few rows of a
+#: row group finds their pages without reading and parsing the chunk's page headers.
+PAGES_KEY = b"cryptdisk.pages"
+#: Whether parts are written with :data:`PAGES_KEY` and :data:`KEY_GRANULES_KEY` (tests
+#: turn it off to write parts as earlier versions did).
+WRITE_PAGE_INDEX = True
 COMPRESSION = "lz4"
 #: Rows per row group: the granule a filtered scan reads, decrypts and decodes at least.
 #: 64Ki rows (8 ClickHouse granules) keep a point query on the key at one small read
@@ -64,8 +78,10 @@ class _HashingWriter:
     ``finish()`` waits for the queue to drain and re-raises any write error.
     """
 
-    def __init__(self, raw: Any, hashing: bool = True) -> None:
+    def __init__(self, raw: Any, hashing: bool = True, scan: bool = False) -> None:
         self._raw = raw
+        #: reads the page headers as they pass, on the writing thread (see PAGES_KEY)
+        self.scanner: PageScanner | None = PageScanner() if scan else None
         self._hash = hashlib.sha256() if hashing else None
         self._size = 0
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
@@ -90,6 +106,8 @@ class _HashingWriter:
             raise self._error
         if not isinstance(data, bytes):
             data = bytes(data)
+        if self.scanner is not None:
+            self.scanner.feed(data)
         self._queue.put(data)
         self._size += len(data)
         return len(data)
@@ -153,6 +171,9 @@ class _KeyBounds:
         self.key = key if i >= 0 and pa.types.is_signed_integer(schema.field(i).type) else None
         self.mins: list[int] = []
         self.maxs: list[int] = []
+        self.granule_mins: list[int] = []
+        self.granule_maxs: list[int] = []
+        self.groups: list[int] = []  # each row group's rows
 
     def add(self, batch: pa.RecordBatch | pa.Table, group_rows: int) -> None:
         if self.key is None:
@@ -165,6 +186,16 @@ class _KeyBounds:
             piece = col.slice(start, group_rows).to_numpy()  # no NULL: no copy of one chunk
             self.mins.append(int(piece.min()))
             self.maxs.append(int(piece.max()))
+            self.groups.append(len(piece))
+            g = GRANULE_ROWS
+            whole = len(piece) // g * g
+            if whole:
+                cut = piece[:whole].reshape(-1, g)
+                self.granule_mins += cut.min(axis=1).tolist()
+                self.granule_maxs += cut.max(axis=1).tolist()
+            if whole < len(piece):
+                self.granule_mins.append(int(piece[whole:].min()))
+                self.granule_maxs.append(int(piece[whole:].max()))
 
     def to_bytes(self) -> bytes | None:
         if self.key is None or not self.mins:
@@ -175,6 +206,48 @@ class _KeyBounds:
         if sys.byteorder == "big":
             values.byteswap()
         return self.key.encode() + b"\0" + values.tobytes()
+
+    def granules_to_bytes(self) -> bytes | None:
+        if self.key is None or not self.granule_mins:
+            return None
+        import array
+
+        values = array.array("q", [GRANULE_ROWS, len(self.mins), *self.groups,
+                                   *self.granule_mins, *self.granule_maxs])
+        if sys.byteorder == "big":
+            values.byteswap()
+        return self.key.encode() + b"\0" + values.tobytes()
+
+
+def key_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups: int,
+                 rows: int) -> tuple[int, list[int], list[int], list[int]] | None:
+    """``(granule rows, each row group's rows, minima, maxima)`` of ``column`` per granule
+    from a part footer's :data:`KEY_GRANULES_KEY` entry; None when there is no such entry
+    for ``column`` or it does not describe ``row_groups`` row groups of ``rows`` rows in
+    all, one granule per run of that many rows of each."""
+    raw = (metadata or {}).get(KEY_GRANULES_KEY)
+    if raw is None:
+        return None
+    name, sep, data = raw.partition(b"\0")
+    if not sep or name != column.encode() or len(data) % 8 or len(data) < 16:
+        return None
+    import array
+
+    values = array.array("q")
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    g, n = values[0], values[1]
+    if g <= 0 or n != row_groups or len(values) < 2 + n:
+        return None
+    groups = values[2 : 2 + n].tolist()
+    if sum(groups) != rows or min(groups, default=0) <= 0:
+        return None
+    count = sum(-(-r // g) for r in groups)
+    if len(values) != 2 + n + 2 * count:
+        return None
+    found = values[2 + n :].tolist()
+    return g, groups, found[:count], found[count:]
 
 
 def key_bounds(metadata: dict[bytes, bytes] | None, column: str,
@@ -327,7 +400,12 @@ class _PartWriter:
         self.path = f"{prefix}/{part_file_name(version, self.part_id)}"
         self.rows = 0
         self._raw = disk.open_write(self.path)
-        self._sink = _HashingWriter(self._raw, hashing=not disk.is_encrypted)
+        #: one leaf column per field: the page index can say which chunk a page is of
+        self._leaves = len(schema) if not any(pa.types.is_nested(f.type) for f in schema) \
+            else 0
+        self._groups: list[int] = []  # each row group's rows, as the writer splits batches
+        self._sink = _HashingWriter(self._raw, hashing=not disk.is_encrypted,
+                                    scan=self._leaves > 0 and WRITE_PAGE_INDEX)
         meta_schema = schema.with_metadata({PART_ID_KEY: self.part_id.encode(),
                                             VERSION_KEY: str(version).encode()})
         try:
@@ -351,7 +429,10 @@ class _PartWriter:
             self._writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
         self._nans.add(data, ROW_GROUP_ROWS)
         self._bounds.add(data, ROW_GROUP_ROWS)
-        self.rows += data.num_rows
+        n = data.num_rows
+        self._groups += [ROW_GROUP_ROWS] * (n // ROW_GROUP_ROWS) + (
+            [n % ROW_GROUP_ROWS] if n % ROW_GROUP_ROWS else [])
+        self.rows += n
 
     def finish(self) -> PartMeta | None:
         try:
@@ -359,6 +440,13 @@ class _PartWriter:
             bounds = self._bounds.to_bytes()
             if bounds is not None:
                 extra[KEY_BOUNDS_KEY] = bounds
+            granules = self._bounds.granules_to_bytes() if WRITE_PAGE_INDEX else None
+            if granules is not None:
+                extra[KEY_GRANULES_KEY] = granules
+            scanner, self._sink.scanner = self._sink.scanner, None  # the footer is no page
+            pages = scanner.to_bytes(self._groups, self._leaves) if scanner else None
+            if pages is not None:
+                extra[PAGES_KEY] = pages
             self._writer.add_key_value_metadata(extra)
             self._writer.close()
         except BaseException:

@@ -144,7 +144,7 @@ class OpenParts:
             if rg < len(mins) and mins[rg] <= n:
                 groups.add(rg)
         for rg in sorted(groups)[:2]:
-            op.key_reads[rg] = _pool().submit(op.read, [rg], [key])
+            op.key_reads[rg] = _pool().submit(_read_key_ahead, op, rg, key, numbers)
         if groups:
             with self._lock:
                 self._key_reads.append(op)
@@ -459,21 +459,36 @@ class TableScan:
         cache = self._cache
         ckey = f"{op.part.id}/{rg}"
         arr = cache.get(ckey, key) if cache is not None else None
+        rows = op.rows(rg)
+        base = 0  # the row of the row group that arr starts at
+        # the rows of the granules whose key bounds the filters may keep
+        need = None if arr is not None else op.granule_rows(rg, key, self._may_keep)
         ahead = op.key_reads.pop(rg, None)  # read while DuckDB parsed the statement
         # (one not started yet is read here: a pool thread never waits for a queued task)
         if arr is None and ahead is not None and not ahead.cancel():
             if not ahead.done():  # the key is still being read: find the pages meanwhile
-                until = _row_estimate(op.stats(rg, key), op.rows(rg), self._key_filters)
+                until = _row_estimate(op.stats(rg, key), rows, self._key_filters)
                 for c in paged:
                     op.page_index(rg, c, until=until)
-            arr = ahead.result().column(key)
-            if cache is not None:
-                cache.put(ckey, key, arr)
+            found = ahead.result()
+            if found is not None and found[0] == 0 and len(found[1]) == rows:
+                arr = found[1]  # the whole chunk
+                if cache is not None:
+                    cache.put(ckey, key, arr)
+            elif found is not None and need is not None and need != (0, 0) and \
+                    found[0] <= need[0] and need[1] <= found[0] + len(found[1]):
+                base, arr = found
+        if arr is None and need == (0, 0):  # no granule may hold a wanted key
+            arr = pa.array([], self._types[key])
+        elif arr is None and need is not None:  # the key's pages of those granules only
+            arr = op.read_rows(rg, key, need[0], need[1])
+            base = need[0] if arr is not None else 0
         if arr is None:
             arr = op.read([rg], [key]).column(key)
             if cache is not None:
                 cache.put(ckey, key, arr)
-        got[key] = arr  # a row group read whole after all does not decode it again
+        if base == 0 and len(arr) == rows:
+            got[key] = arr  # a row group read whole after all does not decode it again
 
         def take_side() -> None:  # the columns read whole beside the key, cached as usual
             if side is None:
@@ -487,11 +502,11 @@ class TableScan:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
         span = _key_span(arr, self._key_filters)
-        if span is None or 2 * (span[1] - span[0]) > len(arr):
+        if span is None or 2 * (span[1] - span[0]) > rows:
             take_side()
             got.update(wholes)  # read whole: not decoded again
             return None
-        first, end = span
+        first, end = span[0] + base, span[1] + base
         pages: dict[str, Any] = {}  # this thread decodes pages while the other reads
         if end > first:
             for c in paged:
@@ -503,7 +518,7 @@ class TableScan:
         for field in self.schema:
             c = field.name
             if c == key:
-                col = arr.slice(first, end - first)
+                col = arr.slice(first - base, end - first)
             elif end == first:
                 col = pa.nulls(0, field.type)
             elif c in pages:
@@ -526,6 +541,16 @@ class TableScan:
         if pages or end == first:
             self.granule_reads += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _may_keep(self, lo: int, hi: int) -> bool:
+        """Whether the key's filters may keep a key between ``lo`` and ``hi``."""
+        for f in self._key_filters:
+            if f.values is not None:
+                if not any(lo <= v <= hi for v in f.values):
+                    return False
+            elif (f.lo is not None and hi < f.lo) or (f.hi is not None and lo > f.hi):
+                return False
+        return True
 
     def _read_group(self, op: OpenPart, rg: int, got: dict[str, Any]) -> pa.RecordBatch:
         missing = []
@@ -652,6 +677,23 @@ def _rows_kept(table: pa.Table, where: str, alias: str) -> pa.Array:
 
 def _plain_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read_key_ahead(op: OpenPart, rg: int, key: str, numbers: set[int] | frozenset[int]
+                    ) -> tuple[int, pa.Array] | None:
+    """``(first row, values)`` of ``key`` in row group ``rg``, read ahead of a statement
+    naming ``numbers``: the key's pages of the granules (see
+    :meth:`OpenPart.granule_rows`) from the first to the last that may hold one of them,
+    else the whole column chunk (``(0, all of it)``); None if no granule may."""
+    need = op.granule_rows(rg, key, lambda lo, hi: any(lo <= n <= hi for n in numbers))
+    if need == (0, 0):
+        return None
+    if need is not None:
+        got = op.read_rows(rg, key, need[0], need[1])
+        if got is not None:
+            return need[0], got
+    col = op.read([rg], [key]).column(key)
+    return 0, col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _row_estimate(stats: tuple[Any, Any] | None, rows: int, filters: list[Filter]
