@@ -1096,15 +1096,23 @@ class _SegmentReader:
             return self._plain[first][a : a + n]
         lo, hi = first * seg, min(self._size, (last + 1) * seg)
         out = memoryview(bytearray(hi - lo))
-        for i in range(first, last + 1):  # runs of segments not decrypted yet: one call each
+        i = first
+        while i <= last:  # runs of segments not decrypted yet: one call each
             a = i * seg - lo
-            b = min(a + seg, hi - lo)
             got = self._plain.get(i)
             if got is not None:
-                out[a:b] = got
-            else:
-                _decrypt_range(self._f, out[a:b], lo + a)
-                self._plain[i] = out[a:b]
+                out[a : a + len(got)] = got
+                i += 1
+                continue
+            j = i
+            while j < last and j + 1 not in self._plain:
+                j += 1
+            b = min((j + 1) * seg, hi) - lo
+            # on this thread, a few segments a call (below the format's parallel threshold)
+            _decrypt_serial(self._f, out[a:b], lo + a, seg * _SERIAL_SEGMENTS)
+            for k in range(i, j + 1):
+                self._plain[k] = out[k * seg - lo : min((k + 1) * seg, hi) - lo]
+            i = j + 1
         return out[offset - lo : offset - lo + n]
 
 
