@@ -602,12 +602,21 @@ class OpenPart:
         #: read has used yet: that read gives no second hint
         self._advised: set[tuple[int, tuple[str, ...]]] = set()
         self._page_index: PageIndex | bool | None = False  # read from the footer when needed
+        self._kv: dict[bytes, bytes] | None = None  # the footer's key-value metadata
         #: column -> (granule rows, each row group's rows, minima, maxima, each row group's
         #: first granule)
         self._granules: dict[str, tuple[int, list[int], list[int], list[int], list[int]]
                              | None] = {}
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
+
+    @property
+    def kv(self) -> dict[bytes, bytes]:
+        """The footer's key-value metadata (pyarrow builds a new dict, copying every value,
+        on each ``meta.metadata``: read once)."""
+        if self._kv is None:
+            self._kv = dict(self.meta.metadata or {})
+        return self._kv
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
         """Per row group, ``(min, max)`` of ``column`` (NaN left out) or None; None if no column.
@@ -620,7 +629,7 @@ class OpenPart:
         if got is None and column not in self._ranges:
             j = self._index.get(column)
             if j is not None:  # a key's bounds written for it, else the statistics
-                got = key_bounds(self.meta.metadata, column, self.num_row_groups)
+                got = key_bounds(self.kv, column, self.num_row_groups)
                 self._all_null[column] = set()
                 if got is not None:  # integers, every row group's: key_range needs no checks
                     self._bounded.add(column)
@@ -690,7 +699,7 @@ class OpenPart:
         :data:`~._parts.KEY_GRANULES_KEY`) ``keep(min, max)`` says may hold a wanted
         value; ``(0, 0)`` if none may; None if the part has no such bounds of ``column``."""
         if column not in self._granules:
-            found = key_granules(self.meta.metadata, column, self.num_row_groups,
+            found = key_granules(self.kv, column, self.num_row_groups,
                                  self.meta.num_rows)
             if found is None:
                 self._granules[column] = None
@@ -717,7 +726,7 @@ class OpenPart:
         """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""
         if self._nans is None:
             self._nans = {}
-            raw = (self.meta.metadata or {}).get(NAN_KEY)
+            raw = self.kv.get(NAN_KEY)
             if raw is not None:
                 try:
                     doc = json.loads(raw)
@@ -817,7 +826,7 @@ class OpenPart:
         if walked and walked_all(walked, self._chunk_info(rg, j)[1]):
             return True
         if self._page_index is False:
-            raw = (self.meta.metadata or {}).get(PAGES_KEY)
+            raw = self.kv.get(PAGES_KEY)
             self._page_index = None if raw is None else PageIndex(
                 raw, self.num_row_groups, self.meta.num_columns)
         if self._page_index is None:

@@ -538,6 +538,8 @@ class TableScan:
         if cache is not None:
             for c in pages:
                 cache.offer(ckey, c)
+            if key not in got:  # the key's granules only: its next read is whole, and kept
+                cache.offer(ckey, key)
         if pages or end == first:
             self.granule_reads += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
