@@ -824,3 +824,47 @@ def test_a_prefetched_read_hints_once_and_drops_its_ciphertext_in_one_call(db, s
     assert got == [r[0] for r in want[4000:7000]]
     # it hints itself (one call per run of touching segments), then one drop
     assert len(calls) >= 2 and all(c[2] for c in calls[:-1]) and calls[-1][2] is False
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_optimize_writes_null_free_columns_required_and_reads_equal(db, small_groups,
+                                                                    monkeypatch, plain):
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    policy = " SETTINGS storage_policy = 'plain'" if plain else ""
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int{policy}")
+    db.sql("INSERT INTO t SELECT i::BIGINT, md5(i::VARCHAR), CASE WHEN i % 97 = 5 THEN NULL "
+           "ELSE i / 7 END FROM range(3000) r(i)")
+    db.sql("INSERT INTO t " + gen(2000, start=3000))
+    ref = ("(SELECT i::BIGINT c_int, md5(i::VARCHAR) c_str, CASE WHEN i % 97 = 5 AND i < 3000 "
+           "THEN NULL ELSE i / 7 END c_float FROM range(5000) r(i))")
+    queries = ["SELECT count(*), count(c_float), sum(c_int), max(c_str), min(c_float) FROM {}",
+               "SELECT c_int, c_str, c_float FROM {} WHERE c_int = 1234",
+               "SELECT c_int, c_str, c_float FROM {} WHERE c_int IN (5, 102, 4321) ORDER BY 1",
+               "SELECT c_int, c_float FROM {} ORDER BY c_float DESC NULLS LAST, c_int LIMIT 3"]
+
+    def leaves():
+        (part,) = db.table("t").parts
+        op = db._open_parts.get(part)
+        return {op.meta.schema.column(j).name: op.meta.schema.column(j).max_definition_level
+                for j in range(op.meta.num_columns)}
+
+    db.optimize("t", final=True)
+    assert leaves() == {"c_int": 0, "c_str": 0, "c_float": 1}  # REQUIRED unless a NULL
+    db.cache.clear()
+    for q in queries:
+        assert db.query(q.format("t")) == db.con.sql(q.format(ref)).fetchall()
+    assert db.last_scans["t"]["row_groups_read"] >= 1
+    db.query(queries[1].format("t"))
+    db.cache.clear()
+    db._open_parts.clear()
+    assert db.query(queries[1].format("t")) == [(1234, hashlib.md5(b"1234").hexdigest(),
+                                                 1234 / 7)]
+    assert db.last_scans["t"]["granule_reads"] == 1  # c_str's one page of a REQUIRED column
+    db.sql("INSERT INTO t VALUES (7, NULL, 1.5)")  # the table's columns stay nullable
+    ref = f"({ref[1:-1]} UNION ALL SELECT 7, NULL, 1.5)"
+    for q in queries:
+        assert db.query(q.format("t")) == db.con.sql(q.format(ref)).fetchall()
+    db.optimize("t", final=True)
+    assert leaves() == {"c_int": 0, "c_str": 1, "c_float": 1}
+    for q in queries:
+        assert db.query(q.format("t")) == db.con.sql(q.format(ref)).fetchall()
