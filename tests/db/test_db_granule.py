@@ -564,3 +564,27 @@ def test_the_key_granule_bounds_are_each_granules_min_and_max(db, monkeypatch):
     finally:
         op.close()
     assert db.query("SELECT count(*) FROM t WHERE c_int = 250") == [(2,)]
+
+
+def test_a_range_past_the_granule_read_ahead_reads_only_the_rest(tmp_path, monkeypatch):
+    """``BETWEEN a AND b`` with ``b`` past the part: the key's granule holding ``a`` is read
+    ahead, and the granule read decodes only the key's pages after it, up to the last
+    granule the range may keep."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        _point_table(db, monkeypatch)
+    reads, rows_reads = [], []
+    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
+    monkeypatch.setattr(_partread.OpenPart, "read",
+                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
+    with cryptdisk.connect(path, read_only=True) as db:
+        assert db.query("SELECT count(*), min(c_str), sum(c_float) FROM t "
+                        "WHERE c_int BETWEEN 4321 AND 99999") == [
+            (679, min(hashlib.md5(str(i).encode()).hexdigest() for i in range(4321, 5000)),
+             pytest.approx(sum(i / 7 for i in range(4321, 5000))))]
+        assert db.last_scans["t"]["granule_reads"] == 1
+    assert reads == []
+    assert [r for r in rows_reads if r[0] == "c_int"] == [("c_int", 4300, 4400),
+                                                          ("c_int", 4400, 5000)]

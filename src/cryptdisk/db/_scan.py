@@ -476,8 +476,16 @@ class TableScan:
                 if cache is not None:
                     cache.put(ckey, key, arr)
             elif found is not None and need is not None and need != (0, 0) and \
-                    found[0] <= need[0] and need[1] <= found[0] + len(found[1]):
+                    found[0] <= need[0] < found[0] + len(found[1]):
+                # granules read ahead for a number the statement names; a range reaching
+                # past them (BETWEEN a AND b, b in a later granule) reads the rest only
                 base, arr = found
+                stop = base + len(arr)
+                if need[1] > stop:
+                    rest = op.read_rows(rg, key, stop, need[1])
+                    arr = None if rest is None else pa.concat_arrays([arr, rest])
+        if arr is None:
+            base = 0
         if arr is None and need == (0, 0):  # no granule may hold a wanted key
             arr = pa.array([], self._types[key])
         elif arr is None and need is not None:  # the key's pages of those granules only
