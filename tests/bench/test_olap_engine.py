@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cryptdisk.bench import olap_engine
-from cryptdisk.bench._bodies_engine import ENGINES, shapes
+from cryptdisk.bench._bodies_engine import CACHE_OFF, ENGINES, shapes
 from cryptdisk.bench._model import Failure, Measurement
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -45,6 +45,8 @@ def test_cryptdisk_bench_olap_engine_runs_every_shape_on_every_engine(tmp_path):
     by = {(m["case"], m["strategy"]): m for m in ms}
     for engine in ENGINES:
         assert by[("load the Parquet file", engine)]["values"][0] > 0
+    assert ("load the Parquet file", CACHE_OFF) not in by  # it reads cryptdisk encrypted's
+    for engine in [*ENGINES, CACHE_OFF]:
         for name in shapes(rows):
             assert (f"{name} cold", engine) in by and (f"{name} warm", engine) in by
     # cryptdisk answered as DuckDB's own file did, shape by shape (a digest of the rows)
@@ -52,6 +54,7 @@ def test_cryptdisk_bench_olap_engine_runs_every_shape_on_every_engine(tmp_path):
         duck = by[(f"{name} cold", "duckdb file")]["extra"]["answer"]
         assert by[(f"{name} cold", "cryptdisk encrypted")]["extra"]["answer"] == duck
         assert by[(f"{name} warm", "cryptdisk plain")]["extra"]["answer"] == duck
+        assert by[(f"{name} cold", CACHE_OFF)]["extra"]["answer"] == duck
     point = by[("point c_int = X cold", "cryptdisk encrypted")]
     assert point["extra"]["vs_chdb_encrypted"] > 0 and point["extra"]["vs_duckdb_file"] > 0
     assert point["peak_rss_mb"] > 0 and point["extra"]["rows"] == rows
@@ -112,3 +115,35 @@ def test_an_unknown_case_names_the_shapes(tmp_path):
                        r"\(shapes: avg\(c_float\); sum\(c_int\);"):
         olap_engine.run(BenchOptions(tmp_path, rows=1000, case="nope"), lambda m: None,
                         lambda *a: None)
+
+
+def test_a_big_run_repeats_warm_runs_fewer_times_and_reads_with_the_cache_off(tmp_path,
+                                                                               monkeypatch):
+    """Over 20M rows each shape gets 3 warm repeats and count(DISTINCT) one (about a minute
+    a run at 100M rows); up to 20M, 5. Every shape also runs on the encrypted table with
+    cache_bytes=0, right after the encrypted table, with no load of its own."""
+    from cryptdisk.bench._model import BenchOptions
+
+    loads, ran = [], []
+
+    def worker(_cleanup, target, args):
+        if target.endswith(":load"):
+            loads.append(args["engine"])
+        return type("R", (), {"samples": [], "peak_rss_mb": 1.0})()
+
+    monkeypatch.setattr(olap_engine, "run_worker", worker)
+    monkeypatch.setattr(olap_engine, "interleave",
+                        lambda options, exp, strategies, *a, **k: ran.append(
+                            [(s.name, s.args["name"], s.args["warm"]) for s in strategies]))
+    for rows in (20_000_000, 100_000_000):
+        olap_engine.run(BenchOptions(tmp_path, rows=rows, case="c_"), lambda m: None,
+                        lambda *a: None)
+    assert loads == ENGINES + ENGINES
+    small, big = ran[:len(ran) // 2], ran[len(ran) // 2:]
+    assert {w for shape in small for _e, _n, w in shape} == {5}
+    warm = {n: w for shape in big for _e, n, w in shape}
+    assert warm["count(DISTINCT c_str)"] == 1
+    assert warm["point c_int = X"] == 3 and warm["avg(c_float)"] == 3
+    engines = [e for e, _n, _w in big[0]]
+    assert engines[:3] == ["cryptdisk encrypted", CACHE_OFF, "cryptdisk plain"]
+    assert sorted(engines) == sorted([*ENGINES, CACHE_OFF])

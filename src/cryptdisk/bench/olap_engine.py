@@ -8,9 +8,12 @@ AES_256_CTR encrypted disk, merged to one part). Then each query shape runs in
 a fresh worker process per engine and round: *cold* is the first execution after
 opening the store (the OS page cache may hold the files: each run records how much
 of them it held; ``--drop-page-cache`` evicts them first), *warm* the median of
-``WARM`` repeats in the same process. Engines are interleaved per shape and
-their order turns each round, so a noisy machine disturbs them alike: compare
-ratios within one run. cryptdisk's answers must equal DuckDB's file's.
+``WARM`` repeats in the same process (fewer over ``BIG`` rows: :func:`warm_runs`).
+Engines are interleaved per shape and their order turns each round, so a noisy
+machine disturbs them alike: compare ratios within one run. cryptdisk's answers
+must equal DuckDB's file's. ``cryptdisk encrypted, cache off`` runs the shapes on
+the encrypted table with ``cache_bytes=0``: its peak RSS is the engine's bound
+without the cache.
 """
 
 from __future__ import annotations
@@ -28,6 +31,19 @@ EXPERIMENT = "olap-engine"
 #: The load's case name; ``--case load`` runs the loads alone, ``--repeats`` times.
 LOAD = "load the Parquet file"
 WARM = 5
+#: Over this many rows, ``WARM_BIG`` warm repeats (the second read of a row group fills
+#: the cache, the third hits it) and one of count(DISTINCT), which takes about a minute a
+#: run at 100M rows, mostly its hash table, cold or warm: 5 repeats of every shape made
+#: the 100M run take over an hour.
+BIG = 20_000_000
+WARM_BIG = 3
+
+
+def warm_runs(rows: int, name: str) -> int:
+    """How many warm repeats shape ``name`` gets at ``rows`` rows."""
+    if rows <= BIG:
+        return WARM
+    return 1 if "DISTINCT" in name else WARM_BIG
 _B = "cryptdisk.bench._bodies_engine:"
 #: What each strategy's time is compared with, in ``extra`` (median of paired ratios).
 _VERSUS = {"vs_chdb_encrypted": "chdb AES_256_CTR", "vs_duckdb_file": "duckdb file",
@@ -39,8 +55,11 @@ _NOTES = [
     "CHECKPOINT; chdb INSERT INTO a MergeTree ORDER BY c_int SELECT FROM file(Parquet) "
     "(OPTIMIZE FINAL untimed). One load per engine.",
     "Shapes: cold = first query in a fresh process just after opening the store (the OS page "
-    "cache may hold the files); warm = median of 5 repeats in that process. chdb runs "
+    "cache may hold the files); warm = median of 5 repeats in that process (over 20M rows "
+    "3, count(DISTINCT) 1: extra.warm_runs). chdb runs "
     "count(DISTINCT) as uniqExact; its sum(c_int) wraps at 64 bits where DuckDB widens.",
+    "cryptdisk encrypted, cache off: the encrypted table read with cache_bytes=0 (peak RSS "
+    "without the decoded-column cache).",
     "extra.vs_*: median of the per-round ratios of this strategy's time to that peer's.",
     "extra.page_cache: the share of the store's file bytes in the OS page cache just before "
     "the worker opened it (median over rounds; Linux mincore). With --drop-page-cache every "
@@ -53,7 +72,7 @@ NOTES = list(_NOTES)
 
 def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     """Load every engine, then run every shape on each, interleaved; record medians."""
-    from ._bodies_engine import ENGINES, shapes
+    from ._bodies_engine import CACHE_OFF, ENGINES, shapes
 
     rows = options.pick(200_000, 10_000_000, options.rows)
     repeats = options.pick(1, 3, options.repeats)
@@ -68,7 +87,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     with experiment_dir(options, EXPERIMENT) as workdir:
         data = str(workdir / "data.parquet")
         run_worker(options.cleanup, "cryptdisk.bench._bodies_olap:prepare",
-                   dict(path=data, rows=rows))
+                   dict(path=data, rows=rows, with_answers=False))
         # --case load: the loads alone, repeated into fresh stores, engines interleaved
         rounds = repeats if only_load else 1
         engines: list[str] = []
@@ -96,9 +115,12 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                              s.better, [g.cpu_s or 0.0 for g, _ in got], s.work, s.work_unit,
                              max(m for _, m in got), dict(s.extra)))
         progress(label + ": load", rounds * len(ENGINES), rounds * len(ENGINES))
+        if "cryptdisk encrypted" in engines:  # the same table, read with cache_bytes=0
+            engines.insert(engines.index("cryptdisk encrypted") + 1, CACHE_OFF)
         for name in todo:
             strategies = [Strategy(e, _B + "shape", dict(engine=e, work=str(workdir), name=name,
-                                                         rows=rows, warm=WARM,
+                                                         rows=rows,
+                                                         warm=warm_runs(rows, name),
                                                          drop_cache=options.drop_page_cache))
                           for e in engines]
             interleave(options, EXPERIMENT, strategies, keep, progress, f"{label}: {name}",
