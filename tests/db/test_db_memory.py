@@ -62,6 +62,11 @@ def _peak(path, sql, cache_bytes=0):
     ("SELECT substr(c_str, 1, 1) AS p, count(*), sum(c_int), max(c_float) FROM t GROUP BY p "
      "ORDER BY p", "('0', "),
     ("SELECT c_int, c_str FROM t ORDER BY c_float DESC LIMIT 3", "(4199999, "),
+    # the other shapes of `cryptdisk bench olap-engine`: point, range, LIMIT on the key
+    ("SELECT c_int, c_str, c_float FROM t WHERE c_int = 2100000", "(2100000, '"),
+    ("SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 1000000 AND 1004199",
+     "(4200, "),
+    ("SELECT c_int, c_str, c_float FROM t ORDER BY c_int LIMIT 10", "(0, '"),
 ])
 def test_peak_memory_stays_within_the_settings(big, sql, answer):
     grown, got, _cached = _peak(big, sql)
