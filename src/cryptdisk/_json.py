@@ -22,12 +22,14 @@ def kind(value: Any) -> str:
             "an object")
 
 
-def position(exc: ValueError) -> str:
+def position(exc: ValueError | RecursionError) -> str:
     """Where a ``json.loads`` failed (never the text)."""
     if isinstance(exc, json.JSONDecodeError):
         return f"line {exc.lineno} column {exc.colno}"
     if isinstance(exc, UnicodeDecodeError):
         return f"byte {exc.start}"
+    if isinstance(exc, RecursionError):
+        return "a nesting too deep to read"
     return "its start"
 
 
@@ -35,7 +37,8 @@ def load_object(text: bytes, bad: Callable[[str], Exception]) -> dict[str, Any]:
     """The JSON object ``text`` holds; ``bad(what)`` is raised when it holds none."""
     try:
         data = json.loads(text)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError,
+        # an integer of too many digits, lists nested past Python's recursion limit
         raise bad(f"not JSON ({type(exc).__name__} at {position(exc)})") from None
     if not isinstance(data, dict):
         raise bad(f"{kind(data)}, not an object")
