@@ -434,17 +434,73 @@ def test_retention_rules() -> None:
         retained(ids, keep_last=-1, keep_daily=1)
 
 
-def test_argon2_parameters_from_the_config_are_bounded(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("memory_cost", 1 << 40, r"memory_cost 1099511627776 is outside \[8, 1048576\]"),
+    ("memory_cost", 16 * 64 * 1024 + 1, r"memory_cost 1048577 is outside"),
+    ("iterations", 2**31, r"iterations 2147483648 is outside \[1, 48\]"),
+    ("iterations", 0, r"iterations 0 is outside"),
+    ("lanes", 2**24, r"lanes 16777216 is outside \[1, 16\]"),
+    ("lanes", ..., r"lanes None is outside"),
+])
+def test_argon2_parameters_from_the_config_are_bounded_before_argon2_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: object,
+        says: str) -> None:
+    """The config is not authenticated until the key is open: parameters that would make
+    Argon2id exhaust memory or time are refused before it runs, clearly."""
     import json
+
+    import cryptdisk.backup._keys as keys_mod
 
     url = str(tmp_path / "repo")
     Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
     cfg = tmp_path / "repo" / "config"
     doc = json.loads(cfg.read_text())
-    doc["wrappings"][0]["params"]["memory_cost"] = 1 << 40  # would exhaust memory
+    if value is ...:
+        del doc["wrappings"][0]["params"][name]
+    else:
+        doc["wrappings"][0]["params"][name] = value
     cfg.write_text(json.dumps(doc))
-    with pytest.raises(BackupError, match=r"memory_cost \d+ is outside"):
+    ran = []
+    monkeypatch.setattr(keys_mod, "Argon2id", lambda **kw: ran.append(kw))
+    with pytest.raises(BackupError, match=says) as err:
         Repository.open(url, passphrase="pw")
+    assert "damaged or edited config" in str(err.value)
+    assert ran == []  # refused before any key derivation
+    monkeypatch.undo()
+    doc["wrappings"][0]["params"] = FAST_KDF
+    cfg.write_text(json.dumps(doc))
+    Repository.open(url, passphrase="pw")  # the same repository with its own parameters
+
+
+def test_argon2_work_is_bounded_as_a_whole(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each parameter within its bound, but memory times passes 16 times the default's."""
+    import json
+
+    import cryptdisk.backup._keys as keys_mod
+
+    top = dict(memory_cost=1024 * 1024, iterations=48, lanes=16)
+    big = dict(memory_cost=1024 * 1024, iterations=3 + 1, lanes=4)
+    keys_mod.check_kdf_params(dict(top, iterations=3))  # 16x the default's work: allowed
+    keys_mod.check_kdf_params(dict(top, memory_cost=64 * 1024))
+    for params in (top, big):
+        with pytest.raises(BackupError, match=r"memory_cost x iterations \d+ is over 3145728"):
+            keys_mod.check_kdf_params(params)
+    url = str(tmp_path / "repo")
+    ran = []
+    monkeypatch.setattr(keys_mod, "Argon2id", lambda **kw: ran.append(kw))
+    with pytest.raises(BackupError, match="is over 3145728"):  # never written either
+        Repository.init(url, passphrase="pw", kdf_params=big)
+    monkeypatch.undo()
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    cfg = tmp_path / "repo" / "config"
+    doc = json.loads(cfg.read_text())
+    doc["wrappings"][0]["params"] = big
+    cfg.write_text(json.dumps(doc))
+    monkeypatch.setattr(keys_mod, "Argon2id", lambda **kw: ran.append(kw))
+    with pytest.raises(BackupError, match="is over 3145728"):
+        Repository.open(url, passphrase="pw")
+    assert ran == []
 
 
 def test_an_encrypted_part_swapped_for_another_fails_the_backup(tmp_path: Path) -> None:

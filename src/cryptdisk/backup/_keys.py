@@ -42,19 +42,35 @@ def _ad(repo_id: str) -> bytes:
     return b"cryptdisk backup repository key v1:" + repo_id.encode()
 
 
-#: Bounds on Argon2id parameters read from a repository (its config is not secret and
-#: could be edited to make opening it exhaust memory or time).
-LIMITS = {"memory_cost": (8, 4 * 1024 * 1024), "iterations": (1, 64), "lanes": (1, 64)}
+#: Bounds on Argon2id parameters read from a repository: its config is not secret and
+#: not authenticated before the key is unwrapped (the parameter MAC needs the key), so an
+#: edited one must not make opening it exhaust memory or time. Each at most 16 times
+#: :data:`ARGON2` (4 times for lanes), and the work (memory times passes) at most 16 times
+#: its: 2-3 CPU seconds where the default takes 0.15. A wrapping is refused before
+#: Argon2id runs, and one that would exceed them is never written.
+LIMITS = {"memory_cost": (8, 16 * ARGON2["memory_cost"]),
+          "iterations": (1, 16 * ARGON2["iterations"]), "lanes": (1, 4 * ARGON2["lanes"])}
+MAX_WORK = 16 * ARGON2["memory_cost"] * ARGON2["iterations"]
 
 
-def _passphrase_kek(passphrase: str, salt: bytes, params: dict[str, int]) -> bytes:
-    if not passphrase:
-        raise BackupKeyError("the passphrase is empty")
+def check_kdf_params(params: dict[str, Any]) -> None:
+    """:class:`BackupError` unless ``params`` are Argon2id parameters within :data:`LIMITS`
+    and :data:`MAX_WORK`."""
     for name, (lo, hi) in LIMITS.items():
         value = params.get(name)
         if type(value) is not int or not lo <= value <= hi:
             raise BackupError(f"the repository's Argon2id {name} {value!r} is outside "
                               f"[{lo}, {hi}] (a damaged or edited config)")
+    work = params["memory_cost"] * params["iterations"]
+    if work > MAX_WORK:
+        raise BackupError(f"the repository's Argon2id memory_cost x iterations {work} is over "
+                          f"{MAX_WORK} (a damaged or edited config)")
+
+
+def _passphrase_kek(passphrase: str, salt: bytes, params: dict[str, int]) -> bytes:
+    if not passphrase:
+        raise BackupKeyError("the passphrase is empty")
+    check_kdf_params(params)
     kdf = Argon2id(salt=salt, length=32, iterations=params["iterations"],
                    lanes=params["lanes"], memory_cost=params["memory_cost"])
     return kdf.derive(passphrase.encode())
