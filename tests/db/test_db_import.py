@@ -91,6 +91,24 @@ def test_other_columns_and_an_id_already_present_are_refused(tmp_path) -> None:
     src.close()
 
 
+def test_parts_optimize_wrote_without_nulls_import_into_nullable_columns(tmp_path) -> None:
+    # OPTIMIZE stores a column with no NULLs as Parquet REQUIRED; the table's columns stay
+    # nullable, so such a part is the table's columns (a backup restores it this way)
+    src = _source(tmp_path)
+    src.sql("OPTIMIZE TABLE t FINAL")
+    [stream] = list(_streams(src))
+    assert not any(f.nullable for f in pq.read_schema(io.BytesIO(stream.getvalue())))
+    dst = _target(tmp_path)
+    assert dst.import_parts("t", [stream]) == 4000
+    dst.sql("INSERT INTO t VALUES (NULL, NULL, NULL)")  # still nullable
+    q = "SELECT count(*), count(c_int), sum(c_int), max(c_str) FROM t"
+    assert dst.query(q) == [(4001, 4000, sum(range(4000)),
+                             src.query("SELECT max(c_str) FROM t")[0][0])]
+    assert dst.check() == 2
+    dst.close()
+    src.close()
+
+
 def test_a_failing_stream_publishes_nothing(tmp_path) -> None:
     src = _source(tmp_path)
     data = next(_streams(src)).getvalue()

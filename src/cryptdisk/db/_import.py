@@ -104,7 +104,7 @@ class ImportMixin(DatabaseState):
                 if part_id in known:
                     raise DatabaseError(f"{what}: the database already has part {part_id}")
                 got = footer.schema.to_arrow_schema().remove_metadata()
-                if not got.equals(schema):
+                if not _same_columns(got, schema):
                     raise DatabaseError(f"{what} has columns ({got.to_string()}), the table "
                                         f"({schema.to_string()})".replace("\n", ", "))
                 if size != written:
@@ -117,3 +117,12 @@ class ImportMixin(DatabaseState):
                                     info.key_id, info.algorithm,
                                     info.stored_size, key_min=lo, key_max=hi))
             return self._publish(meta, new)
+
+
+def _same_columns(got: pa.Schema, table: pa.Schema) -> bool:
+    """Whether a part's columns are the table's. A part's column may be non-null where the
+    table's is nullable: OPTIMIZE writes a column without NULLs as Parquet REQUIRED."""
+    if len(got) != len(table):
+        return False
+    return all((g.with_nullable(True) if t.nullable else g).equals(t)
+               for g, t in zip(got, table, strict=True))
