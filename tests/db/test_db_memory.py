@@ -199,11 +199,27 @@ MAPPED_CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("sql", ["SELECT sum(c_int) FROM t", "SELECT avg(c_float) FROM t",
                                  "SELECT max(c_str) FROM t"])
 def test_a_scan_leaves_no_part_pages_mapped(big, sql):
+    _no_pages_mapped(big, sql)
+
+
+def test_a_scan_of_a_plain_table_leaves_no_part_pages_mapped(tmp_path):
+    """A plain part is read, not memory-mapped: a scan of a mapped one kept the pages it
+    read in the process's RSS (70 MB for max(c_str) over 2M rows; at 100M rows a GROUP BY
+    on c_str peaked at 4.6 GB with the default cache, against 1.1 GB encrypted)."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR) ORDER BY c_int "
+               "SETTINGS storage_policy = 'plain'")
+        db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR) FROM range(2000000) r(i)")
+    _no_pages_mapped(path, "SELECT max(c_str) FROM t")
+
+
+def _no_pages_mapped(path, sql):
     """The encrypted parts are memory-mapped; a scan drops the pages it read from its
     mapping (the OS page cache keeps them), so the process's RSS does not grow with the
     table. Each row group's c_int chunk is about 512 KiB: 24 MB of them stayed mapped
     (RSS) after one scan when only reads of 1 MiB or more were dropped."""
-    proc = subprocess.run([sys.executable, "-c", MAPPED_CHILD, str(big), sql],
+    proc = subprocess.run([sys.executable, "-c", MAPPED_CHILD, str(path), sql],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     mapped = int(proc.stdout.split()[-1])

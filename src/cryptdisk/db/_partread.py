@@ -463,7 +463,7 @@ def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
     lp = local_path(disk, part.path)
     try:
         if lp is not None:
-            src = pa.memory_map(lp)
+            src = pa.OSFile(lp)  # (read, not mapped: mapped pages stayed in RSS)
             pf = pq.ParquetFile(src)
             _check_identity(disk, part, pf.metadata, src.size())
             return pf, src, src.size()
@@ -555,7 +555,9 @@ class OpenPart:
                 lp = local_path(disk, part.path)
                 if lp is not None:
                     self._local = lp
-                    self._handle = pa.memory_map(lp)
+                    # read with pread, not mapped: a scan's pages of a mapped plain
+                    # part stayed in the process's RSS, growing with the table
+                    self._handle = pa.OSFile(lp)
                     size = self._handle.size()
                     self.meta = pq.ParquetFile(self._handle).metadata
                 else:
