@@ -68,6 +68,11 @@ def test_the_timeline_splits_a_computes_wall_time_from_the_task_stream():
     assert got["in_tasks_s"] == pytest.approx(0.81) and got["in_tasks_max_s"] == pytest.approx(0.41)
     assert got["gaps_s"] == pytest.approx(0.19)
     assert (got["reads_min"], got["reads_max"]) == (1, 2)
+    # the workers' times carry their clock-offset estimate's error: a task that seems to
+    # end after the result arrived (or start before the timed region) leaves 0, not < 0
+    skewed = _timeline(stream, 2, 10.15, 10.68)
+    assert (skewed["head_s"], skewed["tail_s"]) == (0.0, 0.0)
+    assert skewed["in_tasks_s"] == pytest.approx(0.81)
     # a worker that ran nothing ran no read task; dd.read_parquet's reads count too
     got = _timeline([task("a", ("read_parquet-fused-chunk-x", 0), 1.0, 2.0)], 2, 0.5, 2.5)
     assert (got["reads_min"], got["reads_max"], got["gaps_s"]) == (0, 1, 0)

@@ -191,7 +191,11 @@ def _timeline(stream: list[dict[str, Any]], workers: int, t0: float, t1: float
         gaps.append(sum(max(0.0, v[i + 1][0] - v[i][1]) for i in range(len(v) - 1)))
     first = min(a for v in spans.values() for a, _ in v)
     last = max(b for v in spans.values() for _, b in v)
-    return {"head_s": first - t0, "tail_s": t1 - last, "in_tasks_s": sum(busy),
+    # a worker shifts its start/stop times by its estimate of its clock's offset from the
+    # scheduler's (distributed's time_delay, from heartbeats), which can be off by a few ms
+    # on one machine: a head or tail shorter than that error reads as 0, not negative
+    return {"head_s": max(0.0, first - t0), "tail_s": max(0.0, t1 - last),
+            "in_tasks_s": sum(busy),
             "in_tasks_max_s": max(busy), "gaps_s": sum(gaps),
             "reads_min": float(min(reads.get(w, 0) for w in spans)) if len(spans) == workers
             else 0.0,
