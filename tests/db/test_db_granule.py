@@ -324,6 +324,17 @@ def test_point_and_range_queries_through_granules(db, monkeypatch, plain):
     assert db.query("SELECT c_str FROM t WHERE c_int = -1") == []
 
 
+def _record_reads(monkeypatch):
+    """Lists that OpenPart.read (columns) and read_rows ((column, first, last)) append to."""
+    reads, rows_reads = [], []
+    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
+    monkeypatch.setattr(_partread.OpenPart, "read",
+                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
+    return reads, rows_reads
+
+
 @pytest.mark.parametrize("index", [True, False])
 def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch, index):
     """Opening a part ahead of a statement also reads the key's column of the row group
@@ -334,12 +345,7 @@ def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch, index
     monkeypatch.setattr(_parts, "WRITE_PAGE_INDEX", index)
     with cryptdisk.connect(path) as db:
         _point_table(db, monkeypatch)
-    reads, rows_reads = [], []
-    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
-    monkeypatch.setattr(_partread.OpenPart, "read",
-                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
-    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
-        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
+    reads, rows_reads = _record_reads(monkeypatch)
     from cryptdisk.db import _scan
 
     ahead = []
@@ -573,12 +579,7 @@ def test_a_range_past_the_granule_read_ahead_reads_only_the_rest(tmp_path, monke
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:
         _point_table(db, monkeypatch)
-    reads, rows_reads = [], []
-    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
-    monkeypatch.setattr(_partread.OpenPart, "read",
-                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
-    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
-        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
+    reads, rows_reads = _record_reads(monkeypatch)
     with cryptdisk.connect(path, read_only=True) as db:
         assert db.query("SELECT count(*), min(c_str), sum(c_float) FROM t "
                         "WHERE c_int BETWEEN 4321 AND 99999") == [
