@@ -63,6 +63,7 @@ from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_query
 from ._pushdown import (
+    all_pass,
     count_star_only,
     filters_from_tuples,
     key_extremes_only,
@@ -490,15 +491,33 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     raise DatabaseError(f"part {part} has {op.num_row_groups} row groups; "
                                         f"no row group {bad[0]}")
                 groups = [g for g in groups if g in set(row_groups)]
+            # Row groups whose statistics prove that every row passes every filter (the
+            # inner row groups of a range on the sorted key) are read without the filter
+            # columns the caller did not ask for, and not filtered row by row.
+            schema = self.arrow_schema(meta)
+            whole = {g for g in groups if filters and all(
+                all_pass(f, schema.field(f[0]).type, op.stats(g, f[0]), op.nulls(g, f[0]))
+                for f in filters)}
+            plain = self._scan(meta, cols, []) if whole else scan
         # The row groups are read outside the connection's lock: an open part may be read
         # by several threads at once, and decryption and decoding release the GIL, so the
         # threads of one process (a Dask worker's) read parts in parallel.
-        table = pa.Table.from_batches([scan.read_group(op, g) for g in groups],
-                                      schema=scan.schema)
-        if filters:
-            with self._mutex:  # the DuckDB connection serves one thread at a time
-                table = self._filter_rows(table, filters)
-        return table.select(cols)
+        pieces = []
+        for run, is_whole in _runs(groups, whole):
+            if is_whole:
+                pieces.append(_read_run(plain, op, run).select(cols))
+                continue
+            table = pa.Table.from_batches([scan.read_group(op, g) for g in run],
+                                          schema=scan.schema)
+            if filters:
+                with self._mutex:  # the DuckDB connection serves one thread at a time
+                    table = self._filter_rows(table, filters)
+            pieces.append(table.select(cols))
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return pa.Table.from_batches([], schema=scan.schema).select(cols)
+        return pa.concat_tables(pieces)
 
     def _part_gone(self, name: str, part: str) -> CatalogError:
         return CatalogError(f"table {name} has no part {part!r} in catalog version "
@@ -863,3 +882,27 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     :class:`~cryptdisk.errors.DatabaseLockedError`.
     """
     return Database(path, config, **options)
+
+
+def _runs(groups: list[int], whole: set[int]) -> list[tuple[list[int], bool]]:
+    """``groups`` cut into runs of consecutive entries all in ``whole`` or all not:
+    ``[(row groups, in whole), ...]`` in order."""
+    out: list[tuple[list[int], bool]] = []
+    for g in groups:
+        w = g in whole
+        if out and out[-1][1] == w and (not w or out[-1][0][-1] + 1 == g):
+            out[-1][0].append(g)
+        else:
+            out.append(([g], w))
+    return out
+
+
+def _read_run(scan: TableScan, op: Any, groups: list[int]) -> pa.Table:
+    """Row groups ``groups`` (consecutive) of open part ``op``, the scan's columns, all
+    rows: with one decryption pass and one Parquet reader when nothing of them is cached,
+    else a row group at a time through the cache."""
+    if scan._cache is None or all(scan.uncached(op, g) for g in groups):
+        batches = scan.read_groups(op, groups)
+    else:
+        batches = [scan.read_group(op, g) for g in groups]
+    return pa.Table.from_batches(batches, schema=scan.schema)

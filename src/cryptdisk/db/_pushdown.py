@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from ._columns import _walk
 
-__all__ = ["Filter", "count_star_only", "filters_from_tuples", "key_extremes_only", "may_match",
-           "table_filters"]
+__all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "key_extremes_only",
+           "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -334,6 +334,38 @@ def filters_from_tuples(filters: Any, schema: pa.Schema,
                     "<=": Filter(col, None, v), ">": Filter(col, v, None),
                     ">=": Filter(col, v, None)}[op])
     return out
+
+
+def all_pass(item: tuple[str, str, Any], typ: pa.DataType, stats: tuple[Any, Any] | None,
+             nulls: int | None) -> bool:
+    """Does every row of a row group pass the filter ``item`` (``(column, op, value)``, see
+    :func:`filters_from_tuples`), given the column's ``(min, max)`` there and its NULL count?
+
+    Only what is certain: an integer column without NULLs (a NULL passes no filter) and
+    integer values within BIGINT's range, compared exactly as DuckDB compares them;
+    anything else (other types, values or ops, statistics missing) is False (the rows are
+    filtered one by one).
+    """
+    if stats is None or nulls != 0 or not pa.types.is_integer(typ):
+        return False
+    lo, hi = stats
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+        return False
+    _col, op, value = item
+    if op in ("in", "not in"):
+        if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+            return False
+        values = [_pruning_value(v, typ) for v in value]
+        if not values or any(v is None for v in values):
+            return False
+        if op == "in":
+            return lo == hi and lo in values
+        return all(v < lo or v > hi for v in values)
+    v = _pruning_value(value, typ)
+    if v is None:
+        return False
+    return {"=": lo == hi == v, "==": lo == hi == v, "!=": v < lo or v > hi,
+            "<": hi < v, "<=": hi <= v, ">": lo > v, ">=": lo >= v}.get(op, False)
 
 
 @dataclass(frozen=True)
