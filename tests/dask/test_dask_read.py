@@ -90,6 +90,25 @@ def test_a_filter_on_the_key_schedules_only_the_parts_that_can_match(client, tab
     assert len(client.compute(none).result()) == 0
 
 
+def test_a_key_range_read_without_its_key_column_equals_the_engine(client, table):
+    """Columns that leave out the filtered key: partitions of inner row groups (every row
+    matches, read without the key, not filtered) and of boundary ones (filtered row by
+    row), one partition per row group; and a range inside one row group."""
+    path, cfg, _key = table
+    lo, hi = PART_ROWS // 2 + 5, 2 * PART_ROWS + 100  # row group 1 of part 1 .. 0 of part 3
+    df = cryptdisk.dask.read_table(path, "t", ["f", "s"], [("k", ">=", lo), ("k", "<", hi)],
+                                   config=cfg, row_groups_per_partition=1)
+    assert df.npartitions == 6
+    got = client.compute(df).result()
+    _same(got, _engine(path, cfg, f"SELECT f, s FROM t WHERE k >= {lo} AND k < {hi}"))
+    assert client.compute(df.f.sum()).result() == pytest.approx(
+        sum(i / 7 for i in range(lo, hi)))
+    inside = cryptdisk.dask.read_table(path, "t", ["f"], [("k", ">=", 70_000),
+                                                          ("k", "<", 70_010)], config=cfg)
+    assert inside.npartitions == 1
+    assert client.compute(inside).result().f.tolist() == [i / 7 for i in range(70_000, 70_010)]
+
+
 def test_partitions_come_in_dasks_string_dtype_one_task_each(client, table):
     """Strings arrive as ``string[pyarrow]``, the dtype Dask gives them (as dd.read_parquet
     does): no task converting each partition follows the read."""

@@ -104,3 +104,100 @@ def test_threads_of_one_process_read_parts_at_the_same_time(db, monkeypatch):
     t.join(60)
     assert got["mine"].num_rows == 100
     assert got["other"].column("k").to_pylist() == list(range(150, 200))
+
+
+@pytest.fixture
+def groups_db(tmp_path, monkeypatch):
+    """Table g (ORDER BY k): one part of 10 row groups of 100 rows (k 0..999), a nullable
+    integer n (NULL every 7th row) and a double f."""
+    from cryptdisk.db import _parts
+
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 100)
+    d = cryptdisk.connect(tmp_path / "db")
+    d.sql("CREATE TABLE g (k BIGINT, n BIGINT, f DOUBLE) ORDER BY k")
+    d.sql("INSERT INTO g SELECT i, CASE WHEN i % 7 = 0 THEN NULL ELSE i END, i / 3 "
+          "FROM range(0, 1000) r(i)")
+    yield d
+    d.close()
+
+
+def _record_reads(monkeypatch):
+    """``[(row groups, columns)]`` of every OpenPart.read call."""
+    from cryptdisk.db import _partread
+
+    reads = []
+    read = _partread.OpenPart.read
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
+        reads.append((list(rgs), list(cols))) or read(self, rgs, cols)))
+    return reads
+
+
+def _sorted(rows):
+    return sorted(rows, key=lambda r: tuple((v is None, v or 0) for v in r))
+
+
+def _read_all(db, table, columns, filters):
+    return _sorted(tuple(r.values()) for part, groups in db.scan_plan(table, filters)
+                   for r in db.read_part(table, part, columns, filters, groups).to_pylist())
+
+
+def test_row_groups_wholly_inside_a_key_range_are_read_without_the_key(groups_db,
+                                                                      monkeypatch):
+    """k in [150, 850): row groups 2 to 7 hold only matching rows (their key bounds say
+    so): read as one run, f only, and not filtered; row groups 1 and 8 are read with k
+    and filtered row by row. The rows equal the engine's, in the part's order."""
+    filters = [("k", ">=", 150), ("k", "<", 850)]
+    ((part, groups),) = groups_db.scan_plan("g", filters)
+    assert groups == list(range(1, 9))
+    want = [r[0] for r in groups_db.query("SELECT f FROM g WHERE k >= 150 AND k < 850 "
+                                          "ORDER BY k")]
+    reads = _record_reads(monkeypatch)
+    got = groups_db.read_part("g", part, ["f"], filters, groups)
+    assert got.column_names == ["f"]
+    assert got.column("f").to_pylist() == want
+    assert ([2, 3, 4, 5, 6, 7], ["f"]) in reads, reads
+    assert not any("k" in cols and set(rgs) & set(range(2, 8)) for rgs, cols in reads), reads
+    assert any("k" in cols and rgs == [1] for rgs, cols in reads)
+    assert any("k" in cols and rgs == [8] for rgs, cols in reads)
+
+
+@pytest.mark.parametrize("filters, where", [
+    ([("k", ">=", 420), ("k", "<", 430)], "k >= 420 AND k < 430"),  # inside one row group
+    ([("k", ">", 199), ("k", "<=", 500)], "k > 199 AND k <= 500"),  # on row group bounds
+    ([("k", "!=", 1000)], "k <> 1000"),  # every row group passes
+    ([("k", "in", [5, 550, 551])], "k IN (5, 550, 551)"),
+    ([("k", "not in", [5, 550])], "k NOT IN (5, 550)"),
+    ([("n", ">=", 0)], "n >= 0"),  # statistics pass every value, the NULLs still drop
+    ([("k", ">=", 100), ("f", "<", 200.5)], "k >= 100 AND f < 200.5"),  # f: row by row
+    ([("k", ">=", 100.5)], "k >= 100.5"),  # a float value: filtered row by row
+])
+def test_reads_with_and_without_row_filtering_equal_the_engine(groups_db, filters, where):
+    for columns in (["f"], ["k", "n", "f"], ["n", "k"]):
+        want = _sorted(groups_db.query(f"SELECT {', '.join(columns)} FROM g WHERE {where}"))
+        assert _read_all(groups_db, "g", columns, filters) == want, columns
+
+
+def test_only_certain_statistics_let_rows_through_unfiltered():
+    import pyarrow as pa
+
+    from cryptdisk.db._pushdown import all_pass
+
+    i64 = pa.int64()
+    assert all_pass(("k", ">=", 10), i64, (10, 20), 0)
+    assert not all_pass(("k", ">", 10), i64, (10, 20), 0)
+    assert all_pass(("k", "<", 21), i64, (10, 20), 0)
+    assert not all_pass(("k", "<=", 19), i64, (10, 20), 0)
+    assert all_pass(("k", "=", 7), i64, (7, 7), 0) and not all_pass(("k", "=", 7), i64, (7, 8), 0)
+    assert all_pass(("k", "!=", 21), i64, (10, 20), 0)
+    assert not all_pass(("k", "!=", 15), i64, (10, 20), 0)
+    assert all_pass(("k", "in", [3, 7]), i64, (7, 7), 0)
+    assert not all_pass(("k", "in", [True]), i64, (1, 1), 0)  # a bool is not an integer here
+    assert all_pass(("k", "not in", [3, 30]), i64, (10, 20), 0)
+    assert not all_pass(("k", "not in", [3, 15]), i64, (10, 20), 0)
+    assert not all_pass(("k", ">=", 10), i64, (10, 20), 1)  # a NULL passes no filter
+    assert not all_pass(("k", ">=", 10), i64, (10, 20), None)  # NULLs unknown
+    assert not all_pass(("k", ">=", 10), i64, None, 0)
+    assert not all_pass(("k", ">=", 9.5), i64, (10, 20), 0)  # not an integer value
+    assert not all_pass(("k", ">=", 2**64), i64, (10, 20), 0)  # beyond BIGINT
+    assert not all_pass(("f", ">=", 1), pa.float64(), (1.0, 2.0), 0)  # NaN unrecorded
+    assert not all_pass(("s", ">=", "a"), pa.string(), ("b", "c"), 0)
