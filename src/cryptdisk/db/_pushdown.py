@@ -364,8 +364,9 @@ def all_pass(item: tuple[str, str, Any], typ: pa.DataType, stats: tuple[Any, Any
     v = _pruning_value(value, typ)
     if v is None:
         return False
-    return {"=": lo == hi == v, "==": lo == hi == v, "!=": v < lo or v > hi,
-            "<": hi < v, "<=": hi <= v, ">": lo > v, ">=": lo >= v}.get(op, False)
+    checks: dict[str, bool] = {"=": lo == hi == v, "==": lo == hi == v, "!=": v < lo or v > hi,
+                               "<": hi < v, "<=": hi <= v, ">": lo > v, ">=": lo >= v}
+    return checks.get(op, False)
 
 
 @dataclass(frozen=True)
