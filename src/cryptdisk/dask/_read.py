@@ -15,11 +15,12 @@ connection.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
 
-from ..db import Database, connect
+from ..db import Database, connect, location
 from ..errors import CatalogError, ConfigError, CryptdiskError, DatabaseError
 
 __all__ = ["read_table"]
@@ -33,8 +34,9 @@ MIN_PARTITION_ROWS = 4 * 65536
 #: Rows per row group of a part (the last one of a part may hold fewer).
 _GROUP_ROWS = 65536
 
-#: (database path, config path) -> (pid that opened it, its read-only connection)
-_OPEN: dict[tuple[str, str | None], tuple[int, Database]] = {}
+#: (database path or URL, config path, storage options as JSON) -> (pid that opened it,
+#: its read-only connection)
+_OPEN: dict[tuple[str, str | None, str], tuple[int, Database]] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -57,13 +59,15 @@ def _config_path(config: Any) -> str | None:
     return os.path.abspath(os.fspath(config))
 
 
-def _process_database(db_path: str, config: str | None, *, fresh: bool = False) -> Database:
+def _process_database(db_path: str, config: str | None, *, fresh: bool = False,
+                      storage_options: dict[str, Any] | None = None) -> Database:
     """This process's read-only connection to ``db_path`` (opened once, keys loaded here).
 
     ``fresh``: close the one kept (if any) and open a new one. A child forked after the
     parent opened one opens its own (a DuckDB connection must not cross a fork).
+    ``storage_options``: those of a database at a URL (never credentials).
     """
-    key = (db_path, config)
+    key = (db_path, config, json.dumps(storage_options, sort_keys=True))
     with _OPEN_LOCK:
         pid, db = _OPEN.get(key, (None, None))
         if db is not None and pid != os.getpid():
@@ -73,13 +77,14 @@ def _process_database(db_path: str, config: str | None, *, fresh: bool = False) 
             db.close()
             db = None
         if db is None:
-            db = connect(db_path, config, read_only=True, cache_bytes=0)
+            db = connect(db_path, config, read_only=True, cache_bytes=0,
+                         **({"storage_options": storage_options} if storage_options else {}))
             _OPEN[key] = (os.getpid(), db)
         return db
 
 
 def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
-          filters: list[Any], arrow_strings: bool
+          filters: list[Any], arrow_strings: bool, storage_options: dict[str, Any] | None
           ) -> tuple[str, list[str], list[tuple[str, list[int], int]], Any]:
     """(table name, columns, ``[(part, row groups, rows of the part)]``, empty pandas
     frame), on this process's connection.
@@ -89,7 +94,8 @@ def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
     replaced at the same path) is replaced by a new one, once.
     """
     for attempt in (0, 1):
-        db = _process_database(path, config, fresh=attempt > 0)
+        db = _process_database(path, config, fresh=attempt > 0,
+                               storage_options=storage_options)
         try:
             plan = db.scan_plan(table, filters)  # reloads a newer catalog first
             meta = db.table(table)
@@ -148,8 +154,8 @@ def _partitions(plan: list[tuple[str, list[int], int]], per_partition: int,
 
 
 def _read_partition(spec: tuple[Any, ...]) -> Any:
-    db_path, config, table, pieces, columns, filters, arrow_strings = spec
-    db = _process_database(db_path, config)
+    db_path, config, table, pieces, columns, filters, arrow_strings, options = spec
+    db = _process_database(db_path, config, storage_options=options)
     tables = [db.read_part(table, part, columns, filters, groups) for part, groups in pieces]
     if len(tables) == 1:
         return _to_pandas(tables[0], arrow_strings)
@@ -161,7 +167,8 @@ def _read_partition(spec: tuple[Any, ...]) -> Any:
 def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] | None = None,
                filters: list[tuple[str, str, Any]] | None = None, config: Any = None, *,
                row_groups_per_partition: int = ROW_GROUPS_PER_PARTITION,
-               min_partition_rows: int = MIN_PARTITION_ROWS) -> Any:
+               min_partition_rows: int = MIN_PARTITION_ROWS,
+               storage_options: dict[str, Any] | None = None) -> Any:
     """Table ``table`` of the database at ``db_path`` as a Dask DataFrame.
 
     One partition per part that can hold matching rows; a part with more than
@@ -173,6 +180,9 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     embedded engine compares; filters on the table's first ``ORDER BY`` column
     leave out whole parts. ``config`` is ``None`` (the key file beside the
     database) or a config *path*: every worker must see the same paths.
+    ``db_path`` may be the URL of a database on an object store (``s3://bucket/db``,
+    see :func:`cryptdisk.db.publish`), with fsspec ``storage_options`` such as
+    ``endpoint_url`` (never credentials: each worker takes them from its environment).
     """
     dd = _dask_dataframe()
     import dask
@@ -185,11 +195,13 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
         raise DatabaseError("row_groups_per_partition must be at least 1")
     if min_partition_rows < 0:
         raise DatabaseError("min_partition_rows must be 0 or more")
-    path = os.path.abspath(os.fspath(db_path))
+    path = location(db_path)
     config_path = _config_path(config)
+    options = dict(storage_options) if storage_options else None
     filters = [tuple(f) for f in filters or []]
-    name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings)
-    specs = [(path, config_path, name, pieces, cols, filters, arrow_strings)
+    name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings,
+                                    options)
+    specs = [(path, config_path, name, pieces, cols, filters, arrow_strings, options)
              for pieces in _partitions(plan, row_groups_per_partition, min_partition_rows)]
     if not specs:
         return dd.from_pandas(empty, npartitions=1)

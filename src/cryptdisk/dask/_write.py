@@ -17,7 +17,7 @@ import importlib
 import os
 from typing import Any
 
-from ..db import connect
+from ..db import connect, location
 from ._read import _config_path, _dask_dataframe, _process_database
 
 __all__ = ["to_table"]
@@ -34,12 +34,13 @@ def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any =
     Columns match by name (table columns ``df`` lacks get NULL). Workers write the
     parts in parallel; nothing is visible until all are written and verified, then
     one catalog commit publishes them. ``config`` is ``None`` or a config path, as
-    for :func:`read_table`; the calling process holds the database's write lock.
+    for :func:`read_table`; the calling process holds the database's write lock, so
+    ``db_path`` is a local (or shared) directory: a database at a URL is read-only.
     """
     _dask_dataframe()
     dask: Any = importlib.import_module("dask")
 
-    path = os.path.abspath(os.fspath(db_path))
+    path = location(db_path)  # a URL is refused by connect: a database there is read-only
     config_path = _config_path(config)
     with connect(path, config_path) as db:
         meta = db.table(table)

@@ -114,12 +114,22 @@ class Catalog:
             raise CatalogError(f"{path}: the catalog is malformed ({exc})") from None
 
 
-def load_catalog(db_path: str, keyring: Keyring) -> Catalog | None:
-    """The catalog of the database at ``db_path``, or None if there is none yet."""
-    path = os.path.join(db_path, CATALOG_FILE)
+def load_catalog(db_path: str, keyring: Keyring, remote: Any = None) -> Catalog | None:
+    """The catalog of the database at ``db_path``, or None if there is none yet.
+
+    ``remote``: the database's :class:`~._remote.RemoteDirectory` when ``db_path`` is a URL.
+    """
+    path = f"{db_path}/{CATALOG_FILE}" if remote is not None else \
+        os.path.join(db_path, CATALOG_FILE)
     try:
-        with cd_open(path, "rb", keys=keyring) as f:
-            data = f.read()
+        if remote is not None:
+            found = remote.read_sealed(CATALOG_FILE, keyring)
+            if found is None:
+                return None
+            data = found
+        else:
+            with cd_open(path, "rb", keys=keyring) as f:
+                data = f.read()
     except FileNotFoundError:
         return None
     except (AuthenticationError, FormatError) as exc:
@@ -161,8 +171,10 @@ def remove_catalog_temps(db_path: str) -> int:
     return removed
 
 
-def catalog_stamp(db_path: str) -> Any:
+def catalog_stamp(db_path: str, remote: Any = None) -> Any:
     """A cheap token that changes whenever the catalog file is replaced."""
+    if remote is not None:
+        return remote.stamp(CATALOG_FILE)
     try:
         st = os.stat(os.path.join(db_path, CATALOG_FILE))
     except FileNotFoundError:

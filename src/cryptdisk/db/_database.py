@@ -73,6 +73,7 @@ from ._pushdown import (
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
+from ._remote import RemoteDirectory, is_url, location
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -181,6 +182,27 @@ def _check_new_database_path(path: str) -> None:
                             "exist", hint=f"create it first (mkdir -p {parent})")
 
 
+def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
+                 storage_options: dict[str, Any] | None) -> RemoteDirectory:
+    """The directory of a database at a URL, after refusing what such a database cannot do."""
+    if not read_only:
+        raise DatabaseError(
+            f"{url}: a database at a URL opens read-only (an object store has no lock "
+            "for its writer)", hint="open it with read_only=True; write to a local "
+            "directory with the same config and copy it there with "
+            "cryptdisk.db.publish(db, URL)")
+    if config is None:
+        raise DatabaseError(
+            f"{url}: a database at a URL needs a config (its keys never come from the bucket)",
+            hint="pass the config path it was written with")
+    if pin is True:
+        raise DatabaseError("pin=True names a file beside a local database; give "
+                            "pin=FILE (a local file) for a database at a URL")
+    if role is not None:
+        raise DatabaseError("role= is not available for a database at a URL")
+    return RemoteDirectory(url, storage_options)
+
+
 class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
@@ -189,8 +211,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                  memory_limit: str | None = None, threads: int | None = None,
                  pin: str | os.PathLike[str] | bool | None = None, role: str | None = None,
                  policies: str | os.PathLike[str] | None = None,
-                 insert_block_bytes: int = INSERT_BLOCK_BYTES) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+                 insert_block_bytes: int = INSERT_BLOCK_BYTES,
+                 storage_options: dict[str, Any] | None = None) -> None:
+        self.path = location(path)
+        #: the directory's files at a URL (see ._remote), or None for a local directory
+        self._remote: RemoteDirectory | None = None
+        if is_url(self.path):
+            self._remote = _open_remote(self.path, config, read_only, pin, role,
+                                        storage_options)
+        elif storage_options is not None:
+            raise DatabaseError("storage_options apply to a database at a URL "
+                                "(s3://bucket/prefix); this one is a local directory")
         if not isinstance(insert_block_bytes, int) or insert_block_bytes < 1:
             raise DatabaseError("insert_block_bytes must be a positive number of bytes")
         #: an insert sorts and writes its rows in blocks of about this much Arrow data
@@ -204,18 +235,23 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: the sealed policy file (``cryptdisk serve``'s, default ``PATH.policies``)
         self.policies_path = os.path.abspath(os.fspath(policies)) if policies is not None \
             else self.path + ".policies"
-        creating = not os.path.exists(os.path.join(self.path, "catalog"))
+        if self._remote is not None:
+            creating = not self._remote.exists("catalog")
+        else:
+            creating = not os.path.exists(os.path.join(self.path, "catalog"))
         if creating and read_only:
             raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)")
         if creating:
             _check_new_database_path(self.path)
-        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        if self._remote is None:
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._lock_fd: int | None = None
         if not read_only:
             self._take_lock()
         self._mutex = threading.RLock()
         self._registered: set[str] = set()
-        self._pins = [os.path.join(self.path, PIN_FILE)]
+        self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
+                      else os.path.join(self.path, PIN_FILE)]
         if pin is True:
             self._pins.append(default_pin_path(self.path))
         elif pin not in (None, False):
@@ -235,8 +271,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.keyring = self.config.keyring
             self.con = self._new_duckdb(memory_limit, threads)
             _warm_parser(self.con)
-            pins = read_pins(self._pins, self.keyring)  # before the catalog, never ahead of it
-            catalog = load_catalog(self.path, self.keyring)
+            # before the catalog, never ahead of it
+            pins = read_pins(self._pins, self.keyring, self._remote)
+            catalog = load_catalog(self.path, self.keyring, self._remote)
             if catalog is None:
                 if pins:
                     raise CatalogError(f"{self.path} has no catalog, but the pin {pins[0][0]} "
@@ -246,7 +283,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 save_catalog(self.path, self.keyring, catalog)
             self._check_storage(catalog)
             self.catalog = catalog
-            self._stamp = catalog_stamp(self.path)
+            self._stamp = catalog_stamp(self.path, self._remote)
             self.cache = ColumnCache(cache_bytes)
             self._open_parts = OpenParts(lambda: self.config)
             if not read_only:
@@ -378,9 +415,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def refresh(self) -> None:
         """Reload the catalog if another process published a new one."""
-        stamp = catalog_stamp(self.path)
+        stamp = catalog_stamp(self.path, self._remote)
         if stamp != self._stamp:
-            catalog = load_catalog(self.path, self.keyring)
+            catalog = load_catalog(self.path, self.keyring, self._remote)
             if catalog is not None:
                 if catalog.version < self.catalog.version:
                     raise CatalogError(f"{self.path}: the catalog went back from version "
@@ -877,7 +914,12 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     access policies of ``cryptdisk serve`` for that role, kept in ``policies``,
     default ``PATH.policies``; their bodies call ``cryptdisk.fields``' functions,
     so import it first; the caller still holds the keys, so this applies policies,
-    it does not confine the caller).
+    it does not confine the caller), ``storage_options`` (for a database at a URL:
+    fsspec options such as ``endpoint_url``, never credentials).
+
+    ``path`` may be an fsspec URL (``s3://bucket/db``): such a database opens
+    ``read_only=True`` with a config (see :mod:`._remote` and docs/database.md);
+    :func:`cryptdisk.db.publish` puts a database there.
     A second process opening the same database for writing gets
     :class:`~cryptdisk.errors.DatabaseLockedError`.
     """

@@ -292,13 +292,13 @@ class MaintenanceMixin(DatabaseState):
         again after the files are listed.
         """
         with self._mutex:
-            pins = read_pins(self._pins, self.keyring)
+            pins = read_pins(self._pins, self.keyring, self._remote)
             if self.read_only:
                 self._stamp = None
                 self.refresh()
             found = self._survey()
             if found.newer and self.read_only:
-                after = load_catalog(self.path, self.keyring)
+                after = load_catalog(self.path, self.keyring, self._remote)
                 if after is not None:
                     found = found.newer_than(after.version, self._live(after))
             return (pin_evidence(pins, self.catalog.db_id, self.catalog.version)

@@ -67,7 +67,8 @@ def file_version(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def read_pin(path: str, keyring: Keyring, *, strict: bool = True) -> tuple[str, int] | None:
+def read_pin(path: str, keyring: Keyring, *, strict: bool = True,
+             remote: Any = None) -> tuple[str, int] | None:
     """``(db_id, version)`` of the pin at ``path``, or None if there is none.
 
     A pin that does not authenticate raises :class:`CatalogError`, or, unless
@@ -77,8 +78,14 @@ def read_pin(path: str, keyring: Keyring, *, strict: bool = True) -> tuple[str, 
     raises the keyring's error, as the catalog does.
     """
     try:
-        with cd_open(path, "rb", keys=keyring) as f:
-            doc = json.loads(f.read())
+        if remote is not None:  # the pin of a database directory at a URL (._remote)
+            data = remote.read_sealed(PIN_FILE, keyring)
+            if data is None:
+                return None
+        else:
+            with cd_open(path, "rb", keys=keyring) as f:
+                data = f.read()
+        doc = json.loads(data)
         return str(doc["db_id"]), int(doc["version"])
     except FileNotFoundError:
         return None
@@ -92,15 +99,17 @@ def read_pin(path: str, keyring: Keyring, *, strict: bool = True) -> tuple[str, 
                            ) from None
 
 
-def read_pins(paths: list[str], keyring: Keyring) -> list[tuple[str, str, int]]:
+def read_pins(paths: list[str], keyring: Keyring,
+              remote: Any = None) -> list[tuple[str, str, int]]:
     """``(path, db_id, version)`` of each pin that exists (read them before the catalog).
 
     ``paths[0]`` is the database's own ``PATH/pin`` (read leniently, see
-    :func:`read_pin`); the others are pins the user asked for.
+    :func:`read_pin`; through ``remote`` for a database at a URL); the others are
+    pins the user asked for.
     """
     out = []
     for i, path in enumerate(paths):
-        pin = read_pin(path, keyring, strict=i > 0)
+        pin = read_pin(path, keyring, strict=i > 0, remote=remote if i == 0 else None)
         if pin is not None:
             out.append((path, *pin))
     return out

@@ -46,6 +46,8 @@ class DatabaseState(Protocol):
     _mutex: threading.RLock
     #: The catalog file's stamp when last loaded (None forces a reload).
     _stamp: Any
+    #: The directory's files when it is at a URL (a ``_remote.RemoteDirectory``), or None.
+    _remote: Any
     #: The pin files recording the published catalog version.
     _pins: list[str]
     #: Files (disk, path) to delete once the next catalog is published.

@@ -88,9 +88,14 @@ def _keys(db: Any) -> pa.Table:
                    if p.key_id is not None)
     import os
 
-    from ..format import read_header
-    with open(os.path.join(db.path, "catalog"), "rb") as f:
-        uses[read_header(f).key_id] += 1
+    from ..format import HEADER_SIZE, Header, read_header
+    remote = getattr(db, "_remote", None)
+    if remote is not None:
+        data = remote.read_bytes("catalog") or b""
+        uses[Header.parse(data[:HEADER_SIZE], f"{db.path}/catalog").key_id] += 1
+    else:
+        with open(os.path.join(db.path, "catalog"), "rb") as f:
+            uses[read_header(f).key_id] += 1
     keys = list(db.keyring)
     return pa.table({
         "id": pa.array([k.key_id for k in keys], pa.uint64()),
