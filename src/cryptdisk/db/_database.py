@@ -70,10 +70,10 @@ from ._pushdown import (
     table_filters,
     top_n,
 )
+from ._remote import RemoteDirectory, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
-from ._remote import RemoteDirectory, is_url, location
 from ._storage import resolve_config
 from ._system import system_tables
 

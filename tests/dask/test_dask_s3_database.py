@@ -1,0 +1,188 @@
+"""A whole database on S3 (moto's server on loopback): its directory (catalog, pin) at an
+s3:// URL, its parts on an encrypted disk over the same bucket, its keys from the config on
+each machine. Written locally and published with ``cryptdisk.db.publish``; read by the
+embedded engine and by a LocalCluster's worker processes with the same results, the same
+authentication and the same rollback evidence as a local directory; writes refused."""
+
+import logging
+import os
+import uuid
+
+import pandas as pd
+import pytest
+import s3fs
+
+import cryptdisk
+import cryptdisk.dask
+import cryptdisk.db
+from cryptdisk.errors import CatalogError, ConfigError, DatabaseError
+from cryptdisk.format import MAGIC
+
+from .conftest import S3_BUCKET
+from .daskhelpers import TaskRecorder, key_needles, recorded_tasks, write_s3_config
+
+PART_ROWS = 70_000  # 2 row groups of 64Ki rows per part
+
+
+@pytest.fixture
+def recorder(client):
+    client.register_plugin(TaskRecorder())
+    recorded_tasks(client)  # start empty
+    yield
+    client.unregister_scheduler_plugin(TaskRecorder.name)
+
+
+@pytest.fixture
+def published(s3, tmp_path):
+    """A local database whose parts are on S3, published to an s3:// URL: (local path,
+    config, URL, storage options, bucket, key and secret needles)."""
+    endpoint, aws_secret = s3
+    prefix = uuid.uuid4().hex
+    cfg = write_s3_config(tmp_path, endpoint, S3_BUCKET, f"{prefix}/parts")
+    db = tmp_path / "db"
+    url = f"s3://{S3_BUCKET}/{prefix}/db"
+    opts = {"endpoint_url": endpoint}
+    with cryptdisk.connect(db, cfg) as con:
+        con.sql("CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k")
+        for i in range(3):
+            con.sql(f"INSERT INTO t SELECT i, 'row-' || i, i / 7 FROM range({i * PART_ROWS}, "
+                    f"{(i + 1) * PART_ROWS}) r(i)")
+        assert cryptdisk.db.publish(con, url, opts) == con.catalog.version
+    bucket = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    return db, cfg, url, opts, bucket, key_needles(tmp_path, aws_secret)
+
+
+def _engine(db, cfg, sql, **options):
+    with cryptdisk.connect(db, cfg, read_only=True, **options) as con:
+        return con.sql(sql).to_pandas()
+
+
+def _same(got, want):
+    got = got.sort_values(list(got.columns)).reset_index(drop=True)
+    want = want.sort_values(list(want.columns)).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def test_a_published_database_is_read_from_s3_by_the_engine_and_the_cluster(
+        client, recorder, published):
+    db, cfg, url, opts, bucket, needles = published
+    key = url.removeprefix("s3://")
+    assert sorted(p.rsplit("/", 1)[-1] for p in bucket.find(key)) == ["catalog", "pin"]
+    assert bucket.cat_file(f"{key}/catalog") == (db / "catalog").read_bytes()
+    for name in ("catalog", "pin"):  # sealed: no table or column name in the clear
+        data = bucket.cat_file(f"{key}/{name}")
+        assert data.startswith(MAGIC) and b"row-" not in data and b'"t"' not in data
+
+    sql = "SELECT k, s, f FROM t WHERE k % 3 = 1"
+    want = _engine(db, cfg, sql)
+    assert len(want) == PART_ROWS
+    _same(_engine(url, cfg, sql, storage_options=opts), want)
+
+    df = cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts,
+                                   min_partition_rows=0)
+    assert df.npartitions == 3
+    _same(client.compute(df[df.k % 3 == 1]).result(), want)
+    lo, hi = PART_ROWS + 5, PART_ROWS + 60_000
+    flt = cryptdisk.dask.read_table(url, "t", ["k", "f"], [("k", ">=", lo), ("k", "<", hi)],
+                                    config=cfg, storage_options=opts, min_partition_rows=0)
+    assert flt.npartitions == 1  # the catalog read from S3 prunes the other parts
+    _same(client.compute(flt).result(),
+          _engine(db, cfg, f"SELECT k, f FROM t WHERE k >= {lo} AND k < {hi}"))
+
+    # A new commit, published: the workers' connections (kept per process) see it.
+    with cryptdisk.connect(db, cfg) as con:
+        con.sql(f"INSERT INTO t SELECT i, 'new-' || i, 0 FROM range({3 * PART_ROWS}, "
+                f"{3 * PART_ROWS + 100}) r(i)")
+        cryptdisk.db.publish(con, url, opts)
+    again = cryptdisk.dask.read_table(url, "t", ["k", "s"], config=cfg, storage_options=opts)
+    _same(client.compute(again).result(), _engine(db, cfg, "SELECT k, s FROM t"))
+
+    tasks = recorded_tasks(client)
+    assert tasks
+    for task_key, blobs in tasks:
+        for blob in blobs:
+            assert not any(n in blob for n in needles), task_key
+    # the tasks name the database by URL and the config by path, nothing more
+    assert any(url.encode() in b for _k, blobs in tasks for b in blobs)
+    assert any(str(cfg).encode() in b for _k, blobs in tasks for b in blobs)
+
+
+def test_a_rolled_back_catalog_on_s3_is_reported(published, caplog):
+    db, cfg, url, opts, bucket, _needles = published
+    key = url.removeprefix("s3://")
+    old_catalog, old_pin = bucket.cat_file(f"{key}/catalog"), bucket.cat_file(f"{key}/pin")
+    with cryptdisk.connect(db, cfg) as con:
+        # two commits: a part named for the version after the old catalog's is not proof
+        # (a writer killed before its commit leaves one), a part named for the one after is
+        con.sql("INSERT INTO t VALUES (-1, 'late', 0)")
+        con.sql("INSERT INTO t VALUES (-2, 'later', 0)")
+        cryptdisk.db.publish(con, url, opts)
+    with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
+        assert con.rollback_evidence() is None
+        assert con.sql("SELECT count(*) FROM t").to_pylist()[0]["count_star()"] == \
+            3 * PART_ROWS + 2
+
+    bucket.pipe_file(f"{key}/catalog", old_catalog)  # the catalog alone put back: the pin
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
+            evidence = con.rollback_evidence()
+    assert evidence is not None and "pin" in evidence
+    assert "rolled back" in caplog.text
+    caplog.clear()
+
+    bucket.pipe_file(f"{key}/pin", old_pin)  # both put back: the newer part's name
+    with caplog.at_level(logging.WARNING, logger="cryptdisk.db"):
+        df = cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
+    assert "rolled back" in caplog.text and "later catalog versions" in caplog.text
+    assert len(df.compute(scheduler="sync")) == 3 * PART_ROWS  # answered, not trusted silently
+
+    # Publishing the current catalog again restores the newer version.
+    with cryptdisk.connect(db, cfg) as con:
+        cryptdisk.db.publish(con, url, opts)
+    with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
+        assert con.rollback_evidence() is None
+
+
+def test_a_tampered_catalog_on_s3_is_refused(published):
+    _db, cfg, url, opts, bucket, _needles = published
+    key = url.removeprefix("s3://")
+    data = bytearray(bucket.cat_file(f"{key}/catalog"))
+    data[-20] ^= 1
+    bucket.pipe_file(f"{key}/catalog", bytes(data))
+    with pytest.raises(CatalogError, match="cannot be trusted"):
+        cryptdisk.connect(url, cfg, read_only=True, storage_options=opts)
+    with pytest.raises(CatalogError, match="cannot be trusted"):
+        cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
+
+
+def test_what_a_database_at_a_url_refuses(published, tmp_path, monkeypatch):
+    db, cfg, url, opts, bucket, _needles = published
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatabaseError, match="opens read-only"):
+        cryptdisk.connect(url, cfg, storage_options=opts)
+    df = cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
+    with pytest.raises(DatabaseError, match="opens read-only"):
+        cryptdisk.dask.to_table(df, url, "t", config=cfg)
+    assert not os.path.exists(tmp_path / "s3:")  # not taken for a local path
+    with pytest.raises(DatabaseError, match="needs a config"):
+        cryptdisk.connect(url, read_only=True, storage_options=opts)
+    with pytest.raises(ConfigError, match="credential"):
+        cryptdisk.connect(url, cfg, read_only=True,
+                          storage_options={**opts, "secret": "x"})
+    with pytest.raises(ConfigError, match="credentials"):
+        cryptdisk.connect(url.replace("s3://", "s3://user:pw@"), cfg, read_only=True,
+                          storage_options=opts)
+    with pytest.raises(DatabaseError, match="no catalog"):
+        cryptdisk.connect(url + "-missing", cfg, read_only=True, storage_options=opts)
+    with pytest.raises(DatabaseError, match="storage_options apply"):
+        cryptdisk.connect(db, cfg, read_only=True, storage_options=opts)
+
+    # another database is never published over this one
+    with cryptdisk.connect(tmp_path / "other", cfg) as other, \
+            pytest.raises(DatabaseError, match="another database"):
+        cryptdisk.db.publish(other, url, opts)
+    # a database made without a config keeps its key beside it: not published
+    with cryptdisk.connect(tmp_path / "plain") as own, \
+            pytest.raises(DatabaseError, match="without a config"):
+        cryptdisk.db.publish(own, url + "-own", opts)
+    assert not bucket.exists(url.removeprefix("s3://") + "-own")
