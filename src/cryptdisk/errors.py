@@ -37,6 +37,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   ├── CatalogError                             catalog missing, tampered or rolled back
     │   ├── TableNotFoundError    (LookupError)
     │   ├── DatabaseLockedError                      another process holds the database
+    │   ├── PublishConflictError                     another process published the same URL
     │   └── RotationError                            a rotation cannot start or did not finish
     ├── BackupError                                  a backup repository is missing or damaged
     │   └── BackupKeyError        (KeyringError)     no passphrase or key opens the repository
@@ -89,6 +90,7 @@ __all__ = [
     "PolicyError",
     "PolicyFileError",
     "ProtocolError",
+    "PublishConflictError",
     "RotationError",
     "SegmentAuthenticationError",
     "ServerError",
@@ -318,6 +320,10 @@ class TableNotFoundError(DatabaseError, LookupError):
 
 class DatabaseLockedError(DatabaseError):
     """Another process holds the database open for writing."""
+
+
+class PublishConflictError(DatabaseError):
+    """Another process published a catalog to the same URL meanwhile; nothing was overwritten."""
 
 
 class RotationError(DatabaseError):

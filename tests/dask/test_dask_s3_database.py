@@ -15,7 +15,8 @@ import s3fs
 import cryptdisk
 import cryptdisk.dask
 import cryptdisk.db
-from cryptdisk.errors import CatalogError, ConfigError, DatabaseError
+from cryptdisk.db._remote import RemoteDirectory
+from cryptdisk.errors import CatalogError, ConfigError, DatabaseError, PublishConflictError
 from cryptdisk.format import MAGIC
 
 from .conftest import S3_BUCKET
@@ -141,6 +142,36 @@ def test_a_rolled_back_catalog_on_s3_is_reported(published, caplog):
         cryptdisk.db.publish(con, url, opts)
     with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
         assert con.rollback_evidence() is None
+
+
+def test_of_two_publishers_one_wins_and_the_other_overwrites_nothing(published, monkeypatch):
+    db, cfg, url, opts, bucket, _needles = published
+    key = url.removeprefix("s3://")
+    before = bucket.cat_file(f"{key}/catalog")
+    theirs = b"another publisher's catalog"
+    real = RemoteDirectory.read_tagged
+
+    def racing(self, name):  # another process uploads right after this one checked
+        got = real(self, name)
+        bucket.pipe_file(f"{self.url.removeprefix('s3://')}/{name}", theirs)
+        return got
+
+    with cryptdisk.connect(db, cfg) as con:
+        con.sql("INSERT INTO t VALUES (-1, 'late', 0)")
+        monkeypatch.setattr(RemoteDirectory, "read_tagged", racing)
+        with pytest.raises(PublishConflictError, match="nothing was overwritten"):
+            cryptdisk.db.publish(con, url, opts)  # If-Match on the catalog it checked
+        assert bucket.cat_file(f"{key}/catalog") == theirs
+        with pytest.raises(PublishConflictError):
+            cryptdisk.db.publish(con, url + "-new", opts)  # If-None-Match: a first publish
+        assert bucket.cat_file(f"{key}-new/catalog") == theirs
+        monkeypatch.undo()
+        with pytest.raises(CatalogError, match="cannot be trusted"):
+            cryptdisk.db.publish(con, url, opts)  # never over a catalog it cannot read
+        bucket.pipe_file(f"{key}/catalog", before)
+        assert cryptdisk.db.publish(con, url, opts) == con.catalog.version
+    with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
+        assert con.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 3 * PART_ROWS + 1}]
 
 
 def test_a_tampered_catalog_on_s3_is_refused(published):

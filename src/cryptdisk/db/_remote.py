@@ -16,11 +16,19 @@ meanwhile), never behind a newer catalog.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from typing import Any
 
-from ..errors import ConfigError, DatabaseError
+from ..errors import (
+    AuthenticationError,
+    CatalogError,
+    ConfigError,
+    DatabaseError,
+    FormatError,
+    PublishConflictError,
+)
 from ..format import HEADER_SIZE, FileObjectSource, Header, SealedReader, open_header
 from ..keys import Keyring
 
@@ -75,6 +83,7 @@ class RemoteDirectory:
 
     def stamp(self, name: str) -> Any:
         """A token that changes whenever the object ``name`` is replaced (None: absent)."""
+        self._disk.fs.invalidate_cache(self._full(name))  # never a listing's old ETag
         try:
             info = self._disk.fs.info(self._full(name))
         except FileNotFoundError:
@@ -96,26 +105,76 @@ class RemoteDirectory:
         :class:`~cryptdisk.errors.FormatError`) for a file that does not authenticate.
         """
         data = self.read_bytes(name)
-        if data is None:
-            return None
+        return None if data is None else self.open_sealed(name, data, keyring)
+
+    def open_sealed(self, name: str, data: bytes, keyring: Keyring) -> bytes:
+        """The authenticated plaintext of ``data``, the stored bytes of sealed file ``name``."""
         where = f"{self.url}/{name}"
         header = Header.parse(data[:HEADER_SIZE], where)
         dek = open_header(header, keyring, where)
         reader = SealedReader(FileObjectSource(io.BytesIO(data)), header, dek, where)
         return reader.read_at(0, reader.size)
 
-    def write_bytes(self, name: str, data: bytes) -> None:
-        """Replace ``name`` with ``data`` in one upload (an object store publishes it whole)."""
-        with self._disk.open_write(name) as f:
-            f.write(data)
+    def read_tagged(self, name: str) -> tuple[bytes | None, str | None]:
+        """The bytes of ``name`` and the S3 ETag of exactly those bytes (None, None: absent).
+
+        The ETag is only known on S3 for an object uploaded in one PUT (its MD5, as
+        every file :meth:`write_bytes` writes): elsewhere it is None.
+        """
+        for _attempt in range(5):
+            data = self.read_bytes(name)
+            if data is None or not self._conditional:
+                return data, None
+            tag = self.stamp(name)[0]
+            if isinstance(tag, str) and tag.strip('"') == hashlib.md5(
+                    data, usedforsecurity=False).hexdigest():
+                return data, tag.strip('"')
+        raise DatabaseError(f"{self.url}/{name} keeps changing while it is read",
+                            hint="another process publishes there; try again")
+
+    @property
+    def _conditional(self) -> bool:
+        protocol = self._disk.fs.protocol
+        return "s3" in (protocol if isinstance(protocol, tuple) else (protocol,))
+
+    def write_bytes(self, name: str, data: bytes, *, replaces: str | None = None,
+                    new: bool = False) -> None:
+        """Replace ``name`` with ``data`` in one upload (an object store publishes it whole).
+
+        On S3, ``replaces`` (an ETag) makes the upload conditional on the object still
+        being that one (``If-Match``), ``new`` on there being none (``If-None-Match``):
+        a lost race raises :class:`~cryptdisk.errors.PublishConflictError` and changes nothing.
+        """
+        if not self._conditional or (replaces is None and not new):
+            with self._disk.open_write(name) as f:
+                f.write(data)
+            return
+        condition = {"IfMatch": f'"{replaces}"'} if replaces is not None else {}
+        try:
+            self._disk.fs.pipe_file(self._full(name), data, mode="create" if new else
+                                    "overwrite", **condition)
+        except OSError as exc:
+            tag = self.stamp(name)[0]
+            now = tag.strip('"') if isinstance(tag, str) else None
+            if now != replaces:
+                raise PublishConflictError(
+                    f"{self.url}/{name} was replaced by another process meanwhile; nothing "
+                    "was overwritten", hint="try again: the newer catalog is checked first"
+                ) from None
+            raise DatabaseError(f"{self.url}/{name}: the upload failed: {exc}") from None
 
 
 def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) -> int:
     """Copy the catalog and pin of the open, writable database ``db`` to ``url``.
 
-    Refuses a destination that holds another database's catalog, or a newer
-    version of this one's (the copy would roll it back). The catalog goes first,
-    then the pin (never ahead of the catalog). Returns the version published.
+    Refuses a destination that holds another database's catalog, a newer version
+    of this one's (the copy would roll it back) or another catalog of the same
+    version (a diverged copy). The catalog goes first, then the pin (never ahead
+    of the catalog). On S3 the catalog's upload is conditional on the catalog
+    checked being still there (``If-Match``, or ``If-None-Match`` for the first
+    publish): of two processes publishing at once, one wins and the other gets
+    :class:`~cryptdisk.errors.PublishConflictError`, having overwritten nothing.
+    Returns the version published.
     """
     from ._catalog import CATALOG_FILE, Catalog
     from ._rollback import PIN_FILE
@@ -135,8 +194,16 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
     url = location(url)
     remote = RemoteDirectory(url, storage_options)
     db.refresh()
-    there = remote.read_sealed(CATALOG_FILE, db.keyring)
-    if there is not None:
+    with open(os.path.join(db.path, CATALOG_FILE), "rb") as f:
+        catalog = f.read()
+    stored, tag = remote.read_tagged(CATALOG_FILE)
+    if stored is not None:
+        try:
+            there = remote.open_sealed(CATALOG_FILE, stored, db.keyring)
+        except (AuthenticationError, FormatError) as exc:
+            raise CatalogError(f"publish: {url}/{CATALOG_FILE} cannot be trusted: {exc}",
+                               hint="check who else writes there; delete it to publish "
+                               "anew") from None
         other = Catalog.from_json(there, f"{url}/{CATALOG_FILE}")
         if other.db_id != db.catalog.db_id:
             raise DatabaseError(f"publish: {url} holds another database ({other.db_id}, "
@@ -145,14 +212,17 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
             raise DatabaseError(f"publish: {url} holds version {other.version} of the catalog, "
                                 f"newer than this one's {db.catalog.version}; refusing to "
                                 "roll it back")
-    with open(os.path.join(db.path, CATALOG_FILE), "rb") as f:
-        catalog = f.read()
+        if other.version == db.catalog.version and stored != catalog:
+            raise DatabaseError(f"publish: {url} holds another catalog of version "
+                                f"{other.version}: it was published from another copy of "
+                                "this database, which has diverged from this one")
     pin_path = os.path.join(db.path, PIN_FILE)
     pin = None
     if os.path.exists(pin_path):
         with open(pin_path, "rb") as f:
             pin = f.read()
-    remote.write_bytes(CATALOG_FILE, catalog)
+    if stored != catalog:
+        remote.write_bytes(CATALOG_FILE, catalog, replaces=tag, new=stored is None)
     if pin is not None:
         remote.write_bytes(PIN_FILE, pin)
     return int(db.catalog.version)
