@@ -14,6 +14,8 @@ import mmap
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cryptdisk import Keyring
 from cryptdisk.errors import SegmentAuthenticationError
@@ -170,3 +172,41 @@ def test_a_serial_read_of_whole_segments_fails_on_a_file_cut_short_after_opening
         reader.readinto_at(buf, 0, advise=False, parallel=False)
     assert bytes(buf[: 4 * SEG]) == plain[: 4 * SEG]  # authenticated before the cut
     assert bytes(buf[4 * SEG :]) == bytes(2 * SEG)
+
+
+def _small(size: int) -> tuple[bytes, bytes, object, bytes]:
+    key = Keyring.single(os.urandom(32)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=512)
+    plain = os.urandom(size)
+    out = io.BytesIO()
+    writer = SealedWriter(out, header, dek)
+    writer.write(plain)
+    writer.close()
+    return plain, out.getvalue(), header, dek
+
+
+@settings(max_examples=200, deadline=None)
+@given(segments=st.integers(0, 6), tail=st.integers(0, 511), data=st.data())
+def test_any_range_reads_its_plaintext(segments, tail, data):
+    """Edge segments in part, the whole ones between them as a run, the final one short."""
+    plain, sealed, header, dek = _small(segments * 512 + tail)
+    reader = SealedReader(_Recording(sealed), header, dek)  # type: ignore[arg-type]
+    offset = data.draw(st.integers(0, len(plain)))
+    n = data.draw(st.integers(0, len(plain) - offset + 600))
+    buf = bytearray(n)
+    got = reader.readinto_at(buf, offset)
+    assert got == min(n, len(plain) - offset)
+    assert bytes(buf[:got]) == plain[offset : offset + got]
+
+
+@pytest.mark.parametrize("segment", [1, 3, 5])  # the first edge, a whole one, the last edge
+def test_a_tampered_segment_of_an_unaligned_read_fails_it(segment):
+    _plain, sealed, header, dek = _small(6 * 512 + 40)
+    damaged = bytearray(sealed)
+    damaged[HEADER_SIZE + segment * (512 + 16) + 7] ^= 1
+    reader = SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
+    buf = bytearray(4 * 512)
+    with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} "):
+        reader.readinto_at(buf, 512 + 100, advise=False)
+    start = segment * 512 - (512 + 100)  # the failed segment's bytes in buf
+    assert bytes(buf[max(0, start) : start + 512]) == bytes(len(buf[max(0, start) : start + 512]))
