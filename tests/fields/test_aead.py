@@ -1,8 +1,8 @@
 """Randomised (AES-256-GCM) and deterministic (AES-SIV) column encryption.
 
-Every test runs twice: through the C extension ``_cfields`` and through the
-``cryptography`` path used when it is not built; tests at the end check that the
-two give the same bytes.
+Every test runs through the C extension ``_cfields`` with each base64 decoder this CPU
+has (AVX2, SSSE3, scalar) and through the ``cryptography`` path used when it is not
+built; tests at the end check that they give the same bytes.
 """
 
 import base64
@@ -27,13 +27,21 @@ from cryptdisk.fields import (
 from cryptdisk.keys import Key
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
+@pytest.fixture(autouse=True, params=["c", "c-ssse3", "c-scalar", "python"])
 def backend(request, monkeypatch):
-    """The C loops (required: the test environment builds them) or cryptography's."""
+    """The C loops (required: the test environment builds them), with their best base64
+    decoder or a lower one (at most the CPU's best), or cryptography's."""
     assert _aead._cfields is not None, "cryptdisk.fields._cfields was not built (setup.py)"
     if request.param == "python":
         monkeypatch.setattr(_aead, "_cfields", None)
-    return request.param
+        yield request.param
+        return
+    best = _aead._cfields.base64_simd()
+    _aead._cfields.base64_simd({"c": best, "c-ssse3": 1, "c-scalar": 0}[request.param])
+    try:
+        yield request.param
+    finally:
+        _aead._cfields.base64_simd(best)
 
 VALUES = pa.array(["4111111111111111", "", None, "é" * 100], pa.string())
 
@@ -280,3 +288,21 @@ def test_c_base64_accepts_exactly_what_python_accepts(plain, at, junk):
     else:  # other bytes: another layout, key version or tag
         with pytest.raises((FormatError, AuthenticationError, KeyNotFoundError)):
             decrypt(pa.array([spoiled]), key, output="binary")
+
+
+def test_every_character_outside_the_alphabet_is_refused_wherever_it_is(backend):
+    """The base64 decoders (AVX2 32 characters at a time, SSSE3 16, scalar 4) refuse each
+    ASCII character outside RFC 4648's alphabet at every position of a ciphertext long
+    enough for all three, and open the unspoiled one."""
+    key = FieldKey.generate("k")
+    plain = bytes(range(61))
+    text = encrypt([plain], key, output="base64")[0].as_py()
+    assert len(text) == 128 and text.endswith("==")
+    assert decrypt(pa.array([text]), key, output="binary")[0].as_py() == plain
+    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    outside = [chr(c) for c in range(128) if chr(c) not in alphabet]
+    for at in range(len(text) - 2):  # the last two are padding
+        for junk in outside:
+            spoiled = pa.array([text[:at] + junk + text[at + 1:]])
+            with pytest.raises(FormatError, match="row 0: .*base64"):
+                decrypt(spoiled, key, output="binary")
