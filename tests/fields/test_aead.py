@@ -304,5 +304,5 @@ def test_every_character_outside_the_alphabet_is_refused_wherever_it_is(backend)
     for at in range(len(text) - 2):  # the last two are padding
         for junk in outside:
             spoiled = pa.array([text[:at] + junk + text[at + 1:]])
-            with pytest.raises(FormatError, match="row 0: .*base64"):
+            with pytest.raises(FormatError, match=r"row 0: .*base64"):
                 decrypt(spoiled, key, output="binary")
