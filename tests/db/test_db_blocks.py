@@ -266,3 +266,96 @@ def test_keys_with_nulls_or_of_other_types_keep_arrows_sort():
         assert _blocks._packed_sort_indices(arr) is None
     block = pa.table({"k": pa.array([3, None, 1, 2])})
     assert _blocks._sorted(block, ["k"]).column("k").to_pylist() == [1, 2, 3, None]
+
+
+def _leaves(db, table, skip=()):
+    """Each part's columns as Parquet stores them: {column: max definition level} (0 is
+    REQUIRED), in key order of the parts (those of ``skip``'s ids left out)."""
+    found = []
+    for part in sorted(db.table(table).parts, key=lambda p: (p.key_min is None, p.key_min)):
+        if part.id in skip:
+            continue
+        meta = db._open_parts.get(part).meta
+        found.append({meta.schema.column(j).name: meta.schema.column(j).max_definition_level
+                      for j in range(meta.num_columns)})
+    return found
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_an_insert_writes_the_columns_a_block_has_no_null_in_as_required(tmp_path, plain):
+    """Each part stores as Parquet REQUIRED the columns its rows hold no NULL in, as OPTIMIZE
+    does: blocks with and without NULLs in one table (one insert of sorted input, whose
+    chaining stops at a block with a NULL where the part has none, and one of random keys,
+    a part per block), queries equal DuckDB's, the table's columns stay nullable, and
+    merging REQUIRED with OPTIONAL parts keeps every row."""
+    policy = " SETTINGS storage_policy = 'plain'" if plain else ""
+    ref = duckdb.connect()
+    with cryptdisk.connect(tmp_path / "db", insert_block_bytes=1 << 20) as db:
+        db.sql(f"CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k{policy}")
+        # sorted: blocks of 131072 rows; the third holds the only NULLs of f
+        src = ("SELECT i::BIGINT k, md5(i::VARCHAR) s, CASE WHEN i = 300000 THEN NULL "
+               "ELSE i / 7 END f FROM range(400000) r(i)")
+        db.sql(f"INSERT INTO t {src}")
+        assert _leaves(db, "t") == [{"k": 0, "s": 0, "f": 0}, {"k": 0, "s": 0, "f": 1}]
+        assert [p.rows for p in sorted(db.table("t").parts, key=lambda p: p.key_min)] == \
+            [262144, 137856]
+        # random keys, a part per block; NULLs of s in one block only, NULL keys in another
+        rnd = ("SELECT CASE WHEN i = 399999 THEN NULL ELSE hash(i) // 2 END k, "
+               "CASE WHEN i < 1000 AND i % 3 = 0 THEN NULL ELSE md5(i::VARCHAR) END s, "
+               "i / 3 f FROM range(400000) r(i)")
+        first = {p.id for p in db.table("t").parts}
+        db.sql(f"INSERT INTO t {rnd}")
+        new = _leaves(db, "t", first)
+        assert len(new) >= 3
+        assert {"k": 0, "s": 1, "f": 0} in new and {"k": 1, "s": 0, "f": 0} in new
+        assert all(leaves["f"] == 0 for leaves in new)
+        ref.execute(f"CREATE TABLE t AS {src} UNION ALL {rnd}")
+        queries = ["SELECT count(*), count(k), count(s), count(f), sum(k % 1000), max(s), "
+                   "min(f), max(f) FROM {}",
+                   "SELECT k, s, f FROM {} WHERE k IN (5, 299999, 300000, 300001) ORDER BY 1",
+                   "SELECT k, s, f FROM {} WHERE k IS NULL OR s IS NULL OR f IS NULL "
+                   "ORDER BY ALL",
+                   "SELECT k, f FROM {} ORDER BY f DESC NULLS FIRST, k LIMIT 3"]
+
+        def same():
+            db.cache.clear()
+            for q in queries:
+                assert db.query(q.format("t")) == ref.execute(q.format("t")).fetchall(), q
+
+        same()
+        # the table's columns stay nullable: DESCRIBE and system.parts say the table's
+        assert [r[2] for r in db.query("DESCRIBE t")] == ["YES"] * 3
+        assert db.query("SELECT sum(rows)::BIGINT FROM system.parts") == [(800000,)]
+        before = {p.id for p in db.table("t").parts}
+        db.sql("INSERT INTO t VALUES (7, NULL, NULL)")
+        ref.execute("INSERT INTO t VALUES (7, NULL, NULL)")
+        assert _leaves(db, "t", before) == [{"k": 0, "s": 1, "f": 1}]  # k REQUIRED
+        same()
+        assert db.check() == len(db.table("t").parts)
+        db.optimize("t", final=True)  # REQUIRED and OPTIONAL parts merged
+        assert all(leaves == {"k": 1, "s": 1, "f": 1} for leaves in _leaves(db, "t"))
+        same()
+
+
+def test_an_insert_sorted_by_duckdb_writes_null_free_columns_required(tmp_path, monkeypatch):
+    """A key Arrow cannot sort (a STRUCT): DuckDB sorts the whole insert and the parts are
+    written as the rows stream; each part's columns without NULL are REQUIRED, and a NULL
+    after a part's first rows ends that part rather than failing the insert."""
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(_insert, "BATCH_ROWS", 1000)
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE w (k STRUCT(a BIGINT), v BIGINT, s VARCHAR) ORDER BY k")
+        src = ("SELECT {'a': i} k, i v, CASE WHEN i = 4500 THEN NULL ELSE i::VARCHAR END s "
+               "FROM range(6000) r(i)")
+        db.sql(f"INSERT INTO w {src}")
+        parts = db.table("w").parts
+        found = []
+        for part in parts:
+            meta = db._open_parts.get(part).meta
+            found.append((meta.num_rows, [meta.schema.column(j).max_definition_level
+                                          for j in range(meta.num_columns)]))
+        # k.a: the struct REQUIRED, its field nullable (one definition level)
+        assert found == [(4000, [1, 0, 0]), (2000, [1, 0, 1])]
+        ref = duckdb.connect()
+        q = "SELECT count(*), count(s), sum(v), max(k), min(s) FROM {}"
+        assert db.query(q.format("w")) == ref.execute(q.format(f"({src})")).fetchall()

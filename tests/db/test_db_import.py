@@ -109,6 +109,29 @@ def test_parts_optimize_wrote_without_nulls_import_into_nullable_columns(tmp_pat
     src.close()
 
 
+def test_inserted_parts_with_required_columns_of_another_type_are_refused(tmp_path) -> None:
+    # an insert stores the columns a block has no NULL in as Parquet REQUIRED: a REQUIRED
+    # column still has to be of the table's type, and one with NULLs imports as well
+    other = cryptdisk.connect(tmp_path / "other")
+    other.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float BIGINT) ORDER BY c_int")
+    other.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), i FROM range(100) r(i)")
+    other.sql("INSERT INTO t VALUES (1000, NULL, 7)")
+    streams = list(_streams(other))
+    assert [[f.nullable for f in pq.read_schema(io.BytesIO(s.getvalue()))]
+            for s in streams] == [[False, False, False], [False, True, False]]
+    dst = _target(tmp_path)
+    _refused(dst, streams[:1], "has columns")
+    src = cryptdisk.connect(tmp_path / "src")
+    src.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float DOUBLE) ORDER BY c_int")
+    src.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), i / 7 FROM range(100) r(i)")
+    src.sql("INSERT INTO t VALUES (1000, NULL, 7)")
+    assert dst.import_parts("t", _streams(src)) == 101
+    q = "SELECT count(*), count(c_str), sum(c_int), max(c_str) FROM t"
+    assert dst.query(q) == src.query(q) and dst.check() == 2
+    for d in (dst, src, other):
+        d.close()
+
+
 def test_a_failing_stream_publishes_nothing(tmp_path) -> None:
     src = _source(tmp_path)
     data = next(_streams(src)).getvalue()

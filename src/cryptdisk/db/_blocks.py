@@ -45,6 +45,8 @@ from ._parts import (
     _Prefetch,
     column_compression,
     dictionary_columns,
+    fits_schema,
+    null_free_schema,
 )
 
 __all__ = ["sortable", "write_sorted_parts"]
@@ -383,6 +385,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
             current = jobs[-1] if jobs and not jobs[-1].ended else None
             if not (current is not None and ordered and span is not None
                     and current.rows + block.num_rows <= max_rows
+                    and fits_schema(current.writer.schema, block)
                     and (not order or (current.last is not None and (
                         span[0] > current.last if len(order) > 1
                         else span[0] >= current.last)))):
@@ -392,7 +395,9 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                 while len(open_jobs) >= max(1, workers):  # at most `workers` parts at once
                     open_jobs.pop(0).join()
                 _raise_any(jobs)
-                current = _Job(_PartWriter(disk, prefix, schema, version=version,
+                # the columns this block has no NULL in are REQUIRED in its part
+                current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),
+                                           version=version,
                                            compression=settings[0], dictionary=settings[1],
                                            key=key), order, on_rows, lock)
                 jobs.append(current)

@@ -129,7 +129,8 @@ class InsertMixin(DatabaseState):
                               ).to_arrow_reader(BATCH_ROWS)
         try:
             return write_parts(disk, prefix, reader, schema, version=version,
-                               max_rows=PART_ROWS, on_rows=on_rows, key=order[0])
+                               max_rows=PART_ROWS, on_rows=on_rows, key=order[0],
+                               null_free=True)
         finally:
             reader.close()
 

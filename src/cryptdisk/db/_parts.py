@@ -36,8 +36,9 @@ from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
 __all__ = ["KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY", "PART_ID_KEY",
-           "check_footer", "column_compression", "dictionary_columns", "key_bounds",
-           "key_granules", "not_as_recorded", "verify_part", "write_parts"]
+           "check_footer", "column_compression", "dictionary_columns", "fits_schema",
+           "key_bounds", "key_granules", "not_as_recorded", "null_free_schema", "verify_part",
+           "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -67,6 +68,21 @@ COMPRESSION = "lz4"
 #: (about 0.5 MB per 8-byte column) while a full scan's per-row-group costs (footer
 #: entries, one decode call each) stay a few percent.
 ROW_GROUP_ROWS = 1 << 16
+
+
+def null_free_schema(schema: pa.Schema, data: pa.Table | pa.RecordBatch) -> pa.Schema:
+    """``schema`` with each column that ``data`` holds no NULL in made non-nullable: a part
+    written in it stores that column as Parquet REQUIRED, so a scan decodes no definition
+    levels for it (pyarrow turns each value's level into a validity bit, about half the CPU
+    of decoding a column of 8-byte numbers). The table's columns stay nullable."""
+    fields = [f.with_nullable(False) if f.nullable and not data.column(f.name).null_count
+              else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def fits_schema(schema: pa.Schema, data: pa.Table | pa.RecordBatch) -> bool:
+    """Whether ``data`` holds no NULL in a column that ``schema`` (a part's) has REQUIRED."""
+    return all(f.nullable or not data.column(f.name).null_count for f in schema)
 
 
 class _HashingWriter:
@@ -506,9 +522,13 @@ def _whole_groups(next_batch: Callable[[], pa.RecordBatch | None],
 def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                 *, version: int, max_rows: int,
                 on_rows: Callable[[int], None] | None = None,
-                key: str | None = None) -> list[PartMeta]:
+                key: str | None = None, null_free: bool = False) -> list[PartMeta]:
     """Write ``batches`` as they come, in parts of at most ``max_rows`` rows each, in row
     groups of :data:`ROW_GROUP_ROWS` rows (a part's last one may be shorter).
+
+    With ``null_free``, each part stores as Parquet REQUIRED the columns its first rows
+    (a few row groups) hold no NULL in (:func:`null_free_schema`), and ends early, before
+    rows with a NULL in one of those.
 
     ``version`` is the catalog version that will name the parts (the loaded
     catalog's plus one); it goes into each part's name and footer. With ``key``
@@ -532,10 +552,12 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
                        else COMPRESSION)
         del sample
         while pending is not None:
-            writer = _PartWriter(disk, prefix, schema, version=version,
+            writer = _PartWriter(disk, prefix, null_free_schema(schema, pending) if null_free
+                                 else schema, version=version,
                                  compression=compression, dictionary=dictionary, key=key)
             try:
-                while pending is not None and writer.rows < max_rows:
+                while (pending is not None and writer.rows < max_rows
+                       and (not writer.rows or fits_schema(writer.schema, pending))):
                     room = max_rows - writer.rows  # the part ends at max_rows rows
                     piece = pending.slice(0, room) if pending.num_rows > room else pending
                     writer.write(piece)
