@@ -15,8 +15,10 @@ order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring key
 Parts are written by up to ``workers`` threads at once (the same threads for all the
 insert's parts, see :class:`_Pool`), each sorting, encoding and (on another thread)
 encrypting (plain: hashing) its own part, so both cores work. At
-most ``workers`` parts are open, each holding the block it encodes and one queued
-block, and one block is being gathered: an insert holds about
+most ``workers`` parts are being encoded, each holding the block it encodes and one queued
+block, and one block is being gathered (a part being finished, its footer written, fsynced
+and renamed, holds no block: the next part starts beside it, on another of the pool's
+``2 * workers`` threads): an insert holds about
 ``(2 * workers + 1) * block_bytes`` of rows, whatever its size (one block more for a
 moment while a block's chunks are combined into the one contiguous copy that is then
 taken in key order a row group at a time, each row group encoded as it is taken).
@@ -254,7 +256,8 @@ class _Pool:
 
 class _Job:
     """One part, written by a thread of the :class:`_Pool`: blocks come through a queue,
-    sorted there if asked. The pool has a thread for every part that is not done."""
+    sorted there if asked. The pool has a thread for every part that is not done, or
+    waits for one to finish its part (few: at most ``workers`` parts are being encoded)."""
 
     def __init__(self, writer: _PartWriter, order: list[str],
                  on_rows: Callable[[int], None] | None, lock: threading.Lock) -> None:
@@ -269,6 +272,9 @@ class _Job:
         self.stop = False  # set by the inserting thread when the insert fails elsewhere
         self.part: PartMeta | None = None
         self._done = threading.Event()
+        #: set when every block handed over is encoded (or the job failed): the part's
+        #: finish (footer, fsync, rename) holds no block, so another part may start
+        self.encoded = threading.Event()
 
     def put(self, block: pa.Table, sort: bool) -> None:
         self.rows += block.num_rows
@@ -280,6 +286,7 @@ class _Job:
         try:
             self._write()
         finally:
+            self.encoded.set()
             self._done.set()
 
     def _write(self) -> None:
@@ -307,6 +314,7 @@ class _Job:
                     with self._lock:
                         self._on_rows(rows)
             ended = True
+            self.encoded.set()
             if not self.stop:
                 self.part = self.writer.finish()
         except BaseException as exc:  # re-raised by the inserting thread
@@ -368,7 +376,8 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     (the catalog's next version). Returns the parts, published but not in the catalog.
     """
     source = _Prefetch(batches)
-    pool = _Pool(max(1, workers))
+    # a thread for each part encoding and one for each part finishing (fsync) beside them
+    pool = _Pool(2 * max(1, workers))
     jobs: list[_Job] = []  # in the order started; the last one may take more blocks
     lock = threading.Lock()
     key = order[0] if order else None
@@ -391,9 +400,11 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                         else span[0] >= current.last)))):
                 if current is not None:
                     current.end()
-                open_jobs = [j for j in jobs if j.part is None and j.error is None]
-                while len(open_jobs) >= max(1, workers):  # at most `workers` parts at once
-                    open_jobs.pop(0).join()
+                # at most `workers` parts encoding at once; a part being finished (its
+                # fsync) no longer holds a block, and the next one starts beside it
+                busy = [j for j in jobs if not j.encoded.is_set()]
+                while len(busy) >= max(1, workers):
+                    busy.pop(0).encoded.wait()
                 _raise_any(jobs)
                 # the columns this block has no NULL in are REQUIRED in its part
                 current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),
