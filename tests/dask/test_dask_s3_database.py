@@ -186,15 +186,136 @@ def test_a_tampered_catalog_on_s3_is_refused(published):
         cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
 
 
+def _part_files(bucket, cfg_prefix):
+    return sorted(p.rsplit("/", 1)[-1] for p in bucket.find(cfg_prefix)
+                  if p.endswith(".parquet"))
+
+
+def _catalog_parts(url, cfg, opts):
+    with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as con:
+        return sorted(p["path"].rsplit("/", 1)[-1]
+                      for p in con.sql("SELECT path FROM system.parts").to_pylist())
+
+
+def test_the_cluster_writes_to_a_database_on_s3(client, recorder, published):
+    db, cfg, url, opts, _bucket, needles = published
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:  # no lock: conditional
+        w.sql("CREATE TABLE u (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k")
+        w.sql("INSERT INTO u VALUES (-1, 'sql', 0.5)")
+    df = cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
+    with client.as_current():
+        assert cryptdisk.dask.to_table(df[df.k % 2 == 0], url, "u", config=cfg,
+                                       storage_options=opts) == 3 * PART_ROWS // 2
+    want = pd.concat([_engine(db, cfg, "SELECT * FROM t WHERE k % 2 = 0"),
+                      pd.DataFrame({"k": [-1], "s": ["sql"], "f": [0.5]})])
+    _same(_engine(url, cfg, "SELECT * FROM u", storage_options=opts), want)
+    _same(client.compute(cryptdisk.dask.read_table(url, "u", config=cfg,
+                                                   storage_options=opts)).result(), want)
+    for task_key, blobs in recorded_tasks(client):
+        for blob in blobs:
+            assert not any(n in blob for n in needles), task_key
+    # the local copy is now behind the store: it refuses to write
+    with pytest.raises(CatalogError, match="ahead of this copy"):
+        cryptdisk.connect(db, cfg)
+
+
+def test_of_two_writers_on_s3_one_commits_and_the_other_publishes_nothing(
+        published, monkeypatch):
+    _db, cfg, url, opts, bucket, _needles = published
+    parts_prefix = url.removeprefix("s3://").rsplit("/", 1)[0] + "/parts"
+    rows = "SELECT k FROM t WHERE k < 0 ORDER BY k"
+    w1 = cryptdisk.connect(url, cfg, storage_options=opts)
+    w2 = cryptdisk.connect(url, cfg, storage_options=opts)
+    try:
+        # w2 commits between w1's check of the catalog and w1's upload: If-Match fails
+        real, fired = RemoteDirectory.commit_sealed, []
+
+        def racing(self, *args, **kwargs):
+            if not fired:
+                fired.append(True)
+                w2.sql("INSERT INTO t VALUES (-7, 'w2', 0)")
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(RemoteDirectory, "commit_sealed", racing)
+        with pytest.raises(PublishConflictError, match="another writer committed first"):
+            w1.sql("INSERT INTO t VALUES (-8, 'w1', 0)")
+        monkeypatch.undo()
+        assert _engine(url, cfg, rows, storage_options=opts).k.tolist() == [-7]
+        # w1's part, named for the version w2 published, was collected by w2's commit
+        assert _part_files(bucket, parts_prefix) == _catalog_parts(url, cfg, opts)
+        assert len(_part_files(bucket, parts_prefix)) == 4
+
+        # parts staged for a catalog another writer has passed are never committed
+        w1.sql("SELECT 1")  # each statement of a writer at a URL loads the newest catalog
+        version = w1.catalog.version + 1
+        with cryptdisk.connect(url, cfg, read_only=True, storage_options=opts) as reader:
+            staged = reader.stage_parts("t", pd.DataFrame({"k": [-9], "s": ["st"],
+                                                           "f": [0.0]}), version)
+        w2.sql("INSERT INTO t VALUES (-6, 'w2', 0)")
+        with pytest.raises(PublishConflictError, match="since these parts were staged"):
+            w1.commit_parts("t", staged)
+        assert _engine(url, cfg, rows, storage_options=opts).k.tolist() == [-7, -6]
+        # w1 again, on the newest catalog
+        w1.sql("INSERT INTO t VALUES (-5, 'w1', 0)")
+    finally:
+        w1.close()
+        w2.close()
+    assert _engine(url, cfg, rows, storage_options=opts).k.tolist() == [-7, -6, -5]
+    assert _part_files(bucket, parts_prefix) == _catalog_parts(url, cfg, opts)
+
+
+def test_a_local_copy_behind_its_store_refuses_to_write(published):
+    """One commit at the URL: its parts are named for the version after the local catalog's,
+    which a local writer would take for a dead writer's and delete after its commit."""
+    db, cfg, url, opts, bucket, _needles = published
+    parts_prefix = url.removeprefix("s3://").rsplit("/", 1)[0] + "/parts"
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:
+        w.sql("INSERT INTO t VALUES (-1, 'at the url', 0)")
+    files = _part_files(bucket, parts_prefix)
+    with pytest.raises(CatalogError, match="ahead of this copy"):
+        cryptdisk.connect(db, cfg)
+    assert _part_files(bucket, parts_prefix) == files == _catalog_parts(url, cfg, opts)
+    with cryptdisk.connect(db, cfg, read_only=True) as con:  # reading it is still fine
+        assert con.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 3 * PART_ROWS}]
+    (db / "published").unlink()  # detached on purpose: it may write (its own history)
+    with cryptdisk.connect(db, cfg) as con:
+        assert con.rollback_evidence() is None
+
+
+def test_a_writer_on_s3_refuses_a_rolled_back_catalog_and_deletes_nothing(published):
+    _db, cfg, url, opts, bucket, _needles = published
+    key = url.removeprefix("s3://")
+    parts_prefix = key.rsplit("/", 1)[0] + "/parts"
+    old = {n: bucket.cat_file(f"{key}/{n}") for n in ("catalog", "pin")}
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:
+        w.sql("INSERT INTO t VALUES (-1, 'a', 0)")
+        w.sql("INSERT INTO t VALUES (-2, 'b', 0)")
+    files = _part_files(bucket, parts_prefix)
+    for name, data in old.items():
+        bucket.pipe_file(f"{key}/{name}", data)
+    with pytest.raises(CatalogError, match="rolled back"):
+        cryptdisk.connect(url, cfg, storage_options=opts)
+    assert _part_files(bucket, parts_prefix) == files
+
+
 def test_what_a_database_at_a_url_refuses(published, tmp_path, monkeypatch):
     db, cfg, url, opts, bucket, _needles = published
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(DatabaseError, match="opens read-only"):
-        cryptdisk.connect(url, cfg, storage_options=opts)
-    df = cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=opts)
-    with pytest.raises(DatabaseError, match="opens read-only"):
-        cryptdisk.dask.to_table(df, url, "t", config=cfg)
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:
+        for sql in ("DROP TABLE t", "TRUNCATE t", "OPTIMIZE TABLE t",
+                    "ALTER TABLE t MODIFY SETTING storage_policy = 'plain'", "SYSTEM ROTATE KEYS"):
+            with pytest.raises(DatabaseError, match="not available on a database at a URL"):
+                w.sql(sql)
     assert not os.path.exists(tmp_path / "s3:")  # not taken for a local path
+    with pytest.raises(DatabaseError, match="no catalog"):
+        cryptdisk.connect(url + "-empty", cfg, storage_options=opts)
+    # elsewhere than S3 (no conditional upload): read-only
+    with cryptdisk.connect(db, cfg) as con:
+        cryptdisk.db.publish(con, "memory://cryptdisk-test/db")
+    with pytest.raises(DatabaseError, match="only on S3"):
+        cryptdisk.connect("memory://cryptdisk-test/db", cfg)
+    _same(_engine("memory://cryptdisk-test/db", cfg, "SELECT count(*) AS n FROM t"),
+          pd.DataFrame({"n": [3 * PART_ROWS]}))
     with pytest.raises(DatabaseError, match="needs a config"):
         cryptdisk.connect(url, read_only=True, storage_options=opts)
     with pytest.raises(ConfigError, match="credential"):

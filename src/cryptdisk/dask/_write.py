@@ -24,27 +24,34 @@ __all__ = ["to_table"]
 
 
 def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
-    db_path, config, table, version = spec
-    return _process_database(db_path, config).stage_parts(table, pdf, version)
+    db_path, config, table, version, options = spec
+    db = _process_database(db_path, config, storage_options=options)
+    return db.stage_parts(table, pdf, version)
 
 
-def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None) -> int:
+def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None, *,
+             storage_options: dict[str, Any] | None = None) -> int:
     """Insert the rows of Dask DataFrame ``df`` into ``table``; returns the row count.
 
     Columns match by name (table columns ``df`` lacks get NULL). Workers write the
     parts in parallel; nothing is visible until all are written and verified, then
     one catalog commit publishes them. ``config`` is ``None`` or a config path, as
-    for :func:`read_table`; the calling process holds the database's write lock, so
-    ``db_path`` is a local (or shared) directory: a database at a URL is read-only.
+    for :func:`read_table`; the calling process holds the database's write lock. At an
+    ``s3://`` URL (with ``storage_options`` as for :func:`read_table`) there is no lock:
+    the commit is conditional on the catalog the job started from, so of two jobs
+    committing at once one gets :class:`~cryptdisk.errors.PublishConflictError` and
+    publishes nothing.
     """
     _dask_dataframe()
     dask: Any = importlib.import_module("dask")
 
-    path = location(db_path)  # a URL is refused by connect: a database there is read-only
+    path = location(db_path)
     config_path = _config_path(config)
-    with connect(path, config_path) as db:
+    options = dict(storage_options) if storage_options else None
+    with connect(path, config_path,
+                 **({"storage_options": options} if options else {})) as db:
         meta = db.table(table)
-        spec = (path, config_path, meta.name, db.catalog.version + 1)
+        spec = (path, config_path, meta.name, db.catalog.version + 1, options)
         tasks = [dask.delayed(_stage_partition)(part, spec) for part in df.to_delayed()]
         staged = dask.compute(*tasks)
         return db.commit_parts(meta.name, [p for parts in staged for p in parts])

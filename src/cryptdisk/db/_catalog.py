@@ -87,6 +87,9 @@ class Catalog:
     db_id: str
     version: int = 0
     tables: dict[str, TableMeta] = field(default_factory=dict)
+    #: of a catalog at a URL on S3: the ETag of the sealed bytes it was read from (or
+    #: written as), on which the next commit is conditional (see ._remote)
+    etag: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def new(cls) -> Catalog:
@@ -123,10 +126,10 @@ def load_catalog(db_path: str, keyring: Keyring, remote: Any = None) -> Catalog 
         os.path.join(db_path, CATALOG_FILE)
     try:
         if remote is not None:
-            found = remote.read_sealed(CATALOG_FILE, keyring)
-            if found is None:
+            stored, etag = remote.read_tagged(CATALOG_FILE)
+            if stored is None:
                 return None
-            data = found
+            data = remote.open_sealed(CATALOG_FILE, stored, keyring)
         else:
             with cd_open(path, "rb", keys=keyring) as f:
                 data = f.read()
@@ -135,14 +138,26 @@ def load_catalog(db_path: str, keyring: Keyring, remote: Any = None) -> Catalog 
     except (AuthenticationError, FormatError) as exc:
         raise CatalogError(f"{path}: the catalog cannot be trusted: {exc}",
                            hint="restore the database directory from a backup") from None
-    return Catalog.from_json(data, path)
+    catalog = Catalog.from_json(data, path)
+    if remote is not None:
+        catalog.etag = etag
+    return catalog
 
 
-def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog) -> None:
-    """Publish ``catalog`` as version ``catalog.version + 1`` (atomic, durable)."""
+def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any = None) -> None:
+    """Publish ``catalog`` as version ``catalog.version + 1`` (atomic, durable).
+
+    At a URL (``remote``), the upload is conditional on the stored catalog still being
+    the one ``catalog`` was read as (its ETag): another writer's commit meanwhile makes
+    it fail with :class:`~cryptdisk.errors.PublishConflictError`, overwriting nothing.
+    """
     catalog.version += 1
     path = os.path.join(db_path, CATALOG_FILE)
     try:
+        if remote is not None:
+            catalog.etag = remote.commit_sealed(CATALOG_FILE, catalog.to_json(), keyring,
+                                                catalog.etag)
+            return
         with cd_open(path, "wb", keys=keyring) as f:
             f.write(catalog.to_json())
     except BaseException:

@@ -33,6 +33,7 @@ from ..errors import (
     DatabaseLockedError,
     KeyNotFoundError,
     PolicyError,
+    PublishConflictError,
 )
 from ..errors import TableNotFoundError as _TableNotFound
 from ..keys import ProviderKey
@@ -70,8 +71,8 @@ from ._pushdown import (
     table_filters,
     top_n,
 )
-from ._remote import RemoteDirectory, is_url, location
-from ._rollback import PIN_FILE, default_pin_path, read_pins, write_pin
+from ._remote import RemoteDirectory, check_published, is_url, location
+from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
 from ._scan import OpenParts, TableScan
 from ._storage import resolve_config
@@ -185,12 +186,6 @@ def _check_new_database_path(path: str) -> None:
 def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
                  storage_options: dict[str, Any] | None) -> RemoteDirectory:
     """The directory of a database at a URL, after refusing what such a database cannot do."""
-    if not read_only:
-        raise DatabaseError(
-            f"{url}: a database at a URL opens read-only (an object store has no lock "
-            "for its writer)", hint="open it with read_only=True; write to a local "
-            "directory with the same config and copy it there with "
-            "cryptdisk.db.publish(db, URL)")
     if config is None:
         raise DatabaseError(
             f"{url}: a database at a URL needs a config (its keys never come from the bucket)",
@@ -200,7 +195,19 @@ def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
                             "pin=FILE (a local file) for a database at a URL")
     if role is not None:
         raise DatabaseError("role= is not available for a database at a URL")
-    return RemoteDirectory(url, storage_options)
+    remote = RemoteDirectory(url, storage_options)
+    if not read_only and not remote.conditional:
+        raise DatabaseError(
+            f"{url}: a database at a URL opens for writing only on S3, whose conditional "
+            "uploads make each commit fail rather than overwrite another's",
+            hint="open it with read_only=True; write to a local directory with the same "
+            "config and copy it there with cryptdisk.db.publish(db, URL)")
+    return remote
+
+
+#: What a writer of a database at a URL may do: changes that only add to the catalog, each
+#: committed on condition that no other commit came first (see _commit).
+_REMOTE_WRITES = frozenset({"CreateTable", "Insert", "INSERT", "commit_parts"})
 
 
 class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
@@ -239,14 +246,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             creating = not self._remote.exists("catalog")
         else:
             creating = not os.path.exists(os.path.join(self.path, "catalog"))
-        if creating and read_only:
-            raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)")
+        if creating and (read_only or self._remote is not None):
+            raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)",
+                                hint=None if self._remote is None else "put one there with "
+                                "cryptdisk.db.publish(db, URL)")
         if creating:
             _check_new_database_path(self.path)
         if self._remote is None:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._lock_fd: int | None = None
-        if not read_only:
+        if not read_only and self._remote is None:
             self._take_lock()
         self._mutex = threading.RLock()
         self._registered: set[str] = set()
@@ -286,7 +295,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self._stamp = catalog_stamp(self.path, self._remote)
             self.cache = ColumnCache(cache_bytes)
             self._open_parts = OpenParts(lambda: self.config)
-            if not read_only:
+            if not read_only and self._remote is not None:
+                evidence = self.rollback_evidence()
+                if evidence is not None:  # refused, deleting nothing
+                    raise rollback_error(self.path, self.catalog.version, evidence)
+            elif not read_only:
+                check_published(self)  # a copy behind the store it was published to
                 self.collect_garbage()  # refuses a rolled-back catalog, deleting nothing
                 if {v for _p, _d, v in pins} != {catalog.version} or len(pins) < len(self._pins):
                     self._write_pins()
@@ -398,6 +412,19 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _commit(self) -> None:
         record_storage(self.catalog, self.config)  # new tables and parts
+        if self._remote is not None:
+            try:
+                save_catalog(self.path, self.keyring, self.catalog, self._remote)
+            except PublishConflictError:
+                self._stamp = None  # the next statement loads the other writer's catalog
+                raise PublishConflictError(
+                    f"{self.path}: another writer committed first; this change was not "
+                    "published (the files it wrote are removed by a later commit)",
+                    hint="run it again") from None
+            self._stamp = catalog_stamp(self.path, self._remote)
+            self._write_pins()
+            self._collect_abandoned()
+            return
         save_catalog(self.path, self.keyring, self.catalog)
         self._stamp = catalog_stamp(self.path)
         self._write_pins()
@@ -407,11 +434,25 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         """Record the published version in the pins (after the catalog: never ahead of it)."""
         for i, path in enumerate(self._pins):  # PATH/pin first, unsynced (see _rollback)
             write_pin(path, self.keyring, self.catalog.db_id, self.catalog.version,
-                      durable=i > 0)
+                      durable=i > 0, remote=self._remote if i == 0 else None)
 
     def _writable(self, what: str) -> None:
         if self.read_only:
             raise DatabaseError(f"{what}: the database is open read-only")
+        if self._remote is not None:
+            if what not in _REMOTE_WRITES:
+                raise DatabaseError(
+                    f"{what}: not available on a database at a URL, whose writers may "
+                    "only add (CREATE TABLE, INSERT, cryptdisk.dask.to_table)",
+                    hint="do it on a local copy under the lock, then publish it")
+            if what == "commit_parts":  # staged for the catalog this writer had
+                if catalog_stamp(self.path, self._remote) != self._stamp:
+                    raise PublishConflictError(
+                        f"{self.path}: another writer committed since these parts were "
+                        "staged; nothing was published (the parts are removed by a later "
+                        "commit)", hint="run the insert again")
+            else:
+                self.refresh()  # the newest catalog: the commit is conditional on it
 
     def refresh(self) -> None:
         """Reload the catalog if another process published a new one."""
@@ -470,7 +511,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         left out; ``part`` is the id ``system.parts`` shows. One catalog version answers.
         """
         with self._mutex:
-            if self.read_only:
+            if self.read_only or self._remote is not None:
                 self.refresh()
             meta = self.table(name)
             role_check_statement(self, "scan_plan()", meta.name)
@@ -619,7 +660,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _prepare(self, sql: str, push: bool = True) -> str:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""
-        if self.read_only:
+        if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
         self.last_scans = {}
         self.cache.new_statement()

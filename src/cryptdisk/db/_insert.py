@@ -212,7 +212,7 @@ class InsertMixin(DatabaseState):
         Parts never committed are orphans that the next writer removes after its commit.
         """
         with self._mutex:
-            if self.read_only:
+            if self.read_only or self._remote is not None:
                 self.refresh()
             if version != self.catalog.version + 1:
                 raise CatalogError(f"stage_parts for version {version}, but the catalog is at "

@@ -293,11 +293,12 @@ class MaintenanceMixin(DatabaseState):
         """
         with self._mutex:
             pins = read_pins(self._pins, self.keyring, self._remote)
-            if self.read_only:
+            shared = self.read_only or self._remote is not None  # others commit meanwhile
+            if shared:
                 self._stamp = None
                 self.refresh()
             found = self._survey()
-            if found.newer and self.read_only:
+            if found.newer and shared:
                 after = load_catalog(self.path, self.keyring, self._remote)
                 if after is not None:
                     found = found.newer_than(after.version, self._live(after))
@@ -348,6 +349,13 @@ class MaintenanceMixin(DatabaseState):
                 disk.remove(name)
                 removed += 1
         return removed
+
+    def _collect_abandoned(self) -> int:
+        """After a commit to a database at a URL: delete the files named for a version the
+        catalog has reached that it does not name. No writer can publish them any more (a
+        commit of version N is conditional on catalog N - 1 being the stored one), and
+        no catalog ever named them; files named for later versions are other writers'."""
+        return self._remove_files(self._survey().abandoned)
 
     def _collect_pending(self) -> None:
         """After a commit: the files written for the version just passed, if still unnamed."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 from typing import Any
 
@@ -29,10 +30,20 @@ from ..errors import (
     FormatError,
     PublishConflictError,
 )
-from ..format import HEADER_SIZE, FileObjectSource, Header, SealedReader, open_header
+from ..format import (
+    HEADER_SIZE,
+    FileObjectSource,
+    Header,
+    Kind,
+    SealedReader,
+    SealedWriter,
+    new_header,
+    open_header,
+)
 from ..keys import Keyring
 
-__all__ = ["RemoteDirectory", "is_url", "location", "publish"]
+__all__ = ["PUBLISHED_FILE", "RemoteDirectory", "check_published", "is_url", "location",
+           "publish", "seal"]
 
 
 def is_url(path: Any) -> bool:
@@ -88,8 +99,17 @@ class RemoteDirectory:
             info = self._disk.fs.info(self._full(name))
         except FileNotFoundError:
             return None
-        return (info.get("ETag") or info.get("etag"), info.get("LastModified")
-                or info.get("mtime"), info.get("size"))
+        return tuple(sorted((str(k), str(v)) for k, v in info.items()))
+
+    def etag(self, name: str) -> str | None:
+        """The ETag of object ``name`` without quotes (None: absent, or none given)."""
+        self._disk.fs.invalidate_cache(self._full(name))
+        try:
+            info = self._disk.fs.info(self._full(name))
+        except FileNotFoundError:
+            return None
+        tag = info.get("ETag") or info.get("etag")
+        return tag.strip('"') if isinstance(tag, str) else None
 
     def read_bytes(self, name: str) -> bytes | None:
         """The stored bytes of ``name`` (one GET), or None if there is none."""
@@ -125,10 +145,10 @@ class RemoteDirectory:
             data = self.read_bytes(name)
             if data is None or not self._conditional:
                 return data, None
-            tag = self.stamp(name)[0]
-            if isinstance(tag, str) and tag.strip('"') == hashlib.md5(
+            tag = self.etag(name)
+            if tag is not None and tag == hashlib.md5(
                     data, usedforsecurity=False).hexdigest():
-                return data, tag.strip('"')
+                return data, tag
         raise DatabaseError(f"{self.url}/{name} keeps changing while it is read",
                             hint="another process publishes there; try again")
 
@@ -136,6 +156,22 @@ class RemoteDirectory:
     def _conditional(self) -> bool:
         protocol = self._disk.fs.protocol
         return "s3" in (protocol if isinstance(protocol, tuple) else (protocol,))
+
+    @property
+    def conditional(self) -> bool:
+        """Whether uploads here can be conditional (S3's If-Match / If-None-Match)."""
+        return self._conditional
+
+    def commit_sealed(self, name: str, plaintext: bytes, keyring: Keyring,
+                      replaces: str | None) -> str:
+        """Seal ``plaintext`` and upload it as ``name`` if the object is still the one
+        whose ETag is ``replaces``; returns the new ETag."""
+        if replaces is None or not self._conditional:
+            raise DatabaseError(f"{self.url}/{name}: a commit here must be conditional on "
+                                "the catalog it read (an ETag from S3)")
+        data = seal(plaintext, keyring)
+        self.write_bytes(name, data, replaces=replaces)
+        return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
     def write_bytes(self, name: str, data: bytes, *, replaces: str | None = None,
                     new: bool = False) -> None:
@@ -154,14 +190,22 @@ class RemoteDirectory:
             self._disk.fs.pipe_file(self._full(name), data, mode="create" if new else
                                     "overwrite", **condition)
         except OSError as exc:
-            tag = self.stamp(name)[0]
-            now = tag.strip('"') if isinstance(tag, str) else None
-            if now != replaces:
+            if self.etag(name) != replaces:
                 raise PublishConflictError(
                     f"{self.url}/{name} was replaced by another process meanwhile; nothing "
                     "was overwritten", hint="try again: the newer catalog is checked first"
                 ) from None
             raise DatabaseError(f"{self.url}/{name}: the upload failed: {exc}") from None
+
+
+def seal(plaintext: bytes, keyring: Keyring) -> bytes:
+    """``plaintext`` as the bytes of a sealed file under the keyring's current key."""
+    out = io.BytesIO()
+    header, dek = new_header(Kind.SEALED, keyring.current_key())
+    writer = SealedWriter(out, header, dek)
+    writer.write(plaintext)
+    writer.close()
+    return out.getvalue()
 
 
 def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) -> int:
@@ -225,5 +269,55 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
         remote.write_bytes(CATALOG_FILE, catalog, replaces=tag, new=stored is None)
     if pin is not None:
         remote.write_bytes(PIN_FILE, pin)
+    _record_publish(db.path, url, storage_options)
     return int(db.catalog.version)
+
+
+#: In a local database published to a URL: where (see :func:`check_published`).
+PUBLISHED_FILE = "published"
+
+
+def _record_publish(db_path: str, url: str, storage_options: dict[str, Any] | None) -> None:
+    path = os.path.join(db_path, PUBLISHED_FILE)
+    tmp = path + ".cdtmp"
+    with open(tmp, "w") as f:  # a URL and options without credentials (checked)
+        json.dump({"url": url, "storage_options": storage_options or {}}, f)
+    os.replace(tmp, path)
+
+
+def check_published(db: Any) -> None:
+    """Refuse to write to a local copy the store it was published to has moved past.
+
+    Writers at the URL commit there; their parts are on the disks this copy shares,
+    named for versions beyond this copy's catalog, and this copy's first commit would
+    take the next one's for a dead writer's and delete them. So a writer of a local
+    database published to a URL first checks the catalog there is not newer.
+    """
+    path = os.path.join(db.path, PUBLISHED_FILE)
+    try:
+        with open(path) as f:
+            where = json.load(f)
+        url, options = str(where["url"]), dict(where.get("storage_options") or {})
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DatabaseError(f"{path} cannot be read ({exc})",
+                            hint="delete it to detach this copy from the store") from None
+    from ._catalog import CATALOG_FILE, Catalog
+
+    detach = (f"write at {url} instead; or, if that copy is abandoned, delete {path} to "
+              "detach this one")
+    try:
+        stored = RemoteDirectory(url, options).read_sealed(CATALOG_FILE, db.keyring)
+    except (OSError, AuthenticationError, FormatError) as exc:
+        raise DatabaseError(f"{db.path} was published to {url}, whose catalog cannot be "
+                            f"read ({exc}); refusing to write a copy that may be behind it",
+                            hint=detach) from None
+    if stored is None:
+        return
+    there = Catalog.from_json(stored, f"{url}/{CATALOG_FILE}")
+    if there.db_id == db.catalog.db_id and there.version > db.catalog.version:
+        raise CatalogError(f"{db.path} was published to {url}, where the catalog is at version "
+                           f"{there.version}, ahead of this copy's {db.catalog.version}: "
+                           "refusing to write (nothing was deleted)", hint=detach)
 

@@ -139,12 +139,13 @@ def rollback_error(db_path: str, version: int, evidence: str) -> CatalogError:
 
 
 def write_pin(path: str, keyring: Keyring, db_id: str, version: int, *,
-              durable: bool = True) -> None:
+              durable: bool = True, remote: Any = None) -> None:
     """Record that catalog ``version`` of database ``db_id`` was published (atomic).
 
     ``durable`` pins are synced to disk before this returns; others are left
     to the page cache (after a power failure the file is the old pin, the new
     one, or torn, never ahead of the catalog, which was synced first).
+    ``remote``: the pin of a database at a URL, uploaded whole (see ._remote).
     """
     data = json.dumps({"db_id": db_id, "version": version}).encode()
     if durable:
@@ -156,6 +157,9 @@ def write_pin(path: str, keyring: Keyring, db_id: str, version: int, *,
     writer = SealedWriter(sealed, header, dek)
     writer.write(data)
     writer.close()
+    if remote is not None:
+        remote.write_bytes(PIN_FILE, sealed.getvalue())
+        return
     directory, name = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".cdtmp", dir=directory)
     try:
