@@ -1,4 +1,4 @@
-"""A database directory at an fsspec URL (``s3://bucket/db``): its catalog and pin, read-only.
+"""A database directory at an fsspec URL (``s3://bucket/db``): its catalog and pin.
 
 The machines of a cluster without a shared file system open the same database
 from an object store: its directory (``catalog``, ``pin``) is a prefix of the
@@ -9,9 +9,11 @@ authenticated in memory, so a reader never mixes two versions of a file that
 is replaced meanwhile. Credentials come from the environment, as for the fsspec
 disk: ``storage_options`` and the URL may not hold them.
 
-A database on a URL is opened read-only: an object store has no lock, so
-:func:`publish` copies a local database's directory there (its writer lock held
-meanwhile), never behind a newer catalog.
+:func:`publish` puts a local database's catalog and pin there (its writer lock
+held meanwhile), never behind a newer catalog. An object store has no lock: on
+S3 a writer at the URL commits with an upload conditional on the catalog it read
+(``If-Match`` on its ETag), so of two writers one wins and the other publishes
+nothing; elsewhere a database at a URL is read-only.
 """
 
 from __future__ import annotations
