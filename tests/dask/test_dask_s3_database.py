@@ -264,6 +264,25 @@ def test_of_two_writers_on_s3_one_commits_and_the_other_publishes_nothing(
     assert _part_files(bucket, parts_prefix) == _catalog_parts(url, cfg, opts)
 
 
+def test_a_commit_whose_answer_is_lost_is_not_taken_for_a_lost_race(published, monkeypatch):
+    _db, cfg, url, opts, _bucket, _needles = published
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:
+        fs_class = type(w._remote._disk.fs)
+        real = fs_class.pipe_file
+
+        def answer_lost(self, path, data, **kwargs):  # S3 took the upload; the reply is lost
+            real(self, path, data, **kwargs)
+            if path.endswith("/catalog"):
+                raise OSError("connection reset by peer")
+
+        monkeypatch.setattr(fs_class, "pipe_file", answer_lost)
+        w.sql("INSERT INTO t VALUES (-1, 'once', 0)")
+        monkeypatch.undo()
+        w.sql("INSERT INTO t VALUES (-2, 'next', 0)")  # conditional on the first's ETag
+    got = _engine(url, cfg, "SELECT k FROM t WHERE k < 0 ORDER BY k", storage_options=opts)
+    assert got.k.tolist() == [-2, -1]
+
+
 def test_a_local_copy_behind_its_store_refuses_to_write(published):
     """One commit at the URL: its parts are named for the version after the local catalog's,
     which a local writer would take for a dead writer's and delete after its commit."""

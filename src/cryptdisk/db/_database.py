@@ -40,7 +40,14 @@ from ..keys import ProviderKey
 from . import _sql
 from ._agreement import disagreements, record_storage
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
-from ._catalog import Catalog, TableMeta, catalog_stamp, load_catalog, save_catalog
+from ._catalog import (
+    CATALOG_FILE,
+    Catalog,
+    TableMeta,
+    catalog_stamp,
+    load_catalog,
+    save_catalog,
+)
 from ._columns import (
     base_tables,
     has_where,
@@ -421,7 +428,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     f"{self.path}: another writer committed first; this change was not "
                     "published (the files it wrote are removed by a later commit)",
                     hint="run it again") from None
-            self._stamp = catalog_stamp(self.path, self._remote)
+            # None (reload before the next statement) if another commit came already
+            self._stamp = self._remote.stamp_of(CATALOG_FILE, self.catalog.etag)
             self._write_pins()
             self._collect_abandoned()
             return
