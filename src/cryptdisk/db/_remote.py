@@ -271,6 +271,17 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
             raise DatabaseError(f"publish: {url} holds another catalog of version "
                                 f"{other.version}: it was published from another copy of "
                                 "this database, which has diverged from this one")
+        last = _published(db.path).get(url, {}).get("version")
+        ours = {p.id for t in db.catalog.tables.values() for p in t.parts}
+        ours |= {t.id for t in db.catalog.tables.values()}
+        if (other.version > last) if isinstance(last, int) else any(
+                t.id not in ours or any(p.id not in ours for p in t.parts)
+                for t in other.tables.values()):
+            raise DatabaseError(
+                f"publish: {url} holds commits this copy does not have (catalog version "
+                f"{other.version}" + (f", this copy published {last})" if last is not None
+                                      else ", with parts this copy does not name)") +
+                "; publishing would lose them", hint="write at the URL instead")
     pin_path = os.path.join(db.path, PIN_FILE)
     pin = None
     if os.path.exists(pin_path):
@@ -280,7 +291,7 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
         remote.write_bytes(CATALOG_FILE, catalog, replaces=tag, new=stored is None)
     if pin is not None:
         remote.write_bytes(PIN_FILE, pin)
-    _record_publish(db.path, url, storage_options)
+    _record_publish(db.path, url, storage_options, db.catalog.version)
     return int(db.catalog.version)
 
 
@@ -288,47 +299,61 @@ def publish(db: Any, url: str, storage_options: dict[str, Any] | None = None) ->
 PUBLISHED_FILE = "published"
 
 
-def _record_publish(db_path: str, url: str, storage_options: dict[str, Any] | None) -> None:
+def _published(db_path: str) -> dict[str, Any]:
+    """URL -> ``{"storage_options", "version"}`` of each publish of the local database."""
+    path = os.path.join(db_path, PUBLISHED_FILE)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+            raise ValueError("not a table of URLs")
+        return doc
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise DatabaseError(f"{path} cannot be read ({exc})",
+                            hint="delete it to detach this copy from the store") from None
+
+
+def _record_publish(db_path: str, url: str, storage_options: dict[str, Any] | None,
+                    version: int) -> None:
+    doc = _published(db_path)  # URLs and options without credentials (checked)
+    doc[url] = {"storage_options": storage_options or {}, "version": version}
     path = os.path.join(db_path, PUBLISHED_FILE)
     tmp = path + ".cdtmp"
-    with open(tmp, "w") as f:  # a URL and options without credentials (checked)
-        json.dump({"url": url, "storage_options": storage_options or {}}, f)
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
     os.replace(tmp, path)
 
 
 def check_published(db: Any) -> None:
-    """Refuse to write to a local copy the store it was published to has moved past.
+    """Refuse to write to a local copy whose store has commits made there.
 
     Writers at the URL commit there; their parts are on the disks this copy shares,
-    named for versions beyond this copy's catalog, and this copy's first commit would
-    take the next one's for a dead writer's and delete them. So a writer of a local
-    database published to a URL first checks the catalog there is not newer.
+    named for versions beyond the published catalog's, and this copy's commits would
+    take them for a dead writer's and delete them. So a writer of a local database
+    published to a URL first checks that the catalog there is still the version this
+    copy published.
     """
-    path = os.path.join(db.path, PUBLISHED_FILE)
-    try:
-        with open(path) as f:
-            where = json.load(f)
-        url, options = str(where["url"]), dict(where.get("storage_options") or {})
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DatabaseError(f"{path} cannot be read ({exc})",
-                            hint="delete it to detach this copy from the store") from None
     from ._catalog import CATALOG_FILE, Catalog
 
-    detach = (f"write at {url} instead; or, if that copy is abandoned, delete {path} to "
-              "detach this one")
-    try:
-        stored = RemoteDirectory(url, options).read_sealed(CATALOG_FILE, db.keyring)
-    except (OSError, AuthenticationError, FormatError) as exc:
-        raise DatabaseError(f"{db.path} was published to {url}, whose catalog cannot be "
-                            f"read ({exc}); refusing to write a copy that may be behind it",
-                            hint=detach) from None
-    if stored is None:
-        return
-    there = Catalog.from_json(stored, f"{url}/{CATALOG_FILE}")
-    if there.db_id == db.catalog.db_id and there.version > db.catalog.version:
-        raise CatalogError(f"{db.path} was published to {url}, where the catalog is at version "
-                           f"{there.version}, ahead of this copy's {db.catalog.version}: "
-                           "refusing to write (nothing was deleted)", hint=detach)
-
+    path = os.path.join(db.path, PUBLISHED_FILE)
+    for url, where in _published(db.path).items():
+        detach = (f"write at {url} instead; or, if that copy is abandoned, remove it from "
+                  f"{path} (delete the file to detach this copy from every store)")
+        try:
+            stored = RemoteDirectory(url, dict(where.get("storage_options") or {})
+                                     ).read_sealed(CATALOG_FILE, db.keyring)
+        except (OSError, AuthenticationError, FormatError, ConfigError) as exc:
+            raise DatabaseError(f"{db.path} was published to {url}, whose catalog cannot be "
+                                f"read ({exc}); refusing to write a copy that may be behind "
+                                "it", hint=detach) from None
+        if stored is None:
+            continue
+        there = Catalog.from_json(stored, f"{url}/{CATALOG_FILE}")
+        last = where.get("version")
+        if there.db_id == db.catalog.db_id and isinstance(last, int) and there.version > last:
+            raise CatalogError(
+                f"{db.path} was published to {url} at version {last}, and "
+                f"the catalog there is at version {there.version}, ahead of this copy's "
+                f"publish: refusing to write (nothing was deleted)", hint=detach)
