@@ -591,6 +591,7 @@ class OpenPart:
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self._all_null: dict[str, set[int]] = {}  # row groups whose column is all NULL
         self._bounded: set[str] = set()  # columns whose ranges came from KEY_BOUNDS_KEY
+        self._nulls: dict[str, list[int | None]] = {}  # each row group's null count
         self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
         self._nans: dict[str, set[int]] | None = None
         self.num_row_groups = self.meta.num_row_groups
@@ -700,6 +701,31 @@ class OpenPart:
         whose minimum and maximum of ``column`` (from the footer's
         :data:`~._parts.KEY_GRANULES_KEY`) ``keep(min, max)`` says may hold a wanted
         value; ``(0, 0)`` if none may; None if the part has no such bounds of ``column``."""
+        got = self._granule_bounds(rg, column)
+        if got is None:
+            return None
+        g, _groups, mins, maxs, firsts = got
+        hits = [k for k in range(firsts[rg], firsts[rg + 1]) if keep(mins[k], maxs[k])]
+        if not hits:
+            return (0, 0)
+        return ((hits[0] - firsts[rg]) * g,
+                min(self.rows(rg), (hits[-1] - firsts[rg] + 1) * g))
+
+    def granules(self, rg: int, column: str) -> list[tuple[int, int, int, int]] | None:
+        """Row group ``rg``'s granules of ``column`` in row order, each ``(first row, end
+        row, minimum, maximum)`` (every row's value within them: the bounds are written
+        only for a key without NULL), from the footer's :data:`~._parts.KEY_GRANULES_KEY`;
+        None if the part has no such bounds of ``column``."""
+        got = self._granule_bounds(rg, column)
+        if got is None:
+            return None
+        g, _groups, mins, maxs, firsts = got
+        rows = self.rows(rg)
+        return [((k - firsts[rg]) * g, min(rows, (k - firsts[rg] + 1) * g), mins[k], maxs[k])
+                for k in range(firsts[rg], firsts[rg + 1])]
+
+    def _granule_bounds(self, rg: int, column: str
+                        ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
         if column not in self._granules:
             found = key_granules(self.kv, column, self.num_row_groups,
                                  self.meta.num_rows)
@@ -718,11 +744,7 @@ class OpenPart:
         if groups[rg] != self.rows(rg):  # not this part's row groups: not used
             self._granules[column] = None
             return None
-        hits = [k for k in range(firsts[rg], firsts[rg + 1]) if keep(mins[k], maxs[k])]
-        if not hits:
-            return (0, 0)
-        return ((hits[0] - firsts[rg]) * g,
-                min(self.rows(rg), (hits[-1] - firsts[rg] + 1) * g))
+        return got
 
     def nan_free(self, rg: int, column: str) -> bool:
         """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""
@@ -740,12 +762,24 @@ class OpenPart:
         return found is not None and rg not in found
 
     def nulls(self, rg: int, column: str) -> int | None:
-        """Null count of ``column`` in row group ``rg``, if its statistics say."""
-        j = self._index.get(column)
-        if j is None:
-            return None
-        st = self.meta.row_group(rg).column(j).statistics
-        return None if st is None or not st.has_null_count else int(st.null_count)
+        """Null count of ``column`` in row group ``rg``, if its statistics say (0 for a key
+        with bounds written for it, which has no NULL; read once per open part: pyarrow
+        builds a statistics object on each access)."""
+        got = self._nulls.get(column)
+        if got is None:
+            j = self._index.get(column)
+            if j is None:
+                return None
+            if self.ranges(column) is not None and column in self._bounded:
+                got = [0] * self.num_row_groups
+            else:
+                got = []
+                for i in range(self.num_row_groups):
+                    st = self.meta.row_group(i).column(j).statistics
+                    got.append(None if st is None or not st.has_null_count
+                               else int(st.null_count))
+            self._nulls[column] = got
+        return got[rg]
 
     def stats(self, rg: int, column: str) -> tuple[Any, Any] | None:
         """``(min, max)`` of ``column`` in row group ``rg`` (NaN left out), or None."""

@@ -409,7 +409,66 @@ class TableScan:
             found = self._read_granules(op, rg, got)
             if found is not None:
                 return found
+        if self._top is not None and self._top.column == self._key:
+            found = self._read_top_granules(op, rg)
+            if found is not None:
+                return found
         return self._read_group(op, rg, got)
+
+    def _read_top_granules(self, op: OpenPart, rg: int) -> pa.RecordBatch | None:
+        """For ``ORDER BY key LIMIT n``: the rows of row group ``rg`` from the first to the
+        last granule that may hold one of the row group's ``n`` first keys in that order,
+        decoding only those pages of each column; None when that is more than half the
+        row group (or the part has no granule bounds of the key, or the row group was read
+        before), and the row group is read whole.
+
+        The granules taken best-first by their key bound until they hold ``n`` rows have
+        every key within the worst of their bounds, so a granule whose every key is
+        strictly worse has at least ``n`` rows ahead of each of its rows in this row group
+        alone and cannot reach the result. On a part sorted by the key that is its first
+        granule (its last for a descending order)."""
+        top, key, cache = self._top, self._key, self._cache
+        assert top is not None and key is not None
+        if self.derived or self.where is not None:
+            return None
+        ckey = f"{op.part.id}/{rg}"
+        if cache is not None and any(
+                cache.offered(ckey, c) or cache.contains(ckey, c) for c in self.columns):
+            return None  # read before: read whole (the cache keeps it for warm repeats)
+        granules = op.granules(rg, key)  # (only for a key without NULL)
+        if not granules:
+            return None
+        desc = top.descending
+        ranked = sorted(granules, key=lambda g: -g[3] if desc else g[2])
+        worst, taken = None, 0
+        for first, end, lo, hi in ranked:
+            edge = lo if desc else hi
+            worst = edge if worst is None else (min(worst, edge) if desc else max(worst, edge))
+            taken += end - first
+            if taken >= top.limit:
+                break
+        else:
+            return None  # fewer rows than the limit: all of them may be wanted
+        kept = [g for g in granules if (g[3] >= worst if desc else g[2] <= worst)]
+        first, end = kept[0][0], kept[-1][1]
+        if 2 * (end - first) > op.rows(rg):
+            return None
+        arrays = []
+        for field in self.schema:
+            c = field.name
+            col = op.read_rows(rg, c, first, end)
+            if col is None:  # narrow and not indexed, or not by page: the chunk, sliced
+                whole = op.read([rg], [c]).column(c)
+                if cache is not None:
+                    cache.put(ckey, c, whole)
+                col = _one(whole.slice(first, end - first))
+            elif cache is not None:
+                cache.offer(ckey, c)
+            if col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        self.granule_reads += 1
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _read_granules(self, op: OpenPart, rg: int,
                        got: dict[str, Any]) -> pa.RecordBatch | None:
@@ -895,6 +954,34 @@ class _Stream:
         if len(self._best) >= top.limit:
             self._threshold = self._best[top.limit - 1].as_py()
 
+    def _trim(self, batch: pa.RecordBatch, top: TopN) -> pa.RecordBatch:
+        """``batch`` without the rows that sort strictly after the ``limit`` best values
+        seen so far (this batch's included), when its sort column is an integer column
+        without NULL whose values ascend (a part sorted by it): those rows are a tail (a
+        head when descending), cut off without a copy, and DuckDB (and :meth:`_see`) sort
+        the rest only."""
+        if not batch.num_rows:
+            return batch
+        col = batch.column(batch.schema.get_field_index(top.column))
+        if not pa.types.is_integer(col.type) or col.null_count:
+            return batch
+        values = _numbers(col)
+        if values is None or len(values) != batch.num_rows:
+            return batch
+        if len(values) > 1 and not bool(np.all(values[:-1] <= values[1:])):
+            return batch
+        k = min(top.limit, len(values))
+        t = self._threshold
+        if top.descending:
+            edge = values[len(values) - k].item()  # the batch's k-th largest
+            t = edge if t is None or edge > t else t
+            start = int(np.searchsorted(values, t, side="left"))
+            return batch.slice(start) if start else batch
+        edge = values[k - 1].item()  # the batch's k-th smallest
+        t = edge if t is None or edge < t else t
+        end = int(np.searchsorted(values, t, side="right"))
+        return batch.slice(0, end) if end < batch.num_rows else batch
+
     def _beaten(self, bound: Any, top: TopN) -> bool:
         """Whether every row of a row group bounded by ``bound`` sorts after the top rows."""
         for t in (self._static, self._threshold):
@@ -942,7 +1029,8 @@ class _Stream:
                 if not self._pending:
                     break
                 for batch in self._pending.popleft().result():
-                    if top is not None and self._todo is not None:  # row groups left to skip
+                    if top is not None:
+                        batch = self._trim(batch, top)
                         self._see(batch, top)
                     yield batch
         except BaseException as exc:
