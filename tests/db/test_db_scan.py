@@ -868,3 +868,119 @@ def test_optimize_writes_null_free_columns_required_and_reads_equal(db, small_gr
     assert leaves() == {"c_int": 0, "c_str": 1, "c_float": 1}
     for q in queries:
         assert db.query(q.format("t")) == db.con.sql(q.format(ref)).fetchall()
+
+
+_KEY_TOP_ROWS = st.lists(st.tuples(st.integers(-40, 40), st.text("ab", max_size=2),
+                                   _TOP_FLOATS), max_size=150)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inserts=st.lists(_KEY_TOP_ROWS, min_size=0, max_size=3),
+       null_part=st.booleans(), desc=st.booleans(), limit=st.integers(1, 30),
+       offset=st.sampled_from([None, 0, 7]), plain=st.booleans(), merged=st.booleans())
+def test_top_n_by_the_key_through_granules_equals_duckdb(shared_db, inserts, null_part, desc,
+                                                          limit, offset, plain, merged):
+    """ORDER BY key LIMIT n reads the granules that may hold each row group's n best keys
+    and hands DuckDB the rows of a sorted batch that can still reach the top: the same
+    rows as DuckDB, ties, NULL keys (a part without granule bounds), empty tables and
+    merged parts included."""
+    db = shared_db
+    if null_part:
+        inserts = [*inserts, [(None, "n", 1.0), (3, "m", 2.0), (None, "o", None)]]
+    t, ref = _table_and_reference(db, inserts, 40, True,
+                                  " SETTINGS storage_policy = 'plain'" if plain else "",
+                                  page_rows=4)
+    if merged:
+        old, old_pages = _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS
+        _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = 40, 4
+        try:
+            db.sql(f"OPTIMIZE TABLE {t}")
+        finally:
+            _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = old, old_pages
+    direction = " DESC" if desc else ""
+    sql = (f"SELECT k, s, f FROM {t} ORDER BY k{direction}, s, f LIMIT {limit}"
+           + ("" if offset is None else f" OFFSET {offset}"))
+    for _ in range(3):  # cold, then with the granules offered, then from the cache
+        assert _norm(db.query(sql)) == _norm(ref.execute(sql).fetchall()), sql
+    db.sql(f"DROP TABLE {t}")
+
+
+def test_top_n_by_the_key_decodes_the_first_granule_only(db, monkeypatch):
+    """On a part sorted by the key, ORDER BY key LIMIT n decodes the pages of its first
+    (last, descending) granule of every column, and DuckDB gets the n rows only."""
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(5000))
+    reads, rows_reads = [], []
+    read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
+    monkeypatch.setattr(_partread.OpenPart, "read",
+                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
+    seen = []
+    from cryptdisk.db import _scan
+
+    trim = _scan._Stream._trim
+    monkeypatch.setattr(_scan._Stream, "_trim", lambda self, batch, top: seen.append(
+        (out := trim(self, batch, top)).num_rows) or out)
+    got = db.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 3")
+    assert got == [(i, hashlib.md5(str(i).encode()).hexdigest()) for i in range(3)]
+    assert reads == []
+    assert sorted(rows_reads) == [("c_int", 0, 100), ("c_str", 0, 100)]
+    assert seen == [3]
+    assert db.last_scans["t"]["granule_reads"] == 1
+    rows_reads.clear()
+    got = db.query("SELECT c_int FROM t ORDER BY c_int DESC LIMIT 150")
+    assert got == [(i,) for i in range(4999, 4849, -1)]
+    assert rows_reads == [("c_int", 800, 1000)]
+
+
+def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
+                                                                           monkeypatch):
+    """A repeated SELECT is parsed for cryptdisk once; SET (any statement not a query)
+    forgets the trees and DuckDB's default_order, so the next ORDER BY sees the new one."""
+    from cryptdisk.db import _database
+
+    parsed = []
+    parse_tree = _database.parse_tree
+    monkeypatch.setattr(_database, "parse_tree",
+                        lambda con, sql: parsed.append(sql) or parse_tree(con, sql))
+    db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+    db.sql("INSERT INTO t SELECT * FROM range(10)")
+    sql = "SELECT k FROM t ORDER BY k LIMIT 2"
+    assert db.query(sql) == [(0,), (1,)]
+    assert db.query(sql) == [(0,), (1,)]
+    assert parsed == [sql]
+    db.sql("SET default_order = 'DESC'")
+    assert db.query(sql) == [(9,), (8,)]
+    assert parsed == [sql, sql]
+    db.sql("RESET default_order")
+    assert db.query(sql) == [(0,), (1,)]
+
+
+def test_a_reader_sees_whole_inserts_across_inserts_and_merges(tmp_path):
+    """A read-only connection's count(*) (from the catalog) and ORDER BY key LIMIT (from
+    the parts' granules) between another connection's inserts and merges: whole inserts only,
+    and the first keys of exactly those rows."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as w:
+        w.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        w.sql("INSERT INTO t SELECT 1000 - i, i::VARCHAR FROM range(1000) r(i)")
+    reader = cryptdisk.connect(path, read_only=True)
+    writer = cryptdisk.connect(path)
+    try:
+        for n in range(1, 7):
+            # each insert adds 1000 rows whose keys are all below the earlier ones
+            writer.sql(f"INSERT INTO t SELECT {-1000 * n} + i, 'x' FROM range(1000) r(i)")
+            if n % 2 == 0:
+                writer.sql("OPTIMIZE TABLE t")
+            (count,) = reader.query("SELECT count(*) FROM t")[0]
+            assert count % 1000 == 0
+            inserts = count // 1000 - 1
+            got = reader.query("SELECT k FROM t ORDER BY k LIMIT 2")
+            lowest = -1000 * inserts if inserts else 1
+            assert got == [(lowest,), (lowest + 1,)]
+    finally:
+        writer.close()
+        reader.close()

@@ -13,6 +13,8 @@ plaintext reaches its temporary files: a query that does not fit in
 
 from __future__ import annotations
 
+import array
+import collections
 import contextlib
 import fcntl
 import json
@@ -281,6 +283,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._extensions: list[Any] = []
         #: whether field functions may be computed by the scan (see ._derived)
         self.push_field_functions = True
+        #: DuckDB's parse trees (JSON text) of recent SELECTs, by statement text, and its
+        #: default_order: a repeated statement is parsed for cryptdisk once; any statement
+        #: that is not a SELECT (SET, PRAGMA, ...) may change the parser's settings and
+        #: empties both (see :meth:`_session_changed`)
+        self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._order: tuple[Any, str] | None = None
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -666,8 +674,29 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             return None, []
         return text, pushed
 
-    def _prepare(self, sql: str, push: bool = True) -> str:
-        """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs."""
+    def _parse_tree(self, sql: str) -> dict[str, Any] | None:
+        """DuckDB's parse tree of the SELECT ``sql`` (see :func:`._columns.parse_tree`),
+        from the recent statements' when ``sql`` is one of them."""
+        text = self._trees.get(sql)
+        if text is not None:
+            self._trees.move_to_end(sql)
+            return json.loads(text)  # type: ignore[no-any-return]
+        tree = parse_tree(self.con, sql)
+        if tree is not None:
+            self._trees[sql] = json.dumps(tree)
+            while len(self._trees) > _TREES:
+                self._trees.popitem(last=False)
+        return tree
+
+    def _session_changed(self) -> None:
+        """Forget the parse trees and settings read from DuckDB (a statement that is not a
+        SELECT may have changed them)."""
+        self._trees.clear()
+        self._order = None
+
+    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
+        """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs,
+        or the answer itself when the catalog holds it (``count(*)`` of a table)."""
         if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
         self.last_scans = {}
@@ -687,7 +716,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     self._open_parts.preopen(
                         parts, meta.order_by.split(",")[0] if meta.order_by else None,
                         _numbers(sql))
-            tree = parse_tree(self.con, sql)
+            tree = self._parse_tree(sql)
             pushed: list[PushedScan] = []
             if tree is not None and push:
                 text, pushed = self._push(tree, names, binders)
@@ -712,14 +741,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if len(used) == 1 and not pushed:
                 (only,) = used
                 counted = count_star_only(tree, only)
-                if counted is not None:  # the catalog's row counts answer: no part is read
-                    meta = self.catalog.tables[only]
+                if counted is not None:  # the catalog's row counts answer: no part is read,
+                    meta = self.catalog.tables[only]  # and DuckDB runs nothing
                     self.last_scans[only] = {"parts_skipped": 0, "row_groups_read": 0,
                                              "row_groups_skipped": 0,
                                              "parts_from_index": len(meta.parts),
                                              "granule_reads": 0}
-                    return "SELECT " + ", ".join(f"CAST({int(meta.rows)} AS BIGINT) AS "
-                                                 f"{quote(n)}" for n in counted)
+                    # (from a buffer: pa.array of a Python int imports pandas)
+                    count = pa.Array.from_buffers(pa.int64(), 1, [
+                        None, pa.py_buffer(array.array("q", [int(meta.rows)]))])
+                    return pa.Table.from_arrays([count] * len(counted), names=counted)
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
             derived_names = {d.name for p in pushed for d in p.derived}
             for t, cols in needed_columns(tree, tables, derived_names).items():
@@ -739,9 +770,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         return sql
 
     def _default_order(self) -> str:
-        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so)."""
+        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked of
+        this connection once until a statement may have changed it."""
+        if self._order is not None and self._order[0] is self.con:
+            return self._order[1]
         rows = self.con.execute("SELECT current_setting('default_order')").fetchall()
-        return str(rows[0][0]) if rows else "ASC"
+        order = str(rows[0][0]) if rows else "ASC"
+        self._order = (self.con, order)
+        return order
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts."""
@@ -773,6 +809,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             try:
                 try:
                     prepared = self._prepare(sql, push)
+                    if isinstance(prepared, pa.Table):
+                        return prepared
                     rel = self.con.sql(prepared)
                     return rel.to_arrow_table() if rel is not None else None
                 except duckdb.OutOfMemoryException as exc:
@@ -810,6 +848,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
+                if _sql.first_word(sql) not in _QUERIES:
+                    self._session_changed()
                 if self.role is not None:  # masking and row access policies (._policies)
                     sql = role_query(self, sql)
                 return self._run_duckdb(sql)
@@ -902,6 +942,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             del self.catalog.tables[st.name]
             raise
         return None
+
+
+#: Parse trees kept (see Database._parse_tree).
+_TREES = 64
+#: The first words of statements that only read (see Database._session_changed).
+_QUERIES = frozenset({"SELECT", "WITH", "FROM"})
 
 
 def _parquet_stores(field: pa.Field) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "Passthrough",
     "SystemCommand",
     "Truncate",
+    "first_word",
     "parse",
     "split_statements",
 ]
@@ -226,7 +227,8 @@ _OWN_WORDS = frozenset({"CREATE", "INSERT", "DROP", "TRUNCATE", "ALTER", "OPTIMI
                         "UPDATE", "DELETE", "SET", "RESET", "PRAGMA"})
 
 
-def _first_word(s: str) -> str:
+def first_word(s: str) -> str:
+    """The statement's first word (its letters), upper case; empty if it starts otherwise."""
     end = 0
     while end < len(s) and s[end].isalpha():
         end += 1
@@ -236,7 +238,7 @@ def _first_word(s: str) -> str:
 def parse(sql: str) -> Statement:
     """Recognise one statement (no trailing ``;`` needed)."""
     s = sql.strip().rstrip(";").strip()
-    if _first_word(s) not in _OWN_WORDS:  # SELECT, WITH, FROM, ...: DuckDB's
+    if first_word(s) not in _OWN_WORDS:  # SELECT, WITH, FROM, ...: DuckDB's
         return Passthrough(s)
     if m := re.match(rf"(?is)CREATE\s+TABLE\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*", s):
         return _parse_create(s, m)
