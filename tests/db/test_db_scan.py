@@ -984,3 +984,66 @@ def test_a_reader_sees_whole_inserts_across_inserts_and_merges(tmp_path):
     finally:
         writer.close()
         reader.close()
+
+
+_EXTREME_ITEMS = [
+    ("SELECT min(k), max(k) FROM {t}", True),
+    ("select MAX(k) AS hi, min({t}.k) FROM {t} AS x", False),  # x.k only: {t}.k is DuckDB's
+    ("SELECT max(k) AS hi, min(x.k) lo, max(k) FROM {t} x", True),
+    ('SELECT min("k") FROM {t}', True),
+    ("SELECT min(k) FROM {t} LIMIT 0", False),
+    ("SELECT DISTINCT max(k) FROM {t}", False),
+    ("SELECT max(k) - min(k) FROM {t}", False),
+    ("SELECT min(k), max(k) FROM {t} ORDER BY 1", False),
+]
+
+
+@pytest.mark.parametrize("key_type", ["BIGINT", "INTEGER", "SMALLINT", "UBIGINT"])
+def test_a_repeated_min_max_of_the_key_is_answered_from_the_catalog(db, key_type,
+                                                                    monkeypatch):
+    """``SELECT min(key), max(key) FROM t`` and nothing else: the first run is DuckDB's (over
+    the parts' key ranges), a repeat is the catalog's ranges in the schema DuckDB gave it,
+    with NULL for an empty table; after an insert of NULL keys only (a part without a
+    range), or another shape, DuckDB answers again."""
+    from cryptdisk.db._database import Database
+
+    answered = []
+    extremes = Database._key_extremes
+    monkeypatch.setattr(Database, "_key_extremes", lambda self, *a: answered.append(
+        got := extremes(self, *a)) or got)
+    ref = duckdb.connect()
+    for name in ("t", "e"):
+        db.sql(f"CREATE TABLE {name} (k {key_type}, s VARCHAR) ORDER BY k")
+        ref.execute(f"CREATE TABLE {name} (k {key_type}, s VARCHAR)")
+    for rows in ("SELECT i * 3 + 7, 'a' FROM range(2000) r(i)",
+                 "SELECT i, 'b' FROM range(5, 900) r(i)",
+                 "SELECT NULL, 'c'"):  # NULL keys beside keys: the part has a range
+        db.sql("INSERT INTO t " + rows + " UNION ALL SELECT 50, 'd'")
+        ref.execute("INSERT INTO t " + rows + " UNION ALL SELECT 50, 'd'")
+    for table in ("t", "e"):
+        for shape, direct in _EXTREME_ITEMS:
+            sql = shape.format(t=table)
+            try:
+                want = ref.sql(sql).to_arrow_table()
+            except duckdb.Error:
+                with pytest.raises(cryptdisk.errors.DatabaseError):
+                    db.sql(sql)
+                continue
+            for run in range(3):
+                answered.clear()
+                got = db.sql(sql)
+                assert got.schema == want.schema, sql
+                assert got.to_pylist() == want.to_pylist(), sql
+                assert any(a is not None for a in answered) == (direct and run > 0), (sql, run)
+    db.sql("INSERT INTO t SELECT NULL, 'z'")  # a part of NULL keys only: no key range
+    sql = "SELECT min(k), max(k) FROM t"
+    ref.execute("INSERT INTO t SELECT NULL, 'z'")
+    for _ in range(2):
+        answered.clear()
+        assert db.query(sql) == ref.execute(sql).fetchall()
+        assert answered == [None] and db.last_scans["t"]["row_groups_read"] == 1
+    db.sql("DROP TABLE t")
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")  # same statement, other type
+    db.sql("INSERT INTO t SELECT -5, 'x'")
+    assert db.sql(sql).schema.field(0).type == pa.int64()
+    assert db.query(sql) == [(-5, -5)]

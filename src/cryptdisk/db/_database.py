@@ -76,6 +76,7 @@ from ._pushdown import (
     all_pass,
     count_star_only,
     filters_from_tuples,
+    key_extremes_items,
     key_extremes_only,
     table_filters,
     top_n,
@@ -83,7 +84,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
-from ._scan import OpenParts, TableScan
+from ._scan import OpenParts, TableScan, integer_array
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -289,6 +290,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: empties both (see :meth:`_session_changed`)
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._order: tuple[Any, str] | None = None
+        #: the result schemas DuckDB gave the recent ``SELECT min(key), max(key) FROM t``
+        #: statements (by text and table), so a repeat is answered from the catalog alone
+        self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
+            collections.OrderedDict()
+        self._extremes_pending: Any = None  # the statement running, to record its schema
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -693,6 +699,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         SELECT may have changed them)."""
         self._trees.clear()
         self._order = None
+        self._extreme_schemas.clear()
 
     def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs,
@@ -751,6 +758,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     count = pa.Array.from_buffers(pa.int64(), 1, [
                         None, pa.py_buffer(array.array("q", [int(meta.rows)]))])
                     return pa.Table.from_arrays([count] * len(counted), names=counted)
+                answer = self._key_extremes(tree, only, sql)
+                if answer is not None:
+                    return answer
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
             derived_names = {d.name for p in pushed for d in p.derived}
             for t, cols in needed_columns(tree, tables, derived_names).items():
@@ -768,6 +778,39 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 self.con.register(t, scan if warm is None else warm)
                 self._registered.add(t)
         return sql
+
+    def _key_extremes(self, tree: Any, name: str, sql: str) -> pa.Table | None:
+        """``SELECT min(key), max(key) FROM t`` (see :func:`._pushdown.key_extremes_items`)
+        answered from the catalog's key ranges, in the schema DuckDB gave the same
+        statement before (its names and types); None the first time (DuckDB runs it, over
+        the key ranges, and its schema is kept) or when a part with rows has no range."""
+        meta = self.catalog.tables[name]
+        key = meta.order_by.split(",")[0] if meta.order_by else None
+        items = key_extremes_items(tree, name, self.arrow_schema(meta), key)
+        if items is None:
+            return None
+        ident = (sql, name, tuple(tuple(c) for c in meta.columns), meta.order_by)
+        schema = self._extreme_schemas.get(ident)
+        if schema is None or len(schema) != len(items):
+            self._extremes_pending = ident
+            return None
+        parts = [p for p in meta.parts if p.rows]
+        if any(p.key_min is None or p.key_max is None for p in parts):
+            return None
+        arrays = []
+        for item, field in zip(items, schema, strict=True):
+            if not pa.types.is_integer(field.type):
+                return None
+            if not parts:  # min/max of no rows: NULL
+                arrays.append(pa.nulls(1, field.type))
+                continue
+            value = (min(p.key_min for p in parts) if item == "min"
+                     else max(p.key_max for p in parts))
+            arrays.append(integer_array(field.type, [int(value)]))
+        self.last_scans[name] = {"parts_skipped": 0, "row_groups_read": 0,
+                                 "row_groups_skipped": 0, "parts_from_index": len(parts),
+                                 "granule_reads": 0}
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _default_order(self) -> str:
         """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked of
@@ -808,11 +851,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         for attempt in (0, 1):
             try:
                 try:
+                    self._extremes_pending = None
                     prepared = self._prepare(sql, push)
                     if isinstance(prepared, pa.Table):
                         return prepared
                     rel = self.con.sql(prepared)
-                    return rel.to_arrow_table() if rel is not None else None
+                    result = rel.to_arrow_table() if rel is not None else None
+                    if self._extremes_pending is not None and result is not None:
+                        self._extreme_schemas[self._extremes_pending] = result.schema
+                        while len(self._extreme_schemas) > _TREES:
+                            self._extreme_schemas.popitem(last=False)
+                    return result
                 except duckdb.OutOfMemoryException as exc:
                     raise out_of_memory("the query", exc, "raise memory_limit (SET "
                                         "memory_limit = '8GB') or query fewer rows") from None

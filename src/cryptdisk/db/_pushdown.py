@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from ._columns import _walk
 
-__all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "key_extremes_only",
+__all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "key_extremes_items",
+           "key_extremes_only",
            "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
@@ -539,3 +540,35 @@ def count_star_only(tree: dict[str, Any] | None, table: str) -> list[str] | None
             return None
         names.append(str(item.get("alias") or "count_star()"))
     return names or None
+
+
+def key_extremes_items(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
+                       key: str | None) -> list[str] | None:
+    """``["min" | "max", ...]``, one per select item, if the statement is ``SELECT
+    min(key) [AS a], max(key), ... FROM table`` and nothing else, or None.
+
+    Nothing else: :func:`key_extremes_only` holds, the statement is one SELECT of the
+    table alone (no CTE, set operation or sample), and has no modifier (ORDER BY, LIMIT,
+    DISTINCT) and no item but a plain ``min`` or ``max`` of the key. Its answer is then one
+    row of the parts' key ranges' extremes.
+    """
+    if not key_extremes_only(tree, table, schema, key) or tree is None:
+        return None
+    stmts = tree.get("statements") or []
+    if len(stmts) != 1 or not isinstance(stmts[0], dict):
+        return None
+    node = stmts[0].get("node") or {}
+    src = node.get("from_table") or {}
+    if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
+            or src.get("sample") or src.get("at_clause") or node.get("modifiers") \
+            or (node.get("cte_map") or {}).get("map") \
+            or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING":
+        return None
+    out = []
+    for item in node.get("select_list") or []:
+        name = str(item.get("function_name", "")).lower()
+        if item.get("class") != "FUNCTION" or item.get("type") != "FUNCTION" \
+                or name not in ("min", "max") or item.get("distinct"):
+            return None
+        out.append(name)
+    return out or None
