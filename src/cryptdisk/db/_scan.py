@@ -876,6 +876,9 @@ class _Stream:
         self._todo: Iterator[tuple[OpenPart, int, Any]] | None = None  # row groups to submit
         self._started = False
         self._closed = False
+        top = scan._top
+        #: whether :meth:`_trim` may cut batches (an integer sort column)
+        self._trims = top is not None and pa.types.is_integer(scan._types[top.column])
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
         scan = self.scan
@@ -968,7 +971,7 @@ class _Stream:
         without NULL whose values ascend (a part sorted by it): those rows are a tail (a
         head when descending), cut off without a copy, and DuckDB (and :meth:`_see`) sort
         the rest only."""
-        if not batch.num_rows:
+        if not self._trims or not batch.num_rows:
             return batch
         col = batch.column(batch.schema.get_field_index(top.column))
         if not pa.types.is_integer(col.type) or col.null_count:
@@ -1034,7 +1037,8 @@ class _Stream:
                 for batch in self._pending.popleft().result():
                     if top is not None:
                         batch = self._trim(batch, top)
-                        self._see(batch, top)
+                        if self._todo is not None or self._trims:  # row groups left to skip,
+                            self._see(batch, top)                  # or batches to cut
                     yield batch
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
