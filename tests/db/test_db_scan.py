@@ -1047,3 +1047,27 @@ def test_a_repeated_min_max_of_the_key_is_answered_from_the_catalog(db, key_type
     db.sql("INSERT INTO t SELECT -5, 'x'")
     assert db.sql(sql).schema.field(0).type == pa.int64()
     assert db.query(sql) == [(-5, -5)]
+
+
+def test_a_warm_point_query_hands_duckdb_the_keys_span_of_the_cached_row_group(db,
+                                                                            small_groups,
+                                                                            monkeypatch):
+    """Answered from the cache, a filter on the key still hands DuckDB only the rows from
+    the first to the last the filter may keep (slices of the cached row group)."""
+    from cryptdisk.db._scan import TableScan
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(5000))
+    handed = []
+    cached_table = TableScan.cached_table
+    monkeypatch.setattr(TableScan, "cached_table", lambda self: handed.append(
+        got := cached_table(self)) or got)
+    sql = "SELECT c_int, c_str FROM t WHERE c_int BETWEEN 1990 AND 2003"
+    want = [(i, hashlib.md5(str(i).encode()).hexdigest()) for i in range(1990, 2004)]
+    for _ in range(3):
+        handed.clear()
+        assert db.query(sql) == want
+    (table,) = handed
+    assert table.num_rows == 14  # of the two cached row groups' 2000
+    assert db.query("SELECT c_str FROM t WHERE c_int IN (3, 4999)") == [
+        (hashlib.md5(b"3").hexdigest(),), (hashlib.md5(b"4999").hexdigest(),)]

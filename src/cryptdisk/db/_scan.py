@@ -284,12 +284,21 @@ class TableScan:
                     if keep is None:
                         return None
                     keep = _one(keep)
+                got = {}
                 for c, k in wanted:
                     arr = cache.get(key, k)
                     if arr is None:
                         return None
                     if keep is not None and c in self.columns:
                         arr = arr.filter(keep)
+                    got[c] = arr
+                span = None
+                if self._key_filters and self._key in got:  # the rows the key's filters
+                    got[self._key] = _one(got[self._key])      # may keep, not the row group
+                    span = _key_span(got[self._key], self._key_filters)
+                for c, arr in got.items():
+                    if span is not None:
+                        arr = arr.slice(span[0], span[1] - span[0])
                     chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
         arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
@@ -503,7 +512,7 @@ class TableScan:
         if cache is not None and any(cache.offered(ckey, c) for c in others):
             return None  # read before: read whole, so the cache keeps it for warm repeats
         if cache is not None and all(cache.contains(ckey, c) for c in self.columns):
-            return None  # all decoded already
+            return self._cached_span(ckey)  # all decoded already
         wholes: dict[str, Any] = {}  # columns read whole: cached, or read beside the key
         for c in others:
             arr = cache.get(ckey, c) if cache is not None else None
@@ -517,6 +526,21 @@ class TableScan:
         finally:
             if side is not None and not side.cancel():
                 side.exception()  # (never left running: a failed read raised above)
+
+    def _cached_span(self, ckey: str) -> pa.RecordBatch | None:
+        """Of a row group whose columns are all cached, the rows from the first to the last
+        that the key's filters may keep (slices, no copy); None if one went meanwhile."""
+        assert self._cache is not None and self._key is not None
+        got: dict[str, Any] = {}
+        for c in self.columns:
+            arr = self._cache.get(ckey, c)
+            if arr is None:
+                return None
+            got[c] = _one(arr)
+        span = _key_span(got[self._key], self._key_filters)
+        if span is None:
+            return None
+        return self._batch({c: a.slice(span[0], span[1] - span[0]) for c, a in got.items()})
 
     def _granules(self, op: OpenPart, rg: int, got: dict[str, Any], paged: list[str],
                   wholes: dict[str, Any], unpaged: list[str],
