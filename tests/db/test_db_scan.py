@@ -939,7 +939,8 @@ def test_top_n_by_the_key_decodes_the_first_granule_only(db, monkeypatch):
 def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
                                                                            monkeypatch):
     """A repeated SELECT is parsed for cryptdisk once; SET (any statement not a query)
-    forgets the trees and DuckDB's default_order, so the next ORDER BY sees the new one."""
+    forgets the trees; DuckDB's default_order is asked each time (a SET on ``con`` itself
+    changes it unseen)."""
     from cryptdisk.db import _database
 
     parsed = []
@@ -957,6 +958,11 @@ def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
     assert parsed == [sql, sql]
     db.sql("RESET default_order")
     assert db.query(sql) == [(0,), (1,)]
+    db.con.execute("SET default_order = 'DESC'")
+    try:
+        assert db.query(sql) == [(9,), (8,)]
+    finally:
+        db.con.execute("RESET default_order")
 
 
 def test_a_reader_sees_whole_inserts_across_inserts_and_merges(tmp_path):

@@ -284,12 +284,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._extensions: list[Any] = []
         #: whether field functions may be computed by the scan (see ._derived)
         self.push_field_functions = True
-        #: DuckDB's parse trees (JSON text) of recent SELECTs, by statement text, and its
-        #: default_order: a repeated statement is parsed for cryptdisk once; any statement
-        #: that is not a SELECT (SET, PRAGMA, ...) may change the parser's settings and
-        #: empties both (see :meth:`_session_changed`)
+        #: DuckDB's parse trees (JSON text) of recent SELECTs, by statement text: a
+        #: repeated statement is parsed for cryptdisk once; any statement that is not a
+        #: SELECT (SET, PRAGMA, ...) may change the parser's settings and empties it (see
+        #: :meth:`_session_changed`)
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._order: tuple[Any, str] | None = None
         #: the result schemas DuckDB gave the recent ``SELECT min(key), max(key) FROM t``
         #: statements (by text and table), so a repeat is answered from the catalog alone
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
@@ -698,7 +697,6 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         """Forget the parse trees and settings read from DuckDB (a statement that is not a
         SELECT may have changed them)."""
         self._trees.clear()
-        self._order = None
         self._extreme_schemas.clear()
 
     def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
@@ -813,14 +811,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def _default_order(self) -> str:
-        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked of
-        this connection once until a statement may have changed it."""
-        if self._order is not None and self._order[0] is self.con:
-            return self._order[1]
+        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked
+        of the connection each time (a ``SET`` on ``con`` itself changes it unseen)."""
         rows = self.con.execute("SELECT current_setting('default_order')").fetchall()
-        order = str(rows[0][0]) if rows else "ASC"
-        self._order = (self.con, order)
-        return order
+        return str(rows[0][0]) if rows else "ASC"
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts."""
