@@ -1043,7 +1043,7 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     Options: ``cache_bytes`` (bound of the decrypted cache, default 768 MiB),
     ``read_only`` (no write lock; sees other processes' commits),
     ``memory_limit`` (DuckDB's, e.g. ``"4GB"``), ``threads``, ``insert_block_bytes``
-    (an insert sorts and writes its rows in blocks of about this much, default 64 MiB;
+    (an insert sorts and writes its rows in blocks of about this much, default 32 MiB;
     its memory is a few blocks, see docs/database.md), ``pin`` (a file
     outside the directory that records the catalog's version after every
     commit, so a rollback of the whole directory is refused; ``True`` means
