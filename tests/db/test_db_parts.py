@@ -206,11 +206,44 @@ def test_a_read_of_row_groups_far_apart_fills_only_its_chunks_of_the_arena(
     assert got.to_pylist() == want.select(columns).to_pylist()
 
 
-def test_a_tampered_segment_of_a_later_row_group_fails_before_any_decoding(
+def test_a_read_decrypts_and_decodes_one_block_at_a_time_in_one_stretch_of_the_arena(
+        db, monkeypatch):
+    """A read of row groups far apart decrypts a block into the thread's arena, decodes
+    it, then decrypts the next block over the same memory: each block is decoded right
+    after it authenticated, and the arena a read touches is its largest block, not the
+    sum of them (fresh memory costs more than decrypting into it)."""
+    op, _disk, _part, _starts = _apart(db, monkeypatch)
+    events = []
+    real_buffer, real_decode = _parts._Arena.buffer, _parts._read_row_groups
+
+    def buffer(self, n):
+        events.append(("arena", n))
+        return real_buffer(self, n)
+
+    monkeypatch.setattr(_parts._Arena, "buffer", buffer)
+    monkeypatch.setattr(_parts, "_read_row_groups",
+                        lambda *a: events.append(("decode", a[2])) or real_decode(*a))
+    try:
+        blocks = op._blocks([0, 1, 2, 3, 4], ["c_float"])
+        _size, extent = op.span([0, 1, 2, 3, 4], ["c_float"])
+        got = op.read([0, 1, 2, 3, 4], ["c_float"])
+    finally:
+        op.close()
+    assert len(blocks) == 5
+    assert [e[0] for e in events] == ["arena", "decode"] * 5  # decrypted, decoded, next
+    assert [e[1] for e in events if e[0] == "decode"] == [[0], [1], [2], [3], [4]]
+    largest = max(n for kind, n in events if kind == "arena")
+    assert 4 * largest < extent  # one block's stretch at a time, not all five
+    full = db.con.sql(gen(100_000)).to_arrow_table()
+    assert got.column("c_float").to_pylist() == full.column(2).to_pylist()
+
+
+def test_a_tampered_segment_of_a_later_row_group_fails_before_its_decoding(
         tmp_path, db, monkeypatch):
-    """Every block of a read authenticates before pyarrow decodes any: a segment altered
-    in a later row group's chunk fails the read and nothing was decoded; the SQL query
-    fails with the segment's error."""
+    """Each block of a read authenticates before pyarrow decodes it: a segment altered in
+    a later row group's chunk fails the read, the blocks before it were decoded (from
+    authenticated plaintext) and dropped, and the tampered one never reached pyarrow; the
+    SQL query fails with the segment's error."""
     op, disk, part, starts = _apart(db, monkeypatch)
     seg = op._segment
     index = (starts[3][0] + starts[3][1]) // 2 // seg  # inside row group 3's chunk
@@ -227,7 +260,7 @@ def test_a_tampered_segment_of_a_later_row_group_fails_before_any_decoding(
     try:
         with pytest.raises(AuthenticationError, match=f"segment {index}"):
             op.read([0, 1, 2, 3, 4], ["c_float"])
-        assert decoded == []
+        assert decoded == [[0], [1], [2]]  # one block per row group, in order, up to it
         assert op.read([0, 1], ["c_float"]).num_rows == 40_000  # the others still read
     finally:
         op.close()

@@ -972,8 +972,8 @@ class OpenPart:
 
     def span(self, row_groups: list[int], columns: list[str]) -> tuple[int, int]:
         """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
-        their column chunks, and the arena a read decrypting them in place takes (see
-        :meth:`_blocks`)."""
+        their column chunks, and the memory of the blocks a read decrypting them in place
+        fills (see :meth:`_blocks`; a reused arena holds one block at a time)."""
         chunks, _compressed = self._chunks(row_groups, columns)
         if not chunks:
             return 0, 0
@@ -986,11 +986,12 @@ class OpenPart:
         """The read's row groups in order, cut where their whole segments stop touching:
         ``(row groups, segment ranges, start, end)`` per block, the ranges merged, sorted
         and within ``[start, end)``. A block is decrypted at its own offsets in the file,
-        and decoded by a reader of its own; blocks lie one after another in the arena. So
-        a scan of one column of consecutive row groups (its chunks a row group apart in the
-        file) fills only as much arena as the chunks take, and that same memory again on
-        each read, instead of a new stretch of the row groups' extent: fresh memory costs
-        a page fault and zeroing per 4 KiB, more than decrypting into it."""
+        then decoded by a reader of its own, before the next block is decrypted into the
+        same stretch of the arena. So a scan of one column of consecutive row groups (its
+        chunks a row group apart in the file) fills only as much arena as one chunk takes,
+        and that same memory again for each chunk, instead of a new stretch of the row
+        groups' extent: fresh memory costs a page fault and zeroing per 4 KiB, more than
+        decrypting into it."""
         seg, size = self._segment, self.size
         blocks: list[_Block] = []
         for rg in row_groups:
@@ -1060,59 +1061,62 @@ class OpenPart:
         it), else fresh.
         """
         blocks = self._blocks(row_groups, columns)
-        places, total = [], 0
-        for blk in blocks:
-            places.append(total)
-            total += blk[3] - blk[2] + (-(blk[3] - blk[2]) % _ARENA_ALIGN)
+        sizes = [blk[3] - blk[2] + (-(blk[3] - blk[2]) % _ARENA_ALIGN) for blk in blocks]
         need = sum(b - a for a, b in chunks)
-        if total > max(2 * need + _GAP_SLACK, SPAN_MAX):
+        if sum(sizes) > max(2 * need + _GAP_SLACK, SPAN_MAX):
             return None
+        f = self._handle
+        hinted: list[tuple[int, tuple[str, ...]]] = []
+        if self._sealed:
+            # One hint per chunk for the whole read, unless prefetch gave it already
+            # (a task queued behind others), and one call at the end that drops the
+            # whole read's mapped ciphertext: each madvise costs a system call under
+            # the GIL, a dropping one also a TLB flush on every core the process runs
+            # on, and a scan of one column gave three per column chunk.
+            wanted = tuple(columns)
+            hinted = [(rg, wanted) for rg in row_groups]
+            if all(h in self._advised for h in hinted):
+                self._advised.difference_update(hinted)
+            else:
+                for blk in blocks:
+                    for a, b in blk[1]:
+                        f.advise(a, b - a, True)
+        tables = []
+        try:
+            for blk, size in zip(blocks, sizes, strict=True):
+                tables.append(self._read_block(blk, size, columns, reuse))
+        finally:
+            if self._sealed:  # read (or failed): the mapped ciphertext goes, other bytes too
+                start = min(blk[1][0][0] for blk in blocks)
+                f.advise(start, max(blk[1][-1][1] for blk in blocks) - start, False)
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _read_block(self, blk: _Block, size: int, columns: list[str], reuse: bool
+                    ) -> pa.Table:
+        """Decrypt one block's segments (each authenticating first), then decode it: the
+        block's plaintext is decoded while it is still in the CPU's cache, and a reused
+        arena holds one block, not a whole read (fresh memory costs a page fault and
+        zeroing per 4 KiB, more than decrypting into it). pyarrow sees only plaintext
+        that has authenticated."""
         if reuse:
-            view, whole = _THREAD_ARENA.arena.buffer(total)
+            view, whole = _THREAD_ARENA.arena.buffer(size)
         else:  # pyarrow may keep slices of uncompressed pages of these types: fresh memory
-            fresh = bytearray(total)
+            fresh = bytearray(size)
             view, whole = memoryview(fresh), pa.py_buffer(fresh)
         try:
-            f = self._handle
+            f, lo = self._handle, blk[2]
             if self._sealed:
-                # One hint per chunk for the whole read, unless prefetch gave it already
-                # (a task queued behind others), and one call at the end that drops the
-                # whole read's mapped ciphertext: each madvise costs a system call under
-                # the GIL, a dropping one also a TLB flush on every core the process runs
-                # on, and a scan of one column gave three per column chunk.
-                wanted = tuple(columns)
-                hinted = [(rg, wanted) for rg in row_groups]
-                if all(h in self._advised for h in hinted):
-                    self._advised.difference_update(hinted)
-                else:
-                    for blk in blocks:
-                        for a, b in blk[1]:
-                            f.advise(a, b - a, True)
-                try:
-                    for blk, at in zip(blocks, places, strict=True):
-                        lo = blk[2] - at
-                        for a, b in blk[1]:  # on this thread: the scan's threads are the
-                            # parallelism
-                            if f.preadinto(view[a - lo : b - lo], a, advise=False,
-                                           parallel=False) != b - a:
-                                raise CatalogError(f"short read at offset {a} of {f.name}")
-                finally:  # read (or failed): the mapped ciphertext goes, other bytes with it
-                    start = min(blk[1][0][0] for blk in blocks)
-                    f.advise(start, max(blk[1][-1][1] for blk in blocks) - start, False)
+                for a, b in blk[1]:  # on this thread: the scan's threads are the parallelism
+                    if f.preadinto(view[a - lo : b - lo], a, advise=False,
+                                   parallel=False) != b - a:
+                        raise CatalogError(f"short read at offset {a} of {f.name}")
             else:
                 step = self._segment * _SERIAL_SEGMENTS if self._segment > 1 else 1 << 18
-                for blk, at in zip(blocks, places, strict=True):
-                    lo = blk[2] - at
-                    for a, b in blk[1]:  # on this thread: the scan's threads are the parallelism
-                        _decrypt_serial(f, view[a - lo : b - lo], a, step)
-            # every byte of every block has authenticated: only now does pyarrow see any
-            tables = []
-            for blk, at in zip(blocks, places, strict=True):
-                source = pa.BufferReader(pa.foreign_buffer(
-                    whole.address + at - blk[2], blk[3], base=whole))
-                tables.append(_read_row_groups(source, self.meta, blk[0],
-                                               self._indices(columns)))
-            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                for a, b in blk[1]:
+                    _decrypt_serial(f, view[a - lo : b - lo], a, step)
+            # every byte of the block has authenticated: only now does pyarrow see any
+            source = pa.BufferReader(pa.foreign_buffer(whole.address - lo, blk[3], base=whole))
+            return _read_row_groups(source, self.meta, blk[0], self._indices(columns))
         finally:
             view.release()
 
