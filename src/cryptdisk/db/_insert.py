@@ -12,7 +12,7 @@ removes, never a half-visible insert.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,53 @@ _SOURCE = "__cd_insert_source"
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _as_table(batch: pa.RecordBatch, schema: pa.Schema, where: list[int | None],
+              check: list[int]) -> pa.RecordBatch:
+    """``batch``'s columns in ``schema``: column ``where[i]`` of it, or NULLs if None;
+    the string columns ``check`` validated in full (offsets and UTF-8)."""
+    for j in check:
+        batch.column(j).validate(full=True)
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [batch.column(j) if j is not None else pa.nulls(n, f.type)
+         for f, j in zip(schema, where, strict=True)], schema=schema)
+
+
+def _arrow_source(data: pa.Table | pa.RecordBatch | pa.RecordBatchReader,
+                  schema: pa.Schema) -> Iterator[pa.RecordBatch] | None:
+    """Arrow ``data`` as batches in ``schema``, or None unless each of its columns is a
+    column of ``schema`` by name (matched as :meth:`InsertMixin.insert` does, ignoring
+    case) of the same Arrow type: the values are then the table's as they are."""
+    found = data.schema
+    lower = {f.name.lower(): i for i, f in enumerate(schema)}
+    where: list[int | None] = [None] * len(schema)
+    for j, f in enumerate(found):
+        i = lower.get(f.name.lower())
+        if i is None or where[i] is not None or f.type != schema.field(i).type:
+            return None
+        where[i] = j
+    if all(w is None for w in where):  # no column of the table: DuckDB says so
+        return None
+    batches: Iterable[pa.RecordBatch]
+    if isinstance(data, pa.RecordBatch):
+        batches = [data]
+    elif isinstance(data, pa.Table):
+        batches = data.to_batches(max_chunksize=BATCH_ROWS)
+    else:
+        batches = data
+    check = [j for j, f in enumerate(found)
+             if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    return (_as_table(b, schema, where, check) for b in batches)
+
+
+def _reading(batches: Iterator[pa.RecordBatch], table: str) -> Iterator[pa.RecordBatch]:
+    """``batches``, an error reading them raised as :class:`DatabaseError`."""
+    try:
+        yield from batches
+    except (pa.ArrowException, OSError) as exc:
+        raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
 
 
 class InsertMixin(DatabaseState):
@@ -117,14 +164,12 @@ class InsertMixin(DatabaseState):
         order = meta.order_by.split(",") if meta.order_by else []
         prefix = meta.prefix(self.catalog.db_id)
         if not order or sortable(schema, order):
-            workers = int(self.con.sql("SELECT current_setting('threads')").fetchall()[0][0])
+            workers = self._threads()  # asked before DuckDB's result is open
             reader = self.con.sql(self._cast_select(meta, query, columns, sort=False)
                                   ).to_arrow_reader(BATCH_ROWS)
             try:
-                return write_sorted_parts(disk, prefix, reader, schema, version=version,
-                                          max_rows=PART_ROWS,
-                                          block_bytes=self.insert_block_bytes, order=order,
-                                          workers=workers, on_rows=on_rows)
+                return self._write_sorted(meta, schema, disk, reader, version, on_rows,
+                                          workers)
             finally:
                 reader.close()  # DuckDB's result ends here, also on an error
         reader = self.con.sql(self._cast_select(meta, query, columns)
@@ -135,6 +180,46 @@ class InsertMixin(DatabaseState):
                                null_free=True)
         finally:
             reader.close()
+
+    def _write_sorted(self, meta: TableMeta, schema: pa.Schema, disk: Any,
+                      batches: Iterable[pa.RecordBatch], version: int,
+                      on_rows: Callable[[int], None] | None, workers: int) -> list[PartMeta]:
+        """Write ``batches`` (in ``schema``, the input's order) as new sorted parts of
+        ``meta`` (see :func:`._blocks.write_sorted_parts`), not yet in the catalog."""
+        order = meta.order_by.split(",") if meta.order_by else []
+        return write_sorted_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
+                                  version=version, max_rows=PART_ROWS,
+                                  block_bytes=self.insert_block_bytes, order=order,
+                                  workers=workers, on_rows=on_rows)
+
+    def _threads(self) -> int:
+        """DuckDB's ``threads`` setting: how many parts an insert encodes at once."""
+        return int(self.con.sql("SELECT current_setting('threads')").fetchall()[0][0])
+
+    def _insert_arrow(self, table: str, data: Any,
+                      on_rows: Callable[[int], None] | None) -> int | None:
+        """Insert an Arrow table, batch or reader whose columns are the table's, of the
+        same types, as its batches come: no DuckDB scan of it and Arrow export of the
+        result between (a copy of every value). Returns the rows inserted, or None where
+        this does not apply (other types or names, a role, a key Arrow cannot sort):
+        DuckDB then reads and casts the input.
+        """
+        if self.role is not None or not isinstance(
+                data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
+            return None
+        self._writable("INSERT")
+        meta: TableMeta = self.table(table)
+        schema = self.arrow_schema(meta)
+        order = meta.order_by.split(",") if meta.order_by else []
+        if order and not sortable(schema, order):
+            return None
+        batches = _arrow_source(data, schema)
+        if batches is None:
+            return None
+        disk = policy_disk(self.policy(meta.policy))
+        parts = self._write_sorted(meta, schema, disk, _reading(batches, meta.name),
+                                   self.catalog.version + 1, on_rows, self._threads())
+        return self._publish(meta, parts)
 
     def _cast_select(self, meta: TableMeta, query: str, columns: list[str] | None, *,
                      sort: bool = True) -> str:
@@ -173,6 +258,9 @@ class InsertMixin(DatabaseState):
         Columns match by name; table columns the data lacks get NULL.
         """
         with self._mutex:
+            direct = self._insert_arrow(table, data, on_rows)
+            if direct is not None:
+                return direct
             registered = False
             if isinstance(data, (str, os.PathLike)):
                 path = os.fspath(data)
