@@ -15,9 +15,12 @@ is installed; ``CRYPTDISK_CIPHER=libgcrypt`` fails the build if it is not.
 
 ``cryptdisk.fields._cfields`` (sources in ``csrc/cryptdisk_fields/``) runs the
 per-value loops of column encryption (AES-GCM, AES-SIV, base64) over Arrow
-buffers without the GIL, with the same choice of cipher library. Without it
-``cryptdisk.fields`` makes one ``cryptography`` call per value (slower; the
-same bytes).
+buffers without the GIL, with the same choice of cipher library; its AES-GCM
+comes from Intel's multi-buffer library (intel-ipsec-mb, one call per value)
+when its header is found (Debian: ``libipsec-mb-dev``; docs/fields.md,
+"Measured"). ``CRYPTDISK_IPSEC_MB=no`` builds without it, ``yes`` fails the
+build if it is not found. Without the extension ``cryptdisk.fields`` makes one
+``cryptography`` call per value (slower; the same bytes).
 """
 
 import glob
@@ -31,7 +34,7 @@ import sysconfig
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev"
+PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev libipsec-mb-dev"
 CVFS = "cryptdisk.sqlite._cvfs"
 CFIELDS = "cryptdisk.fields._cfields"
 
@@ -65,6 +68,19 @@ def _cipher() -> tuple[list[tuple[str, str]], list[str]]:
         raise SystemExit("CRYPTDISK_CIPHER=libgcrypt, but gcrypt.h was not found "
                          "(Debian: apt-get install libgcrypt20-dev)")
     return [], ["crypto"]
+
+
+def _ipsec_mb() -> tuple[list[tuple[str, str]], list[str]]:
+    """Macros and libraries for the AES-GCM of the fields loops (see fields.c)."""
+    choice = os.environ.get("CRYPTDISK_IPSEC_MB", "auto")
+    if choice not in ("auto", "yes", "no"):
+        raise SystemExit(f"CRYPTDISK_IPSEC_MB={choice!r}: use auto, yes or no")
+    if choice != "no" and _header_found("intel-ipsec-mb.h"):
+        return [("CD_IPSEC_MB", "1")], ["IPSec_MB"]
+    if choice == "yes":
+        raise SystemExit("CRYPTDISK_IPSEC_MB=yes, but intel-ipsec-mb.h was not found "
+                         "(Debian: apt-get install libipsec-mb-dev)")
+    return [], []
 
 
 def _announce(text: str) -> None:
@@ -125,6 +141,7 @@ class BuildExt(build_ext):
 
 
 _macros, _libraries = _cipher()
+_gcm_macros, _gcm_libraries = _ipsec_mb()
 
 setup(
     cmdclass={"build_ext": BuildExt},
@@ -142,8 +159,8 @@ setup(
         Extension(
             CFIELDS,
             sources=["csrc/cryptdisk_fields/fields.c"],
-            define_macros=_macros,
-            libraries=_libraries,
+            define_macros=_macros + _gcm_macros,
+            libraries=_gcm_libraries + _libraries,
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
                                 "-Wno-unused-parameter"],
             optional=True,

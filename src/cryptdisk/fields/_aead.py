@@ -200,8 +200,10 @@ def native_module() -> Any:
 
 
 def native_library() -> str | None:
-    """The cipher library of the C loops (``"libgcrypt 1.10.1"``), or None when the
-    extension was not built and each value is one ``cryptography`` call."""
+    """The cipher libraries of the C loops (``"libgcrypt 1.10.1"``, or ``"libgcrypt
+    1.10.1, AES-GCM from intel-ipsec-mb 1.3.0 (AVX-512)"`` when the build found
+    intel-ipsec-mb), or None when the extension was not built and each value is one
+    ``cryptography`` call."""
     return str(_cfields.library()) if _cfields is not None else None
 
 
