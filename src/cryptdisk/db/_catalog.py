@@ -66,6 +66,16 @@ class TableMeta:
     def rows(self) -> int:
         return sum(p.rows for p in self.parts)
 
+    @property
+    def order(self) -> list[str]:
+        """The ``ORDER BY`` columns, in order (empty without one)."""
+        return self.order_by.split(",") if self.order_by else []
+
+    @property
+    def key(self) -> str | None:
+        """The first ``ORDER BY`` column, the one the sparse index is on (or None)."""
+        return self.order_by.split(",")[0] if self.order_by else None
+
     def prefix(self, db_id: str) -> str:
         return f"cryptdisk-db/{db_id}/{self.id}"
 

@@ -719,7 +719,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 parts = _parts_to_preopen(meta, sql)
                 if parts:
                     self._open_parts.preopen(
-                        parts, meta.order_by.split(",")[0] if meta.order_by else None,
+                        parts, meta.key,
                         _numbers(sql))
             tree = self._parse_tree(sql)
             pushed: list[PushedScan] = []
@@ -764,7 +764,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             for t, cols in needed_columns(tree, tables, derived_names).items():
                 meta = self.catalog.tables[t]
                 schema = self.arrow_schema(meta)
-                key = meta.order_by.split(",")[0] if meta.order_by else None
+                key = meta.key
                 schemas = {u: self.arrow_schema(self.catalog.tables[u]) for u in tables}
                 scan = self._scan(meta, cols, table_filters(tree, t, schema, schemas),
                                   top_n(tree, t, schema, self._default_order),
@@ -783,7 +783,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         statement before (its names and types); None the first time (DuckDB runs it, over
         the key ranges, and its schema is kept) or when a part with rows has no range."""
         meta = self.catalog.tables[name]
-        key = meta.order_by.split(",")[0] if meta.order_by else None
+        key = meta.key
         items = key_extremes_items(tree, name, self.arrow_schema(meta), key)
         if items is None:
             return None

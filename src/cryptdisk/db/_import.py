@@ -79,7 +79,7 @@ class ImportMixin(DatabaseState):
             disk = policy_disk(self.policy(meta.policy))
             version = self.catalog.version + 1
             prefix = meta.prefix(self.catalog.db_id)
-            key = meta.order_by.split(",")[0] if meta.order_by else None
+            key = meta.key
             known = {p.id for t in self.catalog.tables.values() for p in t.parts}
             new: list[PartMeta] = []
             for src in parts:

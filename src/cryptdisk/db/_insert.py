@@ -161,7 +161,7 @@ class InsertMixin(DatabaseState):
         several threads. An ``ORDER BY`` on a type Arrow cannot sort is sorted by DuckDB,
         the whole insert at once.
         """
-        order = meta.order_by.split(",") if meta.order_by else []
+        order = meta.order
         prefix = meta.prefix(self.catalog.db_id)
         if not order or sortable(schema, order):
             workers = self._threads()  # asked before DuckDB's result is open
@@ -186,10 +186,9 @@ class InsertMixin(DatabaseState):
                       on_rows: Callable[[int], None] | None, workers: int) -> list[PartMeta]:
         """Write ``batches`` (in ``schema``, the input's order) as new sorted parts of
         ``meta`` (see :func:`._blocks.write_sorted_parts`), not yet in the catalog."""
-        order = meta.order_by.split(",") if meta.order_by else []
         return write_sorted_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
                                   version=version, max_rows=PART_ROWS,
-                                  block_bytes=self.insert_block_bytes, order=order,
+                                  block_bytes=self.insert_block_bytes, order=meta.order,
                                   workers=workers, on_rows=on_rows)
 
     def _threads(self) -> int:
@@ -210,8 +209,7 @@ class InsertMixin(DatabaseState):
         self._writable("INSERT")
         meta: TableMeta = self.table(table)
         schema = self.arrow_schema(meta)
-        order = meta.order_by.split(",") if meta.order_by else []
-        if order and not sortable(schema, order):
+        if meta.order and not sortable(schema, meta.order):
             return None
         batches = _arrow_source(data, schema)
         if batches is None:

@@ -180,7 +180,7 @@ class MaintenanceMixin(DatabaseState):
             new = write_parts(disk, meta.prefix(self.catalog.db_id), batches, schema,
                               version=self.catalog.version + 1, max_rows=PART_ROWS,
                               on_rows=on_rows,
-                              key=meta.order_by.split(",")[0] if meta.order_by else None)
+                              key=meta.key)
             self._replace_parts(meta, new)
             return True
 
@@ -214,7 +214,7 @@ class MaintenanceMixin(DatabaseState):
         from ._pushdown import Filter
         from ._scan import TableScan
 
-        cols = meta.order_by.split(",") if meta.order_by else []
+        cols = meta.order
         key = cols[0]
         schema = self.arrow_schema(meta)
         names = [c for c, _t in meta.columns]

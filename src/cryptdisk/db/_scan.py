@@ -206,7 +206,7 @@ class TableScan:
         self._top = top if top is not None and top.limit > 0 and top.column in columns else None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
-        self._key = meta.order_by.split(",")[0] if meta.order_by else None
+        self._key = meta.key
         # the query wants only min/max of the (integer) key: parts' key ranges answer
         self._extremes = extremes and columns == [self._key] and not filters and not derived
         if columns or self.derived:
