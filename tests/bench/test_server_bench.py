@@ -4,10 +4,14 @@ PostgreSQL (structure, never timings)."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.bench.test_cli import _bench
 
@@ -31,7 +35,7 @@ def test_round_trip_case_runs_every_server_and_cleans_up():
     assert [g for g in got if isinstance(g, Failure)] == []
     ms = {m.strategy: m for m in got if isinstance(m, Measurement)}
     assert set(ms) == {"serve encrypted", "serve plain", "serve encrypted, no TLS",
-                       "postgresql"}
+                       "postgresql", "postgresql, no TLS"}
     for m in ms.values():
         assert m.case == "SELECT 1 (round trips) clients=1"
         assert len(m.values) == 2 and all(v > 0 for v in m.values) and m.work > 0
@@ -43,7 +47,61 @@ def test_round_trip_case_runs_every_server_and_cleans_up():
     assert ms["serve encrypted"].extra["workers"] == default_workers()  # serve's default
     assert any("worker process" in n for n in NOTES)
     assert ms["postgresql"].extra["baseline"] == "serve encrypted"
+    assert ms["postgresql, no TLS"].extra["baseline"] == "postgresql"
+    assert ms["serve encrypted, no TLS"].extra["baseline"] == "serve encrypted"
+    # each server's TLS/plaintext ratio, paired round by round, side by side
+    tls = [n for n in NOTES if n.startswith("TLS/plaintext TPS")]
+    assert len(tls) == 1
+    case = re.escape("[SELECT 1 (round trips) clients=1]")
+    m = re.search(case + r" cryptdisk serve ([0-9.]+) \(([0-9.]+)-([0-9.]+)\), "
+                  r"PostgreSQL ([0-9.]+) \(([0-9.]+)-([0-9.]+)\)", tls[0])
+    assert m, tls[0]
+
+    def paired(a: str, b: str) -> list[float]:
+        return sorted(x / y for x, y in zip(ms[a].values, ms[b].values, strict=True))
+
+    for (median, low, high), (a, b) in zip(
+            ((m[1], m[2], m[3]), (m[4], m[5], m[6])),
+            (("serve encrypted", "serve encrypted, no TLS"),
+             ("postgresql", "postgresql, no TLS")), strict=True):
+        rs = paired(a, b)
+        assert float(low) == round(rs[0], 2) and float(high) == round(rs[-1], 2)
+        assert float(median) == round(statistics.median(rs), 2)
     assert any(n.startswith("Targets (issue #17") for n in NOTES)
+
+
+def test_postgresql_takes_plaintext_from_loopback_only_and_tls(tmp_path):
+    """The no-TLS strategy's connections are plaintext, the TLS one's encrypted (as
+    PostgreSQL sees them), and pg_hba.conf lets plaintext in from 127.0.0.1 only."""
+    from cryptdisk.bench._oltp_pg import find_pg_bin
+    from cryptdisk.bench.server import _Postgres
+    from cryptdisk.server import self_signed
+
+    bindir = find_pg_bin()
+    assert bindir is not None, "PostgreSQL is not installed (apt-get install postgresql)"
+    with tempfile.TemporaryDirectory(prefix="cd-server-bench-") as work:
+        workdir = Path(work)
+        tls = workdir / "tls"
+        tls.mkdir()
+        self_signed(tls / "server.pem", tls / "server.key")
+        for name in ("pem", "key"):
+            shutil.copy(tls / f"server.{name}", tls / f"pg.{name}")
+            if os.geteuid() == 0:
+                shutil.chown(tls / f"pg.{name}", "postgres")
+        pg = _Postgres(bindir, workdir, tls, "secret-pw", 1)  # checks both modes itself
+        try:
+            assert pg.uses_tls(True, tls / "server.pem", "secret-pw") is True
+            assert pg.uses_tls(False, tls / "server.pem", "secret-pw") is False
+            hba = [line.split() for line in
+                   (pg.cluster.data / "pg_hba.conf").read_text().splitlines()
+                   if line.strip() and not line.startswith("#")]
+            assert ["hostnossl", "all", "all", "127.0.0.1/32", "scram-sha-256"] in hba
+            assert all(r[0] == "local" or r[3] == "127.0.0.1/32" for r in hba)
+            assert all(r[-1] != "trust" for r in hba if r[0] != "local")
+            with pytest.raises(RuntimeError, match="password authentication failed"):
+                pg.uses_tls(False, tls / "server.pem", "wrong")
+        finally:
+            pg.stop()
 
 
 def test_server_flag_goes_with_oltp_only(tmp_path):

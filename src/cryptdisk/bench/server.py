@@ -12,14 +12,19 @@ plus SCRAM login), against:
 - ``serve plain``: the same server on an unencrypted SQLite file, TLS;
 - ``serve encrypted, no TLS``: the encrypted one over plaintext loopback;
 - ``postgresql``: PostgreSQL 15, started here (initdb into the scratch
-  directory), TCP loopback with TLS, SCRAM-SHA-256 logins.
+  directory), TCP loopback with TLS, SCRAM-SHA-256 logins;
+- ``postgresql, no TLS``: the same PostgreSQL over plaintext loopback (its
+  pg_hba.conf takes plaintext from 127.0.0.1 only), so that the run shows
+  PostgreSQL's own TLS/plaintext ratio beside cryptdisk serve's.
 
-Every server listens on 127.0.0.1 at a free port; the clients verify its
-certificate (``sslmode=verify-full``). The servers run side by side for the
-whole experiment; the cases run one at a time, strategies interleaved and
-rotated each round. Each run reports TPS, latency p50/p99 (pgbench's ``-l``
-per-transaction log), the server's CPU seconds per transaction and its peak
-RSS. ``NOTES`` ends with the issue's targets, met or missed by how much.
+Every server listens on 127.0.0.1 at a free port; over TLS the clients verify
+its certificate (``sslmode=verify-full``; ``disable`` for the plaintext
+strategies). The servers run side by side for the whole experiment; the cases
+run one at a time, strategies interleaved and rotated each round. Each run
+reports TPS, latency p50/p99 (pgbench's ``-l`` per-transaction log), the
+server's CPU seconds per transaction and its peak RSS. ``NOTES`` gives each
+server's TLS/plaintext ratio per case and ends with the issue's targets, met
+or missed by how much.
 """
 
 from __future__ import annotations
@@ -40,15 +45,21 @@ from typing import Any
 from ._bodies_oltp import percentiles
 from ._model import BenchOptions, Failure, Measurement, Progress, Recorder, Skipped
 from ._oltp_sqlite import ACCOUNTS_PER_SCALE, DbSpec, database_files, load
+from ._stats import Ratio, ratio_of
 from ._suite import experiment_dir, round_order
 
 __all__ = ["NOTES", "run"]
 
 NOTES: list[str] = []
 EXPERIMENT = "server"
-ENCRYPTED, PLAIN, NO_TLS, POSTGRES = ("serve encrypted", "serve plain", "serve encrypted, no TLS",
-                                      "postgresql")
-_BASELINE = {ENCRYPTED: PLAIN, NO_TLS: ENCRYPTED, POSTGRES: ENCRYPTED}
+ENCRYPTED, PLAIN, NO_TLS, POSTGRES, PG_NO_TLS = (
+    "serve encrypted", "serve plain", "serve encrypted, no TLS", "postgresql",
+    "postgresql, no TLS")
+STRATEGIES = (ENCRYPTED, PLAIN, NO_TLS, POSTGRES, PG_NO_TLS)
+_PLAINTEXT = (NO_TLS, PG_NO_TLS)  # pgbench connects with sslmode=disable
+_BASELINE = {ENCRYPTED: PLAIN, NO_TLS: ENCRYPTED, POSTGRES: ENCRYPTED, PG_NO_TLS: POSTGRES}
+#: each server's TLS strategy and its plaintext one: the TLS/plaintext ratios
+_TLS_PAIRS = (("cryptdisk serve", ENCRYPTED, NO_TLS), ("PostgreSQL", POSTGRES, PG_NO_TLS))
 _USER = "bench"
 
 
@@ -166,24 +177,51 @@ class _Serve:
 
 
 class _Postgres:
-    """PostgreSQL on 127.0.0.1 (TLS, SCRAM) via :class:`._oltp_pg.PgCluster`."""
+    """PostgreSQL on 127.0.0.1 (SCRAM; TLS, and plaintext from loopback) via
+    :class:`._oltp_pg.PgCluster`."""
 
     def __init__(self, bindir: str, workdir: Path, tls_dir: Path, password: str,
                  scale: int) -> None:
         from ._oltp_pg import PgCluster
 
+        self.bindir = bindir
         self.cluster = PgCluster(bindir, workdir)
         self.port = _free_port()
-        self.cluster.start(options=f"-p {self.port} -c listen_addresses=127.0.0.1 -c ssl=on "
-                           f"-c ssl_cert_file={tls_dir / 'pg.pem'} "
-                           f"-c ssl_key_file={tls_dir / 'pg.key'}")
-        hba = self.cluster.data / "pg_hba.conf"
-        hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
-        self.cluster._run("pgbench", "-h", str(self.cluster.sock), "-p", str(self.port), "-U",
-                          _USER, "-i", "-q", "-s", str(scale), "postgres")  # the unix socket
-        self._psql(f"ALTER USER {_USER} PASSWORD '{password}'")
-        self.cluster._run("pg_ctl", "-D", str(self.cluster.data), "reload")
-        self.pid = self.cluster.postmaster_pid()
+        try:
+            self.cluster.start(options=f"-p {self.port} -c listen_addresses=127.0.0.1 "
+                               f"-c ssl=on -c ssl_cert_file={tls_dir / 'pg.pem'} "
+                               f"-c ssl_key_file={tls_dir / 'pg.key'}")
+            # the setup's unix socket (in the scratch directory), then TCP from loopback
+            # only, over TLS and (the plaintext strategy) without it
+            (self.cluster.data / "pg_hba.conf").write_text(
+                "local all all trust\n"
+                "hostssl all all 127.0.0.1/32 scram-sha-256\n"
+                "hostnossl all all 127.0.0.1/32 scram-sha-256\n")
+            self.cluster._run("pgbench", "-h", str(self.cluster.sock), "-p", str(self.port),
+                              "-U", _USER, "-i", "-q", "-s", str(scale), "postgres")
+            self._psql(f"ALTER USER {_USER} PASSWORD '{password}'")
+            self.cluster._run("pg_ctl", "-D", str(self.cluster.data), "reload")
+            self.pid = self.cluster.postmaster_pid()
+            for tls in (True, False):
+                if self.uses_tls(tls, tls_dir / "server.pem", password) is not tls:
+                    raise RuntimeError(f"a connection with sslmode="
+                                       f"{'verify-full' if tls else 'disable'} "
+                                       f"{'did not use' if tls else 'used'} TLS")
+        except BaseException:
+            self.cluster.stop()
+            raise
+
+    def uses_tls(self, tls: bool, ca: Path, password: str) -> bool:
+        """Whether a TCP connection made as pgbench makes it (:func:`_client_env`) is
+        encrypted, as the server sees it (``pg_stat_ssl``)."""
+        done = subprocess.run(
+            [os.path.join(self.bindir, "psql"), "-X", "-A", "-t", "-c",
+             "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"],
+            env=_client_env(self.port, tls, ca, password), capture_output=True, text=True,
+            timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"psql over TCP failed: {done.stderr.strip()[-300:]}")
+        return done.stdout.strip() == "t"
 
     def _psql(self, sql: str) -> None:
         self.cluster._run("psql", "-h", str(self.cluster.sock), "-p", str(self.port), "-U",
@@ -252,15 +290,21 @@ def _tree_rss_mb(pid: int) -> float:
 # -- one run ----------------------------------------------------------------------------------
 
 
+def _client_env(port: int, tls: bool, ca: Path, password: str) -> dict[str, str]:
+    """libpq's environment for a client of the server at ``port`` (the password in the
+    environment, never in argv)."""
+    return {**os.environ, "PGHOST": "127.0.0.1", "PGPORT": str(port), "PGUSER": _USER,
+            "PGPASSWORD": password, "PGDATABASE": "postgres",
+            "PGSSLMODE": "verify-full" if tls else "disable", "PGSSLROOTCERT": str(ca)}
+
+
 def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: Case,
              script: Path, duration: float, logs: Path, server_pid: int) -> dict[str, float]:
     from ._oltp_pg import read_latencies
 
     for old in logs.glob("pgb*"):
         old.unlink()
-    env = {**os.environ, "PGHOST": "127.0.0.1", "PGPORT": str(port), "PGUSER": _USER,
-           "PGPASSWORD": password, "PGDATABASE": "postgres",
-           "PGSSLMODE": "verify-full" if tls else "disable", "PGSSLROOTCERT": str(ca)}
+    env = _client_env(port, tls, ca, password)
     args = [pgbench, "-n", "-f", str(script), "-c", str(case.clients),
             "-j", str(min(case.clients, os.cpu_count() or 1)), "-T", str(max(1, round(duration))),
             "-l", "--log-prefix", str(logs / "pgb")]
@@ -376,18 +420,21 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
             servers[PLAIN] = _Serve(str(workdir / "plain.db"), keys["plain"], True, tls, password,
                                     workers)
             if bindir is None:
-                record(Skipped(EXPERIMENT, POSTGRES, "PostgreSQL (initdb, pg_ctl) is not "
-                               "installed", INSTALL))
+                for strategy in (POSTGRES, PG_NO_TLS):
+                    record(Skipped(EXPERIMENT, strategy, "PostgreSQL (initdb, pg_ctl) is not "
+                                   "installed", INSTALL))
             else:
                 try:
                     progress("server: starting PostgreSQL (initdb, pgbench -i -s 1)", 0, 1)
                     if os.geteuid() == 0:
                         for f in ("pg.pem", "pg.key"):
                             shutil.chown(tls / f, "postgres")
-                    servers[POSTGRES] = _Postgres(bindir, workdir, tls, password, 1)
-                except (RuntimeError, OSError) as exc:
-                    record(Skipped(EXPERIMENT, POSTGRES, f"could not start PostgreSQL: {exc}",
-                                   INSTALL))
+                    servers[POSTGRES] = servers[PG_NO_TLS] = _Postgres(bindir, workdir, tls,
+                                                                       password, 1)
+                except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                    for strategy in (POSTGRES, PG_NO_TLS):
+                        record(Skipped(EXPERIMENT, strategy,
+                                       f"could not start PostgreSQL: {exc}", INSTALL))
             _run_cases(todo, servers, pgbench, tls / "server.pem", password, scripts,
                        duration, repeats, logs, record, progress)
         finally:
@@ -400,7 +447,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
 def _run_cases(todo: list[Case], servers: dict[str, Any], pgbench: str, ca: Path,
                password: str, scripts: dict[str, Path], duration: float, repeats: int,
                logs: Path, record: Recorder, progress: Progress) -> None:
-    strategies = [s for s in (ENCRYPTED, PLAIN, NO_TLS, POSTGRES) if s in servers]
+    strategies = [s for s in STRATEGIES if s in servers]
     total = len(todo) * repeats * len(strategies)
     done = 0
     for case in todo:
@@ -414,7 +461,7 @@ def _run_cases(todo: list[Case], servers: dict[str, Any], pgbench: str, ca: Path
                 os.sync()
                 try:
                     runs[strategy].append(_pgbench(
-                        pgbench, server.port, strategy != NO_TLS, ca, password, case,
+                        pgbench, server.port, strategy not in _PLAINTEXT, ca, password, case,
                         scripts[case.kind], duration, logs, server.pid))
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
                     record(Failure(EXPERIMENT, f"{strategy} / {case.name}", str(exc)))
@@ -442,14 +489,36 @@ def _check_plaintext(path: str) -> None:
                  "plaintext.")
 
 
-def _ratio(case: str, a: str, b: str) -> float | None:
-    from ._stats import ratio_of
-
+def _paired(case: str, a: str, b: str) -> Ratio | None:
+    """``a``'s TPS over ``b``'s in ``case``, paired per round (see :func:`._stats.ratio_of`)."""
     ma, mb = _RESULTS.get((case, a)), _RESULTS.get((case, b))
     if ma is None or mb is None:
         return None
-    r = ratio_of(ma, mb)
+    return ratio_of(ma, mb)
+
+
+def _ratio(case: str, a: str, b: str) -> float | None:
+    r = _paired(case, a, b)
     return r.median if r else None
+
+
+def _tls_costs() -> None:
+    """A note: per case, each server's TLS/plaintext TPS ratio, cryptdisk serve's beside
+    PostgreSQL's (the same pgbench and machine: what TLS costs on this platform)."""
+    lines = []
+    for case in sorted({c for c, _ in _RESULTS}):
+        parts = []
+        for who, tls, plain in _TLS_PAIRS:
+            r = _paired(case, tls, plain)
+            if r is not None:
+                parts.append(f"{who} {r.median:.2f} ({r.low:.2f}-{r.high:.2f})")
+        if parts:
+            lines.append(f"[{case}] " + ", ".join(parts))
+    if lines:
+        NOTES.append("TLS/plaintext TPS, each server against itself over plaintext loopback "
+                     "(median of per-round paired ratios, min-max): " + "; ".join(lines)
+                     + ". Both run TLS 1.3 with AES-256-GCM; pgbench's TLS work (libpq, "
+                     "OpenSSL) runs on the same cores as the server.")
 
 
 def _targets(record: Recorder) -> None:
@@ -491,7 +560,10 @@ def _targets(record: Recorder) -> None:
             if r is None:
                 continue
             verdict = "met" if r >= target else f"missed by {(target - r) / target:.0%}"
-            lines.append(f"{what} [{case}]: {r:.2f} (target >= {target:.2f}): {verdict}")
+            pg = _ratio(case, POSTGRES, PG_NO_TLS) if b == NO_TLS else None
+            own = f"; PostgreSQL's own: {pg:.2f}" if pg is not None else ""
+            lines.append(f"{what} [{case}]: {r:.2f} (target >= {target:.2f}): {verdict}{own}")
+    _tls_costs()
     NOTES.append("Targets (issue #17; ratios are medians of per-round paired ratios): "
                  + ("; ".join(lines) if lines else "none measured"))
     _RESULTS.clear()
