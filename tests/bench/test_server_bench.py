@@ -40,6 +40,9 @@ def test_round_trip_case_runs_every_server_and_cleans_up():
         assert m.case == "SELECT 1 (round trips) clients=1"
         assert len(m.values) == 2 and all(v > 0 for v in m.values) and m.work > 0
         assert m.extra["p50_ms"] > 0 and m.extra["server_cpu_us_per_txn"] > 0
+        assert m.extra["client_cpu_us_per_txn"] > 0  # pgbench's
+        runs = m.extra["cpu_us_per_txn_runs"]  # server and pgbench, per run
+        assert len(runs) == 2 and all(r > m.extra["server_cpu_us_per_txn"] / 10 for r in runs)
         assert m.peak_rss_mb > 0
     assert ms["serve encrypted"].extra["baseline"] == "serve plain"
     from cryptdisk.server import default_workers
@@ -53,20 +56,20 @@ def test_round_trip_case_runs_every_server_and_cleans_up():
     tls = [n for n in NOTES if n.startswith("TLS/plaintext TPS")]
     assert len(tls) == 1
     case = re.escape("[SELECT 1 (round trips) clients=1]")
-    m = re.search(case + r" cryptdisk serve ([0-9.]+) \(([0-9.]+)-([0-9.]+)\), "
-                  r"PostgreSQL ([0-9.]+) \(([0-9.]+)-([0-9.]+)\)", tls[0])
+    num = r"([0-9.]+) \(([0-9.]+)-([0-9.]+)\)"
+    diff = r"CPU ([-+0-9.]+) us \(([-+0-9.]+) to ([-+0-9.]+)\)"
+    m = re.search(f"{case} cryptdisk serve {num}, {diff}, PostgreSQL {num}, {diff}", tls[0])
     assert m, tls[0]
-
-    def paired(a: str, b: str) -> list[float]:
-        return sorted(x / y for x, y in zip(ms[a].values, ms[b].values, strict=True))
-
-    for (median, low, high), (a, b) in zip(
-            ((m[1], m[2], m[3]), (m[4], m[5], m[6])),
-            (("serve encrypted", "serve encrypted, no TLS"),
-             ("postgresql", "postgresql, no TLS")), strict=True):
-        rs = paired(a, b)
-        assert float(low) == round(rs[0], 2) and float(high) == round(rs[-1], 2)
-        assert float(median) == round(statistics.median(rs), 2)
+    for first, (a, b) in zip((1, 7), (("serve encrypted", "serve encrypted, no TLS"),
+                                      ("postgresql", "postgresql, no TLS")), strict=True):
+        median, low, high, cpu, cpu_low, cpu_high = (float(m[first + i]) for i in range(6))
+        rs = sorted(x / y for x, y in zip(ms[a].values, ms[b].values, strict=True))
+        assert (low, high, median) == (round(rs[0], 2), round(rs[-1], 2),
+                                       round(statistics.median(rs), 2))
+        ds = sorted(x - y for x, y in zip(ms[a].extra["cpu_us_per_txn_runs"],
+                                          ms[b].extra["cpu_us_per_txn_runs"], strict=True))
+        assert (cpu_low, cpu_high, cpu) == (round(ds[0], 1), round(ds[-1], 1),
+                                            round(statistics.median(ds), 1))
     assert any(n.startswith("Targets (issue #17") for n in NOTES)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import secrets
 import shutil
 import statistics
@@ -320,6 +321,9 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
     sampler = threading.Thread(target=sample, daemon=True)
     children = _children(server_pid)
     before = _tree_cpu(server_pid)
+    # pgbench's CPU: the only child this process reaps during the run (the servers are
+    # reaped when they stop)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     sampler.start()
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True,
@@ -327,6 +331,8 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
     finally:
         stop.set()
         sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = (after.ru_utime + after.ru_stime) - (reaped.ru_utime + reaped.ru_stime)
     _settle(server_pid, children)
     used = _tree_cpu(server_pid) - before
     out = done.stdout + done.stderr
@@ -338,7 +344,7 @@ def _pgbench(pgbench: str, port: int, tls: bool, ca: Path, password: str, case: 
     lat = sorted(read_latencies(logs / "pgb"))
     tps = float(m[1])
     txns = float(len(lat)) or tps * duration
-    return {"tps": tps, "txns": txns, "cpu_s": used, "rss_mb": max(peak[0],
+    return {"tps": tps, "txns": txns, "cpu_s": used, "client_cpu_s": client, "rss_mb": max(peak[0],
                                                                      _tree_rss_mb(server_pid)),
             **percentiles(lat)}
 
@@ -360,7 +366,14 @@ def _measurement(case: Case, strategy: str, runs: list[dict[str, float]]) -> Mea
 
     extra: dict[str, Any] = {"p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                              "server_cpu_us_per_txn": statistics.median(
-                                 r["cpu_s"] / r["txns"] * 1e6 for r in runs if r["txns"])}
+                                 r["cpu_s"] / r["txns"] * 1e6 for r in runs if r["txns"]),
+                             "client_cpu_us_per_txn": statistics.median(
+                                 r["client_cpu_s"] / r["txns"] * 1e6 for r in runs
+                                 if r["txns"]),
+                             # per run, server and pgbench together (paired TLS costs)
+                             "cpu_us_per_txn_runs": [
+                                 (r["cpu_s"] + r["client_cpu_s"]) / r["txns"] * 1e6
+                                 if r["txns"] else 0.0 for r in runs]}
     if strategy in _BASELINE:
         extra["baseline"] = _BASELINE[strategy]
     return Measurement(EXPERIMENT, case.name, strategy, "TPS", [r["tps"] for r in runs],
@@ -502,23 +515,43 @@ def _ratio(case: str, a: str, b: str) -> float | None:
     return r.median if r else None
 
 
+def _tls_cpu(case: str, tls: str, plain: str) -> tuple[float, float, float] | None:
+    """What TLS adds to a transaction's CPU, the server's and pgbench's together: the median
+    of the per-round differences (microseconds), and their min and max."""
+    a, b = _RESULTS.get((case, tls)), _RESULTS.get((case, plain))
+    if a is None or b is None:
+        return None
+    xs, ys = a.extra["cpu_us_per_txn_runs"], b.extra["cpu_us_per_txn_runs"]
+    if len(xs) != len(ys) or not all(xs) or not all(ys):
+        return None
+    ds = [x - y for x, y in zip(xs, ys, strict=True)]
+    return float(statistics.median(ds)), min(ds), max(ds)
+
+
 def _tls_costs() -> None:
-    """A note: per case, each server's TLS/plaintext TPS ratio, cryptdisk serve's beside
-    PostgreSQL's (the same pgbench and machine: what TLS costs on this platform)."""
+    """A note: per case, each server's TLS/plaintext TPS ratio and what TLS adds to the CPU
+    of a transaction, cryptdisk serve's beside PostgreSQL's (the same pgbench and machine:
+    what TLS costs on this platform)."""
     lines = []
     for case in sorted({c for c, _ in _RESULTS}):
         parts = []
         for who, tls, plain in _TLS_PAIRS:
             r = _paired(case, tls, plain)
-            if r is not None:
-                parts.append(f"{who} {r.median:.2f} ({r.low:.2f}-{r.high:.2f})")
+            if r is None:
+                continue
+            part = f"{who} {r.median:.2f} ({r.low:.2f}-{r.high:.2f})"
+            cpu = _tls_cpu(case, tls, plain)
+            if cpu is not None:
+                part += f", CPU {cpu[0]:+.1f} us ({cpu[1]:+.1f} to {cpu[2]:+.1f})"
+            parts.append(part)
         if parts:
             lines.append(f"[{case}] " + ", ".join(parts))
     if lines:
-        NOTES.append("TLS/plaintext TPS, each server against itself over plaintext loopback "
-                     "(median of per-round paired ratios, min-max): " + "; ".join(lines)
-                     + ". Both run TLS 1.3 with AES-256-GCM; pgbench's TLS work (libpq, "
-                     "OpenSSL) runs on the same cores as the server.")
+        NOTES.append("TLS/plaintext TPS, each server against itself over plaintext loopback, "
+                     "and what TLS adds to a transaction's CPU (the server's and pgbench's "
+                     "together; medians of per-round paired ratios and differences, min-max): "
+                     + "; ".join(lines) + ". Both servers run TLS 1.3 with AES-256-GCM; "
+                     "pgbench's TLS work (libpq, OpenSSL) runs on the same cores as the server.")
 
 
 def _targets(record: Recorder) -> None:
@@ -533,7 +566,8 @@ def _targets(record: Recorder) -> None:
                  "and an fdatasync of the WAL after the write lock is released).")
     NOTES.append("Server CPU per transaction (`server_cpu_us_per_txn`, in the JSON): the "
                  "server process (PostgreSQL: the postmaster and its backends) user+sys time "
-                 "over the run, divided by the transactions. Peak RSS: the server's RSS "
+                 "over the run, divided by the transactions; pgbench's "
+                 "(`client_cpu_us_per_txn`) likewise. Peak RSS: the server's RSS "
                  "(PostgreSQL: summed over its processes, shared memory counted in each) "
                  "sampled every 0.25 s.")
     checks = [
