@@ -76,6 +76,23 @@ SQLITE_EXTENSION_INIT3
 
 struct cdFile;
 
+/* Records a database file or WAL opened lately (store.c, cd_decrypt). With several
+ * connections, SQLite drops a connection's page cache whenever another one committed, and
+ * the connection reads its hot pages again (page 1, B-tree roots and inner pages): the same
+ * records, byte for byte. An entry remembers a record's index and nonce when it is opened;
+ * opened again unchanged, it also keeps the record's bytes and plaintext, and from then on
+ * a read whose record is byte for byte the kept one (the whole record compared, not only
+ * its nonce) takes the plaintext without AES-GCM: the same plaintext opening it would give.
+ * The least recently used entry makes room; a kept plaintext is wiped when it goes. */
+#define OPENED 32
+typedef struct cdOpened {
+    sqlite3_int64 index;
+    sqlite3_int64 len;          /* the record's length; 0: an empty entry */
+    unsigned long used;         /* when last opened or reused (the file's opened_clock) */
+    unsigned char nonce[NONCE]; /* the record's nonce */
+    unsigned char *data;        /* NULL (opened once), or the record (len bytes) and its plaintext */
+} cdOpened;
+
 #define HEADER_POOL 8 /* journal headers made per call into Python (headers.c) */
 #define MAX_DEK 32
 
@@ -138,6 +155,8 @@ typedef struct cdFile {
     unsigned char *batch;
     sqlite3_int64 batch_cap;
     sqlite3_int64 rec_len; /* length of the record in rbuf that last authenticated */
+    cdOpened *opened;      /* OPENED entries (database files and WALs, once one opened a record) */
+    unsigned long opened_clock;
     sqlite3_int64 fail_index;
     int tail_fd;
     int raw_fd; /* the default VFS's descriptor of the raw file, once raw_size checked it (0: not yet) */
@@ -211,6 +230,7 @@ static inline sqlite3_int64 rec_at(const cdFile *p, sqlite3_int64 index) {
  * where OPENSSL_cleanse's assembly clears 64 KiB in ~40k instructions) */
 void cd_wipe(void *buf, size_t n);
 extern unsigned long long n_seal, n_seal_bytes, n_unseal, n_unseal_bytes, n_tail_saves, n_tail_syncs;
+extern unsigned long long n_reused; /* reads served from a kept plaintext (store.c) */
 int cd_cipher_init(void);
 const char *cd_cipher_library(void);
 int cd_aead_open(cdFile *p, const unsigned char *dek, int len); /* p->enc, p->dec */
@@ -233,6 +253,7 @@ int cd_size(cdFile *p, sqlite3_int64 *out);
 int cd_read(cdFile *p, unsigned char *buf, sqlite3_int64 amount, sqlite3_int64 offset, sqlite3_int64 *got);
 int cd_write(cdFile *p, const unsigned char *data, sqlite3_int64 n, sqlite3_int64 offset);
 int cd_truncate_store(cdFile *p, sqlite3_int64 size);
+void cd_forget_opened(cdFile *p); /* wipe and free the kept plaintexts */
 
 /* headers.c: a file's header and data key through header_for (SQLITE_CANTOPEN with the
  * Python exception pending if it raised), and a new journal's from the VFS's pool */

@@ -15,6 +15,7 @@
 
 static void cd_free_store(cdFile *p) {
     cd_aead_close(p);
+    cd_forget_opened(p);
     if (p->plain)
         cd_wipe(p->plain, (size_t)p->seg);
     if (p->plain2)

@@ -60,6 +60,77 @@ int cd_size(cdFile *p, sqlite3_int64 *out) {
     return SQLITE_OK;
 }
 
+/* -- records opened lately (cdOpened in cvfs.h) ------------------------------ */
+
+unsigned long long n_reused;
+
+static void opened_drop(cdOpened *o, sqlite3_int64 len) {
+    if (o->data != NULL) {
+        cd_wipe(o->data, (size_t)(2 * len));
+        sqlite3_free(o->data);
+        o->data = NULL;
+    }
+}
+
+void cd_forget_opened(cdFile *p) {
+    if (p->opened == NULL)
+        return;
+    for (int i = 0; i < OPENED; i++)
+        opened_drop(&p->opened[i], p->opened[i].len);
+    sqlite3_free(p->opened);
+    p->opened = NULL;
+}
+
+static cdOpened *opened_find(cdFile *p, sqlite3_int64 index) {
+    if (p->opened != NULL)
+        for (int i = 0; i < OPENED; i++)
+            if (p->opened[i].len && p->opened[i].index == index)
+                return &p->opened[i];
+    return NULL;
+}
+
+/* The record of got bytes in p->rbuf is o's kept one, byte for byte: its plaintext into out. */
+static int opened_reuse(cdFile *p, cdOpened *o, sqlite3_int64 got, unsigned char *out) {
+    if (o == NULL || o->data == NULL || o->len != got || memcmp(o->data, p->rbuf, (size_t)got) != 0)
+        return 0;
+    memcpy(out, o->data + got, (size_t)(got - OVERHEAD));
+    o->used = ++p->opened_clock;
+    n_reused++;
+    return 1;
+}
+
+/* The record of got bytes in p->rbuf (segment index) authenticated, its plaintext in plain:
+ * remember it; keep its bytes and plaintext if it was opened before, unchanged. */
+static void opened_note(cdFile *p, cdOpened *o, sqlite3_int64 index, sqlite3_int64 got,
+                        const unsigned char *plain) {
+    if (p->kind != KIND_MAIN && p->kind != KIND_WAL)
+        return;
+    if (o == NULL) {
+        if (p->opened == NULL && (p->opened = sqlite3_malloc64(OPENED * sizeof *p->opened)) != NULL)
+            memset(p->opened, 0, OPENED * sizeof *p->opened);
+        if (p->opened == NULL)
+            return;
+        o = &p->opened[0];
+        for (int i = 1; i < OPENED && o->len; i++)
+            if (!p->opened[i].len || p->opened[i].used < o->used)
+                o = &p->opened[i];
+        opened_drop(o, o->len);
+        o->index = index;
+    } else if (o->len == got && memcmp(o->nonce, p->rbuf, NONCE) == 0) {
+        if (o->data == NULL)
+            o->data = sqlite3_malloc64((sqlite3_uint64)(2 * got));
+        if (o->data != NULL) {
+            memcpy(o->data, p->rbuf, (size_t)got);
+            memcpy(o->data + got, plain, (size_t)(got - OVERHEAD));
+        }
+    } else {
+        opened_drop(o, o->len); /* another record now: remember it, keep nothing yet */
+    }
+    o->len = got;
+    memcpy(o->nonce, p->rbuf, NONCE);
+    o->used = ++p->opened_clock;
+}
+
 /* Decrypt segment index into out; *n is its plaintext length (0 past the end).
  * Returns CD_AUTH when it does not authenticate (and is not a torn journal/WAL segment). */
 static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite3_int64 *n) {
@@ -71,7 +142,14 @@ static int cd_decrypt(cdFile *p, sqlite3_int64 index, unsigned char *out, sqlite
         *n = 0;
         return SQLITE_OK;
     }
+    cdOpened *o = opened_find(p, index);
+    if (opened_reuse(p, o, got, out)) {
+        p->rec_len = got;
+        *n = got - OVERHEAD;
+        return SQLITE_OK;
+    }
     if (cd_unseal(p, index, p->rbuf, got, out)) {
+        opened_note(p, o, index, got, out);
         p->rec_len = got;
         *n = got - OVERHEAD;
         return SQLITE_OK;

@@ -256,8 +256,8 @@ static PyObject *py_register(PyObject *self, PyObject *args) {
 static PyObject *py_stats(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
-                         n_unseal, "opened_bytes", n_unseal_bytes, "tail_saves", n_tail_saves, "tail_syncs",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsK}", "sealed", n_seal, "sealed_bytes", n_seal_bytes, "opened",
+                         n_unseal, "opened_bytes", n_unseal_bytes, "reused", n_reused, "tail_saves", n_tail_saves, "tail_syncs",
                          n_tail_syncs,
                          "size_queries", n_size_queries, "size_fstats", n_size_fstats, "header_batches",
                          n_header_batches);
@@ -274,7 +274,8 @@ static PyMethodDef methods[] = {
     {"cipher_library", py_cipher_library, METH_NOARGS,
      "The library and version of the C VFS's AES-GCM, e.g. 'libgcrypt 1.10.1' (or 'OpenSSL 3.0.19 ...')."},
     {"stats", py_stats, METH_NOARGS,
-     "Process-wide counts: records sealed and opened and their bytes, -cdtail copies (and syncs of them), "
+     "Process-wide counts: records sealed and opened and their bytes, reads served from a kept "
+     "plaintext without opening the record again, -cdtail copies (and syncs of them), "
      "raw size queries (and "
      "fstats among them), calls into Python for batches of journal headers."},
     {"ready", py_ready, METH_NOARGS, "True once SQLite has loaded this module as an extension."},

@@ -276,3 +276,84 @@ def test_a_malformed_batch_of_headers_is_an_error_not_a_journal(tmp_path, keyrin
     good.execute("INSERT INTO t VALUES(1)")
     assert good.execute("SELECT v FROM t").fetchall() == [(1,)]
     good.close()
+
+
+def _page_record(conn, path: str, table: str) -> int:
+    """Where the record of ``table``'s root page is in the database file."""
+    ((root,),) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                              (table,)).fetchall()
+    with open(path, "rb") as f:
+        layout = SegmentLayout.of(Header.parse(f.read(4096)))
+    return layout.record_offset(root - 1)
+
+
+def _two_readers(tmp_path, keyring):
+    """A database in WAL mode whose ``acc`` pages are all in the database file, a reader of
+    it and a writer of another table (each commit makes the reader drop its page cache)."""
+    path = str(tmp_path / "r.db")
+    reader = csql.connect(path, keyring=keyring, implementation="c")
+    reader.execute("PRAGMA journal_mode=WAL")
+    _make_bank(reader, 5000)
+    reader.execute("CREATE TABLE other(v INTEGER)")
+    reader.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    writer = csql.connect(path, keyring=keyring, implementation="c")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    return path, reader, writer
+
+
+def test_unchanged_records_read_again_are_not_opened_again(tmp_path, keyring):
+    """When another connection's commit made SQLite drop a connection's page cache, the
+    records it reads again, unchanged (page 1, the B-tree's root and the rows' leaves),
+    come from the plaintexts the VFS kept once it had opened them twice, not from AES-GCM;
+    what it reads is the same. A scan of more records than it keeps reuses none."""
+    path, reader, writer = _two_readers(tmp_path, keyring)
+    query = "SELECT id, bal FROM acc WHERE id IN (7, 2500, 4999)"
+    deltas = []
+    for i in range(4):
+        writer.execute("INSERT INTO other VALUES(?)", (i,))  # the reader's cache is stale
+        before = _native._cvfs.stats()
+        assert reader.execute(query).fetchall() == [(7, 0), (2500, 0), (4999, 0)]
+        deltas.append(_stats_delta(before))
+    touched = deltas[0]["opened"]
+    assert touched >= 5  # page 1, the root, three leaves (and the WAL's record of 'other')
+    assert [d["reused"] for d in deltas[:2]] == [0, 0]
+    for d in deltas[2:]:
+        assert d["reused"] >= 5 and d["opened"] + d["reused"] == touched
+    before = _native._cvfs.stats()
+    for i in range(3):
+        writer.execute("INSERT INTO other VALUES(?)", (i,))
+        assert reader.execute("SELECT sum(id) FROM acc").fetchall() == [(5000 * 4999 // 2,)]
+    scans = _stats_delta(before)
+    assert scans["opened"] > 3 * 32 and scans["reused"] < 3 * 5
+    reader.close()
+    writer.close()
+
+
+def test_a_kept_record_changed_on_disk_is_opened_and_refused(tmp_path, keyring):
+    """A kept plaintext is used only for the very record it came from, byte for byte: a
+    byte flipped in that record on disk is refused as it is without the kept copy."""
+    path, reader, writer = _two_readers(tmp_path, keyring)
+    query = "SELECT bal FROM acc WHERE id = 2500"
+    for i in range(3):  # the root page's record is opened twice, then reused
+        writer.execute("INSERT INTO other VALUES(?)", (i,))
+        before = _native._cvfs.stats()
+        assert reader.execute(query).fetchall() == [(0,)]
+    assert _stats_delta(before)["reused"] >= 3
+    at = _page_record(reader, path, "acc") + 16 + 100  # inside the root page's ciphertext
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 1]))
+    writer.execute("INSERT INTO other VALUES(99)")
+    with pytest.raises(csql.PageAuthenticationError):
+        reader.execute(query).fetchall()
+    with open(path, "r+b") as f:  # put back: the kept copy is used again
+        f.seek(at)
+        f.write(byte)
+    writer.execute("INSERT INTO other VALUES(100)")
+    before = _native._cvfs.stats()
+    assert reader.execute(query).fetchall() == [(0,)]
+    assert _stats_delta(before)["reused"] >= 1
+    reader.close()
+    writer.close()
