@@ -306,7 +306,7 @@ def test_unchanged_records_read_again_are_not_opened_again(tmp_path, keyring):
     records it reads again, unchanged (page 1, the B-tree's root and the rows' leaves),
     come from the plaintexts the VFS kept once it had opened them twice, not from AES-GCM;
     what it reads is the same. A scan of more records than it keeps reuses none."""
-    path, reader, writer = _two_readers(tmp_path, keyring)
+    _path, reader, writer = _two_readers(tmp_path, keyring)
     query = "SELECT id, bal FROM acc WHERE id IN (7, 2500, 4999)"
     deltas = []
     for i in range(4):
