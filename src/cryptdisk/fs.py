@@ -92,6 +92,11 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
             raise IsADirectoryError(f"cryptdisk://: name a disk (disks: "
                                     f"{', '.join(sorted(self.config.disks))})")
         if name not in self.config.disks:
+            if "@" in name:  # (not quoted: it may hold a password)
+                raise ConfigError("a cryptdisk:// URL names a disk of the config, never "
+                                  "credentials (user:password@)",
+                                  hint="keys and credentials belong in the config file or "
+                                  "the environment")
             raise DiskFileNotFoundError(f"cryptdisk://{clean}: no disk named {name!r} in "
                                         f"{self.config_path}")
         return self.config.disks[name], rest

@@ -20,7 +20,7 @@ from cryptdisk.backup import (
     restore,
     verify,
 )
-from cryptdisk.errors import BackupError, BackupKeyError, CryptdiskError
+from cryptdisk.errors import BackupError, BackupKeyError, ConfigError, CryptdiskError
 from cryptdisk.keys import Keyring
 
 from .helpers import FAST_KDF, content, make_db
@@ -527,3 +527,15 @@ def test_an_encrypted_part_swapped_for_another_fails_the_backup(tmp_path: Path) 
     assert all(len(p["sha256"]) == 64 for t in manifest["tables"] for p in t["parts"])
     restore(repo, good.id, tmp_path / "r.db")
     assert content(tmp_path / "r.db") == content(src)
+
+
+def test_a_repository_url_with_credentials_is_refused_before_anything_shows_it() -> None:
+    secret = "s3cr3t-do-not-leak"
+    for url, options in ((f"memory://user:{secret}@bucket/repo", None),
+                         ("memory://bucket/repo", {"endpoint_url": f"http://k:{secret}@h/"})):
+        with pytest.raises(ConfigError, match="may not hold credentials") as info:
+            Repository.init(url, passphrase="pw", kdf_params=FAST_KDF, storage_options=options)
+        assert secret not in str(info.value) and secret not in repr(info.value)
+        with pytest.raises(ConfigError):
+            Repository.open(url, passphrase="pw", storage_options=options)
+

@@ -88,3 +88,15 @@ def test_cli_sqlite_with_keyring_wrapping(tmp_path: Path) -> None:
     write_key_file(other, os.urandom(32))
     r = run("list", repo, "--repo-key-file", str(other))
     assert r.returncode == 1 and "none of the given keyring keys" in r.stderr
+
+
+def test_cli_refuses_credentials_in_the_repository_url_or_options(tmp_path: Path) -> None:
+    secret = "s3cr3t-do-not-leak"
+    for argv in (["init", f"memory://user:{secret}@bucket/repo"],
+                 ["init", "memory://bucket/repo", "--repo-option",
+                  f"endpoint_url=http://AKID:{secret}@127.0.0.1:9000"],
+                 ["list", f"memory://user:{secret}@bucket/repo"]):
+        r = run(*argv, "--passphrase-env", "BK_PASS")
+        assert r.returncode == 1, r.stderr
+        assert "may not hold credentials" in r.stderr and "Traceback" not in r.stderr
+        assert secret not in r.stderr + r.stdout

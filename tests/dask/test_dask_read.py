@@ -380,3 +380,18 @@ def test_a_forked_child_opens_its_own_connection_not_the_parents(table, monkeypa
     assert child is not parent
     assert child.read_part("t", child.scan_plan("t")[0][0], ["k"]).num_rows == PART_ROWS
     assert _process_database(str(path), str(cfg)) is child  # kept for the child's next read
+
+
+def test_credentials_in_a_url_or_its_options_never_reach_a_task_graph(tmp_path):
+    """Refused before a graph exists (tasks carry the URL and options to every worker)."""
+    secret = "s3cr3t-do-not-leak"
+    cfg = write_config(tmp_path, [1], 1)
+    for url, options in ((f"memory://u:{secret}@bucket/db", None),
+                         ("memory://bucket/db", {"client_kwargs": {
+                             "endpoint_url": f"http://AKID:{secret}@127.0.0.1:9000"}})):
+        with pytest.raises(ConfigError, match="credentials") as info:
+            cryptdisk.dask.read_table(url, "t", config=cfg, storage_options=options)
+        assert secret not in str(info.value)
+        with pytest.raises(ConfigError, match="credentials") as info:
+            cryptdisk.dask.to_table(None, url, "t", config=cfg, storage_options=options)
+        assert secret not in str(info.value)

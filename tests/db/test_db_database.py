@@ -420,6 +420,33 @@ def test_config_errors_name_the_problem(tmp_path, extra, message):
         cryptdisk.connect(tmp_path / "db", cfg)
 
 
+def test_a_database_url_holding_credentials_is_refused_before_anything_quotes_it(tmp_path):
+    import cryptdisk.db
+    from cryptdisk.errors import ConfigError
+
+    from .dbhelpers import write_config
+
+    secret = "s3cr3t-do-not-leak"
+    cfg = write_config(tmp_path, [1], 1)
+    attempts = [
+        lambda: cryptdisk.connect(f"s3://AKID:{secret}@bucket/db"),  # no config: refused too
+        lambda: cryptdisk.connect(f"memory://u:{secret}@bucket/db", cfg, read_only=True),
+        lambda: cryptdisk.connect(f"memory://bucket/db?X-Amz-Signature={secret}", cfg,
+                                  read_only=True),
+        lambda: cryptdisk.connect("memory://bucket/db", cfg, read_only=True, storage_options={
+            "endpoint_url": f"http://AKID:{secret}@127.0.0.1:9000"}),
+        lambda: cryptdisk.db.location(f"s3://{secret}@bucket/db"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ConfigError, match="credentials") as info:
+            attempt()
+        assert secret not in str(info.value) and secret not in repr(info.value)
+    with cryptdisk.connect(tmp_path / "db", cfg) as db, \
+            pytest.raises(ConfigError, match="credentials") as info:
+        cryptdisk.db.publish(db, f"memory://u:{secret}@bucket/db")
+    assert secret not in str(info.value)
+
+
 def test_config_without_default_policy(tmp_path):
     from .dbhelpers import write_config
 

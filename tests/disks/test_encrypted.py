@@ -84,12 +84,3 @@ def test_algorithm_and_segment_size_apply(tmp_path: Path) -> None:
     assert disk.info("f").algorithm == "aes-128-gcm"
     with pytest.raises(ValueError, match="power of two"):
         EncryptedDisk("e", LocalDisk("raw", tmp_path), Keyring.generate(), segment_size=1000)
-
-
-def test_fsspec_disk_never_shows_url_credentials() -> None:
-    from cryptdisk.disks._fsspec import mask_url
-
-    assert mask_url("ftp://user:pw@host/dir") == "ftp://***@host/dir"
-    assert mask_url("s3://bucket/prefix") == "s3://bucket/prefix"
-    disk = FsspecDisk("m", "memory://user:pw@x/y")
-    assert "pw" not in disk.path and "pw" not in repr(disk)

@@ -82,6 +82,14 @@ def test_refuses_key_material_in_storage_options(config_path: str) -> None:
         CryptdiskFileSystem(config=config_path, key=KEY_HEX)
 
 
+def test_refuses_credentials_in_a_url_without_quoting_them(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    for call in (fs.cat_file, fs.info, fs.ls, lambda p: fs.open(p, "wb")):
+        with pytest.raises(ConfigError, match="never credentials") as info:
+            call("cryptdisk://user:s3cr3t@secure/x")
+        assert "s3cr3t" not in str(info.value) and "s3cr3t" not in repr(info.value)
+
+
 def test_config_from_environment(config_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRYPTDISK_CONFIG", config_path)
     fs = CryptdiskFileSystem(skip_instance_cache=True)

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import _json
+from ..disks import check_storage_options, check_url
 from ..errors import BackupError
 from ..keys import Keyring
 from . import _chunker
@@ -97,6 +98,10 @@ class Repository:
 
     @staticmethod
     def _fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+        # The URL is in every message, the repr and the command line: no credentials in it
+        # (ConfigError, which never quotes it), nor in the options fsspec caches.
+        check_url(url, "the repository URL")
+        check_storage_options(storage_options or {})
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         return fs, root
 

@@ -55,9 +55,12 @@ def is_url(path: Any) -> bool:
 
 def location(path: str | os.PathLike[str]) -> str:
     """The normalised name of a database: its URL without a trailing ``/``, or an
-    absolute local path."""
+    absolute local path. A URL holding credentials, a query or a fragment is refused
+    (:class:`~cryptdisk.errors.ConfigError`, which does not quote it) before anything
+    else can show it."""
     text = os.fspath(path)
     if is_url(text):
+        _check_url(text)
         return text.rstrip("/")
     if text.startswith("file://"):
         text = text[len("file://"):]
@@ -65,11 +68,9 @@ def location(path: str | os.PathLike[str]) -> str:
 
 
 def _check_url(url: str) -> None:
-    netloc = url.partition("://")[2].partition("/")[0]
-    if "@" in netloc:
-        raise ConfigError("a database URL may not hold credentials (user:password@)",
-                          hint="set them in the environment (AWS_ACCESS_KEY_ID, "
-                          "AWS_SECRET_ACCESS_KEY, ...) or the store's credential file")
+    from ..disks import check_url
+
+    check_url(url, "a database URL")
     if "?" in url or "#" in url:
         raise ConfigError("a database URL may not hold a query or fragment",
                           hint="give options in storage_options (never credentials)")

@@ -15,7 +15,7 @@ from ._convert import convert_tree
 from ._detect import describe, open_any
 from ._encrypted import DEFAULT_READ_CACHE_BYTES, EncryptedDisk
 from ._files import AtomicWriteFile, PreadFile
-from ._fsspec import FsspecDisk
+from ._fsspec import FsspecDisk, check_storage_options, check_url
 from ._local import LocalDisk
 from ._policy import StoragePolicy, Volume
 
@@ -43,6 +43,8 @@ __all__ = [
     "PreadFile",
     "StoragePolicy",
     "Volume",
+    "check_storage_options",
+    "check_url",
     "convert_tree",
     "describe",
     "discardable",

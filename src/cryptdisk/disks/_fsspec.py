@@ -8,7 +8,8 @@ name that is then moved over the destination. The spool (see ``_spool``) holds
 the bytes this disk stores, so ciphertext under an encrypted disk; the spools of
 killed writers are deleted by the next process that opens an fsspec disk.
 
-Credentials never go in ``storage_options``: use the store's environment
+Credentials never go in the URL or in ``storage_options`` (see :func:`check_url`
+and :func:`check_storage_options`, which refuse them): use the store's environment
 variables (``AWS_ACCESS_KEY_ID`` ...) or its credential files.
 """
 
@@ -31,39 +32,67 @@ __all__ = [
     "SECRET_OPTION_WORDS",
     "FsspecDisk",
     "check_storage_options",
-    "mask_url",
+    "check_url",
 ]
 
 #: Protocols whose stores have no rename; one upload is their atomic publish.
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
-#: Words that mark a storage option as a secret (refused: use environment variables).
-SECRET_OPTION_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "sas")
+#: Words that mark a storage option (or a URL's query parameter) as a secret: refused.
+SECRET_OPTION_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "sas",
+                       "auth")
+#: ... and a query parameter only (``sig``: Azure's SAS, ``X-Amz-Signature``; an option
+#: such as ``signature_version`` is no secret).
+_SECRET_QUERY_WORDS = (*SECRET_OPTION_WORDS, "sig")
+_ELSEWHERE = ("set them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) or "
+              "the store's credential file")
 
 
-def check_storage_options(options: dict[str, Any], where: str = "storage_options") -> None:
-    """Refuse secrets in ``storage_options`` (they end up in caches, pickles and logs)."""
+def check_url(url: str, where: str = "url") -> None:
+    """Refuse a URL that holds a credential: anything before the host (``user@``,
+    ``user:password@``, ``token@``) or a query parameter named like a secret (a signature,
+    a SAS or security token). A URL travels far: it is shown in reprs, errors, logs,
+    catalogs and ``system.disks``, recorded beside a published database, pickled into task
+    graphs and written on command lines, so it holds no secret and is shown as it is. The
+    error never quotes the URL."""
+    _scheme, sep, rest = url.partition("://")
+    if not sep:
+        return
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in netloc:
+        raise ConfigError(
+            f"{where}: a URL may not hold credentials (user:password@ before the host)",
+            hint="give a user name in storage_options (username=...) if the store takes one; "
+            + _ELSEWHERE)
+    query = rest.partition("?")[2].partition("#")[0]
+    for item in query.split("&") if query else ():
+        name = item.partition("=")[0].lower()
+        if any(word in name for word in _SECRET_QUERY_WORDS):
+            raise ConfigError(
+                f"{where}: a URL may not hold credentials (a query parameter looks like one)",
+                hint=_ELSEWHERE)
+
+
+def check_storage_options(options: Mapping[str, Any], where: str = "storage_options") -> None:
+    """Refuse secrets in ``storage_options`` (they end up in caches, pickles, task graphs
+    and the record of a published database): an option named like a credential, or a URL
+    holding one (see :func:`check_url`), at any depth."""
     for name, value in options.items():
-        low = name.lower()
+        low = str(name).lower()
         if any(word in low for word in SECRET_OPTION_WORDS):
             raise ConfigError(
                 f"{where}: '{name}' looks like a credential; secrets are not allowed in "
-                "storage_options",
-                hint="set them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-                "...) or the store's credential file",
-            )
-        if isinstance(value, dict):
-            check_storage_options(value, f"{where}.{name}")
+                "storage_options", hint=_ELSEWHERE)
+        _check_option_value(value, f"{where}.{name}")
 
 
-def mask_url(url: str) -> str:
-    """The URL with any ``user:password@`` part replaced by ``***@`` (for display)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, tail = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    return f"{scheme}://{netloc}{slash}{tail}"
+def _check_option_value(value: Any, where: str) -> None:
+    if isinstance(value, Mapping):
+        check_storage_options(value, where)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_option_value(item, f"{where}[{i}]")
+    elif isinstance(value, str):
+        check_url(value, where)
 
 
 class _FsspecReader:
@@ -116,6 +145,7 @@ class FsspecDisk(Disk):
     def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None,
                  ) -> None:
         options = dict(storage_options or {})
+        check_url(url)
         check_storage_options(options)
         self.name = name
         self.url = url
@@ -134,7 +164,7 @@ class FsspecDisk(Disk):
 
     @property
     def path(self) -> str:
-        return mask_url(self.url).rstrip("/") + "/"
+        return self.url.rstrip("/") + "/"  # (no credential: refused by check_url)
 
     def _full(self, path: str) -> str:
         return join_prefix(self.root, norm_path(path)) if self.root else norm_path(path)

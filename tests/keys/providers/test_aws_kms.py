@@ -169,6 +169,15 @@ def test_credentials_are_never_config_fields(tmp_path, kms):
         _ring(tmp_path, endpoint, kms_key, extra=f'aws_secret_access_key = "{SECRET}"\n')
 
 
+def test_an_endpoint_holding_credentials_is_refused_without_quoting_it(tmp_path, kms):
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    with pytest.raises(ConfigError, match="endpoint may not hold credentials") as info:
+        _ring(tmp_path, endpoint.replace("http://", f"http://AKIDTESTING:{SECRET}@"), kms_key)
+    assert SECRET not in str(info.value) and SECRET not in repr(info.value)
+
+
 def test_a_database_whose_key_is_wrapped_by_kms(tmp_path, kms):
     endpoint, kms_key = kms
     create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",

@@ -111,6 +111,11 @@ class AwsKmsProvider(HeldKekProvider):
             if name in self.value and (not isinstance(self.value[name], str)
                                        or not self.value[name]):
                 raise TypeError(f"{name} must be a non-empty string")
+        if "@" in self.value.get("endpoint", "").partition("://")[2].split("/", 1)[0]:
+            # (not quoted: the config's errors, reprs and logs show the endpoint)
+            raise TypeError("endpoint may not hold credentials (user:password@ before the "
+                            "host); boto3 takes them from the environment, a profile or "
+                            "an instance role")
         for name, default in (("kek_seconds", DEFAULT_KEK_SECONDS), ("timeout", 10.0)):
             number = self.value.get(name, default)
             if not isinstance(number, (int, float)) or isinstance(number, bool) or number <= 0:
