@@ -425,3 +425,28 @@ def test_a_rewrite_is_kept_per_role_membership(tmp_path):
     assert read(frozenset({"auditor"})) == [("clear",)]  # granted
     assert read(frozenset()) == [("x",)]  # revoked
     assert rewriter.rewrites == 2
+
+
+@pytest.mark.parametrize("role, how", [(None, "db.sql"), (None, "db.con"),
+                                       ("analyst", "db.con")])  # (a role's db.sql: no SET)
+def test_a_kept_parse_tree_or_rewrite_follows_the_parser_settings(made, how, role):
+    """A statement's kept parse tree (pushed field functions) and policy rewrite depend on
+    its text alone: ``SET integer_division`` through ``db.sql`` or on ``db.con`` behind
+    the database's back changes what ``/`` means for the next run of the same text, as it
+    does for DuckDB's own statements."""
+    path, config = made
+    # (without a role a field function over a stored column is pushed into the scan, and
+    # DuckDB runs the statement made from the kept tree; with one, the policies' rewrite)
+    sql = ("SELECT (n + 1) / 2 AS h, " + ("pan" if role else "mask_last4(fpe_decrypt(pan, "
+                                           "'cards'))") + " AS p FROM cards ORDER BY n")
+    with cryptdisk.connect(path, config, role=role) as db:
+        def division(integer):
+            statement = f"SET integer_division = {str(integer).lower()}"
+            db.sql(statement) if how == "db.sql" else db.con.execute(statement)
+            return _col(db, sql)
+
+        halves = [0.5, 1.5] if role else [0.5, 1.0, 1.5]
+        assert division(True) == [int(h) for h in halves]
+        assert division(False) == halves
+        assert division(True) == [int(h) for h in halves]
+        assert [r[1] for r in db.query(sql)] == ([MASKED[0], MASKED[2]] if role else MASKED)

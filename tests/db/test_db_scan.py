@@ -1077,3 +1077,26 @@ def test_a_warm_point_query_hands_duckdb_the_keys_span_of_the_cached_row_group(d
     assert table.num_rows == 14  # of the two cached row groups' 2000
     assert db.query("SELECT c_str FROM t WHERE c_int IN (3, 4999)") == [
         (hashlib.md5(b"3").hexdigest(),), (hashlib.md5(b"4999").hexdigest(),)]
+
+
+@pytest.mark.parametrize("how", ["db.sql", "db.con"])
+def test_a_default_collation_keeps_text_statistics_from_skipping_rows(db, small_groups, how):
+    """Byte-order statistics of a text column bound neither its WHERE nor its ORDER BY
+    under a collation, also when it is set on ``db.con`` behind the database's back."""
+    db.sql("CREATE TABLE t (s VARCHAR, i BIGINT) ORDER BY s")
+    db.sql("INSERT INTO t SELECT 'B' || lpad(range::VARCHAR, 5, '0'), range FROM range(3000)")
+    db.sql("INSERT INTO t SELECT 'a' || lpad(range::VARCHAR, 5, '0'), range FROM range(3000)")
+    queries = ["SELECT count(*) FROM t WHERE s = 'A00007'",
+               "SELECT count(*) FROM t WHERE s >= 'A' AND s < 'B'",
+               "SELECT s FROM t ORDER BY s LIMIT 2",
+               "SELECT s FROM t ORDER BY s DESC LIMIT 1"]
+    binary = [db.query(q) for q in queries]  # (statements are cached as they run)
+    assert binary == [[(0,)], [(0,)], [("B00000",), ("B00001",)], [("a02999",)]]
+    assert db.last_scans["t"]["row_groups_read"] < 6  # statistics skip row groups here
+    set_nocase = "SET default_collation = 'nocase'"
+    db.sql(set_nocase) if how == "db.sql" else db.con.execute(set_nocase)
+    assert [db.query(q) for q in queries] == [
+        [(1,)], [(3000,)], [("a00000",), ("a00001",)], [("B02999",)]]
+    reset = "RESET default_collation"
+    db.sql(reset) if how == "db.sql" else db.con.execute(reset)
+    assert [db.query(q) for q in queries] == binary

@@ -71,6 +71,21 @@ def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
     return rows[0][0] if rows else None
 
 
+def parser_cursor(con: Any) -> Any:
+    """A cursor of the DuckDB connection ``con`` to parse with (:func:`serialize_sql`):
+    its session pins the settings DuckDB's parser reads (``integer_division`` makes ``/``
+    parse as ``//``, ``preserve_identifier_case`` lowers names) to their defaults, so a
+    tree it gives depends on the statement's text alone, whatever ``SET`` (even ``SET
+    GLOBAL``) ran on ``con``, and a tree or rewrite kept by that text never goes stale.
+    Text made from a tree (``json_deserialize_sql``) is parsed again where it runs, under
+    that connection's settings. A cursor, not a connection (see ``_forksafe``); one
+    thread at a time, as any DuckDB connection."""
+    parser = con.cursor()
+    parser.execute("SET SESSION integer_division = false")
+    parser.execute("SET SESSION preserve_identifier_case = true")
+    return parser
+
+
 def serialize_sql(sql: str, con: Any) -> Any:
     """DuckDB's parse tree of ``sql`` (``json_serialize_sql``), ``{"error": True, ...}``
     if it does not parse."""

@@ -55,6 +55,7 @@ from ._columns import (
     has_where,
     needed_columns,
     parse_tree,
+    parser_cursor,
     referenced_tables,
     rewrite_system_tables,
     scalar,
@@ -73,6 +74,8 @@ from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_query
 from ._pushdown import (
+    Filter,
+    TopN,
     all_pass,
     count_star_only,
     filters_from_tuples,
@@ -285,9 +288,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: whether field functions may be computed by the scan (see ._derived)
         self.push_field_functions = True
         #: DuckDB's parse trees (JSON text) of recent SELECTs, by statement text: a
-        #: repeated statement is parsed for cryptdisk once; any statement that is not a
-        #: SELECT (SET, PRAGMA, ...) may change the parser's settings and empties it (see
-        #: :meth:`_session_changed`)
+        #: repeated statement is parsed for cryptdisk once. A tree depends on the text
+        #: alone: it comes from a connection whose parser settings are DuckDB's defaults
+        #: (:func:`_parser_connection`), whatever ``SET`` ran on :attr:`con`
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         #: the result schemas DuckDB gave the recent ``SELECT min(key), max(key) FROM t``
         #: statements (by text and table), so a repeat is answered from the catalog alone
@@ -299,7 +302,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.config = resolve_config(self.path, config, creating)
             self.keyring = self.config.keyring
             self.con = self._new_duckdb(memory_limit, threads)
-            _warm_parser(self.con)
+            #: the connection cryptdisk's own parse trees come from (see _parser_connection)
+            self._parser = _parser_connection(self.con)
             # before the catalog, never ahead of it
             pins = read_pins(self._pins, self.keyring, self._remote)
             catalog = load_catalog(self.path, self.keyring, self._remote)
@@ -379,6 +383,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self.cache.clear()
             self._open_parts.clear()
             _wipe_unwrap_caches(self.config)
+            with contextlib.suppress(Exception):
+                self._parser.close()
             with contextlib.suppress(Exception):
                 self.con.close()
             self._release_lock()
@@ -670,8 +676,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                 lambda exprs: constant_values(self.con, exprs),
                                 # a WHERE the scan applies in its own DuckDB connection
                                 # compares text as this one does: no default collation
-                                lambda: scalar(self.con, "SELECT current_setting("
-                                               "'default_collation')") in ("", None))
+                                self._binary_text)
         if not pushed:
             return None, []
         text = scalar(self.con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
@@ -686,7 +691,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if text is not None:
             self._trees.move_to_end(sql)
             return json.loads(text)  # type: ignore[no-any-return]
-        tree = parse_tree(self.con, sql)
+        tree = parse_tree(self._parser, sql)
         if tree is not None:
             self._trees[sql] = json.dumps(tree)
             while len(self._trees) > _TREES:
@@ -733,8 +738,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 meta = self.catalog.tables[p.table]
                 # its WHERE's conditions on the key and sorted columns skip parts and
                 # row groups as they do for a stored table's scan
-                filters = (table_filters(tree, p.view, self.arrow_schema(meta))
-                           if p.where is not None else [])
+                filters = (self._text_safe(self.arrow_schema(meta), table_filters(
+                    tree, p.view, self.arrow_schema(meta)), None)[0]
+                    if p.where is not None else [])
                 scan = self._scan(meta, p.columns, filters, derived=p.derived, name=p.view,
                                   where=p.where, alias=p.alias)
                 warm = scan.cached_table()
@@ -766,8 +772,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 schema = self.arrow_schema(meta)
                 key = meta.key
                 schemas = {u: self.arrow_schema(self.catalog.tables[u]) for u in tables}
-                scan = self._scan(meta, cols, table_filters(tree, t, schema, schemas),
-                                  top_n(tree, t, schema, self._default_order),
+                filters, top = self._text_safe(
+                    schema, table_filters(tree, t, schema, schemas),
+                    top_n(tree, t, schema, self._default_order))
+                scan = self._scan(meta, cols, filters, top,
                                   key_extremes_only(tree, t, schema, key))
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self._scans.append(scan)
@@ -809,6 +817,29 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                  "row_groups_skipped": 0, "parts_from_index": len(parts),
                                  "granule_reads": 0}
         return pa.Table.from_arrays(arrays, schema=schema)
+
+    def _binary_text(self) -> bool:
+        """Whether DuckDB compares and sorts text byte by byte (no ``default_collation``):
+        only then do a text column's statistics (byte order) bound what its WHERE keeps and
+        what its ORDER BY puts first. Asked of the connection each time: a ``SET`` on
+        ``con`` itself changes it unseen."""
+        return scalar(self.con, "SELECT current_setting('default_collation')") in ("", None)
+
+    def _text_safe(self, schema: pa.Schema, filters: list[Filter], top: TopN | None,
+                   ) -> tuple[list[Filter], TopN | None]:
+        """``filters`` and ``top`` without those on text columns while DuckDB compares text
+        under a collation (``SET default_collation = 'nocase'``): byte-order statistics
+        would skip rows it keeps (see :meth:`_binary_text`, asked only if there are any)."""
+        def text(column: str) -> bool:
+            typ = schema.field(column).type
+            return bool(pa.types.is_string(typ) or pa.types.is_large_string(typ))
+
+        if not any(text(f.column) for f in filters) and (top is None or not text(top.column)):
+            return filters, top
+        if self._binary_text():
+            return filters, top
+        return ([f for f in filters if not text(f.column)],
+                None if top is not None and text(top.column) else top)
 
     def _default_order(self) -> str:
         """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked
@@ -1007,17 +1038,21 @@ def _parquet_stores(field: pa.Field) -> bool:
     return True
 
 
-def _warm_parser(con: Any) -> None:
-    """Run DuckDB's first JSON function on ``con``.
+def _parser_connection(con: Any) -> Any:
+    """The cursor of ``con`` that parses for cryptdisk (:func:`._columns.parser_cursor`:
+    a tree depends on the text alone, so kept trees and policy rewrites never go stale
+    when ``SET`` runs on ``con``), after DuckDB's first JSON function ran on it.
 
     The first JSON function a DuckDB instance runs costs about 5 ms of CPU (later ones
     0.5 ms), and every statement that reads a table starts with one
-    (``json_serialize_sql``, see :mod:`._columns`): paid in connect, the first query does
-    not pay it. On the calling thread: connect starts no thread (a thread left running
-    would make connect's time depend on the machine's load, and a fork while it runs
-    would free its cursor in the child)."""
+    (``json_serialize_sql``): paid in connect, the first query does not pay it. On the
+    calling thread: connect starts no thread (a thread left running would make connect's
+    time depend on the machine's load, and a fork while it runs would free its cursor in
+    the child)."""
+    parser = parser_cursor(con)
     with contextlib.suppress(duckdb.Error):
-        con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
+        parser.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
+    return parser
 
 
 def _wipe_unwrap_caches(config: Any) -> None:

@@ -544,5 +544,7 @@ def role_query(db: Any, sql: str) -> str:
     if db.read_only:  # the tables' columns another process changed (as _prepare reads them)
         db.refresh()
     state = _embedded(db)
-    text, _revealed = state.rewriter.rewrite_query(sql, state.session, db.con)
+    # parsed where the parser's settings are DuckDB's defaults (Database._parser): a kept
+    # rewrite depends on the text alone; DuckDB parses the rewrite again on db.con
+    text, _revealed = state.rewriter.rewrite_query(sql, state.session, db._parser)
     return text

@@ -294,7 +294,10 @@ class _AnalyticalSession(EngineSession):
 
     def _parse_connection(self) -> Any:
         if self._parser is None:
-            self._parser = self.engine.db.con.cursor()  # its own connection: only parses
+            from ..db import parser_cursor
+
+            # its own connection: only parses, with DuckDB's default parser settings
+            self._parser = parser_cursor(self.engine.db.con)
         return self._parser
 
     def set_privileges(self, privileges: Any) -> None:
