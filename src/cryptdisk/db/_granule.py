@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader
 
 __all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_pages",
            "granule_schema", "page_spans", "walked_all"]
@@ -320,7 +321,10 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
     ])
     data += footer
     data += len(footer).to_bytes(4, "little") + b"PAR1"
-    table = pq.ParquetFile(pa.BufferReader(pa.py_buffer(data))).read(use_threads=False)
+    # pyarrow's reader itself: ParquetFile would build its Python-side schema maps first
+    reader = ParquetReader()
+    reader.open(pa.BufferReader(pa.py_buffer(data)), pre_buffer=False)
+    table = reader.read_all(use_threads=False)
     arr = table.column(0)
     if arr.type != typ or len(arr) != values:
         return None

@@ -268,8 +268,9 @@ class TableScan:
         a warm query gets it; None when anything is missing (the scan streams).
         """
         cache = self._cache
-        if cache is None or not (self.columns or self.derived) or self._extremes:
-            return None
+        if cache is None or not len(cache) or not (self.columns or self.derived) \
+                or self._extremes:
+            return None  # (an empty cache: no part is opened to find that out)
         wanted = [(c, c) for c in self.columns] + [(d.name, d.cache_name) for d in self.derived]
         chunks: dict[str, list[Any]] = {c: [] for c, _k in wanted}
         for part in self._parts:
