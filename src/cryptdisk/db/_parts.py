@@ -63,6 +63,9 @@ PAGES_KEY = b"cryptdisk.pages"
 #: turn it off to write parts as earlier versions did).
 WRITE_PAGE_INDEX = True
 COMPRESSION = "lz4"
+#: Bytes of Parquet a part's writer gathers (in Arrow's memory, without the GIL) before
+#: handing them to Python to be scanned for the page index and encrypted.
+SINK_BUFFER = 1 << 20
 #: Rows per row group: the granule a filtered scan reads, decrypts and decodes at least.
 #: 64Ki rows (8 ClickHouse granules) keep a point query on the key at one small read
 #: (about 0.5 MB per 8-byte column) while a full scan's per-row-group costs (footer
@@ -106,6 +109,11 @@ class _HashingWriter:
                                         daemon=True)
         self._thread.start()
         self.closed = False
+        self._discard = False
+
+    def discard(self) -> None:
+        """Drop every later write (the part is being discarded)."""
+        self._discard = True
 
     def _drain(self) -> None:
         while (data := self._queue.get()) is not None:
@@ -118,6 +126,8 @@ class _HashingWriter:
                     self._error = exc
 
     def write(self, data: Any) -> int:
+        if self._discard:
+            return len(data)
         if self._error is not None:
             raise self._error
         if not isinstance(data, bytes):
@@ -425,7 +435,12 @@ class _PartWriter:
         meta_schema = schema.with_metadata({PART_ID_KEY: self.part_id.encode(),
                                             VERSION_KEY: str(version).encode()})
         try:
-            self._writer = pq.ParquetWriter(self._sink, meta_schema, compression=compression,
+            # pyarrow writes each page header and page body as its own write: buffered
+            # here in Arrow's memory (no GIL), they reach Python SINK_BUFFER bytes at a time
+            self._buffered = pa.BufferedOutputStream(pa.PythonFile(self._sink, mode="w"),
+                                                     SINK_BUFFER)
+            self._writer = pq.ParquetWriter(self._buffered, meta_schema,
+                                            compression=compression,
                                             use_dictionary=dictionary,
                                             max_rows_per_page=GRANULE_ROWS)
         except BaseException:
@@ -459,12 +474,14 @@ class _PartWriter:
             granules = self._bounds.granules_to_bytes() if WRITE_PAGE_INDEX else None
             if granules is not None:
                 extra[KEY_GRANULES_KEY] = granules
+            self._buffered.flush()  # every page written so far through the scanner
             scanner, self._sink.scanner = self._sink.scanner, None  # the footer is no page
             pages = scanner.to_bytes(self._groups, self._leaves) if scanner else None
             if pages is not None:
                 extra[PAGES_KEY] = pages
             self._writer.add_key_value_metadata(extra)
             self._writer.close()
+            self._buffered.flush()  # the footer's last bytes, to the sink
         except BaseException:
             self.abort()
             raise
@@ -486,6 +503,7 @@ class _PartWriter:
 
     def abort(self) -> None:
         """Discard the part: the disk's temporary file goes, nothing is published."""
+        self._sink.discard()  # what pyarrow and the buffer still hold goes nowhere
         writer = getattr(self, "_writer", None)
         if writer is not None:
             with contextlib.suppress(Exception):
