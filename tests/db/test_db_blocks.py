@@ -440,3 +440,42 @@ def test_arrow_strings_that_are_not_utf8_publish_nothing(tmp_path):
         assert db.query("SELECT count(*) FROM t") == [(0,)]
         db.insert("t", pa.table({"k": pa.array([1], pa.int64())}))
         assert db.query("SELECT k, s FROM t") == [(1, None)]
+
+
+def test_pieces_taken_ahead_come_in_order_and_an_error_reaches_the_part_thread():
+    """A part's row groups taken on a taker thread while a core is spare (and inline when
+    none is) come in their order, each once; a failure taking one is raised where the part
+    asks for it, and the iterator is not left running when the part's thread goes on."""
+    from cryptdisk.db import _blocks
+
+    takers = _blocks._Pool(2)
+    try:
+        tables = [pa.table({"i": [i]}) for i in range(9)]
+        flips = itertools.cycle([True, False, False])
+        got = [t.column("i")[0].as_py()
+               for t in _blocks._ahead(iter(tables), takers, lambda: next(flips))]
+        assert got == list(range(9))
+
+        def failing():
+            yield tables[0]
+            raise OSError("cannot take")
+
+        seen = []
+        with pytest.raises(OSError, match="cannot take"):
+            for t in _blocks._ahead(failing(), takers, lambda: True):
+                seen.append(t)
+        assert len(seen) == 1
+
+        started = []
+
+        def slow():
+            for t in tables:
+                started.append(t)
+                yield t
+
+        ahead = _blocks._ahead(slow(), takers, lambda: True)
+        next(ahead)
+        ahead.close()  # waits for the row group being taken ahead
+        assert len(started) == 2
+    finally:
+        takers.close()

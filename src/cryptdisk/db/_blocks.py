@@ -14,7 +14,9 @@ order on the table's ``ORDER BY`` (one vectorised comparison of neighbouring key
 
 Parts are written by up to ``workers`` threads at once (the same threads for all the
 insert's parts, see :class:`_Pool`), each sorting, encoding and (on another thread)
-encrypting (plain: hashing) its own part, so both cores work. At
+encrypting (plain: hashing) its own part, so both cores work; while fewer than
+``workers`` parts are being encoded, a part's next row group is taken in key order on a
+taker thread (see :func:`_ahead`) as its thread encodes the one before. At
 most ``workers`` parts are being encoded, each holding the block it encodes and one queued
 block, and one block is being gathered (a part being finished, its footer written, fsynced
 and renamed, holds no block: the next part starts beside it, on the pool's one thread
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -233,7 +235,7 @@ class _Pool:
     """
 
     def __init__(self, threads: int) -> None:
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._queue: queue.Queue[_Job | _Next | None] = queue.Queue()
         self._threads = [threading.Thread(target=self._loop, name="cryptdisk-insert-part",
                                           daemon=True) for _ in range(threads)]
         for t in self._threads:
@@ -244,7 +246,7 @@ class _Pool:
             job.run()
             del job
 
-    def submit(self, job: _Job) -> None:
+    def submit(self, job: _Job | _Next) -> None:
         self._queue.put(job)
 
     def close(self) -> None:
@@ -254,14 +256,64 @@ class _Pool:
             t.join()
 
 
+class _Next:
+    """The next item of an iterator, computed on a :class:`_Pool` thread (None at its end)."""
+
+    def __init__(self, it: Iterator[pa.Table]) -> None:
+        self._it = it
+        self.item: pa.Table | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.item = next(self._it, None)
+        except BaseException as exc:  # re-raised by the thread that asked
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self) -> pa.Table | None:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        item, self.item = self.item, None
+        return item
+
+
+def _ahead(pieces: Iterable[pa.Table], pool: _Pool,
+           spare: Callable[[], bool]) -> Iterator[pa.Table]:
+    """``pieces`` in order; while ``spare()`` (a core would otherwise idle), each next one
+    is computed on ``pool`` while the caller works on the one before (a part's next row
+    group taken in key order while its thread encodes the last)."""
+    it = iter(pieces)
+    pending: _Next | None = None
+    try:
+        while True:
+            item = pending.result() if pending is not None else next(it, None)
+            pending = None
+            if item is None:
+                return
+            if spare():
+                pending = _Next(it)
+                pool.submit(pending)
+            yield item
+            del item
+    finally:
+        if pending is not None:  # the iterator is not left running when the caller goes on
+            pending.done.wait()
+
+
 class _Job:
     """One part, written by a thread of the :class:`_Pool`: blocks come through a queue,
     sorted there if asked. The pool has a thread for every part that is not done, or
     waits for one to finish its part (few: at most ``workers`` parts are being encoded)."""
 
     def __init__(self, writer: _PartWriter, order: list[str],
-                 on_rows: Callable[[int], None] | None, lock: threading.Lock) -> None:
+                 on_rows: Callable[[int], None] | None, lock: threading.Lock,
+                 takers: _Pool, spare: Callable[[], bool]) -> None:
         self.writer = writer
+        self._takers, self._spare = takers, spare
         self.rows = 0  # rows handed to it
         self.last: Any = None  # the largest key handed to it (None: unknown, no chaining)
         self.ended = False
@@ -301,7 +353,9 @@ class _Job:
                 if sort:
                     # a row group at a time, each one a row group of the part; the block's
                     # contiguous copy replaces it (no reference to it is kept here)
-                    pieces = _sorted_pieces(block, self._order, _parts.ROW_GROUP_ROWS)
+                    pieces = _ahead(_sorted_pieces(block, self._order,
+                                                   _parts.ROW_GROUP_ROWS), self._takers,
+                                    self._spare)
                     del block
                     for piece in pieces:
                         self.writer.write(piece)
@@ -380,6 +434,14 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     # them; not one per finishing part: each thread's heap keeps memory (with 2 x workers
     # threads, a 3M-row insert of 8 MiB blocks peaked 20-30 MB higher)
     pool = _Pool(max(1, workers) + 1)
+    # while fewer than `workers` parts are being encoded (the insert's first block, its
+    # last parts), a part's next row group is taken in key order on one of these threads
+    # as the part's thread encodes the one before, so a lone part uses two cores
+    takers = _Pool(max(1, workers))
+
+    def spare() -> bool:
+        return sum(not j.encoded.is_set() for j in jobs[-max(1, workers):]) < max(1, workers)
+
     jobs: list[_Job] = []  # in the order started; the last one may take more blocks
     lock = threading.Lock()
     key = order[0] if order else None
@@ -412,7 +474,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                 current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),
                                            version=version,
                                            compression=settings[0], dictionary=settings[1],
-                                           key=key), order, on_rows, lock)
+                                           key=key), order, on_rows, lock, takers, spare)
                 jobs.append(current)
                 pool.submit(current)
             current.put(block, sort=not ordered)
@@ -431,6 +493,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
         raise
     finally:
         pool.close()
+        takers.close()
         source.close()
 
 
