@@ -184,7 +184,10 @@ def test_an_insert_peaks_at_the_same_memory_whatever_its_rows(tmp_path):
         peak, count = map(int, proc.stdout.split())
         assert count == rows + 1
         peaks[rows] = peak
-    assert peaks[3_000_000] < peaks[1_000_000] + (48 << 20), peaks
+    # Materialising the insert would add at least the extra 106 MB of Arrow data (159 - 53);
+    # a streamed insert's peak varies with how its blocks and parts overlap in time (6-45 MB
+    # between 1M and 3M rows in idle runs, 58 MB in a CI run), so the margin is 80 MB.
+    assert peaks[3_000_000] < peaks[1_000_000] + (80 << 20), peaks
     assert peaks[3_000_000] < 600 << 20, peaks
 
 
