@@ -74,7 +74,7 @@ class TableMeta:
     @property
     def key(self) -> str | None:
         """The first ``ORDER BY`` column, the one the sparse index is on (or None)."""
-        return self.order_by.split(",")[0] if self.order_by else None
+        return self.order[0] if self.order_by else None
 
     def prefix(self, db_id: str) -> str:
         return f"cryptdisk-db/{db_id}/{self.id}"
