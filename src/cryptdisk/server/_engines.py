@@ -8,6 +8,7 @@ a portal's rows are computed once and then sent in ``Execute``'s batches.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import decimal
@@ -21,7 +22,7 @@ import select
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,7 +242,10 @@ def statement_error(exc: Exception) -> StatementError:
         text = str(exc)
         if "append-only" in text or "not supported" in text:
             return StatementError(text, "0A000", hint=exc.hint)
-        return StatementError(text, _duckdb_sqlstate(text), hint=exc.hint)
+        code = _duckdb_sqlstate(text)
+        if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
+            return _cancelled()
+        return StatementError(text, code, hint=exc.hint)
     if isinstance(exc, apsw.Error):
         text = str(exc)
         prefix = type(exc).__name__ + ": "
@@ -283,9 +287,73 @@ def _arrow_column(values: list[Any], typed: bool) -> Any:
     return pa.array(values, pa.string())
 
 
+class _Turns:
+    """The analytical engine's statements, one at a time: the sessions take turns in the
+    order they asked, and a session's :meth:`_AnalyticalSession.interrupt` (a CancelRequest,
+    its statement timeout) ends its wait at once (57014), without the turn.
+
+    The holder's statement is the only one running on the database's connection, so an
+    interrupt of that connection (:meth:`interrupt`) stops it and no other session's; it
+    is sent under the same lock that hands the turn on."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting: collections.deque[object] = collections.deque()
+        self._holder: object | None = None
+
+    @contextlib.contextmanager
+    def turn(self, session: _AnalyticalSession | None = None) -> Iterator[None]:
+        """Hold the turn; ``session``'s cancel ends the wait (None: the server's own work,
+        which waits until its turn comes)."""
+        me = session if session is not None else object()
+        with self._cond:
+            self._waiting.append(me)
+            try:
+                while self._holder is not None or self._waiting[0] is not me:
+                    if session is not None and session._cancel.is_set():
+                        raise _cancelled()
+                    self._cond.wait()
+                if session is not None and session._cancel.is_set():
+                    raise _cancelled()  # cancelled as the turn came: never starts
+            except BaseException:
+                self._waiting.remove(me)
+                self._cond.notify_all()  # the next in line may be first now
+                raise
+            self._waiting.popleft()
+            self._holder = me
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holder = None
+                self._cond.notify_all()
+
+    @property
+    def held(self) -> bool:
+        """Whether a statement (or the server's own work) holds the turn."""
+        with self._cond:
+            return self._holder is not None
+
+    @property
+    def waiting(self) -> int:
+        """How many wait for their turn."""
+        with self._cond:
+            return len(self._waiting)
+
+    def interrupt(self, session: _AnalyticalSession, con: Any) -> None:
+        """``session``'s cancel is set: wake it if it waits; interrupt ``con`` if it holds
+        the turn."""
+        with self._cond:
+            if self._holder is session:
+                con.interrupt()
+            self._cond.notify_all()
+
+
 class _AnalyticalSession(EngineSession):
     def __init__(self, engine: AnalyticalEngine) -> None:
         self.engine = engine
+        #: set by :meth:`interrupt`: ends this session's wait for its turn, or its statement
+        self._cancel = threading.Event()
         self.privileges: Any = None
         self._parser: Any = None
         self.recording = False
@@ -354,18 +422,16 @@ class _AnalyticalSession(EngineSession):
             self.engine.policies.rewrite(text, privileges, con)
 
     def run(self, sql: str, params: list[Any]) -> Result:
+        self._cancel.clear()  # a cancel sent before this statement is not for it
         self.revealed = []
         text = self._sql(sql, params)
         # One statement at a time (the database serializes them anyway), so an interrupt
         # reaches the statement of the session that asked for it, never another's.
-        with self.engine.lock:
-            self.engine.running = self
+        with self.engine.turn(self):
             try:
                 table = self.engine.db.execute(text)
             except Exception as exc:
                 raise statement_error(exc) from None
-            finally:
-                self.engine.running = None
         policies = self.engine.policies
         if policies is not None and policies.audit is not None:
             count = table.num_rows if table is not None else None
@@ -389,13 +455,16 @@ class _AnalyticalSession(EngineSession):
         words = _sqltext.first_words(sql, 1)
         if not words or words[0] not in _ROWS:
             return None
+        self._cancel.clear()
         nulls = [None] * _sqltext.placeholders(sql)
         try:
             query = f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0"  # noqa: S608
-            with self.engine.lock:
+            with self.engine.turn(self):
                 table = self.engine.db.execute(query)
         except Exception:
-            return None
+            if self._cancel.is_set():  # cancelled or timed out, waiting or running: 57014
+                raise _cancelled() from None
+            return None  # a statement that fails says so when it runs
         if table is None:
             return None
         return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
@@ -403,11 +472,12 @@ class _AnalyticalSession(EngineSession):
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
             self.interrupt_also()
-        if self.engine.running is self:
-            self.engine.db.con.interrupt()
+        self._cancel.set()
+        self.engine.turns.interrupt(self, self.engine.db.con)
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
-        with self.engine.lock:
+        self._cancel.clear()
+        with self.engine.turn(self):
             try:
                 db = self.engine.db
                 schema = db.arrow_schema(db.table(table))
@@ -424,7 +494,8 @@ class _AnalyticalSession(EngineSession):
                                  hint="an admin can GRANT it")
         if self.recording:
             self.last_tables = {table.lower()}
-        with self.engine.lock:
+        self._cancel.clear()
+        with self.engine.turn(self):
             try:
                 names = columns or [c for c, _ in self.engine.db.table(table).columns]
                 for i, row in enumerate(rows):
@@ -439,11 +510,13 @@ class _AnalyticalSession(EngineSession):
         return len(rows)
 
     def relations(self) -> list[tuple[str, str]]:
-        with self.engine.lock:
+        self._cancel.clear()
+        with self.engine.turn(self):
             return [(name, "r") for name in sorted(self.engine.db.catalog.tables)]
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
-        with self.engine.lock:
+        self._cancel.clear()
+        with self.engine.turn(self):
             try:
                 cols = self.engine.db.table(name).columns
             except Exception as exc:
@@ -465,10 +538,15 @@ class AnalyticalEngine(Engine):
 
         self.db = connect(path, config, **options)
         self.keyring = self.db.keyring
-        self.lock = threading.Lock()
+        #: whose statement runs on the database's one connection, and who waits (in order)
+        self.turns = _Turns()
         #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
         self.policies: Any = None
-        self.running: EngineSession | None = None
+
+    def turn(self, session: _AnalyticalSession | None = None) -> Any:
+        """Hold the database's one connection (see :class:`_Turns`): ``with
+        engine.turn(): ...``; ``session``'s cancel ends the wait."""
+        return self.turns.turn(session)
 
     def open_session(self) -> EngineSession:
         return _AnalyticalSession(self)
@@ -868,19 +946,28 @@ class _SQLiteSession(EngineSession):
             columns.append((d[0], oid))
         return Result(columns, rows, command_tag(sql, len(rows), True))
 
+    def _fresh(self) -> None:
+        """A statement starts (the caller holds :attr:`lock`): a cancel sent before it is
+        not for it."""
+        self._cancel.clear()
+        self._busy_cancelled = False
+
+    def _failure(self, exc: Exception) -> StatementError:
+        """``exc`` as a StatementError: 57014 when a cancel ended a wait for a lock."""
+        if self._busy_cancelled and isinstance(exc, apsw.BusyError | apsw.LockedError):
+            return _cancelled()
+        return statement_error(exc)
+
     def run(self, sql: str, params: list[Any]) -> Result:
         with self.lock:
-            self._cancel.clear()  # a cancel sent before this statement is not for it
-            self._busy_cancelled = False
+            self._fresh()
             if sql == "BEGIN IMMEDIATE" and not self.writing:
                 self._queue_for_writing()
             self._ticks = 0
             try:
                 rows, changes = self._step(sql, params)
             except Exception as exc:
-                if self._busy_cancelled and isinstance(exc, apsw.BusyError | apsw.LockedError):
-                    raise _cancelled() from None
-                raise statement_error(exc) from None
+                raise self._failure(exc) from None
             if self._wal and sql[:6].upper() in _WRITE_HEADS:
                 self._learn(sql)
         return self._result(sql, rows, changes)
@@ -982,6 +1069,7 @@ class _SQLiteSession(EngineSession):
             return False  # prepared, never stepped
 
         with self.lock:
+            self._fresh()
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
@@ -990,7 +1078,7 @@ class _SQLiteSession(EngineSession):
             except apsw.ExecTraceAbort:
                 pass
             except Exception as exc:
-                raise statement_error(exc) from None
+                raise self._failure(exc) from None
             finally:
                 cur.close()
         if not desc:
@@ -1061,13 +1149,14 @@ class _SQLiteSession(EngineSession):
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         # the catalog is open to every user, as PostgreSQL's is: no privilege check here
         with self.lock:
+            self._fresh()
             check, self.check = self.check, None
             try:
                 rows = list(self.conn.execute(
                     "SELECT name, type, \"notnull\", dflt_value FROM pragma_table_info(?)",
                     (name,)))
             except Exception as exc:
-                raise statement_error(exc) from None
+                raise self._failure(exc) from None
             finally:
                 self.check = check
         return [(str(c), (str(t) or "").lower(), bool(nn), None if d is None else str(d))
@@ -1098,6 +1187,7 @@ class _SQLiteSession(EngineSession):
         if self.recording:
             self.last_tables = set()
         with self.lock:
+            self._fresh()
             cur = self.conn.cursor()
             try:
                 cur.execute("SAVEPOINT cryptdisk_copy")
@@ -1109,7 +1199,7 @@ class _SQLiteSession(EngineSession):
                 finally:
                     cur.execute("RELEASE cryptdisk_copy")
             except Exception as exc:
-                raise statement_error(exc) from None
+                raise self._failure(exc) from None
             finally:
                 cur.close()
                 self._finish(release=False)

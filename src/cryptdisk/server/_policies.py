@@ -257,7 +257,7 @@ class PolicyStore:
                                  hint="an admin can GRANT APPLY POLICY TO a role")
 
     def _parse(self, sql: str) -> Any:
-        with self.engine.lock:
+        with self.engine.turn():
             con = self.engine.db.con.cursor()
             try:
                 tree = serialize_sql(sql, con)
@@ -271,7 +271,7 @@ class PolicyStore:
     def _canonical_type(self, text: str) -> str:
         if not re.fullmatch(r"[A-Za-z][\w ()]*", text.strip()):
             raise StatementError(f"unknown type {text!r}", "42704")
-        with self.engine.lock:
+        with self.engine.turn():
             con = self.engine.db.con.cursor()
             try:
                 name = scalar(con, f"SELECT typeof(CAST(NULL AS {text}))")
@@ -345,7 +345,7 @@ class PolicyStore:
         return Result(None, [], "DROP POLICY")
 
     def _columns(self, table: str) -> dict[str, str]:
-        with self.engine.lock:
+        with self.engine.turn():
             try:
                 cols = self.engine.db.table(table).columns
             except CryptdiskError as exc:

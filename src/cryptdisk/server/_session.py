@@ -153,6 +153,47 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
             future.set_exception(value)
 
 
+#: after the statement timeout has passed, the engine is interrupted again this often
+#: (seconds) until the statement ends: an interrupt that lands between two of the
+#: statement's steps (a wait ended, the next not yet begun) would otherwise be lost
+_REINTERRUPT = 0.05
+
+
+class _StatementTimer:
+    """The statement timeout of one statement (``seconds``; None: no timeout), armed while
+    it lives: the engine session is interrupted when it passes (a statement waiting for
+    its turn or a lock stops waiting, one running stops), and every :data:`_REINTERRUPT`
+    seconds after that until :meth:`cancel`."""
+
+    def __init__(self, engine: EngineSession, seconds: float | None) -> None:
+        self.fired = False
+        self.deadline: float | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._engine = engine
+        if seconds:
+            self.deadline = time.monotonic() + seconds
+            self._loop = asyncio.get_running_loop()
+            self._handle = self._loop.call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.fired = True
+        self._handle = self._loop.call_later(_REINTERRUPT, self._expire)
+        self._engine.interrupt()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def error(self, exc: BaseException) -> BaseException:
+        """``exc``, a cancel (57014) the timeout caused saying so, as PostgreSQL does."""
+        if isinstance(exc, StatementError) and exc.sqlstate == "57014" and (
+                self.fired or (self.deadline is not None
+                               and time.monotonic() >= self.deadline)):
+            return StatementError("canceling statement due to statement timeout", "57014")
+        return exc
+
+
 class _SessionThread:
     """One session's thread: runs its blocking calls one after the other, in order.
 
@@ -648,8 +689,8 @@ class Session:
         if head == "SELECT" and self.engine is not None and "pg_catalog." in sql:
             from ._pgcatalog import catalog_query
 
-            listed = await self.call(catalog_query, sql, self.engine, self.privileges,
-                                     self.user)
+            listed = await self._timed(catalog_query, sql, self.engine, self.privileges,
+                                       self.user)
             if listed is not None:
                 return listed
         if self.server.authenticator is not None and self.server.authenticator.handles(sql):
@@ -675,14 +716,8 @@ class Session:
         information_schema's query or :meth:`_transaction` instead."""
         assert self.engine is not None
         engine = self.engine
-        timer, fired, deadline = None, [], None
-        if self.server.statement_timeout:
-            deadline = time.monotonic() + self.server.statement_timeout
-            def expire() -> None:
-                fired.append(True)
-                engine.interrupt()
-
-            timer = asyncio.get_running_loop().call_later(self.server.statement_timeout, expire)
+        timer = _StatementTimer(engine, self.server.statement_timeout)
+        deadline = timer.deadline
         result: Result
         try:
             if special is _infoschema.query:
@@ -707,14 +742,21 @@ class Session:
                 result.columns = _rename(result.columns, renames)
             return result
         except Exception as exc:
-            err = statement_error(exc)
-            if err.sqlstate == "57014" and (fired or (
-                    deadline is not None and time.monotonic() >= deadline)):
-                err = StatementError("canceling statement due to statement timeout", "57014")
-            raise err from None
+            raise timer.error(statement_error(exc)) from None
         finally:
-            if timer is not None:
-                timer.cancel()
+            timer.cancel()
+
+    async def _timed(self, fn: Callable[..., T], *args: Any) -> T:
+        """``self.call(fn, *args)`` under the statement timeout (an engine call that is not a
+        statement's run: Describe, the catalogs, COPY's parts)."""
+        assert self.engine is not None
+        timer = _StatementTimer(self.engine, self.server.statement_timeout)
+        try:
+            return await self.call(fn, *args)
+        except Exception as exc:
+            raise timer.error(exc) from None
+        finally:
+            timer.cancel()
 
     def _identity(self, sql: str, privileges: Any = None) -> tuple[str, dict[str, list[str]]]:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
@@ -1046,7 +1088,7 @@ class Session:
         return await self._logged(sql, functools.partial(self._run_copy, sql))
 
     async def _run_copy(self, sql: str) -> Result:
-        from ._copy import decode_binary, decode_rows, encode_binary, encode_rows, parse_copy
+        from ._copy import encode_binary, encode_rows, parse_copy
 
         if self.failed:
             raise StatementError("current transaction is aborted, commands ignored until end "
@@ -1071,9 +1113,25 @@ class Session:
                 raise StatementError(str(exc), "22000") from None
             self.send(P.COPY_DONE)
             return Result(None, [], f"COPY {len(result.rows)}")
+        # the statement timeout runs from here, over the client's data too, as PostgreSQL's
+        timer = _StatementTimer(engine, self.server.statement_timeout)
+        try:
+            return await self._copy_in(st, engine, timer)
+        finally:
+            timer.cancel()
+
+    async def _copy_in(self, st: Any, engine: EngineSession, timer: _StatementTimer) -> Result:
+        from ._copy import decode_binary, decode_rows
+
+        async def timed(fn: Callable[..., T], *args: Any) -> T:
+            try:
+                return await self.call(fn, *args)
+            except Exception as exc:
+                raise timer.error(statement_error(exc)) from None
+
         types: list[tuple[str, int]] = []
         if st.binary:  # its fields are read by the types of the columns they go to
-            types = await self.call(engine.column_types, st.table or "")
+            types = await timed(engine.column_types, st.table or "")
             if not types:
                 raise StatementError(f'relation "{st.table}" does not exist', "42P01")
             if st.columns:
@@ -1103,13 +1161,15 @@ class Session:
             rows: list[list[Any]] = decode_binary(b"".join(data), [o for _, o in types])
         else:
             rows = decode_rows(st, b"".join(data))
-        await self._begin(engine, "IMMEDIATE")
+        if timer.fired:  # the rows came after the timeout: none are written
+            raise timer.error(StatementError("", "57014"))
         try:
-            count = await self.call(functools.partial(
-                engine.copy_in, st.table or "", [n for n, _ in types] or st.columns, rows,
-                typed=st.binary))
+            await self._begin(engine, "IMMEDIATE")
         except Exception as exc:
-            raise statement_error(exc) from None
+            raise timer.error(statement_error(exc)) from None
+        count = await timed(functools.partial(
+            engine.copy_in, st.table or "", [n for n, _ in types] or st.columns, rows,
+            typed=st.binary))
         return Result(None, [], f"COPY {count}")
 
     def _send_result(self, result: Result, formats: tuple[int, ...], max_rows: int,
@@ -1193,7 +1253,7 @@ class Session:
                     if _is_copy(st.sql):
                         st.columns = None  # its rows travel in CopyData, not DataRows
                     elif _infoschema.handles(st.sql):
-                        st.columns = (await self.call(
+                        st.columns = (await self._timed(
                             _infoschema.query, st.sql, [None] * st.nparams, self.engine,
                             self.privileges)).columns
                     elif head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
@@ -1211,7 +1271,7 @@ class Session:
                             st.columns = listed.columns if listed is not None else None
                     else:
                         text, renames = self._identity(st.sql)
-                        st.columns = await self.call(self.engine.describe, text)
+                        st.columns = await self._timed(self.engine.describe, text)
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)
                     st.described = True

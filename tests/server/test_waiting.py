@@ -1,0 +1,233 @@
+"""A statement that waits (for the analytical engine's turn, for SQLite's write lock) is
+bounded by the statement timeout and ended by a CancelRequest, like one that runs, and
+ending it never stops another session's statement. Real servers, real clients, TLS."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+from typing import Any
+
+import pg8000.native
+import psycopg
+import pytest
+
+from tests.server.conftest import ENDLESS, PASSWORD, USER
+
+#: statement_timeout of the server whose sessions wait (seconds)
+TIMEOUT = 1.0
+#: how much later than the timeout a waiting statement may end on a loaded machine
+MARGIN = 2.5
+
+
+def pg(srv: Any, **kw: Any) -> psycopg.Connection[Any]:
+    return psycopg.connect(**{**srv.dsn, **kw})
+
+
+class Running:
+    """``sql`` run on ``conn`` in a thread: what it raised (or returned), and when it ended."""
+
+    def __init__(self, conn: Any, sql: str) -> None:
+        self.conn, self.error, self.rows = conn, None, None
+        self.ended = 0.0
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, args=(sql,))
+        self.thread.start()
+
+    def _run(self, sql: str) -> None:
+        try:
+            self.rows = self.conn.execute(sql).fetchall()
+        except BaseException as exc:
+            self.error = exc
+        self.ended = time.monotonic()
+
+    def stop(self) -> None:
+        """Cancel it until it ends (a cancel that lands before it starts is a no-op)."""
+        for _ in range(120):
+            if not self.thread.is_alive():
+                return
+            self.conn.cancel_safe()
+            self.thread.join(1)
+        raise AssertionError("the statement did not end")
+
+
+def busy(srv: Any, count: int) -> None:
+    """Wait until ``count`` of the server's sessions are running a statement."""
+    for _ in range(3000):
+        if sum(s.busy for s in list(srv.server.sessions)) >= count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} sessions never became busy")
+
+
+def holding(srv: Any, engine: Any) -> None:
+    """Wait until the server's one busy session holds the analytical engine's turn."""
+    busy(srv, 1)
+    for _ in range(3000):
+        if engine.turns.held:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the statement never took its turn")
+
+
+def waiting(engine: Any, count: int) -> None:
+    for _ in range(3000):
+        if engine.turns.waiting >= count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{count} sessions never waited for their turn")
+
+
+@pytest.fixture
+def two_servers(start_server: Any, analytical: Any) -> tuple[Any, Any]:
+    """The analytical engine served twice: ``long`` without a statement timeout (its
+    statement holds the engine as long as the test wants), ``timed`` with TIMEOUT."""
+    return start_server(analytical), start_server(analytical, statement_timeout=TIMEOUT)
+
+
+def test_the_statement_timeout_ends_a_statement_waiting_for_the_engine(two_servers,
+                                                                        analytical) -> None:
+    long, timed = two_servers
+    with pg(long, autocommit=True) as a, pg(timed, autocommit=True) as b:
+        holder = Running(a, ENDLESS)
+        try:
+            holding(long, analytical)
+            start = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled) as e:
+                b.execute("SELECT 42")
+            took = time.monotonic() - start
+            assert "statement timeout" in str(e.value)
+            assert TIMEOUT * 0.9 <= took < TIMEOUT + MARGIN, took
+            assert analytical.turns.waiting == 0  # it left the queue
+            # the other session's statement was not interrupted: it is still running
+            holder.thread.join(0.5)
+            assert holder.thread.is_alive() and holder.error is None
+        finally:
+            holder.stop()
+        assert isinstance(holder.error, psycopg.errors.QueryCanceled)
+        assert "user request" in str(holder.error)
+        # both sessions go on working
+        assert b.execute("SELECT 42").fetchone() == (42,)
+        assert a.execute("SELECT 7").fetchone() == (7,)
+
+
+def test_a_cancel_ends_a_waiting_statement_and_not_the_running_one(start_server,
+                                                                    analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b:
+        holder = Running(a, ENDLESS)
+        try:
+            holding(srv, analytical)
+            waiter = Running(b, "SELECT 42")
+            waiting(analytical, 1)
+            b.cancel_safe()  # one cancel: it is waiting, so it ends the wait
+            waiter.thread.join(MARGIN)
+            assert not waiter.thread.is_alive()
+            assert isinstance(waiter.error, psycopg.errors.QueryCanceled)
+            assert "user request" in str(waiter.error)
+            holder.thread.join(0.5)
+            assert holder.thread.is_alive() and holder.error is None  # left alone
+            assert analytical.turns.waiting == 0
+        finally:
+            holder.stop()
+        assert isinstance(holder.error, psycopg.errors.QueryCanceled)
+        assert b.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_waits_are_served_in_order_and_a_cancel_leaves_the_rest_in_line(start_server,
+                                                                         analytical) -> None:
+    """Three sessions wait behind a long statement; the middle one is cancelled; the
+    others run, in the order they came, once the long one ends."""
+    srv = start_server(analytical)
+    conns = [pg(srv, autocommit=True) for _ in range(4)]
+    try:
+        holder = Running(conns[0], ENDLESS)
+        try:
+            holding(srv, analytical)
+            waiters = []
+            for i, c in enumerate(conns[1:]):
+                waiters.append(Running(c, f"SELECT {i}, now()"))  # now(): when it started
+                waiting(analytical, i + 1)
+            conns[2].cancel_safe()
+            waiters[1].thread.join(MARGIN)
+            assert isinstance(waiters[1].error, psycopg.errors.QueryCanceled)
+            assert analytical.turns.waiting == 2
+            assert holder.thread.is_alive()
+        finally:
+            holder.stop()
+        for w in waiters:
+            w.thread.join(60)
+        assert (waiters[0].error, waiters[2].error) == (None, None)
+        assert [w.rows[0][0] for w in (waiters[0], waiters[2])] == [0, 2]
+        assert waiters[0].rows[0][1] <= waiters[2].rows[0][1]  # first come, first served
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_describe_copy_and_catalog_waits_are_bounded_by_the_timeout(two_servers,
+                                                                    analytical) -> None:
+    """Describe (a prepared statement's columns), COPY FROM STDIN and a pg_catalog query
+    each wait for the engine too: the statement timeout ends each wait with 57014."""
+    long, timed = two_servers
+    with pg(long, autocommit=True) as a:
+        a.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+        holder = Running(a, ENDLESS)
+        try:
+            holding(long, analytical)
+            tls = ssl.create_default_context(cafile=timed.dsn["sslrootcert"])
+            native = pg8000.native.Connection(user=USER, password=PASSWORD,
+                                              host="localhost", port=timed.port,
+                                              ssl_context=tls)
+            try:
+                start = time.monotonic()
+                with pytest.raises(pg8000.native.DatabaseError) as e:
+                    native.prepare("SELECT i, s FROM t WHERE i = :i")  # Parse + Describe
+                assert e.value.args[0]["C"] == "57014"
+                assert "statement timeout" in e.value.args[0]["M"]
+                assert time.monotonic() - start < TIMEOUT + MARGIN
+            finally:
+                native.close()
+            with pg(timed, autocommit=True) as b:
+                start = time.monotonic()
+                with pytest.raises(psycopg.errors.QueryCanceled) as e2:
+                    with b.cursor().copy("COPY t FROM STDIN") as copy:
+                        copy.write_row((1, "x"))
+                assert "statement timeout" in str(e2.value)
+                assert TIMEOUT * 0.9 <= time.monotonic() - start < TIMEOUT + MARGIN
+                start = time.monotonic()
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    b.execute("SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c "
+                              "WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' ORDER BY 2, 3")
+                assert TIMEOUT * 0.9 <= time.monotonic() - start < TIMEOUT + MARGIN
+                assert holder.thread.is_alive() and holder.error is None
+        finally:
+            holder.stop()
+        assert analytical.turns.waiting == 0
+        assert a.execute("SELECT count(*) FROM t").fetchone() == (0,)  # no COPY row landed
+
+
+def test_sqlite_copy_waiting_for_the_write_lock_is_bounded_by_the_timeout(
+        start_server, sqlite_engine) -> None:
+    """COPY FROM STDIN in a transaction waits for the write lock another session holds:
+    the statement timeout ends the wait (57014), not the lock timeout (55P03, 30 s)."""
+    long = start_server(sqlite_engine)
+    timed = start_server(sqlite_engine, statement_timeout=TIMEOUT)
+    with pg(long) as a, pg(timed) as b:
+        a.execute("CREATE TABLE t (i INTEGER, s TEXT)")
+        a.commit()
+        a.execute("INSERT INTO t VALUES (0, 'held')")  # holds the write lock
+        start = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled) as e:
+            with b.cursor().copy("COPY t FROM STDIN") as copy:
+                copy.write_row((1, "x"))
+        assert "statement timeout" in str(e.value)
+        assert TIMEOUT * 0.9 <= time.monotonic() - start < TIMEOUT + MARGIN
+        b.rollback()
+        a.commit()  # the holder's transaction was left alone
+        with b.cursor().copy("COPY t FROM STDIN") as copy:
+            copy.write_row((1, "x"))
+        b.commit()
+        assert a.execute("SELECT i, s FROM t ORDER BY i").fetchall() == [(0, "held"),
+                                                                         (1, "x")]
