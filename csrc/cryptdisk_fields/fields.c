@@ -248,18 +248,21 @@ static int gcm_seal(Ctx h, const unsigned char *nonce, const unsigned char *in, 
     return 1;
 }
 
-/* 1 authentic, 0 not (out holds what must not be released: the caller wipes it) */
+/* 1 authentic, 0 not (out holds what must not be released: the caller wipes it). The
+ * tag comparison is constant time: the two halves' differences ORed, one test at the end
+ * (what CRYPTO_memcmp does, without a call and a byte loop per value). */
 static int gcm_open(Ctx h, const unsigned char *nonce, const unsigned char *ct, size_t n, const unsigned char *tag,
                     unsigned char *out) {
     Gcm *g = h;
-    unsigned char got[TAG];
-    for (int i = 0; i < TAG; i++) /* a call that returned no tag cannot match */
-        got[i] = (unsigned char)~tag[i];
+    uint64_t want[2], got[2];
+    memcpy(want, tag, TAG);
+    got[0] = ~want[0], got[1] = ~want[1]; /* a call that returned no tag cannot match */
     if (g->aes256)
-        IMB_AES256_GCM_DEC(imb, &g->kd, &g->ctx, out, ct, n, nonce, NULL, 0, got, TAG);
+        IMB_AES256_GCM_DEC(imb, &g->kd, &g->ctx, out, ct, n, nonce, NULL, 0, (unsigned char *)got, TAG);
     else
-        IMB_AES128_GCM_DEC(imb, &g->kd, &g->ctx, out, ct, n, nonce, NULL, 0, got, TAG);
-    return CRYPTO_memcmp(got, tag, TAG) == 0;
+        IMB_AES128_GCM_DEC(imb, &g->kd, &g->ctx, out, ct, n, nonce, NULL, 0, (unsigned char *)got, TAG);
+    volatile uint64_t diff = (got[0] ^ want[0]) | (got[1] ^ want[1]);
+    return diff == 0;
 }
 
 static const char *library(char *buf, size_t n) {
@@ -709,13 +712,91 @@ out:
 
 #define MAX_VERSIONS 8
 
+/* Valid row i's value checked for its layout: 0 with *v, *n (its bytes: with b64, decoded
+ * whole into scratch, which has room for SLACK bytes more than the longest value) and *id
+ * (its key id); else the reason (1 not base64, 2 too short, 3 unknown version byte). */
+static int value_at(const Column *c, Py_ssize_t i, int b64, int overhead, unsigned char *scratch,
+                    const unsigned char **v, int64_t *n, uint32_t *id) {
+    int64_t s = col_off(c, i), len = col_off(c, i + 1) - s;
+    const unsigned char *p = c->data + s;
+    if (b64) {
+        if (len % 4)
+            return 1;
+        int64_t m = len / 4 * 3 - (len && p[len - 1] == '=') - (len && p[len - 2] == '=');
+        if (m < overhead)
+            return 2;
+        if (!unb64_one(p, (size_t)len, scratch, (size_t)m))
+            return 1;
+        p = scratch;
+        len = m;
+    } else if (len < overhead)
+        return 2;
+    if (p[0] != 1)
+        return 3;
+    *id = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+    *v = p;
+    *n = len;
+    return 0;
+}
+
+/* The rows from `from` on checked for their layout, the key ids met added to ids: the
+ * first one's reason (value_at's, or 5: more than MAX_VERSIONS key ids) with *bad its
+ * row, or 0. */
+static int check_rest(const Column *c, Py_ssize_t from, int b64, int overhead, unsigned char *scratch,
+                      uint32_t *ids, int *nids, Py_ssize_t *bad) {
+    for (Py_ssize_t i = from; i < c->count; i++) {
+        if (!col_valid(c, i))
+            continue;
+        const unsigned char *v;
+        int64_t n;
+        uint32_t id;
+        int r = value_at(c, i, b64, overhead, scratch, &v, &n, &id);
+        if (!r) {
+            int k = 0;
+            while (k < *nids && ids[k] != id)
+                k++;
+            if (k == *nids) {
+                if (*nids == MAX_VERSIONS)
+                    r = 5;
+                else
+                    ids[(*nids)++] = id;
+            }
+        }
+        if (r) {
+            *bad = i;
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* A key version's subkey from subkey(key_id) (with the GIL), checked; NULL with an exception. */
+static PyObject *fetch_subkey(PyObject *subkey, uint32_t id, int siv) {
+    PyObject *got = PyObject_CallFunction(subkey, "k", (unsigned long)id);
+    if (got && (!PyBytes_Check(got) || !key_ok(PyBytes_GET_SIZE(got), siv))) {
+        Py_DECREF(got);
+        got = NULL;
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "subkey must return bytes");
+    }
+    return got;
+}
+
 /* open_column(siv, subkey, validity, offsets, data, wide, count, offset, b64, alloc, utf8)
  *   -> (wide_out, offsets_bytes, data_bytes, failed_row, reason)
  * reason: 0 done; 1 not base64; 2 too short; 3 unknown version byte; 4 does not
  * authenticate; 5 more than MAX_VERSIONS key versions in one batch; 6 this build cannot
- * (see siv_seal); 7 a plaintext is not UTF-8 (checked only with utf8, for text output:
- * here, on the value just written, instead of another pass over the column). subkey(key_id) gives a
- * version's subkey (called with the GIL, once per version met); its exceptions propagate. */
+ * (see siv_seal); 7 a plaintext is not UTF-8 (checked only with utf8, for text output, on
+ * the value just written). subkey(key_id) gives a version's subkey (called with the GIL,
+ * once per version met); its exceptions propagate. What is reported is what a check of the
+ * whole batch's layout first, then of its key versions, then of each value in order would
+ * report: a layout reason (1-3, 5) anywhere wins over a key error, which wins over 4 and 7.
+ *
+ * One pass over the values, without the GIL: each is decoded (base64) into a scratch
+ * buffer, checked, and opened straight into the output, whose size is bounded from the
+ * offsets alone (a base64 value's padding is only known from its text: the data buffer
+ * may be up to two bytes a value longer than the last offset). A key id not met before
+ * stops the pass for its subkey (with the GIL), and it goes on from that row. */
 static PyObject *py_open_column(PyObject *self, PyObject *args) {
     int siv, b64, wide, utf8 = 0;
     PyObject *subkey;
@@ -734,187 +815,148 @@ static PyObject *py_open_column(PyObject *self, PyObject *args) {
     PyObject *offs = NULL, *data = NULL, *result = NULL, *keys[MAX_VERSIONS] = {NULL};
     Py_buffer dview = {0};
     uint32_t ids[MAX_VERSIONS];
-    int nkeys = 0, nids = 0, error = 0, reason = 0, fallback = 0, not_text = 0;
-    Py_ssize_t failed = -1;
-    unsigned char *scratch = NULL; /* one decoded ciphertext at a time (b64) */
-    int64_t longest = 0;
+    Ctx hs[MAX_VERSIONS] = {NULL};
+    Ctx work = NULL;
+    int nkeys = 0, nids = 0, error = 0, reason = 0, fallback = 0, not_text = 0, done = 0;
+    Py_ssize_t failed = -1, bad = -1;
+    unsigned char *scratch = NULL, *dst = NULL; /* scratch: one decoded ciphertext (b64) */
+    int64_t longest = 0, bound = 0;
     int overhead = siv ? HEADER + TAG : HEADER + NONCE + TAG;
     if (!col_check(&c))
         goto out;
-    /* pass 1: lengths, versions, the key ids met (without the GIL); base64 text is only
-     * sized here and its first 8 characters (the header) decoded: each value is decoded
-     * whole in pass 2, into a scratch buffer the cipher then reads while it is in cache */
-    int64_t total = 0;
+    /* the output's size bound from the offsets: no value is read yet */
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < c.count && !reason; i++) {
+    for (Py_ssize_t i = 0; i < c.count; i++) {
         if (!col_valid(&c, i))
             continue;
-        int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
-        const unsigned char *v = c.data + s;
-        unsigned char head[6];
-        if (b64) {
-            const unsigned char *t = c.data + s;
-            int64_t m = n % 4 ? -1 : n / 4 * 3 - (n && t[n - 1] == '=') - (n && t[n - 2] == '=');
-            if (m < 0) {
-                reason = 1, failed = i;
-                break;
-            }
-            if (m >= overhead) { /* n >= 28: the header's 8 characters hold no padding */
-                uint32_t q0 = DQ[0][t[0]] | DQ[1][t[1]] | DQ[2][t[2]] | DQ[3][t[3]];
-                uint32_t q1 = DQ[0][t[4]] | DQ[1][t[5]] | DQ[2][t[6]] | DQ[3][t[7]];
-                if ((q0 | q1) & BAD) {
-                    reason = 1, failed = i;
-                    break;
-                }
-                head[0] = (unsigned char)(q0 >> 16), head[1] = (unsigned char)(q0 >> 8), head[2] = (unsigned char)q0;
-                head[3] = (unsigned char)(q1 >> 16), head[4] = (unsigned char)(q1 >> 8), head[5] = (unsigned char)q1;
-                v = head;
-            }
-            n = m;
-            longest = m > longest ? m : longest;
-        }
-        if (n < overhead) {
-            reason = 2, failed = i;
-            break;
-        }
-        if (v[0] != 1) {
-            reason = 3, failed = i;
-            break;
-        }
-        total += n - overhead;
-        uint32_t id = (uint32_t)v[1] << 24 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 8 | v[4];
-        int k = 0;
-        while (k < nids && ids[k] != id)
-            k++;
-        if (k == nids) {
-            if (nids == MAX_VERSIONS) {
-                reason = 5, failed = i;
-                break;
-            }
-            ids[nids++] = id;
-        }
+        int64_t n = col_off(&c, i + 1) - col_off(&c, i), m = b64 ? n / 4 * 3 : n;
+        if (m > overhead)
+            bound += m - overhead;
+        longest = m > longest ? m : longest;
     }
     Py_END_ALLOW_THREADS
-    if (reason) {
-        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, reason);
+    int wide_out = bound >= ((int64_t)1 << 31);
+    offs = new_bytes((c.count + 1) * (wide_out ? 8 : 4));
+    if (!offs || !(data = new_buffer(alloc, (Py_ssize_t)bound, &dview)))
         goto out;
-    }
+    dst = dview.buf;
     if (b64 && longest && !(scratch = PyMem_RawMalloc((size_t)longest + SLACK))) {
         PyErr_NoMemory();
         goto out;
     }
-    /* the key versions' subkeys (with the GIL: subkey is Python), in the order met */
-    for (int k = 0; k < nids; k++) {
-        PyObject *got = PyObject_CallFunction(subkey, "k", (unsigned long)ids[k]);
-        if (!got)
-            goto out;
-        if (!PyBytes_Check(got) || !key_ok(PyBytes_GET_SIZE(got), siv)) {
-            Py_DECREF(got);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "subkey must return bytes");
-            goto out;
-        }
-        keys[nkeys++] = got;
-    }
-    int wide_out = total >= ((int64_t)1 << 31);
-    offs = new_bytes((c.count + 1) * (wide_out ? 8 : 4));
-    if (!offs || !(data = new_buffer(alloc, (Py_ssize_t)total, &dview)))
-        goto out;
-    unsigned char *dst = dview.buf;
-    void *dof = PyBytes_AS_STRING(offs);
-    const unsigned char *kbuf[MAX_VERSIONS];
-    size_t klen[MAX_VERSIONS];
-    for (int k = 0; k < nkeys; k++)
-        kbuf[k] = (const unsigned char *)PyBytes_AS_STRING(keys[k]), klen[k] = (size_t)PyBytes_GET_SIZE(keys[k]);
-    /* pass 2: decode (base64) and decrypt each value (without the GIL) */
-    Py_BEGIN_ALLOW_THREADS
-    Ctx hs[MAX_VERSIONS] = {NULL};
-    Ctx work = NULL;
-    for (int k = 0; k < nkeys && !error; k++)
-        error = !ctx_open(&hs[k], siv, kbuf[k], klen[k], 0);
 #ifndef CD_LIBGCRYPT
-    if (!error && siv && (work = EVP_CIPHER_CTX_new()) == NULL)
+    if (siv && (work = EVP_CIPHER_CTX_new()) == NULL)
         error = 1;
 #endif
+    void *dof = PyBytes_AS_STRING(offs);
     int64_t out_at = 0;
     Py_ssize_t i = 0;
-    for (; i < c.count && !error && failed < 0; i++) {
-        if (wide_out)
-            ((int64_t *)dof)[i] = out_at;
-        else
-            ((int32_t *)dof)[i] = (int32_t)out_at;
-        if (!col_valid(&c, i))
-            continue;
-        int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
-        const unsigned char *v = c.data + s;
-        if (b64) {
-            int64_t m = n / 4 * 3 - (v[n - 1] == '=') - (v[n - 2] == '='); /* checked in pass 1 */
-            if (!unb64_one(v, (size_t)n, scratch, (size_t)m)) {
-                reason = 1, failed = i;
-                break;
-            }
-            v = scratch;
-            n = m;
-        }
-        n -= overhead;
-        uint32_t id = (uint32_t)v[1] << 24 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 8 | v[4];
-        int k = 0;
-        while (ids[k] != id)
-            k++;
-        int r = siv ? siv_open(hs[k], work, v + HEADER, v + HEADER + TAG, (size_t)n, dst + out_at)
-                    : gcm_open(hs[k], v + HEADER, v + HEADER + NONCE, (size_t)n, v + HEADER + NONCE + n, dst + out_at);
-        if (r == -2)
-            fallback = 1;
-        else if (r < 0)
-            error = 1;
-        else if (r == 0)
-            failed = i;
-        else if (utf8 && !utf8_ok(dst + out_at, n))
-            failed = i, not_text = 1;
-        if (fallback)
-            break;
-        out_at += n;
-    }
-    /* a value that failed: the rows after it are checked as base64 still, so a column
-     * that is not all base64 is reported as such, wherever its other failures are */
-    if (b64 && failed >= 0 && !reason && !error)
+    while (!error) {
+        int need = 0;
+        Py_BEGIN_ALLOW_THREADS
         for (; i < c.count; i++) {
+            if (wide_out)
+                ((int64_t *)dof)[i] = out_at;
+            else
+                ((int32_t *)dof)[i] = (int32_t)out_at;
             if (!col_valid(&c, i))
                 continue;
-            int64_t s = col_off(&c, i), n = col_off(&c, i + 1) - s;
-            const unsigned char *t = c.data + s;
-            if (!unb64_one(t, (size_t)n, scratch, (size_t)(n / 4 * 3 - (t[n - 1] == '=') - (t[n - 2] == '=')))) {
-                reason = 1, failed = i;
+            const unsigned char *v;
+            int64_t n;
+            uint32_t id;
+            if ((reason = value_at(&c, i, b64, overhead, scratch, &v, &n, &id)) != 0) {
+                bad = i;
                 break;
             }
+            int k = 0;
+            while (k < nkeys && ids[k] != id)
+                k++;
+            if (k == nkeys) { /* a key version not met yet: its subkey, then row i again */
+                if (nkeys == MAX_VERSIONS)
+                    reason = 5, bad = i;
+                else
+                    ids[nids++] = id, need = 1;
+                break;
+            }
+            n -= overhead;
+            int r = siv ? siv_open(hs[k], work, v + HEADER, v + HEADER + TAG, (size_t)n, dst + out_at)
+                        : gcm_open(hs[k], v + HEADER, v + HEADER + NONCE, (size_t)n, v + HEADER + NONCE + n,
+                                   dst + out_at);
+            if (r == -2) {
+                fallback = 1;
+                break;
+            }
+            if (r < 0) {
+                error = 1;
+                break;
+            }
+            if (r == 0 || (utf8 && !utf8_ok(dst + out_at, n))) {
+                failed = i, not_text = r != 0;
+                break;
+            }
+            out_at += n;
         }
+        /* a value that failed: the rest is checked still (layout, key ids), for the
+         * report a whole-batch check would make first */
+        if (failed >= 0)
+            reason = check_rest(&c, i + 1, b64, overhead, scratch, ids, &nids, &bad);
+        Py_END_ALLOW_THREADS
+        if (!need)
+            break;
+        PyObject *got = fetch_subkey(subkey, ids[nkeys], siv);
+        if (!got) { /* a layout error further on is reported first: look for one */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            int later;
+            Py_BEGIN_ALLOW_THREADS
+            later = check_rest(&c, i + 1, b64, overhead, scratch, ids, &nids, &bad);
+            Py_END_ALLOW_THREADS
+            if (later) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                reason = later;
+                break;
+            }
+            PyErr_Restore(et, ev, tb);
+            goto out;
+        }
+        keys[nkeys] = got;
+        if (!ctx_open(&hs[nkeys], siv, (const unsigned char *)PyBytes_AS_STRING(got), (size_t)PyBytes_GET_SIZE(got),
+                      0))
+            error = 1;
+        nkeys++;
+    }
+    if (!error && !reason && !fallback && failed >= 0) /* the key versions met after it */
+        for (; nkeys < nids; nkeys++)
+            if (!(keys[nkeys] = fetch_subkey(subkey, ids[nkeys], siv)))
+                goto out;
     if (wide_out)
         ((int64_t *)dof)[c.count] = out_at;
     else
         ((int32_t *)dof)[c.count] = (int32_t)out_at;
-#ifndef CD_LIBGCRYPT
-    if (work)
-        ctx_close(work, 1);
-#endif
-    for (int k = 0; k < nkeys; k++)
-        if (hs[k])
-            ctx_close(hs[k], siv);
-    if (failed >= 0 || error || fallback)
-        OPENSSL_cleanse(dst, (size_t)total); /* unauthenticated (or refused) plaintext: wipe */
-    Py_END_ALLOW_THREADS
     if (error)
         PyErr_SetString(PyExc_RuntimeError, "the cipher library failed (out of memory?)");
     else if (fallback)
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, (Py_ssize_t)-1, 6);
     else if (reason)
-        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, reason);
+        result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, bad, reason);
     else if (failed >= 0)
         result = Py_BuildValue("(iOOni)", 0, Py_None, Py_None, failed, not_text ? 7 : 4);
-    else
-        result = Py_BuildValue("(iOOni)", wide_out, offs, data, (Py_ssize_t)-1, 0);
+    else if ((result = Py_BuildValue("(iOOni)", wide_out, offs, data, (Py_ssize_t)-1, 0)))
+        done = 1;
 out:
+#ifndef CD_LIBGCRYPT
+    if (work)
+        ctx_close(work, 1);
+#endif
+    for (int k = 0; k < MAX_VERSIONS; k++)
+        if (hs[k])
+            ctx_close(hs[k], siv);
+    if (dst && !done)
+        OPENSSL_cleanse(dst, (size_t)bound); /* unauthenticated (or refused) plaintext: wipe */
     for (int k = 0; k < nkeys; k++)
-        Py_DECREF(keys[k]);
+        Py_XDECREF(keys[k]);
     if (scratch) {
         OPENSSL_cleanse(scratch, (size_t)longest + SLACK); /* a decoded ciphertext only, but wipe it */
         PyMem_RawFree(scratch);
