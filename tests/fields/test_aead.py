@@ -213,6 +213,32 @@ def test_a_value_that_is_not_base64_is_reported_before_an_earlier_one_that_fails
             dec(pa.array(bad), key)
 
 
+def test_layout_errors_then_key_errors_then_failures_wherever_they_are_in_a_batch():
+    # the C loop opens each value as it meets it, fetching a key version's subkey when it
+    # first meets it; it reports what Python's path (layout of every value, then every key
+    # version, then each value in order) reports, wherever in the batch each problem is
+    key = FieldKey("k", {1: Key.generate(1)})
+    stranger = FieldKey("k", {7: Key.generate(7)})  # a version the decrypting key lacks
+    for enc, dec in ((encrypt, decrypt), (encrypt_deterministic, decrypt_deterministic)):
+        good = enc([str(i) for i in range(3000)], key, output="base64").to_pylist()
+        tampered = good[100][:-2] + ("A=" if good[100][-2:] != "A=" else "B=")
+        unknown = enc(["x"], stranger, output="base64")[0].as_py()
+        version2 = base64.b64encode(b"\x02" + base64.b64decode(good[5])[1:]).decode()
+        cases = [  # (row: value), the error, what it names
+            ({100: tampered, 2500: unknown}, KeyNotFoundError, "7"),
+            ({100: unknown, 2500: good[5][:8]}, FormatError, "row 2500"),
+            ({100: tampered, 2500: version2}, FormatError, "row 2500"),
+            ({100: tampered, 2500: unknown, 2900: "AAAA"}, FormatError, "row 2900"),
+            ({100: tampered, 2500: good[0]}, AuthenticationError, "row 100"),
+        ]
+        for changes, error, names in cases:
+            values = list(good)
+            for row, value in changes.items():
+                values[row] = value
+            with pytest.raises(error, match=names):
+                dec(pa.array(values), key)
+
+
 def test_concurrent_batches_from_threads():
     key = FieldKey.generate("k")
     batches = [_mixed(seed, 2048) for seed in range(8)]
