@@ -72,7 +72,7 @@ from ._import import ImportMixin
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
-from ._policies import role_check_statement, role_has_policies, role_query
+from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
 from ._pushdown import (
     Filter,
     TopN,
@@ -334,6 +334,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     log.warning("cryptdisk: %s: the catalog (version %d) was rolled back: %s; "
                                 "this read-only connection answers from it, without the "
                                 "newer data", self.path, self.catalog.version, evidence)
+            role_prepare(self)  # its policies read and parsed before its first query
         except BaseException:
             con = getattr(self, "con", None)
             if con is not None:

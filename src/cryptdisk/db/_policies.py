@@ -37,7 +37,7 @@ from ..errors import CryptdiskError, FieldPolicyError, PolicyFileError
 from ..format import open_file
 from ._columns import _walk, scalar, serialize_sql
 
-__all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_query"]
+__all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_prepare", "role_query"]
 
 #: functions of a policy body that the rewrite replaces by the session's values
 _ROLE_WORDS = {"current_role", "current_user", "session_user"}
@@ -215,6 +215,8 @@ class PolicyRewriter:
         self.data, self.columns = data, columns
         self.reveals = reveals or (lambda body: False)
         self._parsed: dict[tuple[str, str], Any] = {}
+        #: constants' expression trees by text (role names, ``CAST(NULL AS type)``)
+        self._constants: dict[str, Any] = {}
         #: (sql, current_user, session_user, roles) -> (text, revealed, the columns of
         #: each table the rewrite read through its policies)
         self._rewritten: OrderedDict[tuple[Any, ...], tuple[str, list[str], tuple[
@@ -230,6 +232,7 @@ class PolicyRewriter:
         change)."""
         with self._lock:
             self._parsed.clear()
+            self._constants.clear()
             self._rewritten.clear()
             self._generation += 1
 
@@ -253,6 +256,29 @@ class PolicyRewriter:
             with self._lock:
                 self._parsed[key] = tree
         return copy.deepcopy(tree)
+
+    def constant(self, literal: str, con: Any) -> Any:
+        """The expression tree of a constant's text (cached until :meth:`clear`)."""
+        with self._lock:
+            tree = self._constants.get(literal)
+        if tree is None:
+            tree = serialize_sql(f"SELECT {literal}", con)["statements"][0]["node"][
+                "select_list"][0]
+            with self._lock:
+                self._constants[literal] = tree
+        return copy.deepcopy(tree)
+
+    def prepare(self, session: Any, con: Any) -> None:
+        """Parse every policy body, and the constants a rewrite as ``session`` puts in
+        them, ahead of a first query (an embedded role connection does it as it opens)."""
+        data = self.data()
+        for kind in ("masking", "row_access"):
+            for name, policy in data[kind].items():
+                self.parsed_body(kind, name, con)
+                if kind == "masking":
+                    self.constant(f"CAST(NULL AS {policy['returns']})", con)
+        for name in {session.current_user, session.session_user}:
+            self.constant(_literal(name), con)
 
     def rewrite_query(self, sql: str, session: Any, con: Any) -> tuple[str, list[str]]:
         """``sql`` (a query) reading every table with policies through them, as
@@ -311,7 +337,6 @@ class _Context:
         self.rewriter, self.session, self.con = rewriter, session, con
         self.data = rewriter.data()
         self.roles = session.roles
-        self._constants: dict[str, Any] = {}
         self.changed = False
         self.revealed: set[str] = set()
         #: the columns the query names (None: it may read whole rows); a table read
@@ -321,10 +346,7 @@ class _Context:
         self.tables: dict[str, tuple[tuple[str, str], ...]] = {}
 
     def constant(self, literal: str) -> Any:
-        if literal not in self._constants:
-            self._constants[literal] = serialize_sql(f"SELECT {literal}", self.con)[
-                "statements"][0]["node"]["select_list"][0]
-        return copy.deepcopy(self._constants[literal])
+        return self.rewriter.constant(literal, self.con)
 
     def walk(self, node: Any, ctes: frozenset[str]) -> Any:
         """Replace table references outside the CTE names in scope (a CTE's own body does
@@ -534,6 +556,20 @@ def role_has_policies(db: Any, table: str) -> bool:
     data = _embedded(db).data
     key = table.lower()
     return bool(data["columns"].get(key)) or data["rows"].get(key) is not None
+
+
+def role_prepare(db: Any) -> None:
+    """For a database opened with ``role=``: read its policy file and parse the policies
+    ahead of the first query (as it opens). A file that does not read or parse is left to
+    the first query, which reports it as before."""
+    if getattr(db, "role", None) is None:
+        return
+    try:
+        state = _embedded(db)
+        state.rewriter.prepare(state.session, db._parser)
+    except Exception:  # the first query reads the file again and reports it
+        with _EMBEDDED_LOCK:
+            _EMBEDDED.pop(db, None)
 
 
 def role_query(db: Any, sql: str) -> str:
