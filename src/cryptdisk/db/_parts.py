@@ -442,7 +442,8 @@ class _PartWriter:
             self._writer = pq.ParquetWriter(self._buffered, meta_schema,
                                             compression=compression,
                                             use_dictionary=dictionary,
-                                            max_rows_per_page=GRANULE_ROWS)
+                                            max_rows_per_page=GRANULE_ROWS,
+                                            write_batch_size=GRANULE_ROWS)
         except BaseException:
             self.abort()
             raise
