@@ -482,3 +482,60 @@ def test_pieces_taken_ahead_come_in_order_and_an_error_reaches_the_part_thread()
         assert len(started) == 2
     finally:
         takers.close()
+
+
+def test_a_small_insert_starts_one_part_thread_and_no_taker(db, monkeypatch):
+    """The insert's threads start as parts and row groups need them: a block of one row
+    group (one part, nothing to take ahead) starts one part thread and no taker, while
+    a block of several row groups, alone, has its next row groups taken ahead."""
+    from cryptdisk.db import _blocks
+
+    pools = []
+
+    class Spy(_blocks._Pool):
+        def __init__(self, threads):
+            super().__init__(threads)
+            pools.append(self)
+
+    monkeypatch.setattr(_blocks, "_Pool", Spy)
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 100)
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    db.sql("INSERT INTO t VALUES (2, 'b'), (1, 'a')")
+    assert [p.started for p in pools] == [1, 0]
+    assert db.query("SELECT k, s FROM t") == [(1, "a"), (2, "b")]
+    pools.clear()
+    db.sql("INSERT INTO t SELECT (i * 7) % 1000, 'x' FROM range(1000) r(i)")
+    part_threads, takers = (p.started for p in pools)
+    assert part_threads == 1 and takers >= 1
+    assert db.query("SELECT count(*), count(DISTINCT k) FROM t") == [(1002, 1000)]
+
+
+def test_the_pool_runs_every_job_with_no_more_threads_than_needed():
+    """Jobs that wait for each other all run: each job submitted while the others are
+    busy gets a thread of its own, up to the pool's size; closing joins them."""
+    import threading
+
+    from cryptdisk.db import _blocks
+
+    pool = _blocks._Pool(3)
+    release = threading.Event()
+    ran = []
+
+    class Wait:
+        def __init__(self, i):
+            self.i = i
+
+        def run(self):
+            release.wait(10)
+            ran.append(self.i)
+
+    try:
+        for i in range(3):  # three blocked jobs: three threads
+            pool.submit(Wait(i))
+        assert pool.started == 3
+        release.set()
+        for i in range(3, 6):  # more jobs reuse the threads
+            pool.submit(Wait(i))
+    finally:
+        pool.close()
+    assert sorted(ran) == list(range(6)) and pool.started == 3

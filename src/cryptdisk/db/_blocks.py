@@ -34,6 +34,7 @@ and the ones already published are orphans for the next writer to remove.
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -233,27 +234,50 @@ class _Pool:
     A thread per part would give every part fresh memory: Arrow's allocator (mimalloc)
     keeps a heap per thread, so the blocks a new thread combines, sorts and encodes
     came from pages the kernel had to fault in and zero (combining a block's chunks
-    cost 4-6x the CPU on a new thread). :meth:`close` ends and joins the threads.
+    cost 4-6x the CPU on a new thread). Threads start as jobs find none idle, up to
+    ``threads``: an insert of one small part starts one. :meth:`close` ends and joins
+    the threads.
     """
 
     def __init__(self, threads: int) -> None:
-        self._queue: queue.Queue[_Job | _Next | None] = queue.Queue()
-        self._threads = [threading.Thread(target=self._loop, name="cryptdisk-insert-part",
-                                          daemon=True) for _ in range(threads)]
-        for t in self._threads:
-            t.start()
+        self._jobs: collections.deque[_Job | _Next | None] = collections.deque()
+        self._most = threads
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a job (each takes the next one queued)
+        self._cond = threading.Condition()
 
     def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
+        while True:
+            with self._cond:
+                self._idle += 1
+                while not self._jobs:
+                    self._cond.wait()
+                job = self._jobs.popleft()
+                self._idle -= 1
+            if job is None:
+                return
             job.run()
             del job
 
     def submit(self, job: _Job | _Next) -> None:
-        self._queue.put(job)
+        with self._cond:
+            self._jobs.append(job)
+            if len(self._jobs) > self._idle and len(self._threads) < self._most:
+                t = threading.Thread(target=self._loop, name="cryptdisk-insert-part",
+                                     daemon=True)
+                t.start()
+                self._threads.append(t)
+            self._cond.notify()
+
+    @property
+    def started(self) -> int:
+        """How many threads have started."""
+        return len(self._threads)
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._cond:
+            self._jobs.extend([None] * len(self._threads))
+            self._cond.notify_all()
         for t in self._threads:
             t.join()
 
@@ -354,10 +378,11 @@ class _Job:
                 rows = block.num_rows
                 if sort:
                     # a row group at a time, each one a row group of the part; the block's
-                    # contiguous copy replaces it (no reference to it is kept here)
-                    pieces = _ahead(_sorted_pieces(block, self._order,
-                                                   _parts.ROW_GROUP_ROWS), self._takers,
-                                    self._spare)
+                    # contiguous copy replaces it (no reference to it is kept here); a
+                    # block of one row group has no next one to take ahead
+                    pieces = _sorted_pieces(block, self._order, _parts.ROW_GROUP_ROWS)
+                    if rows > _parts.ROW_GROUP_ROWS:
+                        pieces = _ahead(pieces, self._takers, self._spare)
                     del block
                     for piece in pieces:
                         self.writer.write(piece)
