@@ -5,6 +5,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -334,3 +335,53 @@ def test_pyarrow_copies_the_flat_types_out_of_uncompressed_pages():
             footer = int.from_bytes(raw[-8:-4], "little")
             raw[4 : len(raw) - footer - 8] = b"\xaa" * (len(raw) - footer - 12)
             assert got.equals(table), (dictionary, version)
+
+
+@pytest.mark.parametrize("columns", [["c_float"], ["c_int", "c_float"], ["c_str"]])
+def test_spans_are_the_span_of_each_prefix(db, monkeypatch, columns):
+    """OpenPart.spans gives, in one pass, what a read of each prefix of the row groups
+    takes: its chunks' bytes and the arena its blocks fill (each block's stretch, as
+    _blocks cuts them), for consecutive, scattered and repeated row groups."""
+    op, _disk, _part, _starts = _apart(db, monkeypatch)
+    try:
+        for groups in ([0, 1, 2, 3, 4], [2, 3], [4, 0, 2], [1, 1, 2], [3]):
+            got = op.spans(groups, columns)
+            assert len(got) == len(groups)
+            for i in range(len(groups)):
+                prefix = groups[: i + 1]
+                chunks, _compressed = op._chunks(prefix, columns)
+                blocks = op._blocks(prefix, columns)
+                want = (sum(b - a for a, b in chunks),
+                        sum(_parts._ARENA_ALIGN + blk[3] - blk[2] for blk in blocks))
+                assert got[i] == want == op.span(prefix, columns), (groups, i)
+        assert op.spans([], columns) == [] and op.span([], columns) == (0, 0)
+    finally:
+        op.close()
+
+
+def test_runs_cut_by_their_bytes_read_every_row_group_once(db, monkeypatch):
+    """A full scan reads runs of consecutive row groups while their chunks stay within
+    RUN_BYTES; the row groups a run leaves out are read next, in order, none twice."""
+    from cryptdisk.db import _scan
+
+    part, disk = _many_row_groups(db, monkeypatch, rows=40_000)
+    op = _parts.open_part(disk, part)
+    try:
+        pair = max(op.span([rg, rg + 1], ["c_int"])[0] for rg in range(op.num_row_groups - 1))
+        triple = min(op.span([rg, rg + 1, rg + 2], ["c_int"])[0]
+                     for rg in range(op.num_row_groups - 2))
+    finally:
+        op.close()
+    assert op.num_row_groups == 20 and triple > pair
+    monkeypatch.setattr(_scan, "RUN_BYTES", pair)  # two row groups a run, never three
+    reads: list[list[int]] = []
+    real = _scan.TableScan.read_groups
+    monkeypatch.setattr(_scan.TableScan, "read_groups",
+                        lambda self, o, groups: reads.append(list(groups)) or real(self, o, groups))
+    got = db.query("SELECT sum(c_int), count(*), min(c_int), max(c_int) FROM t")
+    want = duckdb.sql("SELECT sum(k), count(*), min(k), max(k) FROM (" + gen(40_000)
+                      + ") g(k, s, f)").fetchall()
+    assert got == want
+    assert sorted(rg for run in reads for rg in run) == list(range(20))
+    assert all(run == list(range(run[0], run[0] + len(run))) for run in reads)
+    assert max(len(run) for run in reads) == 2

@@ -974,13 +974,48 @@ class OpenPart:
         """``(bytes, extent)`` of a read of ``columns`` from ``row_groups``: the bytes of
         their column chunks, and the memory of the blocks a read decrypting them in place
         fills (see :meth:`_blocks`; a reused arena holds one block at a time)."""
-        chunks, _compressed = self._chunks(row_groups, columns)
-        if not chunks:
-            return 0, 0
-        if self._segment > 0:
-            return sum(b - a for a, b in chunks), sum(
-                _ARENA_ALIGN + blk[3] - blk[2] for blk in self._blocks(row_groups, columns))
-        return sum(b - a for a, b in chunks), max(b for _a, b in chunks) - chunks[0][0]
+        found = self.spans(row_groups, columns)
+        return found[-1] if found else (0, 0)
+
+    def spans(self, row_groups: list[int], columns: list[str]) -> list[tuple[int, int]]:
+        """:meth:`span` of each prefix of ``row_groups`` (the first row group alone, the
+        first two, ...), in one pass over them: a scan grows a run of row groups while its
+        span stays within bounds, and asked :meth:`span` once per row group added (a
+        quadratic number of row groups' chunks looked at, on the thread DuckDB consumes
+        the scan on)."""
+        out: list[tuple[int, int]] = []
+        size = closed = 0  # chunk bytes so far; extent of the blocks before the last one
+        last: list[list[int]] | None = None  # the last block's merged segment ranges
+        lo = hi = 0  # ... and its start and end
+        for rg in row_groups:
+            merged, nbytes = self._group_ranges(rg, columns)
+            if not merged:
+                out.append((size, closed + (_ARENA_ALIGN + hi - lo if last else 0)))
+                continue
+            size += nbytes
+            end = max(b for _a, b in merged)
+            if last is not None and any(a <= r[1] and r[0] <= b
+                                        for a, b in merged for r in last):
+                last, lo, hi = _merged(last + merged), min(lo, merged[0][0]), max(hi, end)
+            else:
+                if last is not None:
+                    closed += _ARENA_ALIGN + hi - lo
+                last, lo, hi = merged, merged[0][0], end
+            out.append((size, closed + _ARENA_ALIGN + hi - lo))
+        return out
+
+    def _group_ranges(self, rg: int, columns: list[str]) -> tuple[list[list[int]], int]:
+        """Row group ``rg``'s whole-segment ranges holding ``columns``' chunks (merged,
+        sorted), and the chunks' bytes."""
+        seg, size = max(1, self._segment), self.size
+        ranges: list[list[int]] = []
+        nbytes = 0
+        for c in columns:
+            for j in self._leaves[c]:
+                start, end, _compressed = self._chunk_info(rg, j)
+                ranges.append([start // seg * seg, min(size, -(-end // seg) * seg)])
+                nbytes += end - start
+        return _merged(ranges), nbytes
 
     def _blocks(self, row_groups: list[int], columns: list[str]) -> list[_Block]:
         """The read's row groups in order, cut where their whole segments stop touching:
@@ -992,15 +1027,11 @@ class OpenPart:
         and that same memory again for each chunk, instead of a new stretch of the row
         groups' extent: fresh memory costs a page fault and zeroing per 4 KiB, more than
         decrypting into it."""
-        seg, size = self._segment, self.size
         blocks: list[_Block] = []
         for rg in row_groups:
-            ranges: list[list[int]] = []
-            for c in columns:
-                for j in self._leaves[c]:
-                    start, end, _compressed = self._chunk_info(rg, j)
-                    ranges.append([start // seg * seg, min(size, -(-end // seg) * seg)])
-            merged = _merged(ranges)
+            merged, _nbytes = self._group_ranges(rg, columns)
+            if not merged:
+                continue
             last = blocks[-1] if blocks else None
             if last is not None and any(a <= r[1] and r[0] <= b
                                         for a, b in merged for r in last[1]):

@@ -893,7 +893,8 @@ class _Stream:
         self.scan = scan
         self.window = 2 * scan_workers()
         self._pending: collections.deque[Future[list[pa.RecordBatch]]] = collections.deque()
-        self._held: tuple[OpenPart, int, Any] | None = None  # taken from _todo, not submitted
+        #: taken from _todo, not submitted yet (handed out again first, in order)
+        self._held: collections.deque[tuple[OpenPart, int, Any]] = collections.deque()
         self._tasks_submitted = 0
         self._best: Any = None  # top-N: the best sort values read so far
         self._threshold: Any = None
@@ -1119,9 +1120,8 @@ class _Stream:
             scan.row_groups_read += len(groups)
 
     def _next(self) -> tuple[OpenPart, int, Any] | None:
-        if self._held is not None:
-            item, self._held = self._held, None
-            return item
+        if self._held:
+            return self._held.popleft()
         return next(self._todo, None) if self._todo is not None else None
 
     def _run(self, op: OpenPart, rg: int) -> list[int]:
@@ -1129,25 +1129,31 @@ class _Stream:
         next ones of the same part, none of their columns cached, while their column chunks
         stay within ``RUN_BYTES`` (a scan of one 8-byte column reads 4 row groups a task,
         of every column one), so the per-read costs (a Parquet reader, the decryption's
-        calls) are paid per task, not per row group."""
+        calls) are paid per task, not per row group. The candidates' spans are computed
+        in one pass (:meth:`OpenPart.spans`); those left out are handed out next."""
         scan = self.scan
-        groups = [rg]
         if not scan.uncached(op, rg):
-            return groups
-        while len(groups) < RUN_GROUPS:
+            return [rg]
+        candidates: list[tuple[OpenPart, int, Any]] = []
+        while len(candidates) + 1 < RUN_GROUPS:
             item = self._next()
             if item is None:
                 break
             nop, nrg, _bound = item
-            if nop is not op or nrg != groups[-1] + 1 or not scan.uncached(op, nrg):
-                self._held = item
+            last = candidates[-1][1] if candidates else rg
+            if nop is not op or nrg != last + 1 or not scan.uncached(op, nrg):
+                self._held.appendleft(item)
                 break
-            size, extent = op.span([*groups, nrg], scan.read_columns())
-            if size > RUN_BYTES or extent > SPAN_MAX:
-                self._held = item
-                break
-            groups.append(nrg)
-        return groups
+            candidates.append(item)
+        if not candidates:
+            return [rg]
+        groups = [rg] + [c[1] for c in candidates]
+        spans = op.spans(groups, scan.read_columns())
+        take = 1
+        while take < len(groups) and spans[take][0] <= RUN_BYTES and spans[take][1] <= SPAN_MAX:
+            take += 1
+        self._held.extendleft(reversed(candidates[take - 1:]))
+        return groups[:take]
 
     def close(self) -> None:
         if self._closed:
