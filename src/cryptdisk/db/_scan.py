@@ -1127,7 +1127,7 @@ class _Stream:
     def _run(self, op: OpenPart, rg: int) -> list[int]:
         """``rg`` and the row groups after it in the plan that one task reads with it: the
         next ones of the same part, none of their columns cached, while their column chunks
-        stay within ``RUN_BYTES`` (a scan of one 8-byte column reads 4 row groups a task,
+        stay within ``RUN_BYTES`` (a scan of one 8-byte column reads 7 row groups a task,
         of every column one), so the per-read costs (a Parquet reader, the decryption's
         calls) are paid per task, not per row group. The candidates' spans are computed
         in one pass (:meth:`OpenPart.spans`); those left out are handed out next."""
