@@ -1,6 +1,7 @@
 """A statement that waits (for the analytical engine's turn, for SQLite's write lock) is
 bounded by the statement timeout and ended by a CancelRequest, like one that runs, and
-ending it never stops another session's statement. Real servers, real clients, TLS."""
+ending it never stops another session's statement; the analytical engine's queries run
+side by side, its other statements alone. Real servers, real clients, TLS."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from tests.server.conftest import ENDLESS, PASSWORD, USER
 TIMEOUT = 1.0
 #: how much later than the timeout a waiting statement may end on a loaded machine
 MARGIN = 2.5
+#: a statement that holds the analytical engine alone until it is cancelled (EXPLAIN
+#: ANALYZE runs its query; not a plain query, it runs on the database's connection)
+ALONE = "EXPLAIN ANALYZE " + ENDLESS
 
 
 def pg(srv: Any, **kw: Any) -> psycopg.Connection[Any]:
@@ -37,7 +41,8 @@ class Running:
 
     def _run(self, sql: str) -> None:
         try:
-            self.rows = self.conn.execute(sql).fetchall()
+            cur = self.conn.execute(sql)
+            self.rows = cur.fetchall() if cur.description is not None else None
         except BaseException as exc:
             self.error = exc
         self.ended = time.monotonic()
@@ -90,12 +95,13 @@ def test_the_statement_timeout_ends_a_statement_waiting_for_the_engine(two_serve
                                                                         analytical) -> None:
     long, timed = two_servers
     with pg(long, autocommit=True) as a, pg(timed, autocommit=True) as b:
-        holder = Running(a, ENDLESS)
+        a.execute("CREATE TABLE t (i BIGINT)")
+        holder = Running(a, ENDLESS)  # a query: a write waits for it to end
         try:
             holding(long, analytical)
             start = time.monotonic()
             with pytest.raises(psycopg.errors.QueryCanceled) as e:
-                b.execute("SELECT 42")
+                b.execute("INSERT INTO t VALUES (42)")
             took = time.monotonic() - start
             assert "statement timeout" in str(e.value)
             assert TIMEOUT * 0.9 <= took < TIMEOUT + MARGIN, took
@@ -107,8 +113,8 @@ def test_the_statement_timeout_ends_a_statement_waiting_for_the_engine(two_serve
             holder.stop()
         assert isinstance(holder.error, psycopg.errors.QueryCanceled)
         assert "user request" in str(holder.error)
-        # both sessions go on working
-        assert b.execute("SELECT 42").fetchone() == (42,)
+        # both sessions go on working; the write that timed out wrote nothing
+        assert b.execute("SELECT count(*) FROM t").fetchone() == (0,)
         assert a.execute("SELECT 7").fetchone() == (7,)
 
 
@@ -116,10 +122,10 @@ def test_a_cancel_ends_a_waiting_statement_and_not_the_running_one(start_server,
                                                                     analytical) -> None:
     srv = start_server(analytical)
     with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b:
-        holder = Running(a, ENDLESS)
+        holder = Running(a, ALONE)
         try:
             holding(srv, analytical)
-            waiter = Running(b, "SELECT 42")
+            waiter = Running(b, "SELECT 42")  # a query waits for a statement running alone
             waiting(analytical, 1)
             b.cancel_safe()  # one cancel: it is waiting, so it ends the wait
             waiter.thread.join(MARGIN)
@@ -137,30 +143,37 @@ def test_a_cancel_ends_a_waiting_statement_and_not_the_running_one(start_server,
 
 def test_waits_are_served_in_order_and_a_cancel_leaves_the_rest_in_line(start_server,
                                                                          analytical) -> None:
-    """Three sessions wait behind a long statement; the middle one is cancelled; the
-    others run, in the order they came, once the long one ends."""
+    """Behind a long query wait a write, a query and a write, in that order. The query
+    waits for the first write (no overtaking); when that write is cancelled the query
+    runs at once, beside the long one, and the last write still waits for it."""
     srv = start_server(analytical)
     conns = [pg(srv, autocommit=True) for _ in range(4)]
     try:
+        conns[0].execute("CREATE TABLE t (i BIGINT)")
         holder = Running(conns[0], ENDLESS)
         try:
             holding(srv, analytical)
             waiters = []
-            for i, c in enumerate(conns[1:]):
-                waiters.append(Running(c, f"SELECT {i}, now()"))  # now(): when it started
+            for i, (c, sql) in enumerate(zip(conns[1:], ("INSERT INTO t VALUES (1)",
+                                                         "SELECT 2",
+                                                         "INSERT INTO t VALUES (3)"),
+                                             strict=True)):
+                waiters.append(Running(c, sql))
                 waiting(analytical, i + 1)
-            conns[2].cancel_safe()
-            waiters[1].thread.join(MARGIN)
-            assert isinstance(waiters[1].error, psycopg.errors.QueryCanceled)
-            assert analytical.turns.waiting == 2
-            assert holder.thread.is_alive()
+            time.sleep(0.3)
+            assert analytical.turns.waiting == 3  # the query waits behind the write
+            conns[1].cancel_safe()
+            waiters[0].thread.join(MARGIN)
+            assert isinstance(waiters[0].error, psycopg.errors.QueryCanceled)
+            waiters[1].thread.join(MARGIN)  # runs beside the long query
+            assert waiters[1].error is None and waiters[1].rows == [(2,)]
+            assert holder.thread.is_alive() and waiters[2].thread.is_alive()
+            assert analytical.turns.waiting == 1
         finally:
             holder.stop()
-        for w in waiters:
-            w.thread.join(60)
-        assert (waiters[0].error, waiters[2].error) == (None, None)
-        assert [w.rows[0][0] for w in (waiters[0], waiters[2])] == [0, 2]
-        assert waiters[0].rows[0][1] <= waiters[2].rows[0][1]  # first come, first served
+        waiters[2].thread.join(60)
+        assert waiters[2].error is None
+        assert conns[0].execute("SELECT i FROM t").fetchall() == [(3,)]
     finally:
         for c in conns:
             c.close()
@@ -173,7 +186,7 @@ def test_describe_copy_and_catalog_waits_are_bounded_by_the_timeout(two_servers,
     long, timed = two_servers
     with pg(long, autocommit=True) as a:
         a.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
-        holder = Running(a, ENDLESS)
+        holder = Running(a, ALONE)
         try:
             holding(long, analytical)
             tls = ssl.create_default_context(cafile=timed.dsn["sslrootcert"])
@@ -231,3 +244,86 @@ def test_sqlite_copy_waiting_for_the_write_lock_is_bounded_by_the_timeout(
         b.commit()
         assert a.execute("SELECT i, s FROM t ORDER BY i").fetchall() == [(0, "held"),
                                                                          (1, "x")]
+
+
+SLOW = "SELECT count(*), sum(hash(a.i * b.i) % 7) FROM t a, t b"
+
+
+def test_two_sessions_queries_overlap(start_server, analytical) -> None:
+    """Two sessions' long reads of one table run at the same time (each starts before
+    the other ends) and both are right."""
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as c:
+        c.execute("CREATE TABLE t (i BIGINT) ORDER BY i")
+        c.execute("INSERT INTO t SELECT range FROM range(6000)")
+        expected = c.execute(SLOW).fetchall()
+    conns = [pg(srv, autocommit=True) for _ in range(2)]
+    try:
+        for c in conns:
+            c.execute("SELECT 1")  # logged in, reader made
+        spans: list[tuple[float, float]] = []
+        results: list[Any] = []
+        go = threading.Barrier(2)
+
+        def read(c: Any) -> None:
+            go.wait()
+            t0 = time.monotonic()
+            results.append(c.execute(SLOW).fetchall())
+            spans.append((t0, time.monotonic()))
+
+        threads = [threading.Thread(target=read, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert results == [expected, expected]
+        assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_readers_see_whole_inserts_while_a_session_inserts(start_server,
+                                                          analytical) -> None:
+    """One session inserts batches of 500 rows (COPY and INSERT) while two others read:
+    each count is a whole number of batches, and never goes back."""
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as c:
+        c.execute("CREATE TABLE t (i BIGINT, batch BIGINT) ORDER BY i")
+    stop = threading.Event()
+    seen: list[list[tuple[int, int]]] = [[], []]
+    errors: list[BaseException] = []
+
+    def read(n: int) -> None:
+        try:
+            with pg(srv, autocommit=True) as c:
+                while not stop.is_set():
+                    seen[n].append(c.execute("SELECT count(i), count(DISTINCT batch) "
+                                             "FROM t WHERE i >= 0").fetchone())
+        except BaseException as exc:
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read, args=(n,)) for n in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        with pg(srv, autocommit=True) as w:
+            for b in range(1, 9):
+                if b % 2:
+                    w.execute(f"INSERT INTO t SELECT 1000 * {b} + range, {b} FROM range(500)")
+                else:
+                    with w.cursor().copy("COPY t FROM STDIN") as copy:
+                        for i in range(500):
+                            copy.write_row((1000 * b + i, b))
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(60)
+    assert errors == []
+    for rows in seen:
+        assert rows
+        assert all(count == 500 * batches for count, batches in rows), rows
+        assert [c for c, _ in rows] == sorted(c for c, _ in rows)
+    with pg(srv, autocommit=True) as c:
+        assert c.execute("SELECT count(*), count(DISTINCT batch) FROM t").fetchone() == \
+            (4000, 8)

@@ -15,12 +15,12 @@ the SQL on decrypted columns held in a bounded in-memory cache.
 
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._columns import parser_cursor, scalar, serialize_sql
-from ._database import Database, add_connection_hook, connect
+from ._database import Database, Reader, add_connection_hook, connect
 from ._policies import PolicyRewriter, PolicySession, read_policies, role_query
 from ._remote import is_url, location, publish
 from ._sql import split_statements
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "PolicyRewriter",
-           "PolicySession", "add_connection_hook", "connect", "is_url", "location",
+           "PolicySession", "Reader", "add_connection_hook", "connect", "is_url", "location",
            "parser_cursor", "publish", "read_policies", "role_query", "scalar", "serialize_sql",
            "split_statements"]

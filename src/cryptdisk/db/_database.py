@@ -91,7 +91,7 @@ from ._scan import OpenParts, TableScan, integer_array
 from ._storage import resolve_config
 from ._system import system_tables
 
-__all__ = ["CONNECTION_HOOKS", "Database", "add_connection_hook", "connect"]
+__all__ = ["CONNECTION_HOOKS", "Database", "Reader", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
 #: A statement with a WHERE naming a table of at most this many parts opens them (footer
@@ -135,7 +135,10 @@ def add_connection_hook(hook: Callable[[Any, Any], Any]) -> None:
     A hook may return an extension object with ``scan_functions`` (name -> binder, see
     :mod:`._derived`: functions the table scan computes over whole Arrow arrays) and
     ``refresh()`` (called before each statement; True when what the functions compute
-    changed, e.g. the field keys were reloaded, which drops the cached derived columns).
+    changed, e.g. the field keys were reloaded, which drops the cached derived columns),
+    and ``cursor_setup(cursor)`` (called on each :class:`Reader`'s DuckDB cursor: what the
+    hook made that belongs to one connection, such as temporary macros; Python functions
+    made with ``create_function`` belong to the database instance, which cursors share).
     """
     if hook not in CONNECTION_HOOKS:
         CONNECTION_HOOKS.append(hook)
@@ -271,6 +274,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if not read_only and self._remote is None:
             self._take_lock()
         self._mutex = threading.RLock()
+        self._readers_running = 0  # queries Reader objects are running (see reader())
+        self._doomed_parts: list[Any] = []  # deleted when the last of them ends
         self._registered: set[str] = set()
         self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
                       else os.path.join(self.path, PIN_FILE)]
@@ -285,6 +290,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._schemas: dict[tuple[tuple[str, str], ...], pa.Schema] = {}
         #: extensions returned by the connection hooks (see add_connection_hook)
         self._extensions: list[Any] = []
+        #: their ``cursor_setup``, run on each reader's cursor
+        self._cursor_setups: list[Callable[[Any], Any]] = []
         #: whether field functions may be computed by the scan (see ._derived)
         self.push_field_functions = True
         #: DuckDB's parse trees (JSON text) of recent SELECTs, by statement text: a
@@ -376,6 +383,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             ext = hook(con, self.config)
             if ext is not None and hasattr(ext, "scan_functions"):
                 self._extensions.append(ext)
+            if ext is not None and hasattr(ext, "cursor_setup"):
+                self._cursor_setups.append(ext.cursor_setup)
         return con
 
     def close(self) -> None:
@@ -389,6 +398,18 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             with contextlib.suppress(Exception):
                 self.con.close()
             self._release_lock()
+
+    def reader(self) -> Reader:
+        """A :class:`Reader`: runs queries on its own DuckDB cursor, beside this
+        connection's statements and other readers' queries, for one thread at a time."""
+        return Reader(self)
+
+    def _reader_ends(self) -> None:
+        with self._mutex:
+            self._readers_running -= 1
+            if not self._readers_running and self._doomed_parts:
+                doomed, self._doomed_parts = self._doomed_parts, []
+                self._remove_parts(doomed)
 
     def __enter__(self) -> Database:
         return self
@@ -1017,6 +1038,121 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             del self.catalog.tables[st.name]
             raise
         return None
+
+
+#: What a Reader keeps of its own (the rest of its attributes are its database's).
+_READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "last_scans",
+                         "_extremes_pending", "_trees", "_extreme_schemas", "_closed"})
+
+
+class Reader:
+    """Queries of a :class:`Database` (``db.reader()``) that run on their own DuckDB cursor
+    of its connection, so that several threads, each with its reader, query at once.
+
+    :meth:`execute` runs one query (``SELECT``, ``WITH``, ``FROM``; any other statement
+    is refused: it goes to :meth:`Database.execute`). Its tables are taken from the
+    catalog, and their scans registered on the reader's cursor, under the database's
+    lock, which a write holds from its start to its commit: a query sees each insert
+    whole or not at all, then runs (DuckDB's work, the decryption and decoding of its
+    scans) without the lock, beside other readers' queries and the database's own
+    statements. The parts a query started from stay on disk until it ends, even when a
+    merge (``OPTIMIZE``), ``DROP`` or ``TRUNCATE`` commits meanwhile. The decoded-column
+    cache, the open parts, the connection hooks' functions (``cryptdisk.fields``), the
+    ``role=`` policies and DuckDB's settings (``memory_limit``, ``threads``: one budget
+    for all the queries running) are the database's.
+
+    One thread at a time uses a reader (each thread its own); :meth:`interrupt` may come
+    from any thread. :meth:`close` (or the database's close) releases its cursor.
+    """
+
+    # the read path of Database, run with this reader's cursor and statement state
+    _run_duckdb = Database._run_duckdb
+    _run_duckdb_once = Database._run_duckdb_once
+    _release = Database._release
+    _scan_error = Database._scan_error
+    _key_extremes = Database._key_extremes
+    _push = Database._push
+    _parse_tree = Database._parse_tree
+    _binary_text = Database._binary_text
+    _text_safe = Database._text_safe
+    _default_order = Database._default_order
+    _scan = Database._scan
+    arrow_schema = Database.arrow_schema
+
+    def __init__(self, db: Database) -> None:
+        object.__setattr__(self, "_db", db)
+        with db._mutex:
+            try:
+                self.con = db.con.cursor()
+                self._parser = parser_cursor(db.con)
+                for setup in db._cursor_setups:
+                    setup(self.con)
+            except duckdb.Error as exc:
+                raise DatabaseError(f"cannot open a reader: {exc}") from None
+        self._scans: list[TableScan] = []
+        self._registered: set[str] = set()
+        self.last_scans: dict[str, dict[str, int]] = {}
+        self._extremes_pending: Any = None
+        self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
+            collections.OrderedDict()
+        self._closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)  # the database's own state and methods
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _READER_OWN:
+            object.__setattr__(self, name, value)
+        else:  # e.g. the catalog's stamp after a retry: the database's
+            setattr(self._db, name, value)
+
+    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
+        with self._db._mutex:  # the catalog as its last commit left it
+            return Database._prepare(self, sql, push)  # type: ignore[arg-type]
+
+    @staticmethod
+    def runs(statement: str) -> bool:
+        """Whether ``statement`` is a query a reader runs (else :meth:`Database.execute`)."""
+        try:
+            st = _sql.parse(statement)
+        except DatabaseError:
+            return False
+        return isinstance(st, _sql.Passthrough) and _sql.first_word(st.sql) in _QUERIES
+
+    def execute(self, statement: str) -> pa.Table | None:
+        """Run one query (see the class): an Arrow table."""
+        db = self._db
+        st = _sql.parse(statement)
+        if not isinstance(st, _sql.Passthrough) or _sql.first_word(st.sql) not in _QUERIES:
+            raise DatabaseError("a reader runs queries (SELECT, WITH, FROM); run other "
+                                "statements with Database.execute")
+        if self._closed:
+            raise DatabaseError("this reader is closed")
+        sql = st.sql
+        with db._mutex:
+            if db.role is not None:  # masking and row access policies (._policies)
+                sql = role_query(db, sql)
+            db._readers_running += 1
+        try:
+            return self._run_duckdb(sql)  # type: ignore[misc]
+        finally:
+            db._reader_ends()
+
+    def interrupt(self) -> None:
+        """Stop the query this reader is running (DuckDB's interrupt of its cursor)."""
+        with contextlib.suppress(duckdb.Error):
+            self.con.interrupt()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for c in (self._parser, self.con):
+                with contextlib.suppress(Exception):
+                    c.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Reader cannot be pickled")
 
 
 #: Parse trees kept (see Database._parse_tree).

@@ -61,8 +61,16 @@ class MaintenanceMixin(DatabaseState):
     """Maintenance methods of :class:`~cryptdisk.db.Database`."""
 
     def _remove_parts(self, parts: list[PartMeta]) -> None:
+        """Delete the files of ``parts`` (the catalog no longer names them); while a
+        :class:`~cryptdisk.db.Reader` runs a query (it may read them from the catalog it
+        started with) they wait for the last one to end (a crash meanwhile leaves them to
+        :meth:`collect_garbage`)."""
         for part in parts:
             self.cache.drop_part(part.id)
+        if self._readers_running:
+            self._doomed_parts.extend(parts)
+            return
+        for part in parts:
             disk = self.config.disks.get(part.disk)
             if disk is not None:
                 with contextlib.suppress(DiskFileNotFoundError, FileNotFoundError):

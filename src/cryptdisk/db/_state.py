@@ -54,6 +54,10 @@ class DatabaseState(Protocol):
     _pending: list[tuple[Any, str]]
     #: Parts opened and checked, kept for the next reads (an ``_scan.OpenParts``).
     _open_parts: Any
+    #: Queries :class:`~cryptdisk.db.Reader` objects are running now.
+    _readers_running: int
+    #: Parts the catalog no longer names, deleted when the last running reader ends.
+    _doomed_parts: list[Any]
 
     def table(self, name: str) -> TableMeta: ...
 

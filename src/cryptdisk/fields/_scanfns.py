@@ -62,6 +62,13 @@ class FieldExtension:
         self.keys = self._load()
         self.scan_functions = self._binders()
 
+    def cursor_setup(self, cursor: Any) -> None:
+        """On a :class:`cryptdisk.db.Reader`'s cursor: the field functions' temporary
+        macros (the Python functions are the database instance's already)."""
+        from ._sql import register_temp_macros
+
+        register_temp_macros(cursor)
+
     def _stat(self) -> tuple[int, int, int] | None:
         if self.path is None:
             return None

@@ -141,9 +141,16 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
     udf("__cd_detokenize", lambda v, k, c, f, la, lu: detokenize(
         v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
         keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
+    udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
+    register_temp_macros(con)
+
+
+def register_temp_macros(con: Any) -> None:
+    """The field functions that are DuckDB macros, on ``con``: temporary, so each
+    connection (a :class:`cryptdisk.db.Reader`'s cursor too) needs its own; the Python
+    functions they call belong to the database instance."""
     for name, body in MASK_MACROS.items():  # mask_full first: the others use it
         con.execute(f"CREATE OR REPLACE TEMP MACRO {name}(v VARCHAR) AS {body}")
-    udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
     for fn in ("fpe_encrypt", "fpe_decrypt"):
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
                     f"alphabet := 'digits') AS __cd_{fn}(v, k, col, alphabet)")

@@ -288,51 +288,68 @@ def _arrow_column(values: list[Any], typed: bool) -> Any:
 
 
 class _Turns:
-    """The analytical engine's statements, one at a time: the sessions take turns in the
-    order they asked, and a session's :meth:`_AnalyticalSession.interrupt` (a CancelRequest,
-    its statement timeout) ends its wait at once (57014), without the turn.
+    """Who uses the analytical database: queries (``shared``: each on its session's own
+    :class:`cryptdisk.db.Reader`) run side by side; any other statement (a write, DDL,
+    ``SET``, the server's own work) runs alone, on the database's connection. Sessions
+    take turns in the order they asked (queries that come one after the other enter
+    together; a query behind a waiting writer waits for it), and a session's
+    :meth:`_AnalyticalSession.interrupt` (a CancelRequest, its statement timeout) ends
+    its wait at once (57014), without the turn.
 
-    The holder's statement is the only one running on the database's connection, so an
-    interrupt of that connection (:meth:`interrupt`) stops it and no other session's; it
-    is sent under the same lock that hands the turn on."""
+    An interrupt reaches the connection (or reader) of the session that asked for it, and
+    only while that session holds the turn: it is sent under the same lock that hands the
+    turns out."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._waiting: collections.deque[object] = collections.deque()
-        self._holder: object | None = None
+        self._waiting: collections.deque[tuple[object, bool]] = collections.deque()
+        self._holders: dict[object, bool] = {}  # holder -> shared
+
+    def _may_enter(self, entry: tuple[object, bool]) -> bool:
+        return self._waiting[0] is entry and (
+            not self._holders or (entry[1] and all(self._holders.values())))
 
     @contextlib.contextmanager
-    def turn(self, session: _AnalyticalSession | None = None) -> Iterator[None]:
-        """Hold the turn; ``session``'s cancel ends the wait (None: the server's own work,
-        which waits until its turn comes)."""
+    def turn(self, session: _AnalyticalSession | None = None,
+             shared: bool = False) -> Iterator[None]:
+        """Hold a turn (``shared``: a query's); ``session``'s cancel ends the wait (None: the
+        server's own work, which waits until its turn comes)."""
         me = session if session is not None else object()
+        entry = (me, shared)
         with self._cond:
-            self._waiting.append(me)
+            self._waiting.append(entry)
             try:
-                while self._holder is not None or self._waiting[0] is not me:
+                while not self._may_enter(entry):
                     if session is not None and session._cancel.is_set():
                         raise _cancelled()
                     self._cond.wait()
                 if session is not None and session._cancel.is_set():
                     raise _cancelled()  # cancelled as the turn came: never starts
             except BaseException:
-                self._waiting.remove(me)
+                self._waiting.remove(entry)
                 self._cond.notify_all()  # the next in line may be first now
                 raise
             self._waiting.popleft()
-            self._holder = me
+            self._holders[me] = shared
+            self._cond.notify_all()  # a query next in line enters beside this one
         try:
             yield
         finally:
             with self._cond:
-                self._holder = None
+                del self._holders[me]
                 self._cond.notify_all()
 
     @property
     def held(self) -> bool:
-        """Whether a statement (or the server's own work) holds the turn."""
+        """Whether a statement (or the server's own work) holds a turn."""
         with self._cond:
-            return self._holder is not None
+            return bool(self._holders)
+
+    @property
+    def running(self) -> int:
+        """How many hold a turn."""
+        with self._cond:
+            return len(self._holders)
 
     @property
     def waiting(self) -> int:
@@ -340,12 +357,13 @@ class _Turns:
         with self._cond:
             return len(self._waiting)
 
-    def interrupt(self, session: _AnalyticalSession, con: Any) -> None:
-        """``session``'s cancel is set: wake it if it waits; interrupt ``con`` if it holds
-        the turn."""
+    def interrupt(self, session: _AnalyticalSession, stop: Callable[[bool], None]) -> None:
+        """``session``'s cancel is set: wake it if it waits; ``stop(shared)`` if it holds a
+        turn."""
         with self._cond:
-            if self._holder is session:
-                con.interrupt()
+            shared = self._holders.get(session)
+            if shared is not None:
+                stop(shared)
             self._cond.notify_all()
 
 
@@ -354,6 +372,7 @@ class _AnalyticalSession(EngineSession):
         self.engine = engine
         #: set by :meth:`interrupt`: ends this session's wait for its turn, or its statement
         self._cancel = threading.Event()
+        self._reader: Any = None  # its queries' cryptdisk.db.Reader, made at the first
         self.privileges: Any = None
         self._parser: Any = None
         self.recording = False
@@ -425,13 +444,12 @@ class _AnalyticalSession(EngineSession):
         self._cancel.clear()  # a cancel sent before this statement is not for it
         self.revealed = []
         text = self._sql(sql, params)
-        # One statement at a time (the database serializes them anyway), so an interrupt
-        # reaches the statement of the session that asked for it, never another's.
-        with self.engine.turn(self):
-            try:
-                table = self.engine.db.execute(text)
-            except Exception as exc:
-                raise statement_error(exc) from None
+        try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
+            table = self._execute(text)
+        except StatementError:
+            raise
+        except Exception as exc:
+            raise statement_error(exc) from None
         policies = self.engine.policies
         if policies is not None and policies.audit is not None:
             count = table.num_rows if table is not None else None
@@ -459,8 +477,7 @@ class _AnalyticalSession(EngineSession):
         nulls = [None] * _sqltext.placeholders(sql)
         try:
             query = f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0"  # noqa: S608
-            with self.engine.turn(self):
-                table = self.engine.db.execute(query)
+            table = self._execute(query)
         except Exception:
             if self._cancel.is_set():  # cancelled or timed out, waiting or running: 57014
                 raise _cancelled() from None
@@ -469,17 +486,39 @@ class _AnalyticalSession(EngineSession):
             return None
         return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
 
+    def _execute(self, text: str) -> Any:
+        """Run ``text`` in its turn: a query on this session's reader, beside other
+        sessions' queries; any other statement on the database's connection, alone."""
+        from ..db import Reader
+
+        if Reader.runs(text):
+            with self.engine.turn(self, shared=True):
+                if self._reader is None:  # (a cursor of the connection, made under its lock)
+                    self._reader = self.engine.db.reader()
+                return self._reader.execute(text)
+        with self.engine.turn(self):
+            return self.engine.db.execute(text)
+
+    def _stop(self, shared: bool) -> None:
+        if shared:
+            if self._reader is not None:  # (None: the catalog's turn, or the reader's making)
+                self._reader.interrupt()
+        else:
+            self.engine.db.con.interrupt()
+
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
             self.interrupt_also()
         self._cancel.set()
-        self.engine.turns.interrupt(self, self.engine.db.con)
+        self.engine.turns.interrupt(self, self._stop)
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
         self._cancel.clear()
-        with self.engine.turn(self):
+        db = self.engine.db
+        # the catalog, beside queries; DuckDB names a column type that is not a plain one
+        # on the database's connection, under its lock
+        with self.engine.turn(self, shared=True), db._mutex:
             try:
-                db = self.engine.db
                 schema = db.arrow_schema(db.table(table))
             except Exception as exc:
                 raise statement_error(exc) from None
@@ -511,12 +550,12 @@ class _AnalyticalSession(EngineSession):
 
     def relations(self) -> list[tuple[str, str]]:
         self._cancel.clear()
-        with self.engine.turn(self):
+        with self.engine.turn(self, shared=True):  # the catalog only: beside queries
             return [(name, "r") for name in sorted(self.engine.db.catalog.tables)]
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         self._cancel.clear()
-        with self.engine.turn(self):
+        with self.engine.turn(self, shared=True):
             try:
                 cols = self.engine.db.table(name).columns
             except Exception as exc:
@@ -526,6 +565,8 @@ class _AnalyticalSession(EngineSession):
     def close(self) -> None:
         if self._parser is not None:
             self._parser.close()
+        if self._reader is not None:
+            self._reader.close()
 
 
 class AnalyticalEngine(Engine):
@@ -543,10 +584,11 @@ class AnalyticalEngine(Engine):
         #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
         self.policies: Any = None
 
-    def turn(self, session: _AnalyticalSession | None = None) -> Any:
-        """Hold the database's one connection (see :class:`_Turns`): ``with
-        engine.turn(): ...``; ``session``'s cancel ends the wait."""
-        return self.turns.turn(session)
+    def turn(self, session: _AnalyticalSession | None = None, shared: bool = False) -> Any:
+        """Hold a turn on the database (see :class:`_Turns`): ``with engine.turn(): ...``
+        alone on its connection; ``shared``: beside other queries; ``session``'s cancel
+        ends the wait."""
+        return self.turns.turn(session, shared)
 
     def open_session(self) -> EngineSession:
         return _AnalyticalSession(self)

@@ -1,0 +1,173 @@
+"""Database.reader(): queries on their own DuckDB cursor, beside each other and the
+database's own statements; whole inserts only; parts a query started from outlive it."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import pytest
+
+import cryptdisk
+from cryptdisk.errors import DatabaseError
+
+#: a query that takes a while (36M pairs): long enough for two to be seen overlapping
+SLOW = "SELECT count(*), sum(hash(a.i * b.i) % 7) FROM t a, t b"
+
+
+@pytest.fixture
+def db(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        database = cryptdisk.connect(tmp_path / "db")
+    database.sql("CREATE TABLE t (i BIGINT, batch BIGINT) ORDER BY i")
+    database.sql("INSERT INTO t SELECT range, 0 FROM range(6000)")
+    yield database
+    database.close()
+
+
+def test_a_reader_answers_as_the_database_does_and_runs_queries_only(db):
+    r = db.reader()
+    try:
+        for q in ("SELECT count(*), sum(i) FROM t", "SELECT i FROM t WHERE i = 17",
+                  "SELECT min(i), max(i) FROM t", "SELECT i FROM t ORDER BY i DESC LIMIT 3",
+                  "SELECT count(*) FROM system.parts", "FROM t SELECT max(batch)",
+                  "WITH x AS (SELECT i FROM t WHERE i < 10) SELECT sum(i) FROM x"):
+            assert r.execute(q).to_pylist() == db.sql(q).to_pylist(), q
+            assert r.execute(q).to_pylist() == db.sql(q).to_pylist(), q  # warm
+        assert r.last_scans["t"]["row_groups_read"] >= 0
+        for stmt in ("INSERT INTO t VALUES (1, 1)", "CREATE TABLE u (a BIGINT)",
+                     "SET threads = 1", "DROP TABLE t"):
+            with pytest.raises(DatabaseError, match="a reader runs queries"):
+                r.execute(stmt)
+        assert db.sql("SELECT count(*) FROM t").to_pylist() == [{"count_star()": 6000}]
+    finally:
+        r.close()
+    with pytest.raises(DatabaseError, match="closed"):
+        r.execute("SELECT 1")
+
+
+def test_two_readers_queries_overlap_and_are_right(db):
+    expected = db.sql(SLOW).to_pylist()
+    spans, results, errors = [], [], []
+    start = threading.Barrier(2)
+
+    def query():
+        r = db.reader()
+        try:
+            start.wait()
+            t0 = time.monotonic()
+            results.append(r.execute(SLOW).to_pylist())
+            spans.append((t0, time.monotonic()))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            r.close()
+
+    threads = [threading.Thread(target=query) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and results == [expected, expected]
+    # each started before the other ended: they ran at the same time
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+
+
+def test_readers_see_whole_inserts_only_while_a_writer_inserts(db):
+    """A writer inserts batches of 1000 rows (several parts each) while readers count:
+    every count is a whole number of batches, and each reader's counts never go back."""
+    stop = threading.Event()
+    seen: list[list[tuple[int, int]]] = [[], []]
+    errors: list[BaseException] = []
+
+    def read(n):
+        r = db.reader()
+        try:
+            while not stop.is_set():
+                got = r.execute("SELECT count(i), count(DISTINCT batch) FROM t WHERE i >= 0")
+                seen[n].append(tuple(got.to_pylist()[0].values()))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            r.close()
+
+    readers = [threading.Thread(target=read, args=(n,)) for n in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for b in range(1, 9):
+            db.sql(f"INSERT INTO t SELECT 100000 * {b} + range, {b} FROM range(1000)")
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(60)
+    assert errors == []
+    for rows in seen:
+        assert rows
+        for count, batches in rows:
+            assert count == 6000 + 1000 * (batches - 1), (count, batches)
+        assert [c for c, _ in rows] == sorted(c for c, _ in rows)
+    r = db.reader()
+    assert r.execute("SELECT count(*) FROM t WHERE i >= 0").to_pylist() == \
+        [{"count_star()": 14000}]
+    r.close()
+
+
+def test_parts_a_query_started_from_stay_until_it_ends(db, tmp_path):
+    """OPTIMIZE merges the parts (deleting the old ones) while a reader's query over them
+    runs: the query's answer is whole, and the old files go when it ends."""
+    for b in range(1, 4):
+        db.sql(f"INSERT INTO t SELECT 100000 * {b} + range, {b} FROM range(1000)")
+
+    def files():
+        return list((tmp_path / "db" / "data").rglob("*.parquet"))
+
+    parts = len(files())
+    assert parts >= 4
+    expected = db.sql(SLOW).to_pylist()
+    r = db.reader()
+    got, errors = [], []
+
+    def query():
+        try:
+            got.append(r.execute(SLOW).to_pylist())
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=query)
+    t.start()
+    while db._readers_running == 0 and t.is_alive():  # its tables are taken
+        time.sleep(0.001)
+    db.sql("OPTIMIZE TABLE t")
+    with db._mutex:  # (a reader ends under it)
+        if db._readers_running:
+            assert len(files()) == parts + 1  # the old parts wait for the query
+    t.join(120)
+    r.close()
+    assert errors == [] and got == [expected]
+    assert db._doomed_parts == [] and db._readers_running == 0
+    assert db.query("SELECT count(*) FROM system.parts") == [(1,)]
+    assert len(files()) == 1
+    assert db.sql(SLOW).to_pylist() == expected
+
+
+def test_a_reader_has_the_connection_hooks_functions_and_macros(tmp_path):
+    """cryptdisk.fields' functions: its Python functions are the DuckDB instance's, its
+    macros (mask_full, tokenize, ...) are made again on each reader's cursor."""
+    import cryptdisk.fields  # its connection hook
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        database = cryptdisk.connect(tmp_path / "f")
+    try:
+        database.sql("CREATE TABLE p (email VARCHAR)")
+        database.sql("INSERT INTO p VALUES ('alice@example.com'), ('bob@example.org')")
+        r = database.reader()
+        for q in ("SELECT mask_full(email), mask_email(email) FROM p ORDER BY email",
+                  "SELECT mask_last4('4111111111111111')"):
+            assert r.execute(q).to_pylist() == database.sql(q).to_pylist(), q
+        r.close()
+    finally:
+        database.close()
