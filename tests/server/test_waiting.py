@@ -327,3 +327,20 @@ def test_readers_see_whole_inserts_while_a_session_inserts(start_server,
     with pg(srv, autocommit=True) as c:
         assert c.execute("SELECT count(*), count(DISTINCT batch) FROM t").fetchone() == \
             (4000, 8)
+
+
+def test_a_sessions_set_reaches_its_own_queries_only(start_server, analytical) -> None:
+    """A SET of a connection-local DuckDB setting reaches the session's queries (which run
+    on its own reader's cursor), made before or after the SET, and not another
+    session's; RESET undoes it."""
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b:
+        assert a.execute("SELECT 7 / 2").fetchone() == (3.5,)  # a's reader made before
+        a.execute("SET integer_division = true")
+        assert a.execute("SELECT 7 / 2").fetchone() == (3,)
+        assert b.execute("SELECT 7 / 2").fetchone() == (3.5,)
+        a.execute("RESET integer_division")
+        assert a.execute("SELECT 7 / 2").fetchone() == (3.5,)
+    with pg(srv, autocommit=True) as c:
+        c.execute("SET integer_division = true")  # before its first query: no reader yet
+        assert c.execute("SELECT 7 / 2").fetchone() == (3,)

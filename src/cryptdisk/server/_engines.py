@@ -373,6 +373,7 @@ class _AnalyticalSession(EngineSession):
         #: set by :meth:`interrupt`: ends this session's wait for its turn, or its statement
         self._cancel = threading.Event()
         self._reader: Any = None  # its queries' cryptdisk.db.Reader, made at the first
+        self._settings: list[str] = []  # its SET and RESET statements, in order
         self.privileges: Any = None
         self._parser: Any = None
         self.recording = False
@@ -495,9 +496,19 @@ class _AnalyticalSession(EngineSession):
             with self.engine.turn(self, shared=True):
                 if self._reader is None:  # (a cursor of the connection, made under its lock)
                     self._reader = self.engine.db.reader()
+                    for setting in self._settings:  # this session's SETs, on its cursor
+                        self._reader.con.execute(setting)
                 return self._reader.execute(text)
         with self.engine.turn(self):
-            return self.engine.db.execute(text)
+            result = self.engine.db.execute(text)
+            if (_sqltext.first_words(text, 1) or [""])[0] in ("SET", "RESET"):
+                # A connection-local setting (integer_division, search_path, ...) set on
+                # the database's connection would not reach this session's queries, which
+                # run on its reader's cursor: the session's SETs run there too.
+                self._settings.append(text)
+                if self._reader is not None:
+                    self._reader.con.execute(text)
+            return result
 
     def _stop(self, shared: bool) -> None:
         if shared:
