@@ -171,3 +171,25 @@ def test_a_reader_has_the_connection_hooks_functions_and_macros(tmp_path):
         r.close()
     finally:
         database.close()
+
+
+def test_configure_sets_a_connection_local_setting_on_the_reader_only(tmp_path) -> None:
+    """A reader's configure() reaches its queries, not the database's own; anything but
+    SET and RESET is refused with a clear error."""
+    from cryptdisk.db import connect
+    from cryptdisk.errors import DatabaseError
+
+    with connect(str(tmp_path / "db")) as db:
+        r = db.reader()
+        r.configure("SET integer_division = true")
+        assert r.execute("SELECT 7 / 2").column(0).to_pylist() == [3]
+        assert db.query("SELECT 7 / 2") == [(3.5,)]
+        r.configure("RESET integer_division")
+        assert r.execute("SELECT 7 / 2").column(0).to_pylist() == [3.5]
+        with pytest.raises(DatabaseError, match="SET and RESET"):
+            r.configure("DROP TABLE x")
+        with pytest.raises(DatabaseError):
+            r.configure("SET no_such_setting = 1")
+        r.close()
+        with pytest.raises(DatabaseError, match="closed"):
+            r.configure("SET integer_division = true")

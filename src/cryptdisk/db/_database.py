@@ -1139,6 +1139,20 @@ class Reader:
         finally:
             db._reader_ends()
 
+    def configure(self, statement: str) -> None:
+        """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
+        local to a connection (``integer_division``, ``search_path``) set with
+        :meth:`Database.execute` applies to the database's connection only."""
+        words = statement.split(None, 1)
+        if not words or words[0].upper() not in ("SET", "RESET"):
+            raise DatabaseError("Reader.configure runs SET and RESET statements")
+        if self._closed:
+            raise DatabaseError("this reader is closed")
+        try:
+            self.con.execute(statement)
+        except duckdb.Error as exc:
+            raise DatabaseError(str(exc)) from None
+
     def interrupt(self) -> None:
         """Stop the query this reader is running (DuckDB's interrupt of its cursor)."""
         with contextlib.suppress(duckdb.Error):

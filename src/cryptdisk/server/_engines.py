@@ -497,7 +497,7 @@ class _AnalyticalSession(EngineSession):
                 if self._reader is None:  # (a cursor of the connection, made under its lock)
                     self._reader = self.engine.db.reader()
                     for setting in self._settings:  # this session's SETs, on its cursor
-                        self._reader.con.execute(setting)
+                        self._reader.configure(setting)
                 return self._reader.execute(text)
         with self.engine.turn(self):
             result = self.engine.db.execute(text)
@@ -507,7 +507,7 @@ class _AnalyticalSession(EngineSession):
                 # run on its reader's cursor: the session's SETs run there too.
                 self._settings.append(text)
                 if self._reader is not None:
-                    self._reader.con.execute(text)
+                    self._reader.configure(text)
             return result
 
     def _stop(self, shared: bool) -> None:
