@@ -186,8 +186,11 @@ def test_configure_sets_a_connection_local_setting_on_the_reader_only(tmp_path) 
         assert db.query("SELECT 7 / 2") == [(3.5,)]
         r.configure("RESET integer_division")
         assert r.execute("SELECT 7 / 2").column(0).to_pylist() == [3.5]
-        with pytest.raises(DatabaseError, match="SET and RESET"):
+        with pytest.raises(DatabaseError, match="one SET or RESET"):
             r.configure("DROP TABLE x")
+        with pytest.raises(DatabaseError, match="one SET or RESET"):
+            r.configure("SET integer_division = true; CREATE TABLE x (i INTEGER)")
+        assert r.execute("SELECT 7 / 2").column(0).to_pylist() == [3.5]  # nothing ran
         with pytest.raises(DatabaseError):
             r.configure("SET no_such_setting = 1")
         r.close()

@@ -1143,13 +1143,13 @@ class Reader:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
         local to a connection (``integer_division``, ``search_path``) set with
         :meth:`Database.execute` applies to the database's connection only."""
-        words = statement.split(None, 1)
-        if not words or words[0].upper() not in ("SET", "RESET"):
-            raise DatabaseError("Reader.configure runs SET and RESET statements")
+        parts = _sql.split_statements(statement)
+        if len(parts) != 1 or _sql.first_word(parts[0].lstrip()) not in ("SET", "RESET"):
+            raise DatabaseError("Reader.configure runs one SET or RESET statement")
         if self._closed:
             raise DatabaseError("this reader is closed")
         try:
-            self.con.execute(statement)
+            self.con.execute(parts[0])
         except duckdb.Error as exc:
             raise DatabaseError(str(exc)) from None
 
