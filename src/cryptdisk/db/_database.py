@@ -80,6 +80,7 @@ from ._pushdown import (
     count_star_only,
     filters_from_tuples,
     key_extremes_items,
+    key_extremes_names,
     key_extremes_only,
     table_filters,
     top_n,
@@ -304,6 +305,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
         self._extremes_pending: Any = None  # the statement running, to record its schema
+        #: whether only queries and cryptdisk's own statements ran on this database's
+        #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
+        #: then a result's column names follow from the parse tree (see _key_extremes)
+        self._settings_untouched = True
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -723,6 +728,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def _session_changed(self) -> None:
         """Forget the parse trees and settings read from DuckDB (a statement that is not a
         SELECT may have changed them)."""
+        self._settings_untouched = False
         self._trees.clear()
         self._extreme_schemas.clear()
 
@@ -773,7 +779,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 self._registered.add(p.view)
             if len(used) == 1 and not pushed:
                 (only,) = used
-                counted = count_star_only(tree, only)
+                counted = count_star_only(tree, only, len(self.catalog.tables[only].columns))
+                if counted is not None and not self._settings_untouched \
+                        and any(n != "count_star()" for n in counted):
+                    counted = None  # an alias: DuckDB may fold its case (a SET ran)
                 if counted is not None:  # the catalog's row counts answer: no part is read,
                     meta = self.catalog.tables[only]  # and DuckDB runs nothing
                     self.last_scans[only] = {"parts_skipped": 0, "row_groups_read": 0,
@@ -809,16 +818,26 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _key_extremes(self, tree: Any, name: str, sql: str) -> pa.Table | None:
         """``SELECT min(key), max(key) FROM t`` (see :func:`._pushdown.key_extremes_items`)
-        answered from the catalog's key ranges, in the schema DuckDB gave the same
-        statement before (its names and types); None the first time (DuckDB runs it, over
-        the key ranges, and its schema is kept) or when a part with rows has no range."""
+        answered from the catalog's key ranges, in the schema DuckDB gives the statement:
+        each column named as the parse tree says DuckDB names it
+        (:func:`._pushdown.key_extremes_names`, while no statement may have changed how
+        DuckDB folds identifiers), of the key's type (min and max of an integer column
+        are of its type). Where a name is not certain, DuckDB runs the statement the first
+        time (over the key ranges), and its schema is kept for the repeats. None (DuckDB
+        runs it) then, or when a part with rows has no range."""
         meta = self.catalog.tables[name]
         key = meta.key
-        items = key_extremes_items(tree, name, self.arrow_schema(meta), key)
+        columns = self.arrow_schema(meta)
+        items = key_extremes_items(tree, name, columns, key)
         if items is None:
             return None
         ident = (sql, name, tuple(tuple(c) for c in meta.columns), meta.order_by)
         schema = self._extreme_schemas.get(ident)
+        if schema is None and self._settings_untouched:
+            names = key_extremes_names(tree)
+            if names is not None and len(names) == len(items):
+                typ = columns.field(key).type
+                schema = pa.schema([pa.field(n, typ) for n in names])
         if schema is None or len(schema) != len(items):
             self._extremes_pending = ident
             return None
@@ -1148,6 +1167,7 @@ class Reader:
             raise DatabaseError("Reader.configure runs one SET or RESET statement")
         if self._closed:
             raise DatabaseError("this reader is closed")
+        self._settings_untouched = False  # (the database's: readers share its flag)
         try:
             self.con.execute(parts[0])
         except duckdb.Error as exc:

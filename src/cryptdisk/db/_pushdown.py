@@ -23,16 +23,18 @@ NaN out; VARCHAR columns take string literals (byte order, as both use).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from ._columns import _walk
 
 __all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "key_extremes_items",
-           "key_extremes_only",
+           "key_extremes_names", "key_extremes_only",
            "may_match", "table_filters"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
@@ -503,12 +505,13 @@ def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema
     return bool(allowed) and all(id(n) in allowed for n in refs)
 
 
-def count_star_only(tree: dict[str, Any] | None, table: str) -> list[str] | None:
+def count_star_only(tree: dict[str, Any] | None, table: str, width: int) -> list[str] | None:
     """The result's column names if the statement is ``SELECT count(*) [AS a], ... FROM
     table`` and nothing else, or None.
 
     Nothing else: one statement, a SELECT of ``count(*)`` items only (no FILTER, DISTINCT
-    or window), FROM the table alone (no sample), no WHERE, GROUP BY, HAVING, QUALIFY,
+    or window), FROM the table alone (no sample; no more column aliases than its ``width``
+    columns, which DuckDB refuses), no WHERE, GROUP BY, HAVING, QUALIFY,
     ORDER BY, LIMIT, DISTINCT or CTE. Its answer is then the table's row count, one
     BIGINT per item, named as DuckDB names it (the alias, or ``count_star()``).
     """
@@ -521,7 +524,7 @@ def count_star_only(tree: dict[str, Any] | None, table: str) -> list[str] | None
     src = node.get("from_table") or {}
     if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
             or src.get("schema_name") or src.get("catalog_name") or src.get("sample") \
-            or src.get("at_clause") \
+            or src.get("at_clause") or len(src.get("column_name_alias") or ()) > width \
             or str(src.get("table_name", "")).lower() != table.lower():
         return None
     if node.get("where_clause") or node.get("group_expressions") or node.get("group_sets") \
@@ -572,3 +575,80 @@ def key_extremes_items(tree: dict[str, Any] | None, table: str, schema: pa.Schem
             return None
         out.append(name)
     return out or None
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_WORD_CHARS = re.compile(r"[A-Za-z0-9_]*")
+
+
+def _identifier(name: str) -> str | None:
+    """``name`` as DuckDB writes an identifier in an expression's text (and so in a result
+    column's name), or None where that is not certain here.
+
+    A word (a letter, then letters, digits and ``_``) is written as is, unless it is a
+    keyword of DuckDB's (reserved or not), which is quoted; a name holding any other
+    character is quoted (in double quotes, a quote doubled). DuckDB quotes some names of
+    letters, digits and ``_`` that start with ``_`` or a digit (``_4``) and not others
+    (``_a``): those give None."""
+    if _WORD.fullmatch(name):
+        tokens = duckdb.tokenize(name)
+        if tokens == [(0, duckdb.token_type.identifier)]:
+            return name
+        if tokens != [(0, duckdb.token_type.keyword)]:
+            return None
+    elif _WORD_CHARS.fullmatch(name):
+        return None
+    return '"' + name.replace('"', '""') + '"'
+
+
+def key_extremes_names(tree: dict[str, Any]) -> list[str] | None:
+    """The result's column names DuckDB gives a statement :func:`key_extremes_items`
+    accepted, from its parse tree, or None where they, or that DuckDB binds the
+    statement, are not certain.
+
+    An item's alias, else its expression's text as DuckDB writes it (``min(c_int)``,
+    ``max(t."Key")``): the function's name as parsed (lower case), then the column
+    reference's parts, each quoted as DuckDB quotes it (:func:`_identifier`; None for a
+    part whose quoting is not certain). A reference qualified by anything but the table's
+    alias (the table's name when it has none), or a table given column aliases
+    (``FROM t AS x(a)``), gives None: DuckDB would not find the column. These are the
+    names of a connection whose identifiers keep their case (DuckDB's default
+    ``preserve_identifier_case``, which the parsing connection pins), which the caller
+    checks.
+    """
+    stmts = tree.get("statements") or []
+    node = stmts[0].get("node") or {} if stmts and isinstance(stmts[0], dict) else {}
+    src = node.get("from_table") or {}
+    if src.get("type") != "BASE_TABLE" or src.get("column_name_alias"):
+        return None
+    qualifier = str(src.get("alias") or src.get("table_name") or "").lower()
+    names = []
+    for item in node.get("select_list") or []:
+        function = item.get("function_name")
+        args = item.get("arguments") or item.get("children") or []
+        if item.get("class") != "FUNCTION" or function not in ("min", "max") \
+                or item.get("schema") or item.get("catalog") or item.get("distinct") \
+                or item.get("filter") or item.get("is_operator") or item.get("export_state") \
+                or (item.get("order_bys") or {}).get("orders") or len(args) != 1 \
+                or not isinstance(args[0], dict):
+            return None
+        arg = args[0]
+        if "expression" in arg:  # an argument entry: unnamed, its expression
+            if arg.get("name"):
+                return None
+            arg = arg["expression"]
+        parts = arg.get("column_names") if isinstance(arg, dict) else None
+        if not isinstance(arg, dict) or arg.get("class") != "COLUMN_REF" \
+                or not isinstance(parts, list) or not 1 <= len(parts) <= 2 \
+                or not all(isinstance(n, str) and n for n in parts) \
+                or (len(parts) == 2 and parts[0].lower() != qualifier):
+            return None
+        alias = item.get("alias")
+        if isinstance(alias, str) and alias:
+            names.append(alias)
+            continue
+        written = [_identifier(n) for n in parts]
+        if None in written:
+            return None
+        names.append(f"{function}({'.'.join(written)})")  # type: ignore[arg-type]
+    return names or None
