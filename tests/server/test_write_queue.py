@@ -1,12 +1,17 @@
-"""The write queue's flock across worker processes: a process that lets the lock go while
+"""The write queue: one line for the sessions of a process, waiting on their threads or on
+the event loop; the flock across worker processes: a process that lets the lock go while
 another waits writes a byte into a pipe the workers share, which ends the waiter's pause."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
+import threading
 import time
 from typing import Any
+
+import pytest
 
 from cryptdisk.server import SQLiteEngine
 
@@ -60,5 +65,124 @@ def test_a_forked_worker_waits_for_the_lock_and_gets_it(tmp_path: Any) -> None:
     assert os.read(r, 1) == b"1"
     for fd in (r, go_r, go_w):
         os.close(fd)
+    assert os.waitpid(pid, 0)[1] == 0
+    engine.close()
+
+
+def test_a_waiter_on_the_event_loop_gets_the_turn_a_thread_releases(tmp_path: Any) -> None:
+    """Threads and the event loop wait in one line, served in order: a release on another
+    thread hands the turn to the loop's waiter, which wakes without a thread of its own."""
+    engine = SQLiteEngine(tmp_path / "q.db", None, plaintext=True)
+    queue = engine.write_queue
+    order: list[str] = []
+
+    async def main() -> None:
+        assert queue.acquire(5)  # held by "a thread" (this one, for now)
+        loop_waiter = asyncio.ensure_future(queue.acquire_async(30, threading.Event()))
+        await asyncio.sleep(0.05)
+        assert not loop_waiter.done()  # in line
+
+        def thread_waiter() -> None:
+            assert queue.acquire(30)
+            order.append("thread")
+            queue.release()
+
+        t = threading.Thread(target=thread_waiter)
+        t.start()
+        while len(queue._line) < 2:  # the thread is in line behind the loop's waiter
+            await asyncio.sleep(0.001)
+        releaser = threading.Thread(target=queue.release)  # released on another thread
+        releaser.start()
+        assert await asyncio.wait_for(loop_waiter, 10) is True
+        order.append("loop")
+        releaser.join()
+        await asyncio.sleep(0.05)
+        assert order == ["loop"]  # the thread still waits: the loop holds the turn
+        queue.release()
+        await asyncio.to_thread(t.join, 10)
+        assert order == ["loop", "thread"]
+        assert not queue._held and not queue._line
+
+    asyncio.run(main())
+    engine.close()
+
+
+def test_a_cancel_or_the_timeout_ends_a_wait_on_the_loop_and_the_line_goes_on(
+        tmp_path: Any) -> None:
+    engine = SQLiteEngine(tmp_path / "q.db", None, plaintext=True)
+    queue = engine.write_queue
+
+    async def main() -> None:
+        assert queue.acquire(5)
+        cancel = threading.Event()
+        cancelled = asyncio.ensure_future(queue.acquire_async(30, cancel))
+        timed_out = asyncio.ensure_future(queue.acquire_async(0.1, threading.Event()))
+        dropped = asyncio.ensure_future(queue.acquire_async(30, threading.Event()))
+        last = asyncio.ensure_future(queue.acquire_async(30, threading.Event()))
+        await asyncio.sleep(0.05)
+        cancel.set()  # as a CancelRequest does (the session's interrupt)
+        assert await asyncio.wait_for(cancelled, 5) is False
+        assert await asyncio.wait_for(timed_out, 5) is False
+        dropped.cancel()  # the session's task ends (its client went away)
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        assert len(queue._line) == 1 and not last.done()
+        queue.release()
+        assert await asyncio.wait_for(last, 5) is True  # the one left in line
+        queue.release()
+        assert not queue._held and not queue._line
+
+    asyncio.run(main())
+    engine.close()
+
+
+def test_a_waiter_cancelled_as_it_is_granted_the_turn_passes_it_on(tmp_path: Any) -> None:
+    engine = SQLiteEngine(tmp_path / "q.db", None, plaintext=True)
+    queue = engine.write_queue
+
+    async def main() -> None:
+        assert queue.acquire(5)
+        first = asyncio.ensure_future(queue.acquire_async(30, threading.Event()))
+        second = asyncio.ensure_future(queue.acquire_async(30, threading.Event()))
+        await asyncio.sleep(0.05)
+        queue.release()  # granted to the first, which is cancelled before it runs
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await asyncio.wait_for(second, 5) is True
+        queue.release()
+        assert not queue._held and not queue._line
+
+    asyncio.run(main())
+    engine.close()
+
+
+def test_a_forked_worker_waits_for_the_lock_on_its_event_loop(tmp_path: Any) -> None:
+    """Another process's release ends the wait on the loop through the pipe, well before
+    the polls would: the parent holds the flock for 0.3 s, the child gets it right after."""
+    engine = SQLiteEngine(tmp_path / "q.db", None, plaintext=True)
+    queue = engine.write_queue
+    r, w = os.pipe()
+    assert queue.acquire(5)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            got = asyncio.run(queue.acquire_async(30, threading.Event()))
+            os.write(w, b"1" if got else b"0")
+            queue.release()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    deadline = time.monotonic() + 30
+    while queue._waiter[0] != pid:  # the child is waiting on the flock
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    time.sleep(0.3)
+    queue.release()
+    assert os.read(r, 1) == b"1"
+    os.close(r)
     assert os.waitpid(pid, 0)[1] == 0
     engine.close()

@@ -12,13 +12,10 @@ import collections
 import contextlib
 import datetime as dt
 import decimal
-import fcntl
 import logging
 import math
-import mmap
 import os
 import re
-import select
 import threading
 import time
 import uuid
@@ -38,6 +35,7 @@ from ..errors import (
 )
 from . import _sqltext, _types
 from ._groupsync import GroupSync
+from ._writequeue import WriteQueue
 
 __all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngine",
            "StatementError"]
@@ -109,6 +107,13 @@ class EngineSession:
         the statement timeout's, at which a write that runs long after all is stopped
         (57014), since nothing else can stop it while it holds the calling thread."""
         return None
+
+    async def begin_write(self) -> bool:
+        """Start a write transaction (``BEGIN IMMEDIATE``) on the event loop if the engine can
+        wait for the write lock there (then the first write may run with
+        :meth:`run_write_quick`); False, having done nothing, when not (then ``BEGIN
+        IMMEDIATE`` runs with :meth:`run` on the session's thread)."""
+        return False
 
     def commit_quick(self) -> bool:
         """COMMIT on the calling thread if that cannot wait for a lock or the disk; then
@@ -689,8 +694,6 @@ QUICK_STEPS = 20000
 _BUSY_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
 #: statements :meth:`_SQLiteSession.run_write_quick` may run (their first six characters)
 _WRITE_HEADS = ("UPDATE", "INSERT", "DELETE")
-#: how often a write transaction waiting in its worker's queue looks for a cancel (seconds)
-_QUEUE_POLL = 0.02
 
 
 def _cancelled() -> StatementError:
@@ -1176,11 +1179,46 @@ class _SQLiteSession(EngineSession):
         cancel ends the wait (57014) without the lock."""
         if not self.engine.write_queue.acquire(timeout=self.engine.busy_timeout_ms / 1000,
                                                cancel=self._cancel):
-            if self._cancel.is_set():
-                raise _cancelled()
-            raise StatementError("could not obtain the write lock: another transaction held "
-                                 f"it for {self.engine.busy_timeout_ms / 1000:g} s", "55P03")
+            raise self._not_queued()
         self.writing = True
+
+    def _not_queued(self) -> StatementError:
+        if self._cancel.is_set():
+            return _cancelled()
+        return StatementError("could not obtain the write lock: another transaction held "
+                              f"it for {self.engine.busy_timeout_ms / 1000:g} s", "55P03")
+
+    async def begin_write(self) -> bool:
+        """In WAL mode, outside a transaction: wait for the write lock on the event loop, in
+        the same line as the sessions waiting on their threads (:meth:`WriteQueue.
+        acquire_async`: no thread wakes for it, and the turn passes from one transaction to
+        the next on the loop), then ``BEGIN IMMEDIATE`` here, which does not wait since the
+        lock is held. When SQLite still finds its write lock taken (a connection from
+        outside the server) the queue is let go and False returned: the session's thread
+        then waits for both as :meth:`run` does. A cancel or the lock timeout ends the
+        wait as there (57014, 55P03)."""
+        if not self._wal or self.writing or self.conn.in_transaction:
+            return False
+        self._fresh()
+        if not await self.engine.write_queue.acquire_async(self.engine.busy_timeout_ms / 1000,
+                                                           self._cancel):
+            raise self._not_queued()
+        self.writing = True
+        if not self.lock.acquire(blocking=False):  # the thread runs nothing: not expected
+            return False  # run() then finds the queue held (self.writing)
+        try:
+            self.conn.set_busy_handler(None)  # SQLite's lock taken: SQLITE_BUSY at once
+            try:
+                self._step("BEGIN IMMEDIATE", [])  # _finish releases the queue if it fails
+            except (apsw.BusyError, apsw.LockedError):
+                return False
+            except Exception as exc:
+                raise statement_error(exc) from None
+            finally:
+                self.conn.set_busy_handler(self._busy)
+        finally:
+            self.lock.release()
+        return True
 
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
@@ -1267,121 +1305,6 @@ class _SQLiteSession(EngineSession):
             if self.writing:
                 self.writing = False
                 self.engine.write_queue.release()
-
-
-class WriteQueue:
-    """Write transactions of one server take turns here before SQLite's ``BEGIN IMMEDIATE``:
-    the sessions of one process queue on a lock handed on as soon as a transaction ends;
-    its holder then takes an ``flock`` on ``PATH.write-lock``, which the server's other
-    worker processes hold the same way (polled every 0.2-1 ms while another process holds
-    it, where SQLite's busy handler would sleep up to 100 ms; a worker that lets it go
-    while another waits ends that one's pause at once, through a pipe the workers forked
-    from one server share). A process waiting there
-    writes its pid, when it began to wait and when it last tried into the file's first
-    24 bytes (mapped by every process); a process that gets the lock while another,
-    waiting since before it began, tried within the last 3 ms lets it go once, so two
-    busy workers take turns. The kernel drops the flock of a process that
-    dies. Without the lock file (a read-only directory) SQLite's own locking alone keeps
-    processes apart."""
-
-    def __init__(self, path: str) -> None:
-        self._thread = threading.Lock()
-        self.path = path + ".write-lock"
-        self._fd = -1
-        self._pid = 0
-        #: [pid, began, last tried] (monotonic ns) of the latest process to wait
-        self._waiter: Any = None
-        #: a pipe the worker processes forked from this one share: a process that lets the
-        #: lock go while another waits writes a byte, which ends that one's pause at once
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-
-    def _file(self) -> int:
-        if self._pid != os.getpid():  # an flock is per open file: one open per process
-            self._pid = os.getpid()
-            self._waiter = None
-            try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                if os.fstat(self._fd).st_size < 24:
-                    os.ftruncate(self._fd, 24)
-                self._waiter = memoryview(mmap.mmap(self._fd, 24)).cast("q")
-            except (OSError, ValueError):
-                self._fd = -1
-        return self._fd
-
-    def acquire(self, timeout: float, cancel: threading.Event | None = None) -> bool:
-        """Take the lock within ``timeout`` seconds: False, not holding it, when the time
-        runs out or ``cancel`` is set first."""
-        deadline = time.monotonic() + timeout
-        while True:  # woken at once by a release; looks at ``cancel`` every _QUEUE_POLL
-            left = deadline - time.monotonic()
-            if (cancel is not None and cancel.is_set()) or left <= 0:
-                return False
-            if self._thread.acquire(timeout=min(left, _QUEUE_POLL) if cancel else left):
-                break
-        fd = self._file()
-        if fd < 0:
-            return True
-        waiter, me = self._waiter, self._pid
-        began = time.monotonic_ns()
-        pause, yielded = 0.0002, False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pass
-            except OSError:
-                return True  # no flock here: SQLite's locks still apply
-            else:
-                if yielded or waiter[0] in (0, me) or waiter[1] >= began or \
-                        time.monotonic_ns() - waiter[2] > 3_000_000:
-                    if waiter[0] == me:
-                        waiter[0] = 0
-                    return True
-                fcntl.flock(fd, fcntl.LOCK_UN)  # waiting longer elsewhere: its turn first
-                self._wake_waiter()
-                yielded = True
-            if waiter[0] != me:
-                waiter[0], waiter[1] = me, began
-            waiter[2] = time.monotonic_ns()
-            left = deadline - time.monotonic()
-            if left <= 0 or (cancel is not None and cancel.is_set()):
-                if waiter[0] == me:
-                    waiter[0] = 0
-                self._thread.release()
-                return False
-            self._pause(min(pause, left))
-            pause = min(pause * 2, 0.001)
-
-    def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less when another process lets the lock go."""
-        try:
-            if select.select([self._wake_r], [], [], seconds)[0]:
-                os.read(self._wake_r, 64)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except (OSError, ValueError):  # the pipe is closed (the engine is closing)
-            time.sleep(seconds)
-
-    def _wake_waiter(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and waiter[0] not in (0, self._pid):
-            with contextlib.suppress(OSError):  # full (nobody read the last ones): fine
-                os.write(self._wake_w, b"\0")
-
-    def release(self) -> None:
-        if self._fd >= 0 and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            self._wake_waiter()
-        self._thread.release()
-
-    def close(self) -> None:
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._wake_r = self._wake_w = -1
 
 
 class SQLiteEngine(Engine):

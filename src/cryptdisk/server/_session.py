@@ -726,9 +726,14 @@ class Session:
             elif special is not None:
                 return await special(engine, head, sql)  # type: ignore[no-any-return]
             elif self.pending_begin and head not in _READS:
-                # SQLite's BEGIN (IMMEDIATE) and the first write, in one hop to the thread
                 self.pending_begin = False
-                result = await self.call(_begin_and_run, engine, sql, params)
+                if await engine.begin_write():  # waited for the write lock here, and began
+                    quick = engine.run_write_quick(sql, params, deadline) \
+                        if head in _QUICK_WRITES else None
+                    result = quick if quick is not None else await self.call(engine.run, sql,
+                                                                             params)
+                else:  # SQLite's BEGIN (IMMEDIATE) and the first write, in one hop
+                    result = await self.call(_begin_and_run, engine, sql, params)
             else:
                 if self.pending_begin:
                     await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
