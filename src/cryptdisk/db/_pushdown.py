@@ -555,7 +555,7 @@ def key_extremes_items(tree: dict[str, Any] | None, table: str, schema: pa.Schem
     DISTINCT) and no item but a plain ``min`` or ``max`` of the key. Its answer is then one
     row of the parts' key ranges' extremes.
     """
-    if not key_extremes_only(tree, table, schema, key) or tree is None:
+    if tree is None or key is None:
         return None
     stmts = tree.get("statements") or []
     if len(stmts) != 1 or not isinstance(stmts[0], dict):
@@ -564,6 +564,7 @@ def key_extremes_items(tree: dict[str, Any] | None, table: str, schema: pa.Schem
     src = node.get("from_table") or {}
     if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
             or src.get("sample") or src.get("at_clause") or node.get("modifiers") \
+            or node.get("where_clause") \
             or (node.get("cte_map") or {}).get("map") \
             or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING":
         return None
@@ -574,7 +575,10 @@ def key_extremes_items(tree: dict[str, Any] | None, table: str, schema: pa.Schem
                 or name not in ("min", "max") or item.get("distinct"):
             return None
         out.append(name)
-    return out or None
+    # (checked last: it walks the whole tree, which a point query's first checks spare)
+    if not out or not key_extremes_only(tree, table, schema, key):
+        return None
+    return out
 
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
