@@ -768,33 +768,6 @@ def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     assert db._open_parts._opening == {}
 
 
-def test_a_limit_opens_a_small_tables_parts_while_duckdb_parses(db, small_groups):
-    """A statement with an ORDER BY and a LIMIT and no WHERE opens the parts of a table of
-    at most 4 parts ahead, reading no key column ahead (its numbers are no key's bounds);
-    of a larger table none; count(*) or a bare LIMIT none."""
-    from cryptdisk.db import _database
-
-    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
-    for i in range(2):
-        db.sql("INSERT INTO t " + gen(1000, start=1000 * i))
-    ahead, preopen = [], db._open_parts.preopen
-    db._open_parts.preopen = lambda ps, key, numbers: (ahead.append(
-        ([p.id for p in ps], set(numbers))) or preopen(ps, key, numbers))
-    assert db.query("SELECT count(*) FROM t") == [(2000,)]
-    assert len(db.query("SELECT c_int FROM t LIMIT 3")) == 3
-    assert ahead == []
-    db._open_parts.clear()
-    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 3") == [(0,), (1,), (2,)]
-    assert ahead == [([p.id for p in db.table("t").parts], set())]
-    assert set(db._open_parts._items) == {p.id for p in db.table("t").parts}
-    ahead.clear()
-    for i in range(2, _database._PREOPEN_PARTS + 1):
-        db.sql("INSERT INTO t " + gen(1000, start=1000 * i))
-    db._open_parts.clear()
-    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 1") == [(0,)]
-    assert ahead == []  # 5 parts: none ahead
-
-
 def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups):
     """An error opening a part ahead of the statement (here: its file is gone) is the
     statement's error, raised when the scan needs the part."""

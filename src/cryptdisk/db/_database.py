@@ -52,7 +52,7 @@ from ._catalog import (
 )
 from ._columns import (
     base_tables,
-    keywords,
+    has_where,
     needed_columns,
     parse_tree,
     parser_cursor,
@@ -95,14 +95,12 @@ from ._system import system_tables
 __all__ = ["CONNECTION_HOOKS", "Database", "Reader", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
-#: A statement with a WHERE, or an ORDER BY and a LIMIT (top-N: its scan ranks every
-#: part's row groups), naming a table of at most this many parts opens them (footer
+#: A statement with a WHERE naming a table of at most this many parts opens them (footer
 #: decrypted and checked, key statistics read) on the scan pool while DuckDB parses it (a
-#: selective query's critical path: a point or range query, ORDER BY key LIMIT n);
-#: with a WHERE, of a larger table, the parts (at most this many) whose integer key range
-#: holds an integer the statement's text names (a point or range query's bounds). Other
-#: parts, and those of a statement with neither (count(*) and min/max of the key may read
-#: none), open when its scan knows which ones it reads.
+#: selective query's critical path); of a larger table, the parts (at most this many)
+#: whose integer key range holds an integer the statement's text names (a point or range
+#: query's bounds). Other parts, and those of a statement without WHERE (count(*) and
+#: min/max of the key may read none), open when its scan knows which ones it reads.
 _PREOPEN_PARTS = 4
 _INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
 
@@ -749,15 +747,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
-            words = keywords(sql, ("where", "order", "limit"))
-            where = "where" in words
-            for t in used if where or {"order", "limit"} <= words else ():  # _PREOPEN_PARTS
+            for t in used if has_where(sql) else ():  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
-                parts = _parts_to_preopen(meta, sql) if where or \
-                    len(meta.parts) <= _PREOPEN_PARTS else []
+                parts = _parts_to_preopen(meta, sql)
                 if parts:
-                    self._open_parts.preopen(parts, meta.key,
-                                             _numbers(sql) if where else frozenset())
+                    self._open_parts.preopen(
+                        parts, meta.key,
+                        _numbers(sql))
             tree = self._parse_tree(sql)
             pushed: list[PushedScan] = []
             if tree is not None and push:
