@@ -6,13 +6,14 @@ transaction ends. A session waits either on its own thread (:meth:`WriteQueue.ac
 or on the server's event loop (:meth:`WriteQueue.acquire_async`): the line is the same,
 and a turn handed to a waiter on the loop wakes it there, without a thread of its own.
 The holder of the turn then takes an ``flock`` on ``PATH.write-lock``, which the
-server's other worker processes hold the same way (polled every 0.2-1 ms while another
-process holds it, where SQLite's busy handler would sleep up to 100 ms; a worker that
-lets it go while another waits ends that one's pause at once, through a pipe the workers
-forked from one server share). A process waiting there writes its pid, when it began to
-wait and when it last tried into the file's first 24 bytes (mapped by every process); a
-process that gets the lock while another, waiting since before it began, tried within
-the last 3 ms lets it go once, so two busy workers take turns. The kernel drops the
+server's other worker processes hold the same way: a worker that lets it go while another
+waits ends that one's pause at once, through a pipe the workers forked from one server
+share, and a waiter tries again every 1-2 ms besides (where SQLite's busy handler would
+sleep up to 100 ms). A process waiting there writes its pid, when it began to wait and
+when it last tried into the file's first 24 bytes (mapped by every process), then tries
+once more (a release before its pid was there woke nobody); a process that gets the lock
+while another, waiting since before it began, tried within the last 5 ms lets it go
+once, so two busy workers take turns. The kernel drops the
 flock of a process that dies. Without the lock file (a read-only directory) SQLite's own
 locking alone keeps processes apart.
 """
@@ -35,9 +36,13 @@ __all__ = ["WriteQueue"]
 
 #: how often a waiter in a process's line looks for a cancel (seconds)
 QUEUE_POLL = 0.02
-#: the first and the longest pause between two tries of another process's flock (seconds)
-_FIRST_PAUSE = 0.0002
-_LONGEST_PAUSE = 0.001
+#: the first and the longest pause between two tries of another process's flock (seconds):
+#: a fallback, since the process that lets it go wakes the waiter through the pipe
+_FIRST_PAUSE = 0.001
+_LONGEST_PAUSE = 0.002
+#: a waiter that has not tried the flock for this long (ns) is taken to be gone: nobody
+#: lets the lock go for it
+_STALE_NS = 5_000_000
 
 
 #: every queue of this process: a forked child starts with empty lines (see _forked)
@@ -254,27 +259,32 @@ class WriteQueue:
         """One try of the flock by this process's turn (waiting since ``began``): whether it
         holds the flock now, and whether it has let it go once to a process that waited
         longer (``yielded``, passed on to the next try). Not holding it, this process is
-        the waiter the file names."""
+        the waiter the file names. A process that names itself there for the first time
+        tries once more at once: a release between its try and its name being written
+        woke nobody (the pipe only wakes a waiter the file names)."""
         waiter, me = self._waiter, self._pid
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        except OSError:
-            return True, yielded  # no flock here: SQLite's locks still apply
-        else:
-            if yielded or waiter[0] in (0, me) or waiter[1] >= began or \
-                    time.monotonic_ns() - waiter[2] > 3_000_000:
-                if waiter[0] == me:
-                    waiter[0] = 0
-                return True, yielded
-            fcntl.flock(fd, fcntl.LOCK_UN)  # waiting longer elsewhere: its turn first
-            self._wake_waiter()
-            yielded = True
-        if waiter[0] != me:
-            waiter[0], waiter[1] = me, began
-        waiter[2] = time.monotonic_ns()
-        return False, yielded
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            except OSError:
+                return True, yielded  # no flock here: SQLite's locks still apply
+            else:
+                if yielded or waiter[0] in (0, me) or waiter[1] >= began or \
+                        time.monotonic_ns() - waiter[2] > _STALE_NS:
+                    if waiter[0] == me:
+                        waiter[0] = 0
+                    return True, yielded
+                fcntl.flock(fd, fcntl.LOCK_UN)  # waiting longer elsewhere: its turn first
+                self._wake_waiter()
+                yielded = True
+            named = waiter[0] == me
+            if not named:
+                waiter[0], waiter[1] = me, began
+            waiter[2] = time.monotonic_ns()
+            if named or yielded:
+                return False, yielded
 
     def _give_up(self) -> None:
         """Stop waiting for the flock, not holding it: the turn goes to the next in line."""
