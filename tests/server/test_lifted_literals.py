@@ -57,3 +57,25 @@ def test_set_role_counts_for_a_lifted_statement(start_server, sqlite_engine) -> 
             bob.execute("SELECT a FROM t WHERE a = 1")
         bob.execute("RESET ROLE")
         assert bob.execute("SELECT a FROM t WHERE a = 2").fetchall() == []
+
+
+def test_a_planned_statement_keeps_the_session_rules(start_server, sqlite_engine) -> None:
+    """A simple query run by its text's plan (one statement, its integers lifted) is still
+    refused in a failed transaction block (25P02 until ROLLBACK), rolled back with it, and
+    a text of the same key with several statements runs each of them."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER)")
+        c.execute("INSERT INTO t VALUES (1, 10), (2, 20)")
+        assert c.execute("UPDATE t SET b = b + 1 WHERE a = 1").rowcount == 1
+        c.execute("BEGIN")
+        assert c.execute("UPDATE t SET b = b + 5 WHERE a = 2").rowcount == 1
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("SELECT b FROM missing WHERE a = 1")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("UPDATE t SET b = b + 7 WHERE a = 1")
+        c.execute("ROLLBACK")
+        assert c.execute("SELECT b FROM t WHERE a = 2").fetchall() == [(20,)]
+        assert c.execute("SELECT b FROM t WHERE a = 1").fetchall() == [(11,)]
+        cur = c.execute("SELECT b FROM t WHERE a = 1; SELECT b FROM t WHERE a = 2")
+        assert cur.fetchall() == [(11,)] and cur.nextset() and cur.fetchall() == [(20,)]

@@ -176,3 +176,88 @@ def test_lifted_statements_do_what_their_text_does(shape: str, values: list[int]
             got = type(exc)
         out.append(got)
     assert out[0] == out[1]
+
+
+# --- a simple query's plan, shared by the texts of one digit key --------------------------
+
+
+def _planned(plan: _sqltext.QueryPlan | None, sql: str) -> object:
+    """What the session runs ``sql`` as, by ``plan`` (made from any text of its key)."""
+    if plan is None:
+        return None
+    statement = sql[plan.start:plan.end]
+    if plan.shape is None:
+        return statement, plan.head, None
+    return statement, plan.head, (plan.shape, tuple(int(sql[a:b]) for a, b in plan.spans))
+
+
+def _unplanned(sql: str) -> object:
+    """What the session makes of ``sql`` without a plan: its statements split, its first
+    word, and the lift of its integers (when they are all its digits)."""
+    statements = split_statements(sql)
+    if len(statements) != 1:
+        return None
+    head = (first_words(statements[0], 1) or [""])[0]
+    lifted = _sqltext.lift_literals(statements[0])
+    digits = sum(c.isdigit() for c in sql)
+    if lifted is not None and sum(len(str(v)) for v in lifted[1]) != digits:
+        lifted = None  # some digits stay in the text: each text is lifted on its own
+    return statements[0], head, lifted
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1; SELECT 2", "SELECT '1'", "SELECT $1", "SELECT $a1$x$a1$", "SELECT 1 -- 2",
+    "SELECT /* 1 */ 1", 'SELECT "c1" FROM t', "COPY t FROM STDIN", "", " ; ",
+    "CREATE TABLE t1 (a INTEGER)",
+])
+def test_no_plan_for_texts_whose_digits_could_change_their_split(sql: str) -> None:
+    """Quotes, comments and $ (a dollar quote's tag can hold digits: $a1$ ... $a2$ does not
+    end where $a1$ ... $a1$ does), several statements, COPY and CREATE (a trigger's body)
+    are split by the session itself, for every text."""
+    assert _sqltext.query_plan(sql) is None
+
+
+def test_a_plan_holds_for_every_text_of_its_key() -> None:
+    first = "  UPDATE pgbench_accounts SET abalance = abalance + -123 WHERE aid = 4567;\n"
+    second = "  UPDATE pgbench_accounts SET abalance = abalance + -987 WHERE aid = 1000;\n"
+    assert _sqltext.digit_key(first) == _sqltext.digit_key(second)
+    plan = _sqltext.query_plan(first)
+    assert plan is not None and plan.head == "UPDATE"
+    assert _planned(plan, second) == (
+        "UPDATE pgbench_accounts SET abalance = abalance + -987 WHERE aid = 1000", "UPDATE",
+        ("UPDATE pgbench_accounts SET abalance = abalance + -?1 WHERE aid = ?2", (987, 1000)))
+    # a digit the lift keeps (a + 5) makes every text of the key lift on its own
+    kept = _sqltext.query_plan("SELECT a + 5 FROM t WHERE a = 10")
+    assert kept is not None and kept.shape is None and kept.head == "SELECT"
+    assert _sqltext.query_plan("END;") == _sqltext.QueryPlan(0, 3, "END", None, ())
+
+
+_TEMPLATES = [
+    "SELECT abalance FROM pgbench_accounts WHERE aid = {0};",
+    "UPDATE t SET a = a + -{0}, b = {1} * 2 WHERE a > {2}",
+    "INSERT INTO h (a, b, c) VALUES ({0}, {1}, -{2}) ;  ",
+    "SELECT a{0} FROM t WHERE a = {1} + {2}",
+    "SELECT b FROM t{0} WHERE a = {1} OR a = {2} - 1;",
+    "DELETE FROM t WHERE a = {0};;",
+    "BEGIN;", "  END ;", "SELECT {0}; SELECT {1}", "SELECT '{0}' FROM t WHERE a = {1}",
+    "SELECT $1 FROM t WHERE a = {0}", "SELECT a -- {0}\nFROM t WHERE a = {1}",
+    "UPDATE t SET a = {0} WHERE b = {1} RETURNING a",
+]
+
+
+@hypothesis.settings(max_examples=300, deadline=None, database=None)
+@hypothesis.given(template=st.sampled_from(_TEMPLATES),
+                  first=st.lists(st.integers(0, 10 ** 6), min_size=3, max_size=3),
+                  data=st.data())
+def test_a_plan_made_from_one_text_runs_another_of_its_key_as_itself(
+        template: str, first: list[int], data: st.DataObject) -> None:
+    """Any two texts of one key: the plan made from the first runs the second exactly as
+    splitting and lifting the second would (same statement, first word, shape, values)."""
+    second = [data.draw(st.integers(0 if v < 10 else 10 ** (len(str(v)) - 1),
+                                    10 ** len(str(v)) - 1)) for v in first]
+    a, b = template.format(*first), template.format(*second)
+    assert _sqltext.digit_key(a) == _sqltext.digit_key(b)
+    plan = _sqltext.query_plan(a)
+    assert _planned(plan, b) == (None if plan is None else _unplanned(b))
+    if plan is not None and "{0}" in template and "'" not in template:
+        assert (plan.shape is not None) == (_unplanned(a)[2] is not None)  # type: ignore[index]

@@ -792,7 +792,8 @@ class _SQLiteSession(EngineSession):
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            self._cancel.clear()
+            if self._cancel.is_set():  # (Event.clear takes a lock: a Python call)
+                self._cancel.clear()
             self._deferring = True
             try:
                 self._step("COMMIT", [])
@@ -1005,7 +1006,8 @@ class _SQLiteSession(EngineSession):
     def _fresh(self) -> None:
         """A statement starts (the caller holds :attr:`lock`): a cancel sent before it is
         not for it."""
-        self._cancel.clear()
+        if self._cancel.is_set():  # (Event.clear takes a lock: a Python call)
+            self._cancel.clear()
         self._busy_cancelled = False
 
     def _failure(self, exc: Exception) -> StatementError:
@@ -1050,7 +1052,8 @@ class _SQLiteSession(EngineSession):
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            self._cancel.clear()
+            if self._cancel.is_set():  # (Event.clear takes a lock: a Python call)
+                self._cancel.clear()
             self._ticks = 0
             self._deadline = deadline
             try:

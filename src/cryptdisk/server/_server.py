@@ -11,15 +11,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import ServerError
-from . import _infoschema
+from . import _infoschema, _sqltext
 from ._accesslog import AccessLog
 from ._conn import Connection, Listener
 from ._engines import Engine, Result
-from ._session import IDENTITY_WORDS, Session, is_loopback
+from ._session import IDENTITY_WORDS, LIFTABLE, Session, is_loopback
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "Authenticator", "Server", "new_event_loop"]
 
 log = logging.getLogger("cryptdisk.server")
+
+_UNPLANNED: Any = object()
 
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 
@@ -127,6 +129,7 @@ class Server:
         #: prepared once, :func:`._sqltext.lift_literals`)
         self.engine_lifts_literals = bool(getattr(engine, "lifts_literals", False))
         self._engine_statements: dict[str, bool] = {}
+        self._query_plans: dict[bytes, _sqltext.QueryPlan | None] = {}
 
     # -- hooks the session calls ----------------------------------------------------------------
 
@@ -181,6 +184,25 @@ class Server:
                 self._engine_statements.clear()
             self._engine_statements[shape] = known
         return known
+
+    def query_plan(self, sql: str) -> _sqltext.QueryPlan | None:
+        """A simple query's :class:`._sqltext.QueryPlan`, worked out once per
+        :func:`._sqltext.digit_key` (the text alone decides it): its one statement, and
+        that statement's shape when the engine runs it with its integers lifted
+        (:meth:`engine_statement`); None for a query the session splits itself."""
+        key = _sqltext.digit_key(sql)
+        known = self._query_plans.get(key, _UNPLANNED)
+        if known is not _UNPLANNED:
+            return known  # type: ignore[no-any-return]
+        plan = _sqltext.query_plan(sql)
+        if plan is not None and plan.shape is not None and not (
+                self.engine_lifts_literals and plan.head in LIFTABLE
+                and self.engine_statement(plan.shape)):
+            plan = plan._replace(shape=None, spans=())
+        if len(self._query_plans) >= 4096:
+            self._query_plans.clear()
+        self._query_plans[key] = plan
+        return plan
 
     async def handle_statement(self, session: Session, sql: str,
                                params: list[Any]) -> Result | None:

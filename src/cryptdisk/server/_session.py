@@ -71,7 +71,7 @@ _QUICK = {"SELECT", "VALUES"}
 #: writes tried with :meth:`EngineSession.run_write_quick` (in a transaction holding the lock)
 _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 #: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
-_LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
+LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
 
 
@@ -121,10 +121,13 @@ def _copy_response(kind: bytes, columns: int, binary: bool) -> bytes:
     return P.message(kind, struct.pack("!bh", fmt, columns) + struct.pack("!h", fmt) * columns)
 
 
+_STDIO = re.compile(r"\b(STDIN|STDOUT)\b", re.I)
+
+
 def _is_copy(sql: str) -> bool:
     """COPY ... FROM STDIN / TO STDOUT (the server runs those itself)."""
-    return (_sqltext.first_words(sql, 1) or [""])[0] == "COPY" and \
-        re.search(r"\b(STDIN|STDOUT)\b", sql, re.I) is not None
+    return _STDIO.search(sql) is not None and \
+        (_sqltext.first_words(sql, 1) or [""])[0] == "COPY"
 
 
 def _failure_sqlstate(exc: BaseException) -> str:
@@ -582,11 +585,14 @@ class Session:
 
     # -- running statements ------------------------------------------------------------------
 
-    async def _execute(self, sql: str, params: list[Any]) -> Result:
-        """Run one statement and write its access-log line."""
+    async def _execute(self, sql: str, params: list[Any],
+                       lifted: tuple[str, str, list[Any]] | None = None) -> Result:
+        """Run one statement and write its access-log line. ``lifted``: what
+        :meth:`_run_one` would run it as (its first word, shape and integers)."""
         if self.server.access_log is None:
-            return await self._run_statement(sql, params)
-        return await self._logged(sql, functools.partial(self._run_statement, sql, params))
+            return await self._run_statement(sql, params, lifted)
+        return await self._logged(sql, functools.partial(self._run_statement, sql, params,
+                                                         lifted))
 
     async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]],
                       portal: _Portal | None = None) -> Result:
@@ -646,7 +652,8 @@ class Session:
         except StatementError:
             pass
 
-    async def _run_statement(self, sql: str, params: list[Any]) -> Result:
+    async def _run_statement(self, sql: str, params: list[Any],
+                             lifted: tuple[str, str, list[Any]] | None = None) -> Result:
         """Run one statement: server-handled ones first, then the engine. A statement that
         fails in a transaction block leaves it failed (25P02 until ROLLBACK), also when
         the engine rolled the whole transaction back itself (SQLite does on an interrupt,
@@ -655,27 +662,33 @@ class Session:
         in_block = self.pending_begin or (self.engine is not None
                                           and self.engine.in_transaction)
         try:
-            return await self._run_one(sql, params)
+            return await self._run_one(sql, params, lifted)
         except Exception:
             if in_block and self.engine is not None and not self.engine.in_transaction \
                     and not self.pending_begin and not _ends_transaction(sql):
                 self.failed = True  # (a failed COMMIT ends the block, as in PostgreSQL)
             raise
 
-    async def _run_one(self, sql: str, params: list[Any]) -> Result:
+    async def _run_one(self, sql: str, params: list[Any],
+                       lifted: tuple[str, str, list[Any]] | None = None) -> Result:
         if self.engine is not None:
             self.engine.last_tables = set()
+        if lifted is not None:  # the engine's own statement, lifted already (a SELECT,
+            if self.failed:  # UPDATE, DELETE or INSERT: never one that ends a block)
+                raise StatementError("current transaction is aborted, commands ignored "
+                                     "until end of transaction block", "25P02")
+            return await self._run_timed(lifted[0], lifted[1], lifted[2], {})
         words = _sqltext.first_words(sql, 2)
         head = words[0] if words else ""
         if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
-        if head in _LIFTABLE and not params and self.server.engine_lifts_literals:
-            lifted = _sqltext.lift_literals(sql)
-            if lifted is not None and self.server.engine_statement(lifted[0]):
+        if head in LIFTABLE and not params and self.server.engine_lifts_literals:
+            shaped = _sqltext.lift_literals(sql)
+            if shaped is not None and self.server.engine_statement(shaped[0]):
                 # the engine's own statement: its shape, prepared once, checked as SQLite
                 # prepares it under the session's privileges (their version in its text)
-                return await self._run_timed(head, lifted[0], list(lifted[1]), {})
+                return await self._run_timed(head, shaped[0], list(shaped[1]), {})
         if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
             return await self._cursor(head, sql, params)
         if head == "COPY" and _is_copy(sql):
@@ -1009,6 +1022,17 @@ class Session:
             await self.call(engine.run, f"BEGIN {mode}", [])
 
     async def _simple_query(self, sql: str) -> None:
+        plan = self.server.query_plan(sql)
+        if plan is not None:  # one statement: split, and lifted, as its text's key says
+            lifted = (plan.head, plan.shape, [int(sql[a:b]) for a, b in plan.spans]) \
+                if plan.shape is not None else None
+            try:
+                result = await self._execute(sql[plan.start:plan.end], [], lifted)
+            except StatementError as exc:
+                self._error(exc)
+                return
+            self._send_result(result, (), 0, None)
+            return
         try:
             statements = _sqltext.split_statements(sql)
         except ServerError as exc:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
-__all__ = ["first_words", "lift_literals", "placeholders", "replace_words", "split_statements",
-           "strip_strings", "substitute"]
+__all__ = ["QueryPlan", "digit_key", "first_words", "lift_literals", "placeholders",
+           "query_plan", "replace_words", "split_statements", "strip_strings", "substitute"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -382,3 +382,49 @@ def _values_spans(sql: str, at: int) -> list[tuple[int, int]]:
             spans.append((pos + m.start(2), pos + m.end(2)))
         pos += len(element) + 1
     return spans if len(spans) <= _MAX_LIFTED else []
+
+
+# --- a simple query's plan ------------------------------------------------------------------
+
+
+class QueryPlan(NamedTuple):
+    """What :func:`split_statements` and :func:`lift_literals` make of a simple query that
+    holds one statement, in terms that hold for every text of its :func:`digit_key`: the
+    statement is ``sql[start:end]``, its first word ``head``; ``shape`` (None: not lifted)
+    is its text with the integers at ``spans`` (of ``sql``) as parameters ?1, ?2, ...,
+    those being all its digits."""
+
+    start: int
+    end: int
+    head: str
+    shape: str | None
+    spans: tuple[tuple[int, int], ...]
+
+
+def digit_key(sql: str) -> bytes:
+    """``sql`` with its digits blanked out (in C): texts alike but for their digits' values
+    share it, and with it how they split into statements and lift their literals."""
+    return sql.encode("utf-8").translate(_DIGIT_MARKS)
+
+
+def query_plan(sql: str) -> QueryPlan | None:
+    """The plan of a simple query of one statement without quotes, comments or ``$`` (None
+    for any other: digits could then change where a string or a statement ends), not a
+    COPY (the server runs those itself). ``shape`` only when every digit of the text is a
+    lifted integer, so that the shape is that of every text of the same key."""
+    single = _single_statement(sql)
+    if not single:
+        return None
+    st = single[0]
+    start = len(sql) - len(sql.lstrip())
+    if sql[start:start + len(st)] != st:
+        return None
+    head = (first_words(st, 1) or [""])[0]
+    if head == "COPY":
+        return None
+    text = st.encode("utf-8")
+    plan = _lift_plan(st) if text.translate(_DIGIT_MARKS) != text else None
+    if plan is None or not plan[2]:
+        return QueryPlan(start, start + len(st), head, None, ())
+    return QueryPlan(start, start + len(st), head, plan[0],
+                     tuple((a + start, b + start) for a, b in plan[1]))
