@@ -344,3 +344,138 @@ def test_a_sessions_set_reaches_its_own_queries_only(start_server, analytical) -
     with pg(srv, autocommit=True) as c:
         c.execute("SET integer_division = true")  # before its first query: no reader yet
         assert c.execute("SELECT 7 / 2").fetchone() == (3,)
+
+
+@pytest.fixture
+def with_policies(analytical: Any, tmp_path: Any) -> Any:
+    from cryptdisk.server import PolicyStore
+
+    analytical.policies = PolicyStore(tmp_path / "a.policies", analytical.keyring, analytical)
+    return analytical
+
+
+def policies_of(conn: Any) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT * FROM system.policy_references").fetchall()
+
+
+#: policy statements that read the engine (the table's columns, a type's name, the
+#: body's parse) before they change anything: each waits for a statement running alone
+WAITING_POLICY_STATEMENTS = [
+    "CREATE MASKING POLICY m2 AS (v VARCHAR) RETURNS VARCHAR -> '***'",
+    "CREATE OR REPLACE ROW ACCESS POLICY r2 AS (x VARCHAR) RETURNS BOOLEAN -> x <> 'EU'",
+    "ALTER TABLE t ALTER COLUMN s SET MASKING POLICY m3",
+    "ALTER TABLE t ALTER s UNSET MASKING POLICY",
+    "ALTER TABLE t ADD ROW ACCESS POLICY r ON (s)",
+]
+
+
+@pytest.mark.parametrize("sql", WAITING_POLICY_STATEMENTS)
+def test_a_policy_statement_waiting_for_the_engine_obeys_timeout_and_cancel(
+        start_server: Any, with_policies: Any, sql: str) -> None:
+    """A masking or row access policy statement waiting for the engine (a statement runs
+    alone) ends with 57014 at the statement timeout ('statement timeout') and at a
+    CancelRequest ('user request'), changes nothing, and leaves the running statement
+    alone; once it ends, the same statement runs."""
+    engine = with_policies
+    long = start_server(engine)
+    timed = start_server(engine, statement_timeout=TIMEOUT)
+    with pg(long, autocommit=True) as a, pg(timed, autocommit=True) as b, \
+            pg(long, autocommit=True) as c:
+        a.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+        a.execute("GRANT APPLY POLICY TO u")
+        a.execute("CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'")
+        a.execute("CREATE ROW ACCESS POLICY r AS (x VARCHAR) RETURNS BOOLEAN -> x <> 'EU'")
+        a.execute("CREATE MASKING POLICY m3 AS (v VARCHAR) RETURNS VARCHAR -> 'x'")
+        a.execute("ALTER TABLE t ALTER COLUMN s SET MASKING POLICY m")
+        before = (policies_of(a), a.execute("SELECT * FROM system.policies").fetchall())
+        holder = Running(a, ALONE)
+        try:
+            holding(long, engine)
+            start = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled) as e:
+                b.execute(sql)
+            assert "statement timeout" in str(e.value)
+            assert TIMEOUT * 0.9 <= time.monotonic() - start < TIMEOUT + MARGIN
+            waiter = Running(c, sql)  # no timeout: a CancelRequest ends its wait
+            waiting(engine, 1)
+            c.cancel_safe()
+            waiter.thread.join(MARGIN)
+            assert not waiter.thread.is_alive()
+            assert isinstance(waiter.error, psycopg.errors.QueryCanceled)
+            assert "user request" in str(waiter.error)
+            assert engine.turns.waiting == 0
+            holder.thread.join(0.5)
+            assert holder.thread.is_alive() and holder.error is None  # left alone
+        finally:
+            holder.stop()
+        assert isinstance(holder.error, psycopg.errors.QueryCanceled)
+        assert (policies_of(b), b.execute("SELECT * FROM system.policies").fetchall()) == \
+            before  # the statements that ended changed nothing
+        b.execute(sql)  # and they run once the engine is free
+        assert (policies_of(b), b.execute("SELECT * FROM system.policies").fetchall()) != \
+            before
+
+
+def test_a_policy_statement_waiting_for_anothers_change_obeys_the_timeout(
+        start_server: Any, with_policies: Any) -> None:
+    """A policy statement waits for another session's policy change (one at a time); the
+    statement timeout ends that wait too (57014), and the other's change goes on."""
+    engine = with_policies
+    long = start_server(engine)
+    timed = start_server(engine, statement_timeout=TIMEOUT)
+    with pg(long, autocommit=True) as a, pg(long, autocommit=True) as b, \
+            pg(timed, autocommit=True) as c:
+        a.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+        a.execute("GRANT APPLY POLICY TO u")
+        a.execute("CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'")
+        a.execute("CREATE ROW ACCESS POLICY r AS (x VARCHAR) RETURNS BOOLEAN -> x <> 'EU'")
+        holder = Running(a, ALONE)
+        try:
+            holding(long, engine)
+            # the row policy's change reads the table's columns: it waits for the engine
+            # while it holds the policies
+            changing = Running(b, "ALTER TABLE t ADD ROW ACCESS POLICY r ON (s)")
+            waiting(engine, 1)
+            start = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled) as e:
+                c.execute("DROP MASKING POLICY m")
+            assert "statement timeout" in str(e.value)
+            assert TIMEOUT * 0.9 <= time.monotonic() - start < TIMEOUT + MARGIN
+            assert changing.thread.is_alive() and changing.error is None
+        finally:
+            holder.stop()
+        changing.thread.join(60)
+        assert changing.error is None  # the other session's change was not interrupted
+        assert policies_of(c) == [("t", "s", "r", "row access")]
+        assert [r[0] for r in c.execute("SELECT * FROM system.policies").fetchall()] == \
+            ["m", "r"]  # the DROP that timed out dropped nothing
+
+
+def test_a_subject_sessions_query_runs_beside_a_long_query(start_server,
+                                                           with_policies) -> None:
+    """A query of a session subject to policies reads the table's columns for its rewrite
+    beside other sessions' queries (it does not wait for a long one to end)."""
+    engine = with_policies
+    srv = start_server(engine)
+    with pg(srv, autocommit=True) as a:
+        a.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+        a.execute("INSERT INTO t VALUES (1, 'US'), (2, 'EU')")
+        a.execute("CREATE USER bob PASSWORD 'bob pw'")
+        a.execute("GRANT SELECT ON t TO bob")
+        a.execute("GRANT APPLY POLICY TO u")
+        a.execute("CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'")
+        a.execute("ALTER TABLE t ALTER COLUMN s SET MASKING POLICY m")
+        with pg(srv, autocommit=True, user="bob", password="bob pw") as bob:
+            assert bob.execute("SELECT i, s FROM t ORDER BY i").fetchall() == \
+                [(1, "***"), (2, "***")]
+            holder = Running(a, ENDLESS)  # a query: others run beside it
+            try:
+                holding(srv, engine)
+                reader = Running(bob, "SELECT s, i FROM t ORDER BY i")
+                reader.thread.join(30)
+                assert not reader.thread.is_alive()
+                assert reader.error is None and reader.rows == [("***", 1), ("***", 2)]
+                assert holder.thread.is_alive()
+            finally:
+                holder.stop()
+                reader.stop()

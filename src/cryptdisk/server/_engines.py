@@ -385,6 +385,16 @@ class _AnalyticalSession(EngineSession):
         self.last_tables = set()
         self.revealed: list[str] = []  # columns the last statement read through a policy
 
+    def new_statement(self) -> None:
+        """A statement of this session that the server runs itself (a policy statement)
+        starts: a cancel sent before it is not for it."""
+        self._cancel.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether a CancelRequest or the statement timeout interrupted the statement."""
+        return self._cancel.is_set()
+
     def _parse_connection(self) -> Any:
         if self._parser is None:
             from ..db import parser_cursor
@@ -419,8 +429,8 @@ class _AnalyticalSession(EngineSession):
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
             if self.engine.policies is not None:  # masking and row access (._policies)
-                text, self.revealed = self.engine.policies.rewrite(text, self.privileges,
-                                                                   self._parser)
+                text, self.revealed = self.engine.policies.rewrite(
+                    text, self.privileges, self._parser, waiter=self)
         if self.recording:
             from ._grants import query_references
 
@@ -442,9 +452,10 @@ class _AnalyticalSession(EngineSession):
             return  # refused when it runs, whoever runs it
         text = _sqltext.substitute(sql, lambda n: "NULL")
         con = self._parse_connection()
+        self._cancel.clear()  # a cancel sent before this check is not for it
         privileges.check_analytical(text, con)
         if self.engine.policies is not None:
-            self.engine.policies.rewrite(text, privileges, con)
+            self.engine.policies.rewrite(text, privileges, con, waiter=self)
 
     def run(self, sql: str, params: list[Any]) -> Result:
         self._cancel.clear()  # a cancel sent before this statement is not for it

@@ -44,11 +44,13 @@ table with policies to them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
@@ -64,6 +66,12 @@ if TYPE_CHECKING:
 __all__ = ["PolicyStore"]
 
 _TEXT = 25
+#: the engine session (``_AnalyticalSession``) whose statement the store works for in this
+#: thread: its CancelRequest or statement timeout ends the store's waits (57014); None: the
+#: server's own work, or a caller without a server (which waits until its turn comes)
+_WAITER: contextvars.ContextVar[Any] = contextvars.ContextVar("policy_waiter", default=None)
+#: how often a statement waiting for another's policy change looks for its cancel (seconds)
+_LOCK_POLL = 0.05
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _SYSTEM = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(policies|policy_references|audit)"
                      r"\s*;?\s*", re.I)
@@ -121,8 +129,33 @@ class PolicyStore:
 
     # -- persistence -------------------------------------------------------------------------
 
+    def _turn(self) -> Any:
+        """A turn on the engine for the store's reads of the catalog and DuckDB's parser,
+        beside other sessions' queries (as the catalog's own reads take one); the waiting
+        session's cancel (:data:`_WAITER`) ends the wait."""
+        return self.engine.turn(_WAITER.get(), shared=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the store's lock (one change at a time); the waiting session's cancel ends
+        the wait (57014), as it ends a wait for the engine's turn."""
+        waiter = _WAITER.get()
+        while not self._lock.acquire(timeout=_LOCK_POLL):
+            if waiter is not None and waiter.cancelled:
+                raise StatementError("canceling statement due to user request", "57014")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _cursor(self) -> Any:
+        """A cursor of the database's connection (made under its lock, as a reader's)."""
+        db = self.engine.db
+        with db._mutex:
+            return db.con.cursor()
+
     def _change(self, change: Callable[[], None]) -> None:
-        with self._lock:
+        with self._locked():
             before = json.dumps(self.data)
             try:
                 change()
@@ -159,7 +192,16 @@ class PolicyStore:
         return _SYSTEM.fullmatch(sql) is not None
 
     def handle(self, session: Any, sql: str) -> Result:
+        """Run a policy statement (see :meth:`handles`) for ``session`` (a server's
+        session; None: a caller without users, trusted). A CancelRequest or the statement
+        timeout of the session (its engine session's :meth:`interrupt`) ends the
+        statement's waits for the engine's turn or another's change (57014); nothing of it
+        is kept then."""
         privileges: Privileges | None = getattr(session, "privileges", None)
+        waiter = getattr(session, "engine", None)
+        if waiter is not None:
+            waiter.new_statement()  # a cancel sent before this statement is not for it
+        token = _WAITER.set(waiter)
         try:
             return self._handle(sql, privileges)
         except StatementError:
@@ -168,6 +210,8 @@ class PolicyStore:
             raise StatementError(str(exc), exc.sqlstate) from None
         except CryptdiskError as exc:
             raise StatementError(str(exc), "58030") from None
+        finally:
+            _WAITER.reset(token)
 
     def _handle(self, sql: str, privileges: Privileges | None) -> Result:
         system = _SYSTEM.fullmatch(sql)
@@ -257,8 +301,8 @@ class PolicyStore:
                                  hint="an admin can GRANT APPLY POLICY TO a role")
 
     def _parse(self, sql: str) -> Any:
-        with self.engine.turn():
-            con = self.engine.db.con.cursor()
+        with self._turn():
+            con = self._cursor()
             try:
                 tree = serialize_sql(sql, con)
             finally:
@@ -271,8 +315,8 @@ class PolicyStore:
     def _canonical_type(self, text: str) -> str:
         if not re.fullmatch(r"[A-Za-z][\w ()]*", text.strip()):
             raise StatementError(f"unknown type {text!r}", "42704")
-        with self.engine.turn():
-            con = self.engine.db.con.cursor()
+        with self._turn():
+            con = self._cursor()
             try:
                 name = scalar(con, f"SELECT typeof(CAST(NULL AS {text}))")
             except Exception:
@@ -345,7 +389,7 @@ class PolicyStore:
         return Result(None, [], "DROP POLICY")
 
     def _columns(self, table: str) -> dict[str, str]:
-        with self.engine.turn():
+        with self._turn():
             try:
                 cols = self.engine.db.table(table).columns
             except CryptdiskError as exc:
@@ -437,10 +481,12 @@ class PolicyStore:
 
     # -- enforcement -------------------------------------------------------------------------
 
-    def rewrite(self, sql: str, privileges: Privileges, con: Any) -> tuple[str, list[str]]:
+    def rewrite(self, sql: str, privileges: Privileges, con: Any,
+                waiter: Any = None) -> tuple[str, list[str]]:
         """``sql`` (a query, or ``INSERT INTO t ... <query>``) reading every table with
         policies through them, for ``privileges``' session (see the module docstring),
-        and the columns (``t.c``) read through a policy that decrypts."""
+        and the columns (``t.c``) read through a policy that decrypts. ``waiter``: the
+        session's engine session, whose cancel ends the rewrite's wait for the catalog."""
         if not self.active or privileges.admin:
             return sql, []
         from ._grants import _INSERT, _close_paren
@@ -455,10 +501,13 @@ class PolicyStore:
                                                          stripped, re.I):
                 cut += _close_paren(stripped) + 1
             prefix, sql = sql[:insert.end() + cut] + " ", sql[insert.end() + cut:]
+        token = _WAITER.set(waiter)
         try:
             text, revealed = self._rewriter.rewrite_query(sql, privileges, con)
         except FieldPolicyError as exc:
             raise StatementError(str(exc), exc.sqlstate) from None
+        finally:
+            _WAITER.reset(token)
         return prefix + text, revealed
 
     def record(self, sql: str, privileges: Privileges | None, revealed: list[str],

@@ -208,7 +208,9 @@ class Server:
                                params: list[Any]) -> Result | None:
         policies = self._policies(sql)
         if policies is not None:
-            return await asyncio.to_thread(policies.handle, session, sql)
+            # under the session's statement timeout: it or a CancelRequest ends the
+            # statement's wait for the engine (57014), as any statement's
+            return await session.bounded(policies.handle, session, sql)
         if self.authenticator is None or not self.authenticator.handles(sql):
             return None
         return await asyncio.to_thread(self.authenticator.handle, session, sql)

@@ -764,6 +764,14 @@ class Session:
         finally:
             timer.cancel()
 
+    async def bounded(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the session's thread under its statement timeout, the timeout
+        said as PostgreSQL says it (a statement the server runs itself: a policy
+        statement); ``fn`` ends its waits when the session's engine is interrupted."""
+        if self.engine is None:
+            return await asyncio.to_thread(fn, *args)
+        return await self._timed(fn, *args)
+
     async def _timed(self, fn: Callable[..., T], *args: Any) -> T:
         """``self.call(fn, *args)`` under the statement timeout (an engine call that is not a
         statement's run: Describe, the catalogs, COPY's parts)."""
@@ -1086,8 +1094,8 @@ class Session:
             return None
         from ._precheck import authorize_statements
 
-        try:
-            return await self.call(functools.partial(
+        try:  # under the statement timeout: a policy rewrite reads the catalog in a turn
+            return await self._timed(functools.partial(
                 authorize_statements, statements, privileges=self.privileges, user=self.user,
                 engine=self.engine, authenticator=self.user_tx or self.server.authenticator,
                 policies=getattr(self.server.engine, "policies", None),
