@@ -11,7 +11,7 @@ import pg8000.native
 import psycopg
 import pytest
 
-from tests.server.conftest import PASSWORD, USER
+from tests.server.conftest import PASSWORD, USER, cancel_running
 
 SETUP = {
     "analytical": ["CREATE TABLE open_t (a BIGINT, price DECIMAL(10,2), at TIMESTAMP)",
@@ -145,14 +145,29 @@ def test_information_schema_with_psql_and_pg8000(start_server, sqlite_engine, ce
         con.close()
 
 
-def test_a_long_query_is_stopped_by_the_statement_timeout(start_server, sqlite_engine) -> None:
-    srv = start_server(sqlite_engine, statement_timeout=0.5)
+HUGE = "SELECT count(*) FROM information_schema.tables, range(1000000000000)"
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_a_long_query_is_stopped_by_the_statement_timeout(start_server, request,
+                                                          engine) -> None:
+    """A statement timeout or a CancelRequest ends an information_schema query with
+    PostgreSQL's 57014 and its message, not DuckDB's."""
+    eng = request.getfixturevalue(engine)
+    srv = start_server(eng, statement_timeout=0.5)
     with connect(srv) as c:
         c.execute("CREATE TABLE t (a INTEGER)")
-        with pytest.raises(psycopg.errors.QueryCanceled):
-            c.execute("SELECT count(*) FROM information_schema.tables, range(1000000000000)")
+        with pytest.raises(psycopg.errors.QueryCanceled) as e:
+            c.execute(HUGE)
+        assert e.value.diag.message_primary == "canceling statement due to statement timeout"
         assert c.execute("SELECT table_name FROM information_schema.tables").fetchall() == \
             [("t",)]
+    untimed = start_server(eng)
+    with connect(untimed) as c:
+        errors = cancel_running(untimed, c, HUGE)
+        assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
+        assert errors[0].diag.message_primary == "canceling statement due to user request"
+        assert c.execute("SELECT count(*) FROM information_schema.tables").fetchone() == (1,)
 
 
 GRANTS_OF_BOB = ("SELECT grantee, table_name, privilege_type, is_grantable "

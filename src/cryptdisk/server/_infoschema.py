@@ -28,6 +28,7 @@ from ._engines import (
     EngineSession,
     Result,
     StatementError,
+    _cancelled,
     _duckdb_sqlstate,
     sql_literal,
     sqlite_declared_oid,
@@ -235,7 +236,10 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
             table = relation.to_arrow_table()
         except duckdb.Error as exc:
             message = str(exc).replace(_SCHEMA, "information_schema")
-            raise StatementError(message, _duckdb_sqlstate(message)) from None
+            code = _duckdb_sqlstate(message)
+            if code == "57014":  # DuckDB's "INTERRUPT Error", said as PostgreSQL says it
+                raise _cancelled() from None
+            raise StatementError(message, code) from None
         finally:
             engine.interrupt_also = None
     finally:
