@@ -196,3 +196,77 @@ def test_configure_sets_a_connection_local_setting_on_the_reader_only(tmp_path) 
         r.close()
         with pytest.raises(DatabaseError, match="closed"):
             r.configure("SET integer_division = true")
+
+
+def _header_keys(root) -> dict[str, int]:
+    """The key id in the header of every encrypted file of the database ``root`` (its
+    parts and its catalog), read from the files themselves."""
+    from cryptdisk.format import read_header
+
+    found = {}
+    for path in [*root.rglob("*.parquet"), root / "catalog"]:
+        with open(path, "rb") as f:
+            found[str(path)] = read_header(f).key_id
+    return found
+
+
+def test_a_rotation_while_a_reader_streams_leaves_nothing_under_the_old_key(tmp_path):
+    """A reader's query has opened its parts and is streaming them when OPTIMIZE replaces
+    them (they wait on disk for the query) and the database rotates to a new key: every
+    file on disk, the replaced parts too, is under the new key when the rotation returns
+    (as its check says), the old key can be removed, and the query ends with every row."""
+    import os
+
+    from cryptdisk.keys import Key
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        db = cryptdisk.connect(tmp_path / "db")
+    try:
+        db.sql("CREATE TABLE t (i BIGINT, s VARCHAR) ORDER BY i")
+        for b in range(6):
+            db.sql(f"INSERT INTO t SELECT {b} * 100000 + range, 'v' || range "
+                   "FROM range(20000)")
+        expected = db.sql("SELECT i, s FROM t ORDER BY i")
+        r = db.reader()
+        started, go = threading.Event(), threading.Event()
+
+        def gate(values):  # holds the stream at its first batch (no annotations: DuckDB
+            # reads them)
+            started.set()
+            go.wait(120)
+            return values
+
+        r.con.create_function("gate", gate, ["BIGINT"], "BIGINT", type="arrow")
+        got, errors = [], []
+
+        def query():
+            try:
+                got.append(r.execute("SELECT gate(i) AS i, s FROM t"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=query)
+        t.start()
+        try:
+            assert started.wait(60)
+            db.sql("OPTIMIZE TABLE t FINAL")
+            assert len(_header_keys(tmp_path / "db")) == 6 + 1 + 1  # the old parts wait
+            assert set(_header_keys(tmp_path / "db").values()) == {1}
+            db.rotate_keys(new_key=Key(2, os.urandom(32)))
+            assert t.is_alive() and db._readers_running == 1  # the query still streams
+            keys = _header_keys(tmp_path / "db")
+            assert len(keys) == 8 and set(keys.values()) == {2}, keys
+            assert db.files_under_key(1) == []
+            db.remove_key(1)
+        finally:
+            go.set()
+            t.join(120)
+        r.close()
+        assert errors == []
+        assert got[0].sort_by("i") == expected
+        keys = _header_keys(tmp_path / "db")
+        assert len(keys) == 2 and set(keys.values()) == {2}  # the old parts went with it
+        assert db.query("SELECT id, files FROM system.keys") == [(2, 2)]
+    finally:
+        db.close()

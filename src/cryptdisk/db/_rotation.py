@@ -9,7 +9,10 @@ has changed. Each header is replaced in one write, so a rotation killed at
 any point leaves every file under the old key or the new one, and running it
 again finishes it. It ends by reading every header again and checking that
 each file is under the current key and that ``system.keys`` counts no file
-under another key; otherwise it raises, naming the files left.
+under another key; otherwise it raises, naming the files left. The parts a merge,
+``DROP`` or ``TRUNCATE`` replaced that wait on disk for running queries (readers) to end
+are rewrapped and checked too: when a rotation returns, no file of the database is under
+another key.
 
 A database opened without a config keeps its keys in files beside its
 directory (:mod:`._keyfiles`): a rotation to a new key makes it current there
@@ -148,7 +151,42 @@ class RotationMixin(DatabaseState):
         for row in keys:
             if not row["is_current"] and row["files"]:
                 left.append(f"system.keys counts {row['files']} file(s) under key {row['id']}")
+        for part in self._doomed_parts:
+            disk = self.config.disks.get(part.disk)
+            if disk is None or not disk.is_encrypted:
+                continue
+            try:
+                key_id = disk.stored_key_id(part.path)
+            except (DiskFileNotFoundError, FileNotFoundError):
+                continue  # (gone: nothing of it is left)
+            except (CryptdiskError, OSError) as exc:
+                left.append(f"{self._doomed_label(part)}: {exc}")
+                continue
+            if key_id != disk.keyring.current_key_id:
+                left.append(f"{self._doomed_label(part)}: under key {key_id}, not "
+                            f"{disk.keyring.current_key_id}")
         return left
+
+    def _doomed_label(self, part: PartMeta) -> str:
+        return (f"{part.path} (disk {part.disk!r}; replaced, kept until the queries "
+                "reading it end)")
+
+    def _rewrap_doomed(self, on_file: Callable[[str], None] | None) -> int:
+        """Rewrap the parts the catalog no longer names that wait for running queries
+        (``Reader``) to end (see ``_remove_parts``): they stay readable (their data keys do
+        not change) and no file of the database is left under an older key."""
+        count = 0
+        for part in self._doomed_parts:
+            disk = self.config.disks.get(part.disk)
+            if disk is None or not disk.is_encrypted or not getattr(disk, "can_rewrap", False):
+                continue  # (one that cannot be rewrapped is reported by the last check)
+            try:
+                count += rewrap_on_disk(disk, part.path)
+            except (DiskFileNotFoundError, FileNotFoundError):
+                continue
+            if on_file is not None:
+                on_file(part.path)
+        return count
 
     def _reload_own_keys(self) -> None:
         """Load the database's key files again (another process may have rotated)."""
@@ -195,6 +233,7 @@ class RotationMixin(DatabaseState):
                                                         bytes_on_disk=info.stored_size)
                     if on_file is not None:
                         on_file(part.path)
+            count += self._rewrap_doomed(on_file)
             count += rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
             self._commit()
             if on_file is not None:
@@ -218,6 +257,16 @@ class RotationMixin(DatabaseState):
                     if disk.is_encrypted and getattr(disk, "keyring", None) is not None \
                             and disk.stored_key_id(part.path) == key_id:
                         found.append(self._part_label(meta.name, part))
+            for part in self._doomed_parts:  # replaced, kept for the queries reading them
+                disk = self.config.disks.get(part.disk)
+                if disk is None or not disk.is_encrypted \
+                        or getattr(disk, "keyring", None) is None:
+                    continue
+                try:
+                    if disk.stored_key_id(part.path) == key_id:
+                        found.append(self._doomed_label(part))
+                except (DiskFileNotFoundError, FileNotFoundError):
+                    continue
             with open(os.path.join(self.path, CATALOG_FILE), "rb") as f:
                 if read_header(f).key_id == key_id:
                     found.append(CATALOG_FILE)
