@@ -115,3 +115,33 @@ def test_serve_sqlite_with_a_server_section(tmp_path) -> None:
         assert proc.wait(60) == 0
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_sigterm_as_soon_as_it_serves_stops_every_worker_cleanly(tmp_path) -> None:
+    """SIGTERM sent the moment ``serve`` says it serves reaches workers that may still be
+    starting: each drains and exits 0 (none is killed by the signal before its handler
+    is in place), and so does serve."""
+    from tests.server.certs import sqlite_serve_config
+
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32)
+    env = {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
+    db = str(tmp_path / "app.db")
+    out = cryptdisk("serve", db, "--sqlite", "--config", str(config), "--add-user", "alice",
+                    env=env)
+    assert out.returncode == 0, out.stderr
+    for _ in range(3):
+        proc, _port, lines = start([db, "--sqlite", "--config", str(config), "--workers",
+                                    "3"], env, tmp_path)
+        try:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+            rest = proc.stdout.read()
+            errors = proc.stderr.read()
+            assert code == 0, (lines, rest, errors)
+            assert "stopped: every worker drained" in rest
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()

@@ -292,6 +292,8 @@ class Server:
                 installed.append(sig)
             except (RuntimeError, ValueError):  # not the main thread
                 break
+        if installed:  # a worker is forked with them blocked until now (see ._workers)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, installed)
         if self.workers is not None:
             self.workers.attach(loop, self, stop.set)
         if ready is not None:

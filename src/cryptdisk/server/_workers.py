@@ -202,6 +202,12 @@ class _Stop(Exception):
     pass
 
 
+#: the signals that stop a worker or the log writer: blocked from the fork until the
+#: process's own handler for them is in place (a default SIGTERM would kill it mid-start,
+#: and the supervisor report the worker did not exit cleanly)
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
     """The log writer process: every datagram on ``sock`` a line of the encrypted access log
     at ``path``, until SIGTERM; then what is queued, and close."""
@@ -213,6 +219,8 @@ def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
     access_log = AccessLog(path, keyring)
     try:
         try:
+            # forked with SIGTERM blocked (see _Supervisor.spawn): one sent meanwhile lands here
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             while True:
                 data = sock.recv(1 << 20)
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -304,7 +312,7 @@ class _Supervisor:
         if pid == 0:
             code = 1
             try:
-                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask | _STOP_SIGNALS)
                 _die_with_parent(self.workers.supervisor)
                 os.close(self.workers.death_w)  # only the supervisor holds it open
                 for sock in self.sockets:
@@ -325,7 +333,9 @@ class _Supervisor:
         if pid == 0:  # the worker
             code = 1
             try:
-                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+                # SIGTERM and SIGINT stay blocked until the worker's event loop handles them
+                # (Server.serve unblocks them): one sent while it starts waits for that
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask | _STOP_SIGNALS)
                 _die_with_parent(self.workers.supervisor)
                 os.close(self.workers.death_w)
                 if self.log_socks is not None:
