@@ -270,3 +270,57 @@ def test_a_rotation_while_a_reader_streams_leaves_nothing_under_the_old_key(tmp_
         assert db.query("SELECT id, files FROM system.keys") == [(2, 2)]
     finally:
         db.close()
+
+
+def test_another_readers_statement_does_not_make_a_query_evict_its_own_entries(tmp_path):
+    """A scan larger than the decoded-column cache keeps its first row groups and leaves
+    the rest out, never evicting what it kept or used (repeats answer those from the
+    cache). Another reader's statement that starts while it streams does not change
+    that: the cache evicts nothing, and keeps what it held."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        db = cryptdisk.connect(tmp_path / "db", cache_bytes=8 << 20)
+    try:  # 2 columns of 46 row groups of 512 KiB: the cache holds 16 of the 92
+        db.sql("CREATE TABLE t (i BIGINT, pad BIGINT) ORDER BY i")
+        db.sql("INSERT INTO t SELECT range, range * 7 FROM range(3000000)")
+        query = "SELECT sum(gate(i) + pad) FROM t"
+        expected = db.query("SELECT sum(i + pad) FROM t")
+        a, b = db.reader(), db.reader()
+        started, go = threading.Event(), threading.Event()
+
+        def gate(values):  # (no annotations: DuckDB reads them)
+            started.set()
+            go.wait(120)
+            return values
+
+        a.con.create_function("gate", gate, ["BIGINT"], "BIGINT", type="arrow")
+        go.set()
+        for _ in range(2):  # offered once, then kept up to the bound
+            assert a.execute(query).to_pylist() == [{"sum((gate(i) + pad))": expected[0][0]}]
+        kept = set(db.cache._items)
+        assert kept and db.cache.evictions == 0 and db.cache.size <= db.cache.bound
+        go.clear()
+        started.clear()
+        got, errors = [], []
+
+        def run():
+            try:
+                got.append(a.execute(query).to_pylist())
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        try:
+            assert started.wait(60)
+            assert b.execute("SELECT 1 AS x").to_pylist() == [{"x": 1}]  # starts meanwhile
+        finally:
+            go.set()
+            t.join(120)
+        assert errors == [] and got == [[{"sum((gate(i) + pad))": expected[0][0]}]]
+        assert db.cache.evictions == 0
+        assert set(db.cache._items) == kept
+        a.close()
+        b.close()
+    finally:
+        db.close()

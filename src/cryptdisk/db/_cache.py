@@ -21,6 +21,12 @@ starts one): a scan larger than the cache keeps its first row groups, up to the 
 and leaves the rest out, instead of cycling every row group through an LRU that a
 sequential scan defeats (each run evicting what the next run reads first). So repeats
 of that scan answer the same leading row groups from the cache and read the rest.
+Statements run at once (readers, ``db.reader()``): each uses the cache through its own
+:class:`StatementCache`, and what a statement still running kept or used is evicted for
+none (each keeps its leading row groups as if it ran alone); what ended statements kept
+goes first, least recently used first. An entry is evicted only when that makes room for
+the one offered. Evicting never frees what a running scan has taken from the cache: it
+holds its own reference to the arrays.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import pyarrow as pa
 
 from ._derived import SEP
 
-__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache"]
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "StatementCache"]
 
 #: 768 MiB: with pyarrow's allocator holding up to about 40% more than the cache's measured
 #: bytes, a full cache plus a scan's ~200 MB stays under 1.5 GB (docs/database.md, Memory).
@@ -57,25 +63,37 @@ class ColumnCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-        #: The current statement; each entry records the last statement that kept or used it.
+        #: The last statement started; each entry records the last statement that kept or
+        #: used it.
         self.statement = 0
+        self._running: set[int] = set()  # statements started and not ended
         self._items: OrderedDict[tuple[str, str], tuple[pa.ChunkedArray, int, int]] = (
             OrderedDict())
         self._offered: OrderedDict[tuple[str, str], None] = OrderedDict()  # once, not kept
         self._lock = threading.Lock()
 
-    def new_statement(self) -> None:
-        """A new statement starts: what earlier ones kept may be evicted for it."""
+    def new_statement(self) -> StatementCache:
+        """A new statement starts: what ended ones kept may be evicted for it. Its gets and
+        puts go through the returned view, until its :meth:`StatementCache.end`."""
         with self._lock:
             self.statement += 1
+            self._running.add(self.statement)
+            return StatementCache(self, self.statement)
 
-    def get(self, part_id: str, column: str) -> pa.ChunkedArray | None:
+    def _end(self, statement: int) -> None:
+        with self._lock:
+            self._running.discard(statement)
+
+    def get(self, part_id: str, column: str,
+            statement: int | None = None) -> pa.ChunkedArray | None:
+        """The entry, used by ``statement`` (None: the last one started), or None."""
         with self._lock:
             item = self._items.get((part_id, column))
             if item is None:
                 self.misses += 1
                 return None
-            self._items[(part_id, column)] = (item[0], item[1], self.statement)
+            user = self.statement if statement is None else statement
+            self._items[(part_id, column)] = (item[0], item[1], user)
             self._items.move_to_end((part_id, column))
             self.hits += 1
             return item[0]
@@ -100,8 +118,11 @@ class ColumnCache:
                 while len(self._offered) > _OFFERED:
                     self._offered.popitem(last=False)
 
-    def put(self, part_id: str, column: str, array: pa.ChunkedArray) -> None:
-        """Offer ``array``: kept from its second offer on (see the module's docstring)."""
+    def put(self, part_id: str, column: str, array: pa.ChunkedArray,
+            statement: int | None = None) -> None:
+        """Offer ``array`` for ``statement`` (None: the last one started): kept from its
+        second offer on, if what running statements kept or used leaves room for it (see
+        the module's docstring)."""
         n = measured_size(array)
         if n > self.bound:
             return
@@ -114,17 +135,35 @@ class ColumnCache:
                 while len(self._offered) > _OFFERED:
                     self._offered.popitem(last=False)
                 return
-            while self._items and self.size + n > self.bound:
-                oldest = next(iter(self._items.values()))
-                if oldest[2] == self.statement:
-                    return  # full of this statement's own row groups: this one is not kept
-                _key, (_arr, m, _s) = self._items.popitem(last=False)
-                self.size -= m
-                self.evictions += 1
+            mine = self.statement if statement is None else statement
+            if self.size + n > self.bound and not self._make_room(n, mine):
+                return  # full of running statements' row groups: this one is not kept
             del self._offered[key]
-            self._items[key] = (array, n, self.statement)
+            self._items[key] = (array, n, mine)
             self.size += n
             self.peak = max(self.peak, self.size)
+
+    def _make_room(self, n: int, mine: int) -> bool:
+        """Evict the least recently used entries no running statement (nor ``mine``) kept
+        or used until ``n`` more bytes fit; False (nothing evicted) if they cannot."""
+        free = self.bound - self.size
+        victims = []
+        for key, (_arr, m, user) in self._items.items():
+            if user == mine or user in self._running:
+                if len(self._running) <= 1:
+                    break  # one statement runs: the rest are newer, and its own too
+                continue
+            victims.append((key, m))
+            free += m
+            if free >= n:
+                break
+        if free < n:
+            return False
+        for key, m in victims:
+            del self._items[key]
+            self.size -= m
+            self.evictions += 1
+        return True
 
     def drop_part(self, part_id: str) -> None:
         with self._lock:
@@ -154,3 +193,37 @@ class ColumnCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class StatementCache:
+    """The cache as one statement uses it (:meth:`ColumnCache.new_statement`): its gets and
+    puts are that statement's, so that the entries it kept or used stay until it ends."""
+
+    def __init__(self, cache: ColumnCache, statement: int) -> None:
+        self.cache, self.statement = cache, statement
+
+    @property
+    def bound(self) -> int:
+        return self.cache.bound
+
+    def get(self, part_id: str, column: str) -> pa.ChunkedArray | None:
+        return self.cache.get(part_id, column, self.statement)
+
+    def put(self, part_id: str, column: str, array: pa.ChunkedArray) -> None:
+        self.cache.put(part_id, column, array, self.statement)
+
+    def contains(self, part_id: str, column: str) -> bool:
+        return self.cache.contains(part_id, column)
+
+    def offered(self, part_id: str, column: str) -> bool:
+        return self.cache.offered(part_id, column)
+
+    def offer(self, part_id: str, column: str) -> None:
+        self.cache.offer(part_id, column)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def end(self) -> None:
+        """The statement ended: what it kept or used may be evicted for others."""
+        self.cache._end(self.statement)

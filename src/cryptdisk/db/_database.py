@@ -41,7 +41,7 @@ from ..errors import TableNotFoundError as _TableNotFound
 from ..keys import ProviderKey
 from . import _sql
 from ._agreement import disagreements, record_storage
-from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
+from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache, StatementCache
 from ._catalog import (
     CATALOG_FILE,
     Catalog,
@@ -278,6 +278,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._readers_running = 0  # queries Reader objects are running (see reader())
         self._doomed_parts: list[Any] = []  # deleted when the last of them ends
         self._registered: set[str] = set()
+        self._statement_cache: StatementCache | None = None  # the running statement's
         self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
                       else os.path.join(self.path, PIN_FILE)]
         if pin is True:
@@ -530,8 +531,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
               alias: str = "") -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
+        cache = self._statement_cache if self._statement_cache is not None else self.cache
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
-                         self.cache if self.cache.bound else None, top, extremes,
+                         cache if self.cache.bound else None, top, extremes,
                          derived, name, where, alias)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -738,7 +740,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
         self.last_scans = {}
-        self.cache.new_statement()
+        if self._statement_cache is not None:  # (not released: a retry's second prepare)
+            self._statement_cache.end()
+        # this statement's view of the cache: what it keeps or uses stays while it runs,
+        # whatever other readers' statements start meanwhile (see ._cache)
+        self._statement_cache = self.cache.new_statement()
         binders = self._scan_functions() if self._extensions else {}
         sql, wants_system = rewrite_system_tables(sql)
         if wants_system:
@@ -889,7 +895,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         return str(rows[0][0]) if rows else "ASC"
 
     def _release(self) -> None:
-        """Drop this statement's Arrow views, so no later statement sees stale parts."""
+        """Drop this statement's Arrow views, so no later statement sees stale parts, and
+        end its use of the cache."""
+        if self._statement_cache is not None:
+            self._statement_cache.end()
+            self._statement_cache = None
         self._open_parts.drop_key_reads()
         for scan in self._scans:
             scan.close()
@@ -1061,6 +1071,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
 #: What a Reader keeps of its own (the rest of its attributes are its database's).
 _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "last_scans",
+                         "_statement_cache",
                          "_extremes_pending", "_trees", "_extreme_schemas", "_closed"})
 
 
@@ -1110,6 +1121,7 @@ class Reader:
                 raise DatabaseError(f"cannot open a reader: {exc}") from None
         self._scans: list[TableScan] = []
         self._registered: set[str] = set()
+        self._statement_cache: StatementCache | None = None
         self.last_scans: dict[str, dict[str, int]] = {}
         self._extremes_pending: Any = None
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()

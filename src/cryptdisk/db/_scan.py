@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CatalogError
-from ._cache import ColumnCache
+from ._cache import ColumnCache, StatementCache
 from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._forksafe import track
@@ -190,7 +190,8 @@ class TableScan:
     """One table as DuckDB reads it: ``columns`` only, skipping what ``filters`` rule out."""
 
     def __init__(self, parts: OpenParts, meta: TableMeta, schema: pa.Schema,
-                 columns: list[str], filters: list[Filter], cache: ColumnCache | None,
+                 columns: list[str], filters: list[Filter],
+                 cache: ColumnCache | StatementCache | None,
                  top: TopN | None = None, extremes: bool = False,
                  derived: list[DerivedColumn] | None = None, name: str | None = None,
                  where: str | None = None, alias: str = "") -> None:
