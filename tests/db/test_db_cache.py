@@ -12,12 +12,36 @@ def _entry() -> pa.ChunkedArray:
 
 def _run(cache: ColumnCache, keys: range) -> int:
     """One statement scanning ``keys`` in order, as a scan does: get, else read and put."""
-    cache.new_statement()
+    statement = cache.new_statement()
     hits = cache.hits
     for k in keys:
-        if cache.get(str(k), "c") is None:
-            cache.put(str(k), "c", _entry())
+        if statement.get(str(k), "c") is None:
+            statement.put(str(k), "c", _entry())
+    statement.end()
     return cache.hits - hits
+
+
+def test_a_running_statements_entries_are_evicted_for_no_other():
+    """Two statements at once (readers): what the one still running kept stays while the
+    other fills the cache; once it ends, its entries go first."""
+    cache = ColumnCache(4 * 1024)
+    _run(cache, range(2))  # 0 and 1 offered, then kept by the next
+    long = cache.new_statement()
+    for k in range(2):
+        long.get(str(k), "c") or long.put(str(k), "c", _entry())
+    other = cache.new_statement()
+    for _ in range(2):
+        for k in range(10, 14):
+            if other.get(str(k), "c") is None:
+                other.put(str(k), "c", _entry())
+    assert sorted(int(k) for k, _c in cache._items) == [0, 1, 10, 11]  # 12, 13 left out
+    assert cache.evictions == 0
+    long.end()
+    for k in (12, 13):
+        other.put(str(k), "c", _entry())
+    assert sorted(int(k) for k, _c in cache._items) == [10, 11, 12, 13]
+    assert cache.evictions == 2 and cache.size <= cache.bound
+    other.end()
 
 
 def test_a_scan_larger_than_the_cache_keeps_its_first_row_groups_and_stops_churning():
