@@ -60,9 +60,10 @@ def test_set_role_counts_for_a_lifted_statement(start_server, sqlite_engine) -> 
 
 
 def test_a_planned_statement_keeps_the_session_rules(start_server, sqlite_engine) -> None:
-    """A simple query run by its text's plan (one statement, its integers lifted) is still
-    refused in a failed transaction block (25P02 until ROLLBACK), rolled back with it, and
-    a text of the same key with several statements runs each of them."""
+    """A simple query run by its text's plan (one statement, its integers lifted; BEGIN,
+    END, SAVEPOINT straight to the transaction's handling) is still refused in a failed
+    transaction block (25P02 until ROLLBACK or END), rolled back with it, and a text of the
+    same key with several statements runs each of them."""
     srv = start_server(sqlite_engine)
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         c.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER)")
@@ -74,8 +75,21 @@ def test_a_planned_statement_keeps_the_session_rules(start_server, sqlite_engine
             c.execute("SELECT b FROM missing WHERE a = 1")
         with pytest.raises(psycopg.errors.InFailedSqlTransaction):
             c.execute("UPDATE t SET b = b + 7 WHERE a = 1")
-        c.execute("ROLLBACK")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("BEGIN")
+        c.execute("END")  # ends the failed block: a rollback
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert c.execute("SELECT b FROM t WHERE a = 2").fetchall() == [(20,)]
+        # savepoints (their names' digits vary) run as written
+        c.execute("BEGIN")
+        c.execute("SAVEPOINT s1")
+        c.execute("UPDATE t SET b = b + 100 WHERE a = 2")
+        c.execute("SAVEPOINT s2")
+        c.execute("UPDATE t SET b = b + 1000 WHERE a = 2")
+        c.execute("ROLLBACK TO s2")
+        c.execute("RELEASE s1")
+        c.execute("COMMIT")
+        assert c.execute("SELECT b FROM t WHERE a = 2").fetchall() == [(120,)]
         assert c.execute("SELECT b FROM t WHERE a = 1").fetchall() == [(11,)]
         cur = c.execute("SELECT b FROM t WHERE a = 1; SELECT b FROM t WHERE a = 2")
-        assert cur.fetchall() == [(11,)] and cur.nextset() and cur.fetchall() == [(20,)]
+        assert cur.fetchall() == [(11,)] and cur.nextset() and cur.fetchall() == [(120,)]

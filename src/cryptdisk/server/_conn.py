@@ -175,6 +175,22 @@ class Connection:
         waiter, self._waiter = self._waiter, None
         _settle(waiter)
 
+    async def fill(self, n: int) -> None:
+        """Wait until the buffer holds at least ``n`` bytes (:meth:`readexactly`'s wait,
+        taking nothing)."""
+        buf = self.buffer
+        while len(buf) < n:
+            if self.error is not None:
+                raise self.error
+            if self.eof or self._closing:
+                raise asyncio.IncompleteReadError(bytes(buf), n)
+            self._resume_reading()
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
     async def readexactly(self, n: int) -> bytes:
         """The next ``n`` bytes; :class:`asyncio.IncompleteReadError` at end of stream."""
         buf = self.buffer

@@ -991,7 +991,8 @@ class _SQLiteSession(EngineSession):
         cur = self.conn.cursor()
         cur.exec_trace = self._trace
         try:
-            cur.execute(self._sql(sql), [_sqlite_value(p) for p in params] if params else (),
+            cur.execute(self._sql(sql), [p if type(p) is int else _sqlite_value(p)
+                                         for p in params] if params else (),
                         can_cache=self.can_cache)
             rows = list(cur)  # tuples (no row tracer)
             return rows, self.conn.changes()

@@ -394,7 +394,17 @@ def data_row(values: Sequence[bytes | None]) -> bytes:
 
 
 def command_complete(tag: str) -> bytes:
-    return message(b"C", cstr(tag))
+    done = _COMPLETE.get(tag)
+    if done is None:
+        done = message(b"C", cstr(tag))
+        if len(_COMPLETE) >= 1024:
+            _COMPLETE.clear()
+        _COMPLETE[tag] = done
+    return done
+
+
+#: CommandComplete messages by tag ("UPDATE 1", "BEGIN", ...), built once each
+_COMPLETE: dict[str, bytes] = {}
 
 
 def error_response(code: str, text: str, *, severity: str = "ERROR",

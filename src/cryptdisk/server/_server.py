@@ -14,7 +14,7 @@ from ..errors import ServerError
 from . import _infoschema, _sqltext
 from ._accesslog import AccessLog
 from ._conn import Connection, Listener
-from ._engines import Engine, Result
+from ._engines import TRANSACTION_WORDS, Engine, Result
 from ._session import IDENTITY_WORDS, LIFTABLE, Session, is_loopback
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "Authenticator", "Server", "new_event_loop"]
@@ -199,6 +199,10 @@ class Server:
                 self.engine_lifts_literals and plan.head in LIFTABLE
                 and self.engine_statement(plan.shape)):
             plan = plan._replace(shape=None, spans=())
+        if plan is not None and plan.shape is None and plan.head in TRANSACTION_WORDS \
+                and self.engine.transactions \
+                and not self.handles(sql[plan.start:plan.end]):
+            plan = plan._replace(transaction=True)
         if len(self._query_plans) >= 4096:
             self._query_plans.clear()
         self._query_plans[key] = plan

@@ -72,6 +72,8 @@ _QUICK = {"SELECT", "VALUES"}
 _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 #: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
 LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
+#: the statements a failed transaction block still runs (25P02 for any other)
+_BLOCK_ENDS = ("ROLLBACK", "ABORT", "COMMIT", "END")
 IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
 
 
@@ -320,6 +322,8 @@ class Session:
 
     async def _read_raw(self) -> tuple[bytes, bytes]:
         buf = self.conn.buffer
+        if len(buf) < 5:  # wait for the client (its message comes whole, mostly)
+            await self.conn.fill(5)
         if len(buf) >= 5:  # the common case: the whole message is buffered already
             (length,) = _LENGTH.unpack_from(buf, 1)
             if 4 <= length <= self.server.max_message_size + 4 and len(buf) > length:
@@ -586,9 +590,10 @@ class Session:
     # -- running statements ------------------------------------------------------------------
 
     async def _execute(self, sql: str, params: list[Any],
-                       lifted: tuple[str, str, list[Any]] | None = None) -> Result:
+                       lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
         """Run one statement and write its access-log line. ``lifted``: what
-        :meth:`_run_one` would run it as (its first word, shape and integers)."""
+        :meth:`_run_one` would run it as, known from the query's plan: its first word,
+        shape and integers, or (first word, None, []) for a transaction statement."""
         if self.server.access_log is None:
             return await self._run_statement(sql, params, lifted)
         return await self._logged(sql, functools.partial(self._run_statement, sql, params,
@@ -653,7 +658,7 @@ class Session:
             pass
 
     async def _run_statement(self, sql: str, params: list[Any],
-                             lifted: tuple[str, str, list[Any]] | None = None) -> Result:
+                             lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
         """Run one statement: server-handled ones first, then the engine. A statement that
         fails in a transaction block leaves it failed (25P02 until ROLLBACK), also when
         the engine rolled the whole transaction back itself (SQLite does on an interrupt,
@@ -670,17 +675,20 @@ class Session:
             raise
 
     async def _run_one(self, sql: str, params: list[Any],
-                       lifted: tuple[str, str, list[Any]] | None = None) -> Result:
+                       lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
         if self.engine is not None:
             self.engine.last_tables = set()
         if lifted is not None:  # the engine's own statement, lifted already (a SELECT,
-            if self.failed:  # UPDATE, DELETE or INSERT: never one that ends a block)
+            head, shape, values = lifted  # UPDATE, DELETE or INSERT), or a transaction
+            if self.failed and (shape is not None or head not in _BLOCK_ENDS):  # statement
                 raise StatementError("current transaction is aborted, commands ignored "
                                      "until end of transaction block", "25P02")
-            return await self._run_timed(lifted[0], lifted[1], lifted[2], {})
+            if shape is None:
+                return await self._run_timed(head, sql, params, {}, self._transaction)
+            return await self._run_timed(head, shape, values, {})
         words = _sqltext.first_words(sql, 2)
         head = words[0] if words else ""
-        if self.failed and head not in ("ROLLBACK", "ABORT", "COMMIT", "END"):
+        if self.failed and head not in _BLOCK_ENDS:
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
         if head in LIFTABLE and not params and self.server.engine_lifts_literals:
@@ -1033,7 +1041,8 @@ class Session:
         plan = self.server.query_plan(sql)
         if plan is not None:  # one statement: split, and lifted, as its text's key says
             lifted = (plan.head, plan.shape, [int(sql[a:b]) for a, b in plan.spans]) \
-                if plan.shape is not None else None
+                if plan.shape is not None else (plan.head, None, []) if plan.transaction \
+                else None
             try:
                 result = await self._execute(sql[plan.start:plan.end], [], lifted)
             except StatementError as exc:

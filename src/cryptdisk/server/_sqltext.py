@@ -392,13 +392,15 @@ class QueryPlan(NamedTuple):
     holds one statement, in terms that hold for every text of its :func:`digit_key`: the
     statement is ``sql[start:end]``, its first word ``head``; ``shape`` (None: not lifted)
     is its text with the integers at ``spans`` (of ``sql``) as parameters ?1, ?2, ...,
-    those being all its digits."""
+    those being all its digits. ``transaction``: set by the server for a transaction
+    statement (BEGIN, COMMIT, ...) it hands to the engine as it is."""
 
     start: int
     end: int
     head: str
     shape: str | None
     spans: tuple[tuple[int, int], ...]
+    transaction: bool = False
 
 
 def digit_key(sql: str) -> bytes:
