@@ -1,4 +1,5 @@
-"""Build the C halves of cryptdisk.sqlite and cryptdisk.fields (the rest is in pyproject.toml).
+"""Build the C halves of cryptdisk.sqlite, cryptdisk.fields and cryptdisk.format (the rest is
+in pyproject.toml).
 
 The encrypting SQLite VFS has a C implementation (``cryptdisk.sqlite._cvfs``,
 sources in ``csrc/cryptdisk_vfs/``). It takes AES-GCM from libgcrypt when its
@@ -21,6 +22,13 @@ when its header is found (Debian: ``libipsec-mb-dev``; docs/fields.md,
 "Measured"). ``CRYPTDISK_IPSEC_MB=no`` builds without it, ``yes`` fails the
 build if it is not found. Without the extension ``cryptdisk.fields`` makes one
 ``cryptography`` call per value (slower; the same bytes).
+
+``cryptdisk.format._cseal`` (sources in ``csrc/cryptdisk_format/``) decrypts and
+encrypts runs of a sealed file's segments in one call without the GIL, with
+AES-GCM from intel-ipsec-mb; it is built only where that library's header is
+found (and not with ``CRYPTDISK_IPSEC_MB=no``). Without it sealed files use one
+``cryptography`` call per segment, with the GIL held (the same bytes; encrypted
+scans take more CPU; docs/format.md, "Cipher backend").
 """
 
 import glob
@@ -37,6 +45,7 @@ from setuptools.command.build_ext import build_ext
 PACKAGES = "gcc libssl-dev libsqlite3-dev libgcrypt20-dev libipsec-mb-dev"
 CVFS = "cryptdisk.sqlite._cvfs"
 CFIELDS = "cryptdisk.fields._cfields"
+CSEAL = "cryptdisk.format._cseal"
 
 
 def _compiler() -> list[str]:
@@ -103,6 +112,9 @@ def _not_built(reason: str, name: str = CVFS) -> None:
     if name == CFIELDS:
         what = ("the C loops of cryptdisk.fields", "one cryptography call per value (the same "
                 "bytes, 10-30x slower)")
+    elif name == CSEAL:
+        what = ("the C segment loops of cryptdisk.format", "one cryptography call per 64 KiB "
+                "segment, with the GIL held (the same files; encrypted scans take more CPU)")
     _announce(f"""
 WARNING: {what[0]} was not built: {reason}.
 cryptdisk will use {what[1]}.
@@ -116,15 +128,21 @@ class BuildExt(build_ext):
     """Builds the optional C extensions, or says clearly why not (never fails the install)."""
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name not in (CVFS, CFIELDS):
+        if ext.name not in (CVFS, CFIELDS, CSEAL):
             super().build_extension(ext)
+            return
+        if ext.name == CSEAL and not ext.define_macros:
+            why = ("CRYPTDISK_IPSEC_MB=no" if os.environ.get("CRYPTDISK_IPSEC_MB") == "no" else
+                   "intel-ipsec-mb.h was not found")
+            _not_built(why, ext.name)
             return
         cc = _compiler()
         if shutil.which(cc[0]) is None:
             _not_built(f"no C compiler ({cc[0]} not found)", ext.name)
             return
-        needed = ("openssl/evp.h", "sqlite3ext.h", "Python.h") if ext.name == CVFS else \
-            ("openssl/evp.h", "Python.h")
+        needed = {CVFS: ("openssl/evp.h", "sqlite3ext.h", "Python.h"),
+                  CFIELDS: ("openssl/evp.h", "Python.h"),
+                  CSEAL: ("intel-ipsec-mb.h", "Python.h")}[ext.name]
         missing = [h for h in needed if not _header_found(h, python=h == "Python.h")]
         if missing:
             _not_built(f"headers not found: {', '.join(missing)}", ext.name)
@@ -161,6 +179,15 @@ setup(
             sources=["csrc/cryptdisk_fields/fields.c"],
             define_macros=_macros + _gcm_macros,
             libraries=_gcm_libraries + _libraries,
+            extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
+                                "-Wno-unused-parameter"],
+            optional=True,
+        ),
+        Extension(
+            CSEAL,
+            sources=["csrc/cryptdisk_format/cseal.c"],
+            define_macros=_gcm_macros,
+            libraries=_gcm_libraries,
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
                                 "-Wno-unused-parameter"],
             optional=True,

@@ -6,18 +6,26 @@ construction as Tink's streaming AEAD and age's STREAM. The last-segment flag
 catches truncation at a segment boundary, the index catches reordering, and
 the per-file random data key catches splicing between files.
 
+Segments are decrypted and encrypted by the C extension ``_cseal`` when it was
+built (AES-GCM from intel-ipsec-mb; a run of consecutive segments per call, without
+the GIL, so several threads' scans run in parallel), else by ``cryptography``, one
+call per segment with the GIL held; both read and write the same files.
+``CRYPTDISK_SEALED_AEAD=cryptography`` (read at import) uses ``cryptography`` even
+where the extension is built.
+
 Lower tier: these classes trust their caller to pass the right header and
 data key; :func:`cryptdisk.open` is the safe entry point.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO
+from typing import IO, Any
 
 from cryptography.exceptions import InvalidTag
 
@@ -26,10 +34,31 @@ from ._cipher import TAG_SIZE, new_aead
 from ._header import HEADER_SIZE, Header, Kind
 from ._source import Source
 
-__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_nonce",
-           "segment_error"]
+__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_library",
+           "sealed_nonce", "segment_error"]
 
 _NONCE = struct.Struct(">3xQB")
+
+#: ``CRYPTDISK_SEALED_AEAD=cryptography`` keeps sealed files on ``cryptography``.
+AEAD_ENV = "CRYPTDISK_SEALED_AEAD"
+
+try:  # the C extension, which has no type stubs (Any)
+    _cseal: Any = importlib.import_module(f"{__package__}._cseal")
+except ImportError:  # pragma: no cover - not built (setup.py says why) or no AES-NI
+    _cseal = None
+if os.environ.get(AEAD_ENV, "").strip().lower() == "cryptography":
+    _cseal = None
+
+
+def sealed_library() -> str | None:
+    """The library of the C segment loops (``"intel-ipsec-mb 1.3.0 (AVX-512)"``), or None
+    when sealed files use ``cryptography`` (extension not built, or ``CRYPTDISK_SEALED_AEAD``)."""
+    return str(_cseal.library()) if _cseal is not None else None
+
+
+def _native_key(dek: bytes | bytearray | memoryview) -> Any:
+    """The C extension's key object for ``dek`` (schedule and GHASH key precomputed), or None."""
+    return _cseal.Key(dek) if _cseal is not None else None
 
 
 def sealed_nonce(index: int, last: bool) -> bytes:
@@ -72,7 +101,7 @@ def segment_error(path: str | None, index: int, offset: int,
     )
 
 
-# Two threads saturate this kind of machine; cryptography releases the GIL on large buffers.
+# Two threads saturate this kind of machine; both ciphers release the GIL on large buffers.
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 PARALLEL_MIN_SEGMENTS = 8
@@ -80,6 +109,8 @@ PARALLEL_MIN_SEGMENTS = 8
 #: so streaming keeps RSS small: a database scan reads each row group's column chunk once,
 #: often well under 1 MiB (64Ki BIGINTs are 512 KiB), and kept every such chunk mapped.
 RELEASE_MIN = 1 << 16
+#: Whole segments a writer seals per call (and write) with the C extension: 1 MiB of 64 KiB ones.
+_SEAL_RUN = 16
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -103,7 +134,8 @@ os.register_at_fork(after_in_child=_forget_pool)
 class SealedWriter:
     """Encrypt a stream of plaintext into a sealed file, one segment at a time.
 
-    Memory stays at about two segments whatever the file size. ``close()``
+    Memory stays at about two segments whatever the file size (with the C extension,
+    a segment and a 1 MiB run of sealed segments for large writes). ``close()``
     seals the final segment (possibly empty) and must be called exactly once;
     a writer that is never closed leaves a file without a final segment, which
     readers reject as truncated.
@@ -114,6 +146,7 @@ class SealedWriter:
             raise ValueError("SealedWriter needs a sealed header")
         self._raw = raw
         self._aead = new_aead(dek)
+        self._key = _native_key(dek)
         self._seg = header.segment_size
         self._buf = bytearray(self._seg)
         self._fill = 0
@@ -126,9 +159,36 @@ class SealedWriter:
     def _seal(self, data: memoryview | bytearray, last: bool) -> None:
         n = len(data)
         out = memoryview(self._out)[: n + TAG_SIZE]
-        self._aead.encrypt_into(sealed_nonce(self._index, last), data, None, out)
+        if self._key is not None:
+            index = self._index
+            # a run of one segment; "final" is this index only for the last segment
+            self._key.encrypt_run(data, out, index, index, index if last else index + 1,
+                                  self._seg, n if last else 0)
+        else:
+            self._aead.encrypt_into(sealed_nonce(self._index, last), data, None, out)
         self._raw.write(out)
         self._index += 1
+
+    def _seal_whole(self, data: memoryview) -> None:
+        """Seal ``data``, a whole number of full segments (none of them the last): with the
+        C extension in runs of up to ``_SEAL_RUN`` segments, one call and one write each."""
+        seg = self._seg
+        count = len(data) // seg
+        if self._key is None or count == 1:
+            for k in range(count):
+                self._seal(data[k * seg : (k + 1) * seg], False)
+            return
+        record = seg + TAG_SIZE
+        if len(self._out) < _SEAL_RUN * record:
+            self._out = bytearray(_SEAL_RUN * record)
+        out = memoryview(self._out)
+        for k in range(0, count, _SEAL_RUN):
+            m = min(_SEAL_RUN, count - k)
+            first = self._index
+            self._key.encrypt_run(data[k * seg : (k + m) * seg], out[: m * record], first,
+                                  first + m - 1, first + m, seg, 0)
+            self._raw.write(out[: m * record])
+            self._index += m
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._closed:
@@ -147,11 +207,12 @@ class SealedWriter:
                 return total
             self._seal(memoryview(self._buf), False)
             self._fill = 0
-        while total - pos >= seg:
+        whole = (total - pos) // seg * seg
+        if whole:
             # Whole segments straight from the caller's buffer, no copy: the final
             # segment is always the short one, so a full segment is never the last.
-            self._seal(mv[pos : pos + seg], False)
-            pos += seg
+            self._seal_whole(mv[pos : pos + whole])
+            pos += whole
         rest = total - pos
         self._buf[:rest] = mv[pos:]
         self._fill = rest
@@ -177,11 +238,13 @@ class SealedReader:
                  *, check_final: bool = True) -> None:
         self._src = source
         self._aead = new_aead(dek)
+        self._key = _native_key(dek)
         self.header = header
         self.path = path
         self.segment_size = header.segment_size
         self._record = self.segment_size + TAG_SIZE
         self.segment_count, self.size = sealed_layout(source.size, self.segment_size, path)
+        self._final_size = self.size - (self.segment_count - 1) * self.segment_size
         self._local = threading.local()
         if check_final:
             self._decrypt_segment(self.segment_count - 1)
@@ -202,6 +265,11 @@ class SealedReader:
         record = self._src.view(HEADER_SIZE + index * self._record, n + TAG_SIZE)
         if len(record) != n + TAG_SIZE:
             raise self._fail(index)
+        if self._key is not None:  # authenticates, or wipes ``out`` and names the segment
+            if self._key.decrypt_run(record, out, index, index, self.segment_count - 1,
+                                     self.segment_size, self._final_size) >= 0:
+                raise self._fail(index)
+            return
         last = index == self.segment_count - 1
         try:
             self._aead.decrypt_into(sealed_nonce(index, last), record, None, out)
@@ -284,6 +352,13 @@ class SealedReader:
         size = (last - first) * record + (self.size - last * seg if last == final else seg) \
             + TAG_SIZE
         cipher = self._src.view(HEADER_SIZE + first * record, size)
+        if self._key is not None and len(cipher) == size:
+            # one call for the run, without the GIL: -1, or the segment that failed (wiped)
+            failed = self._key.decrypt_run(cipher, out, first, last, final, seg,
+                                           self._final_size)
+            if failed >= 0:
+                raise self._fail(failed)
+            return
         decrypt, pack = self._aead.decrypt_into, _NONCE.pack
         at = pos = 0
         for index in range(first, last + 1):
@@ -306,19 +381,43 @@ class SealedReader:
         seg = self.segment_size
         pos = 0
         whole: list[tuple[int, memoryview]] = []
+        whole_at = 0
         for index in range(first, last + 1):
             start = index * seg
             lo = max(offset, start) - start
             hi = min(offset + n, start + self._seg_plain_len(index)) - start
             if lo == 0 and hi == self._seg_plain_len(index):
+                if not whole:
+                    whole_at = pos
                 whole.append((index, out[pos : pos + hi]))
             else:
                 out[pos : pos + hi - lo] = self._decrypt_segment(index)[lo:hi]
             pos += hi - lo
-        if parallel:
+        if self._key is not None and whole:
+            # the whole segments are consecutive (only the first and last can be partial)
+            size = sum(len(dst) for _, dst in whole)
+            self._decrypt_whole(whole[0][0], whole[-1][0], out[whole_at : whole_at + size],
+                                parallel)
+        elif parallel:
             self._decrypt_many(whole)
         else:
             self._decrypt_many_serial(whole)
+
+    def _decrypt_whole(self, first: int, last: int, out: memoryview, parallel: bool) -> None:
+        """Whole segments ``first..last`` with the C extension: one run, or from
+        ``PARALLEL_MIN_SEGMENTS`` on with ``parallel`` two halves, one on the pool."""
+        if not parallel or last - first + 1 < PARALLEL_MIN_SEGMENTS:
+            self._decrypt_run(first, last, out)
+            return
+        mid = (first + last + 1) // 2
+        split = (mid - first) * self.segment_size
+        future = _pool().submit(self._decrypt_run, mid, last, out[split:])
+        try:
+            self._decrypt_run(first, mid - 1, out[:split])
+        finally:
+            failed = future.exception()  # waits: nothing writes into ``out`` after we return
+        if failed is not None:
+            raise failed
 
     def _decrypt_many(self, jobs: list[tuple[int, memoryview]]) -> None:
         if len(jobs) < PARALLEL_MIN_SEGMENTS:
@@ -343,6 +442,10 @@ class SealedReader:
         seg = self.segment_size
         index = offset // seg
         if offset % seg == 0 and n == self._seg_plain_len(index):
+            if self._key is not None:  # without the GIL, then one copy
+                buf = bytearray(n)
+                self._decrypt_into(index, memoryview(buf))
+                return bytes(buf)
             # Exactly one segment: decrypt straight into a new bytes object.
             last = index == self.segment_count - 1
             record = self._src.view(HEADER_SIZE + index * self._record, n + TAG_SIZE)
@@ -382,7 +485,7 @@ def iter_sealed_stream(
     (less than a whole segment, possibly empty), so no look-ahead is needed; a
     stream that ends without it fails as truncated.
     """
-    aead = new_aead(dek)
+    aead, key = new_aead(dek), _native_key(dek)
     record = header.segment_size + TAG_SIZE
     where = f"{path}: " if path else ""
     out = bytearray(header.segment_size)
@@ -406,11 +509,16 @@ def iter_sealed_stream(
             raise TruncatedFileError(f"{where}file is truncated: it ends before its final segment",
                                      offset=offset + len(current), path=path)
         view = memoryview(out)[: len(current) - TAG_SIZE]
-        try:
-            aead.decrypt_into(sealed_nonce(index, last), current, None, view)
-        except InvalidTag:
-            view[:] = bytes(len(view))
-            raise segment_error(path, index, offset, last) from None
+        if key is not None:  # ``final`` is this index only for the last segment
+            if key.decrypt_run(current, view, index, index, index if last else index + 1,
+                               header.segment_size, len(view) if last else 0) >= 0:
+                raise segment_error(path, index, offset, last)
+        else:
+            try:
+                aead.decrypt_into(sealed_nonce(index, last), current, None, view)
+            except InvalidTag:
+                view[:] = bytes(len(view))
+                raise segment_error(path, index, offset, last) from None
         yield view
         if last:
             return

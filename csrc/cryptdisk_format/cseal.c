@@ -1,0 +1,370 @@
+/* cryptdisk.format._cseal: the segment loops of sealed files, without the GIL.
+ *
+ * A sealed file's segment i of n is AES-GCM(DEK, nonce_i, plaintext_i, ad="") with
+ * nonce_i = 0x000000 || u64be(i) || (1 if i == n-1 else 0) (src/cryptdisk/format/_sealed.py).
+ * A database scan decrypts thousands of 64 KiB segments; through cryptography that is one
+ * Python call per segment, with the GIL held. Here one call decrypts (or encrypts) a run of
+ * consecutive segments with the GIL released, so the scan's threads run in parallel.
+ *
+ * No primitive is implemented: AES-GCM comes from Intel's multi-buffer library
+ * (intel-ipsec-mb), whose IMB_AES{128,256}_GCM_{ENC,DEC} run on a key's precomputed data
+ * (the AES key schedule and the GHASH key's powers, made once per Key) on the code path
+ * init_mb_mgr_auto picks for this CPU. The decryption returns the tag it computes; it is
+ * compared with the stored one in constant time, and a segment that fails is wiped before
+ * the call returns its index: no unauthenticated plaintext is left in the output.
+ *
+ * Thread safety: the manager is made at import and only its function table is read
+ * afterwards (the GCM calls keep no state in it); each call has its GCM context on its stack;
+ * a Key is read-only after it is made. A forked child inherits the manager as plain memory.
+ * Key data is wiped (imb_clear_mem) when a Key is freed; a Key refuses to be pickled or
+ * copied, and its repr names the cipher only. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <intel-ipsec-mb.h>
+
+#define TAG 16
+#define NONCE 12
+
+static IMB_MGR *imb;
+static IMB_ARCH imb_arch;
+
+typedef struct {
+    PyObject_HEAD
+    struct gcm_key_data *kd; /* 64-byte aligned, its own allocation */
+    int aes256;
+} Key;
+
+static void nonce_of(uint8_t iv[NONCE], uint64_t index, int last) {
+    iv[0] = iv[1] = iv[2] = 0;
+    for (int b = 0; b < 8; b++)
+        iv[3 + b] = (uint8_t)(index >> (56 - 8 * b));
+    iv[11] = (uint8_t)(last ? 1 : 0);
+}
+
+/* 1 when the two tags are equal, in constant time: the halves' differences ORed, one test */
+static int tag_equal(const uint8_t *a, const uint8_t *b) {
+    uint64_t x[2], y[2];
+    memcpy(x, a, TAG);
+    memcpy(y, b, TAG);
+    volatile uint64_t diff = (x[0] ^ y[0]) | (x[1] ^ y[1]);
+    return diff == 0;
+}
+
+/* -- Key ------------------------------------------------------------------------------ */
+
+static PyObject *Key_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"key", NULL};
+    Py_buffer key;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*:Key", kwlist, &key))
+        return NULL;
+    if (key.len != 16 && key.len != 32) {
+        PyBuffer_Release(&key);
+        PyErr_Format(PyExc_ValueError, "AES-GCM keys are 16 or 32 bytes, not %zd", key.len);
+        return NULL;
+    }
+    Key *self = (Key *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, sizeof(struct gcm_key_data)) != 0) {
+        PyBuffer_Release(&key);
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->kd = p;
+    self->aes256 = key.len == 32;
+    if (self->aes256)
+        IMB_AES256_GCM_PRE(imb, key.buf, self->kd);
+    else
+        IMB_AES128_GCM_PRE(imb, key.buf, self->kd);
+    PyBuffer_Release(&key);
+    return (PyObject *)self;
+}
+
+static void Key_dealloc(Key *self) {
+    if (self->kd != NULL) {
+        imb_clear_mem(self->kd, sizeof *self->kd);
+        free(self->kd);
+        self->kd = NULL;
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Key_repr(Key *self) {
+    return PyUnicode_FromFormat("<cryptdisk.format._cseal.Key AES-%d-GCM>", self->aes256 ? 256 : 128);
+}
+
+static PyObject *Key_reduce(PyObject *self, PyObject *args) {
+    PyErr_SetString(PyExc_TypeError, "a cryptdisk.format._cseal.Key holds key material and cannot be "
+                                     "pickled or copied");
+    return NULL;
+}
+
+/* The buffers of a run, checked: ``cipher`` holds the records of segments first..last
+ * (each its plaintext then its 16-byte tag), ``plain`` their plaintexts; every segment but
+ * the file's final one (index ``final``) holds ``segment_size`` bytes, the final one
+ * ``final_size``. Returns the run's plaintext size, or -1 with an exception. */
+static Py_ssize_t run_layout(long long first, long long last, long long final,
+                             Py_ssize_t segment_size, Py_ssize_t final_size, Py_ssize_t cipher_len,
+                             Py_ssize_t plain_len) {
+    if (segment_size <= 0 || final_size < 0 || final_size >= segment_size) {
+        PyErr_Format(PyExc_ValueError, "bad segment sizes: segment_size %zd, final_size %zd",
+                     segment_size, final_size);
+        return -1;
+    }
+    if (first < 0 || first > last || last > final) {
+        PyErr_Format(PyExc_ValueError, "bad segment range: first %lld, last %lld, final %lld", first, last,
+                     final);
+        return -1;
+    }
+    unsigned long long count = last - first + 1;
+    unsigned long long whole = count - (last == final ? 1 : 0);
+    /* the sizes fit in a Py_ssize_t, or the buffers cannot be that long */
+    if (count > (unsigned long long)PY_SSIZE_T_MAX / (unsigned long long)(segment_size + TAG)) {
+        PyErr_SetString(PyExc_ValueError, "segment run too long for its buffers");
+        return -1;
+    }
+    Py_ssize_t plain = (Py_ssize_t)whole * segment_size + (last == final ? final_size : 0);
+    Py_ssize_t cipher = plain + (Py_ssize_t)count * TAG;
+    if (cipher_len != cipher || plain_len != plain) {
+        PyErr_Format(PyExc_ValueError,
+                     "segments %lld..%lld need a %zd-byte ciphertext and a %zd-byte plaintext buffer, "
+                     "not %zd and %zd bytes",
+                     first, last, cipher, plain, cipher_len, plain_len);
+        return -1;
+    }
+    return plain;
+}
+
+static int overlap(const Py_buffer *a, const Py_buffer *b) {
+    uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
+    return a->len > 0 && b->len > 0 && a0 < b0 + (uintptr_t)b->len && b0 < a0 + (uintptr_t)a->len;
+}
+
+static const char RUN_DOC[] =
+    "decrypt_run(cipher, out, first, last, final, segment_size, final_size) -> int\n\n"
+    "Decrypt and authenticate segments first..last of a sealed file, without the GIL.\n"
+    "``cipher`` holds their records (plaintext then 16-byte tag each), ``out`` (writable)\n"
+    "receives their plaintexts; both must be exactly as long as the layout says (ValueError\n"
+    "otherwise). ``final`` is the index of the file's last segment, ``final_size`` its\n"
+    "plaintext size; every other segment holds ``segment_size`` bytes. Returns -1 when every\n"
+    "segment authenticates, else the index of the first that does not: its output is wiped\n"
+    "and the segments after it are not written.";
+
+static PyObject *Key_decrypt_run(Key *self, PyObject *args) {
+    Py_buffer cipher, out;
+    long long first, last, final;
+    Py_ssize_t seg, final_size;
+    if (!PyArg_ParseTuple(args, "y*w*LLLnn:decrypt_run", &cipher, &out, &first, &last, &final, &seg,
+                          &final_size))
+        return NULL;
+    long long failed = -1;
+    if (run_layout(first, last, final, seg, final_size, cipher.len, out.len) < 0)
+        goto done;
+    if (overlap(&cipher, &out)) {
+        PyErr_SetString(PyExc_ValueError, "decrypt_run: the ciphertext and output buffers overlap");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    struct gcm_context_data ctx;
+    uint8_t iv[NONCE], tag[TAG];
+    const uint8_t *ct = cipher.buf;
+    uint8_t *pt = out.buf;
+    for (long long i = first; i <= last; i++) {
+        size_t n = i < final ? (size_t)seg : (size_t)final_size;
+        nonce_of(iv, (uint64_t)i, i == final);
+        memcpy(tag, ct + n, TAG);
+        tag[0] ^= 0xff; /* a call that wrote no tag cannot match */
+        if (self->aes256)
+            IMB_AES256_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
+        else
+            IMB_AES128_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
+        if (!tag_equal(tag, ct + n)) {
+            imb_clear_mem(pt, n); /* unauthenticated plaintext: never released */
+            failed = (long long)i;
+            break;
+        }
+        ct += n + TAG;
+        pt += n;
+    }
+    imb_clear_mem(&ctx, sizeof ctx);
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&cipher);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(failed);
+}
+
+static const char ONE_DOC[] =
+    "decrypt(nonce, data, out) -> bool\n\n"
+    "Decrypt and authenticate one AES-GCM message without associated data: ``data`` is the\n"
+    "ciphertext then its 16-byte tag, ``nonce`` 12 bytes, ``out`` (writable) exactly\n"
+    "len(data) - 16 bytes. False (``out`` wiped) when it does not authenticate. For\n"
+    "known-answer tests; sealed files use decrypt_run.";
+
+static PyObject *Key_decrypt(Key *self, PyObject *args) {
+    Py_buffer nonce, data, out;
+    if (!PyArg_ParseTuple(args, "y*y*w*:decrypt", &nonce, &data, &out))
+        return NULL;
+    int ok = 0;
+    if (nonce.len != NONCE || data.len < TAG || out.len != data.len - TAG) {
+        PyErr_Format(PyExc_ValueError, "decrypt: a %d-byte nonce and data of at least %d bytes, "
+                     "and an output of len(data) - %d bytes, not %zd, %zd and %zd bytes",
+                     NONCE, TAG, TAG, nonce.len, data.len, out.len);
+        goto done;
+    }
+    if (overlap(&data, &out)) {
+        PyErr_SetString(PyExc_ValueError, "decrypt: the data and output buffers overlap");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    struct gcm_context_data ctx;
+    uint8_t tag[TAG];
+    size_t n = (size_t)out.len;
+    const uint8_t *ct = data.buf;
+    memcpy(tag, ct + n, TAG);
+    tag[0] ^= 0xff;
+    if (self->aes256)
+        IMB_AES256_GCM_DEC(imb, self->kd, &ctx, out.buf, ct, n, nonce.buf, NULL, 0, tag, TAG);
+    else
+        IMB_AES128_GCM_DEC(imb, self->kd, &ctx, out.buf, ct, n, nonce.buf, NULL, 0, tag, TAG);
+    ok = tag_equal(tag, ct + n);
+    if (!ok)
+        imb_clear_mem(out.buf, n);
+    imb_clear_mem(&ctx, sizeof ctx);
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&nonce);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+static const char SEAL_DOC[] =
+    "encrypt_run(plain, out, first, last, final, segment_size, final_size) -> None\n\n"
+    "Encrypt segments first..last of a sealed file, without the GIL: the inverse of\n"
+    "decrypt_run, with the same layout and length checks (``plain`` their plaintexts,\n"
+    "``out``, writable, receives their records).";
+
+static PyObject *Key_encrypt_run(Key *self, PyObject *args) {
+    Py_buffer plain, out;
+    long long first, last, final;
+    Py_ssize_t seg, final_size;
+    if (!PyArg_ParseTuple(args, "y*w*LLLnn:encrypt_run", &plain, &out, &first, &last, &final, &seg,
+                          &final_size))
+        return NULL;
+    if (run_layout(first, last, final, seg, final_size, out.len, plain.len) < 0)
+        goto done;
+    if (overlap(&plain, &out)) {
+        PyErr_SetString(PyExc_ValueError, "encrypt_run: the plaintext and output buffers overlap");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    struct gcm_context_data ctx;
+    uint8_t iv[NONCE];
+    const uint8_t *pt = plain.buf;
+    uint8_t *ct = out.buf;
+    for (long long i = first; i <= last; i++) {
+        size_t n = i < final ? (size_t)seg : (size_t)final_size;
+        nonce_of(iv, (uint64_t)i, i == final);
+        if (self->aes256)
+            IMB_AES256_GCM_ENC(imb, self->kd, &ctx, ct, pt, n, iv, NULL, 0, ct + n, TAG);
+        else
+            IMB_AES128_GCM_ENC(imb, self->kd, &ctx, ct, pt, n, iv, NULL, 0, ct + n, TAG);
+        pt += n;
+        ct += n + TAG;
+    }
+    imb_clear_mem(&ctx, sizeof ctx);
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&plain);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Key_methods[] = {
+    {"decrypt_run", (PyCFunction)Key_decrypt_run, METH_VARARGS, RUN_DOC},
+    {"encrypt_run", (PyCFunction)Key_encrypt_run, METH_VARARGS, SEAL_DOC},
+    {"decrypt", (PyCFunction)Key_decrypt, METH_VARARGS, ONE_DOC},
+    {"__reduce__", Key_reduce, METH_NOARGS, "Refused: a Key holds key material."},
+    {"__reduce_ex__", Key_reduce, METH_VARARGS, "Refused: a Key holds key material."},
+    {"__copy__", Key_reduce, METH_NOARGS, "Refused: a Key holds key material."},
+    {"__deepcopy__", Key_reduce, METH_VARARGS, "Refused: a Key holds key material."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KeyType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cryptdisk.format._cseal.Key",
+    .tp_basicsize = sizeof(Key),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Key(key): an AES-GCM key (16 or 32 bytes) with its schedule and GHASH powers "
+              "precomputed, for the segment runs of sealed files.",
+    .tp_new = Key_new,
+    .tp_dealloc = (destructor)Key_dealloc,
+    .tp_repr = (reprfunc)Key_repr,
+    .tp_methods = Key_methods,
+};
+
+/* -- module --------------------------------------------------------------------------- */
+
+static PyObject *library(PyObject *m, PyObject *unused) {
+    static const char *ARCH[] = {"none", "no AES-NI", "SSE", "AVX", "AVX2", "AVX-512"};
+    return PyUnicode_FromFormat("intel-ipsec-mb %s (%s)", imb_get_version_str(),
+                                imb_arch < IMB_ARCH_NUM ? ARCH[imb_arch] : "?");
+}
+
+static PyMethodDef methods[] = {
+    {"library", library, METH_NOARGS, "The cipher library and the code path it picked for this CPU."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cseal",
+    "The segment loops of sealed files (AES-GCM from intel-ipsec-mb), without the GIL.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cseal(void) {
+    if (imb_get_version() < IMB_VERSION_NUM) {
+        PyErr_SetString(PyExc_ImportError, "intel-ipsec-mb is older than the headers cryptdisk was built with");
+        return NULL;
+    }
+    if (imb == NULL) {
+        imb = alloc_mb_mgr(0);
+        if (imb == NULL)
+            return PyErr_NoMemory();
+        init_mb_mgr_auto(imb, &imb_arch);
+        if (imb_get_errno(imb) != 0 || imb_arch == IMB_ARCH_NONE || imb_arch == IMB_ARCH_NOAESNI) {
+            /* without AES-NI its GCM is a table implementation: keep cryptography's */
+            free_mb_mgr(imb);
+            imb = NULL;
+            PyErr_SetString(PyExc_ImportError, "intel-ipsec-mb found no AES-NI on this CPU");
+            return NULL;
+        }
+    }
+    if (PyType_Ready(&KeyType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&KeyType);
+    if (PyModule_AddObject(m, "Key", (PyObject *)&KeyType) < 0) {
+        Py_DECREF(&KeyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

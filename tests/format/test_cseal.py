@@ -1,0 +1,346 @@
+"""cryptdisk.format._cseal: the C segment loops of sealed files (intel-ipsec-mb AES-GCM).
+
+The key object against NIST's vectors and against ``cryptography`` on random layouts,
+every flipped bit refused with its segment wiped, lengths checked, threads, pickling;
+and sealed files through both backends (the C one and the ``cryptography`` fallback)
+giving the same bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import pickle
+import subprocess
+import sys
+import threading
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cryptdisk import Keyring
+from cryptdisk.errors import SegmentAuthenticationError
+from cryptdisk.format import (
+    HEADER_SIZE,
+    Kind,
+    SealedReader,
+    SealedWriter,
+    _sealed,
+    iter_sealed_stream,
+    new_header,
+    sealed_nonce,
+)
+
+from .test_cipher_nist import DECRYPT
+from .test_sealed_source import _Recording
+
+cseal = _sealed._cseal  # None where the extension was not built (or is switched off)
+native = pytest.mark.skipif(cseal is None, reason="cryptdisk.format._cseal not built "
+                            "(needs intel-ipsec-mb's headers: apt-get install libipsec-mb-dev)")
+
+
+def _records(key: bytes, first: int, last: int, final: int, seg: int, final_size: int,
+             plain: bytes) -> bytes:
+    """Segments first..last sealed by cryptography, the reference."""
+    aead, out, pos = AESGCM(key), [], 0
+    for i in range(first, last + 1):
+        n = final_size if i == final else seg
+        out.append(aead.encrypt(sealed_nonce(i, i == final), plain[pos : pos + n], None))
+        pos += n
+    assert pos == len(plain)
+    return b"".join(out)
+
+
+def _plain_size(first: int, last: int, final: int, seg: int, final_size: int) -> int:
+    return (last - first) * seg + (final_size if last == final else seg)
+
+
+# -- the key object ----------------------------------------------------------------------
+
+@native
+@pytest.mark.parametrize("v", [v for v in DECRYPT if not v["AAD"]])
+def test_nist_decrypt_vectors(v):
+    key = cseal.Key(bytes.fromhex(v["Key"]))
+    data = bytes.fromhex(v["CT"]) + bytes.fromhex(v["Tag"])
+    out = bytearray(b"\xaa" * (len(data) - 16))
+    ok = key.decrypt(bytes.fromhex(v["IV"]), data, out)
+    if "fail" in v:
+        assert ok is False and out == bytes(len(out))  # wiped
+    else:
+        assert ok is True and bytes(out) == bytes.fromhex(v["PT"])
+
+
+@native
+def test_nist_vectors_without_associated_data_were_found():
+    plain = [v for v in DECRYPT if not v["AAD"]]
+    assert len(plain) > 20 and any("fail" in v for v in plain)
+    assert {len(v["Key"]) for v in plain} == {32, 64}
+
+
+@st.composite
+def _layouts(draw):
+    seg = draw(st.integers(1, 3000))
+    final = draw(st.integers(0, 6))
+    first = draw(st.integers(0, final))
+    last = draw(st.integers(first, final))
+    final_size = draw(st.integers(0, seg - 1))
+    key = draw(st.sampled_from([16, 32]))
+    return os.urandom(key), first, last, final, seg, final_size
+
+
+@native
+@settings(max_examples=150, deadline=None)
+@given(layout=_layouts())
+def test_runs_equal_cryptography_on_random_layouts(layout):
+    dek, first, last, final, seg, final_size = layout
+    plain = os.urandom(_plain_size(first, last, final, seg, final_size))
+    want = _records(dek, first, last, final, seg, final_size, plain)
+    key = cseal.Key(dek)
+    sealed = bytearray(len(want))
+    key.encrypt_run(plain, sealed, first, last, final, seg, final_size)
+    assert bytes(sealed) == want
+    out = bytearray(len(plain))
+    assert key.decrypt_run(want, out, first, last, final, seg, final_size) == -1
+    assert bytes(out) == plain
+
+
+SEG, FINAL_SIZE = 32, 5  # three segments: 32, 32 and a final 5 bytes
+
+
+def _small_run(dek: bytes) -> tuple[bytes, bytes]:
+    plain = os.urandom(2 * SEG + FINAL_SIZE)
+    return plain, _records(dek, 0, 2, 2, SEG, FINAL_SIZE, plain)
+
+
+@native
+@pytest.mark.parametrize("size", [16, 32])
+def test_every_flipped_bit_is_refused_and_its_segment_wiped(size):
+    dek = os.urandom(size)
+    key = cseal.Key(dek)
+    plain, sealed = _small_run(dek)
+    bounds = [(0, SEG + 16), (SEG + 16, 2 * (SEG + 16)), (2 * (SEG + 16), len(sealed))]
+    out_at = [0, SEG, 2 * SEG, 2 * SEG + FINAL_SIZE]
+    for bit in range(8 * len(sealed)):
+        damaged = bytearray(sealed)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        out = bytearray(b"\xaa" * len(plain))
+        failed = key.decrypt_run(damaged, out, 0, 2, 2, SEG, FINAL_SIZE)
+        seg = next(i for i, (a, b) in enumerate(bounds) if a <= bit // 8 < b)
+        assert failed == seg, bit
+        assert out[: out_at[seg]] == plain[: out_at[seg]]  # authenticated before it
+        assert out[out_at[seg] : out_at[seg + 1]] == bytes(out_at[seg + 1] - out_at[seg])
+        assert out[out_at[seg + 1] :] == b"\xaa" * (len(plain) - out_at[seg + 1])  # untouched
+
+
+@native
+def test_a_wrong_index_or_last_flag_in_the_nonce_is_refused():
+    dek = os.urandom(32)
+    key = cseal.Key(dek)
+    plain, sealed = _small_run(dek)
+    one = sealed[: SEG + 16]  # segment 0 of 3
+    out = bytearray(SEG)
+    assert key.decrypt_run(one, out, 0, 0, 2, SEG, FINAL_SIZE) == -1 and out == plain[:SEG]
+    for first in (1, 2 ** 32, 2 ** 62):  # the record of segment 0 read as another one
+        assert key.decrypt_run(one, out, first, first, first + 2, SEG, FINAL_SIZE) == first
+        assert out == bytes(SEG)
+    # the final segment read as a non-final one (a file cut after it), and segment 0 as final
+    tail = sealed[2 * (SEG + 16) :]
+    short = bytearray(FINAL_SIZE)
+    assert key.decrypt_run(tail, short, 2, 2, 2, SEG, FINAL_SIZE) == -1
+    assert key.decrypt_run(tail, short, 2, 2, 3, FINAL_SIZE, 0) == 2 and short == bytes(5)
+    whole = bytearray(SEG)
+    assert key.decrypt_run(one, whole, 0, 0, 0, SEG + 1, SEG) == 0 and whole == bytes(SEG)
+
+
+@native
+def test_lengths_ranges_and_buffers_are_checked():
+    dek = os.urandom(32)
+    key = cseal.Key(dek)
+    plain, sealed = _small_run(dek)
+    out = bytearray(len(plain))
+    with pytest.raises(ValueError, match="need a 117-byte ciphertext and a 69-byte plaintext"):
+        key.decrypt_run(sealed[:-1], out, 0, 2, 2, SEG, FINAL_SIZE)
+    with pytest.raises(ValueError, match="need a 117-byte ciphertext"):
+        key.decrypt_run(sealed, out[:-1], 0, 2, 2, SEG, FINAL_SIZE)
+    with pytest.raises(ValueError, match="need a"):
+        key.decrypt_run(sealed + b"x", out, 0, 2, 2, SEG, FINAL_SIZE)
+    with pytest.raises(ValueError, match="need a"):
+        key.encrypt_run(plain, bytearray(len(sealed) - 1), 0, 2, 2, SEG, FINAL_SIZE)
+    for first, last, final in ((-1, 2, 2), (2, 1, 2), (0, 3, 2)):
+        with pytest.raises(ValueError, match="bad segment range"):
+            key.decrypt_run(sealed, out, first, last, final, SEG, FINAL_SIZE)
+    for seg, final_size in ((0, 0), (SEG, SEG), (SEG, -1), (-5, 0)):
+        with pytest.raises(ValueError, match="bad segment sizes"):
+            key.decrypt_run(sealed, out, 0, 2, 2, seg, final_size)
+    with pytest.raises(ValueError, match="too long"):
+        key.decrypt_run(sealed, out, 0, 2 ** 62, 2 ** 62, SEG, FINAL_SIZE)
+    with pytest.raises(TypeError, match="read-write"):
+        key.decrypt_run(sealed, bytes(len(plain)), 0, 2, 2, SEG, FINAL_SIZE)
+    both = bytearray(sealed)
+    with pytest.raises(ValueError, match="overlap"):
+        key.decrypt_run(both, memoryview(both)[: len(plain)], 0, 2, 2, SEG, FINAL_SIZE)
+    with pytest.raises(ValueError, match="16 or 32 bytes, not 24"):
+        cseal.Key(bytes(24))
+    with pytest.raises(ValueError, match="12-byte nonce"):
+        key.decrypt(bytes(11), sealed[: SEG + 16], bytearray(SEG))
+    with pytest.raises(ValueError, match="len\\(data\\) - 16"):
+        key.decrypt(bytes(12), sealed[: SEG + 16], bytearray(SEG + 1))
+    assert out == bytes(len(plain))  # nothing was written by a refused call
+
+
+@native
+def test_a_key_refuses_pickling_and_copying_and_its_repr_holds_no_key():
+    dek = bytes(range(32))
+    key = cseal.Key(dek)
+    for dump in (pickle.dumps, copy.copy, copy.deepcopy,
+                 lambda k: pickle.dumps(k, protocol=0)):
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            dump(key)
+    assert repr(key) == "<cryptdisk.format._cseal.Key AES-256-GCM>"
+    assert repr(cseal.Key(bytes(16))) == "<cryptdisk.format._cseal.Key AES-128-GCM>"
+    assert not hasattr(key, "__dict__")
+
+
+@native
+def test_threads_decrypt_with_one_key():
+    dek = os.urandom(32)
+    key = cseal.Key(dek)
+    seg, count = 4096, 64
+    plain = os.urandom(count * seg - 100)
+    sealed = _records(dek, 0, count - 1, count - 1, seg, seg - 100, plain)
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(20):
+                out = bytearray(len(plain))
+                assert key.decrypt_run(sealed, out, 0, count - 1, count - 1, seg, seg - 100) == -1
+                assert out == plain
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+# -- sealed files through both backends --------------------------------------------------
+
+@pytest.fixture(params=["native", "cryptography"])
+def backend(request, monkeypatch):
+    if request.param == "native":
+        if cseal is None:
+            pytest.skip("cryptdisk.format._cseal not built")
+    else:
+        monkeypatch.setattr(_sealed, "_cseal", None)
+    return request.param
+
+
+def _write(header, dek, plain: bytes, chunks: list[int]) -> bytes:
+    out = io.BytesIO()
+    writer = SealedWriter(out, header, dek)
+    pos = 0
+    for n in chunks:
+        writer.write(plain[pos : pos + n])
+        pos += n
+    writer.write(plain[pos:])
+    writer.close()
+    return out.getvalue()
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(0, 40 * 512 + 600), cuts=st.lists(st.integers(0, 20 * 512), max_size=4),
+       key_size=st.sampled_from([16, 32]))
+def test_both_backends_write_and_read_the_same_files(size, cuts, key_size):
+    key = Keyring.single(os.urandom(key_size)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=512)
+    plain = os.urandom(size)
+    saved = _sealed._cseal
+    try:
+        files = []
+        for module in ([saved] if saved is not None else []) + [None]:
+            _sealed._cseal = module
+            files.append(_write(header, dek, plain, cuts))
+            reader = SealedReader(_Recording(files[-1]), header, dek)  # type: ignore[arg-type]
+            buf = bytearray(size)
+            assert reader.readinto_at(buf, 0) == size and buf == plain
+            serial = bytearray(size)
+            assert reader.readinto_at(serial, 0, parallel=False) == size and serial == plain
+            streamed = b"".join(bytes(v) for v in iter_sealed_stream(
+                io.BytesIO(files[-1][HEADER_SIZE:]), header, dek))
+            assert streamed == plain
+    finally:
+        _sealed._cseal = saved
+    assert all(f == files[0] for f in files)
+
+
+def test_tampering_fails_the_read_and_releases_nothing(backend):
+    key = Keyring.single(os.urandom(32)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=512)
+    plain = os.urandom(20 * 512 + 77)
+    sealed = _write(header, dek, plain, [])
+    record = 512 + 16
+    for segment in (0, 9, 10, 19):
+        damaged = bytearray(sealed)
+        damaged[HEADER_SIZE + segment * record + 3] ^= 0x40
+        reader = SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
+        for parallel in (True, False):
+            buf = bytearray(20 * 512)
+            with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} at offset "
+                               f"{HEADER_SIZE + segment * record}$"):
+                reader.readinto_at(buf, 0, parallel=parallel)
+            assert buf[segment * 512 : (segment + 1) * 512] == bytes(512)
+        with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} "):
+            reader.read_at(segment * 512, 512)
+        with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} "):
+            reader.verify()
+    damaged = bytearray(sealed)
+    damaged[-1] ^= 1  # the final segment's tag: refused when the reader is made
+    with pytest.raises(SegmentAuthenticationError, match=r"segment 20 .*the file is truncated"):
+        SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
+
+
+def test_threads_read_one_reader(backend):
+    key = Keyring.single(os.urandom(32)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=4096)
+    plain = os.urandom(300 * 4096 + 1234)
+    reader = SealedReader(_Recording(_write(header, dek, plain, [])), header, dek)  # type: ignore[arg-type]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = __import__("random").Random(seed)
+        try:
+            for _ in range(30):
+                offset = rng.randrange(len(plain))
+                n = rng.randrange(1, 40 * 4096)
+                buf = bytearray(n)
+                got = reader.readinto_at(buf, offset, parallel=rng.random() < 0.5)
+                assert bytes(buf[:got]) == plain[offset : offset + got]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_the_environment_switches_to_cryptography():
+    code = ("from cryptdisk.format import _sealed; import sys; "
+            "sys.stdout.write(repr(_sealed.sealed_library()))")
+    env = dict(os.environ, CRYPTDISK_SEALED_AEAD="cryptography")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+    assert done.stdout == "None"
+    env.pop("CRYPTDISK_SEALED_AEAD")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+    assert done.stdout == ("None" if cseal is None else repr(cseal.library()))
