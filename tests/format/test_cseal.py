@@ -283,15 +283,15 @@ def test_both_backends_write_and_read_the_same_files(size, cuts, key_size):
 def test_tampering_fails_the_read_and_releases_nothing(backend):
     key = Keyring.single(os.urandom(32)).current_key()
     header, dek = new_header(Kind.SEALED, key, segment_size=512)
-    plain = os.urandom(20 * 512 + 77)
+    plain = os.urandom(40 * 512 + 77)  # a read of 40 segments is split in two halves
     sealed = _write(header, dek, plain, [])
     record = 512 + 16
-    for segment in (0, 9, 10, 19):
+    for segment in (0, 9, 19, 20, 39):
         damaged = bytearray(sealed)
         damaged[HEADER_SIZE + segment * record + 3] ^= 0x40
         reader = SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
         for parallel in (True, False):
-            buf = bytearray(20 * 512)
+            buf = bytearray(40 * 512)
             with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} at offset "
                                f"{HEADER_SIZE + segment * record}$"):
                 reader.readinto_at(buf, 0, parallel=parallel)
@@ -302,7 +302,7 @@ def test_tampering_fails_the_read_and_releases_nothing(backend):
             reader.verify()
     damaged = bytearray(sealed)
     damaged[-1] ^= 1  # the final segment's tag: refused when the reader is made
-    with pytest.raises(SegmentAuthenticationError, match=r"segment 20 .*the file is truncated"):
+    with pytest.raises(SegmentAuthenticationError, match=r"segment 40 .*the file is truncated"):
         SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
 
 
