@@ -53,6 +53,11 @@ def test_a_c_vfs_that_cannot_be_built_is_a_visible_warning_not_a_failure(tmp_pat
     assert expected in done.stderr
     assert FIX in done.stderr and "Python VFS" in done.stderr
     assert not list(tree.rglob("_cvfs*.so"))
+    # the format's segment loops: not built either, said so, with the fallback named
+    assert "cryptdisk: WARNING: the C segment loops of cryptdisk.format was not built" in \
+        done.stderr
+    assert "one cryptography call per 64 KiB segment" in done.stderr
+    assert not list(tree.rglob("_cseal*.so"))
 
 
 def test_license_is_an_spdx_expression_with_a_setuptools_that_reads_it():
