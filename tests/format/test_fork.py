@@ -42,3 +42,23 @@ def test_a_forked_child_decrypts_in_parallel_again(tmp_path):
         except BaseException:
             os._exit(2)
     assert _exit_code(pid) == 0
+
+
+def test_a_forked_child_reads_with_a_reader_its_parent_opened(tmp_path):
+    """The C extension's key data and its library's manager are plain memory in the child."""
+    data = os.urandom(40 * SEG + 3)
+    path = tmp_path / "f"
+    with cryptdisk.open(path, "wb", keyring=RING, segment_size=SEG) as f:
+        f.write(data)
+    with cryptdisk.open(path, "rb", keyring=RING) as f:
+        assert f.read(100) == data[:100]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                f.seek(0)
+                os._exit(0 if f.read() == data else 1)
+            except BaseException:
+                os._exit(2)
+        assert _exit_code(pid) == 0
+        f.seek(0)
+        assert f.read() == data
