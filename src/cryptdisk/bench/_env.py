@@ -47,10 +47,12 @@ def _version(name: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    """CPU, cores, memory, kernel, Python and the versions in :data:`PACKAGES`."""
+    """CPU, cores, memory, kernel, Python, the versions in :data:`PACKAGES` and the AES-GCM
+    of sealed files (``sealed_aead``: the C extension's library, or ``cryptography``)."""
     import psutil
 
     from .. import __version__
+    from ..format import sealed_library
 
     versions = {name: _version(name) for name in PACKAGES}
     versions["cryptdisk"] = __version__
@@ -68,6 +70,7 @@ def environment() -> dict[str, Any]:
         "kernel": f"{platform.system()} {platform.release()}",
         "python": sys.version.split()[0],
         "openssl": openssl,
+        "sealed_aead": sealed_library() or "cryptography",
         "packages": versions,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

@@ -142,6 +142,7 @@ def _environment(results: Results) -> list[str]:
         f"- CPU: {env.get('cpu_model')} ({env.get('cores')} cores; "
         f"{' '.join(env.get('cpu_flags', []))}), memory {env.get('memory_gb')} GB",
         f"- Kernel: {env.get('kernel')}; Python {env.get('python')}; {env.get('openssl')}",
+        f"- Sealed files' AES-GCM: {env.get('sealed_aead', 'not recorded')}",
         f"- Load average at start: {env.get('load_average')}",
         f"- Packages: {pk}",
         f"- Options: {results.options}",

@@ -32,7 +32,14 @@ from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
-from ._sealed import SealedReader, SealedWriter, iter_sealed_stream, sealed_layout, sealed_nonce
+from ._sealed import (
+    SealedReader,
+    SealedWriter,
+    iter_sealed_stream,
+    sealed_layout,
+    sealed_library,
+    sealed_nonce,
+)
 from ._source import FdSource, FileObjectSource, MmapSource, Source, source_for
 
 __all__ = [
@@ -71,6 +78,7 @@ __all__ = [
     "read_header",
     "rewrap_header",
     "sealed_layout",
+    "sealed_library",
     "sealed_nonce",
     "source_for",
     "store_layout",
