@@ -83,6 +83,20 @@ def test_the_cache_bound_adds_at_most_itself(big):
     assert grown <= 50 * MB + 64 * MB + OVERHEAD, f"{grown / MB:.0f} MB"
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT max(c_str), min(c_int) FROM t",
+    # two scans of the table in one statement: the second reads every row group again
+    "SELECT (SELECT max(c_str) FROM t) AS a, (SELECT min(c_str) FROM t) AS b",
+])
+def test_a_cold_query_holds_what_it_holds_with_the_cache_off(big, sql):
+    """A query's first run keeps nothing in the cache (c_str alone, 151 MB, would fit
+    in this one): its answer and its peak are those of the same query with the cache off."""
+    off, answer, _ = _peak(big, sql)
+    on, got, cached = _peak(big, sql, cache_bytes=256 * MB)
+    assert got == answer and cached == 0
+    assert on <= off + 48 * MB, f"{on / MB:.0f} MB with the cache, {off / MB:.0f} MB without"
+
+
 def test_optimize_of_an_ordered_table_sorts_within_the_bound(tmp_path):
     """OPTIMIZE ... FINAL of a table with an ORDER BY sorts one key interval at a time: its
     peak stays under memory_limit + the overhead, where one sort of the whole table needed

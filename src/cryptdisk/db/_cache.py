@@ -14,7 +14,11 @@ scan of a string column about as much again as decoding it (measured: 2.7 s
 of CPU against 1.4 s without the cache, over 10M md5 strings), while a scan
 that keeps nothing reuses the same buffers. So a query's first run reads
 without filling the cache, its second run fills it and later runs answer from
-it. Only the keys of first offers are remembered (a bounded number).
+it. A statement's offers (through its :class:`StatementCache`) are kept only
+from another statement's on: a statement that reads a row group twice (a
+self-join, two subqueries over one table) keeps nothing either, so a cold
+statement costs the CPU and memory it costs with the cache off. Only the keys of
+first offers are remembered (a bounded number), with the statement that made them.
 
 A statement never evicts what it kept or used itself (:meth:`ColumnCache.new_statement`
 starts one): a scan larger than the cache keeps its first row groups, up to the bound,
@@ -69,7 +73,9 @@ class ColumnCache:
         self._running: set[int] = set()  # statements started and not ended
         self._items: OrderedDict[tuple[str, str], tuple[pa.ChunkedArray, int, int]] = (
             OrderedDict())
-        self._offered: OrderedDict[tuple[str, str], None] = OrderedDict()  # once, not kept
+        #: keys offered once and not kept -> the statement that offered them (None: an
+        #: offer outside a statement, e.g. arrow_table's, which any later offer keeps)
+        self._offered: OrderedDict[tuple[str, str], int | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def new_statement(self) -> StatementCache:
@@ -102,27 +108,34 @@ class ColumnCache:
         """Whether an entry is held (no hit or miss counted, no LRU update)."""
         return (part_id, column) in self._items
 
-    def offered(self, part_id: str, column: str) -> bool:
-        """Whether an entry was offered once and not kept (its next offer keeps it)."""
-        return (part_id, column) in self._offered
+    def offered(self, part_id: str, column: str, statement: int | None = None) -> bool:
+        """Whether an entry was offered once and not kept, so that an offer by
+        ``statement`` keeps it (not by the statement that offered it first)."""
+        key = (part_id, column)
+        return key in self._offered and not _same(self._offered.get(key), statement)
 
-    def offer(self, part_id: str, column: str) -> None:
-        """Count a read of part of an entry (a granule of a row group) as a first offer, so
-        that its next read, of the whole entry, keeps it."""
+    def offer(self, part_id: str, column: str, statement: int | None = None) -> None:
+        """Count a read of part of an entry (a granule of a row group) by ``statement`` as
+        a first offer, so that another statement's read of the whole entry keeps it."""
         if self.bound == 0:
             return
         key = (part_id, column)
         with self._lock:
             if key not in self._items and key not in self._offered:
-                self._offered[key] = None
-                while len(self._offered) > _OFFERED:
-                    self._offered.popitem(last=False)
+                self._remember(key, statement)
+
+    def _remember(self, key: tuple[str, str], statement: int | None) -> None:
+        """Record a first offer (under the lock), forgetting the oldest beyond the limit."""
+        self._offered[key] = statement
+        while len(self._offered) > _OFFERED:
+            self._offered.popitem(last=False)
 
     def put(self, part_id: str, column: str, array: pa.ChunkedArray,
             statement: int | None = None) -> None:
-        """Offer ``array`` for ``statement`` (None: the last one started): kept from its
-        second offer on, if what running statements kept or used leaves room for it (see
-        the module's docstring)."""
+        """Offer ``array`` for ``statement`` (None: outside a statement; for eviction, the
+        last one started): kept from its offer by a second statement on (a second offer
+        when either is outside a statement), if what running statements kept or used
+        leaves room for it (see the module's docstring)."""
         n = measured_size(array)
         if n > self.bound:
             return
@@ -131,10 +144,10 @@ class ColumnCache:
             if key in self._items:
                 return  # (a scan reads only what it missed; another scan kept it meanwhile)
             if key not in self._offered:  # first offer: remembered, not kept
-                self._offered[key] = None
-                while len(self._offered) > _OFFERED:
-                    self._offered.popitem(last=False)
+                self._remember(key, statement)
                 return
+            if _same(self._offered[key], statement):
+                return  # the statement that offered it first reads it again: not kept
             mine = self.statement if statement is None else statement
             if self.size + n > self.bound and not self._make_room(n, mine):
                 return  # full of running statements' row groups: this one is not kept
@@ -195,6 +208,11 @@ class ColumnCache:
         return len(self._items)
 
 
+def _same(first: int | None, statement: int | None) -> bool:
+    """Whether two offers are one statement's (never when either is outside one)."""
+    return first is not None and first == statement
+
+
 class StatementCache:
     """The cache as one statement uses it (:meth:`ColumnCache.new_statement`): its gets and
     puts are that statement's, so that the entries it kept or used stay until it ends."""
@@ -216,10 +234,10 @@ class StatementCache:
         return self.cache.contains(part_id, column)
 
     def offered(self, part_id: str, column: str) -> bool:
-        return self.cache.offered(part_id, column)
+        return self.cache.offered(part_id, column, self.statement)
 
     def offer(self, part_id: str, column: str) -> None:
-        self.cache.offer(part_id, column)
+        self.cache.offer(part_id, column, self.statement)
 
     def __len__(self) -> int:
         return len(self.cache)
