@@ -194,17 +194,8 @@ class Connection:
     async def readexactly(self, n: int) -> bytes:
         """The next ``n`` bytes; :class:`asyncio.IncompleteReadError` at end of stream."""
         buf = self.buffer
-        while len(buf) < n:
-            if self.error is not None:
-                raise self.error
-            if self.eof or self._closing:
-                raise asyncio.IncompleteReadError(bytes(buf), n)
-            self._resume_reading()
-            self._waiter = self.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+        if len(buf) < n:
+            await self.fill(n)
         data = bytes(buf[:n])
         del buf[:n]
         if not self._reading and len(buf) < READ_LIMIT:
