@@ -256,6 +256,72 @@ def test_keys_that_need_the_second_sort_of_runs():
     assert np.array_equal(got, pc.array_sort_indices(arr).to_numpy())
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_the_packed_keys_sort_as_numpy_sorts_them(monkeypatch, native):
+    """The C radix sort of packed keys (and numpy's, where it is not built) puts any uint64
+    values in numpy's ascending order: random, equal digits (skipped passes), all equal,
+    descending, the extremes, none and one value; the C sort refuses other buffers."""
+    import numpy as np
+
+    from cryptdisk.db import _blocks
+
+    if native:
+        assert _blocks._csort is not None, "the C sort is built with the package (setup.py)"
+    else:
+        monkeypatch.setattr(_blocks, "_csort", None)
+    rng = np.random.default_rng(11)
+    cases = [rng.integers(0, 2**64 - 1, 100_003, dtype=np.uint64, endpoint=True),
+             rng.integers(0, 300, 5000, dtype=np.uint64) << np.uint64(24),
+             np.full(77, 2**63 + 5, dtype=np.uint64),
+             np.arange(4000, dtype=np.uint64)[::-1].copy(),
+             np.array([2**64 - 1, 0, 2**63, 1, 2**64 - 1], dtype=np.uint64),
+             np.array([], dtype=np.uint64), np.array([9], dtype=np.uint64)]
+    for values in cases:
+        want = np.sort(values)
+        _blocks._sort_u64(values)
+        assert np.array_equal(values, want)
+    if native:
+        with pytest.raises(TypeError):
+            _blocks._csort.sort_u64(np.zeros(4, dtype=np.int32))
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            _blocks._csort.sort_u64(np.zeros(8, dtype=np.uint64)[::2])
+        with pytest.raises((TypeError, BufferError)):
+            _blocks._csort.sort_u64(b"\0" * 16)  # read-only
+
+
+@pytest.mark.parametrize("typ", [pa.string(), pa.binary(), pa.large_string(),
+                                 pa.large_binary()])
+def test_values_of_one_length_are_taken_as_fixed_width_with_the_same_result(typ):
+    """A string or binary column whose values in a block all have one byte length is taken
+    in key order as fixed-size binary over the same bytes: the pieces equal the general
+    take's, of the column's own type, from a block of several chunks sliced off its first
+    rows; a column with another length, a NULL or only empty values takes the general
+    path."""
+    import numpy as np
+
+    from cryptdisk.db import _blocks
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    same = [f"{v:08x}" for v in rng.integers(0, 2**32, n)]
+    cases = {"same": (same, 8), "one longer": (same[:-1] + ["123456789"], 0),
+             "a null": (same[:10] + [None] + same[11:], 0), "empty": ([""] * n, 0)}
+    for name, (values, width) in cases.items():
+        data = [v.encode() if v is not None and pa.types.is_binary(typ)
+                or v is not None and pa.types.is_large_binary(typ) else v for v in values]
+        block = pa.table({"k": rng.integers(-50, 50, n), "s": pa.array(data, typ),
+                          "i": np.arange(n)}).slice(3)
+        chunked = pa.concat_tables([block.slice(0, 1000), block.slice(1000)])
+        assert _blocks._equal_width(chunked.combine_chunks().column("s").chunk(0)) == width, name
+        want = _blocks._sorted(chunked, ["k"])
+        pieces = list(_blocks._sorted_pieces(chunked, ["k"], 1024))
+        got = pa.concat_tables(pieces)
+        assert got.schema == chunked.schema, name
+        assert got.equals(want), name
+        for piece in pieces:
+            piece.validate(full=True)
+
+
 def test_keys_with_nulls_or_of_other_types_keep_arrows_sort():
     """A key with NULLs, or a string, decimal or boolean key, has no packed order: Arrow
     sorts it (NULLs last)."""
