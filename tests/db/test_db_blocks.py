@@ -304,11 +304,11 @@ def test_values_of_one_length_are_taken_as_fixed_width_with_the_same_result(typ)
     rng = np.random.default_rng(5)
     n = 5000
     same = [f"{v:08x}" for v in rng.integers(0, 2**32, n)]
-    cases = {"same": (same, 8), "one longer": (same[:-1] + ["123456789"], 0),
-             "a null": (same[:10] + [None] + same[11:], 0), "empty": ([""] * n, 0)}
+    cases = {"same": (same, 8), "one longer": ([*same[:-1], "123456789"], 0),
+             "a null": ([*same[:10], None, *same[11:]], 0), "empty": ([""] * n, 0)}
     for name, (values, width) in cases.items():
-        data = [v.encode() if v is not None and pa.types.is_binary(typ)
-                or v is not None and pa.types.is_large_binary(typ) else v for v in values]
+        binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+        data = [v.encode() if v is not None and binary else v for v in values]
         block = pa.table({"k": rng.integers(-50, 50, n), "s": pa.array(data, typ),
                           "i": np.arange(n)}).slice(3)
         chunked = pa.concat_tables([block.slice(0, 1000), block.slice(1000)])
