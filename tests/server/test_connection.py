@@ -244,3 +244,31 @@ def test_tls_records_cut_into_small_segments(start_server, sqlite_engine, certs)
     records.sendall(msg(b"Q", cstr("SELECT 1")))
     assert [body for kind, body in raw.until(b"Z") if kind == b"D"] == [b"\0\x01\0\0\0\x011"]
     raw.close()
+
+
+def test_a_client_close_notify_ends_the_session(start_server, sqlite_engine, certs) -> None:
+    """The client's close_notify, sent after a query in the same segment: the server
+    answers the query, reads the close_notify as the end of the stream, answers with its
+    own and closes the connection; the session is gone."""
+    ca, cert, key = certs
+    srv = start_server(sqlite_engine, secure=False, ssl_context=server_context(cert, key))
+    raw, records = _records_raw(srv.port, str(ca))
+    raw.startup()
+    records.record(msg(b"Q", cstr("SELECT 40 + 2")))
+    try:
+        records.tls.unwrap()
+    except ssl.SSLWantReadError:  # the server's close_notify has not come yet
+        pass
+    records.pending += records.out.read()
+    records.flush()
+    assert [body for kind, body in raw.until(b"Z") if kind == b"D"] == [b"\0\x01\0\0\0\x0242"]
+    data = b""
+    while chunk := records.sock.recv(65536):  # to the server's FIN
+        data += chunk
+    records.inc.write(data)
+    records.tls.unwrap()  # the server's close_notify, then nothing: no SSLWantReadError
+    deadline = time.monotonic() + 10
+    while srv.server.sessions and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not srv.server.sessions
+    raw.close()
