@@ -63,6 +63,7 @@ SQLITE_EXTENSION_INIT3
 #define KIND_WAL 2
 #define KIND_TEMP 3
 #define CD_AUTH (-1) /* internal: a segment failed authentication (p->fail_index) */
+#define CD_REREAD (-2) /* internal: header_for asks for the header read again (a rewrap may be writing it) */
 #define ERR_AUTH 0
 #define ERR_TRUNCATED 1
 #define ERR_SHM 2 /* the wal-index cannot be shared (shm.c) */
@@ -256,9 +257,11 @@ int cd_truncate_store(cdFile *p, sqlite3_int64 size);
 void cd_forget_opened(cdFile *p); /* wipe and free the kept plaintexts */
 
 /* headers.c: a file's header and data key through header_for (SQLITE_CANTOPEN with the
- * Python exception pending if it raised), and a new journal's from the VFS's pool */
-int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead,
-                  int extra, unsigned char *out, unsigned char *dek, int *dek_len);
+ * Python exception pending if it raised; CD_REREAD for an existing header that header_for
+ * wants read again, its attempt-th read having failed as a torn one does), and a new
+ * journal's from the VFS's pool */
+int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int attempt, sqlite3_int64 seg,
+                  int lead, int extra, unsigned char *out, unsigned char *dek, int *dek_len);
 extern unsigned long long n_header_batches; /* calls into Python that filled a pool */
 int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned char *header, unsigned char *dek,
                      int *dek_len);

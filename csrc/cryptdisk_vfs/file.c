@@ -70,15 +70,16 @@ static int cd_setup(cdFile *p, const unsigned char *header, const unsigned char 
 }
 
 /* The header and data key for this file (an existing header authenticated, or a new
- * file's), through header_for; set up the store, writing a new header first if asked. */
-static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg,
-                          int lead, int extra, int write_it) {
+ * file's), through header_for; set up the store, writing a new header first if asked.
+ * CD_REREAD: read the existing header again and call again with attempt + 1. */
+static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int attempt,
+                          sqlite3_int64 seg, int lead, int extra, int write_it) {
     unsigned char h[HEADER_SIZE], dek[MAX_DEK];
     int dl = 0, rc;
     if (header == NULL && p->kind == KIND_JOURNAL) /* one per transaction in DELETE mode */
         rc = cd_pooled_header(p, seg, lead, extra, h, dek, &dl);
     else
-        rc = cd_ask_header(p, header, hlen, seg, lead, extra, h, dek, &dl);
+        rc = cd_ask_header(p, header, hlen, attempt, seg, lead, extra, h, dek, &dl);
     if (rc == SQLITE_OK && write_it)
         rc = raw_write(p, h, HEADER_SIZE, 0);
     if (rc == SQLITE_OK)
@@ -87,20 +88,27 @@ static int cd_call_header(cdFile *p, const unsigned char *header, sqlite3_int64 
     return rc; /* after a failed header_for its exception stays pending: apsw raises it */
 }
 
-/* Open the store if the file has a header (another process may have written it). */
+/* Open the store if the file has a header (another process may have written it). A
+ * header that header_for wants read again (one a rewrap, `cryptdisk sqlite rotate`, may
+ * have been writing: bytes of the old and the new header) is read again here, after
+ * header_for's pause, until it opens or header_for raises (as read_open_header in
+ * format/_reread.py, with the reads through the default VFS's file). */
 int cd_load(cdFile *p) {
     sqlite3_int64 size, got;
     unsigned char header[HEADER_SIZE];
-    int rc;
+    int rc, attempt = 0;
     if (p->loaded)
         return SQLITE_OK;
     if ((rc = raw_size(p, &size)) != SQLITE_OK)
         return rc;
     if (size == 0)
         return SQLITE_OK;
-    if ((rc = raw_read(p, header, HEADER_SIZE, 0, &got)) != SQLITE_OK)
-        return rc;
-    return cd_call_header(p, header, got, 0, 0, 0, 0);
+    do {
+        if ((rc = raw_read(p, header, HEADER_SIZE, 0, &got)) != SQLITE_OK)
+            return rc;
+        rc = cd_call_header(p, header, got, attempt++, 0, 0, 0, 0);
+    } while (rc == CD_REREAD);
+    return rc;
 }
 
 static sqlite3_int64 pow2_segment(sqlite3_int64 n) {
@@ -175,7 +183,7 @@ static int cd_create(cdFile *p, const unsigned char *first, sqlite3_int64 n, sql
     if (rc != SQLITE_OK || p->loaded)
         return rc;
     framing(p->kind, first, n, offset, &lead, &extra);
-    return cd_call_header(p, NULL, 0, segment_size_for(p->kind, first, n, offset), lead, extra, 1);
+    return cd_call_header(p, NULL, 0, 0, segment_size_for(p->kind, first, n, offset), lead, extra, 1);
 }
 
 /* -- gathering journal and WAL writes -------------------------------------- */

@@ -44,29 +44,42 @@ static int take_pair(PyObject *pair, unsigned char *out, unsigned char *dek, int
     return ok;
 }
 
+/* At most this many reads of one header: header_for stops asking for another well before
+ * (cryptdisk.format.REREAD_DELAYS); this bounds the loop whatever it answers. */
+#define MAX_HEADER_READS 64
+
 /* One call of header_for (the GIL held): an existing file's header authenticated and its
- * data key (header given), or a new file's; 1 with them in out and dek, or 0 with the
- * Python exception pending (WrongKeyError, ...). */
-static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead, int extra,
-               unsigned char *out, unsigned char *dek, int *dek_len) {
+ * data key (header given; attempt: the reads of it before this one), or a new file's; 1
+ * with them in out and dek, 2 if an existing header is to be read again (header_for
+ * answered None after its pause: a rewrap may have been writing it), or 0 with the Python
+ * exception pending (WrongKeyError, ...). */
+static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int attempt, sqlite3_int64 seg,
+               int lead, int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
     PyObject *r = header != NULL
-                      ? PyObject_CallFunction(p->vfs->header_for, "sy#Lii", p->path, (const char *)header,
-                                              (Py_ssize_t)hlen, (long long)seg, 0, 0)
+                      ? PyObject_CallFunction(p->vfs->header_for, "sy#Liiii", p->path, (const char *)header,
+                                              (Py_ssize_t)hlen, (long long)seg, 0, 0, 0, attempt)
                       : PyObject_CallFunction(p->vfs->header_for, "sOLii", p->path, Py_None, (long long)seg, lead,
                                               extra);
+    if (r == Py_None && header != NULL) {
+        Py_DECREF(r);
+        if (attempt + 1 < MAX_HEADER_READS)
+            return 2;
+        PyErr_SetString(PyExc_RuntimeError, "header_for asked for a header to be read again too often");
+        return 0;
+    }
     int ok = r != NULL && take_pair(r, out, dek, dek_len);
     Py_XDECREF(r);
     return ok;
 }
 
-int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, sqlite3_int64 seg, int lead,
-                  int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
+int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int attempt, sqlite3_int64 seg,
+                  int lead, int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
     PyGILState_STATE g = PyGILState_Ensure();
     /* an earlier failure's exception still waits for apsw (SQLite may open again before
      * it returns): keep it rather than call into Python with it set */
-    int ok = !PyErr_Occurred() && ask(p, header, hlen, seg, lead, extra, out, dek, dek_len);
+    int ok = !PyErr_Occurred() ? ask(p, header, hlen, attempt, seg, lead, extra, out, dek, dek_len) : 0;
     PyGILState_Release(g);
-    return ok ? SQLITE_OK : SQLITE_CANTOPEN;
+    return ok == 1 ? SQLITE_OK : ok == 2 ? CD_REREAD : SQLITE_CANTOPEN;
 }
 
 /* HEADER_POOL new headers from one call of header_for(path, None, seg, lead, extra, count),
@@ -126,5 +139,5 @@ int cd_pooled_header(cdFile *p, sqlite3_int64 seg, int lead, int extra, unsigned
             return rc;
     }
     /* other threads took the whole batch meanwhile: ask for this one header alone */
-    return cd_ask_header(p, NULL, 0, seg, lead, extra, header, dek, dek_len);
+    return cd_ask_header(p, NULL, 0, 0, seg, lead, extra, header, dek, dek_len);
 }

@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import AuthenticationError, CatalogError, DatabaseError, FormatError
+from ..format import HEADER_SIZE, names_known_key, read_named_header
 from ..format import open_file as cd_open
 from ..keys import Keyring
 
-__all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_stamp", "load_catalog",
-           "remove_catalog_temps", "save_catalog"]
+__all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_key_id", "catalog_stamp",
+           "load_catalog", "remove_catalog_temps", "save_catalog"]
 
 CATALOG_FILE = "catalog"
 FORMAT = 1
@@ -194,6 +195,21 @@ def remove_catalog_temps(db_path: str) -> int:
                 os.unlink(os.path.join(db_path, name))
                 removed += 1
     return removed
+
+
+def catalog_key_id(db_path: str, keyring: Keyring) -> int:
+    """The key id in the header of the catalog at ``db_path`` (a directory), read now.
+
+    Read again while it names no key of ``keyring`` and changes between reads: a
+    rotation may be rewriting it in place (``cryptdisk.format.read_named_header``).
+    """
+    path = os.path.join(db_path, CATALOG_FILE)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_named_header(lambda: os.pread(fd, HEADER_SIZE, 0), path,
+                                 names_known_key(keyring)).key_id
+    finally:
+        os.close(fd)
 
 
 def catalog_stamp(db_path: str, remote: Any = None) -> Any:

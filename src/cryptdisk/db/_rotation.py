@@ -28,9 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError, RotationError
-from ..format import read_header
 from ..keys import Key, rewrap_file
-from ._catalog import CATALOG_FILE, PartMeta
+from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
 from ._keyfiles import default_key_path, install_current_key, retired_key_path
 from ._keyfiles import remove_key as remove_key_file
 from ._policies import role_check_statement
@@ -139,9 +138,7 @@ class RotationMixin(DatabaseState):
                     left.append(f"{label}: under key {key_id}, not {current}")
                 elif part.key_id != key_id:
                     left.append(f"{label}: the catalog records key {part.key_id}")
-        catalog = os.path.join(self.path, CATALOG_FILE)
-        with open(catalog, "rb") as f:
-            key_id = read_header(f).key_id
+        key_id = self._catalog_key_id()
         if key_id != self.keyring.current_key_id:
             left.append(f"{CATALOG_FILE}: under key {key_id}, not "
                         f"{self.keyring.current_key_id}")
@@ -166,6 +163,10 @@ class RotationMixin(DatabaseState):
                 left.append(f"{self._doomed_label(part)}: under key {key_id}, not "
                             f"{disk.keyring.current_key_id}")
         return left
+
+    def _catalog_key_id(self) -> int:
+        """The key id in the catalog's header, read now (again if a rewrap was writing it)."""
+        return catalog_key_id(self.path, self.keyring)
 
     def _doomed_label(self, part: PartMeta) -> str:
         return (f"{part.path} (disk {part.disk!r}; replaced, kept until the queries "
@@ -267,9 +268,8 @@ class RotationMixin(DatabaseState):
                         found.append(self._doomed_label(part))
                 except (DiskFileNotFoundError, FileNotFoundError):
                     continue
-            with open(os.path.join(self.path, CATALOG_FILE), "rb") as f:
-                if read_header(f).key_id == key_id:
-                    found.append(CATALOG_FILE)
+            if self._catalog_key_id() == key_id:
+                found.append(CATALOG_FILE)
             return found
 
     def key_file(self, key_id: int) -> str | None:

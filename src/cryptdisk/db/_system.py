@@ -86,16 +86,14 @@ def _text(value: Any) -> str | None:
 def _keys(db: Any) -> pa.Table:
     uses = Counter(p.key_id for t in db.catalog.tables.values() for p in t.parts
                    if p.key_id is not None)
-    import os
-
-    from ..format import HEADER_SIZE, Header, read_header
+    from ..format import HEADER_SIZE, Header
+    from ._catalog import catalog_key_id
     remote = getattr(db, "_remote", None)
     if remote is not None:
         data = remote.read_bytes("catalog") or b""
         uses[Header.parse(data[:HEADER_SIZE], f"{db.path}/catalog").key_id] += 1
     else:
-        with open(os.path.join(db.path, "catalog"), "rb") as f:
-            uses[read_header(f).key_id] += 1
+        uses[catalog_key_id(db.path, db.keyring)] += 1
     keys = list(db.keyring)
     return pa.table({
         "id": pa.array([k.key_id for k in keys], pa.uint64()),

@@ -17,7 +17,16 @@ from collections.abc import Sequence
 from typing import IO, Any, Protocol, cast
 
 from ..errors import KeyNotFoundError, NotEncryptedError
-from ..format import HEADER_SIZE, MAGIC, Header, Kind, open_file, sealed_layout, store_layout
+from ..format import (
+    HEADER_SIZE,
+    MAGIC,
+    Header,
+    Kind,
+    open_file,
+    read_named_header,
+    sealed_layout,
+    store_layout,
+)
 from ..keys import Key, Keyring
 from ._clickhouse import (
     CH_HEADER_SIZE,
@@ -69,6 +78,11 @@ def _cryptdisk_key(header: Header, keys: list[Key], path: str) -> Keyring:
         hint=f"add the key with id {header.key_id}; it encrypted this file")
 
 
+def _names_one_of(header: Header, keys: list[Key]) -> bool:
+    return any(k.key_id == header.key_id and hmac.compare_digest(k.check_value, header.key_check)
+               for k in keys)
+
+
 def open_any(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
              keyring: Keyring | None = None, allow_plain: bool = False) -> IO[bytes]:
     """Open a cryptdisk, ClickHouse (or, with ``allow_plain``, plain) file for reading.
@@ -86,11 +100,14 @@ def open_any(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
         head = os.pread(fd, HEADER_SIZE, 0)
         kind = detect_format(head)
         if kind == "cryptdisk":
-            os.close(fd)
-            fd = -1
-            header = Header.parse(head, name)
             keys = list(keyring) if keyring is not None else []
             keys += cfg.cryptdisk_keys() if cfg is not None else []
+            # a rewrap may be writing the header: read it again until it names one of the
+            # keys or stays the same (open_file then reads it again until it opens)
+            header = read_named_header(lambda: os.pread(fd, HEADER_SIZE, 0), name,
+                                       lambda h: _names_one_of(h, keys))
+            os.close(fd)
+            fd = -1
             return open_file(name, "rb", keys=_cryptdisk_key(header, keys, name))  # type: ignore[return-value]
         raw = PreadFile(FdReader(fd), name, {"format": "plain"})
         fd = -1
@@ -136,10 +153,11 @@ def describe(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
     with open(name, "rb") as f:
         head = f.read(HEADER_SIZE)
         stored = os.fstat(f.fileno()).st_size
-    kind = detect_format(head)
+        kind = detect_format(head)
+        if kind == "cryptdisk":  # read again while it changes (a rewrap writing it)
+            header = read_named_header(lambda: os.pread(f.fileno(), HEADER_SIZE, 0), name)
     out: dict[str, Any] = {"path": name, "format": kind, "stored_size": stored}
     if kind == "cryptdisk":
-        header = Header.parse(head, name)
         if header.kind == Kind.SEALED:
             plaintext_size = sealed_layout(stored, header.segment_size, name)[1]
         else:

@@ -35,8 +35,10 @@ from ..format import (
     SealedReader,
     SealedWriter,
     Source,
+    names_known_key,
     new_header,
-    open_header,
+    read_named_header,
+    read_open_header,
     sealed_layout,
     source_for,
 )
@@ -161,10 +163,17 @@ class EncryptedDisk(WrappingDisk):
     # -- reading and writing --------------------------------------------------------------
 
     def _read_header(self, path: str) -> tuple[Header, int]:
-        """The file's (unauthenticated) header and its stored size."""
+        """The file's (unauthenticated) header and its stored size.
+
+        Read again while its key id and check value name no key of the disk and the
+        header changes between reads: a rewrap may be writing it (read_named_header).
+        """
         with self.inner.open_read(self._inner(path)) as raw:
             file = positional(raw)
-            return Header.parse(file.pread(0, HEADER_SIZE), path), file.size
+            if not self.can_rewrap:  # (no header changes in place there)
+                return Header.parse(file.pread(0, HEADER_SIZE), path), file.size
+            return read_named_header(lambda: file.pread(0, HEADER_SIZE), path,
+                                     names_known_key(self.keyring)), file.size
 
     def _open_source(self, path: str) -> tuple[Source, Callable[[], None]]:
         """The encrypted bytes (a zero-copy map for local disks) and how to release them."""
@@ -190,14 +199,15 @@ class EncryptedDisk(WrappingDisk):
     def open_read(self, path: str) -> IO[bytes]:
         source, release = self._open_source(path)
         try:
-            header = Header.parse(source.view(0, HEADER_SIZE), path)
             try:
-                dek = open_header(header, self.keyring, path)
+                # read again if a rewrap in place (rewrap()) was writing it: see _reread.py
+                header, dek = read_open_header(lambda: source.view(0, HEADER_SIZE),
+                                               self.keyring, path, reread=self.can_rewrap)
             except KeyNotFoundError as exc:
                 raise KeyNotFoundError(
-                    f"{path}: encrypted with key id {header.key_id}, which disk {self.name!r} "
+                    f"{path}: encrypted with key id {exc.key_id}, which disk {self.name!r} "
                     f"does not have (its keys: {', '.join(map(str, self.keyring.ids))})",
-                    key_id=header.key_id, path=path, hint=exc.hint) from None
+                    key_id=exc.key_id, path=path, hint=exc.hint) from None
             reader = SealedReader(source, header, dek, path)
         except BaseException:
             source.close()

@@ -4,6 +4,8 @@ Top tier: :func:`open_file` (re-exported as :func:`cryptdisk.open`).
 
 Lower tier, easy to misuse (you handle data keys and headers yourself):
 :class:`Header`, :func:`new_header`, :func:`open_header`, :func:`rewrap_header`,
+:func:`read_open_header` (:func:`open_header` over a header read again while a rewrap
+may be writing it: ``_reread.py``),
 :class:`SealedWriter`, :class:`SealedReader`, :class:`MutableStore` (its options for
 files other processes write at once, SQLite's, take a :class:`TailStore`).
 A wrong header/key pairing here is not caught until authentication fails.
@@ -32,6 +34,14 @@ from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
 from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
+from ._reread import (
+    REREAD_DELAYS,
+    TORN_HEADER_ERRORS,
+    names_known_key,
+    read_named_header,
+    read_open_header,
+    reread_delay,
+)
 from ._sealed import (
     SealedReader,
     SealedWriter,
@@ -47,7 +57,9 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "MUTABLE_NONCE",
+    "REREAD_DELAYS",
     "TAG_SIZE",
+    "TORN_HEADER_ERRORS",
     "VERSION",
     "Algorithm",
     "FdSource",
@@ -70,12 +82,16 @@ __all__ = [
     "WrappingKey",
     "iter_sealed_stream",
     "mutable_layout",
+    "names_known_key",
     "new_aead",
     "new_header",
     "new_headers",
     "open_file",
     "open_header",
     "read_header",
+    "read_named_header",
+    "read_open_header",
+    "reread_delay",
     "rewrap_header",
     "sealed_layout",
     "sealed_library",

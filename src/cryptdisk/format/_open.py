@@ -8,10 +8,11 @@ from typing import IO, Literal, overload
 
 from ..errors import ImmutableFileError
 from ._cipher import Algorithm
-from ._header import HEADER_SIZE, Header, Kind, new_header, open_header
+from ._header import HEADER_SIZE, Header, Kind, new_header
 from ._io import MutableFile, SealedReadFile, SealedWriteFile, temp_beside
 from ._mutable import MutableStore
 from ._protocols import KeyLookup
+from ._reread import read_open_header
 from ._sealed import SealedReader, SealedWriter
 from ._source import MmapSource, source_for
 
@@ -119,8 +120,7 @@ def open_file(
     if mode == "rb":
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            header = read_header(fd, name)
-            dek = open_header(header, keys, name)
+            header, dek = read_open_header(lambda: os.pread(fd, HEADER_SIZE, 0), keys, name)
             if header.kind == Kind.SEALED:
                 source = source_for(fd)
                 if isinstance(source, MmapSource):
@@ -150,13 +150,17 @@ def open_file(
             os.ftruncate(fd, 0)
             os.pwrite(fd, header.to_bytes(), 0)
         else:
-            header = read_header(fd, name)
-            if header.kind not in Kind.WRITABLE:
-                raise ImmutableFileError(
-                    f"{name}: sealed files are written once and cannot be opened for update",
-                    hint="open it with 'wb' to replace it, or create a mutable file with 'w+b'",
-                )
-            dek = open_header(header, keys, name)
+            def updatable(parsed: Header) -> None:
+                if parsed.kind not in Kind.WRITABLE:
+                    raise ImmutableFileError(
+                        f"{name}: sealed files are written once and cannot be opened for "
+                        "update",
+                        hint="open it with 'wb' to replace it, or create a mutable file with "
+                        "'w+b'",
+                    )
+
+            header, dek = read_open_header(lambda: os.pread(fd, HEADER_SIZE, 0), keys, name,
+                                           check=updatable)
         store = MutableStore(fd, header, dek, name, writable=True)
         return MutableFile(store, fd, name, mode, append=mode[0] == "a")
     except BaseException:

@@ -27,6 +27,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..errors import (
@@ -37,7 +38,7 @@ from ..errors import (
     KeySourceError,
     NotEncryptedError,
 )
-from ..format import HEADER_SIZE, Header
+from ..format import HEADER_SIZE, read_named_header
 from ._audit import audit_event
 from ._provider import get_key_provider, parse_key_entry
 from ._rotate import iter_files
@@ -99,8 +100,12 @@ def key_usage(paths: Iterable[str | os.PathLike[str]]) -> dict[int | None, list[
     for name in iter_files(paths):
         key_id: int | None
         try:
-            with open(name, "rb") as f:
-                key_id = Header.parse(f.read(HEADER_SIZE), name).key_id
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                # read again while it changes: a rewrap may be writing it (read_named_header)
+                key_id = read_named_header(partial(os.pread, fd, HEADER_SIZE, 0), name).key_id
+            finally:
+                os.close(fd)
         except NotEncryptedError:
             continue
         except (FormatError, OSError):

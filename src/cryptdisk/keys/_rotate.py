@@ -7,6 +7,11 @@ at any moment leaves the header either wholly old or wholly new, so every file
 stays readable with the old key or the new one. Rewrapping is idempotent: a
 file already under the current key is left alone, so an interrupted run is
 resumed by running it again.
+
+A reader that opens the file while the header is written may read bytes of both
+headers: such a header never authenticates, and the reader reads it again after short
+pauses until it opens (``cryptdisk.format.read_open_header``). So a rotation fails no
+reader's open, in this process or another, that succeeds before and after it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import CryptdiskError, KeyProviderError, NotEncryptedError
-from ..format import HEADER_SIZE, Header, KeyLookup, open_header, rewrap_header
+from ..format import HEADER_SIZE, Header, KeyLookup, read_open_header, rewrap_header
 
 __all__ = ["RewrapSummary", "iter_files", "rewrap_file", "rewrap_tree"]
 
@@ -26,11 +31,20 @@ def rewrap_file(path: str | os.PathLike[str], keys: KeyLookup) -> bool:
     name = os.fspath(path)
     fd = os.open(name, os.O_RDWR)
     try:
-        header = Header.parse(os.pread(fd, HEADER_SIZE, 0), name)
         current = keys.current_key()
-        if header.key_id == current.key_id and header.key_check == current.check_value:
+
+        def is_current(header: Header) -> bool:
+            return header.key_id == current.key_id and header.key_check == current.check_value
+
+        def read() -> bytes:
+            return os.pread(fd, HEADER_SIZE, 0)
+
+        if is_current(Header.parse(read(), name)):
             return False
-        dek = open_header(header, keys, name)
+        # (another rewrap of this file may be writing its header: read it again if torn)
+        header, dek = read_open_header(read, keys, name)
+        if is_current(header):
+            return False
         new = rewrap_header(header, dek, current).to_bytes()
         if os.pwrite(fd, new, 0) != len(new):  # pragma: no cover - a 128-byte write
             raise OSError(f"short header write to {name}")

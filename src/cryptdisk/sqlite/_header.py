@@ -1,36 +1,76 @@
 """Headers of the files SQLite writes: made for new files, authenticated for existing ones.
 
-Both VFSes (Python and C) go through :func:`header_and_key` (and the C VFS's
-pool of journal headers through :func:`new_headers_and_keys`): this module is
-the one place of the SQLite store that touches keys.
+Both VFSes (Python and C) go through :func:`header_and_key` (the C VFS's existing
+headers, read in C, through :func:`stored_header_and_key`, and its pool of journal
+headers through :func:`new_headers_and_keys`): this module is the one place of the
+SQLite store that touches keys.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from ..errors import MalformedHeaderError
-from ..format import HEADER_SIZE, Header, Kind, new_headers, open_header
+from ..format import (
+    TORN_HEADER_ERRORS,
+    Header,
+    Kind,
+    new_headers,
+    open_header,
+    read_open_header,
+    reread_delay,
+)
 from ..format import KeyLookup as _KeyLookup
 
-__all__ = ["header_and_key", "new_headers_and_keys"]
+__all__ = ["header_and_key", "new_headers_and_keys", "stored_header_and_key"]
 
 
-def header_and_key(keyring: _KeyLookup, path: str, header: bytes | None,
+def header_and_key(keyring: _KeyLookup, path: str, read: Callable[[], bytes] | None,
                    segment_size: int, lead: int = 0, frame_extra: int = 0) -> tuple[bytes, bytes]:
     """A new file's header and data key, or an existing file's (authenticated) ones.
 
-    A new file is a mutable file (kind 2) with segments of ``segment_size``
-    bytes, or, when ``lead`` is given, a framed file (kind 3, for WALs): segment
-    0 of ``lead`` bytes, later segments of ``segment_size + frame_extra``.
+    A new file (``read`` None) is a mutable file (kind 2) with segments of
+    ``segment_size`` bytes, or, when ``lead`` is given, a framed file (kind 3, for
+    WALs): segment 0 of ``lead`` bytes, later segments of ``segment_size +
+    frame_extra``. An existing file's header is ``read()``, again if a rewrap
+    (``cryptdisk sqlite rotate``) was writing it (``cryptdisk.format.read_open_header``).
     """
-    if header is None:
+    if read is None:
         return new_headers_and_keys(keyring, segment_size, lead, frame_extra, 1)[0]
+    parsed, dek = read_open_header(read, keyring, path, check=lambda h: _database_kind(h, path))
+    return parsed.to_bytes(), dek
+
+
+def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
+                          attempt: int) -> tuple[bytes, bytes] | None:
+    """An existing file's header (read by the C VFS) and data key, authenticated.
+
+    ``attempt`` counts the reads before this one. A header that fails as one read
+    while a rewrap writes it does returns None after the pause of
+    ``cryptdisk.format.reread_delay``: the C VFS reads it again and calls again (the
+    loop of ``read_open_header``, with the reads in C); once the pauses are used up
+    the error is raised.
+    """
     parsed = Header.parse(header, path)
+    _database_kind(parsed, path)
+    try:
+        return parsed.to_bytes(), open_header(parsed, keyring, path)
+    except TORN_HEADER_ERRORS:
+        delay = reread_delay(attempt)
+        if delay is None:
+            raise
+    if delay:
+        time.sleep(delay)
+    return None
+
+
+def _database_kind(parsed: Header, path: str) -> None:
     if parsed.kind not in Kind.WRITABLE:
         raise MalformedHeaderError(
             f"{path}: a {parsed.kind_name} cryptdisk file, not a database "
             "(SQLite files are stored as mutable files)"
         )
-    return bytes(header[:HEADER_SIZE]), open_header(parsed, keyring, path)
 
 
 def new_headers_and_keys(keyring: _KeyLookup, segment_size: int, lead: int, frame_extra: int,

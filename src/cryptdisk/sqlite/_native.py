@@ -27,7 +27,7 @@ import apsw
 
 from ..format import KeyLookup as _KeyLookup
 from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
-from ._header import header_and_key, new_headers_and_keys
+from ._header import header_and_key, new_headers_and_keys, stored_header_and_key
 
 try:  # the C extension, which has no type stubs (Any)
     _cvfs: Any = importlib.import_module(f"{__package__}._cvfs")
@@ -123,12 +123,15 @@ class NativeVFS:
         _cvfs.register(self.vfs_name, self._header_for, _exception, _warn)
 
     def _header_for(self, path: str, header: bytes | None, segment_size: int, lead: int,
-                    frame_extra: int, count: int = 0
-                    ) -> tuple[bytes, bytes] | list[tuple[bytes, bytes]]:
-        # count: the C VFS asks for that many new files' headers at once (headers.c)
+                    frame_extra: int, count: int = 0, attempt: int = 0
+                    ) -> tuple[bytes, bytes] | list[tuple[bytes, bytes]] | None:
+        # count: the C VFS asks for that many new files' headers at once (headers.c);
+        # attempt: how often it read this existing header before (None: read it again)
         if count:
             return new_headers_and_keys(self.keyring, segment_size, lead, frame_extra, count)
-        return header_and_key(self.keyring, path, header, segment_size, lead, frame_extra)
+        if header is not None:
+            return stored_header_and_key(self.keyring, path, header, attempt)
+        return header_and_key(self.keyring, path, None, segment_size, lead, frame_extra)
 
     def __repr__(self) -> str:
         return f"<NativeVFS {self.vfs_name!r}>"

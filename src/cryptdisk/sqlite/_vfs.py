@@ -214,8 +214,9 @@ class EncryptedFile(apsw.VFSFile):
     def _load(self) -> MutableStore | None:
         """Open the store if the file has a header (another process may have written it)."""
         if self._store is None and os.fstat(self._fd).st_size > 0:
+            fd = self._fd
             raw, dek = header_and_key(self._vfs.keyring, self.path,
-                                      os.pread(self._fd, HEADER_SIZE, 0), 0)
+                                      lambda: os.pread(fd, HEADER_SIZE, 0), 0)
             self._store = self._new_store(raw, dek)
         return self._store
 
