@@ -7,7 +7,8 @@ Each round rewraps every PATH to the next key of the config's keyring with
 after that rewrap again, alternately, ``FLIPS`` times (ending with the one after): the same
 128 bytes with one ``pwrite`` each, without unwrapping, so the headers change many times
 more often and more of the readers' reads meet a write. Stops when STOP_FILE exists;
-prints ``ready`` after its first round and the number of headers written at the end. Its
+prints ``ready`` after its first round, and at the end the number of headers written and
+of rounds. Its
 fsyncs are skipped: durability is not what the test looks at.
 """
 
@@ -46,7 +47,7 @@ def main():
         if rounds == 0:
             print("ready", flush=True)
         rounds += 1
-    print(written, flush=True)
+    print(written, rounds, flush=True)
 
 
 if __name__ == "__main__":
