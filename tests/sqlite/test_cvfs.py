@@ -255,7 +255,7 @@ def test_a_forked_child_never_uses_the_parents_pooled_journal_headers(tmp_path, 
 class _BadBatches(_native.NativeVFS):
     """header_for answers a batch of journal headers with a list one short."""
 
-    def _header_for(self, path, header, segment_size, lead, frame_extra, count=0, attempt=0):
+    def _header_for(self, path, header, segment_size, lead, frame_extra, count=0, attempt=None):
         made = super()._header_for(path, header, segment_size, lead, frame_extra, count, attempt)
         return made[1:] if count else made
 

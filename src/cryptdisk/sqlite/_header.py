@@ -43,21 +43,21 @@ def header_and_key(keyring: _KeyLookup, path: str, read: Callable[[], bytes] | N
 
 
 def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
-                          attempt: int) -> tuple[bytes, bytes] | None:
+                          attempt: int | None) -> tuple[bytes, bytes] | None:
     """An existing file's header (read by the C VFS) and data key, authenticated.
 
     ``attempt`` counts the reads before this one. A header that fails as one read
     while a rewrap writes it does returns None after the pause of
     ``cryptdisk.format.reread_delay``: the C VFS reads it again and calls again (the
     loop of ``read_open_header``, with the reads in C); once the pauses are used up
-    the error is raised.
+    the error is raised. ``attempt`` None: the caller cannot read again (one read).
     """
     parsed = Header.parse(header, path)
     _database_kind(parsed, path)
     try:
         return parsed.to_bytes(), open_header(parsed, keyring, path)
     except TORN_HEADER_ERRORS:
-        delay = reread_delay(attempt)
+        delay = reread_delay(attempt) if attempt is not None else None
         if delay is None:
             raise
     if delay:

@@ -123,10 +123,11 @@ class NativeVFS:
         _cvfs.register(self.vfs_name, self._header_for, _exception, _warn)
 
     def _header_for(self, path: str, header: bytes | None, segment_size: int, lead: int,
-                    frame_extra: int, count: int = 0, attempt: int = 0
+                    frame_extra: int, count: int = 0, attempt: int | None = None
                     ) -> tuple[bytes, bytes] | list[tuple[bytes, bytes]] | None:
         # count: the C VFS asks for that many new files' headers at once (headers.c);
-        # attempt: how often it read this existing header before (None: read it again)
+        # attempt: how often it read this existing header before (answer None: read it
+        # again); not given by a _cvfs built before it read headers again: one read
         if count:
             return new_headers_and_keys(self.keyring, segment_size, lead, frame_extra, count)
         if header is not None:
