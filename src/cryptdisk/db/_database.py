@@ -277,7 +277,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._mutex = threading.RLock()
         self._readers_running = 0  # queries Reader objects are running (see reader())
         self._doomed_parts: list[Any] = []  # deleted when the last of them ends
-        self._registered: set[str] = set()
+        self._registered: set[str] = set()  # temporary views (see _bind_exposed)
+        self._exposed: dict[str, Any] = {}  # what the statement reads, by table name
+        self._handles: list[Any] = []  # its registry sources (see _bind_exposed)
         self._statement_cache: StatementCache | None = None  # the running statement's
         self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
                       else os.path.join(self.path, PIN_FILE)]
@@ -749,7 +751,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         sql, wants_system = rewrite_system_tables(sql)
         if wants_system:
             for name, table in system_tables(self).items():
-                self.con.register(f"__cd_system_{name}", table)
+                self._expose(f"__cd_system_{name}", table)
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
@@ -781,8 +783,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 self._scans.append(scan)
                 if warm is None:
                     scan.prefetch()
-                self.con.register(p.view, scan if warm is None else warm)
-                self._registered.add(p.view)
+                self._expose(p.view, scan if warm is None else warm)
             if len(used) == 1 and not pushed:
                 (only,) = used
                 counted = count_star_only(tree, only, len(self.catalog.tables[only].columns))
@@ -818,9 +819,47 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 self._scans.append(scan)
                 if warm is None:
                     scan.prefetch()  # its first row groups decode while DuckDB plans
-                self.con.register(t, scan if warm is None else warm)
-                self._registered.add(t)
-        return sql
+                self._expose(t, scan if warm is None else warm)
+        return self._bind_exposed(sql)
+
+    def _expose(self, name: str, source: Any) -> None:
+        """Have this statement read Arrow ``source`` (a scan, a table) as table ``name``
+        (see :meth:`_bind_exposed`)."""
+        self._exposed[name] = source
+
+    def _bind_exposed(self, sql: str) -> str:
+        """``sql`` reading the statement's exposed sources under their table names.
+
+        A ``SELECT`` or ``FROM`` statement reads each through a source put in the
+        connection's registry for this statement alone (``_register_source``: a handle,
+        no change to DuckDB's catalog), named by a leading ``WITH name AS NOT
+        MATERIALIZED (SELECT * FROM source)``, which DuckDB inlines as it does a view; the
+        handles go in :meth:`_release`. Any other statement (a ``WITH`` of its own,
+        ``EXPLAIN``, ``DESCRIBE``, a leading comment), one that names a table with a
+        schema (``temp.t``), or a DuckDB without the registry (or ``_submit``, see
+        :meth:`_run_prepared`) gets temporary views (``register``), dropped in
+        :meth:`_release`. A registration and its drop are two
+        catalog changes, about 0.6 ms of CPU per statement, and DuckDB binds a statement
+        over a catalog just changed more slowly."""
+        exposed, self._exposed = self._exposed, {}
+        if not exposed:
+            return sql
+        register = getattr(self.con, "_register_source", None)
+        if register is None or not hasattr(self.con, "_submit") \
+                or _sql.first_word(sql) not in ("SELECT", "FROM") \
+                or any(re.search(r"\.\s*\"?" + re.escape(n) + r"(?!\w)", sql, re.IGNORECASE)
+                       for n in exposed):
+            for name, source in exposed.items():
+                self.con.register(name, source)
+                self._registered.add(name)
+            return sql
+        ctes = []
+        for name, source in exposed.items():
+            handle = track(register(source))  # a forked child never drops it (_forksafe)
+            self._handles.append(handle)
+            ctes.append(f"{quote(name)} AS NOT MATERIALIZED "
+                        f"(SELECT * FROM {quote(handle.name)})")
+        return "WITH " + ",\n".join(ctes) + "\n" + sql
 
     def _key_extremes(self, tree: Any, name: str, sql: str) -> pa.Table | None:
         """``SELECT min(key), max(key) FROM t`` (see :func:`._pushdown.key_extremes_items`)
@@ -905,6 +944,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             scan.close()
             self.last_scans[scan.name] = scan.stats()
         self._scans.clear()
+        self._exposed.clear()
+        self._handles.clear()  # (the registry drops a source when its last handle goes)
         for t in self._registered:
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(t)
@@ -916,6 +957,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if scan.error is not None:
                 return scan.error
         return None
+
+    def _run_prepared(self, sql: str) -> pa.Table | None:
+        """Run the statement :meth:`_prepare` made. A ``SELECT`` over registry sources
+        (see :meth:`_bind_exposed`) goes to DuckDB once (``_submit``: parsed, bound and
+        run in one call); through a relation (``con.sql``), DuckDB parses a statement
+        three times and binds it twice, about 0.4 ms of CPU."""
+        if self._handles:
+            return self.con._submit(sql, None, "arrow").arrow_table()
+        rel = self.con.sql(sql)
+        return rel.to_arrow_table() if rel is not None else None
 
     def _run_duckdb(self, sql: str) -> pa.Table | None:
         try:
@@ -931,8 +982,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     prepared = self._prepare(sql, push)
                     if isinstance(prepared, pa.Table):
                         return prepared
-                    rel = self.con.sql(prepared)
-                    result = rel.to_arrow_table() if rel is not None else None
+                    result = self._run_prepared(prepared)
                     if self._extremes_pending is not None and result is not None:
                         self._extreme_schemas[self._extremes_pending] = result.schema
                         while len(self._extreme_schemas) > _TREES:
@@ -1070,7 +1120,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
 
 #: What a Reader keeps of its own (the rest of its attributes are its database's).
-_READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "last_scans",
+_READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
+                         "_handles", "last_scans",
                          "_statement_cache",
                          "_extremes_pending", "_trees", "_extreme_schemas", "_closed"})
 
@@ -1098,7 +1149,10 @@ class Reader:
     # the read path of Database, run with this reader's cursor and statement state
     _run_duckdb = Database._run_duckdb
     _run_duckdb_once = Database._run_duckdb_once
+    _run_prepared = Database._run_prepared
     _release = Database._release
+    _expose = Database._expose
+    _bind_exposed = Database._bind_exposed
     _scan_error = Database._scan_error
     _key_extremes = Database._key_extremes
     _push = Database._push
@@ -1121,6 +1175,8 @@ class Reader:
                 raise DatabaseError(f"cannot open a reader: {exc}") from None
         self._scans: list[TableScan] = []
         self._registered: set[str] = set()
+        self._exposed: dict[str, Any] = {}
+        self._handles: list[Any] = []
         self._statement_cache: StatementCache | None = None
         self.last_scans: dict[str, dict[str, int]] = {}
         self._extremes_pending: Any = None

@@ -10,7 +10,9 @@ not have, and dies of a segmentation fault. A child frees such an instance
 * when it exits normally, as the interpreter frees what modules hold.
 
 So every DuckDB connection cryptdisk opens (not cursors: they free only their own
-state while the instance lives) is :func:`track`-ed here. Just before a fork the parent
+state while the instance lives), and every source a running statement holds in a
+connection's registry (its handle's release takes the connection's locks, which a
+parent's query may hold at the fork), is :func:`track`-ed here. Just before a fork the parent
 takes one more reference to each one that is still alive, and drops it right after; the
 child keeps it forever. A child cannot use those connections (their threads are gone; a
 :class:`~cryptdisk.db.Database` must be opened again in the child) and never frees them:
@@ -33,7 +35,8 @@ _ACROSS_FORK: list[Any] = []
 
 
 def track(con: T) -> T:
-    """Keep ``con`` (a DuckDB connection) alive in every child forked while it lives."""
+    """Keep ``con`` (a DuckDB connection, a registry source's handle) alive in every
+    child forked while it lives."""
     _LIVE.add(con)
     return con
 
