@@ -847,8 +847,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         register = getattr(self.con, "_register_source", None)
         if register is None or not hasattr(self.con, "_submit") \
                 or _sql.first_word(sql) not in ("SELECT", "FROM") \
-                or any(re.search(r"\.\s*\"?" + re.escape(n) + r"(?!\w)", sql, re.IGNORECASE)
-                       for n in exposed):
+                or not _qualified_names(sql).isdisjoint(n.lower() for n in exposed):
             for name, source in exposed.items():
                 self.con.register(name, source)
                 self._registered.add(name)
@@ -1261,6 +1260,24 @@ class Reader:
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).
 _QUERIES = frozenset({"SELECT", "WITH", "FROM"})
+
+
+#: An identifier after a dot (``schema.t``, ``x.col``, ``"s"."t"``).
+_AFTER_DOT = re.compile(r'\.\s*("(?:[^"]|"")*"|[^\W\d]\w*)')
+
+
+def _qualified_names(sql: str) -> set[str]:
+    """The identifiers that follow a dot in ``sql`` (lower case, unquoted): a superset of
+    the table names written with a schema (it holds qualified column names too)."""
+    if "." not in sql:
+        return set()
+    out = set()
+    for m in _AFTER_DOT.finditer(sql):
+        name = m.group(1)
+        if name.startswith('"'):
+            name = name[1:-1].replace('""', '"')
+        out.add(name.lower())
+    return out
 
 
 def _parquet_stores(field: pa.Field) -> bool:
