@@ -55,6 +55,7 @@ QUERIES = [
     "count(*) AS n FROM t",
     "SELECT a.i, b.i FROM t a JOIN t b USING (i) WHERE a.i < 2 ORDER BY 1",
     "/* a comment */ SELECT count(*) FROM t",
+    "-- a comment\n/* and another */ SELECT max(s) FROM t WHERE i < 10",
     "SELECT count(*) AS c FROM system.parts",
     "SELECT count(*) FROM t WHERE s = 'x' OR i IN (SELECT i FROM t WHERE i < 5)",
     "EXPLAIN SELECT count(*) FROM t",
@@ -231,3 +232,24 @@ def test_a_child_forked_while_a_statement_holds_its_sources(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["child", "0", "parent", "True", "6000"], \
         out.stdout + out.stderr
+
+
+def test_which_statements_read_through_the_registry(db):
+    through_registry = ["SELECT i FROM t", "FROM t", "  /* c */ -- d\n SELECT i FROM t",
+                        "SELECT t.i FROM t"]
+    through_views = ["WITH x AS (SELECT 1) SELECT i FROM t", "EXPLAIN SELECT i FROM t",
+                     "SELECT i FROM main.t", 'SELECT i FROM "temp"."t"',
+                     "/* a /* nested */ SELECT */ SELECT i FROM t", "-- only a comment"]
+    source = db.sql("SELECT i FROM t WHERE i < 3")
+    try:
+        for sql in through_registry + through_views:
+            db._expose("t", source)
+            out = db._bind_exposed(sql)
+            if sql in through_registry:
+                assert out.startswith('WITH "t" AS NOT MATERIALIZED') and out.endswith(sql)
+                assert len(db._handles) == 1 and db._registered == set(), sql
+            else:
+                assert out == sql and db._registered == {"t"} and db._handles == [], sql
+            db._release()
+    finally:
+        db._release()

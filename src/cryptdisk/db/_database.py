@@ -835,7 +835,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         no change to DuckDB's catalog), named by a leading ``WITH name AS NOT
         MATERIALIZED (SELECT * FROM source)``, which DuckDB inlines as it does a view; the
         handles go in :meth:`_release`. Any other statement (a ``WITH`` of its own,
-        ``EXPLAIN``, ``DESCRIBE``, a leading comment), one that names a table with a
+        ``EXPLAIN``, ``DESCRIBE``), one that names a table with a
         schema (``temp.t``), or a DuckDB without the registry (or ``_submit``, see
         :meth:`_run_prepared`) gets temporary views (``register``), dropped in
         :meth:`_release`. A registration and its drop are two
@@ -846,7 +846,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             return sql
         register = getattr(self.con, "_register_source", None)
         if register is None or not hasattr(self.con, "_submit") \
-                or _sql.first_word(sql) not in ("SELECT", "FROM") \
+                or _sql.first_word(_after_comments(sql)) not in ("SELECT", "FROM") \
                 or not _qualified_names(sql).isdisjoint(n.lower() for n in exposed):
             for name, source in exposed.items():
                 self.con.register(name, source)
@@ -1260,6 +1260,26 @@ class Reader:
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).
 _QUERIES = frozenset({"SELECT", "WITH", "FROM"})
+
+
+def _after_comments(sql: str) -> str:
+    """``sql`` from its first word on: leading blanks and comments (``-- ...`` to the end
+    of the line, ``/* ... */``) skipped; from a comment that holds another ``/*`` (one
+    that may nest) on, as is."""
+    s = sql.lstrip()
+    while True:
+        if s.startswith("--"):
+            end = s.find("\n")
+            if end < 0:
+                return ""
+            s = s[end + 1:].lstrip()
+        elif s.startswith("/*"):
+            end = s.find("*/", 2)
+            if end < 0 or "/*" in s[2:end]:
+                return s
+            s = s[end + 2:].lstrip()
+        else:
+            return s
 
 
 #: An identifier after a dot (``schema.t``, ``x.col``, ``"s"."t"``).
