@@ -158,14 +158,22 @@ def test_a_failed_or_interrupted_statement_is_followed_by_right_answers(db):
                 execute("SELECT sum(CAST('x' || s AS INTEGER)) FROM t")
             assert execute("SELECT sum(i) AS x FROM t WHERE i < 10").to_pylist() == [{"x": 45}]
             assert execute("SELECT s FROM t WHERE i = 3").to_pylist() == [{"s": "3"}]
-        slow = "SELECT count(*) FROM t a, t b WHERE a.i * b.i % 7 = 3"
-        timer = threading.Timer(0.3, r.interrupt)
-        timer.start()
+        # (hours uninterrupted: interrupted every 20 ms until it stops)
+        slow = "SELECT count(*) FROM t a, t b, t c WHERE (a.i * b.i + c.i) % 7 = 3"
+        done = threading.Event()
+
+        def interrupt():
+            while not done.wait(0.02):
+                r.interrupt()
+
+        th = threading.Thread(target=interrupt)
+        th.start()
         try:
-            with pytest.raises(DatabaseError):
+            with pytest.raises(DatabaseError, match=r"(?i)interrupt"):
                 r.execute(slow)
         finally:
-            timer.cancel()
+            done.set()
+            th.join()
         assert r.execute("SELECT f FROM t WHERE i = 9").to_pylist() == [{"f": 4.5}]
     finally:
         r.close()
