@@ -79,6 +79,7 @@ from ._pushdown import (
     all_pass,
     count_star_only,
     filters_from_tuples,
+    head_rows,
     key_extremes_items,
     key_extremes_names,
     key_extremes_only,
@@ -530,13 +531,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
               filters: list[Any] | None = None, top: Any = None,
               extremes: bool = False, derived: list[Any] | None = None,
               name: str | None = None, where: str | None = None,
-              alias: str = "") -> TableScan:
+              alias: str = "", head: tuple[int, int] | None = None) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         cache = self._statement_cache if self._statement_cache is not None else self.cache
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
                          cache if self.cache.bound else None, top, extremes,
-                         derived, name, where, alias)
+                         derived, name, where, alias, head)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache.
@@ -813,8 +814,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 filters, top = self._text_safe(
                     schema, table_filters(tree, t, schema, schemas),
                     top_n(tree, t, schema, self._default_order))
+                head = self._head(tree, t) if not filters and top is None else None
                 scan = self._scan(meta, cols, filters, top,
-                                  key_extremes_only(tree, t, schema, key))
+                                  key_extremes_only(tree, t, schema, key), head=head)
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self._scans.append(scan)
                 if warm is None:
@@ -902,6 +904,22 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                  "row_groups_skipped": 0, "parts_from_index": len(parts),
                                  "granule_reads": 0}
         return pa.Table.from_arrays(arrays, schema=schema)
+
+    def _head(self, tree: Any, table: str) -> tuple[int, int] | None:
+        """``(rows, blank)`` for ``SELECT cols FROM table LIMIT n [OFFSET m]``
+        (:func:`._pushdown.head_rows`): the scan reads its first ``n + m`` rows only, and
+        hands the first ``m`` over as NULLs, unread, while DuckDB keeps a scan's order
+        (``preserve_insertion_order``, asked of the connection only for an OFFSET: without
+        it DuckDB's LIMIT may take any rows, so every row handed over is read)."""
+        found = head_rows(tree, table)
+        if found is None:
+            return None
+        limit, offset = found
+        if not limit:
+            return 0, 0
+        blank = offset if offset and scalar(
+            self.con, "SELECT current_setting('preserve_insertion_order')") is True else 0
+        return limit + offset, blank
 
     def _binary_text(self) -> bool:
         """Whether DuckDB compares and sorts text byte by byte (no ``default_collation``):

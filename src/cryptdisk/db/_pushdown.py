@@ -33,7 +33,8 @@ import pyarrow as pa
 
 from ._columns import _walk
 
-__all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "key_extremes_items",
+__all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "head_rows",
+           "key_extremes_items",
            "key_extremes_names", "key_extremes_only",
            "may_match", "table_filters"]
 
@@ -394,18 +395,11 @@ def _int_constant(node: Any) -> int | None:
     return v if v >= 0 else None
 
 
-def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
-          default_order: Callable[[], str] | None = None) -> TopN | None:
-    """``SELECT cols FROM table ORDER BY col ASC|DESC[, ...] LIMIT n [OFFSET m]``, or None.
-
-    Only the plainest form: the table read once, no WHERE, GROUP BY, HAVING,
-    DISTINCT or aliases, only column references (or ``*``) selected, an
-    explicit direction (or DuckDB's ``default_order``, asked of ``default_order()``) on an
-    integer, floating or VARCHAR column, constant
-    LIMIT and OFFSET. Then every row past the first ``n + m`` in that order
-    cannot reach the result, which lets a scan skip row groups whose
-    statistics prove all their rows come later.
-    """
+def _plain_select(tree: dict[str, Any] | None, table: str, aliases: bool
+                  ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(SELECT node, table scan)`` when ``table`` is read exactly once in the statement,
+    by a SELECT whose FROM is that table alone, without WHERE, GROUP BY, HAVING, QUALIFY
+    or SAMPLE, selecting column references (``aliases``: renamed or not) or ``*``."""
     if tree is None:
         return None
     scans = [n for n in _walk(tree.get("statements", []))
@@ -421,7 +415,7 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
             or (node.get("group_sets") or []):
         return None
     for item in node.get("select_list") or []:
-        if item.get("alias"):
+        if item.get("alias") and not aliases:
             return None
         if item.get("class") == "STAR":
             if item.get("replace_list") or item.get("columns") or item.get("expr") \
@@ -429,6 +423,49 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
                 return None
         elif item.get("class") != "COLUMN_REF":
             return None
+    return node, scans[0]
+
+
+def head_rows(tree: dict[str, Any] | None, table: str) -> tuple[int, int] | None:
+    """``(n, m)`` for ``SELECT cols FROM table LIMIT n [OFFSET m]``, or None.
+
+    The table read once, by a SELECT with no WHERE, GROUP BY, HAVING, DISTINCT or
+    ORDER BY, selecting only column references (aliases allowed) or ``*``, constant
+    LIMIT and OFFSET. That SELECT's rows are the first ``n + m`` rows of the scan, in
+    the order the scan hands them over (DuckDB keeps a scan's order for a LIMIT), of
+    which DuckDB drops the first ``m``: the scan needs to read no more, and what it
+    hands over for the first ``m`` is never looked at.
+    """
+    found = _plain_select(tree, table, aliases=True)
+    if found is None:
+        return None
+    mods = found[0].get("modifiers") or []
+    if len(mods) != 1 or mods[0].get("type") != "LIMIT_MODIFIER" \
+            or mods[0].get("limit_type", "ROW_COUNT") != "ROW_COUNT":
+        return None
+    limit = _int_constant(mods[0].get("limit"))
+    offset = 0 if mods[0].get("offset") is None else _int_constant(mods[0].get("offset"))
+    if limit is None or offset is None:
+        return None
+    return limit, offset
+
+
+def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
+          default_order: Callable[[], str] | None = None) -> TopN | None:
+    """``SELECT cols FROM table ORDER BY col ASC|DESC[, ...] LIMIT n [OFFSET m]``, or None.
+
+    Only the plainest form: the table read once, no WHERE, GROUP BY, HAVING,
+    DISTINCT or aliases, only column references (or ``*``) selected, an
+    explicit direction (or DuckDB's ``default_order``, asked of ``default_order()``) on an
+    integer, floating or VARCHAR column, constant
+    LIMIT and OFFSET. Then every row past the first ``n + m`` in that order
+    cannot reach the result, which lets a scan skip row groups whose
+    statistics prove all their rows come later.
+    """
+    found = _plain_select(tree, table, aliases=False)
+    if found is None:
+        return None
+    node, scan = found
     mods = node.get("modifiers") or []
     if len(mods) != 2 or mods[0].get("type") != "ORDER_MODIFIER" \
             or mods[1].get("type") != "LIMIT_MODIFIER" \
@@ -446,7 +483,7 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
         if default_order is None:
             return None
         descending = default_order().strip().upper().startswith("DESC")
-    cols = _Columns(table, str(scans[0].get("alias") or ""), schema)
+    cols = _Columns(table, str(scan.get("alias") or ""), schema)
     ref = cols.ref(orders[0].get("expression") or {})
     if ref is None:
         return None

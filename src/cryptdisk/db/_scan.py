@@ -194,7 +194,8 @@ class TableScan:
                  cache: ColumnCache | StatementCache | None,
                  top: TopN | None = None, extremes: bool = False,
                  derived: list[DerivedColumn] | None = None, name: str | None = None,
-                 where: str | None = None, alias: str = "") -> None:
+                 where: str | None = None, alias: str = "",
+                 head: tuple[int, int] | None = None) -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
         self.name = name or meta.name
         self.columns = columns
@@ -205,6 +206,10 @@ class TableScan:
         self.where, self._alias = (where, alias) if derived else (None, "")
         self._filters = filters
         self._top = top if top is not None and top.limit > 0 and top.column in columns else None
+        #: ``(rows, blank)``: the query wants only the scan's first ``rows`` rows (a LIMIT
+        #: with no ORDER BY), of which the first ``blank`` are never looked at (its OFFSET)
+        self._head = head if (head is not None and columns and not filters and not derived
+                              and self._top is None and not extremes) else None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.key
@@ -272,6 +277,8 @@ class TableScan:
         if cache is None or not len(cache) or not (self.columns or self.derived) \
                 or self._extremes:
             return None  # (an empty cache: no part is opened to find that out)
+        if self._head is not None:
+            return self._cached_head(cache)
         wanted = [(c, c) for c in self.columns] + [(d.name, d.cache_name) for d in self.derived]
         chunks: dict[str, list[Any]] = {c: [] for c, _k in wanted}
         for part in self._parts:
@@ -304,6 +311,78 @@ class TableScan:
                     chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
         arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _cached_head(self, cache: ColumnCache | StatementCache) -> pa.Table | None:
+        """A LIMIT's first rows as one Arrow table (slices of cached row groups, no copy)
+        if every row group they come from is cached; None otherwise."""
+        assert self._head is not None
+        need = self._head[0]
+        chunks: dict[str, list[Any]] = {c: [] for c in self.columns}
+        before = 0
+        for part in self._parts:
+            if before >= need:
+                break
+            if not part.rows:
+                continue
+            op = self._open_parts.get(part)
+            for rg in self._row_groups(op):
+                if before >= need:
+                    break
+                n = op.rows(rg)
+                key = f"{part.id}/{rg}"
+                for c in self.columns:
+                    arr = cache.get(key, c)
+                    if arr is None:
+                        return None
+                    chunks[c].append(_one(arr).slice(0, min(n, need - before)))
+                before += n
+        arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def blank(self, rows: int) -> list[pa.RecordBatch]:
+        """``rows`` rows of NULLs in the scan's schema, in batches: rows a LIMIT's OFFSET
+        drops, handed over without reading them."""
+        out = []
+        for start in range(0, rows, _NULL_BATCH):
+            n = min(_NULL_BATCH, rows - start)
+            out.append(pa.RecordBatch.from_arrays([pa.nulls(n, f.type) for f in self.schema],
+                                                  schema=self.schema))
+        return out
+
+    def read_head(self, op: OpenPart, rg: int, blank: int, end: int) -> list[pa.RecordBatch]:
+        """Rows ``0..end`` of row group ``rg`` for a LIMIT, of which the first ``blank`` are
+        NULLs (its OFFSET drops them) and the others decoded from the pages that hold them
+        (:meth:`OpenPart.read_rows`). A column cached, or read before in this statement's
+        cache view, or one the granule reader does not describe, is taken from its whole
+        column chunk (through the cache, as any read)."""
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        if cache is not None and (self.cached(op, rg) or any(
+                cache.offered(ckey, c) for c in self.columns)):
+            # decoded already, or read before: read whole so the cache keeps it for repeats
+            return [self._read_group(op, rg, {}).slice(0, end)]
+        arrays, paged = [], 0
+        for field in self.schema:
+            c = field.name
+            col = op.read_rows(rg, c, blank, end)
+            if col is None:  # not by page (narrow and not indexed, or not described)
+                whole = cache.get(ckey, c) if cache is not None else None
+                if whole is None:
+                    whole = op.read([rg], [c]).column(c)
+                    if cache is not None:
+                        cache.put(ckey, c, whole)
+                col = _one(whole).slice(blank, end - blank)
+            else:
+                paged += 1
+                if cache is not None:
+                    cache.offer(ckey, c)
+            if col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        if paged:
+            self.granule_reads += 1
+        rows = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return [*self.blank(blank), rows] if blank else [rows]
 
     def stats(self) -> dict[str, int]:
         """Parts skipped by their key range, or answered by it (min/max of the key); row
@@ -921,6 +1000,38 @@ class _Stream:
             for rg in groups:
                 yield op, rg
 
+    def _head_tasks(self, need: int, blank: int
+                    ) -> Iterator[tuple[OpenPart | None, int, Any]]:
+        """A LIMIT's row groups in table order until they hold its ``need`` rows, each
+        with ``(blank, end)``: its rows ``0..end`` are handed over, the first ``blank`` of
+        them as NULLs (rows its OFFSET drops). A part wholly within the OFFSET is not
+        opened (``(None, rows, None)``: that many NULL rows); parts past the LIMIT are
+        skipped."""
+        scan = self.scan
+        before = 0
+        for part in scan._parts:
+            if before >= need:
+                scan.parts_skipped += 1
+                continue
+            if not part.rows:
+                continue
+            if before + part.rows <= blank:
+                scan.parts_skipped += 1
+                before += part.rows
+                yield None, part.rows, None
+                continue
+            op = scan._open_parts.get(part)
+            for rg in scan._row_groups(op):
+                n = op.rows(rg)
+                if before >= need or before + n <= blank:
+                    scan.row_groups_skipped += 1
+                    if before < need:
+                        yield None, n, None
+                    before += n
+                    continue
+                yield op, rg, (min(n, max(0, blank - before)), min(n, need - before))
+                before += n
+
     def _top_tasks(self, top: TopN) -> Iterator[tuple[OpenPart, int, Any]]:
         """Row groups best-first by the sort column's bound; those without one first."""
         scan = self.scan
@@ -1078,9 +1189,13 @@ class _Stream:
         """Plan the scan and set its first row groups (up to the window) reading."""
         if self._todo is None and not self._started:
             self._started = True
-            top = self.scan._top
-            self._todo = (self._top_tasks(top) if top is not None
-                          else ((op, rg, None) for op, rg in self._tasks()))
+            top, head = self.scan._top, self.scan._head
+            if head is not None:
+                rows, blank = head
+                self._todo = self._head_tasks(rows, min(blank, rows))  # type: ignore[assignment]
+            else:
+                self._todo = (self._top_tasks(top) if top is not None
+                              else ((op, rg, None) for op, rg in self._tasks()))
             self._fill()
 
     def _fill(self) -> None:
@@ -1100,6 +1215,9 @@ class _Stream:
                 self._todo = None
                 break
             op, rg, bound = item
+            if scan._head is not None:
+                self._pending.append(self._head_read(op, rg, bound))
+                continue
             if top is not None and bound is not None and self._beaten(bound, top):
                 scan.row_groups_skipped += 1  # all its rows sort after the top ones
                 continue
@@ -1119,6 +1237,24 @@ class _Stream:
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
             self._tasks_submitted += 1
             scan.row_groups_read += len(groups)
+
+    def _head_read(self, op: OpenPart | None, rg: int, span: Any
+                   ) -> Future[list[pa.RecordBatch]]:
+        """A LIMIT's read of one row group (``span``: see :meth:`_head_tasks`)."""
+        scan = self.scan
+        if op is None:  # ``rg`` rows within the OFFSET: NULLs, nothing read
+            done: Future[list[pa.RecordBatch]] = Future()
+            done.set_result(scan.blank(rg))
+            return done
+        blank, end = span
+        scan.row_groups_read += 1
+        if scan.cached(op, rg):  # decoded already: no thread hand-off
+            done = Future()
+            done.set_result(scan.read_head(op, rg, blank, end))
+            return done
+        if self._pending:
+            op.prefetch([rg], scan.read_columns())
+        return _pool().submit(scan.read_head, op, rg, blank, end)
 
     def _next(self) -> tuple[OpenPart, int, Any] | None:
         if self._held:
