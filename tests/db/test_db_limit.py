@@ -178,3 +178,20 @@ def test_a_tampered_page_of_the_first_granule_fails_the_limit(tmp_path, monkeypa
     with cryptdisk.connect(path, read_only=True) as db, \
             pytest.raises(AuthenticationError, match=f"segment {index}"):
         db.query("SELECT c_str FROM t LIMIT 1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=st.sampled_from(["sorted", "plain", "unsorted"]),
+       order=st.sampled_from(["k", "k DESC", "k ASC", "f DESC", "f", "s DESC"]),
+       limit=st.sampled_from([1, 10, 50, 51, 400, 2000]),
+       offset=st.one_of(st.none(), st.integers(0, 700)))
+def test_top_n_equals_duckdb_cold_and_from_the_cache(tables, table, order, limit, offset):
+    """ORDER BY ... LIMIT: cold (granules), the second run (whole row groups, kept) and
+    the third (cut from the cache) answer as DuckDB does."""
+    sql = f"SELECT k, s, i FROM {table} ORDER BY {order}, k, s, i LIMIT {limit}"
+    if offset is not None:
+        sql += f" OFFSET {offset}"
+    with cryptdisk.connect(tables, read_only=True) as db:
+        want = _answer(db, sql, table)
+        for _ in range(3):
+            assert db.query(sql) == want

@@ -279,6 +279,8 @@ class TableScan:
             return None  # (an empty cache: no part is opened to find that out)
         if self._head is not None:
             return self._cached_head(cache)
+        if self._top is not None and not self.derived and self.where is None:
+            return self._cached_top()
         wanted = [(c, c) for c in self.columns] + [(d.name, d.cache_name) for d in self.derived]
         chunks: dict[str, list[Any]] = {c: [] for c, _k in wanted}
         for part in self._parts:
@@ -338,6 +340,30 @@ class TableScan:
                 before += n
         arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _cached_top(self) -> pa.Table | None:
+        """A top-N's rows as one Arrow table if every row group it reads is cached: the
+        scan's own plan (:meth:`_Stream._top_tasks`, row groups beaten by the statistics
+        or by the rows seen skipped) run here, each row group trimmed as the stream
+        trims it (on a part sorted by the column, the first ``n`` rows: slices, no
+        copy); None, and nothing counted, when one is missing (the scan streams)."""
+        top = self._top
+        assert top is not None
+        counts = (self.parts_skipped, self.row_groups_skipped, self.row_groups_read)
+        stream = _Stream(self)
+        batches = []
+        for op, rg, bound in stream._top_tasks(top):
+            if bound is not None and stream._beaten(bound, top):
+                self.row_groups_skipped += 1
+                continue
+            if not self.cached(op, rg):
+                self.parts_skipped, self.row_groups_skipped, self.row_groups_read = counts
+                return None
+            batch = stream._trim(self._read_group(op, rg, {}), top)
+            stream._see(batch, top)
+            batches.append(batch)
+            self.row_groups_read += 1
+        return pa.Table.from_batches(batches, schema=self.schema)
 
     def blank(self, rows: int) -> list[pa.RecordBatch]:
         """``rows`` rows of NULLs in the scan's schema, in batches: rows a LIMIT's OFFSET
@@ -1047,8 +1073,12 @@ class _Stream:
             else:
                 ranked.append((st[1] if top.descending else st[0], op, rg))
         ranked.sort(key=lambda r: r[0], reverse=top.descending)
-        self._static = self._bound_from_statistics(ranked, top, floating)
-        for bound, op, rg in ranked:
+        self._static = static = self._bound_from_statistics(ranked, top, floating)
+        for i, (bound, op, rg) in enumerate(ranked):
+            if static is not None and (bound < static if top.descending else bound > static):
+                # ranked best-first: every row group after this one is beaten as well
+                scan.row_groups_skipped += len(ranked) - i
+                return
             yield op, rg, bound
 
     def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int]], top: TopN,
