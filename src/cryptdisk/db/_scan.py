@@ -1047,15 +1047,17 @@ class _Stream:
                 yield None, part.rows, None
                 continue
             op = scan._open_parts.get(part)
-            for rg in scan._row_groups(op):
+            groups = scan._row_groups(op)
+            for i, rg in enumerate(groups):
+                if before >= need:  # (not one by one: a footer lookup each)
+                    scan.row_groups_skipped += len(groups) - i
+                    break
                 n = op.rows(rg)
-                if before >= need or before + n <= blank:
+                if before + n <= blank:
                     scan.row_groups_skipped += 1
-                    if before < need:
-                        yield None, n, None
-                    before += n
-                    continue
-                yield op, rg, (min(n, max(0, blank - before)), min(n, need - before))
+                    yield None, n, None
+                else:
+                    yield op, rg, (min(n, max(0, blank - before)), min(n, need - before))
                 before += n
 
     def _top_tasks(self, top: TopN) -> Iterator[tuple[OpenPart, int, Any]]:
