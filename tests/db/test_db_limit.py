@@ -195,3 +195,19 @@ def test_top_n_equals_duckdb_cold_and_from_the_cache(tables, table, order, limit
         want = _answer(db, sql, table)
         for _ in range(3):
             assert db.query(sql) == want
+
+
+def test_a_reader_reads_a_limits_rows_only(db, monkeypatch):
+    """A Reader's LIMIT with an OFFSET asks the reader's own cursor whether DuckDB keeps
+    the scan's order (a global setting: set on the database's connection, seen by it)."""
+    _big(db, monkeypatch)
+    r = db.reader()
+    sql = "SELECT c_int FROM t LIMIT 2 OFFSET 4500"
+    try:
+        assert r.execute(sql).column(0).to_pylist() == [4500, 4501]
+        assert r.last_scans["t"]["row_groups_read"] == 1
+        db.con.execute("SET preserve_insertion_order = false")
+        assert len(r.execute(sql)) == 2
+        assert r.last_scans["t"]["row_groups_read"] == 5
+    finally:
+        r.close()

@@ -1177,6 +1177,7 @@ class Reader:
     _binary_text = Database._binary_text
     _text_safe = Database._text_safe
     _default_order = Database._default_order
+    _head = Database._head
     _scan = Database._scan
     arrow_schema = Database.arrow_schema
 
