@@ -208,8 +208,10 @@ class TableScan:
         self._top = top if top is not None and top.limit > 0 and top.column in columns else None
         #: ``(rows, blank)``: the query wants only the scan's first ``rows`` rows (a LIMIT
         #: with no ORDER BY), of which the first ``blank`` are never looked at (its OFFSET)
+        #: (a LIMIT past the table's rows is a full scan: read as one, in runs)
         self._head = head if (head is not None and columns and not filters and not derived
-                              and self._top is None and not extremes) else None
+                              and self._top is None and not extremes
+                              and head[0] < meta.rows) else None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.key
