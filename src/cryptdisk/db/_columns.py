@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "base_tables", "has_where", "keywords", "needed_columns", "parse_tree",
+__all__ = ["ALL", "base_tables", "has_where", "needed_columns", "parse_tree",
            "referenced_tables", "rewrite_system_tables"]
 
 ALL = None  # marker: every column
@@ -46,18 +46,8 @@ def referenced_tables(sql: str, names: set[str]) -> set[str]:
 
 def has_where(sql: str) -> bool:
     """Whether ``sql`` holds the keyword WHERE (outside literals, comments and quotes)."""
-    return "where" in keywords(sql, {"where"})
-
-
-def keywords(sql: str, words: set[str]) -> set[str]:
-    """Which of ``words`` (lower case) ``sql`` holds as keywords (outside literals,
-    comments and quotes)."""
-    found = set()
-    for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
-        word = m.group(3)
-        if word and word.lower() in words:
-            found.add(word.lower())
-    return found
+    return any(m.group(3) and m.group(3).lower() == "where"
+               for m in _WORD.finditer(_LITERAL.sub(" ", sql)))
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:

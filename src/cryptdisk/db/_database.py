@@ -52,7 +52,7 @@ from ._catalog import (
 )
 from ._columns import (
     base_tables,
-    keywords,
+    has_where,
     needed_columns,
     parse_tree,
     parser_cursor,
@@ -100,10 +100,8 @@ log = logging.getLogger("cryptdisk.db")
 #: decrypted and checked, key statistics read) on the scan pool while DuckDB parses it (a
 #: selective query's critical path); of a larger table, the parts (at most this many)
 #: whose integer key range holds an integer the statement's text names (a point or range
-#: query's bounds). A statement with a LIMIT and no WHERE opens the table's first parts
-#: (at most this many: a LIMIT's first rows come from them, a top-N reads them). Other
-#: parts, and those of a statement with neither (count(*) and min/max of the key may read
-#: none), open when its scan knows which ones it reads.
+#: query's bounds). Other parts, and those of a statement without WHERE (count(*) and
+#: min/max of the key may read none), open when its scan knows which ones it reads.
 _PREOPEN_PARTS = 4
 _INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
 
@@ -758,15 +756,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
-            found = keywords(sql, {"where", "limit"})
-            for t in used if found else ():  # see _PREOPEN_PARTS
+            for t in used if has_where(sql) else ():  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
-                if "where" in found:
-                    parts = _parts_to_preopen(meta, sql)
-                    if parts:
-                        self._open_parts.preopen(parts, meta.key, _numbers(sql))
-                else:  # a LIMIT (its first rows, or a top-N) reads the first parts
-                    self._open_parts.preopen(meta.parts[:_PREOPEN_PARTS], meta.key)
+                parts = _parts_to_preopen(meta, sql)
+                if parts:
+                    self._open_parts.preopen(
+                        parts, meta.key,
+                        _numbers(sql))
             tree = self._parse_tree(sql)
             pushed: list[PushedScan] = []
             if tree is not None and push:
