@@ -326,3 +326,23 @@ def test_another_readers_statement_does_not_make_a_query_evict_its_own_entries(t
         b.close()
     finally:
         db.close()
+
+
+def test_a_readers_sql_and_query_run_on_its_own_cursor_and_refuse_writes(db):
+    r = db.reader()
+    try:
+        # a connection-local setting on the reader's cursor only: r.sql must use that cursor
+        r.configure("SET integer_division = true")
+        assert r.query("SELECT 7 / 2 AS q") == [(3,)]
+        assert db.query("SELECT 7 / 2 AS q") == [(3.5,)]
+        got = r.sql("SELECT count(*) AS n FROM t; SELECT max(i) AS m FROM t")
+        assert got.to_pylist() == [{"m": 5999}]
+        assert r.query("SELECT count(*) FROM t WHERE i < 10") == [(10,)]
+        # a write (alone, or after a query in the same text) runs nothing through a reader
+        for text in ("INSERT INTO t VALUES (1, 1)",
+                     "SELECT 1; INSERT INTO t VALUES (1, 1)"):
+            with pytest.raises(DatabaseError, match="a reader runs queries"):
+                r.sql(text)
+        assert db.query("SELECT count(*) FROM t") == [(6000,)]
+    finally:
+        r.close()

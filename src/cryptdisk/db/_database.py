@@ -1148,7 +1148,8 @@ class Reader:
     of its connection, so that several threads, each with its reader, query at once.
 
     :meth:`execute` runs one query (``SELECT``, ``WITH``, ``FROM``; any other statement
-    is refused: it goes to :meth:`Database.execute`). Its tables are taken from the
+    is refused: it goes to :meth:`Database.execute`); :meth:`sql` and :meth:`query` run
+    queries the same way, on the reader's cursor. Its tables are taken from the
     catalog, and their scans registered on the reader's cursor, under the database's
     lock, which a write holds from its start to its commit: a query sees each insert
     whole or not at all, then runs (DuckDB's work, the decryption and decoding of its
@@ -1243,6 +1244,25 @@ class Reader:
             return self._run_duckdb(sql)  # type: ignore[misc]
         finally:
             db._reader_ends()
+
+    def sql(self, sql: str) -> pa.Table | None:
+        """Run one or more queries on this reader (each as :meth:`execute` does); returns
+        the last one's Arrow table. A statement other than a query raises
+        :class:`DatabaseError` before it runs, as :meth:`execute` does."""
+        statements = _sql.split_statements(sql)
+        for statement in statements:
+            if not self.runs(statement):
+                raise DatabaseError("a reader runs queries (SELECT, WITH, FROM); run other "
+                                    "statements with Database.execute")
+        result = None
+        for statement in statements:
+            result = self.execute(statement)
+        return result
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """:meth:`sql`'s last result as a list of row tuples."""
+        table = self.sql(sql)
+        return [] if table is None else [tuple(r.values()) for r in table.to_pylist()]
 
     def configure(self, statement: str) -> None:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
