@@ -209,6 +209,39 @@ def test_a_header_that_stays_torn_raises_its_error_after_the_reads(tmp_path):
     assert len(reads) == 1 + len(REREAD_DELAYS)
 
 
+def test_a_header_read_again_unchanged_is_not_unwrapped_again(tmp_path, monkeypatch):
+    """The same bytes fail the same way: a header that stays bad costs one unwrap (one
+    key provider call), however often it is read again."""
+    path = tmp_path / "f.cd"
+    with cryptdisk.open(path, "wb", keyring=OLD_RING) as f:
+        f.write(DATA)
+    old, new = _old_and_new(path)
+    torn = _torn(old, new, 64)
+    unwraps = []
+
+    def counted(header, keys, name):
+        unwraps.append(header.to_bytes())
+        return open_header(header, keys, name)
+
+    monkeypatch.setattr(_reread, "open_header", counted)
+    monkeypatch.setattr(_reread, "time", types.SimpleNamespace(sleep=lambda s: None))
+    reads = []
+
+    def read() -> bytes:
+        reads.append(1)
+        return torn
+
+    with pytest.raises(HeaderAuthenticationError):
+        read_open_header(read, OLD_RING, str(path))
+    assert len(reads) == 1 + len(REREAD_DELAYS)
+    assert unwraps == [torn]
+    # a read that changes is unwrapped again, and the completed header opens
+    answers = iter([torn, torn, new])
+    header, _dek = read_open_header(lambda: next(answers), NEW_RING, str(path))
+    assert header.to_bytes() == new
+    assert unwraps == [torn, torn, new]
+
+
 def test_a_genuinely_wrong_keyring_gives_its_usual_errors(tmp_path):
     path = tmp_path / "f.cd"
     with cryptdisk.open(path, "wb", keyring=OLD_RING) as f:

@@ -440,11 +440,15 @@ def head_rows(tree: dict[str, Any] | None, table: str) -> tuple[int, int] | None
     if found is None:
         return None
     mods = found[0].get("modifiers") or []
-    if len(mods) != 1 or mods[0].get("type") != "LIMIT_MODIFIER" \
-            or mods[0].get("limit_type", "ROW_COUNT") != "ROW_COUNT":
+    return _limit_offset(mods[0]) if len(mods) == 1 else None
+
+
+def _limit_offset(mod: dict[str, Any]) -> tuple[int, int] | None:
+    """``(n, m)`` of a ``LIMIT n [OFFSET m]`` modifier with constant counts, else None."""
+    if mod.get("type") != "LIMIT_MODIFIER" or mod.get("limit_type", "ROW_COUNT") != "ROW_COUNT":
         return None
-    limit = _int_constant(mods[0].get("limit"))
-    offset = 0 if mods[0].get("offset") is None else _int_constant(mods[0].get("offset"))
+    limit = _int_constant(mod.get("limit"))
+    offset = 0 if mod.get("offset") is None else _int_constant(mod.get("offset"))
     if limit is None or offset is None:
         return None
     return limit, offset
@@ -467,14 +471,11 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
         return None
     node, scan = found
     mods = node.get("modifiers") or []
-    if len(mods) != 2 or mods[0].get("type") != "ORDER_MODIFIER" \
-            or mods[1].get("type") != "LIMIT_MODIFIER" \
-            or mods[1].get("limit_type", "ROW_COUNT") != "ROW_COUNT":
+    counts = _limit_offset(mods[1]) if len(mods) == 2 \
+        and mods[0].get("type") == "ORDER_MODIFIER" else None
+    if counts is None:
         return None
-    limit = _int_constant(mods[1].get("limit"))
-    offset = 0 if mods[1].get("offset") is None else _int_constant(mods[1].get("offset"))
-    if limit is None or offset is None:
-        return None
+    limit, offset = counts
     orders = mods[0].get("orders") or []
     if not orders or orders[0].get("type") not in ("ASCENDING", "DESCENDING", "ORDER_DEFAULT"):
         return None

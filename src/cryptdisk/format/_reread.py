@@ -65,16 +65,23 @@ def read_open_header(read: Read, keys: KeyLookup, path: str | None = None, *,
     place (an object store's).
     """
     attempt = 0
+    last: bytes | None = None
+    error: Exception | None = None
     while True:
-        header = Header.parse(bytes(read()[:HEADER_SIZE]), path)
-        if check is not None:
-            check(header)
-        try:
-            return header, open_header(header, keys, path)
-        except TORN_HEADER_ERRORS:
-            delay = reread_delay(attempt) if reread else None
-            if delay is None:
-                raise
+        data = bytes(read()[:HEADER_SIZE])
+        if data != last:  # the same bytes fail the same way: no second unwrap (a provider
+            last = data   # call for a key in an HSM or a KMS)
+            header = Header.parse(data, path)
+            if check is not None:
+                check(header)
+            try:
+                return header, open_header(header, keys, path)
+            except TORN_HEADER_ERRORS as exc:
+                error = exc
+        delay = reread_delay(attempt) if reread else None
+        if delay is None:
+            assert error is not None
+            raise error
         attempt += 1
         if delay:
             time.sleep(delay)
