@@ -117,3 +117,42 @@ def test_describe_a_framed_file_and_verify_it(tmp_path: Path) -> None:
     assert info["kind"] == "framed" and info["segment_size"] == 4096
     assert info["plaintext_size"] == len(plain) == 32 + (len(plain) - 32) // 4120 * 4120
     assert plain[:4] == bytes.fromhex("377f0682")  # SQLite's WAL magic, decrypted
+
+
+def test_a_rewrap_between_choosing_the_key_and_opening_still_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, new = Key.generate(1), Key.generate(2)
+    EncryptedDisk("a", LocalDisk("raw", tmp_path), Keyring([old])).write_bytes("f", b"F" * 5000)
+    import cryptdisk.disks._detect as detect
+    from cryptdisk.keys import rewrap_file
+
+    real_open = detect.open_file
+
+    def rotate_then_open(*args: object, **kwargs: object) -> object:
+        # the header open_any chose its key by is replaced before open_file reads it
+        assert rewrap_file(tmp_path / "f", Keyring([old, new], current_key_id=2))
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(detect, "open_file", rotate_then_open)
+    with open_any(tmp_path / "f", keyring=Keyring([old, new], current_key_id=1)) as f:
+        assert f.read() == b"F" * 5000
+    assert describe(tmp_path / "f")["key_id"] == 2
+
+
+def test_keys_sharing_an_id_open_the_file_whose_check_value_matches(tmp_path: Path) -> None:
+    a, b = Key.generate(5), Key.generate(5)
+    other = Key.generate(6)
+    EncryptedDisk("a", LocalDisk("raw", tmp_path), Keyring([b])).write_bytes("f", b"bee")
+    ring = Keyring([a, other], current_key_id=5)
+
+    class Cfg:
+        path = "c.toml"
+
+        def cryptdisk_keys(self) -> list[Key]:
+            return [b, other]
+
+        def clickhouse_keys(self) -> list[object]:
+            return []
+
+    with open_any(tmp_path / "f", keyring=ring, config=Cfg()) as f:  # type: ignore[arg-type]
+        assert f.read() == b"bee"

@@ -65,17 +65,32 @@ def detect_format(head: bytes) -> str:
 
 
 def _cryptdisk_key(header: Header, keys: list[Key], path: str) -> Keyring:
+    """The key the header names, and every other key that is alone with its id.
+
+    The others are there because a rewrap (``cryptdisk keys rotate``) may replace the
+    header between this read and :func:`open_file`'s: the file then names the new
+    current key, which opens it as well. An id that two different keys share (a
+    keyring and a disk of the config each with their own key 1) is left out but for
+    the key this header names, chosen by its check value.
+    """
     same_id = [k for k in keys if k.key_id == header.key_id]
-    for key in same_id:
-        if hmac.compare_digest(key.check_value, header.key_check):
-            return Keyring([key])
-    if same_id:  # a key with that id but other material: let open_header say so
-        return Keyring([same_id[0]])
-    known = ", ".join(str(i) for i in sorted({k.key_id for k in keys})) or "none"
-    raise KeyNotFoundError(
-        f"{path}: no key with id {header.key_id} in the config or keyring (key ids: {known})",
-        key_id=header.key_id, path=path,
-        hint=f"add the key with id {header.key_id}; it encrypted this file")
+    chosen = next((k for k in same_id if hmac.compare_digest(k.check_value, header.key_check)),
+                  same_id[0] if same_id else None)  # other material: open_header says so
+    if chosen is None:
+        known = ", ".join(str(i) for i in sorted({k.key_id for k in keys})) or "none"
+        raise KeyNotFoundError(
+            f"{path}: no key with id {header.key_id} in the config or keyring (key ids: {known})",
+            key_id=header.key_id, path=path,
+            hint=f"add the key with id {header.key_id}; it encrypted this file")
+    by_id: dict[int, Key | None] = {}
+    for key in keys:
+        if key.key_id == chosen.key_id:
+            continue
+        seen = by_id.get(key.key_id, key)
+        same = seen is not None and hmac.compare_digest(seen.check_value, key.check_value)
+        by_id[key.key_id] = seen if same else None
+    others = [k for k in by_id.values() if k is not None]
+    return Keyring([chosen, *others], current_key_id=chosen.key_id)
 
 
 def _names_one_of(header: Header, keys: list[Key]) -> bool:
