@@ -98,8 +98,20 @@ def test_a_header_that_stays_torn_fails_the_open_after_every_read(
     fake = types.SimpleNamespace(sleep=pauses.append)
     monkeypatch.setattr(_reread, "time", fake)
     monkeypatch.setattr(sqlite_header, "time", fake)
+    unwraps: list[int] = []
+
+    def counted(real):  # type: ignore[no-untyped-def]
+        def open_header(*args, **kwargs):  # type: ignore[no-untyped-def]
+            unwraps.append(1)
+            return real(*args, **kwargs)
+        return open_header
+
+    monkeypatch.setattr(_reread, "open_header", counted(_reread.open_header))
+    monkeypatch.setattr(sqlite_header, "open_header", counted(sqlite_header.open_header))
     with pytest.raises(HeaderAuthenticationError, match="tampered with or corrupted"):
         _sum(path, OLD_RING)
     assert pauses == [d for d in REREAD_DELAYS if d]
+    assert len(unwraps) == 1  # the same bytes read again are not unwrapped again
+    monkeypatch.undo()
     _write_header(path, new)  # the rewrap done: it opens under either keyring
     assert _sum(path, OLD_RING) == _sum(path, NEW_RING) == 200 * 201 // 2

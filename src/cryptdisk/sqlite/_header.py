@@ -43,7 +43,9 @@ def header_and_key(keyring: _KeyLookup, path: str, read: Callable[[], bytes] | N
 
 
 def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
-                          attempt: int | None) -> tuple[bytes, bytes] | None:
+                          attempt: int | None,
+                          failed: dict[str, tuple[bytes, Exception]] | None = None,
+                          ) -> tuple[bytes, bytes] | None:
     """An existing file's header (read by the C VFS) and data key, authenticated.
 
     ``attempt`` counts the reads before this one. A header that fails as one read
@@ -51,15 +53,23 @@ def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
     ``cryptdisk.format.reread_delay``: the C VFS reads it again and calls again (the
     loop of ``read_open_header``, with the reads in C); once the pauses are used up
     the error is raised. ``attempt`` None: the caller cannot read again (one read).
+    ``failed`` (the caller's, one per VFS) remembers a failed read's bytes by path
+    between the calls of one loop: a read again with the same bytes fails the same
+    way without a second unwrap (a provider call for a key in an HSM or a KMS).
     """
     parsed = Header.parse(header, path)
     _database_kind(parsed, path)
+    seen = failed.pop(path, None) if failed is not None else None
     try:
+        if seen is not None and attempt and seen[0] == header:
+            raise seen[1]
         return parsed.to_bytes(), open_header(parsed, keyring, path)
-    except TORN_HEADER_ERRORS:
+    except TORN_HEADER_ERRORS as exc:
         delay = reread_delay(attempt) if attempt is not None else None
         if delay is None:
             raise
+        if failed is not None:
+            failed[path] = (bytes(header), exc)
     if delay:
         time.sleep(delay)
     return None

@@ -120,6 +120,7 @@ class NativeVFS:
         _load_into_sqlite()
         self.vfs_name = name or f"cryptdisk-c-{next(_counter)}"
         self.keyring = keyring
+        self._failed: dict[str, tuple[bytes, Exception]] = {}  # see stored_header_and_key
         _cvfs.register(self.vfs_name, self._header_for, _exception, _warn)
 
     def _header_for(self, path: str, header: bytes | None, segment_size: int, lead: int,
@@ -131,7 +132,7 @@ class NativeVFS:
         if count:
             return new_headers_and_keys(self.keyring, segment_size, lead, frame_extra, count)
         if header is not None:
-            return stored_header_and_key(self.keyring, path, header, attempt)
+            return stored_header_and_key(self.keyring, path, header, attempt, self._failed)
         return header_and_key(self.keyring, path, None, segment_size, lead, frame_extra)
 
     def __repr__(self) -> str:
