@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import socket
 import ssl
@@ -272,3 +273,108 @@ def test_a_client_close_notify_ends_the_session(start_server, sqlite_engine, cer
         time.sleep(0.01)
     assert not srv.server.sessions
     raw.close()
+
+
+def _messages(data: bytes) -> list[tuple[bytes, bytes]]:
+    """The backend messages ``data`` holds, which must end on a message's end."""
+    out, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from("!i", data, pos + 1)
+        assert pos + 1 + length <= len(data), "a message cut at the record's end"
+        out.append((data[pos:pos + 1], data[pos + 5:pos + 1 + length]))
+        pos += 1 + length
+    return out
+
+
+def _next_record(records: _Records) -> list[tuple[bytes, bytes]]:
+    """The messages in the next TLS record from the server that carries application data
+    (TLS 1.3's session tickets carry none), read from the socket one record at a time."""
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = records.sock.recv(n - len(data))
+            assert chunk, "the server closed the connection"
+            data += chunk
+        return data
+
+    while True:
+        head = exactly(5)
+        records.inc.write(head + exactly(struct.unpack("!H", head[3:])[0]))
+        plain = b""
+        with contextlib.suppress(ssl.SSLWantReadError):
+            while chunk := records.tls.read(65536):
+                plain += chunk
+        if plain:
+            return _messages(plain)
+
+
+def _tls_session(start_server, engine, certs) -> _Records:
+    ca, cert, key = certs
+    srv = start_server(engine, secure=False, ssl_context=server_context(cert, key))
+    raw, records = _records_raw(srv.port, str(ca))
+    raw.startup()
+    assert not raw.buf
+    return records
+
+
+def test_each_response_is_one_tls_record(start_server, sqlite_engine, certs) -> None:
+    """Every message of a query's response (CommandComplete, ReadyForQuery, the rows) goes
+    out in one write: one TLS record, not one per message, each sent before the server
+    waits for the next query."""
+    records = _tls_session(start_server, sqlite_engine, certs)
+    answers = []
+    for sql in ("CREATE TABLE t (a INTEGER)", "BEGIN", "INSERT INTO t VALUES (1), (2), (3)",
+                "UPDATE t SET a = a + 10 WHERE a > 1", "SELECT a FROM t ORDER BY a", "COMMIT"):
+        records.sendall(msg(b"Q", cstr(sql)))
+        answers.append(_next_record(records))
+    assert [[kind for kind, _ in answer] for answer in answers] == [
+        [b"C", b"Z"], [b"C", b"Z"], [b"C", b"Z"], [b"C", b"Z"],
+        [b"T", b"D", b"D", b"D", b"C", b"Z"], [b"C", b"Z"]]
+    assert [answer[-1][1] for answer in answers] == [b"I", b"T", b"T", b"T", b"T", b"I"]
+    assert answers[3][0][1] == b"UPDATE 2\0"
+    assert [body for kind, body in answers[4] if kind == b"D"] == [
+        b"\0\x01\0\0\0\x011", b"\0\x01\0\0\0\x0212", b"\0\x01\0\0\0\x0213"]
+    records.close()
+
+
+def test_pipelined_extended_queries_are_answered_in_order_in_one_record(
+        start_server, sqlite_engine, certs) -> None:
+    """Three statements' Parse, Bind, Describe and Execute and one Sync in one segment:
+    their answers come in the order asked, all in one TLS record that ends with
+    ReadyForQuery."""
+    records = _tls_session(start_server, sqlite_engine, certs)
+    records.sendall(msg(b"Q", cstr("CREATE TABLE t (a INTEGER)")))
+    assert [kind for kind, _ in _next_record(records)] == [b"C", b"Z"]
+    pipeline = b""
+    for sql, value in (("INSERT INTO t VALUES ($1)", b"7"), ("SELECT a * 2 FROM t WHERE a = $1",
+                                                             b"7"),
+                       ("UPDATE t SET a = a + $1", b"1")):
+        pipeline += (msg(b"P", cstr("") + cstr(sql) + struct.pack("!h", 0))
+                     + msg(b"B", cstr("") + cstr("") + struct.pack("!hhi", 0, 1, len(value))
+                           + value + struct.pack("!h", 0))
+                     + msg(b"D", b"P" + cstr("")) + msg(b"E", cstr("") + struct.pack("!i", 0)))
+    records.sendall(pipeline + msg(b"S"))
+    answer = _next_record(records)
+    assert [kind for kind, _ in answer] == [b"1", b"2", b"n", b"C",
+                                            b"1", b"2", b"T", b"D", b"C",
+                                            b"1", b"2", b"n", b"C", b"Z"]
+    assert [body for kind, body in answer if kind in (b"C", b"D")] == [
+        b"INSERT 0 1\0", b"\0\x01\0\0\0\x0214", b"SELECT 1\0", b"UPDATE 1\0"]
+    records.close()
+
+
+def test_a_flush_sends_the_answers_held_until_then(start_server, sqlite_engine,
+                                                   certs) -> None:
+    """Extended-query answers wait for Sync or Flush (as in PostgreSQL); a Flush sends
+    them at once, in one record, without ReadyForQuery, and the Sync after it sends
+    ReadyForQuery alone."""
+    records = _tls_session(start_server, sqlite_engine, certs)
+    records.sendall(msg(b"P", cstr("") + cstr("SELECT 6 * 7") + struct.pack("!h", 0))
+                    + msg(b"B", cstr("") + cstr("") + struct.pack("!hhh", 0, 0, 0))
+                    + msg(b"E", cstr("") + struct.pack("!i", 0)) + msg(b"H"))
+    assert _next_record(records) == [(b"1", b""), (b"2", b""), (b"D", b"\0\x01\0\0\0\x0242"),
+                                     (b"C", b"SELECT 1\0")]
+    records.sendall(msg(b"S"))
+    assert _next_record(records) == [(b"Z", b"I")]
+    records.close()
