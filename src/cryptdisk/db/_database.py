@@ -67,6 +67,7 @@ from ._derived import (
     expression_names,
     push_functions,
 )
+from ._distinct import DistinctCount, count_distinct_item, memory_limit_bytes
 from ._forksafe import track
 from ._import import ImportMixin
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin
@@ -737,9 +738,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._trees.clear()
         self._extreme_schemas.clear()
 
-    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
+    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table | DistinctCount:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs,
-        or the answer itself when the catalog holds it (``count(*)`` of a table)."""
+        or the answer itself when the catalog holds it (``count(*)`` of a table), or a
+        count of distinct values to run (:class:`._distinct.DistinctCount`)."""
         if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
         self.last_scans = {}
@@ -804,6 +806,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 answer = self._key_extremes(tree, only, sql)
                 if answer is not None:
                     return answer
+                distinct = self._count_distinct(tree, only) if push else None
+                if distinct is not None:  # counted by the scan's threads, not DuckDB
+                    return distinct
             tables = {t: [c for c, _ in self.catalog.tables[t].columns] for t in used}
             derived_names = {d.name for p in pushed for d in p.derived}
             for t, cols in needed_columns(tree, tables, derived_names).items():
@@ -905,6 +910,32 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                  "granule_reads": 0}
         return pa.Table.from_arrays(arrays, schema=schema)
 
+    def _count_distinct(self, tree: Any, name: str) -> DistinctCount | None:
+        """``SELECT count(DISTINCT col) FROM t`` of a text or binary column
+        (:func:`._distinct.count_distinct_item`), to be counted outside DuckDB: its scan,
+        made now, is read when :meth:`_run_duckdb_once` runs it (outside a reader's hold
+        of the database). None (DuckDB counts) without the C set, while a statement may
+        have changed how DuckDB names columns, or, for text, under a collation."""
+        if not self._settings_untouched or not DistinctCount.available():
+            return None
+        meta = self.catalog.tables[name]
+        schema = self.arrow_schema(meta)
+        found = count_distinct_item(tree, name, schema)
+        if found is None:
+            return None
+        column, title = found
+        typ = schema.field(column).type
+        if (pa.types.is_string(typ) or pa.types.is_large_string(typ)) \
+                and not self._binary_text():
+            return None
+        limit = memory_limit_bytes(self.con)
+        threads = scalar(self.con, "SELECT current_setting('threads')")
+        if limit is None or not isinstance(threads, int):
+            return None
+        scan = self._scan(meta, [column])
+        self._scans.append(scan)
+        return DistinctCount(scan, column, title, threads, limit)
+
     def _head(self, tree: Any, table: str) -> tuple[int, int] | None:
         """``(rows, blank)`` for ``SELECT cols FROM table LIMIT n [OFFSET m]``
         (:func:`._pushdown.head_rows`): the scan reads its first ``n + m`` rows only, and
@@ -999,6 +1030,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     prepared = self._prepare(sql, push)
                     if isinstance(prepared, pa.Table):
                         return prepared
+                    if isinstance(prepared, DistinctCount):
+                        return prepared.run()
                     result = self._run_prepared(prepared)
                     if self._extremes_pending is not None and result is not None:
                         self._extreme_schemas[self._extremes_pending] = result.schema
@@ -1173,6 +1206,7 @@ class Reader:
     _bind_exposed = Database._bind_exposed
     _scan_error = Database._scan_error
     _key_extremes = Database._key_extremes
+    _count_distinct = Database._count_distinct
     _push = Database._push
     _parse_tree = Database._parse_tree
     _binary_text = Database._binary_text
@@ -1213,7 +1247,7 @@ class Reader:
         else:  # e.g. the catalog's stamp after a retry: the database's
             setattr(self._db, name, value)
 
-    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table:
+    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table | DistinctCount:
         with self._db._mutex:  # the catalog as its last commit left it
             return Database._prepare(self, sql, push)  # type: ignore[arg-type]
 

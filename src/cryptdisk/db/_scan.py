@@ -241,13 +241,18 @@ class TableScan:
         self.parts_from_index = 0
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        reader = pa.RecordBatchReader.from_batches(self.schema, self.batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """One scan's batches in table order: the stream :meth:`prefetch` started, else a
+        new one (stopped by :meth:`close` if not read to its end)."""
         with self._lock:
             stream, self._primed = self._primed, None
             if stream is None:
                 stream = _Stream(self)
                 self._streams.append(stream)
-        reader = pa.RecordBatchReader.from_batches(self.schema, stream.batches())
-        return reader.__arrow_c_stream__(requested_schema)
+        return stream.batches()
 
     def prefetch(self) -> None:
         """Start the first scan now, before DuckDB asks for it: plan it and set its first
