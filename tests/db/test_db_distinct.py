@@ -5,6 +5,7 @@ stays within memory_limit, and the C set's own contract."""
 
 import os
 import threading
+import time
 
 import duckdb
 import pyarrow as pa
@@ -185,6 +186,39 @@ def test_readers_count_at_once(db):
     for t in threads:
         t.join()
     assert got == [[(3000,)]] * 9
+
+
+@needs_set
+@pytest.mark.parametrize("how", ["database", "reader"])
+def test_an_interrupt_stops_the_count(db, monkeypatch, how):
+    """As DuckDB's interrupt: the statement fails with its error; the next one answers."""
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    db.sql("INSERT INTO t SELECT i, (i % 1000)::VARCHAR FROM range(300000) r(i)")
+    runner = db if how == "database" else db.reader()
+    started, add = threading.Event(), _distinct._add
+
+    def slow_add(seen, arr):
+        started.set()
+        time.sleep(0.05)
+        return add(seen, arr)
+
+    monkeypatch.setattr(_distinct, "_add", slow_add)
+
+    def interrupt() -> None:
+        started.wait(30)
+        runner.interrupt()
+
+    th = threading.Thread(target=interrupt)
+    th.start()
+    try:
+        with pytest.raises(DatabaseError, match=r"(?i)interrupt"):
+            runner.query("SELECT count(DISTINCT s) FROM t")
+    finally:
+        th.join()
+    monkeypatch.setattr(_distinct, "_add", add)
+    assert runner.query("SELECT count(DISTINCT s) FROM t") == [(1000,)]
+    if runner is not db:
+        runner.close()
 
 
 def test_count_distinct_item_reads_the_parse_tree():

@@ -310,6 +310,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
         self._extremes_pending: Any = None  # the statement running, to record its schema
+        #: the count of distinct values running (see :meth:`interrupt`)
+        self._counting: DistinctCount | None = None
         #: whether only queries and cryptdisk's own statements ran on this database's
         #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
         #: then a result's column names follow from the parse tree (see _key_extremes)
@@ -396,6 +398,15 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if ext is not None and hasattr(ext, "cursor_setup"):
                 self._cursor_setups.append(ext.cursor_setup)
         return con
+
+    def interrupt(self) -> None:
+        """Stop the query running on the database's own connection (DuckDB's interrupt, or
+        a count of distinct values between two of its batches); readers have their own."""
+        counting = self._counting
+        if counting is not None:
+            counting.stop()
+        with contextlib.suppress(duckdb.Error):
+            self.con.interrupt()
 
     def close(self) -> None:
         """Release the write lock and the cached plaintext."""
@@ -1030,8 +1041,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     prepared = self._prepare(sql, push)
                     if isinstance(prepared, pa.Table):
                         return prepared
-                    if isinstance(prepared, DistinctCount):
-                        return prepared.run()
+                    if isinstance(prepared, DistinctCount):  # (interrupt stops it)
+                        self._counting = prepared
+                        try:
+                            return prepared.run()
+                        finally:
+                            self._counting = None
                     result = self._run_prepared(prepared)
                     if self._extremes_pending is not None and result is not None:
                         self._extreme_schemas[self._extremes_pending] = result.schema
@@ -1173,7 +1188,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_handles", "last_scans",
                          "_statement_cache",
-                         "_extremes_pending", "_trees", "_extreme_schemas", "_closed"})
+                         "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
+                         "_closed"})
 
 
 class Reader:
@@ -1233,6 +1249,7 @@ class Reader:
         self._statement_cache: StatementCache | None = None
         self.last_scans: dict[str, dict[str, int]] = {}
         self._extremes_pending: Any = None
+        self._counting: DistinctCount | None = None
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
@@ -1314,7 +1331,11 @@ class Reader:
             raise DatabaseError(str(exc)) from None
 
     def interrupt(self) -> None:
-        """Stop the query this reader is running (DuckDB's interrupt of its cursor)."""
+        """Stop the query this reader is running (DuckDB's interrupt of its cursor, or a
+        count of distinct values between two of its batches)."""
+        counting = self._counting
+        if counting is not None:
+            counting.stop()
         with contextlib.suppress(duckdb.Error):
             self.con.interrupt()
 

@@ -24,6 +24,7 @@ import array
 import importlib
 import os
 import re
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -155,6 +156,12 @@ class DistinctCount:
     def __init__(self, scan: Any, column: str, name: str, threads: int, limit: int) -> None:
         self.scan, self.column, self.name = scan, column, name
         self.threads, self.limit = max(1, threads), limit
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        """Interrupt :meth:`run` (from any thread): it raises DuckDB's interrupt error
+        before its next array."""
+        self._stopped.set()
 
     @staticmethod
     def available() -> bool:
@@ -175,6 +182,8 @@ class DistinctCount:
             pending: list[Future[bool]] = []
             try:
                 for arr in arrays:
+                    if self._stopped.is_set():
+                        raise DatabaseError("INTERRUPT Error: Interrupted!")
                     pending.append(pool.submit(_add, seen, arr))
                     if len(pending) >= 2 * self.threads:
                         done, pending = pending[0], pending[1:]
@@ -183,6 +192,8 @@ class DistinctCount:
                             break
                 for fut in pending:
                     full = not fut.result() or full
+                if self._stopped.is_set():
+                    raise DatabaseError("INTERRUPT Error: Interrupted!")
             finally:
                 for fut in pending:
                     fut.cancel()

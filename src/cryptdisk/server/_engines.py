@@ -531,7 +531,7 @@ class _AnalyticalSession(EngineSession):
             if self._reader is not None:  # (None: the catalog's turn, or the reader's making)
                 self._reader.interrupt()
         else:
-            self.engine.db.con.interrupt()
+            self.engine.db.interrupt()
 
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
