@@ -1099,3 +1099,16 @@ def test_a_default_collation_keeps_text_statistics_from_skipping_rows(db, small_
     reset = "RESET default_collation"
     db.sql(reset) if how == "db.sql" else db.con.execute(reset)
     assert [db.query(q) for q in queries] == binary
+
+
+@pytest.mark.parametrize("sql", ["SELECT k FROM t", "SELECT k FROM t LIMIT 1",
+                                 "SELECT i FROM t WHERE k = TIMESTAMP_S '2024-01-01 12:00:00'"])
+def test_a_cached_column_read_back_as_another_type_is_cast(db, sql):
+    """TIMESTAMP_S reads back from Parquet as timestamp[ms]: the stream cast it, the
+    answers from cached row groups (whole, a LIMIT's slices) failed with ArrowTypeError."""
+    db.sql("CREATE TABLE t (k TIMESTAMP_S, i INTEGER) ORDER BY k")
+    db.sql("INSERT INTO t VALUES ('2024-01-01 12:00:00', 1)")
+    want = duckdb.sql(sql.replace("FROM t", "FROM (SELECT TIMESTAMP_S '2024-01-01 12:00:00' "
+                                  "AS k, 1 AS i) t")).fetchall()
+    for _ in range(3):  # cold, a second read (kept), from the cache
+        assert db.query(sql) == want

@@ -318,8 +318,7 @@ class TableScan:
                     if span is not None:
                         arr = arr.slice(span[0], span[1] - span[0])
                     chunks[c].extend(arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr])
-        arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return _table(chunks, self.schema)
 
     def _cached_head(self, cache: ColumnCache | StatementCache) -> pa.Table | None:
         """A LIMIT's first rows as one Arrow table (slices of cached row groups, no copy)
@@ -345,8 +344,7 @@ class TableScan:
                         return None
                     chunks[c].append(_one(arr).slice(0, min(n, need - before)))
                 before += n
-        arrays = [pa.chunked_array(chunks[f.name], type=f.type) for f in self.schema]
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return _table(chunks, self.schema)
 
     def _cached_top(self) -> pa.Table | None:
         """A top-N's rows as one Arrow table if every row group it reads is cached: the
@@ -855,6 +853,14 @@ class TableScan:
                 arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _table(chunks: dict[str, list[Any]], schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` from each column's chunks, cast where a cached column is kept
+    as read (a TIMESTAMP_S column reads back as timestamp[ms]), as the stream casts it."""
+    return pa.Table.from_arrays(
+        [pa.chunked_array([c if c.type == f.type else c.cast(f.type) for c in chunks[f.name]],
+                          type=f.type) for f in schema], schema=schema)
 
 
 def _one(arr: Any) -> pa.Array:
