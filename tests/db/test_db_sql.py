@@ -1,5 +1,6 @@
 """The statement recogniser: what cryptdisk handles itself, what goes to DuckDB."""
 
+import duckdb
 import pytest
 
 from cryptdisk.db import _sql
@@ -68,3 +69,26 @@ def test_split_statements_respects_quotes_and_comments():
     sql = "SELECT ';' AS a; -- a comment; still comment\nSELECT \"x;y\" FROM t;/* ; */ SELECT 3;;"
     assert _sql.split_statements(sql) == ["SELECT ';' AS a", 'SELECT "x;y" FROM t', "SELECT 3"]
     assert _sql.split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
+
+
+def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
+    """A VALUES list's values are cast one by one to the table's types, as DuckDB's own
+    INSERT does: read as a query first, VALUES gave a column one type for all its rows,
+    so (1), (1.5) into a VARCHAR column stored '1.0', (0.10), (2) stored '2.00', and
+    'NaN' beside numbers into a DOUBLE column failed."""
+    ref = duckdb.connect()
+    statements = ["INSERT INTO t VALUES (1, 1, 1), (1.5, 2.5, 'NaN')",
+                  "INSERT INTO t (s) VALUES (0.10), (2)",
+                  "INSERT INTO t VALUES (true, '3', -0.0), ('x', 4, 2)"]
+    for run in (db.sql, ref.execute):
+        run("CREATE TABLE t (s VARCHAR, i INTEGER, f DOUBLE)")
+        for sql in statements:
+            run(sql)
+    want = ref.execute("FROM t").fetchall()
+    assert repr(db.query("FROM t")) == repr(want)  # NaN and -0.0 as DuckDB has them
+    with pytest.raises(DatabaseError, match='table "t" has 3 columns but 2 values'):
+        db.sql("INSERT INTO t VALUES (1, 2)")
+    with pytest.raises(DatabaseError, match="INT32"):
+        db.sql("INSERT INTO t (i) VALUES ('x')")
+    assert len(db.query("FROM t")) == len(want)
+    assert "__cd_insert_values" not in str(db.con.sql("FROM duckdb_tables()").fetchall())
