@@ -133,6 +133,18 @@ def test_joins_across_encrypted_and_plain(db):
     assert first[:2] == (0, "cfcd208495d565ef66e7dff9f98764da")
 
 
+@pytest.mark.parametrize("ref", ["main.t", "temp.t", "memory.main.t", 'main."T"'])
+def test_a_table_named_with_a_schema_is_refused_with_a_hint(db, ref):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t SELECT 1, 'a', 1.0")
+    with pytest.raises(TableNotFoundError, match=r"cryptdisk's tables are not in a DuckDB "
+                       r"schema") as info:
+        db.sql(f"SELECT count(*) FROM t JOIN {ref} u USING (c_int)")
+    assert info.value.hint is not None and info.value.hint.lower().endswith(": t")
+    # a qualified column, or an alias named like a schema, is not a table reference
+    assert db.sql("SELECT main.c_int FROM t AS main").to_pylist() == [{"c_int": 1}]
+
+
 def test_errors_are_clear(db):
     db.sql(f"CREATE TABLE t {SCHEMA}")
     with pytest.raises(TableNotFoundError, match="nope"):

@@ -116,6 +116,21 @@ def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
     return found
 
 
+def schema_qualified_tables(tree: dict[str, Any], names: set[str]) -> list[str]:
+    """References (``main.t``, ``memory.main.t``) to the tables in ``names`` qualified by
+    a schema or catalog: the statement's scans of them are not in one, so as written they
+    name no table."""
+    lower = {n.lower() for n in names}
+    found = []
+    for node in _walk(tree.get("statements", [])):
+        if node.get("type") == "BASE_TABLE" and (node.get("schema_name")
+                                                 or node.get("catalog_name")) \
+                and str(node.get("table_name", "")).lower() in lower:
+            found.append(".".join(str(node[k]) for k in ("catalog_name", "schema_name",
+                                                          "table_name") if node.get(k)))
+    return found
+
+
 def _expression_aliases(tree: dict[str, Any]) -> set[str]:
     """Names given to select-list expressions (``substr(c, 1, 2) AS p``) that name no
     relation: an unqualified reference to one reads what its expression reads. A name that

@@ -59,6 +59,7 @@ from ._columns import (
     referenced_tables,
     rewrite_system_tables,
     scalar,
+    schema_qualified_tables,
 )
 from ._derived import (
     DerivedFailed,
@@ -777,6 +778,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                         parts, meta.key,
                         _numbers(sql))
             tree = self._parse_tree(sql)
+            wrong = schema_qualified_tables(tree, names) if tree is not None else []
+            if wrong:
+                bare = wrong[0].rsplit(".", 1)[-1]
+                raise _TableNotFound(
+                    f"Catalog Error: Table with name {wrong[0]} does not exist: cryptdisk's "
+                    "tables are not in a DuckDB schema",
+                    hint=f"name the table without a schema: {bare}")
             pushed: list[PushedScan] = []
             if tree is not None and push:
                 text, pushed = self._push(tree, names, binders)
