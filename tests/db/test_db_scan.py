@@ -939,8 +939,8 @@ def test_top_n_by_the_key_decodes_the_first_granule_only(db, monkeypatch):
 def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
                                                                            monkeypatch):
     """A repeated SELECT is parsed for cryptdisk once; SET (any statement not a query)
-    forgets the trees; DuckDB's default_order is asked each time (a SET on ``con`` itself
-    changes it unseen)."""
+    forgets the trees; DuckDB's default_order is read again after any SET (one on ``con``
+    itself too)."""
     from cryptdisk.db import _database
 
     parsed = []
@@ -963,6 +963,49 @@ def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
         assert db.query(sql) == [(9,), (8,)]
     finally:
         db.con.execute("RESET default_order")
+
+
+def test_settings_are_read_once_until_a_statement_may_change_them(db, monkeypatch):
+    """default_order is asked of DuckDB once for repeated top-N statements, and again
+    after a SET, RESET or PRAGMA anywhere on the database (db.sql, ``db.con`` itself, a
+    reader's cursor), whose value each statement then honours."""
+    from cryptdisk.db import _database
+
+    asked = []
+    current = _database.current_setting
+    monkeypatch.setattr(_database, "current_setting",
+                        lambda con, name: asked.append(name) or current(con, name))
+    db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+    db.sql("INSERT INTO t SELECT * FROM range(10)")
+    sql = "SELECT k FROM t ORDER BY k LIMIT 2"
+    other = "SELECT k FROM t ORDER BY k LIMIT 3"
+    for _ in range(3):
+        assert db.query(sql) == [(0,), (1,)]
+        assert db.query(other) == [(0,), (1,), (2,)]
+    assert asked == ["default_order"]
+    ways = [lambda: db.sql("SET default_order = 'DESC'"),
+            lambda: db.con.execute("SET default_order = 'DESC'"),
+            lambda: db.con.execute("PRAGMA default_order = 'DESC'"),
+            lambda: db.con.cursor().execute("SET GLOBAL default_order = 'DESC'")]
+    for n, change in enumerate(ways):
+        change()
+        try:
+            assert db.query(sql) == [(9,), (8,)], n
+            assert db.query(sql) == [(9,), (8,)], n
+        finally:
+            db.con.execute("RESET default_order")
+        assert db.query(sql) == [(0,), (1,)], n
+    assert asked == ["default_order"] * (1 + 2 * len(ways))
+    r = db.reader()  # a reader keeps its own, for its cursor
+    try:
+        assert r.query(sql) == [(0,), (1,)]
+        r.configure("SET default_order = 'DESC'")
+        assert r.query(sql) == [(9,), (8,)]
+        r.configure("RESET default_order")
+        assert r.query(sql) == [(0,), (1,)]
+    finally:
+        r.close()
+    assert db.query(sql) == [(0,), (1,)]
 
 
 def test_a_reader_sees_whole_inserts_across_inserts_and_merges(tmp_path):

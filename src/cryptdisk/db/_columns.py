@@ -71,6 +71,12 @@ def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
     return rows[0][0] if rows else None
 
 
+def current_setting(con: Any, name: str) -> Any:
+    """DuckDB's setting ``name`` (an identifier of cryptdisk's own) on connection ``con``."""
+    quoted = "'" + name.replace("'", "''") + "'"
+    return scalar(con, f"SELECT current_setting({quoted})")
+
+
 def parser_cursor(con: Any) -> Any:
     """A cursor of the DuckDB connection ``con`` to parse with (:func:`serialize_sql`):
     its session pins the settings DuckDB's parser reads (``integer_division`` makes ``/``

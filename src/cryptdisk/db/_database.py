@@ -52,6 +52,7 @@ from ._catalog import (
 )
 from ._columns import (
     base_tables,
+    current_setting,
     has_where,
     needed_columns,
     parse_tree,
@@ -317,6 +318,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
         #: then a result's column names follow from the parse tree (see _key_extremes)
         self._settings_untouched = True
+        #: DuckDB settings read from :attr:`con`: name -> (connection, DuckDB's count of
+        #: statements that may change settings when read, value) (see _setting)
+        self._settings: dict[str, tuple[Any, int, Any]] = {}
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -967,16 +971,33 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         limit, offset = found
         if not limit:
             return 0, 0
-        blank = offset if offset and scalar(
-            self.con, "SELECT current_setting('preserve_insertion_order')") is True else 0
+        blank = offset if offset and self._setting("preserve_insertion_order") is True else 0
         return limit + offset, blank
+
+    def _setting(self, name: str) -> Any:
+        """DuckDB's setting ``name`` as :attr:`con` sees it. Read once, and again only after
+        a statement that may have changed a setting ran on any connection to the database:
+        DuckDB counts those (``_catalog_version``: a ``SET``, ``RESET`` or ``PRAGMA``, on
+        :attr:`con`, a reader's cursor or ``db.con`` itself, advances it), and a value is kept
+        with the count read before it was asked. A DuckDB without the count is asked each
+        time. (A statement costs some 0.3-0.6 ms: a top-N asked one at each run.)"""
+        con = self.con
+        version = getattr(con, "_catalog_version", None)
+        stamp = version() if version is not None else None
+        kept = self._settings.get(name)
+        if kept is not None and stamp is not None and kept[0] is con and kept[1] == stamp:
+            return kept[2]
+        value = current_setting(con, name)
+        if stamp is not None:
+            self._settings[name] = (con, stamp, value)
+        return value
 
     def _binary_text(self) -> bool:
         """Whether DuckDB compares and sorts text byte by byte (no ``default_collation``):
         only then do a text column's statistics (byte order) bound what its WHERE keeps and
-        what its ORDER BY puts first. Asked of the connection each time: a ``SET`` on
-        ``con`` itself changes it unseen."""
-        return scalar(self.con, "SELECT current_setting('default_collation')") in ("", None)
+        what its ORDER BY puts first (see :meth:`_setting`: a ``SET`` on ``con`` itself is
+        seen too)."""
+        return self._setting("default_collation") in ("", None)
 
     def _text_safe(self, schema: pa.Schema, filters: list[Filter], top: TopN | None,
                    ) -> tuple[list[Filter], TopN | None]:
@@ -995,10 +1016,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 None if top is not None and text(top.column) else top)
 
     def _default_order(self) -> str:
-        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), asked
-        of the connection each time (a ``SET`` on ``con`` itself changes it unseen)."""
-        rows = self.con.execute("SELECT current_setting('default_order')").fetchall()
-        return str(rows[0][0]) if rows else "ASC"
+        """DuckDB's ``default_order`` (an ``ORDER BY`` with no direction sorts so), as
+        :meth:`_setting` reads it."""
+        value = self._setting("default_order")
+        return "ASC" if value is None else str(value)
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts, and
@@ -1197,7 +1218,7 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_handles", "last_scans",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
-                         "_closed"})
+                         "_closed", "_settings"})
 
 
 class Reader:
@@ -1236,6 +1257,7 @@ class Reader:
     _binary_text = Database._binary_text
     _text_safe = Database._text_safe
     _default_order = Database._default_order
+    _setting = Database._setting
     _head = Database._head
     _scan = Database._scan
     arrow_schema = Database.arrow_schema
@@ -1261,6 +1283,7 @@ class Reader:
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
+        self._settings: dict[str, tuple[Any, int, Any]] = {}  # see Database._setting
         self._closed = False
 
     def __getattr__(self, name: str) -> Any:
