@@ -583,9 +583,10 @@ class TableScan:
         if 2 * (end - first) > op.rows(rg):
             return None
         arrays = []
+        paged = _read_rows_at_once(op, rg, self.schema.names, first, end)
         for field in self.schema:
             c = field.name
-            col = op.read_rows(rg, c, first, end)
+            col = paged[c]
             if col is None:  # narrow and not indexed, or not by page: the chunk, sliced
                 whole = op.read([rg], [c]).column(c)
                 if cache is not None:
@@ -667,9 +668,21 @@ class TableScan:
         # the rows of the granules whose key bounds the filters may keep
         need = None if arr is not None else op.granule_rows(rg, key, self._may_keep)
         ahead = op.key_reads.pop(rg, None)  # read while DuckDB parsed the statement
+        # the other columns' pages of the granules the key's bounds leave, decoded while the
+        # key is read (the rows the key keeps lie in them): need[0] -> column -> rows
+        narrow = need is not None and need != (0, 0) and 2 * (need[1] - need[0]) <= rows
+        early: dict[str, pa.Array] = {}
         # (one not started yet is read here: a pool thread never waits for a queued task)
         if arr is None and ahead is not None and not ahead.cancel():
-            if not ahead.done():  # the key is still being read: find the pages meanwhile
+            if not ahead.done() and narrow:  # the key is still being read: decode meanwhile
+                assert need is not None
+                for c in paged:
+                    if ahead.done():
+                        break
+                    col = op.read_rows(rg, c, need[0], need[1])
+                    if col is not None:
+                        early[c] = col
+            elif not ahead.done():  # find the pages meanwhile
                 until = _row_estimate(op.stats(rg, key), rows, self._key_filters)
                 for c in paged:
                     op.page_index(rg, c, until=until)
@@ -692,7 +705,14 @@ class TableScan:
         if arr is None and need == (0, 0):  # no granule may hold a wanted key
             arr = pa.array([], self._types[key])
         elif arr is None and need is not None:  # the key's pages of those granules only
-            arr = op.read_rows(rg, key, need[0], need[1])
+            if narrow and paged:  # the others' pages of them decode on the pool meanwhile
+                assert need is not None
+                todo = [c for c in paged if c not in early]
+                got_all = _read_rows_at_once(op, rg, [key, *todo], need[0], need[1])
+                arr = got_all.pop(key)
+                early.update((c, col) for c, col in got_all.items() if col is not None)
+            else:
+                arr = op.read_rows(rg, key, need[0], need[1])
             base = need[0] if arr is not None else 0
         if arr is None:
             arr = op.read([rg], [key]).column(key)
@@ -720,8 +740,15 @@ class TableScan:
         first, end = span[0] + base, span[1] + base
         pages: dict[str, Any] = {}  # this thread decodes pages while the other reads
         if end > first:
+            todo = []
             for c in paged:
-                col = op.read_rows(rg, c, first, end)
+                col = early.get(c)
+                if col is not None and need is not None and need[0] <= first and \
+                        end <= need[0] + len(col):
+                    pages[c] = col.slice(first - need[0], end - first)
+                else:
+                    todo.append(c)
+            for c, col in _read_rows_at_once(op, rg, todo, first, end).items():
                 if col is not None:
                     pages[c] = col
             take_side()
@@ -915,6 +942,27 @@ def _read_key_ahead(op: OpenPart, rg: int, key: str, numbers: set[int] | frozens
             return need[0], got
     col = op.read([rg], [key]).column(key)
     return 0, col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _read_rows_at_once(op: OpenPart, rg: int, columns: list[str], first: int, end: int
+                       ) -> dict[str, pa.Array | None]:
+    """``op.read_rows(rg, c, first, end)`` of each of ``columns``: the first on this thread,
+    the others meanwhile on the scan pool (a point query's columns decode on both cores).
+    One the pool has not started by the time this thread is done is read here (a pool
+    thread never waits for a queued task); none is left running when this returns or
+    raises."""
+    futures = [(c, _pool().submit(op.read_rows, rg, c, first, end)) for c in columns[1:]]
+    out: dict[str, pa.Array | None] = {}
+    try:
+        if columns:
+            out[columns[0]] = op.read_rows(rg, columns[0], first, end)
+        for c, fut in futures:
+            out[c] = fut.result() if not fut.cancel() else op.read_rows(rg, c, first, end)
+    finally:
+        for _c, fut in futures:
+            if not fut.cancel():
+                fut.exception()  # (a failed read raised above, or is raised by its retry)
+    return out
 
 
 def _row_estimate(stats: tuple[Any, Any] | None, rows: int, filters: list[Filter]
