@@ -286,17 +286,17 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
     encodings = [_ENCODINGS.get(e) for e in chunk.encodings]
     if codec is None or any(e is None for e in encodings):
         return None
-    data = bytearray(b"PAR1")
     dictionary_offset = None
     values = 0
+    pos = 4  # after PAR1
     for p in pages:
         if p.dictionary:
-            dictionary_offset = len(data)
+            dictionary_offset = pos
         else:
             values += p.rows
-        data += read(p.start, p.end - p.start)
+        pos += p.end - p.start
     first_data = 4 if dictionary_offset is None else 4 + (pages[0].end - pages[0].start)
-    length = len(data) - 4
+    length = pos - 4
     name = meta.schema.column(j).name.encode()
     leaf: list[tuple[int, int, Any]] = [(1, _I32, physical), (3, _I32, 1 if optional else 0),
                                         (4, _BINARY, name)]
@@ -319,11 +319,24 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
                                                         (3, _STRUCT, column_meta)]])),
                                (2, _I64, length), (3, _I64, values)]])),
     ])
-    data += footer
-    data += len(footer).to_bytes(4, "little") + b"PAR1"
+    # the file in one buffer of its size, filled once (no zeroing, no growing)
+    data = pa.allocate_buffer(pos + len(footer) + 8)
+    out = memoryview(data).cast("B")
+    out[:4] = b"PAR1"
+    at = 4
+    for p in pages:
+        n = p.end - p.start
+        got = read(p.start, n)
+        if len(got) != n:
+            raise PageError(f"a page at offset {p.start} runs past the end of the file")
+        out[at : at + n] = got
+        at += n
+    out[at : at + len(footer)] = footer
+    out[at + len(footer) :] = len(footer).to_bytes(4, "little") + b"PAR1"
+    out.release()
     # pyarrow's reader itself: ParquetFile would build its Python-side schema maps first
     reader = ParquetReader()
-    reader.open(pa.BufferReader(pa.py_buffer(data)), pre_buffer=False)
+    reader.open(pa.BufferReader(data), pre_buffer=False)
     table = reader.read_all(use_threads=False)
     arr = table.column(0)
     if arr.type != typ or len(arr) != values:

@@ -102,12 +102,17 @@ def _decrypt_range(f: Any, view: memoryview, offset: int) -> None:
         raise CatalogError(f"short read at offset {offset} of {getattr(f, 'name', 'a part')}")
 
 
-def _read_exact(f: Any, offset: int, n: int) -> bytearray:
+def _read_exact(f: Any, offset: int, n: int) -> pa.Buffer:
     """``n`` bytes of ``f`` at ``offset``, decrypted straight into a buffer of that size
     (a disk file's ``pread`` first fills a 1 MiB buffer of the calling thread's: about
-    0.6 ms the first time a thread reads, which a part's footer would pay)."""
-    out = bytearray(n)
-    _decrypt_range(f, memoryview(out), offset)
+    0.6 ms the first time a thread reads, which a part's footer would pay), unzeroed:
+    every byte is written, or the read raises."""
+    out = pa.allocate_buffer(n)
+    view = memoryview(out).cast("B")
+    try:
+        _decrypt_range(f, view, offset)
+    finally:
+        view.release()
     return out
 
 
@@ -396,7 +401,7 @@ def _read_footer(disk: Disk, part: PartMeta, f: Any) -> tuple[int, pq.FileMetaDa
     size = int(f.size)
     if size < 12 or size != part.bytes:
         _check_identity(disk, part, None, size)
-    tail = _read_exact(f, size - 8, 8)
+    tail = _read_exact(f, size - 8, 8).to_pybytes()
     footer = int.from_bytes(tail[:4], "little") + 8
     if tail[4:] != b"PAR1" or footer > size - 4:
         raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
@@ -1175,7 +1180,8 @@ class _SegmentReader:
             a = offset - first * seg
             return self._plain[first][a : a + n]
         lo, hi = first * seg, min(self._size, (last + 1) * seg)
-        out = memoryview(bytearray(hi - lo))
+        # (unzeroed: every byte is decrypted into before it is used, or the read raises)
+        out = memoryview(pa.allocate_buffer(hi - lo)).cast("B")
         i = first
         while i <= last:  # runs of segments not decrypted yet: one call each
             a = i * seg - lo
