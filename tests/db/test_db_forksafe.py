@@ -65,3 +65,42 @@ def test_a_forked_child_that_exits_normally_and_opens_its_own_database(tmp_path)
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["child", "0", "parent", "45"], out.stdout + out.stderr
+
+
+def test_opening_a_database_starts_the_scan_threads_also_in_a_forked_child(tmp_path):
+    """The scan pool's threads start as a database opens (a first query's reads need not
+    wait for one); a forked child has none of them, and its own database starts its own."""
+    script = textwrap.dedent(f"""
+        import os, sys, threading
+        import pyarrow as pa
+        import cryptdisk
+        from cryptdisk.db import _scan
+
+        def scan_threads():
+            return sum(t.name.startswith("cryptdisk-scan") for t in threading.enumerate())
+
+        assert scan_threads() == 0
+        db = cryptdisk.connect({str(tmp_path / "a")!r})
+        assert scan_threads() == _scan.scan_workers(), scan_threads()
+        db.sql("CREATE TABLE t (n BIGINT, s VARCHAR) ORDER BY n")
+        db.insert("t", pa.table({{"n": pa.array(range(100000), pa.int64()),
+                                  "s": [str(i) for i in range(100000)]}}))
+        point = "SELECT s FROM t WHERE n = 77777"
+        assert db.query(point) == [("77777",)]
+        pid = os.fork()
+        if pid == 0:
+            ok = scan_threads() == 0
+            own = cryptdisk.connect({str(tmp_path / "a")!r}, read_only=True)
+            ok = ok and scan_threads() == _scan.scan_workers()
+            ok = ok and own.query(point) == [("77777",)]
+            own.close()
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+        print("parent", db.query(point)[0][0])
+        db.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["child", "0", "parent", "77777"], out.stdout + out.stderr
