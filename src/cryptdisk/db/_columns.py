@@ -71,10 +71,12 @@ def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
     return rows[0][0] if rows else None
 
 
-def current_setting(con: Any, name: str) -> Any:
-    """DuckDB's setting ``name`` (an identifier of cryptdisk's own) on connection ``con``."""
-    quoted = "'" + name.replace("'", "''") + "'"
-    return scalar(con, f"SELECT current_setting({quoted})")
+def current_settings(con: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """DuckDB's settings ``names`` (identifiers of cryptdisk's own) on connection ``con``,
+    read by one statement."""
+    items = ", ".join("current_setting('" + n.replace("'", "''") + "')" for n in names)
+    rows = con.execute(f"SELECT {items}").fetchall()  # (all of it: see scalar)
+    return tuple(rows[0]) if rows else (None,) * len(names)
 
 
 def parser_cursor(con: Any) -> Any:

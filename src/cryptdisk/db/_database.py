@@ -52,7 +52,7 @@ from ._catalog import (
 )
 from ._columns import (
     base_tables,
-    current_setting,
+    current_settings,
     has_where,
     needed_columns,
     parse_tree,
@@ -318,9 +318,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
         #: then a result's column names follow from the parse tree (see _key_extremes)
         self._settings_untouched = True
-        #: DuckDB settings read from :attr:`con`: name -> (connection, DuckDB's count of
-        #: statements that may change settings when read, value) (see _setting)
-        self._settings: dict[str, tuple[Any, int, Any]] = {}
+        #: DuckDB's settings read from :attr:`con`: (connection, DuckDB's count of statements
+        #: that may change settings when read, name -> value), or () (see _setting)
+        self._settings: tuple[Any, ...] = ()
         try:
             self.own_keys = config is None
             self.config = resolve_config(self.path, config, creating)
@@ -360,6 +360,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                 "this read-only connection answers from it, without the "
                                 "newer data", self.path, self.catalog.version, evidence)
             role_prepare(self)  # its policies read and parsed before its first query
+            self._read_settings()  # (once, not at the first statement that needs one)
         except BaseException:
             con = getattr(self, "con", None)
             if con is not None:
@@ -976,22 +977,30 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         return limit + offset, blank
 
     def _setting(self, name: str) -> Any:
-        """DuckDB's setting ``name`` as :attr:`con` sees it. Read once, and again only after
-        a statement that may have changed a setting ran on any connection to the database:
-        DuckDB counts those (``_catalog_version``: a ``SET``, ``RESET`` or ``PRAGMA``, on
-        :attr:`con`, a reader's cursor or ``db.con`` itself, advances it), and a value is kept
-        with the count read before it was asked. A DuckDB without the count is asked each
-        time. (A statement costs some 0.3-0.6 ms: a top-N asked one at each run.)"""
+        """DuckDB's setting ``name`` (one of :data:`_SETTINGS`) as :attr:`con` sees it,
+        read with the others by :meth:`_read_settings` and again only after a statement
+        that may have changed a setting ran on any connection to the database: DuckDB counts
+        those (``_catalog_version``: a ``SET``, ``RESET`` or ``PRAGMA``, on :attr:`con`, a
+        reader's cursor or ``db.con`` itself, advances it). A DuckDB without the count is
+        asked each time. (A statement costs some 0.3-0.6 ms: a top-N asked one at each run.)
+        """
+        con = self.con
+        version = getattr(con, "_catalog_version", None)
+        kept = self._settings
+        if version is not None and kept and kept[0] is con and kept[1] == version():
+            return kept[2][name]
+        return self._read_settings()[name]
+
+    def _read_settings(self) -> dict[str, Any]:
+        """Read :data:`_SETTINGS` from :attr:`con` (one statement), kept with DuckDB's count
+        of statements that may change them as it was before they were read (see
+        :meth:`_setting`). A database reads them as it opens."""
         con = self.con
         version = getattr(con, "_catalog_version", None)
         stamp = version() if version is not None else None
-        kept = self._settings.get(name)
-        if kept is not None and stamp is not None and kept[0] is con and kept[1] == stamp:
-            return kept[2]
-        value = current_setting(con, name)
-        if stamp is not None:
-            self._settings[name] = (con, stamp, value)
-        return value
+        values = dict(zip(_SETTINGS, current_settings(con, _SETTINGS), strict=True))
+        self._settings = (con, stamp, values) if stamp is not None else ()
+        return values
 
     def _binary_text(self) -> bool:
         """Whether DuckDB compares and sorts text byte by byte (no ``default_collation``):
@@ -1259,6 +1268,7 @@ class Reader:
     _text_safe = Database._text_safe
     _default_order = Database._default_order
     _setting = Database._setting
+    _read_settings = Database._read_settings
     _head = Database._head
     _scan = Database._scan
     arrow_schema = Database.arrow_schema
@@ -1284,7 +1294,7 @@ class Reader:
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
-        self._settings: dict[str, tuple[Any, int, Any]] = {}  # see Database._setting
+        self._settings: tuple[Any, ...] = ()  # see Database._setting
         self._closed = False
 
     def __getattr__(self, name: str) -> Any:
@@ -1382,6 +1392,8 @@ class Reader:
         raise TypeError("a Reader cannot be pickled")
 
 
+#: The DuckDB settings a statement's reads depend on (see Database._setting).
+_SETTINGS = ("default_order", "default_collation", "preserve_insertion_order")
 #: Parse trees kept (see Database._parse_tree).
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).
