@@ -92,7 +92,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
-from ._scan import OpenParts, TableScan, integer_array, prestart_pool
+from ._scan import OpenParts, TableScan, integer_array
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -343,7 +343,6 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self._stamp = catalog_stamp(self.path, self._remote)
             self.cache = ColumnCache(cache_bytes)
             self._open_parts = OpenParts(lambda: self.config)
-            prestart_pool()
             if not read_only and self._remote is not None:
                 evidence = self.rollback_evidence()
                 if evidence is not None:  # refused, deleting nothing

@@ -69,24 +69,6 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def prestart_pool() -> None:
-    """Start the scan pool's threads now (as a database opens): a first statement's reads
-    then run at once instead of each waiting for a new thread to start and take the GIL,
-    on the critical path of a cold point query (its part opens on one thread, the key is
-    read ahead on a second). ThreadPoolExecutor starts threads only as work comes."""
-    pool = _pool()
-    lock = getattr(pool, "_shutdown_lock", None)
-    grow = getattr(pool, "_adjust_thread_count", None)
-    threads = getattr(pool, "_threads", None)
-    if lock is None or grow is None or threads is None:
-        return  # (another Python's executor: threads start with the work)
-    with lock:
-        for _ in range(scan_workers()):
-            if len(threads) >= scan_workers():
-                break
-            grow()
-
-
 def _forget_pool() -> None:
     global _POOL, _POOL_LOCK
     _POOL, _POOL_LOCK = None, threading.Lock()
