@@ -174,24 +174,6 @@ def test_protect_insert_streams_a_csv_into_a_table(tmp_path, db):
             assert b"4000000000000007" not in raw and b"u7@x.org" not in raw
 
 
-def test_protect_insert_stores_ciphertext_bytes_in_a_blob_column(db):
-    """A BLOB column gets encrypt's bytes (what from_base64(encrypt(...)) gives), a
-    VARCHAR one its base64 text; both decrypt."""
-    from cryptdisk.fields import protect_insert
-
-    db.sql("CREATE TABLE sealed (id BIGINT, pan BLOB, email VARCHAR)")
-    data = pa.table({"id": pa.array([1, 2], pa.int64()), "pan": ["4111111111111111", None],
-                     "email": ["a@x.org", "b@x.org"]})
-    assert protect_insert(db, "sealed", data, [parse_rule("pan=encrypt:cards"),
-                                               parse_rule("email=encrypt:cards")]) == 2
-    raw = db.sql("SELECT octet_length(pan) AS n, left(email, 2) AS e FROM sealed "
-                 "ORDER BY id").to_pylist()
-    assert raw == [{"n": 5 + 12 + 16 + 16, "e": "AQ"}, {"n": None, "e": "AQ"}]
-    assert db.sql("SELECT decrypt(pan, 'cards') AS p, decrypt(email, 'cards') AS e "
-                  "FROM sealed ORDER BY id").to_pylist() == [
-        {"p": "4111111111111111", "e": "a@x.org"}, {"p": None, "e": "b@x.org"}]
-
-
 def test_protect_insert_is_all_or_nothing(db):
     from cryptdisk.fields import protect_insert
 

@@ -56,15 +56,13 @@ class ProtectRule:
     key: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def apply(self, values: Any, keys: FieldKeys, *, output: str = "base64") -> pa.Array:
-        """The protected values; ``output`` ("base64" or "binary") is the ciphertexts' form
-        (``encrypt``, ``encrypt_deterministic``; see docs/fields.md, Stored forms)."""
+    def apply(self, values: Any, keys: FieldKeys) -> pa.Array:
         key: FieldKey | None = keys[self.key] if self.key is not None else None
         fn, opts = self.function, dict(self.options)
         if fn == "encrypt":
-            return encrypt(values, key, output=output)  # type: ignore[arg-type]
+            return encrypt(values, key, output="base64")  # type: ignore[arg-type]
         if fn == "encrypt_deterministic":
-            return encrypt_deterministic(values, key, output=output)  # type: ignore[arg-type]
+            return encrypt_deterministic(values, key, output="base64")  # type: ignore[arg-type]
         if fn == "fpe_encrypt":
             return fpe_encrypt(values, key, self.column, **opts)  # type: ignore[arg-type]
         if fn == "tokenize":
@@ -114,9 +112,8 @@ def parse_rule(text: str) -> ProtectRule:
 
 
 def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule],
-                  keys: FieldKeys, *, binary: frozenset[str] = frozenset()) -> pa.Table:
-    """The table with each rule's column replaced by its protected values; ciphertexts as
-    base64 text, or as bytes in the columns named in ``binary``."""
+                  keys: FieldKeys) -> pa.Table:
+    """The table with each rule's column replaced by its protected values."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     names = table.column_names
@@ -127,8 +124,8 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
         values = table.column(rule.column)
         if not pa.types.is_string(values.type):
             values = values.cast(pa.string())
-        table = table.set_column(names.index(rule.column), rule.column, rule.apply(
-            values, keys, output="binary" if rule.column in binary else "base64"))
+        table = table.set_column(names.index(rule.column), rule.column,
+                                 rule.apply(values, keys))
     return table
 
 
@@ -217,19 +214,6 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     return ProtectSummary(rows, [r.column for r in rules])
 
 
-def _blob_columns(db: Any, table: str, rules: Sequence[ProtectRule]) -> frozenset[str]:
-    """The rules' ``encrypt`` / ``encrypt_deterministic`` columns that ``table`` stores as
-    ``BLOB``: they get the ciphertexts' bytes, not base64 text (which a BLOB column would
-    keep as the text's bytes, a value decrypt refuses)."""
-    try:
-        columns = db.table(table).columns
-    except Exception:  # no such table: db.insert says so
-        return frozenset()
-    blobs = {str(name).lower() for name, kind in columns if str(kind).upper() == "BLOB"}
-    return frozenset(r.column for r in rules if r.column.lower() in blobs and
-                     r.function in ("encrypt", "encrypt_deterministic"))
-
-
 def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
                    keys: FieldKeys | None = None, *, input_format: str | None = None) -> int:
     """Insert ``data`` into ``table`` of ``db`` (:func:`cryptdisk.connect`) with the rules'
@@ -267,8 +251,7 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
 
         def batches() -> Iterator[pa.RecordBatch]:
             yield from reader
-    binary = _blob_columns(db, table, rules)
-    out_schema = protect_table(schema.empty_table(), rules, keys, binary=binary).schema
+    out_schema = protect_table(schema.empty_table(), rules, keys).schema
     assert keys is not None
 
     failed: list[BaseException] = []
@@ -276,8 +259,7 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
     def protected() -> Iterator[pa.RecordBatch]:
         try:
             for batch in batches():
-                yield from protect_table(batch, rules, keys, binary=binary).cast(
-                    out_schema).to_batches()
+                yield from protect_table(batch, rules, keys).cast(out_schema).to_batches()
         except BaseException as exc:  # the database wraps it: raise ours instead, below
             failed.append(exc)
             raise
