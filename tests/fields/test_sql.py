@@ -190,16 +190,3 @@ def test_a_key_name_that_varies_by_row_is_refused(db, names):
         db.con.unregister("names")
     assert _rows(db, "SELECT count(encrypt_deterministic(pan, 'cards')) AS n FROM t") == \
         [{"n": 2}]
-
-
-def test_decrypt_takes_base64_text_or_blob(db):
-    """encrypt's base64 text and its bytes (a BLOB, as a table may store them) decrypt
-    alike; NULL stays NULL; text that is not base64 is refused, naming the row."""
-    row = _rows(db, """SELECT decrypt(encrypt(pan, 'cards'), 'cards') AS t,
-        decrypt(from_base64(encrypt(pan, 'cards')), 'cards') AS b,
-        decrypt_deterministic(from_base64(encrypt_deterministic(pan, 'cards')), 'cards') AS d,
-        decrypt(CAST(NULL AS BLOB), 'cards') AS n
-        FROM t WHERE pan IS NOT NULL ORDER BY pan LIMIT 1""")[0]
-    assert row["t"] == row["b"] == row["d"] is not None and row["n"] is None
-    with pytest.raises(DatabaseError, match="row 0: a field ciphertext is not valid base64"):
-        db.sql("SELECT decrypt('not base64!', 'cards')")

@@ -2,9 +2,8 @@
 
 A query that applies a field function (``decrypt``, ``mask_last4``...; the layers
 above db name them, see :func:`~cryptdisk.db.add_connection_hook`) to a text column
-of a table (one that takes bytes, see :func:`takes_binary`, to a binary column too), in
-the select list of a ``SELECT`` that reads that table alone, with no ``WHERE`` or a
-plain one (:func:`_plain_where`: the scan keeps its rows first and
+of a table, in the select list of a ``SELECT`` that reads that table alone, with no
+``WHERE`` or a plain one (:func:`_plain_where`: the scan keeps its rows first and
 computes the functions for those only), gets the function's values from the scan: the
 expression becomes a column of a separate Arrow view of the table, which the scan
 computes over each row group's whole Arrow array on its thread pool (the C loops run
@@ -34,8 +33,7 @@ import pyarrow as pa
 from ..errors import DatabaseError
 from ._columns import _walk
 
-__all__ = ["DerivedColumn", "DerivedFailed", "PushedScan", "ScanFunction", "push_functions",
-           "takes_binary"]
+__all__ = ["DerivedColumn", "DerivedFailed", "PushedScan", "ScanFunction", "push_functions"]
 
 #: separates a derived column's base column and function tags in its cache name (a
 #: character no column name of a table holds, so derived and stored entries never meet)
@@ -50,17 +48,6 @@ class ScanFunction(Protocol):
     tag: str
 
     def __call__(self, values: pa.Array) -> pa.Array: ...
-
-
-def takes_binary(step: ScanFunction) -> bool:
-    """Whether ``step`` also takes a binary (``BLOB``) column, as its SQL form does (a
-    decryption reading ciphertexts stored as bytes; its ``binary_input`` attribute)."""
-    return bool(getattr(step, "binary_input", False))
-
-
-#: the stored column types a scan function may read: text, and binary for the functions
-#: :func:`takes_binary` names
-_TEXT, _BYTES = (pa.string(),), (pa.binary(),)
 
 
 #: name -> bind(positional constants, named constants) -> ScanFunction, or None when
@@ -291,7 +278,7 @@ class _Pusher:
         derived: list[DerivedColumn] = []
         view = f"__cd_derived_{len(self.pushed)}"
 
-        def column_of(expr: Any, step: ScanFunction) -> str | None:
+        def column_of(expr: Any) -> str | None:
             if not isinstance(expr, dict) or expr.get("type") != "COLUMN_REF":
                 return None
             names = [str(x).lower() for x in expr.get("column_names") or []]
@@ -300,8 +287,7 @@ class _Pusher:
             if len(names) not in (1, 2) or names[-1] not in lower:
                 return None
             col = lower[names[-1]]
-            return col if types[col] in _TEXT or (types[col] in _BYTES and
-                                                  takes_binary(step)) else None
+            return col if types[col] == pa.string() else None
 
         def chain(expr: Any) -> tuple[str, list[ScanFunction]] | None:
             if not isinstance(expr, dict) or expr.get("type") != "FUNCTION":
@@ -336,7 +322,7 @@ class _Pusher:
             step = binder(positional, named)
             if step is None:
                 return None
-            col = column_of(first, step)
+            col = column_of(first)
             if col is not None:
                 return col, [step]
             inner = chain(first)

@@ -18,12 +18,7 @@ batch; its loops run without the GIL, with AES-GCM and AES-SIV from libgcrypt or
 OpenSSL, base64 included). Without the extension (not built), each value is one
 ``cryptography`` call, straight from the Arrow buffers into one output buffer
 (``encrypt_into``); both give the same bytes. Nulls stay null. Output is ``binary``
-or, with ``output="base64"``, base64 text (RFC 4648, standard alphabet, padded).
-
-A ciphertext is stored in either form: base64 text (what the SQL functions return, a
-``VARCHAR`` column) or its bytes (a ``BLOB`` column, ``from_base64(encrypt(v, 'k'))``).
-The decrypting functions take both: a text column is decoded first, a binary one is
-opened where it lies.
+or, with ``output="base64"``, base64 text.
 """
 
 from __future__ import annotations

@@ -33,12 +33,10 @@ __all__ = ["FieldExtension"]
 
 
 class _Step:
-    """One bound call: ``fn(values)``; ``tag`` names it for the cache (no key material);
-    ``binary_input``: it also reads a ``BLOB`` column (ciphertexts stored as bytes)."""
+    """One bound call: ``fn(values)``; ``tag`` names it for the cache (no key material)."""
 
-    def __init__(self, tag: str, fn: Callable[[pa.Array], pa.Array],
-                 binary_input: bool = False) -> None:
-        self.tag, self._fn, self.binary_input = tag, fn, binary_input
+    def __init__(self, tag: str, fn: Callable[[pa.Array], pa.Array]) -> None:
+        self.tag, self._fn = tag, fn
 
     def __call__(self, values: pa.Array) -> pa.Array:
         return self._fn(values)
@@ -116,13 +114,12 @@ class FieldExtension:
                 f"#{self._nonce}.{self.generation}")
 
     def _binders(self) -> dict[str, Callable[[list[Any], dict[str, Any]], Any]]:
-        def keyed(name: str, fn: Callable[[pa.Array, FieldKey], pa.Array],
-                  binary_input: bool = False) -> Any:
+        def keyed(name: str, fn: Callable[[pa.Array, FieldKey], pa.Array]) -> Any:
             def bind(args: list[Any], named: dict[str, Any]) -> Any:
                 key = self._key(args[0]) if len(args) == 1 and not named else None
                 if key is None:
                     return None
-                return _Step(self._tag(name, key), lambda v: fn(v, key), binary_input)
+                return _Step(self._tag(name, key), lambda v: fn(v, key))
             return bind
 
         def fpe(args: list[Any], named: dict[str, Any]) -> Any:
@@ -156,10 +153,9 @@ class FieldExtension:
             return bind
 
         return {
-            # base64 text or bytes (a BLOB column), as their SQL forms take
-            "decrypt": keyed("decrypt", lambda v, k: decrypt(v, k), True),
+            "decrypt": keyed("decrypt", lambda v, k: decrypt(v, k)),
             "decrypt_deterministic": keyed("decrypt_deterministic",
-                                           lambda v, k: decrypt_deterministic(v, k), True),
+                                           lambda v, k: decrypt_deterministic(v, k)),
             "fpe_decrypt": fpe,
             "detokenize": detok,
             "mask_hash": keyed("mask_hash", mask_hash),

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import FieldError, FormatError
+from ..errors import FieldError
 from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministic
 from ._fpe import fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
@@ -41,11 +41,6 @@ SQL_FUNCTIONS = ("encrypt", "decrypt", "encrypt_deterministic", "decrypt_determi
                  "mask_last4", "mask_email", "mask_null", "mask_hash")
 
 V = "VARCHAR"
-#: what ``decrypt`` and ``decrypt_deterministic`` take: base64 text (what ``encrypt``
-#: returns) or the same bytes as a BLOB (``from_base64(encrypt(v, 'k'))``, what a
-#: ``BLOB`` column stores). DuckDB cannot overload a Python UDF; both types cast to this
-#: union implicitly, and each batch holds one of them.
-CIPHERTEXT = "UNION(text VARCHAR, bytes BLOB)"
 
 _STARS = "'" + "*" * 64 + "'"
 #: name -> body of the keyless masks as DuckDB macros of one VARCHAR ``v``: the same
@@ -104,35 +99,6 @@ def _const(arr: Any, what: str) -> Any:
     return arr[0].as_py()
 
 
-def _ciphertexts(arr: Any) -> pa.Array:
-    """A :data:`CIPHERTEXT` argument as the text or binary array it holds (the member
-    of its rows; a batch mixing both, which one column's cast never gives, as binary)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
-    if not pa.types.is_union(arr.type):
-        return arr
-    codes = arr.type_codes.to_numpy(zero_copy_only=False)
-    text, data = arr.field(0), arr.field(1)
-    if len(codes) == 0 or (codes == 0).all():
-        return text
-    if (codes == 1).all():
-        return data
-    import base64
-    import binascii
-
-    out: list[bytes | None] = []
-    for row, (code, t, b) in enumerate(zip(codes.tolist(), text.to_pylist(),
-                                           data.to_pylist(), strict=True)):
-        if code == 1 or t is None:
-            out.append(b if code == 1 else None)
-            continue
-        try:
-            out.append(base64.b64decode(t, validate=True))
-        except (binascii.Error, ValueError):
-            raise FormatError(f"row {row}: a field ciphertext is not valid base64") from None
-    return pa.array(out, pa.binary())
-
-
 def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) -> None:
     """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection, with
     ``keys`` (or the keys ``keys()`` gives at each call)."""
@@ -145,7 +111,7 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         return current[name]
 
     def udf(name: str, fn: Callable[..., Any], params: list[str], *,
-            side_effects: bool = False, nulls: bool = False) -> None:
+            side_effects: bool = False) -> None:
         def run(cols: tuple[Any, ...]) -> Any:
             if len(cols[0]) == 0:
                 return pa.array([], pa.string())
@@ -156,25 +122,14 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
             4: lambda a, b, c, d: run((a, b, c, d)),
             6: lambda a, b, c, d, e, f: run((a, b, c, d, e, f))}
         con.create_function(name, arity[len(params)], params, V, type="arrow",
-                            side_effects=side_effects,
-                            null_handling="special" if nulls else "default")
-
-    def opened(fn: Callable[..., pa.Array]) -> Callable[[Any, Any], pa.Array]:
-        """A decryption of a :data:`CIPHERTEXT` argument. A NULL in a union is a member's
-        NULL, which DuckDB hands the function (``nulls``): it stays NULL, and so does every
-        row under a NULL key name (what DuckDB gives any other function)."""
-        def run(v: Any, k: Any) -> pa.Array:
-            if len(k) and k.null_count == len(k):
-                return pa.nulls(len(v), pa.string())
-            return fn(_ciphertexts(v), key(k))
-        return run
+                            side_effects=side_effects)
 
     udf("encrypt", lambda v, k: encrypt(v, key(k), output="base64"), [V, V],
         side_effects=True)  # a fresh nonce per call: never fold or share results
-    udf("decrypt", opened(decrypt), [CIPHERTEXT, V], nulls=True)
+    udf("decrypt", lambda v, k: decrypt(v, key(k)), [V, V])
     udf("encrypt_deterministic",
         lambda v, k: encrypt_deterministic(v, key(k), output="base64"), [V, V])
-    udf("decrypt_deterministic", opened(decrypt_deterministic), [CIPHERTEXT, V], nulls=True)
+    udf("decrypt_deterministic", lambda v, k: decrypt_deterministic(v, key(k)), [V, V])
     udf("__cd_fpe_encrypt", lambda v, k, c, a: fpe_encrypt(
         v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
     udf("__cd_fpe_decrypt", lambda v, k, c, a: fpe_decrypt(
