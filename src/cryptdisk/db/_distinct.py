@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ._memory import out_of_memory
-from ._pushdown import _identifier
+from ._pushdown import _identifier, bare_select_of
 
 __all__ = ["DistinctCount", "count_distinct_item", "memory_limit_bytes"]
 
@@ -74,23 +74,10 @@ def count_distinct_item(tree: dict[str, Any] | None, table: str, schema: pa.Sche
     without FILTER or ORDER BY. The name is DuckDB's: the alias, else ``count(DISTINCT
     <column as written>)`` (None where its quoting is not certain, see
     :func:`._pushdown._identifier`)."""
-    if tree is None:
+    node = bare_select_of(tree, table, 0)
+    if node is None:
         return None
-    stmts = tree.get("statements") or []
-    if len(stmts) != 1 or not isinstance(stmts[0], dict):
-        return None
-    node = stmts[0].get("node") or {}
-    src = node.get("from_table") or {}
-    if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
-            or src.get("schema_name") or src.get("catalog_name") or src.get("sample") \
-            or src.get("at_clause") or src.get("column_name_alias") \
-            or str(src.get("table_name", "")).lower() != table.lower():
-        return None
-    if node.get("where_clause") or node.get("group_expressions") or node.get("group_sets") \
-            or node.get("having") or node.get("qualify") or node.get("sample") \
-            or node.get("modifiers") or (node.get("cte_map") or {}).get("map") \
-            or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING":
-        return None
+    src = node["from_table"]
     items = node.get("select_list") or []
     if len(items) != 1 or not isinstance(items[0], dict):
         return None

@@ -543,15 +543,14 @@ def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema
     return bool(allowed) and all(id(n) in allowed for n in refs)
 
 
-def count_star_only(tree: dict[str, Any] | None, table: str, width: int) -> list[str] | None:
-    """The result's column names if the statement is ``SELECT count(*) [AS a], ... FROM
-    table`` and nothing else, or None.
+def bare_select_of(tree: dict[str, Any] | None, table: str, aliases: int
+                   ) -> dict[str, Any] | None:
+    """The SELECT node if the statement is one SELECT of ``table`` alone, its items aside,
+    and nothing else; or None.
 
-    Nothing else: one statement, a SELECT of ``count(*)`` items only (no FILTER, DISTINCT
-    or window), FROM the table alone (no sample; no more column aliases than its ``width``
-    columns, which DuckDB refuses), no WHERE, GROUP BY, HAVING, QUALIFY,
-    ORDER BY, LIMIT, DISTINCT or CTE. Its answer is then the table's row count, one
-    BIGINT per item, named as DuckDB names it (the alias, or ``count_star()``).
+    Nothing else: FROM the table alone (no schema, sample or time travel, no more than
+    ``aliases`` column aliases), no WHERE, GROUP BY, HAVING, QUALIFY, modifier (ORDER BY,
+    LIMIT, DISTINCT), CTE or set operation. The caller checks the items.
     """
     if tree is None:
         return None
@@ -562,13 +561,29 @@ def count_star_only(tree: dict[str, Any] | None, table: str, width: int) -> list
     src = node.get("from_table") or {}
     if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
             or src.get("schema_name") or src.get("catalog_name") or src.get("sample") \
-            or src.get("at_clause") or len(src.get("column_name_alias") or ()) > width \
+            or src.get("at_clause") or len(src.get("column_name_alias") or ()) > aliases \
             or str(src.get("table_name", "")).lower() != table.lower():
         return None
     if node.get("where_clause") or node.get("group_expressions") or node.get("group_sets") \
             or node.get("having") or node.get("qualify") or node.get("sample") \
             or node.get("modifiers") or (node.get("cte_map") or {}).get("map") \
             or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING":
+        return None
+    return node
+
+
+def count_star_only(tree: dict[str, Any] | None, table: str, width: int) -> list[str] | None:
+    """The result's column names if the statement is ``SELECT count(*) [AS a], ... FROM
+    table`` and nothing else, or None.
+
+    Nothing else: one statement, a SELECT of ``count(*)`` items only (no FILTER, DISTINCT
+    or window), FROM the table alone (no sample; no more column aliases than its ``width``
+    columns, which DuckDB refuses), no WHERE, GROUP BY, HAVING, QUALIFY,
+    ORDER BY, LIMIT, DISTINCT or CTE. Its answer is then the table's row count, one
+    BIGINT per item, named as DuckDB names it (the alias, or ``count_star()``).
+    """
+    node = bare_select_of(tree, table, width)
+    if node is None:
         return None
     names = []
     for item in node.get("select_list") or []:
