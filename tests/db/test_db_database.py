@@ -145,6 +145,23 @@ def test_a_table_named_with_a_schema_is_refused_with_a_hint(db, ref):
     assert db.sql("SELECT main.c_int FROM t AS main").to_pylist() == [{"c_int": 1}]
 
 
+def test_an_error_names_the_line_of_the_statement_as_written(db):
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t SELECT 1, 'a', 1.0")
+    with pytest.raises(DatabaseError) as info:
+        db.sql("SELECT nope FROM t")
+    assert "LINE 1: SELECT nope FROM t\n               ^" in str(info.value)
+    query = "SELECT c_int\nFROM t\n" + "\n" * 7 + "WHERE nope = 1"  # line 10
+    with pytest.raises(DatabaseError) as info:
+        db.sql(query)
+    assert "LINE 10: WHERE nope = 1\n               ^" in str(info.value)
+    r = db.reader()
+    with pytest.raises(DatabaseError) as info:
+        r.query("SELECT c_int\nFROM t WHERE nope = 1")
+    r.close()
+    assert "LINE 2: FROM t WHERE nope" in str(info.value)
+
+
 def test_errors_are_clear(db):
     db.sql(f"CREATE TABLE t {SCHEMA}")
     with pytest.raises(TableNotFoundError, match="nope"):

@@ -866,8 +866,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         no change to DuckDB's catalog), named by a leading ``WITH name AS NOT
         MATERIALIZED (SELECT * FROM source)``, which DuckDB inlines as it does a view; the
         handles go in :meth:`_release`. Any other statement (a ``WITH`` of its own,
-        ``EXPLAIN``, ``DESCRIBE``), one that names a table with a
-        schema (``temp.t``), or a DuckDB without the registry (or ``_submit``, see
+        ``EXPLAIN``, ``DESCRIBE``), one where a table's name follows a dot (a
+        column ``x.t``), or a DuckDB without the registry (or ``_submit``, see
         :meth:`_run_prepared`) gets temporary views (``register``), dropped in
         :meth:`_release`. A registration and its drop are two
         catalog changes, about 0.6 ms of CPU per statement, and DuckDB binds a statement
@@ -889,7 +889,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self._handles.append(handle)
             ctes.append(f"{quote(name)} AS NOT MATERIALIZED "
                         f"(SELECT * FROM {quote(handle.name)})")
-        return "WITH " + ",\n".join(ctes) + "\n" + sql
+        return "WITH " + ", ".join(ctes) + "\n" + sql  # one line: see _unprefixed
 
     def _key_extremes(self, tree: Any, name: str, sql: str) -> pa.Table | None:
         """``SELECT min(key), max(key) FROM t`` (see :func:`._pushdown.key_extremes_items`)
@@ -1098,7 +1098,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     cause = self._scan_error()
                     if cause is not None:
                         raise cause from None
-                    raise DatabaseError(str(exc)) from None
+                    raise DatabaseError(_unprefixed(str(exc)) if self._handles
+                                        else str(exc)) from None
                 finally:
                     self._release()
             except CatalogError:
@@ -1420,6 +1421,26 @@ def _after_comments(sql: str) -> str:
 
 
 #: An identifier after a dot (``schema.t``, ``x.col``, ``"s"."t"``).
+_LINE = re.compile(r"LINE (\d+): ")
+
+
+def _unprefixed(message: str) -> str:
+    """DuckDB's ``message`` about a statement run behind the one-line ``WITH`` of
+    :meth:`Database._bind_exposed`, its ``LINE n:`` numbers (and the caret under each)
+    as in the statement the user wrote."""
+    lines = message.split("\n")
+    for i, line in enumerate(lines):
+        m = _LINE.match(line)
+        if m is None or int(m.group(1)) < 2:
+            continue
+        label = f"LINE {int(m.group(1)) - 1}: "
+        lines[i] = label + line[m.end():]
+        cut = m.end() - len(label)
+        if cut and i + 1 < len(lines) and lines[i + 1].startswith(" " * cut):
+            lines[i + 1] = lines[i + 1][cut:]
+    return "\n".join(lines)
+
+
 _AFTER_DOT = re.compile(r'\.\s*("(?:[^"]|"")*"|[^\W\d]\w*)')
 
 
