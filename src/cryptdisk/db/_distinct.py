@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ._memory import out_of_memory
-from ._pushdown import _identifier, bare_select_of
+from ._pushdown import _identifier, bare_select_of, column_argument
 
 __all__ = ["DistinctCount", "count_distinct_item", "memory_limit_bytes"]
 
@@ -82,25 +82,9 @@ def count_distinct_item(tree: dict[str, Any] | None, table: str, schema: pa.Sche
     if len(items) != 1 or not isinstance(items[0], dict):
         return None
     item = items[0]
-    args = item.get("arguments") or item.get("children") or []
-    if item.get("class") != "FUNCTION" or item.get("type") != "FUNCTION" \
-            or item.get("function_name") != "count" or item.get("distinct") is not True \
-            or item.get("schema") or item.get("catalog") or item.get("filter") \
-            or item.get("is_operator") or item.get("export_state") \
-            or (item.get("order_bys") or {}).get("orders") or len(args) != 1 \
-            or not isinstance(args[0], dict):
-        return None
-    arg = args[0]
-    if "expression" in arg:  # an argument entry: unnamed, its expression
-        if arg.get("name"):
-            return None
-        arg = arg["expression"]
-    parts = arg.get("column_names") if isinstance(arg, dict) else None
     qualifier = str(src.get("alias") or src.get("table_name") or "").lower()
-    if not isinstance(arg, dict) or arg.get("class") != "COLUMN_REF" \
-            or not isinstance(parts, list) or not 1 <= len(parts) <= 2 \
-            or not all(isinstance(n, str) and n for n in parts) \
-            or (len(parts) == 2 and parts[0].lower() != qualifier):
+    parts = column_argument(item, qualifier)
+    if parts is None or item.get("function_name") != "count" or item.get("distinct") is not True:
         return None
     fields = {f.name.lower(): f for f in schema}
     field = fields.get(parts[-1].lower())

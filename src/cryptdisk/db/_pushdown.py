@@ -572,6 +572,32 @@ def bare_select_of(tree: dict[str, Any] | None, table: str, aliases: int
     return node
 
 
+def column_argument(item: dict[str, Any], qualifier: str) -> list[str] | None:
+    """The column's name parts (``["c"]`` or ``["t", "c"]``) if select item ``item`` is a
+    plain function of one column of the table (``f(c)``, ``f(t.c)`` with ``t`` the table's
+    ``qualifier``, its alias or name, lower case): no schema, FILTER, ORDER BY, operator or
+    exported state, and an unnamed argument. DISTINCT is the caller's to check."""
+    args = item.get("arguments") or item.get("children") or []
+    if item.get("class") != "FUNCTION" or item.get("type") != "FUNCTION" \
+            or item.get("schema") or item.get("catalog") or item.get("filter") \
+            or item.get("is_operator") or item.get("export_state") \
+            or (item.get("order_bys") or {}).get("orders") or len(args) != 1 \
+            or not isinstance(args[0], dict):
+        return None
+    arg = args[0]
+    if "expression" in arg:  # an argument entry: unnamed, its expression
+        if arg.get("name"):
+            return None
+        arg = arg["expression"]
+    parts = arg.get("column_names") if isinstance(arg, dict) else None
+    if not isinstance(arg, dict) or arg.get("class") != "COLUMN_REF" \
+            or not isinstance(parts, list) or not 1 <= len(parts) <= 2 \
+            or not all(isinstance(n, str) and n for n in parts) \
+            or (len(parts) == 2 and parts[0].lower() != qualifier):
+        return None
+    return parts
+
+
 def count_star_only(tree: dict[str, Any] | None, table: str, width: int) -> list[str] | None:
     """The result's column names if the statement is ``SELECT count(*) [AS a], ... FROM
     table`` and nothing else, or None.
@@ -682,23 +708,10 @@ def key_extremes_names(tree: dict[str, Any]) -> list[str] | None:
     names = []
     for item in node.get("select_list") or []:
         function = item.get("function_name")
-        args = item.get("arguments") or item.get("children") or []
-        if item.get("class") != "FUNCTION" or function not in ("min", "max") \
-                or item.get("schema") or item.get("catalog") or item.get("distinct") \
-                or item.get("filter") or item.get("is_operator") or item.get("export_state") \
-                or (item.get("order_bys") or {}).get("orders") or len(args) != 1 \
-                or not isinstance(args[0], dict):
+        if function not in ("min", "max") or item.get("distinct"):
             return None
-        arg = args[0]
-        if "expression" in arg:  # an argument entry: unnamed, its expression
-            if arg.get("name"):
-                return None
-            arg = arg["expression"]
-        parts = arg.get("column_names") if isinstance(arg, dict) else None
-        if not isinstance(arg, dict) or arg.get("class") != "COLUMN_REF" \
-                or not isinstance(parts, list) or not 1 <= len(parts) <= 2 \
-                or not all(isinstance(n, str) and n for n in parts) \
-                or (len(parts) == 2 and parts[0].lower() != qualifier):
+        parts = column_argument(item, qualifier)
+        if parts is None:
             return None
         alias = item.get("alias")
         if isinstance(alias, str) and alias:
