@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ProtocolError
 from . import _types
 from ._engines import StatementError
+from ._sqltext import unqualified_parts
 from ._types import _text
 
 __all__ = ["SIGNATURE", "CopyStatement", "decode_binary", "decode_rows", "encode_binary",
@@ -62,8 +63,9 @@ def parse_copy(sql: str) -> CopyStatement:
     direction = "in" if m["dir"].upper().startswith("FROM") else "out"
     if direction == "in" and m["query"]:
         raise StatementError("COPY (query) FROM STDIN is not valid", "42601")
-    st = CopyStatement(direction, ".".join(_ident(t) for t in re.findall(_IDENT, m["table"]))
-                       if m["table"] else None, m["query"],
+    st = CopyStatement(direction, ".".join(unqualified_parts(
+        [_ident(t) for t in re.findall(_IDENT, m["table"])])) if m["table"] else None,
+                       m["query"],
                        [_ident(c.strip()) for c in m["cols"].split(",")] if m["cols"] else None)
     opts = m["opts"].strip()
     opts = re.sub(r"^WITH\s*", "", opts, flags=re.I).strip()

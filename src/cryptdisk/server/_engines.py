@@ -411,6 +411,11 @@ class _AnalyticalSession(EngineSession):
         self.recording = True
         self._parse_connection()
 
+    def _table_names(self) -> list[str]:
+        """The database's tables: ``public.t`` and ``main.t`` of these name ``t``
+        (:func:`._sqltext.unqualify`), in the statement checked and the statement run."""
+        return list(self.engine.db.catalog.tables)
+
     def _sql(self, sql: str, params: list[Any]) -> str:
         words = _sqltext.first_words(sql, 1)
         if words and words[0] in TRANSACTION_WORDS:
@@ -425,7 +430,7 @@ class _AnalyticalSession(EngineSession):
                 raise StatementError(f"there is no parameter ${n}", "42P02")
             return sql_literal(params[n - 1])
 
-        text = _sqltext.substitute(sql, lit)
+        text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
             if self.engine.policies is not None:  # masking and row access (._policies)
@@ -450,7 +455,8 @@ class _AnalyticalSession(EngineSession):
         words = _sqltext.first_words(sql, 1)
         if words and words[0] in TRANSACTION_WORDS:
             return  # refused when it runs, whoever runs it
-        text = _sqltext.substitute(sql, lambda n: "NULL")
+        text = _sqltext.unqualify(_sqltext.substitute(sql, lambda n: "NULL"),
+                                  self._table_names)
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
         privileges.check_analytical(text, con)
@@ -691,6 +697,10 @@ def _sqlite_kind(value: Any) -> str:
         return "a negative integer" if value < 0 else "an integer"
     return ("null" if value is None else "a real" if isinstance(value, float)
             else "text" if isinstance(value, str) else "a blob")
+
+
+_PUBLIC = re.compile("public", re.I)
+_PUBLIC_SCHEMA = frozenset({"public"})
 
 
 def _placeholder(n: int) -> str:
@@ -967,7 +977,10 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
-        return self._tagged(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql)
+        text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
+        if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t
+            text = _sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA)
+        return self._tagged(text)
 
     def _tagged(self, text: str) -> str:
         """``text`` with the privileges' version prefixed (see :meth:`_sql`)."""
@@ -1171,7 +1184,8 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                cur.execute(_sqltext.substitute(sql, _placeholder) if "$" in sql else sql,
+                text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
+                cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),
                             [None] * _sqltext.placeholders(sql), can_cache=False)
             except apsw.ExecTraceAbort:
                 pass

@@ -35,6 +35,7 @@ import apsw
 
 from ..db import serialize_sql
 from ._engines import StatementError
+from ._sqltext import DEFAULT_SCHEMAS, unqualified_parts
 
 if TYPE_CHECKING:
     from ._users import UserStore
@@ -174,12 +175,10 @@ _INSERT = re.compile(rf"\s*INSERT\s+INTO\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
 
 def _table_name(text: str) -> str:
     """A possibly quoted, possibly schema-qualified name as the grants key it (``main.``
-    dropped, as DuckDB's parser reports tables of the main schema)."""
-    parts = [p[1:-1].replace('""', '"') if p.startswith('"') else p
+    and ``public.`` dropped: see :func:`._sqltext.unqualify`)."""
+    parts = [p[1:-1].replace('""', '"') if p.startswith('"') else p.lower()
              for p in re.findall(_PART, text)]
-    if len(parts) == 2 and parts[0].lower() == "main":
-        parts = parts[1:]
-    return ".".join(parts).lower()
+    return ".".join(unqualified_parts(parts)).lower()
 
 
 def _close_paren(text: str) -> int:
@@ -248,7 +247,7 @@ def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[st
         kind = node.get("type")
         if kind == "BASE_TABLE":
             schema, name = node.get("schema_name") or "", node.get("table_name") or ""
-            full = f"{schema}.{name}" if schema and schema != "main" else name
+            full = f"{schema}.{name}" if schema and schema not in DEFAULT_SCHEMAS else name
             if schema or name.lower() not in ctes:
                 tables.append(full)
         elif kind == "TABLE_FUNCTION":

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
 __all__ = ["QueryPlan", "digit_key", "first_words", "lift_literals", "placeholders",
-           "query_plan", "replace_words", "split_statements", "strip_strings", "substitute"]
+           "query_plan", "replace_words", "split_statements", "strip_strings", "substitute",
+           "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -187,6 +188,56 @@ def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
                 pos = e
     out.append(sql[pos:])
     return "".join(out)
+
+
+#: the schemas clients put before a table's name: PostgreSQL's default, DuckDB's and SQLite's
+DEFAULT_SCHEMAS = frozenset({"public", "main"})
+_DOTTED = re.compile(r'\s*\.\s*("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)')
+
+
+def unqualify(sql: str, tables: Callable[[], Iterable[str]] | None = None,
+              schemas: frozenset[str] = DEFAULT_SCHEMAS) -> str:
+    """``sql`` with the default schema dropped from the names of tables: ``public.t``,
+    ``main.t``, ``"public"."T"``, ``PUBLIC.t`` become ``t``, ``"T"``, ``t`` (and the column
+    ``public.t.c`` becomes ``t.c``). A schema counts written bare (any case) or quoted in
+    lower case; not after a dot (``db.public.t`` stays). With ``tables`` (called once, and
+    only when the text has such a name: the database's tables, any case), only a name in
+    it loses its schema; without, every such name does."""
+    lower = sql.lower()
+    if not any(s in lower for s in schemas):
+        return sql
+    known: set[str] | None = None
+    out, pos = [], 0
+    for kind, s, e in _scan(sql, words=True):
+        if kind == "word":
+            schema = sql[s:e].lower()
+        elif kind == "quoted" and sql[s] == '"':
+            schema = sql[s + 1:e - 1]
+        else:
+            continue
+        if schema not in schemas or sql[:s].rstrip().endswith("."):
+            continue
+        m = _DOTTED.match(sql, e)
+        if m is None:
+            continue
+        name = m[1]
+        name = name[1:-1].replace('""', '"') if name.startswith('"') else name
+        if tables is not None:
+            if known is None:
+                known = {t.lower() for t in tables()}
+            if name.lower() not in known:
+                continue
+        out.append(sql[pos:s])
+        pos = m.start(1)
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def unqualified_parts(parts: list[str], schemas: frozenset[str] = DEFAULT_SCHEMAS) -> list[str]:
+    """A name's parts (unquoted) without a leading default schema (see :func:`unqualify`)."""
+    return parts[1:] if len(parts) == 2 and parts[0] in schemas else parts
 
 
 def first_words(sql: str, count: int = 2) -> list[str]:

@@ -1203,7 +1203,7 @@ class ScramAuthenticator:
         if bad:
             raise StatementError(f"{verb}: unknown privilege {bad[0]} (SELECT, INSERT, UPDATE, "
                                  "DELETE or ALL)", "42601")
-        tables = [".".join(_ident(p) for p in re.findall(_NAME, t))
+        tables = [".".join(_sqltext.unqualified_parts([_ident(p) for p in re.findall(_NAME, t)]))
                   for t in re.findall(names, m[2])]
         users = [_ident(u.strip()) for u in re.findall(_NAME, m[3])]
         self.store.change_grants(users, [t.lower() for t in tables], actions,
