@@ -201,3 +201,14 @@ def test_analytical_refuses_an_interval_column_with_0a000(start_server, analytic
         with pytest.raises(psycopg.errors.UndefinedTable):
             c.execute("INSERT INTO iv VALUES (1, INTERVAL 3 DAY)")
         assert c.execute("SELECT INTERVAL 3 DAY").fetchone() == (dt.timedelta(days=3),)
+
+
+def test_analytical_columns_sharing_a_name_each_keep_their_values(start_server,
+                                                                   analytical) -> None:
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as c:
+        assert c.execute("SELECT 1 AS a, 2 AS a").fetchall() == [(1, 2)]
+        c.execute("CREATE TABLE t (k BIGINT, s VARCHAR)")
+        c.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
+        got = c.execute("SELECT * FROM t, t AS u WHERE t.k < u.k").fetchall()
+        assert got == [(1, "x", 2, "y")]

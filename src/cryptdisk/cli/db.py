@@ -45,7 +45,9 @@ def _plain(value: Any) -> Any:
 def format_table(table: Any, fmt: str = "table") -> str:
     """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list)."""
     names = list(table.column_names)
-    records = [list(r.values()) for r in table.to_pylist()] if table.num_rows else []
+    from ..db import python_rows
+
+    records = python_rows(table)
     if fmt == "json":  # JSON has its own true/false
         return json.dumps([{n: v if isinstance(v, bool) else _plain(v)
                             for n, v in zip(names, r, strict=True)} for r in records],

@@ -92,6 +92,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
+from ._rows import python_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._storage import resolve_config
 from ._system import system_tables
@@ -1158,7 +1159,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as tuples."""
         table = self.sql(sql)
-        return [] if table is None else [tuple(r.values()) for r in table.to_pylist()]
+        return [] if table is None else python_rows(table)
 
     # -- DDL -----------------------------------------------------------------------
 
@@ -1355,7 +1356,7 @@ class Reader:
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         """:meth:`sql`'s last result as a list of row tuples."""
         table = self.sql(sql)
-        return [] if table is None else [tuple(r.values()) for r in table.to_pylist()]
+        return [] if table is None else python_rows(table)
 
     def configure(self, statement: str) -> None:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting

@@ -485,7 +485,9 @@ class _AnalyticalSession(EngineSession):
         if table is None:
             return Result(None, [], command_tag(sql, None, False))
         columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
-        rows = [tuple(r.values()) for r in table.to_pylist()]
+        from ..db import python_rows  # (db imported when a DuckDB engine is used)
+
+        rows = python_rows(table)
         returns_rows = (_sqltext.first_words(sql, 1) or [""])[0] in _ROWS
         if not returns_rows and len(columns) == 1 and columns[0][0].lower() == "count":
             count = rows[0][0] if rows else 0

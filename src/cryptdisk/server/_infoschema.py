@@ -245,5 +245,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     finally:
         con.close()
     out_columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
-    out_rows = [tuple(r.values()) for r in table.to_pylist()]
+    from ..db import python_rows
+
+    out_rows = python_rows(table)
     return Result(out_columns, out_rows, f"SELECT {len(out_rows)}")

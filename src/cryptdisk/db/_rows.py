@@ -1,0 +1,36 @@
+"""A query's Arrow result as Python rows (``Database.query``, ``cryptdisk sql``, the server).
+
+Column by column, so that columns sharing a name (``SELECT 1 AS a, 2 AS a``, ``SELECT *``
+of a self-join) each keep their values (``Table.to_pylist`` makes one dict per row, in
+which the last of them wins). A column Python's types cannot hold as pyarrow converts it
+(``'infinity'::DATE``, a ``TIMESTAMP`` before year 1 or past 9999) is converted as DuckDB
+converts it (``date.max``, ``datetime.min``...), so a query answers as DuckDB's
+``fetchall`` would instead of failing in pyarrow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+__all__ = ["python_rows"]
+
+
+def _values(column: pa.ChunkedArray) -> list[Any]:
+    try:
+        return column.to_pylist()  # type: ignore[no-any-return]
+    except (OverflowError, ValueError, pa.ArrowException):
+        con = duckdb.connect()
+        try:
+            return [r[0] for r in con.from_arrow(pa.table({"v": column})).fetchall()]
+        finally:
+            con.close()
+
+
+def python_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """The rows of ``table`` as tuples, one value per column, in the columns' order."""
+    if not table.num_columns:
+        return [() for _ in range(table.num_rows)]
+    return list(zip(*(_values(c) for c in table.columns), strict=True))
