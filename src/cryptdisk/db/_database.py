@@ -1207,7 +1207,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             schema = self.arrow_schema(meta)
         except duckdb.Error as exc:
             raise DatabaseError(f"CREATE TABLE {st.name}: {exc}") from None
+        lossy = self._lossy_columns(st.columns)
         for (column, typ), field in zip(st.columns, schema, strict=True):
+            if column in lossy:
+                raise DatabaseError(
+                    f"CREATE TABLE {st.name}: column {column} of type {typ} is not supported: "
+                    f"a table's columns are stored as Arrow, in which DuckDB's {lossy[column]} "
+                    f"loses {_LOSSY[lossy[column]][0]}",
+                    hint=_LOSSY[lossy[column]][1])
             if not _parquet_stores(field):
                 raise DatabaseError(
                     f"CREATE TABLE {st.name}: column {column} of type {typ} is not supported: "
@@ -1222,6 +1229,36 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             del self.catalog.tables[st.name]
             raise
         return None
+
+
+    def _lossy_columns(self, columns: list[tuple[str, str]]) -> dict[str, str]:
+        """The columns whose type holds one of :data:`_LOSSY` (alone or nested), with it."""
+        odd = [(c, t) for c, t in columns if " ".join(t.upper().split()) not in ARROW_TYPES]
+        if not odd:
+            return {}
+        cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in odd)
+        found = {}
+        for (column, _typ), row in zip(odd, self.con.sql(f"DESCRIBE SELECT {cols}").fetchall(),
+                                       strict=True):
+            # DuckDB's name of the type, struct field names (quoted) and enum labels out
+            words = re.sub(r'"(?:[^"]|"")*"|\'(?:[^\']|\'\')*\'', " ", str(row[1]))
+            hit = next((t for t in _LOSSY if re.search(rf"\b{t}\b", words)), None)
+            if hit is not None:
+                found[column] = hit
+        return found
+
+
+#: DuckDB types that DuckDB hands to Arrow (and so to a part) without part of their value:
+#: what is lost, and what to declare instead.
+_LOSSY = {
+    "TIME WITH TIME ZONE": ("the time zone offset (TIMETZ '12:00:00+05' is read back as "
+                            "TIME '12:00:00')",
+                            "declare TIMESTAMPTZ, or TIME and the offset in a column of its own"),
+    "BIT": ("the bit string (it becomes a BLOB of DuckDB's internal bytes)",
+            "store the bits as VARCHAR ('0101') or BLOB"),
+    "BIGNUM": ("the number (it becomes a BLOB of DuckDB's internal bytes)",
+               "declare DECIMAL(38,0), or VARCHAR for more digits"),
+}
 
 
 #: What a Reader keeps of its own (the rest of its attributes are its database's).
