@@ -92,3 +92,56 @@ def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
         db.sql("INSERT INTO t (i) VALUES ('x')")
     assert len(db.query("FROM t")) == len(want)
     assert "__cd_insert_values" not in str(db.con.sql("FROM duckdb_tables()").fetchall())
+
+
+@pytest.mark.parametrize(("sql", "message", "hint"), [
+    ("ALTER TABLE t RENAME TO u", "only ALTER TABLE t MODIFY SETTING", "CREATE TABLE"),
+    ("alter table \"t\" ADD COLUMN c INT", "only ALTER TABLE t MODIFY SETTING", "DROP TABLE t"),
+    ("ALTER TABLE main.t DROP COLUMN s", "only ALTER TABLE t MODIFY", "INSERT INTO"),
+    ("ALTER VIEW t RENAME TO u", "only ALTER TABLE t MODIFY SETTING", "CREATE TABLE"),
+    ("CREATE OR REPLACE TABLE n AS SELECT 1 AS x", "in memory", "CREATE TABLE n"),
+    ("CREATE OR REPLACE TABLE t (k BIGINT)", "in memory", "DROP TABLE IF EXISTS t"),
+    ("CREATE TEMP TABLE t AS SELECT 1 AS x", "would hide the table t", "another name"),
+    ("CREATE VIEW v AS SELECT k FROM t", "CREATE VIEW over cryptdisk table", "WITH v AS"),
+    ("CREATE OR REPLACE TEMP VIEW v AS SELECT * FROM t JOIN t u USING (k)",
+     "CREATE VIEW over", "WITH"),
+    ("DROP VIEW t", "t is a table, not a view", "DROP TABLE t"),
+    ("COPY t FROM '/nonexistent.csv'", "COPY t FROM is not supported", "read_csv"),
+    ("COPY t (k, s) FROM '/nonexistent.csv' (HEADER)", "COPY t FROM", "INSERT INTO t"),
+    ("INSERT OR REPLACE INTO t VALUES (1, 'x')", "append-only", "INSERT INTO t"),
+    ("INSERT OR IGNORE INTO t VALUES (1, 'x')", "append-only", "INSERT INTO t"),
+    ("WITH q AS (SELECT 7, 'w') INSERT INTO t SELECT * FROM q", "put the WITH after INSERT",
+     "INSERT INTO t WITH"),
+    ("WITH q AS (SELECT 1) DELETE FROM t", "append-only", "TRUNCATE"),
+    ("WITH q AS (SELECT 1) UPDATE t SET k = 2", "append-only", "TRUNCATE"),
+])
+def test_statements_on_a_table_that_duckdb_would_run_on_its_view_are_refused(db, sql, message,
+                                                                              hint):
+    """DuckDB reads a cryptdisk table through a view made for one statement: run there,
+    ALTER TABLE t RENAME renamed that view (the table kept its name; the new name held
+    the rows of that moment, stale after the next insert), CREATE OR REPLACE TABLE made
+    a DuckDB table gone at close, a view over t failed when queried, and COPY t FROM,
+    INSERT OR REPLACE and WITH ... INSERT failed with "t is not an table"."""
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    db.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    with pytest.raises(DatabaseError, match=message) as e:
+        db.sql(sql)
+    assert e.value.hint and hint in e.value.hint
+    db.sql("INSERT INTO t VALUES (3, 'c')")
+    assert db.query("SELECT count(*), max(k) FROM t") == [(3, 3)]
+    assert db.query("SELECT count(*) FROM duckdb_tables() WHERE NOT internal") == [(0,)]
+    assert db.query("SELECT count(*) FROM duckdb_views() WHERE NOT internal") == [(0,)]
+    assert sorted(db.catalog.tables) == ["t"]
+
+
+def test_duckdb_statements_on_other_names_still_run(db):
+    db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+    db.sql("INSERT INTO t VALUES (1), (2)")
+    db.sql("CREATE TEMP TABLE scratch AS SELECT 5 AS x")
+    db.sql("WITH q AS (SELECT 6) INSERT INTO scratch SELECT * FROM q")
+    db.sql("ALTER TABLE scratch RENAME TO scratch2")
+    db.sql("CREATE VIEW lit AS SELECT 'FROM t' AS a, 'INSERT INTO t' AS b")
+    assert db.query("SELECT x FROM scratch2 ORDER BY x") == [(5,), (6,)]
+    assert db.query("SELECT a FROM lit") == [("FROM t",)]
+    assert db.query("WITH q AS (SELECT 'UPDATE t' AS u) SELECT count(*) FROM q, t") == [(2,)]
+    db.sql("DROP VIEW lit")

@@ -1128,10 +1128,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
-                if _sql.first_word(sql) not in _QUERIES:
+                word = _sql.first_word(sql)
+                if word not in _QUERIES:
                     self._session_changed()
                 if self.role is not None:  # masking and row access policies (._policies)
                     sql = role_query(self, sql)
+                if word not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
+                    _sql.check_passthrough(sql, set(self.catalog.tables))
                 return self._run_duckdb(sql)
             self._writable(type(st).__name__)
             if self.role is not None:  # a role may not drop or rewrite a protected table

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import DatabaseError
+from ._columns import referenced_tables
 
 __all__ = [
     "AlterSetting",
@@ -32,6 +33,7 @@ __all__ = [
     "Passthrough",
     "SystemCommand",
     "Truncate",
+    "check_passthrough",
     "first_word",
     "parse",
     "split_statements",
@@ -273,3 +275,89 @@ def parse(sql: str) -> Statement:
         raise DatabaseError("DuckDB's temporary files would hold plaintext on disk, so "
                             "cryptdisk keeps spilling off", hint="raise memory_limit instead")
     return Passthrough(s)
+
+
+_NAME = rf"(?:{_IDENT}\s*\.\s*)?({_IDENT})"  # (a schema before it: the name it qualifies)
+_STRINGS = re.compile(r"'(?:[^']|'')*'")
+
+
+def check_passthrough(sql: str, tables: set[str]) -> None:
+    """Refuse a statement for DuckDB (:class:`Passthrough`) that would act on a cryptdisk
+    table or keep a DuckDB table in memory only, with what to write instead.
+
+    DuckDB reads each cryptdisk table a statement names through a view made for that
+    statement alone, so ``ALTER TABLE t RENAME`` renamed that view (the table stayed,
+    and the new name held the rows of that moment), ``COPY t FROM``, ``INSERT OR
+    REPLACE INTO t`` and ``WITH ... INSERT INTO t`` failed with "t is not an table", a
+    view over ``t`` failed when queried, and ``CREATE OR REPLACE TABLE`` made a table in
+    DuckDB's memory, gone at close. ``tables`` are the catalog's table names.
+    """
+    s = _STRINGS.sub("''", sql)
+    word = first_word(s)
+
+    def named(m: re.Match[str] | None) -> str | None:
+        return unquote(m.group(1)) if m is not None and unquote(m.group(1)) in tables else None
+
+    if word == "CREATE":
+        m = re.match(rf"(?is)CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?TABLE\s+"
+                     rf"(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}", s)
+        made = unquote(m.group(3)) if m else ""
+        if m and m.group(2) and made in tables:
+            raise DatabaseError(f"a temporary table {made} would hide the table {made}",
+                                hint="give the temporary table another name")
+        if m and m.group(1) and not m.group(2):
+            raise DatabaseError(
+                f"CREATE OR REPLACE TABLE {made} is not supported (DuckDB would keep the "
+                "table in memory, gone when the database closes)",
+                hint=f"DROP TABLE IF EXISTS {made}, then CREATE TABLE {made} (...)")
+        m = re.match(r"(?is)CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?VIEW\b", s)
+        if m:
+            used = referenced_tables(sql, tables)
+            if used:
+                raise DatabaseError(
+                    f"CREATE VIEW over cryptdisk table(s) {', '.join(sorted(used))} is not "
+                    "supported: DuckDB reads a table only within the statement that names it",
+                    hint="name the query in a WITH clause of the statement that reads it: "
+                    "WITH v AS (SELECT ...) SELECT ... FROM v")
+        return
+    if word in ("ALTER",):
+        name = named(re.match(rf"(?is)ALTER\s+(?:TABLE|VIEW)\s+(?:IF\s+EXISTS\s+)?{_NAME}", s))
+        if name is not None:
+            raise DatabaseError(
+                f"ALTER TABLE {name}: only ALTER TABLE {name} MODIFY SETTING storage_policy = "
+                "'name' is supported",
+                hint=f"to rename or change columns, CREATE TABLE the new table, INSERT INTO it "
+                f"SELECT ... FROM {name}, then DROP TABLE {name}")
+        return
+    if word == "DROP":
+        name = named(re.match(rf"(?is)DROP\s+VIEW\s+(?:IF\s+EXISTS\s+)?{_NAME}", s))
+        if name is not None:
+            raise DatabaseError(f"{name} is a table, not a view",
+                                hint=f"DROP TABLE {name}")
+        return
+    if word == "COPY":
+        name = named(re.match(rf"(?is)COPY\s+{_NAME}\s*(?:\([^)]*\)\s*)?FROM\b", s))
+        if name is not None:
+            raise DatabaseError(
+                f"COPY {name} FROM is not supported",
+                hint=f"INSERT INTO {name} SELECT * FROM read_csv('file') (or read_parquet), "
+                f"or db.insert('{name}', path)")
+        return
+    if word == "INSERT":
+        name = named(re.match(rf"(?is)INSERT\s+OR\s+\w+\s+INTO\s+{_NAME}", s))
+        if name is not None:
+            raise DatabaseError(f"INSERT OR ... INTO {name} is not supported: tables are "
+                                "append-only", hint=f"INSERT INTO {name} ...")
+        return
+    if word == "WITH":
+        for m in re.finditer(rf"(?is)\b(INSERT\s+INTO|DELETE\s+FROM|UPDATE|MERGE\s+INTO)\s+"
+                             rf"{_NAME}", s):
+            name = named(re.match(rf"(?s){_NAME}", m.group(0)[len(m.group(1)):].strip()))
+            if name is None:
+                continue
+            if m.group(1).upper().startswith("INSERT"):
+                raise DatabaseError(f"WITH ... INSERT INTO {name}: put the WITH after INSERT",
+                                    hint=f"INSERT INTO {name} WITH x AS (...) SELECT ... FROM x")
+            raise DatabaseError("tables are append-only: UPDATE, DELETE and MERGE are not "
+                                "supported", hint="TRUNCATE or DROP the table, or insert "
+                                "corrected rows into a new table")
