@@ -122,6 +122,40 @@ def test_insert_from_python_objects_and_files(tmp_path, db):
         db.insert("t", [1, 2, 3])
 
 
+def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
+    """A file that is not Parquet (named .parquet), an Arrow table or DataFrame of no
+    columns: DuckDB's own exceptions came out of insert() before."""
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    (tmp_path / "junk.parquet").write_bytes(b"not a parquet file at all" * 4)
+    with pytest.raises(DatabaseError, match=r"cannot read .*junk\.parquet"):
+        db.insert("t", tmp_path / "junk.parquet")
+    for empty in (pa.table({}), pd.DataFrame()):
+        with pytest.raises(DatabaseError, match="cannot read the data"):
+            db.insert("t", empty)
+    assert db.insert("t", pa.table({"c_int": [1]})) == 1  # the connection goes on
+    assert db.query("SELECT count(*) FROM t") == [(1,)]
+
+
+def test_a_closed_database_refuses_every_use_clearly(tmp_path):
+    db = cryptdisk.connect(tmp_path / "db")
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    db.sql("INSERT INTO t " + gen(10))
+    db.close()
+    uses = [lambda: db.sql("SELECT 1"), lambda: db.query("SELECT * FROM t"),
+            lambda: db.insert("t", pa.table({"c_int": [1]})),
+            lambda: db.insert("t", pd.DataFrame({"c_int": [1]})),
+            lambda: db.insert_query("t", "SELECT 1, 'x', 1.0"),
+            lambda: db.optimize("t", final=True), lambda: db.reader(),
+            lambda: db.arrow_table("t"), lambda: db.sql("OPTIMIZE TABLE t FINAL")]
+    for use in uses:
+        with pytest.raises(DatabaseError, match="is closed") as e:
+            use()
+        assert e.value.hint and "connect" in e.value.hint
+    db.close()  # closing again is harmless
+    with cryptdisk.connect(tmp_path / "db") as again:  # the lock went with the close
+        assert again.query("SELECT count(*) FROM t") == [(10,)]
+
+
 def test_joins_across_encrypted_and_plain(db):
     db.sql(f"CREATE TABLE e {SCHEMA}; CREATE TABLE p {SCHEMA} SETTINGS storage_policy='plain'")
     db.sql("INSERT INTO e " + gen(100))

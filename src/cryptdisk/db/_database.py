@@ -235,6 +235,9 @@ _REMOTE_WRITES = frozenset({"CreateTable", "Insert", "INSERT", "commit_parts"})
 class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
+    #: set by :meth:`close`: every statement after it is refused (see :meth:`_check_open`)
+    _closed = False
+
     def __init__(self, path: str | os.PathLike[str], config: Any = None, *,
                  cache_bytes: int = DEFAULT_COLUMN_CACHE_BYTES, read_only: bool = False,
                  memory_limit: str | None = None, threads: int | None = None,
@@ -418,6 +421,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def close(self) -> None:
         """Release the write lock and the cached plaintext."""
         with self._mutex:
+            self._closed = True
             self.cache.clear()
             self._open_parts.clear()
             _wipe_unwrap_caches(self.config)
@@ -430,7 +434,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def reader(self) -> Reader:
         """A :class:`Reader`: runs queries on its own DuckDB cursor, beside this
         connection's statements and other readers' queries, for one thread at a time."""
+        self._check_open()
         return Reader(self)
+
+    def _check_open(self) -> None:
+        """Refuse a use of a closed database (DuckDB's own error named its connection)."""
+        if self._closed:
+            raise DatabaseError(f"database {self.path} is closed",
+                                hint="open it again with cryptdisk.connect")
 
     def _reader_ends(self) -> None:
         with self._mutex:
@@ -514,6 +525,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                       durable=i > 0, remote=self._remote if i == 0 else None)
 
     def _writable(self, what: str) -> None:
+        self._check_open()
         if self.read_only:
             raise DatabaseError(f"{what}: the database is open read-only")
         if self._remote is not None:
@@ -564,6 +576,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         On a connection with ``role=``, a table with policies is read through them, as
         ``SELECT columns FROM name`` would be."""
         with self._mutex:
+            self._check_open()
             meta = self.table(name)
             names = [c for c, _t in meta.columns]
             cols = names if columns is None else columns
@@ -1125,6 +1138,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     def execute(self, statement: str) -> pa.Table | None:
         """Run one statement (see :mod:`cryptdisk.db._sql` for the ones cryptdisk handles)."""
         with self._mutex:
+            self._check_open()
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql

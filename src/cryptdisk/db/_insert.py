@@ -292,6 +292,7 @@ class InsertMixin(DatabaseState):
         Columns match by name; table columns the data lacks get NULL.
         """
         with self._mutex:
+            self._check_open()
             direct = self._insert_arrow(table, data, on_rows)
             if direct is not None:
                 return direct
@@ -303,11 +304,19 @@ class InsertMixin(DatabaseState):
                 reader = ("read_parquet" if path.lower().endswith((".parquet", ".pq"))
                           else "read_csv")
                 literal = "'" + path.replace("'", "''") + "'"
-                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
-                                 f"SELECT * FROM {reader}({literal})")
+                try:
+                    self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
+                                     f"SELECT * FROM {reader}({literal})")
+                except duckdb.Error as exc:  # not Parquet, not text DuckDB can read
+                    raise DatabaseError(f"insert into {table}: cannot read {path}: "
+                                        f"{str(exc).splitlines()[0]}") from None
             elif isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(
                     data, "__arrow_c_stream__") or type(data).__name__ == "DataFrame":
-                self.con.register(_SOURCE, data)
+                try:
+                    self.con.register(_SOURCE, data)
+                except duckdb.Error as exc:  # (a table or DataFrame of no columns)
+                    raise DatabaseError(f"insert into {table}: cannot read the data: "
+                                        f"{str(exc).splitlines()[0]}") from None
                 registered = True
             else:
                 raise TypeError("insert() takes an Arrow table, a pandas DataFrame, or the "
