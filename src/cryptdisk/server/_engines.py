@@ -384,6 +384,40 @@ class _AnalyticalSession(EngineSession):
         self.recording = False
         self.last_tables = set()
         self.revealed: list[str] = []  # columns the last statement read through a policy
+        #: in a transaction block (BEGIN ... COMMIT), which holds queries only: see
+        #: :meth:`_block_statement`
+        self.block = False
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.block
+
+    def _block_statement(self, words: list[str]) -> Result:
+        """BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE. The analytical engine commits every
+        statement as it runs and cannot undo one, so a transaction block holds queries only
+        (each sees what was committed when it starts, as PostgreSQL's READ COMMITTED): with
+        no write in it, COMMIT and ROLLBACK (to a savepoint too) are both true. Drivers that
+        open a transaction before the first statement (psycopg and pg8000 without
+        autocommit, SQLAlchemy, pandas) can read; a write in the block is refused (0A000)."""
+        head = words[0]
+        if head in ("BEGIN", "START"):
+            self.block = True
+            return Result(None, [], "BEGIN")
+        to_savepoint = head in ("ROLLBACK", "ABORT") and "TO" in words[1:3]
+        if head in ("SAVEPOINT", "RELEASE") or to_savepoint:
+            if not self.block:
+                raise StatementError(f"{head} can only be used in transaction blocks", "25P01")
+            return Result(None, [], head if head != "ABORT" else "ROLLBACK")
+        self.block = False
+        return Result(None, [], "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK")
+
+    def _refuse_in_block(self) -> None:
+        raise StatementError(
+            "the analytical engine commits each write as it runs and cannot roll it back: "
+            "a transaction block holds queries only", "0A000",
+            hint="COMMIT or ROLLBACK first, and write in autocommit mode (psycopg: "
+            "autocommit=True; SQLAlchemy: isolation_level=\"AUTOCOMMIT\"), or serve an "
+            "encrypted SQLite database (cryptdisk serve --sqlite) for transactions")
 
     def new_statement(self) -> None:
         """A statement of this session that the server runs itself (a policy statement)
@@ -417,20 +451,17 @@ class _AnalyticalSession(EngineSession):
         return list(self.engine.db.catalog.tables)
 
     def _sql(self, sql: str, params: list[Any]) -> str:
-        words = _sqltext.first_words(sql, 1)
-        if words and words[0] in TRANSACTION_WORDS:
-            raise StatementError(
-                "the analytical engine runs every statement as its own transaction; "
-                f"{words[0]} is not supported", "0A000",
-                hint="use autocommit in the client, or serve an encrypted SQLite "
-                "database (cryptdisk serve --sqlite) for multi-statement transactions")
-
         def lit(n: int) -> str:
             if n < 1 or n > len(params):
                 raise StatementError(f"there is no parameter ${n}", "42P02")
             return sql_literal(params[n - 1])
 
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
+        if self.block:
+            from ..db import Reader
+
+            if not Reader.runs(text):
+                self._refuse_in_block()
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
             if self.engine.policies is not None:  # masking and row access (._policies)
@@ -466,6 +497,9 @@ class _AnalyticalSession(EngineSession):
     def run(self, sql: str, params: list[Any]) -> Result:
         self._cancel.clear()  # a cancel sent before this statement is not for it
         self.revealed = []
+        words = _sqltext.first_words(sql, 3)
+        if words and words[0] in TRANSACTION_WORDS:
+            return self._block_statement(words)
         text = self._sql(sql, params)
         try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
             table = self._execute(text)
@@ -563,6 +597,8 @@ class _AnalyticalSession(EngineSession):
                 rows: list[list[Any]], *, typed: bool = False) -> int:
         import pyarrow as pa
 
+        if self.block:
+            self._refuse_in_block()
         if self.privileges is not None and not self.privileges.allowed(table, "INSERT"):
             raise StatementError(f"permission denied: INSERT on table {table}", "42501",
                                  hint="an admin can GRANT it")
@@ -979,6 +1015,8 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
+        if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
+            sql = _sqltext.drop_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t
             text = _sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA)
@@ -1186,7 +1224,8 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
+                text = _sqltext.drop_casts(sql)
+                text = _sqltext.substitute(text, _placeholder) if "$" in text else text
                 cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),
                             [None] * _sqltext.placeholders(sql), can_cache=False)
             except apsw.ExecTraceAbort:

@@ -34,7 +34,7 @@ from ._engines import (
     sqlite_declared_oid,
 )
 
-__all__ = ["handles", "query"]
+__all__ = ["add_table", "handles", "private_query", "query"]
 
 _SCHEMA = "cd_information_schema"  # the name the query runs under (DuckDB has its own)
 _CATALOG = "cryptdisk"
@@ -174,8 +174,6 @@ _MEMORY_LIMIT = "256MB"
 
 def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -> Result:
     """Run ``sql`` (see :func:`handles`) over this session's information_schema."""
-    import duckdb
-
     visible = _visible(engine, privileges)
     admin = privileges is None or privileges.admin
     granted: list[Any] = []
@@ -211,17 +209,35 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     text = _sqltext.substitute(sql, literal)
     text = _sqltext.replace_words(
         text, lambda w: _SCHEMA if w.lower() == "information_schema" else None)
-    con = duckdb.connect()
-    try:
+
+    def load(con: Any) -> None:
         con.execute(f"CREATE SCHEMA {_SCHEMA}")
         words = {w.lower() for w in re.findall(r"\w+", text)}
         for name, (cols, make) in views.items():
             if name not in words:  # a query reads only the views it names
                 continue
-            rows = make()
-            con.register("__cd_source", _arrow(cols, rows))
-            con.execute(f"CREATE TABLE {_SCHEMA}.{name} AS SELECT * FROM __cd_source")  # noqa: S608
-            con.unregister("__cd_source")
+            add_table(con, f"{_SCHEMA}.{name}", _arrow(cols, make()))
+
+    return private_query(text, load, engine, (_SCHEMA, "information_schema"))
+
+
+def add_table(con: Any, name: str, table: Any) -> None:
+    """Create table ``name`` in the private DuckDB ``con`` holding Arrow ``table``."""
+    con.register("__cd_source", table)
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM __cd_source")  # noqa: S608
+    con.unregister("__cd_source")
+
+
+def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
+                  shown: tuple[str, str]) -> Result:
+    """Run the query ``text`` in a private in-memory DuckDB that ``load(con)`` fills, with
+    file and network access off and locked; ``shown``: (the name of the schema the query
+    runs under, the name its errors say instead)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        load(con)
         # a huge query (a cross join with range()) fails inside a small memory budget
         # instead of spilling the catalog's names into ./.tmp or taking the server's memory
         con.execute("SET temp_directory = ''")
@@ -232,10 +248,10 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
         try:
             relation = con.sql(text)
             if relation is None:
-                raise StatementError("information_schema is read by queries only", "42601")
+                raise StatementError(f"{shown[1]} is read by queries only", "42601")
             table = relation.to_arrow_table()
         except duckdb.Error as exc:
-            message = str(exc).replace(_SCHEMA, "information_schema")
+            message = str(exc).replace(shown[0], shown[1])
             code = _duckdb_sqlstate(message)
             if code == "57014":  # DuckDB's "INTERRUPT Error", said as PostgreSQL says it
                 raise _cancelled() from None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
-from . import _infoschema, _sqltext, _types
+from . import _infoschema, _pgcatalog, _pgsession, _pgtables, _sqltext, _types
 from . import _protocol as P
 from ._conn import Connection
 from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
@@ -267,6 +267,7 @@ class Session:
         self.tls = False
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
+        self.database = self.application_name = ""
         #: what this session may do and who it acts as (None: a server without users)
         self.privileges: Any = None
         self.engine: EngineSession | None = None
@@ -417,6 +418,9 @@ class Session:
                         hint="connect with sslmode=require or stricter")
             raise _Closing()
         self.user = msg.parameters.get("user", "")
+        #: the database the client named (one server serves one: only current_database())
+        self.database = msg.parameters.get("database") or self.user
+        self.application_name = msg.parameters.get("application_name", "")
         if not self.user:
             self._fatal("28000", "no user name in the startup message")
             raise _Closing()
@@ -699,6 +703,8 @@ class Session:
                 return await self._run_timed(head, shaped[0], list(shaped[1]), {})
         if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
             return await self._cursor(head, sql, params)
+        if head == "DEALLOCATE":
+            return self._deallocate(sql)
         if head == "COPY" and _is_copy(sql):
             raise StatementError("COPY FROM STDIN / TO STDOUT cannot run here (a cursor's "
                                  "query)", "0A000")
@@ -714,6 +720,13 @@ class Session:
                                        self.user)
             if listed is not None:
                 return listed
+        if head in ("SELECT", "SHOW"):
+            answered = _pgsession.answer(sql, self)
+            if answered is not None:
+                return answered
+        if head in ("SELECT", "WITH") and self.engine is not None and _pgtables.handles(sql):
+            text, renames = self._identity(sql)
+            return await self._run_timed(head, text, params, renames, _pgtables.query)
         if self.server.authenticator is not None and self.server.authenticator.handles(sql):
             if self._in_transaction():
                 return await self._user_statement(sql)
@@ -726,7 +739,7 @@ class Session:
         if head in ("SELECT", "WITH") and _infoschema.handles(sql):
             text, renames = self._identity(sql)  # current_user: the session's, not DuckDB's
             return await self._run_timed(head, text, params, renames, _infoschema.query)
-        if self.server.engine.transactions and head in TRANSACTION_WORDS:
+        if head in TRANSACTION_WORDS:  # (the analytical engine: blocks of queries only)
             return await self._run_timed(head, sql, params, {}, self._transaction)
         sql, renames = self._identity(sql)
         return await self._run_timed(head, sql, params, renames)
@@ -741,9 +754,8 @@ class Session:
         deadline = timer.deadline
         result: Result
         try:
-            if special is _infoschema.query:
-                result = await self.call(_infoschema.query, sql, params, engine,
-                                         self.privileges)
+            if special in (_infoschema.query, _pgtables.query):
+                result = await self.call(special, sql, params, engine, self.privileges)
             elif special is not None:
                 return await special(engine, head, sql)  # type: ignore[no-any-return]
             elif self.pending_begin and head not in _READS:
@@ -791,6 +803,21 @@ class Session:
             raise timer.error(exc) from None
         finally:
             timer.cancel()
+
+    def _deallocate(self, sql: str) -> Result:
+        """``DEALLOCATE [PREPARE] name | ALL``: drop prepared statements, as a Close message
+        does (psycopg sends it when its cache of prepared statements is full)."""
+        m = re.fullmatch(r'\s*DEALLOCATE\s+(?:PREPARE\s+)?("(?:[^"]|"")+"|[A-Za-z_]\w*)\s*;?\s*',
+                         sql, re.I)
+        if m is None:
+            raise StatementError("syntax: DEALLOCATE [PREPARE] name | ALL", "42601")
+        if m[1].upper() == "ALL":
+            self.statements = {k: v for k, v in self.statements.items() if not k}
+            return Result(None, [], "DEALLOCATE ALL")
+        name = m[1][1:-1].replace('""', '"') if m[1].startswith('"') else m[1].lower()
+        if not name or self.statements.pop(name, None) is None:
+            raise StatementError(f'prepared statement "{name}" does not exist', "26000")
+        return Result(None, [], "DEALLOCATE")
 
     def _identity(self, sql: str, privileges: Any = None) -> tuple[str, dict[str, list[str]]]:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
@@ -1298,9 +1325,14 @@ class Session:
                     head = (_sqltext.first_words(st.sql, 1) or [""])[0]
                     if _is_copy(st.sql):
                         st.columns = None  # its rows travel in CopyData, not DataRows
-                    elif _infoschema.handles(st.sql):
+                    elif _pgsession.answers(st.sql):
+                        st.columns = _pgsession.answer(st.sql, self).columns  # type: ignore[union-attr]
+                    elif _infoschema.handles(st.sql) or (
+                            _pgtables.handles(st.sql) and not _pgcatalog.answers(st.sql)):
+                        query = _infoschema.query if _infoschema.handles(st.sql) \
+                            else _pgtables.query
                         st.columns = (await self._timed(
-                            _infoschema.query, st.sql, [None] * st.nparams, self.engine,
+                            query, st.sql, [None] * st.nparams, self.engine,
                             self.privileges)).columns
                     elif head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
                         st.columns = None

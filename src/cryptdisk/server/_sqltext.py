@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
-__all__ = ["QueryPlan", "digit_key", "first_words", "lift_literals", "placeholders",
+__all__ = ["QueryPlan", "digit_key", "drop_casts", "first_words", "lift_literals", "placeholders",
            "query_plan", "replace_words", "split_statements", "strip_strings", "substitute",
            "unqualified_parts", "unqualify"]
 
@@ -186,6 +186,41 @@ def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
                 out.append(sql[pos:s])
                 out.append(new)
                 pos = e
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+_CAST = re.compile(
+    r"\s*::\s*(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*(?:\s+(?:PRECISION|VARYING|WITH(?:OUT)?\s+TIME"
+    r"\s+ZONE)\b)*)(\s*\(\s*\d+\s*(?:,\s*\d+\s*)?\))?(?:\s*\[\s*\])*", re.I)
+_SQLITE_CASTS = {**dict.fromkeys(("int", "int2", "int4", "int8", "integer", "bigint",
+                                  "smallint"), "INTEGER"),
+                 **dict.fromkeys(("real", "float", "float4", "float8", "double precision"),
+                                 "REAL")}
+
+
+def drop_casts(sql: str) -> str:
+    """``sql`` for SQLite, which has no ``::`` casts: a cast of a parameter (``$1::BIGINT``,
+    as SQLAlchemy writes them) is dropped, the parameter's value being of its type already;
+    a cast of a string literal becomes SQLite's ``CAST(... AS INTEGER|REAL)`` for the
+    number types and is dropped for the others (``'r'::VARCHAR``; SQLite's CAST to DATE or
+    BOOLEAN would make a number of it). Other casts are left for SQLite to refuse."""
+    if "::" not in sql:
+        return sql
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind not in ("param", "quoted") or (kind == "quoted" and sql[s] != "'"):
+            continue  # (a quoted name or a comment)
+        m = _CAST.match(sql, e)
+        if m is None:
+            continue
+        target = _SQLITE_CASTS.get(" ".join(m[1].lower().split())) \
+            if kind == "quoted" and m[2] is None and "[" not in m.group() else None
+        out.append(sql[pos:s])
+        out.append(f"CAST({sql[s:e]} AS {target})" if target else sql[s:e])
+        pos = m.end()
+    if not out:
+        return sql
     out.append(sql[pos:])
     return "".join(out)
 

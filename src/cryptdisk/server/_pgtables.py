@@ -1,0 +1,340 @@
+"""``pg_catalog``'s tables for drivers and ORMs: SQLAlchemy's reflection, psycopg's
+``TypeInfo``, pandas' ``read_sql_table``.
+
+A query (``SELECT`` or ``WITH``) that names ``pg_catalog`` or one of the tables below,
+and is none of psql's own (:mod:`._pgcatalog`), runs in a private in-memory DuckDB
+(:func:`._infoschema.private_query`: no file or network access, nothing of the engine)
+holding these tables, filled for the session: the tables and views it may read (as
+``information_schema`` lists them), their columns, types and defaults, and the base
+types; the catalogs of what cryptdisk does not have (constraints, indexes, sequences,
+comments, inheritance, enums, collations) are empty. ``pg_catalog``'s functions that
+such queries call (``format_type``, ``pg_get_expr``, ``pg_table_is_visible``,
+``to_regtype``, ``json_build_object``, ...) are macros there, and ``regclass``,
+``regtype``, ``name`` casts work. Relations live in schema ``public`` (OID 2200) with
+the OIDs psql's ``\\d`` sees (:func:`._pgcatalog.relation_oid`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from . import _sqltext, _types
+from ._engines import EngineSession, Result, StatementError, sql_literal
+from ._infoschema import _NAMES, _visible, private_query
+from ._pgcatalog import relation_oid
+
+__all__ = ["handles", "query"]
+
+_SCHEMA = "cd_pg_catalog"  # the name the query runs under (DuckDB has its own pg_catalog)
+_PUBLIC, _PG_CATALOG, _INFORMATION_SCHEMA = 2200, 11, 13183
+_OWNER = 10
+
+#: (name, DuckDB type) of each table's columns, in PostgreSQL's order (the ones clients use)
+_TABLES: dict[str, list[tuple[str, str]]] = {
+    "pg_namespace": [("oid", "BIGINT"), ("nspname", "VARCHAR"), ("nspowner", "BIGINT"),
+                     ("nspacl", "VARCHAR[]")],
+    "pg_class": [("oid", "BIGINT"), ("relname", "VARCHAR"), ("relnamespace", "BIGINT"),
+                 ("reltype", "BIGINT"), ("reloftype", "BIGINT"), ("relowner", "BIGINT"),
+                 ("relam", "BIGINT"), ("relfilenode", "BIGINT"), ("reltablespace", "BIGINT"),
+                 ("relpages", "INTEGER"), ("reltuples", "REAL"), ("relallvisible", "INTEGER"),
+                 ("reltoastrelid", "BIGINT"), ("relhasindex", "BOOLEAN"),
+                 ("relisshared", "BOOLEAN"), ("relpersistence", "VARCHAR"),
+                 ("relkind", "VARCHAR"), ("relnatts", "SMALLINT"), ("relchecks", "SMALLINT"),
+                 ("relhasrules", "BOOLEAN"), ("relhastriggers", "BOOLEAN"),
+                 ("relhassubclass", "BOOLEAN"), ("relrowsecurity", "BOOLEAN"),
+                 ("relforcerowsecurity", "BOOLEAN"), ("relispopulated", "BOOLEAN"),
+                 ("relreplident", "VARCHAR"), ("relispartition", "BOOLEAN"),
+                 ("relrewrite", "BIGINT"), ("relfrozenxid", "BIGINT"),
+                 ("relminmxid", "BIGINT"), ("relacl", "VARCHAR[]"),
+                 ("reloptions", "VARCHAR[]"), ("relpartbound", "VARCHAR")],
+    "pg_attribute": [("attrelid", "BIGINT"), ("attname", "VARCHAR"), ("atttypid", "BIGINT"),
+                     ("attstattarget", "INTEGER"), ("attlen", "SMALLINT"),
+                     ("attnum", "SMALLINT"), ("attndims", "INTEGER"),
+                     ("attcacheoff", "INTEGER"), ("atttypmod", "INTEGER"),
+                     ("attbyval", "BOOLEAN"), ("attalign", "VARCHAR"),
+                     ("attstorage", "VARCHAR"), ("attcompression", "VARCHAR"),
+                     ("attnotnull", "BOOLEAN"), ("atthasdef", "BOOLEAN"),
+                     ("atthasmissing", "BOOLEAN"), ("attidentity", "VARCHAR"),
+                     ("attgenerated", "VARCHAR"), ("attisdropped", "BOOLEAN"),
+                     ("attislocal", "BOOLEAN"), ("attinhcount", "INTEGER"),
+                     ("attcollation", "BIGINT"), ("attacl", "VARCHAR[]"),
+                     ("attoptions", "VARCHAR[]"), ("attfdwoptions", "VARCHAR[]"),
+                     ("attmissingval", "VARCHAR")],
+    "pg_attrdef": [("oid", "BIGINT"), ("adrelid", "BIGINT"), ("adnum", "SMALLINT"),
+                   ("adbin", "VARCHAR")],
+    "pg_type": [("oid", "BIGINT"), ("typname", "VARCHAR"), ("typnamespace", "BIGINT"),
+                ("typowner", "BIGINT"), ("typlen", "SMALLINT"), ("typbyval", "BOOLEAN"),
+                ("typtype", "VARCHAR"), ("typcategory", "VARCHAR"),
+                ("typispreferred", "BOOLEAN"), ("typisdefined", "BOOLEAN"),
+                ("typdelim", "VARCHAR"), ("typrelid", "BIGINT"), ("typsubscript", "VARCHAR"),
+                ("typelem", "BIGINT"), ("typarray", "BIGINT"), ("typinput", "VARCHAR"),
+                ("typoutput", "VARCHAR"), ("typreceive", "VARCHAR"), ("typsend", "VARCHAR"),
+                ("typmodin", "VARCHAR"), ("typmodout", "VARCHAR"), ("typanalyze", "VARCHAR"),
+                ("typalign", "VARCHAR"), ("typstorage", "VARCHAR"),
+                ("typnotnull", "BOOLEAN"), ("typbasetype", "BIGINT"),
+                ("typtypmod", "INTEGER"), ("typndims", "INTEGER"),
+                ("typcollation", "BIGINT"), ("typdefaultbin", "VARCHAR"),
+                ("typdefault", "VARCHAR"), ("typacl", "VARCHAR[]")],
+    "pg_tables": [("schemaname", "VARCHAR"), ("tablename", "VARCHAR"),
+                  ("tableowner", "VARCHAR"), ("tablespace", "VARCHAR"),
+                  ("hasindexes", "BOOLEAN"), ("hasrules", "BOOLEAN"),
+                  ("hastriggers", "BOOLEAN"), ("rowsecurity", "BOOLEAN")],
+    "pg_views": [("schemaname", "VARCHAR"), ("viewname", "VARCHAR"), ("viewowner", "VARCHAR"),
+                 ("definition", "VARCHAR")],
+    "pg_am": [("oid", "BIGINT"), ("amname", "VARCHAR"), ("amhandler", "VARCHAR"),
+              ("amtype", "VARCHAR")],
+    # what cryptdisk does not have: empty
+    "pg_constraint": [("oid", "BIGINT"), ("conname", "VARCHAR"), ("connamespace", "BIGINT"),
+                      ("contype", "VARCHAR"), ("condeferrable", "BOOLEAN"),
+                      ("condeferred", "BOOLEAN"), ("convalidated", "BOOLEAN"),
+                      ("conrelid", "BIGINT"), ("contypid", "BIGINT"), ("conindid", "BIGINT"),
+                      ("conparentid", "BIGINT"), ("confrelid", "BIGINT"),
+                      ("confupdtype", "VARCHAR"), ("confdeltype", "VARCHAR"),
+                      ("confmatchtype", "VARCHAR"), ("conislocal", "BOOLEAN"),
+                      ("coninhcount", "INTEGER"), ("connoinherit", "BOOLEAN"),
+                      ("conkey", "SMALLINT[]"), ("confkey", "SMALLINT[]"),
+                      ("conpfeqop", "BIGINT[]"), ("conppeqop", "BIGINT[]"),
+                      ("conffeqop", "BIGINT[]"), ("confdelsetcols", "SMALLINT[]"),
+                      ("conexclop", "BIGINT[]"), ("conbin", "VARCHAR")],
+    "pg_index": [("indexrelid", "BIGINT"), ("indrelid", "BIGINT"), ("indnatts", "SMALLINT"),
+                 ("indnkeyatts", "SMALLINT"), ("indisunique", "BOOLEAN"),
+                 ("indnullsnotdistinct", "BOOLEAN"), ("indisprimary", "BOOLEAN"),
+                 ("indisexclusion", "BOOLEAN"), ("indimmediate", "BOOLEAN"),
+                 ("indisclustered", "BOOLEAN"), ("indisvalid", "BOOLEAN"),
+                 ("indcheckxmin", "BOOLEAN"), ("indisready", "BOOLEAN"),
+                 ("indislive", "BOOLEAN"), ("indisreplident", "BOOLEAN"),
+                 ("indkey", "SMALLINT[]"), ("indcollation", "BIGINT[]"),
+                 ("indclass", "BIGINT[]"), ("indoption", "SMALLINT[]"),
+                 ("indexprs", "VARCHAR"), ("indpred", "VARCHAR")],
+    "pg_sequence": [("seqrelid", "BIGINT"), ("seqtypid", "BIGINT"), ("seqstart", "BIGINT"),
+                    ("seqincrement", "BIGINT"), ("seqmax", "BIGINT"), ("seqmin", "BIGINT"),
+                    ("seqcache", "BIGINT"), ("seqcycle", "BOOLEAN")],
+    "pg_description": [("objoid", "BIGINT"), ("classoid", "BIGINT"), ("objsubid", "INTEGER"),
+                       ("description", "VARCHAR")],
+    "pg_collation": [("oid", "BIGINT"), ("collname", "VARCHAR"), ("collnamespace", "BIGINT"),
+                     ("collowner", "BIGINT"), ("collprovider", "VARCHAR"),
+                     ("collisdeterministic", "BOOLEAN"), ("collencoding", "INTEGER"),
+                     ("collcollate", "VARCHAR"), ("collctype", "VARCHAR")],
+    "pg_tablespace": [("oid", "BIGINT"), ("spcname", "VARCHAR"), ("spcowner", "BIGINT"),
+                      ("spcacl", "VARCHAR[]"), ("spcoptions", "VARCHAR[]")],
+    "pg_opclass": [("oid", "BIGINT"), ("opcmethod", "BIGINT"), ("opcname", "VARCHAR"),
+                   ("opcnamespace", "BIGINT"), ("opcowner", "BIGINT"), ("opcfamily", "BIGINT"),
+                   ("opcintype", "BIGINT"), ("opcdefault", "BOOLEAN"),
+                   ("opckeytype", "BIGINT")],
+    "pg_inherits": [("inhrelid", "BIGINT"), ("inhparent", "BIGINT"), ("inhseqno", "INTEGER"),
+                    ("inhdetachpending", "BOOLEAN")],
+    "pg_enum": [("oid", "BIGINT"), ("enumtypid", "BIGINT"), ("enumsortorder", "REAL"),
+                ("enumlabel", "VARCHAR")],
+    "pg_depend": [("classid", "BIGINT"), ("objid", "BIGINT"), ("objsubid", "INTEGER"),
+                  ("refclassid", "BIGINT"), ("refobjid", "BIGINT"), ("refobjsubid", "INTEGER"),
+                  ("deptype", "VARCHAR")],
+    "pg_partitioned_table": [("partrelid", "BIGINT"), ("partstrat", "VARCHAR"),
+                             ("partnatts", "SMALLINT"), ("partdefid", "BIGINT"),
+                             ("partattrs", "SMALLINT[]")],
+    "pg_statistic_ext": [("oid", "BIGINT"), ("stxrelid", "BIGINT"), ("stxname", "VARCHAR"),
+                         ("stxnamespace", "BIGINT"), ("stxowner", "BIGINT"),
+                         ("stxkeys", "SMALLINT[]"), ("stxkind", "VARCHAR[]")],
+    "pg_trigger": [("oid", "BIGINT"), ("tgrelid", "BIGINT"), ("tgname", "VARCHAR"),
+                   ("tgenabled", "VARCHAR"), ("tgisinternal", "BOOLEAN")],
+    "pg_rewrite": [("oid", "BIGINT"), ("rulename", "VARCHAR"), ("ev_class", "BIGINT"),
+                   ("ev_type", "VARCHAR")],
+    "pg_policy": [("oid", "BIGINT"), ("polname", "VARCHAR"), ("polrelid", "BIGINT")],
+}
+
+#: (oid, PostgreSQL's name, length, category, array type) of the types results carry
+_BASE_TYPES = [
+    (_types.BOOL, "bool", 1, "B", 1000), (_types.BYTEA, "bytea", -1, "U", 1001),
+    (_types.NAME, "name", 64, "S", 1003), (_types.INT8, "int8", 8, "N", 1016),
+    (_types.INT2, "int2", 2, "N", 1005), (_types.INT4, "int4", 4, "N", 1007),
+    (_types.TEXT, "text", -1, "S", 1009), (_types.OID, "oid", 4, "N", 1028),
+    (_types.JSON, "json", -1, "U", 199), (_types.FLOAT4, "float4", 4, "N", 1021),
+    (_types.FLOAT8, "float8", 8, "N", 1022), (_types.BPCHAR, "bpchar", -1, "S", 1014),
+    (_types.VARCHAR, "varchar", -1, "S", 1015), (_types.DATE, "date", 4, "D", 1182),
+    (_types.TIME, "time", 8, "D", 1183), (_types.TIMESTAMP, "timestamp", 8, "D", 1115),
+    (_types.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
+    (_types.INTERVAL, "interval", 16, "T", 1187), (_types.NUMERIC, "numeric", -1, "N", 1231),
+    (_types.UUID, "uuid", 16, "U", 2951)]
+_TEXT_TYPES = {_types.TEXT, _types.VARCHAR, _types.BPCHAR, _types.NAME}
+_COLLATION = 100  # "default"
+#: the names format_type gives (information_schema's data_type, as psql's \d shows them)
+_FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
+           _types.VARCHAR: "character varying", _types.BPCHAR: "character",
+           _types.NAME: "name", _types.OID: "oid"}
+
+_WORDS = frozenset(_TABLES) | {"pg_catalog"}
+_SCAN = re.compile(r"\bpg_\w+", re.I)
+
+
+@functools.lru_cache(maxsize=1024)
+def handles(sql: str) -> bool:
+    """Whether ``sql`` is a query over ``pg_catalog`` answered here; cached per text."""
+    lower = sql.lower()
+    if "pg_" not in lower or (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
+        return False
+    try:
+        text = _sqltext.strip_strings(sql)
+    except Exception:
+        return False
+    return any(m.group().lower() in _WORDS for m in _SCAN.finditer(text))
+
+
+def _macros() -> list[str]:
+    """pg_catalog's functions as DuckDB macros in the private schema."""
+    s = _SCHEMA
+    settings = "CASE lower(n) " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in (
+        ("default_table_access_method", "heap"), ("server_version", "15.0"),
+        ("server_version_num", "150000"), ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"), ("standard_conforming_strings", "on"),
+        ("search_path", '"$user", public'), ("max_identifier_length", "63"))) + \
+        " ELSE CAST(NULL AS VARCHAR) END"
+    names = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in _FORMAT.items())
+    pairs = ", ".join(f"({', '.join(f'k{i}, v{i}' for i in range(n))}) AS "
+                      f"json_object({', '.join(f'k{i}::VARCHAR, v{i}' for i in range(n))})"
+                      for n in range(1, 13))
+    return [
+        f"CREATE TYPE {s}.name AS VARCHAR",
+        f"CREATE TYPE {s}.regtype AS BIGINT",
+        f"CREATE TYPE {s}.regclass AS BIGINT",
+        f"CREATE TYPE {s}.regproc AS VARCHAR",
+        f"CREATE TYPE {s}.regnamespace AS BIGINT",
+        # a numeric's typmod is ((precision << 16) | scale) + 4; a varchar's, length + 4
+        f"CREATE MACRO {s}.format_type(t, m) AS CASE WHEN t IS NULL THEN NULL "
+        f"WHEN t = {_types.NUMERIC} AND m >= 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' "
+        f"|| ((m - 4) & 65535) || ')' WHEN t = {_types.VARCHAR} AND m >= 4 THEN "
+        f"'character varying(' || (m - 4) || ')' ELSE CASE t {names} ELSE '???' END END",
+        f"CREATE MACRO {s}.pg_get_expr(e, r) AS e, (e, r, p) AS e",
+        f"CREATE MACRO {s}.pg_table_is_visible(o) AS true",
+        f"CREATE MACRO {s}.pg_type_is_visible(o) AS true",
+        f"CREATE MACRO {s}.pg_collation_is_visible(o) AS true",
+        f"CREATE MACRO {s}.pg_get_serial_sequence(t, c) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.pg_get_constraintdef(o) AS CAST(NULL AS VARCHAR), "
+        "(o, p) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.pg_get_indexdef(o) AS CAST(NULL AS VARCHAR), "
+        "(o, c, p) AS CAST(NULL AS VARCHAR)",
+        "CREATE MACRO cd_pg_catalog.pg_get_viewdef(o) AS (SELECT definition FROM "
+        "cd_pg_catalog.pg_views v JOIN cd_pg_catalog.pg_class c ON c.relname = v.viewname "
+        "WHERE c.oid = o), (o, p) AS (SELECT definition FROM cd_pg_catalog.pg_views v JOIN "
+        "cd_pg_catalog.pg_class c ON c.relname = v.viewname WHERE c.oid = o)",
+        f"CREATE MACRO {s}.pg_get_userbyid(o) AS 'cryptdisk'",
+        f"CREATE MACRO {s}.obj_description(o) AS CAST(NULL AS VARCHAR), "
+        "(o, c) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.col_description(o, n) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.shobj_description(o, c) AS CAST(NULL AS VARCHAR)",
+        "CREATE MACRO cd_pg_catalog.to_regtype(n) AS (SELECT min(oid) FROM "
+        "cd_pg_catalog.pg_type WHERE typname = lower(n))",
+        "CREATE MACRO cd_pg_catalog.to_regclass(n) AS (SELECT min(oid) FROM "
+        "cd_pg_catalog.pg_class WHERE relname = n OR 'public.' || relname = n)",
+        f"CREATE MACRO {s}.has_table_privilege(t, p) AS true, (u, t, p) AS true",
+        f"CREATE MACRO {s}.has_schema_privilege(n, p) AS true, (u, n, p) AS true",
+        f"CREATE MACRO {s}.pg_encoding_to_char(e) AS 'UTF8'",
+        f"CREATE MACRO {s}.current_setting(n) AS {settings}, (n, missing_ok) AS {settings}",
+        f"CREATE MACRO {s}.json_build_object() AS json_object(), {pairs}",
+    ]
+
+
+def _typmod(oid: int, type_name: str) -> int:
+    m = re.search(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", type_name)
+    if m is None:
+        return -1
+    if oid == _types.NUMERIC:
+        return ((int(m[1]) << 16) | int(m[2] or 0)) + 4
+    if oid == _types.VARCHAR:
+        return int(m[1]) + 4
+    return -1
+
+
+def _rows(engine: EngineSession, privileges: Any, wanted: set[str]) -> dict[str, list[Any]]:
+    """The rows of the tables in ``wanted`` for this session."""
+    visible = _visible(engine, privileges)
+    admin = privileges is None or privileges.admin
+    rows: dict[str, list[Any]] = {name: [] for name in wanted}
+    rows["pg_namespace"] = [(_PG_CATALOG, "pg_catalog", _OWNER, None),
+                            (_PUBLIC, "public", _OWNER, None),
+                            (_INFORMATION_SCHEMA, "information_schema", _OWNER, None)]
+    rows["pg_am"] = [(2, "heap", "heap_tableam_handler", "t")]
+    rows["pg_tablespace"] = [(1663, "pg_default", _OWNER, None, None),
+                             (1664, "pg_global", _OWNER, None, None)]
+    rows["pg_type"] = [(oid, name, _PG_CATALOG, _OWNER, length, length in (1, 2, 4, 8), "b",
+                        category, False, True, ",", 0, None, 0, array, None, None, None,
+                        None, None, None, None, "i", "p", False, 0, -1, 0,
+                        _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
+                       for oid, name, length, category, array in _BASE_TYPES]
+    rows["pg_tables"] = [("public", n, "cryptdisk", None, False, False, False, False)
+                         for n, k in visible if k == "r"]
+    rows["pg_views"] = [("public", n, "cryptdisk", engine.view_definition(n) if admin else None)
+                        for n, k in visible if k == "v"]
+    columns = {"pg_class", "pg_attribute", "pg_attrdef"} & wanted
+    for name, kind in visible:
+        oid = relation_oid(name)
+        described = engine.columns(name) if columns else []
+        if "pg_class" in wanted:
+            rows["pg_class"].append((
+                oid, name, _PUBLIC, 0, 0, _OWNER, 2 if kind == "r" else 0, 0, 0, 0, -1.0, 0, 0,
+                False, False, "p", kind, len(described), 0, False, False, False, False,
+                False, True, "d", False, 0, 0, 0, None, None, None))
+        if not {"pg_attribute", "pg_attrdef"} & wanted:
+            continue
+        try:
+            oids = [o for _, o in engine.column_types(name)] if kind == "r" else []
+        except StatementError:
+            oids = []
+        if len(oids) != len(described):  # SQLite, a view: from the declared types
+            from ._engines import sqlite_declared_oid
+
+            oids = [sqlite_declared_oid(t) for _, t, _, _ in described]
+        for i, ((column, type_name, notnull, default), type_oid) in enumerate(
+                zip(described, oids, strict=True)):
+            length = next((b[2] for b in _BASE_TYPES if b[0] == type_oid), -1)
+            rows["pg_attribute"].append((
+                oid, column, type_oid, -1, length, i + 1, 0, -1, _typmod(type_oid, type_name),
+                length in (1, 2, 4, 8), "i", "p", "", bool(notnull), default is not None,
+                False, "", "", False, True, 0, _COLLATION if type_oid in _TEXT_TYPES else 0,
+                None, None, None, None))
+            if default is not None:
+                rows["pg_attrdef"].append((oid * 1000 + i + 1, oid, i + 1, default))
+    return rows
+
+
+def _arrow(name: str, rows: list[Any]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({column: [r[i] for r in rows] for i, (column, _) in
+                     enumerate(_TABLES[name])}) if rows else None
+
+
+def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -> Result:
+    """Run ``sql`` (see :func:`handles`) over this session's ``pg_catalog``."""
+    def literal(n: int) -> str:
+        if n < 1 or n > len(params):
+            raise StatementError(f"there is no parameter ${n}", "42P02")
+        return sql_literal(params[n - 1])
+
+    text = _sqltext.substitute(sql, literal)
+    text = _sqltext.replace_words(
+        text, lambda w: _SCHEMA if w.lower() == "pg_catalog" else None)
+    words = {w.lower() for w in re.findall(r"\w+", text)}
+    wanted = set(_TABLES) & words
+    if "pg_get_viewdef" in words:
+        wanted |= {"pg_views", "pg_class"}
+    if "to_regclass" in words:
+        wanted.add("pg_class")
+    wanted |= {"pg_type"}  # (to_regtype, format_type's callers)
+    rows = _rows(engine, privileges, wanted)
+
+    def load(con: Any) -> None:
+        con.execute(f"CREATE SCHEMA {_SCHEMA}")
+        for name, columns in _TABLES.items():
+            con.execute(f"CREATE TABLE {_SCHEMA}.{name} "
+                        f"({', '.join(f'{c} {t}' for c, t in columns)})")
+            table = _arrow(name, rows[name]) if name in wanted else None
+            if table is not None:
+                con.register("__cd_source", table)
+                con.execute(f"INSERT INTO {_SCHEMA}.{name} SELECT * FROM __cd_source")  # noqa: S608
+                con.unregister("__cd_source")
+        for statement in _macros():
+            con.execute(statement)
+        con.execute(f"SET search_path = '{_SCHEMA},main'")
+
+    return private_query(text, load, engine, (_SCHEMA, "pg_catalog"))

@@ -1,0 +1,240 @@
+"""SQLAlchemy 2 (psycopg and pg8000) and pandas against the server, as users run them: the
+first connection's questions, reflection through pg_catalog (filtered by the grants),
+read_sql / to_sql, and the analytical engine's transaction blocks of queries."""
+
+from __future__ import annotations
+
+import ssl
+
+import pandas as pd
+import pg8000.native
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from cryptdisk.server._sqltext import drop_casts
+from tests.server.test_grants import admin_and_bob
+
+ENGINES = ["analytical", "sqlite_engine"]
+DRIVERS = ["psycopg", "pg8000"]
+SETUP = ["CREATE TABLE open_t (a BIGINT, b VARCHAR, p DECIMAL(10,2))",
+         "CREATE TABLE secret (s VARCHAR, hidden_column BIGINT)",
+         "INSERT INTO open_t VALUES (1, 'x', 1.5), (2, 'y', 2.25)",
+         "INSERT INTO secret VALUES ('hidden', 7)"]
+
+
+def make_engine(srv, driver: str, user: str = "u", password: str = "pw",
+                **options) -> sa.Engine:
+    ca = srv.dsn["sslrootcert"]
+    if driver == "psycopg":
+        return sa.create_engine(f"postgresql+psycopg://{user}:{password}@localhost:{srv.port}"
+                                f"/db?sslmode=verify-full&sslrootcert={ca}", **options)
+    return sa.create_engine(f"postgresql+pg8000://{user}:{password}@localhost:{srv.port}/db",
+                            connect_args={"ssl_context": ssl.create_default_context(cafile=ca)},
+                            **options)
+
+
+def setup(srv) -> None:
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for st in SETUP:
+            c.execute(st)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sqlalchemy_reflects_and_reads(start_server, request, engine, driver) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    setup(srv)
+    eng = make_engine(srv, driver)  # SQLAlchemy's defaults: a transaction on every connection
+    try:
+        insp = sa.inspect(eng)
+        assert insp.get_table_names() == ["open_t", "secret"]
+        assert insp.has_table("open_t") and not insp.has_table("nope")
+        assert insp.get_schema_names() == ["information_schema", "public"]
+        columns = {c["name"]: c for c in insp.get_columns("open_t")}
+        assert list(columns) == ["a", "b", "p"]
+        assert isinstance(columns["a"]["type"], sa.BigInteger)
+        assert isinstance(columns["p"]["type"], sa.Numeric)
+        assert (columns["p"]["type"].precision, columns["p"]["type"].scale) == (10, 2)
+        assert insp.get_pk_constraint("open_t")["constrained_columns"] == []
+        assert insp.get_foreign_keys("open_t") == [] and insp.get_indexes("open_t") == []
+        table = sa.Table("open_t", sa.MetaData(), autoload_with=eng)
+        with eng.connect() as c:
+            assert c.execute(sa.select(table.c.a).order_by(table.c.a)).scalars().all() == [1, 2]
+            assert c.execute(sa.text("select pg_catalog.version()")).scalar().startswith(
+                "PostgreSQL 15")
+        frame = pd.read_sql_table("open_t", eng)
+        assert frame["a"].tolist() == [1, 2] and frame["b"].tolist() == ["x", "y"]
+        frame = pd.read_sql_query(sa.text("SELECT a FROM public.open_t WHERE a > :n"), eng,
+                                  params={"n": 1})
+        assert frame["a"].tolist() == [2]
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pandas_to_sql_appends(start_server, request, engine, driver) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    setup(srv)
+    # the analytical engine cannot undo a write: it writes in autocommit mode
+    options = {"isolation_level": "AUTOCOMMIT"} if engine == "analytical" else {}
+    eng = make_engine(srv, driver, **options)
+    try:
+        frame = pd.DataFrame({"a": [10, 11], "b": ["p", "q"]})
+        frame.to_sql("open_t", eng, if_exists="append", index=False)
+        frame.assign(a=[12, 13]).to_sql("open_t", eng, if_exists="append", index=False,
+                                        method="multi")
+        with eng.connect() as c:
+            assert c.execute(sa.text("SELECT a FROM open_t ORDER BY a")).scalars().all() == \
+                [1, 2, 10, 11, 12, 13]
+    finally:
+        eng.dispose()
+
+
+def test_sqlalchemy_orm_on_sqlite(start_server, sqlite_engine) -> None:
+    class Base(DeclarativeBase):
+        pass
+
+    class Item(Base):
+        __tablename__ = "item"
+        id: Mapped[int] = mapped_column(primary_key=True)
+        name: Mapped[str]
+
+    srv = start_server(sqlite_engine)
+    eng = make_engine(srv, "psycopg")
+    try:
+        Base.metadata.create_all(eng)  # (reflection first: has_table)
+        with Session(eng) as s:  # INSERTs with $1::INTEGER casts, in a transaction
+            s.add_all([Item(id=i, name=f"n{i}") for i in range(3)])
+            s.commit()
+            item = s.get(Item, 2)
+            assert item is not None and item.name == "n2"
+            item.name = "two"
+            s.commit()
+        with eng.connect() as c:
+            assert c.execute(sa.text("SELECT name FROM item ORDER BY id")).scalars().all() == \
+                ["n0", "n1", "two"]
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_catalog_shows_only_what_the_user_may_read(start_server, request, engine,
+                                                  driver) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with admin_and_bob(srv, [*SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
+        assert bob.execute("SELECT relname FROM pg_catalog.pg_class ORDER BY 1").fetchall() \
+            == [("open_t",)]
+        assert bob.execute("SELECT count(*) FROM pg_attribute WHERE attname = "
+                           "'hidden_column'").fetchone() == (0,)
+        # pg_catalog's tables live in a database of their own: the engine's are not there
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            bob.execute("SELECT * FROM pg_catalog.pg_class, secret")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            bob.execute("SELECT * FROM pg_catalog.pg_class, public.secret")
+    eng = make_engine(srv, driver, user="bob", password="bob pw")
+    try:
+        insp = sa.inspect(eng)
+        assert insp.get_table_names() == ["open_t"]
+        assert not insp.has_table("secret")
+        with pytest.raises(sa.exc.NoSuchTableError):
+            insp.get_columns("secret")
+        with pytest.raises(sa.exc.NoSuchTableError):
+            sa.Table("secret", sa.MetaData(), autoload_with=eng)
+        assert pd.read_sql_table("open_t", eng)["a"].tolist() == [1, 2]
+        with pytest.raises(pd.errors.DatabaseError, match="permission denied"):
+            pd.read_sql_query("SELECT * FROM public.secret", eng)
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_session_functions_and_settings(start_server, request, engine) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        row = c.execute("SELECT pg_catalog.version(), current_schema(), current_database() "
+                        "AS db").fetchone()
+        assert row[0].startswith("PostgreSQL 15.0") and row[1:] == ("public", "db")
+        assert c.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
+        level = "serializable" if engine == "sqlite_engine" else "read committed"
+        assert c.execute("SHOW TRANSACTION ISOLATION LEVEL").fetchone() == (level,)
+        assert c.execute("SHOW search_path").fetchone() == ('"$user", public',)
+        assert c.execute("SELECT typname FROM pg_type WHERE oid = to_regtype(%s)",
+                         ("int8",)).fetchall() == [("int8",)]
+        assert c.execute("SELECT typname FROM pg_type WHERE oid = to_regtype(%s)",
+                         ("hstore",)).fetchall() == []  # psycopg's TypeInfo: no hstore
+    con = pg8000.native.Connection(srv.dsn["user"], host="localhost", port=srv.port,
+                                   password=srv.dsn["password"],
+                                   ssl_context=ssl.create_default_context(
+                                       cafile=srv.dsn["sslrootcert"]))
+    try:  # (a prepared statement: Describe, then Execute)
+        assert con.run("select current_schema()") == [["public"]]
+        assert con.run("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                       "WHERE attname = :n", n="nothing") == []
+    finally:
+        con.close()
+
+
+def test_analytical_transaction_blocks_hold_queries(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup(srv)
+    with psycopg.connect(**srv.dsn) as c:  # psycopg opens a transaction before the first
+        assert c.execute("SELECT count(*) FROM open_t").fetchone() == (2,)
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        c.commit()
+        with c.cursor("big", scrollable=False) as cur:  # a cursor without WITH HOLD
+            cur.execute("SELECT a FROM open_t ORDER BY a")
+            assert cur.fetchall() == [(1,), (2,)]
+        c.rollback()
+        c.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="holds queries only"):
+            c.execute("INSERT INTO open_t VALUES (3, 'z', 0)")
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1")
+        c.rollback()
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            with c.cursor().copy("COPY open_t FROM STDIN") as copy:
+                copy.write_row((4, "w", 0))
+        c.rollback()
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            c.execute("CREATE TABLE t2 (a BIGINT)")
+        c.rollback()
+        c.autocommit = True
+        c.execute("INSERT INTO open_t VALUES (3, 'z', 0)")
+        assert c.execute("SELECT count(*) FROM open_t").fetchone() == (3,)
+        c.execute("BEGIN")
+        c.execute("SAVEPOINT s")
+        c.execute("ROLLBACK TO SAVEPOINT s")
+        c.execute("COMMIT")
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):
+            c.execute("SAVEPOINT s")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_deallocate(start_server, request, engine) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True, prepare_threshold=0) as c:
+        c.prepared_max = 2  # psycopg DEALLOCATEs the oldest when it prepares a third
+        for n in range(5):
+            assert c.execute(f"SELECT {n} + %s", (1,)).fetchone() == (n + 1,)
+        c.execute("DEALLOCATE ALL")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            c.execute("DEALLOCATE nope")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("INSERT INTO t (a, b) VALUES ($1::BIGINT, $2::VARCHAR)", "INSERT INTO t (a, b) VALUES "
+     "($1, $2)"),
+    ("SELECT $1::TIMESTAMP WITHOUT TIME ZONE, $2::NUMERIC(10, 2), $3::INTEGER[]",
+     "SELECT $1, $2, $3"),
+    ("SELECT 'r'::VARCHAR, '1'::INTEGER, '2.5'::DOUBLE PRECISION",
+     "SELECT 'r', CAST('1' AS INTEGER), CAST('2.5' AS REAL)"),
+    ("SELECT a::int, '::x', \"q\"::text FROM t -- $1::int", "SELECT a::int, '::x', \"q\"::text "
+     "FROM t -- $1::int"),
+])
+def test_drop_casts(text: str, expected: str) -> None:
+    assert drop_casts(text) == expected
