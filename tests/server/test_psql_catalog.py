@@ -85,3 +85,26 @@ def test_bad_catalog_pattern_is_an_error(start_server, sqlite_engine, certs) -> 
         with pytest.raises(psycopg.errors.InvalidRegularExpression):
             c.execute("SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c "
                       "WHERE c.relname OPERATOR(pg_catalog.~) '^((' ORDER BY 2, 3")
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_l_dn_d_plus_df_dx_and_conninfo(start_server, request, engine, certs) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    out = psql(srv, certs, "CREATE TABLE m (a BIGINT, c DECIMAL(10,2))", "\\l", "\\dn",
+               "\\d+ m", "\\df", "\\dx", "\\db", "\\conninfo")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "db|cryptdisk|UTF8|C|C||libc|" in lines            # \l: the one database
+    assert "public|cryptdisk" in lines                        # \dn
+    assert "a|bigint||||plain|||" in lines                    # \d+ m: with storage
+    assert "c|numeric(10,2)||||plain|||" in lines
+    assert "Access method: heap" in lines
+    assert lines.count("(0 rows)") == 2                       # \df, \dx: none
+    assert "pg_default|cryptdisk|" in lines                   # \db
+    assert any(line.startswith('You are connected to database "db" as user "u"')
+               for line in lines)
+    # \d+ of a table the user may not read: pg_catalog's tables list only readable ones
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+    hidden = psql(srv, certs, "\\d+ m", user="bob", password="bob pw")
+    assert "c|numeric" not in hidden.stdout

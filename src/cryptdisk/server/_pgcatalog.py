@@ -28,8 +28,9 @@ _LOOKUP = re.compile(r"^\s*SELECT\s+c\.oid,\s*n\.nspname,\s*c\.relname\s+FROM\s+
                      r"pg_class\s+c\b", re.I)
 _RELINFO = re.compile(r"^\s*SELECT\s+c\.relchecks,\s*c\.relkind\b.*\bWHERE\s+c\.oid\s*=\s*"
                       r"'(\d+)'", re.I | re.S)
-_ATTRS = re.compile(r"^\s*SELECT\s+a\.attname,.*FROM\s+pg_catalog\.pg_attribute\s+a\s+WHERE\s+"
-                    r"a\.attrelid\s*=\s*'(\d+)'", re.I | re.S)
+#: \d NAME's columns (\d+ NAME's, with a.attstorage and more, is :mod:`._pgtables`')
+_ATTRS = re.compile(r"^\s*SELECT\s+a\.attname,(?:(?!attstorage).)*FROM\s+pg_catalog\.pg_attribute"
+                    r"\s+a\s+WHERE\s+a\.attrelid\s*=\s*'(\d+)'", re.I | re.S)
 #: the footers of psql's \d (indexes, policies, statistics, publications, inheritance, ...):
 #: none exist in cryptdisk, so each is an empty result
 _FOOTER = re.compile(r"pg_catalog\.pg_(?:index|policy|statistic_ext|publication|inherits|"

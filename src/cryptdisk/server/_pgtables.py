@@ -119,6 +119,23 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
                      ("collcollate", "VARCHAR"), ("collctype", "VARCHAR")],
     "pg_tablespace": [("oid", "BIGINT"), ("spcname", "VARCHAR"), ("spcowner", "BIGINT"),
                       ("spcacl", "VARCHAR[]"), ("spcoptions", "VARCHAR[]")],
+    "pg_database": [("oid", "BIGINT"), ("datname", "VARCHAR"), ("datdba", "BIGINT"),
+                    ("encoding", "INTEGER"), ("datlocprovider", "VARCHAR"),
+                    ("datistemplate", "BOOLEAN"), ("datallowconn", "BOOLEAN"),
+                    ("datconnlimit", "INTEGER"), ("datfrozenxid", "BIGINT"),
+                    ("datminmxid", "BIGINT"), ("dattablespace", "BIGINT"),
+                    ("datcollate", "VARCHAR"), ("datctype", "VARCHAR"),
+                    ("daticulocale", "VARCHAR"), ("datcollversion", "VARCHAR"),
+                    ("datacl", "VARCHAR[]")],
+    "pg_proc": [("oid", "BIGINT"), ("proname", "VARCHAR"), ("pronamespace", "BIGINT"),
+                ("proowner", "BIGINT"), ("prolang", "BIGINT"), ("prokind", "VARCHAR"),
+                ("proretset", "BOOLEAN"), ("provolatile", "VARCHAR"),
+                ("pronargs", "SMALLINT"), ("prorettype", "BIGINT"),
+                ("proargtypes", "BIGINT[]"), ("prosrc", "VARCHAR"), ("proacl", "VARCHAR[]")],
+    "pg_extension": [("oid", "BIGINT"), ("extname", "VARCHAR"), ("extowner", "BIGINT"),
+                     ("extnamespace", "BIGINT"), ("extrelocatable", "BOOLEAN"),
+                     ("extversion", "VARCHAR"), ("extconfig", "BIGINT[]"),
+                     ("extcondition", "VARCHAR[]")],
     "pg_opclass": [("oid", "BIGINT"), ("opcmethod", "BIGINT"), ("opcname", "VARCHAR"),
                    ("opcnamespace", "BIGINT"), ("opcowner", "BIGINT"), ("opcfamily", "BIGINT"),
                    ("opcintype", "BIGINT"), ("opcdefault", "BOOLEAN"),
@@ -195,6 +212,10 @@ def _macros() -> list[str]:
                       for n in range(1, 13))
     return [
         f"CREATE TYPE {s}.name AS VARCHAR",
+        *(f"CREATE TYPE {s}.{alias} AS {duck}" for alias, duck in (
+            ("text", "VARCHAR"), ("varchar", "VARCHAR"), ('"char"', "VARCHAR"),
+            ("int2", "SMALLINT"), ("int4", "INTEGER"), ("int8", "BIGINT"), ("oid", "BIGINT"),
+            ("bool", "BOOLEAN"), ("float4", "REAL"), ("float8", "DOUBLE"))),
         f"CREATE TYPE {s}.regtype AS BIGINT",
         f"CREATE TYPE {s}.regclass AS BIGINT",
         f"CREATE TYPE {s}.regproc AS VARCHAR",
@@ -229,9 +250,20 @@ def _macros() -> list[str]:
         f"CREATE MACRO {s}.has_table_privilege(t, p) AS true, (u, t, p) AS true",
         f"CREATE MACRO {s}.has_schema_privilege(n, p) AS true, (u, n, p) AS true",
         f"CREATE MACRO {s}.pg_encoding_to_char(e) AS 'UTF8'",
+        f"CREATE MACRO {s}.pg_function_is_visible(o) AS true",
+        f"CREATE MACRO {s}.pg_tablespace_location(o) AS ''",
+        f"CREATE MACRO {s}.pg_get_function_result(o) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.pg_get_function_arguments(o) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.pg_get_function_identity_arguments(o) AS CAST(NULL AS VARCHAR)",
         f"CREATE MACRO {s}.current_setting(n) AS {settings}, (n, missing_ok) AS {settings}",
         f"CREATE MACRO {s}.json_build_object() AS json_object(), {pairs}",
     ]
+
+
+_MACRO_NAMES = frozenset(m.lower() for st in _macros()
+                         for m in re.findall(rf"^CREATE MACRO {_SCHEMA}\.(\w+)", st))
+_QUALIFIED_CALL = re.compile(rf"\b{_SCHEMA}\s*\.\s*(\w+)\s*\(", re.I)
+_DEFAULT_COLLATION = re.compile(rf"\s+COLLATE\s+{_SCHEMA}\s*\.\s*\"?default\"?", re.I)
 
 
 def _typmod(oid: int, type_name: str) -> int:
@@ -245,8 +277,10 @@ def _typmod(oid: int, type_name: str) -> int:
     return -1
 
 
-def _rows(engine: EngineSession, privileges: Any, wanted: set[str]) -> dict[str, list[Any]]:
-    """The rows of the tables in ``wanted`` for this session."""
+def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
+          database: str) -> dict[str, list[Any]]:
+    """The rows of the tables in ``wanted`` for this session (``database``: the one the
+    client named, the one pg_database lists)."""
     visible = _visible(engine, privileges)
     admin = privileges is None or privileges.admin
     rows: dict[str, list[Any]] = {name: [] for name in wanted}
@@ -254,6 +288,8 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str]) -> dict[str,
                             (_PUBLIC, "public", _OWNER, None),
                             (_INFORMATION_SCHEMA, "information_schema", _OWNER, None)]
     rows["pg_am"] = [(2, "heap", "heap_tableam_handler", "t")]
+    rows["pg_database"] = [(16384, database, _OWNER, 6, "c", False, True, -1, 0, 0, 1663,
+                            "C", "C", None, None, None)]
     rows["pg_tablespace"] = [(1663, "pg_default", _OWNER, None, None),
                              (1664, "pg_global", _OWNER, None, None)]
     rows["pg_type"] = [(oid, name, _PG_CATALOG, _OWNER, length, length in (1, 2, 4, 8), "b",
@@ -304,8 +340,10 @@ def _arrow(name: str, rows: list[Any]) -> Any:
                      enumerate(_TABLES[name])}) if rows else None
 
 
-def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -> Result:
-    """Run ``sql`` (see :func:`handles`) over this session's ``pg_catalog``."""
+def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
+          database: str = "cryptdisk") -> Result:
+    """Run ``sql`` (see :func:`handles`) over this session's ``pg_catalog``
+    (``database``: the name of the database, as the client named it)."""
     def literal(n: int) -> str:
         if n < 1 or n > len(params):
             raise StatementError(f"there is no parameter ${n}", "42P02")
@@ -314,6 +352,11 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     text = _sqltext.substitute(sql, literal)
     text = _sqltext.replace_words(
         text, lambda w: _SCHEMA if w.lower() == "pg_catalog" else None)
+    # DuckDB's own functions (array_to_string, ...) are not in the private schema, nor is
+    # PostgreSQL's collation "default" (psql's COLLATE pg_catalog.default)
+    text = _QUALIFIED_CALL.sub(lambda m: m[0] if m[1].lower() in _MACRO_NAMES else m[1] + "(",
+                               text)
+    text = _DEFAULT_COLLATION.sub("", text)
     words = {w.lower() for w in re.findall(r"\w+", text)}
     wanted = set(_TABLES) & words
     if "pg_get_viewdef" in words:
@@ -321,7 +364,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
     if "to_regclass" in words:
         wanted.add("pg_class")
     wanted |= {"pg_type"}  # (to_regtype, format_type's callers)
-    rows = _rows(engine, privileges, wanted)
+    rows = _rows(engine, privileges, wanted, database)
 
     def load(con: Any) -> None:
         con.execute(f"CREATE SCHEMA {_SCHEMA}")

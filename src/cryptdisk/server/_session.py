@@ -754,8 +754,11 @@ class Session:
         deadline = timer.deadline
         result: Result
         try:
-            if special in (_infoschema.query, _pgtables.query):
+            if special is _infoschema.query:
                 result = await self.call(special, sql, params, engine, self.privileges)
+            elif special is _pgtables.query:
+                result = await self.call(special, sql, params, engine, self.privileges,
+                                         self.database)
             elif special is not None:
                 return await special(engine, head, sql)  # type: ignore[no-any-return]
             elif self.pending_begin and head not in _READS:
