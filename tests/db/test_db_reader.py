@@ -346,3 +346,24 @@ def test_a_readers_sql_and_query_run_on_its_own_cursor_and_refuse_writes(db):
         assert db.query("SELECT count(*) FROM t") == [(6000,)]
     finally:
         r.close()
+
+
+def test_a_reader_prepares_and_executes_queries_on_its_own_cursor(db):
+    r = db.reader()
+    try:
+        assert r.runs("PREPARE p AS SELECT max(i) FROM t WHERE i < $1")
+        assert r.runs("EXECUTE p(5)") and r.runs("DEALLOCATE p")
+        assert not r.runs("PREPARE w AS INSERT INTO t VALUES ($1, 0)")
+        r.execute("PREPARE p AS SELECT max(i) FROM t WHERE i < $1")
+        assert r.query("EXECUTE p(5)") == [(4,)]
+        db.sql("INSERT INTO t VALUES (-7, 1)")
+        assert r.query("EXECUTE p(0)") == [(-7,)]
+        with pytest.raises(DatabaseError, match="p"):  # the database's own connection
+            db.sql("EXECUTE p(5)")                     # has its own names
+        r.execute("DEALLOCATE p")
+        with pytest.raises(DatabaseError, match="p"):
+            r.execute("EXECUTE p(5)")
+        with pytest.raises(DatabaseError, match="reader runs queries"):
+            r.execute("PREPARE w AS INSERT INTO t VALUES ($1, 0)")
+    finally:
+        r.close()

@@ -450,3 +450,20 @@ def test_a_kept_parse_tree_or_rewrite_follows_the_parser_settings(made, how, rol
         assert division(False) == halves
         assert division(True) == [int(h) for h in halves]
         assert [r[1] for r in db.query(sql)] == ([MASKED[0], MASKED[2]] if role else MASKED)
+
+
+def test_a_prepared_query_reads_through_the_policies_as_they_are_at_each_execute(served):
+    """PREPARE/EXECUTE on a role connection: each EXECUTE reads the tables through the
+    role's policies of that moment, on the database and on a reader."""
+    _engine, store, path, config = served
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        reader = db.reader()
+        for run in (db, reader):
+            run.sql("PREPARE p AS SELECT pan FROM cards WHERE n >= $1 ORDER BY n")
+        for run in (db, reader):
+            assert _col(run, "EXECUTE p(0)") == [MASKED[0], MASKED[2]]  # no EU row
+        store.handle(None, "CREATE OR REPLACE MASKING POLICY pan_mask AS (v VARCHAR) "
+                     "RETURNS VARCHAR -> 'x'")
+        for run in (db, reader):
+            assert _col(run, "EXECUTE p(1)") == ["x"]
+        reader.close()

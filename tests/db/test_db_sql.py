@@ -145,3 +145,39 @@ def test_duckdb_statements_on_other_names_still_run(db):
     assert db.query("SELECT a FROM lit") == [("FROM t",)]
     assert db.query("WITH q AS (SELECT 'UPDATE t' AS u) SELECT count(*) FROM q, t") == [(2,)]
     db.sql("DROP VIEW lit")
+
+
+def test_prepare_and_execute_read_the_tables_as_they_are_at_each_execute(db):
+    """DuckDB read the table of a PREPARE through a view made for that statement alone,
+    so EXECUTE failed with "Table with name t does not exist"."""
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    db.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    assert db.sql("PREPARE p AS SELECT s FROM t WHERE k >= $1 ORDER BY k") is None
+    assert db.query("EXECUTE p(1)") == [("a",), ("b",)]
+    assert db.query("EXECUTE p(2)") == [("b",)]
+    db.sql("INSERT INTO t VALUES (3, 'c')")  # an insert since: EXECUTE sees it
+    assert db.query("EXECUTE p(2)") == [("b",), ("c",)]
+    db.sql("OPTIMIZE TABLE t FINAL")  # other parts: EXECUTE reads those
+    assert db.query("EXECUTE p(3)") == [("c",)]
+    db.sql("PREPARE q AS SELECT count(*) FROM t, system.tables WHERE name = $name")
+    assert db.query("EXECUTE q(name := 't')") == [(3,)]
+    db.sql("DEALLOCATE p")
+    with pytest.raises(DatabaseError, match="p"):
+        db.sql("EXECUTE p(1)")
+    assert db.query("EXECUTE q(name := 't')") == [(3,)]  # another name stays
+    # DuckDB holds no statement over the table's sources between two statements
+    assert db.query("SELECT count(*) FROM duckdb_prepared_statements()") == [(0,)]
+    assert db.query("SELECT count(*) FROM duckdb_views() WHERE NOT internal") == [(0,)]
+
+
+def test_prepare_of_a_statement_on_a_table_other_than_a_query_is_refused(db):
+    db.sql("CREATE TABLE t (k BIGINT)")
+    for sql in ("PREPARE w AS INSERT INTO t VALUES ($1)", "PREPARE w AS DELETE FROM t",
+                "PREPARE w AS WITH q AS (SELECT 1) INSERT INTO t SELECT * FROM q"):
+        with pytest.raises(DatabaseError, match="PREPARE") as e:
+            db.sql(sql)
+        assert e.value.hint
+    db.sql("CREATE TEMP TABLE scratch (x BIGINT)")  # DuckDB's own statements still prepare
+    db.sql("PREPARE w AS INSERT INTO scratch VALUES ($1)")
+    db.sql("EXECUTE w(5)")
+    assert db.query("SELECT x FROM scratch") == [(5,)]

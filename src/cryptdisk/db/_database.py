@@ -76,6 +76,7 @@ from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
+from ._prepared import Deallocate, Execute, Prepare, is_query, parse_prepared
 from ._pushdown import (
     Filter,
     TopN,
@@ -288,6 +289,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._registered: set[str] = set()  # temporary views (see _bind_exposed)
         self._exposed: dict[str, Any] = {}  # what the statement reads, by table name
         self._handles: list[Any] = []  # its registry sources (see _bind_exposed)
+        #: the queries of this connection's PREPAREd names (see ._prepared)
+        self._prepared_queries: dict[str, str] = {}
         self._statement_cache: StatementCache | None = None  # the running statement's
         self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
                       else os.path.join(self.path, PIN_FILE)]
@@ -1143,6 +1146,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
                 word = _sql.first_word(sql)
+                prepared = parse_prepared(sql) if word in _PREPARED_WORDS else None
+                if prepared is not None and self._runs_prepared(prepared):
+                    return self._run_prepared_statement(self, prepared)
+                if isinstance(prepared, Prepare):  # not a query: DuckDB's, unless on a table
+                    self._prepared_queries.pop(prepared.name, None)
+                    _refuse_prepare(prepared, set(self.catalog.tables))
                 if word not in _QUERIES:
                     self._session_changed()
                 if self.role is not None:  # masking and row access policies (._policies)
@@ -1160,6 +1169,38 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 _sql.SystemCommand: self._system_command,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
+
+    def _runs_prepared(self, st: Prepare | Execute | Deallocate) -> bool:
+        """Whether :meth:`_run_prepared_statement` runs ``st``: a ``PREPARE`` of one query,
+        or an ``EXECUTE`` or ``DEALLOCATE`` of a name this connection prepared so."""
+        if isinstance(st, Prepare):
+            return _prepares_query(st, set(self.catalog.tables))
+        return st.name in self._prepared_queries
+
+    def _run_prepared_statement(self, db: Database,
+                                st: Prepare | Execute | Deallocate) -> pa.Table | None:
+        """``PREPARE`` a query, ``EXECUTE`` or ``DEALLOCATE`` it (see :mod:`._prepared`) on
+        this connection (a reader's, of database ``db``): DuckDB prepares the query within
+        the statement that executes it, over the tables' sources of that statement."""
+        if isinstance(st, Deallocate):
+            self._prepared_queries.pop(st.name, None)
+            return None
+        query = st.query if isinstance(st, Prepare) else self._prepared_queries[st.name]
+        with db._mutex:
+            if db.role is not None:  # masking and row access policies, as they are now
+                query = role_query(db, query)
+        text = f"PREPARE {st.written} AS {query}"
+        if isinstance(st, Execute):
+            text += f"\n;EXECUTE {st.written}{st.args}"
+        try:
+            result = self._run_duckdb(text)
+        finally:
+            with contextlib.suppress(duckdb.Error):  # its plan names this statement's sources
+                self.con.execute(f"DEALLOCATE {st.written}")
+        if isinstance(st, Prepare):
+            self._prepared_queries[st.name] = st.query
+            return None
+        return result
 
     def _role_check(self, st: _sql.Statement) -> None:
         if isinstance(st, _sql.SystemCommand):
@@ -1280,7 +1321,7 @@ _LOSSY = {
 
 #: What a Reader keeps of its own (the rest of its attributes are its database's).
 _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
-                         "_handles", "last_scans",
+                         "_handles", "last_scans", "_prepared_queries",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
                          "_closed", "_settings"})
@@ -1311,6 +1352,7 @@ class Reader:
     _run_duckdb = Database._run_duckdb
     _run_duckdb_once = Database._run_duckdb_once
     _run_prepared = Database._run_prepared
+    _run_prepared_statement = Database._run_prepared_statement
     _release = Database._release
     _expose = Database._expose
     _bind_exposed = Database._bind_exposed
@@ -1342,6 +1384,7 @@ class Reader:
         self._registered: set[str] = set()
         self._exposed: dict[str, Any] = {}
         self._handles: list[Any] = []
+        self._prepared_queries: dict[str, str] = {}  # (see ._prepared)
         self._statement_cache: StatementCache | None = None
         self.last_scans: dict[str, dict[str, int]] = {}
         self._extremes_pending: Any = None
@@ -1372,23 +1415,44 @@ class Reader:
             st = _sql.parse(statement)
         except DatabaseError:
             return False
-        return isinstance(st, _sql.Passthrough) and _sql.first_word(st.sql) in _QUERIES
+        if not isinstance(st, _sql.Passthrough):
+            return False
+        prepared = parse_prepared(st.sql)
+        if isinstance(prepared, Prepare):
+            return is_query(prepared.query)
+        return prepared is not None or _sql.first_word(st.sql) in _QUERIES
 
     def execute(self, statement: str) -> pa.Table | None:
-        """Run one query (see the class): an Arrow table."""
+        """Run one query, or ``PREPARE`` one, ``EXECUTE`` or ``DEALLOCATE`` it (see the
+        class): an Arrow table (None for ``PREPARE`` and ``DEALLOCATE``)."""
         db = self._db
         st = _sql.parse(statement)
-        if not isinstance(st, _sql.Passthrough) or _sql.first_word(st.sql) not in _QUERIES:
-            raise DatabaseError("a reader runs queries (SELECT, WITH, FROM); run other "
-                                "statements with Database.execute")
+        if not isinstance(st, _sql.Passthrough) or not self.runs(st.sql):
+            raise DatabaseError("a reader runs queries (SELECT, WITH, FROM, and PREPARE, "
+                                "EXECUTE and DEALLOCATE of a query); run other statements "
+                                "with Database.execute")
         if self._closed:
             raise DatabaseError("this reader is closed")
+        prepared = parse_prepared(st.sql)
+        if prepared is not None:
+            with db._mutex:
+                runs = Database._runs_prepared(self, prepared)  # type: ignore[arg-type]
+            if isinstance(prepared, Prepare) and not runs:  # (WITH ... INSERT INTO)
+                _refuse_prepare(prepared, set(db.catalog.tables))
+                raise DatabaseError("a reader prepares queries only; run other statements "
+                                    "with Database.execute")
+            if isinstance(prepared, Execute) and not runs:
+                raise DatabaseError(f"prepared statement {prepared.written} does not exist "
+                                    "on this reader", hint="PREPARE it on this reader: the "
+                                    "database and each reader have their own names")
         sql = st.sql
         with db._mutex:
-            if db.role is not None:  # masking and row access policies (._policies)
+            if db.role is not None and prepared is None:  # masking and row access policies
                 sql = role_query(db, sql)
             db._readers_running += 1
         try:
+            if prepared is not None:
+                return self._run_prepared_statement(db, prepared)  # type: ignore[misc]
             return self._run_duckdb(sql)  # type: ignore[misc]
         finally:
             db._reader_ends()
@@ -1453,6 +1517,31 @@ _SETTINGS = ("default_order", "default_collation", "preserve_insertion_order")
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).
 _QUERIES = frozenset({"SELECT", "WITH", "FROM"})
+#: The first words of the statements of prepared queries (see ._prepared).
+_PREPARED_WORDS = frozenset({"PREPARE", "EXECUTE", "DEALLOCATE"})
+
+
+def _prepares_query(st: Prepare, tables: set[str]) -> bool:
+    """Whether ``st`` prepares one query (a ``WITH`` that inserts or deletes is not one)."""
+    if not is_query(st.query) or len(_sql.split_statements(st.query)) != 1:
+        return False
+    try:
+        _sql.check_passthrough(st.query, tables)
+    except DatabaseError:
+        return False
+    return True
+
+
+def _refuse_prepare(st: Prepare, tables: set[str]) -> None:
+    """Refuse a ``PREPARE`` of a statement other than a query that names a cryptdisk table
+    (DuckDB's view of it would be its target, and cryptdisk runs its ``INSERT`` itself)."""
+    used = referenced_tables(st.query, tables)
+    if used:
+        raise DatabaseError(
+            f"PREPARE {st.written}: only a query (SELECT, WITH, FROM) can be prepared over "
+            f"cryptdisk table(s) {', '.join(sorted(used))}",
+            hint="run INSERT INTO t VALUES (...) with its values; parameters of a query: "
+            "PREPARE p AS SELECT ... WHERE k = $1, then EXECUTE p(1)")
 
 
 def _after_comments(sql: str) -> str:
