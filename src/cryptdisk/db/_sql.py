@@ -189,6 +189,48 @@ def _settings(text: str, what: str) -> dict[str, str]:
     return out
 
 
+#: What to do instead of each column constraint (``{col}``: the column's name).
+_CONSTRAINT_HINTS = {
+    "PRIMARY KEY": "tables keep no index that would enforce it; ORDER BY {col} sorts each "
+                   "part by it, and a query on it skips parts and row groups",
+    "NOT NULL": "it would not be enforced on insert: declare the column without it, and "
+                "insert the rows that have a value (INSERT INTO t SELECT ... WHERE {col} IS "
+                "NOT NULL)",
+    "CHECK": "it would not be enforced on insert: declare the column without it, and insert "
+             "the rows that pass (INSERT INTO t SELECT ... WHERE ...)",
+    "DEFAULT": "a column an INSERT leaves out is NULL: give its value in the INSERT "
+               "(INSERT INTO t SELECT ..., coalesce(x, 0))",
+    "REFERENCES": "find the rows without a match with a LEFT JOIN ... WHERE ... IS NULL",
+    "COLLATE": "write the collation in the query that compares or sorts: ORDER BY {col} "
+               "COLLATE nocase",
+    "GENERATED": "compute the value in the INSERT's SELECT, or in the queries",
+    "CONSTRAINT": "declare the columns without constraints",
+}
+for _same, _as in (("UNIQUE", "PRIMARY KEY"), ("FOREIGN KEY", "REFERENCES"), ("AS", "GENERATED")):
+    _CONSTRAINT_HINTS[_same] = _CONSTRAINT_HINTS[_as]
+_COLUMN_CONSTRAINT = re.compile(r"(?i)\b(PRIMARY\s+KEY|NOT\s+NULL|NULL|UNIQUE|CHECK|DEFAULT|"
+                                r"REFERENCES|COLLATE|GENERATED|AS|CONSTRAINT)\b")
+_TABLE_CONSTRAINT = re.compile(r"(?i)(PRIMARY\s+KEY|UNIQUE|CHECK|FOREIGN\s+KEY|CONSTRAINT)\b")
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+
+
+def _column_type(table: str, column: str, text: str) -> str:
+    """The type of ``column`` declared as ``text``: a plain ``NULL`` after it (the default)
+    dropped; a constraint refused, naming it (DuckDB would read it as part of the type)."""
+    blank = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)  # names and labels kept out
+    found = list(_COLUMN_CONSTRAINT.finditer(blank))
+    for m in found:
+        kind = " ".join(m.group(1).upper().split())
+        if kind != "NULL":
+            raise DatabaseError(
+                f"CREATE TABLE {table}: column {column}: {kind} is not supported (cryptdisk "
+                "tables have no constraints)",
+                hint=_CONSTRAINT_HINTS[kind].format(col=column))
+    for m in reversed(found):  # only NULLs
+        text = text[:m.start()].rstrip() + text[m.end():]
+    return text.strip()
+
+
 def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     name = unquote(m.group(2))
     rest = sql[m.end():].lstrip()
@@ -200,10 +242,21 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     close = _matching_paren(rest, 0)
     columns = []
     for col in _split_top(rest[1:close]):
+        tm = _TABLE_CONSTRAINT.match(col.strip())
+        if tm:
+            kind = " ".join(tm.group(1).upper().split())
+            named = re.search(r"\(([^()]*)\)", col)
+            cols = named.group(1).strip() if named else "col"
+            raise DatabaseError(
+                f"CREATE TABLE {name}: {' '.join(col.split())} is not supported (cryptdisk "
+                "tables have no constraints)",
+                hint=_CONSTRAINT_HINTS[kind].format(col=cols if "," not in cols
+                                                    else f"({cols})"))
         cm = re.fullmatch(rf"(?s)({_IDENT})\s+(.+)", col.strip())
         if not cm:
             raise DatabaseError(f"CREATE TABLE {name}: column {col!r} needs a name and a type")
-        columns.append((unquote(cm.group(1)), cm.group(2).strip()))
+        column = unquote(cm.group(1))
+        columns.append((column, _column_type(name, column, cm.group(2).strip())))
     if not columns:
         raise DatabaseError(f"CREATE TABLE {name}: a table needs at least one column")
     tail = rest[close + 1:].strip()
