@@ -219,3 +219,30 @@ def test_create_table_takes_null_and_constraint_words_inside_names_and_strings(d
     db.sql("INSERT INTO t VALUES (NULL, 'x')")
     assert db.query("SELECT a, b FROM t") == [(None, "x")]
     assert _sql.parse("CREATE TABLE t (e ENUM('a  b') NULL)").columns == [("e", "ENUM('a  b')")]
+
+
+def test_insert_by_name_matches_columns_by_name_as_duckdb_does(db):
+    """INSERT INTO t BY NAME was refused ('INSERT needs SELECT ... after the table name');
+    DuckDB matches the query's columns to the table's by name (any case), NULL for the
+    others. The same statements run on DuckDB's own table give the same rows."""
+    assert _sql.parse("insert into t by  name select 1 AS id") == _sql.Insert(
+        "t", "select 1 AS id", None, True)
+    assert _sql.parse("INSERT INTO t BY POSITION SELECT 1, 2") == _sql.Insert("t", "SELECT 1, 2")
+    ref = duckdb.connect()
+    statements = ["INSERT INTO t BY NAME SELECT 'x' AS s, 1 AS ID",
+                  "INSERT INTO t BY NAME (SELECT 5 AS n)",
+                  "INSERT INTO t BY NAME FROM (SELECT 6 AS id)",
+                  "INSERT INTO t BY NAME WITH q AS (SELECT 7 AS id, 'w' AS s) SELECT * FROM q",
+                  "INSERT INTO t BY POSITION SELECT 8, 'p', 9"]
+    for run in (db.sql, ref.execute):
+        run("CREATE TABLE t (id BIGINT, s VARCHAR, n INTEGER)")
+        for sql in statements:
+            run(sql)
+    assert db.query("FROM t ORDER BY id") == ref.execute("FROM t ORDER BY id").fetchall()
+    for sql, message in (("INSERT INTO t BY NAME SELECT 1 AS nope", "no column.*nope"),
+                         ("INSERT INTO t BY NAME SELECT 1 AS id, 2 AS ID", "id.*twice"),
+                         ("INSERT INTO t (id, id) SELECT 1, 2", "id.*twice"),
+                         ("INSERT INTO t BY NAME VALUES (1)", "BY NAME")):
+        with pytest.raises(DatabaseError, match=message):
+            db.sql(sql)
+    assert db.query("SELECT count(*) FROM t") == [(5,)]

@@ -107,13 +107,16 @@ class InsertMixin(DatabaseState):
     """Insert methods of :class:`~cryptdisk.db.Database`."""
 
     def _insert_sql(self, st: _sql.Insert) -> None:
-        self.insert_query(st.table, st.query, columns=st.columns)
+        self.insert_query(st.table, st.query, columns=st.columns, by_name=st.by_name)
 
     def insert_query(self, table: str, query: str, *, columns: list[str] | None = None,
-                     on_rows: Callable[[int], None] | None = None) -> int:
+                     on_rows: Callable[[int], None] | None = None,
+                     by_name: bool = False) -> int:
         """Insert the rows of ``query`` (SELECT, VALUES, FROM ...); returns the row count.
 
-        Columns match by position, or by the ``columns`` list (others get NULL).
+        Columns match by position, or by the ``columns`` list, or with ``by_name`` by the
+        query's column names (ignoring case, as DuckDB's ``INSERT ... BY NAME``); the
+        table's other columns get NULL.
         ``on_rows(n)`` is called as batches are written (for progress bars). On a
         connection opened with ``role=``, ``query`` reads tables through that role's
         masking and row access policies, as its queries do.
@@ -130,7 +133,7 @@ class InsertMixin(DatabaseState):
                 # would fail the stream half written (queries run again instead)
                 prepared = self._prepare(query, False)
                 parts = self._write(meta, schema, disk, prepared, columns,
-                                    self.catalog.version + 1, on_rows)
+                                    self.catalog.version + 1, on_rows, by_name)
             except duckdb.OutOfMemoryException as exc:
                 raise out_of_memory(f"INSERT INTO {meta.name}", exc,
                                     "raise memory_limit or insert in smaller pieces") from None
@@ -155,7 +158,8 @@ class InsertMixin(DatabaseState):
 
     def _write(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
                columns: list[str] | None, version: int,
-               on_rows: Callable[[int], None] | None) -> list[PartMeta]:
+               on_rows: Callable[[int], None] | None, by_name: bool = False
+               ) -> list[PartMeta]:
         """Write the rows of ``query`` as new parts of ``meta`` (not yet in the catalog).
 
         DuckDB casts the rows to the table's types and streams them in the input's
@@ -165,7 +169,8 @@ class InsertMixin(DatabaseState):
         """
         query, columns, values = self._values_table(meta, query, columns)
         try:
-            return self._write_query(meta, schema, disk, query, columns, version, on_rows)
+            return self._write_query(meta, schema, disk, query, columns, version, on_rows,
+                                     by_name)
         finally:
             if values:
                 self.con.execute(f"DROP TABLE IF EXISTS temp.{values}")
@@ -196,19 +201,21 @@ class InsertMixin(DatabaseState):
 
     def _write_query(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
                      columns: list[str] | None, version: int,
-                     on_rows: Callable[[int], None] | None) -> list[PartMeta]:
+                     on_rows: Callable[[int], None] | None, by_name: bool = False
+                     ) -> list[PartMeta]:
         order = meta.order
         prefix = meta.prefix(self.catalog.db_id)
         if not order or sortable(schema, order):
             workers = self._threads()  # asked before DuckDB's result is open
-            reader = self.con.sql(self._cast_select(meta, query, columns, sort=False)
+            reader = self.con.sql(self._cast_select(meta, query, columns, sort=False,
+                                                    by_name=by_name)
                                   ).to_arrow_reader(BATCH_ROWS)
             try:
                 return self._write_sorted(meta, schema, disk, reader, version, on_rows,
                                           workers)
             finally:
                 reader.close()  # DuckDB's result ends here, also on an error
-        reader = self.con.sql(self._cast_select(meta, query, columns)
+        reader = self.con.sql(self._cast_select(meta, query, columns, by_name=by_name)
                               ).to_arrow_reader(BATCH_ROWS)
         try:
             return write_parts(disk, prefix, reader, schema, version=version,
@@ -256,13 +263,22 @@ class InsertMixin(DatabaseState):
         return self._publish(meta, parts)
 
     def _cast_select(self, meta: TableMeta, query: str, columns: list[str] | None, *,
-                     sort: bool = True) -> str:
+                     sort: bool = True, by_name: bool = False) -> str:
         try:
             width = len(self.con.sql(f"SELECT * FROM ({query}) LIMIT 0").columns)
+            if by_name:  # (as the query names them: a subquery renames a repeated name)
+                columns = list(self.con.sql(query).columns)
         except duckdb.Error as exc:
             raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
         names = [c for c, _ in meta.columns]
         lower = {c.lower(): c for c in names}
+        if columns is not None:
+            seen: set[str] = set()
+            for c in columns:
+                if c.lower() in seen:
+                    raise DatabaseError(f"INSERT INTO {meta.name}: column "
+                                        f"{lower.get(c.lower(), c)} is given twice")
+                seen.add(c.lower())
         if columns is None:
             if width != len(names):
                 raise DatabaseError(f"INSERT INTO {meta.name}: the table has {len(names)} "

@@ -4,7 +4,8 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
 
     CREATE TABLE [IF NOT EXISTS] t (c1 TYPE, ...) [ENGINE = MergeTree[()]]
         [ORDER BY col | ORDER BY (c1, c2)] [SETTINGS storage_policy = 'name']
-    INSERT INTO t [(c1, ...)] {SELECT ... | VALUES ... | WITH ... | FROM ...}
+    INSERT INTO t [(c1, ...) | BY NAME | BY POSITION]
+        {SELECT ... | VALUES ... | WITH ... | FROM ...}
     DROP TABLE [IF EXISTS] t
     TRUNCATE [TABLE] t
     ALTER TABLE t MODIFY SETTING storage_policy = 'name'
@@ -57,6 +58,7 @@ class Insert:
     table: str
     query: str
     columns: list[str] | None = None
+    by_name: bool = False  # INSERT INTO t BY NAME: the query's columns matched by name
 
 
 @dataclass
@@ -299,7 +301,16 @@ def parse(sql: str) -> Statement:
         return _parse_create(s, m)
     if m := re.match(rf"(?is)INSERT\s+INTO\s+({_IDENT})\s*", s):
         rest, cols = s[m.end():], None
-        if rest.startswith("("):
+        by = re.match(r"(?is)BY\s+(NAME|POSITION)\b\s*", rest)
+        by_name = by is not None and by.group(1).upper() == "NAME"
+        if by is not None:  # (BY POSITION: as without it)
+            rest = rest[by.end():]
+            if by_name and re.match(r"(?is)VALUES\b", rest):
+                raise DatabaseError(
+                    "INSERT INTO ... BY NAME takes the column names of a query, and VALUES "
+                    "has none", hint="INSERT INTO t BY NAME SELECT 1 AS a, 'x' AS b, or "
+                    "INSERT INTO t (a, b) VALUES (1, 'x')")
+        elif rest.startswith("("):
             close = _matching_paren(rest, 0)
             inner = rest[1:close].strip()
             if not re.match(r"(?is)(SELECT|WITH|VALUES|FROM)\b", inner):
@@ -308,7 +319,7 @@ def parse(sql: str) -> Statement:
         if not re.match(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b", rest):
             raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
                                 "table name")
-        return Insert(unquote(m.group(1)), rest, cols)
+        return Insert(unquote(m.group(1)), rest, cols, by_name)
     if m := re.fullmatch(rf"(?is)DROP\s+TABLE\s+(IF\s+EXISTS\s+)?({_IDENT})", s):
         return DropTable(unquote(m.group(2)), bool(m.group(1)))
     if m := re.fullmatch(rf"(?is)TRUNCATE\s+(?:TABLE\s+)?({_IDENT})", s):
