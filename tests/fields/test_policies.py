@@ -236,7 +236,7 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
              r["rows"]) for r in rows] == [
         ("u", "function", "fpe_decrypt", "cards", "", 3),
         ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2),
-        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", None)]  # the INSERT
+        ("bob", "policy", "fpe_decrypt", "cards", "cards.pan", 2)]  # the INSERT: rows written
     assert engine.policies.audit.verify() is None
     raw = (tmp_path / "db.audit").read_bytes()
     assert b"fpe_decrypt" not in raw and b"bob" not in raw  # encrypted

@@ -238,3 +238,45 @@ def test_deallocate(start_server, request, engine) -> None:
 ])
 def test_drop_casts(text: str, expected: str) -> None:
     assert drop_casts(text) == expected
+
+
+def test_sqlite_booleans_read_as_booleans(start_server, sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE flags (b BOOLEAN, n INTEGER)")
+        c.execute("INSERT INTO flags VALUES (%s, 1), (%s, 2), (true, 3), (false, 4), "
+                  "(NULL, 5)", (True, False))
+        expected = [(True,), (False,), (True,), (False,), (None,)]
+        # SQLite holds 1 and 0: in text format they must be t and f (psycopg read 1 as False)
+        assert c.execute("SELECT b FROM flags ORDER BY n").fetchall() == expected
+        assert c.execute("SELECT b FROM flags ORDER BY n", binary=True).fetchall() == expected
+        with c.cursor().copy("COPY flags (b) TO STDOUT") as copy:
+            assert [r[0] for r in copy.rows()] == ["t", "f", "t", "f", None]
+    con = pg8000.native.Connection(srv.dsn["user"], host="localhost", port=srv.port,
+                                   password=srv.dsn["password"],
+                                   ssl_context=ssl.create_default_context(
+                                       cafile=srv.dsn["sslrootcert"]))
+    try:
+        assert con.run("SELECT b FROM flags WHERE n < :n ORDER BY n", n=3) == [[True], [False]]
+    finally:
+        con.close()
+
+
+def test_analytical_insert_reports_its_rows(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup(srv)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        cur = c.execute("INSERT INTO open_t VALUES (3, 'z', 0), (4, 'w', 0)")
+        assert (cur.statusmessage, cur.rowcount) == ("INSERT 0 2", 2)
+        assert c.execute("INSERT INTO public.open_t SELECT * FROM open_t WHERE a > 3"
+                         ).rowcount == 1
+        assert c.execute("INSERT INTO open_t SELECT * FROM open_t WHERE false").rowcount == 0
+        cur = c.cursor()
+        cur.executemany("INSERT INTO open_t (a) VALUES (%s)", [(10,), (11,), (12,)])
+        assert cur.rowcount == 3
+    eng = make_engine(srv, "pg8000", isolation_level="AUTOCOMMIT")
+    try:
+        assert pd.DataFrame({"a": [20, 21]}).to_sql("open_t", eng, if_exists="append",
+                                                    index=False) == 2
+    finally:
+        eng.dispose()

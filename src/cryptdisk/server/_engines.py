@@ -558,7 +558,15 @@ class _AnalyticalSession(EngineSession):
                         self._reader.configure(setting)
                 return self._reader.execute(text)
         with self.engine.turn(self):
+            target = self._insert_target(text)
+            before = self._row_count(target) if target else None
             result = self.engine.db.execute(text)
+            if target is not None and before is not None and result is None:
+                import pyarrow as pa
+
+                # the rows it wrote, for its tag (INSERT 0 n): writes run alone in their turn
+                written = max(0, (self._row_count(target) or 0) - before)
+                result = pa.table({"count": pa.array([written], pa.int64())})
             if (_sqltext.first_words(text, 1) or [""])[0] in ("SET", "RESET"):
                 # A connection-local setting (integer_division, search_path, ...) set on
                 # the database's connection would not reach this session's queries, which
@@ -567,6 +575,22 @@ class _AnalyticalSession(EngineSession):
                 if self._reader is not None:
                     self._reader.configure(text)
             return result
+
+    @staticmethod
+    def _insert_target(text: str) -> str | None:
+        """The table an ``INSERT INTO t ...`` writes (None: another statement)."""
+        if (_sqltext.first_words(text, 1) or [""])[0] != "INSERT":
+            return None
+        from ._grants import _INSERT, _table_name
+
+        m = _INSERT.match(text)
+        return _table_name(m[1]) if m else None
+
+    def _row_count(self, table: str) -> int | None:
+        tables = self.engine.db.catalog.tables
+        meta = tables.get(table) or next((m for n, m in tables.items() if n.lower() == table),
+                                          None)
+        return None if meta is None else int(meta.rows)
 
     def _stop(self, shared: bool) -> None:
         if shared:
@@ -739,6 +763,15 @@ def _sqlite_kind(value: Any) -> str:
 
 _PUBLIC = re.compile("public", re.I)
 _PUBLIC_SCHEMA = frozenset({"public"})
+
+
+def _booleans(row: tuple[Any, ...], flags: list[int]) -> tuple[Any, ...]:
+    """``row`` with the numbers in the columns ``flags`` (BOOLEAN) as Python booleans."""
+    values = list(row)
+    for i in flags:
+        if type(values[i]) in (int, float):
+            values[i] = bool(values[i])
+    return tuple(values)
 
 
 def _placeholder(n: int) -> str:
@@ -1066,6 +1099,9 @@ class _SQLiteSession(EngineSession):
                 sample = next((r[i] for r in rows if r[i] is not None), None)
                 oid = _types.sqlite_oid(d[1], sample)
             columns.append((d[0], oid))
+        flags = [i for i, (_, oid) in enumerate(columns) if oid == _types.BOOL]
+        if flags and rows:  # SQLite stores booleans as 0 and 1: written as t and f
+            rows = [_booleans(r, flags) for r in rows]
         return Result(columns, rows, command_tag(sql, len(rows), True))
 
     def _fresh(self) -> None:
