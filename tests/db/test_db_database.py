@@ -733,3 +733,34 @@ def test_commit_parts_refuses_a_plain_part_without_its_sha256(tmp_path, db):
     with pytest.raises(CatalogError, match="no SHA-256"):
         db.commit_parts("p", entries)
     assert db.query("SELECT count(*) FROM p") == [(0,)]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda r: r.sql("INSERT INTO t VALUES (1)"), "INSERT INTO t:"),
+    (lambda r: r.sql("CREATE TABLE u (a INT)"), "CREATE TABLE u:"),
+    (lambda r: r.sql("DROP TABLE t"), "DROP TABLE t:"),
+    (lambda r: r.sql("TRUNCATE t"), "TRUNCATE t:"),
+    (lambda r: r.sql("ALTER TABLE t MODIFY SETTING storage_policy = 'plain'"),
+     "ALTER TABLE t MODIFY SETTING:"),
+    (lambda r: r.sql("OPTIMIZE TABLE t FINAL"), "OPTIMIZE TABLE t:"),
+    (lambda r: r.sql("SYSTEM ROTATE KEYS"), "SYSTEM ROTATE KEYS:"),
+    (lambda r: r.sql("SYSTEM REENCRYPT"), "SYSTEM REENCRYPT:"),
+    (lambda r: r.insert("t", pa.table({"a": pa.array([1], pa.int64())})), "insert into t:"),
+    (lambda r: r.insert("t", pa.table({"a": [1.5]})), "insert into t:"),
+    (lambda r: r.optimize("t", final=True), "optimize table t:"),
+    (lambda r: r.move("t", "plain"), "move table t to policy plain:"),
+    (lambda r: r.rotate_keys(), "rotate keys:"),
+])
+def test_a_read_only_connection_says_which_change_it_refuses_in_the_users_words(
+        tmp_path, change, words):
+    """The error named cryptdisk's classes ('Insert: the database is open read-only',
+    'CreateTable: ...')."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (a BIGINT)")
+        db.sql("INSERT INTO t VALUES (7)")
+    with cryptdisk.connect(tmp_path / "db", read_only=True) as reader:
+        with pytest.raises(DatabaseError) as e:
+            change(reader)
+        assert str(e.value) == f"{words} the database is open read-only"
+        assert "read_only=True" in e.value.hint and "--read-only" in e.value.hint
+        assert reader.query("SELECT a FROM t") == [(7,)]

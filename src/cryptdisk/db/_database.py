@@ -228,11 +228,6 @@ def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
     return remote
 
 
-#: What a writer of a database at a URL may do: changes that only add to the catalog, each
-#: committed on condition that no other commit came first (see _commit).
-_REMOTE_WRITES = frozenset({"CreateTable", "Insert", "INSERT", "commit_parts"})
-
-
 class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
@@ -527,17 +522,23 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             write_pin(path, self.keyring, self.catalog.db_id, self.catalog.version,
                       durable=i > 0, remote=self._remote if i == 0 else None)
 
-    def _writable(self, what: str) -> None:
+    def _writable(self, what: str, *, adds: bool = False, staged: bool = False) -> None:
+        """Refuse change ``what`` (in the user's words: ``INSERT INTO t``, ``insert into
+        t``, ``rotate keys``) on a closed or read-only connection, and on a database at a
+        URL unless it only ``adds`` (CREATE TABLE, INSERT) or publishes ``staged`` parts."""
         self._check_open()
         if self.read_only:
-            raise DatabaseError(f"{what}: the database is open read-only")
+            raise DatabaseError(f"{what}: the database is open read-only",
+                                hint="to change it, connect without read_only=True "
+                                "(cryptdisk sql without --read-only); one process at a "
+                                "time writes")
         if self._remote is not None:
-            if what not in _REMOTE_WRITES:
+            if not adds and not staged:
                 raise DatabaseError(
                     f"{what}: not available on a database at a URL, whose writers may "
                     "only add (CREATE TABLE, INSERT, cryptdisk.dask.to_table)",
                     hint="do it on a local copy under the lock, then publish it")
-            if what == "commit_parts":  # staged for the catalog this writer had
+            if staged:  # staged for the catalog this writer had
                 if catalog_stamp(self.path, self._remote) != self._stamp:
                     raise PublishConflictError(
                         f"{self.path}: another writer committed since these parts were "
@@ -1159,7 +1160,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 if word not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
                     _sql.check_passthrough(sql, set(self.catalog.tables))
                 return self._run_duckdb(sql)
-            self._writable(type(st).__name__)
+            # a writer of a database at a URL only adds, each commit on condition that no
+            # other commit came first (see _commit)
+            self._writable(_statement_words(st),
+                           adds=isinstance(st, (_sql.CreateTable, _sql.Insert)))
             if self.role is not None:  # a role may not drop or rewrite a protected table
                 self._role_check(st)
             handler = {
@@ -1509,6 +1513,19 @@ class Reader:
 
     def __reduce__(self) -> Any:
         raise TypeError("a Reader cannot be pickled")
+
+
+def _statement_words(st: _sql.Statement) -> str:
+    """How the user wrote cryptdisk's statement ``st`` (for its errors): ``INSERT INTO t``."""
+    if isinstance(st, _sql.SystemCommand):
+        return "SYSTEM ROTATE KEYS" if st.command == "rotate" else "SYSTEM REENCRYPT"
+    if isinstance(st, _sql.Insert):
+        return f"INSERT INTO {st.table}"
+    words = {_sql.CreateTable: "CREATE TABLE", _sql.DropTable: "DROP TABLE",
+             _sql.Truncate: "TRUNCATE", _sql.AlterSetting: "ALTER TABLE",
+             _sql.Optimize: "OPTIMIZE TABLE"}[type(st)]
+    tail = " MODIFY SETTING" if isinstance(st, _sql.AlterSetting) else ""
+    return f"{words} {st.name}{tail}"  # type: ignore[union-attr]
 
 
 #: The DuckDB settings a statement's reads depend on (see Database._setting).

@@ -73,7 +73,7 @@ class ImportMixin(DatabaseState):
         publishes none of them. ``on_bytes(n)`` is called as bytes are written.
         """
         with self._mutex:
-            self._writable("import_parts")
+            self._writable(f"import parts into {table}")
             meta: TableMeta = self.table(table)
             schema = self.arrow_schema(meta).remove_metadata()
             disk = policy_disk(self.policy(meta.policy))

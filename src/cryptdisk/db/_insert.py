@@ -122,7 +122,7 @@ class InsertMixin(DatabaseState):
         masking and row access policies, as its queries do.
         """
         with self._mutex:
-            self._writable("INSERT")
+            self._writable(f"insert into {table}", adds=True)
             meta: TableMeta = self.table(table)
             schema = self.arrow_schema(meta)
             disk = policy_disk(self.policy(meta.policy))
@@ -249,7 +249,7 @@ class InsertMixin(DatabaseState):
         if self.role is not None or not isinstance(
                 data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
             return None
-        self._writable("INSERT")
+        self._writable(f"insert into {table}", adds=True)
         meta: TableMeta = self.table(table)
         schema = self.arrow_schema(meta)
         if meta.order and not sortable(schema, meta.order):
@@ -390,7 +390,7 @@ class InsertMixin(DatabaseState):
         (id, rows, size) before the catalog names any of them.
         """
         with self._mutex:
-            self._writable("commit_parts")
+            self._writable(f"commit parts into {table}", staged=True)
             meta: TableMeta = self.table(table)
             disk = policy_disk(self.policy(meta.policy))
             version = self.catalog.version + 1

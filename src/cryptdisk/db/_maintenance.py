@@ -121,7 +121,7 @@ class MaintenanceMixin(DatabaseState):
              on_bytes: Callable[[int], None] | None = None) -> None:
         """Move a table's parts to another storage policy (crash-safe; verifies digests)."""
         with self._mutex:
-            self._writable("move")
+            self._writable(f"move table {table} to policy {policy}")
             role_check_statement(self, "move()", table)
             meta = self.table(table)
             target = policy_disk(self.policy(policy))
@@ -163,7 +163,7 @@ class MaintenanceMixin(DatabaseState):
         left alone. Returns True if the parts were rewritten.
         """
         with self._mutex:
-            self._writable("OPTIMIZE")
+            self._writable(f"optimize table {table}")
             role_check_statement(self, "optimize()", table)
             meta = self.table(table)
             current = self.keyring.current_key_id

@@ -208,7 +208,7 @@ class RotationMixin(DatabaseState):
         already were).
         """
         with self._mutex:
-            self._writable("rotate")
+            self._writable("rotate keys")
             role_check_statement(self, "rotate_keys()", None)
             self.cache.drop_derived()  # field functions' values go with the keys' change
             self._require_reachable("the rotation", rewrap=True)
