@@ -24,7 +24,8 @@ def test_fields_records_every_function_and_scan(tmp_path):
     for case in ("scan 1 column", "scan 2 columns", "scan 4 columns", "fetch 1 column",
                  "fetch 4 columns, 1 protected"):
         for run in ("first run", "repeated"):  # each timed apart, against the clear one's
-            for strategy in ("clear", "decrypt", "mask", "policy", "decrypt-udf"):
+            for strategy in ("clear", "decrypt", "decrypt-blob", "mask", "policy",
+                             "decrypt-udf"):
                 assert (f"{case}, {run}", strategy) in cases
     gcm = next(m for m in got if m.case == "encrypt AES-GCM, 1 MiB values")
     assert gcm.unit == "MB/s" and gcm.work == 16 * (1 << 20) and gcm.extra["target"] == 1000
@@ -38,6 +39,8 @@ def test_fields_records_every_function_and_scan(tmp_path):
     assert "fpe_encrypt FF1, 16 digits" in notes and "the target of 1M values/s" in notes
     assert "scan 1 column, first run, decrypting (3,000 rows)" in notes
     assert "scan 1 column, repeated, decrypting (3,000 rows)" in notes and "under 1.5x" in notes
+    assert "scan 1 column, first run, decrypting the ciphertexts' bytes (BLOB) (3,000 rows)" \
+        in notes
     assert list(tmp_path.iterdir()) == []  # the experiment removed what it created
 
 
@@ -46,8 +49,8 @@ def test_case_picks_the_cases_to_run(tmp_path):
     fields.run(BenchOptions(tmp_path, quick=True, rows=2000, repeats=1, case="fetch 1"),
                got.append, lambda what, n, total: None)
     assert {(m.case, m.strategy) for m in got} == {
-        (f"fetch 1 column, {run}", s) for s in ("clear", "decrypt", "mask", "policy",
-                                                 "decrypt-udf")
+        (f"fetch 1 column, {run}", s) for s in ("clear", "decrypt", "decrypt-blob", "mask",
+                                                 "policy", "decrypt-udf")
         for run in ("first run", "repeated")}
     notes = "\n".join(fields.NOTES)
     assert "fetch 1 column, repeated, masking (2,000 rows)" in notes

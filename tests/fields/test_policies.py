@@ -246,3 +246,33 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
     with cd_open(tmp_path / "db.audit", "ab", keyring=engine.keyring) as f:
         f.write(b'{"time":"x","kind":"function","prev":"' + b"0" * 64 + b'"}\n')
     assert AuditLog(tmp_path / "db.audit", engine.keyring).verify() == 4
+
+
+@pytest.mark.parametrize("push", [True, False])
+def test_decrypting_bytes_is_audited_and_for_admins_only(start_server, engine, push):  # noqa: F811
+    """decrypt of a BLOB ciphertext, and the UDFs behind the decrypt macros called by
+    their own names: audited as decrypt, refused to users who are not admins."""
+    engine.db.push_field_functions = push
+    srv = start_server(engine)
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE b (g BLOB)")
+        admin.execute("INSERT INTO b SELECT from_base64(encrypt(x, 'cards')) "
+                      "FROM (VALUES ('one'), ('two')) AS v(x)")
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+        admin.execute("GRANT SELECT ON b TO bob")
+        assert sorted(admin.execute("SELECT decrypt(g, 'cards') FROM b").fetchall()) == \
+            [("one",), ("two",)]
+        assert admin.execute("SELECT count(__cd_decrypt_bytes(g, 'cards')) FROM b"
+                             ).fetchall() == [(2,)]
+    rows = [(e["session_user"], e["kind"], e["functions"], e["tables"], e["rows"])
+            for e in engine.policies.audit.entries()]
+    assert rows == [("u", "function", ["decrypt"], ["b"], 2),  # rows returned
+                    ("u", "function", ["decrypt"], ["b"], 1)]
+    with connect(srv, "bob") as bob:
+        assert len(bob.execute("SELECT g FROM b").fetchall()) == 2  # the stored bytes
+        for sql in ("SELECT decrypt(g, 'cards') FROM b",
+                    "SELECT __cd_decrypt_bytes(g, 'cards') FROM b",
+                    "SELECT __cd_decrypt(CAST(g AS VARCHAR), 'cards') FROM b",
+                    "SELECT __cd_decrypt_deterministic_bytes(g, 'cards') FROM b"):
+            with pytest.raises(DENIED, match="uses a field key"):
+                bob.execute(sql)

@@ -12,7 +12,9 @@ Issue 18's benchmark, each run in a fresh worker process, strategies interleaved
   database (at-rest encrypted) holding 4 clear and 4 protected (``encrypt``, AES-GCM,
   base64 text) columns of the same 16-character values, decrypting 1, 2 and 4 columns
   (strategy ``decrypt``: the scan computes them, see docs/fields.md, Cost) against the
-  same scan of the clear columns (``clear``), and as DuckDB UDFs (``decrypt-udf``,
+  same scan of the clear columns (``clear``), the same decryption of ``BLOB`` copies of
+  the protected columns holding the ciphertexts' bytes (``decrypt-blob``: no base64 to
+  store, read and decode), and as DuckDB UDFs (``decrypt-udf``,
   ``push_field_functions = False``). Each case is measured twice per run, on a fresh
   connection: ``first run`` (nothing in the database's cache, so row groups are decoded
   and functions computed) and ``repeated`` (the median of 3 runs after a second one,
@@ -188,22 +190,25 @@ def throughput(case: str, function: str, data: str, values: int, unit: str) -> l
 
 
 def scan_prepare(path: str, config: str, rows: int) -> list[Sample]:
-    """The scan table: c0..c3 clear, e0..e3 their ``encrypt`` (AES-GCM, base64) copies."""
+    """The scan table: c0..c3 clear, e0..e3 their ``encrypt`` (AES-GCM, base64) copies,
+    b0..b3 the same ciphertexts' bytes (``BLOB``)."""
     from .. import fields  # noqa: F401 - gives databases opened afterwards the SQL functions
     from ..db import connect
 
     db = connect(path, config)
     try:
         db.sql("CREATE TABLE t (c0 VARCHAR, c1 VARCHAR, c2 VARCHAR, c3 VARCHAR, "
-               "e0 VARCHAR, e1 VARCHAR, e2 VARCHAR, e3 VARCHAR)")
+               "e0 VARCHAR, e1 VARCHAR, e2 VARCHAR, e3 VARCHAR, "
+               "b0 BLOB, b1 BLOB, b2 BLOB, b3 BLOB)")
         step = 1_000_000
         for lo in range(0, rows, step):
             hi = min(rows, lo + step)
             clear = ", ".join(f"substr(md5((range * 4 + {i})::VARCHAR), 1, 16) AS c{i}"
                               for i in range(4))
-            db.sql(f"INSERT INTO t SELECT *, encrypt(c0, 'bench'), encrypt(c1, 'bench'), "  # noqa: S608
-                   f"encrypt(c2, 'bench'), encrypt(c3, 'bench') FROM (SELECT {clear} "
-                   f"FROM range({int(lo)}, {int(hi)}))")
+            sealed = ", ".join(f"encrypt(c{i}, 'bench') AS e{i}" for i in range(4))
+            blobs = ", ".join(f"from_base64(e{i})" for i in range(4))
+            db.sql(f"INSERT INTO t SELECT *, {blobs} FROM (SELECT *, {sealed} "  # noqa: S608
+                   f"FROM (SELECT {clear} FROM range({int(lo)}, {int(hi)})))")
     finally:
         db.close()
     # c0 through a masking policy, as cryptdisk serve keeps it (PATH.policies): the
@@ -282,6 +287,8 @@ def _term(kind: str, i: int) -> str:
         return f"c{i}"
     if kind == "decrypt":
         return f"decrypt(e{i}, 'bench')"
+    if kind == "decrypt-blob":
+        return f"decrypt(b{i}, 'bench')"
     return f"mask_last4(c{i})"
 
 
@@ -319,7 +326,9 @@ def _judge(measured: list[Measurement], rows: int) -> list[str]:
         goal = f"{target / 1e6:g}M" if unit == "values/s" else f"{target:,.0f}"
         notes.append(f"{case}: {shown} {unit} (runs {low:,.0f}-{high:,.0f}); {verdict} "
                      f"the target of {goal} {unit} per core.")
-    for label, strategy, limit in (("decrypting", "decrypt", 1.5), ("masking", "mask", 1.05),
+    for label, strategy, limit in (("decrypting", "decrypt", 1.5),
+                                   ("decrypting the ciphertexts' bytes (BLOB)", "decrypt-blob",
+                                    1.5), ("masking", "mask", 1.05),
                                    ("through c0's masking policy, as a role", "policy", 1.05),
                                    ("decrypting as DuckDB UDFs (not in the scan)",
                                     "decrypt-udf", None)):
@@ -331,7 +340,7 @@ def _judge(measured: list[Measurement], rows: int) -> list[str]:
             verdict = ""
             if case.startswith("scan 1 column,") and limit is not None:
                 verdict = (f"; {'meets' if r.median < limit else 'MISSES'} the target of "
-                           f"{'under 1.5x' if strategy == 'decrypt' else 'at most +5%'}")
+                           f"{'under 1.5x' if limit == 1.5 else 'at most +5%'}")
             notes.append(f"{case}, {label} ({rows:,} rows): {r.median:.2f}x the clear scan "
                          f"(paired runs {r.low:.2f}-{r.high:.2f}){verdict}.")
     return notes
@@ -402,7 +411,7 @@ def _scans(options: BenchOptions, workdir: Any, scans: list[str], rows: int, rep
         runs = [Strategy(kind, _B + "scan", dict(
             case=case, path=path, config=config, sql=make(kind, k), expected=16 * k * rows,
             shape=shape, rows=rows), baseline=None if kind == "clear" else "clear")
-            for kind in ("clear", "decrypt", "mask")]
+            for kind in ("clear", "decrypt", "decrypt-blob", "mask")]
         runs.append(Strategy("policy", _B + "scan", dict(  # the clear query, as a role
             case=case, path=path, config=config, sql=make("clear", k), expected=16 * k * rows,
             shape=shape, rows=rows, role="analyst"), baseline="clear"))

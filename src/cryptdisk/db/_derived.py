@@ -41,7 +41,9 @@ SEP = "\x00"
 
 
 class ScanFunction(Protocol):
-    """One function applied to whole Arrow arrays of a text column (see ``bind``)."""
+    """One function applied to whole Arrow arrays of a text column (see ``bind``); of a
+    ``BLOB`` column too when it has a true ``takes_bytes`` attribute (as its SQL
+    function does: the decrypting ones take a ciphertext's bytes)."""
 
     #: what the cache keys the function's output by: name, constant arguments, key
     #: name, key versions and generation; never key material
@@ -287,7 +289,7 @@ class _Pusher:
             if len(names) not in (1, 2) or names[-1] not in lower:
                 return None
             col = lower[names[-1]]
-            return col if types[col] == pa.string() else None
+            return col if types[col] in (pa.string(), pa.binary()) else None
 
         def chain(expr: Any) -> tuple[str, list[ScanFunction]] | None:
             if not isinstance(expr, dict) or expr.get("type") != "FUNCTION":
@@ -324,6 +326,8 @@ class _Pusher:
                 return None
             col = column_of(first)
             if col is not None:
+                if types[col] == pa.binary() and not getattr(step, "takes_bytes", False):
+                    return None  # (a mask of a BLOB: DuckDB reports its error)
                 return col, [step]
             inner = chain(first)
             if inner is None:

@@ -33,10 +33,12 @@ __all__ = ["FieldExtension"]
 
 
 class _Step:
-    """One bound call: ``fn(values)``; ``tag`` names it for the cache (no key material)."""
+    """One bound call: ``fn(values)``; ``tag`` names it for the cache (no key material);
+    ``takes_bytes``: it also takes a ``BLOB`` column (the decrypting functions)."""
 
-    def __init__(self, tag: str, fn: Callable[[pa.Array], pa.Array]) -> None:
-        self.tag, self._fn = tag, fn
+    def __init__(self, tag: str, fn: Callable[[pa.Array], pa.Array],
+                 takes_bytes: bool = False) -> None:
+        self.tag, self._fn, self.takes_bytes = tag, fn, takes_bytes
 
     def __call__(self, values: pa.Array) -> pa.Array:
         return self._fn(values)
@@ -114,12 +116,13 @@ class FieldExtension:
                 f"#{self._nonce}.{self.generation}")
 
     def _binders(self) -> dict[str, Callable[[list[Any], dict[str, Any]], Any]]:
-        def keyed(name: str, fn: Callable[[pa.Array, FieldKey], pa.Array]) -> Any:
+        def keyed(name: str, fn: Callable[[pa.Array, FieldKey], pa.Array],
+                  takes_bytes: bool = False) -> Any:
             def bind(args: list[Any], named: dict[str, Any]) -> Any:
                 key = self._key(args[0]) if len(args) == 1 and not named else None
                 if key is None:
                     return None
-                return _Step(self._tag(name, key), lambda v: fn(v, key))
+                return _Step(self._tag(name, key), lambda v: fn(v, key), takes_bytes)
             return bind
 
         def fpe(args: list[Any], named: dict[str, Any]) -> Any:
@@ -153,9 +156,9 @@ class FieldExtension:
             return bind
 
         return {
-            "decrypt": keyed("decrypt", lambda v, k: decrypt(v, k)),
+            "decrypt": keyed("decrypt", lambda v, k: decrypt(v, k), True),
             "decrypt_deterministic": keyed("decrypt_deterministic",
-                                           lambda v, k: decrypt_deterministic(v, k)),
+                                           lambda v, k: decrypt_deterministic(v, k), True),
             "fpe_decrypt": fpe,
             "detokenize": detok,
             "mask_hash": keyed("mask_hash", mask_hash),

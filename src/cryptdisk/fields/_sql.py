@@ -10,6 +10,11 @@ Functions with options are SQL macros with named defaults over internal UDFs
     tokenize(v, 'cards' [, col := 'pan'] [, keep_first := 6] [, keep_last := 4]
              [, luhn := true])
 
+``decrypt`` and ``decrypt_deterministic`` take a ciphertext as base64 ``VARCHAR`` (what
+``encrypt`` returns) or as its bytes (``BLOB``, what the Python API's ``encrypt``
+returns by default): each is a macro that picks, by the argument's type (DuckDB folds
+the choice when it binds the query), one of two UDFs (:data:`DECRYPT_MACROS`).
+
 The masks without a key (``mask_full``, ``mask_last4``, ``mask_email``,
 ``mask_null``) are SQL macros over DuckDB's own string functions (:data:`MASK_MACROS`):
 they run inside DuckDB's vectorised engine on all its threads, with no trip through
@@ -34,7 +39,8 @@ from ._mask import mask_hash
 from ._scanfns import FieldExtension
 from ._tokens import detokenize, tokenize
 
-__all__ = ["MASK_MACROS", "SQL_FUNCTIONS", "config_hook", "register_sql_functions"]
+__all__ = ["DECRYPT_MACROS", "MASK_MACROS", "SQL_FUNCTIONS", "config_hook",
+           "register_sql_functions"]
 
 SQL_FUNCTIONS = ("encrypt", "decrypt", "encrypt_deterministic", "decrypt_deterministic",
                  "fpe_encrypt", "fpe_decrypt", "tokenize", "detokenize", "mask_full",
@@ -60,6 +66,14 @@ MASK_MACROS = {
 
 
 _OFFSETS: dict[tuple[int, int], bytes] = {}
+
+
+#: name -> body of the decrypting macros of ``v`` (a ciphertext) and ``k`` (a key name):
+#: ``BLOB`` goes to the UDF over bytes, anything else to the one over base64 text
+DECRYPT_MACROS = {
+    fn: f"CASE WHEN typeof(v) = 'BLOB' THEN __cd_{fn}_bytes(CAST(v AS BLOB), k) "
+        f"ELSE __cd_{fn}(CAST(v AS VARCHAR), k) END"
+    for fn in ("decrypt", "decrypt_deterministic")}
 
 
 def _constant(arr: pa.Array) -> bool:
@@ -126,10 +140,13 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
 
     udf("encrypt", lambda v, k: encrypt(v, key(k), output="base64"), [V, V],
         side_effects=True)  # a fresh nonce per call: never fold or share results
-    udf("decrypt", lambda v, k: decrypt(v, key(k)), [V, V])
+    udf("__cd_decrypt", lambda v, k: decrypt(v, key(k)), [V, V])
+    udf("__cd_decrypt_bytes", lambda v, k: decrypt(v, key(k)), ["BLOB", V])
     udf("encrypt_deterministic",
         lambda v, k: encrypt_deterministic(v, key(k), output="base64"), [V, V])
-    udf("decrypt_deterministic", lambda v, k: decrypt_deterministic(v, key(k)), [V, V])
+    udf("__cd_decrypt_deterministic", lambda v, k: decrypt_deterministic(v, key(k)), [V, V])
+    udf("__cd_decrypt_deterministic_bytes", lambda v, k: decrypt_deterministic(v, key(k)),
+        ["BLOB", V])
     udf("__cd_fpe_encrypt", lambda v, k, c, a: fpe_encrypt(
         v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
     udf("__cd_fpe_decrypt", lambda v, k, c, a: fpe_decrypt(
@@ -151,6 +168,8 @@ def register_temp_macros(con: Any) -> None:
     functions they call belong to the database instance."""
     for name, body in MASK_MACROS.items():  # mask_full first: the others use it
         con.execute(f"CREATE OR REPLACE TEMP MACRO {name}(v VARCHAR) AS {body}")
+    for name, body in DECRYPT_MACROS.items():
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {name}(v, k) AS {body}")
     for fn in ("fpe_encrypt", "fpe_decrypt"):
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
                     f"alphabet := 'digits') AS __cd_{fn}(v, k, col, alphabet)")

@@ -37,7 +37,9 @@ __all__ = ["REVEALING_FUNCTIONS", "AuditLog", "revealing_calls"]
 
 #: the field functions that turn a protected value back into clear text
 REVEALING_FUNCTIONS = ("decrypt", "decrypt_deterministic", "fpe_decrypt", "detokenize",
-                       "__cd_fpe_decrypt", "__cd_detokenize")
+                       "__cd_fpe_decrypt", "__cd_detokenize", "__cd_decrypt",
+                       "__cd_decrypt_bytes", "__cd_decrypt_deterministic",
+                       "__cd_decrypt_deterministic_bytes")
 _CALL = re.compile(r'(?<![\w$."])"?(' + "|".join(REVEALING_FUNCTIONS) + r')"?\s*\(', re.I)
 _GENESIS = "0" * 64
 #: the fields of a line (as ``system.audit`` shows them) and their JSON types
@@ -52,7 +54,8 @@ def revealing_calls(sql: str) -> set[str]:
     """The revealing functions ``sql`` calls (string literals and comments skipped)."""
     from ._sqltext import strip_strings
 
-    return {m[1].lower().removeprefix("__cd_") for m in _CALL.finditer(strip_strings(sql))}
+    return {m[1].lower().removeprefix("__cd_").removesuffix("_bytes")
+            for m in _CALL.finditer(strip_strings(sql))}
 
 
 class AuditLog:
