@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import stat
 
 import pandas as pd
@@ -134,6 +135,25 @@ def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
             db.insert("t", empty)
     assert db.insert("t", pa.table({"c_int": [1]})) == 1  # the connection goes on
     assert db.query("SELECT count(*) FROM t") == [(1,)]
+
+
+
+def test_insert_of_a_csv_file_without_a_header_or_rows_says_so(tmp_path, db):
+    """An empty CSV file gave 'no column(s) column0' (DuckDB's name for the column of a
+    file it found no header in); so did a file of rows without a header line."""
+    db.sql("CREATE TABLE t (id BIGINT, s VARCHAR)")
+    for name, text in (("empty.csv", ""), ("blank.csv", "\n\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(DatabaseError, match=re.escape(f"{name} is empty")) as e:
+            db.insert("t", tmp_path / name)
+        assert "column0" not in str(e.value)
+    (tmp_path / "rows.csv").write_text("1,a\n2,b\n")
+    with pytest.raises(DatabaseError, match=r"rows\.csv has no header") as e:
+        db.insert("t", tmp_path / "rows.csv")
+    assert "header = false" in e.value.hint and "id,s" in e.value.hint
+    (tmp_path / "header.csv").write_text("id,s\n")  # a header and no rows: nothing to add
+    assert db.insert("t", tmp_path / "header.csv") == 0
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
 
 
 def test_a_closed_database_refuses_every_use_clearly(tmp_path):

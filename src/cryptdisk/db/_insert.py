@@ -103,6 +103,25 @@ def _reading(batches: Iterator[pa.RecordBatch], table: str) -> Iterator[pa.Recor
         raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
 
 
+def _check_csv_header(table: str, path: str, found: list[str], columns: list[str]) -> None:
+    """Refuse a CSV file that holds nothing, or rows without a header line naming their
+    columns: DuckDB names the columns it then reads ``column0``, ``column1``..."""
+    if found != [f"column{i}" for i in range(len(found))] or \
+            {c.lower() for c in columns} & set(found):
+        return
+    size = os.path.getsize(path)
+    if size < 1 << 20:
+        with open(path, "rb") as f:
+            if not f.read().strip():
+                raise DatabaseError(f"insert into {table}: {path} is empty (no header line, "
+                                    "no rows)")
+    literal = "'" + path.replace("'", "''") + "'"
+    raise DatabaseError(
+        f"insert into {table}: {path} has no header line naming its columns",
+        hint=f"start it with the line {','.join(columns)}, or insert its columns by "
+        f"position: INSERT INTO {table} SELECT * FROM read_csv({literal}, header = false)")
+
+
 class InsertMixin(DatabaseState):
     """Insert methods of :class:`~cryptdisk.db.Database`."""
 
@@ -343,6 +362,9 @@ class InsertMixin(DatabaseState):
                 except duckdb.Error as exc:
                     raise DatabaseError(f"insert into {table}: cannot read the data: {exc}"
                                         ) from None
+                if not registered and reader == "read_csv":
+                    _check_csv_header(table, path, cols,
+                                      [c for c, _t in self.table(table).columns])
                 return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
                                          on_rows=on_rows)
             finally:
