@@ -280,3 +280,18 @@ def test_analytical_insert_reports_its_rows(start_server, analytical) -> None:
                                                     index=False) == 2
     finally:
         eng.dispose()
+
+
+def test_pg8000_counts_on_sqlite_are_numbers(start_server, sqlite_engine) -> None:
+    """pg8000 reads a result by the types a Describe gave before the statement ran."""
+    srv = start_server(sqlite_engine)
+    setup(srv)
+    con = pg8000.native.Connection(srv.dsn["user"], host="localhost", port=srv.port,
+                                   password=srv.dsn["password"],
+                                   ssl_context=ssl.create_default_context(
+                                       cafile=srv.dsn["sslrootcert"]))
+    try:
+        assert con.run("SELECT count(*), avg(a), total(a), length(b), 1 FROM open_t "
+                       "WHERE a = :a", a=1) == [[1, 1.0, 1.0, 1, 1]]
+    finally:
+        con.close()

@@ -765,6 +765,22 @@ _PUBLIC = re.compile("public", re.I)
 _PUBLIC_SCHEMA = frozenset({"public"})
 
 
+_COUNTS = re.compile(r"\s*(?:count|length|instr|unicode|changes|total_changes)\s*\(", re.I)
+_AVERAGES = re.compile(r"\s*(?:avg|total)\s*\(", re.I)
+
+
+def _expression_oid(name: str) -> int:
+    """The type of a result column SQLite knows no declared type of, before it runs (a
+    Describe): an integer for ``count(...)``, ``length(...)`` and integer literals, a
+    float for ``avg(...)`` and ``total(...)`` (named as written, without an alias), else
+    text (when it runs, the server takes the type of its first value)."""
+    if _COUNTS.match(name) or re.fullmatch(r"-?\d{1,18}", name):
+        return _types.INT8
+    if _AVERAGES.match(name):
+        return _types.FLOAT8
+    return _types.TEXT
+
+
 def _booleans(row: tuple[Any, ...], flags: list[int]) -> tuple[Any, ...]:
     """``row`` with the numbers in the columns ``flags`` (BOOLEAN) as Python booleans."""
     values = list(row)
@@ -1243,7 +1259,8 @@ class _SQLiteSession(EngineSession):
                 cur.close()
         if not desc:
             return None
-        return [(name, _types.sqlite_oid(decl, None)) for name, decl in desc]
+        return [(name, _types.sqlite_oid(decl, None) if decl else _expression_oid(name))
+                for name, decl in desc]
 
     def authorize(self, sql: str, privileges: Any) -> None:
         """SQLite prepares ``sql`` (never steps it) with ``privileges``' authorizer."""
