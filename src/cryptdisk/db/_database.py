@@ -1155,11 +1155,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     _refuse_prepare(prepared, set(self.catalog.tables))
                 if word not in _QUERIES:
                     self._session_changed()
-                if self.role is not None:  # masking and row access policies (._policies)
-                    sql = role_query(self, sql)
-                if word not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
-                    _sql.check_passthrough(sql, set(self.catalog.tables))
-                return self._run_duckdb(sql)
+                return self._run_duckdb(_for_duckdb(self, sql))
             # a writer of a database at a URL only adds, each commit on condition that no
             # other commit came first (see _commit)
             self._writable(_statement_words(st),
@@ -1451,8 +1447,8 @@ class Reader:
                                     "database and each reader have their own names")
         sql = st.sql
         with db._mutex:
-            if db.role is not None and prepared is None:  # masking and row access policies
-                sql = role_query(db, sql)
+            if prepared is None:
+                sql = _for_duckdb(db, sql)
             db._readers_running += 1
         try:
             if prepared is not None:
@@ -1513,6 +1509,18 @@ class Reader:
 
     def __reduce__(self) -> Any:
         raise TypeError("a Reader cannot be pickled")
+
+
+def _for_duckdb(db: Database, sql: str) -> str:
+    """The text DuckDB runs for statement ``sql`` of ``db``'s connection or of one of its
+    readers: on a ``role=`` connection read through the role's masking and row access
+    policies (:mod:`._policies`); refused if it would act on a table's per-statement view
+    (:func:`._sql.check_passthrough`: ``WITH ... INSERT INTO t``, ``COPY t FROM``...)."""
+    if db.role is not None:
+        sql = role_query(db, sql)
+    if _sql.first_word(sql) not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
+        _sql.check_passthrough(sql, set(db.catalog.tables))
+    return sql
 
 
 def _statement_words(st: _sql.Statement) -> str:
