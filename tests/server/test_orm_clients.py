@@ -295,3 +295,11 @@ def test_pg8000_counts_on_sqlite_are_numbers(start_server, sqlite_engine) -> Non
                        "WHERE a = :a", a=1) == [[1, 1.0, 1.0, 1, 1]]
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pg_catalog_functions_without_from(start_server, request, engine) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        assert c.execute("SELECT pg_catalog.format_type(20, -1), pg_catalog.format_type("
+                         "1700, 655366)").fetchone() == ("bigint", "numeric(10,2)")

@@ -180,13 +180,15 @@ _FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
            _types.VARCHAR: "character varying", _types.BPCHAR: "character",
            _types.NAME: "name", _types.OID: "oid"}
 
-_WORDS = frozenset(_TABLES) | {"pg_catalog"}
+_TABLE_NAMES = frozenset(_TABLES)
 _SCAN = re.compile(r"\bpg_\w+", re.I)
+_FROM = re.compile(r"\bFROM\b", re.I)
 
 
 @functools.lru_cache(maxsize=1024)
 def handles(sql: str) -> bool:
-    """Whether ``sql`` is a query over ``pg_catalog`` answered here; cached per text."""
+    """Whether ``sql`` is a query over ``pg_catalog`` answered here (it names one of the
+    tables, or calls its functions without a FROM); cached per text."""
     lower = sql.lower()
     if "pg_" not in lower or (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
         return False
@@ -194,7 +196,11 @@ def handles(sql: str) -> bool:
         text = _sqltext.strip_strings(sql)
     except Exception:
         return False
-    return any(m.group().lower() in _WORDS for m in _SCAN.finditer(text))
+    # one of the tables; or pg_catalog's functions alone (a query of the engine's tables
+    # that calls pg_catalog.lower(...) is the engine's)
+    words = {m.group().lower() for m in _SCAN.finditer(text)}
+    return bool(words & _TABLE_NAMES) or (
+        "pg_catalog" in words and _FROM.search(text) is None)
 
 
 def _macros() -> list[str]:
