@@ -641,3 +641,62 @@ def test_no_room_for_the_shared_failure_table_is_a_clear_error(monkeypatch: Any)
     with pytest.raises(ServerError, match=r"failed-login table.*No space left") as err:
         _SharedFailures(b"s" * 32)
     assert err.value.hint is not None and "--workers 1" in err.value.hint
+
+
+def _slow_log_writer(path: str, sock: Any, started: str) -> None:
+    """The log writer, its writes stopped before any byte of the line reaches the file."""
+    from cryptdisk.keys import Key, Keyring
+    from cryptdisk.server import _accesslog, _workers
+
+    def stuck(self: Any, data: bytes) -> None:
+        Path(started).write_bytes(data)
+        time.sleep(600)
+
+    _accesslog.AccessLog.write_line = stuck  # type: ignore[method-assign]
+    _workers._write_log(path, Keyring([Key(1, bytes.fromhex(KEY_HEX))]), sock)
+
+
+def _log_writer(path: str, sock: Any) -> None:
+    from cryptdisk.keys import Key, Keyring
+    from cryptdisk.server import _workers
+
+    _workers._write_log(path, Keyring([Key(1, bytes.fromhex(KEY_HEX))]), sock)
+
+
+def test_a_log_writer_killed_mid_line_leaves_it_to_the_next(tmp_path: Path) -> None:
+    """The line a writer holds when it is killed (-9) is written by the next writer: it left
+    the queue only once written (before, the writer took it off first, and it was lost)."""
+    import multiprocessing
+    import socket
+
+    from cryptdisk import open as cd_open
+    from cryptdisk.keys import Key, Keyring
+    from cryptdisk.server._accesslog import line
+
+    ctx = multiprocessing.get_context("fork")
+    worker_end, writer_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path, started = str(tmp_path / "access.log"), str(tmp_path / "started")
+    first, second = line({"kind": "INSERT", "n": 1}), line({"kind": "INSERT", "n": 2})
+    with worker_end, writer_end:
+        stuck = ctx.Process(target=_slow_log_writer, args=(path, writer_end, started))
+        stuck.start()
+        worker_end.send(first)
+        _wait_until(lambda: os.path.exists(started), "the writer took the line")
+        assert Path(started).read_bytes() == first
+        os.kill(stuck.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        stuck.join(60)
+        worker_end.send(second)
+        writer = ctx.Process(target=_log_writer, args=(path, writer_end))
+        # forked with SIGTERM blocked, as the supervisor forks it: it takes the signal once
+        # its handler is in place
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            writer.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        # SIGTERM: the writer writes what is queued, then exits
+        os.kill(writer.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        writer.join(60)
+    assert writer.exitcode == 0
+    with cd_open(path, "rb", keyring=Keyring([Key(1, bytes.fromhex(KEY_HEX))])) as f:
+        assert f.read() == first + second

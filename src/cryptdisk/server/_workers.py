@@ -17,8 +17,9 @@ a whole server with its own event loop accepting on those same sockets:
 - *An encrypted access log* (a mutable cryptdisk file has one writer) is written by one
   more process, forked like the workers, which send it each line as a datagram on a
   Unix socket; the supervisor holds the socket open, so lines queued when that writer
-  dies wait for the one forked in its place. A plain access log is appended by each
-  worker directly (one ``O_APPEND`` write per line).
+  dies wait for the one forked in its place, and a line leaves the queue only once it is
+  written (a writer killed mid-line leaves it to its successor: none lost). A plain
+  access log is appended by each worker directly (one ``O_APPEND`` write per line).
 - *Failed logins* are counted in one table in shared memory, made before the fork
   (``ScramAuthenticator.share_failures``): an attacker's attempts add up whichever
   worker they reach.
@@ -210,7 +211,13 @@ _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
     """The log writer process: every datagram on ``sock`` a line of the encrypted access log
-    at ``path``, until SIGTERM; then what is queued, and close."""
+    at ``path``, until SIGTERM; then what is queued, and close.
+
+    A line leaves the queue only once it is in the file: each datagram is read with
+    ``MSG_PEEK``, written, and only then taken off. A writer killed (SIGKILL, a crash)
+    before the line is written leaves it queued for the writer started in its place, so no
+    line is lost; one killed between writing a line and taking it off makes its successor
+    write that line again (at most one line twice per death)."""
     def stop(_sig: int, _frame: Any) -> None:
         raise _Stop
 
@@ -222,9 +229,10 @@ def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
             # forked with SIGTERM blocked (see _Supervisor.spawn): one sent meanwhile lands here
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             while True:
-                data = sock.recv(1 << 20)
+                data = sock.recv(_MAX_LINE, socket.MSG_PEEK)
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
                 access_log.write_line(data)  # never cut by the signal
+                sock.recv(_MAX_LINE)  # written: off the queue
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         except _Stop:
             pass
@@ -232,11 +240,17 @@ def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
         sock.setblocking(False)
         while True:
             try:
-                access_log.write_line(sock.recv(1 << 20))
+                data = sock.recv(_MAX_LINE, socket.MSG_PEEK)
             except (BlockingIOError, InterruptedError):
                 break
+            access_log.write_line(data)
+            sock.recv(_MAX_LINE)
     finally:
         access_log.close()
+
+
+#: the largest datagram (line) the log writer reads whole
+_MAX_LINE = 1 << 20
 
 
 def _die_with_parent(parent: int) -> None:
