@@ -944,9 +944,9 @@ def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
     from cryptdisk.db import _database
 
     parsed = []
-    parse_tree = _database.parse_tree
-    monkeypatch.setattr(_database, "parse_tree",
-                        lambda con, sql: parsed.append(sql) or parse_tree(con, sql))
+    parse_tree_text = _database.parse_tree_text
+    monkeypatch.setattr(_database, "parse_tree_text",
+                        lambda con, sql: parsed.append(sql) or parse_tree_text(con, sql))
     db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
     db.sql("INSERT INTO t SELECT * FROM range(10)")
     sql = "SELECT k FROM t ORDER BY k LIMIT 2"

@@ -2,6 +2,8 @@
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cryptdisk.db import _sql
 from cryptdisk.errors import DatabaseError
@@ -69,6 +71,16 @@ def test_split_statements_respects_quotes_and_comments():
     sql = "SELECT ';' AS a; -- a comment; still comment\nSELECT \"x;y\" FROM t;/* ; */ SELECT 3;;"
     assert _sql.split_statements(sql) == ["SELECT ';' AS a", 'SELECT "x;y" FROM t', "SELECT 3"]
     assert _sql.split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab -/*;'\"`\n\t")), max_size=40))
+def test_split_statements_reads_text_without_separators_at_once_as_it_would_char_by_char(text):
+    """Text with no ``;``, quote or comment is one statement read at once; any text splits
+    as the character-by-character reader splits it."""
+    assert _sql.split_statements(text) == _sql._split(text)
+    if not any(c in text for c in ";'\"`") and "--" not in text and "/*" not in text:
+        assert _sql.split_statements(text) == ([text.strip()] if text.strip() else [])
 
 
 def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):

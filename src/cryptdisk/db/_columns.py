@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "base_tables", "has_where", "needed_columns", "parse_tree",
+__all__ = ["ALL", "base_tables", "has_where", "needed_columns", "parse_tree", "parse_tree_text",
            "referenced_tables", "rewrite_system_tables"]
 
 ALL = None  # marker: every column
@@ -103,13 +103,22 @@ def serialize_sql(sql: str, con: Any) -> Any:
 
 def parse_tree(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | None:
     """DuckDB's parse tree of a SELECT, or None (not a SELECT, or not parseable)."""
+    found = parse_tree_text(con, sql)
+    return None if found is None else found[0]
+
+
+def parse_tree_text(con: duckdb.DuckDBPyConnection, sql: str
+                    ) -> tuple[dict[str, Any], str] | None:
+    """:func:`parse_tree` and the JSON text DuckDB gave it as (to keep: a tree is loaded
+    from its text again, never shared, as a statement's analysis may rewrite it)."""
     try:
-        tree = serialize_sql(sql, con)
+        text = scalar(con, "SELECT json_serialize_sql(?)", [sql])
+        tree = json.loads(text) if text is not None else None
     except (duckdb.Error, ValueError):
         return None
     if not isinstance(tree, dict) or tree.get("error"):
         return None
-    return tree
+    return tree, text
 
 
 def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:

@@ -55,7 +55,7 @@ from ._columns import (
     current_settings,
     has_where,
     needed_columns,
-    parse_tree,
+    parse_tree_text,
     parser_cursor,
     referenced_tables,
     rewrite_system_tables,
@@ -759,11 +759,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         if text is not None:
             self._trees.move_to_end(sql)
             return json.loads(text)  # type: ignore[no-any-return]
-        tree = parse_tree(self._parser, sql)
-        if tree is not None:
-            self._trees[sql] = json.dumps(tree)
-            while len(self._trees) > _TREES:
-                self._trees.popitem(last=False)
+        found = parse_tree_text(self._parser, sql)
+        if found is None:
+            return None
+        tree, text = found
+        self._trees[sql] = text  # (DuckDB's text: the tree written out again cost as much)
+        while len(self._trees) > _TREES:
+            self._trees.popitem(last=False)
         return tree
 
     def _session_changed(self) -> None:

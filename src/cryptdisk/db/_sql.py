@@ -106,8 +106,19 @@ def unquote(ident: str) -> str:
     return ident.lower()
 
 
+#: What :func:`split_statements` looks at: text without any is one statement as it is.
+_SPLIT_TOKEN = re.compile(r"[;'\"`]|--|/\*")
+
+
 def split_statements(sql: str) -> list[str]:
     """Split on ``;`` outside quotes and comments; drop empty statements."""
+    if _SPLIT_TOKEN.search(sql) is None:  # one statement, read at once (a character at a
+        one = sql.strip()                 # time, a one-line query costs some 30 us)
+        return [one] if one else []
+    return _split(sql)
+
+
+def _split(sql: str) -> list[str]:
     out, buf, i, n = [], [], 0, len(sql)
     while i < n:
         c = sql[i]
