@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -477,6 +478,10 @@ def test_a_page_index_that_does_not_fit_its_chunk_is_not_used(db, monkeypatch):
             assert _granule.PageIndex(bad, groups, leaves).spans(
                 0, 1, start, end, col.num_values) is None
         assert _granule.PageIndex(raw, groups + 1, leaves).spans(
+            0, 1, start, end, col.num_values) is None
+        negative = bytearray(raw)  # the first chunk's count of pages below zero: no entry
+        negative[8:12] = (-1).to_bytes(4, sys.byteorder, signed=True)
+        assert _granule.PageIndex(bytes(negative), groups, leaves).spans(
             0, 1, start, end, col.num_values) is None
         shifted = bytearray(raw)  # the second page of the first chunk one byte later
         at = 4 * (2 + groups * leaves + 2)

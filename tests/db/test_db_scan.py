@@ -627,6 +627,16 @@ def test_sorted_bounds_only_for_row_groups_in_order(db, small_groups):
     assert ops["s"].sorted_bounds("c_str") is None  # md5 of a sorted key: not in order
     assert ops["u"].sorted_bounds("c_int") is None
     assert ops["n"].sorted_bounds("c_int") is None  # the NULL row group has no range
+    op = ops["s"]  # each row group's range within itself and below the next one's
+    for ranges, ordered in (([(0, 5), (5, 9), (9, 9)], True), ([(0, 5), (4, 9)], False),
+                            ([(6, 5), (7, 9)], False), ([(0, 5), (6, "x")], False),
+                            ([(0.5, 1.0), (1.0, 2.0)], True), ([(0, 1), None], False)):
+        op._sorted.clear()
+        op.ranges = lambda column, r=ranges: r
+        want = ([r[0] for r in ranges], [r[1] for r in ranges]) if ordered else None
+        assert op.sorted_bounds("x") == want, ranges
+    op._sorted.clear()
+    del op.ranges
     for t, op in ops.items():  # the key range the part's reader checks is _stats' one
         from cryptdisk.db._stats import key_range_of
         assert op.key_range("c_int") == key_range_of(op.meta, "c_int"), t

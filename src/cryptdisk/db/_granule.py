@@ -17,6 +17,8 @@ from segments that have authenticated.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -273,11 +275,13 @@ def granule_schema(meta: pq.FileMetaData, j: int) -> tuple[pa.DataType, int, int
 
 
 def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
-                 read: Callable[[int, int], Any]) -> pa.Array | None:
+                 read: Callable[[int, int], Any], described: Any = False) -> pa.Array | None:
     """Decode ``pages`` (a chunk's dictionary page, if any, and consecutive data pages)
     of leaf column ``j`` in row group ``rg``; None if the column is not one this module
-    describes. ``read(offset, n)`` returns the file's bytes at ``offset``."""
-    described = granule_schema(meta, j)
+    describes. ``read(offset, n)`` returns the file's bytes at ``offset``. ``described``:
+    :func:`granule_schema` of the column, if the caller has it."""
+    if described is False:
+        described = granule_schema(meta, j)
     if described is None:
         return None
     typ, physical, converted, logical, optional = described
@@ -487,14 +491,12 @@ class PageIndex:
         if not ok or values[0] != groups or values[1] != leaves or len(values) < 2 + chunks:
             return
         counts = values[2 : 2 + chunks].tolist()
-        at = 2 + chunks
-        starts = []
-        for c in counts:
-            if c < 0:
-                return
-            starts.append(at)
-            at += 2 * c
-        if at != len(values):
+        if min(counts, default=0) < 0:
+            return
+        # each chunk's first entry: after the counts, two numbers a page (summed in C)
+        starts = list(itertools.accumulate(map(operator.mul, counts, itertools.repeat(2)),
+                                           initial=2 + chunks))
+        if starts.pop() != len(values):
             return
         self._counts, self._starts = counts, starts
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import json
 import mmap
+import operator
 import os
 import threading
 from collections.abc import Callable
@@ -452,8 +454,12 @@ def _codecs(meta: pq.FileMetaData, columns: list[str] | None) -> set[str]:
 
 
 def _check_identity(disk: Disk, part: PartMeta, meta: pq.FileMetaData | None,
-                    size: int) -> None:
-    found = (meta.metadata or {}).get(PART_ID_KEY) if meta is not None else None
+                    size: int, kv: dict[bytes, bytes] | None = None) -> None:
+    """Raise unless ``meta`` (``kv``: its key-value metadata, if read already) is the
+    footer of the part the catalog recorded: its part id, its rows, the file's size."""
+    if kv is None and meta is not None:
+        kv = meta.metadata or {}
+    found = kv.get(PART_ID_KEY) if kv is not None else None
     if (found != part.id.encode() or meta is None or meta.num_rows != part.rows
             or size != part.bytes):
         raise CatalogError(
@@ -576,8 +582,11 @@ class OpenPart:
         except BaseException:
             self.close()
             raise
+        #: the footer's key-value metadata (pyarrow builds a new dict, copying every value,
+        #: on each ``meta.metadata``: read once, for the identity check and the index)
+        self._kv: dict[bytes, bytes] = dict(self.meta.metadata or {})
         try:
-            _check_identity(disk, part, self.meta, size)
+            _check_identity(disk, part, self.meta, size, self._kv)
         except BaseException:
             self.close()
             raise
@@ -606,11 +615,11 @@ class OpenPart:
         # statistics only for plain (one-leaf) columns
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
         self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
+        self._described: dict[int, Any] = {}  # leaf -> granule_schema (see described)
         #: (row group, columns) whose ciphertext :meth:`prefetch` asked the OS for and no
         #: read has used yet: that read gives no second hint
         self._advised: set[tuple[int, tuple[str, ...]]] = set()
         self._page_index: PageIndex | bool | None = False  # read from the footer when needed
-        self._kv: dict[bytes, bytes] | None = None  # the footer's key-value metadata
         #: column -> (granule rows, each row group's rows, minima, maxima, each row group's
         #: first granule)
         self._granules: dict[str, tuple[int, list[int], list[int], list[int], list[int]]
@@ -620,10 +629,7 @@ class OpenPart:
 
     @property
     def kv(self) -> dict[bytes, bytes]:
-        """The footer's key-value metadata (pyarrow builds a new dict, copying every value,
-        on each ``meta.metadata``: read once)."""
-        if self._kv is None:
-            self._kv = dict(self.meta.metadata or {})
+        """The footer's key-value metadata."""
         return self._kv
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
@@ -662,8 +668,9 @@ class OpenPart:
         found = self.ranges(column)
         if found is None:
             return key_range_of(self.meta, column)  # not a plain one-leaf column
-        if column in self._bounded:
-            return (min(r[0] for r in found), max(r[1] for r in found))  # type: ignore[index]
+        if column in self._bounded:  # (mapped, not a generator: a cold open's hot loop)
+            return (min(map(operator.itemgetter(0), found)),  # type: ignore[arg-type]
+                    max(map(operator.itemgetter(1), found)))  # type: ignore[arg-type]
         lo = hi = None
         nulls = self._all_null.get(column, set())
         for i, r in enumerate(found):
@@ -688,12 +695,13 @@ class OpenPart:
             return self._sorted[column]
         found = self.ranges(column)
         got: tuple[list[Any], list[Any]] | None = None
-        if found is not None and all(r is not None for r in found):
-            mins = [r[0] for r in found]  # type: ignore[index]
-            maxs = [r[1] for r in found]  # type: ignore[index]
+        if found is not None and None not in found:
+            mins = list(map(operator.itemgetter(0), found))  # type: ignore[arg-type]
+            maxs = list(map(operator.itemgetter(1), found))  # type: ignore[arg-type]
+            # min0 <= max0 <= min1 <= max1 ...: each pair compared once, in C
+            edges = list(itertools.chain.from_iterable(found))  # type: ignore[arg-type]
             try:
-                ordered = all(a <= b for a, b in zip(mins, maxs, strict=True)) and \
-                    all(maxs[i] <= mins[i + 1] for i in range(len(mins) - 1))
+                ordered = all(map(operator.le, edges, itertools.islice(edges, 1, None)))
             except TypeError:  # statistics of mixed or unexpected types
                 ordered = False
             got = (mins, maxs) if ordered else None
@@ -847,7 +855,7 @@ class OpenPart:
         less time than walking its page headers takes). From the footer alone (no read);
         the other columns are read whole."""
         j = self._index.get(column)
-        if j is None or granule_schema(self.meta, j) is None:
+        if j is None or self.described(j) is None:
             return False
         spans = self._pages.get((rg, j), [])
         if spans is None:
@@ -856,6 +864,13 @@ class OpenPart:
             return True
         col = self.meta.row_group(rg).column(j)
         return bool(col.total_compressed_size >= _GRANULE_MIN_BYTES * max(1, col.num_values))
+
+    def described(self, j: int) -> Any:
+        """:func:`~._granule.granule_schema` of leaf ``j``, found once per open part
+        (pyarrow builds the column's schema objects on each look)."""
+        if j not in self._described:
+            self._described[j] = granule_schema(self.meta, j)
+        return self._described[j]
 
     def indexed(self, rg: int, j: int) -> bool:
         """Whether the part's page index (:data:`~._parts.PAGES_KEY`, in its authenticated
@@ -934,7 +949,7 @@ class OpenPart:
             return None
         pages = [p for p in spans if p.dictionary] + wanted
         try:
-            arr = decode_pages(self.meta, rg, j, pages, read)
+            arr = decode_pages(self.meta, rg, j, pages, read, self.described(j))
         except (PageError, pa.ArrowException):
             # not pages this reader understands: the whole chunk is read (and any damage
             # reported) as before
