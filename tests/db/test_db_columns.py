@@ -111,3 +111,40 @@ def test_has_where_sees_the_keyword_not_literals_or_names():
     assert not has_where("SELECT 'where' FROM t")
     assert not has_where('SELECT "where" FROM t -- where\n')
     assert not has_where("SELECT nowhere, where_x FROM t /* WHERE */")
+
+
+def _walked(node):
+    """The parse-tree walk as a recursive generator: every dict, each before what it
+    holds, in the order of the values."""
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walked(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walked(v)
+
+
+class _Dict(dict):
+    pass
+
+
+class _Text(str):
+    pass
+
+
+_LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | \
+    st.text(max_size=3) | st.builds(_Text, st.text(max_size=3))
+_TREES = st.recursive(_LEAVES, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+    st.text(max_size=2), kids, max_size=4) | st.builds(_Dict, st.dictionaries(
+        st.text(max_size=2), kids, max_size=3)), max_leaves=30)
+
+
+@given(_TREES)
+def test_the_tree_walk_visits_every_dict_in_order(tree):
+    """Every dict (a subclass too) under a list or dict of any nesting, parent first, in
+    the order of the values: the same nodes, the same objects, as a recursive walk."""
+    from cryptdisk.db._columns import _walk
+
+    got, want = _walk(tree), list(_walked(tree))
+    assert len(got) == len(want) and all(a is b for a, b in zip(got, want, strict=True))

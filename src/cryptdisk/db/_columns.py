@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -50,14 +49,28 @@ def has_where(sql: str) -> bool:
                for m in _WORD.finditer(_LITERAL.sub(" ", sql)))
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _walk(node: Any) -> list[dict[str, Any]]:
+    """Every dict under ``node`` (itself included), through dicts and lists nested in any
+    way, each before what it holds, in the order of the values. A list, not a generator:
+    a statement's analyses walk its tree some eight times, and a recursive generator
+    passed every node up through a generator per level (twice the cost)."""
+    out: list[dict[str, Any]] = []
+    add = out.append
+
+    def visit(n: Any) -> None:
+        if isinstance(n, dict):
+            add(n)
+            n = n.values()
+        for v in n:
+            if type(v) not in _SCALARS and isinstance(v, (dict, list)):
+                visit(v)
+
+    if isinstance(node, dict | list):
+        visit(node)
+    return out
 
 
 def scalar(con: Any, sql: str, params: list[Any] | None = None) -> Any:
