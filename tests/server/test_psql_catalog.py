@@ -71,12 +71,35 @@ def test_du_lists_users_roles_and_memberships(start_server, sqlite_engine, certs
         "Role name|Attributes|Member of",
         "bob||{readers,staff}",
     ]
-    # a user without grants may still read the catalog (as in PostgreSQL), not the data
-    bob = psql(srv, certs, "\\dt", "\\d t", user="bob", password="bob pw")
-    assert bob.returncode == 0, bob.stderr
-    assert "public|t|table|cryptdisk" in bob.stdout and "a|integer" in bob.stdout
     denied = psql(srv, certs, "SELECT * FROM t", user="bob", password="bob pw")
     assert denied.returncode != 0 and "permission denied" in denied.stderr
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_d_and_dt_show_a_user_only_the_tables_it_may_read(start_server, request, engine,
+                                                          certs) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        for st in ["CREATE USER bob PASSWORD 'bob pw'", "CREATE TABLE m (a BIGINT)",
+                   "CREATE TABLE n (b BIGINT)", "GRANT SELECT ON n TO bob"]:
+            admin.execute(st)
+    lists = psql(srv, certs, "\\dt", "\\d", "\\d n", user="bob", password="bob pw")
+    assert lists.returncode == 0, lists.stderr
+    assert "public|n|table|cryptdisk" in lists.stdout and "b|bigint" in lists.stdout
+    assert "public|m|" not in lists.stdout
+    for command in ("\\d m", "\\d+ m", "\\d public.m", "\\d m*", "\\dt m"):
+        hidden = psql(srv, certs, command, user="bob", password="bob pw")
+        assert '"public.m"' not in hidden.stdout and "a|bigint" not in hidden.stdout, command
+        assert "public|m|" not in hidden.stdout, command
+        assert "Did not find any relation" in hidden.stderr, (command, hidden.stderr)
+    # the admin sees both; a grant shows m to bob
+    seen = psql(srv, certs, "\\dt", "\\d m")
+    assert "public|m|table|cryptdisk" in seen.stdout and 'Table "public.m"' in seen.stdout
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("GRANT SELECT ON m TO bob")
+    granted = psql(srv, certs, "\\d+ m", user="bob", password="bob pw")
+    assert granted.returncode == 0, granted.stderr
+    assert 'Table "public.m"' in granted.stdout and "a|bigint||||plain|||" in granted.stdout
 
 
 def test_bad_catalog_pattern_is_an_error(start_server, sqlite_engine, certs) -> None:
@@ -107,4 +130,5 @@ def test_l_dn_d_plus_df_dx_and_conninfo(start_server, request, engine, certs) ->
     with psycopg.connect(**srv.dsn, autocommit=True) as admin:
         admin.execute("CREATE USER bob PASSWORD 'bob pw'")
     hidden = psql(srv, certs, "\\d+ m", user="bob", password="bob pw")
-    assert "c|numeric" not in hidden.stdout
+    assert "c|numeric" not in hidden.stdout and 'Table "public.m"' not in hidden.stdout
+    assert 'Did not find any relation named "m"' in hidden.stderr

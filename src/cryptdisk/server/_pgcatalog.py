@@ -2,7 +2,9 @@
 
 psql describes with fixed queries over ``pg_class``, ``pg_attribute``,
 ``pg_roles`` and friends; each is recognized by its shape and answered from
-the engine's own tables and views (schema ``public``, owner ``cryptdisk``) and
+the tables and views of the engine the session may read (``SELECT`` granted to
+its user or one of its roles; admins: all), as ``information_schema`` and
+``pg_catalog``'s tables list them (schema ``public``, owner ``cryptdisk``), and
 the user store. A relation's OID is a stable hash of its name. Other catalog
 queries (``\\d+``, ``\\l``, ...) are not emulated; ``information_schema`` is
 :mod:`._infoschema`.
@@ -16,6 +18,7 @@ from typing import Any
 
 from . import _sqltext
 from ._engines import EngineSession, Result, StatementError
+from ._infoschema import _visible
 from ._types import BOOL, INT2, INT4, INT8, TEXT
 
 __all__ = ["answers", "catalog_query", "psql_list", "relation_oid"]
@@ -72,19 +75,23 @@ def answers(sql: str) -> bool:
 def catalog_query(sql: str, engine: EngineSession, privileges: Any,
                   session_user: str) -> Result | None:
     """One of psql's catalog queries answered, or None when ``sql`` is none of them."""
-    listed = psql_list(sql, engine)
+    listed = psql_list(sql, engine, privileges)
     if listed is not None:
         return listed
+    if not (_LOOKUP.match(sql) or _RELINFO.match(sql) or _ATTRS.match(sql)):
+        visible: list[tuple[str, str]] = []
+    else:  # a table the session may not read is one that does not exist
+        visible = _visible(engine, privileges)
     if _LOOKUP.match(sql):
         names, schema = _pattern(sql, r"c\.relname"), _pattern(sql, r"n\.nspname")
         if schema is not None and not schema.search("public"):
             return _result([("oid", INT8), ("nspname", TEXT), ("relname", TEXT)], [])
-        found = sorted(n for n, _ in engine.relations() if names is None or names.search(n))
+        found = sorted(n for n, _ in visible if names is None or names.search(n))
         return _result([("oid", INT8), ("nspname", TEXT), ("relname", TEXT)],
                        [(relation_oid(n), "public", n) for n in found])
     m = _RELINFO.match(sql)
     if m:
-        kinds = {relation_oid(n): k for n, k in engine.relations()}
+        kinds = {relation_oid(n): k for n, k in visible}
         kind = kinds.get(int(m[1]))
         columns = [("relchecks", INT2), ("relkind", TEXT), ("relhasindex", BOOL),
                    ("relhasrules", BOOL), ("relhastriggers", BOOL), ("relrowsecurity", BOOL),
@@ -98,7 +105,7 @@ def catalog_query(sql: str, engine: EngineSession, privileges: Any,
         return _result(columns, rows)
     m = _ATTRS.match(sql)
     if m:
-        by_oid = {relation_oid(n): n for n, _ in engine.relations()}
+        by_oid = {relation_oid(n): n for n, _ in visible}
         name = by_oid.get(int(m[1]))
         columns = [("attname", TEXT), ("format_type", TEXT), ("pg_get_expr", TEXT),
                    ("attnotnull", BOOL), ("attcollation", TEXT), ("attidentity", TEXT),
@@ -137,8 +144,9 @@ def _roles(sql: str, privileges: Any, session_user: str) -> Result:
     return _result(columns, rows)
 
 
-def psql_list(sql: str, engine: EngineSession) -> Result | None:
-    """psql's relation list answered, or None when ``sql`` is not that query."""
+def psql_list(sql: str, engine: EngineSession, privileges: Any) -> Result | None:
+    """psql's relation list (the tables and views the session may read) answered, or None
+    when ``sql`` is not that query."""
     if not _SIGNATURE_FIRST.match(sql):
         return None
     m = _SIGNATURE.search(sql)
@@ -147,7 +155,7 @@ def psql_list(sql: str, engine: EngineSession) -> Result | None:
     wanted = {k for k in re.findall(r"'(\w?)'", m[1]) if k in _KINDS}
     name_filter = re.search(r"c\.relname\s+OPERATOR\(pg_catalog\.~\)\s+'((?:[^']|'')*)'", sql)
     rows = []
-    for name, kind in engine.relations():
+    for name, kind in _visible(engine, privileges):
         if kind not in wanted:
             continue
         if name_filter and not re.search(name_filter[1].replace("''", "'"), name):
