@@ -784,3 +784,47 @@ def test_a_read_only_connection_says_which_change_it_refuses_in_the_users_words(
         assert str(e.value) == f"{words} the database is open read-only"
         assert "read_only=True" in e.value.hint and "--read-only" in e.value.hint
         assert reader.query("SELECT a FROM t") == [(7,)]
+
+
+def test_column_names_keep_their_case_and_are_found_in_any_case(tmp_path, db):
+    """CREATE TABLE T2 (Col INT) named the column col, where DuckDB keeps Col (its names
+    are case-insensitive and case-preserving); the names are found in any case, in SQL
+    and in the methods that take column names."""
+    db.sql("CREATE TABLE T2 (Key BIGINT, Col VARCHAR, \"Quoted\" INT) ORDER BY KEY")
+    meta = db.table("t2")
+    assert meta.columns == [("Key", "BIGINT"), ("Col", "VARCHAR"), ("Quoted", "INT")]
+    assert meta.order_by == "Key"
+    db.sql("INSERT INTO t2 (key, COL, quoted) VALUES (2, 'b', 20), (1, 'a', 10)")
+    db.sql("INSERT INTO t2 BY NAME SELECT 3 AS KEY")
+    db.insert("t2", pa.table({"key": pa.array([4], pa.int64()), "col": ["d"]}))
+    got = db.sql("SELECT * FROM t2 WHERE key < 3 ORDER BY Key")
+    assert got.column_names == ["Key", "Col", "Quoted"]
+    assert got.to_pylist() == [{"Key": 1, "Col": "a", "Quoted": 10},
+                               {"Key": 2, "Col": "b", "Quoted": 20}]
+    assert db.query("SELECT min(KEY), max(key), count(DISTINCT col) FROM t2") == [(1, 4, 3)]
+    assert db.arrow_table("t2", ["col", "KEY"]).column_names == ["Col", "Key"]
+    plan = db.scan_plan("t2", [("KEY", "<=", 2)])
+    assert plan
+    rows = pa.concat_tables(db.read_part("t2", part, ["col"], [("key", "<=", 2)])
+                            for part, _groups in plan)
+    assert rows.column_names == ["Col"] and sorted(rows.column("Col").to_pylist()) == ["a", "b"]
+    assert db.query("SELECT columns FROM system.tables WHERE name = 't2'") == [
+        ("Key BIGINT, Col VARCHAR, Quoted INT",)]
+    with pytest.raises(DatabaseError, match="duplicate column"):
+        db.sql("CREATE TABLE d (a INT, A BIGINT)")
+    with pytest.raises(DatabaseError, match="no such column"):
+        db.sql("CREATE TABLE d (a INT) ORDER BY b")
+
+
+def test_a_table_of_lower_case_column_names_reads_and_writes_as_before(tmp_path):
+    """Catalogs written while unquoted names were folded to lower case keep their names;
+    statements in any case reach them."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
+        db.sql("INSERT INTO t VALUES (1, 'a')")
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("INSERT INTO t (K, V) VALUES (2, 'b')")
+        assert db.sql("SELECT K, V FROM t ORDER BY K").to_pylist() == [  # (DuckDB names
+            {"k": 1, "v": "a"}, {"k": 2, "v": "b"}]                      # them so)
+        assert db.arrow_table("t", ["V"]).column_names == ["v"]
+        assert db.table("t").columns == [("k", "BIGINT"), ("v", "VARCHAR")]

@@ -467,3 +467,21 @@ def test_a_prepared_query_reads_through_the_policies_as_they_are_at_each_execute
         for run in (db, reader):
             assert _col(run, "EXECUTE p(1)") == ["x"]
         reader.close()
+
+
+def test_a_column_named_in_mixed_case_gets_its_policy_in_any_spelling(served):
+    """Column names keep their case (Pan); a policy set on "Pan" (quoted, as psql and ORMs
+    write it) or pan applies to it."""
+    engine, store, path, config = served
+    engine.db.sql("CREATE TABLE people (Pan VARCHAR, Region VARCHAR)")
+    engine.db.sql(f"INSERT INTO people SELECT fpe_encrypt('{PANS[0]}', 'cards'), 'EU'")
+    store.handle(None, 'ALTER TABLE people ALTER COLUMN "Pan" SET MASKING POLICY pan_mask')
+    store.handle(None, 'ALTER TABLE people ADD ROW ACCESS POLICY no_eu ON ("Region")')
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        assert db.query("SELECT count(*) FROM people") == [(0,)]  # no EU row
+    store.handle(None, "ALTER TABLE people DROP ROW ACCESS POLICY no_eu")
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        assert _col(db, "SELECT pan FROM people") == [MASKED[0]]
+    store.handle(None, "ALTER TABLE people ALTER COLUMN PAN UNSET MASKING POLICY")
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        assert _col(db, "SELECT Pan FROM people") != [MASKED[0]]

@@ -80,12 +80,26 @@ class TableMeta:
     def prefix(self, db_id: str) -> str:
         return f"cryptdisk-db/{db_id}/{self.id}"
 
+    def column_name(self, name: Any) -> Any:
+        """The table's column ``name`` names, found in any case as DuckDB finds it (the
+        name as the table has it; ``name`` as it is if no column has it)."""
+        names = [c for c, _t in self.columns]
+        if name in names or not isinstance(name, str):
+            return name
+        return next((c for c in names if c.lower() == name.lower()), name)
+
+    def named_filters(self, filters: Any) -> list[Any]:
+        """``[(column, op, value), ...]`` with each column named as the table has it
+        (:meth:`column_name`); anything else is left for the filters' own check."""
+        return [(self.column_name(f[0]), *f[1:]) if isinstance(f, tuple | list) and f
+                else f for f in filters]
+
     def pick_columns(self, columns: Any, caller: str) -> list[str]:
         """The names in ``columns`` (all of the table's for ``None``), checked against the
         table: a name it lacks, or no name at all, is a :class:`DatabaseError` (``caller``
         names the function in the latter)."""
         names = [c for c, _t in self.columns]
-        cols = names if columns is None else list(columns)
+        cols = names if columns is None else [self.column_name(c) for c in columns]
         unknown = [c for c in cols if c not in names]
         if unknown or not cols:
             raise DatabaseError(f"table {self.name} has no column(s) {', '.join(unknown)}"

@@ -583,7 +583,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             self._check_open()
             meta = self.table(name)
             names = [c for c, _t in meta.columns]
-            cols = names if columns is None else columns
+            cols = names if columns is None else [meta.column_name(c) for c in columns]
             if not cols:
                 cols = [names[0]]
             unknown = [c for c in cols if c not in names]
@@ -610,6 +610,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 self.refresh()
             meta = self.table(name)
             role_check_statement(self, "scan_plan()", meta.name)
+            filters = meta.named_filters(filters)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
             scan = self._scan(meta, None, flt)
             plan = []
@@ -642,7 +643,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if found is None:
                 raise self._part_gone(name, part)
             cols = meta.pick_columns(columns, "read_part")
-            filters = list(filters)
+            filters = meta.named_filters(filters)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
             wanted = set(cols) | {f[0] for f in filters}
             scan = self._scan(meta, [c for c, _t in meta.columns if c in wanted], flt)
@@ -1254,11 +1255,15 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         policy = st.settings.get("storage_policy", "default")
         self.policy(policy)
         names = [c for c, _ in st.columns]
-        if len(set(names)) != len(names):
-            raise DatabaseError(f"CREATE TABLE {st.name}: duplicate column names")
+        lower = {c.lower(): c for c in names}  # (names are found in any case, as in DuckDB)
+        if len(lower) != len(names):
+            raise DatabaseError(f"CREATE TABLE {st.name}: duplicate column names (in any "
+                                "case, a name is one column)")
         for col in st.order_by or []:
-            if col not in names:
+            if col.lower() not in lower:
                 raise DatabaseError(f"ORDER BY {col}: no such column in {st.name}")
+        if st.order_by:
+            st.order_by = [lower[c.lower()] for c in st.order_by]
         import uuid
 
         meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,

@@ -98,12 +98,15 @@ Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | Optimi
              | SystemCommand | Passthrough)
 
 
-def unquote(ident: str) -> str:
+def unquote(ident: str, fold: bool = True) -> str:
+    """The name identifier ``ident`` writes: unquoted, and without quotes folded to lower
+    case (table names) unless not ``fold`` (column names keep their case, as in DuckDB,
+    and are looked up in any case)."""
     if ident.startswith('"') and ident.endswith('"'):
         return ident[1:-1].replace('""', '"')
     if ident.startswith("`") and ident.endswith("`"):
         return ident[1:-1]
-    return ident.lower()
+    return ident.lower() if fold else ident
 
 
 #: What :func:`split_statements` looks at: text without any is one statement as it is.
@@ -268,7 +271,7 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
         cm = re.fullmatch(rf"(?s)({_IDENT})\s+(.+)", col.strip())
         if not cm:
             raise DatabaseError(f"CREATE TABLE {name}: column {col!r} needs a name and a type")
-        column = unquote(cm.group(1))
+        column = unquote(cm.group(1), fold=False)
         columns.append((column, _column_type(name, column, cm.group(2).strip())))
     if not columns:
         raise DatabaseError(f"CREATE TABLE {name}: a table needs at least one column")
@@ -284,7 +287,7 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     if tm.group(1):
         raw = tm.group(1).strip()
         raw = raw[1:-1] if raw.startswith("(") else raw
-        order = [unquote(c.strip()) for c in _split_top(raw)] or None
+        order = [unquote(c.strip(), fold=False) for c in _split_top(raw)] or None
     settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
     return CreateTable(name, columns, order, settings, bool(m.group(1)))
 

@@ -397,7 +397,9 @@ class PolicyStore:
         return {c.lower(): str(t) for c, t in cols}
 
     def _set_mask(self, m: re.Match[str]) -> Result:
-        table, column = _ident(m[1]), _ident(m[2])
+        # a column is named in any case, quoted or not, as DuckDB finds it (its policies
+        # are kept, and looked up by the rewrite, under the lower-case name)
+        table, column = _ident(m[1]), _ident(m[2]).lower()
         cols = self._columns(table)
         if column not in cols:
             raise StatementError(f'column "{column}" of table "{table}" does not exist', "42703")
@@ -423,7 +425,7 @@ class PolicyStore:
     def _set_row(self, m: re.Match[str]) -> Result:
         table, name = _ident(m[1]), _ident(m[3])
         add = m[2].upper() == "ADD"
-        columns = [_ident(c) for c in re.findall(_NAME, m[4] or "")]
+        columns = [_ident(c).lower() for c in re.findall(_NAME, m[4] or "")]  # (any case)
 
         def change() -> None:
             if not add:
