@@ -303,3 +303,55 @@ def test_pg_catalog_functions_without_from(start_server, request, engine) -> Non
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         assert c.execute("SELECT pg_catalog.format_type(20, -1), pg_catalog.format_type("
                          "1700, 655366)").fetchone() == ("bigint", "numeric(10,2)")
+
+
+def test_sqlite_declared_types_read_alike_by_describe_and_by_execution(start_server,
+                                                                       sqlite_engine) -> None:
+    """pg8000 reads a result by the types a Describe gave before the statement ran,
+    psycopg by the RowDescription of its execution (text and binary): on SQLite both are
+    the column's declared type, whatever the values, so both read the same Python values."""
+    import datetime as dt
+    import decimal
+
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE typed (p DECIMAL(10,2), n NUMERIC, d DATE, ts TIMESTAMP, "
+                  "tz TIMESTAMPTZ, b BOOLEAN, r REAL, t TEXT, x BLOB, i INTEGER)")
+        c.execute("INSERT INTO typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                  (decimal.Decimal("1.25"), 3, dt.date(2024, 2, 29),
+                   dt.datetime(2024, 2, 29, 13, 14, 15, 16),
+                   dt.datetime(2024, 2, 29, 13, 14, 15, tzinfo=dt.UTC), True, 0.5, "x",
+                   b"\x00\xff", 7))
+        c.execute("INSERT INTO typed VALUES (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+                  "NULL, NULL)")
+    expected = [decimal.Decimal("1.25"), decimal.Decimal(3), dt.date(2024, 2, 29),
+                dt.datetime(2024, 2, 29, 13, 14, 15, 16),
+                dt.datetime(2024, 2, 29, 13, 14, 15, tzinfo=dt.UTC), True, 0.5, "x",
+                b"\x00\xff", 7]
+    oids = [1700, 1700, 1082, 1114, 1184, 16, 701, 25, 17, 20]
+    query = "SELECT p, n, d, ts, tz, b, r, t, x, i FROM typed ORDER BY i"
+    con = pg8000.native.Connection(srv.dsn["user"], host="localhost", port=srv.port,
+                                   password=srv.dsn["password"],
+                                   ssl_context=ssl.create_default_context(
+                                       cafile=srv.dsn["sslrootcert"]))
+    try:
+        rows = con.run(query)
+        assert [c["type_oid"] for c in con.columns] == oids
+        assert rows == [[None] * 10, expected]
+        assert con.run("SELECT d, p FROM typed WHERE i = :i", i=7) == [[expected[2],
+                                                                         expected[0]]]
+    finally:
+        con.close()
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for binary in (False, True):
+            cur = c.cursor(binary=binary)
+            assert cur.execute(query).fetchall() == [(None,) * 10, tuple(expected)]
+            assert [d.type_code for d in cur.description] == oids
+            cur.execute(query, prepare=True)  # Parse, Describe, Execute
+            assert cur.fetchall() == [(None,) * 10, tuple(expected)]
+            assert [d.type_code for d in cur.description] == oids
+    # a value its declared type cannot read is a clear error, not a garbled one
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("INSERT INTO typed (d, i) VALUES ('not a date', 8)")
+        with pytest.raises(psycopg.errors.InvalidDatetimeFormat, match="not a date"):
+            c.execute("SELECT d FROM typed WHERE i = 8").fetchall()

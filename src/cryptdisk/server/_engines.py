@@ -781,12 +781,14 @@ def _expression_oid(name: str) -> int:
     return _types.TEXT
 
 
-def _booleans(row: tuple[Any, ...], flags: list[int]) -> tuple[Any, ...]:
-    """``row`` with the numbers in the columns ``flags`` (BOOLEAN) as Python booleans."""
+def _typed(row: tuple[Any, ...], read: list[tuple[int, int]]) -> tuple[Any, ...]:
+    """``row`` with the values in the columns ``read`` (index, declared type) as that type."""
     values = list(row)
-    for i in flags:
-        if type(values[i]) in (int, float):
-            values[i] = bool(values[i])
+    for i, oid in read:
+        try:
+            values[i] = _types.sqlite_value(oid, values[i])
+        except ValueError as exc:
+            raise StatementError(*exc.args) from None
     return tuple(values)
 
 
@@ -806,23 +808,6 @@ _WRITE_HEADS = ("UPDATE", "INSERT", "DELETE")
 
 def _cancelled() -> StatementError:
     return StatementError("canceling statement due to user request", "57014")
-
-
-def sqlite_declared_oid(decltype: str) -> int:
-    """The type a binary COPY field for a SQLite column of ``decltype`` is read as: its
-    result type, or for the date, time and decimal names SQLite has no affinity for (their
-    values are stored as text and REAL, as parameters are), that type."""
-    oid = _types.sqlite_oid(decltype, None)
-    d = decltype.upper()
-    if oid != _types.TEXT or not d:
-        return oid
-    for word, found in (("TIMESTAMPTZ", _types.TIMESTAMPTZ), ("TIMESTAMP", _types.TIMESTAMP),
-                        ("DATETIME", _types.TIMESTAMP), ("DATE", _types.DATE),
-                        ("TIME", _types.TIME), ("NUMERIC", _types.NUMERIC),
-                        ("DECIMAL", _types.NUMERIC), ("UUID", _types.UUID)):
-        if word in d:
-            return found
-    return oid
 
 
 class _SQLiteSession(EngineSession):
@@ -1109,15 +1094,16 @@ class _SQLiteSession(EngineSession):
             count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
             return Result(None, [], command_tag(sql, count, False))
         columns = []
-        for i, d in enumerate(desc):
-            oid = _types.declared_oid(d[1])
-            if oid is None:  # the values decide
-                sample = next((r[i] for r in rows if r[i] is not None), None)
-                oid = _types.sqlite_oid(d[1], sample)
-            columns.append((d[0], oid))
-        flags = [i for i, (_, oid) in enumerate(columns) if oid == _types.BOOL]
-        if flags and rows:  # SQLite stores booleans as 0 and 1: written as t and f
-            rows = [_booleans(r, flags) for r in rows]
+        for i, (name, decl) in enumerate(desc):
+            if decl:  # its declared type, as a Describe says before it runs
+                oid = _types.sqlite_declared_oid(decl)
+            else:  # an expression: its first value's
+                oid = _types.value_oid(next((r[i] for r in rows if r[i] is not None), None))
+            columns.append((name, oid))
+        read = [(i, oid) for i, (_, oid) in enumerate(columns)
+                if desc[i][1] and _types.sqlite_reads(oid)]
+        if read and rows:  # the stored values as their declared type
+            rows = [_typed(r, read) for r in rows]
         return Result(columns, rows, command_tag(sql, len(rows), True))
 
     def _fresh(self) -> None:
@@ -1259,7 +1245,7 @@ class _SQLiteSession(EngineSession):
                 cur.close()
         if not desc:
             return None
-        return [(name, _types.sqlite_oid(decl, None) if decl else _expression_oid(name))
+        return [(name, _types.sqlite_declared_oid(decl) if decl else _expression_oid(name))
                 for name, decl in desc]
 
     def authorize(self, sql: str, privileges: Any) -> None:
@@ -1377,7 +1363,7 @@ class _SQLiteSession(EngineSession):
                 for c, t, nn, d in rows]
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
-        return [(c, sqlite_declared_oid(t)) for c, t, _nn, _d in self.columns(table)]
+        return [(c, _types.sqlite_declared_oid(t)) for c, t, _nn, _d in self.columns(table)]
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[Any]], *, typed: bool = False) -> int:

@@ -31,7 +31,6 @@ from ._engines import (
     _cancelled,
     _duckdb_sqlstate,
     sql_literal,
-    sqlite_declared_oid,
 )
 
 __all__ = ["add_table", "handles", "private_query", "query"]
@@ -107,7 +106,7 @@ def _column_rows(engine: EngineSession, name: str, kind: str) -> list[tuple[Any,
     except StatementError:
         oids = []
     if len(oids) != len(described):  # SQLite, a view: from the declared types
-        oids = [sqlite_declared_oid(t) for _, t, _, _ in described]
+        oids = [_types.sqlite_declared_oid(t) for _, t, _, _ in described]
     rows = []
     for i, ((column, type_name, notnull, default), oid) in enumerate(
             zip(described, oids, strict=True)):

@@ -323,9 +323,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
         except StatementError:
             oids = []
         if len(oids) != len(described):  # SQLite, a view: from the declared types
-            from ._engines import sqlite_declared_oid
-
-            oids = [sqlite_declared_oid(t) for _, t, _, _ in described]
+            oids = [_types.sqlite_declared_oid(t) for _, t, _, _ in described]
         for i, ((column, type_name, notnull, default), type_oid) in enumerate(
                 zip(described, oids, strict=True)):
             length = next((b[2] for b in _BASE_TYPES if b[0] == type_oid), -1)

@@ -17,7 +17,8 @@ import pyarrow as pa
 from ..errors import ProtocolError
 
 __all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "arrow_oid", "decode_param",
-           "encode_value", "pg_type_name", "sqlite_oid"]
+           "encode_value", "pg_type_name", "sqlite_declared_oid", "sqlite_value",
+           "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -58,32 +59,31 @@ def arrow_oid(t: pa.DataType) -> int:
     return TEXT
 
 
+#: the words of a SQLite column's declared type that give its PostgreSQL type, tried in
+#: this order: SQLite's affinity rules (INTERVAL before "INT": its values are text), then
+#: the date, time, decimal and UUID names SQLite has no affinity for
+_DECLARED = (("INTERVAL", INTERVAL), ("INT", INT8), ("CHAR", TEXT), ("CLOB", TEXT),
+             ("TEXT", TEXT), ("BLOB", BYTEA), ("REAL", FLOAT8), ("FLOA", FLOAT8),
+             ("DOUB", FLOAT8), ("BOOL", BOOL), ("TIMESTAMPTZ", TIMESTAMPTZ),
+             ("TIMESTAMP", TIMESTAMP), ("DATETIME", TIMESTAMP), ("DATE", DATE),
+             ("TIME", TIME), ("NUMERIC", NUMERIC), ("DECIMAL", NUMERIC), ("UUID", UUID))
+
+
 @functools.lru_cache(maxsize=256)
-def declared_oid(decltype: str | None) -> int | None:
-    """The OID :func:`sqlite_oid` gives a column of ``decltype`` whatever its values; None
-    when its values decide."""
-    if not decltype:
-        return None
-    oid = sqlite_oid(decltype, None)
-    return oid if oid != TEXT or sqlite_oid(decltype, 0) == TEXT else None
+def sqlite_declared_oid(decltype: str) -> int:
+    """The PostgreSQL type of a SQLite column declared ``decltype``, whatever its values:
+    the type of its results (:func:`sqlite_value` reads the values as it), of a Describe
+    before the statement runs, of the catalogs, and of binary COPY's fields; text for a
+    name none of the words above is in."""
+    d = decltype.upper()
+    if "TIMESTAMP" in d and "TIME ZONE" in d and "WITHOUT" not in d:
+        return TIMESTAMPTZ
+    return next((oid for word, oid in _DECLARED if word in d), TEXT)
 
 
-def sqlite_oid(decltype: str | None, sample: Any) -> int:
-    """The OID of a SQLite result column: from its declared type, else from a value."""
-    if decltype:
-        d = decltype.upper()
-        if "INTERVAL" in d:  # SQLite's affinity says INTEGER ("INT"): the values are text
-            return INTERVAL
-        if "INT" in d:
-            return INT8
-        if any(k in d for k in ("CHAR", "CLOB", "TEXT")):
-            return TEXT
-        if "BLOB" in d:
-            return BYTEA
-        if any(k in d for k in ("REAL", "FLOA", "DOUB")):
-            return FLOAT8
-        if "BOOL" in d:
-            return BOOL
+def value_oid(sample: Any) -> int:
+    """The OID of a SQLite result column without a declared type (an expression): from
+    its first non-NULL value."""
     if isinstance(sample, bool):
         return BOOL
     if isinstance(sample, int):
@@ -93,6 +93,67 @@ def sqlite_oid(decltype: str | None, sample: Any) -> int:
     if isinstance(sample, bytes):
         return BYTEA
     return TEXT
+
+
+def _timestamp(value: str, tz: bool) -> dt.datetime:
+    t = dt.datetime.fromisoformat(value)
+    if tz and t.tzinfo is None:
+        return t.replace(tzinfo=dt.UTC)  # (the session's TimeZone is UTC)
+    if not tz and t.tzinfo is not None:
+        return t.astimezone(dt.UTC).replace(tzinfo=None)
+    return t
+
+
+def _date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        return dt.datetime.fromisoformat(value).date()  # a timestamp: its date
+
+
+def _decimal(value: Any) -> decimal.Decimal:
+    if isinstance(value, float):
+        return decimal.Decimal(repr(value))  # 0.1, not 0.1000000000000000055511...
+    if isinstance(value, int | str):
+        return decimal.Decimal(value)
+    raise ValueError(value)
+
+
+#: how :func:`sqlite_value` reads a stored value as its column's type, and the SQLSTATE
+#: of a value it cannot read
+_READERS: dict[int, tuple[Any, str, str]] = {
+    NUMERIC: (_decimal, "numeric", "22P02"),
+    DATE: (_date, "date", "22007"),
+    TIME: (dt.time.fromisoformat, "time without time zone", "22007"),
+    TIMESTAMP: (lambda v: _timestamp(v, False), "timestamp without time zone", "22007"),
+    TIMESTAMPTZ: (lambda v: _timestamp(v, True), "timestamp with time zone", "22007"),
+    UUID: (uuid.UUID, "uuid", "22P02"),
+}
+
+
+def sqlite_reads(oid: int) -> bool:
+    """Whether :func:`sqlite_value` changes the values of a column of type ``oid``."""
+    return oid in _READERS or oid == BOOL
+
+
+def sqlite_value(oid: int, value: Any) -> Any:
+    """A value SQLite stored in a column of declared type ``oid`` (see
+    :func:`sqlite_declared_oid`), as that type: booleans from 0 and 1, decimals from REAL,
+    INTEGER or text, dates and times from the ISO text parameters are stored as. Raises
+    ValueError with (message, SQLSTATE) for a value the type cannot read, as PostgreSQL
+    refuses it."""
+    if value is None:
+        return None
+    if oid == BOOL:  # SQLite stores booleans as 0 and 1: written as t and f
+        return bool(value) if type(value) in (int, float) else value
+    reader, name, code = _READERS[oid]
+    if isinstance(value, str) or (oid == NUMERIC and isinstance(value, int | float)):
+        try:
+            return reader(value)
+        except (ValueError, TypeError, decimal.InvalidOperation, OverflowError):
+            pass
+    shown = value if isinstance(value, str) else repr(value)
+    raise ValueError(f'invalid input syntax for type {name}: "{shown}"', code)
 
 
 _PG_NAMES = {"BIGINT": "bigint", "INT8": "bigint", "LONG": "bigint", "INTEGER": "integer",
