@@ -808,7 +808,7 @@ def test_column_names_keep_their_case_and_are_found_in_any_case(tmp_path, db):
     rows = pa.concat_tables(db.read_part("t2", part, ["col"], [("key", "<=", 2)])
                             for part, _groups in plan)
     assert rows.column_names == ["Col"] and sorted(rows.column("Col").to_pylist()) == ["a", "b"]
-    assert db.query("SELECT columns FROM system.tables WHERE name = 't2'") == [
+    assert db.query("SELECT columns FROM system.tables WHERE name = 'T2'") == [
         ("Key BIGINT, Col VARCHAR, Quoted INT",)]
     with pytest.raises(DatabaseError, match="duplicate column"):
         db.sql("CREATE TABLE d (a INT, A BIGINT)")
@@ -828,3 +828,70 @@ def test_a_table_of_lower_case_column_names_reads_and_writes_as_before(tmp_path)
             {"k": 1, "v": "a"}, {"k": 2, "v": "b"}]                      # them so)
         assert db.arrow_table("t", ["V"]).column_names == ["v"]
         assert db.table("t").columns == [("k", "BIGINT"), ("v", "VARCHAR")]
+
+
+def test_table_names_keep_their_case_and_are_found_in_any_case(tmp_path):
+    """CREATE TABLE "T3" could be read only as "T3" (unquoted names were folded to lower
+    case before the lookup); DuckDB keeps a table's name as declared and finds it in any
+    case, quoted or not."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql('CREATE TABLE "T3" (k BIGINT, v VARCHAR) ORDER BY k')
+        db.sql("CREATE TABLE Mixed (m BIGINT)")
+        assert sorted(db.catalog.tables) == ["Mixed", "T3"]
+        for name in ("t3", "T3", '"T3"', '"t3"'):
+            db.sql(f"INSERT INTO {name} VALUES ({len(name)}, '{name}')")
+        db.sql("INSERT INTO mixed SELECT k FROM t3")
+        db.sql("INSERT INTO MIXED BY NAME SELECT 9 AS m")
+        db.insert("MiXeD", pa.table({"m": pa.array([10], pa.int64())}))
+        for q in ("SELECT sum(k) FROM t3", "SELECT sum(k) FROM T3 WHERE k > 0",
+                  'SELECT sum(x.k) FROM "t3" x'):
+            assert db.query(q) == [(2 + 2 + 4 + 4,)], q
+        assert db.query("SELECT count(*) FROM t3 JOIN Mixed ON k = m") == [(8,)]
+        assert db.query("SELECT count(*) FROM MIXED") == [(6,)]
+        assert db.query("SELECT min(K), max(k) FROM t3") == [(2, 4)]
+        assert db.query("SELECT count(DISTINCT v) FROM t3") == [(4,)]
+        assert db.query("SELECT name FROM system.tables ORDER BY name") == [("Mixed",), ("T3",)]
+        assert db.query('SELECT DISTINCT "table" FROM system.parts WHERE "table" = \'T3\''
+                        ) == [("T3",)]
+        assert db.table("t3").name == "T3" and db.table('MIXED').name == "Mixed"
+        assert db.arrow_table("t3", ["K"]).num_rows == 4
+        plan = db.scan_plan("t3", [("k", ">", 2)])
+        assert sum(db.read_part("t3", part, ["v"]).num_rows for part, _g in plan) == 4
+        r = db.reader()
+        try:
+            assert r.execute("SELECT count(*) FROM t3").to_pylist() == [{"count_star()": 4}]
+        finally:
+            r.close()
+        db.sql("ALTER TABLE t3 MODIFY SETTING storage_policy = 'default'")
+        db.sql("OPTIMIZE TABLE t3 FINAL")
+        for dup in ("t3", '"t3"', "T3"):
+            with pytest.raises(DatabaseError, match="already exists"):
+                db.sql(f"CREATE TABLE {dup} (a INT)")
+        db.sql("CREATE TABLE IF NOT EXISTS t3 (a INT)")
+        assert db.table("T3").columns == [("k", "BIGINT"), ("v", "VARCHAR")]
+        db.sql("TRUNCATE t3")
+        assert db.query("SELECT count(*) FROM T3") == [(0,)]
+        db.sql("DROP TABLE t3")
+        db.sql("DROP TABLE IF EXISTS t3")
+        assert list(db.catalog.tables) == ["Mixed"]
+    with cryptdisk.connect(tmp_path / "db", read_only=True) as db:
+        assert list(db.catalog.tables) == ["Mixed"]
+        assert db.query('SELECT count(*) FROM "mixed"') == [(6,)]
+
+
+def test_a_catalog_of_lower_case_table_names_is_found_in_any_case(tmp_path):
+    """Catalogs written while unquoted table names were folded to lower case keep their
+    names and are found in any spelling, quoted or not."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT)")
+        db.sql("INSERT INTO t VALUES (1)")
+    with cryptdisk.connect(tmp_path / "db") as db:
+        assert list(db.catalog.tables) == ["t"]
+        db.sql('INSERT INTO "T" VALUES (2)')
+        db.sql("INSERT INTO T VALUES (3)")
+        assert db.query('SELECT sum(k) FROM "T"') == [(6,)]
+        assert db.query("SELECT sum(k) FROM T") == [(6,)]
+        with pytest.raises(DatabaseError, match="already exists"):
+            db.sql('CREATE TABLE "T" (a INT)')
+        db.sql('DROP TABLE "T"')
+        assert not db.catalog.tables

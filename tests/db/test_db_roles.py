@@ -485,3 +485,25 @@ def test_a_column_named_in_mixed_case_gets_its_policy_in_any_spelling(served):
     store.handle(None, "ALTER TABLE people ALTER COLUMN PAN UNSET MASKING POLICY")
     with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
         assert _col(db, "SELECT Pan FROM people") != [MASKED[0]]
+
+
+def test_a_table_named_in_mixed_case_gets_its_policies_in_any_spelling(served):
+    """A table keeps the name it is created with ("Wallet"); policies set on it in any
+    spelling, quoted or not, apply to every spelling of it in a query."""
+    engine, store, path, config = served
+    engine.db.sql('CREATE TABLE "Wallet" (pan VARCHAR, region VARCHAR) ORDER BY region')
+    engine.db.sql(f"INSERT INTO wallet SELECT fpe_encrypt('{PANS[0]}', 'cards'), 'US'")
+    engine.db.sql(f"INSERT INTO WALLET SELECT fpe_encrypt('{PANS[1]}', 'cards'), 'EU'")
+    store.handle(None, 'ALTER TABLE "Wallet" ALTER COLUMN pan SET MASKING POLICY pan_mask')
+    store.handle(None, "ALTER TABLE WALLET ADD ROW ACCESS POLICY no_eu ON (region)")
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        for name in ("wallet", "Wallet", '"WALLET"', '"Wallet"'):
+            assert _col(db, f"SELECT pan FROM {name}") == [MASKED[0]], name
+        assert db.query('SELECT key_min FROM system.parts WHERE "table" = \'Wallet\'') == [
+            (None,), (None,)]  # (the key of a table with policies is not shown)
+    store.handle(None, 'ALTER TABLE "wallet" DROP ROW ACCESS POLICY no_eu')
+    store.handle(None, "ALTER TABLE Wallet ALTER COLUMN pan UNSET MASKING POLICY")
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        assert sorted(_col(db, "SELECT pan FROM wallet")) != sorted(MASKED[:2])
+        assert db.query("SELECT count(*) FROM Wallet") == [(2,)]
+

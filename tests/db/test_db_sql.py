@@ -13,7 +13,7 @@ def test_create_table_full():
     st = _sql.parse("create table IF NOT EXISTS T (c_int BIGINT, \"Odd Name\" DECIMAL(10, 2)) "
                     "ENGINE = MergeTree() ORDER BY (c_int, \"Odd Name\") "
                     "SETTINGS storage_policy = 'plain';")
-    assert st == _sql.CreateTable("t", [("c_int", "BIGINT"), ("Odd Name", "DECIMAL(10, 2)")],
+    assert st == _sql.CreateTable("T", [("c_int", "BIGINT"), ("Odd Name", "DECIMAL(10, 2)")],
                                   ["c_int", "Odd Name"], {"storage_policy": "plain"}, True)
 
 
@@ -38,7 +38,7 @@ def test_insert_forms():
     assert _sql.parse("INSERT INTO t SELECT 1") == _sql.Insert("t", "SELECT 1")
     assert _sql.parse("insert into t values (1, 'a')") == _sql.Insert("t", "values (1, 'a')")
     assert _sql.parse("INSERT INTO t (a, B) VALUES (1, 2)") == _sql.Insert(
-        "t", "VALUES (1, 2)", ["a", "b"])
+        "t", "VALUES (1, 2)", ["a", "B"])
     assert _sql.parse("INSERT INTO t (SELECT 1)").query == "(SELECT 1)"
     assert _sql.parse("INSERT INTO t WITH x AS (SELECT 1) SELECT * FROM x").columns is None
     with pytest.raises(DatabaseError):

@@ -149,3 +149,29 @@ def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> Non
             admin.execute("REVOKE loaders FROM bob")
         with pytest.raises(DENIED):
             bob.execute("INSERT INTO sink VALUES (14)")
+
+
+def test_analytical_grants_on_a_table_named_in_mixed_case(start_server, analytical) -> None:
+    """A table keeps the name it is created with (T3) and is found in any case, quoted or
+    not: grants given in one spelling hold for statements written in any other."""
+    srv = start_server(analytical)
+    setup = ['CREATE TABLE "T3" (a BIGINT)', "CREATE TABLE Sink (a BIGINT)",
+             "INSERT INTO t3 VALUES (1)", "GRANT SELECT ON t3 TO bob",
+             'GRANT INSERT ON "Sink" TO bob']
+    with admin_and_bob(srv, setup) as bob:
+        for name in ("t3", "T3", '"T3"', '"t3"'):
+            assert bob.execute(f"SELECT a FROM {name}").fetchall() == [(1,)], name
+        bob.execute("INSERT INTO sink SELECT a FROM T3")
+        bob.execute('INSERT INTO "SINK" VALUES (2)')
+        with pytest.raises(DENIED):
+            bob.execute("SELECT a FROM SINK")
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == [(1,), (2,)]
+            assert sorted(admin.execute("SELECT name FROM system.tables").fetchall()) == [
+                ("Sink",), ("T3",)]
+            admin.execute('REVOKE SELECT ON "T3" FROM bob')
+            admin.execute("REVOKE INSERT ON SINK FROM bob")
+        with pytest.raises(DENIED):
+            bob.execute("SELECT a FROM t3")
+        with pytest.raises(DENIED):
+            bob.execute("INSERT INTO Sink VALUES (3)")

@@ -22,8 +22,8 @@ from ..format import HEADER_SIZE, names_known_key, read_named_header
 from ..format import open_file as cd_open
 from ..keys import Keyring
 
-__all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "catalog_key_id", "catalog_stamp",
-           "load_catalog", "remove_catalog_temps", "save_catalog"]
+__all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "Tables", "catalog_key_id",
+           "catalog_stamp", "load_catalog", "remove_catalog_temps", "save_catalog"]
 
 CATALOG_FILE = "catalog"
 FORMAT = 1
@@ -107,14 +107,63 @@ class TableMeta:
         return cols
 
 
+class Tables(dict[str, TableMeta]):
+    """The catalog's tables, each under the name it was created with and found in any case
+    (DuckDB's identifiers are case-insensitive and case-preserving, quoted or not): ``in``,
+    ``[]``, ``get``, ``del`` and ``pop`` take a name in any case; iteration gives the names
+    as declared; setting a name replaces the table it names in another case."""
+
+    __slots__ = ()
+
+    def name(self, name: Any) -> str | None:
+        """The declared name of the table ``name`` names in any case (None: no table)."""
+        if dict.__contains__(self, name):
+            return name  # type: ignore[no-any-return]
+        if not isinstance(name, str):
+            return None
+        low = name.lower()
+        return next((k for k in self if k.lower() == low), None)
+
+    def __missing__(self, key: str) -> TableMeta:
+        found = self.name(key)
+        if found is None:
+            raise KeyError(key)
+        return dict.__getitem__(self, found)
+
+    def __contains__(self, key: object) -> bool:
+        return self.name(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.name(key)
+        return default if found is None else dict.__getitem__(self, found)
+
+    def __setitem__(self, key: str, value: TableMeta) -> None:
+        found = self.name(key)
+        if found is not None and found != key:
+            dict.__delitem__(self, found)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        found = self.name(key)
+        dict.__delitem__(self, key if found is None else found)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        found = self.name(key)
+        return dict.pop(self, key if found is None else found, *default)
+
+
 @dataclass
 class Catalog:
     db_id: str
     version: int = 0
-    tables: dict[str, TableMeta] = field(default_factory=dict)
+    tables: Tables = field(default_factory=Tables)
     #: of a catalog at a URL on S3: the ETag of the sealed bytes it was read from (or
     #: written as), on which the next commit is conditional (see ._remote)
     etag: str | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tables, Tables):
+            self.tables = Tables(self.tables)
 
     @classmethod
     def new(cls) -> Catalog:
@@ -132,7 +181,7 @@ class Catalog:
             if doc.get("format") != FORMAT:
                 raise CatalogError(f"{path}: catalog format {doc.get('format')!r} is not "
                                    f"{FORMAT}; upgrade cryptdisk")
-            tables = {}
+            tables = Tables()
             for t in doc["tables"]:
                 parts = [PartMeta(**p) for p in t.pop("parts")]
                 t["columns"] = [tuple(c) for c in t["columns"]]

@@ -34,12 +34,14 @@ _LITERAL = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
 
 
 def referenced_tables(sql: str, names: set[str]) -> set[str]:
-    """The names in ``names`` that appear as identifiers in ``sql`` (outside literals)."""
+    """The names in ``names`` that appear as identifiers in ``sql`` (outside literals), in
+    any case, quoted or not (as DuckDB finds a table)."""
+    lower = {n.lower(): n for n in names}
     found = set()
     for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
-        word = m.group(1) or m.group(2) or (m.group(3) or "").lower()
-        if word in names:
-            found.add(word)
+        name = lower.get((m.group(1) or m.group(2) or m.group(3) or "").lower())
+        if name is not None:
+            found.add(name)
     return found
 
 

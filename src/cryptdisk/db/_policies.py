@@ -184,6 +184,10 @@ def parse_policies(text: bytes, path: str) -> dict[str, Any]:
         if len(entry[1]) != len(policy["args"]):
             raise bad(f"{field} gives {len(entry[1])} column(s) to row access policy "
                       f"{entry[0]!r}, which takes {len(policy['args'])}")
+    # tables are named in any case (as DuckDB finds them): their policies are kept, and
+    # looked up, under the lower-case name (a file may hold a quoted name as written)
+    data["columns"] = {t.lower(): cols for t, cols in data["columns"].items()}
+    data["rows"] = {t.lower(): entry for t, entry in data["rows"].items()}
     return data
 
 
@@ -201,8 +205,9 @@ class PolicyRewriter:
     """Rewrites queries to read tables through their policies.
 
     ``data()`` gives the policies (the policy file's dictionary), ``columns(table)`` a
-    table's ``{column: type}`` in order, and ``reveals(body)`` whether a body calls a
-    function that reveals protected values (for the audit's column list; default: no).
+    table's ``{column: type}`` in order (named as the table has them), and
+    ``reveals(body)`` whether a body calls a function that reveals protected values (for
+    the audit's column list; default: no).
     Parsed policy bodies and rewritten queries are cached until :meth:`clear`; a
     rewritten query is keyed on its text and the session's ``current_user``,
     ``session_user`` and ``roles``, and reused only while the tables it rewrote still
@@ -392,18 +397,18 @@ class _Context:
         if schema not in ("", "main"):
             raise FieldPolicyError(f"permission denied: {key} has policies")
         self.changed = True
-        columns = self.rewriter.columns(key)
+        columns = self.rewriter.columns(key)  # (each named as the table has it)
         self.tables[key] = tuple(columns.items())
         cols = list(columns)
         if self.used is not None:
-            named = [c for c in cols if c in self.used]
+            named = [c for c in cols if c.lower() in self.used]
             cols = named or cols[:1]  # count(*): one column, for the rows
         for column, pname in masks.items():
             if self.rewriter.reveals(data["masking"][pname]["body"]):
                 self.revealed.add(f"{key}.{column}")
         if rows is not None and self.rewriter.reveals(data["row_access"][rows[0]]["body"]):
             self.revealed.update(f"{key}.{c}" for c in rows[1])
-        select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c in masks
+        select = ", ".join(f"__cd_mask_{i}({_quote(c)}) AS {_quote(c)}" if c.lower() in masks
                            else _quote(c) for i, c in enumerate(cols))
         where = ""
         if rows is not None:
@@ -425,7 +430,7 @@ class _Context:
                 expr = self.body("row_access", rows[0], policy, args)
             else:
                 column = cols[int(fn.rsplit("_", 1)[1])]
-                pname = masks[column]
+                pname = masks[column.lower()]
                 policy = data["masking"][pname]
                 expr = self.body("masking", pname, policy, args)
                 cast = self.constant(f"CAST(NULL AS {policy['returns']})")
@@ -477,8 +482,8 @@ class _Context:
                             "key_id", "algorithm", "sha256")]
         select = ", ".join(_quote(c) for c in cols)
         alias = node.get("alias") or "parts"
-        text = (f"SELECT * FROM (SELECT {select}, CASE WHEN \"table\" IN ({hidden}) THEN NULL "
-                "ELSE key_min END AS key_min, CASE WHEN \"table\" IN "
+        text = (f"SELECT * FROM (SELECT {select}, CASE WHEN lower(\"table\") IN ({hidden}) "
+                "THEN NULL ELSE key_min END AS key_min, CASE WHEN lower(\"table\") IN "
                 f"({hidden}) THEN NULL ELSE key_max END AS key_max FROM system.parts) AS "
                 f"{_quote(alias)}")
         return serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]

@@ -98,10 +98,10 @@ Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | Optimi
              | SystemCommand | Passthrough)
 
 
-def unquote(ident: str, fold: bool = True) -> str:
+def unquote(ident: str, fold: bool = False) -> str:
     """The name identifier ``ident`` writes: unquoted, and without quotes folded to lower
-    case (table names) unless not ``fold`` (column names keep their case, as in DuckDB,
-    and are looked up in any case)."""
+    case if ``fold`` (setting names). Table and column names keep their case, as in
+    DuckDB, and are looked up in any case."""
     if ident.startswith('"') and ident.endswith('"'):
         return ident[1:-1].replace('""', '"')
     if ident.startswith("`") and ident.endswith("`"):
@@ -199,7 +199,7 @@ def _settings(text: str, what: str) -> dict[str, str]:
             raise DatabaseError(f"cannot read setting {item!r} in {what}; write "
                                 "name = 'value'")
         value = m.group(2).replace("''", "'") if m.group(2) is not None else m.group(3)
-        out[unquote(m.group(1))] = value
+        out[unquote(m.group(1), fold=True)] = value
     if not out:
         raise DatabaseError(f"{what} names no setting")
     return out
@@ -271,7 +271,7 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
         cm = re.fullmatch(rf"(?s)({_IDENT})\s+(.+)", col.strip())
         if not cm:
             raise DatabaseError(f"CREATE TABLE {name}: column {col!r} needs a name and a type")
-        column = unquote(cm.group(1), fold=False)
+        column = unquote(cm.group(1))
         columns.append((column, _column_type(name, column, cm.group(2).strip())))
     if not columns:
         raise DatabaseError(f"CREATE TABLE {name}: a table needs at least one column")
@@ -287,7 +287,7 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     if tm.group(1):
         raw = tm.group(1).strip()
         raw = raw[1:-1] if raw.startswith("(") else raw
-        order = [unquote(c.strip(), fold=False) for c in _split_top(raw)] or None
+        order = [unquote(c.strip()) for c in _split_top(raw)] or None
     settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
     return CreateTable(name, columns, order, settings, bool(m.group(1)))
 
@@ -373,14 +373,16 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
     s = _STRINGS.sub("''", sql)
     word = first_word(s)
 
+    lower = {t.lower(): t for t in tables}  # (a table is named in any case)
+
     def named(m: re.Match[str] | None) -> str | None:
-        return unquote(m.group(1)) if m is not None and unquote(m.group(1)) in tables else None
+        return lower.get(unquote(m.group(1)).lower()) if m is not None else None
 
     if word == "CREATE":
         m = re.match(rf"(?is)CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?TABLE\s+"
                      rf"(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}", s)
         made = unquote(m.group(3)) if m else ""
-        if m and m.group(2) and made in tables:
+        if m and m.group(2) and made.lower() in lower:
             raise DatabaseError(f"a temporary table {made} would hide the table {made}",
                                 hint="give the temporary table another name")
         if m and m.group(1) and not m.group(2):

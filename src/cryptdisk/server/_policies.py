@@ -388,18 +388,23 @@ class PolicyStore:
         self._change(change)
         return Result(None, [], "DROP POLICY")
 
-    def _columns(self, table: str) -> dict[str, str]:
+    def _table_columns(self, table: str) -> dict[str, str]:
+        """The columns of ``table`` (found in any case), named as the table has them."""
         with self._turn():
             try:
                 cols = self.engine.db.table(table).columns
             except CryptdiskError as exc:
                 raise StatementError(str(exc), "42P01") from None
-        return {c.lower(): str(t) for c, t in cols}
+        return {c: str(t) for c, t in cols}
+
+    def _columns(self, table: str) -> dict[str, str]:
+        """:meth:`_table_columns` under their lower-case names (as policies keep them)."""
+        return {c.lower(): t for c, t in self._table_columns(table).items()}
 
     def _set_mask(self, m: re.Match[str]) -> Result:
-        # a column is named in any case, quoted or not, as DuckDB finds it (its policies
-        # are kept, and looked up by the rewrite, under the lower-case name)
-        table, column = _ident(m[1]), _ident(m[2]).lower()
+        # a table or column is named in any case, quoted or not, as DuckDB finds it (its
+        # policies are kept, and looked up by the rewrite, under the lower-case name)
+        table, column = _ident(m[1]).lower(), _ident(m[2]).lower()
         cols = self._columns(table)
         if column not in cols:
             raise StatementError(f'column "{column}" of table "{table}" does not exist', "42703")
@@ -423,7 +428,7 @@ class PolicyStore:
         return Result(None, [], "ALTER TABLE")
 
     def _set_row(self, m: re.Match[str]) -> Result:
-        table, name = _ident(m[1]), _ident(m[3])
+        table, name = _ident(m[1]).lower(), _ident(m[3])  # (a table in any case)
         add = m[2].upper() == "ADD"
         columns = [_ident(c).lower() for c in re.findall(_NAME, m[4] or "")]  # (any case)
 
