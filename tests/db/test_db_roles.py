@@ -507,3 +507,16 @@ def test_a_table_named_in_mixed_case_gets_its_policies_in_any_spelling(served):
         assert sorted(_col(db, "SELECT pan FROM wallet")) != sorted(MASKED[:2])
         assert db.query("SELECT count(*) FROM Wallet") == [(2,)]
 
+
+def test_a_masked_column_keeps_its_declared_name(served):
+    """A column read through its masking policy is named as the table declares it (Pan),
+    as every other column of the result is, not in lower case."""
+    engine, store, path, config = served
+    engine.db.sql("CREATE TABLE people (Pan VARCHAR, Region VARCHAR)")
+    engine.db.sql(f"INSERT INTO people SELECT fpe_encrypt('{PANS[0]}', 'cards'), 'EU'")
+    store.handle(None, "ALTER TABLE people ALTER COLUMN pan SET MASKING POLICY pan_mask")
+    with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:
+        got = db.sql("SELECT * FROM people")
+        assert got.column_names == ["Pan", "Region"]
+        assert got.to_pylist() == [{"Pan": MASKED[0], "Region": "EU"}]
+        assert db.sql("SELECT Pan FROM people").column_names == ["Pan"]

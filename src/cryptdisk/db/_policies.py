@@ -516,7 +516,7 @@ class _Embedded:
             self.stamp = stamp
 
     def columns(self, table: str) -> dict[str, str]:
-        return {c.lower(): str(t) for c, t in self.db.table(table).columns}
+        return {c: str(t) for c, t in self.db.table(table).columns}
 
 
 _EMBEDDED: weakref.WeakKeyDictionary[Any, _Embedded] = weakref.WeakKeyDictionary()

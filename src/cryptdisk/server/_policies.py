@@ -120,7 +120,7 @@ class PolicyStore:
         #: a file that authenticates but is malformed raises PolicyFileError
         self.data = read_policies(self.path, keyring)
         #: the query rewrite, shared with embedded connections that name a role
-        self._rewriter = PolicyRewriter(lambda: self.data, self._columns,
+        self._rewriter = PolicyRewriter(lambda: self.data, self._table_columns,
                                         lambda body: bool(revealing_calls(body)))
 
     def __repr__(self) -> str:
