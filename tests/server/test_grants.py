@@ -112,6 +112,8 @@ def test_analytical_granted_queries(start_server, analytical) -> None:
     "INSERT INTO sink SELECT length(s) FROM secret",                 # source not granted
     "INSERT INTO sink (a) SELECT length(s) FROM secret",
     "INSERT INTO sink WITH x AS (SELECT length(s) AS a FROM secret) SELECT a FROM x",
+    "INSERT INTO sink BY NAME SELECT length(s) AS a FROM secret",
+    "INSERT INTO open_t BY NAME SELECT 2 AS a",                      # no INSERT on open_t
     "INSERT INTO sink SELECT * FROM read_csv('/etc/passwd')",
     "INSERT INTO main.secret VALUES ('x')",
 ])
@@ -136,6 +138,8 @@ def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> Non
         bob.execute("INSERT INTO sink VALUES (10), (11)")
         bob.execute("INSERT INTO sink (a) SELECT a FROM open_t")
         bob.execute('INSERT INTO "sink" SELECT %s', (12,))
+        bob.execute("INSERT INTO sink BY NAME SELECT a + 20 AS a FROM open_t")
+        bob.execute("INSERT INTO sink BY POSITION SELECT 21")
         with bob.cursor().copy("COPY sink FROM STDIN") as copy:
             copy.write_row((13,))
         with pytest.raises(DENIED):  # INSERT, not SELECT, on sink
@@ -145,7 +149,7 @@ def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> Non
                 copy.write_row((5,))
         with psycopg.connect(**srv.dsn, autocommit=True) as admin:
             assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == \
-                [(1,), (10,), (11,), (12,), (13,)]
+                [(1,), (10,), (11,), (12,), (13,), (21,), (21,)]
             admin.execute("REVOKE loaders FROM bob")
         with pytest.raises(DENIED):
             bob.execute("INSERT INTO sink VALUES (14)")

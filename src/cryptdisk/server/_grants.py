@@ -11,7 +11,8 @@ PostgreSQL; ``RESET ROLE`` goes back to the login user.
   triggers, CTEs and subqueries, as SQLite compiles it; anything else than
   reading and writing granted tables (DDL, ``PRAGMA``, ``ATTACH``) is refused.
 - The analytical engine: non-admin users may run queries (``SELECT``,
-  ``WITH``, ``VALUES``) and ``INSERT INTO t ... {SELECT|VALUES|WITH|FROM} ...``
+  ``WITH``, ``VALUES``) and ``INSERT INTO t [(c, ...) | BY NAME | BY POSITION]
+  {SELECT|VALUES|WITH|FROM} ...``
   (and ``COPY t FROM STDIN``) with ``INSERT`` on ``t``; DuckDB's own parser
   (``json_serialize_sql``) lists every table a query (or an INSERT's source)
   names, in subqueries and CTEs too, each of which needs ``SELECT``; table
@@ -147,8 +148,11 @@ class Privileges:
             if not self.allowed(table, "INSERT"):
                 raise _denied("INSERT", table)
             rest = sql[insert.end():].strip()
-            if rest.startswith("(") and not re.match(r"\(\s*(SELECT|WITH|VALUES|FROM)\b",
-                                                     rest, re.I):
+            by = re.match(r"BY\s+(NAME|POSITION)\b", rest, re.I)  # (how columns match)
+            if by is not None:
+                rest = rest[by.end():].strip()
+            elif rest.startswith("(") and not re.match(r"\(\s*(SELECT|WITH|VALUES|FROM)\b",
+                                                       rest, re.I):
                 close = _close_paren(rest)
                 rest = rest[close + 1:].strip()  # the column list
             sql = rest
