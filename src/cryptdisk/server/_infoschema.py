@@ -200,14 +200,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any) -
         "enabled_roles": (_ENABLED_ROLES, lambda: _role_rows(privileges)[1]),
     }
 
-    def literal(n: int) -> str:
-        if n < 1 or n > len(params):
-            raise StatementError(f"there is no parameter ${n}", "42P02")
-        return sql_literal(params[n - 1])
-
-    text = _sqltext.substitute(sql, literal)
-    text = _sqltext.replace_words(
-        text, lambda w: _SCHEMA if w.lower() == "information_schema" else None)
+    text = private_text(sql, params, "information_schema", _SCHEMA)
 
     def load(con: Any) -> None:
         con.execute(f"CREATE SCHEMA {_SCHEMA}")
@@ -264,3 +257,15 @@ def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
 
     out_rows = python_rows(table)
     return Result(out_columns, out_rows, f"SELECT {len(out_rows)}")
+
+
+def private_text(sql: str, params: list[Any], schema: str, private: str) -> str:
+    """``sql`` for a private DuckDB: its ``$n`` parameters as literals, and the schema word
+    ``schema`` (any case) as that database's ``private`` schema."""
+    def literal(n: int) -> str:
+        if n < 1 or n > len(params):
+            raise StatementError(f"there is no parameter ${n}", "42P02")
+        return sql_literal(params[n - 1])
+
+    text = _sqltext.substitute(sql, literal)
+    return _sqltext.replace_words(text, lambda w: private if w.lower() == schema else None)

@@ -21,8 +21,8 @@ import re
 from typing import Any
 
 from . import _sqltext, _types
-from ._engines import EngineSession, Result, StatementError, sql_literal
-from ._infoschema import _NAMES, _visible, private_query
+from ._engines import EngineSession, Result, StatementError
+from ._infoschema import _NAMES, _visible, private_query, private_text
 from ._pgcatalog import relation_oid
 
 __all__ = ["handles", "query"]
@@ -348,14 +348,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
           database: str = "cryptdisk") -> Result:
     """Run ``sql`` (see :func:`handles`) over this session's ``pg_catalog``
     (``database``: the name of the database, as the client named it)."""
-    def literal(n: int) -> str:
-        if n < 1 or n > len(params):
-            raise StatementError(f"there is no parameter ${n}", "42P02")
-        return sql_literal(params[n - 1])
-
-    text = _sqltext.substitute(sql, literal)
-    text = _sqltext.replace_words(
-        text, lambda w: _SCHEMA if w.lower() == "pg_catalog" else None)
+    text = private_text(sql, params, "pg_catalog", _SCHEMA)
     # DuckDB's own functions (array_to_string, ...) are not in the private schema, nor is
     # PostgreSQL's collation "default" (psql's COLLATE pg_catalog.default)
     text = _QUALIFIED_CALL.sub(lambda m: m[0] if m[1].lower() in _MACRO_NAMES else m[1] + "(",
