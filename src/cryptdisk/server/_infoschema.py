@@ -99,14 +99,23 @@ def _visible(engine: EngineSession, privileges: Any) -> list[tuple[str, str]]:
                   if privileges is None or privileges.allowed(n, "SELECT"))
 
 
-def _column_rows(engine: EngineSession, name: str, kind: str) -> list[tuple[Any, ...]]:
-    described = engine.columns(name)
+def column_oids(engine: EngineSession, name: str, kind: str,
+                described: list[tuple[Any, ...]]) -> list[int]:
+    """The type OIDs of relation ``name``'s columns (``described``: ``engine.columns``):
+    the engine's for a table (``kind`` "r"); from the declared types on SQLite, for a view,
+    or where the engine cannot say."""
     try:
         oids = [o for _, o in engine.column_types(name)] if kind == "r" else []
     except StatementError:
         oids = []
-    if len(oids) != len(described):  # SQLite, a view: from the declared types
+    if len(oids) != len(described):
         oids = [_types.sqlite_declared_oid(t) for _, t, _, _ in described]
+    return oids
+
+
+def _column_rows(engine: EngineSession, name: str, kind: str) -> list[tuple[Any, ...]]:
+    described = engine.columns(name)
+    oids = column_oids(engine, name, kind, described)
     rows = []
     for i, ((column, type_name, notnull, default), oid) in enumerate(
             zip(described, oids, strict=True)):

@@ -21,8 +21,8 @@ import re
 from typing import Any
 
 from . import _sqltext, _types
-from ._engines import EngineSession, Result, StatementError
-from ._infoschema import _NAMES, _visible, private_query, private_text
+from ._engines import EngineSession, Result
+from ._infoschema import _NAMES, _visible, column_oids, private_query, private_text
 from ._pgcatalog import relation_oid
 
 __all__ = ["handles", "query"]
@@ -318,12 +318,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                 False, True, "d", False, 0, 0, 0, None, None, None))
         if not {"pg_attribute", "pg_attrdef"} & wanted:
             continue
-        try:
-            oids = [o for _, o in engine.column_types(name)] if kind == "r" else []
-        except StatementError:
-            oids = []
-        if len(oids) != len(described):  # SQLite, a view: from the declared types
-            oids = [_types.sqlite_declared_oid(t) for _, t, _, _ in described]
+        oids = column_oids(engine, name, kind, described)
         for i, ((column, type_name, notnull, default), type_oid) in enumerate(
                 zip(described, oids, strict=True)):
             length = next((b[2] for b in _BASE_TYPES if b[0] == type_oid), -1)
