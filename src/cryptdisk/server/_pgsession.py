@@ -35,34 +35,42 @@ _SELECT = re.compile(r"\s*SELECT\s+(.*?)\s*;?\s*", re.I | re.S)
 _SHOW = re.compile(r"\s*SHOW\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_]+)*)\s*;?\s*", re.I)
 
 
-def _settings(session: Any) -> dict[str, str]:
-    """The settings ``SHOW`` answers, by lower-case name."""
+#: The settings ``SHOW`` answers that are the same for every session, by lower-case name.
+_FIXED = {
+    "server_version": "15.0", "server_version_num": "150000",
+    "server_encoding": "UTF8", "client_encoding": "UTF8", "datestyle": "ISO, MDY",
+    "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
+    "standard_conforming_strings": "on", "search_path": '"$user", public',
+    "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
+    "transaction_read_only": "off", "default_transaction_read_only": "off",
+}
+
+
+def _isolation(session: Any) -> str:
+    # SQLite's transactions are serializable; the analytical engine's queries see
+    # every statement committed before they start, as PostgreSQL's default
+    return "serializable" if session.server.engine.transactions else "read committed"
+
+
+def _timeout(session: Any) -> str:
     timeout = session.server.statement_timeout
-    transactions = session.server.engine.transactions
-    return {
-        "server_version": "15.0", "server_version_num": "150000",
-        "server_encoding": "UTF8", "client_encoding": "UTF8", "datestyle": "ISO, MDY",
-        "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
-        "standard_conforming_strings": "on", "search_path": '"$user", public',
-        "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
-        # SQLite's transactions are serializable; the analytical engine's queries see
-        # every statement committed before they start, as PostgreSQL's default
-        "transaction_isolation": "serializable" if transactions else "read committed",
-        "default_transaction_isolation": "serializable" if transactions else "read committed",
-        "transaction_read_only": "off", "default_transaction_read_only": "off",
-        "statement_timeout": f"{int(timeout * 1000)}ms" if timeout else "0",
-        "application_name": session.application_name,
-        "is_superuser": "on" if session.server.is_admin(session.user) else "off",
-        "session_authorization": session.user,
-    }
+    return f"{int(timeout * 1000)}ms" if timeout else "0"
 
 
-_SETTINGS = frozenset({
-    "server_version", "server_version_num", "server_encoding", "client_encoding", "datestyle",
-    "intervalstyle", "timezone", "integer_datetimes", "standard_conforming_strings",
-    "search_path", "max_identifier_length", "lc_collate", "lc_ctype", "transaction_isolation",
-    "default_transaction_isolation", "transaction_read_only", "default_transaction_read_only",
-    "statement_timeout", "application_name", "is_superuser", "session_authorization"})
+def _constant(value: str) -> Callable[[Any], str]:
+    return lambda _session: value
+
+
+#: Every setting ``SHOW`` answers, by lower-case name: its value for a session.
+_SETTINGS: dict[str, Callable[[Any], str]] = {
+    **{name: _constant(value) for name, value in _FIXED.items()},
+    "transaction_isolation": _isolation,
+    "default_transaction_isolation": _isolation,
+    "statement_timeout": _timeout,
+    "application_name": lambda session: session.application_name,
+    "is_superuser": lambda session: "on" if session.server.is_admin(session.user) else "off",
+    "session_authorization": lambda session: session.user,
+}
 
 
 def _parse(sql: str) -> str | list[tuple[str, str]] | None:
@@ -105,7 +113,7 @@ def answer(sql: str, session: Any) -> Result | None:
     if parsed is None:
         return None
     if isinstance(parsed, str):
-        value = _settings(session)[parsed]
+        value = _SETTINGS[parsed](session)
         return Result([(parsed, TEXT)], [(value,)], "SHOW")
     columns = [(name, _FUNCTIONS[function][0]) for function, name in parsed]
     values = tuple(_FUNCTIONS[function][1](session) for function, _ in parsed)
