@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cryptdisk.db import _sql
+from cryptdisk.db import _columns, _sql
 from cryptdisk.errors import DatabaseError
 
 
@@ -258,3 +258,16 @@ def test_insert_by_name_matches_columns_by_name_as_duckdb_does(db):
         with pytest.raises(DatabaseError, match=message):
             db.sql(sql)
     assert db.query("SELECT count(*) FROM t") == [(5,)]
+
+
+def test_referenced_tables_reads_a_doubled_quote_inside_a_quoted_name(db):
+    """A table named a"b is written "a""b": the analysis took the name as a""b and found
+    no table, so DuckDB answered "Table with name a"b does not exist"."""
+    assert _columns.referenced_tables('SELECT * FROM "a""b" JOIN "c" ON 1',
+                                      {'a"b', "c", "a"}) == {'a"b', "c"}
+    db.sql('CREATE TABLE "a""b" (x BIGINT) ORDER BY x')
+    db.sql('INSERT INTO "a""b" VALUES (1), (2)')
+    assert db.query('SELECT sum(x) FROM "a""b"') == [(3,)]
+    db.sql('PREPARE p AS SELECT count(*) FROM "a""b" WHERE x > $1')
+    assert db.query("EXECUTE p(1)") == [(1,)]
+    assert db.query('SELECT name FROM system.tables') == [('a"b',)]

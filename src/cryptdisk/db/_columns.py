@@ -39,7 +39,8 @@ def referenced_tables(sql: str, names: set[str]) -> set[str]:
     lower = {n.lower(): n for n in names}
     found = set()
     for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
-        name = lower.get((m.group(1) or m.group(2) or m.group(3) or "").lower())
+        word = m.group(1).replace('""', '"') if m.group(1) else m.group(2) or m.group(3) or ""
+        name = lower.get(word.lower())
         if name is not None:
             found.add(name)
     return found
