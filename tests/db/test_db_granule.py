@@ -3,6 +3,8 @@
 import hashlib
 import io
 import sys
+import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -594,3 +596,32 @@ def test_a_range_past_the_granule_read_ahead_reads_only_the_rest(tmp_path, monke
     assert reads == []
     assert [r for r in rows_reads if r[0] == "c_int"] == [("c_int", 4300, 4400),
                                                           ("c_int", 4400, 5000)]
+
+
+def test_scan_threads_opening_a_part_at_once_decode_its_granules_once(db, monkeypatch):
+    """Two threads asking an open part for its key granules at once each decoded the
+    footer's entry (the check and the store were not one step)."""
+    part = _point_table(db, monkeypatch)
+    op = _partread.open_part(db.config.disks[part.disk], part)
+    decoded, decode = [], _partread.key_granules
+
+    def slow_decode(*args):
+        decoded.append(threading.get_ident())
+        time.sleep(0.3)  # the other thread arrives while this one decodes
+        return decode(*args)
+
+    monkeypatch.setattr(_partread, "key_granules", slow_decode)
+    try:
+        got: list = []
+        threads = [threading.Thread(target=lambda: got.append(op.granules(0, "c_int")))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(decoded) == 1
+        assert len(got) == 2 and got[0] == got[1] and got[0]
+        assert got[0][0][:2] == (0, 100)  # granules of 100 rows (_point_table)
+        assert op.granules(0, "c_int") == got[0] and len(decoded) == 1
+    finally:
+        op.close()

@@ -624,6 +624,9 @@ class OpenPart:
         #: first granule)
         self._granules: dict[str, tuple[int, list[int], list[int], list[int], list[int]]
                              | None] = {}
+        #: held while a column's granules are decoded: scan threads that open the part at
+        #: once decode them once (the others wait, then find them)
+        self._granules_lock = threading.Lock()
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
 
@@ -739,25 +742,33 @@ class OpenPart:
 
     def _granule_bounds(self, rg: int, column: str
                         ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
-        if column not in self._granules:
-            found = key_granules(self.kv, column, self.num_row_groups,
-                                 self.meta.num_rows)
-            if found is None:
-                self._granules[column] = None
-            else:
+        try:  # (no lock once decoded: a dict read is atomic)
+            got = self._granules[column]
+        except KeyError:
+            got = self._decode_granules(column)
+        if got is None:
+            return None
+        if got[1][rg] != self.rows(rg):  # not this part's row groups: not used
+            self._granules[column] = None
+            return None
+        return got
+
+    def _decode_granules(self, column: str
+                         ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
+        """Decode ``column``'s granules from the footer into ``_granules``, once per part."""
+        with self._granules_lock:
+            if column in self._granules:  # another thread decoded them meanwhile
+                return self._granules[column]
+            found = key_granules(self.kv, column, self.num_row_groups, self.meta.num_rows)
+            got = None
+            if found is not None:
                 g, groups, mins, maxs = found
                 firsts = [0]
                 for r in groups:
                     firsts.append(firsts[-1] - (-r // g))
-                self._granules[column] = (g, groups, mins, maxs, firsts)
-        got = self._granules[column]
-        if got is None:
-            return None
-        g, groups, mins, maxs, firsts = got
-        if groups[rg] != self.rows(rg):  # not this part's row groups: not used
-            self._granules[column] = None
-            return None
-        return got
+                got = (g, groups, mins, maxs, firsts)
+            self._granules[column] = got
+            return got
 
     def nan_free(self, rg: int, column: str) -> bool:
         """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""
