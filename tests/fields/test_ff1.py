@@ -126,3 +126,14 @@ def test_acvp_ff1_vectors_both_ways(tc, alphabet, key, tweak, plain, cipher):
     out = ff1_encrypt(aes, len(alphabet), bytes.fromhex(tweak), x)
     assert "".join(alphabet[int(d)] for d in out[0]) == cipher
     assert (ff1_decrypt(aes, len(alphabet), bytes.fromhex(tweak), out) == x).all()
+
+
+@pytest.mark.parametrize("fn", [fpe_encrypt, fpe_decrypt])
+def test_a_value_too_short_for_ff1_names_the_function_and_row(fn):
+    # an empty value (a CSV's empty field) and one under the Rev. 1 minimum domain
+    for values, row, match in [(["123456", "123456", ""], 2, "needs 2 or more"),
+                               (["1234567", "12345"], 1, "domain too small")]:
+        with pytest.raises(FieldError, match=f"{fn.__name__}: row {row} has "
+                           f"{len(values[row])} characters: FF1 {match}") as info:
+            fn(values, KEY, "pan")
+        assert "12345" not in str(info.value).replace("1,000,000", "")

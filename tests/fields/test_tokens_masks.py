@@ -68,6 +68,11 @@ def test_token_errors():
         tokenize(["4111111111"], KEY, "pan", keep_first=6, keep_last=4)
     with pytest.raises(FieldError, match="domain too small"):
         tokenize(["41111111111111"], KEY, "pan", keep_first=6, keep_last=4)
+    # the row whose middle is too short is named, with what is left to tokenize
+    with pytest.raises(FieldError, match=r"detokenize: row 1 has 14 characters; keeping 6 \+ 4 "
+                       "leaves 4 characters: FF1 domain too small"):
+        detokenize(["4111111111111111", "41111111111111"], KEY, "pan", keep_first=6,
+                   keep_last=4)
 
 
 @pytest.fixture(params=["c", "python"])

@@ -20,7 +20,7 @@ from ..errors import FieldError
 from ._ff1 import ff1_decrypt, ff1_encrypt
 from ._keys import FieldKey
 
-__all__ = ["ALPHABETS", "Alphabet", "fpe_decrypt", "fpe_encrypt"]
+__all__ = ["ALPHABETS", "Alphabet", "ff1_group", "fpe_decrypt", "fpe_encrypt"]
 
 _DIGITS = "0123456789"
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
@@ -140,6 +140,21 @@ def _from_numerals(x: np.ndarray, alphabet: Alphabet) -> pa.Array:
     return pa.array(["".join(chars[int(d)] for d in row) for row in x], pa.string())
 
 
+def ff1_group(step: Callable[..., np.ndarray], cipher: Any, radix: int, tweak: bytes,
+              x: np.ndarray, what: str, rows: np.ndarray, length: str = "") -> np.ndarray:
+    """``step`` (:func:`ff1_encrypt` or :func:`ff1_decrypt`) over one group's numerals.
+
+    A group FF1 cannot take (fewer than 2 numerals, under the Rev. 1 minimum domain)
+    raises a :class:`FieldError` naming ``what``, the group's first row and its length
+    (``length``, else the numerals' count), never a value.
+    """
+    try:
+        return step(cipher, radix, tweak, x)
+    except FieldError as exc:
+        raise FieldError(f"{what}: row {int(rows[0])} has {length or x.shape[1]} "
+                         f"characters: {exc}") from None
+
+
 def _tweak(column: str | None, tweak: bytes | None) -> bytes:
     if tweak is not None:
         if not isinstance(tweak, (bytes, bytearray)):
@@ -164,8 +179,8 @@ def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
     alpha = Alphabet(alphabet)
     cipher = key._version().ff1_cipher()
     tw = _tweak(column, tweak)
-    return map_groups(values, alpha, "fpe_encrypt",
-                      lambda _rows, x: ff1_encrypt(cipher, alpha.radix, tw, x))
+    return map_groups(values, alpha, "fpe_encrypt", lambda rows, x: ff1_group(
+        ff1_encrypt, cipher, alpha.radix, tw, x, "fpe_encrypt", rows))
 
 
 def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
@@ -174,5 +189,5 @@ def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
     alpha = Alphabet(alphabet)
     cipher = key._version().ff1_cipher()
     tw = _tweak(column, tweak)
-    return map_groups(values, alpha, "fpe_decrypt",
-                      lambda _rows, x: ff1_decrypt(cipher, alpha.radix, tw, x))
+    return map_groups(values, alpha, "fpe_decrypt", lambda rows, x: ff1_group(
+        ff1_decrypt, cipher, alpha.radix, tw, x, "fpe_decrypt", rows))

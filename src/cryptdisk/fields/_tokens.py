@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..errors import FieldError
 from ._ff1 import ff1_decrypt, ff1_encrypt
-from ._fpe import Alphabet, map_groups
+from ._fpe import Alphabet, ff1_group, map_groups
 from ._keys import FieldKey
 
 __all__ = ["detokenize", "luhn_valid", "tokenize"]
@@ -53,9 +53,9 @@ def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_l
     def one(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
         n = x.shape[1]
         end = n - keep_last
+        kept = f"{n} characters; keeping {keep_first} + {keep_last} leaves"
         if end - keep_first < 2:
-            raise FieldError(f"{what}: row {int(rows[0])} has {n} characters; keeping "
-                             f"{keep_first} + {keep_last} leaves too few to tokenize")
+            raise FieldError(f"{what}: row {int(rows[0])} has {kept} too few to tokenize")
         out = x.astype(np.uint32)
         if luhn:
             bad = np.nonzero(~luhn_valid(out))[0]
@@ -64,8 +64,9 @@ def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_l
                                  "(luhn=True takes valid card numbers only)")
         todo = np.arange(len(out))
         while len(todo):
-            out[todo, keep_first:end] = step(cipher, alpha.radix, tweak,
-                                             out[todo, keep_first:end])
+            out[todo, keep_first:end] = ff1_group(
+                step, cipher, alpha.radix, tweak, out[todo, keep_first:end], what, rows[todo],
+                f"{kept} {end - keep_first}" if keep_first or keep_last else "")
             if not luhn:
                 break
             todo = todo[~luhn_valid(out[todo])]
