@@ -10,9 +10,9 @@ real = _protect.protect_table
 count = 0
 
 
-def reporting(batch, rules, keys):
+def reporting(batch, rules, keys, **options):
     global count
-    out = real(batch, rules, keys)
+    out = real(batch, rules, keys, **options)
     count += 1
     print(f"batch {count}", flush=True)
     sys.stdin.readline()

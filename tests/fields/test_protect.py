@@ -208,3 +208,20 @@ def test_cryptdisk_protect_into_a_table(tmp_path, db):
                            "-c", config, "--into", f"{db_path}:pay", "-r", "pan=mask_full"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert both.returncode != 0 and "not both" in both.stderr
+
+
+def test_an_error_names_the_column_and_the_row_of_the_whole_input(tmp_path, keys, db):
+    from cryptdisk.fields import protect_insert
+
+    # the bad value is in the input's second batch (65,536 rows each): its row counts
+    # from the input's first row, not from its batch's
+    pans = [str(4000000000000000 + i) for i in range(70_000)] + ["12345"]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(len(pans)), pa.int64()), "pan": pans,
+                             "email": ["e"] * len(pans)}), src)
+    rules = [parse_rule("email=mask_full"), parse_rule("pan=fpe_encrypt:cards")]
+    want = r"column 'pan': fpe_encrypt: row 70000 has 5 characters"
+    with pytest.raises(FieldError, match=want):
+        protect_file(src, tmp_path / "out.parquet", rules, keys)
+    with pytest.raises(FieldError, match=want):
+        protect_insert(db, "pay", src, rules)

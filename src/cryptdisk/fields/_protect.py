@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,9 +112,25 @@ def parse_rule(text: str) -> ProtectRule:
     return ProtectRule(column, function, key or None, options)
 
 
+_ROW = re.compile(r"\brow (\d+)")
+
+
+def _located(exc: FieldError, column: str, first_row: int) -> FieldError:
+    """``exc`` of the same class, its message naming the column and the row counted from
+    the input's first row (``first_row`` is the batch's)."""
+    text = _ROW.sub(lambda m: f"row {int(m.group(1)) + first_row}", str(exc), count=1)
+    located = type(exc).__new__(type(exc))
+    located.__dict__.update(getattr(exc, "__dict__", {}))
+    located.args = (f"column {column!r}: {text}",)
+    return located
+
+
 def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule],
-                  keys: FieldKeys) -> pa.Table:
-    """The table with each rule's column replaced by its protected values."""
+                  keys: FieldKeys, *, first_row: int = 0) -> pa.Table:
+    """The table with each rule's column replaced by its protected values.
+
+    An error names the column and the row, counted from ``first_row`` (the first row of
+    ``table`` in a longer input)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     names = table.column_names
@@ -124,8 +141,11 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
         values = table.column(rule.column)
         if not pa.types.is_string(values.type):
             values = values.cast(pa.string())
-        table = table.set_column(names.index(rule.column), rule.column,
-                                 rule.apply(values, keys))
+        try:
+            protected = rule.apply(values, keys)
+        except FieldError as exc:
+            raise _located(exc, rule.column, first_row) from None
+        table = table.set_column(names.index(rule.column), rule.column, protected)
     return table
 
 
@@ -193,7 +213,7 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                 if batch is None and writer is not None:
                     break
                 table = protect_table(batch if batch is not None else schema.empty_table(),
-                                      rules, keys)
+                                      rules, keys, first_row=rows)
                 if writer is None:
                     writer = (pq.ParquetWriter(tmp, table.schema) if out_kind == "parquet"
                               else pacsv.CSVWriter(tmp, table.schema))
@@ -258,8 +278,11 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
 
     def protected() -> Iterator[pa.RecordBatch]:
         try:
+            first_row = 0
             for batch in batches():
-                yield from protect_table(batch, rules, keys).cast(out_schema).to_batches()
+                table = protect_table(batch, rules, keys, first_row=first_row)
+                first_row += batch.num_rows
+                yield from table.cast(out_schema).to_batches()
         except BaseException as exc:  # the database wraps it: raise ours instead, below
             failed.append(exc)
             raise
