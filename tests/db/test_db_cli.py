@@ -68,6 +68,23 @@ def test_database_commands_take_c_for_config(tmp_path):
         assert done.returncode == 0, done.stderr
 
 
+def test_rotate_and_reencrypt_never_create_a_database(tmp_path):
+    """A mistyped path is an error, not a new empty database "re-encrypted" with success."""
+    for command in ("rotate", "reencrypt"):
+        done = run(command, str(tmp_path / "typo.db"))
+        assert done.returncode == 1, done.stdout
+        assert done.stderr == f"cryptdisk: error: no cryptdisk database at {tmp_path / 'typo.db'}\n"
+    assert os.listdir(tmp_path) == []
+
+
+def test_reencrypt_prints_only_its_summary(tmp_path):
+    db = str(tmp_path / "db")
+    run("sql", db, "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)")
+    done = run("reencrypt", db)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"re-encrypted 1 table(s) of {db} under new data keys (key 1)\n"
+
+
 def test_sql_reads_statements_from_stdin(tmp_path):
     db = str(tmp_path / "db")
     script = "CREATE TABLE t (a INT);\nINSERT INTO t\n  SELECT * FROM range(5);\n" \

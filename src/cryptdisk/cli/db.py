@@ -182,7 +182,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def _existing(args: argparse.Namespace) -> Any:
-    """Open a database that must already exist (rotation never creates one)."""
+    """Open a database that must already exist (rotation and re-encryption never create
+    one)."""
     if not os.path.exists(os.path.join(args.path, "catalog")):
         from ..errors import DatabaseError
 
@@ -238,9 +239,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_reencrypt(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from rich.progress import Progress
 
-    with _open(args) as db, Progress(transient=True) as bar:
+    # The bar goes to stderr, and only on a terminal: stdout holds the summary alone.
+    console = Console(stderr=True)
+    with _existing(args) as db, Progress(transient=True, console=console,
+                                         disable=not console.is_terminal) as bar:
         task = bar.add_task("re-encrypting tables", total=len(db.catalog.tables))
         db.reencrypt(on_table=lambda _name: bar.advance(task))
         tables = len(db.catalog.tables)
