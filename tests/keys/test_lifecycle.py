@@ -232,6 +232,22 @@ def test_add_refuses_a_key_that_does_not_load_and_duplicate_ids(tmp_path):
     assert [k["id"] for k in keyring_section(cfg)["keys"]] == [1]
 
 
+def test_add_generate_into_a_missing_directory_names_it(tmp_path):
+    cfg, _ = setup(tmp_path, files=0)
+    before = Path(cfg).read_text()
+    done = run("keys", "add", "2", "-c", cfg, "--generate", "keys/k2.hex", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[0] == (
+        f"cryptdisk: error: cannot write the key file keys/k2.hex: the directory "
+        f"{tmp_path / 'keys'} does not exist")
+    assert "cryptdisk-new" not in done.stderr and "Traceback" not in done.stderr
+    assert Path(cfg).read_text() == before and not (tmp_path / "keys").exists()
+    (tmp_path / "keys").mkdir(mode=0o700)
+    done = run("keys", "add", "2", "-c", cfg, "--generate", "keys/k2.hex", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert keyring_section(cfg)["keys"][-1] == {"id": 2, "file": "keys/k2.hex"}
+
+
 def test_a_config_laid_out_otherwise_is_refused_unchanged(tmp_path):
     write_key_file(tmp_path / "k1.hex", Key.generate(1))
     write_key_file(tmp_path / "k2.hex", Key.generate(2))

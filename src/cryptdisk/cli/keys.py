@@ -355,6 +355,11 @@ def cmd_keys_add(args: argparse.Namespace) -> int:
     if made is not None:
         if keys.has(args.id):
             raise KeyringError(f"{config}: [keyring] already has a key with id {args.id}")
+        if not os.path.isdir(os.path.dirname(made)):
+            raise KeyringError(f"cannot write the key file {args.generate}: the directory "
+                               f"{os.path.dirname(made)} does not exist",
+                               hint="create it first (mkdir -m 700 DIR): key files are "
+                               "private")
         if _generate_key_file(made, args.id):
             print(f"cryptdisk: {made} holds key {args.id} from an add that was interrupted; "
                   "adding it", file=sys.stderr)
