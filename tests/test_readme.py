@@ -96,6 +96,9 @@ def test_every_readme_example_runs_in_order(tmp_path):
             f"{done.returncode}:\n{block.code}\n--- stdout\n{done.stdout}\n--- stderr\n"
             f"{done.stderr}")
         assert "Traceback" not in done.stderr, (block.line, done.stderr)
+        # an example prints what its comment says it shows, not an object's address
+        assert not re.search(r"<[\w.]+ object at 0x[0-9a-f]+>", done.stdout), (
+            block.line, done.stdout)
 
 
 @pytest.mark.parametrize("name", ["cryptdisk.toml", "sales.db", "app.db"])
