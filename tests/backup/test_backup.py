@@ -215,6 +215,19 @@ def test_verify_names_missing_tampered_truncated_chunks_and_their_backups(
     assert 0 < sampled.chunks_checked < report.chunks_checked
 
 
+def test_list_shows_the_stored_bytes_create_reported(tmp_path: Path) -> None:
+    """One figure per backup: what create said it stored (chunks and manifest)."""
+    src = tmp_path / "a.db"
+    make_db(src, rows=5000)
+    repo = _repo(tmp_path)
+    made = [create(repo, src) for _ in range(2)]
+    listed = list_backups(repo)
+    assert [b["stored_bytes"] for b in listed] == [s.stored_bytes for s in made]
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "repo").rglob("*")
+                  if p.is_file() and (p.parts[-2] == "manifests" or "chunks" in p.parts))
+    assert sum(b["stored_bytes"] for b in listed) == on_disk
+
+
 def test_tampered_or_swapped_manifest_is_refused(tmp_path: Path) -> None:
     src = tmp_path / "a.db"
     make_db(src, rows=10)

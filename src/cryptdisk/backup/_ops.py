@@ -287,12 +287,17 @@ def list_backups(repo: Repository) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for bid in repo.manifest_ids():
         try:
-            m = repo.read_manifest(bid)
+            blob = repo.manifest_blob(bid)
+            m = repo.read_manifest(bid, blob)
         except BackupError as exc:
             out.append({"id": bid, "error": str(exc)})
             continue
-        out.append({k: m.get(k) for k in ("id", "time", "kind", "source", "bytes", "chunks",
-                                          "new_chunks", "stored_bytes", "catalog_version")})
+        row = {k: m.get(k) for k in ("id", "time", "kind", "source", "bytes", "chunks",
+                                     "new_chunks", "stored_bytes", "catalog_version")}
+        # the manifest records its chunks' bytes; it is stored too (as create reports)
+        if isinstance(row["stored_bytes"], int):
+            row["stored_bytes"] += len(blob)
+        out.append(row)
     return out
 
 

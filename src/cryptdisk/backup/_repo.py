@@ -376,8 +376,11 @@ class Repository:
             raise BackupError(f"no backup {backup_id!r} in {self.url} (backups: {known})"
                               ) from None
 
-    def read_manifest(self, backup_id: str) -> dict[str, Any]:
-        blob = self.manifest_blob(backup_id)
+    def read_manifest(self, backup_id: str, blob: bytes | None = None) -> dict[str, Any]:
+        """The manifest of ``backup_id``, authenticated and checked (``blob``: its bytes,
+        when the caller has read them already)."""
+        if blob is None:
+            blob = self.manifest_blob(backup_id)
         try:
             packed = self._aead_manifest.decrypt(blob[:12], blob[12:],
                                                  self._manifest_ad(backup_id))
