@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cryptdisk.db import _columns, _sql
+from cryptdisk.db import _columns, _partread, _sql
 from cryptdisk.errors import DatabaseError
 
 
@@ -271,3 +271,61 @@ def test_referenced_tables_reads_a_doubled_quote_inside_a_quoted_name(db):
     db.sql('PREPARE p AS SELECT count(*) FROM "a""b" WHERE x > $1')
     assert db.query("EXECUTE p(1)") == [(1,)]
     assert db.query('SELECT name FROM system.tables') == [('a"b',)]
+
+
+def _three_parts(db):
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE, pad VARCHAR) ORDER BY k")
+    for lo in (0, 1000, 2000):  # one part each, key ranges apart
+        db.sql(f"INSERT INTO t SELECT i, 's' || i, i / 2, repeat('x', 50) "
+               f"FROM range({lo}, {lo + 1000}) r(i)")
+
+
+def _columns_read(monkeypatch):
+    got: list = []
+    read = _partread.OpenPart.read
+    monkeypatch.setattr(_partread.OpenPart, "read",
+                        lambda self, rgs, cols: got.extend(cols) or read(self, rgs, cols))
+    return got
+
+
+def test_execute_reads_the_columns_and_parts_its_query_and_arguments_read(db, monkeypatch):
+    """EXECUTE read every column of every part of its tables (the text DuckDB ran, PREPARE
+    then EXECUTE, has no parse tree): it now skips as the query written out does."""
+    _three_parts(db)
+    cols = _columns_read(monkeypatch)
+    db.sql("PREPARE p AS SELECT s FROM t WHERE k = $1")
+    cols.clear()
+    assert db.query("EXECUTE p(1500)") == [("s1500",)]
+    assert db.last_scans["t"]["parts_skipped"] == 2
+    assert set(cols) <= {"k", "s"} and "s" in cols
+    assert db.query("EXECUTE p('1500')") == [("s1500",)]  # DuckDB casts it: nothing skipped
+    assert db.last_scans["t"]["parts_skipped"] == 0
+    assert db.query("EXECUTE p(1500 + 1)") == [("s1501",)]  # an expression: nothing skipped
+    assert db.last_scans["t"]["parts_skipped"] == 0
+    db.sql("PREPARE n AS SELECT count(*), min(f) FROM t WHERE k BETWEEN $Lo AND $hi")
+    assert db.query("EXECUTE n(lo := 2100, HI := 2199)") == [(100, 1050.0)]
+    assert db.last_scans["t"]["parts_skipped"] == 2
+    db.sql("PREPARE r AS SELECT k FROM t WHERE s IN ($1, $2) AND f < $3 ORDER BY k")
+    cols.clear()
+    assert db.query("EXECUTE r('s5', 's2500', 1000.5)") == [(5,)]
+    assert "pad" not in cols
+    # a string argument for a float column: no skipping, DuckDB's answer
+    assert db.query("EXECUTE r('s5', 's2500', '2000')") == [(5,), (2500,)]
+    db.sql("PREPARE top AS SELECT k FROM t ORDER BY k DESC LIMIT $1")
+    assert db.query("EXECUTE top(2)") == [(2999,), (2998,)]
+    assert db.last_scans["t"]["row_groups_skipped"] == 2
+    db.sql("PREPARE e AS SELECT count(*) FROM t")  # no argument expected: DuckDB says so
+    with pytest.raises(DatabaseError):
+        db.sql("EXECUTE e(1)")
+    assert db.query("EXECUTE e") == [(3000,)]
+
+
+def test_execute_on_a_reader_skips_as_on_the_database(db):
+    _three_parts(db)
+    r = db.reader()
+    try:
+        r.execute("PREPARE p AS SELECT s FROM t WHERE k >= $1 AND k < $2")
+        assert r.query("EXECUTE p(2998, 3000)") == [("s2998",), ("s2999",)]
+        assert r.last_scans["t"]["parts_skipped"] == 2
+    finally:
+        r.close()

@@ -55,6 +55,7 @@ from ._columns import (
     current_settings,
     has_where,
     needed_columns,
+    parse_tree,
     parse_tree_text,
     parser_cursor,
     referenced_tables,
@@ -76,7 +77,15 @@ from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
-from ._prepared import Deallocate, Execute, Prepare, is_query, parse_prepared
+from ._prepared import (
+    Deallocate,
+    Execute,
+    Prepare,
+    argument_literals,
+    bind_literals,
+    is_query,
+    parse_prepared,
+)
 from ._pushdown import (
     Filter,
     TopN,
@@ -776,10 +785,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._trees.clear()
         self._extreme_schemas.clear()
 
-    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table | DistinctCount:
+    def _prepare(self, sql: str, push: bool = True, prepared: tuple[str, str] | None = None
+                 ) -> str | pa.Table | DistinctCount:
         """Register what ``sql`` reads as streaming Arrow scans; return the SQL DuckDB runs,
         or the answer itself when the catalog holds it (``count(*)`` of a table), or a
-        count of distinct values to run (:class:`._distinct.DistinctCount`)."""
+        count of distinct values to run (:class:`._distinct.DistinctCount`).
+
+        ``prepared``: ``(query, args)`` when ``sql`` prepares ``query`` and executes it
+        with ``args`` (see :meth:`_run_prepared_statement`): what it reads is found from
+        the query's tree, its literal arguments bound (:func:`._prepared.bind_literals`);
+        DuckDB runs ``sql`` as it is, so nothing is pushed into the text or answered
+        without it."""
         if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
         self.last_scans = {}
@@ -803,7 +819,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     self._open_parts.preopen(
                         parts, meta.key,
                         _numbers(sql))
-            tree = self._parse_tree(sql)
+            tree = self._parse_tree(sql) if prepared is None else self._prepared_tree(*prepared)
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
             if wrong:
                 bare = wrong[0].rsplit(".", 1)[-1]
@@ -812,7 +828,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     "tables are not in a DuckDB schema",
                     hint=f"name the table without a schema: {bare}")
             pushed: list[PushedScan] = []
-            if tree is not None and push:
+            if tree is not None and push and prepared is None:
                 text, pushed = self._push(tree, names, binders)
                 if text is not None:
                     sql = text
@@ -832,7 +848,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 if warm is None:
                     scan.prefetch()
                 self._expose(p.view, scan if warm is None else warm)
-            if len(used) == 1 and not pushed:
+            if len(used) == 1 and not pushed and prepared is None:
                 (only,) = used
                 counted = count_star_only(tree, only, len(self.catalog.tables[only].columns))
                 if counted is not None and not self._settings_untouched \
@@ -873,6 +889,15 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     scan.prefetch()  # its first row groups decode while DuckDB plans
                 self._expose(t, scan if warm is None else warm)
         return self._bind_exposed(sql)
+
+    def _prepared_tree(self, query: str, args: str) -> dict[str, Any] | None:
+        """The parse tree of prepared ``query`` as ``EXECUTE`` with ``args`` runs it (see
+        :meth:`_prepare`): each parameter an argument gives as a literal bound to it."""
+        tree: dict[str, Any] | None = self._parse_tree(rewrite_system_tables(query)[0])
+        if tree is not None and args:  # (the tree is a copy of its own: bound in place)
+            bind_literals(tree, argument_literals(
+                args, lambda text: parse_tree(self._parser, text)))
+        return tree
 
     def _expose(self, name: str, source: Any) -> None:
         """Have this statement read Arrow ``source`` (a scan, a table) as table ``name``
@@ -1086,18 +1111,20 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         rel = self.con.sql(sql)
         return rel.to_arrow_table() if rel is not None else None
 
-    def _run_duckdb(self, sql: str) -> pa.Table | None:
+    def _run_duckdb(self, sql: str, prepared: tuple[str, str] | None = None
+                    ) -> pa.Table | None:
         try:
-            return self._run_duckdb_once(sql, True)
+            return self._run_duckdb_once(sql, True, prepared)
         except DerivedFailed:  # computed by DuckDB instead: the same answer or error as ever
-            return self._run_duckdb_once(sql, False)
+            return self._run_duckdb_once(sql, False, prepared)
 
-    def _run_duckdb_once(self, sql: str, push: bool) -> pa.Table | None:
+    def _run_duckdb_once(self, sql: str, push: bool,
+                         prepared_query: tuple[str, str] | None = None) -> pa.Table | None:
         for attempt in (0, 1):
             try:
                 try:
                     self._extremes_pending = None
-                    prepared = self._prepare(sql, push)
+                    prepared = self._prepare(sql, push, prepared_query)
                     if isinstance(prepared, pa.Table):
                         return prepared
                     if isinstance(prepared, DistinctCount):  # (interrupt stops it)
@@ -1193,10 +1220,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if db.role is not None:  # masking and row access policies, as they are now
                 query = role_query(db, query)
         text = f"PREPARE {st.written} AS {query}"
+        args = ""
         if isinstance(st, Execute):
             text += f"\n;EXECUTE {st.written}{st.args}"
-        try:
-            result = self._run_duckdb(text)
+            args = st.args
+        try:  # (what it reads: the query's columns and filters, see _prepare)
+            result = self._run_duckdb(text, (query, args))
         finally:
             with contextlib.suppress(duckdb.Error):  # its plan names this statement's sources
                 self.con.execute(f"DEALLOCATE {st.written}")
@@ -1368,6 +1397,7 @@ class Reader:
     _count_distinct = Database._count_distinct
     _push = Database._push
     _parse_tree = Database._parse_tree
+    _prepared_tree = Database._prepared_tree
     _binary_text = Database._binary_text
     _text_safe = Database._text_safe
     _default_order = Database._default_order
@@ -1411,9 +1441,10 @@ class Reader:
         else:  # e.g. the catalog's stamp after a retry: the database's
             setattr(self._db, name, value)
 
-    def _prepare(self, sql: str, push: bool = True) -> str | pa.Table | DistinctCount:
+    def _prepare(self, sql: str, push: bool = True, prepared: tuple[str, str] | None = None
+                 ) -> str | pa.Table | DistinctCount:
         with self._db._mutex:  # the catalog as its last commit left it
-            return Database._prepare(self, sql, push)  # type: ignore[arg-type]
+            return Database._prepare(self, sql, push, prepared)  # type: ignore[arg-type]
 
     @staticmethod
     def runs(statement: str) -> bool:
