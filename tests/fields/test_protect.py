@@ -1,5 +1,6 @@
 """Protected ingestion: rules, protect_file, cryptdisk protect, and a kill in the middle."""
 
+import base64
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import cryptdisk
 from cryptdisk.errors import FieldError, KeyNotFoundError
 from cryptdisk.fields import (
     FieldKeys,
+    decrypt,
     decrypt_deterministic,
     fpe_decrypt,
     parse_rule,
@@ -225,3 +227,86 @@ def test_an_error_names_the_column_and_the_row_of_the_whole_input(tmp_path, keys
         protect_file(src, tmp_path / "out.parquet", rules, keys)
     with pytest.raises(FieldError, match=want):
         protect_insert(db, "pay", src, rules)
+
+
+def test_protect_file_writes_binary_ciphertexts_to_parquet(tmp_path, keys):
+    src = tmp_path / "in.csv"
+    src.write_text("id,name,email\n1,Zoë 名前,a@x.org\n2,,\n3,Bob,a@x.org\n")
+    rules = [parse_rule("name=encrypt:cards"), parse_rule("email=encrypt_deterministic:cards")]
+    protect_file(src, tmp_path / "b64.parquet", rules, keys)
+    protect_file(src, tmp_path / "bin.parquet", rules, keys, ciphertexts="binary")
+    b64, binary = pq.read_table(tmp_path / "b64.parquet"), pq.read_table(tmp_path / "bin.parquet")
+    assert b64.schema.field("name").type == pa.string()
+    assert binary.schema.field("name").type == binary.schema.field("email").type == pa.binary()
+    assert binary.column("id").to_pylist() == [1, 2, 3]
+    assert decrypt(binary.column("name"), keys["cards"]).to_pylist() == ["Zoë 名前", "", "Bob"]
+    email = binary.column("email").to_pylist()
+    assert email[0] == email[2] and len(email[0]) == len(base64.b64decode(
+        b64.column("email").to_pylist()[0]))  # the same bytes, without base64's third
+    assert decrypt_deterministic(binary.column("email"), keys["cards"]).to_pylist() == [
+        "a@x.org", "", "a@x.org"]
+    # a CSV holds text: refused before anything is written
+    with pytest.raises(FieldError, match="binary ciphertexts need a Parquet output"):
+        protect_file(src, tmp_path / "out.csv", rules, keys, ciphertexts="binary")
+    assert not (tmp_path / "out.csv").exists()
+    # the option is only about ciphertexts: a CSV of tokens and masks is fine
+    protect_file(src, tmp_path / "mask.csv", [parse_rule("name=mask_full")], keys,
+                 ciphertexts="binary")
+    with pytest.raises(ValueError, match="'base64' or 'binary'"):
+        protect_file(src, tmp_path / "x.parquet", rules, keys, ciphertexts="hex")
+
+
+def test_protect_insert_writes_the_form_of_the_tables_column(tmp_path, db):
+    from cryptdisk.fields import protect_insert
+
+    db.sql("CREATE TABLE blobs (id BIGINT, pan BLOB, email BYTEA, note VARCHAR)")
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "pan": ["4111111111111111", None],
+                     "email": ["a@x.org", "b@x.org"], "note": ["n1", "n2"]})
+    rules = [parse_rule("pan=encrypt:cards"), parse_rule("email=encrypt_deterministic:cards"),
+             parse_rule("note=encrypt:cards")]
+    # BLOB columns get the bytes, the VARCHAR column base64 text, and all decrypt in SQL
+    assert protect_insert(db, "blobs", data, rules) == 2
+    assert db.sql("SELECT decrypt(pan, 'cards') AS p, decrypt_deterministic(email, 'cards') "
+                  "AS e, decrypt(note, 'cards') AS n, typeof(pan) AS t FROM blobs ORDER BY id"
+                  ).to_pylist() == [
+        {"p": "4111111111111111", "e": "a@x.org", "n": "n1", "t": "BLOB"},
+        {"p": None, "e": "b@x.org", "n": "n2", "t": "BLOB"}]
+    # a form given that the column cannot hold is refused, and nothing is inserted
+    for form, column, declared in [("binary", "note", "VARCHAR"), ("base64", "pan", "BLOB")]:
+        with pytest.raises(FieldError, match=f"column '{column}' of table 'blobs' is "
+                           f"{declared}: {form} ciphertexts go into"):
+            protect_insert(db, "blobs", data, rules, ciphertexts=form)
+    assert protect_insert(db, "blobs", data, rules[:2], ciphertexts="binary") == 2
+    assert db.sql("SELECT count(*) AS n FROM blobs").to_pylist() == [{"n": 4}]
+
+
+def test_cryptdisk_protect_binary_ciphertexts(tmp_path, db):
+    src = tmp_path / "in.csv"
+    src.write_text("id,pan,email\n1,4111111111111111,a@x.org\n")
+    config = str(tmp_path / "db.toml")
+    db.sql("CREATE TABLE blobs (id BIGINT, pan BLOB, email VARCHAR)")
+    db_path = str(tmp_path / "db")
+    db.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+
+    def protect(*args):
+        return subprocess.run([sys.executable, "-m", "cryptdisk", "protect", str(src), *args,
+                               "-c", config], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    run = protect(str(tmp_path / "out.parquet"), "--ciphertexts", "binary", "-r",
+                  "pan=encrypt:cards")
+    assert run.returncode == 0, run.stderr
+    assert pq.read_table(tmp_path / "out.parquet").schema.field("pan").type == pa.binary()
+    run = protect("--into", f"{db_path}:blobs", "-r", "pan=encrypt:cards",
+                  "-r", "email=encrypt_deterministic:cards")
+    assert run.returncode == 0, run.stderr
+    with cryptdisk.connect(db_path, config) as again:
+        assert again.sql("SELECT decrypt(pan, 'cards') AS p, decrypt_deterministic(email, "
+                         "'cards') AS e FROM blobs").to_pylist() == [
+            {"p": "4111111111111111", "e": "a@x.org"}]
+    bad = protect(str(tmp_path / "out.csv"), "--ciphertexts", "binary", "-r",
+                  "pan=encrypt:cards")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "cryptdisk: error:" in bad.stderr and "need a Parquet output" in bad.stderr

@@ -15,6 +15,8 @@ _EPILOG = """rules: COLUMN=FUNCTION:KEY[,option=value...], KEY a [fields.keys.NA
   ssn=fpe_encrypt:ids[,alphabet=digits|alnum|...]
   email=encrypt_deterministic:emails   notes=encrypt:notes   user=mask_hash:ids
   phone=mask_last4   name=mask_full   mail=mask_email   comment=mask_null
+encrypt and encrypt_deterministic write base64 text, or bytes with --ciphertexts binary
+(Parquet output, or --into a BLOB column: there the column's type decides).
 """
 
 
@@ -33,14 +35,16 @@ def cmd_protect(args: argparse.Namespace) -> int:
             raise FieldError("give an output file or --into DATABASE:TABLE, not both")
         with connect(db_path, args.config) as db:
             rows = protect_insert(db, table, args.input, rules, keys,
-                                  input_format=args.input_format)
+                                  input_format=args.input_format,
+                                  ciphertexts=args.ciphertexts)
         print(f"cryptdisk: inserted {rows} rows into {table} of {db_path} with "
               f"{', '.join(r.column for r in rules)} protected", file=sys.stderr)
         return 0
     if args.output is None:
         raise FieldError("give an output file, or --into DATABASE:TABLE")
     summary = protect_file(args.input, args.output, rules, keys,
-                           input_format=args.input_format, output_format=args.output_format)
+                           input_format=args.input_format, output_format=args.output_format,
+                           ciphertexts=args.ciphertexts or "base64")
     print(f"cryptdisk: protected {summary.rows} rows ({', '.join(summary.columns)}) into "
           f"{args.output}", file=sys.stderr)
     return 0
@@ -62,4 +66,9 @@ def register(sub: Any) -> None:
                    help="COLUMN=FUNCTION:KEY[,option=value...]; repeat for more columns")
     p.add_argument("--input-format", choices=["csv", "parquet"])
     p.add_argument("--output-format", choices=["csv", "parquet"])
+    p.add_argument("--ciphertexts", choices=["base64", "binary"],
+                   help="the form of encrypt and encrypt_deterministic output: base64 text "
+                   "(default for a file) or bytes (binary: Parquet BYTE_ARRAY, SQL BLOB; "
+                   "smaller, and cheaper to decrypt); with --into, the table's column type "
+                   "decides (BLOB: binary, else base64)")
     p.set_defaults(func=cmd_protect)

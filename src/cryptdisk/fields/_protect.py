@@ -44,6 +44,7 @@ __all__ = ["ProtectRule", "ProtectSummary", "parse_rule", "protect_file", "prote
 
 _KEYED = {"encrypt", "encrypt_deterministic", "fpe_encrypt", "tokenize", "mask_hash"}
 _UNKEYED = {"mask_full", "mask_last4", "mask_email", "mask_null"}
+_BINARY = {"encrypt", "encrypt_deterministic"}  # the functions ``ciphertexts`` applies to
 _OPTIONS = {"fpe_encrypt": {"alphabet"},
             "tokenize": {"alphabet", "keep_first", "keep_last", "luhn"}}
 
@@ -57,13 +58,16 @@ class ProtectRule:
     key: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def apply(self, values: Any, keys: FieldKeys) -> pa.Array:
+    def apply(self, values: Any, keys: FieldKeys, *, ciphertexts: str = "base64") -> pa.Array:
+        """The protected values; ``encrypt`` and ``encrypt_deterministic`` give base64 text
+        or, with ``ciphertexts="binary"``, the ciphertexts' bytes."""
         key: FieldKey | None = keys[self.key] if self.key is not None else None
         fn, opts = self.function, dict(self.options)
         if fn == "encrypt":
-            return encrypt(values, key, output="base64")  # type: ignore[arg-type]
+            return encrypt(values, key, output=ciphertexts)  # type: ignore[arg-type]
         if fn == "encrypt_deterministic":
-            return encrypt_deterministic(values, key, output="base64")  # type: ignore[arg-type]
+            return encrypt_deterministic(values, key,  # type: ignore[arg-type]
+                                         output=ciphertexts)
         if fn == "fpe_encrypt":
             return fpe_encrypt(values, key, self.column, **opts)  # type: ignore[arg-type]
         if fn == "tokenize":
@@ -125,12 +129,26 @@ def _located(exc: FieldError, column: str, first_row: int) -> FieldError:
     return located
 
 
+CIPHERTEXTS = ("base64", "binary")
+
+
+def _ciphertexts(ciphertexts: str | Mapping[str, str], column: str) -> str:
+    form = ciphertexts if isinstance(ciphertexts, str) else \
+        ciphertexts.get(column, "base64")
+    if form not in CIPHERTEXTS:
+        raise ValueError(f"ciphertexts must be 'base64' or 'binary', not {form!r}")
+    return form
+
+
 def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule],
-                  keys: FieldKeys, *, first_row: int = 0) -> pa.Table:
+                  keys: FieldKeys, *, first_row: int = 0,
+                  ciphertexts: str | Mapping[str, str] = "base64") -> pa.Table:
     """The table with each rule's column replaced by its protected values.
 
-    An error names the column and the row, counted from ``first_row`` (the first row of
-    ``table`` in a longer input)."""
+    ``ciphertexts`` is the form of ``encrypt`` and ``encrypt_deterministic`` output:
+    ``"base64"`` text or ``"binary"`` bytes, or a mapping of column names to either
+    (base64 for a column it lacks). An error names the column and the row, counted from
+    ``first_row`` (the first row of ``table`` in a longer input)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     names = table.column_names
@@ -142,7 +160,8 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
         if not pa.types.is_string(values.type):
             values = values.cast(pa.string())
         try:
-            protected = rule.apply(values, keys)
+            protected = rule.apply(values, keys,
+                                   ciphertexts=_ciphertexts(ciphertexts, rule.column))
         except FieldError as exc:
             raise _located(exc, rule.column, first_row) from None
         table = table.set_column(names.index(rule.column), rule.column, protected)
@@ -193,14 +212,23 @@ def _kind(path: str, given: str | None) -> str:
 
 def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                  rules: Sequence[ProtectRule], keys: FieldKeys, *,
-                 input_format: str | None = None,
-                 output_format: str | None = None) -> ProtectSummary:
-    """Stream ``src`` (CSV or Parquet) to ``dst`` with the rules' columns protected."""
+                 input_format: str | None = None, output_format: str | None = None,
+                 ciphertexts: str = "base64") -> ProtectSummary:
+    """Stream ``src`` (CSV or Parquet) to ``dst`` with the rules' columns protected.
+
+    ``ciphertexts="binary"`` writes ``encrypt`` and ``encrypt_deterministic`` output as
+    bytes (Parquet ``BYTE_ARRAY``, read as ``BLOB``) instead of base64 text: a Parquet
+    output only."""
     src, dst = os.fspath(src), os.fspath(dst)
+    _ciphertexts(ciphertexts, "")
     for rule in rules:
         if rule.key is not None:
             keys[rule.key]  # an unknown key name fails before anything is written
     in_kind, out_kind = _kind(src, input_format), _kind(dst, output_format)
+    if ciphertexts == "binary" and out_kind == "csv" and any(
+            r.function in _BINARY for r in rules):
+        raise FieldError(f"{dst}: a CSV file holds text: binary ciphertexts need a Parquet "
+                         "output (or --into a BLOB column)")
     folder = os.path.dirname(os.path.abspath(dst))
     fd, tmp = tempfile.mkstemp(prefix=".protect-", dir=folder)
     os.close(fd)
@@ -213,7 +241,7 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                 if batch is None and writer is not None:
                     break
                 table = protect_table(batch if batch is not None else schema.empty_table(),
-                                      rules, keys, first_row=rows)
+                                      rules, keys, first_row=rows, ciphertexts=ciphertexts)
                 if writer is None:
                     writer = (pq.ParquetWriter(tmp, table.schema) if out_kind == "parquet"
                               else pacsv.CSVWriter(tmp, table.schema))
@@ -234,15 +262,47 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     return ProtectSummary(rows, [r.column for r in rules])
 
 
+def _column_forms(db: Any, table: str, rules: Sequence[ProtectRule],
+                  ciphertexts: str | None) -> dict[str, str]:
+    """The ciphertexts' form for each ``encrypt`` column of ``table``: ``binary`` for a
+    ``BLOB`` column, ``base64`` for a text one; a ``ciphertexts`` that disagrees with the
+    column's type is refused (DuckDB would store bytes as escaped text, or base64 text as
+    its ASCII bytes, which ``decrypt`` then refuses)."""
+    if ciphertexts is not None:
+        _ciphertexts(ciphertexts, "")
+    meta = db.table(table)
+    declared = {name.lower(): typ for name, typ in meta.columns}
+    types = {f.name.lower(): f.type for f in db.arrow_schema(meta)}
+    forms: dict[str, str] = {}
+    for rule in rules:
+        typ = types.get(rule.column.lower())
+        if rule.function not in _BINARY or typ is None:
+            continue  # not a ciphertext, or a column the table lacks (the insert says so)
+        blob = pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or \
+            pa.types.is_fixed_size_binary(typ)
+        fits = "binary" if blob else "base64"
+        if ciphertexts is not None and ciphertexts != fits:
+            raise FieldError(
+                f"column {rule.column!r} of table {meta.name!r} is "
+                f"{declared[rule.column.lower()]}: {ciphertexts} ciphertexts go into a "
+                f"{'BLOB' if ciphertexts == 'binary' else 'VARCHAR'} column",
+                hint="leave the ciphertexts' form out: it follows the column's type")
+        forms[rule.column] = fits
+    return forms
+
+
 def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
-                   keys: FieldKeys | None = None, *, input_format: str | None = None) -> int:
+                   keys: FieldKeys | None = None, *, input_format: str | None = None,
+                   ciphertexts: str | None = None) -> int:
     """Insert ``data`` into ``table`` of ``db`` (:func:`cryptdisk.connect`) with the rules'
     columns protected on the way; returns the row count.
 
     ``data`` is a CSV or Parquet path (streamed batch by batch), or an Arrow table, record
     batch or record batch reader. ``keys`` default to the ``[fields.keys]`` of the
     database's config. The batches are protected in memory and inserted as one stream: one
-    commit, all rows or none.
+    commit, all rows or none. ``encrypt`` and ``encrypt_deterministic`` write the
+    ciphertexts' bytes into a ``BLOB`` column and base64 text into a text column;
+    ``ciphertexts`` (``"base64"`` or ``"binary"``), if given, must agree with the column.
     """
     if keys is None:
         path = getattr(getattr(db, "config", None), "path", None)
@@ -251,6 +311,7 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
     for rule in rules:
         if rule.key is not None:
             keys[rule.key]  # an unknown key name fails before anything is read
+    forms = _column_forms(db, table, rules, ciphertexts)
     if isinstance(data, (str, os.PathLike)):
         src = os.fspath(data)
         kind = _kind(src, input_format)
@@ -271,7 +332,7 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
 
         def batches() -> Iterator[pa.RecordBatch]:
             yield from reader
-    out_schema = protect_table(schema.empty_table(), rules, keys).schema
+    out_schema = protect_table(schema.empty_table(), rules, keys, ciphertexts=forms).schema
     assert keys is not None
 
     failed: list[BaseException] = []
@@ -280,9 +341,10 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
         try:
             first_row = 0
             for batch in batches():
-                table = protect_table(batch, rules, keys, first_row=first_row)
+                done = protect_table(batch, rules, keys, first_row=first_row,
+                                     ciphertexts=forms)
                 first_row += batch.num_rows
-                yield from table.cast(out_schema).to_batches()
+                yield from done.cast(out_schema).to_batches()
         except BaseException as exc:  # the database wraps it: raise ours instead, below
             failed.append(exc)
             raise
