@@ -90,6 +90,43 @@ def test_cli_sqlite_with_keyring_wrapping(tmp_path: Path) -> None:
     assert r.returncode == 1 and "none of the given keyring keys" in r.stderr
 
 
+def test_restore_names_the_new_key_where_it_ends_up(tmp_path: Path) -> None:
+    """A database restored without --config gets a new key in TARGET.key: the message
+    names that file (not the work-in-progress name it was made under)."""
+    src, repo = tmp_path / "a.db", str(tmp_path / "repo")
+    make_db(src, rows=100)
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    assert run("create", repo, str(src), "--passphrase-env", "BK_PASS").returncode == 0
+    target = tmp_path / "r.db"
+    r = run("restore", repo, "latest", str(target), "--passphrase-env", "BK_PASS")
+    assert r.returncode == 0, r.stderr
+    assert "restoring-" not in r.stdout + r.stderr
+    assert f"the new key of {target} is in {target}.key (mode 0600)" in r.stderr
+    assert content(target) == content(src)
+
+
+def test_restoring_sqlite_without_keys_says_what_is_needed(tmp_path: Path) -> None:
+    import cryptdisk.sqlite
+    from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+
+    key = tmp_path / "db.key"
+    write_key_file(key, os.urandom(32))
+    c = cryptdisk.sqlite.connect(tmp_path / "app.db",
+                                 keyring=Keyring.single(Key(1, key_from_file(key))))
+    c.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    c.close()
+    repo = str(tmp_path / "repo")
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    r = run("create", repo, str(tmp_path / "app.db"), "--passphrase-env", "BK_PASS",
+            "--key-file", str(key))
+    assert r.returncode == 0, r.stderr
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--passphrase-env", "BK_PASS")
+    assert r.returncode == 1 and not (tmp_path / "r.db").exists()
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("cryptdisk: error: backup ") and "is of a SQLite database" in first
+    assert "--config CONFIG or --key-file FILE" in r.stderr
+
+
 def test_cli_refuses_credentials_in_the_repository_url_or_options(tmp_path: Path) -> None:
     secret = "s3cr3t-do-not-leak"
     for argv in (["init", f"memory://user:{secret}@bucket/repo"],

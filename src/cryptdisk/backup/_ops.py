@@ -20,7 +20,7 @@ import apsw
 
 from ..db import Database
 from ..errors import BackupError, CatalogError, DiskFileNotFoundError
-from ..keys import Keyring
+from ..keys import Key, Keyring, write_key_file
 from . import _chunker
 from ._repo import ChunkProblem, Repository
 from ._restoring import restore_lock, work_path
@@ -411,7 +411,8 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Restore backup ``backup_id`` into ``target``, which must not exist.
 
-    A database is created with ``config`` (or a new key in ``TARGET.key``) and checked
+    A database is created with ``config`` (or a new key in ``TARGET.key``, then named by
+    the result's ``key``) and checked
     with :meth:`Database.check`; a SQLite database is encrypted under ``keyring``. Both are
     built beside TARGET and renamed to it when complete. ``progress(n)`` is called after
     each part of a database is written, and with 1 before a SQLite database is renamed.
@@ -626,6 +627,8 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
     rows = 0
     counted: list[int] = []
     try:
+        if tmp_key is not None:  # made here, so no notice names the work-in-progress path
+            write_key_file(tmp_key, Key.generate(1))
         db = Database(tmp, config)
         pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
         try:
@@ -646,7 +649,10 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp_key)
         raise
-    return {"kind": "db", "path": dest, "rows": rows}
+    out: dict[str, Any] = {"kind": "db", "path": dest, "rows": rows}
+    if tmp_key is not None:
+        out["key"] = key_file  # a new key: the caller tells the user to back it up
+    return out
 
 
 def _backup_time(backup_id: str) -> _dt.datetime:

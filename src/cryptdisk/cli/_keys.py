@@ -13,7 +13,7 @@ from ..keys import Key, Keyring, decode_hex_key, key_from_env, key_from_file
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["add_key_options", "config_from_args", "keyring_from_args"]
+__all__ = ["add_key_options", "config_from_args", "keyring_from_args", "keys_given"]
 
 KEYRING_ENV = "CRYPTDISK_KEYRING"
 
@@ -50,6 +50,12 @@ def config_from_args(args: argparse.Namespace) -> Config | None:
 
 def _single_key_given(args: argparse.Namespace) -> bool:
     return any(getattr(args, n, None) for n in ("key_env", "key_file", "key_hex"))
+
+
+def keys_given(args: argparse.Namespace) -> bool:
+    """Whether the command line (or ``$CRYPTDISK_KEYRING``) names any key."""
+    return bool(getattr(args, "keyring", None) or _single_key_given(args)
+                or os.environ.get(KEYRING_ENV))
 
 
 def keyring_from_args(args: argparse.Namespace) -> Keyring:

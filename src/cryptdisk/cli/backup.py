@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import BackupError, MissingEnvironmentVariableError
 from ..keys import Key, Keyring, key_from_file
-from ._keys import add_key_options, config_from_args, keyring_from_args
+from ._keys import add_key_options, config_from_args, keyring_from_args, keys_given
 
 __all__ = ["register"]
 
@@ -230,12 +230,20 @@ def _restore(args: argparse.Namespace) -> int:
     kind = repo.read_manifest(backup_id).get("kind")
     keys: dict[str, Any]
     if kind == "sqlite":
+        if not keys_given(args):
+            raise BackupError(f"backup {backup_id} is of a SQLite database: give the keys to "
+                              "encrypt the restored database under",
+                              hint="--config CONFIG or --key-file FILE")
         keys = {"keyring": keyring_from_args(args)}
     else:
         keys = {"config": config_from_args(args)}
     out = restore(repo, backup_id, args.target, tables=args.table or None, **keys)
     rows_note = f", {out['rows']} rows" if "rows" in out else ""
     print(f"restored backup {backup_id} into {out['path']}{rows_note} (checked)")
+    if "key" in out:
+        print(f"cryptdisk: the new key of {out['path']} is in {out['key']} (mode 0600). Back "
+              "it up and keep it apart from the data: losing it loses the data.",
+              file=sys.stderr)
     return 0
 
 
