@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cryptdisk
 from cryptdisk.db import _columns, _partread, _sql
 from cryptdisk.errors import DatabaseError
 
@@ -329,3 +330,25 @@ def test_execute_on_a_reader_skips_as_on_the_database(db):
         assert r.last_scans["t"]["parts_skipped"] == 2
     finally:
         r.close()
+
+
+def test_unquoted_names_past_ascii_are_cryptdisk_tables(tmp_path):
+    """DuckDB reads ünï unquoted as a name; cryptdisk's statement patterns took ASCII
+    only, so CREATE TABLE ünï (é BIGINT) went to DuckDB, which made a table in memory:
+    the insert reported success and the rows were gone at close."""
+    db = cryptdisk.connect(tmp_path / "db")
+    db.sql("CREATE TABLE ünï (é BIGINT, 名前 VARCHAR) ORDER BY é")
+    db.sql("INSERT INTO ünï VALUES (2, 'b'), (1, 'a')")
+    assert _sql.parse("OPTIMIZE TABLE ünï FINAL") == _sql.Optimize("ünï", True)
+    db.sql("OPTIMIZE TABLE ünï FINAL")
+    db.close()
+    db = cryptdisk.connect(tmp_path / "db")
+    try:
+        assert db.query("SELECT name, order_by FROM system.tables") == [("ünï", "é")]
+        assert db.query("SELECT 名前 FROM ünï WHERE é = 1") == [("a",)]
+        db.sql("TRUNCATE ünï")
+        assert db.query("SELECT count(*) FROM ünï") == [(0,)]
+        db.sql("DROP TABLE ünï")
+        assert db.query("SELECT count(*) FROM system.tables") == [(0,)]
+    finally:
+        db.close()

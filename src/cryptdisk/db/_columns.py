@@ -15,11 +15,14 @@ from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "base_tables", "has_where", "needed_columns", "parse_tree", "parse_tree_text",
-           "referenced_tables", "rewrite_system_tables"]
+__all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "has_where", "needed_columns", "parse_tree",
+           "parse_tree_text", "referenced_tables", "rewrite_system_tables"]
 
 ALL = None  # marker: every column
-_WORD = re.compile(r'"((?:[^"]|"")+)"|`([^`]+)`|([A-Za-z_][A-Za-z0-9_$]*)')
+#: An unquoted identifier as DuckDB's scanner reads one (PostgreSQL's rule): a letter, ``_``
+#: or any character past ASCII, then those, digits and ``$`` (``ünï``, ``名前``).
+UNQUOTED_IDENT = r"[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*"
+_WORD = re.compile(rf'"((?:[^"]|"")+)"|`([^`]+)`|({UNQUOTED_IDENT})')
 SYSTEM_TABLES = ("disks", "storage_policies", "tables", "parts", "keys")
 _SYSTEM = re.compile(r"(?i)\bsystem\s*\.\s*(" + "|".join(SYSTEM_TABLES) + r")\b")
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import DatabaseError
-from ._columns import referenced_tables
+from ._columns import UNQUOTED_IDENT, referenced_tables
 
 __all__ = [
     "AlterSetting",
@@ -40,7 +40,7 @@ __all__ = [
     "split_statements",
 ]
 
-_IDENT = r'(?:"(?:[^"]|"")+"|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)'
+_IDENT = rf'(?:"(?:[^"]|"")+"|`[^`]+`|{UNQUOTED_IDENT})'
 _FORBIDDEN_SETTINGS = ("temp_directory", "max_temp_directory_size", "temp_file_encryption")
 
 
