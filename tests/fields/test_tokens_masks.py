@@ -13,6 +13,7 @@ from cryptdisk.errors import FieldError
 from cryptdisk.fields import (
     FieldKey,
     detokenize,
+    fpe_encrypt,
     luhn_valid,
     mask_email,
     mask_full,
@@ -189,3 +190,17 @@ def test_c_masks_equal_the_pyarrow_ones(values, skip):
     assert native is not None
     for g, w in zip(got, want, strict=True):
         assert g.to_pylist() == w.to_pylist()
+
+
+def test_values_that_are_not_text():
+    # a list of numbers is what an array of numbers is: masks and mask_hash take it as
+    # text, as encrypt does; FF1 and tokens refuse it with a FieldError, never an Arrow one
+    numbers = [4111111111111111, None]
+    assert mask_last4(numbers).to_pylist() == ["************1111", None]
+    assert mask_full(numbers).to_pylist() == mask_full(pa.array(numbers)).to_pylist()
+    assert mask_hash(numbers, KEY).to_pylist() == mask_hash(["4111111111111111", None],
+                                                            KEY).to_pylist()
+    for values in (numbers, pa.array(numbers), ["4111111111111111", 42]):
+        for fn in (fpe_encrypt, tokenize):
+            with pytest.raises(FieldError, match="take text"):
+                fn(values, KEY, "pan")

@@ -66,7 +66,11 @@ def _strings(values: Any) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if not isinstance(values, pa.Array):
-        values = pa.array(values, pa.string())
+        try:
+            values = pa.array(values, pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            raise FieldError("format-preserving functions take text (str values or an "
+                             "Arrow string array)") from None
     if pa.types.is_large_string(values.type) or pa.types.is_string_view(values.type):
         values = values.cast(pa.string())
     if not pa.types.is_string(values.type):

@@ -16,16 +16,30 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import FieldError
 from . import _aead
 from ._keys import FieldKey
 
 __all__ = ["mask_email", "mask_full", "mask_hash", "mask_last4", "mask_null"]
 
+
+def _values(values: Any) -> pa.Array:
+    """``values`` (a sequence) as an Arrow array of the type Arrow infers; values of no
+    one type raise a :class:`FieldError` that names no value."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        raise FieldError("the values are of more than one type; pass text") from None
+
+
 def _text(values: Any) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if not isinstance(values, pa.Array):
-        values = pa.array(values, pa.string())
+        try:
+            values = pa.array(values, pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # numbers, say: as an array of them
+            values = _values(values)
     if not pa.types.is_string(values.type):
         values = values.cast(pa.string())
     return values
