@@ -233,7 +233,7 @@ def test_errors_are_clear(db):
         db.sql("INSERT INTO t SELECT 1")
     with pytest.raises(DatabaseError):
         db.sql("CREATE TABLE u (a NOTATYPE)")
-    with pytest.raises(DatabaseError, match="does not exist"):
+    with pytest.raises(TableNotFoundError, match=r"no table 'nope' in .* \(tables: t\)"):
         db.sql("SELECT * FROM nope")
     with pytest.raises(DatabaseError, match="append-only"):
         db.sql("DELETE FROM t")

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import cryptdisk
 from cryptdisk.db import _columns, _partread, _sql
-from cryptdisk.errors import DatabaseError
+from cryptdisk.errors import DatabaseError, TableNotFoundError
 
 
 def test_create_table_full():
@@ -352,3 +352,25 @@ def test_unquoted_names_past_ascii_are_cryptdisk_tables(tmp_path):
         assert db.query("SELECT count(*) FROM system.tables") == [(0,)]
     finally:
         db.close()
+
+
+def test_a_table_duckdb_does_not_find_is_named_in_cryptdisks_words(db):
+    """DuckDB said "Table with name enx does not exist! Did you mean "pg_enum"?": its
+    suggestions are its own catalog's tables, never the database's."""
+    db.sql("CREATE TABLE sales (k BIGINT)")
+    with pytest.raises(TableNotFoundError, match=r"no table 'salse' in .*\(tables: sales\)$") \
+            as e:
+        db.sql("SELECT * FROM salse")
+    assert e.value.hint == "did you mean sales?"
+    with pytest.raises(TableNotFoundError, match=r"no system table system\.column \(system "
+                       r"tables: system\.disks, .*system\.parts"):
+        db.sql("SELECT * FROM system.column")
+    with pytest.raises(DatabaseError, match="'sales' is a cryptdisk table") as e:
+        db.sql("PRAGMA table_info('sales')")
+    assert "DESCRIBE sales" in e.value.hint and "pg_" not in str(e.value)
+    r = db.reader()
+    try:
+        with pytest.raises(TableNotFoundError, match="no table 'nope'"):
+            r.execute("SELECT * FROM sales JOIN nope USING (k)")
+    finally:
+        r.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import difflib
 import fcntl
 import json
 import logging
@@ -51,6 +52,7 @@ from ._catalog import (
     save_catalog,
 )
 from ._columns import (
+    SYSTEM_TABLES,
     base_tables,
     current_settings,
     has_where,
@@ -1146,6 +1148,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     cause = self._scan_error()
                     if cause is not None:
                         raise cause from None
+                    missing = _missing_table(exc, sql, self.path, self.catalog.tables)
+                    if missing is not None:
+                        raise missing from None
                     raise DatabaseError(_unprefixed(str(exc)) if self._handles
                                         else str(exc)) from None
                 finally:
@@ -1559,6 +1564,38 @@ def _for_duckdb(db: Database, sql: str) -> str:
     if _sql.first_word(sql) not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
         _sql.check_passthrough(sql, set(db.catalog.tables))
     return sql
+
+
+_NO_TABLE = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
+
+
+def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any
+                   ) -> DatabaseError | None:
+    """DuckDB's "Table with name x does not exist!" (whose "Did you mean" names DuckDB's
+    own catalog tables) said in cryptdisk's words: the database's tables, or its system
+    tables for ``system.x``; None for any other error."""
+    m = _NO_TABLE.match(str(exc)) if isinstance(exc, duckdb.CatalogException) else None
+    if m is None:
+        return None
+    name = m.group(1)
+    if re.search(r"(?i)\bsystem\s*\.\s*\"?" + re.escape(name) + r"\b", sql):
+        return _TableNotFound(
+            f"no system table system.{name} (system tables: "
+            + ", ".join(f"system.{t}" for t in SYSTEM_TABLES) + ")")
+    known = sorted(tables)
+    if name.lower() in (t.lower() for t in known):  # (named in a string: pragma_table_info)
+        return DatabaseError(
+            f"table {name!r} is a cryptdisk table: DuckDB reads it only where a statement "
+            "names it as a table (FROM t), not in DuckDB's catalog or by a name in a string",
+            hint=f"DESCRIBE {name}; SELECT * FROM system.tables lists the tables")
+    close = difflib.get_close_matches(name.lower(), [t.lower() for t in known], n=1)
+    hint = None
+    if close:
+        hint = "did you mean " + next(t for t in known if t.lower() == close[0]) + "?"
+    elif not known:
+        hint = "CREATE TABLE it first (SELECT name FROM system.tables lists the tables)"
+    return _TableNotFound(f"no table {name!r} in {path} (tables: "
+                          f"{', '.join(known) or 'none'})", hint=hint)
 
 
 def _statement_words(st: _sql.Statement) -> str:
