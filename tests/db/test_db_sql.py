@@ -374,3 +374,15 @@ def test_a_table_duckdb_does_not_find_is_named_in_cryptdisks_words(db):
             r.execute("SELECT * FROM sales JOIN nope USING (k)")
     finally:
         r.close()
+
+
+def test_show_tables_lists_the_databases_tables(db):
+    """SHOW TABLES answered DuckDB's catalog alone, which holds no cryptdisk table: an
+    empty list for a database of tables."""
+    db.sql("CREATE TABLE b (k BIGINT)")
+    db.sql("CREATE TABLE a (k BIGINT) SETTINGS storage_policy = 'plain'")
+    db.sql("CREATE TEMP TABLE scratch (x INT)")
+    got = db.sql("SHOW TABLES")
+    assert got.column_names == ["name"]
+    assert got.column("name").to_pylist() == ["a", "b", "scratch"]
+    assert db.query("show tables;") == [("a",), ("b",), ("scratch",)]

@@ -1188,6 +1188,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 if isinstance(prepared, Prepare):  # not a query: DuckDB's, unless on a table
                     self._prepared_queries.pop(prepared.name, None)
                     _refuse_prepare(prepared, set(self.catalog.tables))
+                if _SHOW_TABLES.fullmatch(sql):
+                    return self._show_tables()
                 if word not in _QUERIES:
                     self._session_changed()
                 return self._run_duckdb(_for_duckdb(self, sql))
@@ -1204,6 +1206,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 _sql.SystemCommand: self._system_command,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
+
+    def _show_tables(self) -> pa.Table:
+        """``SHOW TABLES``: the database's tables and DuckDB's own of this connection
+        (temporary tables, views), by name, as DuckDB's column ``name`` lists its own."""
+        try:
+            own = self.con.sql("SHOW TABLES").to_arrow_table().column("name").to_pylist()
+        except duckdb.Error as exc:
+            raise DatabaseError(f"SHOW TABLES: {exc}") from None
+        names = sorted(set(own) | set(self.catalog.tables))
+        return pa.table({"name": pa.array(names, pa.string())})
 
     def _runs_prepared(self, st: Prepare | Execute | Deallocate) -> bool:
         """Whether :meth:`_run_prepared_statement` runs ``st``: a ``PREPARE`` of one query,
@@ -1566,6 +1578,7 @@ def _for_duckdb(db: Database, sql: str) -> str:
     return sql
 
 
+_SHOW_TABLES = re.compile(r"(?is)SHOW\s+TABLES")
 _NO_TABLE = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 
 
