@@ -146,6 +146,31 @@ def test_keyring_config_and_rewrap(tmp_path):
         assert json.loads(run("inspect", str(d / f"{i}.cd"), "--json").stdout)["key_id"] == 2
 
 
+def test_a_key_file_keeps_the_id_keygen_gave_it(tmp_path):
+    """keygen --id 2 notes the id in the file and its config snippet says id = 2: files
+    encrypted with --key-file are under key 2, so that config reads them."""
+    key = tmp_path / "k2.hex"
+    assert run("keygen", "-o", str(key), "--id", "2").returncode == 0
+    plain = tmp_path / "p.txt"
+    plain.write_bytes(b"hello")
+    r = run("encrypt", str(plain), str(tmp_path / "p.cd"), "--key-file", str(key))
+    assert r.returncode == 0, r.stderr
+    assert b"key id          2\n" in run("inspect", str(tmp_path / "p.cd")).stdout
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 2\nfile = "{key}"\n')
+    r = run("cat", str(tmp_path / "p.cd"), "--keyring", str(cfg))
+    assert r.returncode == 0 and r.stdout == b"hello", r.stderr
+    # --key-id may name the id a file notes, never another one
+    ok = run("verify", str(tmp_path / "p.cd"), "--key-file", str(key), "--key-id", "2")
+    assert ok.returncode == 0, ok.stderr
+    bad = run("verify", str(tmp_path / "p.cd"), "--key-file", str(key), "--key-id", "1")
+    assert bad.returncode == 1
+    first = bad.stderr.decode().splitlines()[0]
+    assert first.startswith("cryptdisk: error: ")
+    assert first.endswith(f"--key-id 1: the key file {key} is key 2")
+    _no_traceback(bad)
+
+
 def test_keygen_prints_hex():
     r = run("keygen", "--print")
     assert r.returncode == 0 and len(bytes.fromhex(r.stdout.decode().strip())) == 32

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import KeyringError
-from ..keys import Key, Keyring, decode_hex_key, key_from_env, key_from_file
+from ..keys import Key, Keyring, decode_hex_key, key_from_env, read_key_file
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -31,9 +31,9 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
                        help="key file as written by 'cryptdisk keygen' (mode 0600)")
     group.add_argument("--key-hex", metavar="HEX",
                        help="a hex key on the command line (visible in process listings!)")
-    group.add_argument("--key-id", type=int, default=1, metavar="N",
+    group.add_argument("--key-id", type=int, default=None, metavar="N",
                        help="id of a single key given by --key-env/--key-file/--key-hex "
-                       "(for new files; default 1)")
+                       "(for new files; default: the id a key file notes, else 1)")
     parser.set_defaults(_keys_required=required)
 
 
@@ -77,18 +77,25 @@ def keyring_from_args(args: argparse.Namespace) -> Keyring:
     source = given[0]
     if source == "keyring":
         return _config_keyring(args.keyring)
+    key_id = args.key_id
     if source == "key_env":
         material = key_from_env(args.key_env)
         kind = "env"
     elif source == "key_file":
-        material = key_from_file(args.key_file)
+        material, noted = read_key_file(args.key_file)
         kind = "file"
+        if key_id is None:
+            key_id = noted  # the id keygen --id wrote in the file and its config snippet
+        elif noted is not None and noted != key_id:
+            raise KeyringError(f"--key-id {key_id}: the key file {args.key_file} is key "
+                               f"{noted}", hint="leave --key-id out: a key file's own id is "
+                               "used")
     else:
         print("cryptdisk: warning: a key given with --key-hex shows in process listings and "
               "shell history; prefer --key-file or --key-env", file=sys.stderr)
         material = decode_hex_key(args.key_hex, "--key-hex")
         kind = "hex"
-    return Keyring.single(Key(args.key_id, material, source=kind))
+    return Keyring.single(Key(1 if key_id is None else key_id, material, source=kind))
 
 
 def _config_keyring(path: str) -> Keyring:
