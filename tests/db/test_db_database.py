@@ -4,6 +4,8 @@ import logging
 import os
 import re
 import stat
+import subprocess
+import sys
 
 import pandas as pd
 import pyarrow as pa
@@ -373,9 +375,16 @@ def test_reader_sees_writer_commits(tmp_path):
 
 
 def test_second_writer_is_refused(tmp_path):
+    """A second writer in the same process was told the database was open "in another
+    process"; it is told it is another connection of its own."""
     db = cryptdisk.connect(tmp_path / "db")
-    with pytest.raises(DatabaseLockedError, match="another process"):
+    with pytest.raises(DatabaseLockedError, match="another connection in this process"):
         cryptdisk.connect(tmp_path / "db")
+    other = subprocess.run(
+        [sys.executable, "-c", "import sys, cryptdisk\ntry:\n cryptdisk.connect(sys.argv[1])\n"
+         "except cryptdisk.DatabaseLockedError as e:\n print(e)", str(tmp_path / "db")],
+        capture_output=True, text=True, check=True)
+    assert "is open for writing in another process" in other.stdout
     db.close()
     cryptdisk.connect(tmp_path / "db").close()  # the lock went with the first
 

@@ -385,17 +385,25 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def _take_lock(self) -> None:
         fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        st = os.fstat(fd)
+        lock = (st.st_dev, st.st_ino)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            if lock in _LOCKS_HERE:
+                raise DatabaseLockedError(
+                    f"database {self.path} is open for writing by another connection in "
+                    "this process", hint="use that connection (db.reader() gives a thread "
+                    "queries of its own), or close it first") from None
             raise DatabaseLockedError(
                 f"database {self.path} is open for writing in another process",
                 hint="close it there, or open this one with read_only=True "
                 "(cryptdisk sql --read-only)") from None
         self._lock_fd = fd
+        _LOCKS_HERE.add(lock)
         # A database dropped without close() still lets go of the lock when collected.
-        self._unlock = weakref.finalize(self, os.close, fd)
+        self._unlock = weakref.finalize(self, _unlock, fd, lock)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -1576,6 +1584,18 @@ def _for_duckdb(db: Database, sql: str) -> str:
     if _sql.first_word(sql) not in ("SELECT", "FROM"):  # (WITH ... INSERT INTO t, too)
         _sql.check_passthrough(sql, set(db.catalog.tables))
     return sql
+
+
+#: (device, inode) of the LOCK files this process's writers hold (a second connection's
+#: flock fails as another process's would; its error says which). A forked child holds
+#: none of them as its own.
+_LOCKS_HERE: set[tuple[int, int]] = set()
+os.register_at_fork(after_in_child=_LOCKS_HERE.clear)
+
+
+def _unlock(fd: int, lock: tuple[int, int]) -> None:
+    _LOCKS_HERE.discard(lock)
+    os.close(fd)  # closing the descriptor drops the flock
 
 
 _SHOW_TABLES = re.compile(r"(?is)SHOW\s+TABLES")
