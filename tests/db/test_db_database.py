@@ -140,6 +140,22 @@ def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
 
 
 
+def test_insert_of_values_of_the_wrong_type_names_the_column_not_cryptdisks_statement(
+        tmp_path, db):
+    """A value DuckDB cannot cast quoted the statement cryptdisk wrote to cast the data
+    ("LINE 1: SELECT CAST(#1 AS BIGINT) AS "c_int", CAST(NULL AS VARCHAR) ...")."""
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    (tmp_path / "bad.csv").write_text("c_int,c_str\n1,a\nx,b\n")
+    for data in (pa.table({"c_int": ["1", "x"]}), pd.DataFrame({"c_int": [[1]]}),
+                 tmp_path / "bad.csv"):
+        with pytest.raises(DatabaseError, match=r"^INSERT INTO t: Conversion Error: .*"
+                           r"column c_int") as e:
+            db.insert("t", data)
+        assert "CAST(" not in str(e.value) and "LINE" not in str(e.value)
+        assert not str(e.value).endswith("\n")
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+
+
 def test_insert_of_a_csv_file_without_a_header_or_rows_says_so(tmp_path, db):
     """An empty CSV file gave 'no column(s) column0' (DuckDB's name for the column of a
     file it found no header in); so did a file of rows without a header line."""

@@ -52,6 +52,18 @@ _SOURCE = "__cd_insert_source"
 _VALUES_TABLE = "__cd_insert_values"
 
 
+def _without_statement(message: str) -> str:
+    """DuckDB's error ``message`` without the lines that quote the statement it ran
+    (``LINE 1: SELECT CAST(#1 AS BIGINT) ...`` and the carets under it): for data given
+    to :meth:`InsertMixin.insert`, a statement cryptdisk wrote, not the user."""
+    out: list[str] = []
+    for line in message.split("\n"):
+        if line.startswith("LINE ") or (line.strip() and not line.strip("^ ")):
+            continue
+        out.append(line)
+    return "\n".join(out).rstrip()
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -365,8 +377,13 @@ class InsertMixin(DatabaseState):
                 if not registered and reader == "read_csv":
                     _check_csv_header(table, path, cols,
                                       [c for c, _t in self.table(table).columns])
-                return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
-                                         on_rows=on_rows)
+                try:
+                    return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
+                                             on_rows=on_rows)
+                except DatabaseError as exc:
+                    if type(exc) is not DatabaseError:
+                        raise
+                    raise DatabaseError(_without_statement(str(exc)), hint=exc.hint) from None
             finally:
                 if registered:
                     self.con.unregister(_SOURCE)
@@ -398,7 +415,8 @@ class InsertMixin(DatabaseState):
                 parts = self._write(meta, schema, disk, f"SELECT * FROM {_SOURCE}", cols,
                                     version, None)
             except duckdb.Error as exc:
-                raise DatabaseError(f"stage_parts into {meta.name}: {exc}") from None
+                raise DatabaseError(f"stage_parts into {meta.name}: "
+                                    f"{_without_statement(str(exc))}") from None
             finally:
                 self.con.unregister(_SOURCE)
             return [asdict(p) for p in parts]
