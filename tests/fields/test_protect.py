@@ -310,3 +310,27 @@ def test_cryptdisk_protect_binary_ciphertexts(tmp_path, db):
                   "pan=encrypt:cards")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "cryptdisk: error:" in bad.stderr and "need a Parquet output" in bad.stderr
+
+
+def test_columns_that_are_not_text(tmp_path, keys):
+    from cryptdisk.fields import mask_full
+
+    table = pa.table({"raw": pa.array([b"\xff\xfe", b"ok", None]),
+                      "lst": pa.array([[1], [2, 3], None])})
+    # bytes are encrypted as they are (decrypt with output='binary' gives them back)
+    out = protect_table(table, [parse_rule("raw=encrypt:cards")], keys)
+    assert decrypt(out.column("raw"), keys["cards"], output="binary").to_pylist() == \
+        [b"\xff\xfe", b"ok", None]
+    # bytes that are not UTF-8 cannot be text: the row is named, never the bytes
+    with pytest.raises(FieldError, match=r"column 'raw': row 3 is not UTF-8 text") as info:
+        protect_table(table, [parse_rule("raw=mask_full")], keys, first_row=3)
+    assert "\\xff" not in str(info.value)
+    assert protect_table(table.slice(1), [parse_rule("raw=mask_full")], keys).column(
+        "raw").to_pylist() == mask_full(["ok", None]).to_pylist()
+    with pytest.raises(FieldError, match=r"column 'lst' is list<item: int64>: protect takes "
+                       "columns of text, numbers, dates or bytes"):
+        protect_table(table, [parse_rule("lst=encrypt:cards")], keys)
+    src = tmp_path / "in.parquet"
+    pq.write_table(table, src)
+    with pytest.raises(FieldError, match="column 'raw': row 0 is not UTF-8"):
+        protect_file(src, tmp_path / "out.parquet", [parse_rule("raw=tokenize:cards")], keys)

@@ -140,6 +140,36 @@ def _ciphertexts(ciphertexts: str | Mapping[str, str], column: str) -> str:
     return form
 
 
+def _as_text(values: pa.ChunkedArray, rule: ProtectRule, first_row: int) -> pa.ChunkedArray:
+    """A column as the rules take it: text, or bytes as they are for ``encrypt`` and
+    ``encrypt_deterministic``. Other types are cast to text; bytes that are not UTF-8 and
+    types without a text form (lists, structs) are a FieldError naming no value."""
+    typ = values.type
+    if pa.types.is_string(typ):
+        return values
+    if rule.function in _BINARY and (pa.types.is_binary(typ) or pa.types.is_large_binary(typ)):
+        return values
+    try:
+        return values.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+            row = next(i for i, v in enumerate(values.to_pylist())
+                       if v is not None and not _utf8(v))
+            raise FieldError(f"column {rule.column!r}: row {first_row + row} is not UTF-8 "
+                             f"text ({rule.function} takes text; encrypt takes bytes)"
+                             ) from None
+        raise FieldError(f"column {rule.column!r} is {typ}: protect takes columns of text, "
+                         "numbers, dates or bytes") from None
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule],
                   keys: FieldKeys, *, first_row: int = 0,
                   ciphertexts: str | Mapping[str, str] = "base64") -> pa.Table:
@@ -156,9 +186,7 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
         if rule.column not in names:
             raise FieldError(f"no column {rule.column!r} to protect (columns: "
                              f"{', '.join(names)})")
-        values = table.column(rule.column)
-        if not pa.types.is_string(values.type):
-            values = values.cast(pa.string())
+        values = _as_text(table.column(rule.column), rule, first_row)
         try:
             protected = rule.apply(values, keys,
                                    ciphertexts=_ciphertexts(ciphertexts, rule.column))
