@@ -422,8 +422,20 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"done {path}", flush=True)
 
+    def not_started(what: str, exc: KeyProviderError) -> None:
+        print(f"cryptdisk: error: {exc}", file=sys.stderr)
+        print(f"cryptdisk: error: no file {what} was rewrapped; key {args.id} is current in "
+              f"{config}: run the same command again once its keys load",
+              file=sys.stderr)
+
     if args.db:
-        with _open_db(args, config) as db:
+        try:
+            opened = _open_db(args, config)
+        except KeyProviderError as exc:  # the keyring did not load: nothing done yet
+            not_started(f"of {args.db}", exc)
+            opened, code = None, 1
+    if args.db and opened is not None:
+        with opened as db:
             try:
                 n = db.rotate_keys(on_file)
             except KeyProviderError as exc:
@@ -437,7 +449,11 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
                 print(f"rewrapped {n} file(s) of {args.db} under key {args.id}; all its files "
                       f"are under key {args.id}")
     if args.paths:
-        keyring = Keyring.from_config(config)
+        try:
+            keyring = Keyring.from_config(config)
+        except KeyProviderError as exc:  # the keyring did not load: nothing done yet
+            not_started(f"under {', '.join(args.paths)}", exc)
+            return 1
         try:
             summary = rewrap_tree(args.paths, keyring, on_file=on_file)
         finally:

@@ -212,3 +212,52 @@ def test_kms_stopped_mid_operation_fails_after_retries_and_recovers(tmp_path, km
     finally:
         again.stop()
         key.close()
+
+
+def test_promote_while_kms_is_down_says_nothing_was_rewrapped_and_resumes(tmp_path, kms):
+    """A promote whose keyring cannot load (KMS unreachable) says no file was rewrapped and
+    that the same command resumes; with KMS back, it does."""
+    import subprocess
+    import sys
+
+    from moto.server import ThreadedMotoServer
+
+    from cryptdisk.keys import Key, write_key_file
+
+    endpoint, kms_key = kms
+    create_aws_kms_wrapped_key(tmp_path / "k6.kms", kms_key, key_id=6, region="us-east-1",
+                               endpoint=endpoint)
+    write_key_file(tmp_path / "k7.hex", Key.generate(7))
+    cfg = write(tmp_path, "[keyring]\ncurrent_key_id = 6\n"
+                + _entry(endpoint, kms_key, 6, "retries = 1\nretry_seconds = 0.05\n")
+                + '[[keyring.keys]]\nid = 7\nfile = "k7.hex"\n')
+    data = tmp_path / "data"
+    data.mkdir()
+    ring = Keyring.from_config(cfg)
+    for i in range(3):
+        with cryptdisk.open(data / f"f{i}", "wb", keyring=ring) as f:
+            f.write(b"x" * 100)
+    ring.close()
+    port = int(endpoint.rsplit(":", 1)[1])
+    RUNNING[0].stop()
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env = dict(os.environ, PYTHONPATH=src)
+    argv = [sys.executable, "-m", "cryptdisk", "keys", "promote", "7", "-c", cfg, str(data)]
+    down = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert "gave up after 2 attempts" in down.stderr
+    assert (f"no file under {data} was rewrapped; key 7 is current in {cfg}: run the same "
+            "command again once its keys load") in down.stderr, down.stderr
+    assert SECRET not in down.stdout + down.stderr
+    ids = {Header.parse((data / f"f{i}").read_bytes()[:128]).key_id for i in range(3)}
+    assert ids == {6}
+    again = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    again.start()
+    try:
+        up = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        again.stop()
+    assert up.returncode == 0, up.stderr
+    assert "rewrapped 3 file(s) under key 7" in up.stdout
+    ids = {Header.parse((data / f"f{i}").read_bytes()[:128]).key_id for i in range(3)}
+    assert ids == {7}
