@@ -1,6 +1,7 @@
 """The statement recogniser: what cryptdisk handles itself, what goes to DuckDB."""
 
 import duckdb
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -386,3 +387,29 @@ def test_show_tables_lists_the_databases_tables(db):
     assert got.column_names == ["name"]
     assert got.column("name").to_pylist() == ["a", "b", "scratch"]
     assert db.query("show tables;") == [("a",), ("b",), ("scratch",)]
+
+
+def test_a_transaction_block_holds_queries_only(db):
+    """BEGIN, INSERT, ROLLBACK reported success for all three and the insert stayed:
+    cryptdisk commits each change as it runs. A change in a block is now refused."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    db.sql("INSERT INTO t VALUES (1)")
+    db.sql("BEGIN")
+    assert db.query("SELECT count(*) FROM t") == [(1,)]  # queries run in the block
+    for change in ("INSERT INTO t VALUES (2)", "CREATE TABLE u (k BIGINT)", "TRUNCATE t",
+                   "DROP TABLE t", "OPTIMIZE TABLE t FINAL"):
+        with pytest.raises(DatabaseError, match="holds queries only") as e:
+            db.sql(change)
+        assert "ROLLBACK" in e.value.hint
+    with pytest.raises(DatabaseError, match=r"insert into t: .*holds queries only"):
+        db.insert("t", pa.table({"k": [3]}))
+    db.sql("ROLLBACK")
+    assert db.query("SELECT k FROM t") == [(1,)]
+    db.sql("START TRANSACTION")
+    db.sql("COMMIT")
+    db.sql("INSERT INTO t VALUES (2)")  # outside a block: as ever
+    assert db.query("SELECT count(*) FROM t") == [(2,)]
+    with pytest.raises(DatabaseError):
+        db.sql("COMMIT")  # no transaction: DuckDB says so, and writes go on
+    db.sql("INSERT INTO t VALUES (3)")
+    assert db.query("SELECT count(*) FROM t") == [(3,)]

@@ -297,6 +297,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         self._handles: list[Any] = []  # its registry sources (see _bind_exposed)
         #: the queries of this connection's PREPAREd names (see ._prepared)
         self._prepared_queries: dict[str, str] = {}
+        #: a transaction block (BEGIN ... COMMIT) is open on DuckDB's connection: it holds
+        #: queries only (see _writable)
+        self._block = False
         self._statement_cache: StatementCache | None = None  # the running statement's
         self._pins = [f"{self.path}/{PIN_FILE}" if self._remote is not None
                       else os.path.join(self.path, PIN_FILE)]
@@ -546,6 +549,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         t``, ``rotate keys``) on a closed or read-only connection, and on a database at a
         URL unless it only ``adds`` (CREATE TABLE, INSERT) or publishes ``staged`` parts."""
         self._check_open()
+        if self._block:
+            raise DatabaseError(
+                f"{what}: cryptdisk commits each change to its tables as it runs and cannot "
+                "roll it back, so a transaction block (BEGIN ... COMMIT) holds queries only",
+                hint="COMMIT or ROLLBACK first: each change is a transaction of its own")
         if self.read_only:
             raise DatabaseError(f"{what}: the database is open read-only",
                                 hint="to change it, connect without read_only=True "
@@ -1200,7 +1208,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     return self._show_tables()
                 if word not in _QUERIES:
                     self._session_changed()
-                return self._run_duckdb(_for_duckdb(self, sql))
+                block = _block_change(sql)
+                if block is None:
+                    return self._run_duckdb(_for_duckdb(self, sql))
+                try:  # BEGIN ... COMMIT: DuckDB's, and cryptdisk's writes wait for its end
+                    result = self._run_duckdb(_for_duckdb(self, sql))
+                except DatabaseError:
+                    self._block = self._block and block  # (a failed COMMIT ends it too)
+                    raise
+                self._block = block
+                return result
             # a writer of a database at a URL only adds, each commit on condition that no
             # other commit came first (see _commit)
             self._writable(_statement_words(st),
@@ -1596,6 +1613,20 @@ os.register_at_fork(after_in_child=_LOCKS_HERE.clear)
 def _unlock(fd: int, lock: tuple[int, int]) -> None:
     _LOCKS_HERE.discard(lock)
     os.close(fd)  # closing the descriptor drops the flock
+
+
+def _block_change(sql: str) -> bool | None:
+    """True for a statement that opens a transaction block (``BEGIN``, ``START
+    TRANSACTION``), False for one that ends it (``COMMIT``, ``END``, ``ROLLBACK``,
+    ``ABORT``; not ``ROLLBACK TO`` a savepoint), None for any other."""
+    words = sql.split(None, 2)
+    head = words[0].upper().rstrip(";") if words else ""
+    if head in ("BEGIN", "START"):
+        return True
+    if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and not (
+            len(words) > 1 and words[1].upper() == "TO"):
+        return False
+    return None
 
 
 _SHOW_TABLES = re.compile(r"(?is)SHOW\s+TABLES")
