@@ -1,6 +1,7 @@
 """Protected ingestion: rules, protect_file, cryptdisk protect, and a kill in the middle."""
 
 import base64
+import datetime
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def test_protect_csv_to_parquet_keeps_text_and_other_columns(tmp_path, keys):
                                       parse_rule("email=encrypt_deterministic:cards")], keys)
     assert summary.rows == 2
     out = pq.read_table(dst)
-    assert out.column("id").to_pylist() == [1, 2]
+    assert out.column("id").to_pylist() == ["1", "2"]  # a CSV's text, as it is
     pans = out.column("pan")
     assert all(len(p) == 16 and p.isdigit() for p in pans.to_pylist())
     assert "0041111111111111" not in dst.read_bytes().decode("latin-1")
@@ -238,7 +239,7 @@ def test_protect_file_writes_binary_ciphertexts_to_parquet(tmp_path, keys):
     b64, binary = pq.read_table(tmp_path / "b64.parquet"), pq.read_table(tmp_path / "bin.parquet")
     assert b64.schema.field("name").type == pa.string()
     assert binary.schema.field("name").type == binary.schema.field("email").type == pa.binary()
-    assert binary.column("id").to_pylist() == [1, 2, 3]
+    assert binary.column("id").to_pylist() == ["1", "2", "3"]
     assert decrypt(binary.column("name"), keys["cards"]).to_pylist() == ["Zoë 名前", "", "Bob"]
     email = binary.column("email").to_pylist()
     assert email[0] == email[2] and len(email[0]) == len(base64.b64decode(
@@ -334,3 +335,29 @@ def test_columns_that_are_not_text(tmp_path, keys):
     pq.write_table(table, src)
     with pytest.raises(FieldError, match="column 'raw': row 0 is not UTF-8"):
         protect_file(src, tmp_path / "out.parquet", [parse_rule("raw=tokenize:cards")], keys)
+
+
+def test_a_csvs_other_columns_pass_through_as_their_text(tmp_path, keys, db):
+    from cryptdisk.fields import protect_insert
+
+    src = tmp_path / "in.csv"
+    src.write_text("id,zip,amount,day,pan\n1,01234,2.00,2024-01-02,4111111111111111\n"
+                   "2,,1e3,,5500005555555559\n")
+    rules = [parse_rule("pan=fpe_encrypt:cards")]
+    protect_file(src, tmp_path / "out.csv", rules, keys)
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert [line.rsplit(",", 1)[0] for line in lines] == [
+        '"id","zip","amount","day"', '"1","01234","2.00","2024-01-02"', '"2","","1e3",""']
+    protect_file(src, tmp_path / "out.parquet", rules, keys)
+    out = pq.read_table(tmp_path / "out.parquet")
+    assert out.column("zip").to_pylist() == ["01234", ""]
+    assert out.column("amount").to_pylist() == ["2.00", "1e3"]
+    # into a table, the table's types convert the text; an empty field is NULL, as
+    # db.insert reads a CSV
+    db.sql("CREATE TABLE typed (id BIGINT, zip VARCHAR, amount DOUBLE, day DATE, pan VARCHAR)")
+    assert protect_insert(db, "typed", src, rules) == 2
+    assert db.sql("SELECT id, zip, amount, day, fpe_decrypt(pan, 'cards', col := 'pan') AS pan "
+                  "FROM typed ORDER BY id").to_pylist() == [
+        {"id": 1, "zip": "01234", "amount": 2.0, "day": datetime.date(2024, 1, 2),
+         "pan": "4111111111111111"},
+        {"id": 2, "zip": None, "amount": 1000.0, "day": None, "pan": "5500005555555559"}]

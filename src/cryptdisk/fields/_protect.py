@@ -8,8 +8,9 @@ A rule is ``COLUMN=FUNCTION:KEY[,option=value...]``::
     ssn=fpe_encrypt:ids,alphabet=digits
     phone=mask_last4
 
-The column name is FF1's tweak (``fpe_encrypt``, ``tokenize``). Protected columns
-are read as text (a CSV's ``0042`` stays ``0042``); the other columns pass through.
+The column name is FF1's tweak (``fpe_encrypt``, ``tokenize``). A CSV's columns are
+read as their text (``0042`` stays ``0042``), a Parquet file's protected columns as text
+(bytes as they are for ``encrypt``); the other columns pass through.
 :func:`protect_file` streams CSV or Parquet input to a Parquet or CSV file, batch
 by batch, into a temporary file renamed over the output only when every row is
 done, so the output never holds clear values of protected columns and a failed or
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -202,15 +204,15 @@ class ProtectSummary:
     columns: list[str]
 
 
-def _reader(src: str, kind: str, text_columns: Sequence[str]) -> tuple[pa.Schema,
-                                                                      Iterator[pa.RecordBatch]]:
-    """The input's schema and batches. Messages never quote the input's values."""
+def _reader(src: str, kind: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The input's schema and batches. A CSV's columns are its text, every one (inferred
+    types would turn ``01234`` into 1234 and ``2.00`` into 2). Messages never quote the
+    input's values."""
     try:
         if kind == "csv":
             header = pacsv.open_csv(src).schema.names
-            types = {c: pa.string() for c in text_columns if c in header}
             reader = pacsv.open_csv(src, convert_options=pacsv.ConvertOptions(
-                column_types=types))
+                column_types={c: pa.string() for c in header}))
             return reader.schema, iter(reader)
         parquet = pq.ParquetFile(src)
         return parquet.schema_arrow, parquet.iter_batches()
@@ -222,6 +224,15 @@ def _reader(src: str, kind: str, text_columns: Sequence[str]) -> tuple[pa.Schema
         raise FieldError(f"{src} is not a readable {kind.upper()} file") from None
     except pa.ArrowException:
         raise FieldError(f"{src} is not a readable {kind.upper()} file") from None
+
+
+def _empty_as_null(batch: pa.RecordBatch, keep: set[str]) -> pa.RecordBatch:
+    """A CSV batch's empty fields as NULL outside the ``keep`` columns, as ``db.insert``
+    reads a CSV (the table's types then convert the text)."""
+    columns = [col if name in keep else pc.if_else(pc.equal(col, ""), pa.scalar(None, col.type),
+                                                   col)
+               for name, col in zip(batch.schema.names, batch.columns, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
 def _next(batches: Iterator[pa.RecordBatch], src: str, kind: str) -> pa.RecordBatch | None:
@@ -263,7 +274,7 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     rows, writer = 0, None
     try:
         try:
-            schema, batches = _reader(src, in_kind, [r.column for r in rules])
+            schema, batches = _reader(src, in_kind)
             while True:
                 batch = _next(batches, src, in_kind)
                 if batch is None and writer is not None:
@@ -343,11 +354,12 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
     if isinstance(data, (str, os.PathLike)):
         src = os.fspath(data)
         kind = _kind(src, input_format)
-        schema, source = _reader(src, kind, [r.column for r in rules])
+        schema, source = _reader(src, kind)
+        as_text = {r.column for r in rules}  # a protected column's "" is a value
 
         def batches() -> Iterator[pa.RecordBatch]:
             while (batch := _next(source, src, kind)) is not None:
-                yield batch
+                yield _empty_as_null(batch, as_text) if kind == "csv" else batch
     else:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
