@@ -171,6 +171,23 @@ def test_a_key_file_keeps_the_id_keygen_gave_it(tmp_path):
     _no_traceback(bad)
 
 
+def test_a_directory_where_a_file_goes_is_named(tmp_path, keyfile):
+    """Every file command given a directory says which path is one, never a temporary's
+    name or a bare 'Is a directory'."""
+    plain, enc, folder = tmp_path / "p.txt", tmp_path / "p.cd", tmp_path / "a dir"
+    plain.write_bytes(b"hello")
+    folder.mkdir()
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    for argv in (("encrypt", str(plain), str(folder)), ("decrypt", str(enc), str(folder)),
+                 ("encrypt", str(folder), str(tmp_path / "x.cd")), ("cat", str(folder)),
+                 ("decrypt", str(folder), str(tmp_path / "x.txt"))):
+        r = run(*argv, "--key-file", str(keyfile))
+        assert r.returncode == 1, argv
+        assert r.stderr.decode() == f"cryptdisk: error: {folder}: Is a directory\n", argv
+    assert sorted(os.listdir(tmp_path)) == ["a dir", "k.hex", "p.cd", "p.txt"]
+    assert os.listdir(folder) == []
+
+
 def test_keygen_prints_hex():
     r = run("keygen", "--print")
     assert r.returncode == 0 and len(bytes.fromhex(r.stdout.decode().strip())) == 32

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -88,6 +89,8 @@ def _refuse_tty(stream: IO[bytes], force: bool, what: str) -> None:
 @contextlib.contextmanager
 def _atomic_output(path: str) -> Iterator[IO[bytes]]:
     """A temp file beside ``path``, renamed over it only if the block succeeds."""
+    if os.path.isdir(path):  # refused before writing: the rename would fail
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",

@@ -112,7 +112,10 @@ def open_any(path: str | os.PathLike[str], *, config: ConfigKeys | None = None,
     cfg = config
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        head = os.pread(fd, HEADER_SIZE, 0)
+        try:
+            head = os.pread(fd, HEADER_SIZE, 0)
+        except OSError as exc:  # a directory opens but does not read: name it
+            raise type(exc)(exc.errno, exc.strerror, name) from None
         kind = detect_format(head)
         if kind == "cryptdisk":
             keys = list(keyring) if keyring is not None else []

@@ -6,6 +6,7 @@ them. ``read``/``readinto`` return only authenticated plaintext.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tempfile
@@ -29,8 +30,11 @@ __all__ = [
 def temp_beside(path: str) -> tuple[int, str]:
     """A new temporary file ``.NAME.*.cdtmp`` in ``path``'s directory: ``(fd, its path)``.
 
-    An error names ``path`` (what the caller asked to write), not the temporary name.
+    An error names ``path`` (what the caller asked to write), not the temporary name; a
+    directory at ``path`` is refused before anything is written (its rename would fail).
     """
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     try:
         return tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
                                 dir=os.path.dirname(os.path.abspath(path)))
