@@ -413,3 +413,28 @@ def test_a_transaction_block_holds_queries_only(db):
         db.sql("COMMIT")  # no transaction: DuckDB says so, and writes go on
     db.sql("INSERT INTO t VALUES (3)")
     assert db.query("SELECT count(*) FROM t") == [(3,)]
+
+
+def test_statements_on_a_temporary_table_are_duckdbs(db):
+    """CREATE TEMP TABLE made DuckDB's table, but INSERT INTO, TRUNCATE and DROP TABLE of
+    it failed with "no table 'scratch'" (cryptdisk took them as its own), and CREATE TABLE
+    of its name made a table that statements could no longer tell from it."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    db.sql("INSERT INTO t VALUES (1), (2)")
+    db.sql("CREATE TEMP TABLE Scratch (x BIGINT)")
+    db.sql("INSERT INTO scratch VALUES (5)")
+    db.sql("INSERT INTO scratch SELECT k FROM t")
+    assert db.query("SELECT x FROM scratch ORDER BY x") == [(1,), (2,), (5,)]
+    with pytest.raises(DatabaseError, match="temporary table scratch") as e:
+        db.sql("CREATE TABLE IF NOT EXISTS scratch (x BIGINT)")
+    assert "DROP TABLE scratch" in e.value.hint
+    db.sql("BEGIN")  # DuckDB's own table changes in a block, and roll back
+    db.sql("INSERT INTO scratch VALUES (6)")
+    db.sql("ROLLBACK")
+    assert db.query("SELECT count(*) FROM scratch") == [(3,)]
+    db.sql("TRUNCATE scratch")
+    assert db.query("SELECT count(*) FROM scratch") == [(0,)]
+    db.sql("DROP TABLE scratch")
+    db.sql("CREATE TABLE scratch (x BIGINT)")  # the name is free again: a table
+    assert db.query("SELECT name FROM system.tables ORDER BY name") == [("scratch",), ("t",)]
+    assert db.query("SELECT count(*) FROM t") == [(2,)]

@@ -1218,6 +1218,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     raise
                 self._block = block
                 return result
+            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate)) and \
+                    self._temporary_table(st.table if isinstance(st, _sql.Insert) else st.name):
+                self._session_changed()  # DuckDB's own table (CREATE TEMP TABLE): its own
+                return self._run_duckdb(_for_duckdb(self, statement.strip().rstrip(";")))
             # a writer of a database at a URL only adds, each commit on condition that no
             # other commit came first (see _commit)
             self._writable(_statement_words(st),
@@ -1231,6 +1235,19 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 _sql.SystemCommand: self._system_command,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
+
+    def _temporary_table(self, name: str) -> bool:
+        """Whether ``name`` (in any case) is no table of the database's but one of DuckDB's
+        on this connection (``CREATE TEMP TABLE``), whose statements are DuckDB's."""
+        if name.lower() in (t.lower() for t in self.catalog.tables):
+            return False
+        try:
+            return bool(scalar(self.con, "SELECT count(*) FROM duckdb_tables() WHERE "
+                               "lower(table_name) = lower(?) AND (temporary OR ("
+                               "database_name = current_database() AND "
+                               "schema_name = current_schema()))", [name]))
+        except duckdb.Error:
+            return False
 
     def _show_tables(self) -> pa.Table:
         """``SHOW TABLES``: the database's tables and DuckDB's own of this connection
@@ -1319,6 +1336,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if st.if_not_exists:
                 return
             raise DatabaseError(f"table {st.name!r} already exists")
+        if self._temporary_table(st.name):  # (statements naming it would reach DuckDB's)
+            raise DatabaseError(f"CREATE TABLE {st.name}: a temporary table {st.name} of "
+                                "this connection has the name",
+                                hint=f"DROP TABLE {st.name} (the temporary one) first, or "
+                                "give the table another name")
         unknown = set(st.settings) - {"storage_policy"}
         if unknown:
             raise DatabaseError(f"unknown table setting(s) {', '.join(sorted(unknown))}; "
