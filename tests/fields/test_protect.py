@@ -361,3 +361,16 @@ def test_a_csvs_other_columns_pass_through_as_their_text(tmp_path, keys, db):
         {"id": 1, "zip": "01234", "amount": 2.0, "day": datetime.date(2024, 1, 2),
          "pan": "4111111111111111"},
         {"id": 2, "zip": None, "amount": 1000.0, "day": None, "pan": "5500005555555559"}]
+
+
+def test_an_output_that_cannot_be_written_is_named(tmp_path, keys):
+    src = tmp_path / "in.csv"
+    src.write_text("pan\n4111111111111111\n")
+    rules = [parse_rule("pan=mask_full")]
+    with pytest.raises(FieldError, match=f"cannot write {tmp_path}: it is a directory"):
+        protect_file(src, tmp_path, rules, keys)
+    missing = tmp_path / "no" / "out.csv"
+    with pytest.raises(FieldError, match=f"cannot write {missing}: no directory "
+                       f"{tmp_path / 'no'}"):
+        protect_file(src, missing, rules, keys)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".protect-")]

@@ -269,7 +269,14 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise FieldError(f"{dst}: a CSV file holds text: binary ciphertexts need a Parquet "
                          "output (or --into a BLOB column)")
     folder = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(prefix=".protect-", dir=folder)
+    if os.path.isdir(dst):
+        raise FieldError(f"cannot write {dst}: it is a directory")
+    if not os.path.isdir(folder):
+        raise FieldError(f"cannot write {dst}: no directory {folder}")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".protect-", dir=folder)
+    except OSError as exc:
+        raise FieldError(f"cannot write {dst}: {exc.strerror}") from None
     os.close(fd)
     rows, writer = 0, None
     try:
