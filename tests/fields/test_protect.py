@@ -374,3 +374,10 @@ def test_an_output_that_cannot_be_written_is_named(tmp_path, keys):
                        f"{tmp_path / 'no'}"):
         protect_file(src, missing, rules, keys)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".protect-")]
+
+
+def test_two_rules_for_one_column_are_refused(tmp_path, keys):
+    # the second would protect the first one's output (a mask of a ciphertext)
+    rules = [parse_rule("pan=encrypt:cards"), parse_rule("pan=mask_full")]
+    with pytest.raises(FieldError, match="two rules for column 'pan'"):
+        protect_table(pa.table({"pan": ["4111111111111111"]}), rules, keys)

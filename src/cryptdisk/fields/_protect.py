@@ -184,7 +184,11 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     names = table.column_names
+    seen: set[str] = set()
     for rule in rules:
+        if rule.column in seen:
+            raise FieldError(f"two rules for column {rule.column!r}: give one")
+        seen.add(rule.column)
         if rule.column not in names:
             raise FieldError(f"no column {rule.column!r} to protect (columns: "
                              f"{', '.join(names)})")
