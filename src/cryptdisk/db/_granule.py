@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
-__all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_pages",
-           "granule_schema", "page_spans", "walked_all"]
+__all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_chunk_pages",
+           "decode_pages", "granule_schema", "leaf_schema", "page_spans", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -265,13 +265,22 @@ def granule_schema(meta: pq.FileMetaData, j: int) -> tuple[pa.DataType, int, int
     type id, converted type id, LogicalType field id, optional), or None if this module
     does not describe that column (it is read whole)."""
     col = meta.schema.column(j)
-    if col.max_repetition_level != 0 or col.max_definition_level > 1 or "." in col.path:
+    return leaf_schema(col.path, col.physical_type, str(col.logical_type),
+                       col.max_definition_level, col.max_repetition_level)
+
+
+def leaf_schema(path: str, physical: str, logical: str, max_definition: int,
+                max_repetition: int) -> tuple[pa.DataType, int, int | None, int | None,
+                                              bool] | None:
+    """:func:`granule_schema` of a leaf column given as its path, Parquet physical type
+    and logical type (pyarrow's names) and its definition and repetition levels."""
+    if max_repetition != 0 or max_definition > 1 or "." in path:
         return None
-    found = _TYPES.get((col.physical_type, str(col.logical_type)))
+    found = _TYPES.get((physical, logical))
     if found is None:
         return None
-    typ, converted, logical = found
-    return typ, _PHYSICAL[col.physical_type], converted, logical, col.max_definition_level == 1
+    typ, converted, logical_id = found
+    return typ, _PHYSICAL[physical], converted, logical_id, max_definition == 1
 
 
 def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
@@ -282,12 +291,21 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
     :func:`granule_schema` of the column, if the caller has it."""
     if described is False:
         described = granule_schema(meta, j)
+    chunk = meta.row_group(rg).column(j)
+    return decode_chunk_pages(meta.schema.column(j).name, str(chunk.compression),
+                              list(chunk.encodings), pages, read, described)
+
+
+def decode_chunk_pages(name: str, compression: str, encoding_names: list[str],
+                       pages: list[PageSpan], read: Callable[[int, int], Any],
+                       described: Any) -> pa.Array | None:
+    """:func:`decode_pages` of a column chunk given by its leaf's name, its codec and
+    encodings (pyarrow's names) and :func:`granule_schema` of its leaf."""
     if described is None:
         return None
     typ, physical, converted, logical, optional = described
-    chunk = meta.row_group(rg).column(j)
-    codec = _CODECS.get(str(chunk.compression).upper())
-    encodings = [_ENCODINGS.get(e) for e in chunk.encodings]
+    codec = _CODECS.get(compression.upper())
+    encodings = [_ENCODINGS.get(e) for e in encoding_names]
     if codec is None or any(e is None for e in encodings):
         return None
     dictionary_offset = None
@@ -301,15 +319,15 @@ def decode_pages(meta: pq.FileMetaData, rg: int, j: int, pages: list[PageSpan],
         pos += p.end - p.start
     first_data = 4 if dictionary_offset is None else 4 + (pages[0].end - pages[0].start)
     length = pos - 4
-    name = meta.schema.column(j).name.encode()
+    raw_name = name.encode()
     leaf: list[tuple[int, int, Any]] = [(1, _I32, physical), (3, _I32, 1 if optional else 0),
-                                        (4, _BINARY, name)]
+                                        (4, _BINARY, raw_name)]
     if converted is not None:
         leaf.append((6, _I32, converted))
     if logical is not None:
         leaf.append((10, _STRUCT, [(logical, _STRUCT, [])]))
     column_meta: list[tuple[int, int, Any]] = [
-        (1, _I32, physical), (2, _LIST, (_I32, encodings)), (3, _LIST, (_BINARY, [name])),
+        (1, _I32, physical), (2, _LIST, (_I32, encodings)), (3, _LIST, (_BINARY, [raw_name])),
         (4, _I32, codec), (5, _I64, values), (6, _I64, length), (7, _I64, length),
         (9, _I64, first_data)]
     if dictionary_offset is not None:

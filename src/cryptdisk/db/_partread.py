@@ -29,13 +29,16 @@ from pyarrow._parquet import ParquetReader
 
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
+from . import _lookup
 from ._catalog import PartMeta
 from ._granule import (
     PageError,
     PageIndex,
     PageSpan,
+    decode_chunk_pages,
     decode_pages,
     granule_schema,
+    leaf_schema,
     page_spans,
     walked_all,
 )
@@ -454,19 +457,49 @@ def _codecs(meta: pq.FileMetaData, columns: list[str] | None) -> set[str]:
 
 
 def _check_identity(disk: Disk, part: PartMeta, meta: pq.FileMetaData | None,
-                    size: int, kv: dict[bytes, bytes] | None = None) -> None:
-    """Raise unless ``meta`` (``kv``: its key-value metadata, if read already) is the
-    footer of the part the catalog recorded: its part id, its rows, the file's size."""
+                    size: int, kv: dict[bytes, bytes] | None = None,
+                    lookup: _lookup.Lookup | None = None) -> None:
+    """Raise unless ``meta`` (``kv``: its key-value metadata, if read already), or the
+    part's ``lookup`` block, is of the part the catalog recorded: its part id, its rows,
+    the file's size."""
     if kv is None and meta is not None:
         kv = meta.metadata or {}
     found = kv.get(PART_ID_KEY) if kv is not None else None
-    if (found != part.id.encode() or meta is None or meta.num_rows != part.rows
-            or size != part.bytes):
+    rows = lookup.rows if lookup is not None else meta.num_rows if meta is not None else None
+    if (found != part.id.encode() or rows != part.rows or size != part.bytes):
         raise CatalogError(
             f"part {part.path} on disk {disk.name!r} is not the part the catalog "
             "recorded (replaced, rolled back or truncated)",
             hint="restore the part from a backup, or drop the table",
         )
+
+
+def _read_lookup(disk: Disk, part: PartMeta, read: Callable[[int, int], Any], size: int
+                 ) -> tuple[int, _lookup.Lookup | None]:
+    """``(footer length, lookup block)`` of the part of ``size`` bytes that
+    ``read(offset, n)`` reads: the footer's length (with its last 8 bytes) from the
+    file's tail, and the lookup block before it (:mod:`._lookup`), or None if there is
+    none or it does not fit the file (the footer is then parsed instead)."""
+    if disk.is_encrypted and (size < 12 or size != part.bytes):
+        _check_identity(disk, part, None, size)
+    tail = bytes(read(size - 8, 8)) if size >= 12 else b""
+    footer = int.from_bytes(tail[:4], "little") + 8
+    if len(tail) != 8 or tail[4:] != b"PAR1" or footer > size - 4:
+        if not disk.is_encrypted:  # (as pyarrow's reader would find it: not as recorded)
+            raise FormatError("not a Parquet file")
+        raise CatalogError(f"part {part.path} on disk {disk.name!r} is not a Parquet file")
+    if size != part.bytes:
+        _check_identity(disk, part, None, size)
+    at = size - footer - _lookup.TRAILER  # where the block's trailer would start
+    if at < 8:
+        return footer, None
+    trailer = bytes(read(at, _lookup.TRAILER))
+    if trailer[4:] != _lookup.MAGIC:
+        return footer, None
+    n = int.from_bytes(trailer[:4], "little")
+    if n > at - 4:
+        return footer, None
+    return footer, _lookup.parse(read(at - n, n), at - n)
 
 
 def _open_parquet(disk: Disk, part: PartMeta, columns: list[str] | None
@@ -558,10 +591,16 @@ class OpenPart:
         self.disk, self.part = disk, part
         self._handle: Any = None
         self._local: str | None = None
+        self._meta: pq.FileMetaData | None = None
+        self._meta_lock = threading.Lock()
+        info: Any = None
         try:
             if disk.is_encrypted:
                 f = self._handle = open_read(disk, part.path)
-                size, self.meta = _read_footer(disk, part, f)
+                size = int(f.size)
+                info = getattr(f, "info", None)
+                seg = int(info.get("segment_size", 1)) if isinstance(info, dict) else 1
+                read: Callable[[int, int], Any] = _SegmentReader(f, size, seg)
             else:
                 lp = local_path(disk, part.path)
                 if lp is not None:
@@ -570,11 +609,15 @@ class OpenPart:
                     # part stayed in the process's RSS, growing with the table
                     self._handle = pa.OSFile(lp)
                     size = self._handle.size()
-                    self.meta = pq.ParquetFile(self._handle).metadata
                 else:
                     with open_read(disk, part.path) as f:
                         size = int(f.size)
-                        self.meta = pq.ParquetFile(_ZeroCopyFile(f)).metadata
+                read = self._plain_reader()
+            self.size = size
+            # the lookup block before the footer (new parts), else the whole footer
+            self._footer, self._lookup = _read_lookup(disk, part, read, size)
+            if self._lookup is None:
+                self._meta = self._read_meta(read)
         except (FileNotFoundError, DiskFileNotFoundError):
             self.close()
             raise CatalogError(f"part {part.path} of the catalog is missing on disk "
@@ -582,36 +625,48 @@ class OpenPart:
         except BaseException:
             self.close()
             raise
-        #: the footer's key-value metadata (pyarrow builds a new dict, copying every value,
-        #: on each ``meta.metadata``: read once, for the identity check and the index)
-        self._kv: dict[bytes, bytes] = dict(self.meta.metadata or {})
+        lookup = self._lookup
+        if lookup is not None:
+            self._kv: dict[bytes, bytes] = lookup.kv
+            self._num_rows = lookup.rows
+            self.num_row_groups = len(lookup.groups)
+            self._num_leaves = len(lookup.leaves)
+            paths = [leaf[1] for leaf in lookup.leaves]
+            created_by = lookup.created_by
+        else:
+            meta = self.meta
+            #: the footer's key-value metadata (pyarrow builds a new dict, copying every
+            #: value, on each ``meta.metadata``: read once, for the identity check and the
+            #: index)
+            self._kv = dict(meta.metadata or {})
+            self._num_rows = meta.num_rows
+            self.num_row_groups = meta.num_row_groups
+            self._num_leaves = meta.num_columns
+            paths = [meta.schema.column(j).path for j in range(meta.num_columns)]
+            created_by = str(meta.created_by or "")
         try:
-            _check_identity(disk, part, self.meta, size, self._kv)
+            _check_identity(disk, part, self._meta, size, self._kv, lookup)
         except BaseException:
             self.close()
             raise
-        self.size = size
         self.key_checked = False  # the catalog's key range matched the footer's
         self._chunk: dict[tuple[int, int], tuple[int, int, bool]] = {}
         self._arrow: pa.Schema | None = None
-        info = getattr(self._handle, "info", None) if disk.is_encrypted else None
         self._segment = int(info.get("segment_size", 1)) if isinstance(info, dict) else 1
         # cryptdisk's own sealed format: reads take hints and run on the calling thread
         self._sealed = (isinstance(info, dict) and info.get("format") == "cryptdisk"
                         and hasattr(self._handle, "advise"))
         # Arrow pads the chunk ranges of parquet-mr 1.2.8's files; cryptdisk's are pyarrow's
-        self._native = (self._segment > 0 and
-                        str(self.meta.created_by or "").startswith("parquet-cpp"))
+        self._native = self._segment > 0 and created_by.startswith("parquet-cpp")
         self._ranges: dict[str, list[tuple[Any, Any] | None] | None] = {}
         self._all_null: dict[str, set[int]] = {}  # row groups whose column is all NULL
         self._bounded: set[str] = set()  # columns whose ranges came from KEY_BOUNDS_KEY
         self._nulls: dict[str, list[int | None]] = {}  # each row group's null count
         self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
         self._nans: dict[str, set[int]] | None = None
-        self.num_row_groups = self.meta.num_row_groups
         self._leaves: dict[str, list[int]] = {}  # a nested column has several leaf chunks
-        for j in range(self.meta.num_columns):
-            self._leaves.setdefault(self.meta.schema.column(j).path.split(".")[0], []).append(j)
+        for j, path in enumerate(paths):
+            self._leaves.setdefault(path.split(".")[0], []).append(j)
         # statistics only for plain (one-leaf) columns
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
         self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
@@ -631,8 +686,46 @@ class OpenPart:
         self.key_reads: dict[int, Any] = {}
 
     @property
+    def meta(self) -> pq.FileMetaData:
+        """The part's Parquet footer, parsed on first use when the part was opened by its
+        lookup block (:mod:`._lookup`): a query on the key needs none of it."""
+        if self._meta is None:
+            with self._meta_lock:
+                if self._meta is None:
+                    self._meta = self._load_meta()
+        return self._meta
+
+    @meta.setter
+    def meta(self, value: pq.FileMetaData) -> None:
+        self._meta = value
+
+    def _load_meta(self) -> pq.FileMetaData:
+        try:
+            if self.disk.is_encrypted:
+                if self._handle is None:
+                    raise CatalogError(f"part {self.part.path} was closed")
+                meta = self._read_meta(_SegmentReader(self._handle, self.size, self._segment))
+            else:
+                meta = self._read_meta(self._plain_reader())
+            _check_identity(self.disk, self.part, meta, self.size)
+        except MemoryError:
+            raise
+        except (pa.ArrowException, FormatError) as exc:
+            raise not_as_recorded(self.disk, self.part, exc) from None
+        return meta
+
+    def _read_meta(self, read: Callable[[int, int], Any]) -> pq.FileMetaData:
+        """The footer parsed by pyarrow (:meth:`meta`), read through ``read``."""
+        footer = self._footer
+        raw = read(self.size - footer, footer)
+        if len(raw) != footer:
+            raise CatalogError(f"part {self.part.path} on disk {self.disk.name!r} is "
+                               "not a Parquet file")
+        return pq.read_metadata(pa.BufferReader(pa.py_buffer(raw)))
+
+    @property
     def kv(self) -> dict[bytes, bytes]:
-        """The footer's key-value metadata."""
+        """The footer's key-value metadata (cryptdisk's entries)."""
         return self._kv
 
     def ranges(self, column: str) -> list[tuple[Any, Any] | None] | None:
@@ -759,7 +852,8 @@ class OpenPart:
         with self._granules_lock:
             if column in self._granules:  # another thread decoded them meanwhile
                 return self._granules[column]
-            found = key_granules(self.kv, column, self.num_row_groups, self.meta.num_rows)
+            found = key_granules(self.kv, column, self.num_row_groups,
+                                 self._num_rows)
             got = None
             if found is not None:
                 g, groups, mins, maxs = found
@@ -811,6 +905,8 @@ class OpenPart:
         return None if found is None else found[rg]
 
     def rows(self, rg: int) -> int:
+        if self._lookup is not None:
+            return self._lookup.groups[rg]
         return int(self.meta.row_group(rg).num_rows)
 
     def read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
@@ -873,15 +969,25 @@ class OpenPart:
             return False
         if (spans and walked_all(spans, self._chunk_info(rg, j)[1])) or self.indexed(rg, j):
             return True
-        col = self.meta.row_group(rg).column(j)
-        return bool(col.total_compressed_size >= _GRANULE_MIN_BYTES * max(1, col.num_values))
+        start, end, _compressed = self._chunk_info(rg, j)
+        return end - start >= _GRANULE_MIN_BYTES * max(1, self._values(rg, j))
 
     def described(self, j: int) -> Any:
         """:func:`~._granule.granule_schema` of leaf ``j``, found once per open part
         (pyarrow builds the column's schema objects on each look)."""
         if j not in self._described:
-            self._described[j] = granule_schema(self.meta, j)
+            if self._lookup is not None:
+                _name, path, physical, logical, level, repeated = self._lookup.leaves[j]
+                self._described[j] = leaf_schema(path, physical, logical, level, repeated)
+            else:
+                self._described[j] = granule_schema(self.meta, j)
         return self._described[j]
+
+    def _values(self, rg: int, j: int) -> int:
+        """The number of values of leaf ``j``'s chunk in row group ``rg``."""
+        if self._lookup is not None:
+            return self._lookup.chunk(rg, j)[2]
+        return int(self.meta.row_group(rg).column(j).num_values)
 
     def indexed(self, rg: int, j: int) -> bool:
         """Whether the part's page index (:data:`~._parts.PAGES_KEY`, in its authenticated
@@ -895,12 +1001,12 @@ class OpenPart:
         if self._page_index is False:
             raw = self.kv.get(PAGES_KEY)
             self._page_index = None if raw is None else PageIndex(
-                raw, self.num_row_groups, self.meta.num_columns)
+                raw, self.num_row_groups, self._num_leaves)
         if self._page_index is None:
             return False
-        col = self.meta.row_group(rg).column(j)
         start, end, _compressed = self._chunk_info(rg, j)
-        spans = self._page_index.spans(rg, j, start, end, col.num_values)  # type: ignore[union-attr]
+        spans = self._page_index.spans(rg, j, start, end,  # type: ignore[union-attr]
+                                       self._values(rg, j))
         if spans is None:
             return False
         self._pages[(rg, j)] = spans
@@ -923,13 +1029,12 @@ class OpenPart:
         spans = self._pages.get((rg, j), [])
         if spans is None:
             return None
-        col = self.meta.row_group(rg).column(j)
-        start, stop = _chunk_start_end(col)
+        start, stop, _compressed = self._chunk_info(rg, j)
         if not walked_all(spans, stop) and (
                 until is None or sum(p.rows for p in spans) <= until):
             try:
                 spans = page_spans(read or self._page_reader(), start, stop,
-                                   col.num_values, until, spans)
+                                   self._values(rg, j), until, spans)
             except (PageError, pa.ArrowException):
                 self._pages[(rg, j)] = None
                 return None
@@ -960,7 +1065,12 @@ class OpenPart:
             return None
         pages = [p for p in spans if p.dictionary] + wanted
         try:
-            arr = decode_pages(self.meta, rg, j, pages, read, self.described(j))
+            if self._lookup is not None:
+                compression, encodings = self._lookup.codec(rg, j)
+                arr = decode_chunk_pages(self._lookup.leaves[j][0], compression, encodings,
+                                         pages, read, self.described(j))
+            else:
+                arr = decode_pages(self.meta, rg, j, pages, read, self.described(j))
         except (PageError, pa.ArrowException):
             # not pages this reader understands: the whole chunk is read (and any damage
             # reported) as before
@@ -971,7 +1081,9 @@ class OpenPart:
         return arr.slice(first - wanted[0].first_row, end - first)
 
     def _page_reader(self) -> Any:
-        return _SegmentReader(self) if self.disk.is_encrypted else self._plain_reader()
+        if self.disk.is_encrypted:
+            return _SegmentReader(self._handle, self.size, self._segment)
+        return self._plain_reader()
 
     def _plain_reader(self) -> Any:
         if self._local is not None:
@@ -1092,9 +1204,14 @@ class OpenPart:
         (:func:`_chunk_start_end`; compressed by a codec in ``_COMPRESSED``), kept."""
         got = self._chunk.get((rg, j))
         if got is None:
-            col = self.meta.row_group(rg).column(j)
-            got = self._chunk[(rg, j)] = (*_chunk_start_end(col),
-                                          str(col.compression).upper() in _COMPRESSED)
+            if self._lookup is not None:
+                start, end, _values = self._lookup.chunk(rg, j)
+                got = self._chunk[(rg, j)] = (start, end,
+                                              self._lookup.codec(rg, j)[0] in _COMPRESSED)
+            else:
+                col = self.meta.row_group(rg).column(j)
+                got = self._chunk[(rg, j)] = (*_chunk_start_end(col),
+                                              str(col.compression).upper() in _COMPRESSED)
         return got
 
     def _copied(self, columns: list[str]) -> bool:
@@ -1193,9 +1310,9 @@ class _SegmentReader:
     """Bytes of an encrypted part for one granule read (a chunk's page headers, then the
     pages wanted), each segment decrypted (and authenticated) once."""
 
-    def __init__(self, op: OpenPart) -> None:
-        self._f, self._size = op._handle, op.size
-        self._seg = op._segment if op._segment > 1 else 1 << 16
+    def __init__(self, f: Any, size: int, segment: int) -> None:
+        self._f, self._size = f, size
+        self._seg = segment if segment > 1 else 1 << 16
         self._plain: dict[int, memoryview] = {}
 
     def __call__(self, offset: int, n: int) -> memoryview:

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from ..disks import Disk, discardable
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
+from . import _lookup
 from ._catalog import PartMeta
 from ._granule import GRANULE_ROWS, PageScanner
 from ._rollback import VERSION_KEY, part_file_name
@@ -62,6 +63,9 @@ PAGES_KEY = b"cryptdisk.pages"
 #: Whether parts are written with :data:`PAGES_KEY` and :data:`KEY_GRANULES_KEY` (tests
 #: turn it off to write parts as earlier versions did).
 WRITE_PAGE_INDEX = True
+#: Whether parts are written with a lookup block before the footer (:mod:`._lookup`;
+#: tests turn it off to write parts as earlier versions did).
+WRITE_LOOKUP = True
 COMPRESSION = "lz4"
 #: Bytes of Parquet a part's writer gathers (in Arrow's memory, without the GIL) before
 #: handing them to Python to be scanned for the page index and encrypted.
@@ -110,6 +114,8 @@ class _HashingWriter:
         self._thread.start()
         self.closed = False
         self._discard = False
+        #: writes held back by :meth:`hold` (the footer), not yet queued
+        self._held: list[bytes] | None = None
 
     def discard(self) -> None:
         """Drop every later write (the part is being discarded)."""
@@ -134,9 +140,30 @@ class _HashingWriter:
             data = bytes(data)
         if self.scanner is not None:
             self.scanner.feed(data)
-        self._queue.put(data)
+        if self._held is not None:
+            self._held.append(data)
+        else:
+            self._queue.put(data)
         self._size += len(data)
         return len(data)
+
+    def hold(self) -> None:
+        """Keep the writes from now on (pyarrow's footer) until :meth:`release`."""
+        self._held = []
+
+    def release(self, block: bytes | None) -> None:
+        """Write what :meth:`hold` kept, ``block`` inserted before the Parquet footer it
+        ends with (its length in the last 8 bytes): the footer holds no offset of its own,
+        so the file stays the same Parquet file (see :mod:`._lookup`)."""
+        held, self._held = b"".join(self._held or ()), None
+        if block:
+            footer = int.from_bytes(held[-8:-4], "little") + 8 if len(held) >= 8 else 0
+            if held[-4:] != b"PAR1" or footer > len(held):
+                raise FormatError("the part's footer was not where its writer put it")
+            held = held[: len(held) - footer] + block + held[len(held) - footer :]
+            self._size += len(block)
+        if held and not self._discard:
+            self._queue.put(held)
 
     def finish(self) -> None:
         if self._thread.is_alive():
@@ -423,6 +450,7 @@ class _PartWriter:
                  key: str | None) -> None:
         self.disk, self.schema, self.key = disk, schema, key
         self.part_id = uuid.uuid4().hex
+        self._version = str(version).encode()
         self.path = f"{prefix}/{part_file_name(version, self.part_id)}"
         self.rows = 0
         self._raw = disk.open_write(self.path)
@@ -481,8 +509,14 @@ class _PartWriter:
             if pages is not None:
                 extra[PAGES_KEY] = pages
             self._writer.add_key_value_metadata(extra)
+            self._sink.hold()  # the footer, to go after the lookup block
             self._writer.close()
             self._buffered.flush()  # the footer's last bytes, to the sink
+            block = (_lookup.build(self._writer.writer.metadata,
+                                   {PART_ID_KEY: self.part_id.encode(),
+                                    VERSION_KEY: self._version, **extra})
+                     if WRITE_LOOKUP and self.rows else None)
+            self._sink.release(block)
         except BaseException:
             self.abort()
             raise
