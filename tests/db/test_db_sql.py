@@ -438,3 +438,15 @@ def test_statements_on_a_temporary_table_are_duckdbs(db):
     db.sql("CREATE TABLE scratch (x BIGINT)")  # the name is free again: a table
     assert db.query("SELECT name FROM system.tables ORDER BY name") == [("scratch",), ("t",)]
     assert db.query("SELECT count(*) FROM t") == [(2,)]
+
+
+def test_system_columns_lists_every_tables_columns(db):
+    """There was no system.columns (DuckDB answered "Table with name columns does not
+    exist! Did you mean information_schema.columns?", which holds no cryptdisk table)."""
+    db.sql('CREATE TABLE t (k BIGINT, "Note" VARCHAR, d DECIMAL(10,2)) ORDER BY (k, "Note")')
+    db.sql("CREATE TABLE u (x DOUBLE) SETTINGS storage_policy = 'plain'")
+    got = db.query("SELECT * FROM system.columns ORDER BY \"table\", position")
+    assert got == [("t", "k", 1, "BIGINT", True), ("t", "Note", 2, "VARCHAR", True),
+                   ("t", "d", 3, "DECIMAL(10,2)", False), ("u", "x", 1, "DOUBLE", False)]
+    assert db.query("SELECT count(*) FROM system.columns c JOIN system.tables t "
+                    "ON c.\"table\" = t.name WHERE t.is_encrypted") == [(3,)]

@@ -84,6 +84,7 @@ ANALYTICAL_SETUP = ["CREATE TABLE open_t (a BIGINT)", "CREATE TABLE secret (s VA
     "SELECT * FROM read_parquet('x.parquet')",
     "SELECT * FROM '/etc/hostname'",                                     # a path as a table
     "SELECT * FROM system.parts",
+    "SELECT * FROM system.columns",
     "INSERT INTO open_t VALUES (2)",                                     # writes: admins only
     "CREATE TABLE mine (a INTEGER)",
     "COPY open_t TO '/tmp/x.csv'",

@@ -94,8 +94,8 @@ Statements end with ';' and may span lines. Shell commands (no ';'):
   .help            this text
   .tables          the tables: storage policy, encrypted or not, rows
   .quit, .exit     leave the shell (so does Ctrl-D)
-System tables: system.disks, system.storage_policies, system.tables, system.parts,
-system.keys. Ctrl-C drops the statement being typed."""
+System tables: system.disks, system.storage_policies, system.tables, system.columns,
+system.parts, system.keys. Ctrl-C drops the statement being typed."""
 
 
 def _dot_command(db: Any, command: str, fmt: str) -> bool:

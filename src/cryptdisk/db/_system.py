@@ -1,4 +1,5 @@
-"""System tables: ``system.disks``, ``storage_policies``, ``tables``, ``parts``, ``keys``.
+"""System tables: ``system.disks``, ``storage_policies``, ``tables``, ``columns``, ``parts``,
+``keys``.
 
 Built from the config and the catalog on each query that names them. They
 show ids, names, paths and counts; never key material.
@@ -59,6 +60,19 @@ def _tables(db: Any) -> pa.Table:
     })
 
 
+def _columns(db: Any) -> pa.Table:
+    rows = [(t, i, c, ty) for t in db.catalog.tables.values()
+            for i, (c, ty) in enumerate(t.columns, 1)]
+    keys = {t.name: (t.order_by or "").split(",") for t in db.catalog.tables.values()}
+    return pa.table({
+        "table": pa.array([t.name for t, *_ in rows], pa.string()),
+        "name": pa.array([c for _, _, c, _ in rows], pa.string()),
+        "position": pa.array([i for _, i, _, _ in rows], pa.int64()),
+        "type": pa.array([ty for *_, ty in rows], pa.string()),
+        "is_in_order_by": pa.array([c in keys[t.name] for t, _, c, _ in rows], pa.bool_()),
+    })
+
+
 def _parts(db: Any) -> pa.Table:
     rows = [(t.name, p) for t in db.catalog.tables.values() for p in t.parts]
     return pa.table({
@@ -107,4 +121,4 @@ def _keys(db: Any) -> pa.Table:
 def system_tables(db: Any) -> dict[str, pa.Table]:
     """Name -> Arrow table for every system table."""
     return {"disks": _disks(db), "storage_policies": _policies(db), "tables": _tables(db),
-            "parts": _parts(db), "keys": _keys(db)}
+            "columns": _columns(db), "parts": _parts(db), "keys": _keys(db)}
