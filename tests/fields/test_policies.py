@@ -248,6 +248,35 @@ def test_decryptions_are_audited_for_auditors_only(start_server, engine, tmp_pat
     assert AuditLog(tmp_path / "db.audit", engine.keyring).verify() == 4
 
 
+def test_an_audit_line_names_the_columns_the_query_decrypted(start_server,  # noqa: F811
+                                                             engine):
+    """Of a table with two decrypting masks, a query reading one names that one."""
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE people (name VARCHAR, email VARCHAR)")
+        admin.execute("INSERT INTO people SELECT encrypt('Zoë', 'cards'), "
+                      "encrypt_deterministic('z@x.org', 'cards')")
+        admin.execute("GRANT SELECT ON people TO analyst")
+        admin.execute("GRANT AUDIT TO auditor")
+    with connect(srv, "olga") as officer:
+        for column, fn in (("name", "decrypt"), ("email", "decrypt_deterministic")):
+            officer.execute(f"CREATE MASKING POLICY {column}_mask AS (v VARCHAR) RETURNS "
+                            f"VARCHAR -> mask_full({fn}(v, 'cards'))")
+            officer.execute(f"ALTER TABLE people ALTER COLUMN {column} SET MASKING POLICY "
+                            f"{column}_mask")
+    with connect(srv, "bob") as analyst:
+        assert analyst.execute("SELECT name FROM people").fetchall() == [("***",)]
+        assert analyst.execute("SELECT length(email) FROM people").fetchall() == [(7,)]
+        analyst.execute("SELECT * FROM people").fetchall()
+    with connect(srv, "alice") as auditor:
+        cur = auditor.execute("SELECT * FROM system.audit")
+        names = [d.name for d in cur.description]
+        rows = [(r[names.index("functions")], r[names.index("columns")]) for r in cur]
+    assert rows == [("decrypt", "people.name"), ("decrypt_deterministic", "people.email"),
+                    ("decrypt, decrypt_deterministic", "people.email, people.name")]
+
+
 @pytest.mark.parametrize("push", [True, False])
 def test_decrypting_bytes_is_audited_and_for_admins_only(start_server, engine, push):  # noqa: F811
     """decrypt of a BLOB ciphertext, and the UDFs behind the decrypt macros called by

@@ -403,8 +403,9 @@ class _Context:
         if self.used is not None:
             named = [c for c in cols if c.lower() in self.used]
             cols = named or cols[:1]  # count(*): one column, for the rows
-        for column, pname in masks.items():
-            if self.rewriter.reveals(data["masking"][pname]["body"]):
+        read = {c.lower() for c in cols}
+        for column, pname in masks.items():  # the columns the query reads, of them
+            if column.lower() in read and self.rewriter.reveals(data["masking"][pname]["body"]):
                 self.revealed.add(f"{key}.{column}")
         if rows is not None and self.rewriter.reveals(data["row_access"][rows[0]]["body"]):
             self.revealed.update(f"{key}.{c}" for c in rows[1])
