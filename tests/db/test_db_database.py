@@ -140,6 +140,25 @@ def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
 
 
 
+def test_insert_of_python_rows_and_columns(db):
+    """A list of dicts (rows) and a dict of lists (columns) were refused with TypeError."""
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    assert db.insert("t", [{"c_int": 2, "c_str": "b"}, {"c_int": 1, "C_FLOAT": 0.5}]) == 2
+    assert db.insert("t", {"c_int": [3, None], "c_float": [1, 2]}) == 2  # ints for a DOUBLE
+    assert db.query("SELECT * FROM t ORDER BY c_int NULLS LAST") == [
+        (1, None, 0.5), (2, "b", None), (3, None, 1.0), (None, None, 2.0)]
+    with pytest.raises(DatabaseError, match="insert into t: cannot read the data"):
+        db.insert("t", [{"c_int": 1}, {"c_int": "x"}])  # one column, two types
+    with pytest.raises(DatabaseError, match=r"insert into t: cannot read the data"):
+        db.insert("t", {"c_int": [1, 2], "c_str": ["a"]})  # columns of two lengths
+    with pytest.raises(TypeError, match="list of dicts"):
+        db.insert("t", [(1, "a", 0.5)])  # rows without names
+    assert db.insert("t", []) == 0
+    with pytest.raises(TableNotFoundError):
+        db.insert("nope", [])
+    assert db.query("SELECT count(*) FROM t") == [(4,)]
+
+
 def test_insert_of_values_of_the_wrong_type_names_the_column_not_cryptdisks_statement(
         tmp_path, db):
     """A value DuckDB cannot cast quoted the statement cryptdisk wrote to cast the data

@@ -52,6 +52,21 @@ _SOURCE = "__cd_insert_source"
 _VALUES_TABLE = "__cd_insert_values"
 
 
+def _from_python(table: str, data: Any) -> Any:
+    """``data`` as an Arrow table if it is rows as a list of dicts or columns as a dict of
+    lists (pyarrow infers each column's type; DuckDB casts it to the table's), else as it
+    is. Values pyarrow cannot put in one column raise :class:`DatabaseError`."""
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        names = list(dict.fromkeys(k for row in data for k in row))  # (every row's keys:
+        data = {k: [row.get(k) for row in data] for k in names}  # from_pylist takes the 1st)
+    if not isinstance(data, dict):
+        return data
+    try:
+        return pa.table(data)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
+
+
 def _without_statement(message: str) -> str:
     """DuckDB's error ``message`` without the lines that quote the statement it ran
     (``LINE 1: SELECT CAST(#1 AS BIGINT) ...`` and the carets under it): for data given
@@ -334,12 +349,18 @@ class InsertMixin(DatabaseState):
 
     def insert(self, table: str, data: Any, *,
                on_rows: Callable[[int], None] | None = None) -> int:
-        """Insert an Arrow table/batches, a pandas DataFrame, or a CSV/Parquet file path.
+        """Insert an Arrow table/batches, a pandas or polars DataFrame, rows as a list of
+        dicts, columns as a dict of lists, or a CSV/Parquet file path.
 
         Columns match by name; table columns the data lacks get NULL.
         """
         with self._mutex:
             self._check_open()
+            if isinstance(data, list) and not data:  # no rows
+                self._writable(f"insert into {table}", adds=True)
+                self.table(table)
+                return 0
+            data = _from_python(table, data)
             direct = self._insert_arrow(table, data, on_rows)
             if direct is not None:
                 return direct
@@ -366,7 +387,8 @@ class InsertMixin(DatabaseState):
                                         f"{str(exc).splitlines()[0]}") from None
                 registered = True
             else:
-                raise TypeError("insert() takes an Arrow table, a pandas DataFrame, or the "
+                raise TypeError("insert() takes an Arrow table, a pandas or polars DataFrame, "
+                                "a list of dicts (rows), a dict of lists (columns), or the "
                                 f"path of a CSV or Parquet file, not {type(data).__name__}")
             try:
                 try:
