@@ -322,3 +322,73 @@ def test_keygen_and_inspect_explain_themselves():
                            ("inspect", "authenticates the last segment")):
         r = run(command, "--help")
         assert r.returncode == 0 and words in " ".join(r.stdout.decode().split())
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_an_existing_output_is_refused_without_force(tmp_path, keyfile, command):
+    """Like `cryptdisk sqlite encrypt`: an existing OUTPUT is kept, and the message says
+    how to replace it; --force replaces it."""
+    plain, enc = tmp_path / "p.txt", tmp_path / "p.cd"
+    plain.write_bytes(b"hello")
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    src = plain if command == "encrypt" else enc
+    out = tmp_path / "existing"
+    out.write_bytes(b"keep me")
+    r = run(command, str(src), str(out), "--key-file", str(keyfile))
+    assert r.returncode == 1
+    assert r.stderr.decode() == (f"cryptdisk: error: {out} already exists; refusing to "
+                                 "overwrite it\ncryptdisk: hint: choose another output, or "
+                                 "pass --force to replace it\n")
+    assert out.read_bytes() == b"keep me"
+    r = run(command, "-", str(out), "--key-file", str(keyfile), input=src.read_bytes())
+    assert r.returncode == 1 and b"already exists" in r.stderr
+    assert out.read_bytes() == b"keep me"
+    assert sorted(os.listdir(tmp_path)) == ["existing", "k.hex", "p.cd", "p.txt"]
+    r = run(command, str(src), str(out), "--key-file", str(keyfile), "--force")
+    assert r.returncode == 0, r.stderr
+    dec = run("cat", str(out if command == "encrypt" else enc), "--key-file", str(keyfile))
+    assert dec.stdout == b"hello"
+    if command == "decrypt":
+        assert out.read_bytes() == b"hello"
+
+
+def test_in_place_needs_force_and_round_trips(tmp_path, keyfile):
+    """OUTPUT = INPUT is refused as the input, not merely as an existing file; with --force
+    encrypt and decrypt convert the file in place, leaving no temporary behind."""
+    plain = tmp_path / "p.bin"
+    data = os.urandom(200_000)
+    plain.write_bytes(data)
+    for command in ("encrypt", "decrypt"):
+        r = run(command, str(plain), str(plain), "--key-file", str(keyfile))
+        assert r.returncode == 1
+        assert r.stderr.decode() == (f"cryptdisk: error: {plain} is the input file; refusing "
+                                     f"to replace it\ncryptdisk: hint: pass --force to "
+                                     f"{command} it in place\n")
+        assert plain.read_bytes()[:8] != b"CRYPTDSK" or command == "decrypt"
+        assert run(command, str(plain), str(plain), "--key-file", str(keyfile),
+                   "--force").returncode == 0
+        if command == "encrypt":
+            assert plain.read_bytes()[:8] == b"CRYPTDSK"
+            assert run("cat", str(plain), "--key-file", str(keyfile)).stdout == data
+    assert plain.read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["k.hex", "p.bin"]
+
+
+def test_in_place_encrypt_interrupted_leaves_the_input(tmp_path, keyfile):
+    """Killed mid-write, an in-place encrypt leaves the file whole: the plaintext as it was,
+    or (killed after the rename) the whole ciphertext; the output goes to a temporary file
+    renamed over the input only once complete."""
+    plain = tmp_path / "big.bin"
+    data = os.urandom(64 << 20)
+    plain.write_bytes(data)
+    env = {k: v for k, v in os.environ.items() if k != "CRYPTDISK_KEYRING"}
+    proc = subprocess.Popen([*CLI, "encrypt", str(plain), str(plain), "--force", "--key-file",
+                             str(keyfile)], env=env, stderr=subprocess.PIPE)
+    while not any(n.endswith(".cdtmp") for n in os.listdir(tmp_path)):
+        assert proc.poll() is None, proc.stderr.read()
+    proc.kill()
+    proc.wait(timeout=60)
+    proc.stderr.close()
+    after = plain.read_bytes()
+    if after != data:  # the kill came after the rename
+        assert run("cat", str(plain), "--key-file", str(keyfile)).stdout == data

@@ -39,14 +39,18 @@ def register(sub: Any) -> None:
                    help="plaintext bytes per segment, a power of two (default 65536)")
     p.add_argument("--algorithm", choices=["aes-256-gcm", "aes-128-gcm"],
                    help="data cipher (default: the current key's)")
-    p.add_argument("--force", action="store_true", help="write ciphertext even to a terminal")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing OUTPUT (OUTPUT = INPUT encrypts in place), or "
+                   "write ciphertext to a terminal")
     add_key_options(p)
     p.set_defaults(func=cmd_encrypt)
 
     p = sub.add_parser("decrypt", help="decrypt a file after authenticating it")
     p.add_argument("input", help="encrypted file, or - for stdin")
     p.add_argument("output", help="plaintext file, or - for stdout")
-    p.add_argument("--force", action="store_true", help="write binary output even to a terminal")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing OUTPUT (OUTPUT = INPUT decrypts in place), or "
+                   "write binary output to a terminal")
     add_key_options(p)
     p.set_defaults(func=cmd_decrypt)
 
@@ -86,11 +90,39 @@ def _refuse_tty(stream: IO[bytes], force: bool, what: str) -> None:
                              hint="redirect to a file or pipe, or pass --force")
 
 
-@contextlib.contextmanager
-def _atomic_output(path: str) -> Iterator[IO[bytes]]:
-    """A temp file beside ``path``, renamed over it only if the block succeeds."""
+def _check_output(args: argparse.Namespace) -> None:
+    """Refuse an OUTPUT path that is a directory, or that exists (unless ``--force``).
+
+    The output is written to a temporary file beside it and renamed over it once whole,
+    so with ``--force`` an OUTPUT that is the INPUT is converted in place, crash-safe: an
+    interruption leaves the input as it was (and a ``.NAME.*.cdtmp`` to delete).
+    """
+    path = args.output
     if os.path.isdir(path):  # refused before writing: the rename would fail
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if args.force or not os.path.lexists(path):
+        return
+    if args.input != "-" and os.path.exists(args.input) and os.path.exists(path) and \
+            os.path.samefile(args.input, path):
+        raise CryptdiskError(f"{path} is the input file; refusing to replace it",
+                             hint=f"pass --force to {args.command} it in place")
+    raise CryptdiskError(f"{path} already exists; refusing to overwrite it",
+                         hint="choose another output, or pass --force to replace it")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _atomic_output(path: str, overwrite: bool) -> Iterator[IO[bytes]]:
+    """A temp file beside ``path``, moved to ``path`` only if the block succeeds.
+
+    Without ``overwrite``, the move never replaces a file that appeared meanwhile."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".cdtmp",
@@ -103,7 +135,12 @@ def _atomic_output(path: str) -> Iterator[IO[bytes]]:
         f.flush()
         os.fsync(f.fileno())
         f.close()
-        os.replace(tmp, path)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the destination appeared meanwhile
+            os.unlink(tmp)
+        _fsync_dir(path)
     except BaseException:
         f.close()
         with contextlib.suppress(FileNotFoundError):
@@ -135,6 +172,8 @@ def _stdout() -> IO[bytes]:
 
 def cmd_encrypt(args: argparse.Namespace) -> int:
     keyring = keyring_from_args(args)
+    if args.output != "-":
+        _check_output(args)
     src: IO[bytes] = _stdin() if args.input == "-" else open(args.input, "rb")
     try:
         if args.output == "-":
@@ -147,8 +186,9 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
             writer.close()
             out.flush()
         else:
-            with open_file(args.output, "wb", keys=keyring, algorithm=args.algorithm,
-                           segment_size=args.segment_size) as dst:
+            # xb: never replaces a file that appeared since the check
+            with open_file(args.output, "wb" if args.force else "xb", keys=keyring,
+                           algorithm=args.algorithm, segment_size=args.segment_size) as dst:
                 _copy(src, dst)
     finally:
         if src is not sys.stdin.buffer:
@@ -189,7 +229,8 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
         _decrypt_to(args, args.input, out)
         out.flush()
         return 0
-    with _atomic_output(args.output) as out:
+    _check_output(args)
+    with _atomic_output(args.output, args.force) as out:
         _decrypt_to(args, args.input, out)
     return 0
 
