@@ -277,6 +277,26 @@ def test_an_audit_line_names_the_columns_the_query_decrypted(start_server,  # no
                     ("decrypt, decrypt_deterministic", "people.email, people.name")]
 
 
+def test_system_audit_answers_select_star_only(start_server, engine):  # noqa: F811
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("GRANT AUDIT TO auditor")
+    query = "SELECT time, rows FROM system.audit WHERE session_user = 'bob'"
+    with connect(srv, "bob") as analyst:
+        with pytest.raises(DENIED, match="holders of AUDIT"):  # before anything else
+            analyst.execute(query)
+    with connect(srv, "alice") as auditor:
+        with pytest.raises(psycopg.errors.FeatureNotSupported,
+                           match=r"system.audit answers SELECT \* FROM system.audit only"):
+            auditor.execute(query)
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match=r"system\.policies answers"):
+            auditor.execute("SELECT name FROM system.policies")
+        # the store's tables in a literal are not a mention
+        assert auditor.execute("SELECT 'system.audit' AS t").fetchall() == [("system.audit",)]
+        assert auditor.execute("SELECT * FROM system.audit").fetchall() == []
+
+
 @pytest.mark.parametrize("push", [True, False])
 def test_decrypting_bytes_is_audited_and_for_admins_only(start_server, engine, push):  # noqa: F811
     """decrypt of a BLOB ciphertext, and the UDFs behind the decrypt macros called by

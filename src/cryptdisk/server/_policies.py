@@ -75,6 +75,8 @@ _LOCK_POLL = 0.05
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _SYSTEM = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(policies|policy_references|audit)"
                      r"\s*;?\s*", re.I)
+#: a mention of those tables in any statement (outside string literals)
+_NAMES_SYSTEM = re.compile(r"\bsystem\s*\.\s*(policies|policy_references|audit)\b", re.I)
 _CREATE = re.compile(rf"\s*CREATE\s+(OR\s+REPLACE\s+)?(MASKING|ROW\s+ACCESS)\s+POLICY\s+"
                      rf"({_NAME})\s+AS\s*\((.*?)\)\s*RETURNS\s+([A-Za-z][\w ()]*?)\s*->\s*(.+?)"
                      r"\s*;?\s*", re.I | re.S)
@@ -189,7 +191,7 @@ class PolicyStore:
         if words[:2] == ["ALTER", "TABLE"] and re.search(
                 r"\b(MASKING|ROW\s+ACCESS)\s+POLICY\b", _sqltext.strip_strings(sql), re.I):
             return True
-        return _SYSTEM.fullmatch(sql) is not None
+        return _NAMES_SYSTEM.search(_sqltext.strip_strings(sql)) is not None
 
     def handle(self, session: Any, sql: str) -> Result:
         """Run a policy statement (see :meth:`handles`) for ``session`` (a server's
@@ -217,6 +219,7 @@ class PolicyStore:
         system = _SYSTEM.fullmatch(sql)
         if system is not None:
             return self._system(system[1].lower(), privileges)
+        self._system_shape(sql, privileges, None)
         apply = _APPLY.fullmatch(sql)
         if apply is not None:
             what = "audit" if apply[2].upper() == "AUDIT" else "apply"
@@ -267,6 +270,7 @@ class PolicyStore:
             if system[1].lower() == "audit":
                 self._need_audit(privileges, held["audit"])
             return
+        self._system_shape(sql, privileges, held["audit"])
         apply = _APPLY.fullmatch(sql)
         if apply is not None:
             what = "audit" if apply[2].upper() == "AUDIT" else "apply"
@@ -278,6 +282,21 @@ class PolicyStore:
                 held[what] -= names
             return
         self._need_apply(privileges, held["apply"])
+
+    def _system_shape(self, sql: str, privileges: Privileges | None,
+                      held: set[str] | None) -> None:
+        """Refuse a statement other than ``SELECT * FROM system.X`` that names one of the
+        policy store's tables (the store answers that one statement; DuckDB has no such
+        table): AUDIT is checked first, so a role without it learns nothing more."""
+        mention = _NAMES_SYSTEM.search(_sqltext.strip_strings(sql))
+        if mention is None:
+            return
+        name = mention[1].lower()
+        if name == "audit":
+            self._need_audit(privileges, held)
+        raise StatementError(f"system.{name} answers SELECT * FROM system.{name} only",  # noqa: S608
+                             "0A000", hint="select every row and column, and filter them in "
+                             "the client")
 
     @staticmethod
     def _need_admin(privileges: Privileges | None, what: str) -> None:
