@@ -16,6 +16,7 @@ import cryptdisk
 from cryptdisk.errors import (
     AuthenticationError,
     CatalogError,
+    ConfigError,
     DatabaseError,
     DatabaseLockedError,
     KeyFileError,
@@ -407,6 +408,30 @@ def test_reader_sees_writer_commits(tmp_path):
         reader.sql("INSERT INTO t " + gen(1))
     reader.close()
     db.close()
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ({"memory_limit": "lots"}, r"memory_limit 'lots': .*Memory must have a number"),
+    ({"memory_limit": 5}, "memory_limit must be text"),
+    ({"threads": 0}, "threads must be a whole number"),
+    ({"threads": "2"}, "threads must be a whole number"),
+])
+def test_bad_connect_options_are_config_errors_leaving_nothing(tmp_path, options, said):
+    """memory_limit='lots' raised DuckDB's ParserException, threads=0 its SyntaxException,
+    and the failed connect left the new database's directory (its LOCK) and key file."""
+    with pytest.raises(ConfigError, match=said):
+        cryptdisk.connect(tmp_path / "db", **options)
+    assert os.listdir(tmp_path) == []
+    with cryptdisk.connect(tmp_path / "db", memory_limit="64MB", threads=1) as db:
+        assert db.query("SELECT current_setting('threads')") == [(1,)]
+
+
+def test_a_failed_connect_leaves_an_existing_database_as_it_was(tmp_path):
+    cryptdisk.connect(tmp_path / "db").close()
+    before = files_under(tmp_path)
+    with pytest.raises(ConfigError):
+        cryptdisk.connect(tmp_path / "db", memory_limit="lots")
+    assert files_under(tmp_path) == before
 
 
 def test_second_writer_is_refused(tmp_path):

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from ..errors import (
     CatalogError,
+    ConfigError,
     DatabaseError,
     DatabaseLockedError,
     KeyNotFoundError,
@@ -76,6 +77,7 @@ from ._distinct import DistinctCount, count_distinct_item, memory_limit_bytes
 from ._forksafe import track
 from ._import import ImportMixin
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin
+from ._keyfiles import default_key_path
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
@@ -263,6 +265,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                 "(s3://bucket/prefix); this one is a local directory")
         if not isinstance(insert_block_bytes, int) or insert_block_bytes < 1:
             raise DatabaseError("insert_block_bytes must be a positive number of bytes")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                    or threads < 1):
+            raise ConfigError(f"threads must be a whole number of at least 1, not {threads!r}")
+        if memory_limit is not None and not isinstance(memory_limit, str):
+            raise ConfigError(f"memory_limit must be text such as '4GB', not {memory_limit!r}")
         #: an insert sorts and writes its rows in blocks of about this much Arrow data
         self.insert_block_bytes = insert_block_bytes
         self.read_only = read_only
@@ -284,11 +291,19 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                                 "cryptdisk.db.publish(db, URL)")
         if creating:
             _check_new_database_path(self.path)
+        #: what this connect makes for a new database (its directory, its key file): gone
+        #: again if the connect fails
+        made = [p for p in (self.path, default_key_path(self.path))
+                if creating and self._remote is None and not os.path.exists(p)]
         if self._remote is None:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._lock_fd: int | None = None
         if not read_only and self._remote is None:
-            self._take_lock()
+            try:
+                self._take_lock()
+            except BaseException:
+                _remove_made(made)
+                raise
         self._mutex = threading.RLock()
         self._readers_running = 0  # queries Reader objects are running (see reader())
         self._doomed_parts: list[Any] = []  # deleted when the last of them ends
@@ -382,6 +397,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 with contextlib.suppress(Exception):
                     con.close()
             self._release_lock()
+            _remove_made(made)
             raise
 
     # -- setup -------------------------------------------------------------------
@@ -417,10 +433,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         con = track(duckdb.connect(":memory:"))  # never freed by a forked child (_forksafe)
         # No temporary directory: DuckDB cannot spill plaintext; out of memory is an error.
         con.execute("SET temp_directory = ''")
-        if memory_limit is not None:
-            con.execute("SET memory_limit = ?", [memory_limit])
-        if threads is not None:
-            con.execute(f"SET threads = {int(threads)}")
+        for name, value, sql in (("memory_limit", memory_limit, "SET memory_limit = ?"),
+                                 ("threads", threads, "SET threads = ?")):
+            if value is None:
+                continue
+            try:
+                con.execute(sql, [value])
+            except duckdb.Error as exc:  # (DuckDB's words, not its exception)
+                con.close()
+                raise ConfigError(f"{name} {value!r}: {str(exc).splitlines()[0]}",
+                                  hint="memory_limit takes a size such as '4GB' or '512MB'"
+                                  if name == "memory_limit" else None) from None
         for hook in CONNECTION_HOOKS:
             ext = hook(con, self.config)
             if ext is not None and hasattr(ext, "scan_functions"):
@@ -1635,6 +1658,20 @@ os.register_at_fork(after_in_child=_LOCKS_HERE.clear)
 def _unlock(fd: int, lock: tuple[int, int]) -> None:
     _LOCKS_HERE.discard(lock)
     os.close(fd)  # closing the descriptor drops the flock
+
+
+def _remove_made(made: list[str]) -> None:
+    """Remove what a failed connect made for a new database (see Database.__init__): its
+    directory (nothing but this connect wrote there: it held the lock) and its key file
+    (no file outside that directory is encrypted under it)."""
+    import shutil
+
+    for path in made:
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
 
 
 def _block_change(sql: str) -> bool | None:
