@@ -217,10 +217,27 @@ def test_decrypting_takes_a_ciphertext_as_text_or_as_bytes(db, config):
     errors = []
     for push in (True, False):
         db.push_field_functions = push
-        with pytest.raises(DatabaseError, match="row 0 does not authenticate") as info:
+        with pytest.raises(DatabaseError, match="row 0 of DuckDB's batch of values does "
+                           "not authenticate") as info:
             db.sql("SELECT decrypt(g, 'cards') FROM b WHERE n = 9")
         errors.append(str(info.value))
         assert "secret" not in errors[-1] and CARDS not in errors[-1]
     assert errors[0] == errors[1]
     with pytest.raises(DatabaseError, match="mask_last4"):  # a mask takes text only
         db.sql("SELECT mask_last4(g) FROM b")
+
+
+@pytest.mark.parametrize("push", [True, False])
+def test_an_error_in_sql_says_its_row_is_of_duckdbs_batch(db, push):
+    """DuckDB hands a function 2,048 values at a time: the row an error names is one of
+    that batch, which the message says (row 5000 of the table is row 904 of its batch)."""
+    db.push_field_functions = push
+    db.sql("CREATE TABLE many (id BIGINT, c VARCHAR)")
+    db.sql("INSERT INTO many SELECT i, CASE WHEN i = 5000 THEN 'AQAAAAE=' ELSE "
+           "encrypt('x', 'cards') END FROM range(10000) r(i)")
+    with pytest.raises(DatabaseError, match=r"FormatError: row 904 of DuckDB's batch of "
+                       r"values: not a cryptdisk field ciphertext \(5 bytes\)"):
+        db.sql("SELECT decrypt(c, 'cards') FROM many")
+    with pytest.raises(DatabaseError, match=r"fpe_encrypt: row 0 of DuckDB's batch of "
+                       "values has a character outside the alphabet"):
+        db.sql("SELECT fpe_encrypt('12345x', 'cards')")

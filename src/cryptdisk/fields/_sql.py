@@ -24,6 +24,7 @@ code points in both).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import FieldError
+from ..errors import CryptdiskError, FieldError
 from ._aead import decrypt, decrypt_deterministic, encrypt, encrypt_deterministic
 from ._fpe import fpe_decrypt, fpe_encrypt
 from ._keys import FieldKey, FieldKeys
@@ -113,6 +114,18 @@ def _const(arr: Any, what: str) -> Any:
     return arr[0].as_py()
 
 
+_ROW = re.compile(r"\brow (\d+)")
+
+
+def _in_batch(exc: CryptdiskError) -> CryptdiskError:
+    """``exc`` (same class and attributes) saying that the row it names is one of the
+    batch DuckDB handed the function (2,048 values), not a row of a table."""
+    located = type(exc).__new__(type(exc))
+    located.__dict__.update(getattr(exc, "__dict__", {}))
+    located.args = (_ROW.sub(r"row \1 of DuckDB's batch of values", str(exc), count=1),)
+    return located
+
+
 def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) -> None:
     """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection, with
     ``keys`` (or the keys ``keys()`` gives at each call)."""
@@ -129,7 +142,10 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         def run(cols: tuple[Any, ...]) -> Any:
             if len(cols[0]) == 0:
                 return pa.array([], pa.string())
-            return fn(*cols)
+            try:
+                return fn(*cols)
+            except CryptdiskError as exc:
+                raise _in_batch(exc) from None
         # DuckDB counts the parameters of the Python function: give it the exact arity.
         arity: dict[int, Callable[..., Any]] = {
             1: lambda a: run((a,)), 2: lambda a, b: run((a, b)),
