@@ -387,3 +387,25 @@ def test_a_reader_refuses_what_the_database_refuses_on_a_tables_view(db, sql, me
         assert r.query("SELECT count(*) FROM t") == [(6000,)]
     finally:
         r.close()
+
+
+def test_a_reader_of_a_closed_database_says_the_database_is_closed(tmp_path):
+    """A reader whose database was closed answered DuckDB's "Connection Error: Connection
+    has already been closed"."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        db = cryptdisk.connect(tmp_path / "db")
+    r = db.reader()
+    db.close()
+    for call in (lambda: r.query("SELECT 1"), lambda: r.configure("SET threads = 1")):
+        with pytest.raises(DatabaseError, match=r"database .* is closed") as e:
+            call()
+        assert "Connection" not in str(e.value)
+
+
+def test_a_read_only_connection_in_a_transaction_block_says_it_is_read_only(tmp_path):
+    cryptdisk.connect(tmp_path / "db").close()
+    with cryptdisk.connect(tmp_path / "db", read_only=True) as ro:
+        ro.sql("BEGIN")
+        with pytest.raises(DatabaseError, match="open read-only"):
+            ro.sql("CREATE TABLE t (k BIGINT)")

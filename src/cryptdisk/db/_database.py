@@ -572,16 +572,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         t``, ``rotate keys``) on a closed or read-only connection, and on a database at a
         URL unless it only ``adds`` (CREATE TABLE, INSERT) or publishes ``staged`` parts."""
         self._check_open()
-        if self._block:
-            raise DatabaseError(
-                f"{what}: cryptdisk commits each change to its tables as it runs and cannot "
-                "roll it back, so a transaction block (BEGIN ... COMMIT) holds queries only",
-                hint="COMMIT or ROLLBACK first: each change is a transaction of its own")
         if self.read_only:
             raise DatabaseError(f"{what}: the database is open read-only",
                                 hint="to change it, connect without read_only=True "
                                 "(cryptdisk sql without --read-only); one process at a "
                                 "time writes")
+        if self._block:
+            raise DatabaseError(
+                f"{what}: cryptdisk commits each change to its tables as it runs and cannot "
+                "roll it back, so a transaction block (BEGIN ... COMMIT) holds queries only",
+                hint="COMMIT or ROLLBACK first: each change is a transaction of its own")
         if self._remote is not None:
             if not adds and not staged:
                 raise DatabaseError(
@@ -1558,6 +1558,7 @@ class Reader:
                                 "with Database.execute")
         if self._closed:
             raise DatabaseError("this reader is closed")
+        db._check_open()  # (its cursor went with the database)
         prepared = parse_prepared(st.sql)
         if prepared is not None:
             with db._mutex:
@@ -1610,6 +1611,7 @@ class Reader:
             raise DatabaseError("Reader.configure runs one SET or RESET statement")
         if self._closed:
             raise DatabaseError("this reader is closed")
+        self._db._check_open()
         self._settings_untouched = False  # (the database's: readers share its flag)
         try:
             self.con.execute(parts[0])
