@@ -187,6 +187,31 @@ def test_the_lifecycle_over_a_database_written_with_the_config(tmp_path):
             {"id": 2, "files": 3}]
 
 
+def test_a_file_reached_twice_is_counted_once(tmp_path):
+    """A database's part that also lies under a given directory (the disk's store), and a
+    file under two of the given paths, count once in list and in retire's refusal."""
+    cfg, data = setup(tmp_path, files=3)
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100, 200)")
+    store = tmp_path / "store"  # the parts of sales.db: 2 parts, and its catalog in sales.db
+    assert sum(1 for p in store.rglob("*") if p.is_file()) == 2
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    assert run("keys", "promote", "2", "-c", cfg).returncode == 0  # no file rewrapped
+    for scope in ([str(store), str(data)], [str(store), str(data), str(data / "f0.cdk"),
+                                            str(tmp_path / "." / "store")]):
+        listed = run("keys", "list", "-c", cfg, "--db", str(db), *scope, "--format", "json")
+        assert [(r["id"], r["files"]) for r in json.loads(listed.stdout)] == [(1, 6), (2, 0)], \
+            scope
+        refused = run("keys", "retire", "1", "-c", cfg, "--db", str(db), *scope)
+        assert refused.returncode == 1 and "still used by 6 file(s)" in refused.stderr, scope
+    alone = run("keys", "list", "-c", cfg, str(store), str(data), str(data), "--format", "json")
+    assert [(r["id"], r["files"]) for r in json.loads(alone.stdout)] == [(1, 5), (2, 0)]
+
+
 def test_a_database_without_a_config_keeps_its_older_spelling(tmp_path):
     db = tmp_path / "own.db"
     assert run("sql", str(db), "-q", "CREATE TABLE t (x INT)").returncode == 0

@@ -16,7 +16,6 @@ from ..keys import (
     KeyConfig,
     Keyring,
     export_key_material,
-    files_under_key,
     iter_files,
     key_usage,
     read_key_file,
@@ -258,12 +257,29 @@ def _usage(args: argparse.Namespace, config: str | None, key_id: int) -> list[st
     if missing:
         raise KeyringError(f"{', '.join(missing)}: no such file or directory")
     used: list[str] = []
+    db_files: set[str] = set()
     if args.db:
         with _open_db(args, config) as db:
             used += [_db_file(args.db, f) for f in db.files_under_key(key_id)]
+            db_files = _real_paths(db.local_files())
     if args.paths:
-        used += files_under_key(args.paths, key_id)
+        usage = _path_usage(args.paths, db_files)
+        used += usage.get(key_id, []) + [f"{p} (header unreadable)" for p in usage.get(None, [])]
     return used
+
+
+def _real_paths(files: list[str]) -> set[str]:
+    return {os.path.realpath(f) for f in files}
+
+
+def _path_usage(paths: list[str], db_files: set[str]) -> dict[int | None, list[str]]:
+    """:func:`key_usage` of ``paths`` without the database's files (counted from --db) that
+    also lie under them: each file is counted once."""
+    usage = key_usage(paths)
+    if db_files:
+        usage = {k: kept for k, v in usage.items()
+                 if (kept := [f for f in v if os.path.realpath(f) not in db_files])}
+    return usage
 
 
 def _db_file(db: str, label: str) -> str:
@@ -284,21 +300,24 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
     config = _config_path(args, required=not args.db)
     counts: dict[int, int] = {}
-    if args.paths:
-        usage = key_usage(args.paths)
-        unreadable = usage.pop(None, [])
-        counts = {k: len(v) for k, v in usage.items() if k is not None}
-        for path in unreadable:
-            print(f"cryptdisk: warning: {path}: header unreadable; not counted",
-                  file=sys.stderr)
+    db_files: set[str] = set()
     if args.db:
         with _open_db(args, config) as db:
             for row in db.sql("SELECT id, files FROM system.keys").to_pylist():
                 counts[row["id"]] = counts.get(row["id"], 0) + row["files"]
+            db_files = _real_paths(db.local_files())
             if config is None:  # a database's own key files
                 ids, current = db.keyring.ids, db.keyring.current_key_id
                 rows = [(i, "current" if i == current else "active", "file",
                          db.key_file(i) or "") for i in ids]
+    if args.paths:  # the database's files under them are counted above, once
+        usage = _path_usage(args.paths, db_files)
+        for path in usage.pop(None, []):
+            print(f"cryptdisk: warning: {path}: header unreadable; not counted",
+                  file=sys.stderr)
+        for key_id, files in usage.items():
+            if key_id is not None:
+                counts[key_id] = counts.get(key_id, 0) + len(files)
     if config is not None:
         rows = [(s.key_id, s.state, s.source, s.where) for s in KeyConfig(config).states()]
     table = {"id": [r[0] for r in rows], "state": [r[1] for r in rows],

@@ -272,6 +272,23 @@ class RotationMixin(DatabaseState):
                 found.append(CATALOG_FILE)
             return found
 
+    def local_files(self) -> list[str]:
+        """The OS paths of the database's files on this machine: its catalog, and the parts
+        (also those replaced and kept for running queries) on disks over a local directory.
+
+        With them a caller tells the database's files apart from the same files reached by
+        another path (a directory that holds a disk's files, say)."""
+        with self._mutex:
+            parts = [p for meta in self.catalog.tables.values() for p in meta.parts]
+            found = [] if self._remote is not None else [os.path.join(self.path, CATALOG_FILE)]
+            for part in [*parts, *self._doomed_parts]:
+                disk = self.config.disks.get(part.disk)
+                os_path = getattr(disk, "os_path", None)
+                where = os_path(part.path) if os_path is not None else None
+                if where is not None:
+                    found.append(where)
+            return found
+
     def key_file(self, key_id: int) -> str | None:
         """Where a database opened without a config keeps key ``key_id`` (None with a config)."""
         if not self.own_keys or key_id not in self.keyring:

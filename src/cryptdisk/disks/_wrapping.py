@@ -29,6 +29,12 @@ class WrappingDisk(Disk):
     def _inner(self, path: str) -> str:
         return join_prefix(self.prefix, norm_path(path))
 
+    def os_path(self, path: str) -> str | None:
+        """The OS path of a disk file's stored bytes, when the disks below this one end in a
+        local directory (None otherwise)."""
+        below = getattr(self.inner, "os_path", None)
+        return below(self._inner(path)) if below is not None else None
+
     def exists(self, path: str) -> bool:
         return self.inner.exists(self._inner(path))
 

@@ -55,7 +55,17 @@ def rewrap_file(path: str | os.PathLike[str], keys: KeyLookup) -> bool:
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every regular file under the given files and directories, sorted, no symlinks."""
+    """Every regular file under the given files and directories, sorted, no symlinks; each
+    file once (by its real path), however many of the given paths reach it."""
+    seen: set[str] = set()
+
+    def first(name: str) -> bool:
+        real = os.path.realpath(name)
+        if real in seen:
+            return False
+        seen.add(real)
+        return True
+
     for p in paths:
         name = os.fspath(p)
         if os.path.isdir(name):
@@ -63,9 +73,9 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
                 dirs.sort()
                 for f in sorted(files):
                     full = os.path.join(root, f)
-                    if os.path.isfile(full) and not os.path.islink(full):
+                    if os.path.isfile(full) and not os.path.islink(full) and first(full):
                         yield full
-        else:
+        elif first(name):
             yield name
 
 
