@@ -450,3 +450,26 @@ def test_system_columns_lists_every_tables_columns(db):
                    ("t", "d", 3, "DECIMAL(10,2)", False), ("u", "x", 1, "DOUBLE", False)]
     assert db.query("SELECT count(*) FROM system.columns c JOIN system.tables t "
                     "ON c.\"table\" = t.name WHERE t.is_encrypted") == [(3,)]
+
+
+@pytest.mark.parametrize(("sql", "said", "hint"), [
+    ("CREATE TABLE s.u (x INT)", r"CREATE TABLE s\.u: a table is named without a schema",
+     "CREATE TABLE u"),
+    ('CREATE TABLE "main"."U" (x INT)', r"CREATE TABLE main\.U: .*without a schema",
+     "CREATE TABLE U"),
+    ("EXPORT DATABASE '{dir}'", "would export none of them", "cryptdisk backup"),
+    ("IMPORT DATABASE '{dir}'", "gone at close", "INSERT INTO t SELECT"),
+])
+def test_statements_that_would_miss_the_databases_tables_are_refused(db, tmp_path, sql,
+                                                                      said, hint):
+    """CREATE TABLE s.u said "give the columns ... AS SELECT is not supported"; EXPORT
+    DATABASE reported success having exported DuckDB's catalog, which holds no table of
+    the database; IMPORT DATABASE made DuckDB tables that were gone at close."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    db.sql("INSERT INTO t VALUES (1)")
+    out = tmp_path / "export"
+    with pytest.raises(DatabaseError, match=said) as e:
+        db.sql(sql.format(dir=out))
+    assert hint in e.value.hint
+    assert not out.exists()
+    assert db.query("SELECT name FROM system.tables") == [("t",)]

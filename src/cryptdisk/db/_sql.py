@@ -250,6 +250,11 @@ def _column_type(table: str, column: str, text: str) -> str:
 def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     name = unquote(m.group(2))
     rest = sql[m.end():].lstrip()
+    if (q := re.match(rf"(?s)\.\s*({_IDENT})", rest)) is not None:
+        table = unquote(q.group(1))
+        raise DatabaseError(
+            f"CREATE TABLE {name}.{table}: a table is named without a schema (cryptdisk's "
+            "tables are in no DuckDB schema)", hint=f"CREATE TABLE {table} (...)")
     if re.match(r"(?is)as\b", rest) or not rest.startswith("("):
         raise DatabaseError(
             f"CREATE TABLE {name}: give the columns, e.g. CREATE TABLE {name} (a BIGINT, "
@@ -295,7 +300,7 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
 #: The first words of the statements :func:`parse` handles or refuses; any other goes to
 #: DuckDB untouched, without trying (and, in a new process, compiling) the patterns below.
 _OWN_WORDS = frozenset({"CREATE", "INSERT", "DROP", "TRUNCATE", "ALTER", "OPTIMIZE", "SYSTEM",
-                        "UPDATE", "DELETE", "SET", "RESET", "PRAGMA"})
+                        "UPDATE", "DELETE", "SET", "RESET", "PRAGMA", "EXPORT", "IMPORT"})
 
 
 def first_word(s: str) -> str:
@@ -344,6 +349,17 @@ def parse(sql: str) -> Statement:
         return Optimize(unquote(m.group(1)), bool(m.group(2)))
     if m := re.fullmatch(r"(?is)SYSTEM\s+(ROTATE\s+KEYS|REENCRYPT)", s):
         return SystemCommand("rotate" if m.group(1).upper().startswith("ROTATE") else "reencrypt")
+    if re.match(r"(?is)EXPORT\s+DATABASE\b", s):
+        raise DatabaseError(
+            "EXPORT DATABASE writes DuckDB's own catalog, which holds none of the database's "
+            "tables: it would export none of them",
+            hint="back the database up with cryptdisk backup, or export a table in plaintext "
+            "with COPY (SELECT * FROM t) TO 'file.parquet'")
+    if re.match(r"(?is)IMPORT\s+DATABASE\b", s):
+        raise DatabaseError(
+            "IMPORT DATABASE would make DuckDB tables in memory, gone at close, not tables of "
+            "the database", hint="CREATE TABLE t (...), then INSERT INTO t SELECT * FROM "
+            "read_parquet('file.parquet')")
     if re.match(r"(?is)(UPDATE|DELETE)\b", s):
         raise DatabaseError("tables are append-only: UPDATE and DELETE are not supported",
                             hint="TRUNCATE or DROP the table, or insert corrected rows into a "
