@@ -261,3 +261,56 @@ def test_a_plan_made_from_one_text_runs_another_of_its_key_as_itself(
     assert _planned(plan, b) == (None if plan is None else _unplanned(b))
     if plan is not None and "{0}" in template and "'" not in template:
         assert (plan.shape is not None) == (_unplanned(a)[2] is not None)  # type: ignore[index]
+
+
+def test_drop_pg_catalog_before_functions_and_types_only() -> None:
+    from cryptdisk.server._sqltext import drop_pg_catalog
+
+    assert drop_pg_catalog("SELECT pg_catalog.lower(b) FROM t") == "SELECT lower(b) FROM t"
+    assert drop_pg_catalog('SELECT $1::"pg_catalog"."int8"::text') == 'SELECT $1::"int8"::text'
+    assert drop_pg_catalog("SELECT CAST(x AS pg_catalog.text) FROM pg_catalog.pg_class") == \
+        "SELECT CAST(x AS text) FROM pg_catalog.pg_class"
+    for same in ("SELECT 'pg_catalog.lower(x)'", "SELECT x.pg_catalog.f(1)",
+                 "SELECT * FROM pg_catalog.pg_type"):
+        assert drop_pg_catalog(same) == same
+
+
+def test_replace_calls_matches_parentheses_outside_strings() -> None:
+    from cryptdisk.server._sqltext import replace_calls
+
+    sql = "SELECT quote_literal(f(')', x)), Quote_Literal($1) -- quote_literal("
+    assert replace_calls(sql, "quote_literal", "q[{}]") == \
+        "SELECT q[f(')', x)], q[$1] -- quote_literal("
+    assert replace_calls("SELECT quote_literal(", "quote_literal", "q[{}]") == \
+        "SELECT quote_literal("
+
+
+def test_parameter_types_from_context() -> None:
+    from cryptdisk.server import _types as T
+    from cryptdisk.server._paramtypes import infer
+
+    cols = {"t": [("a", T.INT8), ("b", T.TEXT), ("d", T.DATE), ("c", T.FLOAT8)],
+            "u": [("a", T.INT4), ("z", T.NUMERIC)]}
+    tables = {"t": "t", "u": "u"}
+
+    def types(sql: str, count: int) -> list[int]:
+        return infer(sql, count, tables, lambda name: cols[name])
+
+    assert types("SELECT * FROM t WHERE a = $1 AND $2 < d", 2) == [T.INT8, T.DATE]
+    assert types("SELECT * FROM t WHERE c * 2 > $1 AND b LIKE $2", 2) == [T.FLOAT8, T.TEXT]
+    assert types("SELECT $1 + 1, $2::numeric(10, 2), CAST($3 AS DOUBLE PRECISION)", 3) == \
+        [T.INT8, T.NUMERIC, T.FLOAT8]
+    assert types("SELECT $1::int[], $2::timestamp with time zone", 2) == [0, T.TIMESTAMPTZ]
+    assert types("SELECT b FROM t WHERE a IN ($1, $2) OR d BETWEEN $3 AND $4", 4) == \
+        [T.INT8, T.INT8, T.DATE, T.DATE]
+    assert types("SELECT b FROM t LIMIT $1 OFFSET $2", 2) == [T.INT8, T.INT8]
+    assert types("INSERT INTO t (d, b) VALUES ($1, $2), ($3, upper($4))", 4) == \
+        [T.DATE, T.TEXT, T.DATE, 0]
+    assert types("INSERT INTO public.t VALUES ($1, $2, $3, $4)", 4) == \
+        [T.INT8, T.TEXT, T.DATE, T.FLOAT8]
+    # a column in two tables with two types: qualified, or not told
+    assert types("SELECT 1 FROM t JOIN u ON t.a = u.a WHERE u.a = $1 AND a = $2", 2) == \
+        [T.INT4, 0]
+    # a table the caller does not let it see is not looked at
+    assert infer("SELECT 1 FROM u WHERE z = $1", 1, {"t": "t"}, lambda n: cols[n]) == [0]
+    assert types("SELECT lower($1), '$2' = $1", 1) == [0]

@@ -152,6 +152,24 @@ class EngineSession:
         """(column, PostgreSQL type OID) of ``table``, in order (binary COPY FROM)."""
         raise NotImplementedError
 
+    def parameter_types(self, sql: str, count: int,
+                        visible: Callable[[str], bool] | None = None) -> list[int]:
+        """The type OID that its context gives each of ``sql``'s ``count`` parameters (0:
+        none), for a Describe (:mod:`._paramtypes`); only the tables and views ``visible``
+        lets through are looked at."""
+        from . import _paramtypes
+
+        tables = {n.lower(): n for n, _kind in self.relations()
+                  if visible is None or visible(n)}
+
+        def columns(name: str) -> list[tuple[str, int]] | None:
+            try:
+                return self.column_types(name)
+            except StatementError:
+                return None
+
+        return _paramtypes.infer(sql, count, tables, columns)
+
     def authorize(self, sql: str, privileges: Any) -> None:
         """Raise StatementError (42501) if ``privileges`` (a :class:`._grants.Privileges`,
         possibly not this session's own) may not run ``sql``; run nothing. Errors other than
@@ -222,6 +240,22 @@ def sql_literal(value: Any) -> str:
     if "\0" in text:
         raise StatementError("a string parameter contains a NUL character", "22021")
     return "'" + text.replace("'", "''") + "'"
+
+
+_POSTGRES_ONLY = re.compile("pg_catalog|quote_literal", re.I)
+#: PostgreSQL's quote_literal(text), which DuckDB lacks (the engine reads standard strings:
+#: a backslash needs no escape)
+_DUCKDB_QUOTE_LITERAL = "('''' || replace(CAST(({}) AS VARCHAR), '''', '''''') || '''')"
+
+
+def postgres_spelling(sql: str, quote_literal: str) -> str:
+    """``sql`` with what PostgreSQL clients write and the engine spells otherwise:
+    ``pg_catalog.`` before functions and types dropped, ``quote_literal(x)`` as
+    ``quote_literal`` (a template of ``x``)."""
+    if _POSTGRES_ONLY.search(sql) is None:
+        return sql
+    return _sqltext.replace_calls(_sqltext.drop_pg_catalog(sql), "quote_literal",
+                                  quote_literal)
 
 
 def _duckdb_sqlstate(message: str) -> str:
@@ -456,6 +490,7 @@ class _AnalyticalSession(EngineSession):
                 raise StatementError(f"there is no parameter ${n}", "42P02")
             return sql_literal(params[n - 1])
 
+        sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL)
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
         if self.block:
             from ..db import Reader
@@ -486,8 +521,8 @@ class _AnalyticalSession(EngineSession):
         words = _sqltext.first_words(sql, 1)
         if words and words[0] in TRANSACTION_WORDS:
             return  # refused when it runs, whoever runs it
-        text = _sqltext.unqualify(_sqltext.substitute(sql, lambda n: "NULL"),
-                                  self._table_names)
+        text = _sqltext.unqualify(_sqltext.substitute(
+            postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL), lambda n: "NULL"), self._table_names)
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
         privileges.check_analytical(text, con)
@@ -1049,6 +1084,7 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
+        sql = postgres_spelling(sql, "quote({})")
         if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
             sql = _sqltext.drop_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
@@ -1263,7 +1299,7 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                text = _sqltext.drop_casts(sql)
+                text = _sqltext.drop_casts(postgres_spelling(sql, "quote({})"))
                 text = _sqltext.substitute(text, _placeholder) if "$" in text else text
                 cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),
                             [None] * _sqltext.placeholders(sql), can_cache=False)

@@ -41,6 +41,7 @@ class _Statement:
     nparams: int
     columns: list[tuple[str, int]] | None = None
     described: bool = False
+    typed: bool = False  # its untyped parameters have been given their context's types
 
 
 @dataclass
@@ -524,6 +525,9 @@ class Session:
             except StatementError as exc:
                 self._error(exc)
                 self.skip_to_sync = True
+                # sent at once, as PostgreSQL does: a client that sent Flush (not Sync) waits
+                # for it (asyncpg's prepare), and the Flush it sent next is skipped
+                await self.flush()
             if self.out_size > 1 << 16:
                 await self.flush()
 
@@ -889,10 +893,15 @@ class Session:
                 self.portals.pop(n, None)
             return Result(None, [], "CLOSE CURSOR")
         fetch = parse_fetch(sql)
-        if fetch.name not in self.cursors:
+        # a named portal of the extended protocol is a cursor too, as in PostgreSQL (asyncpg
+        # moves its cursors' portals with MOVE FORWARD n name)
+        if fetch.name not in self.cursors and not (fetch.name and fetch.name in self.portals):
             raise StatementError(f'cursor "{fetch.name}" does not exist', "34000")
         portal = self.portals[fetch.name]
-        assert portal.result is not None
+        if portal.result is None:
+            portal.result = await self._run_statement(portal.statement.sql, portal.params)
+            if self.engine is not None:
+                portal.tables = set(self.engine.last_tables)
         rows = portal.result.rows
         picked, portal.sent = move(portal.sent, len(rows), fetch)
         if self.engine is not None:
@@ -1356,6 +1365,8 @@ class Session:
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)
                     st.described = True
+                if not st.typed:
+                    await self._infer_parameters(st)
                 self.send(P.parameter_description(
                     [st.param_types[i] if i < len(st.param_types) and st.param_types[i]
                      else _types.TEXT for i in range(st.nparams)]))
@@ -1415,6 +1426,23 @@ class Session:
                 if dropped is not None and dropped.log_entry is not None:
                     await self._write_portal_log(dropped)
             self.send(P.CLOSE_COMPLETE)
+
+    async def _infer_parameters(self, st: _Statement) -> None:
+        """Give the parameters the client left untyped the type their context gives (as
+        PostgreSQL does at Parse; here at the first Describe, which clients that encode
+        parameters by type send): the Describe says it, and later Binds read values by it."""
+        st.typed = True
+        given = list(st.param_types) + [0] * (st.nparams - len(st.param_types))
+        if all(given) or self.engine is None:
+            return
+        privileges = self.privileges
+
+        def visible(table: str) -> bool:
+            return privileges is None or any(privileges.allowed(table, action) for action in
+                                             ("SELECT", "INSERT", "UPDATE", "DELETE"))
+
+        inferred = await self._timed(self.engine.parameter_types, st.sql, st.nparams, visible)
+        st.param_types = tuple(g or i for g, i in zip(given, inferred, strict=True))
 
     def _statement(self, name: str) -> _Statement:
         try:

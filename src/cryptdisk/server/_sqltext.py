@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
-__all__ = ["QueryPlan", "digit_key", "drop_casts", "first_words", "lift_literals", "placeholders",
-           "query_plan", "replace_words", "split_statements", "strip_strings", "substitute",
-           "unqualified_parts", "unqualify"]
+__all__ = ["QueryPlan", "digit_key", "drop_casts", "drop_pg_catalog", "first_words",
+           "lift_literals", "placeholders", "query_plan", "replace_calls", "replace_words",
+           "split_statements", "strip_strings", "substitute", "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -214,11 +214,80 @@ def drop_casts(sql: str) -> str:
         m = _CAST.match(sql, e)
         if m is None:
             continue
+        while (more := _CAST.match(sql, m.end())) is not None:  # $1::int8::text
+            m = more
         target = _SQLITE_CASTS.get(" ".join(m[1].lower().split())) \
             if kind == "quoted" and m[2] is None and "[" not in m.group() else None
         out.append(sql[pos:s])
         out.append(f"CAST({sql[s:e]} AS {target})" if target else sql[s:e])
         pos = m.end()
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+_QUALIFIED = re.compile(r'\s*\.\s*(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)(\s*\()?')
+_BEFORE_TYPE = re.compile(r"(?:::|\bAS)\s*$", re.I)
+_PG_CATALOG = re.compile("pg_catalog", re.I)
+
+
+def drop_pg_catalog(sql: str) -> str:
+    """``sql`` without ``pg_catalog.`` before a function's or a type's name:
+    ``pg_catalog.lower(b)``, ``$1::pg_catalog.int8``, ``CAST(x AS "pg_catalog"."text")``
+    (as drivers write them) become ``lower(b)``, ``$1::int8``, ``CAST(x AS "text")``; the
+    engines have PostgreSQL's functions and types, if any, under their bare names. A
+    table's qualified name (``pg_catalog.pg_class``) is left alone."""
+    if _PG_CATALOG.search(sql) is None:
+        return sql
+    out, pos = [], 0
+    for kind, s, e in _scan(sql, words=True):
+        if kind == "word":
+            if sql[s:e].lower() != "pg_catalog":
+                continue
+        elif kind != "quoted" or sql[s:e] != '"pg_catalog"':
+            continue
+        if sql[:s].rstrip().endswith("."):
+            continue
+        m = _QUALIFIED.match(sql, e)
+        if m is None or not (m[1] or _BEFORE_TYPE.search(sql, 0, s)):
+            continue
+        out.append(sql[pos:s])
+        pos = sql.index(".", e) + 1
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def replace_calls(sql: str, name: str, template: str) -> str:
+    """``sql`` with each call of the function ``name`` (any case, unqualified) written as
+    ``template`` with ``{}`` for its argument text: for a PostgreSQL function an engine
+    lacks (``quote_literal(x)``). Strings, quoted names and comments are left alone."""
+    if name not in sql.lower():
+        return sql
+    out, pos, depth_from = [], 0, -1
+    spans = list(_scan(sql, words=True))
+    for i, (kind, s, e) in enumerate(spans):
+        if kind != "word" or sql[s:e].lower() != name or s < depth_from:
+            continue
+        m = re.compile(r"\s*\(").match(sql, e)
+        if m is None:
+            continue
+        depth, j = 1, m.end()
+        quoted = [(qs, qe) for k, qs, qe in spans[i + 1:] if k == "quoted"]
+        while j < len(sql) and depth:
+            q = next(((qs, qe) for qs, qe in quoted if qs == j), None)
+            if q is not None:
+                j = q[1]
+                continue
+            depth += (sql[j] == "(") - (sql[j] == ")")
+            j += 1
+        if depth:
+            return sql
+        out.append(sql[pos:s])
+        out.append(template.format(sql[m.end():j - 1]))
+        pos = depth_from = j
     if not out:
         return sql
     out.append(sql[pos:])

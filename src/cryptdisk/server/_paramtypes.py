@@ -1,0 +1,273 @@
+"""The types of a statement's ``$n`` parameters, from where they stand, for a Describe.
+
+PostgreSQL gives each parameter a client leaves untyped (OID 0) the type its context
+asks for, and says so in the ParameterDescription; clients that encode by that type
+(asyncpg, pg8000) send an ``int`` for ``WHERE id = $1`` only when it says ``int8``.
+Neither engine has that step (DuckDB leaves a prepared parameter's type unknown until it
+is bound, SQLite has none), so the server reads it off the statement's text:
+
+- a cast: ``$1::int``, ``CAST($1 AS DATE)``;
+- a column beside it in a comparison or arithmetic (``price > $1``, ``$1 = t.id``,
+  ``SET n = $1``), ``IN ($1, $2)``, ``BETWEEN $1 AND $2``: the column's type;
+- ``INSERT INTO t [(columns)] VALUES ($1, ...)``: the type of the column at its place;
+- ``LIMIT $n`` / ``OFFSET $n``: int8; an integer literal beside it in arithmetic
+  (``$1 + 1``): int8; a decimal one: numeric; ``LIKE $1``, ``|| $1``: text.
+
+Columns are looked up in the tables the statement names that the caller lets it see.
+What none of these settle is text, as before (0 is returned for it: the caller decides).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+from . import _types as T
+
+__all__ = ["infer", "type_oid"]
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
+  | (?P<str>[eE]?'(?:[^']|'')*')
+  | (?P<qid>"(?:[^"]|"")+")
+  | (?P<param>\$\d+)
+  | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+  | (?P<op>::|<=|>=|<>|!=|\|\||[-+*/%=<>(),.;\[\]])
+  | (?P<other>.)
+""", re.S | re.X)
+
+_COMPARE = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
+_ARITH = frozenset({"+", "-", "*", "/", "%"})
+_SCHEMAS = frozenset({"public", "main"})
+
+#: PostgreSQL and DuckDB type names -> the OID the server describes them as
+_NAMES = {
+    **dict.fromkeys(("bool", "boolean"), T.BOOL),
+    **dict.fromkeys(("smallint", "int2", "tinyint", "int1", "utinyint"), T.INT2),
+    **dict.fromkeys(("int", "integer", "int4", "signed", "usmallint"), T.INT4),
+    **dict.fromkeys(("bigint", "int8", "long", "uinteger"), T.INT8),
+    **dict.fromkeys(("real", "float4"), T.FLOAT4),
+    **dict.fromkeys(("float", "float8", "double"), T.FLOAT8),
+    **dict.fromkeys(("numeric", "decimal", "ubigint", "hugeint"), T.NUMERIC),
+    **dict.fromkeys(("text", "varchar", "char", "character", "string", "bpchar", "name"),
+                    T.TEXT),
+    **dict.fromkeys(("bytea", "blob"), T.BYTEA),
+    "date": T.DATE, "time": T.TIME, "timestamp": T.TIMESTAMP, "datetime": T.TIMESTAMP,
+    "timestamptz": T.TIMESTAMPTZ, "interval": T.INTERVAL, "uuid": T.UUID, "json": T.JSON,
+}
+
+
+def type_oid(name: str) -> int:
+    """The OID of a type named in a cast (its first word; ``timestamp with time zone``
+    gives timestamptz); 0 for a name the server does not describe."""
+    words = name.lower().split()
+    if not words:
+        return 0
+    if words[0] == "timestamp" and "with" in words and "without" not in words:
+        return T.TIMESTAMPTZ
+    return _NAMES.get(words[0].strip('"'), 0)
+
+
+class _Tok(NamedTuple):
+    kind: str  # "param", "num", "str", "ref" (a dotted name), "op", "word" (a keyword)
+    text: str  # the upper-cased keyword or operator, the parameter's number, the number
+    parts: tuple[str, ...] = ()  # a ref's names, lower-cased unless quoted
+
+
+def _tokens(sql: str) -> list[_Tok]:
+    raw: list[tuple[str, str]] = [(m.lastgroup or "other", m.group()) for m in
+                                  _TOKEN.finditer(sql) if m.lastgroup != "ws"]
+    out: list[_Tok] = []
+    i = 0
+    while i < len(raw):
+        kind, text = raw[i]
+        if kind in ("word", "qid"):
+            parts = [_name(kind, text)]
+            while i + 2 < len(raw) and raw[i + 1] == ("op", ".") and \
+                    raw[i + 2][0] in ("word", "qid"):
+                parts.append(_name(*raw[i + 2]))
+                i += 2
+            out.append(_Tok("ref", text.upper() if kind == "word" else text, tuple(parts)))
+        elif kind == "param":
+            out.append(_Tok("param", text[1:]))
+        else:
+            out.append(_Tok(kind, text.upper() if kind != "str" else text))
+        i += 1
+    return out
+
+
+def _name(kind: str, text: str) -> str:
+    return text[1:-1].replace('""', '"') if kind == "qid" else text.lower()
+
+
+def _cast_type(toks: list[_Tok], at: int) -> int:
+    """The type named from ``toks[at]`` on (after ``::`` or ``AS``)."""
+    words = []
+    for t in toks[at:at + 4]:
+        parts = t.parts[1:] if t.parts[:1] == ("pg_catalog",) else t.parts
+        if t.kind != "ref" or len(parts) != 1:
+            break
+        words.append(parts[0])
+    end = at + len(words)
+    if end < len(toks) and toks[end].text == "(":  # numeric(10, 2), varchar(20)
+        end = next((i + 1 for i in range(end, len(toks)) if toks[i].text == ")"), end)
+    if end < len(toks) and toks[end].text == "[":  # an array: not described
+        return 0
+    return type_oid(" ".join(words))
+
+
+Columns = Callable[[str], "list[tuple[str, int]] | None"]
+
+
+def infer(sql: str, count: int, tables: dict[str, str], columns: Columns) -> list[int]:
+    """The OID of each of ``sql``'s ``count`` parameters that its context gives (0: none).
+
+    ``tables``: lower-cased name -> name of each table the statement may look at;
+    ``columns(name)``: (column, OID) of that table (None: not readable)."""
+    result = [0] * count
+    try:
+        toks = _tokens(sql)
+    except re.error:  # pragma: no cover - the pattern matches every character
+        return result
+    named = {t.parts[-1].lower() for t in toks if t.kind == "ref"
+             and (len(t.parts) == 1 or (len(t.parts) == 2 and t.parts[0].lower() in _SCHEMAS))}
+    cache: dict[str, dict[str, int]] = {}
+
+    def table_columns(name: str) -> dict[str, int]:
+        key = tables.get(name.lower())
+        if key is None:
+            return {}
+        if key not in cache:
+            cols = columns(key)
+            cache[key] = {c.lower(): oid for c, oid in cols or []}
+        return cache[key]
+
+    in_scope = [t for t in named if t in tables]
+
+    def ref_type(tok: _Tok) -> int:
+        if tok.kind != "ref" or not tok.parts:
+            return 0
+        col = tok.parts[-1].lower()
+        if len(tok.parts) >= 2 and tok.parts[-2].lower() in tables:
+            return table_columns(tok.parts[-2]).get(col, 0)
+        found = {table_columns(t).get(col, 0) for t in in_scope} - {0}
+        return found.pop() if len(found) == 1 else 0
+
+    def literal_type(tok: _Tok) -> int:
+        if tok.kind != "num":
+            return 0
+        return T.INT8 if tok.text.isdigit() else T.NUMERIC
+
+    def operand_type(i: int, step: int, arithmetic: bool) -> int:
+        """The type of the operand from ``toks[i]`` on (going by ``step``): its first
+        column's in a chain of columns and literals joined by arithmetic (``c * 2``); else,
+        beside arithmetic, its first literal's."""
+        literal = 0
+        while True:
+            tok = at(i)
+            found = ref_type(tok)
+            if found:
+                return found
+            if tok.kind == "num":
+                literal = literal or literal_type(tok)
+            elif tok.kind != "param":
+                break
+            if at(i + step).text not in _ARITH:
+                break
+            arithmetic = True
+            i += 2 * step
+        return literal if arithmetic else 0
+
+    def at(i: int) -> _Tok:
+        return toks[i] if 0 <= i < len(toks) else _Tok("end", "")
+
+    def context(k: int) -> int:
+        before, after = at(k - 1), at(k + 1)
+        if after.text == "::":
+            return _cast_type(toks, k + 2)
+        if after.text == "AS" and before.text == "(" and at(k - 2).text == "CAST":
+            return _cast_type(toks, k + 2)
+        if before.text in ("LIMIT", "OFFSET"):
+            return T.INT8
+        if before.text in ("LIKE", "ILIKE", "||") or after.text == "||":
+            return T.TEXT
+        if before.text in _COMPARE or before.text in _ARITH:
+            found = operand_type(k - 2, -1, before.text in _ARITH)
+            if found:
+                return found
+        if after.text in _COMPARE or after.text in _ARITH:
+            found = operand_type(k + 2, 1, after.text in _ARITH)
+            if found:
+                return found
+        if before.text == "BETWEEN":
+            return ref_type(at(k - 2 - (at(k - 2).text == "NOT")))
+        if before.text == "AND" and at(k - 3).text == "BETWEEN":
+            return ref_type(at(k - 4 - (at(k - 4).text == "NOT")))
+        j = k - 1  # an IN list: col IN ($1, $2, ...)
+        while at(j).text == "," and at(j - 1).kind in ("param", "num", "str"):
+            j -= 2
+        if at(j).text == "(" and at(j - 1).text == "IN":
+            return ref_type(at(j - 2 - (at(j - 2).text == "NOT")))
+        return 0
+
+    for k, tok in enumerate(toks):
+        if tok.kind == "param":
+            n = int(tok.text)
+            if 1 <= n <= count and not result[n - 1]:
+                result[n - 1] = context(k)
+    _insert_values(toks, result, table_columns, tables)
+    return result
+
+
+def _insert_values(toks: list[_Tok], result: list[int],
+                   table_columns: Callable[[str], dict[str, int]],
+                   tables: dict[str, str]) -> None:
+    """``INSERT INTO t [(a, b)] VALUES ($1, $2), ...``: each parameter that is a whole
+    value takes its column's type."""
+    if len(toks) < 4 or toks[0].text != "INSERT" or toks[1].text != "INTO" or \
+            toks[2].kind != "ref":
+        return
+    parts = toks[2].parts
+    if parts[-1].lower() not in tables:
+        return
+    cols = table_columns(parts[-1])
+    if not cols:
+        return
+    i = 3
+    if toks[i].kind == "ref" and toks[i].text not in ("VALUES", "SELECT", "DEFAULT"):
+        i += 1  # an alias
+    names: list[str] = list(cols)
+    if i < len(toks) and toks[i].text == "(":
+        names = []
+        i += 1
+        while i < len(toks) and toks[i].text != ")":
+            if toks[i].kind == "ref":
+                names.append(toks[i].parts[-1].lower())
+            i += 1
+        i += 1
+    if i >= len(toks) or toks[i].text != "VALUES":
+        return
+    i += 1
+    while i < len(toks) and toks[i].text == "(":
+        i += 1
+        place, depth = 0, 0
+        items: list[_Tok] = []
+        while i < len(toks):
+            t = toks[i]
+            if depth == 0 and t.text in (",", ")"):
+                if len(items) == 1 and items[0].kind == "param" and place < len(names):
+                    n = int(items[0].text)
+                    if 1 <= n <= len(result) and not result[n - 1]:
+                        result[n - 1] = cols.get(names[place], 0)
+                place, items = place + 1, []
+                if t.text == ")":
+                    break
+            else:
+                depth += (t.text == "(") - (t.text == ")")
+                items.append(t)
+            i += 1
+        i += 1
+        if i < len(toks) and toks[i].text == ",":
+            i += 1
