@@ -269,6 +269,27 @@ def _duckdb_sqlstate(message: str) -> str:
     return "XX000"
 
 
+def _type_error(text: str) -> StatementError | None:
+    """DuckDB's binder errors about types as PostgreSQL's: a function or operator that
+    cannot tell the type of an untyped parameter (written into the statement as a string
+    literal) or string literal, 42P18; values of two types it will not compare or assign
+    without a cast, 42804; no function or operator for these argument types, 42883."""
+    first = text.split("\n", 1)[0]
+    if "Could not choose a best candidate" in first and "STRING_LITERAL" in first:
+        return StatementError(
+            "could not determine the data type of a parameter or string literal: "
+            + first.removeprefix("Binder Error: "), "42P18",
+            hint="cast the parameter to the type meant, e.g. $1::BIGINT or CAST($1 AS DATE)")
+    if "an explicit cast is required" in first or "Cannot compare values of type" in first \
+            or "Unimplemented type for cast" in first:
+        return StatementError(first.split(": ", 1)[-1], "42804",
+                              hint="cast one side to the other's type")
+    if "No function matches the given name and argument types" in first:
+        return StatementError(first.split(": ", 1)[-1], "42883",
+                              hint="cast the arguments to the types the function takes")
+    return None
+
+
 def statement_error(exc: Exception) -> StatementError:
     """The engine's error as a StatementError with the closest SQLSTATE."""
     if isinstance(exc, StatementError):
@@ -284,6 +305,9 @@ def statement_error(exc: Exception) -> StatementError:
         code = _duckdb_sqlstate(text)
         if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
             return _cancelled()
+        typing = _type_error(text)
+        if typing is not None:
+            return typing
         return StatementError(text, code, hint=exc.hint)
     if isinstance(exc, apsw.Error):
         text = str(exc)

@@ -389,6 +389,11 @@ def _decode_numeric(data: bytes) -> decimal.Decimal:
     return value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale < 1000 else value
 
 
+_OID_NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", OID: "oid",
+              FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
+              TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamp with time zone", UUID: "uuid"}
+
+
 def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
     """A Bind parameter as a Python value (None for NULL), by its type OID and format."""
     if data is None:
@@ -420,6 +425,9 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
             return uuid.UUID(text)
         return text
     except (ValueError, UnicodeDecodeError, struct.error, decimal.InvalidOperation) as exc:
+        if fmt == 0 and not isinstance(exc, UnicodeDecodeError):
+            raise ProtocolError(f"invalid input syntax for type {_OID_NAMES.get(oid, oid)}: "
+                                f'"{text}"') from None
         raise ProtocolError(f"invalid value for parameter of type {oid}: {exc}") from None
 
 
