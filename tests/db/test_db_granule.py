@@ -625,3 +625,37 @@ def test_scan_threads_opening_a_part_at_once_decode_its_granules_once(db, monkey
         assert op.granules(0, "c_int") == got[0] and len(decoded) == 1
     finally:
         op.close()
+
+
+def test_granule_reads_drop_their_mapped_ciphertext_once(tmp_path, monkeypatch):
+    """A cold point query's reads of an encrypted part (its lookup block, the pages of its
+    granules) give the OS no hint per read (two system calls each, one a TLB flush), and
+    each read's ciphertext is dropped from the process's mapping afterwards, by one hint
+    per granule read."""
+    from cryptdisk.format._io import PositionalReadFile
+
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        _point_table(db, monkeypatch)
+    reads, hints = [], []
+    preadinto, advise = PositionalReadFile.preadinto, PositionalReadFile.advise
+
+    def recording_read(self, buffer, offset, **options):
+        got = preadinto(self, buffer, offset, **options)
+        reads.append((offset, offset + len(buffer), options))
+        return got
+
+    def recording_advise(self, offset, n, need):
+        hints.append((offset, offset + n, need))
+        return advise(self, offset, n, need)
+
+    monkeypatch.setattr(PositionalReadFile, "preadinto", recording_read)
+    monkeypatch.setattr(PositionalReadFile, "advise", recording_advise)
+    with cryptdisk.connect(path, read_only=True) as db:
+        assert db.query("SELECT c_int, c_str, c_float FROM t WHERE c_int = 4321") == [
+            (4321, hashlib.md5(b"4321").hexdigest(), 4321 / 7)]
+        assert db.last_scans["t"]["granule_reads"] == 1
+    assert reads and all(o == {"advise": False, "parallel": False} for _a, _b, o in reads)
+    drops = [(a, b) for a, b, need in hints if not need]
+    assert all(any(a <= lo and hi <= b for a, b in drops) for lo, hi, _o in reads)
+    assert len(drops) <= 5  # the open and one per column read, not one per run read

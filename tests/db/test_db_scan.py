@@ -812,6 +812,7 @@ def test_a_prefetched_read_hints_once_and_drops_its_ciphertext_in_one_call(db, s
     db.sql("INSERT INTO t " + gen(20_000))
     op = db._open_parts.get(db.table("t").parts[0])
     assert op._sealed and op.num_row_groups == 20
+    assert op.meta is not None  # the footer a whole read needs, parsed (and hinted) first
     calls: list[tuple[int, int, bool]] = []
     real = op._handle.advise
     op._handle.advise = lambda offset, n, need: (calls.append((offset, n, need)),
