@@ -473,3 +473,30 @@ def test_statements_that_would_miss_the_databases_tables_are_refused(db, tmp_pat
     assert hint in e.value.hint
     assert not out.exists()
     assert db.query("SELECT name FROM system.tables") == [("t",)]
+
+
+def test_execute_runs_one_statement_and_refuses_text_holding_more(db):
+    """db.execute("SELECT 1; SET temp_directory = '/tmp/x'") ran both, past the refusal of
+    that setting (DuckDB could then spill plaintext), and "SELECT 1; CREATE TABLE x (a
+    INT)" made a DuckDB table in memory; a reader's execute ran them on its cursor too."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    r = db.reader()
+    try:
+        for run in (db.execute, r.execute):
+            for text in ("SELECT 1; SET temp_directory = '/tmp/x'",
+                         "SELECT 1; CREATE TABLE x (a INT)", "SELECT 1;SELECT 2"):
+                with pytest.raises(DatabaseError, match="runs one statement, and this text "
+                                   "holds 2") as e:
+                    run(text)
+                assert ".sql(text)" in e.value.hint
+            assert run("SELECT 1; -- a comment").to_pylist() == [{"1": 1}]
+            assert run("  -- only a comment") is None
+            with pytest.raises(TypeError, match="str"):
+                run(b"SELECT 1")
+        with pytest.raises(TypeError, match="str"):
+            db.sql(b"SELECT 1")
+    finally:
+        r.close()
+    assert db.query("SELECT current_setting('temp_directory')") == [("",)]
+    assert db.query("SHOW TABLES") == [("t",)]
+    assert db.sql("SELECT 1; SELECT 2").to_pylist() == [{"2": 2}]  # sql runs each

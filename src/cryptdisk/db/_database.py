@@ -1208,6 +1208,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
 
     def sql(self, sql: str) -> pa.Table | None:
         """Run one or more statements; returns the last result as an Arrow table (or None)."""
+        if not isinstance(sql, str):
+            raise TypeError(f"Database.sql takes SQL text (str), not {type(sql).__name__}")
         result = None
         for statement in _sql.split_statements(sql):
             result = self.execute(statement)
@@ -1217,6 +1219,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         """Run one statement (see :mod:`cryptdisk.db._sql` for the ones cryptdisk handles)."""
         with self._mutex:
             self._check_open()
+            if not _one_statement(statement, "Database.execute"):
+                return None
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
@@ -1551,6 +1555,8 @@ class Reader:
         """Run one query, or ``PREPARE`` one, ``EXECUTE`` or ``DEALLOCATE`` it (see the
         class): an Arrow table (None for ``PREPARE`` and ``DEALLOCATE``)."""
         db = self._db
+        if not _one_statement(statement, "Reader.execute"):
+            return None
         st = _sql.parse(statement)
         if not isinstance(st, _sql.Passthrough) or not self.runs(st.sql):
             raise DatabaseError("a reader runs queries (SELECT, WITH, FROM, and PREPARE, "
@@ -1587,6 +1593,8 @@ class Reader:
         """Run one or more queries on this reader (each as :meth:`execute` does); returns
         the last one's Arrow table. A statement other than a query raises
         :class:`DatabaseError` before it runs, as :meth:`execute` does."""
+        if not isinstance(sql, str):
+            raise TypeError(f"Reader.sql takes SQL text (str), not {type(sql).__name__}")
         statements = _sql.split_statements(sql)
         for statement in statements:
             if not self.runs(statement):
@@ -1660,6 +1668,20 @@ os.register_at_fork(after_in_child=_LOCKS_HERE.clear)
 def _unlock(fd: int, lock: tuple[int, int]) -> None:
     _LOCKS_HERE.discard(lock)
     os.close(fd)  # closing the descriptor drops the flock
+
+
+def _one_statement(statement: Any, method: str) -> bool:
+    """Whether ``statement`` holds a statement (False: only blanks or comments); refuse text
+    holding more than one (DuckDB would run each, past cryptdisk's checks of the first:
+    ``SELECT 1; SET temp_directory = ...``) and anything but text."""
+    if not isinstance(statement, str):
+        raise TypeError(f"{method} takes the text of a statement (str), not "
+                        f"{type(statement).__name__}")
+    found = len(_sql.split_statements(statement))
+    if found > 1:
+        raise DatabaseError(f"{method} runs one statement, and this text holds {found}",
+                            hint="run several with .sql(text), each on its own")
+    return found == 1
 
 
 def _remove_made(made: list[str]) -> None:
