@@ -14,7 +14,8 @@ will run:
   with the privileges so far: the analytical engine's grant check and policy
   rewrite, SQLite's authorizer as it prepares the statement (never steps it);
 - ``COPY ... FROM STDIN`` needs ``INSERT`` on its table, ``COPY ... TO
-  STDOUT`` and ``DECLARE`` are checked as their query.
+  STDOUT`` and ``DECLARE`` are checked as their query, ``EXECUTE`` as its prepared
+  statement (one ``PREPARE``d earlier in the query, or the session's).
 
 A refusal fails the whole query before anything ran. Errors other than a
 refusal (a missing table, a constraint) show when the statement runs.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _sqltext
@@ -48,13 +49,15 @@ def _quote(name: str) -> str:
 
 def authorize_statements(statements: list[str], *, privileges: Privileges, user: str,
                          engine: EngineSession, authenticator: Any, policies: Any,
-                         identity: Callable[[str, Privileges], str]
+                         identity: Callable[[str, Privileges], str],
+                         prepared: Callable[[str], str | None] = lambda name: None,
                          ) -> tuple[int, StatementError] | None:
     """The index of the first refused statement and the error it would get (None: all may
     run), having run nothing.
 
     ``identity(sql, privileges)`` writes ``current_user`` and friends into ``sql`` as the
     session does. ``authenticator`` and ``policies`` are the server's (either may be None).
+    ``prepared(name)``: the text of the session's prepared statement ``name`` (None: none).
     """
     dry = authenticator.dry_run() if authenticator is not None else None
     trial = Privileges(dry.store if dry is not None else privileges.store,
@@ -62,7 +65,7 @@ def authorize_statements(statements: list[str], *, privileges: Privileges, user:
     trial.set_role(None if privileges.current_user == privileges.session_user
                    else privileges.current_user)
     check = _Check(engine, trial, _Trial(user, trial), dry, policies,
-                   policies.holders() if policies is not None else None, identity)
+                   policies.holders() if policies is not None else None, identity, prepared)
     for index, sql in enumerate(statements):
         try:
             check.statement(sql)
@@ -80,6 +83,8 @@ class _Check:
     policies: Any
     held: dict[str, set[str]] | None   # APPLY POLICY / AUDIT holders so far
     identity: Callable[[str, Privileges], str]
+    prepared: Callable[[str], str | None]
+    declared: dict[str, str] = field(default_factory=dict)  # PREPAREd earlier in the query
 
     def statement(self, sql: str) -> None:
         """Raise what running ``sql`` would for want of a privilege; apply what it changes
@@ -90,6 +95,20 @@ class _Check:
         words = _sqltext.first_words(sql, 1)
         head = words[0] if words else ""
         if head in TRANSACTION_WORDS or head in ("FETCH", "MOVE", "CLOSE"):
+            return
+        if head == "PREPARE" and _sqltext.first_words(sql, 2)[1:] != ["TRANSACTION"]:
+            from ._prepared import parse_prepare
+
+            name, _types, body = parse_prepare(sql)
+            self.declared[name] = body
+            return  # checked when it is executed
+        if head == "EXECUTE":
+            from ._prepared import parse_execute
+
+            name = parse_execute(sql)[0]
+            target = self.declared.get(name) or self.prepared(name)
+            if target is not None:  # (none: the EXECUTE fails when it runs, 26000)
+                self.statement(target)
             return
         if head == "DECLARE":
             from ._cursors import parse_declare

@@ -41,6 +41,7 @@ class _Statement:
     nparams: int
     columns: list[tuple[str, int]] | None = None
     described: bool = False
+    type_names: tuple[str, ...] = ()  # SQL PREPARE's declared parameter types
     typed: bool = False  # its untyped parameters have been given their context's types
 
 
@@ -709,6 +710,10 @@ class Session:
             return await self._cursor(head, sql, params)
         if head == "DEALLOCATE":
             return self._deallocate(sql)
+        if head == "PREPARE" and len(words) > 1 and words[1] != "TRANSACTION":
+            return self._prepare(sql)
+        if head == "EXECUTE":
+            return await self._run_one(self._execute_text(sql), params)
         if head == "COPY" and _is_copy(sql):
             raise StatementError("COPY FROM STDIN / TO STDOUT cannot run here (a cursor's "
                                  "query)", "0A000")
@@ -825,6 +830,28 @@ class Session:
         if not name or self.statements.pop(name, None) is None:
             raise StatementError(f'prepared statement "{name}" does not exist', "26000")
         return Result(None, [], "DEALLOCATE")
+
+    def _prepare(self, sql: str) -> Result:
+        """``PREPARE name [(type, ...)] AS statement`` (:mod:`._prepared`)."""
+        from ._paramtypes import type_oid
+        from ._prepared import parse_prepare
+
+        name, types, body = parse_prepare(sql)
+        if name in self.statements:
+            raise StatementError(f'prepared statement "{name}" already exists', "42P05")
+        self.statements[name] = _Statement(
+            body, tuple(type_oid(t) for t in types),
+            max(_sqltext.placeholders(body), len(types)), type_names=tuple(types))
+        return Result(None, [], "PREPARE")
+
+    def _execute_text(self, sql: str) -> str:
+        """The statement ``EXECUTE name [(value, ...)]`` runs (:mod:`._prepared`)."""
+        from ._prepared import execute_text, parse_execute
+
+        name, args = parse_execute(sql)
+        st = self._statement(name)
+        return execute_text(name, st.sql, st.nparams, st.type_names, args,
+                            self.server.engine.name == "sqlite")
 
     def _identity(self, sql: str, privileges: Any = None) -> tuple[str, dict[str, list[str]]]:
         """``sql`` with ``current_user``, ``current_role`` and ``session_user`` written in as
@@ -1147,6 +1174,7 @@ class Session:
                 authorize_statements, statements, privileges=self.privileges, user=self.user,
                 engine=self.engine, authenticator=self.user_tx or self.server.authenticator,
                 policies=getattr(self.server.engine, "policies", None),
+                prepared=lambda name: st.sql if (st := self.statements.get(name)) else None,
                 identity=lambda sql, p: self._identity(sql, p)[0]))
         except Exception as exc:
             return 0, statement_error(exc)
@@ -1360,7 +1388,8 @@ class Session:
                             listed = await self.server.handle_statement(self, st.sql, [])
                             st.columns = listed.columns if listed is not None else None
                     else:
-                        text, renames = self._identity(st.sql)
+                        text, renames = self._identity(
+                            self._execute_text(st.sql) if head == "EXECUTE" else st.sql)
                         st.columns = await self._timed(self.engine.describe, text)
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)

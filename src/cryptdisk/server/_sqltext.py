@@ -16,7 +16,8 @@ from ..errors import ServerError
 
 __all__ = ["QueryPlan", "digit_key", "drop_casts", "drop_pg_catalog", "first_words",
            "lift_literals", "placeholders", "query_plan", "replace_calls", "replace_words",
-           "split_statements", "strip_strings", "substitute", "unqualified_parts", "unqualify"]
+           "scan_parens", "split_statements", "sqlite_cast", "strip_strings", "substitute",
+           "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -197,6 +198,25 @@ _SQLITE_CASTS = {**dict.fromkeys(("int", "int2", "int4", "int8", "integer", "big
                                   "smallint"), "INTEGER"),
                  **dict.fromkeys(("real", "float", "float4", "float8", "double precision"),
                                  "REAL")}
+
+
+def sqlite_cast(type_name: str) -> str | None:
+    """SQLite's CAST target for a number type's name (``INTEGER``, ``REAL``); None for
+    the others, which SQLite's CAST would make a number of."""
+    return _SQLITE_CASTS.get(" ".join(type_name.lower().split()))
+
+
+def scan_parens(sql: str) -> Iterator[tuple[str, int, int]]:
+    """(``(``, ``)`` or ``,``, start, end) for each outside strings, quoted names and
+    comments."""
+    pos = 0
+    for kind, s, e in _scan(sql):
+        if kind == "quoted":
+            for m in re.finditer(r"[(),]", sql[pos:s]):
+                yield m.group(), pos + m.start(), pos + m.end()
+            pos = e
+    for m in re.finditer(r"[(),]", sql[pos:]):
+        yield m.group(), pos + m.start(), pos + m.end()
 
 
 def drop_casts(sql: str) -> str:
