@@ -500,3 +500,19 @@ def test_execute_runs_one_statement_and_refuses_text_holding_more(db):
     assert db.query("SELECT current_setting('temp_directory')") == [("",)]
     assert db.query("SHOW TABLES") == [("t",)]
     assert db.sql("SELECT 1; SELECT 2").to_pylist() == [{"2": 2}]  # sql runs each
+
+
+def test_cryptdisks_own_statements_written_otherwise_are_named_not_parser_errors(db):
+    """OPTIMIZE t and SYSTEM FLUSH LOGS got DuckDB's "syntax error at or near OPTIMIZE";
+    DROP TABLE t CASCADE went to DuckDB, which said "Existing object t is of type View"."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    for sql, said in (("OPTIMIZE t", r"OPTIMIZE is OPTIMIZE TABLE t \[FINAL\]"),
+                      ("OPTIMIZE TABLE t FINAL DEDUPLICATE", "OPTIMIZE is OPTIMIZE TABLE"),
+                      ("SYSTEM FLUSH LOGS", "SYSTEM ROTATE KEYS and SYSTEM REENCRYPT")):
+        with pytest.raises(DatabaseError, match=said) as e:
+            db.sql(sql)
+        assert "Parser Error" not in str(e.value)
+    db.sql("DROP TABLE t CASCADE")
+    db.sql("CREATE TABLE t (k BIGINT)")
+    db.sql("DROP TABLE IF EXISTS t RESTRICT")
+    assert db.query("SELECT count(*) FROM system.tables") == [(0,)]

@@ -339,7 +339,8 @@ def parse(sql: str) -> Statement:
             raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
                                 "table name")
         return Insert(unquote(m.group(1)), rest, cols, by_name)
-    if m := re.fullmatch(rf"(?is)DROP\s+TABLE\s+(IF\s+EXISTS\s+)?({_IDENT})", s):
+    if m := re.fullmatch(rf"(?is)DROP\s+TABLE\s+(IF\s+EXISTS\s+)?({_IDENT})"
+                         r"(?:\s+(?:CASCADE|RESTRICT))?", s):  # (a table has no dependents)
         return DropTable(unquote(m.group(2)), bool(m.group(1)))
     if m := re.fullmatch(rf"(?is)TRUNCATE\s+(?:TABLE\s+)?({_IDENT})", s):
         return Truncate(unquote(m.group(1)))
@@ -349,6 +350,11 @@ def parse(sql: str) -> Statement:
         return Optimize(unquote(m.group(1)), bool(m.group(2)))
     if m := re.fullmatch(r"(?is)SYSTEM\s+(ROTATE\s+KEYS|REENCRYPT)", s):
         return SystemCommand("rotate" if m.group(1).upper().startswith("ROTATE") else "reencrypt")
+    if first_word(s) == "OPTIMIZE":  # cryptdisk's words, which DuckDB does not know
+        raise DatabaseError(f"cannot read {s[:60]!r}: OPTIMIZE is OPTIMIZE TABLE t [FINAL]")
+    if first_word(s) == "SYSTEM":
+        raise DatabaseError(f"cannot read {s[:60]!r}: the SYSTEM statements are SYSTEM ROTATE "
+                            "KEYS and SYSTEM REENCRYPT")
     if re.match(r"(?is)EXPORT\s+DATABASE\b", s):
         raise DatabaseError(
             "EXPORT DATABASE writes DuckDB's own catalog, which holds none of the database's "
