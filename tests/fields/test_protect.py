@@ -240,12 +240,12 @@ def test_protect_file_writes_binary_ciphertexts_to_parquet(tmp_path, keys):
     assert b64.schema.field("name").type == pa.string()
     assert binary.schema.field("name").type == binary.schema.field("email").type == pa.binary()
     assert binary.column("id").to_pylist() == ["1", "2", "3"]
-    assert decrypt(binary.column("name"), keys["cards"]).to_pylist() == ["Zoë 名前", "", "Bob"]
+    assert decrypt(binary.column("name"), keys["cards"]).to_pylist() == ["Zoë 名前", None, "Bob"]
     email = binary.column("email").to_pylist()
     assert email[0] == email[2] and len(email[0]) == len(base64.b64decode(
         b64.column("email").to_pylist()[0]))  # the same bytes, without base64's third
     assert decrypt_deterministic(binary.column("email"), keys["cards"]).to_pylist() == [
-        "a@x.org", "", "a@x.org"]
+        "a@x.org", None, "a@x.org"]
     # a CSV holds text: refused before anything is written
     with pytest.raises(FieldError, match="binary ciphertexts need a Parquet output"):
         protect_file(src, tmp_path / "out.csv", rules, keys, ciphertexts="binary")
@@ -347,10 +347,10 @@ def test_a_csvs_other_columns_pass_through_as_their_text(tmp_path, keys, db):
     protect_file(src, tmp_path / "out.csv", rules, keys)
     lines = (tmp_path / "out.csv").read_text().splitlines()
     assert [line.rsplit(",", 1)[0] for line in lines] == [
-        '"id","zip","amount","day"', '"1","01234","2.00","2024-01-02"', '"2","","1e3",""']
+        '"id","zip","amount","day"', '"1","01234","2.00","2024-01-02"', '"2",,"1e3",']
     protect_file(src, tmp_path / "out.parquet", rules, keys)
     out = pq.read_table(tmp_path / "out.parquet")
-    assert out.column("zip").to_pylist() == ["01234", ""]
+    assert out.column("zip").to_pylist() == ["01234", None]
     assert out.column("amount").to_pylist() == ["2.00", "1e3"]
     # into a table, the table's types convert the text; an empty field is NULL, as
     # db.insert reads a CSV
@@ -381,3 +381,23 @@ def test_two_rules_for_one_column_are_refused(tmp_path, keys):
     rules = [parse_rule("pan=encrypt:cards"), parse_rule("pan=mask_full")]
     with pytest.raises(FieldError, match="two rules for column 'pan'"):
         protect_table(pa.table({"pan": ["4111111111111111"]}), rules, keys)
+
+
+def test_an_empty_csv_field_is_null(tmp_path, keys, db):
+    from cryptdisk.fields import protect_insert
+
+    # a customer without a card number: FF1 cannot take an empty value, and needs not
+    src = tmp_path / "in.csv"
+    src.write_text('id,pan,email,note\n1,4111111111111111,a@x.org,NA\n2,,"",null\n')
+    rules = [parse_rule("pan=tokenize:cards,keep_first=6,keep_last=4,luhn=true"),
+             parse_rule("email=encrypt:cards")]
+    protect_file(src, tmp_path / "out.parquet", rules, keys)
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert out[1] == {"id": "2", "pan": None, "email": None, "note": "null"}
+    assert out[0]["note"] == "NA"  # only an empty field is NULL
+    protect_file(src, tmp_path / "out.csv", rules, keys)
+    assert (tmp_path / "out.csv").read_text().splitlines()[2] == '"2",,,"null"'
+    src.write_text('id,pan,email\n1,4111111111111111,a@x.org\n2,,""\n')
+    assert protect_insert(db, "pay", src, rules) == 2
+    assert db.sql("SELECT pan, email FROM pay WHERE id = 2").to_pylist() == [
+        {"pan": None, "email": None}]

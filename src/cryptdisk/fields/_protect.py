@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -210,13 +209,15 @@ class ProtectSummary:
 
 def _reader(src: str, kind: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The input's schema and batches. A CSV's columns are its text, every one (inferred
-    types would turn ``01234`` into 1234 and ``2.00`` into 2). Messages never quote the
-    input's values."""
+    types would turn ``01234`` into 1234 and ``2.00`` into 2), and an empty field is NULL
+    (as DuckDB and ``db.insert`` read a CSV; ``NA`` or ``null`` stay text). Messages never
+    quote the input's values."""
     try:
         if kind == "csv":
             header = pacsv.open_csv(src).schema.names
             reader = pacsv.open_csv(src, convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in header}))
+                column_types={c: pa.string() for c in header}, strings_can_be_null=True,
+                null_values=[""]))
             return reader.schema, iter(reader)
         parquet = pq.ParquetFile(src)
         return parquet.schema_arrow, parquet.iter_batches()
@@ -228,15 +229,6 @@ def _reader(src: str, kind: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         raise FieldError(f"{src} is not a readable {kind.upper()} file") from None
     except pa.ArrowException:
         raise FieldError(f"{src} is not a readable {kind.upper()} file") from None
-
-
-def _empty_as_null(batch: pa.RecordBatch, keep: set[str]) -> pa.RecordBatch:
-    """A CSV batch's empty fields as NULL outside the ``keep`` columns, as ``db.insert``
-    reads a CSV (the table's types then convert the text)."""
-    columns = [col if name in keep else pc.if_else(pc.equal(col, ""), pa.scalar(None, col.type),
-                                                   col)
-               for name, col in zip(batch.schema.names, batch.columns, strict=True)]
-    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
 def _next(batches: Iterator[pa.RecordBatch], src: str, kind: str) -> pa.RecordBatch | None:
@@ -366,11 +358,10 @@ def protect_insert(db: Any, table: str, data: Any, rules: Sequence[ProtectRule],
         src = os.fspath(data)
         kind = _kind(src, input_format)
         schema, source = _reader(src, kind)
-        as_text = {r.column for r in rules}  # a protected column's "" is a value
 
         def batches() -> Iterator[pa.RecordBatch]:
             while (batch := _next(source, src, kind)) is not None:
-                yield _empty_as_null(batch, as_text) if kind == "csv" else batch
+                yield batch
     else:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
