@@ -212,6 +212,39 @@ def test_a_file_reached_twice_is_counted_once(tmp_path):
     assert [(r["id"], r["files"]) for r in json.loads(alone.stdout)] == [(1, 5), (2, 0)]
 
 
+def test_promote_verbose_tells_rewrapped_files_from_those_already_under_the_key(tmp_path):
+    cfg, data = setup(tmp_path, files=2)
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100)")
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    with cryptdisk.open(data / "new.cdk", "wb",
+                        keyring=Keyring.from_config(cfg).with_current(2)) as f:
+        f.write(b"written under key 2")
+    (data / "plain.txt").write_text("not encrypted")
+    argv = ["keys", "promote", "2", "-c", cfg, "--db", str(db), str(data), "-v"]
+    first = run(*argv)
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    part = next(p for p in (tmp_path / "store").rglob("*") if p.is_file())
+    named = sorted(line for line in lines if line.startswith(("rewrapped: ", "already ")))
+    assert named == sorted([
+        f"already under key 2: {data / 'new.cdk'}",
+        "rewrapped: catalog",
+        f"rewrapped: {data / 'f0.cdk'}",
+        f"rewrapped: {data / 'f1.cdk'}",
+        f"rewrapped: {part.relative_to(tmp_path / 'store' / 'secure')}",
+    ])
+    again = run(*argv)
+    assert again.returncode == 0, again.stderr
+    assert not any(line.startswith("rewrapped: ") for line in again.stdout.splitlines())
+    assert sum(line.startswith("already under key 2: ") for line in again.stdout.splitlines()
+               ) == 5
+    assert "plain.txt" not in again.stdout
+
+
 def test_a_database_without_a_config_keeps_its_older_spelling(tmp_path):
     db = tmp_path / "own.db"
     assert run("sql", str(db), "-q", "CREATE TABLE t (x INT)").returncode == 0
@@ -409,6 +442,11 @@ def test_kill_9_at_every_write_of_a_step_leaves_the_old_or_new_state(tmp_path, s
     assert _state(cfg) == after
 
 
+def _reported(line: str) -> bool:
+    """A line of ``promote -v`` naming a file it is done with."""
+    return line.startswith(("rewrapped: ", "already under key 2: "))
+
+
 def _promote_db_killed_after(done: int, argv: list[str]) -> list[str]:
     """Run ``keys promote --db -v`` as a child; kill -9 it as soon as it reports its
     ``done``-th rewrapped file (0: once it reports the config's new current key). Its
@@ -422,7 +460,7 @@ def _promote_db_killed_after(done: int, argv: list[str]) -> list[str]:
             seen.append(line.strip())
             if line.startswith("key 2 is the current key") and done == 0:
                 break
-            if line.startswith("done ") and sum(s.startswith("done ") for s in seen) == done:
+            if _reported(line) and sum(map(_reported, seen)) == done:
                 break
         else:
             raise AssertionError(f"the child ended before file {done}: {seen} "
@@ -455,7 +493,7 @@ def test_kill_9_during_promote_of_a_database_then_a_rerun_finishes(tmp_path):
     left_by_reruns = []
     for done in range(files):
         seen = _promote_db_killed_after(done, argv)
-        assert sum(s.startswith("done ") for s in seen) == done
+        assert sum(map(_reported, seen)) == done
         with cryptdisk.connect(db, cfg, read_only=True) as conn:  # old or new key per file
             assert conn.sql("SELECT count(*) AS n, sum(x) AS s FROM t").to_pylist() == [
                 {"n": 500, "s": 499 * 500 // 2}]

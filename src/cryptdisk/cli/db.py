@@ -217,8 +217,13 @@ def _older_keys(db: Any) -> None:
 def cmd_rotate(args: argparse.Namespace) -> int:
     with _existing(args) as db:
         new_key = _new_key(args, db) if args.new_key else None
-        on_file = (lambda path: print(f"rotated {path}", flush=True)) if args.verbose else None
-        n = db.rotate_keys(on_file, new_key=new_key)
+        def on_result(path: str, rewrapped: bool) -> None:
+            if args.verbose:
+                what = "rewrapped" if rewrapped else \
+                    f"already under key {db.keyring.current_key_id}"
+                print(f"{what}: {path}", flush=True)
+
+        n = db.rotate_keys(new_key=new_key, on_result=on_result)
         files = 1 + sum(len(t.parts) for t in db.catalog.tables.values())
         key = db.keyring.current_key_id
         print(f"rewrapped {n} file(s) of {db.path} under key {key}; checked from their "
@@ -288,7 +293,8 @@ def register(sub: Any) -> None:
     p.add_argument("--new-key", metavar="FILE",
                    help="key file (cryptdisk keygen -o FILE --id N) to rotate to; for a "
                    "database without a config")
-    p.add_argument("-v", "--verbose", action="store_true", help="name each file as it is done")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="name each file rewrapped, and each already under the current key")
     p.set_defaults(func=cmd_rotate)
 
     p = sub.add_parser("reencrypt", help="rewrite a database's data under new data keys",

@@ -200,7 +200,8 @@ def _register_lifecycle(sub: Any) -> None:
                          "write per file; run again to resume).")
     p.add_argument("id", type=int)
     scope(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="name each file as it is done")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="name each file rewrapped, and each already under the key")
     p.set_defaults(func=cmd_keys_promote)
 
     for verb, text in (("retire", "mark an older key retired (refused while a file uses it)"),
@@ -438,8 +439,11 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
     def on_file(path: str) -> None:
         nonlocal done
         done += 1
+
+    def on_result(path: str, rewrapped: bool) -> None:
         if args.verbose:
-            print(f"done {path}", flush=True)
+            what = "rewrapped" if rewrapped else f"already under key {args.id}"
+            print(f"{what}: {path}", flush=True)
 
     def not_started(what: str, exc: KeyProviderError) -> None:
         print(f"cryptdisk: error: {exc}", file=sys.stderr)
@@ -456,7 +460,7 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
     if args.db and opened is not None:
         with opened as db:
             try:
-                n = db.rotate_keys(on_file)
+                n = db.rotate_keys(on_file, on_result=on_result)
             except KeyProviderError as exc:
                 left = [_db_file(args.db, f) for k in db.keyring.ids if k != args.id
                         for f in db.files_under_key(k)]
@@ -474,7 +478,7 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
             not_started(f"under {', '.join(args.paths)}", exc)
             return 1
         try:
-            summary = rewrap_tree(args.paths, keyring, on_file=on_file)
+            summary = rewrap_tree(args.paths, keyring, on_file=on_file, on_result=on_result)
         finally:
             keyring.close()
         print(f"rewrapped {summary.rewrapped} file(s) under key {args.id}; "

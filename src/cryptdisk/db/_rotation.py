@@ -172,7 +172,7 @@ class RotationMixin(DatabaseState):
         return (f"{part.path} (disk {part.disk!r}; replaced, kept until the queries "
                 "reading it end)")
 
-    def _rewrap_doomed(self, on_file: Callable[[str], None] | None) -> int:
+    def _rewrap_doomed(self, report: Callable[[str, bool], None]) -> int:
         """Rewrap the parts the catalog no longer names that wait for running queries
         (``Reader``) to end (see ``_remove_parts``): they stay readable (their data keys do
         not change) and no file of the database is left under an older key."""
@@ -182,11 +182,11 @@ class RotationMixin(DatabaseState):
             if disk is None or not disk.is_encrypted or not getattr(disk, "can_rewrap", False):
                 continue  # (one that cannot be rewrapped is reported by the last check)
             try:
-                count += rewrap_on_disk(disk, part.path)
+                rewrapped = rewrap_on_disk(disk, part.path)
             except (DiskFileNotFoundError, FileNotFoundError):
                 continue
-            if on_file is not None:
-                on_file(part.path)
+            count += rewrapped
+            report(part.path, rewrapped)
         return count
 
     def _reload_own_keys(self) -> None:
@@ -195,7 +195,8 @@ class RotationMixin(DatabaseState):
         self.config, self.keyring = config, config.keyring
 
     def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
-                    new_key: Key | None = None) -> int:
+                    new_key: Key | None = None,
+                    on_result: Callable[[str, bool], None] | None = None) -> int:
         """Rewrap every file of the database (parts, catalog) under the current key.
 
         With ``new_key`` (a database opened without a config only), that key
@@ -205,8 +206,17 @@ class RotationMixin(DatabaseState):
         module docstring); raises :class:`~cryptdisk.errors.RotationError`
         otherwise. Idempotent and crash-safe: an interrupted run is finished by
         running it again. Returns the number of files rewrapped (0 when all
-        already were).
+        already were). ``on_file(path)`` is called after each file, and
+        ``on_result(path, rewrapped)`` says whether it was rewrapped (False: it
+        already was under the current key).
         """
+
+        def report(path: str, rewrapped: bool) -> None:
+            if on_file is not None:
+                on_file(path)
+            if on_result is not None:
+                on_result(path, rewrapped)
+
         with self._mutex:
             self._writable("rotate keys")
             role_check_statement(self, "rotate_keys()", None)
@@ -226,19 +236,19 @@ class RotationMixin(DatabaseState):
                     disk = self.config.disks[part.disk]
                     if not disk.is_encrypted:
                         continue
-                    if disk.can_rewrap:  # the others are under the current key (checked)
-                        count += rewrap_on_disk(disk, part.path)
+                    # the others are under the current key (checked)
+                    rewrapped = disk.can_rewrap and rewrap_on_disk(disk, part.path)
+                    count += rewrapped
                     info = disk.info(part.path)
                     meta.parts[i] = dataclasses.replace(part, key_id=info.key_id,
                                                         algorithm=info.algorithm,
                                                         bytes_on_disk=info.stored_size)
-                    if on_file is not None:
-                        on_file(part.path)
-            count += self._rewrap_doomed(on_file)
-            count += rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
+                    report(part.path, rewrapped)
+            count += self._rewrap_doomed(report)
+            rewrapped = rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
+            count += rewrapped
             self._commit()
-            if on_file is not None:
-                on_file(CATALOG_FILE)
+            report(CATALOG_FILE, rewrapped)
             left = self._files_not_under_current_key()
             if left:
                 raise RotationError(

@@ -94,8 +94,13 @@ class RewrapSummary:
 
 
 def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
-                on_file: Callable[[str], None] | None = None) -> RewrapSummary:
+                on_file: Callable[[str], None] | None = None,
+                on_result: Callable[[str, bool], None] | None = None) -> RewrapSummary:
     """Rewrap every cryptdisk file under ``paths``; other files are listed, not touched.
+
+    ``on_file(path)`` is called after each file (whatever became of it);
+    ``on_result(path, rewrapped)`` after each cryptdisk file rewrapped (True) or
+    found under the current key already (False).
 
     A key provider that fails (unreachable after its retries) stops the run: the file
     at hand is in ``failed`` and the files after it in ``not_done``, each still under
@@ -105,10 +110,13 @@ def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
     files = iter_files(paths)
     for name in files:
         try:
-            if rewrap_file(name, keys):
+            rewrapped = rewrap_file(name, keys)
+            if rewrapped:
                 summary.rewrapped += 1
             else:
                 summary.already_current += 1
+            if on_result is not None:
+                on_result(name, rewrapped)
         except NotEncryptedError:
             summary.skipped_not_encrypted.append(name)
         except KeyProviderError as exc:
