@@ -516,3 +516,14 @@ def test_cryptdisks_own_statements_written_otherwise_are_named_not_parser_errors
     db.sql("CREATE TABLE t (k BIGINT)")
     db.sql("DROP TABLE IF EXISTS t RESTRICT")
     assert db.query("SELECT count(*) FROM system.tables") == [(0,)]
+
+
+def test_a_key_column_named_with_a_comma_is_refused_at_create(db):
+    """The catalog keeps ORDER BY as the key's names joined by commas: a key column named
+    "x,y" was created, and every insert then failed ("Referenced column x not found")."""
+    with pytest.raises(DatabaseError, match="cannot hold a comma"):
+        db.sql('CREATE TABLE c ("x,y" INT, z INT) ORDER BY "x,y"')
+    assert db.query("SELECT count(*) FROM system.tables") == [(0,)]
+    db.sql('CREATE TABLE c ("x,y" INT, z INT) ORDER BY z')  # another column may hold one
+    db.sql("INSERT INTO c VALUES (2, 1), (1, 2)")
+    assert db.query('SELECT "x,y" FROM c ORDER BY z') == [(2,), (1,)]

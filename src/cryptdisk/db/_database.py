@@ -1382,6 +1382,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         for col in st.order_by or []:
             if col.lower() not in lower:
                 raise DatabaseError(f"ORDER BY {col}: no such column in {st.name}")
+            if "," in col:  # (the catalog keeps the key as its columns joined by commas)
+                raise DatabaseError(f"ORDER BY {col}: the name of a key column of "
+                                    f"{st.name} cannot hold a comma",
+                                    hint="give the column a name without one")
         if st.order_by:
             st.order_by = [lower[c.lower()] for c in st.order_by]
         import uuid
