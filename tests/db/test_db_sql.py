@@ -128,6 +128,11 @@ def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
      "INSERT INTO t WITH"),
     ("WITH q AS (SELECT 1) DELETE FROM t", "append-only", "TRUNCATE"),
     ("WITH q AS (SELECT 1) UPDATE t SET k = 2", "append-only", "TRUNCATE"),
+    # COMMENT ON commented the statement's view (reported success, kept nothing)
+    ("COMMENT ON TABLE t IS 'sales'", "keep no comments", "CREATE TABLE notes"),
+    ("COMMENT ON COLUMN T.k IS 'id'", "keep no comments", "CREATE TABLE notes"),
+    ("MERGE INTO t USING (SELECT 5 AS k, 'e' AS s) n ON t.k = n.k "
+     "WHEN NOT MATCHED THEN INSERT VALUES (n.k, n.s)", "append-only", "INSERT INTO t"),
 ])
 def test_statements_on_a_table_that_duckdb_would_run_on_its_view_are_refused(db, sql, message,
                                                                               hint):

@@ -437,6 +437,22 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
             raise DatabaseError(f"{name} is a table, not a view",
                                 hint=f"DROP TABLE {name}")
         return
+    if word == "COMMENT":
+        m = re.match(rf"(?is)COMMENT\s+ON\s+(?:TABLE|VIEW)\s+{_NAME}", s) or re.match(
+            rf"(?is)COMMENT\s+ON\s+COLUMN\s+({_IDENT})\s*\.", s)
+        name = named(m)
+        if name is not None:
+            raise DatabaseError(f"COMMENT ON {name}: cryptdisk tables keep no comments (DuckDB "
+                                "would comment the view it reads the table through, for the "
+                                "statement alone)", hint="keep notes on a table in a table of "
+                                "your own, e.g. CREATE TABLE notes (name VARCHAR, note VARCHAR)")
+        return
+    if word == "MERGE":
+        name = named(re.match(rf"(?is)MERGE\s+INTO\s+{_NAME}", s))
+        if name is not None:
+            raise DatabaseError("tables are append-only: UPDATE, DELETE and MERGE are not "
+                                "supported", hint=f"INSERT INTO {name} SELECT ... the new rows")
+        return
     if word == "COPY":
         name = named(re.match(rf"(?is)COPY\s+{_NAME}\s*(?:\([^)]*\)\s*)?FROM\b", s))
         if name is not None:
