@@ -215,6 +215,42 @@ def test_analytical_transaction_blocks_hold_queries(start_server, analytical) ->
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_transaction_read_only_and_user_statements_in_a_block(start_server, request,
+                                                              engine) -> None:
+    """An analytical block holds queries only: it says it is read-only, and refuses user,
+    role and grant changes as it refuses writes; SQLite's blocks read and write."""
+    srv = start_server(request.getfixturevalue(engine))
+    setup(srv)
+    analytical = engine == "analytical"
+    with psycopg.connect(**srv.dsn) as c:  # psycopg opens a transaction before the first
+        assert c.execute("SHOW transaction_read_only").fetchone() == \
+            ("on" if analytical else "off",)
+        assert [r[0] for r in c.execute("SELECT * FROM system.users")] == ["u"]
+        c.execute("SET ROLE u")
+        c.execute("RESET ROLE")
+        for change in ("CREATE USER zed PASSWORD 'pw'", "CREATE ROLE readers",
+                       "GRANT SELECT ON open_t TO u", "DROP USER IF EXISTS nobody"):
+            if analytical:
+                with pytest.raises(psycopg.errors.FeatureNotSupported,
+                                   match="read-only") as info:
+                    c.execute(change)
+                assert "autocommit" in (info.value.diag.message_hint or "")
+                assert c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+                c.rollback()
+            else:
+                c.execute(change)
+        c.commit()
+        assert c.execute("SHOW transaction_read_only").fetchone() == \
+            ("on" if analytical else "off",)
+        c.rollback()
+        c.autocommit = True
+        assert c.execute("SHOW transaction_read_only").fetchone() == ("off",)
+        users = {r[0] for r in c.execute("SELECT * FROM system.users")}
+        assert users == ({"u"} if analytical else {"u", "zed"})
+        c.execute("CREATE USER later PASSWORD 'pw'")  # in autocommit mode: applies
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_deallocate(start_server, request, engine) -> None:
     srv = start_server(request.getfixturevalue(engine))
     with psycopg.connect(**srv.dsn, autocommit=True, prepare_threshold=0) as c:

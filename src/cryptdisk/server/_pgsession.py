@@ -42,7 +42,7 @@ _FIXED = {
     "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
     "standard_conforming_strings": "on", "search_path": '"$user", public',
     "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
-    "transaction_read_only": "off", "default_transaction_read_only": "off",
+    "default_transaction_read_only": "off",
 }
 
 
@@ -70,6 +70,7 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "application_name": lambda session: session.application_name,
     "is_superuser": lambda session: "on" if session.server.is_admin(session.user) else "off",
     "session_authorization": lambda session: session.user,
+    "transaction_read_only": lambda session: "on" if session.read_only_block() else "off",
 }
 
 

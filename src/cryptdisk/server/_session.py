@@ -737,6 +737,14 @@ class Session:
             text, renames = self._identity(sql)
             return await self._run_timed(head, text, params, renames, _pgtables.query)
         if self.server.authenticator is not None and self.server.authenticator.handles(sql):
+            if self.read_only_block() and head not in ("SELECT", "SHOW", "SET", "RESET"):
+                self.failed = True  # as a refused write fails the block: 25P02 until ROLLBACK
+                raise StatementError(
+                    f"{' '.join(words)} cannot run in a transaction block on the analytical "
+                    "engine: the block is read-only (transaction_read_only is on)", "0A000",
+                    hint="COMMIT or ROLLBACK first, and change users, roles and grants in "
+                    "autocommit mode (psycopg: autocommit=True; SQLAlchemy: "
+                    "isolation_level=\"AUTOCOMMIT\")")
             if self._in_transaction():
                 return await self._user_statement(sql)
             if getattr(self.engine, "commit_users", None) is not None:
@@ -982,6 +990,12 @@ class Session:
             self.failed = False
         self._savepoint(head, sql)
         return result
+
+    def read_only_block(self) -> bool:
+        """In a transaction block of the analytical engine, which holds queries only: it
+        cannot undo a write, so the block is read-only (``SHOW transaction_read_only``)."""
+        return not self.server.engine.transactions and (self.pending_begin or (
+            self.engine is not None and self.engine.in_transaction))
 
     def _in_transaction(self) -> bool:
         """In a transaction block, or the implicit transaction of a query's or a pipeline's
