@@ -31,13 +31,13 @@ from typing import Any, ClassVar
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import KeyProviderError
+from ..errors import KeyFileError, KeyProviderError
 from ._hygiene import lock_buffer, wipe_buffer
 from ._key import key_check_value
 from ._remote import RemoteKeyProvider
 
 __all__ = ["DEFAULT_KEK_SECONDS", "HeldKekProvider", "WrappedKekProvider",
-           "create_wrapped_key", "wrapped_provider", "write_wrapped_file"]
+           "check_wrapped_path", "create_wrapped_key", "wrapped_provider", "write_wrapped_file"]
 
 #: How long an unwrapped KEK is kept, unless the entry's ``kek_seconds`` says.
 DEFAULT_KEK_SECONDS = 300.0
@@ -258,10 +258,12 @@ def create_wrapped_key(path: str | os.PathLike[str], entry: Mapping[str, Any], *
 
     ``entry`` is the key entry without ``wrapped_key`` (its ``id`` and ``source`` and
     the provider's fields). The file (mode 0600, never overwritten) holds the sealed key
-    in base64; the key's plaintext is dropped here.
+    in base64; the key's plaintext is dropped here. An existing ``path``, or a missing
+    directory, is refused before the provider is asked.
     """
     from ._provider import get_key_provider
 
+    check_wrapped_path(path)  # before the provider makes a key the file could not keep
     key_id = entry["id"]
     cls = get_key_provider(entry["source"])
     if not issubclass(cls, RemoteKeyProvider) or not getattr(cls, "wraps_keys", False):
@@ -280,15 +282,38 @@ def create_wrapped_key(path: str | os.PathLike[str], entry: Mapping[str, Any], *
                        .encode() + base64.b64encode(blob) + b"\n")
 
 
+def _exists(name: str) -> KeyProviderError:
+    return KeyProviderError(f"{name} already exists; refusing to overwrite a wrapped key")
+
+
+def _no_directory(name: str) -> KeyFileError:
+    directory = os.path.dirname(os.path.abspath(name))
+    return KeyFileError(f"cannot write the wrapped key file {name}: the directory {directory} "
+                        "does not exist",
+                        hint="create it first (mkdir -m 700 DIR): key files are private")
+
+
+def check_wrapped_path(path: str | os.PathLike[str]) -> None:
+    """Refuse, before any provider call, a wrapped key file path that exists
+    (:class:`~cryptdisk.errors.KeyProviderError`) or whose directory does not
+    (:class:`~cryptdisk.errors.KeyFileError`)."""
+    name = os.fspath(path)
+    if os.path.lexists(name):
+        raise _exists(name)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(name))):
+        raise _no_directory(name)
+
+
 def write_wrapped_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Write a new wrapped key file (mode 0600, synced); one that exists is refused, never
-    overwritten."""
+    overwritten, and a missing directory is named (never made: key files are private)."""
     name = os.fspath(path)
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise KeyProviderError(f"{name} already exists; refusing to overwrite a wrapped "
-                               "key") from None
+        raise _exists(name) from None
+    except FileNotFoundError:
+        raise _no_directory(name) from None
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()

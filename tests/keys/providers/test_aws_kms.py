@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 import cryptdisk
-from cryptdisk.errors import ConfigError, KeyProviderError
+from cryptdisk.errors import ConfigError, KeyFileError, KeyProviderError
 from cryptdisk.format import Header
 from cryptdisk.keys import Keyring, ProviderKey
 from cryptdisk.keys.providers import create_aws_kms_key, create_aws_kms_wrapped_key
@@ -261,3 +261,43 @@ def test_promote_while_kms_is_down_says_nothing_was_rewrapped_and_resumes(tmp_pa
     assert "rewrapped 3 file(s) under key 7" in up.stdout
     ids = {Header.parse((data / f"f{i}").read_bytes()[:128]).key_id for i in range(3)}
     assert ids == {7}
+
+
+def test_a_missing_directory_is_named_before_kms_is_asked(tmp_path, kms, monkeypatch):
+    endpoint, kms_key = kms
+    target = tmp_path / "keys" / "k6.kms"
+    calls: list[str] = []
+    monkeypatch.setattr("cryptdisk.keys.providers._aws_kms._client",
+                        lambda *a: calls.append("client"))
+    with pytest.raises(KeyFileError) as err:
+        create_aws_kms_wrapped_key(target, kms_key, key_id=6, region="us-east-1",
+                                   endpoint=endpoint)
+    assert str(err.value) == (f"cannot write the wrapped key file {target}: the directory "
+                              f"{tmp_path / 'keys'} does not exist")
+    assert "mkdir -m 700" in (err.value.hint or "")
+    assert calls == [] and not (tmp_path / "keys").exists()
+
+
+def test_the_docs_example_runs_as_written(tmp_path, kms, monkeypatch):
+    """docs/keys.md's snippet, against moto's KMS (boto3 finds it by AWS_ENDPOINT_URL)."""
+    from ...test_readme import readme_blocks
+
+    endpoint, _ = kms
+    client = boto3.client("kms", endpoint_url=endpoint, region_name="eu-central-1")
+    made = client.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+    client.create_alias(AliasName="alias/cryptdisk", TargetKeyId=made)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.chdir(tmp_path)
+    docs = Path(__file__).resolve().parents[3] / "docs" / "keys.md"
+    (block,) = [b for b in readme_blocks(docs.read_text())
+                if b.language == "python" and "create_aws_kms_wrapped_key(" in b.code]
+    exec(compile(block.code, f"docs/keys.md:{block.line}", "exec"), {})
+    assert oct((tmp_path / "keys").stat().st_mode & 0o777) == "0o700"
+    entry = ('[[keyring.keys]]\nid = 6\nsource = "aws-kms"\nkms_key = "alias/cryptdisk"\n'
+             'wrapped_key = "keys/k6.kms"\nregion = "eu-central-1"\n')
+    ring = Keyring.from_config(write(tmp_path, "[keyring]\n" + entry))
+    with cryptdisk.open(tmp_path / "f.cdk", "wb", keyring=ring) as f:
+        f.write(b"under the alias")
+    with cryptdisk.open(tmp_path / "f.cdk", "rb", keyring=ring) as f:
+        assert f.read() == b"under the alias"
+    ring.close()

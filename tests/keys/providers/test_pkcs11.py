@@ -18,6 +18,7 @@ from cryptdisk.config import load_config
 from cryptdisk.errors import (
     ConfigError,
     HeaderAuthenticationError,
+    KeyFileError,
     KeyProviderError,
     KeySourceError,
     WrongKeyError,
@@ -337,3 +338,72 @@ def test_a_wrapped_keyring_key_makes_a_cold_scan_one_token_call_per_key(
         Keyring.from_config(other)
     key.close()
     assert key.provider._kek is None
+
+
+def test_a_wrapped_key_into_a_missing_directory_is_named_before_the_token_is_asked(
+        tmp_path, softhsm, pin_env, key_label):
+    from cryptdisk.keys import create_wrapped_key
+
+    entry = {"id": 1, "source": "pkcs11", "module": softhsm.module, "token": softhsm.label,
+             "key": key_label, "pin_env": "CD_TEST_PIN"}
+    target = tmp_path / "keys" / "k1.p11"
+    with pytest.raises(KeyFileError) as err:
+        create_wrapped_key(target, entry)
+    assert str(err.value) == (f"cannot write the wrapped key file {target}: the directory "
+                              f"{tmp_path / 'keys'} does not exist")
+    assert "mkdir -m 700" in (err.value.hint or "")
+    (tmp_path / "keys").mkdir()
+    create_wrapped_key(target, entry)
+    with pytest.raises(KeyProviderError, match="already exists; refusing to overwrite"):
+        create_wrapped_key(target, entry)
+
+
+DOCS_RUN = """\
+import runpy, sys
+for name in sys.argv[1:]:
+    runpy.run_path(name)
+"""
+
+
+def test_the_docs_examples_run_as_written(tmp_path):
+    """docs/keys.md's two PKCS#11 snippets, in order, against a SoftHSM2 token labelled as
+    they say (its own SOFTHSM2_CONF, so in a child: SoftHSM2 reads it once per process)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ...test_readme import readme_blocks
+
+    root = Path(__file__).resolve().parents[3]
+    blocks = [b for b in readme_blocks((root / "docs" / "keys.md").read_text())
+              if b.language == "python" and ("pkcs11_key(" in b.code or
+                                             "create_wrapped_key(" in b.code)]
+    assert [("generate" in b.code) for b in blocks] == [True, False]
+    assert os.path.exists("/usr/lib/softhsm/libsofthsm2.so"), "the path the docs name"
+    (tmp_path / "tokens").mkdir()
+    conf = tmp_path / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {tmp_path / 'tokens'}\n"
+                    "objectstore.backend = file\nlog.level = ERROR\n")
+    env = dict(os.environ, SOFTHSM2_CONF=str(conf), CRYPTDISK_PIN="1234-docs",
+               PYTHONPATH=os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([shutil.which("softhsm2-util"), "--init-token", "--free", "--label",
+                    "cryptdisk", "--pin", "1234-docs", "--so-pin", "so-1"], env=env,
+                   check=True, capture_output=True)
+    scripts = []
+    for i, block in enumerate(blocks):
+        scripts.append(tmp_path / f"snippet{i}.py")
+        scripts[-1].write_text(block.code)
+    done = subprocess.run([sys.executable, "-c", DOCS_RUN, *map(str, scripts)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert oct((tmp_path / "keys" / "k5.p11").stat().st_mode & 0o777) == "0o600"
+    check = ("from cryptdisk.keys import Keyring\n"
+             "ring = Keyring.from_config('cryptdisk.toml')\n"
+             "print(ring.current_key().key_id)\n")
+    (tmp_path / "cryptdisk.toml").write_text(
+        '[keyring]\n[[keyring.keys]]\nid = 5\nsource = "pkcs11"\n'
+        'module = "/usr/lib/softhsm/libsofthsm2.so"\ntoken = "cryptdisk"\nkey = "kek-5"\n'
+        'pin_env = "CRYPTDISK_PIN"\nwrapped_key = "keys/k5.p11"\n')
+    loaded = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0 and loaded.stdout == "5\n", loaded.stderr

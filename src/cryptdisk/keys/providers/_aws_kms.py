@@ -31,7 +31,12 @@ import os
 from typing import Any, ClassVar
 
 from ...errors import KeyProviderError
-from .._kek import DEFAULT_KEK_SECONDS, HeldKekProvider, write_wrapped_file
+from .._kek import (
+    DEFAULT_KEK_SECONDS,
+    HeldKekProvider,
+    check_wrapped_path,
+    write_wrapped_file,
+)
 
 __all__ = ["AwsKmsProvider", "create_aws_kms_key", "create_aws_kms_wrapped_key"]
 
@@ -177,8 +182,10 @@ def create_aws_kms_wrapped_key(path: str | os.PathLike[str], kms_key: str, *, ke
 
     The file (mode 0600, never overwritten) holds only the KMS ciphertext blob in
     base64; the key's plaintext is dropped here. ``key_id`` is the keyring id the
-    entry will have: it is bound to the blob as KMS encryption context.
+    entry will have: it is bound to the blob as KMS encryption context. An existing
+    ``path``, or a missing directory, is refused before KMS is asked.
     """
+    check_wrapped_path(path)
     _, botocore = _boto3()
     try:
         client = _client(region, endpoint, timeout)
