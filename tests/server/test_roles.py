@@ -269,3 +269,21 @@ def test_granted_by_the_current_user_is_accepted_any_other_refused(start_server,
         carol.execute("SET ROLE readers")
         with pytest.raises(psycopg.errors.FeatureNotSupported):  # now acting as readers
             carol.execute("GRANT readers TO bob GRANTED BY SESSION_USER")
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_system_grants_shows_the_declared_table_name(start_server, request, engine) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE SalesEU (a INTEGER)")
+        admin.execute('CREATE TABLE "HR" (s TEXT)')
+        admin.execute("CREATE ROLE readers")
+        admin.execute("GRANT SELECT ON saleseu TO readers")
+        admin.execute('GRANT INSERT ON "HR", gone_later TO readers')
+        rows = admin.execute("SELECT * FROM system.grants").fetchall()
+        assert sorted(r[1] for r in rows if r[0] == "readers") == \
+            ["HR", "SalesEU", "gone_later"]
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+        with connect(srv, "bob", "bob pw") as bob:  # the name is the table's, whoever asks
+            assert ("readers", "SalesEU", "SELECT", None, None) in \
+                bob.execute("SELECT * FROM system.grants").fetchall()

@@ -93,6 +93,18 @@ _GENERATIONS = itertools.count(1)
 Op = tuple[str, tuple[Any, ...], dict[str, Any]]
 
 
+def _declared_names(session: Any) -> dict[str, str]:
+    """The session's tables and views by lower-case name -> the name they were declared
+    with (none for a session without an engine: the pre-check's trial)."""
+    engine = getattr(session, "engine", None)
+    if engine is None:
+        return {}
+    try:
+        return {name.lower(): name for name, _kind in engine.relations()}
+    except StatementError:
+        return {}
+
+
 def _ident(token: str) -> str:
     if token.startswith('"'):
         return token[1:-1].replace('""', '"')
@@ -1066,7 +1078,9 @@ class ScramAuthenticator:
             return self._grant(sql, words[0], admin)
         system = _SYSTEM_TABLE.fullmatch(sql)
         if system is not None and system[1].lower() == "grants":
-            rows = self.store.grant_rows()
+            declared = _declared_names(session)  # grants are kept by the lower-case name
+            rows = [(user, declared.get(table, table) if table else table, *rest)
+                    for user, table, *rest in self.store.grant_rows()]
             return Result([("user", 25), ("table", 25), ("privilege", 25), ("role", 25),
                            ("admin_option", 16)], list(rows), f"SELECT {len(rows)}")
         if system is not None and system[1].lower() == "roles":
