@@ -132,3 +132,33 @@ def test_l_dn_d_plus_df_dx_and_conninfo(start_server, request, engine, certs) ->
     hidden = psql(srv, certs, "\\d+ m", user="bob", password="bob pw")
     assert "c|numeric" not in hidden.stdout and 'Table "public.m"' not in hidden.stdout
     assert 'Did not find any relation named "m"' in hidden.stderr
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_dp_and_z_show_the_grants_a_user_may_see(start_server, request, engine,
+                                                 certs) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        for st in ["CREATE USER bob PASSWORD 'bob pw'", "CREATE USER carol PASSWORD 'c pw'",
+                   'CREATE ROLE "Readers"', 'GRANT "Readers" TO bob',
+                   "CREATE TABLE sales (a BIGINT)", "CREATE TABLE hr (b BIGINT)",
+                   "CREATE TABLE plain (c BIGINT)",
+                   "GRANT SELECT, INSERT ON sales TO bob", 'GRANT SELECT ON hr TO "Readers"',
+                   "GRANT SELECT, DELETE ON hr TO carol"]:
+            admin.execute(st)
+    out = psql(srv, certs, "\\dp", "\\z hr", "\\dL")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = "Schema|Name|Type|Access privileges|Column privileges|Policies"
+    assert lines[:7] == [
+        "Access privileges", header,
+        'public|hr|table|"Readers"=r/cryptdisk', "carol=rd/cryptdisk||",
+        "public|plain|table|||", "public|sales|table|bob=ar/cryptdisk||", "(3 rows)"]
+    assert lines[7:12] == ["Access privileges", header, 'public|hr|table|"Readers"=r/cryptdisk',
+                           "carol=rd/cryptdisk||", "(1 row)"]
+    assert "List of languages" in out.stdout and "(0 rows)" in lines[-1]
+    # bob: the tables he may read, the grants to him and his roles only (not carol's)
+    bob = psql(srv, certs, "\\dp", user="bob", password="bob pw")
+    assert bob.returncode == 0, bob.stderr
+    assert bob.stdout.splitlines()[2:5] == ['public|hr|table|"Readers"=r/cryptdisk||',
+                                            "public|sales|table|bob=ar/cryptdisk||", "(2 rows)"]

@@ -1,4 +1,5 @@
-"""The ``pg_catalog`` queries psql sends for ``\\dt``, ``\\dv``, ``\\d``, ``\\d NAME`` and ``\\du``.
+"""The ``pg_catalog`` queries psql sends for ``\\dt``, ``\\dv``, ``\\d``, ``\\d NAME``, ``\\du``,
+``\\dp`` / ``\\z`` and ``\\dL``.
 
 psql describes with fixed queries over ``pg_class``, ``pg_attribute``,
 ``pg_roles`` and friends; each is recognized by its shape and answered from
@@ -38,6 +39,14 @@ _ATTRS = re.compile(r"^\s*SELECT\s+a\.attname,(?:(?!attstorage).)*FROM\s+pg_cata
 #: none exist in cryptdisk, so each is an empty result
 _FOOTER = re.compile(r"pg_catalog\.pg_(?:index|policy|statistic_ext|publication|inherits|"
                      r"trigger|rewrite|constraint)\b.*'(\d+)'", re.I | re.S)
+#: \dp and \z: the tables and views with their grants
+_PRIVILEGES = re.compile(r'^\s*SELECT\s+n\.nspname\s+as\s+"Schema",\s*c\.relname\s+as\s+"Name",'
+                         r'.*"Access privileges".*FROM\s+pg_catalog\.pg_class\s+c\b', re.I | re.S)
+#: \dL: the procedural languages (cryptdisk has none)
+_LANGUAGES = re.compile(r"^\s*SELECT\s+l\.lanname\s+AS\s+\"Name\".*FROM\s+pg_catalog\."
+                        r"pg_language\s+l\b", re.I | re.S)
+#: PostgreSQL's letters for the privileges, in the order its ACLs list them
+_ACL_LETTERS = (("INSERT", "a"), ("SELECT", "r"), ("UPDATE", "w"), ("DELETE", "d"))
 _ROLES = re.compile(r"^\s*SELECT\s+r\.rolname,\s*r\.rolsuper\b.*FROM\s+pg_catalog\.pg_roles\s+r\b",
                     re.I | re.S)
 
@@ -69,7 +78,7 @@ def answers(sql: str) -> bool:
         return True
     return bool((_SIGNATURE_FIRST.match(sql) and _SIGNATURE.search(sql)) or _LOOKUP.match(sql)
                 or _RELINFO.match(sql) or _ATTRS.match(sql) or _ROLES.match(sql)
-                or _FOOTER.search(sql))
+                or _PRIVILEGES.match(sql) or _LANGUAGES.match(sql) or _FOOTER.search(sql))
 
 
 def catalog_query(sql: str, engine: EngineSession, privileges: Any,
@@ -115,9 +124,53 @@ def catalog_query(sql: str, engine: EngineSession, privileges: Any,
         return _result(columns, rows)
     if _ROLES.match(sql):
         return _roles(sql, privileges, session_user)
+    if _PRIVILEGES.match(sql):
+        return _privileges(sql, engine, privileges)
+    if _LANGUAGES.match(sql):
+        return _result([("Name", TEXT), ("Owner", TEXT), ("Trusted", BOOL),
+                        ("Description", TEXT)], [])
     if _FOOTER.search(sql) and sql.lstrip()[:6].upper() == "SELECT":
         return _result([("?column?", TEXT)], [])
     return None
+
+
+def _privileges(sql: str, engine: EngineSession, privileges: Any) -> Result:
+    """psql's ``\\dp`` / ``\\z``: the tables and views the session may read, each with the
+    grants on it as PostgreSQL writes an ACL (``bob=ar/cryptdisk``: INSERT, SELECT; ``w``
+    UPDATE, ``d`` DELETE), one grantee a line. An admin sees every grant; another user the
+    grants to itself and its roles, as ``information_schema.table_privileges``."""
+    columns = [("Schema", TEXT), ("Name", TEXT), ("Type", TEXT), ("Access privileges", TEXT),
+               ("Column privileges", TEXT), ("Policies", TEXT)]
+    schema = _pattern(sql, r"n\.nspname")
+    if schema is not None and not schema.search("public"):
+        return _result(columns, [])
+    names = _pattern(sql, r"c\.relname")
+    store = getattr(privileges, "store", None)
+    grantees: dict[str, dict[str, list[str]]] = {}
+    if store is not None:
+        shown = None if privileges.admin else set(privileges.roles)
+        for name in sorted([*store.users, *store.roles]):
+            if shown is None or name in shown:
+                grantees[name] = store.grants(name)
+    rows = []
+    for name, kind in sorted(_visible(engine, privileges)):
+        if names is not None and not names.search(name):
+            continue
+        acl = []
+        for grantee, grants in grantees.items():
+            held = set(grants.get(name.lower(), ()))
+            letters = "".join(letter for action, letter in _ACL_LETTERS if action in held)
+            if letters:
+                acl.append(f"{_acl_name(grantee)}={letters}/cryptdisk")
+        rows.append(("public", name, _KINDS.get(kind, "table"), "\n".join(acl) or None, "",
+                     ""))
+    return _result(columns, rows)
+
+
+def _acl_name(name: str) -> str:
+    """A grantee's name as an ACL writes it (quoted when it needs to be)."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else \
+        '"' + name.replace('"', '""') + '"'
 
 
 def _roles(sql: str, privileges: Any, session_user: str) -> Result:
