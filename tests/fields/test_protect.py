@@ -401,3 +401,44 @@ def test_an_empty_csv_field_is_null(tmp_path, keys, db):
     assert protect_insert(db, "pay", src, rules) == 2
     assert db.sql("SELECT pan, email FROM pay WHERE id = 2").to_pylist() == [
         {"pan": None, "email": None}]
+
+
+def test_rule_columns_match_the_header_in_any_case(tmp_path, config, db):
+    from cryptdisk.fields import protect_insert
+
+    # the header says PAN and Email, the rules pan and EMAIL, as the database would take them
+    src = tmp_path / "in.csv"
+    src.write_text("Id,PAN,Email\n1,4111111111111111,a@x.org\n")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    run = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "protect", str(src), str(tmp_path / "o.parquet"),
+         "-c", str(config), "-r", "pan=fpe_encrypt:cards", "-r", "EMAIL=mask_email"],
+        capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    out = pq.read_table(tmp_path / "o.parquet")
+    assert out.column_names == ["Id", "PAN", "Email"]  # the input's names stay
+    keys = FieldKeys.from_config(config)
+    # the tweak is the rule's column name, as with col := 'pan' in SQL
+    assert out.column("PAN").to_pylist() != ["4111111111111111"]
+    assert fpe_decrypt(out.column("PAN"), keys["cards"], "pan").to_pylist() == [
+        "4111111111111111"]
+    assert out.column("Email").to_pylist() == ["****@x.org"]
+    assert protect_insert(db, "pay", src, [parse_rule("PAN=tokenize:cards,keep_last=4")],
+                          keys) == 1
+    assert db.sql("SELECT pan FROM pay").to_pylist()[0]["pan"] != "4111111111111111"
+
+
+def test_rule_columns_differing_only_in_case_are_refused(tmp_path, config, keys):
+    src = tmp_path / "in.csv"
+    src.write_text("pan,PAN\n4111111111111111,5500005555555559\n")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    run = subprocess.run(
+        [sys.executable, "-m", "cryptdisk", "protect", str(src), str(tmp_path / "o.csv"),
+         "-c", str(config), "-r", "pan=mask_full"],
+        capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "column 'pan' is ambiguous: the input has 'pan' and 'PAN'" in run.stderr
+    assert not (tmp_path / "o.csv").exists()
+    with pytest.raises(FieldError, match="two rules for column 'PAN'"):
+        protect_table(pa.table({"pan": ["4111111111111111"]}),
+                      [parse_rule("pan=mask_full"), parse_rule("PAN=mask_null")], keys)

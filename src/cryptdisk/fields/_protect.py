@@ -183,22 +183,36 @@ def protect_table(table: pa.Table | pa.RecordBatch, rules: Sequence[ProtectRule]
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     names = table.column_names
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for rule in rules:
-        if rule.column in seen:
-            raise FieldError(f"two rules for column {rule.column!r}: give one")
-        seen.add(rule.column)
-        if rule.column not in names:
-            raise FieldError(f"no column {rule.column!r} to protect (columns: "
-                             f"{', '.join(names)})")
-        values = _as_text(table.column(rule.column), rule, first_row)
+        if rule.column.lower() in seen:
+            raise FieldError(f"two rules for column {rule.column!r} (and "
+                             f"{seen[rule.column.lower()]!r}; column names match in any "
+                             "case): give one")
+        seen[rule.column.lower()] = rule.column
+        index = _column_index(names, rule.column)
+        values = _as_text(table.column(index), rule, first_row)
         try:
             protected = rule.apply(values, keys,
                                    ciphertexts=_ciphertexts(ciphertexts, rule.column))
         except FieldError as exc:
             raise _located(exc, rule.column, first_row) from None
-        table = table.set_column(names.index(rule.column), rule.column, protected)
+        table = table.set_column(index, names[index], protected)
     return table
+
+
+def _column_index(names: Sequence[str], column: str) -> int:
+    """The position of ``column`` among ``names``, matched in any case as the database
+    matches column names; none, or two names differing only in case, is a FieldError."""
+    found = [i for i, name in enumerate(names) if name.lower() == column.lower()]
+    if not found:
+        raise FieldError(f"no column {column!r} to protect (columns: {', '.join(names)})")
+    if len(found) > 1:
+        raise FieldError(f"column {column!r} is ambiguous: the input has "
+                         f"{' and '.join(repr(names[i]) for i in found)}, which differ only "
+                         "in case (column names match in any case)",
+                         hint="rename one of them in the input")
+    return found[0]
 
 
 @dataclass
