@@ -127,8 +127,16 @@ def with_location(exc: Exception, path: str | None, where: str) -> Exception:
         return exc
     located = type(exc).__new__(type(exc))
     located.__dict__.update(getattr(exc, "__dict__", {}))
-    located.args = (f"{path}:{where}: {exc}",)
+    located.args = (f"{_location(path, where, str(exc))}: {exc}",)
     return located
+
+
+def _location(path: str, where: str | None, message: str) -> str:
+    """``path:where``, or ``path`` alone when the message starts with ``where`` already
+    (``key 6: ...``), so no message says it twice."""
+    if not where or message.startswith(f"{where}:"):
+        return path
+    return f"{path}:{where}"
 
 
 # --- keys -------------------------------------------------------------------
@@ -274,8 +282,7 @@ class ConfigError(CryptdiskError, ValueError):
                  hint: str | None = None) -> None:
         full = message
         if path is not None:
-            loc = f"{path}:{where}" if where else path
-            full = f"{loc}: {message}"
+            full = f"{_location(path, where, message)}: {message}"
         super().__init__(full, hint=hint)
         self.path = path
         self.where = where

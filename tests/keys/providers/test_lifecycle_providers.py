@@ -116,3 +116,24 @@ def test_destroying_a_wrapped_key_deletes_its_file_and_keeps_the_token_key(tmp_p
     assert f"deleted wrapped key file {tmp_path / 'k2.p11'}" in done.stdout
     assert not (tmp_path / "k2.p11").exists() and _objects(softhsm, label) == 1
     assert "id = 2" not in cfg.read_text()
+
+
+def test_a_token_key_that_cannot_be_found_is_said_in_a_sentence_naming_the_key_once(
+        tmp_path, softhsm):
+    """A missing token or key label: one 'key N:', the token and key named, and what is
+    wrong in words (not python-pkcs11's search template, a dict of attributes)."""
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keyring]\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n')
+    before = cfg.read_text()
+    pin = {"CD_TEST_PIN": softhsm.pin}
+    for token, label, what in (
+            (softhsm.label, "kek-not-there", "the token has no AES secret key with that label"),
+            ("no-such-token", "kek-x", "the module has no token with that label")):
+        added = run("keys", "add", "2", "-c", str(cfg), "--source", "pkcs11",
+                    "--set", f"module={softhsm.module}", "--set", f"token={token}",
+                    "--set", f"key={label}", "--set", "pin_env=CD_TEST_PIN", **pin)
+        assert added.returncode == 1
+        assert added.stderr == (f"cryptdisk: error: {cfg}: key 2: pkcs11 token {token!r} key "
+                                f"{label!r}: {what}\n")
+        assert cfg.read_text() == before

@@ -171,7 +171,7 @@ def test_bad_entries_fail_at_load_naming_the_entry_never_the_pin(tmp_path, softh
             _ring(tmp_path, softhsm, key_label, **kw)
         assert "cryptdisk.toml" in str(info.value)
         errors.append(info.value)
-    with pytest.raises(KeyProviderError, match="no single AES key") as info:
+    with pytest.raises(KeyProviderError, match="the token has no AES secret key") as info:
         _ring(tmp_path, softhsm, "no-such-label")
     errors.append(info.value)
     inline = "[keyring]\n" + entry_toml(softhsm, key_label).replace(

@@ -161,8 +161,7 @@ class Pkcs11Provider(RemoteKeyProvider):
         try:
             token = lib.get_token(token_label=self.value["token"])
         except (exc_mod.NoSuchToken, exc_mod.MultipleTokensReturned) as exc:
-            raise KeyProviderError(f"{where}: {_describe(exc)} (no single token with that "
-                                   "label)") from None
+            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
         except exc_mod.PKCS11Error as exc:
             raise KeyProviderError(f"{where}: {_describe(exc)}") from None
         pin = read_pin(self.value, self.base, what)
@@ -182,8 +181,7 @@ class Pkcs11Provider(RemoteKeyProvider):
             size = int(key[p11.Attribute.VALUE_LEN])
         except (exc_mod.NoSuchKey, exc_mod.MultipleObjectsReturned) as exc:
             session.close()
-            raise KeyProviderError(f"{where}: {_describe(exc)} (no single AES key with that "
-                                   "label)") from None
+            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
         except exc_mod.PKCS11Error as exc:
             session.close()
             raise KeyProviderError(f"{where}: {_describe(exc)}") from None
@@ -364,7 +362,20 @@ def _login(token: Any, pin: str, exc_mod: Any, rw: bool = False) -> Any:
     return session
 
 
+#: python-pkcs11's lookup failures, whose own text is the search template (a dict): the
+#: messages name the token and key label already, so these say what was found.
+_LOOKUPS = {
+    "NoSuchToken": "the module has no token with that label",
+    "MultipleTokensReturned": "the module has more than one token with that label",
+    "NoSuchKey": "the token has no AES secret key with that label",
+    "MultipleObjectsReturned": "the token has more than one AES secret key with that label",
+}
+
+
 def _describe(exc: BaseException) -> str:
+    lookup = _LOOKUPS.get(type(exc).__name__)
+    if lookup is not None:
+        return lookup
     text = str(exc).strip()
     return f"{type(exc).__name__}{': ' + text if text else ''}"
 
