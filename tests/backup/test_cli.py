@@ -137,3 +137,29 @@ def test_cli_refuses_credentials_in_the_repository_url_or_options(tmp_path: Path
         assert r.returncode == 1, r.stderr
         assert "may not hold credentials" in r.stderr and "Traceback" not in r.stderr
         assert secret not in r.stderr + r.stdout
+
+
+def test_a_plain_file_and_a_file_for_a_repository_are_named_for_what_they_are(
+        tmp_path: Path) -> None:
+    """`create` of an unencrypted file says it is not encrypted (not that no key was
+    given), with or without keys; `init` on a file says it is not a directory."""
+    repo, plain = str(tmp_path / "repo"), tmp_path / "notes.txt"
+    plain.write_text("id,name\n1,alice\n")
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    key = tmp_path / "k.hex"
+    key.write_text("00" * 32 + "\n")
+    key.chmod(0o600)
+    for keys in ([], ["--key-file", str(key)]):
+        r = run("create", repo, str(plain), "--passphrase-env", "BK_PASS", *keys)
+        assert r.returncode == 1
+        assert r.stderr == (
+            f"cryptdisk: error: {plain} is not encrypted (no cryptdisk header): backups are of "
+            "cryptdisk databases (a directory) and encrypted SQLite databases\n"
+            "cryptdisk: hint: encrypt a plain SQLite database first: cryptdisk sqlite encrypt "
+            "SRC DST\n"), keys
+    r = run("init", str(plain), "--passphrase-env", "BK_PASS")
+    assert r.returncode == 1
+    assert r.stderr == (f"cryptdisk: error: {plain} is a file, not a directory: a backup "
+                        "repository is a directory\ncryptdisk: hint: give a new path or an "
+                        "empty directory\n")
+    assert plain.read_text() == "id,name\n1,alice\n"

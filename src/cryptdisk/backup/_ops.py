@@ -20,6 +20,7 @@ import apsw
 
 from ..db import Database
 from ..errors import BackupError, CatalogError, DiskFileNotFoundError
+from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
 from . import _chunker
 from ._repo import ChunkProblem, Repository
@@ -240,6 +241,12 @@ def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
             "file": {"bytes": h.size, "sha256": h.sha.hexdigest(), "chunks": chunks}}
 
 
+def is_cryptdisk_file(path: str) -> bool:
+    """Whether the file starts with a cryptdisk header's magic (nothing is authenticated)."""
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
 def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = None,
            keyring: Keyring | None = None, progress: Progress | None = None) -> BackupSummary:
     """Back up ``source``: a database directory (opened read-only with ``config``, or its
@@ -254,6 +261,12 @@ def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = No
                 nbytes = sum(p["bytes"] for t in body["tables"] for p in t["parts"])
                 nfiles = sum(len(t["parts"]) for t in body["tables"])
             elif os.path.isfile(path):
+                if not is_cryptdisk_file(path):
+                    raise BackupError(
+                        f"{path} is not encrypted (no cryptdisk header): backups are of "
+                        "cryptdisk databases (a directory) and encrypted SQLite databases",
+                        hint="encrypt a plain SQLite database first: cryptdisk sqlite "
+                        "encrypt SRC DST")
                 if keyring is None:
                     raise BackupError(f"{path} is a file: back up an encrypted SQLite "
                                       "database with its keyring",

@@ -114,6 +114,9 @@ class Repository:
             raise BackupError("a new repository needs a passphrase or a keyring key to wrap "
                               "its key", hint="--passphrase-env VAR or --repo-keyring CONFIG")
         fs, root = cls._fs(url, storage_options)
+        if fs.exists(root) and not fs.isdir(root):
+            raise BackupError(f"{url} is a file, not a directory: a backup repository is a "
+                              "directory", hint="give a new path or an empty directory")
         if fs.exists(f"{root}/config"):
             raise BackupError(f"{url} is already a backup repository")
         if fs.exists(root) and fs.isdir(root) and fs.ls(root, detail=False):

@@ -163,9 +163,13 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _source_keys(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    from ..backup._ops import is_cryptdisk_file
+
     given = any(getattr(args, n, None) for n in ("keyring", "key_env", "key_file", "key_hex"))
     if os.path.isdir(path) or (not os.path.exists(path) and not given):
         return {"config": config_from_args(args)}
+    if os.path.isfile(path) and not is_cryptdisk_file(path):
+        return {}  # no key opens it: create() says what it is
     return {"keyring": keyring_from_args(args)}
 
 
