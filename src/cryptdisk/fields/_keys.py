@@ -15,13 +15,17 @@
 Each version's material (16 or 32 bytes) is never used directly: every function
 derives its own subkey with HKDF-SHA256 (:meth:`cryptdisk.keys.Key.derive`), so the
 GCM, AES-SIV, FF1 and HMAC keys of one field key are independent.
+
+A field key whose material is also an at-rest key of the config (the ``[keyring]`` or an
+encrypted disk's keys: the same file or the same bytes) is refused with a
+:class:`ConfigError`: one key serves one purpose.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -177,8 +181,14 @@ class FieldKeys(Mapping[str, FieldKey]):
         raise TypeError("field keys cannot be pickled; pass the config path instead")
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str]) -> FieldKeys:
-        """The ``[fields.keys]`` of a TOML config (none if it has no ``[fields]``)."""
+    def from_config(cls, path: str | os.PathLike[str], *,
+                    at_rest: Iterable[Key] | None = None) -> FieldKeys:
+        """The ``[fields.keys]`` of a TOML config (none if it has no ``[fields]``).
+
+        A field key holding the material of an at-rest key is a :class:`ConfigError`:
+        ``at_rest`` are those keys (a loaded config's :meth:`~cryptdisk.config.Config.
+        cryptdisk_keys`); without it, the config's ``[keyring]`` and disks are loaded
+        to find them when it has field keys and either section."""
         name = os.fspath(path)
         try:
             with open(name, "rb") as f:
@@ -189,7 +199,29 @@ class FieldKeys(Mapping[str, FieldKey]):
             raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"not valid TOML: {exc}", path=name) from None
-        return cls.from_mapping(data.get("fields"), path=name)
+        keys = cls.from_mapping(data.get("fields"), path=name)
+        if keys and at_rest is None and ("keyring" in data or "disks" in data):
+            from ..config import load_config
+
+            at_rest = load_config(name).cryptdisk_keys()
+        keys.check_apart(at_rest or (), path=name)
+        return keys
+
+    def check_apart(self, at_rest: Iterable[Key], *, path: str | None = None) -> None:
+        """Raise :class:`ConfigError` if a version of a field key has the material of one
+        of the ``at_rest`` keys (compared in constant time; no message holds material)."""
+        at_rest = list(at_rest)
+        for name, fkey in self._keys.items():
+            for key_id in fkey.ids:
+                mine = fkey._versions[key_id]._key
+                for other in at_rest:
+                    if mine.same_material(other):
+                        raise ConfigError(
+                            f"field key {name!r} version {key_id} is the at-rest key "
+                            f"{other.key_id} (the same material): a field key must be a key "
+                            "of its own", path=path, where=f"[fields.keys.{name}]",
+                            hint="make a separate one with 'cryptdisk keygen -o "
+                            f"{name}.key' and name it in [fields.keys.{name}]")
 
     @classmethod
     def from_mapping(cls, section: Any, *, path: str | None = None) -> FieldKeys:

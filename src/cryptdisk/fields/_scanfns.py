@@ -57,6 +57,8 @@ class FieldExtension:
 
     def __init__(self, config: Any) -> None:
         self.path = _config_path(config)
+        keys = getattr(config, "cryptdisk_keys", None)
+        self._at_rest = keys() if callable(keys) else []  # a field key must not be one
         self._lock = threading.Lock()
         self.generation = 0
         self._nonce = secrets.token_hex(8)  # tags of this connection's keys only
@@ -83,7 +85,7 @@ class FieldExtension:
     def _load(self) -> FieldKeys:
         if self.path is None or not os.path.isfile(self.path):
             return FieldKeys()
-        return FieldKeys.from_config(self.path)
+        return FieldKeys.from_config(self.path, at_rest=self._at_rest)
 
     def current(self) -> FieldKeys:
         return self.keys

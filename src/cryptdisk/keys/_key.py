@@ -114,6 +114,10 @@ class Key:
         return Key(key_id, self._material, algorithm=self._algorithm, source=self.source)
 
     def same_material(self, other: Key) -> bool:
+        """Whether both keys hold the same bytes (constant time; False when either key is
+        held by a key provider and has no material here)."""
+        if self._material is None or other._material is None:
+            return False
         return hmac.compare_digest(self._material, other._material)
 
     def __repr__(self) -> str:
