@@ -241,7 +241,7 @@ def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
             "file": {"bytes": h.size, "sha256": h.sha.hexdigest(), "chunks": chunks}}
 
 
-def is_cryptdisk_file(path: str) -> bool:
+def _is_cryptdisk_file(path: str) -> bool:
     """Whether the file starts with a cryptdisk header's magic (nothing is authenticated)."""
     with open(path, "rb") as f:
         return f.read(len(MAGIC)) == MAGIC
@@ -261,7 +261,7 @@ def create(repo: Repository, source: str | os.PathLike[str], *, config: Any = No
                 nbytes = sum(p["bytes"] for t in body["tables"] for p in t["parts"])
                 nfiles = sum(len(t["parts"]) for t in body["tables"])
             elif os.path.isfile(path):
-                if not is_cryptdisk_file(path):
+                if not _is_cryptdisk_file(path):
                     raise BackupError(
                         f"{path} is not encrypted (no cryptdisk header): backups are of "
                         "cryptdisk databases (a directory) and encrypted SQLite databases",

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import BackupError, MissingEnvironmentVariableError
+from ..format import MAGIC
 from ..keys import Key, Keyring, key_from_file
 from ._keys import add_key_options, config_from_args, keyring_from_args, keys_given
 
@@ -162,13 +163,16 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _source_keys(args: argparse.Namespace, path: str) -> dict[str, Any]:
-    from ..backup._ops import is_cryptdisk_file
+def _has_cryptdisk_header(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
 
+
+def _source_keys(args: argparse.Namespace, path: str) -> dict[str, Any]:
     given = any(getattr(args, n, None) for n in ("keyring", "key_env", "key_file", "key_hex"))
     if os.path.isdir(path) or (not os.path.exists(path) and not given):
         return {"config": config_from_args(args)}
-    if os.path.isfile(path) and not is_cryptdisk_file(path):
+    if os.path.isfile(path) and not _has_cryptdisk_header(path):
         return {}  # no key opens it: create() says what it is
     return {"keyring": keyring_from_args(args)}
 
