@@ -459,6 +459,21 @@ def test_spilling_is_refused(db):
     assert db.query("SELECT current_setting('temp_directory')") == [("",)]
 
 
+def test_no_extension_is_downloaded_or_loaded_by_a_query(db):
+    """DuckDB's autoinstall and autoload were on: a query of an https:// path had DuckDB
+    download its httpfs extension (native code) and load it."""
+    assert db.query("SELECT current_setting('autoinstall_known_extensions'), "
+                    "current_setting('autoload_known_extensions')") == [(False, False)]
+    with pytest.raises(DatabaseError, match="httpfs") as e:
+        db.sql("SELECT * FROM 'https://127.0.0.1:9/x.parquet'")
+    assert "download" not in str(e.value).lower()
+    assert db.query("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND "
+                    "install_mode <> 'STATICALLY_LINKED'") == [(0,)]
+    # what is built in stays: time zones (icu), JSON, Parquet
+    assert db.query("SELECT json_extract('{\"a\": 1}', '$.a')::INT, "
+                    "strftime(TIMESTAMPTZ '2020-01-01 00:00+00', '%Y')") == [(1, "2020")]
+
+
 def test_cache_stays_within_its_bound(tmp_path):
     db = cryptdisk.connect(tmp_path / "db", cache_bytes=300_000)
     db.sql(f"CREATE TABLE t {SCHEMA}")

@@ -433,6 +433,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
         con = track(duckdb.connect(":memory:"))  # never freed by a forked child (_forksafe)
         # No temporary directory: DuckDB cannot spill plaintext; out of memory is an error.
         con.execute("SET temp_directory = ''")
+        # No extension fetched or loaded behind the user's back: a query on an https:// or
+        # s3:// path would have DuckDB download native code (httpfs) and load it.
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
         for name, value, sql in (("memory_limit", memory_limit, "SET memory_limit = ?"),
                                  ("threads", threads, "SET threads = ?")):
             if value is None:
