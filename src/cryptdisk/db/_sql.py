@@ -437,6 +437,14 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
             raise DatabaseError(f"{name} is a table, not a view",
                                 hint=f"DROP TABLE {name}")
         return
+    if word == "EXPLAIN":
+        m = re.match(r"(?is)EXPLAIN\s+(?:ANALYZE\s+)?(\w+)", s)
+        if m is not None and m.group(1).upper() in _OWN_WORDS - {"SET", "RESET", "PRAGMA"} \
+                and referenced_tables(sql, tables):
+            raise DatabaseError(f"EXPLAIN {m.group(1).upper()}: cryptdisk runs that statement "
+                                "itself, and DuckDB has no plan of it",
+                                hint="EXPLAIN the query it reads: EXPLAIN SELECT ...")
+        return
     if word == "COMMENT":
         m = re.match(rf"(?is)COMMENT\s+ON\s+(?:TABLE|VIEW)\s+{_NAME}", s) or re.match(
             rf"(?is)COMMENT\s+ON\s+COLUMN\s+({_IDENT})\s*\.", s)
