@@ -372,8 +372,13 @@ def test_a_table_duckdb_does_not_find_is_named_in_cryptdisks_words(db):
         db.sql("SELECT * FROM salse")
     assert e.value.hint == "did you mean sales?"
     with pytest.raises(TableNotFoundError, match=r"no system table system\.column \(system "
-                       r"tables: system\.disks, .*system\.parts"):
+                       r"tables: system\.disks, .*system\.parts") as e:
         db.sql("SELECT * FROM system.column")
+    assert e.value.hint is None
+    # the server's users, roles and grants: said so, embedded, for any query over them
+    with pytest.raises(TableNotFoundError, match=r"no system table system\.users") as e:
+        db.sql("SELECT name FROM system.users WHERE is_admin")
+    assert e.value.hint is not None and "cryptdisk serve" in e.value.hint
     with pytest.raises(DatabaseError, match="'sales' is a cryptdisk table") as e:
         db.sql("PRAGMA table_info('sales')")
     assert "DESCRIBE sales" in e.value.hint and "pg_" not in str(e.value)

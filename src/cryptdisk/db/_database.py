@@ -1734,9 +1734,12 @@ def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any
         return None
     name = m.group(1)
     if re.search(r"(?i)\bsystem\s*\.\s*\"?" + re.escape(name) + r"\b", sql):
+        server = name.lower() in ("users", "roles", "grants")
         return _TableNotFound(
             f"no system table system.{name} (system tables: "
-            + ", ".join(f"system.{t}" for t in SYSTEM_TABLES) + ")")
+            + ", ".join(f"system.{t}" for t in SYSTEM_TABLES) + ")",
+            hint=f"system.{name.lower()} is the server's: users, roles and grants exist in "
+            "cryptdisk serve, which answers queries over them" if server else None)
     known = sorted(tables)
     if name.lower() in (t.lower() for t in known):  # (named in a string: pragma_table_info)
         return DatabaseError(

@@ -91,6 +91,7 @@ class _Check:
         in users, roles and grants to the scratch store."""
         from ._infoschema import handles as handles_information_schema
         from ._pgcatalog import answers
+        from ._systables import handles as handles_system_tables
 
         words = _sqltext.first_words(sql, 1)
         head = words[0] if words else ""
@@ -129,6 +130,7 @@ class _Check:
         if self.dry is not None and self.dry.handles(sql):
             self.dry.handle(self.session, sql)
             return
-        if answers(sql) or handles_information_schema(sql):
+        if answers(sql) or handles_information_schema(sql) or (
+                self.dry is not None and handles_system_tables(sql)):
             return  # the catalogs: open to every user, information_schema filtered itself
         self.engine.authorize(self.identity(sql, self.trial), self.trial)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import ServerError
-from . import _infoschema, _pgsession, _pgtables, _sqltext
+from . import _infoschema, _pgsession, _pgtables, _sqltext, _systables
 from ._accesslog import AccessLog
 from ._conn import Connection, Listener
 from ._engines import TRANSACTION_WORDS, Engine, Result
@@ -179,6 +179,7 @@ class Server:
         if known is None:
             known = ("pg_cursors" not in shape and "pg_catalog." not in shape
                      and not self.handles(shape) and not _infoschema.handles(shape)
+                     and not _systables.handles(shape)
                      and not _pgsession.answers(shape) and not _pgtables.handles(shape)
                      and IDENTITY_WORDS.search(shape) is None)
             if len(self._engine_statements) >= 4096:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
-from . import _infoschema, _pgcatalog, _pgsession, _pgtables, _sqltext, _types
+from . import _infoschema, _pgcatalog, _pgsession, _pgtables, _sqltext, _systables, _types
 from . import _protocol as P
 from ._conn import Connection
 from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
@@ -749,6 +749,10 @@ class Session:
                 return await self._user_statement(sql)
             if getattr(self.engine, "commit_users", None) is not None:
                 return await self._user_statement_alone(sql)
+        if head in ("SELECT", "WITH") and self.server.authenticator is not None \
+                and _systables.handles(sql):
+            text, renames = self._identity(sql)
+            return await self._run_timed(head, text, params, renames, _systables.query)
         handled = await self.server.handle_statement(self, sql, params)
         if handled is not None:
             return handled
@@ -773,6 +777,8 @@ class Session:
         try:
             if special is _infoschema.query:
                 result = await self.call(special, sql, params, engine, self.privileges)
+            elif special is _systables.query:
+                result = await self.call(special, sql, params, engine, self._user_store())
             elif special is _pgtables.query:
                 result = await self.call(special, sql, params, engine, self.privileges,
                                          self.database)
@@ -1002,6 +1008,14 @@ class Session:
         statements (SQLite)."""
         return self.pending_begin or self.pipeline_tx or self.user_tx is not None or (
             self.engine is not None and self.engine.in_transaction)
+
+    def _user_store(self) -> Any:
+        """The users, roles and grants as this session sees them (in a transaction: with
+        its changes)."""
+        if self.privileges is not None:
+            return self.privileges.store
+        assert self.server.authenticator is not None
+        return self.server.authenticator.store  # type: ignore[attr-defined]
 
     async def _user_statement(self, sql: str) -> Result:
         """A user, role or grant statement, or SET ROLE, in a transaction: applied to the
@@ -1381,6 +1395,12 @@ class Session:
                         st.columns = None  # its rows travel in CopyData, not DataRows
                     elif _pgsession.answers(st.sql):
                         st.columns = _pgsession.answer(st.sql, self).columns  # type: ignore[union-attr]
+                    elif self.server.authenticator is not None and \
+                            _systables.handles(st.sql) and \
+                            not self.server.authenticator.handles(st.sql):
+                        st.columns = (await self._timed(
+                            _systables.query, st.sql, [None] * st.nparams, self.engine,
+                            self._user_store())).columns
                     elif _infoschema.handles(st.sql) or (
                             _pgtables.handles(st.sql) and not _pgcatalog.answers(st.sql)):
                         query = _infoschema.query if _infoschema.handles(st.sql) \
@@ -1484,7 +1504,11 @@ class Session:
             return privileges is None or any(privileges.allowed(table, action) for action in
                                              ("SELECT", "INSERT", "UPDATE", "DELETE"))
 
-        inferred = await self._timed(self.engine.parameter_types, st.sql, st.nparams, visible)
+        if self.server.authenticator is not None and _systables.handles(st.sql):
+            inferred = _systables.parameter_types(st.sql, st.nparams)
+        else:
+            inferred = await self._timed(self.engine.parameter_types, st.sql, st.nparams,
+                                         visible)
         st.param_types = tuple(g or i for g, i in zip(given, inferred, strict=True))
 
     def _statement(self, name: str) -> _Statement:
