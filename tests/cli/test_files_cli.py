@@ -392,3 +392,34 @@ def test_in_place_encrypt_interrupted_leaves_the_input(tmp_path, keyfile):
     after = plain.read_bytes()
     if after != data:  # the kill came after the rename
         assert run("cat", str(plain), "--key-file", str(keyfile)).stdout == data
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_an_output_that_is_a_symlink_is_written_through(tmp_path, keyfile, command):
+    """`encrypt --force LINK LINK` converts the file the link names (the link stays a link),
+    never replaces the link with the ciphertext while the plaintext stays where it was; a
+    link to nothing is refused."""
+    plain, enc = tmp_path / "p.bin", tmp_path / "p.cd"
+    data = os.urandom(50_000)
+    plain.write_bytes(data)
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    target = plain if command == "encrypt" else enc
+    link = tmp_path / "link"
+    link.symlink_to(target.name)
+    r = run(command, str(link), str(link), "--key-file", str(keyfile))
+    assert r.returncode == 1 and b"is the input file" in r.stderr
+    r = run(command, str(link), str(link), "--key-file", str(keyfile), "--force")
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == target.name
+    if command == "encrypt":
+        assert plain.read_bytes()[:8] == b"CRYPTDSK"
+        assert run("cat", str(plain), "--key-file", str(keyfile)).stdout == data
+    else:
+        assert enc.read_bytes() == data
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to("nowhere")
+    r = run(command, str(plain if command == "decrypt" else enc), str(dangling),
+            "--key-file", str(keyfile), "--force")
+    _no_traceback(r)
+    assert r.returncode == 1 and b"is a symbolic link to" in r.stderr
+    assert not (tmp_path / "nowhere").exists() and dangling.is_symlink()

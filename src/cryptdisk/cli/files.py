@@ -96,8 +96,19 @@ def _check_output(args: argparse.Namespace) -> None:
     The output is written to a temporary file beside it and renamed over it once whole,
     so with ``--force`` an OUTPUT that is the INPUT is converted in place, crash-safe: an
     interruption leaves the input as it was (and a ``.NAME.*.cdtmp`` to delete).
+
+    An OUTPUT that is a symbolic link is written through to the file it names (as ``cp``
+    does), so converting a link's file in place converts the file, not the link; a link
+    to nothing is refused.
     """
     path = args.output
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        if not os.path.exists(target):
+            raise CryptdiskError(f"{path} is a symbolic link to {target}, which does not "
+                                 "exist; refusing to write through it",
+                                 hint="give the link's target, or remove the link")
+        args.output = path = target
     if os.path.isdir(path):  # refused before writing: the rename would fail
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     if args.force or not os.path.lexists(path):
