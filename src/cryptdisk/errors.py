@@ -38,6 +38,7 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   ├── TableNotFoundError    (LookupError)
     │   ├── DatabaseLockedError                      another process holds the database
     │   ├── PublishConflictError                     another process published the same URL
+    │   ├── NotSupportedError                        a statement form cryptdisk does not support
     │   └── RotationError                            a rotation cannot start or did not finish
     ├── BackupError                                  a backup repository is missing or damaged
     │   └── BackupKeyError        (KeyringError)     no passphrase or key opens the repository
@@ -87,6 +88,7 @@ __all__ = [
     "MissingEnvironmentVariableError",
     "NameAuthenticationError",
     "NotEncryptedError",
+    "NotSupportedError",
     "PolicyError",
     "PolicyFileError",
     "ProtocolError",
@@ -331,6 +333,12 @@ class DatabaseLockedError(DatabaseError):
 
 class PublishConflictError(DatabaseError):
     """Another process published a catalog to the same URL meanwhile; nothing was overwritten."""
+
+
+class NotSupportedError(DatabaseError):
+    """A correctly written statement of a form the embedded database does not support
+    (``ALTER TABLE t ADD COLUMN``); the message names what is supported, the hint the way
+    round it. The server answers it with SQLSTATE 0A000."""
 
 
 class RotationError(DatabaseError):

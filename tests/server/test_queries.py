@@ -213,3 +213,31 @@ def test_analytical_columns_sharing_a_name_each_keep_their_values(start_server,
         c.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
         got = c.execute("SELECT * FROM t, t AS u WHERE t.k < u.k").fetchall()
         assert got == [(1, "x", 2, "y")]
+
+
+@pytest.mark.parametrize(("sql", "form", "hint"), [
+    ("ALTER TABLE t ADD COLUMN c INTEGER", "ADD COLUMN", "NULL for a new column"),
+    ("alter table T add c integer", "ADD COLUMN", "NULL for a new column"),
+    ("ALTER TABLE t RENAME COLUMN a TO z", "RENAME COLUMN", "a AS z"),
+    ("ALTER TABLE t DROP COLUMN b", "DROP COLUMN", "leaving the dropped column out"),
+    ("ALTER TABLE t ALTER COLUMN a SET DATA TYPE BIGINT", "ALTER COLUMN a TYPE", "CAST"),
+    ("ALTER TABLE t ALTER a TYPE BIGINT", "ALTER COLUMN a TYPE", "CAST"),
+    ("ALTER TABLE t ALTER COLUMN a SET NOT NULL", "ALTER COLUMN a SET NOT NULL", "CREATE TABLE"),
+    ("ALTER TABLE public.t RENAME TO u", "RENAME TO", "CREATE TABLE u"),
+])
+def test_alter_table_forms_the_analytical_engine_lacks_are_0a000(start_server, analytical,
+                                                                  sql, form, hint) -> None:
+    """Each ALTER TABLE form but MODIFY SETTING is refused as not supported (0A000), naming
+    the form and the one supported, with the way round it; never an internal error."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b VARCHAR)")
+        conn.execute("INSERT INTO t VALUES (1, 'x')")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            conn.execute(sql)
+        assert e.value.sqlstate == "0A000"
+        message = e.value.diag.message_primary or ""
+        assert f"ALTER TABLE t {form} is not supported" in message
+        assert "ALTER TABLE t MODIFY SETTING storage_policy" in message
+        assert hint in (e.value.diag.message_hint or "")
+        assert conn.execute("SELECT * FROM t").fetchall() == [(1, "x")]

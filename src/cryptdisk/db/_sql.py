@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..errors import DatabaseError
+from ..errors import DatabaseError, NotSupportedError
 from ._columns import UNQUOTED_IDENT, referenced_tables
 
 __all__ = [
@@ -381,6 +381,39 @@ _NAME = rf"(?:{_IDENT}\s*\.\s*)?({_IDENT})"  # (a schema before it: the name it 
 _STRINGS = re.compile(r"'(?:[^']|'')*'")
 
 
+def _alter_form(rest: str, table: str) -> tuple[str, str]:
+    """(the ALTER TABLE form ``rest`` is, said as PostgreSQL writes it; how to get its
+    effect): the text after ``ALTER TABLE name``."""
+    raw = re.findall(r'"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*', rest)
+    words = [w.upper() for w in raw]
+    way = (f"CREATE TABLE a new table with the columns wanted, INSERT INTO it SELECT ... FROM "
+           f"{table} ({{}}), then DROP TABLE {table}")
+    if words[:2] == ["RENAME", "TO"]:
+        new = raw[2] if len(raw) > 2 else "new_name"
+        return "RENAME TO", (f"CREATE TABLE {new} (the same columns), INSERT INTO {new} "
+                             f"SELECT * FROM {table}, then DROP TABLE {table}")
+    if words[:1] == ["RENAME"]:
+        cols = raw[2:] if words[1:2] == ["COLUMN"] else raw[1:]
+        old, new = (cols[0], cols[2]) if len(cols) > 2 else ("a", "b")
+        return "RENAME COLUMN", way.format(f"{old} AS {new} for the renamed column")
+    if words[:1] == ["DROP"]:
+        return "DROP COLUMN", way.format("leaving the dropped column out")
+    if words[:1] == ["ADD"]:
+        if words[1:2] in (["CONSTRAINT"], ["PRIMARY"], ["UNIQUE"], ["FOREIGN"], ["CHECK"]):
+            return "ADD CONSTRAINT", f"cryptdisk tables have no constraints; ORDER BY at " \
+                f"CREATE TABLE sorts a table ({way.format('*')})"
+        return "ADD COLUMN", way.format("NULL for a new column, or its value")
+    if words[:1] == ["ALTER"]:
+        cols = raw[2:] if words[1:2] == ["COLUMN"] else raw[1:]
+        column, action = (cols[0], [w.upper() for w in cols[1:]]) if cols else ("c", [])
+        if "TYPE" in action[:3]:
+            return f"ALTER COLUMN {column} TYPE", way.format(
+                f"CAST({column} AS new_type) for the column")
+        said = " ".join(action[:3] if action[1:3] == ["NOT", "NULL"] else action[:2])
+        return f"ALTER COLUMN {column} {said}".rstrip(), way.format("*")
+    return (" ".join(raw[:2]) or "with no action"), way.format("*")
+
+
 def check_passthrough(sql: str, tables: set[str]) -> None:
     """Refuse a statement for DuckDB (:class:`Passthrough`) that would act on a cryptdisk
     table or keep a DuckDB table in memory only, with what to write instead.
@@ -423,13 +456,15 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
                     "WITH v AS (SELECT ...) SELECT ... FROM v")
         return
     if word in ("ALTER",):
-        name = named(re.match(rf"(?is)ALTER\s+(?:TABLE|VIEW)\s+(?:IF\s+EXISTS\s+)?{_NAME}", s))
-        if name is not None:
-            raise DatabaseError(
-                f"ALTER TABLE {name}: only ALTER TABLE {name} MODIFY SETTING storage_policy = "
-                "'name' is supported",
-                hint=f"to rename or change columns, CREATE TABLE the new table, INSERT INTO it "
-                f"SELECT ... FROM {name}, then DROP TABLE {name}")
+        m = re.match(rf"(?is)ALTER\s+(?:TABLE|VIEW)\s+(?:IF\s+EXISTS\s+)?{_NAME}", s)
+        name = named(m)
+        if name is not None and m is not None:
+            form, hint = _alter_form(s[m.end():], name)
+            raise NotSupportedError(
+                f"ALTER TABLE {name} {form} is not supported: a cryptdisk table keeps the "
+                f"name and columns it was created with (its parts are written with them); "
+                f"only ALTER TABLE {name} MODIFY SETTING storage_policy = 'name' is supported",
+                hint=hint)
         return
     if word == "DROP":
         name = named(re.match(rf"(?is)DROP\s+VIEW\s+(?:IF\s+EXISTS\s+)?{_NAME}", s))

@@ -29,6 +29,7 @@ from ..errors import (
     AuthenticationError,
     CryptdiskError,
     DatabaseError,
+    NotSupportedError,
     ServerError,
     TableNotFoundError,
     UsersFileError,
@@ -300,7 +301,8 @@ def statement_error(exc: Exception) -> StatementError:
         return StatementError(str(exc), "42P01")
     if isinstance(exc, DatabaseError):
         text = str(exc)
-        if "append-only" in text or "not supported" in text:
+        if isinstance(exc, NotSupportedError) or "append-only" in text \
+                or "not supported" in text:
             return StatementError(text, "0A000", hint=exc.hint)
         code = _duckdb_sqlstate(text)
         if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
