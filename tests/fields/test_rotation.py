@@ -1,12 +1,14 @@
 """Rotating a field key of a table, as docs/fields.md (Rotating a field key) tells an operator.
 
 A table holds values encrypted (base64 text), deterministically encrypted (bytes in a
-BLOB column) and FF1-encrypted under version 1 of ``cards``. The operator adds version 2,
-keeps version 1's material under another name for FF1, copies the rows re-encrypted
-into a new table, counts the values per key version, puts the rows back, and removes
-version 1: every value still reads as it did.
+BLOB column) and FF1-encrypted under version 1 of ``cards``. The operator adds version 2:
+FF1 values and tokens name no version, so from then on every FF1 call on ``cards`` must
+say which (``version :=``) and a call without it is an error, never other digits. The
+operator copies the rows re-encrypted into a new table, counts the values per key
+version, puts the rows back, and removes version 1: every value still reads as it did.
 """
 
+import pyarrow as pa
 import pytest
 
 import cryptdisk
@@ -17,8 +19,7 @@ from tests.fields.conftest import CARDS, CONFIG
 CARDS_2 = "0f" * 32
 V1 = f'[fields.keys.cards]\nhex = "{CARDS}"\n'
 V1_V2 = (f'[[fields.keys.cards]]\nid = 1\nhex = "{CARDS}"\n'
-         f'[[fields.keys.cards]]\nid = 2\nhex = "{CARDS_2}"\n'
-         f'[fields.keys.cards_ff1_v1]\nhex = "{CARDS}"\n')
+         f'[[fields.keys.cards]]\nid = 2\nhex = "{CARDS_2}"\n')
 V2 = f'[[fields.keys.cards]]\nid = 2\nhex = "{CARDS_2}"\n'
 ROWS = [(1, "Zoë 名前", "a@x.org", "4111111111111111"), (2, "", "a@x.org", "5500005555555559"),
         (3, None, None, None)]
@@ -26,7 +27,8 @@ COLUMNS = "(id BIGINT, name VARCHAR, email BLOB, pan VARCHAR)"
 KEY_IDS = ("SELECT ('0x' || hex(from_base64(name)[2:5]))::BIGINT AS name_key, "
            "('0x' || hex(email[2:5]))::BIGINT AS email_key FROM {t} ORDER BY id")
 CLEAR = ("SELECT id, decrypt(name, 'cards') AS name, decrypt_deterministic(email, 'cards') "
-         "AS email, fpe_decrypt(pan, '{ff1}', col := 'pan') AS pan FROM {t} ORDER BY id")
+         "AS email, fpe_decrypt(pan, 'cards', col := 'pan'{version}) AS pan FROM {t} "
+         "ORDER BY id")
 
 
 def _keys(path, fields):
@@ -50,25 +52,37 @@ def setup(tmp_path, monkeypatch):
     db.close()
 
 
-def _clear(db, table="customers", ff1="cards"):
-    return [tuple(r.values()) for r in db.sql(CLEAR.format(t=table, ff1=ff1)).to_pylist()]
+def _clear(db, table="customers", version=None):
+    sql = CLEAR.format(t=table, version="" if version is None else f", version := {version}")
+    return [tuple(r.values()) for r in db.sql(sql).to_pylist()]
 
 
-def test_rotating_a_field_key_re_encrypts_every_value(setup):
+@pytest.mark.parametrize("push", [True, False], ids=["in the scan", "as DuckDB UDFs"])
+def test_rotating_a_field_key_re_encrypts_every_value(setup, push):
     db, config = setup
-    assert _clear(db) == ROWS
+    db.push_field_functions = push
+    assert _clear(db) == ROWS  # one version: FF1 needs no version
     before = db.sql("SELECT pan FROM customers ORDER BY id").to_pylist()
     _keys(config, V1_V2)  # the next statement reads the changed config
-    # AES-GCM and AES-SIV values name their version: they still decrypt
-    assert _clear(db, ff1="cards_ff1_v1") == ROWS
-    # FF1 output names none: under version 2 it decrypts to other digits, silently
-    assert _clear(db)[0][3] != ROWS[0][3]
+    # FF1 output names no version: without one, an error says which versions there are
+    with pytest.raises(DatabaseError) as info:
+        _clear(db)
+    text = str(info.value)
+    assert "fpe_decrypt: field key 'cards' has versions 1, 2" in text
+    assert "version := 2 in SQL" in text
+    assert CARDS not in text.lower() and CARDS_2 not in text.lower()
+    # AES-GCM and AES-SIV values name their version; FF1 reads with the one named
+    assert _clear(db, version=1) == ROWS
+    db.sql("SELECT fpe_decrypt(pan, 'cards', col := 'pan', version := 1) FROM customers")
+    assert ("__cd_derived_0" in db.last_scans) is push  # the table's scan computes it
+    with pytest.raises(DatabaseError, match="has no version 3"):
+        _clear(db, version=3)
 
     db.sql(f"CREATE TABLE customers_new {COLUMNS}")
     db.sql("INSERT INTO customers_new SELECT id, encrypt(decrypt(name, 'cards'), 'cards'), "
            "from_base64(encrypt_deterministic(decrypt_deterministic(email, 'cards'), "
-           "'cards')), fpe_encrypt(fpe_decrypt(pan, 'cards_ff1_v1', col := 'pan'), 'cards', "
-           "col := 'pan') FROM customers")
+           "'cards')), fpe_encrypt(fpe_decrypt(pan, 'cards', col := 'pan', version := 1), "
+           "'cards', col := 'pan', version := 2) FROM customers")
     assert db.sql(KEY_IDS.format(t="customers")).to_pylist()[0] == {"name_key": 1,
                                                                     "email_key": 1}
     assert db.sql(KEY_IDS.format(t="customers_new")).to_pylist() == [
@@ -78,8 +92,11 @@ def test_rotating_a_field_key_re_encrypts_every_value(setup):
     db.sql("INSERT INTO customers SELECT * FROM customers_new")
     db.sql("DROP TABLE customers_new")
 
+    assert _clear(db, version=2) == ROWS
     _keys(config, V2)  # version 1 removed: nothing needs it
-    assert _clear(db) == ROWS
+    assert _clear(db) == ROWS == _clear(db, version=2)
+    with pytest.raises(DatabaseError, match="has no version 1"):
+        _clear(db, version=1)
     after = db.sql("SELECT pan FROM customers ORDER BY id").to_pylist()
     assert after[0] != before[0] and len(after[0]["pan"]) == 16
     # deterministic values of one version group together again
@@ -100,3 +117,54 @@ def test_deterministic_values_of_two_versions_do_not_match(setup):
     _keys(config, V2)
     with pytest.raises(DatabaseError, match="has no version 1"):
         db.sql("SELECT decrypt_deterministic(email, 'cards') FROM customers")
+
+
+def test_ff1_and_tokens_of_a_key_with_versions_need_the_version(tmp_path):
+    from cryptdisk.errors import FieldError
+    from cryptdisk.fields import (
+        FieldKey,
+        FieldKeys,
+        detokenize,
+        fpe_decrypt,
+        fpe_encrypt,
+        parse_rule,
+        protect_table,
+        tokenize,
+    )
+    from cryptdisk.keys import Key
+
+    v1 = FieldKey("cards", Key(1, bytes.fromhex(CARDS)))
+    both = FieldKey("cards", {1: Key(1, bytes.fromhex(CARDS)),
+                              2: Key(2, bytes.fromhex(CARDS_2))})
+    pans = ["4111111111111111", None]
+    old_ff1 = fpe_encrypt(pans, v1, "pan")
+    old_tokens = tokenize(pans, v1, "pan", keep_first=6, keep_last=4, luhn=True)
+    for call in (lambda: fpe_encrypt(pans, both, "pan"),
+                 lambda: fpe_decrypt(old_ff1, both, "pan"),
+                 lambda: tokenize(pans, both, "pan"),
+                 lambda: detokenize(old_tokens, both, "pan", keep_first=6, keep_last=4,
+                                    luhn=True)):
+        with pytest.raises(FieldError, match=r"field key 'cards' has versions 1, 2.*"
+                           r"version=2 in Python") as info:
+            call()
+        assert CARDS not in str(info.value).lower() and CARDS_2 not in str(info.value)
+    # the version named gives what that version gave, and the inverse reads it back
+    assert fpe_encrypt(pans, both, "pan", version=1) == old_ff1
+    assert fpe_decrypt(old_ff1, both, "pan", version=1).to_pylist() == pans
+    assert detokenize(old_tokens, both, "pan", keep_first=6, keep_last=4, luhn=True,
+                      version=1).to_pylist() == pans
+    assert fpe_encrypt(pans, both, "pan", version=2) != old_ff1
+    with pytest.raises(TypeError, match="version is a key id"):
+        fpe_encrypt(pans, both, "pan", version="1")
+    # a protect rule names it too
+    keys = FieldKeys({"cards": both})
+    table = pa.table({"pan": pans})
+    with pytest.raises(FieldError, match="column 'pan': tokenize: field key 'cards' has "
+                       "versions 1, 2"):
+        protect_table(table, [parse_rule("pan=tokenize:cards,keep_first=6,keep_last=4,"
+                                         "luhn=true")], keys)
+    done = protect_table(table, [parse_rule("pan=tokenize:cards,keep_first=6,keep_last=4,"
+                                            "luhn=true,version=1")], keys)
+    assert done.column("pan").combine_chunks() == old_tokens
+    with pytest.raises(FieldError, match="version takes a number"):
+        parse_rule("pan=fpe_encrypt:cards,version=two")

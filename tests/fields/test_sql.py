@@ -241,3 +241,16 @@ def test_an_error_in_sql_says_its_row_is_of_duckdbs_batch(db, push):
     with pytest.raises(DatabaseError, match=r"fpe_encrypt: row 0 of DuckDB's batch of "
                        "values has a character outside the alphabet"):
         db.sql("SELECT fpe_encrypt('12345x', 'cards')")
+
+
+def test_an_ff1_option_given_as_null_is_refused(db):
+    # the FF1 functions take NULL arguments (a missing version := is NULL); an option
+    # that is NULL is an error, not a NULL result
+    for sql in ("SELECT fpe_encrypt('4111111111111111', 'cards', col := NULL)",
+                "SELECT tokenize('4111111111111111', 'cards', keep_last := NULL)"):
+        with pytest.raises(DatabaseError, match="must not be NULL"):
+            db.sql(sql)
+    assert db.sql("SELECT fpe_decrypt(fpe_encrypt('4111111111111111', 'cards', "
+                  "version := NULL), 'cards', version := 1) AS v").to_pylist() == [
+        {"v": "4111111111111111"}]
+    assert db.sql("SELECT fpe_encrypt(NULL, 'cards') AS v").to_pylist() == [{"v": None}]

@@ -172,26 +172,29 @@ def _tweak(column: str | None, tweak: bytes | None) -> bytes:
 
 
 def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
-                alphabet: str | Alphabet = "digits", tweak: bytes | None = None) -> pa.Array:
+                alphabet: str | Alphabet = "digits", tweak: bytes | None = None,
+                version: int | None = None) -> pa.Array:
     """FF1-encrypt text values keeping their length and alphabet.
 
     The tweak is ``column``'s name (so equal values in different columns encrypt
     differently) unless ``tweak`` is given; with neither it is empty. Each value
     must have ``radix**length >= 1,000,000`` (6 digits, 4 alphanumerics).
-    The output names no key version: rotation of FPE columns needs the old key.
+    The output names no key version: ``version`` is the key id to use, required when
+    the key has several (:meth:`FieldKey.ff1_version`).
     """
     alpha = Alphabet(alphabet)
-    cipher = key._version().ff1_cipher()
+    cipher = key.ff1_version(version, "fpe_encrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_encrypt", lambda rows, x: ff1_group(
         ff1_encrypt, cipher, alpha.radix, tw, x, "fpe_encrypt", rows))
 
 
 def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
-                alphabet: str | Alphabet = "digits", tweak: bytes | None = None) -> pa.Array:
+                alphabet: str | Alphabet = "digits", tweak: bytes | None = None,
+                version: int | None = None) -> pa.Array:
     """The inverse of :func:`fpe_encrypt` (same key version, column or tweak, alphabet)."""
     alpha = Alphabet(alphabet)
-    cipher = key._version().ff1_cipher()
+    cipher = key.ff1_version(version, "fpe_decrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_decrypt", lambda rows, x: ff1_group(
         ff1_decrypt, cipher, alpha.radix, tw, x, "fpe_decrypt", rows))

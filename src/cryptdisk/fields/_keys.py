@@ -31,7 +31,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 
-from ..errors import ConfigError, KeyNotFoundError, with_location
+from ..errors import ConfigError, FieldError, KeyNotFoundError, with_location
 from ..keys import Key, parse_key_entry
 
 __all__ = ["FieldKey", "FieldKeys"]
@@ -142,6 +142,30 @@ class FieldKey:
                 f"{', '.join(map(str, self.ids))})", key_id=key_id,
                 hint="the value was encrypted under another key or a version that was "
                 "removed from [fields.keys]") from None
+
+    def ff1_version(self, version: int | None, what: str) -> _Version:
+        """The version FF1 and tokens compute under: ``version``, or the key's only one.
+
+        FF1 output and tokens name no version, so on a key with several versions a
+        missing ``version`` is a :class:`FieldError` (a guess would turn values made under
+        another version into other characters without an error); an unknown one is a
+        :class:`KeyNotFoundError`. Neither message holds key material.
+        """
+        if version is None:
+            if len(self._versions) == 1:
+                return self._versions[self._current]
+            ids = ", ".join(map(str, self.ids))
+            raise FieldError(
+                f"{what}: field key {self._name!r} has versions {ids}, and FF1 values and "
+                "tokens do not name the version that made them: say which one (version := "
+                f"{self._current} in SQL, version={self._current} in Python and in a "
+                "protect rule)",
+                hint="give the version the values were protected with; new values may use "
+                f"the current one, {self._current}")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"{what}: version is a key id (an int), not "
+                            f"{type(version).__name__}")
+        return self._version(version)
 
     def __repr__(self) -> str:
         return f"<FieldKey {self._name!r} ids={self.ids} current={self._current}>"

@@ -5,7 +5,7 @@ A rule is ``COLUMN=FUNCTION:KEY[,option=value...]``::
     pan=tokenize:cards,keep_first=6,keep_last=4,luhn=true
     email=encrypt_deterministic:emails
     notes=encrypt:notes
-    ssn=fpe_encrypt:ids,alphabet=digits
+    ssn=fpe_encrypt:ids,alphabet=digits,version=2
     phone=mask_last4
 
 The column name is FF1's tweak (``fpe_encrypt``, ``tokenize``). A CSV's columns are
@@ -46,8 +46,8 @@ __all__ = ["ProtectRule", "ProtectSummary", "parse_rule", "protect_file", "prote
 _KEYED = {"encrypt", "encrypt_deterministic", "fpe_encrypt", "tokenize", "mask_hash"}
 _UNKEYED = {"mask_full", "mask_last4", "mask_email", "mask_null"}
 _BINARY = {"encrypt", "encrypt_deterministic"}  # the functions ``ciphertexts`` applies to
-_OPTIONS = {"fpe_encrypt": {"alphabet"},
-            "tokenize": {"alphabet", "keep_first", "keep_last", "luhn"}}
+_OPTIONS = {"fpe_encrypt": {"alphabet", "version"},
+            "tokenize": {"alphabet", "keep_first", "keep_last", "luhn", "version"}}
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class ProtectRule:
 
 
 def _option(name: str, text: str) -> Any:
-    if name in ("keep_first", "keep_last"):
+    if name in ("keep_first", "keep_last", "version"):
         try:
             return int(text)
         except ValueError:

@@ -127,28 +127,45 @@ class FieldExtension:
                 return _Step(self._tag(name, key), lambda v: fn(v, key), takes_bytes)
             return bind
 
+        def version_of(key: FieldKey, named: dict[str, Any]) -> tuple[bool, int | None]:
+            """(whether the scan takes the call, the version): a key of several
+            versions without one stays a DuckDB call, which says what is missing."""
+            version = named.get("version")
+            if version is None:
+                return len(key.ids) == 1, None
+            return (isinstance(version, int) and not isinstance(version, bool)
+                    and version in key.ids), version
+
         def fpe(args: list[Any], named: dict[str, Any]) -> Any:
             key = self._key(args[0]) if len(args) == 1 else None
             col, alphabet = named.get("col", ""), named.get("alphabet", "digits")
-            if key is None or set(named) - {"col", "alphabet"} or \
+            if key is None or set(named) - {"col", "alphabet", "version"} or \
                     not isinstance(col, str) or not isinstance(alphabet, str):
                 return None
-            return _Step(self._tag("fpe_decrypt", key, col, alphabet),
-                         lambda v: fpe_decrypt(v, key, col, alphabet=alphabet))
+            ok, version = version_of(key, named)
+            if not ok:
+                return None
+            return _Step(self._tag("fpe_decrypt", key, col, alphabet, version),
+                         lambda v: fpe_decrypt(v, key, col, alphabet=alphabet,
+                                               version=version))
 
         def detok(args: list[Any], named: dict[str, Any]) -> Any:
             key = self._key(args[0]) if len(args) == 1 else None
             col = named.get("col", "")
             first, last = named.get("keep_first", 0), named.get("keep_last", 0)
             luhn = named.get("luhn", False)
-            if key is None or set(named) - {"col", "keep_first", "keep_last", "luhn"} or \
+            if key is None or \
+                    set(named) - {"col", "keep_first", "keep_last", "luhn", "version"} or \
                     not isinstance(col, str) or not isinstance(luhn, bool) or \
                     isinstance(first, bool) or isinstance(last, bool) or \
                     not isinstance(first, int) or not isinstance(last, int):
                 return None
-            return _Step(self._tag("detokenize", key, col, first, last, luhn),
+            ok, version = version_of(key, named)
+            if not ok:
+                return None
+            return _Step(self._tag("detokenize", key, col, first, last, luhn, version),
                          lambda v: detokenize(v, key, col, keep_first=first, keep_last=last,
-                                              luhn=luhn))
+                                              luhn=luhn, version=version))
 
         def keyless(name: str, fn: Callable[[pa.Array], pa.Array]) -> Any:
             step = _Step(name, fn)

@@ -6,9 +6,13 @@ process's :class:`FieldKey` objects, never in SQL text, plans or messages.
 Functions with options are SQL macros with named defaults over internal UDFs
 (DuckDB cannot overload a Python UDF)::
 
-    fpe_encrypt(v, 'cards' [, col := 'pan'] [, alphabet := 'digits'])
+    fpe_encrypt(v, 'cards' [, col := 'pan'] [, alphabet := 'digits'] [, version := 2])
     tokenize(v, 'cards' [, col := 'pan'] [, keep_first := 6] [, keep_last := 4]
-             [, luhn := true])
+             [, luhn := true] [, version := 2])
+
+``version`` (NULL unless given) is the key id FF1 and tokens compute under, required
+when the key has several (:meth:`FieldKey.ff1_version`); their UDFs take NULL
+arguments (DuckDB's ``null_handling="special"``) so a missing version reaches them.
 
 ``decrypt`` and ``decrypt_deterministic`` take a ciphertext as base64 ``VARCHAR`` (what
 ``encrypt`` returns) or as its bytes (``BLOB``, what the Python API's ``encrypt``
@@ -126,6 +130,14 @@ def _in_batch(exc: CryptdiskError) -> CryptdiskError:
     return located
 
 
+def _option(arr: Any, what: str) -> Any:
+    """A constant option that may not be NULL (``col``, ``alphabet``, the token options)."""
+    value = _const(arr, what)
+    if value is None:
+        raise FieldError(f"{what} must not be NULL")
+    return value
+
+
 def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) -> None:
     """Create the field functions (:data:`SQL_FUNCTIONS`) on a DuckDB connection, with
     ``keys`` (or the keys ``keys()`` gives at each call)."""
@@ -138,7 +150,7 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         return current[name]
 
     def udf(name: str, fn: Callable[..., Any], params: list[str], *,
-            side_effects: bool = False) -> None:
+            side_effects: bool = False, nulls: bool = False) -> None:
         def run(cols: tuple[Any, ...]) -> Any:
             if len(cols[0]) == 0:
                 return pa.array([], pa.string())
@@ -149,10 +161,13 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         # DuckDB counts the parameters of the Python function: give it the exact arity.
         arity: dict[int, Callable[..., Any]] = {
             1: lambda a: run((a,)), 2: lambda a, b: run((a, b)),
-            4: lambda a, b, c, d: run((a, b, c, d)),
-            6: lambda a, b, c, d, e, f: run((a, b, c, d, e, f))}
+            5: lambda a, b, c, d, e: run((a, b, c, d, e)),
+            7: lambda a, b, c, d, e, f, g: run((a, b, c, d, e, f, g))}
+        # nulls: the function gets NULL arguments too (a missing ``version``), and keeps
+        # a NULL value NULL itself
         con.create_function(name, arity[len(params)], params, V, type="arrow",
-                            side_effects=side_effects)
+                            side_effects=side_effects,
+                            null_handling="special" if nulls else "default")
 
     udf("encrypt", lambda v, k: encrypt(v, key(k), output="base64"), [V, V],
         side_effects=True)  # a fresh nonce per call: never fold or share results
@@ -163,17 +178,22 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
     udf("__cd_decrypt_deterministic", lambda v, k: decrypt_deterministic(v, key(k)), [V, V])
     udf("__cd_decrypt_deterministic_bytes", lambda v, k: decrypt_deterministic(v, key(k)),
         ["BLOB", V])
-    udf("__cd_fpe_encrypt", lambda v, k, c, a: fpe_encrypt(
-        v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
-    udf("__cd_fpe_decrypt", lambda v, k, c, a: fpe_decrypt(
-        v, key(k), _const(c, "column"), alphabet=_const(a, "alphabet")), [V, V, V, V])
-    token_params = [V, V, V, "INTEGER", "INTEGER", "BOOLEAN"]
-    udf("__cd_tokenize", lambda v, k, c, f, la, lu: tokenize(
-        v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
-        keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
-    udf("__cd_detokenize", lambda v, k, c, f, la, lu: detokenize(
-        v, key(k), _const(c, "column"), keep_first=_const(f, "keep_first"),
-        keep_last=_const(la, "keep_last"), luhn=bool(_const(lu, "luhn"))), token_params)
+    fpe_params = [V, V, V, V, "BIGINT"]
+    udf("__cd_fpe_encrypt", lambda v, k, c, a, ver: fpe_encrypt(
+        v, key(k), _option(c, "col"), alphabet=_option(a, "alphabet"),
+        version=_const(ver, "version")), fpe_params, nulls=True)
+    udf("__cd_fpe_decrypt", lambda v, k, c, a, ver: fpe_decrypt(
+        v, key(k), _option(c, "col"), alphabet=_option(a, "alphabet"),
+        version=_const(ver, "version")), fpe_params, nulls=True)
+    token_params = [V, V, V, "INTEGER", "INTEGER", "BOOLEAN", "BIGINT"]
+    udf("__cd_tokenize", lambda v, k, c, f, la, lu, ver: tokenize(
+        v, key(k), _option(c, "col"), keep_first=_option(f, "keep_first"),
+        keep_last=_option(la, "keep_last"), luhn=bool(_option(lu, "luhn")),
+        version=_const(ver, "version")), token_params, nulls=True)
+    udf("__cd_detokenize", lambda v, k, c, f, la, lu, ver: detokenize(
+        v, key(k), _option(c, "col"), keep_first=_option(f, "keep_first"),
+        keep_last=_option(la, "keep_last"), luhn=bool(_option(lu, "luhn")),
+        version=_const(ver, "version")), token_params, nulls=True)
     udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
     register_temp_macros(con)
 
@@ -188,11 +208,12 @@ def register_temp_macros(con: Any) -> None:
         con.execute(f"CREATE OR REPLACE TEMP MACRO {name}(v, k) AS {body}")
     for fn in ("fpe_encrypt", "fpe_decrypt"):
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
-                    f"alphabet := 'digits') AS __cd_{fn}(v, k, col, alphabet)")
+                    "alphabet := 'digits', version := NULL) AS "
+                    f"__cd_{fn}(v, k, col, alphabet, version)")
     for fn in ("tokenize", "detokenize"):
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
-                    "keep_first := 0, keep_last := 0, luhn := false) AS "
-                    f"__cd_{fn}(v, k, col, keep_first, keep_last, luhn)")
+                    "keep_first := 0, keep_last := 0, luhn := false, version := NULL) AS "
+                    f"__cd_{fn}(v, k, col, keep_first, keep_last, luhn, version)")
 
 
 def config_hook(con: Any, config: Any) -> FieldExtension:

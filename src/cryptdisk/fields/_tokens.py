@@ -10,7 +10,8 @@ walking, about ten rounds on average), which stays a permutation of the Luhn-val
 numbers with those kept digits, so :func:`detokenize` inverts it.
 
 The kept characters are not part of the tweak: two values that differ only in
-their kept characters get the same middle.
+their kept characters get the same middle. A token names no key version: ``version``
+is the key id to use, required when the key has several.
 """
 
 from __future__ import annotations
@@ -38,17 +39,17 @@ def luhn_valid(digits: np.ndarray) -> np.ndarray:
 
 
 def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_last: int,
-         luhn: bool, alphabet: str, decrypt: bool) -> pa.Array:
+         luhn: bool, alphabet: str, decrypt: bool, version: int | None) -> pa.Array:
     if not isinstance(keep_first, int) or not isinstance(keep_last, int) or \
             keep_first < 0 or keep_last < 0:
         raise FieldError("keep_first and keep_last are numbers of characters (0 or more)")
     alpha = Alphabet(alphabet)
     if luhn and alpha.radix != 10:
         raise FieldError("luhn=True needs the digits alphabet")
-    cipher = key._version().ff1_cipher()
+    what = "detokenize" if decrypt else "tokenize"
+    cipher = key.ff1_version(version, what).ff1_cipher()
     tweak = b"token:" + (column or "").encode("utf-8")
     step = ff1_decrypt if decrypt else ff1_encrypt
-    what = "detokenize" if decrypt else "tokenize"
 
     def one(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
         n = x.shape[1]
@@ -76,12 +77,15 @@ def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_l
 
 
 def tokenize(values: Any, key: FieldKey, column: str | None = None, *, keep_first: int = 0,
-             keep_last: int = 0, luhn: bool = False, alphabet: str = "digits") -> pa.Array:
+             keep_last: int = 0, luhn: bool = False, alphabet: str = "digits",
+             version: int | None = None) -> pa.Array:
     """Format-preserving tokens for text values (see the module docstring)."""
-    return _run(values, key, column, keep_first, keep_last, luhn, alphabet, False)
+    return _run(values, key, column, keep_first, keep_last, luhn, alphabet, False, version)
 
 
 def detokenize(values: Any, key: FieldKey, column: str | None = None, *, keep_first: int = 0,
-               keep_last: int = 0, luhn: bool = False, alphabet: str = "digits") -> pa.Array:
-    """The values :func:`tokenize` made these tokens from (same key, column and options)."""
-    return _run(values, key, column, keep_first, keep_last, luhn, alphabet, True)
+               keep_last: int = 0, luhn: bool = False, alphabet: str = "digits",
+               version: int | None = None) -> pa.Array:
+    """The values :func:`tokenize` made these tokens from (same key, version, column and
+    options)."""
+    return _run(values, key, column, keep_first, keep_last, luhn, alphabet, True, version)
