@@ -162,3 +162,32 @@ def test_dp_and_z_show_the_grants_a_user_may_see(start_server, request, engine,
     assert bob.returncode == 0, bob.stderr
     assert bob.stdout.splitlines()[2:5] == ['public|hr|table|"Readers"=r/cryptdisk||',
                                             "public|sales|table|bob=ar/cryptdisk||", "(2 rows)"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_unquoted_patterns_find_names_in_any_case(start_server, request, engine,
+                                                  certs) -> None:
+    """psql lower-cases an unquoted pattern (as PostgreSQL folds names); cryptdisk keeps a
+    table's declared case and matches names in any case, so \\dt sal* finds Sales. A quoted
+    pattern with capitals matches exactly."""
+    srv = start_server(request.getfixturevalue(engine))
+    made = psql(srv, certs, "CREATE TABLE Sales (a INTEGER)", "CREATE TABLE hr (a INTEGER)")
+    assert made.returncode == 0, made.stderr
+
+    def names(command: str) -> list[str]:
+        out = psql(srv, certs, command, unaligned=True)
+        assert out.returncode == 0, out.stderr
+        return [line.split("|")[1] for line in out.stdout.splitlines()
+                if line.startswith("public|")]
+
+    assert names("\\dt sal*") == ["Sales"]
+    assert names("\\dt SAL*") == ["Sales"]
+    assert names("\\dt public.sales") == ["Sales"]
+    assert names('\\dt "Sales"') == ["Sales"]
+    assert names('\\dt "SALES"') == []
+    assert names("\\dt") == ["Sales", "hr"]
+    assert names("\\dp sal*") == ["Sales"]
+    described = psql(srv, certs, "\\d sales", "\\d+ SALES")
+    assert described.returncode == 0, described.stderr
+    assert described.stdout.count('Table "public.Sales"') == 2
+    assert "Did not find" in psql(srv, certs, '\\d "SALES"').stderr

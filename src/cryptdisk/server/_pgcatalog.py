@@ -56,12 +56,20 @@ def relation_oid(name: str) -> int:
     return 16384 + zlib.crc32(name.encode()) % (1 << 30)
 
 
-def _pattern(sql: str, column: str) -> re.Pattern[str] | None:
+def _pattern(sql: str, column: str, *, tables: bool = True) -> re.Pattern[str] | None:
+    """The regular expression psql compares ``column`` with (None: none). psql lower-cases
+    the letters of an unquoted pattern, as PostgreSQL folds names; cryptdisk keeps a name's
+    declared case and matches names in any case, so a pattern without capitals matches in
+    any case (``\\dt sal*`` finds ``Sales``), one with capitals (only a quoted pattern has
+    them: ``\\dt "Sales"``) exactly. ``tables=False`` (role names, which PostgreSQL's rules
+    fold): exactly as written."""
     m = re.search(rf"{column}\s+OPERATOR\(pg_catalog\.~\)\s+'((?:[^']|'')*)'", sql)
     if not m:
         return None
+    text = m[1].replace("''", "'")
     try:
-        return re.compile(m[1].replace("''", "'"))
+        exact = not tables or re.search(r"(?<!\\)[A-Z]", text) is not None
+        return re.compile(text, 0 if exact else re.I)
     except re.error as exc:
         raise StatementError(f"invalid regular expression: {exc}", "2201B") from None
 
@@ -187,7 +195,7 @@ def _roles(sql: str, privileges: Any, session_user: str) -> Result:
             entries.append((name, bool(user.get("admin")), True, list(user.get("roles", ()))))
         for name, role in store.roles.items():
             entries.append((name, False, False, list(role.get("roles", ()))))
-    wanted = _pattern(sql, r"r\.rolname")
+    wanted = _pattern(sql, r"r\.rolname", tables=False)
     rows = []
     for name, admin, login, member_of in sorted(entries):
         if wanted is not None and not wanted.search(name):
@@ -206,12 +214,12 @@ def psql_list(sql: str, engine: EngineSession, privileges: Any) -> Result | None
     if not m:
         return None
     wanted = {k for k in re.findall(r"'(\w?)'", m[1]) if k in _KINDS}
-    name_filter = re.search(r"c\.relname\s+OPERATOR\(pg_catalog\.~\)\s+'((?:[^']|'')*)'", sql)
+    name_filter = _pattern(sql, r"c\.relname")
     rows = []
     for name, kind in _visible(engine, privileges):
         if kind not in wanted:
             continue
-        if name_filter and not re.search(name_filter[1].replace("''", "'"), name):
+        if name_filter is not None and not name_filter.search(name):
             continue
         rows.append(("public", name, _KINDS[kind], "cryptdisk"))
     rows.sort()
