@@ -1,4 +1,4 @@
-"""Rotating a field key of a table, as docs/fields.md (Rotating a field key) tells an operator.
+"""Rotating a field key of a table, as docs/fields-rotation.md tells an operator.
 
 A table holds values encrypted (base64 text), deterministically encrypted (bytes in a
 BLOB column) and FF1-encrypted under version 1 of ``cards``. The operator adds version 2:

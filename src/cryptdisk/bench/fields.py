@@ -11,7 +11,7 @@ Issue 18's benchmark, each run in a fresh worker process, strategies interleaved
 - **Query overhead**: ``SELECT sum(length(...))`` over a table of the embedded
   database (at-rest encrypted) holding 4 clear and 4 protected (``encrypt``, AES-GCM,
   base64 text) columns of the same 16-character values, decrypting 1, 2 and 4 columns
-  (strategy ``decrypt``: the scan computes them, see docs/fields.md, Cost) against the
+  (strategy ``decrypt``: the scan computes them, see docs/fields-scan.md) against the
   same scan of the clear columns (``clear``), the same decryption of ``BLOB`` copies of
   the protected columns holding the ciphertexts' bytes (``decrypt-blob``: no base64 to
   store, read and decode), and as DuckDB UDFs (``decrypt-udf``,

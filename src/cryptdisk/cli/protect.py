@@ -53,7 +53,7 @@ def cmd_protect(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("protect", help="copy CSV or Parquet with named columns encrypted, "
-                       "tokenized or masked (docs/fields.md)", epilog=_EPILOG,
+                       "tokenized or masked (docs/fields-ingestion.md)", epilog=_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="CSV or Parquet file (by extension, or --input-format)")
     p.add_argument("output", nargs="?",

@@ -14,7 +14,8 @@ Importing this package also gives every database opened afterwards
 ``encrypt_deterministic``, ``decrypt_deterministic``, ``fpe_encrypt``,
 ``fpe_decrypt``, ``tokenize``, ``detokenize``, ``mask_full``, ``mask_last4``,
 ``mask_email``, ``mask_null`` and ``mask_hash``, with the keys of the database's
-config. See docs/fields.md.
+config. See docs/fields.md (and fields-ingestion.md, fields-rotation.md,
+fields-scan.md, fields-policies.md).
 
 Lower tier, easy to misuse: :func:`ff1_encrypt` / :func:`ff1_decrypt`, the bare
 FF1 mode over numeral matrices.
