@@ -203,3 +203,56 @@ def test_pg_catalog_functions_and_types(start_server, request, engine) -> None:
         assert await conn.fetchval("SELECT quote_literal(b) FROM t") == "'MiXed'"
 
     run(srv, body)
+
+
+def test_sqlite_computed_columns_are_typed_before_they_run(start_server, sqlite_engine) -> None:
+    """On SQLite a computed column has no declared type: the Describe (by which asyncpg
+    decodes the rows) reads it off the text (casts, aggregates, arithmetic over typed
+    operands, literals), and the rows are sent in that type."""
+    srv = start_server(sqlite_engine)
+
+    async def body(conn: Any) -> Any:
+        await conn.execute(CREATE["sqlite_engine"])
+        await conn.executemany("INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6)", ROWS)
+        got = [
+            await conn.fetchval("SELECT $1::int + 1", 41),
+            await conn.fetchval("SELECT count(*) + 1 FROM t"),
+            await conn.fetchval("SELECT count(*) FROM t WHERE a > 5"),
+            await conn.fetchrow("SELECT a * 2 AS doubled, c + 1, avg(a), sum(a), max(d), "
+                                "'x' || b, 7, 2.5, CAST('3' AS INTEGER) FROM t"),
+            await conn.fetchval("SELECT avg(a) FROM t WHERE a > 5"),  # NULL: still float8
+            await conn.fetchval("SELECT n + 1 FROM t WHERE a = 1"),
+        ]
+        stmt = await conn.prepare("SELECT count(*) + 1 AS n, a > 1 FROM t")
+        types = [(a.name, a.type.name) for a in stmt.get_attributes()]
+        with pytest.raises(asyncpg.NumericValueOutOfRangeError):  # SQLite made it a float
+            await conn.fetchval("SELECT 9223372036854775807 + $1::int", 1)
+        return got, types
+
+    got, types = run(srv, body)
+    assert got[:3] == [42, 3, 0]
+    assert tuple(got[3]) == (4, 3.5, 1.5, 3, dt.date(2024, 2, 3), "xy", 7, 2.5, 3)
+    assert got[4] is None and got[5] == decimal.Decimal("2.25")
+    assert types == [("n", "int8"), ("a > 1", "text")]  # a comparison stays text
+
+
+def test_sqlite_computed_columns_psycopg_and_pg8000(start_server, sqlite_engine) -> None:
+    import pg8000.native
+    import psycopg
+
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, r REAL)")
+        conn.execute("INSERT INTO t VALUES (1, 0.5), (2, 1.5)")
+        cur = conn.execute("SELECT %s::int + 1, sum(r), count(*) FROM t", [41], prepare=True,
+                           binary=True)
+        assert cur.fetchall() == [(42, 2.0, 2)]
+        assert [d.type_code for d in cur.description] == [20, 701, 20]
+    conn8 = pg8000.native.Connection(
+        "u", host="localhost", port=srv.port, password="pw", database="db",
+        ssl_context=ssl.create_default_context(cafile=str(srv.dsn["sslrootcert"])))
+    try:
+        assert conn8.run("SELECT count(*) + 1 FROM t") == [[3]]
+        assert conn8.run("SELECT max(r) * 2 FROM t") == [[3.0]]
+    finally:
+        conn8.close()

@@ -1307,8 +1307,33 @@ class _SQLiteSession(EngineSession):
                 cur.close()
         if not desc:
             return None
-        return [(name, _types.sqlite_declared_oid(decl) if decl else _expression_oid(name))
-                for name, decl in desc]
+        inferred = self._expression_types(sql, len(desc)) \
+            if any(not decl for _, decl in desc) else []
+        return [(name, _types.sqlite_declared_oid(decl) if decl else
+                 inferred[i] or _expression_oid(name)) for i, (name, decl) in enumerate(desc)]
+
+    def _expression_types(self, sql: str, count: int) -> list[int]:
+        """The type of each of ``sql``'s ``count`` result columns its text settles
+        (:mod:`._exprtypes`; 0: not settled), its tables' columns looked up by name."""
+        from ._exprtypes import select_types
+
+        named = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_$]*", sql)}
+        found: dict[str, set[int]] = {}
+        for name, _kind in self.relations():
+            if name.lower() in named:
+                try:
+                    columns = self.column_types(name)
+                except StatementError:
+                    continue
+                for column, oid in columns:
+                    found.setdefault(column.lower(), set()).add(oid)
+
+        def column_type(name: str) -> int:
+            oids = found.get(name.lower(), set())
+            return next(iter(oids)) if len(oids) == 1 else 0
+
+        types = select_types(sql, column_type)
+        return types if types is not None and len(types) == count else [0] * count
 
     def authorize(self, sql: str, privileges: Any) -> None:
         """SQLite prepares ``sql`` (never steps it) with ``privileges``' authorizer."""

@@ -1448,6 +1448,7 @@ class Session:
                 if portal.statement.described and portal.statement.columns is not None \
                         and columns is not None \
                         and len(portal.statement.columns) == len(columns):
+                    _conform(portal.result, portal.statement.columns)
                     portal.described_columns = columns = portal.statement.columns
                 if columns is None:
                     self.send(P.NO_DATA)
@@ -1470,6 +1471,7 @@ class Session:
                 st = portal.statement
                 if st.described and st.columns is not None and portal.result.columns is not None \
                         and len(st.columns) == len(portal.result.columns):
+                    _conform(portal.result, st.columns)
                     portal.described_columns = st.columns
             try:
                 done = self._send_result(portal.result, portal.result_formats, msg.max_rows,
@@ -1523,6 +1525,27 @@ class Session:
             return self.portals[name]
         except KeyError:
             raise StatementError(f'portal "{name}" does not exist', "34000") from None
+
+
+def _conform(result: Result, described: list[tuple[str, int]]) -> None:
+    """``result``'s rows as the Describe typed them before the statement ran, where it gave
+    a column another type than the rows have (SQLite's computed columns: :mod:`._exprtypes`),
+    so the rows are sent as described; a value the type cannot hold fails the statement."""
+    assert result.columns is not None
+    change = [(i, oid) for i, ((_, oid), (_, had)) in
+              enumerate(zip(described, result.columns, strict=True)) if oid != had]
+    if not change or not result.rows:
+        return
+    rows = []
+    for row in result.rows:
+        values = list(row)
+        for i, oid in change:
+            try:
+                values[i] = _types.conform(oid, values[i])
+            except ValueError as exc:
+                raise StatementError(*exc.args) from None
+        rows.append(tuple(values))
+    result.rows = rows
 
 
 def _ends_transaction(sql: str) -> bool:

@@ -156,6 +156,43 @@ def sqlite_value(oid: int, value: Any) -> Any:
     raise ValueError(f'invalid input syntax for type {name}: "{shown}"', code)
 
 
+def conform(oid: int, value: Any) -> Any:
+    """``value`` as type ``oid``, for a column a Describe typed before the statement ran (a
+    computed column on SQLite, see :mod:`._exprtypes`), so that its rows are sent as it
+    said: integers from integral floats, floats from integers, the types SQLite stores as
+    text or numbers read as for a declared column (:func:`sqlite_value`); a value already
+    of the type is left. Raises ValueError with (message, SQLSTATE) for a value the type
+    cannot hold (an integer SQLite's arithmetic overflowed into a float: 22003)."""
+    if value is None or oid == TEXT:
+        return value
+    kind = type(value)
+    if oid in (INT2, INT4, INT8):
+        if kind is int or kind is bool:
+            return int(value)
+        if kind is float and value.is_integer() and -2.0 ** 63 <= value < 2.0 ** 63:
+            return int(value)
+        if kind is float and not -2.0 ** 63 <= value < 2.0 ** 63:
+            raise ValueError("bigint out of range", "22003")
+        if kind is str and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if kind is float or kind is str:
+            raise ValueError(f'invalid input syntax for type bigint: "{value}"', "22P02")
+        return value
+    if oid in (FLOAT4, FLOAT8):
+        if kind is float:
+            return value
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            if kind is str:
+                raise ValueError(f'invalid input syntax for type double precision: '
+                                 f'"{value}"', "22P02") from None
+            return value
+    if sqlite_reads(oid) and kind in (int, float, str):
+        return sqlite_value(oid, value)
+    return value
+
+
 _PG_NAMES = {"BIGINT": "bigint", "INT8": "bigint", "LONG": "bigint", "INTEGER": "integer",
              "INT4": "integer", "INT": "integer", "SMALLINT": "smallint", "INT2": "smallint",
              "TINYINT": "smallint", "HUGEINT": "numeric(38,0)", "UBIGINT": "numeric(20,0)",
