@@ -148,3 +148,43 @@ def test_the_tree_walk_visits_every_dict_in_order(tree):
 
     got, want = _walk(tree), list(_walked(tree))
     assert len(got) == len(want) and all(a is b for a, b in zip(got, want, strict=True))
+
+
+def test_a_shared_tree_is_walked_once_until_forgotten():
+    """After share_walks, walks of the tree's statements share one list, walked on first
+    use; forget_walks (what changes a tree in place calls it) makes the next walk see the
+    tree as it is; another tree, or a part of one, is walked on its own."""
+    from cryptdisk.db import _columns
+
+    tree = {"statements": [{"node": {"class": "A"}}]}
+    _columns.share_walks(tree)
+    try:
+        first = _columns._walk(tree["statements"])
+        assert _columns._walk(tree["statements"]) is first
+        assert [n.get("class") for n in first] == [None, "A"]
+        tree["statements"][0]["more"] = {"class": "B"}
+        _columns.forget_walks()
+        assert [n.get("class") for n in _columns._walk(tree["statements"])] == [None, "A", "B"]
+        part = tree["statements"][0]["node"]
+        assert _columns._walk(part) == [part] and _columns._walk(part) is not first
+    finally:
+        _columns.share_walks(None)
+
+
+def test_a_statement_walks_its_parse_tree_once(db, monkeypatch):
+    """The analyses of a statement (which tables, columns, filters, top-N, min/max, count)
+    walk its tree's statements once between them."""
+    from cryptdisk.db import _columns
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(100))
+    roots = []
+    walk_all = _columns._walk_all
+    monkeypatch.setattr(_columns, "_walk_all", lambda node: (roots.append(id(node)),
+                                                             walk_all(node))[1])
+    for sql in ("SELECT c_int, c_str FROM t WHERE c_int = 7",
+                "SELECT c_int FROM t ORDER BY c_int LIMIT 2",
+                "SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 3 AND 9"):
+        roots.clear()
+        assert db.query(sql)
+        assert roots and max(roots.count(r) for r in roots) == 1, sql

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any
 
 import duckdb
 
-__all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "has_where", "needed_columns", "parse_tree",
-           "parse_tree_text", "referenced_tables", "rewrite_system_tables"]
+__all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "forget_walks", "has_where",
+           "needed_columns", "parse_tree", "parse_tree_text", "referenced_tables",
+           "rewrite_system_tables", "share_walks"]
 
 ALL = None  # marker: every column
 #: An unquoted identifier as DuckDB's scanner reads one (PostgreSQL's rule): a letter, ``_``
@@ -58,11 +60,47 @@ def has_where(sql: str) -> bool:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+class _SharedWalk(threading.local):
+    """The statements of the tree a statement is analysed by (see :func:`share_walks`)
+    and, once walked, their nodes: this thread's."""
+
+    root: Any = None
+    nodes: list[dict[str, Any]] | None = None
+
+
+_SHARED = _SharedWalk()
+
+
+def share_walks(tree: dict[str, Any] | None) -> None:
+    """Let every later :func:`_walk` of ``tree["statements"]`` on this thread share one
+    walk, until another tree is shared or :func:`forget_walks`: a statement's analyses
+    (which tables, which columns, filters, top-N, min/max...) walk its tree some ten
+    times, and none changes it. Whatever changes the tree in place must call
+    :func:`forget_walks`."""
+    _SHARED.root = tree.get("statements") if isinstance(tree, dict) else None
+    _SHARED.nodes = None
+
+
+def forget_walks() -> None:
+    """The shared tree changed (or goes): walk it again when asked."""
+    _SHARED.nodes = None
+
+
 def _walk(node: Any) -> list[dict[str, Any]]:
     """Every dict under ``node`` (itself included), through dicts and lists nested in any
-    way, each before what it holds, in the order of the values. A list, not a generator:
-    a statement's analyses walk its tree some eight times, and a recursive generator
-    passed every node up through a generator per level (twice the cost)."""
+    way, each before what it holds, in the order of the values. A list, not a generator
+    (a recursive generator passed every node up through a generator per level: twice the
+    cost), shared by the walks of the statements of the tree :func:`share_walks` names;
+    callers only read it."""
+    if node is _SHARED.root and node is not None:
+        nodes = _SHARED.nodes
+        if nodes is None:
+            nodes = _SHARED.nodes = _walk_all(node)
+        return nodes
+    return _walk_all(node)
+
+
+def _walk_all(node: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     add = out.append
 

@@ -65,6 +65,7 @@ from ._columns import (
     rewrite_system_tables,
     scalar,
     schema_qualified_tables,
+    share_walks,
 )
 from ._derived import (
     DerivedFailed,
@@ -865,6 +866,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                         parts, meta.key,
                         _numbers(sql))
             tree = self._parse_tree(sql) if prepared is None else self._prepared_tree(*prepared)
+            share_walks(tree)  # the analyses below walk it once
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
             if wrong:
                 bare = wrong[0].rsplit(".", 1)[-1]

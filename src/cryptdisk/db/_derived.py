@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..errors import DatabaseError
-from ._columns import _walk
+from ._columns import _walk, forget_walks
 
 __all__ = ["DerivedColumn", "DerivedFailed", "PushedScan", "ScanFunction", "push_functions"]
 
@@ -401,6 +401,17 @@ def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType
     """
     if not binders:
         return []
+    try:
+        return _push_functions(tree, tables, binders, names, evaluate, filters)
+    finally:
+        forget_walks()  # the tree may have changed in place
+
+
+def _push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType]],
+                    binders: dict[str, Binder],
+                    names: Callable[[list[dict[str, Any]]], list[str] | None],
+                    evaluate: Callable[[list[dict[str, Any]]], list[Any] | None],
+                    filters: Callable[[], bool]) -> list[PushedScan]:
     original = copy.deepcopy(tree)
     pusher = _Pusher(tables, binders, evaluate, filters)
     pusher.walk(tree.get("statements", []), frozenset())
