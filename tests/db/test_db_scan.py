@@ -505,6 +505,27 @@ def test_top_n_reads_only_what_can_reach_the_top(db, small_groups):
     assert db.last_scans["t"]["row_groups_read"] <= 5  # no direction: default_order (ASC)
 
 
+def test_top_n_by_the_key_ranks_row_groups_by_its_bounds_at_once(db, small_groups,
+                                                                 monkeypatch):
+    """A top-N on a key without NULLs ranks each part's row groups by the key's bounds in
+    one step (no statistics looked up per row group), across parts, best first, and
+    answers as DuckDB does; a column without such bounds is ranked as before."""
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(20_000, start=10_000))
+    db.sql("INSERT INTO t " + gen(10_000))
+    looked = []
+    stats = _partread.OpenPart.stats
+    monkeypatch.setattr(_partread.OpenPart, "stats", lambda self, rg, c: (
+        looked.append((rg, c)), stats(self, rg, c))[1])
+    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 3") == [(0,), (1,), (2,)]
+    assert db.query("SELECT c_int FROM t ORDER BY c_int DESC LIMIT 2") == [(29_999,),
+                                                                           (29_998,)]
+    assert len(looked) <= 4  # (the bound of the first row groups taken; 30 row groups)
+    looked.clear()
+    assert db.query("SELECT c_int FROM t ORDER BY c_float DESC LIMIT 1") == [(29_999,)]
+    assert len(looked) >= 30
+
+
 def test_top_n_by_a_sorted_key_reads_only_the_first_row_groups(db, small_groups):
     """The statistics alone bound the top rows: the first row groups (best-first) that hold
     ``limit`` rows are read, and no other."""

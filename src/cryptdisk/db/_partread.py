@@ -665,6 +665,7 @@ class OpenPart:
         self._bounded: set[str] = set()  # columns whose ranges came from KEY_BOUNDS_KEY
         self._nulls: dict[str, list[int | None]] = {}  # each row group's null count
         self._sorted: dict[str, tuple[list[Any], list[Any]] | None] = {}
+        self._null_free: dict[str, tuple[list[int], list[int]]] = {}
         self._nans: dict[str, set[int]] | None = None
         self._leaves: dict[str, list[int]] = {}  # a nested column has several leaf chunks
         for j, path in enumerate(paths):
@@ -785,6 +786,20 @@ class OpenPart:
             lo = a if lo is None or a < lo else lo
             hi = b if hi is None or b > hi else hi
         return None if lo is None else (lo, hi)
+
+    def null_free_bounds(self, column: str) -> tuple[list[int], list[int]] | None:
+        """Per row group, the minima and maxima of ``column`` when they come from the
+        bounds written for a signed integer key without NULL (:data:`~._parts.KEY_BOUNDS_KEY`:
+        every row group has them, and no row is NULL); None otherwise."""
+        found = self.ranges(column)
+        if found is None or column not in self._bounded:
+            return None
+        got = self._null_free.get(column)
+        if got is None:
+            got = self._null_free[column] = (
+                list(map(operator.itemgetter(0), found)),  # type: ignore[arg-type]
+                list(map(operator.itemgetter(1), found)))  # type: ignore[arg-type]
+        return got
 
     def sorted_bounds(self, column: str) -> tuple[list[Any], list[Any]] | None:
         """Per row group, the minima and maxima of ``column``, if every row group has them

@@ -17,6 +17,8 @@ from __future__ import annotations
 import array
 import bisect
 import collections
+import itertools
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -451,6 +453,8 @@ class TableScan:
                     "index (tampered with, or a different part)",
                     hint="restore the database from a backup")
             op.key_checked = True
+        if not self._filters:
+            return list(self._candidates(op))
         keep = []
         for rg in self._candidates(op):
             ok = True
@@ -1074,6 +1078,12 @@ class _Stream:
         self._trims = top is not None and pa.types.is_integer(scan._types[top.column])
 
     def _tasks(self) -> Iterator[tuple[OpenPart, int]]:
+        for op, groups in self._part_groups():
+            for rg in groups:
+                yield op, rg
+
+    def _part_groups(self) -> Iterator[tuple[OpenPart, list[int]]]:
+        """Each part the scan reads, opened, with the row groups its filters leave."""
         scan = self.scan
         for part in scan._parts:
             if not scan._part_may_match(part):
@@ -1084,8 +1094,7 @@ class _Stream:
             op = scan._open_parts.get(part)
             groups = scan._row_groups(op)
             scan.row_groups_skipped += op.num_row_groups - len(groups)
-            for rg in groups:
-                yield op, rg
+            yield op, groups
 
     def _head_tasks(self, need: int, blank: int
                     ) -> Iterator[tuple[OpenPart | None, int, Any]]:
@@ -1126,16 +1135,23 @@ class _Stream:
         scan = self.scan
         typ = scan._types[top.column]
         floating = pa.types.is_floating(typ)
-        ranked = []
-        for op, rg in self._tasks():
-            st = op.stats(rg, top.column)
-            usable = (st is not None and op.nulls(rg, top.column) == 0
-                      and not (floating and top.descending and not op.nan_free(rg, top.column)))
-            if st is None or not usable:
-                yield op, rg, None
-            else:
-                ranked.append((st[1] if top.descending else st[0], op, rg))
-        ranked.sort(key=lambda r: r[0], reverse=top.descending)
+        ranked: list[tuple[Any, OpenPart, int]] = []
+        for op, groups in self._part_groups():
+            bounds = op.null_free_bounds(top.column)
+            if bounds is not None:  # a key's bounds: every row group ranked, in C
+                edges = bounds[1] if top.descending else bounds[0]
+                ranked += zip(map(edges.__getitem__, groups), itertools.repeat(op), groups)
+                continue
+            for rg in groups:
+                st = op.stats(rg, top.column)
+                usable = (st is not None and op.nulls(rg, top.column) == 0
+                          and not (floating and top.descending
+                                   and not op.nan_free(rg, top.column)))
+                if st is None or not usable:
+                    yield op, rg, None
+                else:
+                    ranked.append((st[1] if top.descending else st[0], op, rg))
+        ranked.sort(key=operator.itemgetter(0), reverse=top.descending)
         self._static = static = self._bound_from_statistics(ranked, top, floating)
         for i, (bound, op, rg) in enumerate(ranked):
             if static is not None and (bound < static if top.descending else bound > static):
