@@ -180,11 +180,12 @@ def test_a_statement_walks_its_parse_tree_once(db, monkeypatch):
     db.sql("INSERT INTO t " + gen(100))
     roots = []
     walk_all = _columns._walk_all
-    monkeypatch.setattr(_columns, "_walk_all", lambda node: (roots.append(id(node)),
+    # (the nodes themselves, kept: an id of a temporary list walked may be reused)
+    monkeypatch.setattr(_columns, "_walk_all", lambda node: (roots.append(node),
                                                              walk_all(node))[1])
     for sql in ("SELECT c_int, c_str FROM t WHERE c_int = 7",
                 "SELECT c_int FROM t ORDER BY c_int LIMIT 2",
                 "SELECT count(*), sum(c_float) FROM t WHERE c_int BETWEEN 3 AND 9"):
         roots.clear()
         assert db.query(sql)
-        assert roots and max(roots.count(r) for r in roots) == 1, sql
+        assert roots and max(sum(x is r for x in roots) for r in roots) == 1, sql

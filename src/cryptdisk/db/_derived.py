@@ -401,20 +401,11 @@ def push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType
     """
     if not binders:
         return []
-    try:
-        return _push_functions(tree, tables, binders, names, evaluate, filters)
-    finally:
-        forget_walks()  # the tree may have changed in place
-
-
-def _push_functions(tree: dict[str, Any], tables: dict[str, dict[str, pa.DataType]],
-                    binders: dict[str, Binder],
-                    names: Callable[[list[dict[str, Any]]], list[str] | None],
-                    evaluate: Callable[[list[dict[str, Any]]], list[Any] | None],
-                    filters: Callable[[], bool]) -> list[PushedScan]:
     original = copy.deepcopy(tree)
     pusher = _Pusher(tables, binders, evaluate, filters)
     pusher.walk(tree.get("statements", []), frozenset())
+    if pusher.pushed:  # the tree changed in place (and may be restored below)
+        forget_walks()
     if pusher.unnamed:
         got = names([old for _new, old in pusher.unnamed])
         if got is None or len(got) != len(pusher.unnamed):
