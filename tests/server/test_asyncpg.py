@@ -256,3 +256,48 @@ def test_sqlite_computed_columns_psycopg_and_pg8000(start_server, sqlite_engine)
         assert conn8.run("SELECT max(r) * 2 FROM t") == [[3.0]]
     finally:
         conn8.close()
+
+
+@pytest.mark.parametrize("engine_name", ENGINES)
+def test_uuid_results_and_parameters(start_server, request, engine_name) -> None:
+    """A UUID column (and, on the analytical engine, a UUID expression) is uuid (2950) in
+    results, text and binary, so asyncpg and psycopg give uuid.UUID; uuid parameters bind."""
+    import uuid
+
+    import psycopg
+
+    srv = start_server(request.getfixturevalue(engine_name))
+    ids = [uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"), uuid.uuid4()]
+
+    async def body(conn: Any) -> Any:
+        await conn.execute("CREATE TABLE ids (id UUID, n INTEGER)")
+        await conn.executemany("INSERT INTO ids VALUES ($1, $2)", [(ids[0], 1), (ids[1], 2)])
+        got = [await conn.fetchval("SELECT id FROM ids WHERE n = 1"),
+               await conn.fetchval("SELECT n FROM ids WHERE id = $1", ids[1]),
+               [tuple(r) for r in await conn.fetch("SELECT * FROM ids ORDER BY n")],
+               await conn.fetchval("SELECT i.id AS x FROM ids i WHERE n = 2")]
+        if engine_name == "analytical":
+            got.append(await conn.fetchval(f"SELECT '{ids[0]}'::UUID"))
+            got.append(isinstance(await conn.fetchval("SELECT gen_random_uuid()"), uuid.UUID))
+        return got
+
+    got = run(srv, body)
+    assert got[:4] == [ids[0], 2, [(ids[0], 1), (ids[1], 2)], ids[1]]
+    if engine_name == "analytical":
+        assert got[4:] == [ids[0], True]
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        for binary in (False, True):
+            cur = conn.execute("SELECT id, n FROM ids WHERE id = %s", [ids[0]], binary=binary)
+            assert cur.fetchall() == [(ids[0], 1)]
+            assert cur.description[0].type_code == 2950
+        assert conn.execute("SELECT id FROM ids ORDER BY n").fetchall() == [(ids[0],),
+                                                                            (ids[1],)]
+        third = uuid.uuid4()
+        with conn.cursor() as cur:  # binary COPY reads and writes the column as uuid
+            with cur.copy("COPY ids (id, n) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["uuid", "int4"])
+                copy.write_row([third, 3])
+            with cur.copy("COPY (SELECT id FROM ids WHERE n = 3) TO STDOUT (FORMAT BINARY)") \
+                    as copy:
+                copy.set_types(["uuid"])
+                assert list(copy.rows()) == [(third,)]

@@ -338,6 +338,11 @@ def statement_error(exc: Exception) -> StatementError:
     return StatementError(f"internal error: {type(exc).__name__}", "XX000")
 
 
+def _is_uuid(declared: str) -> bool:
+    """Whether a column's declared type (the analytical catalog's) is UUID."""
+    return declared.strip().upper() == "UUID"
+
+
 def _arrow_column(values: list[Any], typed: bool) -> Any:
     """A column for :meth:`_AnalyticalSession.copy_in` (the database casts it to the table's
     type): text, or typed values as Arrow infers them (text where it cannot)."""
@@ -579,7 +584,7 @@ class _AnalyticalSession(EngineSession):
                             self._parse_connection())
         if table is None:
             return Result(None, [], command_tag(sql, None, False))
-        columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+        columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
         from ..db import python_rows  # (db imported when a DuckDB engine is used)
 
         rows = python_rows(table)
@@ -596,15 +601,65 @@ class _AnalyticalSession(EngineSession):
         self._cancel.clear()
         nulls = [None] * _sqltext.placeholders(sql)
         try:
-            query = f"SELECT * FROM ({self._sql(sql, nulls)}) AS __cd_describe LIMIT 0"  # noqa: S608
+            text = self._sql(sql, nulls)
+            query = f"SELECT * FROM ({text}) AS __cd_describe LIMIT 0"  # noqa: S608
             table = self._execute(query)
+            if table is None:
+                return None
+            return self._uuids(text, [(f.name, _types.arrow_oid(f.type))
+                                      for f in table.schema])
         except Exception:
             if self._cancel.is_set():  # cancelled or timed out, waiting or running: 57014
                 raise _cancelled() from None
             return None  # a statement that fails says so when it runs
-        if table is None:
-            return None
-        return [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+
+    def _uuids(self, text: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """``columns`` (the query ``text``'s result, whose UUIDs Arrow holds as text) with
+        uuid (2950) for each that is one: a UUID value of DuckDB's (a cast,
+        ``gen_random_uuid()``), which DuckDB's ``DESCRIBE`` names, or a select item naming a
+        table's UUID column (held as text, so DuckDB reads it as VARCHAR)."""
+        if not any(oid == _types.TEXT for _, oid in columns):
+            return columns
+        lower = text.lower()
+        declared: dict[str, set[str]] = {}  # table -> its UUID columns, for tables it names
+        for name, meta in self.engine.db.catalog.tables.items():
+            names = {c.lower() for c, t in meta.columns if _is_uuid(t)}
+            if names and re.search(rf"\b{re.escape(name.lower())}\b", lower):
+                declared[name.lower()] = names
+        if "uuid" not in lower and not declared:
+            return columns
+        oids = [oid for _, oid in columns]
+        if "uuid" in lower:
+            described = self._execute(f"DESCRIBE {text}")
+            kinds = described.column("column_type").to_pylist() if described is not None else []
+            if len(kinds) == len(oids):
+                oids = [_types.UUID if o == _types.TEXT and k == "UUID" else o
+                        for o, k in zip(oids, kinds, strict=True)]
+        if declared:
+            oids = self._uuid_items(text, columns, oids, set().union(*declared.values()))
+        return [(name, oid) for (name, _), oid in zip(columns, oids, strict=True)]
+
+    def _uuid_items(self, text: str, columns: list[tuple[str, int]], oids: list[int],
+                    uuid_columns: set[str]) -> list[int]:
+        """``oids`` with uuid where the query's select item is a column reference to one of
+        ``uuid_columns``, or a lone ``*`` gives a column of that name (DuckDB's parser)."""
+        import json
+
+        try:
+            con = self._parse_connection()
+            parsed = json.loads(con.execute("SELECT json_serialize_sql(?)",
+                                            [text]).fetchall()[0][0])
+            items = parsed["statements"][0]["node"]["select_list"]
+        except Exception:
+            return oids  # (a statement whose select list DuckDB's parser does not show)
+        if len(items) == 1 and items[0].get("class") == "STAR":
+            return [_types.UUID if o == _types.TEXT and name.lower() in uuid_columns else o
+                    for (name, _), o in zip(columns, oids, strict=True)]
+        if len(items) != len(oids):
+            return oids
+        return [_types.UUID if o == _types.TEXT and item.get("class") == "COLUMN_REF"
+                and str(item["column_names"][-1]).lower() in uuid_columns else o
+                for item, o in zip(items, oids, strict=True)]
 
     def _execute(self, text: str) -> Any:
         """Run ``text`` in its turn: a query on this session's reader, beside other
@@ -673,10 +728,13 @@ class _AnalyticalSession(EngineSession):
         # on the database's connection, under its lock
         with self.engine.turn(self, shared=True), db._mutex:
             try:
-                schema = db.arrow_schema(db.table(table))
+                meta = db.table(table)
+                schema = db.arrow_schema(meta)
             except Exception as exc:
                 raise statement_error(exc) from None
-        return [(f.name, _types.arrow_oid(f.type)) for f in schema]
+        # a UUID column is held as text (DuckDB reads it as VARCHAR): uuid by its declaration
+        return [(f.name, _types.UUID if _is_uuid(declared) else _types.arrow_oid(f.type))
+                for f, (_c, declared) in zip(schema, meta.columns, strict=True)]
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[Any]], *, typed: bool = False) -> int:
