@@ -621,11 +621,8 @@ class _AnalyticalSession(EngineSession):
         if not any(oid == _types.TEXT for _, oid in columns):
             return columns
         lower = text.lower()
-        declared: dict[str, set[str]] = {}  # table -> its UUID columns, for tables it names
-        for name, meta in self.engine.db.catalog.tables.items():
-            names = {c.lower() for c, t in meta.columns if _is_uuid(t)}
-            if names and re.search(rf"\b{re.escape(name.lower())}\b", lower):
-                declared[name.lower()] = names
+        declared = {name: names for name, names in self._uuid_tables().items()
+                    if re.search(rf"\b{re.escape(name)}\b", lower)}  # those it names
         if "uuid" not in lower and not declared:
             return columns
         oids = [oid for _, oid in columns]
@@ -638,6 +635,22 @@ class _AnalyticalSession(EngineSession):
         if declared:
             oids = self._uuid_items(text, columns, oids, set().union(*declared.values()))
         return [(name, oid) for (name, _), oid in zip(columns, oids, strict=True)]
+
+    def _uuid_tables(self) -> dict[str, set[str]]:
+        """The tables with UUID columns (lower-case name -> those columns, lower-cased),
+        worked out once per catalog version and kept on the engine."""
+        catalog = self.engine.db.catalog
+        key = (id(catalog), catalog.version)
+        cached = self.engine.uuid_tables
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = {}
+        for name, meta in list(catalog.tables.items()):
+            names = {c.lower() for c, t in meta.columns if _is_uuid(t)}
+            if names:
+                found[name.lower()] = names
+        self.engine.uuid_tables = (key, found)
+        return found
 
     def _uuid_items(self, text: str, columns: list[tuple[str, int]], oids: list[int],
                     uuid_columns: set[str]) -> list[int]:
@@ -797,6 +810,8 @@ class AnalyticalEngine(Engine):
         self.turns = _Turns()
         #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
         self.policies: Any = None
+        #: ((catalog id, version), the tables with UUID columns): see _uuid_tables
+        self.uuid_tables: tuple[tuple[int, int], dict[str, set[str]]] | None = None
 
     def turn(self, session: _AnalyticalSession | None = None, shared: bool = False) -> Any:
         """Hold a turn on the database (see :class:`_Turns`): ``with engine.turn(): ...``
