@@ -168,3 +168,109 @@ def test_ff1_and_tokens_of_a_key_with_versions_need_the_version(tmp_path):
     assert done.column("pan").combine_chunks() == old_tokens
     with pytest.raises(FieldError, match="version takes a number"):
         parse_rule("pan=fpe_encrypt:cards,version=two")
+
+
+#: mask_hash("4111111111111111") under version 1 of ``cards``: what it gives before and
+#: after a version is added, when the call names version 1
+PAN_HASH_V1 = "3623cfc36cc66e2b24fdc998fd537876952c93b9dd0bed32b520aaadca8a501a"
+
+
+def test_mask_hash_of_a_key_with_versions_needs_the_version():
+    from cryptdisk.errors import FieldError, KeyNotFoundError
+    from cryptdisk.fields import FieldKey, FieldKeys, mask_hash, parse_rule, protect_table
+    from cryptdisk.keys import Key
+
+    v1 = FieldKey("cards", Key(1, bytes.fromhex(CARDS)))
+    both = FieldKey("cards", {1: Key(1, bytes.fromhex(CARDS)),
+                              2: Key(2, bytes.fromhex(CARDS_2))})
+    three = FieldKey("cards", {1: Key(1, bytes.fromhex(CARDS)),
+                               2: Key(2, bytes.fromhex(CARDS_2)),
+                               3: Key(3, bytes.fromhex("1e" * 32))})
+    pans = ["4111111111111111", None]
+    # one version: no version needed, the hashes of before
+    assert mask_hash(pans, v1).to_pylist() == [PAN_HASH_V1, None]
+    assert mask_hash(pans, v1, version=1).to_pylist() == [PAN_HASH_V1, None]
+    # several: without a version, an error naming the key, its versions and the way out
+    with pytest.raises(FieldError, match=r"mask_hash: field key 'cards' has versions 1, 2"
+                       r".*version := 2 in SQL, version=2 in Python") as info:
+        mask_hash(pans, both)
+    assert CARDS not in str(info.value).lower() and CARDS_2 not in str(info.value)
+    # the version named gives the same hashes however many versions the key gets
+    assert mask_hash(pans, both, version=1).to_pylist() == [PAN_HASH_V1, None]
+    assert mask_hash(pans, three, version=1).to_pylist() == [PAN_HASH_V1, None]
+    assert mask_hash(pans, both, version=2).to_pylist()[0] != PAN_HASH_V1
+    assert mask_hash(pans, both, version=2) == mask_hash(pans, three, version=2)
+    with pytest.raises(KeyNotFoundError, match="field key 'cards' has no version 3"):
+        mask_hash(pans, both, version=3)
+    with pytest.raises(TypeError, match="version is a key id"):
+        mask_hash(pans, both, version="1")
+    # a protect rule names it too
+    keys = FieldKeys({"cards": both})
+    table = pa.table({"pan": pans})
+    with pytest.raises(FieldError, match="column 'pan': mask_hash: field key 'cards' has "
+                       "versions 1, 2"):
+        protect_table(table, [parse_rule("pan=mask_hash:cards")], keys)
+    done = protect_table(table, [parse_rule("pan=mask_hash:cards,version=1")], keys)
+    assert done.column("pan").to_pylist() == [PAN_HASH_V1, None]
+    with pytest.raises(FieldError, match="version takes a number"):
+        parse_rule("pan=mask_hash:cards,version=two")
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["in the scan", "as DuckDB UDFs"])
+def test_mask_hash_in_sql_names_its_version(setup, push):
+    db, config = setup
+    db.push_field_functions = push
+    hashes = "SELECT mask_hash(fpe_decrypt(pan, 'cards', col := 'pan'{v}), 'cards'{v}) " \
+        "AS h FROM customers ORDER BY id"
+    one = [r["h"] for r in db.sql(hashes.format(v="")).to_pylist()]
+    assert one[0] == PAN_HASH_V1 and one[2] is None
+    assert [r["h"] for r in db.sql(hashes.format(v=", version := 1")).to_pylist()] == one
+    _keys(config, V1_V2)
+    with pytest.raises(DatabaseError) as info:
+        db.sql("SELECT mask_hash(pan, 'cards') FROM customers")
+    text = str(info.value)
+    assert "mask_hash: field key 'cards' has versions 1, 2" in text
+    assert "version := 2 in SQL" in text
+    assert CARDS not in text.lower() and CARDS_2 not in text.lower()
+    # the hashes of version 1 stay what they were: joins against them still match
+    assert [r["h"] for r in db.sql(hashes.format(v=", version := 1")).to_pylist()] == one
+    db.sql("SELECT mask_hash(pan, 'cards', version := 1) FROM customers")
+    assert ("__cd_derived_0" in db.last_scans) is push  # the table's scan computes it
+    assert db.sql("SELECT mask_hash('4111111111111111', 'cards', version := 2) AS h"
+                  ).to_pylist()[0]["h"] not in one
+    with pytest.raises(DatabaseError, match="has no version 3"):
+        db.sql("SELECT mask_hash(pan, 'cards', version := 3) FROM customers")
+
+
+def test_a_masking_policy_hashing_under_a_named_version_keeps_its_hashes(setup):
+    from cryptdisk.server import AnalyticalEngine, PolicyStore
+
+    db, config = setup
+    db.close()
+    path = config.parent / "db"
+    engine = AnalyticalEngine(path, str(config))
+    try:
+        store = PolicyStore(config.parent / "db.policies", engine.keyring, engine)
+        for sql in ("CREATE MASKING POLICY h1 AS (v VARCHAR) RETURNS VARCHAR -> "
+                    "mask_hash(fpe_decrypt(v, 'cards', col := 'pan', version := 1), 'cards', "
+                    "version := 1)",
+                    "CREATE MASKING POLICY h AS (v VARCHAR) RETURNS VARCHAR -> "
+                    "mask_hash(v, 'cards')",
+                    "ALTER TABLE customers ALTER COLUMN pan SET MASKING POLICY h1",
+                    "ALTER TABLE customers ALTER COLUMN name SET MASKING POLICY h"):
+            store.handle(None, sql)
+    finally:
+        engine.close()
+    pans = "SELECT pan FROM customers ORDER BY id"
+    with cryptdisk.connect(path, str(config), role="analyst") as analyst:
+        assert analyst.query(pans)[0] == (PAN_HASH_V1,)
+        assert analyst.query("SELECT count(name) FROM customers") == [(2,)]
+    _keys(config, V1_V2)
+    with cryptdisk.connect(path, str(config), role="analyst") as analyst:
+        for push in (True, False):
+            analyst.push_field_functions = push
+            assert analyst.query(pans)[0] == (PAN_HASH_V1,)  # the same hash as before
+            # the policy that names no version stops, it does not change its hashes
+            with pytest.raises(DatabaseError, match="mask_hash: field key 'cards' has "
+                               "versions 1, 2"):
+                analyst.query("SELECT name FROM customers")

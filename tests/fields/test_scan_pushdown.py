@@ -64,6 +64,7 @@ QUERIES = [
     "SELECT n, mask_last4(fpe_decrypt(f, 'cards', col := 'pan')) AS m FROM t ORDER BY n",
     "SELECT n, fpe_decrypt(f, 'cards', col := 'pan', version := 1), detokenize(k, 'cards', "
     "col := 'pan', keep_first := 6, keep_last := 4, version := 1) FROM t ORDER BY n",
+    "SELECT n, mask_hash(s, 'cards', version := 1) AS h FROM t ORDER BY n",
     "SELECT sum(length(decrypt(g, 'cards'))), count(mask_last4(s)) FROM t",
     "SELECT mask_last4(decrypt(g, 'cards')) AS m, count(*) AS c FROM t "
     "GROUP BY mask_last4(decrypt(g, 'cards')) ORDER BY c DESC, m NULLS FIRST",

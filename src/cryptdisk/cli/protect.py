@@ -15,7 +15,8 @@ _EPILOG = """rules: COLUMN=FUNCTION:KEY[,option=value...], KEY a [fields.keys.NA
   ssn=fpe_encrypt:ids[,alphabet=digits|alnum|...][,version=N]
   email=encrypt_deterministic:emails   notes=encrypt:notes   user=mask_hash:ids
   phone=mask_last4   name=mask_full   mail=mask_email   comment=mask_null
-fpe_encrypt and tokenize take version=N (a key id), required when the key has several.
+fpe_encrypt, tokenize and mask_hash take version=N (a key id), required when the key has
+several.
 encrypt and encrypt_deterministic write base64 text, or bytes with --ciphertexts binary
 (Parquet output, or --into a BLOB column: there the column's type decides).
 """

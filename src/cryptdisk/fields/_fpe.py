@@ -180,10 +180,10 @@ def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
     differently) unless ``tweak`` is given; with neither it is empty. Each value
     must have ``radix**length >= 1,000,000`` (6 digits, 4 alphanumerics).
     The output names no key version: ``version`` is the key id to use, required when
-    the key has several (:meth:`FieldKey.ff1_version`).
+    the key has several (:meth:`FieldKey.named_version`).
     """
     alpha = Alphabet(alphabet)
-    cipher = key.ff1_version(version, "fpe_encrypt").ff1_cipher()
+    cipher = key.named_version(version, "fpe_encrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_encrypt", lambda rows, x: ff1_group(
         ff1_encrypt, cipher, alpha.radix, tw, x, "fpe_encrypt", rows))
@@ -194,7 +194,7 @@ def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
                 version: int | None = None) -> pa.Array:
     """The inverse of :func:`fpe_encrypt` (same key version, column or tweak, alphabet)."""
     alpha = Alphabet(alphabet)
-    cipher = key.ff1_version(version, "fpe_decrypt").ff1_cipher()
+    cipher = key.named_version(version, "fpe_decrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_decrypt", lambda rows, x: ff1_group(
         ff1_decrypt, cipher, alpha.radix, tw, x, "fpe_decrypt", rows))

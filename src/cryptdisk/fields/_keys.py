@@ -143,25 +143,27 @@ class FieldKey:
                 hint="the value was encrypted under another key or a version that was "
                 "removed from [fields.keys]") from None
 
-    def ff1_version(self, version: int | None, what: str) -> _Version:
-        """The version FF1 and tokens compute under: ``version``, or the key's only one.
+    def named_version(self, version: int | None, what: str) -> _Version:
+        """The version a function whose output names none (FF1, tokens, ``mask_hash``)
+        computes under: ``version``, or the key's only one.
 
-        FF1 output and tokens name no version, so on a key with several versions a
-        missing ``version`` is a :class:`FieldError` (a guess would turn values made under
-        another version into other characters without an error); an unknown one is a
+        On a key with several versions a missing ``version`` is a :class:`FieldError` (a
+        guess would turn values made under another version into other characters, or
+        hashes into ones that no longer match, without an error); an unknown one is a
         :class:`KeyNotFoundError`. Neither message holds key material.
         """
         if version is None:
             if len(self._versions) == 1:
                 return self._versions[self._current]
             ids = ", ".join(map(str, self.ids))
+            made = "hashes" if what == "mask_hash" else "FF1 values and tokens"
             raise FieldError(
-                f"{what}: field key {self._name!r} has versions {ids}, and FF1 values and "
-                "tokens do not name the version that made them: say which one (version := "
+                f"{what}: field key {self._name!r} has versions {ids}, and {made} do not "
+                "name the version that made them: say which one (version := "
                 f"{self._current} in SQL, version={self._current} in Python and in a "
                 "protect rule)",
-                hint="give the version the values were protected with; new values may use "
-                f"the current one, {self._current}")
+                hint=f"give the version the {made} you read or match were made with; new "
+                f"ones may use the current one, {self._current}")
         if isinstance(version, bool) or not isinstance(version, int):
             raise TypeError(f"{what}: version is a key id (an int), not "
                             f"{type(version).__name__}")

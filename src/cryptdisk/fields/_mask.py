@@ -3,8 +3,8 @@
 Each mask is one call of the C extension ``_cfields`` over the column's Arrow buffers
 when it is built, else a few ``pyarrow.compute`` kernels (the same output).
 ``mask_hash`` is keyed (HMAC-SHA-256 under the key's HMAC subkey, hex): equal
-values give equal hashes under one key, for pseudonymous joins, and without the
-key nobody can test a guess; without the extension it runs value by value.
+values give equal hashes under one key version, for pseudonymous joins, and without
+the key nobody can test a guess; without the extension it runs value by value.
 """
 
 from __future__ import annotations
@@ -101,9 +101,14 @@ def mask_null(values: Any) -> pa.Array:
     return pa.nulls(len(arr), arr.type)
 
 
-def mask_hash(values: Any, key: FieldKey) -> pa.Array:
-    """HMAC-SHA-256 of each value's UTF-8 bytes under ``key``'s HMAC subkey, as hex."""
-    secret = key._version().hmac_key()
+def mask_hash(values: Any, key: FieldKey, *, version: int | None = None) -> pa.Array:
+    """HMAC-SHA-256 of each value's UTF-8 bytes under ``key``'s HMAC subkey, as hex.
+
+    A hash names no key version: ``version`` is the key id to use, required when the
+    key has several (:meth:`FieldKey.named_version`), so hashes made under one version
+    keep matching after another is added.
+    """
+    secret = key.named_version(version, "mask_hash").hmac_key()
     native = _aead.native_module()
     if native is not None:
         text = _text(values)

@@ -6,6 +6,7 @@ A rule is ``COLUMN=FUNCTION:KEY[,option=value...]``::
     email=encrypt_deterministic:emails
     notes=encrypt:notes
     ssn=fpe_encrypt:ids,alphabet=digits,version=2
+    user=mask_hash:ids,version=1
     phone=mask_last4
 
 The column name is FF1's tweak (``fpe_encrypt``, ``tokenize``). A CSV's columns are
@@ -47,7 +48,8 @@ _KEYED = {"encrypt", "encrypt_deterministic", "fpe_encrypt", "tokenize", "mask_h
 _UNKEYED = {"mask_full", "mask_last4", "mask_email", "mask_null"}
 _BINARY = {"encrypt", "encrypt_deterministic"}  # the functions ``ciphertexts`` applies to
 _OPTIONS = {"fpe_encrypt": {"alphabet", "version"},
-            "tokenize": {"alphabet", "keep_first", "keep_last", "luhn", "version"}}
+            "tokenize": {"alphabet", "keep_first", "keep_last", "luhn", "version"},
+            "mask_hash": {"version"}}
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class ProtectRule:
         if fn == "tokenize":
             return tokenize(values, key, self.column, **opts)  # type: ignore[arg-type]
         if fn == "mask_hash":
-            return mask_hash(values, key)  # type: ignore[arg-type]
+            return mask_hash(values, key, **opts)  # type: ignore[arg-type]
         masks = {"mask_full": mask_full, "mask_last4": mask_last4, "mask_email": mask_email,
                  "mask_null": mask_null}
         return masks[fn](values)

@@ -167,6 +167,16 @@ class FieldExtension:
                          lambda v: detokenize(v, key, col, keep_first=first, keep_last=last,
                                               luhn=luhn, version=version))
 
+        def hashed(args: list[Any], named: dict[str, Any]) -> Any:
+            key = self._key(args[0]) if len(args) == 1 else None
+            if key is None or set(named) - {"version"}:
+                return None
+            ok, version = version_of(key, named)
+            if not ok:
+                return None
+            return _Step(self._tag("mask_hash", key, version),
+                         lambda v: mask_hash(v, key, version=version))
+
         def keyless(name: str, fn: Callable[[pa.Array], pa.Array]) -> Any:
             step = _Step(name, fn)
 
@@ -180,7 +190,7 @@ class FieldExtension:
                                            lambda v, k: decrypt_deterministic(v, k), True),
             "fpe_decrypt": fpe,
             "detokenize": detok,
-            "mask_hash": keyed("mask_hash", mask_hash),
+            "mask_hash": hashed,
             "mask_full": keyless("mask_full", mask_full),
             "mask_last4": keyless("mask_last4", mask_last4),
             "mask_email": keyless("mask_email", mask_email),

@@ -9,10 +9,12 @@ Functions with options are SQL macros with named defaults over internal UDFs
     fpe_encrypt(v, 'cards' [, col := 'pan'] [, alphabet := 'digits'] [, version := 2])
     tokenize(v, 'cards' [, col := 'pan'] [, keep_first := 6] [, keep_last := 4]
              [, luhn := true] [, version := 2])
+    mask_hash(v, 'ids' [, version := 2])
 
-``version`` (NULL unless given) is the key id FF1 and tokens compute under, required
-when the key has several (:meth:`FieldKey.ff1_version`); their UDFs take NULL
-arguments (DuckDB's ``null_handling="special"``) so a missing version reaches them.
+``version`` (NULL unless given) is the key id FF1, tokens and ``mask_hash`` compute
+under, required when the key has several (:meth:`FieldKey.named_version`); their UDFs
+take NULL arguments (DuckDB's ``null_handling="special"``) so a missing version reaches
+them.
 
 ``decrypt`` and ``decrypt_deterministic`` take a ciphertext as base64 ``VARCHAR`` (what
 ``encrypt`` returns) or as its bytes (``BLOB``, what the Python API's ``encrypt``
@@ -161,6 +163,7 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         # DuckDB counts the parameters of the Python function: give it the exact arity.
         arity: dict[int, Callable[..., Any]] = {
             1: lambda a: run((a,)), 2: lambda a, b: run((a, b)),
+            3: lambda a, b, c: run((a, b, c)),
             5: lambda a, b, c, d, e: run((a, b, c, d, e)),
             7: lambda a, b, c, d, e, f, g: run((a, b, c, d, e, f, g))}
         # nulls: the function gets NULL arguments too (a missing ``version``), and keeps
@@ -194,7 +197,8 @@ def register_sql_functions(con: Any, keys: FieldKeys | Callable[[], FieldKeys]) 
         v, key(k), _option(c, "col"), keep_first=_option(f, "keep_first"),
         keep_last=_option(la, "keep_last"), luhn=bool(_option(lu, "luhn")),
         version=_const(ver, "version")), token_params, nulls=True)
-    udf("mask_hash", lambda v, k: mask_hash(v, key(k)), [V, V])
+    udf("__cd_mask_hash", lambda v, k, ver: mask_hash(
+        v, key(k), version=_const(ver, "version")), [V, V, "BIGINT"], nulls=True)
     register_temp_macros(con)
 
 
@@ -214,6 +218,8 @@ def register_temp_macros(con: Any) -> None:
         con.execute(f"CREATE OR REPLACE TEMP MACRO {fn}(v, k, col := '', "
                     "keep_first := 0, keep_last := 0, luhn := false, version := NULL) AS "
                     f"__cd_{fn}(v, k, col, keep_first, keep_last, luhn, version)")
+    con.execute("CREATE OR REPLACE TEMP MACRO mask_hash(v, k, version := NULL) AS "
+                "__cd_mask_hash(v, k, version)")
 
 
 def config_hook(con: Any, config: Any) -> FieldExtension:

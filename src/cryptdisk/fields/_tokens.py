@@ -47,7 +47,7 @@ def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_l
     if luhn and alpha.radix != 10:
         raise FieldError("luhn=True needs the digits alphabet")
     what = "detokenize" if decrypt else "tokenize"
-    cipher = key.ff1_version(version, what).ff1_cipher()
+    cipher = key.named_version(version, what).ff1_cipher()
     tweak = b"token:" + (column or "").encode("utf-8")
     step = ff1_decrypt if decrypt else ff1_encrypt
 

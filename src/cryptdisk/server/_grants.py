@@ -50,7 +50,8 @@ KEYED_FIELD_FUNCTIONS = frozenset({
     "encrypt", "decrypt", "encrypt_deterministic", "decrypt_deterministic", "fpe_encrypt",
     "fpe_decrypt", "tokenize", "detokenize", "mask_hash", "__cd_fpe_encrypt",
     "__cd_fpe_decrypt", "__cd_tokenize", "__cd_detokenize", "__cd_decrypt",
-    "__cd_decrypt_bytes", "__cd_decrypt_deterministic", "__cd_decrypt_deterministic_bytes"})
+    "__cd_decrypt_bytes", "__cd_decrypt_deterministic", "__cd_decrypt_deterministic_bytes",
+    "__cd_mask_hash"})
 _SQLITE_ALWAYS = {apsw.SQLITE_SELECT, apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT,
                   apsw.SQLITE_FUNCTION, apsw.SQLITE_RECURSIVE}
 _SQLITE_WRITES = {apsw.SQLITE_INSERT: "INSERT", apsw.SQLITE_UPDATE: "UPDATE",
