@@ -76,13 +76,80 @@ def test_split_statements_respects_quotes_and_comments():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("ab -/*;'\"`\n\t")), max_size=40))
+@given(st.text(alphabet=st.sampled_from(list("abet1 -/*;'\"`$\\\n\t")), max_size=40))
 def test_split_statements_reads_text_without_separators_at_once_as_it_would_char_by_char(text):
     """Text with no ``;``, quote or comment is one statement read at once; any text splits
     as the character-by-character reader splits it."""
     assert _sql.split_statements(text) == _sql._split(text)
     if not any(c in text for c in ";'\"`") and "--" not in text and "/*" not in text:
         assert _sql.split_statements(text) == ([text.strip()] if text.strip() else [])
+
+
+def test_split_statements_keeps_dollar_quoted_strings_whole():
+    assert _sql.split_statements("SELECT $$a;b$$") == ["SELECT $$a;b$$"]
+    assert _sql.split_statements("SELECT $tag$a;$$;b$tag$ AS x; SELECT 2") == [
+        "SELECT $tag$a;$$;b$tag$ AS x", "SELECT 2"]
+    # a parameter or a name's $ opens nothing
+    assert _sql.split_statements("SELECT $1; SELECT a$$b") == ["SELECT $1", "SELECT a$$b"]
+    assert _sql.split_statements("SELECT E'it\\'s; fine'; SELECT 2") == [
+        "SELECT E'it\\'s; fine'", "SELECT 2"]
+    assert _sql.split_statements("SELECT 1 /* a /* b; */ c; */ + 1; SELECT a/**/b") == [
+        "SELECT 1   + 1", "SELECT a b"]
+
+
+_BODY = st.text(alphabet=st.sampled_from(list("ab ;'\"$`-/*\n\\")), max_size=12)
+
+
+@st.composite
+def _split_literal(draw):
+    """An expression whose text holds ``;``, quotes, ``$`` or comment marks."""
+    kind = draw(st.sampled_from(["str", "estr", "dollar", "num"]))
+    body = draw(_BODY)
+    if kind == "str":
+        return "'" + body.replace("'", "''") + "'"
+    if kind == "estr":
+        return "E'" + body.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if kind == "dollar":
+        tag = draw(st.sampled_from(["", "t", "x_1", "é"]))
+        delim = f"${tag}$"
+        body = body.replace("$", "")  # the body cannot close its own quote
+        return delim + body + delim
+    return str(draw(st.integers(0, 99)))
+
+
+@st.composite
+def _split_gap(draw):
+    """What may stand between two tokens: space, comments (nested ones too)."""
+    body = draw(_BODY).replace("*", "").replace("/", "")
+    return draw(st.sampled_from([" ", "\n", f" -- {body.replace(chr(10), ' ')}\n",
+                                 f"/*{body}*/", f"/* /*{body}*/ {body} */"]))
+
+
+@st.composite
+def _split_statement(draw):
+    items = draw(st.lists(st.tuples(_split_literal(), _BODY.filter(lambda b: b != "")),
+                          min_size=1, max_size=3))
+    parts = []
+    for k, (expr, alias) in enumerate(items):
+        alias = '"' + alias.replace('"', '""') + f'{k}"'  # distinct names
+        parts.append(expr + draw(_split_gap()) + "AS" + draw(_split_gap()) + alias)
+    return "SELECT" + draw(_split_gap()) + ("," + draw(_split_gap())).join(parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_split_statement(), min_size=1, max_size=3),
+       st.lists(st.sampled_from([";", "; ", ";\n", ";;", "; -- c\n"]), min_size=3, max_size=3),
+       st.booleans())
+def test_split_statements_splits_as_duckdb_does(statements, seps, final):
+    """Random statements with strings, E-strings, dollar quotes, quoted names, comments and
+    ``;`` in them: the pieces run in DuckDB give what DuckDB's own split gives."""
+    text = "".join(s + seps[k] for k, s in enumerate(statements[:-1])) + statements[-1]
+    text += seps[-1] if final else ""
+    con = duckdb.connect()
+    want = [con.execute(s.query).fetchall() for s in duckdb.extract_statements(text)]
+    pieces = _sql.split_statements(text)
+    assert [con.execute(p).fetchall() for p in pieces] == want
+    assert len(pieces) == len(statements)
 
 
 def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
