@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 import cryptdisk
+from cryptdisk.db import Reader
 from cryptdisk.errors import DatabaseError
 
 #: a query that takes a while (36M pairs): long enough for two to be seen overlapping
@@ -46,6 +47,36 @@ def test_a_reader_answers_as_the_database_does_and_runs_queries_only(db):
         r.close()
     with pytest.raises(DatabaseError, match="closed"):
         r.execute("SELECT 1")
+
+
+def test_a_reader_describes_shows_and_explains_as_the_database_does(db):
+    """DESCRIBE, SHOW, SUMMARIZE and EXPLAIN of a query read tables as a query does: a
+    reader runs them on its cursor (EXPLAIN of a statement other than a query stays the
+    database's)."""
+    db.sql("CREATE TEMP TABLE scratch (x INTEGER)")
+    r = db.reader()
+    try:
+        for q in ("DESCRIBE t", "SHOW t", "show main.t", "DESCRIBE SELECT i FROM t",
+                  "SUMMARIZE t", "SHOW TABLES", "SHOW ALL TABLES"):
+            assert Reader.runs(q), q
+            got = r.execute(q)
+            if q == "SHOW TABLES":  # the database's tables, and DuckDB's of each cursor
+                assert got.to_pylist() == [{"name": "t"}]
+                assert db.sql(q).to_pylist() == [{"name": "scratch"}, {"name": "t"}]
+            elif q != "SHOW ALL TABLES":
+                assert got.to_pylist() == db.sql(q).to_pylist(), q
+        assert [row["column_name"] for row in r.execute("SHOW t").to_pylist()] == [
+            "i", "batch"]
+        for q in ("EXPLAIN SELECT sum(i) FROM t", "EXPLAIN ANALYZE SELECT sum(i) FROM t",
+                  "explain (format json) SELECT sum(i) FROM t"):
+            assert Reader.runs(q), q
+            assert r.execute(q).num_rows >= 1, q
+        assert not Reader.runs("EXPLAIN INSERT INTO t VALUES (1, 1)")
+        with pytest.raises(DatabaseError, match="a reader runs queries"):
+            r.execute("EXPLAIN INSERT INTO t VALUES (1, 1)")
+        assert db.sql("SELECT count(*) FROM t").to_pylist() == [{"count_star()": 6000}]
+    finally:
+        r.close()
 
 
 def test_two_readers_queries_overlap_and_are_right(db):

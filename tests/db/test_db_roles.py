@@ -112,6 +112,28 @@ def test_the_branch_a_role_does_not_get_is_folded_away(made):
             assert ("decrypt" in plan) == decrypts, plan
 
 
+def test_a_role_readers_describe_show_and_explain_go_as_its_connections(made):
+    """A reader of a role connection (read-only or not) describes and summarizes tables
+    through the policies, and refuses EXPLAIN of a table with policies as the connection
+    does (a plan would show what the role's masking hides)."""
+    path, config = made
+    for read_only in (True, False):
+        with cryptdisk.connect(path, config, role="analyst", read_only=read_only) as db:
+            r = db.reader()
+            try:
+                for q in ("DESCRIBE cards", "SHOW cards", "SHOW TABLES", "SUMMARIZE cards"):
+                    assert r.query(q) == db.query(q), q
+                summary = {row[0]: row for row in r.query("SUMMARIZE cards")}
+                assert not set(summary["pan"]) & set(PANS)  # min and max are masked
+                for q in ("EXPLAIN SELECT pan FROM cards",
+                          "EXPLAIN ANALYZE SELECT pan FROM cards"):
+                    for run in (r.execute, db.execute):
+                        with pytest.raises(FieldPolicyError, match="queries only"):
+                            run(q)
+            finally:
+                r.close()
+
+
 def test_policy_changes_reach_an_open_role_connection(served):
     _engine, store, path, config = served
     with cryptdisk.connect(path, config, role="analyst", read_only=True) as db:

@@ -20,9 +20,9 @@ from tests.server.conftest import ENDLESS, PASSWORD, USER
 TIMEOUT = 1.0
 #: how much later than the timeout a waiting statement may end on a loaded machine
 MARGIN = 2.5
-#: a statement that holds the analytical engine alone until it is cancelled (EXPLAIN
-#: ANALYZE runs its query; not a plain query, it runs on the database's connection)
-ALONE = "EXPLAIN ANALYZE " + ENDLESS
+#: a statement that holds the analytical engine alone until it is cancelled (SET VARIABLE
+#: runs its query; not a query, it runs on the database's connection)
+ALONE = "SET VARIABLE endless = (" + ENDLESS + ")"
 
 
 def pg(srv: Any, **kw: Any) -> psycopg.Connection[Any]:

@@ -1237,8 +1237,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                 if isinstance(prepared, Prepare):  # not a query: DuckDB's, unless on a table
                     self._prepared_queries.pop(prepared.name, None)
                     _refuse_prepare(prepared, set(self.catalog.tables))
-                if _SHOW_TABLES.fullmatch(sql):
-                    return self._show_tables()
+                if word == "SHOW":
+                    shown = _show(self, sql)
+                    if not isinstance(shown, str):
+                        return shown
+                    sql = shown
                 if word not in _QUERIES:
                     self._session_changed()
                 block = _block_change(sql)
@@ -1559,7 +1562,14 @@ class Reader:
         prepared = parse_prepared(st.sql)
         if isinstance(prepared, Prepare):
             return is_query(prepared.query)
-        return prepared is not None or _sql.first_word(st.sql) in _QUERIES
+        if prepared is not None:
+            return True
+        word = _sql.first_word(st.sql)
+        if word == "EXPLAIN":  # of a query: EXPLAIN [ANALYZE] [(options)] SELECT ...
+            m = _EXPLAINED.match(st.sql)
+            word = _sql.first_word(m.group(1)) if m else ""
+            return word in _QUERIES or word in _READS
+        return word in _QUERIES or word in _READS
 
     def execute(self, statement: str) -> pa.Table | None:
         """Run one query, or ``PREPARE`` one, ``EXECUTE`` or ``DEALLOCATE`` it (see the
@@ -1569,9 +1579,10 @@ class Reader:
             return None
         st = _sql.parse(statement)
         if not isinstance(st, _sql.Passthrough) or not self.runs(st.sql):
-            raise DatabaseError("a reader runs queries (SELECT, WITH, FROM, and PREPARE, "
-                                "EXECUTE and DEALLOCATE of a query); run other statements "
-                                "with Database.execute")
+            raise DatabaseError("a reader runs queries (SELECT, WITH, FROM; DESCRIBE, "
+                                "SHOW, SUMMARIZE and EXPLAIN of a query; PREPARE, EXECUTE "
+                                "and DEALLOCATE of a query); run other statements with "
+                                "Database.execute")
         if self._closed:
             raise DatabaseError("this reader is closed")
         db._check_open()  # (its cursor went with the database)
@@ -1589,6 +1600,11 @@ class Reader:
                                     "database and each reader have their own names")
         sql = st.sql
         with db._mutex:
+            if prepared is None and _sql.first_word(sql) == "SHOW":
+                shown = _show(self, sql)  # type: ignore[arg-type]
+                if not isinstance(shown, str):
+                    return shown
+                sql = shown
             if prepared is None:
                 sql = _for_duckdb(db, sql)
             db._readers_running += 1
@@ -1608,7 +1624,8 @@ class Reader:
         statements = _sql.split_statements(sql)
         for statement in statements:
             if not self.runs(statement):
-                raise DatabaseError("a reader runs queries (SELECT, WITH, FROM); run other "
+                raise DatabaseError("a reader runs queries (SELECT, WITH, FROM; DESCRIBE, "
+                                    "SHOW, SUMMARIZE and EXPLAIN of a query); run other "
                                     "statements with Database.execute")
         result = None
         for statement in statements:
@@ -1654,6 +1671,20 @@ class Reader:
 
     def __reduce__(self) -> Any:
         raise TypeError("a Reader cannot be pickled")
+
+
+def _show(db: Database, sql: str) -> pa.Table | str:
+    """``SHOW TABLES`` of ``db``'s connection or of one of its readers (``db``), answered
+    here; ``SHOW t`` of a table as ``DESCRIBE t`` (DuckDB's same statement, which reads
+    the table as a query does); any other ``SHOW`` as it is."""
+    if _SHOW_TABLES.fullmatch(sql):
+        return Database._show_tables(db)  # (a reader's: on its cursor)
+    m = _SHOW_NAME.fullmatch(sql)
+    if m is not None:
+        name = _sql.unquote(m.group(1)).lower()
+        if any(name == t.lower() for t in db.catalog.tables):
+            return f"DESCRIBE {m.group(1)}"
+    return sql
 
 
 def _for_duckdb(db: Database, sql: str) -> str:
@@ -1723,6 +1754,12 @@ def _block_change(sql: str) -> bool | None:
 
 
 _SHOW_TABLES = re.compile(r"(?is)SHOW\s+TABLES")
+#: ``SHOW t`` (``t`` or ``main.t``, one of the database's tables or not)
+_SHOW_NAME = re.compile(rf"(?is)SHOW\s+(?:main\s*\.\s*)?({_sql._IDENT})\s*")
+#: What a reader runs besides queries: statements that read tables as a query does
+_READS = frozenset({"DESCRIBE", "SHOW", "SUMMARIZE"})
+#: The statement an ``EXPLAIN [ANALYZE] [(options)]`` explains
+_EXPLAINED = re.compile(r"(?is)EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?(.*)")
 _NO_TABLE = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 
 
