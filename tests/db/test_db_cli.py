@@ -1,5 +1,7 @@
 """The database commands end to end, as a user runs them (subprocess)."""
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -14,6 +16,34 @@ def run(*args, stdin=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
                           text=True, env=env, timeout=300, input=stdin)
+
+
+_NESTED = ("SELECT [1, NULL, 3] AS l, {'d': DATE '2024-01-02', 's': 'x,\"y'} AS st, "
+           "MAP {'k': 1.50::DECIMAL(4, 2), 'z': NULL} AS m, MAP {1: [true]} AS mi, "
+           "[['a'], []] AS ll, ['\\x00'::BLOB] AS lb, NULL::INTEGER[] AS nl, 7 AS n")
+
+
+def test_sql_prints_nested_values_as_json_text_in_csv(tmp_path):
+    """LIST, STRUCT and MAP values: JSON in --format json, their JSON text in a CSV cell
+    (and in the table), never Python's repr (Decimal('1.50'), datetime.date(...))."""
+    db = str(tmp_path / "db")
+    want = {"l": [1, None, 3], "st": {"d": "2024-01-02", "s": 'x,"y'},
+            "m": {"k": "1.50", "z": None}, "mi": {"1": [True]}, "ll": [["a"], []],
+            "lb": ["00"], "nl": None, "n": 7}
+    js = run("sql", db, "-q", _NESTED, "--format", "json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout) == [want]
+    out = run("sql", db, "-q", _NESTED, "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    header, row = list(csv.reader(io.StringIO(out.stdout)))
+    assert header == list(want)
+    cells = dict(zip(header, row, strict=True))
+    assert cells["nl"] == "" and cells["n"] == "7"
+    assert {k: json.loads(v) for k, v in cells.items() if k not in ("nl", "n")} == {
+        k: v for k, v in want.items() if k not in ("nl", "n")}
+    table = run("sql", db, "-q", _NESTED)
+    assert table.returncode == 0, table.stderr
+    assert '{"k": "1.50", "z": null}' in table.stdout and "Decimal" not in table.stdout
 
 
 def test_sql_one_shot_formats_and_errors(tmp_path):

@@ -42,17 +42,49 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _json_value(value: Any, typ: Any) -> Any:
+    """A value of Arrow type ``typ`` as JSON has it: a LIST an array, a STRUCT an object,
+    a MAP an object (its keys as text, as DuckDB's ``to_json`` writes them)."""
+    import pyarrow as pa
+
+    if value is None or isinstance(value, bool):
+        return value
+    if pa.types.is_map(typ):
+        return {_json_key(k, typ.key_type): _json_value(v, typ.item_type) for k, v in value}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
+            pa.types.is_fixed_size_list(typ):
+        return [_json_value(v, typ.value_type) for v in value]
+    if pa.types.is_struct(typ):
+        return {f.name: _json_value(value.get(f.name), f.type) for f in typ}
+    return _plain(value)
+
+
+def _json_key(key: Any, typ: Any) -> str:
+    value = _json_value(key, typ)
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _nested(typ: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_nested(typ))
+
+
 def format_table(table: Any, fmt: str = "table") -> str:
-    """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list)."""
+    """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list).
+    A nested value (LIST, STRUCT, MAP) is JSON: in CSV and text, its JSON text."""
     names = list(table.column_names)
     from ..db import python_rows
 
     records = python_rows(table)
+    types = [f.type for f in table.schema]
     if fmt == "json":  # JSON has its own true/false
-        return json.dumps([{n: v if isinstance(v, bool) else _plain(v)
-                            for n, v in zip(names, r, strict=True)} for r in records],
-                          default=str)
-    rows = [[_plain(v) for v in r] for r in records]
+        return json.dumps([{n: _json_value(v, t)
+                            for n, v, t in zip(names, r, types, strict=True)}
+                           for r in records], default=str)
+    rows = [[_plain(v) if v is None or not _nested(t)
+             else json.dumps(_json_value(v, t), default=str, ensure_ascii=False)
+             for v, t in zip(r, types, strict=True)] for r in records]
     if fmt == "csv":
         import io
 
@@ -276,7 +308,9 @@ def register(sub: Any) -> None:
     common(p)
     p.add_argument("-q", "--query", help="statements to run (';'-separated); "
                    "without it: a shell on a terminal, else statements from stdin")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="json: a list of one object per row; a LIST, STRUCT or MAP value "
+                   "is JSON there, and its JSON text in a csv or table cell")
     p.add_argument("--history", metavar="FILE",
                    help="keep the shell's history in FILE (mode 0600); statements may hold "
                    "data in plaintext, so by default history lasts for the session only")
