@@ -148,8 +148,8 @@ class Lookup:
         """pyarrow's names of the codec and the encodings of leaf ``j``'s chunk in row
         group ``rg`` ("OTHER" for one the block does not name)."""
         packed = self.chunks[4 * (rg * len(self.leaves) + j) + 3]
-        codec = packed >> 32
-        return (CODECS[codec] if codec < len(CODECS) else "OTHER",
+        codec = packed >> 32  # (negative for a corrupt block: "OTHER" too)
+        return (CODECS[codec] if 0 <= codec < len(CODECS) else "OTHER",
                 [ENCODINGS[e] if e < len(ENCODINGS) else "OTHER"
                  for e in range(32) if packed >> e & 1])
 
@@ -194,6 +194,7 @@ def parse(data: Any, at: int) -> Lookup | None:
             return None
         if entries.get(b"cryptdisk.part_id", b"").decode("ascii", "replace") != part_id:
             return None
-    except (struct.error, ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (struct.error, ValueError, TypeError, KeyError, UnicodeDecodeError,
+            RecursionError):  # (json.loads of deeply nested brackets)
         return None
     return Lookup(part_id, rows, created_by, groups, leaves, chunks, entries, at)
