@@ -25,7 +25,8 @@ import functools
 from collections.abc import Callable
 
 from . import _types as T
-from ._paramtypes import _Tok, _tokens, type_oid
+from ._paramtypes import _Tok, _tokens
+from ._types import type_oid
 
 __all__ = ["select_types"]
 

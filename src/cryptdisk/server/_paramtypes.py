@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import _types as T
 
-__all__ = ["infer", "type_oid"]
+__all__ = ["infer"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -41,34 +41,6 @@ _TOKEN = re.compile(r"""
 _COMPARE = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
 _ARITH = frozenset({"+", "-", "*", "/", "%"})
 _SCHEMAS = frozenset({"public", "main"})
-
-#: PostgreSQL and DuckDB type names -> the OID the server describes them as
-_NAMES = {
-    **dict.fromkeys(("bool", "boolean"), T.BOOL),
-    **dict.fromkeys(("smallint", "int2", "tinyint", "int1", "utinyint"), T.INT2),
-    **dict.fromkeys(("int", "integer", "int4", "signed", "usmallint"), T.INT4),
-    **dict.fromkeys(("bigint", "int8", "long", "uinteger"), T.INT8),
-    **dict.fromkeys(("real", "float4"), T.FLOAT4),
-    **dict.fromkeys(("float", "float8", "double"), T.FLOAT8),
-    **dict.fromkeys(("numeric", "decimal", "ubigint", "hugeint"), T.NUMERIC),
-    **dict.fromkeys(("text", "varchar", "char", "character", "string", "bpchar", "name"),
-                    T.TEXT),
-    **dict.fromkeys(("bytea", "blob"), T.BYTEA),
-    "date": T.DATE, "time": T.TIME, "timestamp": T.TIMESTAMP, "datetime": T.TIMESTAMP,
-    "timestamptz": T.TIMESTAMPTZ, "interval": T.INTERVAL, "uuid": T.UUID, "json": T.JSON,
-}
-
-
-def type_oid(name: str) -> int:
-    """The OID of a type named in a cast (its first word; ``timestamp with time zone``
-    gives timestamptz); 0 for a name the server does not describe."""
-    words = name.lower().split()
-    if not words:
-        return 0
-    if words[0] == "timestamp" and "with" in words and "without" not in words:
-        return T.TIMESTAMPTZ
-    return _NAMES.get(words[0].strip('"'), 0)
-
 
 class _Tok(NamedTuple):
     kind: str  # "param", "num", "str", "ref" (a dotted name), "op", "word" (a keyword)
@@ -115,7 +87,7 @@ def _cast_type(toks: list[_Tok], at: int) -> int:
         end = next((i + 1 for i in range(end, len(toks)) if toks[i].text == ")"), end)
     if end < len(toks) and toks[end].text == "[":  # an array: not described
         return 0
-    return type_oid(" ".join(words))
+    return T.type_oid(" ".join(words))
 
 
 Columns = Callable[[str], "list[tuple[str, int]] | None"]

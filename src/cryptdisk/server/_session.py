@@ -847,8 +847,8 @@ class Session:
 
     def _prepare(self, sql: str) -> Result:
         """``PREPARE name [(type, ...)] AS statement`` (:mod:`._prepared`)."""
-        from ._paramtypes import type_oid
         from ._prepared import parse_prepare
+        from ._types import type_oid
 
         name, types, body = parse_prepare(sql)
         if name in self.statements:

@@ -81,6 +81,34 @@ def sqlite_declared_oid(decltype: str) -> int:
     return next((oid for word, oid in _DECLARED if word in d), TEXT)
 
 
+#: PostgreSQL and DuckDB type names -> the OID the server describes them as
+_CAST_NAMES = {
+    **dict.fromkeys(("bool", "boolean"), BOOL),
+    **dict.fromkeys(("smallint", "int2", "tinyint", "int1", "utinyint"), INT2),
+    **dict.fromkeys(("int", "integer", "int4", "signed", "usmallint"), INT4),
+    **dict.fromkeys(("bigint", "int8", "long", "uinteger"), INT8),
+    **dict.fromkeys(("real", "float4"), FLOAT4),
+    **dict.fromkeys(("float", "float8", "double"), FLOAT8),
+    **dict.fromkeys(("numeric", "decimal", "ubigint", "hugeint"), NUMERIC),
+    **dict.fromkeys(("text", "varchar", "char", "character", "string", "bpchar", "name"),
+                    TEXT),
+    **dict.fromkeys(("bytea", "blob"), BYTEA),
+    "date": DATE, "time": TIME, "timestamp": TIMESTAMP, "datetime": TIMESTAMP,
+    "timestamptz": TIMESTAMPTZ, "interval": INTERVAL, "uuid": UUID, "json": JSON,
+}
+
+
+def type_oid(name: str) -> int:
+    """The OID of a type named in a cast (its first word; ``timestamp with time zone``
+    gives timestamptz); 0 for a name the server does not describe."""
+    words = name.lower().split()
+    if not words:
+        return 0
+    if words[0] == "timestamp" and "with" in words and "without" not in words:
+        return TIMESTAMPTZ
+    return _CAST_NAMES.get(words[0].strip('"'), 0)
+
+
 def value_oid(sample: Any) -> int:
     """The OID of a SQLite result column without a declared type (an expression): from
     its first non-NULL value."""
