@@ -205,9 +205,12 @@ def test_a_role_inserts_only_the_rows_and_values_it_may_read(made):
         db.sql("INSERT INTO secrets SELECT secret FROM notes")
         with pytest.raises(CryptdiskError):  # the masked text is no ciphertext
             db.query("SELECT decrypt(secret, 'cards') FROM secrets")
+        db.sql("CREATE TABLE made ORDER BY n AS SELECT * FROM cards")  # (CTAS: the same)
     with cryptdisk.connect(path, config) as db:  # what was stored: the masked values
         assert _col(db, "SELECT pan FROM copy ORDER BY n") == [MASKED[0], MASKED[2]] * 3
         assert _col(db, "SELECT secret FROM secrets") != ["call me"]
+        assert db.query("SELECT pan, n FROM made ORDER BY n") == [(MASKED[0], 0),
+                                                                  (MASKED[2], 2)]
     with cryptdisk.connect(path, config, role="auditor") as db:  # the auditor's copy: clear
         db.sql("CREATE TABLE audited (pan VARCHAR)")
         db.sql("INSERT INTO audited SELECT pan FROM cards ORDER BY n")
@@ -215,7 +218,6 @@ def test_a_role_inserts_only_the_rows_and_values_it_may_read(made):
 
 
 @pytest.mark.parametrize(("sql", "error"), [
-    ("CREATE TABLE copy AS SELECT * FROM cards", DatabaseError),  # cryptdisk's: no CTAS
     ("CREATE TEMP TABLE copy AS SELECT * FROM cards", FieldPolicyError),  # DuckDB's
     ("CREATE OR REPLACE TABLE copy AS SELECT * FROM cards", FieldPolicyError),
     ("CREATE VIEW copy AS SELECT * FROM cards", FieldPolicyError),

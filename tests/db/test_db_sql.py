@@ -25,7 +25,8 @@ def test_create_table_minimal_and_order_by_single():
 
 
 @pytest.mark.parametrize("bad", [
-    "CREATE TABLE t AS SELECT 1",
+    "CREATE TABLE t AS DELETE FROM u",
+    "CREATE TABLE t ORDER BY a",
     "CREATE TABLE t (a INT) PARTITION BY a",
     "CREATE TABLE t ()",
     "CREATE TABLE t (a INT) SETTINGS storage_policy",

@@ -109,6 +109,7 @@ from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, wr
 from ._rotation import RotationMixin
 from ._rows import python_rows
 from ._scan import OpenParts, TableScan, integer_array
+from ._schema import SchemaMixin
 from ._storage import resolve_config
 from ._system import system_tables
 
@@ -242,7 +243,7 @@ def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
     return remote
 
 
-class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
+class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, SchemaMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     #: set by :meth:`close`: every statement after it is refused (see :meth:`_check_open`)
@@ -1372,6 +1373,20 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
             if st.if_not_exists:
                 return
             raise DatabaseError(f"table {st.name!r} already exists")
+        if st.query is not None:  # CREATE TABLE t AS SELECT ... (see ._schema)
+            self._create_as(st)
+            return
+        meta = self._new_table(st)
+        self.catalog.tables[st.name] = meta
+        try:
+            self._commit()
+        except BaseException:
+            del self.catalog.tables[st.name]
+            raise
+
+    def _new_table(self, st: _sql.CreateTable) -> TableMeta:
+        """The catalog entry of the table ``st`` creates, its name, columns, key and
+        settings checked (not in the catalog yet)."""
         if self._temporary_table(st.name):  # (statements naming it would reach DuckDB's)
             raise DatabaseError(f"CREATE TABLE {st.name}: a temporary table {st.name} of "
                                 "this connection has the name",
@@ -1420,13 +1435,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin):
                     f"{field.type})",
                     hint="store an interval as BIGINT (e.g. microseconds) or VARCHAR, or "
                     "serve it from SQLite (cryptdisk serve --sqlite)")
-        self.catalog.tables[st.name] = meta
-        try:
-            self._commit()
-        except BaseException:
-            del self.catalog.tables[st.name]
-            raise
-        return None
+        return meta
 
 
     def _lossy_columns(self, columns: list[tuple[str, str]]) -> dict[str, str]:

@@ -50,6 +50,8 @@ INSERT_BLOCK_BYTES = 32 << 20
 _SOURCE = "__cd_insert_source"
 #: the temporary table an INSERT ... VALUES list is cast into (see _values_table)
 _VALUES_TABLE = "__cd_insert_values"
+#: the name an answer from the catalog is read by (see _query_text)
+_ANSWER = "__cd_insert_answer"
 
 
 def _from_python(table: str, data: Any) -> Any:
@@ -177,7 +179,7 @@ class InsertMixin(DatabaseState):
             try:
                 # field functions stay DuckDB's here: a row the scan could not compute
                 # would fail the stream half written (queries run again instead)
-                prepared = self._prepare(query, False)
+                prepared = self._query_text(self._prepare(query, False))
                 parts = self._write(meta, schema, disk, prepared, columns,
                                     self.catalog.version + 1, on_rows, by_name)
             except duckdb.OutOfMemoryException as exc:
@@ -188,6 +190,15 @@ class InsertMixin(DatabaseState):
             finally:
                 self._release()
             return self._publish(meta, parts)
+
+    def _query_text(self, prepared: Any) -> str:
+        """The SQL that reads the rows of a query :meth:`_prepare` prepared: its text, or
+        for an answer the catalog gave (``SELECT count(*) FROM t``), a read of that answer
+        (exposed to the statement, released with its scans)."""
+        if isinstance(prepared, pa.Table):
+            self._expose(_ANSWER, prepared)
+            return self._bind_exposed(f"SELECT * FROM {_ANSWER}")
+        return str(prepared)
 
     def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int:
         """Add ``parts`` to table ``meta`` and commit the catalog; if the commit fails they

@@ -4,6 +4,8 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
 
     CREATE TABLE [IF NOT EXISTS] t (c1 TYPE, ...) [ENGINE = MergeTree[()]]
         [ORDER BY col | ORDER BY (c1, c2)] [SETTINGS storage_policy = 'name']
+    CREATE TABLE [IF NOT EXISTS] t [ENGINE = MergeTree[()]] [ORDER BY ...] [SETTINGS ...]
+        AS {SELECT ... | WITH ... | FROM ... | VALUES ...}
     INSERT INTO t [(c1, ...) | BY NAME | BY POSITION]
         {SELECT ... | VALUES ... | WITH ... | FROM ...}
     DROP TABLE [IF EXISTS] t
@@ -13,7 +15,7 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
     SYSTEM ROTATE KEYS | SYSTEM REENCRYPT
 
 Statements that would change tables behind cryptdisk's back (``UPDATE``,
-``DELETE``, ``CREATE TABLE ... AS``) or let DuckDB spill plaintext to disk
+``DELETE``) or let DuckDB spill plaintext to disk
 (``SET temp_directory``) are refused with a clear error.
 """
 
@@ -51,6 +53,8 @@ class CreateTable:
     order_by: list[str] | None = None
     settings: dict[str, str] = field(default_factory=dict)
     if_not_exists: bool = False
+    #: ``CREATE TABLE t ... AS query``: the query whose columns and rows the table gets
+    query: str | None = None
 
 
 @dataclass
@@ -303,11 +307,8 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
         raise DatabaseError(
             f"CREATE TABLE {name}.{table}: a table is named without a schema (cryptdisk's "
             "tables are in no DuckDB schema)", hint=f"CREATE TABLE {table} (...)")
-    if re.match(r"(?is)as\b", rest) or not rest.startswith("("):
-        raise DatabaseError(
-            f"CREATE TABLE {name}: give the columns, e.g. CREATE TABLE {name} (a BIGINT, "
-            "b VARCHAR); CREATE TABLE ... AS SELECT is not supported",
-            hint="create the table, then INSERT INTO it SELECT ...")
+    if not rest.startswith("("):
+        return _parse_create_as(name, rest, bool(m.group(1)))
     close = _matching_paren(rest, 0)
     columns = []
     for col in _split_top(rest[1:close]):
@@ -343,6 +344,32 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
         order = [unquote(c.strip()) for c in _split_top(raw)] or None
     settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
     return CreateTable(name, columns, order, settings, bool(m.group(1)))
+
+
+_CREATE_AS = re.compile(
+    r"(?is)(?:ENGINE\s*=\s*MergeTree(?:\s*\(\s*\))?\s*)?"
+    r"(?:ORDER\s+BY\s+(\([^()]*\)|" + _IDENT + r")\s*)?"
+    r"(?:SETTINGS\s+((?:" + _IDENT + r"\s*=\s*(?:'(?:[^']|'')*'|[A-Za-z0-9_.]+)\s*,?\s*)+))?"
+    r"AS\b\s*(.*)")
+
+
+def _parse_create_as(name: str, rest: str, if_not_exists: bool) -> CreateTable:
+    """``CREATE TABLE name [ENGINE = MergeTree] [ORDER BY ...] [SETTINGS ...] AS query``
+    (``rest``: the text after the name): the columns come from the query."""
+    m = _CREATE_AS.fullmatch(rest)
+    query = m.group(3).strip() if m else ""
+    if not m or not re.match(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b", query):
+        raise DatabaseError(
+            f"CREATE TABLE {name}: give the columns, e.g. CREATE TABLE {name} (a BIGINT, "
+            f"b VARCHAR), or a query: CREATE TABLE {name} [ORDER BY col] AS SELECT ...",
+            hint="the clauses go before AS: ENGINE = MergeTree, ORDER BY, SETTINGS")
+    order = None
+    if m.group(1):
+        raw = m.group(1).strip()
+        raw = raw[1:-1] if raw.startswith("(") else raw
+        order = [unquote(c.strip()) for c in _split_top(raw)] or None
+    settings = _settings(m.group(2), "SETTINGS") if m.group(2) else {}
+    return CreateTable(name, [], order, settings, if_not_exists, query)
 
 
 #: The first words of the statements :func:`parse` handles or refuses; any other goes to
