@@ -303,6 +303,25 @@ def test_prune_keeps_last_and_deletes_only_unreferenced_chunks(tmp_path: Path) -
         prune(repo, keep_last=0)
 
 
+def test_prune_applies_its_rules_to_each_source_apart(tmp_path: Path) -> None:
+    """Two databases backed up into one repository (as docs/backup.md does): the newer
+    backups of one never crowd out the other's, so --keep-last 1 keeps one of each."""
+    kr = Keyring.generate()
+    lite = tmp_path / "sales.db"
+    _sqlite(lite, kr, 300)
+    src = tmp_path / "a.db"
+    make_db(src, rows=500)
+    repo = _repo(tmp_path)
+    lite_ids = [create(repo, lite, keyring=kr).id for _ in range(2)]
+    db_ids = [create(repo, src).id for _ in range(3)]
+    dropped, _deleted = prune(repo, keep_last=1)
+    assert sorted(dropped) == sorted(lite_ids[:1] + db_ids[:2])
+    assert [b["id"] for b in list_backups(repo)] == [lite_ids[-1], db_ids[-1]]
+    assert verify(repo).ok
+    restore(repo, lite_ids[-1], tmp_path / "r.db", keyring=kr)
+    assert _sqlite_rows(tmp_path / "r.db", kr) == _sqlite_rows(lite, kr)
+
+
 def test_prune_refuses_while_a_backup_holds_the_lock(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     with repo.lock(exclusive=False):

@@ -708,6 +708,8 @@ def prune(repo: Repository, *, keep_last: int = 0, keep_daily: int = 0,
           progress: Callable[[int], None] | None = None) -> tuple[list[str], int]:
     """Delete the backups no retention rule keeps (see :func:`retained`), then every chunk
     no remaining manifest names. Returns (deleted backup ids, deleted chunks).
+    The rules apply to each source (kind and path backed up) apart, as restic groups
+    snapshots by paths: one database's backups never crowd out another's.
     ``progress(n)`` is called with 0 once the dropped manifests are deleted, then after
     each chunk deletion with the count so far.
     ``break_lock`` first deletes the lock markers that killed processes left on an
@@ -719,11 +721,17 @@ def prune(repo: Repository, *, keep_last: int = 0, keep_daily: int = 0,
         repo.break_locks()
     with repo.lock(exclusive=True):
         ids = repo.manifest_ids()
-        keep = retained(ids, **rules)
+        # read before deleting anything: an unreadable manifest stops us
+        manifests = {bid: repo.read_manifest(bid) for bid in ids}
+        sources: dict[tuple[Any, Any], list[str]] = {}
+        for bid in ids:
+            m = manifests[bid]
+            sources.setdefault((m.get("kind"), m.get("source")), []).append(bid)
+        keep = {bid for group in sources.values() for bid in retained(group, **rules)}
         drop = [i for i in ids if i not in keep]
         referenced: set[str] = set()
-        for bid in keep:  # read before deleting anything: an unreadable manifest stops us
-            referenced.update(_manifest_chunks(repo.read_manifest(bid)))
+        for bid in keep:
+            referenced.update(_manifest_chunks(manifests[bid]))
         for bid in drop:
             repo.delete_manifest(bid)
         repo.remove_temporaries()

@@ -80,9 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = repo_parser("prune", "delete old backups (keep last/daily/weekly/monthly) and "
                     "chunks no backup needs",
                     "Delete the backups no retention rule keeps, then every chunk that no "
-                    "remaining backup names. Refused while a backup is being written.")
+                    "remaining backup names. The rules apply to each source (database path) "
+                    "apart. Refused while a backup is being written.")
     p.add_argument("--keep-last", type=int, default=0, metavar="N",
-                   help="keep the newest N backups")
+                   help="keep the newest N backups of each source")
     for unit in ("daily", "weekly", "monthly"):
         p.add_argument(f"--keep-{unit}", type=int, default=0, metavar="N",
                        help=f"keep the newest backup of each of the newest N "
