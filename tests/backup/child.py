@@ -6,8 +6,9 @@ printing ``committed N`` after each commit (the db writer merges parts now and t
 chunk (with ``step``, waiting for a line on stdin after each), then ``done ID``.
 ``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
 waiting for a line on stdin before going on.
-``restore REPO PASSPHRASE ID TARGET [KEYFILE]``: one restore (a SQLite one under the key
-in KEYFILE), printing ``part N`` at each progress report and waiting for a line on stdin.
+``restore REPO PASSPHRASE ID TARGET [KEYFILE [CONFIG]]``: one restore (a SQLite one under
+the key in KEYFILE, a database under CONFIG when given), printing ``part N`` at each
+progress report and waiting for a line on stdin.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def prune_(repo: str, passphrase: str, keep: str) -> None:
     print("done", flush=True)
 
 
-def restore_(repo: str, passphrase: str, backup_id: str, target: str, keyfile: str = "") -> None:
+def restore_(repo: str, passphrase: str, backup_id: str, target: str, keyfile: str = "",
+             config: str = "") -> None:
     from cryptdisk.keys import Key, Keyring, key_from_file
 
     kr = Keyring.single(Key(1, key_from_file(keyfile))) if keyfile else None
@@ -75,7 +77,7 @@ def restore_(repo: str, passphrase: str, backup_id: str, target: str, keyfile: s
         print(f"part {n}", flush=True)
         sys.stdin.readline()
 
-    restore(r, backup_id, target, keyring=kr, progress=report)
+    restore(r, backup_id, target, keyring=kr, config=config or None, progress=report)
     print("done", flush=True)
 
 

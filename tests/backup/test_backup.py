@@ -441,6 +441,41 @@ def test_restore_under_a_new_config_with_a_plain_table(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("x.db")]
 
 
+def _files(top: Path) -> list[str]:
+    return sorted(str(p.relative_to(top)) for p in top.rglob("*") if p.is_file())
+
+
+def test_a_failed_restore_under_a_config_leaves_no_part_on_its_disks(tmp_path: Path) -> None:
+    """The config's disks lie outside TARGET: the parts of the tables restored before the
+    failure (a tampered chunk of the last table) are deleted with the rest."""
+    from cryptdisk.config import load_config
+    from tests.db.dbhelpers import write_config
+
+    src = tmp_path / "a.db"
+    make_db(src, rows=5000)
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE p (x BIGINT) SETTINGS storage_policy = 'plain'")
+    db.sql("INSERT INTO p SELECT range FROM range(10)")
+    db.close()
+    repo = _repo(tmp_path)
+    s = create(repo, src)
+    m = repo.read_manifest(s.id)
+    assert [t["name"] for t in m["tables"]][-1] == "p"
+    (chunk,) = m["tables"][-1]["parts"][0]["chunks"]
+    path = Path(repo.chunk_path(chunk))
+    blob = bytearray(path.read_bytes())
+    blob[-1] ^= 1
+    path.write_bytes(bytes(blob))
+    new = tmp_path / "new"
+    new.mkdir()
+    cfg = load_config(write_config(new, [4], 4))
+    before = _files(new)
+    with pytest.raises(BackupError, match="tampered"):
+        restore(repo, s.id, tmp_path / "r.db", config=cfg)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("r.db")]
+    assert _files(new) == before  # t's and u's parts went with the failed restore
+
+
 def test_retention_rules() -> None:
     from cryptdisk.backup import retained
 

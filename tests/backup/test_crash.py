@@ -212,6 +212,44 @@ def test_kill_9_mid_restore_leaves_the_repository_as_it_was(tmp_path: Path) -> N
         "a.db", "a.db.key", "r.db", "r.db.key", "repo"]
 
 
+def test_the_restore_after_a_killed_one_under_a_config_deletes_its_parts(
+        tmp_path: Path) -> None:
+    """Under a config the parts lie on its disks, outside TARGET.restoring-<id>: the next
+    restore to TARGET deletes those of the killed one too."""
+    from tests.db.dbhelpers import write_config
+
+    src = tmp_path / "a.db"
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE t (x BIGINT, s VARCHAR)")
+    for i in range(6):  # six parts
+        db.sql(f"INSERT INTO t SELECT range, md5(range::VARCHAR) FROM range({i * 20000}, "
+               f"{(i + 1) * 20000})")
+    db.close()
+    url = str(tmp_path / "repo")
+    repo = Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    bid = create(repo, src).id
+    new = tmp_path / "new"
+    new.mkdir()
+    cfg = str(write_config(new, [4], 4))
+    store = new / "store"
+
+    def parts() -> list[Path]:
+        return sorted(p for p in store.rglob("*.parquet"))
+
+    proc = _spawn("restore", url, "pw", bid, str(tmp_path / "r.db"), "", cfg,
+                  stdin=subprocess.PIPE)
+    _wait_for(proc, "part", 3)
+    _kill(proc)
+    assert len(parts()) >= 2  # the killed restore's parts, on the config's disk
+    restore(repo, bid, tmp_path / "r.db", config=cfg)
+    r = cryptdisk.connect(tmp_path / "r.db", cfg, read_only=True)
+    try:
+        assert sorted(store / "secure" / p.path for p in r.table("t").parts) == parts()
+        assert r.query("SELECT count(*), sum(x) FROM t") == [(120000, 119999 * 60000)]
+    finally:
+        r.close()
+
+
 def test_kill_9_before_a_sqlite_restore_is_renamed_leaves_no_target(tmp_path: Path) -> None:
     keyfile = tmp_path / "k"
     write_key_file(keyfile, os.urandom(32))

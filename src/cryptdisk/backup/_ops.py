@@ -7,6 +7,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import io
+import logging
 import os
 import random
 import shutil
@@ -19,7 +20,7 @@ from typing import Any, BinaryIO
 import apsw
 
 from ..db import Database
-from ..errors import BackupError, CatalogError, DiskFileNotFoundError
+from ..errors import BackupError, CatalogError, CryptdiskError, DiskFileNotFoundError
 from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
 from . import _chunker
@@ -28,6 +29,8 @@ from ._restoring import restore_lock, work_path
 
 __all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
            "restore", "retained", "verify"]
+
+log = logging.getLogger("cryptdisk.backup")
 
 Progress = Callable[[int, int], None]  # (chunks seen, bytes stored so far)
 
@@ -435,7 +438,8 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     """
     dest = os.path.abspath(os.fspath(target))
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    with restore_lock(dest):
+    discard = None if config is None else (lambda path: _discard_parts(path, config))
+    with restore_lock(dest, discard=discard):
         return _restore_locked(repo, backup_id, dest, config, keyring, tables, progress)
 
 
@@ -619,6 +623,30 @@ def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str) -> Non
     _sync_parent(dest)
 
 
+def _discard_parts(path: str, config: Any) -> None:
+    """Delete the files that the unfinished restore in ``path`` wrote on ``config``'s disks
+    (outside ``path``): its tables are dropped and its abandoned files collected. Best
+    effort: a directory that does not open under ``config`` (a killed restore under another
+    config) is left to the caller's ``rmtree``."""
+    if not os.path.isfile(os.path.join(path, "catalog")):  # the database's catalog file
+        return  # no table yet, so no part
+    try:
+        db = Database(path, config)
+    except (CryptdiskError, OSError) as exc:
+        log.warning("cryptdisk: could not open the unfinished restore %s to delete its parts "
+                    "on the config's disks: %s", path, exc)
+        return
+    try:
+        for name in list(db.catalog.tables):
+            db.sql(f"DROP TABLE {_quote(name)}")
+        db.collect_garbage(unversioned=True)
+    except (CryptdiskError, OSError) as exc:
+        log.warning("cryptdisk: could not delete the parts of the unfinished restore %s: %s",
+                    path, exc)
+    finally:
+        db.close()
+
+
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
                 only: list[str] | None,
                 progress: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -656,7 +684,9 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             db.close()
         _publish_dir(tmp, dest, tmp_key, key_file)
     except BaseException:
-        # leave nothing half-restored behind
+        # leave nothing half-restored behind: under a config, the parts lie on its disks
+        if config is not None:
+            _discard_parts(tmp, config)
         shutil.rmtree(tmp, ignore_errors=True)
         if tmp_key is not None:
             with contextlib.suppress(FileNotFoundError):

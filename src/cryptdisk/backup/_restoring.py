@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import BackupError
 
@@ -50,9 +50,12 @@ def _remove(path: str) -> None:
 
 
 @contextlib.contextmanager
-def restore_lock(dest: str) -> Iterator[list[str]]:
+def restore_lock(dest: str, discard: Callable[[str], None] | None = None
+                 ) -> Iterator[list[str]]:
     """Hold ``dest``'s restore lock; delete the work that killed restores left and yield
-    what was deleted. Raises :class:`BackupError` while another restore holds it."""
+    what was deleted. ``discard(path)`` is called first on each such directory (to delete
+    what it put outside itself). Raises :class:`BackupError` while another restore holds
+    it."""
     lock = dest + ".restoring.lock"
     while True:
         try:
@@ -78,6 +81,8 @@ def restore_lock(dest: str) -> Iterator[list[str]]:
     try:
         removed = _leftovers(dest)
         for path in removed:
+            if discard is not None and os.path.isdir(path) and not os.path.islink(path):
+                discard(path)
             _remove(path)
         yield removed
     finally:
