@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+import io
 import os
 import posixpath
+import sys
 from glob import has_magic
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
 from .config import Config, load_config
-from .disks import Disk, positional
+from .disks import Disk, discardable, positional
 from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError
 
 __all__ = ["CryptdiskFileSystem"]
@@ -202,6 +204,8 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if mode in ("wb", "xb"):
             if mode == "xb" and disk.exists(rel):
                 raise FileExistsError(f"cryptdisk://{self._strip_protocol(path)} exists")
+            if not autocommit:  # inside ``with fs.transaction``: published when it ends
+                return _DeferredWriteFile(disk.open_write(rel))
             return disk.open_write(rel)
         raise ValueError(f"cryptdisk:// files open as 'rb' or 'wb', not {mode!r} (files are "
                          "written once and published atomically)")
@@ -227,7 +231,11 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         disk, rel = self._split(path)
         if mode == "create" and disk.exists(rel):
             raise FileExistsError(f"cryptdisk://{self._strip_protocol(path)} exists")
-        disk.write_bytes(rel, value)
+        if self._intrans:
+            with self.open(path, "wb") as f:  # published when the transaction ends
+                f.write(value)
+        else:
+            disk.write_bytes(rel, value)
 
     def _kind(self, path: str) -> str | None:
         """``"file"``, ``"directory"`` (implicit: it holds a file) or None (nothing there)."""
@@ -377,6 +385,55 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def rmdir(self, path: str) -> None:
         """Directories are implicit; they vanish with their last file."""
+
+
+class _DeferredWriteFile(io.RawIOBase):
+    """A file written inside ``with fs.transaction:`` (fsspec's ``autocommit=False``).
+
+    ``close()`` keeps it unpublished; when the transaction ends, fsspec calls
+    :meth:`commit` (publish it atomically, as a disk's file publishes on close) or,
+    if the block raised, :meth:`discard`. Closing while an exception raised since
+    the open propagates discards it at once, as a disk's file does.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self._inner = inner
+        self.name = inner.name
+        self.mode = "wb"
+        self._exc_at_open = sys.exc_info()[1]
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._checkClosed()
+        return int(self._inner.write(data))
+
+    def tell(self) -> int:
+        return int(self._inner.tell())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        in_flight = sys.exc_info()[1]
+        if in_flight is not None and in_flight is not self._exc_at_open:
+            self.discard()
+        super().close()
+
+    def commit(self) -> None:
+        """Publish the file (nothing if it was discarded)."""
+        self._inner.close()
+
+    def discard(self) -> None:
+        """Throw away what was written; any file at the path stays as it was."""
+        discardable(self._inner).abort()
+
+    def __repr__(self) -> str:
+        return f"<cryptdisk transaction file {self.name!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("open disk files cannot be pickled")
 
 
 def _reload(config_path: str) -> CryptdiskFileSystem:

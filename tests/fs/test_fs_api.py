@@ -208,3 +208,29 @@ def test_rm_missing_and_directories(config_path: str) -> None:
     assert fs.exists("secure/d/f")
     fs.rm("secure/d", recursive=True)
     assert fs.find("secure") == ["secure/g"]
+
+
+def test_files_written_in_a_transaction_appear_when_it_ends(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe_file("secure/tx/old", b"old")
+    with fs.transaction:
+        with fs.open("secure/tx/a", "wb") as f:
+            f.write(b"A")
+        with fs.open("secure/tx/t.txt", "w") as t:
+            t.write("text")
+        fs.pipe_file("secure/tx/old", b"new")
+        assert not fs.exists("secure/tx/a") and fs.cat_file("secure/tx/old") == b"old"
+    assert fs.cat_file("secure/tx/a") == b"A" and fs.cat_file("secure/tx/t.txt") == b"text"
+    assert fs.cat_file("secure/tx/old") == b"new"
+
+
+def test_a_failed_transaction_publishes_nothing(config_path: str, tmp_path: Path) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.pipe_file("secure/tx/old", b"old")
+    with pytest.raises(RuntimeError, match="boom"), fs.transaction:
+        with fs.open("secure/tx/b", "wb") as f:
+            f.write(b"B")
+        fs.pipe_file("secure/tx/old", b"new")
+        raise RuntimeError("boom")
+    assert fs.find("secure/tx") == ["secure/tx/old"] and fs.cat_file("secure/tx/old") == b"old"
+    assert not [p for p in (tmp_path / "raw").rglob("*") if p.name.endswith(".cdtmp")]
