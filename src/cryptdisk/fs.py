@@ -33,7 +33,7 @@ from fsspec import AbstractFileSystem
 
 from .config import Config, load_config
 from .disks import Disk, discardable, positional
-from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError
+from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError, PolicyError
 
 __all__ = ["CryptdiskFileSystem"]
 
@@ -99,8 +99,12 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
                                   "credentials (user:password@)",
                                   hint="keys and credentials belong in the config file or "
                                   "the environment")
-            raise DiskFileNotFoundError(f"cryptdisk://{clean}: no disk named {name!r} in "
-                                        f"{self.config_path}")
+            # Not a FileNotFoundError: pyarrow (pandas, Dask) would report it as the bare
+            # path, and the reader would never learn that the disk name is the problem.
+            raise PolicyError(f"cryptdisk://{clean}: no disk named {name!r} in "
+                              f"{self.config_path} (disks: {', '.join(sorted(self.config.disks))})",
+                              hint="a cryptdisk:// URL is cryptdisk://DISK/PATH, DISK a disk "
+                              "of the config")
         return self.config.disks[name], rest
 
     # -- listing and metadata --------------------------------------------------------------

@@ -7,9 +7,11 @@ import threading
 from pathlib import Path
 
 import fsspec
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
-from cryptdisk.errors import ConfigError
+from cryptdisk.errors import ConfigError, PolicyError
 from cryptdisk.fs import CryptdiskFileSystem
 
 from .conftest import KEY_HEX, MARKER, assert_ciphertext_only
@@ -38,7 +40,7 @@ def test_pipe_cat_ls_info_rm(config_path: str, tmp_path: Path) -> None:
     assert fs.find("cryptdisk://secure") == []
     with pytest.raises(FileNotFoundError):
         fs.info("cryptdisk://secure/a/b.txt")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(PolicyError, match="no disk named 'nodisk'"):
         fs.open("cryptdisk://nodisk/x")
 
 
@@ -234,3 +236,14 @@ def test_a_failed_transaction_publishes_nothing(config_path: str, tmp_path: Path
         raise RuntimeError("boom")
     assert fs.find("secure/tx") == ["secure/tx/old"] and fs.cat_file("secure/tx/old") == b"old"
     assert not [p for p in (tmp_path / "raw").rglob("*") if p.name.endswith(".cdtmp")]
+
+
+def test_a_url_naming_no_disk_says_so_through_pyarrow(config_path: str) -> None:
+    # pyarrow (under pandas and Dask) turns a FileNotFoundError into one naming the bare
+    # path; the reader must learn that the disk name is what is wrong.
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    with pytest.raises(PolicyError, match=r"no disk named 'scure'.*\(disks: default, plain"):
+        pq.read_table("cryptdisk://scure/t.parquet", filesystem=fs)
+    with pytest.raises(PolicyError, match="no disk named 'scure'"):
+        ds.dataset("cryptdisk://scure/t", filesystem=fs)
+    assert not fs.exists("cryptdisk://scure/t.parquet")
