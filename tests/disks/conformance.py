@@ -202,10 +202,13 @@ class DiskConformance:
 
     def test_a_directory_is_not_a_file(self, disk: Disk) -> None:
         disk.write_bytes("d/f", b"x")
-        for call in (disk.open_read, disk.remove):
-            with pytest.raises((DiskFileNotFoundError, DiskIsADirectoryError)):
+        for call in (disk.open_read, disk.remove, lambda p: disk.rename(p, "e")):
+            with pytest.raises((DiskFileNotFoundError, DiskIsADirectoryError)) as exc:
                 call("d")
+            # The caller's path on this disk, never a backing disk's (stored) path.
+            assert str(exc.value).startswith("d: ") and repr(disk.name) in str(exc.value)
         assert not disk.exists("d") and disk.read_bytes("d/f") == b"x"
+        assert disk.list() == ["d/f"]
 
     def test_rename_replaces_destination(self, disk: Disk) -> None:
         disk.write_bytes("src", b"source")

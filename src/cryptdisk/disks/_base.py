@@ -24,8 +24,9 @@ Contract:
 - **Removal and rename.** ``remove(path)`` deletes a file (missing file:
   :class:`DiskFileNotFoundError`); ``rename(src, dst)`` replaces ``dst``
   atomically where the backing store can. A directory is not a file:
-  ``open_read`` or ``remove`` of one raises :class:`DiskFileNotFoundError` or
-  :class:`DiskIsADirectoryError`.
+  ``open_read``, ``remove`` or ``rename`` of one raises
+  :class:`DiskFileNotFoundError` or :class:`DiskIsADirectoryError`, naming the
+  path as the caller gave it (never a backing disk's stored path).
 - Errors are :class:`cryptdisk.errors.CryptdiskError` subclasses;
   a missing file raises :class:`DiskFileNotFoundError` (a ``FileNotFoundError``).
 """

@@ -14,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from ..errors import InvalidKeyError, KeyNotFoundError
+from ..errors import (
+    DiskFileNotFoundError,
+    DiskIsADirectoryError,
+    InvalidKeyError,
+    KeyNotFoundError,
+)
 from ..keys import export_key_material
 from ._base import Disk, DiskConfig, FileInfo, positional
 from ._files import PreadFile, encrypting_write
@@ -155,7 +160,10 @@ class ClickHouseDisk(WrappingDisk):
 
     def open_read(self, path: str) -> IO[bytes]:
         ch = ch_module()
-        raw = self.inner.open_read(self._inner(path))
+        try:
+            raw = self.inner.open_read(self._inner(path))
+        except (DiskFileNotFoundError, DiskIsADirectoryError) as exc:
+            raise self._own_error(path, exc) from None
         source = PreadSource(raw)
         if source.size == 0:  # ClickHouse writes empty files without a header
             raw.close()

@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import IO, Any, cast
 
-from ..errors import DiskError, DiskFileNotFoundError, KeyNotFoundError
+from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError, KeyNotFoundError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
@@ -142,24 +142,6 @@ class EncryptedDisk(WrappingDisk):
                 out.append(plain)
         return sorted(out)
 
-    def _plain_errors(self, path: str, exc: DiskFileNotFoundError) -> DiskFileNotFoundError:
-        """The inner disk names the stored path; say the caller's path instead."""
-        if self.names is None:
-            return exc
-        return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
-
-    def remove(self, path: str) -> None:
-        try:
-            super().remove(path)
-        except DiskFileNotFoundError as exc:
-            raise self._plain_errors(path, exc) from None
-
-    def rename(self, src: str, dst: str) -> None:
-        try:
-            super().rename(src, dst)
-        except DiskFileNotFoundError as exc:
-            raise self._plain_errors(src, exc) from None
-
     # -- reading and writing --------------------------------------------------------------
 
     def _read_header(self, path: str) -> tuple[Header, int]:
@@ -191,8 +173,8 @@ class EncryptedDisk(WrappingDisk):
             return source, lambda: os.close(fd)
         try:
             raw = self.inner.open_read(inner_path)
-        except DiskFileNotFoundError as exc:
-            raise self._plain_errors(path, exc) from None
+        except (DiskFileNotFoundError, DiskIsADirectoryError) as exc:
+            raise self._own_error(path, exc) from None
         source = FileObjectSource(raw, positional(raw).size)
         return source, raw.close
 
@@ -229,7 +211,7 @@ class EncryptedDisk(WrappingDisk):
         try:
             inner = self.inner.info(self._inner(path))
         except DiskFileNotFoundError as exc:
-            raise self._plain_errors(path, exc) from None
+            raise self._own_error(path, exc) from None
         memo_key = (path, inner.stored_size, inner.mtime)
         cached = self._info_memo.get(memo_key)
         if cached is not None:

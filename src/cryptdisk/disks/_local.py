@@ -219,6 +219,9 @@ class LocalDisk(Disk):
                 from None
 
     def rename(self, src: str, dst: str) -> None:
+        """Replace ``dst`` by the file ``src``; a directory is refused (not a file)."""
+        if os.path.isdir(self.os_path(src)):
+            raise DiskIsADirectoryError(f"{src}: is a directory on disk {self.name!r}")
         target = self.os_path(dst)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         try:

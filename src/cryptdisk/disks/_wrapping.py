@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk
 from ._paths import join_prefix, norm_path
 
@@ -44,8 +45,20 @@ class WrappingDisk(Disk):
         cut = len(self.prefix) + 1
         return [p[cut:] for p in self.inner.list(self.prefix + "/" + prefix)]
 
+    def _own_error(self, path: str, exc: Exception) -> Exception:
+        """The inner disk's error about a stored path, as this disk's about ``path``."""
+        if isinstance(exc, DiskIsADirectoryError):
+            return DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}")
+        return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
+
     def remove(self, path: str) -> None:
-        self.inner.remove(self._inner(path))
+        try:
+            self.inner.remove(self._inner(path))
+        except (DiskFileNotFoundError, DiskIsADirectoryError) as exc:
+            raise self._own_error(path, exc) from None
 
     def rename(self, src: str, dst: str) -> None:
-        self.inner.rename(self._inner(src), self._inner(dst))
+        try:
+            self.inner.rename(self._inner(src), self._inner(dst))
+        except (DiskFileNotFoundError, DiskIsADirectoryError) as exc:
+            raise self._own_error(src, exc) from None
