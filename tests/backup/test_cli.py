@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cryptdisk.keys import Key, write_key_file
+
 from .helpers import content, make_db
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -163,3 +165,42 @@ def test_a_plain_file_and_a_file_for_a_repository_are_named_for_what_they_are(
                         "repository is a directory\ncryptdisk: hint: give a new path or an "
                         "empty directory\n")
     assert plain.read_text() == "id,name\n1,alice\n"
+
+
+def test_a_repository_wrapped_by_a_rotated_keyring_key_says_so_until_rewrapped(
+        tmp_path: Path) -> None:
+    """A repository opened through a keyring key that is no longer the config's current key
+    warns (with the command that wraps it under the current key), so the old key is not
+    retired and destroyed with the repository's only wrapping; after that command, the
+    repository opens with the config alone once the old key is destroyed."""
+    cfg, repo = tmp_path / "c.toml", str(tmp_path / "repo")
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    cfg.write_text("[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n"
+                   'file = "keys/k1.hex"\n')
+
+    def keys_cmd(*argv: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "cryptdisk", "keys", *argv, "-c", str(cfg)],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=SRC))
+        assert r.returncode == 0, r.stderr
+        return r
+
+    write_key_file(keys / "k1.hex", Key.generate(1))
+    r = run("init", repo, "--repo-keyring", str(cfg))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    keys_cmd("add", "2", "--generate", str(keys / "k2.hex"))
+    keys_cmd("promote", "2")
+    r = run("list", repo, "--repo-keyring", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "warning: keyring key 2, the current key" in r.stderr
+    assert f"cryptdisk backup keys {repo} --repo-keyring {cfg} --add-keyring {cfg}" in r.stderr
+    r = run("keys", repo, "--repo-keyring", str(cfg), "--add-keyring", str(cfg))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert "keyring key id 2" in r.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    keys_cmd("retire", "1", str(empty))
+    keys_cmd("destroy", "1", str(empty))
+    r = run("list", repo, "--repo-keyring", str(cfg))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr

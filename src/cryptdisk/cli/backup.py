@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import BackupError, MissingEnvironmentVariableError
 from ..format import MAGIC
 from ..keys import Key, Keyring, key_from_file
+from ._app import warn
 from ._keys import add_key_options, config_from_args, keyring_from_args, keys_given
 
 __all__ = ["register"]
@@ -153,7 +154,26 @@ def _unlock_args(args: argparse.Namespace) -> dict[str, Any]:
 def _open(args: argparse.Namespace) -> Any:
     from ..backup import Repository
 
-    return Repository.open(args.repo, **_unlock_args(args))
+    unlock = _unlock_args(args)
+    repo = Repository.open(args.repo, **unlock)
+    _warn_if_rotated(args, repo, unlock["keyring"])
+    return repo
+
+
+def _warn_if_rotated(args: argparse.Namespace, repo: Any, keyring: Keyring | None) -> None:
+    """Warn when a --repo-keyring config's current key does not wrap the repository key: the
+    key that does will be retired and destroyed some day, and the repository with it."""
+    if keyring is None or not args.repo_keyring:
+        return
+    wrapped = {w.get("check") for w in repo.config["wrappings"] if w.get("kind") == "key"}
+    current = keyring.current_key()
+    if current.check_value.hex() in wrapped:
+        return
+    old = sorted(k.key_id for k in keyring if k.check_value.hex() in wrapped)
+    warn(f"keyring key {current.key_id}, the current key of {args.repo_keyring}, does not "
+         f"wrap this repository's key (key {', '.join(map(str, old))} does): before retiring "
+         f"that key, wrap the repository under the current one too: cryptdisk backup keys "
+         f"{args.repo} --repo-keyring {args.repo_keyring} --add-keyring {args.repo_keyring}")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -269,11 +289,13 @@ def _prune(args: argparse.Namespace) -> int:
 def _keys(args: argparse.Namespace) -> int:
     from ..backup import Repository
 
-    repo = _open(args)
+    unlock = _unlock_args(args)
+    repo = Repository.open(args.repo, **unlock)
     add_pass = _env(args.add_passphrase_env) if args.add_passphrase_env else None
     add_ring = _keyring(args.add_keyring, args.add_key_file, args.add_key_id)
     if add_pass is not None or add_ring is not None:
         repo.add_wrapping(passphrase=add_pass, keyring=add_ring)
+    _warn_if_rotated(args, repo, unlock["keyring"])
     for line in Repository.describe_wrappings(repo.config):
         print(line)
     return 0
