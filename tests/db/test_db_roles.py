@@ -8,13 +8,18 @@ the clear numbers, a connection without a role the stored values.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
 import cryptdisk
 import cryptdisk.fields  # (the SQL functions the policy bodies call)
-from cryptdisk.db import role_query
+from cryptdisk.db import read_policies, role_query
 from cryptdisk.errors import CryptdiskError, DatabaseError, FieldPolicyError
 from cryptdisk.server import AnalyticalEngine, PolicyStore
+from tests.db.test_db_crash import PAUSE_CHILD, env
 from tests.fields.conftest import CONFIG
 
 PANS = ["4111111111111111", "5500005555555559", "340000000000009"]
@@ -544,3 +549,85 @@ def test_a_masked_column_keeps_its_declared_name(served):
         assert got.column_names == ["Pan", "Region"]
         assert got.to_pylist() == [{"Pan": MASKED[0], "Region": "EU"}]
         assert db.sql("SELECT Pan FROM people").column_names == ["Pan"]
+
+
+def test_renames_carry_the_policies(made):
+    """ALTER TABLE cards RENAME TO ... would leave the policies on a name no table has (the
+    renamed table unprotected): they follow the table, and a masked column's rename
+    carries its masking policy."""
+    path, config = made
+    with cryptdisk.connect(path, config) as db:
+        db.sql("ALTER TABLE cards RENAME TO Payments")
+        db.sql("ALTER TABLE payments RENAME COLUMN pan TO card")
+        db.sql("ALTER TABLE payments ADD COLUMN note VARCHAR")
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert db.query("SELECT card, region, n, note FROM payments ORDER BY n") == [
+            (MASKED[0], "US", 0, None), (MASKED[2], "US", 2, None)]
+        with pytest.raises(DatabaseError):
+            db.query("SELECT * FROM cards")
+    with cryptdisk.connect(path, config) as db:
+        data = read_policies(f"{path}.policies", db.keyring)
+    assert data["columns"] == {"payments": {"card": "pan_mask"},
+                               "notes": {"secret": "note_mask"}}
+    assert data["rows"] == {"payments": ["no_eu", ["region"]]}
+
+
+def test_a_rename_killed_before_its_commit_leaves_the_table_protected(made):
+    """kill -9 between the policy file written with both names and the catalog's commit:
+    the table keeps its name and its policies (the new name's copy protects nothing)."""
+    path, config = made
+    child = subprocess.Popen([sys.executable, PAUSE_CHILD, str(path), "catalog",
+                              "ALTER TABLE cards RENAME TO payments", str(config)],
+                             stdout=subprocess.PIPE, text=True, env=env())
+    try:
+        assert child.stdout.readline().strip() == "open"
+        assert child.stdout.readline().startswith("paused")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.stdout.close()
+        child.wait()
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert sorted(db.catalog.tables) == ["cards", "notes"]
+        assert db.query("SELECT pan FROM cards ORDER BY n") == [(MASKED[0],), (MASKED[2],)]
+    with cryptdisk.connect(path, config) as db:  # the rename again: whole
+        db.sql("ALTER TABLE cards RENAME TO payments")
+        assert read_policies(f"{path}.policies", db.keyring)["rows"] == {
+            "payments": ["no_eu", ["region"]]}
+
+
+@pytest.mark.parametrize(("sql", "match"), [
+    ("ALTER TABLE cards DROP COLUMN pan", "a masking policy is set on the column"),
+    ("ALTER TABLE cards DROP COLUMN region", "row access policy is set on the column"),
+    ("ALTER TABLE cards RENAME COLUMN region TO r", "row access policy names the column"),
+])
+def test_a_protected_column_is_not_dropped_or_left_unprotected(made, sql, match):
+    path, config = made
+    with cryptdisk.connect(path, config) as db:
+        with pytest.raises(DatabaseError, match=match) as e:
+            db.sql(sql)
+        assert "POLICY" in e.value.hint
+        assert [c for c, _t in db.catalog.tables["cards"].columns] == ["pan", "region", "n"]
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert db.query("SELECT pan FROM cards ORDER BY n") == [(MASKED[0],), (MASKED[2],)]
+        with pytest.raises(FieldPolicyError):  # a role may not change a protected table
+            db.sql("ALTER TABLE cards ADD COLUMN x INT")
+
+
+def test_a_rename_through_the_server_keeps_the_stores_policies(served):
+    """The server's PolicyStore kept the policies in memory: after the database carried
+    them to the new name in the file, the store's next change wrote its stale copy back
+    (the renamed table unprotected). The store reads the file again after such a change."""
+    engine, store, path, config = served
+    engine.policies = store  # (as cryptdisk serve sets it)
+    session = engine.open_session()
+    session.run("ALTER TABLE cards RENAME TO payments", [])
+    session.run("ALTER TABLE payments RENAME COLUMN pan TO card", [])
+    assert store.data["rows"] == {"payments": ["no_eu", ["region"]]}
+    assert store.data["columns"]["payments"] == {"card": "pan_mask"}
+    store.handle(None, "ALTER TABLE notes ALTER COLUMN secret UNSET MASKING POLICY")
+    engine.close()
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert db.query("SELECT card FROM payments ORDER BY n") == [(MASKED[0],),
+                                                                  (MASKED[2],)]
+        assert read_policies(f"{path}.policies", db.keyring)["columns"] == {
+            "payments": {"card": "pan_mask"}}

@@ -133,3 +133,164 @@ def test_kill_before_create_as_commits_leaves_no_table(tmp_path):
     assert all("catalog" not in f for f in leftovers)
     assert len([f for f in leftovers if f.endswith(".parquet") or "/v" in f]) >= 1
     assert os.path.exists(os.path.join(path, "catalog"))
+
+
+# -- ALTER TABLE ---------------------------------------------------------------------------
+
+
+def _made(db, rows=3000):
+    """t (k BIGINT key, s VARCHAR, f DOUBLE) in two parts whose key ranges overlap."""
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR, f DOUBLE) ORDER BY k")
+    db.sql(f"INSERT INTO t SELECT i, 's' || i, i / 4 FROM range(0, {rows}, 2) r(i)")
+    db.sql(f"INSERT INTO t SELECT i, NULL, i / 4 FROM range(1, {rows}, 2) r(i)")
+
+
+def test_alter_parse_forms():
+    assert _sql.parse("ALTER TABLE t RENAME TO \"U\"") == _sql.AlterTable("t", "rename",
+                                                                          new_name="U")
+    assert _sql.parse("alter table t rename a to b") == _sql.AlterTable(
+        "t", "rename_column", "a", new_name="b")
+    assert _sql.parse("ALTER TABLE t ADD COLUMN IF NOT EXISTS c DECIMAL(10, 2) NULL") == \
+        _sql.AlterTable("t", "add", "c", type="DECIMAL(10, 2)", if_exists=True)
+    assert _sql.parse("ALTER TABLE t DROP IF EXISTS c") == _sql.AlterTable(
+        "t", "drop", "c", if_exists=True)
+    for other in ("ALTER TABLE t ADD ROW ACCESS POLICY r ON (a)",
+                  "ALTER TABLE t DROP ROW ACCESS POLICY r", "ALTER TABLE t DROP CONSTRAINT x",
+                  "ALTER TABLE t ADD CONSTRAINT x CHECK (a > 0)"):
+        assert isinstance(_sql.parse(other), _sql.Passthrough), other
+    with pytest.raises(DatabaseError, match="ADD COLUMN c: DEFAULT is not supported") as e:
+        _sql.parse("ALTER TABLE t ADD COLUMN c INT DEFAULT 3")
+    assert "INSERT" in e.value.hint
+
+
+def test_add_drop_rename_columns_read_everywhere(db):
+    _made(db)
+    before = db.query("SELECT k, s, f FROM t ORDER BY k")
+    db.query("SELECT s FROM t")
+    db.query("SELECT s FROM t")  # (cached now: the cache must not answer for new parts)
+    db.sql("ALTER TABLE t ADD COLUMN n INTEGER")
+    assert db.query("SELECT k, s, f, n FROM t ORDER BY k") == [(*r, None) for r in before]
+    db.sql("INSERT INTO t VALUES (5000, 'x', 1.0, 7)")
+    assert db.query("SELECT k, n FROM t WHERE n IS NOT NULL") == [(5000, 7)]
+    assert db.query("SELECT count(*) FROM t WHERE n = 7") == [(1,)]
+    db.sql("ALTER TABLE t RENAME COLUMN s TO label")
+    db.sql("ALTER TABLE t RENAME k TO key")
+    assert db.catalog.tables["t"].order_by == "key"
+    assert db.query("SELECT key, label FROM t WHERE key = 2") == [(2, "s2")]
+    assert db.last_scans["t"]["parts_skipped"] + db.last_scans["t"]["row_groups_skipped"] \
+        >= 1  # the key still skips (the new parts carry its ranges)
+    with pytest.raises(DatabaseError):
+        db.query("SELECT s FROM t")
+    db.sql("ALTER TABLE t DROP COLUMN f")
+    assert db.query("SELECT name, type, is_in_order_by FROM system.columns "
+                    "WHERE \"table\" = 't' ORDER BY position") == [
+        ("key", "BIGINT", True), ("label", "VARCHAR", False), ("n", "INTEGER", False)]
+    assert db.query("SELECT * FROM t WHERE key IN (2, 3, 5000) ORDER BY key") == [
+        (2, "s2", None), (3, None, None), (5000, "x", 7)]
+    assert db.arrow_table("t").column_names == ["key", "label", "n"]
+    plan = db.scan_plan("t", [("key", "=", 2)])
+    assert plan
+    part = db.read_part("t", plan[0][0], filters=[("key", "=", 2)])
+    assert part.to_pylist() == [{"key": 2, "label": "s2", "n": None}]
+    for pid, _groups in db.scan_plan("t"):  # no part holds the dropped column's bytes
+        assert "f" not in db.read_part("t", pid).column_names
+    assert db.query("SELECT count(*), sum(key) FROM t") == [(3001, sum(range(3000)) + 5000)]
+    db.check()
+
+
+def test_rename_table(db):
+    _made(db, 100)
+    parts = [p.path for p in db.catalog.tables["t"].parts]
+    db.sql("CREATE TABLE other (x BIGINT)")
+    with pytest.raises(DatabaseError, match="a table other exists"):
+        db.sql("ALTER TABLE t RENAME TO OTHER")
+    db.sql("ALTER TABLE t RENAME TO sales")
+    assert sorted(db.catalog.tables) == ["other", "sales"]
+    assert [p.path for p in db.catalog.tables["sales"].parts] == parts  # no data moved
+    assert db.query("SELECT count(*) FROM sales WHERE k < 10") == [(10,)]
+    with pytest.raises(TableNotFoundError):
+        db.query("SELECT * FROM t")
+    db.sql("ALTER TABLE Sales RENAME TO SALES")  # a change of case
+    assert sorted(db.catalog.tables) == ["SALES", "other"]
+    db.sql("CREATE TABLE t (k BIGINT)")  # the old name is free
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+
+
+@pytest.mark.parametrize(("sql", "match"), [
+    ("ALTER TABLE t DROP COLUMN k", "in the table's ORDER BY"),
+    ("ALTER TABLE t ADD COLUMN S INTEGER", "has a column s"),
+    ("ALTER TABLE t RENAME COLUMN s TO F", "has a column f"),
+    ("ALTER TABLE t ADD COLUMN i INTERVAL", "ALTER TABLE t: column i of type INTERVAL"),
+    ("ALTER TABLE t ADD COLUMN z TIMETZ", "TIME ZONE"),
+    ("ALTER TABLE t DROP COLUMN nope", "no column nope"),
+    ("ALTER TABLE t RENAME COLUMN nope TO x", "no column nope"),
+    ("ALTER TABLE t ALTER COLUMN s TYPE INTEGER", "ALTER COLUMN s TYPE is not supported"),
+])
+def test_alter_refusals_change_nothing(db, sql, match):
+    _made(db, 10)
+    version, rows = db.catalog.version, db.query("SELECT * FROM t ORDER BY k")
+    with pytest.raises(DatabaseError, match=match):
+        db.sql(sql)
+    assert db.catalog.version == version
+    assert db.query("SELECT * FROM t ORDER BY k") == rows
+    db.sql("ALTER TABLE t ADD COLUMN IF NOT EXISTS S INTEGER")  # (IF: no error, no change)
+    db.sql("ALTER TABLE t DROP COLUMN IF EXISTS nope")
+    assert db.catalog.version == version
+
+
+def test_alter_in_a_transaction_block_and_read_only_is_refused(db, tmp_path):
+    _made(db, 10)
+    db.sql("BEGIN")
+    for change in ("ALTER TABLE t ADD COLUMN c INT", "ALTER TABLE t DROP COLUMN s",
+                   "ALTER TABLE t RENAME COLUMN s TO z", "ALTER TABLE t RENAME TO u"):
+        with pytest.raises(DatabaseError, match="holds queries only"):
+            db.sql(change)
+    db.sql("ROLLBACK")
+    with cryptdisk.connect(db.path, read_only=True) as reader:
+        with pytest.raises(DatabaseError, match="read-only"):
+            reader.sql("ALTER TABLE t ADD COLUMN c INT")
+
+
+def test_a_reader_sees_the_old_columns_or_the_new(db):
+    _made(db, 1000)
+    with cryptdisk.connect(db.path, read_only=True) as reader:
+        assert reader.query("SELECT count(*) FROM t WHERE s IS NOT NULL") == [(500,)]
+        db.sql("ALTER TABLE t RENAME COLUMN s TO z")
+        db.sql("ALTER TABLE t ADD COLUMN n BIGINT")
+        assert reader.query("SELECT count(*), count(z), count(n) FROM t") == [(1000, 500, 0)]
+        assert reader.query("SELECT name FROM system.columns ORDER BY position") == [
+            ("k",), ("z",), ("f",), ("n",)]
+
+
+def test_a_temporary_tables_alter_is_duckdbs(db):
+    db.sql("CREATE TEMP TABLE scratch (x BIGINT)")
+    db.sql("ALTER TABLE scratch ADD COLUMN y VARCHAR")
+    db.sql("INSERT INTO scratch VALUES (1, 'a')")
+    assert db.query("SELECT * FROM scratch") == [(1, "a")]
+    assert not db.catalog.tables
+
+
+@pytest.mark.parametrize("statement", [
+    "ALTER TABLE t ADD COLUMN n BIGINT", "ALTER TABLE t DROP COLUMN s",
+    "ALTER TABLE t RENAME COLUMN k TO key", "ALTER TABLE t RENAME TO u"])
+def test_kill_before_an_alter_commits_leaves_the_old_table(tmp_path, statement):
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path) as db:
+        _made(db, 40000)
+        rows = db.query("SELECT * FROM t ORDER BY k")
+        columns = list(db.catalog.tables["t"].columns)
+    _kill_at_catalog(path, statement)
+    with cryptdisk.connect(path, read_only=True) as reader:
+        assert reader.catalog.tables["t"].columns == columns
+        assert reader.query("SELECT * FROM t ORDER BY k") == rows
+    with cryptdisk.connect(path) as db:  # the next writer removes the rewritten parts
+        pending = f"v{db.catalog.version + 1}-"
+        db.sql("SELECT 1")
+        live = {p for _d, p in db.query("SELECT disk, path FROM system.parts")}
+        stray = [f for f in disk_files(path) if f.endswith(".parquet")
+                 and not any(f.endswith(p) for p in live)]
+        assert all(os.path.basename(f).startswith(pending) for f in stray), stray
+        db.sql(statement)  # and it runs whole
+        db.check()
+        assert db.query("SELECT count(*) FROM " + ("u" if "RENAME TO" in statement
+                                                   else "t")) == [(len(rows),)]

@@ -180,3 +180,26 @@ def test_analytical_grants_on_a_table_named_in_mixed_case(start_server, analytic
             bob.execute("SELECT a FROM t3")
         with pytest.raises(DENIED):
             bob.execute("INSERT INTO Sink VALUES (3)")
+
+
+def test_analytical_alter_table_is_for_admins_and_a_renamed_table_keeps_its_grants(
+        start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, "GRANT SELECT, INSERT ON open_t TO bob"]
+    with admin_and_bob(srv, setup) as bob:
+        for sql in ("ALTER TABLE open_t RENAME TO mine", "ALTER TABLE open_t ADD COLUMN x INT",
+                    "ALTER TABLE open_t DROP COLUMN a",
+                    "CREATE TABLE copy AS SELECT * FROM open_t"):
+            with pytest.raises(DENIED):
+                bob.execute(sql)
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            admin.execute("ALTER TABLE open_t RENAME TO Opened")
+            admin.execute("ALTER TABLE opened ADD COLUMN note VARCHAR")
+            rows = admin.execute("SELECT \"user\", \"table\", privilege FROM system.grants "
+                                 "WHERE privilege <> 'MEMBER' ORDER BY 1, 2, 3").fetchall()
+            assert rows == [("bob", "Opened", "INSERT"), ("bob", "Opened", "SELECT")]
+            admin.execute("CREATE TABLE open_t (a BIGINT)")  # the old name: no grant
+        assert bob.execute("SELECT a, note FROM opened").fetchall() == [(1, None)]
+        bob.execute("INSERT INTO opened VALUES (2, 'n')")
+        with pytest.raises(DENIED):
+            bob.execute("SELECT * FROM open_t")

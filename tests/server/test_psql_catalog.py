@@ -191,3 +191,16 @@ def test_unquoted_patterns_find_names_in_any_case(start_server, request, engine,
     assert described.returncode == 0, described.stderr
     assert described.stdout.count('Table "public.Sales"') == 2
     assert "Did not find" in psql(srv, certs, '\\d "SALES"').stderr
+
+
+def test_d_shows_a_tables_columns_after_alter_table(start_server, analytical, certs) -> None:
+    srv = start_server(analytical)
+    out = psql(srv, certs, "CREATE TABLE m (a BIGINT, b VARCHAR)",
+               "INSERT INTO m VALUES (1, 'x')", "ALTER TABLE m ADD COLUMN c DECIMAL(10,2)",
+               "ALTER TABLE m RENAME COLUMN b TO label", "ALTER TABLE m DROP COLUMN a",
+               "ALTER TABLE m RENAME TO n", "\\d n")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[:2] for line in out.stdout.splitlines()
+            if line.count("|") == 4 and not line.startswith("Column")]
+    assert rows == [["label", "text"], ["c", "numeric(10,2)"]]
+    assert 'Did not find any relation named "m"' in psql(srv, certs, "\\d m").stderr

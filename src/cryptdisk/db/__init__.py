@@ -19,9 +19,11 @@ from ._database import Database, Reader, add_connection_hook, connect
 from ._policies import PolicyRewriter, PolicySession, read_policies, role_query
 from ._remote import is_url, location, publish
 from ._rows import python_rows
+from ._schema import alter_table_statement
 from ._sql import split_statements
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "PolicyRewriter",
-           "PolicySession", "Reader", "add_connection_hook", "connect", "is_url", "location",
+           "PolicySession", "Reader", "add_connection_hook", "alter_table_statement",
+           "connect", "is_url", "location",
            "parser_cursor", "publish", "python_rows", "read_policies", "role_query", "scalar",
            "serialize_sql", "split_statements"]

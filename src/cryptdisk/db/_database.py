@@ -1255,7 +1255,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     raise
                 self._block = block
                 return result
-            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate)) and \
+            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate, _sql.AlterTable)) and \
                     self._temporary_table(st.table if isinstance(st, _sql.Insert) else st.name):
                 self._session_changed()  # DuckDB's own table (CREATE TEMP TABLE): its own
                 return self._run_duckdb(_for_duckdb(self, statement.strip().rstrip(";")))
@@ -1268,7 +1268,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             handler = {
                 _sql.CreateTable: self._create, _sql.Insert: self._insert_sql,
                 _sql.DropTable: self._drop, _sql.Truncate: self._truncate,
-                _sql.AlterSetting: self._alter, _sql.Optimize: self._optimize_stmt,
+                _sql.AlterSetting: self._alter, _sql.AlterTable: self._alter_table,
+                _sql.Optimize: self._optimize_stmt,
                 _sql.SystemCommand: self._system_command,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
@@ -1417,25 +1418,32 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,
                          ",".join(st.order_by) if st.order_by else None)
         try:
-            schema = self.arrow_schema(meta)
+            self._check_types(meta)
         except duckdb.Error as exc:
             raise DatabaseError(f"CREATE TABLE {st.name}: {exc}") from None
+        return meta
+
+    def _check_types(self, meta: TableMeta, what: str | None = None) -> None:
+        """Refuse a column type of ``meta`` that a part cannot store as it is (``what``:
+        the statement, for the error; default ``CREATE TABLE name``)."""
+        what = what or f"CREATE TABLE {meta.name}"
+        schema = self.arrow_schema(meta)
+        st = meta
         lossy = self._lossy_columns(st.columns)
         for (column, typ), field in zip(st.columns, schema, strict=True):
             if column in lossy:
                 raise DatabaseError(
-                    f"CREATE TABLE {st.name}: column {column} of type {typ} is not supported: "
+                    f"{what}: column {column} of type {typ} is not supported: "
                     f"a table's columns are stored as Arrow, in which DuckDB's {lossy[column]} "
                     f"loses {_LOSSY[lossy[column]][0]}",
                     hint=_LOSSY[lossy[column]][1])
             if not _parquet_stores(field):
                 raise DatabaseError(
-                    f"CREATE TABLE {st.name}: column {column} of type {typ} is not supported: "
+                    f"{what}: column {column} of type {typ} is not supported: "
                     "a table's parts are Parquet files, which cannot store it (Arrow type "
                     f"{field.type})",
                     hint="store an interval as BIGINT (e.g. microseconds) or VARCHAR, or "
                     "serve it from SQLite (cryptdisk serve --sqlite)")
-        return meta
 
 
     def _lossy_columns(self, columns: list[tuple[str, str]]) -> dict[str, str]:
@@ -1812,7 +1820,7 @@ def _statement_words(st: _sql.Statement) -> str:
         return f"INSERT INTO {st.table}"
     words = {_sql.CreateTable: "CREATE TABLE", _sql.DropTable: "DROP TABLE",
              _sql.Truncate: "TRUNCATE", _sql.AlterSetting: "ALTER TABLE",
-             _sql.Optimize: "OPTIMIZE TABLE"}[type(st)]
+             _sql.AlterTable: "ALTER TABLE", _sql.Optimize: "OPTIMIZE TABLE"}[type(st)]
     tail = " MODIFY SETTING" if isinstance(st, _sql.AlterSetting) else ""
     return f"{words} {st.name}{tail}"  # type: ignore[union-attr]
 

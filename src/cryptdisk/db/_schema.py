@@ -4,27 +4,64 @@
 types from DuckDB's description of the query, writes the query's rows as new parts and
 publishes the table and its parts in one catalog commit: a crash before it leaves no
 table (the parts are orphans the next writer removes), after it the whole table.
+
+``ALTER TABLE t RENAME TO u`` changes the catalog alone (a table's files are under its
+id, not its name). ``ADD``, ``DROP`` and ``RENAME COLUMN`` rewrite every part in the
+new columns (a new column all NULL, a dropped one left out), one part at a time into
+a part of its own (so each keeps its key order and range), then publish the new parts
+and columns in one catalog commit and delete the old parts, as ``MODIFY SETTING
+storage_policy`` moves a table: a crash leaves the old table or the new one.
+
+Masking and row access policies (``PATH.policies``, kept by ``cryptdisk serve``) name
+tables and columns: a rename carries them. The file is written first with the policies
+under both the old and the new name, then the catalog is committed, then the file is
+written with the new name only; a crash between leaves a policy on a name that no
+table has (it protects a table created with that name later), never a table without
+its policy. A column named by a row access policy is not renamed or dropped, nor a
+masked column dropped: the error says to unset the policy first.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import TYPE_CHECKING
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import duckdb
+import pyarrow as pa
 
 from ..errors import DatabaseError
+from ..format import open_file
 from ._memory import out_of_memory
-from ._policies import role_query
+from ._partread import read_part
+from ._parts import verify_part, write_parts
+from ._policies import read_policies, role_check_statement, role_query
 from ._storage import policy_disk
 
 if TYPE_CHECKING:
     from . import _sql
+    from ._catalog import PartMeta, TableMeta
     from ._state import DatabaseState
 else:
     DatabaseState = object  # the type checker's view only: see _state
 
-__all__ = ["SchemaMixin"]
+__all__ = ["SchemaMixin", "alter_table_statement"]
+
+
+def alter_table_statement(sql: str) -> Any:
+    """The ``ALTER TABLE`` change of a table's name or columns that ``sql`` is (an object
+    with ``name``, ``action`` -- ``rename``, ``add``, ``drop``, ``rename_column`` --,
+    ``column`` and ``new_name``), or None for any other statement."""
+    from . import _sql
+
+    try:
+        st = _sql.parse(sql)
+    except DatabaseError:
+        return None
+    return st if isinstance(st, _sql.AlterTable) else None
 
 
 class SchemaMixin(DatabaseState):
@@ -79,3 +116,209 @@ class SchemaMixin(DatabaseState):
                     f"CREATE TABLE {table} AS: column {name} is NULL without a type",
                     hint=f"give it one: CAST(NULL AS VARCHAR) AS {name}")
         return list(zip(names, types, strict=True))
+
+    # -- ALTER TABLE ------------------------------------------------------------------
+
+    def _alter_table(self, st: _sql.AlterTable) -> None:
+        meta = self.table(st.name)
+        role_check_statement(self, f"ALTER TABLE ... {_WORDS[st.action]}", meta.name)
+        if st.action == "rename":
+            self._rename_table(meta, st.new_name or "")
+            return
+        names = [c for c, _t in meta.columns]
+        column = meta.column_name(st.column)
+        if st.action == "add":
+            if column in names:
+                if st.if_exists:
+                    return
+                raise DatabaseError(f"ALTER TABLE {meta.name} ADD COLUMN {st.column}: the "
+                                    f"table has a column {column}")
+            self._add_column(meta, str(st.column), str(st.type))
+            return
+        if column not in names:
+            if st.if_exists:
+                return
+            raise DatabaseError(f"ALTER TABLE {meta.name}: no column {st.column} (columns: "
+                                f"{', '.join(names)})")
+        if st.action == "drop":
+            self._drop_column(meta, column)
+        else:
+            self._rename_column(meta, column, str(st.new_name))
+
+    def _rename_table(self, meta: TableMeta, new: str) -> None:
+        found = self.catalog.tables.name(new)
+        if found == meta.name and new == meta.name:
+            return
+        if found is not None and found != meta.name:
+            raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a table {found} "
+                                "exists", hint=f"DROP TABLE {found} first, or pick another "
+                                "name")
+        if self._temporary_table(new):
+            raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a temporary table "
+                                f"{new} of this connection has the name")
+        old = meta.name
+
+        def carry(data: dict[str, Any], both: bool) -> None:
+            for kind in ("columns", "rows"):
+                entry = data[kind].get(old.lower())
+                if entry is not None:
+                    data[kind][new.lower()] = copy.deepcopy(entry)
+                    if not both and old.lower() != new.lower():
+                        del data[kind][old.lower()]
+
+        def commit() -> None:
+            del self.catalog.tables[old]
+            meta.name = new
+            self.catalog.tables[new] = meta
+            try:
+                self._commit()
+            except BaseException:
+                del self.catalog.tables[new]
+                meta.name = old
+                self.catalog.tables[old] = meta
+                raise
+            self._schemas.clear()
+
+        self._with_policies(old, carry, commit)
+
+    def _with_policies(self, table: str, carry: Callable[[dict[str, Any], bool], None],
+                       commit: Callable[[], None]) -> None:
+        """Run ``commit`` (the catalog's change) with ``table``'s policies carried by
+        ``carry(data, both)``: written with both names before, the new one alone after."""
+        data = self._policy_data()
+        key = table.lower()
+        if data is None or (not data["columns"].get(key) and data["rows"].get(key) is None):
+            commit()
+            return
+        both = copy.deepcopy(data)
+        carry(both, True)
+        self._write_policies(both)
+        commit()
+        carry(data, False)
+        self._write_policies(data)
+
+    def _policy_data(self) -> dict[str, Any] | None:
+        """The policy file's policies (None: no file)."""
+        path = getattr(self, "policies_path", None)
+        if self._remote is not None or path is None or not os.path.exists(path):
+            return None
+        return read_policies(path, self.keyring)
+
+    def _write_policies(self, data: dict[str, Any]) -> None:
+        """Replace the policy file (atomic, as ``cryptdisk serve``'s PolicyStore writes it)."""
+        blob = json.dumps({**data, "version": 1}, sort_keys=True).encode()
+        with open_file(self.policies_path, "wb", keys=self.keyring) as f:
+            f.write(blob)
+
+    def _protected(self, meta: TableMeta, column: str) -> tuple[bool, bool]:
+        """(whether ``column`` of ``meta`` has a masking policy, whether the table's row
+        access policy names it)."""
+        data = self._policy_data()
+        if data is None:
+            return False, False
+        low = column.lower()
+        masks = data["columns"].get(meta.name.lower()) or {}
+        rows = data["rows"].get(meta.name.lower())
+        return (any(c.lower() == low for c in masks),
+                rows is not None and any(c.lower() == low for c in rows[1]))
+
+    def _add_column(self, meta: TableMeta, column: str, typ: str) -> None:
+        columns = [*meta.columns, (column, typ)]
+        self._check_columns(meta, columns)
+        self._rewrite_columns(meta, columns, {c: c for c, _t in meta.columns}, meta.order_by)
+
+    def _drop_column(self, meta: TableMeta, column: str) -> None:
+        if column in meta.order:
+            raise DatabaseError(
+                f"ALTER TABLE {meta.name} DROP COLUMN {column}: the column is in the table's "
+                f"ORDER BY ({', '.join(meta.order)}), which sorts its parts",
+                hint=f"CREATE TABLE a new table ORDER BY another column AS SELECT ... FROM "
+                f"{meta.name}")
+        if len(meta.columns) == 1:
+            raise DatabaseError(f"ALTER TABLE {meta.name} DROP COLUMN {column}: a table "
+                                "needs at least one column", hint=f"DROP TABLE {meta.name}")
+        masked, row = self._protected(meta, column)
+        if masked or row:
+            what = ("a masking policy" if masked else "the table's row access policy")
+            raise DatabaseError(
+                f"ALTER TABLE {meta.name} DROP COLUMN {column}: {what} is set on the column",
+                hint=f"ALTER TABLE {meta.name} ALTER COLUMN {column} UNSET MASKING POLICY"
+                if masked else f"ALTER TABLE {meta.name} DROP ROW ACCESS POLICY <name>, "
+                "through cryptdisk serve, first")
+        columns = [(c, t) for c, t in meta.columns if c != column]
+        self._rewrite_columns(meta, columns, {c: c for c, _t in columns}, meta.order_by)
+
+    def _rename_column(self, meta: TableMeta, column: str, new: str) -> None:
+        if new == column:
+            return
+        clash = meta.column_name(new)
+        if clash != new or new in [c for c, _t in meta.columns]:
+            if clash.lower() != column.lower():
+                raise DatabaseError(f"ALTER TABLE {meta.name} RENAME COLUMN {column} TO "
+                                    f"{new}: the table has a column {clash}")
+        if "," in new and column in meta.order:
+            raise DatabaseError(f"RENAME COLUMN {column} TO {new}: the name of a key column "
+                                "cannot hold a comma", hint="give the column a name without one")
+        _masked, row = self._protected(meta, column)  # (a masking policy is carried)
+        if row:
+            raise DatabaseError(
+                f"ALTER TABLE {meta.name} RENAME COLUMN {column}: the table's row access "
+                "policy names the column",
+                hint=f"ALTER TABLE {meta.name} DROP ROW ACCESS POLICY <name> through "
+                "cryptdisk serve, rename, then ADD it again ON the new name")
+        columns = [(new if c == column else c, t) for c, t in meta.columns]
+        order = ",".join(new if c == column else c for c in meta.order) or None
+        sources = {(new if c == column else c): c for c, _t in meta.columns}
+        self._check_columns(meta, columns)
+        table = meta.name
+
+        def carry(data: dict[str, Any], both: bool) -> None:
+            masks = data["columns"].get(table.lower()) or {}
+            for name in [c for c in masks if c.lower() == column.lower()]:
+                masks[new.lower()] = masks[name]
+                if not both and name != new.lower():
+                    del masks[name]
+
+        self._with_policies(table, carry,
+                            lambda: self._rewrite_columns(meta, columns, sources, order))
+
+    def _check_columns(self, meta: TableMeta, columns: list[tuple[str, str]]) -> None:
+        """Refuse ``columns`` for ``meta`` as CREATE TABLE refuses them."""
+        lower = {c.lower() for c, _t in columns}
+        if len(lower) != len(columns):
+            raise DatabaseError(f"ALTER TABLE {meta.name}: two columns would have one name "
+                                "(in any case, a name is one column)")
+        probe = dataclasses.replace(meta, columns=columns, parts=[], name=meta.name)
+        try:
+            self._check_types(probe, f"ALTER TABLE {meta.name}")
+        except duckdb.Error as exc:
+            raise DatabaseError(f"ALTER TABLE {meta.name}: {exc}") from None
+
+    def _rewrite_columns(self, meta: TableMeta, columns: list[tuple[str, str]],
+                         sources: dict[str, str], order_by: str | None) -> None:
+        """Publish ``meta`` with ``columns`` (each read from the old column ``sources``
+        names, or NULL) and ``order_by``: every part rewritten into a new part, then one
+        catalog commit (the old parts deleted after it)."""
+        new_meta = dataclasses.replace(meta, columns=columns, order_by=order_by, parts=[])
+        schema = self.arrow_schema(new_meta)
+        disk = policy_disk(self.policy(meta.policy))
+        version = self.catalog.version + 1
+        new: list[PartMeta] = []
+        for part in meta.parts:
+            source = self.config.disks[part.disk]
+            verify_part(source, part)
+            old = read_part(source, part, None)
+            arrays = [old.column(sources[c]) if c in sources else pa.nulls(old.num_rows, f.type)
+                      for (c, _t), f in zip(columns, schema, strict=True)]
+            table = pa.Table.from_arrays(arrays, schema=schema)
+            del old, arrays
+            new += write_parts(disk, meta.prefix(self.catalog.db_id),
+                               table.to_batches(max_chunksize=1 << 20), schema,
+                               version=version, max_rows=max(table.num_rows, 1),
+                               key=new_meta.key, null_free=True)
+        self._replace_parts(meta, new, columns=columns, order_by=order_by)
+        self._schemas.clear()
+
+
+_WORDS = {"rename": "RENAME TO", "add": "ADD COLUMN", "drop": "DROP COLUMN",
+          "rename_column": "RENAME COLUMN"}

@@ -29,6 +29,7 @@ from ._columns import UNQUOTED_IDENT, referenced_tables
 
 __all__ = [
     "AlterSetting",
+    "AlterTable",
     "CreateTable",
     "DropTable",
     "Insert",
@@ -83,6 +84,18 @@ class AlterSetting:
 
 
 @dataclass
+class AlterTable:
+    """``ALTER TABLE name`` changing the table's name or columns (see :mod:`._schema`)."""
+
+    name: str
+    action: str  # "rename" (RENAME TO), "add", "drop", "rename_column"
+    column: str | None = None  # the column added, dropped or renamed
+    new_name: str | None = None  # RENAME TO's table name, RENAME COLUMN's column name
+    type: str | None = None  # ADD COLUMN's type
+    if_exists: bool = False  # ADD COLUMN IF NOT EXISTS, DROP COLUMN IF EXISTS
+
+
+@dataclass
 class Optimize:
     name: str
     final: bool = False
@@ -98,8 +111,8 @@ class Passthrough:
     sql: str
 
 
-Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | Optimize
-             | SystemCommand | Passthrough)
+Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | AlterTable
+             | Optimize | SystemCommand | Passthrough)
 
 
 def unquote(ident: str, fold: bool = False) -> str:
@@ -419,6 +432,9 @@ def parse(sql: str) -> Statement:
         return DropTable(unquote(m.group(2)), bool(m.group(1)))
     if m := re.fullmatch(rf"(?is)TRUNCATE\s+(?:TABLE\s+)?({_IDENT})", s):
         return Truncate(unquote(m.group(1)))
+    if (m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+((?:RENAME|ADD|DROP)\b.*)",
+                          s)) and (alter := _parse_alter(unquote(m.group(1)), m.group(2))):
+        return alter
     if m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+MODIFY\s+SETTINGS?\s+(.+)", s):
         return AlterSetting(unquote(m.group(1)), _settings(m.group(2), "MODIFY SETTING"))
     if m := re.fullmatch(rf"(?is)OPTIMIZE\s+TABLE\s+({_IDENT})(\s+FINAL)?", s):
@@ -452,6 +468,36 @@ def parse(sql: str) -> Statement:
     return Passthrough(s)
 
 
+def _parse_alter(table: str, rest: str) -> AlterTable | None:
+    """The ``ALTER TABLE table`` change of name or columns ``rest`` writes, or None for
+    another form (a constraint, a policy statement: refused or the server's)."""
+    if re.search(r"(?is)\b(MASKING|ROW\s+ACCESS)\s+POLICY\b", rest):
+        return None
+    if m := re.fullmatch(rf"(?is)RENAME\s+TO\s+({_IDENT})", rest):
+        return AlterTable(table, "rename", new_name=unquote(m.group(1)))
+    if m := re.fullmatch(rf"(?is)RENAME\s+(?:COLUMN\s+)?({_IDENT})\s+TO\s+({_IDENT})", rest):
+        return AlterTable(table, "rename_column", unquote(m.group(1)),
+                          new_name=unquote(m.group(2)))
+    if m := re.fullmatch(rf"(?is)DROP\s+(?:COLUMN\s+)?(IF\s+EXISTS\s+)?({_IDENT})"
+                         r"(?:\s+(?:CASCADE|RESTRICT))?", rest):
+        if m.group(2).upper() == "CONSTRAINT":
+            return None
+        return AlterTable(table, "drop", unquote(m.group(2)), if_exists=bool(m.group(1)))
+    m = re.fullmatch(rf"(?is)ADD\s+(?:COLUMN\s+)?(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s+(.+)",
+                     rest)
+    if m is None or _TABLE_CONSTRAINT.match(rest[3:].strip()) or \
+            re.match(r"(?is)ADD\s+(?:COLUMN\s+)?\(", rest):
+        return None
+    column = unquote(m.group(2))
+    try:
+        typ = _column_type(table, column, m.group(3).strip())
+    except DatabaseError as exc:
+        raise DatabaseError(str(exc).replace(f"CREATE TABLE {table}: column",
+                                             f"ALTER TABLE {table} ADD COLUMN", 1),
+                            hint=exc.hint) from None
+    return AlterTable(table, "add", column, type=typ, if_exists=bool(m.group(1)))
+
+
 _NAME = rf"(?:{_IDENT}\s*\.\s*)?({_IDENT})"  # (a schema before it: the name it qualifies)
 _STRINGS = re.compile(r"'(?:[^']|'')*'")
 
@@ -463,21 +509,19 @@ def _alter_form(rest: str, table: str) -> tuple[str, str]:
     words = [w.upper() for w in raw]
     way = (f"CREATE TABLE a new table with the columns wanted, INSERT INTO it SELECT ... FROM "
            f"{table} ({{}}), then DROP TABLE {table}")
+    alone = (f"ALTER TABLE {table} {' '.join(rest.split())} (the table named alone: no "
+             "schema, no IF EXISTS)")
     if words[:2] == ["RENAME", "TO"]:
-        new = raw[2] if len(raw) > 2 else "new_name"
-        return "RENAME TO", (f"CREATE TABLE {new} (the same columns), INSERT INTO {new} "
-                             f"SELECT * FROM {table}, then DROP TABLE {table}")
+        return "RENAME TO", alone
     if words[:1] == ["RENAME"]:
-        cols = raw[2:] if words[1:2] == ["COLUMN"] else raw[1:]
-        old, new = (cols[0], cols[2]) if len(cols) > 2 else ("a", "b")
-        return "RENAME COLUMN", way.format(f"{old} AS {new} for the renamed column")
+        return "RENAME COLUMN", alone
     if words[:1] == ["DROP"]:
-        return "DROP COLUMN", way.format("leaving the dropped column out")
+        return "DROP COLUMN", alone
     if words[:1] == ["ADD"]:
         if words[1:2] in (["CONSTRAINT"], ["PRIMARY"], ["UNIQUE"], ["FOREIGN"], ["CHECK"]):
             return "ADD CONSTRAINT", f"cryptdisk tables have no constraints; ORDER BY at " \
                 f"CREATE TABLE sorts a table ({way.format('*')})"
-        return "ADD COLUMN", way.format("NULL for a new column, or its value")
+        return "ADD COLUMN", alone
     if words[:1] == ["ALTER"]:
         cols = raw[2:] if words[1:2] == ["COLUMN"] else raw[1:]
         column, action = (cols[0], [w.upper() for w in cols[1:]]) if cols else ("c", [])
@@ -536,9 +580,9 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
         if name is not None and m is not None:
             form, hint = _alter_form(s[m.end():], name)
             raise NotSupportedError(
-                f"ALTER TABLE {name} {form} is not supported: a cryptdisk table keeps the "
-                f"name and columns it was created with (its parts are written with them); "
-                f"only ALTER TABLE {name} MODIFY SETTING storage_policy = 'name' is supported",
+                f"ALTER TABLE {name} {form} is not supported: a cryptdisk table changes by "
+                f"ALTER TABLE {name} RENAME TO, ADD, DROP and RENAME COLUMN (of the table "
+                f"named alone) and ALTER TABLE {name} MODIFY SETTING storage_policy = 'name'",
                 hint=hint)
         return
     if word == "DROP":

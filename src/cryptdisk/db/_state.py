@@ -58,6 +58,10 @@ class DatabaseState(Protocol):
     _readers_running: int
     #: Parts the catalog no longer names, deleted when the last running reader ends.
     _doomed_parts: list[Any]
+    #: The Arrow schemas of tables' columns, by their (name, type) list.
+    _schemas: dict[Any, pa.Schema]
+    #: The sealed policy file (``cryptdisk serve``'s masking and row access policies).
+    policies_path: str
 
     def table(self, name: str) -> TableMeta: ...
 
@@ -85,6 +89,12 @@ class DatabaseState(Protocol):
                     ) -> pa.Table | None: ...
 
     def _new_table(self, st: Any) -> TableMeta: ...
+
+    def _check_types(self, meta: TableMeta, what: str | None = None) -> None: ...
+
+    def _temporary_table(self, name: str) -> bool: ...
+
+    def _replace_parts(self, meta: TableMeta, new: list[PartMeta], **changes: Any) -> None: ...
 
     def _query_text(self, prepared: Any) -> str: ...
 

@@ -568,7 +568,8 @@ class _AnalyticalSession(EngineSession):
             return self._block_statement(words)
         text = self._sql(sql, params)
         try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
-            table = self._execute(text)
+            table = self._alter(text) if words[:2] == ["ALTER", "TABLE"] \
+                else self._execute(text)
         except StatementError:
             raise
         except Exception as exc:
@@ -673,6 +674,24 @@ class _AnalyticalSession(EngineSession):
         return [_types.UUID if o == _types.TEXT and item.get("class") == "COLUMN_REF"
                 and str(item["column_names"][-1]).lower() in uuid_columns else o
                 for item, o in zip(items, oids, strict=True)]
+
+    def _alter(self, text: str) -> Any:
+        """Run ``ALTER TABLE ...``: a change of a table's name or columns holds the policy
+        store's lock (the database carries policies in its file; the store reads it again
+        after), and a renamed table's grants follow it."""
+        from ..db import alter_table_statement
+
+        alter = alter_table_statement(text)
+        policies = self.engine.policies
+        if alter is None:
+            return self._execute(text)
+        with policies.changing() if policies is not None else contextlib.nullcontext():
+            before = self.engine.db.catalog.tables.name(alter.name)
+            result = self._execute(text)
+        store = getattr(self.privileges, "store", None)
+        if alter.action == "rename" and store is not None and before is not None:
+            store.rename_table_grants(before, alter.new_name)
+        return result
 
     def _execute(self, text: str) -> Any:
         """Run ``text`` in its turn: a query on this session's reader, beside other

@@ -102,6 +102,15 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _file_stamp(path: str) -> Any:
+    """A token that changes whenever the file at ``path`` is replaced (None: no file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class PolicyStore:
     """The policies of one analytical database, and the statements that manage them."""
 
@@ -120,10 +129,35 @@ class PolicyStore:
         self.data: dict[str, Any] = {"masking": {}, "row_access": {}, "columns": {},
                                      "rows": {}, "apply": [], "audit": []}
         #: a file that authenticates but is malformed raises PolicyFileError
+        self._stamp = _file_stamp(self.path)
         self.data = read_policies(self.path, keyring)
         #: the query rewrite, shared with embedded connections that name a role
-        self._rewriter = PolicyRewriter(lambda: self.data, self._table_columns,
+        self._rewriter = PolicyRewriter(self._fresh, self._table_columns,
                                         lambda body: bool(revealing_calls(body)))
+        db = getattr(engine, "db", None)
+        if db is not None:  # the file the database's renames carry policies in
+            db.policies_path = os.path.abspath(self.path)
+
+    def _fresh(self) -> dict[str, Any]:
+        """The policies, read again if the file changed (the database's ``ALTER TABLE``
+        renames carry them in the file: see :meth:`changing`)."""
+        stamp = _file_stamp(self.path)
+        if stamp != self._stamp:
+            data = read_policies(self.path, self.keyring)
+            self.data, self._stamp = data, stamp
+            self._rewriter.clear()
+        return self.data
+
+    @contextlib.contextmanager
+    def changing(self) -> Iterator[None]:
+        """Hold the store's lock while the database changes the file (an ``ALTER TABLE``
+        renaming a table or column carries its policies), then read it again."""
+        with self._locked():
+            try:
+                yield
+            finally:
+                self._stamp = None
+                self._fresh()
 
     def __repr__(self) -> str:
         return (f"<PolicyStore {self.path!r} masking={len(self.data['masking'])} "
@@ -158,12 +192,13 @@ class PolicyStore:
 
     def _change(self, change: Callable[[], None]) -> None:
         with self._locked():
-            before = json.dumps(self.data)
+            before = json.dumps(self._fresh())
             try:
                 change()
                 blob = json.dumps({"version": 1, **self.data}, sort_keys=True).encode()
                 with cd_open(self.path, "wb", keyring=self.keyring) as f:
                     f.write(blob)
+                self._stamp = _file_stamp(self.path)
             except BaseException:
                 self.data = json.loads(before)
                 raise
@@ -173,7 +208,8 @@ class PolicyStore:
     @property
     def active(self) -> bool:
         """Whether any table has a policy (else queries run as they are)."""
-        return bool(self.data["columns"] or self.data["rows"])
+        data = self._fresh()
+        return bool(data["columns"] or data["rows"])
 
     # -- statements --------------------------------------------------------------------------
 

@@ -682,6 +682,21 @@ class UserStore:
 
         self._change(change)
 
+    def rename_table_grants(self, old: str, new: str) -> None:
+        """Move every grant on table ``old`` to ``new`` (``ALTER TABLE old RENAME TO
+        new``: grants follow the table, as in PostgreSQL)."""
+        old, new = old.lower(), new.lower()
+        if old == new:
+            return
+
+        def change() -> None:
+            for entry in [*self.users.values(), *self.roles.values()]:
+                grants = entry.get("grants", {})
+                if old in grants:
+                    grants[new] = sorted(set(grants.pop(old)) | set(grants.get(new, ())))
+
+        self._change(change)
+
     def grant_rows(self) -> list[tuple[str, str | None, str, str | None, bool | None]]:
         """(user, table, privilege, role, admin_option): a table privilege (role and
         admin_option NULL), or a role membership (table NULL, privilege ``MEMBER``)."""
@@ -863,6 +878,9 @@ class _TxStore(UserStore):
     def change_grants(self, names: list[str], tables: list[str], actions: list[str], *,
                       grant: bool) -> None:
         self._do("change_grants", names, tables, actions, grant=grant)
+
+    def rename_table_grants(self, old: str, new: str) -> None:
+        self._do("rename_table_grants", old, new)
 
 
 class _Failures:
