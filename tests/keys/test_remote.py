@@ -197,3 +197,29 @@ def _cfg_with(tmp_path, extra: str) -> str:
     path.write_text(f'[keyring]\n[[keyring.keys]]\nid = 1\nsource = "fake-kms"\nkey = "r"\n'
                     f"{extra}\n")
     return str(path)
+
+
+def test_a_provider_key_dropped_unclosed_wipes_its_cache_closes_and_logs_its_use(
+        tmp_path, monkeypatch):
+    """A keyring dropped without close() (what every cryptdisk command does with its keys
+    when it returns) zeroes its unwrap cache, closes its provider and writes the ``use``
+    event when the key is collected, not only at the interpreter's exit."""
+    import gc
+    import json
+
+    log = tmp_path / "audit.log"
+    monkeypatch.setenv("CRYPTDISK_KEY_AUDIT_LOG", str(log))
+    closed: list[bool] = []
+    monkeypatch.setattr(FakeKms, "close", lambda self: closed.append(True), raising=False)
+    ring = _ring(tmp_path)
+    key = ring.current_key()
+    blob = key.wrap(b"d" * 32, AD)
+    assert key.unwrap(blob, AD) == b"d" * 32
+    held = [dek for _t, dek, _locked in key.cache._items.values()]
+    assert held and all(bytes(d) == b"d" * 32 for d in held)
+    del key, ring
+    gc.collect()
+    assert all(d == bytearray(32) for d in held)  # zeroed, not just freed
+    assert closed
+    (use,) = [json.loads(x) for x in log.read_text().splitlines() if '"use"' in x]
+    assert (use["key_id"], use["wraps"], use["unwraps"]) == (3, 1, 1)

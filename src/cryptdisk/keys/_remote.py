@@ -289,7 +289,7 @@ class ProviderKey(Key):
     exit (:func:`close_provider_keys`).
     """
 
-    __slots__ = ("__weakref__", "_cache", "_provider", "_retry", "_uses")
+    __slots__ = ("__weakref__", "_cache", "_finalizer", "_provider", "_retry", "_uses")
 
     def __init__(self, key_id: int, provider: RemoteKeyProvider, *,
                  algorithm: str | Algorithm | None = None, cache: UnwrapCache | None = None,
@@ -315,6 +315,10 @@ class ProviderKey(Key):
         #: data keys wrapped, unwrapped, and the provider calls made for them (audit log)
         self._uses = {"wraps": 0, "unwraps": 0, "cache_hits": 0, "provider_calls": 0}
         _OPEN_KEYS.add(self)
+        # a key dropped unclosed (a command's keyring as it returns) is closed when it is
+        # collected: its cache zeroed, not only freed, and its use logged
+        self._finalizer = weakref.finalize(self, _release_quietly, key_id, provider,
+                                           self._cache, self._uses)
         audit_event("connect", key_id, provider=provider.describe())
 
     @property
@@ -367,18 +371,32 @@ class ProviderKey(Key):
 
     def close(self) -> None:
         """Wipe the unwrap cache and close the provider's session (idempotent)."""
-        self._cache.clear()
-        self._provider.close()
-        if any(self._uses.values()):
-            audit_event("use", self._id, provider=self._provider.describe(), **self._uses)
-            for name in self._uses:
-                self._uses[name] = 0
+        _release(self._id, self._provider, self._cache, self._uses)
 
     def __repr__(self) -> str:
         return (f"<ProviderKey id={self._id} algorithm={self._algorithm.label} "
                 f"source={self.source} at={self._provider.describe()}>")
 
     __str__ = __repr__
+
+
+def _release(key_id: int, provider: RemoteKeyProvider, cache: UnwrapCache,
+             uses: dict[str, int]) -> None:
+    """What :meth:`ProviderKey.close` does, on the key's parts (no reference to the key)."""
+    cache.clear()
+    provider.close()
+    if any(uses.values()):
+        audit_event("use", key_id, provider=provider.describe(), **uses)
+        for name in uses:
+            uses[name] = 0
+
+
+def _release_quietly(key_id: int, provider: RemoteKeyProvider, cache: UnwrapCache,
+                     uses: dict[str, int]) -> None:
+    try:
+        _release(key_id, provider, cache, uses)
+    except KeyProviderError:
+        pass
 
 
 def close_provider_keys() -> None:
