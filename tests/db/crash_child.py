@@ -2,10 +2,11 @@
 
 Usage: crash_child.py DB CONFIG_A CONFIG_B OPERATION
 Prints ``committed N`` after the N-th insert has returned (so it is durable).
-OPERATION ``big-insert``: one insert of :data:`BIG` rows (keys in random order) in blocks
-of about 8K rows, each sorted and written as its own part on two threads, printing
-``rows N`` as they are written; ``big-insert-sorted``: the same with keys already in
-order, so blocks go on at the end of parts of up to 40K rows.
+OPERATION ``alter`` adds, renames and drops a column between inserts; ``big-insert``:
+one insert of :data:`BIG` rows (keys in random order) in blocks of about 8K rows, each
+sorted and written as its own part on two threads, printing ``rows N`` as they are
+written; ``big-insert-sorted``: the same with keys already in order, so blocks go on at
+the end of parts of up to 40K rows.
 """
 
 import sys
@@ -17,7 +18,8 @@ BIG = 200_000  # rows of a big-insert: 5 parts
 
 
 def insert(db, i):
-    db.sql(f"INSERT INTO t SELECT {i}, md5(r::VARCHAR) || '{i}', r FROM range({BATCH}) x(r)")
+    db.sql(f"INSERT INTO t (c_int, c_str, c_float) SELECT {i}, md5(r::VARCHAR) || '{i}', r "
+           f"FROM range({BATCH}) x(r)")
 
 
 def big_insert(db, presorted):
@@ -52,6 +54,14 @@ def main():
         elif op == "move":
             policy = "plain" if n % 2 else "default"
             db.sql(f"ALTER TABLE t MODIFY SETTING storage_policy = '{policy}'")
+        elif op == "alter":  # ADD, RENAME and DROP of a column, rewriting every part
+            extra = [c for c, _t in db.table("t").columns[3:]]
+            if not extra:
+                db.sql(f"ALTER TABLE t ADD COLUMN x{n} BIGINT")
+            elif extra[0].startswith("x"):
+                db.sql(f"ALTER TABLE t RENAME COLUMN {extra[0]} TO y{n}")
+            else:
+                db.sql(f"ALTER TABLE t DROP COLUMN {extra[0]}")
         elif op == "rotate":
             db.close()
             db = cryptdisk.connect(path, cfg_b if n % 2 else cfg_a)

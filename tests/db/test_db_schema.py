@@ -4,9 +4,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
+import duckdb
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cryptdisk
 from cryptdisk.db import _sql
@@ -294,3 +298,79 @@ def test_kill_before_an_alter_commits_leaves_the_old_table(tmp_path, statement):
         db.check()
         assert db.query("SELECT count(*) FROM " + ("u" if "RENAME TO" in statement
                                                    else "t")) == [(len(rows),)]
+
+
+# -- the same sequence on DuckDB ----------------------------------------------------------
+
+_TYPES = {"BIGINT": st.integers(-(2 ** 40), 2 ** 40), "VARCHAR": st.text(max_size=5),
+          "DOUBLE": st.floats(allow_nan=False, allow_infinity=False, width=32)}
+_NAMES = ["a", "b", "c", "d", "e", "F", "g"]
+
+
+@st.composite
+def _steps(draw):
+    """ADD, DROP, RENAME COLUMN and INSERT steps valid on table t (k BIGINT ORDER BY k)."""
+    columns = [("k", "BIGINT")]
+    steps = []
+    for _ in range(draw(st.integers(1, 7))):
+        kind = draw(st.sampled_from(["add", "drop", "rename", "insert", "insert"]))
+        names = [c for c, _t in columns]
+        free = [n for n in [*_NAMES, "k", "key"] if n.lower() not in {c.lower() for c in names}]
+        if kind == "add" and free:
+            column = (draw(st.sampled_from(free)), draw(st.sampled_from(sorted(_TYPES))))
+            columns.append(column)
+            steps.append(f"ALTER TABLE t ADD COLUMN {column[0]} {column[1]}")
+        elif kind == "drop" and len(columns) > 1:
+            name = draw(st.sampled_from(names[1:]))  # (never the key, the first column)
+            columns = [c for c in columns if c[0] != name]
+            steps.append(f"ALTER TABLE t DROP COLUMN {name}")
+        elif kind == "rename" and free:
+            old, new = draw(st.sampled_from(names)), draw(st.sampled_from(free))
+            columns = [(new if c == old else c, t) for c, t in columns]
+            steps.append(f"ALTER TABLE t RENAME COLUMN {old} TO {new}")
+        else:
+            rows = draw(st.lists(st.tuples(*[st.one_of(st.none(), _TYPES[t])
+                                             for _c, t in columns]), min_size=1, max_size=4))
+            steps.append(("insert", [c for c, _t in columns], rows))
+    return steps
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps())
+def test_alter_sequences_match_duckdb(steps):
+    ref = duckdb.connect()
+    ref.execute("CREATE TABLE t (k BIGINT)")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = cryptdisk.connect(os.path.join(tmp, "db"))
+        try:
+            db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+            for step in steps:
+                if isinstance(step, tuple):
+                    _kind, names, rows = step
+                    table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)},
+                                     schema=db.arrow_schema(db.table("t")))
+                    db.insert("t", table)
+                    ref.register("new_rows", table)
+                    ref.execute("INSERT INTO t BY NAME SELECT * FROM new_rows")
+                    ref.unregister("new_rows")
+                else:
+                    db.sql(step)
+                    ref.execute(step)
+            want = ref.sql("SELECT * FROM t ORDER BY ALL").fetchall()
+            assert db.query("SELECT * FROM t ORDER BY ALL") == want
+            assert [c for c, _t in db.table("t").columns] == ref.sql("FROM t").columns
+            db.check()
+        finally:
+            db.close()
+
+
+def test_dask_reads_the_new_columns(db):
+    import cryptdisk.dask as dask
+    _made(db, 100)
+    db.sql("ALTER TABLE t ADD COLUMN n INTEGER")
+    db.sql("ALTER TABLE t DROP COLUMN f")
+    db.sql("ALTER TABLE t RENAME COLUMN s TO label")
+    frame = dask.read_table(db.path, "t", filters=[("k", "<", 4)]).compute()
+    assert list(frame.columns) == ["k", "label", "n"]
+    assert sorted(frame["k"].tolist()) == [0, 1, 2, 3]
+    assert frame["n"].isna().all()
