@@ -41,7 +41,8 @@ so ``except FileNotFoundError`` or ``except ValueError`` keep working::
     │   ├── NotSupportedError                        a statement form cryptdisk does not support
     │   └── RotationError                            a rotation cannot start or did not finish
     ├── BackupError                                  a backup repository is missing or damaged
-    │   └── BackupKeyError        (KeyringError)     no passphrase or key opens the repository
+    │   ├── BackupKeyError        (KeyringError)     no passphrase or key opens the repository
+    │   └── BackupAuthenticationError (AuthenticationError)  a chunk or manifest fails it
     └── ServerError                                  cryptdisk serve refused a client or a setting
         ├── ProtocolError                            bytes that are not the PostgreSQL protocol
         ├── LoginError                               a login failed (one message for every cause)
@@ -60,6 +61,7 @@ import io
 
 __all__ = [
     "AuthenticationError",
+    "BackupAuthenticationError",
     "BackupError",
     "BackupKeyError",
     "CatalogError",
@@ -362,6 +364,11 @@ class BackupError(CryptdiskError):
 
 class BackupKeyError(BackupError, KeyringError):
     """No given passphrase or key opens the backup repository's key."""
+
+
+class BackupAuthenticationError(BackupError, AuthenticationError):
+    """A chunk, manifest or config MAC of a backup repository fails authentication
+    (tampered, truncated, or from another repository); ``path`` names the object."""
 
 
 # --- fields -------------------------------------------------------------------

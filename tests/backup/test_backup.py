@@ -215,6 +215,29 @@ def test_verify_names_missing_tampered_truncated_chunks_and_their_backups(
     assert 0 < sampled.chunks_checked < report.chunks_checked
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_tampered_or_truncated_chunk_is_an_authentication_error(tmp_path: Path,
+                                                                  damage: str) -> None:
+    """A restore meeting a chunk that fails AES-GCM raises an AuthenticationError (that is
+    also a BackupError) and leaves no TARGET; a missing chunk is a BackupError alone."""
+    kr = Keyring.generate()
+    lite = tmp_path / "sales.db"
+    _sqlite(lite, kr, 300)
+    repo = _repo(tmp_path)
+    bid = create(repo, lite, keyring=kr).id
+    chunk = Path(repo.chunk_path(repo.read_manifest(bid)["file"]["chunks"][0]))
+    blob = chunk.read_bytes()
+    chunk.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]) if damage == "flip" else blob[:40])
+    with pytest.raises(cryptdisk.AuthenticationError, match="tampered or truncated") as info:
+        restore(repo, bid, tmp_path / "r.db", keyring=kr)
+    assert isinstance(info.value, BackupError)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("r.db")]
+    chunk.unlink()
+    with pytest.raises(BackupError, match="missing") as missing:
+        restore(repo, bid, tmp_path / "r.db", keyring=kr)
+    assert not isinstance(missing.value, cryptdisk.AuthenticationError)
+
+
 def test_list_shows_the_stored_bytes_create_reported(tmp_path: Path) -> None:
     """One figure per backup: what create said it stored (chunks and manifest)."""
     src = tmp_path / "a.db"
@@ -242,8 +265,9 @@ def test_tampered_or_swapped_manifest_is_refused(tmp_path: Path) -> None:
     listed = list_backups(repo)
     assert listed[0]["id"] == b1 and "error" not in listed[0]
     assert listed[1]["id"] == b2 and "fails authentication" in listed[1]["error"]
-    with pytest.raises(BackupError, match="fails authentication"):
+    with pytest.raises(BackupError, match="fails authentication") as info:
         restore(repo, b2, tmp_path / "r.db")
+    assert isinstance(info.value, cryptdisk.AuthenticationError)
 
 
 def test_keys_passphrase_keyring_and_clear_errors(tmp_path: Path) -> None:

@@ -20,7 +20,13 @@ from typing import Any, BinaryIO
 import apsw
 
 from ..db import Database
-from ..errors import BackupError, CatalogError, CryptdiskError, DiskFileNotFoundError
+from ..errors import (
+    BackupAuthenticationError,
+    BackupError,
+    CatalogError,
+    CryptdiskError,
+    DiskFileNotFoundError,
+)
 from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
 from . import _chunker
@@ -417,7 +423,8 @@ def _quote(name: str) -> str:
 def _assemble(repo: Repository, chunks: list[str], size: int, sha256: str, what: str) -> bytes:
     data = b"".join(repo.get_chunk(c) for c in chunks)
     if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-        raise BackupError(f"{what}: the restored bytes do not match the manifest's SHA-256")
+        raise BackupAuthenticationError(f"{what}: the restored bytes do not match the "
+                                        "manifest's SHA-256")
     return data
 
 
@@ -602,8 +609,9 @@ def _restore_table(repo: Repository, pool: ThreadPoolExecutor, db: Database,
         if ((h.sha.hexdigest(), h.size, part.bytes, part.rows)
                 != (p["sha256"], p["bytes"], p["bytes"], p["rows"])
                 or part.sha256 not in ("", p["sha256"])):
-            raise BackupError(f"table {t['name']} part {i}: the restored bytes do not match "
-                              "the manifest (SHA-256, size or rows)")
+            raise BackupAuthenticationError(
+                f"table {t['name']} part {i}: the restored bytes do not match the manifest "
+                "(SHA-256, size or rows)")
     return rows
 
 

@@ -38,7 +38,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import _json
 from ..disks import check_storage_options, check_url
-from ..errors import BackupError
+from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Keyring
 from . import _chunker
 from ._keys import RepoKeys, describe, unlock, wrap_with_key, wrap_with_passphrase
@@ -167,8 +167,8 @@ class Repository:
                         keyring=keyring)
         keys = RepoKeys.derive(master)
         if config.get("params_mac") != keys.params_mac(cls._params_doc(config)):
-            raise BackupError(f"{url}: the repository config was tampered with (its "
-                              "parameters do not match their MAC)")
+            raise BackupAuthenticationError(f"{url}: the repository config was tampered "
+                                            "with (its parameters do not match their MAC)")
         return cls(url, fs, root, config, master)
 
     def _write_config(self) -> None:
@@ -311,9 +311,10 @@ class Repository:
         what they assemble against a manifest anyway."""
         problem = self.check_chunk(name, check_name=check_name)
         if isinstance(problem, ChunkProblem):
-            raise BackupError(f"chunk {name} is {problem.problem}",
-                              hint="run 'cryptdisk backup verify' to see every damaged chunk "
-                              "and the backups it affects")
+            cls = BackupError if problem.problem == "missing" else BackupAuthenticationError
+            raise cls(f"chunk {name} is {problem.problem}",
+                      hint="run 'cryptdisk backup verify' to see every damaged chunk "
+                      "and the backups it affects")
         return problem
 
     def check_chunk(self, name: str, *, check_name: bool = True) -> bytes | ChunkProblem:
@@ -389,8 +390,9 @@ class Repository:
                                                  self._manifest_ad(backup_id))
             text = zstandard.ZstdDecompressor().decompress(packed)
         except (InvalidTag, ValueError, zstandard.ZstdError):
-            raise BackupError(f"the manifest of backup {backup_id} fails authentication "
-                              "(tampered, truncated or from another repository)") from None
+            raise BackupAuthenticationError(
+                f"the manifest of backup {backup_id} fails authentication (tampered, "
+                "truncated or from another repository)") from None
         return check_manifest(text, f"the manifest of backup {backup_id}")
 
     def write_manifest(self, doc: dict[str, Any]) -> str:
