@@ -5,9 +5,12 @@ from __future__ import annotations
 import pickle
 import threading
 from pathlib import Path
+from typing import Any
 
 import fsspec
+import pyarrow.csv as pa_csv
 import pyarrow.dataset as ds
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
 
@@ -247,3 +250,56 @@ def test_a_url_naming_no_disk_says_so_through_pyarrow(config_path: str) -> None:
     with pytest.raises(PolicyError, match="no disk named 'scure'"):
         ds.dataset("cryptdisk://scure/t", filesystem=fs)
     assert not fs.exists("cryptdisk://scure/t.parquet")
+
+
+def test_reads_hopping_between_threads_continue_where_the_last_one_ended(
+        config_path: str) -> None:
+    # pyarrow's stream readers (CSV, JSON) read a Python file from whichever pool thread
+    # is free; a position kept per thread read the first block again and again.
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    data = bytes(range(256)) * 40
+    fs.pipe_file("secure/seq", data)
+    got: list[bytes] = []
+    with fs.open("secure/seq", "rb") as f:
+        for _ in range(len(data) // 1000 + 2):  # bounded: a file that never ends fails
+            t = threading.Thread(target=lambda: got.append(f.read(1000)))
+            t.start()
+            t.join()
+        assert b"".join(got) == data and got[-1] == b"" and f.tell() == len(data)
+        f.seek(5)  # a seek holds for this thread's next read...
+        t = threading.Thread(target=lambda: f.seek(100))
+        t.start()
+        t.join()
+        assert f.read(3) == data[5:8]
+        assert f.read(2) == data[8:10]  # ...and reads go on from there
+
+
+def test_pyarrow_reads_csv_and_json_from_a_file_object(config_path: str) -> None:
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    rows = 20000
+    fs.pipe_file("secure/t.csv", ("k,v\n" + "".join(f"{i},{MARKER}\n" for i in range(rows))
+                                  ).encode())
+    fs.pipe_file("secure/t.json", "".join(f'{{"k": {i}}}\n' for i in range(rows)).encode())
+
+    class Bounded:
+        """The file, failing once far more than its size was read (no endless loop)."""
+
+        def __init__(self, f: Any) -> None:
+            self.f, self.read_bytes, self.closed = f, 0, False
+
+        def read(self, n: int = -1) -> bytes:
+            data = self.f.read(n)
+            self.read_bytes += len(data)
+            assert self.read_bytes <= 3 * self.f.size, "read the same bytes again"
+            return bytes(data)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.f, name)
+
+    opts = pa_csv.ReadOptions(block_size=4096, use_threads=True)
+    with fs.open("secure/t.csv", "rb") as f:
+        table = pa_csv.read_csv(Bounded(f), read_options=opts)
+    assert table.num_rows == rows and table["k"].to_pylist() == list(range(rows))
+    with fs.open("secure/t.json", "rb") as f:
+        jtable = pa_json.read_json(Bounded(f), read_options=pa_json.ReadOptions(block_size=4096))
+    assert jtable["k"].to_pylist() == list(range(rows))

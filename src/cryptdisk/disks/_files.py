@@ -3,10 +3,13 @@
 :class:`PreadFile` turns a *reader* (anything with ``size``,
 ``readinto_at(buf, offset)``, ``read_at(offset, n)`` and ``close()``: a plain
 descriptor, a :class:`cryptdisk.format.SealedReader`, a ClickHouse reader) into
-a seekable ``io.RawIOBase``. Its position is kept **per thread**: DuckDB calls
+a seekable ``io.RawIOBase``. It has one position, as any file, except that a
+thread's ``seek()`` holds for that thread's next ``read()``: DuckDB calls
 ``seek()`` then ``read()`` on one shared file object from several threads, and
-a shared position would let one thread's seek land between another's seek and
-read. ``pread`` has no position at all.
+another thread's seek must not land between the two. Reads without a seek of
+their own continue where the last read or seek of any thread left the file, as
+pyarrow's stream readers expect when their reads hop between threads. ``pread``
+has no position at all.
 
 :class:`AtomicWriteFile` forwards writes to a sink and calls ``publish`` on
 ``close()`` or ``discard`` on ``abort()`` / an exception in a ``with`` block.
@@ -64,22 +67,30 @@ class FdReader:
 class PreadFile(PositionalReadFile):
     """A read-only, seekable binary file over a :class:`Reader` (see the module docstring).
 
-    Same as :class:`cryptdisk.format.PositionalReadFile` but its position is kept
-    per thread, and ``info`` says what the disk knows about the file.
+    Same as :class:`cryptdisk.format.PositionalReadFile` but a thread's seek holds
+    for its own next read, and ``info`` says what the disk knows about the file.
     """
 
     def __init__(self, reader: Reader, name: str, info: dict[str, Any] | None = None) -> None:
         super().__init__(reader, name)
+        #: Per thread: where its last seek put it, until its next read (else None).
         self._local = threading.local()
         #: What the disk knows about the file (format, key id, ...); never secrets.
         self.info = info or {}
 
     def _get_pos(self) -> int:
-        pos: int = getattr(self._local, "pos", 0)
-        return pos
+        sought: int | None = getattr(self._local, "pos", None)
+        return self._pos if sought is None else sought
 
     def _set_pos(self, pos: int) -> None:
-        self._local.pos = pos
+        # After a read (and inside seek, below): the file's one position moves on.
+        self._pos = pos
+        self._local.pos = None
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        pos = super().seek(offset, whence)
+        self._local.pos = pos  # this thread's next read starts here, whatever others do
+        return pos
 
     def __repr__(self) -> str:
         return f"<PreadFile {self.name!r} {'closed' if self.closed else 'open'}>"
