@@ -134,6 +134,8 @@ def test_default_disk_and_policy(tmp_path: Path) -> None:
     ("[disks.a]\ntype='local'\npath='x'\n[disks.e]\ntype='encrypted'\ndisk='a'\n"
      "segment_size=1000\nkeys=[{id=1,hex='" + K1 + "'}]\n", ConfigError, "power of two",
      "line 4"),
+    ("[keyring]\n[[keyring.keys]]\nid = 1\nhex = 'abcd'\n", InvalidKeyError, "4 hex digits",
+     "line 2"),
     ("[extra]\nx=1\n", ConfigError, "unknown section", "top level"),
     ("not toml [", ConfigError, "not valid TOML", ""),
 ])
@@ -143,7 +145,7 @@ def test_errors_name_file_and_line(tmp_path: Path, text: str, error: type[Except
     with pytest.raises(error) as info:
         load_config(path)
     msg = str(info.value)
-    assert path in msg
+    assert msg.count(path) == 1, msg  # located once, not once per layer it passed
     assert line in msg
     import re
 

@@ -125,9 +125,10 @@ def with_location(exc: Exception, path: str | None, where: str) -> Exception:
 
     For errors raised while loading a config (a key source, a key's size), so the
     message names the file and the line or element at fault. Without a path the
-    exception is returned unchanged.
+    exception is returned unchanged, and so is one located in ``path`` already (an
+    error of a key entry passing through the config's ``[keyring]``).
     """
-    if not path:
+    if not path or str(exc).startswith(f"{path}:"):
         return exc
     located = type(exc).__new__(type(exc))
     located.__dict__.update(getattr(exc, "__dict__", {}))
