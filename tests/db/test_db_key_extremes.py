@@ -157,9 +157,8 @@ def test_after_a_set_the_names_are_duckdbs_under_it(db, how):
 
 
 def test_after_truncate_and_inserts_of_null_keys_the_answer_follows(db):
-    """Tables are append-only (no UPDATE or DELETE): a TRUNCATE leaves no part (NULLs),
-    a part of NULL keys only has no key range (its rows are read), later parts widen the
-    range."""
+    """A TRUNCATE leaves no part (NULLs), a part of NULL keys only has no key range (its
+    rows are read), later parts widen the range, a DELETE narrows it."""
     db.sql("CREATE TABLE t (k INTEGER, s VARCHAR) ORDER BY k")
     sql = "SELECT max(k) AS hi, min(k) FROM t"
     assert db.query(sql) == [(None, None)]
@@ -173,8 +172,11 @@ def test_after_truncate_and_inserts_of_null_keys_the_answer_follows(db):
     assert db.last_scans["t"]["row_groups_read"] == 1  # no range: read
     db.sql("INSERT INTO t VALUES (-2, 'c'), (NULL, 'd')")
     assert db.query(sql) == [(-2, -2)]
-    with pytest.raises(cryptdisk.errors.DatabaseError, match="append-only"):
-        db.sql("DELETE FROM t WHERE k = -2")
+    db.sql("INSERT INTO t VALUES (5, 'e')")
+    assert db.query(sql) == [(5, -2)]
+    db.sql("DELETE FROM t WHERE k = -2")  # its part rewritten with the key range it has now
+    assert db.query(sql) == [(5, 5)]
+    assert db.last_scans["t"]["row_groups_read"] == 2  # the parts of NULL keys only
     got = db.sql(sql)
     assert got.schema == pa.schema([("hi", pa.int32()), ("min(k)", pa.int32())])
 

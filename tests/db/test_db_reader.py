@@ -403,8 +403,8 @@ def test_a_reader_prepares_and_executes_queries_on_its_own_cursor(db):
 @pytest.mark.parametrize(("sql", "message"), [
     ("WITH q AS (SELECT 7 AS i, 0 AS batch) INSERT INTO t SELECT * FROM q",
      "put the WITH after INSERT"),
-    ("WITH q AS (SELECT 1) DELETE FROM t", "append-only"),
-    ("WITH q AS (SELECT 1) UPDATE t SET i = 2", "append-only"),
+    ("WITH q AS (SELECT 1) DELETE FROM t", "WITH ... DELETE t"),
+    ("WITH q AS (SELECT 1) UPDATE t SET i = 2", "WITH ... UPDATE t"),
 ])
 def test_a_reader_refuses_what_the_database_refuses_on_a_tables_view(db, sql, message):
     """A reader sent these to DuckDB, which said 't is not an table' (the database's own

@@ -64,7 +64,12 @@ def test_other_statements():
 def test_passthrough_and_refusals():
     assert _sql.parse("SELECT * FROM t") == _sql.Passthrough("SELECT * FROM t")
     assert _sql.parse("SET threads = 1") == _sql.Passthrough("SET threads = 1")
-    for bad in ("UPDATE t SET a = 1", "DELETE FROM t", "SET temp_directory = '/tmp'",
+    assert _sql.parse("DELETE FROM t") == _sql.Delete("t")
+    assert _sql.parse('delete from "T" AS x where x.a = 1 AND b IN (SELECT 1)') == \
+        _sql.Delete("T", "x.a = 1 AND b IN (SELECT 1)", "x")
+    assert _sql.parse("UPDATE t SET a = 1, \"B\" = f(x, [1, 2]) WHERE (a = 'where, set')") == \
+        _sql.Update("t", [("a", "1"), ("B", "f(x, [1, 2])")], "(a = 'where, set')")
+    for bad in ("UPDATE t a = 1", "DELETE t", "SET temp_directory = '/tmp'",
                 "PRAGMA temp_directory='/x'", "SET max_temp_directory_size = '1GB'"):
         with pytest.raises(DatabaseError):
             _sql.parse(bad)
@@ -197,12 +202,12 @@ def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
     ("DROP VIEW t", "t is a table, not a view", "DROP TABLE t"),
     ("COPY t FROM '/nonexistent.csv'", "COPY t FROM is not supported", "read_csv"),
     ("COPY t (k, s) FROM '/nonexistent.csv' (HEADER)", "COPY t FROM", "INSERT INTO t"),
-    ("INSERT OR REPLACE INTO t VALUES (1, 'x')", "append-only", "INSERT INTO t"),
-    ("INSERT OR IGNORE INTO t VALUES (1, 'x')", "append-only", "INSERT INTO t"),
+    ("INSERT OR REPLACE INTO t VALUES (1, 'x')", "INSERT OR", "INSERT INTO t"),
+    ("INSERT OR IGNORE INTO t VALUES (1, 'x')", "INSERT OR", "INSERT INTO t"),
     ("WITH q AS (SELECT 7, 'w') INSERT INTO t SELECT * FROM q", "put the WITH after INSERT",
      "INSERT INTO t WITH"),
-    ("WITH q AS (SELECT 1) DELETE FROM t", "append-only", "TRUNCATE"),
-    ("WITH q AS (SELECT 1) UPDATE t SET k = 2", "append-only", "TRUNCATE"),
+    ("WITH q AS (SELECT 1) DELETE FROM t", "WITH ... DELETE t", "subquery of the WHERE"),
+    ("WITH q AS (SELECT 1) UPDATE t SET k = 2", "WITH ... UPDATE t", "subquery of the WHERE"),
     ("EXPLAIN INSERT INTO t VALUES (3, 'c')", "cryptdisk runs that statement itself",
      "EXPLAIN SELECT"),  # DuckDB said "t is not an table"
     ("EXPLAIN ANALYZE insert into t SELECT * FROM t", "DuckDB has no plan", "EXPLAIN"),
@@ -210,7 +215,7 @@ def test_insert_values_casts_each_value_to_its_column_as_duckdb_does(db):
     ("COMMENT ON TABLE t IS 'sales'", "keep no comments", "CREATE TABLE notes"),
     ("COMMENT ON COLUMN T.k IS 'id'", "keep no comments", "CREATE TABLE notes"),
     ("MERGE INTO t USING (SELECT 5 AS k, 'e' AS s) n ON t.k = n.k "
-     "WHEN NOT MATCHED THEN INSERT VALUES (n.k, n.s)", "append-only", "INSERT INTO t"),
+     "WHEN NOT MATCHED THEN INSERT VALUES (n.k, n.s)", "MERGE INTO t", "INSERT INTO t"),
 ])
 def test_statements_on_a_table_that_duckdb_would_run_on_its_view_are_refused(db, sql, message,
                                                                               hint):

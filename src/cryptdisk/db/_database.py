@@ -81,6 +81,7 @@ from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._keyfiles import default_key_path
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
+from ._mutate import MutationMixin
 from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
 from ._prepared import (
     Deallocate,
@@ -243,7 +244,8 @@ def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
     return remote
 
 
-class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, SchemaMixin):
+class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, SchemaMixin,
+               MutationMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     #: set by :meth:`close`: every statement after it is refused (see :meth:`_check_open`)
@@ -1255,8 +1257,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     raise
                 self._block = block
                 return result
-            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate, _sql.AlterTable)) and \
-                    self._temporary_table(st.table if isinstance(st, _sql.Insert) else st.name):
+            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate, _sql.AlterTable,
+                               _sql.Delete, _sql.Update)) and self._temporary_table(
+                    st.table if isinstance(st, (_sql.Insert, _sql.Delete, _sql.Update))
+                    else st.name):
                 self._session_changed()  # DuckDB's own table (CREATE TEMP TABLE): its own
                 return self._run_duckdb(_for_duckdb(self, statement.strip().rstrip(";")))
             # a writer of a database at a URL only adds, each commit on condition that no
@@ -1271,6 +1275,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 _sql.AlterSetting: self._alter, _sql.AlterTable: self._alter_table,
                 _sql.Optimize: self._optimize_stmt,
                 _sql.SystemCommand: self._system_command,
+                _sql.Delete: self._delete_stmt, _sql.Update: self._update_stmt,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
 
@@ -1818,6 +1823,10 @@ def _statement_words(st: _sql.Statement) -> str:
         return "SYSTEM ROTATE KEYS" if st.command == "rotate" else "SYSTEM REENCRYPT"
     if isinstance(st, _sql.Insert):
         return f"INSERT INTO {st.table}"
+    if isinstance(st, _sql.Delete):
+        return f"DELETE FROM {st.table}"
+    if isinstance(st, _sql.Update):
+        return f"UPDATE {st.table}"
     words = {_sql.CreateTable: "CREATE TABLE", _sql.DropTable: "DROP TABLE",
              _sql.Truncate: "TRUNCATE", _sql.AlterSetting: "ALTER TABLE",
              _sql.AlterTable: "ALTER TABLE", _sql.Optimize: "OPTIMIZE TABLE"}[type(st)]

@@ -67,6 +67,7 @@ class MaintenanceMixin(DatabaseState):
         :meth:`collect_garbage`)."""
         for part in parts:
             self.cache.drop_part(part.id)
+            self._open_parts.forget(part.id)
         if self._readers_running:
             self._doomed_parts.extend(parts)
             return

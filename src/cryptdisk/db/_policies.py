@@ -21,6 +21,8 @@ to the one branch the role gets and never runs the other one.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import json
 import os
@@ -28,7 +30,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._json import kind as _kind
@@ -37,7 +39,9 @@ from ..errors import CryptdiskError, FieldPolicyError, PolicyFileError
 from ..format import open_file
 from ._columns import _walk, scalar, serialize_sql
 
-__all__ = ["PolicyRewriter", "PolicySession", "read_policies", "role_prepare", "role_query"]
+__all__ = ["PART_SOURCE", "ROW_NUMBER", "MutationPolicy", "PolicyRewriter", "PolicySession",
+           "current_mutation_policy", "embedded_mutation", "mutation_policies",
+           "read_policies", "role_prepare", "role_query"]
 
 #: functions of a policy body that the rewrite replaces by the session's values
 _ROLE_WORDS = {"current_role", "current_user", "session_user"}
@@ -590,3 +594,87 @@ def role_query(db: Any, sql: str) -> str:
     # rewrite depends on the text alone; DuckDB parses the rewrite again on db.con
     text, _revealed = state.rewriter.rewrite_query(sql, state.session, db._parser)
     return text
+
+
+# -- DELETE and UPDATE as a role ---------------------------------------------------------
+
+#: The name a DELETE's or UPDATE's statement reads one part of its table by (see ._mutate)
+PART_SOURCE = "__cd_part"
+#: The column of :data:`PART_SOURCE` that numbers the part's rows
+ROW_NUMBER = "__cd_row"
+
+
+class MutationPolicy:
+    """How a ``DELETE`` or ``UPDATE`` as a role reads its table: its ``WHERE`` (and its
+    ``SET`` expressions) see the rows and values a query of the role sees, through the
+    same rewrite (:class:`PolicyRewriter`); :data:`PART_SOURCE` stands for the table,
+    with its policies, and the row numbers pass through them."""
+
+    def __init__(self, rewriter: PolicyRewriter, session: Any, con: Any) -> None:
+        self.rewriter, self.session, self.con = rewriter, session, con
+
+    def _subject(self) -> bool:
+        return self.rewriter.active and not getattr(self.session, "admin", False)
+
+    def protects(self, table: str) -> bool:
+        """Whether ``table`` has a masking or row access policy that applies here."""
+        data = self.rewriter.data()
+        key = table.lower()
+        return self._subject() and (bool(data["columns"].get(key))
+                                    or data["rows"].get(key) is not None)
+
+    def masked(self, table: str) -> set[str]:
+        """The columns of ``table`` (lower case) under a masking policy that applies here."""
+        if not self._subject():
+            return set()
+        return {c.lower() for c in self.rewriter.data()["columns"].get(table.lower(), {})}
+
+    def rewrite(self, text: str, table: str) -> str:
+        """``text`` (a query over :data:`PART_SOURCE`) reading it through ``table``'s
+        policies, and every other table with policies through theirs."""
+        if not self._subject():
+            return text
+        base = self.rewriter
+        data = base.data()
+        key = table.lower()
+        view = dict(data, columns=dict(data["columns"]), rows=dict(data["rows"]))
+        if data["columns"].get(key):
+            view["columns"][PART_SOURCE] = data["columns"][key]
+        if data["rows"].get(key) is not None:
+            view["rows"][PART_SOURCE] = data["rows"][key]
+
+        def columns(name: str) -> dict[str, str]:
+            if name.lower() == PART_SOURCE:
+                return {**base.columns(table), ROW_NUMBER: "BIGINT"}
+            return base.columns(name)
+
+        rewriter = PolicyRewriter(lambda: view, columns, base.reveals)
+        rewritten, _revealed = rewriter.rewrite_query(text, self.session, self.con)
+        return rewritten
+
+
+_MUTATION_POLICY: contextvars.ContextVar[MutationPolicy | None] = contextvars.ContextVar(
+    "cryptdisk_mutation_policy", default=None)
+
+
+@contextlib.contextmanager
+def mutation_policies(policy: MutationPolicy | None) -> Iterator[None]:
+    """Run the ``DELETE`` and ``UPDATE`` statements of the block through ``policy`` (a
+    server session of a role runs its statement on a database without a role)."""
+    token = _MUTATION_POLICY.set(policy)
+    try:
+        yield
+    finally:
+        _MUTATION_POLICY.reset(token)
+
+
+def current_mutation_policy() -> MutationPolicy | None:
+    return _MUTATION_POLICY.get()
+
+
+def embedded_mutation(db: Any) -> MutationPolicy:
+    """The policies of a database opened with ``role=``, for its DELETE and UPDATE."""
+    if db.read_only:
+        db.refresh()
+    state = _embedded(db)
+    return MutationPolicy(state.rewriter, state.session, db._parser)

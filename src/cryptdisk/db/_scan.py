@@ -181,6 +181,12 @@ class OpenParts:
                 with self._lock:
                     self._opening.pop(part.id, None)
 
+    def forget(self, part_id: str) -> None:
+        """Drop part ``part_id`` (the catalog no longer names it): its footer and any key
+        column read ahead go with the last scan still holding them."""
+        with self._lock:
+            self._items.pop(part_id, None)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

@@ -13,10 +13,11 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
     ALTER TABLE t MODIFY SETTING storage_policy = 'name'
     OPTIMIZE TABLE t [FINAL]
     SYSTEM ROTATE KEYS | SYSTEM REENCRYPT
+    DELETE FROM t [[AS] a] [WHERE cond]
+    UPDATE t [[AS] a] SET c = expr [, ...] [WHERE cond]
 
-Statements that would change tables behind cryptdisk's back (``UPDATE``,
-``DELETE``) or let DuckDB spill plaintext to disk
-(``SET temp_directory``) are refused with a clear error.
+Statements that would change tables behind cryptdisk's back (``MERGE``) or let DuckDB
+spill plaintext to disk (``SET temp_directory``) are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ __all__ = [
     "AlterSetting",
     "AlterTable",
     "CreateTable",
+    "Delete",
     "DropTable",
     "Insert",
     "Optimize",
     "Passthrough",
     "SystemCommand",
     "Truncate",
+    "Update",
     "check_passthrough",
     "first_word",
     "parse",
@@ -107,12 +110,27 @@ class SystemCommand:
 
 
 @dataclass
+class Delete:
+    table: str
+    where: str | None = None  # SQL over the table's columns (None: every row)
+    alias: str | None = None  # the name the WHERE qualifies columns with (None: the table's)
+
+
+@dataclass
+class Update:
+    table: str
+    assignments: list[tuple[str, str]]  # (column, SQL expression), in the order written
+    where: str | None = None
+    alias: str | None = None
+
+
+@dataclass
 class Passthrough:
     sql: str
 
 
 Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | AlterTable
-             | Optimize | SystemCommand | Passthrough)
+             | Optimize | SystemCommand | Delete | Update | Passthrough)
 
 
 def unquote(ident: str, fold: bool = False) -> str:
@@ -224,9 +242,9 @@ def _split_top(text: str) -> list[str]:
             continue
         if c in "'\"`":
             quote = c
-        elif c == "(":
+        elif c in "([{":
             depth += 1
-        elif c == ")":
+        elif c in ")]}":
             depth -= 1
         elif c == "," and depth == 0:
             parts.append("".join(buf).strip())
@@ -458,9 +476,7 @@ def parse(sql: str) -> Statement:
             "the database", hint="CREATE TABLE t (...), then INSERT INTO t SELECT * FROM "
             "read_parquet('file.parquet')")
     if re.match(r"(?is)(UPDATE|DELETE)\b", s):
-        raise DatabaseError("tables are append-only: UPDATE and DELETE are not supported",
-                            hint="TRUNCATE or DROP the table, or insert corrected rows into a "
-                            "new table")
+        return _parse_change(s)
     if re.match(r"(?is)(SET|RESET|PRAGMA)\b", s) and any(
             k in s.lower() for k in _FORBIDDEN_SETTINGS):
         raise DatabaseError("DuckDB's temporary files would hold plaintext on disk, so "
@@ -496,6 +512,98 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
                                              f"ALTER TABLE {table} ADD COLUMN", 1),
                             hint=exc.hint) from None
     return AlterTable(table, "add", column, type=typ, if_exists=bool(m.group(1)))
+
+
+#: Words after which a ``DELETE`` / ``UPDATE`` clause starts (found outside parentheses,
+#: strings and quoted names).
+_CLAUSES = ("WHERE", "SET", "FROM", "USING", "RETURNING")
+_CHANGE_HINT = "DELETE FROM t [WHERE cond]; UPDATE t SET c = expr [, ...] [WHERE cond]"
+
+
+def _top_level_words(text: str) -> list[tuple[int, str]]:
+    """``(offset, word)`` of each of :data:`_CLAUSES` in ``text`` outside parentheses,
+    strings and quoted names."""
+    out, depth, i, n = [], 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"`":
+            j = text.find(c, i + 1)
+            while j >= 0 and j + 1 < n and text[j + 1] == c:  # '' or "" inside
+                j = text.find(c, j + 2)
+            i = n if j < 0 else j + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not _ident_char(text[i - 1])):
+            j = i
+            while j < n and _ident_char(text[j]):
+                j += 1
+            word = text[i:j].upper()
+            if word in _CLAUSES:
+                out.append((i, word))
+            i = j
+            continue
+        i += 1
+    return out
+
+
+def _parse_change(s: str) -> Delete | Update:
+    """``DELETE FROM t [[AS] a] [WHERE cond]`` or ``UPDATE t [[AS] a] SET c = e, ...
+    [WHERE cond]``."""
+    delete = first_word(s) == "DELETE"
+    head = re.match(rf"(?is)DELETE\s+FROM\s+({_IDENT})" if delete
+                    else rf"(?is)UPDATE\s+({_IDENT})", s)
+    what = "DELETE FROM" if delete else "UPDATE"
+    if head is None:
+        raise DatabaseError(f"cannot read {s[:60]!r}", hint=_CHANGE_HINT)
+    table = unquote(head.group(1))
+    rest = s[head.end():]
+    if (q := re.match(rf"(?s)\s*\.\s*({_IDENT})", rest)) is not None:
+        bare = unquote(q.group(1))
+        raise DatabaseError(f"{what} {table}.{bare}: a table is named without a schema "
+                            "(cryptdisk's tables are in no DuckDB schema)",
+                            hint=f"{what} {bare} ...")
+    words = _top_level_words(rest)
+    clauses: dict[str, str] = {}
+    bounds = [*(w[0] for w in words), len(rest)]
+    for (at, word), end in zip(words, bounds[1:], strict=True):
+        if word in clauses:
+            raise DatabaseError(f"{what} {table}: {word} given twice", hint=_CHANGE_HINT)
+        clauses[word] = rest[at + len(word):end].strip()
+    before = rest[:words[0][0]] if words else rest
+    alias = None
+    if before.strip():
+        m = re.fullmatch(rf"(?is)\s*(?:AS\s+)?({_IDENT})\s*", before)
+        if m is None:
+            raise DatabaseError(f"cannot read {s[:60]!r}", hint=_CHANGE_HINT)
+        alias = unquote(m.group(1))
+    for word, hint in (("USING", "name the other table in a subquery of the WHERE: WHERE id "
+                        "IN (SELECT id FROM other)"),
+                       ("FROM", "name the other table in a subquery: SET c = (SELECT ... FROM "
+                        "other WHERE ...) WHERE id IN (SELECT id FROM other)"),
+                       ("RETURNING", "SELECT the rows first, then change them")):
+        if word in clauses:
+            raise NotSupportedError(f"{what.split()[0]} ... {word} is not supported",
+                                    hint=hint)
+    where = clauses.get("WHERE")
+    if where is not None and not where:
+        raise DatabaseError(f"{what} {table}: WHERE needs a condition", hint=_CHANGE_HINT)
+    if delete:
+        if "SET" in clauses:
+            raise DatabaseError(f"cannot read {s[:60]!r}", hint=_CHANGE_HINT)
+        return Delete(table, where, alias)
+    if "SET" not in clauses or not clauses["SET"]:
+        raise DatabaseError(f"UPDATE {table}: SET c = expr is missing", hint=_CHANGE_HINT)
+    assignments = []
+    for item in _split_top(clauses["SET"]):
+        m = re.fullmatch(rf"(?s)(?:{_IDENT}\s*\.\s*)?({_IDENT})\s*=\s*(.+)", item.strip())
+        if m is None:
+            raise DatabaseError(f"UPDATE {table}: cannot read {item[:60]!r} in SET; write "
+                                "column = expression", hint=_CHANGE_HINT)
+        assignments.append((unquote(m.group(1)), m.group(2).strip()))
+    return Update(table, assignments, where, alias)
 
 
 _NAME = rf"(?:{_IDENT}\s*\.\s*)?({_IDENT})"  # (a schema before it: the name it qualifies)
@@ -612,8 +720,9 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
     if word == "MERGE":
         name = named(re.match(rf"(?is)MERGE\s+INTO\s+{_NAME}", s))
         if name is not None:
-            raise DatabaseError("tables are append-only: UPDATE, DELETE and MERGE are not "
-                                "supported", hint=f"INSERT INTO {name} SELECT ... the new rows")
+            raise NotSupportedError(f"MERGE INTO {name} is not supported",
+                                    hint=f"UPDATE {name} SET ... WHERE ... for the rows that "
+                                    f"match, then INSERT INTO {name} SELECT ... the new rows")
         return
     if word == "COPY":
         name = named(re.match(rf"(?is)COPY\s+{_NAME}\s*(?:\([^)]*\)\s*)?FROM\b", s))
@@ -626,8 +735,10 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
     if word == "INSERT":
         name = named(re.match(rf"(?is)INSERT\s+OR\s+\w+\s+INTO\s+{_NAME}", s))
         if name is not None:
-            raise DatabaseError(f"INSERT OR ... INTO {name} is not supported: tables are "
-                                "append-only", hint=f"INSERT INTO {name} ...")
+            raise DatabaseError(f"INSERT OR ... INTO {name} is not supported: tables have "
+                                "no key that a row could conflict on",
+                                hint=f"INSERT INTO {name} ..., after DELETE FROM {name} WHERE "
+                                "... of the rows it replaces")
         return
     if word == "WITH":
         for m in re.finditer(rf"(?is)\b(INSERT\s+INTO|DELETE\s+FROM|UPDATE|MERGE\s+INTO)\s+"
@@ -638,6 +749,7 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
             if m.group(1).upper().startswith("INSERT"):
                 raise DatabaseError(f"WITH ... INSERT INTO {name}: put the WITH after INSERT",
                                     hint=f"INSERT INTO {name} WITH x AS (...) SELECT ... FROM x")
-            raise DatabaseError("tables are append-only: UPDATE, DELETE and MERGE are not "
-                                "supported", hint="TRUNCATE or DROP the table, or insert "
-                                "corrected rows into a new table")
+            raise NotSupportedError(
+                f"WITH ... {m.group(1).upper().split()[0]} {name} is not supported",
+                hint="put the WITH's query in a subquery of the WHERE: DELETE FROM t WHERE id "
+                "IN (WITH x AS (...) SELECT id FROM x)")
