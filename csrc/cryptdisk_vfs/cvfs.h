@@ -67,6 +67,7 @@ SQLITE_EXTENSION_INIT3
 #define ERR_AUTH 0
 #define ERR_TRUNCATED 1
 #define ERR_SHM 2 /* the wal-index cannot be shared (shm.c) */
+#define ERR_PAGESIZE 3 /* a page smaller than the file's records (file.c) */
 #define TAIL_SUFFIX "-cdtail"
 #define WAL_HEADER 32       /* a WAL starts with this many header bytes */
 #define WAL_FRAME_HEADER 24 /* then frames of a header and a page */

@@ -400,6 +400,38 @@ static int x_read(sqlite3_file *f, void *buf, int amount, sqlite3_int64 offset) 
     return SQLITE_OK;
 }
 
+/* The page size in the header of a database's page 1, or 0 when it is not one. */
+static sqlite3_int64 page_size_of(const unsigned char *page1, sqlite3_int64 n) {
+    unsigned raw;
+    if (n < 18 || memcmp(page1, "SQLite format 3", 16) != 0)
+        return 0;
+    raw = be(page1 + 16, 2);
+    return raw == 1 ? 65536 : raw;
+}
+
+/* Refuse a page 1 whose page size is smaller than the file's records (a VACUUM or a
+ * backup to a smaller page size): such a page would share a record with others, and a
+ * write of it cut by a crash would lose pages the journal does not hold. A database whose
+ * pages are that small already (an older cryptdisk's VACUUM) goes on as before. As
+ * _check_page_size in _vfs.py. */
+static int check_page_size(cdFile *p, const unsigned char *page1, sqlite3_int64 n) {
+    unsigned char stored[18];
+    sqlite3_int64 page = page_size_of(page1, n), got = 0, was;
+    if (page == 0 || page >= p->sector)
+        return SQLITE_OK;
+    if (cd_read(p, stored, sizeof stored, 0, &got) != SQLITE_OK)
+        return SQLITE_OK; /* the write fails on the same record, as it did before */
+    was = page_size_of(stored, got);
+    if (was && was < p->sector)
+        return SQLITE_OK;
+    cd_raise(p, ERR_PAGESIZE, 0,
+             "%s: the page size cannot shrink to %lld bytes: this file's encrypted records hold "
+             "%lld-byte pages, and a smaller page would share a record with others, which a crash "
+             "while writing it could lose; use PRAGMA page_size=%lld and VACUUM INTO a new file instead",
+             p->path, (long long)page, (long long)p->sector, (long long)page);
+    return SQLITE_IOERR_WRITE;
+}
+
 static int x_write(sqlite3_file *f, const void *vdata, int n, sqlite3_int64 offset) {
     cdFile *p = (cdFile *)f;
     const unsigned char *data = vdata;
@@ -408,6 +440,8 @@ static int x_write(sqlite3_file *f, const void *vdata, int n, sqlite3_int64 offs
         if ((rc = cd_flush_journal(p)) != SQLITE_OK)
             return cd_result(p, rc);
         if (!p->loaded && (rc = cd_create(p, data, n, offset)) != SQLITE_OK)
+            return rc;
+        if (offset == 0 && p->kind == KIND_MAIN && !p->anonymous && (rc = check_page_size(p, data, n)) != SQLITE_OK)
             return rc;
         return cd_result(p, cd_write(p, data, n, offset));
     }

@@ -109,18 +109,94 @@ def test_a_database_the_format_wrote_opens_through_the_vfs(tmp_path, keyring, pa
     assert dump(apsw.Connection(str(plain)))[-1] == (1000, "new", b"\0")
 
 
-def test_vacuum_changes_page_size(tmp_path, keyring):
+def test_vacuum_grows_the_page_size(tmp_path, keyring):
+    path = tmp_path / "v.db"
+    conn = csql.connect(str(path), keyring=keyring)
+    conn.execute("PRAGMA page_size=1024")
+    workload(conn, seed=2)
+    rows = dump(conn)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("VACUUM")
+    conn.close()
+    conn = csql.connect(str(path), keyring=keyring)
+    assert conn.execute("PRAGMA page_size").fetchall() == [(4096,)]
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert dump(conn) == rows
+    conn.close()
+
+
+def _shrink_by_vacuum(conn: apsw.Connection, path: str, keyring: cryptdisk.Keyring) -> None:
+    conn.execute("PRAGMA page_size=1024")
+    conn.execute("VACUUM")
+
+
+def _shrink_by_backup(conn: apsw.Connection, path: str, keyring: cryptdisk.Keyring) -> None:
+    source = csql.connect(path + ".small", keyring=keyring)
+    source.execute("PRAGMA page_size=1024")
+    source.execute("CREATE TABLE s(x)")
+    try:
+        with conn.backup("main", source, "main") as b:
+            b.step()
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("shrink", [_shrink_by_vacuum, _shrink_by_backup])
+def test_the_page_size_cannot_shrink_below_the_records(tmp_path, keyring, shrink):
+    """A page smaller than the file's records (the page size of its first write) would
+    share a record with other pages: writing it rewrites them all, and a write cut by a
+    crash would lose pages its journal does not hold. VACUUM (or a backup into it) to a
+    smaller page size is refused and changes nothing; VACUUM INTO a new file does it."""
     path = tmp_path / "v.db"
     conn = csql.connect(str(path), keyring=keyring)
     workload(conn, seed=2)
     rows = dump(conn)
+    with pytest.raises(csql.PageSizeError, match="4096") as info:
+        shrink(conn, str(path), keyring)
+    assert isinstance(info.value, cryptdisk.CryptdiskError)
+    assert "VACUUM INTO" in str(info.value)
+    assert conn.execute("PRAGMA page_size").fetchall() == [(4096,)]
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert dump(conn) == rows
+    conn.execute("INSERT INTO t VALUES(1000, 'after', x'01')")  # the connection goes on
     conn.execute("PRAGMA page_size=1024")
+    conn.execute(f"VACUUM INTO '{tmp_path / 'small.db'}'")
+    conn.close()
+    conn = csql.connect(str(path), keyring=keyring)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert dump(conn) == [*rows, (1000, "after", b"\1")]
+    conn.close()
+    small = csql.connect(str(tmp_path / "small.db"), keyring=keyring)
+    assert small.execute("PRAGMA page_size").fetchall() == [(1024,)]
+    assert dump(small) == [*rows, (1000, "after", b"\1")]
+    small.execute("INSERT INTO t VALUES(1001, 'small', x'02')")
+    small.close()
+    raw = (tmp_path / "small.db").read_bytes()
+    assert Header.parse(raw[:HEADER_SIZE]).segment_size == 1024
+
+
+def test_a_database_with_pages_smaller_than_its_records_stays_writable(tmp_path, keyring):
+    """Such a file (pages of 1024 bytes in records of 4096, as an older cryptdisk's VACUUM
+    left it) opens and takes writes; VACUUM to the record size makes a page a record."""
+    plain = tmp_path / "plain.db"
+    conn = apsw.Connection(str(plain))
+    conn.execute("PRAGMA page_size=1024")
+    workload(conn, seed=4)
+    rows = dump(conn)
+    conn.close()
+    path = tmp_path / "f.db"
+    with cryptdisk.open(path, "w+b", keyring=keyring, segment_size=4096) as f:
+        f.write(plain.read_bytes())
+    conn = csql.connect(str(path), keyring=keyring)
+    conn.execute("INSERT INTO t VALUES(1000, 'new', x'00')")
+    conn.execute("PRAGMA page_size=4096")
     conn.execute("VACUUM")
     conn.close()
     conn = csql.connect(str(path), keyring=keyring)
-    assert conn.execute("PRAGMA page_size").fetchall() == [(1024,)]
+    assert conn.execute("PRAGMA page_size").fetchall() == [(4096,)]
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    assert dump(conn) == rows
+    assert dump(conn) == [*rows, (1000, "new", b"\0")]
+    conn.close()
 
 
 def test_two_connections_see_each_others_commits(tmp_path, keyring):

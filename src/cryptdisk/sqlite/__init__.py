@@ -28,7 +28,7 @@ implementation="python")`` or ``$CRYPTDISK_SQLITE_VFS`` picks one, and
 
 from ._connect import IMPLEMENTATIONS, connect, implementation, vfs_for
 from ._convert import decrypt_database, encrypt_database, encrypt_sqlcipher_database
-from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
+from ._errors import PageAuthenticationError, PageSizeError, PageTruncatedError, WalIndexError
 from ._native import NativeVFS, cipher_library
 from ._vfs import EncryptedFile, EncryptedVFS
 
@@ -38,6 +38,7 @@ __all__ = [
     "EncryptedVFS",
     "NativeVFS",
     "PageAuthenticationError",
+    "PageSizeError",
     "PageTruncatedError",
     "WalIndexError",
     "cipher_library",

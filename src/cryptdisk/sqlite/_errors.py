@@ -13,7 +13,7 @@ import apsw
 
 from ..errors import CryptdiskError, SegmentAuthenticationError, TruncatedFileError
 
-__all__ = ["PageAuthenticationError", "PageTruncatedError", "WalIndexError"]
+__all__ = ["PageAuthenticationError", "PageSizeError", "PageTruncatedError", "WalIndexError"]
 
 
 class PageAuthenticationError(SegmentAuthenticationError, apsw.CorruptError):
@@ -22,6 +22,17 @@ class PageAuthenticationError(SegmentAuthenticationError, apsw.CorruptError):
 
 class PageTruncatedError(TruncatedFileError, apsw.CorruptError):
     """The database file is shorter than its own header says: pages were cut away."""
+
+
+class PageSizeError(CryptdiskError, apsw.IOError):
+    """A VACUUM or backup would shrink the page size below the size of the file's records.
+
+    A database file's records are as large as its pages were when it was created. A
+    smaller page would share a record with other pages, so writing it rewrites them
+    all, and a write cut by a crash would take pages with it that the journal does not
+    hold. SQLite sees an I/O error and rolls the statement back; ``VACUUM INTO`` a new
+    file makes a database with the smaller pages.
+    """
 
 
 class WalIndexError(CryptdiskError, apsw.CantOpenError):

@@ -26,7 +26,7 @@ from typing import Any
 import apsw
 
 from ..format import KeyLookup as _KeyLookup
-from ._errors import PageAuthenticationError, PageTruncatedError, WalIndexError
+from ._errors import PageAuthenticationError, PageSizeError, PageTruncatedError, WalIndexError
 from ._header import header_and_key, new_headers_and_keys, stored_header_and_key
 
 try:  # the C extension, which has no type stubs (Any)
@@ -41,6 +41,7 @@ _counter = itertools.count(1)
 _lock = threading.Lock()
 _EXCEPTIONS = (PageAuthenticationError, PageTruncatedError)  # by ERR_AUTH, ERR_TRUNCATED (cvfs.h)
 _ERR_SHM = 2
+_ERR_PAGESIZE = 3
 
 
 def available() -> bool:
@@ -98,6 +99,8 @@ def plain_base() -> str:
 def _exception(code: int, message: str, offset: int, path: str) -> Exception:
     if code == _ERR_SHM:
         return WalIndexError(message)
+    if code == _ERR_PAGESIZE:
+        return PageSizeError(message)
     return _EXCEPTIONS[code](message, offset=offset, path=path)
 
 

@@ -44,7 +44,7 @@ from ..errors import SegmentAuthenticationError
 from ..format import HEADER_SIZE, Header, MutableStore
 from ..format import KeyLookup as _KeyLookup
 from . import _fds
-from ._errors import PageAuthenticationError, PageTruncatedError
+from ._errors import PageAuthenticationError, PageSizeError, PageTruncatedError
 from ._header import header_and_key
 from ._native import plain_base
 from ._tail import TailSave, remove_tail
@@ -334,8 +334,11 @@ class EncryptedFile(apsw.VFSFile):
             journal = self._vfs.journals.get(self.path)
             if journal is not None and journal._pend:
                 journal._flush()
+            store = self._store or self._create(data, offset)
+            if offset == 0 and self._kind == MAIN and self._fd_key is not None:
+                self._check_page_size(data, store)
             try:
-                (self._store or self._create(data, offset)).pwrite(data, offset)
+                store.pwrite(data, offset)
             except SegmentAuthenticationError as exc:
                 raise _page_error(exc) from None
             return
@@ -364,6 +367,29 @@ class EncryptedFile(apsw.VFSFile):
                 self._flush()
         elif self._write_through or len(pend) >= _FLUSH_AT:
             self._flush()
+
+    def _check_page_size(self, page1: Any, store: MutableStore) -> None:
+        """Refuse a page 1 whose page size is smaller than the file's records (a VACUUM or
+        a backup to a smaller page size): such a page would share a record with others,
+        and a write of it cut by a crash would lose pages the journal does not hold.
+
+        A database whose pages are that small already (an older cryptdisk's VACUUM)
+        goes on as before, so it stays writable until a VACUUM to the record size.
+        """
+        page = _page_size(page1)
+        if page == 0 or page >= store.segment_size:
+            return
+        try:
+            stored = _page_size(self._read(store, 18, 0))
+        except PageAuthenticationError:
+            return  # the write fails on the same record, as it did before
+        if stored and stored < store.segment_size:
+            return
+        raise PageSizeError(
+            f"{self.path}: the page size cannot shrink to {page} bytes: this file's "
+            f"encrypted records hold {store.segment_size}-byte pages, and a smaller page would "
+            "share a record with others, which a crash while writing it could lose; use "
+            f"PRAGMA page_size={page} and VACUUM INTO a new file instead")
 
     def xFileSize(self) -> int:
         if self._pend:
@@ -466,6 +492,15 @@ class EncryptedFile(apsw.VFSFile):
             self._tail.close()
             self._tail = None
         self._store = None
+
+
+def _page_size(page1: Any) -> int:
+    """The page size in the header of a database's page 1, or 0 when it is not one."""
+    head = bytes(page1[:18])
+    if len(head) < 18 or not head.startswith(b"SQLite format 3\0"):
+        return 0
+    raw = int.from_bytes(head[16:18], "big")
+    return 65536 if raw == 1 else raw
 
 
 def _page_error(exc: SegmentAuthenticationError) -> PageAuthenticationError:
