@@ -63,6 +63,22 @@ def test_implicit_transactions_commit_and_rollback(tmp_path, keyring):
     other.close()  # a second close does nothing
 
 
+def test_a_write_after_a_comment_begins_the_transaction_too(tmp_path, keyring):
+    """sqlite3 skips leading comments when it looks for INSERT/UPDATE/DELETE/REPLACE;
+    so does this module, or the write would commit at once and rollback() not undo it."""
+    conn = dbapi.connect(tmp_path / "c.db", keyring=keyring)
+    conn.execute("CREATE TABLE t(v)")
+    for sql in ("-- add one\nINSERT INTO t VALUES (1)",
+                "/* a block\n comment */ INSERT INTO t VALUES (1)",
+                "  -- two\n  -- lines\n\tinsert into t values (1)"):
+        cur = conn.execute(sql)
+        assert conn.in_transaction, sql
+        assert cur.rowcount == 1, sql
+        conn.rollback()
+        assert conn.execute("SELECT count(*) FROM t").fetchall() == [(0,)], sql
+    conn.close()
+
+
 def test_errors_are_pep_249_exceptions(tmp_path, keyring):
     conn = dbapi.connect(tmp_path / "e.db", keyring=keyring)
     conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY)")

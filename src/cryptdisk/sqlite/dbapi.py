@@ -116,7 +116,9 @@ _ERRORS: tuple[tuple[type[BaseException], type[Error]], ...] = (
     (apsw.CantOpenError, OperationalError),
     (apsw.Error, DatabaseError),
 )
-_DML = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+# the statements that begin a transaction, after any whitespace and comments (as sqlite3)
+_DML = re.compile(r"(?:\s|--[^\n]*|/\*.*?\*/)*(INSERT|UPDATE|DELETE|REPLACE)\b",
+                  re.IGNORECASE | re.DOTALL)
 
 
 def _translate(exc: BaseException) -> BaseException:
