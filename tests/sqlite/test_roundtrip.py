@@ -254,6 +254,43 @@ def test_no_plaintext_on_disk(tmp_path, keyring):
     assert "delete.db-journal" in seen and "wal.db-wal" in seen
 
 
+def test_attach_and_vacuum_into_write_encrypted_files(tmp_path, keyring):
+    """ATTACH and VACUUM INTO go through the connection's VFS: no plaintext on disk,
+    a plain file is refused at ATTACH, and one attached by URI with vfs=unix stays plain."""
+    marker = b"TOP-SECRET-MARKER-4343"
+    other = csql.connect(str(tmp_path / "other.db"), keyring=keyring)
+    other.execute("CREATE TABLE o(x)")
+    other.execute("INSERT INTO o VALUES('from other')")
+    other.close()
+    plain = apsw.Connection(str(tmp_path / "plain.db"))
+    plain.execute("CREATE TABLE p(x)")
+    plain.execute("INSERT INTO p VALUES('plain')")
+    plain.close()
+    conn = csql.connect(str(tmp_path / "main.db"), keyring=keyring,
+                        flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                        | apsw.SQLITE_OPEN_URI)
+    conn.execute("CREATE TABLE t(x)")
+    conn.execute("INSERT INTO t VALUES(?)", (marker,))
+    conn.execute(f"ATTACH '{tmp_path / 'other.db'}' AS other")
+    assert conn.execute("SELECT x FROM other.o").fetchall() == [("from other",)]
+    conn.execute(f"ATTACH '{tmp_path / 'new.db'}' AS new")
+    conn.execute("CREATE TABLE new.n AS SELECT x FROM t")
+    with pytest.raises(cryptdisk.NotEncryptedError):
+        conn.execute(f"ATTACH '{tmp_path / 'plain.db'}' AS p")
+    conn.execute(f"ATTACH 'file:{tmp_path / 'plain.db'}?vfs=unix' AS p")
+    assert conn.execute("SELECT x FROM p.p").fetchall() == [("plain",)]
+    conn.execute(f"VACUUM INTO '{tmp_path / 'copy.db'}'")
+    conn.close()
+    for name in ("main.db", "new.db", "copy.db"):
+        raw = (tmp_path / name).read_bytes()
+        assert marker not in raw and raw.startswith(cryptdisk.format.MAGIC), name
+    for name, table in (("new.db", "n"), ("copy.db", "t")):
+        conn = csql.connect(str(tmp_path / name), keyring=keyring)
+        assert conn.execute(f"SELECT x FROM {table}").fetchall() == [(marker,)]
+        conn.close()
+    assert (tmp_path / "plain.db").read_bytes().startswith(b"SQLite format 3\0")
+
+
 def test_vfs_name_and_repr_hide_the_key(tmp_path):
     key = cryptdisk.Key(7, bytes(range(32)))
     keyring = cryptdisk.Keyring([key])
