@@ -123,3 +123,63 @@ def test_the_apsw_connection_is_reachable(tmp_path, keyring):
     assert "closed" not in repr(conn)
     conn.close()
     assert "closed" in repr(conn)
+
+
+def test_executescript_commits_first_then_runs_every_statement(tmp_path, keyring):
+    conn = dbapi.connect(tmp_path / "s.db", keyring=keyring)
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES (1)")  # an open transaction: committed first
+    cur = conn.executescript("""
+        CREATE TABLE u(w);
+        INSERT INTO u VALUES ('a'); INSERT INTO u VALUES ('b');
+        SELECT * FROM u;  -- rows of a script are not returned
+    """)
+    assert isinstance(cur, dbapi.Cursor)
+    assert not conn.in_transaction
+    conn.rollback()
+    assert conn.execute("SELECT count(*) FROM t").fetchall() == [(1,)]
+    assert conn.execute("SELECT w FROM u ORDER BY w").fetchall() == [("a",), ("b",)]
+    with pytest.raises(dbapi.OperationalError):
+        conn.executescript("INSERT INTO u VALUES ('c'); SELEC 1;")
+    assert conn.execute("SELECT count(*) FROM u").fetchall() == [(3,)]  # as sqlite3
+    conn.close()
+
+
+def test_backup_copies_into_another_connection_as_sqlite3_does(tmp_path, keyring):
+    """Connection.backup(target, pages=, progress=, name=): SQLite's online backup API,
+    into another encrypted database (or any apsw connection), as sqlite3's backup()."""
+    src = dbapi.connect(tmp_path / "src.db", keyring=keyring)
+    src.execute("CREATE TABLE t(v)")
+    src.executemany("INSERT INTO t VALUES (?)", [(b"secret-%d" % i * 50,) for i in range(200)])
+    src.commit()
+    dst = dbapi.connect(tmp_path / "dst.db", keyring=keyring)
+    calls = []
+    src.backup(dst, pages=5, progress=lambda status, remaining, total: calls.append(
+        (status, remaining, total)))
+    assert len(calls) > 2 and calls[-1][1] == 0 and calls[0][2] == calls[-1][2] > 5
+    assert [status for status, _, _ in calls] == [0] * (len(calls) - 1) + [101]  # DONE
+    assert dst.execute("SELECT count(*) FROM t").fetchall() == [(200,)]
+    dst.close()
+    assert b"secret-" not in (tmp_path / "dst.db").read_bytes()
+    with pytest.raises(TypeError):
+        src.backup("dst.db")
+    with pytest.raises(ValueError):
+        src.backup(src)
+    src.close()
+    with pytest.raises(dbapi.ProgrammingError):
+        src.backup(dst)
+
+
+def test_pythons_sqlite3_cannot_open_an_encrypted_database(tmp_path, keyring):
+    import sqlite3
+
+    conn = dbapi.connect(tmp_path / "e.db", keyring=keyring)
+    conn.execute("CREATE TABLE t(v)")
+    vfs = csql.vfs_for(keyring).vfs_name
+    conn.close()
+    plain = sqlite3.connect(tmp_path / "e.db")
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        plain.execute("SELECT * FROM t")
+    plain.close()
+    with pytest.raises(sqlite3.OperationalError, match="no such vfs"):
+        sqlite3.connect(f"file:{tmp_path / 'e.db'}?vfs={vfs}", uri=True)

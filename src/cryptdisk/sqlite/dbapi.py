@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import apsw
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 apilevel = "2.0"
+_ApswConnection = apsw.Connection  # inside Connection, `apsw` is its property
 threadsafety = 1  # threads may share the module, not connections
 paramstyle = "qmark"
 
@@ -116,6 +118,7 @@ _ERRORS: tuple[tuple[type[BaseException], type[Error]], ...] = (
     (apsw.CantOpenError, OperationalError),
     (apsw.Error, DatabaseError),
 )
+_DONE = 101  # SQLITE_DONE: the status backup() passes to progress after its last step
 # the statements that begin a transaction, after any whitespace and comments (as sqlite3)
 _DML = re.compile(r"(?:\s|--[^\n]*|/\*.*?\*/)*(INSERT|UPDATE|DELETE|REPLACE)\b",
                   re.IGNORECASE | re.DOTALL)
@@ -167,6 +170,47 @@ class Connection:
 
     def executemany(self, sql: str, seq: Any) -> Cursor:
         return self.cursor().executemany(sql, seq)
+
+    def executescript(self, script: str) -> Cursor:
+        """Commit an open transaction, then run every statement of ``script`` (as sqlite3):
+        outside any implicit transaction, rows discarded, stopping at the first error."""
+        self.commit()
+        cursor = self.cursor()
+        try:
+            for _row in self.apsw.execute(script):
+                pass
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+        return cursor
+
+    def backup(self, target: Connection | _ApswConnection, *, pages: int = -1,
+               progress: Callable[[int, int, int], object] | None = None, name: str = "main",
+               sleep: float = 0.250) -> None:
+        """Copy database ``name`` into ``target``'s main database with SQLite's online
+        backup API, as sqlite3's ``backup``: ``pages`` per step (all at once when 0 or
+        less), ``progress(status, remaining, total)`` after each step (status 0, or 101,
+        SQLITE_DONE, after the last), ``sleep`` seconds before a step is tried again when
+        the source is busy or locked. A ``target`` of this module is encrypted under its
+        own keyring; a plain ``apsw.Connection`` gets plaintext.
+        """
+        dest = target.apsw if isinstance(target, Connection) else target
+        if not isinstance(dest, apsw.Connection):
+            raise TypeError("target must be a cryptdisk.sqlite.dbapi.Connection or an "
+                            f"apsw.Connection, not {type(target).__name__}")
+        if dest is self.apsw:
+            raise ValueError("target cannot be the same connection instance")
+        try:
+            with dest.backup("main", self.apsw, name) as step:
+                while not step.done:
+                    try:
+                        step.step(pages if pages > 0 else -1)
+                    except (apsw.BusyError, apsw.LockedError):
+                        time.sleep(sleep)
+                        continue
+                    if progress is not None:
+                        progress(_DONE if step.done else 0, step.remaining, step.page_count)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
 
     def commit(self) -> None:
         if self.in_transaction:
