@@ -211,6 +211,12 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
             if not autocommit:  # inside ``with fs.transaction``: published when it ends
                 return _DeferredWriteFile(disk.open_write(rel))
             return disk.open_write(rel)
+        if "a" in mode:
+            raise ValueError(
+                f"cryptdisk://{self._strip_protocol(path)}: files open as 'rb' or 'wb', not "
+                f"{mode!r}: each is sealed once and published whole, so nothing appends to "
+                "it; write one file per piece (Dask: to_csv('cryptdisk://DISK/dir/*.csv'), "
+                "not single_file=True)")
         raise ValueError(f"cryptdisk:// files open as 'rb' or 'wb', not {mode!r} (files are "
                          "written once and published atomically)")
 

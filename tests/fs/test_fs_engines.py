@@ -125,3 +125,20 @@ def test_fsspec_open_url(config_path: str) -> None:
         f.write(f"{MARKER}\n")
     with fsspec.open("cryptdisk://secure/u.txt", "r", config=config_path) as f:
         assert f.read() == f"{MARKER}\n"
+
+
+def test_dask_csv_one_file_per_partition_and_single_file_refused_clearly(
+        config_path: str, tmp_path: Path) -> None:
+    import dask
+    import dask.dataframe as dd
+
+    opts = {"config": config_path}
+    ddf = dd.from_pandas(table().to_pandas(), npartitions=3)
+    with dask.config.set(scheduler="threads"):
+        ddf.to_csv("cryptdisk://secure/csv/*.csv", storage_options=opts, index=False)
+        back = dd.read_csv("cryptdisk://secure/csv/*.csv", storage_options=opts, blocksize=20000)
+        assert back.npartitions > 3 and int(back["i"].sum().compute()) == N * (N - 1) // 2
+        # single_file appends each partition after the first: sealed files take no appends
+        with pytest.raises(ValueError, match=r"not 'ab'.*one file per piece.*single_file"):
+            ddf.to_csv("cryptdisk://secure/one.csv", storage_options=opts, single_file=True)
+    assert assert_ciphertext_only(tmp_path / "raw" / "enc") == 4
