@@ -101,7 +101,15 @@ def test_polars_through_file_objects_and_pyarrow(fs: CryptdiskFileSystem, tmp_pa
     check(back.to_arrow())
     lazy = pl.scan_pyarrow_dataset(ds.dataset("secure/pl", format="parquet", filesystem=fs))
     assert lazy.filter(pl.col("i") < 10).collect().height == 10
-    assert assert_ciphertext_only(tmp_path / "raw" / "enc") == 1
+    # URLs with use_pyarrow=True (Polars' own readers do not use fsspec for cryptdisk://)
+    opts = {"config": fs.config_path}
+    check(pl.read_parquet("cryptdisk://secure/pl/t.parquet", storage_options=opts,
+                          use_pyarrow=True).to_arrow())
+    with fs.open("cryptdisk://secure/pl/t.csv", "wb") as f:
+        df.write_csv(f)
+    check(pl.read_csv("cryptdisk://secure/pl/t.csv", storage_options=opts,
+                      use_pyarrow=True).to_arrow())
+    assert assert_ciphertext_only(tmp_path / "raw" / "enc") == 2
 
 
 # dask 2026.x still calls reset_index(inplace=True), which pandas 3.1 deprecates.
