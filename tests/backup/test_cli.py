@@ -204,3 +204,22 @@ def test_a_repository_wrapped_by_a_rotated_keyring_key_says_so_until_rewrapped(
     keys_cmd("destroy", "1", str(empty))
     r = run("list", repo, "--repo-keyring", str(cfg))
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_a_database_backup_refuses_a_single_key_instead_of_ignoring_it(
+        tmp_path: Path) -> None:
+    """--key-file/--key-env/--key-hex give a SQLite file's key; a database takes --config
+    (or its PATH.key). Given for a database, they are refused, not passed over: a restore
+    would otherwise make a new key in TARGET.key, not the one asked for, and exit 0."""
+    src, repo, key = tmp_path / "a.db", str(tmp_path / "repo"), tmp_path / "other.key"
+    make_db(src, rows=100)
+    write_key_file(key, Key.generate(1))
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    r = run("create", repo, str(src), "--passphrase-env", "BK_PASS", "--key-file", str(key))
+    assert r.returncode == 1 and "--key-file" in r.stderr and "--config" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert run("create", repo, str(src), "--passphrase-env", "BK_PASS").returncode == 0
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--passphrase-env", "BK_PASS",
+            "--key-file", str(key))
+    assert r.returncode == 1 and "--key-file" in r.stderr and "--config" in r.stderr, r.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("r.db")]

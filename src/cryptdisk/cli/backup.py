@@ -189,9 +189,22 @@ def _has_cryptdisk_header(path: str) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
+def _no_single_key(args: argparse.Namespace, what: str, otherwise: str) -> None:
+    """A database's keys come from --config (``otherwise``: its PATH.key, a new key in
+    TARGET.key): refuse, rather than pass over, the options that give a SQLite file's
+    single key."""
+    for name in ("key_file", "key_env", "key_hex"):
+        if getattr(args, name, None):
+            flag = "--" + name.replace("_", "-")
+            raise BackupError(f"{what}, whose keys come from --config "
+                              f"(or {otherwise}), not {flag}",
+                              hint=f"give --config CONFIG, or leave {flag} out")
+
+
 def _source_keys(args: argparse.Namespace, path: str) -> dict[str, Any]:
     given = any(getattr(args, n, None) for n in ("keyring", "key_env", "key_file", "key_hex"))
     if os.path.isdir(path) or (not os.path.exists(path) and not given):
+        _no_single_key(args, f"{path} is a database", "its PATH.key")
         return {"config": config_from_args(args)}
     if os.path.isfile(path) and not _has_cryptdisk_header(path):
         return {}  # no key opens it: create() says what it is
@@ -265,6 +278,7 @@ def _restore(args: argparse.Namespace) -> int:
                               hint="--config CONFIG or --key-file FILE")
         keys = {"keyring": keyring_from_args(args)}
     else:
+        _no_single_key(args, f"backup {backup_id} is of a database", "a new key in TARGET.key")
         keys = {"config": config_from_args(args)}
     out = restore(repo, backup_id, args.target, tables=args.table or None, **keys)
     rows_note = f", {out['rows']} rows" if "rows" in out else ""
