@@ -238,6 +238,31 @@ def test_a_tampered_or_truncated_chunk_is_an_authentication_error(tmp_path: Path
     assert not isinstance(missing.value, cryptdisk.AuthenticationError)
 
 
+def test_a_sqlite_backup_beside_a_writer_holding_its_lock_says_so(tmp_path: Path) -> None:
+    """Rollback-journal mode: a writer in an exclusive transaction past the busy timeout
+    makes the backup fail with a BackupError that says so (not apsw.BusyError), and
+    nothing is published; once the writer commits, the backup runs."""
+    kr = Keyring.generate()
+    src = tmp_path / "rj.db"
+    c = cryptdisk.sqlite.connect(src, keyring=kr)
+    c.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    assert c.execute("PRAGMA journal_mode").fetchall() == [("delete",)]
+    repo = _repo(tmp_path)
+    c.execute("BEGIN EXCLUSIVE; INSERT INTO t VALUES (2)")
+    try:
+        with pytest.raises(BackupError, match="locked by a writer"):
+            create(repo, src, keyring=kr)
+    finally:
+        c.execute("COMMIT")
+        c.close()
+    assert list_backups(repo) == []
+    bid = create(repo, src, keyring=kr).id
+    restore(repo, bid, tmp_path / "r.db", keyring=kr)
+    r = cryptdisk.sqlite.connect(tmp_path / "r.db", keyring=kr)
+    assert r.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
+    r.close()
+
+
 def test_list_shows_the_stored_bytes_create_reported(tmp_path: Path) -> None:
     """One figure per backup: what create said it stored (chunks and manifest)."""
     src = tmp_path / "a.db"

@@ -234,16 +234,22 @@ def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
 def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
     from ..sqlite import connect as sqlite_connect
 
-    src = sqlite_connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
-    mem = apsw.Connection(":memory:")
     try:
-        wal = src.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
-        with mem.backup("main", src, "main") as b:  # one read transaction: one commit
-            b.step(-1)
-        image = mem.serialize("main")
-    finally:
-        mem.close()
-        src.close()
+        src = sqlite_connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
+        mem = apsw.Connection(":memory:")
+        try:
+            wal = src.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
+            with mem.backup("main", src, "main") as b:  # one read transaction: one commit
+                b.step(-1)
+            image = mem.serialize("main")
+        finally:
+            mem.close()
+            src.close()
+    except (apsw.BusyError, apsw.LockedError):
+        raise BackupError(f"{path}: the database stayed locked by a writer past the busy "
+                          "timeout; no backup was taken",
+                          hint="run the backup again when the writer's transaction ends (in "
+                          "WAL mode a backup reads beside a writer)") from None
     h = _Hashing(io.BytesIO(image))
     chunks = w.store(h)
     return {"kind": "sqlite", "wal": wal,
