@@ -599,6 +599,8 @@ def test_a_rename_killed_before_its_commit_leaves_the_table_protected(made):
     ("ALTER TABLE cards DROP COLUMN pan", "a masking policy is set on the column"),
     ("ALTER TABLE cards DROP COLUMN region", "row access policy is set on the column"),
     ("ALTER TABLE cards RENAME COLUMN region TO r", "row access policy names the column"),
+    ("ALTER TABLE cards ALTER COLUMN pan TYPE BLOB", "a masking policy is set on the column"),
+    ("ALTER TABLE cards ALTER COLUMN region TYPE BLOB", "a row access policy names"),
 ])
 def test_a_protected_column_is_not_dropped_or_left_unprotected(made, sql, match):
     path, config = made

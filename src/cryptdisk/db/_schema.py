@@ -6,8 +6,9 @@ publishes the table and its parts in one catalog commit: a crash before it leave
 table (the parts are orphans the next writer removes), after it the whole table.
 
 ``ALTER TABLE t RENAME TO u`` changes the catalog alone (a table's files are under its
-id, not its name). ``ADD``, ``DROP`` and ``RENAME COLUMN`` rewrite every part in the
-new columns (a new column all NULL, a dropped one left out), one part at a time into
+id, not its name). ``ADD``, ``DROP``, ``RENAME COLUMN`` and ``ALTER COLUMN ... TYPE``
+rewrite every part in the new columns (a new column all NULL, a dropped one left out, a
+retyped one cast by DuckDB), one part at a time into
 a part of its own (so each keeps its key order and range), then publish the new parts
 and columns in one catalog commit and delete the old parts, as ``MODIFY SETTING
 storage_policy`` moves a table: a crash leaves the old table or the new one.
@@ -142,6 +143,8 @@ class SchemaMixin(DatabaseState):
                                 f"{', '.join(names)})")
         if st.action == "drop":
             self._drop_column(meta, column)
+        elif st.action == "type":
+            self._retype_column(meta, column, str(st.type))
         else:
             self._rename_column(meta, column, str(st.new_name))
 
@@ -282,6 +285,29 @@ class SchemaMixin(DatabaseState):
         self._with_policies(table, carry,
                             lambda: self._rewrite_columns(meta, columns, sources, order))
 
+    def _retype_column(self, meta: TableMeta, column: str, typ: str) -> None:
+        """``ALTER COLUMN c TYPE t``: every value cast by DuckDB as ``CAST(c AS t)`` casts
+        it (a value that does not cast fails the statement, which then changes nothing)."""
+        if column in meta.order:
+            raise DatabaseError(
+                f"ALTER TABLE {meta.name} ALTER COLUMN {column} TYPE: the column is in the "
+                "table's ORDER BY (a new type may sort its values in another order)",
+                hint=f"CREATE TABLE a new table ORDER BY {column} AS SELECT ..., CAST({column} "
+                f"AS {typ}) AS {column} FROM {meta.name}")
+        masked, row = self._protected(meta, column)
+        if masked or row:  # (a policy takes its column's type)
+            raise DatabaseError(
+                f"ALTER TABLE {meta.name} ALTER COLUMN {column} TYPE: "
+                f"{'a masking policy is set on' if masked else 'a row access policy names'} "
+                "the column, and takes its type",
+                hint=f"ALTER TABLE {meta.name} ALTER COLUMN {column} UNSET MASKING POLICY"
+                if masked else f"ALTER TABLE {meta.name} DROP ROW ACCESS POLICY <name>"
+                " through cryptdisk serve first, then set a policy of the new type")
+        columns = [(c, typ if c == column else t) for c, t in meta.columns]
+        self._check_columns(meta, columns)
+        self._rewrite_columns(meta, columns, {c: c for c, _t in columns}, meta.order_by,
+                              {column: typ})
+
     def _check_columns(self, meta: TableMeta, columns: list[tuple[str, str]]) -> None:
         """Refuse ``columns`` for ``meta`` as CREATE TABLE refuses them."""
         lower = {c.lower() for c, _t in columns}
@@ -295,30 +321,62 @@ class SchemaMixin(DatabaseState):
             raise DatabaseError(f"ALTER TABLE {meta.name}: {exc}") from None
 
     def _rewrite_columns(self, meta: TableMeta, columns: list[tuple[str, str]],
-                         sources: dict[str, str], order_by: str | None) -> None:
+                         sources: dict[str, str], order_by: str | None,
+                         casts: dict[str, str] | None = None) -> None:
         """Publish ``meta`` with ``columns`` (each read from the old column ``sources``
-        names, or NULL) and ``order_by``: every part rewritten into a new part, then one
-        catalog commit (the old parts deleted after it)."""
+        names, or NULL; cast by DuckDB to the type ``casts`` gives it) and ``order_by``:
+        every part rewritten into a new part, then one catalog commit (the old parts
+        deleted after it)."""
         new_meta = dataclasses.replace(meta, columns=columns, order_by=order_by, parts=[])
         schema = self.arrow_schema(new_meta)
+        new: list[PartMeta] = []
+        try:
+            self._rewrite_parts(meta, columns, sources, casts or {}, new_meta, schema, new)
+        except BaseException:
+            self._remove_parts(new)  # (written for no catalog: gone now, not at next open)
+            raise
+        self._replace_parts(meta, new, columns=columns, order_by=order_by)
+        self._schemas.clear()
+
+    def _rewrite_parts(self, meta: TableMeta, columns: list[tuple[str, str]],
+                       sources: dict[str, str], casts: dict[str, str], new_meta: TableMeta,
+                       schema: pa.Schema, new: list[PartMeta]) -> None:
+        """Write each part of ``meta`` again in ``columns``, appending to ``new``."""
         disk = policy_disk(self.policy(meta.policy))
         version = self.catalog.version + 1
-        new: list[PartMeta] = []
         for part in meta.parts:
             source = self.config.disks[part.disk]
             verify_part(source, part)
             old = read_part(source, part, None)
             arrays = [old.column(sources[c]) if c in sources else pa.nulls(old.num_rows, f.type)
                       for (c, _t), f in zip(columns, schema, strict=True)]
+            for i, ((c, t), f) in enumerate(zip(columns, schema, strict=True)):
+                if c in casts:
+                    arrays[i] = self._cast(meta, old.column(sources[c]), c, t, f.type)
             table = pa.Table.from_arrays(arrays, schema=schema)
             del old, arrays
             new += write_parts(disk, meta.prefix(self.catalog.db_id),
                                table.to_batches(max_chunksize=1 << 20), schema,
                                version=version, max_rows=max(table.num_rows, 1),
                                key=new_meta.key, null_free=True)
-        self._replace_parts(meta, new, columns=columns, order_by=order_by)
-        self._schemas.clear()
+
+
+    def _cast(self, meta: TableMeta, values: Any, column: str, typ: str,
+              arrow: pa.DataType) -> Any:
+        """``values`` cast by DuckDB to ``typ`` (as Arrow ``arrow``)."""
+        view = "__cd_alter_values"
+        self.con.register(view, pa.table({"v": values}))
+        try:
+            got = self.con.sql(f"SELECT CAST(v AS {typ}) AS v FROM {view}").to_arrow_table()
+        except duckdb.Error as exc:
+            raise DatabaseError(f"ALTER TABLE {meta.name} ALTER COLUMN {column} TYPE {typ}: "
+                                f"{str(exc).splitlines()[0]}",
+                                hint="the table is as it was; fix or leave out the values "
+                                "that do not cast") from None
+        finally:
+            self.con.unregister(view)
+        return got.column(0).cast(arrow)
 
 
 _WORDS = {"rename": "RENAME TO", "add": "ADD COLUMN", "drop": "DROP COLUMN",
-          "rename_column": "RENAME COLUMN"}
+          "rename_column": "RENAME COLUMN", "type": "ALTER COLUMN ... TYPE"}

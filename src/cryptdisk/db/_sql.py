@@ -11,6 +11,9 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
     DROP TABLE [IF EXISTS] t
     TRUNCATE [TABLE] t
     ALTER TABLE t MODIFY SETTING storage_policy = 'name'
+    ALTER TABLE t RENAME TO u | ADD [COLUMN] [IF NOT EXISTS] c TYPE
+        | DROP [COLUMN] [IF EXISTS] c | RENAME [COLUMN] a TO b
+        | ALTER [COLUMN] c [SET DATA] TYPE t
     OPTIMIZE TABLE t [FINAL]
     SYSTEM ROTATE KEYS | SYSTEM REENCRYPT
     DELETE FROM t [[AS] a] [WHERE cond]
@@ -91,10 +94,10 @@ class AlterTable:
     """``ALTER TABLE name`` changing the table's name or columns (see :mod:`._schema`)."""
 
     name: str
-    action: str  # "rename" (RENAME TO), "add", "drop", "rename_column"
+    action: str  # "rename" (RENAME TO), "add", "drop", "rename_column", "type"
     column: str | None = None  # the column added, dropped or renamed
     new_name: str | None = None  # RENAME TO's table name, RENAME COLUMN's column name
-    type: str | None = None  # ADD COLUMN's type
+    type: str | None = None  # ADD COLUMN's type, ALTER COLUMN ... TYPE's new one
     if_exists: bool = False  # ADD COLUMN IF NOT EXISTS, DROP COLUMN IF EXISTS
 
 
@@ -450,7 +453,7 @@ def parse(sql: str) -> Statement:
         return DropTable(unquote(m.group(2)), bool(m.group(1)))
     if m := re.fullmatch(rf"(?is)TRUNCATE\s+(?:TABLE\s+)?({_IDENT})", s):
         return Truncate(unquote(m.group(1)))
-    if (m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+((?:RENAME|ADD|DROP)\b.*)",
+    if (m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+((?:RENAME|ADD|DROP|ALTER)\b.*)",
                           s)) and (alter := _parse_alter(unquote(m.group(1)), m.group(2))):
         return alter
     if m := re.fullmatch(rf"(?is)ALTER\s+TABLE\s+({_IDENT})\s+MODIFY\s+SETTINGS?\s+(.+)", s):
@@ -489,6 +492,18 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
     another form (a constraint, a policy statement: refused or the server's)."""
     if re.search(r"(?is)\b(MASKING|ROW\s+ACCESS)\s+POLICY\b", rest):
         return None
+    if m := re.fullmatch(rf"(?is)ALTER\s+(?:COLUMN\s+)?({_IDENT})\s+(?:SET\s+DATA\s+)?TYPE\s+"
+                         r"(.+)", rest):
+        column = unquote(m.group(1))
+        if re.search(r"(?is)\bUSING\b", m.group(2)):
+            return None  # (refused, with the way round it)
+        try:
+            typ = _column_type(table, column, m.group(2).strip())
+        except DatabaseError as exc:
+            raise DatabaseError(str(exc).replace(f"CREATE TABLE {table}: column",
+                                                 f"ALTER TABLE {table} ALTER COLUMN", 1),
+                                hint=exc.hint) from None
+        return AlterTable(table, "type", column, type=typ)
     if m := re.fullmatch(rf"(?is)RENAME\s+TO\s+({_IDENT})", rest):
         return AlterTable(table, "rename", new_name=unquote(m.group(1)))
     if m := re.fullmatch(rf"(?is)RENAME\s+(?:COLUMN\s+)?({_IDENT})\s+TO\s+({_IDENT})", rest):
@@ -634,8 +649,10 @@ def _alter_form(rest: str, table: str) -> tuple[str, str]:
         cols = raw[2:] if words[1:2] == ["COLUMN"] else raw[1:]
         column, action = (cols[0], [w.upper() for w in cols[1:]]) if cols else ("c", [])
         if "TYPE" in action[:3]:
-            return f"ALTER COLUMN {column} TYPE", way.format(
-                f"CAST({column} AS new_type) for the column")
+            return f"ALTER COLUMN {column} TYPE", (
+                f"ALTER TABLE {table} ALTER COLUMN {column} TYPE new_type casts each value as "
+                f"CAST({column} AS new_type) does (no USING); for another expression: "
+                + way.format(f"the expression AS {column}"))
         said = " ".join(action[:3] if action[1:3] == ["NOT", "NULL"] else action[:2])
         return f"ALTER COLUMN {column} {said}".rstrip(), way.format("*")
     return (" ".join(raw[:2]) or "with no action"), way.format("*")
@@ -689,8 +706,9 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
             form, hint = _alter_form(s[m.end():], name)
             raise NotSupportedError(
                 f"ALTER TABLE {name} {form} is not supported: a cryptdisk table changes by "
-                f"ALTER TABLE {name} RENAME TO, ADD, DROP and RENAME COLUMN (of the table "
-                f"named alone) and ALTER TABLE {name} MODIFY SETTING storage_policy = 'name'",
+                f"ALTER TABLE {name} RENAME TO, ADD, DROP and RENAME COLUMN, ALTER COLUMN c "
+                f"TYPE t (of the table named alone) and ALTER TABLE {name} MODIFY SETTING "
+                "storage_policy = 'name'",
                 hint=hint)
         return
     if word == "DROP":
