@@ -211,9 +211,20 @@ def test_bad_columns_and_filters_fail_on_the_client(table):
         cryptdisk.dask.read_table(path, "t", filters=[("nope", "=", 1)], config=cfg)
     with pytest.raises(DatabaseError, match="op must be"):
         cryptdisk.dask.read_table(path, "t", filters=[("k", "like", 1)], config=cfg)
-    with pytest.raises(DatabaseError, match="expected"):
+    with pytest.raises(DatabaseError, match="2 OR-ed lists of filters"):
         cryptdisk.dask.read_table(path, "t", filters=[[("k", "=", 1)], [("k", "=", 2)]],
                                   config=cfg)
+
+
+def test_one_and_ed_list_in_dasks_or_of_ands_form_is_the_same_filter(client, table):
+    path, cfg, _key = table
+    dnf = cryptdisk.dask.read_table(path, "t", filters=[[("k", ">=", 10), ["k", "<", 20]]],
+                                    config=cfg)
+    flat = cryptdisk.dask.read_table(path, "t", filters=[("k", ">=", 10), ("k", "<", 20)],
+                                     config=cfg)
+    assert dnf.npartitions == flat.npartitions == 1
+    _same(client.compute(dnf).result(), client.compute(flat).result())
+    assert sorted(client.compute(dnf).result()["k"]) == list(range(10, 20))
 
 
 def test_the_key_file_beside_the_database_is_loaded_by_each_worker(client, tmp_path):

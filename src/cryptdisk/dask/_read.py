@@ -111,6 +111,23 @@ def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
     raise AssertionError("unreachable")
 
 
+def _conjunction(filters: Any) -> list[Any]:
+    """``[(column, op, value), ...]``; Dask's and pyarrow's OR-of-ANDs form (a list of
+    lists) with one AND-ed list (``[[...]]``) is the same; with several it is refused."""
+    items = list(filters or [])
+    groups = [f for f in items if isinstance(f, list) and f
+              and all(isinstance(g, tuple | list) for g in f)]
+    if not groups:
+        return items
+    if len(items) == 1:
+        return list(groups[0])
+    raise DatabaseError(
+        f"filters: {len(items)} OR-ed lists of filters; read_table takes one AND-ed list, "
+        "[(column, op, value), ...]",
+        hint="read with the filters all the groups share, then select the rows of each "
+        "group with df[...] (or one read_table per group, if the groups cannot overlap)")
+
+
 def _string_dtype(arrow_type: Any) -> Any:
     """pandas' ``string[pyarrow]`` for Arrow strings: the dtype Dask gives string columns
     (``dataframe.convert-string``); with pandas' default ``str`` dtype (NaN as missing
@@ -198,7 +215,7 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     path = location(db_path)
     config_path = _config_path(config)
     options = dict(storage_options) if storage_options else None
-    filters = [tuple(f) for f in filters or []]
+    filters = [tuple(f) for f in _conjunction(filters)]
     name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings,
                                     options)
     specs = [(path, config_path, name, pieces, cols, filters, arrow_strings, options)
