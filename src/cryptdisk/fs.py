@@ -58,6 +58,10 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 "takes only config=PATH; keys and credentials belong in the config file or "
                 "the environment, never in storage_options")
         path = config if config is not None else os.environ.get("CRYPTDISK_CONFIG")
+        if path is not None and not isinstance(path, str | os.PathLike):
+            raise TypeError(f"config must be the path of a cryptdisk config file, not "
+                            f"{type(path).__name__} (a loaded config holds keys; fsspec "
+                            "caches and pickles the filesystem's arguments)")
         if not path:
             raise ConfigError("no config: pass config=PATH (storage_options={'config': PATH}) "
                               "or set CRYPTDISK_CONFIG")
@@ -386,6 +390,16 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 files.append(p)
         for p in reversed(files):
             self.rm_file(p)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        """Write an empty file; ``truncate=False`` of an existing file is refused, as on
+        object stores (a sealed file's modification time cannot change alone)."""
+        if truncate or not self.exists(path):
+            self.pipe_file(path, b"")
+            return
+        raise NotImplementedError(
+            f"cryptdisk://{self._strip_protocol(path)} exists: touch(truncate=False) would "
+            "only update its modification time, which a sealed file cannot change alone")
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Directories are implicit; nothing to do."""

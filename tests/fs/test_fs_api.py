@@ -303,3 +303,21 @@ def test_pyarrow_reads_csv_and_json_from_a_file_object(config_path: str) -> None
     with fs.open("secure/t.json", "rb") as f:
         jtable = pa_json.read_json(Bounded(f), read_options=pa_json.ReadOptions(block_size=4096))
     assert jtable["k"].to_pylist() == list(range(rows))
+
+
+def test_bad_config_argument_and_touch(config_path: str) -> None:
+    from cryptdisk.config import load_config
+
+    with pytest.raises(TypeError, match="path of a cryptdisk config file, not Config"):
+        CryptdiskFileSystem(config=load_config(config_path), skip_instance_cache=True)
+    with pytest.raises(TypeError, match="not int"):
+        fsspec.filesystem("cryptdisk", config=123, skip_instance_cache=True)
+    fs = CryptdiskFileSystem(config=config_path, skip_instance_cache=True)
+    fs.touch("secure/touched")
+    assert fs.cat_file("secure/touched") == b""
+    fs.pipe_file("secure/touched", b"data")
+    with pytest.raises(NotImplementedError, match="modification time"):
+        fs.touch("secure/touched", truncate=False)
+    assert fs.cat_file("secure/touched") == b"data"
+    fs.touch("secure/touched")
+    assert fs.cat_file("secure/touched") == b""
