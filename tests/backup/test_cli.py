@@ -223,3 +223,26 @@ def test_a_database_backup_refuses_a_single_key_instead_of_ignoring_it(
             "--key-file", str(key))
     assert r.returncode == 1 and "--key-file" in r.stderr and "--config" in r.stderr, r.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("r.db")]
+
+
+def test_a_store_that_is_down_or_refuses_its_options_is_an_error_not_a_traceback(
+        tmp_path: Path) -> None:
+    """S3 on a loopback port where nothing listens, and a storage option the store does not
+    take: 'cryptdisk: error: ...' naming the repository, exit status 1."""
+    import socket
+
+    with socket.socket() as s:  # a free port: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_MAX_ATTEMPTS": "1"}
+    endpoint = f"endpoint_url=http://127.0.0.1:{port}"
+    for extra in ([], ["--repo-option", "no_such_option=1"]):
+        r = run("list", "s3://bucket/repo", "--passphrase-env", "BK_PASS", "--repo-option",
+                endpoint, *extra, env=env)
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+        first = r.stderr.splitlines()[0]
+        assert first.startswith("cryptdisk: error: s3://bucket/repo: "), first
+        assert "testing" not in r.stderr

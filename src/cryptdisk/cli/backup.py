@@ -6,9 +6,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import BackupError, MissingEnvironmentVariableError
+from ..errors import BackupError, CryptdiskError, MissingEnvironmentVariableError
 from ..format import MAGIC
 from ..keys import Key, Keyring, key_from_file
 from ._app import warn
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = repo_parser("init", "create a repository", "Create a new repository with a new random "
                     "key, wrapped by the passphrase and/or keyring key given.")
-    p.set_defaults(func=_init)
+    p.set_defaults(func=_store_errors(_init))
 
     p = repo_parser("create", "back up a database", "Back up SOURCE: a database directory "
                     "(read-only, one catalog version; its keys from --config or PATH.key) or an "
@@ -52,11 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("source", metavar="SOURCE")
     add_key_options(p, required=False)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=_create)
+    p.set_defaults(func=_store_errors(_create))
 
     p = repo_parser("list", "list backups", "List the backups in the repository, oldest first.")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_list)
+    p.set_defaults(func=_store_errors(_list))
 
     p = repo_parser("verify", "authenticate every chunk without restoring",
                     "Authenticate every manifest, their chain and every chunk they name; name "
@@ -64,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "if anything is wrong.")
     p.add_argument("--sample", type=_percent, metavar="PCT",
                    help="check only PCT percent of the chunks (5 or 5%%), chosen at random")
-    p.set_defaults(func=_verify)
+    p.set_defaults(func=_store_errors(_verify))
 
     p = repo_parser("restore", "restore a backup into a new path",
                     "Restore backup ID into TARGET (which must not exist). A database is "
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--table", action="append", default=[], metavar="NAME",
                    help="restore only this table (repeatable)")
     add_key_options(p, required=False)
-    p.set_defaults(func=_restore)
+    p.set_defaults(func=_store_errors(_restore))
 
     p = repo_parser("prune", "delete old backups (keep last/daily/weekly/monthly) and "
                     "chunks no backup needs",
@@ -93,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--break-lock", action="store_true",
                    help="first delete the lock markers of killed processes (object stores; "
                    "only when no backup or prune is running)")
-    p.set_defaults(func=_prune)
+    p.set_defaults(func=_store_errors(_prune))
 
     p = repo_parser("keys", "list or add the repository key's wrappings",
                     "List how the repository key is wrapped; with --add-*, wrap it under "
@@ -103,7 +104,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--add-keyring", metavar="CONFIG")
     p.add_argument("--add-key-file", metavar="PATH")
     p.add_argument("--add-key-id", type=int, default=1, metavar="N")
-    p.set_defaults(func=_keys)
+    p.set_defaults(func=_store_errors(_keys))
+
+
+#: Libraries behind fsspec's object stores: their errors are the store's (down, refused).
+_STORE_PACKAGES = frozenset({"adlfs", "aiobotocore", "aiohttp", "botocore", "fsspec", "gcsfs",
+                             "s3fs"})
+
+
+def _raised_by_store(exc: BaseException) -> bool:
+    if isinstance(exc, CryptdiskError) or not isinstance(exc, Exception):
+        return False
+    if type(exc).__module__.partition(".")[0] in _STORE_PACKAGES:
+        return True  # botocore's NoCredentialsError, EndpointConnectionError, ...
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    # a storage option the store's client does not take: TypeError from its constructor
+    return isinstance(exc, (TypeError, ValueError)) and where.partition(".")[0] in (
+        _STORE_PACKAGES)
+
+
+def _store_errors(func: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    """An error of the repository's store (unreachable, no credentials, an option it does
+    not take) as ``cryptdisk: error: REPO: ...``, not a traceback."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except Exception as exc:
+            if not _raised_by_store(exc) or getattr(args, "traceback", False):
+                raise
+            raise BackupError(f"{args.repo}: the store failed: {type(exc).__name__}: {exc}",
+                              hint="check that the store is reachable, the --repo-option "
+                              "values, and the credentials in the environment") from None
+    return run
 
 
 def _percent(text: str) -> float:
