@@ -16,14 +16,23 @@ the SQL on decrypted columns held in a bounded in-memory cache.
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._columns import parser_cursor, scalar, serialize_sql
 from ._database import Database, Reader, add_connection_hook, connect
-from ._policies import PolicyRewriter, PolicySession, read_policies, role_query
+from ._policies import (
+    MutationPolicy,
+    PolicyRewriter,
+    PolicySession,
+    mutation_policies,
+    read_policies,
+    role_query,
+)
 from ._remote import is_url, location, publish
 from ._rows import python_rows
 from ._schema import alter_table_statement
-from ._sql import split_statements
+from ._sql import change_statement, split_statements
 
-__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "PolicyRewriter",
+__all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPolicy",
+           "PolicyRewriter",
            "PolicySession", "Reader", "add_connection_hook", "alter_table_statement",
-           "connect", "is_url", "location",
+           "change_statement",
+           "connect", "is_url", "location", "mutation_policies",
            "parser_cursor", "publish", "python_rows", "read_policies", "role_query", "scalar",
            "serialize_sql", "split_statements"]

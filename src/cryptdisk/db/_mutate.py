@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DatabaseError, FieldPolicyError
+from ..errors import DatabaseError, FieldPolicyError, NotSupportedError
 from . import _sql
 from ._catalog import PartMeta
 from ._columns import ALL, needed_columns
@@ -191,7 +191,7 @@ class MutationMixin(DatabaseState):
             if any(name == c for c, _e in out):
                 raise DatabaseError(f"{what}: column {name} is set twice")
             if name.lower() in key:
-                raise DatabaseError(
+                raise NotSupportedError(
                     f"{what}: column {name} is in the table's ORDER BY key, which an UPDATE "
                     "does not change (each part stays sorted by it)",
                     hint=f"DELETE the rows, then INSERT INTO {meta.name} SELECT them with the "

@@ -610,8 +610,15 @@ class MutationPolicy:
     same rewrite (:class:`PolicyRewriter`); :data:`PART_SOURCE` stands for the table,
     with its policies, and the row numbers pass through them."""
 
-    def __init__(self, rewriter: PolicyRewriter, session: Any, con: Any) -> None:
+    def __init__(self, rewriter: PolicyRewriter, session: Any, con: Any,
+                 columns: Callable[[str], dict[str, str]] | None = None) -> None:
         self.rewriter, self.session, self.con = rewriter, session, con
+        #: a table's columns (default: the rewriter's own lookup)
+        self.columns = columns or rewriter.columns
+        #: after :meth:`rewrite`: the text it gave, and the columns (``table.column``) it
+        #: reads through a policy that reveals protected values (for the server's audit)
+        self.text: str | None = None
+        self.revealed: list[str] = []
 
     def _subject(self) -> bool:
         return self.rewriter.active and not getattr(self.session, "admin", False)
@@ -645,11 +652,14 @@ class MutationPolicy:
 
         def columns(name: str) -> dict[str, str]:
             if name.lower() == PART_SOURCE:
-                return {**base.columns(table), ROW_NUMBER: "BIGINT"}
-            return base.columns(name)
+                return {**self.columns(table), ROW_NUMBER: "BIGINT"}
+            return self.columns(name)
 
         rewriter = PolicyRewriter(lambda: view, columns, base.reveals)
-        rewritten, _revealed = rewriter.rewrite_query(text, self.session, self.con)
+        rewritten, revealed = rewriter.rewrite_query(text, self.session, self.con)
+        self.text = rewritten
+        self.revealed = sorted({f"{table}.{c.split('.', 1)[1]}" if c.startswith(
+            f"{PART_SOURCE}.") else c for c in revealed})
         return rewritten
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "SystemCommand",
     "Truncate",
     "Update",
+    "change_statement",
     "check_passthrough",
     "first_word",
     "parse",
@@ -562,6 +563,13 @@ def _top_level_words(text: str) -> list[tuple[int, str]]:
             continue
         i += 1
     return out
+
+
+def change_statement(sql: str) -> Delete | Update | None:
+    """``sql`` read as a ``DELETE`` or ``UPDATE`` (None for another statement); one that
+    does not read raises :class:`~cryptdisk.errors.DatabaseError`."""
+    st = parse(sql) if first_word(sql.strip()) in ("DELETE", "UPDATE") else None
+    return st if isinstance(st, (Delete, Update)) else None
 
 
 def _parse_change(s: str) -> Delete | Update:

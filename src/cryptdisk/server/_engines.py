@@ -29,6 +29,7 @@ from ..errors import (
     AuthenticationError,
     CryptdiskError,
     DatabaseError,
+    FieldPolicyError,
     NotSupportedError,
     ServerError,
     TableNotFoundError,
@@ -299,6 +300,8 @@ def statement_error(exc: Exception) -> StatementError:
         return StatementError(str(exc), "XX001")  # data_corrupted
     if isinstance(exc, TableNotFoundError):
         return StatementError(str(exc), "42P01")
+    if isinstance(exc, FieldPolicyError):  # (a role's DELETE or UPDATE: 42501)
+        return StatementError(str(exc), exc.sqlstate, hint=exc.hint)
     if isinstance(exc, DatabaseError):
         text = str(exc)
         if isinstance(exc, NotSupportedError) or "append-only" in text \
@@ -449,6 +452,9 @@ class _AnalyticalSession(EngineSession):
         self.recording = False
         self.last_tables = set()
         self.revealed: list[str] = []  # columns the last statement read through a policy
+        #: the text that revealed them when it is not the statement's own (a DELETE's or
+        #: UPDATE's query of its table, see _execute)
+        self.audited: str | None = None
         #: in a transaction block (BEGIN ... COMMIT), which holds queries only: see
         #: :meth:`_block_statement`
         self.block = False
@@ -540,7 +546,8 @@ class _AnalyticalSession(EngineSession):
             if found is not None:
                 self.last_tables = {t.lower() for t in found[0]}
             else:
-                m = re.match(r"\s*(?:INSERT\s+INTO|CREATE\s+TABLE(?:\s+IF\s+NOT\s+EXISTS)?|"
+                m = re.match(r"\s*(?:INSERT\s+INTO|DELETE\s+FROM|UPDATE|"
+                             r"CREATE\s+TABLE(?:\s+IF\s+NOT\s+EXISTS)?|"
                              r"DROP\s+TABLE(?:\s+IF\s+EXISTS)?|TRUNCATE(?:\s+TABLE)?|"
                              r"OPTIMIZE\s+TABLE)\s+([A-Za-z_][\w.]*)", text, re.I)
                 self.last_tables = {m[1].lower()} if m else set()
@@ -562,7 +569,7 @@ class _AnalyticalSession(EngineSession):
 
     def run(self, sql: str, params: list[Any]) -> Result:
         self._cancel.clear()  # a cancel sent before this statement is not for it
-        self.revealed = []
+        self.revealed, self.audited = [], None
         words = _sqltext.first_words(sql, 3)
         if words and words[0] in TRANSACTION_WORDS:
             return self._block_statement(words)
@@ -581,7 +588,7 @@ class _AnalyticalSession(EngineSession):
                     table.schema[0].name.lower() == "count" and \
                     (_sqltext.first_words(sql, 1) or [""])[0] not in _ROWS:
                 count = table.column(0)[0].as_py()  # rows an INSERT wrote
-            policies.record(text, self.privileges, self.revealed, count,
+            policies.record(self.audited or text, self.privileges, self.revealed, count,
                             self._parse_connection())
         if table is None:
             return Result(None, [], command_tag(sql, None, False))
@@ -708,7 +715,15 @@ class _AnalyticalSession(EngineSession):
         with self.engine.turn(self):
             target = self._insert_target(text)
             before = self._row_count(target) if target else None
-            result = self.engine.db.execute(text)
+            policies, privileges = self.engine.policies, self.privileges
+            policy = policies.mutation_policy(privileges, self.engine.db) \
+                if policies is not None and privileges is not None else None
+            from ..db import mutation_policies
+
+            with mutation_policies(policy):  # a role's DELETE and UPDATE read as it does
+                result = self.engine.db.execute(text)
+            if policy is not None and policy.text is not None:  # what it read, for the audit
+                self.revealed, self.audited = policy.revealed, policy.text
             if target is not None and before is not None and result is None:
                 import pyarrow as pa
 

@@ -138,12 +138,49 @@ class Privileges:
 
     # -- the analytical engine ------------------------------------------------------------
 
+    def _check_change(self, sql: str, change: re.Match[str], con: Any
+                      ) -> tuple[str, str | None]:
+        """A ``DELETE`` or ``UPDATE`` (``change`` matched its head): refused without that
+        privilege on its table; returns the query of what it reads (its ``WHERE``, its
+        ``SET`` expressions and their subqueries, over its table), which needs SELECT on
+        each table it names, and the changed table (its grants' key) when the statement
+        does not read its columns (no WHERE, no SET from a column): its FROM then needs
+        no SELECT."""
+        from ..db import change_statement
+        from ..errors import DatabaseError
+
+        action = "DELETE" if change[1].upper().startswith("DELETE") else "UPDATE"
+        table = _table_name(change[2])
+        if not self.allowed(table, action):
+            raise _denied(action, table)
+        try:
+            st = change_statement(sql)
+        except DatabaseError:
+            return "SELECT 1", None  # refused when it runs, having read nothing
+        if st is None:
+            return "SELECT 1", None  # pragma: no cover
+        exprs = [e for _c, e in getattr(st, "assignments", [])]
+        alias = '"' + (st.alias or st.table).replace('"', '""') + '"'
+        target = '"' + st.table.replace('"', '""') + '"'
+        # the statement's own text, parsed for what it reads (never run)
+        reads = f"SELECT {', '.join(exprs) or '1'} FROM {target} AS {alias}" + (  # noqa: S608
+            f" WHERE {st.where}" if st.where else "")
+        reads_table = st.where is not None or (
+            bool(exprs) and _reads_columns(f"SELECT {', '.join(exprs)}", con))
+        return reads, None if reads_table else table
+
     def check_analytical(self, sql: str, con: Any) -> None:
-        """Refuse ``sql`` unless it is a query over tables this user may SELECT, or an
-        INSERT into a table this user may INSERT into from such a query."""
+        """Refuse ``sql`` unless it is a query over tables this user may SELECT, an
+        INSERT into a table this user may INSERT into from such a query, or a DELETE or
+        UPDATE of a table this user may DELETE or UPDATE whose WHERE and SET expressions
+        are such a query's (see :meth:`_check_change`)."""
         if self.admin:
             return
-        insert = _INSERT.match(sql)
+        change = _CHANGE.match(sql)
+        unread = None  # the changed table, when the statement reads none of its columns
+        if change is not None:
+            sql, unread = self._check_change(sql, change, con)
+        insert = None if change is not None else _INSERT.match(sql)
         if insert is not None:
             table = _table_name(insert[1])
             if not self.allowed(table, "INSERT"):
@@ -168,6 +205,9 @@ class Privileges:
                 raise StatementError(f"permission denied: table function {name} "
                                      "(admin users only)", "42501")
         for table in tables:
+            if unread is not None and table.lower() == unread:
+                unread = None  # (its FROM, read for no column: other references need it)
+                continue
             if not self.allowed(table, "SELECT"):
                 raise _denied("SELECT", table)
         for name in _scalar_functions(sql, con) & KEYED_FIELD_FUNCTIONS:
@@ -177,6 +217,14 @@ class Privileges:
 
 _PART = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _INSERT = re.compile(rf"\s*INSERT\s+INTO\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
+_CHANGE = re.compile(rf"\s*(DELETE\s+FROM|UPDATE)\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
+
+
+def _reads_columns(sql: str, con: Any) -> bool:
+    """Whether the expressions of ``SELECT ...`` text ``sql`` name a column."""
+    import json
+
+    return '"COLUMN_REF"' in json.dumps(serialize_sql(sql, con))
 
 
 def _table_name(text: str) -> str:

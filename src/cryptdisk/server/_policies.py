@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
-from ..db import PolicyRewriter, read_policies, scalar, serialize_sql
+from ..db import MutationPolicy, PolicyRewriter, read_policies, scalar, serialize_sql
 from ..errors import CryptdiskError, FieldPolicyError
 from . import _sqltext
 from ._audit import AuditLog, revealing_calls
@@ -551,7 +551,10 @@ class PolicyStore:
         session's engine session, whose cancel ends the rewrite's wait for the catalog."""
         if not self.active or privileges.admin:
             return sql, []
-        from ._grants import _INSERT, _close_paren
+        from ._grants import _CHANGE, _INSERT, _close_paren
+
+        if _CHANGE.match(sql):  # the database reads its table through them as it runs
+            return sql, []      # (see mutation_policy)
 
         prefix = ""
         insert = _INSERT.match(sql)
@@ -571,6 +574,18 @@ class PolicyStore:
         finally:
             _WAITER.reset(token)
         return prefix + text, revealed
+
+    def mutation_policy(self, privileges: Privileges, db: Any) -> MutationPolicy | None:
+        """How a DELETE or UPDATE of ``privileges``' session reads its table on ``db``
+        (run with :func:`cryptdisk.db.mutation_policies` around it): through the policies,
+        as the session's queries do; None for an admin or while no table has a policy."""
+        if not self.active or privileges.admin:
+            return None
+
+        def columns(table: str) -> dict[str, str]:  # (the statement holds the engine's turn)
+            return {c: str(t) for c, t in db.table(table).columns}
+
+        return MutationPolicy(self._rewriter, privileges, db._parser, columns)
 
     def record(self, sql: str, privileges: Privileges | None, revealed: list[str],
                rows: int | None, con: Any, user: str | None = None) -> None:
