@@ -244,6 +244,23 @@ def test_unknown_key_id(tmp_path, keyring):
         csql.connect(str(db), keyring=other)
 
 
+def test_a_wal_under_a_key_the_reader_lacks_names_the_wal(tmp_path):
+    """After a rotation, a writer whose current key is the new one writes its WAL under
+    it; a reader without that key fails at open, and the error says which file."""
+    old, new = cryptdisk.Key(1, bytes(range(32))), cryptdisk.Key(2, bytes(range(1, 33)))
+    db = tmp_path / "a.db"
+    conn = csql.connect(str(db), keyring=cryptdisk.Keyring([old]))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x)")
+    conn.close()
+    writer = csql.connect(str(db), keyring=cryptdisk.Keyring([old, new], current_key_id=2))
+    writer.execute("INSERT INTO t VALUES(1)")
+    with pytest.raises(KeyNotFoundError, match=r"a\.db-wal: no key with id 2") as info:
+        csql.connect(str(db), keyring=cryptdisk.Keyring([old]))
+    assert info.value.path.endswith("a.db-wal") and info.value.key_id == 2
+    writer.close()
+
+
 def test_plain_database_is_refused(tmp_path, keyring):
     db = tmp_path / "plain.db"
     conn = apsw.Connection(str(db))

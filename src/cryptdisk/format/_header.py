@@ -29,6 +29,7 @@ from cryptography.exceptions import InvalidTag
 
 from ..errors import (
     HeaderAuthenticationError,
+    KeyNotFoundError,
     MalformedHeaderError,
     NotEncryptedError,
     UnsupportedVersionError,
@@ -255,7 +256,13 @@ def open_header(header: Header, keys: KeyLookup, path: str | None = None) -> byt
     :class:`HeaderAuthenticationError` when the header was tampered with.
     """
     where = f"{path}: " if path else ""
-    key = keys.key_by_id(header.key_id)  # raises KeyNotFoundError
+    try:
+        key = keys.key_by_id(header.key_id)
+    except KeyNotFoundError as exc:  # the keyring does not know the file: name it
+        if not path or exc.path is not None or type(exc) is not KeyNotFoundError:
+            raise
+        raise KeyNotFoundError(f"{where}{exc}", key_id=exc.key_id, path=path,
+                               hint=exc.hint) from None
     if key.check_value != header.key_check:
         raise WrongKeyError(
             f"{where}the key with id {header.key_id} is not the key this file was "
