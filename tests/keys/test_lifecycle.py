@@ -212,6 +212,42 @@ def test_a_file_reached_twice_is_counted_once(tmp_path):
     assert [(r["id"], r["files"]) for r in json.loads(alone.stdout)] == [(1, 5), (2, 0)]
 
 
+def test_a_sqlite_file_given_brings_its_wal_and_journal(tmp_path):
+    """An encrypted SQLite database given as a path brings its -wal (and -journal): a WAL
+    holding committed transactions not yet checkpointed is under the key it was begun
+    with, so list counts it, retire refuses for it and promote rewraps it; otherwise
+    retire and destroy of that key lose those transactions once the writer stops."""
+    import cryptdisk.sqlite
+
+    cfg, _data = setup(tmp_path, files=0)
+    db = tmp_path / "app.sqlite"
+    writer = cryptdisk.sqlite.connect(db, keyring=Keyring.from_config(cfg))
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+        wal = Path(f"{db}-wal")
+        assert wal.stat().st_size > 0 and Header.parse(wal.read_bytes()[:128]).key_id == 1
+        assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+                   ).returncode == 0
+        assert run("keys", "promote", "2", "-c", cfg).returncode == 0  # nothing rewrapped
+        listed = run("keys", "list", "-c", cfg, str(db), "--format", "json")
+        assert [(r["id"], r["files"]) for r in json.loads(listed.stdout)] == [(1, 2), (2, 0)]
+        refused = run("keys", "retire", "1", "-c", cfg, str(db))
+        assert refused.returncode == 1 and "app.sqlite-wal" in refused.stderr, refused.stderr
+        promoted = run("keys", "promote", "2", "-c", cfg, str(db), "-v")
+        assert promoted.returncode == 0 and f"rewrapped: {wal}" in promoted.stdout, \
+            promoted.stdout
+        assert Header.parse(wal.read_bytes()[:128]).key_id == 2
+        assert run("keys", "retire", "1", "-c", cfg, str(db)).returncode == 0
+        writer.execute("INSERT INTO t VALUES (2)")  # the writer goes on under its keys
+    finally:
+        writer.close()
+    reader = cryptdisk.sqlite.connect(db, keyring=Keyring.from_config(cfg))
+    assert reader.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
+    reader.close()
+
+
 def test_promote_verbose_tells_rewrapped_files_from_those_already_under_the_key(tmp_path):
     cfg, data = setup(tmp_path, files=2)
     db = tmp_path / "sales.db"

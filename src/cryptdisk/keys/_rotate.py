@@ -21,7 +21,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import CryptdiskError, KeyProviderError, NotEncryptedError
-from ..format import HEADER_SIZE, Header, KeyLookup, read_open_header, rewrap_header
+from ..format import (
+    HEADER_SIZE,
+    MAGIC,
+    Header,
+    KeyLookup,
+    read_open_header,
+    rewrap_header,
+)
 
 __all__ = ["RewrapSummary", "iter_files", "rewrap_file", "rewrap_tree"]
 
@@ -56,7 +63,9 @@ def rewrap_file(path: str | os.PathLike[str], keys: KeyLookup) -> bool:
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
     """Every regular file under the given files and directories, sorted, no symlinks; each
-    file once (by its real path), however many of the given paths reach it."""
+    file once (by its real path), however many of the given paths reach it. A cryptdisk
+    file given by name brings its SQLite ``-journal`` and ``-wal`` when they are not
+    empty (an encrypted SQLite database's committed pages may be there)."""
     seen: set[str] = set()
 
     def first(name: str) -> bool:
@@ -75,8 +84,25 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
                     full = os.path.join(root, f)
                     if os.path.isfile(full) and not os.path.islink(full) and first(full):
                         yield full
-        elif first(name):
-            yield name
+        else:
+            if first(name):
+                yield name
+            # an encrypted SQLite database's WAL and rollback journal (not empty: they then
+            # have a header) hold committed pages under their own headers
+            for companion in _sqlite_companions(name):
+                if first(companion):
+                    yield companion
+
+
+def _sqlite_companions(name: str) -> list[str]:
+    try:
+        with open(name, "rb") as f:
+            if f.read(len(MAGIC)) != MAGIC:
+                return []
+    except OSError:
+        return []
+    return [c for c in (name + "-journal", name + "-wal")
+            if os.path.isfile(c) and not os.path.islink(c) and os.path.getsize(c) > 0]
 
 
 @dataclass
