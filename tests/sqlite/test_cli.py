@@ -144,3 +144,22 @@ def test_rotate_rewraps_db_and_wal(tmp_path):
     again.close()
     r = run("sqlite", "rotate", db, "--keyring", config)
     assert r.returncode == 0 and "already under the current key" in r.stdout
+
+
+@pytest.mark.parametrize("command", ["rotate", "reencrypt"])
+def test_database_commands_on_an_sqlite_file_point_to_cryptdisk_sqlite(tmp_path, command):
+    """'cryptdisk rotate|reencrypt PATH' take a database directory; given an encrypted
+    SQLite file they say so and name the command that handles it."""
+    key = tmp_path / "k.key"
+    assert run("keygen", "-o", key).returncode == 0
+    keyring = cryptdisk.Keyring([cryptdisk.Key(1, cryptdisk.keys.read_key_file(str(key))[0])])
+    conn = csql.connect(str(tmp_path / "app.db"), keyring=keyring)
+    conn.execute("CREATE TABLE t(x)")
+    conn.close()
+    (tmp_path / "c.toml").write_text(
+        f'[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "{key}"\n')
+    r = run(command, tmp_path / "app.db", "-c", tmp_path / "c.toml")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"cryptdisk: error: no cryptdisk database at {tmp_path / 'app.db'}")
+    assert "cryptdisk: hint: " in r.stderr and "cryptdisk sqlite rotate" in r.stderr
+    assert "VACUUM INTO" in r.stderr

@@ -291,6 +291,27 @@ def test_attach_and_vacuum_into_write_encrypted_files(tmp_path, keyring):
     assert (tmp_path / "plain.db").read_bytes().startswith(b"SQLite format 3\0")
 
 
+def test_vacuum_into_gives_the_copy_a_new_data_key(tmp_path):
+    """The way to new data keys for a database (docs/sqlite.md, after "rotate")."""
+    old, new = cryptdisk.Key(1, bytes(range(32))), cryptdisk.Key(2, bytes(range(2, 34)))
+    keyring = cryptdisk.Keyring([old, new], current_key_id=2)
+    conn = csql.connect(str(tmp_path / "a.db"), keyring=cryptdisk.Keyring([old]))
+    workload(conn, seed=5)
+    rows = dump(conn)
+    conn.close()
+    conn = csql.connect(str(tmp_path / "a.db"), keyring=keyring)
+    conn.execute(f"VACUUM INTO '{tmp_path / 'b.db'}'")
+    conn.close()
+    headers = [Header.parse((tmp_path / n).read_bytes()[:HEADER_SIZE]) for n in ("a.db", "b.db")]
+    assert [h.key_id for h in headers] == [1, 2]
+    assert headers[0].file_id != headers[1].file_id
+    deks = [cryptdisk.format.open_header(h, keyring) for h in headers]
+    assert deks[0] != deks[1]
+    conn = csql.connect(str(tmp_path / "b.db"), keyring=cryptdisk.Keyring([new]))
+    assert dump(conn) == rows
+    conn.close()
+
+
 def test_vfs_name_and_repr_hide_the_key(tmp_path):
     key = cryptdisk.Key(7, bytes(range(32)))
     keyring = cryptdisk.Keyring([key])

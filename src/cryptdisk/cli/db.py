@@ -219,7 +219,12 @@ def _existing(args: argparse.Namespace) -> Any:
     if not os.path.exists(os.path.join(args.path, "catalog")):
         from ..errors import DatabaseError
 
-        raise DatabaseError(f"no cryptdisk database at {args.path}")
+        hint = None
+        if os.path.isfile(args.path):  # an encrypted SQLite database, or one encrypted file
+            hint = (f"{args.path} is a file, not a database directory: 'cryptdisk sqlite "
+                    "rotate' rewraps an encrypted SQLite database, and VACUUM INTO a new file "
+                    "gives it new data keys (docs/sqlite.md); 'cryptdisk rewrap' rewraps a file")
+        raise DatabaseError(f"no cryptdisk database at {args.path}", hint=hint)
     return _open(args)
 
 
