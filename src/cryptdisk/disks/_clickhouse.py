@@ -182,7 +182,7 @@ class ClickHouseDisk(WrappingDisk):
         ch = ch_module()
         key = self.keys[self.current_key_id]._raw_material()
         algorithm = ch.CHAlgorithm.parse(self.algorithm)
-        return encrypting_write(self.inner.open_write(self._inner(path)), path,
+        return encrypting_write(self._inner_write(path), path,
                                 lambda raw: ch.CHWriter(raw, key, algorithm))
 
     def info(self, path: str) -> FileInfo:

@@ -204,7 +204,7 @@ class EncryptedDisk(WrappingDisk):
     def open_write(self, path: str) -> IO[bytes]:
         header, dek = new_header(Kind.SEALED, self.keyring.current_key(),
                                  algorithm=self.algorithm, segment_size=self.segment_size)
-        return encrypting_write(self.inner.open_write(self._inner(path)), path,
+        return encrypting_write(self._inner_write(path), path,
                                 lambda raw: SealedWriter(raw, header, dek))
 
     def info(self, path: str) -> FileInfo:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from ..errors import ConfigError, DiskError, DiskFileNotFoundError
+from ..errors import ConfigError, DiskError, DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
 from ._paths import is_temp, join_prefix, norm_path, temp_name
@@ -195,6 +195,8 @@ class FsspecDisk(Disk):
 
     def open_write(self, path: str) -> IO[bytes]:
         full = self._full(path)
+        if not self.object_store:
+            self._not_a_directory(path, full)
         spool, local = open_spool()
 
         def drop_spool() -> None:
@@ -214,6 +216,8 @@ class FsspecDisk(Disk):
                 if self.object_store:
                     self.fs.put_file(local, full)
                 else:
+                    # A move onto a directory would move the file into it, unseen.
+                    self._not_a_directory(path, full)
                     tmp = temp_name(full)
                     self.fs.put_file(local, tmp)
                     try:
@@ -223,6 +227,8 @@ class FsspecDisk(Disk):
                             self.fs.rm_file(tmp)
                         raise
                 self.fs.invalidate_cache(full)
+            except DiskError:
+                raise
             except OSError as exc:
                 raise DiskError(f"{path}: could not publish to disk {self.name!r}: "
                                 f"{exc.strerror or type(exc).__name__}") from exc
@@ -230,6 +236,11 @@ class FsspecDisk(Disk):
                 drop_spool()
 
         return cast("IO[bytes]", AtomicWriteFile(spool.write, publish, drop_spool, path))
+
+    def _not_a_directory(self, path: str, full: str) -> None:
+        self.fs.invalidate_cache(full)
+        if self.fs.isdir(full):
+            raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}")
 
     def exists(self, path: str) -> bool:
         try:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import IO, Any, cast
 
-from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
+from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, FdReader, PreadFile
 from ._paths import is_temp, norm_path, temp_name
@@ -135,7 +135,12 @@ class LocalDisk(Disk):
         rel = norm_path(path)
         full = os.path.join(self.root, rel)
         directory = os.path.dirname(full)
-        os.makedirs(directory, exist_ok=True)
+        if os.path.isdir(full):
+            raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise _parent_is_a_file(path, self.name) from None
         tmp = os.path.join(self.root, temp_name(rel))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o600)
@@ -145,7 +150,11 @@ class LocalDisk(Disk):
             raw.flush()
             os.fsync(raw.fileno())
             raw.close()
-            os.replace(tmp, full)
+            try:
+                os.replace(tmp, full)
+            except IsADirectoryError:  # made since the open
+                raise DiskIsADirectoryError(f"{path}: is a directory on disk "
+                                            f"{self.name!r}") from None
             _fsync_dir(directory)
 
         def discard() -> None:
@@ -229,6 +238,13 @@ class LocalDisk(Disk):
         except FileNotFoundError:
             raise self._missing(src) from None
         _fsync_dir(os.path.dirname(target))
+
+
+def _parent_is_a_file(path: str, disk: str) -> DiskError:
+    exc = DiskError(f"{path}: cannot be written on disk {disk!r}: a parent directory of it "
+                    "is a file")
+    exc.parent_is_a_file = True  # type: ignore[attr-defined]
+    return exc
 
 
 def _under(rel: str, clean: str, prefix: str) -> bool:

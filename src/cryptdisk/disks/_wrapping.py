@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import DiskFileNotFoundError, DiskIsADirectoryError
+from typing import IO
+
+from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk
 from ._paths import join_prefix, norm_path
 
@@ -49,7 +51,21 @@ class WrappingDisk(Disk):
         """The inner disk's error about a stored path, as this disk's about ``path``."""
         if isinstance(exc, DiskIsADirectoryError):
             return DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}")
+        if getattr(exc, "parent_is_a_file", False):
+            return DiskError(f"{path}: cannot be written on disk {self.name!r}: a parent "
+                             "directory of it is a file")
         return DiskFileNotFoundError(f"{path}: no such file on disk {self.name!r}")
+
+    def _inner_write(self, path: str) -> IO[bytes]:
+        """The inner disk's atomic file for ``path``, its errors said about ``path``."""
+        try:
+            return self.inner.open_write(self._inner(path))
+        except DiskIsADirectoryError as exc:
+            raise self._own_error(path, exc) from None
+        except DiskError as exc:
+            if getattr(exc, "parent_is_a_file", False):
+                raise self._own_error(path, exc) from None
+            raise
 
     def remove(self, path: str) -> None:
         try:
