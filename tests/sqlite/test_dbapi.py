@@ -183,3 +183,19 @@ def test_pythons_sqlite3_cannot_open_an_encrypted_database(tmp_path, keyring):
     plain.close()
     with pytest.raises(sqlite3.OperationalError, match="no such vfs"):
         sqlite3.connect(f"file:{tmp_path / 'e.db'}?vfs={vfs}", uri=True)
+
+
+def test_rowcount_of_a_write_with_returning_counts_once_its_rows_are_read(tmp_path, keyring):
+    """As sqlite3: an INSERT/UPDATE/DELETE ... RETURNING finishes as its rows are fetched,
+    and rowcount then holds the rows it changed."""
+    conn = dbapi.connect(tmp_path / "r.db", keyring=keyring)
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    cur = conn.execute("INSERT INTO t(v) VALUES ('a'), ('b'), ('c') RETURNING id")
+    assert cur.fetchall() == [(1,), (2,), (3,)]
+    assert cur.rowcount == 3
+    cur = conn.execute("UPDATE t SET v = 'z' WHERE id > 1 RETURNING id, v")
+    assert cur.fetchone() == (2, "z")
+    assert list(cur) == [(3, "z")]
+    assert cur.rowcount == 2
+    assert conn.execute("DELETE FROM t WHERE id = 1").rowcount == 1
+    conn.close()

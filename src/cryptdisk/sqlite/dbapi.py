@@ -266,6 +266,7 @@ class Cursor:
         self.description: tuple[tuple[Any, ...], ...] | None = None
         self.rowcount = -1
         self.lastrowid: int | None = None
+        self._changes_before: int | None = None  # a write's, until its rows are read
         self._closed = False
 
     def _live(self) -> apsw.Connection:
@@ -312,7 +313,9 @@ class Cursor:
         return self
 
     def _after(self, conn: apsw.Connection, sql: str, before: int) -> None:
-        self.rowcount = conn.total_changes() - before if _DML.match(sql) else -1
+        dml = _DML.match(sql) is not None
+        self.rowcount = conn.total_changes() - before if dml else -1
+        self._changes_before = before if dml else None
         self.lastrowid = conn.last_insert_rowid()
 
     def fetchone(self) -> tuple[Any, ...] | None:
@@ -320,9 +323,14 @@ class Cursor:
         if self._rows is None:
             return None
         try:
-            return next(self._rows, None)
+            row = next(self._rows, None)
         except apsw.Error as exc:
             raise _translate(exc) from exc
+        if row is None and self._changes_before is not None:
+            # a write with RETURNING counts its changes when it finishes (as sqlite3)
+            self.rowcount = self.connection.apsw.total_changes() - self._changes_before
+            self._changes_before = None
+        return row
 
     def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
         out = []
