@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -203,3 +205,141 @@ def test_analytical_alter_table_is_for_admins_and_a_renamed_table_keeps_its_gran
         bob.execute("INSERT INTO opened VALUES (2, 'n')")
         with pytest.raises(DENIED):
             bob.execute("SELECT * FROM open_t")
+
+
+@pytest.mark.parametrize("recreate", [
+    ["CREATE TABLE open_t (a BIGINT)", "INSERT INTO open_t VALUES (2)"],
+    ["CREATE TABLE open_t AS SELECT 2::BIGINT AS a"],
+    ["CREATE TABLE other (a BIGINT)", "INSERT INTO other VALUES (2)",
+     "ALTER TABLE other RENAME TO open_t"],
+])
+def test_analytical_a_dropped_tables_grants_do_not_pass_to_a_new_table_of_its_name(
+        start_server, analytical, recreate) -> None:
+    """DROP TABLE left its grants under the name: a table created later with it gave bob
+    SELECT and INSERT on data he was never granted. They go with the table."""
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, "CREATE ROLE readers", "GRANT readers TO bob",
+             "GRANT SELECT, INSERT ON open_t TO bob", "GRANT SELECT ON open_t TO readers"]
+    with admin_and_bob(srv, setup) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            admin.execute("DROP TABLE open_t")
+            admin.execute("DROP TABLE IF EXISTS open_t")  # missing: nothing to do
+            grants = "SELECT \"table\" FROM system.grants WHERE privilege <> 'MEMBER'"
+            assert admin.execute(grants).fetchall() == []
+            for sql in recreate:
+                admin.execute(sql)
+            assert admin.execute(grants).fetchall() == []
+        for sql in ("SELECT a FROM open_t", "INSERT INTO open_t VALUES (3)"):
+            with pytest.raises(DENIED):
+                bob.execute(sql)
+
+
+def test_analytical_a_drop_killed_before_its_commit_leaves_no_grant_to_pass_on(
+        tmp_path, monkeypatch) -> None:
+    """kill -9 in a server's DROP TABLE after its grants are removed, before the catalog's
+    commit: the table is still there, without its grants (an admin grants them again),
+    and a table of its name made after a drop gets none."""
+    import signal
+    import subprocess
+    import sys
+
+    from cryptdisk.server import AnalyticalEngine, Privileges, UserStore
+    from tests.db.test_db_crash import env
+    from tests.fields.conftest import CONFIG
+
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config, path, users = tmp_path / "c.toml", tmp_path / "db", tmp_path / "users"
+    config.write_text(CONFIG)
+    engine = AnalyticalEngine(path, config)
+    store = UserStore(users, engine.keyring, iterations=4096)
+    store.set_user("admin", "pw", admin=True, create=True)
+    store.set_user("bob", "pw", create=True)
+    store.change_grants(["bob"], ["t"], ["SELECT"], grant=True)
+    engine.db.sql("CREATE TABLE t (a BIGINT)")
+    engine.close()
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("drop_child.py")),
+                              str(path), str(config), str(users), "t"],
+                             stdout=subprocess.PIPE, text=True, env=env())
+    try:
+        assert child.stdout.readline().strip() == "open"
+        assert child.stdout.readline().strip() == "paused"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.stdout.close()
+        child.wait()
+    engine = AnalyticalEngine(path, config)
+    try:
+        store = UserStore(users, engine.keyring, iterations=4096)
+        assert "t" in engine.db.catalog.tables  # not dropped, and not granted
+        assert not Privileges(store, "bob").allowed("t", "SELECT")
+        engine.db.sql("DROP TABLE t")  # (embedded: no grant to remove)
+        engine.db.sql("CREATE TABLE t (a BIGINT)")
+        assert not Privileges(store, "bob").allowed("t", "SELECT")
+    finally:
+        engine.close()
+
+
+def test_analytical_grants_of_tables_dropped_while_stopped_go_when_it_starts(
+        start_server, analytical, tmp_path) -> None:
+    """A table dropped by an embedded connection while the server was stopped keeps its
+    grants in the server's user file; the server removes grants on names no table has
+    when it starts, before a table of the name can be made."""
+    import warnings
+
+    import cryptdisk
+    from cryptdisk.server import AnalyticalEngine, ScramAuthenticator
+
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t, secret TO bob",
+                             "GRANT SELECT ON system.parts TO bob"]) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+    store = srv.server.authenticator.store
+    srv.stop()  # (closes the engine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        with cryptdisk.connect(tmp_path / "a.db") as db:
+            db.sql("DROP TABLE open_t")  # embedded, the server stopped: it sees nothing
+        engine = AnalyticalEngine(tmp_path / "a.db")
+    assert "open_t" in store.grants("bob")
+    srv = start_server(engine, authenticator=ScramAuthenticator(store, delay=0.01,
+                                                                max_delay=0.05))
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        rows = admin.execute("SELECT \"table\" FROM system.grants WHERE \"user\" = 'bob' "
+                             "ORDER BY 1").fetchall()
+        assert rows == [("secret",), ("system.parts",)]
+        admin.execute("CREATE TABLE open_t (a BIGINT)")
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True) as bob:
+        with pytest.raises(DENIED):
+            bob.execute("SELECT a FROM open_t")
+        assert bob.execute("SELECT s FROM secret").fetchall() == [("hidden",)]
+
+
+def test_analytical_a_drop_that_fails_keeps_its_grants(analytical, tmp_path) -> None:
+    """The grants are removed before the catalog's commit: a DROP TABLE that fails (here
+    on a read-only database) gives them back."""
+    import warnings
+
+    from cryptdisk.server import AnalyticalEngine, Privileges, UserStore
+    from cryptdisk.server._engines import StatementError
+
+    analytical.db.sql("CREATE TABLE t (a BIGINT)")
+    analytical.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        engine = AnalyticalEngine(tmp_path / "a.db", read_only=True)
+    store = UserStore(tmp_path / "users", engine.keyring, iterations=4096)
+    store.set_user("admin", "pw", admin=True, create=True)
+    store.set_user("bob", "pw", create=True)
+    store.change_grants(["bob"], ["t"], ["INSERT", "SELECT"], grant=True)
+    session = engine.open_session()
+    session.set_privileges(Privileges(store, "admin"))
+    try:
+        with pytest.raises(StatementError):
+            session.run("DROP TABLE t", [])
+        assert "t" in engine.db.catalog.tables
+        assert store.grants("bob") == {"t": ["INSERT", "SELECT"]}
+    finally:
+        session.close()
+        engine.close()

@@ -26,7 +26,7 @@ from ._policies import (
 )
 from ._remote import is_url, location, publish
 from ._rows import python_rows
-from ._schema import alter_table_statement
+from ._schema import alter_table_statement, table_statement
 from ._sql import change_statement, split_statements
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPolicy",
@@ -35,4 +35,4 @@ __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPol
            "change_statement",
            "connect", "is_url", "location", "mutation_policies",
            "parser_cursor", "publish", "python_rows", "read_policies", "role_query", "scalar",
-           "serialize_sql", "split_statements"]
+           "serialize_sql", "split_statements", "table_statement"]

@@ -1383,6 +1383,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             self._create_as(st)
             return
         meta = self._new_table(st)
+        self._forget_policies(st.name)  # a dropped table's, left by a crash (see _schema)
         self.catalog.tables[st.name] = meta
         try:
             self._commit()

@@ -106,6 +106,11 @@ class MaintenanceMixin(DatabaseState):
         with contextlib.suppress(Exception):
             self.con.unregister(meta.name)
         self._remove_parts(meta.parts)
+        try:  # its policy attachments go with it (a crash before: see _forget_policies)
+            self._forget_policies(meta.name)
+        except CryptdiskError as exc:  # dropped: the next table of the name removes them
+            log.warning("DROP TABLE %s: its policies stay in %s until a table of the name "
+                        "is created (%s)", meta.name, self.policies_path, exc)
 
     def _truncate(self, st: _sql.Truncate) -> None:
         self._replace_parts(self.table(st.name), [])

@@ -17,9 +17,16 @@ Masking and row access policies (``PATH.policies``, kept by ``cryptdisk serve``)
 tables and columns: a rename carries them. The file is written first with the policies
 under both the old and the new name, then the catalog is committed, then the file is
 written with the new name only; a crash between leaves a policy on a name that no
-table has (it protects a table created with that name later), never a table without
-its policy. A column named by a row access policy is not renamed or dropped, nor a
-masked column dropped: the error says to unset the policy first.
+table has, never a table without its policy. A column named by a row access policy is
+not renamed or dropped, nor a masked column dropped: the error says to unset the policy
+first.
+
+``DROP TABLE`` removes the table's policy attachments after its catalog commit (the
+policies themselves stay). What a crash leaves on a name no table has never reaches a
+later table of that name: ``CREATE TABLE``, ``CREATE TABLE ... AS`` and ``RENAME TO``
+remove the attachments under the name before their own commit
+(:meth:`SchemaMixin._forget_policies`), and ``cryptdisk serve`` removes them as it
+starts.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
 else:
     DatabaseState = object  # the type checker's view only: see _state
 
-__all__ = ["SchemaMixin", "alter_table_statement"]
+__all__ = ["SchemaMixin", "alter_table_statement", "table_statement"]
 
 
 def alter_table_statement(sql: str) -> Any:
@@ -63,6 +70,20 @@ def alter_table_statement(sql: str) -> Any:
     except DatabaseError:
         return None
     return st if isinstance(st, _sql.AlterTable) else None
+
+
+def table_statement(sql: str) -> Any:
+    """The statement that creates, drops, renames or changes one of the database's tables
+    that ``sql`` is (``CREATE TABLE``, ``DROP TABLE``, ``ALTER TABLE``: an object with
+    ``name``), or None for any other statement."""
+    from . import _sql
+
+    try:
+        st = _sql.parse(sql)
+    except DatabaseError:
+        return None
+    return st if isinstance(st, (_sql.CreateTable, _sql.DropTable, _sql.AlterTable)) \
+        else None
 
 
 class SchemaMixin(DatabaseState):
@@ -90,6 +111,7 @@ class SchemaMixin(DatabaseState):
         finally:
             self._release()
         meta.parts = parts
+        self._forget_policies(meta.name)  # a dropped table's, left by a crash
         self.catalog.tables[meta.name] = meta
         try:
             self._commit()
@@ -160,6 +182,8 @@ class SchemaMixin(DatabaseState):
             raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a temporary table "
                                 f"{new} of this connection has the name")
         old = meta.name
+        if old.lower() != new.lower():
+            self._forget_policies(new)  # a dropped table's, left by a crash
 
         def carry(data: dict[str, Any], both: bool) -> None:
             for kind in ("columns", "rows"):
@@ -198,6 +222,21 @@ class SchemaMixin(DatabaseState):
         self._write_policies(both)
         commit()
         carry(data, False)
+        self._write_policies(data)
+
+    def _forget_policies(self, table: str) -> None:
+        """Remove the masking and row access policy attachments kept under the name
+        ``table`` (any case) from the policy file, the policies themselves left. Called
+        after a ``DROP TABLE``'s catalog commit (so a crash never leaves a table without
+        its policies) and before the commit of a table given the name (``CREATE TABLE``,
+        ``CREATE TABLE ... AS``, ``RENAME TO``), which removes what a drop killed before
+        its clean-up left: a new table never gets an old table's policies."""
+        data = self._policy_data()
+        key = table.lower()
+        if data is None or (key not in data["columns"] and key not in data["rows"]):
+            return
+        data["columns"].pop(key, None)
+        data["rows"].pop(key, None)
         self._write_policies(data)
 
     def _policy_data(self) -> dict[str, Any] | None:

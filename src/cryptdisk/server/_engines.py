@@ -575,8 +575,8 @@ class _AnalyticalSession(EngineSession):
             return self._block_statement(words)
         text = self._sql(sql, params)
         try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
-            table = self._alter(text) if words[:2] == ["ALTER", "TABLE"] \
-                else self._execute(text)
+            table = self._alter(text) if words[1:2] == ["TABLE"] and \
+                words[0] in ("ALTER", "CREATE", "DROP") else self._execute(text)
         except StatementError:
             raise
         except Exception as exc:
@@ -683,21 +683,36 @@ class _AnalyticalSession(EngineSession):
                 for item, o in zip(items, oids, strict=True)]
 
     def _alter(self, text: str) -> Any:
-        """Run ``ALTER TABLE ...``: a change of a table's name or columns holds the policy
-        store's lock (the database carries policies in its file; the store reads it again
-        after), and a renamed table's grants follow it."""
-        from ..db import alter_table_statement
+        """Run ``CREATE``, ``DROP`` or ``ALTER TABLE``: it holds the policy store's lock
+        (the database changes the policy file: a rename carries a table's policies, a drop
+        removes them, a new table's name loses what a crash left on it; the store reads the
+        file again after). A renamed table's grants follow it; a dropped table's are
+        removed before the catalog's commit (a crash between leaves the table without
+        them, never a later table of its name with them) and given back if it fails."""
+        from ..db import table_statement
 
-        alter = alter_table_statement(text)
+        st = table_statement(text)
         policies = self.engine.policies
-        if alter is None:
+        if st is None:
             return self._execute(text)
-        with policies.changing() if policies is not None else contextlib.nullcontext():
-            before = self.engine.db.catalog.tables.name(alter.name)
-            result = self._execute(text)
         store = getattr(self.privileges, "store", None)
-        if alter.action == "rename" and store is not None and before is not None:
-            store.rename_table_grants(before, alter.new_name)
+        action = getattr(st, "action", None)
+        dropping = type(st).__name__ == "DropTable"
+        with policies.changing() if policies is not None else contextlib.nullcontext():
+            before = self.engine.db.catalog.tables.name(st.name)
+            removed: dict[str, list[str]] = {}
+            if dropping and store is not None and before is not None:
+                removed = store.drop_table_grants(before)
+            try:
+                result = self._execute(text)
+            except BaseException:
+                if removed and store is not None and before is not None and \
+                        self.engine.db.catalog.tables.name(before) is not None:
+                    for name, actions in removed.items():
+                        store.change_grants([name], [before.lower()], actions, grant=True)
+                raise
+        if action == "rename" and store is not None and before is not None:
+            store.rename_table_grants(before, st.new_name)
         return result
 
     def _execute(self, text: str) -> Any:

@@ -452,6 +452,30 @@ class PolicyStore:
                 raise StatementError(str(exc), "42P01") from None
         return {c: str(t) for c, t in cols}
 
+    def _table_names(self) -> set[str]:
+        """The database's tables, lower case (as policies keep them)."""
+        with self._turn():
+            return {t.lower() for t in self.engine.db.catalog.tables}
+
+    def forget_dropped(self) -> list[str]:
+        """Remove the policy attachments of names no table has (a table dropped where the
+        attachments could not be removed: a crash between the catalog's commit and the
+        file's, or a policy file elsewhere than an embedded connection looked); the
+        policies stay. Returns the names; the file is written only when there are some."""
+        tables = self._table_names()
+        gone: list[str] = []
+
+        def change() -> None:
+            gone[:] = sorted((set(self.data["columns"]) | set(self.data["rows"])) - tables)
+            for t in gone:
+                self.data["columns"].pop(t, None)
+                self.data["rows"].pop(t, None)
+
+        data = self._fresh()
+        if (set(data["columns"]) | set(data["rows"])) - tables:
+            self._change(change)
+        return gone
+
     def _columns(self, table: str) -> dict[str, str]:
         """:meth:`_table_columns` under their lower-case names (as policies keep them)."""
         return {c.lower(): t for c, t in self._table_columns(table).items()}
@@ -534,10 +558,11 @@ class PolicyStore:
                     for name, p in sorted(self.data[kind].items())]
             return Result([("name", _TEXT), ("kind", _TEXT), ("signature", _TEXT),
                            ("body", _TEXT)], rows, f"SELECT {len(rows)}")
+        tables = self._table_names()  # (what a dropped table left is no reference)
         refs = [(t, c, p, "masking") for t, cols in sorted(self.data["columns"].items())
-                for c, p in sorted(cols.items())]
+                if t in tables for c, p in sorted(cols.items())]
         refs += [(t, ", ".join(cols), p, "row access")
-                 for t, (p, cols) in sorted(self.data["rows"].items())]
+                 for t, (p, cols) in sorted(self.data["rows"].items()) if t in tables]
         return Result([("table", _TEXT), ("column", _TEXT), ("policy", _TEXT), ("kind", _TEXT)],
                       refs, f"SELECT {len(refs)}")
 

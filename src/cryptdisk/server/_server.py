@@ -248,10 +248,27 @@ class Server:
         finally:
             self._tasks.discard(task)
 
+    def _forget_dropped(self, store: Any) -> None:
+        """On the analytical engine: remove the grants and policy attachments of names no
+        table has (tables dropped while this server did not run, by an embedded
+        connection), so a table created later with the name gets none of them."""
+        db = getattr(self.engine, "db", None)
+        if db is None or getattr(db, "read_only", False):
+            return
+        tables = {t.lower() for t in db.catalog.tables}
+        if store is not None and hasattr(store, "forget_table_grants"):
+            for name in store.forget_table_grants(tables):
+                log.info("grants on %s removed: no table has the name", name)
+        policies = getattr(self.engine, "policies", None)
+        if policies is not None:
+            for name in policies.forget_dropped():
+                log.info("policy attachments of %s removed: no table has the name", name)
+
     async def start(self) -> tuple[str, int]:
         store = getattr(self.authenticator, "store", None)
         if store is not None and getattr(store, "journal", None) is not None:
             store.recover()  # user changes committed with the data, not saved: save them
+        self._forget_dropped(store)
         self._listener = Listener(asyncio.get_running_loop(), self._client, self.workers)
         if self.sockets is not None:
             self._listener.adopt(self.sockets)

@@ -697,6 +697,47 @@ class UserStore:
 
         self._change(change)
 
+    def drop_table_grants(self, table: str) -> dict[str, list[str]]:
+        """Remove every grant on table ``table`` (``DROP TABLE``: grants go with the
+        table, as in PostgreSQL); returns them, ``{grantee: [actions]}``, so a drop that
+        fails can give them back (:meth:`change_grants`)."""
+        table = table.lower()
+        removed: dict[str, list[str]] = {}
+
+        def change() -> None:
+            removed.clear()
+            for name, entry in [*self.users.items(), *self.roles.items()]:
+                grants = entry.get("grants", {})
+                if table in grants:
+                    removed[name] = grants.pop(table)
+
+        self._change(change)
+        return removed
+
+    def forget_table_grants(self, tables: set[str]) -> list[str]:
+        """Remove the grants on unqualified names that no table of ``tables`` (lower
+        case) has: those of tables dropped where the server did not see it (an embedded
+        connection while the server was stopped). Returns the names; the file is written
+        only when there are some. Qualified names (``system.parts``) are kept."""
+        def gone() -> set[str]:
+            return {t for entry in [*self.users.values(), *self.roles.values()]
+                    for t in entry.get("grants", {}) if "." not in t and t not in tables}
+
+        if not gone():
+            return []
+        found: set[str] = set()
+
+        def change() -> None:
+            found.clear()
+            found.update(gone())
+            for entry in [*self.users.values(), *self.roles.values()]:
+                grants = entry.get("grants", {})
+                for t in found & set(grants):
+                    del grants[t]
+
+        self._change(change)
+        return sorted(found)
+
     def grant_rows(self) -> list[tuple[str, str | None, str, str | None, bool | None]]:
         """(user, table, privilege, role, admin_option): a table privilege (role and
         admin_option NULL), or a role membership (table NULL, privilege ``MEMBER``)."""
@@ -881,6 +922,13 @@ class _TxStore(UserStore):
 
     def rename_table_grants(self, old: str, new: str) -> None:
         self._do("rename_table_grants", old, new)
+
+    def drop_table_grants(self, table: str) -> dict[str, list[str]]:
+        removed = {name: list(entry.get("grants", {})[table.lower()])
+                   for name, entry in [*self.users.items(), *self.roles.items()]
+                   if table.lower() in entry.get("grants", {})}
+        self._do("drop_table_grants", table)
+        return removed
 
 
 class _Failures:
