@@ -216,6 +216,34 @@ def test_bad_columns_and_filters_fail_on_the_client(table):
                                   config=cfg)
 
 
+def test_a_filter_value_the_column_cannot_compare_with_fails_on_the_client(table, monkeypatch):
+    """Checked against the column's type when the read is planned, before any task runs
+    (not on a worker with DuckDB's message and SQL): the column, its type and the value."""
+    path, cfg, _key = table
+    monkeypatch.setattr(cryptdisk.dask._read, "_read_partition",
+                        lambda spec: pytest.fail("a task ran"))
+    for flt, typ, value in [(("k", "<", "abc"), "BIGINT", "'abc'"),
+                            (("k", "in", [1, "x"]), "BIGINT", "'x'"),
+                            (("s", ">=", 5), "VARCHAR", "5"),
+                            (("f", "=", b"1"), "DOUBLE", "b'1'")]:
+        with pytest.raises(DatabaseError) as err:
+            cryptdisk.dask.read_table(path, "t", filters=[("k", ">", 0), flt], config=cfg)
+        msg = str(err.value)
+        assert f"column {flt[0]} is {typ}" in msg and value in msg, msg
+        assert "SELECT" not in msg and "__cd_read_part" not in msg, msg
+    # A value DuckDB casts to the column's type is a filter (the engine compares so).
+    df = cryptdisk.dask.read_table(path, "t", filters=[("k", "<", "5")], config=cfg)
+    assert list(df.columns) == ["k", "s", "f"]
+
+
+def test_read_part_names_the_column_and_type_of_a_value_it_cannot_compare(table):
+    path, cfg, _key = table
+    with cryptdisk.connect(path, cfg, read_only=True) as db:
+        part = db.scan_plan("t")[0][0]
+        with pytest.raises(DatabaseError, match=r"column k is BIGINT.*'abc'"):
+            db.read_part("t", part, filters=[("k", "<", "abc")])
+
+
 def test_one_and_ed_list_in_dasks_or_of_ands_form_is_the_same_filter(client, table):
     path, cfg, _key = table
     dnf = cryptdisk.dask.read_table(path, "t", filters=[[("k", ">=", 10), ["k", "<", 20]]],

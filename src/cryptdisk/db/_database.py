@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import decimal
 import difflib
 import fcntl
 import json
@@ -670,6 +671,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             role_check_statement(self, "scan_plan()", meta.name)
             filters = meta.named_filters(filters)
             flt = filters_from_tuples(filters, self.arrow_schema(meta), DatabaseError)
+            self._check_filter_values(meta, filters)
             scan = self._scan(meta, None, flt)
             plan = []
             for part in meta.parts:
@@ -743,7 +745,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                                           schema=scan.schema)
             if filters:
                 with self._mutex:  # the DuckDB connection serves one thread at a time
-                    table = self._filter_rows(table, filters)
+                    table = self._filter_rows(table, filters, meta)
             pieces.append(table.select(cols))
         if len(pieces) == 1:
             return pieces[0]
@@ -756,7 +758,50 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                             f"{self.catalog.version} (merged or dropped since the read was "
                             "planned?)", hint="plan the read again")
 
-    def _filter_rows(self, table: pa.Table, filters: list[Any]) -> pa.Table:
+    def _filter_rows(self, table: pa.Table, filters: list[Any], meta: TableMeta) -> pa.Table:
+        """The rows of ``table`` (of table ``meta``) that pass ``filters``, compared as
+        DuckDB compares; a value DuckDB cannot compare with its column raises
+        :class:`DatabaseError` naming them."""
+        try:
+            return self._filter_sql(table, filters)
+        except duckdb.Error as exc:
+            self._check_filter_values(meta, filters)
+            raise DatabaseError(f"filters {filters!r}: {exc}") from None
+
+    def _check_filter_values(self, meta: TableMeta, filters: list[Any]) -> None:
+        """Raise :class:`DatabaseError` naming the column, its type and the value for the
+        first filter whose value DuckDB cannot compare with the column (a string that is
+        no number for a BIGINT column, a number for a VARCHAR column): each filter is
+        applied, as :meth:`_filter_rows` applies it, to a row of NULL and a row of a
+        value of the column's type (DuckDB casts a value to the column's type, or the
+        column to the value's, and casts only what is not NULL)."""
+        schema = self.arrow_schema(meta)
+        types = dict(meta.columns)
+        for item in filters:
+            col, op, value = item
+            probe = pa.table({col: _probe_values(schema.field(col).type)})
+            try:
+                self._filter_sql(probe, [item])
+            except duckdb.Error as exc:
+                values = list(value) if op in ("in", "not in") else [value]
+                bad = value if len(values) == 1 else self._bad_value(probe, col, op, values)
+                reason = str(exc).splitlines()[0].split(": ", 1)[-1]
+                raise DatabaseError(
+                    f"filter {item!r}: column {col} is {types.get(col, schema.field(col).type)}"
+                    f"; the value {bad!r} does not compare with it ({reason})",
+                    hint=f"give a value of the column's type ({type(bad).__name__} given)"
+                ) from None
+
+    def _bad_value(self, probe: pa.Table, col: str, op: str, values: list[Any]) -> Any:
+        """The first of ``values`` (of an ``in`` / ``not in`` filter) DuckDB refuses alone."""
+        for v in values:
+            try:
+                self._filter_sql(probe, [(col, op, [v])])
+            except duckdb.Error:
+                return v
+        return values
+
+    def _filter_sql(self, table: pa.Table, filters: list[Any]) -> pa.Table:
         conds, params = [], []
         for col, op, value in filters:
             if op in ("in", "not in"):
@@ -771,8 +816,6 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         try:
             got = self.con.sql(f"SELECT * FROM {view} WHERE {' AND '.join(conds)}",
                                params=params).to_arrow_table()
-        except duckdb.Error as exc:
-            raise DatabaseError(f"filters {filters!r}: {exc}") from None
         finally:
             self.con.unregister(view)
         return got.cast(table.schema)
@@ -1999,6 +2042,17 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     :class:`~cryptdisk.errors.DatabaseLockedError`.
     """
     return Database(path, config, **options)
+
+
+def _probe_values(typ: pa.DataType) -> pa.Array:
+    """NULL and, where Arrow casts 0 or ``""`` to ``typ``, a value of ``typ``."""
+    for seed in (pa.array([None, 0], pa.int32()), pa.array([None, 0], pa.int64()),
+                 pa.array([None, ""]), pa.array([None, decimal.Decimal(0)])):
+        try:
+            return seed.cast(typ)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return pa.nulls(1, typ)
 
 
 def _runs(groups: list[int], whole: set[int]) -> list[tuple[list[int], bool]]:
