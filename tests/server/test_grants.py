@@ -343,3 +343,127 @@ def test_analytical_a_drop_that_fails_keeps_its_grants(analytical, tmp_path) -> 
     finally:
         session.close()
         engine.close()
+
+
+@pytest.mark.parametrize("recreate", [
+    ["DROP TABLE open_t", "CREATE TABLE open_t (a INTEGER)"],
+    ["DROP TABLE IF EXISTS open_t", "DROP TABLE IF EXISTS open_t",
+     "CREATE TABLE open_t AS SELECT 2 AS a"],
+    ["DROP TABLE open_t", "CREATE TABLE other (a INTEGER)",
+     "ALTER TABLE other RENAME TO Open_T"],
+    ["ALTER TABLE open_t RENAME TO moved", "CREATE TABLE open_t (a INTEGER)"],
+])
+def test_sqlite_a_dropped_tables_grants_do_not_pass_to_a_new_table_of_its_name(
+        start_server, sqlite_engine, recreate) -> None:
+    """DROP TABLE (and a rename away) left the table's grants under its name in the user
+    file: a table created later with it gave bob SELECT and INSERT he was never granted.
+    A drop removes them; a rename moves them to the new name, as in PostgreSQL."""
+    srv = start_server(sqlite_engine)
+    setup = [*SQLITE_SETUP, "CREATE ROLE readers", "GRANT readers TO bob",
+             "GRANT SELECT, INSERT ON open_t TO bob", "GRANT SELECT ON open_t TO readers"]
+    with admin_and_bob(srv, setup) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            for sql in recreate:
+                admin.execute(sql)
+            admin.execute("INSERT INTO open_t VALUES (3)")
+            grants = admin.execute("SELECT \"user\", \"table\", privilege FROM system.grants "
+                                   "WHERE privilege <> 'MEMBER' ORDER BY 1, 2, 3").fetchall()
+        moved = recreate[0].startswith("ALTER")
+        assert grants == ([("bob", "moved", "INSERT"), ("bob", "moved", "SELECT"),
+                           ("readers", "moved", "SELECT")] if moved else [])
+        for sql in ("SELECT a FROM open_t", "INSERT INTO open_t VALUES (3)"):
+            with pytest.raises(DENIED):
+                bob.execute(sql)
+        if moved:
+            assert bob.execute("SELECT a FROM moved").fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize("rollback", [
+    ["BEGIN", "DROP TABLE open_t", "ROLLBACK"],
+    ["BEGIN", "SAVEPOINT s", "DROP TABLE open_t", "ROLLBACK TO s", "COMMIT"],
+    ["BEGIN", "ALTER TABLE open_t RENAME TO moved", "ROLLBACK"],
+    ["DROP TABLE open_t; DROP TABLE no_such_table"],  # one implicit transaction: it fails
+])
+def test_sqlite_a_drop_rolled_back_keeps_its_grants(start_server, sqlite_engine,
+                                                    rollback) -> None:
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*SQLITE_SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            for sql in rollback:
+                try:
+                    admin.execute(sql)
+                except psycopg.errors.UndefinedTable:
+                    pass
+            assert admin.execute("SELECT \"table\" FROM system.grants WHERE \"user\" = "
+                                 "'bob'").fetchall() == [("open_t",)]
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+    assert srv.server.authenticator.store.grants("bob") == {"open_t": ["SELECT"]}
+
+
+def test_sqlite_a_drop_in_a_transaction_commits_with_it(start_server, sqlite_engine) -> None:
+    """The grants go at the COMMIT, with the database's record of user changes (both or
+    neither after a crash), and not before: the transaction still sees them."""
+    from cryptdisk.server._engines import USERS_JOURNAL
+
+    srv = start_server(sqlite_engine)
+    store = srv.server.authenticator.store
+    with admin_and_bob(srv, [*SQLITE_SETUP, "GRANT SELECT ON open_t, secret TO bob"]):
+        with psycopg.connect(**srv.dsn) as admin:
+            admin.execute("DROP TABLE open_t")
+            assert "open_t" in store.grants("bob")  # not committed yet
+            admin.commit()
+    assert store.grants("bob") == {"secret": ["SELECT"]}
+    session = sqlite_engine.open_session()
+    try:
+        session._internal = True  # (the server's own table)
+        ((serial, text),) = session.run(f"SELECT serial, users FROM {USERS_JOURNAL}",
+                                        []).rows
+    finally:
+        session.close()
+    assert serial == store.serial
+    assert b"open_t" not in text and b"secret" in text
+
+
+def test_sqlite_grants_of_tables_dropped_while_stopped_go_when_it_starts(
+        start_server, sqlite_engine, keyring, tmp_path) -> None:
+    """A table dropped (or renamed) by an embedded connection while the server was stopped,
+    or by a server killed before it saved the user file without a journal to recover
+    from, keeps its grants in the user file; the server removes grants on names no table
+    or view has when it starts, before a table of the name can be made."""
+    from cryptdisk.server import ScramAuthenticator, SQLiteEngine
+    from cryptdisk.sqlite import connect
+
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*SQLITE_SETUP, "GRANT SELECT ON open_t, secret, v_secret TO bob",
+                             "GRANT SELECT ON audit TO bob",
+                             "GRANT SELECT ON system.parts TO bob"]) as bob:
+        assert bob.execute("SELECT a FROM open_t").fetchall() == [(1,)]
+    store = srv.server.authenticator.store
+    srv.stop()
+    sqlite_engine.close()
+    conn = connect(tmp_path / "s.db", keyring=keyring)
+    conn.execute("DROP TABLE open_t")  # embedded, the server stopped: it sees nothing
+    conn.execute("ALTER TABLE audit RENAME TO audit2")
+    conn.close()
+    assert "open_t" in store.grants("bob")
+    engine = SQLiteEngine(tmp_path / "s.db", keyring)
+    srv = start_server(engine, authenticator=ScramAuthenticator(store, delay=0.01,
+                                                                max_delay=0.05))
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        rows = admin.execute("SELECT \"table\" FROM system.grants WHERE \"user\" = 'bob' "
+                             "ORDER BY 1").fetchall()
+        assert rows == [("secret",), ("system.parts",), ("v_secret",)]
+        admin.execute("CREATE TABLE open_t (a INTEGER)")
+        admin.execute("CREATE TABLE audit (x)")
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True) as bob:
+        for sql in ("SELECT a FROM open_t", "SELECT x FROM audit"):
+            with pytest.raises(DENIED):
+                bob.execute(sql)
+        assert bob.execute("SELECT s FROM secret").fetchall() == [("hidden",)]
+    srv.stop()
+    before = store.serial
+    srv = start_server(SQLiteEngine(tmp_path / "s.db", keyring),
+                       authenticator=ScramAuthenticator(store, delay=0.01, max_delay=0.05))
+    assert store.serial == before  # nothing to remove: the user file is not written

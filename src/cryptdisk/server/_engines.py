@@ -1574,6 +1574,40 @@ class _SQLiteSession(EngineSession):
     def column_types(self, table: str) -> list[tuple[str, int]]:
         return [(c, _types.sqlite_declared_oid(t)) for c, t, _nn, _d in self.columns(table)]
 
+    def table_names(self) -> set[str]:
+        """The names (lower case) of the tables and views of the ``main`` database, as this
+        connection sees them (in its transaction); no privilege check (the catalog)."""
+        with self.lock:
+            self._fresh()
+            check, self.check = self.check, None
+            try:
+                rows = list(self.conn.execute(
+                    "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')",
+                    can_cache=False))
+            except Exception as exc:
+                raise self._failure(exc) from None
+            finally:
+                self.check = check
+        return {str(n).lower() for (n,) in rows}
+
+    def forget_table_grants(self, store: Any) -> list[str]:
+        """Remove the grants on unqualified names no table or view has (tables dropped or
+        renamed where the server did not see it: an embedded connection while it was
+        stopped), committed with the database's record of user changes as every change
+        to the users is (:meth:`commit_users`). Returns the names."""
+        self.run("BEGIN IMMEDIATE", [])  # no table is made or dropped meanwhile
+        try:
+            tables = self.table_names()
+            gone = sorted({t for entry in [*store.users.values(), *store.roles.values()]
+                           for t in entry.get("grants", {}) if "." not in t
+                           and t not in tables})
+            if gone:
+                self.commit_users(store, [("forget_table_grants", (tables,), {})])
+            return gone
+        finally:
+            if self.conn.in_transaction:
+                self.run("ROLLBACK", [])
+
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[Any]], *, typed: bool = False) -> int:
         if not rows:

@@ -249,9 +249,19 @@ class Server:
             self._tasks.discard(task)
 
     def _forget_dropped(self, store: Any) -> None:
-        """On the analytical engine: remove the grants and policy attachments of names no
-        table has (tables dropped while this server did not run, by an embedded
+        """Remove the grants (and on the analytical engine the policy attachments) of names
+        no table has (tables dropped while this server did not run, by an embedded
         connection), so a table created later with the name gets none of them."""
+        if getattr(self.engine, "name", None) == "sqlite":
+            if store is not None and hasattr(store, "forget_table_grants"):
+                session = self.engine.open_session()
+                try:
+                    gone = session.forget_table_grants(store)  # type: ignore[attr-defined]
+                finally:
+                    session.close()
+                for name in gone:
+                    log.info("grants on %s removed: no table has the name", name)
+            return
         db = getattr(self.engine, "db", None)
         if db is None or getattr(db, "read_only", False):
             return

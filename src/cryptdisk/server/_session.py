@@ -76,6 +76,8 @@ _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 #: the statements a failed transaction block still runs (25P02 for any other)
 _BLOCK_ENDS = ("ROLLBACK", "ABORT", "COMMIT", "END")
+#: ``ALTER TABLE t RENAME TO u`` (not RENAME COLUMN)
+_RENAME_TO = re.compile(r"\bRENAME\s+TO\b", re.I)
 IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
 
 
@@ -763,7 +765,68 @@ class Session:
         if head in TRANSACTION_WORDS:  # (the analytical engine: blocks of queries only)
             return await self._run_timed(head, sql, params, {}, self._transaction)
         sql, renames = self._identity(sql)
+        if head in ("DROP", "ALTER") and words[1:] in (["TABLE"], ["VIEW"]) \
+                and self.server.authenticator is not None \
+                and getattr(self.engine, "commit_users", None) is not None \
+                and (head == "DROP" or _RENAME_TO.search(sql) is not None):
+            return await self._table_statement(head, sql, params, renames)
         return await self._run_timed(head, sql, params, renames)
+
+    async def _table_statement(self, head: str, sql: str, params: list[Any],
+                               renames: dict[str, list[str]]) -> Result:
+        """SQLite: ``DROP TABLE`` / ``DROP VIEW`` removes the grants on what it drops, and
+        ``ALTER TABLE t RENAME TO u`` moves ``t``'s grants to ``u``, as in PostgreSQL, as
+        changes to the users of the statement's transaction (outside one: a transaction
+        of its own): they commit with it, in the database's record of user changes too
+        (:meth:`_commit`), so a crash leaves both or neither, and a ROLLBACK keeps the
+        grants. What the statement dropped or renamed is what left the catalog, read
+        before and after it with the write lock held."""
+        assert self.engine is not None
+        engine: Any = self.engine
+        alone = not self._in_transaction()
+        if alone:
+            self.pending_begin = True
+        try:
+            await self._begin(engine, "IMMEDIATE")
+            before = await self.call(engine.table_names)
+            result = await self._run_timed(head, sql, params, renames)
+            after = await self.call(engine.table_names)
+            await asyncio.to_thread(self._carry_grants, head, before - after, after - before)
+        except BaseException:
+            if alone:
+                await self._rollback_implicit()
+            raise
+        if alone:
+            await self._end_implicit("COMMIT")
+        return result
+
+    def _carry_grants(self, head: str, gone: set[str], made: set[str]) -> None:
+        """Record in the transaction's view of the users the removal of the grants on the
+        names ``gone`` (a rename: their move to the one name ``made``)."""
+        if not gone:
+            return
+        store = self._user_store()
+        granted = {t for entry in [*store.users.values(), *store.roles.values()]
+                   for t in entry.get("grants", {})}
+        if not gone & granted:
+            return  # (no change to the users: the commit stays a plain one)
+        tx = self._users_transaction()
+        if head == "ALTER" and len(gone) == 1 and len(made) == 1:
+            tx.rename_table_grants(next(iter(gone)), next(iter(made)))
+            return
+        for name in sorted(gone & granted):
+            tx.drop_table_grants(name)
+
+    def _users_transaction(self) -> Any:
+        """The transaction's view of the users (:meth:`._users.UserStore.transaction`),
+        made at its first change; the session's privileges read it until it ends."""
+        if self.user_tx is None:
+            assert self.server.authenticator is not None
+            self.user_tx = self.server.authenticator.transaction()
+            if self.privileges is not None:
+                self.tx_role = self.privileges.current_user
+                self.privileges.store = self.user_tx.store
+        return self.user_tx.store
 
     async def _run_timed(self, head: str, sql: str, params: list[Any],
                          renames: dict[str, list[str]], special: Any = None) -> Result:
@@ -1021,12 +1084,8 @@ class Session:
         """A user, role or grant statement, or SET ROLE, in a transaction: applied to the
         transaction's view of the users (:meth:`._users.UserStore.transaction`), which the
         session's privileges read until the transaction ends; COMMIT saves it."""
-        if self.user_tx is None:
-            assert self.server.authenticator is not None
-            self.user_tx = self.server.authenticator.transaction()
-            if self.privileges is not None:
-                self.tx_role = self.privileges.current_user
-                self.privileges.store = self.user_tx.store
+        self._users_transaction()
+        assert self.user_tx is not None
         result: Result | None = await asyncio.to_thread(self.user_tx.handle, self, sql)
         assert result is not None
         return result
