@@ -452,6 +452,33 @@ def test_find_backup_by_id_latest_and_time(tmp_path: Path) -> None:
         find_backup(repo, "@yesterday")
 
 
+def test_latest_is_refused_when_the_repository_holds_several_sources(tmp_path: Path) -> None:
+    """``latest`` alone means the newest backup only in a one-source repository; with two
+    sources it names both and how to pick one (``source=``), which takes the path as
+    ``list`` shows it (absolute) or relative to the working directory."""
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    make_db(a, rows=10)
+    make_db(b, rows=20)
+    repo = _repo(tmp_path)
+    a1 = create(repo, a).id
+    assert find_backup(repo, "latest") == a1  # one source: unchanged
+    a2 = create(repo, a).id
+    assert find_backup(repo, "latest") == a2
+    b1 = create(repo, b).id
+    with pytest.raises(BackupError, match="2 sources") as err:
+        find_backup(repo, "latest")
+    assert str(a) in str(err.value) and str(b) in str(err.value)
+    assert "--source" in (err.value.hint or "")
+    assert find_backup(repo, "latest", source=str(a)) == a2
+    assert find_backup(repo, "latest", source=b) == b1
+    with pytest.raises(BackupError, match="no backup of") as err:
+        find_backup(repo, "latest", source=tmp_path / "c.db")
+    assert str(a) in str(err.value)
+    assert find_backup(repo, a1, source=a) == a1
+    with pytest.raises(BackupError, match="not of"):
+        find_backup(repo, a1, source=b)
+
+
 def test_prune_removes_temporaries_of_killed_writes(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     d = tmp_path / "repo" / "chunks" / "ab"

@@ -246,3 +246,22 @@ def test_a_store_that_is_down_or_refuses_its_options_is_an_error_not_a_traceback
         first = r.stderr.splitlines()[0]
         assert first.startswith("cryptdisk: error: s3://bucket/repo: "), first
         assert "testing" not in r.stderr
+
+
+def test_restore_latest_names_the_source_when_the_repository_holds_several(
+        tmp_path: Path) -> None:
+    a, b, repo = tmp_path / "a.db", tmp_path / "b.db", str(tmp_path / "repo")
+    make_db(a, rows=30)
+    make_db(b, rows=40)
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    for src in (a, b):
+        r = run("create", repo, str(src), "--passphrase-env", "BK_PASS")
+        assert r.returncode == 0, r.stderr
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--passphrase-env", "BK_PASS")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert str(a) in r.stderr and str(b) in r.stderr and "--source" in r.stderr
+    assert not (tmp_path / "r.db").exists()
+    r = run("restore", repo, "latest", str(tmp_path / "r.db"), "--source", str(a),
+            "--passphrase-env", "BK_PASS")
+    assert r.returncode == 0, r.stderr
+    assert content(tmp_path / "r.db") == content(a)

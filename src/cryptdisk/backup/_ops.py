@@ -329,10 +329,31 @@ def list_backups(repo: Repository) -> list[dict[str, Any]]:
     return out
 
 
-def find_backup(repo: Repository, ref: str) -> str:
+def find_backup(repo: Repository, ref: str,
+                source: str | os.PathLike[str] | None = None) -> str:
     """The id ``ref`` names: an id, ``latest``, or ``@TIME`` (ISO 8601, UTC unless it says
-    otherwise): the newest backup taken at or before TIME."""
+    otherwise): the newest backup taken at or before TIME.
+
+    ``source`` (a path as :func:`list_backups` shows it, or relative to the working
+    directory) limits ``latest`` and ``@TIME`` to that source's backups, and checks that an
+    id is one of them. ``latest`` without ``source`` in a repository holding backups of
+    more than one source is refused, naming the sources.
+    """
     ids = repo.manifest_ids()
+    path = None if source is None else os.path.abspath(os.fspath(source))
+    if path is not None or ref == "latest":
+        sources = _sources(repo, ids)
+        if path is not None:
+            if path not in sources:
+                raise BackupError(f"no backup of {path} in {repo.url} "
+                                  f"(sources: {', '.join(sources) or 'none'})")
+            ids = sources[path]
+        elif len(sources) > 1:
+            raise BackupError(
+                f"{repo.url} holds backups of {len(sources)} sources "
+                f"({', '.join(sources)}): 'latest' does not say which",
+                hint="name one with --source PATH (as 'backup list' shows it), or give a "
+                "backup id")
     if ref == "latest" or ref.startswith("@"):
         if not ids:
             raise BackupError(f"{repo.url} has no backups")
@@ -354,9 +375,24 @@ def find_backup(repo: Repository, ref: str) -> str:
                               f"(the first: {ids[0]})")
         return best
     if ref not in ids:
+        if path is not None and ref in repo.manifest_ids():
+            raise BackupError(f"backup {ref} is not of {path}")
         raise BackupError(f"no backup {ref!r} in {repo.url} "
                           f"(backups: {', '.join(ids) or 'none'})")
     return ref
+
+
+def _sources(repo: Repository, ids: list[str]) -> dict[str, list[str]]:
+    """The path of each source backed up -> its backup ids, oldest first (manifests that
+    do not authenticate are left out: ``verify`` names them)."""
+    out: dict[str, list[str]] = {}
+    for bid in ids:
+        try:
+            src = repo.read_manifest(bid).get("source")
+        except BackupError:
+            continue
+        out.setdefault(str(src), []).append(bid)
+    return out
 
 
 def _manifest_chunks(m: dict[str, Any]) -> Iterable[str]:

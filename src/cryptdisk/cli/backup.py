@@ -74,6 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("backup_id", metavar="ID", help="backup id, 'latest', or @TIME (ISO 8601, UTC "
                    "by default): the newest backup taken at or before TIME")
     p.add_argument("target", metavar="TARGET")
+    p.add_argument("--source", metavar="PATH",
+                   help="the source (a path as 'backup list' shows it) whose latest or @TIME "
+                   "backup to restore; needed for 'latest' when the repository holds "
+                   "backups of several sources")
     p.add_argument("--table", action="append", default=[], metavar="NAME",
                    help="restore only this table (repeatable)")
     add_key_options(p, required=False)
@@ -304,7 +308,7 @@ def _restore(args: argparse.Namespace) -> int:
     from ..backup import find_backup, restore
 
     repo = _open(args)
-    backup_id = find_backup(repo, args.backup_id)
+    backup_id = find_backup(repo, args.backup_id, source=args.source)
     kind = repo.read_manifest(backup_id).get("kind")
     keys: dict[str, Any]
     if kind == "sqlite":
