@@ -395,6 +395,22 @@ def test_manifests_chain(tmp_path: Path) -> None:
     assert verify(repo).chain_breaks
 
 
+def test_init_on_s3_refuses_a_missing_bucket_unless_create_bucket(tmp_path: Path) -> None:
+    from tests.disks.s3server import s3_server
+
+    with s3_server() as endpoint:
+        opts = {"endpoint_url": endpoint, "skip_instance_cache": True}
+        with pytest.raises(BackupError, match="bucket nope does not exist") as err:
+            Repository.init("s3://nope/repo", passphrase="pw", kdf_params=FAST_KDF,
+                            storage_options=opts)
+        assert "--create-bucket" in (err.value.hint or "")
+        with pytest.raises(BackupError, match="not a backup repository"):
+            Repository.open("s3://nope/repo", passphrase="pw", storage_options=opts)
+        Repository.init("s3://nope/repo", passphrase="pw", kdf_params=FAST_KDF,
+                        storage_options=opts, create_bucket=True)
+        assert Repository.open("s3://nope/repo", passphrase="pw", storage_options=opts).id
+
+
 def test_s3_repository(tmp_path: Path) -> None:
     from tests.disks.s3server import make_bucket, s3_server
 

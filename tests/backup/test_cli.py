@@ -265,3 +265,33 @@ def test_restore_latest_names_the_source_when_the_repository_holds_several(
             "--passphrase-env", "BK_PASS")
     assert r.returncode == 0, r.stderr
     assert content(tmp_path / "r.db") == content(a)
+
+
+def test_init_refuses_a_missing_bucket_unless_asked_to_create_it(tmp_path: Path) -> None:
+    """A typo in the bucket name is an error, not a new bucket; --create-bucket creates it.
+    S3 is moto's server on loopback (its buckets live as long as this process: the names
+    are this test's own)."""
+    import s3fs
+
+    from tests.disks.s3server import ENV, make_bucket, s3_server
+
+    with s3_server() as endpoint:
+        make_bucket(endpoint, "cli-backups")
+        env = dict(ENV, AWS_EC2_METADATA_DISABLED="true")
+        opts = ("--passphrase-env", "BK_PASS", "--repo-option", f"endpoint_url={endpoint}")
+        r = run("init", "s3://bakcups/repo", *opts, env=env)
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("cryptdisk: error: "), r.stderr
+        assert "bucket bakcups does not exist" in r.stderr and "--create-bucket" in r.stderr
+        fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+        assert "bakcups" not in fs.ls("")
+        r = run("init", "s3://cli-backups/repo", *opts, env=env)  # an existing bucket
+        assert r.returncode == 0, r.stderr
+        r = run("init", "s3://cli-new-bucket/repo", *opts, "--create-bucket", env=env)
+        assert r.returncode == 0, r.stderr
+        fs.invalidate_cache()
+        assert "cli-new-bucket" in fs.ls("")
+        for url in ("s3://cli-backups/repo", "s3://cli-new-bucket/repo"):
+            r = run("list", url, *opts, env=env)
+            assert r.returncode == 0 and "no backups" in r.stdout, r.stderr

@@ -65,6 +65,31 @@ class ChunkProblem:
     problem: str  # "missing", "tampered", "truncated"
 
 
+#: fsspec protocols whose first path component is a bucket (or container) that
+#: ``makedirs`` would create.
+_BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def _missing_bucket(fs: Any, root: str) -> str | None:
+    """The bucket of ``root`` if ``fs`` is an object store with buckets and it has none of
+    that name, else None."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    if not _BUCKET_PROTOCOLS.intersection(protocols):
+        return None
+    bucket = root.strip("/").split("/", 1)[0]
+    if hasattr(fs, "call_s3"):
+        # S3: HEAD the bucket; 404 is missing, 403 a bucket these credentials may not
+        # list but may still write (whatever fails next names its own error).
+        try:
+            fs.call_s3("head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            return bucket
+        except PermissionError:
+            return None
+        return None
+    return None if fs.exists(bucket) else bucket
+
+
 class Repository:
     """An open (unlocked) backup repository. Use :meth:`init` or :meth:`open`."""
 
@@ -108,12 +133,24 @@ class Repository:
     @classmethod
     def init(cls, url: str, *, passphrase: str | None = None, keyring: Keyring | None = None,
              storage_options: dict[str, Any] | None = None,
-             kdf_params: dict[str, int] | None = None) -> Repository:
-        """Create a repository at ``url`` (an empty or new location) with a new key."""
+             kdf_params: dict[str, int] | None = None,
+             create_bucket: bool = False) -> Repository:
+        """Create a repository at ``url`` (an empty or new location) with a new key.
+
+        On an object store with buckets (``s3://``, ``gs://``, ``az://``, ...) a missing
+        bucket is refused (a typo in its name would otherwise make a new bucket) unless
+        ``create_bucket``."""
         if passphrase is None and keyring is None:
             raise BackupError("a new repository needs a passphrase or a keyring key to wrap "
                               "its key", hint="--passphrase-env VAR or --repo-keyring CONFIG")
         fs, root = cls._fs(url, storage_options)
+        bucket = _missing_bucket(fs, root)
+        if bucket is not None:
+            if not create_bucket:
+                raise BackupError(f"{url}: bucket {bucket} does not exist",
+                                  hint="check the bucket's name, or create it with "
+                                  "--create-bucket (Python: create_bucket=True)")
+            fs.mkdir(bucket)
         if fs.exists(root) and not fs.isdir(root):
             raise BackupError(f"{url} is a file, not a directory: a backup repository is a "
                               "directory", hint="give a new path or an empty directory")

@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = repo_parser("init", "create a repository", "Create a new repository with a new random "
                     "key, wrapped by the passphrase and/or keyring key given.")
+    p.add_argument("--create-bucket", action="store_true",
+                   help="create REPO's bucket (s3://BUCKET/...) if it does not exist; "
+                   "without it a missing bucket is an error")
     p.set_defaults(func=_store_errors(_init))
 
     p = repo_parser("create", "back up a database", "Back up SOURCE: a database directory "
@@ -219,7 +222,7 @@ def _warn_if_rotated(args: argparse.Namespace, repo: Any, keyring: Keyring | Non
 def _init(args: argparse.Namespace) -> int:
     from ..backup import Repository
 
-    repo = Repository.init(args.repo, **_unlock_args(args))
+    repo = Repository.init(args.repo, create_bucket=args.create_bucket, **_unlock_args(args))
     print(f"created backup repository {args.repo} (id {repo.id})")
     return 0
 
