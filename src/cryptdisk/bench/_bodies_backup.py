@@ -92,7 +92,8 @@ def cryptdisk_phase(workdir: str, phase: str, first_bytes: int,
     target = d / "restored.db"
     shutil.rmtree(target, ignore_errors=True)
     with Stopwatch() as sw:
-        got = restore(repo, find_backup(repo, "latest"), target)
+        got = restore(repo, find_backup(repo, "latest", source=Path(workdir) / "second.db"),
+                      target)
     with connect(target, read_only=True) as db:
         restored = sum(p.bytes for p in db.table("t").parts)
     if restored != second_bytes:
