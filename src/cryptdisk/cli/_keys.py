@@ -1,4 +1,4 @@
-"""Key options shared by the commands: --keyring/--config, --key-env, --key-file, --key-hex."""
+"""Key options shared by the commands: -c/--keyring/--config, --key-env, --key-file, --key-hex."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
     group = parser.add_argument_group(
         "keys", "where the key(s) come from (one of these; default: $CRYPTDISK_KEYRING)"
     )
-    group.add_argument("--keyring", "--config", dest="keyring", metavar="CONFIG",
+    group.add_argument("-c", "--keyring", "--config", dest="keyring", metavar="CONFIG",
                        help="cryptdisk TOML config ([keyring] and disks' keys) or a ClickHouse "
                        "storage_configuration XML")
     group.add_argument("--key-env", metavar="VAR", help="environment variable holding a hex key")
