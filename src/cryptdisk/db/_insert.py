@@ -176,20 +176,31 @@ class InsertMixin(DatabaseState):
             disk = policy_disk(self.policy(meta.policy))
             if self.role is not None:  # the rows a role may read, as in its queries
                 query = role_query(self, query)
-            try:
-                # field functions stay DuckDB's here: a row the scan could not compute
-                # would fail the stream half written (queries run again instead)
-                prepared = self._query_text(self._prepare(query, False))
-                parts = self._write(meta, schema, disk, prepared, columns,
-                                    self.catalog.version + 1, on_rows, by_name)
-            except duckdb.OutOfMemoryException as exc:
-                raise out_of_memory(f"INSERT INTO {meta.name}", exc,
-                                    "raise memory_limit or insert in smaller pieces") from None
-            except duckdb.Error as exc:
-                raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
-            finally:
-                self._release()
+            parts = self._insert_rows(meta, schema, disk, query, columns,
+                                      f"INSERT INTO {meta.name}",
+                                      "raise memory_limit or insert in smaller pieces",
+                                      on_rows, by_name)
             return self._publish(meta, parts)
+
+    def _insert_rows(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
+                     columns: list[str] | None, what: str, oom_hint: str,
+                     on_rows: Callable[[int], None] | None = None,
+                     by_name: bool = False) -> list[PartMeta]:
+        """Write the rows of ``query`` as new parts of ``meta`` (named for the next
+        catalog version, not yet published); DuckDB's errors become ``DatabaseError``
+        naming ``what``, running out of memory one with ``oom_hint``."""
+        try:
+            # field functions stay DuckDB's here: a row the scan could not compute
+            # would fail the stream half written (queries run again instead)
+            prepared = self._query_text(self._prepare(query, False))
+            return self._write(meta, schema, disk, prepared, columns,
+                               self.catalog.version + 1, on_rows, by_name)
+        except duckdb.OutOfMemoryException as exc:
+            raise out_of_memory(what, exc, oom_hint) from None
+        except duckdb.Error as exc:
+            raise DatabaseError(f"{what}: {exc}") from None
+        finally:
+            self._release()
 
     def _query_text(self, prepared: Any) -> str:
         """The SQL that reads the rows of a query :meth:`_prepare` prepared: its text, or

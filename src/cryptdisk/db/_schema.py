@@ -43,7 +43,6 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ..format import open_file
-from ._memory import out_of_memory
 from ._partread import read_part
 from ._parts import verify_part, write_parts
 from ._policies import read_policies, role_check_statement, role_query
@@ -99,17 +98,8 @@ class SchemaMixin(DatabaseState):
         meta = self._new_table(dataclasses.replace(st, columns=columns, query=None))
         schema = self.arrow_schema(meta)
         disk = policy_disk(self.policy(meta.policy))
-        try:
-            prepared = self._query_text(self._prepare(query, False))
-            parts = self._write(meta, schema, disk, prepared, None,
-                                self.catalog.version + 1, None)
-        except duckdb.OutOfMemoryException as exc:
-            raise out_of_memory(f"CREATE TABLE {st.name} AS", exc,
-                                "raise memory_limit") from None
-        except duckdb.Error as exc:
-            raise DatabaseError(f"CREATE TABLE {st.name} AS: {exc}") from None
-        finally:
-            self._release()
+        parts = self._insert_rows(meta, schema, disk, query, None,
+                                  f"CREATE TABLE {st.name} AS", "raise memory_limit")
         meta.parts = parts
         self._forget_policies(meta.name)  # a dropped table's, left by a crash
         self.catalog.tables[meta.name] = meta

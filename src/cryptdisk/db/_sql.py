@@ -372,13 +372,18 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
     if not tm:
         raise DatabaseError(f"CREATE TABLE {name}: cannot read {tail!r} after the columns; "
                             "expected [ORDER BY col] [SETTINGS storage_policy = 'name']")
-    order = None
-    if tm.group(1):
-        raw = tm.group(1).strip()
-        raw = raw[1:-1] if raw.startswith("(") else raw
-        order = [unquote(c.strip()) for c in _split_top(raw)] or None
+    order = _order_by(tm.group(1))
     settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
     return CreateTable(name, columns, order, settings, bool(m.group(1)))
+
+
+def _order_by(text: str | None) -> list[str] | None:
+    """The column names of an ``ORDER BY col`` or ``ORDER BY (c1, c2)`` clause's text."""
+    if not text:
+        return None
+    raw = text.strip()
+    raw = raw[1:-1] if raw.startswith("(") else raw
+    return [unquote(c.strip()) for c in _split_top(raw)] or None
 
 
 _CREATE_AS = re.compile(
@@ -398,11 +403,7 @@ def _parse_create_as(name: str, rest: str, if_not_exists: bool) -> CreateTable:
             f"CREATE TABLE {name}: give the columns, e.g. CREATE TABLE {name} (a BIGINT, "
             f"b VARCHAR), or a query: CREATE TABLE {name} [ORDER BY col] AS SELECT ...",
             hint="the clauses go before AS: ENGINE = MergeTree, ORDER BY, SETTINGS")
-    order = None
-    if m.group(1):
-        raw = m.group(1).strip()
-        raw = raw[1:-1] if raw.startswith("(") else raw
-        order = [unquote(c.strip()) for c in _split_top(raw)] or None
+    order = _order_by(m.group(1))
     settings = _settings(m.group(2), "SETTINGS") if m.group(2) else {}
     return CreateTable(name, [], order, settings, if_not_exists, query)
 
