@@ -487,6 +487,12 @@ def test_latest_is_refused_when_the_repository_holds_several_sources(tmp_path: P
     assert "--source" in (err.value.hint or "")
     assert find_backup(repo, "latest", source=str(a)) == a2
     assert find_backup(repo, "latest", source=b) == b1
+    # @TIME is as ambiguous: the newest backup of any source before TIME could be b's
+    with pytest.raises(BackupError, match="2 sources") as err:
+        find_backup(repo, "@2999-01-01T00:00")
+    assert "'@2999-01-01T00:00' does not say which" in str(err.value)
+    assert find_backup(repo, "@2999-01-01T00:00", source=a) == a2
+    assert find_backup(repo, "@2999-01-01T00:00", source=b) == b1
     with pytest.raises(BackupError, match="no backup of") as err:
         find_backup(repo, "latest", source=tmp_path / "c.db")
     assert str(a) in str(err.value)

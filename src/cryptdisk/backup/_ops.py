@@ -336,12 +336,13 @@ def find_backup(repo: Repository, ref: str,
 
     ``source`` (a path as :func:`list_backups` shows it, or relative to the working
     directory) limits ``latest`` and ``@TIME`` to that source's backups, and checks that an
-    id is one of them. ``latest`` without ``source`` in a repository holding backups of
-    more than one source is refused, naming the sources.
+    id is one of them. ``latest`` or ``@TIME`` without ``source`` in a repository holding
+    backups of more than one source is refused, naming the sources.
     """
     ids = repo.manifest_ids()
     path = None if source is None else os.path.abspath(os.fspath(source))
-    if path is not None or ref == "latest":
+    by_time = ref == "latest" or ref.startswith("@")
+    if path is not None or by_time:
         sources = _sources(repo, ids)
         if path is not None:
             if path not in sources:
@@ -351,10 +352,10 @@ def find_backup(repo: Repository, ref: str,
         elif len(sources) > 1:
             raise BackupError(
                 f"{repo.url} holds backups of {len(sources)} sources "
-                f"({', '.join(sources)}): 'latest' does not say which",
+                f"({', '.join(sources)}): {ref!r} does not say which",
                 hint="name one with --source PATH (as 'backup list' shows it), or give a "
                 "backup id")
-    if ref == "latest" or ref.startswith("@"):
+    if by_time:
         if not ids:
             raise BackupError(f"{repo.url} has no backups")
         if ref == "latest":

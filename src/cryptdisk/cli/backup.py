@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("target", metavar="TARGET")
     p.add_argument("--source", metavar="PATH",
                    help="the source (a path as 'backup list' shows it) whose latest or @TIME "
-                   "backup to restore; needed for 'latest' when the repository holds "
+                   "backup to restore; needed for 'latest' and @TIME when the repository holds "
                    "backups of several sources")
     p.add_argument("--table", action="append", default=[], metavar="NAME",
                    help="restore only this table (repeatable)")
