@@ -43,6 +43,9 @@ def test_one_shape_prepared_once_and_a_revoke_counts_at_once(start_server,
         admin.execute("DROP TABLE t")
         admin.execute("CREATE TABLE t (b TEXT, a INTEGER)")
         admin.execute("INSERT INTO t VALUES ('new', 3)")
+        with pytest.raises(DENIED):  # the drop took the old table's grants with it
+            bob.execute("SELECT b FROM t WHERE a = 3")
+        admin.execute("GRANT SELECT ON t TO bob")
         assert bob.execute("SELECT b FROM t WHERE a = 3").fetchall() == [("new",)]
 
 
