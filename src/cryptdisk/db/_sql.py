@@ -499,12 +499,7 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
         column = unquote(m.group(1))
         if re.search(r"(?is)\bUSING\b", m.group(2)):
             return None  # (refused, with the way round it)
-        try:
-            typ = _column_type(table, column, m.group(2).strip())
-        except DatabaseError as exc:
-            raise DatabaseError(str(exc).replace(f"CREATE TABLE {table}: column",
-                                                 f"ALTER TABLE {table} ALTER COLUMN", 1),
-                                hint=exc.hint) from None
+        typ = _alter_type(table, column, m.group(2), "ALTER COLUMN")
         return AlterTable(table, "type", column, type=typ)
     if m := re.fullmatch(rf"(?is)RENAME\s+TO\s+({_IDENT})", rest):
         return AlterTable(table, "rename", new_name=unquote(m.group(1)))
@@ -522,13 +517,19 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
             re.match(r"(?is)ADD\s+(?:COLUMN\s+)?\(", rest):
         return None
     column = unquote(m.group(2))
+    typ = _alter_type(table, column, m.group(3), "ADD COLUMN")
+    return AlterTable(table, "add", column, type=typ, if_exists=bool(m.group(1)))
+
+
+def _alter_type(table: str, column: str, text: str, form: str) -> str:
+    """``text``'s column type checked as ``CREATE TABLE`` checks it, its errors naming the
+    ``ALTER TABLE table <form>`` they come from."""
     try:
-        typ = _column_type(table, column, m.group(3).strip())
+        return _column_type(table, column, text.strip())
     except DatabaseError as exc:
         raise DatabaseError(str(exc).replace(f"CREATE TABLE {table}: column",
-                                             f"ALTER TABLE {table} ADD COLUMN", 1),
+                                             f"ALTER TABLE {table} {form}", 1),
                             hint=exc.hint) from None
-    return AlterTable(table, "add", column, type=typ, if_exists=bool(m.group(1)))
 
 
 #: Words after which a ``DELETE`` / ``UPDATE`` clause starts (found outside parentheses,
