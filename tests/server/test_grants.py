@@ -467,3 +467,22 @@ def test_sqlite_grants_of_tables_dropped_while_stopped_go_when_it_starts(
     srv = start_server(SQLiteEngine(tmp_path / "s.db", keyring),
                        authenticator=ScramAuthenticator(store, delay=0.01, max_delay=0.05))
     assert store.serial == before  # nothing to remove: the user file is not written
+
+
+def test_analytical_copy_from_a_server_file_is_for_admins(start_server, analytical, tmp_path
+                                                           ) -> None:
+    """COPY t FROM 'file' reads a file of the server's machine, as read_csv does: an admin
+    loads it into the table, a user with INSERT on the table is refused."""
+    data = tmp_path / "rows.csv"
+    data.write_text("a\n5\n6\n")
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, "CREATE TABLE sink (a BIGINT)", "GRANT INSERT ON sink TO bob"]
+    with admin_and_bob(srv, setup) as bob:
+        with pytest.raises(DENIED):
+            bob.execute(f"COPY sink FROM '{data}' (HEADER)")
+        with pytest.raises(DENIED):
+            bob.execute(f"COPY sink (a) FROM '{data}'")
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        assert admin.execute("SELECT count(*) FROM sink").fetchone() == (0,)
+        admin.execute(f"COPY sink FROM '{data}' (HEADER)")
+        assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == [(5,), (6,)]

@@ -1300,20 +1300,22 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     raise
                 self._block = block
                 return result
-            if isinstance(st, (_sql.Insert, _sql.DropTable, _sql.Truncate, _sql.AlterTable,
-                               _sql.Delete, _sql.Update)) and self._temporary_table(
-                    st.table if isinstance(st, (_sql.Insert, _sql.Delete, _sql.Update))
-                    else st.name):
+            if isinstance(st, (_sql.Insert, _sql.CopyFrom, _sql.DropTable, _sql.Truncate,
+                               _sql.AlterTable, _sql.Delete, _sql.Update)) and \
+                    self._temporary_table(st.name if isinstance(st, (
+                        _sql.DropTable, _sql.Truncate, _sql.AlterTable)) else st.table):
                 self._session_changed()  # DuckDB's own table (CREATE TEMP TABLE): its own
                 return self._run_duckdb(_for_duckdb(self, statement.strip().rstrip(";")))
             # a writer of a database at a URL only adds, each commit on condition that no
             # other commit came first (see _commit)
             self._writable(_statement_words(st),
-                           adds=isinstance(st, (_sql.CreateTable, _sql.Insert)))
+                           adds=isinstance(st, (_sql.CreateTable, _sql.Insert,
+                                                _sql.CopyFrom)))
             if self.role is not None:  # a role may not drop or rewrite a protected table
                 self._role_check(st)
             handler = {
                 _sql.CreateTable: self._create, _sql.Insert: self._insert_sql,
+                _sql.CopyFrom: self._copy_from,
                 _sql.DropTable: self._drop, _sql.Truncate: self._truncate,
                 _sql.AlterSetting: self._alter, _sql.AlterTable: self._alter_table,
                 _sql.Optimize: self._optimize_stmt,
@@ -1867,6 +1869,8 @@ def _statement_words(st: _sql.Statement) -> str:
         return "SYSTEM ROTATE KEYS" if st.command == "rotate" else "SYSTEM REENCRYPT"
     if isinstance(st, _sql.Insert):
         return f"INSERT INTO {st.table}"
+    if isinstance(st, _sql.CopyFrom):
+        return f"COPY {st.table} FROM"
     if isinstance(st, _sql.Delete):
         return f"DELETE FROM {st.table}"
     if isinstance(st, _sql.Update):

@@ -50,6 +50,8 @@ INSERT_BLOCK_BYTES = 32 << 20
 _SOURCE = "__cd_insert_source"
 #: the temporary table an INSERT ... VALUES list is cast into (see _values_table)
 _VALUES_TABLE = "__cd_insert_values"
+#: the temporary table DuckDB's COPY ... FROM loads a file into (see _copy_from)
+_COPY_TABLE = "__cd_copy_source"
 #: the name an answer from the catalog is read by (see _query_text)
 _ANSWER = "__cd_insert_answer"
 
@@ -156,6 +158,46 @@ class InsertMixin(DatabaseState):
 
     def _insert_sql(self, st: _sql.Insert) -> None:
         self.insert_query(st.table, st.query, columns=st.columns, by_name=st.by_name)
+
+    def _copy_from(self, st: _sql.CopyFrom) -> None:
+        """``COPY t [(c1, ...)] FROM 'file' [options]``: DuckDB's own ``COPY`` loads the
+        file into a temporary table of ``t``'s columns (its format, options, column
+        mapping and casts as DuckDB's ``COPY`` into a table of ``t``'s has them), whose
+        rows are then written as one insert (one set of parts, one catalog commit)."""
+        meta: TableMeta = self.table(st.table)
+        names = {c.lower(): c for c, _t in meta.columns}
+        named = ""
+        if st.columns is not None:
+            unknown = [c for c in st.columns if c.lower() not in names]
+            if unknown:
+                raise DatabaseError(f"COPY {meta.name} FROM: no column(s) {', '.join(unknown)} "
+                                    f"(columns: {', '.join(names.values())})")
+            if len({c.lower() for c in st.columns}) != len(st.columns):
+                raise DatabaseError(f"COPY {meta.name} FROM: a column is named twice")
+            named = f" ({', '.join(_quote(names[c.lower()]) for c in st.columns)})"
+        name = _COPY_TABLE
+        types = ", ".join(f"{_quote(c)} {t}" for c, t in meta.columns)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({types})")
+        try:
+            try:
+                self.con.execute(f"COPY temp.{name}{named} FROM {st.source}")
+            except duckdb.OutOfMemoryException as exc:
+                raise out_of_memory(f"COPY {meta.name} FROM", exc,
+                                    "raise memory_limit, or insert the file as it is read: "
+                                    f"INSERT INTO {meta.name} SELECT * FROM read_parquet('file')"
+                                    ) from None
+            except duckdb.Error as exc:
+                text = str(exc).replace(f"temp.{name}", _quote(meta.name)).replace(
+                    name, meta.name)
+                raise DatabaseError(f"COPY {meta.name} FROM: {text}") from None
+            schema = self.arrow_schema(meta)
+            disk = policy_disk(self.policy(meta.policy))
+            parts = self._insert_rows(meta, schema, disk, f"SELECT * FROM temp.{name}", None,
+                                      f"COPY {meta.name} FROM",
+                                      "raise memory_limit or load the file in smaller pieces")
+            self._publish(meta, parts)
+        finally:
+            self.con.execute(f"DROP TABLE IF EXISTS temp.{name}")
 
     def insert_query(self, table: str, query: str, *, columns: list[str] | None = None,
                      on_rows: Callable[[int], None] | None = None,

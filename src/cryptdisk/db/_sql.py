@@ -8,6 +8,7 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
         AS {SELECT ... | WITH ... | FROM ... | VALUES ...}
     INSERT INTO t [(c1, ...) | BY NAME | BY POSITION]
         {SELECT ... | VALUES ... | WITH ... | FROM ...}
+    COPY t [(c1, ...)] FROM 'file' [(options) | WITH (options)]
     DROP TABLE [IF EXISTS] t
     TRUNCATE [TABLE] t
     ALTER TABLE t MODIFY SETTING storage_policy = 'name'
@@ -34,6 +35,7 @@ from ._columns import UNQUOTED_IDENT, referenced_tables
 __all__ = [
     "AlterSetting",
     "AlterTable",
+    "CopyFrom",
     "CreateTable",
     "Delete",
     "DropTable",
@@ -71,6 +73,15 @@ class Insert:
     query: str
     columns: list[str] | None = None
     by_name: bool = False  # INSERT INTO t BY NAME: the query's columns matched by name
+
+
+@dataclass
+class CopyFrom:
+    """``COPY table [(c1, ...)] FROM source``: DuckDB's ``COPY`` of a file, as one insert."""
+
+    table: str
+    source: str  # the text after FROM: 'file' and DuckDB's options, as written
+    columns: list[str] | None = None
 
 
 @dataclass
@@ -133,7 +144,7 @@ class Passthrough:
     sql: str
 
 
-Statement = (CreateTable | Insert | DropTable | Truncate | AlterSetting | AlterTable
+Statement = (CreateTable | Insert | CopyFrom | DropTable | Truncate | AlterSetting | AlterTable
              | Optimize | SystemCommand | Delete | Update | Passthrough)
 
 
@@ -410,8 +421,8 @@ def _parse_create_as(name: str, rest: str, if_not_exists: bool) -> CreateTable:
 
 #: The first words of the statements :func:`parse` handles or refuses; any other goes to
 #: DuckDB untouched, without trying (and, in a new process, compiling) the patterns below.
-_OWN_WORDS = frozenset({"CREATE", "INSERT", "DROP", "TRUNCATE", "ALTER", "OPTIMIZE", "SYSTEM",
-                        "UPDATE", "DELETE", "SET", "RESET", "PRAGMA", "EXPORT", "IMPORT"})
+_OWN_WORDS = frozenset({"CREATE", "INSERT", "COPY", "DROP", "TRUNCATE", "ALTER", "OPTIMIZE",
+                        "SYSTEM", "UPDATE", "DELETE", "SET", "RESET", "PRAGMA", "EXPORT", "IMPORT"})
 
 
 def first_word(s: str) -> str:
@@ -450,6 +461,17 @@ def parse(sql: str) -> Statement:
             raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
                                 "table name")
         return Insert(unquote(m.group(1)), rest, cols, by_name)
+    if m := re.match(rf"(?is)COPY\s+({_IDENT})\s*(\([^()]*\)\s*)?FROM\b\s*", s):
+        source = s[m.end():]
+        if re.match(r"(?is)STDIN\b", source):
+            raise NotSupportedError(
+                "COPY ... FROM STDIN is a client's: the embedded database reads files",
+                hint=f"COPY {m.group(1)} FROM 'file.csv', or db.insert('{unquote(m.group(1))}', "
+                "data) for rows in Python; cryptdisk serve takes COPY FROM STDIN")
+        cols = None
+        if m.group(2):
+            cols = [unquote(c.strip()) for c in _split_top(m.group(2).strip()[1:-1])]
+        return CopyFrom(unquote(m.group(1)), source, cols)
     if m := re.fullmatch(rf"(?is)DROP\s+TABLE\s+(IF\s+EXISTS\s+)?({_IDENT})"
                          r"(?:\s+(?:CASCADE|RESTRICT))?", s):  # (a table has no dependents)
         return DropTable(unquote(m.group(2)), bool(m.group(1)))
@@ -674,7 +696,7 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
 
     DuckDB reads each cryptdisk table a statement names through a view made for that
     statement alone, so ``ALTER TABLE t RENAME`` renamed that view (the table stayed,
-    and the new name held the rows of that moment), ``COPY t FROM``, ``INSERT OR
+    and the new name held the rows of that moment), ``COPY main.t FROM``, ``INSERT OR
     REPLACE INTO t`` and ``WITH ... INSERT INTO t`` failed with "t is not an table", a
     view over ``t`` failed when queried, and ``CREATE OR REPLACE TABLE`` made a table in
     DuckDB's memory, gone at close. ``tables`` are the catalog's table names.
@@ -753,12 +775,12 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
                                     f"match, then INSERT INTO {name} SELECT ... the new rows")
         return
     if word == "COPY":
+        # (COPY t FROM of a table named alone is cryptdisk's: see parse)
         name = named(re.match(rf"(?is)COPY\s+{_NAME}\s*(?:\([^)]*\)\s*)?FROM\b", s))
         if name is not None:
             raise DatabaseError(
-                f"COPY {name} FROM is not supported",
-                hint=f"INSERT INTO {name} SELECT * FROM read_csv('file') (or read_parquet), "
-                f"or db.insert('{name}', path)")
+                f"COPY ... FROM: the table {name} is named without a schema (cryptdisk's "
+                "tables are in no DuckDB schema)", hint=f"COPY {name} FROM 'file'")
         return
     if word == "INSERT":
         name = named(re.match(rf"(?is)INSERT\s+OR\s+\w+\s+INTO\s+{_NAME}", s))

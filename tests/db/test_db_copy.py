@@ -1,0 +1,85 @@
+"""COPY t FROM 'file': DuckDB's COPY of a CSV or Parquet file, written as one insert."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from cryptdisk.errors import DatabaseError, NotSupportedError, TableNotFoundError
+
+
+@pytest.fixture
+def files(tmp_path):
+    parquet = tmp_path / "p.parquet"
+    duckdb.sql(f"COPY (SELECT range AS k, 'v' || range AS s FROM range(5)) TO '{parquet}'")
+    csv = tmp_path / "h.csv"
+    csv.write_text("k,s\n007,x\n2,y\n")
+    plain = tmp_path / "n.txt"
+    plain.write_text("8|a\n9|b\n")
+    return parquet, csv, plain
+
+
+def test_copy_from_parquet_is_one_insert(db, files):
+    parquet, _csv, _plain = files
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    version = db.catalog.version
+    assert db.sql(f"COPY t FROM '{parquet}'") is None
+    assert db.query("SELECT k, s FROM t ORDER BY k") == [(i, f"v{i}") for i in range(5)]
+    assert db.catalog.version == version + 1  # one catalog commit
+    assert len(db.table("t").parts) == 1
+    # nothing of DuckDB's left behind
+    assert db.query("SELECT count(*) FROM duckdb_tables() WHERE temporary") == [(0,)]
+
+
+def test_copy_from_csv_with_duckdb_options_and_a_column_list(db, files):
+    _parquet, csv, plain = files
+    db.sql("CREATE TABLE t (k VARCHAR, s VARCHAR, n INTEGER) ORDER BY k")
+    # HEADER: the first line is skipped; the file's columns go to (k, s) by position,
+    # read as the table's types (007 stays '007'), and n is NULL
+    db.sql(f"COPY t (k, s) FROM '{csv}' (FORMAT csv, HEADER)")
+    assert db.query("SELECT * FROM t ORDER BY k") == [("007", "x", None), ("2", "y", None)]
+    db.sql(f"COPY t (S, K) FROM '{plain}' WITH (FORMAT csv, DELIMITER '|', HEADER false)")
+    assert db.query("SELECT k, s FROM t WHERE n IS NULL ORDER BY k") == [
+        ("007", "x"), ("2", "y"), ("a", "8"), ("b", "9")]
+
+
+def test_copy_from_casts_as_duckdb_does_and_fails_whole(db, files, tmp_path):
+    _parquet, _csv, _plain = files
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("k,s\n1,a\nnot a number,b\n")
+    with pytest.raises(DatabaseError, match=r"(?s)COPY t FROM: .*not a number"):
+        db.sql(f"COPY t FROM '{bad}' (HEADER)")
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    assert db.table("t").parts == []
+
+
+@pytest.mark.parametrize(("sql", "error", "message"), [
+    ("COPY t (k, nope) FROM '{p}'", DatabaseError, r"no column\(s\) nope"),
+    ("COPY t (k, K) FROM '{p}'", DatabaseError, "named twice"),
+    ("COPY missing FROM '{p}'", TableNotFoundError, "missing"),
+    ("COPY t FROM '/nonexistent/x.csv'", DatabaseError, "No files found"),
+    ("COPY t FROM STDIN", NotSupportedError, "STDIN"),
+])
+def test_copy_from_errors(db, files, sql, error, message):
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR)")
+    with pytest.raises(error, match=message):
+        db.sql(sql.format(p=files[0]))
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+
+
+def test_copy_into_a_temporary_table_is_duckdbs(db, files):
+    db.sql("CREATE TEMP TABLE scratch (k BIGINT, s VARCHAR)")
+    db.sql(f"COPY scratch FROM '{files[0]}'")
+    assert db.query("SELECT count(*) FROM scratch") == [(5,)]
+    assert "scratch" not in db.catalog.tables
+
+
+def test_copy_from_on_a_read_only_connection_is_refused(tmp_path, files):
+    import cryptdisk
+
+    path = tmp_path / "ro"
+    with cryptdisk.connect(path) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR)")
+    with cryptdisk.connect(path, read_only=True) as ro, pytest.raises(DatabaseError):
+        ro.sql(f"COPY t FROM '{files[0]}'")
