@@ -338,6 +338,7 @@ def statement_error(exc: Exception) -> StatementError:
         return StatementError(text, code)
     if isinstance(exc, CryptdiskError):
         return StatementError(str(exc), "XX000", hint=exc.hint)
+    log.error("internal error", exc_info=exc)  # a bug: its traceback for the operator
     return StatementError(f"internal error: {type(exc).__name__}", "XX000")
 
 

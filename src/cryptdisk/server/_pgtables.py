@@ -322,12 +322,13 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
         for i, ((column, type_name, notnull, default), type_oid) in enumerate(
                 zip(described, oids, strict=True)):
             length = next((b[2] for b in _BASE_TYPES if b[0] == type_oid), -1)
-            rows["pg_attribute"].append((
-                oid, column, type_oid, -1, length, i + 1, 0, -1, _typmod(type_oid, type_name),
-                length in (1, 2, 4, 8), "i", "p", "", bool(notnull), default is not None,
-                False, "", "", False, True, 0, _COLLATION if type_oid in _TEXT_TYPES else 0,
-                None, None, None, None))
-            if default is not None:
+            if "pg_attribute" in wanted:
+                rows["pg_attribute"].append((
+                    oid, column, type_oid, -1, length, i + 1, 0, -1,
+                    _typmod(type_oid, type_name), length in (1, 2, 4, 8), "i", "p", "",
+                    bool(notnull), default is not None, False, "", "", False, True, 0,
+                    _COLLATION if type_oid in _TEXT_TYPES else 0, None, None, None, None))
+            if default is not None and "pg_attrdef" in wanted:
                 rows["pg_attrdef"].append((oid * 1000 + i + 1, oid, i + 1, default))
     return rows
 

@@ -889,7 +889,7 @@ class Session:
         try:
             return await self.call(fn, *args)
         except Exception as exc:
-            raise timer.error(exc) from None
+            raise timer.error(statement_error(exc)) from None
         finally:
             timer.cancel()
 
