@@ -78,6 +78,7 @@ from ._derived import (
 from ._distinct import DistinctCount, count_distinct_item, memory_limit_bytes
 from ._forksafe import track
 from ._import import ImportMixin
+from ._infoschema import catalog_views, rewrite_catalog_views
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin
 from ._keyfiles import default_key_path
 from ._maintenance import MaintenanceMixin
@@ -901,6 +902,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         if wants_system:
             for name, table in system_tables(self).items():
                 self._expose(f"__cd_system_{name}", table)
+        sql, views = rewrite_catalog_views(sql)
+        if views:  # information_schema.tables, duckdb_columns(), ...: with the tables
+            try:
+                found = catalog_views(self.con, list(self.catalog.tables.values()), views)
+            except duckdb.Error as exc:
+                raise DatabaseError(f"DuckDB's catalog views: {exc}") from None
+            for name, table in found.items():
+                self._expose(name, table)
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
