@@ -190,16 +190,20 @@ def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
     return found
 
 
-def schema_qualified_tables(tree: dict[str, Any], names: set[str]) -> list[str]:
+def schema_qualified_tables(tree: dict[str, Any], names: set[str],
+                            attached: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """References (``main.t``, ``memory.main.t``) to the tables in ``names`` qualified by
     a schema or catalog: the statement's scans of them are not in one, so as written they
-    name no table."""
+    name no table. ``attached``: the names (lower case) of attached databases, whose
+    tables (``o.t``, ``o.main.t``) are not the database's."""
     lower = {n.lower() for n in names}
     found = []
     for node in _walk(tree.get("statements", [])):
         if node.get("type") == "BASE_TABLE" and (node.get("schema_name")
                                                  or node.get("catalog_name")) \
-                and str(node.get("table_name", "")).lower() in lower:
+                and str(node.get("table_name", "")).lower() in lower \
+                and str(node.get("catalog_name") or node.get("schema_name")).lower() \
+                not in attached:
             found.append(".".join(str(node[k]) for k in ("catalog_name", "schema_name",
                                                           "table_name") if node.get(k)))
     return found

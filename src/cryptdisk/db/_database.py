@@ -923,6 +923,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             tree = self._parse_tree(sql) if prepared is None else self._prepared_tree(*prepared)
             share_walks(tree)  # the analyses below walk it once
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
+            if wrong and tree is not None:  # an attached database's table (o.t) is DuckDB's
+                wrong = schema_qualified_tables(tree, names, self._attached())
             if wrong:
                 bare = wrong[0].rsplit(".", 1)[-1]
                 raise _TableNotFound(
@@ -1282,6 +1284,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             self._check_open()
             if not _one_statement(statement, "Database.execute"):
                 return None
+            qualifier = _sql.qualified_target(statement)
+            if qualifier is not None and qualifier.lower() in self._attached():
+                return self._run_attached(statement)
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
@@ -1332,6 +1337,25 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 _sql.Delete: self._delete_stmt, _sql.Update: self._update_stmt,
             }[type(st)]
             return handler(st)  # type: ignore[operator]
+
+    def _attached(self) -> set[str]:
+        """The names (lower case) of the databases ``ATTACH`` gave this connection."""
+        try:
+            return {str(r[0]).lower() for r in self.con.execute(
+                "SELECT database_name FROM duckdb_databases() WHERE NOT internal AND "
+                "database_name <> 'memory'").fetchall()}
+        except duckdb.Error:
+            return set()
+
+    def _run_attached(self, statement: str) -> pa.Table | None:
+        """A statement on a table of an attached database (``CREATE TABLE o.x``, ``INSERT
+        INTO o.main.x``...): DuckDB's, as written (the tables it reads from the database
+        read as in a query; on a ``role=`` connection through the role's policies)."""
+        self._session_changed()
+        sql = statement.strip().rstrip(";")
+        if self.role is not None:
+            sql = role_query(self, sql)
+        return self._run_duckdb(sql)
 
     def _temporary_table(self, name: str) -> bool:
         """Whether ``name`` (in any case) is no table of the database's but one of DuckDB's

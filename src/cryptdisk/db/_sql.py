@@ -49,6 +49,7 @@ __all__ = [
     "check_passthrough",
     "first_word",
     "parse",
+    "qualified_target",
     "split_statements",
 ]
 
@@ -422,7 +423,8 @@ def _parse_create_as(name: str, rest: str, if_not_exists: bool) -> CreateTable:
 #: The first words of the statements :func:`parse` handles or refuses; any other goes to
 #: DuckDB untouched, without trying (and, in a new process, compiling) the patterns below.
 _OWN_WORDS = frozenset({"CREATE", "INSERT", "COPY", "DROP", "TRUNCATE", "ALTER", "OPTIMIZE",
-                        "SYSTEM", "UPDATE", "DELETE", "SET", "RESET", "PRAGMA", "EXPORT", "IMPORT"})
+                        "SYSTEM", "ATTACH", "UPDATE", "DELETE", "SET", "RESET", "PRAGMA",
+                        "EXPORT", "IMPORT"})
 
 
 def first_word(s: str) -> str:
@@ -442,6 +444,12 @@ def parse(sql: str) -> Statement:
         return _parse_create(s, m)
     if m := re.match(rf"(?is)INSERT\s+INTO\s+({_IDENT})\s*", s):
         rest, cols = s[m.end():], None
+        if (q := re.match(rf"(?s)\.\s*({_IDENT})", rest)) is not None:
+            name, bare = unquote(m.group(1)), unquote(q.group(1))
+            raise DatabaseError(
+                f"INSERT INTO {name}.{bare}: a table is named without a schema (cryptdisk's "
+                f"tables are in no DuckDB schema, and no attached database is named {name})",
+                hint=f"INSERT INTO {bare} ...")
         by = re.match(r"(?is)BY\s+(NAME|POSITION)\b\s*", rest)
         by_name = by is not None and by.group(1).upper() == "NAME"
         if by is not None:  # (BY POSITION: as without it)
@@ -491,6 +499,9 @@ def parse(sql: str) -> Statement:
     if first_word(s) == "SYSTEM":
         raise DatabaseError(f"cannot read {s[:60]!r}: the SYSTEM statements are SYSTEM ROTATE "
                             "KEYS and SYSTEM REENCRYPT")
+    if first_word(s) == "ATTACH":
+        _check_attach(s)
+        return Passthrough(s)
     if re.match(r"(?is)EXPORT\s+DATABASE\b", s):
         raise DatabaseError(
             "EXPORT DATABASE writes DuckDB's own catalog, which holds none of the database's "
@@ -509,6 +520,48 @@ def parse(sql: str) -> Statement:
         raise DatabaseError("DuckDB's temporary files would hold plaintext on disk, so "
                             "cryptdisk keeps spilling off", hint="raise memory_limit instead")
     return Passthrough(s)
+
+
+_ATTACH = re.compile(r"(?is)ATTACH\s+(?:OR\s+REPLACE\s+)?(?:DATABASE\s+)?(?:IF\s+NOT\s+EXISTS\s+)?"
+                     r"(?:'((?:[^']|'')*)')?")
+_READ_ONLY = re.compile(r"(?is)\(.*\b(?:READ_ONLY(?!\s+(?:false|0|'false')\b)|ACCESS_MODE\s*"
+                        r"'?READ_ONLY\b).*\)\s*$")
+
+
+def _check_attach(s: str) -> None:
+    """Refuse an ``ATTACH`` of a database file that DuckDB may write: its file is DuckDB's
+    plaintext, out of cryptdisk's reach (``ATTACH ':memory:'`` and ``READ_ONLY`` pass)."""
+    m = _ATTACH.match(s)
+    path = m.group(1).replace("''", "'") if m and m.group(1) is not None else None
+    if path == ":memory:" or _READ_ONLY.search(s[m.end() if m else 0:]):
+        return
+    raise DatabaseError(
+        f"ATTACH {'of ' + repr(path) + ' ' if path else ''}without READ_ONLY is not supported: "
+        "DuckDB's database file is plaintext, which cryptdisk does not encrypt, and a "
+        "statement that writes into it (CREATE TABLE o.x AS SELECT * FROM t) would leave "
+        "a decrypted copy of a table's rows on disk",
+        hint="ATTACH 'file.duckdb' AS o (READ_ONLY) reads it (SELECT * FROM o.x); write "
+        "into an in-memory one, ATTACH ':memory:' AS m; export on purpose with COPY "
+        "(SELECT ...) TO 'file.parquet'")
+
+
+def qualified_target(sql: str) -> str | None:
+    """The first part of the qualified name of the table a ``CREATE TABLE``, ``INSERT``,
+    ``COPY``, ``DROP TABLE``, ``TRUNCATE``, ``ALTER TABLE``, ``DELETE`` or ``UPDATE``
+    acts on (``o`` of ``o.x`` or ``o.main.x``), unquoted; None if it names it alone."""
+    if first_word(sql.lstrip()) not in _TARGET_WORDS:
+        return None
+    m = re.match(_TARGET, sql)
+    return unquote(m.group(1)) if m is not None else None
+
+
+_TARGET_WORDS = frozenset({"CREATE", "INSERT", "COPY", "DROP", "TRUNCATE", "ALTER", "DELETE",
+                           "UPDATE"})
+_TARGET = (
+    rf"(?is)\s*(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?TABLE\s+"
+    rf"(?:IF\s+NOT\s+EXISTS\s+)?|INSERT\s+(?:OR\s+\w+\s+)?INTO\s+|COPY\s+|"
+    rf"DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?|TRUNCATE\s+(?:TABLE\s+)?|"
+    rf"ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?|DELETE\s+FROM\s+|UPDATE\s+)({_IDENT})\s*\.")
 
 
 def _parse_alter(table: str, rest: str) -> AlterTable | None:
