@@ -153,6 +153,8 @@ def test_a_failed_update_leaves_no_file_behind(db, tmp_path):
     ("DELETE FROM t USING u WHERE t.c_int = u.id", "USING"),
     ("UPDATE t SET c_str = u.s FROM u WHERE t.c_int = u.id", "FROM"),
     ("DELETE FROM t WHERE c_int = 1 RETURNING *", "RETURNING"),
+    ("INSERT INTO t (c_int) VALUES (1) RETURNING c_int", "RETURNING"),
+    ("INSERT INTO t (c_int) SELECT 1 RETURNING *", "RETURNING"),
     ("MERGE INTO t USING u ON t.c_int = u.id WHEN MATCHED THEN DELETE", "MERGE"),
     ("WITH x AS (SELECT 1) DELETE FROM t WHERE c_int IN (SELECT * FROM x)", "WITH"),
 ])

@@ -3,14 +3,18 @@ as their users use them, on both engines: what each of them sends is answered.""
 
 from __future__ import annotations
 
+import datetime as dt
 import ssl
+import struct
 
 import pg8000.native
 import psycopg
 import pytest
 import sqlalchemy as sa
 
+from cryptdisk.errors import ProtocolError
 from cryptdisk.server import _pgtables
+from cryptdisk.server._types import decode_param
 from tests.server.test_orm_clients import DRIVERS, make_engine
 
 
@@ -63,3 +67,60 @@ def test_an_internal_error_in_describe_keeps_the_connection(start_server, sqlite
         assert con.run("SELECT 1") == [[1]]
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_psycopg_time_parameters(start_server, request, engine) -> None:
+    """psycopg sends a datetime.time in binary (time, or timetz when it has a zone)."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE times (n INTEGER, t TIME)")
+        c.execute("INSERT INTO times VALUES (1, %s), (2, %s)",
+                  (dt.time(1, 2, 3), dt.time(23, 59, 59, 250000)))
+        assert c.execute("SELECT t FROM times WHERE t > %s ORDER BY n",
+                         (dt.time(1, 2, 3),)).fetchall() == [(dt.time(23, 59, 59, 250000),)]
+        assert c.execute("SELECT count(*) FROM times WHERE t = %s",
+                         (dt.time(1, 2, 3),)).fetchone() == (1,)
+        if engine == "analytical":  # (SQLite has no time zones)
+            zone = dt.timezone(dt.timedelta(hours=-5, minutes=-30))
+            assert c.execute("SELECT CAST(%s AS VARCHAR)", (dt.time(4, 5, 6, tzinfo=zone),)
+                             ).fetchone() == ("04:05:06-05:30",)
+
+
+@pytest.mark.parametrize("oid, data, text", [
+    (1083, struct.pack("!q", 3_723_000_001), "01:02:03.000001"),
+    (1083, struct.pack("!q", 0), "00:00:00"),
+    (1266, struct.pack("!qi", 3_723_500_000, -7200), "01:02:03.5+02:00"),
+    (1266, struct.pack("!qi", 0, 19_800 + 30), "00:00:00-05:30:30"),
+])
+def test_binary_time_parameters_read_as_text(oid, data, text) -> None:
+    assert decode_param(oid, data, 1) == text
+
+
+@pytest.mark.parametrize("oid, data", [(1083, b"\0" * 4), (1266, b"\0" * 8),
+                                       (1083, struct.pack("!q", -1))])
+def test_malformed_binary_time_parameters(oid, data) -> None:
+    with pytest.raises(ProtocolError):
+        decode_param(oid, data, 1)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_analytical_insert_returning_is_refused(start_server, analytical, driver) -> None:
+    """An INSERT cannot return its rows on the analytical engine: refused (0A000, nothing
+    inserted), not an INSERT that returns no rows or a binder error."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE r (a BIGINT, b VARCHAR)")
+        cur = c.cursor()
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="RETURNING"):
+            cur.executemany("INSERT INTO r VALUES (%s, %s) RETURNING a", [(1, "x"), (2, "y")],
+                            returning=True)
+    eng = make_engine(srv, driver, isolation_level="AUTOCOMMIT")
+    try:
+        table = sa.Table("r", sa.MetaData(), autoload_with=eng)
+        with eng.connect() as c:
+            with pytest.raises(sa.exc.DBAPIError, match=r"RETURNING is not supported"):
+                c.execute(table.insert().returning(table.c.a), [{"a": 3, "b": "z"}])
+            assert c.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+    finally:
+        eng.dispose()

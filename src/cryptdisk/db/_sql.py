@@ -468,6 +468,10 @@ def parse(sql: str) -> Statement:
         if not re.match(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b", rest):
             raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
                                 "table name")
+        if any(word == "RETURNING" for _, word in _top_level_words(rest)):
+            raise NotSupportedError("INSERT ... RETURNING is not supported",
+                                    hint="the rows inserted are the ones given: keep them, or "
+                                    "SELECT them after the INSERT")
         return Insert(unquote(m.group(1)), rest, cols, by_name)
     if m := re.match(rf"(?is)COPY\s+({_IDENT})\s*(\([^()]*\)\s*)?FROM\b\s*", s):
         source = s[m.end():]

@@ -24,6 +24,7 @@ BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSON = (
     1082, 1083, 1114, 1184, 1186, 1700, 2950, 114)
+TIMETZ = 1266
 _TEXTLIKE = {0, TEXT, UNKNOWN, VARCHAR, BPCHAR, NAME, JSON, 3802}
 _EPOCH_DATE = dt.date(2000, 1, 1)
 _EPOCH = dt.datetime(2000, 1, 1)
@@ -518,6 +519,21 @@ def _decode_binary(oid: int, data: bytes) -> Any:
         return _decode_numeric(data)
     if oid == UUID:
         return uuid.UUID(bytes=data)
+    if oid in (TIME, TIMETZ):  # as text, as a text parameter gives it (psycopg's time)
+        if len(data) != (8 if oid == TIME else 12):
+            raise ProtocolError(f"{len(data)} bytes is not a binary time")
+        (us,) = struct.unpack("!q", data[:8])
+        if not 0 <= us <= 86_400_000_000:
+            raise ProtocolError("binary time parameter out of range")
+        seconds, us = divmod(us, 1_000_000)
+        text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" + (
+            f".{us:06d}".rstrip("0") if us else "")
+        if oid == TIMETZ:  # the zone's offset in seconds west of UTC
+            (west,) = struct.unpack("!i", data[8:])
+            east = abs(west)
+            text += ("-" if west > 0 else "+") + f"{east // 3600:02d}:{east // 60 % 60:02d}" + (
+                f":{east % 60:02d}" if east % 60 else "")
+        return text
     if oid == INTERVAL:  # as text, which both engines read: what a text parameter gives
         if len(data) != 16:
             raise ProtocolError(f"{len(data)} bytes is not a binary interval")
