@@ -25,7 +25,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import duckdb
@@ -84,6 +84,7 @@ from ._keyfiles import default_key_path
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._mutate import MutationMixin
+from ._params import Template, bind, check_parameters
 from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
 from ._prepared import (
     Deallocate,
@@ -1269,17 +1270,27 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 self._stamp = None
         return None  # pragma: no cover
 
-    def sql(self, sql: str) -> pa.Table | None:
-        """Run one or more statements; returns the last result as an Arrow table (or None)."""
+    def sql(self, sql: str, parameters: Any = None) -> pa.Table | None:
+        """Run one or more statements; returns the last result as an Arrow table (or None).
+        With ``parameters``, ``sql`` is one statement, run as :meth:`execute` runs it."""
         if not isinstance(sql, str):
             raise TypeError(f"Database.sql takes SQL text (str), not {type(sql).__name__}")
+        if parameters is not None:
+            return self.execute(_one_bound(sql, "Database.sql"), parameters)
         result = None
         for statement in _sql.split_statements(sql):
             result = self.execute(statement)
         return result
 
-    def execute(self, statement: str) -> pa.Table | None:
-        """Run one statement (see :mod:`cryptdisk.db._sql` for the ones cryptdisk handles)."""
+    def execute(self, statement: str, parameters: Any = None) -> pa.Table | None:
+        """Run one statement (see :mod:`cryptdisk.db._sql` for the ones cryptdisk handles).
+
+        ``parameters`` (a list or tuple for ``?``, ``?N`` and ``$N``; a dict for
+        ``$name``) are bound as literals of their values (:mod:`._params`), in every
+        statement kind; a wrong count or a value of another type raises
+        :class:`~cryptdisk.errors.DatabaseError`."""
+        if parameters is not None:
+            statement = _bound(statement, parameters, "Database.execute")
         with self._mutex:
             self._check_open()
             if not _one_statement(statement, "Database.execute"):
@@ -1426,10 +1437,32 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         if name is not None:
             role_check_statement(self, name, st.name)  # type: ignore[union-attr]
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a query and return its rows as tuples."""
-        table = self.sql(sql)
+    def query(self, sql: str, parameters: Any = None) -> list[tuple[Any, ...]]:
+        """Run a query (with ``parameters`` as :meth:`execute` takes them) and return its
+        rows as tuples."""
+        table = self.sql(sql, parameters)
         return [] if table is None else python_rows(table)
+
+    def executemany(self, statement: str, seq_of_parameters: Iterable[Any]) -> None:
+        """Run ``statement`` with each of ``seq_of_parameters`` (lists, tuples or dicts,
+        as :meth:`execute` takes them).
+
+        An ``INSERT ... VALUES (...)`` runs once, as one ``INSERT`` of every set's rows
+        (one commit; the parts of one insert, not one part per set), so a failing set
+        inserts none; its rows take a common type per column, as the rows of one
+        ``VALUES`` do, before they are cast to the table's types. Any other statement
+        runs once per set, each its own statement and commit."""
+        if not _one_statement(statement, "Database.executemany"):
+            return
+        sets = _parameter_sets(seq_of_parameters)
+        if not sets:
+            return
+        combined = _values_insert(statement, sets)
+        if combined is not None:
+            self.execute(combined)
+            return
+        for parameters in sets:
+            self.execute(statement, parameters)
 
     # -- DDL -----------------------------------------------------------------------
 
@@ -1672,10 +1705,13 @@ class Reader:
             return word in _QUERIES or word in _READS
         return word in _QUERIES or word in _READS
 
-    def execute(self, statement: str) -> pa.Table | None:
+    def execute(self, statement: str, parameters: Any = None) -> pa.Table | None:
         """Run one query, or ``PREPARE`` one, ``EXECUTE`` or ``DEALLOCATE`` it (see the
-        class): an Arrow table (None for ``PREPARE`` and ``DEALLOCATE``)."""
+        class): an Arrow table (None for ``PREPARE`` and ``DEALLOCATE``). ``parameters``
+        as :meth:`Database.execute` takes them."""
         db = self._db
+        if parameters is not None:
+            statement = _bound(statement, parameters, "Reader.execute")
         if not _one_statement(statement, "Reader.execute"):
             return None
         st = _sql.parse(statement)
@@ -1716,12 +1752,15 @@ class Reader:
         finally:
             db._reader_ends()
 
-    def sql(self, sql: str) -> pa.Table | None:
+    def sql(self, sql: str, parameters: Any = None) -> pa.Table | None:
         """Run one or more queries on this reader (each as :meth:`execute` does); returns
         the last one's Arrow table. A statement other than a query raises
-        :class:`DatabaseError` before it runs, as :meth:`execute` does."""
+        :class:`DatabaseError` before it runs, as :meth:`execute` does. With
+        ``parameters``, ``sql`` is one query."""
         if not isinstance(sql, str):
             raise TypeError(f"Reader.sql takes SQL text (str), not {type(sql).__name__}")
+        if parameters is not None:
+            return self.execute(_one_bound(sql, "Reader.sql"), parameters)
         statements = _sql.split_statements(sql)
         for statement in statements:
             if not self.runs(statement):
@@ -1733,9 +1772,9 @@ class Reader:
             result = self.execute(statement)
         return result
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, parameters: Any = None) -> list[tuple[Any, ...]]:
         """:meth:`sql`'s last result as a list of row tuples."""
-        table = self.sql(sql)
+        table = self.sql(sql, parameters)
         return [] if table is None else python_rows(table)
 
     def configure(self, statement: str) -> None:
@@ -1824,6 +1863,72 @@ def _one_statement(statement: Any, method: str) -> bool:
         raise DatabaseError(f"{method} runs one statement, and this text holds {found}",
                             hint="run several with .sql(text), each on its own")
     return found == 1
+
+
+def _one_bound(sql: str, method: str) -> str:
+    """The one statement ``sql`` holds, for ``method`` with parameters (which bind to one
+    statement)."""
+    found = _sql.split_statements(sql)
+    if len(found) > 1:
+        raise DatabaseError(f"{method} with parameters runs one statement, and this text "
+                            f"holds {len(found)}", hint="run each with .execute(statement, "
+                            "parameters)")
+    return sql
+
+
+def _bound(statement: Any, parameters: Any, method: str) -> str:
+    """``statement`` (one statement) with ``parameters`` bound (see :mod:`._params`)."""
+    if not _one_statement(statement, method):
+        return statement  # type: ignore[no-any-return]
+    return bind(statement, parameters)
+
+
+def _parameter_sets(seq_of_parameters: Any) -> list[Any]:
+    """``executemany``'s parameter sets, each a sequence or a mapping."""
+    if isinstance(seq_of_parameters, str | bytes | bytearray | Mapping) \
+            or not isinstance(seq_of_parameters, Iterable):
+        raise DatabaseError("executemany takes a list (or another iterable) of parameter "
+                            f"sets, not {type(seq_of_parameters).__name__}",
+                            hint="db.executemany(sql, [(1, 'a'), (2, 'b')])")
+    sets = list(seq_of_parameters)
+    for parameters in sets:
+        if not isinstance(parameters, Mapping):
+            check_parameters(parameters)
+    return sets
+
+
+_VALUES_WORD = re.compile(r"(?is)VALUES\b\s*")
+
+
+def _values_insert(statement: str, sets: list[Any]) -> str | None:
+    """``INSERT INTO t [(cols)] VALUES (...)[, (...)]`` with every parameter set's rows
+    written out in one ``VALUES`` (see :meth:`Database.executemany`); None for another
+    statement."""
+    (text,) = _sql.split_statements(statement)  # (its comments dropped)
+    text = text.rstrip(";").strip()
+    if _sql.first_word(text) != "INSERT":
+        return None
+    st = _sql.parse(text)
+    if not isinstance(st, _sql.Insert) or _sql.first_word(st.query) != "VALUES":
+        return None
+    head = text[:len(text) - len(st.query)]
+    rows = st.query[_VALUES_WORD.match(st.query).end():]  # type: ignore[union-attr]
+    at = 0
+    while True:  # only parenthesised rows, separated by commas
+        if not rows.startswith("(", at):
+            return None
+        try:
+            at = _sql._matching_paren(rows, at) + 1
+        except DatabaseError:  # (run once per set: DuckDB says what is wrong)
+            return None
+        rest = rows[at:].lstrip()
+        if not rest:
+            break
+        if not rest.startswith(","):
+            return None
+        at = len(rows) - len(rest[1:].lstrip())
+    template = Template(rows)
+    return head + "VALUES " + ", ".join(template.fill(p) for p in sets)
 
 
 def _remove_made(made: list[str]) -> None:
