@@ -7,6 +7,7 @@ import datetime as dt
 import ssl
 import struct
 
+import pandas as pd
 import pg8000.native
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ import sqlalchemy as sa
 
 from cryptdisk.errors import ProtocolError
 from cryptdisk.server import _pgtables
+from cryptdisk.server._sqltext import quote_index_names
 from cryptdisk.server._types import decode_param
 from tests.server.test_orm_clients import DRIVERS, make_engine
 
@@ -124,3 +126,53 @@ def test_analytical_insert_returning_is_refused(start_server, analytical, driver
             assert c.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
     finally:
         eng.dispose()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_pandas_to_sql_with_its_index_on_sqlite(start_server, sqlite_engine, driver) -> None:
+    """pandas names its index column ``index`` and indexes it; PostgreSQL does not reserve
+    the word, so SQLAlchemy leaves it bare, and SQLite reads it as its keyword."""
+    srv = start_server(sqlite_engine)
+    eng = make_engine(srv, driver)
+    try:
+        frame = pd.DataFrame({"v": [1.5, 2.5]}, index=[10, 20])
+        frame.to_sql("f", eng)  # CREATE TABLE f (index BIGINT, ...), CREATE INDEX ... (index)
+        frame.to_sql("f", eng, if_exists="append")
+        frame.to_sql("g", eng, if_exists="replace")
+        back = pd.read_sql_table("f", eng, index_col="index")
+        assert back.index.tolist() == [10, 20, 10, 20] and back["v"].tolist() == [1.5, 2.5] * 2
+        with eng.connect() as c:
+            assert c.execute(sa.text("SELECT g.index FROM g WHERE index > :n"),
+                             {"n": 10}).scalars().all() == [20]
+            assert c.execute(sa.text("SELECT 'index', \"index\" FROM g WHERE index = 10")
+                             ).all() == [("index", 10)]
+    finally:
+        eng.dispose()
+
+
+def test_analytical_create_index_is_refused_clearly(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    eng = make_engine(srv, "psycopg", isolation_level="AUTOCOMMIT")
+    try:
+        with pytest.raises(sa.exc.NotSupportedError, match="CREATE INDEX is not supported") \
+                as caught:
+            pd.DataFrame({"v": [1.5]}).to_sql("f", eng, if_exists="replace")
+        assert "index=False" in caught.value.orig.diag.message_hint
+        pd.DataFrame({"v": [1.5]}).to_sql("f", eng, if_exists="replace", index=False)
+        assert pd.read_sql_table("f", eng)["v"].tolist() == [1.5]
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("CREATE TABLE t (index BIGINT, x TEXT)", 'CREATE TABLE t ("index" BIGINT, x TEXT)'),
+    ("CREATE INDEX ix_t_index ON t (index)", 'CREATE INDEX ix_t_index ON t ("index")'),
+    ("create unique index if not exists ix on t(Index)",
+     'create unique index if not exists ix on t("index")'),
+    ("DROP INDEX ix_t_index", "DROP INDEX ix_t_index"),
+    ("SELECT t.index, 'index', \"index\" FROM t -- index",
+     "SELECT t.\"index\", 'index', \"index\" FROM t -- index"),
+    ("SELECT reindex, indexes FROM t", "SELECT reindex, indexes FROM t"),
+])
+def test_quote_index_names(sql, expected) -> None:
+    assert quote_index_names(sql) == expected

@@ -307,6 +307,12 @@ def statement_error(exc: Exception) -> StatementError:
         if isinstance(exc, NotSupportedError) or "append-only" in text \
                 or "not supported" in text:
             return StatementError(text, "0A000", hint=exc.hint)
+        if "can only create an index on a base table" in text:
+            return StatementError(
+                "CREATE INDEX is not supported: the analytical engine's tables have no "
+                "indexes", "0A000",
+                hint="a table's ORDER BY (CREATE TABLE ... ORDER BY) sorts its parts, and a "
+                "query skips the parts its WHERE rules out; pandas: to_sql(..., index=False)")
         code = _duckdb_sqlstate(text)
         if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
             return _cancelled()
@@ -1233,7 +1239,7 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
-        sql = postgres_spelling(sql, "quote({})")
+        sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})"))
         if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
             sql = _sqltext.drop_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
@@ -1473,7 +1479,8 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                text = _sqltext.drop_casts(postgres_spelling(sql, "quote({})"))
+                text = _sqltext.drop_casts(_sqltext.quote_index_names(
+                    postgres_spelling(sql, "quote({})")))
                 text = _sqltext.substitute(text, _placeholder) if "$" in text else text
                 cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),
                             [None] * _sqltext.placeholders(sql), can_cache=False)

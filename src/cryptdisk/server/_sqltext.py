@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 from ..errors import ServerError
 
 __all__ = ["QueryPlan", "digit_key", "drop_casts", "drop_pg_catalog", "first_words",
-           "lift_literals", "placeholders", "query_plan", "replace_calls", "replace_words",
-           "scan_parens", "split_statements", "sqlite_cast", "strip_strings", "substitute",
-           "unqualified_parts", "unqualify"]
+           "lift_literals", "placeholders", "query_plan", "quote_index_names", "replace_calls",
+           "replace_words", "scan_parens", "split_statements", "sqlite_cast", "strip_strings",
+           "substitute", "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -241,6 +241,32 @@ def drop_casts(sql: str) -> str:
         out.append(sql[pos:s])
         out.append(f"CAST({sql[s:e]} AS {target})" if target else sql[s:e])
         pos = m.end()
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+_INDEX_WORD = re.compile(r"(?<![\w$])index(?![\w$])", re.I)
+_INDEX_KEYWORD_AFTER = re.compile(r"\b(?:CREATE|UNIQUE|DROP)\s+$", re.I)
+
+
+def quote_index_names(sql: str) -> str:
+    """``sql`` for SQLite with a bare ``index`` that names a column or table quoted
+    (``"index"``): PostgreSQL does not reserve the word, so its clients leave it bare
+    (pandas' ``to_sql`` names its index column so), and SQLite's parser reads it as its
+    keyword. The keyword (after ``CREATE``, ``UNIQUE`` or ``DROP``) stays as it is."""
+    if "ndex" not in sql and "NDEX" not in sql:
+        return sql
+    out, pos = [], 0
+    spans = [(s, e) for kind, s, e in _scan(sql) if kind == "quoted"]
+    for start, end in [*zip([0, *(e for _, e in spans)], [*(s for s, _ in spans), len(sql)],
+                            strict=True)]:
+        for m in _INDEX_WORD.finditer(sql, start, end):
+            if _INDEX_KEYWORD_AFTER.search(sql, 0, m.start()) is None:
+                out.append(sql[pos:m.start()])
+                out.append('"index"')
+                pos = m.end()
     if not out:
         return sql
     out.append(sql[pos:])
