@@ -21,6 +21,9 @@ from .dbhelpers import SCHEMA, gen
 def test_results_do_not_alias_the_arena(db, monkeypatch):
     # LZ4 on every column: uncompressed chunks are decrypted into fresh buffers, not the arena
     monkeypatch.setattr(part_writer, "COMPRESSION_MIN_SAVING", -1.0)
+    # the live threads' arenas, and every arena made from here on, kept even if its
+    # thread ends (a DuckDB thread calling back into Python ends its thread state)
+    monkeypatch.setattr(_parts, "_ARENAS", set(_parts._ARENAS))
     db.sql(f"CREATE TABLE t {SCHEMA}")
     db.sql("INSERT INTO t " + gen(50_000))
     table = db.arrow_table("t")

@@ -19,6 +19,7 @@ import mmap
 import operator
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -212,6 +213,9 @@ class _Arena:
     def view(self, n: int) -> memoryview:
         return memoryview(self._grow(n))[:n]
 
+    def mapped(self) -> int:
+        return 0 if self._map is None else len(self._map)
+
     def buffer(self, n: int) -> tuple[memoryview, pa.Buffer]:
         """The first ``n`` bytes, writable, and the whole arena as a pyarrow buffer."""
         m = self._grow(n)
@@ -239,6 +243,8 @@ SPAN_MAX = 12 << 20
 #: An arena is mapped at the most a scan's reads take (only the pages touched cost
 #: memory), so it is not mapped afresh (and faulted in again) when a read outgrows it.
 _ARENA_MIN = SPAN_MAX + (2 << 20)
+#: An idle arena is kept only up to this size (``_ARENA_MIN`` rounded as mapped).
+_ARENA_KEEP = _ARENA_MIN + (-_ARENA_MIN % (1 << 21))
 #: Blocks of a read start this far apart in the arena (see ``OpenPart._blocks``).
 _ARENA_ALIGN = 4096
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
@@ -561,18 +567,36 @@ def _read_row_groups(source: Any, meta: pq.FileMetaData, row_groups: list[int],
     return reader.read_row_groups(row_groups, column_indices=indices, use_threads=False)
 
 
-_ARENAS: list[_Arena] = []  # every thread's arena (tests scribble over them)
+#: Every arena alive, idle or in use (tests scribble over them); weak, so a dropped one
+#: is unmapped.
+_ARENAS: weakref.WeakSet[_Arena] = weakref.WeakSet()
+#: Arenas no read is using, the last given back last: any thread's next read takes one
+#: (warm pages) instead of faulting in fresh memory. Not one per thread: the threads that
+#: read parts come and go (a statement's insert-source thread, the server's sessions,
+#: DuckDB's threads calling back into Python, each call a new thread state): an arena of
+#: each kept for the process's life grows its memory without bound, and one freed with
+#: its thread state crashes CPython 3.11 (a segfault in PyGILState_Release as a DuckDB
+#: thread's call into Python returns).
+_IDLE: list[_Arena] = []
+#: At most this many arenas are kept idle (as many as reads at once on every core, and
+#: a few more); an arena grown past ``_ARENA_MIN`` by a large read is not kept either.
+_IDLE_MAX = 2 * (os.cpu_count() or 1) + 2
 
 
-class _ThreadArena(threading.local):
-    """Each scan worker's own reusable buffer (see :class:`_Arena`)."""
+def _take_arena() -> _Arena:
+    """An idle arena, or a new one; hand it back with :func:`_give_back` once nothing
+    refers to its memory."""
+    try:
+        return _IDLE.pop()
+    except IndexError:
+        arena = _Arena()
+        _ARENAS.add(arena)
+        return arena
 
-    def __init__(self) -> None:
-        self.arena = _Arena()
-        _ARENAS.append(self.arena)
 
-
-_THREAD_ARENA = _ThreadArena()
+def _give_back(arena: _Arena) -> None:
+    if len(_IDLE) < _IDLE_MAX and arena.mapped() <= _ARENA_KEEP:
+        _IDLE.append(arena)
 
 
 class OpenPart:
@@ -961,10 +985,9 @@ class OpenPart:
                 a, b = pa_, max(pb, b)
             ranges.append((a, b, off))
             off += b - a
-        if compressed:  # pyarrow decompresses into new buffers: the arena can be reused
-            arena = _THREAD_ARENA.arena.view(off)
-        else:
-            arena = memoryview(bytearray(off))
+        pooled = _take_arena() if compressed else None
+        # pyarrow decompresses into new buffers: a pooled arena can be reused
+        arena = memoryview(bytearray(off)) if pooled is None else pooled.view(off)
         try:
             for a, b, o in ranges:
                 _decrypt_range(f, arena[o : o + b - a], a)
@@ -972,6 +995,8 @@ class OpenPart:
                                     row_groups, self._indices(columns))
         finally:
             arena.release()
+            if pooled is not None:
+                _give_back(pooled)
 
     def by_granule(self, rg: int, column: str) -> bool:
         """Whether :meth:`read_rows` may decode ``column`` of row group ``rg`` by page: a
@@ -1309,8 +1334,9 @@ class OpenPart:
         arena holds one block, not a whole read (fresh memory costs a page fault and
         zeroing per 4 KiB, more than decrypting into it). pyarrow sees only plaintext
         that has authenticated."""
-        if reuse:
-            view, whole = _THREAD_ARENA.arena.buffer(size)
+        pooled = _take_arena() if reuse else None
+        if pooled is not None:
+            view, whole = pooled.buffer(size)
         else:  # pyarrow may keep slices of uncompressed pages of these types: fresh memory
             fresh = bytearray(size)
             view, whole = memoryview(fresh), pa.py_buffer(fresh)
@@ -1330,6 +1356,8 @@ class OpenPart:
             return _read_row_groups(source, self.meta, blk[0], self._indices(columns))
         finally:
             view.release()
+            if pooled is not None:
+                _give_back(pooled)
 
     def close(self) -> None:
         if self._handle is not None:
