@@ -16,6 +16,7 @@ the SQL on decrypted columns held in a bounded in-memory cache.
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache
 from ._columns import parser_cursor, scalar, serialize_sql
 from ._database import Database, Reader, add_connection_hook, connect
+from ._params import sql_literal
 from ._policies import (
     MutationPolicy,
     PolicyRewriter,
@@ -35,4 +36,4 @@ __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPol
            "change_statement",
            "connect", "is_url", "location", "mutation_policies",
            "parser_cursor", "publish", "python_rows", "read_policies", "role_query", "scalar",
-           "serialize_sql", "split_statements", "table_statement"]
+           "serialize_sql", "split_statements", "sql_literal", "table_statement"]

@@ -13,7 +13,6 @@ import contextlib
 import datetime as dt
 import decimal
 import logging
-import math
 import os
 import re
 import threading
@@ -215,33 +214,20 @@ class Engine:
 
 
 def sql_literal(value: Any) -> str:
-    """``value`` as a SQL literal DuckDB parses back to the same value."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return f"'{value}'::DOUBLE"
-        return repr(value) + "::DOUBLE"
-    if isinstance(value, decimal.Decimal):
-        return f"'{value}'::DECIMAL(38,{max(-int(value.as_tuple().exponent), 0)})" \
-            if value.is_finite() else f"'{value}'::DOUBLE"
-    if isinstance(value, bytes):
-        return "'" + "".join(f"\\x{b:02X}" for b in value) + "'::BLOB"
-    if isinstance(value, dt.datetime):
-        kind = "TIMESTAMPTZ" if value.tzinfo else "TIMESTAMP"
-        return f"{kind} '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, uuid.UUID):
-        return f"'{value}'::UUID"
-    text = str(value)
-    if "\0" in text:
+    """``value`` as a SQL literal DuckDB parses back to the same value: the embedded
+    database's (:func:`cryptdisk.db.sql_literal`, which binds its Python API's parameters),
+    but a finite ``numeric`` is a ``DECIMAL(38, scale)`` (PostgreSQL's numeric has no width
+    of its own) and a string holding a NUL is refused (PostgreSQL's text holds none)."""
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return f"'{value:f}'::DECIMAL(38,{max(-int(value.as_tuple().exponent), 0)})"
+    if isinstance(value, str) and "\0" in value:
         raise StatementError("a string parameter contains a NUL character", "22021")
-    return "'" + text.replace("'", "''") + "'"
+    from ..db import sql_literal as literal
+
+    try:
+        return literal(value)
+    except DatabaseError as exc:
+        raise StatementError(str(exc), "22023") from None
 
 
 #: PostgreSQL's quote_literal(text), which DuckDB lacks (the engine reads standard strings:
