@@ -12,11 +12,14 @@ import pg8000.native
 import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.automap import automap_base
+from sqlalchemy.orm import Session
 
 from cryptdisk.errors import ProtocolError
 from cryptdisk.server import _pgtables
 from cryptdisk.server._sqltext import quote_index_names
-from cryptdisk.server._types import decode_param
+from cryptdisk.server._types import PgArray, decode_param, encode_value
+from tests.server.test_grants import admin_and_bob
 from tests.server.test_orm_clients import DRIVERS, make_engine
 
 
@@ -176,3 +179,99 @@ def test_analytical_create_index_is_refused_clearly(start_server, analytical) ->
 ])
 def test_quote_index_names(sql, expected) -> None:
     assert quote_index_names(sql) == expected
+
+
+KEYS_SETUP = [
+    "CREATE TABLE parent (id INTEGER PRIMARY KEY, code TEXT UNIQUE, x INT, y INT, "
+    "UNIQUE (x, y))",
+    "CREATE TABLE child (id INTEGER, pid INTEGER REFERENCES parent(id) ON DELETE CASCADE, "
+    "code TEXT, PRIMARY KEY (id, code), FOREIGN KEY (code) REFERENCES parent(code))",
+    "CREATE INDEX child_pid ON child (pid) WHERE pid > 0",
+    "CREATE UNIQUE INDEX child_u ON child (code, pid)",
+    "CREATE INDEX child_expr ON child (lower(code))",  # (an expression: not listed)
+    "CREATE TABLE hidden (id INTEGER PRIMARY KEY)",
+    "CREATE TABLE shown (h INTEGER REFERENCES hidden(id), p INTEGER REFERENCES parent)",
+]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_sqlalchemy_reflects_sqlite_keys_and_indexes(start_server, sqlite_engine,
+                                                     driver) -> None:
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for st in KEYS_SETUP:
+            c.execute(st)
+    eng = make_engine(srv, driver)
+    try:
+        insp = sa.inspect(eng)
+        assert insp.get_pk_constraint("parent") == {
+            "constrained_columns": ["id"], "name": "parent_pkey", "comment": None,
+            "dialect_options": {"postgresql_include": []}}
+        assert insp.get_pk_constraint("child")["constrained_columns"] == ["id", "code"]
+        assert [(u["name"], u["column_names"]) for u in insp.get_unique_constraints(
+            "parent")] == [("parent_code_key", ["code"]), ("parent_x_y_key", ["x", "y"])]
+        indexes = {i["name"]: i for i in insp.get_indexes("child")}
+        assert list(indexes) == ["child_pid", "child_u"]
+        assert (indexes["child_pid"]["unique"], indexes["child_pid"]["column_names"]) == \
+            (False, ["pid"])
+        assert indexes["child_pid"]["dialect_options"]["postgresql_where"] == "pid > 0"
+        assert (indexes["child_u"]["unique"], indexes["child_u"]["column_names"]) == \
+            (True, ["code", "pid"])
+        fks = {f["name"]: f for f in insp.get_foreign_keys("child")}
+        assert (fks["child_pid_fkey"]["referred_table"], fks["child_pid_fkey"]["referred_columns"],
+                fks["child_pid_fkey"]["options"]) == ("parent", ["id"], {"ondelete": "CASCADE"})
+        assert (fks["child_code_fkey"]["constrained_columns"],
+                fks["child_code_fkey"]["referred_columns"]) == (["code"], ["code"])
+        # REFERENCES parent without columns: its primary key
+        assert [(f["referred_table"], f["referred_columns"])
+                for f in insp.get_foreign_keys("shown")] == [("hidden", ["id"]),
+                                                             ("parent", ["id"])]
+        # a reflected table has its primary key: the ORM maps it, Session.get finds rows
+        metadata = sa.MetaData()
+        metadata.reflect(eng, only=["parent", "child"])
+        child = metadata.tables["child"]
+        assert [c.name for c in child.primary_key] == ["id", "code"]
+        assert {fk.target_fullname for fk in child.foreign_keys} == {"parent.id",
+                                                                     "parent.code"}
+        with eng.begin() as c:
+            c.execute(metadata.tables["parent"].insert(), [{"id": 1, "code": "a"}])
+        Base = automap_base(metadata=metadata)
+        Base.prepare()
+        with Session(eng) as s:
+            assert s.get(Base.classes.parent, 1).code == "a"
+    finally:
+        eng.dispose()
+
+
+def test_keys_and_indexes_only_of_tables_the_user_may_read(start_server,
+                                                           sqlite_engine) -> None:
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*KEYS_SETUP, "GRANT SELECT ON shown TO bob",
+                             "GRANT SELECT ON parent TO bob"]) as bob:
+        rows = bob.execute("SELECT c.relname, i.indisprimary FROM pg_catalog.pg_index i "
+                           "JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid "
+                           "ORDER BY 1").fetchall()
+        assert rows == [("parent_code_key", False), ("parent_pkey", True),
+                        ("parent_x_y_key", False)]
+        # shown's key to hidden names a table bob may not read: not listed
+        assert bob.execute("SELECT conname, pg_catalog.pg_get_constraintdef(oid) "
+                           "FROM pg_catalog.pg_constraint WHERE contype = 'f'").fetchall() \
+            == [("shown_p_fkey", "FOREIGN KEY (p) REFERENCES parent(id)")]
+    eng = make_engine(srv, "psycopg", user="bob", password="bob pw")
+    try:
+        insp = sa.inspect(eng)
+        assert [f["referred_table"] for f in insp.get_foreign_keys("shown")] == ["parent"]
+        with pytest.raises(sa.exc.NoSuchTableError):
+            insp.get_indexes("child")
+    finally:
+        eng.dispose()
+
+
+def test_catalog_arrays_are_postgresql_arrays() -> None:
+    values = PgArray(["a", "b c", None, 'x"y', "null", "", "back\\slash"], 25)
+    assert encode_value(1009, values, 0) == \
+        b'{a,"b c",NULL,"x\\"y","null","","back\\\\slash"}'
+    assert encode_value(1005, PgArray([1, 2], 21), 1) == struct.pack(
+        "!iiIiiihih", 1, 0, 21, 2, 1, 2, 1, 2, 2)
+    assert encode_value(1005, PgArray([], 21), 1) == struct.pack("!iiI", 0, 0, 21)
+    assert encode_value(1005, PgArray([], 21), 0) == b"{}"

@@ -39,7 +39,7 @@ from ._groupsync import GroupSync
 from ._writequeue import WriteQueue
 
 __all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngine",
-           "StatementError"]
+           "StatementError", "TableKeys"]
 
 log = logging.getLogger("cryptdisk.server")
 
@@ -76,6 +76,19 @@ def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
     if head in ("CREATE", "DROP", "ALTER") and len(words) > 1:
         return " ".join(words[:2])
     return head
+
+
+@dataclass
+class TableKeys:
+    """What :meth:`EngineSession.keys` gives for a table (SQLite's declarations)."""
+
+    #: the primary key's columns, in the key's order (empty: none)
+    primary: list[str] = field(default_factory=list)
+    #: (name, unique, a UNIQUE constraint (not CREATE INDEX), columns, partial index's WHERE)
+    indexes: list[tuple[str, bool, bool, list[str], str | None]] = field(default_factory=list)
+    #: (columns, parent table, its columns (None: its primary key), ON UPDATE, ON DELETE)
+    foreign: list[tuple[list[str], str, list[str] | None, str, str]] = field(
+        default_factory=list)
 
 
 class EngineSession:
@@ -194,6 +207,11 @@ class EngineSession:
     def view_definition(self, name: str) -> str | None:
         """The SQL that defines view ``name`` (None: none known)."""
         return None
+
+    def keys(self, name: str) -> TableKeys:
+        """Table ``name``'s primary key, unique constraints, indexes and foreign keys, for
+        ``pg_catalog`` (the analytical engine has none)."""
+        return TableKeys()
 
     def close(self) -> None:
         pass
@@ -1564,6 +1582,52 @@ class _SQLiteSession(EngineSession):
                 self.check = check
         return [(str(c), (str(t) or "").lower(), bool(nn), None if d is None else str(d))
                 for c, t, nn, d in rows]
+
+    def keys(self, name: str) -> TableKeys:
+        # the catalog is open to every user, as PostgreSQL's is: no privilege check here
+        keys = TableKeys()
+        with self.lock:
+            self._fresh()
+            check, self.check = self.check, None
+            try:
+                info = list(self.conn.execute(
+                    "SELECT name, pk FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk",
+                    (name,)))
+                keys.primary = [str(c) for c, _ in info]
+                for index, unique, origin, partial in list(self.conn.execute(
+                        "SELECT name, \"unique\", origin, partial FROM pragma_index_list(?) "
+                        "ORDER BY name", (name,))):
+                    if origin == "pk":
+                        continue
+                    columns = list(self.conn.execute(
+                        "SELECT cid, name FROM pragma_index_info(?) ORDER BY seqno", (index,)))
+                    if any(cid < 0 for cid, _ in columns):  # an expression or the rowid
+                        continue
+                    where = None
+                    if partial:
+                        ((sql,),) = self.conn.execute(
+                            "SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ?",
+                            (index,)).fetchall()
+                        m = re.search(r"(?is)\bWHERE\b(.*)$", str(sql))
+                        where = m[1].strip() if m else None
+                    keys.indexes.append((str(index), bool(unique), origin == "u",
+                                         [str(c) for _, c in columns], where))
+                foreign: dict[int, tuple[list[str], str, list[str], str, str]] = {}
+                for fk, _seq, parent, src, dst, on_update, on_delete in list(self.conn.execute(
+                        "SELECT id, seq, \"table\", \"from\", \"to\", on_update, on_delete "
+                        "FROM pragma_foreign_key_list(?) ORDER BY id, seq", (name,))):
+                    entry = foreign.setdefault(fk, ([], str(parent), [], str(on_update),
+                                                    str(on_delete)))
+                    entry[0].append(str(src))
+                    if dst is not None:
+                        entry[2].append(str(dst))
+            except Exception as exc:
+                raise self._failure(exc) from None
+            finally:
+                self.check = check
+        keys.foreign = [(cols, parent, dst or None, upd, dele)
+                        for cols, parent, dst, upd, dele in foreign.values()]
+        return keys
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
         return [(c, _types.sqlite_declared_oid(t)) for c, t, _nn, _d in self.columns(table)]

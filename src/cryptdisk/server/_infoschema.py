@@ -261,10 +261,20 @@ def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
             engine.interrupt_also = None
     finally:
         con.close()
-    out_columns = [(f.name, _types.arrow_oid(f.type)) for f in table.schema]
+    out_columns = [(f.name, _types.array_oid(f.type) or _types.arrow_oid(f.type))
+                   for f in table.schema]
     from ..db import python_rows
 
     out_rows = python_rows(table)
+    arrays = [(i, _types.arrow_oid(f.type.value_type)) for i, f in enumerate(table.schema)
+              if _types.array_oid(f.type) is not None]
+    if arrays:  # lists as PostgreSQL's arrays (indkey, array_agg(attname)), as drivers read them
+        for r, row in enumerate(out_rows):
+            values = list(row)
+            for i, element in arrays:
+                if values[i] is not None:
+                    values[i] = _types.PgArray(values[i], element)
+            out_rows[r] = tuple(values)
     return Result(out_columns, out_rows, f"SELECT {len(out_rows)}")
 
 

@@ -29,6 +29,8 @@ __all__ = ["handles", "query"]
 
 _SCHEMA = "cd_pg_catalog"  # the name the query runs under (DuckDB has its own pg_catalog)
 _PUBLIC, _PG_CATALOG, _INFORMATION_SCHEMA = 2200, 11, 13183
+_BTREE = 403  # pg_am's btree
+_INT2VECTOR = 22
 _OWNER = 10
 
 #: (name, DuckDB type) of each table's columns, in PostgreSQL's order (the ones clients use)
@@ -106,7 +108,7 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
                  ("indcheckxmin", "BOOLEAN"), ("indisready", "BOOLEAN"),
                  ("indislive", "BOOLEAN"), ("indisreplident", "BOOLEAN"),
                  ("indkey", "SMALLINT[]"), ("indcollation", "BIGINT[]"),
-                 ("indclass", "BIGINT[]"), ("indoption", "SMALLINT[]"),
+                 ("indclass", "BIGINT[]"), ("indoption", "VARCHAR"),  # (int2vector: "0 0")
                  ("indexprs", "VARCHAR"), ("indpred", "VARCHAR")],
     "pg_sequence": [("seqrelid", "BIGINT"), ("seqtypid", "BIGINT"), ("seqstart", "BIGINT"),
                     ("seqincrement", "BIGINT"), ("seqmax", "BIGINT"), ("seqmin", "BIGINT"),
@@ -158,6 +160,8 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
     "pg_rewrite": [("oid", "BIGINT"), ("rulename", "VARCHAR"), ("ev_class", "BIGINT"),
                    ("ev_type", "VARCHAR")],
     "pg_policy": [("oid", "BIGINT"), ("polname", "VARCHAR"), ("polrelid", "BIGINT")],
+    # not PostgreSQL's: what pg_get_constraintdef and pg_get_indexdef give
+    "cd_definitions": [("oid", "BIGINT"), ("definition", "VARCHAR")],
 }
 
 #: (oid, PostgreSQL's name, length, category, array type) of the types results carry
@@ -213,6 +217,7 @@ def _macros() -> list[str]:
         ("search_path", '"$user", public'), ("max_identifier_length", "63"))) + \
         " ELSE CAST(NULL AS VARCHAR) END"
     names = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in _FORMAT.items())
+    definition = "(SELECT min(definition) FROM cd_pg_catalog.cd_definitions WHERE oid = o)"
     pairs = ", ".join(f"({', '.join(f'k{i}, v{i}' for i in range(n))}) AS "
                       f"json_object({', '.join(f'k{i}::VARCHAR, v{i}' for i in range(n))})"
                       for n in range(1, 13))
@@ -236,10 +241,9 @@ def _macros() -> list[str]:
         f"CREATE MACRO {s}.pg_type_is_visible(o) AS true",
         f"CREATE MACRO {s}.pg_collation_is_visible(o) AS true",
         f"CREATE MACRO {s}.pg_get_serial_sequence(t, c) AS CAST(NULL AS VARCHAR)",
-        f"CREATE MACRO {s}.pg_get_constraintdef(o) AS CAST(NULL AS VARCHAR), "
-        "(o, p) AS CAST(NULL AS VARCHAR)",
-        f"CREATE MACRO {s}.pg_get_indexdef(o) AS CAST(NULL AS VARCHAR), "
-        "(o, c, p) AS CAST(NULL AS VARCHAR)",
+        f"CREATE MACRO {s}.pg_get_constraintdef(o) AS {definition}, (o, p) AS {definition}",
+        f"CREATE MACRO {s}.pg_get_indexdef(o) AS {definition}, "
+        f"(o, c, p) AS CASE WHEN c = 0 THEN {definition} END",
         "CREATE MACRO cd_pg_catalog.pg_get_viewdef(o) AS (SELECT definition FROM "
         "cd_pg_catalog.pg_views v JOIN cd_pg_catalog.pg_class c ON c.relname = v.viewname "
         "WHERE c.oid = o), (o, p) AS (SELECT definition FROM cd_pg_catalog.pg_views v JOIN "
@@ -293,7 +297,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
     rows["pg_namespace"] = [(_PG_CATALOG, "pg_catalog", _OWNER, None),
                             (_PUBLIC, "public", _OWNER, None),
                             (_INFORMATION_SCHEMA, "information_schema", _OWNER, None)]
-    rows["pg_am"] = [(2, "heap", "heap_tableam_handler", "t")]
+    rows["pg_am"] = [(2, "heap", "heap_tableam_handler", "t"), (_BTREE, "btree", "bthandler", "i")]
     rows["pg_database"] = [(16384, database, _OWNER, 6, "c", False, True, -1, 0, 0, 1663,
                             "C", "C", None, None, None)]
     rows["pg_tablespace"] = [(1663, "pg_default", _OWNER, None, None),
@@ -330,7 +334,102 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                     _COLLATION if type_oid in _TEXT_TYPES else 0, None, None, None, None))
             if default is not None and "pg_attrdef" in wanted:
                 rows["pg_attrdef"].append((oid * 1000 + i + 1, oid, i + 1, default))
+    if {"pg_constraint", "pg_index"} & wanted:
+        _key_rows(engine, visible, rows, "pg_class" in wanted and "pg_index" in wanted)
     return rows
+
+
+def _ident(name: str) -> str:
+    """``name`` as PostgreSQL writes an identifier (quoted when it needs to be)."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else \
+        '"' + name.replace('"', '""') + '"'
+
+
+def _key_rows(engine: EngineSession, visible: list[tuple[str, str]],
+              rows: dict[str, list[Any]], index_relations: bool) -> None:
+    """The rows of ``pg_constraint``, ``pg_index`` (and with ``index_relations`` the
+    indexes' ``pg_class`` rows) of the tables the session may read: SQLite's primary keys,
+    unique constraints, indexes and foreign keys (a foreign key only where the session may
+    read the table it names, as no other catalog names a table it may not read)."""
+    names = {n.lower(): n for n, k in visible if k == "r"}
+    attnums: dict[str, dict[str, int]] = {}
+
+    def numbers(table: str, columns: list[str]) -> list[int] | None:
+        if table not in attnums:
+            attnums[table] = {c.lower(): i + 1 for i, (c, *_) in enumerate(
+                engine.columns(table))}
+        found = [attnums[table].get(c.lower()) for c in columns]
+        return None if None in found else [n for n in found if n is not None]
+
+    for table in names.values():
+        keys = engine.keys(table)
+        if not (keys.primary or keys.indexes or keys.foreign):
+            continue
+        oid = relation_oid(table)
+        indexes: list[tuple[str, bool, str | None, list[str], str | None]] = \
+            [(f"{table}_pkey", True, "p", keys.primary, None)] if keys.primary else []
+        indexes += [(f"{table}_{'_'.join(columns)}_key" if constraint else name, unique,
+                     "u" if constraint else None, columns, where)
+                    for name, unique, constraint, columns, where in keys.indexes]
+        for name, unique, contype, columns, where in indexes:
+            key = numbers(table, columns)
+            if key is None:
+                continue
+            index_oid = relation_oid(name)
+            listed = ", ".join(_ident(c) for c in columns)
+            rows["cd_definitions"].append((index_oid, (
+                f"CREATE {'UNIQUE ' if unique else ''}INDEX {_ident(name)} ON "
+                f"public.{_ident(table)} USING btree ({listed})"
+                + (f" WHERE ({where})" if where else ""))))
+            rows["pg_index"].append((
+                index_oid, oid, len(key), len(key), unique, False, contype == "p", False,
+                True, False, True, False, True, True, False, key, [0] * len(key),
+                [0] * len(key), " ".join(["0"] * len(key)), None, where))
+            if index_relations:
+                rows["pg_class"].append((
+                    index_oid, name, _PUBLIC, 0, 0, _OWNER, _BTREE, 0, 0, 0, -1.0, 0, 0,
+                    False, False, "p", "i", len(key), 0, False, False, False, False, False,
+                    True, "n", False, 0, 0, 0, None, None, None))
+            if contype is not None:
+                constraint_oid = index_oid + 1
+                rows["cd_definitions"].append((constraint_oid, (
+                    "PRIMARY KEY" if contype == "p" else "UNIQUE") + f" ({listed})"))
+                rows["pg_constraint"].append(_constraint(
+                    constraint_oid, name, contype, oid, index_oid, 0, key, None, " "))
+        for columns, parent, parent_columns, on_update, on_delete in keys.foreign:
+            referred = names.get(parent.lower())
+            if referred is None:  # a table the session may not read, or none
+                continue
+            if parent_columns is None:
+                parent_columns = engine.keys(referred).primary
+            key, parent_key = numbers(table, columns), numbers(referred, parent_columns)
+            if key is None or parent_key is None or len(key) != len(parent_key):
+                continue
+            name = f"{table}_{'_'.join(columns)}_fkey"
+            constraint_oid = relation_oid(name) + 1
+            actions = "".join(f" ON {event} {action.upper()}" for event, action in (
+                ("UPDATE", on_update), ("DELETE", on_delete))
+                if action.upper() not in ("NO ACTION", ""))
+            rows["cd_definitions"].append((constraint_oid, (
+                f"FOREIGN KEY ({', '.join(_ident(c) for c in columns)}) REFERENCES "
+                f"{_ident(referred)}({', '.join(_ident(c) for c in parent_columns)})"
+                + actions)))
+            rows["pg_constraint"].append(_constraint(
+                constraint_oid, name, "f", oid, 0, relation_oid(referred), key, parent_key,
+                _ACTIONS.get(on_update.upper(), "a"), _ACTIONS.get(on_delete.upper(), "a")))
+
+
+#: pg_constraint's letters for a foreign key's ON UPDATE / ON DELETE actions
+_ACTIONS = {"NO ACTION": "a", "RESTRICT": "r", "CASCADE": "c", "SET NULL": "n",
+            "SET DEFAULT": "d"}
+
+
+def _constraint(oid: int, name: str, contype: str, relation: int, index: int, referred: int,
+                key: list[int], referred_key: list[int] | None, on_update: str,
+                on_delete: str = " ") -> tuple[Any, ...]:
+    return (oid, name, _PUBLIC, contype, False, False, True, relation, 0, index, 0, referred,
+            on_update, on_delete, "s" if contype == "f" else " ", True, 0, True, key,
+            referred_key, None, None, None, None, None, None)
 
 
 def _arrow(name: str, rows: list[Any]) -> Any:
@@ -356,6 +455,10 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
         wanted |= {"pg_views", "pg_class"}
     if "to_regclass" in words:
         wanted.add("pg_class")
+    if {"pg_get_constraintdef", "pg_get_indexdef"} & words:
+        wanted |= {"pg_constraint", "pg_index"}
+    if {"pg_constraint", "pg_index"} & wanted:
+        wanted |= {"pg_constraint", "pg_index", "cd_definitions"}
     wanted |= {"pg_type"}  # (to_regtype, format_type's callers)
     rows = _rows(engine, privileges, wanted, database)
 
@@ -373,4 +476,8 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
             con.execute(statement)
         con.execute(f"SET search_path = '{_SCHEMA},main'")
 
-    return private_query(text, load, engine, (_SCHEMA, "pg_catalog"))
+    result = private_query(text, load, engine, (_SCHEMA, "pg_catalog"))
+    if result.columns is not None:  # int2vector, as drivers read it (pg8000: a list)
+        result.columns = [(name, _INT2VECTOR if name == "indoption" and oid == _types.TEXT
+                           else oid) for name, oid in result.columns]
+    return result

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from ..errors import ProtocolError
 
-__all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "arrow_oid", "decode_param",
+__all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid", "arrow_oid",
+           "decode_param",
            "encode_value", "pg_type_name", "sqlite_declared_oid", "sqlite_value",
            "value_oid"]
 
@@ -340,9 +341,58 @@ def _text(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, dt.timedelta | pa.MonthDayNano):
         return interval_text(*interval_parts(value))
+    if isinstance(value, PgArray):
+        return value.text()
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     return str(value)
+
+
+#: the array type of each element type a catalog's arrays hold
+_ARRAY_OIDS = {BOOL: 1000, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016, FLOAT4: 1021,
+               FLOAT8: 1022, OID: 1028}
+_ARRAY_QUOTED = re.compile(r'[{}",\\\s]|^$|^null$', re.I)
+
+
+class PgArray(list[Any]):
+    """A one-dimensional PostgreSQL array of elements of type OID ``element`` (what
+    ``pg_catalog``'s queries give: ``indkey``, ``array_agg(attname)``), sent as
+    PostgreSQL writes arrays: ``{a,"b c",NULL}`` in text, its array format in binary."""
+
+    __slots__ = ("element",)
+
+    def __init__(self, values: Any, element: int) -> None:
+        super().__init__(values)
+        self.element = element
+
+    def text(self) -> str:
+        out = []
+        for v in self:
+            if v is None:
+                out.append("NULL")
+                continue
+            item = _text(v)
+            if _ARRAY_QUOTED.search(item):
+                item = '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            out.append(item)
+        return "{" + ",".join(out) + "}"
+
+    def binary(self) -> bytes:
+        items = [None if v is None else _binary(self.element, v) for v in self]
+        head = struct.pack("!iiI", 1, any(i is None for i in items), self.element)
+        if not items:  # an empty array has no dimensions
+            return struct.pack("!iiI", 0, 0, self.element)
+        return head + struct.pack("!ii", len(items), 1) + b"".join(
+            struct.pack("!i", -1) if i is None else struct.pack("!i", len(i)) + i
+            for i in items)
+
+
+def array_oid(t: pa.DataType) -> int | None:
+    """The PostgreSQL array type OID for Arrow list type ``t`` (None: not one)."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return None
+    element = arrow_oid(t.value_type)
+    return _ARRAY_OIDS.get(element) if not pa.types.is_list(t.value_type) else None
 
 
 def _numeric_binary(value: decimal.Decimal) -> bytes:
@@ -408,6 +458,8 @@ def _binary(oid: int, value: Any) -> bytes:
             return _numeric_binary(decimal.Decimal(value))
         if oid == UUID:
             return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
+        if isinstance(value, PgArray):
+            return value.binary()
     except (struct.error, TypeError, AttributeError, ValueError,
             decimal.InvalidOperation) as exc:
         raise ProtocolError(f"cannot send {type(value).__name__} as binary type {oid}: "
