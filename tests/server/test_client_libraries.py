@@ -21,6 +21,7 @@ from cryptdisk.server._sqltext import quote_index_names
 from cryptdisk.server._types import PgArray, decode_param, encode_value
 from tests.server.test_grants import admin_and_bob
 from tests.server.test_orm_clients import DRIVERS, make_engine
+from tests.server.test_psql_catalog import psql
 
 
 def pg8000_connect(srv) -> pg8000.native.Connection:
@@ -275,3 +276,21 @@ def test_catalog_arrays_are_postgresql_arrays() -> None:
         "!iiIiiihih", 1, 0, 21, 2, 1, 2, 1, 2, 2)
     assert encode_value(1005, PgArray([], 21), 1) == struct.pack("!iiI", 0, 0, 21)
     assert encode_value(1005, PgArray([], 21), 0) == b"{}"
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_psql_copy_with_the_old_option_syntax(start_server, request, engine, certs,
+                                              tmp_path) -> None:
+    """psql's \\copy passes its options on as written: users write CSV HEADER."""
+    srv = start_server(request.getfixturevalue(engine))
+    (tmp_path / "in.csv").write_text("a;b\n1;x\n2;\n")
+    out = psql(srv, certs, "CREATE TABLE c (a BIGINT, b VARCHAR)",
+               f"\\copy c FROM '{tmp_path / 'in.csv'}' WITH CSV HEADER DELIMITER AS ';'",
+               f"\\copy c TO '{tmp_path / 'out.csv'}' csv header",
+               f"\\copy (SELECT a, b FROM c ORDER BY a) TO '{tmp_path / 'out.txt'}' "
+               "DELIMITER ',' NULL 'none'")
+    assert out.returncode == 0, out.stderr
+    assert sorted((tmp_path / "out.csv").read_text().splitlines()) == ["1,x", "2,", "a,b"]
+    assert (tmp_path / "out.txt").read_text() == "1,x\n2,none\n"
+    refused = psql(srv, certs, f"\\copy c TO '{tmp_path / 'q.csv'}' CSV FORCE QUOTE *")
+    assert "COPY option FORCE is not supported" in refused.stderr

@@ -71,9 +71,8 @@ def parse_copy(sql: str) -> CopyStatement:
     opts = re.sub(r"^WITH\s*", "", opts, flags=re.I).strip()
     if opts.startswith("(") and opts.endswith(")"):
         items = [o.strip() for o in opts[1:-1].split(",") if o.strip()]
-    else:  # the old syntax: CSV HEADER DELIMITER ',' NULL ''
-        items = re.findall(r"[A-Za-z_]+(?:\s+(?:'(?:[^']|'')*'|[A-Za-z_]+))?", opts)
-        items = [re.sub(r"^(CSV|BINARY)$", r"FORMAT \1", i, flags=re.I) for i in items]
+    else:  # the old syntax: [BINARY] [DELIMITER [AS] ','] [NULL [AS] ''] [CSV [HEADER]]
+        items = _old_options(opts)
     for item in items:
         key, _, value = item.partition(" ")
         key, value = key.upper(), value.strip()
@@ -101,6 +100,33 @@ def parse_copy(sql: str) -> CopyStatement:
             else st.delimiter
         st.null = "" if st.null == "\\N" and "NULL" not in opts.upper() else st.null
     return st
+
+
+def _old_options(opts: str) -> list[str]:
+    """The options of PostgreSQL's old COPY syntax (``CSV HEADER``, ``DELIMITER AS ','``,
+    as psql's ``\\copy ... csv header`` sends them) as the new syntax's ``KEY value``."""
+    tokens = re.findall(r"'(?:[^']|'')*'|[^\s']+", opts)
+    items, i = [], 0
+    while i < len(tokens):
+        word = tokens[i].upper()
+        i += 1
+        if word in ("CSV", "BINARY"):
+            items.append(f"FORMAT {word}")
+        elif word == "HEADER":
+            items.append("HEADER")
+        elif word == "FORCE":  # FORCE QUOTE ... / FORCE NOT NULL ...: refused below
+            items.append(word)
+            break
+        elif word in ("DELIMITER", "NULL", "QUOTE", "ESCAPE"):
+            if i < len(tokens) and tokens[i].upper() == "AS":
+                i += 1
+            if i >= len(tokens) or not tokens[i].startswith("'"):
+                raise StatementError(f"COPY: {word} needs a quoted string", "42601")
+            items.append(f"{word} {tokens[i]}")
+            i += 1
+        else:
+            items.append(tokens[i - 1])  # (refused below, by its name)
+    return items
 
 
 def _unescape(field: str) -> str:
