@@ -21,6 +21,7 @@ from ..errors import AuthenticationError, CatalogError, DatabaseError, FormatErr
 from ..format import HEADER_SIZE, names_known_key, read_named_header
 from ..format import open_file as cd_open
 from ..keys import Keyring
+from ._views import ViewMeta, Views
 
 __all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "Tables", "catalog_key_id",
            "catalog_stamp", "load_catalog", "remove_catalog_temps", "save_catalog"]
@@ -157,6 +158,8 @@ class Catalog:
     db_id: str
     version: int = 0
     tables: Tables = field(default_factory=Tables)
+    #: the views (named queries, see ._views), in the same sealed document
+    views: Views = field(default_factory=Views)
     #: of a catalog at a URL on S3: the ETag of the sealed bytes it was read from (or
     #: written as), on which the next commit is conditional (see ._remote)
     etag: str | None = field(default=None, compare=False, repr=False)
@@ -164,6 +167,8 @@ class Catalog:
     def __post_init__(self) -> None:
         if not isinstance(self.tables, Tables):
             self.tables = Tables(self.tables)
+        if not isinstance(self.views, Views):
+            self.views = Views(self.views)
 
     @classmethod
     def new(cls) -> Catalog:
@@ -172,6 +177,8 @@ class Catalog:
     def to_json(self) -> bytes:
         doc = {"format": FORMAT, "db_id": self.db_id, "version": self.version,
                "tables": [asdict(t) for t in self.tables.values()]}
+        if self.views:
+            doc["views"] = [asdict(v) for v in self.views.values()]
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -186,7 +193,10 @@ class Catalog:
                 parts = [PartMeta(**p) for p in t.pop("parts")]
                 t["columns"] = [tuple(c) for c in t["columns"]]
                 tables[t["name"]] = TableMeta(**t, parts=parts)
-            return cls(doc["db_id"], int(doc["version"]), tables)
+            views = Views()
+            for v in doc.get("views", []):
+                views[v["name"]] = ViewMeta(**v)
+            return cls(doc["db_id"], int(doc["version"]), tables, views)
         except (KeyError, TypeError, ValueError) as exc:
             raise CatalogError(f"{path}: the catalog is malformed ({exc})") from None
 

@@ -25,7 +25,7 @@ ALL = None  # marker: every column
 #: or any character past ASCII, then those, digits and ``$`` (``ünï``, ``名前``).
 UNQUOTED_IDENT = r"[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*"
 _WORD = re.compile(rf'"((?:[^"]|"")+)"|`([^`]+)`|({UNQUOTED_IDENT})')
-SYSTEM_TABLES = ("disks", "storage_policies", "tables", "columns", "parts", "keys")
+SYSTEM_TABLES = ("disks", "storage_policies", "tables", "columns", "parts", "keys", "views")
 _SYSTEM = re.compile(r"(?i)\bsystem\s*\.\s*(" + "|".join(SYSTEM_TABLES) + r")\b")
 
 

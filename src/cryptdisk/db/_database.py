@@ -116,6 +116,8 @@ from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
 from ._storage import resolve_config
 from ._system import system_tables
+from ._viewdefs import ViewMixin
+from ._views import parse_view_statement
 
 __all__ = ["CONNECTION_HOOKS", "Database", "Reader", "add_connection_hook", "connect"]
 
@@ -248,7 +250,7 @@ def _open_remote(url: str, config: Any, read_only: bool, pin: Any, role: Any,
 
 
 class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, SchemaMixin,
-               MutationMixin):
+               MutationMixin, ViewMixin):
     """An embedded database in a directory (see :func:`connect`)."""
 
     #: set by :meth:`close`: every statement after it is refused (see :meth:`_check_open`)
@@ -1251,7 +1253,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     cause = self._scan_error()
                     if cause is not None:
                         raise cause from None
-                    missing = _missing_table(exc, sql, self.path, self.catalog.tables)
+                    missing = _missing_table(exc, sql, self.path, self.catalog.tables,
+                                             self.catalog.views)
                     if missing is not None:
                         raise missing from None
                     raise DatabaseError(_unprefixed(str(exc)) if self._handles
@@ -1298,6 +1301,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             qualifier = _sql.qualified_target(statement)
             if qualifier is not None and qualifier.lower() in self._attached():
                 return self._run_attached(statement)
+            view = parse_view_statement(statement)
+            if view is not None:  # CREATE, DROP, ALTER VIEW (see ._viewdefs)
+                return self._view_statement(view)  # type: ignore[func-returns-value]
+            statement = self._expand(statement)  # the views it reads written out
             st = _sql.parse(statement)
             if isinstance(st, _sql.Passthrough):
                 sql = st.sql
@@ -1388,7 +1395,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             own = self.con.sql("SHOW TABLES").to_arrow_table().column("name").to_pylist()
         except duckdb.Error as exc:
             raise DatabaseError(f"SHOW TABLES: {exc}") from None
-        names = sorted(set(own) | set(self.catalog.tables))
+        names = sorted(set(own) | set(self.catalog.tables) | set(self.catalog.views))
         return pa.table({"name": pa.array(names, pa.string())})
 
     def _runs_prepared(self, st: Prepare | Execute | Deallocate) -> bool:
@@ -1505,6 +1512,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
     def _new_table(self, st: _sql.CreateTable) -> TableMeta:
         """The catalog entry of the table ``st`` creates, its name, columns, key and
         settings checked (not in the catalog yet)."""
+        view = self.catalog.views.name(st.name)
+        if view is not None:
+            raise DatabaseError(f"CREATE TABLE {st.name}: a view {view} has the name (tables "
+                                "and views share their names)",
+                                hint=f"DROP VIEW {view} first, or give the table another name")
         if self._temporary_table(st.name):  # (statements naming it would reach DuckDB's)
             raise DatabaseError(f"CREATE TABLE {st.name}: a temporary table {st.name} of "
                                 "this connection has the name",
@@ -1723,6 +1735,8 @@ class Reader:
         if self._closed:
             raise DatabaseError("this reader is closed")
         db._check_open()  # (its cursor went with the database)
+        with db._mutex:  # the views it reads written out (see ._views)
+            st = _sql.Passthrough(db._expand(st.sql))
         prepared = parse_prepared(st.sql)
         if prepared is not None:
             with db._mutex:
@@ -1969,7 +1983,7 @@ _EXPLAINED = re.compile(r"(?is)EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?(.*)
 _NO_TABLE = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 
 
-def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any
+def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any, views: Any = ()
                    ) -> DatabaseError | None:
     """DuckDB's "Table with name x does not exist!" (whose "Did you mean" names DuckDB's
     own catalog tables) said in cryptdisk's words: the database's tables, or its system
@@ -1986,6 +2000,13 @@ def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any
             hint=f"system.{name.lower()} is the server's: users, roles and grants exist in "
             "cryptdisk serve, which answers queries over them" if server else None)
     known = sorted(tables)
+    view = next((v for v in views if v.lower() == name.lower()), None)
+    if view is not None:  # (in a statement whose queries are not written out: ._views)
+        return DatabaseError(
+            f"{view!r} is a view: DuckDB reads it only in a query, EXPLAIN, COPY (query) TO, "
+            "DESCRIBE, SUMMARIZE, INSERT ... SELECT, CREATE TABLE ... AS, and the WHERE and "
+            "SET of DELETE and UPDATE",
+            hint=f"read it in a query: SELECT * FROM {view}")
     if name.lower() in (t.lower() for t in known):  # (named in a string: pragma_table_info)
         return DatabaseError(
             f"table {name!r} is a cryptdisk table: DuckDB reads it only where a statement "

@@ -242,20 +242,132 @@ def table_filters(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
     if len(scans) != 1:
         return []  # read twice (or not found): the scans share the filters of neither
     scan = scans[0]
-    for node in _walk(tree.get("statements", [])):
+    nodes = _walk(tree.get("statements", []))
+    for node in nodes:
         if node.get("type") == "SELECT_NODE" and node.get("from_table") is scan:
             where = node.get("where_clause")
-            if not isinstance(where, dict):
-                return []
             cols = _Columns(table, str(scan.get("alias") or ""), schema)
-            found = (_from_comparison(c, cols) for c in _conjuncts(where))
-            return [f for f in found if f is not None]
+            found = [f for f in (_from_comparison(c, cols) for c in _conjuncts(where))
+                     if f is not None] if isinstance(where, dict) else []
+            return found + _outer_filters(nodes, node, table, str(scan.get("alias") or ""),
+                                          schema)
         if (schemas is not None and node.get("type") == "SELECT_NODE"
                 and isinstance(node.get("from_table"), dict)
                 and node["from_table"].get("type") == "JOIN"
                 and any(n is scan for n in _inner_join_leaves(node["from_table"]) or ())):
             return _through_joins(node, scan, table, schemas)
     return []
+
+
+def _passed_columns(node: dict[str, Any], source: dict[str, str], quals: set[str],
+                    order: list[str]) -> list[tuple[str, str | None]] | None:
+    """The columns (output name, the table's column it is or None) of SELECT ``node`` each
+    of whose rows is one row of its FROM, unchanged but for the columns it picks and
+    renames (no GROUP BY, aggregate handling, HAVING, QUALIFY, window, DISTINCT, LIMIT or
+    sample): so a condition on an output column that is a table column holds of the
+    table's row. ``source``: the FROM's columns (lower-case name -> table column);
+    ``quals``: the names a column may be qualified with; ``order``: the FROM's columns in
+    order (for ``*``). None for any other SELECT."""
+    if node.get("group_expressions") or node.get("group_sets") or node.get("having") \
+            or node.get("qualify") or node.get("sample") \
+            or node.get("aggregate_handling") not in (None, "STANDARD_HANDLING") \
+            or any(m.get("type") != "ORDER_MODIFIER" for m in node.get("modifiers") or []):
+        return None
+    out: list[tuple[str, str | None]] = []
+    for item in node.get("select_list") or []:
+        if any(n.get("class") == "WINDOW" for n in _walk(item)):
+            return None
+        if item.get("class") == "STAR":
+            if item.get("relation_name") or item.get("exclude_list") or \
+                    item.get("replace_list") or item.get("expr") or item.get("columns"):
+                return None
+            out.extend((name, source.get(name.lower())) for name in order)
+            continue
+        names = [str(n) for n in item.get("column_names") or []] \
+            if item.get("class") == "COLUMN_REF" else []
+        column = None
+        if len(names) == 1 or (len(names) == 2 and names[0].lower() in quals):
+            column = source.get(names[-1].lower())
+        out.append((str(item.get("alias") or (names[-1] if names else "")), column))
+    return out
+
+
+def _outer_filters(nodes: list[dict[str, Any]], inner: dict[str, Any], table: str,
+                   alias: str, schema: pa.Schema) -> list[Filter]:
+    """The filters of the SELECTs around ``inner`` (the SELECT whose FROM is ``table``)
+    through the subqueries between (a view read as its query, ``FROM (SELECT ...) AS v
+    WHERE ...``), each of which passes its FROM's rows on one by one
+    (:func:`_passed_columns`): a condition on a column that is the table's column under
+    another name holds of the table's row. A column whose name is not certain (two of the
+    name, an expression) takes no filter."""
+    order = [f.name for f in schema]
+    source = {name.lower(): name for name in order}
+    quals = {table.lower(), (alias or table).lower()}
+    passed = _passed_columns(inner, source, quals, order)
+    found: list[Filter] = []
+    current = inner
+    while passed is not None:
+        parent = ref = None
+        for node in nodes:
+            frm = node.get("from_table")
+            if node.get("type") == "SELECT_NODE" and isinstance(frm, dict) \
+                    and frm.get("type") == "SUBQUERY" \
+                    and (frm.get("subquery") or {}).get("node") is current:
+                parent, ref = node, frm
+                break
+        if parent is None or ref is None:
+            break
+        renamed = list(ref.get("column_name_alias") or [])
+        passed = [(renamed[i] if i < len(renamed) else name, column)
+                  for i, (name, column) in enumerate(passed)]
+        counts: dict[str, int] = {}
+        for name, _c in passed:
+            counts[name.lower()] = counts.get(name.lower(), 0) + 1
+        source = {name.lower(): column for name, column in passed
+                  if column is not None and counts[name.lower()] == 1}
+        order = [name for name, _c in passed]
+        quals = {str(ref.get("alias") or "").lower()} - {""}
+        where = parent.get("where_clause")
+        if isinstance(where, dict):
+            for c in _conjuncts(where):
+                mapped = _renamed_refs(c, source, quals)
+                f = _from_comparison(mapped, _Columns(table, "", schema)) \
+                    if mapped is not None else None
+                if f is not None:
+                    found.append(f)
+        current = parent
+        passed = _passed_columns(parent, source, quals, order)
+    return found
+
+
+def _renamed_refs(node: dict[str, Any], source: dict[str, str], quals: set[str]
+                  ) -> dict[str, Any] | None:
+    """A copy of condition ``node`` whose column references name the table's columns
+    (``source``: the names it may use -> the table's); None if one names another."""
+    if node.get("class") == "COLUMN_REF":
+        names = [str(n) for n in node.get("column_names") or []]
+        if not (len(names) == 1 or (len(names) == 2 and names[0].lower() in quals)):
+            return None
+        column = source.get(names[-1].lower())
+        return None if column is None else dict(node, column_names=[column])
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            done = _renamed_refs(value, source, quals)
+            if done is None:
+                return None
+            out[key] = done
+        elif isinstance(value, list):
+            items = []
+            for v in value:
+                done = _renamed_refs(v, source, quals) if isinstance(v, dict) else v
+                if done is None:
+                    return None
+                items.append(done)
+            out[key] = items
+        else:
+            out[key] = value
+    return out
 
 
 def _slack(v: Any, typ: pa.DataType, up: bool) -> Any:

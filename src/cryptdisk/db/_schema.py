@@ -168,6 +168,10 @@ class SchemaMixin(DatabaseState):
             raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a table {found} "
                                 "exists", hint=f"DROP TABLE {found} first, or pick another "
                                 "name")
+        view = self.catalog.views.name(new)
+        if view is not None:
+            raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a view {view} has "
+                                "the name", hint=f"DROP VIEW {view} first, or pick another name")
         if self._temporary_table(new):
             raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a temporary table "
                                 f"{new} of this connection has the name")

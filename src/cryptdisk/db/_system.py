@@ -1,5 +1,5 @@
 """System tables: ``system.disks``, ``storage_policies``, ``tables``, ``columns``, ``parts``,
-``keys``.
+``keys``, ``views``.
 
 Built from the config and the catalog on each query that names them. They
 show ids, names, paths and counts; never key material.
@@ -118,7 +118,19 @@ def _keys(db: Any) -> pa.Table:
     })
 
 
+def _views(db: Any) -> pa.Table:
+    views = list(db.catalog.views.values())
+    return pa.table({
+        "name": pa.array([v.name for v in views], pa.string()),
+        "query": pa.array([v.query for v in views], pa.string()),
+        # the names given after the view's name (NULL: its query's)
+        "columns": pa.array([v.columns for v in views], pa.list_(pa.string())),
+        "reads": pa.array([v.reads for v in views], pa.list_(pa.string())),
+    })
+
+
 def system_tables(db: Any) -> dict[str, pa.Table]:
     """Name -> Arrow table for every system table."""
     return {"disks": _disks(db), "storage_policies": _policies(db), "tables": _tables(db),
-            "columns": _columns(db), "parts": _parts(db), "keys": _keys(db)}
+            "columns": _columns(db), "parts": _parts(db), "keys": _keys(db),
+            "views": _views(db)}

@@ -101,6 +101,9 @@ class EngineSession:
     last_tables: set[str]
     #: the session's :class:`._grants.Privileges` (None: a server without users)
     privileges: Any = None
+    #: whether the engine's views have the rights of the user who reads them (so a grant
+    #: on a view means nothing: whoever reads one needs SELECT on the tables it reads)
+    invoker_views = False
 
     def record_tables(self) -> None:
         """Fill ``last_tables`` on every later statement."""
@@ -452,6 +455,8 @@ class _Turns:
 
 
 class _AnalyticalSession(EngineSession):
+    invoker_views = True  # (a statement is checked with its views written out: _views)
+
     def __init__(self, engine: AnalyticalEngine) -> None:
         self.engine = engine
         #: set by :meth:`interrupt`: ends this session's wait for its turn, or its statement
@@ -528,9 +533,22 @@ class _AnalyticalSession(EngineSession):
         self._parse_connection()
 
     def _table_names(self) -> list[str]:
-        """The database's tables: ``public.t`` and ``main.t`` of these name ``t``
+        """The database's tables and views: ``public.t`` and ``main.t`` of these name ``t``
         (:func:`._sqltext.unqualify`), in the statement checked and the statement run."""
-        return list(self.engine.db.catalog.tables)
+        catalog = self.engine.db.catalog
+        return [*catalog.tables, *catalog.views]
+
+    def _without_views(self, text: str) -> str:
+        """``text`` with the views it reads written out as their queries (see
+        ``cryptdisk.db._views``): the grant check and the policies see the tables a view
+        reads, as the database reads them (views have the rights of their reader)."""
+        db = self.engine.db
+        if not db.catalog.views:
+            return text
+        try:
+            return str(db.expand_views(text, self._parse_connection()))
+        except Exception as exc:
+            raise statement_error(exc) from None
 
     def _sql(self, sql: str, params: list[Any]) -> str:
         def lit(n: int) -> str:
@@ -540,6 +558,7 @@ class _AnalyticalSession(EngineSession):
 
         sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL)
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
+        text = self._without_views(text)
         if self.block:
             from ..db import Reader
 
@@ -572,6 +591,7 @@ class _AnalyticalSession(EngineSession):
             return  # refused when it runs, whoever runs it
         text = _sqltext.unqualify(_sqltext.substitute(
             postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL), lambda n: "NULL"), self._table_names)
+        text = self._without_views(text)
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
         privileges.check_analytical(text, con)
@@ -838,16 +858,33 @@ class _AnalyticalSession(EngineSession):
     def relations(self) -> list[tuple[str, str]]:
         self._cancel.clear()
         with self.engine.turn(self, shared=True):  # the catalog only: beside queries
-            return [(name, "r") for name in sorted(self.engine.db.catalog.tables)]
+            catalog = self.engine.db.catalog
+            return sorted([(name, "r") for name in catalog.tables]
+                          + [(name, "v") for name in catalog.views])
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         self._cancel.clear()
+        db = self.engine.db
+        view = db.catalog.views.get(name)
+        if view is not None:  # its query's columns, as DuckDB binds it now
+            with self.engine.turn(self):
+                try:
+                    described = db.execute(f"DESCRIBE {_quote(view.name)}")
+                except Exception as exc:
+                    raise statement_error(exc) from None
+            rows = described.to_pylist() if described is not None else []
+            return [(str(r["column_name"]), _types.pg_type_name(str(r["column_type"])), False,
+                     None) for r in rows]
         with self.engine.turn(self, shared=True):
             try:
-                cols = self.engine.db.table(name).columns
+                cols = db.table(name).columns
             except Exception as exc:
                 raise statement_error(exc) from None
         return [(c, _types.pg_type_name(t), False, None) for c, t in cols]
+
+    def view_definition(self, name: str) -> str | None:
+        view = self.engine.db.catalog.views.get(name)
+        return None if view is None else str(view.query)
 
     def close(self) -> None:
         if self._parser is not None:

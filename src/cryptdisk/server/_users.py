@@ -105,6 +105,18 @@ def _declared_names(session: Any) -> dict[str, str]:
         return {}
 
 
+def _invoker_views(session: Any) -> dict[str, str]:
+    """The views of the session's engine (lower-case name -> declared) when its views have
+    the rights of their reader, so a grant on one would mean nothing (empty otherwise)."""
+    engine = getattr(session, "engine", None)
+    if engine is None or not getattr(engine, "invoker_views", False):
+        return {}
+    try:
+        return {name.lower(): name for name, kind in engine.relations() if kind == "v"}
+    except StatementError:
+        return {}
+
+
 def _ident(token: str) -> str:
     if token.startswith('"'):
         return token[1:-1].replace('""', '"')
@@ -1141,7 +1153,7 @@ class ScramAuthenticator:
                                    else me, me)
             if re.search(r"\bON\b", _sqltext.strip_strings(sql), re.I) is None:
                 return self._grant_role(sql, words[0], admin, privileges)
-            return self._grant(sql, words[0], admin)
+            return self._grant(sql, words[0], admin, _invoker_views(session))
         system = _SYSTEM_TABLE.fullmatch(sql)
         if system is not None and system[1].lower() == "grants":
             declared = _declared_names(session)  # grants are kept by the lower-case name
@@ -1266,7 +1278,8 @@ class ScramAuthenticator:
                                admin_option=bool(m[1] or m[4]))
         return Result(None, [], f"{verb} ROLE")
 
-    def _grant(self, sql: str, verb: str, admin: bool) -> Result:
+    def _grant(self, sql: str, verb: str, admin: bool, views: dict[str, str] | None = None
+               ) -> Result:
         self._need_admin(admin, "grant or revoke privileges")
         names = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
         m = re.fullmatch(rf"\s*{verb}\s+(.+?)\s+ON\s+(?:TABLE\s+)?({names}(?:\s*,\s*{names})*)"
@@ -1286,6 +1299,14 @@ class ScramAuthenticator:
         tables = [".".join(_sqltext.unqualified_parts([_ident(p) for p in re.findall(_NAME, t)]))
                   for t in re.findall(names, m[2])]
         users = [_ident(u.strip()) for u in re.findall(_NAME, m[3])]
+        known = views or {}
+        view = next((known[t.lower()] for t in tables if t.lower() in known), None)
+        if view is not None and verb == "GRANT":
+            raise StatementError(
+                f"GRANT ... ON {view}: {view} is a view, and a view has the rights of the user "
+                "who reads it (invoker rights): reading it needs SELECT on the tables it reads",
+                "0A000", hint=f"GRANT SELECT ON the tables it reads (SELECT reads FROM "  # noqa: S608
+                f"system.views WHERE name = '{view}')")
         self.store.change_grants(users, [t.lower() for t in tables], actions,
                                  grant=verb == "GRANT")
         return Result(None, [], verb)

@@ -1,0 +1,172 @@
+"""``CREATE VIEW``, ``DROP VIEW``, ``ALTER VIEW ... RENAME TO`` and the reading of views,
+methods of :class:`~cryptdisk.db.Database` (see :mod:`._views`).
+
+A view is one entry of the catalog: made, replaced, renamed or dropped by one catalog
+commit, as a table is (the same sealed, authenticated, atomically replaced file; a
+crash leaves the catalog before or after it). ``CREATE VIEW`` checks its query as a
+read of the view would run it (DuckDB binds it, reading no row), so a view that names
+no table, or reads itself through other views, is refused then. Dropping, renaming or
+changing a table a view reads does not look at the views: the view fails when read,
+naming what it misses (as DuckDB's and ClickHouse's views do).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DatabaseError, NotSupportedError
+from ._columns import serialize_sql
+from ._views import (
+    AlterView,
+    CreateView,
+    DropView,
+    ViewMeta,
+    Views,
+    expand_statement,
+    expand_views,
+    view_reads,
+)
+
+if TYPE_CHECKING:
+    from ._state import DatabaseState
+else:
+    DatabaseState = object
+
+__all__ = ["ViewMixin"]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class ViewMixin(DatabaseState):
+    """View methods of :class:`~cryptdisk.db.Database`."""
+
+    _parser: Any
+
+    def expand_views(self, sql: str, parser: Any = None) -> str:
+        """Statement ``sql`` with every view it reads written out as its query (see
+        :func:`._views.expand_statement`), as this database runs it: what a grant check
+        or a policy rewrite must look at. ``parser``: a DuckDB cursor that only parses
+        (:func:`~cryptdisk.db.parser_cursor`), for a caller on another thread than the
+        database's (by default the database's own, under its lock)."""
+        if parser is None:
+            with self._mutex:
+                return self._expand(sql)
+        views = self.catalog.views
+        if not views:
+            return sql
+        return expand_statement(sql, views, lambda text: serialize_sql(text, parser),
+                                self._relation_exists)
+
+    def _expand(self, sql: str) -> str:
+        """:meth:`expand_views` on the database's parser (the caller holds its lock)."""
+        if self.read_only or self._remote is not None:  # the views others committed
+            self.refresh()
+        views = self.catalog.views
+        if not views:
+            return sql
+        return expand_statement(sql, views, lambda text: serialize_sql(text, self._parser),
+                                self._relation_exists)
+
+    def _relation_exists(self, name: str) -> bool:
+        return name in self.catalog.tables or name in self.catalog.views
+
+    def view(self, name: str) -> ViewMeta:
+        """The catalog entry of view ``name`` (any case)."""
+        meta = self.catalog.views.get(name)
+        if meta is None:
+            raise DatabaseError(f"no view {name!r} in {self.path}",
+                                hint="SELECT name FROM system.views lists the views")
+        return meta  # type: ignore[no-any-return]
+
+    def _view_statement(self, st: CreateView | DropView | AlterView) -> None:
+        self._writable(f"{type(st).__name__} {st.name}")
+        if isinstance(st, CreateView):
+            self._create_view(st)
+        elif isinstance(st, DropView):
+            self._drop_view(st)
+        else:
+            self._rename_view(st)
+
+    def _create_view(self, st: CreateView) -> None:
+        name, views = st.name, self.catalog.views
+        table = self.catalog.tables.name(name)
+        if table is not None or self._temporary_table(name):
+            raise DatabaseError(f"CREATE VIEW {name}: a table {table or name} has the name "
+                                "(tables and views share their names)",
+                                hint="give the view another name")
+        old = views.get(name)
+        if old is not None and not st.or_replace:
+            if st.if_not_exists:
+                return
+            raise DatabaseError(f"view {old.name} already exists",
+                                hint=f"CREATE OR REPLACE VIEW {name} AS ... replaces it")
+        meta = ViewMeta(name, st.query, st.columns)
+        trial = Views(views)
+        trial[name] = meta  # (a cycle through the view itself is found as it is read)
+
+        def parse(text: str) -> Any:
+            return serialize_sql(text, self._parser)
+
+        reads = view_reads(st.query, set(self.catalog.tables) | set(trial), parse)
+        query, _used = expand_views(f"SELECT * FROM {_quote(name)}", trial, parse,
+                                    lambda n: n in self.catalog.tables or n in trial)
+        try:
+            self._run_duckdb(f"DESCRIBE {query}")  # bound by DuckDB: no row read
+        except DatabaseError as exc:
+            raise DatabaseError(f"CREATE VIEW {name}: {exc}", hint=exc.hint) from None
+        meta.reads = reads
+        views[name] = meta
+        try:
+            self._commit()
+        except BaseException:
+            if old is None:
+                del views[name]
+            else:
+                views[name] = old
+            raise
+
+    def _drop_view(self, st: DropView) -> None:
+        views = self.catalog.views
+        old = views.get(st.name)
+        if old is None:
+            if st.if_exists:
+                return
+            table = self.catalog.tables.name(st.name)
+            if table is not None:
+                raise DatabaseError(f"{table} is a table, not a view",
+                                    hint=f"DROP TABLE {table}")
+            raise DatabaseError(f"no view {st.name!r} in {self.path}",
+                                hint="SELECT name FROM system.views lists the views")
+        del views[old.name]
+        try:
+            self._commit()
+        except BaseException:
+            views[old.name] = old
+            raise
+
+    def _rename_view(self, st: AlterView) -> None:
+        views = self.catalog.views
+        table = self.catalog.tables.name(st.name)
+        if table is not None:
+            raise NotSupportedError(f"ALTER VIEW {table}: {table} is a table, not a view",
+                                    hint=f"ALTER TABLE {table} RENAME TO {st.new_name}")
+        old = self.view(st.name)
+        new = st.new_name
+        if old.name == new:
+            return
+        clash = self.catalog.tables.name(new) or (views.name(new) if new.lower()
+                                                  != old.name.lower() else None)
+        if clash is not None or self._temporary_table(new):
+            raise DatabaseError(f"ALTER VIEW {old.name} RENAME TO {new}: a table or view "
+                                f"{clash or new} has the name", hint="pick another name")
+        renamed = ViewMeta(new, old.query, old.columns, old.reads)
+        del views[old.name]
+        views[new] = renamed
+        try:
+            self._commit()
+        except BaseException:
+            del views[new]
+            views[old.name] = old
+            raise
