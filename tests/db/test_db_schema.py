@@ -162,9 +162,11 @@ def test_alter_parse_forms():
                   "ALTER TABLE t DROP ROW ACCESS POLICY r", "ALTER TABLE t DROP CONSTRAINT x",
                   "ALTER TABLE t ADD CONSTRAINT x CHECK (a > 0)"):
         assert isinstance(_sql.parse(other), _sql.Passthrough), other
-    with pytest.raises(DatabaseError, match="ADD COLUMN c: DEFAULT is not supported") as e:
-        _sql.parse("ALTER TABLE t ADD COLUMN c INT DEFAULT 3")
-    assert "INSERT" in e.value.hint
+    assert _sql.parse("ALTER TABLE t ADD COLUMN c INT DEFAULT 3 NOT NULL") == _sql.AlterTable(
+        "t", "add", "c", type="INT", not_null=True, default="3")
+    with pytest.raises(DatabaseError, match="ADD COLUMN c: CHECK is not supported") as e:
+        _sql.parse("ALTER TABLE t ADD COLUMN c INT CHECK (c > 0)")
+    assert "WHERE" in (e.value.hint or "")
 
 
 def test_add_drop_rename_columns_read_everywhere(db):

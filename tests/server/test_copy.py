@@ -286,3 +286,34 @@ def test_intervals_of_the_analytical_engine(start_server, analytical) -> None:
             assert list(copy.rows()) == [want]
         assert c.execute("SELECT %b::INTERVAL * 2", (dt.timedelta(days=-1, seconds=5),)
                          ).fetchone() == (dt.timedelta(days=-2, seconds=10),)
+
+
+def test_analytical_not_null_and_default_through_copy_and_the_catalogs(start_server,
+                                                                        analytical) -> None:
+    """COPY FROM STDIN fills a column's DEFAULT and refuses a NULL in a NOT NULL column
+    (23502, no row written), as INSERT does; information_schema and pg_attribute show
+    them."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (k BIGINT NOT NULL, s VARCHAR DEFAULT 'none')")
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            with c.cursor().copy("COPY t (s) FROM STDIN") as copy:
+                copy.write_row(("x",))
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            with c.cursor().copy("COPY t FROM STDIN") as copy:
+                copy.write_row((1, "a"))
+                copy.write_row((None, "b"))
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            c.execute("INSERT INTO t (s) VALUES ('y')")
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        with c.cursor().copy("COPY t (k) FROM STDIN") as copy:
+            copy.write_row((1,))
+        assert c.execute("SELECT k, s FROM t").fetchall() == [(1, "none")]
+        assert c.execute("SELECT column_name, is_nullable, column_default FROM "
+                         "information_schema.columns WHERE table_name = 't' "
+                         "ORDER BY ordinal_position").fetchall() == [
+            ("k", "NO", None), ("s", "YES", "'none'")]
+        assert c.execute("SELECT a.attname, a.attnotnull, a.atthasdef FROM pg_attribute a "
+                         "JOIN pg_class r ON a.attrelid = r.oid WHERE r.relname = 't' "
+                         "AND a.attnum > 0 ORDER BY a.attnum"
+                         ).fetchall() == [("k", True, False), ("s", False, True)]

@@ -216,12 +216,13 @@ def test_analytical_columns_sharing_a_name_each_keep_their_values(start_server,
 
 
 @pytest.mark.parametrize(("sql", "form", "hint"), [
-    ("ALTER TABLE t ADD CONSTRAINT c CHECK (a > 0)", "ADD CONSTRAINT", "no constraints"),
+    ("ALTER TABLE t ADD CONSTRAINT c CHECK (a > 0)", "ADD CONSTRAINT", "NOT NULL and DEFAULT"),
     ("ALTER TABLE IF EXISTS t DROP COLUMN b", "DROP COLUMN", "the table named alone"),
     ("ALTER TABLE t ALTER COLUMN a SET DATA TYPE BIGINT USING a + 1", "ALTER COLUMN a TYPE",
      "CAST"),
     ("ALTER TABLE IF EXISTS t ALTER a TYPE BIGINT", "ALTER COLUMN a TYPE", "CAST"),
-    ("ALTER TABLE t ALTER COLUMN a SET NOT NULL", "ALTER COLUMN a SET NOT NULL", "CREATE TABLE"),
+    ("ALTER TABLE t ALTER COLUMN a SET STATISTICS 100", "ALTER COLUMN a SET STATISTICS",
+     "CREATE TABLE"),
 ])
 def test_alter_table_forms_the_analytical_engine_lacks_are_0a000(start_server, analytical,
                                                                   sql, form, hint) -> None:

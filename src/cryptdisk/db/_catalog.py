@@ -63,6 +63,10 @@ class TableMeta:
     order_by: str | None = None
     parts: list[PartMeta] = field(default_factory=list)
     encrypted: bool | None = None  # whether its policy encrypts (None: an older catalog)
+    #: the columns declared NOT NULL, and each column's DEFAULT (SQL, as declared); kept
+    #: in the catalog only when there are any
+    not_null: list[str] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -176,7 +180,7 @@ class Catalog:
 
     def to_json(self) -> bytes:
         doc = {"format": FORMAT, "db_id": self.db_id, "version": self.version,
-               "tables": [asdict(t) for t in self.tables.values()]}
+               "tables": [_table_doc(t) for t in self.tables.values()]}
         if self.views:
             doc["views"] = [asdict(v) for v in self.views.values()]
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -199,6 +203,16 @@ class Catalog:
             return cls(doc["db_id"], int(doc["version"]), tables, views)
         except (KeyError, TypeError, ValueError) as exc:
             raise CatalogError(f"{path}: the catalog is malformed ({exc})") from None
+
+
+def _table_doc(meta: TableMeta) -> dict[str, Any]:
+    """``meta`` as the catalog stores it (a table without NOT NULL or DEFAULT as one
+    written before they existed)."""
+    doc = asdict(meta)
+    for key in ("not_null", "defaults"):
+        if not doc[key]:
+            del doc[key]
+    return doc
 
 
 def load_catalog(db_path: str, keyring: Keyring, remote: Any = None) -> Catalog | None:

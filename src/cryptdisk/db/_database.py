@@ -68,6 +68,7 @@ from ._columns import (
     schema_qualified_tables,
     share_walks,
 )
+from ._constraints import check_default
 from ._derived import (
     DerivedFailed,
     PushedScan,
@@ -1324,7 +1325,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     self._session_changed()
                 block = _block_change(sql)
                 if block is None:
-                    return self._run_duckdb(_for_duckdb(self, sql))
+                    return _described(self, sql, self._run_duckdb(_for_duckdb(self, sql)))
                 try:  # BEGIN ... COMMIT: DuckDB's, and cryptdisk's writes wait for its end
                     result = self._run_duckdb(_for_duckdb(self, sql))
                 except DatabaseError:
@@ -1545,11 +1546,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         import uuid
 
         meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,
-                         ",".join(st.order_by) if st.order_by else None)
+                         ",".join(st.order_by) if st.order_by else None,
+                         not_null=list(st.not_null), defaults=dict(st.defaults))
         try:
             self._check_types(meta)
         except duckdb.Error as exc:
             raise DatabaseError(f"CREATE TABLE {st.name}: {exc}") from None
+        types = dict(st.columns)
+        for column, expr in meta.defaults.items():
+            check_default(self.con, f"CREATE TABLE {st.name}", column, types[column], expr,
+                          column in meta.not_null)
         return meta
 
     def _check_types(self, meta: TableMeta, what: str | None = None) -> None:
@@ -1762,7 +1768,7 @@ class Reader:
         try:
             if prepared is not None:
                 return self._run_prepared_statement(db, prepared)  # type: ignore[misc]
-            return self._run_duckdb(sql)  # type: ignore[misc]
+            return _described(db, sql, self._run_duckdb(sql))  # type: ignore[misc]
         finally:
             db._reader_ends()
 
@@ -1839,6 +1845,26 @@ def _show(db: Database, sql: str) -> pa.Table | str:
         if any(name == t.lower() for t in db.catalog.tables):
             return f"DESCRIBE {m.group(1)}"
     return sql
+
+
+_DESCRIBE = re.compile(rf"(?is)DESCRIBE\s+(?:TABLE\s+)?({_sql._IDENT})\s*")
+
+
+def _described(db: Database, sql: str, result: pa.Table | None) -> pa.Table | None:
+    """``result`` of ``sql``, and for ``DESCRIBE t`` of a table (DuckDB's description of
+    the view it reads the table through), its ``null`` and ``default`` as the table
+    declares them."""
+    m = _DESCRIBE.fullmatch(sql) if result is not None and sql[:1] in "dD" else None
+    meta = db.catalog.tables.get(_sql.unquote(m.group(1))) if m is not None else None
+    if meta is None or result is None or not (meta.not_null or meta.defaults) or \
+            not {"column_name", "null", "default"} <= set(result.column_names):
+        return result
+    names = [meta.column_name(c) for c in result.column("column_name").to_pylist()]
+    for column, values in (("null", ["NO" if c in meta.not_null else "YES" for c in names]),
+                           ("default", [meta.defaults.get(c) for c in names])):
+        i = result.column_names.index(column)
+        result = result.set_column(i, column, pa.array(values, result.schema.field(i).type))
+    return result
 
 
 def _for_duckdb(db: Database, sql: str) -> str:

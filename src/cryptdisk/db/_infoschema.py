@@ -18,6 +18,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ._constraints import column_definitions
+
 __all__ = ["catalog_views", "rewrite_catalog_views"]
 
 #: a string (left as it is), or a catalog view: information_schema.x or duckdb_x()
@@ -64,14 +66,15 @@ def catalog_views(con: Any, tables: list[Any], wanted: set[str]) -> dict[str, pa
     scratch = duckdb.connect(":memory:")
     try:
         for meta in tables:
-            columns = ", ".join(f"{_quote(c)} {t}" for c, t in column_sql(meta))
             try:
-                scratch.execute(f"CREATE TABLE {_quote(meta.name)} ({columns})")
+                scratch.execute(f"CREATE TABLE {_quote(meta.name)} ("
+                                f"{column_definitions(meta)})")
             except duckdb.Error:  # a type of con's own (CREATE TYPE): as DuckDB names it
                 described = con.sql("DESCRIBE SELECT " + ", ".join(
                     f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in meta.columns)).fetchall()
                 scratch.execute(f"CREATE TABLE {_quote(meta.name)} (" + ", ".join(
                     f"{_quote(row[0])} {row[1]}" for row in described) + ")")
+                # (DEFAULT and NOT NULL left out: the rest of the description stands)
         rows = {t.name: t.rows for t in tables}
         out = {}
         for name, theirs in own.items():
@@ -89,8 +92,3 @@ def catalog_views(con: Any, tables: list[Any], wanted: set[str]) -> dict[str, pa
         return out
     finally:
         scratch.close()
-
-
-def column_sql(meta: Any) -> list[tuple[str, str]]:
-    """(name, type and constraints as ``CREATE TABLE`` writes them) of ``meta``'s columns."""
-    return list(meta.columns)

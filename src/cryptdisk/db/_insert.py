@@ -12,6 +12,7 @@ removes, never a half-visible insert.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,13 @@ from ..errors import CatalogError, DatabaseError
 from . import _sql
 from ._blocks import sortable, write_sorted_parts
 from ._catalog import PartMeta
+from ._constraints import (
+    check_not_null_batch,
+    column_definitions,
+    constraint_error,
+    default_sql,
+    not_null_sql,
+)
 from ._memory import out_of_memory
 from ._partread import open_part
 from ._parts import verify_part, write_parts
@@ -83,6 +91,13 @@ def _without_statement(message: str) -> str:
     return "\n".join(out).rstrip()
 
 
+def _late_duckdb_error(exc: OSError) -> bool:
+    """Whether ``exc`` is DuckDB's error raised as its Arrow stream is read (pyarrow's
+    plain ``OSError``, no errno, DuckDB's ``Kind Error:`` words), not one of a disk's."""
+    return type(exc) is OSError and exc.errno is None and \
+        re.match(r"[A-Za-z ]+ Error: ", str(exc)) is not None
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -134,6 +149,13 @@ def _reading(batches: Iterator[pa.RecordBatch], table: str) -> Iterator[pa.Recor
         raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
 
 
+def _checked(batches: Iterator[pa.RecordBatch], meta: TableMeta) -> Iterator[pa.RecordBatch]:
+    """``batches``, each checked for a NULL in a NOT NULL column of ``meta``."""
+    for batch in batches:
+        check_not_null_batch(meta, batch, f"insert into {meta.name}")
+        yield batch
+
+
 def _check_csv_header(table: str, path: str, found: list[str], columns: list[str]) -> None:
     """Refuse a CSV file that holds nothing, or rows without a header line naming their
     columns: DuckDB names the columns it then reads ``column0``, ``column1``..."""
@@ -176,8 +198,7 @@ class InsertMixin(DatabaseState):
                 raise DatabaseError(f"COPY {meta.name} FROM: a column is named twice")
             named = f" ({', '.join(_quote(names[c.lower()]) for c in st.columns)})"
         name = _COPY_TABLE
-        types = ", ".join(f"{_quote(c)} {t}" for c, t in meta.columns)
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({types})")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({column_definitions(meta)})")
         try:
             try:
                 self.con.execute(f"COPY temp.{name}{named} FROM {st.source}")
@@ -189,7 +210,8 @@ class InsertMixin(DatabaseState):
             except duckdb.Error as exc:
                 text = str(exc).replace(f"temp.{name}", _quote(meta.name)).replace(
                     name, meta.name)
-                raise DatabaseError(f"COPY {meta.name} FROM: {text}") from None
+                raise constraint_error(f"COPY {meta.name} FROM", text) or DatabaseError(
+                    f"COPY {meta.name} FROM: {text}") from None
             schema = self.arrow_schema(meta)
             disk = policy_disk(self.policy(meta.policy))
             parts = self._insert_rows(meta, schema, disk, f"SELECT * FROM temp.{name}", None,
@@ -240,7 +262,12 @@ class InsertMixin(DatabaseState):
         except duckdb.OutOfMemoryException as exc:
             raise out_of_memory(what, exc, oom_hint) from None
         except duckdb.Error as exc:
-            raise DatabaseError(f"{what}: {exc}") from None
+            raise constraint_error(what, str(exc)) or DatabaseError(f"{what}: {exc}") from None
+        except OSError as exc:
+            if not _late_duckdb_error(exc):
+                raise
+            # DuckDB's error in a row past the first batches, through its Arrow stream
+            raise constraint_error(what, str(exc)) or DatabaseError(f"{what}: {exc}") from None
         finally:
             self._release()
 
@@ -296,7 +323,7 @@ class InsertMixin(DatabaseState):
         if _sql.first_word(query) != "VALUES":
             return query, columns, None
         name = _VALUES_TABLE
-        types = ", ".join(f"{_quote(c)} {t}" for c, t in meta.columns)
+        types = column_definitions(meta)  # (DuckDB fills each DEFAULT, checks NOT NULL)
         named = "" if columns is None else f" ({', '.join(_quote(c) for c in columns)})"
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({types})")
         try:
@@ -306,7 +333,8 @@ class InsertMixin(DatabaseState):
             if not isinstance(exc, duckdb.Error) or isinstance(exc, duckdb.OutOfMemoryException):
                 raise  # (insert_query reports running out of memory)
             text = str(exc).replace(f"temp.{name}", _quote(meta.name)).replace(name, meta.name)
-            raise DatabaseError(f"INSERT INTO {meta.name}: {text}") from None
+            raise constraint_error(f"INSERT INTO {meta.name}", text) or DatabaseError(
+                f"INSERT INTO {meta.name}: {text}") from None
         return f"SELECT * FROM temp.{name}", None, name
 
     def _write_query(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
@@ -364,10 +392,15 @@ class InsertMixin(DatabaseState):
         schema = self.arrow_schema(meta)
         if meta.order and not sortable(schema, meta.order):
             return None
+        given = {f.name.lower() for f in data.schema}
+        if any(c.lower() not in given for c in meta.defaults):
+            return None  # a DEFAULT to fill: DuckDB's
         batches = _arrow_source(data, schema)
         if batches is None:
             return None
         disk = policy_disk(self.policy(meta.policy))
+        if meta.not_null:
+            batches = _checked(batches, meta)
         parts = self._write_sorted(meta, schema, disk, _reading(batches, meta.name),
                                    self.catalog.version + 1, on_rows, self._threads())
         return self._publish(meta, parts)
@@ -404,7 +437,8 @@ class InsertMixin(DatabaseState):
                                     f"but the query gives {width}")
             positions = {lower[c.lower()]: i + 1 for i, c in enumerate(columns)}
         select = ", ".join(
-            f"CAST({'#' + str(positions[c]) if c in positions else 'NULL'} AS {t}) AS {_quote(c)}"
+            not_null_sql(meta, c, f"CAST(#{positions[c]} AS {t})" if c in positions
+                         else default_sql(meta, c, t)) + f" AS {_quote(c)}"
             for c, t in meta.columns)
         order = ""
         if meta.order_by and sort:

@@ -39,6 +39,7 @@ from ..errors import DatabaseError, FieldPolicyError, NotSupportedError
 from . import _sql
 from ._catalog import PartMeta
 from ._columns import ALL, needed_columns
+from ._constraints import constraint_error, not_null_sql
 from ._policies import PART_SOURCE, ROW_NUMBER, current_mutation_policy, embedded_mutation
 from ._pushdown import table_filters
 from ._scan import TableScan
@@ -128,7 +129,8 @@ class MutationMixin(DatabaseState):
         names = [c for c, _t in meta.columns]
         types = dict(meta.columns)
         select = [_quote(ROW_NUMBER)] + [
-            f"CAST(({expr}) AS {types[col]}) AS {_quote(f'{_SET}{i}')}"
+            not_null_sql(meta, col, f"CAST(({expr}) AS {types[col]})")
+            + f" AS {_quote(f'{_SET}{i}')}"
             for i, (col, expr) in enumerate(sets)]
         text = (f"SELECT {', '.join(select)} FROM {_quote(PART_SOURCE)} AS "
                 f"{_quote(alias or meta.name)}" + (f" WHERE {where}" if where else ""))
@@ -225,7 +227,8 @@ class MutationMixin(DatabaseState):
                 line for line in str(exc).replace(PART_SOURCE, what.split()[-1]).split("\n")
                 if not line.startswith("LINE ") and (not line.strip() or line.strip("^ ")))
             message = message.rstrip()
-            raise type(exc)(f"{what}: {message}", hint=getattr(exc, "hint", None)) from None
+            raise constraint_error(what, message) or type(exc)(
+                f"{what}: {message}", hint=getattr(exc, "hint", None)) from None
         finally:
             with contextlib.suppress(Exception):
                 self.con.unregister(PART_SOURCE)

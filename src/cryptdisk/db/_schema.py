@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ..format import open_file
+from ._constraints import check_default
 from ._partread import read_part
 from ._parts import verify_part, write_parts
 from ._policies import read_policies, role_check_statement, role_query
@@ -146,14 +147,16 @@ class SchemaMixin(DatabaseState):
                     return
                 raise DatabaseError(f"ALTER TABLE {meta.name} ADD COLUMN {st.column}: the "
                                     f"table has a column {column}")
-            self._add_column(meta, str(st.column), str(st.type))
+            self._add_column(meta, str(st.column), str(st.type), st.not_null, st.default)
             return
         if column not in names:
             if st.if_exists:
                 return
             raise DatabaseError(f"ALTER TABLE {meta.name}: no column {st.column} (columns: "
                                 f"{', '.join(names)})")
-        if st.action == "drop":
+        if st.action in ("set_default", "drop_default", "set_not_null", "drop_not_null"):
+            self._alter_constraint(meta, column, st.action, st.default)
+        elif st.action == "drop":
             self._drop_column(meta, column)
         elif st.action == "type":
             self._retype_column(meta, column, str(st.type))
@@ -258,10 +261,64 @@ class SchemaMixin(DatabaseState):
         return (any(c.lower() == low for c in masks),
                 rows is not None and any(c.lower() == low for c in rows[1]))
 
-    def _add_column(self, meta: TableMeta, column: str, typ: str) -> None:
+    def _add_column(self, meta: TableMeta, column: str, typ: str, not_null: bool = False,
+                    default: str | None = None) -> None:
+        """``ADD COLUMN``: the rows there are get the column's ``DEFAULT`` (evaluated by
+        DuckDB for each part), or NULL, which a ``NOT NULL`` column refuses."""
+        what = f"ALTER TABLE {meta.name} ADD COLUMN {column}"
+        if not_null and default is None and meta.rows:
+            raise DatabaseError(f"{what}: the column is NOT NULL, and the table's {meta.rows} "
+                                "rows would hold NULL in it",
+                                hint=f"give it a DEFAULT for those rows: ADD COLUMN {column} "
+                                f"{typ} NOT NULL DEFAULT <value>")
         columns = [*meta.columns, (column, typ)]
         self._check_columns(meta, columns)
-        self._rewrite_columns(meta, columns, {c: c for c, _t in meta.columns}, meta.order_by)
+        if default is not None:
+            check_default(self.con, f"ALTER TABLE {meta.name} ADD COLUMN", column, typ,
+                          default, not_null)
+        self._rewrite_columns(meta, columns, {c: c for c, _t in meta.columns}, meta.order_by,
+                              fills={column: default} if default is not None else None,
+                              not_null=[*meta.not_null, column] if not_null
+                              else meta.not_null,
+                              defaults={**meta.defaults, column: default}
+                              if default is not None else meta.defaults)
+
+    def _alter_constraint(self, meta: TableMeta, column: str, action: str,
+                          default: str | None) -> None:
+        """``ALTER COLUMN c SET|DROP DEFAULT|NOT NULL``: the catalog alone (``SET NOT
+        NULL`` after a query finds no NULL in the column)."""
+        what = f"ALTER TABLE {meta.name} ALTER COLUMN {column}"
+        not_null, defaults = list(meta.not_null), dict(meta.defaults)
+        typ = dict(meta.columns)[column]
+        if action == "set_not_null" and column not in not_null:
+            found = self._run_duckdb(f"SELECT count(*) FROM {_quote(meta.name)} WHERE "
+                                     f"{_quote(column)} IS NULL")
+            nulls = found.column(0)[0].as_py() if found is not None else 0
+            if nulls:
+                raise DatabaseError(f"{what} SET NOT NULL: {nulls} rows hold NULL in the "
+                                    "column", hint=f"UPDATE {meta.name} SET {column} = ... "
+                                    f"WHERE {column} IS NULL first")
+            not_null.append(column)
+        elif action == "drop_not_null":
+            not_null = [c for c in not_null if c != column]
+        elif action == "drop_default":
+            defaults.pop(column, None)
+        elif action == "set_default":
+            if default is None:
+                defaults.pop(column, None)
+            else:
+                check_default(self.con, f"ALTER TABLE {meta.name} ALTER COLUMN", column, typ,
+                              default, column in not_null)
+                defaults[column] = default
+        if (not_null, defaults) == (meta.not_null, meta.defaults):
+            return
+        saved = meta.not_null, meta.defaults
+        meta.not_null, meta.defaults = not_null, defaults
+        try:
+            self._commit()
+        except BaseException:
+            meta.not_null, meta.defaults = saved
+            raise
 
     def _drop_column(self, meta: TableMeta, column: str) -> None:
         if column in meta.order:
@@ -282,7 +339,9 @@ class SchemaMixin(DatabaseState):
                 if masked else f"ALTER TABLE {meta.name} DROP ROW ACCESS POLICY <name>, "
                 "through cryptdisk serve, first")
         columns = [(c, t) for c, t in meta.columns if c != column]
-        self._rewrite_columns(meta, columns, {c: c for c, _t in columns}, meta.order_by)
+        self._rewrite_columns(meta, columns, {c: c for c, _t in columns}, meta.order_by,
+                              not_null=[c for c in meta.not_null if c != column],
+                              defaults={c: e for c, e in meta.defaults.items() if c != column})
 
     def _rename_column(self, meta: TableMeta, column: str, new: str) -> None:
         if new == column:
@@ -315,8 +374,12 @@ class SchemaMixin(DatabaseState):
                 if not both and name != new.lower():
                     del masks[name]
 
+        not_null = [new if c == column else c for c in meta.not_null]
+        defaults = {(new if c == column else c): e for c, e in meta.defaults.items()}
         self._with_policies(table, carry,
-                            lambda: self._rewrite_columns(meta, columns, sources, order))
+                            lambda: self._rewrite_columns(meta, columns, sources, order,
+                                                          not_null=not_null,
+                                                          defaults=defaults))
 
     def _retype_column(self, meta: TableMeta, column: str, typ: str) -> None:
         """``ALTER COLUMN c TYPE t``: every value cast by DuckDB as ``CAST(c AS t)`` casts
@@ -338,6 +401,9 @@ class SchemaMixin(DatabaseState):
                 " through cryptdisk serve first, then set a policy of the new type")
         columns = [(c, typ if c == column else t) for c, t in meta.columns]
         self._check_columns(meta, columns)
+        if column in meta.defaults:  # (it stays the column's: of the new type too)
+            check_default(self.con, f"ALTER TABLE {meta.name} ALTER COLUMN", column, typ,
+                          meta.defaults[column], column in meta.not_null)
         self._rewrite_columns(meta, columns, {c: c for c, _t in columns}, meta.order_by,
                               {column: typ})
 
@@ -355,34 +421,41 @@ class SchemaMixin(DatabaseState):
 
     def _rewrite_columns(self, meta: TableMeta, columns: list[tuple[str, str]],
                          sources: dict[str, str], order_by: str | None,
-                         casts: dict[str, str] | None = None) -> None:
+                         casts: dict[str, str] | None = None,
+                         fills: dict[str, str] | None = None, **changes: Any) -> None:
         """Publish ``meta`` with ``columns`` (each read from the old column ``sources``
-        names, or NULL; cast by DuckDB to the type ``casts`` gives it) and ``order_by``:
-        every part rewritten into a new part, then one catalog commit (the old parts
-        deleted after it)."""
+        names, or the SQL ``fills`` gives it, or NULL; cast by DuckDB to the type ``casts``
+        gives it), ``order_by`` and ``changes`` (its NOT NULL and DEFAULT columns): every
+        part rewritten into a new part, then one catalog commit (the old parts deleted
+        after it)."""
         new_meta = dataclasses.replace(meta, columns=columns, order_by=order_by, parts=[])
         schema = self.arrow_schema(new_meta)
         new: list[PartMeta] = []
         try:
-            self._rewrite_parts(meta, columns, sources, casts or {}, new_meta, schema, new)
+            self._rewrite_parts(meta, columns, sources, casts or {}, new_meta, schema, new,
+                                fills or {})
         except BaseException:
             self._remove_parts(new)  # (written for no catalog: gone now, not at next open)
             raise
-        self._replace_parts(meta, new, columns=columns, order_by=order_by)
+        self._replace_parts(meta, new, columns=columns, order_by=order_by, **changes)
         self._schemas.clear()
 
     def _rewrite_parts(self, meta: TableMeta, columns: list[tuple[str, str]],
                        sources: dict[str, str], casts: dict[str, str], new_meta: TableMeta,
-                       schema: pa.Schema, new: list[PartMeta]) -> None:
+                       schema: pa.Schema, new: list[PartMeta],
+                       fills: dict[str, str] | None = None) -> None:
         """Write each part of ``meta`` again in ``columns``, appending to ``new``."""
         disk = policy_disk(self.policy(meta.policy))
         version = self.catalog.version + 1
+        fills = fills or {}
         for part in meta.parts:
             source = self.config.disks[part.disk]
             verify_part(source, part)
             old = read_part(source, part, None)
-            arrays = [old.column(sources[c]) if c in sources else pa.nulls(old.num_rows, f.type)
-                      for (c, _t), f in zip(columns, schema, strict=True)]
+            arrays = [old.column(sources[c]) if c in sources
+                      else self._fill(fills[c], t, f.type, old.num_rows) if c in fills
+                      else pa.nulls(old.num_rows, f.type)
+                      for (c, t), f in zip(columns, schema, strict=True)]
             for i, ((c, t), f) in enumerate(zip(columns, schema, strict=True)):
                 if c in casts:
                     arrays[i] = self._cast(meta, old.column(sources[c]), c, t, f.type)
@@ -393,6 +466,13 @@ class SchemaMixin(DatabaseState):
                                version=version, max_rows=max(table.num_rows, 1),
                                key=new_meta.key, null_free=True)
 
+
+    def _fill(self, expr: str, typ: str, arrow: pa.DataType, rows: int) -> Any:
+        """``rows`` values of DEFAULT ``expr`` for a column of type ``typ`` (as Arrow
+        ``arrow``), evaluated by DuckDB for each row as an insert does."""
+        got = self.con.sql(f"SELECT CAST(({expr}) AS {typ}) AS v FROM range({int(rows)})"
+                           ).to_arrow_table()
+        return got.column(0).cast(arrow)
 
     def _cast(self, meta: TableMeta, values: Any, column: str, typ: str,
               arrow: pa.DataType) -> Any:
@@ -412,4 +492,12 @@ class SchemaMixin(DatabaseState):
 
 
 _WORDS = {"rename": "RENAME TO", "add": "ADD COLUMN", "drop": "DROP COLUMN",
-          "rename_column": "RENAME COLUMN", "type": "ALTER COLUMN ... TYPE"}
+          "rename_column": "RENAME COLUMN", "type": "ALTER COLUMN ... TYPE",
+          "set_default": "ALTER COLUMN ... SET DEFAULT",
+          "drop_default": "ALTER COLUMN ... DROP DEFAULT",
+          "set_not_null": "ALTER COLUMN ... SET NOT NULL",
+          "drop_not_null": "ALTER COLUMN ... DROP NOT NULL"}
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -2,7 +2,7 @@
 
 Recognised (case-insensitive, ClickHouse's storage vocabulary)::
 
-    CREATE TABLE [IF NOT EXISTS] t (c1 TYPE, ...) [ENGINE = MergeTree[()]]
+    CREATE TABLE [IF NOT EXISTS] t (c1 TYPE [NOT NULL] [DEFAULT expr], ...) [ENGINE = MergeTree[()]]
         [ORDER BY col | ORDER BY (c1, c2)] [SETTINGS storage_policy = 'name']
     CREATE TABLE [IF NOT EXISTS] t [ENGINE = MergeTree[()]] [ORDER BY ...] [SETTINGS ...]
         AS {SELECT ... | WITH ... | FROM ... | VALUES ...}
@@ -12,9 +12,10 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
     DROP TABLE [IF EXISTS] t
     TRUNCATE [TABLE] t
     ALTER TABLE t MODIFY SETTING storage_policy = 'name'
-    ALTER TABLE t RENAME TO u | ADD [COLUMN] [IF NOT EXISTS] c TYPE
+    ALTER TABLE t RENAME TO u | ADD [COLUMN] [IF NOT EXISTS] c TYPE [NOT NULL] [DEFAULT e]
         | DROP [COLUMN] [IF EXISTS] c | RENAME [COLUMN] a TO b
         | ALTER [COLUMN] c [SET DATA] TYPE t
+        | ALTER [COLUMN] c {SET DEFAULT expr | DROP DEFAULT | SET NOT NULL | DROP NOT NULL}
     OPTIMIZE TABLE t [FINAL]
     SYSTEM ROTATE KEYS | SYSTEM REENCRYPT
     DELETE FROM t [[AS] a] [WHERE cond]
@@ -66,6 +67,9 @@ class CreateTable:
     if_not_exists: bool = False
     #: ``CREATE TABLE t ... AS query``: the query whose columns and rows the table gets
     query: str | None = None
+    #: the columns declared ``NOT NULL``, and each ``DEFAULT`` expression (SQL, as written)
+    not_null: list[str] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,11 +111,15 @@ class AlterTable:
     """``ALTER TABLE name`` changing the table's name or columns (see :mod:`._schema`)."""
 
     name: str
-    action: str  # "rename" (RENAME TO), "add", "drop", "rename_column", "type"
+    #: "rename" (RENAME TO), "add", "drop", "rename_column", "type", "set_default",
+    #: "drop_default", "set_not_null", "drop_not_null"
+    action: str
     column: str | None = None  # the column added, dropped or renamed
     new_name: str | None = None  # RENAME TO's table name, RENAME COLUMN's column name
     type: str | None = None  # ADD COLUMN's type, ALTER COLUMN ... TYPE's new one
     if_exists: bool = False  # ADD COLUMN IF NOT EXISTS, DROP COLUMN IF EXISTS
+    not_null: bool = False  # ADD COLUMN c t NOT NULL
+    default: str | None = None  # ADD COLUMN c t DEFAULT expr
 
 
 @dataclass
@@ -306,15 +314,11 @@ def _settings(text: str, what: str) -> dict[str, str]:
 
 #: What to do instead of each column constraint (``{col}``: the column's name).
 _CONSTRAINT_HINTS = {
-    "PRIMARY KEY": "tables keep no index that would enforce it; ORDER BY {col} sorts each "
-                   "part by it, and a query on it skips parts and row groups",
-    "NOT NULL": "it would not be enforced on insert: declare the column without it, and "
-                "insert the rows that have a value (INSERT INTO t SELECT ... WHERE {col} IS "
-                "NOT NULL)",
+    "PRIMARY KEY": "tables keep no index that would enforce it; ORDER BY {col} is the "
+                   "table's sort key, as in ClickHouse: it sorts each part, and a query on "
+                   "it skips parts and row groups",
     "CHECK": "it would not be enforced on insert: declare the column without it, and insert "
              "the rows that pass (INSERT INTO t SELECT ... WHERE ...)",
-    "DEFAULT": "a column an INSERT leaves out is NULL: give its value in the INSERT "
-               "(INSERT INTO t SELECT ..., coalesce(x, 0))",
     "REFERENCES": "find the rows without a match with a LEFT JOIN ... WHERE ... IS NULL",
     "COLLATE": "write the collation in the query that compares or sorts: ORDER BY {col} "
                "COLLATE nocase",
@@ -329,21 +333,64 @@ _TABLE_CONSTRAINT = re.compile(r"(?i)(PRIMARY\s+KEY|UNIQUE|CHECK|FOREIGN\s+KEY|C
 _QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 
 
-def _column_type(table: str, column: str, text: str) -> str:
-    """The type of ``column`` declared as ``text``: a plain ``NULL`` after it (the default)
-    dropped; a constraint refused, naming it (DuckDB would read it as part of the type)."""
-    blank = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)  # names and labels kept out
-    found = list(_COLUMN_CONSTRAINT.finditer(blank))
-    for m in found:
+@dataclass
+class ColumnSpec:
+    """A column's declaration after its name: its type, ``NOT NULL``, ``DEFAULT expr``."""
+
+    type: str
+    not_null: bool = False
+    default: str | None = None  # SQL, as written
+
+
+def _blank_nested(text: str) -> str:
+    """``text`` with strings, quoted names and what parentheses hold blanked (same length):
+    the words left are the declaration's own."""
+    blank = list(_QUOTED.sub(lambda m: " " * len(m.group(0)), text))
+    depth = 0
+    for i, c in enumerate(blank):
+        if c == ")":
+            depth -= 1
+        if depth > 0:
+            blank[i] = " "
+        if c == "(":
+            depth += 1
+    return "".join(blank)
+
+
+def _column_type(table: str, column: str, text: str) -> ColumnSpec:
+    """The type of ``column`` declared as ``text``, and its ``NOT NULL`` and ``DEFAULT
+    expr`` (a plain ``NULL``, the default, dropped); another constraint refused, naming it
+    (DuckDB would read it as part of the type)."""
+    found = list(_COLUMN_CONSTRAINT.finditer(_blank_nested(text)))
+    spec = ColumnSpec(text[:found[0].start()].strip() if found else text.strip())
+    for i, m in enumerate(found):
         kind = " ".join(m.group(1).upper().split())
-        if kind != "NULL":
+        if kind == "NULL" and i and found[i - 1].group(1).upper() == "DEFAULT" \
+                and not text[found[i - 1].end():m.start()].strip():
+            continue  # DEFAULT NULL: the default's expression
+        if kind == "NOT NULL":
+            spec.not_null = True
+        elif kind == "DEFAULT":
+            end = found[i + 1].start() if i + 1 < len(found) else len(text)
+            if found[i + 1:] and " ".join(found[i + 1].group(1).upper().split()) == "NULL" \
+                    and not text[m.end():found[i + 1].start()].strip():
+                end = found[i + 2].start() if i + 2 < len(found) else len(text)
+            expr = text[m.end():end].strip()
+            if not expr or spec.default is not None:
+                raise DatabaseError(f"CREATE TABLE {table}: column {column}: DEFAULT needs one "
+                                    "expression", hint=f"{column} BIGINT DEFAULT 0")
+            spec.default = None if expr.upper() == "NULL" else expr
+        elif kind != "NULL":
+            why = ("cryptdisk tables keep no index that enforces it; ORDER BY is the table's "
+                   "sort key, as in ClickHouse" if kind in ("PRIMARY KEY", "UNIQUE")
+                   else "cryptdisk tables take NOT NULL and DEFAULT, no other constraint")
             raise DatabaseError(
-                f"CREATE TABLE {table}: column {column}: {kind} is not supported (cryptdisk "
-                "tables have no constraints)",
+                f"CREATE TABLE {table}: column {column}: {kind} is not supported ({why})",
                 hint=_CONSTRAINT_HINTS[kind].format(col=column))
-    for m in reversed(found):  # only NULLs
-        text = text[:m.start()].rstrip() + text[m.end():]
-    return text.strip()
+    if not spec.type:
+        raise DatabaseError(f"CREATE TABLE {table}: column {column} needs a type",
+                            hint=f"{column} BIGINT {text.strip()}")
+    return spec
 
 
 def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
@@ -358,22 +405,31 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
         return _parse_create_as(name, rest, bool(m.group(1)))
     close = _matching_paren(rest, 0)
     columns = []
+    not_null: list[str] = []
+    defaults: dict[str, str] = {}
     for col in _split_top(rest[1:close]):
         tm = _TABLE_CONSTRAINT.match(col.strip())
         if tm:
             kind = " ".join(tm.group(1).upper().split())
             named = re.search(r"\(([^()]*)\)", col)
             cols = named.group(1).strip() if named else "col"
+            why = ("cryptdisk tables keep no index that enforces it; ORDER BY is the "
+                   "table's sort key, as in ClickHouse" if kind in ("PRIMARY KEY", "UNIQUE")
+                   else "cryptdisk tables take NOT NULL and DEFAULT, no other constraint")
             raise DatabaseError(
-                f"CREATE TABLE {name}: {' '.join(col.split())} is not supported (cryptdisk "
-                "tables have no constraints)",
+                f"CREATE TABLE {name}: {' '.join(col.split())} is not supported ({why})",
                 hint=_CONSTRAINT_HINTS[kind].format(col=cols if "," not in cols
                                                     else f"({cols})"))
         cm = re.fullmatch(rf"(?s)({_IDENT})\s+(.+)", col.strip())
         if not cm:
             raise DatabaseError(f"CREATE TABLE {name}: column {col!r} needs a name and a type")
         column = unquote(cm.group(1))
-        columns.append((column, _column_type(name, column, cm.group(2).strip())))
+        spec = _column_type(name, column, cm.group(2).strip())
+        columns.append((column, spec.type))
+        if spec.not_null:
+            not_null.append(column)
+        if spec.default is not None:
+            defaults[column] = spec.default
     if not columns:
         raise DatabaseError(f"CREATE TABLE {name}: a table needs at least one column")
     tail = rest[close + 1:].strip()
@@ -386,7 +442,8 @@ def _parse_create(sql: str, m: re.Match[str]) -> CreateTable:
                             "expected [ORDER BY col] [SETTINGS storage_policy = 'name']")
     order = _order_by(tm.group(1))
     settings = _settings(tm.group(2), "SETTINGS") if tm.group(2) else {}
-    return CreateTable(name, columns, order, settings, bool(m.group(1)))
+    return CreateTable(name, columns, order, settings, bool(m.group(1)), None, not_null,
+                       defaults)
 
 
 def _order_by(text: str | None) -> list[str] | None:
@@ -578,8 +635,24 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
         column = unquote(m.group(1))
         if re.search(r"(?is)\bUSING\b", m.group(2)):
             return None  # (refused, with the way round it)
-        typ = _alter_type(table, column, m.group(2), "ALTER COLUMN")
-        return AlterTable(table, "type", column, type=typ)
+        spec = _alter_type(table, column, m.group(2), "ALTER COLUMN")
+        if spec.not_null or spec.default is not None:
+            raise DatabaseError(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE takes a type "
+                                "alone: the column keeps its NOT NULL and DEFAULT",
+                                hint=f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {spec.type}")
+        return AlterTable(table, "type", column, type=spec.type)
+    if m := re.fullmatch(rf"(?is)ALTER\s+(?:COLUMN\s+)?({_IDENT})\s+(SET|DROP)\s+"
+                         r"(DEFAULT|NOT\s+NULL)\b\s*(.*)", rest):
+        column, verb, what = unquote(m.group(1)), m.group(2).upper(), m.group(3).upper()
+        expr = m.group(4).strip()
+        action = f"{verb.lower()}_{'default' if what == 'DEFAULT' else 'not_null'}"
+        if (action == "set_default") != bool(expr):
+            raise DatabaseError(f"ALTER TABLE {table} ALTER COLUMN {column}: cannot read "
+                                f"{rest[m.start(2):]!r}",
+                                hint=f"ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT 0, "
+                                "DROP DEFAULT, SET NOT NULL or DROP NOT NULL")
+        return AlterTable(table, action, column,
+                          default=(None if expr.upper() == "NULL" else expr) if expr else None)
     if m := re.fullmatch(rf"(?is)RENAME\s+TO\s+({_IDENT})", rest):
         return AlterTable(table, "rename", new_name=unquote(m.group(1)))
     if m := re.fullmatch(rf"(?is)RENAME\s+(?:COLUMN\s+)?({_IDENT})\s+TO\s+({_IDENT})", rest):
@@ -596,11 +669,12 @@ def _parse_alter(table: str, rest: str) -> AlterTable | None:
             re.match(r"(?is)ADD\s+(?:COLUMN\s+)?\(", rest):
         return None
     column = unquote(m.group(2))
-    typ = _alter_type(table, column, m.group(3), "ADD COLUMN")
-    return AlterTable(table, "add", column, type=typ, if_exists=bool(m.group(1)))
+    spec = _alter_type(table, column, m.group(3), "ADD COLUMN")
+    return AlterTable(table, "add", column, type=spec.type, if_exists=bool(m.group(1)),
+                      not_null=spec.not_null, default=spec.default)
 
 
-def _alter_type(table: str, column: str, text: str, form: str) -> str:
+def _alter_type(table: str, column: str, text: str, form: str) -> ColumnSpec:
     """``text``'s column type checked as ``CREATE TABLE`` checks it, its errors naming the
     ``ALTER TABLE table <form>`` they come from."""
     try:
@@ -731,7 +805,8 @@ def _alter_form(rest: str, table: str) -> tuple[str, str]:
         return "DROP COLUMN", alone
     if words[:1] == ["ADD"]:
         if words[1:2] in (["CONSTRAINT"], ["PRIMARY"], ["UNIQUE"], ["FOREIGN"], ["CHECK"]):
-            return "ADD CONSTRAINT", f"cryptdisk tables have no constraints; ORDER BY at " \
+            return "ADD CONSTRAINT", f"cryptdisk tables take NOT NULL and DEFAULT only " \
+                "(ALTER TABLE t ALTER COLUMN c SET NOT NULL); ORDER BY at " \
                 f"CREATE TABLE sorts a table ({way.format('*')})"
         return "ADD COLUMN", alone
     if words[:1] == ["ALTER"]:
@@ -796,8 +871,8 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
             raise NotSupportedError(
                 f"ALTER TABLE {name} {form} is not supported: a cryptdisk table changes by "
                 f"ALTER TABLE {name} RENAME TO, ADD, DROP and RENAME COLUMN, ALTER COLUMN c "
-                f"TYPE t (of the table named alone) and ALTER TABLE {name} MODIFY SETTING "
-                "storage_policy = 'name'",
+                "TYPE t, ALTER COLUMN c SET|DROP DEFAULT|NOT NULL (of the table named alone) "
+                f"and ALTER TABLE {name} MODIFY SETTING storage_policy = 'name'",
                 hint=hint)
         return
     if word == "DROP":

@@ -70,6 +70,9 @@ def _columns(db: Any) -> pa.Table:
         "position": pa.array([i for _, i, _, _ in rows], pa.int64()),
         "type": pa.array([ty for *_, ty in rows], pa.string()),
         "is_in_order_by": pa.array([c in keys[t.name] for t, _, c, _ in rows], pa.bool_()),
+        "is_nullable": pa.array([c not in t.not_null for t, _, c, _ in rows], pa.bool_()),
+        "default_expression": pa.array([t.defaults.get(c) for t, _, c, _ in rows],
+                                       pa.string()),
     })
 
 

@@ -268,7 +268,8 @@ def postgres_spelling(sql: str, quote_literal: str) -> str:
 
 
 def _duckdb_sqlstate(message: str) -> str:
-    for prefix, code in (("Parser Error", "42601"), ("Catalog Error", "42P01"),
+    for prefix, code in (("NOT NULL constraint failed", "23502"),
+                         ("Parser Error", "42601"), ("Catalog Error", "42P01"),
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
                          ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014"),
@@ -877,10 +878,11 @@ class _AnalyticalSession(EngineSession):
                      None) for r in rows]
         with self.engine.turn(self, shared=True):
             try:
-                cols = db.table(name).columns
+                meta = db.table(name)
             except Exception as exc:
                 raise statement_error(exc) from None
-        return [(c, _types.pg_type_name(t), False, None) for c, t in cols]
+        return [(c, _types.pg_type_name(t), c in meta.not_null, meta.defaults.get(c))
+                for c, t in meta.columns]
 
     def view_definition(self, name: str) -> str | None:
         view = self.engine.db.catalog.views.get(name)
