@@ -69,3 +69,17 @@ def test_catalog_views_follow_ddl_and_work_on_readers_and_read_only(tmp_path):
         reader.close()
     with cryptdisk.connect(path, read_only=True) as ro:
         assert ro.query("SELECT table_name FROM duckdb_tables()") == [("t2",)]
+
+
+def test_the_databases_views_are_listed(tables):
+    db = tables
+    db.sql("CREATE VIEW v AS SELECT k, d * 2 AS twice FROM t")
+    db.sql("CREATE VIEW w (total) AS SELECT sum(twice) FROM v")  # a view over a view
+    assert db.query("SELECT table_name, table_type FROM information_schema.tables "
+                    "ORDER BY table_name") == [
+        ("t", "BASE TABLE"), ("u", "BASE TABLE"), ("v", "VIEW"), ("w", "VIEW")]
+    assert db.query("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name IN ('v', 'w') ORDER BY table_name, ordinal_position") == [
+        ("v", "k", "BIGINT"), ("v", "twice", "DECIMAL(18,2)"), ("w", "total", "DECIMAL(38,2)")]
+    assert db.query("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1") == [
+        ("v",), ("w",)]

@@ -909,7 +909,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         sql, views = rewrite_catalog_views(sql)
         if views:  # information_schema.tables, duckdb_columns(), ...: with the tables
             try:
-                found = catalog_views(self.con, list(self.catalog.tables.values()), views)
+                found = catalog_views(self.con, list(self.catalog.tables.values()), views,
+                                      list(self.catalog.views.values()))
             except duckdb.Error as exc:
                 raise DatabaseError(f"DuckDB's catalog views: {exc}") from None
             for name, table in found.items():

@@ -13,6 +13,7 @@ precisions, defaults and nullability read as DuckDB's own tables' do.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -25,10 +26,11 @@ __all__ = ["catalog_views", "rewrite_catalog_views"]
 #: a string (left as it is), or a catalog view: information_schema.x or duckdb_x()
 _VIEWS = re.compile(r"'(?:[^']|'')*'|(?<![\w$\".])(?i:\"?information_schema\"?\s*\.\s*"
                     r"(?:(tables|columns)\b|\"(tables|columns)\")"
-                    r"|\"?(duckdb_tables|duckdb_columns)\"?\s*\(\s*\))")
+                    r"|\"?(duckdb_tables|duckdb_columns|duckdb_views)\"?\s*\(\s*\))")
 _SQL = {"information_schema_tables": "information_schema.tables",
         "information_schema_columns": "information_schema.columns",
-        "duckdb_tables": "duckdb_tables()", "duckdb_columns": "duckdb_columns()"}
+        "duckdb_tables": "duckdb_tables()", "duckdb_columns": "duckdb_columns()",
+        "duckdb_views": "duckdb_views()"}
 PREFIX = "__cd_catalog_"
 
 
@@ -57,9 +59,12 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def catalog_views(con: Any, tables: list[Any], wanted: set[str]) -> dict[str, pa.Table]:
+def catalog_views(con: Any, tables: list[Any], wanted: set[str], views: Sequence[Any] = ()
+                  ) -> dict[str, pa.Table]:
     """``PREFIX + view`` -> the rows of each view in ``wanted``: those of ``con`` (the
-    statement's DuckDB connection), then the database's ``tables`` (catalog entries)."""
+    statement's DuckDB connection), then the database's ``tables`` and ``views``
+    (catalog entries; a view whose query DuckDB cannot bind over the tables alone, one
+    that calls a field function or reads a file, is left out)."""
     own = {name: con.sql(f"SELECT * FROM {_SQL[name]}").to_arrow_table()
            for name in sorted(wanted)}
     database = con.sql("SELECT current_database()").fetchall()[0][0]
@@ -75,6 +80,7 @@ def catalog_views(con: Any, tables: list[Any], wanted: set[str]) -> dict[str, pa
                 scratch.execute(f"CREATE TABLE {_quote(meta.name)} (" + ", ".join(
                     f"{_quote(row[0])} {row[1]}" for row in described) + ")")
                 # (DEFAULT and NOT NULL left out: the rest of the description stands)
+        _make_views(scratch, views)
         rows = {t.name: t.rows for t in tables}
         out = {}
         for name, theirs in own.items():
@@ -92,3 +98,19 @@ def catalog_views(con: Any, tables: list[Any], wanted: set[str]) -> dict[str, pa
         return out
     finally:
         scratch.close()
+
+
+def _make_views(scratch: Any, views: Sequence[Any]) -> None:
+    """Make ``views`` in ``scratch``, a view over views after them; leave out those that
+    do not bind there."""
+    left = list(views)
+    while left:
+        failed = []
+        for view in left:
+            try:
+                scratch.execute(f"CREATE VIEW {_quote(view.name)} AS {view.body()}")
+            except duckdb.Error:
+                failed.append(view)
+        if len(failed) == len(left):
+            return
+        left = failed
