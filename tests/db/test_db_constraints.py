@@ -192,3 +192,11 @@ def test_other_constraints_and_bad_defaults_are_refused(db, sql, message):
         db.sql(sql)
     assert message in str(e.value)
     assert "u" not in db.catalog.tables
+
+
+def test_insert_default_values_is_one_row_of_defaults(t):
+    with pytest.raises(DatabaseError, match=r"NOT NULL constraint failed: t\.k"):
+        t.sql("INSERT INTO t DEFAULT VALUES")  # k has no default
+    t.sql("ALTER TABLE t ALTER COLUMN k SET DEFAULT 5")
+    t.sql("INSERT INTO t DEFAULT VALUES")
+    assert t.query("SELECT * FROM t") == [(5, "none", TODAY, None)]

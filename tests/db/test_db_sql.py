@@ -44,8 +44,9 @@ def test_insert_forms():
         "t", "VALUES (1, 2)", ["a", "B"])
     assert _sql.parse("INSERT INTO t (SELECT 1)").query == "(SELECT 1)"
     assert _sql.parse("INSERT INTO t WITH x AS (SELECT 1) SELECT * FROM x").columns is None
+    assert _sql.parse("INSERT INTO t DEFAULT VALUES") == _sql.Insert("t", "DEFAULT VALUES")
     with pytest.raises(DatabaseError):
-        _sql.parse("INSERT INTO t DEFAULT VALUES")
+        _sql.parse("INSERT INTO t (a) DEFAULT VALUES")
 
 
 def test_other_statements():

@@ -320,7 +320,7 @@ class InsertMixin(DatabaseState):
         into a VARCHAR column made '1.0', and ``(1), ('NaN')`` into a DOUBLE one failed).
         Returns the query reading them, its columns and the temporary table (None, and
         ``query`` as it is, for anything else)."""
-        if _sql.first_word(query) != "VALUES":
+        if _sql.first_word(query) not in ("VALUES", "DEFAULT"):  # (DEFAULT VALUES)
             return query, columns, None
         name = _VALUES_TABLE
         types = column_definitions(meta)  # (DuckDB fills each DEFAULT, checks NOT NULL)

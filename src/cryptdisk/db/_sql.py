@@ -8,6 +8,7 @@ Recognised (case-insensitive, ClickHouse's storage vocabulary)::
         AS {SELECT ... | WITH ... | FROM ... | VALUES ...}
     INSERT INTO t [(c1, ...) | BY NAME | BY POSITION]
         {SELECT ... | VALUES ... | WITH ... | FROM ...}
+    INSERT INTO t DEFAULT VALUES
     COPY t [(c1, ...)] FROM 'file' [(options) | WITH (options)]
     DROP TABLE [IF EXISTS] t
     TRUNCATE [TABLE] t
@@ -522,9 +523,11 @@ def parse(sql: str) -> Statement:
             if not re.match(r"(?is)(SELECT|WITH|VALUES|FROM)\b", inner):
                 cols = [unquote(c.strip()) for c in _split_top(inner)]
                 rest = rest[close + 1:].strip()
+        if cols is None and not by_name and re.fullmatch(r"(?is)DEFAULT\s+VALUES", rest):
+            return Insert(unquote(m.group(1)), "DEFAULT VALUES")  # one row of defaults
         if not re.match(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b", rest):
-            raise DatabaseError("INSERT needs SELECT ..., VALUES (...) or FROM ... after the "
-                                "table name")
+            raise DatabaseError("INSERT needs SELECT ..., VALUES (...), FROM ... or DEFAULT "
+                                "VALUES after the table name")
         if any(word == "RETURNING" for _, word in _top_level_words(rest)):
             raise NotSupportedError("INSERT ... RETURNING is not supported",
                                     hint="the rows inserted are the ones given: keep them, or "
