@@ -294,3 +294,52 @@ def test_psql_copy_with_the_old_option_syntax(start_server, request, engine, cer
     assert (tmp_path / "out.txt").read_text() == "1,x\n2,none\n"
     refused = psql(srv, certs, f"\\copy c TO '{tmp_path / 'q.csv'}' CSV FORCE QUOTE *")
     assert "COPY option FORCE is not supported" in refused.stderr
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_sqlalchemy_isolation_level_on_pg8000(start_server, request, engine) -> None:
+    """SQLAlchemy's isolation_level and postgresql_readonly on pg8000 send SET SESSION
+    CHARACTERISTICS AS TRANSACTION ...: a transaction's options, ignored as BEGIN's are."""
+    srv = start_server(request.getfixturevalue(engine))
+    for level in ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED"):
+        eng = make_engine(srv, "pg8000", isolation_level=level)
+        try:
+            with eng.connect() as c:
+                assert c.execute(sa.text("SELECT 1")).scalar() == 1
+            with eng.connect().execution_options(postgresql_readonly=True) as c:
+                assert c.execute(sa.text("SELECT 2")).scalar() == 2
+        finally:
+            eng.dispose()
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_session_settings_clients_set(start_server, request, engine) -> None:
+    """SET of the settings JDBC drivers and BI tools send: application_name and the like
+    taken; a value the server cannot have refused clearly (0A000)."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("SET application_name = 'report tool'")
+        assert c.execute("SHOW application_name").fetchone() == ("report tool",)
+        assert c.info.parameter_status("application_name") == "report tool"
+        for st in ("SET extra_float_digits = 3", "SET client_min_messages TO warning",
+                   "SET datestyle = 'ISO, MDY'", "SET client_encoding TO 'UTF-8'",
+                   "SET standard_conforming_strings = on", "SET bytea_output = 'hex'",
+                   "SET intervalstyle = postgres", "RESET extra_float_digits",
+                   "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+                   "SET TRANSACTION READ ONLY"):
+            assert c.execute(st).statusmessage in ("SET", "RESET"), st
+        c.execute("RESET application_name")
+        assert c.execute("SHOW application_name").fetchone() == ("",)
+        for st in ("SET bytea_output = escape", "SET client_encoding = 'LATIN1'",
+                   "SET datestyle = 'SQL, DMY'"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="only"):
+                c.execute(st)
+        if engine == "sqlite_engine":  # (the analytical engine's DuckDB takes its own)
+            c.execute("SET TIME ZONE 'UTC'")
+            c.execute("SET search_path = '$user', public")
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="'UTC' only"):
+                c.execute("SET TIME ZONE 'Europe/Berlin'")
+        c.execute("SET application_name = 'x'", prepare=True)  # (the extended protocol)
+        assert c.execute("SHOW application_name").fetchone() == ("x",)
+        with pytest.raises(psycopg.errors.SyntaxError):  # as PostgreSQL: no parameters
+            c.execute("SET application_name = %s", ("bound",))

@@ -6,7 +6,10 @@ connection; JDBC drivers and BI tools ask for ``current_database()``, ``SHOW sea
 and the like. Neither engine knows them (SQLite has no ``SHOW``; DuckDB's ``version()`` is
 its own), so the server answers them itself, as PostgreSQL 15 would for this session:
 ``SELECT`` of one or more of the functions below (no ``FROM``, optional aliases), and
-``SHOW name`` of the settings below. Anything else goes to the engine.
+``SHOW name`` of the settings below; ``SET`` / ``RESET`` of the settings clients set
+(``application_name``, ``extra_float_digits``, ...; those the server has one value of
+only to that value) and of a transaction's characteristics (ignored, as ``BEGIN``'s
+options are). Anything else goes to the engine.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
-from ._engines import Result
+from ._engines import Result, StatementError
+from ._protocol import parameter_status
 from ._types import INT4, TEXT
 
-__all__ = ["answer", "answers"]
+__all__ = ["answer", "answers", "columns"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -103,16 +107,104 @@ def _parse(sql: str) -> str | list[tuple[str, str]] | None:
     return calls
 
 
-def answers(sql: str) -> bool:
+_SET = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*(?:=|\bTO\b)"
+                  r"\s*(.*?)\s*;?\s*", re.I | re.S)
+_SET_TIME_ZONE = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.*?)\s*;?\s*",
+                            re.I | re.S)
+_RESET = re.compile(r"\s*RESET\s+([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*", re.I)
+#: SET SESSION CHARACTERISTICS AS TRANSACTION ... / SET TRANSACTION ...: a transaction's
+#: options, ignored as BEGIN's are (SQLAlchemy's isolation_level on pg8000 sends it)
+_SET_TRANSACTION = re.compile(r"\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\s+"
+                              r"(?:ISOLATION\s+LEVEL\s+(?:SERIALIZABLE|REPEATABLE\s+READ|READ\s+"
+                              r"COMMITTED|READ\s+UNCOMMITTED)|READ\s+(?:ONLY|WRITE)|(?:NOT\s+)?"
+                              r"DEFERRABLE|[\s,])+;?\s*", re.I)
+#: settings a client may SET to any value; the session keeps application_name
+_FREE = frozenset({"application_name", "extra_float_digits", "client_min_messages"})
+#: settings a client may SET (or RESET) on every engine only to the value the server has:
+#: the value's words, as a set, against the ones allowed (DuckDB knows none of these)
+_ONLY = {"bytea_output": ("hex", {"hex"}), "client_encoding": ("UTF8", {"utf8"}),
+         "datestyle": ("ISO, MDY", {"iso", "mdy"}), "intervalstyle": ("postgres", {"postgres"}),
+         "standard_conforming_strings": ("on", {"on", "true", "1"})}
+#: on SQLite, which has no SET, also these (on the analytical engine DuckDB's SET takes them)
+_ONLY_SQLITE = {"timezone": ("UTC", {"utc", "gmt", "etc/utc", "z", "zulu", "0", "00:00"}),
+                "search_path": ('"$user", public', {"$user", "public"})}
+_CHECKED = {**_ONLY, **_ONLY_SQLITE}
+_VALUE_WORD = re.compile(r"'((?:[^']|'')*)'|\"((?:[^\"]|\"\")*)\"|([^,\s]+)")
+_ALIASES = {"utf-8": "utf8", "unicode": "utf8", "+00:00": "utc", "etc/gmt": "utc"}
+
+
+def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
+    """(name, value; None: RESET) of a SET or RESET the server answers itself."""
+    head = sql.lstrip()[:5].upper()
+    if head.startswith("RESET"):
+        m = _RESET.fullmatch(sql)
+        name = m[1].lower() if m else ""
+        known = _FREE | set(_ONLY) | (set(_ONLY_SQLITE) if sqlite else set())
+        return (name, None) if (name == "all" and sqlite) or name in known else None
+    if not head.startswith("SET"):
+        return None
+    if _SET_TRANSACTION.fullmatch(sql):
+        return ("transaction", "")
+    m = _SET_TIME_ZONE.fullmatch(sql)
+    if m is not None:
+        return ("timezone", m[1]) if sqlite else None
+    m = _SET.fullmatch(sql)
+    if m is None:
+        return None
+    name = m[1].lower()
+    if name in _FREE or name in _ONLY or (sqlite and name in _ONLY_SQLITE):
+        return name, m[2]
+    return None
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if value.startswith("'") and value.endswith("'") and len(value) > 1:
+        return value[1:-1].replace("''", "'")
+    return value
+
+
+def _set(name: str, value: str | None, session: Any) -> Result:
+    if value is not None and re.fullmatch(r"\s*\$\d+\s*", value):
+        raise StatementError(f'syntax error at or near "{value.strip()}"', "42601",
+                             hint="SET takes a value, not a parameter (as in PostgreSQL)")
+    if name in ("application_name", "all"):
+        text = "" if value is None or value.strip().lower() == "default" else _unquote(value)
+        session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)
+        session.send(parameter_status("application_name", session.application_name))
+    elif name in _CHECKED and value is not None and value.strip().lower() != "default":
+        shown, allowed = _CHECKED[name]
+        words = set()
+        for m in _VALUE_WORD.finditer(value):
+            text = m[1].replace("''", "'") if m[1] is not None else \
+                m[2].replace('""', '"') if m[2] is not None else m[3]
+            words |= {_ALIASES.get(w, w) for w in re.split(r"[,\s]+", text.lower()) if w}
+        if not words or not words <= allowed or (name == "search_path" and "public" not in words):
+            raise StatementError(f"SET {name}: the server's sessions have {name} {shown!r} "
+                                 "only", "0A000")
+    return Result(None, [], "RESET" if value is None else "SET")
+
+
+def answers(sql: str, sqlite: bool = False) -> bool:
     """Whether :func:`answer` answers ``sql`` (the text alone decides it)."""
-    return _parse(sql) is not None
+    return _parse(sql) is not None or _setting(sql, sqlite) is not None
+
+
+def columns(sql: str, session: Any) -> list[tuple[str, int]] | None:
+    """The columns :func:`answer` gives ``sql`` (a Describe; a SET is not applied)."""
+    parsed = _parse(sql)
+    if parsed is None:
+        return None
+    result = answer(sql, session)
+    return result.columns if result is not None else None
 
 
 def answer(sql: str, session: Any) -> Result | None:
     """``sql`` answered for ``session`` (see the module), or None when it is none of these."""
     parsed = _parse(sql)
     if parsed is None:
-        return None
+        setting = _setting(sql, bool(session.server.engine.transactions))
+        return None if setting is None else _set(*setting, session)
     if isinstance(parsed, str):
         value = _SETTINGS[parsed](session)
         return Result([(parsed, TEXT)], [(value,)], "SHOW")

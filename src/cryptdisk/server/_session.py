@@ -731,7 +731,7 @@ class Session:
                                        self.user)
             if listed is not None:
                 return listed
-        if head in ("SELECT", "SHOW"):
+        if head in ("SELECT", "SHOW", "SET", "RESET"):
             answered = _pgsession.answer(sql, self)
             if answered is not None:
                 return answered
@@ -1452,8 +1452,8 @@ class Session:
                     head = (_sqltext.first_words(st.sql, 1) or [""])[0]
                     if _is_copy(st.sql):
                         st.columns = None  # its rows travel in CopyData, not DataRows
-                    elif _pgsession.answers(st.sql):
-                        st.columns = _pgsession.answer(st.sql, self).columns  # type: ignore[union-attr]
+                    elif _pgsession.answers(st.sql, self.server.engine.transactions):
+                        st.columns = _pgsession.columns(st.sql, self)
                     elif self.server.authenticator is not None and \
                             _systables.handles(st.sql) and \
                             not self.server.authenticator.handles(st.sql):
