@@ -165,10 +165,26 @@ def test_executemany_inserts_every_set_as_one_insert(db):
         (5000, "a"), (5001, "a"), (6000, "b"), (6001, "b")]
 
 
+def test_executemany_computes_each_row_as_the_statement_writes_it(db):
+    """The sets' values go through the row's expressions, a numbered one each time it is
+    named; values that Arrow cannot hold as one column (a UUID, a list, mixed types) are
+    written as literals, still one insert."""
+    _table(db)
+    db.executemany("INSERT INTO t VALUES ($1, upper($2) || $1::VARCHAR, NULL)",
+                   [(1, "a"), (2, "b")])
+    db.executemany("INSERT INTO t (k, s) VALUES (?, ?)",
+                   [(3, uuid.UUID(int=3)), (4.0, [1, 2]), (5, None)])
+    assert _parts(db) == 2
+    assert db.query("SELECT k, s FROM t ORDER BY k") == [
+        (1, "A1"), (2, "B2"), (3, str(uuid.UUID(int=3))), (4, "[1, 2]"), (5, None)]
+
+
 def test_executemany_inserts_nothing_when_one_set_fails(db):
     _table(db)
     with pytest.raises(DatabaseError):
         db.executemany("INSERT INTO t (k) VALUES (?)", [[1], ["not a number"]])
+    with pytest.raises(DatabaseError, match="INSERT INTO t"):
+        db.executemany("INSERT INTO t (k) VALUES (?)", [["1"], ["not a number"]])
     with pytest.raises(DatabaseError, match="has 1 parameter and 2 were given"):
         db.executemany("INSERT INTO t (k) VALUES (?)", [[1], [2, 3]])
     assert db.query("SELECT count(*) FROM t") == [(0,)]
@@ -187,6 +203,23 @@ def test_executemany_runs_other_statements_once_per_set(db):
     for bad in ("abc", 5, {"a": 1}, [1]):
         with pytest.raises(DatabaseError):
             db.executemany("INSERT INTO t (k) VALUES (?)", bad)
+
+
+def test_bytes_that_do_not_convert_are_a_database_error(db):
+    """DuckDB's message about bytes that are no UUID quotes them, and its Python module
+    raises UnicodeDecodeError decoding it: a DatabaseError here."""
+    db.execute("CREATE TABLE u (id UUID)")
+    with pytest.raises(DatabaseError, match="not valid UTF-8"):
+        db.execute("INSERT INTO u VALUES (?)", [b"\x80"])
+    with pytest.raises(DatabaseError, match="not valid UTF-8"):
+        db.execute("SELECT CAST(? AS UUID)", [b"\x80"])
+    r = db.reader()
+    try:
+        with pytest.raises(DatabaseError, match="not valid UTF-8"):
+            r.execute("SELECT CAST(? AS UUID)", [b"\x80"])
+    finally:
+        r.close()
+    assert db.query("SELECT count(*) FROM u") == [(0,)]
 
 
 def test_a_reader_takes_parameters(db):
@@ -271,4 +304,43 @@ def test_a_parameter_round_trips_as_duckdb_binds_it(both, row):
     db.execute(insert, values)
     mine = db.query(select, [key])
     theirs = python_rows(con.sql(select, params=[key]).to_arrow_table())  # (converted alike)
+    assert _same(mine, theirs), (mine, theirs)
+
+
+@st.composite
+def _sets(draw):
+    """Rows of a few of the columns (so that most draws make Arrow columns, and some
+    literals: a UUID, a list or a struct among them)."""
+    names = draw(st.lists(st.sampled_from([c for c in COLUMNS if c != "x"]), min_size=1,
+                          max_size=4, unique=True))
+    return draw(st.lists(st.fixed_dictionaries(
+        {c: st.none() | COLUMNS[c][1] for c in names}), min_size=1, max_size=5))
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=_sets())
+def test_executemany_stores_what_duckdb_stores_for_each_set(both, rows):
+    """Each set cast as DuckDB casts its own parameters, whether the sets make Arrow
+    columns or literals ("x", whose values mix types, is left out: there the rows of one
+    VALUES take a common type first)."""
+    db, con = both
+    key = next(_ids)
+    columns = list(rows[0])
+    names = ", ".join(columns)
+    marks = ", ".join("?" for _ in columns)
+    sets = [[key, *(row[c] for c in columns)] for row in rows]
+    insert = f"INSERT INTO p (id, {names}) VALUES (?, {marks})"
+    select = f"SELECT {names} FROM p WHERE id = ? ORDER BY ALL"
+    try:
+        for one in sets:  # (not con.executemany, which decodes a BLOB after a NULL as text)
+            con.execute(insert, one)
+    except duckdb.Error:
+        con.execute("DELETE FROM p WHERE id = ?", [key])
+        with pytest.raises(DatabaseError):
+            db.executemany(insert, sets)
+        return
+    db.executemany(insert, sets)
+    mine = db.query(select, [key])
+    theirs = python_rows(con.sql(select, params=[key]).to_arrow_table())
     assert _same(mine, theirs), (mine, theirs)

@@ -1296,6 +1296,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         :class:`~cryptdisk.errors.DatabaseError`."""
         if parameters is not None:
             statement = _bound(statement, parameters, "Database.execute")
+        try:
+            return self._execute(statement)
+        except UnicodeDecodeError:
+            raise _undecodable() from None
+
+    def _execute(self, statement: str) -> pa.Table | None:
         with self._mutex:
             self._check_open()
             if not _one_statement(statement, "Database.execute"):
@@ -1458,17 +1464,35 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
         An ``INSERT ... VALUES (...)`` runs once, as one ``INSERT`` of every set's rows
         (one commit; the parts of one insert, not one part per set), so a failing set
-        inserts none; its rows take a common type per column, as the rows of one
-        ``VALUES`` do, before they are cast to the table's types. Any other statement
-        runs once per set, each its own statement and commit."""
+        inserts none. One row whose parameters each hold values of one Arrow type reads
+        them from an Arrow table of the sets (:meth:`._params.Template.arrow`), each cast
+        as DuckDB casts its own parameter; otherwise the sets' rows are written out as
+        literals in one ``VALUES``, whose rows take a common type per column before they
+        are cast to the table's. Any other statement runs once per set, each its own
+        statement and commit."""
         if not _one_statement(statement, "Database.executemany"):
             return
         sets = _parameter_sets(seq_of_parameters)
         if not sets:
             return
-        combined = _values_insert(statement, sets)
-        if combined is not None:
-            self.execute(combined)
+        found = _values_insert(statement)
+        if found is not None:
+            head, rows, one = found
+            template = Template(rows)
+            table = template.arrow(sets) if one and template.placeholders else None
+            if table is None:
+                self.execute(head + "VALUES " + ", ".join(template.fill(p) for p in sets))
+                return
+            # one row per set: the VALUES row as a SELECT of the sets' Arrow columns
+            select = Template(rows.strip()[1:-1]).substitute({
+                key: f"{_PARAMETERS}.p{i}" for i, key in enumerate(template.keys)})
+            with self._mutex:
+                self._check_open()
+                self._expose(_PARAMETERS, table)  # (read by the INSERT's query alone)
+                try:
+                    self.execute(f"{head}SELECT {select} FROM {_PARAMETERS}")
+                finally:
+                    self._exposed.pop(_PARAMETERS, None)
             return
         for parameters in sets:
             self.execute(statement, parameters)
@@ -1728,9 +1752,15 @@ class Reader:
         """Run one query, or ``PREPARE`` one, ``EXECUTE`` or ``DEALLOCATE`` it (see the
         class): an Arrow table (None for ``PREPARE`` and ``DEALLOCATE``). ``parameters``
         as :meth:`Database.execute` takes them."""
-        db = self._db
         if parameters is not None:
             statement = _bound(statement, parameters, "Reader.execute")
+        try:
+            return self._execute(statement)
+        except UnicodeDecodeError:
+            raise _undecodable() from None
+
+    def _execute(self, statement: str) -> pa.Table | None:
+        db = self._db
         if not _one_statement(statement, "Reader.execute"):
             return None
         st = _sql.parse(statement)
@@ -1906,6 +1936,15 @@ def _one_statement(statement: Any, method: str) -> bool:
     return found == 1
 
 
+def _undecodable() -> DatabaseError:
+    """The error of a statement whose DuckDB error message is not valid UTF-8 (DuckDB's
+    Python module then raises UnicodeDecodeError): it quotes a value that is not text."""
+    return DatabaseError("the statement failed, and DuckDB's message about it is not valid "
+                         "UTF-8: it quotes a value that is not text, such as bytes cast to "
+                         "VARCHAR or UUID", hint="cast bytes to text with decode(b) only when "
+                         "they are UTF-8; compare them as BLOB")
+
+
 def _one_bound(sql: str, method: str) -> str:
     """The one statement ``sql`` holds, for ``method`` with parameters (which bind to one
     statement)."""
@@ -1941,10 +1980,14 @@ def _parameter_sets(seq_of_parameters: Any) -> list[Any]:
 _VALUES_WORD = re.compile(r"(?is)VALUES\b\s*")
 
 
-def _values_insert(statement: str, sets: list[Any]) -> str | None:
-    """``INSERT INTO t [(cols)] VALUES (...)[, (...)]`` with every parameter set's rows
-    written out in one ``VALUES`` (see :meth:`Database.executemany`); None for another
-    statement."""
+#: The Arrow table of executemany's parameter sets, as its INSERT's query reads it
+_PARAMETERS = "__cd_parameters"
+
+
+def _values_insert(statement: str) -> tuple[str, str, bool] | None:
+    """``(head, rows, one)`` of ``INSERT INTO t [(cols)] VALUES (...)[, (...)]``: the text
+    up to ``VALUES``, the rows after it and whether they are one row (see
+    :meth:`Database.executemany`); None for another statement."""
     (text,) = _sql.split_statements(statement)  # (its comments dropped)
     text = text.rstrip(";").strip()
     if _sql.first_word(text) != "INSERT":
@@ -1954,7 +1997,7 @@ def _values_insert(statement: str, sets: list[Any]) -> str | None:
         return None
     head = text[:len(text) - len(st.query)]
     rows = st.query[_VALUES_WORD.match(st.query).end():]  # type: ignore[union-attr]
-    at = 0
+    at, count = 0, 0
     while True:  # only parenthesised rows, separated by commas
         if not rows.startswith("(", at):
             return None
@@ -1962,14 +2005,14 @@ def _values_insert(statement: str, sets: list[Any]) -> str | None:
             at = _sql._matching_paren(rows, at) + 1
         except DatabaseError:  # (run once per set: DuckDB says what is wrong)
             return None
+        count += 1
         rest = rows[at:].lstrip()
         if not rest:
             break
         if not rest.startswith(","):
             return None
         at = len(rows) - len(rest[1:].lstrip())
-    template = Template(rows)
-    return head + "VALUES " + ", ".join(template.fill(p) for p in sets)
+    return head, rows, count == 1
 
 
 def _remove_made(made: list[str]) -> None:

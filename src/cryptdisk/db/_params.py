@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from ..errors import DatabaseError
 
@@ -154,6 +155,12 @@ def sql_literal(value: Any) -> str:
                         "datetime, time, timedelta, UUID, a list or a dict")
 
 
+#: The Python types whose values :meth:`Template.arrow` puts in an Arrow array: one DuckDB
+#: reads as the values it binds (a UUID, a list, a dict, a time with a zone take literals)
+_ARROW_KINDS = frozenset({bool, int, float, str, bytes, decimal.Decimal, dt.date,
+                          dt.datetime, dt.time, dt.timedelta})
+
+
 @dataclass(frozen=True)
 class _Placeholder:
     start: int
@@ -183,19 +190,61 @@ class Template:
 
     def fill(self, parameters: Any) -> str:
         """The text with each placeholder replaced by its parameter's literal."""
-        values = self._values(parameters)
+        values = self.values(parameters)
+        return self.substitute({k: f"({sql_literal(v)})" for k, v in values.items()})
+
+    def substitute(self, texts: dict[Any, str]) -> str:
+        """The text with each placeholder replaced by the text ``texts`` holds for its key
+        (see :meth:`values`)."""
         if not self.placeholders:
             return self.sql
         out, pos = [], 0
         for i, p in enumerate(self.placeholders):
             out.append(self.sql[pos:p.start])
-            key = i if p.key is None else p.key
-            out.append(values[key])
+            out.append(texts[i if p.key is None else p.key])
             pos = p.end
         out.append(self.sql[pos:])
         return "".join(out)
 
-    def _values(self, parameters: Any) -> dict[Any, str]:
+    def arrow(self, sets: list[Any]) -> pa.Table | None:
+        """The values of parameter sets ``sets`` (each checked as :meth:`values` does) as
+        an Arrow table of a column per key, ``p0``, ``p1`` ... in the order of
+        :attr:`keys`; None when a key's values do not make one Arrow array of a type
+        DuckDB reads as it binds the values (mixed types, an int past 64 bits, a UUID, a
+        time with a time zone, a decimal past 38 digits)."""
+        columns: list[list[Any]] = [[] for _ in self.keys]
+        for parameters in sets:
+            values = self.values(parameters)
+            for column, key in zip(columns, self.keys, strict=True):
+                column.append(values[key])
+        arrays = []
+        for column in columns:
+            kinds = {(type(v), getattr(v, "tzinfo", None) is not None)
+                     for v in column if v is not None}
+            if len(kinds) > 1:  # (an int beside a float would become a float)
+                return None
+            for kind, zoned in kinds:  # (a time with a zone: Arrow's would drop it)
+                if kind not in _ARROW_KINDS or (kind is dt.time and zoned):
+                    return None
+            try:
+                array = pa.array(column)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
+                return None
+            if pa.types.is_decimal256(array.type):
+                return None
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays, names=[f"p{i}" for i in range(len(arrays))])
+
+    @property
+    def keys(self) -> list[Any]:
+        """The parameters' keys (what :meth:`values` maps): ``0, 1 ...`` for ``?``, the
+        numbers of ``$N``, the names of ``$name``."""
+        return list(range(self.auto)) if self.auto else [*self.numbered, *self.named]
+
+    def values(self, parameters: Any) -> dict[Any, Any]:
+        """The value of each key (see :attr:`keys`) in ``parameters``; a count, form or
+        name that does not match the placeholders raises
+        :class:`~cryptdisk.errors.DatabaseError`."""
         if isinstance(parameters, Mapping):
             given: dict[str, Any] = {}
             for k, v in parameters.items():
@@ -219,7 +268,7 @@ class Template:
             if extra:
                 raise DatabaseError("the statement has no parameter "
                                     + ", ".join(f"${n}" for n in extra))
-            return {n: f"({sql_literal(given[n])})" for n in self.named}
+            return {n: given[n] for n in self.named}
         values = check_parameters(parameters)
         if self.named:
             raise DatabaseError("the statement's parameters are named ($name): pass a "
@@ -233,12 +282,12 @@ class Template:
                     f"{len(values)} {'was' if len(values) == 1 else 'were'} given"
                     + (f" (none uses {_listed(absent)})" if absent else ""),
                     hint="number the parameters $1 to $N and pass N values")
-            return {n: f"({sql_literal(values[n - 1])})" for n in self.numbered}
+            return {n: values[n - 1] for n in self.numbered}
         if len(values) != self.auto:
             raise DatabaseError(f"the statement has {self.auto} parameter"
                                 f"{'' if self.auto == 1 else 's'} and {len(values)} "
                                 f"{'was' if len(values) == 1 else 'were'} given")
-        return {i: f"({sql_literal(v)})" for i, v in enumerate(values)}
+        return dict(enumerate(values))
 
 
 def _listed(numbers: list[int]) -> str:
