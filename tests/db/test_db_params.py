@@ -179,6 +179,16 @@ def test_executemany_computes_each_row_as_the_statement_writes_it(db):
         (1, "A1"), (2, "B2"), (3, str(uuid.UUID(int=3))), (4, "[1, 2]"), (5, None)]
 
 
+def test_executemany_takes_default_in_its_row(db):
+    db.execute("CREATE TABLE d (k BIGINT NOT NULL, s VARCHAR DEFAULT 'none')")
+    db.executemany("INSERT INTO d VALUES (?, DEFAULT)", [(1,), (2,)])
+    db.executemany("INSERT INTO d VALUES (?, 'default')", [(3,)])
+    assert db.query("SELECT * FROM d ORDER BY k") == [(1, "none"), (2, "none"), (3, "default")]
+    with pytest.raises(DatabaseError):
+        db.executemany("INSERT INTO d VALUES (?, ?)", [(4, "x"), (None, "y")])
+    assert db.query("SELECT count(*) FROM d") == [(3,)]
+
+
 def test_executemany_inserts_nothing_when_one_set_fails(db):
     _table(db)
     with pytest.raises(DatabaseError):

@@ -1479,7 +1479,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         if found is not None:
             head, rows, one = found
             template = Template(rows)
-            table = template.arrow(sets) if one and template.placeholders else None
+            arrow = one and template.placeholders and not _DEFAULT.search(
+                _sql._QUOTED.sub("''", rows))  # (DEFAULT is a VALUES word, not a SELECT's)
+            table = template.arrow(sets) if arrow else None
             if table is None:
                 self.execute(head + "VALUES " + ", ".join(template.fill(p) for p in sets))
                 return
@@ -1982,6 +1984,7 @@ _VALUES_WORD = re.compile(r"(?is)VALUES\b\s*")
 
 #: The Arrow table of executemany's parameter sets, as its INSERT's query reads it
 _PARAMETERS = "__cd_parameters"
+_DEFAULT = re.compile(r"(?i)(?<![\w$])DEFAULT(?![\w$])")
 
 
 def _values_insert(statement: str) -> tuple[str, str, bool] | None:
