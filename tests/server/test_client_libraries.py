@@ -343,3 +343,29 @@ def test_session_settings_clients_set(start_server, request, engine) -> None:
         assert c.execute("SHOW application_name").fetchone() == ("x",)
         with pytest.raises(psycopg.errors.SyntaxError):  # as PostgreSQL: no parameters
             c.execute("SET application_name = %s", ("bound",))
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_what_clients_send_that_the_server_refuses_clearly(start_server, request,
+                                                            engine) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE n (a BIGINT)")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="array parameters"):
+            c.execute("SELECT a FROM n WHERE a = ANY(%s)", ([1, 2],))
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="array parameters"):
+            c.execute("SELECT a FROM n WHERE a IN (%s) OR a = ANY(%s::bigint[])", (1, [1]))
+        for st in ("LISTEN ch", "NOTIFY ch"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="notifications"):
+                c.execute(st)
+        assert c.execute("UNLISTEN *").statusmessage == "UNLISTEN"
+        assert c.execute("SELECT count(*) FROM n").fetchone() == (0,)  # the session goes on
+
+
+def test_command_tags_of_create_with_modifiers(start_server, sqlite_engine) -> None:
+    """PostgreSQL's tag names what was created (psql prints it; drivers read it)."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE m (a INTEGER)")
+        assert c.execute("CREATE UNIQUE INDEX m_a ON m (a)").statusmessage == "CREATE INDEX"
+        assert c.execute("CREATE TEMP TABLE tm (a INTEGER)").statusmessage == "CREATE TABLE"

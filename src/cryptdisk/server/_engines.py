@@ -74,8 +74,16 @@ def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
     if head in ("UPDATE", "DELETE", "MERGE"):
         return head if rows is None else f"{head} {rows}"
     if head in ("CREATE", "DROP", "ALTER") and len(words) > 1:
+        if head == "CREATE" and words[1] in _CREATE_MODIFIERS:  # CREATE UNIQUE INDEX: the
+            kind = next((w for w in _sqltext.first_words(sql, 5)[1:]  # tag CREATE INDEX
+                         if w not in _CREATE_MODIFIERS), words[1])
+            return f"CREATE {kind}"
         return " ".join(words[:2])
     return head
+
+
+#: the words between CREATE and what it creates, which its command tag leaves out
+_CREATE_MODIFIERS = frozenset({"UNIQUE", "OR", "REPLACE", "TEMP", "TEMPORARY", "UNLOGGED"})
 
 
 @dataclass

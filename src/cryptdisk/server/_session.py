@@ -712,6 +712,11 @@ class Session:
             return await self._cursor(head, sql, params)
         if head == "DEALLOCATE":
             return self._deallocate(sql)
+        if head in ("LISTEN", "NOTIFY", "UNLISTEN"):
+            if head == "UNLISTEN":  # (asyncpg's pool sends UNLISTEN *): none to stop
+                return Result(None, [], "UNLISTEN")
+            raise StatementError(f"{head} is not supported: the server has no notifications",
+                                 "0A000")
         if head == "PREPARE" and len(words) > 1 and words[1] != "TRANSACTION":
             return self._prepare(sql)
         if head == "EXECUTE":
@@ -1422,6 +1427,12 @@ class Session:
                                      "statement", "42601")
             if nparams > P.MAX_PARAMETERS:
                 raise StatementError("too many parameters", "54000")
+            arrays = [i + 1 for i, oid in enumerate(msg.param_types) if oid in _types.ARRAY_TYPES]
+            if arrays:
+                raise StatementError(
+                    f"array parameters are not supported (${arrays[0]} is an array)", "0A000",
+                    hint="one parameter per value: IN ($1, $2, ...) (SQLAlchemy's in_() "
+                    "sends them so)")
             self.statements[msg.name] = _Statement(parts[0] if parts else "", msg.param_types,
                                                    max(nparams, len(msg.param_types)))
             self.send(P.PARSE_COMPLETE)

@@ -16,10 +16,9 @@ import pyarrow as pa
 
 from ..errors import ProtocolError
 
-__all__ = ["BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid", "arrow_oid",
-           "decode_param",
-           "encode_value", "pg_type_name", "sqlite_declared_oid", "sqlite_value",
-           "value_oid"]
+__all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid",
+           "arrow_oid", "decode_param", "encode_value", "pg_type_name", "sqlite_declared_oid",
+           "sqlite_value", "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -351,6 +350,9 @@ def _text(value: Any) -> str:
 #: the array type of each element type a catalog's arrays hold
 _ARRAY_OIDS = {BOOL: 1000, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016, FLOAT4: 1021,
                FLOAT8: 1022, OID: 1028}
+#: PostgreSQL's array types of the base types (a parameter of one is refused)
+ARRAY_TYPES = frozenset({*_ARRAY_OIDS.values(), 199, 1001, 1003, 1014, 1015, 1115, 1182,
+                         1183, 1185, 1187, 1231, 1270, 2951, 3807})
 _ARRAY_QUOTED = re.compile(r'[{}",\\\s]|^$|^null$', re.I)
 
 
