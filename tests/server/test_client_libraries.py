@@ -369,3 +369,26 @@ def test_command_tags_of_create_with_modifiers(start_server, sqlite_engine) -> N
         c.execute("CREATE TABLE m (a INTEGER)")
         assert c.execute("CREATE UNIQUE INDEX m_a ON m (a)").statusmessage == "CREATE INDEX"
         assert c.execute("CREATE TEMP TABLE tm (a INTEGER)").statusmessage == "CREATE TABLE"
+
+
+def test_psql_describe_lists_sqlite_indexes_and_foreign_keys(start_server, sqlite_engine,
+                                                             certs) -> None:
+    srv = start_server(sqlite_engine)
+    with admin_and_bob(srv, [*KEYS_SETUP, "GRANT SELECT ON shown TO bob"]):
+        pass
+    out = psql(srv, certs, "\\d child", unaligned=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("Indexes:\n")[1].splitlines() == [
+        '    "child_pkey" PRIMARY KEY, btree (id, code)',
+        '    "child_pid" btree (pid) WHERE (pid > 0)',
+        '    "child_u" UNIQUE, btree (code, pid)',
+        "Foreign-key constraints:",
+        '    "child_code_fkey" FOREIGN KEY (code) REFERENCES parent(code)',
+        '    "child_pid_fkey" FOREIGN KEY (pid) REFERENCES parent(id) ON DELETE CASCADE',
+        ""]
+    out = psql(srv, certs, "\\d parent", unaligned=False)
+    assert '"parent_code_key" UNIQUE CONSTRAINT, btree (code)' in out.stdout
+    # bob may read shown, not hidden or parent: neither key of shown is listed to him
+    out = psql(srv, certs, "\\d shown", user="bob", password="bob pw", unaligned=False)
+    assert out.returncode == 0, out.stderr
+    assert "Foreign-key" not in out.stdout and "hidden" not in out.stdout

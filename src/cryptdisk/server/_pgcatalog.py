@@ -39,6 +39,10 @@ _ATTRS = re.compile(r"^\s*SELECT\s+a\.attname,(?:(?!attstorage).)*FROM\s+pg_cata
 #: none exist in cryptdisk, so each is an empty result
 _FOOTER = re.compile(r"pg_catalog\.pg_(?:index|policy|statistic_ext|publication|inherits|"
                      r"trigger|rewrite|constraint)\b.*'(\d+)'", re.I | re.S)
+#: \d NAME's footers of indexes and foreign keys: answered from pg_index and pg_constraint
+#: (:mod:`._pgtables`; SQLite's keys and indexes)
+_KEY_FOOTERS = re.compile(r"^\s*SELECT\s+(?:c2\.relname,\s*i\.indisprimary\b|true\s+as\s+"
+                          r"sametable,\s*conname\b)", re.I)
 #: \dp and \z: the tables and views with their grants
 _PRIVILEGES = re.compile(r'^\s*SELECT\s+n\.nspname\s+as\s+"Schema",\s*c\.relname\s+as\s+"Name",'
                          r'.*"Access privileges".*FROM\s+pg_catalog\.pg_class\s+c\b', re.I | re.S)
@@ -109,6 +113,7 @@ def catalog_query(sql: str, engine: EngineSession, privileges: Any,
     m = _RELINFO.match(sql)
     if m:
         kinds = {relation_oid(n): k for n, k in visible}
+        by_name = {relation_oid(n): n for n, _ in visible}
         kind = kinds.get(int(m[1]))
         columns = [("relchecks", INT2), ("relkind", TEXT), ("relhasindex", BOOL),
                    ("relhasrules", BOOL), ("relhastriggers", BOOL), ("relrowsecurity", BOOL),
@@ -116,9 +121,12 @@ def catalog_query(sql: str, engine: EngineSession, privileges: Any,
                    ("relispartition", BOOL), ("?column?", TEXT), ("reltablespace", INT8),
                    ("reloftype", TEXT), ("relpersistence", TEXT), ("relreplident", TEXT),
                    ("amname", TEXT)]
+        keys = engine.keys(by_name[int(m[1])]) if kind == "r" else None
+        indexed = keys is not None and bool(keys.primary or keys.indexes)
+        referring = keys is not None and bool(keys.foreign)  # (PostgreSQL: their triggers)
         rows: list[tuple[Any, ...]] = [] if kind is None else [
-            (0, kind, False, False, False, False, False, False, False, "", 0, "", "p", "d",
-             "heap" if kind == "r" else None)]
+            (0, kind, indexed, False, referring, False, False, False, False, "", 0, "", "p",
+             "d", "heap" if kind == "r" else None)]
         return _result(columns, rows)
     m = _ATTRS.match(sql)
     if m:
@@ -137,6 +145,10 @@ def catalog_query(sql: str, engine: EngineSession, privileges: Any,
     if _LANGUAGES.match(sql):
         return _result([("Name", TEXT), ("Owner", TEXT), ("Trusted", BOOL),
                         ("Description", TEXT)], [])
+    if _KEY_FOOTERS.match(sql):
+        from ._pgtables import query
+
+        return query(sql, [], engine, privileges)
     if _FOOTER.search(sql) and sql.lstrip()[:6].upper() == "SELECT":
         return _result([("?column?", TEXT)], [])
     return None
