@@ -392,3 +392,20 @@ def test_psql_describe_lists_sqlite_indexes_and_foreign_keys(start_server, sqlit
     out = psql(srv, certs, "\\d shown", user="bob", password="bob pw", unaligned=False)
     assert out.returncode == 0, out.stderr
     assert "Foreign-key" not in out.stdout and "hidden" not in out.stdout
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_psql_commands_over_catalogs_the_server_lacks(start_server, request, engine,
+                                                      certs) -> None:
+    """\\ddp, \\dy, \\dconfig, ... read catalogs the server does not hold: 42P01 naming
+    the catalog (not DuckDB's 'Did you mean', the engine's table list or SQLite's text)."""
+    srv = start_server(request.getfixturevalue(engine))
+    for command, relation in (("\\ddp", "pg_default_acl"), ("\\dy", "pg_event_trigger"),
+                              ("\\des", "pg_foreign_server"), ("\\dconfig", "pg_settings"),
+                              ("\\do", "pg_operator")):
+        out = psql(srv, certs, "\\set VERBOSITY verbose", command)
+        assert f'ERROR:  42P01: relation "pg_catalog.{relation}" does not exist' in out.stderr
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.UndefinedTable,
+                           match='"information_schema.key_column_usage" does not exist'):
+            c.execute("SELECT * FROM information_schema.key_column_usage")

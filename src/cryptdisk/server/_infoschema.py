@@ -229,6 +229,9 @@ def add_table(con: Any, name: str, table: Any) -> None:
     con.unregister("__cd_source")
 
 
+_MISSING = re.compile(r"Catalog Error: Table with name (\w+) does not exist")
+
+
 def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
                   shown: tuple[str, str]) -> Result:
     """Run the query ``text`` in a private in-memory DuckDB that ``load(con)`` fills, with
@@ -253,6 +256,12 @@ def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
             table = relation.to_arrow_table()
         except duckdb.Error as exc:
             message = str(exc).replace(shown[0], shown[1])
+            missing = _MISSING.match(message)
+            if missing is not None:  # one of PostgreSQL's the server does not hold
+                raise StatementError(
+                    f'relation "{shown[1]}.{missing[1]}" does not exist', "42P01",
+                    hint=f"the server's {shown[1]} holds what drivers, ORMs and psql read "
+                    "(docs/server-protocol.md)") from None
             code = _duckdb_sqlstate(message)
             if code == "57014":  # DuckDB's "INTERRUPT Error", said as PostgreSQL says it
                 raise _cancelled() from None

@@ -187,6 +187,8 @@ _FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
 _TABLE_NAMES = frozenset(_TABLES)
 _SCAN = re.compile(r"\bpg_\w+", re.I)
 _FROM = re.compile(r"\bFROM\b", re.I)
+#: pg_catalog.pg_x, not a call: one of PostgreSQL's catalogs (42P01 where the server has none)
+_CATALOG_RELATION = re.compile(r"\bpg_catalog\s*\.\s*pg_\w+\b(?!\s*\()", re.I)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -204,7 +206,8 @@ def handles(sql: str) -> bool:
     # that calls pg_catalog.lower(...) is the engine's)
     words = {m.group().lower() for m in _SCAN.finditer(text)}
     return bool(words & _TABLE_NAMES) or (
-        "pg_catalog" in words and _FROM.search(text) is None)
+        "pg_catalog" in words and (_FROM.search(text) is None
+                                   or _CATALOG_RELATION.search(text) is not None))
 
 
 def _macros() -> list[str]:
