@@ -243,6 +243,19 @@ def test_statements_that_read_a_view(views_db, tmp_path):
         db.sql("SELECT * FROM pragma_table_info('mid')")  # (a name in a string: no view read)
 
 
+def test_an_attached_databases_statements_read_views_too(views_db):
+    db = views_db
+    db.sql("ATTACH ':memory:' AS m")
+    db.sql("CREATE TABLE m.copy AS SELECT * FROM over WHERE k < 3")
+    db.sql("INSERT INTO m.copy (k, big) SELECT k, label FROM renamed WHERE k = 2999")
+    db.sql("INSERT INTO m.copy BY NAME SELECT 7 AS k")
+    db.sql("CREATE VIEW m2 AS SELECT 1 AS x")  # (a view named like the database: no matter)
+    assert db.query("SELECT k, big FROM m.copy ORDER BY k") == [
+        (0, "N0"), (1, "N1"), (2, "N2"), (7, None), (2999, "n3")]
+    db.sql("DELETE FROM m.copy WHERE k IN (SELECT id FROM latest)")
+    assert db.query("SELECT count(*) FROM m.copy") == [(4,)]
+
+
 def test_views_are_seen_by_a_read_only_connection_as_committed(tmp_path):
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:

@@ -130,3 +130,18 @@ def test_psql_catalog_lists_views(start_server, analytical) -> None:
         cols = c.execute("SELECT column_name, data_type FROM information_schema.columns "
                          "WHERE table_name = 'v_both' ORDER BY ordinal_position").fetchall()
         assert cols == [("a", "bigint"), ("s", "text")]
+
+
+def test_real_psql_dv_and_d_of_a_view(start_server, analytical, certs) -> None:
+    from .test_psql_catalog import psql
+
+    srv = start_server(analytical)
+    out = psql(srv, certs, *ANALYTICAL_SETUP, "CREATE VIEW v_pair (n, secret_text) AS "
+               "SELECT a, s FROM open_t, secret", "\\dv", "\\d v_pair", unaligned=False)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "v_pair" in text and "view" in text  # \dv: the view's row, of type view
+    assert 'View "public.v_pair"' in text
+    rows = [[c.strip() for c in line.split("|")][:2] for line in text.splitlines()
+            if line.count("|") == 4 and "Column" not in line]
+    assert rows == [["n", "bigint"], ["secret_text", "text"]]

@@ -1378,7 +1378,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         INTO o.main.x``...): DuckDB's, as written (the tables it reads from the database
         read as in a query; on a ``role=`` connection through the role's policies)."""
         self._session_changed()
-        sql = statement.strip().rstrip(";")
+        sql = self._expand(statement.strip().rstrip(";"))  # the views it reads written out
         if self.role is not None:
             sql = role_query(self, sql)
         return self._run_duckdb(sql)

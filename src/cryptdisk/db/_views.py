@@ -346,10 +346,20 @@ def view_reads(query: str, names: set[str], parse: Parse) -> list[str]:
 #: ``EXPLAIN [ANALYZE] [(options)] statement``: where the statement starts
 _EXPLAINED = re.compile(r"(?is)EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?")
 _DESCRIBED = re.compile(rf"(?is)(DESCRIBE|SUMMARIZE|SHOW)\s+({_IDENT})\s*")
-_HEADS = {
-    "INSERT": re.compile(rf"(?is)INSERT\s+INTO\s+({_IDENT})"),
-    "DELETE": re.compile(rf"(?is)DELETE\s+FROM\s+({_IDENT})"),
-    "UPDATE": re.compile(rf"(?is)UPDATE\s+({_IDENT})"),
+_QUALIFIERS = rf"((?:\s*\.\s*{_IDENT}){{0,2}})"
+_HEADS = {  # (a name qualified by an attached database's is not the database's)
+    "INSERT": re.compile(rf"(?is)INSERT\s+INTO\s+({_IDENT}){_QUALIFIERS}"),
+    "DELETE": re.compile(rf"(?is)DELETE\s+FROM\s+({_IDENT}){_QUALIFIERS}"),
+    "UPDATE": re.compile(rf"(?is)UPDATE\s+({_IDENT}){_QUALIFIERS}"),
+}
+_TARGET = rf"{_IDENT}(?:\s*\.\s*{_IDENT}){{0,2}}"
+_SOURCE_WORD = r"(?=\(?\s*(?:SELECT|WITH|VALUES|FROM)\b)"
+#: where the query of an ``INSERT INTO t ...`` or a ``CREATE TABLE t ... AS`` starts
+_SOURCES = {
+    "INSERT": re.compile(rf"(?is)INSERT\s+INTO\s+{_TARGET}\s*(?:BY\s+(?:NAME|POSITION)\s+|"
+                         rf"\((?!\s*(?:SELECT|WITH|VALUES|FROM)\b)[^()]*\)\s*)?{_SOURCE_WORD}"),
+    "CREATE": re.compile(rf"(?is)CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_TARGET}\s*"
+                         rf"(?:[^()']|'[^']*'|\([^()]*\))*?\bAS\s+{_SOURCE_WORD}"),
 }
 _QUERY_WORDS = frozenset({"SELECT", "WITH", "FROM", "VALUES"})
 
@@ -365,7 +375,6 @@ def expand_statement(sql: str, views: Views, parse: Parse,
     if not views or not referenced_tables(sql, set(views)):
         return sql
     from ._sql import _top_level_words, first_word
-    from ._sql import parse as parse_statement
 
     lead = len(sql) - len(sql.lstrip())
     body = sql[lead:]
@@ -406,21 +415,17 @@ def expand_statement(sql: str, views: Views, parse: Parse,
         return inner(m.end(), close)
     if word in _HEADS:
         m = _HEADS[word].match(body)
-        if m is None:
-            return sql
-        target = views.name(_unquote(m.group(1)))
+        target = views.name(_unquote(m.group(1))) if m is not None and not m.group(2) \
+            else None
         if target is not None:
             verb = {"INSERT": "INSERT INTO", "DELETE": "DELETE FROM"}.get(word, word)
             raise DatabaseError(f"{verb} {target}: {target} is a view, which holds no rows",
                                 hint=f"{verb} the table it reads (SELECT query FROM "
                                 "system.views shows which)")
         if word == "INSERT":
-            source = getattr(parse_statement(body), "query", None)
-            whole = body.rstrip().rstrip(";").strip()
-            if not isinstance(source, str) or not whole.endswith(source):
-                return sql
-            start = len(whole) - len(source)
-            return inner(start, start + len(source))
+            return _source(body, word, inner, sql)
+        if m is None:
+            return sql
         rest = m.end()
         words = _top_level_words(body[rest:])
         clause = next(((at, w) for at, w in words if w in ("WHERE", "SET")), None)
@@ -433,14 +438,17 @@ def expand_statement(sql: str, views: Views, parse: Parse,
             prefix, start = "SELECT ", at + 3
         done = expand_views(prefix + body[start:], views, parse, exists)[0]
         return sql[:lead] + body[:start] + done[len(prefix):]
-    if word == "CREATE":
-        m = re.match(rf"(?is)CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_IDENT}\s*", body)
-        if m is None or body[m.end():].startswith("("):
-            return sql
-        source = getattr(parse_statement(body), "query", None)
-        whole = body.rstrip().rstrip(";").strip()
-        if not isinstance(source, str) or not whole.endswith(source):
-            return sql
-        start = len(whole) - len(source)
-        return inner(start, start + len(source))
+    if word in ("CREATE", "INSERT"):
+        return _source(body, word, inner, sql)
     return sql
+
+
+def _source(body: str, word: str, inner: Callable[[int, int], str], sql: str) -> str:
+    """``INSERT INTO t ... query`` or ``CREATE TABLE t ... AS query`` (``t`` may be an
+    attached database's) with its query's views written out (``inner``); ``sql`` as it
+    is for another statement."""
+    m = _SOURCES[word].match(body)
+    if m is None:
+        return sql
+    end = len(body.rstrip().rstrip(";").rstrip())
+    return inner(m.end(), end)
