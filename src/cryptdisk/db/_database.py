@@ -80,7 +80,7 @@ from ._distinct import DistinctCount, count_distinct_item, memory_limit_bytes
 from ._forksafe import track
 from ._import import ImportMixin
 from ._infoschema import catalog_views, rewrite_catalog_views
-from ._insert import INSERT_BLOCK_BYTES, InsertMixin
+from ._insert import INSERT_BLOCK_BYTES, InsertMixin, ctrl_c
 from ._keyfiles import default_key_path
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
@@ -514,7 +514,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         self.close()
 
     def __repr__(self) -> str:
-        mode = "read-only" if self.read_only else "read-write"
+        mode = "closed" if self._closed else "read-only" if self.read_only else "read-write"
         return f"<cryptdisk.Database {self.path!r} {mode} tables={len(self.catalog.tables)}>"
 
     def __reduce__(self) -> Any:
@@ -1261,6 +1261,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                         raise missing from None
                     raise DatabaseError(_unprefixed(str(exc)) if self._handles
                                         else str(exc)) from None
+                except RuntimeError as exc:  # (a Ctrl-C)
+                    raise ctrl_c(exc) from None
                 finally:
                     self._release()
             except CatalogError:
@@ -1861,6 +1863,9 @@ class Reader:
             for c in (self._parser, self.con):
                 with contextlib.suppress(Exception):
                     c.close()
+
+    def __repr__(self) -> str:
+        return f"<cryptdisk.Reader of {self._db!r}{' closed' if self._closed else ''}>"
 
     def __reduce__(self) -> Any:
         raise TypeError("a Reader cannot be pickled")

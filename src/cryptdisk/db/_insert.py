@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 else:
     DatabaseState = object  # the type checker's view only: see _state
 
-__all__ = ["BATCH_ROWS", "INSERT_BLOCK_BYTES", "PART_ROWS", "InsertMixin"]
+__all__ = ["BATCH_ROWS", "INSERT_BLOCK_BYTES", "PART_ROWS", "InsertMixin", "ctrl_c"]
 
 #: Rows per Arrow batch from DuckDB (gathered into blocks of ``insert_block_bytes``).
 BATCH_ROWS = 1 << 17
@@ -77,6 +78,44 @@ def _from_python(table: str, data: Any) -> Any:
         return pa.table(data)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
+
+
+def ctrl_c(exc: RuntimeError) -> BaseException:
+    """What to raise for ``exc`` from DuckDB: its ``RuntimeError('Query interrupted')``
+    (it takes the ``KeyboardInterrupt`` of a Ctrl-C that comes while it runs a query)
+    as the ``KeyboardInterrupt`` that Python raises for a Ctrl-C, anything else as is."""
+    if type(exc) is RuntimeError and str(exc) == "Query interrupted":
+        return KeyboardInterrupt()
+    return exc
+
+
+def _from_dataset(data: Any) -> Any:
+    """A pyarrow ``Dataset`` or ``Scanner`` as a ``RecordBatchReader`` (its batches read as
+    the insert takes them, not all at once), anything else as it is."""
+    dataset = sys.modules.get("pyarrow.dataset")  # (only loaded if the caller made one)
+    if dataset is not None:
+        if isinstance(data, dataset.Dataset):
+            return data.scanner().to_reader()
+        if isinstance(data, dataset.Scanner):
+            return data.to_reader()
+    return data
+
+
+def _check_names(table: str, data: Any) -> None:
+    """Refuse data that names a column twice (ignoring case, as the columns match):
+    DuckDB renames the second ``id`` to ``id_1``, which a table may have."""
+    if isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
+        names = [str(n) for n in data.schema.names]
+    elif type(data).__name__ == "DataFrame" and hasattr(data, "columns"):
+        names = [str(n) for n in data.columns]
+    else:
+        return
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            raise DatabaseError(f"insert into {table}: the data has column {name} twice",
+                                hint="rename or drop the repeated column")
+        seen.add(name.lower())
 
 
 def _without_statement(message: str) -> str:
@@ -263,6 +302,8 @@ class InsertMixin(DatabaseState):
             raise out_of_memory(what, exc, oom_hint) from None
         except duckdb.Error as exc:
             raise constraint_error(what, str(exc)) or DatabaseError(f"{what}: {exc}") from None
+        except RuntimeError as exc:
+            raise ctrl_c(exc) from None
         except OSError as exc:
             if not _late_duckdb_error(exc):
                 raise
@@ -447,8 +488,9 @@ class InsertMixin(DatabaseState):
 
     def insert(self, table: str, data: Any, *,
                on_rows: Callable[[int], None] | None = None) -> int:
-        """Insert an Arrow table/batches, a pandas or polars DataFrame, rows as a list of
-        dicts, columns as a dict of lists, or a CSV/Parquet file path.
+        """Insert an Arrow table/batches/reader, a pyarrow dataset or scanner, a pandas or
+        polars DataFrame, rows as a list of dicts, columns as a dict of lists, or a
+        CSV/Parquet file path.
 
         Columns match by name; table columns the data lacks get NULL.
         """
@@ -458,7 +500,8 @@ class InsertMixin(DatabaseState):
                 self._writable(f"insert into {table}", adds=True)
                 self.table(table)
                 return 0
-            data = _from_python(table, data)
+            data = _from_python(table, _from_dataset(data))
+            _check_names(table, data)
             direct = self._insert_arrow(table, data, on_rows)
             if direct is not None:
                 return direct
@@ -485,7 +528,8 @@ class InsertMixin(DatabaseState):
                                         f"{str(exc).splitlines()[0]}") from None
                 registered = True
             else:
-                raise TypeError("insert() takes an Arrow table, a pandas or polars DataFrame, "
+                raise TypeError("insert() takes an Arrow table or reader, a pyarrow dataset, "
+                                "a pandas or polars DataFrame, "
                                 "a list of dicts (rows), a dict of lists (columns), or the "
                                 f"path of a CSV or Parquet file, not {type(data).__name__}")
             try:

@@ -1,0 +1,79 @@
+"""The database as a notebook uses it: DataFrames and datasets in, Ctrl-C, repr."""
+
+import os
+import signal
+import threading
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+import cryptdisk
+from cryptdisk.errors import DatabaseError
+
+
+def test_insert_takes_a_pyarrow_dataset_and_scanner(tmp_path, db):
+    db.execute("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
+    (tmp_path / "files").mkdir()
+    for i in range(3):  # a dataset of three files, read as a stream of batches
+        pq.write_table(pa.table({"k": [i * 10, i * 10 + 1], "v": [f"a{i}", None]}),
+                       tmp_path / "files" / f"f{i}.parquet")
+    dataset = ds.dataset(tmp_path / "files", format="parquet")
+    assert db.insert("t", dataset) == 6
+    assert db.insert("t", dataset.scanner(filter=ds.field("k") > 15)) == 2
+    # a column of another type goes through DuckDB's cast
+    assert db.insert("t", ds.dataset(pa.table({"k": pa.array([99], pa.int32())}))) == 1
+    assert db.query("SELECT k, v FROM t ORDER BY k") == [
+        (0, "a0"), (1, None), (10, "a1"), (11, None), (20, "a2"), (20, "a2"),
+        (21, None), (21, None), (99, None)]
+
+
+@pytest.mark.parametrize("names", [["id", "id"], ["id", "ID"]])
+def test_insert_of_data_naming_a_column_twice_is_refused(db, names):
+    pd = pytest.importorskip("pandas")
+    db.execute("CREATE TABLE t (id BIGINT, id_1 BIGINT)")
+    for data in (pd.DataFrame([[1, 2]], columns=names),
+                 pa.table([pa.array([1]), pa.array([2])], names=names),
+                 [dict(zip(names, [1, 2], strict=True))]):
+        if len(set(names)) == 1 and isinstance(data, list):
+            continue  # (a dict cannot hold a key twice)
+        # DuckDB renames the second one id_1 (or ID_1): it went into column id_1
+        with pytest.raises(DatabaseError, match=f"column {names[1]} twice"):
+            db.insert("t", data)
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+
+
+def _sigint_in(seconds):
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_in_a_query_is_a_keyboard_interrupt(tmp_path):
+    # DuckDB notices the signal between its tasks (with one thread: the caller's) and
+    # raised RuntimeError('Query interrupted')
+    db = cryptdisk.connect(tmp_path / "db", threads=1)
+    db.execute("CREATE TABLE t (k BIGINT)")
+    db.insert("t", {"k": [1, 2]})
+    reader = db.reader()
+    try:
+        for runner in (db, reader):
+            guard = threading.Timer(60, runner.interrupt)  # (a failure, never a hang)
+            guard.start()
+            _sigint_in(0.2)
+            with pytest.raises(KeyboardInterrupt):
+                runner.query("SELECT count(*) FROM range(100000000) a, range(100000) b, t")
+            guard.cancel()
+            assert runner.query("SELECT sum(k) FROM t") == [(3,)]
+    finally:
+        db.close()
+
+
+def test_repr_of_a_reader_names_its_database(tmp_path, db):
+    reader = db.reader()
+    assert repr(reader) == f"<cryptdisk.Reader of {db!r}>"
+    reader.close()
+    assert repr(reader).endswith(" closed>")
+    db.close()
+    assert repr(db) == f"<cryptdisk.Database {str(tmp_path / 'db')!r} closed tables=0>"
