@@ -407,5 +407,14 @@ def test_psql_commands_over_catalogs_the_server_lacks(start_server, request, eng
         assert f'ERROR:  42P01: relation "pg_catalog.{relation}" does not exist' in out.stderr
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         with pytest.raises(psycopg.errors.UndefinedTable,
-                           match='"information_schema.key_column_usage" does not exist'):
+                           match=r'"information_schema\.key_column_usage" does not exist'):
             c.execute("SELECT * FROM information_schema.key_column_usage")
+
+
+def test_analytical_set_is_a_command(start_server, analytical) -> None:
+    """A SET DuckDB takes (TimeZone) answers as PostgreSQL's does: tag SET, no rows (a
+    result of a column 'Success' and no rows made psycopg's fetch and psql print a table)."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        cur = c.execute("SET TIME ZONE 'UTC'")
+        assert (cur.statusmessage, cur.description) == ("SET", None)

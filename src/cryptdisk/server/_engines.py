@@ -630,8 +630,8 @@ class _AnalyticalSession(EngineSession):
                 count = table.column(0)[0].as_py()  # rows an INSERT wrote
             policies.record(self.audited or text, self.privileges, self.revealed, count,
                             self._parse_connection())
-        if table is None:
-            return Result(None, [], command_tag(sql, None, False))
+        if table is None or (words and words[0] in ("SET", "RESET") and table.num_rows == 0):
+            return Result(None, [], command_tag(sql, None, False))  # (DuckDB's "Success")
         columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
         from ..db import python_rows  # (db imported when a DuckDB engine is used)
 
