@@ -346,3 +346,20 @@ def test_kill_9_while_views_change_leaves_the_last_commit(tmp_path, trial):
         for name in names:
             assert db.query(f"SELECT * FROM {name}") == [(n,)]
         assert not [f for f in os.listdir(path) if f.endswith(".cdtmp")]
+
+
+def test_a_view_change_replaces_the_views_a_checker_may_hold(views_db):
+    """The server checks statements on its sessions' threads, beside the writer: the views
+    they read are never changed in place (a new set replaces them at each commit)."""
+    db = views_db
+    held = db.catalog.views
+    names = sorted(held)
+    db.sql("CREATE VIEW fresh AS SELECT 1 AS one")
+    db.sql("DROP VIEW mid")
+    db.sql("ALTER VIEW latest RENAME TO newest")
+    db.sql("CREATE OR REPLACE VIEW renamed (k, label) AS SELECT id, name FROM t WHERE id < 2")
+    assert sorted(held) == names and held["renamed"].query == "SELECT id, name FROM t"
+    assert {"fresh", "newest"} <= set(db.catalog.views) and "mid" not in db.catalog.views
+    with pytest.raises(DatabaseError):  # a failed commit leaves the views as they were
+        db.sql("CREATE VIEW broken AS SELECT nope FROM t")
+    assert "broken" not in db.catalog.views

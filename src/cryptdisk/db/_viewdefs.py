@@ -117,15 +117,7 @@ class ViewMixin(DatabaseState):
         except DatabaseError as exc:
             raise DatabaseError(f"CREATE VIEW {name}: {exc}", hint=exc.hint) from None
         meta.reads = reads
-        views[name] = meta
-        try:
-            self._commit()
-        except BaseException:
-            if old is None:
-                del views[name]
-            else:
-                views[name] = old
-            raise
+        self._publish_views(trial)
 
     def _drop_view(self, st: DropView) -> None:
         views = self.catalog.views
@@ -139,12 +131,9 @@ class ViewMixin(DatabaseState):
                                     hint=f"DROP TABLE {table}")
             raise DatabaseError(f"no view {st.name!r} in {self.path}",
                                 hint="SELECT name FROM system.views lists the views")
-        del views[old.name]
-        try:
-            self._commit()
-        except BaseException:
-            views[old.name] = old
-            raise
+        changed = Views(views)
+        del changed[old.name]
+        self._publish_views(changed)
 
     def _rename_view(self, st: AlterView) -> None:
         views = self.catalog.views
@@ -161,12 +150,19 @@ class ViewMixin(DatabaseState):
         if clash is not None or self._temporary_table(new):
             raise DatabaseError(f"ALTER VIEW {old.name} RENAME TO {new}: a table or view "
                                 f"{clash or new} has the name", hint="pick another name")
-        renamed = ViewMeta(new, old.query, old.columns, old.reads)
-        del views[old.name]
-        views[new] = renamed
+        changed = Views(views)
+        del changed[old.name]
+        changed[new] = ViewMeta(new, old.query, old.columns, old.reads)
+        self._publish_views(changed)
+
+    def _publish_views(self, views: Views) -> None:
+        """Commit the catalog with ``views`` as its views. The catalog's views are replaced
+        whole, never changed in place: a statement being checked on another thread (the
+        server's sessions) keeps reading the ones it started with."""
+        before = self.catalog.views
+        self.catalog.views = views
         try:
             self._commit()
         except BaseException:
-            del views[new]
-            views[old.name] = old
+            self.catalog.views = before
             raise

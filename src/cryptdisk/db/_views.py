@@ -20,6 +20,7 @@ reads the tables it names, and needs what reading them needs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -315,10 +316,14 @@ def expand_views(sql: str, views: Views, parse: Parse,
         text = _expand_query(sql, views, parse, (), used)
         kept = (text, tuple(used))
         views.expanded[sql] = kept
-        while len(views.expanded) > _EXPANSIONS:
-            views.expanded.popitem(last=False)
+        # (the server's sessions share the views from their threads: an entry another
+        # one dropped meanwhile is no error)
+        with contextlib.suppress(KeyError):
+            while len(views.expanded) > _EXPANSIONS:
+                views.expanded.popitem(last=False)
     else:
-        views.expanded.move_to_end(sql)
+        with contextlib.suppress(KeyError):
+            views.expanded.move_to_end(sql)
     text, used_views = kept
     for name in used_views:
         meta = views.get(name)
