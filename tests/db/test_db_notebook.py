@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import cryptdisk
-from cryptdisk.errors import DatabaseError
+from cryptdisk.errors import DatabaseError, KeyFileError
 
 
 def test_insert_takes_a_pyarrow_dataset_and_scanner(tmp_path, db):
@@ -77,3 +77,15 @@ def test_repr_of_a_reader_names_its_database(tmp_path, db):
     assert repr(reader).endswith(" closed>")
     db.close()
     assert repr(db) == f"<cryptdisk.Database {str(tmp_path / 'db')!r} closed tables=0>"
+
+
+def test_a_database_made_with_a_config_opened_without_it_says_to_pass_it(tmp_path):
+    from .dbhelpers import write_config
+
+    config = write_config(tmp_path, [1], 1)
+    with cryptdisk.connect(tmp_path / "db", config) as db:
+        db.execute("CREATE TABLE t (k BIGINT)")
+    with pytest.raises(KeyFileError) as caught:
+        cryptdisk.connect(tmp_path / "db")
+    assert "cryptdisk.connect(path, config)" in caught.value.hint
+    assert not (tmp_path / "db.key").exists()  # (no key made for it)

@@ -74,7 +74,9 @@ def load_keyring(db_path: str) -> Keyring:
     if not os.path.exists(key_path):
         raise KeyFileError(
             f"the key file {key_path} of database {db_path} is missing",
-            hint="restore it from your backup; without it the data cannot be read")
+            hint="a database made with a config opens with that config "
+            "(cryptdisk.connect(path, config), cryptdisk sql -c CONFIG); else restore the "
+            "key file from your backup: without it the data cannot be read")
     current = _read(key_path, 1)
     keys = [current]
     for key_id, path in sorted(_retired(db_path).items()):
