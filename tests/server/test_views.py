@@ -145,3 +145,17 @@ def test_real_psql_dv_and_d_of_a_view(start_server, analytical, certs) -> None:
     rows = [[c.strip() for c in line.split("|")][:2] for line in text.splitlines()
             if line.count("|") == 4 and "Column" not in line]
     assert rows == [["n", "bigint"], ["secret_text", "text"]]
+
+
+def test_show_tables_lists_a_user_only_what_it_may_read(start_server, analytical) -> None:
+    """SHOW TABLES of a user that is not an admin lists the tables it may read, as its
+    information_schema.tables does, not every table and view of the database."""
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, *VIEWS, "GRANT SELECT ON open_t TO bob"]
+    with admin_and_bob(srv, setup) as bob:
+        listed = bob.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        assert bob.execute("SHOW TABLES").fetchall() == listed == [("open_t",)]
+        assert bob.execute(" show tables ;").fetchall() == [("open_t",)]
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        names = [r[0] for r in admin.execute("SHOW TABLES").fetchall()]
+        assert names == sorted(["open_t", "secret", "v_secret", "v_open", "v_both", "v_over"])

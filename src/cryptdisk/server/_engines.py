@@ -43,6 +43,7 @@ __all__ = ["AnalyticalEngine", "Engine", "EngineSession", "Result", "SQLiteEngin
 
 log = logging.getLogger("cryptdisk.server")
 
+_SHOW_TABLES = re.compile(r"(?is)\s*SHOW\s+TABLES\s*;?\s*")
 _ROWS = {"SELECT", "WITH", "VALUES", "TABLE", "FROM", "SHOW", "DESCRIBE", "SUMMARIZE",
          "PRAGMA", "EXPLAIN"}
 TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
@@ -568,6 +569,9 @@ class _AnalyticalSession(EngineSession):
         sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL)
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
         text = self._without_views(text)
+        if self.privileges is not None and not self.privileges.admin \
+                and _SHOW_TABLES.fullmatch(text):
+            text = self._show_tables(self.privileges)
         if self.block:
             from ..db import Reader
 
@@ -591,6 +595,17 @@ class _AnalyticalSession(EngineSession):
                              r"OPTIMIZE\s+TABLE)\s+([A-Za-z_][\w.]*)", text, re.I)
                 self.last_tables = {m[1].lower()} if m else set()
         return text
+
+    def _show_tables(self, privileges: Any) -> str:
+        """``SHOW TABLES`` of a user that is not an admin: the tables and views it may
+        read, as its ``information_schema.tables`` lists them (not every name)."""
+        catalog = self.engine.db.catalog
+        names = sorted(n for n in [*catalog.tables, *catalog.views]
+                       if privileges.allowed(n, "SELECT"))
+        if not names:
+            return "SELECT NULL::VARCHAR AS name WHERE false"
+        rows = ", ".join(f"({sql_literal(n)})" for n in names)
+        return f"SELECT name FROM (VALUES {rows}) AS t(name) ORDER BY name"  # noqa: S608 (literals)
 
     def authorize(self, sql: str, privileges: Any) -> None:
         if privileges.admin:
