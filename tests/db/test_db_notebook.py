@@ -89,3 +89,13 @@ def test_a_database_made_with_a_config_opened_without_it_says_to_pass_it(tmp_pat
         cryptdisk.connect(tmp_path / "db")
     assert "cryptdisk.connect(path, config)" in caught.value.hint
     assert not (tmp_path / "db.key").exists()  # (no key made for it)
+
+
+def test_insert_of_a_pandas_series_takes_its_name_and_an_arrow_array_is_refused(db):
+    pd = pytest.importorskip("pandas")
+    db.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+    assert db.insert("t", pd.Series([1, 2], name="i")) == 2  # (DuckDB named it value)
+    for array in (pa.array([3]), pa.chunked_array([[3]])):
+        with pytest.raises(TypeError, match="named columns, not an Arrow array"):
+            db.insert("t", array)
+    assert db.query("SELECT i, s FROM t ORDER BY i") == [(1, None), (2, None)]

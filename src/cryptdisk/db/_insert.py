@@ -91,7 +91,13 @@ def ctrl_c(exc: RuntimeError) -> BaseException:
 
 def _from_dataset(data: Any) -> Any:
     """A pyarrow ``Dataset`` or ``Scanner`` as a ``RecordBatchReader`` (its batches read as
-    the insert takes them, not all at once), anything else as it is."""
+    the insert takes them, not all at once), a pandas ``Series`` as a DataFrame of it, an
+    Arrow array refused, anything else as it is."""
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (DuckDB named its column value)
+        raise TypeError("insert() takes named columns, not an Arrow array: "
+                        "pyarrow.table({'column': array})")
+    if type(data).__name__ == "Series" and hasattr(data, "to_frame"):
+        return data.to_frame()  # a pandas Series: its name is the column's (DuckDB: value)
     dataset = sys.modules.get("pyarrow.dataset")  # (only loaded if the caller made one)
     if dataset is not None:
         if isinstance(data, dataset.Dataset):  # (read ahead a batch, not pyarrow's 16
