@@ -100,6 +100,32 @@ class TableKeys:
         default_factory=list)
 
 
+def write_command(sql: str) -> str:
+    """The name PostgreSQL gives the write ``sql`` in its errors: ``INSERT``,
+    ``CREATE TABLE``, ``DROP VIEW``, ``COPY FROM``, ``GRANT``, ..."""
+    words = [w for w in _sqltext.first_words(sql, 6) if w not in ("OR", "REPLACE", "UNIQUE",
+                                                                  "TEMP", "TEMPORARY")]
+    if not words:
+        return "statement"
+    if words[0] in ("CREATE", "DROP", "ALTER") and len(words) > 1:
+        if words[:2] == ["CREATE", "TABLE"] and re.search(r"\bAS\b", sql, re.I):
+            return "CREATE TABLE AS"
+        return f"{words[0]} {words[1]}"
+    if words[0] == "TRUNCATE":
+        return "TRUNCATE TABLE"
+    if words[0] == "COPY":
+        return "COPY FROM"
+    if words[0] in ("SELECT", "WITH", "EXPLAIN"):  # (a SELECT INTO, a CTE that writes)
+        return "SELECT INTO" if words[0] == "SELECT" else words[0]
+    return words[0]
+
+
+def read_only_error(sql: str) -> StatementError:
+    """A write refused in a read-only transaction: 25006, as PostgreSQL says it."""
+    return StatementError(f"cannot execute {write_command(sql)} in a read-only transaction",
+                          "25006")
+
+
 class EngineSession:
     """One client's view of the engine (its own transaction, where the engine has them).
 
@@ -113,6 +139,8 @@ class EngineSession:
     #: whether the engine's views have the rights of the user who reads them (so a grant
     #: on a view means nothing: whoever reads one needs SELECT on the tables it reads)
     invoker_views = False
+    #: the session's transaction is READ ONLY: a statement that writes fails (25006)
+    read_only = False
 
     def record_tables(self) -> None:
         """Fill ``last_tables`` on every later statement."""
@@ -572,10 +600,12 @@ class _AnalyticalSession(EngineSession):
         if self.privileges is not None and not self.privileges.admin \
                 and _SHOW_TABLES.fullmatch(text):
             text = self._show_tables(self.privileges)
-        if self.block:
+        if self.block or self.read_only:
             from ..db import Reader
 
             if not Reader.runs(text):
+                if self.read_only:
+                    raise read_only_error(sql)
                 self._refuse_in_block()
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
@@ -857,6 +887,8 @@ class _AnalyticalSession(EngineSession):
                 rows: list[list[Any]], *, typed: bool = False) -> int:
         import pyarrow as pa
 
+        if self.read_only:
+            raise read_only_error("COPY")
         if self.block:
             self._refuse_in_block()
         if self.privileges is not None and not self.privileges.allowed(table, "INSERT"):
@@ -1324,7 +1356,9 @@ class _SQLiteSession(EngineSession):
             text = self._tag + text
         return text
 
-    def _trace(self, cursor: apsw.Cursor, _sql: str, _bindings: Any) -> bool:
+    def _trace(self, cursor: apsw.Cursor, sql: str, _bindings: Any) -> bool:
+        if self.read_only and not cursor.is_readonly and not sql.startswith("BEGIN "):
+            raise read_only_error(sql)  # (SQLite's own word: the statement writes)
         self._desc = cursor.get_description()
         return True
 

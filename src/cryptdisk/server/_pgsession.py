@@ -8,8 +8,9 @@ its own), so the server answers them itself, as PostgreSQL 15 would for this ses
 ``SELECT`` of one or more of the functions below (no ``FROM``, optional aliases), and
 ``SHOW name`` of the settings below; ``SET`` / ``RESET`` of the settings clients set
 (``application_name``, ``extra_float_digits``, ...; those the server has one value of
-only to that value) and of a transaction's characteristics (ignored, as ``BEGIN``'s
-options are). Anything else goes to the engine.
+only to that value) and of a transaction's characteristics (its access mode kept:
+``READ ONLY`` makes writes fail with 25006; its isolation level ignored, as ``BEGIN``'s
+is). Anything else goes to the engine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from .. import __version__
 from ._engines import Result, StatementError
-from ._protocol import parameter_status
+from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
 __all__ = ["answer", "answers", "columns"]
@@ -46,7 +47,6 @@ _FIXED = {
     "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
     "standard_conforming_strings": "on", "search_path": '"$user", public',
     "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
-    "default_transaction_read_only": "off",
 }
 
 
@@ -74,7 +74,10 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "application_name": lambda session: session.application_name,
     "is_superuser": lambda session: "on" if session.server.is_admin(session.user) else "off",
     "session_authorization": lambda session: session.user,
-    "transaction_read_only": lambda session: "on" if session.read_only_block() else "off",
+    "transaction_read_only": lambda session: "on" if session.read_only_block()
+    or session.read_only() else "off",
+    "default_transaction_read_only": lambda session: "on" if session.read_only_default
+    else "off",
 }
 
 
@@ -113,13 +116,19 @@ _SET_TIME_ZONE = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.*
                             re.I | re.S)
 _RESET = re.compile(r"\s*RESET\s+([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*", re.I)
 #: SET SESSION CHARACTERISTICS AS TRANSACTION ... / SET TRANSACTION ...: a transaction's
-#: options, ignored as BEGIN's are (SQLAlchemy's isolation_level on pg8000 sends it)
+#: options (SQLAlchemy's isolation_level and postgresql_readonly on pg8000 send it): READ
+#: ONLY / READ WRITE kept, the isolation level ignored as BEGIN's is
 _SET_TRANSACTION = re.compile(r"\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\s+"
                               r"(?:ISOLATION\s+LEVEL\s+(?:SERIALIZABLE|REPEATABLE\s+READ|READ\s+"
                               r"COMMITTED|READ\s+UNCOMMITTED)|READ\s+(?:ONLY|WRITE)|(?:NOT\s+)?"
                               r"DEFERRABLE|[\s,])+;?\s*", re.I)
 #: settings a client may SET to any value; the session keeps application_name
+_ACCESS_MODE = re.compile(r"\bREAD\s+(ONLY|WRITE)\b", re.I)
 _FREE = frozenset({"application_name", "extra_float_digits", "client_min_messages"})
+#: the access mode of the session's transactions, and of the one in progress
+_MODES = frozenset({"default_transaction_read_only", "transaction_read_only"})
+_ON = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False,
+       "no": False, "0": False}
 #: settings a client may SET (or RESET) on every engine only to the value the server has:
 #: the value's words, as a set, against the ones allowed (DuckDB knows none of these)
 _ONLY = {"bytea_output": ("hex", {"hex"}), "client_encoding": ("UTF8", {"utf8"}),
@@ -139,12 +148,12 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
     if head.startswith("RESET"):
         m = _RESET.fullmatch(sql)
         name = m[1].lower() if m else ""
-        known = _FREE | set(_ONLY) | (set(_ONLY_SQLITE) if sqlite else set())
+        known = _FREE | _MODES | set(_ONLY) | (set(_ONLY_SQLITE) if sqlite else set())
         return (name, None) if (name == "all" and sqlite) or name in known else None
     if not head.startswith("SET"):
         return None
     if _SET_TRANSACTION.fullmatch(sql):
-        return ("transaction", "")
+        return ("transaction", sql)
     m = _SET_TIME_ZONE.fullmatch(sql)
     if m is not None:
         return ("timezone", m[1]) if sqlite else None
@@ -152,7 +161,7 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
     if m is None:
         return None
     name = m[1].lower()
-    if name in _FREE or name in _ONLY or (sqlite and name in _ONLY_SQLITE):
+    if name in _FREE or name in _MODES or name in _ONLY or (sqlite and name in _ONLY_SQLITE):
         return name, m[2]
     return None
 
@@ -168,6 +177,27 @@ def _set(name: str, value: str | None, session: Any) -> Result:
     if value is not None and re.fullmatch(r"\s*\$\d+\s*", value):
         raise StatementError(f'syntax error at or near "{value.strip()}"', "42601",
                              hint="SET takes a value, not a parameter (as in PostgreSQL)")
+    if name == "transaction":  # SET [SESSION CHARACTERISTICS AS] TRANSACTION ...
+        mode = _ACCESS_MODE.search(value or "")
+        if re.match(r"\s*SET\s+SESSION\b", value or "", re.I):
+            if mode is not None:
+                session.read_only_default = mode[1].upper() == "ONLY"
+        elif not session.in_block():  # (as PostgreSQL: a warning, and nothing changes)
+            session.send(notice_response("SET TRANSACTION can only be used in transaction "
+                                         "blocks"))
+        elif mode is not None:
+            session.block_read_only = mode[1].upper() == "ONLY"
+        return Result(None, [], "SET")
+    if name in _MODES:
+        text = "" if value is None else _unquote(value).strip().lower()
+        on = False if text in ("", "default") else _ON.get(text)
+        if on is None:
+            raise StatementError(f'parameter "{name}" requires a Boolean value', "22023")
+        if name == "default_transaction_read_only":
+            session.read_only_default = on
+        elif session.in_block():
+            session.block_read_only = on
+        return Result(None, [], "RESET" if value is None else "SET")
     if name in ("application_name", "all"):
         text = "" if value is None or value.strip().lower() == "default" else _unquote(value)
         session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)

@@ -21,7 +21,14 @@ from ..errors import LoginError, ProtocolError, ServerError
 from . import _infoschema, _pgcatalog, _pgsession, _pgtables, _sqltext, _systables, _types
 from . import _protocol as P
 from ._conn import Connection
-from ._engines import TRANSACTION_WORDS, EngineSession, Result, StatementError, statement_error
+from ._engines import (
+    TRANSACTION_WORDS,
+    EngineSession,
+    Result,
+    StatementError,
+    read_only_error,
+    statement_error,
+)
 
 if TYPE_CHECKING:
     from ._server import Server
@@ -76,6 +83,31 @@ _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 #: the statements a failed transaction block still runs (25P02 for any other)
 _BLOCK_ENDS = ("ROLLBACK", "ABORT", "COMMIT", "END")
+#: the statements a READ ONLY transaction runs (any other fails with 25006, as a write)
+_READ_ONLY_RUNS = frozenset({
+    "SELECT", "VALUES", "TABLE", "WITH", "FROM", "SHOW", "SET", "RESET", "EXPLAIN",
+    "DESCRIBE", "SUMMARIZE", "DECLARE", "FETCH", "MOVE", "CLOSE", "PREPARE", "EXECUTE",
+    "DEALLOCATE", "LISTEN", "UNLISTEN", "NOTIFY", "DISCARD", *TRANSACTION_WORDS})
+#: BEGIN / START TRANSACTION's access mode
+_ACCESS_MODE = re.compile(r"\bREAD\s+(ONLY|WRITE)\b", re.I)
+
+
+def _begin_read_only(sql: str) -> bool | None:
+    """BEGIN's READ ONLY (True) or READ WRITE (False); None: neither."""
+    m = _ACCESS_MODE.search(_sqltext.strip_strings(sql))
+    return None if m is None else m[1].upper() == "ONLY"
+
+
+def _copy_out(sql: str) -> bool:
+    """``COPY ... TO``: a COPY that reads."""
+    from ._copy import parse_copy
+
+    try:
+        return parse_copy(sql).direction == "out"
+    except Exception:
+        return False
+
+
 #: ``ALTER TABLE t RENAME TO u`` (not RENAME COLUMN)
 _RENAME_TO = re.compile(r"\bRENAME\s+TO\b", re.I)
 IDENTITY_WORDS = re.compile(r"current_user|current_role|session_user", re.I)
@@ -280,6 +312,11 @@ class Session:
         self.cursors: dict[str, bool] = {}  # DECLAREd cursor names (portals too): WITH HOLD
         self.failed = False          # inside a transaction that has had an error
         self.pending_begin = False   # BEGIN seen; SQLite's BEGIN waits for the 1st statement
+        #: SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY (default_transaction_read_only)
+        self.read_only_default = False
+        #: the transaction block's BEGIN / SET TRANSACTION READ ONLY or READ WRITE (None: the
+        #: session's default)
+        self.block_read_only: bool | None = None
         self.skip_to_sync = False    # extended query: an error discards until Sync
         #: extended query: the statements until the next Sync run as one implicit transaction
         self.pipeline_tx = False
@@ -689,6 +726,8 @@ class Session:
                        lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
         if self.engine is not None:
             self.engine.last_tables = set()
+            # (the engine refuses what writes after all: a CTE's INSERT, a SELECT INTO)
+            self.engine.read_only = self.read_only()
         if lifted is not None:  # the engine's own statement, lifted already (a SELECT,
             head, shape, values = lifted  # UPDATE, DELETE or INSERT), or a transaction
             if self.failed and (shape is not None or head not in _BLOCK_ENDS):  # statement
@@ -696,12 +735,17 @@ class Session:
                                      "until end of transaction block", "25P02")
             if shape is None:
                 return await self._run_timed(head, sql, params, {}, self._transaction)
+            if head != "SELECT" and self.read_only():
+                raise read_only_error(sql)
             return await self._run_timed(head, shape, values, {})
         words = _sqltext.first_words(sql, 2)
         head = words[0] if words else ""
         if self.failed and head not in _BLOCK_ENDS:
             raise StatementError("current transaction is aborted, commands ignored until end "
                                  "of transaction block", "25P02")
+        if head not in _READ_ONLY_RUNS and self.read_only() and \
+                not (head == "COPY" and _copy_out(sql)):
+            raise read_only_error(sql)
         if head in LIFTABLE and not params and self.server.engine_lifts_literals:
             shaped = _sqltext.lift_literals(sql)
             if shaped is not None and self.server.engine_statement(shaped[0]):
@@ -1035,6 +1079,7 @@ class Session:
                 self.send(P.notice_response("there is already a transaction in progress"))
             else:
                 self.pending_begin = True
+                self.block_read_only = _begin_read_only(sql)
             return Result(None, [], "BEGIN")
         if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
                 _sqltext.first_words(sql, 3)[1:]:
@@ -1045,6 +1090,7 @@ class Session:
             self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
             failed, self.failed = self.failed, False
+            self.block_read_only = None
             if failed:
                 tag = "ROLLBACK"
             if not engine.in_transaction and self.user_tx is None:
@@ -1070,6 +1116,17 @@ class Session:
         cannot undo a write, so the block is read-only (``SHOW transaction_read_only``)."""
         return not self.server.engine.transactions and (self.pending_begin or (
             self.engine is not None and self.engine.in_transaction))
+
+    def read_only(self) -> bool:
+        """Whether the session's transaction is READ ONLY: its writes fail (25006)."""
+        if self.block_read_only is not None and not self._status() == "I":
+            return self.block_read_only
+        self.block_read_only = None  # (its block ended)
+        return self.read_only_default
+
+    def in_block(self) -> bool:
+        """In a transaction block (BEGIN ... COMMIT)."""
+        return self._status() != "I"
 
     def _in_transaction(self) -> bool:
         """In a transaction block, or the implicit transaction of a query's or a pipeline's
@@ -1301,6 +1358,9 @@ class Session:
         st = parse_copy(sql)
         assert self.engine is not None
         engine = self.engine
+        engine.read_only = self.read_only()
+        if st.direction != "out" and engine.read_only:
+            raise read_only_error(sql)
         if st.direction == "out":
             cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
             query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
