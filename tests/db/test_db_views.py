@@ -83,6 +83,26 @@ def test_a_view_answers_as_duckdbs_own_view(views_db, duck, query):
     assert views_db.query(query) == duck.execute(query).fetchall()
 
 
+@pytest.mark.parametrize("query", [
+    "WITH t AS (SELECT 99 AS id, 'x' AS name) SELECT count(*) FROM mid",
+    "WITH t AS (SELECT 99 AS id, 'x' AS name) SELECT * FROM (SELECT * FROM grouped) g",
+    "WITH t AS (SELECT 99 AS id, 'x' AS name) SELECT * FROM u WHERE id IN "
+    "(SELECT k FROM over)",                                   # through a view over a view
+    "SELECT * FROM (WITH \"T\" AS (SELECT 1 AS id) SELECT * FROM latest) x",
+])
+def test_a_ctes_name_does_not_hide_a_table_a_view_reads(views_db, duck, query):
+    """DuckDB's view reads its tables whatever CTEs the statement reading it names; a
+    view written out under a CTE of one of its tables' names would read the CTE: such a
+    statement is refused, saying which name to change, never answered from the CTE."""
+    assert duck.execute(query).fetchall() != [(1,)]  # (DuckDB reads the table)
+    with pytest.raises(DatabaseError, match=r"CTE named (t|T)") as e:
+        views_db.query(query)
+    assert "another name" in e.value.hint
+    # a CTE of another name, or of the table's name where no view is read, runs
+    assert views_db.query("WITH c AS (SELECT 1) SELECT count(*) FROM mid, c") == [(1001,)]
+    assert views_db.query("WITH t AS (SELECT 5 AS id) SELECT * FROM t") == [(5,)]
+
+
 def test_views_live_in_the_sealed_catalog_and_survive_reopen(tmp_path):
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:

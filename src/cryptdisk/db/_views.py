@@ -219,11 +219,11 @@ Parse = Callable[[str], Any]  # SQL text -> DuckDB's parse tree (``{"error": ...
 
 
 def _references(node: Any, names: dict[str, str], ctes: frozenset[str],
-                out: list[tuple[int, str, bool]]) -> None:
-    """``(byte offset, view name, has alias)`` of each reference to a view of ``names``
-    (lower case -> declared) in the tree ``node``, outside the CTE names in scope (a
-    CTE's own body, and the earlier ones, see the view of that name; a recursive CTE
-    sees itself), as DuckDB resolves them."""
+                out: list[tuple[int, str, bool, frozenset[str]]]) -> None:
+    """``(byte offset, view name, has alias, CTE names in scope)`` of each reference to a
+    view of ``names`` (lower case -> declared) in the tree ``node``, outside the CTE names
+    in scope (a CTE's own body, and the earlier ones, see the view of that name; a
+    recursive CTE sees itself), as DuckDB resolves them."""
     if isinstance(node, list):
         for value in node:
             _references(value, names, ctes, out)
@@ -234,7 +234,8 @@ def _references(node: Any, names: dict[str, str], ctes: frozenset[str],
         name = str(node.get("table_name") or "").lower()
         if not node.get("schema_name") and not node.get("catalog_name") \
                 and name in names and name not in ctes:
-            out.append((int(node["query_location"]), names[name], bool(node.get("alias"))))
+            out.append((int(node["query_location"]), names[name], bool(node.get("alias")),
+                        ctes))
         return
     if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
         ctes = ctes | {node["cte_name"].lower()}
@@ -253,20 +254,21 @@ _UNQUOTED = re.compile(UNQUOTED_IDENT)
 
 
 def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
-                  used: list[str]) -> str:
-    """``sql`` (a query) with each view it reads written out (see the module)."""
+                  used: list[str], outer: frozenset[str] = frozenset()) -> str:
+    """``sql`` (a query) with each view it reads written out (see the module); ``outer``:
+    the CTE names (lower case) in scope where ``sql`` is written out."""
     if not referenced_tables(sql, set(views)):
         return sql
     tree = parse(sql)
     if not isinstance(tree, dict) or tree.get("error"):
         return sql  # DuckDB says what is wrong with it
     names = {n.lower(): n for n in views}
-    found: list[tuple[int, str, bool]] = []
+    found: list[tuple[int, str, bool, frozenset[str]]] = []
     _references(tree.get("statements", []), names, frozenset(), found)
     if not found:
         return sql
     data = sql.encode()
-    for offset, name, aliased in sorted(found, reverse=True):
+    for offset, name, aliased, ctes in sorted(found, reverse=True):
         if name.lower() in stack:
             chain = " -> ".join((*stack, name.lower()))
             raise DatabaseError(f"view {name} reads itself ({chain})",
@@ -275,9 +277,16 @@ def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
         if len(stack) >= MAX_DEPTH:
             raise DatabaseError(f"views nest more than {MAX_DEPTH} deep (at view {name})")
         meta = views[name]
+        scope = outer | ctes
+        hidden = sorted(r for r in meta.reads if r.lower() in scope)
+        if hidden:  # written out there, the view's query would read the CTE instead
+            raise DatabaseError(
+                f"view {name} reads {hidden[0]}, which a CTE named {hidden[0]} of the "
+                "statement hides where the view is read",
+                hint=f"give the CTE another name than {hidden[0]}")
         if name not in used:
             used.append(name)
-        body = _expand_query(meta.body(), views, parse, (*stack, name.lower()), used)
+        body = _expand_query(meta.body(), views, parse, (*stack, name.lower()), used, scope)
         end = _name_end(data, offset)
         text = f"({body})" + ("" if aliased else f" AS {_quote(name)}")
         data = data[:offset] + text.encode() + data[end:]
@@ -343,9 +352,9 @@ def view_reads(query: str, names: set[str], parse: Parse) -> list[str]:
     tree = parse(query)
     if not isinstance(tree, dict) or tree.get("error"):
         return []
-    found: list[tuple[int, str, bool]] = []
+    found: list[tuple[int, str, bool, frozenset[str]]] = []
     _references(tree.get("statements", []), {n.lower(): n for n in names}, frozenset(), found)
-    return sorted({name for _o, name, _a in found})
+    return sorted({name for _o, name, _a, _c in found})
 
 
 #: ``EXPLAIN [ANALYZE] [(options)] statement``: where the statement starts
