@@ -99,3 +99,25 @@ def test_insert_of_a_pandas_series_takes_its_name_and_an_arrow_array_is_refused(
         with pytest.raises(TypeError, match="named columns, not an Arrow array"):
             db.insert("t", array)
     assert db.query("SELECT i, s FROM t ORDER BY i") == [(1, None), (2, None)]
+
+
+def test_a_loop_of_small_inserts_warns_once_to_insert_more_at_once_or_optimize(db, caplog):
+    from cryptdisk.db import _insert
+
+    db.execute("CREATE TABLE t (k BIGINT)")
+    db.execute("CREATE TABLE big (k BIGINT)")
+    db.insert("big", {"k": list(range(_insert.SMALL_PART_ROWS))})
+    with caplog.at_level("WARNING", logger="cryptdisk.db"):
+        for i in range(_insert.SMALL_PARTS - 1):
+            db.insert("t", {"k": [i]})
+            db.insert("big", {"k": list(range(_insert.SMALL_PART_ROWS))})  # (parts not small)
+        assert not caplog.records
+        for i in range(3):
+            db.insert("t", {"k": [i]})
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1, warned
+    assert (f"table t has {_insert.SMALL_PARTS} parts averaging 1 rows" in warned[0]
+            and 'OPTIMIZE TABLE "t"' in warned[0])
+    db.execute("OPTIMIZE TABLE t")
+    assert db.query("SELECT parts, rows FROM system.tables WHERE name = 't'") == [
+        (1, _insert.SMALL_PARTS + 2)]

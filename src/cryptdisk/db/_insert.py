@@ -11,6 +11,7 @@ removes, never a half-visible insert.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -56,6 +57,14 @@ PART_ROWS = 16 << 20
 #: taken in key order, a random gather over all of it: 32 MiB blocks load 10M random keys
 #: in about 12% less process CPU than 64 MiB ones (paired runs; 15 parts instead of 8).
 INSERT_BLOCK_BYTES = 32 << 20
+#: Inserts that leave a table with this many parts of under SMALL_PART_ROWS rows on
+#: average log a warning (1000 one-row parts: a sum over them 1 s, over the merged part
+#: 8 ms; see _warn_of_small_parts).
+SMALL_PARTS = 100
+SMALL_PART_ROWS = 10_000
+#: the tables warned of (database id, name), once per process
+_WARNED_PARTS: set[tuple[Any, str]] = set()
+log = logging.getLogger("cryptdisk.db")
 _SOURCE = "__cd_insert_source"
 #: the temporary table an INSERT ... VALUES list is cast into (see _values_table)
 _VALUES_TABLE = "__cd_insert_values"
@@ -78,6 +87,23 @@ def _from_python(table: str, data: Any) -> Any:
         return pa.table(data)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
+
+
+def _warn_of_small_parts(db_id: Any, meta: TableMeta) -> None:
+    """Log a warning, once per table (of database ``db_id``) and process, when inserts
+    have left ``meta`` with :data:`SMALL_PARTS` or more parts of under
+    :data:`SMALL_PART_ROWS` rows on average (a loop of small inserts: every query opens
+    each part; nothing merges them)."""
+    n = len(meta.parts)
+    if n < SMALL_PARTS or sum(p.rows for p in meta.parts) >= n * SMALL_PART_ROWS:
+        return
+    if (db_id, meta.name) in _WARNED_PARTS:
+        return
+    _WARNED_PARTS.add((db_id, meta.name))
+    log.warning("cryptdisk: table %s has %d parts averaging %d rows (each insert makes at "
+                "least one, and every query opens each): insert more rows at once, or "
+                "merge them with OPTIMIZE TABLE %s", meta.name, n,
+                sum(p.rows for p in meta.parts) // n, _quote(meta.name))
 
 
 def ctrl_c(exc: RuntimeError) -> BaseException:
@@ -340,6 +366,7 @@ class InsertMixin(DatabaseState):
         except BaseException:
             del meta.parts[-len(parts):]
             raise
+        _warn_of_small_parts(self.catalog.db_id, meta)
         return sum(p.rows for p in parts)
 
     def _write(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
