@@ -121,3 +121,18 @@ def test_a_loop_of_small_inserts_warns_once_to_insert_more_at_once_or_optimize(d
     db.execute("OPTIMIZE TABLE t")
     assert db.query("SELECT parts, rows FROM system.tables WHERE name = 't'") == [
         (1, _insert.SMALL_PARTS + 2)]
+
+
+def test_a_dataframe_whose_index_is_a_column_of_the_table_is_refused(db):
+    pd = pytest.importorskip("pandas")
+    db.execute("CREATE TABLE agg (region VARCHAR, amount DOUBLE)")
+    sums = pd.DataFrame({"region": ["EU", "US", "EU"], "amount": [1.0, 2.0, 3.0]}
+                        ).groupby("region").sum()
+    # the index was left out and every region stored as NULL
+    with pytest.raises(DatabaseError, match="column region is the DataFrame's index") as e:
+        db.insert("agg", sums)
+    assert "reset_index" in e.value.hint
+    assert db.insert("agg", sums.reset_index()) == 2
+    assert db.insert("agg", sums.set_axis(["r1", "r2"])) == 2  # an index of another name
+    assert db.query("SELECT region, amount FROM agg ORDER BY amount, region") == [
+        ("US", 2.0), (None, 2.0), ("EU", 4.0), (None, 4.0)]

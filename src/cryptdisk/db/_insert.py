@@ -152,6 +152,20 @@ def _check_names(table: str, data: Any) -> None:
         seen.add(name.lower())
 
 
+def _check_index(table: str, frame: Any, columns: list[str]) -> None:
+    """Refuse a pandas DataFrame whose index names a column of the table that the frame's
+    columns lack (``df.groupby("region").sum()``): the index is not inserted, so that
+    column would be NULL in every row."""
+    names = getattr(frame.index, "names", None) or []
+    given = {str(c).lower() for c in frame.columns}
+    wanted = {c.lower() for c in columns}
+    for name in names:
+        if isinstance(name, str) and name.lower() in wanted and name.lower() not in given:
+            raise DatabaseError(
+                f"insert into {table}: column {name} is the DataFrame's index, which is "
+                "not inserted", hint="df.reset_index() makes the index a column")
+
+
 def _without_statement(message: str) -> str:
     """DuckDB's error ``message`` without the lines that quote the statement it ran
     (``LINE 1: SELECT CAST(#1 AS BIGINT) ...`` and the carets under it): for data given
@@ -537,6 +551,8 @@ class InsertMixin(DatabaseState):
                 return 0
             data = _from_python(table, _from_dataset(data))
             _check_names(table, data)
+            if type(data).__name__ == "DataFrame" and hasattr(data, "index"):
+                _check_index(table, data, [c for c, _t in self.table(table).columns])
             direct = self._insert_arrow(table, data, on_rows)
             if direct is not None:
                 return direct
