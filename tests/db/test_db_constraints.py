@@ -200,3 +200,20 @@ def test_insert_default_values_is_one_row_of_defaults(t):
     t.sql("ALTER TABLE t ALTER COLUMN k SET DEFAULT 5")
     t.sql("INSERT INTO t DEFAULT VALUES")
     assert t.query("SELECT * FROM t") == [(5, "none", TODAY, None)]
+
+
+def test_a_volatile_default_is_not_called_when_the_table_is_made(db):
+    """A DEFAULT that calls nextval gives the first row the sequence's first value, as
+    DuckDB's own table does: checking the DEFAULT when the table is made (or the column
+    added or changed) does not call it."""
+    duck = duckdb.connect()
+    for run in (db.sql, duck.execute):
+        run("CREATE SEQUENCE s")
+        run("CREATE TABLE q (id BIGINT DEFAULT nextval('s') NOT NULL, b INTEGER)")
+        run("INSERT INTO q (b) VALUES (10), (20)")
+        run("ALTER TABLE q ALTER COLUMN b SET DEFAULT nextval('s')")
+        run("INSERT INTO q (id) VALUES (7)")
+    assert db.query("SELECT id, b FROM q ORDER BY b") == \
+        duck.execute("SELECT id, b FROM q ORDER BY b").fetchall() == [(7, 3), (1, 10), (2, 20)]
+    with pytest.raises(DatabaseError, match=r"its DEFAULT CAST\(NULL AS INTEGER\) \+ 1 is NULL"):
+        db.sql("CREATE TABLE n (a INTEGER NOT NULL DEFAULT CAST(NULL AS INTEGER) + 1)")

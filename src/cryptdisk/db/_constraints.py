@@ -91,7 +91,9 @@ def check_default(con: Any, what: str, column: str, typ: str, expr: str,
     probe = "__cd_default_probe"
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {probe} (v {typ} DEFAULT ({expr}))")
-        value = con.execute(f"SELECT CAST(({expr}) AS {typ}) IS NULL").fetchall()[0][0]
+        # (evaluated only if that has no effect: nextval would use up a value)
+        value = not _volatile(con, expr) and \
+            con.execute(f"SELECT CAST(({expr}) AS {typ}) IS NULL").fetchall()[0][0]
     except duckdb.Error as exc:
         raise DatabaseError(f"{what}: column {column}: DEFAULT {expr}: "
                             f"{str(exc).splitlines()[0]}",
@@ -102,3 +104,31 @@ def check_default(con: Any, what: str, column: str, typ: str, expr: str,
     if value and not_null:
         raise DatabaseError(f"{what}: column {column} is NOT NULL, and its DEFAULT {expr} is "
                             "NULL")
+
+
+def _volatile(con: Any, expr: str) -> bool:
+    """Whether expression ``expr`` calls a function DuckDB calls volatile (``nextval``,
+    ``random``, ``sleep_ms``, ...) or one whose stability it does not know (a UDF)."""
+    from ._columns import serialize_sql
+
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, dict):
+            if node.get("class") == "FUNCTION" and isinstance(node.get("function_name"), str):
+                names.add(node["function_name"].lower())
+            for value in node.values():
+                walk(value)
+
+    walk(serialize_sql(f"SELECT ({expr})", con))
+    if not names:
+        return False
+    stable = {str(n).lower() for (n,) in con.execute(  # (one volatile overload: volatile)
+        "SELECT function_name FROM duckdb_functions() GROUP BY function_name HAVING "
+        "bool_and(coalesce(stability, '') IN "
+        "('CONSISTENT', 'CONSISTENT_WITHIN_QUERY')) AND lower(function_name) IN "
+        "(SELECT unnest(?))", [sorted(names)]).fetchall()}
+    return not names <= stable
