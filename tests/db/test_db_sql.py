@@ -1,5 +1,7 @@
 """The statement recogniser: what cryptdisk handles itself, what goes to DuckDB."""
 
+import itertools
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -82,14 +84,67 @@ def test_split_statements_respects_quotes_and_comments():
     assert _sql.split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("abet1 -/*;'\"`$\\\n\t")), max_size=40))
-def test_split_statements_reads_text_without_separators_at_once_as_it_would_char_by_char(text):
-    """Text with no ``;``, quote or comment is one statement read at once; any text splits
-    as the character-by-character reader splits it."""
-    assert _sql.split_statements(text) == _sql._split(text)
-    if not any(c in text for c in ";'\"`") and "--" not in text and "/*" not in text:
-        assert _sql.split_statements(text) == ([text.strip()] if text.strip() else [])
+def _duckdb_pieces(text: str) -> list[str]:
+    """``text`` cut where DuckDB's tokenizer reads a ``;`` (no comment dropped)."""
+    raw = text.encode()
+    cuts = [at for at, kind in duckdb.tokenize(text)
+            if kind == duckdb.token_type.operator and raw[at:at + 1] == b";"]
+    bounds = [-1, *cuts, len(raw)]
+    return [raw[a + 1:b].decode() for a, b in itertools.pairwise(bounds)]
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with the comments DuckDB's tokenizer reads blanked to a space."""
+    raw = text.encode()
+    out, pos = [], 0
+    for at, kind in duckdb.tokenize(text):
+        if at < pos or kind != duckdb.token_type.comment:
+            continue
+        out.append(raw[pos:at])
+        if raw.startswith(b"--", at):
+            end = raw.find(b"\n", at)
+            pos = len(raw) if end < 0 else end
+        else:
+            out.append(b" ")
+            pos = _sql._comment_end(raw, at)
+    out.append(raw[pos:])
+    return b"".join(out).decode()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abeE1 -/*;'\"`$\\\n\t")), max_size=40))
+def test_split_statements_cuts_random_text_where_duckdb_reads_its_semicolons(text):
+    """Text of quotes, dollars, E, digits, ``;`` and comment marks: the statements are the
+    pieces between the ``;`` DuckDB's tokenizer reads (``1$$;$$``: a number and a string;
+    ``1E'\\';'``: a number and an E-string), and as many as ``extract_statements`` finds
+    where DuckDB can parse the text; text with none of those is one statement as it is."""
+    got = _sql.split_statements(text)
+    want = [_without_comments(p).strip() for p in _duckdb_pieces(text)]
+    assert got == [p for p in want if p]
+    try:
+        parsed = duckdb.extract_statements(text)
+    except duckdb.Error:
+        parsed = None
+    if parsed is not None:
+        assert len(got) == len(parsed)
+    if not any(c in text for c in ";'\"`") and "--" not in text and "/*" not in text \
+            and "$" not in text:
+        assert got == ([text.strip()] if text.strip() else [])
+
+
+@pytest.mark.parametrize(("text", "pieces"), [
+    ("SELECT 1$$;$$", ["SELECT 1$$;$$"]),                       # a number, a $$ string
+    ("SELECT 1$a$;$a$; SELECT 2", ["SELECT 1$a$;$a$", "SELECT 2"]),
+    ("SELECT $1$$;$$", ["SELECT $1$$;$$"]),                    # a parameter, a string
+    ("SELECT 1E'\\';'; SELECT 2", ["SELECT 1E'\\';'", "SELECT 2"]),  # a number, E'...'
+    ("SELECT 1.5e'\\';'", ["SELECT 1.5e'\\';'"]),
+    ("SELECT 1_e'\\';'", ["SELECT 1_e'\\'", "'"]),           # a name _e, then '...'
+    ("SELECT 12e$$;$$", ["SELECT 12e$$", "$$"]),                # a name e$$
+    ("SELECT a$$;$$", ["SELECT a$$", "$$"]),
+])
+def test_split_statements_reads_numbers_before_quotes_as_duckdb(text, pieces):
+    assert _sql.split_statements(text) == pieces
+    assert [p.strip() for p in _duckdb_pieces(text) if p.strip()] == pieces
 
 
 def test_split_statements_keeps_dollar_quoted_strings_whole():

@@ -178,15 +178,64 @@ _SPLIT_NEXT = re.compile(r"[;'\"`$]|--|/\*")
 #: without ``$``, not starting with a digit).
 _DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _COMMENT_MARK = re.compile(r"/\*|\*/")
+_COMMENT_MARK_B = re.compile(rb"/\*|\*/")
 
 
 def split_statements(sql: str) -> list[str]:
     """Split on ``;`` outside strings (``'...'``, ``E'...'``, ``$$...$$``,
-    ``$tag$...$tag$``), quoted names and comments; drop comments and empty statements."""
+    ``$tag$...$tag$``), quoted names and comments; drop comments and empty statements.
+    What is a string, a name or a comment is what DuckDB's own tokenizer reads (so
+    ``1$$;$$`` is a number and a string, ``1E'\\';'`` a number and an E-string, as DuckDB
+    reads them), as placeholders are found (``._params``)."""
     if _SPLIT_TOKEN.search(sql) is None:  # one statement, as it is
         one = sql.strip()
         return [one] if one else []
-    return _split(sql)
+    return _split_tokens(sql)
+
+
+def _split_tokens(sql: str) -> list[str]:
+    """:func:`split_statements` by DuckDB's tokenizer: its ``;`` operators end statements,
+    its comments are dropped (a space in their place keeps words apart)."""
+    import duckdb
+
+    try:
+        raw = sql.encode("utf-8")
+        tokens = duckdb.tokenize(sql)
+    except (UnicodeEncodeError, duckdb.Error):
+        return _split(sql)  # (a lone surrogate; DuckDB cannot read it: fails as it runs)
+    out: list[str] = []
+    buf: list[bytes] = []
+    pos = 0
+    for at, kind in tokens:
+        if at < pos:
+            continue  # (inside a comment dropped already)
+        if kind == duckdb.token_type.operator and raw[at:at + 1] == b";":
+            buf.append(raw[pos:at])
+            out.append(b"".join(buf).decode().strip())
+            buf, pos = [], at + 1
+        elif kind == duckdb.token_type.comment:
+            buf.append(raw[pos:at])
+            if raw.startswith(b"--", at):
+                end = raw.find(b"\n", at)
+                pos = len(raw) if end < 0 else end
+            else:  # /* ... */, nested
+                buf.append(b" ")
+                pos = _comment_end(raw, at)
+    buf.append(raw[pos:])
+    out.append(b"".join(buf).decode().strip())
+    return [st for st in out if st]
+
+
+def _comment_end(raw: bytes, at: int) -> int:
+    """The end of the (nested) ``/* ... */`` comment at byte ``at`` of ``raw``."""
+    depth, j = 1, at + 2
+    while depth:
+        m = _COMMENT_MARK_B.search(raw, j)
+        if m is None:
+            return len(raw)
+        depth += 1 if m.group() == b"/*" else -1
+        j = m.end()
+    return j
 
 
 def _ident_char(c: str) -> bool:
