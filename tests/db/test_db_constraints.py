@@ -105,6 +105,20 @@ def test_update_to_null_is_refused(t):
         (1, "none", TODAY, 1), (2, None, TODAY, None)]
 
 
+def test_update_set_default_sets_the_columns_default(t):
+    """UPDATE t SET c = DEFAULT gives c its DEFAULT (NULL where it has none), as DuckDB's
+    UPDATE does."""
+    t.sql("INSERT INTO t (k, n, s) VALUES (1, 1, 'a'), (2, 2, 'b')")
+    t.sql("UPDATE t SET s = DEFAULT, n = default WHERE k = 2")
+    assert t.query("SELECT k, s, n FROM t ORDER BY k") == [(1, "a", 1), (2, "none", None)]
+    duck = duckdb.connect()
+    duck.execute("CREATE TABLE t (k INTEGER, s VARCHAR DEFAULT 'none', n INTEGER)")
+    duck.execute("INSERT INTO t VALUES (1, 'a', 1), (2, 'b', 2)")
+    duck.execute("UPDATE t SET s = DEFAULT, n = default WHERE k = 2")
+    assert duck.execute("SELECT k, s, n FROM t ORDER BY k").fetchall() == \
+        t.query("SELECT k, s, n FROM t ORDER BY k")
+
+
 def test_add_column_not_null_needs_a_default_on_a_table_with_rows(t):
     t.sql("ALTER TABLE t ADD COLUMN e INTEGER NOT NULL")  # no rows: allowed
     t.sql("INSERT INTO t (k, e) VALUES (1, 5)")

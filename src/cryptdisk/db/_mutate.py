@@ -181,9 +181,9 @@ class MutationMixin(DatabaseState):
 
     def _assignments(self, meta: TableMeta, what: str, assignments: list[tuple[str, str]],
                      masked: set[str]) -> list[tuple[str, str]]:
-        """``assignments`` with each column named as the table has it; a column the table
-        lacks, set twice, in the ORDER BY key, or under a masking policy (for a role) is
-        refused."""
+        """``assignments`` with each column named as the table has it (``DEFAULT``: its
+        DEFAULT's expression, NULL where it has none); a column the table lacks, set
+        twice, in the ORDER BY key, or under a masking policy (for a role) is refused."""
         out: list[tuple[str, str]] = []
         key = {c.lower() for c in meta.order}
         for col, expr in assignments:
@@ -203,6 +203,8 @@ class MutationMixin(DatabaseState):
                     f"permission denied: {what}: column {name} has a masking policy, and a "
                     "role may not set it (it reads masked values, and would store a clear "
                     "value where the column holds protected ones)")
+            if expr.strip().upper() == "DEFAULT":  # (SET c = DEFAULT: its DEFAULT, or NULL)
+                expr = meta.defaults.get(name) or "NULL"
             out.append((name, expr))
         return out
 
