@@ -119,6 +119,7 @@ def test_analytical_granted_queries(start_server, analytical) -> None:
     "INSERT INTO open_t BY NAME SELECT 2 AS a",                      # no INSERT on open_t
     "INSERT INTO sink SELECT * FROM read_csv('/etc/passwd')",
     "INSERT INTO main.secret VALUES ('x')",
+    "INSERT INTO open_t DEFAULT VALUES",                             # no INSERT on open_t
 ])
 def test_analytical_insert_denied_paths(start_server, analytical, sql) -> None:
     srv = start_server(analytical)
@@ -143,6 +144,7 @@ def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> Non
         bob.execute('INSERT INTO "sink" SELECT %s', (12,))
         bob.execute("INSERT INTO sink BY NAME SELECT a + 20 AS a FROM open_t")
         bob.execute("INSERT INTO sink BY POSITION SELECT 21")
+        bob.execute("INSERT INTO sink DEFAULT VALUES")  # (a NULL row: reads nothing)
         with bob.cursor().copy("COPY sink FROM STDIN") as copy:
             copy.write_row((13,))
         with pytest.raises(DENIED):  # INSERT, not SELECT, on sink
@@ -152,7 +154,7 @@ def test_analytical_insert_and_copy_with_grants(start_server, analytical) -> Non
                 copy.write_row((5,))
         with psycopg.connect(**srv.dsn, autocommit=True) as admin:
             assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == \
-                [(1,), (10,), (11,), (12,), (13,), (21,), (21,)]
+                [(1,), (10,), (11,), (12,), (13,), (21,), (21,), (None,)]
             admin.execute("REVOKE loaders FROM bob")
         with pytest.raises(DENIED):
             bob.execute("INSERT INTO sink VALUES (14)")

@@ -193,6 +193,8 @@ class Privileges:
                                                        rest, re.I):
                 close = _close_paren(rest)
                 rest = rest[close + 1:].strip()  # the column list
+            if re.fullmatch(r"DEFAULT\s+VALUES\s*;?", rest, re.I):
+                return  # one row of the columns' defaults (a DEFAULT reads no table)
             sql = rest
         found = query_references(sql, con)
         if found is None:
