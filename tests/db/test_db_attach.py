@@ -51,7 +51,12 @@ def test_attached_read_only_database_is_read_by_qualified_names(t, other):
     check.close()
 
 
-@pytest.mark.parametrize("options", ["", "(READ_ONLY false)", "(TYPE duckdb)"])
+@pytest.mark.parametrize("options", [
+    "", "(READ_ONLY false)", "(TYPE duckdb)",
+    '("READ_ONLY" false)', '("read_only" 0)',             # a quoted option name
+    "(/* READ_ONLY */ TYPE duckdb)", "(TYPE duckdb) -- (READ_ONLY)",   # comments
+    "(ACCESS_MODE READ_WRITE)", "(TYPE duckdb, ACCESS_MODE 'read_write')",
+])
 def test_attach_of_a_writable_file_is_refused(t, tmp_path, options):
     path = tmp_path / "new.duckdb"
     with pytest.raises(DatabaseError, match="READ_ONLY") as e:
@@ -59,6 +64,18 @@ def test_attach_of_a_writable_file_is_refused(t, tmp_path, options):
     assert "plaintext" in str(e.value) and "COPY" in (e.value.hint or "")
     assert not path.exists()
     assert t.query("SELECT count(*) FROM duckdb_databases() WHERE NOT internal") == [(1,)]
+
+
+def test_attach_of_a_path_made_of_memory_and_more_is_refused(t, tmp_path, monkeypatch):
+    """':memory:' || 'x' is the file ':memory:x' to DuckDB, not an in-memory database."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ":memory:").mkdir()
+    with pytest.raises(DatabaseError, match="READ_ONLY"):
+        t.sql("ATTACH ':memory:' || '/new.duckdb' AS n")
+    assert not (tmp_path / ":memory:" / "new.duckdb").exists()
+    t.sql("ATTACH ':memory:' AS m (READ_ONLY false)")  # in memory, whatever its options
+    t.sql("ATTACH ':memory:' /* x */ AS m2")
+    assert t.query("SELECT count(*) FROM duckdb_databases() WHERE NOT internal") == [(3,)]
 
 
 def test_attached_in_memory_database_takes_writes(t):

@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import duckdb
+
 from ..errors import DatabaseError, NotSupportedError
 from ._columns import UNQUOTED_IDENT, referenced_tables
 
@@ -635,18 +637,68 @@ def parse(sql: str) -> Statement:
     return Passthrough(s)
 
 
-_ATTACH = re.compile(r"(?is)ATTACH\s+(?:OR\s+REPLACE\s+)?(?:DATABASE\s+)?(?:IF\s+NOT\s+EXISTS\s+)?"
-                     r"(?:'((?:[^']|'')*)')?")
-_READ_ONLY = re.compile(r"(?is)\(.*\b(?:READ_ONLY(?!\s+(?:false|0|'false')\b)|ACCESS_MODE\s*"
-                        r"'?READ_ONLY\b).*\)\s*$")
+_ATTACH_WORDS = frozenset({"ATTACH", "OR", "REPLACE", "DATABASE", "IF", "NOT", "EXISTS"})
+_TRUE = frozenset({"", "true", "1", "t", "'true'", "'t'", "'1'"})
+
+
+def _attach_tokens(s: str) -> list[str]:
+    """The tokens of ``s`` as DuckDB's tokenizer reads them (comments left out)."""
+    found = duckdb.tokenize(s)
+    out = []
+    for i, (offset, kind) in enumerate(found):
+        stop = found[i + 1][0] if i + 1 < len(found) else len(s)
+        if kind != duckdb.token_type.comment:
+            out.append(s[offset:stop].strip())
+    return out
+
+
+def _attach_is_safe(s: str) -> tuple[bool, str | None]:
+    """(whether ``ATTACH`` statement ``s`` attaches an in-memory database or opens its
+    file read-only, the path it names if a plain string), read with DuckDB's tokenizer:
+    the path one string (``':memory:' || 'x'`` is a file), the options DuckDB's (a quoted
+    ``"READ_ONLY" false`` or a comment are read as DuckDB reads them)."""
+    try:
+        tokens = _attach_tokens(s)
+    except (duckdb.Error, RuntimeError):  # (DuckDB says what is wrong with it when it runs)
+        return False, None
+    i = 0
+    while i < len(tokens) and tokens[i].upper() in _ATTACH_WORDS:
+        i += 1
+    path = None
+    if i < len(tokens) and tokens[i].startswith("'") and (
+            i + 1 == len(tokens) or tokens[i + 1].upper() == "AS" or tokens[i + 1] in "(;"):
+        path = tokens[i][1:-1].replace("''", "'")
+        if path == ":memory:":
+            return True, path
+    if "(" not in tokens[i:]:
+        return False, path
+    at = tokens.index("(", i) + 1
+    options: list[list[str]] = [[]]
+    depth = 0
+    for tok in tokens[at:]:
+        if tok == ")" and depth == 0:
+            break
+        depth += tok.count("(") - tok.count(")")
+        if tok == "," and depth == 0:
+            options.append([])
+        else:
+            options[-1].append(tok)
+    named = [(o[0][1:-1].replace('""', '"') if o[0].startswith('"') else o[0]).lower()
+             for o in options if o]
+    values = [" ".join(o[1:]).lower() for o in options if o]
+    read_only = [v for n, v in zip(named, values, strict=True) if n == "read_only"]
+    access = [v for n, v in zip(named, values, strict=True) if n == "access_mode"]
+    if any(v not in _TRUE for v in read_only) or \
+            any(v not in ("read_only", "'read_only'") for v in access):
+        return False, path
+    return bool(read_only or access), path
 
 
 def _check_attach(s: str) -> None:
     """Refuse an ``ATTACH`` of a database file that DuckDB may write: its file is DuckDB's
     plaintext, out of cryptdisk's reach (``ATTACH ':memory:'`` and ``READ_ONLY`` pass)."""
-    m = _ATTACH.match(s)
-    path = m.group(1).replace("''", "'") if m and m.group(1) is not None else None
-    if path == ":memory:" or _READ_ONLY.search(s[m.end() if m else 0:]):
+    safe, path = _attach_is_safe(s)
+    if safe:
         return
     raise DatabaseError(
         f"ATTACH {'of ' + repr(path) + ' ' if path else ''}without READ_ONLY is not supported: "
