@@ -136,3 +136,23 @@ def test_a_dataframe_whose_index_is_a_column_of_the_table_is_refused(db):
     assert db.insert("agg", sums.set_axis(["r1", "r2"])) == 2  # an index of another name
     assert db.query("SELECT region, amount FROM agg ORDER BY amount, region") == [
         ("US", 2.0), (None, 2.0), ("EU", 4.0), (None, 4.0)]
+
+
+def test_ctrl_c_stops_a_query_that_duckdbs_threads_run(tmp_path):
+    # With DuckDB's threads running the join's tasks, the caller waits in DuckDB and
+    # checked for no signal: the query went on (minutes) after the Ctrl-C.
+    db = cryptdisk.connect(tmp_path / "db", threads=4)
+    db.execute("CREATE TABLE t (k BIGINT)")
+    db.insert("t", {"k": [1, 2]})
+    try:
+        for delay in (0.5, 1.5):
+            guard = threading.Timer(20, db.interrupt)  # (a failure, never a hang)
+            guard.start()
+            _sigint_in(delay)
+            with pytest.raises(KeyboardInterrupt):
+                db.query("SELECT count(*) FROM range(100000000) a, range(100000) b, t")
+            assert guard.is_alive(), "the Ctrl-C did not stop the query"
+            guard.cancel()
+            assert db.query("SELECT sum(k) FROM t") == [(3,)]
+    finally:
+        db.close()

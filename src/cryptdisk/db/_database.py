@@ -115,6 +115,7 @@ from ._rotation import RotationMixin
 from ._rows import python_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
+from ._sigint import interruptible
 from ._storage import resolve_config
 from ._system import system_tables
 from ._viewdefs import ViewMixin
@@ -1215,10 +1216,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         (see :meth:`_bind_exposed`) goes to DuckDB once (``_submit``: parsed, bound and
         run in one call); through a relation (``con.sql``), DuckDB parses a statement
         three times and binds it twice, about 0.4 ms of CPU."""
-        if self._handles:
-            return self.con._submit(sql, None, "arrow").arrow_table()
-        rel = self.con.sql(sql)
-        return rel.to_arrow_table() if rel is not None else None
+        with interruptible(self.con):
+            if self._handles:
+                return self.con._submit(sql, None, "arrow").arrow_table()
+            rel = self.con.sql(sql)
+            return rel.to_arrow_table() if rel is not None else None
 
     def _run_duckdb(self, sql: str, prepared: tuple[str, str] | None = None
                     ) -> pa.Table | None:

@@ -38,6 +38,7 @@ from ._partread import open_part
 from ._parts import verify_part, write_parts
 from ._policies import role_query
 from ._rollback import part_file_name
+from ._sigint import interruptible
 from ._storage import policy_disk
 
 if TYPE_CHECKING:
@@ -344,8 +345,9 @@ class InsertMixin(DatabaseState):
             # field functions stay DuckDB's here: a row the scan could not compute
             # would fail the stream half written (queries run again instead)
             prepared = self._query_text(self._prepare(query, False))
-            return self._write(meta, schema, disk, prepared, columns,
-                               self.catalog.version + 1, on_rows, by_name)
+            with interruptible(self.con):
+                return self._write(meta, schema, disk, prepared, columns,
+                                   self.catalog.version + 1, on_rows, by_name)
         except duckdb.OutOfMemoryException as exc:
             raise out_of_memory(what, exc, oom_hint) from None
         except duckdb.Error as exc:
