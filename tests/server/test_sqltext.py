@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+import duckdb
 import hypothesis
 import hypothesis.strategies as st
 import pytest
@@ -314,3 +317,48 @@ def test_parameter_types_from_context() -> None:
     # a table the caller does not let it see is not looked at
     assert infer("SELECT 1 FROM u WHERE z = $1", 1, {"t": "t"}, lambda n: cols[n]) == [0]
     assert types("SELECT lower($1), '$2' = $1", 1) == [0]
+
+
+def _duckdb_statements(sql: str) -> list[str]:
+    """``sql`` cut where DuckDB's tokenizer reads a ``;``, without pieces of only comments."""
+    raw = sql.encode()
+    cuts = [at for at, kind in duckdb.tokenize(sql)
+            if kind == duckdb.token_type.operator and raw[at:at + 1] == b";"]
+    pieces = [raw[a + 1:b].decode().strip() for a, b in itertools.pairwise([-1, *cuts, len(raw)])]
+    comments = {p for p in pieces if p and all(
+        kind == duckdb.token_type.comment for _, kind in duckdb.tokenize(p))}
+    return [p for p in pieces if p and p not in comments]
+
+
+@pytest.mark.parametrize(("sql", "statements"), [
+    ("SELECT 1$$;$$", ["SELECT 1$$;$$"]),                       # a number, a $$ string
+    ("SELECT 1$a$;$a$; SELECT 2", ["SELECT 1$a$;$a$", "SELECT 2"]),
+    ("SELECT $1$$;$$", ["SELECT $1$$;$$"]),                    # a parameter, a string
+    ("SELECT 1E'\\';'; SELECT 2", ["SELECT 1E'\\';'", "SELECT 2"]),  # a number, E'...'
+    ("SELECT 1.5e'\\';'", ["SELECT 1.5e'\\';'"]),
+    ("SELECT 1_e'\\';';x'", ["SELECT 1_e'\\'", "';x'"]),      # a name _e, then '...'
+    ("SELECT 1abc$$;x", ["SELECT 1abc$$", "x"]),                # a name abc$$
+    ("SELECT $1e5$a$;$a$", ["SELECT $1e5$a$;$a$"]),             # $, 1e5, a string
+    ("SELECT é$$a$;$a$$a$", ["SELECT é$$a$", "$a$$a$"]),        # a name é$$a$
+    ("SELECT $é$;$é$", ["SELECT $é$;$é$"]),                     # a tag é
+    ("SELECT '';'x'$a$;$a$", ["SELECT ''", "'x'$a$;$a$"]),      # a string, then $a$...
+])
+def test_split_reads_numbers_before_quotes_as_duckdb(sql: str, statements: list[str]) -> None:
+    assert _sqltext.split_statements(sql) == statements
+    assert _duckdb_statements(sql) == statements
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(st.lists(st.sampled_from(
+    ["1", "12", "E", "e", "a", "_", ".", " ", "\n", ";", "'", '"', "\\", "$", "$$", "$a$",
+     "$1", "--", "/*", "*/", "x", "5e", "0x", "+", "é", "$é$"]), max_size=16).map("".join))
+def test_split_cuts_where_duckdb_reads_semicolons(sql: str) -> None:
+    """Random text of quotes, dollars, E, digits, ``;`` and comment marks: the statements
+    the server runs one by one are the pieces between the ``;`` DuckDB's tokenizer reads
+    (text DuckDB reads as holding an unterminated string or comment is refused whole)."""
+    try:
+        got = _sqltext.split_statements(sql)
+    except ServerError:
+        return  # (an unterminated string, name or comment: 42601, nothing runs)
+    hypothesis.assume("CREATE" not in sql.upper())
+    assert got == _duckdb_statements(sql)

@@ -19,23 +19,31 @@ __all__ = ["QueryPlan", "digit_key", "drop_casts", "drop_pg_catalog", "first_wor
            "replace_words", "scan_parens", "split_statements", "sqlite_cast", "strip_strings",
            "substitute", "unqualified_parts", "unqualify"]
 
-_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_WORD = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+#: a number as DuckDB's tokenizer reads one: what follows it starts a token of its own
+#: (``1$$...$$``: a number and a dollar-quoted string; ``1E'...'``: a number and an E-string)
+_NUMBER = re.compile(r"[0-9](?:_?[0-9]|\.|[eE][+-]?[0-9])*")
+
+
+def _ident(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
     """Yield (kind, start, end) for ';', parameters, quoted parts ("quoted": strings,
     quoted identifiers, comments) and, with ``words``, bare words."""
     i, n = 0, len(sql)
+    after = -1  # where the last number or parameter ended: a token starts there
     while i < n:
         c = sql[i]
         start = i
         if c == "'":
-            escaped = i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum()
-                                                                     or sql[i - 2] == "_"))
+            escaped = i > 0 and sql[i - 1] in "eE" and (i < 2 or not _ident(sql[i - 2])
+                                                         or i - 1 == after)
             j = i + 1
             while True:
                 if j >= n:
@@ -50,6 +58,7 @@ def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
                     break
                 j += 1
             i = j + 1
+            after = i  # (what follows a string, name or comment starts a token)
             yield "quoted", start, i
         elif c == '"':
             j = sql.find('"', i + 1)
@@ -58,10 +67,12 @@ def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
             if j < 0:
                 raise ServerError("unterminated quoted identifier")
             i = j + 1
+            after = i  # (what follows a string, name or comment starts a token)
             yield "quoted", start, i
         elif c == "-" and sql.startswith("--", i):
             j = sql.find("\n", i)
             i = n if j < 0 else j + 1
+            after = i  # (what follows a string, name or comment starts a token)
             yield "quoted", start, i
         elif c == "/" and sql.startswith("/*", i):
             depth, j = 1, i + 2
@@ -75,28 +86,33 @@ def _scan(sql: str, words: bool = False) -> Iterator[tuple[str, int, int]]:
                 else:
                     j += 1
             i = j
+            after = i  # (what follows a string, name or comment starts a token)
             yield "quoted", start, i
         elif c == "$":
-            prev_ident = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")
+            prev_ident = i > 0 and _ident(sql[i - 1]) and i != after
             m = _PARAM.match(sql, i)
             if m and not prev_ident:
                 yield "param", i, m.end()
-                i = m.end()
+                # (DuckDB reads $ and then a number: $1e5 is $ and 1e5)
+                i = after = _NUMBER.match(sql, i + 1).end()  # type: ignore[union-attr]
                 continue
             t = _DOLLAR_TAG.match(sql, i)
             if t and not prev_ident:
                 end = sql.find(t.group(0), t.end())
                 if end < 0:
                     raise ServerError("unterminated dollar-quoted string")
-                i = end + len(t.group(0))
+                i = after = end + len(t.group(0))
                 yield "quoted", start, i
             else:
                 i += 1
         elif c == ";":
             yield "semicolon", i, i + 1
             i += 1
-        elif (c.isalpha() or c == "_") and (i == 0 or not (sql[i - 1].isalnum()
-                                                          or sql[i - 1] in "_$")):
+        elif c.isdigit() and c.isascii() and (i == 0 or i == after or not (
+                _ident(sql[i - 1]) or sql[i - 1] == "$")):
+            i = after = _NUMBER.match(sql, i).end()  # type: ignore[union-attr]
+        elif (c.isalpha() or c == "_") and (i == 0 or i == after or not (
+                sql[i - 1].isalnum() or sql[i - 1] in "_$")):
             m = _WORD.match(sql, i)
             end = m.end() if m else i + 1
             if words and m and (i == 0 or sql[i - 1] != "."):
@@ -141,10 +157,30 @@ def _single_statement(sql: str) -> list[str] | None:
     return [text] if text else []
 
 
+_COMMENT_MARK = re.compile(r"--|/\*|\*/")
+
+
 def _strip_comments(sql: str) -> str:
+    """``sql`` with each comment a space: ``/* ... */`` nested, as DuckDB reads them."""
     if "--" not in sql and "/*" not in sql:
         return sql
-    return re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+    out, pos, depth, at = [], 0, 0, 0
+    while (m := _COMMENT_MARK.search(sql, at)) is not None:
+        mark, at = m.group(), m.end()
+        if depth == 0 and mark == "--":
+            out.append(sql[pos:m.start()] + " ")
+            end = sql.find("\n", at)
+            pos = at = len(sql) if end < 0 else end
+        elif mark == "/*":
+            if depth == 0:
+                out.append(sql[pos:m.start()] + " ")
+            depth += 1
+        elif mark == "*/" and depth:
+            depth -= 1
+            if depth == 0:
+                pos = at
+    out.append(sql[pos:] if depth == 0 else "")
+    return "".join(out)
 
 
 def placeholders(sql: str) -> int:
