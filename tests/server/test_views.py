@@ -159,3 +159,18 @@ def test_show_tables_lists_a_user_only_what_it_may_read(start_server, analytical
     with psycopg.connect(**srv.dsn, autocommit=True) as admin:
         names = [r[0] for r in admin.execute("SHOW TABLES").fetchall()]
         assert names == sorted(["open_t", "secret", "v_secret", "v_open", "v_both", "v_over"])
+
+
+def test_view_errors_have_their_sqlstates(start_server, analytical) -> None:
+    """A statement a view makes wrong fails with PostgreSQL's code for it, not XX000."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        for sql in [*ANALYTICAL_SETUP, *VIEWS, "CREATE TABLE gone (a BIGINT)",
+                    "CREATE VIEW v_gone AS SELECT a FROM gone", "DROP TABLE gone"]:
+            admin.execute(sql)
+        with pytest.raises(psycopg.errors.DuplicateAlias, match="CTE named open_t"):
+            admin.execute("WITH open_t AS (SELECT 5 AS a) SELECT * FROM v_open")
+        with pytest.raises(psycopg.errors.WrongObjectType, match="is a view"):
+            admin.execute("INSERT INTO v_open VALUES (1)")
+        with pytest.raises(psycopg.errors.UndefinedTable, match="reads gone"):
+            admin.execute("SELECT * FROM v_gone")

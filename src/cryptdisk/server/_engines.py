@@ -310,7 +310,11 @@ def _duckdb_sqlstate(message: str) -> str:
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
                          ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014"),
-                         ("Permission Error", "42501")):
+                         ("Permission Error", "42501"),
+                         # cryptdisk's views (cryptdisk.db._views)
+                         ("which does not exist (dropped or renamed", "42P01"),
+                         ("which a CTE named", "42712"),
+                         ("is a view, which holds no rows", "42809")):
         if prefix in message:
             return code
     return "XX000"
