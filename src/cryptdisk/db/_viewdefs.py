@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DatabaseError, NotSupportedError
+from ..errors import DatabaseError, KeyNotFoundError, NotSupportedError
 from ._columns import serialize_sql
 from ._views import (
     AlterView,
@@ -62,7 +62,16 @@ class ViewMixin(DatabaseState):
     def _expand(self, sql: str) -> str:
         """:meth:`expand_views` on the database's parser (the caller holds its lock)."""
         if self.read_only or self._remote is not None:  # the views others committed
-            self.refresh()
+            try:
+                self.refresh()
+            except KeyNotFoundError:
+                if not (self.read_only and self.own_keys):
+                    raise
+                # Another process rotated to a key made after this one opened (as a
+                # query's own refresh does in Database._run_duckdb_once).
+                self._reload_own_keys()  # type: ignore[attr-defined]
+                self._stamp = None
+                self.refresh()
         views = self.catalog.views
         if not views:
             return sql
