@@ -189,6 +189,21 @@ def test_executemany_takes_default_in_its_row(db):
     assert db.query("SELECT count(*) FROM d") == [(3,)]
 
 
+def test_executemany_stores_aware_datetimes_as_execute_does(db):
+    """A zone whose offset is finer than a second, and sets in different zones: the same
+    instants as one execute per set (Arrow dropped the 1 us offset: 00:00 for 23:59:59.999999)."""
+    db.execute("CREATE TABLE z (k BIGINT, ts TIMESTAMPTZ, naive TIMESTAMP) ORDER BY k")
+    fine = dt.datetime(2000, 1, 1, tzinfo=dt.timezone(dt.timedelta(microseconds=1)))
+    east = dt.datetime(2000, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5)))
+    db.executemany("INSERT INTO z VALUES (?, ?, ?)", [(1, fine, fine), (2, east, east)])
+    for k, v in ((3, fine), (4, east)):
+        db.execute("INSERT INTO z VALUES (?, ?, ?)", [k, v, v])
+    rows = db.query("SELECT k, ts, naive FROM z ORDER BY k")
+    assert rows[0][1:] == rows[2][1:] and rows[1][1:] == rows[3][1:]
+    assert rows[0][1] == fine and rows[1][1] == east
+    assert rows[0][2] == dt.datetime(1999, 12, 31, 23, 59, 59, 999999)
+
+
 def test_executemany_inserts_nothing_when_one_set_fails(db):
     _table(db)
     with pytest.raises(DatabaseError):

@@ -226,6 +226,11 @@ class Template:
             for kind, zoned in kinds:  # (a time with a zone: Arrow's would drop it)
                 if kind not in _ARROW_KINDS or (kind is dt.time and zoned):
                     return None
+            if any(kind is dt.datetime and zoned for kind, zoned in kinds):
+                # as the literal is written (the UTC instant): Arrow takes one zone for the
+                # array and drops an offset finer than a second (2000-01-01 00:00+00:00:00.000001)
+                column = [v if v is None or v.utcoffset() is None else v.astimezone(dt.UTC)
+                          for v in column]
             try:
                 array = pa.array(column)
             except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
