@@ -194,6 +194,12 @@ def test_create_or_replace_rename_and_drop(views_db):
     ("INSERT INTO mid VALUES (1, 'a', 1)", "mid is a view"),
     ("DELETE FROM mid WHERE id = 1", "mid is a view"),
     ("UPDATE mid SET name = 'x'", "mid is a view"),
+    ("CREATE VIEW duckdb_settings AS SELECT 1", "a name of DuckDB's catalog"),
+    ("CREATE OR REPLACE VIEW DuckDB_Tables AS SELECT 1", "a name of DuckDB's catalog"),
+    ("CREATE VIEW pg_tables AS SELECT 1", "a name of DuckDB's catalog"),
+    ('CREATE VIEW "information_schema" AS SELECT 1', "a name of DuckDB's catalog"),
+    ("CREATE VIEW schemata AS SELECT 1", "a name of DuckDB's catalog"),
+    ("ALTER VIEW mid RENAME TO duckdb_views", "a name of DuckDB's catalog"),
 ])
 def test_bad_view_statements_say_what_is_wrong(views_db, sql, message):
     before = views_db.query("SELECT name, query FROM system.views ORDER BY name")
@@ -324,6 +330,41 @@ def test_a_view_reads_through_the_invokers_policies(made):  # noqa: F811
     with cryptdisk.connect(path, config, role="auditor") as db:
         assert sorted(r[0] for r in db.query("SELECT pan FROM mine")) == sorted(PANS)
         assert sorted(r[0] for r in db.query("SELECT pan FROM copied")) == sorted(masked)
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE OR REPLACE VIEW all_cards AS SELECT '4111111111111111' AS pan, 'US' AS region, 0 AS n",
+    "DROP VIEW all_cards",
+    "DROP VIEW IF EXISTS ALL_CARDS",
+    "ALTER VIEW all_cards RENAME TO gone",
+    "DROP VIEW card_view",  # reads cards through all_cards
+])
+def test_a_role_cannot_change_a_view_over_a_table_with_policies(made, sql):  # noqa: F811
+    """Whoever reads a view runs its query: a role connection may not replace, drop or
+    rename one that reads a table with policies (as it may not drop the table)."""
+    path, config = made
+    with cryptdisk.connect(path, config) as db:
+        db.sql("CREATE VIEW all_cards AS SELECT pan, region, n FROM cards")
+        db.sql("CREATE VIEW card_view AS SELECT * FROM all_cards")
+        db.sql("CREATE TABLE plain (a INTEGER)")
+        db.sql("CREATE VIEW plain_view AS SELECT a FROM plain")
+        before = db.query("SELECT name, query FROM system.views ORDER BY name")
+    for role in ["analyst", "auditor"]:
+        with cryptdisk.connect(path, config, role=role) as db:
+            with pytest.raises(FieldPolicyError, match="the view reads cards, which has "
+                               "policies") as info:
+                db.sql(sql)
+            assert info.value.sqlstate == "42501"
+            assert info.value.hint
+            assert db.query("SELECT name, query FROM system.views ORDER BY name") == before
+    with cryptdisk.connect(path, config, role="analyst") as db:  # a view over no policy: runs
+        db.sql("CREATE OR REPLACE VIEW plain_view AS SELECT a + 1 AS a FROM plain")
+        db.sql("ALTER VIEW plain_view RENAME TO plain_view2")
+        db.sql("DROP VIEW plain_view2")
+        db.sql("CREATE VIEW new_one AS SELECT pan FROM cards")  # a new view runs, as CREATE TABLE
+    with cryptdisk.connect(path, config) as db:  # without a role: runs
+        db.sql(sql)
+        assert db.query("SELECT name, query FROM system.views ORDER BY name") != before
 
 
 # -- crash safety ------------------------------------------------------------------------

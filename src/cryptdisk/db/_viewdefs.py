@@ -12,10 +12,14 @@ naming what it misses (as DuckDB's and ClickHouse's views do).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DatabaseError, KeyNotFoundError, NotSupportedError
+import duckdb
+
+from ..errors import DatabaseError, FieldPolicyError, KeyNotFoundError, NotSupportedError
 from ._columns import serialize_sql
+from ._policies import role_has_policies
 from ._views import (
     AlterView,
     CreateView,
@@ -37,6 +41,30 @@ __all__ = ["ViewMixin"]
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+@functools.cache
+def _duckdb_names() -> frozenset[str]:
+    """The names (lower case) DuckDB itself gives its catalog: its views (``duckdb_tables``,
+    ``pg_tables``, ``information_schema``'s), its catalog table functions
+    (``duckdb_settings()``, ``pragma_table_info()``) and its schemas. A view of such a
+    name would stand, in statements that name it, for what DuckDB answers."""
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE internal "
+            "UNION SELECT function_name FROM duckdb_functions() WHERE function_type = 'table'"
+            " AND (starts_with(function_name, 'duckdb_') "
+            "OR starts_with(function_name, 'pragma_')) "
+            "UNION SELECT schema_name FROM duckdb_schemas()").fetchall()
+    return frozenset(str(r[0]).lower() for r in rows) | {"information_schema", "pg_catalog",
+                                                         "system", "temp", "main"}
+
+
+def _check_view_name(statement: str, name: str) -> None:
+    if name.lower() in _duckdb_names():
+        raise DatabaseError(f"{statement}: {name} is a name of DuckDB's catalog (its views, "
+                            "catalog functions and schemas keep their names)",
+                            hint="give the view another name")
 
 
 class ViewMixin(DatabaseState):
@@ -91,6 +119,7 @@ class ViewMixin(DatabaseState):
 
     def _view_statement(self, st: CreateView | DropView | AlterView) -> None:
         self._writable(f"{type(st).__name__} {st.name}")
+        self._role_check_view(st)
         if isinstance(st, CreateView):
             self._create_view(st)
         elif isinstance(st, DropView):
@@ -98,8 +127,40 @@ class ViewMixin(DatabaseState):
         else:
             self._rename_view(st)
 
+    def _role_check_view(self, st: CreateView | DropView | AlterView) -> None:
+        """On a connection opened with ``role=``: refuse to replace, drop or rename a view
+        that reads (itself or through other views) a table with a masking or row access
+        policy, as ``DROP TABLE`` of such a table is refused (whoever reads the view would
+        run the role's query); making a new view runs, as ``CREATE TABLE`` does."""
+        if getattr(self, "role", None) is None:
+            return
+        views = self.catalog.views
+        old = views.get(st.name)
+        if old is None or (isinstance(st, CreateView) and not st.or_replace):
+            return
+        seen: set[str] = set()
+        todo = list(old.reads)
+        while todo:
+            read = todo.pop()
+            if read.lower() in seen:
+                continue
+            seen.add(read.lower())
+            view = views.get(read)
+            if view is not None:
+                todo.extend(view.reads)
+                continue
+            table = self.catalog.tables.name(read) or read
+            if role_has_policies(self, table):
+                verb = {CreateView: "CREATE OR REPLACE VIEW", DropView: "DROP VIEW",
+                        AlterView: "ALTER VIEW ... RENAME TO"}[type(st)]
+                raise FieldPolicyError(
+                    f"permission denied: {verb} {old.name}: the view reads {table}, which "
+                    f"has policies, and the connection has role {self.role!r}",
+                    hint="change the view on a connection without role=")
+
     def _create_view(self, st: CreateView) -> None:
         name, views = st.name, self.catalog.views
+        _check_view_name(f"CREATE VIEW {name}", name)
         table = self.catalog.tables.name(name)
         if table is not None or self._temporary_table(name):
             raise DatabaseError(f"CREATE VIEW {name}: a table {table or name} has the name "
@@ -154,6 +215,7 @@ class ViewMixin(DatabaseState):
         new = st.new_name
         if old.name == new:
             return
+        _check_view_name(f"ALTER VIEW {old.name} RENAME TO {new}", new)
         clash = self.catalog.tables.name(new) or (views.name(new) if new.lower()
                                                   != old.name.lower() else None)
         if clash is not None or self._temporary_table(new):
