@@ -914,6 +914,18 @@ def test_a_table_of_lower_case_column_names_reads_and_writes_as_before(tmp_path)
         assert db.table("t").columns == [("k", "BIGINT"), ("v", "VARCHAR")]
 
 
+def test_arrow_table_of_no_columns_has_the_tables_rows_and_no_column(tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
+        db.sql("INSERT INTO t SELECT range, 'x' FROM range(1000)")
+        db.sql("INSERT INTO t SELECT range, 'y' FROM range(1000, 1500)")  # two parts
+        got = db.arrow_table("t", [])
+        assert got.num_columns == 0 and got.column_names == []
+        assert got.num_rows == 1500
+        db.sql("CREATE TABLE e (a INT)")
+        assert db.arrow_table("e", []).num_rows == 0
+
+
 def test_table_names_keep_their_case_and_are_found_in_any_case(tmp_path):
     """CREATE TABLE "T3" could be read only as "T3" (unquoted names were folded to lower
     case before the lookup); DuckDB keeps a table's name as declared and finds it in any

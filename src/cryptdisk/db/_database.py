@@ -643,14 +643,15 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         """The table's rows as Arrow (``columns`` only if given), through the cache.
 
         On a connection with ``role=``, a table with policies is read through them, as
-        ``SELECT columns FROM name`` would be."""
+        ``SELECT columns FROM name`` would be. ``columns=[]``: a table of no columns and
+        the table's row count (one column is read to count them)."""
         with self._mutex:
             self._check_open()
             meta = self.table(name)
             names = [c for c, _t in meta.columns]
             cols = names if columns is None else [meta.column_name(c) for c in columns]
             if not cols:
-                cols = [names[0]]
+                return self.arrow_table(meta.name, [names[0]]).select([])
             unknown = [c for c in cols if c not in names]
             if unknown:
                 raise DatabaseError(f"table {name} has no column(s) {', '.join(unknown)}")
