@@ -21,6 +21,7 @@ from ..errors import AuthenticationError, CatalogError, DatabaseError, FormatErr
 from ..format import HEADER_SIZE, names_known_key, read_named_header
 from ..format import open_file as cd_open
 from ..keys import Keyring
+from ._names import NameDict
 from ._views import ViewMeta, Views
 
 __all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "Tables", "catalog_key_id",
@@ -112,49 +113,11 @@ class TableMeta:
         return cols
 
 
-class Tables(dict[str, TableMeta]):
+class Tables(NameDict[TableMeta]):
     """The catalog's tables, each under the name it was created with and found in any case
-    (DuckDB's identifiers are case-insensitive and case-preserving, quoted or not): ``in``,
-    ``[]``, ``get``, ``del`` and ``pop`` take a name in any case; iteration gives the names
-    as declared; setting a name replaces the table it names in another case."""
+    (see :class:`~._names.NameDict`)."""
 
     __slots__ = ()
-
-    def name(self, name: Any) -> str | None:
-        """The declared name of the table ``name`` names in any case (None: no table)."""
-        if dict.__contains__(self, name):
-            return name  # type: ignore[no-any-return]
-        if not isinstance(name, str):
-            return None
-        low = name.lower()
-        return next((k for k in self if k.lower() == low), None)
-
-    def __missing__(self, key: str) -> TableMeta:
-        found = self.name(key)
-        if found is None:
-            raise KeyError(key)
-        return dict.__getitem__(self, found)
-
-    def __contains__(self, key: object) -> bool:
-        return self.name(key) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        found = self.name(key)
-        return default if found is None else dict.__getitem__(self, found)
-
-    def __setitem__(self, key: str, value: TableMeta) -> None:
-        found = self.name(key)
-        if found is not None and found != key:
-            dict.__delitem__(self, found)
-        dict.__setitem__(self, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        found = self.name(key)
-        dict.__delitem__(self, key if found is None else found)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        found = self.name(key)
-        return dict.pop(self, key if found is None else found, *default)
 
 
 @dataclass

@@ -16,7 +16,10 @@ from typing import Any
 
 import duckdb
 
+from ..errors import DatabaseError
+
 __all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "forget_walks", "has_where",
+           "matching_paren",
            "needed_columns", "parse_tree", "parse_tree_text", "referenced_tables",
            "rewrite_system_tables", "share_walks"]
 
@@ -257,3 +260,24 @@ def needed_columns(tree: dict[str, Any] | None, tables: dict[str, list[str]],
         for col in node.get("using_columns") or []:
             refs.add(str(col).lower())
     return {t: [c for c in cols if c.lower() in refs] for t, cols in tables.items()}
+
+
+def matching_paren(text: str, start: int, statement: str) -> int:
+    """The index of the ``)`` that closes the ``(`` at ``text[start]`` (quotes skipped);
+    unbalanced parentheses raise :class:`~cryptdisk.errors.DatabaseError` naming
+    ``statement`` (e.g. "CREATE TABLE")."""
+    depth, quote = 0, ""
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise DatabaseError(f"unbalanced parentheses in {statement}")

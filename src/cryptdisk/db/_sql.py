@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from ..errors import DatabaseError, NotSupportedError
-from ._columns import UNQUOTED_IDENT, referenced_tables
+from ._columns import UNQUOTED_IDENT, matching_paren, referenced_tables
 
 __all__ = [
     "AlterSetting",
@@ -333,21 +333,7 @@ def _split_top(text: str) -> list[str]:
 
 
 def _matching_paren(text: str, start: int) -> int:
-    depth, quote = 0, ""
-    for i in range(start, len(text)):
-        c = text[i]
-        if quote:
-            if c == quote:
-                quote = ""
-        elif c in "'\"`":
-            quote = c
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise DatabaseError("unbalanced parentheses in CREATE TABLE")
+    return matching_paren(text, start, "CREATE TABLE")
 
 
 def _settings(text: str, what: str) -> dict[str, str]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DatabaseError
-from ._columns import UNQUOTED_IDENT, referenced_tables
+from ._columns import UNQUOTED_IDENT, matching_paren, referenced_tables
+from ._names import NameDict
 
 __all__ = ["AlterView", "CreateView", "DropView", "ViewMeta", "Views", "expand_views",
            "parse_view_statement", "view_reads"]
@@ -54,9 +55,9 @@ class ViewMeta:
         return f"SELECT * FROM ({self.query}) AS {_quote(self.name)}({cols})"
 
 
-class Views(dict[str, ViewMeta]):
-    """The catalog's views by the name each was created with, found in any case (as
-    :class:`~._catalog.Tables`); it keeps the statements it rewrote, forgotten on any
+class Views(NameDict[ViewMeta]):
+    """The catalog's views by the name each was created with, found in any case (see
+    :class:`~._names.NameDict`); it keeps the statements it rewrote, forgotten on any
     change of its views."""
 
     __slots__ = ("expanded",)
@@ -67,38 +68,8 @@ class Views(dict[str, ViewMeta]):
         self.expanded: collections.OrderedDict[str, tuple[str, tuple[str, ...]]] = \
             collections.OrderedDict()
 
-    def name(self, name: Any) -> str | None:
-        """The declared name of the view ``name`` names in any case (None: no view)."""
-        if dict.__contains__(self, name):
-            return name  # type: ignore[no-any-return]
-        if not isinstance(name, str):
-            return None
-        low = name.lower()
-        return next((k for k in self if k.lower() == low), None)
-
-    def __contains__(self, key: object) -> bool:
-        return self.name(key) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        found = self.name(key)
-        return default if found is None else dict.__getitem__(self, found)
-
-    def __setitem__(self, key: str, value: ViewMeta) -> None:
-        found = self.name(key)
-        if found is not None and found != key:
-            dict.__delitem__(self, found)
-        dict.__setitem__(self, key, value)
+    def _changed(self) -> None:
         self.expanded.clear()
-
-    def __delitem__(self, key: str) -> None:
-        found = self.name(key)
-        dict.__delitem__(self, key if found is None else found)
-        self.expanded.clear()
-
-    def pop(self, key: str, *default: Any) -> Any:
-        found = self.name(key)
-        self.expanded.clear()
-        return dict.pop(self, key if found is None else found, *default)
 
 
 def _quote(name: str) -> str:
@@ -197,20 +168,7 @@ def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | None:
 
 
 def _close(text: str) -> int:
-    depth, quote = 0, ""
-    for i, c in enumerate(text):
-        if quote:
-            if c == quote:
-                quote = ""
-        elif c in "'\"`":
-            quote = c
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise DatabaseError("unbalanced parentheses in CREATE VIEW")
+    return matching_paren(text, 0, "CREATE VIEW")
 
 
 # -- reading views ---------------------------------------------------------------------
