@@ -134,7 +134,7 @@ def test_truncated_mid_segment(tmp_path, keyring):
 def test_tampered_header(tmp_path, keyring):
     db = tmp_path / "a.db"
     make_db(db, keyring)
-    edit(db, 20, b"\x55")  # inside the file id
+    edit(db, 20, bytes([db.read_bytes()[20] ^ 0x55]))  # inside the (random) file id: flip bits
     with pytest.raises(HeaderAuthenticationError):
         csql.connect(str(db), keyring=keyring)
 
