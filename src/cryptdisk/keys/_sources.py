@@ -7,9 +7,11 @@ below put them behind the key-entry fields of a config (``hex``, ``from_env``,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import re
+import signal
 import stat
 import subprocess
 from collections.abc import Sequence
@@ -37,6 +39,7 @@ __all__ = [
     "key_from_env",
     "key_from_file",
     "read_key_file",
+    "stderr_excerpt",
     "write_key_file",
 ]
 
@@ -141,30 +144,111 @@ def read_key_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
             int(noted.group(1)) if noted else None)
 
 
+#: What a failed key command's message quotes of its stderr: the last lines, bounded.
+STDERR_LINES = 5
+STDERR_CHARS = 400
+_REDACTED = "[redacted]"
+# runs that could be key material: 32+ hex digits, or 40+ base64 characters mixing cases
+# and digits (paths, words and sentences do not)
+_HEX_RUN = re.compile(r"(?<![0-9A-Za-z])(?:0x)?[0-9A-Fa-f]{32,}(?![0-9A-Za-z])")
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{40,}={0,2}")
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _b64_like(match: re.Match[str]) -> str:
+    text = match.group(0)
+    if (re.search(r"[A-Z]", text) and re.search(r"[a-z]", text)
+            and re.search(r"[0-9]", text)):
+        return _REDACTED
+    return text
+
+
+def stderr_excerpt(stderr: bytes, stdout: bytes = b"") -> str:
+    """A bounded, secret-free excerpt of a key command's stderr for an error message.
+
+    The last :data:`STDERR_LINES` non-empty lines, at most :data:`STDERR_CHARS`
+    characters (the end kept), terminal escapes dropped. Whatever the command printed on
+    stdout (its key, or part of it) and runs that could be key material (32 or more hex
+    digits, 40 or more base64 characters) are replaced by ``[redacted]``. Empty when
+    stderr has nothing to show.
+    """
+    text = _CONTROL.sub("", stderr.decode("utf-8", errors="replace"))
+    out = stdout.decode("utf-8", errors="replace")
+    secrets = {out.strip()} | {t for t in out.split() if len(t) >= 6}
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, _REDACTED)
+    text = _B64_RUN.sub(_b64_like, _HEX_RUN.sub(_REDACTED, text))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()][-STDERR_LINES:]
+    shown = " | ".join(lines)
+    if len(shown) > STDERR_CHARS:
+        shown = "..." + shown[-(STDERR_CHARS - 3):]
+    return shown
+
+
+def _exit_status(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with status {code}"
+
+
 def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,
                      sizes: tuple[int, ...] = (16, 32)) -> bytes:
-    """Run an external command (no shell) whose stdout is a hex key."""
+    """Run an external command (no shell) whose stdout is a hex key.
+
+    The command runs in a session of its own with stdin from ``/dev/null``; one that
+    does not finish within ``timeout`` seconds is killed with its process group. A
+    failure names the command (its program's name, never its arguments), its exit
+    status or signal and an excerpt of its stderr (:func:`stderr_excerpt`); its stdout,
+    which holds the key, is never shown.
+    """
     if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
         raise TypeError("a key command must be a non-empty list of strings")
-    shown = os.path.basename(argv[0])
+    shown = os.path.basename(argv[0].rstrip("/")) or argv[0]
+    what = f"key command {shown!r}"
     try:
-        done = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError:
-        raise KeyCommandError(f"key command {shown!r} was not found") from None
-    except subprocess.TimeoutExpired:
-        raise KeyCommandError(f"key command {shown!r} did not finish in {timeout:g} s") from None
-    if done.returncode != 0:
-        # stderr may be shown (it is the command's diagnostics); stdout never is.
-        err = done.stderr.decode(errors="replace").strip().splitlines()
-        detail = f": {err[-1][:200]}" if err else ""
-        raise KeyCommandError(f"key command {shown!r} exited with status {done.returncode}"
-                              f"{detail}")
+        raise KeyCommandError(f"{what} was not found") from None
+    except PermissionError:
+        raise KeyCommandError(f"{what} cannot be run: permission denied",
+                              hint=f"is {argv[0]} an executable file?") from None
+    except OSError as exc:
+        raise KeyCommandError(f"{what} cannot be run: {exc.strerror}") from None
     try:
-        return decode_hex_key(done.stdout.decode("ascii"), f"the output of key command {shown!r}",
-                              sizes)
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the command and what it started
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a child left its session and holds the pipes
+            proc.kill()
+            out, err = b"", b""
+        finally:
+            proc.wait()
+        excerpt = stderr_excerpt(err, out)
+        raise KeyCommandError(f"{what} did not finish in {timeout:g} s and was killed"
+                              + (f"; its stderr: {excerpt}" if excerpt else "")) from None
+    excerpt = stderr_excerpt(err, out)
+    if proc.returncode != 0:
+        raise KeyCommandError(f"{what} {_exit_status(proc.returncode)}"
+                              + (f"; its stderr: {excerpt}" if excerpt else "; no stderr"))
+    try:
+        text = out.decode("ascii")
     except UnicodeDecodeError:
-        raise KeyCommandError(f"key command {shown!r} printed non-text output") from None
+        raise KeyCommandError(f"{what} printed non-text output"
+                              + (f"; its stderr: {excerpt}" if excerpt else "")) from None
+    try:
+        return decode_hex_key(text, f"the output of {what}", sizes)
+    except InvalidKeyError as exc:
+        if not excerpt:
+            raise
+        raise InvalidKeyError(f"{exc}; its stderr: {excerpt}", hint=exc.hint) from None
 
 
 def write_key_file(path: str | os.PathLike[str], material: bytes | Key, *,
