@@ -96,8 +96,7 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
     current = keyring.current_key_id
     print(f"rewrapped {summary.rewrapped} file(s) under key {current}; "
           f"{summary.already_current} already under it; "
-          f"{len(summary.skipped_not_encrypted)} not encrypted (left alone); "
-          f"{len(summary.failed)} failed")
+          f"{_skipped(summary.skipped_not_encrypted)}; {len(summary.failed)} failed")
     for path, reason in summary.failed:
         msg = reason if path in reason else f"{path}: {reason}"
         print(f"cryptdisk: error: {msg}", file=sys.stderr)
@@ -264,8 +263,8 @@ def _usage(args: argparse.Namespace, config: str | None, key_id: int) -> list[st
             used += [_db_file(args.db, f) for f in db.files_under_key(key_id)]
             db_files = _real_paths(db.local_files())
     if args.paths:
-        usage = _path_usage(args.paths, db_files)
-        used += usage.get(key_id, []) + [f"{p} (header unreadable)" for p in usage.get(None, [])]
+        usage = _path_usage(args.paths, db_files, config)
+        used += usage.get(key_id, []) + [f"{p} ({_why_unknown(p)})" for p in usage.get(None, [])]
     return used
 
 
@@ -273,10 +272,13 @@ def _real_paths(files: list[str]) -> set[str]:
     return {os.path.realpath(f) for f in files}
 
 
-def _path_usage(paths: list[str], db_files: set[str]) -> dict[int | None, list[str]]:
+def _path_usage(paths: list[str], db_files: set[str],
+                config: str | None) -> dict[int | None, list[str]]:
     """:func:`key_usage` of ``paths`` without the database's files (counted from --db) that
-    also lie under them: each file is counted once."""
-    usage = key_usage(paths)
+    also lie under them: each file is counted once. ClickHouse-format files count under
+    the config's keys by their key fingerprint."""
+    usage = key_usage(paths, clickhouse=None if config is None else
+                      KeyConfig(config).local_materials)
     if db_files:
         usage = {k: kept for k, v in usage.items()
                  if (kept := [f for f in v if os.path.realpath(f) not in db_files])}
@@ -287,6 +289,33 @@ def _db_file(db: str, label: str) -> str:
     """A database's file for messages: its catalog by path, a part as the database names it
     (its path on its disk, table and disk)."""
     return os.path.join(db, label) if label == "catalog" else label
+
+
+def _is_clickhouse_file(path: str) -> bool:
+    from ..format.clickhouse import is_clickhouse_header
+
+    try:
+        with open(path, "rb") as f:
+            return is_clickhouse_header(f.read(8))
+    except OSError:
+        return False
+
+
+def _why_unknown(path: str) -> str:
+    if _is_clickhouse_file(path):
+        return ("ClickHouse format; its key is unknown: a key of the config did not load, "
+                "so it could not be compared")
+    return "header unreadable"
+
+
+def _skipped(files: list[str]) -> str:
+    """How rewrap's summary names the files it left alone."""
+    ch = sum(1 for f in files if _is_clickhouse_file(f))
+    text = f"{len(files) - ch} not encrypted (left alone)"
+    if ch:
+        text += (f"; {ch} in ClickHouse's format (encrypted with the key itself, not "
+                 "rewrappable: left under their keys; 'cryptdisk convert' re-encrypts them)")
+    return text
 
 
 def _listing(files: list[str], shown: int = 10) -> str:
@@ -312,9 +341,9 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
                 rows = [(i, "current" if i == current else "active", "file",
                          db.key_file(i) or "") for i in ids]
     if args.paths:  # the database's files under them are counted above, once
-        usage = _path_usage(args.paths, db_files)
+        usage = _path_usage(args.paths, db_files, config)
         for path in usage.pop(None, []):
-            print(f"cryptdisk: warning: {path}: header unreadable; not counted",
+            print(f"cryptdisk: warning: {path}: {_why_unknown(path)}; not counted",
                   file=sys.stderr)
         for key_id, files in usage.items():
             if key_id is not None:
@@ -483,8 +512,8 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
             keyring.close()
         print(f"rewrapped {summary.rewrapped} file(s) under key {args.id}; "
               f"{summary.already_current} already under it; "
-              f"{len(summary.skipped_not_encrypted)} not encrypted (left alone); "
-              f"{len(summary.failed)} failed; {len(summary.not_done)} not done")
+              f"{_skipped(summary.skipped_not_encrypted)}; {len(summary.failed)} failed; "
+              f"{len(summary.not_done)} not done")
         for path, reason in summary.failed:
             msg = reason if path in reason else f"{path}: {reason}"
             print(f"cryptdisk: error: {msg}", file=sys.stderr)
@@ -504,10 +533,14 @@ def cmd_keys_retire(args: argparse.Namespace) -> int:
         keys.retire(args.id)  # raises: the current key
     used = _usage(args, config, args.id)
     if used:
+        hint = (f"rewrap them first: cryptdisk keys promote {keys.current_key_id} --config "
+                f"{config} with --db or PATHs")
+        if any(_is_clickhouse_file(f) for f in used):
+            hint += ("; files in ClickHouse's format are encrypted with the key itself and "
+                     "cannot be rewrapped: re-encrypt them (cryptdisk convert SRC DST --config "
+                     f"{config} --to clickhouse --disk DISK) or keep the key")
         raise KeyringError(f"key {args.id} is still used by {len(used)} file(s): "
-                           f"{_listing(used)}",
-                           hint=f"rewrap them first: cryptdisk keys promote "
-                           f"{keys.current_key_id} --config {config} with --db or PATHs")
+                           f"{_listing(used)}", hint=hint)
     changed = keys.retire(args.id)
     print(f"key {args.id} is retired in {config}" + ("" if changed else " (already)") +
           "; no file of the given database or paths uses it")

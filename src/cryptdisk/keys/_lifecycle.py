@@ -39,6 +39,13 @@ from ..errors import (
     NotEncryptedError,
 )
 from ..format import HEADER_SIZE, read_named_header
+from ..format.clickhouse import (
+    CH_HEADER_SIZE,
+    CHHeader,
+    clickhouse_fingerprint,
+    clickhouse_v1_key_hash,
+    is_clickhouse_header,
+)
 from ._audit import audit_event
 from ._provider import get_key_provider, parse_key_entry
 from ._rotate import iter_files
@@ -89,14 +96,26 @@ def atomic_write_text(path: str, text: str) -> None:
         os.close(dfd)
 
 
-def key_usage(paths: Iterable[str | os.PathLike[str]]) -> dict[int | None, list[str]]:
-    """Key id -> the cryptdisk files under ``paths`` whose header names it (headers only).
+#: ``{key id: material, or None when it could not be loaded}`` of the keyring keys that could
+#: key a ClickHouse disk (local ones), asked for the first time a ClickHouse file is met.
+ClickHouseKeys = Callable[[], Mapping[int, bytes | None]]
 
-    Files that are not cryptdisk files are left out; files whose header cannot be
-    read or parsed (permissions, damage, a newer format) are under ``None``: any key
-    may be theirs.
+
+def key_usage(paths: Iterable[str | os.PathLike[str]], *,
+              clickhouse: ClickHouseKeys | None = None) -> dict[int | None, list[str]]:
+    """Key id -> the encrypted files under ``paths`` that use it (headers only).
+
+    cryptdisk files are counted by the key id in their header. Files in ClickHouse's
+    format (a ``clickhouse`` disk's, whose data is encrypted with the key itself) are
+    counted when ``clickhouse`` gives the keyring's keys: by the header's key
+    fingerprint (version 2) or id and key hash (version 1); one that matches none of
+    them is under a key outside the keyring (a disk's own) and not counted, unless a
+    key's material could not be loaded to compare, when it may be that key's. Other
+    files are left out; files whose header cannot be read or parsed (permissions,
+    damage, a newer format) are under ``None``: any key may be theirs.
     """
     found: dict[int | None, list[str]] = {}
+    match: Callable[[Any], tuple[bool, int | None]] | None = None
     for name in iter_files(paths):
         key_id: int | None
         try:
@@ -104,21 +123,48 @@ def key_usage(paths: Iterable[str | os.PathLike[str]]) -> dict[int | None, list[
             try:
                 # read again while it changes: a rewrap may be writing it (read_named_header)
                 key_id = read_named_header(partial(os.pread, fd, HEADER_SIZE, 0), name).key_id
+            except NotEncryptedError:
+                if clickhouse is None:
+                    continue
+                head = os.pread(fd, CH_HEADER_SIZE, 0)
+                if not is_clickhouse_header(head):
+                    continue
+                if match is None:
+                    match = _clickhouse_matcher(clickhouse())
+                counted, key_id = match(CHHeader.parse(head, name))
+                if not counted:
+                    continue
             finally:
                 os.close(fd)
-        except NotEncryptedError:
-            continue
-        except (FormatError, OSError):
+        except (FormatError, OSError, ValueError):
             key_id = None
         found.setdefault(key_id, []).append(name)
     return found
 
 
-def files_under_key(paths: Iterable[str | os.PathLike[str]], key_id: int) -> list[str]:
-    """The cryptdisk files under ``paths`` whose header is under key ``key_id``, and those
-    whose header cannot be read (marked so), which might be."""
-    usage = key_usage(paths)
-    return usage.get(key_id, []) + [f"{p} (header unreadable)" for p in usage.get(None, [])]
+def _clickhouse_matcher(keys: Mapping[int, bytes | None],
+                        ) -> Callable[[Any], tuple[bool, int | None]]:
+    """(counted, key id) of a ClickHouse header among ``keys``."""
+    by_fp = {clickhouse_fingerprint(m): i for i, m in keys.items() if m is not None}
+    by_v1 = {(i, clickhouse_v1_key_hash(m)): i for i, m in keys.items() if m is not None}
+    unknown = any(m is None for m in keys.values())
+
+    def match(header: Any) -> tuple[bool, int | None]:
+        if header.version == 2 and header.key_fingerprint in by_fp:
+            return True, by_fp[header.key_fingerprint]
+        if header.version == 1 and (header.key_id, header.v1_key_hash) in by_v1:
+            return True, by_v1[(header.key_id, header.v1_key_hash)]
+        return unknown, None
+    return match
+
+
+def files_under_key(paths: Iterable[str | os.PathLike[str]], key_id: int, *,
+                    clickhouse: ClickHouseKeys | None = None) -> list[str]:
+    """The encrypted files under ``paths`` that use key ``key_id`` (see :func:`key_usage`),
+    and those that might (marked so)."""
+    usage = key_usage(paths, clickhouse=clickhouse)
+    return usage.get(key_id, []) + [f"{p} (header unreadable or key unknown)"
+                                    for p in usage.get(None, [])]
 
 
 # -- TOML text edits ------------------------------------------------------------------------
@@ -224,6 +270,23 @@ class KeyConfig:
             source, where = _describe_entry(entry)
             out.append(KeyEntryState(key_id, self.state(key_id), source, where))
         return sorted(out, key=lambda s: s.key_id)
+
+    def local_materials(self) -> dict[int, bytes | None]:
+        """The material of every local (not provider-held) key entry, retired ones too,
+        for telling which key a ClickHouse-format file uses; None for one that does not
+        load now (an unset variable, a missing file, a failing command)."""
+        out: dict[int, bytes | None] = {}
+        for entry in self._entries:
+            key_id = entry.get("id")
+            if not isinstance(key_id, int) or "source" in entry:
+                continue
+            spec = {k: v for k, v in entry.items() if k not in ("state", "algorithm")}
+            try:
+                out[key_id] = parse_key_entry(spec, path=self.path, where="", base=self.base,
+                                              sizes=(16, 24, 32)).material
+            except (KeyringError, ConfigError):
+                out[key_id] = None
+        return out
 
     # -- edits -----------------------------------------------------------------------
 
