@@ -51,7 +51,7 @@ def _close_planning_connections():
     from cryptdisk.dask import _read
 
     with _read._OPEN_LOCK:
-        kept = [db for pid, db in _read._OPEN.values() if pid == os.getpid()]
+        kept = [k.db for k in _read._OPEN.values() if k.pid == os.getpid()]
         _read._OPEN.clear()
     for db in kept:
         db.close()

@@ -298,7 +298,8 @@ def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(cl
         def open_here():  # this worker's connection, at the plan's catalog version
             from cryptdisk.dask._read import _process_database
 
-            return _process_database(path, None).catalog.version
+            with _process_database(path, None) as (db, _opened):
+                return db.catalog.version
 
         assert set(client.run(open_here).values()) == {db.catalog.version}
         db.sql("OPTIMIZE TABLE u FINAL")
@@ -411,14 +412,19 @@ def test_a_forked_child_opens_its_own_connection_not_the_parents(table, monkeypa
 
     path, cfg, _key = table
     cryptdisk.dask.read_table(path, "t", config=cfg)
-    parent = _process_database(str(path), str(cfg))
-    assert _process_database(str(path), str(cfg)) is parent
+
+    def kept():
+        with _process_database(str(path), str(cfg)) as (db, _opened):
+            return db
+
+    parent = kept()
+    assert kept() is parent
     real = os.getpid()
     monkeypatch.setattr(os, "getpid", lambda: real + 1)
-    child = _process_database(str(path), str(cfg))
+    child = kept()
     assert child is not parent
     assert child.read_part("t", child.scan_plan("t")[0][0], ["k"]).num_rows == PART_ROWS
-    assert _process_database(str(path), str(cfg)) is child  # kept for the child's next read
+    assert kept() is child  # kept for the child's next read
 
 
 def test_credentials_in_a_url_or_its_options_never_reach_a_task_graph(tmp_path):

@@ -186,8 +186,9 @@ volumes = [{{ name = "main", disks = ["secure"] }}]
     def key_here():  # this worker's keyring key: from KMS, used by this process
         from cryptdisk.dask._read import _process_database
 
-        key = _process_database(path, config).keyring.current_key()
-        return type(key).__name__, key.source, key.uses["provider_calls"] > 0
+        with _process_database(path, config) as (db, _opened):
+            key = db.keyring.current_key()
+            return type(key).__name__, key.source, key.uses["provider_calls"] > 0
 
     assert set(client.run(key_here).values()) == {("ProviderKey", "aws-kms", True)}
     needles = [aws_secret.encode(), kek, kek.hex().encode(), kek.hex().upper().encode()]

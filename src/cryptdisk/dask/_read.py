@@ -1,9 +1,11 @@
 """``read_table``: a Dask partition per part, per run of small parts, or per few row groups.
 
-Every process (the client and each worker) keeps one read-only connection per
-``(database, config)`` (:func:`_process_database`): the keys are loaded and the
-catalog read once per process, and a part's footer is decrypted once per
-process, not once per read or per task. On the client one catalog version plans
+Every process (the client and each worker) keeps a read-only connection per
+``(database, config)`` (:func:`_process_database`, the :data:`OPEN_DATABASES`
+most recently used): the keys are loaded and the catalog read once per process,
+and a part's footer is decrypted once per process, not once per read or per
+task; a kept connection that fails is replaced by a new one, once (a database
+replaced at the same path, keys rotated). On the client one catalog version plans
 the read (parts outside the filters' key range and row groups whose statistics
 rule every row out are left out); a later ``read_table`` only checks that the
 catalog is unchanged. A partition is one part, a run of row groups of a large
@@ -15,9 +17,12 @@ connection.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ..db import Database, connect, location
@@ -34,10 +39,36 @@ MIN_PARTITION_ROWS = 4 * 65536
 #: Rows per row group of a part (the last one of a part may hold fewer).
 _GROUP_ROWS = 65536
 
-#: (database path or URL, config path, storage options as JSON) -> (pid that opened it,
-#: its read-only connection)
-_OPEN: dict[tuple[str, str | None, str], tuple[int, Database]] = {}
+#: Read-only connections a process keeps (the least recently used one beyond is closed
+#: once no task reads it): each holds DuckDB's threads, a few MB, and up to 64 open parts.
+OPEN_DATABASES = 8
+
+
+class _Kept:
+    """One kept connection: the pid that opened it, and the tasks using it right now."""
+
+    __slots__ = ("db", "dropped", "pid", "users")
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.pid, self.users, self.dropped = db, os.getpid(), 0, False
+
+
+#: (database path or URL, config path, storage options as JSON) -> its kept connection,
+#: least recently used first
+_OPEN: collections.OrderedDict[tuple[str, str | None, str], _Kept] = \
+    collections.OrderedDict()
 _OPEN_LOCK = threading.Lock()
+
+
+def _forget_open() -> None:
+    """In a forked child: the parent's connections are not this process's (DuckDB's must
+    not cross a fork, nor be closed here: db/_forksafe.py keeps them); a new lock."""
+    global _OPEN_LOCK
+    _OPEN.clear()
+    _OPEN_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_open)
 
 
 def _dask_dataframe() -> Any:
@@ -59,28 +90,62 @@ def _config_path(config: Any) -> str | None:
     return os.path.abspath(os.fspath(config))
 
 
-def _process_database(db_path: str, config: str | None, *, fresh: bool = False,
-                      storage_options: dict[str, Any] | None = None) -> Database:
-    """This process's read-only connection to ``db_path`` (opened once, keys loaded here).
+def _drop(kept: _Kept) -> list[Database]:
+    """Mark ``kept`` as no longer kept (under ``_OPEN_LOCK``); returns it to close if no
+    task uses it, else its last user closes it."""
+    kept.dropped = True
+    return [kept.db] if kept.users == 0 and kept.pid == os.getpid() else []
 
-    ``fresh``: close the one kept (if any) and open a new one. A child forked after the
-    parent opened one opens its own (a DuckDB connection must not cross a fork).
-    ``storage_options``: those of a database at a URL (never credentials).
+
+@contextlib.contextmanager
+def _process_database(db_path: str, config: str | None, *, fresh: bool = False,
+                      storage_options: dict[str, Any] | None = None
+                      ) -> Iterator[tuple[Database, bool]]:
+    """This process's read-only connection to ``db_path`` (opened once, keys loaded here),
+    and whether this call opened it, for the ``with`` block.
+
+    At most :data:`OPEN_DATABASES` stay open between calls; the least recently used one
+    beyond is closed when its last user leaves. ``fresh``: stop keeping the connection
+    (closed when its users leave) and open a new one. A child forked after the parent
+    opened one opens its own. ``storage_options``: those of a database at a URL (never
+    credentials).
     """
     key = (db_path, config, json.dumps(storage_options, sort_keys=True))
+    to_close: list[Database] = []
+    opened = False
     with _OPEN_LOCK:
-        pid, db = _OPEN.get(key, (None, None))
-        if db is not None and pid != os.getpid():
-            db = None  # inherited through fork: the parent's connection, never used here
-        if db is not None and fresh:
-            del _OPEN[key]
-            db.close()
-            db = None
-        if db is None:
+        kept = _OPEN.get(key)
+        if kept is not None and (kept.pid != os.getpid() or fresh):
+            del _OPEN[key]  # the parent's (never used here), or replaced by a new one
+            to_close += _drop(kept)
+            kept = None
+        if kept is None:
             db = connect(db_path, config, read_only=True, cache_bytes=0,
                          **({"storage_options": storage_options} if storage_options else {}))
-            _OPEN[key] = (os.getpid(), db)
-        return db
+            kept = _OPEN[key] = _Kept(db)
+            opened = True
+        _OPEN.move_to_end(key)
+        kept.users += 1
+        while len(_OPEN) > OPEN_DATABASES:
+            to_close += _drop(_OPEN.popitem(last=False)[1])
+    for db in to_close:
+        db.close()
+    try:
+        yield kept.db, opened
+    finally:
+        with _OPEN_LOCK:
+            kept.users -= 1
+            last = kept.dropped and kept.users == 0 and kept.pid == os.getpid()
+        if last:
+            kept.db.close()
+
+
+def _reopen_may_help(exc: CryptdiskError) -> bool:
+    """Whether a new connection may succeed where a kept one failed: not for the caller's
+    table, columns or filters (a new connection says the same), but for a database
+    replaced or re-keyed since the connection loaded its keys and catalog."""
+    return not isinstance(exc, ConfigError) and not (
+        isinstance(exc, DatabaseError) and not isinstance(exc, CatalogError))
 
 
 def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
@@ -94,20 +159,19 @@ def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
     replaced at the same path) is replaced by a new one, once.
     """
     for attempt in (0, 1):
-        db = _process_database(path, config, fresh=attempt > 0,
-                               storage_options=storage_options)
-        try:
-            plan = db.scan_plan(table, filters)  # reloads a newer catalog first
-            meta = db.table(table)
-            cols = meta.pick_columns(columns, "read_table")
-            empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), arrow_strings)
-            rows = {p.id: p.rows for p in meta.parts}
-            return meta.name, cols, [(p, g, rows.get(p, 0)) for p, g in plan], empty
-        except CryptdiskError as exc:
-            # The caller's table, columns or filters: a new connection says the same.
-            if attempt or isinstance(exc, ConfigError) or (
-                    isinstance(exc, DatabaseError) and not isinstance(exc, CatalogError)):
-                raise
+        with _process_database(path, config, fresh=attempt > 0,
+                               storage_options=storage_options) as (db, opened):
+            try:
+                plan = db.scan_plan(table, filters)  # reloads a newer catalog first
+                meta = db.table(table)
+                cols = meta.pick_columns(columns, "read_table")
+                empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols),
+                                   arrow_strings)
+                rows = {p.id: p.rows for p in meta.parts}
+                return meta.name, cols, [(p, g, rows.get(p, 0)) for p, g in plan], empty
+            except CryptdiskError as exc:
+                if opened or not _reopen_may_help(exc):
+                    raise
     raise AssertionError("unreachable")
 
 
@@ -172,8 +236,18 @@ def _partitions(plan: list[tuple[str, list[int], int]], per_partition: int,
 
 def _read_partition(spec: tuple[Any, ...]) -> Any:
     db_path, config, table, pieces, columns, filters, arrow_strings, options = spec
-    db = _process_database(db_path, config, storage_options=options)
-    tables = [db.read_part(table, part, columns, filters, groups) for part, groups in pieces]
+    for attempt in (0, 1):
+        with _process_database(db_path, config, fresh=attempt > 0,
+                               storage_options=options) as (db, opened):
+            try:
+                tables = [db.read_part(table, part, columns, filters, groups)
+                          for part, groups in pieces]
+                break
+            except CryptdiskError as exc:
+                # A kept connection predates a database replaced at the same path or
+                # keys rotated since: a new one loads the keys and catalog of now.
+                if opened or not _reopen_may_help(exc):
+                    raise
     if len(tables) == 1:
         return _to_pandas(tables[0], arrow_strings)
     import pyarrow as pa

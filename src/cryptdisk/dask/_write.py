@@ -25,8 +25,8 @@ __all__ = ["to_table"]
 
 def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
     db_path, config, table, version, options = spec
-    db = _process_database(db_path, config, storage_options=options)
-    return db.stage_parts(table, pdf, version)
+    with _process_database(db_path, config, storage_options=options) as (db, _opened):
+        return db.stage_parts(table, pdf, version)
 
 
 def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None, *,
