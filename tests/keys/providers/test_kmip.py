@@ -392,3 +392,37 @@ def test_a_database_rotation_stopped_by_the_server_going_away_reports_and_resume
             {"n": 40, "s": 780}]
         assert conn.sql("SELECT id, files FROM system.keys ORDER BY id").to_pylist() == [
             {"id": 1, "files": 0}, {"id": 7, "files": 5}]
+
+
+def test_a_revoked_or_deactivated_key_is_named_by_its_state(tmp_path, kmip_server, request):
+    """Revoked keys: loading names the state and does not tell the operator to activate a
+    key that KMIP cannot make active again; a key revoked while in use fails its calls with
+    the server's reason."""
+    import time
+
+    label = "kek-" + request.node.name[-30:]
+    compromised = _make_key(kmip_server, label + "-c")
+    ring = _ring(tmp_path, kmip_server, label + "-c", extra="retries = 0\n")
+    path = tmp_path / "f.cdk"
+    with cryptdisk.open(path, "wb", keyring=ring) as f:
+        f.write(b"x")
+    ring.current_key().cache.clear()
+    deactivated = _make_key(kmip_server, label + "-d")
+    _make_key(kmip_server, label + "-p", activate=False)
+    client, enums = _client(kmip_server)
+    with contextlib.closing(client):
+        client.revoke(enums.RevocationReasonCode.KEY_COMPROMISE, compromised,
+                      compromise_occurrence_date=int(time.time()))
+        client.revoke(enums.RevocationReasonCode.CESSATION_OF_OPERATION, deactivated)
+    with pytest.raises(KeyProviderError, match=r"Decrypt failed: .*Active state"):
+        with cryptdisk.open(path, "rb", keyring=ring) as f:
+            f.read()
+    ring.close()
+    for suffix, state, hint in (("-c", "compromised (revoked), not active", "exposed"),
+                                ("-d", "deactivated (revoked or past its deactivation date)",
+                                 "cannot be made active again"),
+                                ("-p", "pre-active (never activated)", "activate it")):
+        with pytest.raises(KeyProviderError) as info:
+            _ring(tmp_path, kmip_server, label + suffix)
+        assert f"key '{label}{suffix}': the key is {state}" in str(info.value)
+        assert hint in (info.value.hint or "")

@@ -407,3 +407,58 @@ def test_the_docs_examples_run_as_written(tmp_path):
     loaded = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0 and loaded.stdout == "5\n", loaded.stderr
+
+
+_TOKEN_REMOVED_CHILD = """
+import json, subprocess, sys
+import cryptdisk
+from cryptdisk.keys import Keyring
+from cryptdisk.keys.providers import generate_pkcs11_key
+module, pin, cfg, path = sys.argv[1:5]
+generate_pkcs11_key(module, "removable", "kek-r", pin=pin)
+ring = Keyring.from_config(cfg)
+with cryptdisk.open(path, "wb", keyring=ring) as f:
+    f.write(b"under the token")
+ring.current_key().cache.clear()
+subprocess.run(["softhsm2-util", "--delete-token", "--token", "removable"], check=True,
+               capture_output=True)
+try:
+    with cryptdisk.open(path, "rb", keyring=ring) as f:
+        f.read()
+except Exception as exc:
+    print(json.dumps({"type": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def test_a_token_removed_while_its_key_is_in_use_is_said_to_be_gone(tmp_path, softhsm):
+    """The token is deleted under a running process (a token pulled out): the read fails
+    with an error naming the token and what went away, never a bare handle error or the
+    PIN. Its own SoftHSM2 directory: a removed token upsets the module for the process."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / "tokens").mkdir()
+    conf = tmp_path / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {tmp_path / 'tokens'}\nobjectstore.backend = "
+                    "file\nlog.level = ERROR\n")
+    env = dict(os.environ, SOFTHSM2_CONF=str(conf), CD_TEST_PIN=softhsm.pin,
+               PYTHONPATH=str(Path(__file__).resolve().parents[3] / "src"))
+    util = shutil.which("softhsm2-util")
+    assert util
+    subprocess.run([util, "--init-token", "--free", "--label", "removable", "--pin",
+                    softhsm.pin, "--so-pin", "so-0815"], check=True, capture_output=True,
+                   env=env)
+    token = Token(softhsm.module, "removable", softhsm.pin, str(conf))
+    cfg = write(tmp_path, "[keyring]\n" + entry_toml(token, "kek-r", extra="retry_seconds = 0\n"))
+    done = subprocess.run([sys.executable, "-c", _TOKEN_REMOVED_CHILD, softhsm.module,
+                           softhsm.pin, cfg, str(tmp_path / "f.cdk")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["type"] == "KeyProviderError"
+    assert "pkcs11 token 'removable' key 'kek-r'" in got["message"]
+    assert "the key is no longer in the token (CKR_OBJECT_HANDLE_INVALID: the token was " \
+        "removed" in got["message"]
+    assert softhsm.pin not in got["message"] + done.stderr

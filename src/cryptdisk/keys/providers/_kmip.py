@@ -140,9 +140,12 @@ class KmipProvider(RemoteKeyProvider):
             if (found.get("Object Type") != enums.ObjectType.SYMMETRIC_KEY
                     or found.get("Cryptographic Algorithm") != enums.CryptographicAlgorithm.AES):
                 raise KeyProviderError(f"{where}: not an AES key")
-            if found.get("State") != enums.State.ACTIVE:
-                raise KeyProviderError(f"{where}: the key is not active",
-                                       hint="activate it on the KMIP server")
+            state = found.get("State")
+            if state != enums.State.ACTIVE:
+                raise KeyProviderError(f"{where}: the key is {_state_text(state)}, not active: "
+                                       "the server seals and opens nothing with it",
+                                       hint=_STATE_HINTS.get(getattr(state, "name", ""),
+                                                             _STATE_HINTS["DEACTIVATED"]))
             size = int(found.get("Cryptographic Length", 0)) // 8
             if size not in (16, 32):
                 raise KeyProviderError(f"{where}: the key is {size} bytes; cryptdisk takes "
@@ -324,6 +327,31 @@ def _unreachable(exc: BaseException) -> bool:
     if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
         return False
     return isinstance(exc, (OSError, EOFError, TimeoutError))
+
+
+#: What to do about a key in each state but Active (KMIP's states, by enum name).
+_STATE_HINTS = {
+    "PRE_ACTIVE": "activate it on the KMIP server (Activate)",
+    "DEACTIVATED": "a deactivated (expired) or revoked key cannot be made active again: files "
+                   "under it are readable only if the server's administrator allows its use; "
+                   "rotate to a new key (cryptdisk keys add, promote) before a key's "
+                   "deactivation date",
+    "COMPROMISED": "the key was revoked as compromised: treat the data under it as exposed; "
+                   "files under it are readable only if the server's administrator allows "
+                   "its use",
+    "DESTROYED": "the key was destroyed on the server: files under it cannot be opened",
+    "DESTROYED_COMPROMISED": "the key was destroyed on the server: files under it cannot be "
+                             "opened",
+}
+
+
+def _state_text(state: Any) -> str:
+    name = getattr(state, "name", None)
+    words = {"PRE_ACTIVE": "pre-active (never activated)",
+             "DEACTIVATED": "deactivated (revoked or past its deactivation date)",
+             "COMPROMISED": "compromised (revoked)",
+             "DESTROYED": "destroyed", "DESTROYED_COMPROMISED": "destroyed (compromised)"}
+    return words.get(name or "", f"in state {name or state!r}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -111,6 +111,8 @@ class Pkcs11Provider(RemoteKeyProvider):
         self._session: Any = None
         self._key: Any = None
         self._check: bytes | None = None
+        #: what made the last session go away (said when opening a new one fails)
+        self._lost: str | None = None
 
     def describe(self) -> str:
         return f"pkcs11 token {self.value['token']!r} key {self.value['key']!r}"
@@ -152,25 +154,31 @@ class Pkcs11Provider(RemoteKeyProvider):
         p11 = _pkcs11()
         exc_mod = p11.exceptions
         self._attr = p11.Attribute
+        # after a lost session, say what lost it: a token pulled out shows first as that
+        before = f" (the previous session ended: {self._lost})" if self._lost else ""
         where = f"{what}: {self.describe()}"
+        module = os.path.join(self.base, self.value["module"])
         try:
-            lib = p11.lib(os.path.join(self.base, self.value["module"]))
+            lib = p11.lib(module)
         except (RuntimeError, OSError, exc_mod.PKCS11Error) as exc:
+            why = "no such file" if not os.path.exists(module) else type(exc).__name__
             raise KeyProviderError(f"{what}: PKCS#11 module {self.value['module']} cannot be "
-                                   f"loaded: {type(exc).__name__}") from None
+                                   f"loaded: {why}") from None
         try:
             token = lib.get_token(token_label=self.value["token"])
         except (exc_mod.NoSuchToken, exc_mod.MultipleTokensReturned) as exc:
-            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: {_describe(exc)}{before}") from None
         except exc_mod.PKCS11Error as exc:
-            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: finding the token failed: {_describe(exc)}"
+                                   f"{before}") from None
         pin = read_pin(self.value, self.base, what)
         try:
             session = _login(token, pin, exc_mod)
         except exc_mod.PinIncorrect:
             raise KeyProviderError(f"{where}: the PIN was refused") from None
         except exc_mod.PKCS11Error as exc:
-            raise KeyProviderError(f"{where}: cannot open a session: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: cannot open a session: {_describe(exc)}"
+                                   f"{before}") from None
         finally:
             del pin
         try:
@@ -181,10 +189,10 @@ class Pkcs11Provider(RemoteKeyProvider):
             size = int(key[p11.Attribute.VALUE_LEN])
         except (exc_mod.NoSuchKey, exc_mod.MultipleObjectsReturned) as exc:
             session.close()
-            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: {_describe(exc)}{before}") from None
         except exc_mod.PKCS11Error as exc:
             session.close()
-            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+            raise KeyProviderError(f"{where}: {_describe(exc)}{before}") from None
         if extractable or not sensitive:
             session.close()
             raise KeyProviderError(f"{where}: the key is extractable or not sensitive; a "
@@ -196,6 +204,7 @@ class Pkcs11Provider(RemoteKeyProvider):
             raise KeyProviderError(f"{where}: the key is {size} bytes; cryptdisk takes AES-128 "
                                    "or AES-256")
         self._session, self._key = session, key
+        self._lost = None
         try:
             self._check = bytes(key.sign(_CHECK_LABEL, mechanism=p11.Mechanism.AES_CMAC))[:8]
         except exc_mod.PKCS11Error as exc:
@@ -219,6 +228,7 @@ class Pkcs11Provider(RemoteKeyProvider):
         lost = tuple(getattr(errors, n) for n in _LOST if hasattr(errors, n))
         if isinstance(exc, lost):
             self.close()
+            self._lost = _describe(exc)
         return KeyProviderError(f"{self.describe()}: {what} failed: {_describe(exc)}",
                                 transient=isinstance(exc, lost))
 
@@ -295,7 +305,7 @@ class Pkcs11Provider(RemoteKeyProvider):
 
 #: PKCS#11 errors that mean the session or device went away (a new session may work).
 _LOST = ("SessionClosed", "SessionHandleInvalid", "DeviceRemoved", "DeviceError",
-         "TokenNotPresent", "DeviceMemory")
+         "TokenNotPresent", "DeviceMemory", "ObjectHandleInvalid", "KeyHandleInvalid")
 #: Seconds a PKCS#11 call may take before the caller gets an error (the ``timeout`` field).
 DEFAULT_TIMEOUT = 30.0
 
@@ -369,6 +379,16 @@ _LOOKUPS = {
     "MultipleTokensReturned": "the module has more than one token with that label",
     "NoSuchKey": "the token has no AES secret key with that label",
     "MultipleObjectsReturned": "the token has more than one AES secret key with that label",
+    # a session, token or key that went away (_LOST): what an operator can act on
+    "DeviceRemoved": "the token was removed (CKR_DEVICE_REMOVED)",
+    "TokenNotPresent": "the token is not present (CKR_TOKEN_NOT_PRESENT)",
+    "DeviceError": "the token failed (CKR_DEVICE_ERROR)",
+    "SessionClosed": "the token closed the session (CKR_SESSION_CLOSED)",
+    "SessionHandleInvalid": "the session is no longer valid (CKR_SESSION_HANDLE_INVALID)",
+    "ObjectHandleInvalid": "the key is no longer in the token (CKR_OBJECT_HANDLE_INVALID: "
+                           "the token was removed or re-initialised, or the key destroyed)",
+    "KeyHandleInvalid": "the key is no longer in the token (CKR_KEY_HANDLE_INVALID: the "
+                        "token was removed or re-initialised, or the key destroyed)",
 }
 
 
