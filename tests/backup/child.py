@@ -6,14 +6,17 @@ printing ``committed N`` after each commit (the db writer merges parts now and t
 chunk (with ``step``, waiting for a line on stdin after each), then ``done ID``.
 ``prune REPO PASSPHRASE N``: keep the last N, printing ``deleted N`` after each chunk and
 waiting for a line on stdin before going on.
-``restore REPO PASSPHRASE ID TARGET [KEYFILE [CONFIG]]``: one restore (a SQLite one under
-the key in KEYFILE, a database under CONFIG when given), printing ``part N`` at each
-progress report and waiting for a line on stdin.
+``restore REPO PASSPHRASE ID TARGET [KEYFILE [CONFIG [force]]]``: one restore (a SQLite one
+under the key in KEYFILE, a database under CONFIG when given; with ``force`` over an
+existing TARGET), printing ``part N`` at each progress report and, with ``force``,
+``swap 1`` just before the new database takes TARGET's place and ``swapped 1`` just
+after, waiting for a line on stdin after each.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from cryptdisk.backup import Repository, create, prune, restore
 
@@ -68,16 +71,27 @@ def prune_(repo: str, passphrase: str, keep: str) -> None:
 
 
 def restore_(repo: str, passphrase: str, backup_id: str, target: str, keyfile: str = "",
-             config: str = "") -> None:
+             config: str = "", force: str = "") -> None:
+    from cryptdisk.backup import _ops
     from cryptdisk.keys import Key, Keyring, key_from_file
 
     kr = Keyring.single(Key(1, key_from_file(keyfile))) if keyfile else None
     r = Repository.open(repo, passphrase=passphrase)
-    def report(n: int) -> None:  # then wait for the parent's go-ahead: it kills here
-        print(f"part {n}", flush=True)
+    def report(n: int, word: str = "part") -> None:  # then wait: the parent kills here
+        print(f"{word} {n}", flush=True)
         sys.stdin.readline()
 
-    restore(r, backup_id, target, keyring=kr, config=config or None, progress=report)
+    def around(swap: Callable[[str, str], None]) -> Callable[[str, str], None]:
+        def run(a: str, b: str) -> None:
+            report(1, "swap")
+            swap(a, b)
+            report(1, "swapped")
+        return run
+
+    _ops.exchange = around(_ops.exchange)  # type: ignore[assignment]
+    _ops._replace_file = around(_ops._replace_file)  # type: ignore[assignment]
+    restore(r, backup_id, target, keyring=kr, config=config or None, progress=report,
+            replace=bool(force))
     print("done", flush=True)
 
 

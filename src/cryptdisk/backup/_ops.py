@@ -30,8 +30,9 @@ from ..errors import (
 from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
 from . import _chunker
+from ._replace import Replaced, check_sqlite_unused, open_target
 from ._repo import ChunkProblem, Repository
-from ._restoring import restore_lock, work_path
+from ._restoring import exchange, restore_lock, work_path
 
 __all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
            "restore", "retained", "verify"]
@@ -473,9 +474,10 @@ def _assemble(repo: Repository, chunks: list[str], size: int, sha256: str, what:
 
 def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
             config: Any = None, keyring: Keyring | None = None,
-            tables: list[str] | None = None,
+            tables: list[str] | None = None, replace: bool = False,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Restore backup ``backup_id`` into ``target``, which must not exist.
+    """Restore backup ``backup_id`` into ``target``, which must not exist unless
+    ``replace`` (``--force``).
 
     A database is created with ``config`` (or a new key in ``TARGET.key``, then named by
     the result's ``key``) and checked
@@ -485,28 +487,47 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
 
     The restore holds ``TARGET.restoring.lock`` (another restore to TARGET meanwhile
     fails) and first deletes the ``TARGET.restoring-<id>`` work of killed restores.
+
+    ``replace`` replaces an existing TARGET of the backup's kind that nothing uses (see
+    :mod:`._replace`): the restored database takes its place in one atomic step (a
+    directory swap, a file rename), then the old one is deleted. A database restored
+    without ``config`` over one with a ``TARGET.key`` is encrypted under that key.
     """
     dest = os.path.abspath(os.fspath(target))
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     discard = None if config is None else (lambda path: _discard_parts(path, config))
     with restore_lock(dest, discard=discard):
-        return _restore_locked(repo, backup_id, dest, config, keyring, tables, progress)
+        return _restore_locked(repo, backup_id, dest, config, keyring, tables, replace,
+                               progress)
 
 
 def _restore_locked(repo: Repository, backup_id: str, dest: str, config: Any,
-                    keyring: Keyring | None, tables: list[str] | None,
+                    keyring: Keyring | None, tables: list[str] | None, replace: bool,
                     progress: Callable[[int], None] | None) -> dict[str, Any]:
-    if os.path.lexists(dest):
-        raise BackupError(f"{dest} exists; restore into a new path")
     m = repo.read_manifest(backup_id)
-    if m.get("kind") == "sqlite":
+    kind = "sqlite" if m.get("kind") == "sqlite" else "db"
+    if kind == "sqlite":
         if keyring is None:
             raise BackupError("restoring a SQLite backup needs a keyring to encrypt it under",
                               hint="--config CONFIG or --key-file FILE")
         if tables:
             raise BackupError("--table filters tables of a database backup, not SQLite")
-        return _restore_sqlite(repo, m, dest, keyring, progress)
-    return _restore_db(repo, m, dest, config, tables, progress)
+    old = None
+    if os.path.lexists(dest):
+        if not replace:
+            raise BackupError(f"{dest} exists; a restore does not replace it unless told to",
+                              hint="restore into a new path, or replace it with --force "
+                              "(Python: replace=True): the restored database takes its "
+                              "place atomically and the old one is deleted")
+        old = open_target(dest, kind, backup_id)
+    try:
+        if kind == "sqlite":
+            assert keyring is not None
+            return _restore_sqlite(repo, m, dest, keyring, progress, old)
+        return _restore_db(repo, m, dest, config, tables, progress, old, replace)
+    finally:
+        if old is not None:
+            old.release()
 
 
 def _remove_sqlite(dest: str) -> None:
@@ -523,10 +544,16 @@ def _new_sqlite(dest: str, keyring: Keyring, sqlite_connect: Any) -> Any:
         raise
 
 
+def _replace_file(tmp: str, dest: str) -> None:
+    os.replace(tmp, dest)  # atomic: TARGET is the old file or the new one
+
+
 def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Keyring,
-                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Write the database as ``TARGET.restoring-<id>``, check it, then rename it to TARGET
-    (``progress(1)`` just before): a killed restore never leaves a partial TARGET."""
+                    progress: Callable[[int], None] | None = None,
+                    old: Replaced | None = None) -> dict[str, Any]:
+    """Write the database as ``TARGET.restoring-<id>`` (mode 0600, or the mode of the file
+    it replaces), check it, then rename it to TARGET (``progress(1)`` just before): a
+    killed restore never leaves a partial TARGET."""
     from ..sqlite import connect as sqlite_connect
 
     f = m["file"]
@@ -538,6 +565,7 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
     try:
         mem.deserialize("main", bytes(image))
         dst = _new_sqlite(tmp, keyring, sqlite_connect)
+        os.chmod(tmp, 0o600 if old is None else old.mode)
         try:
             with dst.backup("main", mem, "main") as b:
                 b.step(-1)
@@ -554,16 +582,24 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
                               "database")
         if progress is not None:
             progress(1)
-        if os.path.lexists(dest):
-            raise BackupError(f"{dest} appeared during the restore; restore into a new path")
-        os.rename(tmp, dest)
+        if old is not None:
+            check_sqlite_unused(dest)  # opened during the restore: leave it be
+            _replace_file(tmp, dest)
+        else:
+            if os.path.lexists(dest):
+                raise BackupError(f"{dest} appeared during the restore; restore into a new "
+                                  "path")
+            os.rename(tmp, dest)
         _sync_parent(dest)
     except BaseException:
         _remove_sqlite(tmp)
         raise
     finally:
         mem.close()
-    return {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
+    out = {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
+    if old is not None:
+        out["replaced"] = True
+    return out
 
 
 def _sync_parent(path: str) -> None:
@@ -658,9 +694,24 @@ def _restore_table(repo: Repository, pool: ThreadPoolExecutor, db: Database,
     return rows
 
 
-def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str) -> None:
+def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str,
+                 old: Replaced | None, reuse_key: bool) -> None:
     """Move a finished restore from ``tmp`` to ``dest`` (its key first: a kill in between
-    leaves the key and no database, never a database without its key)."""
+    leaves the key and no database, never a database without its key). Replacing ``old``,
+    swap the two directories in one step (the old one is then at ``tmp``); the key is
+    ``dest``'s own (``reuse_key``) or none (a config's)."""
+    if old is not None:
+        exchange(tmp, dest)
+        _sync_parent(dest)
+        if tmp_key is not None:
+            os.unlink(tmp_key)  # a second link to TARGET.key
+        return
+    if reuse_key:  # TARGET.key, kept, and no TARGET
+        assert tmp_key is not None
+        os.rename(tmp, dest)
+        os.unlink(tmp_key)
+        _sync_parent(dest)
+        return
     if os.path.lexists(dest):
         raise BackupError(f"{dest} appeared during the restore; restore into a new path")
     if tmp_key is not None:
@@ -698,9 +749,22 @@ def _discard_parts(path: str, config: Any) -> None:
         db.close()
 
 
+def _remove_replaced(path: str, config: Any) -> None:
+    """Delete the replaced database, now at ``path`` (its parts on ``config``'s disks
+    too). A kill meanwhile leaves it under a work-in-progress name, which the next restore
+    to TARGET deletes."""
+    if config is not None:
+        _discard_parts(path, config)
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        log.warning("cryptdisk: could not delete all of the replaced database, now at %s",
+                    path)
+
+
 def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
                 only: list[str] | None,
-                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[int], None] | None = None,
+                old: Replaced | None = None, replace: bool = False) -> dict[str, Any]:
     """Restore into ``TARGET.restoring-<id>`` beside TARGET, check it, then rename it to
     TARGET: a killed restore never leaves a partial TARGET."""
     known = {t["name"] for t in m["tables"]}
@@ -709,7 +773,12 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             raise BackupError(f"backup {m['id']} has no table {name!r} "
                               f"(tables: {', '.join(sorted(known)) or 'none'})")
     key_file = dest + ".key"
-    if config is None and os.path.lexists(key_file):
+    reuse_key = replace and config is None and os.path.lexists(key_file)
+    if old is not None and config is None and not reuse_key:
+        raise BackupError(f"{dest} has no {key_file}: it is opened under a config, and "
+                          "the restore replacing it takes its keys from the same place",
+                          hint="give its --config")
+    if config is None and os.path.lexists(key_file) and not reuse_key:
         raise BackupError(f"{key_file} exists: a restore without --config makes a new key "
                           "there", hint="restore into a new path, or remove the key file if "
                           "it belongs to no database (a restore killed while publishing "
@@ -719,7 +788,10 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
     rows = 0
     counted: list[int] = []
     try:
-        if tmp_key is not None:  # made here, so no notice names the work-in-progress path
+        if reuse_key:  # the database replaced keeps its key file: only TARGET changes
+            assert tmp_key is not None
+            os.link(key_file, tmp_key)
+        elif tmp_key is not None:  # made here, so no notice names the work-in-progress path
             write_key_file(tmp_key, Key.generate(1))
         db = Database(tmp, config)
         pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
@@ -733,7 +805,7 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             db.close()
-        _publish_dir(tmp, dest, tmp_key, key_file)
+        _publish_dir(tmp, dest, tmp_key, key_file, old, reuse_key)
     except BaseException:
         # leave nothing half-restored behind: under a config, the parts lie on its disks
         if config is not None:
@@ -743,8 +815,13 @@ def _restore_db(repo: Repository, m: dict[str, Any], dest: str, config: Any,
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp_key)
         raise
+    if old is not None:
+        old.release()  # the old LOCK, now at tmp: its writers' lock, dropped to delete it
+        _remove_replaced(tmp, config)
     out: dict[str, Any] = {"kind": "db", "path": dest, "rows": rows}
-    if tmp_key is not None:
+    if old is not None:
+        out["replaced"] = True
+    if tmp_key is not None and not reuse_key:
         out["key"] = key_file  # a new key: the caller tells the user to back it up
     return out
 

@@ -6,11 +6,17 @@ it creates anything until it is done, and builds the database as
 SQLite's ``-wal``, ``-journal``, ``-shm`` for SQLite). Whoever holds the lock owns every
 such name: a restore that takes it deletes the ones killed restores left. A second
 restore to the same TARGET while one runs fails at once.
+
+A restore that replaces a database directory swaps it with its finished work in one
+``renameat2(RENAME_EXCHANGE)`` (:func:`exchange`): TARGET is the old database or the new
+one at every instant, and the old one then lies under the work's name until deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
 import os
 import re
@@ -20,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import BackupError
 
-__all__ = ["restore_lock", "work_path"]
+__all__ = ["exchange", "restore_lock", "work_path"]
 
 _SUFFIXES = ("", ".key", "-wal", "-journal", "-shm")
 
@@ -28,6 +34,33 @@ _SUFFIXES = ("", ".key", "-wal", "-journal", "-shm")
 def work_path(dest: str) -> str:
     """A new name for a restore's work in progress beside ``dest``."""
     return f"{dest}.restoring-{uuid.uuid4().hex[:12]}"
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap the paths ``a`` and ``b`` (both must exist) in one atomic step (Linux's
+    ``renameat2(RENAME_EXCHANGE)``). Raises :class:`BackupError` where the system or file
+    system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        raise BackupError("this system has no renameat2(RENAME_EXCHANGE), which replacing "
+                          "a database directory atomically needs",
+                          hint="restore into a new path and swap the directories "
+                          "yourself") from None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE):
+        err = ctypes.get_errno()
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise BackupError(f"the file system of {b} cannot swap two directories "
+                              "atomically (renameat2 RENAME_EXCHANGE), which replacing a "
+                              "database needs", hint="restore into a new path and swap the "
+                              "directories yourself")
+        raise OSError(err, os.strerror(err), b)
 
 
 def _leftovers(dest: str) -> list[str]:

@@ -70,10 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="check only PCT percent of the chunks (5 or 5%%), chosen at random")
     p.set_defaults(func=_store_errors(_verify))
 
-    p = repo_parser("restore", "restore a backup into a new path",
-                    "Restore backup ID into TARGET (which must not exist). A database is "
-                    "created under --config (or a new key in TARGET.key) and checked; a SQLite "
-                    "database is encrypted under the key(s) given.")
+    p = repo_parser("restore", "restore a backup into a new path (or over a database)",
+                    "Restore backup ID into TARGET (which must not exist, unless --force). A "
+                    "database is created under --config (or a new key in TARGET.key) and "
+                    "checked; a SQLite database is encrypted under the key(s) given.")
     p.add_argument("backup_id", metavar="ID", help="backup id, 'latest', or @TIME (ISO 8601, UTC "
                    "by default): the newest backup taken at or before TIME")
     p.add_argument("target", metavar="TARGET")
@@ -83,6 +83,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    "backups of several sources")
     p.add_argument("--table", action="append", default=[], metavar="NAME",
                    help="restore only this table (repeatable)")
+    p.add_argument("--force", action="store_true",
+                   help="replace TARGET if it exists: a database (or encrypted SQLite file) "
+                   "of the backup's kind that no process has open; the restored one takes "
+                   "its place atomically (killed at any point, TARGET is the old database "
+                   "or the new one), then the old one is deleted. Without --config, a "
+                   "database keeps TARGET.key")
     add_key_options(p, required=False)
     p.set_defaults(func=_store_errors(_restore))
 
@@ -323,9 +329,11 @@ def _restore(args: argparse.Namespace) -> int:
     else:
         _no_single_key(args, f"backup {backup_id} is of a database", "a new key in TARGET.key")
         keys = {"config": config_from_args(args)}
-    out = restore(repo, backup_id, args.target, tables=args.table or None, **keys)
+    out = restore(repo, backup_id, args.target, tables=args.table or None,
+                  replace=args.force, **keys)
     rows_note = f", {out['rows']} rows" if "rows" in out else ""
-    print(f"restored backup {backup_id} into {out['path']}{rows_note} (checked)")
+    replaced = ", replacing the database there" if out.get("replaced") else ""
+    print(f"restored backup {backup_id} into {out['path']}{rows_note} (checked){replaced}")
     if "key" in out:
         print(f"cryptdisk: the new key of {out['path']} is in {out['key']} (mode 0600). Back "
               "it up and keep it apart from the data: losing it loses the data.",

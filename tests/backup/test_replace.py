@@ -1,0 +1,214 @@
+"""Restoring over an existing database: refused without --force; with it, the restored
+database takes TARGET's place atomically (real processes killed with SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cryptdisk
+import cryptdisk.sqlite
+from cryptdisk.backup import Repository, create, restore
+from cryptdisk.errors import BackupError
+from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+
+from .helpers import FAST_KDF, content, make_db
+from .test_crash import _kill, _spawn, _wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _two_backups(tmp_path: Path) -> tuple[Repository, str, str]:
+    """A repository holding an old backup (50 rows) and a new one (3000 rows) of a.db."""
+    src = tmp_path / "a.db"
+    make_db(src, rows=50)
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    old = create(repo, src).id
+    db = cryptdisk.connect(src)
+    for i in range(3):  # three more parts
+        db.sql(f"INSERT INTO t SELECT range, md5(range::VARCHAR), 0 FROM range({i * 1000}, "
+               f"{(i + 1) * 1000})")
+    db.close()
+    return repo, old, create(repo, src).id
+
+
+def _leftovers(tmp_path: Path, name: str) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(name + ".restoring"))
+
+
+def test_restoring_over_a_database_is_refused_naming_force_which_replaces_it(
+        tmp_path: Path) -> None:
+    repo, old, new = _two_backups(tmp_path)
+    restore(repo, old, tmp_path / "r.db")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PW="pw")
+    cmd = [sys.executable, "-m", "cryptdisk", "backup", "restore", str(tmp_path / "repo"), new,
+           str(tmp_path / "r.db"), "--passphrase-env", "PW"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "r.db exists" in p.stderr and "--force" in p.stderr
+    assert content(tmp_path / "r.db")["t"][1][1] == 50
+    p = subprocess.run([*cmd, "--force"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "replacing the database there" in p.stdout
+    assert content(tmp_path / "r.db") == content(tmp_path / "a.db")
+
+
+def test_force_replaces_a_database_keeps_its_key_and_deletes_the_old_files(
+        tmp_path: Path) -> None:
+    repo, old, new = _two_backups(tmp_path)
+    target = tmp_path / "r.db"
+    restore(repo, old, target)
+    key = (tmp_path / "r.db.key").read_bytes()
+    old_files = {p.name for p in target.rglob("*.parquet")}
+    out = restore(repo, new, target, replace=True)
+    assert out["replaced"] and "key" not in out  # no new key to tell the user about
+    assert (tmp_path / "r.db.key").read_bytes() == key
+    assert content(target) == content(tmp_path / "a.db")
+    assert not old_files & {p.name for p in target.rglob("*.parquet")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.db", "a.db.key", "r.db", "r.db.key", "repo"]  # the old database is gone
+    # restoring a backup over its own source (rolling it back), in place
+    restore(repo, old, tmp_path / "a.db", replace=True)
+    assert content(tmp_path / "a.db")["t"][1][1] == 50
+
+
+def test_force_under_a_config_deletes_the_old_databases_parts_on_its_disks(
+        tmp_path: Path) -> None:
+    from cryptdisk.config import load_config
+    from tests.db.dbhelpers import write_config
+
+    repo, old, new = _two_backups(tmp_path)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    cfg = load_config(write_config(conf, [4], 4))
+    target = tmp_path / "r.db"
+    restore(repo, old, target, config=cfg)
+    before = {p.name for p in (conf / "store").rglob("*.parquet")}
+    assert before
+    with pytest.raises(BackupError, match=r"has no .*r.db.key: it is opened under a config"):
+        restore(repo, new, target, replace=True)  # its keys are the config's
+    restore(repo, new, target, config=cfg, replace=True)
+    r = cryptdisk.connect(target, cfg, read_only=True)
+    try:
+        assert r.query("SELECT count(*) FROM t") == [(3050,)]
+        on_disk = {p.name for p in (conf / "store").rglob("*.parquet")}
+        assert on_disk == {os.path.basename(p.path) for t in r.catalog.tables.values()
+                           for p in t.parts}  # the old database's parts are gone
+        assert not before & on_disk
+    finally:
+        r.close()
+    assert not _leftovers(tmp_path, "r.db")
+
+
+def test_force_refuses_what_is_not_a_database_of_the_backups_kind_or_is_in_use(
+        tmp_path: Path) -> None:
+    repo, _old, new = _two_backups(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(BackupError, match="not a cryptdisk database"):
+        restore(repo, new, other, replace=True)
+    assert (other / "notes.txt").read_text() == "mine"
+    (tmp_path / "link.db").symlink_to(tmp_path / "a.db")
+    with pytest.raises(BackupError, match="symbolic link"):
+        restore(repo, new, tmp_path / "link.db", replace=True)
+    (tmp_path / "f.db").write_bytes(b"x")
+    with pytest.raises(BackupError, match=r"is a file; backup .* is of a database"):
+        restore(repo, new, tmp_path / "f.db", replace=True)
+    restore(repo, new, tmp_path / "r.db")
+    writer = cryptdisk.connect(tmp_path / "r.db")
+    try:
+        with pytest.raises(BackupError, match="open for writing"):
+            restore(repo, new, tmp_path / "r.db", replace=True)
+        assert writer.query("SELECT count(*) FROM t") == [(3050,)]
+    finally:
+        writer.close()
+    for name in ("other", "link.db", "f.db", "r.db"):
+        assert not _leftovers(tmp_path, name)
+
+
+def _sqlite(tmp_path: Path) -> tuple[Repository, str, Keyring]:
+    keyfile = tmp_path / "k"
+    write_key_file(keyfile, os.urandom(32))
+    kr = Keyring.single(Key(1, key_from_file(keyfile)))
+    c = cryptdisk.sqlite.connect(tmp_path / "app.db", keyring=kr)
+    c.execute("CREATE TABLE w (i INTEGER)")
+    c.executemany("INSERT INTO w VALUES (?)", [(i,) for i in range(1000)])
+    c.close()
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    return repo, create(repo, tmp_path / "app.db", keyring=kr).id, kr
+
+
+def _count(path: Path, kr: Keyring) -> int:
+    c = cryptdisk.sqlite.connect(path, keyring=kr)
+    try:
+        return int(c.execute("SELECT count(*) FROM w").fetchall()[0][0])
+    finally:
+        c.close()
+
+
+def test_a_restored_sqlite_file_is_0600_and_force_replaces_one_no_connection_has_open(
+        tmp_path: Path) -> None:
+    repo, bid, kr = _sqlite(tmp_path)
+    restore(repo, bid, tmp_path / "new.db", keyring=kr)
+    assert (tmp_path / "new.db").stat().st_mode & 0o777 == 0o600
+    target = tmp_path / "r.db"
+    c = cryptdisk.sqlite.connect(target, keyring=kr)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute("CREATE TABLE w (i INTEGER); INSERT INTO w VALUES (1)")
+    target.chmod(0o640)
+    with pytest.raises(BackupError, match=r"r.db-wal exists: .* is open"):
+        restore(repo, bid, target, keyring=kr, replace=True)
+    assert c.execute("SELECT count(*) FROM w").fetchall() == [(1,)]
+    c.close()
+    with pytest.raises(BackupError, match="is not a file"):
+        restore(repo, bid, tmp_path / "repo", keyring=kr, replace=True)
+    out = restore(repo, bid, target, keyring=kr, replace=True)
+    assert out["replaced"]
+    assert _count(target, kr) == 1000
+    assert target.stat().st_mode & 0o777 == 0o640  # the replaced file's mode
+    assert not _leftovers(tmp_path, "r.db")
+
+
+@pytest.mark.parametrize("point", [("part", 2), ("swap", 1), ("swapped", 1)])
+def test_kill_9_while_replacing_a_database_leaves_the_old_one_or_the_new(
+        tmp_path: Path, point: tuple[str, int]) -> None:
+    repo, old, new = _two_backups(tmp_path)
+    target = tmp_path / "r.db"
+    restore(repo, old, target)
+    key = (tmp_path / "r.db.key").read_bytes()
+    before = content(target)
+    proc = _spawn("restore", str(tmp_path / "repo"), "pw", new, str(target), "", "", "force",
+                  stdin=subprocess.PIPE)
+    _wait_for(proc, *point)
+    _kill(proc)
+    assert (tmp_path / "r.db.key").read_bytes() == key
+    want = content(tmp_path / "a.db") if point[0] == "swapped" else before
+    assert content(target) == want  # opens whole: the old database or the new one
+    assert _leftovers(tmp_path, "r.db")  # the work in progress, or the replaced database
+    restore(repo, old, target, replace=True)  # deletes it
+    assert not _leftovers(tmp_path, "r.db")
+    assert content(target) == before
+
+
+@pytest.mark.parametrize("point", ["swap", "swapped"])
+def test_kill_9_while_replacing_a_sqlite_database_leaves_the_old_one_or_the_new(
+        tmp_path: Path, point: str) -> None:
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    c = cryptdisk.sqlite.connect(target, keyring=kr)
+    c.execute("CREATE TABLE w (i INTEGER); INSERT INTO w VALUES (1)")
+    c.close()
+    proc = _spawn("restore", str(tmp_path / "repo"), "pw", bid, str(target),
+                  str(tmp_path / "k"), "", "force", stdin=subprocess.PIPE)
+    _wait_for(proc, point, 1)
+    _kill(proc)
+    assert _count(target, kr) == (1000 if point == "swapped" else 1)
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
+    assert not _leftovers(tmp_path, "r.db")
