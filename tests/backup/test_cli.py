@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cryptdisk
 from cryptdisk.keys import Key, write_key_file
 
 from .helpers import content, make_db
@@ -295,3 +296,19 @@ def test_init_refuses_a_missing_bucket_unless_asked_to_create_it(tmp_path: Path)
         for url in ("s3://cli-backups/repo", "s3://cli-new-bucket/repo"):
             r = run("list", url, *opts, env=env)
             assert r.returncode == 0 and "no backups" in r.stdout, r.stderr
+
+
+def test_a_part_missing_from_the_source_names_a_way_to_check_that_exists(
+        tmp_path: Path) -> None:
+    db = cryptdisk.connect(tmp_path / "a.db")
+    db.sql("CREATE TABLE t (id BIGINT)")
+    db.sql("INSERT INTO t SELECT range FROM range(10)")
+    (tmp_path / "a.db" / "data" / db.table("t").parts[0].path).unlink()
+    db.close()
+    repo = str(tmp_path / "repo")
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    p = run("create", repo, str(tmp_path / "a.db"), "--passphrase-env", "BK_PASS")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "is missing (catalog version" in p.stderr and "damaged" in p.stderr
+    assert "cryptdisk check" not in p.stderr  # no such command
+    assert "check()" in p.stderr and "restore" in p.stderr

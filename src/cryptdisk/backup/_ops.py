@@ -225,8 +225,12 @@ def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
                 last = exc
                 db.refresh()
                 if db.catalog.version == version:
-                    raise BackupError(f"{path}: {exc} (catalog version {version})",
-                                      hint="run 'cryptdisk check' on the database") from None
+                    raise BackupError(
+                        f"{path}: {exc} (catalog version {version}): the database is damaged",
+                        hint="find every damaged part with Python's cryptdisk.connect(PATH, "
+                        "read_only=True).check() (with its config, if it has one); put it "
+                        "back from a backup with 'cryptdisk backup restore ... --force'"
+                        ) from None
         raise BackupError(f"{path}: the catalog kept changing during the backup ({last})")
     finally:
         db.close()
