@@ -2,7 +2,7 @@
 
 import duckdb
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cryptdisk.db import _sql
@@ -95,6 +95,7 @@ def test_same_result_as_native_duckdb(pair, query):
 statement = st.text(alphabet=st.sampled_from(list("ab ';\"-/*\n")), max_size=40)
 
 
+@settings(deadline=None)
 @given(st.lists(statement, max_size=5))
 def test_split_statements_never_loses_text_outside_separators(parts):
     joined = ";".join(parts)
@@ -140,6 +141,7 @@ _TREES = st.recursive(_LEAVES, lambda kids: st.lists(kids, max_size=4) | st.dict
         st.text(max_size=2), kids, max_size=3)), max_leaves=30)
 
 
+@settings(deadline=None)
 @given(_TREES)
 def test_the_tree_walk_visits_every_dict_in_order(tree):
     """Every dict (a subclass too) under a list or dict of any nesting, parent first, in

@@ -104,6 +104,7 @@ def test_algorithm_parse_and_sizes():
         CHAlgorithm.for_key(bytes(20))
 
 
+@settings(deadline=None)
 @given(alg=st.sampled_from(list(CHAlgorithm)), fp=st.binary(min_size=16, max_size=16),
        iv=st.binary(min_size=16, max_size=16))
 def test_header_v2_round_trip(alg, fp, iv):
