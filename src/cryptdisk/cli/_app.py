@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
 from ..errors import CryptdiskError
@@ -82,6 +83,25 @@ def _broken_pipe() -> int:
     return 128 + signal.SIGPIPE  # where a signal cannot end the process
 
 
+def _warn_exposed_configs(args: argparse.Namespace) -> None:
+    """Warn when the command's config holds keys inline and group or others may read it
+    (said as the command ends, after its own output and errors)."""
+    names = [n for n in ("keyring", "config") if hasattr(args, n)]
+    paths = {v for n in names if isinstance(v := getattr(args, n), str) and v}
+    if names and not paths and os.environ.get("CRYPTDISK_KEYRING"):
+        paths = {os.environ["CRYPTDISK_KEYRING"]}
+    if not paths:
+        return
+    from ..keys import config_exposure
+
+    for path in sorted(paths):
+        said = config_exposure(path)
+        if said:
+            print(f"cryptdisk: warning: {said}", file=sys.stderr)
+            print(f"cryptdisk: hint: chmod 600 {path}, or keep the keys in key files "
+                  "(file = ...) or variables (from_env = ...)", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``cryptdisk`` command (``argv`` defaults to the program's arguments).
 
@@ -98,6 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    try:
+        return _run(func, args)
+    finally:
+        # after the command's own output and errors: the warning is about the setup
+        _warn_exposed_configs(args)
+
+
+def _run(func: Any, args: argparse.Namespace) -> int:
     try:
         code = func(args)
     except CryptdiskError as exc:

@@ -15,6 +15,7 @@ the providers themselves are in :mod:`cryptdisk.keys.providers`.
 """
 
 from ._audit import AUDIT_ENV
+from ._exposure import config_exposure
 from ._hygiene import is_dumpable, protect_process
 from ._kek import WrappedKekProvider, create_wrapped_key
 from ._key import Key, export_key_material
@@ -66,6 +67,7 @@ __all__ = [
     "UnwrapCache",
     "WrappedKekProvider",
     "close_provider_keys",
+    "config_exposure",
     "create_wrapped_key",
     "decode_hex_key",
     "export_key_material",
