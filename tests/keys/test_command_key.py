@@ -132,3 +132,33 @@ def test_the_cli_tells_the_operator_status_and_stderr_never_the_key(tmp_path):
     assert ("key command 'keytool' exited with status 2; its stderr: gpg: decryption failed: "
             "No secret key") in done.stderr
     assert KEY not in done.stderr + done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_command_may_prompt_on_the_terminal(tmp_path):
+    """A key command that reads its passphrase from /dev/tty (age, a passphrase helper) runs
+    on cryptdisk's terminal, in its foreground process group. Run under a pseudo-terminal."""
+    import pty
+
+    tool = _script(tmp_path, "exec 3</dev/tty || exit 9\nread -r pw <&3\n"
+                   f"[ \"$pw\" = open-sesame ] && echo {KEY}\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from cryptdisk.keys import "
+            "key_from_command; print('KEY', key_from_command([sys.argv[2]]).hex(), flush=True)")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        os.execv(sys.executable, [sys.executable, "-c", code, SRC, tool])
+    out = b""
+    try:
+        os.write(fd, b"open-sesame\n")
+        while True:  # until the child ends (EIO on the pty's master)
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert f"KEY {KEY}".encode() in out, out
+    assert os.waitstatus_to_exitcode(status) == 0

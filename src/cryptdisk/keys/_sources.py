@@ -195,12 +195,48 @@ def _exit_status(code: int) -> str:
     return f"exited with status {code}"
 
 
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from ``/proc`` (empty where there is none)."""
+    out: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(name))
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its descendants (found through ``/proc``; a descendant that
+    left, i.e. daemonised, is not found)."""
+    for _ in range(3):  # a descendant may fork while it is being killed
+        children = _children()
+        tree, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            todo += children.get(p, [])
+        for p in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        if tree == [pid]:
+            return
+
+
 def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,
                      sizes: tuple[int, ...] = (16, 32)) -> bytes:
     """Run an external command (no shell) whose stdout is a hex key.
 
-    The command runs in a session of its own with stdin from ``/dev/null``; one that
-    does not finish within ``timeout`` seconds is killed with its process group. A
+    The command's stdin is ``/dev/null`` (it may prompt on ``/dev/tty``); one that does
+    not finish within ``timeout`` seconds is killed with the processes it started. A
     failure names the command (its program's name, never its arguments), its exit
     status or signal and an excerpt of its stderr (:func:`stderr_excerpt`); its stdout,
     which holds the key, is never shown.
@@ -210,8 +246,10 @@ def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,
     shown = os.path.basename(argv[0].rstrip("/")) or argv[0]
     what = f"key command {shown!r}"
     try:
+        # not a session or process group of its own: a command that prompts on /dev/tty
+        # (age, a passphrase helper) needs this terminal and its foreground group
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise KeyCommandError(f"{what} was not found") from None
     except PermissionError:
@@ -222,8 +260,7 @@ def key_from_command(argv: Sequence[str], *, timeout: float = 30.0,
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the command and what it started
+        _kill_tree(proc.pid)  # the command and what it started
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:  # a child left its session and holds the pipes
