@@ -1,5 +1,6 @@
 """Helpers shared by the Dask tests (a unique module name, unlike ``conftest``)."""
 
+import base64
 import pickle
 
 import cloudpickle
@@ -61,8 +62,15 @@ def recorded_tasks(client):
     return client.run_on_scheduler(take)
 
 
+def encodings(raw):
+    """``raw`` key bytes as a leak would show them: raw, hex (lower, upper), base64 (standard
+    and URL-safe, with and without padding)."""
+    b64 = [base64.b64encode(raw), base64.urlsafe_b64encode(raw)]
+    return [raw, raw.hex().encode(), raw.hex().upper().encode(), *b64,
+            *(b.rstrip(b"=") for b in b64)]
+
+
 def key_needles(tmp_path, *secrets):
-    """The bytes of key file k1.hex (raw, hex lower and upper) and ``secrets`` as bytes."""
+    """The bytes of key file k1.hex (see :func:`encodings`) and ``secrets`` as bytes."""
     key_hex = (tmp_path / "k1.hex").read_text().split()[-1]
-    return [bytes.fromhex(key_hex), key_hex.lower().encode(), key_hex.upper().encode(),
-            *(s.encode() for s in secrets)]
+    return [*encodings(bytes.fromhex(key_hex)), *(s.encode() for s in secrets)]

@@ -10,6 +10,7 @@ import pytest
 from cryptdisk.format import MAGIC
 
 from ..db.dbhelpers import write_config
+from .daskhelpers import key_needles
 
 # dask 2026.8's read_parquet calls reset_index and set_index with inplace=True (deprecated
 # by pandas 3.1)
@@ -44,8 +45,7 @@ def test_a_dataset_round_trips_through_the_cluster_encrypted(client, cfg, tmp_pa
 
 
 def test_dataset_graphs_carry_the_config_path_not_the_key(cfg, tmp_path):
-    key_hex = (tmp_path / "k1.hex").read_text().split()[-1]
-    needles = [bytes.fromhex(key_hex), key_hex.encode(), key_hex.upper().encode()]
+    needles = key_needles(tmp_path)
     opts = {"config": str(cfg)}
     pdf = pd.DataFrame({"k": range(10)})
     dd.from_pandas(pdf, npartitions=1).to_parquet("cryptdisk://secure/small",
