@@ -109,3 +109,23 @@ def test_a_clickhouse_file_whose_key_cannot_be_compared_counts_as_possibly_the_k
     refused = run("keys", "retire", "1", "-c", str(cfg), str(tmp_path / "store" / "ch"),
                   CD_TEST_K1=k1)
     assert refused.returncode == 1 and "still used by 1 file(s)" in refused.stderr
+
+
+def test_destroy_refuses_a_retired_key_whose_clickhouse_files_remain(tmp_path):
+    """A key retired by hand (or before ClickHouse files were counted) while such files
+    still use it: destroy reads its key file to compare, refuses, and keeps the key."""
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    write_key_file(tmp_path / "k2.hex", Key.generate(2))
+    write_key_file(tmp_path / "own.hex", Key.generate(9))
+    cfg = tmp_path / "cryptdisk.toml"
+    cfg.write_text(CONFIG.replace('file = "k1.hex"\n', 'file = "k1.hex"\n[[keyring.keys]]\n'
+                                  'id = 2\nfile = "k2.hex"\n'))
+    _write(cfg, "ch", "a/old.bin")
+    cfg.write_text(cfg.read_text().replace("current_key_id = 1", "current_key_id = 2").replace(
+        'file = "k1.hex"\n', 'file = "k1.hex"\nstate = "retired"\n'))
+    refused = run("keys", "destroy", "1", "-c", str(cfg), str(tmp_path / "store"))
+    assert refused.returncode == 1
+    assert "destroying it would lose them: " in refused.stderr and "old.bin" in refused.stderr
+    assert "cryptdisk convert" in refused.stderr
+    assert (tmp_path / "k1.hex").exists()
+    assert [k["id"] for k in keyring_section(str(cfg))["keys"]] == [1, 2]

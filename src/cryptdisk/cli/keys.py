@@ -301,6 +301,14 @@ def _is_clickhouse_file(path: str) -> bool:
         return False
 
 
+def _clickhouse_hint(used: list[str], config: str) -> str:
+    if not any(_is_clickhouse_file(f) for f in used):
+        return ""
+    return ("; files in ClickHouse's format are encrypted with the key itself and cannot be "
+            f"rewrapped: re-encrypt them (cryptdisk convert SRC DST --config {config} --to "
+            "clickhouse --disk DISK) or keep the key")
+
+
 def _why_unknown(path: str) -> str:
     if _is_clickhouse_file(path):
         return ("ClickHouse format; its key is unknown: a key of the config did not load, "
@@ -534,11 +542,7 @@ def cmd_keys_retire(args: argparse.Namespace) -> int:
     used = _usage(args, config, args.id)
     if used:
         hint = (f"rewrap them first: cryptdisk keys promote {keys.current_key_id} --config "
-                f"{config} with --db or PATHs")
-        if any(_is_clickhouse_file(f) for f in used):
-            hint += ("; files in ClickHouse's format are encrypted with the key itself and "
-                     "cannot be rewrapped: re-encrypt them (cryptdisk convert SRC DST --config "
-                     f"{config} --to clickhouse --disk DISK) or keep the key")
+                f"{config} with --db or PATHs") + _clickhouse_hint(used, config)
         raise KeyringError(f"key {args.id} is still used by {len(used)} file(s): "
                            f"{_listing(used)}", hint=hint)
     changed = keys.retire(args.id)
@@ -567,7 +571,8 @@ def cmd_keys_destroy(args: argparse.Namespace) -> int:
         raise KeyringError(f"key {args.id} is still used by {len(used)} file(s); destroying "
                            f"it would lose them: {_listing(used)}",
                            hint="those files were written or restored after the key was "
-                           "retired; rewrap them to the current key first")
+                           "retired; rewrap them to the current key first"
+                           + _clickhouse_hint(used, config))
     for line in keys.destroy(args.id):
         print(line)
     print(f"destroyed key {args.id}")
