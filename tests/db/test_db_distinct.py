@@ -5,7 +5,6 @@ stays within memory_limit, and the C set's own contract."""
 
 import os
 import threading
-import time
 
 import duckdb
 import pyarrow as pa
@@ -195,18 +194,21 @@ def test_an_interrupt_stops_the_count(db, monkeypatch, how):
     db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
     db.sql("INSERT INTO t SELECT i, (i % 1000)::VARCHAR FROM range(300000) r(i)")
     runner = db if how == "database" else db.reader()
-    started, add = threading.Event(), _distinct._add
+    started, asked, add = threading.Event(), threading.Event(), _distinct._add
 
-    def slow_add(seen, arr):
+    def gated_add(seen, arr):
+        # every batch waits until the interrupt has been asked for: it lands while the
+        # count runs, however late the interrupting thread is scheduled
         started.set()
-        time.sleep(0.05)
+        asked.wait(30)
         return add(seen, arr)
 
-    monkeypatch.setattr(_distinct, "_add", slow_add)
+    monkeypatch.setattr(_distinct, "_add", gated_add)
 
     def interrupt() -> None:
         started.wait(30)
         runner.interrupt()
+        asked.set()
 
     th = threading.Thread(target=interrupt)
     th.start()
