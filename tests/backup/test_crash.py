@@ -273,3 +273,38 @@ def test_kill_9_before_a_sqlite_restore_is_renamed_leaves_no_target(tmp_path: Pa
     r = cryptdisk.sqlite.connect(target, keyring=kr)
     assert r.execute("SELECT count(*) FROM w").fetchall() == [(1000,)]
     r.close()
+
+
+def test_a_sqlite_database_left_with_a_hot_journal_is_refused_clearly(tmp_path: Path) -> None:
+    """A writer killed mid-transaction in rollback-journal mode leaves a hot journal that
+    SQLite must roll back before the database is read; a read-only backup says so."""
+    keyfile = tmp_path / "k"
+    write_key_file(keyfile, os.urandom(32))
+    src = tmp_path / "app.db"
+    script = (
+        "import os, signal, sys, cryptdisk.sqlite\n"
+        "from cryptdisk.keys import Key, Keyring, key_from_file\n"
+        "c = cryptdisk.sqlite.connect(sys.argv[1], keyring=Keyring.single(Key(1, "
+        "key_from_file(sys.argv[2]))))\n"
+        "c.execute('CREATE TABLE w (b BLOB); INSERT INTO w VALUES (1)')\n"
+        "c.execute('PRAGMA cache_size=10; BEGIN')\n"  # a small cache spills to the file
+        "c.execute('WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n "
+        "WHERE x < 2000) INSERT INTO w SELECT randomblob(500) FROM n')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", script, str(src), str(keyfile)], env=env)
+    assert done.returncode == -signal.SIGKILL
+    assert (tmp_path / "app.db-journal").stat().st_size > 0
+    kr = Keyring.single(Key(1, key_from_file(keyfile)))
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    with pytest.raises(BackupError, match=r"hot journal .* no backup was taken"):
+        create(repo, src, keyring=kr)
+    assert repo.manifest_ids() == []
+    c = cryptdisk.sqlite.connect(src, keyring=kr)  # rolls the killed transaction back
+    assert c.execute("SELECT count(*) FROM w").fetchall() == [(1,)]
+    c.close()
+    bid = create(repo, src, keyring=kr).id
+    restore(repo, bid, tmp_path / "r.db", keyring=kr)
+    r = cryptdisk.sqlite.connect(tmp_path / "r.db", keyring=kr)
+    assert r.execute("SELECT count(*) FROM w").fetchall() == [(1,)]
+    r.close()

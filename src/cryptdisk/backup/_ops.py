@@ -250,6 +250,17 @@ def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
         finally:
             mem.close()
             src.close()
+    except apsw.ReadOnlyError:
+        if not os.path.exists(path + "-journal"):
+            raise
+        # SQLITE_READONLY_ROLLBACK: a writer was killed mid-transaction and left a hot
+        # journal, which the next connection that may write rolls back
+        raise BackupError(f"{path} has a hot journal ({path}-journal): a writer was killed "
+                          "in a transaction, and SQLite rolls that back before anyone reads "
+                          "the database, which a backup (read-only) does not do; no backup "
+                          "was taken", hint="open it read-write once (the application, or "
+                          "cryptdisk.sqlite.connect(PATH, keyring=...) and any query), then "
+                          "back it up again") from None
     except (apsw.BusyError, apsw.LockedError):
         raise BackupError(f"{path}: the database stayed locked by a writer past the busy "
                           "timeout; no backup was taken",
