@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
-import io
 import logging
 import os
 import random
@@ -33,6 +32,7 @@ from . import _chunker
 from ._replace import Replaced, check_sqlite_unused, open_target
 from ._repo import ChunkProblem, Repository
 from ._restoring import exchange, restore_lock, work_path
+from ._sqliteimage import snapshot, write_image
 
 __all__ = ["BackupSummary", "VerifyReport", "create", "find_backup", "list_backups", "prune",
            "restore", "retained", "verify"]
@@ -237,19 +237,10 @@ def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
 
 
 def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
-    from ..sqlite import connect as sqlite_connect
-
     try:
-        src = sqlite_connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
-        mem = apsw.Connection(":memory:")
-        try:
-            wal = src.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
-            with mem.backup("main", src, "main") as b:  # one read transaction: one commit
-                b.step(-1)
-            image = mem.serialize("main")
-        finally:
-            mem.close()
-            src.close()
+        with snapshot(path, keyring) as (image, wal):  # one committed state
+            h = _Hashing(image)
+            chunks = w.store(h)
     except apsw.ReadOnlyError:
         if not os.path.exists(path + "-journal"):
             raise
@@ -266,8 +257,6 @@ def _backup_sqlite(path: str, keyring: Keyring, w: _Writer) -> dict[str, Any]:
                           "timeout; no backup was taken",
                           hint="run the backup again when the writer's transaction ends (in "
                           "WAL mode a backup reads beside a writer)") from None
-    h = _Hashing(io.BytesIO(image))
-    chunks = w.store(h)
     return {"kind": "sqlite", "wal": wal,
             "file": {"bytes": h.size, "sha256": h.sha.hexdigest(), "chunks": chunks}}
 
@@ -479,14 +468,6 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _assemble(repo: Repository, chunks: list[str], size: int, sha256: str, what: str) -> bytes:
-    data = b"".join(repo.get_chunk(c) for c in chunks)
-    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-        raise BackupAuthenticationError(f"{what}: the restored bytes do not match the "
-                                        "manifest's SHA-256")
-    return data
-
-
 def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
             config: Any = None, keyring: Keyring | None = None,
             tables: list[str] | None = None, replace: bool = False,
@@ -572,18 +553,21 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
     from ..sqlite import connect as sqlite_connect
 
     f = m["file"]
-    image = bytearray(_assemble(repo, f["chunks"], f["bytes"], f["sha256"], "the database"))
-    if len(image) >= 20:
-        image[18] = image[19] = 1  # rollback-journal mode for the in-memory copy
     tmp = work_path(dest)
-    mem = apsw.Connection(":memory:")
+    pool = ThreadPoolExecutor(_Writer.WORKERS, thread_name_prefix="cryptdisk-restore")
+    stream = _ChunkStream(repo, pool, f["chunks"])
     try:
-        mem.deserialize("main", bytes(image))
-        dst = _new_sqlite(tmp, keyring, sqlite_connect)
-        os.chmod(tmp, 0o600 if old is None else old.mode)
+        h = _Hashing(stream)
         try:
-            with dst.backup("main", mem, "main") as b:
-                b.step(-1)
+            write_image(h, tmp, keyring, 0o600 if old is None else old.mode)
+        finally:
+            stream.close()
+            pool.shutdown(wait=True, cancel_futures=True)
+        if h.size != f["bytes"] or h.sha.hexdigest() != f["sha256"]:
+            raise BackupAuthenticationError("the database: the restored bytes do not match "
+                                            "the manifest's SHA-256")
+        dst = _new_sqlite(tmp, keyring, sqlite_connect)
+        try:
             if m.get("wal"):
                 dst.execute("PRAGMA journal_mode=WAL")
             ok = dst.execute("PRAGMA integrity_check").fetchall()
@@ -609,8 +593,6 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
     except BaseException:
         _remove_sqlite(tmp)
         raise
-    finally:
-        mem.close()
     out = {"kind": "sqlite", "path": dest, "bytes": f["bytes"]}
     if old is not None:
         out["replaced"] = True
