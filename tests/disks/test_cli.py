@@ -158,3 +158,47 @@ def test_convert_names_file_with_missing_key(config: str, tmp_path: Path) -> Non
     done = cli("convert", str(enc), str(tmp_path / "out"), "-c", str(other), "--to", "plain")
     assert done.returncode == 1
     assert "id 1" in done.stderr and str(enc) in done.stderr
+
+
+def test_convert_clickhouse_disks_whose_key_ids_coincide_with_the_keyrings(
+        tmp_path: Path) -> None:
+    # Disk "ring" takes the keyring's keys 1 and 2; disk "own" has its own key 1, another
+    # key. Ids are per key set: each file is found by its key's fingerprint.
+    config = tmp_path / "c.toml"
+    config.write_text(f"""
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+hex = "{K1}"
+[[keyring.keys]]
+id = 2
+hex = "{'cd' * 32}"
+[disks.raw]
+type = "local"
+path = "raw"
+[disks.ring]
+type = "clickhouse"
+disk = "raw"
+path = "ring/"
+algorithm = "AES_256_CTR"
+[disks.own]
+type = "clickhouse"
+disk = "raw"
+path = "own/"
+current_key_id = 1
+[[disks.own.keys]]
+id = 1
+hex = "00112233445566778899aabbccddeeff"
+""")
+    cfg = load_config(config)
+    cfg.disks["ring"].write_bytes("a.bin", b"RING-DATA" * 500)
+    cfg.disks["own"].write_bytes("b.bin", b"OWN-DATA" * 500)
+    done = cli("convert", str(tmp_path / "raw"), str(tmp_path / "enc"), "-c", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "converted 2 file(s)" in done.stdout and "sources: 2 clickhouse" in done.stdout
+    back = cli("convert", str(tmp_path / "enc"), str(tmp_path / "back"), "-c", str(config),
+               "--to", "plain")
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back" / "ring" / "a.bin").read_bytes() == b"RING-DATA" * 500
+    assert (tmp_path / "back" / "own" / "b.bin").read_bytes() == b"OWN-DATA" * 500

@@ -156,3 +156,50 @@ def test_keys_sharing_an_id_open_the_file_whose_check_value_matches(tmp_path: Pa
 
     with open_any(tmp_path / "f", keyring=ring, config=Cfg()) as f:  # type: ignore[arg-type]
         assert f.read() == b"bee"
+
+
+def test_clickhouse_keys_of_several_disks_may_share_ids(tmp_path: Path) -> None:
+    from cryptdisk.disks import ClickHouseDisk, ClickHouseKey
+    from cryptdisk.errors import KeyringError
+    from cryptdisk.format.clickhouse import CHAlgorithm, CHHeader, clickhouse_v1_key_hash
+
+    raw = LocalDisk("raw", tmp_path)
+    a, b = ClickHouseKey(1, bytes(range(16))), ClickHouseKey(1, bytes(range(1, 17)))
+    two = ClickHouseKey(2, bytes(range(2, 18)))
+    ClickHouseDisk("x", raw, [a, two], 1, prefix="x").write_bytes("f", b"from x")
+    ClickHouseDisk("y", raw, [b], 1, prefix="y").write_bytes("f", b"from y")
+
+    class Cfg:
+        path = "c.toml"
+
+        def cryptdisk_keys(self) -> list[Key]:
+            return []
+
+        def clickhouse_keys(self) -> list[ClickHouseKey]:
+            return [a, two, b]  # disk x's keys, then disk y's: id 1 twice, different keys
+
+    for name, data in (("x", b"from x"), ("y", b"from y")):
+        with open_any(tmp_path / name / "f", config=Cfg()) as f:  # type: ignore[arg-type]
+            assert f.read() == data
+    # A version-1 header names its key by id and a 4-bit hash: with two different keys of
+    # that id and hash, which one wrote the file is unknown, and that is the error.
+    c = next(ClickHouseKey(1, bytes([n]) * 16) for n in range(256)
+             if clickhouse_v1_key_hash(bytes([n]) * 16) == clickhouse_v1_key_hash(bytes(range(16)))
+             and bytes([n]) * 16 != bytes(range(16)))
+    header = CHHeader(1, CHAlgorithm.AES_128_CTR, None, 1, bytes(16),
+                      clickhouse_v1_key_hash(bytes(range(16))))
+    (tmp_path / "v1").write_bytes(header.to_bytes() + b"data")
+
+    class Both(Cfg):
+        def clickhouse_keys(self) -> list[ClickHouseKey]:
+            return [a, c]
+
+    with pytest.raises(KeyringError, match=r"2 different keys .* fit the file's key id 1") as info:
+        open_any(tmp_path / "v1", config=Both())  # type: ignore[arg-type]
+    assert bytes(range(16)).hex() not in str(info.value)
+    with open_any(tmp_path / "v1", config=Cfg()) as f:  # type: ignore[arg-type]
+        assert f.read(4)  # key a alone fits it: b's hash differs
+    # Within one disk an id names one key.
+    with pytest.raises(ValueError, match="two different keys have id 1"):
+        ClickHouseDisk("z", raw, [a, b], 1)
+    assert ClickHouseDisk("z", raw, [a, ClickHouseKey(1, bytes(range(16)))], 1).keys == {1: a}

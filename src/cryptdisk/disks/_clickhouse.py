@@ -11,6 +11,7 @@ The byte format itself lives in :mod:`cryptdisk.format.clickhouse`.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
@@ -19,6 +20,7 @@ from ..errors import (
     DiskIsADirectoryError,
     InvalidKeyError,
     KeyNotFoundError,
+    KeyringError,
 )
 from ..keys import export_key_material
 from ._base import Disk, DiskConfig, FileInfo, positional
@@ -90,18 +92,38 @@ class PreadSource:
 def find_clickhouse_key(header: Any, keys: list[ClickHouseKey], path: str, where: str) -> bytes:
     """The key for a ClickHouse header among ``keys``; raises :class:`KeyNotFoundError`.
 
-    The error names the file, the header's fingerprint (or v1 key id) and
-    where the keys came from; never key material.
+    ``keys`` may come from several key sets (every ``clickhouse`` disk of a config,
+    and the keyring those disks take keys from), whose ids are their own: key 1 of
+    one disk and key 1 of another may be different keys. So keys are told apart by
+    material, never merged by id: a version-2 header finds its key by fingerprint
+    among all of them; a version-1 header (id and a 4-bit key hash) by id, hash and
+    size. Two different keys that both fit a version-1 header raise
+    :class:`KeyringError` (the file cannot tell which wrote it). Errors name the
+    file, the header's fingerprint (or v1 key id) and where the keys came from;
+    never key material.
     """
     ch = ch_module()
-    finder = ch.ch_key_finder({k.key_id: k._raw_material() for k in keys})
-    try:
-        key: bytes = finder(header)
-    except KeyNotFoundError as exc:
+    found: dict[bytes, ClickHouseKey] = {}
+    for k in keys:
+        try:
+            material = ch.ch_key_finder({k.key_id: k._raw_material()})(header)
+        except KeyNotFoundError:
+            continue
+        if header.version == 2 or len(material) == header.algorithm.key_size:
+            found.setdefault(material, k)
+    if not found:
         raise KeyNotFoundError(
             f"{path}: no key of {where} has the file's {header.describe_key()} "
             f"({len(keys)} ClickHouse key(s): ids {', '.join(str(k.key_id) for k in keys) or '-'})",
-            key_id=header.key_id, path=path, hint=exc.hint) from None
+            key_id=header.key_id, path=path, hint="add the key that wrote the file to the "
+            "disk's keys")
+    if len(found) > 1:
+        raise KeyringError(
+            f"{path}: {len(found)} different keys of {where} fit the file's "
+            f"{header.describe_key()} (a version-1 header names its key by id and a 4-bit "
+            "hash only), so which one wrote it is unknown",
+            hint="read the file with a config that holds only the key set (disk) it belongs to")
+    key = next(iter(found))
     ch.check_key(header, key, path)
     return key
 
@@ -138,7 +160,12 @@ class ClickHouseDisk(WrappingDisk):
         self.name = name
         self.inner = inner
         self.prefix = norm_path(prefix, allow_empty=True)
-        self.keys = {k.key_id: k for k in keys}
+        self.keys: dict[int, ClickHouseKey] = {}
+        for k in keys:  # ids are this disk's own; within it an id names one key
+            seen = self.keys.setdefault(k.key_id, k)
+            if seen is not k and not hmac.compare_digest(seen._raw_material(), k._raw_material()):
+                raise ValueError(f"disk {name!r}: two different keys have id {k.key_id}; "
+                                 "each key of a disk needs its own id")
         if current_key_id not in self.keys:
             raise KeyNotFoundError(f"disk {name!r}: current_key_id {current_key_id} is not "
                                    "among its keys", key_id=current_key_id)
