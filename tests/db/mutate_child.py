@@ -4,11 +4,11 @@ Usage: mutate_child.py DB CONFIG FIRST_STEP
 Prints ``start SQL`` before each statement and ``done`` after it returned, and, while a
 statement runs, ``rewrite`` as it reads each row group of a part it rewrites, ``commit``
 just before it publishes the catalog and ``published`` just after (before the old parts
-are deleted), pausing a moment after each so that a kill lands there.
+are deleted). After each of these three it waits for a line on stdin, the parent's word to
+go on, so a kill the parent sends instead lands exactly there.
 """
 
 import sys
-import time
 
 import cryptdisk
 from cryptdisk.db import _maintenance, _mutate
@@ -16,7 +16,8 @@ from cryptdisk.db import _maintenance, _mutate
 
 def _say(word):
     print(word, flush=True)
-    time.sleep(0.02)
+    if not sys.stdin.readline():  # the parent went away
+        sys.exit(1)
 
 
 def instrument():

@@ -22,6 +22,8 @@ from .test_db_crash import disk_files, env
 CHILD = os.path.join(os.path.dirname(__file__), "mutate_child.py")
 TRIALS = int(os.environ.get("CRYPTDISK_CRASH_TRIALS", "10"))
 ROWS = "SELECT c_int, c_str, c_float FROM t ORDER BY c_int"
+#: where mutate_child.py reports and waits: in a part's rewrite, before and after the commit
+POINTS = ("rewrite", "commit", "published")
 
 
 def _on_disk(tmp_path):
@@ -29,7 +31,7 @@ def _on_disk(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["rewrite", "commit", "published"])
+@pytest.mark.parametrize("point", POINTS)
 def test_kill_during_delete_and_update(tmp_path, point):
     cfg = str(write_config(tmp_path, [1], 1))
     path = str(tmp_path / "db")
@@ -45,7 +47,9 @@ def test_kill_during_delete_and_update(tmp_path, point):
     step = 0
     for _trial in range(TRIALS):
         child = subprocess.Popen([sys.executable, CHILD, path, cfg, str(step)],
-                                 stdout=subprocess.PIPE, text=True, env=env())
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env())
+        assert child.stdin is not None and child.stdout is not None
         wanted, seen, running = rng.randrange(1, 4), 0, None
         while True:  # kill at the wanted-th report of the point
             line = child.stdout.readline()
@@ -56,13 +60,16 @@ def test_kill_during_delete_and_update(tmp_path, point):
                 ref.sql(running)
                 running = None
                 step += 1
-            elif line.strip() == point:
-                seen += 1
+            elif line.strip() in POINTS:  # the child waits there for a word to go on
+                seen += line.strip() == point
                 if seen == wanted:
                     break
-        child.send_signal(signal.SIGKILL)
-        child.stdout.close()
+                child.stdin.write("go\n")
+                child.stdin.flush()
+        child.send_signal(signal.SIGKILL)  # while it waits at the point
         child.wait()
+        child.stdout.close()
+        child.stdin.close()
         assert running is not None
         with cryptdisk.connect(path, cfg) as db:
             got = db.query(ROWS)
