@@ -704,3 +704,22 @@ def test_a_repository_url_with_credentials_is_refused_before_anything_shows_it()
         with pytest.raises(ConfigError):
             Repository.open(url, passphrase="pw", storage_options=options)
 
+
+
+def test_a_local_repository_is_private_to_its_owner(tmp_path: Path) -> None:
+    """Directories 0700 and files 0600 whatever the umask: chunk names and sizes, and the
+    wrapped keys, are no other local user's to read."""
+    src = tmp_path / "a.db"
+    make_db(src, rows=100)
+    old = os.umask(0o022)
+    try:
+        repo = Repository.init(str(tmp_path / "deep" / "repo"), passphrase="pw",
+                               kdf_params=FAST_KDF)
+        create(repo, src)
+    finally:
+        os.umask(old)
+    top = tmp_path / "deep" / "repo"
+    modes = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777
+             for p in [top.parent, top, *top.rglob("*")]}
+    assert {m for p, m in modes.items() if (tmp_path / p).is_dir()} == {0o700}, modes
+    assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {0o600}, modes

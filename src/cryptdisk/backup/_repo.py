@@ -51,6 +51,18 @@ FORMAT = 1
 ZSTD_LEVEL = 1
 
 
+def _private_dirs(path: str) -> None:
+    """``os.makedirs(path)``, each directory it makes mode 0700 (``makedirs`` gives the
+    intermediate ones the umask's mode)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        _private_dirs(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -172,8 +184,11 @@ class Repository:
                         "min": _chunker.MIN_SIZE, "max": _chunker.MAX_SIZE},
             "wrappings": wrappings}
         config["params_mac"] = keys.params_mac(cls._params_doc(config))
-        with contextlib.suppress(FileExistsError):
-            fs.makedirs(root, exist_ok=True)
+        if isinstance(fs, LocalFileSystem):
+            _private_dirs(root)  # 0700 where made here: chunk names and sizes stay private
+        else:
+            with contextlib.suppress(FileExistsError):
+                fs.makedirs(root, exist_ok=True)
         repo = cls(url, fs, root, config, master)
         repo._write_config()
         return repo
@@ -244,7 +259,7 @@ class Repository:
         if isinstance(self.fs, LocalFileSystem):
             directory = os.path.dirname(path)
             if not os.path.isdir(directory):
-                os.makedirs(directory, exist_ok=True)
+                _private_dirs(directory)
                 self._dirty_dirs.update({os.path.dirname(directory), self.root})
             tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
