@@ -308,3 +308,36 @@ def test_a_sqlite_database_left_with_a_hot_journal_is_refused_clearly(tmp_path: 
     r = cryptdisk.sqlite.connect(tmp_path / "r.db", keyring=kr)
     assert r.execute("SELECT count(*) FROM w").fetchall() == [(1,)]
     r.close()
+
+
+def test_a_backup_during_a_key_rotation_in_another_process_loads_the_new_key(
+        tmp_path: Path) -> None:
+    """`cryptdisk rotate` (a real process) rewraps every part under a new key while the
+    backup, opened under the old one, is reading the first part: it loads the key files
+    again and starts over, instead of failing on the next part."""
+    src = tmp_path / "a.db"
+    db = cryptdisk.connect(src)
+    db.sql("CREATE TABLE t (x BIGINT, s VARCHAR)")
+    for i in range(4):  # four parts, of several chunks each
+        db.sql(f"INSERT INTO t SELECT range, md5(range::VARCHAR) FROM range({i * 50000}, "
+               f"{(i + 1) * 50000})")
+    db.close()
+    before = content(src)
+    write_key_file(tmp_path / "new.key", Key.generate(2))
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    rotated: list[str] = []
+
+    def rotate_once(_n: int, _stored: int) -> None:
+        if not rotated:
+            done = subprocess.run([sys.executable, "-m", "cryptdisk", "rotate", str(src),
+                                   "--new-key", str(tmp_path / "new.key")],
+                                  capture_output=True, text=True, env=env)
+            assert done.returncode == 0, done.stderr
+            rotated.append(done.stdout)
+
+    s = create(repo, src, progress=rotate_once)
+    assert rotated and "under key 2" in rotated[0]
+    assert (tmp_path / "a.db.key.1").exists()  # the rotation happened under the backup
+    restore(repo, s.id, tmp_path / "r.db")
+    assert content(tmp_path / "r.db") == before

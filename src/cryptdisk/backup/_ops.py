@@ -25,6 +25,7 @@ from ..errors import (
     CatalogError,
     CryptdiskError,
     DiskFileNotFoundError,
+    KeyNotFoundError,
 )
 from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
@@ -139,6 +140,10 @@ class _PartMoved(Exception):
     pass
 
 
+class _KeysChanged(Exception):
+    """A part is under a key the open database did not have: rotated meanwhile."""
+
+
 def _part_keys(sha256: str, part_id: str | None, size: int) -> list[tuple[str, int]]:
     """What identifies a part's bytes across backups: its SHA-256 where the catalog has one
     (plain parts), its part id (random, never reused; a part's file never changes)."""
@@ -201,6 +206,8 @@ def _snapshot_db(db: Database, w: _Writer,
                 raise _PartMoved(f"part {part.path} is missing") from None
             except CatalogError as exc:
                 raise _PartMoved(str(exc)) from None
+            except KeyNotFoundError as exc:
+                raise _KeysChanged() from exc
             if h.size != part.bytes or (part.sha256 and h.sha.hexdigest() != part.sha256):
                 raise _PartMoved(f"part {part.path} does not match the catalog's SHA-256 "
                                  "and size")
@@ -231,6 +238,16 @@ def _backup_db(path: str, config: Any, w: _Writer) -> dict[str, Any]:
                         "read_only=True).check() (with its config, if it has one); put it "
                         "back from a backup with 'cryptdisk backup restore ... --force'"
                         ) from None
+            except _KeysChanged as exc:
+                cause = exc.__cause__
+                assert isinstance(cause, KeyNotFoundError)
+                if config is not None:
+                    raise cause from None  # the config lacks the key: its error says which
+                # `cryptdisk rotate` made a new key current meanwhile: load the key files
+                # again (the rotation keeps the old key beside them) and start over
+                last = cause
+                db.close()
+                db = Database(path, config, read_only=True)
         raise BackupError(f"{path}: the catalog kept changing during the backup ({last})")
     finally:
         db.close()
