@@ -5,8 +5,9 @@ Prints ``committed N`` after the N-th insert has returned (so it is durable).
 OPERATION ``alter`` adds, renames and drops a column between inserts; ``big-insert``:
 one insert of :data:`BIG` rows (keys in random order) in blocks of about 8K rows, each
 sorted and written as its own part on two threads, printing ``rows N`` as they are
-written; ``big-insert-sorted``: the same with keys already in order, so blocks go on at
-the end of parts of up to 40K rows.
+written and waiting after each for a line on stdin, the parent's word to go on (so a kill
+sent instead lands there, the insert unfinished); ``big-insert-sorted``: the same with
+keys already in order, so blocks go on at the end of parts of up to 40K rows.
 """
 
 import sys
@@ -22,6 +23,13 @@ def insert(db, i):
            f"FROM range({BATCH}) x(r)")
 
 
+def _rows(n):
+    """Report ``n`` rows written (a part thread), then wait for the parent's word."""
+    print(f"rows {n}", flush=True)
+    if not sys.stdin.readline():  # the parent went away
+        sys.exit(1)
+
+
 def big_insert(db, presorted):
     """One insert of many parts and row groups; ``rows N`` as each block is encoded, while
     the source thread pulls the next batches, part threads sort and encode blocks, and
@@ -32,8 +40,7 @@ def big_insert(db, presorted):
     db.insert_block_bytes = 256 << 10
     i = db.query("SELECT coalesce(max(c_int) + 1, 0) FROM t")[0][0]
     key = "lpad(r::VARCHAR, 8, '0')" if presorted else "md5(r::VARCHAR)"  # ORDER BY c_str
-    db.insert_query("t", f"SELECT {i}, {key}, r FROM range({BIG}) x(r)",
-                    on_rows=lambda n: print(f"rows {n}", flush=True))
+    db.insert_query("t", f"SELECT {i}, {key}, r FROM range({BIG}) x(r)", on_rows=_rows)
     print(f"committed {i}", flush=True)
 
 

@@ -106,17 +106,25 @@ def test_kill_while_an_insert_writes_its_parts_on_several_threads(tmp_path, oper
     killed_at, expected = [], 1000
     for trial in range(max(2, TRIALS // 3)):
         child = subprocess.Popen([sys.executable, CHILD, path, str(cfg), str(cfg),
-                                  operation], stdout=subprocess.PIPE, text=True, env=env())
-        # kill after a random number of the child's own row reports (up to 4 parts' worth)
+                                  operation], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=env())
+        assert child.stdin is not None and child.stdout is not None
+        # kill after a random number of the child's own row reports (up to 4 parts' worth);
+        # the reporting thread waits after each for the word to go on
         wanted, written = rng.randrange(1, BIG - 40_000), 0
-        while written < wanted:
+        while True:
             line = child.stdout.readline()
             assert line.startswith("rows "), f"child ended before it was killed: {line!r}"
             written += int(line.split()[1])
-        child.send_signal(signal.SIGKILL)
+            if written >= wanted:
+                break
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        child.send_signal(signal.SIGKILL)  # while a thread waits in its report
         rest = child.stdout.read()
         child.stdout.close()
         child.wait()
+        child.stdin.close()
         assert "committed" not in rest
         killed_at.append(written)
         with cryptdisk.connect(path, cfg) as db:
