@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from ..db import connect, location
-from ._read import _config_path, _dask_dataframe, _process_database
+from ._read import _config_path, _dask_dataframe, _process_database, _release_arrow_memory
 
 __all__ = ["to_table"]
 
@@ -26,7 +26,9 @@ __all__ = ["to_table"]
 def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
     db_path, config, table, version, options = spec
     with _process_database(db_path, config, storage_options=options) as (db, _opened):
-        return db.stage_parts(table, pdf, version)
+        staged = db.stage_parts(table, pdf, version)
+    _release_arrow_memory()
+    return staged
 
 
 def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any = None, *,
