@@ -36,6 +36,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from typing import Any
 
 import apsw
@@ -146,6 +147,14 @@ class EncryptedVFS(apsw.VFS):
 
     def xOpen(self, name: Any, flags: list[int]) -> EncryptedFile:
         return EncryptedFile(self, name, flags)
+
+    def xSleep(self, microseconds: int) -> int:
+        """Sleep without the GIL: SQLite's busy handler sleeps here while another
+        connection holds a lock, and the holder, in another thread of this process,
+        needs the GIL for every call into this VFS. (apsw's default forwards to the
+        base VFS with the GIL held, so each waiting thread would stall the holder.)"""
+        time.sleep(microseconds / 1e6)
+        return microseconds
 
     def xDelete(self, filename: str, syncdir: bool) -> None:
         super().xDelete(filename, syncdir)

@@ -14,10 +14,16 @@ behaves as ``sqlite3`` does by default: ``paramstyle`` is ``"qmark"`` (named
 ``:name`` parameters work too), a transaction begins implicitly before the
 first INSERT, UPDATE, DELETE or REPLACE, and lasts until :meth:`Connection.commit`
 or :meth:`Connection.rollback`; closing a connection with a transaction open
-rolls it back. SQLite's errors become this module's PEP 249 exceptions (a
-constraint violation is :class:`IntegrityError`, a locked database
-:class:`OperationalError`, ...). cryptdisk's own errors pass through unchanged,
-so a tampered page still raises :class:`cryptdisk.AuthenticationError`.
+rolls it back. ``isolation_level`` is sqlite3's: ``""`` or ``"DEFERRED"`` (the
+default), ``"IMMEDIATE"`` or ``"EXCLUSIVE"`` name the implicit ``BEGIN``, and
+``None`` turns implicit transactions off (autocommit; ``BEGIN`` and ``COMMIT``
+are the application's). ``create_function``, ``create_aggregate`` and
+``create_collation`` register Python callables as sqlite3's do, which is what
+SQLAlchemy's ``sqlite`` dialect needs of a connection. SQLite's errors become
+this module's PEP 249 exceptions (a constraint violation is
+:class:`IntegrityError`, a locked database :class:`OperationalError`, ...).
+cryptdisk's own errors pass through unchanged, so a tampered page still raises
+:class:`cryptdisk.AuthenticationError`.
 """
 
 from __future__ import annotations
@@ -134,12 +140,28 @@ def _translate(exc: BaseException) -> BaseException:
     return exc
 
 
+_LEVELS = ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE")
+
+
+def _level(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"isolation_level must be a str or None, not {type(value).__name__}")
+    if value.upper() not in _LEVELS:
+        raise ValueError("isolation_level must be None, '', 'DEFERRED', 'IMMEDIATE' or "
+                         f"'EXCLUSIVE', not {value!r}")
+    return value
+
+
 def connect(path: str | os.PathLike[str], *, keyring: KeyLookup,
-            **kwargs: Any) -> Connection:
-    """Open (or create) an encrypted database; keyword arguments go to
-    :func:`cryptdisk.sqlite.connect` (``implementation``, ``busy_timeout_ms``, ...)."""
+            isolation_level: str | None = "", **kwargs: Any) -> Connection:
+    """Open (or create) an encrypted database; ``isolation_level`` as sqlite3's (see the
+    module docstring), other keyword arguments go to :func:`cryptdisk.sqlite.connect`
+    (``implementation``, ``busy_timeout_ms``, ...)."""
+    level = _level(isolation_level)
     try:
-        return Connection(_connect(path, keyring=keyring, **kwargs))
+        return Connection(_connect(path, keyring=keyring, **kwargs), isolation_level=level)
     except apsw.Error as exc:
         raise _translate(exc) from exc
 
@@ -147,8 +169,51 @@ def connect(path: str | os.PathLike[str], *, keyring: KeyLookup,
 class Connection:
     """A PEP 249 connection over an ``apsw.Connection`` (``.apsw`` gives it back)."""
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(self, conn: apsw.Connection, isolation_level: str | None = "") -> None:
         self._conn: apsw.Connection | None = conn
+        self._isolation_level = _level(isolation_level)
+
+    @property
+    def isolation_level(self) -> str | None:
+        """The implicit ``BEGIN``'s kind (``""`` is plain ``BEGIN``), or None: no implicit
+        transactions. Setting None commits an open transaction first, as sqlite3 does."""
+        return self._isolation_level
+
+    @isolation_level.setter
+    def isolation_level(self, value: str | None) -> None:
+        level = _level(value)
+        if level is None:
+            self.commit()
+        self._isolation_level = level
+
+    def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,
+                        deterministic: bool = False) -> None:
+        """A scalar SQL function ``name`` of ``narg`` arguments (-1: any), as sqlite3's;
+        ``func=None`` removes it."""
+        try:
+            self.apsw.create_scalar_function(name, func, narg, deterministic=deterministic)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def create_aggregate(self, name: str, n_arg: int, aggregate_class: Any) -> None:
+        """An aggregate SQL function, as sqlite3's: ``aggregate_class()`` is made per
+        query, its ``step(*args)`` called per row and ``finalize()`` gives the result."""
+        def factory() -> tuple[Any, Callable[..., None], Callable[[Any], Any]]:
+            instance = aggregate_class()
+            return (instance, lambda ctx, *args: ctx.step(*args), lambda ctx: ctx.finalize())
+
+        try:
+            self.apsw.create_aggregate_function(
+                name, None if aggregate_class is None else factory, n_arg)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
+
+    def create_collation(self, name: str, callable_: Callable[[str, str], int] | None) -> None:
+        """A collating sequence, as sqlite3's: ``callable_(a, b)`` returns <0, 0 or >0."""
+        try:
+            self.apsw.create_collation(name, callable_)
+        except apsw.Error as exc:
+            raise _translate(exc) from exc
 
     @property
     def apsw(self) -> apsw.Connection:
@@ -237,8 +302,9 @@ class Connection:
             raise _translate(exc) from exc
 
     def _begin_for(self, sql: str) -> None:
-        if not self.in_transaction and _DML.match(sql):
-            self._run("BEGIN")
+        level = self._isolation_level
+        if level is not None and not self.in_transaction and _DML.match(sql):
+            self._run(f"BEGIN {level}")
 
     def __enter__(self) -> Connection:
         return self
