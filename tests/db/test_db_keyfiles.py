@@ -200,3 +200,83 @@ def test_a_keyring_only_config_points_to_rotate_new_key(tmp_path):
     assert done.returncode == 1
     assert f"hint: {path} was made without a config" in done.stderr
     assert f"cryptdisk rotate {path} --new-key FILE" in done.stderr
+
+
+CLI_CHILD = os.path.join(os.path.dirname(__file__), "rotate_cli_child.py")
+
+
+def kill_rotate_at(point, path, new):
+    """Run ``cryptdisk rotate PATH --new-key NEW`` in a process, kill -9 it at ``point``."""
+    child = subprocess.Popen([sys.executable, CLI_CHILD, point, "rotate", str(path),
+                              "--new-key", str(new)], env=env(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line == f"at {point}\n", line
+        child.kill()  # SIGKILL, while it waits at that point
+        child.wait()
+    finally:
+        child.stdin.close()
+        child.stdout.close()
+    assert child.returncode == -9
+
+
+@pytest.mark.parametrize("point", ["staged", "kept"])
+def test_kill_9_before_the_new_key_is_current_then_a_rerun_without_it_finishes(tmp_path,
+                                                                             point):
+    """Killed once the rotation recorded its key, before the key became current: the
+    rerun the docs name (no --new-key) makes it current and rewraps, or it must not say
+    it succeeded."""
+    path = make_db(tmp_path)
+    expected = rows(path)
+    new = tmp_path / "new.key"
+    write_key_file(new, Key.generate(2))
+    kill_rotate_at(point, path, new)
+    assert key_ids(path) == {1: INSERTS + 1}
+    assert load_keyring(str(path)).current_key_id == 1
+    assert rows(path) == expected  # the database opens and reads as before
+    rerun = run("rotate", str(path))
+    assert rerun.returncode == 0, rerun.stderr
+    assert "finished an interrupted rotation: key 2" in rerun.stdout
+    assert f"all {INSERTS + 1} file(s) the catalog names are under key 2" in rerun.stdout
+    assert key_ids(path) == {2: INSERTS + 1}
+    assert load_keyring(str(path)).ids == [1, 2]
+    assert not os.path.exists(f"{path}.key.pending")
+    assert rows(path) == expected
+    again = run("rotate", str(path))
+    assert again.returncode == 0 and "rewrapped 0 file(s)" in again.stdout
+    assert "interrupted" not in again.stdout
+
+
+def test_kill_9_while_the_new_key_is_written_then_the_rerun_asks_for_it(tmp_path):
+    """Killed before the key was recorded whole: a rerun without --new-key cannot finish
+    it, so it fails naming the command that does; that command finishes it."""
+    path = make_db(tmp_path, inserts=2)
+    new = tmp_path / "new.key"
+    write_key_file(new, Key.generate(2))
+    kill_rotate_at("staging", path, new)
+    rerun = run("rotate", str(path))
+    assert rerun.returncode == 1
+    assert "was interrupted before it recorded the key" in rerun.stderr
+    assert f"cryptdisk rotate {path} --new-key FILE" in rerun.stderr
+    assert key_ids(path) == {1: 3}
+    done = run("rotate", str(path), "--new-key", str(new))
+    assert done.returncode == 0, done.stderr
+    assert key_ids(path) == {2: 3}
+    assert not os.path.exists(f"{path}.key.new") and not os.path.exists(f"{path}.key.pending")
+    assert run("rotate", str(path)).returncode == 0
+
+
+def test_a_rotation_whose_checks_fail_leaves_no_pending_key(tmp_path):
+    path = make_db(tmp_path, inserts=1)
+    part = next((path / "data").rglob("*.parquet"))
+    away = tmp_path / "away.parquet"
+    os.rename(part, away)  # a part the catalog names is missing
+    write_key_file(tmp_path / "new.key", Key.generate(2))
+    done = run("rotate", str(path), "--new-key", str(tmp_path / "new.key"))
+    assert done.returncode == 1, done.stdout
+    assert not os.path.exists(f"{path}.key.pending")
+    assert load_keyring(str(path)).ids == [1]
+    os.rename(away, part)
+    again = run("rotate", str(path))
+    assert again.returncode == 0 and "under key 1" in again.stdout

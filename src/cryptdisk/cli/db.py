@@ -260,9 +260,13 @@ def cmd_rotate(args: argparse.Namespace) -> int:
                     f"already under key {db.keyring.current_key_id}"
                 print(f"{what}: {path}", flush=True)
 
+        before = db.keyring.current_key_id
         n = db.rotate_keys(new_key=new_key, on_result=on_result)
         files = 1 + sum(len(t.parts) for t in db.catalog.tables.values())
         key = db.keyring.current_key_id
+        if new_key is None and key != before:
+            print(f"finished an interrupted rotation: key {key}, which it had recorded in "
+                  f"{db.path}.key.pending, is the current key of {db.path}")
         print(f"rewrapped {n} file(s) of {db.path} under key {key}; checked from their "
               f"headers: all {files} file(s) the catalog names are under key {key}")
         _older_keys(db)
@@ -327,7 +331,10 @@ def register(sub: Any) -> None:
                        description="Rewrap parts and catalog under the current key (headers "
                        "only; crash-safe, rerun to resume), then check every header. Without "
                        "a config, --new-key makes a key file the database's current key "
-                       "first (PATH.key), keeping the old one as PATH.key.ID.")
+                       "first (PATH.key), keeping the old one as PATH.key.ID; a rerun "
+                       "without it finishes a rotation whose new key was recorded "
+                       "(PATH.key.pending), and one stopped before that is rerun with the "
+                       "same --new-key.")
     common(p)
     p.add_argument("--new-key", metavar="FILE",
                    help="key file (cryptdisk keygen -o FILE --id N) to rotate to; for a "

@@ -7,11 +7,17 @@ Every older key the database still knows is kept beside it as
 ``PATH.key.ID`` (e.g. ``sales.db.key.1``), so files and backups written
 under it stay readable, until the user removes it.
 
-Making a new key current (:func:`install_current_key`) is crash-safe: the
-old current key is first written to ``PATH.key.ID`` (and synced), then the
-new key replaces ``PATH.key`` by an atomic rename. Killed at any point, the
-files hold either the old arrangement (perhaps with the old key twice, which
-loading accepts) or the new one with the old key kept.
+Making a new key current is crash-safe and leaves a trace from its first
+write: :func:`stage_current_key` writes the new key to ``PATH.key.new``,
+syncs it and renames it to ``PATH.key.pending`` (the rotation's intent);
+:func:`install_current_key` then writes the old current key to
+``PATH.key.ID`` (synced) and renames ``PATH.key.pending`` over ``PATH.key``.
+Killed at any point, the files hold either the old arrangement (perhaps with
+the old key twice, which loading accepts, and the pending key, which loading
+ignores) or the new one with the old key kept. :func:`interrupted_rotation`
+tells a later run what an interrupted one left: the pending key to finish
+with, or a ``PATH.key.new`` that was never staged (its key file must be given
+again).
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ import re
 from ..errors import KeyFileError, KeyringError
 from ..keys import Key, Keyring, read_key_file, write_key_file
 
-__all__ = ["default_key_path", "install_current_key", "load_keyring", "make_first_key",
-           "remove_key", "retired_key_path"]
+__all__ = ["default_key_path", "discard_pending_key", "install_current_key",
+           "interrupted_rotation", "load_keyring", "make_first_key", "pending_key_path",
+           "remove_key", "retired_key_path", "stage_current_key"]
 
 log = logging.getLogger("cryptdisk.db")
 
@@ -37,6 +44,15 @@ def default_key_path(db_path: str) -> str:
 def retired_key_path(db_path: str, key_id: int) -> str:
     """Where an older key of that database is kept: ``PATH.key.ID``."""
     return f"{default_key_path(db_path)}.{key_id}"
+
+
+def pending_key_path(db_path: str) -> str:
+    """The key a rotation is making current, until it is: ``PATH.key.pending``."""
+    return default_key_path(db_path) + ".pending"
+
+
+def _staging_path(db_path: str) -> str:
+    return default_key_path(db_path) + ".new"
 
 
 def _sync_dir(path: str) -> None:
@@ -114,13 +130,8 @@ def _keep(path: str, key: Key) -> None:
     _sync_dir(path)
 
 
-def install_current_key(db_path: str, key: Key) -> bool:
-    """Make ``key`` the current key of the database, keeping the old one (crash-safe).
-
-    Returns False if it already was current (a rerun of a rotation that was
-    stopped). Refuses a key whose id is taken by another key.
-    """
-    keyring = load_keyring(db_path)
+def _needs_install(db_path: str, keyring: Keyring, key: Key) -> bool:
+    """False if ``key`` is the current key already; raises if its id or material is taken."""
     for known in keyring:
         if known.check_value == key.check_value and known.key_id != key.key_id:
             raise KeyringError(f"the new key is already key {known.key_id} of database "
@@ -135,12 +146,85 @@ def install_current_key(db_path: str, key: Key) -> bool:
                 f"database {db_path} already has a key with id {key.key_id}; the new key "
                 "needs an id of its own",
                 hint=f"generate it with another id: cryptdisk keygen -o NEW.key --id {free}")
+    return True
+
+
+def _holds(path: str, key: Key) -> bool:
+    try:
+        kept = _read(path, key.key_id)
+    except (FileNotFoundError, KeyFileError):
+        return False
+    return kept.key_id == key.key_id and kept.check_value == key.check_value
+
+
+def stage_current_key(db_path: str, key: Key) -> bool:
+    """Record ``key`` as the key a rotation makes current: ``PATH.key.pending`` (crash-safe).
+
+    The first write of a rotation to a new key, so that a rotation killed before
+    :func:`install_current_key` leaves its intent behind. Returns False (nothing
+    written) if the key is current already. Refuses a key whose id or material the
+    database's keys already use for another key. A pending key of an earlier,
+    interrupted rotation is replaced (no file is under it: it was never current).
+    """
+    if not _needs_install(db_path, load_keyring(db_path), key):
+        return False
+    pending = pending_key_path(db_path)
+    if _holds(pending, key):
+        return True
+    tmp = _staging_path(db_path)
+    write_key_file(tmp, key, overwrite=True)  # synced
+    os.replace(tmp, pending)
+    _sync_dir(pending)
+    return True
+
+
+def interrupted_rotation(db_path: str) -> Key | None:
+    """The key of a rotation that was stopped before it made it current, or None.
+
+    Raises :class:`KeyringError` if the rotation was stopped while staging its key
+    (``PATH.key.new`` without a whole ``PATH.key.pending`` from the same run): the
+    key file has to be given again.
+    """
+    staging, pending = _staging_path(db_path), pending_key_path(db_path)
+    if os.path.exists(staging):
+        raise KeyringError(
+            f"a rotation of database {db_path} to a new key was interrupted before it "
+            f"recorded the key ({staging} is left); its files are still under key "
+            f"{load_keyring(db_path).current_key_id}",
+            hint=f"run it again with the same key file: cryptdisk rotate {db_path} "
+            "--new-key FILE")
+    if not os.path.exists(pending):
+        return None
+    material, noted = read_key_file(pending)
+    if noted is None:  # stage_current_key notes it; another file is not ours to install
+        raise KeyFileError(f"{pending} notes no key id; it is not a key a rotation staged",
+                           hint=f"move it away, then run: cryptdisk rotate {db_path} "
+                           "--new-key FILE")
+    return Key(noted, material, source="file")
+
+
+def discard_pending_key(db_path: str) -> None:
+    """Delete ``PATH.key.pending`` and its temporary (a rotation that failed its checks)."""
+    for path in (_staging_path(db_path), pending_key_path(db_path)):
+        if os.path.exists(path):
+            os.remove(path)
+            _sync_dir(path)
+
+
+def install_current_key(db_path: str, key: Key) -> bool:
+    """Make ``key`` the current key of the database, keeping the old one (crash-safe).
+
+    Stages it first (:func:`stage_current_key`) unless it is staged already.
+    Returns False if it already was current (a rerun of a rotation that was
+    stopped). Refuses a key whose id is taken by another key.
+    """
+    if not stage_current_key(db_path, key):
+        return False
+    keyring = load_keyring(db_path)
     old = keyring.current_key()
     _keep(retired_key_path(db_path, old.key_id), old)
     key_path = default_key_path(db_path)
-    tmp = key_path + ".new"
-    write_key_file(tmp, key, overwrite=True)
-    os.replace(tmp, key_path)
+    os.replace(pending_key_path(db_path), key_path)
     _sync_dir(key_path)
     with_id = retired_key_path(db_path, key.key_id)
     if os.path.exists(with_id):  # it was an older key made current again

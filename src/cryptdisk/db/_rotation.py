@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError, RotationError
 from ..keys import Key, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
-from ._keyfiles import default_key_path, install_current_key, retired_key_path
+from ._keyfiles import (
+    default_key_path,
+    discard_pending_key,
+    install_current_key,
+    interrupted_rotation,
+    retired_key_path,
+    stage_current_key,
+)
 from ._keyfiles import remove_key as remove_key_file
 from ._policies import role_check_statement
 from ._storage import resolve_config, rewrap_on_disk
@@ -201,7 +208,11 @@ class RotationMixin(DatabaseState):
 
         With ``new_key`` (a database opened without a config only), that key
         first becomes the current key in the database's key files, the old one
-        kept beside them. Checks first that every file the catalog names can be
+        kept beside them; it is staged as ``PATH.key.pending`` before the checks,
+        and a later call without ``new_key`` that finds it staged (the earlier
+        call was stopped) makes it current and finishes. A key file the stopped
+        call left half staged raises :class:`~cryptdisk.errors.KeyringError`
+        asking for the key again. Checks first that every file the catalog names can be
         rewrapped and last that every one is under the current key (see the
         module docstring); raises :class:`~cryptdisk.errors.RotationError`
         otherwise. Idempotent and crash-safe: an interrupted run is finished by
@@ -220,14 +231,24 @@ class RotationMixin(DatabaseState):
         with self._mutex:
             self._writable("rotate keys")
             role_check_statement(self, "rotate_keys()", None)
-            self.cache.drop_derived()  # field functions' values go with the keys' change
-            self._require_reachable("the rotation", rewrap=True)
+            staged = False
             if new_key is not None:
                 if not self.own_keys:
                     raise DatabaseError(
                         "a new key is given only to a database opened without a config "
                         "(its keys are its key files); with a config, add the key to the "
                         "config's [keyring] and make it current_key_id")
+                staged = stage_current_key(self.path, new_key)  # the intent, first
+            elif self.own_keys:  # a rotation to a new key that was stopped: finish it
+                new_key = interrupted_rotation(self.path)
+            self.cache.drop_derived()  # field functions' values go with the keys' change
+            try:
+                self._require_reachable("the rotation", rewrap=True)
+            except BaseException:
+                if staged:  # this call's checks failed: nothing changed, no intent left
+                    discard_pending_key(self.path)
+                raise
+            if new_key is not None:
                 install_current_key(self.path, new_key)
                 self._reload_own_keys()
             count = 0
