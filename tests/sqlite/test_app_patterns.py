@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
+import apsw
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -191,3 +193,32 @@ def test_sqlalchemy_orm_on_an_encrypted_file(tmp_path, keyring):
     engine.dispose()
     raw = path.read_bytes()
     assert raw[:8] == b"CRYPTDSK" and b"ada" not in raw
+
+
+def test_a_backup_writes_plaintext_only_when_asked_to(tmp_path, keyring):
+    """conn.backup into a plain apsw connection would copy the rows to disk unencrypted:
+    refused unless plaintext=True. Encrypted and in-memory targets need nothing."""
+    src = dbapi.connect(tmp_path / "src.db", keyring=keyring)
+    src.execute("CREATE TABLE t(v)")
+    src.executemany("INSERT INTO t VALUES (?)", [(f"MARKER-{i}",) for i in range(100)])
+    src.commit()
+
+    plain_path = tmp_path / "plain.db"
+    plain = apsw.Connection(str(plain_path))
+    with pytest.raises(ValueError, match="plaintext=True"):
+        src.backup(plain)
+    assert not plain_path.exists() or b"MARKER-" not in plain_path.read_bytes()
+    src.backup(plain, plaintext=True)  # on purpose, as `cryptdisk sqlite decrypt` does
+    plain.close()
+    assert b"MARKER-" in plain_path.read_bytes()
+
+    for target in (csql.connect(str(tmp_path / "enc.db"), keyring=keyring),
+                   apsw.Connection(":memory:")):
+        src.backup(target)
+        assert target.execute("SELECT count(*) FROM t").fetchall() == [(100,)]
+        target.close()
+    assert b"MARKER-" not in (tmp_path / "enc.db").read_bytes()
+
+    with pytest.raises(TypeError, match="sqlite3"):
+        src.backup(sqlite3.connect(tmp_path / "s3.db"))  # type: ignore[arg-type]
+    src.close()

@@ -39,6 +39,10 @@ import apsw
 from ..errors import CryptdiskError
 from ..format import KeyLookup
 from ._connect import connect as _connect
+from ._native import plain_base
+from ._vfs import EncryptedFile
+
+_PY_FILE = f"{EncryptedFile.__module__}.{EncryptedFile.__qualname__}"  # apsw's vfsname
 
 __all__ = [
     "Connection",
@@ -154,6 +158,16 @@ def _level(value: object) -> str | None:
     return value
 
 
+def _encrypted(conn: apsw.Connection) -> bool:
+    """Whether ``conn``'s main database is written through a cryptdisk VFS (or kept in
+    memory, where nothing reaches a disk)."""
+    vfs = conn.vfsname("main")
+    if vfs is None or not conn.db_filename("main"):
+        return True
+    first = vfs.split("/")[0]  # apsw names each VFS layer, the outermost first
+    return (first.startswith("cryptdisk-") and first != plain_base()) or first == _PY_FILE
+
+
 def connect(path: str | os.PathLike[str], *, keyring: KeyLookup,
             isolation_level: str | None = "", **kwargs: Any) -> Connection:
     """Open (or create) an encrypted database; ``isolation_level`` as sqlite3's (see the
@@ -250,20 +264,30 @@ class Connection:
 
     def backup(self, target: Connection | _ApswConnection, *, pages: int = -1,
                progress: Callable[[int, int, int], object] | None = None, name: str = "main",
-               sleep: float = 0.250) -> None:
+               sleep: float = 0.250, plaintext: bool = False) -> None:
         """Copy database ``name`` into ``target``'s main database with SQLite's online
         backup API, as sqlite3's ``backup``: ``pages`` per step (all at once when 0 or
         less), ``progress(status, remaining, total)`` after each step (status 0, or 101,
         SQLITE_DONE, after the last), ``sleep`` seconds before a step is tried again when
-        the source is busy or locked. A ``target`` of this module is encrypted under its
-        own keyring; a plain ``apsw.Connection`` gets plaintext.
+        the source is busy or locked. A ``target`` of this module (or of
+        :func:`cryptdisk.sqlite.connect`) is encrypted under its own keyring. An
+        ``apsw.Connection`` to a plain file would get the rows as plaintext: that is a
+        ``ValueError`` unless ``plaintext=True`` (an in-memory target is always allowed).
         """
         dest = target.apsw if isinstance(target, Connection) else target
         if not isinstance(dest, apsw.Connection):
-            raise TypeError("target must be a cryptdisk.sqlite.dbapi.Connection or an "
-                            f"apsw.Connection, not {type(target).__name__}")
+            kind = f"{type(target).__module__}.{type(target).__qualname__}"
+            raise TypeError("target must be a cryptdisk.sqlite.dbapi.Connection (encrypted) "
+                            f"or an apsw.Connection, not {kind} (Python's sqlite3 module "
+                            "has its own SQLite library, which cannot take part)")
         if dest is self.apsw:
             raise ValueError("target cannot be the same connection instance")
+        if not plaintext and not _encrypted(dest):
+            raise ValueError(
+                f"target {dest.db_filename('main')!r} is a plain SQLite database: the backup "
+                "would write this encrypted database's pages to it as plaintext. Back up into "
+                "a connection from cryptdisk.sqlite.dbapi.connect (encrypted), or pass "
+                "plaintext=True to write a plaintext copy on purpose")
         try:
             with dest.backup("main", self.apsw, name) as step:
                 while not step.done:
