@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.sqlite import dbapi
 
@@ -222,3 +223,24 @@ def test_a_backup_writes_plaintext_only_when_asked_to(tmp_path, keyring):
     with pytest.raises(TypeError, match="sqlite3"):
         src.backup(sqlite3.connect(tmp_path / "s3.db"))  # type: ignore[arg-type]
     src.close()
+
+
+def test_a_plain_sqlite_database_is_named_as_one(tmp_path, keyring):
+    """Opening a plain SQLite file through the encrypted VFS (connect, or ATTACH) says it
+    is a plain SQLite database and how to encrypt it, not only "no CRYPTDSK header"."""
+    plain = tmp_path / "plain.db"
+    conn = sqlite3.connect(plain)
+    conn.execute("CREATE TABLE t(v)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(cryptdisk.NotEncryptedError, match="unencrypted") as info:
+        csql.connect(str(plain), keyring=keyring)
+    assert "cryptdisk sqlite encrypt" in (info.value.hint or "")
+    enc = csql.connect(str(tmp_path / "enc.db"), keyring=keyring)
+    with pytest.raises(cryptdisk.NotEncryptedError, match="unencrypted"):
+        enc.execute(f"ATTACH '{plain}' AS p")
+    enc.close()
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * 8192)  # not SQLite either: the format's message
+    with pytest.raises(cryptdisk.NotEncryptedError, match="no CRYPTDSK header"):
+        csql.connect(str(other), keyring=keyring)

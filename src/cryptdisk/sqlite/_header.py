@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..errors import MalformedHeaderError
+from ..errors import MalformedHeaderError, NotEncryptedError
 from ..format import (
     TORN_HEADER_ERRORS,
     Header,
@@ -38,8 +38,32 @@ def header_and_key(keyring: _KeyLookup, path: str, read: Callable[[], bytes] | N
     """
     if read is None:
         return new_headers_and_keys(keyring, segment_size, lead, frame_extra, 1)[0]
-    parsed, dek = read_open_header(read, keyring, path, check=lambda h: _database_kind(h, path))
+    seen: list[bytes] = []
+
+    def read_and_keep() -> bytes:
+        seen.append(read())
+        return seen[-1]
+
+    try:
+        parsed, dek = read_open_header(read_and_keep, keyring, path,
+                                       check=lambda h: _database_kind(h, path))
+    except NotEncryptedError as exc:
+        raise _plain_sqlite(exc, path, seen[-1] if seen else b"") from None
     return parsed.to_bytes(), dek
+
+
+_SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _plain_sqlite(exc: NotEncryptedError, path: str, header: bytes) -> NotEncryptedError:
+    """A plain SQLite database opened through the encrypted VFS: say so, and how to encrypt
+    it, rather than the format's generic message (which guesses at ClickHouse files)."""
+    if not header.startswith(_SQLITE_MAGIC):
+        return exc
+    return NotEncryptedError(
+        f"{path}: a plain (unencrypted) SQLite database, not an encrypted one",
+        hint=f"cryptdisk sqlite encrypt {path} NEW.db --keyring CONFIG writes an encrypted "
+        "copy; open it with apsw or sqlite3 to read it as it is")
 
 
 def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
@@ -57,7 +81,10 @@ def stored_header_and_key(keyring: _KeyLookup, path: str, header: bytes,
     between the calls of one loop: a read again with the same bytes fails the same
     way without a second unwrap (a provider call for a key in an HSM or a KMS).
     """
-    parsed = Header.parse(header, path)
+    try:
+        parsed = Header.parse(header, path)
+    except NotEncryptedError as exc:
+        raise _plain_sqlite(exc, path, header) from None
     _database_kind(parsed, path)
     seen = failed.pop(path, None) if failed is not None else None
     try:
