@@ -440,3 +440,32 @@ def test_credentials_in_a_url_or_its_options_never_reach_a_task_graph(tmp_path):
         with pytest.raises(ConfigError, match="credentials") as info:
             cryptdisk.dask.to_table(None, url, "t", config=cfg, storage_options=options)
         assert secret not in str(info.value)
+
+
+def test_dtype_backend_keeps_the_meta_dtypes_in_partitions_with_nulls(client, tmp_path):
+    """NumPy dtypes turn a BIGINT with a NULL into float64 and a BOOLEAN into object in
+    that partition only, unlike the meta (as dd.read_parquet does); dtype_backend=
+    "numpy_nullable" or "pyarrow" (dd.read_parquet's values) keep every partition's
+    dtypes equal to the meta's."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE n (k BIGINT, v BIGINT, b BOOLEAN, s VARCHAR, f DOUBLE) ORDER BY k")
+        db.sql("INSERT INTO n SELECT i, i, true, i::VARCHAR, i / 2 FROM range(100) r(i)")
+        db.sql("INSERT INTO n SELECT i, NULL, NULL, NULL, NULL FROM range(100, 150) r(i)")
+    numpy = cryptdisk.dask.read_table(tmp_path / "db", "n", min_partition_rows=0)
+    parts = client.compute([numpy.partitions[i] for i in range(2)], sync=True)
+    assert str(numpy._meta.v.dtype) == "int64" and str(parts[1].v.dtype) == "float64"
+    for backend, want in (("numpy_nullable", ["Int64", "Int64", "boolean", "string",
+                                              "Float64"]),
+                          ("pyarrow", ["int64[pyarrow]", "int64[pyarrow]", "bool[pyarrow]",
+                                       "string[pyarrow]", "double[pyarrow]"])):
+        df = cryptdisk.dask.read_table(tmp_path / "db", "n", min_partition_rows=0,
+                                       dtype_backend=backend)
+        assert [str(t) for t in df._meta.dtypes] == want, backend
+        parts = client.compute([df.partitions[i] for i in range(2)], sync=True)
+        for part in parts:
+            assert [str(t) for t in part.dtypes] == want, (backend, part.dtypes)
+        assert parts[1].v.isna().all() and parts[1].b.isna().all()
+        assert client.compute(df.v.sum()).result() == sum(range(100))
+        assert client.compute((df.v + 1).max()).result() == 100
+    with pytest.raises(DatabaseError, match="dtype_backend"):
+        cryptdisk.dask.read_table(tmp_path / "db", "n", dtype_backend="arrow")

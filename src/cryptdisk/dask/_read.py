@@ -149,7 +149,8 @@ def _reopen_may_help(exc: CryptdiskError) -> bool:
 
 
 def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
-          filters: list[Any], arrow_strings: bool, storage_options: dict[str, Any] | None
+          filters: list[Any], types: tuple[bool, str | None],
+          storage_options: dict[str, Any] | None
           ) -> tuple[str, list[str], list[tuple[str, list[int], int]], Any]:
     """(table name, columns, ``[(part, row groups, rows of the part)]``, empty pandas
     frame), on this process's connection.
@@ -165,8 +166,7 @@ def _plan(path: str, config: str | None, table: str, columns: list[str] | None,
                 plan = db.scan_plan(table, filters)  # reloads a newer catalog first
                 meta = db.table(table)
                 cols = meta.pick_columns(columns, "read_table")
-                empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols),
-                                   arrow_strings)
+                empty = _to_pandas(db.arrow_schema(meta).empty_table().select(cols), types)
                 rows = {p.id: p.rows for p in meta.parts}
                 return meta.name, cols, [(p, g, rows.get(p, 0)) for p, g in plan], empty
             except CryptdiskError as exc:
@@ -192,21 +192,42 @@ def _conjunction(filters: Any) -> list[Any]:
         "group with df[...] (or one read_table per group, if the groups cannot overlap)")
 
 
-def _string_dtype(arrow_type: Any) -> Any:
-    """pandas' ``string[pyarrow]`` for Arrow strings: the dtype Dask gives string columns
-    (``dataframe.convert-string``); with pandas' default ``str`` dtype (NaN as missing
-    value) Dask would add a task converting every partition."""
+#: ``dtype_backend`` values, as ``dd.read_parquet`` takes them (None: NumPy dtypes).
+DTYPE_BACKENDS = (None, "numpy_nullable", "pyarrow")
+
+
+def _types_mapper(arrow_strings: bool, dtype_backend: str | None) -> Any:
+    """The ``types_mapper`` of Arrow's ``to_pandas`` for a partition and for the meta.
+
+    Strings come as pandas' ``string[pyarrow]`` with ``arrow_strings``: the dtype Dask
+    gives string columns (``dataframe.convert-string``); with pandas' default ``str``
+    dtype Dask would add a task converting every partition. ``numpy_nullable``: integer,
+    boolean and floating columns as pandas' nullable dtypes (``Int64``, ``boolean``,
+    ``Float64``), so a partition with a NULL keeps the meta's dtype (NumPy's ``int64``
+    becomes ``float64`` there, its ``bool`` ``object``); ``pyarrow``: every column as
+    ``pd.ArrowDtype``.
+    """
     import pandas as pd
     import pyarrow as pa
 
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or \
-            pa.types.is_string_view(arrow_type):
-        return pd.StringDtype("pyarrow")
-    return None
+    if dtype_backend == "pyarrow":
+        return pd.ArrowDtype
+    mapping: dict[Any, Any] = {}
+    if arrow_strings or dtype_backend == "numpy_nullable":
+        string = pd.StringDtype("pyarrow") if arrow_strings else pd.StringDtype()
+        mapping.update({pa.string(): string, pa.large_string(): string,
+                        pa.string_view(): string})
+    if dtype_backend == "numpy_nullable":
+        mapping.update({pa.bool_(): pd.BooleanDtype(), pa.float32(): pd.Float32Dtype(),
+                        pa.float64(): pd.Float64Dtype()})
+        for bits in (8, 16, 32, 64):
+            mapping[getattr(pa, f"int{bits}")()] = pd.api.types.pandas_dtype(f"Int{bits}")
+            mapping[getattr(pa, f"uint{bits}")()] = pd.api.types.pandas_dtype(f"UInt{bits}")
+    return mapping.get if mapping else None
 
 
-def _to_pandas(table: Any, arrow_strings: bool) -> Any:
-    return table.to_pandas(types_mapper=_string_dtype if arrow_strings else None)
+def _to_pandas(table: Any, types: tuple[bool, str | None]) -> Any:
+    return table.to_pandas(types_mapper=_types_mapper(*types))
 
 
 def _partitions(plan: list[tuple[str, list[int], int]], per_partition: int,
@@ -235,7 +256,7 @@ def _partitions(plan: list[tuple[str, list[int], int]], per_partition: int,
 
 
 def _read_partition(spec: tuple[Any, ...]) -> Any:
-    db_path, config, table, pieces, columns, filters, arrow_strings, options = spec
+    db_path, config, table, pieces, columns, filters, types, options = spec
     for attempt in (0, 1):
         with _process_database(db_path, config, fresh=attempt > 0,
                                storage_options=options) as (db, opened):
@@ -252,7 +273,7 @@ def _read_partition(spec: tuple[Any, ...]) -> Any:
 
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     del tables
-    out = _to_pandas(table, arrow_strings)
+    out = _to_pandas(table, types)
     del table
     _release_arrow_memory()
     return out
@@ -275,7 +296,8 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
                filters: list[tuple[str, str, Any]] | None = None, config: Any = None, *,
                row_groups_per_partition: int = ROW_GROUPS_PER_PARTITION,
                min_partition_rows: int = MIN_PARTITION_ROWS,
-               storage_options: dict[str, Any] | None = None) -> Any:
+               storage_options: dict[str, Any] | None = None,
+               dtype_backend: str | None = None) -> Any:
     """Table ``table`` of the database at ``db_path`` as a Dask DataFrame.
 
     One partition per part that can hold matching rows; a part with more than
@@ -290,6 +312,9 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     ``db_path`` may be the URL of a database on an object store (``s3://bucket/db``,
     see :func:`cryptdisk.db.publish`), with fsspec ``storage_options`` such as
     ``endpoint_url`` (never credentials: each worker takes them from its environment).
+    ``dtype_backend`` is ``dd.read_parquet``'s: None (NumPy dtypes: an integer column
+    with a NULL comes as ``float64`` in that partition), ``"numpy_nullable"`` or
+    ``"pyarrow"``.
     """
     dd = _dask_dataframe()
     import dask
@@ -298,6 +323,10 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     # Partitions come with Dask's string dtype (``dataframe.convert-string``, on by
     # default) already, so from_map need not add a task converting each one.
     arrow_strings = bool(pyarrow_strings_enabled())
+    if dtype_backend not in DTYPE_BACKENDS:
+        raise DatabaseError(f"dtype_backend must be one of {DTYPE_BACKENDS}, not "
+                            f"{dtype_backend!r}")
+    types = (arrow_strings, dtype_backend)
     if row_groups_per_partition < 1:
         raise DatabaseError("row_groups_per_partition must be at least 1")
     if min_partition_rows < 0:
@@ -306,9 +335,8 @@ def read_table(db_path: str | os.PathLike[str], table: str, columns: list[str] |
     config_path = _config_path(config)
     options = dict(storage_options) if storage_options else None
     filters = [tuple(f) for f in _conjunction(filters)]
-    name, cols, plan, empty = _plan(path, config_path, table, columns, filters, arrow_strings,
-                                    options)
-    specs = [(path, config_path, name, pieces, cols, filters, arrow_strings, options)
+    name, cols, plan, empty = _plan(path, config_path, table, columns, filters, types, options)
+    specs = [(path, config_path, name, pieces, cols, filters, types, options)
              for pieces in _partitions(plan, row_groups_per_partition, min_partition_rows)]
     if not specs:
         return dd.from_pandas(empty, npartitions=1)
