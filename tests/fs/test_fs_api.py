@@ -321,3 +321,27 @@ def test_bad_config_argument_and_touch(config_path: str) -> None:
     assert fs.cat_file("secure/touched") == b"data"
     fs.touch("secure/touched")
     assert fs.cat_file("secure/touched") == b""
+
+
+def test_a_config_changed_by_a_key_rotation_is_loaded_again(tmp_path: Path) -> None:
+    """fsspec keeps one filesystem per config path for the life of a process (a Dask
+    worker's): after the config makes key 2 current, new files are sealed under key 2;
+    once key 1 is removed from it, a file still under key 1 no longer reads."""
+    from cryptdisk.errors import KeyNotFoundError
+    from cryptdisk.format import Header
+    from tests.db.dbhelpers import write_config
+
+    cfg = str(write_config(tmp_path, [1], 1))
+    fs = fsspec.filesystem("cryptdisk", config=cfg)
+    fs.pipe_file("secure/old.bin", b"old")
+    write_config(tmp_path, [1, 2], 2)
+    assert fsspec.filesystem("cryptdisk", config=cfg) is fs  # fsspec's instance cache
+    fs.pipe_file("secure/new.bin", b"new")
+    store = tmp_path / "store" / "secure"
+    assert Header.parse((store / "old.bin").read_bytes()[:128]).key_id == 1
+    assert Header.parse((store / "new.bin").read_bytes()[:128]).key_id == 2
+    assert fs.cat_file("secure/old.bin") == b"old"
+    write_config(tmp_path, [2], 2)
+    assert fs.cat_file("secure/new.bin") == b"new"
+    with pytest.raises(KeyNotFoundError):
+        fs.cat_file("secure/old.bin")
