@@ -235,6 +235,14 @@ def test_kill_9_before_the_new_key_is_current_then_a_rerun_without_it_finishes(t
     assert key_ids(path) == {1: INSERTS + 1}
     assert load_keyring(str(path)).current_key_id == 1
     assert rows(path) == expected  # the database opens and reads as before
+    # the key listing shows the recorded key and the command that finishes the rotation
+    for listing in (run("keys", str(path), "--format", "csv"),
+                    run("keys", "list", "--db", str(path), "--format", "csv")):
+        assert listing.returncode == 0, listing.stderr
+        assert "2," not in listing.stdout  # stdout: the listing alone (key 2 is not in use)
+        assert (f"warning: a rotation of database {path} to key 2 was interrupted after it "
+                f"recorded the key in {path}.key.pending") in listing.stderr
+        assert f"hint: finish it: cryptdisk rotate {path}\n" in listing.stderr
     rerun = run("rotate", str(path))
     assert rerun.returncode == 0, rerun.stderr
     assert "finished an interrupted rotation: key 2" in rerun.stdout
@@ -246,6 +254,7 @@ def test_kill_9_before_the_new_key_is_current_then_a_rerun_without_it_finishes(t
     again = run("rotate", str(path))
     assert again.returncode == 0 and "rewrapped 0 file(s)" in again.stdout
     assert "interrupted" not in again.stdout
+    assert "interrupted" not in run("keys", str(path)).stderr
 
 
 def test_kill_9_while_the_new_key_is_written_then_the_rerun_asks_for_it(tmp_path):
@@ -255,6 +264,10 @@ def test_kill_9_while_the_new_key_is_written_then_the_rerun_asks_for_it(tmp_path
     new = tmp_path / "new.key"
     write_key_file(new, Key.generate(2))
     kill_rotate_at("staging", path, new)
+    listing = run("keys", str(path))
+    assert listing.returncode == 0, listing.stderr
+    assert "was interrupted before it recorded the key" in listing.stderr
+    assert f"cryptdisk rotate {path} --new-key FILE" in listing.stderr
     rerun = run("rotate", str(path))
     assert rerun.returncode == 1
     assert "was interrupted before it recorded the key" in rerun.stderr

@@ -281,7 +281,18 @@ def cmd_keys(args: argparse.Namespace) -> int:
         table = db.sql("SELECT id, algorithm, source, is_current, files FROM system.keys "
                        "ORDER BY id")
         print(format_table(table, args.format))
+        unfinished_rotation(db)
     return 0
+
+
+def unfinished_rotation(db: Any) -> None:
+    """Say on stderr (stdout keeps the listing alone) what a stopped rotation to a new key
+    left beside the database's key files, and the command that finishes it."""
+    left = db.unfinished_rotation()
+    if left is not None:
+        print(f"cryptdisk: warning: {left[0]}", file=sys.stderr)
+        if left[1]:
+            print(f"cryptdisk: hint: {left[1]}", file=sys.stderr)
 
 
 def cmd_reencrypt(args: argparse.Namespace) -> int:

@@ -339,6 +339,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     config = _config_path(args, required=not args.db)
     counts: dict[int, int] = {}
     db_files: set[str] = set()
+    left = None  # what a stopped rotation of the database's key files left
     if args.db:
         with _open_db(args, config) as db:
             for row in db.sql("SELECT id, files FROM system.keys").to_pylist():
@@ -348,6 +349,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
                 ids, current = db.keyring.ids, db.keyring.current_key_id
                 rows = [(i, "current" if i == current else "active", "file",
                          db.key_file(i) or "") for i in ids]
+                left = db.unfinished_rotation()
     if args.paths:  # the database's files under them are counted above, once
         usage = _path_usage(args.paths, db_files, config)
         for path in usage.pop(None, []):
@@ -363,6 +365,10 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     if args.db or args.paths:
         table["files"] = [counts.get(r[0], 0) for r in rows]
     print(format_table(pa.table(table), args.format))
+    if left is not None:
+        print(f"cryptdisk: warning: {left[0]}", file=sys.stderr)
+        if left[1]:
+            print(f"cryptdisk: hint: {left[1]}", file=sys.stderr)
     unknown = sorted(set(counts) - {r[0] for r in rows})
     if unknown:
         print(f"cryptdisk: error: files are under key(s) {', '.join(map(str, unknown))}, which "

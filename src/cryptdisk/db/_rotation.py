@@ -328,6 +328,28 @@ class RotationMixin(DatabaseState):
             return default_key_path(self.path)
         return retired_key_path(self.path, key_id)
 
+    def unfinished_rotation(self) -> tuple[str, str] | None:
+        """What a rotation to a new key that was stopped left beside the key files, as
+        ``(what, hint)`` (the hint names the command that finishes it), or None.
+
+        Only a database opened without a config has key files: ``PATH.key.pending``
+        (the new key recorded, no file under it yet: ``cryptdisk rotate PATH`` finishes
+        it) or ``PATH.key.new`` alone (stopped while recording it: the key file has to
+        be given again).
+        """
+        if not self.own_keys:
+            return None
+        try:
+            key = interrupted_rotation(self.path)
+        except CryptdiskError as exc:
+            return str(exc), exc.hint or ""
+        if key is None:
+            return None
+        return (f"a rotation of database {self.path} to key {key.key_id} was interrupted "
+                f"after it recorded the key in {default_key_path(self.path)}.pending; no "
+                f"file is under key {key.key_id} yet",
+                f"finish it: cryptdisk rotate {self.path}")
+
     def remove_key(self, key_id: int) -> str:
         """Delete an older key of a database opened without a config; returns its file.
 
