@@ -259,3 +259,50 @@ def test_check_on_a_reader_passes_while_another_process_optimizes(tmp_path):
         child.wait()
         follower.join()
         child.stdout.close()
+
+
+SIGTERM_CHILD = """\
+import os, sys, time
+from cryptdisk.cli import main
+real_replace, name = os.replace, sys.argv[-1]
+def replace(src, dst, *args, **kwargs):
+    if os.path.basename(os.fspath(dst)) == name:
+        print("paused " + os.fspath(src), flush=True)
+        time.sleep(600)
+    return real_replace(src, dst, *args, **kwargs)
+os.replace = replace
+sys.argv = ["cryptdisk"] + sys.argv[1:-1]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("name", ["catalog", "pin"])
+def test_sigterm_ends_a_cli_writer_cleanly(tmp_path, name):
+    """kill (SIGTERM) a ``cryptdisk sql`` writer while it publishes the catalog or its pin:
+    it ends as an error does (status 143, a message), deleting its temporary and letting go
+    of the lock, with no second writer needed to clean up after it."""
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql(f"INSERT INTO t {gen(100)}")
+    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD, "sql", path, "-q",
+                              f"INSERT INTO t {gen(10, 1000)}", name],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env())
+    line = child.stdout.readline()
+    assert line.startswith("paused "), line + child.stderr.read()
+    temp = line.split(" ", 1)[1].strip()
+    assert os.path.exists(temp) and temp.endswith(".cdtmp")
+    child.send_signal(signal.SIGTERM)
+    _out, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert "cryptdisk: error: terminated (SIGTERM)" in err
+    assert "Traceback" not in err
+    assert not os.path.exists(temp)
+    leftovers = [os.path.join(r, f) for r, _d, fs in os.walk(path) for f in fs
+                 if f.endswith(".cdtmp")]
+    assert not leftovers
+    with cryptdisk.connect(path) as db:  # the lock was let go
+        # the catalog's rename never ran: the insert is absent; the pin came after it
+        assert db.query("SELECT count(*) FROM t") == [(100 if name == "catalog" else 110,)]
+        db.check()

@@ -112,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..keys import protect_process
 
         protect_process()
+        _terminate_cleanly()
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
@@ -125,9 +126,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         _warn_exposed_configs(args)
 
 
+class Terminated(BaseException):
+    """Raised in the main thread by a SIGTERM (:func:`_terminate_cleanly`); a
+    ``BaseException`` so that no ``except Exception`` (nor a shell's Ctrl-C handling)
+    takes it for an error to go on from."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _terminate_cleanly() -> None:
+    """Make a SIGTERM (``kill``, ``systemctl stop``, ``docker stop``) end the command as
+    an error does: the statement running stops at its next step, its temporaries are
+    deleted, the database's lock and connections are closed (Python's default action
+    ends the process at once, leaving its temporaries to the next writer). A process
+    that ignores SIGTERM, or handles it itself (``cryptdisk serve`` drains), keeps that."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def _run(func: Any, args: argparse.Namespace) -> int:
     try:
         code = func(args)
+    except Terminated:
+        error("terminated (SIGTERM)")
+        return 128 + signal.SIGTERM
     except CryptdiskError as exc:
         if args.traceback or os.environ.get("CRYPTDISK_TRACEBACK"):
             raise
