@@ -152,3 +152,31 @@ def test_each_read_and_write_task_gives_arrow_s_freed_memory_back(tmp_path, monk
 def dask_sync():
     import dask
     return dask.config.set(scheduler="sync")
+
+
+def test_to_table_after_a_rotation_seals_the_new_parts_under_the_new_key(client, tmp_path):
+    """Workers that kept a connection from before cryptdisk rotate --new-key write the
+    job's parts under the key that is current now, not the one they loaded."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from cryptdisk.format import Header
+
+    path = tmp_path / "db"
+    want = _make(path, 0)
+    assert client.compute(cryptdisk.dask.read_table(path, "u").a.sum()).result() == want
+    rows = dd.from_pandas(pd.DataFrame({"a": range(10**6, 10**6 + 10), "s": "x"}),
+                          npartitions=2)
+    assert cryptdisk.dask.to_table(rows, path, "u") == 10  # every worker has it open now
+    with cryptdisk.connect(path) as db:
+        db.rotate_keys(new_key=Key.generate(2))
+        before = {p["path"] for p in db.sql("SELECT path FROM system.parts").to_pylist()}
+    assert cryptdisk.dask.to_table(rows, path, "u") == 10
+    with cryptdisk.connect(path) as db:
+        paths = [p["path"] for p in db.sql("SELECT path FROM system.parts").to_pylist()]
+        new = [p for p in paths if p not in before]
+        files = {f.name: f for f in tmp_path.rglob("*.parquet")}
+        assert new and all(
+            Header.parse(files[p.rsplit("/", 1)[-1]].read_bytes()[:128]).key_id == 2
+            for p in new), new
+        db.remove_key(1)  # no file uses key 1

@@ -62,7 +62,7 @@ def test_the_write_graph_carries_no_key(tmp_path):
     cfg = write_config(tmp_path, [1], 1)
     from cryptdisk.dask._write import _stage_partition
 
-    spec = (str(tmp_path / "db"), str(cfg), "t", 2, None)
+    spec = (str(tmp_path / "db"), str(cfg), "t", 2, None, 1)
     blob = cloudpickle.dumps((_stage_partition, spec))
     assert str(cfg).encode() in blob
     assert not any(n in blob for n in key_needles(tmp_path))

@@ -3,7 +3,7 @@
 The client opens the database for writing (its lock is held for the whole job,
 so no other writer commits meanwhile) and fixes the catalog version the parts
 are written for. Each task carries ``(database path, config path, table,
-version)`` and its partition; the worker writes it with
+version, current key id)`` and its partition; the worker writes it with
 :meth:`Database.stage_parts` on its own read-only connection (keys loaded on the
 worker) and returns the parts' catalog entries. When every task has succeeded,
 the client reads each part whole, checks it, and commits them all at once
@@ -18,15 +18,32 @@ import os
 from typing import Any
 
 from ..db import connect, location
-from ._read import _config_path, _dask_dataframe, _process_database, _release_arrow_memory
+from ..errors import CryptdiskError
+from ._read import (
+    _config_path,
+    _dask_dataframe,
+    _process_database,
+    _release_arrow_memory,
+    _reopen_may_help,
+)
 
 __all__ = ["to_table"]
 
 
 def _stage_partition(pdf: Any, spec: tuple[Any, ...]) -> list[dict[str, Any]]:
-    db_path, config, table, version, options = spec
-    with _process_database(db_path, config, storage_options=options) as (db, _opened):
-        staged = db.stage_parts(table, pdf, version)
+    db_path, config, table, version, options, key_id = spec
+    for attempt in (0, 1):
+        with _process_database(db_path, config, fresh=attempt > 0,
+                               storage_options=options) as (db, opened):
+            if not opened and db.keyring.current_key_id != key_id:
+                continue  # kept from before a rotation: its current key is not the caller's
+            try:
+                staged = db.stage_parts(table, pdf, version)
+                break
+            except CryptdiskError as exc:
+                # Kept from before the database was replaced or its keys rotated.
+                if opened or not _reopen_may_help(exc):
+                    raise
     _release_arrow_memory()
     return staged
 
@@ -53,7 +70,10 @@ def to_table(df: Any, db_path: str | os.PathLike[str], table: str, config: Any =
     with connect(path, config_path,
                  **({"storage_options": options} if options else {})) as db:
         meta = db.table(table)
-        spec = (path, config_path, meta.name, db.catalog.version + 1, options)
+        # The current key's id (not the key): a worker whose kept connection has
+        # another current key opens a new one, so parts are sealed under this one.
+        spec = (path, config_path, meta.name, db.catalog.version + 1, options,
+                db.keyring.current_key_id)
         tasks = [dask.delayed(_stage_partition)(part, spec) for part in df.to_delayed()]
         staged = dask.compute(*tasks)
         return db.commit_parts(meta.name, [p for parts in staged for p in parts])
