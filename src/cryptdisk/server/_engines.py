@@ -737,16 +737,15 @@ class _AnalyticalSession(EngineSession):
         """The tables with UUID columns (lower-case name -> those columns, lower-cased),
         worked out once per catalog version and kept on the engine."""
         catalog = self.engine.db.catalog
-        key = (id(catalog), catalog.version)
         cached = self.engine.uuid_tables
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is not None and cached[0] is catalog and cached[1] == catalog.version:
+            return cached[2]  # (the catalog itself is kept: an id may be reused)
         found = {}
         for name, meta in list(catalog.tables.items()):
             names = {c.lower() for c, t in meta.columns if _is_uuid(t)}
             if names:
                 found[name.lower()] = names
-        self.engine.uuid_tables = (key, found)
+        self.engine.uuid_tables = (catalog, catalog.version, found)
         return found
 
     def _uuid_items(self, text: str, columns: list[tuple[str, int]], oids: list[int],
@@ -968,8 +967,8 @@ class AnalyticalEngine(Engine):
         self.turns = _Turns()
         #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
         self.policies: Any = None
-        #: ((catalog id, version), the tables with UUID columns): see _uuid_tables
-        self.uuid_tables: tuple[tuple[int, int], dict[str, set[str]]] | None = None
+        #: (catalog, its version, the tables with UUID columns): see _uuid_tables
+        self.uuid_tables: tuple[Any, int, dict[str, set[str]]] | None = None
 
     def turn(self, session: _AnalyticalSession | None = None, shared: bool = False) -> Any:
         """Hold a turn on the database (see :class:`_Turns`): ``with engine.turn(): ...``
