@@ -212,3 +212,49 @@ def test_kill_9_while_replacing_a_sqlite_database_leaves_the_old_one_or_the_new(
     restore(repo, bid, target, keyring=kr, replace=True)
     assert _count(target, kr) == 1000
     assert not _leftovers(tmp_path, "r.db")
+
+
+def test_force_refuses_a_target_holding_the_backup_repository_or_a_configs_disk(
+        tmp_path: Path) -> None:
+    from cryptdisk.config import load_config
+    from tests.db.dbhelpers import write_config
+
+    src = tmp_path / "a.db"
+    make_db(src, rows=50)
+    repo = Repository.init(str(src / "backups"), passphrase="pw", kdf_params=FAST_KDF)
+    bid = create(repo, src).id
+    with pytest.raises(BackupError, match=r"the backup repository .*backups is inside"):
+        restore(repo, bid, src, replace=True)  # deleting a.db would delete the repository
+    assert repo.manifest_ids() == [bid] and content(src)["t"][1][1] == 50
+    # a config whose local disk lies inside the target: the restored parts would go with it
+    conf = tmp_path / "r.db" / "conf"
+    conf.mkdir(parents=True)
+    cfg = load_config(write_config(conf, [4], 4))
+    other = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    bid = create(other, src).id
+    (tmp_path / "r.db" / "catalog").write_bytes(b"")
+    with pytest.raises(BackupError, match=r"disk .* is inside .*r\.db"):
+        restore(other, bid, tmp_path / "r.db", config=cfg, replace=True)
+    assert (conf / "c.toml").is_file() and (tmp_path / "r.db" / "catalog").is_file()
+
+
+def test_force_resolves_dotdot_after_a_symlink_as_the_kernel_does(tmp_path: Path) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    make_db(tmp_path / "a.db", rows=50)  # beside 'link', not named by the target
+    make_db(tmp_path / "real" / "a.db", rows=50)
+    repo = Repository.init(str(tmp_path / "repo"), passphrase="pw", kdf_params=FAST_KDF)
+    make_db(tmp_path / "src.db", rows=7)
+    bid = create(repo, tmp_path / "src.db").id
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    out = restore(repo, bid, str(tmp_path / "link" / ".." / "a.db"), replace=True)
+    assert out["path"] == str(tmp_path / "real" / "a.db")
+    assert content(tmp_path / "real" / "a.db")["t"][1][1] == 7
+    assert content(tmp_path / "a.db")["t"][1][1] == 50  # untouched
+    # a trailing slash names the same database; '.' and '..' name none of their own
+    restore(repo, bid, str(tmp_path / "a.db") + "/", replace=True)
+    assert content(tmp_path / "a.db")["t"][1][1] == 7
+    for bad in (f"{tmp_path}/a.db/.", f"{tmp_path}/a.db/.."):
+        with pytest.raises(BackupError, match="names no file or directory of its own"):
+            restore(repo, bid, bad, replace=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.db", "a.db.key", "link", "real", "repo", "src.db", "src.db.key"]

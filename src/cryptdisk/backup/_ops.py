@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 import apsw
 
 from ..db import Database
+from ..disks import LocalDisk
 from ..errors import (
     BackupAuthenticationError,
     BackupError,
@@ -30,7 +31,13 @@ from ..errors import (
 from ..format import MAGIC
 from ..keys import Key, Keyring, write_key_file
 from . import _chunker
-from ._replace import Replaced, check_sqlite_unused, open_target
+from ._replace import (
+    Replaced,
+    check_outside,
+    check_sqlite_unused,
+    open_target,
+    target_path,
+)
 from ._repo import ChunkProblem, Repository
 from ._restoring import exchange, restore_lock, work_path
 from ._sqliteimage import snapshot, write_image
@@ -506,7 +513,7 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     directory swap, a file rename), then the old one is deleted. A database restored
     without ``config`` over one with a ``TARGET.key`` is encrypted under that key.
     """
-    dest = os.path.abspath(os.fspath(target))
+    dest = target_path(target)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     discard = None if config is None else (lambda path: _discard_parts(path, config))
     with restore_lock(dest, discard=discard):
@@ -532,6 +539,8 @@ def _restore_locked(repo: Repository, backup_id: str, dest: str, config: Any,
                               hint="restore into a new path, or replace it with --force "
                               "(Python: replace=True): the restored database takes its "
                               "place atomically and the old one is deleted")
+        if kind == "db" and os.path.isdir(dest) and not os.path.islink(dest):
+            check_outside(dest, _kept_paths(repo, config))
         old = open_target(dest, kind, backup_id)
     try:
         if kind == "sqlite":
@@ -541,6 +550,22 @@ def _restore_locked(repo: Repository, backup_id: str, dest: str, config: Any,
     finally:
         if old is not None:
             old.release()
+
+
+def _kept_paths(repo: Repository, config: Any) -> list[tuple[str, str]]:
+    """The local directories a restore must not delete with the database it replaces: the
+    backup repository's, and those of the config's local disks (where the restored
+    database's parts go)."""
+    out = []
+    if repo.local:
+        out.append(("the backup repository", repo.root))
+    if config is not None:
+        for disk in config.disks.values():
+            while disk is not None:
+                if isinstance(disk, LocalDisk):
+                    out.append((f"disk {disk.name!r}", disk.root))
+                disk = getattr(disk, "inner", None)
+    return out
 
 
 def _remove_sqlite(dest: str) -> None:

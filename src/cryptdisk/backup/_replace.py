@@ -25,7 +25,7 @@ from ..errors import BackupError
 from ..format import MAGIC
 from ._restoring import exchange, work_path
 
-__all__ = ["Replaced", "check_sqlite_unused", "open_target"]
+__all__ = ["Replaced", "check_outside", "check_sqlite_unused", "open_target", "target_path"]
 
 _SQLITE_COMPANIONS = ("-wal", "-journal", "-shm")
 
@@ -86,6 +86,34 @@ def open_target(dest: str, kind: str, backup_id: str) -> Replaced:
                               hint="restore into a new path")
     check_sqlite_unused(dest)
     return Replaced(dest, stat.S_IMODE(st.st_mode))
+
+
+def target_path(target: str | os.PathLike[str]) -> str:
+    """The absolute path a restore writes to: ``target``'s last name in its directory with
+    the symbolic links of that directory resolved, as the kernel resolves them (no lexical
+    ``..`` collapsing: ``link/../db`` is ``db`` beside the directory ``link`` names)."""
+    path = os.fspath(target)
+    if not path:
+        raise BackupError("the restore's target is empty", hint="name a new path")
+    path = os.path.join(os.getcwd(), path).rstrip("/") or "/"
+    parent, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        raise BackupError(f"{os.fspath(target)} names no file or directory of its own "
+                          "(it ends with '.', '..' or is '/')",
+                          hint="name the database's own path, e.g. DIR/NAME")
+    return os.path.join(os.path.realpath(parent), name)
+
+
+def check_outside(dest: str, kept: list[tuple[str, str]]) -> None:
+    """Refuse to replace the directory ``dest`` when one of ``kept`` (what, local path) is
+    in it: deleting the replaced database would delete it too."""
+    real = os.path.realpath(dest)
+    for what, path in kept:
+        p = os.path.realpath(path)
+        if p == real or p.startswith(real.rstrip("/") + "/"):
+            raise BackupError(f"{what} {path} is inside {dest}: replacing {dest} deletes "
+                              "what it holds", hint=f"move {what} out of {dest} first, or "
+                              "restore into a new path")
 
 
 def check_sqlite_unused(dest: str) -> None:

@@ -128,6 +128,11 @@ class Repository:
         raise TypeError("a backup Repository cannot be pickled; open it in the other process")
 
     @property
+    def local(self) -> bool:
+        """Whether the repository is a local directory (then ``root`` is its OS path)."""
+        return self._local
+
+    @property
     def id(self) -> str:
         return str(self.config["id"])
 
