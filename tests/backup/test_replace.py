@@ -258,3 +258,26 @@ def test_force_resolves_dotdot_after_a_symlink_as_the_kernel_does(tmp_path: Path
             restore(repo, bid, bad, replace=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a.db", "a.db.key", "link", "real", "repo", "src.db", "src.db.key"]
+
+
+def test_force_leaves_a_database_put_at_target_during_the_restore(tmp_path: Path) -> None:
+    repo, old, new = _two_backups(tmp_path)
+    target = tmp_path / "r.db"
+    restore(repo, old, target)
+    restore(repo, old, tmp_path / "other.db")
+    (tmp_path / "other.db" / "mine").write_text("keep")
+    moved: list[int] = []
+
+    def swap_target(n: int) -> None:
+        if not moved:  # the checked database moved away, another put in its place
+            moved.append(n)
+            for a, b in (("r.db", "r.bak"), ("other.db", "r.db")):
+                os.rename(tmp_path / a, tmp_path / b)
+                os.rename(tmp_path / f"{a}.key", tmp_path / f"{b}.key")
+
+    with pytest.raises(BackupError, match="not the database checked when the restore began"):
+        restore(repo, new, target, replace=True, progress=swap_target)
+    assert (target / "mine").read_text() == "keep"  # not swapped out and deleted
+    assert content(target)["t"][1][1] == 50
+    assert content(tmp_path / "r.bak")["t"][1][1] == 50
+    assert not _leftovers(tmp_path, "r.db")

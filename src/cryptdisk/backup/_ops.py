@@ -741,6 +741,11 @@ def _publish_dir(tmp: str, dest: str, tmp_key: str | None, key_file: str,
     ``dest``'s own (``reuse_key``) or none (a config's)."""
     if old is not None:
         exchange(tmp, dest)
+        if not old.is_at(tmp):  # TARGET was moved away and another put there meanwhile
+            exchange(tmp, dest)  # it goes back; the restored work is deleted
+            raise BackupError(f"{dest} is not the database checked when the restore began "
+                              "(it was moved or replaced meanwhile): it is left as it is",
+                              hint="restore again")
         _sync_parent(dest)
         if tmp_key is not None:
             os.unlink(tmp_key)  # a second link to TARGET.key

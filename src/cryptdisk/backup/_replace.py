@@ -38,6 +38,15 @@ class Replaced:
     path: str
     mode: int
     lock_fd: int | None = None
+    ident: tuple[int, int] = (0, 0)  # (st_dev, st_ino) of what was checked
+
+    def is_at(self, path: str) -> bool:
+        """Whether ``path`` is (still) the database that was checked."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self.ident
 
     def release(self) -> None:
         if self.lock_fd is not None:
@@ -75,7 +84,7 @@ def open_target(dest: str, kind: str, backup_id: str) -> Replaced:
         except BaseException:
             os.close(fd)
             raise
-        return Replaced(dest, stat.S_IMODE(st.st_mode), fd)
+        return Replaced(dest, stat.S_IMODE(st.st_mode), fd, (st.st_dev, st.st_ino))
     if not stat.S_ISREG(st.st_mode):
         raise BackupError(f"{dest} is not a file; backup {backup_id} is of {what}",
                           hint="restore into a new path")
@@ -85,7 +94,7 @@ def open_target(dest: str, kind: str, backup_id: str) -> Replaced:
                               "header): --force replaces only one",
                               hint="restore into a new path")
     check_sqlite_unused(dest)
-    return Replaced(dest, stat.S_IMODE(st.st_mode))
+    return Replaced(dest, stat.S_IMODE(st.st_mode), ident=(st.st_dev, st.st_ino))
 
 
 def target_path(target: str | os.PathLike[str]) -> str:
