@@ -162,3 +162,36 @@ def test_a_command_may_prompt_on_the_terminal(tmp_path):
         os.close(fd)
     assert f"KEY {KEY}".encode() in out, out
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_key_in_its_stderr_in_another_spelling_never_shows() -> None:
+    import base64
+
+    from cryptdisk.keys._sources import stderr_excerpt
+
+    raw = bytes.fromhex(KEY)
+    spellings = {
+        "colons": ":".join(f"{b:02x}" for b in raw),
+        "upper spaces": " ".join(f"{b:02X}" for b in raw),
+        "C array": ", ".join(f"0x{b:02x}" for b in raw),
+        "xxd columns": " ".join(KEY[i:i + 4] for i in range(0, 64, 4)),
+        "lines": "\n".join(KEY[i:i + 16] for i in range(0, 64, 16)),
+        "half": KEY[:24],
+        "after a hex word": "bad " + " ".join(f"{b:02x}" for b in raw),
+        "base64 of a 16-byte key": base64.b64encode(raw[:16]).decode(),
+        "base64 split": base64.b64encode(raw).decode()[:22] + "\n"
+                        + base64.b64encode(raw).decode()[22:],
+    }
+    for what, spelled in spellings.items():
+        text = stderr_excerpt(f"error: bad key {spelled} given\n".encode())
+        assert "[redacted]" in text, what
+        flat = "".join(c for c in text.lower() if c in "0123456789abcdef")
+        assert KEY[8:20] not in flat and KEY[40:52] not in flat, (what, text)
+        for part in base64.b64encode(raw).decode(), base64.b64encode(raw[:16]).decode():
+            assert part[:12] not in text and part[-14:-2] not in text, (what, text)
+    # dates, versions, MAC addresses, UUIDs and words stay readable
+    for kept in ("2026-12-05 11:16:34.123456 ERROR: token expired",
+                 "openssl 3.0.13 on 52:54:00:12:34:56",
+                 "request 123e4567-e89b-12d3-a456-426614174000 failed",
+                 "a bad decade faded; cafe added", "/usr/lib/x86_64-linux-gnu/pkcs11"):
+        assert stderr_excerpt(kept.encode()) == kept, kept

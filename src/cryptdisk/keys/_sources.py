@@ -148,10 +148,16 @@ def read_key_file(path: str | os.PathLike[str], *, check_permissions: bool = Tru
 STDERR_LINES = 5
 STDERR_CHARS = 400
 _REDACTED = "[redacted]"
-# runs that could be key material: 32+ hex digits, or 40+ base64 characters mixing cases
-# and digits (paths, words and sentences do not)
-_HEX_RUN = re.compile(r"(?<![0-9A-Za-z])(?:0x)?[0-9A-Fa-f]{32,}(?![0-9A-Za-z])")
-_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{40,}={0,2}")
+# runs that could be key material or part of it: 16+ hex digits, together or in groups of
+# one length with separators between them (de:ad:be:ef, 0xde, 0xad, xxd's columns, lines
+# of a split key), or 20+ base64 characters mixing cases and digits (paths, words, dates
+# and sentences do not)
+_HEX_MIN = 16
+_HEX_RUN = re.compile(r"(?<![0-9A-Za-z])(?:0x)?[0-9A-Fa-f]{16,}(?![0-9A-Za-z])")
+_HEX_GROUPS = re.compile(r"(?<![0-9A-Za-z])(?:0x)?[0-9A-Fa-f]{2,}"
+                         r"(?:(?:[:.,-]|,?[ \t]+|[ \t]*\n[ \t]*)(?:0x)?[0-9A-Fa-f]{2,})+"
+                         r"(?![0-9A-Za-z])")
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{20,}={0,2}")
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -163,13 +169,23 @@ def _b64_like(match: re.Match[str]) -> str:
     return text
 
 
+def _hex_groups(match: re.Match[str]) -> str:
+    groups = [g.removeprefix("0x") for g in re.findall(r"(?:0x)?[0-9A-Fa-f]+", match.group(0))]
+    sizes = [len(g) for g in groups]
+    size = max(set(sizes), key=sizes.count)  # a key's groups have one length (a date's not)
+    if sizes.count(size) * size >= _HEX_MIN and re.search(r"[0-9]", "".join(groups)):
+        return _REDACTED
+    return match.group(0)
+
+
 def stderr_excerpt(stderr: bytes, stdout: bytes = b"") -> str:
     """A bounded, secret-free excerpt of a key command's stderr for an error message.
 
     The last :data:`STDERR_LINES` non-empty lines, at most :data:`STDERR_CHARS`
     characters (the end kept), terminal escapes dropped. Whatever the command printed on
-    stdout (its key, or part of it) and runs that could be key material (32 or more hex
-    digits, 40 or more base64 characters) are replaced by ``[redacted]``. Empty when
+    stdout (its key, or part of it) and runs that could be key material (16 or more hex
+    digits, also in equal groups with separators or across lines, 20 or more base64
+    characters) are replaced by ``[redacted]``. Empty when
     stderr has nothing to show.
     """
     text = _CONTROL.sub("", stderr.decode("utf-8", errors="replace"))
@@ -177,7 +193,7 @@ def stderr_excerpt(stderr: bytes, stdout: bytes = b"") -> str:
     secrets = {out.strip()} | {t for t in out.split() if len(t) >= 6}
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, _REDACTED)
-    text = _B64_RUN.sub(_b64_like, _HEX_RUN.sub(_REDACTED, text))
+    text = _B64_RUN.sub(_b64_like, _HEX_GROUPS.sub(_hex_groups, _HEX_RUN.sub(_REDACTED, text)))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()][-STDERR_LINES:]
     shown = " | ".join(lines)
     if len(shown) > STDERR_CHARS:
