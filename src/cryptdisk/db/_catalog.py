@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,8 @@ from ..format import open_file as cd_open
 from ..keys import Keyring
 from ._names import NameDict
 from ._views import ViewMeta, Views
+
+log = logging.getLogger("cryptdisk.db")
 
 __all__ = ["CATALOG_FILE", "Catalog", "PartMeta", "TableMeta", "Tables", "catalog_key_id",
            "catalog_stamp", "load_catalog", "remove_catalog_temps", "save_catalog"]
@@ -214,6 +217,7 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
     """
     catalog.version += 1
     path = os.path.join(db_path, CATALOG_FILE)
+    before = catalog_stamp(db_path) if remote is None else None
     try:
         if remote is not None:
             catalog.etag = remote.commit_sealed(CATALOG_FILE, catalog.to_json(), keyring,
@@ -221,9 +225,25 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
             return
         with cd_open(path, "wb", keys=keyring) as f:
             f.write(catalog.to_json())
-    except BaseException:
+    except BaseException as exc:
+        # Renamed over the catalog already (a failed fsync of the directory, an interrupt
+        # after the rename): published. Only the writer holding the lock replaces it.
+        if remote is None and _stamp_or_none(db_path) not in (before, None):
+            if not isinstance(exc, Exception):
+                raise  # (an interrupt) catalog.version stays: see Database._committing
+            log.warning("cryptdisk: %s: catalog version %d is published, but finishing "
+                        "its write failed (%s): it may not survive a power loss",
+                        db_path, catalog.version, type(exc).__name__)
+            return
         catalog.version -= 1
         raise
+
+
+def _stamp_or_none(db_path: str) -> Any:
+    try:
+        return catalog_stamp(db_path)
+    except OSError:
+        return None
 
 
 def remove_catalog_temps(db_path: str) -> int:

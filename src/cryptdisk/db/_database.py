@@ -566,15 +566,30 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     f"{self.path}: another writer committed first; this change was not "
                     "published (the files it wrote are removed by a later commit)",
                     hint="run it again") from None
-            # None (reload before the next statement) if another commit came already
-            self._stamp = self._remote.stamp_of(CATALOG_FILE, self.catalog.etag)
-            self._write_pins()
-            self._collect_abandoned()
+            remote = self._remote
+            self._after_publish(lambda: remote.stamp_of(CATALOG_FILE, self.catalog.etag),
+                                self._collect_abandoned)
             return
         save_catalog(self.path, self.keyring, self.catalog)
-        self._stamp = catalog_stamp(self.path)
-        self._write_pins()
-        self._collect_pending()
+        self._after_publish(lambda: catalog_stamp(self.path), self._collect_pending)
+
+    def _after_publish(self, stamp: Callable[[], Any], collect: Callable[[], Any]) -> None:
+        """The steps of a commit after its catalog is published: the commit stands
+        whatever they raise (an error is logged; an interrupt propagates, and the callers'
+        undo sees the published version: see :meth:`_committing`)."""
+        self._stamp = None  # (reloaded before the next statement unless set below)
+        step = "stamping"
+        try:
+            # None (reload before the next statement) if another commit came already
+            self._stamp = stamp()
+            step = "writing its pins"
+            self._write_pins()
+            step = "collecting its garbage"
+            collect()
+        except Exception as exc:
+            log.warning("cryptdisk: %s: catalog version %d is committed; %s after it "
+                        "failed (%s): the next commit or open does it", self.path,
+                        self.catalog.version, step, type(exc).__name__)
 
     def _write_pins(self) -> None:
         """Record the published version in the pins (after the catalog: never ahead of it)."""
@@ -1536,11 +1551,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         meta = self._new_table(st)
         self._forget_policies(st.name)  # a dropped table's, left by a crash (see _schema)
         self.catalog.tables[st.name] = meta
-        try:
+        with self._committing(lambda: self.catalog.tables.pop(st.name)):
             self._commit()
-        except BaseException:
-            del self.catalog.tables[st.name]
-            raise
 
     def _new_table(self, st: _sql.CreateTable) -> TableMeta:
         """The catalog entry of the table ``st`` creates, its name, columns, key and

@@ -377,11 +377,12 @@ class InsertMixin(DatabaseState):
         if not parts:
             return 0
         meta.parts.extend(parts)
-        try:
-            self._commit()
-        except BaseException:
+
+        def undo() -> None:
             del meta.parts[-len(parts):]
-            raise
+
+        with self._committing(undo):
+            self._commit()
         _warn_of_small_parts(self.catalog.db_id, meta)
         return sum(p.rows for p in parts)
 

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -77,35 +77,62 @@ class MaintenanceMixin(DatabaseState):
                 with contextlib.suppress(DiskFileNotFoundError, FileNotFoundError):
                     disk.remove(part.path)
 
+    @contextlib.contextmanager
+    def _committing(self, undo: Callable[[], Any]) -> Iterator[None]:
+        """Around a commit (and what follows it) of a change made in memory: on an
+        exception, ``undo`` it unless the catalog was published meanwhile. Once the
+        catalog is published the change is committed whatever happens next (an error or
+        interrupt after the rename: :func:`._catalog.save_catalog` keeps the version):
+        undoing it, or deleting its files, would lose data the catalog names."""
+        version = self.catalog.version
+        try:
+            yield
+        except BaseException:
+            if not self._published_since(version):
+                undo()
+            raise
+
+    def _published_since(self, version: int) -> bool:
+        """Whether a catalog later than ``version`` was published (by this connection)."""
+        return self.catalog.version > version
+
+    def _remove_replaced(self, parts: list[PartMeta]) -> None:
+        """:meth:`_remove_parts` after a commit: an error leaves them to garbage collection."""
+        try:
+            self._remove_parts(parts)
+        except Exception as exc:
+            log.warning("cryptdisk: %s: catalog version %d is committed; removing the %d "
+                        "part(s) it replaced failed (%s): the next writer's open removes "
+                        "them", self.path, self.catalog.version, len(parts),
+                        type(exc).__name__)
+
     def _replace_parts(self, meta: TableMeta, new: list[PartMeta], **changes: Any) -> None:
         """Publish ``new`` as the table's parts (and other field changes), then delete the old."""
         old, saved = meta.parts, {k: getattr(meta, k) for k in changes}
         meta.parts = new
         for k, v in changes.items():
             setattr(meta, k, v)
-        try:
-            self._commit()
-        except BaseException:
+
+        def undo() -> None:
             meta.parts = old
             for k, v in saved.items():
                 setattr(meta, k, v)
-            raise
-        self._remove_parts([p for p in old if p.id not in {n.id for n in new}
-                            or p.path not in {n.path for n in new}])
+
+        with self._committing(undo):
+            self._commit()
+        self._remove_replaced([p for p in old if p.id not in {n.id for n in new}
+                               or p.path not in {n.path for n in new}])
 
     def _drop(self, st: _sql.DropTable) -> None:
         if st.if_exists and st.name not in self.catalog.tables:
             return
         meta = self.table(st.name)
         del self.catalog.tables[meta.name]
-        try:
+        with self._committing(lambda: self.catalog.tables.__setitem__(meta.name, meta)):
             self._commit()
-        except BaseException:
-            self.catalog.tables[meta.name] = meta
-            raise
         with contextlib.suppress(Exception):
             self.con.unregister(meta.name)
-        self._remove_parts(meta.parts)
+        self._remove_replaced(meta.parts)
         try:  # its policy attachments go with it (a crash before: see _forget_policies)
             self._forget_policies(meta.name)
         except CryptdiskError as exc:  # dropped: the next table of the name removes them

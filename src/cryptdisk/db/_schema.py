@@ -104,11 +104,8 @@ class SchemaMixin(DatabaseState):
         meta.parts = parts
         self._forget_policies(meta.name)  # a dropped table's, left by a crash
         self.catalog.tables[meta.name] = meta
-        try:
+        with self._committing(lambda: self.catalog.tables.pop(meta.name)):
             self._commit()
-        except BaseException:
-            del self.catalog.tables[meta.name]
-            raise
 
     def _query_columns(self, table: str, query: str) -> list[tuple[str, str]]:
         """The columns of ``query``'s result as DuckDB describes them: (name, type)."""
@@ -194,13 +191,14 @@ class SchemaMixin(DatabaseState):
             del self.catalog.tables[old]
             meta.name = new
             self.catalog.tables[new] = meta
-            try:
-                self._commit()
-            except BaseException:
+
+            def undo() -> None:
                 del self.catalog.tables[new]
                 meta.name = old
                 self.catalog.tables[old] = meta
-                raise
+
+            with self._committing(undo):
+                self._commit()
             self._schemas.clear()
 
         self._with_policies(old, carry, commit)
@@ -314,11 +312,12 @@ class SchemaMixin(DatabaseState):
             return
         saved = meta.not_null, meta.defaults
         meta.not_null, meta.defaults = not_null, defaults
-        try:
-            self._commit()
-        except BaseException:
+
+        def undo() -> None:
             meta.not_null, meta.defaults = saved
-            raise
+
+        with self._committing(undo):
+            self._commit()
 
     def _drop_column(self, meta: TableMeta, column: str) -> None:
         if column in meta.order:

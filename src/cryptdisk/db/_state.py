@@ -10,6 +10,7 @@ mixins subclass it for the type checker only (at run time their base is
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -78,6 +79,11 @@ class DatabaseState(Protocol):
     def _check_open(self) -> None: ...
 
     def _commit(self) -> None: ...
+
+    def _committing(self, undo: Callable[[], Any]) -> contextlib.AbstractContextManager[None]:
+        ...
+
+    def _published_since(self, version: int) -> bool: ...
 
     def _prepare(self, sql: str, push: bool = True) -> Any: ...  # (see Database._prepare)
 

@@ -232,8 +232,9 @@ class ViewMixin(DatabaseState):
         server's sessions) keeps reading the ones it started with."""
         before = self.catalog.views
         self.catalog.views = views
-        try:
-            self._commit()
-        except BaseException:
+
+        def undo() -> None:
             self.catalog.views = before
-            raise
+
+        with self._committing(undo):
+            self._commit()
