@@ -215,9 +215,9 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
     the one ``catalog`` was read as (its ETag): another writer's commit meanwhile makes
     it fail with :class:`~cryptdisk.errors.PublishConflictError`, overwriting nothing.
     """
+    before = catalog_stamp(db_path) if remote is None else None
     catalog.version += 1
     path = os.path.join(db_path, CATALOG_FILE)
-    before = catalog_stamp(db_path) if remote is None else None
     try:
         if remote is not None:
             catalog.etag = remote.commit_sealed(CATALOG_FILE, catalog.to_json(), keyring,
