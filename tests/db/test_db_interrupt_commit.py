@@ -175,3 +175,38 @@ def test_failure_after_publish_keeps_the_commit(tmp_path, monkeypatch, caplog, o
     with cryptdisk.connect(path, read_only=True) as reader:
         assert check(reader)
         assert reader.check() > 0
+
+
+@pytest.mark.parametrize("exc", ["interrupt", "error"])
+@pytest.mark.parametrize("op", [op for op in OPS if op != "rotate"])
+def test_failure_before_publish_undoes_the_change(tmp_path, monkeypatch, op, exc):
+    """The counterpart: a commit that fails before the rename changes nothing, in memory
+    or in the catalog on disk."""
+    from cryptdisk.db._catalog import Catalog
+
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path) as db:
+        db.sql("CREATE TABLE t (id BIGINT, v VARCHAR) ORDER BY id")
+        for lo in range(0, 1000, 250):
+            db.sql(f"INSERT INTO t SELECT i, 's' FROM range({lo}, {lo + 250}) r(i)")
+    trap = _Armed(KeyboardInterrupt() if exc == "interrupt" else OSError(5, "injected"))
+    real = Catalog.to_json
+
+    def to_json(self):
+        trap.fire()
+        return real(self)
+    monkeypatch.setattr(Catalog, "to_json", to_json)
+    run, _points, _check = OPS[op]
+    with cryptdisk.connect(path) as db:
+        before = db.catalog.to_json()
+        trap.armed = True
+        with pytest.raises(KeyboardInterrupt if exc == "interrupt" else OSError):
+            run(db)
+        assert trap.fired
+        assert db.catalog.to_json() == before  # undone in memory
+        assert _ids(db) == BEFORE
+    monkeypatch.undo()
+    with cryptdisk.connect(path) as db:
+        assert db.catalog.to_json() == before
+        assert _ids(db) == BEFORE
+        assert db.check() > 0
