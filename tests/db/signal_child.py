@@ -1,0 +1,40 @@
+"""Child process for the SIGTERM/SIGINT test of committed writes: writes until signalled.
+
+Usage: signal_child.py DB
+SIGTERM is handled as the ``cryptdisk`` command handles it (``Terminated`` raised in the
+main thread), SIGINT as Python does (``KeyboardInterrupt``). Prints ``go`` once it writes;
+exits 130 on the signal's exception, 131 on the error of a statement it stopped (a
+DuckDB query's, or the exception raised inside a callback DuckDB runs).
+"""
+
+import faulthandler
+import signal
+import sys
+
+import cryptdisk
+from cryptdisk.cli._app import Terminated, _terminate_cleanly
+
+
+def main() -> int:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # (the parent's, if it hangs)
+    _terminate_cleanly()
+    try:
+        with cryptdisk.connect(sys.argv[1]) as db:
+            print("go", flush=True)
+            k = 0
+            while True:
+                k += 1
+                db.sql("UPDATE t SET n = n + 1 WHERE id % 3 = 0")
+                db.sql(f"DELETE FROM t WHERE id = {k % 100}")
+                db.sql(f"INSERT INTO t VALUES ({k % 100}, 0)")
+                if k % 5 == 0:
+                    db.sql("OPTIMIZE TABLE t FINAL")
+    except (KeyboardInterrupt, Terminated):
+        return 130
+    except Exception as exc:  # a statement stopped by the signal, as an error
+        print(f"error: {exc!r}", file=sys.stderr)
+        return 131
+
+
+if __name__ == "__main__":
+    sys.exit(main())
