@@ -50,7 +50,17 @@ def _sigint_in(seconds):
     return timer
 
 
-def test_ctrl_c_in_a_query_is_a_keyboard_interrupt(tmp_path):
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler, as an interactive session has it: a process started
+    in the background by a non-interactive shell (``cmd &``) inherits SIGINT ignored, and
+    Python then installs no handler (the Ctrl-C would be lost, not tested)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_in_a_query_is_a_keyboard_interrupt(tmp_path, ctrl_c):
     # DuckDB notices the signal between its tasks (with one thread: the caller's) and
     # raised RuntimeError('Query interrupted')
     db = cryptdisk.connect(tmp_path / "db", threads=1)
@@ -138,7 +148,7 @@ def test_a_dataframe_whose_index_is_a_column_of_the_table_is_refused(db):
         ("US", 2.0), (None, 2.0), ("EU", 4.0), (None, 4.0)]
 
 
-def test_ctrl_c_stops_a_query_that_duckdbs_threads_run(tmp_path):
+def test_ctrl_c_stops_a_query_that_duckdbs_threads_run(tmp_path, ctrl_c):
     # With DuckDB's threads running the join's tasks, the caller waits in DuckDB and
     # checked for no signal: the query went on (minutes) after the Ctrl-C.
     db = cryptdisk.connect(tmp_path / "db", threads=4)
