@@ -1,9 +1,9 @@
 """SIGTERM (raised as the ``cryptdisk`` command raises it, ``Terminated``) at random moments
 of a real process that writes in a loop (UPDATE, DELETE, INSERT, OPTIMIZE): each time, the
 database opens, every row reads, ``check()`` passes, and a writer's open (garbage
-collection) loses nothing. (SIGINT is left out: a Ctrl-C can leave a write waiting for
-good on its worker threads, a separate bug; the paths after a publish are the same, and
-test_db_interrupt_commit.py injects KeyboardInterrupt at each of them.)"""
+collection) loses nothing. SIGINT (a Ctrl-C, ``KeyboardInterrupt``) too: the write's waits
+on its worker threads end on it (see cryptdisk.db._waits); test_db_interrupt_commit.py
+injects KeyboardInterrupt at each path after a publish."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ TRIALS = int(os.environ.get("CRYPTDISK_CRASH_TRIALS", "10"))
 
 
 @pytest.mark.slow
-def test_sigterm_while_writing(tmp_path):
-    signum = signal.SIGTERM
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_while_writing(tmp_path, signum):
     path = str(tmp_path / "db")
     with cryptdisk.connect(path) as db:
         db.sql("CREATE TABLE t (id BIGINT, n BIGINT) ORDER BY id")

@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..disks import Disk
-from . import _parts
+from . import _parts, _waits
 from ._catalog import PartMeta
 from ._parts import (
     _PartWriter,
@@ -323,7 +323,7 @@ class _Pool:
     def __init__(self, threads: int) -> None:
         self._jobs: collections.deque[_Job | _Next | None] = collections.deque()
         self._most = threads
-        self._threads: list[threading.Thread] = []
+        self._threads: list[_waits.Worker] = []
         self._idle = 0  # threads waiting for a job (each takes the next one queued)
         self._cond = threading.Condition()
 
@@ -344,8 +344,7 @@ class _Pool:
         with self._cond:
             self._jobs.append(job)
             if len(self._jobs) > self._idle and len(self._threads) < self._most:
-                t = threading.Thread(target=self._loop, name="cryptdisk-insert-part",
-                                     daemon=True)
+                t = _waits.Worker(self._loop, "cryptdisk-insert-part")
                 t.start()
                 self._threads.append(t)
             self._cond.notify()
@@ -381,7 +380,7 @@ class _Next:
             self.done.set()
 
     def result(self) -> pa.Table | None:
-        self.done.wait()
+        _waits.wait(self.done)
         if self.error is not None:
             raise self.error
         item, self.item = self.item, None
@@ -408,7 +407,7 @@ def _ahead(pieces: Iterable[pa.Table], pool: _Pool,
             del item
     finally:
         if pending is not None:  # the iterator is not left running when the caller goes on
-            pending.done.wait()
+            _waits.wait(pending.done)
 
 
 class _Job:
@@ -437,7 +436,7 @@ class _Job:
 
     def put(self, block: pa.Table, sort: bool) -> None:
         self.rows += block.num_rows
-        self._queue.put((block, sort))
+        _waits.put(self._queue, (block, sort), self._done.is_set)
 
     def run(self) -> None:
         """Write the blocks handed over until :meth:`end`, then finish (or discard) the
@@ -490,12 +489,13 @@ class _Job:
     def end(self) -> None:
         """No more blocks: the thread finishes the part (see :meth:`join`)."""
         if not self.ended:
+            # (marked only once put: a Ctrl-C in the put leaves the next call to put it)
+            _waits.put(self._queue, None, self._done.is_set)
             self.ended = True
-            self._queue.put(None)
 
     def join(self) -> None:
         self.end()
-        self._done.wait()
+        _waits.wait(self._done)
 
 
 def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.Table]:
@@ -576,7 +576,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                 # fsync) no longer holds a block, and the next one starts beside it
                 busy = [j for j in jobs if not j.encoded.is_set()]
                 while len(busy) >= max(1, workers):
-                    busy.pop(0).encoded.wait()
+                    _waits.wait(busy.pop(0).encoded)
                 _raise_any(jobs)
                 # the columns this block has no NULL in are REQUIRED in its part
                 current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),

@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..disks import Disk, discardable
-from ..errors import CatalogError, DiskFileNotFoundError, FormatError
-from . import _lookup
+from ..errors import CatalogError, DatabaseError, DiskFileNotFoundError, FormatError
+from . import _lookup, _waits
 from ._catalog import PartMeta
 from ._granule import GRANULE_ROWS, PageScanner
 from ._rollback import VERSION_KEY, part_file_name
@@ -109,8 +109,7 @@ class _HashingWriter:
         self._size = 0
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name="cryptdisk-part-writer",
-                                        daemon=True)
+        self._thread = _waits.Worker(self._drain, "cryptdisk-part-writer")
         self._thread.start()
         self.closed = False
         self._discard = False
@@ -143,7 +142,7 @@ class _HashingWriter:
         if self._held is not None:
             self._held.append(data)
         else:
-            self._queue.put(data)
+            self._put(data)
         self._size += len(data)
         return len(data)
 
@@ -163,11 +162,15 @@ class _HashingWriter:
             held = held[: len(held) - footer] + block + held[len(held) - footer :]
             self._size += len(block)
         if held and not self._discard:
-            self._queue.put(held)
+            self._put(held)
+
+    def _put(self, data: bytes | None) -> None:
+        # the writing thread ends only on None: a put on an ended one is for nothing
+        _waits.put(self._queue, data, self._thread.done.is_set)
 
     def finish(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
+        if not self._thread.done.is_set():
+            self._put(None)
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -388,6 +391,10 @@ def column_compression(batch: pa.RecordBatch, schema: pa.Schema,
     return chosen
 
 
+#: what :meth:`_Prefetch.next` takes when its thread ended without a result (stopped)
+_GONE: tuple[pa.RecordBatch | None, BaseException | None] = (None, Exception())
+
+
 class _Prefetch:
     """Pull the next batches on another thread while the writer encodes the current one.
 
@@ -402,18 +409,11 @@ class _Prefetch:
         self._queue: queue.Queue[tuple[pa.RecordBatch | None, BaseException | None]] = \
             queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cryptdisk-insert-source",
-                                        daemon=True)
+        self._thread = _waits.Worker(self._run, "cryptdisk-insert-source")
         self._thread.start()
 
     def _put(self, item: tuple[pa.RecordBatch | None, BaseException | None]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return _waits.put(self._queue, item, self._stop.is_set)
 
     def _run(self) -> None:
         try:
@@ -425,7 +425,9 @@ class _Prefetch:
             self._put((None, exc))
 
     def next(self) -> pa.RecordBatch | None:
-        batch, error = self._queue.get()
+        batch, error = _waits.get(self._queue, self._thread.done.is_set, _GONE)
+        if error is _GONE[1]:  # a fresh error each time: the traceback is this one's
+            error = DatabaseError("the insert's source ended without a result")
         if error is not None:
             raise error
         return batch
