@@ -17,6 +17,9 @@ from cryptdisk.cli._app import Terminated, _terminate_cleanly
 
 def main() -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # (the parent's, if it hangs)
+    # Python's own Ctrl-C: a suite started in the background (``cmd &``) passes SIGINT on
+    # ignored, and Python then installs no handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _terminate_cleanly()
     try:
         with cryptdisk.connect(sys.argv[1]) as db:
