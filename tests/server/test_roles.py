@@ -92,6 +92,24 @@ def test_set_role_current_user_session_user(start_server, sqlite_engine) -> None
         assert bob.execute("SELECT current_user").fetchall() == [("bob",)]
 
 
+@pytest.mark.parametrize("engine_name", ["sqlite_engine", "analytical"])
+def test_identity_functions_with_parentheses(start_server, request, engine_name) -> None:
+    """``current_role()`` (as fields-policies.md writes it in a policy's body, and as
+    Snowflake's users write it) is the same as ``current_role`` in a user's own query:
+    neither a refusal nor a syntax error showing the name written in."""
+    srv = start_server(request.getfixturevalue(engine_name))
+    setup_roles(srv, ["CREATE ROLE readers", "GRANT readers TO bob"])
+    with connect(srv, "bob", "bob pw") as bob:
+        bob.execute("SET ROLE readers")
+        cur = bob.execute("SELECT current_role(), current_user ( ), session_user(), "
+                          "'current_role()' AS q")
+        assert cur.fetchall() == [("readers", "readers", "bob", "current_role()")]
+        assert [d.name for d in cur.description] == \
+            ["current_role", "current_user", "session_user", "q"]
+        assert bob.execute("SELECT 1 WHERE current_role() = %s", ("readers",)).fetchall() \
+            == [(1,)]
+
+
 def test_admin_set_role_drops_admin_rights(start_server, analytical) -> None:
     srv = start_server(analytical)
     setup_roles(srv, ["CREATE TABLE t (a BIGINT)", "CREATE TABLE s (a BIGINT)",

@@ -1001,7 +1001,7 @@ class Session:
             return literal
 
         try:
-            return _sqltext.replace_words(sql, replace), renames
+            return _sqltext.replace_words(sql, replace, empty_call=True), renames
         except ServerError:
             return sql, {}
 

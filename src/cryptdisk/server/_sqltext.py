@@ -212,17 +212,24 @@ def strip_strings(sql: str) -> str:
     return "".join(out)
 
 
-def replace_words(sql: str, replace: Callable[[str], str | None]) -> str:
+_EMPTY_CALL = re.compile(r"\s*\(\s*\)")
+
+
+def replace_words(sql: str, replace: Callable[[str], str | None],
+                  empty_call: bool = False) -> str:
     """``sql`` with each bare word (not in a string, quoted identifier or comment, not
-    after a ``.``) replaced by ``replace(word)`` unless that returns None."""
+    after a ``.``) replaced by ``replace(word)`` unless that returns None. ``empty_call``:
+    an empty argument list right after a replaced word (``current_role()``) goes with it."""
     out, pos = [], 0
     for kind, s, e in _scan(sql, words=True):
-        if kind == "word":
+        if kind == "word" and s >= pos:
             new = replace(sql[s:e])
             if new is not None:
                 out.append(sql[pos:s])
                 out.append(new)
                 pos = e
+                if empty_call and (m := _EMPTY_CALL.match(sql, e)) is not None:
+                    pos = m.end()
     out.append(sql[pos:])
     return "".join(out)
 
