@@ -178,6 +178,21 @@ def test_a_role_query_reads_only_the_columns_it_names(made):
         assert [r[0] for r in rows] == [MASKED[0], MASKED[2]] and len(rows[0]) == 3
 
 
+def test_column_aliases_and_tablesample_of_a_table_with_policies_stay(made):
+    """``FROM cards AS c(x, y)`` names the table's first columns by their place, as for
+    an admin; the rewrite keeps them (and every column, in order), and the table's
+    TABLESAMPLE, instead of dropping them (a Binder error on x, or all rows)."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        assert db.query("SELECT y, x FROM cards AS c(x, y) ORDER BY n") == \
+            [("US", MASKED[0]), ("US", MASKED[2])]
+        table = db.sql("SELECT * FROM cards c(x) ORDER BY n")
+        assert table.column_names == ["x", "region", "n"]
+        assert table.column("x").to_pylist() == [MASKED[0], MASKED[2]]
+        assert db.query("SELECT count(*) FROM cards TABLESAMPLE 0%") == [(0,)]
+        assert db.query("SELECT count(*) FROM cards TABLESAMPLE 100%") == [(2,)]
+
+
 def test_count_star_counts_the_rows_a_role_may_read(made):
     """count(*) of a table alone is answered from the catalog's row counts only where no
     row access policy applies: under a role, the table is read through its policy."""

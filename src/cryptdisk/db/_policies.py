@@ -404,7 +404,9 @@ class _Context:
         columns = self.rewriter.columns(key)  # (each named as the table has it)
         self.tables[key] = tuple(columns.items())
         cols = list(columns)
-        if self.used is not None:
+        # ``t AS a(x, y)`` names the table's first columns by their place: all kept, in order
+        renamed = node.get("column_name_alias") or []
+        if self.used is not None and not renamed:
             named = [c for c in cols if c.lower() in self.used]
             cols = named or cols[:1]  # count(*): one column, for the rows
         read = {c.lower() for c in cols}
@@ -422,6 +424,9 @@ class _Context:
         text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "
                 f"AS {_quote(alias)}")  # quoted names, and markers replaced below
         sub = serialize_sql(text, self.con)["statements"][0]["node"]["from_table"]
+        sub["column_name_alias"] = list(renamed)
+        if node.get("sample") is not None:  # TABLESAMPLE of the table: of its readable rows
+            sub["sample"] = node["sample"]
 
         def fill(n: dict[str, Any]) -> Any:
             fn = n.get("function_name")
