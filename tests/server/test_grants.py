@@ -110,6 +110,21 @@ def test_analytical_granted_queries(start_server, analytical) -> None:
         assert bob.execute("SELECT a FROM open_t WHERE a = %s", (1,)).fetchall() == [(1,)]
 
 
+def test_analytical_a_granted_name_no_table_has_reveals_no_other_table(
+        start_server, analytical) -> None:
+    """A grant on a name before its table exists lets its holder ask for it: the answer
+    is PostgreSQL's, not the embedded message naming the server's path and every table
+    (secret among them, which bob may not read)."""
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t, ghost TO bob"]) \
+            as bob:
+        for sql in ("SELECT * FROM ghost", "SELECT a FROM open_t JOIN ghost USING (a)"):
+            with pytest.raises(psycopg.errors.UndefinedTable) as info:
+                bob.execute(sql)
+            assert info.value.diag.message_primary == 'relation "ghost" does not exist'
+            assert info.value.diag.message_hint is None
+
+
 @pytest.mark.parametrize("sql", [
     "INSERT INTO open_t VALUES (2)",                                 # no INSERT on open_t
     "INSERT INTO sink SELECT length(s) FROM secret",                 # source not granted

@@ -341,6 +341,9 @@ def _type_error(text: str) -> StatementError | None:
     return None
 
 
+_NO_TABLE = re.compile(r"no table (['\"])(.*)\1 in .* \(tables: ", re.S)
+
+
 def statement_error(exc: Exception) -> StatementError:
     """The engine's error as a StatementError with the closest SQLSTATE."""
     if isinstance(exc, StatementError):
@@ -348,6 +351,12 @@ def statement_error(exc: Exception) -> StatementError:
     if isinstance(exc, AuthenticationError):
         return StatementError(str(exc), "XX001")  # data_corrupted
     if isinstance(exc, TableNotFoundError):
+        # the embedded message names the database's path and lists every table: over the
+        # wire, a user granted a name no table has would learn the others' names
+        missing = _NO_TABLE.match(str(exc))
+        if missing is not None:
+            name = missing[2].replace('"', '""')
+            return StatementError(f'relation "{name}" does not exist', "42P01")
         return StatementError(str(exc), "42P01")
     if isinstance(exc, FieldPolicyError):  # (a role's DELETE or UPDATE: 42501)
         return StatementError(str(exc), exc.sqlstate, hint=exc.hint)
