@@ -137,6 +137,30 @@ def test_bypass_attempts_see_masked_values(start_server, engine, sql):  # noqa: 
     assert all("*" in v for v in values if len(v) >= 12 and v.isdigit()), values
 
 
+def test_a_role_sees_neither_the_rewritten_text_nor_the_policies_in_it(
+        start_server, engine):  # noqa: F811
+    """The rewrite is the server's: a column the rewrite changed keeps the name the query
+    gives it (an admin's), and an error quotes no rewritten text (DuckDB's ``LINE 1:``,
+    which held the row policy's expression and the mask's internal names)."""
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv, "bob") as analyst:
+        cur = analyst.execute("SELECT (SELECT max(pan) FROM cards), "
+                              "(SELECT count(*) FROM cards) AS k, n FROM cards ORDER BY n")
+        assert [d.name for d in cur.description] == \
+            ["(SELECT max(pan) FROM cards)", "k", "n"]
+        assert cur.fetchall() == [("***********0009", 2, 0), ("***********0009", 2, 2)]
+        for sql in ("SELECT nosuch FROM cards", "SELECT n::TINYINT * 200::TINYINT FROM cards",
+                    "SELECT CAST(region AS INTEGER) FROM cards"):
+            with pytest.raises(psycopg.Error) as info:
+                analyst.execute(sql)
+            text = str(info.value)
+            assert "EU" not in text and "__cd_" not in text and "LINE" not in text, text
+    with connect(srv) as admin:  # an admin's query is not rewritten: DuckDB's quote stays
+        with pytest.raises(psycopg.Error, match="LINE 1"):
+            admin.execute("SELECT nosuch FROM cards")
+
+
 def test_other_ways_around_are_refused(start_server, engine):  # noqa: F811
     srv = start_server(engine)
     setup(srv)

@@ -327,16 +327,51 @@ class PolicyRewriter:
                                    "queries only")
         context = _Context(self, session, con)
         context.used = _referenced_columns(tree)
+        original = tree
         tree = context.walk(tree, frozenset())
         tables = tuple(sorted(context.tables.items()))
         if not context.changed:
             return sql, [], tables
+        self._keep_names(original, tree, con)
         rewritten = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)])
         if rewritten is None:
             raise FieldPolicyError("internal error: a policy rewrite failed", "XX000")
         # DuckDB writes system.parts as "system".parts; the database maps the unquoted form
         text = _QUOTED_SYSTEM.sub(lambda m: f"system.{m[1]}", str(rewritten))
         return text, sorted(context.revealed), tables
+
+
+    @staticmethod
+    def _keep_names(original: dict[str, Any], tree: dict[str, Any], con: Any) -> None:
+        """Give each result column the rewrite changed (``(SELECT max(pan) FROM t)``) the
+        name DuckDB gives it unwritten (its text), as the session's column name: not the
+        rewritten text, which would show the policies' expressions."""
+        def top(t: dict[str, Any]) -> Any:
+            statements = t.get("statements") or [{}]
+            node = statements[0].get("node") if isinstance(statements[0], dict) else None
+            while isinstance(node, dict) and node.get("type") == "SET_OPERATION_NODE":
+                node = node.get("left")  # (a UNION's columns are named by its first query)
+            return node if isinstance(node, dict) and node.get("type") == "SELECT_NODE" \
+                else None
+
+        before, after = top(original), top(tree)
+        if before is None or after is None:
+            return
+        items = before.get("select_list") or []
+        rewritten = after.get("select_list") or []
+        if len(items) != len(rewritten):
+            return
+        template: dict[str, Any] | None = None
+        for old, new in zip(items, rewritten, strict=True):
+            if old == new or not isinstance(old, dict) or old.get("alias") \
+                    or not isinstance(new, dict):
+                continue
+            if template is None:
+                template = serialize_sql("SELECT 1", con)
+            template["statements"][0]["node"]["select_list"] = [old]
+            text = scalar(con, "SELECT json_deserialize_sql(?)", [json.dumps(template)])
+            if isinstance(text, str) and text.startswith("SELECT "):
+                new["alias"] = text[len("SELECT "):]
 
 
 class _Context:

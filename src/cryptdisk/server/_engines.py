@@ -341,6 +341,20 @@ def _type_error(text: str) -> StatementError | None:
     return None
 
 
+_CONTEXT = re.compile(r"\n+LINE \d+:.*", re.S)
+
+
+def _without_context(err: StatementError) -> StatementError:
+    """``err`` without DuckDB's quote of the statement (``LINE 1: ...`` and its caret),
+    for a statement the policies rewrote: the quote would show the rewritten text, the
+    policies' expressions in it, to a session they apply to."""
+    text = str(err)
+    bare = _CONTEXT.sub("", text)
+    if bare == text:
+        return err
+    return StatementError(bare, err.sqlstate, hint=err.hint)
+
+
 _NO_TABLE = re.compile(r"no table (['\"])(.*)\1 in .* \(tables: ", re.S)
 
 
@@ -519,6 +533,7 @@ class _AnalyticalSession(EngineSession):
         self.recording = False
         self.last_tables = set()
         self.revealed: list[str] = []  # columns the last statement read through a policy
+        self._rewrote = False  # the last statement runs as the policies rewrote it
         #: the text that revealed them when it is not the statement's own (a DELETE's or
         #: UPDATE's query of its table, see _execute)
         self.audited: str | None = None
@@ -620,11 +635,14 @@ class _AnalyticalSession(EngineSession):
                 if self.read_only:
                     raise read_only_error(sql)
                 self._refuse_in_block()
+        self._rewrote = False
         if self.privileges is not None:
             self.privileges.check_analytical(text, self._parser)
             if self.engine.policies is not None:  # masking and row access (._policies)
+                asked = text
                 text, self.revealed = self.engine.policies.rewrite(
                     text, self.privileges, self._parser, waiter=self)
+                self._rewrote = text != asked
         if self.recording:
             from ._grants import query_references
 
@@ -678,7 +696,10 @@ class _AnalyticalSession(EngineSession):
         except StatementError:
             raise
         except Exception as exc:
-            raise statement_error(exc) from None
+            err = statement_error(exc)
+            if self._rewrote:  # DuckDB quotes the text it ran: the policies' rewrite
+                err = _without_context(err)
+            raise err from None
         policies = self.engine.policies
         if policies is not None and policies.audit is not None:
             count = table.num_rows if table is not None else None
@@ -832,6 +853,7 @@ class _AnalyticalSession(EngineSession):
                 if policies is not None and privileges is not None else None
             from ..db import mutation_policies
 
+            self._rewrote = self._rewrote or policy is not None
             with mutation_policies(policy):  # a role's DELETE and UPDATE read as it does
                 result = self.engine.db.execute(text)
             if policy is not None and policy.text is not None:  # what it read, for the audit
