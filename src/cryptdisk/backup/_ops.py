@@ -34,7 +34,7 @@ from . import _chunker
 from ._replace import (
     Replaced,
     check_outside,
-    check_sqlite_unused,
+    holding_sqlite,
     open_target,
     target_path,
 )
@@ -624,8 +624,8 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
         if progress is not None:
             progress(1)
         if old is not None:
-            check_sqlite_unused(dest)  # opened during the restore: leave it be
-            _replace_file(tmp, dest)
+            with holding_sqlite(dest):  # opened during the restore: leave it be
+                _replace_file(tmp, dest)
         else:
             if os.path.lexists(dest):
                 raise BackupError(f"{dest} appeared during the restore; restore into a new "

@@ -8,9 +8,16 @@ for a SQLite backup; never a symbolic link, another kind of file, or a database 
   until the new database has taken its place, so no writer opens it meanwhile; a writer
   holding it refuses the restore. The file system must swap directories atomically
   (``renameat2(RENAME_EXCHANGE)``), which is tried on two empty directories first.
-- a SQLite file: its ``-wal``, ``-journal`` or ``-shm`` beside it (a connection has it
-  open, or one was killed and left transactions to recover) refuses the restore; these are
-  checked again just before the file is replaced (``rename``, atomic).
+- a SQLite file: open is what SQLite's own locks say (a lock on the database file's lock
+  bytes: a connection in a transaction, or any connection in WAL mode, which holds a
+  shared lock from its first read until it closes; or on the dead-man-switch byte of
+  ``-shm``, which every connection holding the WAL index locks). An open file refuses the
+  restore. A ``-wal``, ``-journal`` or ``-shm`` that nobody holds is a leftover (a
+  read-only connection cannot delete its empty WAL; a killed process leaves its WAL or
+  hot journal): it belongs to the database being replaced, and is deleted with it. The
+  check is made again just before the file is replaced (``rename``, atomic), under a
+  write lock on the database's lock bytes (SQLite's exclusive lock), so nobody opens the
+  old file and its leftovers meanwhile, which would otherwise be applied to the new one.
 """
 
 from __future__ import annotations
@@ -19,15 +26,25 @@ import contextlib
 import fcntl
 import os
 import stat
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import BackupError
 from ..format import MAGIC
 from ._restoring import exchange, work_path
 
-__all__ = ["Replaced", "check_outside", "check_sqlite_unused", "open_target", "target_path"]
+__all__ = ["Replaced", "check_outside", "check_sqlite_unused", "holding_sqlite", "open_target",
+           "target_path"]
 
-_SQLITE_COMPANIONS = ("-wal", "-journal", "-shm")
+#: what SQLite (and cryptdisk's VFS) keep beside a database file
+_SQLITE_COMPANIONS = ("-wal", "-journal", "-shm", "-wal-cdtail", "-journal-cdtail")
+#: SQLite's lock bytes in a database file (unix VFS): PENDING, RESERVED, then the 510
+#: bytes of the SHARED range; its EXCLUSIVE lock is a write lock on all of them
+_LOCK_START, _LOCK_LEN = 0x40000000, 2 + 510
+#: the dead-man switch of ``-shm`` (SQLite's unix VFS and cryptdisk's lock file alike):
+#: every connection holding the WAL index keeps a read lock on it
+_SHM_DMS_BYTE = 128
 
 
 @dataclass
@@ -125,16 +142,76 @@ def check_outside(dest: str, kept: list[tuple[str, str]]) -> None:
                               "restore into a new path")
 
 
-def check_sqlite_unused(dest: str) -> None:
-    """Refuse while SQLite's files beside ``dest`` say it is open or needs recovery: a WAL
-    or hot journal left there would be applied to the restored database."""
-    for suffix in _SQLITE_COMPANIONS:
-        if os.path.lexists(dest + suffix):
-            raise BackupError(
-                f"{dest}{suffix} exists: {dest} is open, or a process using it was killed "
-                "and left it to recover; a restore does not replace it then",
-                hint="stop its users; if none is left, open and close it once (SQLite "
-                "recovers and removes the file), then restore again")
+def _flock_struct(kind: int, start: int, length: int) -> bytes:
+    return struct.pack("@hhqqi4x", kind, os.SEEK_SET, start, length, 0)
+
+
+def _locked(path: str, start: int, length: int) -> bool:
+    """Whether any process (or connection of this one) holds a lock on those bytes of
+    ``path`` (an open-file-description lock test: it sees the ``fcntl`` locks of every
+    process, this one's included)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        out = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK, start, length))
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("@hhqqi4x", out)[0] != fcntl.F_UNLCK)
+
+
+def check_sqlite_unused(dest: str, *, file_locks: bool = True) -> None:
+    """Refuse while SQLite's locks say a connection has ``dest`` open: a lock on its lock
+    bytes (a transaction; in WAL mode, every connection from its first read until it
+    closes) or on the dead-man switch of ``dest-shm`` (a connection holding the WAL
+    index). Files beside it that nobody holds are leftovers (see :func:`holding_sqlite`).
+    Rollback-journal connections between transactions hold no lock: they go undetected,
+    as SQLite itself cannot tell them. ``file_locks=False``: the caller holds the lock
+    bytes itself, only ``-shm`` is checked."""
+    if ((file_locks and _locked(dest, _LOCK_START, _LOCK_LEN))
+            or _locked(dest + "-shm", _SHM_DMS_BYTE, 1)):
+        raise BackupError(
+            f"{dest} is open: a connection holds SQLite's lock on it (a transaction, or a "
+            "connection in WAL mode); a restore does not replace a database in use",
+            hint="close it there (every connection), then restore again")
+
+
+@contextlib.contextmanager
+def holding_sqlite(dest: str) -> Iterator[None]:
+    """Hold SQLite's exclusive lock on the database file ``dest`` (a write lock on its lock
+    bytes: a connection opening it waits, busy), check again that nobody has it open, and
+    delete the leftovers beside it (an empty WAL a read-only connection left, the WAL or
+    hot journal of a killed process, a stale ``-shm`` and its WAL index): they belong to
+    the database being replaced, and one left there would be applied to the new file.
+    The caller replaces ``dest`` inside the block."""
+    from ..sqlite import wal_index_paths
+
+    try:
+        fd = os.open(dest, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        writable = True
+    except PermissionError:  # a read-only file (its directory is writable): checked only
+        fd = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        writable = False
+    try:
+        if writable:
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
+                            _flock_struct(fcntl.F_WRLCK, _LOCK_START, _LOCK_LEN))
+            except (BlockingIOError, PermissionError):
+                raise BackupError(f"{dest} is open: a connection holds SQLite's lock on it; "
+                                  "a restore does not replace a database in use",
+                                  hint="close it there, then restore again") from None
+        check_sqlite_unused(dest, file_locks=not writable)
+        for index in wal_index_paths(dest):  # a killed process's WAL index
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(index)
+        for suffix in _SQLITE_COMPANIONS:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(dest + suffix)
+        yield
+    finally:
+        os.close(fd)  # drops the lock (on the replaced file, if it was replaced)
 
 
 def _probe_exchange(dest: str) -> None:

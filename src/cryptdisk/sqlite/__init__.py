@@ -31,6 +31,7 @@ from ._convert import decrypt_database, encrypt_database, encrypt_sqlcipher_data
 from ._errors import PageAuthenticationError, PageSizeError, PageTruncatedError, WalIndexError
 from ._native import NativeVFS, cipher_library
 from ._vfs import EncryptedFile, EncryptedVFS
+from ._walindex import wal_index_paths
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -48,4 +49,5 @@ __all__ = [
     "encrypt_sqlcipher_database",
     "implementation",
     "vfs_for",
+    "wal_index_paths",
 ]
