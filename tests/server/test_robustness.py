@@ -203,7 +203,43 @@ def test_max_connections(start_server, analytical) -> None:
     first.startup()
     second.startup()
     third = Raw(srv.port)
-    rest = third.rest()
+    rest = third.startup()  # refused once its startup message is read, as PostgreSQL does
+    assert third.rest() == []  # and closed
     assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "53300"
     first.close()
     second.close()
+
+
+def test_max_connections_over_tls_says_why_and_still_takes_a_cancel(start_server,
+                                                                     analytical) -> None:
+    """At the limit a TLS client is refused after the handshake, so libpq shows the
+    server's message (not 'server sent an error response during SSL exchange'), and a
+    CancelRequest, which needs a connection of its own, still reaches a running query."""
+    import threading
+
+    import psycopg
+
+    from tests.server.conftest import ENDLESS
+
+    srv = start_server(analytical, max_connections=2)
+    with psycopg.connect(**srv.dsn, autocommit=True) as first, \
+            psycopg.connect(**srv.dsn, autocommit=True):
+        with pytest.raises(psycopg.OperationalError, match="too many clients already"):
+            psycopg.connect(**srv.dsn)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                first.execute(ENDLESS)
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        for _ in range(120):
+            first.cancel_safe()
+            thread.join(1)
+            if not thread.is_alive():
+                break
+        assert not thread.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)

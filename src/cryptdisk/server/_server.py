@@ -230,18 +230,11 @@ class Server:
         self._tasks.add(task)
         try:
             connections = len(self._tasks) if self.workers is None else self.workers.total()
+            session = Session(self, conn)
             if self.draining or connections > self.max_connections:
-                from . import _protocol as P
-
-                code, text = (("57P03", "the server is shutting down") if self.draining else
-                              ("53300", "sorry, too many clients already"))
-                conn.write(P.error_response(code, text, severity="FATAL"))
-                try:
-                    await conn.drain()
-                finally:
-                    conn.close()
-                return
-            await Session(self, conn).run()
+                session.refuse = (("57P03", "the server is shutting down") if self.draining
+                                  else ("53300", "sorry, too many clients already"))
+            await session.run()
         except Exception:
             log.exception("session failed")
             conn.abort()  # never left open with nobody reading it

@@ -301,6 +301,10 @@ class Session:
         peer = conn.get_extra_info("peername")
         self.peer_host: str | None = peer[0] if isinstance(peer, tuple) else None
         self.tls = False
+        #: (SQLSTATE, message) to refuse the client with once its startup message is read
+        #: (too many connections, shutting down): after TLS, as PostgreSQL does, so the
+        #: client shows the message, and a CancelRequest is still taken
+        self.refuse: tuple[str, str] | None = None
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
         self.database = self.application_name = ""
@@ -454,6 +458,9 @@ class Session:
                 self.server.cancel(msg.process_id, msg.secret_key)
                 raise _Closing()
             break
+        if self.refuse is not None:
+            self._fatal(*self.refuse)
+            raise _Closing()
         if not self.tls and not (self.server.plaintext_loopback and is_loopback(self.peer_host)):
             self._fatal("28000", "this server accepts TLS connections only",
                         hint="connect with sslmode=require or stricter")
