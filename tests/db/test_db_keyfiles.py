@@ -40,6 +40,11 @@ def make_db(tmp_path, inserts=INSERTS):
     return path
 
 
+def header_key_id(path):
+    with open(path, "rb") as f:
+        return read_header(f).key_id
+
+
 def key_ids(path):
     """Key id -> how many of the database's files (parts and catalog) are under it."""
     out = {}
@@ -95,6 +100,65 @@ def test_the_current_key_and_a_used_key_cannot_be_removed(tmp_path):
     assert len(err.value.files) == 3
     with cryptdisk.connect(path, read_only=True) as db:
         assert db.query("SELECT count(*) FROM t") == [(200,)]
+
+
+def test_the_pins_and_the_server_files_beside_the_database_are_rotated_too(tmp_path):
+    """PATH.pin and cryptdisk serve's PATH.users and PATH.audit are sealed with the
+    database's keys: a rotation rewraps them, so the old key can go and the database still
+    opens with --pin and the server with its users."""
+    path = tmp_path / "sales.db"
+    made = run("sql", str(path), "--pin", "-q", "CREATE TABLE t (x BIGINT); "
+               "INSERT INTO t SELECT range FROM range(100)")
+    assert made.returncode == 0, made.stderr
+    added = subprocess.run([sys.executable, "-m", "cryptdisk", "serve", str(path), "--add-user",
+                            "alice"], capture_output=True, text=True, timeout=300,
+                           env=dict(env(), CRYPTDISK_PASSWORD="a long password 1"))
+    assert added.returncode == 0, added.stderr
+    beside = [f"{path}.pin", f"{path}.users", f"{path}.audit"]
+    assert [header_key_id(f) for f in beside] == [1, 1, 1]
+    new = tmp_path / "new.key"
+    assert run("keygen", "-o", str(new), "--id", "2").returncode == 0
+    done = run("rotate", str(path), "--new-key", str(new))  # (without --pin)
+    assert done.returncode == 0, done.stderr
+    assert "the 3 beside it (pins, server files) are under key 2" in done.stdout, done.stdout
+    assert [header_key_id(f) for f in beside] == [2, 2, 2]
+    removed = run("keys", str(path), "--remove", "1")
+    assert removed.returncode == 0, removed.stderr
+    opened = run("sql", str(path), "--pin", "-q", "SELECT count(*) FROM t", "--format", "csv")
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.splitlines() == ["count_star()", "100"]
+    checked = run("serve", str(path), "--check", "--self-signed")
+    assert checked.returncode == 0, checked.stderr
+    assert "1 user(s)" in checked.stdout
+
+
+def test_a_key_a_file_beside_the_database_still_uses_is_not_removed(tmp_path):
+    """A server file sealed under an older key (written by a server that loaded its keys
+    before the rotation) counts as a use of that key: removing it is refused, system.keys
+    counts it, and a rotation rewraps it."""
+    path = make_db(tmp_path, inserts=1)
+    old = load_keyring(str(path)).current_key()
+    new = tmp_path / "new.key"
+    assert run("keygen", "-o", str(new), "--id", "2").returncode == 0
+    assert run("rotate", str(path), "--new-key", str(new)).returncode == 0
+    with cryptdisk.open(f"{path}.users", "wb", keyring=cryptdisk.Keyring([old], 1)) as f:
+        f.write(b"{}")
+    keys = run("keys", str(path), "--format", "csv")
+    assert keys.stdout.splitlines()[1:] == ["1,aes-256-gcm,file,false,1",
+                                            "2,aes-256-gcm,file,true,2"]
+    used = run("keys", str(path), "--remove", "1")
+    assert used.returncode == 1
+    assert f"{path}.users" in used.stderr and "still used by 1 file(s)" in used.stderr
+    assert os.path.exists(f"{path}.key.1")
+    with cryptdisk.connect(path) as db, pytest.raises(RotationError) as err:
+        db.remove_key(1)
+    assert err.value.files == [f"{path}.users"]
+    again = run("rotate", str(path))
+    assert again.returncode == 0, again.stderr
+    assert "rewrapped 1 file(s)" in again.stdout
+    assert run("keys", str(path), "--remove", "1").returncode == 0
+    with cryptdisk.open(f"{path}.users", "rb", keyring=load_keyring(str(path))) as f:
+        assert f.read() == b"{}"
 
 
 def test_a_new_key_needs_its_own_id(tmp_path):

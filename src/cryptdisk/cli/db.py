@@ -263,12 +263,15 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         before = db.keyring.current_key_id
         n = db.rotate_keys(new_key=new_key, on_result=on_result)
         files = 1 + sum(len(t.parts) for t in db.catalog.tables.values())
+        beside = len(db.sidecar_files())
         key = db.keyring.current_key_id
         if new_key is None and key != before:
             print(f"finished an interrupted rotation: key {key}, which it had recorded in "
                   f"{db.path}.key.pending, is the current key of {db.path}")
         print(f"rewrapped {n} file(s) of {db.path} under key {key}; checked from their "
-              f"headers: all {files} file(s) the catalog names are under key {key}")
+              f"headers: all {files} file(s) the catalog names"
+              + (f" and the {beside} beside it (pins, server files)" if beside else "")
+              + f" are under key {key}")
         _older_keys(db)
     return 0
 

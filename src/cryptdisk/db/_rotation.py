@@ -27,7 +27,14 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CryptdiskError, DatabaseError, DiskFileNotFoundError, RotationError
+from ..errors import (
+    CryptdiskError,
+    DatabaseError,
+    DiskFileNotFoundError,
+    NotEncryptedError,
+    RotationError,
+)
+from ..format import HEADER_SIZE, Header
 from ..keys import Key, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
 from ._keyfiles import (
@@ -40,6 +47,7 @@ from ._keyfiles import (
 )
 from ._keyfiles import remove_key as remove_key_file
 from ._policies import role_check_statement
+from ._rollback import PIN_FILE, default_pin_path
 from ._storage import resolve_config, rewrap_on_disk
 
 if TYPE_CHECKING:
@@ -51,6 +59,11 @@ __all__ = ["RotationMixin"]
 
 #: How many files a message lists before it says "and N more".
 SHOWN = 10
+
+#: Files beside a database directory ``PATH`` that are sealed with its keyring but that
+#: its catalog does not name: the outside pin (``PATH.pin``), and the user file, masking
+#: policies and audit log of ``cryptdisk serve`` at their default places.
+SIDECARS = (".pin", ".users", ".policies", ".audit")
 
 
 def _listing(problems: list[str]) -> str:
@@ -169,7 +182,67 @@ class RotationMixin(DatabaseState):
             if key_id != disk.keyring.current_key_id:
                 left.append(f"{self._doomed_label(part)}: under key {key_id}, not "
                             f"{disk.keyring.current_key_id}")
+        for path, key_id, problem in self._sidecar_key_ids(own_pin=True):
+            if key_id is None:
+                left.append(f"{path}: {problem}")
+            elif key_id != self.keyring.current_key_id:
+                left.append(f"{path}: under key {key_id}, not {self.keyring.current_key_id}")
         return left
+
+    def sidecar_files(self, *, own_pin: bool = False) -> list[str]:
+        """The files beside the directory sealed with the database's keyring that exist
+        now: its outside pins (``PATH.pin``, a ``pin=FILE`` given) and the server's files at
+        their default places (``PATH.users``, ``PATH.policies``, ``PATH.audit``); with
+        ``own_pin`` also ``PATH/pin`` (which every commit writes again). A rotation
+        rewraps them too, and a key is in use while one of them is under it (a server's
+        files given elsewhere, ``[server] users = ...``, are not known here: rewrap them
+        with ``cryptdisk keys promote ID FILES``)."""
+        if self._remote is not None:
+            return []
+        base = os.path.abspath(self.path).rstrip(os.sep)
+        inside = os.path.join(base, PIN_FILE)
+        found: list[str] = []
+        for path in [*self._pins, default_pin_path(self.path), *(base + s for s in SIDECARS)]:
+            path = os.path.abspath(path)
+            if path == inside and not own_pin:
+                continue
+            if path not in found and os.path.isfile(path):
+                found.append(path)
+        return found
+
+    def _sidecar_key_ids(self, *, own_pin: bool = False) -> list[tuple[str, int | None, str]]:
+        """``(path, key id, problem)`` of each sealed file of :meth:`sidecar_files`: the key
+        id from its header (None with the problem when it cannot be read); plain files are
+        left out."""
+        out: list[tuple[str, int | None, str]] = []
+        for path in self.sidecar_files(own_pin=own_pin):
+            try:
+                with open(path, "rb") as f:
+                    out.append((path, Header.parse(f.read(HEADER_SIZE), path).key_id, ""))
+            except FileNotFoundError:
+                continue
+            except NotEncryptedError:
+                continue  # not sealed: under no key
+            except (CryptdiskError, OSError) as exc:
+                out.append((path, None, str(exc)))
+        return out
+
+    def _rewrap_sidecars(self, report: Callable[[str, bool], None]) -> int:
+        """Rewrap the sidecar files under the current key; one that cannot be rewrapped
+        (under a key the keyring lacks, say) is left to the last check, which names it."""
+        count = 0
+        for path, key_id, _problem in self._sidecar_key_ids(own_pin=True):
+            if key_id is None or key_id == self.keyring.current_key_id:
+                continue
+            try:
+                rewrapped = rewrap_file(path, self.keyring)
+            except (FileNotFoundError, NotEncryptedError):
+                continue
+            except CryptdiskError:
+                continue  # (reported by the last check)
+            count += rewrapped
+            report(path, rewrapped)
+        return count
 
     def _catalog_key_id(self) -> int:
         """The key id in the catalog's header, read now (again if a rewrap was writing it)."""
@@ -268,8 +341,9 @@ class RotationMixin(DatabaseState):
             count += self._rewrap_doomed(report)
             rewrapped = rewrap_file(os.path.join(self.path, CATALOG_FILE), self.keyring)
             count += rewrapped
-            self._commit()
+            self._commit()  # (writes the pins it is given under the current key)
             report(CATALOG_FILE, rewrapped)
+            count += self._rewrap_sidecars(report)
             left = self._files_not_under_current_key()
             if left:
                 raise RotationError(
@@ -301,6 +375,11 @@ class RotationMixin(DatabaseState):
                     continue
             if self._catalog_key_id() == key_id:
                 found.append(CATALOG_FILE)
+            for path, stored, problem in self._sidecar_key_ids():
+                if stored == key_id:
+                    found.append(path)
+                elif stored is None:  # unreadable: it may be under that key
+                    found.append(f"{path} ({problem})")
             return found
 
     def local_files(self) -> list[str]:

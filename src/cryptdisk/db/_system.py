@@ -111,6 +111,10 @@ def _keys(db: Any) -> pa.Table:
         uses[Header.parse(data[:HEADER_SIZE], f"{db.path}/catalog").key_id] += 1
     else:
         uses[catalog_key_id(db.path, db.keyring)] += 1
+    # the pins and the server's files beside the directory, sealed with the keyring
+    for _path, key_id, _problem in db._sidecar_key_ids():
+        if key_id is not None:
+            uses[key_id] += 1
     keys = list(db.keyring)
     return pa.table({
         "id": pa.array([k.key_id for k in keys], pa.uint64()),
