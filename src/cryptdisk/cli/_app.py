@@ -168,6 +168,12 @@ def _run(func: Any, args: argparse.Namespace) -> int:
             raise
         error(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
         return 1
+    except Exception as exc:  # a bug: still one line (no key material is in any message)
+        if args.traceback or os.environ.get("CRYPTDISK_TRACEBACK"):
+            raise
+        error(f"internal error: {type(exc).__name__}: {exc}",
+              "this is a bug in cryptdisk: rerun with --traceback and report what it prints")
+        return 1
     return int(code or 0)
 
 

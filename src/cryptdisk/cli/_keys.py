@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import KeyringError
 from ..keys import Key, Keyring, decode_hex_key, key_from_env, read_key_file
+from ._args import key_id
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -31,7 +32,7 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
                        help="key file as written by 'cryptdisk keygen' (mode 0600)")
     group.add_argument("--key-hex", metavar="HEX",
                        help="a hex key on the command line (visible in process listings!)")
-    group.add_argument("--key-id", type=int, default=None, metavar="N",
+    group.add_argument("--key-id", type=key_id, default=None, metavar="N",
                        help="id of a single key given by --key-env/--key-file/--key-hex "
                        "(for new files; default: the id a key file notes, else 1)")
     parser.set_defaults(_keys_required=required)

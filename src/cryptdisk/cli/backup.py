@@ -13,6 +13,7 @@ from ..errors import BackupError, CryptdiskError, MissingEnvironmentVariableErro
 from ..format import MAGIC
 from ..keys import Key, Keyring, key_from_file
 from ._app import warn
+from ._args import key_id
 from ._keys import add_key_options, config_from_args, keyring_from_args, keys_given
 
 __all__ = ["register"]
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="TOML config whose [keyring] has a key wrapping the repository key")
         g.add_argument("--repo-key-file", metavar="PATH",
                        help="key file (as 'cryptdisk keygen' writes) wrapping the repository key")
-        g.add_argument("--repo-key-id", type=int, default=1, metavar="N",
+        g.add_argument("--repo-key-id", type=key_id, default=1, metavar="N",
                        help="id of the --repo-key-file key (default 1)")
         p.add_argument("--repo-option", action="append", default=[], metavar="KEY=VALUE",
                        help="fsspec storage option for REPO (e.g. endpoint_url=http://...)")
@@ -116,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--add-passphrase-env", metavar="VAR")
     p.add_argument("--add-keyring", metavar="CONFIG")
     p.add_argument("--add-key-file", metavar="PATH")
-    p.add_argument("--add-key-id", type=int, default=1, metavar="N")
+    p.add_argument("--add-key-id", type=key_id, default=1, metavar="N")
     p.set_defaults(func=_store_errors(_keys))
 
 

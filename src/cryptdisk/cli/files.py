@@ -24,6 +24,7 @@ from ..format import (
     open_file,
     open_header,
 )
+from ._args import segment_size
 from ._keys import add_key_options, config_from_args, keyring_from_args
 
 __all__ = ["register"]
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("encrypt", help="encrypt a file (or stdin) into cryptdisk's sealed format")
     p.add_argument("input", help="plaintext file, or - for stdin")
     p.add_argument("output", help="encrypted file, or - for stdout")
-    p.add_argument("--segment-size", type=int, default=DEFAULT_SEGMENT_SIZE,
+    p.add_argument("--segment-size", type=segment_size, default=DEFAULT_SEGMENT_SIZE,
                    help="plaintext bytes per segment, a power of two (default 65536)")
     p.add_argument("--algorithm", choices=["aes-256-gcm", "aes-128-gcm"],
                    help="data cipher (default: the current key's)")

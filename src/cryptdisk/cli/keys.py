@@ -22,6 +22,7 @@ from ..keys import (
     rewrap_tree,
     write_key_file,
 )
+from ._args import key_id
 from ._keys import KEYRING_ENV, add_key_options, keyring_from_args
 
 __all__ = ["register"]
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
                    help="write a key file (mode 0600; refuses to overwrite)")
     p.add_argument("--bits", type=int, choices=[128, 256], default=256,
                    help="key size (default 256: AES-256-GCM)")
-    p.add_argument("--id", type=int, default=1,
+    p.add_argument("--id", type=key_id, default=1,
                    help="key id to note in the file and snippet (default 1)")
     p.add_argument("--print", action="store_true",
                    help="print the hex key even on a terminal, without the warning")
@@ -179,7 +180,7 @@ def _register_lifecycle(sub: Any) -> None:
                          description="Add a [[keyring.keys]] entry. The key is loaded first "
                          "(its file read, its provider connected), so a key that cannot be "
                          "used is never written into the config.")
-    p.add_argument("id", type=int, help="the new key's id (unused in the config)")
+    p.add_argument("id", type=key_id, help="the new key's id (unused in the config)")
     p.add_argument("-c", "--config", help="the config (default: $CRYPTDISK_KEYRING)")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--generate", metavar="FILE",

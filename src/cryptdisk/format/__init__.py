@@ -15,6 +15,8 @@ from ._cipher import TAG_SIZE, Algorithm, new_aead
 from ._header import (
     HEADER_SIZE,
     MAGIC,
+    MAX_SEGMENT_SIZE,
+    MIN_SEGMENT_SIZE,
     VERSION,
     Header,
     Kind,
@@ -56,6 +58,8 @@ __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "HEADER_SIZE",
     "MAGIC",
+    "MAX_SEGMENT_SIZE",
+    "MIN_SEGMENT_SIZE",
     "MUTABLE_NONCE",
     "REREAD_DELAYS",
     "TAG_SIZE",

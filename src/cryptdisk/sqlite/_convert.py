@@ -88,7 +88,10 @@ def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connect
                  progress: Progress | None) -> None:
     """Back ``source`` up into a new database; a failure removes what was made at ``dst``."""
     try:
-        target = open_target()
+        try:
+            target = open_target()
+        except apsw.CantOpenError:
+            raise _cannot_create(dst) from None
         try:
             _backup(target, source, progress)
         finally:
@@ -98,6 +101,18 @@ def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connect
         raise
     finally:
         source.close()
+
+
+def _cannot_create(dst: str) -> DatabaseError:
+    """Why SQLite could not create ``dst``, said as the file system would say it."""
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(parent):
+        why = "its directory does not exist"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        why = "its directory is not writable (permission denied)"
+    else:
+        why = "SQLite cannot open it"
+    return DatabaseError(f"{dst}: cannot create the database: {why}")
 
 
 def _quote(name: str) -> str:

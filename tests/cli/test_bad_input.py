@@ -1,0 +1,243 @@
+"""Bad input as users give it, to every command, run as a user runs it (subprocess).
+
+Each case must end with a clear error: a non-zero status, ``cryptdisk: error: ...`` (or
+argparse's ``cryptdisk CMD: error: ...`` and status 2 for a malformed argument), no
+Python traceback, no "internal error", no key material, and no new file left behind.
+The cases run in a copy of one small workspace: a key file, a config, an encrypted file,
+an embedded database and an encrypted SQLite database, plus the usual wrong things
+(a file that is not encrypted, a truncated one, a directory, a config with a typo).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "cryptdisk"]
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+CONFIG = """\
+[keyring]
+current_key_id = 1
+[[keyring.keys]]
+id = 1
+file = "cryptdisk.key"
+
+[disks.local]
+type = "local"
+path = "data"
+
+[disks.secure]
+type = "encrypted"
+disk = "local"
+
+[policies.default]
+volumes = [{ name = "main", disks = ["secure"] }]
+"""
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRYPTDISK_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
+    env.update(extra or {})
+    return env
+
+
+def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None,
+         prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(prefix or []), *CLI, *args], cwd=cwd, env=_env(env),
+                          capture_output=True, text=True, errors="replace", timeout=120)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """The files every case starts from (copied for each case)."""
+    w = tmp_path_factory.mktemp("workspace")
+    for name in ("cryptdisk.key", "key.hex", "other.hex"):
+        assert _cli(w, "keygen", "-o", name).returncode == 0
+    (w / "cryptdisk.toml").write_text(CONFIG)
+    (w / "data.csv").write_text("id,name\n1,alice\n2,bob\n")
+    assert _cli(w, "encrypt", "data.csv", "data.csv.cd", "--key-file", "key.hex").returncode == 0
+    whole = (w / "data.csv.cd").read_bytes()
+    (w / "truncated.cd").write_bytes(whole[:-20])
+    (w / "short-header.cd").write_bytes(whole[:50])
+    (w / "notcd.bin").write_bytes(b"this is not a cryptdisk file\n" * 10)
+    (w / "empty").write_bytes(b"")
+    (w / "adir").mkdir()
+    (w / "notadb").mkdir()
+    (w / "typo.toml").write_text(CONFIG.replace("current_key_id", "curent_key_id"))
+    (w / "typo-type.toml").write_text(CONFIG.replace('"encrypted"', '"encryptd"'))
+    (w / "bad.toml").write_text("[keyring\ncurrent_key_id = 1\n")
+    (w / "badkey.hex").write_text("zzzz\n")
+    (w / "badkey.hex").chmod(0o600)
+    plain = sqlite3.connect(w / "plain.sqlite")
+    plain.execute("CREATE TABLE x (a)")
+    plain.commit()
+    plain.close()
+    done = _cli(w, "sql", "sales.db", "-q", "CREATE TABLE t (a BIGINT) ORDER BY a; "
+                "INSERT INTO t SELECT range FROM range(100)")
+    assert done.returncode == 0, done.stderr
+    done = _cli(w, "sqlite", "encrypt", "plain.sqlite", "app.db", "-c", "cryptdisk.toml")
+    assert done.returncode == 0, done.stderr
+    return w
+
+
+def _secrets(w: Path) -> list[str]:
+    found = []
+    for name in ("cryptdisk.key", "key.hex", "other.hex", "sales.db.key"):
+        found += re.findall(r"[0-9a-fA-F]{32,}", (w / name).read_text())
+    assert found
+    return found
+
+
+K = ("--key-file", "key.hex")
+C = ("-c", "cryptdisk.toml")
+# (id, argv, status, what the error says); status 2: argparse's usage error
+CASES = [
+    # numbers out of range are usage errors, not tracebacks
+    ("keygen-id-negative", ["keygen", "-o", "n.key", "--id", "-1"], 2, "a key id is from 0"),
+    ("keygen-id-huge", ["keygen", "-o", "n.key", "--id", "1" + "0" * 25], 2, "a key id is from 0"),
+    ("encrypt-key-id-huge", ["encrypt", "data.csv", "o.cd", "--key-hex", "00" * 32,
+                             "--key-id", "1" + "0" * 25], 2, "a key id is from 0"),
+    ("encrypt-segment-zero", ["encrypt", "data.csv", "o.cd", *K, "--segment-size", "0"], 2,
+     "a segment size is a power of two"),
+    ("encrypt-segment-odd", ["encrypt", "data.csv", "o.cd", *K, "--segment-size", "1000"], 2,
+     "a segment size is a power of two"),
+    ("encrypt-segment-huge", ["encrypt", "data.csv", "o.cd", *K, "--segment-size",
+                              "9" * 20], 2, "a segment size is a power of two"),
+    ("keys-add-id-huge", ["keys", "add", *C, "9" * 25, "--generate", "n.key"], 2,
+     "a key id is from 0"),
+    ("backup-repo-key-id-negative", ["backup", "init", "repo", "--repo-keyring",
+                                     "cryptdisk.toml", "--repo-key-id", "-1"], 2,
+     "a key id is from 0"),
+    # paths: missing, a directory, not encrypted, cut short, the wrong key
+    ("encrypt-missing-input", ["encrypt", "nope.csv", "o.cd", *K], 1, "nope.csv"),
+    ("encrypt-directory-input", ["encrypt", "adir", "o.cd", *K], 1, "Is a directory"),
+    ("encrypt-directory-output", ["encrypt", "data.csv", "adir", *K], 1, "Is a directory"),
+    ("encrypt-existing-output", ["encrypt", "data.csv", "data.csv.cd", *K], 1,
+     "already exists"),
+    ("encrypt-missing-output-dir", ["encrypt", "data.csv", "nodir/o.cd", *K], 1, "nodir/o.cd"),
+    ("encrypt-no-key", ["encrypt", "data.csv", "o.cd"], 1, "no key given"),
+    ("encrypt-missing-key-file", ["encrypt", "data.csv", "o.cd", "--key-file", "no.key"], 1,
+     "does not exist"),
+    ("encrypt-bad-key-file", ["encrypt", "data.csv", "o.cd", "--key-file", "badkey.hex"], 1,
+     "not valid hex"),
+    ("encrypt-unset-key-env", ["encrypt", "data.csv", "o.cd", "--key-env", "NO_SUCH_VAR"], 1,
+     "NO_SUCH_VAR is not set"),
+    ("encrypt-config-typo", ["encrypt", "data.csv", "o.cd", "-c", "typo.toml"], 1,
+     "unknown setting(s) in [keyring]: curent_key_id"),
+    ("encrypt-config-not-toml", ["encrypt", "data.csv", "o.cd", "-c", "bad.toml"], 1,
+     "not valid TOML"),
+    ("encrypt-config-missing", ["encrypt", "data.csv", "o.cd", "-c", "no.toml"], 1,
+     "config file does not exist"),
+    ("decrypt-not-encrypted", ["decrypt", "notcd.bin", "o.csv", *K], 1, "not an encrypted file"),
+    ("decrypt-empty", ["decrypt", "empty", "o.csv", *K], 1, "not an encrypted file"),
+    ("decrypt-truncated", ["decrypt", "truncated.cd", "o.csv", *K], 1, "truncated"),
+    ("decrypt-short-header", ["decrypt", "short-header.cd", "o.csv", *K], 1,
+     "header is truncated"),
+    ("decrypt-wrong-key", ["decrypt", "data.csv.cd", "o.csv", "--key-file", "other.hex"], 1,
+     "is not the key this file was encrypted with"),
+    ("cat-truncated", ["cat", "truncated.cd", *K], 1, "truncated"),
+    ("cat-directory", ["cat", "adir", *K], 1, "Is a directory"),
+    ("inspect-not-encrypted", ["inspect", "notcd.bin"], 1, "not an encrypted file"),
+    ("inspect-missing", ["inspect", "nope"], 1, "No such file"),
+    ("verify-wrong-key", ["verify", "data.csv.cd", "--key-file", "other.hex"], 1,
+     "is not the key"),
+    ("rewrap-wrong-key", ["rewrap", "data.csv.cd", "--key-file", "other.hex"], 1,
+     "is not the key"),
+    ("disks-config-typo", ["disks", "-c", "typo-type.toml"], 1, "unknown type 'encryptd'"),
+    ("policies-config-not-toml", ["policies", "-c", "bad.toml"], 1, "not valid TOML"),
+    ("convert-missing-source", ["convert", "nope", "out", *C], 1, "not a directory"),
+    ("sql-a-file", ["sql", "data.csv", "-q", "SELECT 1"], 1, "is a file, not a database"),
+    ("sql-no-table", ["sql", "sales.db", "-q", "SELECT * FROM nope"], 1, "no table 'nope'"),
+    ("rotate-missing", ["rotate", "nope.db"], 1, "no cryptdisk database"),
+    ("rotate-bad-new-key", ["rotate", "sales.db", "--new-key", "badkey.hex"], 1,
+     "not valid hex"),
+    ("reencrypt-not-a-database", ["reencrypt", "notadb"], 1, "no cryptdisk database"),
+    ("keys-remove-unknown", ["keys", "sales.db", "--remove", "9"], 1, "has no key with id 9"),
+    ("keys-list-no-config", ["keys", "list"], 1, "no config given"),
+    ("sqlite-encrypt-not-sqlite", ["sqlite", "encrypt", "data.csv", "o.db", *C], 1,
+     "not a plain SQLite database"),
+    ("sqlite-encrypt-missing-dir", ["sqlite", "encrypt", "plain.sqlite", "nodir/o.db", *C], 1,
+     "nodir/o.db: cannot create the database: its directory does not exist"),
+    ("sqlite-decrypt-missing-dir", ["sqlite", "decrypt", "app.db", "nodir/o.db", *C], 1,
+     "nodir/o.db: cannot create the database: its directory does not exist"),
+    ("sqlite-decrypt-wrong-key", ["sqlite", "decrypt", "app.db", "o.db", "--key-file",
+                                  "other.hex"], 1, "is not the key"),
+    ("backup-init-no-passphrase", ["backup", "init", "repo"], 1, "needs a passphrase"),
+    ("backup-list-not-a-repo", ["backup", "list", "adir", "--passphrase-env", "P"], 1,
+     "not a backup repository"),
+    ("protect-unknown-column", ["protect", "data.csv", "o.parquet", *C, "-r",
+                                "nope=mask_email"], 1, "no column 'nope'"),
+    ("protect-unknown-function", ["protect", "data.csv", "o.parquet", *C, "-r",
+                                  "name=frob"], 1, "unknown function 'frob'"),
+]
+
+
+@pytest.mark.parametrize("argv, status, says", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_clear_error(workspace, tmp_path, argv, status, says):
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    before = set(os.listdir(w))
+    done = _cli(w, *argv, env={"P": "a passphrase"})
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, done.stderr
+    assert says in errors[0], done.stderr
+    if status == 1:  # a usage error (2) comes after argparse's usage lines
+        assert errors[0].startswith("cryptdisk: error: "), done.stderr
+        assert len(done.stderr.splitlines()) <= 2, done.stderr  # the error and a hint
+    for secret in _secrets(w):
+        assert secret not in done.stdout + done.stderr
+    assert set(os.listdir(w)) == before, "a failed command left files behind"
+
+
+def _without_dac_override() -> list[str] | None:
+    """How to run a command that file permissions apply to (root bypasses them)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        return None
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["encrypt", "locked", "o.cd", *K], "locked: Permission denied"),
+    (["decrypt", "locked.cd", "o.csv", *K], "locked.cd: Permission denied"),
+    (["encrypt", "data.csv", "o.cd", "--key-file", "locked.key"], "cannot be read"),
+    (["encrypt", "data.csv", "rodir/o.cd", *K], "rodir/o.cd: Permission denied"),
+    (["sqlite", "encrypt", "plain.sqlite", "rodir/o.db", *C],
+     "rodir/o.db: cannot create the database: its directory is not writable"),
+    (["disks", "-c", "locked"], "Permission denied"),
+], ids=["input", "encrypted-input", "key-file", "output-dir", "sqlite-output-dir", "config"])
+def test_unreadable_and_unwritable_paths(workspace, tmp_path, argv, says):
+    prefix = _without_dac_override()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions do not apply")
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    shutil.copy(w / "data.csv", w / "locked")
+    shutil.copy(w / "data.csv.cd", w / "locked.cd")
+    shutil.copy(w / "key.hex", w / "locked.key")
+    (w / "rodir").mkdir()
+    for name in ("locked", "locked.cd", "locked.key"):
+        (w / name).chmod(0)
+    (w / "rodir").chmod(0o555)
+    try:
+        done = _cli(w, *argv, prefix=prefix)
+    finally:
+        (w / "rodir").chmod(0o755)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("cryptdisk: error: ") and says in done.stderr, done.stderr
+    assert os.listdir(w / "rodir") == []
