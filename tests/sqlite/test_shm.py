@@ -111,6 +111,22 @@ def test_a_killed_process_leaves_an_index_the_next_open_replaces(tmp_path, shm_d
     conn.close()
 
 
+def test_the_suite_keeps_the_index_a_killed_child_leaves_in_a_directory_of_its_own(tmp_path,
+                                                                                   key):
+    """tests/conftest.py points CRYPTDISK_SHM_DIR at a directory of the test session: an
+    index left by a child killed as the last user does not pile up in /dev/shm."""
+    session = Path(os.environ["CRYPTDISK_SHM_DIR"])
+    assert session.is_dir() and session.resolve() != Path("/dev/shm").resolve()
+    db = tmp_path / "a.db"
+    wal_db(db, key).close()
+    with child(db, key) as proc:
+        assert proc.stdout.readline().strip() == "ready"
+        token = token_of(db)
+        proc.send_signal(signal.SIGKILL)
+    assert sorted(p.name for p in session.iterdir() if token in p.name) == [
+        f"cryptdisk-{token}", f"cryptdisk-{token}-shm"]
+
+
 def test_a_process_that_sees_another_memory_file_system_gets_a_clear_error(tmp_path, shm_dir, key,
                                                                            monkeypatch):
     db = tmp_path / "a.db"
