@@ -267,20 +267,75 @@ def test_of_two_writers_on_s3_one_commits_and_the_other_publishes_nothing(
 def test_a_commit_whose_answer_is_lost_is_not_taken_for_a_lost_race(published, monkeypatch):
     _db, cfg, url, opts, _bucket, _needles = published
     with cryptdisk.connect(url, cfg, storage_options=opts) as w:
-        fs_class = type(w._remote._disk.fs)
-        real = fs_class.pipe_file
+        fs = w._remote._disk.fs  # (fsspec puts its sync methods on the instance)
+        real, lost = fs.pipe_file, []
 
-        def answer_lost(self, path, data, **kwargs):  # S3 took the upload; the reply is lost
-            real(self, path, data, **kwargs)
+        def answer_lost(path, data, **kwargs):  # S3 took the upload; the reply is lost
+            real(path, data, **kwargs)
             if path.endswith("/catalog"):
+                lost.append(path)
                 raise OSError("connection reset by peer")
 
-        monkeypatch.setattr(fs_class, "pipe_file", answer_lost)
+        monkeypatch.setattr(fs, "pipe_file", answer_lost)
         w.sql("INSERT INTO t VALUES (-1, 'once', 0)")
         monkeypatch.undo()
+        assert lost  # the reply of the catalog's upload was lost
         w.sql("INSERT INTO t VALUES (-2, 'next', 0)")  # conditional on the first's ETag
     got = _engine(url, cfg, "SELECT k FROM t WHERE k < 0 ORDER BY k", storage_options=opts)
     assert got.k.tolist() == [-2, -1]
+
+
+def test_a_commit_that_landed_stands_whatever_is_raised_after_it(published, monkeypatch):
+    """As a local catalog is committed once renamed into place, a catalog at the URL is
+    once the object is there: an interrupt after the upload keeps the commit (no undo
+    in memory, the ETag it has), and an upload whose reply is lost while the store does
+    not answer the check says that it may be published, never that it was not."""
+    _db, cfg, url, opts, _bucket, _needles = published
+    rows = "SELECT k FROM t WHERE k < 0 ORDER BY k"
+    with cryptdisk.connect(url, cfg, storage_options=opts) as w:
+        fs = w._remote._disk.fs  # (fsspec puts its sync methods on the instance)
+        real = fs.pipe_file
+
+        def then(exc):
+            def upload(path, data, **kwargs):  # S3 takes the upload, then ...
+                real(path, data, **kwargs)
+                if path.endswith("/catalog"):
+                    raise exc
+            return upload
+
+        version = w.catalog.version
+        monkeypatch.setattr(fs, "pipe_file", then(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            w.sql("INSERT INTO t VALUES (-1, 'interrupted', 0)")
+        monkeypatch.undo()
+        assert w.catalog.version == version + 1  # published: not undone
+        assert w.catalog.etag == w._remote.etag("catalog")
+        assert [p.rows for p in w.catalog.tables["t"].parts][-1] == 1
+        assert _engine(url, cfg, rows, storage_options=opts).k.tolist() == [-1]
+
+        down, real_etag = [], RemoteDirectory.etag
+
+        def reset(path, data, **kwargs):  # the upload lands, then the network goes down
+            real(path, data, **kwargs)
+            if path.endswith("/catalog"):
+                down.append(path)
+                raise OSError("connection reset by peer")
+
+        def etag(self, name):
+            if down:
+                raise OSError("the store does not answer")
+            return real_etag(self, name)
+
+        monkeypatch.setattr(fs, "pipe_file", reset)
+        monkeypatch.setattr(RemoteDirectory, "etag", etag)
+        with pytest.raises(DatabaseError, match="did not answer whether it landed: it may be "
+                                                "published"):
+            w.sql("INSERT INTO t VALUES (-2, 'reply lost', 0)")
+        monkeypatch.undo()
+        # the next statement reads what the store holds: the insert is there, once
+        assert w.sql(rows).to_pylist() == [{"k": -2}, {"k": -1}]
+        w.sql("INSERT INTO t VALUES (-3, 'next', 0)")  # conditional on the landed ETag
+    assert _engine(url, cfg, rows, storage_options=opts).k.tolist() == [-3, -2, -1]
 
 
 def test_a_local_copy_behind_its_store_refuses_to_write(published):

@@ -214,21 +214,22 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
     At a URL (``remote``), the upload is conditional on the stored catalog still being
     the one ``catalog`` was read as (its ETag): another writer's commit meanwhile makes
     it fail with :class:`~cryptdisk.errors.PublishConflictError`, overwriting nothing.
+    The rule is the same in both places: published once the new catalog is in place
+    (renamed over the old one; the object at the URL), whatever is raised after that.
     """
-    before = catalog_stamp(db_path) if remote is None else None
+    if remote is not None:
+        _save_remote(keyring, catalog, remote)
+        return
+    before = catalog_stamp(db_path)
     catalog.version += 1
     path = os.path.join(db_path, CATALOG_FILE)
     try:
-        if remote is not None:
-            catalog.etag = remote.commit_sealed(CATALOG_FILE, catalog.to_json(), keyring,
-                                                catalog.etag)
-            return
         with cd_open(path, "wb", keys=keyring) as f:
             f.write(catalog.to_json())
     except BaseException as exc:
         # Renamed over the catalog already (a failed fsync of the directory, an interrupt
         # after the rename): published. Only the writer holding the lock replaces it.
-        if remote is None and _stamp_or_none(db_path) not in (before, None):
+        if _stamp_or_none(db_path) not in (before, None):
             if not isinstance(exc, Exception):
                 raise  # (an interrupt) catalog.version stays: see Database._committing
             log.warning("cryptdisk: %s: catalog version %d is published, but finishing "
@@ -237,6 +238,25 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
             return
         catalog.version -= 1
         raise
+
+
+def _save_remote(keyring: Keyring, catalog: Catalog, remote: Any) -> None:
+    """:func:`save_catalog` at a URL: the object uploaded in place is published, even when
+    the upload's reply was lost (the object's ETag shows it) or an interrupt came after
+    it; an error raised then keeps ``catalog`` at the published version and ETag, so the
+    caller does not undo a change that the catalog at the URL holds."""
+    published: list[str] = []
+    catalog.version += 1
+    try:
+        tag = remote.commit_sealed(CATALOG_FILE, catalog.to_json(), keyring, catalog.etag,
+                                   on_published=published.append)
+    except BaseException:
+        if not published:
+            catalog.version -= 1
+            raise
+        catalog.etag = published[0]
+        raise  # (an interrupt) published: catalog.version stays, see Database._committing
+    catalog.etag = tag
 
 
 def _stamp_or_none(db_path: str) -> Any:

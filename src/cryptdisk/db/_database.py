@@ -566,6 +566,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     f"{self.path}: another writer committed first; this change was not "
                     "published (the files it wrote are removed by a later commit)",
                     hint="run it again") from None
+            except BaseException:
+                self._stamp = None  # whatever the store holds now: loaded before the next
+                raise
             remote = self._remote
             self._after_publish(lambda: remote.stamp_of(CATALOG_FILE, self.catalog.etag),
                                 self._collect_abandoned)

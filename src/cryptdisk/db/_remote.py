@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -172,15 +173,44 @@ class RemoteDirectory:
         return self._conditional
 
     def commit_sealed(self, name: str, plaintext: bytes, keyring: Keyring,
-                      replaces: str | None) -> str:
+                      replaces: str | None,
+                      on_published: Callable[[str], None] | None = None) -> str:
         """Seal ``plaintext`` and upload it as ``name`` if the object is still the one
-        whose ETag is ``replaces``; returns the new ETag."""
+        whose ETag is ``replaces``; returns the new ETag.
+
+        Published means the object is the one uploaded, whatever the upload raised: an
+        upload whose reply was lost but which landed returns as one that succeeded, and
+        an interrupt after it landed calls ``on_published(etag)`` (as a return does)
+        before it propagates. An error means it was not published, except a
+        :class:`~cryptdisk.errors.DatabaseError` saying the store could not tell.
+        """
         if replaces is None or not self._conditional:
             raise DatabaseError(f"{self.url}/{name}: a commit here must be conditional on "
                                 "the catalog it read (an ETag from S3)")
         data = seal(plaintext, keyring)
-        self.write_bytes(name, data, replaces=replaces)
-        return hashlib.md5(data, usedforsecurity=False).hexdigest()
+        tag = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        try:
+            self.write_bytes(name, data, replaces=replaces)
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and self._outcome(name, tag, replaces) == "landed":
+                if on_published is not None:
+                    on_published(tag)
+            raise
+        if on_published is not None:
+            on_published(tag)
+        return tag
+
+    def _outcome(self, name: str, tag: str, replaces: str | None) -> str:
+        """After an upload of ``name`` (ETag ``tag``) that raised: ``landed``, ``kept`` (the
+        object is still ``replaces``', or absent for a new one), ``other`` (another
+        writer's), or ``unknown`` (the store did not answer)."""
+        try:
+            now = self.etag(name)
+        except Exception:
+            return "unknown"
+        if now == tag:
+            return "landed"
+        return "kept" if now == replaces else "other"
 
     def write_bytes(self, name: str, data: bytes, *, replaces: str | None = None,
                     new: bool = False) -> None:
@@ -188,7 +218,10 @@ class RemoteDirectory:
 
         On S3, ``replaces`` (an ETag) makes the upload conditional on the object still
         being that one (``If-Match``), ``new`` on there being none (``If-None-Match``):
-        a lost race raises :class:`~cryptdisk.errors.PublishConflictError` and changes nothing.
+        a lost race raises :class:`~cryptdisk.errors.PublishConflictError` and changes
+        nothing. An upload that raised is checked against the object's ETag: one that
+        landed (its reply lost) returns; one the store cannot say about raises a
+        :class:`~cryptdisk.errors.DatabaseError` that says so.
         """
         if not self._conditional or (replaces is None and not new):
             with self._disk.open_write(name) as f:
@@ -198,15 +231,21 @@ class RemoteDirectory:
         try:
             self._disk.fs.pipe_file(self._full(name), data, mode="create" if new else
                                     "overwrite", **condition)
-        except OSError as exc:
-            now = self.etag(name)
-            if now == hashlib.md5(data, usedforsecurity=False).hexdigest():
+        except Exception as exc:
+            outcome = self._outcome(name, hashlib.md5(data, usedforsecurity=False).hexdigest(),
+                                    replaces)
+            if outcome == "landed":
                 return  # it landed (an answer lost, or a retry of an upload that had)
-            if now != replaces:
+            if outcome == "other":
                 raise PublishConflictError(
                     f"{self.url}/{name} was replaced by another process meanwhile; nothing "
                     "was overwritten", hint="try again: the newer catalog is checked first"
                 ) from None
+            if outcome == "unknown":
+                raise DatabaseError(
+                    f"{self.url}/{name}: the upload failed ({type(exc).__name__}) and the "
+                    "store did not answer whether it landed: it may be published",
+                    hint="read it again before repeating the change") from None
             raise DatabaseError(f"{self.url}/{name}: the upload failed: {exc}") from None
 
 
