@@ -145,3 +145,84 @@ def test_sigterm_as_soon_as_it_serves_stops_every_worker_cleanly(tmp_path) -> No
                 proc.wait()
             proc.stdout.close()
             proc.stderr.close()
+
+
+@pytest.mark.parametrize("engine_args", [["--sqlite", "--workers", "2"], []])
+def test_sighup_reloads_the_certificate_and_reopens_the_access_log(tmp_path,
+                                                                   engine_args) -> None:
+    """SIGHUP (logrotate's postrotate, a renewed certificate) reloads instead of killing
+    the server: every worker takes the certificate now in the files (SCRAM's channel
+    binding follows it), a plain access log moved away is written anew, and a certificate
+    that does not load leaves the one loaded before in use."""
+    import time
+
+    from tests.server.certs import make_ca_and_server, sqlite_serve_config
+
+    log_path = tmp_path / "access.log"
+    ca, cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32,
+                                           f'access_log = "{log_path}"\n')
+    key = cert.with_name("server.key")
+    if not engine_args:  # the analytical database: its tables' storage too
+        config.write_text(config.read_text() + '[disks.local]\ntype = "local"\n'
+                          f'path = "{tmp_path / "data"}"\n[policies.default]\n'
+                          'volumes = [{ name = "main", disks = ["local"] }]\n')
+    env = {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
+    db = str(tmp_path / "app.db")
+    out = cryptdisk("serve", db, *engine_args, "--config", str(config), "--add-user", "alice",
+                    env=env)
+    assert out.returncode == 0, out.stderr
+    proc, port, _ = start([db, *engine_args, "--config", str(config)], env, tmp_path)
+
+    def connect(root_ca) -> psycopg.Connection:
+        return psycopg.connect(host="localhost", port=port, user="alice",
+                               password="pw of alice", sslmode="verify-full",
+                               sslrootcert=str(root_ca), channel_binding="require",
+                               autocommit=True)
+
+    try:
+        with connect(ca) as c:
+            assert c.execute("SELECT 1").fetchall() == [(1,)]
+        os.rename(log_path, tmp_path / "access.log.1")
+        cert.write_text("not a certificate")  # a reload that fails keeps the old one
+        proc.send_signal(signal.SIGHUP)
+        for _ in range(200):  # reopened at the reload
+            if log_path.exists():
+                break
+            time.sleep(0.05)
+        for _ in range(3):
+            with connect(ca) as c:
+                assert c.execute("SELECT 2").fetchall() == [(2,)]
+        (tmp_path / "tls2").mkdir()
+        ca2, cert2, key2 = make_ca_and_server(tmp_path / "tls2")
+        cert.write_bytes(cert2.read_bytes())
+        key.write_bytes(key2.read_bytes())
+        proc.send_signal(signal.SIGHUP)
+        held: list[psycopg.Connection] = []
+        for _ in range(200):  # each worker reloads as it gets the signal
+            try:
+                while len(held) < 4:  # held open: spread over the workers
+                    held.append(connect(ca2))
+                break
+            except psycopg.OperationalError:
+                for c in held:
+                    c.close()
+                held = []
+                time.sleep(0.05)
+        assert len(held) == 4
+        for c in held:
+            assert c.execute("SELECT 3").fetchall() == [(3,)]
+            c.close()
+        with pytest.raises(psycopg.OperationalError, match="SSL error"):
+            connect(ca)  # the old CA does not sign the certificate now served
+        assert proc.poll() is None  # still serving
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        errors = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0, errors
+    assert "cannot load the TLS certificate" in errors
+    old = (tmp_path / "access.log.1").read_text().splitlines()
+    new = log_path.read_text().splitlines()
+    assert len(old) == 1 and len(new) >= 3  # SELECT 1 before the move, the rest after

@@ -100,9 +100,8 @@ def _serve(args: argparse.Namespace) -> int:
         SQLiteEngine,
         UserStore,
         certificate_fingerprint,
-        end_point_hash,
+        load_tls,
         self_signed,
-        server_context,
     )
 
     config = args.keyring
@@ -175,15 +174,8 @@ def _serve(args: argparse.Namespace) -> int:
                   f"{certificate_fingerprint(cert)}")
         if bool(cert) != bool(key):
             raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
-        ctx = server_context(cert, key, settings.get("client_ca")) if cert and key else None
-        binding = None
-        if cert:
-            from cryptography import x509
-            from cryptography.hazmat.primitives.serialization import Encoding
-
-            with open(cert, "rb") as f:
-                binding = end_point_hash(
-                    x509.load_pem_x509_certificate(f.read()).public_bytes(Encoding.DER))
+        ctx, binding = load_tls(cert, key, settings.get("client_ca")) if cert and key \
+            else (None, None)
         host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
         access_log = None
         if settings.get("access_log"):
@@ -204,6 +196,9 @@ def _serve(args: argparse.Namespace) -> int:
             statement_timeout=float(settings.get("statement_timeout", 0)),
             access_log=access_log,
             max_copy_size=int(settings.get("max_copy_size", 1 << 30)))
+        if cert and key:  # SIGHUP: the certificate again (renewed), from the same files
+            tls_files = (cert, key, settings.get("client_ca"))
+            server.reload_tls = lambda: load_tls(*tls_files)
 
         if args.check:
             kind = "encrypted SQLite" if args.sqlite else "analytical database"

@@ -38,7 +38,13 @@ from ._grants import Privileges
 from ._policies import PolicyStore
 from ._scram import DEFAULT_ITERATIONS, ScramServer, Verifier, make_verifier
 from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server, new_event_loop
-from ._tls import certificate_fingerprint, end_point_hash, self_signed, server_context
+from ._tls import (
+    certificate_fingerprint,
+    end_point_hash,
+    load_tls,
+    self_signed,
+    server_context,
+)
 from ._users import ScramAuthenticator, UserStore
 from ._workers import MAX_WORKERS, default_workers, run_workers
 
@@ -64,6 +70,7 @@ __all__ = [
     "certificate_fingerprint",
     "default_workers",
     "end_point_hash",
+    "load_tls",
     "make_verifier",
     "new_event_loop",
     "run_workers",

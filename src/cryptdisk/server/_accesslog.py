@@ -41,6 +41,17 @@ class AccessLog:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             self._file = os.fdopen(fd, "ab")
 
+    def reopen(self) -> None:
+        """Open the plain log's path again (a new file when logrotate moved it away);
+        an encrypted log keeps its file."""
+        if self.keyring is not None:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        new = os.fdopen(fd, "ab")
+        with self._lock:
+            old, self._file = self._file, new
+        old.close()
+
     def write(self, **entry: Any) -> None:
         self.write_line(line(entry))
 

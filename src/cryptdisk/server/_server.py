@@ -122,6 +122,9 @@ class Server:
         #: the listening sockets the supervisor bound
         self.workers: Any = None
         self.sockets: list[Any] | None = None
+        #: what SIGHUP reloads the TLS certificate with: a new context and its
+        #: tls-server-end-point hash (``cryptdisk serve`` sets it from its settings)
+        self.reload_tls: Callable[[], tuple[ssl.SSLContext, bytes | None]] | None = None
         #: called before each message a session reads: picks up changes other processes
         #: made to the users (and grants, roles)
         self.refresh: Callable[[], None] = getattr(authenticator, "refresh", None) or _nothing
@@ -299,6 +302,31 @@ class Server:
             if pending:
                 await asyncio.wait(pending, timeout=5)
 
+    def reload(self) -> None:
+        """SIGHUP: load the TLS certificate and key (and client CA) again from their files,
+        for the connections made from now on, and reopen a plain access log (after
+        logrotate moved it). What fails to load is logged, and what was loaded stays."""
+        if self.reload_tls is not None:
+            try:
+                ctx, binding = self.reload_tls()
+            except (ServerError, OSError, ValueError) as exc:
+                log.error("reload: %s; the certificate loaded before stays in use", exc)
+            else:
+                self.ssl_context = ctx
+                if self.authenticator is not None and hasattr(self.authenticator,
+                                                              "channel_binding"):
+                    self.authenticator.channel_binding = binding
+                log.info("reload: TLS certificate loaded")
+        reopen = getattr(self.access_log, "reopen", None)
+        if reopen is not None:
+            try:
+                reopen()
+            except OSError as exc:
+                log.error("reload: cannot reopen the access log: %s; writing to the old one",
+                          exc)
+            else:
+                log.info("reload: access log reopened")
+
     def run(self, ready: Callable[[tuple[str, int]], None] | None = None) -> None:
         """:meth:`serve` on a loop of its own (:func:`new_event_loop`) until SIGTERM or
         SIGINT, then drain; returns when every session is closed."""
@@ -312,9 +340,10 @@ class Server:
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         installed = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig, handler in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set),
+                             (signal.SIGHUP, self.reload)):
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, handler)
                 installed.append(sig)
             except (RuntimeError, ValueError):  # not the main thread
                 break

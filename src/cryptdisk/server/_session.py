@@ -301,6 +301,7 @@ class Session:
         peer = conn.get_extra_info("peername")
         self.peer_host: str | None = peer[0] if isinstance(peer, tuple) else None
         self.tls = False
+        self.channel_binding: bytes | None = None  # tls-server-end-point, for SCRAM-PLUS
         #: (SQLSTATE, message) to refuse the client with once its startup message is read
         #: (too many connections, shutting down): after TLS, as PostgreSQL does, so the
         #: client shows the message, and a CancelRequest is still taken
@@ -441,6 +442,9 @@ class Session:
             msg = await self._read_startup()
             if isinstance(msg, P.SSLRequest):
                 ctx = self.server.ssl_context
+                # the hash of this context's certificate (SIGHUP may load another meanwhile)
+                self.channel_binding = getattr(self.server.authenticator, "channel_binding",
+                                               None)
                 if msg.gss or ctx is None or self.tls:
                     self.conn.write(b"N")
                     await self.conn.drain()

@@ -14,7 +14,8 @@ from cryptography.x509.oid import NameOID
 
 from ..errors import ServerError
 
-__all__ = ["certificate_fingerprint", "end_point_hash", "self_signed", "server_context"]
+__all__ = ["certificate_fingerprint", "end_point_hash", "load_tls", "self_signed",
+           "server_context"]
 
 
 def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
@@ -61,6 +62,21 @@ def _load(cert: str | os.PathLike[str]) -> x509.Certificate:
 def certificate_fingerprint(cert: str | os.PathLike[str]) -> str:
     """The SHA-256 fingerprint of a PEM certificate, as ``AB:CD:...``."""
     return _load(cert).fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def load_tls(cert: str | os.PathLike[str], key: str | os.PathLike[str],
+             client_ca: str | os.PathLike[str] | None = None) -> tuple[ssl.SSLContext, bytes]:
+    """:func:`server_context` and the tls-server-end-point hash of its certificate (SCRAM's
+    channel binding), read from the files now: at start, and again on SIGHUP."""
+    ctx = server_context(cert, key, client_ca)
+    try:
+        with open(cert, "rb") as f:
+            der = x509.load_pem_x509_certificate(f.read()).public_bytes(
+                serialization.Encoding.DER)
+    except (OSError, ValueError) as exc:
+        raise ServerError(f"cannot read the TLS certificate {os.fspath(cert)}: {exc}") \
+            from None
+    return ctx, end_point_hash(der)
 
 
 def end_point_hash(der: bytes) -> bytes:

@@ -1084,8 +1084,8 @@ class ScramAuthenticator:
         if verifier is not None and self.store.needs_clientcert(user) \
                 and session.client_cert_name != user:
             verifier = None  # fails like a wrong password, after the same exchange
-        scram = ScramServer(verifier, self._fake(user),
-                            self.channel_binding if session.tls else None)
+        binding = getattr(session, "channel_binding", None) or self.channel_binding
+        scram = ScramServer(verifier, self._fake(user), binding if session.tls else None)
         session.send(P.auth_sasl(scram.mechanisms()))
         try:
             body = await session.read_password_message()

@@ -223,6 +223,7 @@ def _write_log(path: str, keyring: Any, sock: socket.socket) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload is the workers' (the file stays)
     access_log = AccessLog(path, keyring)
     try:
         try:
@@ -347,9 +348,10 @@ class _Supervisor:
         if pid == 0:  # the worker
             code = 1
             try:
-                # SIGTERM and SIGINT stay blocked until the worker's event loop handles them
-                # (Server.serve unblocks them): one sent while it starts waits for that
-                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask | _STOP_SIGNALS)
+                # SIGTERM, SIGINT and SIGHUP stay blocked until the worker's event loop
+                # handles them (Server.serve unblocks them): one sent while it starts waits
+                signal.pthread_sigmask(signal.SIG_SETMASK,
+                                       self._mask | _STOP_SIGNALS | {signal.SIGHUP})
                 _die_with_parent(self.workers.supervisor)
                 os.close(self.workers.death_w)
                 if self.log_socks is not None:
@@ -407,7 +409,7 @@ class _Supervisor:
 
     def run(self, ready: Callable[[tuple[str, int]], None] | None) -> int:
         stop_signals = {signal.SIGTERM, signal.SIGINT}
-        waited = {signal.SIGCHLD, *stop_signals}
+        waited = {signal.SIGCHLD, signal.SIGHUP, *stop_signals}
         self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
         try:
             if self.log_target is not None:
@@ -425,6 +427,11 @@ class _Supervisor:
                 info = signal.sigtimedwait(waited, timeout)
                 if info is not None and info.si_signo in stop_signals:
                     break
+                if info is not None and info.si_signo == signal.SIGHUP:
+                    log.info("reload: passed on to the workers")
+                    for pid in list(self.children):  # each reloads (Server.reload)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGHUP)
                 self.reap()
                 now = time.monotonic()
                 for slot, when in list(self.restart_at.items()):
