@@ -391,3 +391,24 @@ def test_sqlite_declared_types_read_alike_by_describe_and_by_execution(start_ser
         c.execute("INSERT INTO typed (d, i) VALUES ('not a date', 8)")
         with pytest.raises(psycopg.errors.InvalidDatetimeFormat, match="not a date"):
             c.execute("SELECT d FROM typed WHERE i = 8").fetchall()
+
+
+def test_sqlite_bytea_column_is_bytea(start_server, sqlite_engine) -> None:
+    """A column declared with PostgreSQL's name ``BYTEA`` (SQLAlchemy's ``LargeBinary`` and
+    pandas' ``to_sql`` of bytes write it so) is bytea, as ``BLOB`` is: its values come back
+    as bytes, not as their text form ``\\x00ff``, in text and binary, and the catalogs say so."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE files (name TEXT, body BYTEA)")
+        c.execute("INSERT INTO files VALUES (%s, %s)", ("a", b"\x00\xff"))
+        c.execute("INSERT INTO files VALUES (%s, %b)", ("b", b"\x01"))
+        for binary in (False, True):
+            cur = c.cursor(binary=binary)
+            assert cur.execute("SELECT body FROM files ORDER BY name").fetchall() == \
+                [(b"\x00\xff",), (b"\x01",)]
+            assert cur.description[0].type_code == 17
+        assert c.execute("SELECT data_type FROM information_schema.columns "
+                         "WHERE table_name = 'files' AND column_name = 'body'"
+                         ).fetchall() == [("bytea",)]
+        assert c.execute("SELECT name FROM files WHERE body = %s", (b"\x01",)).fetchall() \
+            == [("b",)]

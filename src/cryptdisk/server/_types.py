@@ -64,7 +64,7 @@ def arrow_oid(t: pa.DataType) -> int:
 #: this order: SQLite's affinity rules (INTERVAL before "INT": its values are text), then
 #: the date, time, decimal and UUID names SQLite has no affinity for
 _DECLARED = (("INTERVAL", INTERVAL), ("INT", INT8), ("CHAR", TEXT), ("CLOB", TEXT),
-             ("TEXT", TEXT), ("BLOB", BYTEA), ("REAL", FLOAT8), ("FLOA", FLOAT8),
+             ("TEXT", TEXT), ("BLOB", BYTEA), ("BYTEA", BYTEA), ("REAL", FLOAT8), ("FLOA", FLOAT8),
              ("DOUB", FLOAT8), ("BOOL", BOOL), ("TIMESTAMPTZ", TIMESTAMPTZ),
              ("TIMESTAMP", TIMESTAMP), ("DATETIME", TIMESTAMP), ("DATE", DATE),
              ("TIME", TIME), ("NUMERIC", NUMERIC), ("DECIMAL", NUMERIC), ("UUID", UUID))
