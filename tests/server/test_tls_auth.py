@@ -87,6 +87,24 @@ def test_psycopg_verify_full_and_channel_binding(start_server, sqlite_engine) ->
         assert c.execute("SELECT 1").fetchone() == (1,)
 
 
+def test_a_client_that_does_not_trust_the_certificate_is_no_server_error(
+        start_server, sqlite_engine, tmp_path, caplog) -> None:
+    """A client refusing the certificate (another CA in its sslrootcert) ends its own
+    handshake: the server logs one line at INFO, not 'session failed' with a traceback."""
+    from tests.server.certs import make_ca_and_server
+
+    caplog.set_level(logging.INFO, "cryptdisk")
+    srv = start_server(sqlite_engine)
+    other_ca, _cert, _key = make_ca_and_server(tmp_path)
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(**{**srv.dsn, "sslrootcert": str(other_ca)})
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:  # the server goes on
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "Traceback" not in caplog.text
+    assert any("TLS with 127.0.0.1 failed" in r.getMessage() for r in caplog.records)
+
+
 def test_tls13_preferred_and_tls12_accepted(start_server, sqlite_engine, certs) -> None:
     srv = start_server(sqlite_engine)
     for cap, expected in ((None, "TLSv1.3"), (ssl.TLSVersion.TLSv1_2, "TLSv1.2")):

@@ -9,6 +9,7 @@ import logging
 import queue
 import re
 import secrets
+import ssl
 import struct
 import threading
 import time
@@ -405,6 +406,8 @@ class Session:
             await self._loop()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away
+        except ssl.SSLError as exc:  # a client that does not trust the certificate, ...
+            log.info("TLS with %s failed: %s", self.peer_host, exc.reason or exc)
         except ProtocolError as exc:
             log.info("protocol violation from %s: %s", self.peer_host, exc)
             self._fatal("08P01", str(exc))
