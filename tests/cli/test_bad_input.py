@@ -14,8 +14,10 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -241,3 +243,64 @@ def test_unreadable_and_unwritable_paths(workspace, tmp_path, argv, says):
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("cryptdisk: error: ") and says in done.stderr, done.stderr
     assert os.listdir(w / "rodir") == []
+
+
+def _read_fifo_in_background(path: Path) -> tuple[threading.Thread, list[bytes]]:
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader, got
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_an_output_that_is_a_fifo_is_written_through_not_replaced(workspace, tmp_path, command):
+    """A named pipe (as a device) is written to as a stream, as ``cp`` does; renaming a
+    temporary file over it would put a file in its place (as root, over /dev/full too)."""
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    fifo = w / "pipe"
+    os.mkfifo(fifo)
+    reader, got = _read_fifo_in_background(fifo)
+    source = "data.csv" if command == "encrypt" else "data.csv.cd"
+    done = _cli(w, command, source, "pipe", *K)
+    reader.join(30)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if command == "decrypt":
+        assert got == [(w / "data.csv").read_bytes()]
+    else:
+        (w / "got.cd").write_bytes(got[0])
+        back = _cli(w, "cat", "got.cd", *K)
+        assert back.stdout == (w / "data.csv").read_text()
+    assert not [n for n in os.listdir(w) if n.endswith(".cdtmp")]
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_an_output_that_is_a_character_device_is_written_not_replaced(workspace, tmp_path,
+                                                                        command):
+    source = "data.csv" if command == "encrypt" else "data.csv.cd"
+    done = _cli(workspace, command, source, os.devnull, *K)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    if os.path.exists("/dev/full"):  # a full device: the error names it
+        done = _cli(workspace, command, source, "/dev/full", *K)
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert done.stderr.startswith("cryptdisk: error: /dev/full: No space left on device")
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_protect_refuses_an_output_that_is_not_a_regular_file(workspace, tmp_path):
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    os.mkfifo(w / "pipe")
+    done = _cli(w, "protect", "data.csv", "pipe", "--output-format", "csv", *C, "-r",
+                "name=mask_email")
+    assert done.returncode == 1, done.stderr
+    assert "cannot write pipe: not a regular file" in done.stderr
+    assert stat.S_ISFIFO(os.lstat(w / "pipe").st_mode)
+    assert sorted(os.listdir(w)) == sorted([*os.listdir(workspace), "pipe"])

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -91,8 +92,14 @@ def _refuse_tty(stream: IO[bytes], force: bool, what: str) -> None:
                              hint="redirect to a file or pipe, or pass --force")
 
 
-def _check_output(args: argparse.Namespace) -> None:
-    """Refuse an OUTPUT path that is a directory, or that exists (unless ``--force``).
+def _check_output(args: argparse.Namespace) -> bool:
+    """Refuse an OUTPUT path that is a directory, or that exists (unless ``--force``);
+    True for an OUTPUT that is written as a stream, as ``-`` is.
+
+    An existing character device or FIFO (``/dev/null``, a named pipe) is such a
+    stream: written to in place, as ``cp`` does, never replaced by a file (a rename over
+    ``/dev/null`` would put a file there); any other file that is not a regular file (a
+    block device, a socket) is refused.
 
     The output is written to a temporary file beside it and renamed over it once whole,
     so with ``--force`` an OUTPUT that is the INPUT is converted in place, crash-safe: an
@@ -112,8 +119,16 @@ def _check_output(args: argparse.Namespace) -> None:
         args.output = path = target
     if os.path.isdir(path):  # refused before writing: the rename would fail
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.stat(path).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            return True
+        if not stat.S_ISREG(mode):
+            raise CryptdiskError(f"{path} is not a regular file (a block device or a "
+                                 "socket); refusing to write to it",
+                                 hint="give a file's path, or - for stdout")
     if args.force or not os.path.lexists(path):
-        return
+        return False
     if args.input != "-" and os.path.exists(args.input) and os.path.exists(path) and \
             os.path.samefile(args.input, path):
         raise CryptdiskError(f"{path} is the input file; refusing to replace it",
@@ -182,21 +197,35 @@ def _stdout() -> IO[bytes]:
 # -- commands ----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _stream_output(path: str) -> Iterator[IO[bytes]]:
+    """stdout for ``-``, else the device or FIFO at ``path`` opened for writing."""
+    if path == "-":
+        yield _stdout()
+        return
+    try:
+        with open(path, "wb") as out:
+            yield out
+    except OSError as exc:  # a flush's error names no file: name the output
+        if exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        raise
+
+
 def cmd_encrypt(args: argparse.Namespace) -> int:
     keyring = keyring_from_args(args)
-    if args.output != "-":
-        _check_output(args)
+    stream = args.output == "-" or _check_output(args)
     src: IO[bytes] = _stdin() if args.input == "-" else open(args.input, "rb")
     try:
-        if args.output == "-":
-            out = _stdout()
-            _refuse_tty(out, args.force, "ciphertext")
+        if stream:
             header, dek = new_header(Kind.SEALED, keyring.current_key(),
                                      algorithm=args.algorithm, segment_size=args.segment_size)
-            writer = SealedWriter(out, header, dek)
-            _copy(src, writer)
-            writer.close()
-            out.flush()
+            with _stream_output(args.output) as out:
+                _refuse_tty(out, args.force, "ciphertext")
+                writer = SealedWriter(out, header, dek)
+                _copy(src, writer)
+                writer.close()
+                out.flush()
         else:
             # xb: never replaces a file that appeared since the check
             with open_file(args.output, "wb" if args.force else "xb", keys=keyring,
@@ -235,13 +264,12 @@ def _decrypt_to(args: argparse.Namespace, path: str, out: IO[bytes]) -> None:
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
-    if args.output == "-":
-        out = _stdout()
-        _refuse_tty(out, args.force, "decrypted binary data")
-        _decrypt_to(args, args.input, out)
-        out.flush()
+    if args.output == "-" or _check_output(args):
+        with _stream_output(args.output) as out:
+            _refuse_tty(out, args.force, "decrypted binary data")
+            _decrypt_to(args, args.input, out)
+            out.flush()
         return 0
-    _check_output(args)
     with _atomic_output(args.output, args.force) as out:
         _decrypt_to(args, args.input, out)
     return 0

@@ -283,6 +283,9 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     folder = os.path.dirname(os.path.abspath(dst))
     if os.path.isdir(dst):
         raise FieldError(f"cannot write {dst}: it is a directory")
+    if os.path.exists(dst) and not os.path.isfile(dst):  # the rename would replace a device
+        raise FieldError(f"cannot write {dst}: not a regular file (a device or a FIFO); the "
+                         "output is written whole, then renamed into place")
     if not os.path.isdir(folder):
         raise FieldError(f"cannot write {dst}: no directory {folder}")
     try:
