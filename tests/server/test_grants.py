@@ -39,6 +39,9 @@ SQLITE_SETUP = [
     "CREATE TABLE mine (a)", "DROP TABLE secret", "PRAGMA table_info(secret)",
     "ATTACH DATABASE ':memory:' AS m",
     "INSERT INTO open_t VALUES (5)",                                     # its trigger writes audit
+    "SELECT name FROM sqlite_master",            # every table's name: the catalogs filter them
+    "SELECT sql FROM sqlite_schema WHERE name = 'secret'",
+    "SELECT a FROM open_t WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'secret')",
 ])
 def test_sqlite_denied_paths(start_server, sqlite_engine, sql) -> None:
     srv = start_server(sqlite_engine)

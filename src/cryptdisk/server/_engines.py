@@ -1686,16 +1686,29 @@ class _SQLiteSession(EngineSession):
         self._cancel.set()  # a statement waiting for the write lock stops waiting
         self.conn.interrupt()
 
+    def _schema(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """Rows of the server's own query of ``sqlite_schema`` (which the session's user may
+        not read: the catalogs filter what it gets by its grants)."""
+        with self.lock:
+            self._fresh()
+            check, self.check = self.check, None
+            try:
+                return list(self.conn.execute(sql, params))
+            except Exception as exc:
+                raise self._failure(exc) from None
+            finally:
+                self.check = check
+
     def relations(self) -> list[tuple[str, str]]:
-        result = self.run("SELECT name, type FROM sqlite_schema WHERE type IN ('table', 'view') "
-                          "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> $1",
-                          [USERS_JOURNAL])
-        return [(str(n), "r" if t == "table" else "v") for n, t in result.rows]
+        rows = self._schema("SELECT name, type FROM sqlite_schema WHERE type IN ('table', "
+                            "'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> ?",
+                            (USERS_JOURNAL,))
+        return [(str(n), "r" if t == "table" else "v") for n, t in rows]
 
     def view_definition(self, name: str) -> str | None:
-        result = self.run("SELECT sql FROM sqlite_schema WHERE type = 'view' AND name = $1",
-                          [name])
-        return str(result.rows[0][0]) if result.rows else None
+        rows = self._schema("SELECT sql FROM sqlite_schema WHERE type = 'view' AND name = ?",
+                            (name,))
+        return str(rows[0][0]) if rows else None
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         # the catalog is open to every user, as PostgreSQL's is: no privilege check here

@@ -126,7 +126,9 @@ class Privileges:
             if op in _SQLITE_ALWAYS or self.admin:
                 return apsw.SQLITE_OK
             if op == apsw.SQLITE_READ and one is not None:
-                if one.lower() in _SCHEMA_TABLES or self.allowed(one, "SELECT"):
+                # (the schema tables name every table and hold their DDL: a user sees the
+                # tables it may read through information_schema and pg_catalog)
+                if one.lower() not in _SCHEMA_TABLES and self.allowed(one, "SELECT"):
                     return apsw.SQLITE_OK
                 return apsw.SQLITE_DENY
             if op in _SQLITE_WRITES and one is not None:
