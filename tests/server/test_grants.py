@@ -95,12 +95,24 @@ ANALYTICAL_SETUP = ["CREATE TABLE open_t (a BIGINT)", "CREATE TABLE secret (s VA
     "COPY open_t TO '/tmp/x.csv'",
     "ATTACH ':memory:' AS m",
     "SET memory_limit = '1GB'",
+    "SHOW secret",                                # DuckDB's DESCRIBE: the columns' names
+    'SHOW "secret"',
+    "SHOW main.secret",
 ])
 def test_analytical_denied_paths(start_server, analytical, sql) -> None:
     srv = start_server(analytical)
     with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
         with pytest.raises(DENIED):
             bob.execute(sql)
+
+
+def test_analytical_show_of_a_granted_table_and_of_duckdbs_tables(start_server,
+                                                                   analytical) -> None:
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON open_t TO bob"]) as bob:
+        assert [r[0] for r in bob.execute("SHOW open_t").fetchall()] == ["a"]
+        assert bob.execute("SHOW ALL TABLES").fetchall() == []  # DuckDB's catalog: empty
+        assert bob.execute("SHOW TABLES").fetchall() == [("open_t",)]
 
 
 def test_analytical_granted_queries(start_server, analytical) -> None:

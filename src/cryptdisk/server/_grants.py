@@ -311,6 +311,13 @@ def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[st
         elif kind == "TABLE_FUNCTION":
             function = node.get("function") or {}
             functions.append(str(function.get("function_name", "?")))
+        elif kind == "SHOW_REF" and node.get("query") is None and node.get("table_name") \
+                and not str(node["table_name"]).startswith("__show_tables"):
+            # SHOW t: DuckDB describes the table of that name (its columns and types);
+            # (SHOW [ALL] TABLES lists DuckDB's catalog, which holds none of the tables)
+            schema, name = node.get("schema_name") or "", str(node["table_name"])
+            tables.append(f"{schema}.{name}" if schema and schema not in DEFAULT_SCHEMAS
+                          else name)
         for value in node.values():
             _walk(value, tables, functions, ctes)
     elif isinstance(node, list):
