@@ -194,6 +194,18 @@ def test_sqlite_constraint_failures_have_postgresql_sqlstates(start_server,
                 c.execute(sql)
 
 
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_a_parameter_without_a_value_is_42p02(start_server, engine, request) -> None:
+    """``$1`` in a query sent without parameters: PostgreSQL's 42P02 on both engines (on
+    SQLite it was an internal error, XX000, quoting apsw's binding count message)."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.UndefinedParameter,
+                           match=r"there is no parameter \$1"):
+            c.execute("SELECT $1")
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_analytical_refuses_an_interval_column_with_0a000(start_server, analytical) -> None:
     srv = start_server(analytical)
     with pg(srv, autocommit=True) as c:

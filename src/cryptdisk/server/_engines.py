@@ -413,6 +413,14 @@ def statement_error(exc: Exception) -> StatementError:
                     else "3B001" if "no such savepoint" in text else "42000")
         elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
             code = "22000"
+        elif isinstance(exc, apsw.BindingsError):
+            counts = re.search(r"uses (\d+) and there are (\d+) supplied", text)
+            if counts is not None:  # as PostgreSQL words both cases
+                uses, given = int(counts[1]), int(counts[2])
+                if given < uses:
+                    return StatementError(f"there is no parameter ${given + 1}", "42P02")
+                return StatementError(f"bind message supplies {given} parameters, but the "
+                                      f"statement requires {uses}", "08P01")
         return StatementError(text, code)
     if isinstance(exc, CryptdiskError):
         return StatementError(str(exc), "XX000", hint=exc.hint)
