@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import apsw
 import pytest
@@ -144,6 +145,47 @@ def test_rotate_rewraps_db_and_wal(tmp_path):
     again.close()
     r = run("sqlite", "rotate", db, "--keyring", config)
     assert r.returncode == 0 and "already under the current key" in r.stdout
+
+
+def test_rotate_never_puts_an_old_journal_header_over_a_new_one(tmp_path):
+    """A writer in TRUNCATE mode starts each transaction's journal with a new header (a new
+    data key). A rotation that read the header of one transaction's journal and wrote it
+    back, rewrapped, after the next transaction had begun would leave that journal under
+    the old data key: after a crash it no longer rolls back and the half-written
+    transaction stays in the database. The rotation holds SQLite's lock instead."""
+    old, new = os.urandom(32), os.urandom(32)
+    config = tmp_path / "keys.toml"
+    config.write_text(f'[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\nhex = '
+                      f'"{old.hex()}"\n[[keyring.keys]]\nid = 2\nhex = "{new.hex()}"\n')
+    os.chmod(config, 0o600)
+    db = str(tmp_path / "j.db")
+    conn = csql.connect(db, keyring=cryptdisk.Keyring([cryptdisk.Key(1, old)]))
+    conn.execute("PRAGMA journal_mode=TRUNCATE")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB, n INT)")
+    with conn:
+        conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                     "WHERE x < 200) INSERT INTO t(v, n) SELECT randomblob(3000), 0 FROM c")
+    conn.close()
+    child = os.path.join(os.path.dirname(__file__), "rotate_race_child.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    writer = subprocess.Popen([sys.executable, child, "writer", db, str(tmp_path), old.hex()],
+                              env=env)
+    for _ in range(3000):
+        if (tmp_path / "journal").exists() or writer.poll() is not None:
+            break
+        time.sleep(0.01)
+    assert (tmp_path / "journal").exists()
+    rotation = subprocess.run([sys.executable, child, "rotate", db, str(config), str(tmp_path)],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert writer.wait(timeout=120) == 0 and (tmp_path / "died").exists()
+    assert rotation.returncode == 0, rotation.stderr
+    conn = csql.connect(db, keyring=cryptdisk.Keyring([cryptdisk.Key(1, old),
+                                                       cryptdisk.Key(2, new)], 2))
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    # the transaction the writer died in is rolled back: no row has n = 1
+    assert conn.execute("SELECT count(*), sum(n) FROM t").fetchall() == [(200, 0)]
+    conn.close()
+    assert Header.parse((tmp_path / "j.db").read_bytes()[:HEADER_SIZE]).key_id == 2
 
 
 @pytest.mark.parametrize("command", ["rotate", "reencrypt"])

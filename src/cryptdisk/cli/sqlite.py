@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import DatabaseError, MissingEnvironmentVariableError
-from ..keys import rewrap_file
 from ._keys import add_key_options, keyring_from_args
 
 __all__ = ["register"]
@@ -95,13 +94,12 @@ def _decrypt(args: argparse.Namespace) -> int:
 
 
 def _rotate(args: argparse.Namespace) -> int:
+    from ..sqlite import rotate
+
     keyring = keyring_from_args(args)
     if not os.path.isfile(args.path):
         raise DatabaseError(f"{args.path}: no such database file")
-    for suffix in ("", "-journal", "-wal"):
-        name = args.path + suffix
-        if not os.path.exists(name) or (suffix and os.path.getsize(name) == 0):
-            continue
-        state = "rewrapped" if rewrap_file(name, keyring) else "already under the current key"
+    for name, rewrapped in rotate(args.path, keyring):
+        state = "rewrapped" if rewrapped else "already under the current key"
         print(f"{name}: {state} (key {keyring.current_key_id})")
     return 0

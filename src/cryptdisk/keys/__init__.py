@@ -39,7 +39,7 @@ from ._remote import (
     UnwrapCache,
     close_provider_keys,
 )
-from ._rotate import RewrapSummary, iter_files, rewrap_file, rewrap_tree
+from ._rotate import RewrapSummary, iter_files, rewrap_descriptor, rewrap_file, rewrap_tree
 from ._sources import (
     decode_hex_key,
     key_from_command,
@@ -84,6 +84,7 @@ __all__ = [
     "protect_process",
     "read_key_file",
     "register_key_provider",
+    "rewrap_descriptor",
     "rewrap_file",
     "rewrap_tree",
     "write_key_file",

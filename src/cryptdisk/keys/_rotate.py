@@ -30,35 +30,46 @@ from ..format import (
     rewrap_header,
 )
 
-__all__ = ["RewrapSummary", "iter_files", "rewrap_file", "rewrap_tree"]
+__all__ = ["RewrapSummary", "iter_files", "rewrap_descriptor", "rewrap_file", "rewrap_tree"]
 
 
 def rewrap_file(path: str | os.PathLike[str], keys: KeyLookup) -> bool:
-    """Rewrap one file under ``keys.current_key()``; returns False if it already was."""
+    """Rewrap one file under ``keys.current_key()``; returns False if it already was.
+
+    The header is read, rewrapped and written back: a writer that replaces the header
+    of the same file meanwhile (an SQLite rollback journal starts each transaction with
+    a new one) must be kept out by the caller (``cryptdisk sqlite rotate`` holds SQLite's
+    lock)."""
     name = os.fspath(path)
     fd = os.open(name, os.O_RDWR)
     try:
-        current = keys.current_key()
-
-        def is_current(header: Header) -> bool:
-            return header.key_id == current.key_id and header.key_check == current.check_value
-
-        def read() -> bytes:
-            return os.pread(fd, HEADER_SIZE, 0)
-
-        if is_current(Header.parse(read(), name)):
-            return False
-        # (another rewrap of this file may be writing its header: read it again if torn)
-        header, dek = read_open_header(read, keys, name)
-        if is_current(header):
-            return False
-        new = rewrap_header(header, dek, current).to_bytes()
-        if os.pwrite(fd, new, 0) != len(new):  # pragma: no cover - a 128-byte write
-            raise OSError(f"short header write to {name}")
-        os.fsync(fd)
-        return True
+        return rewrap_descriptor(fd, name, keys)
     finally:
         os.close(fd)
+
+
+def rewrap_descriptor(fd: int, name: str, keys: KeyLookup) -> bool:
+    """:func:`rewrap_file` on an open descriptor (left open: closing a descriptor of a
+    file drops the process's POSIX locks on it, which SQLite's are)."""
+    current = keys.current_key()
+
+    def is_current(header: Header) -> bool:
+        return header.key_id == current.key_id and header.key_check == current.check_value
+
+    def read() -> bytes:
+        return os.pread(fd, HEADER_SIZE, 0)
+
+    if is_current(Header.parse(read(), name)):
+        return False
+    # (another rewrap of this file may be writing its header: read it again if torn)
+    header, dek = read_open_header(read, keys, name)
+    if is_current(header):
+        return False
+    new = rewrap_header(header, dek, current).to_bytes()
+    if os.pwrite(fd, new, 0) != len(new):  # pragma: no cover - a 128-byte write
+        raise OSError(f"short header write to {name}")
+    os.fsync(fd)
+    return True
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:

@@ -30,6 +30,7 @@ from ._connect import IMPLEMENTATIONS, connect, implementation, vfs_for
 from ._convert import decrypt_database, encrypt_database, encrypt_sqlcipher_database
 from ._errors import PageAuthenticationError, PageSizeError, PageTruncatedError, WalIndexError
 from ._native import NativeVFS, cipher_library
+from ._rotation import rotate
 from ._vfs import EncryptedFile, EncryptedVFS
 from ._walindex import wal_index_paths
 
@@ -48,6 +49,7 @@ __all__ = [
     "encrypt_database",
     "encrypt_sqlcipher_database",
     "implementation",
+    "rotate",
     "vfs_for",
     "wal_index_paths",
 ]
