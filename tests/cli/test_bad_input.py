@@ -83,7 +83,7 @@ def workspace(tmp_path_factory) -> Path:
     plain.execute("CREATE TABLE x (a)")
     plain.commit()
     plain.close()
-    done = _cli(w, "sql", "sales.db", "-q", "CREATE TABLE t (a BIGINT) ORDER BY a; "
+    done = _cli(w, "sql", "sales.db", "--create", "-q", "CREATE TABLE t (a BIGINT) ORDER BY a; "
                 "INSERT INTO t SELECT range FROM range(100)")
     assert done.returncode == 0, done.stderr
     done = _cli(w, "sqlite", "encrypt", "plain.sqlite", "app.db", "-c", "cryptdisk.toml")

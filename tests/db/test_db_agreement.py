@@ -33,7 +33,8 @@ def parquet_files(root):
 def test_a_plain_default_disk_over_an_encrypted_database_is_refused(tmp_path):
     """The issue's case: keyring and [policies.default] only, in the database directory."""
     path = tmp_path / "sales.db"
-    made = run("sql", str(path), "-q", "CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2)")
+    made = run("sql", str(path), "--create", "-q",
+               "CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2)")
     assert made.returncode == 0, made.stderr
     cfg = path / "keys-only.toml"  # its implicit `default` disk is sales.db/data, plain
     cfg.write_text('[keyring]\n[[keyring.keys]]\nid = 1\nfile = "../sales.db.key"\n'

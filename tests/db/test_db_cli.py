@@ -30,7 +30,7 @@ def test_sql_prints_nested_values_as_json_text_in_csv(tmp_path):
     want = {"l": [1, None, 3], "st": {"d": "2024-01-02", "s": 'x,"y'},
             "m": {"k": "1.50", "z": None}, "mi": {"1": [True]}, "ll": [["a"], []],
             "lb": ["00"], "nl": None, "n": 7}
-    js = run("sql", db, "-q", _NESTED, "--format", "json")
+    js = run("sql", db, "--create", "-q", _NESTED, "--format", "json")
     assert js.returncode == 0, js.stderr
     assert json.loads(js.stdout) == [want]
     out = run("sql", db, "-q", _NESTED, "--format", "csv")
@@ -48,7 +48,7 @@ def test_sql_prints_nested_values_as_json_text_in_csv(tmp_path):
 
 def test_sql_one_shot_formats_and_errors(tmp_path):
     db = str(tmp_path / "db")
-    done = run("sql", db, "-q", "CREATE TABLE t (a BIGINT, b VARCHAR); "
+    done = run("sql", db, "--create", "-q", "CREATE TABLE t (a BIGINT, b VARCHAR); "
                "INSERT INTO t VALUES (1, 'x'), (2, NULL); SELECT * FROM t ORDER BY a")
     assert done.returncode == 0, done.stderr
     assert "created the encryption key" in done.stderr and "db.key" in done.stderr
@@ -65,23 +65,39 @@ def test_sql_one_shot_formats_and_errors(tmp_path):
     assert policy.returncode == 1 and "unknown storage policy 'x'" in policy.stderr
 
 
-def test_sql_creates_a_database_only_where_nothing_else_lives(tmp_path):
+def test_sql_makes_a_database_only_with_create_and_only_where_nothing_else_lives(tmp_path):
+    """A mistyped path is an error that names --create, and leaves nothing behind (no
+    directory, no key file); --create makes a database where nothing else lives."""
+    for typo in (tmp_path / "sales.bd", tmp_path / "empty"):
+        done = run("sql", str(typo), "-q", "CREATE TABLE t (a INT)")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout
+        assert done.stderr.startswith(f"cryptdisk: error: no cryptdisk database at {typo}")
+        assert "cryptdisk: hint: check the path; --create makes a new database" in done.stderr
+        (tmp_path / "empty").mkdir(exist_ok=True)
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(tmp_path / "empty") == []
+    done = run("sql", str(tmp_path / "new.db"), "--create", "--read-only", "-q", "SELECT 1")
+    assert done.returncode == 1 and "--create makes a database, which --read-only" in done.stderr
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("mine")
     (tmp_path / "plain.txt").write_text("x")
     for target, message in ((tmp_path / "d", "is not empty"),
                             (tmp_path / "plain.txt", "is a file, not a database"),
                             (tmp_path / "nonexistent" / "path.db", "does not exist")):
-        done = run("sql", str(target), "-q", "SELECT 1")
-        assert done.returncode == 1, done.stdout
-        assert done.stderr.startswith("cryptdisk: error:") and message in done.stderr
-        assert "cryptdisk: hint:" in done.stderr and "File exists" not in done.stderr
-    assert sorted(os.listdir(tmp_path)) == ["d", "plain.txt"]
+        for create in ([], ["--create"]):
+            done = run("sql", str(target), *create, "-q", "SELECT 1")
+            assert done.returncode == 1, done.stdout
+            assert done.stderr.startswith("cryptdisk: error:")
+            assert message in done.stderr if create else "no cryptdisk database" in done.stderr
+            assert "cryptdisk: hint:" in done.stderr and "File exists" not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["d", "empty", "plain.txt"]
     assert os.listdir(tmp_path / "d") == ["notes.txt"]
-    created = run("sql", str(tmp_path / "new.db"), "-q", "SELECT 1")
+    created = run("sql", str(tmp_path / "new.db"), "--create", "-q", "SELECT 1")
     assert created.returncode == 0 and "created a new database in" in created.stderr
-    again = run("sql", str(tmp_path / "new.db"), "-q", "SELECT 1")
-    assert "created" not in again.stderr
+    for create in ([], ["--create"]):  # then it opens, with or without --create
+        again = run("sql", str(tmp_path / "new.db"), *create, "-q", "SELECT 1")
+        assert again.returncode == 0 and "created" not in again.stderr, again.stderr
+    made = run("sql", str(tmp_path / "empty"), "--create", "-q", "SELECT 1")
+    assert made.returncode == 0 and "created a new database in" in made.stderr
 
 
 def test_database_commands_take_c_for_config(tmp_path):
@@ -89,7 +105,8 @@ def test_database_commands_take_c_for_config(tmp_path):
 
     cfg = str(write_config(tmp_path, [1], 1))
     db = str(tmp_path / "db")
-    done = run("sql", db, "-c", cfg, "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1); "
+    done = run("sql", db, "--create", "-c", cfg, "-q", "CREATE TABLE t (a INT); "
+               "INSERT INTO t VALUES (1); "
                "SELECT name, is_encrypted FROM system.disks ORDER BY name", "--format", "csv")
     assert done.returncode == 0, done.stderr
     assert "secure,true" in done.stdout and "open,false" in done.stdout
@@ -109,7 +126,7 @@ def test_rotate_and_reencrypt_never_create_a_database(tmp_path):
 
 def test_reencrypt_prints_only_its_summary(tmp_path):
     db = str(tmp_path / "db")
-    run("sql", db, "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)")
+    run("sql", db, "--create", "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)")
     done = run("reencrypt", db)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"re-encrypted 1 table(s) of {db} under new data keys (key 1)\n"
@@ -119,14 +136,14 @@ def test_sql_reads_statements_from_stdin(tmp_path):
     db = str(tmp_path / "db")
     script = "CREATE TABLE t (a INT);\nINSERT INTO t\n  SELECT * FROM range(5);\n" \
              "SELECT sum(a) AS s\nFROM t;\n"
-    done = run("sql", db, "--format", "csv", stdin=script)
+    done = run("sql", db, "--create", "--format", "csv", stdin=script)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "s\n10\n"
 
 
 def test_sql_second_writer_and_read_only(tmp_path):
     db = str(tmp_path / "db")
-    run("sql", db, "-q", "CREATE TABLE t (a INT)")
+    run("sql", db, "--create", "-q", "CREATE TABLE t (a INT)")
     locker = subprocess.Popen(
         [sys.executable, "-c", "import cryptdisk, sys, time; d = cryptdisk.connect(sys.argv[1]);"
          " print('ready', flush=True); time.sleep(60)", db],
@@ -194,7 +211,8 @@ def test_interactive_shell_multiline_and_history(tmp_path):
     db = str(tmp_path / "db")
     home = tmp_path / "home"
     home.mkdir()
-    pid, fd = _spawn_on_a_terminal(home, "sql", db, "--history", str(home / "hist"))
+    pid, fd = _spawn_on_a_terminal(home, "sql", db, "--create", "--history",
+                                   str(home / "hist"))
 
     def read_until(marker, timeout=60):
         return _read_until(fd, marker, timeout)
@@ -223,7 +241,8 @@ def test_shell_dot_commands(tmp_path):
     import time
 
     db = str(tmp_path / "db")
-    run("sql", db, "-q", "CREATE TABLE sales (a INT); INSERT INTO sales VALUES (1), (2)")
+    run("sql", db, "--create", "-q",
+        "CREATE TABLE sales (a INT); INSERT INTO sales VALUES (1), (2)")
     pid, fd = _spawn_on_a_terminal(tmp_path, "sql", db)
     done = 0
 
@@ -261,7 +280,7 @@ def test_sql_pin_refuses_a_directory_restored_from_an_older_copy(tmp_path):
     import shutil
 
     db = str(tmp_path / "db")
-    assert run("sql", db, "--pin", "-q", "CREATE TABLE t (a BIGINT)").returncode == 0
+    assert run("sql", db, "--create", "--pin", "-q", "CREATE TABLE t (a BIGINT)").returncode == 0
     assert (tmp_path / "db.pin").exists()
     shutil.copytree(db, tmp_path / "copy")
     assert run("sql", db, "--pin", "-q", "INSERT INTO t VALUES (1)").returncode == 0

@@ -35,7 +35,7 @@ def make_db(tmp_path, inserts=INSERTS):
     sql = "CREATE TABLE t (x BIGINT); " + "; ".join(
         f"INSERT INTO t SELECT range FROM range({i * 100}, {(i + 1) * 100})"
         for i in range(inserts))
-    made = run("sql", str(path), "-q", sql)
+    made = run("sql", str(path), "--create", "-q", sql)
     assert made.returncode == 0, made.stderr
     return path
 
@@ -107,7 +107,7 @@ def test_the_pins_and_the_server_files_beside_the_database_are_rotated_too(tmp_p
     database's keys: a rotation rewraps them, so the old key can go and the database still
     opens with --pin and the server with its users."""
     path = tmp_path / "sales.db"
-    made = run("sql", str(path), "--pin", "-q", "CREATE TABLE t (x BIGINT); "
+    made = run("sql", str(path), "--create", "--pin", "-q", "CREATE TABLE t (x BIGINT); "
                "INSERT INTO t SELECT range FROM range(100)")
     assert made.returncode == 0, made.stderr
     added = subprocess.run([sys.executable, "-m", "cryptdisk", "serve", str(path), "--add-user",

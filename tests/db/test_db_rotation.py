@@ -96,7 +96,7 @@ def header_key_id(path):
 def configless_db(tmp_path):
     """The issue's setup: a database made by the CLI with no config, one insert."""
     path = tmp_path / "sales.db"
-    made = run_cli("sql", str(path), "-q", "CREATE TABLE t (x INT); "
+    made = run_cli("sql", str(path), "--create", "-q", "CREATE TABLE t (x INT); "
                    "INSERT INTO t VALUES (1), (2), (3)")
     assert made.returncode == 0, made.stderr
     (tmp_path / "new.key").unlink(missing_ok=True)

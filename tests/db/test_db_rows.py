@@ -44,7 +44,8 @@ def test_query_rows_are_duckdbs(db, sql):
 
 def test_cli_prints_every_column_and_infinite_dates(tmp_path):
     db = str(tmp_path / "db")
-    csv_out = run("sql", db, "-q", "SELECT 1 AS a, 2 AS a, 3 AS b", "--format", "csv")
+    csv_out = run("sql", db, "--create", "-q", "SELECT 1 AS a, 2 AS a, 3 AS b",
+                  "--format", "csv")
     assert csv_out.returncode == 0, csv_out.stderr
     assert csv_out.stdout == "a,a,b\n1,2,3\n"
     table = run("sql", db, "-q", "SELECT 1 AS a, 2 AS a")

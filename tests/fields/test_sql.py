@@ -163,8 +163,9 @@ def test_cryptdisk_sql_has_the_functions(tmp_path, config):
     src = str(Path(cryptdisk.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": src}
     run = subprocess.run(
-        [sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "cli.db"), "-c", str(config),
-         "-q", "SELECT fpe_decrypt(fpe_encrypt('4111111111111111', 'cards'), 'cards') AS p, "
+        [sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "cli.db"), "--create", "-c",
+         str(config), "-q",
+         "SELECT fpe_decrypt(fpe_encrypt('4111111111111111', 'cards'), 'cards') AS p, "
          "mask_email('bob@example.org') AS m", "--format", "csv"],
         capture_output=True, text=True, env=env, check=False)
     assert run.returncode == 0, run.stderr

@@ -283,7 +283,7 @@ def test_promote_verbose_tells_rewrapped_files_from_those_already_under_the_key(
 
 def test_a_database_without_a_config_keeps_its_older_spelling(tmp_path):
     db = tmp_path / "own.db"
-    assert run("sql", str(db), "-q", "CREATE TABLE t (x INT)").returncode == 0
+    assert run("sql", str(db), "--create", "-q", "CREATE TABLE t (x INT)").returncode == 0
     old = run("keys", str(db), "--format", "csv")
     assert old.returncode == 0, old.stderr
     assert old.stdout.splitlines()[1] == "1,aes-256-gcm,file,true,1"

@@ -18,14 +18,27 @@ PROMPT, MORE = "cryptdisk> ", "        -> "
 
 
 def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
+    """Open the database at ``args.path``; a new one only with ``--create`` (a mistyped
+    path is an error, not a new empty database with a new key beside it)."""
     from .. import fields  # noqa: F401  (encrypt, fpe_encrypt, mask_*... in cryptdisk sql)
-    from ..db import connect
+    from ..db import connect, is_url
+    from ..errors import DatabaseError
 
-    if not os.path.isdir(args.path) and read_only:
-        from ..errors import DatabaseError
-
-        raise DatabaseError(f"no database at {args.path}")
-    creating = not os.path.exists(os.path.join(args.path, "catalog"))
+    create = getattr(args, "create", False)
+    if create and read_only:
+        raise DatabaseError("--create makes a database, which --read-only does not",
+                            hint="drop one of them")
+    creating = not is_url(args.path) and not os.path.exists(
+        os.path.join(args.path, "catalog"))
+    if creating and not create:
+        if os.path.isfile(args.path):
+            raise DatabaseError(f"no cryptdisk database at {args.path}: it is a file, not a "
+                                "database directory", hint="check the path")
+        hint = "check the path"
+        if not read_only:
+            hint += (f"; --create makes a new database there (its key in {args.path}.key, "
+                     "or the config's keys with -c)")
+        raise DatabaseError(f"no cryptdisk database at {args.path}", hint=hint)
     db = connect(args.path, args.config, read_only=read_only, pin=args.pin)
     if creating:
         print(f"cryptdisk: created a new database in {db.path}", file=sys.stderr)
@@ -339,6 +352,9 @@ def register(sub: Any) -> None:
                    "data in plaintext, so by default history lasts for the session only")
     p.add_argument("--read-only", action="store_true",
                    help="open without the write lock (alongside a writer)")
+    p.add_argument("--create", action="store_true",
+                   help="make a new database at PATH if it has none (PATH must not exist, or "
+                   "be an empty directory); without it a path with no database is an error")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("rotate", help="rewrap every file of a database under the current key",
