@@ -62,6 +62,9 @@ def _table_line(text: str, table: str, index: int) -> str:
     return f"[[{table}]] #{index + 1}"
 
 
+# the settings of a config's [keyring] table (its [[keyring.keys]] entries are checked each)
+KEYRING_SETTINGS = frozenset({"current_key_id", "algorithm", "keys", "audit_log", "mlock"})
+
 class Keyring:
     """Keys by id; the current key encrypts new files, every key can read.
 
@@ -214,7 +217,7 @@ class Keyring:
         if not isinstance(section, Mapping):
             raise ConfigError("no [keyring] section", path=path,
                               hint="see 'cryptdisk keygen --help' for an example config")
-        unknown = set(section) - {"current_key_id", "algorithm", "keys", "audit_log", "mlock"}
+        unknown = set(section) - KEYRING_SETTINGS
         if unknown:
             raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
                               path=path, where="[keyring]")

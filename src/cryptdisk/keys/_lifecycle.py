@@ -47,6 +47,7 @@ from ..format.clickhouse import (
     is_clickhouse_header,
 )
 from ._audit import audit_event
+from ._keyring import KEYRING_SETTINGS
 from ._provider import get_key_provider, parse_key_entry
 from ._rotate import iter_files
 
@@ -223,6 +224,10 @@ class KeyConfig:
         ring = self.data.get("keyring")
         if not isinstance(ring, dict) or not isinstance(ring.get("keys"), list):
             raise ConfigError("no [keyring] with [[keyring.keys]] entries", path=self.path)
+        unknown = set(ring) - KEYRING_SETTINGS  # a typo is not an absent setting
+        if unknown:
+            raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
+                              path=self.path, where="[keyring]")
 
     # -- reading ---------------------------------------------------------------------
 
