@@ -148,14 +148,19 @@ def test_real_psql_dv_and_d_of_a_view(start_server, analytical, certs) -> None:
 
 
 def test_show_tables_lists_a_user_only_what_it_may_read(start_server, analytical) -> None:
-    """SHOW TABLES of a user that is not an admin lists the tables it may read, as its
-    information_schema.tables does, not every table and view of the database."""
+    """SHOW TABLES of a user that is not an admin lists the tables and views it may read,
+    as its information_schema.tables does, not every table and view of the database: a
+    view (which takes no grant) when it may read every table under it."""
     srv = start_server(analytical)
     setup = [*ANALYTICAL_SETUP, *VIEWS, "GRANT SELECT ON open_t TO bob"]
     with admin_and_bob(srv, setup) as bob:
         listed = bob.execute("SELECT table_name FROM information_schema.tables").fetchall()
-        assert bob.execute("SHOW TABLES").fetchall() == listed == [("open_t",)]
-        assert bob.execute(" show tables ;").fetchall() == [("open_t",)]
+        assert bob.execute("SHOW TABLES").fetchall() == listed == [("open_t",), ("v_open",)]
+        assert bob.execute(" show tables ;").fetchall() == [("open_t",), ("v_open",)]
+        assert bob.execute("SELECT table_name FROM information_schema.views").fetchall() \
+            == [("v_open",)]
+        assert bob.execute("SELECT relname FROM pg_class WHERE relkind = 'v'").fetchall() \
+            == [("v_open",)]
     with psycopg.connect(**srv.dsn, autocommit=True) as admin:
         names = [r[0] for r in admin.execute("SHOW TABLES").fetchall()]
         assert names == sorted(["open_t", "secret", "v_secret", "v_open", "v_both", "v_over"])
@@ -174,3 +179,4 @@ def test_view_errors_have_their_sqlstates(start_server, analytical) -> None:
             admin.execute("INSERT INTO v_open VALUES (1)")
         with pytest.raises(psycopg.errors.UndefinedTable, match="reads gone"):
             admin.execute("SELECT * FROM v_gone")
+
