@@ -119,6 +119,7 @@ CASES = [
     ("backup-repo-key-id-negative", ["backup", "init", "repo", "--repo-keyring",
                                      "cryptdisk.toml", "--repo-key-id", "-1"], 2,
      "a key id is from 0"),
+    ("demo-rows-huge", ["demo", "--rows", "9" * 20], 2, "must be at most 2**63-1"),
     # paths: missing, a directory, not encrypted, cut short, the wrong key
     ("encrypt-missing-input", ["encrypt", "nope.csv", "o.cd", *K], 1, "nope.csv"),
     ("encrypt-directory-input", ["encrypt", "adir", "o.cd", *K], 1, "Is a directory"),

@@ -143,6 +143,8 @@ def _positive_rows(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number of rows: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    if value > 2**63 - 1:  # a BIGINT: DuckDB's range() takes no larger
+        raise argparse.ArgumentTypeError(f"must be at most 2**63-1, not {text}")
     return value
 
 
