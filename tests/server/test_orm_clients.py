@@ -341,6 +341,22 @@ def test_pg_catalog_functions_without_from(start_server, request, engine) -> Non
                          "1700, 655366)").fetchone() == ("bigint", "numeric(10,2)")
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_name_cast_to_regclass_or_regtype_is_its_oid(start_server, request, engine) -> None:
+    """``'t'::regclass`` (DBeaver's and psql's way to name a relation in a catalog query)
+    is the relation's OID, as in PostgreSQL, not a failed cast of the text to a number."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE reg_t (a INTEGER, b TEXT)")
+        assert c.execute("SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = "
+                         "'reg_t'::regclass AND attnum > 0 ORDER BY attnum").fetchall() == \
+            [("a",), ("b",)]
+        assert c.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = "
+                         "'public.reg_t'::pg_catalog.regclass").fetchone() == (2,)
+        assert c.execute("SELECT typname FROM pg_type WHERE oid = 'int8'::regtype"
+                         ).fetchone() == ("int8",)
+
+
 def test_sqlite_declared_types_read_alike_by_describe_and_by_execution(start_server,
                                                                        sqlite_engine) -> None:
     """pg8000 reads a result by the types a Describe gave before the statement ran,

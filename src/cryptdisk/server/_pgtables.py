@@ -276,6 +276,10 @@ def _macros() -> list[str]:
 _MACRO_NAMES = frozenset(m.lower() for st in _macros()
                          for m in re.findall(rf"^CREATE MACRO {_SCHEMA}\.(\w+)", st))
 _QUALIFIED_CALL = re.compile(rf"\b{_SCHEMA}\s*\.\s*(\w+)\s*\(", re.I)
+#: a name cast to an OID type (``'t'::regclass``, ``'int4'::pg_catalog.regtype``): looked up
+#: by name, as PostgreSQL does (the types are BIGINT here, which the name is not)
+_NAME_TO_OID = re.compile(
+    r"('(?:[^']|'')*')\s*::\s*(?:\"?pg_catalog\"?\s*\.\s*)?\"?(regclass|regtype)\"?\b", re.I)
 _DEFAULT_COLLATION = re.compile(rf"\s+COLLATE\s+{_SCHEMA}\s*\.\s*\"?default\"?", re.I)
 
 
@@ -446,6 +450,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
           database: str = "cryptdisk") -> Result:
     """Run ``sql`` (see :func:`handles`) over this session's ``pg_catalog``
     (``database``: the name of the database, as the client named it)."""
+    sql = _NAME_TO_OID.sub(lambda m: f"to_{m[2].lower()}({m[1]})", sql)
     text = private_text(sql, params, "pg_catalog", _SCHEMA)
     # DuckDB's own functions (array_to_string, ...) are not in the private schema, nor is
     # PostgreSQL's collation "default" (psql's COLLATE pg_catalog.default)
