@@ -1,9 +1,10 @@
-"""Children of test_cli.py's rotation race: ``writer DB DIR OLD_HEX`` and ``rotate DB CONFIG DIR``.
+"""Children of test_cli.py's rotation race: ``writer DB DIR OLD_HEX`` and ``rotate DIR ARGV...``
+(a cryptdisk command that rewraps the database).
 
 The writer holds a transaction (its rollback journal written), commits it once the
 rotation has read the journal's header (or after 3 s), starts another transaction and
 dies in it (``os._exit``): its journal must roll that transaction back. The rotation is
-``cryptdisk sqlite rotate`` with a pause, after it read the journal's header, until the
+the command with a pause, after it read the journal's header, until the
 writer died: the moment a provider's round trip (a KMIP call takes milliseconds) leaves
 between the read and the write of the header.
 """
@@ -38,7 +39,7 @@ def writer(db_path, directory, old_hex):
     os._exit(0)
 
 
-def rotate(db_path, config, directory):
+def rotate(directory, *argv):
     import cryptdisk.keys._rotate as rot
     from cryptdisk.cli import main
 
@@ -52,7 +53,7 @@ def rotate(db_path, config, directory):
         return opened
 
     rot.read_open_header = paused
-    sys.exit(main(["sqlite", "rotate", db_path, "--keyring", config]))
+    sys.exit(main(list(argv)))
 
 
 if __name__ == "__main__":

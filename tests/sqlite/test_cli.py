@@ -147,12 +147,14 @@ def test_rotate_rewraps_db_and_wal(tmp_path):
     assert r.returncode == 0 and "already under the current key" in r.stdout
 
 
-def test_rotate_never_puts_an_old_journal_header_over_a_new_one(tmp_path):
+@pytest.mark.parametrize("command", ["sqlite rotate", "keys promote", "rewrap"])
+def test_rotate_never_puts_an_old_journal_header_over_a_new_one(tmp_path, command):
     """A writer in TRUNCATE mode starts each transaction's journal with a new header (a new
     data key). A rotation that read the header of one transaction's journal and wrote it
     back, rewrapped, after the next transaction had begun would leave that journal under
     the old data key: after a crash it no longer rolls back and the half-written
-    transaction stays in the database. The rotation holds SQLite's lock instead."""
+    transaction stays in the database. The rotation holds SQLite's lock instead, and so do
+    the commands that rewrap an SQLite database given among files."""
     old, new = os.urandom(32), os.urandom(32)
     config = tmp_path / "keys.toml"
     config.write_text(f'[keyring]\ncurrent_key_id = 2\n[[keyring.keys]]\nid = 1\nhex = '
@@ -175,7 +177,10 @@ def test_rotate_never_puts_an_old_journal_header_over_a_new_one(tmp_path):
             break
         time.sleep(0.01)
     assert (tmp_path / "journal").exists()
-    rotation = subprocess.run([sys.executable, child, "rotate", db, str(config), str(tmp_path)],
+    argv = {"sqlite rotate": ["sqlite", "rotate", db, "--keyring", str(config)],
+            "keys promote": ["keys", "promote", "2", "-c", str(config), db],
+            "rewrap": ["rewrap", "-c", str(config), db]}[command]
+    rotation = subprocess.run([sys.executable, child, "rotate", str(tmp_path), *argv],
                               env=env, capture_output=True, text=True, timeout=120)
     assert writer.wait(timeout=120) == 0 and (tmp_path / "died").exists()
     assert rotation.returncode == 0, rotation.stderr

@@ -19,6 +19,7 @@ from ..keys import (
     iter_files,
     key_usage,
     read_key_file,
+    rewrap_file,
     rewrap_tree,
     write_key_file,
 )
@@ -80,6 +81,22 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sqlite_rewrap(path: str, keys: Any) -> list[tuple[str, bool]]:
+    """Rewrap an encrypted SQLite database with its journal and WAL holding SQLite's lock
+    (``cryptdisk.sqlite.rotate``); a cryptdisk file that SQLite does not open (not a
+    database after all) with them, file by file."""
+    import apsw
+
+    from ..sqlite import rotate
+
+    try:
+        return rotate(path, keys)
+    except apsw.Error:
+        files = [path] + [path + s for s in ("-journal", "-wal")
+                          if os.path.isfile(path + s) and os.path.getsize(path + s) > 0]
+        return [(f, rewrap_file(f, keys)) for f in files]
+
+
 def cmd_rewrap(args: argparse.Namespace) -> int:
     keyring = keyring_from_args(args)
     files = list(iter_files(args.paths))
@@ -91,9 +108,10 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
 
         with Progress(transient=True) as bar:
             task = bar.add_task("rewrapping", total=len(files))
-            summary = rewrap_tree(files, keyring, on_file=lambda _: bar.advance(task))
+            summary = rewrap_tree(files, keyring, on_file=lambda _: bar.advance(task),
+                                      sqlite=_sqlite_rewrap)
     else:
-        summary = rewrap_tree(files, keyring)
+        summary = rewrap_tree(files, keyring, sqlite=_sqlite_rewrap)
     current = keyring.current_key_id
     print(f"rewrapped {summary.rewrapped} file(s) under key {current}; "
           f"{summary.already_current} already under it; "
@@ -522,7 +540,8 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
             not_started(f"under {', '.join(args.paths)}", exc)
             return 1
         try:
-            summary = rewrap_tree(args.paths, keyring, on_file=on_file, on_result=on_result)
+            summary = rewrap_tree(args.paths, keyring, on_file=on_file, on_result=on_result,
+                                  sqlite=_sqlite_rewrap)
         finally:
             keyring.close()
         print(f"rewrapped {summary.rewrapped} file(s) under key {args.id}; "

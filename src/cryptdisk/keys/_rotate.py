@@ -30,7 +30,8 @@ from ..format import (
     rewrap_header,
 )
 
-__all__ = ["RewrapSummary", "iter_files", "rewrap_descriptor", "rewrap_file", "rewrap_tree"]
+__all__ = ["LockedRewrap", "RewrapSummary", "iter_files", "rewrap_descriptor", "rewrap_file",
+           "rewrap_tree"]
 
 
 def rewrap_file(path: str | os.PathLike[str], keys: KeyLookup) -> bool:
@@ -130,14 +131,25 @@ class RewrapSummary:
         return not self.failed and not self.not_done
 
 
+#: Rewraps an SQLite database file with its journal and WAL under SQLite's lock
+#: (``cryptdisk.sqlite.rotate``): ``(path, keys) -> [(file, rewrapped), ...]``.
+LockedRewrap = Callable[[str, KeyLookup], list[tuple[str, bool]]]
+
+
 def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
                 on_file: Callable[[str], None] | None = None,
-                on_result: Callable[[str, bool], None] | None = None) -> RewrapSummary:
+                on_result: Callable[[str, bool], None] | None = None,
+                sqlite: LockedRewrap | None = None) -> RewrapSummary:
     """Rewrap every cryptdisk file under ``paths``; other files are listed, not touched.
 
     ``on_file(path)`` is called after each file (whatever became of it);
     ``on_result(path, rewrapped)`` after each cryptdisk file rewrapped (True) or
     found under the current key already (False).
+
+    An encrypted SQLite database whose journal or WAL is there (a process may be writing
+    it) is rewrapped with them by ``sqlite`` when it is given, holding SQLite's lock: a
+    rollback journal gets a new header with each transaction, which an unlocked
+    read-rewrap-write of its header could overwrite with the previous one's.
 
     A key provider that fails (unreachable after its retries) stops the run: the file
     at hand is in ``failed`` and the files after it in ``not_done``, each still under
@@ -145,25 +157,40 @@ def rewrap_tree(paths: Iterable[str | os.PathLike[str]], keys: KeyLookup, *,
     """
     summary = RewrapSummary()
     files = iter_files(paths)
+    handled: set[str] = set()  # the journals and WALs rewrapped with their database
     for name in files:
+        if name in handled:
+            continue
+        companions: list[str] = []
         try:
-            rewrapped = rewrap_file(name, keys)
-            if rewrapped:
-                summary.rewrapped += 1
+            companions = _sqlite_companions(name) if sqlite is not None else []
+            if sqlite is not None and companions:
+                handled.update(companions)
+                results = sqlite(name, keys)
             else:
-                summary.already_current += 1
-            if on_result is not None:
-                on_result(name, rewrapped)
+                results = [(name, rewrap_file(name, keys))]
+            for file, rewrapped in results:
+                if rewrapped:
+                    summary.rewrapped += 1
+                else:
+                    summary.already_current += 1
+                if on_result is not None:
+                    on_result(file, rewrapped)
+                if on_file is not None and file != name:
+                    on_file(file)
         except NotEncryptedError:
             summary.skipped_not_encrypted.append(name)
         except KeyProviderError as exc:
             summary.failed.append((name, str(exc)))
-            summary.not_done.extend(files)
+            summary.not_done.extend(c for c in companions if c in handled)
+            summary.not_done.extend(f for f in files if f not in handled)
             break
         except CryptdiskError as exc:
             summary.failed.append((name, str(exc)))
+            summary.not_done.extend(c for c in companions if c in handled)
         except OSError as exc:
             summary.failed.append((name, exc.strerror or str(exc)))
+            summary.not_done.extend(c for c in companions if c in handled)
         if on_file is not None:
             on_file(name)
     return summary
