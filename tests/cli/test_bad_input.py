@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,9 +55,11 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None,
-         prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+         prefix: list[str] | None = None,
+         preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*(prefix or []), *CLI, *args], cwd=cwd, env=_env(env),
-                          capture_output=True, text=True, errors="replace", timeout=120)
+                          capture_output=True, text=True, errors="replace", timeout=120,
+                          preexec_fn=preexec_fn)
 
 
 @pytest.fixture(scope="module")
@@ -309,3 +313,31 @@ def test_protect_refuses_an_output_that_is_not_a_regular_file(workspace, tmp_pat
     assert "cannot write pipe: not a regular file" in done.stderr
     assert stat.S_ISFIFO(os.lstat(w / "pipe").st_mode)
     assert sorted(os.listdir(w)) == sorted([*os.listdir(workspace), "pipe"])
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    """A disk that fills up after ``limit`` bytes of a file, for an unprivileged test:
+    writes past it fail with EFBIG (Python ignores SIGXFSZ), as ENOSPC fails them."""
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("argv, output", [
+    (["encrypt", "big.bin", "o.cd", *K], "o.cd"),
+    (["encrypt", "big.bin", "data.csv.cd", "--force", *K], "data.csv.cd"),
+    (["decrypt", "big.cd", "o.bin", *K], "o.bin"),
+    (["keygen", "-o", "new.key"], "new.key"),
+], ids=["encrypt", "encrypt-force", "decrypt", "keygen"])
+def test_a_full_disk_names_the_output_and_leaves_nothing(workspace, tmp_path, argv, output):
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    (w / "big.bin").write_bytes(os.urandom(300_000))
+    assert _cli(w, "encrypt", "big.bin", "big.cd", *K).returncode == 0
+    before = {n: (w / n).read_bytes() for n in os.listdir(w) if (w / n).is_file()}
+    done = _cli(w, *argv, preexec_fn=_file_size_limit(100 if argv[0] == "keygen" else 65536))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"cryptdisk: error: {output}: File too large"
+    after = {n: (w / n).read_bytes() for n in os.listdir(w) if (w / n).is_file()}
+    assert after == before, "a failed write left a file, or changed one"

@@ -198,18 +198,25 @@ def _stdout() -> IO[bytes]:
 
 
 @contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """A write error that names no file (a full disk's, on a flush) names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None and \
+                not isinstance(exc, BrokenPipeError):
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        raise
+
+
+@contextlib.contextmanager
 def _stream_output(path: str) -> Iterator[IO[bytes]]:
     """stdout for ``-``, else the device or FIFO at ``path`` opened for writing."""
     if path == "-":
         yield _stdout()
         return
-    try:
-        with open(path, "wb") as out:
-            yield out
-    except OSError as exc:  # a flush's error names no file: name the output
-        if exc.filename is None and exc.errno is not None:
-            raise type(exc)(exc.errno, exc.strerror, path) from None
-        raise
+    with _naming(path), open(path, "wb") as out:
+        yield out
 
 
 def cmd_encrypt(args: argparse.Namespace) -> int:
@@ -228,8 +235,9 @@ def cmd_encrypt(args: argparse.Namespace) -> int:
                 out.flush()
         else:
             # xb: never replaces a file that appeared since the check
-            with open_file(args.output, "wb" if args.force else "xb", keys=keyring,
-                           algorithm=args.algorithm, segment_size=args.segment_size) as dst:
+            with _naming(args.output), open_file(
+                    args.output, "wb" if args.force else "xb", keys=keyring,
+                    algorithm=args.algorithm, segment_size=args.segment_size) as dst:
                 _copy(src, dst)
     finally:
         if src is not sys.stdin.buffer:
@@ -270,7 +278,7 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
             _decrypt_to(args, args.input, out)
             out.flush()
         return 0
-    with _atomic_output(args.output, args.force) as out:
+    with _naming(args.output), _atomic_output(args.output, args.force) as out:
         _decrypt_to(args, args.input, out)
     return 0
 

@@ -70,9 +70,14 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
         _fsync_dir(path)
 
     def discard() -> None:
-        raw.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        try:
+            # closing flushes the buffer: on a full disk that fails again (the fd is
+            # closed all the same), and the temporary file must go whatever it says
+            with contextlib.suppress(OSError):
+                raw.close()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     return SealedWriteFile(writer, path, publish, discard)
 

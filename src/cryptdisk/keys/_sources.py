@@ -321,6 +321,7 @@ def write_key_file(path: str | os.PathLike[str], material: bytes | Key, *,
     except FileExistsError:
         raise KeyFileError(f"key file {name} already exists; refusing to overwrite a key",
                            hint="choose another path (losing a key loses its data)") from None
+    written = False
     try:
         os.fchmod(fd, 0o600)
         now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -331,10 +332,18 @@ def write_key_file(path: str | os.PathLike[str], material: bytes | Key, *,
             "# Anyone with this file can read data encrypted under it; losing it loses that data.\n"
             f"{material.hex()}\n"
         )
-        os.write(fd, text.encode("ascii"))
+        left = memoryview(text.encode("ascii"))
+        while left:  # a full disk takes part of a write before it refuses the rest
+            left = left[os.write(fd, left):]
         os.fsync(fd)
+        written = True
+    except OSError as exc:  # a full disk: say which file
+        raise type(exc)(exc.errno, exc.strerror, name) from None
     finally:
         os.close(fd)
+        if not written and not overwrite:  # no empty or cut key file claims to be a key
+            with contextlib.suppress(OSError):
+                os.unlink(name)
 
 
 # -- the built-in key providers (see cryptdisk.keys._provider) -----------------------------
