@@ -165,6 +165,30 @@ def test_only_scram_is_offered_and_cleartext_is_refused(start_server, analytical
     assert [k for k, _ in rest] == [b"E"] and sqlstate(rest[0][1]) == "08P01"
 
 
+def test_create_role_with_login_and_encrypted_password_as_admin_tools_write_them(
+        start_server, analytical) -> None:
+    """pgAdmin and DBeaver make a user with ``CREATE ROLE name WITH LOGIN PASSWORD '...'``
+    and change its password with ``ALTER ROLE name [WITH] ENCRYPTED PASSWORD '...'``, as
+    PostgreSQL takes them; both were syntax errors. ``CREATE ROLE`` without a password
+    stays a role that cannot log in."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("CREATE ROLE carl WITH LOGIN PASSWORD 'carl pw'")
+        admin.execute("CREATE ROLE readers NOLOGIN")
+        assert admin.execute("SELECT name, is_admin FROM system.users WHERE name = 'carl'"
+                             ).fetchall() == [("carl", False)]
+        assert admin.execute("SELECT role FROM system.roles").fetchall() == [("readers",)]
+    with psycopg.connect(**{**srv.dsn, "user": "carl", "password": "carl pw"},
+                         autocommit=True) as carl:
+        carl.execute("ALTER ROLE carl WITH ENCRYPTED PASSWORD 'new pw'")  # its own: allowed
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("ALTER USER carl ENCRYPTED PASSWORD 'newer pw'")
+        with pytest.raises(psycopg.errors.SyntaxError):
+            admin.execute("CREATE ROLE dora WITH LOGIN")  # a login needs a password here
+    with psycopg.connect(**{**srv.dsn, "user": "carl", "password": "newer pw"}) as carl:
+        assert carl.execute("SELECT current_user").fetchone() == ("carl",)
+
+
 def test_user_statements(start_server, sqlite_engine) -> None:
     srv = start_server(sqlite_engine)
     with psycopg.connect(**srv.dsn, autocommit=True) as admin:

@@ -1180,7 +1180,11 @@ class ScramAuthenticator:
                     raise StatementError("current user cannot be dropped", "55006")
                 self.store.drop_user(name, missing_ok=bool(m[1]))
                 return Result(None, [], "DROP ROLE")
-            if words == ["CREATE", "ROLE"]:
+            # CREATE ROLE name [WITH] LOGIN PASSWORD '...' (pgAdmin's, DBeaver's) makes a user
+            login_role = words == ["CREATE", "ROLE"] and re.search(
+                rf"\bPASSWORD\s+{_STRING}", sql, re.I | re.S) is not None \
+                and re.search(r"\bLOGIN\b", re.sub(_STRING, "", sql), re.I) is not None
+            if words == ["CREATE", "ROLE"] and not login_role:
                 m = re.fullmatch(rf"\s*CREATE\s+ROLE\s+({_NAME})((?:\s+(?:WITH|NOLOGIN))*)"
                                  r"\s*;?\s*", sql, re.I | re.S)
                 if not m:
@@ -1191,7 +1195,8 @@ class ScramAuthenticator:
                 self.store.create_role(_ident(m[1]))
                 return Result(None, [], "CREATE ROLE")
             m = re.fullmatch(rf"\s*(CREATE|ALTER)\s+(?:USER|ROLE)\s+({_NAME})((?:\s+(?:WITH|"
-                             rf"PASSWORD\s+{_STRING}|ADMIN|NOADMIN|SUPERUSER|NOSUPERUSER|LOGIN|"
+                             rf"(?:ENCRYPTED\s+)?PASSWORD\s+{_STRING}|ADMIN|NOADMIN|SUPERUSER|"
+                             r"NOSUPERUSER|LOGIN|"
                              r"CLIENTCERT|NOCLIENTCERT))*)\s*;?\s*",
                              sql, re.I | re.S)
             if not m:
@@ -1201,7 +1206,7 @@ class ScramAuthenticator:
             pw = re.search(rf"PASSWORD\s+({_STRING})", options, re.I | re.S)
             password = pw[1][1:-1].replace("''", "'") if pw else None
             flags = {w.upper() for w in re.findall(r"\b[A-Za-z]+\b", re.sub(
-                _STRING, "", options))} - {"WITH", "PASSWORD", "LOGIN"}
+                _STRING, "", options))} - {"WITH", "PASSWORD", "ENCRYPTED", "LOGIN"}
             make_admin = (True if flags & {"ADMIN", "SUPERUSER"} else
                           False if flags & {"NOADMIN", "NOSUPERUSER"} else None)
             clientcert = (True if "CLIENTCERT" in flags else
