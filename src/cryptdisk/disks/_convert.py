@@ -110,8 +110,14 @@ def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
                 tick(size)
                 continue
             fin.seek(0)
-            with target.open_write(rel) as fout:
-                written, _ = plaintext_digest(fin, fout.write, tick)
+            try:
+                with target.open_write(rel) as fout:
+                    written, _ = plaintext_digest(fin, fout.write, tick)
+            except OSError as exc:  # a full disk's error names no file: name the one
+                if exc.filename is not None or exc.errno is None or \
+                        isinstance(exc, CryptdiskError):
+                    raise
+                raise OSError(exc.errno, exc.strerror, os.path.join(dst, rel)) from None
         with target.open_read(rel) as check:
             back, _ = plaintext_digest(check)
         if not (back == written == digest):

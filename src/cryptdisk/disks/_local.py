@@ -158,9 +158,14 @@ class LocalDisk(Disk):
             _fsync_dir(directory)
 
         def discard() -> None:
-            raw.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            try:
+                # closing flushes the buffer: on a full disk that fails again (the fd is
+                # closed all the same), and the temporary file must go whatever it says
+                with contextlib.suppress(OSError):
+                    raw.close()
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
         return cast("IO[bytes]", AtomicWriteFile(_WriteBehind(raw).write, publish, discard,
                                                  path))

@@ -11,6 +11,7 @@ indexes, triggers and views. Neither path writes plaintext to disk.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 from typing import Any
@@ -94,6 +95,11 @@ def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connect
             raise _cannot_create(dst) from None
         try:
             _backup(target, source, progress)
+        except apsw.FullError:  # SQLITE_FULL: the disk (or a quota) is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst) from None
+        except apsw.IOError:  # SQLite says no more ("not an error"): a failed read or write
+            raise OSError(errno.EIO, "I/O error while copying into it (a full disk, or a "
+                          "file size limit?)", dst) from None
         finally:
             target.close()
     except BaseException:
