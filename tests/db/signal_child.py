@@ -3,8 +3,8 @@
 Usage: signal_child.py DB
 SIGTERM is handled as the ``cryptdisk`` command handles it (``Terminated`` raised in the
 main thread), SIGINT as Python does (``KeyboardInterrupt``). Prints ``go`` once it writes;
-exits 130 on the signal's exception, 131 on the error of a statement it stopped (a
-DuckDB query's, or the exception raised inside a callback DuckDB runs).
+exits 130 on the signal's exception, 131 on any other error (a statement's error where
+the signal's exception should have come: a DuckDB query's, or a callback's).
 """
 
 import faulthandler
@@ -34,7 +34,7 @@ def main() -> int:
                     db.sql("OPTIMIZE TABLE t FINAL")
     except (KeyboardInterrupt, Terminated):
         return 130
-    except Exception as exc:  # a statement stopped by the signal, as an error
+    except Exception as exc:  # (the signal became an error on the way: a failure)
         print(f"error: {exc!r}", file=sys.stderr)
         return 131
 

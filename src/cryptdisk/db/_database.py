@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import re
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -115,7 +114,7 @@ from ._rotation import RotationMixin
 from ._rows import python_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
-from ._sigint import interruptible
+from ._sigint import StatementLock, interruptible, kept_signals
 from ._storage import resolve_config
 from ._system import system_tables
 from ._viewdefs import ViewMixin
@@ -315,7 +314,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             except BaseException:
                 _remove_made(made)
                 raise
-        self._mutex = threading.RLock()
+        self._mutex = StatementLock()  # (see ._sigint: a statement's signals)
         self._readers_running = 0  # queries Reader objects are running (see reader())
         self._doomed_parts: list[Any] = []  # deleted when the last of them ends
         self._registered: set[str] = set()  # temporary views (see _bind_exposed)
@@ -1782,6 +1781,10 @@ class Reader:
             raise _undecodable() from None
 
     def _execute(self, statement: str) -> pa.Table | None:
+        with kept_signals():  # (its query runs without the database's lock: see ._sigint)
+            return self._execute_query(statement)
+
+    def _execute_query(self, statement: str) -> pa.Table | None:
         db = self._db
         if not _one_statement(statement, "Reader.execute"):
             return None

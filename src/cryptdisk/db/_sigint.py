@@ -1,4 +1,5 @@
-"""Ctrl-C for a DuckDB statement that runs on the main thread.
+"""Signals during a statement on the main thread: Ctrl-C stops DuckDB, and no signal's
+exception is lost.
 
 Python runs its SIGINT handler (``KeyboardInterrupt``) only between bytecodes of the main
 thread. DuckDB (2.0.1) checks for it between the tasks it runs on the caller's thread,
@@ -9,18 +10,37 @@ wake-up byte (``signal.set_wakeup_fd``, written by Python's C-level handler, wha
 main thread does) goes to a pipe that one daemon thread reads: on a SIGINT it calls the
 connection's ``interrupt()``, DuckDB stops, and Python raises the ``KeyboardInterrupt``.
 A wake-up fd set before (an event loop's) gets every byte forwarded.
+
+Python also runs a signal's handler wherever the main thread next checks, a finalizer
+included, and there its exception goes nowhere: ``io``'s finalizer closes a file whose
+last reference goes (a part an UPDATE replaced, mid-statement) and drops what its
+``close()`` raised, silently; a ``__del__``, a weakref callback or a generator's close
+prints its exception and goes on; a handler run inside a callback DuckDB called (an
+Arrow stream's) becomes a DuckDB error. The statement would go on as if no signal had
+come, and a program writing in a loop would never end on its Ctrl-C or SIGTERM. So a
+statement on the main thread holds :class:`StatementLock` (a database's lock) or runs in
+:class:`kept_signals`: meanwhile the Python handlers of SIGINT and SIGTERM are relayed
+(:class:`_Relay`), each keeping the first exception it raised, and a statement that does
+not end with that exception (it ends normally, or with another error) raises it at its
+end.
 """
 
 from __future__ import annotations
 
+import _signal  # (signal's functions: the wrappers in signal.py take ~4 us a call)
 import contextlib
 import os
 import signal
 import threading
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
-__all__ = ["interruptible"]
+__all__ = ["StatementLock", "interruptible", "kept_signals"]
+
+#: the signals whose handlers' exceptions end a statement (Ctrl-C; SIGTERM as the
+#: ``cryptdisk`` command handles it)
+KEPT = (int(signal.SIGINT), int(signal.SIGTERM))
 
 _lock = threading.Lock()
 #: the pipe's (read end, write end), or None until the first statement (and in a child)
@@ -63,6 +83,11 @@ def _forget_in_child() -> None:
     global _pipe, _running
     _pipe = None  # (the watcher thread is the parent's; a child starts its own)
     _running = None
+    for signum in KEPT:  # (forked mid-statement: the relay's statement is the parent's)
+        handler = signal.getsignal(signum)
+        if isinstance(handler, _Relay):
+            with contextlib.suppress(ValueError):  # (not the child's main thread)
+                signal.signal(signum, handler.handler)
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -74,7 +99,7 @@ def interruptible(con: Any) -> Iterator[None]:
     own SIGINT handler; elsewhere the block runs as it is)."""
     global _running
     if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            or _beneath(signal.getsignal(signal.SIGINT)) is not signal.default_int_handler):
         yield
         return
     write_end = _write_end()
@@ -88,3 +113,122 @@ def interruptible(con: Any) -> Iterator[None]:
     finally:
         _running = None
         signal.set_wakeup_fd(before)
+
+
+class _Relay:
+    """A signal's Python handler while a statement runs on the main thread: calls it and
+    keeps the first exception it raised (which a finalizer or DuckDB may swallow)."""
+
+    __slots__ = ("handler", "raised")
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+        self.raised: BaseException | None = None
+
+    def __call__(self, signum: int, frame: Any) -> Any:
+        try:
+            return self.handler(signum, frame)
+        except BaseException as exc:
+            if self.raised is None:
+                self.raised = exc
+            raise
+
+
+def _beneath(handler: Any) -> Any:
+    """The handler a relay runs, or ``handler`` itself."""
+    return handler.handler if isinstance(handler, _Relay) else handler
+
+
+def _relay() -> list[tuple[int, _Relay]]:
+    """Relay the Python handlers of :data:`KEPT` (on the main thread, unless a statement
+    there relays them already): the relays installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    relays: list[tuple[int, _Relay]] = []
+    try:
+        for signum in KEPT:
+            handler = _signal.getsignal(signum)
+            if isinstance(handler, _Relay):
+                return relays  # (an enclosing statement's: it keeps them)
+            if callable(handler):  # (not SIG_DFL, SIG_IGN nor a C handler: nothing raised)
+                relay = _Relay(handler)
+                _signal.signal(signum, relay)
+                relays.append((signum, relay))
+    except BaseException:  # (a signal meanwhile: its handler raised; nothing stays relayed)
+        _restore(relays)
+        raise
+    return relays
+
+
+def _restore(relays: list[tuple[int, _Relay]]) -> None:
+    """Put the relayed handlers back (each, whatever a handler raises meanwhile; a handler
+    the statement set itself stays)."""
+    if not relays:
+        return
+    (signum, relay), rest = relays[0], relays[1:]
+    handler = relay.handler
+    try:
+        if _signal.getsignal(signum) is relay:
+            _signal.signal(signum, handler)
+    finally:
+        _restore(rest)
+
+
+def _end(relays: list[tuple[int, _Relay]], exc: BaseException | None) -> None:
+    """End a statement that relayed ``relays``: raise the exception a handler raised
+    unless the statement ends with it (``exc``, the one it ends with, or None)."""
+    _restore(relays)
+    raised = [r.raised for _s, r in relays if r.raised is not None]
+    if not raised or (exc is not None and any(isinstance(exc, type(r)) for r in raised)):
+        return
+    # swallowed (a finalizer's close(), a DuckDB callback's error): the signal's exception
+    # after all, the statement's own error (if any) as its context
+    raise raised[0]
+
+
+class kept_signals:
+    """Run the block (a statement) with SIGINT's and SIGTERM's Python handlers relayed:
+    an exception one raised that the block does not end with is raised at its end (on
+    the main thread; nested, or elsewhere, the block runs as it is)."""
+
+    __slots__ = ("_relays",)
+
+    def __enter__(self) -> None:
+        self._relays = _relay()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        relays, self._relays = self._relays, []
+        if relays:
+            _end(relays, exc)
+
+
+class StatementLock:
+    """A :class:`threading.RLock` (a database's: one statement at a time) whose outermost
+    hold on the main thread runs as :func:`kept_signals` does."""
+
+    __slots__ = ("_held", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        #: the relays of each hold, innermost last (changed by the holder only)
+        self._held: list[list[tuple[int, _Relay]]] = []
+
+    def __enter__(self) -> None:
+        try:
+            self._lock.acquire()
+            self._held.append(_relay())
+        except BaseException:  # (a signal once acquired, or while relaying: not held)
+            # (held before, acquire() took it again: it never waits for its owner)
+            if self._lock._is_owned():  # type: ignore[attr-defined]
+                self._lock.release()
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            relays = self._held.pop()
+            if relays:
+                _end(relays, exc)
+        finally:
+            self._lock.release()

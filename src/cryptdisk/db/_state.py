@@ -11,7 +11,6 @@ mixins subclass it for the type checker only (at run time their base is
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from ..keys import Keyring
     from ._cache import ColumnCache
     from ._catalog import Catalog, PartMeta, TableMeta
+    from ._sigint import StatementLock
 
 __all__ = ["DatabaseState"]
 
@@ -43,8 +43,9 @@ class DatabaseState(Protocol):
     insert_block_bytes: int
     #: The in-memory DuckDB connection.
     con: Any
-    #: Held by every public method: one statement at a time per connection.
-    _mutex: threading.RLock
+    #: Held by every public method: one statement at a time per connection (an RLock
+    #: that keeps the signals' exceptions of a statement on the main thread).
+    _mutex: StatementLock
     #: The catalog file's stamp when last loaded (None forces a reload).
     _stamp: Any
     #: The directory's files when it is at a URL (a ``_remote.RemoteDirectory``), or None.

@@ -1,0 +1,170 @@
+"""A signal whose handler runs where its exception is lost still ends the statement.
+
+Python runs a signal's handler wherever the main thread next checks, a finalizer
+included: ``io``'s finalizer closes a file whose last reference goes (a part replaced by
+an UPDATE or DELETE) and drops what its ``close()`` raised, a ``__del__``'s exception is
+printed and dropped, and a handler run inside a callback DuckDB called becomes a DuckDB
+error. Unless cryptdisk keeps the exception (``cryptdisk.db._sigint``), the statement
+goes on as if no signal had come, and a process writing in a loop never ends on its
+Ctrl-C or SIGTERM (test_db_signal_commit.py sees that as a hang). Each test here has the
+signal handled at such a place, at once (``signal.raise_signal``), and the statement
+must end with the signal's exception."""
+
+from __future__ import annotations
+
+import io
+import signal
+
+import pytest
+
+import cryptdisk
+from cryptdisk.db import _mutate
+from cryptdisk.format import _source
+
+
+class Stop(BaseException):
+    """What the test's SIGTERM handler raises (as the ``cryptdisk`` command's does)."""
+
+
+def _raise_stop(signum, frame):
+    raise Stop()
+
+
+SIGNALS = {"SIGINT": (signal.SIGINT, signal.default_int_handler, KeyboardInterrupt),
+           "SIGTERM": (signal.SIGTERM, _raise_stop, Stop)}
+
+
+@pytest.fixture(params=sorted(SIGNALS))
+def sig(request):
+    """(the signal, the exception its handler raises), with the handler installed."""
+    signum, handler, raised = SIGNALS[request.param]
+    before = signal.signal(signum, handler)
+    yield signum, raised
+    signal.signal(signum, before)
+
+
+@pytest.fixture
+def db(tmp_path):
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (id BIGINT, n BIGINT) ORDER BY id")
+        for lo in range(0, 100, 25):  # four parts
+            db.sql(f"INSERT INTO t SELECT i, 0 FROM range({lo}, {lo + 25}) r(i)")
+        yield db
+
+
+def _rows(db):
+    ids = db.sql("SELECT id FROM t ORDER BY id").column("id").to_pylist()
+    assert db.check() > 0
+    return ids
+
+
+class _Unclosed(io.RawIOBase):
+    """A file nobody closes: ``io``'s finalizer calls :meth:`close`, which gets the signal."""
+
+    def __init__(self, signum):
+        super().__init__()
+        self.signum = signum
+
+    def close(self):
+        if not self.closed:
+            signal.raise_signal(self.signum)  # the handler runs here, in the finalizer
+        super().close()
+
+
+class _Finalized:
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __del__(self):
+        signal.raise_signal(self.signum)
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE t SET n = n + 1 WHERE id % 3 = 0", "DELETE FROM t WHERE id = 7",
+    "OPTIMIZE TABLE t FINAL"])
+def test_a_signal_while_a_replaced_part_closes_ends_the_statement(db, sig, monkeypatch,
+                                                                   statement):
+    # the parts a statement replaces close when their last reference goes: io's finalizer
+    # (or the statement's own close, where the exception propagates as it is)
+    signum, raised = sig
+    real = _source.MmapSource.close
+
+    def close(self):
+        monkeypatch.setattr(_source.MmapSource, "close", real)  # (once)
+        signal.raise_signal(signum)
+        real(self)
+
+    monkeypatch.setattr(_source.MmapSource, "close", close)
+    with pytest.raises(raised):
+        db.sql(statement)
+    assert _source.MmapSource.close is real  # (the signal came)
+    ids = _rows(db)  # committed or not, whole either way
+    assert ids in (list(range(100)), [i for i in range(100) if i != 7])
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (__del__'s)
+@pytest.mark.parametrize("finalizer", [_Unclosed, _Finalized])
+@pytest.mark.parametrize("statement", [
+    "SELECT sum(n) FROM t", "INSERT INTO t VALUES (100, 0)",
+    "UPDATE t SET n = n + 1 WHERE id % 3 = 0"])
+def test_a_signal_in_a_finalizer_ends_the_statement(db, sig, monkeypatch, statement,
+                                                    finalizer):
+    signum, raised = sig
+    real = db._release
+
+    def release():
+        monkeypatch.setattr(db, "_release", real)  # (once)
+        finalizer(signum)  # gone at once: its finalizer runs, and the handler in it
+        real()
+
+    monkeypatch.setattr(db, "_release", release)
+    with pytest.raises(raised):
+        db.sql(statement)
+    assert db._release == real
+    assert len(_rows(db)) in (100, 101)
+    reader = db.reader()  # a reader's query too (which runs without the database's lock)
+    kind = type(reader)
+    real_of_reader = kind._release
+
+    def release_of_reader(self):
+        monkeypatch.setattr(kind, "_release", real_of_reader)  # (once)
+        finalizer(signum)
+        real_of_reader(self)
+
+    monkeypatch.setattr(kind, "_release", release_of_reader)
+    try:
+        with pytest.raises(raised):
+            reader.sql("SELECT count(*) FROM t")
+        assert kind._release is real_of_reader
+    finally:
+        reader.close()
+
+
+def test_a_signal_in_duckdbs_callback_is_the_signals_exception(db, sig, monkeypatch):
+    # an UPDATE's rows reach DuckDB through an Arrow stream that DuckDB reads by calling
+    # back into Python: an exception there came out as DuckDB's InvalidInputException
+    signum, raised = sig
+    for where in ("__arrow_c_stream__", "_batches"):
+        real = getattr(_mutate._PartRows, where)
+
+        def callback(self, *args, _real=real, _where=where):
+            monkeypatch.setattr(_mutate._PartRows, _where, _real)  # (once)
+            signal.raise_signal(signum)
+            return _real(self, *args)
+
+        monkeypatch.setattr(_mutate._PartRows, where, callback)
+        with pytest.raises(raised):
+            db.sql("UPDATE t SET n = n + 1 WHERE id % 3 = 0")
+        assert getattr(_mutate._PartRows, where) is real
+    assert _rows(db) == list(range(100))
+    assert db.sql("SELECT sum(n) FROM t").column(0).to_pylist() == [0]
+
+
+def test_without_a_signal_statements_and_handlers_are_as_before(db):
+    # the handlers are relayed for a statement's duration only, and back after it
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    db.sql("UPDATE t SET n = n + 1 WHERE id < 10")
+    with pytest.raises(cryptdisk.errors.DatabaseError):
+        db.sql("SELECT nope FROM t")
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert db.sql("SELECT sum(n) FROM t").column(0).to_pylist() == [10]
