@@ -351,3 +351,43 @@ def test_a_full_disk_names_the_output_and_leaves_nothing(workspace, tmp_path, ar
     assert done.stderr.startswith("cryptdisk: error: ") and says in done.stderr, done.stderr
     after = {str(p.relative_to(w)): p.read_bytes() for p in w.rglob("*") if p.is_file()}
     assert after == before, "a failed write left a file, or changed one"
+
+
+def _command_paths() -> list[tuple[tuple[str, ...], bool]]:
+    """Every command and subcommand, and whether it has a required positional argument."""
+    import argparse
+
+    from cryptdisk.cli._app import build_parser
+
+    out = []
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        positional = [a for a in parser._actions if not a.option_strings
+                      and not isinstance(a, argparse._SubParsersAction)
+                      and a.nargs not in ("?", "*")]
+        out.append((path, bool(positional) or any(s.required for s in subs)))
+        for sub in subs:
+            for name, child in sub.choices.items():
+                walk(child, (*path, name))
+
+    walk(build_parser(), ())
+    return out
+
+
+COMMAND_PATHS = _command_paths()
+
+
+@pytest.mark.parametrize("path, needs_args", COMMAND_PATHS,
+                         ids=[" ".join(p) or "cryptdisk" for p, _ in COMMAND_PATHS])
+def test_every_command_explains_itself_and_asks_for_what_it_needs(tmp_path, path, needs_args):
+    done = _cli(tmp_path, *path, "--help")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"usage: cryptdisk {' '.join(path)}".rstrip()), done.stdout
+    if needs_args:  # nothing given: the usage and what is missing, status 2, nothing made
+        done = _cli(tmp_path, *path)
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert re.search(r"^cryptdisk[\w ]*: error: (the following arguments are required|"
+                         r"one of the arguments .* is required)", done.stderr, re.M), done.stderr
+        assert os.listdir(tmp_path) == []
