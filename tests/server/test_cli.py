@@ -226,3 +226,22 @@ def test_sighup_reloads_the_certificate_and_reopens_the_access_log(tmp_path,
     old = (tmp_path / "access.log.1").read_text().splitlines()
     new = log_path.read_text().splitlines()
     assert len(old) == 1 and len(new) >= 3  # SELECT 1 before the move, the rest after
+
+
+@pytest.mark.parametrize("line, setting", [
+    ('max_connections = "lots"', "max_connections"),      # was an internal error
+    ("max_connections = 0", "max_connections"),           # was a server refusing everyone
+    ('statement_timeout = "abc"', "statement_timeout"),   # was an internal error
+    ("idle_timeout = -5", "idle_timeout"),
+    ("login_timeout = 0", "login_timeout"),               # was every login timing out
+    ("max_copy_size = 1.5", "max_copy_size"),
+    ('access_log_encrypted = "yes"', "access_log_encrypted"),
+])
+def test_check_refuses_a_bad_number_in_the_server_section(tmp_path, line, setting) -> None:
+    from tests.server.certs import sqlite_serve_config
+
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32, line + "\n")
+    out = cryptdisk("serve", str(tmp_path / "app.db"), "--sqlite", "--config", str(config),
+                    "--check")
+    assert out.returncode == 1
+    assert f"[server] {setting} must be" in out.stderr and "internal error" not in out.stderr

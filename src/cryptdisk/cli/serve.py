@@ -39,7 +39,30 @@ def _server_section(config: str | None) -> dict[str, Any]:
     if section.get("plaintext", "never") not in ("never", "loopback"):
         raise ConfigError("[server] plaintext must be \"never\" or \"loopback\"", path=config,
                           where="[server]")
+    for name, (integer, least, what) in _NUMBERS.items():
+        value = section.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
+                or value < least:
+            raise ConfigError(f"[server] {name} must be {what}, not {value!r}", path=config,
+                              where="[server]")
+    if not isinstance(section.get("access_log_encrypted", False), bool):
+        raise ConfigError("[server] access_log_encrypted must be true or false", path=config,
+                          where="[server]")
     return section
+
+
+#: the numeric [server] settings: (an integer?, the least value, what it must be)
+_NUMBERS: dict[str, tuple[bool, float, str]] = {
+    "max_connections": (True, 1, "a whole number of connections, 1 or more"),
+    "max_message_size": (True, 1024, "a whole number of bytes, 1024 or more"),
+    "max_copy_size": (True, 1, "a whole number of bytes, 1 or more"),
+    "scram_iterations": (True, 4096, "a whole number of iterations, 4096 or more"),
+    "login_timeout": (False, 1e-9, "a number of seconds above 0"),
+    "idle_timeout": (False, 0, "a number of seconds, 0 or more (0: no limit)"),
+    "statement_timeout": (False, 0, "a number of seconds, 0 or more (0: no limit)"),
+}
 
 
 def _listen(text: str) -> tuple[str, int]:
