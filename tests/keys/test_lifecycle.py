@@ -212,6 +212,34 @@ def test_a_file_reached_twice_is_counted_once(tmp_path):
     assert [(r["id"], r["files"]) for r in json.loads(alone.stdout)] == [(1, 5), (2, 0)]
 
 
+def test_the_files_beside_a_database_count_once_and_keep_their_key_in_use(tmp_path):
+    """The outside pin beside a database (sealed with the config's keys) is one of its
+    files: counted once when the directory holding it is also given, and rewrapped by
+    promote --db, so that key 1 can be retired and the database still opens with its pin."""
+    cfg, data = setup(tmp_path, files=1)
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg, pin=True) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+        conn.sql("INSERT INTO t SELECT range FROM range(100)")
+    assert Header.parse((tmp_path / "sales.db.pin").read_bytes()[:128]).key_id == 1
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    listed = run("keys", "list", "-c", cfg, "--db", str(db), str(tmp_path), "--format", "json")
+    # the catalog, one part, the outside pin and data/f0.cdk (PATH/pin is the catalog's)
+    assert [(r["id"], r["files"]) for r in json.loads(listed.stdout)] == [(1, 4), (2, 0)]
+    promoted = run("keys", "promote", "2", "-c", cfg, "--db", str(db))
+    assert promoted.returncode == 0, promoted.stderr
+    refused = run("keys", "retire", "1", "-c", cfg, "--db", str(db), str(tmp_path))
+    assert refused.returncode == 1 and "still used by 1 file(s)" in refused.stderr
+    assert str(data / "f0.cdk") in refused.stderr
+    assert Header.parse((tmp_path / "sales.db.pin").read_bytes()[:128]).key_id == 2
+    assert run("keys", "promote", "2", "-c", cfg, str(data)).returncode == 0
+    retired = run("keys", "retire", "1", "-c", cfg, "--db", str(db), str(tmp_path))
+    assert retired.returncode == 0, retired.stderr
+    with cryptdisk.connect(db, cfg, pin=True, read_only=True) as conn:
+        assert conn.query("SELECT count(*) FROM t") == [(100,)]
+
+
 def test_a_sqlite_file_given_brings_its_wal_and_journal(tmp_path):
     """An encrypted SQLite database given as a path brings its -wal (and -journal): a WAL
     holding committed transactions not yet checkpointed is under the key it was begun

@@ -383,8 +383,9 @@ class RotationMixin(DatabaseState):
             return found
 
     def local_files(self) -> list[str]:
-        """The OS paths of the database's files on this machine: its catalog, and the parts
-        (also those replaced and kept for running queries) on disks over a local directory.
+        """The OS paths of the database's files on this machine: its catalog, the parts (also
+        those replaced and kept for running queries) on disks over a local directory, its
+        pins and the server's files beside it (:meth:`sidecar_files`).
 
         With them a caller tells the database's files apart from the same files reached by
         another path (a directory that holds a disk's files, say)."""
@@ -397,7 +398,7 @@ class RotationMixin(DatabaseState):
                 where = os_path(part.path) if os_path is not None else None
                 if where is not None:
                     found.append(where)
-            return found
+            return found + self.sidecar_files(own_pin=True)
 
     def key_file(self, key_id: int) -> str | None:
         """Where a database opened without a config keeps key ``key_id`` (None with a config)."""
