@@ -342,6 +342,26 @@ def test_pg_catalog_functions_without_from(start_server, request, engine) -> Non
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_current_setting_of_a_session_setting(start_server, request, engine) -> None:
+    """``SELECT current_setting('server_version_num')`` (how JDBC tools and ORMs read the
+    version) answers as SHOW does, on both engines (DuckDB knew no such parameter, SQLite
+    no such function); with a cast to integer it is an int4, as drivers read it."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        assert c.execute("SELECT current_setting('server_version_num')").fetchone() == \
+            ("150000",)
+        cur = c.execute("SELECT current_setting('server_version_num')::integer AS v, "
+                        "pg_catalog.current_setting('search_path', true), version()")
+        row = cur.fetchone()
+        assert row[:2] == (150000, '"$user", public') and row[2].startswith("PostgreSQL")
+        assert [d.name for d in cur.description][:2] == ["v", "current_setting"]
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            c.execute("SELECT current_setting('server_encoding')::int")
+        assert c.execute("SELECT current_setting('server_version_num')", prepare=True
+                         ).fetchone() == ("150000",)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_name_cast_to_regclass_or_regtype_is_its_oid(start_server, request, engine) -> None:
     """``'t'::regclass`` (DBeaver's and psql's way to name a relation in a catalog query)
     is the relation's OID, as in PostgreSQL, not a failed cast of the text to a number."""

@@ -36,6 +36,12 @@ _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
 }
 _ITEM = re.compile(r"\s*(?:pg_catalog\s*\.\s*)?([A-Za-z_]+)\s*\(\s*\)"
                    r"(?:\s+(?:AS\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][A-Za-z0-9_]*))?\s*", re.I)
+#: current_setting('name' [, missing_ok]) of a setting SHOW answers (JDBC tools and
+#: ORMs read server_version_num so)
+_CURRENT_SETTING = re.compile(
+    r"\s*(?:pg_catalog\s*\.\s*)?current_setting\s*\(\s*'([A-Za-z_]+)'\s*"
+    r"(?:,\s*(?:true|false)\s*)?\)(?:\s*::\s*(integer|int|int4|bigint|int8|text))?"
+    r"(?:\s+(?:AS\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][A-Za-z0-9_]*))?\s*", re.I)
 _SELECT = re.compile(r"\s*SELECT\s+(.*?)\s*;?\s*", re.I | re.S)
 _SHOW = re.compile(r"\s*SHOW\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_]+)*)\s*;?\s*", re.I)
 
@@ -99,7 +105,17 @@ def _parse(sql: str) -> str | list[tuple[str, str]] | None:
     if m is None:
         return None
     calls = []
-    for item in m[1].split(","):
+    for item in _items(m[1]):
+        setting = _CURRENT_SETTING.fullmatch(item)
+        if setting is not None and setting[1].lower() in _SETTINGS:
+            alias = setting[3]
+            if alias is not None:
+                alias = alias[1:-1].replace('""', '"') if alias.startswith('"') \
+                    else alias.lower()
+            cast = ":int" if setting[2] and setting[2].lower() != "text" else ""
+            calls.append((f"current_setting:{setting[1].lower()}{cast}",
+                          alias or "current_setting"))
+            continue
         call = _ITEM.fullmatch(item)
         if call is None or call[1].lower() not in _FUNCTIONS:
             return None
@@ -238,6 +254,39 @@ def answer(sql: str, session: Any) -> Result | None:
     if isinstance(parsed, str):
         value = _SETTINGS[parsed](session)
         return Result([(parsed, TEXT)], [(value,)], "SHOW")
-    columns = [(name, _FUNCTIONS[function][0]) for function, name in parsed]
-    values = tuple(_FUNCTIONS[function][1](session) for function, _ in parsed)
+    columns = [(name, _call(function)[0]) for function, name in parsed]
+    values = tuple(_call(function)[1](session) for function, _ in parsed)
     return Result(columns, [values], "SELECT 1")
+
+
+def _call(function: str) -> tuple[int, Callable[[Any], Any]]:
+    """The type and the value of one select item :func:`_parse` found."""
+    if not function.startswith("current_setting:"):
+        return _FUNCTIONS[function]
+    name, _, cast = function.removeprefix("current_setting:").partition(":")
+    if cast:  # current_setting('server_version_num')::integer
+        def number(session: Any) -> int:
+            value = _SETTINGS[name](session)
+            try:
+                return int(value)
+            except ValueError:
+                raise StatementError(f'invalid input syntax for type integer: "{value}"',
+                                     "22P02") from None
+
+        return INT4, number
+    return TEXT, _SETTINGS[name]
+
+
+def _items(text: str) -> list[str]:
+    """A select list's items: split at the commas outside parentheses."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
