@@ -124,6 +124,16 @@ CASES = [
                                      "cryptdisk.toml", "--repo-key-id", "-1"], 2,
      "a key id is from 0"),
     ("demo-rows-huge", ["demo", "--rows", "9" * 20], 2, "must be at most 2**63-1"),
+    # a key or passphrase where a variable's name goes is refused, never echoed
+    ("key-env-given-a-key", ["encrypt", "data.csv", "o.cd", "--key-env", "KEY"], 2,
+     "takes the NAME of an environment variable"),
+    ("key-env-given-a-letter-key", ["encrypt", "data.csv", "o.cd", "--key-env", "dKEY"], 2,
+     "takes the NAME of an environment variable"),
+    ("passphrase-env-given-a-passphrase", ["backup", "init", "repo", "--passphrase-env",
+                                           "correct horse battery staple"], 2,
+     "takes the NAME of an environment variable"),
+    ("keys-add-env-given-a-key", ["keys", "add", "2", *C, "--env", "KEY"], 2,
+     "takes the NAME of an environment variable"),
     # paths: missing, a directory, not encrypted, cut short, the wrong key
     ("encrypt-missing-input", ["encrypt", "nope.csv", "o.cd", *K], 1, "nope.csv"),
     ("encrypt-directory-input", ["encrypt", "adir", "o.cd", *K], 1, "Is a directory"),
@@ -198,6 +208,8 @@ def test_bad_input_gets_one_clear_error(workspace, tmp_path, argv, status, says)
     w = tmp_path / "w"
     shutil.copytree(workspace, w, symlinks=True)
     before = set(os.listdir(w))
+    key = _secrets(w)[0]  # "KEY" stands for a key of the workspace, given by mistake
+    argv = [a.replace("KEY", key) for a in argv]
     done = _cli(w, *argv, env={"P": "a passphrase"})
     assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
@@ -207,7 +219,7 @@ def test_bad_input_gets_one_clear_error(workspace, tmp_path, argv, status, says)
     if status == 1:  # a usage error (2) comes after argparse's usage lines
         assert errors[0].startswith("cryptdisk: error: "), done.stderr
         assert len(done.stderr.splitlines()) <= 2, done.stderr  # the error and a hint
-    for secret in _secrets(w):
+    for secret in [*_secrets(w), "correct horse"]:
         assert secret not in done.stdout + done.stderr
     assert set(os.listdir(w)) == before, "a failed command left files behind"
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from ..format import MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 
-__all__ = ["key_id", "segment_size"]
+__all__ = ["env_name", "key_id", "segment_size"]
 
 MAX_KEY_ID = 2**64 - 1
 
@@ -36,3 +37,19 @@ def segment_size(text: str) -> int:
             f"a segment size is a power of two from {MIN_SEGMENT_SIZE} to {MAX_SEGMENT_SIZE}, "
             f"not {text}")
     return value
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_LIKE = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def env_name(text: str) -> str:
+    """The name of an environment variable (``--key-env VAR``, ``--passphrase-env VAR``).
+
+    A key or passphrase given in its place is refused without being echoed: the error
+    would otherwise print it (and its hint, an ``export`` line, a second time)."""
+    if not _ENV_NAME.fullmatch(text) or _KEY_LIKE.search(text):
+        raise argparse.ArgumentTypeError(
+            "takes the NAME of an environment variable (such as CRYPTDISK_KEY), not a key "
+            "or passphrase; what was given is not a variable name (not shown)")
+    return text

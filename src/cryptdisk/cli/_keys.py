@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import KeyringError
 from ..keys import Key, Keyring, decode_hex_key, key_from_env, read_key_file
-from ._args import key_id
+from ._args import env_name, key_id
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -27,7 +27,8 @@ def add_key_options(parser: argparse.ArgumentParser, *, required: bool = True) -
     group.add_argument("-c", "--keyring", "--config", dest="keyring", metavar="CONFIG",
                        help="cryptdisk TOML config ([keyring] and disks' keys) or a ClickHouse "
                        "storage_configuration XML")
-    group.add_argument("--key-env", metavar="VAR", help="environment variable holding a hex key")
+    group.add_argument("--key-env", type=env_name, metavar="VAR",
+                       help="environment variable holding a hex key")
     group.add_argument("--key-file", metavar="PATH",
                        help="key file as written by 'cryptdisk keygen' (mode 0600)")
     group.add_argument("--key-hex", metavar="HEX",

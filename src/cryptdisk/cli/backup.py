@@ -13,7 +13,7 @@ from ..errors import BackupError, CryptdiskError, MissingEnvironmentVariableErro
 from ..format import MAGIC
 from ..keys import Key, Keyring, key_from_file
 from ._app import warn
-from ._args import key_id
+from ._args import env_name, key_id
 from ._keys import add_key_options, config_from_args, keyring_from_args, keys_given
 
 __all__ = ["register"]
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=description)
         p.add_argument("repo", metavar="REPO", help="repository: a directory or an fsspec URL")
         g = p.add_argument_group("repository key (one or more)")
-        g.add_argument("--passphrase-env", metavar="VAR",
+        g.add_argument("--passphrase-env", type=env_name, metavar="VAR",
                        help="environment variable holding the repository passphrase")
         g.add_argument("--repo-keyring", metavar="CONFIG",
                        help="TOML config whose [keyring] has a key wrapping the repository key")
@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "List how the repository key is wrapped; with --add-*, wrap it under "
                     "another passphrase or keyring key too (the repository must open with "
                     "the key options given).")
-    p.add_argument("--add-passphrase-env", metavar="VAR")
+    p.add_argument("--add-passphrase-env", type=env_name, metavar="VAR")
     p.add_argument("--add-keyring", metavar="CONFIG")
     p.add_argument("--add-key-file", metavar="PATH")
     p.add_argument("--add-key-id", type=key_id, default=1, metavar="N")

@@ -23,7 +23,7 @@ from ..keys import (
     rewrap_tree,
     write_key_file,
 )
-from ._args import key_id
+from ._args import env_name, key_id
 from ._keys import KEYRING_ENV, add_key_options, keyring_from_args
 
 __all__ = ["register"]
@@ -204,7 +204,8 @@ def _register_lifecycle(sub: Any) -> None:
     how.add_argument("--generate", metavar="FILE",
                      help="generate a 256-bit key into a new key file (mode 0600)")
     how.add_argument("--file", metavar="FILE", help="an existing key file")
-    how.add_argument("--env", metavar="VAR", help="an environment variable holding hex")
+    how.add_argument("--env", type=env_name, metavar="VAR",
+                     help="an environment variable holding hex")
     how.add_argument("--source", metavar="NAME",
                      help="a provider that keeps its key (pkcs11, kmip, aws-kms); its fields "
                      "with --set")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import DatabaseError, MissingEnvironmentVariableError
+from ._args import env_name
 from ._keys import add_key_options, keyring_from_args
 
 __all__ = ["register"]
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                          "backup API, so SRC may be in use.")
     enc.add_argument("src", metavar="SRC")
     enc.add_argument("dst", metavar="DST")
-    enc.add_argument("--sqlcipher-passphrase-env", metavar="VAR",
+    enc.add_argument("--sqlcipher-passphrase-env", type=env_name, metavar="VAR",
                      help="SRC is a SQLCipher database; its passphrase is in this variable")
     add_key_options(enc)
     enc.set_defaults(func=_encrypt)
