@@ -240,6 +240,32 @@ def test_the_files_beside_a_database_count_once_and_keep_their_key_in_use(tmp_pa
         assert conn.query("SELECT count(*) FROM t") == [(100,)]
 
 
+def test_the_server_files_a_config_names_are_rotated_with_the_database(tmp_path):
+    """A user file kept where the config's [server] says (not beside the database) is
+    sealed with the same keys: promote --db rewraps it and retire refuses while it is
+    under the old key."""
+    cfg, _data = setup(tmp_path, files=0)
+    users = tmp_path / "srv" / "users.sealed"
+    users.parent.mkdir()
+    with open(cfg, "a") as f:
+        f.write(f'\n[server]\nusers = "{users}"\n')
+    db = tmp_path / "sales.db"
+    with cryptdisk.connect(db, cfg) as conn:
+        conn.sql("CREATE TABLE t (x BIGINT)")
+    with cryptdisk.open(users, "wb", keyring=Keyring.from_config(cfg)) as f:
+        f.write(b"{}")
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    assert run("keys", "promote", "2", "-c", cfg).returncode == 0  # no file rewrapped
+    refused = run("keys", "retire", "1", "-c", cfg, "--db", str(db))
+    assert refused.returncode == 1 and str(users) in refused.stderr, refused.stderr
+    promoted = run("keys", "promote", "2", "-c", cfg, "--db", str(db))
+    assert promoted.returncode == 0, promoted.stderr
+    assert Header.parse(users.read_bytes()[:128]).key_id == 2
+    retired = run("keys", "retire", "1", "-c", cfg, "--db", str(db))
+    assert retired.returncode == 0, retired.stderr
+
+
 def test_a_sqlite_file_given_brings_its_wal_and_journal(tmp_path):
     """An encrypted SQLite database given as a path brings its -wal (and -journal): a WAL
     holding committed transactions not yet checkpointed is under the key it was begun

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,22 @@ def _listing(problems: list[str]) -> str:
     shown = "; ".join(problems[:SHOWN])
     more = len(problems) - SHOWN
     return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _server_files(config_path: str) -> list[str]:
+    """The user file, policies and audit log a TOML config's ``[server]`` names (as
+    ``cryptdisk serve`` takes them: relative to the working directory)."""
+    if not config_path.endswith(".toml") or not os.path.isfile(config_path):
+        return []
+    try:
+        with open(config_path, "rb") as f:
+            section = tomllib.load(f).get("server", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    if not isinstance(section, dict):
+        return []
+    return [v for k in ("users", "policies", "audit_log")
+            if isinstance(v := section.get(k), str) and v]
 
 
 class RotationMixin(DatabaseState):
@@ -193,16 +210,17 @@ class RotationMixin(DatabaseState):
         """The files beside the directory sealed with the database's keyring that exist
         now: its outside pins (``PATH.pin``, a ``pin=FILE`` given) and the server's files at
         their default places (``PATH.users``, ``PATH.policies``, ``PATH.audit``); with
-        ``own_pin`` also ``PATH/pin`` (which every commit writes again). A rotation
-        rewraps them too, and a key is in use while one of them is under it (a server's
-        files given elsewhere, ``[server] users = ...``, are not known here: rewrap them
-        with ``cryptdisk keys promote ID FILES``)."""
+        ``own_pin`` also ``PATH/pin`` (which every commit writes again), and those the
+        TOML config's ``[server]`` names. A rotation rewraps them too, and a key is in
+        use while one of them is under it (a server's files given by ``--users`` are not
+        known here: rewrap them with ``cryptdisk keys promote ID FILES``)."""
         if self._remote is not None:
             return []
         base = os.path.abspath(self.path).rstrip(os.sep)
         inside = os.path.join(base, PIN_FILE)
         found: list[str] = []
-        for path in [*self._pins, default_pin_path(self.path), *(base + s for s in SIDECARS)]:
+        for path in [*self._pins, default_pin_path(self.path), *(base + s for s in SIDECARS),
+                     *_server_files(getattr(self.config, "path", ""))]:
             path = os.path.abspath(path)
             if path == inside and not own_pin:
                 continue
