@@ -30,6 +30,7 @@ from __future__ import annotations
 import _signal  # (signal's functions: the wrappers in signal.py take ~4 us a call)
 import contextlib
 import os
+import select
 import signal
 import threading
 from collections.abc import Iterator
@@ -43,6 +44,9 @@ __all__ = ["StatementLock", "interruptible", "kept_signals"]
 KEPT = (int(signal.SIGINT), int(signal.SIGTERM))
 
 _lock = threading.Lock()
+#: held while the pipe's bytes are read and acted on: by the watcher, and by a statement
+#: that ends, which takes what is left (a byte read after it would interrupt the next)
+_reading = threading.Lock()
 #: the pipe's (read end, write end), or None until the first statement (and in a child)
 _pipe: tuple[int, int] | None = None
 #: the connection the running statement uses, and the wake-up fd found before it
@@ -52,19 +56,30 @@ _running: tuple[Any, int] | None = None
 def _watch(read_end: int) -> None:
     while True:
         try:
-            data = os.read(read_end, 64)
+            select.select([read_end], [], [])
         except OSError:  # pragma: no cover - the pipe is never closed in this process
             return
-        running = _running
-        if running is None:
-            continue
-        con, forward = running
-        if forward != -1:
-            with contextlib.suppress(OSError):
-                os.write(forward, data)
-        if signal.SIGINT in data:
-            with contextlib.suppress(Exception):
-                con.interrupt()
+        with _reading:
+            try:
+                data = os.read(read_end, 64)
+            except BlockingIOError:  # (the statement that ended took them)
+                continue
+            except OSError:  # pragma: no cover
+                return
+            running = _running
+            if running is None:  # (a signal as a statement began, before it noted con)
+                continue
+            con, forward = running
+            _forward(forward, data)
+            if signal.SIGINT in data:
+                with contextlib.suppress(Exception):
+                    con.interrupt()
+
+
+def _forward(fd: int, data: bytes) -> None:
+    if fd != -1:
+        with contextlib.suppress(OSError):
+            os.write(fd, data)
 
 
 def _write_end() -> int:
@@ -72,6 +87,7 @@ def _write_end() -> int:
     with _lock:
         if _pipe is None:
             read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)  # (the watcher waits in select)
             os.set_blocking(write_end, False)
             threading.Thread(target=_watch, args=(read_end,), daemon=True,
                              name="cryptdisk-sigint").start()
@@ -80,9 +96,10 @@ def _write_end() -> int:
 
 
 def _forget_in_child() -> None:
-    global _pipe, _running
+    global _pipe, _running, _reading
     _pipe = None  # (the watcher thread is the parent's; a child starts its own)
     _running = None
+    _reading = threading.Lock()  # (perhaps held by the parent's watcher)
     for signum in KEPT:  # (forked mid-statement: the relay's statement is the parent's)
         handler = signal.getsignal(signum)
         if isinstance(handler, _Relay):
@@ -99,10 +116,11 @@ def interruptible(con: Any) -> Iterator[None]:
     own SIGINT handler; elsewhere the block runs as it is)."""
     global _running
     if (threading.current_thread() is not threading.main_thread()
-            or _beneath(signal.getsignal(signal.SIGINT)) is not signal.default_int_handler):
+            or _beneath(_signal.getsignal(signal.SIGINT)) is not signal.default_int_handler):
         yield
         return
     write_end = _write_end()
+    pipe = _pipe
     before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     if before == write_end:  # (a statement inside one: the outer one's)
         yield
@@ -111,8 +129,14 @@ def interruptible(con: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        _running = None
         signal.set_wakeup_fd(before)
+        with _reading:  # the bytes of its signals are its own: forwarded, acted on no more
+            _running = None
+            if pipe is not None and pipe is _pipe:  # (in a child forked meanwhile: the
+                # parent's pipe)
+                with contextlib.suppress(OSError):  # (BlockingIOError: none left)
+                    while data := os.read(pipe[0], 64):
+                        _forward(before, data)
 
 
 class _Relay:
