@@ -403,3 +403,23 @@ def test_every_command_explains_itself_and_asks_for_what_it_needs(tmp_path, path
         assert re.search(r"^cryptdisk[\w ]*: error: (the following arguments are required|"
                          r"one of the arguments .* is required)", done.stderr, re.M), done.stderr
         assert os.listdir(tmp_path) == []
+
+
+def test_a_config_without_keyring_points_at_an_example_that_works(tmp_path):
+    """The hint of 'no [keyring] section' names a --help whose example config, written
+    as it says, encrypts a file."""
+    (tmp_path / "empty.toml").write_text("")
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    done = _cli(tmp_path, "encrypt", "data.csv", "o.cd", "-c", "empty.toml")
+    assert done.returncode == 1 and "no [keyring] section" in done.stderr, done.stderr
+    pointed = re.search(r"see '(cryptdisk [\w ]+--help)' for an example config", done.stderr)
+    assert pointed, done.stderr
+    shown = _cli(tmp_path, *pointed.group(1).split()[1:]).stdout
+    example = re.search(r"^(  cryptdisk keygen .*?\n  EOF)$", shown, re.M | re.S)
+    assert example, shown
+    script = "\n".join(line[2:] for line in example.group(1).splitlines())
+    made = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    done = _cli(tmp_path, "encrypt", "data.csv", "o.cd", "-c", "cryptdisk.toml")
+    assert done.returncode == 0, done.stderr

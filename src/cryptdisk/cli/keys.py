@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import os
 import sys
+import textwrap
 from typing import Any
 
 from ..errors import CryptdiskError, KeyProviderError, KeyringError
@@ -28,14 +29,33 @@ from ._keys import KEYRING_ENV, add_key_options, keyring_from_args
 
 __all__ = ["register"]
 
+# what 'no [keyring] section' points at (keys/_keyring.py): the smallest config, as README's
+_EXAMPLE_CONFIG = """\
+a config naming the key (cryptdisk.toml; key files relative to it):
+
+  cryptdisk keygen -o cryptdisk.key
+  cat > cryptdisk.toml <<'EOF'
+  [keyring]
+  current_key_id = 1
+  [[keyring.keys]]
+  id = 1
+  file = "cryptdisk.key"
+  EOF
+
+Keys from variables, commands, an HSM or a KMS: docs/keys.md."""
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "keygen", help="generate a key-encryption key",
-        description="Generate a random 256-bit (or 128-bit) key-encryption key. With -o, write "
-        "it to a new key file (mode 0600; never overwrites) and print a config snippet naming "
-        "it; without -o, print the key in hex on stdout (for a secret store or an environment "
-        "variable). Keep the key apart from the data it protects: losing it loses the data.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Generate a random 256-bit (or 128-bit) key-encryption key. With -o, write "
+            "it to a new key file (mode 0600; never overwrites) and print a config snippet "
+            "naming it; without -o, print the key in hex on stdout (for a secret store or an "
+            "environment variable). Keep the key apart from the data it protects: losing it "
+            "loses the data.", 79),
+        epilog=_EXAMPLE_CONFIG)
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write a key file (mode 0600; refuses to overwrite)")
     p.add_argument("--bits", type=int, choices=[128, 256], default=256,
