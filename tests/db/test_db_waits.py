@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import queue
+import signal
 import threading
 from typing import Any
 
@@ -98,3 +99,38 @@ def test_put_and_get_end_when_the_other_side_is_gone():
     assert not _waits.put(q, 2, lambda: True)
     assert _waits.get(q, lambda: True, 0) == 1
     assert _waits.get(q, lambda: True, 0) == 0
+
+
+def test_a_part_reads_wait_ends_on_a_ctrl_c_another_thread_took(monkeypatch):
+    # A SIGINT the kernel hands to another thread does not wake the main thread from a
+    # wait without a timeout: reading an encrypted part (read_part), the reader waited
+    # for the decrypting thread's range however long it took. Here the range never
+    # decrypts until the Ctrl-C has ended the reader's wait.
+    from cryptdisk.db import _partread
+
+    stall, interrupted = threading.Event(), threading.Event()
+    monkeypatch.setattr(_partread, "_decrypt_range", lambda f, view, offset: None)
+    monkeypatch.setattr(_partread, "_decrypt_serial",
+                        lambda f, view, offset, step: stall.wait(60))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    decrypting = _partread._Decrypting(object(), [(0, 8, 0), (8, 16, 8)],
+                                       memoryview(bytearray(16)))
+
+    def ctrl_c_on_this_thread() -> None:
+        while decrypting._wanted < 1:  # (the reader asked for the range, and waits)
+            interrupted.wait(0.01)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        interrupted.wait(20)  # (a failure: the wait goes on until the range comes)
+        stall.set()
+
+    helper = threading.Thread(target=ctrl_c_on_this_thread, daemon=True)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            decrypting.wait(1, 1)
+        assert not stall.is_set(), "the wait ended only when the range had decrypted"
+    finally:
+        interrupted.set()
+        helper.join()
+        decrypting.close()
+        signal.signal(signal.SIGINT, before)

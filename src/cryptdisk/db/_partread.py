@@ -30,7 +30,7 @@ from pyarrow._parquet import ParquetReader
 
 from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
-from . import _lookup
+from . import _lookup, _waits
 from ._catalog import PartMeta
 from ._granule import (
     PageError,
@@ -308,7 +308,7 @@ class _Decrypting:
                 self._wanted = max(self._wanted, last)
                 self._demand.notify()
         for i in range(first, last + 1):
-            self._ready[i].wait()
+            _waits.wait(self._ready[i])  # (short waits: a Ctrl-C raises meanwhile)
             if not self._ok[i]:
                 raise self.error or CatalogError("reading a part was cancelled")
 
