@@ -55,3 +55,36 @@ def test_cli_prints_every_column_and_infinite_dates(tmp_path):
     assert edges.returncode == 0 and "Traceback" not in edges.stderr, edges.stderr
     (row,) = json.loads(edges.stdout)
     assert list(row.values())[:3] == ["9999-12-31", "0001-01-01", "9999-12-31 23:59:59.999999"]
+
+
+@pytest.mark.parametrize("key", ["DATE", "TIMESTAMP", "TIMESTAMPTZ"])
+def test_infinite_dates_and_timestamps_are_stored_keyed_and_merged(db, key):
+    """'infinity' and '-infinity' in an ORDER BY key and in other columns: the insert,
+    OPTIMIZE and filtered queries answer as DuckDB does. pyarrow cannot make Python values
+    of their statistics (a date past year 9999), which failed the insert and OPTIMIZE with
+    an OverflowError."""
+    ref = duckdb.connect()
+    statements = [
+        f"CREATE TABLE t (k {key}, d DATE, n INT) ORDER BY k",
+        "INSERT INTO t VALUES ('infinity', '-infinity', 1), ('2024-01-01', 'infinity', 2),"
+        " ('-infinity', '2024-01-01', 3), (NULL, NULL, 4)",
+        f"INSERT INTO t SELECT ('2000-01-01'::{key}) + INTERVAL (i) DAY,"
+        " DATE '2000-01-01' + i::INT, i + 10 FROM range(3000) r(i)",
+        "INSERT INTO t VALUES ('infinity', 'infinity', 5)",
+    ]
+    for statement in statements:
+        db.sql(statement)
+        ref.execute(statement.replace(" ORDER BY k", ""))
+    queries = [
+        "SELECT n FROM t WHERE k > '3000-01-01' ORDER BY n",
+        "SELECT n FROM t WHERE k < '1000-01-01' ORDER BY n",
+        "SELECT n FROM t WHERE d > '3000-01-01' ORDER BY n",
+        "SELECT n FROM t ORDER BY k DESC NULLS LAST, n LIMIT 3",
+        "SELECT count(*), min(k)::VARCHAR, max(k)::VARCHAR, max(d)::VARCHAR FROM t",
+    ]
+    for q in queries:
+        assert db.query(q) == ref.execute(q).fetchall(), q
+    db.sql("OPTIMIZE TABLE t FINAL")
+    assert db.query("SELECT parts FROM system.tables") == [(1,)]
+    for q in queries:
+        assert db.query(q) == ref.execute(q).fetchall(), q

@@ -100,17 +100,21 @@ def _in_order(block: pa.Table, order: list[str]) -> bool:
 
 
 def _clean_range(block: pa.Table, key: str, ordered: bool) -> tuple[Any, Any] | None:
-    """The block's (min, max) key, or None if it has NULL or NaN (no chaining then)."""
+    """The block's (min, max) key, or None if it has NULL or NaN or a value Python cannot
+    hold (no chaining then)."""
     import pyarrow.compute as pc  # not at import: a reader never pays it
     col = block.column(key)
     if col.null_count or not block.num_rows:
         return None
     if pa.types.is_floating(col.type) and pc.any(pc.is_nan(col)).as_py():
         return None
-    if ordered:
-        return col[0].as_py(), col[-1].as_py()
-    mm = pc.min_max(col)
-    return mm["min"].as_py(), mm["max"].as_py()
+    try:  # 'infinity'::DATE and TIMESTAMPs past year 9999 have no Python value
+        if ordered:
+            return col[0].as_py(), col[-1].as_py()
+        mm = pc.min_max(col)
+        return mm["min"].as_py(), mm["max"].as_py()
+    except (OverflowError, ValueError):
+        return None
 
 
 def _order_bits(key: pa.Array) -> Any:

@@ -44,7 +44,7 @@ from ._granule import (
     walked_all,
 )
 from ._parts import NAN_KEY, PAGES_KEY, PART_ID_KEY, key_bounds, key_granules, not_as_recorded
-from ._stats import key_range_of
+from ._stats import key_range_of, min_max
 from ._storage import local_path, open_read
 
 __all__ = ["SPAN_MAX", "OpenPart", "open_part", "read_part"]
@@ -778,8 +778,9 @@ class OpenPart:
                 for i in range(self.num_row_groups):
                     rg = self.meta.row_group(i)
                     st = rg.column(j).statistics
-                    if st is not None and st.has_min_max:
-                        got.append((st.min, st.max))
+                    found = min_max(st) if st is not None and st.has_min_max else None
+                    if found is not None:
+                        got.append(found)
                         continue
                     got.append(None)
                     if st is not None and st.null_count == rg.num_rows:

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["key_range_of"]
+__all__ = ["key_range_of", "min_max"]
+
+
+def min_max(statistics: Any) -> tuple[Any, Any] | None:
+    """A row group's column statistics' (min, max) as Python values, or None when pyarrow
+    cannot make them ('infinity'::DATE, a TIMESTAMP past year 9999 or before year 1, which
+    Python's date and datetime cannot hold): a range not known, as a row group without
+    statistics has."""
+    try:
+        return statistics.min, statistics.max
+    except (OverflowError, ValueError):
+        return None
 
 
 def key_range_of(meta: Any, column: str) -> tuple[Any, Any] | None:
@@ -29,7 +40,10 @@ def key_range_of(meta: Any, column: str) -> tuple[Any, Any] | None:
             if st.null_count == rg.num_rows:
                 continue
             return None
-        a, b = st.min, st.max
+        found = min_max(st)
+        if found is None:
+            return None
+        a, b = found
         if not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in (a, b)):
             return None
         lo = a if lo is None or a < lo else lo
