@@ -398,6 +398,17 @@ def test_alter_column_type_casts_as_duckdb_casts(db):
     db.check()
 
 
+def test_a_value_that_does_not_cast_is_named_with_its_column(db):
+    db.sql('CREATE TABLE t (k BIGINT, "Some Col" VARCHAR)')
+    db.sql("INSERT INTO t VALUES (1, '12'), (2, 'x')")
+    with pytest.raises(DatabaseError) as caught:
+        db.sql('ALTER TABLE t ALTER COLUMN "some col" TYPE INTEGER')
+    # DuckDB names the column it casts from: the table's, not one cryptdisk made up
+    assert "Could not convert string 'x'" in str(caught.value)
+    assert str(caught.value).endswith("source column Some Col"), str(caught.value)
+    assert db.query("SELECT * FROM t ORDER BY k") == [(1, "12"), (2, "x")]
+
+
 @pytest.mark.parametrize(("sql", "match"), [
     ("ALTER TABLE t ALTER COLUMN s TYPE INTEGER", "Could not convert string 's0'"),
     ("ALTER TABLE t ALTER COLUMN k TYPE VARCHAR", "in the table's ORDER BY"),

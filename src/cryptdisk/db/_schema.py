@@ -477,9 +477,11 @@ class SchemaMixin(DatabaseState):
               arrow: pa.DataType) -> Any:
         """``values`` cast by DuckDB to ``typ`` (as Arrow ``arrow``)."""
         view = "__cd_alter_values"
-        self.con.register(view, pa.table({"v": values}))
+        # under its own name: DuckDB's error for a value that does not cast names it
+        self.con.register(view, pa.table({column: values}))
         try:
-            got = self.con.sql(f"SELECT CAST(v AS {typ}) AS v FROM {view}").to_arrow_table()
+            got = self.con.sql(f"SELECT CAST({_quote(column)} AS {typ}) FROM {view}"
+                               ).to_arrow_table()
         except duckdb.Error as exc:
             raise DatabaseError(f"ALTER TABLE {meta.name} ALTER COLUMN {column} TYPE {typ}: "
                                 f"{str(exc).splitlines()[0]}",
