@@ -768,3 +768,25 @@ def test_a_role_query_with_parameters_reads_through_the_policies(made):
         assert _col(db, "SELECT pan FROM cards WHERE region = ?", ["EU' OR 'x' = 'x"]) == []
         db.execute("CREATE TABLE copy AS SELECT pan FROM cards WHERE n >= ?", [0])
         assert sorted(_col(db, "SELECT pan FROM copy")) == sorted([MASKED[0], MASKED[2]])
+
+
+def test_a_roles_errors_quote_no_rewritten_text(made):
+    """DuckDB quotes the text it ran (``LINE 1: ...``) and, for a column it cannot find,
+    the columns it could have meant: for a role's query that is the rewrite (the row
+    policy's expression, the mask's internal names, the columns the rewrite kept). A
+    role's error keeps DuckDB's message without them; a connection without a role keeps
+    DuckDB's quote."""
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        for sql in ("SELECT nosuch FROM cards", "SELECT n::TINYINT * 200::TINYINT FROM cards",
+                    "SELECT CAST(region AS INTEGER) FROM cards", "SELECT pan + 1 FROM cards"):
+            with pytest.raises(DatabaseError) as info:
+                db.query(sql)
+            text = str(info.value)
+            for leak in ("LINE", "__cd_", "EU", "false", "Candidate bindings", PANS[0]):
+                assert leak not in text, (sql, text)
+        with pytest.raises(DatabaseError, match=r"column \"nosuch\" not found"):
+            db.query("SELECT nosuch FROM cards")
+    with cryptdisk.connect(path, config) as db:
+        with pytest.raises(DatabaseError, match=r"(?s)Candidate bindings.*LINE 1"):
+            db.query("SELECT nosuch FROM cards")

@@ -156,9 +156,74 @@ def test_a_role_sees_neither_the_rewritten_text_nor_the_policies_in_it(
                 analyst.execute(sql)
             text = str(info.value)
             assert "EU" not in text and "__cd_" not in text and "LINE" not in text, text
+            # DuckDB's candidates would be the columns the rewrite kept ("pan" alone)
+            assert "Candidate bindings" not in text, text
+        # errors that quote values quote what the role reads: a masked number, a region
+        # of a row it sees (the row policy filters before the query's own WHERE runs)
+        for sql, shown in (("SELECT error(pan) FROM cards WHERE n = 0", "************1111"),
+                           ("SELECT CAST(pan AS INTEGER) FROM cards WHERE n = 0",
+                            "************1111"),
+                           ("SELECT * FROM cards WHERE error(region) IS NULL", "US")):
+            with pytest.raises(psycopg.Error, match=r"\*{12}1111|US") as info:
+                analyst.execute(sql)
+            assert shown in str(info.value) and PANS[0] not in str(info.value)
+        for sql in ("SELECT * FROM cards WHERE region <> 'US' AND error(region) IS NULL",
+                    "SELECT * FROM cards WHERE region <> 'US' AND region::INTEGER = 1",
+                    "SELECT * FROM cards WHERE n // (CASE WHEN region = 'EU' THEN 0 ELSE 1 "
+                    "END) > 5"):
+            assert analyst.execute(sql).fetchall() == []  # the EU row is never reached
     with connect(srv) as admin:  # an admin's query is not rewritten: DuckDB's quote stays
-        with pytest.raises(psycopg.Error, match="LINE 1"):
+        with pytest.raises(psycopg.Error, match=r"(?s)Candidate bindings.*LINE 1"):
             admin.execute("SELECT nosuch FROM cards")
+
+
+def test_policy_bodies_are_for_policy_officers(start_server, engine):  # noqa: F811
+    """A policy's body (its expression, the roles it reveals values to, its key names)
+    and its arguments are shown to holders of APPLY POLICY and admins; another role sees
+    the names of the policies set on the tables it may read, and where they are set."""
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("CREATE TABLE hidden (s VARCHAR)")
+        admin.execute("CREATE USER nobody PASSWORD 'nobody pw'")
+    with connect(srv, "olga") as officer:
+        officer.execute("CREATE MASKING POLICY s_mask AS (x VARCHAR) RETURNS VARCHAR -> "
+                        "CASE WHEN is_role_in_session('auditor') THEN x ELSE mask_full(x) END")
+        officer.execute("ALTER TABLE hidden ALTER COLUMN s SET MASKING POLICY s_mask")
+        officer.execute("CREATE MASKING POLICY unused AS (x VARCHAR) RETURNS VARCHAR -> x")
+        full = officer.execute("SELECT * FROM system.policies").fetchall()
+        assert [(r[0], r[2]) for r in full] == [
+            ("pan_mask", "(v VARCHAR) RETURNS VARCHAR"), ("s_mask", "(x VARCHAR) RETURNS VARCHAR"),
+            ("unused", "(x VARCHAR) RETURNS VARCHAR"), ("no_eu", "(r VARCHAR) RETURNS BOOLEAN")]
+        assert full[0][3] == MASK
+        assert len(officer.execute("SELECT * FROM system.policy_references").fetchall()) == 3
+    with connect(srv) as admin:
+        assert admin.execute("SELECT * FROM system.policies").fetchall() == full
+        admin.execute("SET ROLE analyst")  # acting as the role: the role's view
+        assert admin.execute("SELECT * FROM system.policies").fetchall() == [
+            ("pan_mask", "masking", None, None), ("no_eu", "row access", None, None)]
+    with connect(srv, "bob") as analyst:
+        policies = analyst.execute("SELECT * FROM system.policies").fetchall()
+        assert policies == [("pan_mask", "masking", None, None),
+                            ("no_eu", "row access", None, None)]
+        assert analyst.execute("SELECT * FROM system.policy_references").fetchall() == [
+            ("cards", "pan", "pan_mask", "masking"), ("cards", "region", "no_eu", "row access")]
+        seen = [policies]
+        for table in ("grants", "users", "roles"):
+            seen.append(analyst.execute(f"SELECT * FROM system.{table}").fetchall())
+        for sql in ("SELECT * FROM system.audit", "EXPLAIN SELECT pan FROM cards",
+                    "SELECT * FROM duckdb_functions()", "SELECT * FROM duckdb_views()"):
+            with pytest.raises(DENIED) as info:
+                analyst.execute(sql)
+            seen.append(str(info.value))
+        seen.append(analyst.execute("SELECT * FROM information_schema.columns").fetchall())
+        text = repr(seen)  # (system.grants shows roles and their members, as pg_roles does)
+        for secret in ("fpe_decrypt", "'cards')", "'EU'", "is_role_in_session", "mask_",
+                       "(v VARCHAR)", "s_mask", "hidden", "unused"):
+            assert secret not in text, secret
+    with connect(srv, "nobody") as nobody:  # reads no table: sees no policy
+        assert nobody.execute("SELECT * FROM system.policies").fetchall() == []
+        assert nobody.execute("SELECT * FROM system.policy_references").fetchall() == []
 
 
 def test_other_ways_around_are_refused(start_server, engine):  # noqa: F811

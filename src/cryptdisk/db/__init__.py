@@ -22,6 +22,7 @@ from ._policies import (
     PolicyRewriter,
     PolicySession,
     mutation_policies,
+    quiet_error,
     read_policies,
     role_query,
 )
@@ -35,5 +36,6 @@ __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPol
            "PolicySession", "Reader", "add_connection_hook", "alter_table_statement",
            "change_statement",
            "connect", "is_url", "location", "mutation_policies",
-           "parser_cursor", "publish", "python_rows", "read_policies", "role_query", "scalar",
+           "parser_cursor", "publish", "python_rows", "quiet_error", "read_policies",
+           "role_query", "scalar",
            "serialize_sql", "split_statements", "sql_literal", "table_statement"]

@@ -85,7 +85,14 @@ from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._mutate import MutationMixin
 from ._params import Template, bind, check_parameters
-from ._policies import role_check_statement, role_has_policies, role_prepare, role_query
+from ._policies import (
+    quiet_error,
+    role_check_statement,
+    role_has_policies,
+    role_prepare,
+    role_query,
+    role_rewrites,
+)
 from ._prepared import (
     Deallocate,
     Execute,
@@ -1279,8 +1286,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                                              self.catalog.views)
                     if missing is not None:
                         raise missing from None
-                    raise DatabaseError(_unprefixed(str(exc)) if self._handles
-                                        else str(exc)) from None
+                    message = _unprefixed(str(exc)) if self._handles else str(exc)
+                    if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
+                        message = quiet_error(message)
+                    raise DatabaseError(message) from None
                 except RuntimeError as exc:  # (a Ctrl-C)
                     raise ctrl_c(exc) from None
                 finally:

@@ -41,7 +41,7 @@ from ._columns import _walk, scalar, serialize_sql
 
 __all__ = ["PART_SOURCE", "ROW_NUMBER", "MutationPolicy", "PolicyRewriter", "PolicySession",
            "current_mutation_policy", "embedded_mutation", "mutation_policies",
-           "read_policies", "role_prepare", "role_query"]
+           "quiet_error", "read_policies", "role_prepare", "role_query", "role_rewrites"]
 
 #: functions of a policy body that the rewrite replaces by the session's values
 _ROLE_WORDS = {"current_role", "current_user", "session_user"}
@@ -620,6 +620,33 @@ def role_prepare(db: Any) -> None:
     except Exception:  # the first query reads the file again and reports it
         with _EMBEDDED_LOCK:
             _EMBEDDED.pop(db, None)
+
+
+#: DuckDB's quote of the statement it ran (``LINE 1: ...`` and the caret under it)
+_QUOTE = re.compile(r"\n+LINE \d+:.*", re.S)
+#: DuckDB's list of the columns a query could have meant (a Binder error)
+_CANDIDATES = re.compile(r"\n+\s*Candidate bindings:[^\n]*")
+
+
+def quiet_error(message: str) -> str:
+    """DuckDB's ``message`` about a statement the policies rewrote, without what would
+    show the rewrite to the role it is for: the quote of the text that ran (the policies'
+    expressions, their internal names) and a Binder error's candidate bindings (the
+    columns the rewrite kept, under the rewrite's names, not the table's)."""
+    return _CANDIDATES.sub("", _QUOTE.sub("", message)).rstrip()
+
+
+def role_rewrites(db: Any) -> bool:
+    """Whether a database opened with ``role=`` reads any table through policies (so
+    DuckDB's errors quote rewritten text: :func:`quiet_error`)."""
+    db = getattr(db, "_db", db)  # (a reader's errors: its database's role)
+    if getattr(db, "role", None) is None:
+        return False
+    try:
+        data = _embedded(db).data
+    except Exception:  # (a policy file that does not read: its first query reports it)
+        return True
+    return bool(data["columns"] or data["rows"])
 
 
 def role_query(db: Any, sql: str) -> str:

@@ -341,15 +341,15 @@ def _type_error(text: str) -> StatementError | None:
     return None
 
 
-_CONTEXT = re.compile(r"\n+LINE \d+:.*", re.S)
-
-
 def _without_context(err: StatementError) -> StatementError:
-    """``err`` without DuckDB's quote of the statement (``LINE 1: ...`` and its caret),
-    for a statement the policies rewrote: the quote would show the rewritten text, the
-    policies' expressions in it, to a session they apply to."""
+    """``err`` without DuckDB's quote of the statement (``LINE 1: ...`` and its caret)
+    and a Binder error's candidate bindings, for a statement the policies rewrote: the
+    quote would show the rewritten text, the policies' expressions in it, to a session
+    they apply to; the candidates would be the rewrite's columns (:func:`quiet_error`)."""
+    from ..db import quiet_error
+
     text = str(err)
-    bare = _CONTEXT.sub("", text)
+    bare = quiet_error(text)
     if bare == text:
         return err
     return StatementError(bare, err.sqlstate, hint=err.hint)

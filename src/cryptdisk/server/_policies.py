@@ -550,21 +550,39 @@ class PolicyStore:
                           for c in cols) for e in entries]
             return Result([(c, 20 if c == "rows" else _TEXT) for c in cols], rows,
                           f"SELECT {len(rows)}")
-        if which == "policies":
-            rows = [(name, kind.replace("_", " "),
-                     f"({', '.join(f'{a} {t}' for a, t in p['args'])}) RETURNS {p['returns']}",
-                     p["body"])
-                    for kind in ("masking", "row_access")
-                    for name, p in sorted(self.data[kind].items())]
-            return Result([("name", _TEXT), ("kind", _TEXT), ("signature", _TEXT),
-                           ("body", _TEXT)], rows, f"SELECT {len(rows)}")
+        data = self._fresh()
         tables = self._table_names()  # (what a dropped table left is no reference)
-        refs = [(t, c, p, "masking") for t, cols in sorted(self.data["columns"].items())
+        full = self._sees_bodies(privileges)
+        if not full:  # only the tables the session may read (SELECT granted)
+            assert privileges is not None
+            tables = {t for t in tables if privileges.allowed(t, "SELECT")}
+        refs = [(t, c, p, "masking") for t, cols in sorted(data["columns"].items())
                 if t in tables for c, p in sorted(cols.items())]
         refs += [(t, ", ".join(cols), p, "row access")
-                 for t, (p, cols) in sorted(self.data["rows"].items()) if t in tables]
+                 for t, (p, cols) in sorted(data["rows"].items()) if t in tables]
+        if which == "policies":
+            # a body (its expression, the roles it reveals values to, its keys' names) and
+            # its arguments' names are the policy officers': others see only the names of
+            # the policies set on tables they may read (as Snowflake shows a policy's body
+            # to its owner and holders of APPLY only)
+            named = {(p, k.replace(" ", "_")) for _t, _c, p, k in refs}
+            rows = [(name, kind.replace("_", " "),
+                     f"({', '.join(f'{a} {t}' for a, t in p['args'])}) RETURNS {p['returns']}"
+                     if full else None, p["body"] if full else None)
+                    for kind in ("masking", "row_access")
+                    for name, p in sorted(data[kind].items())
+                    if full or (name, kind) in named]
+            return Result([("name", _TEXT), ("kind", _TEXT), ("signature", _TEXT),
+                           ("body", _TEXT)], rows, f"SELECT {len(rows)}")
         return Result([("table", _TEXT), ("column", _TEXT), ("policy", _TEXT), ("kind", _TEXT)],
                       refs, f"SELECT {len(refs)}")
+
+    def _sees_bodies(self, privileges: Privileges | None) -> bool:
+        """Whether the session sees every policy and its body: a holder of APPLY POLICY, an
+        admin (who holds the keys and reads the file), a server without users."""
+        if privileges is None or privileges.admin:
+            return True
+        return bool(set(self._fresh()["apply"]) & privileges.roles)
 
     # -- enforcement -------------------------------------------------------------------------
 
