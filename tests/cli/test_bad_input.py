@@ -192,6 +192,12 @@ CASES = [
      "nodir/o.db: cannot create the database: its directory does not exist"),
     ("sqlite-decrypt-wrong-key", ["sqlite", "decrypt", "app.db", "o.db", "--key-file",
                                   "other.hex"], 1, "is not the key"),
+    ("serve-no-database", ["serve", "nope.db", "--check"], 1, "no cryptdisk database at nope.db"),
+    ("serve-no-database-add-user", ["serve", "nope.db", "--add-user", "a"], 1,
+     "no cryptdisk database at nope.db"),
+    ("serve-users-directory", ["serve", "sales.db", "--users", "adir", "--check"], 1,
+     "the user file adir is a directory"),
+    ("serve-check-no-users", ["serve", "sales.db", "--check"], 1, "no users in"),
     ("backup-init-no-passphrase", ["backup", "init", "repo"], 1, "needs a passphrase"),
     ("backup-list-not-a-repo", ["backup", "list", "adir", "--passphrase-env", "P"], 1,
      "not a backup repository"),
@@ -222,6 +228,22 @@ def test_bad_input_gets_one_clear_error(workspace, tmp_path, argv, status, says)
     for secret in [*_secrets(w), "correct horse"]:
         assert secret not in done.stdout + done.stderr
     assert set(os.listdir(w)) == before, "a failed command left files behind"
+
+
+def test_serve_check_creates_and_changes_nothing(workspace, tmp_path):
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    done = _cli(w, "serve", "sales.db", "--add-user", "a", env={"CRYPTDISK_PASSWORD": "pw"})
+    assert done.returncode == 0, done.stderr
+    for name in ("sales.db.audit", "sales.db.users.lock"):  # as a copy without them has it
+        os.remove(w / name)
+    before = {str(p.relative_to(w)): p.read_bytes() for p in w.rglob("*") if p.is_file()}
+    for extra in (["--plaintext-loopback"], ["--self-signed"]):
+        done = _cli(w, "serve", "sales.db", "--check", *extra)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("ok: sales.db opens"), done.stdout
+    after = {str(p.relative_to(w)): p.read_bytes() for p in w.rglob("*") if p.is_file()}
+    assert after == before, "--check made or changed a file"
 
 
 def _without_dac_override() -> list[str] | None:

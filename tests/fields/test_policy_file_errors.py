@@ -137,6 +137,10 @@ def _serve(db: Path, config: Path, *args: str) -> subprocess.CompletedProcess[st
 def test_serve_reports_a_malformed_policy_file_and_exits_1(tmp_path: Path, config: Path,
                                                             case: str) -> None:
     db = tmp_path / "db"
+    done = subprocess.run([sys.executable, "-m", "cryptdisk", "sql", str(db), "--create",
+                           "-c", str(config), "-q", "SELECT 1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done
     done = _serve(db, config, "--add-user", "u", "--admin")
     assert done.returncode == 0, done
     _, change, what = next(c for c in CASES if c[0] == case)

@@ -41,6 +41,11 @@ def start(args: list[str], env: dict, cwd) -> tuple[subprocess.Popen, int, list[
 
 def test_serve_self_signed_psql_and_sigterm(tmp_path, env) -> None:
     db = str(tmp_path / "sales.db")
+    out = cryptdisk("serve", db, env=env)  # no database: refused with the way out
+    assert out.returncode == 1 and "no cryptdisk database" in out.stderr, out.stderr
+    assert f"cryptdisk sql {db} --create" in out.stderr and os.listdir(tmp_path) == []
+    out = cryptdisk("sql", db, "--create", "-q", "SELECT 1", env=env)
+    assert out.returncode == 0, out.stderr
     out = cryptdisk("serve", db, env=env)  # no users yet: refused with the way out
     assert out.returncode == 1 and "no users" in out.stderr and "--add-user" in out.stderr
     out = cryptdisk("serve", db, "--add-user", "alice", "--admin", env=env)
@@ -168,6 +173,9 @@ def test_sighup_reloads_the_certificate_and_reopens_the_access_log(tmp_path,
                           'volumes = [{ name = "main", disks = ["local"] }]\n')
     env = {**os.environ, "CRYPTDISK_PASSWORD": "pw of alice"}
     db = str(tmp_path / "app.db")
+    if not engine_args:
+        out = cryptdisk("sql", db, "--create", "-c", str(config), "-q", "SELECT 1")
+        assert out.returncode == 0, out.stderr
     out = cryptdisk("serve", db, *engine_args, "--config", str(config), "--add-user", "alice",
                     env=env)
     assert out.returncode == 0, out.stderr

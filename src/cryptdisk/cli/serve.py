@@ -131,6 +131,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _server_section(config)
     workers, _single = _workers(args, settings)
     path = os.path.abspath(args.path)
+    #: --check opens everything to read only: it creates and changes nothing
+    check = args.check and not args.add_user and not args.resolve_users
     if args.sqlite:
         lock_timeout = settings.get("lock_timeout", 30)
         if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout <= 86400:
@@ -139,19 +141,24 @@ def _serve(args: argparse.Namespace) -> int:
         engine: Any = SQLiteEngine(path, keyring_from_args(args),
                                    busy_timeout_ms=round(lock_timeout * 1000))
     else:
-        engine = AnalyticalEngine(path, config)
+        if not os.path.isfile(os.path.join(path, "catalog")):
+            raise ServerError(f"no cryptdisk database at {args.path}",
+                              hint=f"check the path; `cryptdisk sql {args.path} --create` "
+                              "makes a new database")
+        engine = AnalyticalEngine(path, config, read_only=check)
     try:
         users_path = args.users or settings.get("users") or path + ".users"
         iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
         store = UserStore(users_path, engine.keyring, iterations=iterations,
                           journal=engine.read_users_record if args.sqlite else None,
-                          journal_path=path if args.sqlite else None)
+                          journal_path=path if args.sqlite else None, read_only=check)
         if not args.sqlite:
             from ..server import AuditLog, PolicyStore
 
             engine.policies = PolicyStore(
                 settings.get("policies") or path + ".policies", engine.keyring, engine,
-                audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring))
+                audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring,
+                               read_only=check))
         if args.resolve_users and not args.sqlite:
             raise ServerError("--resolve-users is for --sqlite databases (the analytical "
                               "database keeps no record of user changes)")
@@ -191,6 +198,12 @@ def _serve(args: argparse.Namespace) -> int:
         key = args.tls_key or settings.get("key")
         if args.self_signed:
             cert, key = path + ".server.pem", path + ".server.key"
+            if check and not (os.path.exists(cert) and os.path.exists(key)):
+                host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+                print(f"ok: {args.path} opens; {len(store.users)} user(s) in {users_path}; "
+                      f"a self-signed TLS certificate {cert} would be created; would listen "
+                      f"on {host}:{port} with {_plural(workers)}")
+                return 0
             if not (os.path.exists(cert) and os.path.exists(key)):
                 self_signed(cert, key)
             print(f"TLS certificate {cert} (self-signed), SHA-256 fingerprint "

@@ -31,7 +31,7 @@ from typing import Any
 from .. import open as cd_open
 from .._json import kind as _kind
 from .._json import load_object
-from ..errors import PolicyFileError
+from ..errors import PolicyFileError, ServerError
 
 __all__ = ["REVEALING_FUNCTIONS", "AuditLog", "revealing_calls"]
 
@@ -61,7 +61,10 @@ def revealing_calls(sql: str) -> set[str]:
 class AuditLog:
     """Append-only, hash-chained JSON lines in an encrypted cryptdisk file."""
 
-    def __init__(self, path: str | os.PathLike[str], keyring: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
+                 read_only: bool = False) -> None:
+        """``read_only``: the log is read (checked), not opened for appending nor created
+        (``cryptdisk serve --check``); :meth:`write` then raises."""
         self.path = os.fspath(path)
         self.keyring = keyring
         self._lock = threading.Lock()
@@ -70,13 +73,15 @@ class AuditLog:
             lines = self._lines()
             if lines:
                 self._last = hashlib.sha256(lines[-1]).hexdigest()
-        self._file = cd_open(self.path, "ab", keyring=keyring)
+        self._file: Any = None if read_only else cd_open(self.path, "ab", keyring=keyring)
 
     def _lines(self) -> list[bytes]:
         with cd_open(self.path, "rb", keyring=self.keyring) as f:
             return [line for line in f.read().split(b"\n") if line]
 
     def write(self, **entry: Any) -> None:
+        if self._file is None:
+            raise ServerError(f"the audit log {self.path} is open to read only")
         with self._lock:
             record = {"time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
                       **entry, "prev": self._last}
@@ -87,7 +92,8 @@ class AuditLog:
 
     def entries(self) -> list[dict[str, Any]]:
         with self._lock:
-            self._file.flush()
+            if self._file is not None:
+                self._file.flush()
             return [self._parse(number, line)
                     for number, line in enumerate(self._lines(), 1)]
 
@@ -120,7 +126,8 @@ class AuditLog:
         """None if every line names its predecessor's hash, else the first line (1-based)
         that does not."""
         with self._lock:
-            self._file.flush()
+            if self._file is not None:
+                self._file.flush()
             prev = _GENESIS
             for number, line in enumerate(self._lines(), 1):
                 try:
@@ -135,4 +142,5 @@ class AuditLog:
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()

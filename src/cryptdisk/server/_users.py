@@ -220,8 +220,12 @@ class UserStore:
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
                  iterations: int = DEFAULT_ITERATIONS,
                  journal: JournalReader | None = None,
-                 journal_path: str | os.PathLike[str] | None = None) -> None:
+                 journal_path: str | os.PathLike[str] | None = None,
+                 read_only: bool = False) -> None:
         self.path = os.fspath(path)
+        if os.path.isdir(self.path):
+            raise UsersFileError(f"the user file {self.path} is a directory",
+                                 path=self.path, hint="give a file's path (--users FILE)")
         self.keyring = keyring
         self.iterations = iterations
         self.journal = journal
@@ -235,7 +239,8 @@ class UserStore:
         self.roles: dict[str, dict[str, Any]] = {}
         self._shared: _ChangeCounter | None = None
         try:
-            self._shared = _ChangeCounter(self.path + ".lock")
+            # read_only (cryptdisk serve --check): creates nothing, not even the lock file
+            self._shared = None if read_only else _ChangeCounter(self.path + ".lock")
         except OSError as exc:  # a read-only directory: other processes' changes go unseen
             log.warning("users: cannot use %s.lock (%s); changes other processes make to "
                         "the users are not picked up", self.path, exc.strerror or exc)
