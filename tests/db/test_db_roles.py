@@ -779,7 +779,9 @@ def test_a_roles_errors_quote_no_rewritten_text(made):
     path, config = made
     with cryptdisk.connect(path, config, role="analyst") as db:
         for sql in ("SELECT nosuch FROM cards", "SELECT n::TINYINT * 200::TINYINT FROM cards",
-                    "SELECT CAST(region AS INTEGER) FROM cards", "SELECT pan + 1 FROM cards"):
+                    "SELECT CAST(region AS INTEGER) FROM cards", "SELECT pan + 1 FROM cards",
+                    "INSERT INTO notes SELECT nosuch FROM cards",
+                    "INSERT INTO notes SELECT region::INTEGER FROM cards"):
             with pytest.raises(DatabaseError) as info:
                 db.query(sql)
             text = str(info.value)

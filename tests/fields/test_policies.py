@@ -151,7 +151,9 @@ def test_a_role_sees_neither_the_rewritten_text_nor_the_policies_in_it(
             ["(SELECT max(pan) FROM cards)", "k", "n"]
         assert cur.fetchall() == [("***********0009", 2, 0), ("***********0009", 2, 2)]
         for sql in ("SELECT nosuch FROM cards", "SELECT n::TINYINT * 200::TINYINT FROM cards",
-                    "SELECT CAST(region AS INTEGER) FROM cards"):
+                    "SELECT CAST(region AS INTEGER) FROM cards",
+                    "INSERT INTO other SELECT nosuch FROM cards",
+                    "INSERT INTO other SELECT CAST(region AS INTEGER) FROM cards"):
             with pytest.raises(psycopg.Error) as info:
                 analyst.execute(sql)
             text = str(info.value)

@@ -36,7 +36,7 @@ from ._constraints import (
 from ._memory import out_of_memory
 from ._partread import open_part
 from ._parts import verify_part, write_parts
-from ._policies import role_query
+from ._policies import quiet_error, role_query, role_rewrites
 from ._rollback import part_file_name
 from ._sigint import interruptible
 from ._storage import policy_disk
@@ -328,10 +328,15 @@ class InsertMixin(DatabaseState):
             disk = policy_disk(self.policy(meta.policy))
             if self.role is not None:  # the rows a role may read, as in its queries
                 query = role_query(self, query)
-            parts = self._insert_rows(meta, schema, disk, query, columns,
-                                      f"INSERT INTO {meta.name}",
-                                      "raise memory_limit or insert in smaller pieces",
-                                      on_rows, by_name)
+            try:
+                parts = self._insert_rows(meta, schema, disk, query, columns,
+                                          f"INSERT INTO {meta.name}",
+                                          "raise memory_limit or insert in smaller pieces",
+                                          on_rows, by_name)
+            except DatabaseError as exc:
+                if role_rewrites(self):  # DuckDB quotes the role's rewritten query
+                    exc.args = (quiet_error(str(exc)),)
+                raise
             return self._publish(meta, parts)
 
     def _insert_rows(self, meta: TableMeta, schema: pa.Schema, disk: Any, query: str,
