@@ -263,6 +263,22 @@ def _check_csv_header(table: str, path: str, found: list[str], columns: list[str
         f"position: INSERT INTO {table} SELECT * FROM read_csv({literal}, header = false)")
 
 
+def _csv_types(found: list[str], columns: list[tuple[str, str]]) -> str:
+    """DuckDB's ``types`` option of ``read_csv`` naming, for each of the file's columns
+    ``found`` that is a column of the table (in any case), that column's type: a CSV file's
+    text is then read as the table's types, as DuckDB's own ``INSERT INTO t SELECT * FROM
+    'file.csv'`` and ``COPY`` read it ('1.50' into a VARCHAR stays '1.50', a DECIMAL keeps
+    its digits), rather than in the types DuckDB's sniffer guesses and then cast. '' when
+    none is."""
+    types = {c.lower(): t for c, t in columns}
+
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    pairs = [f"{text(c)}: {text(types[c.lower()])}" for c in found if c.lower() in types]
+    return "{" + ", ".join(pairs) + "}" if pairs else ""
+
+
 class InsertMixin(DatabaseState):
     """Insert methods of :class:`~cryptdisk.db.Database`."""
 
@@ -598,8 +614,17 @@ class InsertMixin(DatabaseState):
                     raise DatabaseError(f"insert into {table}: cannot read the data: {exc}"
                                         ) from None
                 if not registered and reader == "read_csv":
-                    _check_csv_header(table, path, cols,
-                                      [c for c, _t in self.table(table).columns])
+                    columns = self.table(table).columns
+                    _check_csv_header(table, path, cols, [c for c, _t in columns])
+                    types = _csv_types(cols, columns)
+                    if types:  # read as the table's types, not the sniffer's, then cast
+                        try:
+                            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
+                                             f"SELECT * FROM read_csv({literal}, "
+                                             f"types = {types})")
+                        except duckdb.Error as exc:
+                            raise DatabaseError(f"insert into {table}: cannot read {path}: "
+                                                f"{str(exc).splitlines()[0]}") from None
                 try:
                     return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
                                              on_rows=on_rows)
