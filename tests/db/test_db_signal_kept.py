@@ -13,13 +13,19 @@ must end with the signal's exception."""
 from __future__ import annotations
 
 import io
+import json
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 import cryptdisk
 from cryptdisk.db import _mutate
 from cryptdisk.format import _source
+
+from .test_db_crash import env
 
 
 class Stop(BaseException):
@@ -168,3 +174,18 @@ def test_without_a_signal_statements_and_handlers_are_as_before(db):
         db.sql("SELECT nope FROM t")
     assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert db.sql("SELECT sum(n) FROM t").column(0).to_pylist() == [10]
+
+
+@pytest.mark.parametrize("kind", ["lock", "kept", "nested"])
+def test_a_signal_in_the_relaying_itself_leaves_no_relay_and_no_lock(kind):
+    # Real signals at random moments into statements that are all bookkeeping (see
+    # signal_bookkeeping_child.py): each one's exception must come, once, and leave the
+    # handlers as they were and the lock free. A signal handled at the first line of
+    # StatementLock.__exit__, or between a relay's install and its noting, left a relay
+    # for good (a third of the signals here) and sometimes the lock held, which every
+    # other thread would then wait for forever.
+    child = os.path.join(os.path.dirname(__file__), "signal_bookkeeping_child.py")
+    out = subprocess.run([sys.executable, child, kind, "300"], capture_output=True,
+                         text=True, env=env(), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"signals": 300, "relay": 0, "held": 0, "stack": 0}

@@ -23,6 +23,15 @@ statement on the main thread holds :class:`StatementLock` (a database's lock) or
 (:class:`_Relay`), each keeping the first exception it raised, and a statement that does
 not end with that exception (it ends normally, or with another error) raises it at its
 end.
+
+That bookkeeping is Python code too, and a signal may be handled at any of its steps
+(the first line of ``__exit__`` included, before its ``try``): its exception there would
+leave a relay installed for good (every later statement taking it for an enclosing one's,
+``signal.getsignal`` answering a relay, asyncio no longer installing its own handler) or
+the database's lock held (every other thread waiting for it forever). So a relay called in
+one of the bookkeeping's own frames (:data:`_DEFERRING`) defers the handler: it notes the
+signal, and the bookkeeping runs the handler once it is done (at the end of ``__enter__``,
+inside its cleanup; in ``__exit__`` once the handlers are back).
 """
 
 from __future__ import annotations
@@ -143,13 +152,24 @@ class _Relay:
     """A signal's Python handler while a statement runs on the main thread: calls it and
     keeps the first exception it raised (which a finalizer or DuckDB may swallow)."""
 
-    __slots__ = ("handler", "raised")
+    __slots__ = ("handler", "live", "pending", "raised")
 
-    def __init__(self, handler: Any) -> None:
+    def __init__(self, handler: Any, live: list[bool]) -> None:
         self.handler = handler
         self.raised: BaseException | None = None
+        #: the frame of a signal handled in the bookkeeping (deferred), or None
+        self.pending: Any = None
+        #: ``[True]`` while its statement runs, one cell for all of its relays (set False
+        #: at once as it ends: a relay a signal left installed then is the handler it
+        #: relays, and the next statement puts that back)
+        self.live = live
 
     def __call__(self, signum: int, frame: Any) -> Any:
+        if not self.live[0]:
+            return self.handler(signum, frame)
+        if frame is not None and frame.f_code in _DEFERRING:
+            self.pending = frame  # (run by _run_pending once the bookkeeping is done)
+            return None
         try:
             return self.handler(signum, frame)
         except BaseException as exc:
@@ -158,26 +178,50 @@ class _Relay:
             raise
 
 
+def _run_pending(relays: list[tuple[int, _Relay]] | None = None) -> None:
+    """Run the handler of each signal a relay deferred: of ``relays``, put back (the
+    handler itself), or of the relays installed (None: an enclosing statement's; through
+    the relay). What a handler raises propagates."""
+    if relays is None:
+        for signum in KEPT:
+            relay = _signal.getsignal(signum)
+            if isinstance(relay, _Relay) and relay.pending is not None:
+                frame, relay.pending = relay.pending, None
+                relay(signum, frame)
+        return
+    for signum, relay in relays:
+        frame, relay.pending = relay.pending, None
+        if frame is not None:
+            relay.handler(signum, frame)
+
+
 def _beneath(handler: Any) -> Any:
     """The handler a relay runs, or ``handler`` itself."""
     return handler.handler if isinstance(handler, _Relay) else handler
+
+
+#: what :func:`_relay` returns on a thread other than the main one (never changed)
+_ELSEWHERE: list[tuple[int, _Relay]] = []
 
 
 def _relay() -> list[tuple[int, _Relay]]:
     """Relay the Python handlers of :data:`KEPT` (on the main thread, unless a statement
     there relays them already): the relays installed."""
     if threading.current_thread() is not threading.main_thread():
-        return []
+        return _ELSEWHERE
     relays: list[tuple[int, _Relay]] = []
+    live = [True]
     try:
         for signum in KEPT:
             handler = _signal.getsignal(signum)
             if isinstance(handler, _Relay):
-                return relays  # (an enclosing statement's: it keeps them)
+                if handler.live[0]:
+                    return relays  # (an enclosing statement's: it keeps them)
+                handler = handler.handler  # (left by a signal as one ended: replaced)
             if callable(handler):  # (not SIG_DFL, SIG_IGN nor a C handler: nothing raised)
-                relay = _Relay(handler)
-                _signal.signal(signum, relay)
-                relays.append((signum, relay))
+                relay = _Relay(handler, live)
+                relays.append((signum, relay))  # (first: then a signal as it is installed
+                _signal.signal(signum, relay)   # finds it in the list _restore reads)
     except BaseException:  # (a signal meanwhile: its handler raised; nothing stays relayed)
         _restore(relays)
         raise
@@ -187,6 +231,23 @@ def _relay() -> list[tuple[int, _Relay]]:
 def _restore(relays: list[tuple[int, _Relay]]) -> None:
     """Put the relayed handlers back (each, whatever a handler raises meanwhile; a handler
     the statement set itself stays)."""
+    try:
+        _put_back(relays)
+    finally:  # (a handler put back raised before the next one was: that relay is stale)
+        if relays:
+            relays[0][1].live[0] = False
+            _put_back_stale()
+
+
+def _put_back_stale() -> None:
+    """Put back the handler of a relay left installed after its statement ended."""
+    for signum in KEPT:
+        handler = _signal.getsignal(signum)
+        if isinstance(handler, _Relay) and not handler.live[0]:
+            _signal.signal(signum, handler.handler)
+
+
+def _put_back(relays: list[tuple[int, _Relay]]) -> None:
     if not relays:
         return
     (signum, relay), rest = relays[0], relays[1:]
@@ -195,14 +256,20 @@ def _restore(relays: list[tuple[int, _Relay]]) -> None:
         if _signal.getsignal(signum) is relay:
             _signal.signal(signum, handler)
     finally:
-        _restore(rest)
+        _put_back(rest)
 
 
 def _end(relays: list[tuple[int, _Relay]], exc: BaseException | None) -> None:
     """End a statement that relayed ``relays``: raise the exception a handler raised
     unless the statement ends with it (``exc``, the one it ends with, or None)."""
-    _restore(relays)
-    raised = [r.raised for _s, r in relays if r.raised is not None]
+    try:
+        _restore(relays)
+    finally:  # (the handlers back: a signal deferred meanwhile runs its own)
+        _run_pending(relays)
+    raised = []
+    for _s, r in relays:  # (a loop: a list comprehension has a frame of its own)
+        if r.raised is not None:
+            raised.append(r.raised)
     if not raised or (exc is not None and any(isinstance(exc, type(r)) for r in raised)):
         return
     # swallowed (a finalizer's close(), a DuckDB callback's error): the signal's exception
@@ -218,13 +285,23 @@ class kept_signals:
     __slots__ = ("_relays",)
 
     def __enter__(self) -> None:
+        self._relays: list[tuple[int, _Relay]] = []
         self._relays = _relay()
+        try:
+            if self._relays is not _ELSEWHERE:
+                _run_pending()
+        except BaseException:  # (the block does not run: its __exit__ is not called)
+            relays, self._relays = self._relays, []
+            _restore(relays)
+            raise
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         relays, self._relays = self._relays, []
         if relays:
             _end(relays, exc)
+        elif relays is not _ELSEWHERE:
+            _run_pending()  # (nested: the enclosing statement's relays)
 
 
 class StatementLock:
@@ -239,13 +316,22 @@ class StatementLock:
         self._held: list[list[tuple[int, _Relay]]] = []
 
     def __enter__(self) -> None:
+        relays: list[tuple[int, _Relay]] = []
         try:
             self._lock.acquire()
-            self._held.append(_relay())
+            relays = _relay()
+            self._held.append(relays)
+            if relays is not _ELSEWHERE:
+                _run_pending()
         except BaseException:  # (a signal once acquired, or while relaying: not held)
-            # (held before, acquire() took it again: it never waits for its owner)
-            if self._lock._is_owned():  # type: ignore[attr-defined]
-                self._lock.release()
+            try:
+                if self._held and self._held[-1] is relays:
+                    self._held.pop()
+                _restore(relays)
+            finally:
+                # (held before, acquire() took it again: it never waits for its owner)
+                if self._lock._is_owned():  # type: ignore[attr-defined]
+                    self._lock.release()
             raise
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -254,5 +340,13 @@ class StatementLock:
             relays = self._held.pop()
             if relays:
                 _end(relays, exc)
+            elif relays is not _ELSEWHERE:
+                _run_pending()  # (nested: the enclosing statement's relays)
         finally:
             self._lock.release()
+
+
+#: the bookkeeping's frames, where a relay defers its handler (see the module's doc)
+_DEFERRING = frozenset(f.__code__ for f in (
+    _restore, _put_back, _end, kept_signals.__enter__, kept_signals.__exit__,
+    StatementLock.__enter__, StatementLock.__exit__))
