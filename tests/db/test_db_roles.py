@@ -789,6 +789,8 @@ def test_a_roles_errors_quote_no_rewritten_text(made):
                 assert leak not in text, (sql, text)
         with pytest.raises(DatabaseError, match=r"column \"nosuch\" not found"):
             db.query("SELECT nosuch FROM cards")
+        with pytest.raises(DatabaseError, match='Table "cards" does not have a column named'):
+            db.query("SELECT cards.nosuch FROM cards")  # (not DuckDB's "Values list")
     with cryptdisk.connect(path, config) as db:
         with pytest.raises(DatabaseError, match=r"(?s)Candidate bindings.*LINE 1"):
             db.query("SELECT nosuch FROM cards")

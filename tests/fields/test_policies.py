@@ -160,6 +160,9 @@ def test_a_role_sees_neither_the_rewritten_text_nor_the_policies_in_it(
             assert "EU" not in text and "__cd_" not in text and "LINE" not in text, text
             # DuckDB's candidates would be the columns the rewrite kept ("pan" alone)
             assert "Candidate bindings" not in text, text
+        with pytest.raises(psycopg.Error, match='Table "c" does not have a column named '
+                                                '"nosuch"') as info:
+            analyst.execute("SELECT c.nosuch FROM cards AS c")  # (as an admin's error says)
         # errors that quote values quote what the role reads: a masked number, a region
         # of a row it sees (the row policy filters before the query's own WHERE runs)
         for sql, shown in (("SELECT error(pan) FROM cards WHERE n = 0", "************1111"),

@@ -628,11 +628,17 @@ _QUOTE = re.compile(r"\n+LINE \d+:.*", re.S)
 _CANDIDATES = re.compile(r"\n+\s*Candidate bindings:[^\n]*")
 
 
+#: DuckDB's name for the subquery the rewrite reads a table through (``t.nosuch``)
+_SUBQUERY = re.compile(r'\bValues list ("(?:[^"]|"")*") does not have a column')
+
+
 def quiet_error(message: str) -> str:
     """DuckDB's ``message`` about a statement the policies rewrote, without what would
     show the rewrite to the role it is for: the quote of the text that ran (the policies'
-    expressions, their internal names) and a Binder error's candidate bindings (the
-    columns the rewrite kept, under the rewrite's names, not the table's)."""
+    expressions, their internal names), a Binder error's candidate bindings (the columns
+    the rewrite kept, under the rewrite's names, not the table's), and its calling the
+    table a subquery ("Values list")."""
+    message = _SUBQUERY.sub(r"Table \1 does not have a column", message)
     return _CANDIDATES.sub("", _QUOTE.sub("", message)).rstrip()
 
 
