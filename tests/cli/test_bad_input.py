@@ -387,6 +387,33 @@ def test_a_full_disk_names_the_output_and_leaves_nothing(workspace, tmp_path, ar
     assert after == before, "a failed write left a file, or changed one"
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["sql", "sales.db", "-q", "INSERT INTO t SELECT range FROM range(300000)"],
+     r"^cryptdisk: error: \S*/sales\.db/\S+\.parquet: File too large$"),
+    (["backup", "create", "repo", "sales.db", "--passphrase-env", "P"],
+     r"^cryptdisk: error: \S*/repo/\S+: File too large$"),
+], ids=["sql-insert", "backup-create"])
+def test_a_full_disk_under_a_database_or_a_repository_names_the_file(workspace, tmp_path,
+                                                                      argv, says):
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    done = _cli(w, "backup", "init", "repo", "--passphrase-env", "P", env={"P": "a passphrase"})
+    assert done.returncode == 0, done.stderr
+    catalog = (w / "sales.db" / "catalog").read_bytes()
+    done = _cli(w, *argv, env={"P": "a passphrase"},
+                preexec_fn=_file_size_limit(1024 if argv[0] == "backup" else 65536))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert re.match(says, done.stderr.strip()), done.stderr
+    assert (w / "sales.db" / "catalog").read_bytes() == catalog  # the insert did not commit
+    left = [p for p in w.rglob("*") if "tmp" in p.name and p.name != "tmp"]
+    assert left == [], left
+    done = _cli(w, "backup", "list", "repo", "--passphrase-env", "P",
+                env={"P": "a passphrase"})
+    assert done.returncode == 0 and "sales.db" not in done.stdout, done.stdout
+
+
 def _command_paths() -> list[tuple[tuple[str, ...], bool]]:
     """Every command and subcommand, and whether it has a required positional argument."""
     import argparse

@@ -274,9 +274,12 @@ class Repository:
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+                if isinstance(exc, OSError) and exc.filename is None and exc.errno:
+                    # a full disk's error names no file: name the repository's
+                    raise type(exc)(exc.errno, exc.strerror, path) from None
                 raise
             if sync_dir:
                 _fsync_dir(directory)

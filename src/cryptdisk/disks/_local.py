@@ -7,7 +7,7 @@ import ctypes
 import os
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, cast
 
 from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError
@@ -52,17 +52,33 @@ def _writeback_starter() -> Callable[[int, int, int], object] | None:
 _START_WRITEBACK = _writeback_starter()
 
 
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """A write error that names no file (a full disk's) names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        raise
+
+
 class _WriteBehind:
     """Write through a buffered file, starting the writeback of every
     :data:`WRITE_BEHIND_BYTES` written (best effort: the publishing fsync is what makes
     the file durable; a failed start is ignored)."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, name: str) -> None:
         self._raw = raw
+        self._name = name
         self._started = 0
         self._written = 0
 
     def write(self, data: Any) -> int:
+        with _naming(self._name):
+            return self._write(data)
+
+    def _write(self, data: Any) -> int:
         n: int = self._raw.write(data)
         self._written += n
         start = _START_WRITEBACK
@@ -147,9 +163,10 @@ class LocalDisk(Disk):
         raw = os.fdopen(fd, "wb")  # buffered: many small writes become few syscalls
 
         def publish() -> None:
-            raw.flush()
-            os.fsync(raw.fileno())
-            raw.close()
+            with _naming(full):
+                raw.flush()
+                os.fsync(raw.fileno())
+                raw.close()
             try:
                 os.replace(tmp, full)
             except IsADirectoryError:  # made since the open
@@ -167,7 +184,7 @@ class LocalDisk(Disk):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
 
-        return cast("IO[bytes]", AtomicWriteFile(_WriteBehind(raw).write, publish, discard,
+        return cast("IO[bytes]", AtomicWriteFile(_WriteBehind(raw, full).write, publish, discard,
                                                  path))
 
     def exists(self, path: str) -> bool:
