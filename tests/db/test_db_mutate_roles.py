@@ -53,6 +53,28 @@ def test_a_role_deletes_only_the_rows_its_policy_lets_it_see(made):
         assert _col(db, "SELECT pan FROM cards") == [PANS[1]]  # the EU row is still there
 
 
+def test_a_role_cannot_name_the_row_numbers_a_statement_reads_by(made):
+    """A DELETE or UPDATE reads its table with each row's number in its part (``__cd_row``,
+    not a column of the table): named in its WHERE or SET it would tell a role where the
+    rows it may not see are (``n = __cd_row`` writes 0 and 2: row 1 is hidden)."""
+    from cryptdisk.errors import DatabaseError
+
+    path, config = made
+    with cryptdisk.connect(path, config, role="analyst") as db:
+        for sql in ("DELETE FROM cards WHERE __cd_row = 1",
+                    "DELETE FROM cards AS c WHERE c.__CD_ROW <> 1",
+                    "UPDATE cards SET n = \"__cd_row\"",
+                    "UPDATE cards SET n = 5 WHERE n IN (SELECT __cd_row)"):
+            with pytest.raises(DatabaseError, match='column "__cd_row" does not exist'):
+                db.execute(sql)
+        assert _col(db, "SELECT n FROM cards ORDER BY n") == [0, 2]  # nothing changed
+        assert _count(db.execute("DELETE FROM cards WHERE region = '__cd_row'")) == 0
+    with cryptdisk.connect(path, config) as db:  # (nor a session without a role)
+        with pytest.raises(DatabaseError, match='column "__cd_row" does not exist'):
+            db.execute("DELETE FROM cards WHERE __cd_row = 1")
+        assert _col(db, "SELECT n FROM cards ORDER BY n") == [0, 1, 2]
+
+
 def test_a_where_on_a_masked_column_sees_what_a_select_sees(made):
     path, config = made
     with cryptdisk.connect(path, config, role="analyst") as db:

@@ -105,6 +105,30 @@ class MutationMixin(DatabaseState):
     def _update_stmt(self, st: _sql.Update) -> pa.Table:
         return _count(self._mutate(st.table, st.where, st.alias, st.assignments))
 
+    def _no_row_number(self, what: str, where: str | None, sets: list[tuple[str, str]],
+                       names: list[str]) -> None:
+        """Refuse a ``WHERE`` or ``SET`` expression naming :data:`ROW_NUMBER`, the row
+        numbers the statement reads its table with, not a column of the table: through a
+        role's policies it would tell where the rows the role may not see are."""
+        if ROW_NUMBER in (n.lower() for n in names):
+            return
+        exprs = ", ".join(e for _c, e in sets) or "1"
+        tree = self._parse_tree(f"SELECT {exprs} FROM t" + (f" WHERE {where}" if where else ""))
+
+        def named(node: Any) -> bool:
+            if isinstance(node, dict):
+                cols = node.get("column_names") if node.get("class") == "COLUMN_REF" else None
+                if isinstance(cols, list) and cols and str(cols[-1]).lower() == ROW_NUMBER:
+                    return True
+                return any(named(v) for v in node.values())
+            if isinstance(node, list):
+                return any(named(v) for v in node)
+            return False
+
+        if tree is not None and named(tree):
+            raise DatabaseError(f'{what}: column "{ROW_NUMBER}" does not exist',
+                                hint=f"the table's columns: {', '.join(names)}")
+
     def _mutate(self, table: str, where: str | None, alias: str | None,
                 assignments: list[tuple[str, str]]) -> int:
         """Delete the rows of ``table`` that ``where`` matches (no ``assignments``), or set
@@ -127,6 +151,7 @@ class MutationMixin(DatabaseState):
             return rows
         schema = self.arrow_schema(meta)
         names = [c for c, _t in meta.columns]
+        self._no_row_number(what, where, sets, names)
         types = dict(meta.columns)
         select = [_quote(ROW_NUMBER)] + [
             not_null_sql(meta, col, f"CAST(({expr}) AS {types[col]})")
