@@ -220,6 +220,27 @@ def test_insert_of_a_csv_file_reads_it_in_the_tables_types(tmp_path, db):
     assert db.query("SELECT * FROM t ORDER BY s") == sorted(want * 2)
 
 
+@pytest.mark.parametrize("name", ["x.jsonl", "x.json", "x.ndjson"])
+def test_insert_of_a_json_file_reads_its_values_as_written(tmp_path, db, name):
+    """A JSON file (newline-delimited or an array) is read as JSON, in the table's types: it
+    was read as CSV, each line a column name ('no column(s) {"s": ...'), and DuckDB's own
+    read of it makes a string that looks like a timestamp a TIMESTAMP and a number a DOUBLE
+    before the cast."""
+    db.sql("CREATE TABLE t (s VARCHAR, ts VARCHAR, d DECIMAL(38,34), n INTEGER DEFAULT 9)")
+    rows = ['{"s": "007", "ts": "2024-01-01T10:00:00", '
+            '"d": 0.1000000000000000055511151231257827}',
+            '{"s": "", "ts": null, "d": 1}']
+    text = "[" + ",".join(rows) + "]" if name == "x.json" else "\n".join(rows) + "\n"
+    (tmp_path / name).write_text(text)
+    assert db.insert("t", tmp_path / name) == 2
+    assert db.query("SELECT * FROM t ORDER BY s") == [
+        ("", None, Decimal("1." + "0" * 34), 9),
+        ("007", "2024-01-01T10:00:00", Decimal("0.1000000000000000055511151231257827"), 9)]
+    (tmp_path / "extra.jsonl").write_text('{"s": "a", "zz": 1}\n')
+    with pytest.raises(DatabaseError, match="no column"):
+        db.insert("t", tmp_path / "extra.jsonl")
+
+
 def test_a_closed_database_refuses_every_use_clearly(tmp_path):
     db = cryptdisk.connect(tmp_path / "db")
     db.sql(f"CREATE TABLE t {SCHEMA}")

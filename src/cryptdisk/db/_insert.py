@@ -1,4 +1,4 @@
-"""Inserts: a query's rows (or a DataFrame, Arrow table, CSV or Parquet file) become parts.
+"""Inserts: a query's rows (or a DataFrame, Arrow table, CSV, Parquet or JSON file) become parts.
 
 DuckDB runs the SELECT or VALUES and casts each column to the table's type;
 its Arrow result streams, in the input's order, into :mod:`._blocks`, which
@@ -263,20 +263,36 @@ def _check_csv_header(table: str, path: str, found: list[str], columns: list[str
         f"position: INSERT INTO {table} SELECT * FROM read_csv({literal}, header = false)")
 
 
-def _csv_types(found: list[str], columns: list[tuple[str, str]]) -> str:
-    """DuckDB's ``types`` option of ``read_csv`` naming, for each of the file's columns
-    ``found`` that is a column of the table (in any case), that column's type: a CSV file's
-    text is then read as the table's types, as DuckDB's own ``INSERT INTO t SELECT * FROM
-    'file.csv'`` and ``COPY`` read it ('1.50' into a VARCHAR stays '1.50', a DECIMAL keeps
-    its digits), rather than in the types DuckDB's sniffer guesses and then cast. '' when
-    none is."""
+def _file_reader(path: str) -> str:
+    """The DuckDB function that reads the file at ``path``, by its extension: Parquet
+    (``.parquet``, ``.pq``), JSON (``.json``, ``.jsonl``, ``.ndjson``, compressed too) or
+    else CSV."""
+    name = path.lower()
+    if name.endswith((".parquet", ".pq")):
+        return "read_parquet"
+    for suffix in (".gz", ".zst"):
+        name = name.removesuffix(suffix)
+    return "read_json" if name.endswith((".json", ".jsonl", ".ndjson")) else "read_csv"
+
+
+def _file_types(found: list[str], columns: list[tuple[str, str]], option: str) -> str:
+    """The ``option`` of ``read_csv`` (``types``) or ``read_json`` (``columns``) naming, for
+    each of a file's columns ``found`` that is a column of the table (in any case), that
+    column's type: the file's text is then read as the table's types, as DuckDB's own
+    ``COPY`` and ``INSERT INTO t SELECT * FROM 'file.csv'`` read a CSV file ('1.50' into a
+    VARCHAR stays '1.50', a DECIMAL keeps its digits, a JSON string that looks like a
+    timestamp stays as written), rather than in the types DuckDB's sniffer guesses and
+    then cast. '' when none is, or for ``columns`` (which reads only the columns it
+    names) when a column found is not the table's (the insert then says so)."""
     types = {c.lower(): t for c, t in columns}
+    if option == "columns" and any(c.lower() not in types for c in found):
+        return ""
 
     def text(value: str) -> str:
         return "'" + value.replace("'", "''") + "'"
 
     pairs = [f"{text(c)}: {text(types[c.lower()])}" for c in found if c.lower() in types]
-    return "{" + ", ".join(pairs) + "}" if pairs else ""
+    return f"{option} = {{{', '.join(pairs)}}}" if pairs else ""
 
 
 class InsertMixin(DatabaseState):
@@ -563,7 +579,7 @@ class InsertMixin(DatabaseState):
                on_rows: Callable[[int], None] | None = None) -> int:
         """Insert an Arrow table/batches/reader, a pyarrow dataset or scanner, a pandas or
         polars DataFrame, rows as a list of dicts, columns as a dict of lists, or a
-        CSV/Parquet file path.
+        CSV, Parquet or JSON file path.
 
         Columns match by name; table columns the data lacks get NULL.
         """
@@ -585,8 +601,7 @@ class InsertMixin(DatabaseState):
                 path = os.fspath(data)
                 if not os.path.isfile(path):
                     raise DatabaseError(f"insert into {table}: no file {path}")
-                reader = ("read_parquet" if path.lower().endswith((".parquet", ".pq"))
-                          else "read_csv")
+                reader = _file_reader(path)
                 literal = "'" + path.replace("'", "''") + "'"
                 try:
                     self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
@@ -606,7 +621,7 @@ class InsertMixin(DatabaseState):
                 raise TypeError("insert() takes an Arrow table or reader, a pyarrow dataset, "
                                 "a pandas or polars DataFrame, "
                                 "a list of dicts (rows), a dict of lists (columns), or the "
-                                f"path of a CSV or Parquet file, not {type(data).__name__}")
+                                f"path of a CSV, Parquet or JSON file, not {type(data).__name__}")
             try:
                 try:
                     cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
@@ -616,15 +631,18 @@ class InsertMixin(DatabaseState):
                 if not registered and reader == "read_csv":
                     columns = self.table(table).columns
                     _check_csv_header(table, path, cols, [c for c, _t in columns])
-                    types = _csv_types(cols, columns)
-                    if types:  # read as the table's types, not the sniffer's, then cast
-                        try:
-                            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
-                                             f"SELECT * FROM read_csv({literal}, "
-                                             f"types = {types})")
-                        except duckdb.Error as exc:
-                            raise DatabaseError(f"insert into {table}: cannot read {path}: "
-                                                f"{str(exc).splitlines()[0]}") from None
+                    typed = _file_types(cols, columns, "types")
+                elif not registered and reader == "read_json":
+                    typed = _file_types(cols, self.table(table).columns, "columns")
+                else:
+                    typed = ""
+                if typed:  # read as the table's types, not the sniffer's, then cast
+                    try:
+                        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
+                                         f"SELECT * FROM {reader}({literal}, {typed})")
+                    except duckdb.Error as exc:
+                        raise DatabaseError(f"insert into {table}: cannot read {path}: "
+                                            f"{str(exc).splitlines()[0]}") from None
                 try:
                     return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
                                              on_rows=on_rows)
