@@ -419,3 +419,24 @@ def test_decrypting_bytes_is_audited_and_for_admins_only(start_server, engine, p
                     "SELECT __cd_decrypt_deterministic_bytes(g, 'cards') FROM b"):
             with pytest.raises(DENIED, match="uses a field key"):
                 bob.execute(sql)
+
+
+def test_a_policy_failing_on_a_stored_value_is_not_named_to_a_role(start_server,  # noqa: F811
+                                                                   engine):
+    """A stored value a policy's function cannot read (here no FPE ciphertext): the role's
+    error says a policy failed, not which function (that would tell it what the policy
+    does); an admin's own call is named."""
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute("INSERT INTO cards VALUES ('12ab34567890123', 'US', 9)")
+    with connect(srv, "bob") as analyst:
+        for sql in ("SELECT pan FROM cards", "SELECT count(pan) FROM cards"):
+            with pytest.raises(psycopg.Error, match="policy of a table the statement reads "
+                                                    "failed on a stored value") as info:
+                analyst.execute(sql)
+            assert "fpe" not in str(info.value) and "alphabet" not in str(info.value)
+        assert len(analyst.execute("SELECT n FROM cards").fetchall()) == 3  # (reads no pan)
+    with connect(srv) as admin:
+        with pytest.raises(psycopg.Error, match="fpe_decrypt: row"):
+            admin.execute("SELECT fpe_decrypt(pan, 'cards') FROM cards")

@@ -341,6 +341,23 @@ def _type_error(text: str) -> StatementError | None:
     return None
 
 
+#: a function's error, as DuckDB reports a Python UDF's (the function names itself first)
+_UDF_ERROR = re.compile(r"Python exception occurred while executing the UDF: \w+: (\w+): ")
+
+
+def _policy_failure(err: StatementError, sql: str) -> StatementError:
+    """``err`` of a statement the policies rewrote, when a function the statement as
+    written does not call failed (one a policy's body calls, on a stored value it reads):
+    said without the function's name, which would tell the session what the policy does
+    (that it decrypts, and how)."""
+    m = _UDF_ERROR.search(str(err))
+    if m is None or re.search(rf"(?i)\b{re.escape(m[1])}\b", _sqltext.strip_strings(sql)):
+        return err
+    return StatementError("a masking or row access policy of a table the statement reads "
+                          "failed on a stored value", err.sqlstate,
+                          hint="an admin can read the table's stored values")
+
+
 def _without_context(err: StatementError) -> StatementError:
     """``err`` without DuckDB's quote of the statement (``LINE 1: ...`` and its caret)
     and a Binder error's candidate bindings, for a statement the policies rewrote: the
@@ -714,7 +731,7 @@ class _AnalyticalSession(EngineSession):
         except Exception as exc:
             err = statement_error(exc)
             if self._rewrote:  # DuckDB quotes the text it ran: the policies' rewrite
-                err = _without_context(err)
+                err = _policy_failure(_without_context(err), sql)
             raise err from None
         policies = self.engine.policies
         if policies is not None and policies.audit is not None:
