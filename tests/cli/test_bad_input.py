@@ -141,6 +141,15 @@ CASES = [
     ("encrypt-existing-output", ["encrypt", "data.csv", "data.csv.cd", *K], 1,
      "already exists"),
     ("encrypt-missing-output-dir", ["encrypt", "data.csv", "nodir/o.cd", *K], 1, "nodir/o.cd"),
+    # an OUTPUT ending in / names a directory: the error named the temporary file
+    # (..RANDOM.cdtmp: No such file or directory) instead of it
+    ("encrypt-output-a-missing-directory", ["encrypt", "data.csv", "nodir/", *K], 1,
+     "error: nodir/: Not a directory"),
+    ("encrypt-force-output-a-missing-directory", ["encrypt", "data.csv", "nodir/", *K,
+                                                  "--force"], 1,
+     "error: nodir/: Not a directory"),
+    ("decrypt-output-a-missing-directory", ["decrypt", "data.csv.cd", "nodir/", *K], 1,
+     "error: nodir/: Not a directory"),
     ("encrypt-no-key", ["encrypt", "data.csv", "o.cd"], 1, "no key given"),
     ("encrypt-missing-key-file", ["encrypt", "data.csv", "o.cd", "--key-file", "no.key"], 1,
      "does not exist"),

@@ -119,6 +119,8 @@ def _check_output(args: argparse.Namespace) -> bool:
         args.output = path = target
     if os.path.isdir(path):  # refused before writing: the rename would fail
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if path.endswith(os.sep):  # a directory's name (none there): no file is written to it
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
     with contextlib.suppress(FileNotFoundError):
         mode = os.stat(path).st_mode
         if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
@@ -162,10 +164,14 @@ def _atomic_output(path: str, overwrite: bool) -> Iterator[IO[bytes]]:
         f.flush()
         os.fsync(f.fileno())
         f.close()
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails if the destination appeared meanwhile
+        try:
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)  # fails if the destination appeared meanwhile
+        except OSError as exc:  # name the output, not the temporary file
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        if not overwrite:
             os.unlink(tmp)
         _fsync_dir(path)
     except BaseException:
