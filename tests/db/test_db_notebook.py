@@ -166,3 +166,44 @@ def test_ctrl_c_stops_a_query_that_duckdbs_threads_run(tmp_path, ctrl_c):
             assert db.query("SELECT sum(k) FROM t") == [(3,)]
     finally:
         db.close()
+
+
+_TZ_CHILD = r"""
+import datetime, json, sys
+import pandas as pd
+import cryptdisk
+db = cryptdisk.connect(sys.argv[1])
+db.sql("CREATE TABLE t (a TIMESTAMPTZ, b TIMESTAMP, s VARCHAR)")
+db.insert("t", pd.DataFrame({"a": [pd.Timestamp("2024-01-01 00:00")],
+                             "b": [pd.Timestamp("2024-01-01 00:00", tz="UTC")], "s": ["pandas"]}))
+db.execute("INSERT INTO t VALUES (?, ?, 'parameter')",
+           [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)])
+db.sql("INSERT INTO t VALUES ('2024-01-01 00:00', '2024-01-01 00:00+00', 'sql')")
+q = "SELECT s, epoch(a), b::VARCHAR, a::DATE::VARCHAR FROM t ORDER BY s"
+reader = db.reader()
+print(json.dumps({"rows": db.query(q), "reader": reader.query(q),
+                  "tz": [str(db.sql("SELECT a FROM t").schema.field(0).type.tz),
+                         str(reader.execute("SELECT a FROM t").schema.field(0).type.tz)]}))
+"""
+
+
+def test_timestamps_with_time_zone_are_utc_on_a_machine_in_another_zone(tmp_path):
+    """database-python.md: a naive datetime into a TIMESTAMPTZ is taken as UTC, and
+    TIMESTAMPTZ comes back in UTC (the server tells its clients TimeZone UTC too). On a
+    machine whose TZ is another zone, DuckDB's default TimeZone was that zone: the same
+    DataFrame stored another instant, and a value came back in that zone, on the database
+    and on a reader."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TZ="America/New_York")
+    got = subprocess.run([sys.executable, "-c", _TZ_CHILD, str(tmp_path / "db")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    want = [[s, 1704067200.0, "2024-01-01 00:00:00", "2024-01-01"]
+            for s in ("pandas", "parameter", "sql")]
+    assert out["rows"] == want
+    assert out["reader"] == want
+    assert out["tz"] == ["UTC", "UTC"]

@@ -118,7 +118,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
-from ._rows import python_rows
+from ._rows import TIME_ZONE, python_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
@@ -448,6 +448,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
     def _new_duckdb(self, memory_limit: str | None, threads: int | None) -> Any:
         con = track(duckdb.connect(":memory:"))  # never freed by a forked child (_forksafe)
+        # TIMESTAMPTZ in UTC whatever the machine's TZ (DuckDB's default), for the
+        # connection and its readers' cursors: a naive datetime is taken as UTC and values
+        # come back in UTC, on every machine (the server tells its clients so).
+        con.execute(f"SET GLOBAL TimeZone = '{TIME_ZONE}'")
         # No temporary directory: DuckDB cannot spill plaintext; out of memory is an error.
         con.execute("SET temp_directory = ''")
         # No extension fetched or loaded behind the user's back: a query on an https:// or

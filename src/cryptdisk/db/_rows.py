@@ -15,7 +15,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-__all__ = ["python_rows"]
+__all__ = ["TIME_ZONE", "python_rows"]
+
+#: DuckDB's TimeZone on every connection of a database and the scratch ones beside it
+#: (``SET TimeZone`` changes it for a connection): TIMESTAMPTZ values in UTC on every
+#: machine, whatever its TZ
+TIME_ZONE = "UTC"
 
 
 def _values(column: pa.ChunkedArray) -> list[Any]:
@@ -24,6 +29,7 @@ def _values(column: pa.ChunkedArray) -> list[Any]:
     except (OverflowError, ValueError, pa.ArrowException):
         con = duckdb.connect()
         try:
+            con.execute(f"SET TimeZone = '{TIME_ZONE}'")
             return [r[0] for r in con.from_arrow(pa.table({"v": column})).fetchall()]
         finally:
             con.close()

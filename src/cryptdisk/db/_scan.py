@@ -35,6 +35,7 @@ from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._pushdown import Filter, TopN, may_match
+from ._rows import TIME_ZONE
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
 
@@ -920,6 +921,7 @@ def _rows_kept(table: pa.Table, where: str, alias: str) -> pa.Array:
     con = getattr(_LOCAL, "con", None)
     if con is None:
         con = _LOCAL.con = track(duckdb.connect(config={"threads": 1}))
+        con.execute(f"SET TimeZone = '{TIME_ZONE}'")  # as the query's: '2024-01-01' < tstz
     con.register("__cd_rows", table)
     try:
         quoted = '"' + alias.replace('"', '""') + '"'  # the query's own WHERE, as DuckDB
