@@ -81,6 +81,9 @@ def workspace(tmp_path_factory) -> Path:
     (w / "typo.toml").write_text(CONFIG.replace("current_key_id", "curent_key_id"))
     (w / "typo-type.toml").write_text(CONFIG.replace('"encrypted"', '"encryptd"'))
     (w / "bad.toml").write_text("[keyring\ncurrent_key_id = 1\n")
+    (w / "keyfield.toml").write_text(CONFIG.replace('file = "cryptdisk.key"',
+                                                    'file = "cryptdisk.key"\nfiel = "x"'))
+    (w / "nosource.toml").write_text(CONFIG.replace('file = "cryptdisk.key"', ''))
     (w / "badkey.hex").write_text("zzzz\n")
     (w / "badkey.hex").chmod(0o600)
     plain = sqlite3.connect(w / "plain.sqlite")
@@ -191,6 +194,16 @@ CASES = [
     ("keys-list-no-config", ["keys", "list"], 1, "no config given"),
     ("keys-list-config-typo", ["keys", "list", "-c", "typo.toml"], 1,
      "unknown setting(s) in [keyring]: curent_key_id"),
+    ("keys-list-key-field-typo", ["keys", "list", "-c", "keyfield.toml"], 1,
+     "unknown field(s) fiel in a key entry"),
+    ("keys-list-key-without-source", ["keys", "list", "-c", "nosource.toml"], 1,
+     "key 1 needs exactly one of"),
+    ("encrypt-key-field-typo", ["encrypt", "data.csv", "o.cd", "-c", "keyfield.toml"], 1,
+     "unknown field(s) fiel in a key entry"),
+    ("cat-extra-argument", ["cat", "data.csv.cd", "b", *K], 2,
+     "cryptdisk cat: error: unrecognized arguments: b"),
+    ("keys-list-extra-option", ["keys", "list", "-c", "cryptdisk.toml", "--nope"], 2,
+     "cryptdisk keys list: error: unrecognized arguments: --nope"),
     ("keys-promote-config-typo", ["keys", "promote", "1", "-c", "typo.toml"], 1,
      "unknown setting(s) in [keyring]: curent_key_id"),
     ("sqlite-encrypt-not-sqlite", ["sqlite", "encrypt", "data.csv", "o.db", *C], 1,

@@ -64,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parser_of(parser: argparse.ArgumentParser,
+               argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser that ``argv`` names (``keys list`` in ``keys list
+    -c C x``)."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
 def _broken_pipe() -> int:
     """The reader of our stdout went away (``cryptdisk cat f | head``): end as ``cat`` does.
 
@@ -114,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         protect_process()
         _terminate_cleanly()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # the usage of the (sub)command they were given to, not the top level's
+        _parser_of(parser, sys.argv[1:] if argv is None else list(argv)).error(
+            f"unrecognized arguments: {' '.join(extras)}")
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

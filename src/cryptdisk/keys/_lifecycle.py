@@ -48,7 +48,13 @@ from ..format.clickhouse import (
 )
 from ._audit import audit_event
 from ._keyring import KEYRING_SETTINGS
-from ._provider import get_key_provider, parse_key_entry
+from ._provider import (
+    _SOURCES,
+    RAW_PROVIDERS,
+    get_key_provider,
+    key_provider_names,
+    parse_key_entry,
+)
 from ._rotate import iter_files
 
 __all__ = ["KeyConfig", "KeyEntryState", "atomic_write_text", "files_under_key",
@@ -228,6 +234,8 @@ class KeyConfig:
         if unknown:
             raise ConfigError(f"unknown setting(s) in [keyring]: {', '.join(sorted(unknown))}",
                               path=self.path, where="[keyring]")
+        for number, entry in enumerate(ring["keys"], 1):
+            _check_entry_fields(entry, self.path, f"[[keyring.keys]] #{number}")
 
     # -- reading ---------------------------------------------------------------------
 
@@ -457,6 +465,27 @@ class KeyConfig:
                                  "cannot destroy the material there",
                                  hint="destroy it where it is kept")
         return done
+
+
+def _check_entry_fields(entry: Any, path: str, where: str) -> None:
+    """Refuse a key entry with a field the keyring does not take, or without its one key
+    source, as loading the keyring does (:func:`parse_key_entry`), without loading it (a
+    listing reads no variable and calls no provider). A ``source = ...`` entry's fields
+    are its provider's, checked when it loads."""
+    if not isinstance(entry, Mapping):
+        raise ConfigError("a key entry must be a table", path=path, where=where)
+    if "source" in entry:
+        return
+    providers = [n for n in key_provider_names() if n not in RAW_PROVIDERS and n not in _SOURCES]
+    fields = {"id", "source", "state", "algorithm", *providers}
+    unknown = set(entry) - fields
+    if unknown:
+        raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))} in a key entry "
+                          f"(fields: {', '.join(sorted(fields))})", path=path, where=where)
+    chosen = [n for n in providers if n in entry]
+    if len(chosen) != 1:
+        raise ConfigError(f"key {entry.get('id')} needs exactly one of {', '.join(providers)} "
+                          f"(found {', '.join(chosen) or 'none'})", path=path, where=where)
 
 
 def _describe_entry(entry: Mapping[str, Any]) -> tuple[str, str]:
