@@ -253,3 +253,52 @@ def test_check_refuses_a_bad_number_in_the_server_section(tmp_path, line, settin
                     "--check")
     assert out.returncode == 1
     assert f"[server] {setting} must be" in out.stderr and "internal error" not in out.stderr
+
+
+def test_a_sqlite_server_takes_a_key_promoted_by_another_process(tmp_path, env) -> None:
+    """``cryptdisk keys add`` + ``keys promote`` in another process while ``serve --sqlite
+    -c C`` runs: the server reads the rewrapped user file and database with the new key
+    and writes them under it, so ``keys retire`` of the old key goes through after it
+    wrote, and logins go on (it kept its start-up keyring: 'no key with id 2')."""
+    import sqlite3
+
+    assert cryptdisk("keygen", "-o", str(tmp_path / "k1.key")).returncode == 0
+    config = tmp_path / "c.toml"
+    config.write_text('[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n'
+                      f'file = "{tmp_path / "k1.key"}"\n')
+    plain = sqlite3.connect(tmp_path / "p.sqlite")
+    plain.execute("CREATE TABLE t (a)")
+    plain.commit()
+    plain.close()
+    db, users = str(tmp_path / "app.db"), str(tmp_path / "app.db.users")
+    c = ("-c", str(config))
+    assert cryptdisk("sqlite", "encrypt", str(tmp_path / "p.sqlite"), db, *c).returncode == 0
+    out = cryptdisk("serve", db, "--sqlite", *c, "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    proc, port, _ = start([db, "--sqlite", *c, "--plaintext-loopback", "--workers", "1"],
+                          env, tmp_path)
+    try:
+        def connect(user: str, password: str) -> psycopg.Connection:
+            return psycopg.connect(host="127.0.0.1", port=port, user=user,
+                                   password=password, sslmode="disable", autocommit=True)
+
+        with connect("alice", "pw of alice") as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            out = cryptdisk("keys", "add", "2", *c, "--generate", str(tmp_path / "k2.key"))
+            assert out.returncode == 0, out.stderr
+            out = cryptdisk("keys", "promote", "2", *c, db, users)
+            assert out.returncode == 0, out.stdout + out.stderr
+        with connect("alice", "pw of alice") as conn:  # the user file is under key 2
+            conn.execute("CREATE USER bob PASSWORD 'pw of bob'")  # writes the user file
+            conn.execute("INSERT INTO t VALUES (2)")
+        out = cryptdisk("keys", "retire", "1", *c, db, users)
+        assert out.returncode == 0, out.stdout + out.stderr
+        with connect("bob", "pw of bob") as conn:
+            assert conn.execute("SELECT 1").fetchall() == [(1,)]
+        with connect("alice", "pw of alice") as conn:
+            assert conn.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (2,)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        proc.stdout.close()
+        proc.stderr.close()

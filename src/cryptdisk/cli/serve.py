@@ -138,7 +138,13 @@ def _serve(args: argparse.Namespace) -> int:
         if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout <= 86400:
             raise ConfigError("[server] lock_timeout must be more than 0 and at most 86400 "
                               "seconds", path=config, where="[server]")
-        engine: Any = SQLiteEngine(path, keyring_from_args(args),
+        keyring = keyring_from_args(args)
+        if keyring.config_path and not keyring.config_path.endswith(".xml"):
+            from ..keys import FollowingKeyring
+
+            # a key another process adds or promotes (cryptdisk keys) is taken at once
+            keyring = FollowingKeyring(keyring.config_path, keyring)
+        engine: Any = SQLiteEngine(path, keyring,
                                    busy_timeout_ms=round(lock_timeout * 1000))
     else:
         if not os.path.isfile(os.path.join(path, "catalog")):

@@ -19,7 +19,7 @@ from ._exposure import config_exposure
 from ._hygiene import is_dumpable, protect_process
 from ._kek import WrappedKekProvider, create_wrapped_key
 from ._key import Key, export_key_material
-from ._keyring import Keyring
+from ._keyring import FollowingKeyring, Keyring
 from ._lifecycle import KeyConfig, KeyEntryState, files_under_key, key_usage
 from ._provider import (
     ENTRY_POINT_GROUP,
@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_CACHE_ENTRIES",
     "DEFAULT_CACHE_SECONDS",
     "ENTRY_POINT_GROUP",
+    "FollowingKeyring",
     "Key",
     "KeyConfig",
     "KeyEntry",

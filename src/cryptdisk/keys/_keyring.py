@@ -48,7 +48,7 @@ from ._hygiene import enable_mlock
 from ._key import Key
 from ._provider import parse_key_entry
 
-__all__ = ["Keyring"]
+__all__ = ["FollowingKeyring", "Keyring"]
 
 def _table_line(text: str, table: str, index: int) -> str:
     """``line N`` of the ``index``-th ``[[table]]`` header in TOML ``text`` (for messages)."""
@@ -292,3 +292,69 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
                    source=loaded.source)
     except (KeyringError, ValueError) as exc:
         raise with_location(exc, path, where) from None
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class FollowingKeyring(Keyring):
+    """The keyring of a config file, loaded again when the file changes: a long-running
+    process (``cryptdisk serve``) takes the key that ``cryptdisk keys add`` / ``promote``
+    in another process made current, and reads files rewrapped under it.
+
+    The file's stat is checked on each lookup (a file is opened, not a page read); a
+    config that does not load at that moment (an edit half written by hand) leaves the
+    keys loaded before in use.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], loaded: Keyring | None = None) -> None:
+        """``loaded``: the keyring read from ``path`` already (its keys are taken over)."""
+        self._path = os.fspath(path)
+        self._stamp = _stamp(self._path)
+        if loaded is None:
+            loaded = Keyring.from_config(self._path)
+        super().__init__(loaded, loaded.current_key_id, config_path=loaded.config_path,
+                         retired=loaded.retired)
+
+    def _follow(self) -> None:
+        stamp = _stamp(self._path)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            loaded = Keyring.from_config(self._path)
+        except (ConfigError, KeyringError, OSError):
+            return  # keep the keys loaded before; the next change is tried again
+        self._keys, self._current = dict(loaded._keys), loaded._current
+        self.retired = loaded.retired
+
+    def current_key(self) -> Key:
+        self._follow()
+        return super().current_key()
+
+    def key_by_id(self, key_id: int) -> Key:
+        self._follow()
+        return super().key_by_id(key_id)
+
+    @property
+    def current_key_id(self) -> int:
+        self._follow()
+        return self._current
+
+    @property
+    def ids(self) -> list[int]:
+        self._follow()
+        return sorted(self._keys)
+
+    def __iter__(self) -> Iterator[Key]:
+        self._follow()
+        return super().__iter__()
+
+    def __contains__(self, key_id: object) -> bool:
+        self._follow()
+        return super().__contains__(key_id)
