@@ -189,3 +189,59 @@ def test_a_signal_in_the_relaying_itself_leaves_no_relay_and_no_lock(kind):
                          text=True, env=env(), timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"signals": 300, "relay": 0, "held": 0, "stack": 0}
+
+
+def test_ctrl_c_while_a_reader_waits_for_another_threads_statement(db):
+    # A reader's query (kept_signals) waits for the database's lock, which another
+    # thread's statement holds: a Ctrl-C must end the wait, not be deferred (as one in the
+    # relaying's own steps is) until the other statement ends. The other thread signals
+    # the main one again and again (a signal just before the wait begins is seen only
+    # after it) until the main thread's statement has ended, or gives up after 10 s.
+    import threading
+    import time
+
+    main = threading.main_thread().ident
+    reader = db.reader()
+    interrupted = threading.Event()
+    calls: list[int] = []
+    seen: list[bool] = []
+
+    def handler(signum, frame):
+        calls.append(signum)
+        if len(calls) == 1:  # (the signals sent after it are counted only)
+            raise Stop()
+
+    def waiting(frame):  # the main thread is in the lock's acquiring
+        while frame is not None:
+            if frame.f_code.co_name in ("_acquire", "__enter__") and \
+                    isinstance(frame.f_locals.get("self", frame.f_locals.get("lock")),
+                               (type(db._mutex), type(db._mutex._lock))):
+                return True
+            frame = frame.f_back
+        return False
+
+    def other_statement():
+        with db._mutex:
+            while not waiting(sys._current_frames()[main]):
+                time.sleep(0.001)
+            for _ in range(200):
+                signal.pthread_kill(main, signal.SIGINT)
+                if interrupted.wait(0.05):
+                    break
+            seen.append(interrupted.is_set())
+
+    before = signal.signal(signal.SIGINT, handler)
+    holder = threading.Thread(target=other_statement)
+    try:
+        holder.start()
+        with pytest.raises(Stop):
+            reader.execute("SELECT count(*) FROM t")
+        interrupted.set()
+        holder.join()
+        assert seen == [True], "the Ctrl-C came only once the other statement ended"
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        interrupted.set()
+        holder.join()
+        signal.signal(signal.SIGINT, before)
+    assert reader.execute("SELECT count(*) FROM t").column(0).to_pylist() == [100]

@@ -304,6 +304,13 @@ class kept_signals:
             _run_pending()  # (nested: the enclosing statement's relays)
 
 
+def _acquire(lock: threading.RLock) -> None:
+    """``lock.acquire()`` in a frame of its own: a signal while it waits for another
+    thread's statement is handled there (an enclosing statement's relay would defer it in
+    :meth:`StatementLock.__enter__` until the wait ended)."""
+    lock.acquire()
+
+
 class StatementLock:
     """A :class:`threading.RLock` (a database's: one statement at a time) whose outermost
     hold on the main thread runs as :func:`kept_signals` does."""
@@ -318,7 +325,7 @@ class StatementLock:
     def __enter__(self) -> None:
         relays: list[tuple[int, _Relay]] = []
         try:
-            self._lock.acquire()
+            _acquire(self._lock)
             relays = _relay()
             self._held.append(relays)
             if relays is not _ELSEWHERE:
