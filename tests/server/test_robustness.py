@@ -243,3 +243,28 @@ def test_max_connections_over_tls_says_why_and_still_takes_a_cancel(start_server
                 break
         assert not thread.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
+
+
+def test_a_flood_of_idle_sockets_past_twice_max_connections_is_refused_at_once(
+        start_server, analytical) -> None:
+    """Past max_connections a client waits for its startup message (up to login_timeout)
+    to be refused after TLS; past twice the limit one is refused at once, as PostgreSQL
+    does past its limit of children, so sockets that say nothing hold no descriptors: a
+    flood of them held one each for login_timeout, without bound."""
+    import socket
+
+    import psycopg
+
+    srv = start_server(analytical, max_connections=1, login_timeout=600)
+    with psycopg.connect(**srv.dsn, autocommit=True) as first:
+        with socket.create_connection(("localhost", srv.port)) as waiting, \
+                socket.create_connection(("localhost", srv.port)) as flood:
+            flood.settimeout(60)  # (the refusal comes at once; 600 s without the fix)
+            got = b""
+            while chunk := flood.recv(4096):
+                got += chunk
+            assert got[:1] == b"E" and b"53300" in got and b"too many clients" in got
+            waiting.setblocking(False)  # the one within twice the limit is still open
+            with pytest.raises(BlockingIOError):
+                waiting.recv(1)
+        assert first.execute("SELECT 1").fetchall() == [(1,)]

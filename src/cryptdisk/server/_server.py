@@ -237,12 +237,28 @@ class Server:
             if self.draining or connections > self.max_connections:
                 session.refuse = (("57P03", "the server is shutting down") if self.draining
                                   else ("53300", "sorry, too many clients already"))
+                if connections > 2 * self.max_connections:
+                    # as many again wait for their startup message (up to login_timeout)
+                    # to be refused; beyond that at once, as PostgreSQL does past its
+                    # limit of children: a flood of idle sockets holds no descriptors
+                    await self._refuse_now(conn, *session.refuse)
+                    return
             await session.run()
         except Exception:
             log.exception("session failed")
             conn.abort()  # never left open with nobody reading it
         finally:
             self._tasks.discard(task)
+
+    async def _refuse_now(self, conn: Connection, code: str, text: str) -> None:
+        """Send the FATAL error before any TLS (the client may not read it) and close."""
+        from . import _protocol as P
+
+        conn.write(P.error_response(code, text, severity="FATAL"))
+        try:
+            await asyncio.wait_for(conn.drain(), 5)
+        finally:
+            conn.close()
 
     def _forget_dropped(self, store: Any) -> None:
         """Remove the grants (and on the analytical engine the policy attachments) of names
