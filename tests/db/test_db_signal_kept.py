@@ -245,3 +245,37 @@ def test_ctrl_c_while_a_reader_waits_for_another_threads_statement(db):
         holder.join()
         signal.signal(signal.SIGINT, before)
     assert reader.execute("SELECT count(*) FROM t").column(0).to_pylist() == [100]
+
+
+def test_a_block_left_without_its_exit_is_no_finalizer_on_another_thread(tmp_path) -> None:
+    """A KeyboardInterrupt raised as ``interruptible``'s block ends, before its exit ran
+    (seen in CI), left a suspended generator that a garbage collection on another thread
+    closed: ``set_wakeup_fd`` raised there ('only works in main thread'). Nothing is left
+    to finalize; the next statement on the connection runs and a Ctrl-C still stops it."""
+    import gc
+    import sys
+    import threading
+
+    from cryptdisk.db._sigint import interruptible
+
+    db = cryptdisk.connect(tmp_path / "db")
+    unraisable: list[object] = []
+    before_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        gc.disable()  # (only the other thread's collection finds the cycle below)
+        block = interruptible(db.con)
+        block.__enter__()  # (its __exit__ never called, as when the interrupt lands there)
+        cycle: list[object] = [block]
+        cycle.append(cycle)  # (as the traceback's frames held it: freed by a collection)
+        del block, cycle
+        collector = threading.Thread(target=gc.collect)
+        collector.start()
+        collector.join()
+        assert unraisable == []
+        assert db.query("SELECT 42") == [(42,)]
+    finally:
+        gc.enable()
+        sys.unraisablehook = before_hook
+        signal.set_wakeup_fd(-1)
+        db.close()

@@ -42,7 +42,6 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -119,33 +118,51 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-@contextlib.contextmanager
-def interruptible(con: Any) -> Iterator[None]:
+class interruptible:
     """Run the block with a Ctrl-C interrupting ``con`` (on the main thread with Python's
-    own SIGINT handler; elsewhere the block runs as it is)."""
-    global _running
-    if (threading.current_thread() is not threading.main_thread()
-            or _beneath(_signal.getsignal(signal.SIGINT)) is not signal.default_int_handler):
-        yield
-        return
-    write_end = _write_end()
-    pipe = _pipe
-    before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    if before == write_end:  # (a statement inside one: the outer one's)
-        yield
-        return
-    _running = (con, before)
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(before)
-        with _reading:  # the bytes of its signals are its own: forwarded, acted on no more
-            _running = None
-            if pipe is not None and pipe is _pipe:  # (in a child forked meanwhile: the
-                # parent's pipe)
-                with contextlib.suppress(OSError):  # (BlockingIOError: none left)
-                    while data := os.read(pipe[0], 64):
-                        _forward(before, data)
+    own SIGINT handler; elsewhere the block runs as it is).
+
+    A class, not a generator: a KeyboardInterrupt raised as the block ends, before a
+    generator's ``finally`` ran, left the generator to a garbage collection on any thread
+    (``set_wakeup_fd`` only works on the main one)."""
+
+    __slots__ = ("_con", "_state")
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+        #: (the wake-up fd before, the pipe) while this block owns the wake-up fd
+        self._state: tuple[int, tuple[int, int] | None] | None = None
+
+    def __enter__(self) -> None:
+        global _running
+        if (threading.current_thread() is not threading.main_thread()
+                or _beneath(_signal.getsignal(signal.SIGINT)) is not signal.default_int_handler):
+            return
+        write_end = _write_end()
+        pipe = _pipe
+        before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        if before == write_end:  # (a statement inside one: the outer one's)
+            return
+        self._state = (before, pipe)
+        _running = (self._con, before)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        global _running
+        state, self._state = self._state, None
+        if state is None:
+            return
+        before, pipe = state
+        try:
+            signal.set_wakeup_fd(before)
+        finally:
+            with _reading:  # the bytes of its signals are its own: forwarded, acted on no more
+                _running = None
+                if pipe is not None and pipe is _pipe:  # (in a child forked meanwhile: the
+                    # parent's pipe)
+                    with contextlib.suppress(OSError):  # (BlockingIOError: none left)
+                        while data := os.read(pipe[0], 64):
+                            _forward(before, data)
 
 
 class _Relay:
