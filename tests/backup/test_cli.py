@@ -312,3 +312,56 @@ def test_a_part_missing_from_the_source_names_a_way_to_check_that_exists(
     assert "is missing (catalog version" in p.stderr and "damaged" in p.stderr
     assert "cryptdisk check" not in p.stderr  # no such command
     assert "check()" in p.stderr and "restore" in p.stderr
+
+
+def _file_size_limit(limit: int):  # type: ignore[no-untyped-def]
+    """A disk that fills up after ``limit`` bytes of a file, for an unprivileged test:
+    writes past it fail with EFBIG (Python ignores SIGXFSZ), as ENOSPC fails them."""
+    import resource
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_during_a_sqlite_backup_or_restore_is_an_error_naming_the_file(
+        tmp_path: Path) -> None:
+    """SQLite's SQLITE_FULL / SQLITE_IOERR while the snapshot or the restored file is
+    written is a one-line error naming the file, not 'internal error: FullError'."""
+    import cryptdisk.sqlite
+    from cryptdisk.keys import Keyring, key_from_file
+
+    key = tmp_path / "db.key"
+    write_key_file(key, os.urandom(32))
+    kr = Keyring.single(Key(1, key_from_file(key)))
+    c = cryptdisk.sqlite.connect(tmp_path / "app.db", keyring=kr)
+    c.execute("CREATE TABLE t(x)")
+    c.executemany("INSERT INTO t VALUES (?)", [("x" * 1000,) for _ in range(2000)])
+    c.close()
+    repo = str(tmp_path / "repo")
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    argv = ["create", repo, str(tmp_path / "app.db"), "--passphrase-env", "BK_PASS",
+            "--key-file", str(key)]
+    e = dict(os.environ, PYTHONPATH=SRC, BK_PASS="hunter2")
+    full = subprocess.run([sys.executable, "-m", "cryptdisk", "backup", *argv],
+                          capture_output=True, text=True, env=e, timeout=300,
+                          preexec_fn=_file_size_limit(1 << 20))
+    assert full.returncode == 1
+    assert "internal error" not in full.stderr and "Traceback" not in full.stderr
+    assert "app.db.backup-" in full.stderr and "no backup was taken" in full.stderr
+    assert not [n for n in os.listdir(tmp_path) if ".backup-" in n]
+    assert run("list", repo, "--passphrase-env", "BK_PASS").stdout == "no backups\n"
+
+    assert run(*argv).returncode == 0
+    target = tmp_path / "r.db"
+    argv = ["restore", repo, "latest", str(target), "--passphrase-env", "BK_PASS",
+            "--key-file", str(key)]
+    full = subprocess.run([sys.executable, "-m", "cryptdisk", "backup", *argv],
+                          capture_output=True, text=True, env=e, timeout=300,
+                          preexec_fn=_file_size_limit(1 << 20))
+    assert full.returncode == 1
+    assert "internal error" not in full.stderr and "Traceback" not in full.stderr
+    assert full.stderr.startswith(f"cryptdisk: error: {target}.restoring-"), full.stderr
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("r.db")) == []
+    r = run(*argv)
+    assert r.returncode == 0, r.stderr

@@ -12,6 +12,7 @@ through the VFS into a new file under the target's keys. Memory stays bounded ei
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any
 
 import apsw
 
-from ..errors import BackupAuthenticationError
+from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Key, Keyring
 
 __all__ = ["SnapshotReader", "snapshot", "write_image"]
@@ -143,8 +144,11 @@ def snapshot(path: str, keyring: Keyring) -> Iterator[tuple[SnapshotReader, bool
             try:
                 dst.execute("PRAGMA journal_mode=OFF")  # a scratch copy: no journal
                 dst.execute("PRAGMA synchronous=OFF")
-                with dst.backup("main", src, "main") as b:  # one read transaction
-                    b.step(-1)
+                try:
+                    with dst.backup("main", src, "main") as b:  # one read transaction
+                        b.step(-1)
+                except (apsw.FullError, apsw.IOError) as exc:
+                    raise _snapshot_failed(path, snap, exc) from None
             finally:
                 dst.close()
         finally:
@@ -159,6 +163,25 @@ def snapshot(path: str, keyring: Keyring) -> Iterator[tuple[SnapshotReader, bool
         with contextlib.suppress(FileNotFoundError):
             os.unlink(snap)
         os.close(fd)
+
+
+def _snapshot_failed(path: str, snap: str, exc: Exception) -> BackupError:
+    """SQLITE_FULL, or SQLITE_IOERR (SQLite says "not an error": a write failed, as one
+    past a file size limit does), while the snapshot was written."""
+    what = ("no space left on device" if isinstance(exc, apsw.FullError)
+            else "a write failed (a full disk, or a file size limit?)")
+    return BackupError(f"{path}: writing its snapshot {snap}: {what}; no backup was taken",
+                       hint="a SQLite backup needs room for one copy of the database beside "
+                       "it (or in the temporary directory when its directory is not "
+                       "writable)")
+
+
+def _write_failed(dest: str, exc: Exception) -> OSError:
+    """SQLITE_FULL or SQLITE_IOERR from the VFS as the OSError a write gives."""
+    if isinstance(exc, apsw.FullError):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dest)
+    return OSError(errno.EIO, "I/O error while writing it (a full disk, or a file size "
+                   "limit?)", dest)
 
 
 def _read_exact(stream: Any, n: int) -> bytes:
@@ -194,10 +217,16 @@ def write_image(stream: Any, dest: str, keyring: Keyring, mode: int) -> int:
             if len(page) != size:
                 raise BackupAuthenticationError("the SQLite image is not a whole number of "
                                                 "pages")
-            file.xWrite(bytes(page), offset)
+            try:
+                file.xWrite(bytes(page), offset)
+            except (apsw.FullError, apsw.IOError) as exc:
+                raise _write_failed(dest, exc) from None
             offset += size
             page = bytearray(_read_exact(stream, size))
-        file.xSync(apsw.SQLITE_SYNC_FULL)
+        try:
+            file.xSync(apsw.SQLITE_SYNC_FULL)
+        except (apsw.FullError, apsw.IOError) as exc:
+            raise _write_failed(dest, exc) from None
         return offset
     finally:
         file.xClose()
