@@ -281,3 +281,81 @@ def test_force_leaves_a_database_put_at_target_during_the_restore(tmp_path: Path
     assert content(target)["t"][1][1] == 50
     assert content(tmp_path / "r.bak")["t"][1][1] == 50
     assert not _leftovers(tmp_path, "r.db")
+
+
+_KILLED_WRITER = (
+    "import os, signal, sys, cryptdisk.sqlite\n"
+    "from cryptdisk.keys import Key, Keyring, key_from_file\n"
+    "c = cryptdisk.sqlite.connect(sys.argv[1], keyring=Keyring.single(Key(1, "
+    "key_from_file(sys.argv[2]))))\n"
+    "if sys.argv[3] == 'wal':\n"  # committed frames that only the WAL holds
+    "    c.execute('PRAGMA journal_mode=WAL').fetchall()\n"
+    "    c.execute('PRAGMA wal_autocheckpoint=0')\n"
+    "    c.execute('CREATE TABLE w (i INTEGER)')\n"
+    "    c.executemany('INSERT INTO w VALUES (?)', [(i,) for i in range(100)])\n"
+    "else:\n"  # a transaction whose pages spilled to the file: only the journal undoes it
+    "    c.execute('CREATE TABLE w (i); WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT "
+    "x + 1 FROM n WHERE x < 2000) INSERT INTO w SELECT zeroblob(500) FROM n')\n"
+    "    c.execute('PRAGMA cache_size=10; BEGIN; UPDATE w SET i = randomblob(500)')\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+def _unchanged(path: Path, kr: Keyring) -> int:
+    """The rows of ``w`` that no killed transaction touched (the killed UPDATE writes
+    random blobs)."""
+    c = cryptdisk.sqlite.connect(path, keyring=kr)
+    try:
+        return int(c.execute("SELECT count(*) FROM w WHERE typeof(i) != 'blob' "
+                             "OR i = zeroblob(500)").fetchall()[0][0])
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", ["wal", "journal"])
+@pytest.mark.parametrize("point", ["swap", "swapped"])
+def test_kill_9_replacing_a_sqlite_database_a_killed_writer_left_keeps_its_committed_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, point: str) -> None:
+    """The old database's committed state is in its file and the WAL (or hot journal) a
+    killed writer left beside it: a restore killed just before the rename leaves it whole
+    (before, the restore deleted those files before the rename, and the old database
+    lost its WAL's commits, or kept a half-written transaction)."""
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(target),
+                           str(tmp_path / "k"), mode], env=env)
+    assert done.returncode == -9
+    assert (tmp_path / f"r.db-{mode}").stat().st_size > 0
+    proc = _spawn("restore", str(tmp_path / "repo"), "pw", bid, str(target),
+                  str(tmp_path / "k"), "", "force", stdin=subprocess.PIPE)
+    _wait_for(proc, point, 1)
+    _kill(proc)
+    old = 100 if mode == "wal" else 2000
+    assert _unchanged(target, kr) == (1000 if point == "swapped" else old)
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
+    assert not _leftovers(tmp_path, "r.db")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.db")) == ["r.db"]
+
+
+def test_force_over_a_killed_writers_wal_under_another_key_is_refused_keeping_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restore's keyring cannot open the old database to apply its WAL: refused,
+    nothing deleted; once its user opens it (SQLite applies the WAL), --force replaces it."""
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    write_key_file(tmp_path / "k2", os.urandom(32))
+    kr2 = Keyring.single(Key(1, key_from_file(tmp_path / "k2")))
+    target = tmp_path / "r.db"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(target),
+                           str(tmp_path / "k2"), "wal"], env=env)
+    assert done.returncode == -9
+    with pytest.raises(BackupError, match=r"r.db has a WAL or hot journal that a killed "
+                                          r"writer left .* nothing was replaced"):
+        restore(repo, bid, target, keyring=kr, replace=True)
+    assert (tmp_path / "r.db-wal").stat().st_size > 0
+    assert _unchanged(target, kr2) == 100  # applies the WAL
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _unchanged(target, kr) == 1000

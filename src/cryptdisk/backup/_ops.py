@@ -36,6 +36,7 @@ from ._replace import (
     check_outside,
     holding_sqlite,
     open_target,
+    settle_sqlite,
     target_path,
 )
 from ._repo import ChunkProblem, Repository
@@ -624,7 +625,8 @@ def _restore_sqlite(repo: Repository, m: dict[str, Any], dest: str, keyring: Key
         if progress is not None:
             progress(1)
         if old is not None:
-            with holding_sqlite(dest):  # opened during the restore: leave it be
+            settled = settle_sqlite(dest, keyring)  # its WAL, hot journal: into the file
+            with holding_sqlite(dest, settled):  # opened during the restore: leave it be
                 _replace_file(tmp, dest)
         else:
             if os.path.lexists(dest):

@@ -12,12 +12,23 @@ for a SQLite backup; never a symbolic link, another kind of file, or a database 
   bytes: a connection in a transaction, or any connection in WAL mode, which holds a
   shared lock from its first read until it closes; or on the dead-man-switch byte of
   ``-shm``, which every connection holding the WAL index locks). An open file refuses the
-  restore. A ``-wal``, ``-journal`` or ``-shm`` that nobody holds is a leftover (a
-  read-only connection cannot delete its empty WAL; a killed process leaves its WAL or
-  hot journal): it belongs to the database being replaced, and is deleted with it. The
-  check is made again just before the file is replaced (``rename``, atomic), under a
-  write lock on the database's lock bytes (SQLite's exclusive lock), so nobody opens the
-  old file and its leftovers meanwhile, which would otherwise be applied to the new one.
+  restore. A ``-wal`` or ``-journal`` that nobody holds may hold part of the database's
+  committed state (a killed writer's WAL frames, or the hot journal that undoes its
+  half-written transaction): before anything beside the file is deleted, the restore
+  opens the database once with its keyring and reads it, so SQLite itself applies them
+  as it does on any open (checkpointing the WAL into the file, rolling the hot journal
+  back) with its own crash safety; the file then holds the old state on its own, and a
+  restore killed at any later point leaves it whole. A keyring that cannot open the old
+  database refuses the restore (nothing is deleted). What remains beside it (an empty
+  WAL a read-only connection cannot delete, ``-shm``, a stale WAL index, a journal that
+  a closed connection left and SQLite ignores) holds no state: it is deleted just before
+  the file is replaced (``rename``, atomic), under a write lock on the database's lock
+  bytes (SQLite's exclusive lock), after checking again that nobody holds the file and
+  that its WAL and journal are as the restore left them, so nobody opens the old file
+  and its companions meanwhile, which would otherwise be applied to the new one.
+  Rollback-journal connections between transactions hold no lock (SQLite cannot tell
+  them): one left open through the restore goes on with the replaced file, whose later
+  writes are lost with it; close every connection before a restore.
 """
 
 from __future__ import annotations
@@ -30,15 +41,20 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import BackupError
+import apsw
+
+from ..errors import BackupError, CryptdiskError
 from ..format import MAGIC
+from ..keys import Keyring
 from ._restoring import exchange, work_path
 
 __all__ = ["Replaced", "check_outside", "check_sqlite_unused", "holding_sqlite", "open_target",
-           "target_path"]
+           "settle_sqlite", "target_path"]
 
 #: what SQLite (and cryptdisk's VFS) keep beside a database file
 _SQLITE_COMPANIONS = ("-wal", "-journal", "-shm", "-wal-cdtail", "-journal-cdtail")
+#: what may hold part of a database's committed state (a WAL's frames, a hot journal)
+_SQLITE_JOURNALS = ("-wal", "-journal")
 #: SQLite's lock bytes in a database file (unix VFS): PENDING, RESERVED, then the 510
 #: bytes of the SHARED range; its EXCLUSIVE lock is a write lock on all of them
 _LOCK_START, _LOCK_LEN = 0x40000000, 2 + 510
@@ -177,14 +193,56 @@ def check_sqlite_unused(dest: str, *, file_locks: bool = True) -> None:
             hint="close it there (every connection), then restore again")
 
 
+def _journals(dest: str) -> dict[str, tuple[int, int, int]]:
+    """The non-empty WAL and journal beside ``dest``: (inode, size, mtime)."""
+    out = {}
+    for suffix in _SQLITE_JOURNALS:
+        try:
+            st = os.lstat(dest + suffix)
+        except FileNotFoundError:
+            continue
+        if st.st_size:
+            out[suffix] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def settle_sqlite(dest: str, keyring: Keyring) -> dict[str, tuple[int, int, int]]:
+    """Make the file ``dest`` hold its committed state on its own: a non-empty WAL or
+    journal beside it that nobody holds (a killed writer's) is applied by SQLite itself,
+    which a connection that opens and reads the database does (it checkpoints the WAL
+    into the file and deletes it as the last connection closes; it rolls a hot journal
+    back). Returns what is left of them (see :func:`holding_sqlite`)."""
+    from ..sqlite import connect
+
+    if not _journals(dest):
+        return {}
+    check_sqlite_unused(dest)
+    try:
+        conn = connect(dest, keyring=keyring)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+        finally:
+            conn.close()
+    except (CryptdiskError, apsw.Error) as exc:
+        raise BackupError(
+            f"{dest} has a WAL or hot journal that a killed writer left (part of its "
+            "committed state), which the restore applies before replacing it, and could "
+            f"not: {type(exc).__name__}: {exc}; nothing was replaced",
+            hint="open it once with its own key (cryptdisk.sqlite.connect(PATH, "
+            "keyring=...) and any query: SQLite applies them), then restore again") \
+            from None
+    return _journals(dest)
+
+
 @contextlib.contextmanager
-def holding_sqlite(dest: str) -> Iterator[None]:
+def holding_sqlite(dest: str, settled: dict[str, tuple[int, int, int]]) -> Iterator[None]:
     """Hold SQLite's exclusive lock on the database file ``dest`` (a write lock on its lock
-    bytes: a connection opening it waits, busy), check again that nobody has it open, and
-    delete the leftovers beside it (an empty WAL a read-only connection left, the WAL or
-    hot journal of a killed process, a stale ``-shm`` and its WAL index): they belong to
-    the database being replaced, and one left there would be applied to the new file.
-    The caller replaces ``dest`` inside the block."""
+    bytes: a connection opening it waits, busy), check again that nobody has it open and
+    that its WAL and journal are still ``settled`` (what :func:`settle_sqlite` left), then
+    delete the files beside it (an empty WAL a read-only connection left, a stale
+    ``-shm`` and its WAL index, a journal SQLite ignores): they hold none of its state,
+    and one left there would be applied to the new file. The caller replaces ``dest``
+    inside the block."""
     from ..sqlite import wal_index_paths
 
     try:
@@ -203,6 +261,10 @@ def holding_sqlite(dest: str) -> Iterator[None]:
                                   "a restore does not replace a database in use",
                                   hint="close it there, then restore again") from None
         check_sqlite_unused(dest, file_locks=not writable)
+        if _journals(dest) != settled:
+            raise BackupError(f"{dest} was written during the restore (its WAL or journal "
+                              "changed); a restore does not replace a database in use",
+                              hint="close it there, then restore again")
         for index in wal_index_paths(dest):  # a killed process's WAL index
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(index)
