@@ -317,6 +317,22 @@ def test_keys_passphrase_keyring_and_clear_errors(tmp_path: Path) -> None:
         pickle.dumps(repo)
 
 
+def test_a_passphrase_that_is_not_a_str_is_a_type_error_before_anything_is_made(
+        tmp_path: Path) -> None:
+    """bytes (or anything but a str) raised AttributeError from deep in the KDF after
+    init had checked the location; now a TypeError naming the type, and nothing made."""
+    url = str(tmp_path / "repo")
+    for bad in (b"pw", bytearray(b"pw"), 1234):
+        with pytest.raises(TypeError, match=f"passphrase must be a str, not {type(bad).__name__}"):
+            Repository.init(url, passphrase=bad, kdf_params=FAST_KDF)  # type: ignore[arg-type]
+        assert not (tmp_path / "repo").exists()
+    repo = Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    with pytest.raises(TypeError, match="passphrase must be a str, not bytes"):
+        Repository.open(url, passphrase=b"pw")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="passphrase must be a str"):
+        repo.add_wrapping(passphrase=b"x", kdf_params=FAST_KDF)  # type: ignore[arg-type]
+
+
 def test_config_parameters_are_authenticated(tmp_path: Path) -> None:
     url = str(tmp_path / "repo")
     Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)

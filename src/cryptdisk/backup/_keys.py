@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..errors import BackupError, BackupKeyError
 from ..keys import Keyring
 
-__all__ = ["RepoKeys", "unlock", "wrap_with_key", "wrap_with_passphrase"]
+__all__ = ["RepoKeys", "check_passphrase", "unlock", "wrap_with_key", "wrap_with_passphrase"]
 
 #: Argon2id cost (RFC 9106's second recommended option: 64 MiB, 3 passes).
 ARGON2 = {"memory_cost": 64 * 1024, "iterations": 3, "lanes": 4}
@@ -67,7 +67,15 @@ def check_kdf_params(params: dict[str, Any]) -> None:
                           f"{MAX_WORK} (a damaged or edited config)")
 
 
+def check_passphrase(passphrase: object) -> None:
+    """A passphrase is a ``str`` (or None: not given): a TypeError names what it was."""
+    if passphrase is not None and not isinstance(passphrase, str):
+        raise TypeError(f"a backup repository's passphrase must be a str, not "
+                        f"{type(passphrase).__name__}")
+
+
 def _passphrase_kek(passphrase: str, salt: bytes, params: dict[str, int]) -> bytes:
+    check_passphrase(passphrase)
     if not passphrase:
         raise BackupKeyError("the passphrase is empty")
     check_kdf_params(params)

@@ -41,7 +41,7 @@ from ..disks import check_storage_options, check_url
 from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Keyring
 from . import _chunker
-from ._keys import RepoKeys, describe, unlock, wrap_with_key, wrap_with_passphrase
+from ._keys import RepoKeys, check_passphrase, describe, unlock, wrap_with_key, wrap_with_passphrase
 
 __all__ = ["ChunkProblem", "Repository"]
 
@@ -157,6 +157,7 @@ class Repository:
         On an object store with buckets (``s3://``, ``gs://``, ``az://``, ...) a missing
         bucket is refused (a typo in its name would otherwise make a new bucket) unless
         ``create_bucket``."""
+        check_passphrase(passphrase)
         if passphrase is None and keyring is None:
             raise BackupError("a new repository needs a passphrase or a keyring key to wrap "
                               "its key", hint="--passphrase-env VAR or --repo-keyring CONFIG")
@@ -219,6 +220,7 @@ class Repository:
     def open(cls, url: str, *, passphrase: str | None = None, keyring: Keyring | None = None,
              storage_options: dict[str, Any] | None = None) -> Repository:
         """Open the repository at ``url`` with its passphrase or a keyring key that wraps it."""
+        check_passphrase(passphrase)
         fs, root, config = cls.read_config(url, storage_options)
         master = unlock(config["wrappings"], config["id"], passphrase=passphrase,
                         keyring=keyring)
@@ -236,6 +238,7 @@ class Repository:
                      keyring: Keyring | None = None,
                      kdf_params: dict[str, int] | None = None) -> None:
         """Wrap the repository key under another passphrase or keyring key too."""
+        check_passphrase(passphrase)
         if passphrase is None and keyring is None:
             raise BackupError("give a passphrase or a keyring key to add")
         if passphrase is not None:
