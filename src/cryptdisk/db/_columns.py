@@ -281,3 +281,19 @@ def matching_paren(text: str, start: int, statement: str) -> int:
             if depth == 0:
                 return i
     raise DatabaseError(f"unbalanced parentheses in {statement}")
+
+
+_WIDE_INTEGER = re.compile(
+    r'"(?:[^"]|"")*"|\'(?:[^\']|\'\')*\'|\b(U?HUGEINT|U?INT128)\b(?=\s*(?:[,)\[]|$))',
+    re.IGNORECASE)
+
+
+def stored_type(typ: str) -> str:
+    """Column type ``typ`` as a part stores it, for the ``CAST`` of what is written to
+    it: a ``HUGEINT`` or ``UHUGEINT`` (alone or nested) is a ``DECIMAL(38,0)`` in
+    Arrow and Parquet, so a value beyond 38 digits fails the cast rather than being
+    written as a number that column cannot hold (a ``UHUGEINT`` above 2^127 - 1 became
+    negative)."""
+    if "INT128" not in typ.upper() and "HUGEINT" not in typ.upper():
+        return typ
+    return _WIDE_INTEGER.sub(lambda m: "DECIMAL(38,0)" if m.group(1) else m.group(0), typ)

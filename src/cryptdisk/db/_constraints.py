@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import DatabaseError
+from ._columns import stored_type
 
 __all__ = ["NOT_NULL_FAILED", "check_default", "check_not_null_batch", "column_definitions",
            "constraint_error", "default_sql", "not_null_sql"]
@@ -46,6 +47,7 @@ def column_definitions(meta: Any) -> str:
 def default_sql(meta: Any, column: str, typ: str) -> str:
     """The value an insert that leaves ``column`` out gives it: its DEFAULT, or NULL."""
     expr = meta.defaults.get(column)
+    typ = stored_type(typ)
     return f"CAST(NULL AS {typ})" if expr is None else f"CAST(({expr}) AS {typ})"
 
 

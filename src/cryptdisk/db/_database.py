@@ -118,7 +118,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
-from ._rows import TIME_ZONE, python_rows
+from ._rows import TIME_ZONE, Rows, query_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
@@ -362,6 +362,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         self._extremes_pending: Any = None  # the statement running, to record its schema
         #: the count of distinct values running (see :meth:`interrupt`)
         self._counting: DistinctCount | None = None
+        self._rows_wanted = False  # (set by query for the statement it runs)
         #: whether only queries and cryptdisk's own statements ran on this database's
         #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
         #: then a result's column names follow from the parse tree (see _key_extremes)
@@ -1240,26 +1241,38 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 return scan.error
         return None
 
-    def _run_prepared(self, sql: str) -> pa.Table | None:
+    def _run_prepared(self, sql: str, rows: bool = False) -> pa.Table | Rows | None:
         """Run the statement :meth:`_prepare` made. A ``SELECT`` over registry sources
         (see :meth:`_bind_exposed`) goes to DuckDB once (``_submit``: parsed, bound and
         run in one call); through a relation (``con.sql``), DuckDB parses a statement
-        three times and binds it twice, about 0.4 ms of CPU."""
+        three times and binds it twice, about 0.4 ms of CPU. With ``rows``, its result
+        is fetched as DuckDB's ``fetchall`` gives it (:meth:`query`): through Arrow,
+        DuckDB hands ``HUGEINT`` as a ``DECIMAL(38,0)`` (a ``UHUGEINT`` above 2^127 - 1
+        wrapped to a negative number), ``UUID`` as text, ``BIT`` and ``TIMETZ`` without
+        their values."""
         with interruptible(self.con):
             if self._handles:
+                if rows:
+                    got = self.con._submit(sql, None, "rows")
+                    return Rows([d[0] for d in got.description or ()], got.fetchall())
                 return self.con._submit(sql, None, "arrow").arrow_table()
             rel = self.con.sql(sql)
-            return rel.to_arrow_table() if rel is not None else None
+            if rel is None:
+                return None
+            return Rows(list(rel.columns), rel.fetchall()) if rows else rel.to_arrow_table()
 
-    def _run_duckdb(self, sql: str, prepared: tuple[str, str] | None = None
-                    ) -> pa.Table | None:
+    def _run_duckdb(self, sql: str, prepared: tuple[str, str] | None = None,
+                    rows: bool = False) -> Any:
+        """DuckDB's result of ``sql``: an Arrow table (None for a statement without one),
+        with ``rows`` a :class:`Rows` or an Arrow table (see :meth:`_run_prepared`)."""
         try:
-            return self._run_duckdb_once(sql, True, prepared)
+            return self._run_duckdb_once(sql, True, prepared, rows)
         except DerivedFailed:  # computed by DuckDB instead: the same answer or error as ever
-            return self._run_duckdb_once(sql, False, prepared)
+            return self._run_duckdb_once(sql, False, prepared, rows)
 
     def _run_duckdb_once(self, sql: str, push: bool,
-                         prepared_query: tuple[str, str] | None = None) -> pa.Table | None:
+                         prepared_query: tuple[str, str] | None = None,
+                         rows: bool = False) -> Any:
         for attempt in (0, 1):
             try:
                 try:
@@ -1273,8 +1286,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                             return prepared.run()
                         finally:
                             self._counting = None
-                    result = self._run_prepared(prepared)
-                    if self._extremes_pending is not None and result is not None:
+                    result = self._run_prepared(prepared, rows)
+                    if self._extremes_pending is not None and isinstance(result, pa.Table):
                         self._extreme_schemas[self._extremes_pending] = result.schema
                         while len(self._extreme_schemas) > _TREES:
                             self._extreme_schemas.popitem(last=False)
@@ -1338,6 +1351,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
     def _execute(self, statement: str) -> pa.Table | None:
         with self._mutex:
+            rows, self._rows_wanted = self._rows_wanted, False  # (query's, this one only)
             self._check_open()
             if not _one_statement(statement, "Database.execute"):
                 return None
@@ -1354,7 +1368,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 word = _sql.first_word(sql)
                 prepared = parse_prepared(sql) if word in _PREPARED_WORDS else None
                 if prepared is not None and self._runs_prepared(prepared):
-                    return self._run_prepared_statement(self, prepared)
+                    return self._run_prepared_statement(self, prepared, rows)
                 if isinstance(prepared, Prepare):  # not a query: DuckDB's, unless on a table
                     self._prepared_queries.pop(prepared.name, None)
                     _refuse_prepare(prepared, set(self.catalog.tables))
@@ -1367,9 +1381,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     self._session_changed()
                 block = _block_change(sql)
                 if block is None:
-                    return _described(self, sql, self._run_duckdb(_for_duckdb(self, sql)))
+                    return _described(self, sql, self._run_duckdb(_for_duckdb(self, sql),
+                                                                  rows=rows))
                 try:  # BEGIN ... COMMIT: DuckDB's, and cryptdisk's writes wait for its end
-                    result = self._run_duckdb(_for_duckdb(self, sql))
+                    result = self._run_duckdb(_for_duckdb(self, sql), rows=rows)
                 except DatabaseError:
                     self._block = self._block and block  # (a failed COMMIT ends it too)
                     raise
@@ -1448,8 +1463,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             return _prepares_query(st, set(self.catalog.tables))
         return st.name in self._prepared_queries
 
-    def _run_prepared_statement(self, db: Database,
-                                st: Prepare | Execute | Deallocate) -> pa.Table | None:
+    def _run_prepared_statement(self, db: Database, st: Prepare | Execute | Deallocate,
+                                rows: bool = False) -> Any:
         """``PREPARE`` a query, ``EXECUTE`` or ``DEALLOCATE`` it (see :mod:`._prepared`) on
         this connection (a reader's, of database ``db``): DuckDB prepares the query within
         the statement that executes it, over the tables' sources of that statement."""
@@ -1466,7 +1481,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             text += f"\n;EXECUTE {st.written}{st.args}"
             args = st.args
         try:  # (what it reads: the query's columns and filters, see _prepare)
-            result = self._run_duckdb(text, (query, args))
+            result = self._run_duckdb(text, (query, args), rows)
         finally:
             with contextlib.suppress(duckdb.Error):  # its plan names this statement's sources
                 self.con.execute(f"DEALLOCATE {st.written}")
@@ -1489,9 +1504,26 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
     def query(self, sql: str, parameters: Any = None) -> list[tuple[Any, ...]]:
         """Run a query (with ``parameters`` as :meth:`execute` takes them) and return its
-        rows as tuples."""
-        table = self.sql(sql, parameters)
-        return [] if table is None else python_rows(table)
+        rows as tuples, the Python values DuckDB's ``fetchall`` gives (the last
+        statement's, as :meth:`sql` runs them)."""
+        if not isinstance(sql, str):
+            raise TypeError(f"Database.query takes SQL text (str), not {type(sql).__name__}")
+        if parameters is not None:
+            sql = _one_bound(sql, "Database.query")
+            statements = [_bound(sql, parameters, "Database.query")]
+        else:
+            statements = _sql.split_statements(sql)
+        result: Any = None
+        with self._mutex:
+            for statement in statements:
+                self._rows_wanted = True  # (taken by _execute: this statement's result)
+                try:
+                    result = self._execute(statement)
+                except UnicodeDecodeError:
+                    raise _undecodable() from None
+                finally:
+                    self._rows_wanted = False
+            return query_rows(self.con, result)
 
     def executemany(self, statement: str, seq_of_parameters: Iterable[Any]) -> None:
         """Run ``statement`` with each of ``seq_of_parameters`` (lists, tuples or dicts,
@@ -1741,6 +1773,7 @@ class Reader:
         self.last_scans: dict[str, dict[str, int]] = {}
         self._extremes_pending: Any = None
         self._counting: DistinctCount | None = None
+        self._rows_wanted = False  # (set by query for the statement it runs)
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
@@ -1825,6 +1858,7 @@ class Reader:
                                     "on this reader", hint="PREPARE it on this reader: the "
                                     "database and each reader have their own names")
         sql = st.sql
+        rows = self._rows_wanted
         with db._mutex:
             if prepared is None and _sql.first_word(sql) == "SHOW":
                 shown = _show(self, sql)  # type: ignore[arg-type]
@@ -1836,8 +1870,8 @@ class Reader:
             db._readers_running += 1
         try:
             if prepared is not None:
-                return self._run_prepared_statement(db, prepared)  # type: ignore[misc]
-            return _described(db, sql, self._run_duckdb(sql))  # type: ignore[misc]
+                return self._run_prepared_statement(db, prepared, rows)  # type: ignore[misc]
+            return _described(db, sql, self._run_duckdb(sql, rows=rows))  # type: ignore[misc]
         finally:
             db._reader_ends()
 
@@ -1862,9 +1896,14 @@ class Reader:
         return result
 
     def query(self, sql: str, parameters: Any = None) -> list[tuple[Any, ...]]:
-        """:meth:`sql`'s last result as a list of row tuples."""
-        table = self.sql(sql, parameters)
-        return [] if table is None else python_rows(table)
+        """:meth:`sql`'s last result as a list of row tuples, the Python values DuckDB's
+        ``fetchall`` gives (see :meth:`Database.query`)."""
+        self._rows_wanted = True  # (taken by each query of this call: see _execute_query)
+        try:
+            result = self.sql(sql, parameters)
+        finally:
+            self._rows_wanted = False
+        return query_rows(self.con, result)
 
     def configure(self, statement: str) -> None:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
@@ -1922,14 +1961,26 @@ def _show(db: Database, sql: str) -> pa.Table | str:
 _DESCRIBE = re.compile(rf"(?is)DESCRIBE\s+(?:TABLE\s+)?({_sql._IDENT})\s*")
 
 
-def _described(db: Database, sql: str, result: pa.Table | None) -> pa.Table | None:
+def _described(db: Database, sql: str, result: Any) -> Any:
     """``result`` of ``sql``, and for ``DESCRIBE t`` of a table (DuckDB's description of
     the view it reads the table through), its ``null`` and ``default`` as the table
     declares them."""
     m = _DESCRIBE.fullmatch(sql) if result is not None and sql[:1] in "dD" else None
     meta = db.catalog.tables.get(_sql.unquote(m.group(1))) if m is not None else None
-    if meta is None or result is None or not (meta.not_null or meta.defaults) or \
-            not {"column_name", "null", "default"} <= set(result.column_names):
+    if meta is None or result is None or not (meta.not_null or meta.defaults):
+        return result
+    if isinstance(result, Rows):  # (Database.query's)
+        if not {"column_name", "null", "default"} <= set(result.names):
+            return result
+        at = {n: result.names.index(n) for n in ("column_name", "null", "default")}
+        out = []
+        for row in result.rows:
+            name, values = meta.column_name(row[at["column_name"]]), list(row)
+            values[at["null"]] = "NO" if name in meta.not_null else "YES"
+            values[at["default"]] = meta.defaults.get(name)
+            out.append(tuple(values))
+        return Rows(result.names, out)
+    if not {"column_name", "null", "default"} <= set(result.column_names):
         return result
     names = [meta.column_name(c) for c in result.column("column_name").to_pylist()]
     for column, values in (("null", ["NO" if c in meta.not_null else "YES" for c in names]),

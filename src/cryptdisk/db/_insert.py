@@ -26,6 +26,7 @@ from ..errors import CatalogError, DatabaseError
 from . import _sql
 from ._blocks import sortable, write_sorted_parts
 from ._catalog import PartMeta
+from ._columns import stored_type
 from ._constraints import (
     check_not_null_batch,
     column_definitions,
@@ -567,7 +568,7 @@ class InsertMixin(DatabaseState):
                                     f"but the query gives {width}")
             positions = {lower[c.lower()]: i + 1 for i, c in enumerate(columns)}
         select = ", ".join(
-            not_null_sql(meta, c, f"CAST(#{positions[c]} AS {t})" if c in positions
+            not_null_sql(meta, c, f"CAST(#{positions[c]} AS {stored_type(t)})" if c in positions
                          else default_sql(meta, c, t)) + f" AS {_quote(c)}"
             for c, t in meta.columns)
         order = ""

@@ -38,7 +38,7 @@ import pyarrow as pa
 from ..errors import DatabaseError, FieldPolicyError, NotSupportedError
 from . import _sql
 from ._catalog import PartMeta
-from ._columns import ALL, needed_columns
+from ._columns import ALL, needed_columns, stored_type
 from ._constraints import constraint_error, not_null_sql
 from ._policies import PART_SOURCE, ROW_NUMBER, current_mutation_policy, embedded_mutation
 from ._pushdown import table_filters
@@ -154,7 +154,7 @@ class MutationMixin(DatabaseState):
         self._no_row_number(what, where, sets, names)
         types = dict(meta.columns)
         select = [_quote(ROW_NUMBER)] + [
-            not_null_sql(meta, col, f"CAST(({expr}) AS {types[col]})")
+            not_null_sql(meta, col, f"CAST(({expr}) AS {stored_type(types[col])})")
             + f" AS {_quote(f'{_SET}{i}')}"
             for i, (col, expr) in enumerate(sets)]
         text = (f"SELECT {', '.join(select)} FROM {_quote(PART_SOURCE)} AS "

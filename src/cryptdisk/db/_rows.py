@@ -10,12 +10,12 @@ converts it (``date.max``, ``datetime.min``...), so a query answers as DuckDB's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
 
-__all__ = ["TIME_ZONE", "python_rows"]
+__all__ = ["TIME_ZONE", "Rows", "python_rows", "query_rows"]
 
 #: DuckDB's TimeZone on every connection of a database and the scratch ones beside it
 #: (``SET TimeZone`` changes it for a connection): TIMESTAMPTZ values in UTC on every
@@ -40,3 +40,26 @@ def python_rows(table: pa.Table) -> list[tuple[Any, ...]]:
     if not table.num_columns:
         return [() for _ in range(table.num_rows)]
     return list(zip(*(_values(c) for c in table.columns), strict=True))
+
+
+class Rows(NamedTuple):
+    """A query's result fetched as DuckDB's ``fetchall`` gives it (``Database.query``):
+    its columns' names and its rows."""
+
+    names: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def query_rows(con: duckdb.DuckDBPyConnection, result: pa.Table | Rows | None,
+               ) -> list[tuple[Any, ...]]:
+    """``result`` as DuckDB's ``fetchall`` on ``con`` gives it: the rows a query fetched
+    so, or a table cryptdisk computed (statistics, ``SHOW TABLES``) read through ``con``
+    (DuckDB's Python values, in its ``TimeZone``), not pyarrow's (``MAP`` as pairs,
+    ``INTERVAL`` as ``MonthDayNano``, ``TIMESTAMP_NS`` as pandas ``Timestamp``)."""
+    if result is None:
+        return []
+    if isinstance(result, Rows):
+        return result.rows
+    if not result.num_columns:
+        return [() for _ in range(result.num_rows)]
+    return con.from_arrow(result).fetchall()

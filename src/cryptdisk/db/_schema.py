@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ..format import open_file
+from ._columns import stored_type
 from ._constraints import check_default
 from ._partread import read_part
 from ._parts import verify_part, write_parts
@@ -469,7 +470,8 @@ class SchemaMixin(DatabaseState):
     def _fill(self, expr: str, typ: str, arrow: pa.DataType, rows: int) -> Any:
         """``rows`` values of DEFAULT ``expr`` for a column of type ``typ`` (as Arrow
         ``arrow``), evaluated by DuckDB for each row as an insert does."""
-        got = self.con.sql(f"SELECT CAST(({expr}) AS {typ}) AS v FROM range({int(rows)})"
+        got = self.con.sql(f"SELECT CAST(({expr}) AS {stored_type(typ)}) AS v "
+                           f"FROM range({int(rows)})"
                            ).to_arrow_table()
         return got.column(0).cast(arrow)
 
@@ -480,7 +482,7 @@ class SchemaMixin(DatabaseState):
         # under its own name: DuckDB's error for a value that does not cast names it
         self.con.register(view, pa.table({column: values}))
         try:
-            got = self.con.sql(f"SELECT CAST({_quote(column)} AS {typ}) FROM {view}"
+            got = self.con.sql(f"SELECT CAST({_quote(column)} AS {stored_type(typ)}) FROM {view}"
                                ).to_arrow_table()
         except duckdb.Error as exc:
             raise DatabaseError(f"ALTER TABLE {meta.name} ALTER COLUMN {column} TYPE {typ}: "
