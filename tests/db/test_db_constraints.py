@@ -190,6 +190,26 @@ def test_constraints_are_shown(t):
     reader.close()
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM (DESCRIBE t)", "FROM (DESCRIBE TABLE \"t\")", "SELECT * FROM (SHOW t)",
+    "WITH d AS (SELECT * FROM ( describe t )) SELECT * FROM d",
+    "SELECT * FROM (DESCRIBE t) WHERE column_name <> '(DESCRIBE t)'",
+])
+def test_a_described_table_in_a_query_shows_its_constraints(t, sql):
+    """``(DESCRIBE t)`` in a query is the table's description as ``DESCRIBE t`` gives it
+    (its NOT NULL and DEFAULT were YES and NULL: DuckDB's description of the scan)."""
+    want = t.query("DESCRIBE t")
+    assert t.query(sql) == want
+    assert t.query("SELECT column_name, \"null\", \"default\" FROM (DESCRIBE t) "
+                   "WHERE \"null\" = 'NO' ORDER BY 1") == [("d", "NO", "current_date"),
+                                                           ("k", "NO", None)]
+    reader = t.reader()
+    try:
+        assert reader.query(sql) == want
+    finally:
+        reader.close()
+
+
 @pytest.mark.parametrize(("sql", "message"), [
     ("CREATE TABLE u (a INT PRIMARY KEY)", "ORDER BY is the table's sort key, as in ClickHouse"),
     ("CREATE TABLE u (a INT UNIQUE)", "ORDER BY is the table's sort key"),

@@ -946,6 +946,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 raise DatabaseError(f"DuckDB's catalog views: {exc}") from None
             for name, table in found.items():
                 self._expose(name, table)
+        if "(" in sql and ("describe" in sql.lower() or "show" in sql.lower()):
+            sql = self._describe_subqueries(sql)
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
@@ -1038,6 +1040,33 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             bind_literals(tree, argument_literals(
                 args, lambda text: parse_tree(self._parser, text)))
         return tree
+
+    def _describe_subqueries(self, sql: str) -> str:
+        """``sql`` reading each ``(DESCRIBE t)`` or ``(SHOW t)`` of a table of the
+        database (``SELECT * FROM (DESCRIBE t)``) from its description as a statement
+        ``DESCRIBE t`` gives it, with the ``NOT NULL`` and ``DEFAULT`` the table declares
+        (DuckDB describes the Arrow scan the table is read through, which has neither)."""
+        found: dict[str, str] = {}
+
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return m.group(0)  # (a string)
+            meta = self.catalog.tables.get(_sql.unquote(m.group(1)))
+            if meta is None:
+                return m.group(0)
+            name = found.get(meta.name)
+            if name is None:
+                name = found[meta.name] = f"__cd_describe_{len(found)}"
+                empty = self.arrow_schema(meta).empty_table()
+                self.con.register(name, empty)
+                try:
+                    described = self.con.sql(f"DESCRIBE SELECT * FROM {name}").to_arrow_table()
+                finally:
+                    self.con.unregister(name)
+                self._expose(name, _described(self, f"DESCRIBE {m.group(1)}", described))
+            return f"(SELECT * FROM {name})"
+
+        return _DESCRIBE_SUBQUERY.sub(sub, sql)
 
     def _expose(self, name: str, source: Any) -> None:
         """Have this statement read Arrow ``source`` (a scan, a table) as table ``name``
@@ -1738,6 +1767,7 @@ class Reader:
     _run_prepared_statement = Database._run_prepared_statement
     _release = Database._release
     _expose = Database._expose
+    _describe_subqueries = Database._describe_subqueries
     _bind_exposed = Database._bind_exposed
     _scan_error = Database._scan_error
     _key_extremes = Database._key_extremes
@@ -1959,6 +1989,9 @@ def _show(db: Database, sql: str) -> pa.Table | str:
 
 
 _DESCRIBE = re.compile(rf"(?is)DESCRIBE\s+(?:TABLE\s+)?({_sql._IDENT})\s*")
+#: a string (left as it is), or a ``(DESCRIBE t)`` or ``(SHOW t)`` subquery
+_DESCRIBE_SUBQUERY = re.compile(rf"(?s)'(?:[^']|'')*'|\(\s*(?i:DESCRIBE\s+(?:TABLE\s+)?|SHOW\s+)"
+                                rf"({_sql._IDENT})\s*\)")
 
 
 def _described(db: Database, sql: str, result: Any) -> Any:
