@@ -426,3 +426,70 @@ def test_a_revoked_or_deactivated_key_is_named_by_its_state(tmp_path, kmip_serve
             _ring(tmp_path, kmip_server, label + suffix)
         assert f"key '{label}{suffix}': the key is {state}" in str(info.value)
         assert hint in (info.value.hint or "")
+
+
+@contextlib.contextmanager
+def _stalling_tls_server(root: Path) -> Iterator[tuple[int, list[int]]]:
+    """A server that completes the mutual TLS handshake with the KMIP server's certificate,
+    then reads requests and never answers (an overloaded or stopped server past the
+    handshake); yields its port and the number of handshakes done so far."""
+    import socket
+    import ssl
+    import threading
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(root / "server.pem"), str(root / "server.key"))
+    context.load_verify_locations(str(root / "ca.pem"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    listener = socket.create_server(("127.0.0.1", 0))
+    handshakes = [0]
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            try:
+                tls = context.wrap_socket(sock, server_side=True)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                continue
+            handshakes[0] += 1
+            held.append(tls)  # read nothing back: the client's request stays unanswered
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], handshakes
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+        for s in held:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def test_a_server_that_stops_answering_after_the_handshake_is_retried_at_load(
+        tmp_path, kmip_server, monkeypatch):
+    """A request at config load (Locate, Get Attributes, MAC) that times out is a server
+    that did not answer, as docs/keys.md's Provider faults says, and is tried again; it
+    was reported at once as a permanent error ('TimeoutError: The read operation timed
+    out', no retry), so a KMIP server stalled for a moment failed every process starting."""
+    audit = tmp_path / "audit.log"
+    monkeypatch.setenv("CRYPTDISK_KEY_AUDIT_LOG", str(audit))
+    with _stalling_tls_server(kmip_server.root) as (port, handshakes):
+        text = "[keyring]\n" + _entry(
+            kmip_server, "k", extra="retries = 2\nretry_seconds = 0.05\n").replace(
+            f"port = {kmip_server.port}", f"port = {port}").replace("timeout = 5",
+                                                                    "timeout = 1")
+        with pytest.raises(KeyProviderError, match=r"gave up after 3 attempts") as info:
+            Keyring.from_config(write(tmp_path, text))
+        assert info.value.transient
+        assert handshakes[0] == 3
+    faults = [line for line in audit.read_text().splitlines() if '"fault"' in line]
+    assert len(faults) == 2

@@ -155,9 +155,10 @@ class KmipProvider(RemoteKeyProvider):
         except KeyProviderError:
             _close_client(client)
             raise
-        except Exception as exc:  # whatever PyKMIP raised
-            _close_client(client)
-            raise KeyProviderError(f"{where}: {_describe(exc)}") from None
+        except Exception as exc:  # whatever PyKMIP raised; a socket error or timeout is a
+            _close_client(client)  # server that stopped answering past the handshake
+            raise KeyProviderError(f"{where}: {_describe(exc)}",
+                                   transient=_unreachable(exc)) from None
         if self._check is not None and bytes(mac)[:8] != self._check:
             _close_client(client)
             raise KeyProviderError(f"{where}: the server's key of that name is another key "
