@@ -302,3 +302,55 @@ def test_a_sqlite_server_takes_a_key_promoted_by_another_process(tmp_path, env) 
         assert proc.wait(60) == 0
         proc.stdout.close()
         proc.stderr.close()
+
+
+def _key_id(path) -> int:
+    from cryptdisk.format import HEADER_SIZE, Header
+
+    with open(path, "rb") as f:
+        return Header.parse(f.read(HEADER_SIZE), str(path)).key_id
+
+
+def test_system_rotate_keys_finishing_a_rotation_makes_the_server_write_under_the_new_key(
+        tmp_path, env) -> None:
+    """A `cryptdisk rotate --new-key` stopped after it staged the key, then `cryptdisk
+    serve`; a client's SYSTEM ROTATE KEYS finishes the rotation: from then on the server
+    writes its user file (and the parts) under the new key, and reads on (it kept its
+    start-up keyring for the user file: CREATE USER wrote it under key 1 again, after the
+    rotation had reported success and rewrapped it under key 2)."""
+    from cryptdisk.db._keyfiles import stage_current_key
+    from cryptdisk.keys import Key
+
+    db = tmp_path / "s.db"
+    out = cryptdisk("sql", str(db), "--create", "-q",
+                    "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)", env=env)
+    assert out.returncode == 0, out.stderr
+    out = cryptdisk("serve", str(db), "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    assert stage_current_key(str(db), Key(2, os.urandom(32)))  # the stopped rotation
+    proc, port, _ = start([str(db), "--plaintext-loopback", "--workers", "1"], env, tmp_path)
+    try:
+        def connect(user: str, password: str) -> psycopg.Connection:
+            return psycopg.connect(host="127.0.0.1", port=port, user=user,
+                                   password=password, sslmode="disable", autocommit=True)
+
+        with connect("alice", "pw of alice") as conn:
+            conn.execute("SYSTEM ROTATE KEYS")
+            assert _key_id(f"{db}.users") == 2
+            conn.execute("INSERT INTO t VALUES (2)")
+            conn.execute("CREATE USER bob PASSWORD 'pw of bob'")  # writes the user file
+            assert _key_id(f"{db}.users") == 2
+            keys = conn.execute("SELECT id, is_current, files FROM system.keys "
+                                "ORDER BY id").fetchall()
+            assert [(int(i), c, n) for i, c, n in keys] == [(1, False, 0), (2, True, 5)]
+        with connect("bob", "pw of bob") as conn:  # the user file read under key 2
+            assert conn.execute("SELECT 1").fetchall() == [(1,)]
+        with connect("alice", "pw of alice") as conn:
+            assert conn.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (2,)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        proc.stdout.close()
+        proc.stderr.close()
+    for part in (db / "data").rglob("*.parquet"):
+        assert _key_id(part) == 2

@@ -43,13 +43,14 @@ from ._keyfiles import (
     discard_pending_key,
     install_current_key,
     interrupted_rotation,
+    load_keyring,
     retired_key_path,
     stage_current_key,
 )
 from ._keyfiles import remove_key as remove_key_file
 from ._policies import role_check_statement
 from ._rollback import PIN_FILE, default_pin_path
-from ._storage import resolve_config, rewrap_on_disk
+from ._storage import rewrap_on_disk
 
 if TYPE_CHECKING:
     from ._state import DatabaseState
@@ -288,9 +289,11 @@ class RotationMixin(DatabaseState):
         return count
 
     def _reload_own_keys(self) -> None:
-        """Load the database's key files again (another process may have rotated)."""
-        config: Any = resolve_config(self.path, None, False)  # typed as DatabaseState.config
-        self.config, self.keyring = config, config.keyring
+        """Load the database's key files again (a rotation here, or in another process),
+        into the keyring in place: its disk, and whatever else holds it (a server's user
+        file, policies and audit log), write under the new current key and read files
+        rewrapped under it."""
+        self.keyring.adopt(load_keyring(self.path))
 
     def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
                     new_key: Key | None = None,

@@ -168,6 +168,15 @@ class Keyring:
             if close is not None:
                 close()
 
+    def adopt(self, other: Keyring) -> None:
+        """Take ``other``'s keys, current key and retired ids in place: whatever holds this
+        keyring (a disk, a server's user file, its audit log) reads and writes with them
+        from now on. The keys are replaced before the current id, so a lookup meanwhile
+        finds the current key among them (``other`` keeps the key that was current)."""
+        self._keys = dict(other._keys)
+        self._current = other._current
+        self.retired = other.retired
+
     def with_current(self, key_id: int) -> Keyring:
         """The same keys with another current key."""
         return Keyring(self._keys.values(), key_id, config_path=self.config_path,
@@ -330,8 +339,7 @@ class FollowingKeyring(Keyring):
             loaded = Keyring.from_config(self._path)
         except (ConfigError, KeyringError, OSError):
             return  # keep the keys loaded before; the next change is tried again
-        self._keys, self._current = dict(loaded._keys), loaded._current
-        self.retired = loaded.retired
+        self.adopt(loaded)
 
     def current_key(self) -> Key:
         self._follow()
