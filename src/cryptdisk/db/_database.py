@@ -372,7 +372,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         self._settings: tuple[Any, ...] = ()
         try:
             self.own_keys = config is None
-            self.config = resolve_config(self.path, config, creating)
+            resolved: Any = resolve_config(self.path, config, creating)  # (DatabaseState's)
+            self.config = resolved
             self.keyring = self.config.keyring
             self.con = self._new_duckdb(memory_limit, threads)
             #: the connection cryptdisk's own parse trees come from (see _parser_connection)
