@@ -64,7 +64,9 @@ def constraint_error(what: str, text: str, names: dict[str, str] | None = None
                      ) -> DatabaseError | None:
     """A DuckDB error ``text`` about a ``NOT NULL`` column as cryptdisk says it (None for
     any other error); ``names`` maps a temporary table's name to the table's."""
-    m = _FAILED.search(text)
+    # (not in the statement DuckDB quotes after it, "LINE 1: ... error('NOT NULL ...":
+    # a value that does not cast, beside the check, is that error)
+    m = _FAILED.search(text.split("\nLINE ", 1)[0])
     if m is None:
         return None
     target = m.group(1).strip()

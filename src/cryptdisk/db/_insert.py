@@ -388,15 +388,17 @@ class InsertMixin(DatabaseState):
                                    self.catalog.version + 1, on_rows, by_name)
         except duckdb.OutOfMemoryException as exc:
             raise out_of_memory(what, exc, oom_hint) from None
-        except duckdb.Error as exc:
-            raise constraint_error(what, str(exc)) or DatabaseError(f"{what}: {exc}") from None
+        except duckdb.Error as exc:  # (without the statement cryptdisk wrote, see _write)
+            text = _without_statement(str(exc))
+            raise constraint_error(what, text) or DatabaseError(f"{what}: {text}") from None
         except RuntimeError as exc:
             raise ctrl_c(exc) from None
         except OSError as exc:
             if not _late_duckdb_error(exc):
                 raise
             # DuckDB's error in a row past the first batches, through its Arrow stream
-            raise constraint_error(what, str(exc)) or DatabaseError(f"{what}: {exc}") from None
+            text = _without_statement(str(exc))
+            raise constraint_error(what, text) or DatabaseError(f"{what}: {text}") from None
         finally:
             self._release()
 
