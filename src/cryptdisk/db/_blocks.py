@@ -349,8 +349,10 @@ class _Pool:
             self._jobs.append(job)
             if len(self._jobs) > self._idle and len(self._threads) < self._most:
                 t = _waits.Worker(self._loop, "cryptdisk-insert-part")
-                t.start()
+                # listed before it starts: a Ctrl-C as start() returns lost it (close()
+                # never ended it, and it waited for a job for good)
                 self._threads.append(t)
+                t.start()
             self._cond.notify()
 
     @property
@@ -363,7 +365,8 @@ class _Pool:
             self._jobs.extend([None] * len(self._threads))
             self._cond.notify_all()
         for t in self._threads:
-            t.join()
+            if t.thread.ident is not None:  # (one a Ctrl-C stopped from starting: no wait)
+                t.join()
 
 
 class _Next:

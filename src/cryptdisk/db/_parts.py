@@ -16,7 +16,6 @@ digest would add nothing but a second pass over its bytes as it is written.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import queue
 import sys
@@ -539,15 +538,35 @@ class _PartWriter:
                         key_min=lo, key_max=hi)
 
     def abort(self) -> None:
-        """Discard the part: the disk's temporary file goes, nothing is published."""
+        """Discard the part: the disk's temporary file goes, nothing is published. Errors
+        of the discarded writes are dropped; a Ctrl-C (or SystemExit) meanwhile is raised
+        once the temporary file is gone."""
         self._sink.discard()  # what pyarrow and the buffer still hold goes nowhere
+        signal: BaseException | None = None
         writer = getattr(self, "_writer", None)
         if writer is not None:
-            with contextlib.suppress(Exception):
+            try:
                 writer.close()
-        with contextlib.suppress(BaseException):
-            self._sink.finish()
-        discardable(self._raw).abort()  # the Disk contract's discard
+            except Exception:
+                pass
+            except BaseException as exc:
+                signal = exc
+        while True:  # the disk thread ends before its file is discarded
+            try:
+                self._sink.finish()
+            except Exception:
+                pass
+            except BaseException as exc:
+                if exc is not self._sink._error:  # (the writes' own error: dropped)
+                    signal = signal or exc
+                    if not self._sink._thread.done.is_set():
+                        continue  # (its wait was interrupted: wait again)
+            break
+        try:
+            discardable(self._raw).abort()  # the Disk contract's discard
+        finally:
+            if signal is not None:
+                raise signal
 
 
 def _whole_groups(next_batch: Callable[[], pa.RecordBatch | None],
