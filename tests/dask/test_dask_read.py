@@ -469,3 +469,29 @@ def test_dtype_backend_keeps_the_meta_dtypes_in_partitions_with_nulls(client, tm
         assert client.compute((df.v + 1).max()).result() == 100
     with pytest.raises(DatabaseError, match="dtype_backend"):
         cryptdisk.dask.read_table(tmp_path / "db", "n", dtype_backend="arrow")
+
+
+def test_a_worker_that_cannot_load_the_keys_says_it_is_the_worker(client, table, tmp_path,
+                                                                   monkeypatch):
+    """The client plans with keys from its environment; a worker without them failed
+    with the very same message ('environment variable DKKEY is not set') while the
+    client had it set, which reads as the client's problem. Now the error (same type,
+    raised by compute() on the client) names the worker and says each one loads the keys
+    itself."""
+    from cryptdisk.errors import MissingEnvironmentVariableError
+
+    path, cfg, key = table
+    env_cfg = tmp_path / "env.toml"
+    env_cfg.write_text(cfg.read_text().replace('file = "k1.hex"', 'from_env = "DKKEY"')
+                       .replace('path = "store/', f'path = "{cfg.parent}/store/'))
+    monkeypatch.setenv("DKKEY", key)  # here, not in the workers started before
+    df = cryptdisk.dask.read_table(path, "t", config=env_cfg)
+    with pytest.raises(MissingEnvironmentVariableError) as info:
+        client.compute(df.f.sum()).result()
+    message = str(info.value)
+    assert message.startswith("on Dask worker tcp://127.0.0.1:"), message
+    assert "environment variable DKKEY is not set" in message
+    assert "each worker opens the database and loads its keys itself" in info.value.hint
+    assert key not in message and key not in info.value.hint
+    with cryptdisk.connect(path, env_cfg, read_only=True) as db:  # the client opens it
+        assert db.query("SELECT count(*) FROM t") == [(3 * PART_ROWS,)]

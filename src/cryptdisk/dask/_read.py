@@ -97,6 +97,29 @@ def _drop(kept: _Kept) -> list[Database]:
     return [kept.db] if kept.users == 0 and kept.pid == os.getpid() else []
 
 
+def _on_worker(exc: CryptdiskError) -> CryptdiskError:
+    """``exc`` (raised opening a database) with the Dask worker that raised it in front
+    of its message, when this process is one: the client, which loaded the keys to plan,
+    would otherwise show a worker's missing key variable or file as its own. Same class
+    and attributes; unchanged outside a worker."""
+    try:
+        from distributed import get_worker
+
+        address = get_worker().address
+    except (ImportError, ValueError):  # not a worker: the client planning, or no Dask
+        return exc
+    if len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return exc  # not one message to prefix (pickled back to the client by its args)
+    out = type(exc).__new__(type(exc))
+    out.__dict__.update(getattr(exc, "__dict__", {}))
+    out.args = (f"on Dask worker {address} (pid {os.getpid()}): {exc}",)
+    out.hint = ((exc.hint + "; ") if exc.hint else "") + (
+        "each worker opens the database and loads its keys itself: it needs the config, "
+        "the key files and the environment variables (a key, a PIN) that the config names, "
+        "as the client has them")
+    return out
+
+
 @contextlib.contextmanager
 def _process_database(db_path: str, config: str | None, *, fresh: bool = False,
                       storage_options: dict[str, Any] | None = None
@@ -120,8 +143,12 @@ def _process_database(db_path: str, config: str | None, *, fresh: bool = False,
             to_close += _drop(kept)
             kept = None
         if kept is None:
-            db = connect(db_path, config, read_only=True, cache_bytes=0,
-                         **({"storage_options": storage_options} if storage_options else {}))
+            try:
+                db = connect(db_path, config, read_only=True, cache_bytes=0,
+                             **({"storage_options": storage_options} if storage_options
+                                else {}))
+            except CryptdiskError as exc:
+                raise _on_worker(exc) from None
             kept = _OPEN[key] = _Kept(db)
             opened = True
         _OPEN.move_to_end(key)
