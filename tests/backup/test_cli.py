@@ -365,3 +365,38 @@ def test_a_full_disk_during_a_sqlite_backup_or_restore_is_an_error_naming_the_fi
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith("r.db")) == []
     r = run(*argv)
     assert r.returncode == 0, r.stderr
+
+
+def test_repo_options_are_typed_and_a_nested_credential_is_refused(tmp_path: Path) -> None:
+    """--repo-option values were all strings: a dict option (config_kwargs) was an
+    'internal error: AttributeError', anon=false was the true string "false", and a
+    credential inside a JSON dict escaped the credential check as a string. Now TOML (or
+    JSON) values are typed; S3 is moto's server on loopback."""
+    from tests.disks.s3server import ENV, make_bucket, s3_server
+
+    with s3_server() as endpoint:
+        make_bucket(endpoint, "typed-options")
+        env = dict(ENV, AWS_EC2_METADATA_DISABLED="true")
+        url = "s3://typed-options/repo"
+        base = ("--passphrase-env", "BK_PASS", "--repo-option", f"endpoint_url={endpoint}")
+        r = run("init", url, *base, "--repo-option", 'config_kwargs={ signature_version = '
+                '"s3v4" }', "--repo-option", "anon=false", env=env)
+        assert r.returncode == 0, r.stderr
+        for value in ('config_kwargs={"signature_version": "s3v4"}', "max_concurrency=2",
+                      "use_ssl=false"):
+            r = run("list", url, *base, "--repo-option", value, env=env)
+            assert r.returncode == 0 and "no backups" in r.stdout, (value, r.stderr)
+        for value in ('client_kwargs={"aws_secret_access_key": "zz-secret-zz"}',
+                      'client_kwargs={ aws_secret_access_key = "zz-secret-zz" }'):
+            r = run("list", url, *base, "--repo-option", value, env=env)
+            assert r.returncode == 1, r.stderr
+            assert "'aws_secret_access_key' looks like a credential" in r.stderr, r.stderr
+            assert "zz-secret-zz" not in r.stderr
+        r = run("list", url, *base, "--repo-option", "config_kwargs={not json zz-secret-zz",
+                env=env)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "--repo-option config_kwargs: the value is neither" in r.stderr
+        assert "zz-secret-zz" not in r.stderr
+        r = run("list", url, *base, "--repo-option", "config_kwargs=plain", env=env)
+        assert r.returncode == 1 and "internal error" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"cryptdisk: error: {url}: the store failed"), r.stderr

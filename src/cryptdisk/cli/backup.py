@@ -136,8 +136,9 @@ def _raised_by_store(exc: BaseException) -> bool:
         tb = tb.tb_next
     where = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
     # a storage option the store's client does not take: TypeError from its constructor
-    return isinstance(exc, (TypeError, ValueError)) and where.partition(".")[0] in (
-        _STORE_PACKAGES)
+    # (an AttributeError: one of the wrong type, such as a string for a dict)
+    return isinstance(exc, (TypeError, ValueError, AttributeError)) and (
+        where.partition(".")[0] in _STORE_PACKAGES)
 
 
 def _store_errors(func: Callable[[argparse.Namespace], int]
@@ -191,8 +192,29 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise BackupError(f"--repo-option {item!r}: expected KEY=VALUE")
-        out[key] = value
+        out[key] = _option_value(key, value)
     return out
+
+
+def _option_value(key: str, raw: str) -> Any:
+    """A TOML value (``true``, ``4``, ``{ region_name = "eu-west-1" }``) or a JSON object or
+    array as its value, anything else as the string: fsspec's stores take booleans,
+    numbers and dicts, and the string ``"false"`` is true (``anon=false`` was anonymous)."""
+    import json
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    if raw.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise BackupError(f"--repo-option {key}: the value is neither a TOML nor a "
+                              "JSON table or array (not quoted here: it may hold a secret)"
+                              ) from None
+    return raw
 
 
 def _unlock_args(args: argparse.Namespace) -> dict[str, Any]:
