@@ -547,14 +547,14 @@ class _PartWriter:
         if writer is not None:
             try:
                 writer.close()
-            except Exception:
+            except Exception:  # noqa: S110 (the discarded part's: it goes nowhere)
                 pass
             except BaseException as exc:
                 signal = exc
         while True:  # the disk thread ends before its file is discarded
             try:
                 self._sink.finish()
-            except Exception:
+            except Exception:  # noqa: S110 (the discarded writes')
                 pass
             except BaseException as exc:
                 if exc is not self._sink._error:  # (the writes' own error: dropped)
