@@ -279,3 +279,44 @@ def test_a_block_left_without_its_exit_is_no_finalizer_on_another_thread(tmp_pat
         sys.unraisablehook = before_hook
         signal.set_wakeup_fd(-1)
         db.close()
+
+
+def test_a_ctrl_c_at_the_first_line_of_interruptibles_exit_puts_the_wakeup_fd_back():
+    """A SIGINT whose handler runs at the first instruction of ``interruptible.__exit__``
+    (simulated deterministically: a trace function calls the installed handler there, in
+    that frame, as CPython's eval loop would) left cryptdisk's pipe as the wake-up fd and
+    ``_running`` naming the statement's connection. Now the KeyboardInterrupt comes at the
+    statement's end, and both are put back."""
+    import sys
+
+    from cryptdisk.db import _sigint
+
+    class Con:
+        interrupted = 0
+
+        def interrupt(self) -> None:
+            self.interrupted += 1
+
+    target = _sigint.interruptible.__exit__.__code__
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is target:
+            sys.settrace(None)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+        return None
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    lock = _sigint.StatementLock()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with lock, _sigint.interruptible(Con()):
+                sys.settrace(tracer)
+    finally:
+        sys.settrace(None)
+        now = signal.set_wakeup_fd(before)
+    assert now == before
+    assert _sigint._running is None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not lock._lock._is_owned()

@@ -124,7 +124,12 @@ class interruptible:
 
     A class, not a generator: a KeyboardInterrupt raised as the block ends, before a
     generator's ``finally`` ran, left the generator to a garbage collection on any thread
-    (``set_wakeup_fd`` only works on the main one)."""
+    (``set_wakeup_fd`` only works on the main one). Its ``__enter__`` and ``__exit__`` are
+    bookkeeping (:data:`_DEFERRING`): in a statement (a database's lock), a signal handled
+    in them, their first instruction included, runs its handler at the statement's end,
+    so the wake-up fd and :data:`_running` are always put back (a Ctrl-C at the first
+    line of ``__exit__`` left cryptdisk's pipe as the wake-up fd and a stale
+    ``_running``, whose connection the next Ctrl-C would interrupt)."""
 
     __slots__ = ("_con", "_state")
 
@@ -373,4 +378,5 @@ class StatementLock:
 #: the bookkeeping's frames, where a relay defers its handler (see the module's doc)
 _DEFERRING = frozenset(f.__code__ for f in (
     _restore, _put_back, _end, kept_signals.__enter__, kept_signals.__exit__,
-    StatementLock.__enter__, StatementLock.__exit__))
+    StatementLock.__enter__, StatementLock.__exit__,
+    interruptible.__enter__, interruptible.__exit__))
