@@ -203,6 +203,12 @@ def test_analytical_transaction_blocks_hold_queries(start_server, analytical) ->
         with pytest.raises(psycopg.errors.FeatureNotSupported):
             c.execute("CREATE TABLE t2 (a BIGINT)")
         c.rollback()
+        with pytest.raises(psycopg.errors.SyntaxError):  # 42601 in a block too (was 0A000)
+            c.execute("SELEC 1")
+        c.rollback()
+        with pytest.raises(psycopg.errors.SyntaxError):  # (it parses no further than that)
+            c.execute("CREATE TABLE t2 (a BIGINT")
+        c.rollback()
         c.autocommit = True
         c.execute("INSERT INTO open_t VALUES (3, 'z', 0)")
         assert c.execute("SELECT count(*) FROM open_t").fetchone() == (3,)

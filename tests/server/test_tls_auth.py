@@ -14,12 +14,13 @@ import pg8000.native
 import psycopg
 import pytest
 
-from cryptdisk.errors import LoginError
+from cryptdisk.errors import LoginError, ServerError
 from cryptdisk.server import (
     DEFAULT_ITERATIONS,
     ScramServer,
     UserStore,
     Verifier,
+    end_point_hash,
     make_verifier,
     self_signed,
     server_context,
@@ -187,6 +188,67 @@ def test_create_role_with_login_and_encrypted_password_as_admin_tools_write_them
             admin.execute("CREATE ROLE dora WITH LOGIN")  # a login needs a password here
     with psycopg.connect(**{**srv.dsn, "user": "carl", "password": "newer pw"}) as carl:
         assert carl.execute("SELECT current_user").fetchone() == ("carl",)
+
+
+def test_a_quoted_login_is_a_role_name_not_the_login_option(start_server, sqlite_engine) -> None:
+    """``"login"`` is an identifier: ``CREATE ROLE "login" PASSWORD '...'`` (no LOGIN
+    option) makes no user that can log in, and ``CREATE ROLE "login"`` a role of that name.
+    The quoted name was taken as the LOGIN option, making a user named login."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        with pytest.raises(psycopg.errors.SyntaxError):
+            admin.execute("CREATE ROLE \"login\" PASSWORD 'login pw'")
+        assert admin.execute("SELECT name FROM system.users WHERE name = 'login'"
+                             ).fetchall() == []
+        admin.execute('CREATE ROLE "login"')
+        assert admin.execute("SELECT role FROM system.roles").fetchall() == [("login",)]
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(**{**srv.dsn, "user": "login", "password": "login pw"})
+
+
+def test_load_tls_reads_the_certificate_once(certs, tmp_path, monkeypatch) -> None:
+    """The channel-binding hash load_tls gives is the one of the certificate its context
+    serves, even when the file is replaced while it loads (a renewal): it read the file a
+    second time for the hash, so SCRAM-SHA-256-PLUS would bind to a certificate no client
+    was shown."""
+    from cryptdisk.server import _tls
+    from tests.server.certs import make_ca_and_server
+
+    ca, cert, key = certs
+    (tmp_path / "other").mkdir()
+    _, other_cert, _ = make_ca_and_server(tmp_path / "other")
+    real = _tls.server_context
+
+    def replaced_after_loading(*args, **kwargs):
+        ctx = real(*args, **kwargs)
+        cert.write_bytes(other_cert.read_bytes())  # renewed right after the context loaded
+        return ctx
+
+    monkeypatch.setattr(_tls, "server_context", replaced_after_loading)
+    ctx, binding = _tls.load_tls(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    served: list[bytes] = []
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(1)
+
+    import threading
+    worker = threading.Thread(target=accept)
+    worker.start()
+    client = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(listener.getsockname()) as raw, \
+            client.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+        assert der is not None
+        served.append(der)
+        tls.sendall(b"x")
+    worker.join(10)
+    listener.close()
+    assert binding == end_point_hash(served[0])
+    with pytest.raises(ServerError, match="cannot load the TLS certificate"):
+        _tls.load_tls(tmp_path / "missing.pem", key)
 
 
 def test_user_statements(start_server, sqlite_engine) -> None:

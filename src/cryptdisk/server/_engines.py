@@ -597,6 +597,16 @@ class _AnalyticalSession(EngineSession):
             "autocommit=True; SQLAlchemy: isolation_level=\"AUTOCOMMIT\"), or serve an "
             "encrypted SQLite database (cryptdisk serve --sqlite) for transactions")
 
+    def _check_syntax(self, text: str) -> None:
+        """A syntax error (42601, as outside a block) for ``text`` that DuckDB cannot
+        parse: in a transaction block or a read-only transaction it is no refused write."""
+        import duckdb
+
+        try:
+            self._parse_connection().extract_statements(text)
+        except duckdb.ParserException as exc:
+            raise StatementError(str(exc), "42601") from None
+
     def new_statement(self) -> None:
         """A statement of this session that the server runs itself (a policy statement)
         starts: a cancel sent before it is not for it."""
@@ -657,6 +667,7 @@ class _AnalyticalSession(EngineSession):
             from ..db import Reader
 
             if not Reader.runs(text):
+                self._check_syntax(text)  # a statement that does not parse: 42601
                 if self.read_only:
                     raise read_only_error(sql)
                 self._refuse_in_block()

@@ -6,6 +6,7 @@ import datetime as dt
 import ipaddress
 import os
 import ssl
+import tempfile
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -67,15 +68,28 @@ def certificate_fingerprint(cert: str | os.PathLike[str]) -> str:
 def load_tls(cert: str | os.PathLike[str], key: str | os.PathLike[str],
              client_ca: str | os.PathLike[str] | None = None) -> tuple[ssl.SSLContext, bytes]:
     """:func:`server_context` and the tls-server-end-point hash of its certificate (SCRAM's
-    channel binding), read from the files now: at start, and again on SIGHUP."""
-    ctx = server_context(cert, key, client_ca)
+    channel binding), read from the files now: at start, and again on SIGHUP.
+
+    The certificate file is read once: the context loads those bytes and the hash is of
+    them, so a file replaced meanwhile (a renewal) never pairs the context's certificate
+    with another one's hash (SCRAM-SHA-256-PLUS logins would all fail)."""
     try:
         with open(cert, "rb") as f:
-            der = x509.load_pem_x509_certificate(f.read()).public_bytes(
-                serialization.Encoding.DER)
+            pem = f.read()
+        der = x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
     except (OSError, ValueError) as exc:
-        raise ServerError(f"cannot read the TLS certificate {os.fspath(cert)}: {exc}") \
-            from None
+        raise ServerError(f"cannot load the TLS certificate {os.fspath(cert)} and key "
+                          f"{os.fspath(key)}: {exc}") from None
+    # the context loads a file: the bytes read, in a file of this process's own (the
+    # certificate is public; the key is read from its file once, by the context)
+    with tempfile.TemporaryDirectory(prefix="cryptdisk-tls-") as tmp:
+        copy = os.path.join(tmp, "cert.pem")
+        with open(copy, "wb") as f:
+            f.write(pem)
+        try:
+            ctx = server_context(copy, key, client_ca)
+        except ServerError as exc:  # name the file, not the copy
+            raise ServerError(str(exc).replace(copy, os.fspath(cert))) from None
     return ctx, end_point_hash(der)
 
 

@@ -83,6 +83,7 @@ log = logging.getLogger("cryptdisk.server")
 
 _NAME = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
 _STRING = r"'(?:[^']|'')*'"
+_QUOTED = r'"(?:[^"]|"")*"'  # a quoted identifier ("login" is a name, not the LOGIN option)
 _SYSTEM_TABLE = re.compile(r"\s*SELECT\s+\*\s+FROM\s+system\s*\.\s*(users|grants|roles)\s*;?\s*",
                            re.I)
 
@@ -1188,7 +1189,8 @@ class ScramAuthenticator:
             # CREATE ROLE name [WITH] LOGIN PASSWORD '...' (pgAdmin's, DBeaver's) makes a user
             login_role = words == ["CREATE", "ROLE"] and re.search(
                 rf"\bPASSWORD\s+{_STRING}", sql, re.I | re.S) is not None \
-                and re.search(r"\bLOGIN\b", re.sub(_STRING, "", sql), re.I) is not None
+                and re.search(r"\bLOGIN\b", re.sub(rf"{_STRING}|{_QUOTED}", "", sql),
+                              re.I) is not None
             if words == ["CREATE", "ROLE"] and not login_role:
                 m = re.fullmatch(rf"\s*CREATE\s+ROLE\s+({_NAME})((?:\s+(?:WITH|NOLOGIN))*)"
                                  r"\s*;?\s*", sql, re.I | re.S)
