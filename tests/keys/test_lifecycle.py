@@ -603,3 +603,23 @@ def test_kill_9_during_promote_of_a_database_then_a_rerun_finishes(tmp_path):
         shutil.copytree(snapshot, work)
     print("files the reruns rewrapped, per kill point:", left_by_reruns)
     assert any(0 < n < files for n in left_by_reruns)  # some kill landed mid-rotation
+
+
+def test_promote_to_a_missing_database_or_path_changes_nothing(tmp_path):
+    """A typo in --db or a PATH made the key current and then failed ('no cryptdisk
+    database at ...', 'N failed'), leaving the config changed and nothing rewrapped; now
+    promote checks them first, as retire does, and the config stays as it was."""
+    cfg, data = setup(tmp_path)
+    assert run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex")
+               ).returncode == 0
+    before = Path(cfg).read_text()
+    for argv, says in ((["--db", str(tmp_path / "typo.db")],
+                        f"no cryptdisk database at {tmp_path / 'typo.db'}"),
+                       ([str(data), str(tmp_path / "nothere")],
+                        f"{tmp_path / 'nothere'}: no such file or directory")):
+        done = run("keys", "promote", "2", "-c", cfg, *argv)
+        assert done.returncode == 1, done.stderr
+        assert says in done.stderr, done.stderr
+        assert "is the current key" not in done.stdout
+        assert Path(cfg).read_text() == before
+        assert key_ids(data) == [1, 1, 1]

@@ -287,15 +287,24 @@ def _open_db(args: argparse.Namespace, config: str | None) -> Any:
     return connect(args.db, config)
 
 
+def _check_targets(args: argparse.Namespace) -> None:
+    """Refuse a --db that is no database and PATHs that do not exist."""
+    from ..errors import DatabaseError
+
+    if args.db and not os.path.exists(os.path.join(args.db, "catalog")):
+        raise DatabaseError(f"no cryptdisk database at {args.db}")
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        raise KeyringError(f"{', '.join(missing)}: no such file or directory")
+
+
 def _usage(args: argparse.Namespace, config: str | None, key_id: int) -> list[str]:
     """The files of --db and the PATHs under ``key_id``; refuses when neither is given."""
     if not args.db and not args.paths:
         raise KeyringError(f"which files could use key {key_id}? give the database (--db "
                            "PATH) or the files and directories written with this config",
                            hint="the check reads only file headers")
-    missing = [p for p in args.paths if not os.path.exists(p)]
-    if missing:
-        raise KeyringError(f"{', '.join(missing)}: no such file or directory")
+    _check_targets(args)
     used: list[str] = []
     db_files: set[str] = set()
     if args.db:
@@ -514,6 +523,7 @@ def cmd_keys_promote(args: argparse.Namespace) -> int:
     config = _config_path(args)
     assert config is not None
     keys = KeyConfig(config)
+    _check_targets(args)  # a typo in --db or a PATH: refused before the config changes
     changed = keys.promote(args.id)
     print(f"key {args.id} is the current key of {config}" + ("" if changed else " (already)"))
     code = 0
