@@ -42,6 +42,11 @@ T = TypeVar("T")
 _LENGTH = struct.Struct("!i")
 
 
+def _zoned(data: bytes | None) -> bool:
+    return data is not None and len(data) < 48 and _types.zoned(
+        data.decode("ascii", "replace"))
+
+
 @dataclass
 class _Statement:
     sql: str
@@ -51,6 +56,8 @@ class _Statement:
     described: bool = False
     type_names: tuple[str, ...] = ()  # SQL PREPARE's declared parameter types
     typed: bool = False  # its untyped parameters have been given their context's types
+    #: a Describe told the client its parameters' types (TEXT for the untyped ones)
+    told: bool = False
 
 
 @dataclass
@@ -1517,11 +1524,19 @@ class Session:
             if len(msg.params) != st.nparams:
                 raise StatementError(f"bind message supplies {len(msg.params)} parameters, "
                                      f"but the statement requires {st.nparams}", "08P01")
+            formats = [P.result_format(msg.param_formats, i) for i in range(len(msg.params))]
+            untyped = [v is not None and not (i < len(st.param_types) and st.param_types[i])
+                       for i, v in enumerate(msg.params)]
+            if not st.typed and any(
+                    u and (formats[i] == 1 or _zoned(msg.params[i]))
+                    for i, u in enumerate(untyped)):
+                # binary data of no type (node-postgres sends a Buffer so), or a date or
+                # timestamp with a zone (JDBC's setDate, setTimestamp): read it as the type
+                # its place gives, as PostgreSQL does
+                await self._infer_parameters(st)
             try:
-                values = [
-                    _types.decode_param(st.param_types[i] if i < len(st.param_types) else 0,
-                                        v, P.result_format(msg.param_formats, i))
-                    for i, v in enumerate(msg.params)]
+                values = [self._bind_value(st, i, v, formats[i], untyped[i])
+                          for i, v in enumerate(msg.params)]
             except ProtocolError as exc:
                 raise StatementError(str(exc), "22P02") from None
             replaced = self.portals.get(msg.portal)
@@ -1574,6 +1589,7 @@ class Session:
                     st.described = True
                 if not st.typed:
                     await self._infer_parameters(st)
+                st.told = True
                 self.send(P.parameter_description(
                     [st.param_types[i] if i < len(st.param_types) and st.param_types[i]
                      else _types.TEXT for i in range(st.nparams)]))
@@ -1635,6 +1651,18 @@ class Session:
                 if dropped is not None and dropped.log_entry is not None:
                     await self._write_portal_log(dropped)
             self.send(P.CLOSE_COMPLETE)
+
+    @staticmethod
+    def _bind_value(st: _Statement, i: int, data: bytes | None, fmt: int,
+                    untyped: bool) -> Any:
+        """Bind's parameter ``i`` as a value, by its type (the client's, or the one its
+        place gives it: :meth:`_infer_parameters`). Binary data of no type
+        the context settles is bytea (what node-postgres sends binary: a Buffer), unless a
+        Describe told the client it is text (asyncpg sends text so)."""
+        oid = st.param_types[i] if i < len(st.param_types) else 0
+        if untyped and fmt == 1 and not oid and not st.told:
+            oid = _types.BYTEA
+        return _types.decode_param(oid, data, fmt)
 
     async def _infer_parameters(self, st: _Statement) -> None:
         """Give the parameters the client left untyped the type their context gives (as

@@ -514,6 +514,38 @@ _OID_NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint"
               TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamp with time zone", UUID: "uuid"}
 
 
+#: a date and a zone, as PostgreSQL's JDBC driver sends a java.sql.Date (setDate:
+#: ``2024-02-29 +02``, the JVM's offset, as a parameter of no type)
+_DATE_WITH_ZONE = re.compile(r"(\d{4}-\d\d-\d\d) ([+-]\d\d(?::?\d\d){0,2})")
+#: a date or a timestamp with a zone, as the JDBC driver sends a java.sql.Date or
+#: Timestamp (setTimestamp: ``2024-01-02 03:04:05.123456+09``) as a parameter of no type
+_ZONED = re.compile(r"\d{4}-\d\d-\d\d(?: \d\d:\d\d:\d\d(?:\.\d+)?| )"
+                    r"[+-]\d\d(?::?\d\d){0,2}")
+
+
+def zoned(text: str) -> bool:
+    """Whether ``text`` is a date or timestamp with a zone (see :data:`_ZONED`): the type
+    its place gives it decides what it is, as PostgreSQL reads it (a date: the date; a
+    timestamp: the time of day, the zone ignored; a timestamptz: that instant)."""
+    return _ZONED.fullmatch(text) is not None
+
+
+def _midnight(text: str) -> str:
+    """A date with a zone as midnight at that offset; other text as it is."""
+    m = _DATE_WITH_ZONE.fullmatch(text.strip())
+    return f"{m[1]} 00:00:00{m[2]}" if m else text
+
+
+def _date_param(text: str) -> dt.date:
+    """A date parameter's text: a date, or a timestamp or a date with a zone (JDBC's
+    setDate) of which the date, as PostgreSQL's date input takes them."""
+    text = text.strip()
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return dt.datetime.fromisoformat(_midnight(text)).date()
+
+
 def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
     """A Bind parameter as a Python value (None for NULL), by its type OID and format."""
     if data is None:
@@ -538,9 +570,11 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
         if oid == BYTEA:
             return bytes.fromhex(text[2:]) if text.startswith("\\x") else data
         if oid == DATE:
-            return dt.date.fromisoformat(text)
-        if oid in (TIMESTAMP, TIMESTAMPTZ):
-            return dt.datetime.fromisoformat(text)
+            return _date_param(text)
+        if oid == TIMESTAMPTZ:
+            return dt.datetime.fromisoformat(_midnight(text))
+        if oid == TIMESTAMP:  # a zone is ignored, as PostgreSQL's timestamp input does
+            return dt.datetime.fromisoformat(_midnight(text)).replace(tzinfo=None)
         if oid == UUID:
             return uuid.UUID(text)
         return text
