@@ -174,3 +174,23 @@ def test_a_wide_integer_beyond_38_digits_is_refused_not_stored_wrapped(db, state
         db.execute(statement)
     assert db.query("SELECT v, u, l, v::VARCHAR FROM h") == [(most, most, [-most], str(most))]
     assert "c" not in db.catalog.tables
+
+
+def test_cli_prints_values_as_duckdb_gives_them(tmp_path):
+    """``cryptdisk sql`` prints a BIT as its bits, a BIGNUM as its number, a TIMETZ with
+    its offset, a UUID as text and a MAP as a JSON object (it printed DuckDB's internal
+    bytes as hex for the first two, and dropped the offset)."""
+    db = str(tmp_path / "db")
+    sql = ("SELECT '0101'::BIT AS b, -12::BIGNUM AS n, '12:00:00+02'::TIMETZ AS z, "
+           "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::UUID AS u, MAP {2: 'x'} AS m, "
+           "[1, 2]::INTEGER[2] AS a")
+    out = run("sql", db, "--create", "-q", sql, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"b": "0101", "n": "-12", "z": "12:00:00+02:00",
+                                       "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+                                       "m": {"2": "x"}, "a": [1, 2]}]
+    out = run("sql", db, "-q", sql, "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == \
+        '0101,-12,12:00:00+02:00,a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,"{""2"": ""x""}",' \
+        '"[1, 2]"'

@@ -10,6 +10,7 @@ import decimal
 import json
 import os
 import sys
+import uuid
 from typing import Any
 
 __all__ = ["format_table", "register"]
@@ -48,7 +49,8 @@ def _open(args: argparse.Namespace, read_only: bool = False) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (decimal.Decimal, _dt.date, _dt.datetime, _dt.time, _dt.timedelta)):
+    if isinstance(value, (decimal.Decimal, _dt.date, _dt.datetime, _dt.time, _dt.timedelta,
+                          uuid.UUID)):
         return str(value)
     if isinstance(value, bytes):
         return value.hex()
@@ -62,6 +64,12 @@ def _json_value(value: Any, typ: Any) -> Any:
 
     if value is None or isinstance(value, bool):
         return value
+    if typ is None:  # DuckDB's Python value (a MAP or STRUCT a dict, a LIST or ARRAY a list)
+        if isinstance(value, dict):
+            return {_json_key(k, None): _json_value(v, None) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_json_value(v, None) for v in value]
+        return _plain(value)
     if pa.types.is_map(typ):
         return {_json_key(k, typ.key_type): _json_value(v, typ.item_type) for k, v in value}
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
@@ -77,25 +85,34 @@ def _json_key(key: Any, typ: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def _nested(typ: Any) -> bool:
+def _nested(typ: Any, value: Any = None) -> bool:
+    """Whether a value of Arrow type ``typ`` is nested (with no type, whether ``value``,
+    DuckDB's Python value, is a list, tuple or dict)."""
+    if typ is None:
+        return isinstance(value, (list, tuple, dict))
     import pyarrow as pa
 
     return bool(pa.types.is_nested(typ))
 
 
 def format_table(table: Any, fmt: str = "table") -> str:
-    """Render an Arrow table as aligned text, CSV or JSON (one object per row, in a list).
-    A nested value (LIST, STRUCT, MAP) is JSON: in CSV and text, its JSON text."""
-    names = list(table.column_names)
-    from ..db import python_rows
+    """Render an Arrow table, or a statement's rows as ``Database._fetch`` gives them
+    (DuckDB's Python values), as aligned text, CSV or JSON (one object per row, in a
+    list). A nested value (LIST, STRUCT, MAP) is JSON: in CSV and text, its JSON text."""
+    from ..db import Rows, python_rows
 
-    records = python_rows(table)
-    types = [f.type for f in table.schema]
+    if isinstance(table, Rows):
+        names, records = list(table.names), table.rows
+        types: list[Any] = [None] * len(names)  # (from the values: see _json_value)
+    else:
+        names = list(table.column_names)
+        records = python_rows(table)
+        types = [f.type for f in table.schema]
     if fmt == "json":  # JSON has its own true/false
         return json.dumps([{n: _json_value(v, t)
                             for n, v, t in zip(names, r, types, strict=True)}
                            for r in records], default=str)
-    rows = [[_plain(v) if v is None or not _nested(t)
+    rows = [[_plain(v) if v is None or not _nested(t, v)
              else json.dumps(_json_value(v, t), default=str, ensure_ascii=False)
              for v, t in zip(r, types, strict=True)] for r in records]
     if fmt == "csv":
@@ -129,7 +146,7 @@ def _run_and_print(db: Any, sql: str, fmt: str) -> None:
     from ..db import split_statements
 
     for statement in split_statements(sql):
-        result = db.execute(statement)
+        result = db._fetch(statement)  # (DuckDB's values: BIT '0101', not its bytes)
         if result is not None:
             print(format_table(result, fmt))
 

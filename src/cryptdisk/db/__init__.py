@@ -27,13 +27,13 @@ from ._policies import (
     role_query,
 )
 from ._remote import is_url, location, publish
-from ._rows import python_rows
+from ._rows import Rows, python_rows
 from ._schema import alter_table_statement, table_statement
 from ._sql import change_statement, split_statements
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPolicy",
            "PolicyRewriter",
-           "PolicySession", "Reader", "add_connection_hook", "alter_table_statement",
+           "PolicySession", "Reader", "Rows", "add_connection_hook", "alter_table_statement",
            "change_statement",
            "connect", "is_url", "location", "mutation_policies",
            "parser_cursor", "publish", "python_rows", "quiet_error", "read_policies",

@@ -1555,6 +1555,21 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     self._rows_wanted = False
             return query_rows(self.con, result)
 
+    def _fetch(self, statement: str) -> Rows | None:
+        """One statement's result as its columns' names and the Python values DuckDB's
+        ``fetchall`` gives (as :meth:`query`), None for a statement without one: what
+        ``cryptdisk sql`` prints (Arrow hands DuckDB's ``BIT``, ``BIGNUM`` and ``TIMETZ``
+        without their values)."""
+        with self._mutex:
+            self._rows_wanted = True
+            try:
+                result = self.execute(statement)
+            finally:
+                self._rows_wanted = False
+            if result is None or isinstance(result, Rows):
+                return result
+            return Rows(list(result.column_names), query_rows(self.con, result))
+
     def executemany(self, statement: str, seq_of_parameters: Iterable[Any]) -> None:
         """Run ``statement`` with each of ``seq_of_parameters`` (lists, tuples or dicts,
         as :meth:`execute` takes them).
