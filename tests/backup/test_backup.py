@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -739,3 +740,58 @@ def test_a_local_repository_is_private_to_its_owner(tmp_path: Path) -> None:
              for p in [top.parent, top, *top.rglob("*")]}
     assert {m for p, m in modes.items() if (tmp_path / p).is_dir()} == {0o700}, modes
     assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {0o600}, modes
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_of_inits_at_once_one_makes_the_repository_and_the_others_fail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str) -> None:
+    """Inits that all found the location empty (held at a barrier just after, while
+    Argon2id runs) each wrote their config over the others' and each reported
+    'created ... (id X)' with its own id: the last one's won, the others' passphrases
+    and keys opened nothing. Now exactly one succeeds, the others raise BackupError."""
+    import threading
+
+    import cryptdisk.backup._repo as repo_module
+
+    real = repo_module.wrap_with_passphrase
+    barrier = threading.Barrier(3, timeout=60)
+
+    def held(*args, **kw):  # type: ignore[no-untyped-def]
+        barrier.wait()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(repo_module, "wrap_with_passphrase", held)
+    with contextlib.ExitStack() as stack:
+        if store == "s3":
+            from tests.disks.s3server import ENV, make_bucket, s3_server
+
+            endpoint = stack.enter_context(s3_server())
+            for name, value in ENV.items():
+                monkeypatch.setenv(name, value)
+            make_bucket(endpoint, "racing-inits")
+            url, opts = "s3://racing-inits/repo", {"endpoint_url": endpoint}
+        else:
+            url, opts = str(tmp_path / "repo"), {}
+        made: list[tuple[str, Repository]] = []
+        failed: list[BaseException] = []
+
+        def init(passphrase: str) -> None:
+            try:
+                made.append((passphrase, Repository.init(url, passphrase=passphrase,
+                                                         kdf_params=FAST_KDF,
+                                                         storage_options=opts)))
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        threads = [threading.Thread(target=init, args=(f"pw{i}",)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(made) == 1, (made, failed)
+        assert len(failed) == 2 and all(isinstance(e, BackupError) for e in failed), failed
+        assert all("already a backup repository" in str(e) for e in failed)
+        pw, winner = made[0]
+        assert Repository.open(url, passphrase=pw, storage_options=opts).id == winner.id
+        if store == "local":
+            assert sorted(os.listdir(tmp_path / "repo")) == ["config"]

@@ -196,7 +196,7 @@ class Repository:
             with contextlib.suppress(FileExistsError):
                 fs.makedirs(root, exist_ok=True)
         repo = cls(url, fs, root, config, master)
-        repo._write_config()
+        repo._create_config()
         return repo
 
     @staticmethod
@@ -233,6 +233,47 @@ class Repository:
     def _write_config(self) -> None:
         self._put(f"{self.root}/config",
                   json.dumps(self.config, indent=1, sort_keys=True).encode())
+
+    def _create_config(self) -> None:
+        """Publish the new repository's config unless one is there: of two inits at once,
+        one makes the repository and the other fails (each had found the location empty).
+        Local: a synced temporary file hard-linked to ``config`` (no overwrite); S3: a
+        conditional PUT (``If-None-Match``); other stores: one PUT (no such check)."""
+        path = f"{self.root}/config"
+        data = json.dumps(self.config, indent=1, sort_keys=True).encode()
+        taken = BackupError(f"{self.url} is already a backup repository (another init made "
+                            "it meanwhile)")
+        if isinstance(self.fs, LocalFileSystem):
+            tmp = os.path.join(self.root, f".tmp-{uuid.uuid4().hex}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise taken from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            _fsync_dir(self.root)
+            self._sync_dirty()
+            return
+        protocol = self.fs.protocol
+        if "s3" not in (protocol if isinstance(protocol, tuple) else (protocol,)):
+            self.fs.pipe_file(path, data)
+            return
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+        except Exception:
+            try:
+                there = self.fs.cat_file(path)
+            except FileNotFoundError:
+                raise  # not published: the store's own error
+            if there != data:
+                raise taken from None
 
     def add_wrapping(self, *, passphrase: str | None = None,
                      keyring: Keyring | None = None,
