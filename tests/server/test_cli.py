@@ -354,3 +354,53 @@ def test_system_rotate_keys_finishing_a_rotation_makes_the_server_write_under_th
         proc.stderr.close()
     for part in (db / "data").rglob("*.parquet"):
         assert _key_id(part) == 2
+
+
+def test_system_rotate_keys_rewraps_to_the_key_another_process_made_current_in_the_config(
+        tmp_path, env) -> None:
+    """`cryptdisk keys add` + `keys promote` (no --db: the server holds the database) in
+    another process while `serve -c C` runs, then a client's SYSTEM ROTATE KEYS: every file
+    is rewrapped under key 2 and the server writes under it from then on (it rotated to
+    the start-up keyring's key 1: the rotation reported success, every file stayed under
+    key 1, and new parts and the user file were written under it)."""
+    assert cryptdisk("keygen", "-o", str(tmp_path / "k1.key")).returncode == 0
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "{tmp_path}/k1.key"\n'
+        f'[disks.raw]\ntype = "local"\npath = "{tmp_path}/data"\n'
+        '[disks.secure]\ntype = "encrypted"\ndisk = "raw"\n'
+        '[policies.default]\nvolumes = [{ name = "main", disks = ["secure"] }]\n')
+    db, c = tmp_path / "s.db", ("-c", str(config))
+    out = cryptdisk("sql", str(db), *c, "--create", "-q",
+                    "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)", env=env)
+    assert out.returncode == 0, out.stderr
+    out = cryptdisk("serve", str(db), *c, "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    proc, port, _ = start([str(db), *c, "--plaintext-loopback", "--workers", "1"], env,
+                          tmp_path)
+    try:
+        with psycopg.connect(host="127.0.0.1", port=port, user="alice",
+                             password="pw of alice", sslmode="disable",
+                             autocommit=True) as conn:
+            out = cryptdisk("keys", "add", "2", *c, "--generate", str(tmp_path / "k2.key"))
+            assert out.returncode == 0, out.stderr
+            out = cryptdisk("keys", "promote", "2", *c)
+            assert out.returncode == 0, out.stderr
+            conn.execute("SYSTEM ROTATE KEYS")
+            assert _key_id(f"{db}.users") == 2 and _key_id(db / "catalog") == 2
+            conn.execute("INSERT INTO t VALUES (2)")
+            conn.execute("CREATE USER bob PASSWORD 'pw of bob'")
+            keys = conn.execute("SELECT id, is_current, files FROM system.keys "
+                                "ORDER BY id").fetchall()
+            assert [(int(i), cur, n) for i, cur, n in keys] == [(1, False, 0), (2, True, 5)]
+            assert conn.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (2,)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        proc.stdout.close()
+        proc.stderr.close()
+    assert _key_id(f"{db}.users") == 2
+    parts = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
+    assert len(parts) == 2 and all(_key_id(p) == 2 for p in parts)
+    out = cryptdisk("keys", "retire", "1", *c, "--db", str(db))  # nothing is under key 1
+    assert out.returncode == 0, out.stdout + out.stderr

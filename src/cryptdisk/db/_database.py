@@ -372,6 +372,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         self._settings: tuple[Any, ...] = ()
         try:
             self.own_keys = config is None
+            #: the TOML config file the database was opened with (its keys are loaded
+            #: again as a rotation starts), or None
+            self._config_file = os.fspath(config) if isinstance(config, (str, os.PathLike)) \
+                and os.fspath(config).endswith(".toml") else None
             resolved: Any = resolve_config(self.path, config, creating)  # (DatabaseState's)
             self.config = resolved
             self.keyring = self.config.keyring

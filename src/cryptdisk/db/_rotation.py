@@ -36,7 +36,7 @@ from ..errors import (
     RotationError,
 )
 from ..format import HEADER_SIZE, Header
-from ..keys import Key, rewrap_file
+from ..keys import Key, Keyring, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
 from ._keyfiles import (
     default_key_path,
@@ -50,7 +50,7 @@ from ._keyfiles import (
 from ._keyfiles import remove_key as remove_key_file
 from ._policies import role_check_statement
 from ._rollback import PIN_FILE, default_pin_path
-from ._storage import rewrap_on_disk
+from ._storage import resolve_config, rewrap_on_disk
 
 if TYPE_CHECKING:
     from ._state import DatabaseState
@@ -295,6 +295,25 @@ class RotationMixin(DatabaseState):
         rewrapped under it."""
         self.keyring.adopt(load_keyring(self.path))
 
+    def _reload_config_keys(self) -> None:
+        """Load the keys of the TOML config the database was opened with again, into the
+        keyrings in use (the config's, each encrypted disk's), in place: a key another
+        process added and made current there (``cryptdisk keys add``, ``promote``) is
+        the key a rotation rewraps to, and every holder of those keyrings (the disks, a
+        server's user file, policies and audit log) writes under it from then on."""
+        path = getattr(self, "_config_file", None)
+        if path is None:
+            return
+        fresh: Any = resolve_config(self.path, path, False)
+        if self.config.keyring is not None and fresh.keyring is not None:
+            self.config.keyring.adopt(fresh.keyring)
+        for name, disk in self.config.disks.items():
+            ring = getattr(disk, "keyring", None)
+            new = getattr(fresh.disks.get(name), "keyring", None)
+            if isinstance(ring, Keyring) and isinstance(new, Keyring) and ring is not \
+                    self.config.keyring:
+                ring.adopt(new)
+
     def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
                     new_key: Key | None = None,
                     on_result: Callable[[str, bool], None] | None = None) -> int:
@@ -335,6 +354,8 @@ class RotationMixin(DatabaseState):
                 staged = stage_current_key(self.path, new_key)  # the intent, first
             elif self.own_keys:  # a rotation to a new key that was stopped: finish it
                 new_key = interrupted_rotation(self.path)
+            else:  # the config's current key now, not the one loaded when it opened
+                self._reload_config_keys()
             self.cache.drop_derived()  # field functions' values go with the keys' change
             try:
                 self._require_reachable("the rotation", rewrap=True)
