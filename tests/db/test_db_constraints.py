@@ -207,8 +207,14 @@ def test_a_described_table_in_a_query_shows_its_constraints(t, sql):
     reader = t.reader()
     try:
         assert reader.query(sql) == want
+        with pytest.raises(DatabaseError, match=r"FROM \(DESCRIBE t\) WHERE nope") as err:
+            reader.query("SELECT * FROM (DESCRIBE t) WHERE nope")
+        assert "__cd" not in str(err.value)  # (what it reads is cryptdisk's own name)
     finally:
         reader.close()
+    with pytest.raises(DatabaseError, match=r"FROM \(DESCRIBE t\) WHERE nope") as err:
+        t.query("SELECT * FROM (DESCRIBE t) WHERE nope")
+    assert "__cd" not in str(err.value)
 
 
 @pytest.mark.parametrize(("sql", "message"), [

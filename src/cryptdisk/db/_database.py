@@ -363,6 +363,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         #: the count of distinct values running (see :meth:`interrupt`)
         self._counting: DistinctCount | None = None
         self._rows_wanted = False  # (set by query for the statement it runs)
+        self._described_texts: dict[str, str] = {}  # see _describe_subqueries
         #: whether only queries and cryptdisk's own statements ran on this database's
         #: DuckDB connection and its readers' cursors (no SET, PRAGMA, CREATE MACRO...):
         #: then a result's column names follow from the parse tree (see _key_extremes)
@@ -1069,7 +1070,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 finally:
                     self.con.unregister(name)
                 self._expose(name, _described(self, f"DESCRIBE {m.group(1)}", described))
-            return f"(SELECT * FROM {name})"
+            text = f"(SELECT * FROM {name})"
+            self._described_texts[text] = m.group(0)  # (DuckDB's errors quote the text)
+            return text
 
         return _DESCRIBE_SUBQUERY.sub(sub, sql)
 
@@ -1262,6 +1265,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             self.last_scans[scan.name] = scan.stats()
         self._scans.clear()
         self._exposed.clear()
+        self._described_texts.clear()
         self._handles.clear()  # (the registry drops a source when its last handle goes)
         for t in self._registered:
             with contextlib.suppress(duckdb.Error):
@@ -1338,6 +1342,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     if missing is not None:
                         raise missing from None
                     message = _unprefixed(str(exc)) if self._handles else str(exc)
+                    for text, written in self._described_texts.items():
+                        message = message.replace(text, written)
                     if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
                         message = quiet_error(message)
                     raise DatabaseError(message) from None
@@ -1824,6 +1830,7 @@ class Reader:
         self._extremes_pending: Any = None
         self._counting: DistinctCount | None = None
         self._rows_wanted = False  # (set by query for the statement it runs)
+        self._described_texts: dict[str, str] = {}  # see _describe_subqueries
         self._trees: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
