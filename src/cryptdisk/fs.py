@@ -34,6 +34,7 @@ from fsspec import AbstractFileSystem
 from .config import Config, load_config
 from .disks import Disk, discardable, positional
 from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError, PolicyError
+from .keys import file_stamp
 
 __all__ = ["CryptdiskFileSystem"]
 
@@ -67,7 +68,7 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
                               "or set CRYPTDISK_CONFIG")
         super().__init__(**options)
         self.config_path = os.path.abspath(os.fspath(path))
-        self._config_stamp = _stamp(self.config_path)
+        self._config_stamp = file_stamp(self.config_path)
         self._config: Config = load_config(self.config_path)
         # What fsspec pickles and tokenises: the path only.
         self.storage_options = {"config": self.config_path, **options}
@@ -78,7 +79,7 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
         another current key, a key removed): fsspec keeps one instance per config path
         for the life of the process (a Dask worker's), which would otherwise write new
         files under the old current key and keep reading with a removed one."""
-        stamp = _stamp(self.config_path)
+        stamp = file_stamp(self.config_path)
         if stamp != self._config_stamp:
             self._config = load_config(self.config_path)  # raises: checked again next time
             self._config_stamp = stamp
@@ -471,15 +472,6 @@ class _DeferredWriteFile(io.RawIOBase):
 
     def __reduce__(self) -> Any:
         raise TypeError("open disk files cannot be pickled")
-
-
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    """What changes when the file at ``path`` is rewritten or replaced."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _reload(config_path: str) -> CryptdiskFileSystem:

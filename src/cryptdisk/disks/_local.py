@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, cast
 
 from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError
+from ..format import discard_temp
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, FdReader, PreadFile
 from ._paths import is_temp, norm_path, temp_name
@@ -175,14 +176,7 @@ class LocalDisk(Disk):
             _fsync_dir(directory)
 
         def discard() -> None:
-            try:
-                # closing flushes the buffer: on a full disk that fails again (the fd is
-                # closed all the same), and the temporary file must go whatever it says
-                with contextlib.suppress(OSError):
-                    raw.close()
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+            discard_temp(raw, tmp)
 
         return cast("IO[bytes]", AtomicWriteFile(_WriteBehind(raw, full).write, publish, discard,
                                                  path))

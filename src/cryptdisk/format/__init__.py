@@ -34,7 +34,7 @@ from ._io import (
 )
 from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
-from ._open import DEFAULT_SEGMENT_SIZE, open_file, read_header
+from ._open import DEFAULT_SEGMENT_SIZE, discard_temp, open_file, read_header
 from ._protocols import KeyLookup, WrappingKey
 from ._reread import (
     REREAD_DELAYS,
@@ -84,6 +84,7 @@ __all__ = [
     "Source",
     "TailStore",
     "WrappingKey",
+    "discard_temp",
     "iter_sealed_stream",
     "mutable_layout",
     "names_known_key",

@@ -70,16 +70,21 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
         _fsync_dir(path)
 
     def discard() -> None:
-        try:
-            # closing flushes the buffer: on a full disk that fails again (the fd is
-            # closed all the same), and the temporary file must go whatever it says
-            with contextlib.suppress(OSError):
-                raw.close()
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        discard_temp(raw, tmp)
 
     return SealedWriteFile(writer, path, publish, discard)
+
+
+def discard_temp(raw: IO[bytes], tmp: str) -> None:
+    """Close ``raw``, the temporary file ``tmp`` being written, and delete it: closing
+    flushes the buffer, which on a full disk fails again (the descriptor is closed all
+    the same), and the temporary file must go whatever it says."""
+    try:
+        with contextlib.suppress(OSError):
+            raw.close()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 ReadMode = Literal["rb"]

@@ -19,7 +19,7 @@ from ._exposure import config_exposure
 from ._hygiene import is_dumpable, protect_process
 from ._kek import WrappedKekProvider, create_wrapped_key
 from ._key import Key, export_key_material
-from ._keyring import FollowingKeyring, Keyring
+from ._keyring import FollowingKeyring, Keyring, file_stamp
 from ._lifecycle import KeyConfig, KeyEntryState, files_under_key, key_usage
 from ._provider import (
     ENTRY_POINT_GROUP,
@@ -72,6 +72,7 @@ __all__ = [
     "create_wrapped_key",
     "decode_hex_key",
     "export_key_material",
+    "file_stamp",
     "files_under_key",
     "get_key_provider",
     "is_dumpable",

@@ -303,7 +303,8 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
         raise with_location(exc, path, where) from None
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What changes when the file at ``path`` is rewritten or replaced (None: no file)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -324,14 +325,14 @@ class FollowingKeyring(Keyring):
     def __init__(self, path: str | os.PathLike[str], loaded: Keyring | None = None) -> None:
         """``loaded``: the keyring read from ``path`` already (its keys are taken over)."""
         self._path = os.fspath(path)
-        self._stamp = _stamp(self._path)
+        self._stamp = file_stamp(self._path)
         if loaded is None:
             loaded = Keyring.from_config(self._path)
         super().__init__(loaded, loaded.current_key_id, config_path=loaded.config_path,
                          retired=loaded.retired)
 
     def _follow(self) -> None:
-        stamp = _stamp(self._path)
+        stamp = file_stamp(self._path)
         if stamp == self._stamp:
             return
         self._stamp = stamp
