@@ -795,3 +795,57 @@ def test_of_inits_at_once_one_makes_the_repository_and_the_others_fail(
         assert Repository.open(url, passphrase=pw, storage_options=opts).id == winner.id
         if store == "local":
             assert sorted(os.listdir(tmp_path / "repo")) == ["config"]
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_wrappings_added_at_once_are_all_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              store: str) -> None:
+    """Two 'backup keys --add-passphrase-env' at once each read the config, added their
+    wrapping and wrote it: the last write won and the other passphrase, reported added
+    (exit 0), opened nothing, so retiring the old key after it could lock the repository
+    out. Now the config is re-read and rewritten under a lock (S3: If-Match)."""
+    import threading
+
+    import cryptdisk.backup._repo as repo_module
+
+    with contextlib.ExitStack() as stack:
+        if store == "s3":
+            from tests.disks.s3server import ENV, make_bucket, s3_server
+
+            endpoint = stack.enter_context(s3_server())
+            for name, value in ENV.items():
+                monkeypatch.setenv(name, value)
+            make_bucket(endpoint, "racing-keys")
+            url, opts = "s3://racing-keys/repo", {"endpoint_url": endpoint}
+        else:
+            url, opts = str(tmp_path / "repo"), {}
+        Repository.init(url, passphrase="pw", kdf_params=FAST_KDF, storage_options=opts)
+        opened = [Repository.open(url, passphrase="pw", storage_options=opts)
+                  for _ in range(2)]
+        real = repo_module.wrap_with_passphrase
+        barrier = threading.Barrier(2, timeout=60)
+
+        def held(*args, **kw):  # type: ignore[no-untyped-def]
+            out = real(*args, **kw)
+            barrier.wait()  # both have read the config and made their wrapping
+            return out
+
+        monkeypatch.setattr(repo_module, "wrap_with_passphrase", held)
+        failed: list[BaseException] = []
+
+        def add(repo: Repository, passphrase: str) -> None:
+            try:
+                repo.add_wrapping(passphrase=passphrase, kdf_params=FAST_KDF)
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        threads = [threading.Thread(target=add, args=(r, f"new{i}"))
+                   for i, r in enumerate(opened)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not failed, failed
+        for pw in ("pw", "new0", "new1"):
+            assert Repository.open(url, passphrase=pw, storage_options=opts).id == opened[0].id
+        assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 3

@@ -278,20 +278,81 @@ class Repository:
     def add_wrapping(self, *, passphrase: str | None = None,
                      keyring: Keyring | None = None,
                      kdf_params: dict[str, int] | None = None) -> None:
-        """Wrap the repository key under another passphrase or keyring key too."""
+        """Wrap the repository key under another passphrase or keyring key too.
+
+        The config is read again and rewritten under a lock (local: ``flock`` on the
+        repository directory; S3: a PUT conditional on the ETag read, tried again when
+        another writer changed it), so wrappings added at once are all kept."""
         check_passphrase(passphrase)
         if passphrase is None and keyring is None:
             raise BackupError("give a passphrase or a keyring key to add")
-        if passphrase is not None:
-            self.config["wrappings"].append(
-                wrap_with_passphrase(self._master, self.id, passphrase, kdf_params))
+        new: list[dict[str, Any]] = []
+        if passphrase is not None:  # Argon2id outside the lock
+            new.append(wrap_with_passphrase(self._master, self.id, passphrase, kdf_params))
+        check = kid = None
         if keyring is not None:
-            check = keyring.current_key().check_value.hex()
-            if any(w.get("check") == check for w in self.config["wrappings"]):
-                raise BackupError(f"keyring key id {keyring.current_key_id} already wraps "
-                                  "this repository's key")
-            self.config["wrappings"].append(wrap_with_key(self._master, self.id, keyring))
-        self._write_config()
+            check, kid = keyring.current_key().check_value.hex(), keyring.current_key_id
+            new.append(wrap_with_key(self._master, self.id, keyring))
+
+        def change(config: dict[str, Any]) -> None:
+            if check is not None and any(w.get("check") == check
+                                         for w in config["wrappings"]):
+                raise BackupError(f"keyring key id {kid} already wraps this repository's "
+                                  "key")
+            config["wrappings"].extend(new)
+
+        self._update_config(change)
+
+    def _fresh_config(self, raw: bytes) -> dict[str, Any]:
+        config = check_config(raw, self.url)
+        if (config["id"] != self.id
+                or config.get("params_mac") != self.keys.params_mac(self._params_doc(config))):
+            raise BackupError(f"{self.url}: the repository config was replaced by another "
+                              "repository's meanwhile")
+        return config
+
+    def _update_config(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Read the config again, apply ``change``, write it, with no other update between."""
+        path = f"{self.root}/config"
+
+        def encode(config: dict[str, Any]) -> bytes:
+            return json.dumps(config, indent=1, sort_keys=True).encode()
+
+        if isinstance(self.fs, LocalFileSystem):
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released with the descriptor
+                config = self._fresh_config(self.fs.cat_file(path))
+                change(config)
+                self.config = config
+                self._write_config()
+            finally:
+                os.close(fd)
+            return
+        protocol = self.fs.protocol
+        if "s3" not in (protocol if isinstance(protocol, tuple) else (protocol,)):
+            config = self._fresh_config(self.fs.cat_file(path))
+            change(config)
+            self.config = config
+            self._write_config()
+            return
+        for _ in range(10):
+            tag = str(self.fs.info(path, refresh=True).get("ETag", "")).strip('"')
+            raw = self.fs.cat_file(path)
+            if hashlib.md5(raw, usedforsecurity=False).hexdigest() != tag:
+                continue  # changed between the two reads
+            config = self._fresh_config(raw)
+            change(config)
+            data = encode(config)
+            try:
+                self.fs.pipe_file(path, data, mode="overwrite", IfMatch=f'"{tag}"')
+            except Exception:
+                if self.fs.cat_file(path) != data:
+                    continue  # another update came first: apply ours to it
+            self.config = config
+            return
+        raise BackupError(f"{self.url}/config kept changing while it was updated",
+                          hint="another process changes the repository's keys; try again")
 
     @staticmethod
     def describe_wrappings(config: dict[str, Any]) -> list[str]:
