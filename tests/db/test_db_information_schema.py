@@ -83,3 +83,25 @@ def test_the_databases_views_are_listed(tables):
         ("v", "k", "BIGINT"), ("v", "twice", "DECIMAL(18,2)"), ("w", "total", "DECIMAL(38,2)")]
     assert db.query("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1") == [
         ("v",), ("w",)]
+
+
+def test_catalog_views_give_the_types_queries_read(db):
+    """information_schema.columns and duckdb_columns() name each column's type as DESCRIBE
+    t and typeof() do (a HUGEINT column is read as DECIMAL(38,0), a UUID one as VARCHAR;
+    they named the declared types, which no query of the table returns)."""
+    db.sql("CREATE TABLE h (x HUGEINT NOT NULL, u UUID DEFAULT 'a0eebc99-9c0b-4ef8-bb6d-"
+           "6bb9bd380a11', e ENUM('a', 'b'), n INTEGER)")
+    db.sql("INSERT INTO h (x, e, n) VALUES (1, 'a', 2)")
+    described = [(r[0], r[1]) for r in db.query("DESCRIBE h")]
+    assert described == [("x", "DECIMAL(38,0)"), ("u", "VARCHAR"), ("e", "VARCHAR"),
+                         ("n", "INTEGER")]
+    assert db.query("SELECT typeof(x), typeof(u), typeof(e), typeof(n) FROM h") == \
+        [tuple(t for _c, t in described)]
+    assert db.query("SELECT column_name, data_type, is_nullable, column_default "
+                    "FROM information_schema.columns WHERE table_name = 'h' "
+                    "ORDER BY ordinal_position") == [
+        ("x", "DECIMAL(38,0)", "NO", None),
+        ("u", "VARCHAR", "YES", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'"),
+        ("e", "VARCHAR", "YES", None), ("n", "INTEGER", "YES", None)]
+    assert db.query("SELECT column_name, data_type FROM duckdb_columns() "
+                    "WHERE table_name = 'h' ORDER BY column_index") == described

@@ -946,8 +946,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         sql, views = rewrite_catalog_views(sql)
         if views:  # information_schema.tables, duckdb_columns(), ...: with the tables
             try:
-                found = catalog_views(self.con, list(self.catalog.tables.values()), views,
-                                      list(self.catalog.views.values()))
+                metas = list(self.catalog.tables.values())
+                read = {meta.name: self._read_description(meta).column(
+                    "column_type").to_pylist() for meta in metas}
+                found = catalog_views(self.con, metas, views,
+                                      list(self.catalog.views.values()), read)
             except duckdb.Error as exc:
                 raise DatabaseError(f"DuckDB's catalog views: {exc}") from None
             for name, table in found.items():
@@ -1047,6 +1050,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 args, lambda text: parse_tree(self._parser, text)))
         return tree
 
+    def _read_description(self, meta: TableMeta) -> pa.Table:
+        """DuckDB's ``DESCRIBE`` of table ``meta`` as queries read it (the Arrow schema of
+        its scans: a ``HUGEINT`` column is a ``DECIMAL(38,0)``, a ``UUID`` one a
+        ``VARCHAR``), every column nullable and without a default."""
+        name = "__cd_describe_table"
+        self.con.register(name, self.arrow_schema(meta).empty_table())
+        try:
+            return self.con.sql(f"DESCRIBE SELECT * FROM {name}").to_arrow_table()
+        finally:
+            self.con.unregister(name)
+
     def _describe_subqueries(self, sql: str) -> str:
         """``sql`` reading each ``(DESCRIBE t)`` or ``(SHOW t)`` of a table of the
         database (``SELECT * FROM (DESCRIBE t)``) from its description as a statement
@@ -1063,12 +1077,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             name = found.get(meta.name)
             if name is None:
                 name = found[meta.name] = f"__cd_describe_{len(found)}"
-                empty = self.arrow_schema(meta).empty_table()
-                self.con.register(name, empty)
-                try:
-                    described = self.con.sql(f"DESCRIBE SELECT * FROM {name}").to_arrow_table()
-                finally:
-                    self.con.unregister(name)
+                described = self._read_description(meta)
                 self._expose(name, _described(self, f"DESCRIBE {m.group(1)}", described))
             text = f"(SELECT * FROM {name})"
             self._described_texts[text] = m.group(0)  # (DuckDB's errors quote the text)
@@ -1794,6 +1803,7 @@ class Reader:
     _release = Database._release
     _expose = Database._expose
     _describe_subqueries = Database._describe_subqueries
+    _read_description = Database._read_description
     _bind_exposed = Database._bind_exposed
     _scan_error = Database._scan_error
     _key_extremes = Database._key_extremes

@@ -12,6 +12,7 @@ precisions, defaults and nullability read as DuckDB's own tables' do.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -59,18 +60,24 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def catalog_views(con: Any, tables: list[Any], wanted: set[str], views: Sequence[Any] = ()
-                  ) -> dict[str, pa.Table]:
+def catalog_views(con: Any, tables: list[Any], wanted: set[str], views: Sequence[Any] = (),
+                  read: dict[str, list[str]] | None = None) -> dict[str, pa.Table]:
     """``PREFIX + view`` -> the rows of each view in ``wanted``: those of ``con`` (the
     statement's DuckDB connection), then the database's ``tables`` and ``views``
     (catalog entries; a view whose query DuckDB cannot bind over the tables alone, one
-    that calls a field function or reads a file, is left out)."""
+    that calls a field function or reads a file, is left out). ``read``: each table's
+    column types as queries read them (``DESCRIBE t``: a ``HUGEINT`` column is a
+    ``DECIMAL(38,0)``, a ``UUID`` one a ``VARCHAR``), which the views show."""
     own = {name: con.sql(f"SELECT * FROM {_SQL[name]}").to_arrow_table()
            for name in sorted(wanted)}
     database = con.sql("SELECT current_database()").fetchall()[0][0]
     scratch = duckdb.connect(":memory:")
     try:
         for meta in tables:
+            types = (read or {}).get(meta.name)
+            if types is not None and len(types) == len(meta.columns):
+                meta = copy.copy(meta)  # (its types as read, its constraints as declared)
+                meta.columns = [(c, t) for (c, _t), t in zip(meta.columns, types, strict=True)]
             try:
                 scratch.execute(f"CREATE TABLE {_quote(meta.name)} ("
                                 f"{column_definitions(meta)})")
