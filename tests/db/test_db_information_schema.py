@@ -3,6 +3,7 @@ duckdb_columns()) list the database's tables with DuckDB's own."""
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 import cryptdisk
@@ -105,3 +106,25 @@ def test_catalog_views_give_the_types_queries_read(db):
         ("e", "VARCHAR", "YES", None), ("n", "INTEGER", "YES", None)]
     assert db.query("SELECT column_name, data_type FROM duckdb_columns() "
                     "WHERE table_name = 'h' ORDER BY column_index") == described
+
+
+def test_show_all_tables_lists_the_tables_as_duckdb_does(tables):
+    """SHOW ALL TABLES lists the database's tables and views with DuckDB's own, in the
+    columns DuckDB gives it (it listed DuckDB's own only: none of the tables)."""
+    db = tables
+    db.sql("CREATE VIEW v AS SELECT k FROM t")
+    db.sql("CREATE TEMP TABLE scratch (x INTEGER)")
+    ref = duckdb.connect()
+    ref.execute('CREATE TABLE t (k BIGINT, "Note" VARCHAR, d DECIMAL(10,2))')
+    ref.execute("CREATE TABLE u (x DOUBLE)")
+    ref.execute("CREATE VIEW v AS SELECT k FROM t")
+    ref.execute("CREATE TEMP TABLE scratch (x INTEGER)")
+    want = ref.execute("SHOW ALL TABLES").fetchall()
+    assert want[0][2] == "t" and len(want) == 4
+    assert db.query("SHOW ALL TABLES") == want
+    assert db.sql("show all tables;").schema == ref.sql("SHOW ALL TABLES").to_arrow_table().schema
+    reader = db.reader()
+    try:
+        assert reader.query("SHOW ALL TABLES") == [r for r in want if r[2] != "scratch"]
+    finally:
+        reader.close()

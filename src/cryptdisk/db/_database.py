@@ -2017,6 +2017,8 @@ def _show(db: Database, sql: str) -> pa.Table | str:
     the table as a query does); any other ``SHOW`` as it is."""
     if _SHOW_TABLES.fullmatch(sql):
         return Database._show_tables(db)  # (a reader's: on its cursor)
+    if _SHOW_ALL_TABLES.fullmatch(sql):  # DuckDB's, over duckdb_columns() (with the tables)
+        return _ALL_TABLES
     m = _SHOW_NAME.fullmatch(sql)
     if m is not None:
         name = _sql.unquote(m.group(1)).lower()
@@ -2025,6 +2027,15 @@ def _show(db: Database, sql: str) -> pa.Table | str:
     return sql
 
 
+_SHOW_ALL_TABLES = re.compile(r"(?is)\s*SHOW\s+ALL\s+TABLES\s*;?\s*")
+#: ``SHOW ALL TABLES`` as DuckDB answers it, from ``duckdb_columns()``, which lists the
+#: database's tables and views with DuckDB's own (see ._infoschema)
+_ALL_TABLES = ('SELECT database_name AS "database", schema_name AS "schema", table_name AS '
+               '"name", list(column_name ORDER BY column_index) AS column_names, '
+               'list(data_type ORDER BY column_index) AS column_types, '
+               "bool_or(database_name = 'temp') AS \"temporary\" FROM duckdb_columns() "
+               "WHERE NOT internal GROUP BY database_name, schema_name, table_name "
+               "ORDER BY 1, 2, 3")
 _DESCRIBE = re.compile(rf"(?is)DESCRIBE\s+(?:TABLE\s+)?({_sql._IDENT})\s*")
 #: a string (left as it is), or a ``(DESCRIBE t)`` or ``(SHOW t)`` subquery
 _DESCRIBE_SUBQUERY = re.compile(rf"(?s)'(?:[^']|'')*'|\(\s*(?i:DESCRIBE\s+(?:TABLE\s+)?|SHOW\s+)"
