@@ -194,3 +194,21 @@ def test_cli_prints_values_as_duckdb_gives_them(tmp_path):
     assert out.stdout.splitlines()[1] == \
         '0101,-12,12:00:00+02:00,a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,"{""2"": ""x""}",' \
         '"[1, 2]"'
+
+
+def test_db_insert_takes_python_ints_beyond_64_bits_as_duckdb_casts_them(db):
+    """Rows and columns of Python ints beyond 64 bits: a HUGEINT column takes them (up to
+    38 digits), a BIGINT one fails with DuckDB's conversion error, more digits with a
+    DatabaseError naming the value (pyarrow's OverflowError came out as it was)."""
+    db.execute("CREATE TABLE h (v HUGEINT, b BIGINT)")
+    assert db.insert("h", {"v": [2 ** 70, None, -5]}) == 3
+    assert db.insert("h", [{"v": -(10 ** 38 - 1), "b": 1}]) == 1
+    for data in ({"b": [2 ** 64]}, [{"b": 2 ** 63}]):
+        with pytest.raises(DatabaseError, match="Conversion Error"):
+            db.insert("h", data)
+    with pytest.raises(DatabaseError, match="more than 38 digits"):
+        db.insert("h", {"v": [10 ** 38]})
+    with pytest.raises(DatabaseError, match="beyond 64 bits"):
+        db.insert("h", {"v": [2 ** 70, "x"]})
+    assert db.query("SELECT v, b FROM h ORDER BY v NULLS LAST") == [
+        (-(10 ** 38 - 1), 1), (-5, None), (2 ** 70, None), (None, None)]

@@ -11,6 +11,7 @@ removes, never a half-visible insert.
 
 from __future__ import annotations
 
+import decimal
 import logging
 import os
 import re
@@ -86,9 +87,35 @@ def _from_python(table: str, data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     try:
-        return pa.table(data)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+        try:
+            return pa.table(data)
+        except OverflowError:  # an int beyond 64 bits: as DuckDB binds one (see _wide_ints)
+            return pa.table({k: _wide_ints(table, k, v) for k, v in data.items()})
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise DatabaseError(f"insert into {table}: cannot read the data: {exc}") from None
+
+
+def _wide_ints(table: str, column: str, values: Any) -> Any:
+    """Column ``values`` as pyarrow infers them, or, for Python ints one of which does not
+    fit 64 bits (pyarrow's inference raises ``OverflowError``), as a ``DECIMAL(38,0)``
+    column, which DuckDB casts to the table's type (a ``HUGEINT`` column holds it, a
+    ``BIGINT`` one fails with DuckDB's conversion error)."""
+    try:
+        return pa.array(values)
+    except OverflowError:
+        pass
+    if not isinstance(values, (list, tuple)) or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+        raise DatabaseError(f"insert into {table}: column {column} holds an integer beyond "
+                            "64 bits among values of other types")
+    most = 10 ** 38 - 1
+    wide = next((v for v in values if v is not None and not -most <= v <= most), None)
+    if wide is not None:
+        raise DatabaseError(f"insert into {table}: column {column}: {wide} has more than 38 "
+                            "digits, which no column holds (a HUGEINT is a DECIMAL(38,0) in "
+                            "its parts)")
+    return pa.array([None if v is None else decimal.Decimal(v) for v in values],
+                    pa.decimal128(38, 0))
 
 
 def _warn_of_small_parts(db_id: Any, meta: TableMeta) -> None:
