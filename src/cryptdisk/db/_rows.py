@@ -62,4 +62,18 @@ def query_rows(con: duckdb.DuckDBPyConnection, result: pa.Table | Rows | None,
         return result.rows
     if not result.num_columns:
         return [() for _ in range(result.num_rows)]
+    if all(_same_in_python(f.type) for f in result.schema):  # (no 2 ms of a DuckDB read)
+        return python_rows(result)
     return con.from_arrow(result).fetchall()
+
+
+def _same_in_python(typ: pa.DataType) -> bool:
+    """Whether pyarrow gives a value of Arrow type ``typ`` as DuckDB's ``fetchall`` gives
+    the DuckDB type it reads it as (integers, floats, text, bytes, booleans, decimals,
+    dates and naive microsecond timestamps)."""
+    return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ)
+                or pa.types.is_string(typ) or pa.types.is_large_string(typ)
+                or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+                or pa.types.is_boolean(typ) or pa.types.is_decimal(typ)
+                or pa.types.is_date32(typ) or pa.types.is_null(typ)
+                or (pa.types.is_timestamp(typ) and typ.tz is None and typ.unit == "us"))
