@@ -180,18 +180,46 @@ def test_jdbc_users_grants_and_a_denied_read(start_server, request, jdbc, engine
 @pytest.mark.parametrize("engine", ENGINES)
 def test_jdbc_database_metadata(start_server, request, jdbc, engine) -> None:
     """What DatabaseMetaData reads from pg_catalog (tools list tables, columns and keys
-    so)."""
+    so). getPrimaryKeys and getIndexInfo failed (42P01: no function _pg_expandarray),
+    getImportedKeys and getExportedKeys too (no pg_settings), and getTypeInfo (no
+    array_upper), on both engines; an analytical table has no keys to list."""
     srv = start_server(request.getfixturevalue(engine))
+    sqlite = engine == "sqlite_engine"
     out = jdbc(srv, ADMIN, ("update", "CREATE TABLE m (id INTEGER NOT NULL, label TEXT)"),
                ("meta", "product"), ("meta", "getTables", "m"), ("meta", "getColumns", "m"),
-               ("meta", "getSchemas"))
+               ("meta", "getSchemas"), ("meta", "getTypeInfo"))
     assert out[2] == "ok PostgreSQL 15"
     assert out[3].startswith("ok null | String:public | String:m | String:TABLE | ")
     columns = [row.split(" | ") for row in out[4].removeprefix("ok ").split(" ; ")]
     assert [(c[3], c[5], c[10]) for c in columns] == [
-        ("String:id", "String:int8" if engine == "sqlite_engine" else "String:int4",
-         "Integer:0"), ("String:label", "String:text", "Integer:1")]
+        ("String:id", "String:int8" if sqlite else "String:int4", "Integer:0"),
+        ("String:label", "String:text", "Integer:1")]
     assert "String:public" in out[5]
+    types = {row.split(" | ")[0] for row in out[6].removeprefix("ok ").split(" ; ")}
+    assert {"String:int4", "String:text", "String:timestamptz", "String:bytea"} <= types
+    keys = ("CREATE TABLE p (a INTEGER, b TEXT UNIQUE, PRIMARY KEY (b, a))",
+            "CREATE TABLE c (x INTEGER, pa INTEGER, pb TEXT, FOREIGN KEY (pb, pa) "
+            "REFERENCES p (b, a) ON DELETE CASCADE)") if sqlite else (
+            "CREATE TABLE p (a INTEGER, b TEXT)", "CREATE TABLE c (x INTEGER)")
+    out = jdbc(srv, ADMIN, *(("update", k) for k in keys), ("meta", "getPrimaryKeys", "p"),
+               ("meta", "getIndexInfo", "p"), ("meta", "getImportedKeys", "c"),
+               ("meta", "getExportedKeys", "p"))
+    if not sqlite:
+        assert out[3:] == ["ok "] * 4
+        return
+    assert out[3] == ("ok null | String:public | String:p | String:b | Long:1 | String:p_pkey ; "
+                      "null | String:public | String:p | String:a | Long:2 | String:p_pkey")
+    index = [r.split(" | ") for r in out[4].removeprefix("ok ").split(" ; ")]
+    assert sorted((i[5], i[7], i[8], i[3]) for i in index) == [
+        ("String:p_b_key", "Long:1", "String:b", "Boolean:false"),
+        ("String:p_pkey", "Long:1", "String:b", "Boolean:false"),
+        ("String:p_pkey", "Long:2", "String:a", "Boolean:false")]
+    assert out[5] == out[6]  # the one foreign key, seen from both tables
+    fks = [r.split(" | ") for r in out[5].removeprefix("ok ").split(" ; ")]
+    assert [(f[2], f[3], f[6], f[7], f[8], f[10], f[11], f[12]) for f in fks] == [
+        ("String:p", pk, "String:c", fk, seq, "Integer:0", "String:c_pb_pa_fkey",
+         "String:p_pkey") for pk, fk, seq in (("String:b", "String:pb", "Long:1"),
+                                              ("String:a", "String:pa", "Long:2"))]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -253,3 +281,50 @@ def test_node_postgres_errors_and_grants(start_server, request, node, engine) ->
     assert out[3].startswith("err 42601 ") and out[5].startswith("err 42601 ")
     assert out[6].startswith("err 25P02 ") and out[7] == "ok ROLLBACK "
     assert out[8] == "ok connected" and out[9].startswith("err 42501 permission denied")
+
+
+def test_jdbc_numerics_of_more_than_28_digits_are_exact(start_server, analytical,
+                                                        jdbc) -> None:
+    """setBigDecimal sends a binary numeric: one of more than 28 digits was summed in
+    decimal's default context and refused (22P02, ``[<class 'decimal.InvalidOperation'>]``);
+    it is read exactly, and one DuckDB cannot hold is DuckDB's clear error."""
+    srv = start_server(analytical)
+    out = jdbc(srv, ADMIN, ("query", "SELECT CAST(? AS TEXT), ? * 2",
+                            "dec:1234567890123456789012345678.5", "dec:-0.000012300"),
+               ("query", "SELECT ?", "dec:123456789012345678901234567890.123456789"))
+    assert out[1] == "ok String:1234567890123456789012345678.5 | BigDecimal:-0.000024600"
+    assert out[2].startswith("err 22P02 ") and "DECIMAL(38,9)" in out[2]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_node_postgres_statement_timeout(start_server, request, node, engine) -> None:
+    """node-postgres's statement_timeout (a startup parameter), ``options=-c
+    statement_timeout=...`` and ``SET statement_timeout`` limit the session's statements
+    (57014), as in PostgreSQL: the server ignored the startup parameter (the statement
+    ran on) and refused the SET (a syntax error on SQLite, an unknown setting on the
+    analytical engine)."""
+    srv = start_server(request.getfixturevalue(engine))
+    out = node(srv, ("connect", USER, PASSWORD, '{"statement_timeout": 300}'),
+               ("simple", "SHOW statement_timeout"), ("simple", ENDLESS),
+               ("simple", "SET statement_timeout = '2s'"), ("simple", "SHOW statement_timeout"),
+               ("simple", "SET statement_timeout TO 'soon'"),
+               ("simple", "RESET statement_timeout"), ("simple", "SHOW statement_timeout"),
+               ("connect", USER, PASSWORD, '{"options": "-c statement_timeout=200"}'),
+               ("simple", ENDLESS), ("simple", "SET statement_timeout = 100"),
+               ("query", ENDLESS), ("query", "SELECT $1::int", "int:1"))
+    assert out[1] == "ok string:300ms"
+    assert out[2] == "err 57014 canceling statement due to statement timeout"
+    assert out[3:5] == ["ok SET ", "ok string:2000ms"]
+    assert out[5] == 'err 22023 invalid value for parameter "statement_timeout": "soon"'
+    assert out[6:8] == ["ok RESET ", "ok string:0"]
+    assert out[9] == out[11] == "err 57014 canceling statement due to statement timeout"
+    assert out[12] in ("ok number:1", "ok string:1")
+
+
+def test_a_session_statement_timeout_does_not_lift_the_servers(start_server, sqlite_engine,
+                                                               node) -> None:
+    srv = start_server(sqlite_engine, statement_timeout=0.3)
+    out = node(srv, ("connect", USER, PASSWORD), ("simple", "SET statement_timeout = '1h'"),
+               ("simple", "SHOW statement_timeout"), ("simple", ENDLESS))
+    assert out[2] == "ok string:300ms"
+    assert out[3] == "err 57014 canceling statement due to statement timeout"

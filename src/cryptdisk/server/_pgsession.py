@@ -63,8 +63,25 @@ def _isolation(session: Any) -> str:
 
 
 def _timeout(session: Any) -> str:
-    timeout = session.server.statement_timeout
+    timeout = session.statement_timeout()
     return f"{int(timeout * 1000)}ms" if timeout else "0"
+
+
+_UNITS = {"": 0.001, "ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_timeout(value: str) -> float:
+    """A statement_timeout setting as seconds (PostgreSQL's: milliseconds, or a number
+    with a unit, ``'5s'``; 0 or DEFAULT: the server's)."""
+    text = _unquote(value).strip().lower()
+    if text in ("default", ""):
+        return 0.0
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|min|h|d|)", text)
+    if m is None:
+        raise StatementError(f'invalid value for parameter "statement_timeout": "{text}"',
+                             "22023", hint='valid units for this parameter are "ms", "s", '
+                             '"min", "h", and "d"')
+    return float(m[1]) * _UNITS[m[2]]
 
 
 def _constant(value: str) -> Callable[[Any], str]:
@@ -138,9 +155,11 @@ _SET_TRANSACTION = re.compile(r"\s*SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?T
                               r"(?:ISOLATION\s+LEVEL\s+(?:SERIALIZABLE|REPEATABLE\s+READ|READ\s+"
                               r"COMMITTED|READ\s+UNCOMMITTED)|READ\s+(?:ONLY|WRITE)|(?:NOT\s+)?"
                               r"DEFERRABLE|[\s,])+;?\s*", re.I)
-#: settings a client may SET to any value; the session keeps application_name
+#: settings a client may SET to any value; the session keeps application_name and
+#: statement_timeout
 _ACCESS_MODE = re.compile(r"\bREAD\s+(ONLY|WRITE)\b", re.I)
-_FREE = frozenset({"application_name", "extra_float_digits", "client_min_messages"})
+_FREE = frozenset({"application_name", "extra_float_digits", "client_min_messages",
+                   "statement_timeout"})
 #: the access mode of the session's transactions, and of the one in progress
 _MODES = frozenset({"default_transaction_read_only", "transaction_read_only"})
 _ON = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False,
@@ -214,6 +233,8 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         elif session.in_block():
             session.block_read_only = on
         return Result(None, [], "RESET" if value is None else "SET")
+    if name in ("statement_timeout", "all"):  # (shorter than the server's: see Session)
+        session.session_timeout = 0.0 if value is None else parse_timeout(value)
     if name in ("application_name", "all"):
         text = "" if value is None or value.strip().lower() == "default" else _unquote(value)
         session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)

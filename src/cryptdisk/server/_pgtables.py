@@ -9,7 +9,8 @@ holding these tables, filled for the session: the tables and views it may read (
 types; the catalogs of what cryptdisk does not have (constraints, indexes, sequences,
 comments, inheritance, enums, collations) are empty. ``pg_catalog``'s functions that
 such queries call (``format_type``, ``pg_get_expr``, ``pg_table_is_visible``,
-``to_regtype``, ``json_build_object``, ...) are macros there, and ``regclass``,
+``to_regtype``, ``json_build_object``, ``information_schema._pg_expandarray``, ...) are
+macros there, ``pg_settings`` lists the settings drivers read, and ``regclass``,
 ``regtype``, ``name`` casts work. Relations live in schema ``public`` (OID 2200) with
 the OIDs psql's ``\\d`` sees (:func:`._pgcatalog.relation_oid`).
 """
@@ -160,9 +161,32 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
     "pg_rewrite": [("oid", "BIGINT"), ("rulename", "VARCHAR"), ("ev_class", "BIGINT"),
                    ("ev_type", "VARCHAR")],
     "pg_policy": [("oid", "BIGINT"), ("polname", "VARCHAR"), ("polrelid", "BIGINT")],
+    "pg_settings": [("name", "VARCHAR"), ("setting", "VARCHAR"), ("unit", "VARCHAR"),
+                    ("category", "VARCHAR"), ("short_desc", "VARCHAR"),
+                    ("extra_desc", "VARCHAR"), ("context", "VARCHAR"),
+                    ("vartype", "VARCHAR"), ("source", "VARCHAR"), ("min_val", "VARCHAR"),
+                    ("max_val", "VARCHAR"), ("enumvals", "VARCHAR[]"),
+                    ("boot_val", "VARCHAR"), ("reset_val", "VARCHAR"),
+                    ("sourcefile", "VARCHAR"), ("sourceline", "INTEGER"),
+                    ("pending_restart", "BOOLEAN")],
     # not PostgreSQL's: what pg_get_constraintdef and pg_get_indexdef give
     "cd_definitions": [("oid", "BIGINT"), ("definition", "VARCHAR")],
+    "cd_index_columns": [("oid", "BIGINT"), ("n", "INTEGER"), ("name", "VARCHAR")],
 }
+#: pg_settings' rows: the settings drivers read there (the JDBC driver's getImportedKeys
+#: reads max_index_keys), as current_setting gives them
+_PG_SETTINGS = [("max_index_keys", "32", None, "Preset Options", "integer"),
+                ("max_identifier_length", "63", None, "Preset Options", "integer"),
+                ("server_version", "15.0", None, "Preset Options", "string"),
+                ("server_version_num", "150000", None, "Preset Options", "integer"),
+                ("server_encoding", "UTF8", None, "Preset Options", "string"),
+                ("client_encoding", "UTF8", None, "Client Connection Defaults", "string"),
+                ("standard_conforming_strings", "on", None, "Version and Platform "
+                 "Compatibility", "bool"),
+                ("search_path", '"$user", public', None, "Client Connection Defaults",
+                 "string"),
+                ("default_table_access_method", "heap", None, "Client Connection Defaults",
+                 "string")]
 
 #: (oid, PostgreSQL's name, length, category, array type) of the types results carry
 _BASE_TYPES = [
@@ -221,6 +245,7 @@ def _macros() -> list[str]:
         " ELSE CAST(NULL AS VARCHAR) END"
     names = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in _FORMAT.items())
     definition = "(SELECT min(definition) FROM cd_pg_catalog.cd_definitions WHERE oid = o)"
+    index_column = "(SELECT min(name) FROM cd_pg_catalog.cd_index_columns WHERE oid = o AND n = c)"
     pairs = ", ".join(f"({', '.join(f'k{i}, v{i}' for i in range(n))}) AS "
                       f"json_object({', '.join(f'k{i}::VARCHAR, v{i}' for i in range(n))})"
                       for n in range(1, 13))
@@ -246,7 +271,17 @@ def _macros() -> list[str]:
         f"CREATE MACRO {s}.pg_get_serial_sequence(t, c) AS CAST(NULL AS VARCHAR)",
         f"CREATE MACRO {s}.pg_get_constraintdef(o) AS {definition}, (o, p) AS {definition}",
         f"CREATE MACRO {s}.pg_get_indexdef(o) AS {definition}, "
-        f"(o, c, p) AS CASE WHEN c = 0 THEN {definition} END",
+        f"(o, c, p) AS CASE WHEN c = 0 THEN {definition} ELSE {index_column} END",
+        # the schemas of the search path, and an array's upper bound (the JDBC driver's
+        # getTypeInfo orders the types by them)
+        f"CREATE MACRO {s}.current_schemas(implicit) AS CASE WHEN implicit THEN "
+        "['pg_catalog', 'public'] ELSE ['public'] END",
+        f"CREATE MACRO {s}.array_upper(a, d) AS CASE WHEN d = 1 AND len(a) > 0 THEN len(a) "
+        "END",
+        # information_schema._pg_expandarray(a): a row (x, n) per element (the JDBC
+        # driver's getPrimaryKeys and getIndexInfo call it in the select list)
+        f"CREATE MACRO {s}._pg_expandarray(a) AS "
+        "unnest(list_transform(range(1, len(a) + 1), lambda i: {'x': a[i], 'n': i}))",
         "CREATE MACRO cd_pg_catalog.pg_get_viewdef(o) AS (SELECT definition FROM "
         "cd_pg_catalog.pg_views v JOIN cd_pg_catalog.pg_class c ON c.relname = v.viewname "
         "WHERE c.oid = o), (o, p) AS (SELECT definition FROM cd_pg_catalog.pg_views v JOIN "
@@ -280,6 +315,9 @@ _QUALIFIED_CALL = re.compile(rf"\b{_SCHEMA}\s*\.\s*(\w+)\s*\(", re.I)
 #: by name, as PostgreSQL does (the types are BIGINT here, which the name is not)
 _NAME_TO_OID = re.compile(
     r"('(?:[^']|'')*')\s*::\s*(?:\"?pg_catalog\"?\s*\.\s*)?\"?(regclass|regtype)\"?\b", re.I)
+_EXPANDARRAY = re.compile(r"\binformation_schema\s*\.\s*_pg_expandarray\s*\(", re.I)
+_INDOPTION_BIT = re.compile(r"\b[\w.]*indoption\s*\[[^\[\]]*\]\s*&\s*1(?:\s*::\s*smallint)?",
+                            re.I)
 _DEFAULT_COLLATION = re.compile(rf"\s+COLLATE\s+{_SCHEMA}\s*\.\s*\"?default\"?", re.I)
 
 
@@ -307,6 +345,9 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
     rows["pg_am"] = [(2, "heap", "heap_tableam_handler", "t"), (_BTREE, "btree", "bthandler", "i")]
     rows["pg_database"] = [(16384, database, _OWNER, 6, "c", False, True, -1, 0, 0, 1663,
                             "C", "C", None, None, None)]
+    rows["pg_settings"] = [(name, value, unit, category, None, None, "internal", vartype,
+                            "default", None, None, None, value, value, None, None, False)
+                           for name, value, unit, category, vartype in _PG_SETTINGS]
     rows["pg_tablespace"] = [(1663, "pg_default", _OWNER, None, None),
                              (1664, "pg_global", _OWNER, None, None)]
     rows["pg_type"] = [(oid, name, _PG_CATALOG, _OWNER, length, length in (1, 2, 4, 8), "b",
@@ -384,6 +425,8 @@ def _key_rows(engine: EngineSession, visible: list[tuple[str, str]],
                 continue
             index_oid = relation_oid(name)
             listed = ", ".join(_ident(c) for c in columns)
+            rows["cd_index_columns"] += [(index_oid, n, _ident(c))
+                                         for n, c in enumerate(columns, 1)]
             rows["cd_definitions"].append((index_oid, (
                 f"CREATE {'UNIQUE ' if unique else ''}INDEX {_ident(name)} ON "
                 f"public.{_ident(table)} USING btree ({listed})"
@@ -422,8 +465,23 @@ def _key_rows(engine: EngineSession, visible: list[tuple[str, str]],
                 f"{_ident(referred)}({', '.join(_ident(c) for c in parent_columns)})"
                 + actions)))
             rows["pg_constraint"].append(_constraint(
-                constraint_oid, name, "f", oid, 0, relation_oid(referred), key, parent_key,
+                constraint_oid, name, "f", oid, _key_index(engine, referred, parent_columns),
+                relation_oid(referred), key, parent_key,
                 _ACTIONS.get(on_update.upper(), "a"), _ACTIONS.get(on_delete.upper(), "a")))
+
+
+def _key_index(engine: EngineSession, table: str, columns: list[str]) -> int:
+    """The OID of ``table``'s unique index on ``columns`` (its primary key's, or a unique
+    constraint's or index's, named as :func:`_key_rows` names them): a foreign key's
+    ``conindid``, which the JDBC driver's getImportedKeys joins on; 0 if none."""
+    keys = engine.keys(table)
+    wanted = [c.lower() for c in columns]
+    if [c.lower() for c in keys.primary] == wanted:
+        return relation_oid(f"{table}_pkey")
+    for name, unique, constraint, cols, _where in keys.indexes:
+        if unique and [c.lower() for c in cols] == wanted:
+            return relation_oid(f"{table}_{'_'.join(cols)}_key" if constraint else name)
+    return 0
 
 
 #: pg_constraint's letters for a foreign key's ON UPDATE / ON DELETE actions
@@ -457,6 +515,10 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
     text = _QUALIFIED_CALL.sub(lambda m: m[0] if m[1].lower() in _MACRO_NAMES else m[1] + "(",
                                text)
     text = _DEFAULT_COLLATION.sub("", text)
+    text = _EXPANDARRAY.sub(f"{_SCHEMA}._pg_expandarray(", text)
+    # an index's option of a key (int2vector text here): 0, as every key is ascending
+    # (the JDBC driver's getIndexInfo: indoption[n - 1] & 1)
+    text = _INDOPTION_BIT.sub("0", text)
     words = {w.lower() for w in re.findall(r"\w+", text)}
     wanted = set(_TABLES) & words
     if "pg_get_viewdef" in words:
@@ -466,7 +528,7 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
     if {"pg_get_constraintdef", "pg_get_indexdef"} & words:
         wanted |= {"pg_constraint", "pg_index"}
     if {"pg_constraint", "pg_index"} & wanted:
-        wanted |= {"pg_constraint", "pg_index", "cd_definitions"}
+        wanted |= {"pg_constraint", "pg_index", "cd_definitions", "cd_index_columns"}
     wanted |= {"pg_type"}  # (to_regtype, format_type's callers)
     rows = _rows(engine, privileges, wanted, database)
 

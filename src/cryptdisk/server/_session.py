@@ -317,6 +317,8 @@ class Session:
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
         self.database = self.application_name = ""
+        #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
+        self.session_timeout = 0.0
         #: what this session may do and who it acts as (None: a server without users)
         self.privileges: Any = None
         self.engine: EngineSession | None = None
@@ -483,6 +485,18 @@ class Session:
         #: the database the client named (one server serves one: only current_database())
         self.database = msg.parameters.get("database") or self.user
         self.application_name = msg.parameters.get("application_name", "")
+        # statement_timeout as a startup parameter (node-postgres's statement_timeout) or
+        # in options (libpq's and JDBC's options=-c statement_timeout=...)
+        timeout = msg.parameters.get("statement_timeout")
+        for m in re.finditer(r"(?:-c\s*|--)statement_timeout=(\S+)",
+                             msg.parameters.get("options", "")):
+            timeout = m[1]
+        if timeout is not None:
+            try:
+                self.session_timeout = _pgsession.parse_timeout(timeout)
+            except StatementError as exc:
+                self._fatal(exc.sqlstate, str(exc))
+                raise _Closing() from None
         if not self.user:
             self._fatal("28000", "no user name in the startup message")
             raise _Closing()
@@ -904,7 +918,7 @@ class Session:
         information_schema's query or :meth:`_transaction` instead."""
         assert self.engine is not None
         engine = self.engine
-        timer = _StatementTimer(engine, self.server.statement_timeout)
+        timer = _StatementTimer(engine, self.statement_timeout())
         deadline = timer.deadline
         result: Result
         try:
@@ -955,7 +969,7 @@ class Session:
         """``self.call(fn, *args)`` under the statement timeout (an engine call that is not a
         statement's run: Describe, the catalogs, COPY's parts)."""
         assert self.engine is not None
-        timer = _StatementTimer(self.engine, self.server.statement_timeout)
+        timer = _StatementTimer(self.engine, self.statement_timeout())
         try:
             return await self.call(fn, *args)
         except Exception as exc:
@@ -1400,7 +1414,7 @@ class Session:
             self.send(P.COPY_DONE)
             return Result(None, [], f"COPY {len(result.rows)}")
         # the statement timeout runs from here, over the client's data too, as PostgreSQL's
-        timer = _StatementTimer(engine, self.server.statement_timeout)
+        timer = _StatementTimer(engine, self.statement_timeout())
         try:
             return await self._copy_in(st, engine, timer)
         finally:
@@ -1663,6 +1677,13 @@ class Session:
         if untyped and fmt == 1 and not oid and not st.told:
             oid = _types.BYTEA
         return _types.decode_param(oid, data, fmt)
+
+    def statement_timeout(self) -> float | None:
+        """The statement timeout of this session's statements (None: none): the one the
+        session set, or the server's, whichever is shorter (a session cannot lift the
+        server's limit)."""
+        limits = [t for t in (self.session_timeout, self.server.statement_timeout) if t]
+        return min(limits) if limits else None
 
     async def _infer_parameters(self, st: _Statement) -> None:
         """Give the parameters the client left untyped the type their context gives (as

@@ -500,13 +500,23 @@ def _decode_numeric(data: bytes) -> decimal.Decimal:
     if sign not in (0, 0x4000):
         raise ProtocolError("binary numeric parameter has an unknown sign")
     digits = struct.unpack(f"!{ndigits}H", data[8:])
-    value = decimal.Decimal(0)
-    for i, d in enumerate(digits):
-        if d > 9999:
-            raise ProtocolError("binary numeric parameter has a digit above 9999")
-        value += decimal.Decimal(d).scaleb(4 * (weight - i))
-    value = -value if sign else value
-    return value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale < 1000 else value
+    if any(d > 9999 for d in digits):
+        raise ProtocolError("binary numeric parameter has a digit above 9999")
+    if dscale > 16383:  # (PostgreSQL's NUMERIC_MAX_DISPLAY_SCALE... and its dscale mask)
+        raise ProtocolError("binary numeric parameter has a scale above 16383")
+    # exact, whatever its length (decimal's arithmetic would round it to 28 digits): its
+    # base-10000 digits, the last of which stands at 10000 ** (weight - ndigits + 1)
+    text = "".join(f"{d:04d}" for d in digits) or "0"
+    exponent = 4 * (weight - ndigits + 1)
+    value = decimal.Decimal((1 if sign else 0, tuple(map(int, text)), exponent))
+    # its display scale: trailing zeros to drop or add (dscale digits after the point)
+    if -exponent > dscale:
+        value = decimal.Decimal((1 if sign else 0, tuple(map(int, text[:len(text) - (
+            -exponent - dscale)] or "0")), -dscale))
+    elif -exponent < dscale:
+        value = decimal.Decimal((1 if sign else 0, tuple(map(int, text + "0" * (
+            dscale + exponent))), -dscale))
+    return value
 
 
 _OID_NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", OID: "oid",
