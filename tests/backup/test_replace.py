@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -293,6 +294,11 @@ _KILLED_WRITER = (
     "    c.execute('PRAGMA wal_autocheckpoint=0')\n"
     "    c.execute('CREATE TABLE w (i INTEGER)')\n"
     "    c.executemany('INSERT INTO w VALUES (?)', [(i,) for i in range(100)])\n"
+    "elif sys.argv[3] == 'bigwal':\n"  # 4000 rows (2 MB) that only the WAL holds
+    "    c.execute('PRAGMA journal_mode=WAL').fetchall()\n"
+    "    c.execute('PRAGMA wal_autocheckpoint=0')\n"
+    "    c.execute('CREATE TABLE w (i); WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT "
+    "x + 1 FROM n WHERE x < 4000) INSERT INTO w SELECT randomblob(500) FROM n')\n"
     "else:\n"  # a transaction whose pages spilled to the file: only the journal undoes it
     "    c.execute('CREATE TABLE w (i); WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT "
     "x + 1 FROM n WHERE x < 2000) INSERT INTO w SELECT zeroblob(500) FROM n')\n"
@@ -359,3 +365,195 @@ def test_force_over_a_killed_writers_wal_under_another_key_is_refused_keeping_it
     assert _unchanged(target, kr2) == 100  # applies the WAL
     restore(repo, bid, target, keyring=kr, replace=True)
     assert _unchanged(target, kr) == 1000
+
+
+def _killed_writer(tmp_path: Path, target: Path, keyfile: Path, mode: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(target), str(keyfile),
+                           mode], env=env)
+    assert done.returncode == -9
+    assert (tmp_path / f"r.db-{'journal' if mode == 'journal' else 'wal'}").stat().st_size
+
+
+def test_kill_9_after_a_restore_could_not_copy_a_killed_writers_wal_keeps_the_wal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint that copies a killed writer's WAL into the old file fails (its disk
+    is full: writes past 256 KiB fail with EFBIG): the restore refuses, the WAL kept.
+    (Before, SQLite's checkpoint at close failed silently, part of the WAL already copied
+    into the file; the restore deleted the WAL, and killed just before the rename it left
+    a file holding part of the WAL's pages: "database disk image is malformed".)"""
+    import resource
+
+    from .test_crash import CHILD
+
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    _killed_writer(tmp_path, target, tmp_path / "k", "bigwal")
+
+    def full_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 18, 1 << 18))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    proc = subprocess.Popen(
+        [*CHILD, "restore", str(tmp_path / "repo"), "pw", bid, str(target),
+         str(tmp_path / "k"), "", "force"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=full_disk)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    swapping = False
+    for line in proc.stdout:
+        if line.startswith("swap"):  # about to rename: killed there
+            swapping = True
+            proc.kill()
+            break
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+    proc.wait()
+    err = proc.stderr.read()
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        f.close()
+    assert _count(target, kr) == 4000  # the old database, whole: the WAL was kept
+    assert not swapping and proc.returncode == 1
+    assert ("r.db has a WAL or hot journal that a killed writer left" in err
+            and "copying its WAL into the file failed" in err and "File too large" in err
+            and "nothing was replaced" in err), err
+    restore(repo, bid, target, keyring=kr, replace=True)  # room again: replaced
+    assert _count(target, kr) == 1000
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.db")) == ["r.db"]
+
+
+@pytest.fixture
+def read_only() -> Iterator[Callable[[Path], None]]:
+    """Make a file read-only to this process: mode 0444, and for root (whom modes do not
+    stop) the immutable attribute (``chattr +i``, removed after the test)."""
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        path.chmod(0o444)
+        if os.geteuid() == 0:
+            if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+                pytest.skip("root, and this file system has no immutable files (chattr +i)")
+            made.append(path)
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("mode", ["wal", "journal"])
+def test_force_over_a_read_only_file_with_a_killed_writers_wal_or_journal_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: Callable[[Path], None],
+        mode: str) -> None:
+    """SQLite opens a read-only file read-only: it can neither copy the WAL into it nor
+    roll the hot journal back. Refused with a one-line error, nothing deleted. (Before,
+    the WAL stayed, was taken for settled and deleted: as root, the rename over the
+    immutable file then failed, leaving the old database without the WAL's commits, "no
+    such table: w"; otherwise a kill before the rename did the same.)"""
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    _killed_writer(tmp_path, target, tmp_path / "k", mode)
+    read_only(target)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PW="pw")
+    p = subprocess.run([sys.executable, "-m", "cryptdisk", "backup", "restore",
+                        str(tmp_path / "repo"), bid, str(target), "--passphrase-env", "PW",
+                        "--key-file", str(tmp_path / "k"), "--force"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (tmp_path / f"r.db-{mode}").stat().st_size > 0  # kept
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "r.db has a WAL or hot journal that a killed writer left" in p.stderr
+    assert "nothing was replaced" in p.stderr and "hint: open it once" in p.stderr
+    if mode == "wal":
+        assert "the file opened read-only" in p.stderr
+    else:
+        assert "ReadOnlyError" in p.stderr
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(target)], check=True)
+    target.chmod(0o600)
+    assert _unchanged(target, kr) == (100 if mode == "wal" else 2000)  # the old state, whole
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
+
+
+def test_force_over_a_running_writers_wal_is_refused_as_open_before_and_during_the_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process still running whose WAL holds commits the file does not have: refused as
+    open, whether it had the database open when the restore began or opened it during
+    the restore (just before the old file is settled); its WAL untouched, it goes on."""
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    c = cryptdisk.sqlite.connect(target, keyring=kr)
+    c.execute("PRAGMA journal_mode=WAL").fetchall()
+    c.execute("CREATE TABLE w (i INTEGER)")
+    c.close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    hold = str(Path(__file__).with_name("hold_child.py"))
+    procs: list[subprocess.Popen[str]] = []
+
+    def writer() -> subprocess.Popen[str]:  # commits 2 rows into the WAL, stays open
+        first = _count(target, kr) + 1
+        proc = subprocess.Popen([sys.executable, hold, str(target), str(tmp_path / "k"),
+                                 "wal", "idle"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
+        procs.append(proc)
+        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        for want in (first, first + 1):
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == str(want)
+        return proc
+
+    def opened_meanwhile(n: int) -> None:
+        writer()
+
+    try:
+        for when in ("before", "during"):
+            proc = writer() if when == "before" else None
+            with pytest.raises(BackupError, match=r"r.db is open: a connection holds "
+                                                  r"SQLite's lock on it"):
+                restore(repo, bid, target, keyring=kr, replace=True,
+                        progress=opened_meanwhile if proc is None else None)
+            proc = procs[-1]
+            assert (tmp_path / "r.db-wal").stat().st_size > 0  # its commits, kept
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == ("3" if when == "before" else "6")
+            proc.stdin.close()
+            assert proc.wait() == 0
+            proc.stdout.close()
+            assert _count(target, kr) == (3 if when == "before" else 6)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not _leftovers(tmp_path, "r.db")
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
+
+
+def test_a_hot_journal_is_told_from_one_sqlite_ignores_through_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What settling checks a journal left beside the file by: a killed writer's is hot
+    (its first byte, decrypted, is not zero); a closed PERSIST connection's is not, and
+    --force deletes it with the replaced file."""
+    from cryptdisk.backup._replace import _journal_is_hot
+
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    _killed_writer(tmp_path, target, tmp_path / "k", "journal")
+    assert _journal_is_hot(str(target), kr)
+    c = cryptdisk.sqlite.connect(target, keyring=kr)  # rolls it back
+    c.execute("PRAGMA journal_mode=PERSIST").fetchall()
+    c.execute("INSERT INTO w VALUES (1)")
+    c.close()
+    assert (tmp_path / "r.db-journal").stat().st_size > 0
+    assert not _journal_is_hot(str(target), kr)
+    assert _unchanged(target, kr) == 2001
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.db")) == ["r.db"]

@@ -15,17 +15,19 @@ for a SQLite backup; never a symbolic link, another kind of file, or a database 
   restore. A ``-wal`` or ``-journal`` that nobody holds may hold part of the database's
   committed state (a killed writer's WAL frames, or the hot journal that undoes its
   half-written transaction): before anything beside the file is deleted, the restore
-  opens the database once with its keyring and reads it, so SQLite itself applies them
-  as it does on any open (checkpointing the WAL into the file, rolling the hot journal
-  back) with its own crash safety; the file then holds the old state on its own, and a
-  restore killed at any later point leaves it whole. A keyring that cannot open the old
-  database refuses the restore (nothing is deleted). What remains beside it (an empty
-  WAL a read-only connection cannot delete, ``-shm``, a stale WAL index, a journal that
-  a closed connection left and SQLite ignores) holds no state: it is deleted just before
-  the file is replaced (``rename``, atomic), under a write lock on the database's lock
-  bytes (SQLite's exclusive lock), after checking again that nobody holds the file and
-  that its WAL and journal are as the restore left them, so nobody opens the old file
-  and its companions meanwhile, which would otherwise be applied to the new one.
+  opens the database once with its keyring, reads it and checkpoints it, so SQLite itself
+  applies them (rolling the hot journal back, copying every WAL frame into the file) with
+  its own crash safety; the file then holds the old state on its own, and a restore
+  killed at any later point leaves it whole. Unless that completed (a keyring that cannot
+  open it, a read-only file, a full disk, a busy or partial checkpoint, a WAL with frames
+  or a hot journal still there after) the restore is refused, nothing deleted. What
+  remains beside it (an empty WAL a read-only connection cannot delete, ``-shm``, a stale
+  WAL index, a journal that a closed connection left and SQLite ignores) holds no state:
+  it is deleted just before the file is replaced (``rename``, atomic), under a write lock
+  on the database's lock bytes (SQLite's exclusive lock), after checking again that
+  nobody holds the file and that its WAL and journal are as the restore left them, so
+  nobody opens the old file and its companions meanwhile, which would otherwise be
+  applied to the new one.
   Rollback-journal connections between transactions hold no lock (SQLite cannot tell
   them): one left open through the restore goes on with the replaced file, whose later
   writes are lost with it; close every connection before a restore.
@@ -206,32 +208,85 @@ def _journals(dest: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+def _refuse_unsettled(dest: str, why: str) -> BackupError:
+    return BackupError(
+        f"{dest} has a WAL or hot journal that a killed writer left (part of its committed "
+        "state), which the restore applies to the file before replacing it, and could not: "
+        f"{why}; nothing was replaced",
+        hint="open it once with its own key where it can be written (a writable file, room "
+        "on its disk): cryptdisk.sqlite.connect(PATH, keyring=...) and any query make SQLite "
+        "apply them; then restore again")
+
+
+def _journal_is_hot(dest: str, keyring: Keyring) -> bool:
+    """Whether ``dest-journal`` is a hot journal as SQLite tells one (nobody holds the
+    database, which :func:`settle_sqlite` checked): non-empty, and its first byte, read
+    through the keyring's VFS, is not zero (a closed ``PERSIST`` connection zeroes it)."""
+    from ..sqlite import vfs_for
+
+    name = vfs_for(keyring).vfs_name
+    f = apsw.VFSFile(name, dest + "-journal",
+                     [apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_MAIN_JOURNAL, 0])
+    try:
+        if f.xFileSize() == 0:
+            return False
+        return f.xRead(1, 0) != b"\0"
+    finally:
+        f.xClose()
+
+
 def settle_sqlite(dest: str, keyring: Keyring) -> dict[str, tuple[int, int, int]]:
     """Make the file ``dest`` hold its committed state on its own: a non-empty WAL or
-    journal beside it that nobody holds (a killed writer's) is applied by SQLite itself,
-    which a connection that opens and reads the database does (it checkpoints the WAL
-    into the file and deletes it as the last connection closes; it rolls a hot journal
-    back). Returns what is left of them (see :func:`holding_sqlite`)."""
+    journal beside it that nobody holds (a killed writer's) is applied by SQLite itself:
+    reading the database rolls a hot journal back, and ``PRAGMA wal_checkpoint(TRUNCATE)``
+    copies every frame of the WAL into the file and empties it (the last connection's
+    close deletes it). Refused (nothing deleted) unless that completed: the checkpoint
+    neither busy nor partial, no WAL with anything in it and no hot journal left after
+    (a read-only file, a full disk, a connection that came meanwhile). Returns what is
+    left beside it (a journal SQLite ignores; see :func:`holding_sqlite`)."""
     from ..sqlite import connect
 
     if not _journals(dest):
         return {}
     check_sqlite_unused(dest)
+    counts: tuple[int, int, int] | None = None
     try:
         conn = connect(dest, keyring=keyring)
         try:
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+            try:
+                busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+            except apsw.Error as exc:
+                err = conn.system_errno
+                cause = (" (the file opened read-only: it cannot be written)"
+                         if conn.readonly("main") else f" ({os.strerror(err)})" if err else "")
+                raise _refuse_unsettled(dest, "copying its WAL into the file failed: "
+                                        f"{type(exc).__name__}: {exc}{cause}") from None
+            counts = (int(busy), int(log), int(done))  # type: ignore[arg-type]
         finally:
             conn.close()
     except (CryptdiskError, apsw.Error) as exc:
-        raise BackupError(
-            f"{dest} has a WAL or hot journal that a killed writer left (part of its "
-            "committed state), which the restore applies before replacing it, and could "
-            f"not: {type(exc).__name__}: {exc}; nothing was replaced",
-            hint="open it once with its own key (cryptdisk.sqlite.connect(PATH, "
-            "keyring=...) and any query: SQLite applies them), then restore again") \
-            from None
-    return _journals(dest)
+        if isinstance(exc, BackupError):
+            raise
+        raise _refuse_unsettled(dest, f"{type(exc).__name__}: {exc}") from None
+    busy, log, done = counts
+    if busy or log != done:  # log = done = -1: not a WAL database (no WAL left to copy)
+        raise _refuse_unsettled(
+            dest, f"the checkpoint of its WAL did not complete ({'busy, ' if busy else ''}"
+            f"{done} of {log} frames copied into the file)")
+    left = _journals(dest)
+    if "-wal" in left:
+        raise _refuse_unsettled(dest, f"its WAL still holds {left['-wal'][1]} bytes after "
+                                "the checkpoint")
+    if "-journal" in left:
+        try:
+            hot = _journal_is_hot(dest, keyring)
+        except (CryptdiskError, apsw.Error) as exc:
+            raise _refuse_unsettled(dest, f"its journal cannot be read: {type(exc).__name__}: "
+                                    f"{exc}") from None
+        if hot:
+            raise _refuse_unsettled(dest, "its journal is still hot after SQLite opened it")
+    return left
 
 
 @contextlib.contextmanager
