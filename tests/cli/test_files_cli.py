@@ -317,6 +317,27 @@ def test_a_truncated_file_is_called_truncated(tmp_path, keyfile, cut):
     assert keyless["last_segment"] == "not checked (no key given)"
 
 
+def test_an_edit_inside_a_one_segment_file_is_not_called_truncation(tmp_path, keyfile):
+    """A bit flipped in the middle of a small file's only (so last) segment: its length still
+    fits the header, so the error names an edit, a cut and a wrong key, and claims none."""
+    plain = tmp_path / "p.txt"
+    plain.write_bytes(b"x" * 1000)
+    enc = tmp_path / "e.cd"
+    assert run("encrypt", str(plain), str(enc), "--key-file", str(keyfile)).returncode == 0
+    data = bytearray(enc.read_bytes())
+    data[128 + 500] ^= 0x04
+    enc.write_bytes(bytes(data))
+    for args in (("verify", str(enc)), ("cat", str(enc)), ("inspect", str(enc)),
+                 ("decrypt", str(enc), str(tmp_path / "out"))):
+        r = run(*args, "--key-file", str(keyfile))
+        err = r.stderr.decode()
+        assert r.returncode == 1 and "segment 0 at offset 128" in err, (args, err)
+        assert "the file is truncated" not in err and "its bytes were altered" in err, err
+        assert "sealed with a different key" in err, err
+        _no_traceback(r)
+    assert not (tmp_path / "out").exists()
+
+
 def test_keygen_and_inspect_explain_themselves():
     for command, words in (("keygen", "losing it loses the data"),
                            ("inspect", "authenticates the last segment")):

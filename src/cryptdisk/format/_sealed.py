@@ -89,12 +89,15 @@ def segment_error(path: str | None, index: int, offset: int,
                   last: bool) -> SegmentAuthenticationError:
     """The error for segment ``index`` failing to authenticate.
 
-    When it is the file's last segment, the likeliest cause is a file cut short
-    (a copy or download that stopped, a full disk), which the message says.
+    The file's length fits its header (:func:`sealed_layout` refuses one that cannot), so
+    a failing last segment cannot tell a file cut short (a copy or download that stopped,
+    a full disk) from an edit inside it or a body sealed under another data key: the
+    message names all three and claims none.
     """
     where = f"{path}: " if path else ""
-    why = (": it is the file's last segment, so the file is truncated (or its end was "
-           "altered)") if last else ""
+    why = (": it is the file's last segment, and either its bytes were altered, the file "
+           "was truncated (cut short), or it was sealed with a different key") if last else (
+           ": its bytes were altered, or it was sealed with a different key")
     return SegmentAuthenticationError(
         f"{where}failed to decrypt and authenticate segment {index} at offset {offset}{why}",
         offset=offset, path=path,
