@@ -400,3 +400,23 @@ def test_repo_options_are_typed_and_a_nested_credential_is_refused(tmp_path: Pat
         r = run("list", url, *base, "--repo-option", "config_kwargs=plain", env=env)
         assert r.returncode == 1 and "internal error" not in r.stderr, r.stderr
         assert r.stderr.startswith(f"cryptdisk: error: {url}: the store failed"), r.stderr
+
+
+def test_restore_refuses_a_target_whose_directory_does_not_exist(tmp_path: Path) -> None:
+    """Like `backup init`, a restore does not turn a typo into new directories: a TARGET
+    whose directory is missing (or is a file) is refused, naming it, and nothing is made."""
+    src, repo = tmp_path / "a.db", str(tmp_path / "repo")
+    make_db(src, rows=10)
+    assert run("init", repo, "--passphrase-env", "BK_PASS").returncode == 0
+    assert run("create", repo, str(src), "--passphrase-env", "BK_PASS").returncode == 0
+    (tmp_path / "file").write_text("x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for parent, what in ((tmp_path / "nope" / "deeper", "does not exist"),
+                         (tmp_path / "file", "is not a directory")):
+        target = parent / "t1.db"
+        r = run("restore", repo, "latest", str(target), "--passphrase-env", "BK_PASS")
+        assert r.returncode == 1, r.stderr
+        assert f"cannot restore to {target}: its directory {parent} {what}" in r.stderr
+        assert "create the directory first" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "nope").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

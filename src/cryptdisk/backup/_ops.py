@@ -498,7 +498,7 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
             tables: list[str] | None = None, replace: bool = False,
             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Restore backup ``backup_id`` into ``target``, which must not exist unless
-    ``replace`` (``--force``).
+    ``replace`` (``--force``); its directory must exist.
 
     A database is created with ``config`` (or a new key in ``TARGET.key``, then named by
     the result's ``key``) and checked
@@ -515,7 +515,12 @@ def restore(repo: Repository, backup_id: str, target: str | os.PathLike[str], *,
     without ``config`` over one with a ``TARGET.key`` is encrypted under that key.
     """
     dest = target_path(target)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    parent = os.path.dirname(dest)
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise BackupError(f"cannot restore to {os.fspath(target)}: its directory {parent} "
+                          f"{what}", hint="check the path, or create the directory first "
+                          "(a restore creates no directories)")
     discard = None if config is None else (lambda path: _discard_parts(path, config))
     with restore_lock(dest, discard=discard):
         return _restore_locked(repo, backup_id, dest, config, keyring, tables, replace,
