@@ -849,3 +849,31 @@ def test_wrappings_added_at_once_are_all_kept(tmp_path: Path, monkeypatch: pytes
         for pw in ("pw", "new0", "new1"):
             assert Repository.open(url, passphrase=pw, storage_options=opts).id == opened[0].id
         assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 3
+
+
+def test_a_wrapping_is_added_on_s3_when_the_etag_is_not_the_md5(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An S3 object's ETag is the MD5 of its bytes only for a plain single-part PUT: under
+    SSE-KMS (or SSE-C) it is an opaque tag. add_wrapping once required the two to match
+    and, with every ETag opaque, failed ten times over with 'kept changing'; the
+    If-Match PUT is what guards the update, so a wrapping is added whatever the tag."""
+    import hashlib
+
+    from moto.s3.models import FakeKey
+
+    from tests.disks.s3server import ENV, make_bucket, s3_server
+
+    def opaque(key: FakeKey) -> str:  # as under SSE-KMS: not the MD5 of the object
+        return '"' + hashlib.sha256(key.value).hexdigest()[:32] + '"'
+
+    monkeypatch.setattr(FakeKey, "etag", property(opaque))
+    with s3_server() as endpoint:
+        for name, value in ENV.items():
+            monkeypatch.setenv(name, value)
+        make_bucket(endpoint, "kms-etags")
+        url, opts = "s3://kms-etags/repo", {"endpoint_url": endpoint}
+        Repository.init(url, passphrase="pw", kdf_params=FAST_KDF, storage_options=opts)
+        repo = Repository.open(url, passphrase="pw", storage_options=opts)
+        repo.add_wrapping(passphrase="new", kdf_params=FAST_KDF)
+        assert Repository.open(url, passphrase="new", storage_options=opts).id == repo.id
+        assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 2

@@ -337,10 +337,11 @@ class Repository:
             self._write_config()
             return
         for _ in range(10):
+            # the tag first, then the bytes: bytes newer than the tag fail the If-Match
+            # PUT below (and are read again). The tag is not compared with the bytes' MD5:
+            # under SSE-KMS or SSE-C an ETag is opaque.
             tag = str(self.fs.info(path, refresh=True).get("ETag", "")).strip('"')
             raw = self.fs.cat_file(path)
-            if hashlib.md5(raw, usedforsecurity=False).hexdigest() != tag:
-                continue  # changed between the two reads
             config = self._fresh_config(raw)
             change(config)
             data = encode(config)
