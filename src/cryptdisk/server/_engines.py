@@ -293,15 +293,71 @@ def sql_literal(value: Any) -> str:
 _DUCKDB_QUOTE_LITERAL = "('''' || replace(CAST(({}) AS VARCHAR), '''', '''''') || '''')"
 
 
-def postgres_spelling(sql: str, quote_literal: str) -> str:
+def _duckdb_blob(value: bytes) -> str:
+    """DuckDB's literal of the BLOB ``value``."""
+    return "'" + "".join(f"\\x{b:02X}" for b in value) + "'::BLOB"
+
+
+def _sqlite_blob(value: bytes) -> str:
+    """SQLite's literal of the BLOB ``value``."""
+    return f"X'{value.hex()}'"
+
+
+def postgres_spelling(sql: str, quote_literal: str,
+                      blob: Callable[[bytes], str] | None = None) -> str:
     """``sql`` with what PostgreSQL clients write and the engine spells otherwise:
     ``pg_catalog.`` before functions and types dropped, ``quote_literal(x)`` as
-    ``quote_literal`` (a template of ``x``)."""
+    ``quote_literal`` (a template of ``x``), a string literal cast to ``bytea``
+    (``'\\x0102'::bytea``) as the engine's literal of its bytes (``blob`` of them)."""
     lower = sql.lower()  # (on every statement: a fifth of the time of a regex search)
-    if "pg_catalog" not in lower and "quote_literal" not in lower:
-        return sql
-    return _sqltext.replace_calls(_sqltext.drop_pg_catalog(sql), "quote_literal",
-                                  quote_literal)
+    if "pg_catalog" in lower or "quote_literal" in lower:
+        sql = _sqltext.replace_calls(_sqltext.drop_pg_catalog(sql), "quote_literal",
+                                     quote_literal)
+    if blob is not None and "bytea" in lower:
+        sql = bytea_spelling(sql, blob)
+    return sql
+
+
+def bytea_spelling(sql: str, blob: Callable[[bytes], str] = _duckdb_blob) -> str:
+    """``sql`` with each string literal cast to ``bytea`` as the engine's literal of the
+    bytes PostgreSQL reads from it (``blob`` of them; DuckDB's by default)."""
+    try:
+        return _sqltext.bytea_literals(sql, lambda text: blob(bytea_input(text)))
+    except StatementError:
+        raise
+    except ServerError as exc:  # an E'' string's escape it does not read
+        raise StatementError(str(exc), "0A000") from None
+
+
+_HEX_PAIRS = re.compile(r"(?:\s*[0-9A-Fa-f]{2})*\s*")
+
+
+def bytea_input(text: str) -> bytes:
+    """The bytes PostgreSQL's ``bytea`` input reads from ``text``: the hex format
+    (``\\x0102``, white space between the pairs) or the escape format (``\\\\`` a
+    backslash, ``\\ooo`` an octal byte, other characters their UTF-8 bytes)."""
+    if text.startswith("\\x"):
+        if _HEX_PAIRS.fullmatch(text, 2) is None:
+            raise StatementError(f"invalid hexadecimal data in the bytea literal {text!r}",
+                                 "22023")
+        return bytes.fromhex(text[2:])
+    if "\\" not in text:
+        return text.encode("utf-8")
+    out, i = bytearray(), 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out += c.encode("utf-8")
+            i += 1
+        elif text[i + 1:i + 2] == "\\":
+            out.append(0x5C)
+            i += 2
+        elif re.fullmatch(r"[0-3][0-7][0-7]", text[i + 1:i + 4]):
+            out.append(int(text[i + 1:i + 4], 8))
+            i += 4
+        else:
+            raise StatementError(f"invalid input syntax for type bytea: {text!r}", "22P02")
+    return bytes(out)
 
 
 def _duckdb_sqlstate(message: str) -> str:
@@ -657,7 +713,7 @@ class _AnalyticalSession(EngineSession):
                 raise StatementError(f"there is no parameter ${n}", "42P02")
             return sql_literal(params[n - 1])
 
-        sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL)
+        sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL, _duckdb_blob)
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
         text = self._without_views(text)
         if self.privileges is not None and not self.privileges.admin \
@@ -719,7 +775,8 @@ class _AnalyticalSession(EngineSession):
         if words and words[0] in TRANSACTION_WORDS:
             return  # refused when it runs, whoever runs it
         text = _sqltext.unqualify(_sqltext.substitute(
-            postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL), lambda n: "NULL"), self._table_names)
+            postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL, _duckdb_blob), lambda n: "NULL"),
+            self._table_names)
         text = self._without_views(text)
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
@@ -1415,7 +1472,7 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
-        sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})"))
+        sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})", _sqlite_blob))
         if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
             sql = _sqltext.drop_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
@@ -1658,7 +1715,7 @@ class _SQLiteSession(EngineSession):
             cur.exec_trace = trace
             try:
                 text = _sqltext.drop_casts(_sqltext.quote_index_names(
-                    postgres_spelling(sql, "quote({})")))
+                    postgres_spelling(sql, "quote({})", _sqlite_blob)))
                 text = _sqltext.substitute(text, _placeholder) if "$" in text else text
                 cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),
                             [None] * _sqltext.placeholders(sql), can_cache=False)

@@ -30,6 +30,7 @@ from ._engines import (
     StatementError,
     _cancelled,
     _duckdb_sqlstate,
+    bytea_spelling,
     sql_literal,
 )
 
@@ -307,5 +308,5 @@ def private_text(sql: str, params: list[Any], schema: str, private: str) -> str:
             raise StatementError(f"there is no parameter ${n}", "42P02")
         return sql_literal(params[n - 1])
 
-    text = _sqltext.substitute(sql, literal)
+    text = _sqltext.substitute(bytea_spelling(sql) if "bytea" in sql.lower() else sql, literal)
     return _sqltext.replace_words(text, lambda w: private if w.lower() == schema else None)

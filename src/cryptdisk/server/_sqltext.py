@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
-__all__ = ["QueryPlan", "digit_key", "drop_casts", "drop_pg_catalog", "first_words",
-           "lift_literals", "placeholders", "query_plan", "quote_index_names", "replace_calls",
-           "replace_words", "scan_parens", "split_statements", "sqlite_cast", "strip_strings",
-           "substitute", "unqualified_parts", "unqualify"]
+__all__ = ["QueryPlan", "bytea_literals", "digit_key", "drop_casts", "drop_pg_catalog",
+           "first_words", "lift_literals", "placeholders", "query_plan", "quote_index_names",
+           "replace_calls", "replace_words", "scan_parens", "split_statements", "sqlite_cast",
+           "strip_strings", "substitute", "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -346,6 +346,72 @@ def drop_pg_catalog(sql: str) -> str:
     if not out:
         return sql
     out.append(sql[pos:])
+    return "".join(out)
+
+
+_BYTEA_NAME = r'(?:(?:pg_catalog|"pg_catalog")\s*\.\s*)?(?:bytea|"bytea")'
+_BYTEA_AFTER = re.compile(rf"\s*::\s*{_BYTEA_NAME}(?![\w$])(?!\s*\[)", re.I)
+_BYTEA_AS = re.compile(rf"\s*AS\s+{_BYTEA_NAME}\s*\)", re.I)
+_CAST_OPEN = re.compile(r"(?<![\w$])CAST\s*\(\s*$", re.I)
+_BYTEA_BEFORE = re.compile(rf'(?<![\w$."]){_BYTEA_NAME}\s*$', re.I)
+_E_ESCAPES = {"\\": "\\", "'": "'", "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def bytea_literals(sql: str, spell: Callable[[str], str]) -> str:
+    """``sql`` with each string literal PostgreSQL reads as a ``bytea`` (``'\\x0102'::bytea``,
+    ``CAST('...' AS bytea)``, ``bytea '...'``; also ``E'...'``) written as ``spell`` of the
+    literal's text (its value as PostgreSQL reads the string, before ``bytea``'s input
+    function reads it): the engines read a string cast to a blob their own way (DuckDB
+    takes ``\\x01`` as one escaped byte and the rest as text, SQLite's CAST makes a number
+    of it), so the literal is replaced by the engine's own spelling of the bytes."""
+    if "bytea" not in sql.lower():
+        return sql
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind != "quoted" or sql[s] != "'":
+            continue
+        escaped = s > 0 and sql[s - 1] in "eE" and (s < 2 or not _ident(sql[s - 2]))
+        start = s - 1 if escaped else s
+        if (m := _BYTEA_AFTER.match(sql, e)) is not None:
+            end = m.end()
+        elif (m := _BYTEA_AS.match(sql, e)) is not None and \
+                (c := _CAST_OPEN.search(sql, pos, start)) is not None:
+            start, end = c.start(), m.end()
+        elif not escaped and (b := _BYTEA_BEFORE.search(sql, pos, s)) is not None:
+            start, end = b.start(), e
+        else:
+            continue
+        body = sql[s + 1:e - 1].replace("''", "'")
+        if escaped:
+            body = _unescape(sql[s + 1:e - 1])
+        out.append(sql[pos:start])
+        out.append(spell(body))
+        pos = end
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def _unescape(body: str) -> str:
+    """The value of an ``E'...'`` string's ``body``: ``\\\\``, ``\\'``, ``''`` and the
+    control escapes (``\\n``, ``\\t``, ...); other escapes are refused."""
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            nxt = body[i + 1:i + 2]
+            if nxt not in _E_ESCAPES:
+                raise ServerError(f"the escape \\{nxt} in an E'' string cast to bytea is not "
+                                  "supported: write the bytes as '\\x...'::bytea")
+            out.append(_E_ESCAPES[nxt])
+            i += 2
+        elif c == "'":  # ''
+            out.append("'")
+            i += 2
+        else:
+            out.append(c)
+            i += 1
     return "".join(out)
 
 
