@@ -742,13 +742,16 @@ def test_a_local_repository_is_private_to_its_owner(tmp_path: Path) -> None:
     assert {m for p, m in modes.items() if (tmp_path / p).is_file()} == {0o600}, modes
 
 
-@pytest.mark.parametrize("store", ["local", "s3"])
+@pytest.mark.parametrize("store", ["local", "local-no-hard-links", "s3"])
 def test_of_inits_at_once_one_makes_the_repository_and_the_others_fail(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str) -> None:
     """Inits that all found the location empty (held at a barrier just after, while
     Argon2id runs) each wrote their config over the others' and each reported
     'created ... (id X)' with its own id: the last one's won, the others' passphrases
-    and keys opened nothing. Now exactly one succeeds, the others raise BackupError."""
+    and keys opened nothing. Now exactly one succeeds, the others raise BackupError.
+    local-no-hard-links: a file system without hard links (FAT, exFAT, some SMB shares:
+    link() is EPERM) made every init fail with PermissionError; one succeeds there too."""
+    import errno
     import threading
 
     import cryptdisk.backup._repo as repo_module
@@ -772,6 +775,11 @@ def test_of_inits_at_once_one_makes_the_repository_and_the_others_fail(
             url, opts = "s3://racing-inits/repo", {"endpoint_url": endpoint}
         else:
             url, opts = str(tmp_path / "repo"), {}
+        if store == "local-no-hard-links":
+            def no_link(*_args, **_kw):  # type: ignore[no-untyped-def]
+                raise PermissionError(errno.EPERM, "Operation not permitted")
+
+            monkeypatch.setattr(os, "link", no_link)
         made: list[tuple[str, Repository]] = []
         failed: list[BaseException] = []
 
@@ -793,7 +801,7 @@ def test_of_inits_at_once_one_makes_the_repository_and_the_others_fail(
         assert all("already a backup repository" in str(e) for e in failed)
         pw, winner = made[0]
         assert Repository.open(url, passphrase=pw, storage_options=opts).id == winner.id
-        if store == "local":
+        if store != "s3":
             assert sorted(os.listdir(tmp_path / "repo")) == ["config"]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -100,6 +101,30 @@ def _missing_bucket(fs: Any, root: str) -> str | None:
             return None
         return None
     return None if fs.exists(bucket) else bucket
+
+
+
+#: link() errors of a file system without hard links (FAT, exFAT, some SMB shares)
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+
+
+def _claim_and_rename(root: str, tmp: str, path: str, taken: BackupError) -> None:
+    """Publish ``tmp`` as ``path`` unless ``path`` exists, where link() cannot: the
+    directory ``root/.init`` is made (mkdir is atomic and never overwrites), ``path`` is
+    checked not to exist, ``tmp`` renamed to it, and the claim removed. An init that
+    finds the claim, or ``path`` once it holds it, raises ``taken``."""
+    claim = os.path.join(root, ".init")
+    try:
+        os.mkdir(claim, 0o700)
+    except FileExistsError:
+        raise taken from None
+    try:
+        if os.path.lexists(path):
+            raise taken from None
+        os.rename(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(claim)
 
 
 class Repository:
@@ -237,7 +262,8 @@ class Repository:
     def _create_config(self) -> None:
         """Publish the new repository's config unless one is there: of two inits at once,
         one makes the repository and the other fails (each had found the location empty).
-        Local: a synced temporary file hard-linked to ``config`` (no overwrite); S3: a
+        Local: a synced temporary file hard-linked to ``config`` (no overwrite; on a file
+        system without hard links, renamed under a claim, :func:`_claim_and_rename`); S3: a
         conditional PUT (``If-None-Match``); other stores: one PUT (no such check)."""
         path = f"{self.root}/config"
         data = json.dumps(self.config, indent=1, sort_keys=True).encode()
@@ -255,6 +281,10 @@ class Repository:
                     os.link(tmp, path)
                 except FileExistsError:
                     raise taken from None
+                except OSError as exc:
+                    if exc.errno not in _NO_HARD_LINKS:
+                        raise
+                    _claim_and_rename(self.root, tmp, path, taken)
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
