@@ -885,3 +885,30 @@ def test_a_wrapping_is_added_on_s3_when_the_etag_is_not_the_md5(
         repo.add_wrapping(passphrase="new", kdf_params=FAST_KDF)
         assert Repository.open(url, passphrase="new", storage_options=opts).id == repo.id
         assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 2
+
+
+def test_an_s3_init_whose_config_put_fails_raises_the_stores_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conditional PUT of a new repository's config failing for another reason than a
+    config already there (access denied, say) raised the FileNotFoundError of the check
+    that followed ('no config there'), hiding the store's own error; it is the store's
+    error now."""
+    import s3fs
+
+    from tests.disks.s3server import ENV, make_bucket, s3_server
+
+    real = s3fs.S3FileSystem.pipe_file
+
+    def denied(self, path, value=None, mode="overwrite", **kw):  # type: ignore[no-untyped-def]
+        if mode == "create":
+            raise PermissionError(f"Access Denied: {path}")
+        return real(self, path, value, mode=mode, **kw)
+
+    with s3_server() as endpoint:
+        for name, value in ENV.items():
+            monkeypatch.setenv(name, value)
+        make_bucket(endpoint, "denied-init")
+        monkeypatch.setattr(s3fs.S3FileSystem, "pipe_file", denied)
+        with pytest.raises(PermissionError, match="Access Denied"):
+            Repository.init("s3://denied-init/repo", passphrase="pw", kdf_params=FAST_KDF,
+                            storage_options={"endpoint_url": endpoint})

@@ -297,11 +297,11 @@ class Repository:
             return
         try:
             self.fs.pipe_file(path, data, mode="create")
-        except Exception:
+        except Exception as exc:
             try:
                 there = self.fs.cat_file(path)
             except FileNotFoundError:
-                raise  # not published: the store's own error
+                raise exc from None  # not published: the store's own error
             if there != data:
                 raise taken from None
 
