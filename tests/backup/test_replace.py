@@ -3,6 +3,7 @@ database takes TARGET's place atomically (real processes killed with SIGKILL).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -557,3 +558,42 @@ def test_a_hot_journal_is_told_from_one_sqlite_ignores_through_the_key(
     restore(repo, bid, target, keyring=kr, replace=True)
     assert _count(target, kr) == 1000
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("r.db")) == ["r.db"]
+
+
+def test_force_makes_every_directory_of_the_new_database_durable_before_the_swap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the swap the old database is deleted: by then every directory of the new one
+    must be durable, each in its parent (an fsync of every directory of the tree; a power
+    loss cannot be staged here, so the fsyncs are recorded). Before, the directories made
+    for the parts (``data/cryptdisk-db/<db id>``) were never fsynced: only the leaf a part
+    was published in, whose fsync does not keep its own name in its new parent."""
+    from cryptdisk.backup import _ops
+
+    repo, old, new = _two_backups(tmp_path)
+    target = tmp_path / "r.db"
+    restore(repo, old, target)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    swapped: list[tuple[str, list[str]]] = []
+    real_exchange = _ops.exchange
+
+    def exchange(a: str, b: str) -> None:
+        if not swapped:
+            swapped.append((a, list(synced)))
+        real_exchange(a, b)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(_ops, "exchange", exchange)
+    restore(repo, new, target, replace=True)
+    monkeypatch.undo()
+    work, before = swapped[0]
+    dirs = sorted(d for d, _, _ in os.walk(target))
+    assert len(dirs) >= 5  # r.db, data, data/cryptdisk-db, its database, its tables
+    assert [d for d in dirs if work + d[len(str(target)):] not in before] == []
+    assert content(target) == content(tmp_path / "a.db")

@@ -30,6 +30,24 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _make_dirs(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)``, each directory it creates made durable in
+    its parent (an ``fsync`` of the parent): the ``fsync`` of the directory a file is
+    published in keeps that file's name, not the directory's own name in a directory
+    made for it, so without this a power loss could take a new file with its path."""
+    missing = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    os.makedirs(directory, exist_ok=True)
+    for made in reversed(missing):
+        _fsync_dir(os.path.dirname(made))
+
+
 #: Bytes a file being written may hold dirty in the page cache before its writeback is
 #: started (asynchronously, Linux's ``sync_file_range``): the fsync that publishes the file
 #: then waits for the last few MB, not for the whole file (a 500 MB part: about 0.4 s).
@@ -91,7 +109,8 @@ class _WriteBehind:
 
 
 class LocalDisk(Disk):
-    """Files in a directory. Publishing is temp file + fsync + rename + fsync of the directory.
+    """Files in a directory. Publishing is temp file + fsync + rename + fsync of the directory
+    (a directory made for the file: fsynced in its parent too).
 
     The directory is created on the first write, so configuring a disk has no
     side effect.
@@ -155,7 +174,7 @@ class LocalDisk(Disk):
         if os.path.isdir(full):
             raise DiskIsADirectoryError(f"{path}: is a directory on disk {self.name!r}")
         try:
-            os.makedirs(directory, exist_ok=True)
+            _make_dirs(directory)
         except (FileExistsError, NotADirectoryError):
             raise _parent_is_a_file(path, self.name) from None
         tmp = os.path.join(self.root, temp_name(rel))
@@ -248,7 +267,7 @@ class LocalDisk(Disk):
         if os.path.isdir(self.os_path(src)):
             raise DiskIsADirectoryError(f"{src}: is a directory on disk {self.name!r}")
         target = self.os_path(dst)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        _make_dirs(os.path.dirname(target))
         try:
             os.replace(self.os_path(src), target)
         except FileNotFoundError:
