@@ -253,3 +253,46 @@ def test_alter_table_forms_the_analytical_engine_lacks_are_0a000(start_server, a
         assert "ALTER TABLE t MODIFY SETTING storage_policy" in message
         assert hint in (e.value.diag.message_hint or "")
         assert conn.execute("SELECT * FROM t").fetchall() == [(1, "x")]
+
+
+def test_analytical_wide_integers_maps_uuids_intervals_are_sent_as_duckdb_computes_them(
+        start_server, analytical) -> None:
+    """A UHUGEINT above 2^127 - 1 (which DuckDB's Arrow export wraps to a negative number)
+    is sent as its value, a MAP as DuckDB's text of it (not Arrow's list of pairs), in text
+    and binary results, from a query and from one of the server's catalogs."""
+    import uuid
+
+    import duckdb
+
+    top = 2**128 - 1
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as c:
+        c.execute("CREATE TABLE w (k BIGINT)")
+        c.execute("INSERT INTO w VALUES (1), (2)")
+        for binary in (False, True):
+            got = c.execute(f"SELECT (2::UHUGEINT**127)::UHUGEINT AS a, {top}::UHUGEINT AS b, "
+                            "5::UHUGEINT AS c, NULL::UHUGEINT AS d, "
+                            "(-170141183460469231731687303715884105727::HUGEINT - 1) AS h",
+                            binary=binary).fetchall()
+            assert got == [(decimal.Decimal(2**127), decimal.Decimal(top), decimal.Decimal(5),
+                            None, decimal.Decimal(-2**127))]
+            got = c.execute(f"SELECT k, {top}::UHUGEINT - k::UHUGEINT FROM w ORDER BY k",
+                            binary=binary).fetchall()
+            assert got == [(1, decimal.Decimal(top - 1)), (2, decimal.Decimal(top - 2))]
+            got = c.execute("SELECT MAP {'a': 1, 'b': 2} AS m, [MAP {'k': [1, 2]}] AS l, "
+                            "NULL::MAP(VARCHAR, INTEGER) AS n", binary=binary).fetchall()
+            assert got == [("{a=1, b=2}", "[{k=[1, 2]}]", None)]
+            assert got[0][:2] == duckdb.sql("SELECT MAP {'a': 1, 'b': 2}::VARCHAR, "
+                                            "[MAP {'k': [1, 2]}]::VARCHAR").fetchall()[0]
+            u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+            got = c.execute(f"SELECT '{u}'::UUID, INTERVAL '14 months 3 days 04:05:06.789'",
+                            binary=binary).fetchall()
+            assert got == [(uuid.UUID(u), dt.timedelta(days=365 + 2 * 30 + 3, seconds=14706,
+                                                        microseconds=789000))]
+        cur = c.execute(f"SELECT {top}::UHUGEINT, MAP {{'a': 1}} FROM pg_catalog.pg_type "
+                        "LIMIT 1")
+        assert cur.fetchall() == [(decimal.Decimal(top), "{a=1}")]
+        raw = c.pgconn.exec_(b"SELECT (2::UHUGEINT**127)::UHUGEINT, "
+                             b"INTERVAL '14 months 3 days 04:05:06.789'")
+        assert raw.get_value(0, 0) == str(2**127).encode()
+        assert raw.get_value(0, 1) == b"1 year 2 mons 3 days 04:05:06.789"

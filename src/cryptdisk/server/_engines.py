@@ -815,12 +815,29 @@ class _AnalyticalSession(EngineSession):
         columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
         from ..db import python_rows  # (db imported when a DuckDB engine is used)
 
-        rows = python_rows(table)
+        rows = python_rows(_types.exact_result(table, self._wide_kinds(text, table)))
         returns_rows = (_sqltext.first_words(sql, 1) or [""])[0] in _ROWS
         if not returns_rows and len(columns) == 1 and columns[0][0].lower() == "count":
             count = rows[0][0] if rows else 0
             return Result(None, [], command_tag(sql, count, False))
         return Result(columns, rows, command_tag(sql, len(rows), True))
+
+    def _wide_kinds(self, text: str, table: Any) -> list[str] | None:
+        """The DuckDB types of query ``text``'s columns when its result ``table`` has a
+        ``DECIMAL(38,0)`` column (which may be a ``UHUGEINT`` that DuckDB's Arrow export
+        wraps: see :func:`._types.exact_result`), else None."""
+        import pyarrow as pa
+
+        if not any(pa.types.is_decimal(f.type) and f.type.precision == 38 and f.type.scale == 0
+                   for f in table.schema):
+            return None
+        try:
+            described = self._execute(f"DESCRIBE {text}")
+        except Exception:  # (a statement DESCRIBE does not take: none is a UHUGEINT)
+            return None
+        if described is None or "column_type" not in described.column_names:
+            return None
+        return [str(k) for k in described.column("column_type").to_pylist()]
 
     def describe(self, sql: str) -> list[tuple[str, int]] | None:
         words = _sqltext.first_words(sql, 1)

@@ -266,7 +266,8 @@ def private_query(text: str, load: Callable[[Any], None], engine: EngineSession,
             relation = con.sql(text)
             if relation is None:
                 raise StatementError(f"{shown[1]} is read by queries only", "42601")
-            table = relation.to_arrow_table()
+            kinds = [str(t) for t in relation.types]
+            table = _types.exact_result(relation.to_arrow_table(), kinds)
         except duckdb.Error as exc:
             message = str(exc).replace(shown[0], shown[1])
             missing = _MISSING.match(message)

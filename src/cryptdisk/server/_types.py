@@ -17,8 +17,8 @@ import pyarrow as pa
 from ..errors import ProtocolError
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid",
-           "arrow_oid", "decode_param", "encode_value", "pg_type_name", "sqlite_declared_oid",
-           "sqlite_value", "value_oid"]
+           "arrow_oid", "decode_param", "encode_value", "exact_result", "pg_type_name",
+           "sqlite_declared_oid", "sqlite_value", "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -318,6 +318,48 @@ def interval_text(months: int, days: int, micros: int, *, plus: bool = True) -> 
 
 
 # --- results --------------------------------------------------------------------------
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+#: 2^128: a UHUGEINT above 2^127 - 1 in DuckDB's Arrow export is its value less this
+_UHUGEINT_WRAP = 1 << 128
+
+
+def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
+    """DuckDB's Arrow result ``table`` with what Arrow does not hold as DuckDB means it
+    made exact, for the server to send as text: a ``UHUGEINT`` column (``kinds``: the
+    DuckDB types of the columns, if known) whose values above 2^127 - 1 DuckDB's Arrow
+    export wraps to negative numbers, as those values (``DECIMAL(39,0)``); a column with a
+    ``MAP`` (which Arrow holds as a list of pairs) as DuckDB's text form of it,
+    ``{a=1, b=2}``."""
+    for i, field in enumerate(table.schema):
+        column = table.column(i)
+        if kinds is not None and len(kinds) == table.num_columns and kinds[i] == "UHUGEINT" \
+                and pa.types.is_decimal(field.type):
+            values = [None if v is None else  # (in integers: Decimal rounds to 28 digits)
+                      decimal.Decimal(int(v) % _UHUGEINT_WRAP) for v in column.to_pylist()]
+            table = table.set_column(i, field.name, pa.array(values, pa.decimal256(39, 0)))
+        elif _has_map(field.type):
+            import duckdb
+
+            con = duckdb.connect()
+            try:
+                con.execute("SET TimeZone = 'UTC'")  # (the database's: db.TIME_ZONE)
+                text = con.from_arrow(pa.table({"v": column})).project(
+                    'CAST("v" AS VARCHAR)').to_arrow_table().column(0)
+            finally:
+                con.close()
+            table = table.set_column(i, field.name, text)
+    return table
 
 
 def _text(value: Any) -> str:
