@@ -597,3 +597,50 @@ def test_force_makes_every_directory_of_the_new_database_durable_before_the_swap
     assert len(dirs) >= 5  # r.db, data, data/cryptdisk-db, its database, its tables
     assert [d for d in dirs if work + d[len(str(target)):] not in before] == []
     assert content(target) == content(tmp_path / "a.db")
+
+
+def test_a_checkpoint_busy_with_a_reader_that_came_after_the_check_refuses_the_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader opening the old database just after the restore checked that nobody had
+    it (those checks are skipped here to put it in that window): the checkpoint of the
+    killed writer's WAL cannot finish (SQLite's wal_checkpoint(TRUNCATE) says busy), so
+    the restore is refused, the WAL kept, and the reader goes on."""
+    from cryptdisk.backup import _replace
+
+    monkeypatch.setenv("CRYPTDISK_SHM_DIR", str(tmp_path))
+    repo, bid, kr = _sqlite(tmp_path)
+    target = tmp_path / "r.db"
+    _killed_writer(tmp_path, target, tmp_path / "k", "wal")
+    real_check = _replace.check_sqlite_unused
+    calls: list[str] = []
+
+    def check(dest: str, *, file_locks: bool = True) -> None:
+        calls.append(dest)
+        if len(calls) > 2:  # not the first check, nor the one before settling
+            real_check(dest, file_locks=file_locks)
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    reader = subprocess.Popen([sys.executable, str(Path(__file__).with_name("hold_child.py")),
+                               str(target), str(tmp_path / "k"), "wal", "read"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=env)
+    assert reader.stdin is not None and reader.stdout is not None
+    try:
+        assert reader.stdout.readline() == "ready\n"
+        monkeypatch.setattr(_replace, "check_sqlite_unused", check)
+        with pytest.raises(BackupError, match=r"r.db has a WAL or hot journal .* could not: "
+                                              r"the checkpoint of its WAL did not complete "
+                                              r"\(busy, .*nothing was replaced"):
+            restore(repo, bid, target, keyring=kr, replace=True)
+        monkeypatch.undo()
+        assert (tmp_path / "r.db-wal").stat().st_size > 0
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == "101"  # its 100 rows, and one more
+    finally:
+        reader.stdin.close()
+        assert reader.wait() == 0
+        reader.stdout.close()
+    assert _count(target, kr) == 101
+    restore(repo, bid, target, keyring=kr, replace=True)
+    assert _count(target, kr) == 1000
