@@ -462,3 +462,33 @@ def test_a_token_removed_while_its_key_is_in_use_is_said_to_be_gone(tmp_path, so
     assert "the key is no longer in the token (CKR_OBJECT_HANDLE_INVALID: the token was " \
         "removed" in got["message"]
     assert softhsm.pin not in got["message"] + done.stderr
+
+
+def test_a_module_that_cannot_initialise_hints_at_its_configuration(tmp_path, softhsm,
+                                                                     key_label):
+    """SoftHSM2 with SOFTHSM2_CONF naming no file, or a config whose token directory is
+    missing, fails C_Initialize (GeneralError): the error says so and the hint names what
+    to check, never the PIN. In a child: SoftHSM2 reads its config once per process."""
+    import subprocess
+    import sys
+
+    cfg = write(tmp_path, "[keyring]\n" + entry_toml(softhsm, key_label))
+    (tmp_path / "p.txt").write_text("x")
+    missing = tmp_path / "nowhere" / "softhsm2.conf"
+    bad = tmp_path / "bad.conf"
+    bad.write_text(f"directories.tokendir = {tmp_path / 'no-tokens'}\n"
+                   "objectstore.backend = file\n")
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    for conf, hint in (
+            (missing, f"SOFTHSM2_CONF names {missing}, which does not exist"),
+            (bad, f"SOFTHSM2_CONF names {bad}, whose token directory "
+                  f"{tmp_path / 'no-tokens'} does not exist")):
+        env = dict(os.environ, SOFTHSM2_CONF=str(conf), CD_TEST_PIN=softhsm.pin,
+                   PYTHONPATH=src)
+        r = subprocess.run([sys.executable, "-m", "cryptdisk", "encrypt",
+                            str(tmp_path / "p.txt"), str(tmp_path / "p.cd"), "-c", cfg],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 1, r.stderr
+        assert f"PKCS#11 module {softhsm.module} cannot be loaded" in r.stderr
+        assert f"cryptdisk: hint: {hint}" in r.stderr, r.stderr
+        assert softhsm.pin not in r.stderr + r.stdout and "Traceback" not in r.stderr

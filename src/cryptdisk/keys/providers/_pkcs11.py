@@ -161,9 +161,12 @@ class Pkcs11Provider(RemoteKeyProvider):
         try:
             lib = p11.lib(module)
         except (RuntimeError, OSError, exc_mod.PKCS11Error) as exc:
-            why = "no such file" if not os.path.exists(module) else type(exc).__name__
+            if not os.path.exists(module):
+                raise KeyProviderError(f"{what}: PKCS#11 module {self.value['module']} cannot "
+                                       "be loaded: no such file") from None
             raise KeyProviderError(f"{what}: PKCS#11 module {self.value['module']} cannot be "
-                                   f"loaded: {why}") from None
+                                   f"loaded: {type(exc).__name__}",
+                                   hint=_load_hint(module)) from None
         try:
             token = lib.get_token(token_label=self.value["token"])
         except (exc_mod.NoSuchToken, exc_mod.MultipleTokensReturned) as exc:
@@ -390,6 +393,40 @@ _LOOKUPS = {
     "KeyHandleInvalid": "the key is no longer in the token (CKR_KEY_HANDLE_INVALID: the "
                         "token was removed or re-initialised, or the key destroyed)",
 }
+
+
+def _load_hint(module: str) -> str:
+    """What to check when a module that exists fails to load or initialise: most often its
+    own configuration. For SoftHSM2, what SOFTHSM2_CONF names and the token directory
+    there (read from the file; nothing secret is in it, and the PIN is never involved)."""
+    generic = ("the module failed to initialise: check its own configuration (for SoftHSM2, "
+               "the SOFTHSM2_CONF environment variable and the token directory it names)")
+    if "softhsm" not in os.path.basename(module).lower():
+        return generic
+    conf = os.environ.get("SOFTHSM2_CONF")
+    named = (f"SOFTHSM2_CONF names {conf}" if conf else
+             "SOFTHSM2_CONF is not set, so SoftHSM2 reads /etc/softhsm/softhsm2.conf")
+    path = conf or "/etc/softhsm/softhsm2.conf"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except FileNotFoundError:
+        return f"{named}, which does not exist: point SOFTHSM2_CONF at the token's softhsm2.conf"
+    except OSError as exc:
+        return (f"{named}, which cannot be read ({exc.strerror}): point SOFTHSM2_CONF at a "
+                "softhsm2.conf this user can read")
+    tokendir = None
+    for line in text.splitlines():
+        name, eq, value = line.partition("=")
+        if eq and name.strip() == "directories.tokendir":
+            tokendir = value.split("#", 1)[0].strip()
+    if not tokendir:
+        return f"{named}, which sets no directories.tokendir: check that file"
+    if not os.path.isdir(tokendir):
+        return (f"{named}, whose token directory {tokendir} does not exist: fix "
+                "directories.tokendir there, or point SOFTHSM2_CONF at the token's own config")
+    return (f"{named}, whose token directory is {tokendir}: check that this user can read "
+            "and write it, and that file's other settings")
 
 
 def _describe(exc: BaseException) -> str:
