@@ -509,7 +509,7 @@ def _destroy_material(entry: Mapping[str, Any], base: str) -> tuple[list[str], s
     """Destroy what cryptdisk can reach: (what was done, what it could not do or "")."""
     key_id = entry.get("id")
     if "source" in entry:
-        from ._remote import RemoteKeyProvider
+        from ._remote import RemoteKeyProvider, RetryPolicy
 
         cls = get_key_provider(str(entry["source"]))
         if not issubclass(cls, RemoteKeyProvider):  # pragma: no cover - the parser refuses
@@ -517,11 +517,19 @@ def _destroy_material(entry: Mapping[str, Any], base: str) -> tuple[list[str], s
         rest = {k: v for k, v in entry.items()
                 if k not in ("id", "source", "algorithm", "state", "cache_entries",
                              "cache_seconds", "retries", "retry_seconds")}
+        retry_args = {arg: entry[name] for name, arg in (("retries", "retries"),
+                                                         ("retry_seconds", "seconds"))
+                      if name in entry}
+        try:
+            retry = RetryPolicy(**retry_args)
+        except ValueError as exc:
+            raise ConfigError(f"key {key_id}: {exc}") from None
         from ._kek import wrapped_provider
 
         provider = wrapped_provider(cls, rest, base)
-        try:
-            return [provider.destroy(f"key {key_id}")], ""
+        try:  # as loading: a provider that does not answer is tried again (destroy resumes)
+            return [retry.call("destroy", int(key_id or 0),
+                               lambda: provider.destroy(f"key {key_id}"))], ""
         finally:
             provider.close()
     if "file" in entry:

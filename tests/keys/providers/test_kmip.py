@@ -493,3 +493,30 @@ def test_a_server_that_stops_answering_after_the_handshake_is_retried_at_load(
         assert handshakes[0] == 3
     faults = [line for line in audit.read_text().splitlines() if '"fault"' in line]
     assert len(faults) == 2
+
+
+def test_destroy_retries_a_server_that_stops_answering_as_loading_does(
+        tmp_path, kmip_server, monkeypatch):
+    """`keys destroy` of a KMIP key whose server times out is tried again (retries = 2: three
+    attempts, two audited faults) and then fails transient, leaving the entry in place; it
+    was one attempt and a permanent error, while loading retried (docs/keys.md, Provider
+    faults)."""
+    from cryptdisk.keys import Key, KeyConfig, write_key_file
+
+    audit = tmp_path / "audit.log"
+    monkeypatch.setenv("CRYPTDISK_KEY_AUDIT_LOG", str(audit))
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    with _stalling_tls_server(kmip_server.root) as (port, handshakes):
+        entry = _entry(kmip_server, "k", extra="retries = 2\nretry_seconds = 0.05\n").replace(
+            f"port = {kmip_server.port}", f"port = {port}").replace(
+            "timeout = 5", "timeout = 1").replace('source = "kmip"',
+                                                  'state = "retired"\nsource = "kmip"')
+        cfg = write(tmp_path, '[keyring]\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n' + entry)
+        with pytest.raises(KeyProviderError, match=r"destroying the key failed: .*gave up "
+                           r"after 3 attempts") as info:
+            KeyConfig(cfg).destroy(7)
+        assert info.value.transient
+        assert handshakes[0] == 3
+    faults = [line for line in audit.read_text().splitlines() if '"fault"' in line]
+    assert len(faults) == 2 and all('"destroy"' in line for line in faults), faults
+    assert "id = 7" in (tmp_path / "cryptdisk.toml").read_text()

@@ -237,9 +237,10 @@ class KmipProvider(RemoteKeyProvider):
                 if state == enums.State.ACTIVE:
                     client.revoke(enums.RevocationReasonCode.CESSATION_OF_OPERATION, uid)
                 client.destroy(uid)
-        except Exception as exc:  # whatever PyKMIP raised
-            raise KeyProviderError(f"{where}: destroying the key failed: "
-                                   f"{_describe(exc)}") from None
+        except Exception as exc:  # whatever PyKMIP raised; a socket error or timeout is a
+            raise KeyProviderError(f"{where}: destroying the key failed: "  # server that
+                                   f"{_describe(exc)}",  # did not answer: retried
+                                   transient=_unreachable(exc)) from None
         finally:
             with contextlib.suppress(Exception):
                 _close_client(client)
