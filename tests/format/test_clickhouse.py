@@ -307,6 +307,21 @@ def test_append_keeps_header_and_prefix(tmp_path):
         assert f.read() == b"first line\nsecond line\n"
 
 
+def test_an_append_that_creates_the_file_makes_it_owner_only(tmp_path):
+    """As cryptdisk's other encrypted files: 0600 whatever the umask (0644 before)."""
+    old = os.umask(0o022)
+    try:
+        ch_append(tmp_path / "new.txt", KEY, b"x")
+        with open_clickhouse(tmp_path / "new2.txt", "ab", key=KEY) as f:
+            f.write(b"y")
+        with open_clickhouse(tmp_path / "new3.txt", "wb", key=KEY) as f:
+            f.write(b"z")
+    finally:
+        os.umask(old)
+    for name in ("new.txt", "new2.txt", "new3.txt"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+
+
 def test_append_with_wrong_key_refuses_and_abort_truncates(tmp_path):
     p = tmp_path / "log.txt"
     ch_append(p, KEY, b"hello")

@@ -210,3 +210,30 @@ def test_database_commands_on_an_sqlite_file_point_to_cryptdisk_sqlite(tmp_path,
     assert r.stderr.startswith(f"cryptdisk: error: no cryptdisk database at {tmp_path / 'app.db'}")
     assert "cryptdisk: hint: " in r.stderr and "cryptdisk sqlite rotate" in r.stderr
     assert "VACUUM INTO" in r.stderr
+
+
+def test_new_encrypted_databases_are_owner_only_whatever_the_umask(tmp_path, key_env):
+    """`sqlite encrypt`'s OUTPUT and a database connect() creates are mode 0600 (SQLite
+    alone makes 0644 under umask 022), and the WAL takes the database's mode."""
+    plain_db(tmp_path / "p.db", rows=10)
+    keyring = cryptdisk.Keyring([cryptdisk.Key(1, bytes.fromhex(key_env["SQLITE_TEST_KEY"]))])
+    old = os.umask(0o022)
+    try:
+        r = run("sqlite", "encrypt", tmp_path / "p.db", tmp_path / "e.db", "--key-env",
+                "SQLITE_TEST_KEY", env=key_env)
+        assert r.returncode == 0, r.stderr
+        conn = csql.connect(str(tmp_path / "w.db"), keyring=keyring)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+        modes = {n: (tmp_path / n).stat().st_mode & 0o777 for n in ("e.db", "w.db", "w.db-wal")}
+        conn.close()
+        assert modes == {"e.db": 0o600, "w.db": 0o600, "w.db-wal": 0o600}
+        assert csql.connect(str(tmp_path / "e.db"), keyring=keyring).execute(
+            "SELECT count(*) FROM t").fetchall() == [(10,)]
+        assert csql.connect(":memory:", keyring=keyring).execute("SELECT 1").fetchall() == [(1,)]
+        with pytest.raises(apsw.CantOpenError):
+            csql.connect(str(tmp_path / "none.db"), keyring=keyring,
+                         flags=apsw.SQLITE_OPEN_READONLY)
+        assert not (tmp_path / "none.db").exists()
+    finally:
+        os.umask(old)

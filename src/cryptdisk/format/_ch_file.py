@@ -184,7 +184,7 @@ def _open_write(name: str, key: _Key | None, algorithm: str | int | CHAlgorithm 
 def _open_append(name: str, key: _Key | None, key_for: KeyFor | None,
                  algorithm: str | int | CHAlgorithm | None, iv: bytes | None) -> CHWriteFile:
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
-                 0o644)
+                 0o600)
     raw = os.fdopen(fd, "ab", buffering=0)
     try:
         start = os.fstat(fd).st_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -97,7 +98,8 @@ def connect(
 
     ``flags`` are SQLite's open flags (default read-write, create); other
     keyword arguments go to :class:`apsw.Connection` (e.g. ``statementcachesize``).
-    New files are encrypted under ``keyring.current_key()``; existing files are
+    New files are encrypted under ``keyring.current_key()`` and created with mode 0600
+    (their journal, WAL and WAL index take the database's mode); existing files are
     opened with whichever key of the keyring their header names, so a wrong
     key fails here, at open, with :class:`cryptdisk.WrongKeyError` or
     :class:`cryptdisk.KeyNotFoundError`.
@@ -118,7 +120,15 @@ def connect(
     if not isinstance(name, str):
         raise TypeError("path must be a str or os.PathLike[str]")
     vfs = vfs_for(keyring, implementation)
-    conn = apsw.Connection(name, flags=flags, vfs=vfs.vfs_name, **kwargs)
+    made = _create_private(name, flags)
+    try:
+        conn = apsw.Connection(name, flags=flags, vfs=vfs.vfs_name, **kwargs)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                if os.stat(name).st_size == 0:
+                    os.unlink(name)
+        raise
     try:
         conn.set_busy_timeout(busy_timeout_ms)
         if flags & apsw.SQLITE_OPEN_READONLY:
@@ -135,3 +145,24 @@ def connect(
         conn.close()
         raise
     return conn
+
+
+def _create_private(name: str, flags: int) -> bool:
+    """Create ``name`` empty with mode 0600 when this open would create it; True if it did.
+
+    SQLite's own file creation uses 0644 (less the umask), and the journal, WAL and WAL
+    index copy the database's mode: an empty file is a new database to SQLite, so making
+    it first keeps the whole database owner-only. Names SQLite does not treat as a path
+    (``:memory:``, ``""``, URIs) and opens that do not create are left to SQLite, as is
+    any error (SQLite reports it as it would)."""
+    if (not flags & apsw.SQLITE_OPEN_CREATE or flags & apsw.SQLITE_OPEN_READONLY
+            or flags & apsw.SQLITE_OPEN_URI or flags & apsw.SQLITE_OPEN_MEMORY
+            or name in ("", ":memory:") or name.startswith("file:")):
+        return False
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
