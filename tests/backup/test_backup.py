@@ -912,3 +912,35 @@ def test_an_s3_init_whose_config_put_fails_raises_the_stores_error(
         with pytest.raises(PermissionError, match="Access Denied"):
             Repository.init("s3://denied-init/repo", passphrase="pw", kdf_params=FAST_KDF,
                             storage_options={"endpoint_url": endpoint})
+
+
+def test_an_s3_wrapping_whose_config_put_is_denied_raises_the_stores_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """add_wrapping's conditional PUT of the config failing for another reason than a
+    concurrent update (access denied, say) was tried ten times and reported as
+    'config kept changing ... another process changes the repository's keys', hiding
+    the store's error; it is the store's error now, at once."""
+    from tests.disks.s3server import ENV, make_bucket, s3_server
+
+    calls: list[str] = []
+
+    with s3_server() as endpoint:
+        for name, value in ENV.items():
+            monkeypatch.setenv(name, value)
+        make_bucket(endpoint, "denied-keys")
+        url, opts = "s3://denied-keys/repo", {"endpoint_url": endpoint}
+        Repository.init(url, passphrase="pw", kdf_params=FAST_KDF, storage_options=opts)
+        repo = Repository.open(url, passphrase="pw", storage_options=opts)
+        real = repo.fs.pipe_file
+
+        def denied(path, value=None, mode="overwrite", **kw):  # type: ignore[no-untyped-def]
+            if "IfMatch" in kw:
+                calls.append(path)
+                raise PermissionError(f"Access Denied: {path}")
+            return real(path, value, mode=mode, **kw)
+
+        monkeypatch.setattr(repo.fs, "pipe_file", denied)
+        with pytest.raises(PermissionError, match="Access Denied"):
+            repo.add_wrapping(passphrase="new", kdf_params=FAST_KDF)
+        assert len(calls) == 1
+        assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 1

@@ -377,9 +377,13 @@ class Repository:
             data = encode(config)
             try:
                 self.fs.pipe_file(path, data, mode="overwrite", IfMatch=f'"{tag}"')
-            except Exception:
+            except Exception as exc:
                 if self.fs.cat_file(path) != data:
-                    continue  # another update came first: apply ours to it
+                    # 412 (s3fs: EINVAL): another update came first: apply ours to it;
+                    # anything else (access denied...) is the store's error
+                    if isinstance(exc, OSError) and exc.errno == errno.EINVAL:
+                        continue
+                    raise
             self.config = config
             return
         raise BackupError(f"{self.url}/config kept changing while it was updated",
