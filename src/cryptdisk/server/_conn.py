@@ -92,6 +92,8 @@ class Connection:
         self._decrypt: Callable[[int], bytes] = _no_tls
         self._encrypt: Callable[[bytes], int] | None = None
         self._on_readable: Callable[[], None] = self._read_plain
+        #: called (on the loop) when the client is found gone: end of stream or an error
+        self.on_lost: Callable[[], None] | None = None
         self._resume_reading()
 
     # -- reading ----------------------------------------------------------------------------
@@ -174,6 +176,13 @@ class Connection:
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
         _settle(waiter)
+        if (self.eof or self.error is not None) and self.on_lost is not None:
+            self.on_lost()
+
+    @property
+    def lost(self) -> bool:
+        """Whether the client is gone (end of stream read, or the socket failed)."""
+        return self.eof or self.error is not None
 
     async def fill(self, n: int) -> None:
         """Wait until the buffer holds at least ``n`` bytes (:meth:`readexactly`'s wait,

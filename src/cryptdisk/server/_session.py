@@ -243,6 +243,37 @@ class _StatementTimer:
         return exc
 
 
+class _ClientWatch:
+    """While a session's engine call runs: when its client is found gone (the connection
+    read the end of its stream, or failed), the engine session is interrupted, and every
+    :data:`_REINTERRUPT` seconds after that until :meth:`cancel`, so that the statement
+    of a client that went away stops (57014) and its session ends, as PostgreSQL stops a
+    query whose client it finds gone."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._handle: asyncio.TimerHandle | None = None
+        self._done = False
+
+    def lost(self) -> None:
+        if self._done:
+            return
+        engine = self._session.engine
+        if engine is None:
+            return
+        if self._handle is None:
+            log.info("the client %s went away during a statement: cancelling it",
+                     self._session.peer_host)
+        self._handle = asyncio.get_running_loop().call_later(_REINTERRUPT, self.lost)
+        engine.interrupt()
+
+    def cancel(self) -> None:
+        self._done = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class _SessionThread:
     """One session's thread: runs its blocking calls one after the other, in order.
 
@@ -354,7 +385,16 @@ class Session:
         lock never holds a thread another session needs to release that lock."""
         if self.executor is None:
             self.executor = _SessionThread(asyncio.get_running_loop())
-        return await self.executor.call(fn, *args)
+        conn = self.conn
+        if conn.on_lost is not None or conn.lost:
+            return await self.executor.call(fn, *args)
+        watch = _ClientWatch(self)
+        conn.on_lost = watch.lost
+        try:
+            return await self.executor.call(fn, *args)
+        finally:
+            conn.on_lost = None
+            watch.cancel()
 
     # -- I/O -------------------------------------------------------------------------------
 
