@@ -420,3 +420,19 @@ def test_restore_refuses_a_target_whose_directory_does_not_exist(tmp_path: Path)
         assert "create the directory first" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "nope").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_create_bucket_with_an_invalid_name_names_the_bucket(tmp_path: Path) -> None:
+    """S3 refuses the name with a bare "The specified bucket is not valid."; the error
+    names the URL and the bucket, and the hint what a bucket name may be."""
+    from tests.disks.s3server import ENV, s3_server
+
+    with s3_server() as endpoint:
+        env = dict(ENV, AWS_EC2_METADATA_DISABLED="true")
+        r = run("init", "s3://ab/repo", "--passphrase-env", "BK_PASS", "--repo-option",
+                f"endpoint_url={endpoint}", "--create-bucket", env=env)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("cryptdisk: error: s3://ab/repo: cannot create bucket ab: "
+                               "The specified bucket is not valid."), r.stderr
+    assert "cryptdisk: hint: check the bucket's name (S3: 3 to 63" in r.stderr
+    assert "Traceback" not in r.stderr

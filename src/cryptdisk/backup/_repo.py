@@ -193,7 +193,18 @@ class Repository:
                 raise BackupError(f"{url}: bucket {bucket} does not exist",
                                   hint="check the bucket's name, or create it with "
                                   "--create-bucket (Python: create_bucket=True)")
-            fs.mkdir(bucket)
+            try:
+                fs.mkdir(bucket)
+            except OSError as exc:  # the store's own words (S3: "The specified bucket is
+                # not valid."), which name no bucket
+                hint = None
+                if exc.errno == errno.EINVAL:
+                    hint = "check the bucket's name" + (
+                        " (S3: 3 to 63 lowercase letters, digits, dots and hyphens, "
+                        "starting and ending with a letter or digit)"
+                        if hasattr(fs, "call_s3") else "")
+                raise BackupError(f"{url}: cannot create bucket {bucket}: "
+                                  f"{exc.strerror or exc}", hint=hint) from None
         if fs.exists(root) and not fs.isdir(root):
             raise BackupError(f"{url} is a file, not a directory: a backup repository is a "
                               "directory", hint="give a new path or an empty directory")
