@@ -498,11 +498,34 @@ def test_unquoted_names_past_ascii_are_cryptdisk_tables(tmp_path):
         db.close()
 
 
+def test_a_dataframe_named_in_sql_is_refused_pointing_at_db_insert(db):
+    """``INSERT INTO t SELECT * FROM df`` with a local DataFrame ``df`` failed with DuckDB's
+    "Table with name df does not exist! Did you mean "pg_depend"?" (DuckDB's lookup of
+    Python variables does not reach the caller of cryptdisk): it is a TableNotFoundError
+    naming db.insert, and nothing is inserted; db.insert inserts the frame."""
+    import pandas as pd
+
+    db.sql("CREATE TABLE t (a BIGINT)")
+    df = pd.DataFrame({"a": [1, 2]})
+    said = r"no table 'df' in .*; a Python variable is not read by its name: " \
+        r"db\.insert\(table, df\) inserts a DataFrame's or Arrow table's rows"
+    for sql in ("INSERT INTO t SELECT * FROM df", "INSERT INTO t (a) SELECT a FROM df",
+                "CREATE TABLE u AS SELECT * FROM df", "SELECT * FROM df"):
+        with pytest.raises(TableNotFoundError, match=said):
+            db.execute(sql)
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    assert db.query("SELECT name FROM system.tables") == [("t",)]
+    assert len(df) == 2  # (the frame is in scope: DuckDB's own connection would read it)
+    db.insert("t", df)
+    assert db.query("SELECT a FROM t ORDER BY a") == [(1,), (2,)]
+
+
 def test_a_table_duckdb_does_not_find_is_named_in_cryptdisks_words(db):
     """DuckDB said "Table with name enx does not exist! Did you mean "pg_enum"?": its
     suggestions are its own catalog's tables, never the database's."""
     db.sql("CREATE TABLE sales (k BIGINT)")
-    with pytest.raises(TableNotFoundError, match=r"no table 'salse' in .*\(tables: sales\)$") \
+    with pytest.raises(TableNotFoundError, match=r"no table 'salse' in .*\(tables: sales\); a "
+                       r"Python variable is not read by its name: db.insert\(table, salse\)") \
             as e:
         db.sql("SELECT * FROM salse")
     assert e.value.hint == "did you mean sales?"

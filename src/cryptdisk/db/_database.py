@@ -2262,8 +2262,12 @@ def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any, views: A
         hint = "did you mean " + next(t for t in known if t.lower() == close[0]) + "?"
     elif not known:
         hint = "CREATE TABLE it first (SELECT name FROM system.tables lists the tables)"
+    # DuckDB's own connection reads a Python variable (a DataFrame) by its name; the
+    # database's SQL reads its tables only
+    python = (f"; a Python variable is not read by its name: db.insert(table, {name}) "
+              "inserts a DataFrame's or Arrow table's rows") if name.isidentifier() else ""
     return _TableNotFound(f"no table {name!r} in {path} (tables: "
-                          f"{', '.join(known) or 'none'})", hint=hint)
+                          f"{', '.join(known) or 'none'}){python}", hint=hint)
 
 
 def _statement_words(st: _sql.Statement) -> str:

@@ -572,6 +572,13 @@ class InsertMixin(DatabaseState):
             if by_name:  # (as the query names them: a subquery renames a repeated name)
                 columns = list(self.con.sql(query).columns)
         except duckdb.Error as exc:
+            from ._database import _missing_table  # (which imports this module)
+
+            missing = _missing_table(exc, query, self.path, self.catalog.tables,
+                                     self.catalog.views)
+            if missing is not None:
+                raise type(missing)(f"INSERT INTO {meta.name}: {missing}",
+                                    hint=missing.hint) from None
             raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
         names = [c for c, _ in meta.columns]
         lower = {c.lower(): c for c in names}
