@@ -520,3 +520,37 @@ def test_destroy_retries_a_server_that_stops_answering_as_loading_does(
     faults = [line for line in audit.read_text().splitlines() if '"fault"' in line]
     assert len(faults) == 2 and all('"destroy"' in line for line in faults), faults
     assert "id = 7" in (tmp_path / "cryptdisk.toml").read_text()
+
+
+def test_the_docs_create_kmip_key_example_runs_as_written(tmp_path, kmip_server):
+    """docs/keys.md's create_kmip_key snippet, with the server's address and this test's
+    certificates put in for the docs' placeholders, makes a key the docs' entry loads,
+    and a second key of the same name makes that entry refused, as the docs say."""
+    from ...test_readme import readme_blocks
+
+    root = kmip_server.root
+    blocks = [b for b in readme_blocks((HERE.parents[2] / "docs" / "keys.md").read_text())
+              if b.language == "python" and "create_kmip_key(" in b.code]
+    assert len(blocks) == 1 and blocks[0].skip and "test_kmip.py" in blocks[0].skip
+    code = blocks[0].code
+    for placeholder, value in (('"kms.internal", 5696', f'"127.0.0.1", {kmip_server.port}'),
+                               ('"tls/client.pem"', repr(str(root / "client.pem"))),
+                               ('"tls/client.key"', repr(str(root / "client.key"))),
+                               ('"tls/ca.pem"', repr(str(root / "ca.pem")))):
+        assert placeholder in code
+        code = code.replace(placeholder, value)
+    name = "cryptdisk-kek-7"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("created ") and done.stdout.split()[1]
+    ring = _ring(tmp_path, kmip_server, name)
+    with cryptdisk.open(tmp_path / "f.cd", "wb", keyring=ring) as f:
+        f.write(b"under the new key")
+    with cryptdisk.open(tmp_path / "f.cd", "rb", keyring=ring) as f:
+        assert f.read() == b"under the new key"
+    ring.close()
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, env=_env(),
+                          timeout=120, cwd=tmp_path).returncode == 0
+    with pytest.raises(KeyProviderError, match="2 keys have that name; need one"):
+        _ring(tmp_path, kmip_server, name)
