@@ -120,6 +120,15 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
                      ("collowner", "BIGINT"), ("collprovider", "VARCHAR"),
                      ("collisdeterministic", "BOOLEAN"), ("collencoding", "INTEGER"),
                      ("collcollate", "VARCHAR"), ("collctype", "VARCHAR")],
+    "pg_roles": [("rolname", "VARCHAR"), ("rolsuper", "BOOLEAN"), ("rolinherit", "BOOLEAN"),
+                 ("rolcreaterole", "BOOLEAN"), ("rolcreatedb", "BOOLEAN"),
+                 ("rolcanlogin", "BOOLEAN"), ("rolreplication", "BOOLEAN"),
+                 ("rolconnlimit", "INTEGER"), ("rolpassword", "VARCHAR"),
+                 ("rolvaliduntil", "TIMESTAMPTZ"), ("rolbypassrls", "BOOLEAN"),
+                 ("rolconfig", "VARCHAR[]"), ("oid", "BIGINT")],
+    "pg_user": [("usename", "VARCHAR"), ("usesysid", "BIGINT"), ("usecreatedb", "BOOLEAN"),
+                ("usesuper", "BOOLEAN"), ("userepl", "BOOLEAN"), ("usebypassrls", "BOOLEAN"),
+                ("passwd", "VARCHAR"), ("valuntil", "TIMESTAMPTZ"), ("useconfig", "VARCHAR[]")],
     "pg_tablespace": [("oid", "BIGINT"), ("spcname", "VARCHAR"), ("spcowner", "BIGINT"),
                       ("spcacl", "VARCHAR[]"), ("spcoptions", "VARCHAR[]")],
     "pg_database": [("oid", "BIGINT"), ("datname", "VARCHAR"), ("datdba", "BIGINT"),
@@ -355,6 +364,13 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                         None, None, None, None, "i", "p", False, 0, -1, 0,
                         _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
                        for oid, name, length, category, array in _BASE_TYPES]
+    if {"pg_roles", "pg_user"} & wanted:
+        roles = _roles(privileges)
+        rows["pg_roles"] = [(name, admin, True, admin, admin, login, False, -1,
+                             "********" if login else None, None, admin, None, oid)
+                            for name, admin, login, oid in roles]
+        rows["pg_user"] = [(name, oid, admin, admin, False, admin, "********", None, None)
+                           for name, admin, login, oid in roles if login]
     rows["pg_tables"] = [("public", n, "cryptdisk", None, False, False, False, False)
                          for n, k in visible if k == "r"]
     rows["pg_views"] = [("public", n, "cryptdisk", engine.view_definition(n) if admin else None)
@@ -385,6 +401,19 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
     if {"pg_constraint", "pg_index"} & wanted:
         _key_rows(engine, visible, rows, "pg_class" in wanted and "pg_index" in wanted)
     return rows
+
+
+def _roles(privileges: Any) -> list[tuple[str, bool, bool, int]]:
+    """(name, superuser, can log in, OID) of each role, as PostgreSQL's ``pg_roles`` shows
+    them to every user: the server's users (an admin is a superuser) and roles, never a
+    verifier; without users (no authentication), the owner ``cryptdisk``."""
+    store = getattr(privileges, "store", None)
+    if store is None:
+        return [("cryptdisk", True, True, _OWNER)]
+    found = [(name, bool(user.get("admin")), True) for name, user in store.users.items()]
+    found += [(name, False, False) for name in store.roles]
+    return [(name, admin, login, relation_oid(f"\0role {name}"))
+            for name, admin, login in sorted(found)]
 
 
 def _ident(name: str) -> str:
