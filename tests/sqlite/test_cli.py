@@ -228,6 +228,10 @@ def test_new_encrypted_databases_are_owner_only_whatever_the_umask(tmp_path, key
         modes = {n: (tmp_path / n).stat().st_mode & 0o777 for n in ("e.db", "w.db", "w.db-wal")}
         conn.close()
         assert modes == {"e.db": 0o600, "w.db": 0o600, "w.db-wal": 0o600}
+        r = run("sqlite", "decrypt", tmp_path / "e.db", tmp_path / "d.db", "--key-env",
+                "SQLITE_TEST_KEY", env=key_env)  # the plaintext copy: owner-only too
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "d.db").stat().st_mode & 0o777 == 0o600
         assert csql.connect(str(tmp_path / "e.db"), keyring=keyring).execute(
             "SELECT count(*) FROM t").fetchall() == [(10,)]
         assert csql.connect(":memory:", keyring=keyring).execute("SELECT 1").fetchall() == [(1,)]

@@ -20,7 +20,7 @@ import apsw
 
 from ..errors import CryptdiskError, DatabaseError, NotEncryptedError
 from ..format import KeyLookup
-from ._connect import connect
+from ._connect import _create_private, connect
 
 __all__ = ["decrypt_database", "encrypt_database", "encrypt_sqlcipher_database"]
 
@@ -74,7 +74,8 @@ def encrypt_database(src: str, dst: str, keyring: KeyLookup,
 
 def decrypt_database(src: str, dst: str, keyring: KeyLookup,
                      progress: Progress | None = None) -> None:
-    """Copy the encrypted database ``src`` to a new plain SQLite database ``dst``."""
+    """Copy the encrypted database ``src`` to a new plain SQLite database ``dst`` (mode
+    0600: it holds the plaintext)."""
     _check_paths(src, dst)
     try:
         source = connect(src, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
@@ -82,7 +83,11 @@ def decrypt_database(src: str, dst: str, keyring: KeyLookup,
         raise DatabaseError(f"{src}: not a cryptdisk-encrypted database",
                             hint="to encrypt a plain database use 'cryptdisk sqlite encrypt'"
                             ) from None
-    _copy_to_new(source, lambda: apsw.Connection(dst), dst, progress)
+    def open_plain() -> apsw.Connection:  # plaintext: owner-only, as `cryptdisk decrypt`'s
+        _create_private(dst, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+        return apsw.Connection(dst)
+
+    _copy_to_new(source, open_plain, dst, progress)
 
 
 def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connection], dst: str,
