@@ -306,3 +306,28 @@ def test_sigterm_ends_a_cli_writer_cleanly(tmp_path, name):
         # the catalog's rename never ran: the insert is absent; the pin came after it
         assert db.query("SELECT count(*) FROM t") == [(100 if name == "catalog" else 110,)]
         db.check()
+
+
+def test_a_new_database_and_its_key_are_durable_in_their_parent(tmp_path, monkeypatch):
+    """A database whose creation returned survives a power loss: its directory's name and
+    its key file's are fsynced in their parent, the key before a catalog is encrypted under
+    it (a power loss cannot be staged here, so the fsyncs are recorded). Before, neither
+    name was ever fsynced in the parent: only the catalog, in the database's directory."""
+    path = tmp_path / "new.db"
+    key = tmp_path / "new.db.key"
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((target, path.is_dir(), key.exists(), (path / "catalog").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    cryptdisk.connect(str(path)).close()
+    monkeypatch.undo()
+    parent = [(d, k, c) for t, d, k, c in synced if t == str(tmp_path)]
+    assert (True, False, False) in parent  # the directory, before its key
+    assert (True, True, False) in parent  # the key, before the catalog
+    with cryptdisk.connect(str(path)) as db:
+        assert db.catalog.version >= 1

@@ -80,7 +80,7 @@ from ._forksafe import track
 from ._import import ImportMixin
 from ._infoschema import catalog_views, rewrite_catalog_views
 from ._insert import INSERT_BLOCK_BYTES, InsertMixin, ctrl_c
-from ._keyfiles import default_key_path
+from ._keyfiles import default_key_path, sync_parent
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._mutate import MutationMixin
@@ -314,6 +314,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 if creating and self._remote is None and not os.path.exists(p)]
         if self._remote is None:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
+            if creating:  # its name durable in its parent before anything is put in it
+                sync_parent(self.path)
         self._lock_fd: int | None = None
         if not read_only and self._remote is None:
             try:

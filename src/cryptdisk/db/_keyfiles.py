@@ -31,7 +31,7 @@ from ..keys import Key, Keyring, read_key_file, write_key_file
 
 __all__ = ["default_key_path", "discard_pending_key", "install_current_key",
            "interrupted_rotation", "load_keyring", "make_first_key", "pending_key_path",
-           "remove_key", "retired_key_path", "stage_current_key"]
+           "remove_key", "retired_key_path", "stage_current_key", "sync_parent"]
 
 log = logging.getLogger("cryptdisk.db")
 
@@ -55,7 +55,8 @@ def _staging_path(db_path: str) -> str:
     return default_key_path(db_path) + ".new"
 
 
-def _sync_dir(path: str) -> None:
+def sync_parent(path: str) -> None:
+    """Make ``path``'s name durable: an ``fsync`` of the directory holding it."""
     fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -114,6 +115,7 @@ def make_first_key(db_path: str) -> None:
     key_path = default_key_path(db_path)
     key = Key.generate(1)
     write_key_file(key_path, key)
+    sync_parent(key_path)  # durable before a catalog is encrypted under it
     log.warning("cryptdisk: created the encryption key of database %s in %s (mode 0600). "
                 "Back it up and keep it apart from the data: losing it loses the data.",
                 db_path, key_path)
@@ -127,7 +129,7 @@ def _keep(path: str, key: Key) -> None:
             return
         raise KeyringError(f"{path} already holds another key", hint="move it away first")
     write_key_file(path, key)
-    _sync_dir(path)
+    sync_parent(path)
 
 
 def _needs_install(db_path: str, keyring: Keyring, key: Key) -> bool:
@@ -174,7 +176,7 @@ def stage_current_key(db_path: str, key: Key) -> bool:
     tmp = _staging_path(db_path)
     write_key_file(tmp, key, overwrite=True)  # synced
     os.replace(tmp, pending)
-    _sync_dir(pending)
+    sync_parent(pending)
     return True
 
 
@@ -208,7 +210,7 @@ def discard_pending_key(db_path: str) -> None:
     for path in (_staging_path(db_path), pending_key_path(db_path)):
         if os.path.exists(path):
             os.remove(path)
-            _sync_dir(path)
+            sync_parent(path)
 
 
 def install_current_key(db_path: str, key: Key) -> bool:
@@ -225,11 +227,11 @@ def install_current_key(db_path: str, key: Key) -> bool:
     _keep(retired_key_path(db_path, old.key_id), old)
     key_path = default_key_path(db_path)
     os.replace(pending_key_path(db_path), key_path)
-    _sync_dir(key_path)
+    sync_parent(key_path)
     with_id = retired_key_path(db_path, key.key_id)
     if os.path.exists(with_id):  # it was an older key made current again
         os.remove(with_id)
-        _sync_dir(with_id)
+        sync_parent(with_id)
     return True
 
 
@@ -244,5 +246,5 @@ def remove_key(db_path: str, key_id: int) -> str:
         raise KeyringError(f"database {db_path} has no key with id {key_id} (keys: "
                            f"{', '.join(map(str, keyring.ids))})")
     os.remove(path)
-    _sync_dir(path)
+    sync_parent(path)
     return path
