@@ -281,3 +281,24 @@ def test_a_value_that_does_not_cast_to_a_not_null_column_is_a_conversion_error(t
     assert "Conversion Error" in str(err.value) and "NOT NULL" not in str(err.value)
     assert "#1" not in str(err.value) and "coalesce" not in str(err.value)  # (cryptdisk's SQL)
     assert t.query("SELECT k, d FROM t") == [(1, datetime.date(2024, 1, 1))]
+
+
+@pytest.mark.parametrize(("sql", "want"), [
+    ("SELECT $$see (DESCRIBE t)$$", "see (DESCRIBE t)"),
+    ("SELECT $x$see (SHOW t)$x$", "see (SHOW t)"),
+    ("SELECT E'it''s (DESCRIBE t)'", "it's (DESCRIBE t)"),
+    ("SELECT E'it\\'s (DESCRIBE t)'", "it's (DESCRIBE t)"),
+    ("SELECT 'x' -- (DESCRIBE t)\n", "x"),
+    ("SELECT /* (DESCRIBE t) */ 'x'", "x"),
+])
+def test_describe_in_a_string_or_comment_is_left_as_it_is(t, sql, want):
+    """Only a ``(DESCRIBE t)`` subquery is read from the table's description: the same
+    text in a dollar-quoted or E'' string was rewritten to cryptdisk's own name, so an
+    INSERT stored '(SELECT * FROM __cd_describe_0)' in place of what it was given, and a
+    quoted column alias was renamed."""
+    assert t.query(sql) == [(want,)]
+    t.sql("CREATE TABLE notes (s VARCHAR)")
+    t.sql(f"INSERT INTO notes {sql}")
+    assert t.query("SELECT s FROM notes") == [(want,)]
+    result = t.sql('SELECT 1 AS "(DESCRIBE t)"')
+    assert result.schema.names == ["(DESCRIBE t)"]

@@ -1071,16 +1071,17 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         found: dict[str, str] = {}
 
         def sub(m: re.Match[str]) -> str:
-            if m.group(1) is None:
-                return m.group(0)  # (a string)
-            meta = self.catalog.tables.get(_sql.unquote(m.group(1)))
+            table = m.group("table")
+            if table is None:
+                return m.group(0)  # (a string, a quoted identifier, a comment)
+            meta = self.catalog.tables.get(_sql.unquote(table))
             if meta is None:
                 return m.group(0)
             name = found.get(meta.name)
             if name is None:
                 name = found[meta.name] = f"__cd_describe_{len(found)}"
                 described = self._read_description(meta)
-                self._expose(name, _described(self, f"DESCRIBE {m.group(1)}", described))
+                self._expose(name, _described(self, f"DESCRIBE {table}", described))
             text = f"(SELECT * FROM {name})"
             self._described_texts[text] = m.group(0)  # (DuckDB's errors quote the text)
             return text
@@ -2039,9 +2040,12 @@ _ALL_TABLES = ('SELECT database_name AS "database", schema_name AS "schema", tab
                "WHERE NOT internal GROUP BY database_name, schema_name, table_name "
                "ORDER BY 1, 2, 3")
 _DESCRIBE = re.compile(rf"(?is)DESCRIBE\s+(?:TABLE\s+)?({_sql._IDENT})\s*")
-#: a string (left as it is), or a ``(DESCRIBE t)`` or ``(SHOW t)`` subquery
-_DESCRIBE_SUBQUERY = re.compile(rf"(?s)'(?:[^']|'')*'|\(\s*(?i:DESCRIBE\s+(?:TABLE\s+)?|SHOW\s+)"
-                                rf"({_sql._IDENT})\s*\)")
+#: what is left as it is (a string: E'...', '...' or $tag$...$tag$; a quoted identifier; a
+#: comment), or a ``(DESCRIBE t)`` or ``(SHOW t)`` subquery (group ``table``)
+_DESCRIBE_SUBQUERY = re.compile(
+    r"(?s)(?<![\w$])[eE]'(?:[^'\\]|\\.|'')*'|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\""
+    r"|\$(?P<tag>(?:[A-Za-z_]\w*)?)\$.*?\$(?P=tag)\$|--[^\n]*|/\*.*?\*/"
+    rf"|\(\s*(?i:DESCRIBE\s+(?:TABLE\s+)?|SHOW\s+)(?P<table>{_sql._IDENT})\s*\)")
 
 
 def _described(db: Database, sql: str, result: Any) -> Any:
