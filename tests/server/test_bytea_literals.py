@@ -61,3 +61,31 @@ def test_psql_shows_the_bytes(srv, certs) -> None:
     out = psql(srv, certs, r"SELECT '\x0102'::bytea AS b, octet_length('\x0102'::bytea) AS n")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["b|n", r"\x0102|2"]
+
+
+@pytest.mark.parametrize(("sql", "value"), [
+    ("SELECT decode('0102', 'hex')", b"\x01\x02"),
+    ("SELECT DECODE('00ff', 'HEX')", b"\x00\xff"),
+    (r"SELECT encode('\x01ab'::bytea, 'hex')", "01ab"),
+    ("SELECT encode(decode('0aff', 'hex'), 'hex')", "0aff"),
+    ("SELECT octet_length(decode('010203', 'hex'))", 3),
+])
+def test_decode_and_encode_hex(srv, sql, value) -> None:
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        assert conn.execute(sql).fetchone()[0] == value
+
+
+def test_decode_into_a_blob_column(srv) -> None:
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, b BLOB)")
+        conn.execute("INSERT INTO t VALUES (1, decode('0102', 'hex'))")
+        assert conn.execute("SELECT b FROM t").fetchall() == [(b"\x01\x02",)]
+
+
+@pytest.mark.parametrize("sql", ["SELECT decode('AQI=', 'escape')",
+                                 "SELECT decode('0102', 'x' || 'hex')"])
+def test_unsupported_decode_is_refused(srv, sql) -> None:
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(sql)
+        assert info.value.sqlstate == "0A000"

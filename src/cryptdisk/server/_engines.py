@@ -315,7 +315,37 @@ def postgres_spelling(sql: str, quote_literal: str,
                                      quote_literal)
     if blob is not None and "bytea" in lower:
         sql = bytea_spelling(sql, blob)
+    if blob is not None and ("decode" in lower or "encode" in lower):
+        duckdb = blob is _duckdb_blob
+        sql = _sqltext.replace_calls(sql, "decode", lambda a: _codec(a, "decode", duckdb))
+        sql = _sqltext.replace_calls(sql, "encode", lambda a: _codec(a, "encode", duckdb))
     return sql
+
+
+#: PostgreSQL's decode(text, format) and encode(bytea, format) in the engines' functions
+#: ({} the first argument); a format missing here is refused
+_CODECS = {("decode", "hex"): ("unhex({})", "unhex({})"),
+           ("decode", "base64"): ("from_base64({})", None),
+           ("encode", "hex"): ("lower(hex({}))", "lower(hex({}))"),
+           ("encode", "base64"): ("to_base64({})", None)}
+
+
+def _codec(args: str, name: str, duckdb: bool) -> str:
+    """PostgreSQL's ``name(args)`` (decode or encode with a format) as the engine's call;
+    a one-argument call (DuckDB's own decode/encode) is left as it is."""
+    parts = _sqltext.split_arguments(args)
+    if len(parts) != 2:
+        return f"{name}({args})"
+    m = re.fullmatch(r"'([A-Za-z0-9]*)'", parts[1])
+    if m is None:
+        raise StatementError(f"{name}(data, format) needs its format written as a string "
+                             "literal ('hex', 'base64')", "0A000")
+    fmt = m[1].lower()
+    template = _CODECS.get((name, fmt), (None, None))[0 if duckdb else 1]
+    if template is None:
+        raise StatementError(f"{name}(data, '{fmt}') is not supported on this engine: "
+                             "use the format 'hex'", "0A000")
+    return template.format(parts[0])
 
 
 def bytea_spelling(sql: str, blob: Callable[[bytes], str] = _duckdb_blob) -> str:

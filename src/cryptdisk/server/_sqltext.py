@@ -16,8 +16,9 @@ from ..errors import ServerError
 
 __all__ = ["QueryPlan", "bytea_literals", "digit_key", "drop_casts", "drop_pg_catalog",
            "first_words", "lift_literals", "placeholders", "query_plan", "quote_index_names",
-           "replace_calls", "replace_words", "scan_parens", "split_statements", "sqlite_cast",
-           "strip_strings", "substitute", "unqualified_parts", "unqualify"]
+           "replace_calls", "replace_words", "scan_parens", "split_arguments",
+           "split_statements", "sqlite_cast", "strip_strings", "substitute",
+           "unqualified_parts", "unqualify"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
@@ -415,7 +416,7 @@ def _unescape(body: str) -> str:
     return "".join(out)
 
 
-def replace_calls(sql: str, name: str, template: str) -> str:
+def replace_calls(sql: str, name: str, template: str | Callable[[str], str]) -> str:
     """``sql`` with each call of the function ``name`` (any case, unqualified) written as
     ``template`` with ``{}`` for its argument text: for a PostgreSQL function an engine
     lacks (``quote_literal(x)``). Strings, quoted names and comments are left alone."""
@@ -441,12 +442,29 @@ def replace_calls(sql: str, name: str, template: str) -> str:
         if depth:
             return sql
         out.append(sql[pos:s])
-        out.append(template.format(sql[m.end():j - 1]))
+        args = sql[m.end():j - 1]
+        out.append(template.format(args) if isinstance(template, str) else template(args))
         pos = depth_from = j
     if not out:
         return sql
     out.append(sql[pos:])
     return "".join(out)
+
+
+def split_arguments(args: str) -> list[str]:
+    """A call's argument text split at its top-level commas (outside parentheses, strings,
+    quoted names and comments), each stripped."""
+    parts, depth, pos = [], 0, 0
+    for c, s, _e in scan_parens(args):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif depth == 0:
+            parts.append(args[pos:s].strip())
+            pos = s + 1
+    parts.append(args[pos:].strip())
+    return parts
 
 
 #: the schemas clients put before a table's name: PostgreSQL's default, DuckDB's and SQLite's
