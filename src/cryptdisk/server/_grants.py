@@ -205,6 +205,10 @@ class Privileges:
                                  "42501")
         tables, functions = found
         for name in functions:
+            if name == SHOW_ALL_TABLES:
+                raise StatementError("permission denied: SHOW ALL TABLES lists every table "
+                                     "(admin users only); SHOW TABLES lists the tables "
+                                     "this user may read", "42501")
             if name.lower() not in _SAFE_TABLE_FUNCTIONS:
                 raise StatementError(f"permission denied: table function {name} "
                                      "(admin users only)", "42501")
@@ -219,6 +223,9 @@ class Privileges:
                                  "(admin users only)", "42501")
 
 
+#: what :func:`query_references` names among a statement's table functions for a
+#: ``SHOW ALL TABLES`` (no table function has a name with spaces)
+SHOW_ALL_TABLES = "SHOW ALL TABLES"
 _PART = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _INSERT = re.compile(rf"\s*INSERT\s+INTO\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
 _CHANGE = re.compile(rf"\s*(DELETE\s+FROM|UPDATE)\s+({_PART}(?:\s*\.\s*{_PART})?)", re.I)
@@ -311,10 +318,15 @@ def _walk(node: Any, tables: list[str], functions: list[str], ctes: frozenset[st
         elif kind == "TABLE_FUNCTION":
             function = node.get("function") or {}
             functions.append(str(function.get("function_name", "?")))
+        elif kind == "SHOW_REF" and node.get("query") is None \
+                and str(node.get("table_name")).startswith("__show_tables_expanded"):
+            # SHOW ALL TABLES: every table and view of the database with its columns and
+            # types (cryptdisk.db answers it from duckdb_columns()): admin users only
+            functions.append(SHOW_ALL_TABLES)
         elif kind == "SHOW_REF" and node.get("query") is None and node.get("table_name") \
                 and not str(node["table_name"]).startswith("__show_tables"):
             # SHOW t: DuckDB describes the table of that name (its columns and types);
-            # (SHOW [ALL] TABLES lists DuckDB's catalog, which holds none of the tables)
+            # (SHOW TABLES of a user that is not an admin lists what it may read: ._engines)
             schema, name = node.get("schema_name") or "", str(node["table_name"])
             tables.append(f"{schema}.{name}" if schema and schema not in DEFAULT_SCHEMAS
                           else name)
