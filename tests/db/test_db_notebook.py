@@ -13,6 +13,28 @@ import cryptdisk
 from cryptdisk.errors import DatabaseError, KeyFileError
 
 
+def test_insert_takes_a_directory_of_hive_partitioned_parquet_files(tmp_path, db):
+    """A directory's path is read as its Parquet files, hive partitions as columns (before:
+    "no file DIR"); one of other files or of none is a DatabaseError that says so."""
+    db.execute("CREATE TABLE t (k BIGINT, region VARCHAR, year INTEGER) ORDER BY k")
+    pq.write_to_dataset(pa.table({"k": [1, 2, 3], "region": ["eu", "us", "eu"],
+                                  "year": [2024, 2024, 2025]}),
+                        tmp_path / "hive", partition_cols=["region", "year"])
+    (tmp_path / "hive" / "_SUCCESS").touch()  # (a marker Spark leaves: not read)
+    assert db.insert("t", str(tmp_path / "hive")) == 3
+    assert db.query("SELECT k, region, year FROM t ORDER BY k") == [
+        (1, "eu", 2024), (2, "us", 2024), (3, "eu", 2025)]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatabaseError, match=r"the directory .*empty holds no Parquet file"):
+        db.insert("t", tmp_path / "empty")
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "a.csv").write_text("k\n1\n")
+    with pytest.raises(DatabaseError, match=r"cannot read the Parquet files of the "
+                       r"directory .*csv: .*a\.csv"):
+        db.insert("t", tmp_path / "csv")
+    assert db.query("SELECT count(*) FROM t") == [(3,)]
+
+
 def test_insert_takes_a_pyarrow_dataset_and_scanner(tmp_path, db):
     db.execute("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
     (tmp_path / "files").mkdir()

@@ -144,6 +144,31 @@ def ctrl_c(exc: RuntimeError) -> BaseException:
     return exc
 
 
+def _from_directory(table: str, data: Any) -> Any:
+    """A directory's path as the pyarrow dataset of its Parquet files (those in its
+    subdirectories too, hive partitions such as ``year=2024/`` as columns, as DuckDB's
+    ``read_parquet('dir/**/*.parquet', hive_partitioning = true)`` reads them; files
+    whose name starts with ``_`` or ``.`` are left out, as pyarrow does), anything else
+    as it is."""
+    if not isinstance(data, (str, os.PathLike)) or not os.path.isdir(data):
+        return data
+    import pyarrow.dataset as ds
+
+    path = os.fspath(data)
+    try:
+        dataset = ds.dataset(path, format="parquet", partitioning="hive")
+    except (pa.ArrowException, OSError) as exc:  # a file that is not Parquet
+        raise DatabaseError(f"insert into {table}: cannot read the Parquet files of the "
+                            f"directory {path}: {str(exc).splitlines()[0]}",
+                            hint="a directory is read as Parquet files; pass a CSV or JSON "
+                            "file's path, or a pyarrow dataset of the directory") from None
+    if not dataset.files:
+        raise DatabaseError(f"insert into {table}: the directory {path} holds no Parquet "
+                            "file", hint="a directory is read as its Parquet files "
+                            "(hive partitions such as year=2024/ too)")
+    return dataset
+
+
 def _from_dataset(data: Any) -> Any:
     """A pyarrow ``Dataset`` or ``Scanner`` as a ``RecordBatchReader`` (its batches read as
     the insert takes them, not all at once), a pandas ``Series`` as a DataFrame of it, an
@@ -626,7 +651,7 @@ class InsertMixin(DatabaseState):
                 self._writable(f"insert into {table}", adds=True)
                 self.table(table)
                 return 0
-            data = _from_python(table, _from_dataset(data))
+            data = _from_python(table, _from_dataset(_from_directory(table, data)))
             _check_names(table, data)
             if type(data).__name__ == "DataFrame" and hasattr(data, "index"):
                 _check_index(table, data, [c for c, _t in self.table(table).columns])
