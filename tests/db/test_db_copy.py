@@ -83,3 +83,24 @@ def test_copy_from_on_a_read_only_connection_is_refused(tmp_path, files):
         db.sql("CREATE TABLE t (k BIGINT, s VARCHAR)")
     with cryptdisk.connect(path, read_only=True) as ro, pytest.raises(DatabaseError):
         ro.sql(f"COPY t FROM '{files[0]}'")
+
+
+def test_copy_to_a_file_it_cannot_write_names_the_statement_and_its_target(db, tmp_path):
+    """DuckDB's "IO Error: Cannot open file ..." said nothing of the COPY it came from
+    (before: the bare IO Error, no hint); now the error names it as other statements'
+    errors do, with a hint when the target's directory is missing."""
+    db.sql("CREATE TABLE t (k BIGINT)")
+    db.sql("INSERT INTO t VALUES (1)")
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(DatabaseError) as e:
+        db.sql(f"COPY t TO '{missing}/x.csv'")
+    assert str(e.value).startswith(f"COPY t TO '{missing}/x.csv': IO Error: ")
+    assert e.value.hint == f"the directory {missing} does not exist: create it first"
+    with pytest.raises(DatabaseError) as e:
+        db.sql(f"copy (SELECT k FROM t) TO '{missing}/x.parquet' (FORMAT parquet)")
+    assert str(e.value).startswith(f"COPY (query) TO '{missing}/x.parquet': IO Error: ")
+    with pytest.raises(DatabaseError, match=r"^COPY t TO '.*': IO Error: ") as e:
+        db.sql(f"COPY t TO '{tmp_path}'")  # a directory: it exists, so no hint
+    assert e.value.hint is None
+    db.sql(f"COPY t TO '{tmp_path}/ok.csv'")
+    assert (tmp_path / "ok.csv").read_text() == "k\n1\n"

@@ -1358,6 +1358,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                         message = message.replace(text, written)
                     if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
                         message = quiet_error(message)
+                    copy_to = _copy_to_words(sql)
+                    if copy_to is not None:  # (DuckDB's IO Error names no statement)
+                        raise DatabaseError(f"{copy_to[0]}: {message}",
+                                            hint=copy_to[1]) from None
                     raise DatabaseError(message) from None
                 except RuntimeError as exc:  # (a Ctrl-C)
                     raise ctrl_c(exc) from None
@@ -2350,6 +2354,25 @@ def _after_comments(sql: str) -> str:
 
 #: An identifier after a dot (``schema.t``, ``x.col``, ``"s"."t"``).
 _LINE = re.compile(r"LINE (\d+): ")
+
+
+_COPY_TO = re.compile(r"\s*COPY\s+(\(|[^\s(]+).*?\bTO\s+'((?:[^']|'')*)'",
+                      re.IGNORECASE | re.DOTALL)
+
+
+def _copy_to_words(sql: str) -> tuple[str, str | None] | None:
+    """For a ``COPY ... TO 'file'`` statement, how its errors name it (``COPY t TO
+    'file'``, ``COPY (query) TO 'file'``) and a hint when the file's directory is
+    missing; None for any other statement."""
+    m = _COPY_TO.match(sql)
+    if m is None:
+        return None
+    source = "(query)" if m.group(1) == "(" else m.group(1)
+    target = m.group(2).replace("''", "'")
+    directory = os.path.dirname(target)
+    hint = (f"the directory {directory} does not exist: create it first"
+            if directory and "://" not in target and not os.path.isdir(directory) else None)
+    return f"COPY {source} TO '{m.group(2)}'", hint
 
 
 def _unprefixed(message: str) -> str:
