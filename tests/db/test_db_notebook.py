@@ -229,3 +229,14 @@ def test_timestamps_with_time_zone_are_utc_on_a_machine_in_another_zone(tmp_path
     assert out["rows"] == want
     assert out["reader"] == want
     assert out["tz"] == ["UTC", "UTC"]
+
+
+def test_insert_of_floats_into_an_integer_column_rounds_halves_to_even(db):
+    """As docs/database-sql.md says: DuckDB's cast of a DOUBLE (1.5 and 2.5 -> 2), not
+    the DECIMAL literal's rounding of INSERT ... VALUES (2.5 -> 3); NaN is an error."""
+    db.execute("CREATE TABLE t (i INTEGER, n BIGINT)")
+    db.insert("t", {"i": [1.5, 2.5, -0.5, 0.6], "n": [1.5, 2.5, -1.5, -0.6]})
+    db.execute("INSERT INTO t VALUES (2.5, -2.5)")
+    assert db.query("SELECT i, n FROM t") == [(2, 2), (2, 2), (0, -2), (1, -1), (3, -3)]
+    with pytest.raises(DatabaseError, match="nan"):
+        db.insert("t", {"i": [float("nan")]})
