@@ -72,6 +72,16 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _write_synced(tmp: str, data: bytes) -> None:
+    """Write ``data`` to the new file ``tmp`` (owner only; it must not exist) and sync it,
+    before it is published under its name."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 @dataclass
 class ChunkProblem:
     name: str
@@ -282,12 +292,8 @@ class Repository:
                             "it meanwhile)")
         if isinstance(self.fs, LocalFileSystem):
             tmp = os.path.join(self.root, f".tmp-{uuid.uuid4().hex}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                _write_synced(tmp, data)
                 try:
                     os.link(tmp, path)
                 except FileExistsError:
@@ -418,12 +424,8 @@ class Repository:
                 _private_dirs(directory)
                 self._dirty_dirs.update({os.path.dirname(directory), self.root})
             tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                _write_synced(tmp, data)
                 os.replace(tmp, path)
             except BaseException as exc:
                 with contextlib.suppress(OSError):
