@@ -1171,10 +1171,24 @@ def _sqlite_value(value: Any) -> Any:
     if value is None or isinstance(value, int | float | str | bytes):
         return value
     if isinstance(value, decimal.Decimal):
-        return float(value) if value.is_finite() else None
+        return _sqlite_numeric(value)
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
     return str(value)
+
+
+def _sqlite_numeric(value: decimal.Decimal) -> float:
+    """A numeric parameter as SQLite stores it (a NUMERIC column holds numbers as REAL, a
+    64-bit float): the float of the same value; a value no float holds exactly (more than
+    about 15 significant digits) or NaN (SQLite stores it as NULL) is refused (22003)
+    rather than stored as another number."""
+    number = float(value)
+    if value.is_nan() or (value.is_finite() and decimal.Decimal(repr(number)) != value):
+        raise StatementError(
+            f"the numeric value {value} cannot be stored exactly by the SQLite engine, "
+            "whose numbers are 64-bit floats (about 15 significant digits): send it as "
+            "text to a TEXT column, or serve the analytical engine (DECIMAL(38,s))", "22003")
+    return number
 
 
 def _quote(name: str) -> str:
@@ -1251,8 +1265,9 @@ def _expression_oid(name: str) -> int:
     return _types.TEXT
 
 
-def _typed(row: tuple[Any, ...], read: list[tuple[int, int]]) -> tuple[Any, ...]:
-    """``row`` with the values in the columns ``read`` (index, declared type) as that type."""
+def _typed(row: tuple[Any, ...], read: list[tuple[int, Any]]) -> tuple[Any, ...]:
+    """``row`` with the values in the columns ``read`` (index, declared type: an OID, or
+    a :func:`._types.numeric_type`) as that type."""
     values = list(row)
     for i, oid in read:
         try:
@@ -1573,7 +1588,8 @@ class _SQLiteSession(EngineSession):
             else:  # an expression: its first value's
                 oid = _types.value_oid(next((r[i] for r in rows if r[i] is not None), None))
             columns.append((name, oid))
-        read = [(i, oid) for i, (_, oid) in enumerate(columns)
+        read = [(i, oid if oid != _types.NUMERIC else _types.numeric_type(desc[i][1]))
+                for i, (_, oid) in enumerate(columns)
                 if desc[i][1] and _types.sqlite_reads(oid)]
         if read and rows:  # the stored values as their declared type
             rows = [_typed(r, read) for r in rows]

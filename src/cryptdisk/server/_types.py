@@ -160,12 +160,28 @@ _READERS: dict[int, tuple[Any, str, str]] = {
 }
 
 
+#: the scale of a declared ``NUMERIC(p, s)`` / ``DECIMAL(p, s)`` (``NUMERIC(p)``: 0)
+_DECLARED_SCALE = re.compile(r"(?:NUMERIC|DECIMAL)\s*\(\s*\d+\s*(?:,\s*(\d+)\s*)?\)", re.I)
+#: enough digits for any float's exact decimal value at any scale a column declares
+_WIDE = decimal.Context(prec=1200, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+
+
+@functools.lru_cache(maxsize=256)
+def numeric_type(decltype: str) -> int | tuple[int, int]:
+    """The type :func:`sqlite_value` reads a SQLite column declared ``decltype`` (of type
+    numeric) as: ``(NUMERIC, scale)`` for a declared scale (``NUMERIC(10,2)``: its values
+    are rounded to 2 places and written with them, ``1.50``, as PostgreSQL stores them);
+    NUMERIC for none."""
+    m = _DECLARED_SCALE.search(decltype)
+    return NUMERIC if m is None else (NUMERIC, int(m[1] or 0))
+
+
 def sqlite_reads(oid: int) -> bool:
     """Whether :func:`sqlite_value` changes the values of a column of type ``oid``."""
     return oid in _READERS or oid == BOOL
 
 
-def sqlite_value(oid: int, value: Any) -> Any:
+def sqlite_value(oid: int | tuple[int, int], value: Any) -> Any:
     """A value SQLite stored in a column of declared type ``oid`` (see
     :func:`sqlite_declared_oid`), as that type: booleans from 0 and 1, decimals from REAL,
     INTEGER or text, dates and times from the ISO text parameters are stored as. Raises
@@ -175,6 +191,12 @@ def sqlite_value(oid: int, value: Any) -> Any:
         return None
     if oid == BOOL:  # SQLite stores booleans as 0 and 1: written as t and f
         return bool(value) if type(value) in (int, float) else value
+    if isinstance(oid, tuple):  # numeric with a declared scale
+        number = sqlite_value(NUMERIC, value)
+        if not number.is_finite():
+            return number
+        return number.quantize(decimal.Decimal(1).scaleb(-oid[1]), decimal.ROUND_HALF_UP,
+                               _WIDE)
     reader, name, code = _READERS[oid]
     if isinstance(value, str) or (oid == NUMERIC and isinstance(value, int | float)):
         try:
