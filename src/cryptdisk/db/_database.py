@@ -2356,23 +2356,20 @@ def _after_comments(sql: str) -> str:
 _LINE = re.compile(r"LINE (\d+): ")
 
 
-_COPY_TO = re.compile(r"\s*COPY\s+(\(|[^\s(]+).*?\bTO\s+'((?:[^']|'')*)'",
-                      re.IGNORECASE | re.DOTALL)
-
-
 def _copy_to_words(sql: str) -> tuple[str, str | None] | None:
     """For a ``COPY ... TO 'file'`` statement, how its errors name it (``COPY t TO
     'file'``, ``COPY (query) TO 'file'``) and a hint when the file's directory is
     missing; None for any other statement."""
-    m = _COPY_TO.match(sql)
-    if m is None:
+    found = _sql.copy_to_target(sql)
+    if found is None:
         return None
-    source = "(query)" if m.group(1) == "(" else m.group(1)
-    target = m.group(2).replace("''", "'")
+    source, target = found
+    if target is None:
+        return None
     directory = os.path.dirname(target)
     hint = (f"the directory {directory} does not exist: create it first"
             if directory and "://" not in target and not os.path.isdir(directory) else None)
-    return f"COPY {source} TO '{m.group(2)}'", hint
+    return f"COPY {source} TO '{target}'", hint
 
 
 def _unprefixed(message: str) -> str:

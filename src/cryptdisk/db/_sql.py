@@ -51,6 +51,7 @@ __all__ = [
     "Update",
     "change_statement",
     "check_passthrough",
+    "copy_to_target",
     "first_word",
     "parse",
     "qualified_target",
@@ -912,6 +913,81 @@ def _alter_form(rest: str, table: str) -> tuple[str, str]:
     return (" ".join(raw[:2]) or "with no action"), way.format("*")
 
 
+def copy_to_target(sql: str) -> tuple[str, str | None] | None:
+    """For a ``COPY source TO target ...`` statement: how its errors name the source (the
+    table's name as written, or ``(query)``) and the target file as DuckDB reads it
+    (found by DuckDB's own tokenizer, so quotes doubled, ``$$...$$``, a quoted name,
+    comments and a ``TO`` inside the query are read as DuckDB reads them; an ``E'...'``
+    string as a ``SELECT`` reads it, its escapes decoded, where DuckDB's ``COPY`` keeps
+    the backslashes; None when it is not a string or name). None for any other
+    statement."""
+    try:
+        tokens = [(start, kind) for start, kind in duckdb.tokenize(sql)
+                  if kind != duckdb.token_type.comment]
+    except Exception:  # (DuckDB's tokenizer fails on no statement it runs)
+        return None
+    ends = [start for start, _kind in tokens[1:]] + [len(sql)]
+
+    def text(i: int) -> str:
+        return sql[tokens[i][0]:ends[i]].strip()
+
+    if len(tokens) < 3 or not re.fullmatch(r"(?i)COPY\b.*", text(0)):
+        return None
+    depth = 0
+    for i in range(1, len(tokens)):
+        word = text(i)
+        if word == "(":
+            depth += 1
+        elif word == ")":
+            depth -= 1
+        elif depth == 0 and tokens[i][1] == duckdb.token_type.keyword and \
+                re.fullmatch(r"(?i)TO\b.*", word) and i + 1 < len(tokens):
+            break
+    else:
+        return None
+    first = sql[tokens[1][0]:]
+    source = "(query)" if first.startswith("(") else first.split("(")[0].split()[0]
+    j = i + 1
+    try:
+        with duckdb.connect() as con:
+            if tokens[j][1] == duckdb.token_type.string_const:
+                k = j  # (strings one after the other are one, as in SELECT 'a' 'b')
+                while k + 1 < len(tokens) and tokens[k + 1][1] == duckdb.token_type.string_const:
+                    k += 1
+                value = con.execute(f"SELECT {sql[tokens[j][0]:ends[k]]}\n").fetchone()
+                return source, str(value[0]) if value else None
+            if tokens[j][1] in (duckdb.token_type.identifier, duckdb.token_type.keyword):
+                return source, con.sql(f"SELECT 1 AS {text(j)}\n").columns[0]
+    except duckdb.Error:
+        pass
+    return source, None
+
+
+def _check_copy_to(sql: str) -> None:
+    """Refuse a ``COPY ... TO`` a ``cryptdisk://`` URL: the database's DuckDB has no
+    cryptdisk filesystem, so it wrote the file in plaintext to a local directory named
+    ``cryptdisk:`` (under the working directory). A target that cannot be read as a
+    name is refused when the statement's text after ``TO`` says ``cryptdisk:``."""
+    found = copy_to_target(sql)
+    if found is None:
+        return
+    source, target = found
+    if target is None:
+        m = re.search(r"(?is)\bTO\b(.*)", sql)
+        if m is None or "cryptdisk:" not in m.group(1).lower():
+            return
+        target = m.group(1).strip()
+    elif not target.lstrip().lower().startswith("cryptdisk:"):
+        return
+    raise DatabaseError(
+        f"COPY {source} TO '{target}': the database writes a COPY's file itself, in "
+        "plaintext, and not to a cryptdisk:// URL (it would have written a local "
+        "directory named cryptdisk:)",
+        hint="write the rows through the cryptdisk filesystem: fs = fsspec.filesystem("
+        "'cryptdisk', config=PATH); pyarrow.parquet.write_table(db.sql('SELECT ...'), "
+        "'DISK/path.parquet', filesystem=fs)")
+
+
 def check_passthrough(sql: str, tables: set[str]) -> None:
     """Refuse a statement for DuckDB (:class:`Passthrough`) that would act on a cryptdisk
     table or keep a DuckDB table in memory only, with what to write instead.
@@ -923,6 +999,7 @@ def check_passthrough(sql: str, tables: set[str]) -> None:
     view over ``t`` failed when queried, and ``CREATE OR REPLACE TABLE`` made a table in
     DuckDB's memory, gone at close. ``tables`` are the catalog's table names.
     """
+    _check_copy_to(sql)
     s = _STRINGS.sub("''", sql)
     word = first_word(s)
 
