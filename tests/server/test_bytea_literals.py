@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from cryptdisk.server import SQLiteEngine
 from tests.server.test_psql_catalog import psql
 
 
@@ -89,3 +90,35 @@ def test_unsupported_decode_is_refused(srv, sql) -> None:
         with pytest.raises(psycopg.Error) as info:
             conn.execute(sql)
         assert info.value.sqlstate == "0A000"
+
+
+def test_a_bare_literal_is_bytea_where_its_column_is(srv) -> None:
+    """A string literal without a cast takes the type of the bytea column it goes into or
+    is compared with, as in PostgreSQL: '\\x0102' is two bytes there, text elsewhere."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, b BLOB, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES (1, '\x0102', '\x0102')")
+        conn.execute(r"INSERT INTO t (b, id) VALUES ('a\\b', %s)", (2,))
+        conn.execute(r"UPDATE t SET b = '\x04ff' WHERE id = 2")
+        assert conn.execute("SELECT id, b, octet_length(b), s FROM t ORDER BY id").fetchall() \
+            == [(1, b"\x01\x02", 2, r"\x0102"), (2, b"\x04\xff", 2, None)]
+        assert conn.execute(r"SELECT id FROM t WHERE b = '\x0102'").fetchall() == [(1,)]
+        assert conn.execute(r"SELECT id FROM t WHERE '\x04FF' = b").fetchall() == [(2,)]
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(r"INSERT INTO t (b, id) VALUES ('\x0g', 3)")
+        assert info.value.sqlstate == "22023"
+
+
+def test_length_of_bytea(srv) -> None:
+    """length(bytea) is its bytes on SQLite; the analytical engine (DuckDB has no
+    length(BLOB)) refuses it naming octet_length."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (b BLOB)")
+        conn.execute(r"INSERT INTO t VALUES ('\x0102')")
+        if isinstance(srv.server.engine, SQLiteEngine):
+            assert conn.execute("SELECT length(b) FROM t").fetchone()[0] == 2
+            return
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SELECT length(b) FROM t")
+        assert info.value.sqlstate == "42883"
+        assert "octet_length" in (info.value.diag.message_hint or "")

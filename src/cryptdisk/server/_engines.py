@@ -224,6 +224,27 @@ class EngineSession:
 
         return _paramtypes.infer(sql, count, tables, columns)
 
+    def bytea_context(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
+        """``sql`` with ``::bytea`` after each string literal with a backslash that its
+        context makes a bytea (:func:`._paramtypes.bytea_strings`: ``INSERT INTO t VALUES
+        ('\\x0102')`` into a bytea column), so that it is read by bytea's input, two
+        bytes, as PostgreSQL reads it (the engines' casts read ``\\x01`` and the text
+        ``02``, or store the text); ``visible`` as for :meth:`parameter_types`."""
+        from . import _paramtypes
+
+        tables = {n.lower(): n for n, _kind in self.relations()
+                  if visible is None or visible(n)}
+
+        def columns(name: str) -> list[tuple[str, int]] | None:
+            try:
+                return self.column_types(name)
+            except StatementError:
+                return None
+
+        for end in reversed(_paramtypes.bytea_strings(sql, tables, columns)):
+            sql = sql[:end] + "::bytea" + sql[end:]
+        return sql
+
     def authorize(self, sql: str, privileges: Any) -> None:
         """Raise StatementError (42501) if ``privileges`` (a :class:`._grants.Privileges`,
         possibly not this session's own) may not run ``sql``; run nothing. Errors other than
@@ -422,6 +443,10 @@ def _type_error(text: str) -> StatementError | None:
         return StatementError(first.split(": ", 1)[-1], "42804",
                               hint="cast one side to the other's type")
     if "No function matches the given name and argument types" in first:
+        if "'length(BLOB)'" in first:  # DuckDB's length() has no bytea form
+            return StatementError(
+                "function length(bytea) does not exist on the analytical engine", "42883",
+                hint="octet_length(b) is a bytea's length in bytes")
         return StatementError(first.split(": ", 1)[-1], "42883",
                               hint="cast the arguments to the types the function takes")
     return None

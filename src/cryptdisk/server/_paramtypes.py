@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import _types as T
 
-__all__ = ["infer"]
+__all__ = ["bytea_strings", "infer"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -46,26 +46,29 @@ class _Tok(NamedTuple):
     kind: str  # "param", "num", "str", "ref" (a dotted name), "op", "word" (a keyword)
     text: str  # the upper-cased keyword or operator, the parameter's number, the number
     parts: tuple[str, ...] = ()  # a ref's names, lower-cased unless quoted
+    end: int = 0  # where a string literal ends in the text
 
 
 def _tokens(sql: str) -> list[_Tok]:
-    raw: list[tuple[str, str]] = [(m.lastgroup or "other", m.group()) for m in
-                                  _TOKEN.finditer(sql) if m.lastgroup != "ws"]
+    raw: list[tuple[str, str, int]] = [(m.lastgroup or "other", m.group(), m.end()) for m in
+                                       _TOKEN.finditer(sql) if m.lastgroup != "ws"]
     out: list[_Tok] = []
     i = 0
     while i < len(raw):
-        kind, text = raw[i]
+        kind, text, end = raw[i]
         if kind in ("word", "qid"):
             parts = [_name(kind, text)]
-            while i + 2 < len(raw) and raw[i + 1] == ("op", ".") and \
+            while i + 2 < len(raw) and raw[i + 1][:2] == ("op", ".") and \
                     raw[i + 2][0] in ("word", "qid"):
-                parts.append(_name(*raw[i + 2]))
+                parts.append(_name(*raw[i + 2][:2]))
                 i += 2
             out.append(_Tok("ref", text.upper() if kind == "word" else text, tuple(parts)))
         elif kind == "param":
             out.append(_Tok("param", text[1:]))
+        elif kind == "str":
+            out.append(_Tok(kind, text, (), end))
         else:
-            out.append(_Tok(kind, text.upper() if kind != "str" else text))
+            out.append(_Tok(kind, text.upper()))
         i += 1
     return out
 
@@ -98,11 +101,39 @@ def infer(sql: str, count: int, tables: dict[str, str], columns: Columns) -> lis
 
     ``tables``: lower-cased name -> name of each table the statement may look at;
     ``columns(name)``: (column, OID) of that table (None: not readable)."""
-    result = [0] * count
     try:
         toks = _tokens(sql)
     except re.error:  # pragma: no cover - the pattern matches every character
-        return result
+        return [0] * count
+    return _infer(toks, count, tables, columns)
+
+
+def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[int]:
+    """Where each string literal of ``sql`` with a backslash in it that its context makes
+    a ``bytea`` (as :func:`infer` types a parameter in its place: ``INSERT INTO t VALUES
+    ('\\x0102')`` into a bytea column, ``b = '\\x01'`` beside one) ends in the text:
+    PostgreSQL reads such a literal by bytea's input (``\\x0102`` is two bytes), the
+    engines by their own string-to-blob cast."""
+    toks = _tokens(sql)
+    count = max((int(t.text) for t in toks if t.kind == "param"), default=0)
+    lifted, strings = [], []
+    for k, t in enumerate(toks):
+        typed = (k + 1 < len(toks) and toks[k + 1].text in ("::", "AS")) or \
+            (k > 0 and toks[k - 1].kind == "ref" and  # '...'::bytea, bytea '...'
+             T.type_oid(toks[k - 1].parts[-1]) != 0)
+        if t.kind == "str" and "\\" in t.text and not typed:
+            strings.append(t.end)
+            t = _Tok("param", str(count + len(strings)))
+        lifted.append(t)
+    if not strings:
+        return []
+    types = _infer(lifted, count + len(strings), tables, columns)[count:]
+    return [end for end, oid in zip(strings, types, strict=True) if oid == T.BYTEA]
+
+
+def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
+           columns: Columns) -> list[int]:
+    result = [0] * count
     named = {t.parts[-1].lower() for t in toks if t.kind == "ref"
              and (len(t.parts) == 1 or (len(t.parts) == 2 and t.parts[0].lower() in _SCHEMAS))}
     cache: dict[str, dict[str, int]] = {}

@@ -87,6 +87,9 @@ _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 _QUICK = {"SELECT", "VALUES"}
 #: writes tried with :meth:`EngineSession.run_write_quick` (in a transaction holding the lock)
 _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
+#: statements whose string literals may be bytea by their context (``INSERT INTO t
+#: VALUES ('\\x0102')``): :meth:`._engines.EngineSession.bytea_context`
+_BYTEA_CONTEXTS = frozenset({"INSERT", "UPDATE", "DELETE", "SELECT", "WITH"})
 #: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
 LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 #: the statements a failed transaction block still runs (25P02 for any other)
@@ -821,6 +824,8 @@ class Session:
         if head not in _READ_ONLY_RUNS and self.read_only() and \
                 not (head == "COPY" and _copy_out(sql)):
             raise read_only_error(sql)
+        if "\\" in sql and head in _BYTEA_CONTEXTS and self.engine is not None:
+            sql = await self._timed(self.engine.bytea_context, sql, self._visible())
         if head in LIFTABLE and not params and self.server.engine_lifts_literals:
             shaped = _sqltext.lift_literals(sql)
             if shaped is not None and self.server.engine_statement(shaped[0]):
@@ -1733,18 +1738,23 @@ class Session:
         given = list(st.param_types) + [0] * (st.nparams - len(st.param_types))
         if all(given) or self.engine is None:
             return
+        if self.server.authenticator is not None and _systables.handles(st.sql):
+            inferred = _systables.parameter_types(st.sql, st.nparams)
+        else:
+            inferred = await self._timed(self.engine.parameter_types, st.sql, st.nparams,
+                                         self._visible())
+        st.param_types = tuple(g or i for g, i in zip(given, inferred, strict=True))
+
+    def _visible(self) -> Callable[[str], bool]:
+        """Whether the session's user may see a table (has any grant on it): the tables
+        a statement's parameters and literals are typed by."""
         privileges = self.privileges
 
         def visible(table: str) -> bool:
             return privileges is None or any(privileges.allowed(table, action) for action in
                                              ("SELECT", "INSERT", "UPDATE", "DELETE"))
 
-        if self.server.authenticator is not None and _systables.handles(st.sql):
-            inferred = _systables.parameter_types(st.sql, st.nparams)
-        else:
-            inferred = await self._timed(self.engine.parameter_types, st.sql, st.nparams,
-                                         visible)
-        st.param_types = tuple(g or i for g, i in zip(given, inferred, strict=True))
+        return visible
 
     def _statement(self, name: str) -> _Statement:
         try:
