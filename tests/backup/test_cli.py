@@ -436,3 +436,49 @@ def test_create_bucket_with_an_invalid_name_names_the_bucket(tmp_path: Path) -> 
                                "The specified bucket is not valid."), r.stderr
     assert "cryptdisk: hint: check the bucket's name (S3: 3 to 63" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_repo_option_that_looks_like_a_toml_date_stays_the_string_given(
+        tmp_path: Path) -> None:
+    """--repo-option values are read as TOML: key_prefix=2026-01-01 became a date object
+    (07:30:00 a time), which no store takes. Now a date or time stays the text given, at
+    the top level and inside a table or array."""
+    import argparse
+
+    from cryptdisk.cli.backup import _options
+
+    given = ["prefix=2026-01-01", "at=07:30:00", "when=1979-05-27T07:32:00Z",
+             "tags={ day = 2026-01-02 }", "days=[2026-01-03]", "anon=false", "n=4",
+             "endpoint_url=http://127.0.0.1:9/"]
+    opts = _options(argparse.Namespace(repo_option=given))
+    assert opts == {"prefix": "2026-01-01", "at": "07:30:00",
+                    "when": "1979-05-27T07:32:00Z", "tags": {"day": "2026-01-02"},
+                    "days": ["2026-01-03"], "anon": False, "n": 4,
+                    "endpoint_url": "http://127.0.0.1:9/"}
+
+
+def test_a_repository_and_a_restored_database_make_everything_owner_only(
+        tmp_path: Path) -> None:
+    """Under umask 022 a restored database's data/ directories (made by its local disk)
+    were 0755 inside its 0700 directory. Now every directory a repository, a backup or a
+    restore makes is 0700 and every file 0600 (the database's are checked too)."""
+    import stat
+
+    src, repo, target = tmp_path / "a.db", tmp_path / "repo", tmp_path / "r.db"
+    old = os.umask(0o022)
+    try:
+        make_db(src, rows=500)
+        for argv in (("init", str(repo)), ("create", str(repo), str(src)),
+                     ("restore", str(repo), "latest", str(target))):
+            r = run(*argv, "--passphrase-env", "BK_PASS")
+            assert r.returncode == 0, r.stderr
+    finally:
+        os.umask(old)
+    for top in (repo, target, src):
+        made = [top, *top.rglob("*")]
+        assert any(p.is_dir() for p in made[1:]) and any(p.is_file() for p in made)
+        wrong = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode))
+                 for p in made
+                 if stat.S_IMODE(p.stat().st_mode) != (0o700 if p.is_dir() else 0o600)}
+        assert not wrong, wrong
+    assert stat.S_IMODE((tmp_path / "r.db.key").stat().st_mode) == 0o600

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -196,6 +197,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _dates_as_text(value: Any) -> Any:
+    """``value`` with every TOML date or time inside a table or array as its ISO text."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    return value
+
+
 def _option_value(key: str, raw: str) -> Any:
     """A TOML value (``true``, ``4``, ``{ region_name = "eu-west-1" }``) or a JSON object or
     array as its value, anything else as the string: fsspec's stores take booleans,
@@ -204,9 +216,15 @@ def _option_value(key: str, raw: str) -> Any:
     import tomllib
 
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         pass
+    else:
+        # a TOML date or time (2026-01-01, 07:30:00) is the string it was written as: no
+        # store takes a date object, and a prefix or tag that looks like a date is text
+        if isinstance(value, datetime.date | datetime.time):
+            return raw
+        return _dates_as_text(value)
     if raw.lstrip().startswith(("{", "[")):
         try:
             return json.loads(raw)

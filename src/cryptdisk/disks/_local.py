@@ -31,10 +31,11 @@ def _fsync_dir(directory: str) -> None:
 
 
 def _make_dirs(directory: str) -> None:
-    """``os.makedirs(directory, exist_ok=True)``, each directory it creates made durable in
-    its parent (an ``fsync`` of the parent): the ``fsync`` of the directory a file is
-    published in keeps that file's name, not the directory's own name in a directory
-    made for it, so without this a power loss could take a new file with its path."""
+    """``os.makedirs(directory, exist_ok=True)``, each directory it creates mode 0700 (owner
+    only, like the files) and durable in its parent (an ``fsync`` of the parent): the
+    ``fsync`` of the directory a file is published in keeps that file's name, not the
+    directory's own name in a directory made for it, so without this a power loss could
+    take a new file with its path."""
     missing = []
     d = directory
     while not os.path.isdir(d):
@@ -43,7 +44,12 @@ def _make_dirs(directory: str) -> None:
         if parent == d:
             break
         d = parent
-    os.makedirs(directory, exist_ok=True)
+    for made in reversed(missing):
+        try:
+            os.mkdir(made, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(made):  # a file in the way
+                raise
     for made in reversed(missing):
         _fsync_dir(os.path.dirname(made))
 
