@@ -550,7 +550,15 @@ def test_the_docs_create_kmip_key_example_runs_as_written(tmp_path, kmip_server)
     with cryptdisk.open(tmp_path / "f.cd", "rb", keyring=ring) as f:
         assert f.read() == b"under the new key"
     ring.close()
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, env=_env(),
-                          timeout=120, cwd=tmp_path).returncode == 0
-    with pytest.raises(KeyProviderError, match="2 keys have that name; need one"):
-        _ring(tmp_path, kmip_server, name)
+    # the same name again: refused before creating (a second key of that name was created
+    # and the config refused the ambiguous name only when it loaded: "2 keys have that name")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=_env(), timeout=120, cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert f"KeyProviderError: kmip 127.0.0.1:{kmip_server.port}: a key named {name!r} " \
+        "exists already" in again.stderr, again.stderr
+    assert "nothing was created" in again.stderr
+    ring = _ring(tmp_path, kmip_server, name)  # still one key of that name
+    with cryptdisk.open(tmp_path / "f.cd", "rb", keyring=ring) as f:
+        assert f.read() == b"under the new key"
+    ring.close()

@@ -295,12 +295,21 @@ def create_kmip_key(host: str, port: int, name: str, *, cert: str, key: str, ca:
 
     The key is usable for what the ``kmip`` source does with it (encrypt, decrypt and
     MAC on the server) and is activated unless ``activate`` is false. It never leaves
-    the server. For tests, benchmarks and first setups.
+    the server. For tests, benchmarks and first setups. A name that a key on the server
+    has already (in any state) is refused with :class:`KeyProviderError` before anything
+    is created: a ``kmip`` entry finds its key by name and refuses an ambiguous one.
     """
     kmip = _kmip()
     enums = kmip.core.enums
     client = kmip_client(host, port, cert=cert, key=key, ca=ca, timeout=timeout)
     try:
+        taken = client.locate(attributes=[client.attribute_factory.create_attribute(
+            enums.AttributeType.NAME, name)])
+        if taken:
+            raise KeyProviderError(
+                f"kmip {host}:{port}: a key named {name!r} exists already (unique id "
+                f"{', '.join(map(str, taken))}); nothing was created",
+                hint="choose another name, or use the existing key")
         uid = client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
                             cryptographic_usage_mask=[enums.CryptographicUsageMask.ENCRYPT,
                                                       enums.CryptographicUsageMask.DECRYPT,
