@@ -35,6 +35,89 @@ def test_insert_takes_a_directory_of_hive_partitioned_parquet_files(tmp_path, db
     assert db.query("SELECT count(*) FROM t") == [(3,)]
 
 
+def _parts_on_disk(path):
+    return sorted(p for p in (path / "data").rglob("*.parquet"))
+
+
+def test_insert_takes_a_glob_and_a_list_of_paths(tmp_path, db):
+    """A glob and a list of paths are read as DuckDB's read_parquet and read_csv take them
+    (before: "no file d/*.parquet", and a list was a TypeError); a pattern matching
+    nothing, a missing file and files of two formats are refused, inserting nothing."""
+    db.execute("CREATE TABLE t (k BIGINT, v VARCHAR, year INTEGER) ORDER BY k")
+    d = tmp_path / "d"
+    (d / "year=2024").mkdir(parents=True)
+    (d / "year=2025").mkdir()
+    pq.write_table(pa.table({"k": [1, 2], "v": ["a", "b"]}), d / "year=2024" / "a.parquet")
+    pq.write_table(pa.table({"k": [3], "v": ["c"]}), d / "year=2025" / "b.parquet")
+    (d / "x.csv").write_text("k,v\n4,d\n")
+    (d / "y.csv").write_text("v,k\n\"e, f\",5\n")
+    assert db.insert("t", f"{d}/*/*.parquet") == 3  # hive partitions under the glob's dir
+    assert db.insert("t", f"{d}/**/*.parquet") == 3
+    assert db.insert("t", [d / "year=2024" / "a.parquet", str(d / "year=2025" / "b.parquet")]) == 3
+    assert db.insert("t", f"{d}/*.csv") == 2
+    assert db.insert("t", (d / "x.csv", f"{d}/y*.csv")) == 2
+    assert db.insert("t", f"{d}/x.c?v") == 1  # one file: as its path
+    assert db.query("SELECT k, v, year FROM t ORDER BY k, year NULLS FIRST") == [
+        (1, "a", None), (1, "a", 2024), (1, "a", 2024), (2, "b", None), (2, "b", 2024),
+        (2, "b", 2024), (3, "c", None), (3, "c", 2025), (3, "c", 2025),
+        (4, "d", None), (4, "d", None), (4, "d", None), (5, "e, f", None), (5, "e, f", None)]
+    version, parts = db.catalog.version, _parts_on_disk(tmp_path / "db")
+    for data, message in [
+            (f"{d}/*.json", r"no file matches .*/d/\*\.json"),
+            (f"{d}/**/*.pq", r"no file matches .*/d/\*\*/\*\.pq"),
+            ([d / "x.csv", d / "nope.csv"], r"no file .*nope\.csv"),
+            ([d / "x.csv", d / "year=2024" / "a.parquet"],
+             r"the files are of more than one format \(CSV, Parquet\)"),
+            ([d, d / "x.csv"], r".*/d is a directory, in a list of files")]:
+        with pytest.raises(DatabaseError, match=f"^insert into t: {message}"):
+            db.insert("t", data)
+    assert (db.catalog.version, _parts_on_disk(tmp_path / "db")) == (version, parts)
+
+
+@pytest.mark.parametrize(("second", "message"), [
+    ({"k": ["x"], "v": ["c"]}, r"column k is string in {b} but int64 in {a}"),
+    ({"k": [3], "v": ["c"], "extra": [1.5]}, r"{b} has column extra, which {a} lacks"),
+    ({"k": [3]}, r"{b} has no column v, which {a} has"),
+    ({"k": [3], "v": [b"c"]}, r"column v is binary in {b} but string in {a}"),
+])
+@pytest.mark.parametrize("form", ["directory", "glob", "list"])
+def test_insert_of_parquet_files_whose_columns_differ_names_the_file_and_column(
+        tmp_path, db, second, message, form):
+    """pyarrow's dataset takes the first file's schema: a later file's column of another
+    type failed with pyarrow's own "Failed to parse string: 'x' as a scalar of type int64"
+    naming no file, and a later file's other column was dropped without a word (before:
+    extra and v-as-bytes inserted their rows, the column extra lost). Now a DatabaseError
+    names the file and the column, before anything is written."""
+    db.execute("CREATE TABLE t (k BIGINT, v VARCHAR, extra DOUBLE)")
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"k": [1, 2], "v": ["a", "b"]}), d / "a.parquet")
+    pq.write_table(pa.table(second), d / "b.parquet")
+    data = {"directory": d, "glob": f"{d}/*.parquet",
+            "list": [d / "a.parquet", d / "b.parquet"]}[form]
+    version, parts = db.catalog.version, _parts_on_disk(tmp_path / "db")
+    with pytest.raises(DatabaseError, match="^insert into t: " + message.format(
+            a=f"{d}/a\\.parquet", b=f"{d}/b\\.parquet")) as e:
+        db.insert("t", data)
+    assert "ds.dataset(files, schema=...)" in e.value.hint
+    assert (db.catalog.version, _parts_on_disk(tmp_path / "db")) == (version, parts)
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+
+
+def test_insert_of_parquet_files_of_one_type_family_or_nulls_goes_in(tmp_path, db):
+    """int32 beside int64, large_string beside string and a column of NULLs only (pandas
+    writes one as Parquet type null) are alike: read as the first file's type."""
+    db.execute("CREATE TABLE t (k BIGINT, v VARCHAR)")
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"k": pa.array([1], pa.int64()), "v": ["a"]}), d / "a.parquet")
+    pq.write_table(pa.table({"k": pa.array([2], pa.int32()),
+                             "v": pa.array(["b"], pa.large_string())}), d / "b.parquet")
+    pq.write_table(pa.table({"k": [3], "v": pa.nulls(1)}), d / "c.parquet")
+    assert db.insert("t", d) == 3
+    assert db.query("SELECT k, v FROM t ORDER BY k") == [(1, "a"), (2, "b"), (3, None)]
+
+
 def test_insert_takes_a_pyarrow_dataset_and_scanner(tmp_path, db):
     db.execute("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
     (tmp_path / "files").mkdir()

@@ -144,24 +144,155 @@ def ctrl_c(exc: RuntimeError) -> BaseException:
     return exc
 
 
+class _Files(list):  # type: ignore[type-arg]
+    """The CSV or JSON files a glob or a list of paths named (read by one DuckDB reader)."""
+
+
+def _family(t: pa.DataType) -> str:
+    """What an Arrow type is for :func:`_check_schemas`: integers, floats, text, bytes and
+    timestamps of any width or unit are each one family (the dataset reads a file's column
+    cast to the first file's type), every other type its own."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    for family, test in (("integer", pa.types.is_integer), ("float", pa.types.is_floating),
+                         ("text", lambda x: pa.types.is_string(x) or
+                          pa.types.is_large_string(x) or pa.types.is_string_view(x)),
+                         ("bytes", lambda x: pa.types.is_binary(x) or
+                          pa.types.is_large_binary(x) or pa.types.is_binary_view(x)),
+                         ("timestamp", pa.types.is_timestamp)):
+        if test(t):
+            return family
+    return str(t)
+
+
+def _check_schemas(table: str, dataset: Any) -> None:
+    """Refuse Parquet files whose columns differ from the first file's: pyarrow's dataset
+    takes the first file's schema, dropped a later file's other columns and failed with its
+    own message on a column of another type (``Failed to parse string: 'x' as a scalar of
+    type int64``), naming no file. A column of NULLs only (Parquet type null) goes with
+    any type, and widths of one family (``int32`` and ``int64``) with each other."""
+    first: pa.Schema | None = None
+    first_path = ""
+    for fragment in dataset.get_fragments():
+        try:
+            schema = fragment.physical_schema
+        except (pa.ArrowException, OSError) as exc:
+            raise DatabaseError(f"insert into {table}: cannot read the Parquet file "
+                                f"{fragment.path}: {str(exc).splitlines()[0]}") from None
+        if first is None:
+            first, first_path = schema, fragment.path
+            continue
+        theirs = {f.name: f.type for f in first}
+        mine = {f.name: f.type for f in schema}
+        hint = ("insert the files whose columns differ separately, or pass a pyarrow dataset "
+                "with the schema to read them by: ds.dataset(files, schema=...)")
+        for name, t in mine.items():
+            if name not in theirs:
+                raise DatabaseError(f"insert into {table}: {fragment.path} has column {name}, "
+                                    f"which {first_path} lacks", hint=hint)
+            u = theirs[name]
+            if not (pa.types.is_null(t) or pa.types.is_null(u) or _family(t) == _family(u)):
+                raise DatabaseError(f"insert into {table}: column {name} is {t} in "
+                                    f"{fragment.path} but {u} in {first_path}", hint=hint)
+        for name in theirs:
+            if name not in mine:
+                raise DatabaseError(f"insert into {table}: {fragment.path} has no column "
+                                    f"{name}, which {first_path} has", hint=hint)
+
+
+def _parquet_dataset(table: str, files: str | list[str], what: str,
+                     base: str | None) -> Any:
+    """The pyarrow dataset of Parquet ``files`` (a directory's path, or a list of files,
+    ``what`` naming them in errors), hive partitions as columns under ``base`` (None:
+    none), its files' columns checked to be alike."""
+    import pyarrow.dataset as ds
+
+    try:
+        if base is None and isinstance(files, list):
+            dataset = ds.dataset(files, format="parquet")
+        else:
+            dataset = ds.dataset(files, format="parquet", partitioning="hive",
+                                 partition_base_dir=base)
+    except (pa.ArrowException, OSError) as exc:  # a file that is not Parquet
+        raise DatabaseError(f"insert into {table}: cannot read the Parquet files of "
+                            f"{what}: {str(exc).splitlines()[0]}",
+                            hint="a directory is read as Parquet files; pass a CSV or JSON "
+                            "file's path, or a pyarrow dataset of the directory") from None
+    _check_schemas(table, dataset)
+    return dataset
+
+
+def _glob_base(pattern: str) -> str:
+    """The directory of ``pattern`` before its first component with a wildcard."""
+    import glob
+
+    parts = pattern.split(os.sep)
+    i = next(i for i, p in enumerate(parts) if glob.has_magic(p))
+    return os.sep.join(parts[:i]) or (os.sep if pattern.startswith(os.sep) else ".")
+
+
+def _from_paths(table: str, data: Any) -> Any:
+    """A glob (``dir/*.parquet``, ``dir/**/*.csv``) or a list of paths (globs among them)
+    as DuckDB's ``read_parquet``, ``read_csv`` and ``read_json`` take them: the files
+    they name (a glob's ``**`` any number of directories), as the dataset of their
+    Parquet files (a glob's hive partitions under its directory as columns) or as the
+    CSV or JSON files read by one DuckDB reader; one file as its path; anything else as
+    it is. No file, a pattern that matches none, or files of two formats is a
+    :class:`DatabaseError`."""
+    import glob
+
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if not isinstance(path, str) or os.path.exists(path) or not glob.has_magic(path):
+            return data
+        given, base = [path], _glob_base(path)
+    elif isinstance(data, (list, tuple)) and data and all(
+            isinstance(p, (str, os.PathLike)) for p in data):
+        given, base = [str(os.fspath(p)) for p in data], None
+    else:
+        return data
+    files: list[str] = []
+    for item in given:
+        if os.path.isfile(item):
+            files.append(item)
+        elif glob.has_magic(item) and not os.path.exists(item):
+            found = sorted(f for f in glob.glob(item, recursive=True) if os.path.isfile(f))
+            if not found:
+                raise DatabaseError(f"insert into {table}: no file matches {item}",
+                                    hint="a glob's * matches within a directory, ** "
+                                    "any number of directories (dir/**/*.parquet)")
+            files.extend(found)
+        elif os.path.isdir(item):
+            raise DatabaseError(f"insert into {table}: {item} is a directory, in a list of "
+                                "files", hint="insert the directory alone, or name its "
+                                "files (dir/**/*.parquet)")
+        else:
+            raise DatabaseError(f"insert into {table}: no file {item}")
+    files = list(dict.fromkeys(files))
+    if len(files) == 1:
+        return files[0]
+    readers = {_file_reader(f) for f in files}
+    if len(readers) > 1:
+        kinds = {"read_parquet": "Parquet", "read_csv": "CSV", "read_json": "JSON"}
+        raise DatabaseError(f"insert into {table}: the files are of more than one format ("
+                            f"{', '.join(sorted(kinds[r] for r in readers))})",
+                            hint="insert the files of each format separately")
+    what = given[0] if base is not None else f"the {len(files)} files"
+    if readers == {"read_parquet"}:
+        return _parquet_dataset(table, files, what, base)
+    return _Files(files)
+
+
 def _from_directory(table: str, data: Any) -> Any:
     """A directory's path as the pyarrow dataset of its Parquet files (those in its
     subdirectories too, hive partitions such as ``year=2024/`` as columns, as DuckDB's
     ``read_parquet('dir/**/*.parquet', hive_partitioning = true)`` reads them; files
-    whose name starts with ``_`` or ``.`` are left out, as pyarrow does), anything else
-    as it is."""
+    whose name starts with ``_`` or ``.`` are left out, as pyarrow does; their columns
+    alike), anything else as it is."""
     if not isinstance(data, (str, os.PathLike)) or not os.path.isdir(data):
         return data
-    import pyarrow.dataset as ds
-
     path = os.fspath(data)
-    try:
-        dataset = ds.dataset(path, format="parquet", partitioning="hive")
-    except (pa.ArrowException, OSError) as exc:  # a file that is not Parquet
-        raise DatabaseError(f"insert into {table}: cannot read the Parquet files of the "
-                            f"directory {path}: {str(exc).splitlines()[0]}",
-                            hint="a directory is read as Parquet files; pass a CSV or JSON "
-                            "file's path, or a pyarrow dataset of the directory") from None
+    dataset = _parquet_dataset(table, path, f"the directory {path}", None)
     if not dataset.files:
         raise DatabaseError(f"insert into {table}: the directory {path} holds no Parquet "
                             "file", hint="a directory is read as its Parquet files "
@@ -641,7 +772,8 @@ class InsertMixin(DatabaseState):
                on_rows: Callable[[int], None] | None = None) -> int:
         """Insert an Arrow table/batches/reader, a pyarrow dataset or scanner, a pandas or
         polars DataFrame, rows as a list of dicts, columns as a dict of lists, or a
-        CSV, Parquet or JSON file path.
+        CSV, Parquet or JSON file path (a directory of Parquet files, a glob or a list of
+        paths too).
 
         Columns match by name; table columns the data lacks get NULL.
         """
@@ -651,7 +783,8 @@ class InsertMixin(DatabaseState):
                 self._writable(f"insert into {table}", adds=True)
                 self.table(table)
                 return 0
-            data = _from_python(table, _from_dataset(_from_directory(table, data)))
+            data = _from_python(table, _from_dataset(_from_directory(
+                table, _from_paths(table, data))))
             _check_names(table, data)
             if type(data).__name__ == "DataFrame" and hasattr(data, "index"):
                 _check_index(table, data, [c for c, _t in self.table(table).columns])
@@ -659,12 +792,16 @@ class InsertMixin(DatabaseState):
             if direct is not None:
                 return direct
             registered = False
-            if isinstance(data, (str, os.PathLike)):
-                path = os.fspath(data)
-                if not os.path.isfile(path):
+            if isinstance(data, (str, os.PathLike, _Files)):
+                paths = data if isinstance(data, _Files) else [os.fspath(data)]
+                path = paths[0]
+                if not os.path.isfile(path) and len(paths) == 1:
                     raise DatabaseError(f"insert into {table}: no file {path}")
                 reader = _file_reader(path)
-                literal = "'" + path.replace("'", "''") + "'"
+                literal = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+                if len(paths) > 1:
+                    literal = f"[{literal}]"
+                    path = f"{path} (and {len(paths) - 1} more)"
                 try:
                     self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
                                      f"SELECT * FROM {reader}({literal})")
@@ -683,7 +820,8 @@ class InsertMixin(DatabaseState):
                 raise TypeError("insert() takes an Arrow table or reader, a pyarrow dataset, "
                                 "a pandas or polars DataFrame, "
                                 "a list of dicts (rows), a dict of lists (columns), or the "
-                                f"path of a CSV, Parquet or JSON file, not {type(data).__name__}")
+                                "path of a CSV, Parquet or JSON file (a directory, a glob or a "
+                                f"list of paths too), not {type(data).__name__}")
             try:
                 try:
                     cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
@@ -692,7 +830,7 @@ class InsertMixin(DatabaseState):
                                         ) from None
                 if not registered and reader == "read_csv":
                     columns = self.table(table).columns
-                    _check_csv_header(table, path, cols, [c for c, _t in columns])
+                    _check_csv_header(table, paths[0], cols, [c for c, _t in columns])
                     typed = _file_types(cols, columns, "types")
                 elif not registered and reader == "read_json":
                     typed = _file_types(cols, self.table(table).columns, "columns")
