@@ -122,3 +122,21 @@ def test_length_of_bytea(srv) -> None:
             conn.execute("SELECT length(b) FROM t")
         assert info.value.sqlstate == "42883"
         assert "octet_length" in (info.value.diag.message_hint or "")
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("'zz'", 'invalid hexadecimal digit: "z"'),
+    ("'abc'", "invalid hexadecimal data: odd number of digits"),
+    ("%s", 'invalid hexadecimal digit: "g"'),
+])
+def test_decode_refuses_what_is_not_hex(srv, arg, message) -> None:
+    """As PostgreSQL: 22023, not NULL (SQLite's unhex) nor a leading 0 made up (DuckDB's
+    unhex of an odd number of digits)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"SELECT decode({arg}, 'hex')", ("0g",) if arg == "%s" else None)
+        assert info.value.sqlstate == "22023"
+        if not (arg == "%s" and not isinstance(srv.server.engine, SQLiteEngine)):
+            assert str(info.value) == message  # (DuckDB's own words for a parameter's)
+        assert conn.execute("SELECT decode(%s, 'hex'), decode(' 01 0a', 'hex')",
+                            ("ff",)).fetchone() == (b"\xff", b"\x01\x0a")

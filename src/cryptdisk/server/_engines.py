@@ -15,6 +15,7 @@ import decimal
 import logging
 import os
 import re
+import string
 import threading
 import time
 import uuid
@@ -343,9 +344,46 @@ def postgres_spelling(sql: str, quote_literal: str,
     return sql
 
 
+#: the SQLite function of PostgreSQL's decode(text, 'hex') (:func:`_sqlite_decode_hex`)
+_DECODE_HEX = "cryptdisk_decode_hex"
+
+
+def _sqlite_decode_hex(*args: Any) -> Any:
+    """:func:`_decode_hex` as SQLite's function of one argument (NULL gives NULL)."""
+    (text,) = args
+    if text is None:
+        return None
+    return _decode_hex(text.decode("utf-8", "replace") if isinstance(text, bytes)
+                       else str(text))
+
+
+def _decode_hex(s: str) -> bytes:
+    """PostgreSQL's decode(text, 'hex'), for SQLite (whose unhex() gives NULL for what
+    PostgreSQL refuses) and literals: pairs of hex digits, whitespace between pairs; an
+    invalid digit or an odd number of digits fails with 22023, as in PostgreSQL."""
+    out, i, n = bytearray(), 0, len(s)
+    while i < n:
+        c = s[i]
+        if c in " \t\n\r":
+            i += 1
+            continue
+        if i + 1 >= n and c in string.hexdigits:
+            raise StatementError("invalid hexadecimal data: odd number of digits", "22023")
+        pair = s[i:i + 2]
+        bad = next((d for d in pair if d not in string.hexdigits), None)
+        if bad is not None:
+            raise StatementError(f'invalid hexadecimal digit: "{bad}"', "22023")
+        out.append(int(pair, 16))
+        i += 2
+    return bytes(out)
+
+
 #: PostgreSQL's decode(text, format) and encode(bytea, format) in the engines' functions
 #: ({} the first argument); a format missing here is refused
-_CODECS = {("decode", "hex"): ("unhex({})", "unhex({})"),
+#: (DuckDB's unhex() reads an odd number of digits as if a 0 led them)
+_CODECS = {("decode", "hex"): ("unhex(CASE WHEN length({0}) % 2 = 1 THEN error('invalid "
+                               "hexadecimal data: odd number of digits') ELSE {0} END)",
+                               f"{_DECODE_HEX}({{}})"),
            ("decode", "base64"): ("from_base64({})", None),
            ("encode", "hex"): ("lower(hex({}))", "lower(hex({}))"),
            ("encode", "base64"): ("to_base64({})", None)}
@@ -366,7 +404,12 @@ def _codec(args: str, name: str, duckdb: bool) -> str:
     if template is None:
         raise StatementError(f"{name}(data, '{fmt}') is not supported on this engine: "
                              "use the format 'hex'", "0A000")
-    return template.format(parts[0])
+    if "{0}" not in template:
+        return template.format(parts[0])
+    literal = re.fullmatch(r"'([^'\\]*)'", parts[0].strip())
+    if literal is not None:  # read here, as PostgreSQL reads it: unhex('0102') remains
+        return f"unhex('{_decode_hex(literal[1]).hex()}')"  # (the column's name)
+    return template.replace("{0}", parts[0])
 
 
 def bytea_spelling(sql: str, blob: Callable[[bytes], str] = _duckdb_blob) -> str:
@@ -1360,6 +1403,8 @@ class _SQLiteSession(EngineSession):
         self.conn.set_busy_handler(self._busy)
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
         self.conn.authorizer = self._authorize
+        self.conn.create_scalar_function(_DECODE_HEX, _sqlite_decode_hex, 1,
+                                         deterministic=True)
         #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has
         #: committed to since the last sync, and those due for a checkpoint
         self._committed: set[str] = set()
