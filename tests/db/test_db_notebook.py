@@ -149,6 +149,23 @@ def test_insert_of_data_naming_a_column_twice_is_refused(db, names):
     assert db.query("SELECT count(*) FROM t") == [(0,)]
 
 
+@pytest.mark.parametrize(("header", "twice"), [("x,x", "x"), ("x,X", "X"), ("x_1,x,x", "x")])
+def test_insert_of_a_csv_file_naming_a_column_twice_is_refused(tmp_path, db, header, twice):
+    """DuckDB names a CSV file's second x x_1: "x,x" went into the table's columns x and
+    x_1 without a word (before: 1 row inserted, 3 into x and 4 into x_1), as a DataFrame
+    naming a column twice is refused. A file whose columns are x and x_1 goes in."""
+    db.execute("CREATE TABLE t (x INT, x_1 INT)")
+    path = tmp_path / "f.csv"
+    path.write_text(f"{header}\n3,4,5\n" if header.count(",") == 2 else f"{header}\n3,4\n")
+    with pytest.raises(DatabaseError, match=f"^insert into t: .*f\\.csv has column {twice} "
+                       "twice in its header line"):
+        db.insert("t", path)
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    path.write_text("x,X_1\n3,4\n")
+    assert db.insert("t", path) == 1
+    assert db.query("SELECT x, x_1 FROM t") == [(3, 4)]
+
+
 def _sigint_in(seconds):
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()

@@ -831,6 +831,7 @@ class InsertMixin(DatabaseState):
                 if not registered and reader == "read_csv":
                     columns = self.table(table).columns
                     _check_csv_header(table, paths[0], cols, [c for c, _t in columns])
+                    self._check_csv_repeats(table, path, literal, cols)
                     typed = _file_types(cols, columns, "types")
                 elif not registered and reader == "read_json":
                     typed = _file_types(cols, self.table(table).columns, "columns")
@@ -855,6 +856,30 @@ class InsertMixin(DatabaseState):
                     self.con.unregister(_SOURCE)
                 else:
                     self.con.execute(f"DROP VIEW IF EXISTS {_SOURCE}")
+
+    def _check_csv_repeats(self, table: str, path: str, literal: str,
+                           cols: list[str]) -> None:
+        """Refuse a CSV file whose header names a column twice (in any case): DuckDB
+        renames the second ``x`` to ``x_1``, which went into a column ``x_1`` of the table
+        without a word (or failed as "no column(s) x_1"). The header line is read as
+        DuckDB's sniffer reads the file's rows when ``cols`` holds such a name only."""
+        lower = {c.lower() for c in cols}
+        if not any((m := re.fullmatch(r"(.+)_\d+", c.lower())) and m.group(1) in lower
+                   for c in cols):
+            return
+        try:
+            row = self.con.execute(f"SELECT * FROM read_csv({literal}, header = false, "
+                                   "all_varchar = true) LIMIT 1").fetchone()
+        except duckdb.Error:
+            return  # (the insert reads the file and says what is wrong with it)
+        seen: set[str] = set()
+        for name in row or ():
+            if isinstance(name, str) and name.lower() in seen:
+                raise DatabaseError(f"insert into {table}: {path} has column {name} twice "
+                                    "in its header line",
+                                    hint="rename or drop the repeated column")
+            if isinstance(name, str):
+                seen.add(name.lower())
 
     def stage_parts(self, table: str, data: Any, version: int) -> list[dict[str, Any]]:
         """Write ``data`` (Arrow, pandas) as new parts of ``table``, unpublished.
