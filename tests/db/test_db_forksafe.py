@@ -65,3 +65,31 @@ def test_a_forked_child_that_exits_normally_and_opens_its_own_database(tmp_path)
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["child", "0", "parent", "45"], out.stdout + out.stderr
+
+
+def test_the_scan_pool_starts_its_threads_as_it_is_made_in_a_process_and_a_forked_child():
+    # a scan thread's submit (a part's open reading its key ahead) then finds one idle
+    # instead of starting a thread, which waited for the GIL the main thread held
+    script = textwrap.dedent("""
+        import os, sys, threading
+        from cryptdisk.db import _scan
+        def scan_threads():
+            return sum(t.name.startswith("cryptdisk-scan") for t in threading.enumerate())
+        want = min(_scan.scan_workers(), _scan._PRESTART)
+        assert scan_threads() == 0
+        pool = _scan._pool()
+        print("made", scan_threads() == want)
+        nested = pool.submit(lambda: pool.submit(lambda: 7).result()).result()
+        print("nested", nested, scan_threads() == want or want == _scan.scan_workers())
+        pid = os.fork()
+        if pid == 0:
+            _scan._pool()
+            os._exit(0 if scan_threads() == want else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["made", "True", "nested", "7", "True", "child", "0"], \
+        out.stdout + out.stderr
