@@ -166,6 +166,30 @@ def test_insert_of_a_csv_file_naming_a_column_twice_is_refused(tmp_path, db, hea
     assert db.query("SELECT x, x_1 FROM t") == [(3, 4)]
 
 
+@pytest.mark.parametrize(("name", "text"), [
+    ("f.jsonl", '{"X": 1}\n{"x": 2}\n'),
+    ("f.json", '[{"x": 1, "X": 5}, {"x": 2}]'),
+])
+@pytest.mark.parametrize("columns", ["x INT", "x INT, x_1 INT"])
+def test_insert_of_json_whose_keys_differ_in_case_only_is_refused(tmp_path, db, name, text,
+                                                                  columns):
+    """DuckDB names a JSON file's second spelling of x x_1; read as the table's columns by
+    name, one spelling's values became NULL without a word (before, with a column x_1:
+    {"x": 2} after {"X": 1} inserted (NULL, NULL), and {"x": 1, "X": 5} lost the 5;
+    without one: "no column(s) x_1"). Keys x and x_1 go in."""
+    db.execute(f"CREATE TABLE t ({columns})")
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DatabaseError, match=f"^insert into t: .*{name} has the keys X, x, "
+                       "which name one column"):
+        db.insert("t", path)
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    path.write_text('{"x": 1, "x_1": 5}\n{"x": 2}\n' if "x_1" in columns else '{"x": 1}\n')
+    assert db.insert("t", path) == (2 if "x_1" in columns else 1)
+    assert db.query("SELECT * FROM t ORDER BY x") == (
+        [(1, 5), (2, None)] if "x_1" in columns else [(1,)])
+
+
 def _sigint_in(seconds):
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()

@@ -479,6 +479,14 @@ def _file_types(found: list[str], columns: list[tuple[str, str]], option: str) -
     return f"{option} = {{{', '.join(pairs)}}}" if pairs else ""
 
 
+def _renamed(cols: list[str]) -> bool:
+    """Whether DuckDB may have renamed a column of ``cols`` that a file names twice: one is
+    another's name (in any case) with ``_N`` after it, as DuckDB names the second ``x``."""
+    lower = {c.lower() for c in cols}
+    return any((m := re.fullmatch(r"(.+)_\d+", c.lower())) is not None and m.group(1) in lower
+               for c in cols)
+
+
 class InsertMixin(DatabaseState):
     """Insert methods of :class:`~cryptdisk.db.Database`."""
 
@@ -834,6 +842,7 @@ class InsertMixin(DatabaseState):
                     self._check_csv_repeats(table, path, literal, cols)
                     typed = _file_types(cols, columns, "types")
                 elif not registered and reader == "read_json":
+                    self._check_json_repeats(table, path, literal, cols)
                     typed = _file_types(cols, self.table(table).columns, "columns")
                 else:
                     typed = ""
@@ -863,23 +872,45 @@ class InsertMixin(DatabaseState):
         renames the second ``x`` to ``x_1``, which went into a column ``x_1`` of the table
         without a word (or failed as "no column(s) x_1"). The header line is read as
         DuckDB's sniffer reads the file's rows when ``cols`` holds such a name only."""
-        lower = {c.lower() for c in cols}
-        if not any((m := re.fullmatch(r"(.+)_\d+", c.lower())) and m.group(1) in lower
-                   for c in cols):
+        if not _renamed(cols):
             return
         try:
             row = self.con.execute(f"SELECT * FROM read_csv({literal}, header = false, "
                                    "all_varchar = true) LIMIT 1").fetchone()
         except duckdb.Error:
             return  # (the insert reads the file and says what is wrong with it)
-        seen: set[str] = set()
-        for name in row or ():
-            if isinstance(name, str) and name.lower() in seen:
+        names = [n for n in row or () if isinstance(n, str)]
+        for i, name in enumerate(names):
+            if name.lower() in (n.lower() for n in names[:i]):
                 raise DatabaseError(f"insert into {table}: {path} has column {name} twice "
                                     "in its header line",
                                     hint="rename or drop the repeated column")
-            if isinstance(name, str):
-                seen.add(name.lower())
+
+    def _check_json_repeats(self, table: str, path: str, literal: str,
+                            cols: list[str]) -> None:
+        """Refuse JSON whose objects have keys differing in case only (``"X"`` in one,
+        ``"x"`` in another, or both in one): DuckDB names the second ``x_1``, and read as
+        the table's columns by name the values of one of them became NULL without a word
+        (``{"x": 2}`` after ``{"X": 1}`` inserted a NULL). Read when ``cols`` holds such a
+        name only."""
+        if not _renamed(cols):
+            return
+        try:
+            keys = [k for (k,) in self.con.execute(
+                "SELECT DISTINCT unnest(json_keys(json)) FROM "
+                f"read_json_objects({literal})").fetchall() if isinstance(k, str)]
+        except duckdb.Error:
+            return  # (the insert reads the file and says what is wrong with it)
+        by_case: dict[str, list[str]] = {}
+        for key in sorted(keys):
+            by_case.setdefault(key.lower(), []).append(key)
+        for same in by_case.values():
+            if len(same) > 1:
+                raise DatabaseError(f"insert into {table}: {path} has the keys "
+                                    f"{', '.join(same)}, which name one column (names "
+                                    "match in any case)",
+                                    hint="give the keys one spelling, or rename one of them")
+
 
     def stage_parts(self, table: str, data: Any, version: int) -> list[dict[str, Any]]:
         """Write ``data`` (Arrow, pandas) as new parts of ``table``, unpublished.
