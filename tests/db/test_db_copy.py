@@ -163,3 +163,10 @@ def test_copy_to_error_names_the_target_after_a_to_in_the_query(db, tmp_path):
         db.sql(f"COPY (SELECT 'TO ''x''' AS a FROM t) TO '{missing}/it''s.csv'")
     assert str(e.value).startswith(f"COPY (query) TO '{missing}/it's.csv': IO Error: ")
     assert e.value.hint == f"the directory {missing} does not exist: create it first"
+
+
+def test_copy_from_database_is_not_named_as_a_copy_to_a_file(db):
+    """COPY FROM DATABASE a TO b copies a DuckDB database into another, no file: its
+    error named it "COPY FROM TO 'memory'" (a file target read from the tokens)."""
+    with pytest.raises(DatabaseError, match=r"^Binder Error: Cannot copy from \"memory\""):
+        db.sql("COPY FROM DATABASE memory TO memory")

@@ -931,7 +931,8 @@ def copy_to_target(sql: str) -> tuple[str, str | None] | None:
     def text(i: int) -> str:
         return sql[tokens[i][0]:ends[i]].strip()
 
-    if len(tokens) < 3 or not re.fullmatch(r"(?i)COPY\b.*", text(0)):
+    if len(tokens) < 3 or not re.fullmatch(r"(?i)COPY\b.*", text(0)) or \
+            re.fullmatch(r"(?i)FROM\b.*", text(1)):  # (COPY FROM DATABASE a TO b)
         return None
     depth = 0
     for i in range(1, len(tokens)):
