@@ -35,3 +35,49 @@ def test_sqlite_refuses_a_numeric_parameter_it_would_change(start_server, sqlite
         assert conn.execute("SELECT count(*) FROM n").fetchone()[0] == 0
         conn.execute("INSERT INTO n VALUES (2, %s)", (Decimal("1234567.125"),))
         assert conn.execute("SELECT b FROM n").fetchone()[0] == Decimal("1234567.125")
+
+
+@pytest.fixture(params=["analytical", "sqlite"])
+def srv(request, start_server):
+    return start_server(request.getfixturevalue(
+        "analytical" if request.param == "analytical" else "sqlite_engine"))
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_parameter_column_is_named_as_postgresql_names_it(srv, prepare) -> None:
+    """``SELECT $1`` is ``?column?`` (not the value, which DuckDB named it after: a
+    parameter's value in every client's column names), ``$1::int`` ``int4``."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT %s, %s::int, %s AS x, 1 AS one, %s::varchar(5)",
+                    ("secret", 6, 7, "v"), prepare=prepare)
+        assert cur.fetchall() == [("secret", 6, 7, 1, "v")]
+        assert [d.name for d in cur.description] == ["?column?", "int4", "x", "one", "varchar"]
+
+
+#: 2^128 - 1: UHUGEINT's largest value, which DuckDB's Arrow export wraps to -1
+UMAX = 340282366920938463463374607431768211455
+
+
+def test_uhugeint_in_structs_and_lists_is_its_value(start_server, analytical) -> None:
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT {{'a': {UMAX}::UHUGEINT, 'b': 5::HUGEINT}}, [{UMAX}::UHUGEINT, NULL, 2], "
+            f"[{{'x': [{UMAX}::UHUGEINT]}}], {UMAX}::UHUGEINT").fetchone()
+        assert row == (f'{{"a": "{UMAX}", "b": "5"}}', f'["{UMAX}", null, "2"]',
+                       f'[{{"x": ["{UMAX}"]}}]', Decimal(UMAX))
+        rows = conn.execute(f"SELECT x FROM (VALUES ([1::UHUGEINT]), (NULL), "
+                            f"([{UMAX}::UHUGEINT, 3])) v(x) ORDER BY x NULLS FIRST").fetchall()
+        assert rows == [(None,), ('["1"]',), (f'["{UMAX}", "3"]',)]
+
+
+def test_a_map_timestamptz_is_in_the_session_time_zone(start_server, analytical) -> None:
+    """As in a list, a struct, or alone (DuckDB's text of the MAP was made in UTC)."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("SET TimeZone = 'America/New_York'")
+        ts = "TIMESTAMPTZ '2024-01-01 12:00:00+00'"
+        row = conn.execute(f"SELECT MAP {{'k': {ts}}}, [{ts}], {ts}::VARCHAR").fetchone()
+        assert row == ("{k='2024-01-01 07:00:00-05'}", '["2024-01-01 07:00:00-05:00"]',
+                       "2024-01-01 07:00:00-05")

@@ -924,10 +924,7 @@ class _AnalyticalSession(EngineSession):
         """The DuckDB types of query ``text``'s columns when its result ``table`` has a
         ``DECIMAL(38,0)`` column (which may be a ``UHUGEINT`` that DuckDB's Arrow export
         wraps: see :func:`._types.exact_result`), else None."""
-        import pyarrow as pa
-
-        if not any(pa.types.is_decimal(f.type) and f.type.precision == 38 and f.type.scale == 0
-                   for f in table.schema):
+        if not any(_types.has_wide(f.type) for f in table.schema):
             return None
         try:
             described = self._execute(f"DESCRIBE {text}")

@@ -19,13 +19,14 @@ What none of these settle is text, as before (0 is returned for it: the caller d
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import NamedTuple
 
 from . import _types as T
 
-__all__ = ["bytea_strings", "infer"]
+__all__ = ["bytea_strings", "infer", "parameter_columns"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -274,3 +275,73 @@ def _insert_values(toks: list[_Tok], result: list[int],
         i += 1
         if i < len(toks) and toks[i].text == ",":
             i += 1
+
+
+#: the words that end a select list
+_SELECT_END = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET",
+                         "UNION", "INTERSECT", "EXCEPT", "WINDOW", "INTO", "FETCH", "FOR",
+                         ";"})
+#: the name PostgreSQL gives ``$1::type`` (the type's own name), by the name written
+_CAST_COLUMN = {
+    **dict.fromkeys(("int", "integer", "int4"), "int4"),
+    **dict.fromkeys(("bigint", "int8"), "int8"),
+    **dict.fromkeys(("smallint", "int2"), "int2"),
+    **dict.fromkeys(("real", "float4"), "float4"),
+    **dict.fromkeys(("float", "float8", "double precision"), "float8"),
+    **dict.fromkeys(("bool", "boolean"), "bool"),
+    **dict.fromkeys(("numeric", "decimal"), "numeric"),
+    **dict.fromkeys(("varchar", "character varying"), "varchar"),
+    **dict.fromkeys(("char", "character", "bpchar"), "bpchar"),
+    **dict.fromkeys(("timestamptz", "timestamp with time zone"), "timestamptz"),
+    **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp"),
+    **dict.fromkeys(("time", "time without time zone"), "time"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
+    """(place, name) of each column of a ``SELECT``'s select list that is a parameter
+    alone, ``$1`` (PostgreSQL names it ``?column?``), or cast, ``$1::int`` (named after
+    its type, ``int4``), without an alias: the engines name such a column after the value
+    written in (DuckDB: ``5``, ``CAST(6 AS INTEGER)``) or ``?1`` (SQLite). Nothing after a
+    ``*`` in the list (its place is not known)."""
+    try:
+        toks = _tokens(sql)
+    except re.error:  # pragma: no cover - the pattern matches every character
+        return ()
+    if not toks or toks[0].text != "SELECT":
+        return ()
+    i = 1
+    if i < len(toks) and toks[i].text in ("ALL", "DISTINCT"):
+        i += 1
+        if toks[i - 1].text == "DISTINCT" and i < len(toks) and toks[i].text == "ON":
+            return ()
+    items: list[list[_Tok]] = [[]]
+    depth = 0
+    for t in toks[i:]:
+        if depth == 0 and (t.kind in ("ref", "op") and t.text in _SELECT_END):
+            break
+        if depth == 0 and t.text == ",":
+            items.append([])
+            continue
+        depth += (t.text == "(") - (t.text == ")")
+        items[-1].append(t)
+    out: list[tuple[int, str]] = []
+    for place, item in enumerate(items):
+        if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")):
+            break  # (a star: the places after it are not known)
+        if item[0].kind != "param":
+            continue
+        if len(item) == 1:
+            out.append((place, "?column?"))
+        elif len(item) >= 3 and item[1].text == "::":
+            words = []
+            for t in item[2:]:
+                if t.kind != "ref" or t.text == "AS":
+                    break
+                words.append(t.parts[-1].lower())
+            rest = item[2 + len(words):]
+            if words and (not rest or (rest[0].text == "(" and rest[-1].text == ")")):
+                written = " ".join(words)
+                out.append((place, _CAST_COLUMN.get(written, written)))
+    return tuple(out)

@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..errors import LoginError, ProtocolError, ServerError
-from . import _infoschema, _pgcatalog, _pgsession, _pgtables, _sqltext, _systables, _types
+from . import (
+    _infoschema,
+    _paramtypes,
+    _pgcatalog,
+    _pgsession,
+    _pgtables,
+    _sqltext,
+    _systables,
+    _types,
+)
 from . import _protocol as P
 from ._conn import Connection
 from ._engines import (
@@ -155,6 +164,21 @@ def _rename(columns: list[tuple[str, int]],
     for name, oid in columns:
         words = left.get(name)
         out.append((words.pop(0) if words else name, oid))
+    return out
+
+
+def _parameter_names(sql: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``columns`` of ``sql`` with a parameter alone in the select list named as PostgreSQL
+    names it (:func:`._paramtypes.parameter_columns`: ``?column?``), not after its value."""
+    if "$" not in sql:
+        return columns
+    named = _paramtypes.parameter_columns(sql)
+    if not named:
+        return columns
+    out = list(columns)
+    for place, name in named:
+        if place < len(out):
+            out[place] = (name, out[place][1])
     return out
 
 
@@ -996,6 +1020,8 @@ class Session:
                                                                          params)
             if renames and result.columns is not None:
                 result.columns = _rename(result.columns, renames)
+            if head == "SELECT" and result.columns:
+                result.columns = _parameter_names(sql, result.columns)
             return result
         except Exception as exc:
             raise timer.error(statement_error(exc)) from None
@@ -1645,6 +1671,8 @@ class Session:
                         st.columns = await self._timed(self.engine.describe, text)
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)
+                        if head == "SELECT" and st.columns:
+                            st.columns = _parameter_names(text, st.columns)
                     st.described = True
                 if not st.typed:
                     await self._infer_parameters(st)
