@@ -1038,3 +1038,18 @@ def test_a_catalog_of_lower_case_table_names_is_found_in_any_case(tmp_path):
             db.sql('CREATE TABLE "T" (a INT)')
         db.sql('DROP TABLE "T"')
         assert not db.catalog.tables
+
+
+def test_a_read_only_connect_of_a_missing_path_says_nothing_is_there(tmp_path):
+    """A typo in the path of a read-only connect said "is not a cryptdisk database (no
+    catalog)", as of a directory of other files; now that nothing is at the path, and the
+    path is still not created. An existing directory without a catalog says as before."""
+    missing = tmp_path / "sales.bd"
+    with pytest.raises(DatabaseError, match=f"^no database at {re.escape(str(missing))} "
+                       r"\(no such file or directory\)$") as e:
+        cryptdisk.connect(missing, read_only=True)
+    assert "read_only=True opens a database that exists" in e.value.hint
+    assert not os.path.lexists(missing)
+    missing.mkdir()
+    with pytest.raises(DatabaseError, match=r"is not a cryptdisk database \(no catalog\)$"):
+        cryptdisk.connect(missing, read_only=True)

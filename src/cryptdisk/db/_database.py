@@ -302,6 +302,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             creating = not self._remote.exists("catalog")
         else:
             creating = not os.path.exists(os.path.join(self.path, "catalog"))
+        if creating and read_only and self._remote is None and not os.path.lexists(self.path):
+            raise DatabaseError(f"no database at {self.path} (no such file or directory)",
+                                hint="read_only=True opens a database that exists; connect "
+                                "without it to create one")
         if creating and (read_only or self._remote is not None):
             raise DatabaseError(f"{self.path} is not a cryptdisk database (no catalog)",
                                 hint=None if self._remote is None else "put one there with "
