@@ -390,34 +390,40 @@ def test_runs_cut_by_their_bytes_read_every_row_group_once(db, monkeypatch):
     assert max(len(run) for run in reads) == 2
 
 
-def _stored_as_values(db, monkeypatch, sql, rows=100_000, group_rows=20_000):
+def _stored_as_values(db, monkeypatch, sql, rows=100_000, group_rows=20_000,
+                      policy="default"):
     """A one-part table of ``sql``'s rows in row groups of ``group_rows``, every column
-    stored uncompressed (LZ4 never chosen), as hashes and random floats are."""
+    stored uncompressed (LZ4 never chosen), as hashes and random floats are; on the
+    disks of storage policy ``policy`` (``plain``: unencrypted)."""
     from cryptdisk.db import _parts as writer
 
     monkeypatch.setattr(writer, "ROW_GROUP_ROWS", group_rows)
     monkeypatch.setattr(writer, "COMPRESSION_MIN_SAVING", 2.0)  # nothing saves 200%
     db.sql("CREATE TABLE t (c_int BIGINT, c_str VARCHAR, c_float DOUBLE, c_i32 INTEGER, "
-           "c_f32 REAL)")
+           f"c_f32 REAL) SETTINGS storage_policy = '{policy}'")
     db.sql("INSERT INTO t " + sql.format(rows=rows))
     part = db.table("t").parts[0]
-    return part, db.config.disks[part.disk]
+    disk = db.config.disks[part.disk]
+    assert disk.is_encrypted == (policy != "plain")
+    return part, disk
 
 
 _HASHED = ("SELECT (hash(i) >> 1)::BIGINT, md5(i::VARCHAR), i / 7, (hash(i) >> 40)::INTEGER, "
            "(i / 3)::REAL FROM range({rows}) r(i)")
 
 
+@pytest.mark.parametrize("policy", ["default", "plain"])
 @pytest.mark.parametrize("columns", [["c_int"], ["c_float"], ["c_int", "c_float"],
                                      ["c_i32", "c_f32"]])
 def test_a_read_of_columns_stored_as_their_values_builds_no_parquet_reader(
-        db, monkeypatch, columns):
-    """Uncompressed, PLAIN, REQUIRED BIGINT/INTEGER/DOUBLE/REAL chunks are decrypted into
-    buffers of their own size and their pages' values moved over the page headers: the
-    same arrays as pyarrow's decoding, for single and several row groups, with no Parquet
-    reader (before, a reader per row group decoded them from the arena); a read with a
-    VARCHAR column still decodes through pyarrow."""
-    part, disk = _stored_as_values(db, monkeypatch, _HASHED)
+        db, monkeypatch, columns, policy):
+    """Uncompressed, PLAIN, REQUIRED BIGINT/INTEGER/DOUBLE/REAL chunks are read into
+    buffers of their own size, encrypted ones decrypted and their pages' values moved
+    over the page headers, plain ones read page by page into place: the same arrays as
+    pyarrow's decoding, for single and several row groups, with no Parquet reader
+    (before, a reader per row group decoded them, and a plain part's always); a read with
+    a VARCHAR column still decodes through pyarrow."""
+    part, disk = _stored_as_values(db, monkeypatch, _HASHED, policy=policy)
     want = _parts.read_part(disk, part, [*columns, "c_str"])
     op = _parts.open_part(disk, part)
     decoded = []
@@ -447,13 +453,14 @@ def test_a_read_of_columns_stored_as_their_values_builds_no_parquet_reader(
     assert got[0] == pytest.approx(want[0], rel=1e-12)
 
 
+@pytest.mark.parametrize("policy", ["default", "plain"])
 def test_a_read_of_values_with_nulls_or_a_dictionary_decodes_through_pyarrow(
-        db, monkeypatch):
+        db, monkeypatch, policy):
     """A column with NULLs (OPTIONAL: levels before its values) or a dictionary is not
     stored as its values: pyarrow decodes it, and the answers are the same."""
     sql = ("SELECT (hash(i) >> 1)::BIGINT, md5(i::VARCHAR), CASE WHEN i % 3 = 0 THEN NULL "
            "ELSE i / 7 END, (i % 5)::INTEGER, (i / 3)::REAL FROM range({rows}) r(i)")
-    part, disk = _stored_as_values(db, monkeypatch, sql)
+    part, disk = _stored_as_values(db, monkeypatch, sql, policy=policy)
     op = _parts.open_part(disk, part)
     decoded = []
     real = _parts._read_row_groups
