@@ -4,6 +4,7 @@ only as DuckDB converts them (infinite dates and timestamps), as DuckDB's ``fetc
 gives them."""
 
 import json
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -212,3 +213,26 @@ def test_db_insert_takes_python_ints_beyond_64_bits_as_duckdb_casts_them(db):
         db.insert("h", {"v": [2 ** 70, "x"]})
     assert db.query("SELECT v, b FROM h ORDER BY v NULLS LAST") == [
         (-(10 ** 38 - 1), 1), (-5, None), (2 ** 70, None), (None, None)]
+
+
+_UMAX = 340282366920938463463374607431768211455  # 2^128 - 1: DuckDB's Arrow export gives -1
+
+
+def test_arrow_results_hold_a_uhugeint_as_its_value(db):
+    """``sql``/``execute`` (the Arrow table) and a reader's ``execute``: a UHUGEINT above
+    2^127 - 1, alone, in a list or in a struct, is its value (a DECIMAL(39,0)), not the
+    negative number DuckDB's Arrow export wraps it to; a HUGEINT is left as it is."""
+    db.execute("CREATE TABLE t (u UHUGEINT)")
+    db.execute("INSERT INTO t VALUES (5)")
+    q = (f"SELECT {_UMAX}::UHUGEINT AS u, [{_UMAX}::UHUGEINT, NULL] AS l, "
+         f"{{'a': {_UMAX}::UHUGEINT, 'b': 2::HUGEINT}} AS s, u AS c, 3::HUGEINT AS h FROM t")
+    want = [{"u": Decimal(_UMAX), "l": [Decimal(_UMAX), None],
+             "s": {"a": Decimal(_UMAX), "b": Decimal(2)}, "c": Decimal(5), "h": Decimal(3)}]
+    assert db.sql(q).to_pylist() == want
+    assert db.execute("SELECT ?::UHUGEINT AS u", [_UMAX]).to_pylist() == [{"u": Decimal(_UMAX)}]
+    reader = db.reader()
+    try:
+        assert reader.execute(q).to_pylist() == want
+    finally:
+        reader.close()
+    assert db.query(q) == [(_UMAX, [_UMAX, None], {"a": _UMAX, "b": 2}, Decimal(5), 3)]

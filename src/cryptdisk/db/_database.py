@@ -118,7 +118,7 @@ from ._pushdown import (
 from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
-from ._rows import TIME_ZONE, Rows, query_rows
+from ._rows import TIME_ZONE, Rows, exact_table, has_wide, query_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
@@ -1303,17 +1303,27 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         is fetched as DuckDB's ``fetchall`` gives it (:meth:`query`): through Arrow,
         DuckDB hands ``HUGEINT`` as a ``DECIMAL(38,0)`` (a ``UHUGEINT`` above 2^127 - 1
         wrapped to a negative number), ``UUID`` as text, ``BIT`` and ``TIMETZ`` without
-        their values."""
+        their values. The Arrow table has each ``UHUGEINT`` (alone or nested) as its value,
+        a ``DECIMAL(39,0)`` (:func:`._rows.exact_table`)."""
         with interruptible(self.con):
             if self._handles:
                 if rows:
                     got = self.con._submit(sql, None, "rows")
                     return Rows([d[0] for d in got.description or ()], got.fetchall())
-                return self.con._submit(sql, None, "arrow").arrow_table()
+                got = self.con._submit(sql, None, "arrow")
+                table = got.arrow_table()
+                if any(has_wide(f.type) for f in table.schema):
+                    table = exact_table(table, [str(d[1]) for d in got.description or ()])
+                return table
             rel = self.con.sql(sql)
             if rel is None:
                 return None
-            return Rows(list(rel.columns), rel.fetchall()) if rows else rel.to_arrow_table()
+            if rows:
+                return Rows(list(rel.columns), rel.fetchall())
+            table = rel.to_arrow_table()
+            if any(has_wide(f.type) for f in table.schema):
+                table = exact_table(table, [str(t) for t in rel.types])
+            return table
 
     def _run_duckdb(self, sql: str, prepared: tuple[str, str] | None = None,
                     rows: bool = False) -> Any:

@@ -10,12 +10,14 @@ converts it (``date.max``, ``datetime.min``...), so a query answers as DuckDB's
 
 from __future__ import annotations
 
+import decimal
 from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
 
-__all__ = ["TIME_ZONE", "Rows", "python_rows", "query_rows"]
+__all__ = ["TIME_ZONE", "Rows", "exact_table", "exact_uhugeint", "has_wide", "python_rows",
+           "query_rows"]
 
 #: DuckDB's TimeZone on every connection of a database and the scratch ones beside it
 #: (``SET TimeZone`` changes it for a connection): TIMESTAMPTZ values in UTC on every
@@ -77,3 +79,109 @@ def _same_in_python(typ: pa.DataType) -> bool:
                 or pa.types.is_boolean(typ) or pa.types.is_decimal(typ)
                 or pa.types.is_date32(typ) or pa.types.is_null(typ)
                 or (pa.types.is_timestamp(typ) and typ.tz is None and typ.unit == "us"))
+
+
+#: 2^128: a UHUGEINT above 2^127 - 1 in DuckDB's Arrow export is its value less this
+_UHUGEINT_WRAP = 1 << 128
+
+
+def has_wide(t: pa.DataType) -> bool:
+    """Whether Arrow type ``t`` has a ``DECIMAL(38,0)`` (alone or nested), which may be a
+    ``UHUGEINT`` DuckDB's Arrow export wrapped (see :func:`exact_result`)."""
+    if pa.types.is_decimal(t):
+        return bool(t.precision == 38 and t.scale == 0)
+    if pa.types.is_struct(t):
+        return any(has_wide(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return has_wide(t.value_type)
+    return False
+
+
+def _duckdb_parts(typ: str) -> tuple[str, list[str]]:
+    """DuckDB's column type ``typ`` as (kind, the types in it): ("list", [element]) for
+    ``T[]``/``T[n]``, ("struct", [field types in order]) for ``STRUCT(a T, ...)``, else
+    (the type's name in upper case, [])."""
+    typ = typ.strip()
+    if typ.endswith("]") and "[" in typ:
+        return "list", [typ[:typ.rindex("[")]]
+    if typ.upper().startswith("STRUCT(") and typ.endswith(")"):
+        fields = []
+        for part in _split_top(typ[7:-1]):
+            part = part.strip()
+            if part.startswith('"'):  # a quoted name: "a ""b""" T
+                end = 1
+                while end < len(part):
+                    if part[end] == '"' and part[end + 1:end + 2] != '"':
+                        break
+                    end += 2 if part[end] == '"' else 1
+                fields.append(part[end + 1:])
+            else:
+                fields.append(part.split(None, 1)[1] if " " in part else part)
+        return "struct", fields
+    return typ.upper(), []
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at its commas outside parentheses, brackets and double quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, c in enumerate(text):
+        if c == '"':
+            quoted = not quoted
+        elif not quoted and c in "([":
+            depth += 1
+        elif not quoted and c in ")]":
+            depth -= 1
+        elif not quoted and depth == 0 and c == ",":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def exact_uhugeint(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray:
+    """``column`` (DuckDB's Arrow export of a column of DuckDB type ``typ``) with each
+    ``UHUGEINT`` in it, alone or in lists and structs, as its value: DuckDB exports one as
+    a ``DECIMAL(38,0)`` and wraps a value above 2^127 - 1 to a negative number (2^128 - 1
+    as -1); here it is a ``DECIMAL(39,0)`` of the value."""
+    # (in integers: Decimal rounds to 28 digits)
+    chunks = [_unwrapped(c, typ) for c in column.chunks] or \
+        [_unwrapped(pa.array([], column.type), typ)]
+    return pa.chunked_array(chunks)
+
+
+def exact_table(table: pa.Table, kinds: list[str]) -> pa.Table:
+    """DuckDB's Arrow result ``table`` with each column of a DuckDB type (``kinds``, in
+    order) that has a ``UHUGEINT`` made exact (:func:`exact_uhugeint`); a ``MAP`` is left
+    (Arrow holds it as a list of pairs)."""
+    if len(kinds) != table.num_columns or not any("UHUGEINT" in k.upper() for k in kinds):
+        return table
+    for i, field in enumerate(table.schema):
+        if "UHUGEINT" in kinds[i].upper() and has_wide(field.type):
+            table = table.set_column(i, field.name, exact_uhugeint(table.column(i), kinds[i]))
+    return table
+
+
+def _unwrapped(array: pa.Array, typ: str) -> pa.Array:
+    """``array`` of DuckDB type ``typ`` with its ``UHUGEINT`` values exact (see
+    :func:`exact_uhugeint`); what it cannot match is left as it is."""
+    kind, inner = _duckdb_parts(typ)
+    t = array.type
+    if kind == "UHUGEINT" and pa.types.is_decimal(t):
+        return pa.array([None if v is None else decimal.Decimal(int(v) % _UHUGEINT_WRAP)
+                         for v in array.to_pylist()], pa.decimal256(39, 0))
+    if kind == "list" and (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        values = _unwrapped(array.flatten(), inner[0])
+        import pyarrow.compute as pc
+
+        offsets = pc.subtract(array.offsets, array.offsets[0])
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        return cls.from_arrays(offsets, values, mask=array.is_null())
+    if kind == "list" and pa.types.is_fixed_size_list(t):
+        return pa.FixedSizeListArray.from_arrays(
+            _unwrapped(array.flatten(), inner[0]), t.list_size, mask=array.is_null())
+    if kind == "struct" and pa.types.is_struct(t) and len(inner) == t.num_fields:
+        children = [_unwrapped(c, k) for c, k in zip(array.flatten(), inner, strict=True)]
+        return pa.StructArray.from_arrays(
+            children, fields=[t.field(i).with_type(c.type) for i, c in enumerate(children)],
+            mask=array.is_null())
+    return array
