@@ -27,7 +27,7 @@ from ._policies import (
     role_query,
 )
 from ._remote import is_url, location, publish
-from ._rows import Rows, python_rows
+from ._rows import Rows, exact_uhugeint, has_wide, python_rows
 from ._schema import alter_table_statement, table_statement
 from ._sql import change_statement, split_statements
 
@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "ColumnCache", "Database", "MutationPol
            "PolicyRewriter",
            "PolicySession", "Reader", "Rows", "add_connection_hook", "alter_table_statement",
            "change_statement",
-           "connect", "is_url", "location", "mutation_policies",
+           "connect", "exact_uhugeint", "has_wide", "is_url", "location", "mutation_policies",
            "parser_cursor", "publish", "python_rows", "quiet_error", "read_policies",
            "role_query", "scalar",
            "serialize_sql", "split_statements", "sql_literal", "table_statement"]

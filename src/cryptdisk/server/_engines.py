@@ -924,7 +924,7 @@ class _AnalyticalSession(EngineSession):
         """The DuckDB types of query ``text``'s columns when its result ``table`` has a
         ``DECIMAL(38,0)`` column (which may be a ``UHUGEINT`` that DuckDB's Arrow export
         wraps: see :func:`._types.exact_result`), else None."""
-        from ..db._rows import has_wide
+        from ..db import has_wide
 
         if not any(has_wide(f.type) for f in table.schema):
             return None

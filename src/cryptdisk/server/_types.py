@@ -380,7 +380,7 @@ def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
         column = table.column(i)
         if kinds is not None and len(kinds) == table.num_columns and \
                 "UHUGEINT" in kinds[i].upper() and not _has_map(field.type):
-            from ..db._rows import exact_uhugeint
+            from ..db import exact_uhugeint
 
             table = table.set_column(i, field.name, exact_uhugeint(column, kinds[i]))
         elif _has_map(field.type):
