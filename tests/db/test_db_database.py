@@ -1053,3 +1053,26 @@ def test_a_read_only_connect_of_a_missing_path_says_nothing_is_there(tmp_path):
     missing.mkdir()
     with pytest.raises(DatabaseError, match=r"is not a cryptdisk database \(no catalog\)$"):
         cryptdisk.connect(missing, read_only=True)
+
+
+@pytest.mark.parametrize("written", ['DONNÉES_€', '"DONNÉES_€"', '"Données_€"'])
+def test_a_table_named_with_other_case_non_ascii_letters_says_how_duckdb_matches(
+        db, written):
+    """The catalog takes a name in any case (INSERT INTO "DONNÉES_€" inserts into
+    données_€), DuckDB folds the case of ASCII letters only: SELECT * FROM "DONNÉES_€"
+    said "table 'DONNÉES_€' is a cryptdisk table: DuckDB reads it only where a statement
+    names it as a table", which it did. Now the error says how DuckDB matches the name
+    and how to write it; ASCII letters in another case still read the table."""
+    db.sql('CREATE TABLE "données_€" (k INT)')
+    db.sql('INSERT INTO "DONNÉES_€" VALUES (1)')
+    if written == '"Données_€"':
+        assert db.query(f"SELECT k FROM {written}") == [(1,)]
+        return
+    with pytest.raises(TableNotFoundError, match=r"^no table 'DONNÉES_€' in .* \(tables: "
+                       r"données_€\): DuckDB matches a name's ASCII letters in any case, its "
+                       r"other letters as written; the table is 'données_€'$") as e:
+        db.query(f"SELECT k FROM {written}")
+    assert e.value.hint == 'write the name as the table has it: "données_€"'
+    # the server says no more than for any missing table (no other table's name)
+    from cryptdisk.server._engines import statement_error
+    assert str(statement_error(e.value)) == 'relation "DONNÉES_€" does not exist'

@@ -2251,6 +2251,14 @@ _EXPLAINED = re.compile(r"(?is)EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?(.*)
 _NO_TABLE = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 
 
+def _ascii_lower(name: str) -> str:
+    """``name`` with its ASCII letters in lower case, as DuckDB compares names."""
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any, views: Any = ()
                    ) -> DatabaseError | None:
     """DuckDB's "Table with name x does not exist!" (whose "Did you mean" names DuckDB's
@@ -2275,6 +2283,13 @@ def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any, views: A
             "DESCRIBE, SUMMARIZE, INSERT ... SELECT, CREATE TABLE ... AS, and the WHERE and "
             "SET of DELETE and UPDATE",
             hint=f"read it in a query: SELECT * FROM {view}")
+    spelled = next((t for t in known if t.lower() == name.lower()
+                    and _ascii_lower(t) != _ascii_lower(name)), None)
+    if spelled is not None:  # (DuckDB folds the case of ASCII letters only)
+        return _TableNotFound(  # (its start as the one below: the server says no more)
+            f"no table {name!r} in {path} (tables: {', '.join(known)}): DuckDB matches a "
+            f"name's ASCII letters in any case, its other letters as written; the table is "
+            f"{spelled!r}", hint=f"write the name as the table has it: {quote(spelled)}")
     if name.lower() in (t.lower() for t in known):  # (named in a string: pragma_table_info)
         return DatabaseError(
             f"table {name!r} is a cryptdisk table: DuckDB reads it only where a statement "
