@@ -944,3 +944,50 @@ def test_an_s3_wrapping_whose_config_put_is_denied_raises_the_stores_error(
             repo.add_wrapping(passphrase="new", kdf_params=FAST_KDF)
         assert len(calls) == 1
         assert len(Repository.read_config(url, opts)[2]["wrappings"]) == 1
+
+
+@pytest.mark.parametrize("when", ["between the read and the write", "after the write"])
+def test_a_wrapping_added_on_a_store_without_conditional_writes_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, when: str) -> None:
+    """On a store other than local and S3 (here fsspec's memory store) add_wrapping read the
+    config, added its wrapping and wrote it back unconditionally: another update landing
+    between the read and the write, or writing over ours a config it had read before,
+    lost a wrapping whose add had reported success. Now the config is compared before
+    the write and read back after it, and the change applied again to the newer one."""
+    import json
+
+    from cryptdisk.backup._keys import wrap_with_passphrase
+
+    url = f"memory://wrapping-race/{'between' if 'between' in when else 'after'}"
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    ours, theirs = (Repository.open(url, passphrase="pw") for _ in range(2))
+    path = f"{ours.root}/config"
+    stale = json.loads(ours.fs.cat_file(path))  # the config the other update read
+    real_pipe, real_cat = ours.fs.pipe_file, ours.fs.cat_file
+    done = False
+
+    def cat_file(p: str, *args, **kw):  # type: ignore[no-untyped-def]
+        nonlocal done
+        out = real_cat(p, *args, **kw)
+        if p == path and when.startswith("between") and not done:
+            done = True  # the other update runs whole after ours read the config
+            theirs.add_wrapping(passphrase="theirs", kdf_params=FAST_KDF)
+        return out
+
+    def pipe_file(p: str, data: bytes, *args, **kw):  # type: ignore[no-untyped-def]
+        nonlocal done
+        real_pipe(p, data, *args, **kw)
+        if p == path and when.startswith("after") and not done:
+            done = True  # the other update writes the config it read, its wrapping added
+            stale["wrappings"].append(wrap_with_passphrase(theirs._master, theirs.id,
+                                                           "theirs", FAST_KDF))
+            real_pipe(p, json.dumps(stale, indent=1, sort_keys=True).encode())
+
+    monkeypatch.setattr(ours.fs, "cat_file", cat_file)
+    monkeypatch.setattr(ours.fs, "pipe_file", pipe_file)
+    ours.add_wrapping(passphrase="ours", kdf_params=FAST_KDF)
+    monkeypatch.undo()
+    assert done
+    for pw in ("pw", "ours", "theirs"):
+        assert Repository.open(url, passphrase=pw).id == ours.id, pw
+    assert len(Repository.read_config(url)[2]["wrappings"]) == 3
