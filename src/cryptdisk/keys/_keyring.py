@@ -172,10 +172,20 @@ class Keyring:
         """Take ``other``'s keys, current key and retired ids in place: whatever holds this
         keyring (a disk, a server's user file, its audit log) reads and writes with them
         from now on. The keys are replaced before the current id, so a lookup meanwhile
-        finds the current key among them (``other`` keeps the key that was current)."""
+        finds the current key among them (``other`` keeps the key that was current).
+
+        The keys replaced (not among ``other``'s) are retired: a provider-held key closes its
+        session or connection once no call is using it, so reloading keys again and again
+        (each rotation, each change of a followed config) leaves no session open."""
+        before = self._keys
         self._keys = dict(other._keys)
         self._current = other._current
         self.retired = other.retired
+        kept = {id(key) for key in self._keys.values()}
+        for key in before.values():
+            retire = getattr(key, "retire", None)
+            if retire is not None and id(key) not in kept:
+                retire()
 
     def with_current(self, key_id: int) -> Keyring:
         """The same keys with another current key."""

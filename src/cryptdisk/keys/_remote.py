@@ -274,7 +274,9 @@ def _cache_key(blob: bytes, associated_data: bytes) -> bytes:
     return len(blob).to_bytes(2, "little") + bytes(blob) + bytes(associated_data)
 
 
-_OPEN_KEYS: weakref.WeakSet[ProviderKey] = weakref.WeakSet()
+#: every ProviderKey alive, by id(): a WeakSet would keep one of two keys that compare
+#: equal (the same key loaded twice, as a reload does) and close_provider_keys miss the other
+_OPEN_KEYS: weakref.WeakValueDictionary[int, ProviderKey] = weakref.WeakValueDictionary()
 
 
 class ProviderKey(Key):
@@ -289,7 +291,8 @@ class ProviderKey(Key):
     exit (:func:`close_provider_keys`).
     """
 
-    __slots__ = ("__weakref__", "_cache", "_finalizer", "_provider", "_retry", "_uses")
+    __slots__ = ("__weakref__", "_active", "_cache", "_finalizer", "_provider", "_retired",
+                 "_retry", "_state", "_uses")
 
     def __init__(self, key_id: int, provider: RemoteKeyProvider, *,
                  algorithm: str | Algorithm | None = None, cache: UnwrapCache | None = None,
@@ -312,9 +315,13 @@ class ProviderKey(Key):
         self.source = provider.label
         self._provider = provider
         self._cache = cache if cache is not None else UnwrapCache()
+        # calls in flight, and whether the key was replaced (then closed once idle)
+        self._state = threading.Lock()
+        self._active = 0
+        self._retired = False
         #: data keys wrapped, unwrapped, and the provider calls made for them (audit log)
         self._uses = {"wraps": 0, "unwraps": 0, "cache_hits": 0, "provider_calls": 0}
-        _OPEN_KEYS.add(self)
+        _OPEN_KEYS[id(self)] = self
         # a key dropped unclosed (a command's keyring as it returns) is closed when it is
         # collected: its cache zeroed, not only freed, and its use logged
         self._finalizer = weakref.finalize(self, _release_quietly, key_id, provider,
@@ -339,12 +346,51 @@ class ProviderKey(Key):
         dek, ad = bytes(dek), bytes(associated_data)
         self._uses["wraps"] += 1
         self._uses["provider_calls"] += 1
-        blob: bytes = nonce + self._retry.call("seal", self._id,
-                                               lambda: self._provider.seal(nonce, dek, ad))
+        self._enter()
+        try:
+            blob: bytes = nonce + self._retry.call(
+                "seal", self._id, lambda: self._provider.seal(nonce, dek, ad))
+        finally:
+            self._leave()
         self._cache.put(blob, associated_data, dek)
         return blob
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        self._enter()
+        try:
+            return self._unwrap(blob, associated_data)
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        with self._state:
+            self._active += 1
+
+    def _leave(self) -> None:
+        with self._state:
+            self._active -= 1
+            idle = self._retired and not self._active
+        if idle:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.close()
+        except KeyProviderError:
+            pass
+
+    def retire(self) -> None:
+        """Close this key once no call is using it: now when none is in flight, else when the
+        last one returns. A keyring that replaced it (:meth:`Keyring.adopt`) calls this, so
+        the session or connection it held is not left open; a caller that still holds the
+        key can use it, each call then opening the provider again and closing it after."""
+        with self._state:
+            self._retired = True
+            idle = not self._active
+        if idle:
+            self._close_quietly()
+
+    def _unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         self._uses["unwraps"] += 1
         cached = self._cache.get(blob, associated_data)
         if cached is not None:
@@ -401,7 +447,7 @@ def _release_quietly(key_id: int, provider: RemoteKeyProvider, cache: UnwrapCach
 
 def close_provider_keys() -> None:
     """Close every open :class:`ProviderKey` of this process (wipes their caches)."""
-    for key in list(_OPEN_KEYS):
+    for key in list(_OPEN_KEYS.values()):
         try:
             key.close()
         except KeyProviderError:

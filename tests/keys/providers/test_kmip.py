@@ -562,3 +562,62 @@ def test_the_docs_create_kmip_key_example_runs_as_written(tmp_path, kmip_server)
     with cryptdisk.open(tmp_path / "f.cd", "rb", keyring=ring) as f:
         assert f.read() == b"under the new key"
     ring.close()
+
+
+def test_a_server_rotating_again_and_again_keeps_one_connection_to_the_kmip_server(
+        tmp_path, kmip_server, request):
+    """`cryptdisk serve` with a kmip key: each SYSTEM ROTATE KEYS loads the config's keys
+    again (new connection) and the keyring took the new keys without closing the old
+    ones, so the server held two TLS connections to the KMIP server after the first
+    rotation (the dropped key's closed only when it happened to be collected). Now the
+    replaced key is closed: the serve process holds one connection throughout."""
+    import re
+    import signal
+
+    import psutil
+    import psycopg
+
+    label = "kek-serve-" + request.node.name[-30:]
+    _make_key(kmip_server, label)
+    config = tmp_path / "c.toml"
+    config.write_text("[keyring]\n" + _entry(kmip_server, label) + SECURE_STORE)
+    db, c = tmp_path / "s.db", ("-c", str(config))
+    env = _env(CRYPTDISK_PASSWORD="pw of alice")
+
+    def cli(*argv: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "cryptdisk", *argv], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+    cli("sql", str(db), *c, "--create", "-q", "CREATE TABLE t (a INT); INSERT INTO t VALUES (1)")
+    cli("serve", str(db), *c, "--add-user", "alice", "--admin")
+    proc = subprocess.Popen([sys.executable, "-m", "cryptdisk", "serve", str(db), *c,
+                             "--plaintext-loopback", "--workers", "1", "--listen",
+                             "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        port = next(int(m[1]) for line in proc.stdout
+                    if (m := re.search(r"on 127\.0\.0\.1:(\d+)", line)))
+
+        def kmip_connections() -> int:
+            return sum(1 for conn in psutil.Process(proc.pid).net_connections("tcp")
+                       if conn.raddr and conn.raddr.port == kmip_server.port
+                       and conn.status == psutil.CONN_ESTABLISHED)
+
+        with psycopg.connect(host="127.0.0.1", port=port, user="alice",
+                             password="pw of alice", sslmode="disable",
+                             autocommit=True) as conn:
+            assert kmip_connections() == 1
+            counts = []
+            for i in range(4):
+                conn.execute("SYSTEM ROTATE KEYS")
+                conn.execute("INSERT INTO t VALUES (%s)", (i + 2,))
+                counts.append(kmip_connections())
+            assert counts == [1, 1, 1, 1]
+            assert conn.execute("SELECT count(*) FROM t").fetchone() == (5,)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        proc.stdout.close()
+        proc.stderr.close()

@@ -16,8 +16,11 @@ tag), so files are byte for byte what a local key writes. The check value is
 ``AES-CMAC(KEK, "cryptdisk key check v1")[:8]`` (``CKM_AES_CMAC``), computed in the token.
 The key must be ``CKA_SENSITIVE`` and not ``CKA_EXTRACTABLE``; an extractable key is
 refused. The PIN is read from its variable or file when the session is opened and
-is never stored, shown or logged. Calls into the module are serialised by a lock and
-run in a worker thread: one that does not return within ``timeout`` seconds (default
+is never stored, shown or logged. Calls into a module are serialised by one lock per
+module for the whole process (python-pkcs11 initialises the module without locking
+arguments, which tells it that no two threads call it at once: SoftHSM2 then takes no
+locks of its own, and two keys used from two threads failed with CKR_GENERAL_ERROR or
+crashed) and run in a worker thread: one that does not return within ``timeout`` seconds (default
 30) is left there and the caller gets a transient error, which the key's retries
 handle; a lost session or device is closed and opened again on the next attempt.
 """
@@ -31,7 +34,7 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
@@ -107,9 +110,10 @@ class Pkcs11Provider(RemoteKeyProvider):
             raise TypeError("timeout must be a number of seconds above 0")
         self.timeout = float(timeout)
         self._worker: _Worker | None = None
-        self._lock = threading.RLock()
+        self._lock = _module_lock(os.path.join(self.base, self.value["module"]))
         self._session: Any = None
         self._key: Any = None
+        self._token_id: tuple[str, str] = ("", "")  # the token of the session (_logout)
         self._check: bytes | None = None
         #: what made the last session go away (said when opening a new one fails)
         self._lost: str | None = None
@@ -125,10 +129,16 @@ class Pkcs11Provider(RemoteKeyProvider):
         caller gets a transient :class:`KeyProviderError`. While it hangs it holds the
         module lock, so later calls time out too until it returns.
         """
-        worker = self._worker
-        if worker is None:
-            worker = self._worker = _Worker(f"cryptdisk-pkcs11-{self.value['token']}")
-        done, result = worker.call(fn, self.timeout)
+        while True:
+            worker = self._worker
+            if worker is None:
+                worker = self._worker = _Worker(f"cryptdisk-pkcs11-{self.value['token']}")
+            answer = worker.call(fn, self.timeout)
+            if answer is not None:
+                break
+            if self._worker is worker:  # stopped by close() meanwhile: a new one takes it
+                self._worker = None
+        done, result = answer
         if not done:
             self._worker = None
             worker.stop()
@@ -191,22 +201,22 @@ class Pkcs11Provider(RemoteKeyProvider):
             sensitive = bool(key[p11.Attribute.SENSITIVE])
             size = int(key[p11.Attribute.VALUE_LEN])
         except (exc_mod.NoSuchKey, exc_mod.MultipleObjectsReturned) as exc:
-            session.close()
+            _logout(_ident(token), session)
             raise KeyProviderError(f"{where}: {_describe(exc)}{before}") from None
         except exc_mod.PKCS11Error as exc:
-            session.close()
+            _logout(_ident(token), session)
             raise KeyProviderError(f"{where}: {_describe(exc)}{before}") from None
         if extractable or not sensitive:
-            session.close()
+            _logout(_ident(token), session)
             raise KeyProviderError(f"{where}: the key is extractable or not sensitive; a "
                                    "key-encryption key must never leave the token",
                                    hint="generate it with CKA_EXTRACTABLE false and "
                                         "CKA_SENSITIVE true")
         if size not in (16, 32):
-            session.close()
+            _logout(_ident(token), session)
             raise KeyProviderError(f"{where}: the key is {size} bytes; cryptdisk takes AES-128 "
                                    "or AES-256")
-        self._session, self._key = session, key
+        self._session, self._key, self._token_id = session, key, _ident(token)
         self._lost = None
         try:
             self._check = bytes(key.sign(_CHECK_LABEL, mechanism=p11.Mechanism.AES_CMAC))[:8]
@@ -268,19 +278,20 @@ class Pkcs11Provider(RemoteKeyProvider):
         exc_mod = p11.exceptions
         where = f"{what}: {self.describe()}"
         try:
-            token = p11.lib(os.path.join(self.base, self.value["module"])).get_token(
-                token_label=self.value["token"])
-            pin = read_pin(self.value, self.base, what)
-            try:
-                session = _login(token, pin, exc_mod, rw=True)
-            finally:
-                del pin
-            with session:
-                found = list(session.get_objects({
-                    p11.Attribute.LABEL: self.value["key"],
-                    p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY}))
-                for obj in found:
-                    obj.destroy()
+            with self._lock:
+                token = p11.lib(os.path.join(self.base, self.value["module"])).get_token(
+                    token_label=self.value["token"])
+                pin = read_pin(self.value, self.base, what)
+                try:
+                    logged_in = _logged_in(token, pin, exc_mod, rw=True)
+                finally:
+                    del pin
+                with logged_in as session:
+                    found = list(session.get_objects({
+                        p11.Attribute.LABEL: self.value["key"],
+                        p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY}))
+                    for obj in found:
+                        obj.destroy()
         except exc_mod.PinIncorrect:
             raise KeyProviderError(f"{where}: the PIN was refused") from None
         except (RuntimeError, OSError, exc_mod.PKCS11Error) as exc:
@@ -297,8 +308,7 @@ class Pkcs11Provider(RemoteKeyProvider):
         try:
             session, self._session, self._key = self._session, None, None
             if session is not None:
-                with contextlib.suppress(Exception):  # the session may already be gone
-                    session.close()
+                _logout(self._token_id, session)  # (the session may already be gone)
         finally:
             self._lock.release()
         worker, self._worker = self._worker, None
@@ -318,6 +328,8 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._guard = threading.Lock()
+        self._stopped = False
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
@@ -332,11 +344,15 @@ class _Worker:
                 box.append((False, exc))
             done.set()
 
-    def call(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
-        """(True, result) or (False, None) when ``fn`` did not return within ``timeout``."""
+    def call(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, Any] | None:
+        """(True, result) or (False, None) when ``fn`` did not return within ``timeout``;
+        None when this worker was stopped (a call queued before the stop still runs)."""
         box: list[tuple[bool, Any]] = []
         done = threading.Event()
-        self._queue.put((fn, box, done))
+        with self._guard:
+            if self._stopped:
+                return None
+            self._queue.put((fn, box, done))
         if not done.wait(timeout):
             return False, None
         ok, value = box[0]
@@ -345,7 +361,10 @@ class _Worker:
         return True, value
 
     def stop(self) -> None:
-        self._queue.put(None)
+        with self._guard:
+            if not self._stopped:
+                self._stopped = True
+                self._queue.put(None)
 
 
 _PROCESS_SECRET = os.urandom(32)
@@ -353,26 +372,100 @@ _PROCESS_SECRET = os.urandom(32)
 _LOGINS: dict[tuple[str, str], bytes] = {}
 
 
+#: (module, token label) -> [the session that logged in here or None, sessions sharing it]
+_ANCHORS: dict[tuple[str, str], list[Any]] = {}
+_ANCHORS_LOCK = threading.Lock()
+
+
+_MODULE_LOCKS: dict[str, threading.RLock] = {}
+_MODULE_LOCKS_LOCK = threading.Lock()
+
+
+def _module_lock(module: str) -> threading.RLock:
+    """The lock every call into the PKCS#11 module at ``module`` holds (by its real path)."""
+    real = os.path.realpath(module)
+    with _MODULE_LOCKS_LOCK:
+        return _MODULE_LOCKS.setdefault(real, threading.RLock())
+
+
 def _login(token: Any, pin: str, exc_mod: Any, rw: bool = False) -> Any:
-    """A logged-in session.
+    """A session of the logged-in user; give it back with :func:`_logout`.
 
     PKCS#11 logs in once per process and token: while one session is logged in, a new
     one shares that login and the token checks no PIN. So a PIN that differs from the
     one that logged in here is refused as the token would refuse it.
+
+    The login is held by one session per token (the anchor, opened with the PIN) and
+    every caller gets a session of its own opened without one: closing a session that
+    logged in logs the whole token out (python-pkcs11 calls ``C_Logout``), which would
+    take the login from the other keys' sessions, and opening with the PIN while logged
+    in leaves the session python-pkcs11 opened before the refused login open (a session
+    leaked per key loaded). The anchor is closed (logged out) with the last session.
     """
-    ident = (str(token.slot.slot_id), str(token.label))
+    ident = _ident(token)
     digest = hmac.new(_PROCESS_SECRET, pin.encode(), hashlib.sha256).digest()
-    try:
-        session = token.open(user_pin=pin, rw=rw)
-    except exc_mod.UserAlreadyLoggedIn:
-        known = _LOGINS.get(ident)
-        if known is not None and not hmac.compare_digest(known, digest):
-            raise exc_mod.PinIncorrect() from None
-        session = token.open(rw=rw)
-        _LOGINS.setdefault(ident, digest)
-    else:
-        _LOGINS[ident] = digest
+    with _ANCHORS_LOCK:
+        anchor = _ANCHORS.get(ident)
+        if anchor is None:
+            try:
+                held = token.open(user_pin=pin)
+            except exc_mod.UserAlreadyLoggedIn:  # logged in by other code of this process
+                known = _LOGINS.get(ident)
+                if known is not None and not hmac.compare_digest(known, digest):
+                    raise exc_mod.PinIncorrect() from None
+                _LOGINS.setdefault(ident, digest)
+                held = None
+            else:
+                _LOGINS[ident] = digest
+            anchor = _ANCHORS[ident] = [held, 0]
+        else:
+            known = _LOGINS.get(ident)
+            if known is not None and not hmac.compare_digest(known, digest):
+                raise exc_mod.PinIncorrect()
+        try:
+            session = token.open(rw=rw)
+        except BaseException:
+            if not anchor[1]:
+                _drop_anchor(ident)
+            raise
+        anchor[1] += 1
     return session
+
+
+def _logout(ident: tuple[str, str], session: Any) -> None:
+    """Close a session :func:`_login` gave; the last one of a token closes its anchor."""
+    try:
+        with contextlib.suppress(Exception):  # the session may already be gone
+            session.close()
+    finally:
+        with _ANCHORS_LOCK:
+            anchor = _ANCHORS.get(ident)
+            if anchor is not None:
+                anchor[1] -= 1
+                if anchor[1] <= 0:
+                    _drop_anchor(ident)
+
+
+@contextlib.contextmanager
+def _logged_in(token: Any, pin: str, exc_mod: Any, rw: bool = False) -> Iterator[Any]:
+    """:func:`_login`'s session for a ``with`` block."""
+    session = _login(token, pin, exc_mod, rw)
+    try:
+        yield session
+    finally:
+        _logout(_ident(token), session)
+
+
+def _drop_anchor(ident: tuple[str, str]) -> None:
+    held = _ANCHORS.pop(ident)[0]
+    if held is not None:
+        _LOGINS.pop(ident, None)  # logged out: the next login checks the PIN again
+        with contextlib.suppress(Exception):
+            held.close()
+
+
+def _ident(token: Any) -> tuple[str, str]:
+    return (str(token.slot.slot_id), str(token.label))
 
 
 #: python-pkcs11's lookup failures, whose own text is the search template (a dict): the
@@ -445,9 +538,8 @@ def generate_pkcs11_key(module: str, token: str, label: str, *, pin: str,
     leaves it. Refuses when a key with that label exists.
     """
     p11 = _pkcs11()
-    lib = p11.lib(module)
-    tok = lib.get_token(token_label=token)
-    with _login(tok, pin, p11.exceptions, rw=True) as session:
+    with _module_lock(module), _logged_in(p11.lib(module).get_token(token_label=token), pin,
+                                          p11.exceptions, rw=True) as session:
         existing = list(session.get_objects({p11.Attribute.LABEL: label,
                                              p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY}))
         if existing:
