@@ -79,18 +79,19 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _prestart(pool: ThreadPoolExecutor, n: int) -> None:
-    """Start ``n`` threads of ``pool`` now, each held by a task until all are started.
+    """Start ``n`` threads of ``pool`` now, idle, waiting for its tasks.
 
     ThreadPoolExecutor starts a thread at a submit that finds none idle, and that submit
     waits until the new thread runs, which needs the GIL: made by the first statement
     that scans, before any other thread of cryptdisk's runs Python, they start at once;
     started later by a scan thread (a point query's part open submitting its key's read
     ahead while the main thread analyses the statement), the start waited for the GIL and
-    the statement for that thread (1-10 ms of a cold point query's wall, 0.3 ms of CPU)."""
-    go = threading.Event()
+    the statement for that thread (1-10 ms of a cold point query's wall, 0.3 ms of CPU).
+    Started with no task (a task would need the GIL again to end, taking it from the
+    statement): each waits in the work queue, and a submit that finds the pool's threads
+    all started queues its task for them."""
     for _ in range(n):
-        pool.submit(go.wait)
-    go.set()
+        pool._adjust_thread_count()  # (a thread each while fewer than max_workers)
 
 
 def _forget_pool() -> None:
