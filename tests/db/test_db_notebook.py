@@ -190,6 +190,26 @@ def test_insert_of_json_whose_keys_differ_in_case_only_is_refused(tmp_path, db, 
         [(1, 5), (2, None)] if "x_1" in columns else [(1,)])
 
 
+@pytest.mark.parametrize(("second", "message"), [
+    ("id,w\n3,c\n", r"b\.csv has column\(s\) w, which .*a\.csv lacks"),
+    ("id\n3\n", r"b\.csv has no column\(s\) v, which .*a\.csv has"),
+])
+def test_insert_of_csv_files_whose_columns_differ_names_the_file(tmp_path, db, second,
+                                                                 message):
+    """DuckDB's error for a list of CSV files whose headers differ named no file
+    ('Columns with names: "v" do not exist in the CSV File'); now the insert names the
+    file and the column, inserting nothing. Columns in another order go in by name."""
+    db.execute("CREATE TABLE t (id INT, v VARCHAR, w VARCHAR)")
+    (tmp_path / "a.csv").write_text("id,v\n1,a\n")
+    (tmp_path / "b.csv").write_text(second)
+    with pytest.raises(DatabaseError, match="^insert into t: .*" + message):
+        db.insert("t", f"{tmp_path}/*.csv")
+    assert db.query("SELECT count(*) FROM t") == [(0,)]
+    (tmp_path / "b.csv").write_text("v,id\nb,2\n")
+    assert db.insert("t", [tmp_path / "a.csv", tmp_path / "b.csv"]) == 2
+    assert db.query("SELECT id, v FROM t ORDER BY id") == [(1, "a"), (2, "b")]
+
+
 def _sigint_in(seconds):
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()

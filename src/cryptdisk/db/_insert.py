@@ -840,6 +840,7 @@ class InsertMixin(DatabaseState):
                     columns = self.table(table).columns
                     _check_csv_header(table, paths[0], cols, [c for c, _t in columns])
                     self._check_csv_repeats(table, path, literal, cols)
+                    self._check_csv_columns(table, paths)
                     typed = _file_types(cols, columns, "types")
                 elif not registered and reader == "read_json":
                     self._check_json_repeats(table, path, literal, cols)
@@ -885,6 +886,30 @@ class InsertMixin(DatabaseState):
                 raise DatabaseError(f"insert into {table}: {path} has column {name} twice "
                                     "in its header line",
                                     hint="rename or drop the repeated column")
+
+    def _check_csv_columns(self, table: str, paths: list[str]) -> None:
+        """Refuse CSV files whose header lines name other columns than the first file's
+        (in any order: DuckDB reads a list of files by name): DuckDB's own error said
+        'Columns with names: "v" do not exist in the CSV File', naming no file."""
+        first: list[str] | None = None
+        for p in paths if len(paths) > 1 else ():
+            try:
+                found = list(self.con.sql("SELECT * FROM read_csv('" + p.replace("'", "''")
+                                          + "') LIMIT 0").columns)
+            except duckdb.Error as exc:
+                raise DatabaseError(f"insert into {table}: cannot read {p}: "
+                                    f"{str(exc).splitlines()[0]}") from None
+            if first is None:
+                first = found
+                continue
+            mine, theirs = {c.lower() for c in found}, {c.lower() for c in first}
+            if mine != theirs:
+                extra = [c for c in found if c.lower() not in theirs]
+                lacking = [c for c in first if c.lower() not in mine]
+                what = (f"has column(s) {', '.join(extra)}, which {paths[0]} lacks" if extra
+                        else f"has no column(s) {', '.join(lacking)}, which {paths[0]} has")
+                raise DatabaseError(f"insert into {table}: {p} {what}",
+                                    hint="insert the files whose columns differ separately")
 
     def _check_json_repeats(self, table: str, path: str, literal: str,
                             cols: list[str]) -> None:
