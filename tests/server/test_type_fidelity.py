@@ -81,3 +81,21 @@ def test_a_map_timestamptz_is_in_the_session_time_zone(start_server, analytical)
         row = conn.execute(f"SELECT MAP {{'k': {ts}}}, [{ts}], {ts}::VARCHAR").fetchone()
         assert row == ("{k='2024-01-01 07:00:00-05'}", '["2024-01-01 07:00:00-05:00"]',
                        "2024-01-01 07:00:00-05")
+
+
+def test_sqlite_text_copy_refuses_a_numeric_it_would_change(start_server, sqlite_engine) -> None:
+    """COPY's text of a number SQLite's NUMERIC affinity would store as a float of
+    another value fails (22003), no row is stored; a TEXT column takes the same text."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INTEGER, b NUMERIC(25,5), s TEXT)")
+        cur = conn.cursor()
+        with pytest.raises(psycopg.Error) as info:
+            with cur.copy("COPY n FROM STDIN") as copy:
+                copy.write_row((1, "2.5", "a"))
+                copy.write_row((2, "123456789012345.12345", "b"))
+        assert info.value.sqlstate == "22003"
+        with cur.copy("COPY n (s, b, id) FROM STDIN") as copy:
+            copy.write_row(("123456789012345.12345", "1.25", 3))
+        assert conn.execute("SELECT id, b, s FROM n").fetchall() == [
+            (3, Decimal("1.25000"), "123456789012345.12345")]

@@ -1258,6 +1258,20 @@ def _sqlite_numeric(value: decimal.Decimal) -> float:
     return number
 
 
+def _exact_numeric_text(text: Any) -> None:
+    """Refuse (22003, as :func:`_sqlite_numeric`) the text of a number SQLite's NUMERIC
+    affinity would store as a float of another value (``123456789012345.12345``); other
+    text (not a number, or one a float holds) is left to SQLite."""
+    if not isinstance(text, str) or not text:
+        return
+    try:
+        value = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        return
+    if value.is_finite():
+        _sqlite_numeric(value)
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -2049,11 +2063,19 @@ class _SQLiteSession(EngineSession):
         if typed:
             rows = [[_sqlite_value(v) for v in row] for row in rows]
         width = len(rows[0])
+        declared = self.columns(table)
         if columns is None:
-            have = len(self.columns(table))
+            have = len(declared)
             if have and width != have:
                 raise StatementError(f"COPY row 1 has {width} fields for {have} columns",
                                      "22P04")
+        if not typed:  # text into a NUMERIC column: SQLite makes it a REAL, maybe another
+            kinds = {c.lower(): _types.sqlite_declared_oid(t) for c, t, _n, _d in declared}
+            names = columns or [c for c, _t, _n, _d in declared]
+            for j, name in enumerate(names[:width]):
+                if kinds.get(name.lower()) == _types.NUMERIC:
+                    for row in rows:
+                        _exact_numeric_text(row[j] if j < len(row) else None)
         for i, row in enumerate(rows):
             if len(row) != width:
                 raise StatementError(f"COPY row {i + 1} has {len(row)} fields, the first "
