@@ -99,3 +99,39 @@ def test_sqlite_text_copy_refuses_a_numeric_it_would_change(start_server, sqlite
             copy.write_row(("123456789012345.12345", "1.25", 3))
         assert conn.execute("SELECT id, b, s FROM n").fetchall() == [
             (3, Decimal("1.25000"), "123456789012345.12345")]
+
+
+@pytest.mark.parametrize("value", [Decimal("1234567890123456789"), Decimal("9007199254740993"),
+                                   Decimal("-9223372036854775808"), Decimal("1.2E+17")])
+def test_sqlite_stores_a_whole_numeric_parameter_as_its_integer(start_server, sqlite_engine,
+                                                                 value) -> None:
+    """A whole number in SQLite's 64-bit INTEGER range is held exactly (bound as that
+    integer), into a NUMERIC and a BIGINT column alike: JDBC's setBigDecimal and psycopg's
+    Decimal send ids and amounts in cents as numeric, and they were refused with 22003
+    (no float holds them exactly)."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (a NUMERIC, b NUMERIC(20,2), c BIGINT)")
+        conn.execute("INSERT INTO n VALUES (%s, %s, %s)", (value, value, value))
+        assert conn.execute("SELECT a, b, c FROM n").fetchone() == (value, value, int(value))
+        assert str(conn.execute("SELECT b FROM n").fetchone()[0]).endswith(".00")
+        assert conn.execute("SELECT count(*) FROM n WHERE c = %s", (value,)).fetchone()[0] == 1
+
+
+def test_sqlite_text_copy_of_a_whole_number_is_exact(start_server, sqlite_engine) -> None:
+    """COPY's text of digits alone in INTEGER's range is stored as that integer (SQLite
+    reads it so); the same number written with a decimal point is read by SQLite as a
+    float first (1234567890123456789.0 stored 1234567890123456768): 22003, no row."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INTEGER, b NUMERIC(25,5))")
+        cur = conn.cursor()
+        with cur.copy("COPY n FROM STDIN") as copy:
+            copy.write_row((1, "1234567890123456789"))
+            copy.write_row((2, " -9223372036854775808"))
+        with pytest.raises(psycopg.Error) as info:
+            with cur.copy("COPY n FROM STDIN") as copy:
+                copy.write_row((3, "1234567890123456789.0"))
+        assert info.value.sqlstate == "22003"
+        assert conn.execute("SELECT id, b FROM n ORDER BY id").fetchall() == [
+            (1, Decimal("1234567890123456789")), (2, Decimal("-9223372036854775808"))]

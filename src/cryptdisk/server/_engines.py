@@ -1244,11 +1244,16 @@ def _sqlite_value(value: Any) -> Any:
     return str(value)
 
 
-def _sqlite_numeric(value: decimal.Decimal) -> float:
-    """A numeric parameter as SQLite stores it (a NUMERIC column holds numbers as REAL, a
-    64-bit float): the float of the same value; a value no float holds exactly (more than
-    about 15 significant digits) or NaN (SQLite stores it as NULL) is refused (22003)
-    rather than stored as another number."""
+def _sqlite_numeric(value: decimal.Decimal, whole: bool = True) -> int | float:
+    """A numeric parameter as SQLite stores it (a NUMERIC column holds whole numbers as
+    INTEGER, 64 bits, others as REAL, a 64-bit float): a whole number in INTEGER's range
+    as that integer, else the float of the same value; a value neither holds exactly
+    (more than about 15 significant digits) or NaN (SQLite stores it as NULL) is refused
+    (22003) rather than stored as another number. ``whole``: False for text SQLite reads
+    as a float first (``1234567890123456789.0``), which only a float's value passes."""
+    if whole and value.is_finite() and value == value.to_integral_value() and \
+            -2**63 <= int(value) < 2**63:
+        return int(value)
     number = float(value)
     if value.is_nan() or (value.is_finite() and decimal.Decimal(repr(number)) != value):
         raise StatementError(
@@ -1268,8 +1273,8 @@ def _exact_numeric_text(text: Any) -> None:
         value = decimal.Decimal(text.strip())
     except decimal.InvalidOperation:
         return
-    if value.is_finite():
-        _sqlite_numeric(value)
+    if value.is_finite():  # (text of digits alone is read as an INTEGER when it fits)
+        _sqlite_numeric(value, whole=re.fullmatch(r"\s*[+-]?\d+\s*", text) is not None)
 
 
 def _quote(name: str) -> str:
