@@ -118,6 +118,34 @@ def test_insert_of_parquet_files_of_one_type_family_or_nulls_goes_in(tmp_path, d
     assert db.query("SELECT k, v FROM t ORDER BY k") == [(1, "a"), (2, "b"), (3, None)]
 
 
+@pytest.mark.parametrize("glob", [False, True])
+def test_insert_of_parquet_files_of_one_family_reads_each_at_the_widest_width(
+        tmp_path, db, glob):
+    """Files of one family are read at its widest type among them, as DuckDB's
+    read_parquet unions them: read at the first file's type, a float64's 0.1 after a
+    float32 file went in as 0.10000000149011612 (no error), an int64 beyond int32 after
+    an int32 file failed naming no file, microseconds after a millisecond file too; a
+    later file's values of a column the first file holds as NULLs only went in as NULL."""
+    import datetime as dt
+
+    db.execute("CREATE TABLE t (f DOUBLE, k BIGINT, ts TIMESTAMP, v VARCHAR)")
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"f": pa.array([1.5], pa.float32()),
+                             "k": pa.array([1], pa.int32()),
+                             "ts": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("ms")),
+                             "v": pa.nulls(1)}), d / "a.parquet")
+    pq.write_table(pa.table({"f": pa.array([0.1], pa.float64()),
+                             "k": pa.array([2**40], pa.int64()),
+                             "ts": pa.array([dt.datetime(2024, 1, 1, 0, 0, 0, 123456)],
+                                            pa.timestamp("us")), "v": ["x"]}),
+                   d / "b.parquet")
+    assert db.insert("t", str(d / "*.parquet") if glob else d) == 2
+    assert db.query("SELECT f, k, ts, v FROM t ORDER BY k") == [
+        (1.5, 1, dt.datetime(2024, 1, 1), None),
+        (0.1, 2**40, dt.datetime(2024, 1, 1, 0, 0, 0, 123456), "x")]
+
+
 def test_insert_takes_a_pyarrow_dataset_and_scanner(tmp_path, db):
     db.execute("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
     (tmp_path / "files").mkdir()

@@ -165,7 +165,7 @@ def _family(t: pa.DataType) -> str:
     return str(t)
 
 
-def _check_schemas(table: str, dataset: Any) -> None:
+def _check_schemas(table: str, dataset: Any) -> list[pa.Schema]:
     """Refuse Parquet files whose columns differ from the first file's: pyarrow's dataset
     takes the first file's schema, dropped a later file's other columns and failed with its
     own message on a column of another type (``Failed to parse string: 'x' as a scalar of
@@ -173,12 +173,14 @@ def _check_schemas(table: str, dataset: Any) -> None:
     any type, and widths of one family (``int32`` and ``int64``) with each other."""
     first: pa.Schema | None = None
     first_path = ""
+    schemas: list[pa.Schema] = []
     for fragment in dataset.get_fragments():
         try:
             schema = fragment.physical_schema
         except (pa.ArrowException, OSError) as exc:
             raise DatabaseError(f"insert into {table}: cannot read the Parquet file "
                                 f"{fragment.path}: {str(exc).splitlines()[0]}") from None
+        schemas.append(schema)
         if first is None:
             first, first_path = schema, fragment.path
             continue
@@ -198,6 +200,29 @@ def _check_schemas(table: str, dataset: Any) -> None:
             if name not in mine:
                 raise DatabaseError(f"insert into {table}: {fragment.path} has no column "
                                     f"{name}, which {first_path} has", hint=hint)
+    return schemas
+
+
+def _widened(dataset: Any, schemas: list[pa.Schema]) -> Any:
+    """``dataset`` reading each column at the widest type of its family among the files'
+    ``schemas`` (int64 beside int32, float64 beside float32, microseconds beside
+    milliseconds, a type beside NULLs only), as DuckDB's ``read_parquet`` unions them:
+    the dataset reads every file at the first file's types, which rounded a later
+    float64 to float32 silently, made a column of NULLs only in the first file NULL in
+    all, and failed a wider value (naming no file). As it is when they do not unify."""
+    try:
+        wide = pa.unify_schemas([dataset.schema, *schemas], promote_options="permissive")
+        fields = [wide.field(f.name) for f in dataset.schema]
+    except (pa.ArrowException, KeyError):
+        return dataset
+    schema = pa.schema(fields, metadata=dataset.schema.metadata)
+    if schema.equals(dataset.schema):
+        return dataset
+    import pyarrow.dataset as ds
+
+    return ds.FileSystemDataset(list(dataset.get_fragments()), schema, dataset.format,
+                                dataset.filesystem,
+                                root_partition=dataset.partition_expression)
 
 
 def _parquet_dataset(table: str, files: str | list[str], what: str,
@@ -218,8 +243,7 @@ def _parquet_dataset(table: str, files: str | list[str], what: str,
                             f"{what}: {str(exc).splitlines()[0]}",
                             hint="a directory is read as Parquet files; pass a CSV or JSON "
                             "file's path, or a pyarrow dataset of the directory") from None
-    _check_schemas(table, dataset)
-    return dataset
+    return _widened(dataset, _check_schemas(table, dataset))
 
 
 def _glob_base(pattern: str) -> str:
