@@ -135,3 +135,23 @@ def test_sqlite_text_copy_of_a_whole_number_is_exact(start_server, sqlite_engine
         assert info.value.sqlstate == "22003"
         assert conn.execute("SELECT id, b FROM n ORDER BY id").fetchall() == [
             (1, Decimal("1234567890123456789")), (2, Decimal("-9223372036854775808"))]
+
+
+@pytest.mark.parametrize("literal", ["123456789012345.12345", "9223372036854775808",
+                                     "12345678901234567.0"])
+def test_sqlite_refuses_a_number_literal_it_would_change(start_server, sqlite_engine,
+                                                         literal) -> None:
+    """SQLite reads such a literal as a float of another value (PostgreSQL: an exact
+    numeric): the statement fails (22003) rather than storing or comparing that."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INTEGER, b NUMERIC(25,5))")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"INSERT INTO n VALUES (1, {literal})")
+        assert info.value.sqlstate == "22003"
+        assert literal in str(info.value)
+        conn.execute("INSERT INTO n VALUES (2, 1234567.125)")
+        assert conn.execute("SELECT 9223372036854775807, -9223372036854775808, "
+                            "'12345678901234567890.5', b FROM n").fetchall() == [
+            (9223372036854775807, -9223372036854775808, "12345678901234567890.5",
+             Decimal("1234567.12500"))]

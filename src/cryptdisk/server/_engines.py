@@ -1623,6 +1623,13 @@ class _SQLiteSession(EngineSession):
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
         sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})", _sqlite_blob))
+        inexact = _sqltext.inexact_number(sql)
+        if inexact is not None:
+            raise StatementError(
+                f"the number {inexact} cannot be held exactly by the SQLite engine, whose "
+                "numbers are 64-bit integers and floats (about 15 significant digits): "
+                "write it as a string for a TEXT column, or serve the analytical engine "
+                "(DECIMAL(38,s))", "22003")
         if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
             sql = _sqltext.drop_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql

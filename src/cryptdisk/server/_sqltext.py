@@ -758,3 +758,36 @@ def query_plan(sql: str) -> QueryPlan | None:
         return QueryPlan(start, start + len(st), head, None, ())
     return QueryPlan(start, start + len(st), head, plan[0],
                      tuple((a + start, b + start) for a, b in plan[1]))
+
+
+#: a run of 16 or more digits and dots: a number literal a float may not hold exactly
+_LONG_NUMBER = re.compile(r"\d[\d.]{15,}")
+_NUMBER_LITERAL = re.compile(r"(?<![\w$.?:@])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![\w.])")
+
+
+def inexact_number(sql: str) -> str | None:
+    """The first number literal of ``sql`` (outside strings, quoted names and comments)
+    that SQLite, whose numbers are 64-bit integers and floats, would hold as another
+    value (``123456789012345.12345``, an integer past 2^63 - 1); None for none."""
+    if _LONG_NUMBER.search(sql) is None:
+        return None
+    import decimal
+
+    try:
+        quoted = [(s, e) for kind, s, e in _scan(sql) if kind == "quoted"]
+    except ServerError:
+        return None  # (SQLite says what is wrong with the text)
+    pos = 0
+    for s, e in [*quoted, (len(sql), len(sql))]:
+        for m in _NUMBER_LITERAL.finditer(sql, pos, s):
+            text = m.group()
+            if len(text) < 16:
+                continue
+            value = decimal.Decimal(text)
+            if "." not in text and "e" not in text.lower() and (int(value) < (1 << 63) or (
+                    int(value) == 1 << 63 and sql[:m.start()].rstrip().endswith("-"))):
+                continue  # an INTEGER (-9223372036854775808 too)
+            if decimal.Decimal(repr(float(value))) != value:
+                return text
+        pos = e
+    return None
