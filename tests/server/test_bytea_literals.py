@@ -140,3 +140,33 @@ def test_decode_refuses_what_is_not_hex(srv, arg, message) -> None:
             assert str(info.value) == message  # (DuckDB's own words for a parameter's)
         assert conn.execute("SELECT decode(%s, 'hex'), decode(' 01 0a', 'hex')",
                             ("ff",)).fetchone() == (b"\xff", b"\x01\x0a")
+
+
+@pytest.mark.parametrize(("sql", "want"), [
+    # an E'' string's \' and a dollar-quoted string's ' ended or started a literal for the
+    # typing of bare literals: the next '\x0102' was not read as bytea (no row matched),
+    # or ::bytea went inside the E'' string (stored a'::bytea b)
+    (r"SELECT id FROM t WHERE s = E'it\'s' OR b = '\x0102'", [(1,)]),
+    (r"SELECT id FROM t WHERE s = $$it's$$ OR b = '\x0102'", [(1,)]),
+    (r"SELECT id FROM t WHERE s = $q$it's$q$ OR b = '\x0102'", [(1,)]),
+    (r"SELECT id FROM t WHERE s = 'it''s' OR b = '\x0102'", [(1,)]),
+    (r"SELECT id FROM t WHERE /* it's */ b = '\x0102'", [(1,)]),
+])
+def test_a_bare_literal_after_e_and_dollar_strings_is_bytea(start_server, analytical, sql,
+                                                            want) -> None:
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, b BLOB, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES (1, '\x0102'::bytea, 'x'), (2, 'ab'::bytea, 'y')")
+        assert conn.execute(sql).fetchall() == want
+
+
+def test_an_e_string_with_a_quote_into_a_bytea_column_is_its_text(start_server,
+                                                                  analytical) -> None:
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, b BLOB, s TEXT)")
+        conn.execute(r"INSERT INTO t (id, b, s) VALUES (1, E'a\'b', '\x0102')")
+        conn.execute(r"INSERT INTO t (id, s, b) VALUES (2, E'a\'b', '\x0102')")
+        assert conn.execute("SELECT id, b, s FROM t ORDER BY id").fetchall() == [
+            (1, b"a'b", r"\x0102"), (2, b"\x01\x02", "a'b")]
