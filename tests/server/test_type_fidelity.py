@@ -155,3 +155,22 @@ def test_sqlite_refuses_a_number_literal_it_would_change(start_server, sqlite_en
                             "'12345678901234567890.5', b FROM n").fetchall() == [
             (9223372036854775807, -9223372036854775808, "12345678901234567890.5",
              Decimal("1234567.12500"))]
+
+
+def test_sqlite_refuses_a_numeric_string_literal_it_would_change(start_server,
+                                                                 sqlite_engine) -> None:
+    """A string literal a NUMERIC column gives its type (PostgreSQL: an exact numeric)
+    that SQLite's affinity would make a float of another value fails (22003); a TEXT
+    column, or a value a float holds, takes it."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INTEGER, b NUMERIC(25,5), s TEXT)")
+        for sql in ("INSERT INTO n VALUES (1, '123456789012345.12345', 'x')",
+                    "INSERT INTO n (s, b) VALUES ('x', '123456789012345.12345')",
+                    "UPDATE n SET b = '123456789012345.12345'"):
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(sql)
+            assert info.value.sqlstate == "22003", sql
+        conn.execute("INSERT INTO n VALUES (2, '1.25', '123456789012345.12345')")
+        assert conn.execute("SELECT id, b, s FROM n").fetchall() == [
+            (2, Decimal("1.25000"), "123456789012345.12345")]

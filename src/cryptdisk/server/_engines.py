@@ -246,6 +246,13 @@ class EngineSession:
             sql = sql[:end] + "::bytea" + sql[end:]
         return sql
 
+    def check_numeric_strings(self, sql: str,
+                              visible: Callable[[str], bool] | None = None) -> None:
+        """Raise StatementError (22003) for a string literal of ``sql`` that its context
+        makes a numeric (``INSERT INTO t VALUES ('123456789012345.12345')`` into a NUMERIC
+        column) and the engine would store as another number; ``visible`` as for
+        :meth:`parameter_types`. The analytical engine's DECIMAL holds them: nothing."""
+
     def authorize(self, sql: str, privileges: Any) -> None:
         """Raise StatementError (42501) if ``privileges`` (a :class:`._grants.Privileges`,
         possibly not this session's own) may not run ``sql``; run nothing. Errors other than
@@ -1636,6 +1643,25 @@ class _SQLiteSession(EngineSession):
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t
             text = _sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA)
         return self._tagged(text)
+
+    def check_numeric_strings(self, sql: str,
+                              visible: Callable[[str], bool] | None = None) -> None:
+        # SQLite's NUMERIC affinity stores such text as a REAL: refused as a parameter is
+        from . import _paramtypes
+
+        tables = {n.lower(): n for n, _kind in self.relations()
+                  if visible is None or visible(n)}
+
+        def columns(name: str) -> list[tuple[str, int]] | None:
+            try:
+                return self.column_types(name)
+            except StatementError:
+                return None
+
+        for tok in _paramtypes.typed_strings(
+                sql, tables, columns, _types.NUMERIC,
+                lambda text: text[:1] == "'" and _sqltext.inexact_number(text[1:-1]) is not None):
+            _exact_numeric_text(tok.text[1:-1].replace("''", "'"))
 
     def _tagged(self, text: str) -> str:
         """``text`` with the privileges' version prefixed (see :meth:`_sql`)."""

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from . import _types as T
 
-__all__ = ["bytea_strings", "infer", "parameter_columns"]
+__all__ = ["bytea_strings", "infer", "parameter_columns", "typed_strings"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -118,6 +118,15 @@ def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[in
     ('\\x0102')`` into a bytea column, ``b = '\\x01'`` beside one) ends in the text:
     PostgreSQL reads such a literal by bytea's input (``\\x0102`` is two bytes), the
     engines by their own string-to-blob cast."""
+    return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA,
+                                         lambda text: "\\" in text)]
+
+
+def typed_strings(sql: str, tables: dict[str, str], columns: Columns, oid: int,
+                  which: Callable[[str], bool]) -> list[_Tok]:
+    """The string literals of ``sql`` (their text: ``which`` of it true) without a cast
+    that their context makes type ``oid``, as :func:`infer` types a parameter in their
+    place."""
     toks = _tokens(sql)
     count = max((int(t.text) for t in toks if t.kind == "param"), default=0)
     lifted, strings = [], []
@@ -125,14 +134,14 @@ def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[in
         typed = (k + 1 < len(toks) and toks[k + 1].text in ("::", "AS")) or \
             (k > 0 and toks[k - 1].kind == "ref" and  # '...'::bytea, bytea '...'
              T.type_oid(toks[k - 1].parts[-1]) != 0)
-        if t.kind == "str" and "\\" in t.text and not typed:
-            strings.append(t.end)
+        if t.kind == "str" and which(t.text) and not typed:
+            strings.append(t)
             t = _Tok("param", str(count + len(strings)))
         lifted.append(t)
     if not strings:
         return []
     types = _infer(lifted, count + len(strings), tables, columns)[count:]
-    return [end for end, oid in zip(strings, types, strict=True) if oid == T.BYTEA]
+    return [t for t, found in zip(strings, types, strict=True) if found == oid]
 
 
 def _infer(toks: list[_Tok], count: int, tables: dict[str, str],

@@ -850,6 +850,9 @@ class Session:
             raise read_only_error(sql)
         if "\\" in sql and head in _BYTEA_CONTEXTS and self.engine is not None:
             sql = await self._timed(self.engine.bytea_context, sql, self._visible())
+        if head in _BYTEA_CONTEXTS and self.engine is not None and \
+                _sqltext.long_number(sql):  # '123456789012345.12345' for a NUMERIC column
+            await self._timed(self.engine.check_numeric_strings, sql, self._visible())
         if head in LIFTABLE and not params and self.server.engine_lifts_literals:
             shaped = _sqltext.lift_literals(sql)
             if shaped is not None and self.server.engine_statement(shaped[0]):

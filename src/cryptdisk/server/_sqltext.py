@@ -765,6 +765,12 @@ _LONG_NUMBER = re.compile(r"\d[\d.]{15,}")
 _NUMBER_LITERAL = re.compile(r"(?<![\w$.?:@])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![\w.])")
 
 
+def long_number(sql: str) -> bool:
+    """Whether ``sql`` has a run of 16 digits and dots (anywhere: in strings too), which
+    :func:`inexact_number` may find a number SQLite cannot hold in."""
+    return _LONG_NUMBER.search(sql) is not None
+
+
 def inexact_number(sql: str) -> str | None:
     """The first number literal of ``sql`` (outside strings, quoted names and comments)
     that SQLite, whose numbers are 64-bit integers and floats, would hold as another
