@@ -174,3 +174,21 @@ def test_sqlite_refuses_a_numeric_string_literal_it_would_change(start_server,
         conn.execute("INSERT INTO n VALUES (2, '1.25', '123456789012345.12345')")
         assert conn.execute("SELECT id, b, s FROM n").fetchall() == [
             (2, Decimal("1.25000"), "123456789012345.12345")]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_an_expression_of_a_parameter_is_named_as_postgresql_names_it(srv, prepare) -> None:
+    """A select-list expression holding a parameter, without an alias, is named as
+    PostgreSQL names it (the function, ``case``, ``?column?`` for an operator), not
+    after the value: DuckDB named them ``upper('S3CR3T')``, ``('S3CR3T' || 'x')``."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT upper(%s), %s || 'x', coalesce(%s, 'a'), "
+                    "CASE WHEN true THEN %s END, (%s), CAST(%s AS int), 1 + %s::int, "
+                    "%s::int + 1, upper(%s) AS u, lower(%s) l",
+                    ("s3cr3t",) * 5 + (7, 1, 2, "v", "W"), prepare=prepare)
+        assert cur.fetchall() == [("S3CR3T", "s3cr3tx", "s3cr3t", "s3cr3t", "s3cr3t", 7,
+                                   2, 3, "V", "w")]
+        assert [d.name for d in cur.description] == [
+            "upper", "?column?", "coalesce", "case", "?column?", "int4", "?column?",
+            "?column?", "u", "l"]

@@ -315,8 +315,10 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
     """(place, name) of each column of a ``SELECT``'s select list that is a parameter
     alone, ``$1`` (PostgreSQL names it ``?column?``), or cast, ``$1::int`` (named after
     its type, ``int4``), without an alias: the engines name such a column after the value
-    written in (DuckDB: ``5``, ``CAST(6 AS INTEGER)``) or ``?1`` (SQLite). Nothing after a
-    ``*`` in the list (its place is not known)."""
+    written in (DuckDB: ``5``, ``CAST(6 AS INTEGER)``) or ``?1`` (SQLite); an expression
+    holding a parameter as :func:`_expression_name` names it (``upper($1)``: ``upper``,
+    not DuckDB's ``upper('s3cr3t')``). Nothing after a ``*`` in the list (its place is
+    not known)."""
     try:
         toks = _tokens(sql)
     except re.error:  # pragma: no cover - the pattern matches every character
@@ -336,17 +338,16 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
         if depth == 0 and t.text == ",":
             items.append([])
             continue
-        depth += (t.text == "(") - (t.text == ")")
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
         items[-1].append(t)
     out: list[tuple[int, str]] = []
     for place, item in enumerate(items):
         if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")):
             break  # (a star: the places after it are not known)
-        if item[0].kind != "param":
-            continue
-        if len(item) == 1:
+        before = len(out)
+        if item[0].kind == "param" and len(item) == 1:
             out.append((place, "?column?"))
-        elif len(item) >= 3 and item[1].text == "::":
+        elif item[0].kind == "param" and len(item) >= 3 and item[1].text == "::":
             words = []
             for t in item[2:]:
                 if t.kind != "ref" or t.text == "AS":
@@ -356,4 +357,64 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
             if words and (not rest or (rest[0].text == "(" and rest[-1].text == ")")):
                 written = " ".join(words)
                 out.append((place, _CAST_COLUMN.get(written, written)))
+        if len(out) == before:  # an expression holding a parameter
+            named = _expression_name(item)
+            if named is not None:
+                out.append((place, named))
     return tuple(out)
+
+
+_OPEN = frozenset({"(", "["})
+_CLOSE = frozenset({")", "]"})
+#: words that end an expression and are no alias (``CASE ... END``, ``$1 IS NULL``)
+_NOT_ALIAS = frozenset({"END", "NULL", "TRUE", "FALSE", "UNKNOWN"})
+
+
+def _closing(item: list[_Tok], k: int) -> int:
+    """The place in ``item`` of the bracket closing the one at ``k`` (-1: none)."""
+    depth = 0
+    for j in range(k, len(item)):
+        depth += (item[j].text in _OPEN) - (item[j].text in _CLOSE)
+        if depth == 0:
+            return j
+    return -1
+
+
+def _expression_name(item: list[_Tok]) -> str | None:
+    """The name PostgreSQL gives a select-list expression holding a parameter and no alias
+    (the function called, ``case``, ``array``, a cast's type, else ``?column?``), where
+    the engines name it after the text with the value written in (DuckDB:
+    ``upper('s3cr3t')``, ``('s3cr3t' || 'x')``); None for no parameter, an alias, a
+    subquery (named by its own select list) or a shape not known."""
+    if not any(t.kind == "param" for t in item):
+        return None
+    depth = 0
+    for t in item:
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        if t.kind == "ref" and t.text == "SELECT":
+            return None
+        if depth == 0 and t.kind == "ref" and t.text == "AS":
+            return None
+    if len(item) >= 2 and item[-1].kind == "ref" and item[-1].text not in _NOT_ALIAS and (
+            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE):
+        return None  # (an alias without AS, or a shape not known: x IS NOT DISTINCT ...)
+    while item[0].text == "(" and _closing(item, 0) == len(item) - 1:
+        item = item[1:-1]  # (parentheses are no node: (upper($1)) is upper)
+        if not item:
+            return None
+    first = item[0]
+    if first.kind == "ref" and len(item) >= 3 and item[1].text == "(" and \
+            _closing(item, 1) == len(item) - 1:
+        if first.text == "CAST":
+            at = next((k for k, t in enumerate(item) if t.text == "AS"), -1)
+            words = [t.parts[-1].lower() for t in item[at + 1:-1] if t.kind == "ref"]
+            if at < 0 or not words:
+                return None
+            written = " ".join(words)
+            return _CAST_COLUMN.get(written, written)
+        return first.parts[-1].lower()
+    if first.kind == "ref" and first.text in ("CASE", "ARRAY"):
+        return first.text.lower()
+    if first.kind == "ref" and len(item) == 1:
+        return None  # (a column)
+    return "?column?"
