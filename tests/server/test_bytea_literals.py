@@ -170,3 +170,22 @@ def test_an_e_string_with_a_quote_into_a_bytea_column_is_its_text(start_server,
         conn.execute(r"INSERT INTO t (id, s, b) VALUES (2, E'a\'b', '\x0102')")
         assert conn.execute("SELECT id, b, s FROM t ORDER BY id").fetchall() == [
             (1, b"a'b", r"\x0102"), (2, b"\x01\x02", "a'b")]
+
+
+def test_a_stored_sqlite_definition_reads_outside_the_server(start_server, sqlite_engine,
+                                                             keyring) -> None:
+    """A view (or trigger, CHECK) the SQLite engine stores keeps SQLite's own unhex(), not
+    the server's function: the database's views read through cryptdisk.sqlite.connect and
+    in a decrypted copy, where the server's function does not exist."""
+    import cryptdisk.sqlite
+
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE h (x TEXT)")
+        conn.execute("INSERT INTO h VALUES ('ff'), (' 01 0a'), (NULL)")
+        conn.execute("CREATE VIEW v AS SELECT x, decode(x, 'hex') AS b FROM h")
+        assert conn.execute("SELECT b FROM v ORDER BY x").fetchall() == [
+            (None,), (b"\x01\x0a",), (b"\xff",)]
+    with cryptdisk.sqlite.connect(sqlite_engine.path, keyring=keyring) as db:
+        assert db.execute("SELECT b FROM v ORDER BY x").fetchall() == [
+            (None,), (b"\x01\x0a",), (b"\xff",)]

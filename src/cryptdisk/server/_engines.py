@@ -346,13 +346,21 @@ def postgres_spelling(sql: str, quote_literal: str,
         sql = bytea_spelling(sql, blob)
     if blob is not None and ("decode" in lower or "encode" in lower):
         duckdb = blob is _duckdb_blob
-        sql = _sqltext.replace_calls(sql, "decode", lambda a: _codec(a, "decode", duckdb))
+        stored = not duckdb and _STORED.match(sql) is not None
+        sql = _sqltext.replace_calls(sql, "decode",
+                                     lambda a: _codec(a, "decode", duckdb, stored))
         sql = _sqltext.replace_calls(sql, "encode", lambda a: _codec(a, "encode", duckdb))
     return sql
 
 
 #: the SQLite function of PostgreSQL's decode(text, 'hex') (:func:`_sqlite_decode_hex`)
 _DECODE_HEX = "cryptdisk_decode_hex"
+#: a statement whose text SQLite may keep (a view, trigger, CHECK or generated column):
+#: its decode(text, 'hex') is SQLite's own unhex(), which gives NULL for what is not hex,
+#: so that the definition reads wherever the database is opened (cryptdisk.sqlite.connect,
+#: a decrypted copy), where the server's function does not exist
+_STORED = re.compile(r"\s*(?:CREATE|ALTER)\b", re.IGNORECASE)
+_SQLITE_UNHEX = "unhex({}, ' ' || char(9, 10, 13))"
 
 
 def _sqlite_decode_hex(*args: Any) -> Any:
@@ -396,9 +404,10 @@ _CODECS = {("decode", "hex"): ("unhex(CASE WHEN length({0}) % 2 = 1 THEN error('
            ("encode", "base64"): ("to_base64({})", None)}
 
 
-def _codec(args: str, name: str, duckdb: bool) -> str:
+def _codec(args: str, name: str, duckdb: bool, stored: bool = False) -> str:
     """PostgreSQL's ``name(args)`` (decode or encode with a format) as the engine's call;
-    a one-argument call (DuckDB's own decode/encode) is left as it is."""
+    a one-argument call (DuckDB's own decode/encode) is left as it is. ``stored``: in a
+    definition SQLite keeps (:data:`_STORED`), SQLite's own functions only."""
     parts = _sqltext.split_arguments(args)
     if len(parts) != 2:
         return f"{name}({args})"
@@ -408,6 +417,8 @@ def _codec(args: str, name: str, duckdb: bool) -> str:
                              "literal ('hex', 'base64')", "0A000")
     fmt = m[1].lower()
     template = _CODECS.get((name, fmt), (None, None))[0 if duckdb else 1]
+    if stored and (name, fmt) == ("decode", "hex"):
+        template = _SQLITE_UNHEX
     if template is None:
         raise StatementError(f"{name}(data, '{fmt}') is not supported on this engine: "
                              "use the format 'hex'", "0A000")
