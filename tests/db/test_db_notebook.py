@@ -412,3 +412,32 @@ def test_insert_of_floats_into_an_integer_column_rounds_halves_to_even(db):
     assert db.query("SELECT i, n FROM t") == [(2, 2), (2, 2), (0, -2), (1, -1), (3, -3)]
     with pytest.raises(DatabaseError, match="nan"):
         db.insert("t", {"i": [float("nan")]})
+
+
+def test_ctrl_c_reaches_a_query_in_a_process_with_over_1024_open_files(tmp_path):
+    """The Ctrl-C watcher waits on its pipe with poll(): select() refuses a descriptor past
+    1023, and the watcher thread died on it with a traceback on stderr."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, signal, threading
+        import cryptdisk
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        db = cryptdisk.connect({str(tmp_path / "db")!r}, threads=1)
+        db.execute("CREATE TABLE t (k BIGINT)")
+        db.insert("t", {{"k": [1, 2]}})
+        threading.Timer(60, db.interrupt).start()  # (a failure, never a hang)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            db.query("SELECT count(*) FROM range(100000000) a, range(100000) b, t")
+        except KeyboardInterrupt:
+            print("interrupted")
+        os._exit(0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "interrupted", out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]  # (the watcher thread died)

@@ -125,6 +125,7 @@ def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
     CA and SCRAM logins for USER/PASSWORD; secure=False: plaintext on loopback, no
     authentication; plain_asyncio: on asyncio's own event loop even where uvloop is installed."""
     started: list[ServerThread] = []
+    stores: list[UserStore] = []
     ca, cert, key = certs
 
     def start(engine: Any, secure: bool = True, plain_asyncio: bool = False,
@@ -133,6 +134,7 @@ def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
         if secure:
             store = UserStore(tmp_path / f"users{len(started)}", engine.keyring,
                               iterations=4096)
+            stores.append(store)
             store.set_user(USER, PASSWORD, admin=True, create=True)
             options.setdefault("ssl_context", server_context(cert, key))
             options.setdefault("authenticator", ScramAuthenticator(
@@ -148,6 +150,8 @@ def start_server(certs: tuple[Any, Any, Any], tmp_path: Any) -> Iterator[Any]:
     yield start
     for t in started:
         t.stop()
+    for store in stores:  # (their lock file: two descriptors each, kept open until closed)
+        store.close()
 
 
 #: A statement that runs until it is cancelled or times out.

@@ -257,3 +257,17 @@ def test_a_running_server_keeps_its_users_when_another_process_leaves_a_malforme
             store.set_user("v", "v pw", create=True)
     finally:
         engine.close()
+
+
+def test_close_releases_the_files_a_store_holds_open(tmp_path: Any, keyring: Keyring) -> None:
+    """A store holds its lock file open (mapped, and locked at each change) until
+    closed: a test session making a store per server ran past 1024 descriptors."""
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_files()
+    for _ in range(5):
+        store = UserStore(tmp_path / "users", keyring, iterations=4096)
+        store.set_user("alice", "pw", admin=True, create="alice" not in store.users)
+        store.close()
+    assert open_files() == before

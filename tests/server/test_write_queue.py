@@ -5,6 +5,7 @@ another waits writes a byte into a pipe the workers share, which ends the waiter
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import select
 import threading
@@ -17,7 +18,9 @@ from cryptdisk.server import SQLiteEngine
 
 
 def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def test_a_release_wakes_a_waiting_process(tmp_path: Any) -> None:
@@ -186,3 +189,23 @@ def test_a_forked_worker_waits_for_the_lock_on_its_event_loop(tmp_path: Any) -> 
     os.close(r)
     assert os.waitpid(pid, 0)[1] == 0
     engine.close()
+
+
+def test_a_pause_on_a_descriptor_past_1023_ends_when_woken(tmp_path: Any) -> None:
+    """A busy server holds more than 1024 descriptors (a socket per client): the pause
+    waits with poll(), as select() refuses such a descriptor (the pause then slept its
+    whole time, missing every wake-up)."""
+    engine = SQLiteEngine(tmp_path / "q.db", None, plaintext=True)
+    queue = engine.write_queue
+    high = fcntl.fcntl(queue._wake_r, fcntl.F_DUPFD, 1100)
+    try:
+        queue._wake_r, low = high, queue._wake_r
+        os.write(queue._wake_w, b"x")  # (another process let the lock go)
+        began = time.monotonic()
+        queue._pause(10)
+        assert time.monotonic() - began < 5
+        assert not _readable(high)  # the byte taken
+    finally:
+        queue._wake_r = low
+        os.close(high)
+        engine.close()

@@ -63,9 +63,11 @@ _running: tuple[Any, int] | None = None
 
 
 def _watch(read_end: int) -> None:
+    poller = select.poll()  # (select() refuses a descriptor past 1023)
+    poller.register(read_end, select.POLLIN)
     while True:
         try:
-            select.select([read_end], [], [])
+            poller.poll()
         except OSError:  # pragma: no cover - the pipe is never closed in this process
             return
         with _reading:

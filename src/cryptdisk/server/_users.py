@@ -248,6 +248,13 @@ class UserStore:
         self._seen = self._shared.value() if self._shared is not None else 0
         self._load()
 
+    def close(self) -> None:
+        """Release the files the store holds open (its change counter's lock file: two
+        descriptors); the store is not used after. A server closes its store as it stops."""
+        with self._lock:
+            if self._shared is not None:
+                self._shared.close()
+
     def _load(self) -> None:
         if os.path.exists(self.path):
             with cd_open(self.path, "rb", keyring=self.keyring) as f:
@@ -826,6 +833,14 @@ class _ChangeCounter:
 
     def unlock(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Unmap the counter and close this process's lock descriptor (an open file each)."""
+        if self._fd >= 0 and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd, self._pid = -1, 0
+        self._counter.release()
+        self._map.close()
 
     def bump(self) -> int:
         """Count a change (the caller holds :meth:`locked`); the new count."""

@@ -301,8 +301,10 @@ class WriteQueue:
 
     def _pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when another process lets the lock go."""
-        try:
-            if select.select([self._wake_r], [], [], seconds)[0]:
+        try:  # (poll: select() refuses a descriptor past 1023, a busy server's)
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            if poller.poll(max(0, int(seconds * 1000))):
                 os.read(self._wake_r, 64)
         except (BlockingIOError, InterruptedError):
             pass
