@@ -207,13 +207,11 @@ class EngineSession:
         """(column, PostgreSQL type OID) of ``table``, in order (binary COPY FROM)."""
         raise NotImplementedError
 
-    def parameter_types(self, sql: str, count: int,
-                        visible: Callable[[str], bool] | None = None) -> list[int]:
-        """The type OID that its context gives each of ``sql``'s ``count`` parameters (0:
-        none), for a Describe (:mod:`._paramtypes`); only the tables and views ``visible``
-        lets through are looked at."""
-        from . import _paramtypes
-
+    def _context(self, visible: Callable[[str], bool] | None
+                 ) -> tuple[dict[str, str], Callable[[str], list[tuple[str, int]] | None]]:
+        """What :mod:`._paramtypes` reads a statement's context from: lower-cased name ->
+        name of each table and view ``visible`` lets through (None: all), and the
+        (column, type OID) of one (None: not readable)."""
         tables = {n.lower(): n for n, _kind in self.relations()
                   if visible is None or visible(n)}
 
@@ -223,6 +221,16 @@ class EngineSession:
             except StatementError:
                 return None
 
+        return tables, columns
+
+    def parameter_types(self, sql: str, count: int,
+                        visible: Callable[[str], bool] | None = None) -> list[int]:
+        """The type OID that its context gives each of ``sql``'s ``count`` parameters (0:
+        none), for a Describe (:mod:`._paramtypes`); only the tables and views ``visible``
+        lets through are looked at."""
+        from . import _paramtypes
+
+        tables, columns = self._context(visible)
         return _paramtypes.infer(sql, count, tables, columns)
 
     def bytea_context(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
@@ -233,15 +241,7 @@ class EngineSession:
         ``02``, or store the text); ``visible`` as for :meth:`parameter_types`."""
         from . import _paramtypes
 
-        tables = {n.lower(): n for n, _kind in self.relations()
-                  if visible is None or visible(n)}
-
-        def columns(name: str) -> list[tuple[str, int]] | None:
-            try:
-                return self.column_types(name)
-            except StatementError:
-                return None
-
+        tables, columns = self._context(visible)
         for end in reversed(_paramtypes.bytea_strings(sql, tables, columns)):
             sql = sql[:end] + "::bytea" + sql[end:]
         return sql
@@ -1660,15 +1660,7 @@ class _SQLiteSession(EngineSession):
         # SQLite's NUMERIC affinity stores such text as a REAL: refused as a parameter is
         from . import _paramtypes
 
-        tables = {n.lower(): n for n, _kind in self.relations()
-                  if visible is None or visible(n)}
-
-        def columns(name: str) -> list[tuple[str, int]] | None:
-            try:
-                return self.column_types(name)
-            except StatementError:
-                return None
-
+        tables, columns = self._context(visible)
         for tok in _paramtypes.typed_strings(
                 sql, tables, columns, _types.NUMERIC,
                 lambda text: text[:1] == "'" and _sqltext.inexact_number(text[1:-1]) is not None):
