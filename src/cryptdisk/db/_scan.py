@@ -90,8 +90,11 @@ def _prestart(pool: ThreadPoolExecutor, n: int) -> None:
     Started with no task (a task would need the GIL again to end, taking it from the
     statement): each waits in the work queue, and a submit that finds the pool's threads
     all started queues its task for them."""
+    start = getattr(pool, "_adjust_thread_count", None)  # (a private step of the executor)
+    if start is None:  # (a later Python without it: the threads start at submits, as before)
+        return
     for _ in range(n):
-        pool._adjust_thread_count()  # (a thread each while fewer than max_workers)
+        start()  # (a thread each while fewer than max_workers)
 
 
 def _forget_pool() -> None:
