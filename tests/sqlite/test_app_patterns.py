@@ -179,7 +179,7 @@ def test_sqlalchemy_orm_on_an_encrypted_file(tmp_path, keyring):
 
     Base.metadata.create_all(engine)
     with Session(engine) as session:
-        session.add_all([User(name="ada"), User(name="bob")])
+        session.add_all([User(name="ada lovelace"), User(name="bob")])
         session.commit()
     with Session(engine) as session, pytest.raises(ZeroDivisionError):
         session.add(User(name="eve"))
@@ -190,10 +190,10 @@ def test_sqlalchemy_orm_on_an_encrypted_file(tmp_path, keyring):
     with Session(engine) as session:
         names = session.scalars(sa.select(User.name).where(User.name.regexp_match("^[a-c]"))
                                 .order_by(User.id)).all()
-    assert names == ["ada", "bob", "cy"]
+    assert names == ["ada lovelace", "bob", "cy"]
     engine.dispose()
     raw = path.read_bytes()
-    assert raw[:8] == b"CRYPTDSK" and b"ada" not in raw
+    assert raw[:8] == b"CRYPTDSK" and b"ada lovelace" not in raw
 
 
 def test_a_backup_writes_plaintext_only_when_asked_to(tmp_path, keyring):

@@ -16,18 +16,18 @@ def test_module_globals_and_round_trip(tmp_path, keyring):
         cur = conn.cursor()
         cur.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, score REAL)")
         cur.executemany("INSERT INTO t(name, score) VALUES (?, ?)",
-                        [("ada", 1.5), ("bob", 2.5), ("cy", None)])
+                        [("ada lovelace", 1.5), ("bob", 2.5), ("cy", None)])
         assert cur.rowcount == 3 and cur.description is None
         cur.execute("INSERT INTO t(name) VALUES (:name)", {"name": "dee"})
         assert cur.lastrowid == 4 and cur.rowcount == 1
     conn.close()
     raw = path.read_bytes()
-    assert raw[:8] == b"CRYPTDSK" and b"ada" not in raw  # encrypted at rest
+    assert raw[:8] == b"CRYPTDSK" and b"ada lovelace" not in raw  # encrypted at rest
     with dbapi.connect(path, keyring=keyring) as again:
         cur = again.execute("SELECT id, name FROM t ORDER BY id")
         assert [d[0] for d in cur.description] == ["id", "name"]
         assert cur.rowcount == -1
-        assert cur.fetchone() == (1, "ada")
+        assert cur.fetchone() == (1, "ada lovelace")
         assert cur.fetchmany(2) == [(2, "bob"), (3, "cy")]
         assert cur.fetchall() == [(4, "dee")]
         assert cur.fetchone() is None
