@@ -33,6 +33,7 @@ import pyarrow as pa
 from ..errors import (
     CatalogError,
     ConfigError,
+    CryptdiskError,
     DatabaseError,
     DatabaseLockedError,
     KeyNotFoundError,
@@ -385,6 +386,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 and os.fspath(config).endswith(".toml") else None
             resolved: Any = resolve_config(self.path, config, creating)  # (DatabaseState's)
             self.config = resolved
+            #: whether this database loaded its config (None or a file path) and so closes
+            #: its keys (provider sessions, connections) in :meth:`close`; a config object
+            #: the caller passed is the caller's to close
+            self._owns_config = not hasattr(config, "keyring")
             self.keyring = self.config.keyring
             self.con = self._new_duckdb(memory_limit, threads)
             #: the connection cryptdisk's own parse trees come from (see _parser_connection)
@@ -426,6 +431,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             if con is not None:
                 with contextlib.suppress(Exception):
                     con.close()
+            if getattr(self, "_owns_config", False):
+                _close_config_keys(self.config)
             self._release_lock()
             _remove_made(made)
             raise
@@ -510,6 +517,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 self._parser.close()
             with contextlib.suppress(Exception):
                 self.con.close()
+            if self._owns_config:
+                _close_config_keys(self.config)
             self._release_lock()
 
     def reader(self) -> Reader:
@@ -2472,6 +2481,17 @@ def _wipe_unwrap_caches(config: Any) -> None:
     for key in keys() if callable(keys) else ():
         if isinstance(key, ProviderKey):
             key.cache.clear()
+
+
+def _close_config_keys(config: Any) -> None:
+    """Close the keys of a config the database loaded itself: a provider-held key's PKCS#11
+    session or KMIP connection (and its unwrap cache) is let go now, not when collected."""
+    keys = getattr(config, "cryptdisk_keys", None)
+    for key in keys() if callable(keys) else ():
+        close = getattr(key, "close", None)
+        if close is not None:
+            with contextlib.suppress(CryptdiskError):
+                close()
 
 
 def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) -> Database:

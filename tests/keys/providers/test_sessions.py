@@ -112,3 +112,39 @@ def test_a_keyring_reloaded_while_threads_use_its_keys(tmp_path: Path, softhsm: 
     assert _settled(softhsm.module) == loaded  # the key's session (and the login's)
     ring.close()
     assert _settled(softhsm.module) == before
+
+
+def test_closing_a_database_closes_the_keys_it_loaded(tmp_path: Path, softhsm: Token,
+                                                      token_key: str) -> None:
+    """Database.close() let go of its lock and caches but left the PKCS#11 session of the
+    keys it loaded from its config file open until the database was collected. Now close()
+    closes them (the database still referenced, the collector kept from running), and
+    only those: a config object the caller passed keeps its keys open for the caller."""
+    cfg = write(tmp_path, "[keyring]\ncurrent_key_id = 5\n" + entry_toml(
+        softhsm, token_key, key_id=5) + SECURE_STORE)
+    before = _settled(softhsm.module)
+    gc.disable()
+    try:
+        db = cryptdisk.connect(tmp_path / "db", cfg)
+        db.sql("CREATE TABLE t (i BIGINT)")
+        db.sql("INSERT INTO t SELECT i FROM range(10) r(i)")
+        assert open_sessions(softhsm.module) > before
+        db.close()
+        assert open_sessions(softhsm.module) == before
+    finally:
+        gc.enable()
+    del db
+
+    from cryptdisk.config import load_config
+
+    config = load_config(cfg)
+    with cryptdisk.connect(tmp_path / "db", config) as db:
+        assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 10}]
+        opened = open_sessions(softhsm.module)
+        assert opened > before
+    assert open_sessions(softhsm.module) == opened  # the caller's keys: still open
+    key = config.keyring.current_key()  # and usable
+    dek = os.urandom(32)
+    assert key.unwrap(key.wrap(dek, AD), AD) == dek
+    config.keyring.close()
+    assert _settled(softhsm.module) == before
