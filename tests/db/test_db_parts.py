@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cryptdisk.db import _granule
 from cryptdisk.db import _partread as _parts
 from cryptdisk.db import _parts as part_writer
 from cryptdisk.errors import AuthenticationError
@@ -451,6 +452,53 @@ def test_a_read_of_columns_stored_as_their_values_builds_no_parquet_reader(
                       "s(c_int, c_str, c_float, c_i32, c_f32)").fetchall()
     # (floating sums: DuckDB's threads add them in any order)
     assert got[0] == pytest.approx(want[0], rel=1e-12)
+
+
+def test_a_plain_part_whose_page_index_moved_a_page_is_refused_not_misread(
+        db, monkeypatch, tmp_path):
+    """A plain part's page index is not authenticated: its second page of the first
+    BIGINT chunk moved 8 bytes (one value) later, consistently with the chunk (the
+    pages still tile it, the counts still add up), made the direct read take 8 bytes of
+    that page's header as the first page's last value and drop its first: every read
+    answered a wrong sum, silently. Now each page header read aside is checked to be the
+    header of a page of those values, and the read fails with a clear CatalogError."""
+    import cryptdisk
+    from cryptdisk.errors import CatalogError
+
+    part, disk = _stored_as_values(db, monkeypatch, _HASHED, policy="plain")
+    op = _parts.open_part(disk, part)
+    try:
+        raw = op.meta.metadata[part_writer.PAGES_KEY]
+        chunks = op.num_row_groups * op.meta.num_columns
+        path = op._local
+        assert path is not None and op.indexed(0, 0) and len(op._pages[(0, 0)]) > 1
+        first = op._pages[(0, 0)][0]  # an intact header passes the field by field check
+        with open(path, "rb") as f:
+            f.seek(first.start)
+            head = f.read(first.end - first.start - 8 * first.rows)
+        assert head.startswith(_granule.plain_page_prefix(first.rows, 8 * first.rows))
+        assert _granule.plain_page_problem(head, first.rows, 8 * first.rows) is None
+        assert "values where" in _granule.plain_page_problem(
+            head, first.rows + 1, 8 * first.rows)
+    finally:
+        op.close()
+    db.close()
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    moved = bytearray(raw)
+    at = 4 * (2 + chunks + 2)  # chunk 0's second page: its offset
+    offset = int.from_bytes(moved[at : at + 4], "little")
+    moved[at : at + 4] = (offset + 8).to_bytes(4, "little")
+    assert data.count(raw) == 2  # (the footer's and the lookup block's copies)
+    data = bytearray(bytes(data).replace(raw, bytes(moved)))
+    with open(path, "r+b") as f:
+        f.write(data)
+    with cryptdisk.connect(tmp_path / "db") as again:
+        with pytest.raises(CatalogError, match="is damaged: column 'c_int'") as info:
+            again.query("SELECT sum(c_int) FROM t")
+        assert "restore the part from a backup" in str(info.value.hint)
+        # the other columns' chunks are intact: they still read
+        assert again.query("SELECT count(c_float) FROM t") == [(100_000,)]
 
 
 @pytest.mark.parametrize("policy", ["default", "plain"])

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
 __all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_chunk_pages",
-           "decode_pages", "granule_schema", "leaf_schema", "page_spans", "walked_all"]
+           "decode_pages", "granule_schema", "leaf_schema", "page_spans", "plain_page_prefix",
+           "plain_page_problem", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -252,6 +253,50 @@ def page_spans(read: Callable[[int, int], Any], start: int, end: int,
     if rows != num_values:
         raise PageError(f"the pages hold {rows} values, the column chunk {num_values}")
     return spans
+
+
+def plain_page_prefix(rows: int, body: int) -> bytes:
+    """The first bytes of the header a Parquet writer (pyarrow's) writes before a data page
+    of ``rows`` values stored as they are in ``body`` bytes: its kind (DATA_PAGE), both
+    sizes ``body``, and the start of its ``DataPageHeader`` (``rows`` values, PLAIN). A
+    header that begins so describes that page; one that does not is checked field by field
+    (:func:`plain_page_problem`: a CRC or a version 2 header is written so too)."""
+    out = bytearray(b"\x15\x00\x15")  # type = DATA_PAGE, then uncompressed_page_size
+    _w_int(out, body)
+    out.append(0x15)  # compressed_page_size
+    _w_int(out, body)
+    out += b"\x2c\x15"  # data_page_header (field 5): num_values
+    _w_int(out, rows)
+    out += b"\x15\x00"  # encoding = PLAIN
+    return bytes(out)
+
+
+def plain_page_problem(head: Any, rows: int, body: int) -> str | None:
+    """What is wrong with ``head`` as the header of a data page of ``rows`` values stored
+    as they are (uncompressed, PLAIN, no levels) in the ``body`` bytes right after it, or
+    None if it is such a header: one whole Thrift ``PageHeader`` (no byte before the body
+    left over), a data page whose sizes are ``body`` and whose values are ``rows``."""
+    try:
+        header, used = _read_struct(head, 0)
+    except PageError as exc:
+        return str(exc)
+    if used != len(head):
+        return f"a page header of {used} bytes where {len(head)} precede the values"
+    kind = header.get(1)
+    if kind not in (_DATA_PAGE, _DATA_PAGE_V2):
+        return f"a page of kind {kind!r}, not a data page"
+    if header.get(2) != body or header.get(3) != body:
+        return (f"a page of {header.get(3)!r} bytes ({header.get(2)!r} uncompressed) "
+                f"where its values take {body}")
+    sub = header.get(5 if kind == _DATA_PAGE else 8)
+    if not isinstance(sub, dict) or sub.get(1) != rows:
+        found = sub.get(1) if isinstance(sub, dict) else None
+        return f"a data page of {found!r} values where the page index says {rows}"
+    encoding = sub.get(2 if kind == _DATA_PAGE else 4)
+    if encoding != _ENCODINGS["PLAIN"] or (kind == _DATA_PAGE_V2 and (
+            sub.get(5, 0) or sub.get(6, 0))):
+        return "a data page not stored as its values"
+    return None
 
 
 def walked_all(spans: list[PageSpan], end: int) -> bool:

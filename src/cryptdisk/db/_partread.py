@@ -41,6 +41,8 @@ from ._granule import (
     granule_schema,
     leaf_schema,
     page_spans,
+    plain_page_prefix,
+    plain_page_problem,
     walked_all,
 )
 from ._parts import NAN_KEY, PAGES_KEY, PART_ID_KEY, key_bounds, key_granules, not_as_recorded
@@ -1420,22 +1422,29 @@ class OpenPart:
         ``preadv`` puts each page's values at their place in a buffer of the values' size
         (the headers between them into a scratch buffer), so the kernel's copy from the
         page cache is the only one (pyarrow read each chunk into a buffer of its own,
-        then copied every value into the array)."""
+        then copied every value into the array). Each page's header is checked to be the
+        header of such a page of those values (the page index of a plain part is not
+        authenticated: an offset changed in it would shift the values silently)."""
         fd = self._handle.fileno()
         arrays: list[list[pa.Array]] = [[] for _ in fields]
-        scratch = memoryview(bytearray(_HEADER_MAX))
+        prefixes: dict[tuple[int, int], bytes] = {}  # (values' bytes, width) -> header start
         for k, (rg, j, pages) in enumerate(plan):
             start = self._chunk_info(rg, j)[0]
             size = sum(b - a for a, b in pages)
             buf = pa.allocate_buffer(size)
             view = memoryview(buf).cast("B")
+            field = fields[k // len(row_groups)]
+            width = field.type.bit_width // 8
+            # the pages' headers, one after another (the bytes between the values)
+            scratch = memoryview(bytearray(pages[-1][1] - start - size))
             try:
-                at, pos, parts = 0, start, []
+                at, pos, held, parts, heads = 0, start, 0, [], []
                 for a, b in pages:  # the header before each page's values, then the values
-                    if a > pos:
-                        parts.append(scratch[: a - pos])
+                    head = scratch[held : held + a - pos]
+                    parts.append(head)
+                    heads.append((pos, head, b - a))
                     parts.append(view[at : at + b - a])
-                    at, pos = at + b - a, b
+                    at, pos, held = at + b - a, b, held + a - pos
                 for i in range(0, len(parts), _IOV_MAX):  # (never more than one call here)
                     got = os.preadv(fd, parts[i : i + _IOV_MAX], start)
                     want = sum(len(v) for v in parts[i : i + _IOV_MAX])
@@ -1443,11 +1452,24 @@ class OpenPart:
                         raise CatalogError(f"short read at offset {start} of "
                                            f"{self.part.path}")
                     start += got
+                for offset, head, body in heads:
+                    prefix = prefixes.get((body, width))
+                    if prefix is None:
+                        prefix = prefixes[body, width] = plain_page_prefix(body // width, body)
+                    if head[: len(prefix)] == prefix:
+                        continue  # (the next page's header, or the chunk's end, is where
+                        # this page ends: its header is all the bytes before its values)
+                    problem = plain_page_problem(head, body // width, body)
+                    if problem is not None:
+                        raise CatalogError(
+                            f"part {self.part.path} on disk {self.disk.name!r} is damaged: "
+                            f"column {field.name!r} (row group {rg}) at offset {offset}: "
+                            f"{problem}", hint="restore the part from a backup, or drop "
+                            "the table")
                 for v in parts:
                     v.release()
             finally:
                 view.release()
-            field = fields[k // len(row_groups)]
             arrays[k // len(row_groups)].append(pa.Array.from_buffers(
                 field.type, size * 8 // field.type.bit_width, [None, buf], null_count=0))
         return pa.Table.from_arrays([pa.chunked_array(a, fld.type) for a, fld in
