@@ -74,6 +74,30 @@ def test_insert_takes_a_glob_and_a_list_of_paths(tmp_path, db):
     assert (db.catalog.version, _parts_on_disk(tmp_path / "db")) == (version, parts)
 
 
+def test_a_file_listed_twice_is_inserted_twice_as_duckdb_reads_it(tmp_path, db):
+    """db.insert(t, [a, a]) inserted a's rows once, silently (the list was deduplicated),
+    where DuckDB's read_parquet([a, a]) and read_csv([a, a]) read them twice: the list
+    says what to insert, so each listed file (or file a listed glob matches) goes in
+    as many times as it is listed, Parquet and CSV alike, as DuckDB counts them."""
+    import duckdb
+
+    db.execute("CREATE TABLE t (k BIGINT, v VARCHAR)")
+    d = tmp_path / "d"
+    d.mkdir()
+    a, c = d / "a.parquet", d / "c.csv"
+    pq.write_table(pa.table({"k": [1, 2], "v": ["a", "b"]}), a)
+    c.write_text("k,v\n3,c\n")
+    duck = duckdb.connect()
+    for data, reader in [([a, a], "read_parquet"), ([str(a), f"{d}/*.parquet"], "read_parquet"),
+                         ((c, c, c), "read_csv")]:
+        files = ", ".join(f"'{f}'" for f in data)
+        want = duck.execute(f"SELECT count(*) FROM {reader}([{files}])").fetchall()[0][0]
+        assert db.insert("t", data) == want
+    assert duck.execute(f"SELECT count(*) FROM read_parquet(['{a}', '{a}'])").fetchall() == [(4,)]
+    assert db.query("SELECT k, count(*) FROM t GROUP BY k ORDER BY k") == [
+        (1, 4), (2, 4), (3, 3)]
+
+
 @pytest.mark.parametrize(("second", "message"), [
     ({"k": ["x"], "v": ["c"]}, r"column k is string in {b} but int64 in {a}"),
     ({"k": [3], "v": ["c"], "extra": [1.5]}, r"{b} has column extra, which {a} lacks"),

@@ -261,7 +261,8 @@ def _from_paths(table: str, data: Any) -> Any:
     they name (a glob's ``**`` any number of directories), as the dataset of their
     Parquet files (a glob's hive partitions under its directory as columns) or as the
     CSV or JSON files read by one DuckDB reader; one file as its path; anything else as
-    it is. No file, a pattern that matches none, or files of two formats is a
+    it is. A file the list names twice (itself, or a glob matching it) is read twice. No
+    file, a pattern that matches none, or files of two formats is a
     :class:`DatabaseError`."""
     import glob
 
@@ -292,7 +293,8 @@ def _from_paths(table: str, data: Any) -> Any:
                                 "files (dir/**/*.parquet)")
         else:
             raise DatabaseError(f"insert into {table}: no file {item}")
-    files = list(dict.fromkeys(files))
+    # (a file listed twice, or named beside a glob that matches it, is read twice, as
+    # DuckDB's readers read a list: the list says what to insert)
     if len(files) == 1:
         return files[0]
     readers = {_file_reader(f) for f in files}
