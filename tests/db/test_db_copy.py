@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from cryptdisk.errors import DatabaseError, NotSupportedError, TableNotFoundError
@@ -170,3 +171,38 @@ def test_copy_from_database_is_not_named_as_a_copy_to_a_file(db):
     error named it "COPY FROM TO 'memory'" (a file target read from the tokens)."""
     with pytest.raises(DatabaseError, match=r"^Binder Error: Cannot copy from \"memory\""):
         db.sql("COPY FROM DATABASE memory TO memory")
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM read_parquet('cryptdisk://secure/t.parquet')",
+    "SELECT * FROM 'CRYPTDISK://secure/t.parquet'",
+    "SELECT count(*) FROM read_parquet(['cryptdisk://secure/*.parquet'])",
+    "INSERT INTO t SELECT * FROM read_parquet('cryptdisk://secure/t.parquet')",
+    "COPY t FROM 'cryptdisk://secure/t.parquet'",
+])
+def test_reading_a_cryptdisk_url_in_sql_says_how_to_read_it(db, tmp_path, statement):
+    """The database's DuckDB has no cryptdisk filesystem: a statement reading a
+    cryptdisk:// file failed with DuckDB's 'No files found that match the pattern', as if
+    the file were missing. Now the DatabaseError says the SQL does not read cryptdisk://
+    URLs and the hint how to: the file through the cryptdisk filesystem, inserted with
+    db.insert, which (followed here) reads it."""
+    import fsspec
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from tests.configs import encrypted_over_local
+
+    cfg = tmp_path / "cryptdisk.toml"
+    cfg.write_text(encrypted_over_local("00" * 32))
+    fs = fsspec.filesystem("cryptdisk", config=str(cfg), skip_instance_cache=True)
+    pq.write_table(pa.table({"k": [7, 8]}), "secure/t.parquet", filesystem=fs)
+    db.sql("CREATE TABLE t (k BIGINT)")
+    with pytest.raises(DatabaseError, match=r"(?i)cryptdisk://secure/.*: the database's SQL "
+                       r"does not read cryptdisk:// URLs") as e:
+        db.sql(statement)
+    assert "No files found" not in str(e.value)
+    assert "fs = fsspec.filesystem('cryptdisk', config=PATH); db.insert('t', " \
+        "pyarrow.dataset.dataset('DISK/path.parquet', format='parquet', filesystem=fs))" \
+        in e.value.hint
+    assert db.insert("t", ds.dataset("secure/t.parquet", format="parquet", filesystem=fs)) == 2
+    assert db.query("SELECT k FROM t ORDER BY k") == [(7,), (8,)]

@@ -1381,6 +1381,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                         message = message.replace(text, written)
                     if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
                         message = quiet_error(message)
+                    unread = _sql.cryptdisk_read_error(None, message)
+                    if unread is not None:
+                        raise unread from None
                     copy_to = _copy_to_words(sql)
                     if copy_to is not None:  # (DuckDB's IO Error names no statement)
                         raise DatabaseError(f"{copy_to[0]}: {message}",

@@ -548,8 +548,9 @@ class InsertMixin(DatabaseState):
             except duckdb.Error as exc:
                 text = str(exc).replace(f"temp.{name}", _quote(meta.name)).replace(
                     name, meta.name)
-                raise constraint_error(f"COPY {meta.name} FROM", text) or DatabaseError(
-                    f"COPY {meta.name} FROM: {text}") from None
+                raise constraint_error(f"COPY {meta.name} FROM", text) or \
+                    _sql.cryptdisk_read_error(f"COPY {meta.name} FROM", text) or \
+                    DatabaseError(f"COPY {meta.name} FROM: {text}") from None
             schema = self.arrow_schema(meta)
             disk = policy_disk(self.policy(meta.policy))
             parts = self._insert_rows(meta, schema, disk, f"SELECT * FROM temp.{name}", None,
@@ -769,7 +770,8 @@ class InsertMixin(DatabaseState):
             if missing is not None:
                 raise type(missing)(f"INSERT INTO {meta.name}: {missing}",
                                     hint=missing.hint) from None
-            raise DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
+            raise _sql.cryptdisk_read_error(f"INSERT INTO {meta.name}", str(exc)) or \
+                DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
         names = [c for c, _ in meta.columns]
         lower = {c.lower(): c for c in names}
         if columns is not None:

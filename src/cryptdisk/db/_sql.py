@@ -964,6 +964,29 @@ def copy_to_target(sql: str) -> tuple[str, str | None] | None:
     return source, None
 
 
+#: DuckDB's error for a file it was asked to read at a ``cryptdisk://`` URL (group 1)
+_CRYPTDISK_READ = re.compile(r'No files found that match the pattern "((?i:cryptdisk:)[^"]*)"')
+
+
+def cryptdisk_read_error(what: str | None, message: str) -> DatabaseError | None:
+    """The error of a statement (``what``: how errors name it, or None) that DuckDB failed
+    with ``message`` because it reads a ``cryptdisk://`` URL (``read_parquet('cryptdisk://
+    ...')``, ``FROM 'cryptdisk://...'``, ``COPY t FROM``): the database's DuckDB has no
+    cryptdisk filesystem, so it looked for a local file and found none. None for any other
+    message."""
+    m = _CRYPTDISK_READ.search(message)
+    if m is None:
+        return None
+    return DatabaseError(
+        f"{what + ': ' if what else ''}{m.group(1)}: the database's SQL does not read "
+        "cryptdisk:// URLs (its DuckDB has no cryptdisk filesystem: it looked for a local "
+        "file of that name)",
+        hint="read the file through the cryptdisk filesystem and insert its rows into a "
+        "table: fs = fsspec.filesystem('cryptdisk', config=PATH); db.insert('t', "
+        "pyarrow.dataset.dataset('DISK/path.parquet', format='parquet', filesystem=fs)); "
+        "then query t")
+
+
 def _check_copy_to(sql: str) -> None:
     """Refuse a ``COPY ... TO`` a ``cryptdisk://`` URL: the database's DuckDB has no
     cryptdisk filesystem, so it wrote the file in plaintext to a local directory named
