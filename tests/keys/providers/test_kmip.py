@@ -621,3 +621,72 @@ def test_a_server_rotating_again_and_again_keeps_one_connection_to_the_kmip_serv
         assert proc.wait(60) == 0
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_two_creators_of_one_name_at_the_same_time_leave_one_key(kmip_server, monkeypatch,
+                                                                  request):
+    """create_kmip_key checked that the name was free, then created: two callers that both
+    checked before either created both made a key of that name and both returned (the
+    name then ambiguous: a kmip entry refuses it). Now each looks the name up after its
+    create; the later key is destroyed and its caller gets 'exists already', so exactly
+    one caller returns, and the server holds one key of that name: that caller's, active."""
+    import threading
+
+    from cryptdisk.keys.providers import _kmip
+
+    name = "race-" + request.node.name[-30:]
+    checked = threading.Barrier(2, timeout=60)
+    real = _kmip.kmip_client
+
+    def client_checking_together(*args, **kwargs):
+        client = real(*args, **kwargs)
+        locate, calls = client.locate, []
+
+        def locate_then_wait(*a, **k):
+            found = locate(*a, **k)
+            if not calls:  # the check before the create: both callers pass it first
+                calls.append(found)
+                checked.wait()
+            return found
+
+        client.locate = locate_then_wait
+        return client
+
+    monkeypatch.setattr(_kmip, "kmip_client", client_checking_together)
+    results: list[object] = [None, None]
+
+    def create(i: int) -> None:
+        try:
+            results[i] = _make_key(kmip_server, name)
+        except BaseException as exc:  # (looked at below)
+            results[i] = exc
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    made = [r for r in results if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, KeyProviderError)]
+    assert len(made) == 1 and len(refused) == 1, results
+    assert f"a key named {name!r} exists already (unique id {made[0]}" in str(refused[0])
+    assert "nothing was created" in str(refused[0])
+    client, enums = _client(kmip_server)
+    try:
+        found = client.locate(attributes=[client.attribute_factory.create_attribute(
+            enums.AttributeType.NAME, name)])
+        assert [str(u) for u in found] == made
+        state = client.get_attributes(made[0], ["State"])[1][0].attribute_value.value
+        assert state == enums.State.ACTIVE
+    finally:
+        client.close()
+    monkeypatch.undo()
+    tmp = Path(str(kmip_server.root)) / f"{name}.toml"
+    ring = Keyring.from_config(write(tmp.parent, "[keyring]\n" + _entry(kmip_server, name),
+                                     tmp.name))
+    try:
+        dek = os.urandom(32)
+        key = ring.current_key()
+        assert key.unwrap(key.wrap(dek, AD), AD) == dek  # the name loads: one key
+    finally:
+        ring.close()

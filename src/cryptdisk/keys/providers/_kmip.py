@@ -298,27 +298,71 @@ def create_kmip_key(host: str, port: int, name: str, *, cert: str, key: str, ca:
     the server. For tests, benchmarks and first setups. A name that a key on the server
     has already (in any state) is refused with :class:`KeyProviderError` before anything
     is created: a ``kmip`` entry finds its key by name and refuses an ambiguous one.
+
+    KMIP does not make names unique, so two callers creating the same name at the same
+    time could both create a key. After its create, each looks the name up again: if it
+    finds more than one key, the first made (earliest ``Initial Date``, then lowest
+    unique id) is the name's key, and a caller whose key is not that one destroys its key
+    (never activated) and gets the same :class:`KeyProviderError` as when the name was
+    taken before; exactly one caller returns.
     """
     kmip = _kmip()
     enums = kmip.core.enums
     client = kmip_client(host, port, cert=cert, key=key, ca=ca, timeout=timeout)
+    where = f"kmip {host}:{port}"
     try:
-        taken = client.locate(attributes=[client.attribute_factory.create_attribute(
-            enums.AttributeType.NAME, name)])
+        def named() -> list[str]:
+            return [str(u) for u in client.locate(attributes=[
+                client.attribute_factory.create_attribute(enums.AttributeType.NAME, name)])]
+
+        taken = named()
         if taken:
             raise KeyProviderError(
-                f"kmip {host}:{port}: a key named {name!r} exists already (unique id "
-                f"{', '.join(map(str, taken))}); nothing was created",
+                f"{where}: a key named {name!r} exists already (unique id "
+                f"{', '.join(taken)}); nothing was created",
                 hint="choose another name, or use the existing key")
-        uid = client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
-                            cryptographic_usage_mask=[enums.CryptographicUsageMask.ENCRYPT,
-                                                      enums.CryptographicUsageMask.DECRYPT,
-                                                      enums.CryptographicUsageMask.MAC_GENERATE])
+        uid = str(client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
+                                cryptographic_usage_mask=[
+                                    enums.CryptographicUsageMask.ENCRYPT,
+                                    enums.CryptographicUsageMask.DECRYPT,
+                                    enums.CryptographicUsageMask.MAC_GENERATE]))
+        found = named()
+        if len(found) > 1:
+            first = min(found, key=lambda u: _creation_order(client, u))
+            if first != uid:  # another caller's key came first: ours goes
+                try:
+                    client.destroy(uid)
+                except Exception as exc:  # whatever PyKMIP raised
+                    raise KeyProviderError(
+                        f"{where}: a key named {name!r} was created at the same time by "
+                        f"another client (unique id {first}), and destroying this one "
+                        f"(unique id {uid}) failed: {_describe(exc)}",
+                        hint=f"destroy the key with unique id {uid} on the server; the "
+                        f"name's key is {first}") from None
+                raise KeyProviderError(
+                    f"{where}: a key named {name!r} exists already (unique id {first}, "
+                    "created at the same time by another client); the key made here was "
+                    "destroyed: nothing was created",
+                    hint="choose another name, or use the existing key")
         if activate:
             client.activate(uid)
     finally:
         _close_client(client)
-    return str(uid)
+    return uid
+
+
+def _creation_order(client: Any, uid: str) -> tuple[float, int, int, str]:
+    """Where the key ``uid`` comes in the order of creation: its ``Initial Date`` (seconds;
+    unknown last), then its unique id (a number, as PyKMIP's, by value)."""
+    date: float = float("inf")
+    with contextlib.suppress(Exception):  # (a server that does not say: by unique id)
+        _uid, attributes = client.get_attributes(uid, ["Initial Date"])
+        for attribute in attributes or ():
+            value = getattr(getattr(attribute, "attribute_value", None), "value", None)
+            if isinstance(value, int):
+                date = value
+    number = int(uid) if uid.isdigit() else 0
+    return date, 0 if uid.isdigit() else 1, number, uid
 
 
 def _close_client(client: Any) -> None:
