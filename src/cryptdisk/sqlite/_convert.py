@@ -6,6 +6,14 @@ is page for page (same page size, same journal mode setting). A SQLCipher
 source is opened with the ``sqlcipher3`` package, which cannot hand pages to
 apsw, so it is copied logically: schema, then rows table by table, then
 indexes, triggers and views. Neither path writes plaintext to disk.
+
+The copy is made under a temporary name beside the destination
+(``.DST.PID-XXXXXXXX.cdconvert``), synced, and linked to the destination's name only
+once whole (the link fails if a file took that name meanwhile), so a conversion killed
+at any point leaves no destination or a whole one, never an empty or partial database
+under its name. What a killed conversion left under its temporary name (its copy, and
+the journal or WAL of that copy) is deleted by the next conversion to the same
+destination once its process is gone.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -31,16 +41,97 @@ _STEP = 256  # pages per backup step
 def _check_paths(src: str, dst: str) -> None:
     if not os.path.isfile(src):
         raise DatabaseError(f"{src}: no such database file")
+    _check_paths_free(dst)
+
+
+_COMPANIONS = ("-journal", "-wal", "-shm", "-journal-cdtail", "-wal-cdtail")
+_TEMP = ".cdconvert"
+
+
+def _remove(path: str, *, main: bool = True) -> None:
+    """Delete the database ``path`` (unless not ``main``) with its journal, WAL, WAL
+    index and -cdtail side files."""
+    for suffix in ("", *_COMPANIONS) if main else _COMPANIONS:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
+def _temp_name(dst: str) -> str:
+    """Where the copy for ``dst`` is made: beside it (a link then gives it its name)."""
+    directory, base = os.path.split(os.path.abspath(dst))
+    return os.path.join(directory, f".{base}.{os.getpid()}-{secrets.token_hex(4)}{_TEMP}")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # (this process: another thread may be converting)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (EPERM: it exists, another user's)
+        return True
+    return True
+
+
+def _remove_stale(dst: str) -> None:
+    """Delete the temporary copies for ``dst`` (with their journals and WALs) that
+    conversions killed before they finished left, once their process is gone."""
+    directory, base = os.path.split(os.path.abspath(dst))
+    pattern = re.compile(re.escape(f".{base}.") + r"([0-9]+)-[0-9a-f]{8}"
+                         + re.escape(_TEMP) + "(?:" + "|".join(_COMPANIONS) + ")?")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        found = pattern.fullmatch(name)
+        if found is not None and not _alive(int(found.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp: str, dst: str) -> None:
+    """Give the whole, closed copy ``tmp`` the name ``dst``: synced first, then linked
+    (never over a file that took the name meanwhile), the directory synced."""
+    for suffix in ("-journal", "-wal"):  # closed, checkpointed: nothing of it is there
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.getsize(tmp + suffix) > 0:
+                raise DatabaseError(f"{dst}: the copy made for it left a non-empty "
+                                    f"{suffix[1:]} when it closed; {dst} was not written")
+    _remove(tmp, main=False)
+    _fsync_path(tmp)
+    try:
+        _check_paths_free(dst)
+        os.link(tmp, dst)
+    except FileExistsError:
+        raise DatabaseError(f"{dst} already exists (made while the copy ran); refusing to "
+                            "overwrite it", hint="remove it or choose another destination"
+                            ) from None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    _fsync_path(os.path.dirname(os.path.abspath(dst)))
+
+
+def _check_paths_free(dst: str) -> None:
     for suffix in ("", "-journal", "-wal"):
         if os.path.lexists(dst + suffix):
             raise DatabaseError(f"{dst + suffix} already exists; refusing to overwrite it",
                                 hint="remove it or choose another destination")
 
 
-def _remove(dst: str) -> None:
-    for suffix in ("", "-journal", "-wal", "-shm", "-journal-cdtail", "-wal-cdtail"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(dst + suffix)
+def _checkpoint(target: apsw.Connection) -> None:
+    """Copy a WAL-mode copy's WAL into it and empty it, so the closed file is whole."""
+    if str(target.execute("PRAGMA journal_mode").fetchall()[0][0]).lower() == "wal":
+        target.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 def _backup(target: apsw.Connection, source: apsw.Connection, progress: Progress | None) -> None:
@@ -69,7 +160,7 @@ def encrypt_database(src: str, dst: str, keyring: KeyLookup,
                      progress: Progress | None = None) -> None:
     """Copy the plain SQLite database ``src`` to a new encrypted database ``dst``."""
     _check_paths(src, dst)
-    _copy_to_new(_open_plain(src), lambda: connect(dst, keyring=keyring), dst, progress)
+    _copy_to_new(_open_plain(src), lambda tmp: connect(tmp, keyring=keyring), dst, progress)
 
 
 def decrypt_database(src: str, dst: str, keyring: KeyLookup,
@@ -83,23 +174,31 @@ def decrypt_database(src: str, dst: str, keyring: KeyLookup,
         raise DatabaseError(f"{src}: not a cryptdisk-encrypted database",
                             hint="to encrypt a plain database use 'cryptdisk sqlite encrypt'"
                             ) from None
-    def open_plain() -> apsw.Connection:  # plaintext: owner-only, as `cryptdisk decrypt`'s
-        _create_private(dst, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
-        return apsw.Connection(dst)
+    def open_plain(tmp: str) -> apsw.Connection:  # plaintext: owner-only, as `decrypt`'s
+        _create_private(tmp, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+        return apsw.Connection(tmp)
 
     _copy_to_new(source, open_plain, dst, progress)
 
 
-def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connection], dst: str,
-                 progress: Progress | None) -> None:
-    """Back ``source`` up into a new database; a failure removes what was made at ``dst``."""
+def _copy_to_new(source: apsw.Connection, open_target: Callable[[str], apsw.Connection],
+                 dst: str, progress: Progress | None) -> None:
+    """Back ``source`` up into a new database at ``dst`` (made under a temporary name, see
+    the module docstring); a failure removes what was made."""
+    try:
+        _remove_stale(dst)
+        tmp = _temp_name(dst)
+    except BaseException:
+        source.close()
+        raise
     try:
         try:
-            target = open_target()
+            target = open_target(tmp)
         except apsw.CantOpenError:
             raise _cannot_create(dst) from None
         try:
             _backup(target, source, progress)
+            _checkpoint(target)
         except apsw.FullError:  # SQLITE_FULL: the disk (or a quota) is full
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst) from None
         except apsw.IOError:  # SQLite says no more ("not an error"): a failed read or write
@@ -107,8 +206,9 @@ def _copy_to_new(source: apsw.Connection, open_target: Callable[[], apsw.Connect
                           "file size limit?)", dst) from None
         finally:
             target.close()
+        _publish(tmp, dst)
     except BaseException:
-        _remove(dst)
+        _remove(tmp)
         raise
     finally:
         source.close()
@@ -140,6 +240,8 @@ def encrypt_sqlcipher_database(src: str, dst: str, keyring: KeyLookup, passphras
                              hint="pip install 'cryptdisk[bench]' (or pip install sqlcipher3)"
                              ) from None
     _check_paths(src, dst)
+    _remove_stale(dst)
+    tmp = _temp_name(dst)
     source = sqlcipher3.connect(f"file:{src}?mode=ro", uri=True)
     try:
         source.execute("PRAGMA key = '" + passphrase.replace("'", "''") + "'")
@@ -152,14 +254,16 @@ def encrypt_sqlcipher_database(src: str, dst: str, keyring: KeyLookup, passphras
                                 hint="check the passphrase (and that it is a SQLCipher "
                                 "database with default settings)") from None
         (page_size,) = source.execute("PRAGMA page_size").fetchone()
-        target = connect(dst, keyring=keyring)
+        target = connect(tmp, keyring=keyring)
         try:
             target.execute(f"PRAGMA page_size={int(page_size)}")
             _copy_logical(source, target, schema, progress)
+            _checkpoint(target)
         finally:
             target.close()
+        _publish(tmp, dst)
     except BaseException:
-        _remove(dst)
+        _remove(tmp)
         raise
     finally:
         source.close()
