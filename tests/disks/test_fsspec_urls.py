@@ -53,3 +53,36 @@ def test_a_config_with_credentials_in_a_disk_url_fails_naming_the_line_not_the_s
     with pytest.raises(ConfigError, match="may not hold credentials") as info:
         load_config(cfg)
     assert SECRET not in str(info.value) and "c.toml" in str(info.value)
+
+
+def test_a_file_url_disk_makes_its_directories_0700_and_files_0600_as_a_local_disk(
+        tmp_path: Path) -> None:
+    """An fsspec file:// disk made its directories with fsspec's makedirs and its files with
+    a copy, both under the process umask (0755 and 0644 under umask 022: the names and
+    sizes of an encrypted disk's files readable by everyone), where a local disk makes
+    them 0700 and 0600. Now both disks leave the same modes, writes and renames alike."""
+    import os
+
+    from cryptdisk.disks import LocalDisk
+
+    old = os.umask(0o022)
+    try:
+        disks = {"fsspec": FsspecDisk("f", (tmp_path / "f" / "root").as_uri()),
+                 "local": LocalDisk("l", str(tmp_path / "l" / "root"))}
+        for disk in disks.values():
+            with disk.open_write("a/b/c.bin") as f:
+                f.write(b"payload")
+            disk.rename("a/b/c.bin", "d/e/c.bin")
+    finally:
+        os.umask(old)
+    modes = {}
+    for kind in disks:
+        top = tmp_path / kind[0]
+        modes[kind] = {str(p.relative_to(top)): oct(p.stat().st_mode & 0o777)
+                       for p in sorted(top.rglob("*"))}
+    assert modes["fsspec"] == modes["local"]
+    assert modes["fsspec"] == {"root": "0o700", "root/a": "0o700", "root/a/b": "0o700",
+                               "root/d": "0o700", "root/d/e": "0o700",
+                               "root/d/e/c.bin": "0o600"}
+    with disks["fsspec"].open_read("d/e/c.bin") as f:
+        assert f.read() == b"payload"

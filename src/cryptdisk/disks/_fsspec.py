@@ -24,6 +24,7 @@ from typing import IO, Any, cast
 from ..errors import ConfigError, DiskError, DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
+from ._local import _make_dirs
 from ._paths import is_temp, join_prefix, norm_path, temp_name
 from ._spool import collect_stale_spools_once, open_spool
 
@@ -156,6 +157,9 @@ class FsspecDisk(Disk):
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (
             self.fs.protocol,)
         self.object_store = bool(OBJECT_STORES.intersection(protocols))
+        #: a ``file://`` disk: its directories are made 0700 and its files 0600, as a
+        #: local disk's are, whatever the umask (fsspec's own follow the umask)
+        self._local = "file" in protocols
         collect_stale_spools_once()  # spools of this user's writers killed before an upload
 
     @property
@@ -212,13 +216,15 @@ class FsspecDisk(Disk):
                 spool.flush()
                 parent = full.rsplit("/", 1)[0] if "/" in full else ""
                 if not self.object_store and parent:
-                    self.fs.makedirs(parent, exist_ok=True)
+                    self._makedirs(parent)
                 if self.object_store:
                     self.fs.put_file(local, full)
                 else:
                     # A move onto a directory would move the file into it, unseen.
                     self._not_a_directory(path, full)
                     tmp = temp_name(full)
+                    if self._local:  # (the copy keeps the mode of the file it fills)
+                        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                     self.fs.put_file(local, tmp)
                     try:
                         self.fs.mv(tmp, full)
@@ -286,9 +292,17 @@ class FsspecDisk(Disk):
         self._stat(src)
         target = self._full(dst)
         if not self.object_store and "/" in target:
-            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            self._makedirs(target.rsplit("/", 1)[0])
         self.fs.mv(self._full(src), target)
         self.fs.invalidate_cache()
+
+    def _makedirs(self, directory: str) -> None:
+        """Make ``directory`` and its missing parents: on a ``file://`` disk mode 0700 and
+        durable in their parents, as a local disk makes them; elsewhere as fsspec does."""
+        if self._local:
+            _make_dirs(directory)
+        else:
+            self.fs.makedirs(directory, exist_ok=True)
 
 
 def _mtime(st: dict[str, Any]) -> float | None:
