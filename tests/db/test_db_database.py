@@ -1055,16 +1055,50 @@ def test_a_read_only_connect_of_a_missing_path_says_nothing_is_there(tmp_path):
         cryptdisk.connect(missing, read_only=True)
 
 
+def test_table_names_match_as_duckdb_matches_them_ascii_letters_in_any_case_only(db):
+    """Python's str.lower folds É to é, DuckDB only A-Z: the catalog found "é" as the
+    table "É", so INSERT INTO "é" and DROP TABLE "é" wrote into and dropped "É" while
+    DuckDB (SELECT * FROM "é") said there was no such table. Now the catalog matches names
+    as DuckDB does (_names.fold): "é" names no table, whatever the statement; "ÉTAT" is
+    "État" (the ASCII letters fold); a new table, view or rename to "é" beside "É" is
+    refused with a clear error (the database cannot keep both); "É" renames to "é"."""
+    from cryptdisk.db._names import NameDict, fold
+
+    assert fold("ÉtAT") == "État" and fold("K") == "k" and fold("ä") != fold("Ä")
+    names = NameDict({"É": 1})
+    assert "é" not in names and names.get("é") is None and names.twin("é") == "É"
+    db.sql('CREATE TABLE "É" (k INT)')
+    db.sql('INSERT INTO "É" VALUES (1)')
+    db.sql('CREATE TABLE "État" (k INT)')
+    db.sql('INSERT INTO "ÉTAT" VALUES (5)')  # (É as written, the ASCII letters in any case)
+    assert db.query('SELECT k FROM "ÉtAt"') == [(5,)]
+    for statement in ['INSERT INTO "é" VALUES (2)', 'DROP TABLE "é"', 'SELECT k FROM "é"']:
+        with pytest.raises(TableNotFoundError, match=r"^no table 'é'"):
+            db.sql(statement)
+    with pytest.raises(TableNotFoundError):
+        db.table("é")
+    assert db.query('SELECT k FROM "É"') == [(1,)]
+    for statement, what in [('CREATE TABLE "é" (k INT)', "CREATE TABLE é"),
+                            ('CREATE TABLE "é" AS SELECT 1 AS k', "CREATE TABLE é"),
+                            ('CREATE VIEW "é" AS SELECT 1 AS k', "CREATE VIEW é"),
+                            ('ALTER TABLE "État" RENAME TO "é"', "ALTER TABLE État RENAME TO é")]:
+        with pytest.raises(DatabaseError, match=f"^{what}: 'É' is named so too, but for the "
+                           "case of letters outside ASCII"):
+            db.sql(statement)
+    db.sql('ALTER TABLE "É" RENAME TO "é"')
+    assert db.query('SELECT k FROM "é"') == [(1,)]
+    assert sorted(db.catalog.tables) == ["État", "é"]
+
+
 @pytest.mark.parametrize("written", ['DONNÉES_€', '"DONNÉES_€"', '"Données_€"'])
 def test_a_table_named_with_other_case_non_ascii_letters_says_how_duckdb_matches(
         db, written):
-    """The catalog takes a name in any case (INSERT INTO "DONNÉES_€" inserts into
-    données_€), DuckDB folds the case of ASCII letters only: SELECT * FROM "DONNÉES_€"
+    """DuckDB folds the case of ASCII letters only: SELECT * FROM "DONNÉES_€"
     said "table 'DONNÉES_€' is a cryptdisk table: DuckDB reads it only where a statement
     names it as a table", which it did. Now the error says how DuckDB matches the name
     and how to write it; ASCII letters in another case still read the table."""
     db.sql('CREATE TABLE "données_€" (k INT)')
-    db.sql('INSERT INTO "DONNÉES_€" VALUES (1)')
+    db.sql('INSERT INTO "Données_€" VALUES (1)')
     if written == '"Données_€"':
         assert db.query(f"SELECT k FROM {written}") == [(1,)]
         return

@@ -85,6 +85,7 @@ from ._keyfiles import default_key_path, sync_parent
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._mutate import MutationMixin
+from ._names import twin_error
 from ._params import Template, bind, check_parameters
 from ._policies import (
     quiet_error,
@@ -1689,6 +1690,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             if st.if_not_exists:
                 return
             raise DatabaseError(f"table {st.name!r} already exists")
+        twin_error(f"CREATE TABLE {st.name}", st.name, self.catalog.tables, self.catalog.views)
         if st.query is not None:  # CREATE TABLE t AS SELECT ... (see ._schema)
             self._create_as(st)
             return

@@ -45,6 +45,7 @@ from ..errors import DatabaseError
 from ..format import open_file
 from ._columns import stored_type
 from ._constraints import check_default
+from ._names import twin_error
 from ._partread import read_part
 from ._parts import verify_part, write_parts
 from ._policies import read_policies, role_check_statement, role_query
@@ -169,6 +170,9 @@ class SchemaMixin(DatabaseState):
             raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a table {found} "
                                 "exists", hint=f"DROP TABLE {found} first, or pick another "
                                 "name")
+        if found is None:
+            twin_error(f"ALTER TABLE {meta.name} RENAME TO {new}", new, self.catalog.tables,
+                       self.catalog.views, own=meta.name)
         view = self.catalog.views.name(new)
         if view is not None:
             raise DatabaseError(f"ALTER TABLE {meta.name} RENAME TO {new}: a view {view} has "

@@ -19,6 +19,7 @@ import duckdb
 
 from ..errors import DatabaseError, FieldPolicyError, KeyNotFoundError, NotSupportedError
 from ._columns import serialize_sql
+from ._names import twin_error
 from ._policies import role_has_policies
 from ._views import (
     AlterView,
@@ -166,6 +167,7 @@ class ViewMixin(DatabaseState):
             raise DatabaseError(f"CREATE VIEW {name}: a table {table or name} has the name "
                                 "(tables and views share their names)",
                                 hint="give the view another name")
+        twin_error(f"CREATE VIEW {name}", name, self.catalog.tables, views)
         old = views.get(name)
         if old is not None and not st.or_replace:
             if st.if_not_exists:
