@@ -392,27 +392,34 @@ class SealedReader:
 
     def _decrypt_parts(self, offset: int, n: int, out: memoryview, first: int, last: int,
                        parallel: bool) -> None:
+        """Plaintext ``[offset, offset+n)`` of segments ``first..last`` into ``out``: a
+        partial first or last segment decrypted whole (authenticated) into the thread's
+        segment buffer and its part copied, the whole segments between straight into
+        ``out``. Constant Python work per read, whatever the number of segments (a loop
+        over them cost about 1 us a segment: with 16 KiB segments, more than the AES-GCM
+        of the edges it saved)."""
         seg = self.segment_size
-        pos = 0
-        whole: list[tuple[int, memoryview]] = []
-        whole_at = 0
-        for index in range(first, last + 1):
-            start = index * seg
-            lo = max(offset, start) - start
-            hi = min(offset + n, start + self._seg_plain_len(index)) - start
-            if lo == 0 and hi == self._seg_plain_len(index):
-                if not whole:
-                    whole_at = pos
-                whole.append((index, out[pos : pos + hi]))
-            else:
-                out[pos : pos + hi - lo] = self._decrypt_segment(index)[lo:hi]
-            pos += hi - lo
-        if self._key is not None and whole:
-            # the whole segments are consecutive (only the first and last can be partial)
-            size = sum(len(dst) for _, dst in whole)
-            self._decrypt_whole(whole[0][0], whole[-1][0], out[whole_at : whole_at + size],
-                                parallel)
-        elif parallel:
+        end = offset + n
+        lo, hi = first, last  # the whole segments: lo..hi
+        head = tail = 0  # plaintext bytes from a partial first / last segment
+        if offset % seg or end < first * seg + self._seg_plain_len(first):
+            head = min(end, first * seg + self._seg_plain_len(first)) - offset
+            out[:head] = self._decrypt_segment(first)[offset - first * seg :
+                                                       offset - first * seg + head]
+            lo = first + 1
+        if last >= lo and end < last * seg + self._seg_plain_len(last):
+            tail = end - last * seg
+            out[n - tail : n] = self._decrypt_segment(last)[:tail]
+            hi = last - 1
+        if hi < lo:
+            return
+        if self._key is not None:
+            self._decrypt_whole(lo, hi, out[head : n - tail], parallel)
+            return
+        whole = [(index, out[head + (index - lo) * seg :
+                             head + (index - lo) * seg + self._seg_plain_len(index)])
+                 for index in range(lo, hi + 1)]
+        if parallel:
             self._decrypt_many(whole)
         else:
             self._decrypt_many_serial(whole)
