@@ -123,8 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
         SQLiteEngine,
         UserStore,
         certificate_fingerprint,
+        ensure_self_signed,
         load_tls,
-        self_signed,
     )
 
     config = args.keyring
@@ -210,8 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
                       f"a self-signed TLS certificate {cert} would be created; would listen "
                       f"on {host}:{port} with {_plural(workers)}")
                 return 0
-            if not (os.path.exists(cert) and os.path.exists(key)):
-                self_signed(cert, key)
+            ensure_self_signed(cert, key)
             print(f"TLS certificate {cert} (self-signed), SHA-256 fingerprint "
                   f"{certificate_fingerprint(cert)}")
         if bool(cert) != bool(key):

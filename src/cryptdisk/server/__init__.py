@@ -41,6 +41,7 @@ from ._server import DEFAULT_MAX_MESSAGE_SIZE, Authenticator, Server, new_event_
 from ._tls import (
     certificate_fingerprint,
     end_point_hash,
+    ensure_self_signed,
     load_tls,
     self_signed,
     server_context,
@@ -70,6 +71,7 @@ __all__ = [
     "certificate_fingerprint",
     "default_workers",
     "end_point_hash",
+    "ensure_self_signed",
     "load_tls",
     "make_verifier",
     "new_event_loop",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import os
+import re
 import ssl
 import tempfile
 
@@ -15,8 +17,8 @@ from cryptography.x509.oid import NameOID
 
 from ..errors import ServerError
 
-__all__ = ["certificate_fingerprint", "end_point_hash", "load_tls", "self_signed",
-           "server_context"]
+__all__ = ["certificate_fingerprint", "end_point_hash", "ensure_self_signed", "load_tls",
+           "self_signed", "server_context"]
 
 
 def server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
@@ -111,7 +113,12 @@ def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[s
                 hostnames: list[str] | None = None, days: int = 365) -> str:
     """Write a self-signed P-256 certificate and its key (mode 0600); return its fingerprint.
 
-    The certificate names ``localhost``, 127.0.0.1 and ::1 (and ``hostnames``).
+    The certificate names ``localhost``, 127.0.0.1 and ::1 (and ``hostnames``). Each file
+    is written whole to ``NAME.PID.tmp`` and synced, then the certificate in place is
+    removed, the key renamed into place, and the certificate last: a process killed at
+    any point leaves the certificate absent (:func:`ensure_self_signed` makes the pair
+    again) or a certificate with its key, never one file half written or a certificate
+    with another key. The temporaries a killed run left are deleted by the next run.
     """
     names = ["localhost", "127.0.0.1", "::1", *(hostnames or [])]
     key = ec.generate_private_key(ec.SECP256R1())
@@ -130,11 +137,93 @@ def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[s
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM,
-                                  serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
-    with open(cert_path, "wb") as f:
-        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    cert_name, key_name = os.fspath(cert_path), os.fspath(key_path)
+    _remove_stale_temps(cert_name)
+    _remove_stale_temps(key_name)
+    key_tmp = _write_temp(key_name, key_pem)
+    try:
+        cert_tmp = _write_temp(cert_name, cert.public_bytes(serialization.Encoding.PEM))
+    except BaseException:
+        os.unlink(key_tmp)
+        raise
+    # The certificate is the pair's last file: without it a start makes the pair again
+    # (ensure_self_signed), so it goes first and comes back last, after its key.
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(cert_name)
+        os.replace(key_tmp, key_name)
+        os.replace(cert_tmp, cert_name)
+    except BaseException:
+        for tmp in (key_tmp, cert_tmp):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    for name in {os.path.dirname(os.path.abspath(n)) for n in (cert_name, key_name)}:
+        _fsync(name)
     return cert.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+#: A temporary of :func:`self_signed`: ``NAME.PID.tmp``, its process's id in its name.
+_TEMP = re.compile(r"\.([0-9]+)\.tmp")
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(name: str, data: bytes) -> str:
+    """``data`` in a new file ``NAME.PID.tmp`` (mode 0600), synced; returns its name."""
+    tmp = f"{name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _remove_stale_temps(name: str) -> None:
+    """Delete the ``NAME.PID.tmp`` files (a private key, or its certificate) that a
+    :func:`self_signed` killed before it renamed them left, once their process is gone."""
+    directory, base = os.path.split(os.path.abspath(name))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for other in names:
+        found = _TEMP.fullmatch(other[len(base):]) if other.startswith(base) else None
+        if found is None:
+            continue
+        pid = int(found.group(1))
+        if pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+                continue  # (alive: another start is making its pair)
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, other))
+
+
+def ensure_self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str],
+                       hostnames: list[str] | None = None) -> bool:
+    """:func:`self_signed` unless both files are there (``cryptdisk serve --self-signed``);
+    True if it made them."""
+    if os.path.exists(cert_path) and os.path.exists(key_path):
+        return False
+    self_signed(cert_path, key_path, hostnames)
+    return True
