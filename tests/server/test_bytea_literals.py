@@ -109,19 +109,59 @@ def test_a_bare_literal_is_bytea_where_its_column_is(srv) -> None:
         assert info.value.sqlstate == "22023"
 
 
-def test_length_of_bytea(srv) -> None:
-    """length(bytea) is its bytes on SQLite; the analytical engine (DuckDB has no
-    length(BLOB)) refuses it naming octet_length."""
+def test_dollar_quoted_string_is_read_by_bytea_input(srv) -> None:
+    """A dollar-quoted string a bytea column gives its type, or cast to bytea, is read by
+    bytea's input as PostgreSQL reads it, the same as its '' string: ``$x$\\x0102$x$`` is
+    two bytes (the analytical engine stored the three of DuckDB's cast, SQLite refused
+    the $ quotes)."""
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (b BLOB)")
-        conn.execute(r"INSERT INTO t VALUES ('\x0102')")
-        if isinstance(srv.server.engine, SQLiteEngine):
-            assert conn.execute("SELECT length(b) FROM t").fetchone()[0] == 2
-            return
-        with pytest.raises(psycopg.Error) as info:
-            conn.execute("SELECT length(b) FROM t")
-        assert info.value.sqlstate == "42883"
-        assert "octet_length" in (info.value.diag.message_hint or "")
+        conn.execute("CREATE TABLE t (id INTEGER, b BYTEA)")
+        conn.execute(r"INSERT INTO t VALUES (1, $x$\x0102$x$), (2, '\x0102')")
+        conn.execute(r"INSERT INTO t (b, id) VALUES ($$it's\\$$, 3)")
+        assert conn.execute("SELECT id, b FROM t ORDER BY id").fetchall() == [
+            (1, b"\x01\x02"), (2, b"\x01\x02"), (3, b"it's\\")]
+        assert conn.execute(r"SELECT id FROM t WHERE b = $$\x0102$$ ORDER BY id").fetchall(
+            ) == [(1,), (2,)]
+        assert conn.execute(r"SELECT $a$\x41ff$a$::bytea, CAST($$\x00$$ AS bytea)"
+                            ).fetchone() == (b"A\xff", b"\x00")
+
+
+def test_strings_of_an_array_compared_with_a_bytea_column(start_server, analytical) -> None:
+    """``b = ANY(ARRAY['\\x0102', ...])`` reads the strings as bytea, as PostgreSQL
+    coerces the unknown literals to the column's type (the analytical engine failed with
+    42804: DuckDB compares no BLOB with a VARCHAR list); so does a parameter there."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, b BYTEA)")
+        conn.execute(r"INSERT INTO t VALUES (1, '\x0102'), (2, 'abc'), (3, '\x00')")
+        assert conn.execute(r"SELECT id FROM t WHERE b = any(ARRAY['\x0102']) ORDER BY id"
+                            ).fetchall() == [(1,)]
+        assert conn.execute(r"SELECT id FROM t WHERE b = ANY (ARRAY['\x0102', 'abc']) "
+                            "ORDER BY id").fetchall() == [(1,), (2,)]
+        assert conn.execute(r"SELECT id FROM t WHERE b <> ALL(ARRAY['\x0102', '\x00'])"
+                            ).fetchall() == [(2,)]
+        cur = conn.cursor()
+        cur.execute("SELECT id FROM t WHERE b = ANY(ARRAY[%s, %s]) ORDER BY id",
+                    [b"abc", b"\x00"], prepare=True)
+        assert cur.fetchall() == [(2,), (3,)]
+
+
+def test_length_of_bytea(srv) -> None:
+    """length(bytea) is its bytes on both engines, as in PostgreSQL (DuckDB's length() has
+    no BLOB form: the analytical engine failed with 42883), beside length() of text (its
+    characters) in the same statement."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (b BYTEA, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES ('\x0102', 'héllo'), ('\x', ''), (NULL, NULL)")
+        assert conn.execute("SELECT length(b), length(s), LENGTH(b) + 1 FROM t "
+                            "ORDER BY 1 NULLS LAST").fetchall() == [
+            (0, 0, 1), (2, 5, 3), (None, None, None)]
+        assert conn.execute(r"SELECT length('\x010203'::bytea)").fetchone()[0] == 3
+        assert conn.execute("SELECT length(%s::bytea)", [b"\0\1"]).fetchone()[0] == 2
+        cur = conn.cursor()
+        cur.execute("SELECT length(b) FROM t WHERE length(b) = %s", [2], prepare=True)
+        assert cur.fetchall() == [(2,)]
+        assert [d.name for d in cur.description] == ["length"]
 
 
 @pytest.mark.parametrize(("arg", "message"), [
@@ -189,3 +229,36 @@ def test_a_stored_sqlite_definition_reads_outside_the_server(start_server, sqlit
     with cryptdisk.sqlite.connect(sqlite_engine.path, keyring=keyring) as db:
         assert db.execute("SELECT b FROM v ORDER BY x").fetchall() == [
             (None,), (b"\x01\x0a",), (b"\xff",)]
+
+
+@pytest.mark.parametrize(("sql", "value"), [
+    (r"SELECT E'a\tb'", "a\tb"),
+    (r"SELECT e'it\'s', E'a''b', E'\\x01'", ("it's", "a'b", r"\x01")),
+    (r"SELECT E'\x41\102\u00e9\U0001F600\n\r\b\f\q'", "AB\u00e9\U0001f600\n\r\b\fq"),
+    (r"SELECT E'\xc3\xa9' || 'x'", "\u00e9x"),
+    (r"SELECT length(E'\t')", 1),
+])
+def test_escape_string(srv, sql, value) -> None:
+    """E'' strings (PostgreSQL's escape string syntax) read as PostgreSQL reads them on
+    both engines (SQLite has none: it failed with 42703, no such column: E)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+        assert (row if len(row) > 1 else row[0]) == value
+
+
+@pytest.mark.parametrize("sql", [r"SELECT E'\0'", r"SELECT E'\xff'"])
+def test_escape_string_of_no_text_is_refused(srv, sql) -> None:
+    """A NUL or bytes that are not UTF-8: PostgreSQL's text holds neither."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(sql)
+        assert info.value.sqlstate == "22021"
+
+
+def test_escape_string_into_a_sqlite_table(start_server, sqlite_engine, certs) -> None:
+    srv = start_server(sqlite_engine)
+    out = psql(srv, certs, "CREATE TABLE s (v TEXT)", r"INSERT INTO s VALUES (E'x\ty')",
+               r"SELECT v = E'x\011y', length(v) FROM s WHERE v LIKE E'x\\ty' OR v = 'x	y'")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["1|3", "(1 row)"] or \
+        out.stdout.splitlines()[-2:] == ["t|3", "(1 row)"]

@@ -8,6 +8,8 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from tests.server.conftest import USER
+
 
 def test_sqlite_numeric_keeps_its_declared_scale(start_server, sqlite_engine) -> None:
     srv = start_server(sqlite_engine)
@@ -70,6 +72,20 @@ def test_uhugeint_in_structs_and_lists_is_its_value(start_server, analytical) ->
         rows = conn.execute(f"SELECT x FROM (VALUES ([1::UHUGEINT]), (NULL), "
                             f"([{UMAX}::UHUGEINT, 3])) v(x) ORDER BY x NULLS FIRST").fetchall()
         assert rows == [(None,), ('["1"]',), (f'["{UMAX}", "3"]',)]
+
+
+def test_uhugeint_in_a_map_is_its_value(start_server, analytical) -> None:
+    """A MAP's UHUGEINT keys and values are sent as their values, as alone or in a list
+    (the MAP's text was made of DuckDB's Arrow export, which wraps 2^128 - 1 to -1)."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT map([1, 2], [{UMAX}::UHUGEINT, 7]), "
+            f"MAP {{{UMAX - 1}::UHUGEINT: 'x'}}, map([1], [5::UHUGEINT])").fetchone()
+        assert row == (f"{{1={UMAX}, 2=7}}", f"{{{UMAX - 1}=x}}", "{1=5}")
+        rows = conn.execute(f"SELECT m FROM (VALUES (NULL), (map(['a'], [{UMAX}::UHUGEINT])))"
+                            " v(m) ORDER BY m NULLS FIRST").fetchall()
+        assert rows == [(None,), (f"{{a={UMAX}}}",)]
 
 
 def test_a_map_timestamptz_is_in_the_session_time_zone(start_server, analytical) -> None:
@@ -192,3 +208,32 @@ def test_an_expression_of_a_parameter_is_named_as_postgresql_names_it(srv, prepa
         assert [d.name for d in cur.description] == [
             "upper", "?column?", "coalesce", "case", "?column?", "int4", "?column?",
             "?column?", "u", "l"]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_an_expression_without_a_parameter_is_named_as_postgresql_names_it(
+        srv, prepare) -> None:
+    """``SELECT 1`` is ``?column?``, as every select-list expression PostgreSQL names so
+    (a literal, an operator), a cast its type's name, a function call the function's: the
+    engines named them after their text (``1``, ``(1 + 1)``, ``count_star()``)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (2)")
+        cur = conn.cursor()
+        cur.execute("SELECT 1", prepare=prepare)
+        assert cur.fetchall() == [(1,)]
+        assert [d.name for d in cur.description] == ["?column?"]
+        cur.execute("SELECT 1, 'x', a + 1, -a, CAST(2 AS int), CAST(a * 2 AS bigint), lower('A'), "
+                    "count(*), a, t.a, 3 AS b, 4 c FROM t GROUP BY a", prepare=prepare)
+        assert cur.fetchall() == [(1, "x", 3, -2, 2, 4, "a", 1, 2, 2, 3, 4)]
+        assert [d.name for d in cur.description] == [
+            "?column?", "?column?", "?column?", "?column?", "int4", "int8", "lower", "count",
+            "a", "a", "b", "c"]
+
+
+def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:
+    from tests.server.test_psql_catalog import psql
+
+    out = psql(srv, certs, "SELECT 1, current_user")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == ["?column?|current_user", f"1|{USER}"]

@@ -322,6 +322,14 @@ def sql_literal(value: Any) -> str:
 _DUCKDB_QUOTE_LITERAL = "('''' || replace(CAST(({}) AS VARCHAR), '''', '''''') || '''')"
 
 
+def _pg_length(arg: str) -> str:
+    """PostgreSQL's ``length(x)`` in DuckDB (whose length() has no BLOB form): a bytea's
+    bytes, anything else's characters (DuckDB settles ``typeof`` as it binds, and a CASE
+    evaluates only the branch a row takes)."""
+    return (f"(CASE WHEN typeof(({arg})) = 'BLOB' THEN octet_length(CAST(({arg}) AS BLOB)) "
+            f"ELSE length(CAST(({arg}) AS VARCHAR)) END)")
+
+
 def _duckdb_blob(value: bytes) -> str:
     """DuckDB's literal of the BLOB ``value``."""
     return "'" + "".join(f"\\x{b:02X}" for b in value) + "'::BLOB"
@@ -337,7 +345,8 @@ def postgres_spelling(sql: str, quote_literal: str,
     """``sql`` with what PostgreSQL clients write and the engine spells otherwise:
     ``pg_catalog.`` before functions and types dropped, ``quote_literal(x)`` as
     ``quote_literal`` (a template of ``x``), a string literal cast to ``bytea``
-    (``'\\x0102'::bytea``) as the engine's literal of its bytes (``blob`` of them)."""
+    (``'\\x0102'::bytea``) as the engine's literal of its bytes (``blob`` of them), an
+    escape string (``E'a\\tb'``) as the standard string of its value."""
     lower = sql.lower()  # (on every statement: a fifth of the time of a regex search)
     if "pg_catalog" in lower or "quote_literal" in lower:
         sql = _sqltext.replace_calls(_sqltext.drop_pg_catalog(sql), "quote_literal",
@@ -350,6 +359,12 @@ def postgres_spelling(sql: str, quote_literal: str,
         sql = _sqltext.replace_calls(sql, "decode",
                                      lambda a: _codec(a, "decode", duckdb, stored))
         sql = _sqltext.replace_calls(sql, "encode", lambda a: _codec(a, "encode", duckdb))
+    if "e'" in lower:  # E'a\tb' as PostgreSQL reads it (SQLite has no escape strings,
+        try:  # DuckDB's no \u)
+            sql = _sqltext.standard_strings(sql)
+        except ServerError as exc:
+            raise StatementError(str(exc), "22021" if "UTF8" in str(exc) else "22025") \
+                from None
     return sql
 
 
@@ -504,10 +519,6 @@ def _type_error(text: str) -> StatementError | None:
         return StatementError(first.split(": ", 1)[-1], "42804",
                               hint="cast one side to the other's type")
     if "No function matches the given name and argument types" in first:
-        if "'length(BLOB)'" in first:  # DuckDB's length() has no bytea form
-            return StatementError(
-                "function length(bytea) does not exist on the analytical engine", "42883",
-                hint="octet_length(b) is a bytea's length in bytes")
         return StatementError(first.split(": ", 1)[-1], "42883",
                               hint="cast the arguments to the types the function takes")
     return None
@@ -908,8 +919,10 @@ class _AnalyticalSession(EngineSession):
             return self._block_statement(words)
         text = self._sql(sql, params)
         try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
-            table = self._alter(text) if words[1:2] == ["TABLE"] and \
-                words[0] in ("ALTER", "CREATE", "DROP") else self._execute(text)
+            if words[1:2] == ["TABLE"] and words[0] in ("ALTER", "CREATE", "DROP"):
+                table = self._alter(text)
+            else:
+                table, text = self._execute_lengths(text)
         except StatementError:
             raise
         except Exception as exc:
@@ -942,9 +955,7 @@ class _AnalyticalSession(EngineSession):
         """The DuckDB types of query ``text``'s columns when its result ``table`` has a
         ``DECIMAL(38,0)`` column (which may be a ``UHUGEINT`` that DuckDB's Arrow export
         wraps: see :func:`._types.exact_result`), else None."""
-        from ..db import has_wide
-
-        if not any(has_wide(f.type) for f in table.schema):
+        if not any(_types.has_wide(f.type) for f in table.schema):
             return None
         try:
             described = self._execute(f"DESCRIBE {text}")
@@ -963,7 +974,7 @@ class _AnalyticalSession(EngineSession):
         try:
             text = self._sql(sql, nulls)
             query = f"SELECT * FROM ({text}) AS __cd_describe LIMIT 0"  # noqa: S608
-            table = self._execute(query)
+            table, query = self._execute_lengths(query)
             if table is None:
                 return None
             return self._uuids(text, [(f.name, _types.arrow_oid(f.type))
@@ -1065,6 +1076,22 @@ class _AnalyticalSession(EngineSession):
         if action == "rename" and store is not None and before is not None:
             store.rename_table_grants(before, st.new_name)
         return result
+
+    def _execute_lengths(self, text: str) -> tuple[Any, str]:
+        """:meth:`_execute` of ``text``, and the text it ran: where DuckDB finds no
+        ``length()`` of a bytea (its length has no BLOB form), once more with each
+        ``length(x)`` as PostgreSQL's: the bytes of a bytea, else the characters
+        (:func:`_pg_length`). DuckDB refuses the statement as it binds it, before it
+        runs, so nothing ran twice."""
+        try:
+            return self._execute(text), text
+        except Exception as exc:  # (the engine's DatabaseError, of DuckDB's binder's)
+            if "'length(BLOB)'" not in str(exc):
+                raise
+            rewritten = _sqltext.replace_calls(text, "length", _pg_length)
+            if rewritten == text:
+                raise
+        return self._execute(rewritten), rewritten
 
     def _execute(self, text: str) -> Any:
         """Run ``text`` in its turn: a query on this session's reader, beside other

@@ -69,8 +69,9 @@ def _tokens(sql: str) -> list[_Tok]:
             out.append(_Tok("param", text[1:]))
         elif kind == "str":
             out.append(_Tok(kind, text, (), end))
-        elif kind == "dollar":  # a string literal, never rewritten (see bytea_strings)
-            out.append(_Tok("str", "''"))
+        elif kind == "dollar":  # a string literal: its text as a standard literal's
+            body = text[text.index("$", 1) + 1:text.rindex("$", 0, len(text) - 1)]
+            out.append(_Tok("str", "'" + body.replace("'", "''") + "'", (), end))
         else:
             out.append(_Tok(kind, text.upper()))
         i += 1
@@ -117,9 +118,30 @@ def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[in
     a ``bytea`` (as :func:`infer` types a parameter in its place: ``INSERT INTO t VALUES
     ('\\x0102')`` into a bytea column, ``b = '\\x01'`` beside one) ends in the text:
     PostgreSQL reads such a literal by bytea's input (``\\x0102`` is two bytes), the
-    engines by their own string-to-blob cast."""
-    return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA,
-                                         lambda text: "\\" in text)]
+    engines by their own string-to-blob cast. In ``b = ANY(ARRAY['...', ...])`` every
+    string is one (DuckDB compares no BLOB with a list of VARCHAR)."""
+    if "[" not in sql:
+        return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA,
+                                             lambda text: "\\" in text)]
+    toks = _tokens(sql)
+    listed = set()
+    for k, t in enumerate(toks):
+        if t.kind == "str":
+            j = k - 1
+            while j > 0 and toks[j].text == "," and toks[j - 1].kind in ("param", "num", "str"):
+                j -= 2
+            if _array_of_any(toks, j):
+                listed.add(t.end)
+    return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA, lambda text: True)
+            if "\\" in t.text or t.end in listed]
+
+
+def _array_of_any(toks: list[_Tok], j: int) -> bool:
+    """Whether ``toks[j]`` opens the ``ARRAY[`` of ``x = ANY(ARRAY[...])`` (or ``ALL``,
+    ``SOME``, another comparison)."""
+    return 4 <= j < len(toks) and toks[j].text == "[" and toks[j - 1].text == "ARRAY" and \
+        toks[j - 2].text == "(" and toks[j - 3].text in ("ANY", "ALL", "SOME") and \
+        toks[j - 4].text in _COMPARE
 
 
 def typed_strings(sql: str, tables: dict[str, str], columns: Columns, oid: int,
@@ -226,6 +248,8 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
             j -= 2
         if at(j).text == "(" and at(j - 1).text == "IN":
             return ref_type(at(j - 2 - (at(j - 2).text == "NOT")))
+        if _array_of_any(toks, j):  # col = ANY(ARRAY[$1, $2, ...])
+            return operand_type(j - 5, -1, False)
         return 0
 
     for k, tok in enumerate(toks):
@@ -342,8 +366,11 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
         items[-1].append(t)
     out: list[tuple[int, str]] = []
     for place, item in enumerate(items):
-        if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")):
-            break  # (a star: the places after it are not known)
+        if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")) \
+                or item[0].text == "*" or (len(item) > 2 and item[1].text == "." and
+                                           item[2].text == "*") or (
+                item[0].kind == "ref" and item[0].text in ("COLUMNS", "UNPACK")):
+            break  # (a star, * EXCLUDE (a), COLUMNS(...): the places after it are not known)
         before = len(out)
         if item[0].kind == "param" and len(item) == 1:
             out.append((place, "?column?"))
@@ -357,7 +384,7 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
             if words and (not rest or (rest[0].text == "(" and rest[-1].text == ")")):
                 written = " ".join(words)
                 out.append((place, _CAST_COLUMN.get(written, written)))
-        if len(out) == before:  # an expression holding a parameter
+        if len(out) == before:  # an expression (with a parameter or not)
             named = _expression_name(item)
             if named is not None:
                 out.append((place, named))
@@ -386,8 +413,6 @@ def _expression_name(item: list[_Tok]) -> str | None:
     the engines name it after the text with the value written in (DuckDB:
     ``upper('s3cr3t')``, ``('s3cr3t' || 'x')``); None for no parameter, an alias, a
     subquery (named by its own select list) or a shape not known."""
-    if not any(t.kind == "param" for t in item):
-        return None
     depth = 0
     for t in item:
         depth += (t.text in _OPEN) - (t.text in _CLOSE)
@@ -403,8 +428,13 @@ def _expression_name(item: list[_Tok]) -> str | None:
         if not item:
             return None
     first = item[0]
-    if first.kind == "ref" and len(item) >= 3 and item[1].text == "(" and \
-            _closing(item, 1) == len(item) - 1:
+    cast = _cast_name(item)
+    if cast is not None:
+        return cast
+    if first.kind == "ref" and len(item) >= 3 and item[1].text == "(" and (
+            _closing(item, 1) == len(item) - 1 or (
+            _closing(item, 1) > 0 and item[_closing(item, 1) + 1].kind == "ref" and
+            item[_closing(item, 1) + 1].text in ("FILTER", "OVER", "WITHIN"))):
         if first.text == "CAST":
             at = next((k for k, t in enumerate(item) if t.text == "AS"), -1)
             words = [t.parts[-1].lower() for t in item[at + 1:-1] if t.kind == "ref"]
@@ -416,5 +446,37 @@ def _expression_name(item: list[_Tok]) -> str | None:
     if first.kind == "ref" and first.text in ("CASE", "ARRAY"):
         return first.text.lower()
     if first.kind == "ref" and len(item) == 1:
-        return None  # (a column)
+        return None  # (a column, or a word such as current_date: the engines name it)
+    if first.kind == "ref" and item[-1].kind == "str" and all(
+            t.kind == "ref" for t in item[:-1]) and first.text not in ("U", "B", "X"):
+        written = " ".join(t.parts[-1].lower() for t in item[:-1])  # date '2026-01-01'
+        return _CAST_COLUMN.get(written, written)
     return "?column?"
+
+
+def _cast_name(item: list[_Tok]) -> str | None:
+    """The type's name of ``item`` when its outermost node is a ``::`` cast (``1::int``:
+    ``int4``, ``(a + b)::numeric``, ``x::text``; not ``1 + 2::int``, whose node is the
+    ``+``), else None."""
+    at = next((k for k in range(len(item) - 1, 0, -1) if item[k].text == "::"), -1)
+    if at < 1:
+        return None
+    words = []
+    for t in item[at + 1:]:
+        if t.kind != "ref" or t.text == "AS":
+            break
+        words.append(t.parts[-1].lower())
+    rest = item[at + 1 + len(words):]
+    if not words or (rest and not (rest[0].text in _OPEN and rest[-1].text in _CLOSE)):
+        return None  # (varchar(10) and int[] are named by their base type)
+    head = item[:at]
+    if head[-1].text in _CLOSE:  # (a + b)::t, f(x)::t, ARRAY[1]::t
+        opened = next((k for k in range(len(head)) if _closing(head, k) == len(head) - 1),
+                      -1)
+        if not (opened == 0 or (opened == 1 and head[0].kind == "ref")):
+            return None
+    elif len(head) != 1 or head[0].kind not in ("num", "str", "param", "ref"):
+        if not (len(head) >= 3 and head[-2].text == "::" and _cast_name(head) is not None):
+            return None  # (1 + 2::int: the node is the +; x::text::int: the last cast)
+    written = " ".join(words)
+    return _CAST_COLUMN.get(written, written)

@@ -167,17 +167,19 @@ def _rename(columns: list[tuple[str, int]],
     return out
 
 
-def _parameter_names(sql: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """``columns`` of ``sql`` with a parameter alone in the select list named as PostgreSQL
-    names it (:func:`._paramtypes.parameter_columns`: ``?column?``), not after its value."""
-    if "$" not in sql:
-        return columns
+def _parameter_names(sql: str, columns: list[tuple[str, int]],
+                     renames: dict[str, list[str]] | None = None) -> list[tuple[str, int]]:
+    """``columns`` of ``sql`` with an expression of its select list without an alias named
+    as PostgreSQL names it (:func:`._paramtypes.parameter_columns`: ``$1``, ``1`` and
+    ``a + 1`` are ``?column?``, ``1::int`` is ``int4``, ``upper(x)`` is ``upper``), not
+    after the text the engine read; a column named by a literal ``renames`` maps back
+    (:meth:`Session._identity`) is left for :func:`_rename`."""
     named = _paramtypes.parameter_columns(sql)
     if not named:
         return columns
     out = list(columns)
     for place, name in named:
-        if place < len(out):
+        if place < len(out) and not (renames and out[place][0] in renames):
             out[place] = (name, out[place][1])
     return out
 
@@ -1021,10 +1023,10 @@ class Session:
                     else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
                                                                          params)
+            if head == "SELECT" and result.columns:
+                result.columns = _parameter_names(sql, result.columns, renames)
             if renames and result.columns is not None:
                 result.columns = _rename(result.columns, renames)
-            if head == "SELECT" and result.columns:
-                result.columns = _parameter_names(sql, result.columns)
             return result
         except Exception as exc:
             raise timer.error(statement_error(exc)) from None
@@ -1672,10 +1674,10 @@ class Session:
                         text, renames = self._identity(
                             self._execute_text(st.sql) if head == "EXECUTE" else st.sql)
                         st.columns = await self._timed(self.engine.describe, text)
+                        if head == "SELECT" and st.columns:
+                            st.columns = _parameter_names(text, st.columns, renames)
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)
-                        if head == "SELECT" and st.columns:
-                            st.columns = _parameter_names(text, st.columns)
                     st.described = True
                 if not st.typed:
                     await self._infer_parameters(st)

@@ -360,18 +360,20 @@ _E_ESCAPES = {"\\": "\\", "'": "'", "n": "\n", "t": "\t", "r": "\r", "b": "\b", 
 
 def bytea_literals(sql: str, spell: Callable[[str], str]) -> str:
     """``sql`` with each string literal PostgreSQL reads as a ``bytea`` (``'\\x0102'::bytea``,
-    ``CAST('...' AS bytea)``, ``bytea '...'``; also ``E'...'``) written as ``spell`` of the
-    literal's text (its value as PostgreSQL reads the string, before ``bytea``'s input
-    function reads it): the engines read a string cast to a blob their own way (DuckDB
-    takes ``\\x01`` as one escaped byte and the rest as text, SQLite's CAST makes a number
-    of it), so the literal is replaced by the engine's own spelling of the bytes."""
+    ``CAST('...' AS bytea)``, ``bytea '...'``; also ``E'...'`` and ``$$...$$``) written
+    as ``spell`` of the literal's text (its value as PostgreSQL reads the string, before
+    ``bytea``'s input function reads it): the engines read a string cast to a blob their
+    own way (DuckDB takes ``\\x01`` as one escaped byte and the rest as text, SQLite's CAST
+    makes a number of it), so the literal is replaced by the engine's own spelling of the bytes."""
     if "bytea" not in sql.lower():
         return sql
     out, pos = [], 0
     for kind, s, e in _scan(sql):
-        if kind != "quoted" or sql[s] != "'":
+        if kind != "quoted" or sql[s] not in "'$":
             continue
-        escaped = s > 0 and sql[s - 1] in "eE" and (s < 2 or not _ident(sql[s - 2]))
+        dollar = sql[s] == "$"  # $$...$$, $tag$...$tag$: the text between the tags
+        escaped = not dollar and s > 0 and sql[s - 1] in "eE" and (
+            s < 2 or not _ident(sql[s - 2]))
         start = s - 1 if escaped else s
         if (m := _BYTEA_AFTER.match(sql, e)) is not None:
             end = m.end()
@@ -383,7 +385,10 @@ def bytea_literals(sql: str, spell: Callable[[str], str]) -> str:
         else:
             continue
         body = sql[s + 1:e - 1].replace("''", "'")
-        if escaped:
+        if dollar:
+            tag = sql.index("$", s + 1) + 1 - s
+            body = sql[s + tag:e - tag]
+        elif escaped:
             body = _unescape(sql[s + 1:e - 1])
         out.append(sql[pos:start])
         out.append(spell(body))
@@ -414,6 +419,73 @@ def _unescape(body: str) -> str:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+def standard_strings(sql: str) -> str:
+    """``sql`` with each escape string (``E'a\\tb'``) written as the standard string of its
+    value (``'a<tab>b'``), as PostgreSQL reads it: ``\\b \\f \\n \\r \\t``, an octal
+    (``\\101``), hex (``\\x41``) or Unicode (``\\u00e9``, ``\\U0001F600``) code, any other
+    character after a backslash itself (``\\\\``, ``\\'``), ``''`` a quote; for an engine
+    that has no escape strings (SQLite). A NUL (``\\0``) fails: PostgreSQL's text holds
+    none."""
+    if "'" not in sql or ("e'" not in sql and "E'" not in sql):
+        return sql
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind != "quoted" or sql[s] != "'" or s == 0 or sql[s - 1] not in "eE" or (
+                s >= 2 and _ident(sql[s - 2]) and not _number_before(sql, s - 1)):
+            continue
+        value = _escape_string_value(sql[s + 1:e - 1])
+        out.append(sql[pos:s - 1])
+        out.append((" '" if s >= 2 and _ident(sql[s - 2]) else "'")
+                   + value.replace("'", "''") + "'")
+        pos = e
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def _number_before(sql: str, i: int) -> bool:
+    """Whether the text before ``i`` ends in a number (``1E'...'``: a number, then an
+    escape string), not a name (``nameE'...'``)."""
+    m = re.search(r"[\w$]+$", sql[:i])
+    return m is not None and m.group()[0].isdigit()
+
+
+_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|"
+                     r"U([0-9A-Fa-f]{8})|(.))|''", re.S)
+
+
+def _escape_string_value(body: str) -> str:
+    """The value of the escape string ``E'body'`` (see :func:`standard_strings`): octal
+    and hex escapes are bytes, the rest UTF-8; bytes that are not UTF-8, or a NUL, fail
+    (ServerError), as in PostgreSQL."""
+    out, pos = bytearray(), 0
+    for m in _ESCAPE.finditer(body):
+        out += body[pos:m.start()].encode()
+        pos = m.end()
+        octal, hexa, u4, u8, other = m.groups()
+        if m.group() == "''":
+            out += b"'"
+        elif other is not None:
+            out += _E_ESCAPES.get(other, other).encode()
+        elif octal or hexa:
+            out.append(int(octal, 8) & 0xFF if octal else int(hexa, 16))
+        else:
+            code = int(u4 or u8, 16)
+            if code == 0 or code > 0x10FFFF or 0xD800 <= code < 0xE000:
+                raise ServerError(f"invalid Unicode escape value in an E'' string: "
+                                  f"{m.group()}")
+            out += chr(code).encode()
+    out += body[pos:].encode()
+    if 0 in out:
+        raise ServerError('invalid byte sequence for encoding "UTF8": 0x00')
+    try:
+        return out.decode()
+    except UnicodeDecodeError as exc:
+        raise ServerError('invalid byte sequence for encoding "UTF8": 0x'
+                          + out[exc.start:exc.start + 1].hex()) from None
 
 
 def replace_calls(sql: str, name: str, template: str | Callable[[str], str]) -> str:

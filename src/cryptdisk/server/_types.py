@@ -352,6 +352,54 @@ def _has_map(t: pa.DataType) -> bool:
     return False
 
 
+def has_wide(t: pa.DataType) -> bool:
+    """:func:`cryptdisk.db.has_wide` (a ``DECIMAL(38,0)``, alone or nested, which may be a
+    wrapped ``UHUGEINT``), looking in a ``MAP``'s keys and values too."""
+    from ..db import has_wide as wide
+
+    if pa.types.is_map(t):
+        return has_wide(t.key_type) or has_wide(t.item_type)
+    if pa.types.is_struct(t):
+        return any(has_wide(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return has_wide(t.value_type)
+    return wide(t)
+
+
+def _exact_map(column: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
+    """The ``MAP`` column ``column`` of DuckDB type ``kind`` (``MAP(K, V)``) with the
+    ``UHUGEINT`` in its keys or values exact (:func:`cryptdisk.db.exact_uhugeint`) and as
+    their text (the map is sent as DuckDB's text of it, and DuckDB reads no Arrow
+    ``DECIMAL(39,0)``); a column it cannot match is left as it is."""
+    from ..db import exact_uhugeint
+
+    m = re.fullmatch(r"\s*MAP\((.*)\)\s*", kind, re.I | re.S)
+    t = column.type
+    if m is None or not pa.types.is_map(t):
+        return column
+    depth, cut = 0, -1
+    for i, c in enumerate(m[1]):
+        depth += (c in "([") - (c in ")]")
+        if c == "," and depth == 0:
+            cut = i
+            break
+    if cut < 0:
+        return column
+    kinds = (m[1][:cut].strip(), m[1][cut + 1:].strip())
+    import pyarrow.compute as pc
+
+    chunks = []
+    for chunk in column.chunks:
+        parts = [chunk.keys, chunk.items]  # (all of its arrays': offsets say where)
+        for j in (0, 1):
+            if "UHUGEINT" in kinds[j].upper() and has_wide(parts[j].type):
+                parts[j] = pc.cast(exact_uhugeint(pa.chunked_array([parts[j]]), kinds[j]),
+                                   pa.string()).combine_chunks()
+        chunks.append(pa.MapArray.from_arrays(chunk.offsets, parts[0], parts[1],
+                                              mask=chunk.is_null()))
+    return pa.chunked_array(chunks) if chunks else column
+
+
 def _zone(t: pa.DataType) -> str | None:
     """The time zone of the first ``TIMESTAMPTZ`` in Arrow type ``t`` (DuckDB exports its
     session's ``TimeZone`` there), None for none."""
@@ -386,6 +434,9 @@ def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
         elif _has_map(field.type):
             import duckdb
 
+            if kinds is not None and len(kinds) == table.num_columns and \
+                    "UHUGEINT" in kinds[i].upper():
+                column = _exact_map(column, kinds[i])
             con = duckdb.connect()
             try:
                 zone = (_zone(field.type) or "UTC").replace("'", "''")
