@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import cryptdisk
@@ -659,3 +659,220 @@ def test_granule_reads_drop_their_mapped_ciphertext_once(tmp_path, monkeypatch):
     drops = [(a, b) for a, b, need in hints if not need]
     assert all(any(a <= lo and hi <= b for a, b in drops) for lo, hi, _o in reads)
     assert len(drops) <= 5  # the open and one per column read, not one per run read
+
+
+# -- PLAIN pages decoded straight into Arrow arrays ------------------------------------------
+
+_DIRECT_TYPES = {"i64": pa.int64(), "i32": pa.int32(), "f64": pa.float64(),
+                 "f32": pa.float32(), "d": pa.date32(), "s": pa.string()}
+
+
+def _granule_of(table, compression, rows_per_page, first, last):
+    """The pages of each column of ``table`` (written without dictionaries) holding rows
+    ``first..last``; (meta, read, {name: pages})."""
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, table.schema, compression=compression, use_dictionary=False,
+                          max_rows_per_page=rows_per_page) as writer:
+        writer.write_table(table, row_group_size=len(table))
+    raw = sink.getvalue()
+    meta = pq.read_metadata(pa.BufferReader(raw))
+
+    def read(offset, n):
+        return memoryview(raw)[offset : offset + n]
+
+    pages = {}
+    for j, name in enumerate(table.column_names):
+        col = meta.row_group(0).column(j)
+        spans = _granule.page_spans(read, *_chunk_start_end(col), col.num_values)
+        pages[name] = [p for p in spans if p.first_row <= last and p.first_row + p.rows > first
+                       and not p.dictionary]
+    return meta, read, pages
+
+
+def _through_parquet(meta, j, pages, read, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(_granule, "decode_plain_pages", lambda *a: None)
+        return _granule.decode_pages(meta, 0, j, pages, read)
+
+
+_texts = st.one_of(st.text(max_size=40), st.sampled_from(["", "é", "日本語", "x" * 5000]))
+
+
+@settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(data=st.data(), compression=st.sampled_from(["none", "lz4", "zstd", "snappy"]),
+       nulls=st.booleans(), same_width=st.booleans())
+def test_plain_pages_decoded_directly_equal_pyarrows_decoding(data, compression, nulls,
+                                                              same_width):
+    """Every type the direct decoder takes, with and without NULLs (NaN, infinities,
+    extremes, empty and non-ASCII strings): its arrays equal pyarrow's reading of the same
+    pages, and fixed-width columns and strings of one width never fall back."""
+    import unittest.mock
+
+    n = data.draw(st.integers(1, 120))
+    per_page = data.draw(st.integers(1, 64))
+    first = data.draw(st.integers(0, n - 1))
+    last = data.draw(st.integers(first, n - 1))
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n))) if nulls \
+        else np.zeros(n, bool)
+    ints = np.array(data.draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n,
+                                       max_size=n)), np.int64)
+    floats = np.array(data.draw(st.lists(st.floats(allow_nan=True, allow_infinity=True),
+                                         min_size=n, max_size=n)))
+    if same_width:
+        width = data.draw(st.sampled_from([0, 1, 32, 300]))
+        texts = [data.draw(st.text(min_size=width, max_size=width).filter(
+            lambda t, w=width: len(t.encode()) == w)) if width < 32 else
+            ("é" * width)[: width // 2] + "x" * (width - 2 * (width // 2)) for _ in range(n)]
+    else:
+        texts = data.draw(st.lists(_texts, min_size=n, max_size=n))
+    table = pa.table({
+        "i64": pa.array(ints, mask=mask),
+        "i32": pa.array((ints % 2**31).astype(np.int32), mask=mask),
+        "f64": pa.array(floats, mask=mask),
+        "f32": pa.array(np.clip(np.nan_to_num(floats, nan=np.nan), -3e38, 3e38).astype(
+            np.float32), mask=mask),
+        "d": pa.array((ints % 100_000).astype(np.int32), mask=mask).cast(pa.date32()),
+        "s": pa.array(texts, pa.string(), mask=mask),
+    })
+    meta, read, pages = _granule_of(table, compression, per_page, first, last)
+    want_rows = sum(p.rows for p in pages["i64"])
+    for j, name in enumerate(table.column_names):
+        want = _through_parquet(meta, j, pages[name], read, unittest.mock.MagicMock())
+        assert want is not None and len(want) == want_rows
+        described = _granule.granule_schema(meta, j)
+        got = _granule.decode_plain_pages(compression.upper() if compression != "none"
+                                          else "UNCOMPRESSED", pages[name], read,
+                                          described[0], described[1], described[4])
+        texts_vary = name == "s" and len({len(t.encode()) for t in
+                                          table.column("s").to_pylist()[
+                                              pages["s"][0].first_row:
+                                              pages["s"][-1].first_row + pages["s"][-1].rows]
+                                          if t is not None}) > 1
+        if texts_vary:
+            assert got is None  # strings of several widths: pyarrow's reader decodes them
+            continue
+        assert got is not None, name
+        got.validate(full=True)
+        assert got.type == _DIRECT_TYPES[name]
+        assert got.null_count == want.null_count
+        if name in ("f64", "f32"):  # NaN != NaN: the defined values' bits are equal
+            assert got.is_valid().equals(want.is_valid())
+            bits = np.int64 if name == "f64" else np.int32
+            assert np.array_equal(got.drop_null().to_numpy().view(bits),
+                                  want.drop_null().to_numpy().view(bits)), name
+        else:
+            assert got.equals(want), name
+
+
+def test_plain_pages_are_decoded_without_pyarrows_parquet_reader(monkeypatch):
+    """A point query's granule of PLAIN pages builds no Parquet file (before the direct
+    decoder, every granule went through ParquetReader)."""
+    table = pa.table({"k": pa.array(np.arange(1000, dtype=np.int64)),
+                      "s": pa.array([f"{i:032x}" if i % 3 else None for i in range(1000)]),
+                      "f": pa.array(np.linspace(0, 1, 1000))})
+    meta, read, pages = _granule_of(table, "lz4", 100, 250, 260)
+
+    def refuse(*a, **k):
+        raise AssertionError("ParquetReader used")
+
+    monkeypatch.setattr(_granule, "ParquetReader", refuse)
+    for j, name in enumerate(table.column_names):
+        got = _granule.decode_pages(meta, 0, j, pages[name], read)
+        assert got.equals(table.column(name).slice(200, 100).combine_chunks())
+
+
+def test_pages_the_direct_decoder_does_not_take_go_through_pyarrow():
+    table = pa.table({"b": pa.array([i % 3 == 0 for i in range(500)]),
+                      "lo": pa.array([f"x{i % 5}" for i in range(500)]),
+                      "v": pa.array(["x" * (i % 4) for i in range(500)])})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, use_dictionary=["lo"], max_rows_per_page=100,
+                   compression="none")
+    raw = sink.getvalue()
+    meta = pq.read_metadata(pa.BufferReader(raw))
+
+    def read(offset, n):
+        return raw[offset : offset + n]
+
+    for j, name in enumerate(table.column_names):
+        col = meta.row_group(0).column(j)
+        spans = _granule.page_spans(read, *_chunk_start_end(col), col.num_values)
+        data = [p for p in spans if not p.dictionary]
+        described = _granule.granule_schema(meta, j)
+        assert _granule.decode_plain_pages("UNCOMPRESSED", data[1:3], read, described[0],
+                                           described[1], described[4]) is None, name
+        got = _granule.decode_pages(meta, 0, j, [p for p in spans if p.dictionary]
+                                    + data[1:3], read)
+        assert got.equals(table.column(name).slice(100, 200).combine_chunks()), name
+
+
+def _one_page(compression="none"):
+    table = pa.table({"k": pa.array(np.arange(200, dtype=np.int64),
+                                    mask=np.arange(200) % 7 == 0),
+                      "s": pa.array([f"{i:08d}" for i in range(200)])})
+    meta, read, pages = _granule_of(table, compression, 200, 0, 199)
+    return table, meta, {name: bytes(read(p.start, p.end - p.start)) for name, (p,) in
+                         pages.items()}
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_direct_decoder_fuzz_damaged_pages_give_none_or_rows_never_a_crash(compression,
+                                                                           data):
+    """Page bytes on a plain disk are not authenticated: a mutated or truncated page
+    gives None (the caller then decodes through pyarrow, which reports the damage) or an
+    array of the page's rows and type, and reads nothing outside the page."""
+    table, meta, raw_pages = _one_page(compression)
+    name = data.draw(st.sampled_from(["k", "s"]))
+    page = bytearray(raw_pages[name])
+    for _ in range(data.draw(st.integers(0, 6))):
+        page[data.draw(st.integers(0, len(page) - 1))] = data.draw(st.integers(0, 255))
+    page = page[: data.draw(st.integers(0, len(page)))]
+    buf = bytes(page)
+    span = _granule.PageSpan(0, len(raw_pages[name]), 0, 200, False)
+    j = table.column_names.index(name)
+    described = _granule.granule_schema(meta, j)
+    got = _granule.decode_plain_pages("LZ4" if compression == "lz4" else "UNCOMPRESSED",
+                                      [span], lambda o, n: buf[o : o + n], described[0],
+                                      described[1], described[4])
+    if got is not None:
+        got.validate(full=True)
+        assert len(got) == 200 and got.type == described[0]
+
+
+def test_a_truncated_page_falls_back_and_reports_a_page_error():
+    _table, meta, raw_pages = _one_page()
+    buf = raw_pages["k"][:-9]
+    span = _granule.PageSpan(0, len(raw_pages["k"]), 0, 200, False)
+    described = _granule.granule_schema(meta, 0)
+    read = lambda o, n: buf[o : o + n]  # noqa: E731
+    assert _granule.decode_plain_pages("UNCOMPRESSED", [span], read, described[0],
+                                       described[1], described[4]) is None
+    with pytest.raises(_granule.PageError, match="past the end"):
+        _granule.decode_pages(meta, 0, 0, [span], read)
+
+
+def test_strings_of_one_width_that_are_not_utf8_are_not_decoded_directly():
+    """The direct path checks the text: ASCII at once, anything else value by value (a
+    2-byte character split across two values is not UTF-8 in either)."""
+    def decode(raw):
+        at = span.start
+        return _granule.decode_plain_pages("UNCOMPRESSED", [span],
+                                           lambda o, n: raw[o - at : o - at + n],
+                                           described[0], described[1], described[4])
+
+    table = pa.table({"s": pa.array(["abc", "cde", "éx", "xyz"])})
+    meta, read, pages = _granule_of(table, "none", 4, 0, 3)
+    (span,) = pages["s"]
+    page = bytes(read(span.start, span.end - span.start))
+    described = _granule.granule_schema(meta, 0)
+    assert decode(page).to_pylist() == ["abc", "cde", "éx", "xyz"]
+    # "éx" -> b"\xc3" "x" "\xa9": a lead byte without its continuation, and a stray one
+    broken = page.replace(b"\xc3\xa9x", b"\xc3x\xa9")
+    assert broken != page
+    assert decode(broken) is None
+    # the same bytes as one run would be valid UTF-8 across values: "ab\xc3" + "\xa9xy"
+    split = page.replace(b"abc", b"ab\xc3").replace(b"\x03\x00\x00\x00cde",
+                                                    b"\x03\x00\x00\x00\xa9de")
+    assert decode(split) is None

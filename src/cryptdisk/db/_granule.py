@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
 __all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_chunk_pages",
-           "decode_pages", "granule_schema", "leaf_schema", "page_spans", "plain_page_prefix",
-           "plain_page_problem", "walked_all"]
+           "decode_pages", "decode_plain_pages", "granule_schema", "leaf_schema", "page_spans",
+           "plain_page_prefix", "plain_page_problem", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -353,6 +353,10 @@ def decode_chunk_pages(name: str, compression: str, encoding_names: list[str],
     encodings = [_ENCODINGS.get(e) for e in encoding_names]
     if codec is None or any(e is None for e in encodings):
         return None
+    if not any(p.dictionary for p in pages):
+        direct = decode_plain_pages(compression, pages, read, typ, physical, optional)
+        if direct is not None:
+            return direct
     dictionary_offset = None
     values = 0
     pos = 4  # after PAR1
@@ -409,6 +413,183 @@ def decode_chunk_pages(name: str, compression: str, encoding_names: list[str],
     if arr.type != typ or len(arr) != values:
         return None
     return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+
+
+# -- PLAIN data pages decoded straight into Arrow arrays ------------------------------------
+
+#: pyarrow's name of a chunk's codec -> pyarrow's codec for its pages (Parquet's LZ4_RAW is
+#: pyarrow's "LZ4"); None: the pages are not compressed
+_PAGE_CODECS: dict[str, str | None] = {"UNCOMPRESSED": None, "LZ4": "lz4_raw",
+                                       "ZSTD": "zstd", "SNAPPY": "snappy"}
+#: Parquet physical type id -> the NumPy type of its PLAIN values
+_PLAIN_WIDTH = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
+_PLAIN_BYTE_ARRAY = 6
+_ENC_PLAIN, _ENC_RLE = 0, 3
+#: the most a page decompressed here may grow (LZ4's bound is about 255)
+_MAX_RATIO = 256
+
+
+def decode_plain_pages(compression: str, pages: list[PageSpan],
+                       read: Callable[[int, int], Any], typ: pa.DataType, physical: int,
+                       optional: bool) -> pa.Array | None:
+    """Data pages (v1, PLAIN values, RLE definition levels of a flat column) decoded into
+    one Arrow array of ``typ`` without pyarrow's Parquet reader; None for anything else
+    (a dictionary, another encoding or page version, strings of different lengths, pages
+    that do not add up), which the caller decodes through a Parquet file of its own.
+
+    Fixed-width values (INT32, INT64, FLOAT, DOUBLE) are read as they are; BYTE_ARRAY
+    values only when every value of a page has the same length (hashes, UUIDs, codes),
+    which a strided view checks at once. Every size is checked against the page's bytes
+    before it is used."""
+    import numpy as np
+
+    if compression.upper() not in _PAGE_CODECS:
+        return None
+    name = _PAGE_CODECS[compression.upper()]
+    if physical not in _PLAIN_WIDTH and physical != _PLAIN_BYTE_ARRAY:
+        return None
+    codec = None
+    if name is not None:
+        if not pa.Codec.is_available(name):
+            return None
+        codec = pa.Codec(name)
+    arrays = []
+    for p in pages:
+        n = p.end - p.start
+        raw = read(p.start, n)
+        if len(raw) != n:
+            return None
+        try:
+            header, used = _read_struct(raw, 0)
+        except PageError:
+            return None
+        sub = header.get(5)
+        size, plain_size = header.get(3), header.get(2)
+        if (header.get(1) != _DATA_PAGE or not isinstance(sub, dict)
+                or sub.get(1) != p.rows or sub.get(2) != _ENC_PLAIN
+                or (optional and sub.get(3) != _ENC_RLE)
+                or size != n - used or not isinstance(plain_size, int) or plain_size < 0):
+            return None
+        body: Any = memoryview(raw)[used:]
+        if codec is not None and plain_size > _MAX_RATIO * len(body) + 64:
+            return None  # not allocated on a header's word (pyarrow's reader judges it)
+        if codec is not None:
+            try:
+                body = memoryview(codec.decompress(body, decompressed_size=plain_size))
+            except (pa.ArrowException, ValueError, OSError):  # (damaged: "Corrupt Lz4 ...")
+                return None
+        if len(body) != plain_size:
+            return None
+        arr = _plain_page(np, body, p.rows, typ, physical, optional)
+        if arr is None:
+            return None
+        arrays.append(arr)
+    if not arrays:
+        return None
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _levels(np: Any, body: Any, rows: int) -> tuple[Any, int] | None:
+    """A v1 page's definition levels of a column whose highest level is 1 (a 4-byte
+    length, then runs of the RLE / bit-packed hybrid of width 1): (a bool array of
+    ``rows``, or None if every row is defined; where the values begin), or None."""
+    if len(body) < 4:
+        return None
+    length = int.from_bytes(body[:4], "little")
+    end = 4 + length
+    if end > len(body):
+        return None
+    pos, filled = 4, 0
+    runs: list[Any] = []
+    while filled < rows:
+        try:
+            head, pos = _varint(body, pos)
+        except PageError:
+            return None
+        if head & 1:  # bit-packed: groups of 8 values, one byte a group at width 1
+            groups = head >> 1
+            if not groups or pos + groups > end:
+                return None
+            bits = np.unpackbits(np.frombuffer(body, np.uint8, groups, pos),
+                                 bitorder="little")
+            take = min(len(bits), rows - filled)
+            runs.append(bits[:take].astype(bool))
+            pos += groups
+        else:  # a run of one value, in one byte
+            count = head >> 1
+            if not count or pos >= end or body[pos] > 1:
+                return None
+            take = min(count, rows - filled)
+            runs.append(np.full(take, body[pos] == 1))
+            pos += 1
+        filled += take
+    if pos != end:
+        return None
+    defined = runs[0] if len(runs) == 1 else np.concatenate(runs)
+    return (None if defined.all() else defined), end
+
+
+def _plain_page(np: Any, body: Any, rows: int, typ: pa.DataType, physical: int,
+                optional: bool) -> pa.Array | None:
+    defined = None
+    at = 0
+    if optional:
+        found = _levels(np, body, rows)
+        if found is None:
+            return None
+        defined, at = found
+    present = rows if defined is None else int(np.count_nonzero(defined))
+    values = body[at:]
+    validity = None if defined is None else pa.py_buffer(
+        np.packbits(defined, bitorder="little"))
+    nulls = rows - present
+    if physical != _PLAIN_BYTE_ARRAY:
+        dtype = np.dtype(_PLAIN_WIDTH[physical])
+        if len(values) != present * dtype.itemsize:
+            return None
+        got = np.frombuffer(values, dtype, present)
+        if defined is None:
+            full = got.copy()
+        else:
+            full = np.zeros(rows, dtype)
+            full[defined] = got
+        return pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(full)], nulls)
+    if not pa.types.is_string(typ):
+        return None
+    if present:  # every value as long as the first, or not decoded here
+        if len(values) < 4:
+            return None
+        width = int.from_bytes(values[:4], "little")
+        if len(values) != present * (4 + width) or present * width >= 1 << 31:
+            return None
+        if width:  # (length, bytes) records: the lengths checked, the bytes copied out
+            table = np.frombuffer(values, np.dtype([("n", "<u4"), ("v", f"V{width}")]),
+                                  present)
+            if not (table["n"] == width).all():
+                return None
+            data = table["v"].copy()
+        else:
+            if not (np.frombuffer(values, "<u4", present) == 0).all():
+                return None
+            data = np.zeros(0, np.uint8)
+    else:
+        if len(values):
+            return None
+        width, data = 0, np.zeros(0, np.uint8)
+    if defined is None:
+        offsets = np.arange(rows + 1, dtype=np.int32) * np.int32(width)
+    else:
+        offsets = np.zeros(rows + 1, np.int32)
+        np.cumsum(defined * np.int32(width), out=offsets[1:])
+    arr = pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(offsets),
+                                            pa.py_buffer(data)], nulls)
+    text = data.view(np.uint8)
+    if len(text) and text.max() >= 0x80:  # not all ASCII: each value must be UTF-8
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    return arr
 
 
 # -- the page index written with a part -----------------------------------------------------
