@@ -231,6 +231,31 @@ def test_an_expression_without_a_parameter_is_named_as_postgresql_names_it(
             "a", "a", "b", "c"]
 
 
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_cast_of_a_column_or_a_call_keeps_its_name(srv, prepare) -> None:
+    """A cast is named after what it casts when that has a name, as PostgreSQL's
+    FigureColname does: ``CAST(a AS text)`` is ``a``, ``CAST(count(*) AS int)`` is
+    ``count``; only a cast of a literal, a parameter or an operator is its type's name
+    (the server named ``count(*)::int`` ``int4``, so a client reading ``row["count"]`` or
+    ``row["id"]`` of ``id::text`` found no such column)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute('CREATE TABLE t (a INTEGER, "B" TEXT)')
+        conn.execute("INSERT INTO t VALUES (2, 'x')")
+        cur = conn.cursor()
+        cur.execute('SELECT CAST(a AS text), CAST(count(*) AS bigint), CAST(t."B" AS text), '
+                    "CAST(CAST(a AS bigint) AS text), CAST(CAST(1 AS int) AS text), "
+                    "CAST(a + 1 AS text) FROM t GROUP BY a, \"B\"", prepare=prepare)
+        assert cur.fetchall() == [("2", 1, "x", "2", "1", "3")]
+        assert [d.name for d in cur.description] == ["a", "count", "B", "a", "text", "text"]
+        if srv.server.engine.__class__.__name__ == "SQLiteEngine":
+            return  # (SQLite reads no :: cast)
+        cur.execute("SELECT a::text, count(*)::int, (a)::text, upper(\"B\")::varchar(3), "
+                    "a::bigint::text, (a + 1)::text, 1::int, a::int IS NULL "
+                    "FROM t GROUP BY a, \"B\"", prepare=prepare)
+        assert [d.name for d in cur.description] == [
+            "a", "count", "a", "upper", "a", "text", "int4", "?column?"]
+
+
 def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:
     from tests.server.test_psql_catalog import psql
 

@@ -377,7 +377,7 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
         elif item[0].kind == "param" and len(item) >= 3 and item[1].text == "::":
             words = []
             for t in item[2:]:
-                if t.kind != "ref" or t.text == "AS":
+                if t.kind != "ref" or t.text in _AFTER_TYPE:
                     break
                 words.append(t.parts[-1].lower())
             rest = item[2 + len(words):]
@@ -391,6 +391,9 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+#: words that end a cast's type name (``$1::int IS NULL``: the node is the IS)
+_AFTER_TYPE = frozenset({"AS", "IS", "ISNULL", "NOTNULL", "NOT", "AND", "OR", "IN", "LIKE",
+                         "ILIKE", "SIMILAR", "BETWEEN", "COLLATE", "AT", "GLOB", "REGEXP"})
 _OPEN = frozenset({"(", "["})
 _CLOSE = frozenset({")", "]"})
 #: words that end an expression and are no alias (``CASE ... END``, ``$1 IS NULL``)
@@ -436,7 +439,10 @@ def _expression_name(item: list[_Tok]) -> str | None:
             _closing(item, 1) > 0 and item[_closing(item, 1) + 1].kind == "ref" and
             item[_closing(item, 1) + 1].text in ("FILTER", "OVER", "WITHIN"))):
         if first.text == "CAST":
-            at = next((k for k, t in enumerate(item) if t.text == "AS"), -1)
+            at = _cast_as(item)
+            operand = _operand_name(item[2:at]) if at > 0 else None
+            if operand is not None:
+                return operand
             words = [t.parts[-1].lower() for t in item[at + 1:-1] if t.kind == "ref"]
             if at < 0 or not words:
                 return None
@@ -463,13 +469,16 @@ def _cast_name(item: list[_Tok]) -> str | None:
         return None
     words = []
     for t in item[at + 1:]:
-        if t.kind != "ref" or t.text == "AS":
+        if t.kind != "ref" or t.text in _AFTER_TYPE:
             break
         words.append(t.parts[-1].lower())
     rest = item[at + 1 + len(words):]
     if not words or (rest and not (rest[0].text in _OPEN and rest[-1].text in _CLOSE)):
         return None  # (varchar(10) and int[] are named by their base type)
     head = item[:at]
+    operand = _operand_name(head)
+    if operand is not None:
+        return operand
     if head[-1].text in _CLOSE:  # (a + b)::t, f(x)::t, ARRAY[1]::t
         opened = next((k for k in range(len(head)) if _closing(head, k) == len(head) - 1),
                       -1)
@@ -480,3 +489,43 @@ def _cast_name(item: list[_Tok]) -> str | None:
             return None  # (1 + 2::int: the node is the +; x::text::int: the last cast)
     written = " ".join(words)
     return _CAST_COLUMN.get(written, written)
+
+
+def _cast_as(item: list[_Tok]) -> int:
+    """Where the ``AS`` of ``CAST(x AS t)`` (``item``) is, -1 for none."""
+    depth = 0
+    for k, t in enumerate(item):
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        if depth == 1 and t.kind == "ref" and t.text == "AS":
+            return k
+    return -1
+
+
+def _operand_name(head: list[_Tok]) -> str | None:
+    """The name a cast's operand ``head`` has that PostgreSQL keeps over the cast's type
+    (FigureColname: ``a::text`` is ``a``, ``count(*)::int`` ``count``,
+    ``CAST(a::int AS text)`` ``a``), None where the type names the cast (a literal, a
+    parameter, an operator, ``CASE``, ``ARRAY``, ``ROW``)."""
+    while len(head) > 2 and head[0].text == "(" and _closing(head, 0) == len(head) - 1:
+        head = head[1:-1]
+    if not head:
+        return None
+    first = head[0]
+    if len(head) == 1:
+        if first.kind == "ref" and first.text not in ("TRUE", "FALSE", "NULL"):
+            return first.parts[-1]  # (a column, current_date: lower-cased unless quoted)
+        return None
+    depth, at = 0, -1
+    for k, t in enumerate(head):
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        if depth == 0 and t.text == "::":
+            at = k
+    if at > 0:  # a::bigint::text: the inner cast's operand, if it has a name
+        return _operand_name(head[:at])
+    if first.kind == "ref" and head[1].text == "(" and _closing(head, 1) == len(head) - 1 \
+            and first.text not in ("ROW", "ARRAY"):
+        if first.text == "CAST":
+            inner = _cast_as(head)
+            return _operand_name(head[2:inner]) if inner > 0 else None
+        return first.parts[-1].lower()
+    return None
