@@ -262,3 +262,15 @@ def test_escape_string_into_a_sqlite_table(start_server, sqlite_engine, certs) -
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-2:] == ["1|3", "(1 row)"] or \
         out.stdout.splitlines()[-2:] == ["t|3", "(1 row)"]
+
+
+def test_length_of_a_list_beside_length_of_bytea(start_server, analytical) -> None:
+    """A statement with length(bytea) runs again with each length() as PostgreSQL's; a
+    length() of a list there still counts its elements, as DuckDB's does (it counted the
+    characters of the list's text: length([1, 2, 3]) was 9)."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (b BYTEA, l VARCHAR[])")
+        conn.execute(r"INSERT INTO t VALUES ('\x0102', ['a,]', '[x']), (NULL, [])")
+        assert conn.execute("SELECT length(b), length(l), length([1, 2, 3]) FROM t "
+                            "ORDER BY 2").fetchall() == [(None, 0, 3), (2, 2, 3)]

@@ -324,9 +324,11 @@ _DUCKDB_QUOTE_LITERAL = "('''' || replace(CAST(({}) AS VARCHAR), '''', '''''') |
 
 def _pg_length(arg: str) -> str:
     """PostgreSQL's ``length(x)`` in DuckDB (whose length() has no BLOB form): a bytea's
-    bytes, anything else's characters (DuckDB settles ``typeof`` as it binds, and a CASE
-    evaluates only the branch a row takes)."""
+    bytes, a list's elements (as DuckDB's length() of a list), anything else's characters
+    (DuckDB settles ``typeof`` as it binds, and a CASE evaluates only the branch a row
+    takes; each branch binds whatever the type)."""
     return (f"(CASE WHEN typeof(({arg})) = 'BLOB' THEN octet_length(CAST(({arg}) AS BLOB)) "
+            f"WHEN typeof(({arg})) LIKE '%]' THEN json_array_length(to_json(({arg}))) "
             f"ELSE length(CAST(({arg}) AS VARCHAR)) END)")
 
 
