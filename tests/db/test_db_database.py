@@ -1090,6 +1090,19 @@ def test_table_names_match_as_duckdb_matches_them_ascii_letters_in_any_case_only
     assert sorted(db.catalog.tables) == ["État", "é"]
 
 
+def test_a_name_in_upper_case_outside_ascii_names_no_lower_case_table(db):
+    """db.table("É") and db.insert("É", ...) with only a table "é" found "é" (the lookup
+    tried the name again through str.lower, which folds É): the row went into "é" while
+    SQL (INSERT INTO "É") says there is no such table. Now "É" names no table there."""
+    db.sql('CREATE TABLE "é" (k INT)')
+    with pytest.raises(TableNotFoundError, match=r"^no table 'É'"):
+        db.table("É")
+    with pytest.raises(TableNotFoundError, match=r"^no table 'É'"):
+        db.insert("É", [{"k": 1}])
+    assert db.query('SELECT count(*) FROM "é"') == [(0,)]
+    assert db.table("é").name == "é"
+
+
 @pytest.mark.parametrize("written", ['DONNÉES_€', '"DONNÉES_€"', '"Données_€"'])
 def test_a_table_named_with_other_case_non_ascii_letters_says_how_duckdb_matches(
         db, written):

@@ -22,7 +22,7 @@ from ..errors import AuthenticationError, CatalogError, DatabaseError, FormatErr
 from ..format import HEADER_SIZE, names_known_key, read_named_header
 from ..format import open_file as cd_open
 from ..keys import Keyring
-from ._names import NameDict
+from ._names import NameDict, fold
 from ._views import ViewMeta, Views
 
 log = logging.getLogger("cryptdisk.db")
@@ -95,7 +95,8 @@ class TableMeta:
         names = [c for c, _t in self.columns]
         if name in names or not isinstance(name, str):
             return name
-        return next((c for c in names if c.lower() == name.lower()), name)
+        low = fold(name)  # (DuckDB folds ASCII letters only: É and é are two names)
+        return next((c for c in names if fold(c) == low), name)
 
     def named_filters(self, filters: Any) -> list[Any]:
         """``[(column, op, value), ...]`` with each column named as the table has it

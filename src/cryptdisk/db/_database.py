@@ -558,8 +558,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
     # -- catalog -------------------------------------------------------------------
 
     def table(self, name: str) -> TableMeta:
-        meta: TableMeta | None = (self.catalog.tables.get(name)
-                                  or self.catalog.tables.get(name.lower()))
+        meta: TableMeta | None = self.catalog.tables.get(name)  # (in any case, as DuckDB)
         if meta is None:
             known = ", ".join(sorted(self.catalog.tables)) or "none"
             raise _TableNotFound(f"no table {name!r} in {self.path} (tables: {known})")
@@ -1519,7 +1518,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
     def _temporary_table(self, name: str) -> bool:
         """Whether ``name`` (in any case) is no table of the database's but one of DuckDB's
         on this connection (``CREATE TEMP TABLE``), whose statements are DuckDB's."""
-        if name.lower() in (t.lower() for t in self.catalog.tables):
+        if name in self.catalog.tables:  # (NameDict: as DuckDB matches names)
             return False
         try:
             return bool(scalar(self.con, "SELECT count(*) FROM duckdb_tables() WHERE "
