@@ -133,3 +133,34 @@ def test_kill_9_mid_conversion_leaves_no_destination_or_a_whole_one(tmp_path, mo
             break
         kill_after += 1
     assert kill_after > 3  # the copy took several steps: kills landed mid-way
+
+
+@pytest.mark.parametrize("errno_", ["EPERM", "EOPNOTSUPP"])
+def test_conversion_onto_a_filesystem_without_hard_links(tmp_path, monkeypatch, errno_):
+    """FAT, exFAT and some network or FUSE filesystems have no hard links (link(2) fails
+    with EPERM or EOPNOTSUPP, as here): the copy is then renamed into place (after the
+    same check that nothing took DST's name), not refused after the whole copy (the
+    conversion failed there with '[Errno 1] Operation not permitted', where it worked
+    before it made its copy under a temporary name)."""
+    import errno
+
+    key = os.urandom(32)
+    keyring = cryptdisk.Keyring([cryptdisk.Key(1, key)])
+    src = tmp_path / "src.db"
+    make_source("encrypt", src, keyring, "")
+
+    def no_link(*_args, **_kwargs):
+        code = getattr(errno, errno_)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(_convert.os, "link", no_link)
+    dst = tmp_path / "out" / "dst.db"
+    dst.parent.mkdir()
+    _convert.encrypt_database(str(src), str(dst), keyring)
+    assert sorted(os.listdir(dst.parent)) == ["dst.db"]
+    assert check_whole_or_absent("encrypt", dst, keyring)
+    back = tmp_path / "back.db"
+    _convert.decrypt_database(str(dst), str(back), keyring)
+    assert os.stat(back).st_mode & 0o777 == 0o600
+    with pytest.raises(cryptdisk.errors.DatabaseError, match="already exists"):
+        _convert.encrypt_database(str(src), str(dst), keyring)

@@ -9,11 +9,12 @@ indexes, triggers and views. Neither path writes plaintext to disk.
 
 The copy is made under a temporary name beside the destination
 (``.DST.PID-XXXXXXXX.cdconvert``), synced, and linked to the destination's name only
-once whole (the link fails if a file took that name meanwhile), so a conversion killed
-at any point leaves no destination or a whole one, never an empty or partial database
-under its name. What a killed conversion left under its temporary name (its copy, and
-the journal or WAL of that copy) is deleted by the next conversion to the same
-destination once its process is gone.
+once whole (the link fails if a file took that name meanwhile; on a filesystem
+without hard links it is renamed there, the name checked free just before), so a
+conversion killed at any point leaves no destination or a whole one, never an empty or
+partial database under its name. What a killed conversion left under its temporary name
+(its copy, and the journal or WAL of that copy) is deleted by the next conversion to the
+same destination once its process is gone.
 """
 
 from __future__ import annotations
@@ -111,7 +112,15 @@ def _publish(tmp: str, dst: str) -> None:
     _fsync_path(tmp)
     try:
         _check_paths_free(dst)
-        os.link(tmp, dst)
+        try:
+            os.link(tmp, dst)
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            # FAT, exFAT, some network and FUSE filesystems have no hard links: renamed
+            # (atomic too), DST's name checked free just before
+            _check_paths_free(dst)
+            os.rename(tmp, dst)
     except FileExistsError:
         raise DatabaseError(f"{dst} already exists (made while the copy ran); refusing to "
                             "overwrite it", hint="remove it or choose another destination"
@@ -119,6 +128,10 @@ def _publish(tmp: str, dst: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     _fsync_path(os.path.dirname(os.path.abspath(dst)))
+
+
+#: link(2)'s errors on a filesystem without hard links
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 
 
 def _check_paths_free(dst: str) -> None:
