@@ -34,7 +34,7 @@ from ._io import (
 )
 from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
-from ._open import DEFAULT_SEGMENT_SIZE, discard_temp, open_file, read_header
+from ._open import DEFAULT_SEGMENT_SIZE, discard_temp, open_file, open_log, read_header
 from ._protocols import KeyLookup, WrappingKey
 from ._reread import (
     REREAD_DELAYS,
@@ -53,6 +53,8 @@ from ._sealed import (
     sealed_nonce,
 )
 from ._source import FdSource, FileObjectSource, MmapSource, Source, source_for
+from ._tail import SUFFIX as TAIL_SUFFIX
+from ._tail import TailSave, remove_tail
 
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",
@@ -63,6 +65,7 @@ __all__ = [
     "MUTABLE_NONCE",
     "REREAD_DELAYS",
     "TAG_SIZE",
+    "TAIL_SUFFIX",
     "TORN_HEADER_ERRORS",
     "VERSION",
     "Algorithm",
@@ -82,6 +85,7 @@ __all__ = [
     "SealedWriter",
     "SegmentLayout",
     "Source",
+    "TailSave",
     "TailStore",
     "WrappingKey",
     "discard_temp",
@@ -93,9 +97,11 @@ __all__ = [
     "new_headers",
     "open_file",
     "open_header",
+    "open_log",
     "read_header",
     "read_named_header",
     "read_open_header",
+    "remove_tail",
     "reread_delay",
     "rewrap_header",
     "sealed_layout",

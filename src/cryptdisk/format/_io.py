@@ -277,8 +277,15 @@ class MutableFile(PositionalReadFile):
     _r: MutableStore
 
     def __init__(self, store: MutableStore, fd: int, name: str, mode: str,
-                 append: bool = False) -> None:
-        super().__init__(store, name, closer=lambda: os.close(fd))
+                 append: bool = False, also_close: Callable[[], None] | None = None) -> None:
+        def closer() -> None:
+            try:
+                os.close(fd)
+            finally:
+                if also_close is not None:
+                    also_close()
+
+        super().__init__(store, name, closer=closer)
         self._set_pos(store.size if append else 0)
         self._append = append
         self.mode = mode

@@ -32,6 +32,7 @@ from ._cipher import TAG_SIZE, new_aead
 from ._header import Header, Kind
 from ._layout import MUTABLE_NONCE, OVERHEAD, SegmentLayout
 from ._sealed import segment_error
+from ._tail import TailSave
 
 __all__ = ["MUTABLE_NONCE", "MutableStore", "TailStore", "mutable_layout", "store_layout"]
 _AD = struct.Struct("<16sQ")
@@ -83,8 +84,11 @@ class MutableStore:
 
     ``pread`` is safe from several threads; writes must be serialised by the
     caller (SQLite's locks, or the file object's lock). Each segment write is a
-    single ``pwrite`` of the whole record, so a process killed mid-write leaves
-    every segment either old or new.
+    single ``pwrite`` of the whole record, but a ``pwrite`` is not atomic: a
+    process killed during it (the kernel checks for fatal signals between pages)
+    or a power cut can leave a record half old, half new, and it then fails to
+    authenticate, with any earlier bytes it held. Only the options below keep
+    those bytes.
 
     Options for a file that other processes write at the same time (SQLite's
     databases, journals and WALs; see ``docs/sqlite.md``):
@@ -102,6 +106,17 @@ class MutableStore:
       an interrupted rewrite, bytes beyond it as a hole). ``tail`` holds one
       record, so the rewrite of the one saved before is synced before its copy is
       replaced, unless the file was synced since (:meth:`synced`).
+    - ``save_appends`` (with ``tail``; append-only logs, :func:`~cryptdisk.format.open_log`):
+      every write at the end saves first, as well as a record holding earlier
+      bytes, an empty record of the fresh segment it begins (proof that the file
+      ended there).
+    - ``recover``: the side file of such a log. Opening checks the segments from
+      the one saved last to the end; if one fails to authenticate (or the last
+      record is cut) and the saved record authenticates, the last write was
+      interrupted: a writable store puts the saved record back and cuts the file
+      after it (synced), a read-only one reads the file as it was before that
+      write. Otherwise nothing changes (a bad segment raises as usual), so a
+      torn end is never taken for the end of the file without that proof.
     - ``torn_as_hole``: a segment that still fails reads as zeros, with a
       warning, instead of raising (journals and WALs: what a crash leaves at the
       write head; SQLite checksums its records and stops at a bad one).
@@ -112,6 +127,7 @@ class MutableStore:
     def __init__(self, fd: int, header: Header, dek: bytes, path: str | None = None,
                  *, writable: bool = False, shared: bool = False,
                  tail: TailStore | None = None, torn_as_hole: bool = False,
+                 save_appends: bool = False, recover: TailSave | None = None,
                  logger: logging.Logger | None = None) -> None:
         if header.kind not in Kind.WRITABLE:
             raise ValueError("MutableStore needs a mutable or framed header")
@@ -124,6 +140,8 @@ class MutableStore:
         self.shared = shared
         self.tail = tail
         self.torn_as_hole = torn_as_hole
+        self.save_appends = save_appends and tail is not None
+        self._restored: tuple[int, bytes] | None = None  # read-only view of a recovered end
         self._log = logger or log
         self.segment_size = header.segment_size
         self.layout = SegmentLayout.of(header)
@@ -134,8 +152,43 @@ class MutableStore:
         if shared:
             self.segment_count = self.size = 0
             self.current_size()
+        elif recover is not None:
+            self._settle(recover)
         else:
             self.segment_count, self.size = store_layout(os.fstat(fd).st_size, header, path)
+
+    def _settle(self, saved: TailSave) -> None:
+        """Undo a write cut by a crash, from the saved record (``recover``, see the class)."""
+        raw = os.fstat(self._fd).st_size
+        count, size, cut = self.layout.measure(raw)
+        self.segment_count, self.size = count, size
+        index = saved.index()
+        if 0 <= index <= count and (cut or not all(
+                self._authentic(j) for j in range(index, count))):
+            record = memoryview(bytearray(self.layout.capacity(index) + OVERHEAD))
+            got = saved.load(index, record)
+            plain = memoryview(bytearray(max(0, got - OVERHEAD)))
+            if got >= OVERHEAD and self._open(index, record[:got], plain):
+                end = self._offset(index) + (got if got > OVERHEAD else 0)
+                if self.writable:
+                    if got > OVERHEAD:
+                        os.pwrite(self._fd, record[:got], self._offset(index))
+                    os.ftruncate(self._fd, end)
+                    os.fsync(self._fd)
+                else:
+                    self._restored = (index, bytes(record[:got]))
+                self.segment_count, self.size = self.layout.measure(end)[:2]
+                self._log.warning("%s: its last write was cut (a crash?); it reads as it was "
+                                  "before that write, from %s", self.path, saved.path)
+                return
+        if cut:
+            _counted(self.layout, raw, self.path)  # raises TruncatedFileError
+
+    def _authentic(self, index: int) -> bool:
+        n = self._seg_len(index)
+        record = self._scratch(n + OVERHEAD)
+        return os.preadv(self._fd, [record], self._offset(index)) == n + OVERHEAD and \
+            self._open(index, record, self._plain(n))
 
     # -- size ----------------------------------------------------------------
 
@@ -209,6 +262,11 @@ class MutableStore:
         """
         n = len(out)
         record = self._scratch(n + OVERHEAD)
+        if self._restored is not None and self._restored[0] == index:
+            record[:] = self._restored[1][: n + OVERHEAD]
+            if len(self._restored[1]) == n + OVERHEAD and self._open(index, record, out):
+                return record
+            raise self._fail(index)
         got = os.preadv(self._fd, [record], self._offset(index))
         if got == n + OVERHEAD and self._open(index, record, out):
             return record
@@ -339,6 +397,9 @@ class MutableStore:
             index, lo = self.layout.locate(offset + pos)
             take = min(self.layout.capacity(index) - lo, n - pos)
             old_len = self._seg_len(index)
+            if self.save_appends and not pos and not lo and not old_len:
+                # A fresh segment at the end: save the proof that the file ended here.
+                self._save_tail(index, memoryview(self._encrypt(index, b"")))
             if lo == 0 and take >= old_len:
                 run.append((index, mv[pos : pos + take]))
                 pos += take
@@ -469,7 +530,7 @@ class MutableStore:
     def _save_tail(self, index: int, record: memoryview) -> None:
         """Save ``record`` in ``tail`` before segment ``index`` is rewritten (see the class)."""
         assert self.tail is not None
-        if self._tail_pending:
+        if self._tail_pending and getattr(self.tail, "sync", True):
             os.fdatasync(self._fd)  # the copy about to be replaced is no longer needed
         self.tail.save(index, record)
         self._tail_pending = True

@@ -15,8 +15,9 @@ from ._protocols import KeyLookup
 from ._reread import read_open_header
 from ._sealed import SealedReader, SealedWriter
 from ._source import MmapSource, source_for
+from ._tail import LOG_SUFFIX, TailSave, remove_tail
 
-__all__ = ["DEFAULT_SEGMENT_SIZE", "open_file", "read_header"]
+__all__ = ["DEFAULT_SEGMENT_SIZE", "open_file", "open_log", "read_header"]
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024
 _MODES = {"rb", "wb", "xb", "r+b", "w+b", "x+b", "ab", "a+b"}
@@ -139,12 +140,35 @@ def open_file(
                 keep = fd
                 return SealedReadFile(SealedReader(source, header, dek, name), name,
                                       closer=lambda: os.close(keep))
-            return MutableFile(MutableStore(fd, header, dek, name), fd, name, mode)
+            store = MutableStore(fd, header, dek, name, recover=TailSave(name, LOG_SUFFIX))
+            return MutableFile(store, fd, name, mode)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
-    # mutable modes
+    return _open_mutable(name, mode, keys, alg, segment_size)
+
+
+def open_log(path: str | os.PathLike[str], *, keys: KeyLookup,
+             durable: bool = True) -> MutableFile:
+    """Open (create) an append-only log: a mutable file opened ``"ab"`` whose writes keep
+    every earlier byte through a crash.
+
+    Before each write the record of the segment it rewrites (or an empty record of
+    the fresh segment it begins) is saved, synced, in ``<path>-cdlogtail``; a write
+    killed half done is undone from it when the file is next opened, by any mode
+    (see :class:`MutableStore`).
+
+    ``durable``: the copy is synced before the rewrite and the log before the copy
+    is replaced (two ``fdatasync`` calls per write), so a power cut cannot tear
+    earlier lines either; without it a killed process cannot, and writes cost no sync.
+    """
+    return _open_mutable(os.fspath(path), "ab", keys, None, DEFAULT_SEGMENT_SIZE, log=True,
+                         durable=durable)
+
+
+def _open_mutable(name: str, mode: str, keys: KeyLookup, alg: Algorithm | None,
+                  segment_size: int, log: bool = False, durable: bool = True) -> MutableFile:
     create = mode[0] in "wxa"
     flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
     if mode[0] == "x":
@@ -171,8 +195,14 @@ def open_file(
 
             header, dek = read_open_header(lambda: os.pread(fd, HEADER_SIZE, 0), keys, name,
                                            check=updatable)
-        store = MutableStore(fd, header, dek, name, writable=True)
-        return MutableFile(store, fd, name, mode, append=mode[0] == "a")
+        saved = TailSave(name, LOG_SUFFIX, sync=durable)
+        store = MutableStore(fd, header, dek, name, writable=True,
+                             recover=saved if size and mode[0] not in "wx" else None,
+                             tail=saved if log else None, save_appends=log)
+        if not log:  # its writes would not keep the copy current: a later crash must not
+            remove_tail(name, LOG_SUFFIX)  # roll them back to it
+        return MutableFile(store, fd, name, mode, append=mode[0] == "a",
+                           also_close=saved.close if log else None)
     except BaseException:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -32,6 +32,7 @@ from .. import open as cd_open
 from .._json import kind as _kind
 from .._json import load_object
 from ..errors import PolicyFileError, ServerError
+from ..format import open_log
 
 __all__ = ["REVEALING_FUNCTIONS", "AuditLog", "revealing_calls"]
 
@@ -73,7 +74,7 @@ class AuditLog:
             lines = self._lines()
             if lines:
                 self._last = hashlib.sha256(lines[-1]).hexdigest()
-        self._file: Any = None if read_only else cd_open(self.path, "ab", keyring=keyring)
+        self._file: Any = None if read_only else open_log(self.path, keys=keyring)
 
     def _lines(self) -> list[bytes]:
         with cd_open(self.path, "rb", keyring=self.keyring) as f:

@@ -30,59 +30,7 @@ syncs the file before a copy whose rewrite SQLite has not synced yet is replaced
 
 from __future__ import annotations
 
-import contextlib
-import os
+from ..format import TAIL_SUFFIX as SUFFIX
+from ..format import TailSave, remove_tail
 
 __all__ = ["SUFFIX", "TailSave", "remove_tail"]
-
-SUFFIX = "-cdtail"
-
-
-class TailSave:
-    """The side file of one journal or WAL (opened lazily)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path + SUFFIX
-        self._fd = -1
-
-    def save(self, index: int, record: memoryview) -> None:
-        """Keep ``record`` of segment ``index``, synced (the directory too, the first time)."""
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            with contextlib.suppress(OSError):  # as SQLite, which ignores directory errors
-                fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        os.pwritev(self._fd, [index.to_bytes(8, "little"), len(record).to_bytes(8, "little"),
-                              record], 0)
-        os.fdatasync(self._fd)
-
-    def load(self, index: int, into: memoryview) -> int:
-        """Read the saved record of segment ``index`` into ``into``; its length, or 0."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return 0
-        try:
-            head = os.pread(fd, 16, 0)
-            if len(head) != 16 or int.from_bytes(head[:8], "little") != index:
-                return 0
-            length = int.from_bytes(head[8:], "little")
-            if not 0 < length <= len(into):
-                return 0
-            return os.preadv(fd, [into[:length]], 16)
-        finally:
-            os.close(fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def remove_tail(path: str) -> None:
-    """Delete the side file of ``path`` (after SQLite deleted the journal or WAL)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path + SUFFIX)
