@@ -59,3 +59,48 @@ def test_kill_9_while_making_the_self_signed_pair_leaves_a_pair_that_serves(tmp_
         if finished:
             break
     assert kill_after >= 3, steps  # the pair took several steps: kills landed among them
+
+
+def test_two_first_starts_at_once_leave_one_matching_pair(tmp_path):
+    """Two first starts of ``serve --self-signed`` over the same files (two SQLite servers
+    of one database may start together): one makes the pair, the other finds it. Without
+    a lock between them, the second's key could replace the first's between the first's
+    key and certificate (A's key, B's key, B's certificate, A's certificate), leaving a
+    certificate with another process's key, which no start then loads. Here A stops right
+    after putting its key in place, B runs as far as it can, then A finishes."""
+    import ssl
+
+    cert, key = tmp_path / "sales.db.server.pem", tmp_path / "sales.db.server.key"
+
+    def start():
+        return subprocess.Popen([sys.executable, CHILD, str(cert), str(key)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=env())
+
+    a = start()
+    while True:  # A up to its key's rename into place
+        line = a.stdout.readline()
+        assert line.startswith("step "), line
+        if line.split()[1] == "replace" and line.split()[2].startswith(key.name + "."):
+            break
+        a.stdin.write("go\n")
+        a.stdin.flush()
+    b = start()
+    b.stdin.write("go\n" * 50)  # B never waits for the test (it may wait for A)
+    b.stdin.flush()
+    try:
+        b.wait(timeout=15)  # (with a lock, B waits for A: it is finished below)
+    except subprocess.TimeoutExpired:
+        pass
+    a.stdin.write("go\n" * 50)
+    a.stdin.flush()
+    for child in (a, b):
+        assert child.wait(timeout=60) == 0
+        out = child.stdout.read()
+        assert out.rstrip().endswith("done"), out
+        child.stdout.close()
+        child.stdin.close()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)  # the key is the certificate's
+    load_tls(cert, key)
+    assert sorted(os.listdir(tmp_path)) == [key.name, cert.name]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
 import os
 import re
 import ssl
 import tempfile
+from collections.abc import Iterator
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -109,6 +111,20 @@ def end_point_hash(der: bytes) -> bytes:
     return h.finalize()
 
 
+@contextlib.contextmanager
+def _pair_lock(cert_path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive ``flock`` of the certificate's directory while a pair is made: two
+    processes making the pair at once would otherwise put one's key beside the other's
+    certificate (released by the kernel if the process dies)."""
+    fd = os.open(os.path.dirname(os.path.abspath(os.fspath(cert_path))),
+                 os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str],
                 hostnames: list[str] | None = None, days: int = 365) -> str:
     """Write a self-signed P-256 certificate and its key (mode 0600); return its fingerprint.
@@ -118,8 +134,16 @@ def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[s
     removed, the key renamed into place, and the certificate last: a process killed at
     any point leaves the certificate absent (:func:`ensure_self_signed` makes the pair
     again) or a certificate with its key, never one file half written or a certificate
-    with another key. The temporaries a killed run left are deleted by the next run.
+    with another key. The temporaries a killed run left are deleted by the next run. Two
+    processes making a pair in one directory take turns (a ``flock`` of the directory).
     """
+    with _pair_lock(cert_path):
+        return _make_pair(cert_path, key_path, hostnames, days)
+
+
+def _make_pair(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str],
+               hostnames: list[str] | None, days: int) -> str:
+    """:func:`self_signed`, its directory locked."""
     names = ["localhost", "127.0.0.1", "::1", *(hostnames or [])]
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cryptdisk serve")])
@@ -225,5 +249,8 @@ def ensure_self_signed(cert_path: str | os.PathLike[str], key_path: str | os.Pat
     True if it made them."""
     if os.path.exists(cert_path) and os.path.exists(key_path):
         return False
-    self_signed(cert_path, key_path, hostnames)
+    with _pair_lock(cert_path):  # (another start may have made it meanwhile)
+        if os.path.exists(cert_path) and os.path.exists(key_path):
+            return False
+        _make_pair(cert_path, key_path, hostnames, 365)
     return True
