@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import _json
+from .._durable import fsync_path
 from ..disks import check_storage_options, check_url
 from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Keyring
@@ -62,14 +63,6 @@ def _private_dirs(path: str) -> None:
         _private_dirs(parent)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_synced(tmp: str, data: bytes) -> None:
@@ -111,7 +104,6 @@ def _missing_bucket(fs: Any, root: str) -> str | None:
             return None
         return None
     return None if fs.exists(bucket) else bucket
-
 
 
 #: link() errors of a file system without hard links (FAT, exFAT, some SMB shares)
@@ -305,7 +297,7 @@ class Repository:
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-            _fsync_dir(self.root)
+            fsync_path(self.root)
             self._sync_dirty()
             return
         protocol = self.fs.protocol
@@ -460,7 +452,7 @@ class Repository:
                     raise type(exc)(exc.errno, exc.strerror, path) from None
                 raise
             if sync_dir:
-                _fsync_dir(directory)
+                fsync_path(directory)
                 self._sync_dirty()  # and the directories made on the way
             else:
                 self._dirty_dirs.add(directory)
@@ -484,7 +476,7 @@ class Repository:
 
     def _sync_dirty(self) -> None:
         while self._dirty_dirs:
-            _fsync_dir(self._dirty_dirs.pop())
+            fsync_path(self._dirty_dirs.pop())
 
     def chunk_path(self, name: str) -> str:
         return f"{self.root}/chunks/{name[:2]}/{name}"

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from .._durable import fsync_path
 from ..errors import ServerError
 
 __all__ = ["certificate_fingerprint", "end_point_hash", "ensure_self_signed", "load_tls",
@@ -185,20 +186,12 @@ def _make_pair(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[st
                 os.unlink(tmp)
         raise
     for name in {os.path.dirname(os.path.abspath(n)) for n in (cert_name, key_name)}:
-        _fsync(name)
+        fsync_path(name)
     return cert.fingerprint(hashes.SHA256()).hex(":").upper()
 
 
 #: A temporary of :func:`self_signed`: ``NAME.PID.tmp``, its process's id in its name.
 _TEMP = re.compile(r"\.([0-9]+)\.tmp")
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_temp(name: str, data: bytes) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 import apsw
 
+from .._durable import fsync_path
 from ..errors import CryptdiskError, DatabaseError, NotEncryptedError
 from ..format import KeyLookup
 from ._connect import _create_private, connect
@@ -92,14 +93,6 @@ def _remove_stale(dst: str) -> None:
                 os.unlink(os.path.join(directory, name))
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _publish(tmp: str, dst: str) -> None:
     """Give the whole, closed copy ``tmp`` the name ``dst``: synced first, then linked
     (never over a file that took the name meanwhile), the directory synced."""
@@ -109,7 +102,7 @@ def _publish(tmp: str, dst: str) -> None:
                 raise DatabaseError(f"{dst}: the copy made for it left a non-empty "
                                     f"{suffix[1:]} when it closed; {dst} was not written")
     _remove(tmp, main=False)
-    _fsync_path(tmp)
+    fsync_path(tmp)
     try:
         _check_paths_free(dst)
         try:
@@ -127,7 +120,7 @@ def _publish(tmp: str, dst: str) -> None:
                             ) from None
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    _fsync_path(os.path.dirname(os.path.abspath(dst)))
+    fsync_path(os.path.dirname(os.path.abspath(dst)))
 
 
 #: link(2)'s errors on a filesystem without hard links
