@@ -39,19 +39,20 @@ def _table() -> pa.Table:
     })
 
 
+def _written(table, **options):
+    """``table`` written as a Parquet file in memory with ``options``: its metadata and a
+    ``read(offset, n)`` of its bytes."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, **options)
+    raw = memoryview(sink.getvalue())
+    return pq.read_metadata(pa.BufferReader(raw)), lambda offset, n: raw[offset : offset + n]
+
+
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd", "snappy"])
 def test_decoded_pages_equal_the_rows_of_the_whole_chunk(compression):
     table = _table()
-    sink = io.BytesIO()
-    with pq.ParquetWriter(sink, table.schema, compression=compression, use_dictionary=["lo"],
-                          max_rows_per_page=150) as writer:
-        writer.write_table(table, row_group_size=N)
-    raw = sink.getvalue()
-    meta = pq.read_metadata(pa.BufferReader(raw))
-
-    def read(offset, n):
-        return raw[offset : offset + n]
-
+    meta, read = _written(table, compression=compression, use_dictionary=["lo"],
+                          max_rows_per_page=150, row_group_size=N)
     for j, name in enumerate(table.column_names):
         col = meta.row_group(0).column(j)
         spans = _granule.page_spans(read, *_chunk_start_end(col), col.num_values)
@@ -670,16 +671,8 @@ _DIRECT_TYPES = {"i64": pa.int64(), "i32": pa.int32(), "f64": pa.float64(),
 def _granule_of(table, compression, rows_per_page, first, last):
     """The pages of each column of ``table`` (written without dictionaries) holding rows
     ``first..last``; (meta, read, {name: pages})."""
-    sink = io.BytesIO()
-    with pq.ParquetWriter(sink, table.schema, compression=compression, use_dictionary=False,
-                          max_rows_per_page=rows_per_page) as writer:
-        writer.write_table(table, row_group_size=len(table))
-    raw = sink.getvalue()
-    meta = pq.read_metadata(pa.BufferReader(raw))
-
-    def read(offset, n):
-        return memoryview(raw)[offset : offset + n]
-
+    meta, read = _written(table, compression=compression, use_dictionary=False,
+                          max_rows_per_page=rows_per_page, row_group_size=len(table))
     pages = {}
     for j, name in enumerate(table.column_names):
         col = meta.row_group(0).column(j)
@@ -810,15 +803,8 @@ def test_pages_the_direct_decoder_does_not_take_go_through_pyarrow():
     table = pa.table({"b": pa.array([i % 3 == 0 for i in range(500)]),
                       "lo": pa.array([f"x{i % 5}" for i in range(500)]),
                       "v": pa.array(["x" * (i % 4) for i in range(500)])})
-    sink = io.BytesIO()
-    pq.write_table(table, sink, use_dictionary=["lo"], max_rows_per_page=100,
-                   compression="none")
-    raw = sink.getvalue()
-    meta = pq.read_metadata(pa.BufferReader(raw))
-
-    def read(offset, n):
-        return raw[offset : offset + n]
-
+    meta, read = _written(table, use_dictionary=["lo"], max_rows_per_page=100,
+                          compression="none")
     for j, name in enumerate(table.column_names):
         col = meta.row_group(0).column(j)
         spans = _granule.page_spans(read, *_chunk_start_end(col), col.num_values)
