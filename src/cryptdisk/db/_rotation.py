@@ -36,7 +36,7 @@ from ..errors import (
     RotationError,
 )
 from ..format import HEADER_SIZE, Header
-from ..keys import Key, Keyring, rewrap_file
+from ..keys import Key, Keyring, ProviderKey, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
 from ._keyfiles import (
     default_key_path,
@@ -66,6 +66,17 @@ SHOWN = 10
 #: its catalog does not name: the outside pin (``PATH.pin``), and the user file, masking
 #: policies and audit log of ``cryptdisk serve`` at their default places.
 SIDECARS = (".pin", ".users", ".policies", ".audit")
+
+
+def _config_keys(config: Any) -> list[Key]:
+    """Every key object of a config: its keyring's and each disk keyring's (each object once,
+    two loads of one key are two objects)."""
+    rings = [config.keyring] + [getattr(d, "keyring", None) for d in config.disks.values()]
+    keys: dict[int, Key] = {}
+    for ring in rings:
+        if isinstance(ring, Keyring):
+            keys.update((id(key), key) for key in ring)
+    return list(keys.values())
 
 
 def _listing(problems: list[str]) -> str:
@@ -305,14 +316,23 @@ class RotationMixin(DatabaseState):
         if path is None:
             return
         fresh: Any = resolve_config(self.path, path, False)
-        if self.config.keyring is not None and fresh.keyring is not None:
-            self.config.keyring.adopt(fresh.keyring)
-        for name, disk in self.config.disks.items():
-            ring = getattr(disk, "keyring", None)
-            new = getattr(fresh.disks.get(name), "keyring", None)
-            if isinstance(ring, Keyring) and isinstance(new, Keyring) and ring is not \
-                    self.config.keyring:
-                ring.adopt(new)
+        try:
+            if self.config.keyring is not None and fresh.keyring is not None:
+                self.config.keyring.adopt(fresh.keyring)
+            for name, disk in self.config.disks.items():
+                ring = getattr(disk, "keyring", None)
+                new = getattr(fresh.disks.get(name), "keyring", None)
+                if isinstance(ring, Keyring) and isinstance(new, Keyring) and ring is not \
+                        self.config.keyring:
+                    ring.adopt(new)
+        finally:
+            # the keys loaded and not taken (a disk added to the file since the database
+            # opened, ...): their sessions and connections are let go now, not when the
+            # fresh config happens to be collected; the keys taken stay open
+            taken = {id(key) for key in _config_keys(self.config)}
+            for key in _config_keys(fresh):
+                if id(key) not in taken and isinstance(key, ProviderKey):
+                    key.retire()
 
     def rotate_keys(self, on_file: Callable[[str], None] | None = None, *,
                     new_key: Key | None = None,

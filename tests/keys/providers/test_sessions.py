@@ -8,6 +8,7 @@ import gc
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,44 @@ def test_closing_a_database_closes_the_keys_it_loaded(tmp_path: Path, softhsm: T
     assert key.unwrap(key.wrap(dek, AD), AD) == dek
     config.keyring.close()
     assert _settled(softhsm.module) == before
+
+
+def test_a_rotation_closes_the_reloaded_keys_it_does_not_take(
+        tmp_path: Path, softhsm: Token, token_key: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotation loads the config file again and takes the keys of the keyring and of the
+    disks the database has; a key it did not take (here: of a disk added to the file since
+    the database opened) was left for the collector to close, so anything that still held
+    the loaded config (here: a list, as a reference cycle would) kept its PKCS#11 session
+    open, +1 per rotation. Now the rotation closes those keys itself, and only those: the
+    keys taken write and read on."""
+    from cryptdisk.db import _rotation
+
+    base = "[keyring]\ncurrent_key_id = 3\n" + entry_toml(softhsm, token_key, key_id=3)
+    cfg = write(tmp_path, base + SECURE_STORE)
+    other = token_key + "-other"
+    generate_pkcs11_key(softhsm.module, softhsm.label, other, pin=softhsm.pin)
+    held: list[object] = []
+    resolve = _rotation.resolve_config
+
+    def resolve_and_hold(*args: Any) -> Any:
+        held.append(resolve(*args))
+        return held[-1]
+
+    with cryptdisk.connect(tmp_path / "db", cfg) as db:
+        db.sql("CREATE TABLE t (i BIGINT)")
+        db.sql("INSERT INTO t SELECT i FROM range(10) r(i)")
+        write(tmp_path, base + SECURE_STORE + "\n".join([
+            "[disks.other_local]", 'type = "local"', 'path = "store/other"',
+            "[disks.other]", 'type = "encrypted"', 'disk = "other_local"', ""]) + entry_toml(
+            softhsm, other, key_id=8).replace("[[keyring.keys]]", "[[disks.other.keys]]"))
+        monkeypatch.setattr(_rotation, "resolve_config", resolve_and_hold)
+        steady = _settled(softhsm.module)
+        counts = []
+        for _ in range(5):
+            db.sql("SYSTEM ROTATE KEYS")
+            db.sql("INSERT INTO t VALUES (10)")  # written under the key the rotation took
+            counts.append(_settled(softhsm.module))
+        assert len(held) == 5
+        assert counts == [steady] * 5, (steady, counts)
+        assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 15}]
