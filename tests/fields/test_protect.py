@@ -76,6 +76,34 @@ def test_protect_table_names_a_missing_column(keys):
         protect_table(pa.table({"x": ["1"]}), [parse_rule("pan=mask_full")], keys)
 
 
+def test_the_output_is_synced_then_its_name_in_its_directory(tmp_path, keys, monkeypatch):
+    """An output protect_file returned survives a power loss: the file is synced before its
+    rename and its directory after it (a power loss cannot be staged here, so the fsyncs
+    are recorded). Before, the directory was never synced: the rename could be lost and
+    the old output (or none) come back with clear values."""
+    src = tmp_path / "in.csv"
+    src.write_text("id,pan\n1,0041111111111111\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    dst = out / "protected.parquet"
+    dst.write_bytes(b"the old output")
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((target, dst.read_bytes() != b"the old output"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    protect_file(src, dst, [parse_rule("pan=mask_full")], keys)
+    monkeypatch.undo()
+    (temporary, renamed), directory = synced
+    assert os.path.dirname(temporary) == str(out) and not renamed  # before its rename
+    assert directory == (str(out), True)  # after it
+    assert pq.read_table(dst).column("pan").to_pylist() == ["****************"]
+
+
 def test_a_failure_leaves_the_old_output_and_no_temporary(tmp_path, keys):
     src = tmp_path / "in.csv"
     src.write_text("pan\n4111111111111111\n4111111111111112\n")

@@ -13,9 +13,10 @@ The column name is FF1's tweak (``fpe_encrypt``, ``tokenize``). A CSV's columns 
 read as their text (``0042`` stays ``0042``), a Parquet file's protected columns as text
 (bytes as they are for ``encrypt``); the other columns pass through.
 :func:`protect_file` streams CSV or Parquet input to a Parquet or CSV file, batch
-by batch, into a temporary file renamed over the output only when every row is
-done, so the output never holds clear values of protected columns and a failed or
-killed run leaves no partial file. :func:`protect_insert` streams the same way into a
+by batch, into a temporary file synced and renamed over the output only when every row
+is done (the directory synced after), so the output never holds clear values of
+protected columns, a failed or killed run leaves no partial file, and an output it
+reported survives a power loss. :func:`protect_insert` streams the same way into a
 table of the embedded database: one insert (one commit), so clear values of the
 protected columns never reach a file, and a failure inserts no row.
 """
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .._durable import fsync_path
 from ..errors import FieldError
 from ._aead import encrypt, encrypt_deterministic
 from ._fpe import fpe_encrypt
@@ -320,6 +322,11 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    try:
+        fsync_path(folder)  # the new name lasts through a power loss, as the file does
+    except OSError as exc:
+        raise FieldError(f"{dst} was written but its directory could not be synced: "
+                         f"{exc.strerror}") from None
     return ProtectSummary(rows, [r.column for r in rules])
 
 
