@@ -256,6 +256,59 @@ def test_a_cast_of_a_column_or_a_call_keeps_its_name(srv, prepare) -> None:
             "a", "count", "a", "upper", "a", "text", "int4", "?column?"]
 
 
+@pytest.mark.parametrize("prepare", [False, True])
+def test_constants_subqueries_and_case_are_named_as_postgresql_names_them(
+        srv, prepare) -> None:
+    """PostgreSQL's FigureColname: ``true`` is ``bool`` (a cast to bool), ``NULL``
+    ``?column?``, ``EXISTS (...)`` ``exists``, a scalar subquery its column's name
+    (``(SELECT 1)`` ``?column?``, ``(SELECT a FROM t)`` ``a``), ``CASE`` its ``ELSE``'s
+    name where that is a column or a call, else ``case``; the engines named them after
+    their text (``true``, ``NULL``, ``EXISTS(SELECT 1 FROM t)``, ``(SELECT a FROM t)``)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+        conn.execute("INSERT INTO t VALUES (2, 'x')")
+        cur = conn.cursor()
+        cur.execute("SELECT true, false, NULL, (true), true AS x", prepare=prepare)
+        assert [d.name for d in cur.description] == ["bool", "bool", "?column?", "bool", "x"]
+        cur.execute("SELECT EXISTS (SELECT 1 FROM t), NOT EXISTS (SELECT 1 FROM t), "
+                    "(SELECT 1), (SELECT a FROM t), (SELECT a AS z FROM t), "
+                    "(SELECT count(*) FROM t), (SELECT a + 1 FROM t), (SELECT 1) + 1",
+                    prepare=prepare)
+        assert [tuple(bool(v) if i < 2 else v for i, v in enumerate(r))
+                for r in cur.fetchall()] == [(True, False, 1, 2, 2, 1, 3, 2)]
+        assert [d.name for d in cur.description] == [
+            "exists", "?column?", "?column?", "a", "z", "count", "?column?", "?column?"]
+        cur.execute("SELECT CASE WHEN a > 1 THEN 'y' ELSE 'n' END, "
+                    "CASE WHEN a > 1 THEN 'y' ELSE s END, "
+                    "CASE WHEN a > 1 THEN 'y' ELSE upper(s) END, "
+                    "CASE WHEN a > 1 THEN 'y' ELSE CASE WHEN a > 2 THEN 'z' ELSE s END END, "
+                    "CASE a WHEN 1 THEN 'y' END, coalesce(a, 0), nullif(a, 1) FROM t",
+                    prepare=prepare)
+        assert cur.fetchall() == [("y", "y", "y", "y", None, 2, 2)]
+        assert [d.name for d in cur.description] == [
+            "case", "s", "upper", "s", "case", "coalesce", "nullif"]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_star_of_a_subquery_has_its_columns_named_as_postgresql_names_them(
+        srv, prepare) -> None:
+    """``SELECT * FROM (SELECT count(*) FROM t) s``: the subquery's columns, named as
+    PostgreSQL names them (``count``; DuckDB's ``count_star()``, SQLite's ``count(*)``);
+    a column list of the alias names them itself."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (2)")
+        cur = conn.cursor()
+        cur.execute("SELECT * FROM (SELECT count(*) FROM t) s", prepare=prepare)
+        assert cur.fetchall() == [(1,)]
+        assert [d.name for d in cur.description] == ["count"]
+        cur.execute("SELECT * FROM (SELECT a + 1, 1, a, upper('x'), a AS b FROM t) AS s "
+                    "WHERE true ORDER BY 1", prepare=prepare)
+        assert cur.fetchall() == [(3, 1, 2, "X", 2)]
+        assert [d.name for d in cur.description] == ["?column?", "?column?", "a", "upper",
+                                                     "b"]
+
+
 def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:
     from tests.server.test_psql_catalog import psql
 

@@ -347,23 +347,41 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
         toks = _tokens(sql)
     except re.error:  # pragma: no cover - the pattern matches every character
         return ()
+    return _select_names(toks)
+
+
+def _select_items(toks: list[_Tok]) -> tuple[list[list[_Tok]], int] | None:
+    """The items of the select list of ``toks`` (a ``SELECT``) and where the list ends
+    (its ``FROM``...), None for no ``SELECT`` or a ``DISTINCT ON``."""
     if not toks or toks[0].text != "SELECT":
-        return ()
+        return None
     i = 1
     if i < len(toks) and toks[i].text in ("ALL", "DISTINCT"):
         i += 1
         if toks[i - 1].text == "DISTINCT" and i < len(toks) and toks[i].text == "ON":
-            return ()
+            return None
     items: list[list[_Tok]] = [[]]
     depth = 0
-    for t in toks[i:]:
+    for k in range(i, len(toks)):
+        t = toks[k]
         if depth == 0 and (t.kind in ("ref", "op") and t.text in _SELECT_END):
-            break
+            return items, k
         if depth == 0 and t.text == ",":
             items.append([])
             continue
         depth += (t.text in _OPEN) - (t.text in _CLOSE)
         items[-1].append(t)
+    return items, len(toks)
+
+
+def _select_names(toks: list[_Tok]) -> tuple[tuple[int, str], ...]:
+    """:func:`parameter_columns` of the tokens of a ``SELECT``."""
+    listed = _select_items(toks)
+    if listed is None:
+        return ()
+    items, end = listed
+    if len(items) == 1 and [t.text for t in items[0]] == ["*"]:
+        return _star_names(toks[end:])
     out: list[tuple[int, str]] = []
     for place, item in enumerate(items):
         if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")) \
@@ -389,6 +407,86 @@ def parameter_columns(sql: str) -> tuple[tuple[int, str], ...]:
             if named is not None:
                 out.append((place, named))
     return tuple(out)
+
+
+#: what may follow the derived table of ``SELECT * FROM (SELECT ...) s``
+_AFTER_FROM = frozenset({"WHERE", "ORDER", "LIMIT", "OFFSET", "FETCH", "FOR", ";"})
+
+
+def _star_names(rest: list[_Tok]) -> tuple[tuple[int, str], ...]:
+    """The names of ``SELECT *`` whose ``FROM`` (``rest``) is one subquery, ``FROM
+    (SELECT count(*) FROM t) s``: its columns are the subquery's, named as
+    PostgreSQL names them (``count``, not DuckDB's ``count_star()``)."""
+    if len(rest) < 5 or rest[0].text != "FROM" or rest[1].text != "(" or \
+            rest[2].text != "SELECT":
+        return ()
+    close = _closing(rest, 1)
+    if close < 0:
+        return ()
+    k = close + 1
+    if k < len(rest) and rest[k].kind == "ref" and rest[k].text == "AS":
+        k += 1
+    if k < len(rest) and rest[k].kind == "ref" and rest[k].text not in _AFTER_FROM:
+        k += 1  # (the alias; an alias with a column list names the columns itself)
+    if k < len(rest) and rest[k].text not in _AFTER_FROM:
+        return ()
+    return _select_names(rest[2:close])
+
+
+def _item_alias(item: list[_Tok]) -> str | None:
+    """The alias of the select-list item ``item`` (``a + 1 AS b``, ``a + 1 b``), None for
+    none."""
+    if len(item) >= 2 and item[-2].kind == "ref" and item[-2].text == "AS" and \
+            item[-1].kind == "ref":
+        return item[-1].parts[-1]
+    if len(item) >= 2 and item[-1].kind == "ref" and item[-1].text not in _NOT_ALIAS and (
+            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE):
+        return item[-1].parts[-1]
+    return None
+
+
+def _subquery_name(inner: list[_Tok]) -> str | None:
+    """The name PostgreSQL gives a scalar subquery, ``(SELECT a FROM t)``: its first
+    column's (``inner``: the tokens of the ``SELECT``), None where that is not known (a
+    ``*``)."""
+    listed = _select_items(inner)
+    if listed is None or not listed[0][0]:
+        return None
+    first = listed[0][0]
+    alias = _item_alias(first)
+    if alias is not None:
+        return alias
+    if first[-1].text == "*":
+        return None
+    if len(first) == 1 and first[0].kind == "ref" and first[0].text not in (
+            "TRUE", "FALSE", "NULL"):
+        return first[0].parts[-1]
+    if first[0].kind == "param" and len(first) == 1:
+        return "?column?"
+    return _expression_name(first) or "?column?"
+
+
+def _case_name(item: list[_Tok]) -> str:
+    """The name of ``CASE ... END`` (``item``): its ``ELSE``'s where that is a name
+    PostgreSQL keeps (a column, a call: ``CASE WHEN c THEN 0 ELSE a END`` is ``a``),
+    else ``case``."""
+    depth, cases, at = 0, 0, -1
+    for k in range(1, len(item) - 1):
+        t = item[k]
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        if depth == 0 and t.kind == "ref":
+            if t.text == "CASE":
+                cases += 1
+            elif t.text == "END":
+                cases -= 1
+            elif t.text == "ELSE" and cases == 0:
+                at = k
+    if at < 0 or item[-1].text != "END":
+        return "case"
+    default = item[at + 1:-1]
+    if default and default[0].kind == "ref" and default[0].text == "CASE":
+        return _case_name(default)  # (its ELSE's name, or case)
+    return _operand_name(default) or "case"
 
 
 #: words that end a cast's type name (``$1::int IS NULL``: the node is the IS)
@@ -419,8 +517,6 @@ def _expression_name(item: list[_Tok]) -> str | None:
     depth = 0
     for t in item:
         depth += (t.text in _OPEN) - (t.text in _CLOSE)
-        if t.kind == "ref" and t.text == "SELECT":
-            return None
         if depth == 0 and t.kind == "ref" and t.text == "AS":
             return None
     if len(item) >= 2 and item[-1].kind == "ref" and item[-1].text not in _NOT_ALIAS and (
@@ -430,7 +526,14 @@ def _expression_name(item: list[_Tok]) -> str | None:
         item = item[1:-1]  # (parentheses are no node: (upper($1)) is upper)
         if not item:
             return None
+        if item[0].kind == "ref" and item[0].text == "SELECT":  # (SELECT a FROM t): a
+            return _subquery_name(item)
     first = item[0]
+    if first.kind == "ref" and len(item) == 1 and first.text in ("TRUE", "FALSE", "NULL"):
+        return "?column?" if first.text == "NULL" else "bool"  # (TRUE: a cast to bool)
+    if first.kind == "ref" and first.text == "EXISTS" and len(item) >= 3 and \
+            item[1].text == "(" and _closing(item, 1) == len(item) - 1:
+        return "exists"
     cast = _cast_name(item)
     if cast is not None:
         return cast
@@ -449,6 +552,8 @@ def _expression_name(item: list[_Tok]) -> str | None:
             written = " ".join(words)
             return _CAST_COLUMN.get(written, written)
         return first.parts[-1].lower()
+    if first.kind == "ref" and first.text == "CASE" and item[-1].text == "END":
+        return _case_name(item)
     if first.kind == "ref" and first.text in ("CASE", "ARRAY"):
         return first.text.lower()
     if first.kind == "ref" and len(item) == 1:
