@@ -202,3 +202,46 @@ hex = "00112233445566778899aabbccddeeff"
     assert back.returncode == 0, back.stderr
     assert (tmp_path / "back" / "ring" / "a.bin").read_bytes() == b"RING-DATA" * 500
     assert (tmp_path / "back" / "own" / "b.bin").read_bytes() == b"OWN-DATA" * 500
+
+
+def test_convert_reads_a_torn_log_through_its_saved_segment_and_leaves_that_out(
+        tmp_path: Path) -> None:
+    """A tree holding an append-only log (the server's access or audit log) whose last write
+    a crash cut holds ``NAME-cdlogtail`` beside it. convert read the log through it (as every
+    reader does) but also converted ``NAME-cdlogtail`` as a plain file of its own: a
+    sealed copy of the raw record in DST, read by nothing, counted as converted. Now it is
+    left out (and said so); the log converts as it was before the cut write, and a second
+    run skips it."""
+    from cryptdisk import Key, Keyring
+    from cryptdisk.format import open_log
+
+    key = bytes(range(32))
+    config = tmp_path / "c.toml"
+    config.write_text(encrypted_over_local(key.hex()))
+    src, enc, back = tmp_path / "src", tmp_path / "enc", tmp_path / "back"
+    (src / "logs").mkdir(parents=True)
+    log = src / "logs" / "access.log"
+    ring = Keyring([Key(1, key)])
+    with open_log(log, keys=ring, durable=False) as f:
+        for i in range(400):
+            f.write(b"line %d\n" % i + b"x" * 190)
+    old = log.read_bytes()
+    with cryptdisk.open(log, "rb", keyring=ring) as f:
+        before = f.read()
+    with open_log(log, keys=ring, durable=False) as f:
+        f.write(b"the torn line\n")
+    new = log.read_bytes()
+    last = len(old) - (len(old) - 128) % (65536 + 32)  # where the last segment starts
+    log.write_bytes(new[:last + 4096] + old[last + 4096:])  # the write cut after a page
+    assert os.path.exists(str(log) + "-cdlogtail")
+
+    done = cli("convert", str(src), str(enc), "-c", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "converted 1 file(s)" in done.stdout, done.stdout
+    assert "left out 1 -cdlogtail file(s)" in done.stdout
+    assert sorted(os.listdir(enc / "logs")) == ["access.log"]
+    again = cli("convert", str(src), str(enc), "-c", str(config))
+    assert again.returncode == 0 and "skipped 1" in again.stdout, again.stdout
+    plain = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
+    assert plain.returncode == 0, plain.stderr
+    assert (back / "logs" / "access.log").read_bytes() == before

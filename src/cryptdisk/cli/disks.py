@@ -167,6 +167,9 @@ def _convert(args: argparse.Namespace) -> int:
     print(f"converted {summary.converted} file(s) ({summary.bytes} bytes) to {args.to}, "
           f"skipped {summary.skipped} already converted; every file verified "
           f"(sources: {sources})")
+    if summary.log_tails:
+        print(f"left out {summary.log_tails} -cdlogtail file(s): each is the saved last "
+              "segment of the log beside it, which was read through it (converted whole)")
     if summary.removed_temps:
         print(f"removed {summary.removed_temps} unfinished temporary file(s) from an "
               "interrupted run")

@@ -7,6 +7,12 @@ compared** by SHA-256 with the source's plaintext. A run that is interrupted
 leaves only whole, verified files (and perhaps stray ``.*.cdtmp`` temporaries,
 which the next run removes); running again skips every file whose converted
 copy already decrypts to the same bytes, and redoes the rest.
+
+An append-only log (:func:`cryptdisk.format.open_log`: the server's access and audit
+logs) is read as its readers read it, through the saved copy of its last segment
+beside it (``NAME-cdlogtail``), so a log whose last write a crash cut converts as it was
+before that write. The converted log is whole and needs no copy: ``NAME-cdlogtail`` is
+not converted as a file of its own (it is counted in :attr:`ConvertSummary.log_tails`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
+from ..format import LOG_TAIL_SUFFIX
 from ._base import Disk
 from ._detect import ConfigKeys, open_any
 from ._paths import is_temp
@@ -34,6 +41,8 @@ class ConvertSummary:
     bytes: int = 0  # plaintext bytes converted in this run
     removed_temps: int = 0
     formats: dict[str, int] = field(default_factory=dict)  # source format -> files
+    #: ``NAME-cdlogtail`` files left out: their log ``NAME`` was read through them
+    log_tails: int = 0
 
 
 def plaintext_digest(f: IO[bytes], sink: Callable[[bytes], object] | None = None,
@@ -96,7 +105,12 @@ def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
                         hint="convert into a new directory, then swap the two")
     summary = ConvertSummary()
     summary.removed_temps = _remove_temps(dst) if os.path.isdir(dst) else 0
-    for rel in _source_files(src):
+    files = _source_files(src)
+    present = set(files)
+    for rel in files:
+        if rel.endswith(LOG_TAIL_SUFFIX) and rel[:-len(LOG_TAIL_SUFFIX)] in present:
+            summary.log_tails += 1  # part of its log, which is read through it
+            continue
         def tick(n: int, rel: str = rel) -> None:
             if progress is not None:
                 progress(rel, n)

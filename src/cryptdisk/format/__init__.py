@@ -53,12 +53,14 @@ from ._sealed import (
     sealed_nonce,
 )
 from ._source import FdSource, FileObjectSource, MmapSource, Source, source_for
+from ._tail import LOG_SUFFIX as LOG_TAIL_SUFFIX
 from ._tail import SUFFIX as TAIL_SUFFIX
 from ._tail import TailSave, remove_tail
 
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "HEADER_SIZE",
+    "LOG_TAIL_SUFFIX",
     "MAGIC",
     "MAX_SEGMENT_SIZE",
     "MIN_SEGMENT_SIZE",
