@@ -16,6 +16,12 @@
  * exact whatever the hash does. Several threads add arrays at once without the GIL; the
  * set's bytes (slots and arenas) are counted, and an add that would pass the set's limit
  * fails instead.
+ *
+ * byte_array_page: the PLAIN values of a Parquet BYTE_ARRAY data page (each a 4-byte
+ * little-endian length, then that many bytes) turned into an Arrow string/binary array's
+ * offsets and data (src/cryptdisk/db/_granule.py), without the GIL. Every length is checked
+ * against the bytes left before it is used: a page whose values run past its end, leave
+ * bytes over, or are fewer than its defined rows is refused with ValueError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -471,8 +477,117 @@ static PyTypeObject DistinctType = {
     .tp_new = Distinct_new,
 };
 
+
+/* ---- byte_array_page ------------------------------------------------------------------ */
+
+/* Decode `rows` rows of PLAIN BYTE_ARRAY values from src[0..len): row i has a value when
+ * defined is NULL or defined[i] != 0. offsets[0..rows] and data[0..dlen) are filled, where
+ * dlen = len - 4 * (defined rows) was checked by the caller to fit. Returns NULL, or what is
+ * wrong with the page. *high gets the OR of the data's bytes' top bits. */
+static const char *byte_array_fill(const unsigned char *src, size_t len, Py_ssize_t rows,
+                                   const unsigned char *defined, int32_t *offsets,
+                                   unsigned char *data, size_t dlen, int *high) {
+    size_t pos = 0, out = 0;
+    unsigned char top = 0;
+    offsets[0] = 0;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (defined != NULL && !defined[i]) {
+            offsets[i + 1] = (int32_t)out;
+            continue;
+        }
+        if (len - pos < 4)
+            return "a value's length runs past the page";
+        const unsigned char *p = src + pos;
+        size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+        pos += 4;
+        if (n > len - pos)
+            return "a value runs past the page";
+        if (n > dlen - out)
+            return "the values leave no room for the lengths of the rows after them";
+        memcpy(data + out, src + pos, n);
+        for (size_t k = 0; k < n; k++)
+            top |= src[pos + k];
+        pos += n;
+        out += n;
+        offsets[i + 1] = (int32_t)out;
+    }
+    if (pos != len)
+        return "bytes left over after the page's values";
+    *high = (top & 0x80) != 0;
+    return NULL;
+}
+
+PyDoc_STRVAR(byte_array_page_doc,
+    "byte_array_page(values, rows, defined=None)\n--\n\n"
+    "The PLAIN values of a BYTE_ARRAY data page (a 4-byte little-endian length, then its\n"
+    "bytes, for each defined row) as (offsets, data, ascii): the int32 offsets of `rows` + 1\n"
+    "rows of an Arrow string/binary array, its data, and whether every byte is ASCII.\n"
+    "`defined`: None (every row has a value) or `rows` bytes, nonzero where a row has one.\n"
+    "None when the data would not fit int32 offsets; ValueError when the values do not fill\n"
+    "the page exactly (a length past its end, bytes left over, fewer values than rows).");
+
+static PyObject *byte_array_page(PyObject *self, PyObject *args) {
+    Py_buffer values, defined = {0};
+    Py_ssize_t rows;
+    PyObject *def_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*n|O:byte_array_page", &values, &rows, &def_obj))
+        return NULL;
+    PyObject *result = NULL, *offsets = NULL, *data = NULL;
+    int have_defined = def_obj != Py_None;
+    if (have_defined && PyObject_GetBuffer(def_obj, &defined, PyBUF_C_CONTIGUOUS) < 0) {
+        have_defined = 0;
+        goto done;
+    }
+    if (rows < 0 || rows >= INT32_MAX || (have_defined && defined.len != rows)) {
+        PyErr_SetString(PyExc_ValueError, "byte_array_page: rows do not match the levels");
+        goto done;
+    }
+    size_t present = (size_t)rows;
+    if (have_defined) {
+        const unsigned char *d = defined.buf;
+        present = 0;
+        for (Py_ssize_t i = 0; i < rows; i++)
+            present += d[i] != 0;
+    }
+    size_t len = (size_t)values.len;
+    if (present > len / 4) {
+        PyErr_SetString(PyExc_ValueError, "the page is too short for its values' lengths");
+        goto done;
+    }
+    size_t dlen = len - 4 * present;
+    if (dlen > INT32_MAX) {  /* (large_string's offsets: left to pyarrow's reader) */
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 * ((size_t)rows + 1)));
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dlen);
+    if (offsets == NULL || data == NULL)
+        goto done;
+    const char *bad;
+    int high = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bad = byte_array_fill(values.buf, len, rows, have_defined ? defined.buf : NULL,
+                          (int32_t *)PyBytes_AS_STRING(offsets),
+                          (unsigned char *)PyBytes_AS_STRING(data), dlen, &high);
+    Py_END_ALLOW_THREADS
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        goto done;
+    }
+    result = Py_BuildValue("(OON)", offsets, data, PyBool_FromLong(!high));
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    if (have_defined)
+        PyBuffer_Release(&defined);
+    PyBuffer_Release(&values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sort_u64", sort_u64, METH_O, sort_u64_doc},
+    {"byte_array_page", byte_array_page, METH_VARARGS, byte_array_page_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -480,7 +595,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_csort",
     .m_doc = "An in-place radix sort of 64-bit unsigned integers, and an exact set of byte\n"
-              "strings for count(DISTINCT), both without the GIL.",
+              "strings for count(DISTINCT), both without the GIL; PLAIN BYTE_ARRAY Parquet pages\n"
+              "decoded into Arrow offsets and data.",
     .m_size = -1,
     .m_methods = methods,
 };

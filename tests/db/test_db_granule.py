@@ -701,15 +701,32 @@ def _through_parquet(meta, j, pages, read, monkeypatch):
 _texts = st.one_of(st.text(max_size=40), st.sampled_from(["", "é", "日本語", "x" * 5000]))
 
 
+#: as tests/format/test_cseal.py: the C extension is optional (setup.py says why)
+needs_c = pytest.mark.skipif(_granule._BYTE_ARRAY_PAGE is None,
+                             reason="cryptdisk.db._csort is not built or has no byte_array_page")
+
+_blobs = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"\x00", b"\xff" * 3000]))
+
+
 @settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(data=st.data(), compression=st.sampled_from(["none", "lz4", "zstd", "snappy"]),
-       nulls=st.booleans(), same_width=st.booleans())
+       nulls=st.booleans(), same_width=st.booleans(), in_c=st.booleans())
 def test_plain_pages_decoded_directly_equal_pyarrows_decoding(data, compression, nulls,
-                                                              same_width):
+                                                              same_width, in_c):
     """Every type the direct decoder takes, with and without NULLs (NaN, infinities,
-    extremes, empty and non-ASCII strings): its arrays equal pyarrow's reading of the same
-    pages, and fixed-width columns and strings of one width fall back only for a page
-    compressed more than 256-fold."""
+    extremes, empty, non-ASCII and binary strings of one length or of many): its arrays
+    equal pyarrow's reading of the same pages, and fall back only for a page compressed
+    more than 256-fold, or, without the C extension (``in_c`` False), for strings of
+    several lengths."""
+    import unittest.mock
+
+    in_c = in_c and _granule._BYTE_ARRAY_PAGE is not None  # (an optional extension)
+    with unittest.mock.patch.object(_granule, "_BYTE_ARRAY_PAGE",
+                                    _granule._BYTE_ARRAY_PAGE if in_c else None):
+        _check_plain_pages_equal_pyarrows(data, compression, nulls, same_width, in_c)
+
+
+def _check_plain_pages_equal_pyarrows(data, compression, nulls, same_width, in_c):
     import unittest.mock
 
     n = data.draw(st.integers(1, 120))
@@ -729,6 +746,7 @@ def test_plain_pages_decoded_directly_equal_pyarrows_decoding(data, compression,
             ("é" * width)[: width // 2] + "x" * (width - 2 * (width // 2)) for _ in range(n)]
     else:
         texts = data.draw(st.lists(_texts, min_size=n, max_size=n))
+    blobs = data.draw(st.lists(_blobs, min_size=n, max_size=n))
     table = pa.table({
         "i64": pa.array(ints, mask=mask),
         "i32": pa.array((ints % 2**31).astype(np.int32), mask=mask),
@@ -737,28 +755,37 @@ def test_plain_pages_decoded_directly_equal_pyarrows_decoding(data, compression,
             np.float32), mask=mask),
         "d": pa.array((ints % 100_000).astype(np.int32), mask=mask).cast(pa.date32()),
         "s": pa.array(texts, pa.string(), mask=mask),
+        "bin": pa.array(blobs, pa.binary(), mask=mask),
     })
     meta, read, pages = _granule_of(table, compression, per_page, first, last)
     want_rows = sum(p.rows for p in pages["i64"])
     for j, name in enumerate(table.column_names):
-        want = _through_parquet(meta, j, pages[name], read, unittest.mock.MagicMock())
+        codec = compression.upper() if compression != "none" else "UNCOMPRESSED"
+        if name == "bin":  # (not a type granule reads describe: its rows are the answer)
+            want = table.column("bin").slice(pages["bin"][0].first_row,
+                                             want_rows).combine_chunks()
+            got = _granule.decode_plain_pages(codec, pages[name], read, pa.binary(), 6, True)
+        else:
+            want = _through_parquet(meta, j, pages[name], read, unittest.mock.MagicMock())
+            described = _granule.granule_schema(meta, j)
+            got = _granule.decode_plain_pages(codec, pages[name], read, described[0],
+                                              described[1], described[4])
         assert want is not None and len(want) == want_rows
-        described = _granule.granule_schema(meta, j)
-        got = _granule.decode_plain_pages(compression.upper() if compression != "none"
-                                          else "UNCOMPRESSED", pages[name], read,
-                                          described[0], described[1], described[4])
-        column = table.column("s").to_pylist()
-        texts_vary = name == "s" and any(  # a page's strings of several widths
-            len({len(t.encode()) for t in column[p.first_row : p.first_row + p.rows]
-                 if t is not None}) > 1 for p in pages["s"])
-        if texts_vary or (compression != "none" and _past_ratio(pages[name], read)):
-            # strings of several widths, or a page that decompresses more than 256-fold
-            # (64 equal strings of 300 bytes under zstd): pyarrow's reader decodes them
+        column = table.column(name).to_pylist()
+        values_vary = name in ("s", "bin") and any(  # a page's strings of several widths
+            len({len(t) if isinstance(t, bytes) else len(t.encode())
+                 for t in column[p.first_row : p.first_row + p.rows] if t is not None}) > 1
+            for p in pages[name])
+        if (values_vary and not in_c) or (name == "bin" and not in_c) or (
+                compression != "none" and _past_ratio(pages[name], read)):
+            # without the C extension, strings of several widths or binary values; a page
+            # that decompresses more than 256-fold (64 equal strings of 300 bytes under
+            # zstd): pyarrow's reader decodes them
             assert got is None
             continue
         assert got is not None, name
         got.validate(full=True)
-        assert got.type == _DIRECT_TYPES[name]
+        assert got.type == (pa.binary() if name == "bin" else _DIRECT_TYPES[name])
         assert got.null_count == want.null_count
         if name in ("f64", "f32"):  # NaN != NaN: the defined values' bits are equal
             assert got.is_valid().equals(want.is_valid())
@@ -799,10 +826,82 @@ def test_a_page_compressed_past_the_ratio_goes_through_pyarrow(monkeypatch):
         table.column("s").combine_chunks())
 
 
+@needs_c
+def test_strings_of_several_lengths_are_decoded_without_pyarrows_parquet_reader(
+        monkeypatch):
+    """Strings of different lengths (empty, NULL, non-ASCII) decode in C into the array's
+    offsets and data (before, every such page went through ParquetReader)."""
+    texts = [None if i % 7 == 0 else "é" * (i % 4) + f"{i}" * (i % 3) for i in range(1000)]
+    table = pa.table({"v": pa.array(texts), "w": pa.array([t or "" for t in texts])})
+    meta, read, pages = _granule_of(table, "snappy", 100, 250, 460)
+
+    def refuse(*a, **k):
+        raise AssertionError("ParquetReader used")
+
+    monkeypatch.setattr(_granule, "ParquetReader", refuse)
+    for j, name in enumerate(table.column_names):
+        got = _granule.decode_pages(meta, 0, j, pages[name], read)
+        got.validate(full=True)
+        assert got.equals(table.column(name).slice(200, 300).combine_chunks()), name
+
+
+def _string_page(texts):
+    """The PLAIN page of the strings ``texts`` (no NULLs, uncompressed): (header, values,
+    described)."""
+    table = pa.table({"v": pa.array(texts)},
+                     schema=pa.schema([pa.field("v", pa.string(), nullable=False)]))
+    meta, read, pages = _granule_of(table, "none", len(texts), 0, len(texts) - 1)
+    (span,) = pages["v"]
+    raw = bytes(read(span.start, span.end - span.start))
+    _header, used = _granule._read_struct(raw, 0)
+    return raw[:used], raw[used:], _granule.granule_schema(meta, 0)
+
+
+@needs_c
+@pytest.mark.parametrize(("values", "rows", "problem"), [
+    (b"\x02\x00\x00\x00ab\x05\x00\x00\x00cd", 2, "a value runs past the page"),
+    (b"\x02\x00\x00\x00ab\xff\xff\xff\xffcd", 2, "a value runs past the page"),
+    (b"\x02\x00\x00\x00ab\x02\x00", 2, "no room for the lengths"),
+    (b"\x02\x00\x00\x00ab\x02\x00\x00\x00cdx", 2, "bytes left over"),
+    (b"\x02\x00\x00\x00ab\x02\x00\x00\x00cd", 1, "bytes left over"),
+    (b"\x02\x00\x00\x00ab\x02\x00\x00\x00cd", 4, "too short for its values' lengths"),
+    (b"\x08\x00\x00\x00abcdefgh\x00\x00\x00\x00", 3, "no room for the lengths"),
+])
+def test_string_values_that_do_not_fill_their_page_raise_a_page_error(values, rows,
+                                                                       problem):
+    """A length past the page's end (however large), bytes left over, or values that do
+    not match the page's rows: a PageError naming it, never bytes from outside the page."""
+    with pytest.raises(ValueError, match=problem):
+        _granule._BYTE_ARRAY_PAGE(values, rows)
+    with pytest.raises(_granule.PageError, match=problem):
+        _granule._plain_page(np, memoryview(values), rows, pa.string(), 6, False)
+
+
+@needs_c
+def test_a_string_page_whose_lengths_lie_fails_the_granule_decode_with_a_page_error():
+    header, values, described = _string_page(["ab", "", "cde"])
+    assert values == b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x03\x00\x00\x00cde"
+    page = header + values.replace(b"\x03\x00\x00\x00", b"\x02\x00\x00\x00")
+    span = _granule.PageSpan(0, len(page), 0, 3, False)
+    with pytest.raises(_granule.PageError, match="bytes left over"):
+        _granule.decode_plain_pages("UNCOMPRESSED", [span], lambda o, n: page[o : o + n],
+                                    described[0], described[1], described[4])
+
+
+@needs_c
+def test_the_string_decoder_reads_the_defined_rows_only():
+    offsets, data, ascii_only = _granule._BYTE_ARRAY_PAGE(
+        b"\x01\x00\x00\x00a\x00\x00\x00\x00\x02\x00\x00\x00\xc3\xa9", 5,
+        np.array([False, True, True, False, True]))
+    assert np.frombuffer(offsets, np.int32).tolist() == [0, 0, 1, 1, 1, 3]
+    assert data == b"a\xc3\xa9" and not ascii_only
+    with pytest.raises(ValueError, match="rows do not match"):
+        _granule._BYTE_ARRAY_PAGE(b"", 2, np.array([False]))
+
+
 def test_pages_the_direct_decoder_does_not_take_go_through_pyarrow():
     table = pa.table({"b": pa.array([i % 3 == 0 for i in range(500)]),
-                      "lo": pa.array([f"x{i % 5}" for i in range(500)]),
-                      "v": pa.array(["x" * (i % 4) for i in range(500)])})
+                      "lo": pa.array([f"x{i % 5}" for i in range(500)])})
     meta, read = _written(table, use_dictionary=["lo"], max_rows_per_page=100,
                           compression="none")
     for j, name in enumerate(table.column_names):
@@ -820,7 +919,9 @@ def test_pages_the_direct_decoder_does_not_take_go_through_pyarrow():
 def _one_page(compression="none"):
     table = pa.table({"k": pa.array(np.arange(200, dtype=np.int64),
                                     mask=np.arange(200) % 7 == 0),
-                      "s": pa.array([f"{i:08d}" for i in range(200)])})
+                      "s": pa.array([f"{i:08d}" for i in range(200)]),
+                      "v": pa.array(["é" * (i % 5) + "x" * (i % 3) for i in range(200)],
+                                    mask=np.arange(200) % 6 == 0)})
     meta, read, pages = _granule_of(table, compression, 200, 0, 199)
     return table, meta, {name: bytes(read(p.start, p.end - p.start)) for name, (p,) in
                          pages.items()}
@@ -832,10 +933,13 @@ def _one_page(compression="none"):
 def test_direct_decoder_fuzz_damaged_pages_give_none_or_rows_never_a_crash(compression,
                                                                            data):
     """Page bytes on a plain disk are not authenticated: a mutated or truncated page
-    gives None (the caller then decodes through pyarrow, which reports the damage) or an
-    array of the page's rows and type, and reads nothing outside the page."""
+    gives None (the caller then decodes through pyarrow, which reports the damage), a
+    PageError, or the array pyarrow's reader decodes from the same bytes, and reads nothing
+    outside the page."""
+    import unittest.mock
+
     table, meta, raw_pages = _one_page(compression)
-    name = data.draw(st.sampled_from(["k", "s"]))
+    name = data.draw(st.sampled_from(["k", "s", "v"]))
     page = bytearray(raw_pages[name])
     for _ in range(data.draw(st.integers(0, 6))):
         page[data.draw(st.integers(0, len(page) - 1))] = data.draw(st.integers(0, 255))
@@ -844,12 +948,19 @@ def test_direct_decoder_fuzz_damaged_pages_give_none_or_rows_never_a_crash(compr
     span = _granule.PageSpan(0, len(raw_pages[name]), 0, 200, False)
     j = table.column_names.index(name)
     described = _granule.granule_schema(meta, j)
-    got = _granule.decode_plain_pages("LZ4" if compression == "lz4" else "UNCOMPRESSED",
-                                      [span], lambda o, n: buf[o : o + n], described[0],
-                                      described[1], described[4])
+    read = lambda o, n: buf[o : o + n]  # noqa: E731
+    try:
+        got = _granule.decode_plain_pages("LZ4" if compression == "lz4" else "UNCOMPRESSED",
+                                          [span], read, described[0], described[1],
+                                          described[4])
+    except _granule.PageError:
+        return  # the clear error (the caller reads the chunk whole, as pyarrow judges it)
     if got is not None:
         got.validate(full=True)
         assert len(got) == 200 and got.type == described[0]
+        want = _through_parquet(meta, j, [span], read, unittest.mock.MagicMock())
+        assert want is not None
+        assert got.equals(want)
 
 
 def test_a_truncated_page_falls_back_and_reports_a_page_error():

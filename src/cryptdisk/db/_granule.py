@@ -17,6 +17,7 @@ from segments that have authenticated.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import operator
 from collections.abc import Callable
@@ -53,6 +54,12 @@ _TYPES: dict[tuple[str, str], tuple[pa.DataType, int | None, int | None]] = {
     ("INT32", "Date"): (pa.date32(), 6, 6),  # DATE, LogicalType.DATE
 }
 _DICTIONARY_PAGE = 2
+
+try:  # PLAIN BYTE_ARRAY pages decoded in C (csrc/cryptdisk_db/csort.c), no type stubs (Any)
+    _BYTE_ARRAY_PAGE: Any = importlib.import_module(
+        f"{__package__}._csort").byte_array_page
+except (ImportError, AttributeError):  # pragma: no cover - not built: one-width strings only
+    _BYTE_ARRAY_PAGE = None
 _DATA_PAGE, _DATA_PAGE_V2 = 0, 3
 
 
@@ -434,13 +441,16 @@ def decode_plain_pages(compression: str, pages: list[PageSpan],
                        optional: bool) -> pa.Array | None:
     """Data pages (v1, PLAIN values, RLE definition levels of a flat column) decoded into
     one Arrow array of ``typ`` without pyarrow's Parquet reader; None for anything else
-    (a dictionary, another encoding or page version, strings of different lengths, pages
-    that do not add up), which the caller decodes through a Parquet file of its own.
+    (a dictionary, another encoding or page version, pages that do not add up, text that
+    is not UTF-8), which the caller decodes through a Parquet file of its own.
 
-    Fixed-width values (INT32, INT64, FLOAT, DOUBLE) are read as they are; BYTE_ARRAY
-    values only when every value of a page has the same length (hashes, UUIDs, codes),
-    which a strided view checks at once. Every size is checked against the page's bytes
-    before it is used."""
+    Fixed-width values (INT32, INT64, FLOAT, DOUBLE) are read as they are. BYTE_ARRAY
+    values (each a 4-byte length, then its bytes) become the array's offsets and data in
+    C (``_csort.byte_array_page``, without the GIL), every length checked against the
+    bytes left before it is used; values that run past their page, leave bytes over or do
+    not match the page's rows raise :class:`PageError`. Where the extension is not built,
+    only pages whose strings all have one length (hashes, UUIDs, codes) are decoded here,
+    through a strided view that checks them at once."""
     import numpy as np
 
     if compression.upper() not in _PAGE_CODECS:
@@ -554,7 +564,26 @@ def _plain_page(np: Any, body: Any, rows: int, typ: pa.DataType, physical: int,
             full = np.zeros(rows, dtype)
             full[defined] = got
         return pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(full)], nulls)
-    if not pa.types.is_string(typ):
+    text = pa.types.is_string(typ)
+    if not text and not pa.types.is_binary(typ):
+        return None
+    if _BYTE_ARRAY_PAGE is not None:
+        try:
+            found = _BYTE_ARRAY_PAGE(values, rows, defined)
+        except ValueError as exc:
+            raise PageError(f"a PLAIN string page of {rows} rows: {exc}") from None
+        if found is None:  # more than 2 GiB of text: pyarrow's reader
+            return None
+        offsets, chars, ascii_only = found
+        arr = pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(offsets),
+                                                pa.py_buffer(chars)], nulls)
+        if text and not ascii_only:  # each value must be UTF-8
+            try:
+                arr.validate(full=True)
+            except pa.ArrowInvalid:
+                return None
+        return arr
+    if not text:
         return None
     if present:  # every value as long as the first, or not decoded here
         if len(values) < 4:
