@@ -274,3 +274,44 @@ def test_length_of_a_list_beside_length_of_bytea(start_server, analytical) -> No
         conn.execute(r"INSERT INTO t VALUES ('\x0102', ['a,]', '[x']), (NULL, [])")
         assert conn.execute("SELECT length(b), length(l), length([1, 2, 3]) FROM t "
                             "ORDER BY 2").fetchall() == [(None, 0, 3), (2, 2, 3)]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_concatenation_with_a_bytea_is_a_bytea(srv, prepare) -> None:
+    """``bytea || bytea`` is a bytea, and so is a string or parameter joined to one
+    (PostgreSQL reads it by bytea's input, ``b || '\\x03'``, ``'x' || b``, along a chain):
+    the analytical engine returned text for a string beside a BLOB (``\\x01\\x03``), SQLite
+    text for every ``||``, also of two blobs (and an internal error for bytes that are no
+    UTF-8)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b BYTEA, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES (1, '\x01ff', 'x')")
+        cur = conn.cursor()
+        cur.execute(r"SELECT b || '\x03', 'x' || '\x0102'::bytea, b || b, "
+                    r"'\x01'::bytea || '\x02'::bytea, b || 'abc', b || '\x03' || '\x04', "
+                    r"'\x03' || b, b || %s, b || (SELECT b FROM t) FROM t", (b"\x09",),
+                    prepare=prepare)
+        assert cur.fetchall() == [(
+            b"\x01\xff\x03", b"x\x01\x02", b"\x01\xff\x01\xff", b"\x01\x02", b"\x01\xffabc",
+            b"\x01\xff\x03\x04", b"\x03\x01\xff", b"\x01\xff\x09", b"\x01\xff\x01\xff")]
+        assert [d.type_code for d in cur.description] == [17] * 9
+        conn.execute(r"UPDATE t SET b = b || '\x0a' || 'b' WHERE a = 1")
+        conn.execute(r"INSERT INTO t (a, b) VALUES (2, '\x61'::bytea || 'b')")
+        assert conn.execute("SELECT b FROM t ORDER BY a").fetchall() == [
+            (b"\x01\xff\x0ab",), (b"ab",)]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_text_joined_to_a_bytea_is_text_of_its_hex_output(srv, prepare) -> None:
+    """``text || bytea`` is text, the bytea in its output (hex: ``\\x61``), as
+    PostgreSQL's; the engines joined the bytes themselves (DuckDB escapes only bytes
+    that print not: ``xa``; SQLite the raw bytes); strings alone stay text."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (b BYTEA, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES ('\x61ff', 'x')")
+        cur = conn.cursor()
+        cur.execute(r"SELECT s || b, b || s, 'y'::text || b, s || '\x01'::bytea, "
+                    "'a || b' || s, 'x' || 'y' FROM t", prepare=prepare)
+        assert cur.fetchall() == [
+            ("x\\x61ff", "\\x61ffx", "y\\x61ff", "x\\x01", "a || bx", "xy")]
+        assert [d.type_code for d in cur.description] == [25] * 6

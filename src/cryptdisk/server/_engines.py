@@ -233,6 +233,10 @@ class EngineSession:
         tables, columns = self._context(visible)
         return _paramtypes.infer(sql, count, tables, columns)
 
+    #: a template that makes ``x || y`` a blob where the engine's ``||`` of two blobs is
+    #: text (SQLite's), None where it is a blob
+    blob_concat: str | None = None
+
     def bytea_context(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
         """``sql`` with ``::bytea`` after each string literal with a backslash that its
         context makes a bytea (:func:`._paramtypes.bytea_strings`: ``INSERT INTO t VALUES
@@ -242,8 +246,16 @@ class EngineSession:
         from . import _paramtypes
 
         tables, columns = self._context(visible)
-        for end in reversed(_paramtypes.bytea_strings(sql, tables, columns)):
-            sql = sql[:end] + "::bytea" + sql[end:]
+        edits = [(end, 1, "::bytea") for end in _paramtypes.bytea_strings(sql, tables, columns)]
+        if "||" in sql:  # b || b a bytea, s || b the text of b's output, as PostgreSQL's
+            blobs, texts = _paramtypes.bytea_concats(sql, tables, columns)
+            if self.blob_concat is not None:
+                opened, closed = self.blob_concat.split("{}")
+                edits += [e for a, b in blobs for e in ((a, 0, opened), (b, 2, closed))]
+            edits += [e for a, b in texts
+                      for e in ((a, 0, "('\\x' || lower(hex("), (b, 2, ")))"))]
+        for at, _order, text in sorted(edits, reverse=True):
+            sql = sql[:at] + text + sql[at:]
         return sql
 
     def check_numeric_strings(self, sql: str,
@@ -1429,6 +1441,8 @@ def _cancelled() -> StatementError:
 
 
 class _SQLiteSession(EngineSession):
+    blob_concat = "CAST({} AS BLOB)"  # (SQLite's || of two blobs is text)
+
     def __init__(self, engine: SQLiteEngine) -> None:
         from ..sqlite import connect
 

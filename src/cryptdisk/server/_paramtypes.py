@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from . import _types as T
 
-__all__ = ["bytea_strings", "infer", "parameter_columns", "typed_strings"]
+__all__ = ["bytea_concats", "bytea_strings", "infer", "parameter_columns", "typed_strings"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -49,31 +49,35 @@ class _Tok(NamedTuple):
     text: str  # the upper-cased keyword or operator, the parameter's number, the number
     parts: tuple[str, ...] = ()  # a ref's names, lower-cased unless quoted
     end: int = 0  # where a string literal ends in the text
+    start: int = -1  # where the token starts in the text (-1: not from the text)
+    stop: int = -1  # where it ends
 
 
 def _tokens(sql: str) -> list[_Tok]:
-    raw: list[tuple[str, str, int]] = [(m.lastgroup or "other", m.group(), m.end()) for m in
-                                       _TOKEN.finditer(sql) if m.lastgroup != "ws"]
+    raw: list[tuple[str, str, int, int]] = [
+        (m.lastgroup or "other", m.group(), m.end(), m.start()) for m in _TOKEN.finditer(sql)
+        if m.lastgroup != "ws"]
     out: list[_Tok] = []
     i = 0
     while i < len(raw):
-        kind, text, end = raw[i]
+        kind, text, end, start = raw[i]
         if kind in ("word", "qid"):
             parts = [_name(kind, text)]
             while i + 2 < len(raw) and raw[i + 1][:2] == ("op", ".") and \
                     raw[i + 2][0] in ("word", "qid"):
                 parts.append(_name(*raw[i + 2][:2]))
                 i += 2
-            out.append(_Tok("ref", text.upper() if kind == "word" else text, tuple(parts)))
+            out.append(_Tok("ref", text.upper() if kind == "word" else text, tuple(parts),
+                            start=start, stop=raw[i][2]))
         elif kind == "param":
-            out.append(_Tok("param", text[1:]))
+            out.append(_Tok("param", text[1:], start=start, stop=end))
         elif kind == "str":
-            out.append(_Tok(kind, text, (), end))
+            out.append(_Tok(kind, text, (), end, start, end))
         elif kind == "dollar":  # a string literal: its text as a standard literal's
             body = text[text.index("$", 1) + 1:text.rindex("$", 0, len(text) - 1)]
-            out.append(_Tok("str", "'" + body.replace("'", "''") + "'", (), end))
+            out.append(_Tok("str", "'" + body.replace("'", "''") + "'", (), end, start, end))
         else:
-            out.append(_Tok(kind, text.upper()))
+            out.append(_Tok(kind, text.upper(), start=start, stop=end))
         i += 1
     return out
 
@@ -119,8 +123,10 @@ def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[in
     ('\\x0102')`` into a bytea column, ``b = '\\x01'`` beside one) ends in the text:
     PostgreSQL reads such a literal by bytea's input (``\\x0102`` is two bytes), the
     engines by their own string-to-blob cast. In ``b = ANY(ARRAY['...', ...])`` every
-    string is one (DuckDB compares no BLOB with a list of VARCHAR)."""
-    if "[" not in sql:
+    string is one (DuckDB compares no BLOB with a list of VARCHAR), and so is every
+    string that ``||`` joins to a bytea (``b || 'abc'``: the engines join a BLOB and a
+    string as text)."""
+    if "[" not in sql and "||" not in sql:
         return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA,
                                              lambda text: "\\" in text)]
     toks = _tokens(sql)
@@ -130,10 +136,31 @@ def bytea_strings(sql: str, tables: dict[str, str], columns: Columns) -> list[in
             j = k - 1
             while j > 0 and toks[j].text == "," and toks[j - 1].kind in ("param", "num", "str"):
                 j -= 2
-            if _array_of_any(toks, j):
+            if _array_of_any(toks, j) or toks[k - 1].text == "||" or \
+                    (k + 1 < len(toks) and toks[k + 1].text == "||"):
                 listed.add(t.end)
     return [t.end for t in typed_strings(sql, tables, columns, T.BYTEA, lambda text: True)
             if "\\" in t.text or t.end in listed]
+
+
+def bytea_concats(sql: str, tables: dict[str, str], columns: Columns
+                  ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(where in ``sql`` each chain ``x || y || ...`` is that PostgreSQL makes a bytea,
+    ``b || '\\x03'``; where each bytea operand of a chain it makes a text is, ``s || b``,
+    whose text is the bytea's output, ``\\x01``), as (start, end)."""
+    toks = _tokens(sql)
+    if not any(t.text == "||" for t in toks):
+        return [], []
+    ref_type, _ = _ref_types(toks, tables, columns)
+    blobs: list[tuple[int, int]] = []
+    texts: list[tuple[int, int]] = []
+    for chain, kinds, _types, result in _typed_chains(toks, ref_type):
+        if result == T.BYTEA:
+            blobs.append((toks[chain[0][0]].start, toks[chain[-1][1] - 1].stop))
+        elif "text" in kinds and "other" not in kinds:  # (else not known: left alone)
+            texts.extend((toks[a].start, toks[b - 1].stop)
+                         for (a, b), kind in zip(chain, kinds, strict=True) if kind == "bytea")
+    return blobs, texts
 
 
 def _array_of_any(toks: list[_Tok], j: int) -> bool:
@@ -166,9 +193,79 @@ def typed_strings(sql: str, tables: dict[str, str], columns: Columns, oid: int,
     return [t for t, found in zip(strings, types, strict=True) if found == oid]
 
 
-def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
-           columns: Columns) -> list[int]:
-    result = [0] * count
+def _operand_end(toks: list[_Tok], i: int, hi: int) -> int:
+    """Where the operand of ``||`` from ``toks[i]`` on ends (a column, literal, parameter,
+    call or parenthesized expression, with its ``::`` casts), -1 for none there."""
+    t = toks[i]
+    if t.text in _OPEN or (t.kind == "ref" and i + 1 < hi and toks[i + 1].text == "("
+                           and t.text not in _NOT_OPERAND):
+        close = _closing(toks, i if t.text in _OPEN else i + 1)
+        if close < 0 or close >= hi:
+            return -1
+        j = close + 1
+    elif t.kind in ("ref", "str", "param", "num") and t.text not in _NOT_OPERAND:
+        j = i + 1
+    else:
+        return -1
+    while j + 1 < hi and toks[j].text == "::" and toks[j + 1].kind == "ref":
+        j += 2
+        while j < hi and toks[j].text in _OPEN:  # varchar(5), int[]
+            close = _closing(toks, j)
+            if close < 0 or close >= hi:
+                return -1
+            j = close + 1
+    return j
+
+
+#: words that are no operand of ``||``
+_NOT_OPERAND = frozenset({"SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "CASE", "WHEN",
+                          "THEN", "ELSE", "END", "AS", "IN", "IS", "LIKE", "ILIKE", "ON",
+                          "SET", "VALUES", "BY", "HAVING", "RETURNING", "USING", "BETWEEN",
+                          "DISTINCT", "ALL", "ANY", "SOME", "INTO", "LIMIT", "OFFSET"})
+
+
+def _concat_chains(toks: list[_Tok]) -> list[list[tuple[int, int]]]:
+    """The operands (their ``toks[start:end]``) of each chain ``x || y || ...`` of
+    ``toks``, inside brackets too."""
+    chains: list[list[tuple[int, int]]] = []
+
+    def inside(lo: int, hi: int) -> None:  # the brackets of toks[lo:hi]
+        k = lo
+        while k < hi:
+            close = _closing(toks, k) if toks[k].text in _OPEN else -1
+            if 0 <= close < hi:
+                scan(k + 1, close)
+                k = close
+            k += 1
+
+    def scan(lo: int, hi: int) -> None:
+        i = lo
+        while i < hi:
+            end = _operand_end(toks, i, hi)
+            if end < 0:
+                i += 1
+                continue
+            inside(i, end)
+            chain = [(i, end)]
+            while end + 1 < hi and toks[end].text == "||":
+                nxt = _operand_end(toks, end + 1, hi)
+                if nxt < 0:
+                    break
+                inside(end + 1, nxt)
+                chain.append((end + 1, nxt))
+                end = nxt
+            if len(chain) > 1:
+                chains.append(chain)
+            i = end
+
+    scan(0, len(toks))
+    return chains
+
+
+def _ref_types(toks: list[_Tok], tables: dict[str, str], columns: Columns
+               ) -> tuple[Callable[[_Tok], int], Callable[[str], dict[str, int]]]:
+    """(the type OID of a column a ref token of ``toks`` names (0: not known), the
+    (column -> OID) of a table)."""
     named = {t.parts[-1].lower() for t in toks if t.kind == "ref"
              and (len(t.parts) == 1 or (len(t.parts) == 2 and t.parts[0].lower() in _SCHEMAS))}
     cache: dict[str, dict[str, int]] = {}
@@ -192,6 +289,55 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
             return table_columns(tok.parts[-2]).get(col, 0)
         found = {table_columns(t).get(col, 0) for t in in_scope} - {0}
         return found.pop() if len(found) == 1 else 0
+
+    return ref_type, table_columns
+
+
+def _operand_kind(toks: list[_Tok], a: int, b: int, ref_type: Callable[[_Tok], int]) -> str:
+    """Of the operand ``toks[a:b]`` of ``||``: "bytea", "text" (a text column, a cast to
+    text), "unknown" (a literal or parameter) or "other" (not known)."""
+    oid = 0
+    if b - a == 1:
+        t = toks[a]
+        if t.kind in ("str", "param"):
+            return "unknown"
+        oid = ref_type(t)
+    elif (toks[b - 2].text == "::" and toks[b - 1].kind == "ref") or \
+            (toks[a].text == "CAST" and toks[b - 3].text == "AS" and toks[b - 1].text == ")"):
+        name = toks[b - 1] if toks[b - 2].text == "::" else toks[b - 2]
+        oid = T.type_oid(name.parts[-1]) if name.kind == "ref" else 0
+    elif b - a >= 5 and toks[a].text == "(" and toks[a + 1].text == "SELECT" and \
+            toks[a + 3].text == "FROM" and _closing(toks, a) == b - 1:
+        oid = ref_type(toks[a + 2])  # (SELECT b FROM t ...): its column's
+    return "bytea" if oid == T.BYTEA else "text" if oid in _TEXTS else "other"
+
+
+_TEXTS = frozenset({T.TEXT, T.VARCHAR, T.BPCHAR, T.NAME})
+
+
+def _typed_chains(toks: list[_Tok], ref_type: Callable[[_Tok], int]
+                  ) -> list[tuple[list[tuple[int, int]], list[str], list[int], int]]:
+    """Each chain ``x || y || ...`` of ``toks``: its operands (:func:`_concat_chains`),
+    their kinds (:func:`_operand_kind`), the type PostgreSQL gives each unknown one (a
+    literal or parameter is ``bytea`` beside a bytea, ``b || '\\x03'``, ``'x' || b``, or
+    after a chain that is one, else ``text``; 0 for the others) and the chain's type
+    (``bytea`` or ``text``)."""
+    out = []
+    for chain in _concat_chains(toks):
+        kinds = [_operand_kind(toks, a, b, ref_type) for a, b in chain]
+        left = "bytea" if kinds[0] == "unknown" and kinds[1] == "bytea" else kinds[0]
+        types = [T.BYTEA if left == "bytea" else T.TEXT if kinds[0] == "unknown" else 0]
+        for kind in kinds[1:]:
+            types.append(0 if kind != "unknown" else T.BYTEA if left == "bytea" else T.TEXT)
+            left = "bytea" if (left == "bytea" and kind in ("bytea", "unknown")) else "text"
+        out.append((chain, kinds, types, T.BYTEA if left == "bytea" else T.TEXT))
+    return out
+
+
+def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
+           columns: Columns) -> list[int]:
+    result = [0] * count
+    ref_type, table_columns = _ref_types(toks, tables, columns)
 
     def literal_type(tok: _Tok) -> int:
         if tok.kind != "num":
@@ -221,6 +367,16 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
     def at(i: int) -> _Tok:
         return toks[i] if 0 <= i < len(toks) else _Tok("end", "")
 
+    known: list[dict[int, int]] = []
+
+    def concatenated() -> dict[int, int]:
+        """The type of each literal or parameter operand of ``||`` (by its place)."""
+        if not known:
+            known.append({chain[n][0]: types[n]
+                          for chain, kinds, types, _ in _typed_chains(toks, ref_type)
+                          for n in range(len(chain)) if kinds[n] == "unknown"})
+        return known[0]
+
     def context(k: int) -> int:
         before, after = at(k - 1), at(k + 1)
         if after.text == "::":
@@ -229,8 +385,10 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
             return _cast_type(toks, k + 2)
         if before.text in ("LIMIT", "OFFSET"):
             return T.INT8
-        if before.text in ("LIKE", "ILIKE", "||") or after.text == "||":
+        if before.text in ("LIKE", "ILIKE"):
             return T.TEXT
+        if before.text == "||" or after.text == "||":
+            return concatenated().get(k, T.TEXT)
         if before.text in _COMPARE or before.text in _ARITH:
             found = operand_type(k - 2, -1, before.text in _ARITH)
             if found:
@@ -550,6 +708,8 @@ def _expression_name(item: list[_Tok]) -> str | None:
             if at < 0 or not words:
                 return None
             written = " ".join(words)
+            if written == "blob":  # (the server's own cast of b || b on SQLite: its node
+                return _expression_name(item[2:at]) or "?column?"  # is the ||)
             return _CAST_COLUMN.get(written, written)
         return first.parts[-1].lower()
     if first.kind == "ref" and first.text == "CASE" and item[-1].text == "END":
@@ -634,3 +794,4 @@ def _operand_name(head: list[_Tok]) -> str | None:
             return _operand_name(head[2:inner]) if inner > 0 else None
         return first.parts[-1].lower()
     return None
+

@@ -850,7 +850,8 @@ class Session:
         if head not in _READ_ONLY_RUNS and self.read_only() and \
                 not (head == "COPY" and _copy_out(sql)):
             raise read_only_error(sql)
-        if "\\" in sql and head in _BYTEA_CONTEXTS and self.engine is not None:
+        if ("\\" in sql or "||" in sql) and head in _BYTEA_CONTEXTS and \
+                self.engine is not None:
             sql = await self._timed(self.engine.bytea_context, sql, self._visible())
         if head in _BYTEA_CONTEXTS and self.engine is not None and \
                 _sqltext.long_number(sql):  # '123456789012345.12345' for a NUMERIC column
