@@ -404,3 +404,54 @@ def test_system_rotate_keys_rewraps_to_the_key_another_process_made_current_in_t
     assert len(parts) == 2 and all(_key_id(p) == 2 for p in parts)
     out = cryptdisk("keys", "retire", "1", *c, "--db", str(db))  # nothing is under key 1
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("kind", ["analytical", "sqlite"])
+def test_serve_run_in_process_closes_what_it_opened(tmp_path, monkeypatch, kind) -> None:
+    """``cryptdisk serve --add-user`` (and ``--check``) run by cryptdisk.cli.main in a
+    process that goes on: each left its engine and its user store open until collected,
+    so a second --add-user in the same process failed with "open for writing by another
+    connection in this process" (the analytical database's lock) and descriptors grew
+    (the store's lock file, twice; a SQLite server's write-lock file, which the engine's
+    close left open). Now every way out of the command closes them: the descriptors are
+    back where they were, the collector kept from running."""
+    import gc
+
+    from cryptdisk.cli import main
+    from tests.server.certs import sqlite_serve_config
+
+    monkeypatch.setenv("CRYPTDISK_PASSWORD", "pw of alice")
+    if kind == "sqlite":
+        _ca, _cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32, "")
+        args = [str(tmp_path / "app.db"), "--sqlite", "--config", str(config)]
+    else:
+        db = str(tmp_path / "sales.db")
+        assert cryptdisk("sql", db, "--create", "-q", "SELECT 1").returncode == 0
+        args = [db, "--self-signed"]
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def fdmap() -> dict[str, str]:
+        out = {}
+        for f in os.listdir("/proc/self/fd"):
+            try:
+                out[f] = os.readlink(f"/proc/self/fd/{f}")
+            except OSError:
+                pass
+        return out
+
+    assert main(["serve", *args, "--add-user", "alice", "--admin"]) == 0  # (files made)
+    gc.collect()
+    gc.disable()
+    try:
+        before = descriptors()
+        first = fdmap()
+        for name in ("bob", "carol", "dave"):
+            assert main(["serve", *args, "--add-user", name]) == 0
+            assert main(["serve", *args, "--check"]) == 0
+            assert descriptors() == before, {k: v for k, v in fdmap().items() if k not in first}
+    finally:
+        gc.enable()
+    out = cryptdisk("serve", *args, "--check")
+    assert out.returncode == 0 and "4 user(s)" in out.stdout, out.stdout + out.stderr

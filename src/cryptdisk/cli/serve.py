@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
 import sys
@@ -114,18 +115,7 @@ def _password(name: str) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from .. import fields  # noqa: F401  (its SQL functions on the analytical engine)
-    from ..server import (
-        DEFAULT_ITERATIONS,
-        DEFAULT_MAX_MESSAGE_SIZE,
-        AnalyticalEngine,
-        ScramAuthenticator,
-        Server,
-        SQLiteEngine,
-        UserStore,
-        certificate_fingerprint,
-        ensure_self_signed,
-        load_tls,
-    )
+    from ..server import AnalyticalEngine, SQLiteEngine
 
     config = args.keyring
     settings = _server_section(config)
@@ -152,121 +142,141 @@ def _serve(args: argparse.Namespace) -> int:
                               hint=f"check the path; `cryptdisk sql {args.path} --create` "
                               "makes a new database")
         engine = AnalyticalEngine(path, config, read_only=check)
-    try:
-        users_path = args.users or settings.get("users") or path + ".users"
-        iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
-        store = UserStore(users_path, engine.keyring, iterations=iterations,
-                          journal=engine.read_users_record if args.sqlite else None,
-                          journal_path=path if args.sqlite else None, read_only=check)
-        if not args.sqlite:
-            from ..server import AuditLog, PolicyStore
+    # every way out closes what this command opened (main() may run again in this process:
+    # an engine left open kept its database locked, a store its lock file, until collected)
+    with contextlib.ExitStack() as opened:
+        opened.callback(engine.close)  # (again after a server stopped: closing twice is fine)
+        return _serve_opened(args, engine, opened, settings, workers, path, check)
 
-            engine.policies = PolicyStore(
-                settings.get("policies") or path + ".policies", engine.keyring, engine,
-                audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring,
-                               read_only=check))
-        if args.resolve_users and not args.sqlite:
-            raise ServerError("--resolve-users is for --sqlite databases (the analytical "
-                              "database keeps no record of user changes)")
-        if args.resolve_users:
-            session = engine.open_session()
-            try:
-                print(session.resolve_users(store, args.resolve_users))
-            finally:
-                session.close()
-            return 0
-        if args.sqlite and args.check:
-            store.check_journal()
-        elif args.sqlite:
-            store.recover()  # before any worker starts: a restored user file stops it here
-        if args.add_user and args.sqlite:
-            # as every change on --sqlite: with the database's record of user changes
-            tx: Any = store.transaction()
-            tx.set_user(args.add_user, _password(args.add_user), admin=args.admin,
-                        create=args.add_user not in store.users)
-            session = engine.open_session()
-            try:
-                session.commit_users(store, tx.ops)
-            finally:
-                session.close()
-        elif args.add_user:
-            store.set_user(args.add_user, _password(args.add_user), admin=args.admin,
-                           create=args.add_user not in store.users)
-        if args.add_user:
-            print(f"user {args.add_user} {'(admin) ' if args.admin else ''}saved in "
-                  f"{users_path} (SCRAM-SHA-256, {iterations} iterations)")
-            return 0
-        if not store.users:
-            raise ServerError(f"no users in {users_path}",
-                              hint=f"add one: cryptdisk serve {args.path} --add-user NAME "
-                              f"--admin (password from ${PASSWORD_ENV} or a prompt)")
-        cert = args.tls_cert or settings.get("cert")
-        key = args.tls_key or settings.get("key")
-        if args.self_signed:
-            cert, key = path + ".server.pem", path + ".server.key"
-            if check and not (os.path.exists(cert) and os.path.exists(key)):
-                host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
-                print(f"ok: {args.path} opens; {len(store.users)} user(s) in {users_path}; "
-                      f"a self-signed TLS certificate {cert} would be created; would listen "
-                      f"on {host}:{port} with {_plural(workers)}")
-                return 0
-            ensure_self_signed(cert, key)
-            print(f"TLS certificate {cert} (self-signed), SHA-256 fingerprint "
-                  f"{certificate_fingerprint(cert)}")
-        if bool(cert) != bool(key):
-            raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
-        ctx, binding = load_tls(cert, key, settings.get("client_ca")) if cert and key \
-            else (None, None)
-        host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
-        access_log = None
-        if settings.get("access_log"):
-            from ..server import AccessLog
 
-            access_log = AccessLog(settings["access_log"],
-                                   engine.keyring if settings.get("access_log_encrypted")
-                                   else None)
-        server = Server(
-            engine, host=host, port=port, ssl_context=ctx,
-            plaintext_loopback=args.plaintext_loopback
-            or settings.get("plaintext") == "loopback",
-            authenticator=ScramAuthenticator(store, channel_binding=binding),
-            max_message_size=int(settings.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)),
-            max_connections=int(settings.get("max_connections", 100)),
-            login_timeout=float(settings.get("login_timeout", 60)),
-            idle_timeout=float(settings.get("idle_timeout", 0)),
-            statement_timeout=float(settings.get("statement_timeout", 0)),
-            access_log=access_log,
-            max_copy_size=int(settings.get("max_copy_size", 1 << 30)))
-        if cert and key:  # SIGHUP: the certificate again (renewed), from the same files
-            tls_files = (cert, key, settings.get("client_ca"))
-            server.reload_tls = lambda: load_tls(*tls_files)
+def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.ExitStack,
+                  settings: dict[str, Any], workers: int, path: str, check: bool) -> int:
+    """The rest of ``cryptdisk serve`` once ``engine`` is open (``opened`` closes it and
+    what is entered into it when the command ends)."""
+    from ..server import (
+        DEFAULT_ITERATIONS,
+        DEFAULT_MAX_MESSAGE_SIZE,
+        ScramAuthenticator,
+        Server,
+        UserStore,
+        certificate_fingerprint,
+        ensure_self_signed,
+        load_tls,
+    )
 
-        if args.check:
-            kind = "encrypted SQLite" if args.sqlite else "analytical database"
-            tls = f"TLS certificate {cert}" if cert else "no TLS (plaintext on loopback only)"
-            print(f"ok: {args.path} opens ({kind}); {len(store.users)} user(s) in {users_path}; "
-                  f"{tls}; would listen on {host}:{port} with {_plural(workers)}")
-            return 0
+    users_path = args.users or settings.get("users") or path + ".users"
+    iterations = int(settings.get("scram_iterations", DEFAULT_ITERATIONS))
+    store = opened.enter_context(UserStore(
+        users_path, engine.keyring, iterations=iterations,
+        journal=engine.read_users_record if args.sqlite else None,
+        journal_path=path if args.sqlite else None, read_only=check))
+    if not args.sqlite:
+        from ..server import AuditLog, PolicyStore
 
-        def ready(address: tuple[str, int]) -> None:
-            kind = "encrypted SQLite" if args.sqlite else "analytical database"
-            tls = "TLS" if ctx else "plaintext, loopback only"
-            print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}, "
-                  f"{_plural(workers)}); SIGTERM stops", flush=True)
-
-        if workers > 1:
-            from ..server import run_workers
-
-            code = run_workers(server, workers, ready=ready)
-            print("stopped: every worker drained" if code == 0 else
-                  "stopped: a worker did not exit cleanly", flush=True)
-            return code
-        server.run(ready=ready)
-        print("stopped: every session closed", flush=True)
+        engine.policies = PolicyStore(
+            settings.get("policies") or path + ".policies", engine.keyring, engine,
+            audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring,
+                           read_only=check))
+    if args.resolve_users and not args.sqlite:
+        raise ServerError("--resolve-users is for --sqlite databases (the analytical "
+                          "database keeps no record of user changes)")
+    if args.resolve_users:
+        session = engine.open_session()
+        try:
+            print(session.resolve_users(store, args.resolve_users))
+        finally:
+            session.close()
         return 0
-    except BaseException:
-        engine.close()
-        raise
+    if args.sqlite and args.check:
+        store.check_journal()
+    elif args.sqlite:
+        store.recover()  # before any worker starts: a restored user file stops it here
+    if args.add_user and args.sqlite:
+        # as every change on --sqlite: with the database's record of user changes
+        tx: Any = store.transaction()
+        tx.set_user(args.add_user, _password(args.add_user), admin=args.admin,
+                    create=args.add_user not in store.users)
+        session = engine.open_session()
+        try:
+            session.commit_users(store, tx.ops)
+        finally:
+            session.close()
+    elif args.add_user:
+        store.set_user(args.add_user, _password(args.add_user), admin=args.admin,
+                       create=args.add_user not in store.users)
+    if args.add_user:
+        print(f"user {args.add_user} {'(admin) ' if args.admin else ''}saved in "
+              f"{users_path} (SCRAM-SHA-256, {iterations} iterations)")
+        return 0
+    if not store.users:
+        raise ServerError(f"no users in {users_path}",
+                          hint=f"add one: cryptdisk serve {args.path} --add-user NAME "
+                          f"--admin (password from ${PASSWORD_ENV} or a prompt)")
+    cert = args.tls_cert or settings.get("cert")
+    key = args.tls_key or settings.get("key")
+    if args.self_signed:
+        cert, key = path + ".server.pem", path + ".server.key"
+        if check and not (os.path.exists(cert) and os.path.exists(key)):
+            host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+            print(f"ok: {args.path} opens; {len(store.users)} user(s) in {users_path}; "
+                  f"a self-signed TLS certificate {cert} would be created; would listen "
+                  f"on {host}:{port} with {_plural(workers)}")
+            return 0
+        ensure_self_signed(cert, key)
+        print(f"TLS certificate {cert} (self-signed), SHA-256 fingerprint "
+              f"{certificate_fingerprint(cert)}")
+    if bool(cert) != bool(key):
+        raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
+    ctx, binding = load_tls(cert, key, settings.get("client_ca")) if cert and key \
+        else (None, None)
+    host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
+    access_log = None
+    if settings.get("access_log"):
+        from ..server import AccessLog
+
+        access_log = AccessLog(settings["access_log"],
+                               engine.keyring if settings.get("access_log_encrypted")
+                               else None)
+        opened.callback(access_log.close)  # (a server that ran closed it: again is fine)
+    server = Server(
+        engine, host=host, port=port, ssl_context=ctx,
+        plaintext_loopback=args.plaintext_loopback
+        or settings.get("plaintext") == "loopback",
+        authenticator=ScramAuthenticator(store, channel_binding=binding),
+        max_message_size=int(settings.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)),
+        max_connections=int(settings.get("max_connections", 100)),
+        login_timeout=float(settings.get("login_timeout", 60)),
+        idle_timeout=float(settings.get("idle_timeout", 0)),
+        statement_timeout=float(settings.get("statement_timeout", 0)),
+        access_log=access_log,
+        max_copy_size=int(settings.get("max_copy_size", 1 << 30)))
+    if cert and key:  # SIGHUP: the certificate again (renewed), from the same files
+        tls_files = (cert, key, settings.get("client_ca"))
+        server.reload_tls = lambda: load_tls(*tls_files)
+
+    if args.check:
+        kind = "encrypted SQLite" if args.sqlite else "analytical database"
+        tls = f"TLS certificate {cert}" if cert else "no TLS (plaintext on loopback only)"
+        print(f"ok: {args.path} opens ({kind}); {len(store.users)} user(s) in {users_path}; "
+              f"{tls}; would listen on {host}:{port} with {_plural(workers)}")
+        return 0
+
+    def ready(address: tuple[str, int]) -> None:
+        kind = "encrypted SQLite" if args.sqlite else "analytical database"
+        tls = "TLS" if ctx else "plaintext, loopback only"
+        print(f"serving {args.path} ({kind}) on {address[0]}:{address[1]} ({tls}, "
+              f"{_plural(workers)}); SIGTERM stops", flush=True)
+
+    if workers > 1:
+        from ..server import run_workers
+
+        code = run_workers(server, workers, ready=ready)
+        print("stopped: every worker drained" if code == 0 else
+              "stopped: a worker did not exit cleanly", flush=True)
+        return code
+    server.run(ready=ready)
+    print("stopped: every session closed", flush=True)
+    return 0
 
 
 def register(sub: Any) -> None:

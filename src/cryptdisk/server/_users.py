@@ -250,10 +250,18 @@ class UserStore:
 
     def close(self) -> None:
         """Release the files the store holds open (its change counter's lock file: two
-        descriptors); the store is not used after. A server closes its store as it stops."""
+        descriptors, until the store is collected otherwise); the store is not used after.
+        Whoever made the store closes it (a :class:`Server` leaves it open: it did not make
+        it); ``with UserStore(...) as store:`` does. Closing again does nothing."""
         with self._lock:
             if self._shared is not None:
                 self._shared.close()
+
+    def __enter__(self) -> UserStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _load(self) -> None:
         if os.path.exists(self.path):

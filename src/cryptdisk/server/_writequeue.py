@@ -325,7 +325,15 @@ class WriteQueue:
         self._pass_on()
 
     def close(self) -> None:
+        """Close the wake pipe and this process's lock file (its descriptor, and its mapping
+        once no call holds it); the flock goes with the descriptor."""
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._wake_r = self._wake_w = -1
+        if self._pid == os.getpid():
+            self._waiter = None  # (the mapping is unmapped when its last user lets it go)
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+        self._fd, self._pid = -1, 0
