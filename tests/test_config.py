@@ -138,6 +138,17 @@ def test_default_disk_and_policy(tmp_path: Path) -> None:
      "line 2"),
     ("[extra]\nx=1\n", ConfigError, "unknown section", "top level"),
     ("not toml [", ConfigError, "not valid TOML", ""),
+    # a key typed where a variable's name or a key id belongs is not quoted back
+    ("[disks.a]\ntype='local'\npath='x'\n[disks.e]\ntype='encrypted'\ndisk='a'\n"
+     "[[disks.e.keys]]\nid=1\nfrom_env='" + K1 + "'\n",
+     MissingEnvironmentVariableError, "from_env takes the NAME of an environment variable",
+     "line 7"),
+    ("[disks.a]\ntype='local'\npath='x'\n[disks.e]\ntype='encrypted'\ndisk='a'\n"
+     "current_key_id='" + K1 + "'\nkeys=[{id=1,hex='" + K1 + "'}]\n",
+     ConfigError, "current_key_id = a string of 64 characters (not shown)", "line 4"),
+    ("[keyring]\ncurrent_key_id = '" + K1 + "'\n[[keyring.keys]]\nid = 1\nhex = '" + K1
+     + "'\n", ConfigError, "current_key_id = a string of 64 characters (not shown)",
+     "[keyring]"),
 ])
 def test_errors_name_file_and_line(tmp_path: Path, text: str, error: type[Exception],
                                    message: str, line: str) -> None:
@@ -214,6 +225,13 @@ def test_clickhouse_xml_errors_name_the_element(tmp_path: Path,
     monkeypatch.delenv("CD_TEST_CH_KEY")
     with pytest.raises((ConfigError, MissingEnvironmentVariableError), match="CD_TEST_CH_KEY"):
         load_config(write(tmp_path, XML.format(root=tmp_path, inner="raw"), "s2.xml"))
+    # the key itself where its variable's name belongs: refused without quoting it
+    text = XML.format(root=tmp_path, inner="raw").replace('"CD_TEST_CH_KEY"', f'"{K1}"')
+    assert K1 in text
+    with pytest.raises(MissingEnvironmentVariableError) as missing:
+        load_config(write(tmp_path, text, "s3.xml"))
+    said = f"{missing.value}\n{missing.value.hint}\n{missing.value.variable}"
+    assert "not a variable name" in said and K1 not in said
 
 
 def test_disk_types_build_themselves_from_the_config(tmp_path: Path,

@@ -71,7 +71,7 @@ from .disks import (
     Volume,
 )
 from .errors import ConfigError, KeyringError, PolicyError, with_location
-from .keys import Key, Keyring, parse_key_entry
+from .keys import Key, Keyring, parse_key_entry, shown_value
 
 __all__ = ["Config", "load_config"]
 
@@ -327,8 +327,8 @@ class _Builder:
                 return ids[0]
             raise self.error(f"disk {name!r} has several keys; set current_key_id", where)
         if not isinstance(current, int) or current not in ids:
-            raise self.error(f"disk {name!r}: current_key_id = {current!r} is not one of its "
-                             f"key ids ({', '.join(map(str, ids))})", where)
+            raise self.error(f"disk {name!r}: current_key_id = {shown_value(current)} is not one "
+                             f"of its key ids ({', '.join(map(str, ids))})", where)
         return current
 
     # -- policies ------------------------------------------------------------------

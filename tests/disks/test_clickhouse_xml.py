@@ -150,6 +150,11 @@ SECRET = "s3cr3t-key-16chr"
         (_enc(""), "storage_configuration/disks/e", "at least one <key>"),
         (_enc(f"<key>{SECRET}</key>", "<current_key_id>4</current_key_id>"),
          "storage_configuration/disks/e/current_key_id", "current_key_id 4"),
+        (_enc(f"<key>{SECRET}</key>", f"<current_key_id>{SECRET}</current_key_id>"),
+         "storage_configuration/disks/e/current_key_id",
+         "unsigned integer, got a string of 16 characters"),
+        (_enc(f"<key>{SECRET}</key>", f'<path from_env="{HEX}"/>'),
+         "storage_configuration/disks/e/path", "not a variable name"),
         (_enc(f"<key>{SECRET}</key>", "<current_key>another-secret-1</current_key>"),
          "storage_configuration/disks/e/current_key", "not one of the disk's literal keys"),
         (_enc(f"<key>{SECRET}</key>", "<current_key_id>0</current_key_id><current_key>x"

@@ -112,6 +112,27 @@ def test_key_from_env(monkeypatch):
     assert "abc" not in str(info.value)
 
 
+@pytest.mark.parametrize("given", [HEX, "0x" + HEX, "correct horse battery staple",
+                                   "pass:" + HEX[:20]])
+def test_a_key_given_where_a_variable_name_belongs_is_not_echoed(tmp_path, given):
+    """``from_env = "<the key itself>"`` (the value where its variable's name belongs) is
+    refused without printing it: the error named the 'variable', i.e. showed the key (and
+    its hint, an ``export`` line, showed it a second time)."""
+    config = tmp_path / "c.toml"
+    config.write_text(f"[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\n"
+                      f"from_env = '{given}'\n")
+    config.chmod(0o600)
+    with pytest.raises(MissingEnvironmentVariableError) as info:
+        Keyring.from_config(str(config))
+    said = f"{info.value}\n{info.value.hint}\n{info.value.variable}\n{info.value!r}"
+    assert given not in said and HEX[:16] not in said and "horse" not in said
+    assert "line 3" in str(info.value) and "not a variable name" in str(info.value)
+    if given == HEX:  # the Python API too
+        with pytest.raises(MissingEnvironmentVariableError) as info:
+            key_from_env(given)
+        assert HEX[:16] not in f"{info.value}\n{info.value.hint}"
+
+
 def test_key_file_round_trip_and_permissions(tmp_path):
     path = tmp_path / "k.hex"
     material = os.urandom(32)

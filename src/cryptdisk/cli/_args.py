@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import re
 
 from ..format import MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from ..keys import is_variable_name
 
 __all__ = ["env_name", "key_id", "segment_size"]
 
@@ -39,16 +39,12 @@ def segment_size(text: str) -> int:
     return value
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KEY_LIKE = re.compile(r"[0-9a-fA-F]{32}")
-
-
 def env_name(text: str) -> str:
     """The name of an environment variable (``--key-env VAR``, ``--passphrase-env VAR``).
 
     A key or passphrase given in its place is refused without being echoed: the error
     would otherwise print it (and its hint, an ``export`` line, a second time)."""
-    if not _ENV_NAME.fullmatch(text) or _KEY_LIKE.search(text):
+    if not is_variable_name(text):
         raise argparse.ArgumentTypeError(
             "takes the NAME of an environment variable (such as CRYPTDISK_KEY), not a key "
             "or passphrase; what was given is not a variable name (not shown)")

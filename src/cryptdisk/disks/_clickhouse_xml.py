@@ -37,6 +37,7 @@ from xml.parsers import expat
 
 from ..errors import ConfigError
 from ..format.clickhouse import CHAlgorithm
+from ..keys import is_variable_name, not_a_variable_name, shown_value
 
 __all__ = ["parse_clickhouse_storage_xml"]
 
@@ -87,6 +88,9 @@ class _Parser:
         var = elem.get("from_env")
         if var is not None:
             value = os.environ.get(var)
+            if not value and not is_variable_name(var):
+                raise self.error(not_a_variable_name("from_env="), where,
+                                 "write the variable's name there and export the value in it")
             if not value:
                 raise self.error(f"environment variable {var} is not set or empty", where,
                                  f"export {var}=... before loading the config")
@@ -96,7 +100,7 @@ class _Parser:
     def uint(self, elem: ET.Element, where: str) -> int:
         value = self.text(elem, where)
         if not value.isdigit():
-            raise self.error(f"expected an unsigned integer, got {value!r}", where)
+            raise self.error(f"expected an unsigned integer, got {shown_value(value)}", where)
         return int(value)
 
     # -- disks -------------------------------------------------------------------------

@@ -42,10 +42,13 @@ from ._remote import (
 from ._rotate import RewrapSummary, iter_files, rewrap_descriptor, rewrap_file, rewrap_tree
 from ._sources import (
     decode_hex_key,
+    is_variable_name,
     key_from_command,
     key_from_env,
     key_from_file,
+    not_a_variable_name,
     read_key_file,
+    shown_value,
     write_key_file,
 )
 
@@ -76,12 +79,14 @@ __all__ = [
     "files_under_key",
     "get_key_provider",
     "is_dumpable",
+    "is_variable_name",
     "iter_files",
     "key_from_command",
     "key_from_env",
     "key_from_file",
     "key_provider_names",
     "key_usage",
+    "not_a_variable_name",
     "parse_key_entry",
     "protect_process",
     "read_key_file",
@@ -89,5 +94,6 @@ __all__ = [
     "rewrap_descriptor",
     "rewrap_file",
     "rewrap_tree",
+    "shown_value",
     "write_key_file",
 ]

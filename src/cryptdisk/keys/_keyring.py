@@ -47,6 +47,7 @@ from ._audit import set_audit_log
 from ._hygiene import enable_mlock
 from ._key import Key
 from ._provider import parse_key_entry
+from ._sources import shown_value
 
 __all__ = ["FollowingKeyring", "Keyring"]
 
@@ -290,7 +291,7 @@ class Keyring:
             raise ConfigError("every key of [keyring] is retired; add a key", path=path)
         if current is not None and (not isinstance(current, int) or current not in seen):
             raise ConfigError(
-                f"current_key_id = {current!r} is not the id of a key in this keyring "
+                f"current_key_id = {shown_value(current)} is not the id of a key in this keyring "
                 f"(ids: {', '.join(map(str, sorted(seen)))})",
                 path=path, where="[keyring]",
             )

@@ -35,10 +35,13 @@ __all__ = [
     "RawEnvKey",
     "RawKey",
     "decode_hex_key",
+    "is_variable_name",
     "key_from_command",
     "key_from_env",
     "key_from_file",
+    "not_a_variable_name",
     "read_key_file",
+    "shown_value",
     "stderr_excerpt",
     "write_key_file",
 ]
@@ -70,9 +73,43 @@ def decode_hex_key(text: str, what: str = "key", sizes: tuple[int, ...] = (16, 3
     return raw
 
 
-def _env_text(variable: str, holds: str, hint: str) -> str:
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_LIKE = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def is_variable_name(text: str) -> bool:
+    """Whether ``text`` may be shown as the name of an environment variable: a name
+    (letters, digits, ``_``) holding no run of 32 hex digits. What is not (a key, a
+    passphrase or a PIN given where its variable's name belongs) is never echoed."""
+    return bool(_VARIABLE_NAME.fullmatch(text)) and not _KEY_LIKE.search(text)
+
+
+def shown_value(value: object) -> str:
+    """A config value as an error message may quote it: numbers and strings shorter than
+    16 characters (shorter than any key: raw keys are 16, 24 or 32 bytes, hex keys 32 or
+    64 digits); anything longer, a key typed into the wrong field perhaps, is described."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    if isinstance(value, str) and len(value) < 16:
+        return repr(value)
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters (not shown)"
+    return f"a {type(value).__name__} (not shown)"
+
+
+def not_a_variable_name(field: str) -> str:
+    """The message for a ``field`` that should name a variable and holds something else."""
+    return (f"{field} takes the NAME of an environment variable (such as CRYPTDISK_KEY), not "
+            "a key, passphrase or PIN; what is there is not a variable name (not shown)")
+
+
+def _env_text(variable: str, holds: str, hint: str, field: str = "from_env") -> str:
     value = os.environ.get(variable)
     if not value:
+        if not is_variable_name(variable):
+            raise MissingEnvironmentVariableError(
+                not_a_variable_name(field), variable="(not shown)",
+                hint="write the variable's name there and export the key in that variable")
         raise MissingEnvironmentVariableError(
             f"environment variable {variable} is {'empty' if value == '' else 'not set'}; "
             f"it should hold {holds}", variable=variable, hint=hint)
@@ -81,7 +118,12 @@ def _env_text(variable: str, holds: str, hint: str) -> str:
 
 def key_from_env(variable: str, sizes: tuple[int, ...] = (16, 32)) -> bytes:
     """The hex key in an environment variable."""
-    value = _env_text(variable, "a hex key", f"export {variable}=$(cryptdisk keygen --print)")
+    return _hex_from_env(variable, sizes, "key_from_env")
+
+
+def _hex_from_env(variable: str, sizes: tuple[int, ...], field: str) -> bytes:
+    value = _env_text(variable, "a hex key", f"export {variable}=$(cryptdisk keygen --print)",
+                      field)
     return decode_hex_key(value, f"the key in environment variable {variable}", sizes)
 
 
@@ -375,7 +417,7 @@ class EnvKey(_TextProvider):
     label = "env"
 
     def load(self, what: str, sizes: tuple[int, ...]) -> bytes:
-        return key_from_env(self.value, sizes)
+        return _hex_from_env(self.value, sizes, "from_env")
 
 
 class FileKey(_TextProvider):

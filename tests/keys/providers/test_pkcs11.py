@@ -166,6 +166,8 @@ def test_bad_entries_fail_at_load_naming_the_entry_never_the_pin(tmp_path, softh
     for kw, exc_type, text in (
             ({"pin_env": "CD_WRONG_PIN"}, KeyProviderError, "PIN was refused"),
             ({"pin_env": "CD_UNSET_PIN"}, KeyProviderError, "CD_UNSET_PIN"),
+            # the PIN itself where its variable's name belongs: refused, never quoted
+            ({"pin_env": softhsm.pin}, KeyProviderError, "pin_env takes the NAME"),
     ):
         with pytest.raises(exc_type, match=text) as info:
             _ring(tmp_path, softhsm, key_label, **kw)

@@ -41,6 +41,7 @@ from cryptography.exceptions import InvalidTag
 
 from ...errors import KeyProviderError
 from .._remote import RemoteKeyProvider
+from .._sources import is_variable_name, not_a_variable_name
 
 __all__ = ["Pkcs11Provider", "generate_pkcs11_key"]
 
@@ -60,6 +61,8 @@ def read_pin(spec: dict[str, Any], base: str, what: str) -> str:
     """The PIN from ``pin_env`` or ``pin_file`` (a file must be mode 0600 or stricter)."""
     if "pin_env" in spec:
         value = os.environ.get(spec["pin_env"])
+        if not value and not is_variable_name(spec["pin_env"]):
+            raise KeyProviderError(f"{what}: {not_a_variable_name('pin_env')}")
         if not value:
             raise KeyProviderError(f"{what}: environment variable {spec['pin_env']} (the "
                                    "token PIN) is not set or empty")
