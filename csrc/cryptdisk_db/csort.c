@@ -483,12 +483,11 @@ static PyTypeObject DistinctType = {
 /* Decode `rows` rows of PLAIN BYTE_ARRAY values from src[0..len): row i has a value when
  * defined is NULL or defined[i] != 0. offsets[0..rows] and data[0..dlen) are filled, where
  * dlen = len - 4 * (defined rows) was checked by the caller to fit. Returns NULL, or what is
- * wrong with the page. *high gets the OR of the data's bytes' top bits. */
+ * wrong with the page. *high says whether a byte of the data is not ASCII. */
 static const char *byte_array_fill(const unsigned char *src, size_t len, Py_ssize_t rows,
                                    const unsigned char *defined, int32_t *offsets,
                                    unsigned char *data, size_t dlen, int *high) {
     size_t pos = 0, out = 0;
-    unsigned char top = 0;
     offsets[0] = 0;
     for (Py_ssize_t i = 0; i < rows; i++) {
         if (defined != NULL && !defined[i]) {
@@ -504,16 +503,29 @@ static const char *byte_array_fill(const unsigned char *src, size_t len, Py_ssiz
             return "a value runs past the page";
         if (n > dlen - out)
             return "the values leave no room for the lengths of the rows after them";
-        memcpy(data + out, src + pos, n);
-        for (size_t k = 0; k < n; k++)
-            top |= src[pos + k];
+        /* A short value is copied as 16 bytes where both buffers have them from here: the
+         * bytes past it are written again by the values after it (or by nothing, at the
+         * very end, where the exact copy below is taken). */
+        if (n <= 16 && len - pos >= 16 && dlen - out >= 16)
+            memcpy(data + out, src + pos, 16);
+        else
+            memcpy(data + out, src + pos, n);
         pos += n;
         out += n;
         offsets[i + 1] = (int32_t)out;
     }
     if (pos != len)
         return "bytes left over after the page's values";
-    *high = (top & 0x80) != 0;
+    uint64_t any = 0; /* the top bit of any byte of the data: not all ASCII */
+    size_t k = 0;
+    for (; k + 8 <= dlen; k += 8) {
+        uint64_t w;
+        memcpy(&w, data + k, 8);
+        any |= w;
+    }
+    for (; k < dlen; k++)
+        any |= data[k];
+    *high = (any & UINT64_C(0x8080808080808080)) != 0;
     return NULL;
 }
 

@@ -889,6 +889,22 @@ def test_a_string_page_whose_lengths_lie_fails_the_granule_decode_with_a_page_er
 
 
 @needs_c
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.binary(max_size=40), st.binary(max_size=300)),
+                       max_size=80))
+def test_the_string_decoder_gives_arrows_offsets_and_data(values):
+    """Values short and long in any order (short ones are copied 16 bytes at a time where
+    the page and the data have them): the offsets and data of Arrow's array of them."""
+    page = b"".join(len(v).to_bytes(4, "little") + v for v in values if v is not None)
+    defined = np.array([v is not None for v in values], bool)
+    offsets, data, ascii_only = _granule._BYTE_ARRAY_PAGE(page, len(values), defined)
+    want = pa.array(values, pa.binary())
+    assert offsets == want.buffers()[1].to_pybytes()[: 4 * (len(values) + 1)]
+    assert data == b"".join(v for v in values if v)
+    assert ascii_only == all(b < 0x80 for b in data)
+
+
+@needs_c
 def test_the_string_decoder_reads_the_defined_rows_only():
     offsets, data, ascii_only = _granule._BYTE_ARRAY_PAGE(
         b"\x01\x00\x00\x00a\x00\x00\x00\x00\x02\x00\x00\x00\xc3\xa9", 5,
