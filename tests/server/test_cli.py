@@ -455,3 +455,36 @@ def test_serve_run_in_process_closes_what_it_opened(tmp_path, monkeypatch, kind)
         gc.enable()
     out = cryptdisk("serve", *args, "--check")
     assert out.returncode == 0 and "4 user(s)" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_check_creates_no_access_log(tmp_path, env, encrypted) -> None:
+    """``serve --check`` creates and changes no file, but with ``[server] access_log`` it
+    opened the access log for appending, which created it (empty, or an encrypted header).
+    Now --check checks that its directory exists (and that an encrypted log there opens
+    under the keys) and creates nothing; the server makes the log when it starts."""
+    from tests.server.certs import sqlite_serve_config
+
+    line = f'access_log = "{tmp_path / "logs" / "access.log"}"\n' + (
+        "access_log_encrypted = true\n" if encrypted else "")
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "cryptdisk.toml", "ab" * 32, line)
+    db = str(tmp_path / "app.db")
+    serve = ["serve", db, "--sqlite", "--config", str(config)]
+    out = cryptdisk(*serve, "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "logs").mkdir()
+    out = cryptdisk(*serve, "--check", env=env)
+    assert out.returncode == 0 and out.stdout.startswith("ok: "), out.stdout + out.stderr
+    assert os.listdir(tmp_path / "logs") == []
+    (tmp_path / "logs").rmdir()  # where the server could not make it: said, by its path
+    out = cryptdisk(*serve, "--check", env=env)
+    assert out.returncode == 1 and str(tmp_path / "logs") in out.stderr, out.stderr
+    (tmp_path / "logs").mkdir()
+    if encrypted:  # a log there under other keys: refused as the server would refuse it
+        from cryptdisk import Keyring
+        from cryptdisk.format import open_log
+
+        with open_log(tmp_path / "logs" / "access.log", keys=Keyring.generate()) as f:
+            f.write(b"{}\n")
+        out = cryptdisk(*serve, "--check", env=env)
+        assert out.returncode == 1 and "access.log" in out.stderr, out.stdout + out.stderr

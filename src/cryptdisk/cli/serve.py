@@ -149,6 +149,21 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_opened(args, engine, opened, settings, workers, path, check)
 
 
+def _check_access_log(path: str, keyring: Any) -> None:
+    """What ``--check`` checks of the access log, creating and changing nothing (opening it
+    for appending would create it, or put back a torn last line): its directory exists and
+    an encrypted log there opens under the keys."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ServerError(f"the access log {path}: its directory {folder} does not exist",
+                          hint="make the directory, or set [server] access_log elsewhere")
+    if keyring is not None and os.path.isfile(path) and os.path.getsize(path):
+        from .. import open as cd_open
+
+        with cd_open(path, "rb", keyring=keyring):
+            pass  # the header's key check
+
+
 def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.ExitStack,
                   settings: dict[str, Any], workers: int, path: str, check: bool) -> int:
     """The rest of ``cryptdisk serve`` once ``engine`` is open (``opened`` closes it and
@@ -231,12 +246,13 @@ def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.Exit
         else (None, None)
     host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
     access_log = None
-    if settings.get("access_log"):
+    log_keys = engine.keyring if settings.get("access_log_encrypted") else None
+    if settings.get("access_log") and check:
+        _check_access_log(settings["access_log"], log_keys)
+    elif settings.get("access_log"):
         from ..server import AccessLog
 
-        access_log = AccessLog(settings["access_log"],
-                               engine.keyring if settings.get("access_log_encrypted")
-                               else None)
+        access_log = AccessLog(settings["access_log"], log_keys)
         opened.callback(access_log.close)  # (a server that ran closed it: again is fine)
     server = Server(
         engine, host=host, port=port, ssl_context=ctx,
