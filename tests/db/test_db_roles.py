@@ -794,3 +794,38 @@ def test_a_roles_errors_quote_no_rewritten_text(made):
     with cryptdisk.connect(path, config) as db:
         with pytest.raises(DatabaseError, match=r"(?s)Candidate bindings.*LINE 1"):
             db.query("SELECT nosuch FROM cards")
+
+
+def test_policies_on_columns_named_with_capitals_past_ascii(tmp_path, monkeypatch):
+    """Policies keep a column by its name in lower case. A row access policy on "ÉTAT"
+    (kept as "état") filtered on "état", which DuckDB does not find ("É" is not "é"): every
+    query of the table failed. Now it filters on the column the name is ("ÉTAT"). Beside
+    columns "Ä" and "ä" (two columns, as DuckDB has them) a masking policy kept as "ä"
+    masks both, stays when one of them is renamed, and a row access policy on one of them
+    refuses the query (which of the two it names is not known): never the other's values."""
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config = tmp_path / "cryptdisk.toml"
+    config.write_text(CONFIG)
+    engine = AnalyticalEngine(tmp_path / "db", config)
+    store = PolicyStore(tmp_path / "db.policies", engine.keyring, engine)
+    engine.db.sql('CREATE TABLE g ("ÉTAT" VARCHAR, "Ä" VARCHAR, "ä" VARCHAR, n INTEGER)')
+    engine.db.sql("INSERT INTO g VALUES ('EU', 'A1', 'a1', 1), ('US', 'A2', 'a2', 2)")
+    engine.db.sql('CREATE TABLE h ("Ä" VARCHAR, "ä" VARCHAR)')
+    engine.db.sql("INSERT INTO h VALUES ('EU', 'US')")
+    for sql in ["CREATE ROW ACCESS POLICY no_eu AS (r VARCHAR) RETURNS BOOLEAN -> r <> 'EU'",
+                'ALTER TABLE g ADD ROW ACCESS POLICY no_eu ON ("ÉTAT")',
+                'ALTER TABLE h ADD ROW ACCESS POLICY no_eu ON ("Ä")',
+                "CREATE MASKING POLICY hide AS (v VARCHAR) RETURNS VARCHAR -> '***'",
+                'ALTER TABLE g ALTER COLUMN "ä" SET MASKING POLICY hide']:
+        store.handle(None, sql)
+    engine.close()
+    with cryptdisk.connect(tmp_path / "db", config, role="analyst") as db:
+        assert db.query('SELECT n, "ÉTAT", "Ä", "ä" FROM g') == [(2, "US", "***", "***")]
+        with pytest.raises(FieldPolicyError, match='row access policy of h names column ä, '
+                           r'which names 2 columns \(Ä, ä\)'):
+            db.query("SELECT * FROM h")
+    with cryptdisk.connect(tmp_path / "db", config) as db:
+        db.sql('ALTER TABLE g RENAME COLUMN "Ä" TO "Ö"')
+        assert db.query('SELECT "Ö", "ä" FROM g ORDER BY n') == [("A1", "a1"), ("A2", "a2")]
+    with cryptdisk.connect(tmp_path / "db", config, role="analyst") as db:
+        assert db.query('SELECT n, "Ö", "ä" FROM g') == [(2, "***", "***")]

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from ..errors import DatabaseError
+from ._names import fold
 
 __all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "forget_walks", "has_where",
            "matching_paren",
@@ -44,11 +45,11 @@ _LITERAL = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
 def referenced_tables(sql: str, names: set[str]) -> set[str]:
     """The names in ``names`` that appear as identifiers in ``sql`` (outside literals), in
     any case, quoted or not (as DuckDB finds a table)."""
-    lower = {n.lower(): n for n in names}
+    lower = {fold(n): n for n in names}
     found = set()
     for m in _WORD.finditer(_LITERAL.sub(" ", sql)):
         word = m.group(1).replace('""', '"') if m.group(1) else m.group(2) or m.group(3) or ""
-        name = lower.get(word.lower())
+        name = lower.get(fold(word))
         if name is not None:
             found.add(name)
     return found
@@ -183,11 +184,11 @@ def parse_tree_text(con: duckdb.DuckDBPyConnection, sql: str
 
 def base_tables(tree: dict[str, Any], names: set[str]) -> set[str]:
     """The tables in ``names`` that the parse tree reads (FROM / JOIN)."""
-    lower = {n.lower(): n for n in names}
+    lower = {fold(n): n for n in names}
     found = set()
     for node in _walk(tree.get("statements", [])):
         if node.get("type") == "BASE_TABLE" and not node.get("schema_name"):
-            name = lower.get(str(node.get("table_name", "")).lower())
+            name = lower.get(fold(str(node.get("table_name", ""))))
             if name is not None:
                 found.add(name)
     return found
@@ -199,12 +200,12 @@ def schema_qualified_tables(tree: dict[str, Any], names: set[str],
     a schema or catalog: the statement's scans of them are not in one, so as written they
     name no table. ``attached``: the names (lower case) of attached databases, whose
     tables (``o.t``, ``o.main.t``) are not the database's."""
-    lower = {n.lower() for n in names}
+    lower = {fold(n) for n in names}
     found = []
     for node in _walk(tree.get("statements", [])):
         if node.get("type") == "BASE_TABLE" and (node.get("schema_name")
                                                  or node.get("catalog_name")) \
-                and str(node.get("table_name", "")).lower() in lower \
+                and fold(str(node.get("table_name", ""))) in lower \
                 and str(node.get("catalog_name") or node.get("schema_name")).lower() \
                 not in attached:
             found.append(".".join(str(node[k]) for k in ("catalog_name", "schema_name",
@@ -220,13 +221,13 @@ def _expression_aliases(tree: dict[str, Any]) -> set[str]:
     for node in _walk(tree.get("statements", [])):
         for item in node.get("select_list") or []:
             if isinstance(item, dict) and item.get("alias"):
-                exprs.add(str(item["alias"]).lower())
+                exprs.add(fold(str(item["alias"])))
         if "class" not in node:  # a table reference, a query node, a CTE map...
             for key in ("alias", "table_name"):
                 if node.get(key):
-                    relations.add(str(node[key]).lower())
+                    relations.add(fold(str(node[key])))
             for entry in (node.get("cte_map") or {}).get("map") or []:
-                relations.add(str(entry.get("key", "")).lower())
+                relations.add(fold(str(entry.get("key", ""))))
     return exprs - relations
 
 
@@ -238,7 +239,7 @@ def needed_columns(tree: dict[str, Any] | None, tables: dict[str, list[str]],
     everything: dict[str, list[str] | None] = {t: ALL for t in tables}
     if tree is None:
         return everything
-    known = {c.lower() for cols in tables.values() for c in cols}
+    known = {fold(c) for cols in tables.values() for c in cols}
     aliases = _expression_aliases(tree)
     refs: set[str] = set()
     for node in _walk(tree.get("statements", [])):
@@ -249,7 +250,7 @@ def needed_columns(tree: dict[str, Any] | None, tables: dict[str, list[str]],
             return everything  # a column by position, or joins on every common column
         if cls == "COLUMN_REF":
             names = node.get("column_names") or [""]
-            name = str(names[-1]).lower()
+            name = fold(str(names[-1]))
             if name in derived:
                 continue
             if name not in known:
@@ -258,8 +259,8 @@ def needed_columns(tree: dict[str, Any] | None, tables: dict[str, list[str]],
                 return everything  # a whole-row or lambda reference: be safe
             refs.add(name)
         for col in node.get("using_columns") or []:
-            refs.add(str(col).lower())
-    return {t: [c for c in cols if c.lower() in refs] for t, cols in tables.items()}
+            refs.add(fold(str(col)))
+    return {t: [c for c in cols if fold(c) in refs] for t, cols in tables.items()}
 
 
 def matching_paren(text: str, start: int, statement: str) -> int:

@@ -85,7 +85,7 @@ from ._keyfiles import default_key_path, sync_parent
 from ._maintenance import MaintenanceMixin
 from ._memory import out_of_memory
 from ._mutate import MutationMixin
-from ._names import twin_error
+from ._names import fold, twin_error
 from ._params import Template, bind, check_parameters
 from ._policies import (
     quiet_error,
@@ -1719,19 +1719,19 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         policy = st.settings.get("storage_policy", "default")
         self.policy(policy)
         names = [c for c, _ in st.columns]
-        lower = {c.lower(): c for c in names}  # (names are found in any case, as in DuckDB)
+        lower = {fold(c): c for c in names}  # (names are found in any case, as in DuckDB)
         if len(lower) != len(names):
             raise DatabaseError(f"CREATE TABLE {st.name}: duplicate column names (in any "
                                 "case, a name is one column)")
         for col in st.order_by or []:
-            if col.lower() not in lower:
+            if fold(col) not in lower:
                 raise DatabaseError(f"ORDER BY {col}: no such column in {st.name}")
             if "," in col:  # (the catalog keeps the key as its columns joined by commas)
                 raise DatabaseError(f"ORDER BY {col}: the name of a key column of "
                                     f"{st.name} cannot hold a comma",
                                     hint="give the column a name without one")
         if st.order_by:
-            st.order_by = [lower[c.lower()] for c in st.order_by]
+            st.order_by = [lower[fold(c)] for c in st.order_by]
         import uuid
 
         meta = TableMeta(uuid.uuid4().hex, st.name, st.columns, policy,
@@ -2055,8 +2055,8 @@ def _show(db: Database, sql: str) -> pa.Table | str:
         return _ALL_TABLES
     m = _SHOW_NAME.fullmatch(sql)
     if m is not None:
-        name = _sql.unquote(m.group(1)).lower()
-        if any(name == t.lower() for t in db.catalog.tables):
+        name = fold(_sql.unquote(m.group(1)))
+        if any(name == fold(t) for t in db.catalog.tables):
             return f"DESCRIBE {m.group(1)}"
     return sql
 

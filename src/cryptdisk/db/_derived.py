@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ._columns import _walk, forget_walks
+from ._names import fold
 
 __all__ = ["DerivedColumn", "DerivedFailed", "PushedScan", "ScanFunction", "push_functions"]
 
@@ -170,7 +171,7 @@ def _plain_where(where: Any, columns: set[str], qualifiers: set[str]) -> bool:
                     (n.get("order_bys") or {}).get("orders"):
                 return False
         elif cls == "COLUMN_REF":
-            names = [str(x).lower() for x in n.get("column_names") or []]
+            names = [fold(str(x)) for x in n.get("column_names") or []]
             if not (len(names) == 1 or (len(names) == 2 and names[0] in qualifiers)) or \
                     names[-1] not in columns:
                 return False
@@ -187,7 +188,7 @@ class _Pusher:
                  binders: dict[str, Binder],
                  evaluate: Callable[[list[dict[str, Any]]], list[Any] | None],
                  filters: Callable[[], bool]) -> None:
-        self.tables = {t.lower(): (t, cols) for t, cols in tables.items()}
+        self.tables = {fold(t): (t, cols) for t, cols in tables.items()}
         self._filters = filters
         self._filters_ok: bool | None = None
         self.binders = binders
@@ -233,14 +234,14 @@ class _Pusher:
         if not isinstance(node, dict):
             return
         if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
-            ctes = ctes | {node["cte_name"].lower()}
+            ctes = ctes | {fold(node["cte_name"])}
         cte_map = node.get("cte_map")
         if isinstance(cte_map, dict) and cte_map.get("map"):
             seen = ctes
             for entry in cte_map["map"]:
                 self.walk(entry, seen)
                 if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-                    seen = seen | {entry["key"].lower()}
+                    seen = seen | {fold(entry["key"])}
             ctes = seen
         for key, value in node.items():
             if key != "cte_map":
@@ -255,15 +256,15 @@ class _Pusher:
         if src.get("schema_name") or src.get("catalog_name") or src.get("sample") or \
                 src.get("at_clause") or src.get("column_name_alias"):
             return
-        name = str(src.get("table_name") or "").lower()
+        name = fold(str(src.get("table_name") or ""))
         if name in ctes or name not in self.tables:
             return
         if node.get("sample") is not None:
             return
         table, types = self.tables[name]
-        alias = str(src.get("alias") or "").lower()
+        alias = fold(str(src.get("alias") or ""))
         qualifiers = {alias} if alias else {name}
-        lower = {c.lower(): c for c in types}
+        lower = {fold(c): c for c in types}
         where = node.get("where_clause")
         if where is not None and not (_plain_where(where, set(lower), qualifiers)
                                       and self.filters_ok()):
@@ -274,7 +275,7 @@ class _Pusher:
                     "PIVOT" in str(kind) or kind == "LAMBDA":
                 return  # whole rows, positions or lambda parameters: leave the node be
             if cls == "COLUMN_REF":
-                names = [str(x).lower() for x in n.get("column_names") or []]
+                names = [fold(str(x)) for x in n.get("column_names") or []]
                 if len(names) == 1 and names[0] in qualifiers | {name}:
                     return  # the row as a value
         derived: list[DerivedColumn] = []
@@ -283,7 +284,7 @@ class _Pusher:
         def column_of(expr: Any) -> str | None:
             if not isinstance(expr, dict) or expr.get("type") != "COLUMN_REF":
                 return None
-            names = [str(x).lower() for x in expr.get("column_names") or []]
+            names = [fold(str(x)) for x in expr.get("column_names") or []]
             if len(names) == 2 and names[0] not in qualifiers:
                 return None
             if len(names) not in (1, 2) or names[-1] not in lower:
@@ -373,10 +374,10 @@ class _Pusher:
                 self.unnamed.append((new, old))  # keeps the name DuckDB gives the original
         node.update(parts)  # select list, GROUP BY, HAVING, QUALIFY, ORDER BY alike
         # the columns the rest of the node (and its correlated subqueries) may read
-        refs = {str((n.get("column_names") or [""])[-1]).lower()
+        refs = {fold(str((n.get("column_names") or [""])[-1]))
                 for n in _walk([node.get(k) for k in node if k not in ("from_table", "cte_map")])
                 if n.get("class") == "COLUMN_REF"}
-        columns = [c for c in types if c.lower() in refs]
+        columns = [c for c in types if fold(c) in refs]
         new_src = copy.deepcopy(src)
         new_src["table_name"] = view
         new_src["alias"] = alias or name

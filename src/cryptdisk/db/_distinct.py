@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from ..errors import DatabaseError
 from ._memory import out_of_memory
+from ._names import fold
 from ._pushdown import _identifier, bare_select_of, column_argument
 
 __all__ = ["DistinctCount", "count_distinct_item", "memory_limit_bytes"]
@@ -82,12 +83,12 @@ def count_distinct_item(tree: dict[str, Any] | None, table: str, schema: pa.Sche
     if len(items) != 1 or not isinstance(items[0], dict):
         return None
     item = items[0]
-    qualifier = str(src.get("alias") or src.get("table_name") or "").lower()
+    qualifier = fold(str(src.get("alias") or src.get("table_name") or ""))
     parts = column_argument(item, qualifier)
     if parts is None or item.get("function_name") != "count" or item.get("distinct") is not True:
         return None
-    fields = {f.name.lower(): f for f in schema}
-    field = fields.get(parts[-1].lower())
+    fields = {fold(f.name): f for f in schema}
+    field = fields.get(fold(parts[-1]))
     if field is None or not (pa.types.is_string(field.type) or pa.types.is_binary(field.type)
                              or pa.types.is_large_string(field.type)
                              or pa.types.is_large_binary(field.type)):

@@ -36,6 +36,7 @@ from ._constraints import (
     not_null_sql,
 )
 from ._memory import out_of_memory
+from ._names import fold
 from ._partread import open_part
 from ._parts import verify_part, write_parts
 from ._policies import quiet_error, role_query, role_rewrites
@@ -357,10 +358,10 @@ def _check_names(table: str, data: Any) -> None:
         return
     seen: set[str] = set()
     for name in names:
-        if name.lower() in seen:
+        if fold(name) in seen:
             raise DatabaseError(f"insert into {table}: the data has column {name} twice",
                                 hint="rename or drop the repeated column")
-        seen.add(name.lower())
+        seen.add(fold(name))
 
 
 def _check_index(table: str, frame: Any, columns: list[str]) -> None:
@@ -368,10 +369,10 @@ def _check_index(table: str, frame: Any, columns: list[str]) -> None:
     columns lack (``df.groupby("region").sum()``): the index is not inserted, so that
     column would be NULL in every row."""
     names = getattr(frame.index, "names", None) or []
-    given = {str(c).lower() for c in frame.columns}
-    wanted = {c.lower() for c in columns}
+    given = {fold(str(c)) for c in frame.columns}
+    wanted = {fold(c) for c in columns}
     for name in names:
-        if isinstance(name, str) and name.lower() in wanted and name.lower() not in given:
+        if isinstance(name, str) and fold(name) in wanted and fold(name) not in given:
             raise DatabaseError(
                 f"insert into {table}: column {name} is the DataFrame's index, which is "
                 "not inserted", hint="df.reset_index() makes the index a column")
@@ -418,10 +419,10 @@ def _arrow_source(data: pa.Table | pa.RecordBatch | pa.RecordBatchReader,
     column of ``schema`` by name (matched as :meth:`InsertMixin.insert` does, ignoring
     case) of the same Arrow type: the values are then the table's as they are."""
     found = data.schema
-    lower = {f.name.lower(): i for i, f in enumerate(schema)}
+    lower = {fold(f.name): i for i, f in enumerate(schema)}
     where: list[int | None] = [None] * len(schema)
     for j, f in enumerate(found):
-        i = lower.get(f.name.lower())
+        i = lower.get(fold(f.name))
         if i is None or where[i] is not None or f.type != schema.field(i).type:
             return None
         where[i] = j
@@ -458,7 +459,7 @@ def _check_csv_header(table: str, path: str, found: list[str], columns: list[str
     """Refuse a CSV file that holds nothing, or rows without a header line naming their
     columns: DuckDB names the columns it then reads ``column0``, ``column1``..."""
     if found != [f"column{i}" for i in range(len(found))] or \
-            {c.lower() for c in columns} & set(found):
+            {fold(c) for c in columns} & set(found):
         return
     size = os.path.getsize(path)
     if size < 1 << 20:
@@ -494,22 +495,22 @@ def _file_types(found: list[str], columns: list[tuple[str, str]], option: str) -
     timestamp stays as written), rather than in the types DuckDB's sniffer guesses and
     then cast. '' when none is, or for ``columns`` (which reads only the columns it
     names) when a column found is not the table's (the insert then says so)."""
-    types = {c.lower(): t for c, t in columns}
-    if option == "columns" and any(c.lower() not in types for c in found):
+    types = {fold(c): t for c, t in columns}
+    if option == "columns" and any(fold(c) not in types for c in found):
         return ""
 
     def text(value: str) -> str:
         return "'" + value.replace("'", "''") + "'"
 
-    pairs = [f"{text(c)}: {text(types[c.lower()])}" for c in found if c.lower() in types]
+    pairs = [f"{text(c)}: {text(types[fold(c)])}" for c in found if fold(c) in types]
     return f"{option} = {{{', '.join(pairs)}}}" if pairs else ""
 
 
 def _renamed(cols: list[str]) -> bool:
     """Whether DuckDB may have renamed a column of ``cols`` that a file names twice: one is
     another's name (in any case) with ``_N`` after it, as DuckDB names the second ``x``."""
-    lower = {c.lower() for c in cols}
-    return any((m := re.fullmatch(r"(.+)_\d+", c.lower())) is not None and m.group(1) in lower
+    lower = {fold(c) for c in cols}
+    return any((m := re.fullmatch(r"(.+)_\d+", fold(c))) is not None and m.group(1) in lower
                for c in cols)
 
 
@@ -525,16 +526,16 @@ class InsertMixin(DatabaseState):
         mapping and casts as DuckDB's ``COPY`` into a table of ``t``'s has them), whose
         rows are then written as one insert (one set of parts, one catalog commit)."""
         meta: TableMeta = self.table(st.table)
-        names = {c.lower(): c for c, _t in meta.columns}
+        names = {fold(c): c for c, _t in meta.columns}
         named = ""
         if st.columns is not None:
-            unknown = [c for c in st.columns if c.lower() not in names]
+            unknown = [c for c in st.columns if fold(c) not in names]
             if unknown:
                 raise DatabaseError(f"COPY {meta.name} FROM: no column(s) {', '.join(unknown)} "
                                     f"(columns: {', '.join(names.values())})")
-            if len({c.lower() for c in st.columns}) != len(st.columns):
+            if len({fold(c) for c in st.columns}) != len(st.columns):
                 raise DatabaseError(f"COPY {meta.name} FROM: a column is named twice")
-            named = f" ({', '.join(_quote(names[c.lower()]) for c in st.columns)})"
+            named = f" ({', '.join(_quote(names[fold(c)]) for c in st.columns)})"
         name = _COPY_TABLE
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({column_definitions(meta)})")
         try:
@@ -743,8 +744,8 @@ class InsertMixin(DatabaseState):
         schema = self.arrow_schema(meta)
         if meta.order and not sortable(schema, meta.order):
             return None
-        given = {f.name.lower() for f in data.schema}
-        if any(c.lower() not in given for c in meta.defaults):
+        given = {fold(f.name) for f in data.schema}
+        if any(fold(c) not in given for c in meta.defaults):
             return None  # a DEFAULT to fill: DuckDB's
         batches = _arrow_source(data, schema)
         if batches is None:
@@ -773,28 +774,28 @@ class InsertMixin(DatabaseState):
             raise _sql.cryptdisk_read_error(f"INSERT INTO {meta.name}", str(exc)) or \
                 DatabaseError(f"INSERT INTO {meta.name}: {exc}") from None
         names = [c for c, _ in meta.columns]
-        lower = {c.lower(): c for c in names}
+        lower = {fold(c): c for c in names}
         if columns is not None:
             seen: set[str] = set()
             for c in columns:
-                if c.lower() in seen:
+                if fold(c) in seen:
                     raise DatabaseError(f"INSERT INTO {meta.name}: column "
-                                        f"{lower.get(c.lower(), c)} is given twice")
-                seen.add(c.lower())
+                                        f"{lower.get(fold(c), c)} is given twice")
+                seen.add(fold(c))
         if columns is None:
             if width != len(names):
                 raise DatabaseError(f"INSERT INTO {meta.name}: the table has {len(names)} "
                                     f"columns but the query gives {width}")
             positions = {c: i + 1 for i, c in enumerate(names)}
         else:
-            unknown = [c for c in columns if c.lower() not in lower]
+            unknown = [c for c in columns if fold(c) not in lower]
             if unknown:
                 raise DatabaseError(f"INSERT INTO {meta.name}: no column(s) "
                                     f"{', '.join(unknown)} (columns: {', '.join(names)})")
             if len(columns) != width:
                 raise DatabaseError(f"INSERT INTO {meta.name}: {len(columns)} columns named "
                                     f"but the query gives {width}")
-            positions = {lower[c.lower()]: i + 1 for i, c in enumerate(columns)}
+            positions = {lower[fold(c)]: i + 1 for i, c in enumerate(columns)}
         select = ", ".join(
             not_null_sql(meta, c, f"CAST(#{positions[c]} AS {stored_type(t)})" if c in positions
                          else default_sql(meta, c, t)) + f" AS {_quote(c)}"
@@ -910,7 +911,7 @@ class InsertMixin(DatabaseState):
             return  # (the insert reads the file and says what is wrong with it)
         names = [n for n in row or () if isinstance(n, str)]
         for i, name in enumerate(names):
-            if name.lower() in (n.lower() for n in names[:i]):
+            if fold(name) in (fold(n) for n in names[:i]):
                 raise DatabaseError(f"insert into {table}: {path} has column {name} twice "
                                     "in its header line",
                                     hint="rename or drop the repeated column")
@@ -930,10 +931,10 @@ class InsertMixin(DatabaseState):
             if first is None:
                 first = found
                 continue
-            mine, theirs = {c.lower() for c in found}, {c.lower() for c in first}
+            mine, theirs = {fold(c) for c in found}, {fold(c) for c in first}
             if mine != theirs:
-                extra = [c for c in found if c.lower() not in theirs]
-                lacking = [c for c in first if c.lower() not in mine]
+                extra = [c for c in found if fold(c) not in theirs]
+                lacking = [c for c in first if fold(c) not in mine]
                 what = (f"has column(s) {', '.join(extra)}, which {paths[0]} lacks" if extra
                         else f"has no column(s) {', '.join(lacking)}, which {paths[0]} has")
                 raise DatabaseError(f"insert into {table}: {p} {what}",
@@ -956,7 +957,7 @@ class InsertMixin(DatabaseState):
             return  # (the insert reads the file and says what is wrong with it)
         by_case: dict[str, list[str]] = {}
         for key in sorted(keys):
-            by_case.setdefault(key.lower(), []).append(key)
+            by_case.setdefault(fold(key), []).append(key)
         for same in by_case.values():
             if len(same) > 1:
                 raise DatabaseError(f"insert into {table}: {path} has the keys "

@@ -40,6 +40,7 @@ from . import _sql
 from ._catalog import PartMeta
 from ._columns import ALL, needed_columns, stored_type
 from ._constraints import constraint_error, not_null_sql
+from ._names import fold
 from ._policies import PART_SOURCE, ROW_NUMBER, current_mutation_policy, embedded_mutation
 from ._pushdown import table_filters
 from ._scan import TableScan
@@ -211,14 +212,14 @@ class MutationMixin(DatabaseState):
         DEFAULT's expression, NULL where it has none); a column the table lacks, set
         twice, in the ORDER BY key, or under a masking policy (for a role) is refused."""
         out: list[tuple[str, str]] = []
-        key = {c.lower() for c in meta.order}
+        key = {fold(c) for c in meta.order}
         for col, expr in assignments:
             name = meta.column_name(col)
             if name not in dict(meta.columns):
                 raise DatabaseError(f"{what}: table {meta.name} has no column {col}")
             if any(name == c for c, _e in out):
                 raise DatabaseError(f"{what}: column {name} is set twice")
-            if name.lower() in key:
+            if fold(name) in key:
                 raise NotSupportedError(
                     f"{what}: column {name} is in the table's ORDER BY key, which an UPDATE "
                     "does not change (each part stays sorted by it)",

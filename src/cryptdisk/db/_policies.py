@@ -454,7 +454,8 @@ class _Context:
                            else _quote(c) for i, c in enumerate(cols))
         where = ""
         if rows is not None:
-            where = f" WHERE __cd_rows({', '.join(_quote(c) for c in rows[1])})"
+            named = self.row_columns(key, columns, rows[1])
+            where = f" WHERE __cd_rows({', '.join(_quote(c) for c in named)})"
         alias = node.get("alias") or name
         text = (f"SELECT * FROM (SELECT {select} FROM {_quote(name)}{where}) "
                 f"AS {_quote(alias)}")  # quoted names, and markers replaced below
@@ -485,6 +486,25 @@ class _Context:
             return expr
 
         return _walk_nodes(sub, fill)
+
+    @staticmethod
+    def row_columns(table: str, columns: dict[str, str], names: list[str]) -> list[str]:
+        """The columns of ``table`` (``columns``: as the table has them) that its row
+        access policy's ``names`` (kept in lower case) name: the one column each names in
+        any case (``Ä`` for ``ä``, which DuckDB does not find by ``ä``). A name two columns
+        share in lower case (``Ä`` and ``ä``) is refused: which of them the policy was
+        attached to is not known, and reading the other would filter rows by the wrong
+        values."""
+        out = []
+        for name in names:
+            found = [c for c in columns if c.lower() == name.lower()]
+            if len(found) != 1:
+                raise FieldPolicyError(
+                    f"permission denied: the row access policy of {table} names column "
+                    f"{name}, which " + ("no column of the table is" if not found else
+                                        f"names {len(found)} columns ({', '.join(found)})"))
+            out.append(found[0])
+        return out
 
     def body(self, kind: str, name: str, policy: dict[str, Any], args: list[Any]) -> Any:
         """A policy's expression with its arguments bound and role functions evaluated."""

@@ -32,6 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from ._columns import _walk
+from ._names import fold
 
 __all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "head_rows",
            "key_extremes_items",
@@ -67,16 +68,16 @@ class _Columns:
     """A table's columns as a WHERE clause may name them, with the Arrow type of each."""
 
     def __init__(self, table: str, alias: str, schema: pa.Schema) -> None:
-        self.quals = {table.lower(), (alias or table).lower()}
-        self.types = {f.name.lower(): (f.name, f.type) for f in schema}
+        self.quals = {fold(table), fold(alias or table)}
+        self.types = {fold(f.name): (f.name, f.type) for f in schema}
 
     def ref(self, node: dict[str, Any]) -> tuple[str, pa.DataType] | None:
         if node.get("class") != "COLUMN_REF":
             return None
         names = [str(n) for n in node.get("column_names") or []]
-        if (len(names) == 2 and names[0].lower() not in self.quals) or not 1 <= len(names) <= 2:
+        if (len(names) == 2 and fold(names[0]) not in self.quals) or not 1 <= len(names) <= 2:
             return None
-        return self.types.get(names[-1].lower())
+        return self.types.get(fold(names[-1]))
 
 
 def _literal(node: dict[str, Any], typ: pa.DataType) -> Any:
@@ -173,12 +174,12 @@ def _through_joins(select: dict[str, Any], scan: dict[str, Any], table: str,
     without its table counts only if one table of the join has it.
     """
     leaves = _inner_join_leaves(select["from_table"])
-    lower = {n.lower(): sc for n, sc in schemas.items()}
-    if leaves is None or any(str(n.get("table_name", "")).lower() not in lower
+    lower = {fold(n): sc for n, sc in schemas.items()}
+    if leaves is None or any(fold(str(n.get("table_name", ""))) not in lower
                              for n in leaves):
         return []
     cols = [_Columns(str(n["table_name"]), str(n.get("alias") or ""),
-                     lower[str(n["table_name"]).lower()]) for n in leaves]
+                     lower[fold(str(n["table_name"]))]) for n in leaves]
     mine = next(i for i, n in enumerate(leaves) if n is scan)
 
     def resolve(node: dict[str, Any]) -> tuple[int, str, pa.DataType] | None:
@@ -238,7 +239,7 @@ def table_filters(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
     scans = [n for n in _walk(tree.get("statements", []))
              if n.get("type") == "BASE_TABLE" and not n.get("schema_name")
              and not n.get("catalog_name")
-             and str(n.get("table_name", "")).lower() == table.lower()]
+             and fold(str(n.get("table_name", ""))) == fold(table)]
     if len(scans) != 1:
         return []  # read twice (or not found): the scans share the filters of neither
     scan = scans[0]
@@ -281,13 +282,13 @@ def _passed_columns(node: dict[str, Any], source: dict[str, str], quals: set[str
             if item.get("relation_name") or item.get("exclude_list") or \
                     item.get("replace_list") or item.get("expr") or item.get("columns"):
                 return None
-            out.extend((name, source.get(name.lower())) for name in order)
+            out.extend((name, source.get(fold(name))) for name in order)
             continue
         names = [str(n) for n in item.get("column_names") or []] \
             if item.get("class") == "COLUMN_REF" else []
         column = None
-        if len(names) == 1 or (len(names) == 2 and names[0].lower() in quals):
-            column = source.get(names[-1].lower())
+        if len(names) == 1 or (len(names) == 2 and fold(names[0]) in quals):
+            column = source.get(fold(names[-1]))
         out.append((str(item.get("alias") or (names[-1] if names else "")), column))
     return out
 
@@ -301,8 +302,8 @@ def _outer_filters(nodes: list[dict[str, Any]], inner: dict[str, Any], table: st
     another name holds of the table's row. A column whose name is not certain (two of the
     name, an expression) takes no filter."""
     order = [f.name for f in schema]
-    source = {name.lower(): name for name in order}
-    quals = {table.lower(), (alias or table).lower()}
+    source = {fold(name): name for name in order}
+    quals = {fold(table), fold(alias or table)}
     passed = _passed_columns(inner, source, quals, order)
     found: list[Filter] = []
     current = inner
@@ -322,11 +323,11 @@ def _outer_filters(nodes: list[dict[str, Any]], inner: dict[str, Any], table: st
                   for i, (name, column) in enumerate(passed)]
         counts: dict[str, int] = {}
         for name, _c in passed:
-            counts[name.lower()] = counts.get(name.lower(), 0) + 1
-        source = {name.lower(): column for name, column in passed
-                  if column is not None and counts[name.lower()] == 1}
+            counts[fold(name)] = counts.get(fold(name), 0) + 1
+        source = {fold(name): column for name, column in passed
+                  if column is not None and counts[fold(name)] == 1}
         order = [name for name, _c in passed]
-        quals = {str(ref.get("alias") or "").lower()} - {""}
+        quals = {fold(str(ref.get("alias") or ""))} - {""}
         where = parent.get("where_clause")
         if isinstance(where, dict):
             for c in _conjuncts(where):
@@ -346,9 +347,9 @@ def _renamed_refs(node: dict[str, Any], source: dict[str, str], quals: set[str]
     (``source``: the names it may use -> the table's); None if one names another."""
     if node.get("class") == "COLUMN_REF":
         names = [str(n) for n in node.get("column_names") or []]
-        if not (len(names) == 1 or (len(names) == 2 and names[0].lower() in quals)):
+        if not (len(names) == 1 or (len(names) == 2 and fold(names[0]) in quals)):
             return None
-        column = source.get(names[-1].lower())
+        column = source.get(fold(names[-1]))
         return None if column is None else dict(node, column_names=[column])
     out: dict[str, Any] = {}
     for key, value in node.items():
@@ -517,7 +518,7 @@ def _plain_select(tree: dict[str, Any] | None, table: str, aliases: bool
     scans = [n for n in _walk(tree.get("statements", []))
              if n.get("type") == "BASE_TABLE" and not n.get("schema_name")
              and not n.get("catalog_name")
-             and str(n.get("table_name", "")).lower() == table.lower()]
+             and fold(str(n.get("table_name", ""))) == fold(table)]
     if len(scans) != 1:
         return None
     node = next((n for n in _walk(tree.get("statements", []))
@@ -624,7 +625,7 @@ def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema
     stmts = tree.get("statements", [])
     scans = [n for n in _walk(stmts) if n.get("type") == "BASE_TABLE"
              and not n.get("schema_name") and not n.get("catalog_name")
-             and str(n.get("table_name", "")).lower() == table.lower()]
+             and fold(str(n.get("table_name", ""))) == fold(table)]
     if len(scans) != 1:
         return False
     node = next((n for n in _walk(stmts)
@@ -674,7 +675,7 @@ def bare_select_of(tree: dict[str, Any] | None, table: str, aliases: int
     if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE" \
             or src.get("schema_name") or src.get("catalog_name") or src.get("sample") \
             or src.get("at_clause") or len(src.get("column_name_alias") or ()) > aliases \
-            or str(src.get("table_name", "")).lower() != table.lower():
+            or fold(str(src.get("table_name", ""))) != fold(table):
         return None
     if node.get("where_clause") or node.get("group_expressions") or node.get("group_sets") \
             or node.get("having") or node.get("qualify") or node.get("sample") \
@@ -705,7 +706,7 @@ def column_argument(item: dict[str, Any], qualifier: str) -> list[str] | None:
     if not isinstance(arg, dict) or arg.get("class") != "COLUMN_REF" \
             or not isinstance(parts, list) or not 1 <= len(parts) <= 2 \
             or not all(isinstance(n, str) and n for n in parts) \
-            or (len(parts) == 2 and parts[0].lower() != qualifier):
+            or (len(parts) == 2 and fold(parts[0]) != qualifier):
         return None
     return parts
 
@@ -816,7 +817,7 @@ def key_extremes_names(tree: dict[str, Any]) -> list[str] | None:
     src = node.get("from_table") or {}
     if src.get("type") != "BASE_TABLE" or src.get("column_name_alias"):
         return None
-    qualifier = str(src.get("alias") or src.get("table_name") or "").lower()
+    qualifier = fold(str(src.get("alias") or src.get("table_name") or ""))
     names = []
     for item in node.get("select_list") or []:
         function = item.get("function_name")

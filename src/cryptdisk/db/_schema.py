@@ -45,7 +45,7 @@ from ..errors import DatabaseError
 from ..format import open_file
 from ._columns import stored_type
 from ._constraints import check_default
-from ._names import twin_error
+from ._names import fold, twin_error
 from ._partread import read_part
 from ._parts import verify_part, write_parts
 from ._policies import read_policies, role_check_statement, role_query
@@ -117,12 +117,12 @@ class SchemaMixin(DatabaseState):
         types = described.column("column_type").to_pylist()
         seen: dict[str, str] = {}
         for name in names:
-            if name.lower() in seen:
+            if fold(name) in seen:
                 raise DatabaseError(
                     f"CREATE TABLE {table} AS: the query gives two columns named {name} "
                     "(in any case, a name is one column)",
                     hint="name each column of the query once: SELECT a, a AS a2 ...")
-            seen[name.lower()] = name
+            seen[fold(name)] = name
         for name, typ in zip(names, types, strict=True):
             if typ == '"NULL"':  # (a bare NULL: no type to store it as)
                 raise DatabaseError(
@@ -352,7 +352,7 @@ class SchemaMixin(DatabaseState):
             return
         clash = meta.column_name(new)
         if clash != new or new in [c for c, _t in meta.columns]:
-            if clash.lower() != column.lower():
+            if fold(clash) != fold(column):
                 raise DatabaseError(f"ALTER TABLE {meta.name} RENAME COLUMN {column} TO "
                                     f"{new}: the table has a column {clash}")
         if "," in new and column in meta.order:
@@ -371,11 +371,22 @@ class SchemaMixin(DatabaseState):
         self._check_columns(meta, columns)
         table = meta.name
 
+        # masking policies are kept under a column's name in lower case: one kept under
+        # the name of another column too (``Ä`` beside ``ä``) stays (it may be that one's),
+        # and one kept under the new name (another column's) is never replaced
+        twin = any(c != column and c.lower() == column.lower() for c, _t in meta.columns)
+
         def carry(data: dict[str, Any], both: bool) -> None:
             masks = data["columns"].get(table.lower()) or {}
+            if new.lower() != column.lower() and new.lower() in masks:
+                raise DatabaseError(
+                    f"ALTER TABLE {meta.name} RENAME COLUMN {column} TO {new}: a masking "
+                    f"policy is kept for the name {new.lower()} (of another column in any "
+                    "case of its letters), which the column would take",
+                    hint="give the column another name")
             for name in [c for c in masks if c.lower() == column.lower()]:
                 masks[new.lower()] = masks[name]
-                if not both and name != new.lower():
+                if not both and not twin and name != new.lower():
                     del masks[name]
 
         not_null = [new if c == column else c for c in meta.not_null]
@@ -413,7 +424,7 @@ class SchemaMixin(DatabaseState):
 
     def _check_columns(self, meta: TableMeta, columns: list[tuple[str, str]]) -> None:
         """Refuse ``columns`` for ``meta`` as CREATE TABLE refuses them."""
-        lower = {c.lower() for c, _t in columns}
+        lower = {fold(c) for c, _t in columns}
         if len(lower) != len(columns):
             raise DatabaseError(f"ALTER TABLE {meta.name}: two columns would have one name "
                                 "(in any case, a name is one column)")
