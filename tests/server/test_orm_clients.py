@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from cryptdisk.server._paramtypes import sqlite_casts
 from cryptdisk.server._sqltext import drop_casts
 from tests.server.test_grants import admin_and_bob
 
@@ -280,6 +281,21 @@ def test_deallocate(start_server, request, engine) -> None:
 ])
 def test_drop_casts(text: str, expected: str) -> None:
     assert drop_casts(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("SELECT a::text, (a + 1)::int8, f(x)::real FROM t",
+     "SELECT CAST(a AS TEXT), CAST((a + 1) AS INTEGER), CAST(f(x) AS REAL) FROM t"),
+    ("SELECT a::bigint::text, CASE WHEN c THEN 1 END::text",
+     "SELECT CAST(CAST(a AS INTEGER) AS TEXT), CAST(CASE WHEN c THEN 1 END AS TEXT)"),
+    ("SELECT d::date, b::boolean, n::numeric(10, 2), x::bytea",
+     "SELECT d, b, n, CAST(x AS BLOB)"),
+    # a type not known here, an array, a typed literal, quoted text: left alone
+    ("SELECT 'x'::regclass, a::int[], date '2026-01-01'::text, '::x', \"q::r\" -- a::b",
+     "SELECT 'x'::regclass, a::int[], date '2026-01-01'::text, '::x', \"q::r\" -- a::b"),
+])
+def test_sqlite_casts(text: str, expected: str) -> None:
+    assert sqlite_casts(text) == expected
 
 
 def test_sqlite_booleans_read_as_booleans(start_server, sqlite_engine) -> None:

@@ -247,8 +247,6 @@ def test_a_cast_of_a_column_or_a_call_keeps_its_name(srv, prepare) -> None:
                     "CAST(a + 1 AS text) FROM t GROUP BY a, \"B\"", prepare=prepare)
         assert cur.fetchall() == [("2", 1, "x", "2", "1", "3")]
         assert [d.name for d in cur.description] == ["a", "count", "B", "a", "text", "text"]
-        if srv.server.engine.__class__.__name__ == "SQLiteEngine":
-            return  # (SQLite reads no :: cast)
         cur.execute("SELECT a::text, count(*)::int, (a)::text, upper(\"B\")::varchar(3), "
                     "a::bigint::text, (a + 1)::text, 1::int, a::int IS NULL "
                     "FROM t GROUP BY a, \"B\"", prepare=prepare)
@@ -307,6 +305,30 @@ def test_star_of_a_subquery_has_its_columns_named_as_postgresql_names_them(
         assert cur.fetchall() == [(3, 1, 2, "X", 2)]
         assert [d.name for d in cur.description] == ["?column?", "?column?", "a", "upper",
                                                      "b"]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_double_colon_casts_and_dollar_strings_run_on_both_engines(srv, prepare) -> None:
+    """``x::type`` of a column, a call, an expression or a cast, and dollar-quoted strings,
+    on both engines: SQLite has neither (``a::text`` was its syntax error "unrecognized
+    token", ``$$ab$$`` "there is no parameter $1", SQLite reading ``$x`` as a named
+    parameter); a ``::`` inside a string stays text."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+        conn.execute("INSERT INTO t VALUES (2, '7')")
+        cur = conn.cursor()
+        cur.execute("SELECT a::text, (a + 1)::text, count(*)::int, a::bigint::text, "
+                    "s::int + 1, '5'::int, CASE WHEN a > 1 THEN a END::text, "
+                    "coalesce(NULL::text, 'n'), t.a::double precision, s::varchar(3) "
+                    "FROM t GROUP BY a, s", prepare=prepare)
+        assert cur.fetchall() == [("2", "3", 1, "2", 8, 5, "2", "n", 2.0, "7")]
+        assert [d.name for d in cur.description][:6] == [
+            "a", "text", "count", "a", "?column?", "int4"]
+        cur.execute("SELECT 'it''s::int', $$a::b$$, $x$it's $$ x$x$, E'c::d'",
+                    prepare=prepare)
+        assert cur.fetchall() == [("it's::int", "a::b", "it's $$ x", "c::d")]
+        conn.execute("INSERT INTO t VALUES ($$3$$::int, $q$it's$q$)")
+        assert conn.execute("SELECT s FROM t WHERE a::text = '3'").fetchall() == [("it's",)]
 
 
 def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:

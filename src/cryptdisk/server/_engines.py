@@ -1440,6 +1440,25 @@ def _cancelled() -> StatementError:
     return StatementError("canceling statement due to user request", "57014")
 
 
+#: where a dollar-quoted string may open (a $ then no digit: $1 is a parameter)
+_DOLLAR_OPEN = re.compile(r"\$[^0-9]")
+
+
+def _sqlite_casts(sql: str) -> str:
+    """``sql`` with PostgreSQL's ``::`` casts as SQLite reads them: a parameter's dropped,
+    a string literal's to a number SQLite's CAST (:func:`._sqltext.drop_casts`), any other
+    SQLite's CAST or dropped (:func:`._paramtypes.sqlite_casts`); its dollar-quoted
+    strings as standard ones."""
+    from . import _paramtypes
+
+    if "$" in sql:  # (SQLite has no dollar-quoted strings: $x is a named parameter)
+        sql = _sqltext.dollar_strings(sql)
+    if "::" not in sql:
+        return sql
+    sql = _sqltext.drop_casts(sql)
+    return _paramtypes.sqlite_casts(sql) if "::" in sql else sql
+
+
 class _SQLiteSession(EngineSession):
     blob_concat = "CAST({} AS BLOB)"  # (SQLite's || of two blobs is text)
 
@@ -1691,8 +1710,8 @@ class _SQLiteSession(EngineSession):
                 "numbers are 64-bit integers and floats (about 15 significant digits): "
                 "write it as a string for a TEXT column, or serve the analytical engine "
                 "(DECIMAL(38,s))", "22003")
-        if "::" in sql:  # $1::BIGINT, as SQLAlchemy writes parameters
-            sql = _sqltext.drop_casts(sql)
+        if "::" in sql or _DOLLAR_OPEN.search(sql) is not None:  # $1::BIGINT, a::text, $$
+            sql = _sqlite_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t
             text = _sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA)
@@ -1944,7 +1963,7 @@ class _SQLiteSession(EngineSession):
             cur = self.conn.cursor()
             cur.exec_trace = trace
             try:
-                text = _sqltext.drop_casts(_sqltext.quote_index_names(
+                text = _sqlite_casts(_sqltext.quote_index_names(
                     postgres_spelling(sql, "quote({})", _sqlite_blob)))
                 text = _sqltext.substitute(text, _placeholder) if "$" in text else text
                 cur.execute(_sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA),

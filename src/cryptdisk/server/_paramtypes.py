@@ -795,3 +795,106 @@ def _operand_name(head: list[_Tok]) -> str | None:
         return first.parts[-1].lower()
     return None
 
+
+#: SQLite's CAST target of a PostgreSQL type's name in a ``::`` cast; "" where the value
+#: is of the type already as SQLite holds it (the cast is dropped: a date is text, a bool
+#: an integer)
+_SQLITE_CAST_TYPES = {
+    **dict.fromkeys(("int", "int2", "int4", "int8", "integer", "bigint", "smallint"),
+                    "INTEGER"),
+    **dict.fromkeys(("real", "float", "float4", "float8", "double precision"), "REAL"),
+    **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "bpchar",
+                     "name"), "TEXT"),
+    "bytea": "BLOB",
+    **dict.fromkeys(("numeric", "decimal", "bool", "boolean", "date", "time", "timestamp",
+                     "timestamptz", "time without time zone", "timestamp with time zone",
+                     "timestamp without time zone", "uuid", "json", "jsonb", "interval"),
+                    ""),
+}
+#: words that go on a type's name (``double precision``, ``timestamp with time zone``)
+_TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZONE"})
+
+
+def sqlite_casts(sql: str) -> str:
+    """``sql`` for SQLite, which has no ``::`` casts, with each ``x::type`` as SQLite's
+    ``CAST(x AS type)`` (``a::text``, ``(a + 1)::text``, ``count(*)::int``,
+    ``a::bigint::text``, ``CASE ... END::text``), or ``x`` where SQLite holds the value
+    as the type already (``x::date``, ``x::boolean``); a cast to a type not known here or
+    to an array is left for SQLite to refuse. Strings, quoted names, comments and
+    dollar-quoted strings holding ``::`` are left alone."""
+    skip = 0
+    for _ in range(sql.count("::")):
+        toks = _tokens(sql)
+        at = [k for k, t in enumerate(toks) if t.kind == "op" and t.text == "::"]
+        if skip >= len(at):
+            break
+        k = at[skip]
+        start = _cast_operand(toks, k)
+        end, written = _cast_target(toks, k + 1)
+        target = _SQLITE_CAST_TYPES.get(written) if end > 0 else None
+        if start < 0 or target is None:
+            skip += 1
+            continue
+        operand = sql[toks[start].start:toks[k - 1].stop]
+        replaced = f"CAST({operand} AS {target})" if target else operand
+        sql = sql[:toks[start].start] + replaced + sql[toks[end - 1].stop:]
+    return sql
+
+
+def _cast_operand(toks: list[_Tok], k: int) -> int:
+    """Where the operand of the ``::`` at ``toks[k]`` starts, -1 for a shape not known."""
+    if k == 0:
+        return -1
+    last = toks[k - 1]
+    if last.text == ")":
+        depth = 0
+        for j in range(k - 1, -1, -1):
+            depth += (toks[j].text == ")") - (toks[j].text == "(")
+            if depth == 0:
+                before = toks[j - 1] if j > 0 else None
+                if before is not None and before.kind == "ref" and \
+                        before.text not in _NOT_OPERAND and before.text not in (
+                            "EXISTS", "ARRAY", "ROW", "JOIN", "USING", "OVER", "FILTER"):
+                    return j - 1  # f(x)::t
+                return j
+        return -1
+    if last.kind == "ref" and last.text == "END":
+        cases = 0
+        for j in range(k - 1, -1, -1):
+            if toks[j].kind == "ref" and toks[j].text in ("END", "CASE"):
+                cases += 1 if toks[j].text == "END" else -1
+                if cases == 0:
+                    return j
+        return -1
+    if last.kind in ("str", "num", "param") or (
+            last.kind == "ref" and last.text not in _NOT_OPERAND):
+        if last.kind == "str" and k >= 2 and toks[k - 2].kind == "ref" and \
+                toks[k - 2].text not in _NOT_OPERAND and toks[k - 2].start >= 0:
+            return -1  # (date '2026-01-01'::text: a typed literal, left alone)
+        return k - 1
+    return -1
+
+
+def _cast_target(toks: list[_Tok], i: int) -> tuple[int, str]:
+    """(where the type's name from ``toks[i]`` on ends, its words lower-cased); (-1, "")
+    for no name or an array type."""
+    if i >= len(toks) or toks[i].kind != "ref":
+        return -1, ""
+    parts = toks[i].parts
+    if len(parts) == 2 and parts[0].lower() == "pg_catalog":
+        parts = parts[1:]
+    if len(parts) != 1:
+        return -1, ""
+    words = [parts[0].lower()]
+    j = i + 1
+    while j < len(toks) and toks[j].kind == "ref" and toks[j].text in _TYPE_WORDS:
+        words.append(toks[j].text.lower())
+        j += 1
+    if j < len(toks) and toks[j].text == "(":  # varchar(5), numeric(10, 2)
+        close = _closing(toks, j)
+        if close < 0:
+            return -1, ""
+        j = close + 1
+    if j < len(toks) and toks[j].text == "[":
+        return -1, ""
+    return j, " ".join(words)

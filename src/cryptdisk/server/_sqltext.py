@@ -14,9 +14,10 @@ from typing import Any, NamedTuple
 
 from ..errors import ServerError
 
-__all__ = ["QueryPlan", "bytea_literals", "digit_key", "drop_casts", "drop_pg_catalog",
-           "first_words", "lift_literals", "placeholders", "query_plan", "quote_index_names",
-           "replace_calls", "replace_words", "scan_parens", "split_arguments",
+__all__ = ["QueryPlan", "bytea_literals", "digit_key", "dollar_strings", "drop_casts",
+           "drop_pg_catalog", "first_words", "lift_literals", "placeholders", "query_plan",
+           "quote_index_names", "replace_calls", "replace_words", "scan_parens",
+           "split_arguments",
            "split_statements", "sqlite_cast", "strip_strings", "substitute",
            "unqualified_parts", "unqualify"]
 
@@ -439,6 +440,31 @@ def standard_strings(sql: str) -> str:
         out.append(sql[pos:s - 1])
         out.append((" '" if s >= 2 and _ident(sql[s - 2]) else "'")
                    + value.replace("'", "''") + "'")
+        pos = e
+    if not out:
+        return sql
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+#: where a dollar quote may open (a $ then no digit); $1 is a parameter
+_DOLLAR_OPEN = re.compile(r"\$[^0-9]")
+
+
+def dollar_strings(sql: str) -> str:
+    """``sql`` with each dollar-quoted string (``$$it's$$``, ``$x$...$x$``) written as the
+    standard string of its text (``'it''s'``), for an engine that has none (SQLite reads
+    ``$x`` as a named parameter)."""
+    if "$" not in sql or _DOLLAR_OPEN.search(sql) is None:  # ($1 alone: nothing to do)
+        return sql
+    out, pos = [], 0
+    for kind, s, e in _scan(sql):
+        if kind != "quoted" or sql[s] != "$":
+            continue
+        tag = sql.index("$", s + 1) + 1 - s
+        out.append(sql[pos:s])
+        out.append((" '" if s > 0 and _ident(sql[s - 1]) else "'")
+                   + sql[s + tag:e - tag].replace("'", "''") + "'")
         pos = e
     if not out:
         return sql
