@@ -315,3 +315,15 @@ def test_text_joined_to_a_bytea_is_text_of_its_hex_output(srv, prepare) -> None:
         assert cur.fetchall() == [
             ("x\\x61ff", "\\x61ffx", "y\\x61ff", "x\\x01", "a || bx", "xy")]
         assert [d.type_code for d in cur.description] == [25] * 6
+
+
+def test_text_joined_to_a_null_bytea_is_null(srv) -> None:
+    """``text || NULL::bytea`` is NULL, as PostgreSQL's, along a chain too, and an empty
+    bytea is ``\\x``: SQLite's hex(NULL) is '' and gave ``y\\x`` for a NULL column."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b BYTEA, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES (1, NULL, 'y'), (2, '\x'::bytea, 'z'), "
+                     r"(3, '\x00ff'::bytea, 'w')")
+        assert conn.execute("SELECT s || b, b || s, s || b || b FROM t ORDER BY a").fetchall() \
+            == [(None, None, None), ("z\\x", "\\xz", "z\\x\\x"),
+                ("w\\x00ff", "\\x00ffw", "w\\x00ff\\x00ff")]

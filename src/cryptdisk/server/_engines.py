@@ -236,6 +236,9 @@ class EngineSession:
     #: a template that makes ``x || y`` a blob where the engine's ``||`` of two blobs is
     #: text (SQLite's), None where it is a blob
     blob_concat: str | None = None
+    #: a template that makes the bytea ``{}`` of a text chain ``s || {}`` the text of its
+    #: output (``\x``, then hex digits), and NULL when it is NULL
+    bytea_text = "('\\x' || lower(hex({})))"
 
     def bytea_context(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
         """``sql`` with ``::bytea`` after each string literal with a backslash that its
@@ -252,8 +255,8 @@ class EngineSession:
             if self.blob_concat is not None:
                 opened, closed = self.blob_concat.split("{}")
                 edits += [e for a, b in blobs for e in ((a, 0, opened), (b, 2, closed))]
-            edits += [e for a, b in texts
-                      for e in ((a, 0, "('\\x' || lower(hex("), (b, 2, ")))"))]
+            opened, closed = self.bytea_text.split("{}")
+            edits += [e for a, b in texts for e in ((a, 0, opened), (b, 2, closed))]
         for at, _order, text in sorted(edits, reverse=True):
             sql = sql[:at] + text + sql[at:]
         return sql
@@ -1461,6 +1464,10 @@ def _sqlite_casts(sql: str) -> str:
 
 class _SQLiteSession(EngineSession):
     blob_concat = "CAST({} AS BLOB)"  # (SQLite's || of two blobs is text)
+    # SQLite's hex(NULL) is '', not NULL: quote() tells NULL ('NULL') from a blob (X'61FF')
+    # without evaluating the operand twice
+    bytea_text = ("('\\x' || lower(rtrim(substr(nullif(quote(CAST({} AS BLOB)), 'NULL'), 3), "
+                  "'''')))")
 
     def __init__(self, engine: SQLiteEngine) -> None:
         from ..sqlite import connect
