@@ -236,3 +236,37 @@ def test_arrow_results_hold_a_uhugeint_as_its_value(db):
     finally:
         reader.close()
     assert db.query(q) == [(_UMAX, [_UMAX, None], {"a": _UMAX, "b": 2}, Decimal(5), 3)]
+
+
+def test_arrow_results_hold_a_uhugeint_in_a_map_as_its_value(db):
+    """A MAP's UHUGEINT keys and values (a MAP alone, in a struct or a list, or holding a
+    list or struct) came out of ``sql``/``execute`` as DuckDB's Arrow export wrapped them:
+    2^128 - 1 as -1 (has_wide and exact_table left MAP types alone). Now they are their
+    values (DECIMAL(39,0)), as ``query`` and DuckDB's fetchall give them, a NULL map and
+    a map's NULL value kept; a HUGEINT's map is left as it is."""
+    db.execute("CREATE TABLE t (k INTEGER, m MAP(VARCHAR, UHUGEINT))")
+    db.execute("INSERT INTO t VALUES (1, MAP {'a': 7}), (2, NULL), (3, MAP {'b': NULL})")
+    u = f"{_UMAX}::UHUGEINT"
+    q = (f"SELECT MAP {{'a': {u}, 'b': 2::UHUGEINT}} AS m, MAP {{{u}: 1}} AS k, "
+         f"{{'s': MAP {{'x': {u}}}}} AS s, [MAP {{'x': {u}}}, NULL] AS l, "
+         f"MAP {{'x': [{u}, NULL]}} AS ml, MAP {{'x': {{'f': {u}}}}} AS ms, "
+         f"MAP {{'h': -2::HUGEINT}} AS h")
+    want = [{"m": [("a", Decimal(_UMAX)), ("b", Decimal(2))], "k": [(Decimal(_UMAX), 1)],
+             "s": {"s": [("x", Decimal(_UMAX))]}, "l": [[("x", Decimal(_UMAX))], None],
+             "ml": [("x", [Decimal(_UMAX), None])], "ms": [("x", {"f": Decimal(_UMAX)})],
+             "h": [("h", Decimal(-2))]}]
+    assert db.sql(q).to_pylist() == want
+    reader = db.reader()
+    try:
+        assert reader.execute(q).to_pylist() == want
+    finally:
+        reader.close()
+    import duckdb
+
+    assert db.query(q) == duckdb.sql(q).fetchall()
+    rows = db.sql(f"SELECT k, m FROM (VALUES (1, MAP {{'a': {u}}}), (2, NULL), "
+                  "(3, MAP {'b': NULL::UHUGEINT})) v(k, m) ORDER BY k").to_pylist()
+    assert rows == [{"k": 1, "m": [("a", Decimal(_UMAX))]}, {"k": 2, "m": None},
+                    {"k": 3, "m": [("b", None)]}]
+    assert db.sql("SELECT m FROM t ORDER BY k").to_pylist() == [  # (stored: DECIMAL(38,0))
+        {"m": [("a", Decimal(7))]}, {"m": None}, {"m": [("b", None)]}]

@@ -88,6 +88,20 @@ def test_uhugeint_in_a_map_is_its_value(start_server, analytical) -> None:
         assert rows == [(None,), (f"{{a={UMAX}}}",)]
 
 
+def test_uhugeint_in_a_map_in_a_struct_or_list_is_its_value(start_server, analytical) -> None:
+    """A MAP in a struct or a list, or holding a list or struct, with UHUGEINT keys or
+    values: they are sent as their values (the MAP's text showed DuckDB's Arrow export of
+    2^128 - 1, -1, where the MAP was not the column itself)."""
+    srv = start_server(analytical)
+    u = f"{UMAX}::UHUGEINT"
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT {{'s': MAP {{'x': {u}}}}}, [MAP {{{u}: 1}}, NULL], "
+            f"MAP {{'l': [{u}, NULL]}}, MAP {{'f': {{'u': {u}}}}}").fetchone()
+        assert all(str(UMAX) in v and "-1" not in v for v in row), row
+        assert row[1] == f"[{{{UMAX}=1}}, NULL]"
+
+
 def test_a_map_timestamptz_is_in_the_session_time_zone(start_server, analytical) -> None:
     """As in a list, a struct, or alone (DuckDB's text of the MAP was made in UTC)."""
     srv = start_server(analytical)

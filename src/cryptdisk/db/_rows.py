@@ -86,10 +86,13 @@ _UHUGEINT_WRAP = 1 << 128
 
 
 def has_wide(t: pa.DataType) -> bool:
-    """Whether Arrow type ``t`` has a ``DECIMAL(38,0)`` (alone or nested), which may be a
+    """Whether Arrow type ``t`` has a ``DECIMAL(38,0)`` (alone or nested in lists, structs
+    and maps' keys and values), which may be a
     ``UHUGEINT`` DuckDB's Arrow export wrapped (see :func:`exact_result`)."""
     if pa.types.is_decimal(t):
         return bool(t.precision == 38 and t.scale == 0)
+    if pa.types.is_map(t):
+        return has_wide(t.key_type) or has_wide(t.item_type)
     if pa.types.is_struct(t):
         return any(has_wide(t.field(i).type) for i in range(t.num_fields))
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
@@ -99,11 +102,15 @@ def has_wide(t: pa.DataType) -> bool:
 
 def _duckdb_parts(typ: str) -> tuple[str, list[str]]:
     """DuckDB's column type ``typ`` as (kind, the types in it): ("list", [element]) for
-    ``T[]``/``T[n]``, ("struct", [field types in order]) for ``STRUCT(a T, ...)``, else
-    (the type's name in upper case, [])."""
+    ``T[]``/``T[n]``, ("struct", [field types in order]) for ``STRUCT(a T, ...)``,
+    ("map", [key, value]) for ``MAP(K, V)``, else (the type's name in upper case, [])."""
     typ = typ.strip()
     if typ.endswith("]") and "[" in typ:
         return "list", [typ[:typ.rindex("[")]]
+    if typ.upper().startswith("MAP(") and typ.endswith(")"):
+        parts = _split_top(typ[4:-1])
+        if len(parts) == 2:
+            return "map", [parts[0].strip(), parts[1].strip()]
     if typ.upper().startswith("STRUCT(") and typ.endswith(")"):
         fields = []
         for part in _split_top(typ[7:-1]):
@@ -140,7 +147,7 @@ def _split_top(text: str) -> list[str]:
 
 def exact_uhugeint(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray:
     """``column`` (DuckDB's Arrow export of a column of DuckDB type ``typ``) with each
-    ``UHUGEINT`` in it, alone or in lists and structs, as its value: DuckDB exports one as
+    ``UHUGEINT`` in it, alone or in lists, structs and maps, as its value: DuckDB exports one as
     a ``DECIMAL(38,0)`` and wraps a value above 2^127 - 1 to a negative number (2^128 - 1
     as -1); here it is a ``DECIMAL(39,0)`` of the value."""
     # (in integers: Decimal rounds to 28 digits)
@@ -151,14 +158,19 @@ def exact_uhugeint(column: pa.ChunkedArray, typ: str) -> pa.ChunkedArray:
 
 def exact_table(table: pa.Table, kinds: list[str]) -> pa.Table:
     """DuckDB's Arrow result ``table`` with each column of a DuckDB type (``kinds``, in
-    order) that has a ``UHUGEINT`` made exact (:func:`exact_uhugeint`); a ``MAP`` is left
-    (Arrow holds it as a list of pairs)."""
+    order) that has a ``UHUGEINT`` made exact (:func:`exact_uhugeint`), in a ``MAP``'s
+    keys and values too."""
     if len(kinds) != table.num_columns or not any("UHUGEINT" in k.upper() for k in kinds):
         return table
     for i, field in enumerate(table.schema):
         if "UHUGEINT" in kinds[i].upper() and has_wide(field.type):
             table = table.set_column(i, field.name, exact_uhugeint(table.column(i), kinds[i]))
     return table
+
+
+def _map_type(t: pa.MapType, key: pa.DataType, item: pa.DataType) -> pa.MapType:
+    """Map type ``t`` with keys of type ``key`` and items of type ``item``."""
+    return pa.map_(key, item, keys_sorted=t.keys_sorted)
 
 
 def _unwrapped(array: pa.Array, typ: str) -> pa.Array:
@@ -179,6 +191,19 @@ def _unwrapped(array: pa.Array, typ: str) -> pa.Array:
     if kind == "list" and pa.types.is_fixed_size_list(t):
         return pa.FixedSizeListArray.from_arrays(
             _unwrapped(array.flatten(), inner[0]), t.list_size, mask=array.is_null())
+    if kind == "map" and pa.types.is_map(t):
+        import pyarrow.compute as pc
+
+        if not len(array):
+            return pa.array([], _map_type(t, _unwrapped(array.keys, inner[0]).type,
+                                          _unwrapped(array.items, inner[1]).type))
+        # (the keys and items of every map of the array, a slice's too: its own only)
+        start = array.offsets[0].as_py()
+        size = array.offsets[-1].as_py() - start
+        keys = _unwrapped(array.keys.slice(start, size), inner[0])
+        items = _unwrapped(array.items.slice(start, size), inner[1])
+        offsets = pc.subtract(array.offsets, array.offsets[0])
+        return pa.MapArray.from_arrays(offsets, keys, items, mask=array.is_null())
     if kind == "struct" and pa.types.is_struct(t) and len(inner) == t.num_fields:
         children = [_unwrapped(c, k) for c, k in zip(array.flatten(), inner, strict=True)]
         return pa.StructArray.from_arrays(

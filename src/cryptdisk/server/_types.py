@@ -366,38 +366,50 @@ def has_wide(t: pa.DataType) -> bool:
     return wide(t)
 
 
-def _exact_map(column: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
-    """The ``MAP`` column ``column`` of DuckDB type ``kind`` (``MAP(K, V)``) with the
-    ``UHUGEINT`` in its keys or values exact (:func:`cryptdisk.db.exact_uhugeint`) and as
-    their text (the map is sent as DuckDB's text of it, and DuckDB reads no Arrow
-    ``DECIMAL(39,0)``); a column it cannot match is left as it is."""
-    from ..db import exact_uhugeint
-
-    m = re.fullmatch(r"\s*MAP\((.*)\)\s*", kind, re.I | re.S)
-    t = column.type
-    if m is None or not pa.types.is_map(t):
-        return column
-    depth, cut = 0, -1
-    for i, c in enumerate(m[1]):
-        depth += (c in "([") - (c in ")]")
-        if c == "," and depth == 0:
-            cut = i
-            break
-    if cut < 0:
-        return column
-    kinds = (m[1][:cut].strip(), m[1][cut + 1:].strip())
+def _exact_as_text(array: pa.Array) -> pa.Array:
+    """``array`` with each exact ``UHUGEINT`` in it (a ``DECIMAL(39,0)``, see
+    :func:`cryptdisk.db.exact_uhugeint`), alone or in lists, structs and maps' keys and
+    values, as its text: DuckDB, which makes a ``MAP``'s text, reads no Arrow
+    ``DECIMAL(39,0)``."""
     import pyarrow.compute as pc
 
-    chunks = []
-    for chunk in column.chunks:
-        parts = [chunk.keys, chunk.items]  # (all of its arrays': offsets say where)
-        for j in (0, 1):
-            if "UHUGEINT" in kinds[j].upper() and has_wide(parts[j].type):
-                parts[j] = pc.cast(exact_uhugeint(pa.chunked_array([parts[j]]), kinds[j]),
-                                   pa.string()).combine_chunks()
-        chunks.append(pa.MapArray.from_arrays(chunk.offsets, parts[0], parts[1],
-                                              mask=chunk.is_null()))
-    return pa.chunked_array(chunks) if chunks else column
+    t = array.type
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return pc.cast(array, pa.string())
+    if pa.types.is_map(t):
+        if not len(array):
+            keys, items = array.keys.slice(0, 0), array.items.slice(0, 0)
+        else:  # (of the array's own maps: a slice's keys and items are the whole's)
+            start = array.offsets[0].as_py()
+            size = array.offsets[-1].as_py() - start
+            keys, items = array.keys.slice(start, size), array.items.slice(start, size)
+        keys, items = _exact_as_text(keys), _exact_as_text(items)
+        if keys.type == t.key_type and items.type == t.item_type:
+            return array
+        if not len(array):
+            return pa.array([], pa.map_(keys.type, items.type))
+        return pa.MapArray.from_arrays(pc.subtract(array.offsets, array.offsets[0]), keys,
+                                       items, mask=array.is_null())
+    if pa.types.is_struct(t):
+        children = [_exact_as_text(c) for c in array.flatten()]
+        if all(c.type == t.field(i).type for i, c in enumerate(children)):
+            return array
+        return pa.StructArray.from_arrays(
+            children, fields=[t.field(i).with_type(c.type) for i, c in enumerate(children)],
+            mask=array.is_null())
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = _exact_as_text(array.flatten())
+        if values.type == t.value_type:
+            return array
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        return cls.from_arrays(pc.subtract(array.offsets, array.offsets[0]), values,
+                               mask=array.is_null())
+    if pa.types.is_fixed_size_list(t):
+        values = _exact_as_text(array.flatten())
+        if values.type == t.value_type:
+            return array
+        return pa.FixedSizeListArray.from_arrays(values, t.list_size, mask=array.is_null())
+    return array
 
 
 def _zone(t: pa.DataType) -> str | None:
@@ -423,7 +435,8 @@ def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
     ``{a=1, b=2}``, its timestamps with time zone in the zone DuckDB exported them in
     (the session's ``TimeZone``), as the server sends them anywhere else. A ``UHUGEINT``
     in a list or struct is made exact too (its column a list or struct of
-    ``DECIMAL(39,0)``)."""
+    ``DECIMAL(39,0)``); in a column with a ``MAP`` (the map in a list or struct, or
+    holding one), each is its value in the text."""
     for i, field in enumerate(table.schema):
         column = table.column(i)
         if kinds is not None and len(kinds) == table.num_columns and \
@@ -436,7 +449,11 @@ def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
 
             if kinds is not None and len(kinds) == table.num_columns and \
                     "UHUGEINT" in kinds[i].upper():
-                column = _exact_map(column, kinds[i])
+                from ..db import exact_uhugeint
+
+                column = exact_uhugeint(column, kinds[i])  # (in its maps too)
+            column = pa.chunked_array([_exact_as_text(c) for c in column.chunks]
+                                      or [_exact_as_text(pa.array([], column.type))])
             con = duckdb.connect()
             try:
                 zone = (_zone(field.type) or "UTC").replace("'", "''")
