@@ -690,3 +690,149 @@ def test_two_creators_of_one_name_at_the_same_time_leave_one_key(kmip_server, mo
         assert key.unwrap(key.wrap(dek, AD), AD) == dek  # the name loads: one key
     finally:
         ring.close()
+
+
+class _UuidServer:
+    """A KMIP server as create_kmip_key sees it whose unique ids are random UUIDs (not
+    PyKMIP's counter) and whose Initial Date is in whole seconds: keys made in one second
+    cannot be told apart by age (a fake: no server here gives such ids)."""
+
+    SECOND = 1_765_000_000
+
+    def __init__(self) -> None:
+        self.keys: dict[str, dict[str, object]] = {}  # uid -> name, date, state
+        self.created: list[str] = []
+
+    def client(self, uids: list[str], before_first_locate=None):
+        server = self
+
+        class Attr:
+            def __init__(self, value: object) -> None:
+                self.attribute_value = type("V", (), {"value": value})()
+
+        class Client:
+            attribute_factory = type("F", (), {
+                "create_attribute": staticmethod(lambda kind, value: value)})()
+
+            def __init__(self) -> None:
+                self.located = 0
+
+            def locate(self, attributes):
+                found = [u for u, k in server.keys.items() if k["name"] == attributes[0]]
+                self.located += 1
+                if self.located == 1 and before_first_locate is not None:
+                    before_first_locate()  # another caller runs now: this one checked
+                return found
+
+            def create(self, algorithm, length, name, cryptographic_usage_mask):
+                uid = uids.pop(0)
+                server.keys[uid] = {"name": name, "date": server.SECOND, "state": "pre"}
+                server.created.append(uid)
+                return uid
+
+            def get_attributes(self, uid, names):
+                return uid, [Attr(server.keys[uid]["date"])]
+
+            def activate(self, uid):
+                server.keys[uid]["state"] = "active"
+
+            def destroy(self, uid):
+                del server.keys[uid]
+
+            def close(self) -> None:
+                pass
+
+        return Client()
+
+
+def test_a_create_in_the_same_second_on_a_server_of_random_uuids_loses_to_a_returned_key(
+        monkeypatch) -> None:
+    """Two creators in one second on a server of random UUIDs: the first checks, creates
+    and looks the name up seeing only its key, so it returns it; the second checked before
+    the first created and sees both. Ages tie (whole seconds) and the tie was broken by the
+    smaller UUID, which made the second's key 'first': it kept it, and both returned, the
+    name ambiguous. A UUID says nothing of age: now a tie is no win, the second destroys
+    its key and gets 'exists already' naming the first's, the only key left."""
+    from cryptdisk.keys.providers import _kmip
+
+    server = _UuidServer()
+    first_uid = "f0000000-0000-4000-8000-000000000000"
+    second_uid = "00000000-0000-4000-8000-000000000000"  # smaller: 'first' by the old tie-break
+    made: list[str] = []
+    clients = [server.client([second_uid], lambda: made.append(_kmip.create_kmip_key(
+        "127.0.0.1", 1, "race", cert="c", key="k", ca="a"))), server.client([first_uid])]
+    monkeypatch.setattr(_kmip, "kmip_client", lambda *a, **k: clients.pop(0))
+    with pytest.raises(KeyProviderError, match=f"exists already \\(unique id {first_uid}"):
+        _kmip.create_kmip_key("127.0.0.1", 1, "race", cert="c", key="k", ca="a")
+    assert made == [first_uid]
+    assert server.keys == {first_uid: {"name": "race", "date": server.SECOND,
+                                       "state": "active"}}
+
+
+def test_creators_tied_in_the_same_second_withdraw_and_one_key_is_made_again(
+        monkeypatch) -> None:
+    """Two creators in one second on a server of random UUIDs that both check, both create,
+    then both see both keys: no key is older, so neither keeps its key (each destroys it),
+    and each tries again after a random pause, from the check: one key of the name is
+    left, active, and its caller returns it; the other finds it and gets 'exists
+    already'."""
+    import threading
+
+    from cryptdisk.keys.providers import _kmip
+
+    server = _UuidServer()
+    together = threading.Barrier(2, timeout=60)
+    uids = iter(f"{i:08x}-0000-4000-8000-000000000000" for i in range(100))
+
+    def client_in_step(*args, **kwargs):
+        client = server.client([next(uids) for _ in range(10)])
+        locate, create, calls = client.locate, client.create, []
+
+        def locate_in_step(*a, **k):
+            calls.append("locate")
+            if calls == ["locate", "create", "locate"]:
+                together.wait()  # both created before either looks the name up
+            return locate(*a, **k)
+
+        def create_in_step(*a, **k):
+            calls.append("create")
+            if calls == ["locate", "create"]:
+                together.wait()  # both checked before either creates
+            return create(*a, **k)
+
+        destroy = client.destroy
+
+        def destroy_in_step(uid):
+            calls.append("destroy")
+            if calls.count("destroy") == 1:
+                together.wait()  # both saw both keys before either destroys
+            destroy(uid)
+            if calls.count("destroy") == 1:
+                together.wait()  # and both destroyed before either looks again
+
+        client.locate, client.create, client.destroy = \
+            locate_in_step, create_in_step, destroy_in_step
+        return client
+
+    monkeypatch.setattr(_kmip, "kmip_client", client_in_step)
+    results: list[object] = [None, None]
+
+    def make(i: int) -> None:
+        try:
+            results[i] = _kmip.create_kmip_key("127.0.0.1", 1, "tie", cert="c", key="k",
+                                               ca="a")
+        except BaseException as exc:  # (looked at below)
+            results[i] = exc
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(server.keys) == 1, (server.keys, results)
+    (uid, key), = server.keys.items()
+    assert key["state"] == "active"
+    assert [r for r in results if isinstance(r, str)] == [uid], results
+    assert len(server.created) >= 3, (server.created, results)  # the tied two, one again
+    refused = [r for r in results if isinstance(r, KeyProviderError)]
+    assert len(refused) == 1 and f"exists already (unique id {uid}" in str(refused[0])

@@ -29,10 +29,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import socket
 import ssl
 import stat
 import threading
+import time
 import warnings
 from typing import Any, ClassVar
 
@@ -301,10 +303,15 @@ def create_kmip_key(host: str, port: int, name: str, *, cert: str, key: str, ca:
 
     KMIP does not make names unique, so two callers creating the same name at the same
     time could both create a key. After its create, each looks the name up again: if it
-    finds more than one key, the first made (earliest ``Initial Date``, then lowest
-    unique id) is the name's key, and a caller whose key is not that one destroys its key
-    (never activated) and gets the same :class:`KeyProviderError` as when the name was
-    taken before; exactly one caller returns.
+    finds more than one key, a key made strictly before the others (earlier ``Initial
+    Date``, whole seconds; in one second, the lower unique id when ids are numbers, as
+    PyKMIP counts them) is the name's key, and a caller whose key is not that one destroys
+    its key (never activated) and gets the same :class:`KeyProviderError` as when the name
+    was taken before. Keys that cannot be told apart by age (one second, unique ids that
+    are random UUIDs) are none of them first: each such caller destroys its key, and one
+    that then finds the name free tries again after a random pause (at most 6 tries).
+    A caller that saw only its own key keeps it, and any key made after that sees it and
+    is not first; so at most one caller returns, and no key is left besides its key.
     """
     kmip = _kmip()
     enums = kmip.core.enums
@@ -315,45 +322,72 @@ def create_kmip_key(host: str, port: int, name: str, *, cert: str, key: str, ca:
             return [str(u) for u in client.locate(attributes=[
                 client.attribute_factory.create_attribute(enums.AttributeType.NAME, name)])]
 
-        taken = named()
-        if taken:
-            raise KeyProviderError(
+        def exists(uids: list[str], note: str = "") -> KeyProviderError:
+            return KeyProviderError(
                 f"{where}: a key named {name!r} exists already (unique id "
-                f"{', '.join(taken)}); nothing was created",
+                f"{', '.join(uids)}{note}); nothing was created",
                 hint="choose another name, or use the existing key")
-        uid = str(client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
-                                cryptographic_usage_mask=[
-                                    enums.CryptographicUsageMask.ENCRYPT,
-                                    enums.CryptographicUsageMask.DECRYPT,
-                                    enums.CryptographicUsageMask.MAC_GENERATE]))
-        found = named()
-        if len(found) > 1:
-            first = min(found, key=lambda u: _creation_order(client, u))
-            if first != uid:  # another caller's key came first: ours goes
-                try:
-                    client.destroy(uid)
-                except Exception as exc:  # whatever PyKMIP raised
-                    raise KeyProviderError(
-                        f"{where}: a key named {name!r} was created at the same time by "
-                        f"another client (unique id {first}), and destroying this one "
-                        f"(unique id {uid}) failed: {_describe(exc)}",
-                        hint=f"destroy the key with unique id {uid} on the server; the "
-                        f"name's key is {first}") from None
-                raise KeyProviderError(
-                    f"{where}: a key named {name!r} exists already (unique id {first}, "
-                    "created at the same time by another client); the key made here was "
-                    "destroyed: nothing was created",
-                    hint="choose another name, or use the existing key")
-        if activate:
-            client.activate(uid)
+
+        for attempt in range(_CREATE_ATTEMPTS):
+            if attempt:  # a tie with another creator: both withdrew; again, out of step
+                time.sleep(random.uniform(0, _RETRY_PAUSE * 2 ** attempt))
+            taken = named()
+            if taken:
+                raise exists(taken)
+            uid = str(client.create(enums.CryptographicAlgorithm.AES, 256, name=name,
+                                    cryptographic_usage_mask=[
+                                        enums.CryptographicUsageMask.ENCRYPT,
+                                        enums.CryptographicUsageMask.DECRYPT,
+                                        enums.CryptographicUsageMask.MAC_GENERATE]))
+            found = named()
+            if len(found) > 1:
+                order = {u: _creation_order(client, u) for u in found}
+                first = min(order.values())
+                if order[uid] == first and \
+                        sum(1 for o in order.values() if o == first) == 1:
+                    pass  # made strictly before the others: the name's key
+                else:  # another key came first, or none can be told first: ours goes
+                    _destroy(client, uid, where, name, found)
+                    left = named()
+                    if left:
+                        raise exists(left, ", created at the same time by another client; "
+                                     "the key made here was destroyed")
+                    continue  # every creator withdrew: try again
+            if activate:
+                client.activate(uid)
+            return uid
+        raise KeyProviderError(
+            f"{where}: a key named {name!r} could not be created: another client created "
+            f"one at the same moment {_CREATE_ATTEMPTS} times, and neither was older; "
+            "nothing was created", hint="try again, or choose another name")
     finally:
         _close_client(client)
-    return uid
 
 
-def _creation_order(client: Any, uid: str) -> tuple[float, int, int, str]:
-    """Where the key ``uid`` comes in the order of creation: its ``Initial Date`` (seconds;
-    unknown last), then its unique id (a number, as PyKMIP's, by value)."""
+#: tries of create_kmip_key when its key ties with another creator's (see there)
+_CREATE_ATTEMPTS = 6
+#: the random pause before try n is up to this many seconds times 2**n
+_RETRY_PAUSE = 0.05
+
+
+def _destroy(client: Any, uid: str, where: str, name: str, found: list[str]) -> None:
+    """Destroy the key ``uid`` this call made (never activated), naming it if that fails."""
+    try:
+        client.destroy(uid)
+    except Exception as exc:  # whatever PyKMIP raised
+        others = ", ".join(u for u in found if u != uid)
+        raise KeyProviderError(
+            f"{where}: a key named {name!r} was created at the same time by another client "
+            f"(unique id {others}), and destroying this one (unique id {uid}) failed: "
+            f"{_describe(exc)}",
+            hint=f"destroy the key with unique id {uid} on the server") from None
+
+
+def _creation_order(client: Any, uid: str) -> tuple[float, int]:
+    """Where the key ``uid`` comes in the order of creation, as far as the server tells:
+    its ``Initial Date`` (whole seconds; unknown last), then its unique id when that is a
+    number (PyKMIP counts them up as it creates). A unique id that is no number (a random
+    UUID) says nothing of age: keys of one second then tie, and no key of a tie is first."""
     date: float = float("inf")
     with contextlib.suppress(Exception):  # (a server that does not say: by unique id)
         _uid, attributes = client.get_attributes(uid, ["Initial Date"])
@@ -361,8 +395,7 @@ def _creation_order(client: Any, uid: str) -> tuple[float, int, int, str]:
             value = getattr(getattr(attribute, "attribute_value", None), "value", None)
             if isinstance(value, int):
                 date = value
-    number = int(uid) if uid.isdigit() else 0
-    return date, 0 if uid.isdigit() else 1, number, uid
+    return date, int(uid) if uid.isdigit() else -1
 
 
 def _close_client(client: Any) -> None:
