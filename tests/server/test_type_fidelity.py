@@ -322,6 +322,28 @@ def test_star_of_a_subquery_has_its_columns_named_as_postgresql_names_them(
 
 
 @pytest.mark.parametrize("prepare", [False, True])
+def test_a_with_query_names_its_columns_as_postgresql_names_them(srv, prepare) -> None:
+    """``WITH ... SELECT`` kept the engine's names (``count_star()``, ``(n + 1)``): its
+    select list is named as a ``SELECT``'s, and a ``SELECT *`` of one of its queries has
+    that query's names; a column list names the columns itself."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (2)")
+        cur = conn.cursor()
+        cur.execute("WITH c AS (SELECT count(*), a + 1 FROM t GROUP BY a) SELECT * FROM c",
+                    prepare=prepare)
+        assert cur.fetchall() == [(1, 3)]
+        assert [d.name for d in cur.description] == ["count", "?column?"]
+        cur.execute("WITH RECURSIVE c AS (SELECT 1 AS n), d (x) AS (SELECT 2) "
+                    "SELECT n + 1, upper('a'), x FROM c, d", prepare=prepare)
+        assert cur.fetchall() == [(2, "A", 2)]
+        assert [d.name for d in cur.description] == ["?column?", "upper", "x"]
+        cur.execute("WITH d (x) AS (SELECT count(*) FROM t) SELECT * FROM d AS e",
+                    prepare=prepare)
+        assert [d.name for d in cur.description] == ["x"]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
 def test_double_colon_casts_and_dollar_strings_run_on_both_engines(srv, prepare) -> None:
     """``x::type`` of a column, a call, an expression or a cast, and dollar-quoted strings,
     on both engines: SQLite has neither (``a::text`` was its syntax error "unrecognized

@@ -532,14 +532,23 @@ def _select_items(toks: list[_Tok]) -> tuple[list[list[_Tok]], int] | None:
     return items, len(toks)
 
 
-def _select_names(toks: list[_Tok]) -> tuple[tuple[int, str], ...]:
-    """:func:`parameter_columns` of the tokens of a ``SELECT``."""
+def _select_names(toks: list[_Tok], ctes: dict[str, list[_Tok]] | None = None
+                  ) -> tuple[tuple[int, str], ...]:
+    """:func:`parameter_columns` of the tokens of a ``SELECT`` (or ``WITH ... SELECT``;
+    ``ctes``: the queries of the common table expressions in scope, by name)."""
+    if toks and toks[0].kind == "ref" and toks[0].text == "WITH":
+        parsed = _with_clause(toks)
+        if parsed is None:
+            return ()
+        found, at = parsed
+        ctes = {**(ctes or {}), **found}
+        toks = toks[at:]
     listed = _select_items(toks)
     if listed is None:
         return ()
     items, end = listed
     if len(items) == 1 and [t.text for t in items[0]] == ["*"]:
-        return _star_names(toks[end:])
+        return _star_names(toks[end:], ctes or {})
     out: list[tuple[int, str]] = []
     for place, item in enumerate(items):
         if not item or (item[-1].text == "*" and (len(item) == 1 or item[-2].text == ".")) \
@@ -571,10 +580,22 @@ def _select_names(toks: list[_Tok]) -> tuple[tuple[int, str], ...]:
 _AFTER_FROM = frozenset({"WHERE", "ORDER", "LIMIT", "OFFSET", "FETCH", "FOR", ";"})
 
 
-def _star_names(rest: list[_Tok]) -> tuple[tuple[int, str], ...]:
+def _star_names(rest: list[_Tok], ctes: dict[str, list[_Tok]]
+                ) -> tuple[tuple[int, str], ...]:
     """The names of ``SELECT *`` whose ``FROM`` (``rest``) is one subquery, ``FROM
-    (SELECT count(*) FROM t) s``: its columns are the subquery's, named as
-    PostgreSQL names them (``count``, not DuckDB's ``count_star()``)."""
+    (SELECT count(*) FROM t) s``, or one common table expression of ``ctes`` without a
+    column list: its columns are the query's, named as PostgreSQL names them
+    (``count``, not DuckDB's ``count_star()``)."""
+    if len(rest) >= 2 and rest[0].text == "FROM" and rest[1].kind == "ref" and \
+            len(rest[1].parts) == 1 and rest[1].parts[0] in ctes:
+        k = 2
+        if k < len(rest) and rest[k].kind == "ref" and rest[k].text == "AS":
+            k += 1
+        if k < len(rest) and rest[k].kind == "ref" and rest[k].text not in _AFTER_FROM:
+            k += 1
+        if k < len(rest) and rest[k].text not in _AFTER_FROM:
+            return ()
+        return _select_names(ctes[rest[1].parts[0]], ctes)
     if len(rest) < 5 or rest[0].text != "FROM" or rest[1].text != "(" or \
             rest[2].text != "SELECT":
         return ()
@@ -588,7 +609,44 @@ def _star_names(rest: list[_Tok]) -> tuple[tuple[int, str], ...]:
         k += 1  # (the alias; an alias with a column list names the columns itself)
     if k < len(rest) and rest[k].text not in _AFTER_FROM:
         return ()
-    return _select_names(rest[2:close])
+    return _select_names(rest[2:close], ctes)
+
+
+def _with_clause(toks: list[_Tok]) -> tuple[dict[str, list[_Tok]], int] | None:
+    """(the query of each common table expression of ``WITH ...`` (``toks``) that has no
+    column list, by name; where the statement after them starts), None for a shape not
+    known."""
+    ctes: dict[str, list[_Tok]] = {}
+    i = 1
+    if i < len(toks) and toks[i].kind == "ref" and toks[i].text == "RECURSIVE":
+        i += 1
+    while True:
+        if i >= len(toks) or toks[i].kind != "ref" or len(toks[i].parts) != 1:
+            return None
+        name, listed = toks[i].parts[0], False
+        i += 1
+        if i < len(toks) and toks[i].text == "(":  # name (a, b): the list names them
+            i, listed = _closing(toks, i) + 1, True
+            if i <= 0:
+                return None
+        if i >= len(toks) or toks[i].text != "AS":
+            return None
+        i += 1
+        while i < len(toks) and toks[i].kind == "ref" and toks[i].text in (
+                "NOT", "MATERIALIZED"):
+            i += 1
+        if i >= len(toks) or toks[i].text != "(":
+            return None
+        close = _closing(toks, i)
+        if close < 0:
+            return None
+        if not listed:
+            ctes[name] = toks[i + 1:close]
+        i = close + 1
+        if i < len(toks) and toks[i].text == ",":
+            i += 1
+            continue
+        return ctes, i
 
 
 def _item_alias(item: list[_Tok]) -> str | None:

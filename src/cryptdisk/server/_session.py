@@ -99,6 +99,8 @@ _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 #: statements whose string literals may be bytea by their context (``INSERT INTO t
 #: VALUES ('\\x0102')``): :meth:`._engines.EngineSession.bytea_context`
 _BYTEA_CONTEXTS = frozenset({"INSERT", "UPDATE", "DELETE", "SELECT", "WITH"})
+#: statements whose result columns are named as PostgreSQL names them (:func:`_parameter_names`)
+_NAMED = frozenset({"SELECT", "WITH"})
 #: statements whose integer literals may run as parameters (:func:`._sqltext.lift_literals`)
 LIFTABLE = {"SELECT", "UPDATE", "DELETE", "INSERT"}
 #: the statements a failed transaction block still runs (25P02 for any other)
@@ -1024,7 +1026,7 @@ class Session:
                     else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
                                                                          params)
-            if head == "SELECT" and result.columns:
+            if head in _NAMED and result.columns:
                 result.columns = _parameter_names(sql, result.columns, renames)
             if renames and result.columns is not None:
                 result.columns = _rename(result.columns, renames)
@@ -1675,7 +1677,7 @@ class Session:
                         text, renames = self._identity(
                             self._execute_text(st.sql) if head == "EXECUTE" else st.sql)
                         st.columns = await self._timed(self.engine.describe, text)
-                        if head == "SELECT" and st.columns:
+                        if head in _NAMED and st.columns:
                             st.columns = _parameter_names(text, st.columns, renames)
                         if renames and st.columns is not None:
                             st.columns = _rename(st.columns, renames)
