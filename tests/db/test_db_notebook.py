@@ -465,3 +465,82 @@ def test_ctrl_c_reaches_a_query_in_a_process_with_over_1024_open_files(tmp_path)
                          timeout=120)
     assert out.stdout.strip() == "interrupted", out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr[-2000:]  # (the watcher thread died)
+
+
+def test_insert_reads_cryptdisk_urls_through_the_cryptdisk_filesystem(tmp_path, monkeypatch):
+    """db.insert("t", "cryptdisk://DISK/path") said "no file cryptdisk://..." (it looked
+    for a local file of that name). Now it reads the file through the cryptdisk filesystem
+    over the database's config file (else CRYPTDISK_CONFIG's): Parquet, CSV and JSON, a
+    glob, a directory of Parquet files, a list; a missing file, a glob matching nothing,
+    files of two formats, a mixed list or no config are the same clear errors as for local
+    paths, and insert nothing. The database's SQL still reads no cryptdisk:// URL."""
+    import fsspec
+
+    from tests.configs import encrypted_over_local
+
+    cfg = tmp_path / "cryptdisk.toml"
+    cfg.write_text(encrypted_over_local("00" * 32, rest="""
+[policies.default]
+volumes = [{ name = "main", disks = ["secure"] }]"""))
+    fs = fsspec.filesystem("cryptdisk", config=str(cfg), skip_instance_cache=True)
+    pq.write_table(pa.table({"k": [1, 2], "v": ["a", "b"]}), "secure/pq/a.parquet",
+                   filesystem=fs)
+    pq.write_table(pa.table({"k": [3], "v": ["c"]}), "secure/pq/year=2025/b.parquet",
+                   filesystem=fs)
+    with fs.open("secure/in/c.csv", "wb") as f:
+        f.write(b"v,k\n\"d, e\",4\n")
+    with fs.open("secure/in/d.json", "wb") as f:
+        f.write(b'{"k": 5, "v": "f"}\n')
+    with fs.open("secure/in/h.csv", "wb") as f:
+        f.write(b"6,g\n")  # (no header line)
+    assert not (tmp_path / "raw" / "enc" / "in" / "c.csv").read_bytes().startswith(b"v,k")
+    monkeypatch.delenv("CRYPTDISK_CONFIG", raising=False)
+    db = cryptdisk.connect(tmp_path / "db", str(cfg))
+    try:
+        db.sql("CREATE TABLE t (k BIGINT, v VARCHAR) ORDER BY k")
+        assert db.insert("t", "cryptdisk://secure/pq/a.parquet") == 2
+        assert db.insert("t", "CRYPTDISK://secure/in/c.csv") == 1
+        assert db.insert("t", ["cryptdisk://secure/in/d.json"]) == 1
+        assert db.insert("t", "cryptdisk://secure/pq/*/*.parquet") == 1
+        assert db.insert("t", ["cryptdisk://secure/pq/a.parquet",
+                               "cryptdisk://secure/pq/year=2025/b.parquet"]) == 3
+        assert db.query("SELECT k, v FROM t ORDER BY k") == [
+            (1, "a"), (1, "a"), (2, "b"), (2, "b"), (3, "c"), (3, "c"), (4, "d, e"),
+            (5, "f")]
+        db.sql("CREATE TABLE y (k BIGINT, v VARCHAR, year INTEGER) ORDER BY k")
+        assert db.insert("y", "cryptdisk://secure/pq") == 3  # (hive partitions as columns)
+        assert db.query("SELECT k, year FROM y ORDER BY k") == [(1, None), (2, None),
+                                                                (3, 2025)]
+        version = db.catalog.version
+        for data, message in [
+                ("cryptdisk://secure/in/nope.parquet", r"no file cryptdisk://secure/in/"
+                 r"nope\.parquet$"),
+                ("cryptdisk://secure/in/*.pq", r"no file matches cryptdisk://secure/in/\*\.pq"),
+                (["cryptdisk://secure/in/c.csv", "cryptdisk://secure/pq/a.parquet"],
+                 r"the files are of more than one format \(CSV, Parquet\)"),
+                (["cryptdisk://secure/pq", "cryptdisk://secure/in/c.csv"],
+                 r"cryptdisk://secure/pq is a directory, in a list of files"),
+                ("cryptdisk://secure/in", r"cannot read the Parquet files of the directory "
+                 r"cryptdisk://secure/in: .*c\.csv"),
+                (["cryptdisk://secure/in/c.csv", str(tmp_path / "x.csv")],
+                 r"the list holds cryptdisk:// URLs and local paths"),
+                ("cryptdisk://secure/in/h.csv", r"cryptdisk://secure/in/h\.csv has no header "
+                 "line naming its columns")]:
+            with pytest.raises(DatabaseError, match=f"^insert into t: {message}"):
+                db.insert("t", data)
+        assert db.catalog.version == version
+        with pytest.raises(DatabaseError, match="the database's SQL does not read"):
+            db.sql("SELECT * FROM read_csv('cryptdisk://secure/in/c.csv')")
+    finally:
+        db.close()
+    db = cryptdisk.connect(tmp_path / "db2")  # (the default config: no disk "secure")
+    try:
+        db.sql("CREATE TABLE t (k BIGINT, v VARCHAR)")
+        with pytest.raises(DatabaseError, match=r"^insert into t: no config to read "
+                           r"cryptdisk:// URLs with"):
+            db.insert("t", "cryptdisk://secure/pq/a.parquet")
+        monkeypatch.setenv("CRYPTDISK_CONFIG", str(cfg))
+        assert db.insert("t", "cryptdisk://secure/in/c.csv") == 1
+        assert db.query("SELECT k, v FROM t") == [(4, "d, e")]
+    finally:
+        db.close()

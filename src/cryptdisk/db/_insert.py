@@ -149,6 +149,23 @@ class _Files(list):  # type: ignore[type-arg]
     """The CSV or JSON files a glob or a list of paths named (read by one DuckDB reader)."""
 
 
+class _Urls(_Files):
+    """CSV or JSON files at ``cryptdisk://`` URLs, read by DuckDB through the cryptdisk
+    filesystem ``fs`` (registered on the connection while the insert reads them)."""
+
+    def __init__(self, urls: list[str], fs: Any) -> None:
+        super().__init__(urls)
+        self.fs = fs
+
+
+#: how a ``cryptdisk://DISK/path`` URL starts (any case, as fsspec takes it)
+_URL_SCHEME = "cryptdisk://"
+
+
+def _is_url(path: Any) -> bool:
+    return isinstance(path, str) and path[:len(_URL_SCHEME)].lower() == _URL_SCHEME
+
+
 def _family(t: pa.DataType) -> str:
     """What an Arrow type is for :func:`_check_schemas`: integers, floats, text, bytes and
     timestamps of any width or unit are each one family (the dataset reads a file's column
@@ -267,6 +284,8 @@ def _from_paths(table: str, data: Any) -> Any:
     :class:`DatabaseError`."""
     import glob
 
+    if isinstance(data, _Files):  # (cryptdisk:// URLs, found already)
+        return data
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
         if not isinstance(path, str) or os.path.exists(path) or not glob.has_magic(path):
@@ -455,15 +474,17 @@ def _checked(batches: Iterator[pa.RecordBatch], meta: TableMeta) -> Iterator[pa.
         yield batch
 
 
-def _check_csv_header(table: str, path: str, found: list[str], columns: list[str]) -> None:
+def _check_csv_header(table: str, path: str, found: list[str], columns: list[str],
+                      fs: Any = None) -> None:
     """Refuse a CSV file that holds nothing, or rows without a header line naming their
-    columns: DuckDB names the columns it then reads ``column0``, ``column1``..."""
+    columns: DuckDB names the columns it then reads ``column0``, ``column1``... (``fs``:
+    the filesystem the file is on, None: local)."""
     if found != [f"column{i}" for i in range(len(found))] or \
             {fold(c) for c in columns} & set(found):
         return
-    size = os.path.getsize(path)
+    size = os.path.getsize(path) if fs is None else fs.size(path)
     if size < 1 << 20:
-        with open(path, "rb") as f:
+        with open(path, "rb") if fs is None else fs.open(path, "rb") as f:
             if not f.read().strip():
                 raise DatabaseError(f"insert into {table}: {path} is empty (no header line, "
                                     "no rows)")
@@ -805,12 +826,103 @@ class InsertMixin(DatabaseState):
             order = " ORDER BY " + ", ".join(_quote(c) for c in meta.order_by.split(","))
         return f"SELECT {select} FROM ({query}){order}"
 
+    def _from_urls(self, table: str, data: Any) -> Any:
+        """``cryptdisk://DISK/path`` URLs (a file, a glob, a directory of Parquet files, or
+        a list of URLs and globs) as what reads them through the cryptdisk filesystem: the
+        pyarrow dataset of Parquet files, or :class:`_Urls` of CSV or JSON files; the
+        same errors as local paths (no file, no file matches, a directory in a list, files
+        of two formats). Anything else as it is."""
+        if isinstance(data, str):
+            given = [data]
+        elif isinstance(data, (list, tuple)) and data and all(
+                isinstance(p, (str, os.PathLike)) for p in data):
+            given = [p if isinstance(p, str) else os.fspath(p) for p in data]
+        else:
+            return data
+        if not any(_is_url(p) for p in given):
+            return data
+        if not all(_is_url(p) for p in given):
+            raise DatabaseError(f"insert into {table}: the list holds cryptdisk:// URLs and "
+                                "local paths", hint="insert the local files and the "
+                                "cryptdisk:// ones separately")
+        from glob import has_magic
+
+        fs = self._url_filesystem(table)
+        files: list[str] = []
+        for url in given:
+            path = url[len(_URL_SCHEME):]
+            if fs.isfile(path):
+                files.append(path)
+            elif has_magic(path) and not fs.exists(path):
+                found = sorted(f for f in fs.glob(path) if fs.isfile(f))
+                if not found:
+                    raise DatabaseError(f"insert into {table}: no file matches {url}",
+                                        hint="a glob's * matches within a directory, ** "
+                                        "any number of directories (dir/**/*.parquet)")
+                files.extend(found)
+            elif fs.isdir(path) and len(given) > 1:
+                raise DatabaseError(f"insert into {table}: {url} is a directory, in a list "
+                                    "of files", hint="insert the directory alone, or name "
+                                    "its files (dir/**/*.parquet)")
+            elif fs.isdir(path):
+                dataset = self._url_dataset(table, fs, path.rstrip("/"), f"the directory {url}",
+                                            "hive")
+                if not dataset.files:
+                    raise DatabaseError(f"insert into {table}: the directory {url} holds no "
+                                        "Parquet file", hint="a directory is read as its "
+                                        "Parquet files (hive partitions such as year=2024/ too)")
+                return dataset
+            else:
+                raise DatabaseError(f"insert into {table}: no file {url}")
+        readers = {_file_reader(f) for f in files}
+        if len(readers) > 1:
+            kinds = {"read_parquet": "Parquet", "read_csv": "CSV", "read_json": "JSON"}
+            raise DatabaseError(f"insert into {table}: the files are of more than one format ("
+                                f"{', '.join(sorted(kinds[r] for r in readers))})",
+                                hint="insert the files of each format separately")
+        if readers == {"read_parquet"}:
+            what = given[0] if len(given) == 1 else f"the {len(files)} files"
+            return self._url_dataset(table, fs, files, what, None)
+        return _Urls([_URL_SCHEME + f for f in files], fs)
+
+    @staticmethod
+    def _url_dataset(table: str, fs: Any, files: str | list[str], what: str,
+                     partitioning: str | None) -> Any:
+        """The pyarrow dataset of the Parquet ``files`` (or directory) on the cryptdisk
+        filesystem ``fs``, checked as :func:`_parquet_dataset` checks local ones."""
+        import pyarrow.dataset as ds
+
+        try:
+            dataset = ds.dataset(files, format="parquet", filesystem=fs,
+                                 partitioning=partitioning)
+        except (pa.ArrowException, OSError) as exc:  # a file that is not Parquet
+            raise DatabaseError(f"insert into {table}: cannot read the Parquet files of "
+                                f"{what}: {str(exc).splitlines()[0]}") from None
+        return _widened(dataset, _check_schemas(table, dataset))
+
+    def _url_filesystem(self, table: str) -> Any:
+        """The cryptdisk filesystem a ``cryptdisk://`` URL given to :meth:`insert` is read
+        through: over the database's config file when it was opened with one, else over
+        ``CRYPTDISK_CONFIG``'s (as ``fsspec.filesystem('cryptdisk')`` finds it)."""
+        import fsspec
+
+        path = getattr(self.config, "path", None)
+        config = path if isinstance(path, str) and os.path.isfile(path) else \
+            os.environ.get("CRYPTDISK_CONFIG")
+        if not config:
+            raise DatabaseError(f"insert into {table}: no config to read cryptdisk:// URLs "
+                                "with (the URL's disk is one of a config's)",
+                                hint="open the database with config=PATH, or set "
+                                "CRYPTDISK_CONFIG to the config that names the disk")
+        return fsspec.filesystem("cryptdisk", config=config)
+
     def insert(self, table: str, data: Any, *,
                on_rows: Callable[[int], None] | None = None) -> int:
         """Insert an Arrow table/batches/reader, a pyarrow dataset or scanner, a pandas or
         polars DataFrame, rows as a list of dicts, columns as a dict of lists, or a
         CSV, Parquet or JSON file path (a directory of Parquet files, a glob or a list of
-        paths too).
+        paths too; ``cryptdisk://DISK/path`` URLs too, read through the cryptdisk
+        filesystem over the database's config file, or ``CRYPTDISK_CONFIG``'s).
 
         Columns match by name; table columns the data lacks get NULL.
         """
@@ -821,80 +933,92 @@ class InsertMixin(DatabaseState):
                 self.table(table)
                 return 0
             data = _from_python(table, _from_dataset(_from_directory(
-                table, _from_paths(table, data))))
+                table, _from_paths(table, self._from_urls(table, data)))))
             _check_names(table, data)
             if type(data).__name__ == "DataFrame" and hasattr(data, "index"):
                 _check_index(table, data, [c for c, _t in self.table(table).columns])
             direct = self._insert_arrow(table, data, on_rows)
             if direct is not None:
                 return direct
-            registered = False
-            if isinstance(data, (str, os.PathLike, _Files)):
-                paths = data if isinstance(data, _Files) else [os.fspath(data)]
-                path = paths[0]
-                if not os.path.isfile(path) and len(paths) == 1:
-                    raise DatabaseError(f"insert into {table}: no file {path}")
-                reader = _file_reader(path)
-                literal = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-                if len(paths) > 1:
-                    literal = f"[{literal}]"
-                    path = f"{path} (and {len(paths) - 1} more)"
+            if isinstance(data, _Urls):  # DuckDB reads them through the filesystem
+                self.con.register_filesystem(data.fs)
+                try:
+                    return self._insert_source(table, data, on_rows)
+                finally:
+                    self.con.unregister_filesystem(data.fs.protocol)
+            return self._insert_source(table, data, on_rows)
+
+    def _insert_source(self, table: str, data: Any,
+                       on_rows: Callable[[int], None] | None) -> int:
+        """:meth:`insert` of ``data`` that DuckDB reads: files, or data it registers."""
+        registered = False
+        if isinstance(data, (str, os.PathLike, _Files)):
+            paths = data if isinstance(data, _Files) else [os.fspath(data)]
+            path = paths[0]
+            if not isinstance(data, _Urls) and not os.path.isfile(path) and len(paths) == 1:
+                raise DatabaseError(f"insert into {table}: no file {path}")
+            reader = _file_reader(path)
+            literal = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+            if len(paths) > 1:
+                literal = f"[{literal}]"
+                path = f"{path} (and {len(paths) - 1} more)"
+            try:
+                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
+                                 f"SELECT * FROM {reader}({literal})")
+            except duckdb.Error as exc:  # not Parquet, not text DuckDB can read
+                raise DatabaseError(f"insert into {table}: cannot read {path}: "
+                                    f"{str(exc).splitlines()[0]}") from None
+        elif isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(
+                data, "__arrow_c_stream__") or type(data).__name__ == "DataFrame":
+            try:
+                self.con.register(_SOURCE, data)
+            except duckdb.Error as exc:  # (a table or DataFrame of no columns)
+                raise DatabaseError(f"insert into {table}: cannot read the data: "
+                                    f"{str(exc).splitlines()[0]}") from None
+            registered = True
+        else:
+            raise TypeError("insert() takes an Arrow table or reader, a pyarrow dataset, "
+                            "a pandas or polars DataFrame, "
+                            "a list of dicts (rows), a dict of lists (columns), or the "
+                            "path of a CSV, Parquet or JSON file (a directory, a glob or a "
+                            f"list of paths too), not {type(data).__name__}")
+        try:
+            try:
+                cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
+            except duckdb.Error as exc:
+                raise DatabaseError(f"insert into {table}: cannot read the data: {exc}"
+                                    ) from None
+            if not registered and reader == "read_csv":
+                columns = self.table(table).columns
+                _check_csv_header(table, paths[0], cols, [c for c, _t in columns],
+                                  getattr(data, "fs", None))
+                self._check_csv_repeats(table, path, literal, cols)
+                self._check_csv_columns(table, paths)
+                typed = _file_types(cols, columns, "types")
+            elif not registered and reader == "read_json":
+                self._check_json_repeats(table, path, literal, cols)
+                typed = _file_types(cols, self.table(table).columns, "columns")
+            else:
+                typed = ""
+            if typed:  # read as the table's types, not the sniffer's, then cast
                 try:
                     self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
-                                     f"SELECT * FROM {reader}({literal})")
-                except duckdb.Error as exc:  # not Parquet, not text DuckDB can read
+                                     f"SELECT * FROM {reader}({literal}, {typed})")
+                except duckdb.Error as exc:
                     raise DatabaseError(f"insert into {table}: cannot read {path}: "
                                         f"{str(exc).splitlines()[0]}") from None
-            elif isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(
-                    data, "__arrow_c_stream__") or type(data).__name__ == "DataFrame":
-                try:
-                    self.con.register(_SOURCE, data)
-                except duckdb.Error as exc:  # (a table or DataFrame of no columns)
-                    raise DatabaseError(f"insert into {table}: cannot read the data: "
-                                        f"{str(exc).splitlines()[0]}") from None
-                registered = True
-            else:
-                raise TypeError("insert() takes an Arrow table or reader, a pyarrow dataset, "
-                                "a pandas or polars DataFrame, "
-                                "a list of dicts (rows), a dict of lists (columns), or the "
-                                "path of a CSV, Parquet or JSON file (a directory, a glob or a "
-                                f"list of paths too), not {type(data).__name__}")
             try:
-                try:
-                    cols = list(self.con.sql(f"SELECT * FROM {_SOURCE} LIMIT 0").columns)
-                except duckdb.Error as exc:
-                    raise DatabaseError(f"insert into {table}: cannot read the data: {exc}"
-                                        ) from None
-                if not registered and reader == "read_csv":
-                    columns = self.table(table).columns
-                    _check_csv_header(table, paths[0], cols, [c for c, _t in columns])
-                    self._check_csv_repeats(table, path, literal, cols)
-                    self._check_csv_columns(table, paths)
-                    typed = _file_types(cols, columns, "types")
-                elif not registered and reader == "read_json":
-                    self._check_json_repeats(table, path, literal, cols)
-                    typed = _file_types(cols, self.table(table).columns, "columns")
-                else:
-                    typed = ""
-                if typed:  # read as the table's types, not the sniffer's, then cast
-                    try:
-                        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {_SOURCE} AS "
-                                         f"SELECT * FROM {reader}({literal}, {typed})")
-                    except duckdb.Error as exc:
-                        raise DatabaseError(f"insert into {table}: cannot read {path}: "
-                                            f"{str(exc).splitlines()[0]}") from None
-                try:
-                    return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
-                                             on_rows=on_rows)
-                except DatabaseError as exc:
-                    if type(exc) is not DatabaseError:
-                        raise
-                    raise DatabaseError(_without_statement(str(exc)), hint=exc.hint) from None
-            finally:
-                if registered:
-                    self.con.unregister(_SOURCE)
-                else:
-                    self.con.execute(f"DROP VIEW IF EXISTS {_SOURCE}")
+                return self.insert_query(table, f"SELECT * FROM {_SOURCE}", columns=cols,
+                                         on_rows=on_rows)
+            except DatabaseError as exc:
+                if type(exc) is not DatabaseError:
+                    raise
+                raise DatabaseError(_without_statement(str(exc)), hint=exc.hint) from None
+        finally:
+            if registered:
+                self.con.unregister(_SOURCE)
+            else:
+                self.con.execute(f"DROP VIEW IF EXISTS {_SOURCE}")
 
     def _check_csv_repeats(self, table: str, path: str, literal: str,
                            cols: list[str]) -> None:
