@@ -327,3 +327,20 @@ def test_text_joined_to_a_null_bytea_is_null(srv) -> None:
         assert conn.execute("SELECT s || b, b || s, s || b || b FROM t ORDER BY a").fetchall() \
             == [(None, None, None), ("z\\x", "\\xz", "z\\x\\x"),
                 ("w\\x00ff", "\\x00ffw", "w\\x00ff\\x00ff")]
+
+
+def test_text_of_bytes_that_are_no_utf8_is_a_clear_error_on_sqlite(start_server,
+                                                                    sqlite_engine) -> None:
+    """SQLite's ``||`` of an operand the server cannot type (a call) and a bytea makes
+    text of the bytes; bytes that are no UTF-8 failed as "internal error:
+    UnicodeDecodeError" (XX000, logged as a bug): now 22021 as PostgreSQL says it, with a
+    hint, and the connection goes on."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (b BYTEA, s TEXT)")
+        conn.execute(r"INSERT INTO t VALUES ('\xff01', 'x')")
+        with pytest.raises(psycopg.errors.CharacterNotInRepertoire) as raised:
+            conn.execute("SELECT upper(s) || b FROM t")
+        assert str(raised.value).startswith('invalid byte sequence for encoding "UTF8": 0xff')
+        assert "::bytea" in (raised.value.diag.message_hint or "")
+        assert conn.execute("SELECT b FROM t").fetchall() == [(b"\xff\x01",)]

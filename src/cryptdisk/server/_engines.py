@@ -641,6 +641,13 @@ def statement_error(exc: Exception) -> StatementError:
         return StatementError(text, code)
     if isinstance(exc, CryptdiskError):
         return StatementError(str(exc), "XX000", hint=exc.hint)
+    if isinstance(exc, UnicodeDecodeError):  # SQLite's text of bytes that are no UTF-8
+        byte = exc.object[exc.start:exc.start + 1].hex()
+        return StatementError(
+            f'invalid byte sequence for encoding "UTF8": 0x{byte}', "22021",
+            hint="SQLite's || makes text of a bytea's bytes where the server cannot tell "
+            "the operands' types: cast the bytea operands (x::bytea), or join "
+            "encode(b, 'hex')")
     log.error("internal error", exc_info=exc)  # a bug: its traceback for the operator
     return StatementError(f"internal error: {type(exc).__name__}", "XX000")
 
