@@ -322,6 +322,28 @@ def test_star_of_a_subquery_has_its_columns_named_as_postgresql_names_them(
 
 
 @pytest.mark.parametrize("prepare", [False, True])
+def test_a_cast_of_a_subquery_case_or_array_keeps_their_name(srv, prepare) -> None:
+    """FigureColname keeps a scalar subquery's name, a ``CASE``'s ``ELSE`` name and
+    ``ARRAY``'s and ``ROW``'s over a cast's type (``(SELECT a FROM t)::text`` is ``a``,
+    ``ARRAY[1, 2]::text`` ``array``), and names a ``CASE`` without one after the type
+    (``CASE ... END::text`` is ``text``): the server named them ``text``, and the
+    ``CASE`` ``case``."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (2)")
+        cur = conn.cursor()
+        cur.execute("SELECT (SELECT a FROM t)::text, CASE WHEN a > 5 THEN 1 ELSE a END::text, "
+                    "CASE WHEN a > 1 THEN 1 END::text, CASE WHEN a > 1 THEN 1 END FROM t",
+                    prepare=prepare)
+        assert cur.fetchall() == [("2", "2", "1", 1)]
+        assert [d.name for d in cur.description] == ["a", "a", "text", "case"]
+        if srv.server.engine.__class__.__name__ == "SQLiteEngine":
+            return  # (SQLite has no arrays nor rows)
+        cur.execute("SELECT ARRAY[1, 2]::text, ROW(1, 2)::text", prepare=prepare)
+        assert [d.name for d in cur.description] == ["array", "row"]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
 def test_a_with_query_names_its_columns_as_postgresql_names_them(srv, prepare) -> None:
     """``WITH ... SELECT`` kept the engine's names (``count_star()``, ``(n + 1)``): its
     select list is named as a ``SELECT``'s, and a ``SELECT *`` of one of its queries has

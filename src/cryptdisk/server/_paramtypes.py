@@ -807,11 +807,25 @@ def _cast_name(item: list[_Tok]) -> str | None:
                       -1)
         if not (opened == 0 or (opened == 1 and head[0].kind == "ref")):
             return None
-    elif len(head) != 1 or head[0].kind not in ("num", "str", "param", "ref"):
+    elif (len(head) != 1 or head[0].kind not in ("num", "str", "param", "ref")) and \
+            not _whole_case(head):  # (CASE ... END::text: the cast's node is the CASE)
         if not (len(head) >= 3 and head[-2].text == "::" and _cast_name(head) is not None):
             return None  # (1 + 2::int: the node is the +; x::text::int: the last cast)
     written = " ".join(words)
     return _CAST_COLUMN.get(written, written)
+
+
+def _whole_case(head: list[_Tok]) -> bool:
+    """Whether ``head`` is one ``CASE ... END``."""
+    if len(head) < 2 or head[0].text != "CASE" or head[-1].text != "END":
+        return False
+    cases = 0
+    for k, t in enumerate(head):
+        if t.kind == "ref" and t.text in ("CASE", "END"):
+            cases += 1 if t.text == "CASE" else -1
+            if cases == 0:
+                return k == len(head) - 1
+    return False
 
 
 def _cast_as(item: list[_Tok]) -> int:
@@ -827,8 +841,9 @@ def _cast_as(item: list[_Tok]) -> int:
 def _operand_name(head: list[_Tok]) -> str | None:
     """The name a cast's operand ``head`` has that PostgreSQL keeps over the cast's type
     (FigureColname: ``a::text`` is ``a``, ``count(*)::int`` ``count``,
-    ``CAST(a::int AS text)`` ``a``), None where the type names the cast (a literal, a
-    parameter, an operator, ``CASE``, ``ARRAY``, ``ROW``)."""
+    ``CAST(a::int AS text)`` ``a``, ``ARRAY[1]::text`` ``array``, a scalar subquery its
+    column's, ``CASE`` its ``ELSE``'s where that is one of these), None where the type
+    names the cast (a literal, a parameter, an operator, another ``CASE``)."""
     while len(head) > 2 and head[0].text == "(" and _closing(head, 0) == len(head) - 1:
         head = head[1:-1]
     if not head:
@@ -845,8 +860,14 @@ def _operand_name(head: list[_Tok]) -> str | None:
             at = k
     if at > 0:  # a::bigint::text: the inner cast's operand, if it has a name
         return _operand_name(head[:at])
-    if first.kind == "ref" and head[1].text == "(" and _closing(head, 1) == len(head) - 1 \
-            and first.text not in ("ROW", "ARRAY"):
+    if first.kind == "ref" and first.text == "SELECT":  # (SELECT a FROM t)::text: a
+        return _subquery_name(head)
+    if first.kind == "ref" and first.text == "CASE" and head[-1].text == "END":
+        named = _case_name(head)
+        return None if named == "case" else named
+    if first.kind == "ref" and head[1].text in _OPEN and _closing(head, 1) == len(head) - 1:
+        if first.text in ("ROW", "ARRAY"):  # (as calls: ARRAY[1]::text is array)
+            return first.text.lower()
         if first.text == "CAST":
             inner = _cast_as(head)
             return _operand_name(head[2:inner]) if inner > 0 else None
