@@ -17,7 +17,12 @@ import duckdb
 import pytest
 
 import cryptdisk
-from cryptdisk.errors import DatabaseError, FieldPolicyError, NotSupportedError
+from cryptdisk.errors import (
+    DatabaseError,
+    FieldPolicyError,
+    NotSupportedError,
+    TableNotFoundError,
+)
 from tests.db.test_db_crash import env
 from tests.db.test_db_roles import MASKED, PANS, made, served  # noqa: F401 (fixtures)
 
@@ -424,3 +429,22 @@ def test_a_view_change_replaces_the_views_a_checker_may_hold(views_db):
     with pytest.raises(DatabaseError):  # a failed commit leaves the views as they were
         db.sql("CREATE VIEW broken AS SELECT nope FROM t")
     assert "broken" not in db.catalog.views
+
+
+def test_a_view_named_past_ascii_is_found_as_duckdb_finds_it(db):
+    """Views were written out by their names in lower case (str.lower folds É): with a
+    view "É", "é" read it too (in a join beside "É", a wrong answer where DuckDB has no
+    "é"), or alone was called "'É' is a view: DuckDB reads it only in a query". Now "é"
+    names no view: a TableNotFoundError that says how the view is written, as for a
+    table; "É" and "ÉTAT" in another case of its ASCII letters read it."""
+    db.sql("CREATE TABLE t (k INT)")
+    db.sql("INSERT INTO t VALUES (1)")
+    db.sql('CREATE VIEW "É" AS SELECT k FROM t')
+    db.sql('CREATE VIEW "État" AS SELECT k + 1 AS k FROM "É"')
+    assert db.query('SELECT * FROM "É" AS x JOIN "ÉTAT" AS y ON true') == [(1, 2)]
+    for q in ['SELECT * FROM "é"', 'SELECT * FROM "É" AS x JOIN "é" AS y ON true',
+              'SELECT * FROM "éTAT"', 'WITH c AS (SELECT * FROM "é") SELECT * FROM c']:
+        with pytest.raises(TableNotFoundError, match=r"^no table 'é(TAT)?' in .*: DuckDB "
+                           r"matches a name's ASCII letters in any case, its other letters "
+                           r"as written; the view is '(É|État)'$"):
+            db.query(q)

@@ -2289,20 +2289,22 @@ def _missing_table(exc: duckdb.Error, sql: str, path: str, tables: Any, views: A
             hint=f"system.{name.lower()} is the server's: users, roles and grants exist in "
             "cryptdisk serve, which answers queries over them" if server else None)
     known = sorted(tables)
-    view = next((v for v in views if v.lower() == name.lower()), None)
+    view = next((v for v in views if fold(v) == fold(name)), None)
     if view is not None:  # (in a statement whose queries are not written out: ._views)
         return DatabaseError(
             f"{view!r} is a view: DuckDB reads it only in a query, EXPLAIN, COPY (query) TO, "
             "DESCRIBE, SUMMARIZE, INSERT ... SELECT, CREATE TABLE ... AS, and the WHERE and "
             "SET of DELETE and UPDATE",
             hint=f"read it in a query: SELECT * FROM {view}")
-    spelled = next((t for t in known if t.lower() == name.lower()
+    spelled = next((t for t in [*known, *views] if t.lower() == name.lower()
                     and _ascii_lower(t) != _ascii_lower(name)), None)
     if spelled is not None:  # (DuckDB folds the case of ASCII letters only)
+        kind = "table" if spelled in known else "view"
         return _TableNotFound(  # (its start as the one below: the server says no more)
-            f"no table {name!r} in {path} (tables: {', '.join(known)}): DuckDB matches a "
-            f"name's ASCII letters in any case, its other letters as written; the table is "
-            f"{spelled!r}", hint=f"write the name as the table has it: {quote(spelled)}")
+            f"no table {name!r} in {path} (tables: {', '.join(known) or 'none'}): DuckDB "
+            f"matches a name's ASCII letters in any case, its other letters as written; the "
+            f"{kind} is {spelled!r}", hint=f"write the name as the {kind} has it: "
+            f"{quote(spelled)}")
     if name.lower() in (t.lower() for t in known):  # (named in a string: pragma_table_info)
         return DatabaseError(
             f"table {name!r} is a cryptdisk table: DuckDB reads it only where a statement "

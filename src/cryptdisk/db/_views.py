@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import DatabaseError
 from ._columns import UNQUOTED_IDENT, matching_paren, referenced_tables
-from ._names import NameDict
+from ._names import NameDict, fold
 
 __all__ = ["AlterView", "CreateView", "DropView", "ViewMeta", "Views", "expand_views",
            "parse_view_statement", "view_reads"]
@@ -189,20 +189,20 @@ def _references(node: Any, names: dict[str, str], ctes: frozenset[str],
     if not isinstance(node, dict):
         return
     if node.get("type") == "BASE_TABLE":
-        name = str(node.get("table_name") or "").lower()
+        name = fold(str(node.get("table_name") or ""))
         if not node.get("schema_name") and not node.get("catalog_name") \
                 and name in names and name not in ctes:
             out.append((int(node["query_location"]), names[name], bool(node.get("alias")),
                         ctes))
         return
     if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
-        ctes = ctes | {node["cte_name"].lower()}
+        ctes = ctes | {fold(node["cte_name"])}
     cte_map = node.get("cte_map")
     if isinstance(cte_map, dict):
         for entry in cte_map.get("map") or []:
             _references(entry, names, ctes, out)
             if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-                ctes = ctes | {entry["key"].lower()}
+                ctes = ctes | {fold(entry["key"])}
     for key, value in node.items():
         if key != "cte_map" and isinstance(value, (dict, list)):
             _references(value, names, ctes, out)
@@ -220,15 +220,15 @@ def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
     tree = parse(sql)
     if not isinstance(tree, dict) or tree.get("error"):
         return sql  # DuckDB says what is wrong with it
-    names = {n.lower(): n for n in views}
+    names = {fold(n): n for n in views}
     found: list[tuple[int, str, bool, frozenset[str]]] = []
     _references(tree.get("statements", []), names, frozenset(), found)
     if not found:
         return sql
     data = sql.encode()
     for offset, name, aliased, ctes in sorted(found, reverse=True):
-        if name.lower() in stack:
-            chain = " -> ".join((*stack, name.lower()))
+        if fold(name) in stack:
+            chain = " -> ".join((*stack, fold(name)))
             raise DatabaseError(f"view {name} reads itself ({chain})",
                                 hint=f"CREATE OR REPLACE VIEW {name} AS a query that does "
                                 "not read it")
@@ -236,7 +236,7 @@ def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
             raise DatabaseError(f"views nest more than {MAX_DEPTH} deep (at view {name})")
         meta = views[name]
         scope = outer | ctes
-        hidden = sorted(r for r in meta.reads if r.lower() in scope)
+        hidden = sorted(r for r in meta.reads if fold(r) in scope)
         if hidden:  # written out there, the view's query would read the CTE instead
             raise DatabaseError(
                 f"view {name} reads {hidden[0]}, which a CTE named {hidden[0]} of the "
@@ -244,7 +244,7 @@ def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
                 hint=f"give the CTE another name than {hidden[0]}")
         if name not in used:
             used.append(name)
-        body = _expand_query(meta.body(), views, parse, (*stack, name.lower()), used, scope)
+        body = _expand_query(meta.body(), views, parse, (*stack, fold(name)), used, scope)
         end = _name_end(data, offset)
         text = f"({body})" + ("" if aliased else f" AS {_quote(name)}")
         data = data[:offset] + text.encode() + data[end:]
@@ -311,7 +311,7 @@ def view_reads(query: str, names: set[str], parse: Parse) -> list[str]:
     if not isinstance(tree, dict) or tree.get("error"):
         return []
     found: list[tuple[int, str, bool, frozenset[str]]] = []
-    _references(tree.get("statements", []), {n.lower(): n for n in names}, frozenset(), found)
+    _references(tree.get("statements", []), {fold(n): n for n in names}, frozenset(), found)
     return sorted({name for _o, name, _a, _c in found})
 
 
