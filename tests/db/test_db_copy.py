@@ -180,7 +180,8 @@ def test_copy_from_database_is_not_named_as_a_copy_to_a_file(db):
     "INSERT INTO t SELECT * FROM read_parquet('cryptdisk://secure/t.parquet')",
     "COPY t FROM 'cryptdisk://secure/t.parquet'",
 ])
-def test_reading_a_cryptdisk_url_in_sql_says_how_to_read_it(db, tmp_path, statement):
+def test_reading_a_cryptdisk_url_in_sql_says_how_to_read_it(db, tmp_path, monkeypatch,
+                                                             statement):
     """The database's DuckDB has no cryptdisk filesystem: a statement reading a
     cryptdisk:// file failed with DuckDB's 'No files found that match the pattern', as if
     the file were missing. Now the DatabaseError says the SQL does not read cryptdisk://
@@ -201,8 +202,11 @@ def test_reading_a_cryptdisk_url_in_sql_says_how_to_read_it(db, tmp_path, statem
                        r"does not read cryptdisk:// URLs") as e:
         db.sql(statement)
     assert "No files found" not in str(e.value)
+    assert "db.insert('t', 'cryptdisk://DISK/path.parquet')" in e.value.hint
     assert "fs = fsspec.filesystem('cryptdisk', config=PATH); db.insert('t', " \
         "pyarrow.dataset.dataset('DISK/path.parquet', format='parquet', filesystem=fs))" \
         in e.value.hint
     assert db.insert("t", ds.dataset("secure/t.parquet", format="parquet", filesystem=fs)) == 2
-    assert db.query("SELECT k FROM t ORDER BY k") == [(7,), (8,)]
+    monkeypatch.setenv("CRYPTDISK_CONFIG", str(cfg))  # (the database has no config file)
+    assert db.insert("t", "cryptdisk://secure/t.parquet") == 2
+    assert db.query("SELECT k FROM t ORDER BY k") == [(7,), (7,), (8,), (8,)]

@@ -981,10 +981,11 @@ def cryptdisk_read_error(what: str | None, message: str) -> DatabaseError | None
         f"{what + ': ' if what else ''}{m.group(1)}: the database's SQL does not read "
         "cryptdisk:// URLs (its DuckDB has no cryptdisk filesystem: it looked for a local "
         "file of that name)",
-        hint="read the file through the cryptdisk filesystem and insert its rows into a "
-        "table: fs = fsspec.filesystem('cryptdisk', config=PATH); db.insert('t', "
-        "pyarrow.dataset.dataset('DISK/path.parquet', format='parquet', filesystem=fs)); "
-        "then query t")
+        hint="insert its rows into a table, which reads the file through the cryptdisk "
+        "filesystem: db.insert('t', 'cryptdisk://DISK/path.parquet') (over the database's "
+        "config, or CRYPTDISK_CONFIG's), or fs = fsspec.filesystem('cryptdisk', "
+        "config=PATH); db.insert('t', pyarrow.dataset.dataset('DISK/path.parquet', "
+        "format='parquet', filesystem=fs)); then query t")
 
 
 def _check_copy_to(sql: str) -> None:
