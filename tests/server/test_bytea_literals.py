@@ -344,3 +344,17 @@ def test_text_of_bytes_that_are_no_utf8_is_a_clear_error_on_sqlite(start_server,
         assert str(raised.value).startswith('invalid byte sequence for encoding "UTF8": 0xff')
         assert "::bytea" in (raised.value.diag.message_hint or "")
         assert conn.execute("SELECT b FROM t").fetchall() == [(b"\xff\x01",)]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_string_compared_with_a_bytea_concatenation_is_a_bytea(srv, prepare) -> None:
+    """``b || 'c' = '\\x616263'``: the string is compared with a bytea, so it is read by
+    bytea's input, as beside a bytea column (the engines compared the BLOB with their own
+    cast of the text, ``\\x61`` and the text ``6263``: no row)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b BYTEA)")
+        conn.execute(r"INSERT INTO t VALUES (1, '\x6162'), (2, '\x01')")
+        cur = conn.cursor()
+        cur.execute(r"SELECT a FROM t WHERE b || '' = '\x6162' OR '\x0163' = b || 'c' "
+                    "ORDER BY a", prepare=prepare)
+        assert cur.fetchall() == [(1,), (2,)]

@@ -370,11 +370,18 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
     known: list[dict[int, int]] = []
 
     def concatenated() -> dict[int, int]:
-        """The type of each literal or parameter operand of ``||`` (by its place)."""
+        """The type of each literal or parameter operand of ``||`` (by its place), and
+        ``bytea`` by the place of the first and of the last token of a chain that is one
+        (``b || 'x' = '\\x0178'``: the string is compared with a bytea), negated."""
         if not known:
-            known.append({chain[n][0]: types[n]
-                          for chain, kinds, types, _ in _typed_chains(toks, ref_type)
-                          for n in range(len(chain)) if kinds[n] == "unknown"})
+            chains = _typed_chains(toks, ref_type) if any(t.text == "||" for t in toks) \
+                else []
+            found = {chain[n][0]: types[n] for chain, kinds, types, _ in chains
+                     for n in range(len(chain)) if kinds[n] == "unknown"}
+            for chain, _kinds, _types, result in chains:
+                if result == T.BYTEA:
+                    found[-1 - chain[0][0]] = found[-1 - (chain[-1][1] - 1)] = T.BYTEA
+            known.append(found)
         return known[0]
 
     def context(k: int) -> int:
@@ -389,6 +396,14 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
             return T.TEXT
         if before.text == "||" or after.text == "||":
             return concatenated().get(k, T.TEXT)
+        if before.text in _COMPARE:
+            found = concatenated().get(-1 - (k - 2), 0)  # b || 'x' = '\x0178'
+            if found:
+                return found
+        if after.text in _COMPARE:
+            found = concatenated().get(-1 - (k + 2), 0)  # '\x0178' = b || 'x'
+            if found:
+                return found
         if before.text in _COMPARE or before.text in _ARITH:
             found = operand_type(k - 2, -1, before.text in _ARITH)
             if found:
