@@ -503,36 +503,29 @@ static const char *byte_array_fill(const unsigned char *src, size_t len, Py_ssiz
             return "a value runs past the page";
         if (n > dlen - out)
             return "the values leave no room for the lengths of the rows after them";
-        /* A value of up to 64 bytes is copied in blocks of 16 where both buffers have
-         * them from here: the bytes past it are written again by the values after it
-         * (near the end, where they are not, the exact copy is taken). */
-        size_t blocks = (n + 15) & ~(size_t)15;
-        if (n <= 64 && len - pos >= blocks && dlen - out >= blocks) {
-            for (size_t c = 0; c < n; c += 16)
-                memcpy(data + out + c, src + pos + c, 16);
-        } else {
+        /* A short value is copied as 16 bytes where both buffers have them from here: the
+         * bytes past it are written again by the values after it (or by nothing, at the
+         * very end, where the exact copy below is taken). */
+        if (n <= 16 && len - pos >= 16 && dlen - out >= 16)
+            memcpy(data + out, src + pos, 16);
+        else
             memcpy(data + out, src + pos, n);
-        }
         pos += n;
         out += n;
         offsets[i + 1] = (int32_t)out;
     }
     if (pos != len)
         return "bytes left over after the page's values";
-    /* the top bit of any byte of the data: not all ASCII (32 bytes a step) */
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    uint64_t any = 0; /* the top bit of any byte of the data: not all ASCII */
     size_t k = 0;
-    for (; k + 32 <= dlen; k += 32) {
-        uint64_t w[4];
-        memcpy(w, data + k, 32);
-        a0 |= w[0];
-        a1 |= w[1];
-        a2 |= w[2];
-        a3 |= w[3];
+    for (; k + 8 <= dlen; k += 8) {
+        uint64_t w;
+        memcpy(&w, data + k, 8);
+        any |= w;
     }
     for (; k < dlen; k++)
-        a0 |= data[k];
-    *high = ((a0 | a1 | a2 | a3) & UINT64_C(0x8080808080808080)) != 0;
+        any |= data[k];
+    *high = (any & UINT64_C(0x8080808080808080)) != 0;
     return NULL;
 }
 
