@@ -623,3 +623,36 @@ def test_promote_to_a_missing_database_or_path_changes_nothing(tmp_path):
         assert "is the current key" not in done.stdout
         assert Path(cfg).read_text() == before
         assert key_ids(data) == [1, 1, 1]
+
+
+def test_edits_by_two_processes_at_once_are_all_kept(tmp_path):
+    """Two edits made from the same read of the config (two ``cryptdisk keys add`` at
+    once): the second wrote its copy over the first's, so 'added key 2' was said and key 2
+    was gone from the config; and 'retire 2' made beside 'promote 2' retired the key that
+    had become current. Now each edit is made again on the file as it is when it writes."""
+    from cryptdisk.keys._lifecycle import KeyConfig
+
+    cfg, _ = setup(tmp_path, files=0)
+    for n in (2, 3, 4):
+        write_key_file(tmp_path / f"k{n}.hex", Key.generate(n))
+    first, second = KeyConfig(cfg), KeyConfig(cfg)  # both read before either writes
+    first.add({"id": 2, "file": "k2.hex"})
+    second.add({"id": 3, "file": "k3.hex"})
+    assert [k["id"] for k in keyring_section(cfg)["keys"]] == [1, 2, 3]
+    assert "# the first key" in Path(cfg).read_text()  # the layout survives the redo
+    stale = KeyConfig(cfg)
+    KeyConfig(cfg).promote(2)
+    with pytest.raises(cryptdisk.KeyringError, match="key 2 is the current key"):
+        stale.retire(2)  # its check is made again on the config as it is now
+    assert keyring_section(cfg)["current_key_id"] == 2
+    assert "state" not in keyring_section(cfg)["keys"][1]
+    # and with real processes: every add that says it added its key did
+    procs = [subprocess.Popen([sys.executable, "-m", "cryptdisk", "keys", "add", str(n), "-c",
+                               cfg, "--generate", str(tmp_path / f"g{n}.hex")],
+                              env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for n in range(10, 16)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert sorted(k["id"] for k in keyring_section(cfg)["keys"]) == [1, 2, 3, *range(10, 16)]
+    Keyring.from_config(cfg)  # and the config loads

@@ -20,7 +20,10 @@ or the new one. Whether any file still uses a key is the caller's check
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
+import functools
 import json
 import os
 import re
@@ -28,7 +31,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import (
     ConfigError,
@@ -207,8 +210,52 @@ def _spans(lines: list[str], pattern: re.Pattern[str]) -> list[tuple[int, int]]:
     return spans
 
 
+class _Stale(Exception):
+    """The config file changed since this KeyConfig read it (another process edited it)."""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: how many times an edit is redone on a config that other processes keep changing
+_EDIT_ATTEMPTS = 20
+
+
+def _edit(method: _F) -> _F:
+    """Make an edit of the config safe beside other processes editing it (two ``cryptdisk
+    keys add`` at once): if the file changed since it was read, it is read again and the
+    edit (its checks included) is made again on what is there now, so no process's edit
+    is lost and none is made on a state that no longer holds."""
+    @functools.wraps(method)
+    def edit(self: KeyConfig, *args: Any, **kwargs: Any) -> Any:
+        for _ in range(_EDIT_ATTEMPTS):
+            try:
+                return method(self, *args, **kwargs)
+            except _Stale:
+                self._read()
+        raise ConfigError("other processes kept changing the config during this edit; it is "
+                          "unchanged by it", path=self.path, hint="run the command again")
+    return edit  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _edit_lock(path: str) -> Any:
+    """An exclusive lock serialising the edits of the configs of ``path``'s directory (a
+    ``flock`` of the directory: the config itself is replaced by each edit, and a lock file
+    would be one more file beside it)."""
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class KeyConfig:
-    """The ``[keyring]`` of a TOML config file, read now, and the lifecycle's edits of it."""
+    """The ``[keyring]`` of a TOML config file, read now, and the lifecycle's edits of it.
+
+    Edits (:meth:`add`, :meth:`promote`, :meth:`retire`, :meth:`destroy`) by several
+    processes at once are serialised: each is made on the file as it is when it writes.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -314,7 +361,15 @@ class KeyConfig:
                 "out in a way this edit does not handle); the config is unchanged",
                 path=self.path, hint="make the change by hand (see docs/keys.md, Key "
                 "lifecycle) or write the keys as [[keyring.keys]] tables")
-        atomic_write_text(self.path, text)
+        with _edit_lock(self.path):
+            try:
+                with open(self.path, "rb") as f:
+                    now: str | None = f.read().decode("utf-8", "replace")
+            except FileNotFoundError:
+                now = None
+            if now != self.text:
+                raise _Stale()
+            atomic_write_text(self.path, text)
         self._read()
 
     def _lines(self) -> list[str]:
@@ -325,6 +380,7 @@ class KeyConfig:
         text = "".join(lines)
         return text if text.endswith("\n") else text + "\n"
 
+    @_edit
     def add(self, entry: Mapping[str, Any], *,
             check: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         """Append a ``[[keyring.keys]]`` entry (an active key, not current).
@@ -365,6 +421,7 @@ class KeyConfig:
         if loaded.key is not None:
             loaded.key.close()
 
+    @_edit
     def promote(self, key_id: int) -> bool:
         """Make key ``key_id`` current (``current_key_id``); False when it already was."""
         if self.state(key_id) == "retired":
@@ -419,6 +476,7 @@ class KeyConfig:
         expected["keyring"]["keys"][index]["state"] = state
         self._write(self._join(lines), expected, f"set key {key_id}'s state")
 
+    @_edit
     def retire(self, key_id: int) -> bool:
         """Mark key ``key_id`` retired; False when it already was. The caller checked usage."""
         state = self.state(key_id)
@@ -431,6 +489,7 @@ class KeyConfig:
         audit_event("retire", key_id, config=self.path)
         return True
 
+    @_edit
     def destroy(self, key_id: int) -> list[str]:
         """Destroy a retired key's material, then remove its entry; what was done, in words.
 
