@@ -298,6 +298,25 @@ def test_sqlite_casts(text: str, expected: str) -> None:
     assert sqlite_casts(text) == expected
 
 
+def test_sqlite_casts_read_the_statement_once(monkeypatch) -> None:
+    """A statement of many casts (a bulk INSERT of ``'...'::date, c::text`` rows) is read
+    once: the text was read again for each cast, about 36 s of CPU for 1000 casts in a
+    39 KB statement (2000 casts: minutes), on the server's thread, before the statement
+    began (so no statement_timeout or cancel stopped it)."""
+    from cryptdisk.server import _paramtypes
+
+    reads = []
+    real = _paramtypes._tokens
+    monkeypatch.setattr(_paramtypes, "_tokens", lambda sql: reads.append(1) or real(sql))
+    rows = ", ".join(f"({i}, '2026-01-01'::date, (c{i}::int + d::int)::text::varchar(5), "
+                     f"x::int[], CASE WHEN c THEN 1 END::int)" for i in range(300))
+    got = sqlite_casts(f"INSERT INTO t VALUES {rows}")
+    assert len(reads) == 1
+    assert got == "INSERT INTO t VALUES " + ", ".join(
+        f"({i}, '2026-01-01', CAST(CAST((CAST(c{i} AS INTEGER) + CAST(d AS INTEGER)) AS TEXT) "
+        f"AS TEXT), x::int[], CAST(CASE WHEN c THEN 1 END AS INTEGER))" for i in range(300))
+
+
 def test_sqlite_booleans_read_as_booleans(start_server, sqlite_engine) -> None:
     srv = start_server(sqlite_engine)
     with psycopg.connect(**srv.dsn, autocommit=True) as c:

@@ -916,23 +916,51 @@ def sqlite_casts(sql: str) -> str:
     as the type already (``x::date``, ``x::boolean``); a cast to a type not known here or
     to an array is left for SQLite to refuse. Strings, quoted names, comments and
     dollar-quoted strings holding ``::`` are left alone."""
-    skip = 0
-    for _ in range(sql.count("::")):
-        toks = _tokens(sql)
-        at = [k for k, t in enumerate(toks) if t.kind == "op" and t.text == "::"]
-        if skip >= len(at):
-            break
-        k = at[skip]
-        start = _cast_operand(toks, k)
+    toks = _tokens(sql)
+    # each cast found on the one tokenization of the text (re-reading the whole text for
+    # each cast took seconds for a statement of a few hundred of them): (where it starts,
+    # where it ends, where its operand ends, SQLite's type or "") in the text
+    casts: list[tuple[int, int, int, str]] = []
+    made: dict[int, int] = {}  # the token after a cast rewritten -> where its operand starts
+    for k, t in enumerate(toks):
+        if t.kind != "op" or t.text != "::":
+            continue
+        start = made[k] if k in made else _cast_operand(toks, k)
         end, written = _cast_target(toks, k + 1)
         target = _SQLITE_CAST_TYPES.get(written) if end > 0 else None
         if start < 0 or target is None:
-            skip += 1
             continue
-        operand = sql[toks[start].start:toks[k - 1].stop]
-        replaced = f"CAST({operand} AS {target})" if target else operand
-        sql = sql[:toks[start].start] + replaced + sql[toks[end - 1].stop:]
-    return sql
+        made[end] = start  # (a::bigint::text: the second's operand is the first cast)
+        casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target))
+    if not casts:
+        return sql
+    # the text with each outermost cast rewritten, the casts inside its operand first; a
+    # stack of the casts whose operand is being written, not recursion (a chain may be long)
+    casts.sort(key=lambda c: (c[0], -c[1]))
+    stack: list[tuple[int, int, str, list[str]]] = []  # (operand's end, cast's end, type,
+    parts: list[str] = []  # the text written around the cast: the text written so far)
+    pos = 0  # where the text not yet written starts
+
+    def close(limit: int) -> None:  # the casts whose operand ends by ``limit``
+        nonlocal parts, pos
+        while stack and stack[-1][0] <= limit:
+            op_end, cast_end, target, outer = stack.pop()
+            parts.append(sql[pos:op_end])
+            inner = "".join(parts)
+            parts = outer
+            parts.append(f"CAST({inner} AS {target})" if target else inner)
+            pos = cast_end  # (a cast inside the type's name goes with it)
+
+    for c_start, c_end, op_end, target in casts:
+        close(c_start)
+        if c_start < pos or (stack and c_end > stack[-1][0]):
+            continue  # (in a type's name, gone with it; or not nested: left as written)
+        parts.append(sql[pos:c_start])
+        stack.append((op_end, c_end, target, parts))
+        parts, pos = [], c_start
+    close(len(sql))
+    parts.append(sql[pos:])
+    return "".join(parts)
 
 
 def _cast_operand(toks: list[_Tok], k: int) -> int:
