@@ -227,6 +227,11 @@ CASES = [
                                 "nope=mask_email"], 1, "no column 'nope'"),
     ("protect-unknown-function", ["protect", "data.csv", "o.parquet", *C, "-r",
                                   "name=frob"], 1, "unknown function 'frob'"),
+    # a binary file given as the config was an 'internal error: UnicodeDecodeError'
+    ("protect-config-not-text", ["protect", "data.csv", "o.parquet", "-c", "data.csv.cd",
+                                 "-r", "name=mask_full"], 1, "not valid TOML: not UTF-8 text"),
+    # -o "" (an unset variable in -o "$KEYFILE") printed a new key on stdout, into any log
+    ("keygen-output-empty", ["keygen", "-o", ""], 1, "-o names no file"),
 ]
 
 

@@ -83,6 +83,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    if args.output == "":  # an unset shell variable (-o "$KEYFILE"): never print the key
+        raise KeyringError("-o names no file (an empty path); the key was not generated",
+                           hint="give the key file's path, or leave -o out to print the key")
     key = Key.generate(args.id, Algorithm.AES_256_GCM if args.bits == 256 else
                        Algorithm.AES_128_GCM)
     if args.output:

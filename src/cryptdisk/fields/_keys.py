@@ -225,6 +225,8 @@ class FieldKeys(Mapping[str, FieldKey]):
             raise ConfigError(f"cannot read config file: {exc.strerror}", path=name) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"not valid TOML: {exc}", path=name) from None
+        except UnicodeDecodeError:  # tomllib decodes the bytes first: a binary file
+            raise ConfigError("not valid TOML: not UTF-8 text", path=name) from None
         keys = cls.from_mapping(data.get("fields"), path=name)
         if keys and at_rest is None and ("keyring" in data or "disks" in data):
             from ..config import load_config
