@@ -3,6 +3,7 @@ SQLite tables, ..."""
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
 import psycopg
@@ -387,6 +388,24 @@ def test_double_colon_casts_and_dollar_strings_run_on_both_engines(srv, prepare)
         assert cur.fetchall() == [("it's::int", "a::b", "it's $$ x", "c::d")]
         conn.execute("INSERT INTO t VALUES ($$3$$::int, $q$it's$q$)")
         assert conn.execute("SELECT s FROM t WHERE a::text = '3'").fetchall() == [("it's",)]
+
+
+def test_sqlite_refuses_a_cast_it_cannot_run_as_postgresql(start_server, sqlite_engine) -> None:
+    """On SQLite, ``x::date`` of a timestamp and ``5::bool`` are refused with 0A000 and a
+    hint, not answered with the operand unchanged (the cast dropped: a timestamp where
+    PostgreSQL gives a date, 5 where it gives true); a parameter's cast still runs."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ts (t TEXT)")
+        conn.execute("INSERT INTO ts VALUES ('2026-01-01 10:00')")
+        for sql in ("SELECT t::date FROM ts", "SELECT 5::bool", "SELECT t::timestamp FROM ts"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+                conn.execute(sql)
+            assert "cannot cast an expression to" in str(err.value)
+            assert err.value.diag.message_hint
+        # (SQLite holds a date as its ISO text; the parameter's cast is dropped, as before)
+        assert conn.execute("SELECT %s::date", (dt.date(2026, 1, 2),)).fetchone() == (
+            "2026-01-02",)
 
 
 def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:

@@ -1457,8 +1457,8 @@ _DOLLAR_OPEN = re.compile(r"\$[^0-9]")
 def _sqlite_casts(sql: str) -> str:
     """``sql`` with PostgreSQL's ``::`` casts as SQLite reads them: a parameter's dropped,
     a string literal's to a number SQLite's CAST (:func:`._sqltext.drop_casts`), any other
-    SQLite's CAST or dropped (:func:`._paramtypes.sqlite_casts`); its dollar-quoted
-    strings as standard ones."""
+    SQLite's CAST (:func:`._paramtypes.sqlite_casts`), or 0A000 for a type SQLite has no
+    CAST to; its dollar-quoted strings as standard ones."""
     from . import _paramtypes
 
     if "$" in sql:  # (SQLite has no dollar-quoted strings: $x is a named parameter)
@@ -1466,7 +1466,14 @@ def _sqlite_casts(sql: str) -> str:
     if "::" not in sql:
         return sql
     sql = _sqltext.drop_casts(sql)
-    return _paramtypes.sqlite_casts(sql) if "::" in sql else sql
+    try:
+        return _paramtypes.sqlite_casts(sql) if "::" in sql else sql
+    except _paramtypes.CastRefused as exc:
+        raise StatementError(
+            f"the SQLite engine cannot cast an expression to {exc.args[0]}: SQLite holds "
+            "such values as text or numbers without their type", "0A000",
+            hint="compare or return the value as it is stored, cast a parameter or a string "
+            "literal instead, or serve the analytical engine") from None
 
 
 class _SQLiteSession(EngineSession):

@@ -900,11 +900,20 @@ _SQLITE_CAST_TYPES = {
     **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "bpchar",
                      "name"), "TEXT"),
     "bytea": "BLOB",
+    # types SQLite has no CAST to: a value is held as text or a number without its type,
+    # and dropping the cast would answer with the operand unchanged (a timestamp for
+    # ``x::date``, 5 for ``5::bool``), so such a cast is refused (CastRefused)
     **dict.fromkeys(("numeric", "decimal", "bool", "boolean", "date", "time", "timestamp",
                      "timestamptz", "time without time zone", "timestamp with time zone",
                      "timestamp without time zone", "uuid", "json", "jsonb", "interval"),
                     ""),
 }
+
+
+class CastRefused(ValueError):
+    """A ``x::type`` the SQLite engine cannot run as PostgreSQL does; ``args[0]`` is the
+    type as written."""
+
 #: words that go on a type's name (``double precision``, ``timestamp with time zone``)
 _TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZONE"})
 
@@ -912,10 +921,10 @@ _TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZON
 def sqlite_casts(sql: str) -> str:
     """``sql`` for SQLite, which has no ``::`` casts, with each ``x::type`` as SQLite's
     ``CAST(x AS type)`` (``a::text``, ``(a + 1)::text``, ``count(*)::int``,
-    ``a::bigint::text``, ``CASE ... END::text``), or ``x`` where SQLite holds the value
-    as the type already (``x::date``, ``x::boolean``); a cast to a type not known here or
-    to an array is left for SQLite to refuse. Strings, quoted names, comments and
-    dollar-quoted strings holding ``::`` are left alone."""
+    ``a::bigint::text``, ``CASE ... END::text``); a cast to a type SQLite has no CAST to
+    (``x::date``, ``x::boolean``, ``x::numeric``) raises :class:`CastRefused`; a cast to a
+    type not known here or to an array is left for SQLite to refuse. Strings, quoted names,
+    comments and dollar-quoted strings holding ``::`` are left alone."""
     toks = _tokens(sql)
     # each cast found on the one tokenization of the text (re-reading the whole text for
     # each cast took seconds for a statement of a few hundred of them): (where it starts,
@@ -930,6 +939,8 @@ def sqlite_casts(sql: str) -> str:
         target = _SQLITE_CAST_TYPES.get(written) if end > 0 else None
         if start < 0 or target is None:
             continue
+        if not target:
+            raise CastRefused(written)
         made[end] = start  # (a::bigint::text: the second's operand is the first cast)
         casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target))
     if not casts:
