@@ -376,6 +376,26 @@ def test_protect_refuses_an_output_that_is_not_a_regular_file(workspace, tmp_pat
     assert sorted(os.listdir(w)) == sorted([*os.listdir(workspace), "pipe"])
 
 
+def test_protect_refuses_an_existing_output_unless_force(workspace, tmp_path):
+    """cryptdisk protect replaced an existing output with no question (an encrypted
+    database became a Parquet file, "protected 2 rows ... into app.db"); and - was a file
+    named -, not stdout."""
+    w = tmp_path / "w"
+    shutil.copytree(workspace, w, symlinks=True)
+    (w / "app.db").write_bytes(b"an encrypted database")
+    done = _cli(w, "protect", "data.csv", "app.db", *C, "-r", "name=mask_email")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("cryptdisk: error: app.db already exists; refusing")
+    assert "--force" in done.stderr and "Traceback" not in done.stderr
+    assert (w / "app.db").read_bytes() == b"an encrypted database"
+    done = _cli(w, "protect", "data.csv", "-", *C, "-r", "name=mask_email")
+    assert done.returncode == 1 and "not stdout" in done.stderr, done.stderr
+    assert not (w / "-").exists()
+    done = _cli(w, "protect", "data.csv", "app.db", "--force", *C, "-r", "name=mask_email")
+    assert done.returncode == 0, done.stderr
+    assert (w / "app.db").read_bytes()[:4] == b"PAR1"
+
+
 def _file_size_limit(limit: int) -> Callable[[], None]:
     """A disk that fills up after ``limit`` bytes of a file, for an unprivileged test:
     writes past it fail with EFBIG (Python ignores SIGXFSZ), as ENOSPC fails them."""

@@ -20,5 +20,6 @@ def reporting(batch, rules, keys, **options):
 
 
 _protect.protect_table = reporting
-protect_file(src, dst, [parse_rule("pan=fpe_encrypt:cards")], FieldKeys.from_config(config))
+protect_file(src, dst, [parse_rule("pan=fpe_encrypt:cards")], FieldKeys.from_config(config),
+             replace=True)
 print("done", flush=True)

@@ -96,7 +96,7 @@ def test_the_output_is_synced_then_its_name_in_its_directory(tmp_path, keys, mon
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    protect_file(src, dst, [parse_rule("pan=mask_full")], keys)
+    protect_file(src, dst, [parse_rule("pan=mask_full")], keys, replace=True)
     monkeypatch.undo()
     (temporary, renamed), directory = synced
     assert os.path.dirname(temporary) == str(out) and not renamed  # before its rename
@@ -110,13 +110,36 @@ def test_a_failure_leaves_the_old_output_and_no_temporary(tmp_path, keys):
     dst = tmp_path / "out.csv"
     dst.write_text("old\n")
     with pytest.raises(FieldError, match="row 1 fails the Luhn check"):
-        protect_file(src, dst, [parse_rule("pan=tokenize:cards,luhn=true")], keys)
+        protect_file(src, dst, [parse_rule("pan=tokenize:cards,luhn=true")], keys,
+                     replace=True)
     assert dst.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fields.toml", "in.csv", "out.csv"]
     with pytest.raises(KeyNotFoundError, match="no field key named 'other'"):
-        protect_file(src, dst, [parse_rule("pan=encrypt:other")], keys)
+        protect_file(src, dst, [parse_rule("pan=encrypt:other")], keys, replace=True)
     with pytest.raises(FieldError, match="no such file"):
-        protect_file(tmp_path / "missing.csv", dst, [parse_rule("pan=mask_full")], keys)
+        protect_file(tmp_path / "missing.csv", dst, [parse_rule("pan=mask_full")], keys,
+                     replace=True)
+
+
+def test_an_existing_output_is_refused_unless_replace(tmp_path, keys):
+    """An existing output, an encrypted database say, was replaced with no question: the
+    file, a link to nothing and the input itself are refused, untouched; replace=True
+    replaces a file once the output is whole."""
+    src = tmp_path / "in.csv"
+    src.write_text("pan\n4111111111111111\n")
+    rules = [parse_rule("pan=mask_full")]
+    dst = tmp_path / "app.db"
+    dst.write_bytes(b"an encrypted database")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    for target in (dst, tmp_path / "dangling", src):
+        with pytest.raises(FieldError, match="already exists; refusing to replace it"):
+            protect_file(src, target, rules, keys, output_format="parquet")
+    assert dst.read_bytes() == b"an encrypted database"
+    assert os.readlink(tmp_path / "dangling") == str(tmp_path / "nothing")
+    assert src.read_text() == "pan\n4111111111111111\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".protect-")]
+    protect_file(src, dst, rules, keys, output_format="parquet", replace=True)
+    assert pq.read_table(dst).column("pan").to_pylist() == ["****************"]
 
 
 def test_an_empty_input_gives_an_empty_protected_output(tmp_path, keys):

@@ -44,9 +44,12 @@ def cmd_protect(args: argparse.Namespace) -> int:
         return 0
     if args.output is None:
         raise FieldError("give an output file, or --into DATABASE:TABLE")
+    if args.output == "-":
+        raise FieldError("protect writes a file, not stdout (-): its output is written "
+                         "whole, then renamed into place", hint="give an output file")
     summary = protect_file(args.input, args.output, rules, keys,
                            input_format=args.input_format, output_format=args.output_format,
-                           ciphertexts=args.ciphertexts or "base64")
+                           ciphertexts=args.ciphertexts or "base64", replace=args.force)
     print(f"cryptdisk: protected {summary.rows} rows ({', '.join(summary.columns)}) into "
           f"{args.output}", file=sys.stderr)
     return 0
@@ -58,7 +61,8 @@ def register(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="CSV or Parquet file (by extension, or --input-format)")
     p.add_argument("output", nargs="?",
-                   help="Parquet or CSV file to write (replaced only when complete)")
+                   help="Parquet or CSV file to write (an existing one only with --force, "
+                   "replaced only when complete)")
     p.add_argument("--into", metavar="DATABASE:TABLE",
                    help="insert into a table of the embedded database instead of writing a "
                    "file (one commit: all rows or none)")
@@ -66,6 +70,8 @@ def register(sub: Any) -> None:
                    "[fields.keys.NAME] entries")
     p.add_argument("-r", "--rule", action="append", required=True,
                    help="COLUMN=FUNCTION:KEY[,option=value...]; repeat for more columns")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file (refused otherwise)")
     p.add_argument("--input-format", choices=["csv", "parquet"])
     p.add_argument("--output-format", choices=["csv", "parquet"])
     p.add_argument("--ciphertexts", choices=["base64", "binary"],

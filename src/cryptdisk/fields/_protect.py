@@ -266,8 +266,11 @@ def _kind(path: str, given: str | None) -> str:
 def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                  rules: Sequence[ProtectRule], keys: FieldKeys, *,
                  input_format: str | None = None, output_format: str | None = None,
-                 ciphertexts: str = "base64") -> ProtectSummary:
+                 ciphertexts: str = "base64", replace: bool = False) -> ProtectSummary:
     """Stream ``src`` (CSV or Parquet) to ``dst`` with the rules' columns protected.
+
+    An existing ``dst`` (a file, or a symbolic link, even to nothing) is refused unless
+    ``replace=True``; it is then replaced only once the output is whole.
 
     ``ciphertexts="binary"`` writes ``encrypt`` and ``encrypt_deterministic`` output as
     bytes (Parquet ``BYTE_ARRAY``, read as ``BLOB``) instead of base64 text: a Parquet
@@ -288,6 +291,10 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     if os.path.exists(dst) and not os.path.isfile(dst):  # the rename would replace a device
         raise FieldError(f"cannot write {dst}: not a regular file (a device or a FIFO); the "
                          "output is written whole, then renamed into place")
+    if not replace and os.path.lexists(dst):  # (an encrypted database, the input itself...)
+        raise FieldError(f"{dst} already exists; refusing to replace it",
+                         hint="choose another output, or pass --force (replace=True) to "
+                         "replace it")
     if not os.path.isdir(folder):
         raise FieldError(f"cannot write {dst}: no directory {folder}")
     try:
