@@ -317,14 +317,9 @@ def _from_paths(table: str, data: Any) -> Any:
     # DuckDB's readers read a list: the list says what to insert)
     if len(files) == 1:
         return files[0]
-    readers = {_file_reader(f) for f in files}
-    if len(readers) > 1:
-        kinds = {"read_parquet": "Parquet", "read_csv": "CSV", "read_json": "JSON"}
-        raise DatabaseError(f"insert into {table}: the files are of more than one format ("
-                            f"{', '.join(sorted(kinds[r] for r in readers))})",
-                            hint="insert the files of each format separately")
+    reader = _one_reader(table, files)
     what = given[0] if base is not None else f"the {len(files)} files"
-    if readers == {"read_parquet"}:
+    if reader == "read_parquet":
         return _parquet_dataset(table, files, what, base)
     return _Files(files)
 
@@ -505,6 +500,18 @@ def _file_reader(path: str) -> str:
     for suffix in (".gz", ".zst"):
         name = name.removesuffix(suffix)
     return "read_json" if name.endswith((".json", ".jsonl", ".ndjson")) else "read_csv"
+
+
+def _one_reader(table: str, files: list[str]) -> str:
+    """The one DuckDB reader of ``files`` (by their names); files of two formats are
+    refused."""
+    readers = {_file_reader(f) for f in files}
+    if len(readers) > 1:
+        kinds = {"read_parquet": "Parquet", "read_csv": "CSV", "read_json": "JSON"}
+        raise DatabaseError(f"insert into {table}: the files are of more than one format ("
+                            f"{', '.join(sorted(kinds[r] for r in readers))})",
+                            hint="insert the files of each format separately")
+    return readers.pop()
 
 
 def _file_types(found: list[str], columns: list[tuple[str, str]], option: str) -> str:
@@ -874,13 +881,7 @@ class InsertMixin(DatabaseState):
                 return dataset
             else:
                 raise DatabaseError(f"insert into {table}: no file {url}")
-        readers = {_file_reader(f) for f in files}
-        if len(readers) > 1:
-            kinds = {"read_parquet": "Parquet", "read_csv": "CSV", "read_json": "JSON"}
-            raise DatabaseError(f"insert into {table}: the files are of more than one format ("
-                                f"{', '.join(sorted(kinds[r] for r in readers))})",
-                                hint="insert the files of each format separately")
-        if readers == {"read_parquet"}:
+        if _one_reader(table, files) == "read_parquet":
             what = given[0] if len(given) == 1 else f"the {len(files)} files"
             return self._url_dataset(table, fs, files, what, None)
         return _Urls([_URL_SCHEME + f for f in files], fs)
