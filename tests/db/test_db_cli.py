@@ -175,6 +175,33 @@ def test_demo_runs_end_to_end(tmp_path):
     assert os.path.exists(work / "demo.db.key")
 
 
+def test_demo_refuses_a_database_it_did_not_make(tmp_path):
+    """demo --dir DIR deleted DIR/demo.db and its key file whoever made them; now only what
+    an earlier demo made there (its marker file) is replaced, anything else is refused."""
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "demo.db").mkdir()
+    (work / "demo.db" / "catalog").write_bytes(b"someone's database")
+    (work / "demo.db.key").write_bytes(b"someone's key")
+    done = run("demo", "--rows", "2000", "--repeats", "1", "--dir", str(work))
+    assert done.returncode == 1, done.stdout
+    assert "demo.db exists and was not made by cryptdisk demo" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (work / "demo.db" / "catalog").read_bytes() == b"someone's database"
+    assert (work / "demo.db.key").read_bytes() == b"someone's key"
+    done = run("demo", "--files", "--rows", "200", "--dir", str(work))  # other names: runs
+    assert done.returncode == 0, done.stderr
+    assert (work / "demo.db.key").read_bytes() == b"someone's key"
+
+
+def test_demo_runs_again_in_its_own_directory(tmp_path):
+    work = tmp_path / "work"
+    for _ in range(2):
+        done = run("demo", "--rows", "2000", "--repeats", "1", "--dir", str(work))
+        assert done.returncode == 0, done.stderr
+    assert os.path.exists(work / "demo.db.key")
+
+
 def _spawn_on_a_terminal(home, *args):
     """`python -m cryptdisk ARGS` on a pseudo-terminal, HOME=home; (pid, terminal fd)."""
     import pty

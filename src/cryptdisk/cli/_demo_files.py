@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from .. import open as cd_open
-from ..errors import AuthenticationError
+from ..errors import AuthenticationError, CryptdiskError
 from ..format import Algorithm
 from ..keys import Key, Keyring, rewrap_tree
 
@@ -39,12 +39,33 @@ def _hexdump(data: bytes, width: int = 16) -> str:
     return "\n".join(rows)
 
 
+#: the file that marks a --dir as the demo's own: only there does it replace what it made
+DEMO_MARKER = ".cryptdisk-demo"
+
+
+def claim_workdir(workdir: str, names: tuple[str, ...]) -> None:
+    """Make ``workdir`` the demo's: the files ``names`` it writes there may be replaced only
+    when an earlier demo made them (its marker is there); anyone else's file of such a name
+    (a database called ``demo.db``, with its key) is refused, never deleted."""
+    os.makedirs(workdir, exist_ok=True)
+    marker = os.path.join(workdir, DEMO_MARKER)
+    if not os.path.exists(marker):
+        taken = [n for n in names if os.path.lexists(os.path.join(workdir, n))]
+        if taken:
+            raise CryptdiskError(
+                f"{os.path.join(workdir, taken[0])} exists and was not made by cryptdisk "
+                "demo; refusing to replace it", hint="give --dir a new or empty directory")
+        with open(marker, "w") as f:
+            f.write("made by cryptdisk demo, which replaces its own files here when it runs "
+                    "again\n")
+
+
 def run_file_demo(rows: int, directory: str | None = None) -> int:
     from rich.console import Console
 
     con = Console(highlight=False)
     workdir = directory or tempfile.mkdtemp(prefix="cryptdisk-demo-")
-    os.makedirs(workdir, exist_ok=True)
+    claim_workdir(workdir, ("dataset.csv", "dataset.csv.cd", "tampered.cd"))
     try:
         _run(con, workdir, rows)
     finally:

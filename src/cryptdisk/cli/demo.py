@@ -160,9 +160,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         rows = 200_000 if args.rows == DEFAULT_ROWS else args.rows
         return run_file_demo(rows, args.dir)
+    from ._demo_files import claim_workdir
+
     console = Console()
     workdir = args.dir or tempfile.mkdtemp(prefix="cryptdisk-demo-")
-    os.makedirs(workdir, exist_ok=True)
+    claim_workdir(workdir, ("demo.db", "demo.db.key"))
     path = os.path.join(workdir, "demo.db")
     if os.path.exists(path):
         shutil.rmtree(path)
