@@ -275,7 +275,7 @@ def test_deallocate(start_server, request, engine) -> None:
     ("SELECT $1::TIMESTAMP WITHOUT TIME ZONE, $2::NUMERIC(10, 2), $3::INTEGER[]",
      "SELECT $1, $2, $3"),
     ("SELECT 'r'::VARCHAR, '1'::INTEGER, '2.5'::DOUBLE PRECISION",
-     "SELECT 'r', CAST('1' AS INTEGER), CAST('2.5' AS REAL)"),
+     "SELECT 'r', cryptdisk_int('1', 4, 0), CAST('2.5' AS REAL)"),
     ("SELECT a::int, '::x', \"q\"::text FROM t -- $1::int", "SELECT a::int, '::x', \"q\"::text "
      "FROM t -- $1::int"),
 ])
@@ -285,9 +285,13 @@ def test_drop_casts(text: str, expected: str) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("SELECT a::text, (a + 1)::int8, f(x)::real FROM t",
-     "SELECT CAST(a AS TEXT), CAST((a + 1) AS INTEGER), CAST(f(x) AS REAL) FROM t"),
+     "SELECT CAST(a AS TEXT), cryptdisk_int((a + 1), 8, 0), CAST(f(x) AS REAL) FROM t"),
     ("SELECT a::bigint::text, CASE WHEN c THEN 1 END::text",
-     "SELECT CAST(CAST(a AS INTEGER) AS TEXT), CAST(CASE WHEN c THEN 1 END AS TEXT)"),
+     "SELECT CAST(cryptdisk_int(a, 8, 0) AS TEXT), CAST(CASE WHEN c THEN 1 END AS TEXT)"),
+    # PostgreSQL's cast to an integer type (a numeric literal's halves away from zero)
+    ("SELECT 2.5::int2, 7::int, 1e3::integer, -x::smallint",
+     "SELECT cryptdisk_int(2.5, 2, 1), cryptdisk_int(7, 4, 0), cryptdisk_int(1e3, 4, 1), "
+     "-cryptdisk_int(x, 2, 0)"),
     ("SELECT x::bytea, NULL::bytea", "SELECT CAST(x AS BLOB), CAST(NULL AS BLOB)"),
     # a type not known here, an array, a typed literal, quoted text: left alone
     ("SELECT 'x'::regclass, a::int[], date '2026-01-01'::text, '::x', \"q::r\" -- a::b",
@@ -326,9 +330,9 @@ def test_sqlite_casts_read_the_statement_once(monkeypatch) -> None:
     got = sqlite_casts(f"INSERT INTO t VALUES {rows}")
     assert len(reads) == 1
     assert got == "INSERT INTO t VALUES " + ", ".join(
-        f"({i}, CAST('2026-01-01' AS TEXT), CAST(CAST((CAST(c{i} AS INTEGER) + "
-        f"CAST(d AS INTEGER)) AS TEXT) AS TEXT), x::int[], "
-        f"CAST(CASE WHEN c THEN 1 END AS INTEGER))" for i in range(300))
+        f"({i}, CAST('2026-01-01' AS TEXT), CAST(CAST((cryptdisk_int(c{i}, 4, 0) + "
+        f"cryptdisk_int(d, 4, 0)) AS TEXT) AS TEXT), x::int[], "
+        f"cryptdisk_int(CASE WHEN c THEN 1 END, 4, 0))" for i in range(300))
 
 
 def test_sqlite_booleans_read_as_booleans(start_server, sqlite_engine) -> None:

@@ -414,3 +414,58 @@ def test_psql_names_a_literal_column_as_postgresql(srv, certs) -> None:
     out = psql(srv, certs, "SELECT 1, current_user")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["?column?|current_user", f"1|{USER}"]
+
+
+def test_sqlite_integer_casts_answer_as_postgresql(start_server, sqlite_engine) -> None:
+    """On SQLite, ``x::int`` is not SQLite's CAST (which truncates 3.7 to 3 and reads
+    '3.7' as 3): a float8 rounds half to even (rint), a numeric literal half away from
+    zero, text is PostgreSQL's integer input, integers stay exact past 2**53."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE f (id INTEGER, r REAL, t TEXT, b BOOLEAN, i BIGINT)")
+        conn.execute("INSERT INTO f VALUES (1, 3.7, '  42 ', TRUE, 9007199254740993), "
+                     "(2, 2.5, '+7', FALSE, 9223372036854775807), "
+                     "(3, -2.5, '-0012', NULL, -9223372036854775807), "
+                     "(4, NULL, NULL, NULL, NULL)")
+        rows = conn.execute("SELECT r::int, t::int4, b::int, i::bigint, (i - 1)::int8::text, "
+                            "r::smallint FROM f ORDER BY id").fetchall()
+        assert rows == [(4, 42, 1, 9007199254740993, "9007199254740992", 4),
+                        (2, 7, 0, 9223372036854775807, "9223372036854775806", 2),
+                        (-2, -12, None, -9223372036854775807, "-9223372036854775808", -2),
+                        (None, None, None, None, None, None)]
+        assert conn.execute("SELECT 2.5::int, 3.5::int2, 0.5::bigint, 1.4999::integer, "
+                            "'  42 '::int, '-7'::smallint, 3000000000::bigint, NULL::int"
+                            ).fetchone() == (3, 4, 1, 1, 42, -7, 3000000000, None)
+
+
+def test_sqlite_integer_casts_fail_as_postgresql(start_server, sqlite_engine) -> None:
+    """What PostgreSQL refuses (22P02, 22003) is refused, not SQLite's 0 or a clamped
+    value."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE f (id INTEGER, r REAL, t TEXT, i BIGINT)")
+        conn.execute("INSERT INTO f VALUES (1, 1e30, '3.7', 3000000000), (2, 40000, 'abc', 5)")
+        for sql, code, message in [
+                ("SELECT '3.7'::int", "22P02", 'invalid input syntax for type integer: "3.7"'),
+                ("SELECT 'abc'::int", "22P02", 'invalid input syntax for type integer: "abc"'),
+                ("SELECT ''::bigint", "22P02", 'invalid input syntax for type bigint: ""'),
+                ("SELECT '1 2'::int", "22P02", 'invalid input syntax for type integer: "1 2"'),
+                ("SELECT '99999'::int2", "22003",
+                 'value "99999" is out of range for type smallint'),
+                ("SELECT '9223372036854775808'::int8", "22003",
+                 'value "9223372036854775808" is out of range for type bigint'),
+                ("SELECT 1e30::bigint", "22003", "bigint out of range"),
+                ("SELECT 3000000000::int4", "22003", "integer out of range"),
+                ("SELECT 32767.5::smallint", "22003", "smallint out of range"),
+                ("SELECT r::bigint FROM f WHERE id = 1", "22003", "bigint out of range"),
+                ("SELECT r::int2 FROM f WHERE id = 2", "22003", "smallint out of range"),
+                ("SELECT i::int FROM f WHERE id = 1", "22003", "integer out of range"),
+                ("SELECT t::int FROM f WHERE id = 1", "22P02",
+                 'invalid input syntax for type integer: "3.7"'),
+                ("SELECT (t || '')::int FROM f WHERE id = 2", "22P02",
+                 'invalid input syntax for type integer: "abc"'),
+                ("SELECT '\\x01'::bytea::int", "42846", "cannot cast type bytea to integer")]:
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(sql)
+            assert (info.value.sqlstate, str(info.value).strip()) == (code, message), sql
+        assert conn.execute("SELECT i::int FROM f WHERE id = 2").fetchone() == (5,)

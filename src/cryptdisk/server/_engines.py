@@ -404,6 +404,48 @@ def _sqlite_decode_hex(*args: Any) -> Any:
                        else str(text))
 
 
+#: PostgreSQL's names of the integer types of :func:`_sqlite_int_cast`'s widths (bytes)
+_INT_TYPE_NAMES = {2: "smallint", 4: "integer", 8: "bigint"}
+_INT_LIMITS = {size: 1 << (8 * size - 1) for size in _INT_TYPE_NAMES}
+#: PostgreSQL's integer input: spaces (C's isspace), a sign, decimal digits, spaces
+_PG_INT_TEXT = re.compile(r"[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*")
+
+
+def _sqlite_int_cast(*args: Any) -> Any:
+    """PostgreSQL's cast to ``smallint``, ``integer`` or ``bigint`` (``size`` bytes) as
+    SQLite's function (:data:`._sqltext.INT_CAST_FUNCTION`) of ``(value, size, numeric)``:
+    NULL is NULL; an integer (a bool is 0 or 1) stays exact; a float rounds half to even
+    (float8's rint), or away from zero where ``numeric`` (a numeric literal); text is
+    read as PostgreSQL's integer input (spaces around a signed decimal integer, anything
+    else 22P02); a value out of the type's range fails with 22003, a blob with 42846."""
+    value, size, numeric = args
+    limit = _INT_LIMITS[size]
+    if type(value) is int and -limit <= value < limit:
+        return value
+    if value is None:
+        return None
+    name = _INT_TYPE_NAMES[size]
+    if type(value) is int:
+        n = value
+    elif type(value) is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise StatementError(f"{name} out of range", "22003")
+        n = int(decimal.Decimal(repr(value)).to_integral_value(decimal.ROUND_HALF_UP)) \
+            if numeric else round(value)
+    elif type(value) is str:
+        if _PG_INT_TEXT.fullmatch(value) is None:
+            raise StatementError(f'invalid input syntax for type {name}: "{value}"', "22P02")
+        n = int(value.strip(" \t\n\r\v\f"))
+        if not -limit <= n < limit:
+            raise StatementError(f'value "{value}" is out of range for type {name}', "22003")
+        return n
+    else:  # a blob
+        raise StatementError(f"cannot cast type bytea to {name}", "42846")
+    if not -limit <= n < limit:
+        raise StatementError(f"{name} out of range", "22003")
+    return n
+
+
 def _decode_hex(s: str) -> bytes:
     """PostgreSQL's decode(text, 'hex'), for SQLite (whose unhex() gives NULL for what
     PostgreSQL refuses) and literals: pairs of hex digits, whitespace between pairs; an
@@ -1523,6 +1565,8 @@ class _SQLiteSession(EngineSession):
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
         self.conn.authorizer = self._authorize
         self.conn.create_scalar_function(_DECODE_HEX, _sqlite_decode_hex, 1,
+                                         deterministic=True)
+        self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
                                          deterministic=True)
         #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has
         #: committed to since the last sync, and those due for a checkpoint

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
+from . import _sqltext
 from . import _types as T
 
 __all__ = ["bytea_concats", "bytea_strings", "infer", "parameter_columns", "typed_strings"]
@@ -894,8 +895,10 @@ def _operand_name(head: list[_Tok]) -> str | None:
 #: is of the type already as SQLite holds it (the cast is dropped: a date is text, a bool
 #: an integer)
 _SQLITE_CAST_TYPES = {
-    **dict.fromkeys(("int", "int2", "int4", "int8", "integer", "bigint", "smallint"),
-                    "INTEGER"),
+    # (the integer types' targets are :func:`._sqltext.cast_sql`'s: PostgreSQL's cast)
+    **dict.fromkeys(("int", "int4", "integer"), "INT4"),
+    **dict.fromkeys(("int2", "smallint"), "INT2"),
+    **dict.fromkeys(("int8", "bigint"), "INT8"),
     **dict.fromkeys(("real", "float", "float4", "float8", "double precision"), "REAL"),
     **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "bpchar",
                      "name"), "TEXT"),
@@ -920,7 +923,8 @@ _TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZON
 
 def sqlite_casts(sql: str) -> str:
     """``sql`` for SQLite, which has no ``::`` casts, with each ``x::type`` as SQLite's
-    ``CAST(x AS type)`` (``a::text``, ``(a + 1)::text``, ``count(*)::int``,
+    ``CAST(x AS type)``, or for an integer type the function that casts as PostgreSQL does
+    (:func:`._sqltext.cast_sql`) (``a::text``, ``(a + 1)::text``, ``count(*)::int``,
     ``a::bigint::text``, ``CASE ... END::text``); a cast to a type SQLite has no CAST to
     (``x::date``, ``x::boolean``, ``x::numeric``) raises :class:`CastRefused`; a cast to a
     type not known here or to an array is left for SQLite to refuse. Strings, quoted names,
@@ -929,7 +933,8 @@ def sqlite_casts(sql: str) -> str:
     # each cast found on the one tokenization of the text (re-reading the whole text for
     # each cast took seconds for a statement of a few hundred of them): (where it starts,
     # where it ends, where its operand ends, SQLite's type or "") in the text
-    casts: list[tuple[int, int, int, str]] = []
+    casts: list[tuple[int, int, int, str, bool]] = []  # (and: the operand is a numeric
+    # literal, PostgreSQL's numeric, whose halves an integer cast rounds away from zero)
     made: dict[int, int] = {}  # the token after a cast rewritten -> where its operand starts
     for k, t in enumerate(toks):
         if t.kind != "op" or t.text != "::":
@@ -942,32 +947,36 @@ def sqlite_casts(sql: str) -> str:
         if not target:
             raise CastRefused(written)
         made[end] = start  # (a::bigint::text: the second's operand is the first cast)
-        casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target))
+        literal = k - start == 1 and toks[start].kind == "num" and \
+            any(c in toks[start].text for c in ".eE")
+        casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target,
+                      literal))
     if not casts:
         return sql
     # the text with each outermost cast rewritten, the casts inside its operand first; a
     # stack of the casts whose operand is being written, not recursion (a chain may be long)
     casts.sort(key=lambda c: (c[0], -c[1]))
-    stack: list[tuple[int, int, str, list[str]]] = []  # (operand's end, cast's end, type,
-    parts: list[str] = []  # the text written around the cast: the text written so far)
+    stack: list[tuple[int, int, str, bool, list[str]]] = []  # (operand's end, cast's end,
+    parts: list[str] = []  # type, numeric literal, the text written around the cast: the
+    # text written so far)
     pos = 0  # where the text not yet written starts
 
     def close(limit: int) -> None:  # the casts whose operand ends by ``limit``
         nonlocal parts, pos
         while stack and stack[-1][0] <= limit:
-            op_end, cast_end, target, outer = stack.pop()
+            op_end, cast_end, target, literal, outer = stack.pop()
             parts.append(sql[pos:op_end])
             inner = "".join(parts)
             parts = outer
-            parts.append(f"CAST({inner} AS {target})" if target else inner)
+            parts.append(_sqltext.cast_sql(inner, target, literal) if target else inner)
             pos = cast_end  # (a cast inside the type's name goes with it)
 
-    for c_start, c_end, op_end, target in casts:
+    for c_start, c_end, op_end, target, literal in casts:
         close(c_start)
         if c_start < pos or (stack and c_end > stack[-1][0]):
             continue  # (in a type's name, gone with it; or not nested: left as written)
         parts.append(sql[pos:c_start])
-        stack.append((op_end, c_end, target, parts))
+        stack.append((op_end, c_end, target, literal, parts))
         parts, pos = [], c_start
     close(len(sql))
     parts.append(sql[pos:])

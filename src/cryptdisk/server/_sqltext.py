@@ -244,6 +244,35 @@ _SQLITE_CASTS = {**dict.fromkeys(("int", "int2", "int4", "int8", "integer", "big
                  **dict.fromkeys(("real", "float", "float4", "float8", "double precision"),
                                  "REAL")}
 
+#: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
+#: cast to an integer type: ``cryptdisk_int(x, bytes, numeric)`` (SQLite's CAST truncates
+#: a float, reads '3.7' and 'abc' as 3 and 0 and clamps what does not fit)
+INT_CAST_FUNCTION = "cryptdisk_int"
+#: the integer types' widths in bytes, as :func:`cast_sql`'s targets name them
+INT_CAST_BYTES = {"INT2": 2, "INT4": 4, "INT8": 8}
+#: the target :func:`cast_sql` takes for an integer type's name
+_INT_TARGETS = {**dict.fromkeys(("int", "int4", "integer"), "INT4"),
+                **dict.fromkeys(("int2", "smallint"), "INT2"),
+                **dict.fromkeys(("int8", "bigint"), "INT8")}
+#: a string literal's cast to a number type in :func:`drop_casts`
+_LITERAL_CASTS = {**_SQLITE_CASTS, **_INT_TARGETS}
+
+
+def int_cast_target(type_name: str) -> str | None:
+    """``INT2``, ``INT4`` or ``INT8`` (see :func:`cast_sql`) for an integer type's name."""
+    return _INT_TARGETS.get(type_name)
+
+
+def cast_sql(operand: str, target: str, numeric: bool = False) -> str:
+    """SQLite's text of ``operand`` cast to ``target``: SQLite's ``CAST(... AS target)``,
+    or for ``INT2``, ``INT4`` and ``INT8`` the call of :data:`INT_CAST_FUNCTION`, which
+    answers as PostgreSQL's cast to ``smallint``, ``integer`` and ``bigint`` does
+    (``numeric``: the operand is a numeric literal, whose halves round away from zero)."""
+    size = INT_CAST_BYTES.get(target)
+    if size is None:
+        return f"CAST({operand} AS {target})"
+    return f"{INT_CAST_FUNCTION}({operand}, {size}, {int(numeric)})"
+
 
 def sqlite_cast(type_name: str) -> str | None:
     """SQLite's CAST target for a number type's name (``INTEGER``, ``REAL``); None for
@@ -264,12 +293,18 @@ def scan_parens(sql: str) -> Iterator[tuple[str, int, int]]:
         yield m.group(), pos + m.start(), pos + m.end()
 
 
+def _word_char(c: str) -> bool:  # (a character of a name or a number)
+    return c.isalnum() or c in "_$"
+
+
 def drop_casts(sql: str) -> str:
     """``sql`` for SQLite, which has no ``::`` casts: a cast of a parameter (``$1::BIGINT``,
     as SQLAlchemy writes them) is dropped, the parameter's value being of its type already;
-    a cast of a string literal becomes SQLite's ``CAST(... AS INTEGER|REAL)`` for the
-    number types and is dropped for the others (``'r'::VARCHAR``; SQLite's CAST to DATE or
-    BOOLEAN would make a number of it). Other casts are left for SQLite to refuse."""
+    a cast of a string literal becomes SQLite's ``CAST(... AS REAL)`` for the float types,
+    :data:`INT_CAST_FUNCTION`'s call for the integer ones (:func:`cast_sql`: as PostgreSQL,
+    ``'abc'::int`` fails with 22P02 where SQLite's CAST gives 0), and is dropped for the
+    others (``'r'::VARCHAR``; SQLite's CAST to DATE or BOOLEAN would make a number of it).
+    Other casts are left for SQLite to refuse."""
     if "::" not in sql:
         return sql
     out, pos = [], 0
@@ -281,10 +316,12 @@ def drop_casts(sql: str) -> str:
             continue
         while (more := _CAST.match(sql, m.end())) is not None:  # $1::int8::text
             m = more
-        target = _SQLITE_CASTS.get(" ".join(m[1].lower().split())) \
+        target = _LITERAL_CASTS.get(" ".join(m[1].lower().split())) \
             if kind == "quoted" and m[2] is None and "[" not in m.group() else None
+        if s > pos and sql[s - 1] in "xX" and (s < 2 or not _word_char(sql[s - 2])):
+            s -= 1  # (a blob's literal, X'01', as the server writes '\x01'::bytea)
         out.append(sql[pos:s])
-        out.append(f"CAST({sql[s:e]} AS {target})" if target else sql[s:e])
+        out.append(cast_sql(sql[s:e], target) if target else sql[s:e])
         pos = m.end()
     if not out:
         return sql
