@@ -85,3 +85,21 @@ def test_execute_in_a_query_of_several_statements(start_server, request, engine)
             bob.execute("PREPARE three AS SELECT 3; PREPARE peek AS SELECT s FROM secret; "
                         "EXECUTE peek")
         bob.execute("PREPARE three AS SELECT 3")
+
+
+def test_sqlite_execute_casts_to_an_integer_parameter_as_postgresql(start_server,
+                                                                     sqlite_engine) -> None:
+    """On SQLite, EXECUTE's argument for an integer parameter is cast as PostgreSQL casts it
+    (SQLite's CAST gave 0 for 'abc', 3 for '3.7' and 2 for 2.5)."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("PREPARE p (int, bigint, smallint) AS SELECT $1, $2, $3")
+        assert c.execute("EXECUTE p(2.5, ' 42 ', -2.5)").fetchone() == (3, 42, -3)
+        assert c.execute("EXECUTE p(NULL, 9007199254740993, '7')").fetchone() == (
+            None, 9007199254740993, 7)
+        for args, code in [("'abc', 1, 1", "22P02"), ("'3.7', 1, 1", "22P02"),
+                           ("3000000000, 1, 1", "22003"), ("1, 1e30, 1", "22003"),
+                           ("1, 1, 40000", "22003")]:
+            with pytest.raises(psycopg.Error) as info:
+                c.execute(f"EXECUTE p({args})")
+            assert info.value.sqlstate == code, args

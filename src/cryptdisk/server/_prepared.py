@@ -91,6 +91,11 @@ def parse_execute(sql: str) -> tuple[str, list[str]]:
     return _unquote(m[1]), args
 
 
+#: a numeric literal (PostgreSQL's numeric: an integer cast rounds its halves away from 0)
+_NUMERIC_LITERAL = re.compile(
+    r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][+-]?[0-9]+)?")
+
+
 def execute_text(name: str, body: str, nparams: int, type_names: tuple[str, ...],
                  args: list[str], sqlite: bool) -> str:
     """The statement an ``EXECUTE name(args)`` of ``body`` runs."""
@@ -104,8 +109,10 @@ def execute_text(name: str, body: str, nparams: int, type_names: tuple[str, ...]
         if not declared:
             return arg
         if sqlite:  # SQLite's CAST to a date or a boolean would make a number of it
-            target = _sqltext.sqlite_cast(declared)
-            return f"CAST({arg} AS {target})" if target else arg
+            word = " ".join(declared.lower().split())
+            target = _sqltext.int_cast_target(word) or _sqltext.sqlite_cast(word)
+            return _sqltext.cast_sql(arg, target, _NUMERIC_LITERAL.fullmatch(
+                args[n - 1].strip()) is not None) if target else arg
         return f"CAST({arg} AS {declared})"
 
     return _sqltext.substitute(body, value)
