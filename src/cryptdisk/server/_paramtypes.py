@@ -895,11 +895,8 @@ def _operand_name(head: list[_Tok]) -> str | None:
 #: is of the type already as SQLite holds it (the cast is dropped: a date is text, a bool
 #: an integer)
 _SQLITE_CAST_TYPES = {
-    # (the integer types' targets are :func:`._sqltext.cast_sql`'s: PostgreSQL's cast)
-    **dict.fromkeys(("int", "int4", "integer"), "INT4"),
-    **dict.fromkeys(("int2", "smallint"), "INT2"),
-    **dict.fromkeys(("int8", "bigint"), "INT8"),
-    **dict.fromkeys(("real", "float", "float4", "float8", "double precision"), "REAL"),
+    # (the number types' targets are :func:`._sqltext.cast_sql`'s: PostgreSQL's cast)
+    **_sqltext.NUMBER_CASTS,
     **dict.fromkeys(("text", "varchar", "character varying", "char", "character", "bpchar",
                      "name"), "TEXT"),
     "bytea": "BLOB",

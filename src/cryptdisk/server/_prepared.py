@@ -109,8 +109,7 @@ def execute_text(name: str, body: str, nparams: int, type_names: tuple[str, ...]
         if not declared:
             return arg
         if sqlite:  # SQLite's CAST to a date or a boolean would make a number of it
-            word = " ".join(declared.lower().split())
-            target = _sqltext.int_cast_target(word) or _sqltext.sqlite_cast(word)
+            target = _sqltext.sqlite_cast(declared)
             return _sqltext.cast_sql(arg, target, _NUMERIC_LITERAL.fullmatch(
                 args[n - 1].strip()) is not None) if target else arg
         return f"CAST({arg} AS {declared})"

@@ -239,28 +239,18 @@ def replace_words(sql: str, replace: Callable[[str], str | None],
 _CAST = re.compile(
     r"\s*::\s*(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*(?:\s+(?:PRECISION|VARYING|WITH(?:OUT)?\s+TIME"
     r"\s+ZONE)\b)*)(\s*\(\s*\d+\s*(?:,\s*\d+\s*)?\))?(?:\s*\[\s*\])*", re.I)
-_SQLITE_CASTS = {**dict.fromkeys(("int", "int2", "int4", "int8", "integer", "bigint",
-                                  "smallint"), "INTEGER"),
-                 **dict.fromkeys(("real", "float", "float4", "float8", "double precision"),
-                                 "REAL")}
-
 #: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
 #: cast to an integer type: ``cryptdisk_int(x, bytes, numeric)`` (SQLite's CAST truncates
 #: a float, reads '3.7' and 'abc' as 3 and 0 and clamps what does not fit)
 INT_CAST_FUNCTION = "cryptdisk_int"
 #: the integer types' widths in bytes, as :func:`cast_sql`'s targets name them
 INT_CAST_BYTES = {"INT2": 2, "INT4": 4, "INT8": 8}
-#: the target :func:`cast_sql` takes for an integer type's name
-_INT_TARGETS = {**dict.fromkeys(("int", "int4", "integer"), "INT4"),
+#: :func:`cast_sql`'s target for each number type's name
+NUMBER_CASTS = {**dict.fromkeys(("int", "int4", "integer"), "INT4"),
                 **dict.fromkeys(("int2", "smallint"), "INT2"),
-                **dict.fromkeys(("int8", "bigint"), "INT8")}
-#: a string literal's cast to a number type in :func:`drop_casts`
-_LITERAL_CASTS = {**_SQLITE_CASTS, **_INT_TARGETS}
-
-
-def int_cast_target(type_name: str) -> str | None:
-    """``INT2``, ``INT4`` or ``INT8`` (see :func:`cast_sql`) for an integer type's name."""
-    return _INT_TARGETS.get(type_name)
+                **dict.fromkeys(("int8", "bigint"), "INT8"),
+                **dict.fromkeys(("real", "float", "float4", "float8", "double precision"),
+                                "REAL")}
 
 
 def cast_sql(operand: str, target: str, numeric: bool = False) -> str:
@@ -275,9 +265,9 @@ def cast_sql(operand: str, target: str, numeric: bool = False) -> str:
 
 
 def sqlite_cast(type_name: str) -> str | None:
-    """SQLite's CAST target for a number type's name (``INTEGER``, ``REAL``); None for
-    the others, which SQLite's CAST would make a number of."""
-    return _SQLITE_CASTS.get(" ".join(type_name.lower().split()))
+    """:func:`cast_sql`'s target for a number type's name (``INT2``, ``INT4``, ``INT8``,
+    ``REAL``); None for the others, which SQLite's CAST would make a number of."""
+    return NUMBER_CASTS.get(" ".join(type_name.lower().split()))
 
 
 def scan_parens(sql: str) -> Iterator[tuple[str, int, int]]:
@@ -316,7 +306,7 @@ def drop_casts(sql: str) -> str:
             continue
         while (more := _CAST.match(sql, m.end())) is not None:  # $1::int8::text
             m = more
-        target = _LITERAL_CASTS.get(" ".join(m[1].lower().split())) \
+        target = sqlite_cast(m[1]) \
             if kind == "quoted" and m[2] is None and "[" not in m.group() else None
         if s > pos and sql[s - 1] in "xX" and (s < 2 or not _word_char(sql[s - 2])):
             s -= 1  # (a blob's literal, X'01', as the server writes '\x01'::bytea)
