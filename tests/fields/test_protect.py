@@ -142,6 +142,27 @@ def test_an_existing_output_is_refused_unless_replace(tmp_path, keys):
     assert pq.read_table(dst).column("pan").to_pylist() == ["****************"]
 
 
+def test_an_output_made_while_protect_runs_is_not_replaced(tmp_path, keys, monkeypatch):
+    """The output's name is checked free before the run and taken by a hard link after
+    it, so a file that took the name meanwhile is kept (a rename would replace it)."""
+    from cryptdisk.fields import _protect
+
+    src = tmp_path / "in.csv"
+    src.write_text("pan\n4111111111111111\n")
+    dst = tmp_path / "out.parquet"
+    real = _protect.protect_table
+
+    def racing(*args, **kwargs):
+        dst.write_bytes(b"made meanwhile")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_protect, "protect_table", racing)
+    with pytest.raises(FieldError, match="already exists \\(made while protect ran\\)"):
+        protect_file(src, dst, [parse_rule("pan=mask_full")], keys)
+    assert dst.read_bytes() == b"made meanwhile"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".protect-")]
+
+
 def test_an_empty_input_gives_an_empty_protected_output(tmp_path, keys):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"pan": pa.array([], pa.string())}), src)

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .._durable import fsync_path
+from .._durable import fsync_path, link_new
 from ..errors import FieldError
 from ._aead import encrypt, encrypt_deterministic
 from ._fpe import fpe_encrypt
@@ -324,7 +324,15 @@ def protect_file(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                 writer.close()
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, dst)
+        if replace:
+            os.replace(tmp, dst)
+        else:
+            try:
+                link_new(tmp, dst)  # (never over a file that took the name meanwhile)
+            except FileExistsError:
+                raise FieldError(f"{dst} already exists (made while protect ran); refusing "
+                                 "to replace it", hint="choose another output, or pass "
+                                 "--force (replace=True) to replace it") from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -29,7 +29,7 @@ from typing import Any
 
 import apsw
 
-from .._durable import fsync_path
+from .._durable import fsync_path, link_new
 from ..errors import CryptdiskError, DatabaseError, NotEncryptedError
 from ..format import KeyLookup
 from ._connect import _create_private, connect
@@ -105,15 +105,7 @@ def _publish(tmp: str, dst: str) -> None:
     fsync_path(tmp)
     try:
         _check_paths_free(dst)
-        try:
-            os.link(tmp, dst)
-        except OSError as exc:
-            if exc.errno not in _NO_LINKS:
-                raise
-            # FAT, exFAT, some network and FUSE filesystems have no hard links: renamed
-            # (atomic too), DST's name checked free just before
-            _check_paths_free(dst)
-            os.rename(tmp, dst)
+        link_new(tmp, dst)
     except FileExistsError:
         raise DatabaseError(f"{dst} already exists (made while the copy ran); refusing to "
                             "overwrite it", hint="remove it or choose another destination"
@@ -124,9 +116,6 @@ def _publish(tmp: str, dst: str) -> None:
 
 
 #: link(2)'s errors on a filesystem without hard links
-_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
-
-
 def _check_paths_free(dst: str) -> None:
     for suffix in ("", "-journal", "-wal"):
         if os.path.lexists(dst + suffix):
