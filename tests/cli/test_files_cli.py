@@ -444,3 +444,31 @@ def test_an_output_that_is_a_symlink_is_written_through(tmp_path, keyfile, comma
     _no_traceback(r)
     assert r.returncode == 1 and b"is a symbolic link to" in r.stderr
     assert not (tmp_path / "nowhere").exists() and dangling.is_symlink()
+
+
+@pytest.mark.parametrize("command", ["decrypt", "encrypt"])
+def test_replacing_a_log_in_place_removes_its_saved_last_segment(tmp_path, keyfile, command):
+    """`decrypt LOG LOG --force` (and `encrypt --force` over a log) leaves no LOG-cdlogtail:
+    the saved last segment of the encrypted log describes a file that is gone."""
+    from cryptdisk import Key, Keyring
+    from cryptdisk.format import open_log
+    from cryptdisk.keys import key_from_file
+
+    log = tmp_path / "access.log"
+    with open_log(log, keys=Keyring([Key(1, key_from_file(str(keyfile)))])) as f:
+        for i in range(300):
+            f.write(b"line %d\n" % i)
+    expected = b"".join(b"line %d\n" % i for i in range(300))
+    tail = tmp_path / "access.log-cdlogtail"
+    assert tail.exists()
+    if command == "decrypt":
+        r = run("decrypt", str(log), str(log), "--force", "--key-file", str(keyfile))
+        assert r.returncode == 0, r.stderr
+        assert log.read_bytes() == expected
+    else:
+        plain = tmp_path / "p.txt"
+        plain.write_bytes(b"new\n")
+        r = run("encrypt", str(plain), str(log), "--force", "--key-file", str(keyfile))
+        assert r.returncode == 0, r.stderr
+        assert run("cat", str(log), "--key-file", str(keyfile)).stdout == b"new\n"
+    assert not tail.exists()

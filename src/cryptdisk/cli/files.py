@@ -17,6 +17,7 @@ from ..errors import CryptdiskError, ImmutableFileError, NotEncryptedError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
     HEADER_SIZE,
+    LOG_TAIL_SUFFIX,
     Header,
     Kind,
     SealedWriter,
@@ -24,6 +25,7 @@ from ..format import (
     new_header,
     open_file,
     open_header,
+    remove_tail,
 )
 from ._args import segment_size
 from ._keys import add_key_options, config_from_args, keyring_from_args
@@ -286,6 +288,9 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
         return 0
     with _naming(args.output), _atomic_output(args.output, args.force) as out:
         _decrypt_to(args, args.input, out)
+    # A plain file has no saved last segment: the -cdlogtail of the encrypted log this
+    # replaced (decrypting a log in place) would be left describing a file that is gone.
+    remove_tail(args.output, LOG_TAIL_SUFFIX)
     return 0
 
 

@@ -69,6 +69,8 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
         else:
             os.replace(tmp, path)
         _fsync_dir(path)
+        # A log's saved last segment (if a log was there) belongs to the file replaced.
+        remove_tail(path, LOG_SUFFIX)
 
     def discard() -> None:
         discard_temp(raw, tmp)
