@@ -245,3 +245,49 @@ def test_convert_reads_a_torn_log_through_its_saved_segment_and_leaves_that_out(
     plain = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
     assert plain.returncode == 0, plain.stderr
     assert (back / "logs" / "access.log").read_bytes() == before
+
+
+def test_convert_leaves_out_sqlite_journal_and_wal_side_files(tmp_path: Path) -> None:
+    """An encrypted SQLite database's WAL may have a ``-wal-cdtail`` beside it (the saved
+    record of its last segment, under the WAL's own key and file id). convert took it for a
+    plain user file and wrote a copy of it, read by nothing. Now it is left out (and said so)
+    when its WAL or database is there; a file of that name with neither is still converted,
+    and the database itself converts to a plain SQLite database that reads back."""
+    import shutil
+    import sqlite3
+
+    import cryptdisk.sqlite as csql
+    from cryptdisk import Key, Keyring
+    from cryptdisk.format import TailSave
+
+    key = bytes(range(32))
+    config = tmp_path / "c.toml"
+    config.write_text(encrypted_over_local(key.hex()))
+    src, enc, back = tmp_path / "src", tmp_path / "enc", tmp_path / "back"
+    (src / "db").mkdir(parents=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    conn = csql.connect(str(live / "app.db"), keyring=Keyring([Key(1, key)]))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'first')")
+    for suffix in ("", "-wal"):  # as a crash would leave them
+        shutil.copy(str(live / "app.db") + suffix, src / "db" / ("app.db" + suffix))
+    conn.close()
+    wal = src / "db" / "app.db-wal"
+    saved = TailSave(str(wal))  # what the VFS saves before it rewrites a shared segment
+    saved.save(0, memoryview(wal.read_bytes()[128:1000]))
+    saved.close()
+    (src / "notes-wal-cdtail").write_bytes(b"a user's file\n")  # no WAL, no database
+
+    done = cli("convert", str(src), str(enc), "-c", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "converted 3 file(s)" in done.stdout, done.stdout
+    assert "left out 1 SQLite -journal-cdtail/-wal-cdtail file(s)" in done.stdout
+    assert sorted(os.listdir(enc / "db")) == ["app.db", "app.db-wal"]
+    plain = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
+    assert plain.returncode == 0, plain.stderr
+    assert (back / "notes-wal-cdtail").read_bytes() == b"a user's file\n"
+    with sqlite3.connect(back / "db" / "app.db") as reader:
+        assert reader.execute("SELECT * FROM t").fetchall() == [(1, "first")]

@@ -13,6 +13,12 @@ logs) is read as its readers read it, through the saved copy of its last segment
 beside it (``NAME-cdlogtail``), so a log whose last write a crash cut converts as it was
 before that write. The converted log is whole and needs no copy: ``NAME-cdlogtail`` is
 not converted as a file of its own (it is counted in :attr:`ConvertSummary.log_tails`).
+
+SQLite's side files of an encrypted database's journal and WAL (``NAME-journal-cdtail``,
+``NAME-wal-cdtail``, :mod:`cryptdisk.sqlite`) are left out too when their journal, WAL
+or database is there (counted in :attr:`ConvertSummary.sqlite_tails`): each holds the
+last segment's record under the journal's own key and file id, which no converted file
+has, so it is never a file of the user's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
-from ..format import LOG_TAIL_SUFFIX
+from ..format import LOG_TAIL_SUFFIX, TAIL_SUFFIX
 from ._base import Disk
 from ._detect import ConfigKeys, open_any
 from ._paths import is_temp
@@ -43,6 +49,8 @@ class ConvertSummary:
     formats: dict[str, int] = field(default_factory=dict)  # source format -> files
     #: ``NAME-cdlogtail`` files left out: their log ``NAME`` was read through them
     log_tails: int = 0
+    #: SQLite's ``NAME-journal-cdtail`` / ``NAME-wal-cdtail`` files left out (see above)
+    sqlite_tails: int = 0
 
 
 def plaintext_digest(f: IO[bytes], sink: Callable[[bytes], object] | None = None,
@@ -80,6 +88,19 @@ def _remove_temps(dst: str) -> int:
     return removed
 
 
+_SQLITE_SIDE = ("-journal", "-wal")
+
+
+def _sqlite_tail(rel: str, present: set[str]) -> bool:
+    """Whether ``rel`` is the -cdtail side file of a SQLite journal or WAL that is there
+    (or whose database is)."""
+    if not rel.endswith(TAIL_SUFFIX):
+        return False
+    owner = rel[:-len(TAIL_SUFFIX)]
+    return any(owner.endswith(side) and (owner in present or owner[:-len(side)] in present)
+               for side in _SQLITE_SIDE)
+
+
 def _already_done(target: Disk, rel: str, digest: bytes) -> bool:
     if not target.exists(rel):
         return False
@@ -110,6 +131,9 @@ def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
     for rel in files:
         if rel.endswith(LOG_TAIL_SUFFIX) and rel[:-len(LOG_TAIL_SUFFIX)] in present:
             summary.log_tails += 1  # part of its log, which is read through it
+            continue
+        if _sqlite_tail(rel, present):
+            summary.sqlite_tails += 1  # bound to its journal's key and id: no copy has them
             continue
         def tick(n: int, rel: str = rel) -> None:
             if progress is not None:
