@@ -241,3 +241,24 @@ def test_new_encrypted_databases_are_owner_only_whatever_the_umask(tmp_path, key
         assert not (tmp_path / "none.db").exists()
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_an_empty_or_directory_source_is_an_error_not_an_empty_database(tmp_path, key_env,
+                                                                        command):
+    """A 0-byte SRC (a mistyped path that sqlite3.connect created) was copied, exit 0, to an
+    empty database, since SQLite opens an empty file as a new one: encrypt made an encrypted
+    empty database and decrypt a plain one from a file that is not encrypted at all. Both
+    now refuse it, one line, and write nothing; a directory is named as one."""
+    (tmp_path / "empty.db").write_bytes(b"")
+    r = run("sqlite", command, tmp_path / "empty.db", tmp_path / "out.db", "--key-env",
+            "SQLITE_TEST_KEY", env=key_env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[0] == (f"cryptdisk: error: {tmp_path / 'empty.db'}: empty "
+                                        "file (0 bytes), not a database to copy")
+    assert sorted(os.listdir(tmp_path)) == ["empty.db"]
+    r = run("sqlite", command, tmp_path, tmp_path / "out.db", "--key-env", "SQLITE_TEST_KEY",
+            env=key_env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr == f"cryptdisk: error: {tmp_path}: is a directory, not a database file\n"
+    assert sorted(os.listdir(tmp_path)) == ["empty.db"]

@@ -41,8 +41,14 @@ _STEP = 256  # pages per backup step
 
 
 def _check_paths(src: str, dst: str) -> None:
+    if os.path.isdir(src):
+        raise DatabaseError(f"{src}: is a directory, not a database file")
     if not os.path.isfile(src):
         raise DatabaseError(f"{src}: no such database file")
+    if os.path.getsize(src) == 0:  # SQLite reads it as a new database: nothing to copy
+        raise DatabaseError(f"{src}: empty file (0 bytes), not a database to copy",
+                            hint="check the path (SQLite would open an empty file as a new, "
+                            "empty database)")
     _check_paths_free(dst)
 
 
