@@ -3,10 +3,12 @@
  * An insert sorts each block of rows by its key as one array of packed 64-bit integers
  * (src/cryptdisk/db/_blocks.py, _packed_sort_indices). numpy's sort of them is a comparison
  * sort (about 55 ns a value for a block of 655K on the benchmark machine); this is a
- * least-significant-digit radix sort: 8 passes of 8 bits at most (a pass whose digit is
- * the same in every value is skipped), one read to count every digit, a scratch array of
- * the same size: about 16 ms for those 655K values. The values are distinct there (each
- * holds its row's position in its low bits), so the result is the same as numpy's.
+ * least-significant-digit radix sort of 11-bit digits (a pass whose digit is the same in
+ * every value is skipped), one read to count every digit, a scratch array of the same
+ * size. The values are distinct there (each holds its row's position in its low bits,
+ * ascending before the sort), so the caller sorts by the bits above the positions only:
+ * 4 passes over the 44 bits above 20 bits of positions, where 8-bit digits over all 64
+ * bits took 8 (see sort_u64's timings in docs/engine-cost.md). The result is numpy's.
  *
  * Distinct: the exact set of an ungrouped count(DISTINCT col) over a string or binary
  * column (src/cryptdisk/db/_distinct.py). Arrow arrays' values are hashed (a keyed 64-bit
@@ -31,21 +33,25 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define DIGITS 8
-#define BUCKETS 256
+#define DIGIT_BITS 11
+#define BUCKETS (1 << DIGIT_BITS)
+#define MAX_DIGITS ((64 + DIGIT_BITS - 1) / DIGIT_BITS)
 
-/* Sort a[0..n) ascending, using tmp[0..n) as scratch; the result ends in a. */
-static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n) {
-    size_t count[DIGITS][BUCKETS];
-    memset(count, 0, sizeof count);
+/* Sort a[0..n) stably by bits low..63 of each value (a[i] >> low), using tmp[0..n) as
+ * scratch; the result ends in a. Values equal in those bits keep their order, so when the
+ * low bits are already ascending in a (positions), the result is a fully sorted a.
+ * count holds MAX_DIGITS * BUCKETS counters. 11-bit digits: 6 passes at most (4 over the
+ * 44 bits above 20 bits of positions), each over a histogram that stays in the L1 cache. */
+static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n, int low, size_t *count) {
+    const int digits = (64 - low + DIGIT_BITS - 1) / DIGIT_BITS;
     for (size_t i = 0; i < n; i++) {
-        uint64_t v = a[i];
-        for (int d = 0; d < DIGITS; d++)
-            count[d][(v >> (8 * d)) & 0xff]++;
+        uint64_t v = a[i] >> low;
+        for (int d = 0; d < digits; d++)
+            count[d * BUCKETS + ((v >> (DIGIT_BITS * d)) & (BUCKETS - 1))]++;
     }
     uint64_t *src = a, *dst = tmp;
-    for (int d = 0; d < DIGITS; d++) {
-        size_t *c = count[d];
+    for (int d = 0; d < digits; d++) {
+        size_t *c = count + d * BUCKETS;
         int skip = 0;
         for (int b = 0; b < BUCKETS; b++) {
             if (c[b] == n) {
@@ -63,10 +69,10 @@ static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n) {
             c[b] = at;
             at += k;
         }
-        const int shift = 8 * d;
+        const int shift = low + DIGIT_BITS * d;
         for (size_t i = 0; i < n; i++) {
             uint64_t v = src[i];
-            dst[c[(v >> shift) & 0xff]++] = v;
+            dst[c[(v >> shift) & (BUCKETS - 1)]++] = v;
         }
         uint64_t *t = src;
         src = dst;
@@ -77,11 +83,20 @@ static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n) {
 }
 
 PyDoc_STRVAR(sort_u64_doc,
-    "sort_u64(buffer)\n--\n\n"
+    "sort_u64(buffer, low=0)\n--\n\n"
     "Sort a writable, C-contiguous buffer of native 64-bit unsigned integers in place,\n"
-    "ascending, without the GIL.");
+    "ascending, without the GIL; stably by the bits from `low` up only (0..63): values\n"
+    "whose bits from `low` up are equal keep their order.");
 
-static PyObject *sort_u64(PyObject *self, PyObject *arg) {
+static PyObject *sort_u64(PyObject *self, PyObject *args) {
+    PyObject *arg;
+    int low = 0;
+    if (!PyArg_ParseTuple(args, "O|i:sort_u64", &arg, &low))
+        return NULL;
+    if (low < 0 || low > 63) {
+        PyErr_SetString(PyExc_ValueError, "sort_u64: low must be 0..63");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
@@ -95,14 +110,18 @@ static PyObject *sort_u64(PyObject *self, PyObject *arg) {
     size_t n = (size_t)view.len / 8;
     if (n > 1) {
         uint64_t *tmp = malloc(n * sizeof *tmp);
-        if (tmp == NULL) {
+        size_t *count = calloc((size_t)MAX_DIGITS * BUCKETS, sizeof *count);
+        if (tmp == NULL || count == NULL) {
+            free(tmp);
+            free(count);
             PyBuffer_Release(&view);
             return PyErr_NoMemory();
         }
         Py_BEGIN_ALLOW_THREADS
-        radix_sort((uint64_t *)view.buf, tmp, n);
+        radix_sort((uint64_t *)view.buf, tmp, n, low, count);
         Py_END_ALLOW_THREADS
         free(tmp);
+        free(count);
     }
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
@@ -598,7 +617,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"sort_u64", sort_u64, METH_O, sort_u64_doc},
+    {"sort_u64", sort_u64, METH_VARARGS, sort_u64_doc},
     {"byte_array_page", byte_array_page, METH_VARARGS, byte_array_page_doc},
     {NULL, NULL, 0, NULL},
 };

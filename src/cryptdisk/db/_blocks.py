@@ -63,14 +63,19 @@ except ImportError:  # pragma: no cover - not built (setup.py says why): numpy s
     _csort = None
 
 
-def _sort_u64(values: Any) -> None:
-    """Sort ``values`` (a C-contiguous numpy uint64 array) in place: a radix sort without
-    the GIL (about 16 ms for 655K values, against numpy's 37-46 ms), or numpy's sort
-    where the extension is not built."""
-    if _csort is not None:
-        _csort.sort_u64(values)
-    else:
+def _sort_u64(values: Any, low: int = 0) -> None:
+    """Sort ``values`` (a C-contiguous numpy uint64 array of distinct values) in place, its
+    ``low`` bits already ascending where the bits above are equal (positions): a radix sort
+    of the bits above ``low`` only, without the GIL (10 ms for 590K values with 20 bits of
+    positions, where sorting all 64 bits took 17 ms, and numpy's sort 37-46 ms), or
+    numpy's sort where the extension is not built. Either way the result is ascending."""
+    if _csort is None:
         values.sort()
+        return
+    try:
+        _csort.sort_u64(values, low)
+    except TypeError:  # a build of the extension from before ``low``: all 64 bits
+        _csort.sort_u64(values)
 
 
 def sortable(schema: pa.Schema, order: list[str]) -> bool:
@@ -194,7 +199,7 @@ def _packed_sort_indices(key: pa.Array) -> Any:
     for start in range(0, n, _CHUNK):  # the positions, without an array of all of them
         packed[start:start + _CHUNK] |= np.arange(start, min(n, start + _CHUNK),
                                                   dtype=np.uint64)
-    _sort_u64(packed)
+    _sort_u64(packed, b)  # (the positions are ascending: sorted by the bits above)
     ties = _ties(packed, np.uint64(1 << b)) if shift else None
     packed &= np.uint64((1 << b) - 1)
     idx = packed.view(np.int64)
