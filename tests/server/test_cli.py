@@ -488,3 +488,47 @@ def test_check_creates_no_access_log(tmp_path, env, encrypted) -> None:
             f.write(b"{}\n")
         out = cryptdisk(*serve, "--check", env=env)
         assert out.returncode == 1 and "access.log" in out.stderr, out.stdout + out.stderr
+
+
+def test_a_log_that_cannot_be_opened_is_named_before_the_server_listens(tmp_path, env) -> None:
+    """An access log (or the analytical database's audit log) in a missing directory, under
+    a file, or at a directory gave the bare OSError (`/x/y.log: No such file or directory`),
+    saying neither which log nor which setting. Now it is one error naming the log, its
+    path, why and the [server] setting, and the server never starts."""
+    from tests.server.certs import sqlite_serve_config
+
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "c.toml", "ab" * 32,
+                                             "plaintext = \"loopback\"\n")
+    db = str(tmp_path / "app.db")
+    serve = ["serve", db, "--sqlite", "--config", str(config), "--listen", "127.0.0.1:0",
+             "--workers", "1"]
+    out = cryptdisk(*serve, "--add-user", "alice", "--admin", env=env)
+    assert out.returncode == 0, out.stderr
+    text = config.read_text()
+    (tmp_path / "file").write_text("x")
+    for where, why in [(tmp_path / "no" / "dir" / "x.log",
+                        f"its directory {tmp_path / 'no' / 'dir'} does not exist"),
+                       (tmp_path / "file" / "x.log",
+                        f"its directory {tmp_path / 'file'} is not a directory"),
+                       (tmp_path, "cannot open it: Is a directory")]:
+        config.write_text(text + f'access_log = "{where}"\n')
+        out = cryptdisk(*serve, env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.splitlines()[0] == f"cryptdisk: error: the access log {where}: {why}"
+        assert "[server] access_log" in out.stderr and "serving" not in out.stdout
+    config = tmp_path / "a.toml"
+    config.write_text(
+        f'[keyring]\n[[keyring.keys]]\nid = 1\nhex = "{"cd" * 32}"\n'
+        f'[disks.raw]\ntype = "local"\npath = "{tmp_path}/data"\n'
+        '[policies.default]\nvolumes = [{ name = "main", disks = ["raw"] }]\n'
+        f'[server]\nplaintext = "loopback"\nscram_iterations = 4096\n'
+        f'audit_log = "{tmp_path}/gone/s.audit"\n')
+    out = cryptdisk("sql", str(tmp_path / "s.db"), "-c", str(config), "--create", "-q",
+                    "SELECT 1", env=env)
+    assert out.returncode == 0, out.stderr
+    out = cryptdisk("serve", str(tmp_path / "s.db"), "-c", str(config), "--add-user", "alice",
+                    env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[0] == (f"cryptdisk: error: the audit log {tmp_path}/gone/"
+                                          f"s.audit: its directory {tmp_path}/gone does not "
+                                          "exist")

@@ -8,6 +8,7 @@ import getpass
 import os
 import sys
 import tomllib
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ConfigError, ServerError
@@ -149,14 +150,37 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_opened(args, engine, opened, settings, workers, path, check)
 
 
+def _no_directory(what: str, setting: str, path: str) -> ServerError | None:
+    """The error for log ``path`` whose directory does not exist, if it does not."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(folder):
+        return None
+    why = "is not a directory" if os.path.lexists(folder) else "does not exist"
+    return ServerError(f"the {what} {path}: its directory {folder} {why}",
+                       hint=f"make the directory, or set [server] {setting} elsewhere")
+
+
+@contextlib.contextmanager
+def _opening_log(what: str, setting: str, path: str) -> Iterator[None]:
+    """An ``OSError`` opening the access or audit log ``path`` (before the server listens):
+    one error naming the log, its path and why (its directory missing, a directory...)."""
+    try:
+        yield
+    except OSError as exc:
+        missing = _no_directory(what, setting, path)
+        if missing is not None:
+            raise missing from None
+        raise ServerError(f"the {what} {path}: cannot open it: {exc.strerror or exc}",
+                          hint=f"check [server] {setting}") from None
+
+
 def _check_access_log(path: str, keyring: Any) -> None:
     """What ``--check`` checks of the access log, creating and changing nothing (opening it
     for appending would create it, or put back a torn last line): its directory exists and
     an encrypted log there opens under the keys."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ServerError(f"the access log {path}: its directory {folder} does not exist",
-                          hint="make the directory, or set [server] access_log elsewhere")
+    missing = _no_directory("access log", "access_log", path)
+    if missing is not None:
+        raise missing
     if keyring is not None and os.path.isfile(path) and os.path.getsize(path):
         from .. import open as cd_open
 
@@ -188,10 +212,12 @@ def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.Exit
     if not args.sqlite:
         from ..server import AuditLog, PolicyStore
 
+        audit_path = settings.get("audit_log") or path + ".audit"
+        with _opening_log("audit log", "audit_log", audit_path):
+            audit = AuditLog(audit_path, engine.keyring, read_only=check)
         engine.policies = PolicyStore(
             settings.get("policies") or path + ".policies", engine.keyring, engine,
-            audit=AuditLog(settings.get("audit_log") or path + ".audit", engine.keyring,
-                           read_only=check))
+            audit=audit)
     if args.resolve_users and not args.sqlite:
         raise ServerError("--resolve-users is for --sqlite databases (the analytical "
                           "database keeps no record of user changes)")
@@ -252,7 +278,8 @@ def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.Exit
     elif settings.get("access_log"):
         from ..server import AccessLog
 
-        access_log = AccessLog(settings["access_log"], log_keys)
+        with _opening_log("access log", "access_log", settings["access_log"]):
+            access_log = AccessLog(settings["access_log"], log_keys)
         opened.callback(access_log.close)  # (a server that ran closed it: again is fine)
     server = Server(
         engine, host=host, port=port, ssl_context=ctx,
