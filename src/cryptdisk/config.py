@@ -71,7 +71,7 @@ from .disks import (
     Volume,
 )
 from .errors import ConfigError, KeyringError, PolicyError, with_location
-from .keys import Key, Keyring, parse_key_entry, shown_value
+from .keys import Key, Keyring, closed_on_error, parse_key_entry, shown_value
 
 __all__ = ["Config", "load_config"]
 
@@ -144,12 +144,14 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         from .disks import parse_clickhouse_storage_xml
 
         data = parse_clickhouse_storage_xml(name)
-        return _Builder(name, "", data, xml=True).build()
+        with closed_on_error():  # provider-held keys made before a failure: closed
+            return _Builder(name, "", data, xml=True).build()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=name) from None
-    return _Builder(name, text, data, xml=False).build()
+    with closed_on_error():  # provider-held keys made before a failure: closed
+        return _Builder(name, text, data, xml=False).build()
 
 
 class _Builder:

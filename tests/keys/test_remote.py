@@ -224,3 +224,44 @@ def test_a_provider_key_dropped_unclosed_wipes_its_cache_closes_and_logs_its_use
     assert closed
     (use,) = [json.loads(x) for x in log.read_text().splitlines() if '"use"' in x]
     assert (use["key_id"], use["wraps"], use["unwraps"]) == (3, 1, 1)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    # the keyring is whole; a disk after it is wrong
+    ('[disks.x]\ntype = "nope"\n', "unknown type"),
+    # a disk's own provider-held key made, then the disk's next key is wrong
+    ('[disks.raw]\ntype = "local"\npath = "raw"\n[disks.x]\ntype = "encrypted"\n'
+     'disk = "raw"\ncurrent_key_id = 5\n[[disks.x.keys]]\nid = 5\nsource = "fake-kms"\n'
+     'key = "d"\n[[disks.x.keys]]\nid = 5\nhex = "' + "ab" * 32 + '"\n', "duplicate key id"),
+])
+def test_a_config_that_fails_to_load_closes_the_provider_keys_it_made(tmp_path, monkeypatch,
+                                                                      extra, message):
+    """load_config (and Keyring.from_config) that fail after making provider-held keys closed
+    none of them: each kept its provider session (a PKCS#11 session, a KMIP connection, an
+    unwrapped KEK) and unwrap cache until the garbage collector found it, which is never
+    while anything holds the exception (its traceback holds the keys). Now every key the
+    failed load made is closed before the error reaches the caller."""
+    import gc
+
+    from cryptdisk.config import load_config
+
+    closed: list[str] = []
+    monkeypatch.setattr(FakeKms, "close", lambda self: closed.append(self.value["key"]),
+                        raising=False)
+    path = tmp_path / "c.toml"
+    path.write_text('[keyring]\ncurrent_key_id = 3\n[[keyring.keys]]\nid = 3\n'
+                    'source = "fake-kms"\nkey = "k"\n' + extra)
+    gc.disable()  # no collection may close them for the load
+    try:
+        with pytest.raises(ConfigError, match=message) as info:
+            load_config(path)
+        assert set(closed) == ({"d", "k"} if "fake-kms\"\nkey = \"d\"" in extra else {"k"})
+        path.write_text('[keyring]\ncurrent_key_id = 3\n[[keyring.keys]]\nid = 3\n'
+                        'source = "fake-kms"\nkey = "k2"\n[[keyring.keys]]\nid = 3\n'
+                        'source = "fake-kms"\nkey = "k3"\n')
+        with pytest.raises(ConfigError, match="duplicate key id 3"):
+            Keyring.from_config(path)
+        assert {"k2", "k3"} <= set(closed)
+    finally:
+        gc.enable()
+    assert info.value is not None  # (the exception, with its traceback, was held throughout)

@@ -38,6 +38,7 @@ from ._remote import (
     RetryPolicy,
     UnwrapCache,
     close_provider_keys,
+    closed_on_error,
 )
 from ._rotate import RewrapSummary, iter_files, rewrap_descriptor, rewrap_file, rewrap_tree
 from ._sources import (
@@ -71,6 +72,7 @@ __all__ = [
     "UnwrapCache",
     "WrappedKekProvider",
     "close_provider_keys",
+    "closed_on_error",
     "config_exposure",
     "create_wrapped_key",
     "decode_hex_key",

@@ -47,6 +47,7 @@ from ._audit import set_audit_log
 from ._hygiene import enable_mlock
 from ._key import Key
 from ._provider import parse_key_entry
+from ._remote import closed_on_error
 from ._sources import shown_value
 
 __all__ = ["FollowingKeyring", "Keyring"]
@@ -233,7 +234,15 @@ class Keyring:
     @classmethod
     def from_mapping(cls, section: Mapping[str, Any] | None, *, path: str | None = None,
                      text: str = "") -> Keyring:
-        """Build a keyring from a parsed ``[keyring]`` table (see the module docstring)."""
+        """Build a keyring from a parsed ``[keyring]`` table (see the module docstring).
+
+        On an error, the provider-held keys it made are closed first."""
+        with closed_on_error():
+            return cls._from_mapping(section, path=path, text=text)
+
+    @classmethod
+    def _from_mapping(cls, section: Mapping[str, Any] | None, *, path: str | None,
+                      text: str) -> Keyring:
         if not isinstance(section, Mapping):
             raise ConfigError("no [keyring] section", path=path,
                               hint="see 'cryptdisk keygen --help' for an example config")

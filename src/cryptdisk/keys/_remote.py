@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import atexit
+import contextlib
+import contextvars
 import hmac
 import os
 import random
@@ -27,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from cryptography.exceptions import InvalidTag
@@ -40,7 +42,8 @@ from ._key import Key
 from ._provider import KeyProvider
 
 __all__ = ["DEFAULT_CACHE_ENTRIES", "DEFAULT_CACHE_SECONDS", "ProviderKey",
-           "RemoteKeyProvider", "RetryPolicy", "UnwrapCache", "close_provider_keys"]
+           "RemoteKeyProvider", "RetryPolicy", "UnwrapCache", "close_provider_keys",
+           "closed_on_error"]
 
 #: Unwrapped data keys kept per provider-held key, and for how long, unless the entry says.
 DEFAULT_CACHE_ENTRIES = 10_000
@@ -327,6 +330,9 @@ class ProviderKey(Key):
         self._finalizer = weakref.finalize(self, _release_quietly, key_id, provider,
                                            self._cache, self._uses)
         audit_event("connect", key_id, provider=provider.describe())
+        made = _MADE.get()
+        if made is not None:
+            made.append(self)
 
     @property
     def provider(self) -> RemoteKeyProvider:
@@ -455,3 +461,29 @@ def close_provider_keys() -> None:
 
 
 atexit.register(close_provider_keys)
+
+#: the keys made in the innermost :func:`closed_on_error` block (of this thread or task)
+_MADE: contextvars.ContextVar[list[ProviderKey] | None] = contextvars.ContextVar(
+    "cryptdisk_provider_keys_made", default=None)
+
+
+@contextlib.contextmanager
+def closed_on_error() -> Iterator[None]:
+    """Close every :class:`ProviderKey` made in the block (by this thread or task) if it
+    raises: a config that fails to load part way leaves no provider session open nor
+    unwrap cache filled until the garbage collector finds its keys (never, while anything
+    holds the exception, whose traceback holds them). Keys made in a block that succeeds
+    belong to an enclosing block, if any."""
+    made: list[ProviderKey] = []
+    outer = _MADE.get()
+    token = _MADE.set(made)
+    try:
+        yield
+    except BaseException:
+        for key in made:
+            key._close_quietly()
+        raise
+    finally:
+        _MADE.reset(token)
+    if outer is not None:
+        outer.extend(made)
