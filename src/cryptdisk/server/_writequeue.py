@@ -14,8 +14,9 @@ when it last tried into the file's first 24 bytes (mapped by every process), the
 once more (a release before its pid was there woke nobody); a process that gets the lock
 while another, waiting since before it began, tried within the last 5 ms lets it go
 once, so two busy workers take turns. The kernel drops the
-flock of a process that dies. Without the lock file (a read-only directory) SQLite's own
-locking alone keeps processes apart.
+flock of a process that dies; a process forked from it closes its copy of the lock
+file's descriptor, so it never keeps that flock. Without the lock file (a read-only
+directory) SQLite's own locking alone keeps processes apart.
 """
 
 from __future__ import annotations
@@ -51,12 +52,19 @@ _QUEUES: weakref.WeakSet[WriteQueue] = weakref.WeakSet()
 
 def _forked() -> None:
     """In a forked child: no turn is held and nobody waits in any queue's line (the parent's
-    waiters are not in this process; a turn the parent held is the parent's)."""
+    waiters are not in this process; a turn the parent held is the parent's). The child's
+    copy of the parent's lock file descriptor is closed: an flock belongs to the open file,
+    so that copy would hold the parent's flock after the parent died (O_CLOEXEC covers exec
+    only). Closing it never unlocks the parent's (that takes LOCK_UN or its last copy)."""
     for queue in list(_QUEUES):
         queue._mutex = threading.Lock()
         queue._held = False
         queue._line = collections.deque()
         queue._pause_future = None
+        if queue._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(queue._fd)
+        queue._fd, queue._pid, queue._waiter = -1, 0, None
 
 
 os.register_at_fork(after_in_child=_forked)
