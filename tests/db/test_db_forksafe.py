@@ -93,3 +93,42 @@ def test_the_scan_pool_starts_its_threads_as_it_is_made_in_a_process_and_a_forke
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["made", "True", "nested", "7", "True", "child", "0"], \
         out.stdout + out.stderr
+
+
+def test_a_forked_child_does_not_keep_a_database_locked_after_its_parent_died(tmp_path):
+    """A process forked (multiprocessing, Dask) from one that has a database open for
+    writing shared the LOCK descriptor, and an flock belongs to the open file: once the
+    parent died, the child (which never opened the database) kept it locked, and every
+    writer got 'open for writing in another process' until the child exited. The child
+    now closes its copy as it starts."""
+    import signal
+
+    import cryptdisk
+
+    path = str(tmp_path / "a")
+    script = textwrap.dedent(f"""
+        import os, time
+        import cryptdisk
+        db = cryptdisk.connect({path!r})
+        db.sql("CREATE TABLE t (n BIGINT)")
+        pid = os.fork()
+        if pid == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for n in (0, 1, 2):
+                os.dup2(null, n)
+            time.sleep(120)
+            os._exit(0)
+        print(pid, flush=True)
+        os._exit(0)  # dies with the database open (as kill -9 does)
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    child = int(out.stdout)
+    try:
+        os.kill(child, 0)  # alive
+        db = cryptdisk.connect(path)  # DatabaseLockedError before
+        assert db.sql("SELECT count(*) AS c FROM t").to_pylist() == [{"c": 0}]
+        db.close()
+    finally:
+        os.kill(child, signal.SIGKILL)

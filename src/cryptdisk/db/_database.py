@@ -459,6 +459,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 "(cryptdisk sql --read-only)") from None
         self._lock_fd = fd
         _LOCKS_HERE.add(lock)
+        _LOCK_FDS.add(fd)
         # A database dropped without close() still lets go of the lock when collected.
         self._unlock = weakref.finalize(self, _unlock, fd, lock)
 
@@ -2124,12 +2125,30 @@ def _for_duckdb(db: Database, sql: str) -> str:
 #: flock fails as another process's would; its error says which). A forked child holds
 #: none of them as its own.
 _LOCKS_HERE: set[tuple[int, int]] = set()
-os.register_at_fork(after_in_child=_LOCKS_HERE.clear)
+#: the descriptors of the LOCKs this process holds
+_LOCK_FDS: set[int] = set()
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child closes its copies of the parent's LOCK descriptors: an flock belongs
+    to the open file, so a copy would hold the parent's database locked after the parent
+    is gone (Python's descriptors are close-on-exec, which covers exec only). Closing a
+    copy never unlocks the parent's."""
+    _LOCKS_HERE.clear()
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
 def _unlock(fd: int, lock: tuple[int, int]) -> None:
     _LOCKS_HERE.discard(lock)
-    os.close(fd)  # closing the descriptor drops the flock
+    if fd in _LOCK_FDS:  # (not in a forked child, which closed its copy: that number may
+        _LOCK_FDS.discard(fd)  # be another file's now)
+        os.close(fd)  # closing the descriptor drops the flock
 
 
 def _one_statement(statement: Any, method: str) -> bool:
