@@ -1035,3 +1035,25 @@ def test_strings_of_one_width_that_are_not_utf8_are_not_decoded_directly():
     split = page.replace(b"abc", b"ab\xc3").replace(b"\x03\x00\x00\x00cde",
                                                     b"\x03\x00\x00\x00\xa9de")
     assert decode(split) is None
+
+
+def test_a_tampered_column_granule_bound_fails_the_top_n(tmp_path, monkeypatch):
+    """The granule bounds of the columns but the key (``COLUMN_GRANULES_KEY``) are read
+    from the part's lookup block, which authenticates as any segment: a changed byte in
+    them is the part's authentication error, never a top-N missing its best rows."""
+    path = tmp_path / "db"
+    sql = "SELECT c_int FROM t ORDER BY c_float DESC LIMIT 2"
+    with cryptdisk.connect(path) as db:
+        part = _point_table(db, monkeypatch)
+        disk = db.config.disks[part.disk]
+        assert db.query(sql) == [(4999,), (4998,)]
+        assert db.last_scans["t"]["granule_reads"] == 1
+        with disk.open_read(part.path) as f:
+            seg = f.info["segment_size"]
+            plain = f.pread(0, f.size)
+    name = _parts.COLUMN_GRANULES_KEY
+    at = bytes(plain).index(name)  # the lookup block's entry (before the footer's)
+    index = _flip(path, part, seg, at + len(name) + 40)  # in the entry's data
+    with cryptdisk.connect(path, read_only=True) as db, \
+            pytest.raises(AuthenticationError, match=f"segment {index}"):
+        db.query(sql)

@@ -45,7 +45,15 @@ from ._granule import (
     plain_page_problem,
     walked_all,
 )
-from ._parts import NAN_KEY, PAGES_KEY, PART_ID_KEY, key_bounds, key_granules, not_as_recorded
+from ._parts import (
+    NAN_KEY,
+    PAGES_KEY,
+    PART_ID_KEY,
+    column_granules,
+    key_bounds,
+    key_granules,
+    not_as_recorded,
+)
 from ._stats import key_range_of, min_max
 from ._storage import local_path, open_read
 
@@ -721,6 +729,8 @@ class OpenPart:
         self._granules_lock = threading.Lock()
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
+        #: column -> its granules' bounds (see :meth:`column_granules`), decoded once
+        self._column_granules: dict[str, list[list[tuple[int, int, Any, Any, int]]] | None] = {}
 
     @property
     def meta(self) -> pq.FileMetaData:
@@ -917,6 +927,34 @@ class OpenPart:
                 got = (g, groups, mins, maxs, firsts)
             self._granules[column] = got
             return got
+
+    def column_granules(self, column: str) -> list[list[tuple[int, int, Any, Any, int]]] | None:
+        """Per row group, its granules of ``column`` in row order, each ``(first row, end
+        row, minimum, maximum, facts)`` (NaN and NULL left out of the bounds; the facts
+        say whether the granule holds a NULL, a NaN, or no number: see
+        :data:`~._parts.COLUMN_GRANULES_KEY`), from the part's authenticated footer
+        (or its lookup block); None if the part has no such bounds of ``column``."""
+        try:  # (no lock: decoding twice gives the same lists)
+            return self._column_granules[column]
+        except KeyError:
+            pass
+        found = column_granules(self.kv, column, self.num_row_groups, self._num_rows)
+        got = None
+        if found is not None:
+            g, groups, mins, maxs, facts = found
+            if groups != [self.rows(rg) for rg in range(self.num_row_groups)]:
+                self._column_granules[column] = None  # not this part's row groups
+                return None
+            mins, maxs, facts = mins.tolist(), maxs.tolist(), facts.tolist()
+            got, k = [], 0
+            for rows in groups:
+                here = []
+                for first in range(0, rows, g):
+                    here.append((first, min(rows, first + g), mins[k], maxs[k], facts[k]))
+                    k += 1
+                got.append(here)
+        self._column_granules[column] = got
+        return got
 
     def nan_free(self, rg: int, column: str) -> bool:
         """Whether the footer proves row group ``rg`` of floating ``column`` holds no NaN."""

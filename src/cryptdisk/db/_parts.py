@@ -35,10 +35,10 @@ from ._granule import GRANULE_ROWS, PageScanner
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
-__all__ = ["KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY", "PART_ID_KEY",
-           "check_footer", "column_compression", "dictionary_columns", "fits_schema",
-           "key_bounds", "key_granules", "not_as_recorded", "null_free_schema", "verify_part",
-           "write_parts"]
+__all__ = ["COLUMN_GRANULES_KEY", "KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY",
+           "PART_ID_KEY", "check_footer", "column_compression", "column_granules",
+           "dictionary_columns", "fits_schema", "key_bounds", "key_granules",
+           "not_as_recorded", "null_free_schema", "verify_part", "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -59,9 +59,24 @@ KEY_GRANULES_KEY = b"cryptdisk.key_granules"
 #: each column chunk starts and how many rows it holds, so a query reading a few rows of a
 #: row group finds their pages without reading and parsing the chunk's page headers.
 PAGES_KEY = b"cryptdisk.pages"
+#: Footer entry: per granule (as :data:`KEY_GRANULES_KEY` cuts them), the minimum and
+#: maximum of each numeric column but the key (integers of up to 64 bits but UBIGINT, and
+#: FLOAT/DOUBLE), NaN and NULL left out, and a byte of facts (:data:`GRANULE_NULL`,
+#: :data:`GRANULE_NAN`, :data:`GRANULE_EMPTY`): JSON ``{"granule": rows, "groups": [each
+#: row group's rows], "columns": [[name, "i" or "f"], ...]}``, a NUL byte, then per
+#: column every minimum and every maximum (little-endian int64 or float64) and every
+#: granule's facts (see :func:`column_granules`). A top-N on such a column ranks
+#: granules, not row groups (see ``_scan._Stream._top_tasks``).
+COLUMN_GRANULES_KEY = b"cryptdisk.column_granules"
+#: Granule facts of :data:`COLUMN_GRANULES_KEY`: a NULL, a NaN, no number at all (its
+#: minimum and maximum are then 0 and mean nothing).
+GRANULE_NULL, GRANULE_NAN, GRANULE_EMPTY = 1, 2, 4
 #: Whether parts are written with :data:`PAGES_KEY` and :data:`KEY_GRANULES_KEY` (tests
 #: turn it off to write parts as earlier versions did).
 WRITE_PAGE_INDEX = True
+#: Whether parts are written with :data:`COLUMN_GRANULES_KEY` (tests turn it off to write
+#: parts as earlier versions did).
+WRITE_COLUMN_GRANULES = True
 #: Whether parts are written with a lookup block before the footer (:mod:`._lookup`;
 #: tests turn it off to write parts as earlier versions did).
 WRITE_LOOKUP = True
@@ -274,6 +289,135 @@ class _KeyBounds:
         return self.key.encode() + b"\0" + values.tobytes()
 
 
+def _granule_kind(typ: pa.DataType) -> str | None:
+    """"i" or "f" for a column whose granule bounds :data:`COLUMN_GRANULES_KEY` keeps."""
+    if pa.types.is_integer(typ) and not (pa.types.is_unsigned_integer(typ)
+                                         and typ.bit_width == 64):
+        return "i"
+    if pa.types.is_float32(typ) or pa.types.is_float64(typ):
+        return "f"
+    return None
+
+
+class _ColumnGranules:
+    """Each granule's minimum, maximum and facts of the numeric columns but the key, as
+    the writer splits batches (see :data:`COLUMN_GRANULES_KEY`)."""
+
+    def __init__(self, schema: pa.Schema, key: str | None) -> None:
+        self.columns = [(f.name, kind) for f in schema
+                        if f.name != key and (kind := _granule_kind(f.type)) is not None]
+        self.groups: list[int] = []
+        self.found: dict[str, tuple[list[Any], list[Any], list[Any]]] = {
+            c: ([], [], []) for c, _k in self.columns}
+
+    def add(self, batch: pa.RecordBatch | pa.Table, group_rows: int) -> None:
+        import numpy as np
+
+        if not self.columns:
+            return
+        n = batch.num_rows
+        for start in range(0, n, group_rows):
+            rows = min(group_rows, n - start)
+            self.groups.append(rows)
+            starts = np.arange(0, rows, GRANULE_ROWS)
+            for c, kind in self.columns:
+                col = batch.column(c).slice(start, rows)
+                if isinstance(col, pa.ChunkedArray):
+                    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+                dtype = np.dtype("f8") if kind == "f" else np.dtype("i8")
+                values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False),
+                                    dtype=dtype) if col.null_count else \
+                    np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
+                facts = np.zeros(len(starts), np.uint8)
+                number = None  # which rows hold a number (None: all of them)
+                if col.null_count:
+                    valid = col.is_valid().to_numpy(zero_copy_only=False)
+                    facts |= np.logical_or.reduceat(~valid, starts).astype(np.uint8) \
+                        * GRANULE_NULL
+                    number = valid
+                if kind == "f":
+                    nan = np.isnan(values)
+                    if nan.any():
+                        facts |= np.logical_or.reduceat(nan, starts).astype(np.uint8) \
+                            * GRANULE_NAN
+                        number = ~nan if number is None else number & ~nan
+                if number is None:
+                    mins = np.minimum.reduceat(values, starts)
+                    maxs = np.maximum.reduceat(values, starts)
+                else:
+                    big = np.inf if kind == "f" else np.iinfo(np.int64).max
+                    small = -np.inf if kind == "f" else np.iinfo(np.int64).min
+                    mins = np.minimum.reduceat(np.where(number, values, big), starts)
+                    maxs = np.maximum.reduceat(np.where(number, values, small), starts)
+                    empty = ~np.logical_or.reduceat(number, starts)
+                    facts |= empty.astype(np.uint8) * GRANULE_EMPTY
+                    mins[empty] = 0
+                    maxs[empty] = 0
+                lo, hi, fl = self.found[c]
+                lo.append(mins)
+                hi.append(maxs)
+                fl.append(facts)
+
+    def to_bytes(self) -> bytes | None:
+        import json
+
+        import numpy as np
+
+        if not self.columns or not self.groups:
+            return None
+        head = json.dumps({"granule": GRANULE_ROWS, "groups": self.groups,
+                           "columns": [[c, k] for c, k in self.columns]}).encode()
+        out = [head, b"\0"]
+        for c, kind in self.columns:
+            lo, hi, fl = self.found[c]
+            dtype = "<f8" if kind == "f" else "<i8"
+            out += (np.concatenate(lo).astype(dtype).tobytes(),
+                    np.concatenate(hi).astype(dtype).tobytes(),
+                    np.concatenate(fl).astype(np.uint8).tobytes())
+        return b"".join(out)
+
+
+def column_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups: int,
+                    rows: int) -> tuple[int, list[int], Any, Any, Any] | None:
+    """``(granule rows, each row group's rows, minima, maxima, facts)`` of ``column`` per
+    granule (numpy arrays) from a part footer's :data:`COLUMN_GRANULES_KEY` entry; None
+    when there is no such entry for ``column`` or it does not describe ``row_groups`` row
+    groups of ``rows`` rows in all."""
+    raw = (metadata or {}).get(COLUMN_GRANULES_KEY)
+    if raw is None:
+        return None
+    import json
+
+    import numpy as np
+
+    head, sep, data = raw.partition(b"\0")
+    try:
+        doc = json.loads(head)
+        g, groups, columns = doc["granule"], doc["groups"], doc["columns"]
+        if not (isinstance(g, int) and g > 0 and isinstance(groups, list)
+                and len(groups) == row_groups
+                and all(isinstance(r, int) and r > 0 for r in groups)
+                and sum(groups) == rows and isinstance(columns, list)):
+            return None
+        count = sum(-(-r // g) for r in groups)
+        at = 0
+        for name, kind in columns:
+            if kind not in ("i", "f"):
+                return None
+            if name == column:
+                dtype = np.dtype("<f8" if kind == "f" else "<i8")
+                if not sep or at + 17 * count > len(data):
+                    return None
+                mins = np.frombuffer(data, dtype, count, at)
+                maxs = np.frombuffer(data, dtype, count, at + 8 * count)
+                facts = np.frombuffer(data, np.uint8, count, at + 16 * count)
+                return g, groups, mins, maxs, facts
+            at += 17 * count
+    except (ValueError, TypeError, KeyError):
+        return None
+    return None
+
+
 def key_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups: int,
                  rows: int) -> tuple[int, list[int], list[int], list[int]] | None:
     """``(granule rows, each row group's rows, minima, maxima)`` of ``column`` per granule
@@ -478,6 +622,7 @@ class _PartWriter:
             raise
         self._nans = _NaNGroups(schema)
         self._bounds = _KeyBounds(schema, key)
+        self._granules = _ColumnGranules(schema, key)
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         if not data.num_rows:
@@ -490,6 +635,8 @@ class _PartWriter:
             self._writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
         self._nans.add(data, ROW_GROUP_ROWS)
         self._bounds.add(data, ROW_GROUP_ROWS)
+        if WRITE_COLUMN_GRANULES:
+            self._granules.add(data, ROW_GROUP_ROWS)
         n = data.num_rows
         self._groups += [ROW_GROUP_ROWS] * (n // ROW_GROUP_ROWS) + (
             [n % ROW_GROUP_ROWS] if n % ROW_GROUP_ROWS else [])
@@ -504,6 +651,9 @@ class _PartWriter:
             granules = self._bounds.granules_to_bytes() if WRITE_PAGE_INDEX else None
             if granules is not None:
                 extra[KEY_GRANULES_KEY] = granules
+            columns = self._granules.to_bytes() if WRITE_COLUMN_GRANULES else None
+            if columns is not None:
+                extra[COLUMN_GRANULES_KEY] = columns
             self._buffered.flush()  # every page written so far through the scanner
             scanner, self._sink.scanner = self._sink.scanner, None  # the footer is no page
             pages = scanner.to_bytes(self._groups, self._leaves) if scanner else None

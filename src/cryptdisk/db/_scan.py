@@ -34,6 +34,7 @@ from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
+from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
 from ._pushdown import Filter, TopN, may_match
 from ._rows import TIME_ZONE
 
@@ -391,17 +392,24 @@ class TableScan:
         counts = (self.parts_skipped, self.row_groups_skipped, self.row_groups_read)
         stream = _Stream(self)
         batches = []
-        for op, rg, bound in stream._top_tasks(top):
+        for op, rg, (bound, span) in stream._top_tasks(top):
             if bound is not None and stream._beaten(bound, top):
-                self.row_groups_skipped += 1
+                if span is None:
+                    self.row_groups_skipped += 1
                 continue
             if not self.cached(op, rg):
                 self.parts_skipped, self.row_groups_skipped, self.row_groups_read = counts
                 return None
-            batch = stream._trim(self._read_group(op, rg, {}), top)
+            batch = self._read_group(op, rg, {})
+            if span is None:
+                batch = stream._trim(batch, top)
+                self.row_groups_read += 1
+            else:  # rows of a row group ranked by its granules
+                batch = batch.slice(span[0], span[1] - span[0])
+                stream._touch(op, rg)
             stream._see(batch, top)
             batches.append(batch)
-            self.row_groups_read += 1
+        stream._settle()
         return pa.Table.from_batches(batches, schema=self.schema)
 
     def blank(self, rows: int) -> list[pa.RecordBatch]:
@@ -618,6 +626,28 @@ class TableScan:
         first, end = kept[0][0], kept[-1][1]
         if 2 * (end - first) > op.rows(rg):
             return None
+        return self._paged_rows(op, rg, first, end)
+
+    def read_span(self, op: OpenPart, rg: int, first: int, end: int) -> list[pa.RecordBatch]:
+        """Rows ``first..end`` of row group ``rg`` (a top-N's granule): decoded from the
+        pages that hold them (:meth:`_paged_rows`), or sliced from the whole row group
+        when it is cached or was read before (read whole then, so the cache keeps it for
+        warm repeats, as :meth:`_read_top_granules` does)."""
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        if cache is not None and (self.cached(op, rg) or any(
+                cache.offered(ckey, c) for c in self.columns)):
+            batch = self._read_group(op, rg, {})
+            return [batch if first == 0 and end == batch.num_rows
+                    else batch.slice(first, end - first)]
+        return [self._paged_rows(op, rg, first, end)]
+
+    def _paged_rows(self, op: OpenPart, rg: int, first: int, end: int) -> pa.RecordBatch:
+        """Rows ``first..end`` of row group ``rg``, the scan's columns, decoding only the
+        pages that hold them (a column that cannot be read so is read whole and sliced);
+        each column is offered to the cache (its next read is whole, and kept)."""
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
         arrays = []
         paged = _read_rows_at_once(op, rg, self.schema.names, first, end)
         for field in self.schema:
@@ -1103,6 +1133,9 @@ class _Stream:
         self._best: Any = None  # top-N: the best sort values read so far
         self._threshold: Any = None
         self._static: Any = None  # top-N: a bound of the best rows from statistics alone
+        #: top-N by granules: the row groups ranked by theirs, and those read (part id, rg)
+        self._granule_groups = 0
+        self._touched: set[tuple[str, int]] = set()
         self._todo: Iterator[tuple[OpenPart, int, Any]] | None = None  # row groups to submit
         self._started = False
         self._closed = False
@@ -1164,57 +1197,117 @@ class _Stream:
                 before += n
 
     def _top_tasks(self, top: TopN) -> Iterator[tuple[OpenPart, int, Any]]:
-        """Row groups best-first by the sort column's bound; those without one first."""
+        """Row groups, or granules of them, best-first by the sort column's bound; those
+        without one first. Each comes with ``(bound, span)``: ``span`` None for a whole
+        row group ranked by its statistics, else ``(first, end, edge, exact)``: rows
+        ``first..end`` of the row group (a granule; the whole row group when it was read
+        before, so the cache keeps it), ranked by its granules' bounds
+        (:meth:`OpenPart.column_granules`), ``edge`` the worst of them and ``exact``
+        whether every row lies within them (no NULL, no NaN)."""
         scan = self.scan
         typ = scan._types[top.column]
         floating = pa.types.is_floating(typ)
-        ranked: list[tuple[Any, OpenPart, int]] = []
+        desc = top.descending
+        granular = not scan.derived and scan.where is None
+        ranked: list[tuple[Any, OpenPart, int, Any]] = []
         for op, groups in self._part_groups():
+            # (granule bounds first: the column's statistics are in the Parquet footer,
+            # which a part opened by its lookup block then need not parse)
+            grains = op.column_granules(top.column) if granular else None
+            if grains is not None:
+                yield from self._granule_tasks(op, groups, grains, top, floating, ranked)
+                continue
             bounds = op.null_free_bounds(top.column)
             if bounds is not None:  # a key's bounds: every row group ranked, in C
-                edges = bounds[1] if top.descending else bounds[0]
-                ranked += zip(map(edges.__getitem__, groups), itertools.repeat(op), groups)
+                edges = bounds[1] if desc else bounds[0]
+                ranked += zip(map(edges.__getitem__, groups), itertools.repeat(op), groups,
+                              itertools.repeat(None))
                 continue
             for rg in groups:
                 st = op.stats(rg, top.column)
                 usable = (st is not None and op.nulls(rg, top.column) == 0
-                          and not (floating and top.descending
-                                   and not op.nan_free(rg, top.column)))
+                          and not (floating and desc and not op.nan_free(rg, top.column)))
                 if st is None or not usable:
-                    yield op, rg, None
+                    yield op, rg, (None, None)
                 else:
-                    ranked.append((st[1] if top.descending else st[0], op, rg))
-        ranked.sort(key=operator.itemgetter(0), reverse=top.descending)
+                    ranked.append((st[1] if desc else st[0], op, rg, None))
+        ranked.sort(key=operator.itemgetter(0), reverse=desc)
         self._static = static = self._bound_from_statistics(ranked, top, floating)
-        for i, (bound, op, rg) in enumerate(ranked):
-            if static is not None and (bound < static if top.descending else bound > static):
+        for i, (bound, op, rg, span) in enumerate(ranked):
+            if static is not None and (bound < static if desc else bound > static):
                 # ranked best-first: every row group after this one is beaten as well
-                scan.row_groups_skipped += len(ranked) - i
+                scan.row_groups_skipped += sum(1 for r in ranked[i:] if r[3] is None)
                 return
-            yield op, rg, bound
+            yield op, rg, (bound, span)
 
-    def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int]], top: TopN,
+    def _granule_tasks(self, op: OpenPart, groups: list[int], grains: list[list[Any]],
+                       top: TopN, floating: bool, ranked: list[tuple[Any, OpenPart, int, Any]]
+                       ) -> Iterator[tuple[OpenPart, int, Any]]:
+        """The granules of ``op``'s row groups ``groups`` for :meth:`_top_tasks`: those
+        without a bound yielded, the others added to ``ranked``. A row group read before
+        (cached, or offered to the cache by a granule read) is one task, read whole."""
+        scan, desc = self.scan, top.descending
+        cache = scan._cache
+        self._granule_groups += len(groups)
+        for rg in groups:
+            here = grains[rg]
+            whole = cache is not None and (scan.cached(op, rg) or any(
+                cache.offered(f"{op.part.id}/{rg}", c) for c in scan.columns))
+            items: list[tuple[Any, int, int, Any, bool]] = []
+            for first, end, lo, hi, facts in here:
+                if facts & GRANULE_NULL or facts & GRANULE_EMPTY or (
+                        floating and desc and facts & GRANULE_NAN):
+                    items.append((None, first, end, None, False))  # may hold the best rows
+                else:
+                    items.append((hi if desc else lo, first, end, lo if desc else hi,
+                                  not facts & GRANULE_NAN))
+            if whole:
+                rows = here[-1][1]
+                if any(b is None for b, *_r in items):
+                    yield op, rg, (None, (0, rows, None, False))
+                    continue
+                bounds = [b for b, *_r in items]
+                edges = [e for *_r, e, _x in items]
+                best = max(bounds) if desc else min(bounds)
+                worst = min(edges) if desc else max(edges)
+                ranked.append((best, op, rg, (0, rows, worst,
+                                              all(x for *_r, x in items))))
+                continue
+            for bound, first, end, edge, exact in items:
+                if bound is None:
+                    yield op, rg, (None, (first, end, None, False))
+                else:
+                    ranked.append((bound, op, rg, (first, end, edge, exact)))
+
+    def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int, Any]], top: TopN,
                                floating: bool) -> Any:
         """A value the ``limit``-th best row is at least as good as, from statistics alone.
 
-        Row groups taken best-first whose every row has a value within their min/max (no
-        NULL, and no NaN for a floating column: the footer says) hold at least ``limit``
-        rows no worse than the worst bound among them; so a row group whose every row is
-        strictly worse cannot reach the top, and is skipped before anything is read (on a
-        part sorted by the column, ``ORDER BY key LIMIT n`` reads the first row groups).
-        None if those row groups hold fewer rows.
+        Row groups (or granules) taken best-first whose every row has a value within their
+        min/max (no NULL, and no NaN for a floating column: the footer says) hold at least
+        ``limit`` rows no worse than the worst bound among them; so a row group whose
+        every row is strictly worse cannot reach the top, and is skipped before anything
+        is read (on a part sorted by the column, ``ORDER BY key LIMIT n`` reads the first
+        row groups). None if those row groups hold fewer rows.
         """
         rows, worst = 0, None
-        for _bound, op, rg in ranked:
-            if floating and not op.nan_free(rg, top.column):
-                continue
-            st = op.stats(rg, top.column)
-            if st is None:  # (ranked row groups have statistics)
-                continue
-            edge = st[0] if top.descending else st[1]
+        for _bound, op, rg, span in ranked:
+            if span is not None:
+                first, end, edge, exact = span
+                if not exact:
+                    continue
+                n = end - first
+            else:
+                if floating and not op.nan_free(rg, top.column):
+                    continue
+                st = op.stats(rg, top.column)
+                if st is None:  # (ranked row groups have statistics)
+                    continue
+                edge = st[0] if top.descending else st[1]
+                n = op.rows(rg)
             if worst is None or (edge < worst if top.descending else edge > worst):
                 worst = edge
-            rows += op.rows(rg)
+            rows += n
             if rows >= top.limit:
                 return worst
         return None
@@ -1349,6 +1442,7 @@ class _Stream:
         """
         scan, top = self.scan, self.scan._top
         window = self.window if top is None else scan_workers()
+        done: Future[list[pa.RecordBatch]]
         while self._todo is not None and len(self._pending) < window:
             if top is not None and self._pending and self._pending[0].done():
                 break
@@ -1360,11 +1454,24 @@ class _Stream:
             if scan._head is not None:
                 self._pending.append(self._head_read(op, rg, bound))
                 continue
+            span = None
+            if top is not None:
+                bound, span = bound
             if top is not None and bound is not None and self._beaten(bound, top):
-                scan.row_groups_skipped += 1  # all its rows sort after the top ones
+                if span is None:
+                    scan.row_groups_skipped += 1  # all its rows sort after the top ones
+                continue
+            if span is not None:  # rows of a row group ranked by its granules
+                self._touch(op, rg)
+                if scan.cached(op, rg):  # decoded already: no thread hand-off
+                    done = Future()
+                    done.set_result(scan.read_span(op, rg, span[0], span[1]))
+                    self._pending.append(done)
+                    continue
+                self._pending.append(_pool().submit(scan.read_span, op, rg, span[0], span[1]))
                 continue
             if scan.cached(op, rg):  # decoded already: no thread hand-off
-                done: Future[list[pa.RecordBatch]] = Future()
+                done = Future()
                 done.set_result([scan.read_group(op, rg)])
                 self._pending.append(done)
                 scan.row_groups_read += 1
@@ -1379,6 +1486,17 @@ class _Stream:
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
             self._tasks_submitted += 1
             scan.row_groups_read += len(groups)
+
+    def _touch(self, op: OpenPart, rg: int) -> None:
+        """Count row group ``rg`` of ``op`` read (once, however many of its granules are)."""
+        if (op.part.id, rg) not in self._touched:
+            self._touched.add((op.part.id, rg))
+            self.scan.row_groups_read += 1
+
+    def _settle(self) -> None:
+        """Count the row groups ranked by their granules of which none was read skipped."""
+        self.scan.row_groups_skipped += self._granule_groups - len(self._touched)
+        self._granule_groups = len(self._touched)
 
     def _head_read(self, op: OpenPart | None, rg: int, span: Any
                    ) -> Future[list[pa.RecordBatch]]:
@@ -1438,6 +1556,7 @@ class _Stream:
         if self._closed:
             return
         self._closed = True
+        self._settle()
         while self._pending:  # running tasks finish (one row group each); queued ones go
             fut = self._pending.popleft()
             if not fut.cancel():
