@@ -132,3 +132,32 @@ def test_a_forked_child_does_not_keep_a_database_locked_after_its_parent_died(tm
         db.close()
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_a_forked_child_letting_go_of_its_parents_database_keeps_its_own_lock(tmp_path):
+    """A forked child closes its copy of the parent's LOCK descriptor as it starts, so the
+    number is free: the child's own database's LOCK may get it. The parent's database,
+    closed or collected in the child, closed that number again, which was the child's own
+    database's lock: a second writer could then open it."""
+    script = textwrap.dedent(f"""
+        import fcntl, gc, os
+        import cryptdisk
+        db = cryptdisk.connect({str(tmp_path / "a")!r})
+        pid = os.fork()
+        if pid == 0:
+            own = cryptdisk.connect({str(tmp_path / "b")!r})
+            del db
+            gc.collect()  # the parent's database, collected in the child
+            fd = os.open({str(tmp_path / "b" / "LOCK")!r}, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                print("unlocked", flush=True)
+            except BlockingIOError:
+                print("locked", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["locked"], out.stdout + out.stderr

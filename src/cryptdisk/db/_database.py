@@ -461,7 +461,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         _LOCKS_HERE.add(lock)
         _LOCK_FDS.add(fd)
         # A database dropped without close() still lets go of the lock when collected.
-        self._unlock = weakref.finalize(self, _unlock, fd, lock)
+        self._unlock = weakref.finalize(self, _unlock, fd, lock, os.getpid())
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -2144,11 +2144,12 @@ def _forget_locks_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
-def _unlock(fd: int, lock: tuple[int, int]) -> None:
+def _unlock(fd: int, lock: tuple[int, int], pid: int) -> None:
+    if pid != os.getpid():  # a forked child closed its copy as it started: that number
+        return  # may be another file's now, even another LOCK of the child's own
     _LOCKS_HERE.discard(lock)
-    if fd in _LOCK_FDS:  # (not in a forked child, which closed its copy: that number may
-        _LOCK_FDS.discard(fd)  # be another file's now)
-        os.close(fd)  # closing the descriptor drops the flock
+    _LOCK_FDS.discard(fd)
+    os.close(fd)  # closing the descriptor drops the flock
 
 
 def _one_statement(statement: Any, method: str) -> bool:
