@@ -532,3 +532,24 @@ def test_a_log_that_cannot_be_opened_is_named_before_the_server_listens(tmp_path
     assert out.stderr.splitlines()[0] == (f"cryptdisk: error: the audit log {tmp_path}/gone/"
                                           f"s.audit: its directory {tmp_path}/gone does not "
                                           "exist")
+
+
+def test_serve_sqlite_on_a_directory_or_check_on_no_file_is_a_clear_error(tmp_path,
+                                                                           env) -> None:
+    """`serve DIR --sqlite` was an internal error (apsw's CantOpenError, 'this is a bug'),
+    and `serve MISSING --sqlite --check`, which creates nothing, created an empty MISSING.
+    Both are now one error, and --check leaves no file."""
+    from tests.server.certs import sqlite_serve_config
+
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "c.toml", "ab" * 32)
+    (tmp_path / "d").mkdir()
+    out = cryptdisk("serve", str(tmp_path / "d"), "--sqlite", "-c", str(config), "--check",
+                    env=env)
+    assert out.returncode == 1 and "internal error" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[0] == (f"cryptdisk: error: {tmp_path / 'd'} is a "
+                                          "directory, not an encrypted SQLite file")
+    missing = tmp_path / "missing.db"
+    out = cryptdisk("serve", str(missing), "--sqlite", "-c", str(config), "--check", env=env)
+    assert out.returncode == 1 and out.stderr.splitlines()[0] == (
+        f"cryptdisk: error: no SQLite database at {missing}"), out.stderr
+    assert not missing.exists()

@@ -129,6 +129,13 @@ def _serve(args: argparse.Namespace) -> int:
         if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout <= 86400:
             raise ConfigError("[server] lock_timeout must be more than 0 and at most 86400 "
                               "seconds", path=config, where="[server]")
+        if os.path.isdir(path):
+            raise ServerError(f"{args.path} is a directory, not an encrypted SQLite file",
+                              hint="without --sqlite, serve serves the analytical database "
+                              "in a directory")
+        if check and not os.path.exists(path):  # (--check creates nothing)
+            raise ServerError(f"no SQLite database at {args.path}",
+                              hint="check the path; the first --add-user creates it")
         keyring = keyring_from_args(args)
         if keyring.config_path and not keyring.config_path.endswith(".xml"):
             from ..keys import FollowingKeyring
