@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
 __all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_chunk_pages",
-           "decode_pages", "decode_plain_pages", "granule_schema", "leaf_schema", "page_spans",
-           "plain_page_prefix", "plain_page_problem", "walked_all"]
+           "decode_one_width_chunk", "decode_pages", "decode_plain_pages", "granule_schema",
+           "leaf_schema", "page_spans", "plain_page_prefix", "plain_page_problem", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
 #: per column where it would decode a whole row group.
@@ -432,6 +432,9 @@ _PAGE_CODECS: dict[str, str | None] = {"UNCOMPRESSED": None, "LZ4": "lz4_raw",
 _PLAIN_WIDTH = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
 _PLAIN_BYTE_ARRAY = 6
 _ENC_PLAIN, _ENC_RLE = 0, 3
+#: The longest page header :func:`decode_one_width_chunk` takes on its first bytes alone
+#: (pyarrow's, with the statistics of strings of up to a few hundred bytes, are shorter)
+_HEADER_LIMIT = 1024
 #: the most a page decompressed here may grow (LZ4's bound is about 255)
 _MAX_RATIO = 256
 
@@ -632,6 +635,151 @@ def _one_width_page(np: Any, values: Any, rows: int, typ: pa.DataType, defined: 
                                             pa.py_buffer(data)], nulls)
     text = data.view(np.uint8)
     if len(text) and text.max() >= 0x80:  # not all ASCII: each value must be UTF-8
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    return arr
+
+
+#: Offsets of strings of one width without NULLs, by (rows, width): the same for every
+#: full row group of a column, shared by its arrays (never written)
+_STEPS: dict[tuple[int, int], pa.Buffer] = {}
+_STEPS_MAX = 8
+
+
+def _steps(np: Any, rows: int, width: int) -> pa.Buffer:
+    """The offsets ``0, width, 2 * width ... rows * width`` (int32), kept for the next
+    chunk of as many rows."""
+    got = _STEPS.get((rows, width))
+    if got is None:
+        got = pa.py_buffer(np.arange(rows + 1, dtype=np.int32) * np.int32(width))
+        if len(_STEPS) >= _STEPS_MAX:
+            _STEPS.clear()
+        _STEPS[rows, width] = got
+    return got
+
+
+def _plain_header(raw: Any, rows: int, prefixes: dict[tuple[int, int], bytes]) -> int | None:
+    """The length of the header that starts the page ``raw`` (header and body) if it
+    begins as pyarrow writes a PLAIN data page of ``rows`` values whose body runs to the
+    end of ``raw`` (:func:`plain_page_prefix`: its kind, both sizes, its values and
+    encoding); None otherwise. A bytes comparison: parsing the header (statistics
+    included) took about 45 us a page in Python, more than copying the page's strings."""
+    if len(raw) < 4 or raw[0] != 0x15 or raw[1] != 0x00 or raw[2] != 0x15:
+        return None
+    try:
+        zigzag, _pos = _varint(raw, 3)
+    except PageError:
+        return None
+    size = _zigzag(zigzag)
+    used = len(raw) - size
+    prefix = prefixes.get((rows, size))
+    if prefix is None:
+        prefix = prefixes[rows, size] = plain_page_prefix(rows, size)
+    if not len(prefix) <= used <= _HEADER_LIMIT or raw[: len(prefix)] != prefix:
+        return None
+    return used
+
+
+def decode_one_width_chunk(chunk: Any, base: int, pages: list[PageSpan], typ: pa.DataType,
+                           optional: bool) -> pa.Array | None:
+    """A whole uncompressed column chunk of PLAIN BYTE_ARRAY data pages (v1; RLE levels
+    of a flat column if ``optional``) whose strings all have one length (hashes, UUIDs,
+    codes), as one Arrow array of ``typ`` (string or binary): the chunk's bytes
+    ``chunk`` (its file offset ``base``) hold the ``pages``, which must tile it; each
+    page's header is parsed and checked against its span, its lengths checked at once
+    through a strided view, and its bytes copied once, into their place in the array's
+    data (pyarrow's reader appended value by value; :func:`decode_plain_pages` would
+    concatenate its pages' arrays, a second copy). The text is checked as UTF-8 unless it
+    is all ASCII. None for anything else (the caller decodes the chunk through pyarrow,
+    which reports any damage)."""
+    import numpy as np
+
+    text = pa.types.is_string(typ)
+    if not text and not pa.types.is_binary(typ):
+        return None
+    found: list[tuple[Any, int, int, Any]] = []  # (values, rows, present, levels or None)
+    prefixes: dict[tuple[int, int], bytes] = {}
+    width = -1
+    present_all = rows_all = 0
+    at = 0
+    for p in pages:
+        if p.dictionary or p.start - base != at:
+            return None
+        raw = chunk[at : p.end - base]
+        at = p.end - base
+        used = _plain_header(raw, p.rows, prefixes)
+        if used is None:  # not as pyarrow writes it: parsed, field by field
+            try:
+                header, used = _read_struct(raw, 0)
+            except PageError:
+                return None
+            sub = header.get(5)
+            size = header.get(3)
+            if (header.get(1) != _DATA_PAGE or not isinstance(sub, dict)
+                    or sub.get(1) != p.rows or sub.get(2) != _ENC_PLAIN
+                    or (optional and sub.get(3) != _ENC_RLE)
+                    or size != len(raw) - used or header.get(2) != size):
+                return None
+        body = raw[used:]
+        defined, start = None, 0
+        if optional:
+            levels = _levels(np, body, p.rows)
+            if levels is None:
+                return None
+            defined, start = levels
+        values = body[start:]
+        present = p.rows if defined is None else int(np.count_nonzero(defined))
+        if present:
+            if len(values) < 4:
+                return None
+            if width < 0:
+                width = int.from_bytes(values[:4], "little")
+            if len(values) != present * (4 + width):
+                return None
+        elif len(values):
+            return None
+        found.append((values, p.rows, present, defined))
+        present_all += present
+        rows_all += p.rows
+    if at != len(chunk) or not found:
+        return None
+    width = max(width, 0)
+    if present_all * width >= 1 << 31:
+        return None
+    # pyarrow's pool, not NumPy's: memory a batch DuckDB has done with frees is the next
+    # chunk's, where a fresh mapping of each chunk's strings cost page faults and zeroing
+    buf = pa.allocate_buffer(present_all * width)
+    data = np.frombuffer(buf, np.uint8) if width else np.zeros(0, np.uint8)
+    record = np.dtype([("n", "<u4"), ("v", f"V{width}")]) if width else None
+    done = 0
+    for values, _rows, present, _defined in found:
+        if not present:
+            continue
+        if record is None:
+            if not (np.frombuffer(values, "<u4", present) == 0).all():
+                return None
+            continue
+        table = np.frombuffer(values, record, present)
+        if not (table["n"] == width).all():
+            return None
+        data[done * width : (done + present) * width].view(f"V{width}")[:] = table["v"]
+        done += present
+    nulls = rows_all - present_all
+    validity = None
+    if not nulls:
+        offsets = _steps(np, rows_all, width)
+    else:
+        defined_all = np.concatenate([np.ones(rows, bool) if defined is None else defined
+                                      for _values, rows, _present, defined in found])
+        offsets = np.zeros(rows_all + 1, np.int32)
+        np.cumsum(defined_all * np.int32(width), out=offsets[1:])
+        offsets = pa.py_buffer(offsets)
+        validity = pa.py_buffer(np.packbits(defined_all, bitorder="little"))
+    arr = pa.Array.from_buffers(typ, rows_all, [validity, offsets,
+                                                buf if width else pa.py_buffer(data)], nulls)
+    if text and len(data) and data.max() >= 0x80:  # not all ASCII: each value must be UTF-8
         try:
             arr.validate(full=True)
         except pa.ArrowInvalid:

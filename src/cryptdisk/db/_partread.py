@@ -37,6 +37,7 @@ from ._granule import (
     PageIndex,
     PageSpan,
     decode_chunk_pages,
+    decode_one_width_chunk,
     decode_pages,
     granule_schema,
     leaf_schema,
@@ -260,6 +261,8 @@ _ARENA_ALIGN = 4096
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
 #: Types whose Parquet PLAIN values are their Arrow buffer (see ``OpenPart._read_direct``).
 _FIXED = (pa.int64(), pa.int32(), pa.float64(), pa.float32())
+#: Parquet's physical type id of BYTE_ARRAY (VARCHAR's)
+_BYTE_ARRAY = 6
 #: The encodings a chunk of such a REQUIRED column lists (RLE: its levels, none here).
 _PLAIN_ONLY = {"PLAIN", "RLE"}
 #: The longest page header taken for one (pyarrow's, with statistics, are under 100 bytes).
@@ -716,6 +719,9 @@ class OpenPart:
         self._index = {c: js[0] for c, js in self._leaves.items() if len(js) == 1}
         self._pages: dict[tuple[int, int], list[PageSpan] | None] = {}
         self._described: dict[int, Any] = {}  # leaf -> granule_schema (see described)
+        #: VARCHAR leaves a chunk of which held strings of several lengths (see
+        #: _read_strings): read through pyarrow
+        self._varying: set[int] = set()
         #: (row group, columns) whose ciphertext :meth:`prefetch` asked the OS for and no
         #: read has used yet: that read gives no second hint
         self._advised: set[tuple[int, tuple[str, ...]]] = set()
@@ -1363,6 +1369,23 @@ class OpenPart:
         with no dictionary, and the part's page index (authenticated with it) has its
         pages; None otherwise. A data page of a REQUIRED column has no levels, so its body
         is its values: the last ``rows * width`` bytes before the next page."""
+        spans = self._plain_pages(rg, j)
+        if spans is None:
+            return None
+        out, at = [], spans[0].start
+        for p in spans:
+            body = p.rows * width
+            # a page header is a few dozen bytes: anything else is not such a page
+            if p.start != at or not 0 < p.end - p.start - body <= _HEADER_MAX:
+                return None
+            out.append((p.end - body, p.end))
+            at = p.end
+        return out
+
+    def _plain_pages(self, rg: int, j: int) -> list[PageSpan] | None:
+        """The pages of leaf ``j``'s chunk in row group ``rg`` from the part's page index,
+        when the chunk is uncompressed and PLAIN encoded with no dictionary, and its pages
+        run from the chunk's start to its end holding its rows; None otherwise."""
         if self._lookup is not None:
             codec, encodings = self._lookup.codec(rg, j)
         else:
@@ -1378,39 +1401,64 @@ class OpenPart:
         start, end, _compressed = self._chunk_info(rg, j)
         if not spans or spans[0].start != start or spans[-1].end != end:
             return None
-        out, at, rows = [], start, 0
+        rows = 0
         for p in spans:
-            body = p.rows * width
-            # a page header is a few dozen bytes: anything else is not such a page
-            if p.dictionary or p.start != at or not 0 < p.end - p.start - body <= _HEADER_MAX:
+            if p.dictionary:
                 return None
-            out.append((p.end - body, p.end))
-            at, rows = p.end, rows + p.rows
+            rows += p.rows
         if rows != self.rows(rg) or rows != self._values(rg, j):
             return None
-        return out
+        return spans
+
+    def _one_width_field(self, column: str) -> pa.Field | None:
+        """The Arrow field of ``column`` if it is a flat VARCHAR column (REQUIRED or not)
+        read by pyarrow as ``string``: its chunks of strings of one length decode through
+        :func:`~._granule.decode_one_width_chunk`."""
+        j = self._index.get(column)
+        if j is None:
+            return None
+        described = self.described(j)
+        if described is None or described[0] != pa.string() or described[1] != _BYTE_ARRAY:
+            return None
+        if self._arrow is None:
+            self._arrow = self.meta.schema.to_arrow_schema()
+        i = self._arrow.get_field_index(column)
+        if i < 0 or self._arrow.field(i).type != described[0]:
+            return None
+        return self._arrow.field(i)
 
     def _read_direct(self, row_groups: list[int], columns: list[str]) -> pa.Table | None:
         """``columns`` of ``row_groups`` with no Parquet reader, when every one is stored
         as its values (:meth:`_fixed_width`, :meth:`_fixed_pages`), and that buffer is
-        the Arrow array. Encrypted, each column chunk is decrypted (every segment
+        the Arrow array, or is a VARCHAR column of uncompressed PLAIN pages
+        (:meth:`_one_width_field`, :meth:`_plain_pages`) whose chunks' strings each have
+        one length. Encrypted, each column chunk is decrypted (every segment
         authenticating before the call returns) into a buffer of its own size, its
         pages' values moved together over their headers; plain (a local file), one
         ``preadv`` per chunk reads each page's values into their place in the buffer and
         its header aside. Decoding through pyarrow cost a Parquet reader per read and a
         copy of every value into fresh memory (a cold ``sum`` of a 10M-row BIGINT
-        column: about a fifth of the encrypted scan threads' CPU). None when a column or
-        chunk is not such (read as usual)."""
-        fields, plan = [], []
+        column: about a fifth of the encrypted scan threads' CPU). A string chunk is
+        decrypted (or read) into the thread's arena and its strings copied once into the
+        array (:func:`~._granule.decode_one_width_chunk`). None when a column or chunk
+        is not such (read as usual)."""
+        fields: list[pa.Field] = []
+        plan: list[tuple[int, int, Any]] = []
         for c in columns:
             field = self._fixed_width(c)
-            if field is None:
-                return None
+            strings = field is None
+            if strings:
+                field = self._one_width_field(c)
+                if field is None:
+                    return None
+            assert field is not None
             fields.append(field)
-            width = field.type.bit_width // 8
             j = self._index[c]
+            if strings and j in self._varying:
+                return None
             for rg in row_groups:
-                pages = self._fixed_pages(rg, j, width)
+                pages: Any = (self._plain_pages(rg, j) if strings
+                              else self._fixed_pages(rg, j, field.type.bit_width // 8))
                 if pages is None:
                     return None
                 plan.append((rg, j, pages))
@@ -1431,11 +1479,17 @@ class OpenPart:
             for k, (rg, j, pages) in enumerate(plan):
                 start, end, _compressed = self._chunk_info(rg, j)
                 lo, hi = min(lo, start), max(hi, end)
+                field = fields[k // len(row_groups)]
+                if field.type == pa.string():
+                    arr = self._read_strings(start, end, pages, field, j)
+                    if arr is None:
+                        return None
+                    arrays[k // len(row_groups)].append(arr)
+                    continue
                 buf = pa.allocate_buffer(end - start)
                 view = memoryview(buf).cast("B")
                 try:  # the chunk's bytes, every segment authenticated, or an error
-                    if f.preadinto(view, start, advise=False, parallel=False) != end - start:
-                        raise CatalogError(f"short read at offset {start} of {f.name}")
+                    self._read_chunk(view, start)
                     at = 0
                     for a, b in pages:  # each page's values over the headers before it
                         if a - start != at:
@@ -1443,7 +1497,6 @@ class OpenPart:
                         at += b - a
                 finally:
                     view.release()
-                field = fields[k // len(row_groups)]
                 arrays[k // len(row_groups)].append(pa.Array.from_buffers(
                     field.type, at * 8 // field.type.bit_width, [None, buf.slice(0, at)],
                     null_count=0))
@@ -1454,8 +1507,39 @@ class OpenPart:
                                      zip(arrays, fields, strict=True)],
                                     schema=pa.schema(fields))
 
+    def _read_chunk(self, view: memoryview, start: int) -> None:
+        """The part's bytes at ``start`` into ``view``: on an encrypted disk every segment
+        authenticated (or an error), on a plain one read with ``pread``."""
+        if self._sealed:
+            got = self._handle.preadinto(view, start, advise=False, parallel=False)
+        else:
+            got = os.preadv(self._handle.fileno(), [view], start)
+        if got != len(view):
+            raise CatalogError(f"short read at offset {start} of {self.part.path}")
+
+    def _read_strings(self, start: int, end: int, pages: list[PageSpan], field: pa.Field,
+                      j: int) -> pa.Array | None:
+        """A VARCHAR chunk (``start..end`` in the file, its ``pages``) read into the
+        thread's arena (decrypted, authenticated) and decoded from there
+        (:func:`~._granule.decode_one_width_chunk` copies every string out: the arena is
+        reused); None if its strings are not all of one length (or anything else that
+        decoder does not take), and the part's later reads of the column go through
+        pyarrow at once."""
+        pooled = _take_arena()
+        view = pooled.view(end - start)
+        try:
+            self._read_chunk(view, start)
+            arr = decode_one_width_chunk(view, start, pages, field.type,
+                                         bool(self.described(j)[4]))
+            if arr is None:  # strings of several lengths, most likely in every chunk
+                self._varying.add(j)
+            return arr
+        finally:
+            view.release()
+            _give_back(pooled)
+
     def _read_values(self, row_groups: list[int], fields: list[pa.Field],
-                     plan: list[tuple[int, int, list[tuple[int, int]]]]) -> pa.Table:
+                     plan: list[tuple[int, int, Any]]) -> pa.Table | None:
         """:meth:`_read_direct` of a plain part's local file: per column chunk one
         ``preadv`` puts each page's values at their place in a buffer of the values' size
         (the headers between them into a scratch buffer), so the kernel's copy from the
@@ -1467,11 +1551,17 @@ class OpenPart:
         arrays: list[list[pa.Array]] = [[] for _ in fields]
         prefixes: dict[tuple[int, int], bytes] = {}  # (values' bytes, width) -> header start
         for k, (rg, j, pages) in enumerate(plan):
-            start = self._chunk_info(rg, j)[0]
+            start, end, _compressed = self._chunk_info(rg, j)
+            field = fields[k // len(row_groups)]
+            if field.type == pa.string():  # (each page header parsed and checked)
+                arr = self._read_strings(start, end, pages, field, j)
+                if arr is None:
+                    return None
+                arrays[k // len(row_groups)].append(arr)
+                continue
             size = sum(b - a for a, b in pages)
             buf = pa.allocate_buffer(size)
             view = memoryview(buf).cast("B")
-            field = fields[k // len(row_groups)]
             width = field.type.bit_width // 8
             # the pages' headers, one after another (the bytes between the values)
             scratch = memoryview(bytearray(pages[-1][1] - start - size))

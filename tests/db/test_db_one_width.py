@@ -1,0 +1,271 @@
+"""VARCHAR column chunks whose strings all have one length (hashes, UUIDs, codes), read
+whole by a scan: decrypted (or read) into the arena and decoded in one strided copy per
+chunk, without pyarrow's Parquet reader; anything else goes through pyarrow as before."""
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cryptdisk
+from cryptdisk.db import _blocks, _granule
+from cryptdisk.db import _partread as _parts
+from cryptdisk.db import _parts as writer
+from cryptdisk.errors import AuthenticationError
+from cryptdisk.format import HEADER_SIZE
+
+#: (name, SQL of the VARCHAR column from i) of one length each: ASCII hashes, two-byte
+#: characters, empty strings, long strings
+_ONE_WIDTH = {
+    "md5": "md5(i::VARCHAR)",
+    "accents": "translate(md5(i::VARCHAR), '0123456789abcdef', 'àáâãäåæçèéêëìíîï')",
+    "empty": "''",
+    "long": "repeat(md5(i::VARCHAR), 10)",
+}
+
+
+def _as_values(monkeypatch):
+    """Parts written uncompressed and without dictionaries, as hashes are (and as a
+    column of few distinct values is not)."""
+    monkeypatch.setattr(writer, "COMPRESSION_MIN_SAVING", 2.0)  # nothing saves 200%
+    monkeypatch.setattr(writer, "dictionary_columns", lambda *a: [])
+    monkeypatch.setattr(_blocks, "dictionary_columns", lambda *a: [])
+    # (a small insert's sample is not judged: every column LZ4)
+    monkeypatch.setattr(writer, "column_compression", lambda *a: "NONE")
+    monkeypatch.setattr(_blocks, "column_compression", lambda *a: "NONE")
+
+
+def _table(db, monkeypatch, column_sql, policy="default", nulls=False, rows=50_000,
+           group_rows=10_000):
+    """A one-part table t (c_int BIGINT, c_str VARCHAR) of ``rows`` rows in row groups of
+    ``group_rows``, stored uncompressed and without a dictionary; c_str is ``column_sql``
+    (NULL every 7th row if ``nulls``)."""
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", group_rows)
+    _as_values(monkeypatch)
+    db.sql(f"CREATE TABLE t (c_int BIGINT, c_str VARCHAR) SETTINGS storage_policy = '{policy}'")
+    value = f"CASE WHEN i % 7 = 3 THEN NULL ELSE {column_sql} END" if nulls else column_sql
+    select = f"SELECT i::BIGINT, {value} FROM range({rows}) r(i)"
+    db.sql("INSERT INTO t " + select)
+    part = db.table("t").parts[0]
+    return part, db.config.disks[part.disk], select
+
+
+@pytest.mark.parametrize("policy", ["default", "plain"])
+@pytest.mark.parametrize("nulls", [False, True])
+@pytest.mark.parametrize("kind", sorted(_ONE_WIDTH))
+def test_strings_of_one_width_are_read_without_pyarrows_reader(db, monkeypatch, kind, nulls,
+                                                               policy):
+    """Every row group read (one, several, with the BIGINT beside) equals pyarrow's
+    decoding of the chunk, and no Parquet reader is built (before, every read of a
+    VARCHAR chunk went through one: this failed); the SQL answers equal DuckDB's."""
+    part, disk, select = _table(db, monkeypatch, _ONE_WIDTH[kind], policy, nulls)
+    want = _parts.read_part(disk, part, ["c_int", "c_str"])  # (pyarrow's reader)
+    op = _parts.open_part(disk, part)
+    decoded = []
+    real = _parts._read_row_groups
+    monkeypatch.setattr(_parts, "_read_row_groups", lambda *a: decoded.append(a[2]) or real(*a))
+    try:
+        assert op.num_row_groups == 5
+        assert bool(op.described(op._index["c_str"])[4]) == nulls  # OPTIONAL with NULLs
+        got = pa.concat_tables([op.read([0, 1, 2], ["c_str"]), op.read([3], ["c_str"]),
+                                op.read([4], ["c_str"])])
+        both = op.read([2, 3], ["c_int", "c_str"])
+        assert decoded == []
+    finally:
+        op.close()
+    assert got.column("c_str").to_pylist() == want.column("c_str").to_pylist()
+    assert got.schema.field("c_str").type == pa.string()
+    assert both.equals(want.slice(20_000, 20_000).combine_chunks()) or (
+        both.to_pylist() == want.slice(20_000, 20_000).to_pylist())
+    for chunk in got.column("c_str").chunks:
+        chunk.validate(full=True)
+    sql = ("SELECT substr(c_str, 1, 2) AS p, count(*) AS n, count(c_str), min(c_str), "
+           "max(c_str) FROM t GROUP BY p ORDER BY p")
+    assert db.query(sql) == db.con.sql(sql.replace("FROM t", f"FROM ({select}) s(c_int, c_str)")
+                                       ).fetchall()
+
+
+@pytest.mark.parametrize("policy", ["default", "plain"])
+def test_strings_of_several_lengths_go_through_pyarrow_once_tried(db, monkeypatch, policy):
+    """A chunk whose strings differ in length is not decoded here: the read goes through
+    pyarrow's reader (same answers), and the part's later reads of the column go there at
+    once, without reading the chunk for this decoder first."""
+    part, disk, _select = _table(db, monkeypatch, "md5(i::VARCHAR)[: 1 + i % 32]", policy)
+    want = _parts.read_part(disk, part, ["c_str"])
+    op = _parts.open_part(disk, part)
+    tried = []
+    real = _granule.decode_one_width_chunk
+    monkeypatch.setattr(_parts, "decode_one_width_chunk",
+                        lambda *a: tried.append(1) or real(*a))
+    try:
+        got = pa.concat_tables([op.read([rg], ["c_str"]) for rg in range(op.num_row_groups)])
+    finally:
+        op.close()
+    assert got.column(0).to_pylist() == want.column(0).to_pylist()
+    assert tried == [1]
+
+
+def test_a_tampered_segment_of_a_string_chunk_fails_the_read(tmp_path, db, monkeypatch):
+    """Every segment of a string chunk authenticates before the decoder sees it: a byte
+    changed inside row group 2's c_str chunk fails that read with the segment's error,
+    and the SQL query fails the same way."""
+    part, disk, _select = _table(db, monkeypatch, _ONE_WIDTH["md5"])
+    op = _parts.open_part(disk, part)
+    seg = op._segment
+    start, end, _compressed = op._chunk_info(2, op._index["c_str"])
+    index = (start + end) // 2 // seg
+    op.close()
+    full = tmp_path / "db" / "data" / part.path
+    data = bytearray(full.read_bytes())
+    data[HEADER_SIZE + index * (seg + 16) + 9] ^= 1
+    full.write_bytes(bytes(data))
+    op = _parts.open_part(disk, part)
+    try:
+        with pytest.raises(AuthenticationError, match=f"segment {index}"):
+            op.read([2], ["c_str"])
+        assert op.read([0], ["c_str"]).num_rows == 10_000  # the others still read
+    finally:
+        op.close()
+    db.cache.clear()
+    with pytest.raises(AuthenticationError, match=f"segment {index}"):
+        db.query("SELECT count(DISTINCT substr(c_str, 1, 3)) FROM t")
+
+
+def test_pages_that_do_not_tile_the_chunk_are_refused(db, monkeypatch):
+    """A plain part's page index is not authenticated: spans moved by a few bytes (so the
+    values would start inside a header or a string), a page missing, or a header changed
+    make the decoder refuse the chunk (None: pyarrow reads it whole), never misread it;
+    a byte changed anywhere gives None or the chunk's rows, never an exception."""
+    part, disk, _select = _table(db, monkeypatch, _ONE_WIDTH["md5"], "plain", rows=20_000)
+    op = _parts.open_part(disk, part)
+    try:
+        j = op._index["c_str"]
+        pages = op._plain_pages(0, j)
+        start, end, _compressed = op._chunk_info(0, j)
+        chunk = bytes(op._handle.read_at(end - start, start))
+        want = op.read([0], ["c_str"]).column(0).chunk(0)
+    finally:
+        op.close()
+    assert len(pages) >= 2
+    decode = _granule.decode_one_width_chunk
+    assert decode(chunk, start, pages, pa.string(), False).equals(want)
+    P = _granule.PageSpan
+    for shift in (-8, -4, -1, 1, 4, 8):
+        moved = list(pages)
+        p, q = moved[0], moved[1]
+        moved[0] = P(p.start, p.end + shift, p.first_row, p.rows, False)
+        moved[1] = P(q.start + shift, q.end, q.first_row, q.rows, False)
+        assert decode(chunk, start, moved, pa.string(), False) is None, shift
+    assert decode(chunk, start, pages[1:], pa.string(), False) is None
+    assert decode(chunk[: pages[-1].start - start], start, pages[:-1], pa.string(),
+                  False) is not None  # (a chunk of the first pages alone decodes)
+    assert decode(chunk, start, pages, pa.binary(), False).to_pylist() == [
+        s.encode() for s in want.to_pylist()]
+    assert decode(chunk, start, pages, pa.int64(), False) is None
+    import random
+    rng = random.Random(7)
+    for _ in range(300):
+        damaged = bytearray(chunk)
+        at = rng.randrange(len(damaged))
+        damaged[at] = rng.randrange(256)
+        got = decode(bytes(damaged), start, pages, pa.string(), False)
+        assert got is None or len(got) == len(want)
+
+
+def test_one_width_text_that_is_not_utf8_is_not_decoded_here():
+    """The text is checked: ASCII at once, anything else value by value; a chunk of
+    binary values of one width read as VARCHAR gives None (pyarrow's reader judges it)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    def chunk_of(values, typ):
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"s": pa.array(values, typ)}), sink, compression="NONE",
+                       use_dictionary=False, data_page_size=64, write_batch_size=8,
+                       write_statistics=False)
+        raw = sink.getvalue()
+        meta = pq.ParquetFile(pa.BufferReader(raw)).metadata
+        col = meta.row_group(0).column(0)
+        start, end = _parts._chunk_start_end(col)
+        spans = _granule.page_spans(lambda o, n: raw[o : o + n], start, end, col.num_values)
+        return raw[start:end], start, spans
+
+    good = ["日本語", None, "ßßßßa"] * 30  # (9 bytes each; NULLs: levels before them)
+    chunk, base, spans = chunk_of(good, pa.string())
+    assert len(spans) > 1
+    assert _granule.decode_one_width_chunk(chunk, base, spans, pa.string(),
+                                           True).to_pylist() == good
+    bad = [b"\xff\xfe\xfd\xfc"] * 20
+    chunk, base, spans = chunk_of(bad, pa.binary())
+    assert _granule.decode_one_width_chunk(chunk, base, spans, pa.string(), True) is None
+    assert _granule.decode_one_width_chunk(chunk, base, spans, pa.binary(),
+                                           True).to_pylist() == bad
+
+
+_SETTINGS = settings(max_examples=15, deadline=None, database=None,
+                     suppress_health_check=[HealthCheck.too_slow,
+                                            HealthCheck.function_scoped_fixture,
+                                            HealthCheck.data_too_large])
+
+
+@st.composite
+def _tables(draw):
+    letters = draw(st.sampled_from(["ab", "xyz09", "éß", "日本", "😀a"]))
+    width = draw(st.integers(0, 40))
+    char = st.sampled_from(list(letters))
+    one = st.lists(char, min_size=width, max_size=width).map("".join)
+    if len({len(c.encode()) for c in letters}) > 1:  # one length in bytes: one character
+        one = st.lists(st.just(letters[0]), min_size=width, max_size=width).map("".join)
+    nulls = draw(st.booleans())
+    value = st.one_of(st.none(), one) if nulls else one
+    inserts = draw(st.lists(st.lists(value, max_size=70), min_size=1, max_size=3))
+    return inserts, draw(st.sampled_from(["default", "plain"])), draw(st.booleans())
+
+
+@_SETTINGS
+@given(table=_tables(), data=st.data())
+def test_one_width_strings_answer_as_duckdb(tmp_path_factory, monkeypatch, table, data):
+    """Random tables of strings of one length (ASCII, two-, three- and four-byte
+    characters, empty, up to 40 characters; NULLs or not; several inserts, so several
+    parts; row groups of 16 rows in pages of 4; encrypted or plain; cache on or off):
+    GROUP BY, ORDER BY, count, min, max, filters and LIMIT answer as DuckDB does over the
+    same rows, cold and warm."""
+    inserts, policy, cache = table
+    monkeypatch.setattr(writer, "GRANULE_ROWS", 4)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 16)
+    _as_values(monkeypatch)
+    direct = []
+    real = _granule.decode_one_width_chunk
+    monkeypatch.setattr(_parts, "decode_one_width_chunk",
+                        lambda *a: direct.append(1) or real(*a))
+    path = tmp_path_factory.mktemp("ow") / "db"
+    ref = duckdb.connect()
+    with cryptdisk.connect(path, cache_bytes=(64 << 20) if cache else 0) as db:
+        db.sql(f"CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY (k) "
+               f"SETTINGS storage_policy = '{policy}'")
+        ref.execute("CREATE TABLE t (k BIGINT, s VARCHAR)")
+        k = 0
+        for rows in inserts:
+            values = []
+            for v in rows:
+                values.append(f"({k}, {'NULL' if v is None else repr(v)})")
+                k += 1
+            sql = (f"INSERT INTO t VALUES {', '.join(values)}" if values
+                   else "INSERT INTO t SELECT * FROM t WHERE false")
+            db.sql(sql)
+            ref.execute(sql)
+        cut = data.draw(st.integers(0, max(k, 1)))
+        queries = [
+            "SELECT substr(s, 1, 2) AS p, count(*) AS n FROM t GROUP BY p ORDER BY p NULLS FIRST",
+            "SELECT k, s FROM t ORDER BY k",
+            "SELECT count(s), count(*), min(s), max(s), sum(length(s)) FROM t",
+            f"SELECT k, s FROM t WHERE k >= {cut} ORDER BY k LIMIT 5",
+            "SELECT s, count(*) FROM t GROUP BY s ORDER BY s NULLS FIRST",
+        ]
+        for _round in range(2):  # cold, then warm (from the cache when it is on)
+            for q in queries:
+                assert db.query(q) == ref.execute(q).fetchall(), q
+    ref.close()
+    assert direct or k == 0
