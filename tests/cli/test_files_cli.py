@@ -472,3 +472,45 @@ def test_replacing_a_log_in_place_removes_its_saved_last_segment(tmp_path, keyfi
         assert r.returncode == 0, r.stderr
         assert run("cat", str(log), "--key-file", str(keyfile)).stdout == b"new\n"
     assert not tail.exists()
+
+
+def test_decrypt_refuses_an_encrypted_sqlite_database_whose_commits_are_in_its_wal(
+        tmp_path, keyfile):
+    """`decrypt app.db out.db` of an encrypted SQLite database in WAL mode decrypted the
+    database file alone and exited 0: every commit not yet checkpointed (here, the table
+    itself) was missing from out.db. It now refuses, pointing to `cryptdisk sqlite
+    decrypt`, and writes nothing; with an empty WAL (all checkpointed) it decrypts."""
+    import shutil
+    import sqlite3
+
+    import cryptdisk.sqlite as csql
+    from cryptdisk import Key, Keyring
+    from cryptdisk.keys import key_from_file
+
+    live, db = tmp_path / "live", tmp_path / "app.db"
+    live.mkdir()
+    conn = csql.connect(str(live / "app.db"), keyring=Keyring([Key(1, key_from_file(
+        str(keyfile)))]))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES ('committed')")
+    for suffix in ("", "-wal"):  # as a crash would leave them
+        shutil.copy(str(live / "app.db") + suffix, str(db) + suffix)
+    conn.close()
+    out = tmp_path / "out.db"
+    r = run("decrypt", str(db), str(out), "--key-file", str(keyfile))
+    _no_traceback(r)
+    assert r.returncode == 1 and not out.exists()
+    assert r.stderr.decode().splitlines()[0] == (
+        f"cryptdisk: error: {db} has a wal beside it ({db}-wal): an encrypted SQLite "
+        "database whose latest changes are there, which decrypting the file alone would "
+        "leave out")
+    assert b"cryptdisk sqlite decrypt" in r.stderr
+    r = run("sqlite", "decrypt", str(db), str(out), "--key-file", str(keyfile))
+    assert r.returncode == 0, r.stderr
+    with sqlite3.connect(out) as plain:
+        assert plain.execute("SELECT v FROM t").fetchall() == [("committed",)]
+    os.truncate(str(db) + "-wal", 0)  # nothing left in it
+    r = run("decrypt", str(db), str(tmp_path / "whole.db"), "--key-file", str(keyfile))
+    assert r.returncode == 0, r.stderr

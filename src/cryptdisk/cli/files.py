@@ -25,6 +25,7 @@ from ..format import (
     new_header,
     open_file,
     open_header,
+    read_header,
     remove_tail,
 )
 from ._args import segment_size
@@ -279,7 +280,30 @@ def _decrypt_to(args: argparse.Namespace, path: str, out: IO[bytes]) -> None:
         _copy(f, out)
 
 
+def _refuse_sqlite_with_changes_beside(path: str) -> None:
+    """Refuse a mutable file with a non-empty ``-wal`` or ``-journal`` beside it: an
+    encrypted SQLite database whose latest commits (or a transaction to roll back) are
+    in that file, which decrypting the database file alone would leave out."""
+    if path == "-":
+        return
+    for suffix in ("-wal", "-journal"):
+        try:
+            if os.path.getsize(path + suffix) == 0:
+                continue
+            with open(path, "rb") as f:
+                if read_header(f, path).kind not in Kind.WRITABLE:
+                    return
+        except (OSError, CryptdiskError):
+            continue  # no such file beside it, or not a cryptdisk file: decrypt says so
+        raise CryptdiskError(f"{path} has a {suffix[1:]} beside it ({path}{suffix}): an "
+                             "encrypted SQLite database whose latest changes are there, "
+                             "which decrypting the file alone would leave out",
+                             hint=f"use 'cryptdisk sqlite decrypt {path} OUTPUT', which "
+                             "reads them through SQLite")
+
+
 def cmd_decrypt(args: argparse.Namespace) -> int:
+    _refuse_sqlite_with_changes_beside(args.input)
     if args.output == "-" or _check_output(args):
         with _stream_output(args.output) as out:
             _refuse_tty(out, args.force, "decrypted binary data")
