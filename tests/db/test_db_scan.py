@@ -465,6 +465,26 @@ def test_top_n_by_a_column_that_is_not_the_key_reads_granules_only(db, monkeypat
     assert db.last_scans["u"]["row_groups_read"] >= 4  # whole
 
 
+def test_a_top_n_by_granules_ends_its_plan_at_the_first_beaten_granule(db, monkeypatch):
+    """Granules are ranked best-first (in NumPy), so the first one the rows seen beat ends
+    the plan: of 100 granules, a handful are looked at, not each of the others in turn."""
+    from cryptdisk.db._scan import _Stream
+
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR), (i * 7919) % 10007 FROM range(10000) r(i)")
+    looked = []
+    beaten = _Stream._beaten
+    monkeypatch.setattr(_Stream, "_beaten", lambda self, bound, top: (
+        looked.append(bound), beaten(self, bound, top))[1])
+    want = db.con.sql("SELECT i FROM range(10000) r(i) ORDER BY (i * 7919) % 10007 DESC "
+                      "LIMIT 3").fetchall()
+    assert db.query("SELECT c_int FROM t ORDER BY c_float DESC LIMIT 3") == want
+    assert db.last_scans["t"]["granule_reads"] <= 2 + scan_workers()
+    assert len(looked) <= 2 * (3 + scan_workers()), len(looked)  # of 100 granules
+
+
 _EXTREMES = [
     "SELECT min(k), max(k) FROM {t}",
     "SELECT max(k) - min(k) AS spread, min({t}.k) FROM {t}",

@@ -114,6 +114,10 @@ class ColumnCache:
         key = (part_id, column)
         return key in self._offered and not _same(self._offered.get(key), statement)
 
+    def offers(self) -> int:
+        """How many entries were offered once and not kept (see :meth:`offered`)."""
+        return len(self._offered)
+
     def offer(self, part_id: str, column: str, statement: int | None = None) -> None:
         """Count a read of part of an entry (a granule of a row group) by ``statement`` as
         a first offer, so that another statement's read of the whole entry keeps it."""
@@ -238,6 +242,9 @@ class StatementCache:
 
     def offer(self, part_id: str, column: str) -> None:
         self.cache.offer(part_id, column, self.statement)
+
+    def offers(self) -> int:
+        return self.cache.offers()
 
     def __len__(self) -> int:
         return len(self.cache)

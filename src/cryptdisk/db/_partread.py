@@ -736,7 +736,8 @@ class OpenPart:
         #: row group -> its key column being read ahead of a statement (see OpenParts)
         self.key_reads: dict[int, Any] = {}
         #: column -> its granules' bounds (see :meth:`column_granules`), decoded once
-        self._column_granules: dict[str, list[list[tuple[int, int, Any, Any, int]]] | None] = {}
+        self._column_granules: dict[str, tuple[list[int], Any, Any, Any, Any, Any, Any]
+                                    | None] = {}
 
     @property
     def meta(self) -> pq.FileMetaData:
@@ -934,31 +935,33 @@ class OpenPart:
             self._granules[column] = got
             return got
 
-    def column_granules(self, column: str) -> list[list[tuple[int, int, Any, Any, int]]] | None:
-        """Per row group, its granules of ``column`` in row order, each ``(first row, end
-        row, minimum, maximum, facts)`` (NaN and NULL left out of the bounds; the facts
-        say whether the granule holds a NULL, a NaN, or no number: see
-        :data:`~._parts.COLUMN_GRANULES_KEY`), from the part's authenticated footer
-        (or its lookup block); None if the part has no such bounds of ``column``."""
-        try:  # (no lock: decoding twice gives the same lists)
+    def column_granules(self, column: str) -> tuple[list[int], Any, Any, Any, Any, Any, Any] | None:
+        """``column``'s granule bounds (see :data:`~._parts.COLUMN_GRANULES_KEY`), from the
+        part's authenticated footer (or its lookup block), as ``(starts, row groups,
+        first rows, end rows, minima, maxima, facts)``: NumPy arrays with one entry per
+        granule in row order (``starts[rg]``: the index of row group ``rg``'s first one),
+        the bounds without NaN and NULL, the facts saying whether the granule holds a
+        NULL, a NaN or no number. None if the part has no such bounds of ``column``."""
+        try:  # (no lock: decoding twice gives the same arrays)
             return self._column_granules[column]
         except KeyError:
             pass
         found = column_granules(self.kv, column, self.num_row_groups, self._num_rows)
         got = None
         if found is not None:
+            import numpy as np
+
             g, groups, mins, maxs, facts = found
             if groups != [self.rows(rg) for rg in range(self.num_row_groups)]:
                 self._column_granules[column] = None  # not this part's row groups
                 return None
-            mins, maxs, facts = mins.tolist(), maxs.tolist(), facts.tolist()
-            got, k = [], 0
-            for rows in groups:
-                here = []
-                for first in range(0, rows, g):
-                    here.append((first, min(rows, first + g), mins[k], maxs[k], facts[k]))
-                    k += 1
-                got.append(here)
+            sizes = np.array(groups, dtype=np.int64)
+            counts = -(-sizes // g)
+            starts = np.concatenate([[0], np.cumsum(counts)])
+            rgs = np.repeat(np.arange(len(groups), dtype=np.int64), counts)
+            first = (np.arange(int(starts[-1]), dtype=np.int64) - starts[:-1][rgs]) * g
+            end = np.minimum(first + g, sizes[rgs])
+            got = (starts.tolist(), rgs, first, end, mins, maxs, facts)
         self._column_granules[column] = got
         return got
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import bisect
 import collections
+import heapq
 import itertools
 import operator
 import os
@@ -1097,6 +1098,37 @@ def _key_span(col: pa.Array, filters: list[Filter]) -> tuple[int, int] | None:
     return (0, 0) if not len(found) else (int(found[0]), int(found[-1]) + 1)
 
 
+def _ranked_granules(blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]], top: TopN
+                     ) -> tuple[Iterator[tuple[Any, OpenPart, int, Any]], Any]:
+    """The granules of ``blocks`` (see ``_Stream._granule_tasks``) best-first by their
+    bound, as :meth:`_Stream._top_tasks` hands them out (made one by one as they are
+    taken), and a value the ``limit``-th best row is at least as good as from their
+    bounds alone (see ``_Stream._bound_from_statistics``; None if they hold fewer rows
+    within their bounds)."""
+    ops = [b[0] for b in blocks]
+    bound, edge, exact, rgs, first, end = (np.concatenate([b[k] for b in blocks])
+                                           for k in range(1, 7))
+    which = np.repeat(np.arange(len(blocks)), [len(b[1]) for b in blocks])
+    order = np.argsort(bound, kind="stable")
+    if top.descending:
+        order = order[::-1]
+    static = None
+    if len(order):
+        exact_sorted = exact[order]
+        rows = np.cumsum(np.where(exact_sorted, (end - first)[order], 0))
+        j = int(np.searchsorted(rows, top.limit))
+        if j < len(rows):
+            edges = edge[order[: j + 1]][exact_sorted[: j + 1]]
+            static = (edges.min() if top.descending else edges.max()).item()
+
+    def plan() -> Iterator[tuple[Any, OpenPart, int, Any]]:
+        for i in order.tolist():
+            yield (bound[i].item(), ops[which[i]], int(rgs[i]),
+                   (int(first[i]), int(end[i]), edge[i].item(), bool(exact[i])))
+
+    return plan(), static
+
+
 def _numbers(col: pa.Array) -> Any:
     """The non-null values of an integer or floating array as numpy, NaN left out; else None."""
     typ = col.type
@@ -1203,19 +1235,23 @@ class _Stream:
         ``first..end`` of the row group (a granule; the whole row group when it was read
         before, so the cache keeps it), ranked by its granules' bounds
         (:meth:`OpenPart.column_granules`), ``edge`` the worst of them and ``exact``
-        whether every row lies within them (no NULL, no NaN)."""
+        whether every row lies within them (no NULL, no NaN). The plan ends at the first
+        ranked one that the statistics' bound or the rows seen so far beat (every later
+        one is beaten as well)."""
         scan = self.scan
         typ = scan._types[top.column]
         floating = pa.types.is_floating(typ)
         desc = top.descending
         granular = not scan.derived and scan.where is None
         ranked: list[tuple[Any, OpenPart, int, Any]] = []
+        blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]] = []
         for op, groups in self._part_groups():
             # (granule bounds first: the column's statistics are in the Parquet footer,
             # which a part opened by its lookup block then need not parse)
             grains = op.column_granules(top.column) if granular else None
             if grains is not None:
-                yield from self._granule_tasks(op, groups, grains, top, floating, ranked)
+                yield from self._granule_tasks(op, groups, grains, top, floating, ranked,
+                                               blocks)
                 continue
             bounds = op.null_free_bounds(top.column)
             if bounds is not None:  # a key's bounds: every row group ranked, in C
@@ -1232,52 +1268,67 @@ class _Stream:
                 else:
                     ranked.append((st[1] if desc else st[0], op, rg, None))
         ranked.sort(key=operator.itemgetter(0), reverse=desc)
-        self._static = static = self._bound_from_statistics(ranked, top, floating)
-        for i, (bound, op, rg, span) in enumerate(ranked):
-            if static is not None and (bound < static if desc else bound > static):
-                # ranked best-first: every row group after this one is beaten as well
-                scan.row_groups_skipped += sum(1 for r in ranked[i:] if r[3] is None)
+        static = self._bound_from_statistics(ranked, top, floating)
+        plan: Iterator[tuple[Any, OpenPart, int, Any]] = iter(ranked)
+        if blocks:  # granules, ranked in NumPy, merged with the row groups
+            granules, bound = _ranked_granules(blocks, top)
+            if bound is not None and (static is None or (
+                    bound > static if desc else bound < static)):
+                static = bound
+            plan = heapq.merge(ranked, granules, key=operator.itemgetter(0), reverse=desc)
+        self._static = static
+        left = sum(1 for r in ranked if r[3] is None)  # whole row groups not yet handed out
+        for bound, op, rg, span in plan:
+            if self._beaten(bound, top):
+                # ranked best-first: every one after this one is beaten as well
+                scan.row_groups_skipped += left
                 return
+            if span is None:
+                left -= 1
             yield op, rg, (bound, span)
 
-    def _granule_tasks(self, op: OpenPart, groups: list[int], grains: list[list[Any]],
-                       top: TopN, floating: bool, ranked: list[tuple[Any, OpenPart, int, Any]]
+    def _granule_tasks(self, op: OpenPart, groups: list[int], grains: tuple[Any, ...],
+                       top: TopN, floating: bool, ranked: list[tuple[Any, OpenPart, int, Any]],
+                       blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]]
                        ) -> Iterator[tuple[OpenPart, int, Any]]:
         """The granules of ``op``'s row groups ``groups`` for :meth:`_top_tasks`: those
-        without a bound yielded, the others added to ``ranked``. A row group read before
-        (cached, or offered to the cache by a granule read) is one task, read whole."""
+        without a bound yielded, the others added to ``blocks`` (NumPy arrays: the part,
+        bounds, worst edges, whether exact, row groups, first and end rows). A row group
+        read before (cached, or offered to the cache by a granule read) is one task, read
+        whole, added to ``ranked``."""
         scan, desc = self.scan, top.descending
+        starts, rgs, first, end, mins, maxs, facts = grains
         cache = scan._cache
         self._granule_groups += len(groups)
-        for rg in groups:
-            here = grains[rg]
-            whole = cache is not None and (scan.cached(op, rg) or any(
-                cache.offered(f"{op.part.id}/{rg}", c) for c in scan.columns))
-            items: list[tuple[Any, int, int, Any, bool]] = []
-            for first, end, lo, hi, facts in here:
-                if facts & GRANULE_NULL or facts & GRANULE_EMPTY or (
-                        floating and desc and facts & GRANULE_NAN):
-                    items.append((None, first, end, None, False))  # may hold the best rows
-                else:
-                    items.append((hi if desc else lo, first, end, lo if desc else hi,
-                                  not facts & GRANULE_NAN))
-            if whole:
-                rows = here[-1][1]
-                if any(b is None for b, *_r in items):
+        if len(groups) == op.num_row_groups:
+            wanted = np.ones(len(rgs), dtype=bool)
+        else:
+            wanted = np.zeros(len(rgs), dtype=bool)
+            for rg in groups:
+                wanted[starts[rg] : starts[rg + 1]] = True
+        unbounded = (facts & (GRANULE_NULL | GRANULE_EMPTY)) != 0
+        if floating and desc:  # NaN sorts above every number
+            unbounded |= (facts & GRANULE_NAN) != 0
+        if cache is not None and (len(cache) or cache.offers()):
+            for rg in groups:
+                if not (scan.cached(op, rg) or any(
+                        cache.offered(f"{op.part.id}/{rg}", c) for c in scan.columns)):
+                    continue
+                a, b = starts[rg], starts[rg + 1]
+                wanted[a:b] = False
+                rows = int(end[b - 1])
+                if unbounded[a:b].any():
                     yield op, rg, (None, (0, rows, None, False))
                     continue
-                bounds = [b for b, *_r in items]
-                edges = [e for *_r, e, _x in items]
-                best = max(bounds) if desc else min(bounds)
-                worst = min(edges) if desc else max(edges)
-                ranked.append((best, op, rg, (0, rows, worst,
-                                              all(x for *_r, x in items))))
-                continue
-            for bound, first, end, edge, exact in items:
-                if bound is None:
-                    yield op, rg, (None, (first, end, None, False))
-                else:
-                    ranked.append((bound, op, rg, (first, end, edge, exact)))
+                lo, hi = mins[a:b], maxs[a:b]
+                ranked.append(((hi.max() if desc else lo.min()).item(), op, rg,
+                               (0, rows, (lo.min() if desc else hi.max()).item(),
+                                not (facts[a:b] & GRANULE_NAN).any())))
+        for i in np.flatnonzero(unbounded & wanted).tolist():  # may hold the best rows
+            yield op, int(rgs[i]), (None, (int(first[i]), int(end[i]), None, False))
+        keep = wanted & ~unbounded
+        blocks.append((op, (maxs if desc else mins)[keep], (mins if desc else maxs)[keep],
+                       (facts[keep] & GRANULE_NAN) == 0, rgs[keep], first[keep], end[keep]))
 
     def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int, Any]], top: TopN,
                                floating: bool) -> Any:
