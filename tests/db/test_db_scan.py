@@ -906,6 +906,44 @@ def test_a_small_tables_parts_open_while_duckdb_parses(db, small_groups):
     assert db._open_parts._opening == {}
 
 
+def test_a_statement_without_where_opens_a_small_tables_parts_while_duckdb_parses(
+        db, small_groups):
+    """``ORDER BY key LIMIT n``, a LIMIT, a full scan: a statement without WHERE that reads
+    rows opens the parts of a table of at most 4 parts on the scan pool while DuckDB parses
+    it (no key granule read ahead: it names no key to look up); one the catalog may answer
+    without a part (count(*), min/max of the key) or that reads none opens nothing."""
+    from cryptdisk.db import _database
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    for i in range(2):
+        db.sql("INSERT INTO t " + gen(1000, start=1000 * i))
+    ids = [p.id for p in db.table("t").parts]
+    ahead, preopen = [], db._open_parts.preopen
+    db._open_parts.preopen = lambda ps, key, numbers: (
+        ahead.append(([p.id for p in ps], set(numbers))) or preopen(ps, key, numbers))
+    for sql in ("SELECT count(*) FROM t", "SELECT min(c_int), max(c_int) FROM t"):
+        db.query(sql)
+        assert ahead == [] and db._open_parts._opening == {}, sql
+    assert db._open_parts._items == {}
+    for sql in ("DESCRIBE SELECT c_int FROM t", "SELECT max(c_float) FROM t"):
+        db.query(sql)  # (their parts open when their scans read them)
+        assert ahead == [], sql
+    db._open_parts.clear()
+    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 2") == [(0,), (1,)]
+    assert ahead == [(ids, set())]
+    db._open_parts.clear()
+    assert db.query("SELECT sum(c_int) FROM t") == [(sum(range(2000)),)]
+    assert ahead[1:] == [(ids, set())]
+    del db._open_parts.preopen
+    for i in range(2, _database._PREOPEN_PARTS + 1):
+        db.sql("INSERT INTO t " + gen(1000, start=1000 * i))
+    db._open_parts.clear()
+    db._open_parts.preopen = lambda ps, key, numbers: (
+        ahead.append(([p.id for p in ps], set(numbers))) or preopen(ps, key, numbers))
+    assert db.query("SELECT c_int FROM t ORDER BY c_int LIMIT 1") == [(0,)]
+    assert ahead[2:] == []  # 5 parts: opened when the scan knows which it reads
+
+
 def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups):
     """An error opening a part ahead of the statement (here: its file is gone) is the
     statement's error, raised when the scan needs the part."""

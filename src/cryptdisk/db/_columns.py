@@ -22,7 +22,7 @@ from ._names import fold
 __all__ = ["ALL", "UNQUOTED_IDENT", "base_tables", "forget_walks", "has_where",
            "matching_paren",
            "needed_columns", "parse_tree", "parse_tree_text", "referenced_tables",
-           "rewrite_system_tables", "share_walks"]
+           "rewrite_system_tables", "share_walks", "unquoted_words"]
 
 ALL = None  # marker: every column
 #: An unquoted identifier as DuckDB's scanner reads one (PostgreSQL's rule): a letter, ``_``
@@ -57,8 +57,12 @@ def referenced_tables(sql: str, names: set[str]) -> set[str]:
 
 def has_where(sql: str) -> bool:
     """Whether ``sql`` holds the keyword WHERE (outside literals, comments and quotes)."""
-    return any(m.group(3) and m.group(3).lower() == "where"
-               for m in _WORD.finditer(_LITERAL.sub(" ", sql)))
+    return "where" in unquoted_words(sql)
+
+
+def unquoted_words(sql: str) -> set[str]:
+    """The unquoted words of ``sql`` (outside literals, comments and quotes), lower case."""
+    return {m.group(3).lower() for m in _WORD.finditer(_LITERAL.sub(" ", sql)) if m.group(3)}
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -57,7 +57,6 @@ from ._columns import (
     SYSTEM_TABLES,
     base_tables,
     current_settings,
-    has_where,
     needed_columns,
     parse_tree,
     parse_tree_text,
@@ -67,6 +66,7 @@ from ._columns import (
     scalar,
     schema_qualified_tables,
     share_walks,
+    unquoted_words,
 )
 from ._constraints import check_default
 from ._derived import (
@@ -132,13 +132,15 @@ from ._views import parse_view_statement
 __all__ = ["CONNECTION_HOOKS", "Database", "Reader", "add_connection_hook", "connect"]
 
 log = logging.getLogger("cryptdisk.db")
-#: A statement with a WHERE naming a table of at most this many parts opens them (footer
-#: decrypted and checked, key statistics read) on the scan pool while DuckDB parses it (a
-#: selective query's critical path); of a larger table, the parts (at most this many)
-#: whose integer key range holds an integer the statement's text names (a point or range
-#: query's bounds). Other parts, and those of a statement without WHERE (count(*) and
-#: min/max of the key may read none), open when its scan knows which ones it reads.
+#: A statement naming a table of at most this many parts opens them (footer decrypted and
+#: checked, key statistics read) on the scan pool while DuckDB parses it (a cold query's
+#: critical path); with a WHERE, of a larger table, the parts (at most this many) whose
+#: integer key range holds an integer the statement's text names (a point or range
+#: query's bounds). Other parts, and those of a statement without WHERE that names
+#: ``count``, ``min`` or ``max`` (the catalog may answer it without reading a part) or
+#: reads no rows (``DESCRIBE``...), open when its scan knows which ones it reads.
 _PREOPEN_PARTS = 4
+_NO_PREOPEN = frozenset({"count", "min", "max", "describe", "show", "summarize", "explain"})
 _INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
 
 
@@ -147,8 +149,20 @@ def _numbers(sql: str) -> set[int]:
     return {int(n) for n in _INTEGER.findall(sql)[:32]}
 
 
+def _to_preopen(meta: TableMeta, sql: str, words: set[str]) -> tuple[list[Any], set[int]]:
+    """The parts of ``meta`` to open while DuckDB parses ``sql`` (whose unquoted words are
+    ``words``), and the integers its text names, whose key granules are read ahead (see
+    _PREOPEN_PARTS): none without a WHERE."""
+    if "where" in words:
+        return _parts_to_preopen(meta, sql), _numbers(sql)
+    if words & _NO_PREOPEN or len(meta.parts) > _PREOPEN_PARTS:
+        return [], set()
+    return list(meta.parts), set()
+
+
 def _parts_to_preopen(meta: TableMeta, sql: str) -> list[Any]:
-    """The parts of ``meta`` to open while DuckDB parses ``sql`` (see _PREOPEN_PARTS)."""
+    """The parts of ``meta`` to open while DuckDB parses ``sql``, a statement with a WHERE
+    (see _PREOPEN_PARTS)."""
     if len(meta.parts) <= _PREOPEN_PARTS:
         return list(meta.parts)
     numbers = _numbers(sql)
@@ -976,13 +990,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         names = set(self.catalog.tables)
         used = referenced_tables(sql, names)
         if used:
-            for t in used if has_where(sql) else ():  # see _PREOPEN_PARTS
+            words = unquoted_words(sql)
+            for t in used:  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
-                parts = _parts_to_preopen(meta, sql)
+                parts, numbers = _to_preopen(meta, sql, words)
                 if parts:
-                    self._open_parts.preopen(
-                        parts, meta.key,
-                        _numbers(sql))
+                    self._open_parts.preopen(parts, meta.key, numbers)
             tree = self._parse_tree(sql) if prepared is None else self._prepared_tree(*prepared)
             share_walks(tree)  # the analyses below walk it once
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
