@@ -109,6 +109,44 @@ def test_a_mapped_source_takes_the_hint_for_any_range(tmp_path):
         os.close(fd)
 
 
+def _mapped_pages(path, pages: int) -> list[bool]:
+    """Whether each of the first ``pages`` pages of this process's mapping of ``path`` is
+    mapped now (``/proc/self/maps`` and the present bit of ``/proc/self/pagemap``)."""
+    with open("/proc/self/maps") as f:
+        found = [line for line in f if line.rstrip().endswith(str(path))]
+    assert len(found) == 1, found
+    base = int(found[0].split("-")[0], 16)
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(base // mmap.PAGESIZE * 8)
+        raw = f.read(pages * 8)
+    return [bool(int.from_bytes(raw[i * 8 : i * 8 + 8], "little") >> 63) for i in range(pages)]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="needs /proc/self/pagemap")
+def test_a_mapped_source_drops_only_the_released_range_from_memory(tmp_path):
+    page = mmap.PAGESIZE
+    around = (1 << 16) // page  # the fault-around the release takes with it
+    path = tmp_path / "f"
+    data = os.urandom(256 * page)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        src = MmapSource(fd, len(data))
+        keep = src.view(200 * page, 40 * page)  # a view in use elsewhere
+        assert bytes(src.view(0, len(data))) == data  # every page faulted in
+        assert all(_mapped_pages(path, 256))
+        src.release(40 * page + 5, 60 * page)
+        gone = range(40 - around, 100 + around)  # the pages it touched, and 64 KiB around
+        assert _mapped_pages(path, 256) == [i not in gone for i in range(256)]
+        assert bytes(src.view(0, len(data))) == data  # read again from the page cache
+        assert bytes(keep) == data[200 * page : 240 * page]
+        keep.release()
+        src.close()
+        src.release(0, len(data))  # after close: nothing, no error
+    finally:
+        os.close(fd)
+
+
 def test_a_read_told_not_to_advise_gives_no_hint_and_advise_gives_them_for_the_range():
     plain, _, reader, src = _sealed(10 * SEG + 123)
     src.needed.clear()
