@@ -476,10 +476,11 @@ def test_replacing_a_log_in_place_removes_its_saved_last_segment(tmp_path, keyfi
 
 def test_decrypt_refuses_an_encrypted_sqlite_database_whose_commits_are_in_its_wal(
         tmp_path, keyfile):
-    """`decrypt app.db out.db` of an encrypted SQLite database in WAL mode decrypted the
-    database file alone and exited 0: every commit not yet checkpointed (here, the table
-    itself) was missing from out.db. It now refuses, pointing to `cryptdisk sqlite
-    decrypt`, and writes nothing; with an empty WAL (all checkpointed) it decrypts."""
+    """`decrypt app.db out.db` (and `cat app.db > out.db`) of an encrypted SQLite database in
+    WAL mode decrypted the database file alone and exited 0: every commit not yet
+    checkpointed (here, the table itself) was missing from out.db. It now refuses,
+    pointing to `cryptdisk sqlite decrypt`, and writes nothing; with an empty WAL (all
+    checkpointed) it decrypts."""
     import shutil
     import sqlite3
 
@@ -507,6 +508,8 @@ def test_decrypt_refuses_an_encrypted_sqlite_database_whose_commits_are_in_its_w
         "database whose latest changes are there, which decrypting the file alone would "
         "leave out")
     assert b"cryptdisk sqlite decrypt" in r.stderr
+    r = run("cat", str(db), "--key-file", str(keyfile), "--force")  # `cat app.db > out.db`
+    assert r.returncode == 1 and r.stdout == b"" and b"has a wal beside it" in r.stderr
     r = run("sqlite", "decrypt", str(db), str(out), "--key-file", str(keyfile))
     assert r.returncode == 0, r.stderr
     with sqlite3.connect(out) as plain:

@@ -336,6 +336,7 @@ class _TextCheck:
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
+    _refuse_sqlite_with_changes_beside(args.file)
     out = _stdout()
     _decrypt_to(args, args.file, _TextCheck(out, args.force))  # type: ignore[arg-type]
     out.flush()
