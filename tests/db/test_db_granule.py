@@ -1,5 +1,6 @@
 """Granule reads: a few pages of a column chunk decoded through a footer of our own."""
 
+import array
 import hashlib
 import io
 import sys
@@ -552,6 +553,9 @@ def test_the_key_granule_bounds_are_each_granules_min_and_max(db, monkeypatch):
         assert rows == [1000, 1000, 503]
         g, groups, mins, maxs = _parts.key_granules(op.meta.metadata, "c_int", 3, 2503)
         assert g == 100 and groups == rows and len(mins) == 10 + 10 + 6
+        # kept packed as the footer holds them: an open makes no Python int of a granule
+        # it does not look at
+        assert all(isinstance(b, array.array) and b.typecode == "q" for b in (mins, maxs))
         want, at = [], 0
         for r in rows:
             for a in range(0, r, 100):
@@ -811,6 +815,37 @@ def test_plain_pages_are_decoded_without_pyarrows_parquet_reader(monkeypatch):
     for j, name in enumerate(table.column_names):
         got = _granule.decode_pages(meta, 0, j, pages[name], read)
         assert got.equals(table.column(name).slice(200, 100).combine_chunks())
+
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_adjacent_pages_are_read_at_once_and_fixed_width_values_copied_once(
+        monkeypatch, compression):
+    """A range's pages of a column are adjacent: they are read in one call (on an encrypted
+    disk each segment decrypts once into one buffer), and fixed-width values without NULLs
+    are copied once, into their place in one array (no array per page concatenated);
+    pages with NULLs or strings are still decoded page by page."""
+    n = 1000
+    table = pa.table({"k": pa.array(np.arange(n, dtype=np.int64) * 7),
+                      "f": pa.array(np.linspace(-1, 1, n)),
+                      "i": pa.array(np.arange(n, dtype=np.int32), mask=np.arange(n) % 5 == 0),
+                      "s": pa.array([f"{i:032x}" for i in range(n)])})
+    meta, read, pages = _granule_of(table, compression, 100, 250, 520)
+    concat = pa.concat_arrays
+    joined = []
+    monkeypatch.setattr(pa, "concat_arrays", lambda arrays: joined.append(
+        arrays[0].type) or concat(arrays))
+    for j, name in enumerate(table.column_names):
+        assert len(pages[name]) == 4
+        calls = []
+        described = _granule.granule_schema(meta, j)
+        got = _granule.decode_plain_pages(
+            compression.upper() if compression != "none" else "UNCOMPRESSED", pages[name],
+            lambda o, k: calls.append(o) or read(o, k), described[0], described[1],
+            described[4])
+        assert calls == [pages[name][0].start], name  # one read for the four pages
+        assert got.equals(table.column(name).slice(200, 400).combine_chunks()), name
+    assert joined == [pa.int32(), pa.string()]  # only the pages with NULLs, and strings'
 
 
 def test_a_page_compressed_past_the_ratio_goes_through_pyarrow(monkeypatch):

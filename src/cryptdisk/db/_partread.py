@@ -20,7 +20,7 @@ import operator
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -728,8 +728,8 @@ class OpenPart:
         self._page_index: PageIndex | bool | None = False  # read from the footer when needed
         #: column -> (granule rows, each row group's rows, minima, maxima, each row group's
         #: first granule)
-        self._granules: dict[str, tuple[int, list[int], list[int], list[int], list[int]]
-                             | None] = {}
+        self._granules: dict[str, tuple[int, list[int], Sequence[int], Sequence[int],
+                                        list[int]] | None] = {}
         #: held while a column's granules are decoded: scan threads that open the part at
         #: once decode them once (the others wait, then find them)
         self._granules_lock = threading.Lock()
@@ -905,7 +905,7 @@ class OpenPart:
                 for k in range(firsts[rg], firsts[rg + 1])]
 
     def _granule_bounds(self, rg: int, column: str
-                        ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
+                        ) -> tuple[int, list[int], Sequence[int], Sequence[int], list[int]] | None:
         try:  # (no lock once decoded: a dict read is atomic)
             got = self._granules[column]
         except KeyError:
@@ -918,7 +918,7 @@ class OpenPart:
         return got
 
     def _decode_granules(self, column: str
-                         ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
+                         ) -> tuple[int, list[int], Sequence[int], Sequence[int], list[int]] | None:
         """Decode ``column``'s granules from the footer into ``_granules``, once per part."""
         with self._granules_lock:
             if column in self._granules:  # another thread decoded them meanwhile

@@ -21,7 +21,7 @@ import queue
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -419,11 +419,13 @@ def column_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups
 
 
 def key_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups: int,
-                 rows: int) -> tuple[int, list[int], list[int], list[int]] | None:
+                 rows: int) -> tuple[int, list[int], Sequence[int], Sequence[int]] | None:
     """``(granule rows, each row group's rows, minima, maxima)`` of ``column`` per granule
     from a part footer's :data:`KEY_GRANULES_KEY` entry; None when there is no such entry
     for ``column`` or it does not describe ``row_groups`` row groups of ``rows`` rows in
-    all, one granule per run of that many rows of each."""
+    all, one granule per run of that many rows of each. The minima and maxima stay packed
+    (``array.array`` of int64): a query looks at a few granules, and a 10M-row part has
+    1,224 (as Python ints, about 0.3M instructions of a cold query's open)."""
     raw = (metadata or {}).get(KEY_GRANULES_KEY)
     if raw is None:
         return None
@@ -445,8 +447,7 @@ def key_granules(metadata: dict[bytes, bytes] | None, column: str, row_groups: i
     count = sum(-(-r // g) for r in groups)
     if len(values) != 2 + n + 2 * count:
         return None
-    found = values[2 + n :].tolist()
-    return g, groups, found[:count], found[count:]
+    return g, groups, values[2 + n : 2 + n + count], values[2 + n + count :]
 
 
 def key_bounds(metadata: dict[bytes, bytes] | None, column: str,
