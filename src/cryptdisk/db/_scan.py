@@ -36,7 +36,7 @@ from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
-from ._pushdown import Filter, TopN, may_match
+from ._pushdown import Filter, TopN, _slack, may_match
 from ._rows import TIME_ZONE
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
@@ -275,6 +275,16 @@ class TableScan:
         self.row_groups_skipped = 0
         self.parts_skipped = 0
         self.parts_from_index = 0
+        #: filters on a numeric column but the key, checked against its granule bounds
+        #: (:meth:`OpenPart.column_granules`) when the scan reads no derived column
+        self._granule_filters = [
+            f for f in filters if f.column != self._key and f.column in columns
+            and not self.derived and self.where is None and not self._key_filters
+            and (pa.types.is_integer(self._types[f.column])
+                 or pa.types.is_floating(self._types[f.column]))]
+        #: (part id, row group) -> the runs of rows ``(first, end)`` of the granules those
+        #: filters leave, for a row group of which they leave at most half
+        self._sparse: dict[tuple[str, int], list[tuple[int, int]]] = {}
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         reader = pa.RecordBatchReader.from_batches(self.schema, self.batches())
@@ -496,14 +506,41 @@ class TableScan:
             op.key_checked = True
         if not self._filters:
             return list(self._candidates(op))
+        grains, mask, by_granule = None, None, set()
+        for f in self._granule_filters:  # (their columns' granule bounds: no footer parse)
+            got = op.column_granules(f.column)
+            if got is None:
+                continue
+            found = _granules_may_match(f, self._types[f.column], got)
+            if found is None:
+                continue
+            grains, mask = got, found if mask is None else mask & found
+            by_granule.add(id(f))
         keep = []
         for rg in self._candidates(op):
             ok = True
             for f in self._filters:
+                if id(f) in by_granule:
+                    continue
                 st = op.stats(rg, f.column)
                 if st is not None and not may_match(f, self._types[f.column], *st):
                     ok = False
                     break
+            if ok and grains is not None and mask is not None:
+                starts, _rgs, first, end = grains[:4]
+                a, b = starts[rg], starts[rg + 1]
+                hits = np.flatnonzero(mask[a:b]) + a
+                if not len(hits):
+                    ok = False
+                elif 2 * int((end[hits] - first[hits]).sum()) <= op.rows(rg):
+                    runs: list[tuple[int, int]] = []
+                    for i in hits.tolist():
+                        lo, hi = int(first[i]), int(end[i])
+                        if runs and runs[-1][1] == lo:
+                            runs[-1] = (runs[-1][0], hi)
+                        else:
+                            runs.append((lo, hi))
+                    self._sparse[(op.part.id, rg)] = runs
             if ok:
                 keep.append(rg)
         return keep
@@ -579,6 +616,11 @@ class TableScan:
         """Row group ``rg`` of ``op``, the scan's columns, through the cache; only the rows
         the key's filters leave when they leave few (see :meth:`_read_granules`)."""
         got: dict[str, Any] = {}
+        runs = self._sparse.get((op.part.id, rg)) if self._sparse else None
+        if runs is not None:
+            found = self._read_runs(op, rg, runs)
+            if found is not None:
+                return found
         if self._key_filters and len(self.columns) > 1:
             found = self._read_granules(op, rg, got)
             if found is not None:
@@ -628,6 +670,24 @@ class TableScan:
         if 2 * (end - first) > op.rows(rg):
             return None
         return self._paged_rows(op, rg, first, end)
+
+    def _read_runs(self, op: OpenPart, rg: int, runs: list[tuple[int, int]]
+                   ) -> pa.RecordBatch | None:
+        """The rows of row group ``rg`` in ``runs`` (the granules that the filters on
+        columns but the key may keep, by their bounds), decoding only those pages; None
+        when the row group was read before (read whole: the cache keeps it). DuckDB
+        applies the whole WHERE again, so a superset of the matching rows is enough."""
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        if cache is not None and (self.cached(op, rg) or any(
+                cache.offered(ckey, c) for c in self.columns)):
+            return None
+        batches = [self._paged_rows(op, rg, first, end) for first, end in runs]
+        if len(batches) == 1:
+            return batches[0]
+        return pa.RecordBatch.from_arrays(
+            [pa.concat_arrays([b.column(j) for b in batches]) for j in range(len(self.schema))],
+            schema=self.schema)
 
     def read_span(self, op: OpenPart, rg: int, first: int, end: int) -> list[pa.RecordBatch]:
         """Rows ``first..end`` of row group ``rg`` (a top-N's granule): decoded from the
@@ -1098,6 +1158,32 @@ def _key_span(col: pa.Array, filters: list[Filter]) -> tuple[int, int] | None:
     return (0, 0) if not len(found) else (int(found[0]), int(found[-1]) + 1)
 
 
+def _granules_may_match(f: Filter, typ: pa.DataType, grains: tuple[Any, ...]) -> Any:
+    """Which granules of a part (``grains``: :meth:`OpenPart.column_granules`) may hold a
+    row passing ``f``, as a NumPy boolean array; None if that cannot be told here. NULL
+    passes no filter of the pushdown; NaN passes a lower bound only (DuckDB orders it
+    above every number), so a granule holding one is kept for a filter without an upper
+    bound (and for ``IN`` on a floating column)."""
+    _starts, _rgs, _first, _end, mins, maxs, facts = grains
+    floating = pa.types.is_floating(typ)
+    try:
+        keep = (facts & GRANULE_EMPTY) == 0
+        if f.lo is not None:
+            keep &= ~(maxs < _slack(f.lo, typ, False))
+        if f.hi is not None:
+            keep &= ~(mins > _slack(f.hi, typ, True))
+        if f.values is not None and not floating:
+            hit = np.zeros(len(mins), dtype=bool)
+            for v in f.values:
+                hit |= (mins <= v) & (maxs >= v)
+            keep &= hit
+        if floating and (f.hi is None or f.values is not None):
+            keep |= (facts & GRANULE_NAN) != 0
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return keep
+
+
 def _ranked_granules(blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]], top: TopN
                      ) -> tuple[Iterator[tuple[Any, OpenPart, int, Any]], Any]:
     """The granules of ``blocks`` (see ``_Stream._granule_tasks``) best-first by their
@@ -1531,7 +1617,8 @@ class _Stream:
             # batches satisfy reads no more than before; a longer scan then reads runs
             # (not one filtered on the key, whose row groups may read granules only).
             groups = ([rg] if top is not None or scan._key_filters
-                      or self._tasks_submitted < window else self._run(op, rg))
+                      or self._tasks_submitted < window or (op.part.id, rg) in scan._sparse
+                      else self._run(op, rg))
             if self._pending:  # queued behind others: its bytes start coming from disk now
                 op.prefetch(groups, scan.read_columns())
             self._pending.append(_pool().submit(scan.read_groups, op, groups))
@@ -1589,7 +1676,8 @@ class _Stream:
                 break
             nop, nrg, _bound = item
             last = candidates[-1][1] if candidates else rg
-            if nop is not op or nrg != last + 1 or not scan.uncached(op, nrg):
+            if nop is not op or nrg != last + 1 or not scan.uncached(op, nrg) \
+                    or (op.part.id, nrg) in scan._sparse:
                 self._held.appendleft(item)
                 break
             candidates.append(item)
