@@ -521,6 +521,28 @@ def test_no_extension_is_downloaded_or_loaded_by_a_query(db):
                     "strftime(TIMESTAMPTZ '2020-01-01 00:00+00', '%Y')") == [(1, "2020")]
 
 
+_PROGRESS_BAR = """
+import sys, cryptdisk
+db = cryptdisk.connect(sys.argv[1])
+db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+sql = "SELECT current_setting('enable_progress_bar') FROM (SELECT 1)"
+print(db.query(sql), db.reader().query(sql))
+db.close()
+print(cryptdisk.connect(sys.argv[1], read_only=True).query(sql))
+"""
+
+
+def test_a_long_statement_prints_no_progress_bar(tmp_path):
+    """DuckDB's progress bar was on (in a program of its own; under pytest DuckDB turns it
+    off, hence the child): a statement running over two seconds drew it on the stdout of
+    the program using the database, a pipe included (`cryptdisk sql ... > out.csv` got
+    the bar's text in its CSV). Off on the connection and the readers' cursors (a `SET
+    progress_bar_time` turns DuckDB's bar back on, as DuckDB documents)."""
+    out = subprocess.run([sys.executable, "-c", _PROGRESS_BAR, str(tmp_path / "db")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == "[(False,)] [(False,)]\n[(False,)]\n"
+
+
 def test_cache_stays_within_its_bound(tmp_path):
     db = cryptdisk.connect(tmp_path / "db", cache_bytes=300_000)
     db.sql(f"CREATE TABLE t {SCHEMA}")

@@ -494,6 +494,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         # s3:// path would have DuckDB download native code (httpfs) and load it.
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")
+        # No progress bar: DuckDB draws it on stdout (a pipe too) for a statement running
+        # over two seconds, into the output of the program using the database (`cryptdisk
+        # sql ... > out.csv`). The readers' cursors take the setting from this connection.
+        con.execute("SET enable_progress_bar = false")
         for name, value, sql in (("memory_limit", memory_limit, "SET memory_limit = ?"),
                                  ("threads", threads, "SET threads = ?")):
             if value is None:
