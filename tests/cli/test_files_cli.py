@@ -517,3 +517,54 @@ def test_decrypt_refuses_an_encrypted_sqlite_database_whose_commits_are_in_its_w
     os.truncate(str(db) + "-wal", 0)  # nothing left in it
     r = run("decrypt", str(db), str(tmp_path / "whole.db"), "--key-file", str(keyfile))
     assert r.returncode == 0, r.stderr
+
+
+def test_decrypt_takes_a_persist_mode_database_whose_journal_sqlite_has_finished_with(
+        tmp_path, keyfile):
+    """An encrypted SQLite database in journal_mode=PERSIST keeps a non-empty -journal
+    after every commit, its header zeroed: decrypt and cat refused such a database, closed
+    and fully committed, saying its latest changes were in the journal. A journal holding
+    a transaction to roll back (a hot journal, as a crash leaves it) is still refused."""
+    import shutil
+    import sqlite3
+
+    import cryptdisk.sqlite as csql
+    from cryptdisk import Key, Keyring
+    from cryptdisk.keys import key_from_file
+
+    keyring = Keyring([Key(1, key_from_file(str(keyfile)))])
+    db = tmp_path / "app.db"
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("PRAGMA journal_mode=PERSIST")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES ('committed')")
+    conn.close()
+    assert os.path.getsize(str(db) + "-journal") > 0
+    out = tmp_path / "out.db"
+    r = run("decrypt", str(db), str(out), "--key-file", str(keyfile))
+    assert r.returncode == 0, r.stderr  # 1 before: "has a journal beside it"
+    with sqlite3.connect(out) as plain:
+        assert plain.execute("SELECT v FROM t").fetchall() == [("committed",)]
+    r = run("cat", str(db), "--key-file", str(keyfile), "--force")
+    assert r.returncode == 0, r.stderr
+    # a transaction under way that wrote to the database: its journal starts with the
+    # magic, as a crash leaves it
+    live, hot = tmp_path / "live", tmp_path / "hot.db"
+    live.mkdir()
+    conn = csql.connect(str(live / "app.db"), keyring=keyring)
+    conn.execute("PRAGMA journal_mode=PERSIST")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES ('committed')")
+    conn.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) "
+                 "INSERT INTO t SELECT zeroblob(500) FROM n")
+    conn.execute("PRAGMA cache_size=2")  # the transaction spills pages into the database
+    conn.execute("BEGIN")  # (its journal synced first, magic and all)
+    conn.execute("UPDATE t SET v = zeroblob(600)")
+    for suffix in ("", "-journal"):
+        shutil.copy(str(live / "app.db") + suffix, str(hot) + suffix)
+    conn.execute("ROLLBACK")
+    conn.close()
+    r = run("decrypt", str(hot), str(tmp_path / "hot-out.db"), "--key-file", str(keyfile))
+    _no_traceback(r)
+    assert r.returncode == 1 and b"has a journal beside it" in r.stderr
+    assert not (tmp_path / "hot-out.db").exists()

@@ -280,10 +280,30 @@ def _decrypt_to(args: argparse.Namespace, path: str, out: IO[bytes]) -> None:
         _copy(f, out)
 
 
-def _refuse_sqlite_with_changes_beside(path: str) -> None:
+#: the first bytes of a rollback journal SQLite would roll back (a hot journal); one that
+#: ``journal_mode=PERSIST`` keeps after a commit starts with zeros instead
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _journal_is_done(args: argparse.Namespace, journal: str) -> bool:
+    """Whether the encrypted rollback journal ``journal`` is one SQLite has finished with
+    (its header zeroed, as ``journal_mode=PERSIST`` leaves it after every commit): it
+    opens under the keys and does not start with the journal magic. Anything else (it
+    does not open, is short, or holds a transaction to roll back): False."""
+    try:
+        with _open_input(args, journal) as f:
+            head = f.read(len(_JOURNAL_MAGIC))
+    except (OSError, CryptdiskError):
+        return False
+    return len(head) == len(_JOURNAL_MAGIC) and head != _JOURNAL_MAGIC
+
+
+def _refuse_sqlite_with_changes_beside(path: str, args: argparse.Namespace) -> None:
     """Refuse a mutable file with a non-empty ``-wal`` or ``-journal`` beside it: an
     encrypted SQLite database whose latest commits (or a transaction to roll back) are
-    in that file, which decrypting the database file alone would leave out."""
+    in that file, which decrypting the database file alone would leave out. A journal
+    SQLite has finished with (``journal_mode=PERSIST`` keeps one after each commit) is
+    not such a file."""
     if path == "-":
         return
     for suffix in ("-wal", "-journal"):
@@ -295,6 +315,8 @@ def _refuse_sqlite_with_changes_beside(path: str) -> None:
                     return
         except (OSError, CryptdiskError):
             continue  # no such file beside it, or not a cryptdisk file: decrypt says so
+        if suffix == "-journal" and _journal_is_done(args, path + suffix):
+            continue
         raise CryptdiskError(f"{path} has a {suffix[1:]} beside it ({path}{suffix}): an "
                              "encrypted SQLite database whose latest changes are there, "
                              "which decrypting the file alone would leave out",
@@ -303,7 +325,7 @@ def _refuse_sqlite_with_changes_beside(path: str) -> None:
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
-    _refuse_sqlite_with_changes_beside(args.input)
+    _refuse_sqlite_with_changes_beside(args.input, args)
     if args.output == "-" or _check_output(args):
         with _stream_output(args.output) as out:
             _refuse_tty(out, args.force, "decrypted binary data")
@@ -336,7 +358,7 @@ class _TextCheck:
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
-    _refuse_sqlite_with_changes_beside(args.file)
+    _refuse_sqlite_with_changes_beside(args.file, args)
     out = _stdout()
     _decrypt_to(args, args.file, _TextCheck(out, args.force))  # type: ignore[arg-type]
     out.flush()
