@@ -24,6 +24,7 @@ from typing import Any
 
 import apsw
 
+from .._flocks import hold, let_go
 from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Key, Keyring
 
@@ -133,8 +134,8 @@ def snapshot(path: str, keyring: Keyring) -> Iterator[tuple[SnapshotReader, bool
     _delete_unlocked(_leftovers(path, directory))
     snap = os.path.join(directory, f"{os.path.basename(path)}.backup-{uuid.uuid4().hex[:12]}")
     ephemeral = _scratch_keyring()
-    fd = os.open(snap, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = hold(os.open(snap, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600))  # a forked child closes its copy: the flock dies with us
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # ours while we live: see _delete_unlocked
         src = sqlite_connect(path, keyring=keyring, flags=apsw.SQLITE_OPEN_READONLY)
@@ -162,6 +163,7 @@ def snapshot(path: str, keyring: Keyring) -> Iterator[tuple[SnapshotReader, bool
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(snap)
+        let_go(fd)
         os.close(fd)
 
 

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import open as cd_open
+from .._flocks import hold, let_go
 from .._json import kind as _kind
 from .._json import load_object
 from ..errors import (
@@ -819,9 +820,7 @@ class _ChangeCounter:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        if self._pid != os.getpid():  # an flock is per open file: one open per process
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            self._pid = os.getpid()
+        self._open()
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             yield
@@ -830,14 +829,20 @@ class _ChangeCounter:
 
     def try_lock(self) -> bool:
         """Take the exclusive lock if no other process holds it (:meth:`unlock` it)."""
-        if self._pid != os.getpid():
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            self._pid = os.getpid()
+        self._open()
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         return True
+
+    def _open(self) -> None:
+        """This process's lock descriptor: an flock is per open file, so one open per
+        process; a process forked from this one closes its copy as it starts (_flocks), so
+        it never keeps this one's lock after it died."""
+        if self._pid != os.getpid():
+            self._fd = hold(os.open(self.path, os.O_RDWR | os.O_CLOEXEC))
+            self._pid = os.getpid()
 
     def unlock(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -845,6 +850,7 @@ class _ChangeCounter:
     def close(self) -> None:
         """Unmap the counter and close this process's lock descriptor (an open file each)."""
         if self._fd >= 0 and self._pid == os.getpid():
+            let_go(self._fd)
             os.close(self._fd)
         self._fd, self._pid = -1, 0
         self._counter.release()
