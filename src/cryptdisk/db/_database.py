@@ -30,6 +30,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from .._flocks import hold, let_go
 from ..errors import (
     CatalogError,
     ConfigError,
@@ -455,12 +456,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
     # -- setup -------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        # a forked child closes its copy (_flocks): the lock dies with this process
+        fd = hold(os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600))
         st = os.fstat(fd)
         lock = (st.st_dev, st.st_ino)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            let_go(fd)
             os.close(fd)
             if lock in _LOCKS_HERE:
                 raise DatabaseLockedError(
@@ -473,7 +476,6 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 "(cryptdisk sql --read-only)") from None
         self._lock_fd = fd
         _LOCKS_HERE.add(lock)
-        _LOCK_FDS.add(fd)
         # A database dropped without close() still lets go of the lock when collected.
         self._unlock = weakref.finalize(self, _unlock, fd, lock, os.getpid())
 
@@ -2142,30 +2144,14 @@ def _for_duckdb(db: Database, sql: str) -> str:
 #: flock fails as another process's would; its error says which). A forked child holds
 #: none of them as its own.
 _LOCKS_HERE: set[tuple[int, int]] = set()
-#: the descriptors of the LOCKs this process holds
-_LOCK_FDS: set[int] = set()
-
-
-def _forget_locks_in_child() -> None:
-    """A forked child closes its copies of the parent's LOCK descriptors: an flock belongs
-    to the open file, so a copy would hold the parent's database locked after the parent
-    is gone (Python's descriptors are close-on-exec, which covers exec only). Closing a
-    copy never unlocks the parent's."""
-    _LOCKS_HERE.clear()
-    for fd in _LOCK_FDS:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _LOCK_FDS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_locks_in_child)
+os.register_at_fork(after_in_child=_LOCKS_HERE.clear)  # (and _flocks closes the LOCKs)
 
 
 def _unlock(fd: int, lock: tuple[int, int], pid: int) -> None:
     if pid != os.getpid():  # a forked child closed its copy as it started: that number
         return  # may be another file's now, even another LOCK of the child's own
     _LOCKS_HERE.discard(lock)
-    _LOCK_FDS.discard(fd)
+    let_go(fd)
     os.close(fd)  # closing the descriptor drops the flock
 
 

@@ -33,6 +33,8 @@ import time
 import weakref
 from typing import Any
 
+from .._flocks import hold, let_go
+
 __all__ = ["WriteQueue"]
 
 #: how often a waiter in a process's line looks for a cancel (seconds)
@@ -61,10 +63,7 @@ def _forked() -> None:
         queue._held = False
         queue._line = collections.deque()
         queue._pause_future = None
-        if queue._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(queue._fd)
-        queue._fd, queue._pid, queue._waiter = -1, 0, None
+        queue._fd, queue._pid, queue._waiter = -1, 0, None  # (_flocks closed the fd)
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -131,11 +130,15 @@ class WriteQueue:
             self._pid = os.getpid()
             self._waiter = None
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._fd = hold(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                        0o600))  # a forked child closes its copy
                 if os.fstat(self._fd).st_size < 24:
                     os.ftruncate(self._fd, 24)
                 self._waiter = memoryview(mmap.mmap(self._fd, 24)).cast("q")
             except (OSError, ValueError):
+                if self._fd >= 0:
+                    let_go(self._fd)
+                    os.close(self._fd)
                 self._fd = -1
         return self._fd
 
@@ -342,6 +345,7 @@ class WriteQueue:
         if self._pid == os.getpid():
             self._waiter = None  # (the mapping is unmapped when its last user lets it go)
             if self._fd >= 0:
+                let_go(self._fd)
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
         self._fd, self._pid = -1, 0
