@@ -97,3 +97,42 @@ def test_a_holder_refreshes_its_marker(repo) -> None:
         else:
             raise AssertionError("the marker was never refreshed")
     assert repo._list(f"{repo.root}/locks") == []  # released
+
+
+_DIES_DURING_A_RESTORE = """
+import os, sys, time
+from cryptdisk.backup._restoring import restore_lock
+with restore_lock(sys.argv[1]):
+    pid = os.fork()  # a child made for anything (multiprocessing, Dask) during a restore
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        time.sleep(120)
+        os._exit(0)
+    print(pid, flush=True)
+    os._exit(0)  # the restore dies holding its lock (as kill -9 does)
+"""
+
+
+def test_a_forked_child_does_not_keep_a_dead_restores_lock(tmp_path: Path) -> None:
+    """A restore holds an flock on TARGET.restoring.lock while it runs. A process forked
+    during the restore shared that open file: after the restore died the child kept the
+    flock, and every restore to TARGET failed with 'another restore is running' until the
+    child exited. The child now closes its copy as it starts."""
+    import os
+    import signal
+
+    from cryptdisk.backup._restoring import restore_lock
+
+    dest = str(tmp_path / "target")
+    out = subprocess.run([sys.executable, "-c", _DIES_DURING_A_RESTORE, dest],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    child = int(out.stdout)
+    try:
+        os.kill(child, 0)  # alive
+        with restore_lock(dest):  # BackupError (another restore is running) before
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)

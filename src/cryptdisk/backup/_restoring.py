@@ -24,6 +24,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 
+from .._flocks import hold, let_go
 from ..errors import BackupError
 
 __all__ = ["exchange", "restore_lock", "work_path"]
@@ -92,13 +93,15 @@ def restore_lock(dest: str, discard: Callable[[str], None] | None = None
     lock = dest + ".restoring.lock"
     while True:
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = hold(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o600))  # a forked child closes its copy: the lock dies with us
         except OSError as exc:
             raise BackupError(f"{lock}: cannot create the restore's lock file: "
                               f"{exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            let_go(fd)
             os.close(fd)
             raise BackupError(f"another restore to {dest} is running (it holds {lock})",
                               hint="wait for it to finish, or restore to another path") \
@@ -110,6 +113,7 @@ def restore_lock(dest: str, discard: Callable[[str], None] | None = None
             same = False
         if same:
             break
+        let_go(fd)
         os.close(fd)
     try:
         removed = _leftovers(dest)
@@ -121,4 +125,5 @@ def restore_lock(dest: str, discard: Callable[[str], None] | None = None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
+        let_go(fd)
         os.close(fd)
