@@ -136,3 +136,43 @@ def test_a_forked_child_does_not_keep_a_dead_restores_lock(tmp_path: Path) -> No
             pass
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+_DIES_DURING_A_PRUNE = """
+import os, sys, time
+from cryptdisk.backup import Repository
+repo = Repository.open(sys.argv[1], passphrase="pw")
+with repo._flock(True):  # as a prune holds it
+    pid = os.fork()  # a child made for anything (multiprocessing, Dask) during the prune
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        time.sleep(120)
+        os._exit(0)
+    print(pid, flush=True)
+    os._exit(0)  # the prune dies holding the repository's lock (as kill -9 does)
+"""
+
+
+def test_a_forked_child_does_not_keep_a_dead_prunes_repository_lock(tmp_path: Path) -> None:
+    """A backup (shared) or a prune (exclusive) holds an flock on a local repository's
+    lock file while it runs. A process forked meanwhile shared that open file: after the
+    prune died the child kept the flock, and every backup to the repository failed with
+    'is busy: a prune is running' until the child exited. The child now closes its copy
+    as it starts."""
+    import os
+    import signal
+
+    url = str(tmp_path / "repo")
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    out = subprocess.run([sys.executable, "-c", _DIES_DURING_A_PRUNE, url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    child = int(out.stdout)
+    try:
+        os.kill(child, 0)  # alive
+        make_db(tmp_path / "a.db", rows=10)
+        create(Repository.open(url, passphrase="pw"), tmp_path / "a.db")  # busy before
+    finally:
+        os.kill(child, signal.SIGKILL)

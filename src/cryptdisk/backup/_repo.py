@@ -39,6 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import _json
 from .._durable import fsync_path
+from .._flocks import hold, let_go
 from ..disks import check_storage_options, check_url
 from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Keyring
@@ -757,7 +758,8 @@ class Repository:
 
     @contextlib.contextmanager
     def _flock(self, exclusive: bool) -> Iterator[None]:
-        fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        # a forked child closes its copy (_flocks): the lock dies with this process
+        fd = hold(os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o600))
         try:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
@@ -767,6 +769,7 @@ class Repository:
                                   hint="try again when it has finished") from None
             yield
         finally:
+            let_go(fd)
             os.close(fd)
 
 
