@@ -23,6 +23,7 @@ encrypted disk's keys: the same file or the same bytes) is refused with a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
@@ -31,7 +32,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 
-from ..errors import ConfigError, FieldError, KeyNotFoundError, with_location
+from ..errors import ConfigError, CryptdiskError, FieldError, KeyNotFoundError, with_location
 from ..keys import Key, parse_key_entry
 
 __all__ = ["FieldKey", "FieldKeys"]
@@ -231,7 +232,19 @@ class FieldKeys(Mapping[str, FieldKey]):
         if keys and at_rest is None and ("keyring" in data or "disks" in data):
             from ..config import load_config
 
-            at_rest = load_config(name).cryptdisk_keys()
+            # loaded for the comparison alone: a provider-held key's session (PKCS#11,
+            # KMIP) and unwrap cache are let go at once, also when the check fails (the
+            # exception's traceback would otherwise keep them open)
+            loaded = load_config(name).cryptdisk_keys()
+            try:
+                keys.check_apart(loaded, path=name)
+            finally:
+                for key in loaded:
+                    close = getattr(key, "close", None)
+                    if close is not None:
+                        with contextlib.suppress(CryptdiskError):
+                            close()
+            return keys
         keys.check_apart(at_rest or (), path=name)
         return keys
 
