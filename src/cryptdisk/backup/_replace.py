@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from .._flocks import hold, let_go
 from ..errors import BackupError, CryptdiskError
 from ..format import MAGIC
 from ..keys import Keyring
@@ -85,6 +86,7 @@ class Replaced:
 
     def release(self) -> None:
         if self.lock_fd is not None:
+            let_go(self.lock_fd)
             os.close(self.lock_fd)  # closing the descriptor drops the flock
             self.lock_fd = None
 
@@ -105,11 +107,12 @@ def open_target(dest: str, kind: str, backup_id: str) -> Replaced:
             raise BackupError(f"{dest} is not a cryptdisk database (it has no catalog): "
                               "--force replaces only a database",
                               hint="restore into a new path")
-        fd = os.open(os.path.join(dest, "LOCK"),
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = hold(os.open(os.path.join(dest, "LOCK"),  # a forked child closes its copy
+                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            let_go(fd)
             os.close(fd)
             raise BackupError(f"database {dest} is open for writing (a process holds its "
                               "LOCK): a restore does not replace a database in use",
@@ -117,6 +120,7 @@ def open_target(dest: str, kind: str, backup_id: str) -> Replaced:
         try:
             _probe_exchange(dest)
         except BaseException:
+            let_go(fd)
             os.close(fd)
             raise
         return Replaced(dest, stat.S_IMODE(st.st_mode), fd, (st.st_dev, st.st_ino))
