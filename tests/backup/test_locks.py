@@ -17,6 +17,7 @@ import pytest
 
 from cryptdisk.backup import Repository, create, prune
 from cryptdisk.errors import BackupError
+from tests.forked import child_of_a_dead_holder
 
 from .helpers import FAST_KDF, make_db
 
@@ -100,18 +101,9 @@ def test_a_holder_refreshes_its_marker(repo) -> None:
 
 
 _DIES_DURING_A_RESTORE = """
-import os, sys, time
 from cryptdisk.backup._restoring import restore_lock
 with restore_lock(sys.argv[1]):
-    pid = os.fork()  # a child made for anything (multiprocessing, Dask) during a restore
-    if pid == 0:
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        time.sleep(120)
-        os._exit(0)
-    print(pid, flush=True)
-    os._exit(0)  # the restore dies holding its lock (as kill -9 does)
+    fork_and_die()
 """
 
 
@@ -120,38 +112,20 @@ def test_a_forked_child_does_not_keep_a_dead_restores_lock(tmp_path: Path) -> No
     during the restore shared that open file: after the restore died the child kept the
     flock, and every restore to TARGET failed with 'another restore is running' until the
     child exited. The child now closes its copy as it starts."""
-    import os
-    import signal
 
     from cryptdisk.backup._restoring import restore_lock
 
     dest = str(tmp_path / "target")
-    out = subprocess.run([sys.executable, "-c", _DIES_DURING_A_RESTORE, dest],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_DURING_A_RESTORE, dest):
         with restore_lock(dest):  # BackupError (another restore is running) before
             pass
-    finally:
-        os.kill(child, signal.SIGKILL)
 
 
 _DIES_DURING_A_PRUNE = """
-import os, sys, time
 from cryptdisk.backup import Repository
 repo = Repository.open(sys.argv[1], passphrase="pw")
 with repo._flock(True):  # as a prune holds it
-    pid = os.fork()  # a child made for anything (multiprocessing, Dask) during the prune
-    if pid == 0:
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        time.sleep(120)
-        os._exit(0)
-    print(pid, flush=True)
-    os._exit(0)  # the prune dies holding the repository's lock (as kill -9 does)
+    fork_and_die()
 """
 
 
@@ -161,18 +135,9 @@ def test_a_forked_child_does_not_keep_a_dead_prunes_repository_lock(tmp_path: Pa
     prune died the child kept the flock, and every backup to the repository failed with
     'is busy: a prune is running' until the child exited. The child now closes its copy
     as it starts."""
-    import os
-    import signal
 
     url = str(tmp_path / "repo")
     Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
-    out = subprocess.run([sys.executable, "-c", _DIES_DURING_A_PRUNE, url],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_DURING_A_PRUNE, url):
         make_db(tmp_path / "a.db", rows=10)
         create(Repository.open(url, passphrase="pw"), tmp_path / "a.db")  # busy before
-    finally:
-        os.kill(child, signal.SIGKILL)

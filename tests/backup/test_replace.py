@@ -17,6 +17,7 @@ import cryptdisk.sqlite
 from cryptdisk.backup import Repository, create, restore
 from cryptdisk.errors import BackupError
 from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+from tests.forked import child_of_a_dead_holder
 
 from .helpers import FAST_KDF, content, make_db
 from .test_crash import _kill, _spawn, _wait_for
@@ -647,18 +648,9 @@ def test_a_checkpoint_busy_with_a_reader_that_came_after_the_check_refuses_the_r
 
 
 _DIES_REPLACING = """
-import os, sys, time
 from cryptdisk.backup._replace import open_target
 replaced = open_target(sys.argv[1], "db", "b1")  # holds the database's LOCK, as a restore
-pid = os.fork()  # a child made for anything (multiprocessing, Dask) during the restore
-if pid == 0:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    time.sleep(120)
-    os._exit(0)
-print(pid, flush=True)
-os._exit(0)  # the restore dies holding the LOCK (as kill -9 does)
+fork_and_die()
 """
 
 
@@ -668,16 +660,8 @@ def test_a_forked_child_does_not_keep_a_dead_restores_hold_on_the_database(
     does. A process forked during the restore shared that open file: after the restore
     died the child kept the flock, and the database could not be opened for writing
     until the child exited. The child now closes its copy as it starts."""
-    import signal
 
     path = tmp_path / "a.db"
     make_db(path, rows=10)
-    out = subprocess.run([sys.executable, "-c", _DIES_REPLACING, str(path)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_REPLACING, str(path)):
         cryptdisk.connect(path).close()  # DatabaseLockedError before
-    finally:
-        os.kill(child, signal.SIGKILL)

@@ -12,6 +12,7 @@ from pathlib import Path
 import cryptdisk.sqlite
 from cryptdisk.backup import Repository, create, restore, verify
 from cryptdisk.keys import Key, Keyring, key_from_file, write_key_file
+from tests.forked import child_of_a_dead_holder
 
 from .helpers import FAST_KDF
 from .test_crash import _kill
@@ -123,21 +124,12 @@ def test_a_killed_sqlite_backup_leaves_only_ciphertext_which_the_next_one_delete
 
 
 _DIES_DURING_A_SNAPSHOT = """
-import os, sys, time
 from cryptdisk.backup._sqliteimage import snapshot
 from cryptdisk.keys import Key, Keyring, key_from_file
 src, keyfile = sys.argv[1:]
 kr = Keyring.single(Key(1, key_from_file(keyfile)))
 with snapshot(src, kr):
-    pid = os.fork()  # a child made for anything (multiprocessing, Dask) during a backup
-    if pid == 0:
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        time.sleep(120)
-        os._exit(0)
-    print(pid, flush=True)
-    os._exit(0)  # the backup dies, its snapshot left behind (as kill -9 does)
+    fork_and_die()
 """
 
 
@@ -148,18 +140,12 @@ def test_a_forked_child_does_not_keep_a_dead_backups_snapshot_locked(tmp_path: P
     database) stayed beside the database until the child exited. The child now closes its
     copy as it starts, and the next backup deletes the snapshot."""
     import fcntl
-    import signal
 
     from cryptdisk.backup._sqliteimage import _delete_unlocked
 
     src, _kr = _database(tmp_path, 0)
-    out = subprocess.run([sys.executable, "-c", _DIES_DURING_A_SNAPSHOT, str(src),
-                          str(tmp_path / "k")], capture_output=True, text=True, timeout=60,
-                         env=_env())
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_DURING_A_SNAPSHOT, str(src), str(tmp_path / "k"),
+                                env=_env()):
         [snap] = tmp_path.glob("app.db.backup-*")
         fd = os.open(snap, os.O_RDONLY)
         try:
@@ -168,5 +154,3 @@ def test_a_forked_child_does_not_keep_a_dead_backups_snapshot_locked(tmp_path: P
             os.close(fd)
         _delete_unlocked([str(snap)])
         assert not snap.exists()
-    finally:
-        os.kill(child, signal.SIGKILL)

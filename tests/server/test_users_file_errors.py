@@ -22,6 +22,7 @@ from cryptdisk import open as cd_open
 from cryptdisk.server import SQLiteEngine, UserStore
 from cryptdisk.server._engines import USERS_JOURNAL
 from cryptdisk.sqlite import connect as sqlite_connect
+from tests.forked import child_of_a_dead_holder
 from tests.json_edits import Change, set_at
 from tests.server.certs import sqlite_serve_config
 from tests.server.test_users_journal import _record, _serve, _user_file
@@ -274,19 +275,10 @@ def test_close_releases_the_files_a_store_holds_open(tmp_path: Any, keyring: Key
 
 
 _DIES_HOLDING_THE_USERS_LOCK = """
-import os, sys, time
 from cryptdisk.server._users import _ChangeCounter
 counter = _ChangeCounter(sys.argv[1])
 assert counter.try_lock()  # a change to users under way
-pid = os.fork()  # a child made for anything (multiprocessing, Dask): it changes no user
-if pid == 0:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    time.sleep(120)
-    os._exit(0)
-print(pid, flush=True)
-os._exit(0)  # the process changing the users dies, without unlocking (as kill -9 does)
+fork_and_die()
 """
 
 
@@ -297,19 +289,11 @@ def test_a_forked_child_does_not_keep_the_users_lock_of_a_parent_that_died(
     user) kept it, and every change to users in every worker waited for the child to
     exit. The child now closes its copy as it starts."""
     import fcntl
-    import signal
 
     path = str(tmp_path / "app.db.users.lock")
-    out = subprocess.run([sys.executable, "-c", _DIES_HOLDING_THE_USERS_LOCK, path],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_HOLDING_THE_USERS_LOCK, path):
         fd = os.open(path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
         finally:
             os.close(fd)
-    finally:
-        os.kill(child, signal.SIGKILL)

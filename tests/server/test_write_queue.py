@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cryptdisk.server import SQLiteEngine
+from tests.forked import child_of_a_dead_holder
 
 
 def _readable(fd: int) -> bool:
@@ -212,19 +213,10 @@ def test_a_pause_on_a_descriptor_past_1023_ends_when_woken(tmp_path: Any) -> Non
 
 
 _DIES_HOLDING_THE_LOCK = """
-import os, sys, time
 from cryptdisk.server._writequeue import WriteQueue
 queue = WriteQueue(sys.argv[1])
 assert queue.acquire(5)
-pid = os.fork()  # a child made for anything (multiprocessing, Dask): it never writes
-if pid == 0:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    time.sleep(120)
-    os._exit(0)
-print(pid, flush=True)
-os._exit(0)  # the process holding the lock dies, without releasing it (as kill -9 does)
+fork_and_die()
 """
 
 
@@ -235,21 +227,11 @@ def test_a_forked_child_does_not_keep_the_write_lock_of_a_parent_that_died(
     died the child (which never wrote) held the lock, and every worker waited for it until
     the child exited. The child now closes its copy as it starts, so the lock goes with
     the parent. (O_CLOEXEC only covers exec, not fork.)"""
-    import signal
-    import subprocess
-    import sys
 
     path = str(tmp_path / "q.db")
-    out = subprocess.run([sys.executable, "-c", _DIES_HOLDING_THE_LOCK, path],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    child = int(out.stdout)
-    try:
-        os.kill(child, 0)  # alive
+    with child_of_a_dead_holder(_DIES_HOLDING_THE_LOCK, path):
         fd = os.open(path + ".write-lock", os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
         finally:
             os.close(fd)
-    finally:
-        os.kill(child, signal.SIGKILL)
