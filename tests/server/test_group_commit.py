@@ -149,3 +149,27 @@ def test_a_failed_sync_fails_the_statement(tmp_path: Any, monkeypatch: Any) -> N
     assert session.run("SELECT count(*) FROM t", []).rows == [(2,)]
     session.close()
     engine.close()
+
+
+def test_close_lets_go_of_the_counters_file(tmp_path: Any) -> None:
+    """GroupSync.close closed the kept WALs' descriptors but not the counters file's
+    (``.sync-lock``): every engine opened and closed in a process left one descriptor of
+    it open. Now close lets go of it, and a later sync opens it again."""
+    def open_files() -> set[str]:
+        return {os.readlink(f"/proc/self/fd/{n}") for n in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{n}")}
+
+    gs, wal = _group_sync(tmp_path)
+    gs.sync(wal)
+    assert gs.path in open_files()
+    gs.close()
+    assert gs.path not in open_files() and wal not in open_files()
+    gs.sync(wal)  # opened again
+    assert gs.counts() == (2, 2)
+    gs.close()
+    engine = _engine(tmp_path, "wal")
+    session = engine.open_session()
+    session.run("INSERT INTO t VALUES (1, x'00')", [])
+    session.close()
+    engine.close()
+    assert engine.path + ".sync-lock" not in open_files()

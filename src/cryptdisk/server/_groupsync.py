@@ -129,9 +129,17 @@ class GroupSync:
         return fd
 
     def close(self) -> None:
-        """Close this process's descriptors (the counters' mapping goes with the object)."""
+        """Close this process's descriptors: the kept WALs' and the counters file's (its
+        mapping goes with the last reference; a later :meth:`sync` opens them again)."""
         if self._pid == os.getpid():
             for fd, _ in self._wals.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._wals = {}
+            with self._thread:  # (no sync of this process holds the file's flock)
+                self._counts = None  # the mapping goes once no sync holds it
+                if self._fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(self._fd)
+                self._fd = -1
+                self._pid = 0
