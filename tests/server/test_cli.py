@@ -553,3 +553,19 @@ def test_serve_sqlite_on_a_directory_or_check_on_no_file_is_a_clear_error(tmp_pa
     assert out.returncode == 1 and out.stderr.splitlines()[0] == (
         f"cryptdisk: error: no SQLite database at {missing}"), out.stderr
     assert not missing.exists()
+
+
+def test_serve_sqlite_on_no_file_and_no_users_creates_nothing(tmp_path, env) -> None:
+    """`serve MISSING --sqlite` (no --add-user, no users file) created an empty encrypted
+    MISSING (and its key material's first use) and then stopped at 'no users': a mistyped
+    path left a database behind. Now it stops first, with the error --check gives."""
+    from tests.server.certs import sqlite_serve_config
+
+    _ca, _cert, config = sqlite_serve_config(tmp_path, "c.toml", "ab" * 32)
+    missing = tmp_path / "missing.db"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = cryptdisk("serve", str(missing), "--sqlite", "-c", str(config), env=env)
+    assert out.returncode == 1 and out.stderr.splitlines()[0] == (
+        f"cryptdisk: error: no SQLite database at {missing}"), out.stderr
+    assert "--add-user" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

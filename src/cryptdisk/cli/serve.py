@@ -133,10 +133,14 @@ def _serve(args: argparse.Namespace) -> int:
             raise ServerError(f"{args.path} is a directory, not an encrypted SQLite file",
                               hint="without --sqlite, serve serves the analytical database "
                               "in a directory")
-        if check and not os.path.exists(path):  # (--check creates nothing)
+        keyring = keyring_from_args(args)
+        users = args.users or settings.get("users") or path + ".users"
+        if not os.path.exists(path) and (check or not (args.add_user or args.resolve_users
+                                                       or os.path.exists(users))):
+            # --check creates nothing; nor does a server that would stop at "no users"
+            keyring.close()
             raise ServerError(f"no SQLite database at {args.path}",
                               hint="check the path; the first --add-user creates it")
-        keyring = keyring_from_args(args)
         if keyring.config_path and not keyring.config_path.endswith(".xml"):
             from ..keys import FollowingKeyring
 
