@@ -1359,10 +1359,14 @@ class OpenPart:
         if described is None or described[2] is not None or described[3] is not None \
                 or described[4] or described[0] not in _FIXED:
             return None
+        return self._arrow_field(column, described[0])
+
+    def _arrow_field(self, column: str, typ: pa.DataType) -> pa.Field | None:
+        """``column``'s field as pyarrow reads the part's schema, if of type ``typ``."""
         if self._arrow is None:
             self._arrow = self.meta.schema.to_arrow_schema()
         i = self._arrow.get_field_index(column)
-        if i < 0 or self._arrow.field(i).type != described[0]:
+        if i < 0 or self._arrow.field(i).type != typ:
             return None
         return self._arrow.field(i)
 
@@ -1423,12 +1427,7 @@ class OpenPart:
         described = self.described(j)
         if described is None or described[0] != pa.string() or described[1] != _BYTE_ARRAY:
             return None
-        if self._arrow is None:
-            self._arrow = self.meta.schema.to_arrow_schema()
-        i = self._arrow.get_field_index(column)
-        if i < 0 or self._arrow.field(i).type != described[0]:
-            return None
-        return self._arrow.field(i)
+        return self._arrow_field(column, described[0])
 
     def _read_direct(self, row_groups: list[int], columns: list[str]) -> pa.Table | None:
         """``columns`` of ``row_groups`` with no Parquet reader, when every one is stored
