@@ -37,7 +37,7 @@ from ._names import fold
 __all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "head_rows",
            "key_extremes_items",
            "key_extremes_names", "key_extremes_only",
-           "may_match", "table_filters"]
+           "may_match", "table_filters", "widened"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -371,7 +371,9 @@ def _renamed_refs(node: dict[str, Any], source: dict[str, str], quals: set[str]
     return out
 
 
-def _slack(v: Any, typ: pa.DataType, up: bool) -> Any:
+def widened(v: Any, typ: pa.DataType, up: bool) -> Any:
+    """Filter bound ``v`` moved a hair outwards (up for an upper bound) on a floating
+    column, so statistics rounded by a cast never skip a row that matches."""
     if not pa.types.is_floating(typ):
         return v
     eps = abs(v) * 1e-9 + 1e-300
@@ -384,9 +386,9 @@ def may_match(f: Filter, typ: pa.DataType, lo: Any, hi: Any) -> bool:
         floating = pa.types.is_floating(typ)
         if floating and f.hi is None:
             return True  # NaN passes any lower bound and statistics never show it
-        if f.lo is not None and hi < _slack(f.lo, typ, False):
+        if f.lo is not None and hi < widened(f.lo, typ, False):
             return False
-        if f.hi is not None and lo > _slack(f.hi, typ, True):
+        if f.hi is not None and lo > widened(f.hi, typ, True):
             return False
         if f.values is not None and not floating:
             return any(lo <= v <= hi for v in f.values)

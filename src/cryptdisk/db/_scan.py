@@ -36,7 +36,7 @@ from ._derived import DerivedColumn, DerivedFailed, where_name
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
-from ._pushdown import Filter, TopN, _slack, may_match
+from ._pushdown import Filter, TopN, may_match, widened
 from ._rows import TIME_ZONE
 
 __all__ = ["OpenParts", "TableScan", "scan_workers"]
@@ -677,10 +677,7 @@ class TableScan:
         columns but the key may keep, by their bounds), decoding only those pages; None
         when the row group was read before (read whole: the cache keeps it). DuckDB
         applies the whole WHERE again, so a superset of the matching rows is enough."""
-        cache = self._cache
-        ckey = f"{op.part.id}/{rg}"
-        if cache is not None and (self.cached(op, rg) or any(
-                cache.offered(ckey, c) for c in self.columns)):
+        if self._read_before(op, rg):
             return None
         batches = [self._paged_rows(op, rg, first, end) for first, end in runs]
         if len(batches) == 1:
@@ -689,15 +686,20 @@ class TableScan:
             [pa.concat_arrays([b.column(j) for b in batches]) for j in range(len(self.schema))],
             schema=self.schema)
 
+    def _read_before(self, op: OpenPart, rg: int) -> bool:
+        """Whether row group ``rg`` is cached or one of the scan's columns of it was read
+        before (offered to the cache): then it is read whole, so the cache keeps it."""
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        return cache is not None and (self.cached(op, rg) or any(
+            cache.offered(ckey, c) for c in self.columns))
+
     def read_span(self, op: OpenPart, rg: int, first: int, end: int) -> list[pa.RecordBatch]:
         """Rows ``first..end`` of row group ``rg`` (a top-N's granule): decoded from the
         pages that hold them (:meth:`_paged_rows`), or sliced from the whole row group
         when it is cached or was read before (read whole then, so the cache keeps it for
         warm repeats, as :meth:`_read_top_granules` does)."""
-        cache = self._cache
-        ckey = f"{op.part.id}/{rg}"
-        if cache is not None and (self.cached(op, rg) or any(
-                cache.offered(ckey, c) for c in self.columns)):
+        if self._read_before(op, rg):
             batch = self._read_group(op, rg, {})
             return [batch if first == 0 and end == batch.num_rows
                     else batch.slice(first, end - first)]
@@ -1169,9 +1171,9 @@ def _granules_may_match(f: Filter, typ: pa.DataType, grains: tuple[Any, ...]) ->
     try:
         keep = (facts & GRANULE_EMPTY) == 0
         if f.lo is not None:
-            keep &= ~(maxs < _slack(f.lo, typ, False))
+            keep &= ~(maxs < widened(f.lo, typ, False))
         if f.hi is not None:
-            keep &= ~(mins > _slack(f.hi, typ, True))
+            keep &= ~(mins > widened(f.hi, typ, True))
         if f.values is not None and not floating:
             hit = np.zeros(len(mins), dtype=bool)
             for v in f.values:
