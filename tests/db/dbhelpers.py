@@ -1,5 +1,6 @@
 """Helpers shared by the database tests (a unique module name, unlike ``conftest``)."""
 
+from cryptdisk.format import HEADER_SIZE
 from cryptdisk.keys import Key, write_key_file
 
 SCHEMA = "(c_int BIGINT, c_str VARCHAR, c_float DOUBLE)"
@@ -26,3 +27,11 @@ def write_config(tmp_path, key_ids, current, name="c.toml", plain=True):
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def flip_segment_byte(path, index: int, segment: int) -> None:
+    """Change one byte of sealed file ``path``'s segment ``index`` (segments of
+    ``segment`` plaintext bytes, each followed by its 16-byte tag)."""
+    data = bytearray(path.read_bytes())
+    data[HEADER_SIZE + index * (segment + 16) + 9] ^= 1
+    path.write_bytes(bytes(data))

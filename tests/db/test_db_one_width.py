@@ -13,7 +13,8 @@ from cryptdisk.db import _blocks, _granule
 from cryptdisk.db import _partread as _parts
 from cryptdisk.db import _parts as writer
 from cryptdisk.errors import AuthenticationError
-from cryptdisk.format import HEADER_SIZE
+
+from .dbhelpers import flip_segment_byte
 
 #: (name, SQL of the VARCHAR column from i) of one length each: ASCII hashes, two-byte
 #: characters, empty strings, long strings
@@ -116,10 +117,7 @@ def test_a_tampered_segment_of_a_string_chunk_fails_the_read(tmp_path, db, monke
     start, end, _compressed = op._chunk_info(2, op._index["c_str"])
     index = (start + end) // 2 // seg
     op.close()
-    full = tmp_path / "db" / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + 9] ^= 1
-    full.write_bytes(bytes(data))
+    flip_segment_byte(tmp_path / "db" / "data" / part.path, index, seg)
     op = _parts.open_part(disk, part)
     try:
         with pytest.raises(AuthenticationError, match=f"segment {index}"):

@@ -16,7 +16,7 @@ from cryptdisk.db import _parts as part_writer
 from cryptdisk.errors import AuthenticationError
 from cryptdisk.format import HEADER_SIZE
 
-from .dbhelpers import SCHEMA, gen
+from .dbhelpers import SCHEMA, flip_segment_byte, gen
 
 
 def test_results_do_not_alias_the_arena(db, monkeypatch):
@@ -253,10 +253,7 @@ def test_a_tampered_segment_of_a_later_row_group_fails_before_its_decoding(
     seg = op._segment
     index = (starts[3][0] + starts[3][1]) // 2 // seg  # inside row group 3's chunk
     op.close()
-    full = tmp_path / "db" / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + 9] ^= 1
-    full.write_bytes(bytes(data))
+    flip_segment_byte(tmp_path / "db" / "data" / part.path, index, seg)
     decoded = []
     real = _parts._read_row_groups
     monkeypatch.setattr(_parts, "_read_row_groups",
@@ -537,10 +534,7 @@ def test_a_tampered_segment_of_a_chunk_read_as_values_fails_the_read(
     start, end = _parts._chunk_start_end(op.meta.row_group(3).column(0))
     index = (start + end) // 2 // seg
     op.close()
-    full = tmp_path / "db" / "data" / part.path
-    data = bytearray(full.read_bytes())
-    data[HEADER_SIZE + index * (seg + 16) + 9] ^= 1
-    full.write_bytes(bytes(data))
+    flip_segment_byte(tmp_path / "db" / "data" / part.path, index, seg)
     op = _parts.open_part(disk, part)
     try:
         with pytest.raises(AuthenticationError, match=f"segment {index}"):
