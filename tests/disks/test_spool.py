@@ -18,6 +18,7 @@ import pytest
 import cryptdisk
 from cryptdisk import Key, Keyring
 from cryptdisk.disks import EncryptedDisk, FsspecDisk
+from tests.forked import child_of_a_dead_holder
 
 from .conftest import BUCKET
 
@@ -144,3 +145,51 @@ def test_a_dead_pids_spool_still_locked_is_kept(spool_dir: Path) -> None:
         assert path.exists()
     assert collect_stale_spools(str(spool_dir)) == 1
     assert not path.exists() and other.exists()
+
+
+_DIES_WRITING = """
+import tempfile
+tempfile.tempdir = sys.argv[1]
+from cryptdisk.disks import FsspecDisk
+f = FsspecDisk("remote", "memory://spool").open_write("f")
+f.write(b"spooled")  # the spool is open and locked
+fork_and_die()
+"""
+
+
+def test_a_forked_child_does_not_keep_the_spool_of_a_writer_that_died(
+        spool_dir: Path) -> None:
+    """A process forked while its parent was writing shared the spool's open file, which
+    holds the flock: after the parent died the child (which writes nothing) kept it, and
+    collection skipped the dead writer's spool for as long as the child lived. The child
+    now closes its copy as it starts."""
+    from cryptdisk.disks._spool import collect_stale_spools
+
+    with child_of_a_dead_holder(_DIES_WRITING, str(spool_dir)):
+        assert len(spools(spool_dir)) == 1
+        assert collect_stale_spools(str(spool_dir)) == 1  # 0 before: the child's lock
+        assert spools(spool_dir) == []
+
+
+def test_a_forked_child_leaves_its_parents_spool_alone(spool_dir: Path) -> None:
+    """A child forked while a file is written that drops its copy of the file (as the
+    garbage collector does) neither removes nor writes the parent's spool: the parent
+    still publishes what it wrote, whole."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    disk = FsspecDisk("remote", "memory://spool-fork")
+    f = disk.open_write("f")
+    f.write(b"a" * 10)  # buffered in the parent: never flushed by the child
+    pid = os.fork()
+    if pid == 0:
+        try:
+            f.write(b"from the child")
+            f.abort()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    (spool,) = spools(spool_dir)
+    f.write(b"b" * 100_000)
+    f.close()
+    assert MemoryFileSystem().cat_file("/spool-fork/f") == b"a" * 10 + b"b" * 100_000
+    assert not spool.exists()

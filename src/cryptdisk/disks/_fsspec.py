@@ -201,15 +201,8 @@ class FsspecDisk(Disk):
         full = self._full(path)
         if not self.object_store:
             self._not_a_directory(path, full)
-        spool, local = open_spool()
-
-        def drop_spool() -> None:
-            # Unlinked while still locked: a collector never sees it unlocked and in use.
-            try:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(local)
-            finally:
-                spool.close()
+        spool = open_spool()
+        local, drop_spool = spool.path, spool.remove
 
         def publish() -> None:
             try:

@@ -11,21 +11,27 @@ created under a name collection ignores (``...cdtmp-new``), locked, then renamed
 is stale, and :func:`collect_stale_spools` deletes it, only when it belongs to this user,
 its pid names no live process, and its lock can be taken (a writer in another pid
 namespace sharing the directory still holds it). A spool whose writer is alive is never
-touched.
+touched. A process forked while a spool is open closes its copy of the spool's descriptor
+as it starts (:mod:`cryptdisk._flocks`): the lock dies with its writer, not with the
+writer's last child, and the child never writes to, closes or removes the parent's spool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import io
 import os
 import secrets
 import stat
 import tempfile
 import threading
-from typing import BinaryIO
+from typing import Any
 
-__all__ = ["collect_stale_spools", "collect_stale_spools_once", "open_spool"]
+from .._flocks import hold, let_go
+
+__all__ = ["Spool", "collect_stale_spools", "collect_stale_spools_once", "open_spool"]
 
 PREFIX = ".cryptdisk-"
 SUFFIX = ".cdtmp"
@@ -36,22 +42,74 @@ _collected: set[str] = set()
 _collected_lock = threading.Lock()
 
 
-def open_spool() -> tuple[BinaryIO, str]:
-    """A new spool file, locked for this process: ``(file opened "wb", its path)``."""
+class _Raw(io.RawIOBase):
+    """The spool's descriptor under its buffer: it writes only in the process that opened
+    it (a forked child's copy of the buffer must not flush to a descriptor number the
+    child may have reused since its copy was closed at fork), and never closes it."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.pid = os.getpid()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.pid != os.getpid():
+            raise OSError(errno.EBADF, "the spool belongs to the process that opened it")
+        if self.fd < 0:
+            return len(memoryview(data).cast("B"))  # removed: what is left goes nowhere
+        return os.write(self.fd, data)
+
+
+class Spool:
+    """A spool being written by this process, locked from open to :meth:`remove`."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.path = path
+        self._raw = _Raw(fd)
+        self._file = io.BufferedWriter(self._raw, 64 * 1024)
+        #: write bytes (buffered)
+        self.write = self._file.write
+        #: write the buffered bytes to the file
+        self.flush = self._file.flush
+
+    def remove(self) -> None:
+        """Delete the spool, unlinked while still locked (a collector never sees it
+        unlocked and in use), and close it. In a process forked from its writer: nothing
+        (its descriptor was closed at fork; the spool is the writer's)."""
+        raw = self._raw
+        if raw.fd < 0 or raw.pid != os.getpid():
+            return
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        finally:
+            fd, raw.fd = raw.fd, -1
+            let_go(fd)
+            os.close(fd)  # closing the descriptor drops the flock
+            self._file.close()  # (its buffer goes nowhere)
+
+
+def open_spool() -> Spool:
+    """A new spool file, locked for this process until :meth:`Spool.remove`."""
     directory = tempfile.gettempdir()
     fd, new = tempfile.mkstemp(prefix=PREFIX, suffix=NEW_SUFFIX, dir=directory)
+    hold(fd)  # a forked child closes its copy: the lock dies with this process
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         path = os.path.join(directory,
                             f"{PREFIX}{os.getpid()}.{secrets.token_hex(6)}{SUFFIX}")
         os.rename(new, path)
     except BaseException:
+        let_go(fd)
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(new)
         raise
-    # The lock belongs to the open file description: it lasts until the file is closed.
-    return os.fdopen(fd, "wb"), path
+    # The lock belongs to the open file description: it lasts until it is closed.
+    return Spool(fd, path)
 
 
 def _owner_pid(name: str) -> int | None:
