@@ -384,6 +384,9 @@ def test_nested_columns_stream_whole(db, small_groups):
         [(12497500, 10000, 5000)]
 
 
+#: DuckDB's default_null_order values ("": left as it is, NULLS_LAST)
+_NULL_ORDERS = ["", "nulls_first", "nulls_last", "nulls_first_on_asc_last_on_desc",
+                "nulls_last_on_asc_first_on_desc"]
 _TOP_FLOATS = st.sampled_from([None, math.nan, math.nan, -0.0, -2.5, 0.0, 1.0, 3.25, 7.5,
                                9.0, 11.5, 20.0])
 _TOP_ROWS = st.lists(st.tuples(st.one_of(st.integers(-12, 12), st.none()),
@@ -396,13 +399,14 @@ _TOP_ROWS = st.lists(st.tuples(st.one_of(st.integers(-12, 12), st.none()),
        default_desc=st.booleans(),
        nulls=st.sampled_from(["", " NULLS FIRST", " NULLS LAST"]),
        limit=st.integers(1, 6), offset=st.sampled_from([None, 0, 3]),
-       star=st.booleans(), order_by=st.booleans())
+       star=st.booleans(), order_by=st.booleans(), null_order=st.sampled_from(_NULL_ORDERS))
 def test_top_n_equals_duckdb(shared_db, inserts, column, desc, default_desc, nulls, limit,
-                             offset, star, order_by):
+                             offset, star, order_by, null_order):
     """ORDER BY col LIMIT n skips row groups that cannot reach the top: same rows as DuckDB.
 
     With no direction (``desc`` None) DuckDB's ``default_order`` decides, set to DESC or
-    ASC on both connections.
+    ASC on both connections; with no NULLS FIRST|LAST its ``default_null_order``, set on
+    both (or left as it is).
     """
     db = shared_db
     t, ref = _table_and_reference(db, inserts, 5, order_by)
@@ -414,12 +418,15 @@ def test_top_n_equals_duckdb(shared_db, inserts, column, desc, default_desc, nul
     order = "DESC" if default_desc else "ASC"
     for con in (db.con, ref):
         con.execute(f"SET default_order = '{order}'")
+        if null_order:
+            con.execute(f"SET default_null_order = '{null_order}'")
     try:
         want = ref.execute(sql).fetchall()
         got = db.query(sql)
     finally:
         db.con.execute("RESET default_order")
-    assert _norm(got) == _norm(want), (sql, order)
+        db.con.execute("RESET default_null_order")
+    assert _norm(got) == _norm(want), (sql, order, null_order)
     db.sql(f"DROP TABLE {t}")
 
 
@@ -428,19 +435,27 @@ _GRANULE_FLOATS = st.one_of(st.none(), st.just(math.nan),
                             st.floats(-50, 50, allow_nan=False))
 _GRANULE_ROWS = st.lists(st.tuples(st.one_of(st.integers(-40, 40), st.none()),
                                    st.text("ab", max_size=2), _GRANULE_FLOATS), max_size=150)
+#: rows mostly NULL in k and f (granules of NULLs only, and some holding one)
+_NULL_HEAVY = st.lists(st.tuples(st.one_of(st.none(), st.none(), st.none(),
+                                           st.integers(-40, 40)),
+                                 st.text("ab", max_size=2),
+                                 st.one_of(st.none(), st.none(), st.none(), _GRANULE_FLOATS)),
+                       max_size=150)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(inserts=st.lists(st.tuples(_GRANULE_ROWS, st.booleans()), min_size=1, max_size=4),
+@given(inserts=st.lists(st.tuples(st.one_of(_GRANULE_ROWS, _NULL_HEAVY), st.booleans()),
+                        min_size=1, max_size=4),
        column=st.sampled_from(["k", "f"]), desc=st.sampled_from([True, False, None]),
        nulls=st.sampled_from(["", " NULLS FIRST", " NULLS LAST"]),
        limit=st.integers(1, 12), offset=st.sampled_from([None, 0, 5]),
-       order_by=st.booleans(), plain=st.booleans())
+       order_by=st.booleans(), plain=st.booleans(), null_order=st.sampled_from(_NULL_ORDERS))
 def test_top_n_by_granules_equals_duckdb(shared_db, inserts, column, desc, nulls, limit,
-                                          offset, order_by, plain):
+                                          offset, order_by, plain, null_order):
     """A top-N on a numeric column that is not the key ranks granules (4 rows each, 3
     granules a row group here) across parts: same rows as DuckDB, cold, on the second run
-    (row groups read before are read whole) and warm (from the cache), with NULLs, NaN,
+    (row groups read before are read whole) and warm (from the cache), with NULLs (NULL
+    heavy columns, NULLS FIRST|LAST or DuckDB's default_null_order set on both), NaN,
     ties, OFFSET, empty inserts and parts written without the granule bounds (old)."""
     db = shared_db
     t = f"t{next(_COUNTER)}"
@@ -466,10 +481,55 @@ def test_top_n_by_granules_equals_duckdb(shared_db, inserts, column, desc, nulls
     ties = ", ".join(f"{c} ASC NULLS FIRST" for c in "ksf")
     sql = (f"SELECT f, s, k FROM {t} ORDER BY {column}{direction}{nulls}, {ties} "
            f"LIMIT {limit}" + ("" if offset is None else f" OFFSET {offset}"))
-    want = _norm(ref.execute(sql).fetchall())
-    for run in ("cold", "second", "warm"):
-        assert _norm(db.query(sql)) == want, (sql, run)
+    for con in (db.con, ref) if null_order else ():
+        con.execute(f"SET default_null_order = '{null_order}'")
+    try:
+        want = _norm(ref.execute(sql).fetchall())
+        for run in ("cold", "second", "warm"):
+            assert _norm(db.query(sql)) == want, (sql, run, null_order)
+    finally:
+        db.con.execute("RESET default_null_order")
     db.sql(f"DROP TABLE {t}")
+
+
+def test_a_top_n_reads_the_granules_holding_nulls_only_when_nulls_can_reach_it(db, monkeypatch):
+    """Every granule of c_float holds a NULL (and one granule nothing else): with NULLs
+    last (DuckDB's default, or NULLS LAST, or a default_null_order that puts them last for
+    the direction) a top-N ranks those granules by their values and reads a handful of
+    the 100; with NULLs first (said, or the connection's default_null_order) NULLs are
+    the answer and those granules are read. Same rows as DuckDB each time."""
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    body = ("SELECT i, md5(i::VARCHAR), CASE WHEN i % 50 = 7 OR i BETWEEN 5000 AND 5099 "
+            "THEN NULL ELSE (i * 7919) % 10007 END FROM range(10000) r(i)")
+    db.sql("INSERT INTO t " + body)
+    ref = duckdb.connect()
+    ref.execute(f"CREATE TABLE t {SCHEMA}")
+    ref.execute("INSERT INTO t " + body)
+    few = 3 + scan_workers()
+    cases = [("DESC", "", few), ("ASC", "", few), ("DESC", " NULLS LAST", few),
+             ("ASC", " NULLS LAST", few), ("DESC", " NULLS FIRST", 100),
+             ("ASC", " NULLS FIRST", 100)]
+    for direction, nulls, most in cases:
+        sql = f"SELECT c_int, c_float FROM t ORDER BY c_float {direction}{nulls}, c_int LIMIT 3"
+        assert db.query(sql) == ref.execute(sql).fetchall(), sql
+        assert db.last_scans["t"]["granule_reads"] <= most, (sql, db.last_scans["t"])
+        db.cache.clear()
+    few = 5 + scan_workers()  # (OFFSET 2: the 5 best rows)
+    for setting, direction, most in [("nulls_first", "DESC", 100),
+                                     ("nulls_first_on_asc_last_on_desc", "DESC", few),
+                                     ("nulls_first_on_asc_last_on_desc", "ASC", 100),
+                                     ("nulls_last_on_asc_first_on_desc", "ASC", few)]:
+        sql = f"SELECT c_int, c_float FROM t ORDER BY c_float {direction}, c_int LIMIT 3 OFFSET 2"
+        for con in (db.con, ref):
+            con.execute(f"SET default_null_order = '{setting}'")
+        try:
+            assert db.query(sql) == ref.execute(sql).fetchall(), (sql, setting)
+        finally:
+            db.con.execute("RESET default_null_order")
+        assert db.last_scans["t"]["granule_reads"] <= most, (sql, setting, db.last_scans["t"])
+        db.cache.clear()
 
 
 def test_top_n_by_a_column_that_is_not_the_key_reads_granules_only(db, monkeypatch):

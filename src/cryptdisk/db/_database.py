@@ -1065,7 +1065,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 schemas = {u: self.arrow_schema(self.catalog.tables[u]) for u in tables}
                 filters, top = self._text_safe(
                     schema, table_filters(tree, t, schema, schemas),
-                    top_n(tree, t, schema, self._default_order))
+                    top_n(tree, t, schema, self._default_order, self._default_null_order))
                 head = self._head(tree, t) if not filters and top is None else None
                 scan = self._scan(meta, cols, filters, top,
                                   key_extremes_only(tree, t, schema, key), head=head)
@@ -1297,6 +1297,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         :meth:`_setting` reads it."""
         value = self._setting("default_order")
         return "ASC" if value is None else str(value)
+
+    def _default_null_order(self) -> str:
+        """DuckDB's ``default_null_order`` (where an ``ORDER BY`` without ``NULLS FIRST|LAST``
+        puts NULLs), as :meth:`_setting` reads it; ``NULLS_FIRST`` if unknown (the safe
+        guess: a top-N then reads every row group holding a NULL)."""
+        value = self._setting("default_null_order")
+        return "NULLS_FIRST" if value is None else str(value)
 
     def _release(self) -> None:
         """Drop this statement's Arrow views, so no later statement sees stale parts, and
@@ -1868,6 +1875,7 @@ class Reader:
     _binary_text = Database._binary_text
     _text_safe = Database._text_safe
     _default_order = Database._default_order
+    _default_null_order = Database._default_null_order
     _setting = Database._setting
     _read_settings = Database._read_settings
     _head = Database._head
@@ -2367,7 +2375,8 @@ def _statement_words(st: _sql.Statement) -> str:
 
 
 #: The DuckDB settings a statement's reads depend on (see Database._setting).
-_SETTINGS = ("default_order", "default_collation", "preserve_insertion_order")
+_SETTINGS = ("default_order", "default_null_order", "default_collation",
+             "preserve_insertion_order")
 #: Parse trees kept (see Database._parse_tree).
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).

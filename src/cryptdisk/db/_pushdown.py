@@ -490,11 +490,14 @@ def all_pass(item: tuple[str, str, Any], typ: pa.DataType, stats: tuple[Any, Any
 
 @dataclass(frozen=True)
 class TopN:
-    """The query wants only the ``limit`` first rows ordered by ``column`` (then others)."""
+    """The query wants only the ``limit`` first rows ordered by ``column`` (then others),
+    its NULLs first (``nulls_first``: a row holding one may be among them) or last (then
+    only when fewer than ``limit`` rows hold a value)."""
 
     column: str
     descending: bool
     limit: int
+    nulls_first: bool = True
 
 
 def _int_constant(node: Any) -> int | None:
@@ -570,7 +573,8 @@ def _limit_offset(mod: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
-          default_order: Callable[[], str] | None = None) -> TopN | None:
+          default_order: Callable[[], str] | None = None,
+          default_null_order: Callable[[], str] | None = None) -> TopN | None:
     """``SELECT cols FROM table ORDER BY col ASC|DESC[, ...] LIMIT n [OFFSET m]``, or None.
 
     Only the plainest form: the table read once, no WHERE, GROUP BY, HAVING,
@@ -579,7 +583,9 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
     integer, floating or VARCHAR column, constant
     LIMIT and OFFSET. Then every row past the first ``n + m`` in that order
     cannot reach the result, which lets a scan skip row groups whose
-    statistics prove all their rows come later.
+    statistics prove all their rows come later. Where the NULLs go is the ORDER BY's
+    ``NULLS FIRST|LAST``, else DuckDB's ``default_null_order`` (``default_null_order()``;
+    without it NULLs count as first, which reads every row group holding one).
     """
     found = _plain_select(tree, table, aliases=False)
     if found is None:
@@ -607,7 +613,28 @@ def top_n(tree: dict[str, Any] | None, table: str, schema: pa.Schema,
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_string(typ)
             or pa.types.is_large_string(typ)):
         return None
-    return TopN(ref[0], descending, limit + offset)
+    return TopN(ref[0], descending, limit + offset,
+                _nulls_first(str(orders[0].get("null_order", "")), descending,
+                             default_null_order))
+
+
+def _nulls_first(null_order: str, descending: bool,
+                 default_null_order: Callable[[], str] | None) -> bool:
+    """Whether an ORDER BY item's NULLs sort first: its own ``NULLS FIRST|LAST``, else
+    DuckDB's ``default_null_order`` setting (``NULLS_FIRST``, ``NULLS_LAST``,
+    ``NULLS_FIRST_ON_ASC_LAST_ON_DESC``, ``NULLS_LAST_ON_ASC_FIRST_ON_DESC``); first
+    when neither is known."""
+    words = null_order.replace("_", " ").strip().upper()
+    if words in ("NULLS FIRST", "NULLS LAST"):
+        return words == "NULLS FIRST"
+    if default_null_order is None:
+        return True
+    setting = default_null_order().replace("_", " ").strip().upper()
+    if setting.startswith("NULLS FIRST ON ASC"):
+        return not descending
+    if setting.startswith("NULLS LAST ON ASC"):
+        return descending
+    return setting != "NULLS LAST"
 
 
 def key_extremes_only(tree: dict[str, Any] | None, table: str, schema: pa.Schema,

@@ -1325,7 +1325,10 @@ class _Stream:
         (:meth:`OpenPart.column_granules`), ``edge`` the worst of them and ``exact``
         whether every row lies within them (no NULL, no NaN). The plan ends at the first
         ranked one that the statistics' bound or the rows seen so far beat (every later
-        one is beaten as well)."""
+        one is beaten as well). With NULLs last (:attr:`TopN.nulls_first`), one holding
+        NULLs is ranked by its values, and those holding nothing but NULLs come after the
+        plan, read only when no ``limit`` rows with a value are known (NULLs first: each
+        one holding a NULL may hold the top rows, and is read first)."""
         scan = self.scan
         typ = scan._types[top.column]
         floating = pa.types.is_floating(typ)
@@ -1333,13 +1336,15 @@ class _Stream:
         granular = not scan.derived and scan.where is None
         ranked: list[tuple[Any, OpenPart, int, Any]] = []
         blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]] = []
+        #: NULLs last: row groups or granules holding NULLs only (see the docstring)
+        nulls: list[tuple[OpenPart, int, Any]] = []
         for op, groups in self._part_groups():
             # (granule bounds first: the column's statistics are in the Parquet footer,
             # which a part opened by its lookup block then need not parse)
             grains = op.column_granules(top.column) if granular else None
             if grains is not None:
                 yield from self._granule_tasks(op, groups, grains, top, floating, ranked,
-                                               blocks)
+                                               blocks, nulls)
                 continue
             bounds = op.null_free_bounds(top.column)
             if bounds is not None:  # a key's bounds: every row group ranked, in C
@@ -1349,9 +1354,13 @@ class _Stream:
                 continue
             for rg in groups:
                 st = op.stats(rg, top.column)
-                usable = (st is not None and op.nulls(rg, top.column) == 0
+                usable = (st is not None
+                          and (not top.nulls_first or op.nulls(rg, top.column) == 0)
                           and not (floating and desc and not op.nan_free(rg, top.column)))
-                if st is None or not usable:
+                if st is None and not top.nulls_first \
+                        and op.nulls(rg, top.column) == op.rows(rg):
+                    nulls.append((op, rg, (None, None)))
+                elif st is None or not usable:
                     yield op, rg, (None, None)
                 else:
                     ranked.append((st[1] if desc else st[0], op, rg, None))
@@ -1365,7 +1374,8 @@ class _Stream:
                 static = bound
             plan = heapq.merge(ranked, granules, key=operator.itemgetter(0), reverse=desc)
         self._static = static
-        left = sum(1 for r in ranked if r[3] is None)  # whole row groups not yet handed out
+        # whole row groups not yet handed out
+        left = sum(1 for r in ranked if r[3] is None) + sum(1 for r in nulls if r[2][1] is None)
         for bound, op, rg, span in plan:
             if self._beaten(bound, top):
                 # ranked best-first: every one after this one is beaten as well
@@ -1374,16 +1384,21 @@ class _Stream:
             if span is None:
                 left -= 1
             yield op, rg, (bound, span)
+        if self._static is not None or self._threshold is not None:
+            scan.row_groups_skipped += left  # limit rows with a value: NULLs come after
+            return
+        yield from nulls
 
     def _granule_tasks(self, op: OpenPart, groups: list[int], grains: tuple[Any, ...],
                        top: TopN, floating: bool, ranked: list[tuple[Any, OpenPart, int, Any]],
-                       blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]]
+                       blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]],
+                       nulls: list[tuple[OpenPart, int, Any]]
                        ) -> Iterator[tuple[OpenPart, int, Any]]:
         """The granules of ``op``'s row groups ``groups`` for :meth:`_top_tasks`: those
         without a bound yielded, the others added to ``blocks`` (NumPy arrays: the part,
-        bounds, worst edges, whether exact, row groups, first and end rows). A row group
-        read before (cached, or offered to the cache by a granule read) is one task, read
-        whole, added to ``ranked``."""
+        bounds, worst edges, whether exact, row groups, first and end rows), those holding
+        only NULLs that sort last to ``nulls``. A row group read before (cached, or offered
+        to the cache by a granule read) is one task, read whole, added to ``ranked``."""
         scan, desc = self.scan, top.descending
         starts, rgs, first, end, mins, maxs, facts = grains
         cache = scan._cache
@@ -1394,9 +1409,15 @@ class _Stream:
             wanted = np.zeros(len(rgs), dtype=bool)
             for rg in groups:
                 wanted[starts[rg] : starts[rg + 1]] = True
-        unbounded = (facts & (GRANULE_NULL | GRANULE_EMPTY)) != 0
+        # NULLs last: a granule of NULLs only comes after every value; else a NULL may
+        # be among the top rows
+        empty = (facts & GRANULE_EMPTY) != 0 if not top.nulls_first \
+            else np.zeros(len(facts), dtype=bool)
+        unbounded = (facts & (GRANULE_NULL | GRANULE_EMPTY)) != 0 if top.nulls_first \
+            else np.zeros(len(facts), dtype=bool)
         if floating and desc:  # NaN sorts above every number
             unbounded |= (facts & GRANULE_NAN) != 0
+        exact = (facts & (GRANULE_NAN | GRANULE_NULL)) == 0
         if cache is not None and (len(cache) or cache.offers()):
             for rg in groups:
                 if not (scan.cached(op, rg) or any(
@@ -1405,18 +1426,24 @@ class _Stream:
                 a, b = starts[rg], starts[rg + 1]
                 wanted[a:b] = False
                 rows = int(end[b - 1])
+                valued = ~empty[a:b]
                 if unbounded[a:b].any():
                     yield op, rg, (None, (0, rows, None, False))
                     continue
-                lo, hi = mins[a:b], maxs[a:b]
+                if not valued.any():
+                    nulls.append((op, rg, (None, (0, rows, None, False))))
+                    continue
+                lo, hi = mins[a:b][valued], maxs[a:b][valued]
                 ranked.append(((hi.max() if desc else lo.min()).item(), op, rg,
                                (0, rows, (lo.min() if desc else hi.max()).item(),
-                                not (facts[a:b] & GRANULE_NAN).any())))
+                                bool(exact[a:b].all()))))
         for i in np.flatnonzero(unbounded & wanted).tolist():  # may hold the best rows
             yield op, int(rgs[i]), (None, (int(first[i]), int(end[i]), None, False))
-        keep = wanted & ~unbounded
+        for i in np.flatnonzero(empty & wanted & ~unbounded).tolist():
+            nulls.append((op, int(rgs[i]), (None, (int(first[i]), int(end[i]), None, False))))
+        keep = wanted & ~unbounded & ~empty
         blocks.append((op, (maxs if desc else mins)[keep], (mins if desc else maxs)[keep],
-                       (facts[keep] & GRANULE_NAN) == 0, rgs[keep], first[keep], end[keep]))
+                       exact[keep], rgs[keep], first[keep], end[keep]))
 
     def _bound_from_statistics(self, ranked: list[tuple[Any, OpenPart, int, Any]], top: TopN,
                                floating: bool) -> Any:
@@ -1437,7 +1464,8 @@ class _Stream:
                     continue
                 n = end - first
             else:
-                if floating and not op.nan_free(rg, top.column):
+                if (floating and not op.nan_free(rg, top.column)) \
+                        or op.nulls(rg, top.column) != 0:
                     continue
                 st = op.stats(rg, top.column)
                 if st is None:  # (ranked row groups have statistics)
