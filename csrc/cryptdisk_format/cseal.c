@@ -143,6 +143,15 @@ static Py_ssize_t run_layout(long long first, long long last, long long final,
     return plain;
 }
 
+static int segment_size_ok(Py_ssize_t segment_size, Py_ssize_t final_size) {
+    if (segment_size <= 0 || final_size < 0 || final_size >= segment_size) {
+        PyErr_Format(PyExc_ValueError, "bad segment sizes: segment_size %zd, final_size %zd",
+                     segment_size, final_size);
+        return -1;
+    }
+    return 0;
+}
+
 static int overlap(const Py_buffer *a, const Py_buffer *b) {
     uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
     return a->len > 0 && b->len > 0 && a0 < b0 + (uintptr_t)b->len && b0 < a0 + (uintptr_t)a->len;
@@ -202,6 +211,157 @@ done:
     if (PyErr_Occurred())
         return NULL;
     return PyLong_FromLongLong(failed);
+}
+
+static const char SPANS_DOC[] =
+    "decrypt_spans(cipher, out, first, last, final, segment_size, final_size, offset, spans)\n"
+    "-> (int, int)\n\n"
+    "Plaintext ``[offset, offset + len(out))`` of a sealed file, lying in segments\n"
+    "first..last (``cipher`` holds their records, as for decrypt_run), decrypted and\n"
+    "authenticated into ``out`` and then packed: ``spans`` is a sequence of ``(a, b)``\n"
+    "plaintext offsets, in order, not overlapping, inside that range; their bytes are\n"
+    "moved together to the start of ``out``. One call, the GIL released once: a segment\n"
+    "only partly inside the range is decrypted whole into a scratch buffer (and\n"
+    "authenticated) and its part copied. Returns ``(-1, packed bytes)`` when every segment\n"
+    "authenticates, else ``(index of the first that does not, 0)``: then all of ``out``\n"
+    "is wiped. ValueError for buffers or spans that do not fit the layout.";
+
+static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
+    Py_buffer cipher, out;
+    long long first, last, final, offset;
+    Py_ssize_t seg, final_size;
+    PyObject *spans_obj;
+    if (!PyArg_ParseTuple(args, "y*w*LLLnnLO:decrypt_spans", &cipher, &out, &first, &last, &final,
+                          &seg, &final_size, &offset, &spans_obj))
+        return NULL;
+    long long failed = -1;
+    Py_ssize_t packed = 0, count = 0;
+    Py_ssize_t *spans = NULL;
+    uint8_t *scratch = NULL;
+    PyObject *fast = NULL;
+    if (segment_size_ok(seg, final_size) < 0)
+        goto done;
+    {
+        if (first < 0 || first > last || last > final) {
+            PyErr_Format(PyExc_ValueError, "bad segment range: first %lld, last %lld, final %lld", first,
+                         last, final);
+            goto done;
+        }
+        unsigned long long nseg = last - first + 1;
+        if (nseg > (unsigned long long)PY_SSIZE_T_MAX / (unsigned long long)(seg + TAG)) {
+            PyErr_SetString(PyExc_ValueError, "segment run too long for its buffers");
+            goto done;
+        }
+        Py_ssize_t whole = (Py_ssize_t)nseg - (last == final ? 1 : 0);
+        Py_ssize_t plain = whole * seg + (last == final ? final_size : 0);
+        Py_ssize_t need = plain + (Py_ssize_t)nseg * TAG;
+        long long base = first * (long long)seg;
+        if (cipher.len != need || offset < base || out.len <= 0
+            || offset - base + (long long)out.len > (long long)plain) {
+            PyErr_Format(PyExc_ValueError,
+                         "decrypt_spans: segments %lld..%lld (a %zd-byte ciphertext, not %zd) do not "
+                         "hold the %zd bytes at offset %lld",
+                         first, last, need, cipher.len, out.len, offset);
+            goto done;
+        }
+    }
+    if (overlap(&cipher, &out)) {
+        PyErr_SetString(PyExc_ValueError, "decrypt_spans: the ciphertext and output buffers overlap");
+        goto done;
+    }
+    fast = PySequence_Fast(spans_obj, "decrypt_spans: spans must be a sequence of (start, end) pairs");
+    if (fast == NULL)
+        goto done;
+    count = PySequence_Fast_GET_SIZE(fast);
+    spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(count ? count : 1));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        long long prev = offset, end = offset + (long long)out.len;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            long long a, b;
+            PyObject *item = PySequence_Fast_GET_ITEM(fast, k);
+            if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "LL", &a, &b)) {
+                if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_Clear();
+                    PyErr_SetString(PyExc_ValueError, "decrypt_spans: each span is a (start, end) tuple");
+                }
+                goto done;
+            }
+            if (a < prev || b < a || b > end) {
+                PyErr_Format(PyExc_ValueError,
+                             "decrypt_spans: span %zd (%lld, %lld) is not in order inside [%lld, %lld)", k,
+                             a, b, offset, end);
+                goto done;
+            }
+            spans[2 * k] = (Py_ssize_t)(a - offset);
+            spans[2 * k + 1] = (Py_ssize_t)(b - offset);
+            prev = b;
+        }
+    }
+    scratch = PyMem_RawMalloc((size_t)seg);
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    struct gcm_context_data ctx;
+    uint8_t iv[NONCE], tag[TAG];
+    const uint8_t *ct = cipher.buf;
+    uint8_t *dst = out.buf;
+    long long lo = offset, hi = offset + (long long)out.len; /* the range wanted */
+    int used = 0;
+    for (long long i = first; i <= last; i++) {
+        size_t n = i < final ? (size_t)seg : (size_t)final_size;
+        long long s0 = i * (long long)seg, s1 = s0 + (long long)n;
+        /* a segment wholly inside the range goes straight to its place */
+        int inside = s0 >= lo && s1 <= hi;
+        uint8_t *pt = inside ? dst + (s0 - lo) : scratch;
+        nonce_of(iv, (uint64_t)i, i == final);
+        memcpy(tag, ct + n, TAG);
+        tag[0] ^= 0xff; /* a call that wrote no tag cannot match */
+        if (self->aes256)
+            IMB_AES256_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
+        else
+            IMB_AES128_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
+        if (!inside)
+            used = 1;
+        if (!tag_equal(tag, ct + n)) {
+            failed = (long long)i;
+            break;
+        }
+        if (!inside) { /* its part inside the range, once authenticated */
+            long long a = s0 > lo ? s0 : lo, b = s1 < hi ? s1 : hi;
+            if (b > a)
+                memcpy(dst + (a - lo), scratch + (a - s0), (size_t)(b - a));
+        }
+        ct += n + TAG;
+    }
+    if (failed >= 0) {
+        imb_clear_mem(dst, (size_t)out.len); /* unauthenticated plaintext: never released */
+    } else {
+        for (Py_ssize_t k = 0; k < count; k++) {
+            Py_ssize_t a = spans[2 * k], len = spans[2 * k + 1] - a;
+            if (a != packed)
+                memmove(dst + packed, dst + a, (size_t)len);
+            packed += len;
+        }
+    }
+    if (used)
+        imb_clear_mem(scratch, (size_t)seg);
+    imb_clear_mem(&ctx, sizeof ctx);
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_RawFree(scratch);
+    PyMem_Free(spans);
+    Py_XDECREF(fast);
+    PyBuffer_Release(&cipher);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    return Py_BuildValue("Ln", failed, failed >= 0 ? (Py_ssize_t)0 : packed);
 }
 
 static const char ONE_DOC[] =
@@ -298,6 +458,7 @@ done:
 static PyMethodDef Key_methods[] = {
     {"decrypt_run", (PyCFunction)Key_decrypt_run, METH_VARARGS, RUN_DOC},
     {"encrypt_run", (PyCFunction)Key_encrypt_run, METH_VARARGS, SEAL_DOC},
+    {"decrypt_spans", (PyCFunction)Key_decrypt_spans, METH_VARARGS, SPANS_DOC},
     {"decrypt", (PyCFunction)Key_decrypt, METH_VARARGS, ONE_DOC},
     {"__reduce__", Key_reduce, METH_NOARGS, "Refused: a Key holds key material."},
     {"__reduce_ex__", Key_reduce, METH_VARARGS, "Refused: a Key holds key material."},

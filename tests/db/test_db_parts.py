@@ -545,3 +545,75 @@ def test_a_tampered_segment_of_a_chunk_read_as_values_fails_the_read(
     db.cache.clear()
     with pytest.raises(AuthenticationError, match=f"segment {index}"):
         db.query("SELECT sum(c_int) FROM t")
+
+
+@pytest.fixture(params=["native", "cryptography"])
+def sealed_backend(request, monkeypatch):
+    """Sealed files through the C extension, or through its fallback (``cryptography``)."""
+    from cryptdisk.format import _sealed
+
+    if request.param == "native":
+        if _sealed._cseal is None:
+            pytest.skip("cryptdisk.format._cseal not built")
+    else:
+        monkeypatch.setattr(_sealed, "_cseal", None)
+    return request.param
+
+
+def test_an_encrypted_chunk_read_as_values_is_one_packed_read(db, monkeypatch, sealed_backend):
+    """Each encrypted chunk stored as its values is one packed read of the sealed file
+    (with the C extension one call that releases the GIL once: the chunk's shared first
+    and last segments, the run between them and its pages' values moved over their
+    headers; before, the decryption's three calls and a Python loop moving the pages):
+    the same arrays as pyarrow's decoding through both backends."""
+    from cryptdisk.format import SealedReader
+
+    part, disk = _stored_as_values(db, monkeypatch, _HASHED)
+    want = _parts.read_part(disk, part, ["c_int", "c_float", "c_i32"])
+    packed, ranged = [], []
+    real_packed, real_ranged = SealedReader.readinto_spans, SealedReader.readinto_at
+    monkeypatch.setattr(SealedReader, "readinto_spans",
+                        lambda self, *a: packed.append(a[1]) or real_packed(self, *a))
+    monkeypatch.setattr(SealedReader, "readinto_at",
+                        lambda self, *a, **k: ranged.append(a[1]) or real_ranged(self, *a, **k))
+    op = _parts.open_part(disk, part)
+    try:
+        ranged.clear()
+        got = pa.concat_tables([op.read([0, 1, 2], ["c_int", "c_float", "c_i32"]),
+                                op.read([3, 4], ["c_int", "c_float", "c_i32"])])
+        starts = sorted(_parts._chunk_start_end(op.meta.row_group(rg).column(j))[0]
+                        for rg in range(5) for j in (0, 2, 3))
+    finally:
+        op.close()
+    assert got.equals(want)
+    assert sorted(packed) == starts  # one packed read a chunk
+    # the C extension reads no chunk's range besides; the fallback decrypts each one's
+    # (the other reads are the footer's page index, read when first needed)
+    assert set(ranged) & set(starts) == (set() if sealed_backend == "native" else set(starts))
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_flipped_byte_in_a_chunk_read_as_values_fails_the_read_on_both_backends(
+        tmp_path, db, monkeypatch, sealed_backend, where):
+    """A changed byte in the first (shared with the chunk before), a middle or the last
+    (shared with the chunk after) segment of row group 3's BIGINT chunk fails a read of
+    it with that segment's error and hands back no array; the row groups away from it
+    still read, the same through the C extension and its fallback."""
+    part, disk = _stored_as_values(db, monkeypatch, _HASHED)
+    op = _parts.open_part(disk, part)
+    seg = op._segment
+    start, end = _parts._chunk_start_end(op.meta.row_group(3).column(0))
+    first, last = start // seg, (end - 1) // seg
+    assert last - first >= 2 and start % seg and end % seg  # shared edges, a middle
+    index = {"first": first, "middle": (first + last) // 2, "last": last}[where]
+    op.close()
+    flip_segment_byte(tmp_path / "db" / "data" / part.path, index, seg)
+    op = _parts.open_part(disk, part)
+    try:
+        with pytest.raises(AuthenticationError, match=f"segment {index} "):
+            op.read([3], ["c_int"])
+        with pytest.raises(AuthenticationError, match=f"segment {index} "):
+            op.read([2, 3, 4], ["c_int"])
+        assert op.read([0, 1], ["c_int"]).num_rows == 40_000
+    finally:
+        op.close()

@@ -345,3 +345,175 @@ def test_the_environment_switches_to_cryptography():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           check=True)
     assert done.stdout == ("None" if cseal is None else repr(cseal.library()))
+
+
+# -- a range read and packed in one call (readinto_spans, the database's value chunks) ---
+
+def _spans_reference(plain: bytes, offset: int, spans: list[tuple[int, int]]) -> bytes:
+    return b"".join(plain[a:b] for a, b in spans)
+
+
+def _sealed_reader(plain: bytes, seg: int, key_size: int = 32
+                   ) -> tuple[SealedReader, bytes, object, bytes]:
+    key = Keyring.single(os.urandom(key_size)).current_key()
+    header, dek = new_header(Kind.SEALED, key, segment_size=seg)
+    sealed = _write(header, dek, plain, [])
+    return SealedReader(_Recording(sealed), header, dek), sealed, header, dek  # type: ignore[arg-type]
+
+
+@st.composite
+def _packed_reads(draw):
+    seg = draw(st.sampled_from([512, 1024]))
+    size = draw(st.integers(1, 12 * seg + 100))
+    # ranges starting and ending on segment boundaries, or anywhere
+    edges = sorted({0, size, *range(0, size, seg)})
+    offset = draw(st.one_of(st.sampled_from(edges[:-1]), st.integers(0, size - 1)))
+    end = draw(st.one_of(st.sampled_from([e for e in edges if e > offset] or [size]),
+                         st.integers(offset + 1, size)))
+    cuts = sorted(draw(st.lists(st.integers(offset, end), max_size=8)))
+    spans = [(cuts[k], cuts[k + 1]) for k in range(0, len(cuts) - 1, 2)]
+    return seg, size, offset, end, spans
+
+
+@settings(max_examples=120, deadline=None)
+@given(read=_packed_reads(), key_size=st.sampled_from([16, 32]))
+def test_a_packed_read_equals_the_spans_of_the_plaintext_on_both_backends(read, key_size):
+    """``readinto_spans`` (one C call with the extension) and its Python fallback give the
+    spans' bytes packed at the buffer's start, for ranges on and off segment boundaries."""
+    seg, size, offset, end, spans = read
+    plain = os.urandom(size)
+    saved = _sealed._cseal
+    try:
+        for module in ([saved] if saved is not None else []) + [None]:
+            _sealed._cseal = module
+            reader, _sealed_bytes, _h, _d = _sealed_reader(plain, seg, key_size)
+            buf = bytearray(b"\xaa" * (end - offset))
+            packed = reader.readinto_spans(buf, offset, spans)
+            want = _spans_reference(plain, offset, spans)
+            assert packed == len(want) and bytes(buf[:packed]) == want
+            if not spans:  # nothing packed: the range as it is
+                assert bytes(buf) == plain[offset:end]
+    finally:
+        _sealed._cseal = saved
+
+
+@native
+def test_a_packed_read_is_one_call_of_the_extension(monkeypatch):
+    """With the C extension a packed read is one call (the GIL released once), not a call
+    for each partial edge and one for the run between (readinto_at: three)."""
+    seg = 512
+    plain = os.urandom(10 * seg + 33)
+    reader, _s, _h, _d = _sealed_reader(plain, seg)
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, key):
+            self._key = key
+
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(self._key, name)
+
+    reader._key = Counting(reader._key)
+    offset, end = seg + 100, 8 * seg + 7
+    spans = [(seg + 140, 3 * seg), (3 * seg + 40, 8 * seg + 7)]
+    buf = bytearray(end - offset)
+    assert reader.readinto_spans(buf, offset, spans) == len(_spans_reference(plain, offset, spans))
+    assert calls == ["decrypt_spans"]
+    assert bytes(buf[: 2 * seg - 140]) == plain[seg + 140 : 3 * seg]
+
+
+@pytest.mark.parametrize(("offset", "end"), [
+    (100, 7 * 512 + 300),     # partial first and last segments
+    (512, 7 * 512),           # starting and ending on segment boundaries
+    (512, 7 * 512 + 300),     # starting on one
+    (100, 7 * 512),           # ending on one
+    (512, 12 * 512 + 77),     # to the end of the file (its short final segment)
+])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_flipped_byte_anywhere_in_a_packed_read_fails_it(backend, offset, end, where):
+    """A changed byte in the range's first, a middle or its last segment fails the read
+    with that segment's error; with the extension the whole buffer is wiped (no
+    plaintext of the range is left, authenticated or not)."""
+    seg = 512
+    plain = os.urandom(12 * seg + 77)
+    first, last = offset // seg, (end - 1) // seg
+    segment = {"first": first, "middle": (first + last) // 2, "last": last}[where]
+    reader, sealed, header, dek = _sealed_reader(plain, seg)
+    damaged = bytearray(sealed)
+    damaged[HEADER_SIZE + segment * (seg + 16) + 5] ^= 0x10
+    if segment == 12:  # the final segment: refused when the reader is made
+        with pytest.raises(SegmentAuthenticationError, match="segment 12 "):
+            SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
+        reader = SealedReader(_Recording(bytes(damaged)), header, dek,  # type: ignore[arg-type]
+                              check_final=False)
+    else:
+        reader = SealedReader(_Recording(bytes(damaged)), header, dek)  # type: ignore[arg-type]
+    buf = bytearray(b"\xaa" * (end - offset))
+    with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} at offset "
+                       f"{HEADER_SIZE + segment * (seg + 16)}"):
+        reader.readinto_spans(buf, offset, [(offset + 8, end)])
+    if backend == "native":
+        assert buf == bytes(len(buf))
+    intact, _s, _h, _d = _sealed_reader(plain, seg)  # (the same range of an intact file reads)
+    assert intact.readinto_spans(buf, offset, [(offset + 8, end)]) == end - offset - 8
+
+
+@native
+def test_a_packed_reads_buffers_and_spans_are_checked():
+    seg = 512
+    plain = os.urandom(4 * seg + 10)
+    reader, sealed, _h, _d = _sealed_reader(plain, seg)
+    key = reader._key
+    body = sealed[HEADER_SIZE:]
+    record = seg + 16
+    cipher = body[record : 3 * record]  # segments 1..2
+    out = bytearray(seg)
+    args = (1, 2, 4, seg, 10)
+    assert key.decrypt_spans(cipher, out, *args, seg + 100, [(seg + 100, seg + 200)]) == (-1, 100)
+    assert bytes(out[:100]) == plain[seg + 100 : seg + 200]
+    for spans, why in (([(seg + 200, seg + 300), (seg + 100, seg + 150)], "not in order"),
+                       ([(seg + 99, seg + 150)], "not in order"),
+                       ([(seg + 150, seg + 100)], "not in order"),
+                       ([(seg + 100, 2 * seg + 101)], "not in order"),
+                       ([[seg + 100, seg + 150]], "is a \\(start, end\\) tuple"),
+                       ([(seg + 100,)], "is a \\(start, end\\) tuple")):
+        out[:] = b"\xaa" * seg
+        with pytest.raises(ValueError, match=why):
+            key.decrypt_spans(cipher, out, *args, seg + 100, spans)
+        assert out == b"\xaa" * seg  # refused before anything was written
+    with pytest.raises(TypeError):
+        key.decrypt_spans(cipher, out, *args, seg + 100, 5)
+    with pytest.raises(ValueError, match="do not hold"):  # past the run's plaintext
+        key.decrypt_spans(cipher, out, *args, 2 * seg + 1, [])
+    with pytest.raises(ValueError, match="do not hold"):  # before it
+        key.decrypt_spans(cipher, out, *args, seg - 1, [])
+    with pytest.raises(ValueError, match="do not hold"):  # a ciphertext cut short
+        key.decrypt_spans(cipher[:-1], out, *args, seg, [])
+    with pytest.raises(ValueError, match="do not hold"):  # an empty range
+        key.decrypt_spans(cipher, bytearray(), *args, seg, [])
+    with pytest.raises(ValueError, match="bad segment range"):
+        key.decrypt_spans(cipher, out, 2, 1, 4, seg, 10, seg, [])
+    with pytest.raises(ValueError, match="bad segment sizes"):
+        key.decrypt_spans(cipher, out, 1, 2, 4, seg, seg, seg, [])
+    both = bytearray(cipher)
+    with pytest.raises(ValueError, match="overlap"):
+        key.decrypt_spans(both, memoryview(both)[:seg], *args, seg, [])
+    with pytest.raises(ValueError, match="not inside the file"):
+        reader.readinto_spans(bytearray(20), len(plain) - 10, [])
+
+
+@native
+def test_an_extension_without_the_packed_read_falls_back_to_the_run_and_python(monkeypatch):
+    """An extension built from older sources (no ``decrypt_spans``; main's untracked build
+    outputs lag its sources) reads the same bytes through ``decrypt_run`` and Python."""
+    seg = 512
+    plain = os.urandom(9 * seg + 5)
+    reader, _s, _h, _d = _sealed_reader(plain, seg)
+    monkeypatch.setattr(_sealed, "_SPANS", False)
+    offset, end = 300, 8 * seg + 2
+    spans = [(400, 900), (1000, 8 * seg + 2)]
+    buf = bytearray(end - offset)
+    assert reader.readinto_spans(buf, offset, spans) == 500 + 8 * seg + 2 - 1000
+    assert bytes(buf[:500]) == plain[400:900]
+    assert bytes(buf[500 : 500 + 8 * seg + 2 - 1000]) == plain[1000 : 8 * seg + 2]

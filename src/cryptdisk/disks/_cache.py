@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..format import SealedReader
+from ..format import SealedReader, pack_spans
 
 __all__ = ["BufferedSealedReader", "CachedSealedReader", "ReadCache"]
 
@@ -97,6 +97,7 @@ class BufferedSealedReader:
         self.size = reader.size
         self.segment_size = reader.segment_size
         self.readinto_at = reader.readinto_at
+        self.readinto_spans = reader.readinto_spans
         self.advise = reader.advise
 
     def read_at(self, offset: int, n: int) -> bytes:
@@ -144,3 +145,10 @@ class CachedSealedReader(BufferedSealedReader):
         data = self.read_at(offset, len(out))
         out[: len(data)] = data
         return len(data)
+
+    def readinto_spans(self, buf: Any, offset: int, spans: list[tuple[int, int]]) -> int:
+        """Through the cache: the range read as :meth:`readinto_at` reads it, then packed."""
+        out = memoryview(buf).cast("B")
+        if self.readinto_at(out, offset) != len(out):
+            raise ValueError(f"[{offset}, {offset + len(out)}) is not inside the file")
+        return pack_spans(out, offset, spans)

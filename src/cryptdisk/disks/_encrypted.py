@@ -272,6 +272,7 @@ class _Closer:
         self.size = reader.size
         self.read_at = reader.read_at
         self.readinto_at = reader.readinto_at
+        self.readinto_spans = reader.readinto_spans
         self.advise = reader.advise
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ._header import Header
 from ._mutable import MutableStore
-from ._sealed import SealedReader, SealedWriter
+from ._sealed import SealedReader, SealedWriter, pack_spans
 
 __all__ = [
     "MutableFile",
@@ -155,6 +155,20 @@ class PositionalReadFile(_Base):
         if options:
             return self._r.readinto_at(buffer, offset, **options)
         return self._r.readinto_at(buffer, offset)
+
+    def preadspans(self, buffer: Any, offset: int, spans: list[tuple[int, int]]) -> int:
+        """``len(buffer)`` bytes from ``offset`` into ``buffer``, then ``spans`` (``(a, b)``
+        file offsets inside them, in order, not overlapping) packed at its start; returns
+        the packed bytes. A sealed file's reader does it in one call
+        (:meth:`SealedReader.readinto_spans`); other readers read, then pack."""
+        self._checkClosed()
+        packed = getattr(self._r, "readinto_spans", None)
+        if packed is not None:
+            return int(packed(buffer, offset, spans))
+        out = memoryview(buffer).cast("B")
+        if self._r.readinto_at(out, offset) != len(out):
+            raise ValueError(f"[{offset}, {offset + len(out)}) is not inside the file")
+        return pack_spans(out, offset, spans)
 
     def advise(self, offset: int, n: int, need: bool) -> None:
         """A hint that ``[offset, offset+n)`` is about to be read (``need``) or was read;

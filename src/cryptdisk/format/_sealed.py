@@ -34,8 +34,8 @@ from ._cipher import TAG_SIZE, new_aead
 from ._header import HEADER_SIZE, Header, Kind
 from ._source import Source
 
-__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "sealed_layout", "sealed_library",
-           "sealed_nonce", "segment_error"]
+__all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "pack_spans", "sealed_layout",
+           "sealed_library", "sealed_nonce", "segment_error"]
 
 _NONCE = struct.Struct(">3xQB")
 
@@ -48,6 +48,8 @@ except ImportError:  # pragma: no cover - not built (setup.py says why) or no AE
     _cseal = None
 if os.environ.get(AEAD_ENV, "").strip().lower() == "cryptography":
     _cseal = None
+#: The extension has the one-call packed read (an extension built from older sources: not)
+_SPANS = _cseal is not None and hasattr(_cseal.Key, "decrypt_spans")
 
 
 def sealed_library() -> str | None:
@@ -102,6 +104,21 @@ def segment_error(path: str | None, index: int, offset: int,
         f"{where}failed to decrypt and authenticate segment {index} at offset {offset}{why}",
         offset=offset, path=path,
     )
+
+
+def pack_spans(out: memoryview, offset: int, spans: list[tuple[int, int]]) -> int:
+    """Move ``spans`` (``(a, b)`` offsets of the bytes in ``out``, which start at
+    ``offset``; in order, not overlapping) together to ``out``'s start; returns their
+    bytes. ValueError for a span out of order or outside ``out``."""
+    at, prev, end = 0, offset, offset + len(out)
+    for a, b in spans:
+        if a < prev or b < a or b > end:
+            raise ValueError(f"span ({a}, {b}) is not in order inside [{offset}, {end})")
+        if a - offset != at:
+            out[at : at + b - a] = out[a - offset : b - offset]
+        at += b - a
+        prev = b
+    return at
 
 
 # Two threads saturate this kind of machine. A read of many whole segments decrypts half of
@@ -354,6 +371,38 @@ class SealedReader:
             self._src.release(HEADER_SIZE + first * self._record,
                               (last - first + 1) * self._record)
         return n
+
+    def readinto_spans(self, buf: bytearray | memoryview, offset: int,
+                       spans: list[tuple[int, int]]) -> int:
+        """Plaintext ``[offset, offset + len(buf))`` into ``buf`` (on this thread, no
+        hints: the caller gives them), then ``spans`` (``(a, b)`` plaintext offsets inside
+        that range, in order, not overlapping) packed together at its start; returns the
+        packed bytes. Every segment of the range authenticates before this returns, or it
+        raises (with the C extension ``buf`` is then wiped). With the C extension this is
+        one call that releases the GIL once (the shared first and last segments, the run
+        between them and the packing), where :meth:`readinto_at` and a Python loop
+        moving the spans took the GIL back several times a read (docs/engine-cost.md)."""
+        out = memoryview(buf).cast("B")
+        n = len(out)
+        if offset < 0 or offset + n > self.size:
+            raise ValueError(f"plaintext [{offset}, {offset + n}) is not inside the file's "
+                             f"{self.size} bytes")
+        if n and self._key is not None and _SPANS:
+            seg, record = self.segment_size, self._record
+            first, last = offset // seg, (offset + n - 1) // seg
+            final = self.segment_count - 1
+            size = (last - first) * record + (self.size - last * seg if last == final
+                                              else seg) + TAG_SIZE
+            cipher = self._src.view(HEADER_SIZE + first * record, size)
+            if len(cipher) == size:
+                failed, packed = self._key.decrypt_spans(cipher, out, first, last, final, seg,
+                                                         self._final_size, offset, spans)
+                if failed >= 0:
+                    raise self._fail(failed)
+                return int(packed)
+        if n:
+            self.readinto_at(out, offset, advise=False, parallel=False)
+        return pack_spans(out, offset, spans)
 
     def _decrypt_run(self, first: int, last: int, out: memoryview) -> None:
         """Decrypt whole segments ``first..last`` into ``out`` on this thread, from one view
