@@ -276,10 +276,12 @@ class TableScan:
         self.parts_skipped = 0
         self.parts_from_index = 0
         #: filters on a numeric column but the key, checked against its granule bounds
-        #: (:meth:`OpenPart.column_granules`) when the scan reads no derived column
+        #: (:meth:`OpenPart.column_granules`) when the scan reads no derived column (with
+        #: the key's filters, a granule is read when both its bounds and the key's may
+        #: hold a wanted row)
         self._granule_filters = [
             f for f in filters if f.column != self._key and f.column in columns
-            and not self.derived and self.where is None and not self._key_filters
+            and not self.derived and self.where is None
             and (pa.types.is_integer(self._types[f.column])
                  or pa.types.is_floating(self._types[f.column]))]
         #: (part id, row group) -> the runs of rows ``(first, end)`` of the granules those
@@ -529,7 +531,7 @@ class TableScan:
             if ok and grains is not None and mask is not None:
                 starts, _rgs, first, end = grains[:4]
                 a, b = starts[rg], starts[rg + 1]
-                hits = np.flatnonzero(mask[a:b]) + a
+                hits = np.flatnonzero(mask[a:b] & self._key_granules(op, rg, first[a:b])) + a
                 if not len(hits):
                     ok = False
                 elif 2 * int((end[hits] - first[hits]).sum()) <= op.rows(rg):
@@ -544,6 +546,19 @@ class TableScan:
             if ok:
                 keep.append(rg)
         return keep
+
+    def _key_granules(self, op: OpenPart, rg: int, firsts: Any) -> Any:
+        """Which of row group ``rg``'s granules (first rows ``firsts``, as
+        :meth:`OpenPart.column_granules` cuts them) the key's filters may keep by the key's
+        granule bounds: a NumPy boolean array (all True without key filters, or when the
+        key's granules are not known or not cut so)."""
+        if not self._key_filters:
+            return True
+        found = op.granules(rg, self._key) if self._key is not None else None
+        if found is None or [g[0] for g in found] != firsts.tolist():
+            return True
+        return np.array([self._may_keep(lo, hi) for _first, _end, lo, hi in found],
+                        dtype=bool)
 
     def _candidates(self, op: OpenPart) -> range:
         """The row groups that filters on a column the part is sorted by leave (bisection;
