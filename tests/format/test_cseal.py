@@ -40,6 +40,10 @@ from .test_sealed_source import _Recording
 cseal = _sealed._cseal  # None where the extension was not built (or is switched off)
 native = pytest.mark.skipif(cseal is None, reason="cryptdisk.format._cseal not built "
                             "(needs intel-ipsec-mb's headers: apt-get install libipsec-mb-dev)")
+#: the one-call packed read: an extension built from older sources (an untracked build
+#: output left in place) has none, and reads fall back to decrypt_run and Python
+spans_built = pytest.mark.skipif(not _sealed._SPANS, reason="cryptdisk.format._cseal built "
+                                 "without decrypt_spans (older sources): rebuild it")
 
 
 def _records(key: bytes, first: int, last: int, final: int, seg: int, final_size: int,
@@ -398,6 +402,7 @@ def test_a_packed_read_equals_the_spans_of_the_plaintext_on_both_backends(read, 
 
 
 @native
+@spans_built
 def test_a_packed_read_is_one_call_of_the_extension(monkeypatch):
     """With the C extension a packed read is one call (the GIL released once), not a call
     for each partial edge and one for the run between (readinto_at: three)."""
@@ -453,13 +458,14 @@ def test_a_flipped_byte_anywhere_in_a_packed_read_fails_it(backend, offset, end,
     with pytest.raises(SegmentAuthenticationError, match=f"segment {segment} at offset "
                        f"{HEADER_SIZE + segment * (seg + 16)}"):
         reader.readinto_spans(buf, offset, [(offset + 8, end)])
-    if backend == "native":
+    if backend == "native" and _sealed._SPANS:
         assert buf == bytes(len(buf))
     intact, _s, _h, _d = _sealed_reader(plain, seg)  # (the same range of an intact file reads)
     assert intact.readinto_spans(buf, offset, [(offset + 8, end)]) == end - offset - 8
 
 
 @native
+@spans_built
 def test_a_packed_reads_buffers_and_spans_are_checked():
     seg = 512
     plain = os.urandom(4 * seg + 10)
