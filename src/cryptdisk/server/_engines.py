@@ -548,6 +548,9 @@ def bytea_input(text: str) -> bytes:
 
 def _duckdb_sqlstate(message: str) -> str:
     for prefix, code in (("NOT NULL constraint failed", "23502"),
+                         # (a Conversion Error: a value outside the type, as PostgreSQL's
+                         # "integer out of range")
+                         ("out of range for the destination type", "22003"),
                          ("Parser Error", "42601"), ("Catalog Error", "42P01"),
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
@@ -1492,6 +1495,8 @@ def _cancelled() -> StatementError:
     return StatementError("canceling statement due to user request", "57014")
 
 
+#: where ``CAST(`` may be
+_CAST_CALL = re.compile(r"cast\s*\(", re.I)
 #: where a dollar-quoted string may open (a $ then no digit: $1 is a parameter)
 _DOLLAR_OPEN = re.compile(r"\$[^0-9]")
 
@@ -1500,16 +1505,21 @@ def _sqlite_casts(sql: str) -> str:
     """``sql`` with PostgreSQL's ``::`` casts as SQLite reads them: a parameter's dropped,
     a string literal's to a number SQLite's CAST (:func:`._sqltext.drop_casts`), any other
     SQLite's CAST (:func:`._paramtypes.sqlite_casts`), or 0A000 for a type SQLite has no
-    CAST to; its dollar-quoted strings as standard ones."""
+    CAST to; ``CAST(x AS type)`` likewise (:func:`._paramtypes.sqlite_cast_calls`); an
+    arithmetic operand of ``||`` in brackets (PostgreSQL's precedence,
+    :func:`._paramtypes.sqlite_concat_precedence`); its dollar-quoted strings as standard
+    ones."""
     from . import _paramtypes
 
     if "$" in sql:  # (SQLite has no dollar-quoted strings: $x is a named parameter)
         sql = _sqltext.dollar_strings(sql)
-    if "::" not in sql:
-        return sql
-    sql = _sqltext.drop_casts(sql)
+    if "::" in sql:
+        sql = _sqltext.drop_casts(sql)
     try:
-        return _paramtypes.sqlite_casts(sql) if "::" in sql else sql
+        sql = _paramtypes.sqlite_casts(sql) if "::" in sql else sql
+        if "cast" in sql.lower() and _STORED.match(sql) is None:  # (a definition SQLite
+            sql = _paramtypes.sqlite_cast_calls(sql)  # keeps reads without the server)
+        return _paramtypes.sqlite_concat_precedence(sql) if "||" in sql else sql
     except _paramtypes.CastRefused as exc:
         raise StatementError(
             f"the SQLite engine cannot cast an expression to {exc.args[0]}: SQLite holds "
@@ -1775,7 +1785,8 @@ class _SQLiteSession(EngineSession):
                 "numbers are 64-bit integers and floats (about 15 significant digits): "
                 "write it as a string for a TEXT column, or serve the analytical engine "
                 "(DECIMAL(38,s))", "22003")
-        if "::" in sql or _DOLLAR_OPEN.search(sql) is not None:  # $1::BIGINT, a::text, $$
+        if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
+                _CAST_CALL.search(sql) is not None:  # $1::BIGINT, a::text, $$, 1 + 2 || 'x'
             sql = _sqlite_casts(sql)
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t

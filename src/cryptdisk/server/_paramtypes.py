@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from . import _sqltext
@@ -944,8 +944,7 @@ def sqlite_casts(sql: str) -> str:
         if not target:
             raise CastRefused(written)
         made[end] = start  # (a::bigint::text: the second's operand is the first cast)
-        literal = k - start == 1 and toks[start].kind == "num" and \
-            any(c in toks[start].text for c in ".eE")
+        literal = _numeric_literal(toks[start:k])
         casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target,
                       literal))
     if not casts:
@@ -1014,6 +1013,15 @@ def _cast_operand(toks: list[_Tok], k: int) -> int:
     return -1
 
 
+def _numeric_literal(operand: Sequence[_Tok]) -> bool:
+    """Whether ``operand`` is a numeric literal (``2.5``, ``-2.5``, ``(-2.5)``, ``1e3``):
+    PostgreSQL's numeric, whose halves an integer cast rounds away from zero."""
+    nums = [t for t in operand if t.kind == "num"]
+    return len(nums) == 1 and any(c in nums[0].text for c in ".eE") and \
+        all(t.kind == "num" or (t.kind == "op" and t.text in ("(", ")", "+", "-"))
+            for t in operand)
+
+
 def _cast_target(toks: list[_Tok], i: int) -> tuple[int, str]:
     """(where the type's name from ``toks[i]`` on ends, its words lower-cased); (-1, "")
     for no name or an array type."""
@@ -1037,3 +1045,164 @@ def _cast_target(toks: list[_Tok], i: int) -> tuple[int, str]:
     if j < len(toks) and toks[j].text == "[":
         return -1, ""
     return j, " ".join(words)
+
+
+#: words an arithmetic operand never is (keywords, a typed literal's type): a column of
+#: such a name ends the operand too, which leaves the text as written
+_ARITH_STOP = _NOT_OPERAND | frozenset({
+    "ORDER", "GROUP", "ESCAPE", "COLLATE", "UNION", "INTERSECT", "EXCEPT", "JOIN", "LEFT",
+    "RIGHT", "INNER", "OUTER", "CROSS", "FULL", "NULLS", "FIRST", "LAST", "ASC", "DESC",
+    "WITH", "OVER", "FILTER", "PARTITION", "WINDOW", "ROWS", "RANGE", "EXISTS", "ISNULL",
+    "NOTNULL", "GLOB", "MATCH", "REGEXP", "SIMILAR", "DATE", "TIME", "TIMESTAMP",
+    "INTERVAL", "ARRAY", "ROW", "UPDATE", "DELETE", "INSERT", "CONFLICT", "DO"})
+
+
+def _arith_atom(toks: list[_Tok], j: int, hi: int) -> int:
+    """Where the operand of arithmetic at ``toks[j]`` ends (a literal, parameter, column,
+    call or bracketed expression), -1 for none there."""
+    if j >= hi:
+        return -1
+    t = toks[j]
+    if t.text == "(" and t.kind == "op":
+        close = _closing(toks, j)
+        return close + 1 if 0 <= close < hi else -1
+    if t.kind in ("num", "str", "param"):
+        return j + 1
+    if t.kind != "ref" or (len(t.parts) == 1 and t.text in _ARITH_STOP):
+        return -1  # (a quoted name's text keeps its quotes: no keyword)
+    if j + 1 < hi and toks[j + 1].text == "(":  # a call
+        close = _closing(toks, j + 1)
+        return close + 1 if 0 <= close < hi else -1
+    return j + 1
+
+
+def _arith_run(toks: list[_Tok], i: int, hi: int) -> tuple[int, int]:
+    """(where the arithmetic ``a + b * -c ...`` from ``toks[i]`` ends, -1 for none there;
+    its operands' count)."""
+    j, end, atoms = i, -1, 0
+    while True:
+        while j < hi and toks[j].kind == "op" and toks[j].text in ("+", "-"):
+            j += 1  # (a sign)
+        e = _arith_atom(toks, j, hi)
+        if e < 0:
+            return end, atoms
+        end, atoms = e, atoms + 1
+        if e < hi and toks[e].kind == "op" and toks[e].text in _ARITH:
+            j = e + 1
+            continue
+        return end, atoms
+
+
+def sqlite_concat_precedence(sql: str) -> str:
+    """``sql`` with each operand of ``||`` that is arithmetic (``1 + 2 || 'x'``) in
+    brackets: PostgreSQL's ``||`` binds less tightly than ``+ - * / %`` (``'3x'``),
+    SQLite's more (``1 + (2 || 'x')``, 3)."""
+    if "||" not in sql:
+        return sql
+    toks = _tokens(sql)
+    wraps: list[tuple[int, int]] = []  # (token where a bracket opens, token it closes after)
+    levels = [(0, len(toks))]
+    while levels:
+        lo, hi = levels.pop()
+        k = lo
+        while k < hi:  # the brackets inside this level: levels of their own
+            if toks[k].text in _OPEN:
+                close = _closing(toks, k)
+                if close < 0 or close >= hi:
+                    return sql  # (unbalanced: left to the engine to refuse)
+                levels.append((k + 1, close))
+                k = close
+            k += 1
+        runs: dict[int, tuple[int, int]] = {}  # start -> (end, operands)
+        ends: dict[int, int] = {}  # end -> start
+        i = lo
+        while i < hi:
+            end, atoms = _arith_run(toks, i, hi)
+            if end < 0:
+                i += 1
+                continue
+            runs[i], ends[end] = (end, atoms), i
+            i = end
+        for k in range(lo, hi):
+            if toks[k].kind != "op" or toks[k].text != "||":
+                continue
+            left = ends.get(k)
+            if left is not None and runs[left][1] > 1:
+                wraps.append((left, k))
+            right = runs.get(k + 1)
+            if right is not None and right[1] > 1:
+                wraps.append((k + 1, right[0]))
+    if not wraps:
+        return sql
+    marks = sorted({(toks[a].start, "(") for a, _ in wraps} |
+                   {(toks[b - 1].stop, ")") for _, b in wraps}, key=lambda m: m[0])
+    out, pos = [], 0
+    for at, mark in sorted(set(marks), key=lambda m: (m[0], m[1] == "(")):
+        out.append(sql[pos:at])
+        out.append(mark)
+        pos = at
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+class _CastCall(NamedTuple):
+    start: int  # where ``CAST`` starts in the text
+    stop: int  # where its ``)`` ends
+    operand: tuple[int, int]  # where the operand starts and ends
+    toks: tuple[_Tok, ...]  # the operand's tokens
+    target: str  # :data:`_SQLITE_CAST_TYPES`' value for the type
+
+
+def sqlite_cast_calls(sql: str) -> str:
+    """``sql`` with each ``CAST(x AS type)`` as PostgreSQL runs it: to an integer type the
+    function that casts as PostgreSQL does (:func:`._sqltext.cast_sql`: SQLite's CAST
+    truncates 2.5 to 2, reads 'abc' as 0); to a type SQLite has no CAST to (``date``,
+    ``numeric``, ``boolean``, ...) a parameter or string literal as it is (as
+    :func:`._sqltext.drop_casts` does), any other operand :class:`CastRefused`; other
+    types as written."""
+    toks = _tokens(sql)
+    calls: list[_CastCall] = []
+    for k, t in enumerate(toks):
+        if not (t.kind == "ref" and t.text == "CAST" and len(t.parts) == 1 and
+                k + 1 < len(toks) and toks[k + 1].text == "("):
+            continue
+        close = _closing(toks, k + 1)
+        if close < 0:
+            continue
+        depth, at = 0, -1
+        for j in range(k + 2, close):
+            depth += (toks[j].text in _OPEN) - (toks[j].text in _CLOSE)
+            if depth == 0 and toks[j].kind == "ref" and toks[j].text == "AS":
+                at = j
+        if at < 0 or at == k + 2:
+            continue
+        end, written = _cast_target(toks, at + 1)
+        target = _SQLITE_CAST_TYPES.get(written) if end == close else None
+        if target is None or target in ("REAL", "TEXT", "BLOB"):
+            continue  # (SQLite's CAST answers as PostgreSQL's)
+        operand = tuple(toks[k + 2:at])
+        if not target and not (len(operand) == 1 and operand[0].kind in ("param", "str")):
+            raise CastRefused(written)
+        calls.append(_CastCall(t.start, toks[close].stop,
+                               (operand[0].start, operand[-1].stop), operand, target))
+    if not calls:
+        return sql
+
+    def rewrite(lo: int, hi: int, inside: list[_CastCall]) -> str:
+        out, pos, n = [], lo, 0
+        while n < len(inside):
+            call = inside[n]
+            nested = [c for c in inside[n + 1:] if c.start < call.stop]
+            out.append(sql[pos:call.start])
+            operand = rewrite(*call.operand, nested)
+            if not call.target:  # a parameter or a string literal: as it is
+                out.append(operand)
+            else:
+                out.append(_sqltext.cast_sql(operand, call.target,
+                                             _numeric_literal(call.toks)))
+            pos = call.stop
+            n += 1 + len(nested)
+        out.append(sql[pos:hi])
+        return "".join(out)
+
+    return rewrite(0, len(sql), calls)

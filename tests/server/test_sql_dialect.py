@@ -1,0 +1,66 @@
+"""Everyday PostgreSQL SQL answers as PostgreSQL 15 does on both engines, through a real
+client over TLS: what SQLite would answer otherwise (its precedence, its casts) is
+translated, or refused with a clear error, never a different value."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+
+@pytest.fixture(params=["analytical", "sqlite"])
+def srv(request, start_server):
+    return start_server(request.getfixturevalue(
+        "analytical" if request.param == "analytical" else "sqlite_engine"))
+
+
+def test_concatenation_binds_less_tightly_than_arithmetic(srv) -> None:
+    """PostgreSQL's ``||`` binds less tightly than ``+ - * / %``: ``1 + 2 || 'x'`` is
+    '3x'; SQLite's binds more tightly (``1 + (2 || 'x')``: 3), which the SQLite engine
+    answered before."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+        conn.execute("INSERT INTO t VALUES (4, 'k')")
+        row = conn.execute(
+            "SELECT 1 + 2 || 'x', 'x' || 1 + 2, 'a' || 1 + 2 || 'b', 2 * 3 || 'x', "
+            "1 - 2 || 'x', -2 || 'x', 'x' || (1 + 2), (7 % 4 || s) FROM t").fetchone()
+        assert row == ("3x", "x3", "a3b", "6x", "-1x", "-2x", "x3", "3k")
+        assert conn.execute("SELECT a * 2 || s, count(*) + 1 || ' rows' FROM t GROUP BY a, s"
+                            ).fetchone() == ("8k", "2 rows")
+        assert conn.execute("SELECT s FROM t WHERE s || a + 1 = 'k5'").fetchall() == [("k",)]
+        assert conn.execute("SELECT %s || a + 1 FROM t", ("n",)).fetchone() == ("n5",)
+
+
+def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
+    """``CAST(2.5 AS INTEGER)`` is 3 (a numeric's halves round away from zero), a float's
+    half rounds to even, ``(-2.5)::int`` is -3: SQLite's CAST truncates (2, -2)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE f (r DOUBLE PRECISION)")
+        conn.execute("INSERT INTO f VALUES (2.5), (-3.7)")
+        assert conn.execute(
+            "SELECT CAST(2.5 AS INTEGER), CAST(-2.5 AS int), CAST((-2.5) AS BIGINT), "
+            "(-2.5)::int, -2.5::int, CAST(CAST(3.5 AS smallint) AS text), "
+            "CAST('  42 ' AS INTEGER)").fetchone() == (3, -3, -3, -3, -3, "4", 42)
+        assert conn.execute("SELECT CAST(r AS INTEGER) FROM f ORDER BY r").fetchall() == [
+            (-4,), (2,)]
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute("SELECT CAST('abc' AS INTEGER)")  # (SQLite's CAST: 0)
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            conn.execute("SELECT CAST(3000000000 AS INTEGER)")
+
+
+def test_sqlite_refuses_a_cast_call_it_cannot_run(start_server, sqlite_engine) -> None:
+    """On SQLite, ``CAST(x AS DATE)`` of an expression is refused as ``x::date`` is
+    (SQLite's CAST makes the number 2026 of '2026-01-01 10:00'); a string literal's or a
+    parameter's cast keeps its value, as ``'...'::date`` does."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ts (t TEXT)")
+        conn.execute("INSERT INTO ts VALUES ('2026-01-01 10:00')")
+        for sql in ("SELECT CAST(t AS DATE) FROM ts", "SELECT CAST(2.567 AS NUMERIC(10, 2))",
+                    "SELECT CAST(t || '' AS timestamp) FROM ts"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+                conn.execute(sql)
+            assert "cannot cast an expression to" in str(err.value)
+        assert conn.execute("SELECT CAST('2026-01-02' AS DATE), CAST(%s AS TEXT)",
+                            ("x",)).fetchone() == ("2026-01-02", "x")
