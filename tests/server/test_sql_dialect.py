@@ -64,3 +64,37 @@ def test_sqlite_refuses_a_cast_call_it_cannot_run(start_server, sqlite_engine) -
             assert "cannot cast an expression to" in str(err.value)
         assert conn.execute("SELECT CAST('2026-01-02' AS DATE), CAST(%s AS TEXT)",
                             ("x",)).fetchone() == ("2026-01-02", "x")
+
+
+def test_a_subquery_expression_is_read_by_its_postgresql_name(srv) -> None:
+    """``s.count`` of ``(SELECT count(*) FROM t) s`` reads the count, as in PostgreSQL,
+    which names the expression ``count``: DuckDB names it ``count_star()`` and SQLite
+    ``count(*)``, so both engines failed with 42703 before."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, name TEXT)")
+        conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, NULL)")
+        assert conn.execute("SELECT s.count FROM (SELECT count(*) FROM t) s").fetchone() == (3,)
+        cur = conn.execute("SELECT s.max + 1, s.upper FROM (SELECT max(id), upper(min(name)) "
+                           "FROM t) AS s")
+        assert cur.fetchone() == (4, "A")
+        assert conn.execute("WITH g AS (SELECT name, count(*) FROM t GROUP BY name) "
+                            "SELECT g.count FROM g WHERE g.name = %s", ("b",)).fetchall() == [(1,)]
+        assert conn.execute("SELECT x.coalesce FROM (SELECT coalesce(name, 'n') FROM t) x "
+                            "ORDER BY 1").fetchall() == [("a",), ("b",), ("n",)]
+        assert conn.execute("SELECT s.n FROM (SELECT count(*) AS n FROM t) s").fetchone() == (3,)
+        cur = conn.execute("SELECT * FROM (SELECT count(*), max(id) FROM t) s")
+        assert [d.name for d in cur.description] == ["count", "max"]
+        assert cur.fetchone() == (3, 3)
+
+
+def test_like_tells_capitals_apart(srv) -> None:
+    """PostgreSQL's LIKE is case-sensitive: ``'apple' LIKE 'A%'`` is false. SQLite's LIKE
+    ignores the case of ASCII letters, so the SQLite engine matched it before."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (name TEXT)")
+        conn.execute("INSERT INTO t VALUES ('apple'), ('Apricot'), (NULL)")
+        assert conn.execute("SELECT name FROM t WHERE name LIKE 'A%'").fetchall() == [
+            ("Apricot",)]
+        assert conn.execute("SELECT name FROM t WHERE name LIKE %s ORDER BY name",
+                            ("%p%",)).fetchall() == [("Apricot",), ("apple",)]
+        assert conn.execute("SELECT count(*) FROM t WHERE name NOT LIKE 'a%'").fetchone() == (1,)

@@ -1206,3 +1206,47 @@ def sqlite_cast_calls(sql: str) -> str:
         return "".join(out)
 
     return rewrite(0, len(sql), calls)
+
+
+_SUBQUERY = re.compile(r"\(\s*select\b", re.I)
+
+
+def subquery_names(sql: str) -> str:
+    """``sql`` with each select-list expression of a subquery (``(SELECT count(*) FROM t)
+    s``, a common table expression's) that has no alias given PostgreSQL's name for it as
+    an alias (``count(*) AS "count"``): a query outside reads it by that name (``s.count``),
+    where DuckDB names it ``count_star()`` and SQLite ``count(*)``. The statement's own
+    select list is left alone (the server names its columns)."""
+    if _SUBQUERY.search(sql) is None:
+        return sql
+    toks = _tokens(sql)
+    inserts: list[int] = []  # where an alias goes in the text
+    names: list[str] = []
+    for k, t in enumerate(toks):
+        if t.text != "(" or t.kind != "op" or k + 1 >= len(toks) or \
+                toks[k + 1].kind != "ref" or toks[k + 1].text != "SELECT":
+            continue
+        close = _closing(toks, k)
+        if close < 0:
+            return sql
+        listed = _select_items(toks[k + 1:close])
+        if listed is None:
+            continue
+        for item in listed[0]:
+            if not item or item[-1].text == "*" or _item_alias(item) is not None or \
+                    (len(item) == 1 and item[0].kind == "ref"):
+                continue
+            name = _expression_name(item)
+            if name is None or name == "?column?":
+                continue
+            inserts.append(item[-1].stop)
+            names.append(name)
+    if not inserts:
+        return sql
+    out, pos = [], 0
+    for at, name in sorted(zip(inserts, names, strict=True)):
+        out.append(sql[pos:at])
+        out.append(' AS "' + name.replace('"', '""') + '"')
+        pos = at
+    out.append(sql[pos:])
+    return "".join(out)
