@@ -233,7 +233,7 @@ def test_sqlite_computed_columns_are_typed_before_they_run(start_server, sqlite_
     assert got[:3] == [42, 3, 0]
     assert tuple(got[3]) == (4, 3.5, 1.5, 3, dt.date(2024, 2, 3), "xy", 7, 2.5, 3)
     assert got[4] is None and got[5] == decimal.Decimal("2.25")
-    assert types == [("n", "int8"), ("?column?", "text")]  # a comparison stays text
+    assert types == [("n", "int8"), ("?column?", "bool")]  # a comparison: bool
 
 
 def test_sqlite_computed_columns_psycopg_and_pg8000(start_server, sqlite_engine) -> None:

@@ -98,3 +98,51 @@ def test_like_tells_capitals_apart(srv) -> None:
         assert conn.execute("SELECT name FROM t WHERE name LIKE %s ORDER BY name",
                             ("%p%",)).fetchall() == [("Apricot",), ("apple",)]
         assert conn.execute("SELECT count(*) FROM t WHERE name NOT LIKE 'a%'").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_boolean_expression_is_a_bool(srv, prepare) -> None:
+    """``SELECT true``, a comparison, ``EXISTS``, ``IS NULL`` are bool columns of True and
+    False, as in PostgreSQL; on SQLite (whose booleans are 0 and 1) they were int8 1 and 0
+    without a Describe, and text '1' with one."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, s TEXT)")
+        conn.execute("INSERT INTO t VALUES (1, 'x'), (2, NULL)")
+        cur = conn.cursor()
+        cur.execute("SELECT true, false, a = 1, s IS NULL, 'a' || 'b' = 'ab', "
+                    "a IN (2, 3) AND s LIKE 'x%', EXISTS (SELECT 1 FROM t WHERE a > 5) "
+                    "FROM t ORDER BY a", prepare=prepare)
+        assert [d.type_code for d in cur.description] == [16] * 7
+        assert cur.fetchall() == [(True, False, True, False, True, False, False),
+                                  (True, False, False, True, True, None, False)]
+        cur.execute("SELECT a * 2, a < 2 FROM t ORDER BY a", prepare=prepare)
+        assert [d.type_code for d in cur.description][1] == 16
+        assert cur.fetchall() == [(2, True), (4, False)]
+
+
+def test_integer_arithmetic_past_64_bits_fails(srv) -> None:
+    """``9223372036854775807 + 1`` fails with 22003 as in PostgreSQL; SQLite goes on in
+    floats (9.223372036854776e+18), which the SQLite engine answered before."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        for sql in ("SELECT 9223372036854775807 + 1", "SELECT 9223372036854775807 * 2",
+                    "SELECT -9223372036854775807 * 2"):
+            with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+                conn.execute(sql)
+        assert conn.execute("SELECT 9223372036854775806 + 1").fetchone() == (
+            9223372036854775807,)
+
+
+def test_like_escapes_with_a_backslash(srv) -> None:
+    """PostgreSQL's LIKE reads ``\\`` as its escape character where no ``ESCAPE`` is
+    written: ``'a_c' LIKE 'a\\_c'`` is true and ``'abc' LIKE 'a\\_c'`` false; both engines'
+    LIKE had no escape character (false, false), a parameter's pattern too."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (s TEXT)")
+        conn.execute("INSERT INTO t VALUES ('a_c'), ('abc'), ('50%'), ('500')")
+        assert conn.execute(r"SELECT 'a_c' LIKE 'a\_c', 'abc' LIKE 'a\_c', "
+                            r"'abc' NOT LIKE 'a\_c'").fetchone() == (True, False, True)
+        assert conn.execute("SELECT s FROM t WHERE s LIKE %s", ("50\\%",)).fetchall() == [
+            ("50%",)]
+        assert conn.execute(r"SELECT s FROM t WHERE s LIKE 'a!_c' ESCAPE '!' OR "
+                            r"s LIKE '5%' ORDER BY s").fetchall() == [
+            ("50%",), ("500",), ("a_c",)]

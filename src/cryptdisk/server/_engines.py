@@ -12,6 +12,7 @@ import collections
 import contextlib
 import datetime as dt
 import decimal
+import functools
 import logging
 import os
 import re
@@ -362,11 +363,12 @@ def postgres_spelling(sql: str, quote_literal: str,
     """``sql`` with what PostgreSQL clients write and the engine spells otherwise:
     ``pg_catalog.`` before functions and types dropped, ``quote_literal(x)`` as
     ``quote_literal`` (a template of ``x``), a subquery's unnamed expression named as
-    PostgreSQL names it (:func:`._paramtypes.subquery_names`), a string literal cast to ``bytea``
-    (``'\\x0102'::bytea``) as the engine's literal of its bytes (``blob`` of them), an
-    escape string (``E'a\\tb'``) as the standard string of its value."""
+    PostgreSQL names it (:func:`._paramtypes.subquery_names`), a ``LIKE`` pattern
+    with PostgreSQL's escape character (:func:`._paramtypes.like_escapes`), a string
+    literal cast to ``bytea`` (``'\\x0102'::bytea``) as the engine's literal of its bytes
+    (``blob`` of them), an escape string (``E'a\\tb'``) as the standard string of its value."""
     lower = sql.lower()  # (on every statement: a fifth of the time of a regex search)
-    if "select" in lower[1:]:  # a subquery's expressions read by PostgreSQL's names
+    if lower.find("select", 1) >= 0:  # a subquery's expressions by PostgreSQL's names
         from ._paramtypes import subquery_names
 
         sql = subquery_names(sql)
@@ -387,6 +389,11 @@ def postgres_spelling(sql: str, quote_literal: str,
         except ServerError as exc:
             raise StatementError(str(exc), "22021" if "UTF8" in str(exc) else "22025") \
                 from None
+    if "like" in lower and ("\\" in sql or "$" in sql):  # PostgreSQL's LIKE escapes
+        # with a backslash where none is written
+        from ._paramtypes import like_escapes
+
+        sql = like_escapes(sql)
     return sql
 
 
@@ -1470,6 +1477,17 @@ def _expression_oid(name: str) -> int:
     return _types.TEXT
 
 
+@functools.lru_cache(maxsize=512)
+def _settled_types(sql: str, count: int) -> list[int]:
+    """The type of each of ``sql``'s ``count`` result columns its text alone settles
+    (:func:`._exprtypes.select_types`, no table's column looked up; 0: not settled), for a
+    statement run without a Describe."""
+    from ._exprtypes import select_types
+
+    types = select_types(sql, lambda _name: 0)
+    return types if types is not None and len(types) == count else [0] * count
+
+
 def _typed(row: tuple[Any, ...], read: list[tuple[int, Any]]) -> tuple[Any, ...]:
     """``row`` with the values in the columns ``read`` (index, declared type: an OID, or
     a :func:`._types.numeric_type`) as that type."""
@@ -1851,11 +1869,23 @@ class _SQLiteSession(EngineSession):
             count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
             return Result(None, [], command_tag(sql, count, False))
         columns = []
+        settled: list[int] | None = None
         for i, (name, decl) in enumerate(desc):
             if decl:  # its declared type, as a Describe says before it runs
                 oid = _types.sqlite_declared_oid(decl)
             else:  # an expression: its first value's
                 oid = _types.value_oid(next((r[i] for r in rows if r[i] is not None), None))
+                if oid in (_types.INT8, _types.FLOAT8, _types.TEXT):
+                    if settled is None:
+                        settled = _settled_types(sql, len(desc))
+                    if settled[i] == _types.BOOL or (
+                            settled[i] == _types.INT8 and oid == _types.FLOAT8):
+                        oid = settled[i]  # true, a = b: bool; an integer that overflowed:
+                        try:  # 22003 (SQLite's integer arithmetic went on in floats)
+                            rows = [(*r[:i], _types.conform(oid, r[i]), *r[i + 1:])
+                                    for r in rows]
+                        except ValueError as exc:
+                            raise StatementError(*exc.args) from None
             columns.append((name, oid))
         read = [(i, oid if oid != _types.NUMERIC else _types.numeric_type(desc[i][1]))
                 for i, (_, oid) in enumerate(columns)

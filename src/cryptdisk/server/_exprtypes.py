@@ -15,8 +15,11 @@ text where the text settles it:
 - arithmetic (``+ - * / %``) over typed numbers: int8 when all are integers, else float8
   (numeric when one is numeric and none is a float), as SQLite computes it.
 
-Anything else (``CASE``, comparisons, other functions, an untyped parameter) is 0: the
-caller describes it as text.
+- a comparison (``=``, ``<``, ``IS``, ``LIKE``, ``IN``, ``BETWEEN``), ``AND``, ``OR``,
+  ``NOT``, ``EXISTS``, ``true``, ``false``: bool (SQLite's 0 and 1).
+
+Anything else (``CASE``, other functions, an untyped parameter) is 0: the caller
+describes it as text.
 """
 
 from __future__ import annotations
@@ -123,9 +126,46 @@ def _split(toks: list[_Tok], ops: frozenset[str]) -> list[list[_Tok]]:
     return parts
 
 
+#: words of a boolean expression at its top level (outside a CASE)
+_BOOLEAN_WORDS = frozenset({"AND", "OR", "NOT", "IS", "LIKE", "ILIKE", "GLOB", "BETWEEN", "IN",
+                            "ISNULL", "NOTNULL", "EXISTS"})
+_COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
+
+
+def _boolean(toks: list[_Tok]) -> bool:
+    """Whether ``toks`` is a boolean expression: a comparison, ``AND``, ``OR``, ``NOT``,
+    ``EXISTS``, ``true``, ``false`` at its top level."""
+    if len(toks) == 1:
+        return toks[0].kind == "ref" and toks[0].text in ("TRUE", "FALSE")
+    depth, cases = 0, 0
+    for i, tok in enumerate(toks):
+        depth += tok.text == "("
+        depth -= tok.text == ")"
+        if depth:
+            continue
+        if tok.kind == "ref" and len(tok.parts) == 1:
+            if tok.text == "CASE":
+                cases += 1
+            elif tok.text == "END":
+                cases -= 1
+            elif cases == 0 and tok.text in _BOOLEAN_WORDS:
+                return True
+        elif cases == 0 and tok.kind == "op" and tok.text in _COMPARISONS:
+            before = toks[i - 1] if i else None
+            after = toks[i + 1] if i + 1 < len(toks) else None
+            if not ((before is not None and before.stop == tok.start and
+                     before.text in ("-", "<", ">")) or
+                    (after is not None and after.start == tok.stop and
+                     after.text in ("<", ">"))):  # (<<, >>, ->, ->>: no comparison)
+                return True
+    return False
+
+
 def _expr(toks: list[_Tok], column: Callable[[str], int]) -> int:
     if not toks:
         return 0
+    if _boolean(toks):
+        return T.BOOL
     if any(t.kind == "op" and t.text == "||" for t in toks):
         return T.TEXT if _depth0(toks, "||") else _operand(toks, column)
     operands = _split(toks, _ARITH)

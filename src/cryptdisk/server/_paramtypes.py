@@ -762,7 +762,7 @@ def _expression_name(item: list[_Tok]) -> str | None:
             return _subquery_name(item)
     first = item[0]
     if first.kind == "ref" and len(item) == 1 and first.text in ("TRUE", "FALSE", "NULL"):
-        return "?column?" if first.text == "NULL" else "bool"  # (TRUE: a cast to bool)
+        return "?column?"  # (PostgreSQL 15's boolean constant; 14's was a cast to bool)
     if first.kind == "ref" and first.text == "EXISTS" and len(item) >= 3 and \
             item[1].text == "(" and _closing(item, 1) == len(item) - 1:
         return "exists"
@@ -1248,5 +1248,42 @@ def subquery_names(sql: str) -> str:
         out.append(sql[pos:at])
         out.append(' AS "' + name.replace('"', '""') + '"')
         pos = at
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+_LIKE = re.compile(r"(?<![\w$])i?like(?![\w$])", re.I)
+#: what may follow a ``LIKE`` pattern that ends it (no operator continues the pattern)
+_AFTER_PATTERN = frozenset({")", ",", ";", "AND", "OR", "THEN", "ELSE", "END", "WHEN",
+                            "ORDER", "GROUP", "LIMIT", "OFFSET", "HAVING", "UNION", "EXCEPT",
+                            "INTERSECT", "RETURNING", "FROM", "AS", "WINDOW", "IS", "ON",
+                            "JOIN", "LEFT", "RIGHT", "INNER", "CROSS", "FULL", "WHERE"})
+
+
+def like_escapes(sql: str) -> str:
+    """``sql`` with ``ESCAPE '\\'`` after each ``LIKE`` / ``ILIKE`` pattern that is a string
+    literal holding a backslash, or a parameter, and has no ``ESCAPE``: PostgreSQL's LIKE
+    reads ``\\`` as its escape character (``'a_c' LIKE 'a\\_c'`` is true); the engines'
+    have none unless one is written."""
+    if _LIKE.search(sql) is None:
+        return sql
+    toks = _tokens(sql)
+    at: list[int] = []
+    for k, t in enumerate(toks[:-1]):
+        if t.kind != "ref" or t.text not in ("LIKE", "ILIKE") or len(t.parts) != 1:
+            continue
+        pattern = toks[k + 1]
+        if not (pattern.kind == "param" or (pattern.kind == "str" and "\\" in pattern.text)):
+            continue
+        after = toks[k + 2] if k + 2 < len(toks) else None
+        if after is None or after.text in _AFTER_PATTERN:
+            at.append(pattern.stop)
+    if not at:
+        return sql
+    out, pos = [], 0
+    for stop in at:
+        out.append(sql[pos:stop])
+        out.append(" ESCAPE '\\'")
+        pos = stop
     out.append(sql[pos:])
     return "".join(out)
