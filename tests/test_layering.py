@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cryptdisk"
 
 #: Layer of each top-level module or package of cryptdisk; an import must go to a lower one.
 RANK = {
-    "errors": 0, "_json": 0, "_durable": 0, "_flocks": 0,
+    "errors": 0, "_json": 0, "_durable": 0, "_flocks": 0, "_sqlitefiles": 0,
     "format": 1,
     "keys": 2,
     "disks": 3,

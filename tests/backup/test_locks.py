@@ -141,3 +141,63 @@ def test_a_forked_child_does_not_keep_a_dead_prunes_repository_lock(tmp_path: Pa
     with child_of_a_dead_holder(_DIES_DURING_A_PRUNE, url):
         make_db(tmp_path / "a.db", rows=10)
         create(Repository.open(url, passphrase="pw"), tmp_path / "a.db")  # busy before
+
+
+_DIES_ADDING_A_WRAPPING = """
+from cryptdisk.backup import Repository
+repo = Repository.open(sys.argv[1], passphrase="pw")
+repo._write_config = fork_and_die  # in the config's update, the directory locked
+repo.add_wrapping(passphrase="another pw",
+                 kdf_params={"memory_cost": 1024, "iterations": 1, "lanes": 1})
+"""
+
+
+def test_a_forked_child_does_not_keep_the_config_lock_of_a_dead_process(
+        tmp_path: Path) -> None:
+    """Adding a wrapping to a local repository rewrites its config under an flock of the
+    repository directory. A process forked meanwhile shared that open file: after the
+    process died the child kept the flock, and every later config change (`cryptdisk
+    backup key add`) waited for the child to exit. The child now closes its copy as it
+    starts."""
+    import fcntl
+    import os
+
+    url = str(tmp_path / "repo")
+    Repository.init(url, passphrase="pw", kdf_params=FAST_KDF)
+    with child_of_a_dead_holder(_DIES_ADDING_A_WRAPPING, url):
+        fd = os.open(url, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+        finally:
+            os.close(fd)
+        Repository.open(url, passphrase="pw").add_wrapping(passphrase="pw 3",
+                                                           kdf_params=FAST_KDF)
+    Repository.open(url, passphrase="pw 3")
+
+
+_DIES_REPLACING_A_SQLITE_FILE = """
+from cryptdisk.backup._replace import _journals, holding_sqlite
+with holding_sqlite(sys.argv[1], _journals(sys.argv[1])):  # SQLite's lock held
+    fork_and_die()
+"""
+
+
+def test_a_forked_child_does_not_keep_sqlites_lock_of_a_dead_restore(tmp_path: Path) -> None:
+    """A restore over a SQLite file holds SQLite's exclusive lock on it (an open file
+    description lock) while it replaces it. A process forked meanwhile shared that open
+    file: after the restore died the child kept the lock, and every connection to the
+    database failed with 'database is locked' until the child exited. The child now
+    closes its copy as it starts."""
+    import sqlite3
+
+    db = str(tmp_path / "app.db")
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (a)")
+    con.close()
+    with child_of_a_dead_holder(_DIES_REPLACING_A_SQLITE_FILE, db):
+        con = sqlite3.connect(db, timeout=0)
+        try:
+            con.execute("INSERT INTO t VALUES (1)")  # database is locked before
+            con.commit()
+        finally:
+            con.close()

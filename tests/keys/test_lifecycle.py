@@ -656,3 +656,33 @@ def test_edits_by_two_processes_at_once_are_all_kept(tmp_path):
         assert p.returncode == 0, err
     assert sorted(k["id"] for k in keyring_section(cfg)["keys"]) == [1, 2, 3, *range(10, 16)]
     Keyring.from_config(cfg)  # and the config loads
+
+
+_DIES_DURING_AN_EDIT = """
+import cryptdisk.keys._lifecycle as lifecycle
+lifecycle.atomic_write_text = lambda path, text: fork_and_die()  # the config locked
+lifecycle.KeyConfig(sys.argv[1]).add({"id": 2, "file": "k2.hex"})
+"""
+
+
+def test_a_forked_child_does_not_keep_the_edit_lock_of_a_dead_edit(tmp_path):
+    """An edit of the config holds an flock of its directory while it writes. A process
+    forked during the edit shared that open file: after the edit died the child kept the
+    flock, and every `cryptdisk keys add|promote|retire|destroy` of a config in that
+    directory waited for the child to exit. The child now closes its copy as it starts."""
+    import fcntl
+
+    from tests.forked import child_of_a_dead_holder
+
+    cfg, _ = setup(tmp_path, files=0)
+    for n in (2, 3):
+        write_key_file(tmp_path / f"k{n}.hex", Key.generate(n))
+    with child_of_a_dead_holder(_DIES_DURING_AN_EDIT, cfg, env=env()):
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+        finally:
+            os.close(fd)
+        done = run("keys", "add", "3", "-c", cfg, "--file", str(tmp_path / "k3.hex"))
+        assert done.returncode == 0, done.stderr
+    assert [k["id"] for k in keyring_section(cfg)["keys"]] == [1, 3]

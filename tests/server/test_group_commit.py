@@ -173,3 +173,28 @@ def test_close_lets_go_of_the_counters_file(tmp_path: Any) -> None:
     session.close()
     engine.close()
     assert engine.path + ".sync-lock" not in open_files()
+
+
+_DIES_DURING_A_SYNC = """
+from cryptdisk.server._groupsync import GroupSync
+sync = GroupSync(sys.argv[1])
+sync._wal_fd = lambda wal: fork_and_die()  # inside the sync, the counters' flock held
+sync.sync(sys.argv[1] + "-wal")
+"""
+
+
+def test_a_forked_child_does_not_keep_the_sync_lock_of_a_dead_server(tmp_path: Any) -> None:
+    """A WAL sync holds an flock of PATH.sync-lock. A process forked during a sync shared
+    that open file: after the server died the child kept the flock, and every commit of
+    the next server on the database waited for the child to exit. The child now closes
+    its copy as it starts."""
+    from tests.forked import child_of_a_dead_holder
+
+    engine = _engine(tmp_path, "wal")
+    engine.close()
+    with child_of_a_dead_holder(_DIES_DURING_A_SYNC, engine.path):
+        fd = os.open(engine.path + ".sync-lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+        finally:
+            os.close(fd)

@@ -104,3 +104,30 @@ def test_two_first_starts_at_once_leave_one_matching_pair(tmp_path):
     context.load_cert_chain(cert, key)  # the key is the certificate's
     load_tls(cert, key)
     assert sorted(os.listdir(tmp_path)) == [key.name, cert.name]
+
+
+_DIES_MAKING_THE_PAIR = """
+import cryptdisk.server._tls as tls
+tls._make_pair = lambda *args: fork_and_die()  # the directory locked
+tls.self_signed(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_forked_child_does_not_keep_the_pair_lock_of_a_process_that_died(tmp_path):
+    """Making the pair holds an flock of its directory. A process forked meanwhile shared
+    that open file: after the maker died the child kept the flock, and every start with
+    --self-signed in that directory waited for the child to exit. The child now closes
+    its copy as it starts."""
+    import fcntl
+
+    from tests.forked import child_of_a_dead_holder
+
+    cert, key = tmp_path / "sales.db.server.pem", tmp_path / "sales.db.server.key"
+    with child_of_a_dead_holder(_DIES_MAKING_THE_PAIR, str(cert), str(key), env=env()):
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+        finally:
+            os.close(fd)
+        ensure_self_signed(str(cert), str(key))
+        load_tls(str(cert), str(key))

@@ -39,13 +39,20 @@ import contextlib
 import fcntl
 import os
 import stat
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apsw
 
 from .._flocks import hold, let_go
+from .._sqlitefiles import (
+    LOCK_LEN,
+    LOCK_START,
+    SQLITE_COMPANIONS,
+    SQLITE_JOURNALS,
+    flock_struct,
+    sqlite_open,
+)
 from ..errors import BackupError, CryptdiskError
 from ..format import MAGIC
 from ..keys import Keyring
@@ -53,18 +60,6 @@ from ._restoring import exchange, work_path
 
 __all__ = ["Replaced", "check_outside", "check_sqlite_unused", "holding_sqlite", "open_target",
            "settle_sqlite", "target_path"]
-
-#: what SQLite (and cryptdisk's VFS) keep beside a database file
-_SQLITE_COMPANIONS = ("-wal", "-journal", "-shm", "-wal-cdtail", "-journal-cdtail")
-#: what may hold part of a database's committed state (a WAL's frames, a hot journal)
-_SQLITE_JOURNALS = ("-wal", "-journal")
-#: SQLite's lock bytes in a database file (unix VFS): PENDING, RESERVED, then the 510
-#: bytes of the SHARED range; its EXCLUSIVE lock is a write lock on all of them
-_LOCK_START, _LOCK_LEN = 0x40000000, 2 + 510
-#: the dead-man switch of ``-shm`` (SQLite's unix VFS and cryptdisk's lock file alike):
-#: every connection holding the WAL index keeps a read lock on it
-_SHM_DMS_BYTE = 128
-
 
 @dataclass
 class Replaced:
@@ -164,25 +159,6 @@ def check_outside(dest: str, kept: list[tuple[str, str]]) -> None:
                               "restore into a new path")
 
 
-def _flock_struct(kind: int, start: int, length: int) -> bytes:
-    return struct.pack("@hhqqi4x", kind, os.SEEK_SET, start, length, 0)
-
-
-def _locked(path: str, start: int, length: int) -> bool:
-    """Whether any process (or connection of this one) holds a lock on those bytes of
-    ``path`` (an open-file-description lock test: it sees the ``fcntl`` locks of every
-    process, this one's included)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        out = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK, start, length))
-    finally:
-        os.close(fd)
-    return bool(struct.unpack("@hhqqi4x", out)[0] != fcntl.F_UNLCK)
-
-
 def check_sqlite_unused(dest: str, *, file_locks: bool = True) -> None:
     """Refuse while SQLite's locks say a connection has ``dest`` open: a lock on its lock
     bytes (a transaction; in WAL mode, every connection from its first read until it
@@ -191,8 +167,7 @@ def check_sqlite_unused(dest: str, *, file_locks: bool = True) -> None:
     Rollback-journal connections between transactions hold no lock: they go undetected,
     as SQLite itself cannot tell them. ``file_locks=False``: the caller holds the lock
     bytes itself, only ``-shm`` is checked."""
-    if ((file_locks and _locked(dest, _LOCK_START, _LOCK_LEN))
-            or _locked(dest + "-shm", _SHM_DMS_BYTE, 1)):
+    if sqlite_open(dest, file_locks=file_locks):
         raise BackupError(
             f"{dest} is open: a connection holds SQLite's lock on it (a transaction, or a "
             "connection in WAL mode); a restore does not replace a database in use",
@@ -202,7 +177,7 @@ def check_sqlite_unused(dest: str, *, file_locks: bool = True) -> None:
 def _journals(dest: str) -> dict[str, tuple[int, int, int]]:
     """The non-empty WAL and journal beside ``dest``: (inode, size, mtime)."""
     out = {}
-    for suffix in _SQLITE_JOURNALS:
+    for suffix in SQLITE_JOURNALS:
         try:
             st = os.lstat(dest + suffix)
         except FileNotFoundError:
@@ -310,11 +285,12 @@ def holding_sqlite(dest: str, settled: dict[str, tuple[int, int, int]]) -> Itera
     except PermissionError:  # a read-only file (its directory is writable): checked only
         fd = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         writable = False
+    hold(fd)  # an OFD lock belongs to the open file: a forked child closes its copy
     try:
         if writable:
             try:
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
-                            _flock_struct(fcntl.F_WRLCK, _LOCK_START, _LOCK_LEN))
+                            flock_struct(fcntl.F_WRLCK, LOCK_START, LOCK_LEN))
             except (BlockingIOError, PermissionError):
                 raise BackupError(f"{dest} is open: a connection holds SQLite's lock on it; "
                                   "a restore does not replace a database in use",
@@ -327,11 +303,12 @@ def holding_sqlite(dest: str, settled: dict[str, tuple[int, int, int]]) -> Itera
         for index in wal_index_paths(dest):  # a killed process's WAL index
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(index)
-        for suffix in _SQLITE_COMPANIONS:
+        for suffix in SQLITE_COMPANIONS:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(dest + suffix)
         yield
     finally:
+        let_go(fd)
         os.close(fd)  # drops the lock (on the replaced file, if it was replaced)
 
 

@@ -39,7 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import _json
 from .._durable import fsync_path
-from .._flocks import hold, let_go
+from .._flocks import exclusive, hold, let_go
 from ..disks import check_storage_options, check_url
 from ..errors import BackupAuthenticationError, BackupError
 from ..keys import Keyring
@@ -360,15 +360,11 @@ class Repository:
             return json.dumps(config, indent=1, sort_keys=True).encode()
 
         if isinstance(self.fs, LocalFileSystem):
-            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # released with the descriptor
-                config = self._fresh_config(self.fs.cat_file(path))
+            with exclusive(self.root, os.O_RDONLY | os.O_DIRECTORY):  # (a forked child
+                config = self._fresh_config(self.fs.cat_file(path))  # closes its copy)
                 change(config)
                 self.config = config
                 self._write_config()
-            finally:
-                os.close(fd)
             return
         protocol = self.fs.protocol
         if "s3" not in (protocol if isinstance(protocol, tuple) else (protocol,)):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import functools
 import json
 import os
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from .._flocks import exclusive
 from ..errors import (
     ConfigError,
     FormatError,
@@ -242,12 +242,8 @@ def _edit_lock(path: str) -> Any:
     """An exclusive lock serialising the edits of the configs of ``path``'s directory (a
     ``flock`` of the directory: the config itself is replaced by each edit, and a lock file
     would be one more file beside it)."""
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive(os.path.dirname(os.path.abspath(path))):  # (closed in a forked child)
         yield
-    finally:
-        os.close(fd)
 
 
 class KeyConfig:

@@ -21,7 +21,8 @@ are in the file; sync *n* + 1 begins after that read, so once ``completed`` > *n
 frames are on disk, and it returns without a sync of its own. Otherwise it takes the lock,
 looks again, and syncs itself (whatever has been written by then, its own frames and the
 frames of every commit waiting behind it). Without the lock file (a read-only directory)
-each process counts for itself alone.
+each process counts for itself alone. A process forked during a sync closes its copy of
+the lock file's descriptor as it starts, so it never keeps the flock.
 """
 
 from __future__ import annotations
@@ -33,9 +34,22 @@ import os
 import threading
 from typing import Any
 
+from .._flocks import hold, let_go
+
 __all__ = ["GroupSync"]
 
 _COUNTS = 16  # bytes: started, completed (int64 each)
+
+
+def _mapped(path: str) -> mmap.mmap:
+    """The counters, mapped through an open of their own: a mapping keeps a copy of the
+    descriptor it was made from, so one made from the locked descriptor would hold the
+    flock in a forked child whatever that child closes."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        return mmap.mmap(fd, _COUNTS)
+    finally:
+        os.close(fd)
 
 
 class GroupSync:
@@ -58,16 +72,19 @@ class GroupSync:
             self._wals = {}  # descriptors inherited over fork are the parent's to close
             self._fd = -1
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # a process forked during a sync closes its copy (_flocks): the flock
+                # dies with this process
+                fd = hold(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             except OSError:
                 self._counts = memoryview(bytearray(_COUNTS)).cast("q")
                 return self._counts
             try:
                 if os.fstat(fd).st_size < _COUNTS:
                     os.ftruncate(fd, _COUNTS)
-                self._counts = memoryview(mmap.mmap(fd, _COUNTS)).cast("q")
+                self._counts = memoryview(_mapped(self.path)).cast("q")
                 self._fd = fd
             except (OSError, ValueError):
+                let_go(fd)
                 os.close(fd)
                 self._counts = memoryview(bytearray(_COUNTS)).cast("q")
         return self._counts
@@ -139,6 +156,7 @@ class GroupSync:
             with self._thread:  # (no sync of this process holds the file's flock)
                 self._counts = None  # the mapping goes once no sync holds it
                 if self._fd >= 0:
+                    let_go(self._fd)
                     with contextlib.suppress(OSError):
                         os.close(self._fd)
                 self._fd = -1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import ipaddress
 import os
 import re
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from .._durable import fsync_path
+from .._flocks import exclusive
 from ..errors import ServerError
 
 __all__ = ["certificate_fingerprint", "end_point_hash", "ensure_self_signed", "load_tls",
@@ -116,14 +116,10 @@ def end_point_hash(der: bytes) -> bytes:
 def _pair_lock(cert_path: str | os.PathLike[str]) -> Iterator[None]:
     """An exclusive ``flock`` of the certificate's directory while a pair is made: two
     processes making the pair at once would otherwise put one's key beside the other's
-    certificate (released by the kernel if the process dies)."""
-    fd = os.open(os.path.dirname(os.path.abspath(os.fspath(cert_path))),
-                 os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    certificate (released by the kernel if the process dies, and closed in a process forked
+meanwhile)."""
+    with exclusive(os.path.dirname(os.path.abspath(os.fspath(cert_path)))):
         yield
-    finally:
-        os.close(fd)
 
 
 def self_signed(cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str],
