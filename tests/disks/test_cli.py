@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,47 +248,145 @@ def test_convert_reads_a_torn_log_through_its_saved_segment_and_leaves_that_out(
     assert (back / "logs" / "access.log").read_bytes() == before
 
 
-def test_convert_leaves_out_sqlite_journal_and_wal_side_files(tmp_path: Path) -> None:
-    """An encrypted SQLite database's WAL may have a ``-wal-cdtail`` beside it (the saved
-    record of its last segment, under the WAL's own key and file id). convert took it for a
-    plain user file and wrote a copy of it, read by nothing. Now it is left out (and said so)
-    when its WAL or database is there; a file of that name with neither is still converted,
-    and the database itself converts to a plain SQLite database that reads back."""
+def _encrypted_wal_db(where: Path, key: bytes) -> Any:
+    """An encrypted SQLite database in WAL mode at ``where/app.db``, its connection open,
+    one row committed in the WAL (not checkpointed)."""
+    import cryptdisk.sqlite as csql
+    from cryptdisk import Key, Keyring
+
+    where.mkdir(parents=True, exist_ok=True)
+    conn = csql.connect(str(where / "app.db"), keyring=Keyring([Key(1, key)]))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES(1, 'first')")
+    return conn
+
+
+def _copy_db(live: Path, to: Path, *suffixes: str) -> None:
+    """Copy app.db and the files beside it named by ``suffixes``, as a crash leaves them."""
     import shutil
-    import sqlite3
+
+    to.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", *suffixes):
+        shutil.copy(str(live / "app.db") + suffix, to / ("app.db" + suffix))
+
+
+def _refused(done: subprocess.CompletedProcess[str], db: Path, why: str) -> None:
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0] == (
+        f"cryptdisk: error: {db} is a SQLite database whose file alone does not hold its "
+        f"state: {why}; convert copies files one by one and would leave it out"), done.stderr
+    assert "cryptdisk: hint: close every connection to it" in done.stderr
+    assert done.stdout == ""
+
+
+def test_convert_refuses_a_sqlite_database_whose_wal_or_journal_holds_its_state(
+        tmp_path: Path) -> None:
+    """convert copied a SQLite database's -wal and -journal as files of their own (reading
+    an encrypted one without its -cdtail) and said it converted every file: the copy of a
+    live database could be torn by a write during the copy, and a converted database
+    depended on a converted WAL or journal beside it. Now a database that a connection
+    has open, or that has a WAL holding frames or a hot journal beside it, is refused (as
+    decrypt and cat refuse it) and nothing is written."""
+    import shutil
 
     import cryptdisk.sqlite as csql
     from cryptdisk import Key, Keyring
+
+    key = bytes(range(32))
+    config = tmp_path / "c.toml"
+    config.write_text(encrypted_over_local(key.hex()))
+    config.chmod(0o600)
+    live, src = tmp_path / "live", tmp_path / "src"
+    conn = _encrypted_wal_db(live, key)
+    try:  # a connection has it open
+        done = cli("convert", str(live), str(tmp_path / "out1"), "-c", str(config))
+        _refused(done, live / "app.db", "a connection has it open (it holds SQLite's lock)")
+        _copy_db(live, src / "db", "-wal")  # a killed writer's WAL
+    finally:
+        conn.close()
+    done = cli("convert", str(src), str(tmp_path / "out2"), "-c", str(config))
+    _refused(done, src / "db" / "app.db", f"its WAL ({src / 'db' / 'app.db'}-wal) holds "
+             "changes not yet copied into the file")
+    assert not (tmp_path / "out2").exists()
+    csql.connect(str(src / "db" / "app.db"), keyring=Keyring([Key(1, key)])).close()
+    assert sorted(os.listdir(src / "db")) == ["app.db"]  # as the hint says: applied
+    done = cli("convert", str(src), str(tmp_path / "out2"), "-c", str(config))
+    assert done.returncode == 0, done.stderr
+
+    # a transaction under way that wrote to the database: a hot journal
+    hot = tmp_path / "hot"
+    conn = csql.connect(str(live / "j.db"), keyring=Keyring([Key(1, key)]))
+    conn.execute("PRAGMA journal_mode=PERSIST")
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) "
+                 "INSERT INTO t SELECT zeroblob(500) FROM n")
+    conn.execute("PRAGMA cache_size=2")  # the transaction spills pages into the database
+    conn.execute("BEGIN")
+    conn.execute("UPDATE t SET v = zeroblob(600)")
+    hot.mkdir()
+    for suffix in ("", "-journal"):
+        shutil.copy(str(live / "j.db") + suffix, str(hot / "j.db") + suffix)
+    conn.execute("ROLLBACK")
+    conn.close()
+    done = cli("convert", str(hot), str(tmp_path / "out3"), "-c", str(config))
+    _refused(done, hot / "j.db", f"its journal ({hot / 'j.db'}-journal) holds a transaction "
+             "to roll back")
+
+
+def test_convert_leaves_out_the_files_sqlite_keeps_beside_a_database(tmp_path: Path) -> None:
+    """Beside a checkpointed database a crash leaves files that hold none of its data: the
+    -shm (plain SQLite's WAL index, which it rebuilds; the encrypted VFS's names its index
+    elsewhere), an empty WAL, and the -wal-cdtail of an encrypted WAL. convert took the
+    -shm and -wal for user files and wrote encrypted copies of them, read by nothing (a
+    -shm that is not SQLite's own beside a converted plain database). Now they are left
+    out, and said so; a file of such a name with no database is still converted, and the
+    databases convert to plain SQLite databases that read back."""
+    import sqlite3
+
     from cryptdisk.format import TailSave
 
     key = bytes(range(32))
     config = tmp_path / "c.toml"
     config.write_text(encrypted_over_local(key.hex()))
+    config.chmod(0o600)
     src, enc, back = tmp_path / "src", tmp_path / "enc", tmp_path / "back"
-    (src / "db").mkdir(parents=True)
     live = tmp_path / "live"
-    live.mkdir()
-    conn = csql.connect(str(live / "app.db"), keyring=Keyring([Key(1, key)]))
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-    conn.execute("INSERT INTO t VALUES(1, 'first')")
-    for suffix in ("", "-wal"):  # as a crash would leave them
-        shutil.copy(str(live / "app.db") + suffix, src / "db" / ("app.db" + suffix))
+    conn = _encrypted_wal_db(live, key)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _copy_db(live, src / "db", "-wal", "-shm")
     conn.close()
     wal = src / "db" / "app.db-wal"
     saved = TailSave(str(wal))  # what the VFS saves before it rewrites a shared segment
-    saved.save(0, memoryview(wal.read_bytes()[128:1000]))
+    saved.save(0, memoryview(b"\0" * 100))
     saved.close()
+    (live / "plain").mkdir()
+    with sqlite3.connect(live / "plain" / "app.db") as plain:
+        plain.execute("PRAGMA journal_mode=WAL")
+        plain.execute("CREATE TABLE p(v)")
+        plain.execute("INSERT INTO p VALUES ('plain')")
+        plain.commit()
+        plain.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _copy_db(live / "plain", src / "plain", "-wal", "-shm")
+    plain.close()
     (src / "notes-wal-cdtail").write_bytes(b"a user's file\n")  # no WAL, no database
+    (src / "notes-shm").write_bytes(b"another\n")
 
     done = cli("convert", str(src), str(enc), "-c", str(config))
     assert done.returncode == 0, done.stderr
-    assert "converted 3 file(s)" in done.stdout, done.stdout
-    assert "left out 1 SQLite -journal-cdtail/-wal-cdtail file(s)" in done.stdout
-    assert sorted(os.listdir(enc / "db")) == ["app.db", "app.db-wal"]
-    plain = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
-    assert plain.returncode == 0, plain.stderr
+    assert "converted 4 file(s)" in done.stdout, done.stdout
+    assert "left out 5 file(s) of SQLite's beside a database" in done.stdout, done.stdout
+    assert sorted(os.listdir(enc / "db")) == ["app.db"]
+    assert sorted(os.listdir(enc / "plain")) == ["app.db"]
+    plain_out = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
+    assert plain_out.returncode == 0, plain_out.stderr
     assert (back / "notes-wal-cdtail").read_bytes() == b"a user's file\n"
+    assert (back / "notes-shm").read_bytes() == b"another\n"
     with sqlite3.connect(back / "db" / "app.db") as reader:
         assert reader.execute("SELECT * FROM t").fetchall() == [(1, "first")]
+    reader.close()
+    with sqlite3.connect(back / "plain" / "app.db") as reader:
+        assert reader.execute("SELECT * FROM p").fetchall() == [("plain",)]
+    reader.close()

@@ -170,9 +170,10 @@ def _convert(args: argparse.Namespace) -> int:
     if summary.log_tails:
         print(f"left out {summary.log_tails} -cdlogtail file(s): each is the saved last "
               "segment of the log beside it, which was read through it (converted whole)")
-    if summary.sqlite_tails:
-        print(f"left out {summary.sqlite_tails} SQLite -journal-cdtail/-wal-cdtail file(s): "
-              "each belongs to the encrypted journal or WAL beside it, not to its copy")
+    if summary.sqlite_files:
+        print(f"left out {summary.sqlite_files} file(s) of SQLite's beside a database "
+              "(-shm, an empty -wal, a finished -journal, -wal-cdtail/-journal-cdtail): "
+              "they hold none of its data")
     if summary.removed_temps:
         print(f"removed {summary.removed_temps} unfinished temporary file(s) from an "
               "interrupted run")

@@ -14,11 +14,16 @@ beside it (``NAME-cdlogtail``), so a log whose last write a crash cut converts a
 before that write. The converted log is whole and needs no copy: ``NAME-cdlogtail`` is
 not converted as a file of its own (it is counted in :attr:`ConvertSummary.log_tails`).
 
-SQLite's side files of an encrypted database's journal and WAL (``NAME-journal-cdtail``,
-``NAME-wal-cdtail``, :mod:`cryptdisk.sqlite`) are left out too when their journal, WAL
-or database is there (counted in :attr:`ConvertSummary.sqlite_tails`): each holds the
-last segment's record under the journal's own key and file id, which no converted file
-has, so it is never a file of the user's.
+A SQLite database (plain, or encrypted by :mod:`cryptdisk.sqlite`) is converted as its
+file alone, which must then hold all of its state: a database a connection has open
+(SQLite's locks say so), or one with a WAL holding frames or a hot journal beside it (a
+connection's, or a killed writer's), is refused before anything is written. What else is
+beside it holds no state and is left out (counted in :attr:`ConvertSummary.sqlite_files`):
+``NAME-shm`` (SQLite's WAL index, which it rebuilds, or the name of the encrypted VFS's),
+an empty WAL, a journal SQLite has finished with, and the side files of an encrypted
+journal and WAL (``NAME-journal-cdtail``, ``NAME-wal-cdtail``), which are also left out
+when only their journal or WAL is there: each holds the last segment's record under that
+file's own key and id, which no converted file has.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from .._sqlitefiles import SQLITE_COMPANIONS, SQLITE_JOURNALS, sqlite_open
 from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
-from ..format import LOG_TAIL_SUFFIX, TAIL_SUFFIX
+from ..format import HEADER_SIZE, LOG_TAIL_SUFFIX, TAIL_SUFFIX, Header, Kind
 from ._base import Disk
 from ._detect import ConfigKeys, open_any
 from ._paths import is_temp
@@ -49,8 +55,9 @@ class ConvertSummary:
     formats: dict[str, int] = field(default_factory=dict)  # source format -> files
     #: ``NAME-cdlogtail`` files left out: their log ``NAME`` was read through them
     log_tails: int = 0
-    #: SQLite's ``NAME-journal-cdtail`` / ``NAME-wal-cdtail`` files left out (see above)
-    sqlite_tails: int = 0
+    #: files beside SQLite databases left out (see above): ``-shm``, an empty ``-wal``, a
+    #: finished ``-journal``, ``-journal-cdtail`` / ``-wal-cdtail``
+    sqlite_files: int = 0
 
 
 def plaintext_digest(f: IO[bytes], sink: Callable[[bytes], object] | None = None,
@@ -88,7 +95,10 @@ def _remove_temps(dst: str) -> int:
     return removed
 
 
-_SQLITE_SIDE = ("-journal", "-wal")
+#: the first bytes of a rollback journal SQLite would roll back (a hot journal); one that
+#: ``journal_mode=PERSIST`` keeps after a commit starts with zeros instead
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+_PLAIN_SQLITE = b"SQLite format 3\0"
 
 
 def _sqlite_tail(rel: str, present: set[str]) -> bool:
@@ -98,7 +108,65 @@ def _sqlite_tail(rel: str, present: set[str]) -> bool:
         return False
     owner = rel[:-len(TAIL_SUFFIX)]
     return any(owner.endswith(side) and (owner in present or owner[:-len(side)] in present)
-               for side in _SQLITE_SIDE)
+               for side in SQLITE_JOURNALS)
+
+
+def _is_sqlite(path: str) -> bool:
+    """Whether ``path`` is a SQLite database: plain, or a mutable cryptdisk file (the
+    encrypted VFS's databases; cryptdisk's other mutable files have no SQLite files
+    beside them)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+    except OSError:
+        return False
+    if head.startswith(_PLAIN_SQLITE):
+        return True
+    try:
+        return Header.parse(head, path).kind in Kind.WRITABLE
+    except CryptdiskError:
+        return False
+
+
+def _sqlite_databases(src: str, present: set[str]) -> set[str]:
+    """The SQLite databases of ``present`` that have a file of SQLite's beside them."""
+    return {rel for rel in present
+            if any(rel + side in present for side in SQLITE_COMPANIONS)
+            and _is_sqlite(os.path.join(src, rel))}
+
+
+def _plaintext_head(path: str, config: ConfigKeys | None, n: int) -> bytes | None:
+    """The first ``n`` bytes of ``path``'s plaintext (b"" if empty); None if it does not
+    open."""
+    try:
+        with open_any(path, config=config, allow_plain=True) as f:
+            return f.read(n)
+    except (OSError, CryptdiskError):
+        return None
+
+
+def _check_settled(src: str, rel: str, config: ConfigKeys | None) -> None:
+    """Refuse the database ``rel`` unless its file alone holds its state (see above)."""
+    path = os.path.join(src, rel)
+    why = None
+    wal = _plaintext_head(path + "-wal", config, 1) if os.path.exists(path + "-wal") else b""
+    if sqlite_open(path):
+        why = "a connection has it open (it holds SQLite's lock)"
+    elif wal is None:
+        why = f"its WAL ({path}-wal) does not open with the config's keys, or is torn"
+    elif wal:
+        why = f"its WAL ({path}-wal) holds changes not yet copied into the file"
+    else:
+        head = _plaintext_head(path + "-journal", config, len(_JOURNAL_MAGIC))
+        if head == _JOURNAL_MAGIC or (head is None and os.path.exists(path + "-journal")):
+            why = f"its journal ({path}-journal) holds a transaction to roll back"
+    if why is not None:
+        raise DiskError(f"{path} is a SQLite database whose file alone does not hold its "
+                        f"state: {why}; convert copies files one by one and would leave "
+                        "it out", hint="close every connection to it; a WAL or journal "
+                        "that a killed writer left is applied by opening the database once "
+                        "(cryptdisk.sqlite.connect, or sqlite3 for a plain one) and closing "
+                        "it; then convert again")
 
 
 def _already_done(target: Disk, rel: str, digest: bytes) -> bool:
@@ -128,12 +196,16 @@ def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
     summary.removed_temps = _remove_temps(dst) if os.path.isdir(dst) else 0
     files = _source_files(src)
     present = set(files)
+    databases = _sqlite_databases(src, present)
+    for rel in sorted(databases):
+        _check_settled(src, rel, config)
+    beside = {rel + side for rel in databases for side in SQLITE_COMPANIONS}
     for rel in files:
         if rel.endswith(LOG_TAIL_SUFFIX) and rel[:-len(LOG_TAIL_SUFFIX)] in present:
             summary.log_tails += 1  # part of its log, which is read through it
             continue
-        if _sqlite_tail(rel, present):
-            summary.sqlite_tails += 1  # bound to its journal's key and id: no copy has them
+        if rel in beside or _sqlite_tail(rel, present):
+            summary.sqlite_files += 1  # no state of its database's (checked above)
             continue
         def tick(n: int, rel: str = rel) -> None:
             if progress is not None:
