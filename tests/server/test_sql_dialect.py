@@ -31,6 +31,23 @@ def test_concatenation_binds_less_tightly_than_arithmetic(srv) -> None:
         assert conn.execute("SELECT %s || a + 1 FROM t", ("n",)).fetchone() == ("n5",)
 
 
+def test_a_case_expression_is_one_operand_of_arithmetic_beside_concatenation(srv) -> None:
+    """``CASE ... END - 2 || 'x'`` is ``(CASE ... END - 2) || 'x'`` in PostgreSQL ('3x');
+    the SQLite engine took CASE ... END for no operand, left it as written, and SQLite
+    answered ``CASE ... END - (2 || 'x')``: 3. A || inside the CASE still binds as in
+    PostgreSQL."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE c (a INTEGER)")
+        conn.execute("INSERT INTO c VALUES (5)")
+        row = conn.execute(
+            "SELECT CASE WHEN a > 1 THEN a END - 2 || 'x', "
+            "'x' || 2 * CASE a WHEN 5 THEN 3 ELSE 0 END, "
+            "CASE WHEN a > 1 THEN 1 + 2 || 'y' ELSE 'n' END || 'z', "
+            "1 + CASE WHEN a > 9 THEN 0 ELSE CASE WHEN a > 1 THEN 7 END END || 'w' "
+            "FROM c").fetchone()
+        assert row == ("3x", "x6", "3yz", "8w")
+
+
 def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
     """``CAST(2.5 AS INTEGER)`` is 3 (a numeric's halves round away from zero), a float's
     half rounds to even, ``(-2.5)::int`` is -3: SQLite's CAST truncates (2, -2)."""

@@ -1059,7 +1059,7 @@ _ARITH_STOP = _NOT_OPERAND | frozenset({
 
 def _arith_atom(toks: list[_Tok], j: int, hi: int) -> int:
     """Where the operand of arithmetic at ``toks[j]`` ends (a literal, parameter, column,
-    call or bracketed expression), -1 for none there."""
+    call, ``CASE ... END`` or bracketed expression), -1 for none there."""
     if j >= hi:
         return -1
     t = toks[j]
@@ -1068,12 +1068,34 @@ def _arith_atom(toks: list[_Tok], j: int, hi: int) -> int:
         return close + 1 if 0 <= close < hi else -1
     if t.kind in ("num", "str", "param"):
         return j + 1
+    if _is_case(t):  # CASE ... END: one operand
+        end = _case_end(toks, j)
+        return end + 1 if 0 <= end < hi else -1
     if t.kind != "ref" or (len(t.parts) == 1 and t.text in _ARITH_STOP):
         return -1  # (a quoted name's text keeps its quotes: no keyword)
     if j + 1 < hi and toks[j + 1].text == "(":  # a call
         close = _closing(toks, j + 1)
         return close + 1 if 0 <= close < hi else -1
     return j + 1
+
+
+def _is_case(t: _Tok) -> bool:
+    return t.kind == "ref" and len(t.parts) == 1 and t.text == "CASE"
+
+
+def _case_end(toks: list[_Tok], k: int) -> int:
+    """The place of the ``END`` closing the ``CASE`` at ``toks[k]`` (-1: none)."""
+    depth, cases = 0, 0
+    for j in range(k, len(toks)):
+        t = toks[j]
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        if depth < 0:
+            return -1
+        if depth == 0 and t.kind == "ref" and len(t.parts) == 1:
+            cases += (t.text == "CASE") - (t.text == "END")
+            if cases == 0:
+                return j
+    return -1
 
 
 def _arith_run(toks: list[_Tok], i: int, hi: int) -> tuple[int, int]:
@@ -1105,9 +1127,9 @@ def sqlite_concat_precedence(sql: str) -> str:
     while levels:
         lo, hi = levels.pop()
         k = lo
-        while k < hi:  # the brackets inside this level: levels of their own
-            if toks[k].text in _OPEN:
-                close = _closing(toks, k)
+        while k < hi:  # the brackets and CASE ... END inside this level: levels of their own
+            if toks[k].text in _OPEN or _is_case(toks[k]):
+                close = _closing(toks, k) if toks[k].text in _OPEN else _case_end(toks, k)
                 if close < 0 or close >= hi:
                     return sql  # (unbalanced: left to the engine to refuse)
                 levels.append((k + 1, close))
