@@ -1,5 +1,6 @@
 """Streaming scans: results equal DuckDB's; skipped row groups and parts; the key index."""
 
+import collections
 import hashlib
 import math
 import subprocess
@@ -635,6 +636,43 @@ def test_top_n_by_a_column_that_is_not_the_key_reads_granules_only(db, monkeypat
     assert db.query(sql.replace(" t ", " u ")) == want
     assert db.last_scans["u"]["granule_reads"] == 0
     assert db.last_scans["u"]["row_groups_read"] >= 4  # whole
+
+
+def test_granules_of_one_row_group_decode_a_chunk_read_whole_once(db, monkeypatch):
+    """Columns the granule reader does not decode by page (here all of them: tiny chunks;
+    a LIST) are read whole and sliced for each granule: two granules of one row group (a
+    top-N's, in flight at once, or a filter's two runs) decode such a chunk once, not
+    once each; a chunk in the cache is not decoded at all. Same rows as DuckDB."""
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    db.sql("CREATE TABLE t (k BIGINT, f DOUBLE, l INT[], b BOOLEAN) ORDER BY k")
+    body = ("SELECT i, CASE WHEN i IN (3150, 3750) THEN 10000 + i ELSE i % 1000 END, "
+            "[i, i + 1], i % 2 = 0 FROM range(10000) r(i)")
+    db.sql("INSERT INTO t " + body)
+    reads = collections.Counter()
+    read = _partread.OpenPart.read
+
+    def counted(self, row_groups, columns):
+        reads.update((rg, c) for rg in row_groups for c in columns)
+        return read(self, row_groups, columns)
+
+    monkeypatch.setattr(_partread.OpenPart, "read", counted)
+    src = f"({body}) t(k, f, l, b)"
+    for sql in ["SELECT k, f, l, b FROM t ORDER BY f DESC LIMIT 2",
+                "SELECT k, l, b FROM t WHERE f > 10000 ORDER BY k"]:
+        db.cache.clear()
+        reads.clear()
+        assert db.query(sql) == db.con.sql(sql.replace(" t ", f" {src} ")).fetchall(), sql
+        assert db.last_scans["t"]["granule_reads"] >= 2, (sql, db.last_scans["t"])
+        assert reads[(3, "l")] == 1 and max(reads.values()) == 1, (sql, reads)
+    sql = "SELECT k, f, l, b FROM t ORDER BY f DESC LIMIT 2"
+    db.cache.clear()
+    db.query("SELECT l FROM t WHERE k BETWEEN 3000 AND 3999")
+    db.query("SELECT l FROM t WHERE k BETWEEN 3000 AND 3999")  # l of row group 3 kept
+    reads.clear()
+    assert db.query(sql) == db.con.sql(sql.replace(" t ", f" {src} ")).fetchall()
+    assert db.last_scans["t"]["granule_reads"] >= 2, db.last_scans["t"]
+    assert (3, "l") not in reads and max(reads.values()) == 1, reads
 
 
 def test_a_top_n_by_granules_ends_its_plan_at_the_first_beaten_granule(db, monkeypatch):

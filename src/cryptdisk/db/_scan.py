@@ -287,6 +287,11 @@ class TableScan:
         #: (part id, row group) -> the runs of rows ``(first, end)`` of the granules those
         #: filters leave, for a row group of which they leave at most half
         self._sparse: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        #: (part id, row group, column) -> a column chunk read whole for granules of it
+        #: (:meth:`_whole`): being read, or among the last few read
+        self._wholes: collections.OrderedDict[tuple[str, int, str], Future[Any]] = \
+            collections.OrderedDict()
+        self._wholes_lock = threading.Lock()
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         reader = pa.RecordBatchReader.from_batches(self.schema, self.batches())
@@ -732,10 +737,7 @@ class TableScan:
             c = field.name
             col = paged[c]
             if col is None:  # narrow and not indexed, or not by page: the chunk, sliced
-                whole = op.read([rg], [c]).column(c)
-                if cache is not None:
-                    cache.put(ckey, c, whole)
-                col = _one(whole.slice(first, end - first))
+                col = _one(self._whole(op, rg, c).slice(first, end - first))
             elif cache is not None:
                 cache.offer(ckey, c)
             if col.type != field.type:
@@ -743,6 +745,39 @@ class TableScan:
             arrays.append(col)
         self.granule_reads += 1
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _whole(self, op: OpenPart, rg: int, column: str) -> Any:
+        """Column chunk ``column`` of row group ``rg``, whole, for granules of it
+        (:meth:`_paged_rows`): from the cache, else decoded once for the scan: a granule
+        of the same row group in flight on another thread (a top-N's, or a filter's next
+        run) takes the chunk that thread reads (waiting for its decode, never for the
+        cache) instead of decoding it again. The last few chunks (one per row group in
+        flight) stay with the scan."""
+        key = (op.part.id, rg, column)
+        with self._wholes_lock:
+            found = self._wholes.get(key)
+            if found is None:
+                mine: Future[Any] = Future()
+                self._wholes[key] = mine
+                while len(self._wholes) > 2 * scan_workers():
+                    self._wholes.popitem(last=False)
+        if found is not None:
+            return found.result()
+        cache, ckey = self._cache, f"{op.part.id}/{rg}"
+        try:
+            whole = cache.get(ckey, column) if cache is not None else None
+            if whole is None:
+                whole = op.read([rg], [column]).column(column)
+                if cache is not None:
+                    cache.put(ckey, column, whole)
+        except BaseException as exc:
+            with self._wholes_lock:
+                if self._wholes.get(key) is mine:
+                    del self._wholes[key]
+            mine.set_exception(exc)
+            raise
+        mine.set_result(whole)
+        return whole
 
     def _read_granules(self, op: OpenPart, rg: int,
                        got: dict[str, Any]) -> pa.RecordBatch | None:
