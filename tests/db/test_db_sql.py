@@ -611,6 +611,29 @@ def test_statements_on_a_temporary_table_are_duckdbs(db):
     assert db.query("SELECT count(*) FROM t") == [(2,)]
 
 
+def test_a_temporary_tables_name_matches_as_duckdb_matches_names(db):
+    """A temporary table created quoted in mixed case is named in any case of its ASCII
+    letters, as DuckDB does; but a name differing from it only in the case of a letter
+    outside ASCII ("été" beside "Été") is another name to DuckDB, and was refused as the
+    temporary table's (SQL's lower() folds É): now it is the database's table, both
+    read and written apart, as in DuckDB."""
+    ref = duckdb.connect()
+    for con in (ref, db):
+        con.sql('CREATE TEMP TABLE "MyTemp" (a INT)')
+        con.sql("INSERT INTO mytemp VALUES (1)")
+        con.sql('INSERT INTO "MYTEMP" VALUES (2)')
+        con.sql('CREATE TEMP TABLE "Été" (a INT)')
+        con.sql('CREATE TABLE "été" (a INT)')
+        con.sql('INSERT INTO "été" VALUES (5)')
+        con.sql('INSERT INTO "Été" VALUES (6)')
+    for sql in ["SELECT a FROM MyTemp ORDER BY a", 'SELECT a FROM "été"',
+                'SELECT a FROM "Été"']:
+        assert db.query(sql) == ref.sql(sql).fetchall(), sql
+    assert db.query("SELECT name FROM system.tables") == [("été",)]
+    with pytest.raises(DatabaseError, match="temporary table"):
+        db.sql("CREATE TABLE mytemp (a INT)")  # (ASCII case: the temporary table's name)
+
+
 def test_system_columns_lists_every_tables_columns(db):
     """There was no system.columns (DuckDB answered "Table with name columns does not
     exist! Did you mean information_schema.columns?", which holds no cryptdisk table)."""

@@ -1547,13 +1547,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         on this connection (``CREATE TEMP TABLE``), whose statements are DuckDB's."""
         if name in self.catalog.tables:  # (NameDict: as DuckDB matches names)
             return False
-        try:
-            return bool(scalar(self.con, "SELECT count(*) FROM duckdb_tables() WHERE "
-                               "lower(table_name) = lower(?) AND (temporary OR ("
-                               "database_name = current_database() AND "
-                               "schema_name = current_schema()))", [name]))
+        try:  # (SQL's lower() folds É to é too: DuckDB's names fold ASCII letters only)
+            rows = self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE lower(table_name) = lower(?) "
+                "AND (temporary OR (database_name = current_database() AND "
+                "schema_name = current_schema()))", [name]).fetchall()
         except duckdb.Error:
             return False
+        return any(fold(str(r[0])) == fold(name) for r in rows)
 
     def _show_tables(self) -> pa.Table:
         """``SHOW TABLES``: the database's tables and DuckDB's own of this connection
