@@ -234,6 +234,33 @@ def test_policy_bodies_are_for_policy_officers(start_server, engine):  # noqa: F
         assert nobody.execute("SELECT * FROM system.policy_references").fetchall() == []
 
 
+def test_a_mask_is_not_set_on_one_of_two_columns_named_alike_in_lower_case(
+        start_server, engine):  # noqa: F811
+    """DuckDB tells columns "Ü" and "ü" apart, but a mask is kept by the lower-case name
+    and masks both: a lenient mask set on "ü" silently replaced the strict one set on
+    "Ü", and an analyst read "Ü" in the clear. Now that SET is refused (a clear error)
+    while another policy is kept under the name; both stay masked by the strict one."""
+    srv = start_server(engine)
+    setup(srv)
+    with connect(srv) as admin:
+        admin.execute('CREATE TABLE twins ("Ü" VARCHAR, "ü" VARCHAR, a VARCHAR)')
+        admin.execute("INSERT INTO twins VALUES ('secret', 'open', 'also secret')")
+        admin.execute("GRANT SELECT ON twins TO analyst")
+    with connect(srv, "olga") as officer:
+        officer.execute("CREATE MASKING POLICY strict AS (x VARCHAR) RETURNS VARCHAR -> "
+                        "mask_full(x)")
+        officer.execute("CREATE MASKING POLICY lenient AS (x VARCHAR) RETURNS VARCHAR -> x")
+        officer.execute('ALTER TABLE twins ALTER COLUMN "Ü" SET MASKING POLICY strict')
+        officer.execute('ALTER TABLE twins ALTER COLUMN "ü" SET MASKING POLICY strict')
+        with pytest.raises(psycopg.errors.AmbiguousColumn, match="masked by strict"):
+            officer.execute('ALTER TABLE twins ALTER COLUMN "ü" SET MASKING POLICY lenient')
+        officer.execute("ALTER TABLE twins ALTER COLUMN a SET MASKING POLICY lenient")
+    with connect(srv, "bob") as analyst:
+        got = analyst.execute('SELECT "Ü", "ü", a FROM twins').fetchall()
+        assert got[0][2] == "also secret" and "secret" not in got[0][:2] and \
+            "open" not in got[0][:2], got
+
+
 def test_other_ways_around_are_refused(start_server, engine):  # noqa: F811
     srv = start_server(engine)
     setup(srv)
