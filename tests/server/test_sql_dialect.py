@@ -48,6 +48,25 @@ def test_a_case_expression_is_one_operand_of_arithmetic_beside_concatenation(srv
         assert row == ("3x", "x6", "3yz", "8w")
 
 
+def test_an_operator_over_a_keyword_or_a_case_is_named_as_postgresql_names_it(srv) -> None:
+    """PostgreSQL 15 names an operator's result ``?column?``: ``s LIKE 'K%'`` was named
+    ``s like`` (read as a typed literal such as ``date '...'``), ``NOT (a > 1)`` ``not``
+    (read as a call), ``CASE ... END - 2 || 'x'`` and ``CASE ... END + CASE ... END``
+    ``case`` (an expression starting with CASE taken for the CASE); in a subquery too,
+    whose unnamed expressions now get those names. A whole CASE keeps its name."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (a INTEGER, s TEXT)")
+        conn.execute("INSERT INTO n VALUES (5, 'k')")
+        items = ("s LIKE 'K%', s NOT LIKE 'x', NOT (a > 1), CASE WHEN a > 1 THEN a END - 2 "
+                 "|| 'x', CASE WHEN a > 1 THEN 1 END + CASE WHEN a > 2 THEN 2 END, "
+                 "CASE WHEN a > 1 THEN 1 ELSE a END, upper(s)")
+        want = ["?column?"] * 5 + ["a", "upper"]
+        for sql in (f"SELECT {items} FROM n", f"SELECT * FROM (SELECT {items} FROM n) q"):
+            cur = conn.execute(sql)
+            assert [d.name for d in cur.description] == want, sql
+            assert cur.fetchone()[3] == "3x"
+
+
 def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
     """``CAST(2.5 AS INTEGER)`` is 3 (a numeric's halves round away from zero), a float's
     half rounds to even, ``(-2.5)::int`` is -3: SQLite's CAST truncates (2, -2)."""

@@ -769,7 +769,8 @@ def _expression_name(item: list[_Tok]) -> str | None:
     cast = _cast_name(item)
     if cast is not None:
         return cast
-    if first.kind == "ref" and len(item) >= 3 and item[1].text == "(" and (
+    if first.kind == "ref" and first.text not in _NOT_OPERAND and len(item) >= 3 and \
+            item[1].text == "(" and (
             _closing(item, 1) == len(item) - 1 or (
             _closing(item, 1) > 0 and item[_closing(item, 1) + 1].kind == "ref" and
             item[_closing(item, 1) + 1].text in ("FILTER", "OVER", "WITHIN"))):
@@ -786,17 +787,24 @@ def _expression_name(item: list[_Tok]) -> str | None:
                 return _expression_name(item[2:at]) or "?column?"  # is the ||)
             return _CAST_COLUMN.get(written, written)
         return first.parts[-1].lower()
-    if first.kind == "ref" and first.text == "CASE" and item[-1].text == "END":
+    if _is_case(first) and _case_end(item, 0) == len(item) - 1:  # (not CASE ... END + 1)
         return _case_name(item)
-    if first.kind == "ref" and first.text in ("CASE", "ARRAY"):
-        return first.text.lower()
+    if first.kind == "ref" and first.text == "ARRAY" and len(item) >= 3 and \
+            item[1].text in _OPEN and _closing(item, 1) == len(item) - 1:
+        return "array"
     if first.kind == "ref" and len(item) == 1:
         return None  # (a column, or a word such as current_date: the engines name it)
     if first.kind == "ref" and item[-1].kind == "str" and all(
-            t.kind == "ref" for t in item[:-1]) and first.text not in ("U", "B", "X"):
+            t.kind == "ref" and t.text not in _NOT_TYPE for t in item[:-1]) and \
+            first.text not in ("U", "B", "X"):  # (not s LIKE 'x', an operator)
         written = " ".join(t.parts[-1].lower() for t in item[:-1])  # date '2026-01-01'
         return _CAST_COLUMN.get(written, written)
     return "?column?"
+
+
+#: words no type's name holds: ``s LIKE 'x'`` is an operator, not a typed literal
+_NOT_TYPE = _NOT_OPERAND | frozenset({"SIMILAR", "GLOB", "REGEXP", "MATCH", "ESCAPE",
+                                      "COLLATE", "OPERATOR", "OVERLAPS"})
 
 
 def _cast_name(item: list[_Tok]) -> str | None:
