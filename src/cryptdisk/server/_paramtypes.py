@@ -1123,6 +1123,7 @@ def _arith_run(toks: list[_Tok], i: int, hi: int) -> tuple[int, int]:
         return end, atoms
 
 
+@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
 def sqlite_concat_precedence(sql: str) -> str:
     """``sql`` with each operand of ``||`` that is arithmetic (``1 + 2 || 'x'``) in
     brackets: PostgreSQL's ``||`` binds less tightly than ``+ - * / %`` (``'3x'``),
@@ -1183,6 +1184,7 @@ class _CastCall(NamedTuple):
     target: str  # :data:`_SQLITE_CAST_TYPES`' value for the type
 
 
+@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
 def sqlite_cast_calls(sql: str) -> str:
     """``sql`` with each ``CAST(x AS type)`` as PostgreSQL runs it: to an integer type the
     function that casts as PostgreSQL does (:func:`._sqltext.cast_sql`: SQLite's CAST
@@ -1241,6 +1243,7 @@ def sqlite_cast_calls(sql: str) -> str:
 _SUBQUERY = re.compile(r"\(\s*select\b", re.I)
 
 
+@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
 def subquery_names(sql: str) -> str:
     """``sql`` with each select-list expression of a subquery (``(SELECT count(*) FROM t)
     s``, a common table expression's) that has no alias given PostgreSQL's name for it as
@@ -1290,6 +1293,7 @@ _AFTER_PATTERN = frozenset({")", ",", ";", "AND", "OR", "THEN", "ELSE", "END", "
                             "JOIN", "LEFT", "RIGHT", "INNER", "CROSS", "FULL", "WHERE"})
 
 
+@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
 def like_escapes(sql: str) -> str:
     """``sql`` with ``ESCAPE '\\'`` after each ``LIKE`` / ``ILIKE`` pattern that is a string
     literal holding a backslash, or a parameter, and has no ``ESCAPE``: PostgreSQL's LIKE
