@@ -67,6 +67,20 @@ def test_an_operator_over_a_keyword_or_a_case_is_named_as_postgresql_names_it(sr
             assert cur.fetchone()[3] == "3x"
 
 
+def test_a_boolean_cast_to_text_is_true_or_false(srv) -> None:
+    """A boolean expression cast to text is 'true' or 'false' in PostgreSQL; SQLite holds
+    a boolean as 1 or 0, and the SQLite engine answered '1' for ``(a = 5)::text``,
+    ``true::text`` and ``CAST(a > 1 AS TEXT)``."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE b (a INTEGER)")
+        conn.execute("INSERT INTO b VALUES (5), (NULL)")
+        rows = conn.execute(
+            "SELECT (a = 5)::text, true::text, CAST(a > 9 AS TEXT), (a > 1)::text || 'x', "
+            "(NOT a = 5)::varchar, a::text FROM b ORDER BY a NULLS LAST").fetchall()
+        assert rows == [("true", "true", "false", "truex", "false", "5"),
+                        (None, "true", None, None, None, None)]
+
+
 def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
     """``CAST(2.5 AS INTEGER)`` is 3 (a numeric's halves round away from zero), a float's
     half rounds to even, ``(-2.5)::int`` is -3: SQLite's CAST truncates (2, -2)."""

@@ -953,6 +953,8 @@ def sqlite_casts(sql: str) -> str:
             raise CastRefused(written)
         made[end] = start  # (a::bigint::text: the second's operand is the first cast)
         literal = _numeric_literal(toks[start:k])
+        if target == "TEXT" and _boolean_operand(toks[start:k]):
+            target = _BOOL_TEXT  # (SQLite's CAST of its 1 or 0: '1', not 'true')
         casts.append((toks[start].start, toks[end - 1].stop, toks[k - 1].stop, target,
                       literal))
     if not casts:
@@ -972,7 +974,8 @@ def sqlite_casts(sql: str) -> str:
             parts.append(sql[pos:op_end])
             inner = "".join(parts)
             parts = outer
-            parts.append(_sqltext.cast_sql(inner, target, literal) if target else inner)
+            parts.append(_bool_text(inner) if target == _BOOL_TEXT else
+                         _sqltext.cast_sql(inner, target, literal) if target else inner)
             pos = cast_end  # (a cast inside the type's name goes with it)
 
     for c_start, c_end, op_end, target, literal in casts:
@@ -1176,6 +1179,27 @@ def sqlite_concat_precedence(sql: str) -> str:
     return "".join(out)
 
 
+#: the target of a boolean expression's cast to text (see :func:`_bool_text`)
+_BOOL_TEXT = "bool text"
+
+
+def _boolean_operand(operand: list[_Tok]) -> bool:
+    """Whether a cast's operand is a boolean expression (a comparison, ``AND``, ``NOT``,
+    ``true``, ...: :func:`._exprtypes._boolean`), its brackets aside."""
+    from ._exprtypes import _boolean
+
+    while len(operand) > 2 and operand[0].text == "(" and \
+            _closing(operand, 0) == len(operand) - 1:
+        operand = operand[1:-1]
+    return bool(operand) and _boolean(operand)
+
+
+def _bool_text(operand: str) -> str:
+    """SQLite's text of a boolean expression (1, 0 or NULL there) as PostgreSQL's
+    ``bool::text``: 'true', 'false' or NULL."""
+    return f"(CASE ({operand}) WHEN 1 THEN 'true' WHEN 0 THEN 'false' END)"
+
+
 class _CastCall(NamedTuple):
     start: int  # where ``CAST`` starts in the text
     stop: int  # where its ``)`` ends
@@ -1210,9 +1234,11 @@ def sqlite_cast_calls(sql: str) -> str:
             continue
         end, written = _cast_target(toks, at + 1)
         target = _SQLITE_CAST_TYPES.get(written) if end == close else None
-        if target is None or target in ("REAL", "TEXT", "BLOB"):
-            continue  # (SQLite's CAST answers as PostgreSQL's)
         operand = tuple(toks[k + 2:at])
+        if target == "TEXT" and _boolean_operand(list(operand)):
+            target = _BOOL_TEXT  # (SQLite's CAST of its 1 or 0: '1', not 'true')
+        elif target is None or target in ("REAL", "TEXT", "BLOB"):
+            continue  # (SQLite's CAST answers as PostgreSQL's)
         if not target and not (len(operand) == 1 and operand[0].kind in ("param", "str")):
             raise CastRefused(written)
         calls.append(_CastCall(t.start, toks[close].stop,
@@ -1229,6 +1255,8 @@ def sqlite_cast_calls(sql: str) -> str:
             operand = rewrite(*call.operand, nested)
             if not call.target:  # a parameter or a string literal: as it is
                 out.append(operand)
+            elif call.target == _BOOL_TEXT:
+                out.append(_bool_text(operand))
             else:
                 out.append(_sqltext.cast_sql(operand, call.target,
                                              _numeric_literal(call.toks)))
