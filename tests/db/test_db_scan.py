@@ -1336,18 +1336,23 @@ def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
                         lambda con, sql: parsed.append(sql) or parse_tree_text(con, sql))
     db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
     db.sql("INSERT INTO t SELECT * FROM range(10)")
-    sql = "SELECT k FROM t ORDER BY k LIMIT 2"
+    sql = "SELECT k FROM t ORDER BY k NULLS LAST LIMIT 2"  # (not one ._simpletree writes)
+    simple = "SELECT k FROM t ORDER BY k LIMIT 2"  # (its tree written out, never parsed)
     assert db.query(sql) == [(0,), (1,)]
     assert db.query(sql) == [(0,), (1,)]
+    assert db.query(simple) == [(0,), (1,)]
     assert parsed == [sql]
     db.sql("SET default_order = 'DESC'")
     assert db.query(sql) == [(9,), (8,)]
+    assert db.query(simple) == [(9,), (8,)]
     assert parsed == [sql, sql]
     db.sql("RESET default_order")
     assert db.query(sql) == [(0,), (1,)]
+    assert db.query(simple) == [(0,), (1,)]
     db.con.execute("SET default_order = 'DESC'")
     try:
         assert db.query(sql) == [(9,), (8,)]
+        assert db.query(simple) == [(9,), (8,)]
     finally:
         db.con.execute("RESET default_order")
 

@@ -932,9 +932,22 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             return None, []
         return text, pushed
 
-    def _parse_tree(self, sql: str) -> dict[str, Any] | None:
+    def _parse_tree(self, sql: str, written: bool = True) -> dict[str, Any] | None:
         """DuckDB's parse tree of the SELECT ``sql`` (see :func:`._columns.parse_tree`),
-        from the recent statements' when ``sql`` is one of them."""
+        from the recent statements' when ``sql`` is one of them; with ``written``, of a
+        simple statement the tree :func:`._simpletree.simple_tree` writes out, with no
+        statement of DuckDB's.
+
+        Not ``written`` while a part of the statement opens on the scan pool: DuckDB's
+        parse, which holds no GIL, then runs beside the open, which the statement waits
+        for anyway, where the Python analysis of a written tree would delay its start
+        (cold point queries 1.08x the wall, paired)."""
+        if written:  # (imported at its first use: nothing on a cold first statement)
+            from ._simpletree import simple_tree
+
+            simple = simple_tree(sql, self._parser)
+            if simple is not None:
+                return simple
         text = self._trees.get(sql)
         if text is not None:
             self._trees.move_to_end(sql)
@@ -997,12 +1010,14 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         used = referenced_tables(sql, names)
         if used:
             words = unquoted_words(sql)
+            opening = False  # (a part opening: DuckDB parses meanwhile, see _parse_tree)
             for t in used:  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
                 parts, numbers = _to_preopen(meta, sql, words)
                 if parts:
-                    self._open_parts.preopen(parts, meta.key, numbers)
-            tree = self._parse_tree(sql) if prepared is None else self._prepared_tree(*prepared)
+                    opening = self._open_parts.preopen(parts, meta.key, numbers) or opening
+            tree = self._parse_tree(sql, not opening) if prepared is None \
+                else self._prepared_tree(*prepared)
             share_walks(tree)  # the analyses below walk it once
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
             if wrong and tree is not None:  # an attached database's table (o.t) is DuckDB's

@@ -143,7 +143,7 @@ class OpenParts:
         return self._open(part, None, self._generation, ahead=False)
 
     def preopen(self, parts: list[PartMeta], key: str | None,
-                numbers: set[int] | frozenset[int] = frozenset()) -> None:
+                numbers: set[int] | frozenset[int] = frozenset()) -> bool:
         """Open ``parts`` (those not open yet) on the scan pool, and read the statistics
         of ``key``, without waiting: a statement about to read them opens them while
         DuckDB parses it. An error is left for :meth:`get` to raise.
@@ -152,12 +152,13 @@ class OpenParts:
         most 2) that hold one of ``numbers`` (integers written in the statement) is then
         decoded too, on the pool, for the statement's granule reads (see
         :meth:`TableScan._read_granules`); what the statement does not use goes with
-        :meth:`drop_key_reads`."""
+        :meth:`drop_key_reads`. Whether it started opening one."""
         with self._lock:
             todo = [p for p in parts if p.id not in self._items and p.id not in self._opening]
             for part in todo:
                 self._opening[part.id] = (os.getpid(), _pool().submit(
                     self._open, part, key, self._generation, ahead=True, numbers=numbers))
+        return bool(todo)
 
     def drop_key_reads(self) -> None:
         """Forget the key columns read ahead for the statement that ends."""
