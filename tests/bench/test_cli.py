@@ -72,6 +72,44 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     assert r.returncode == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
+#: as root, run without the capability that overrides file modes (others lack it anyway)
+_NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+           "--inh-caps=-all"] if os.geteuid() == 0 else []
+
+
+@pytest.mark.parametrize("case", ["report is a file", "json is a directory",
+                                  "parent is a file", "parent not writable"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_run(
+        tmp_path: Path, case: str) -> None:
+    """A --report that is a file or a --json that is a directory (or one in a directory
+    this user cannot write) was found out only when the report was written, after every
+    run: the whole benchmark's work was lost on a traceback-free but late error. Now it is
+    refused at once (a run of the quick crypto experiment takes minutes on this machine,
+    more than the timeout below). As root, the directory is made unwritable by dropping
+    the capability that overrides file modes (setpriv)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    args, prefix, said = {
+        "report is a file": (["--report", str(a_file)], [], f"--report {a_file} is not a "
+                             "directory"),
+        "json is a directory": (["--json", str(tmp_path)], [], f"--json {tmp_path} is a "
+                                "directory; give a file name"),
+        "parent is a file": (["--json", str(a_file / "x.json")], [], f"{a_file} is not a "
+                             f"directory (needed for {a_file / 'x.json'})"),
+        "parent not writable": (["--report", str(locked / "r")], _NO_DAC, f"{locked} is not "
+                                f"writable (needed for {locked / 'r'})"),
+    }[case]
+    r = subprocess.run([*prefix, sys.executable, "-m", "cryptdisk", "bench", "crypto",
+                        "--quick", "--no-venv", *args], capture_output=True, text=True,
+                       timeout=60, env=_env())
+    assert r.returncode == 1, r
+    assert r.stderr == f"cryptdisk: error: {said}\n", r.stderr
+    assert r.stdout == ""
+    assert not (locked / "r").exists() and a_file.read_text() == ""
+
+
 def _mounts_under(path: Path) -> list[str]:
     with open("/proc/mounts") as f:
         return [line for line in f if str(path) in line]

@@ -569,3 +569,25 @@ def test_serve_sqlite_on_no_file_and_no_users_creates_nothing(tmp_path, env) -> 
         f"cryptdisk: error: no SQLite database at {missing}"), out.stderr
     assert "--add-user" in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_serve_on_an_address_in_use_names_the_address(tmp_path, env) -> None:
+    """One server process (--workers 1) on a port another socket holds said only
+    'cryptdisk: error: Address already in use', naming no address (the supervisor of
+    several workers named it). Both now say which address could not be listened on."""
+    import socket
+
+    import cryptdisk as cd
+
+    db = str(tmp_path / "sales.db")
+    cd.connect(db).close()
+    assert cryptdisk("serve", db, "--add-user", "alice", "--admin", env=env).returncode == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = cryptdisk("serve", db, "--self-signed", "--listen", f"127.0.0.1:{port}",
+                        env=env)
+    assert out.returncode == 1, out
+    assert out.stderr == (f"cryptdisk: error: cannot listen on 127.0.0.1:{port}: Address "
+                          "already in use\n"), out.stderr  # 'Address already in use' before

@@ -107,6 +107,29 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_handle)
 
 
+def _check_outputs(json_out: Path | None, report: Path | None) -> None:
+    """Refuse, before any run, a --json or --report that could not be written once the
+    runs are over (a --json that is a directory, a --report that is a file, a parent
+    that is missing, not a directory or not writable)."""
+    if report is not None and report.exists() and not report.is_dir():
+        raise BenchUsageError(f"--report {report} is not a directory")
+    if json_out is not None and json_out.is_dir():
+        raise BenchUsageError(f"--json {json_out} is a directory; give a file name")
+    report_dir = report.resolve() if report is not None else None
+    for out in (json_out, report):
+        if out is None:
+            continue
+        if report_dir is not None and out.resolve().parent == report_dir:
+            continue  # made with the report
+        if not out.parent.exists():
+            raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
+        if not out.parent.is_dir():
+            raise BenchUsageError(f"{out.parent} is not a directory (needed for {out})")
+        where = out if out.exists() else out.parent
+        if not os.access(where, os.W_OK | (os.X_OK if where.is_dir() else 0)):
+            raise BenchUsageError(f"{where} is not writable (needed for {out})")
+
+
 def _handle(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions, Cleanup, new_results, progress_bar, run_experiment
 
@@ -120,12 +143,7 @@ def _handle(args: argparse.Namespace) -> int:
         raise BenchUsageError("--drop-page-cache goes with 'cryptdisk bench olap-engine'")
     if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         raise BenchUsageError(f"--workdir {args.workdir} is not a directory")
-    report_dir = args.report.resolve() if args.report is not None else None
-    for out in (args.json, args.report):
-        inside_report = report_dir is not None and out is not None and \
-            out.resolve().parent == report_dir
-        if out is not None and not out.parent.exists() and not inside_report:
-            raise BenchUsageError(f"{out.parent} does not exist (needed for {out})")
+    _check_outputs(args.json, args.report)
     import importlib.util
 
     if importlib.util.find_spec("psutil") is None:

@@ -295,7 +295,11 @@ class Server:
         if self.sockets is not None:
             self._listener.adopt(self.sockets)
         else:
-            await self._listener.listen(self.host, self.port)
+            try:
+                await self._listener.listen(self.host, self.port)
+            except OSError as exc:  # (as the supervisor of workers says it)
+                raise ServerError(f"cannot listen on {self.host}:{self.port}: "
+                                  f"{exc.strerror or exc}") from None
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         log.info("listening on %s:%d", *self.address)
