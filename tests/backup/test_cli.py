@@ -166,6 +166,19 @@ def test_a_plain_file_and_a_file_for_a_repository_are_named_for_what_they_are(
                         "repository is a directory\ncryptdisk: hint: give a new path or an "
                         "empty directory\n")
     assert plain.read_text() == "id,name\n1,alice\n"
+    # a file given as the repository of the other commands: 'PATH/config: Not a
+    # directory' before
+    db = tmp_path / "db"
+    make_db(db, rows=10)
+    for argv in (["list", str(plain)], ["create", str(plain), str(db)],
+                 ["restore", str(plain), "latest", str(tmp_path / "out")],
+                 ["verify", str(plain)], ["prune", str(plain), "--keep-last", "1"]):
+        r = run(*argv, "--passphrase-env", "BK_PASS")
+        assert r.returncode == 1, argv
+        assert r.stderr == (f"cryptdisk: error: {plain} is a file, not a backup repository "
+                            "(a directory)\ncryptdisk: hint: give the repository's "
+                            "directory (or URL)\n"), (argv, r.stderr)
+    assert plain.read_text() == "id,name\n1,alice\n" and not (tmp_path / "out").exists()
 
 
 def test_a_repository_wrapped_by_a_rotated_keyring_key_says_so_until_rewrapped(

@@ -252,6 +252,9 @@ class Repository:
         except FileNotFoundError:
             raise BackupError(f"{url} is not a backup repository (no config)",
                               hint="create one with 'cryptdisk backup init'") from None
+        except NotADirectoryError:
+            raise BackupError(f"{url} is a file, not a backup repository (a directory)",
+                              hint="give the repository's directory (or URL)") from None
         config = check_config(raw, url)
         return fs, root, config
 
