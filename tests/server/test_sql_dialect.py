@@ -196,3 +196,34 @@ def test_like_escapes_with_a_backslash(srv) -> None:
         assert conn.execute(r"SELECT s FROM t WHERE s LIKE 'a!_c' ESCAPE '!' OR "
                             r"s LIKE '5%' ORDER BY s").fetchall() == [
             ("50%",), ("500",), ("a_c",)]
+
+
+def test_the_rewrites_keep_no_long_statement_text() -> None:
+    """The cached rewrites (|| precedence, CAST calls, subquery names, LIKE escapes) kept
+    the text of each of the last 1024 distinct statements whatever its size: a bulk load
+    of client-side bound INSERTs whose data holds 'select', 'like' or '||' left their
+    megabytes in the server's memory. Long texts are rewritten without being kept."""
+    import gc
+    import tracemalloc
+
+    from cryptdisk.server import _paramtypes
+
+    rewrites = (_paramtypes.sqlite_concat_precedence, _paramtypes.sqlite_cast_calls,
+                _paramtypes.subquery_names, _paramtypes.like_escapes)
+    rows = ", ".join(f"({i}, 'a selection || likely cast(x)')" for i in range(1000))
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(8):  # 8 distinct statements of about 43 KB
+            sql = f"INSERT INTO t VALUES ({n}, 'x'), {rows}"
+            for rewrite in rewrites:
+                assert rewrite(sql) == sql
+            del sql
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 100_000, kept  # (before: about 350 KB, the 8 texts)
+    short = "SELECT (SELECT count(*) FROM t) s WHERE s LIKE $1"
+    assert _paramtypes.subquery_names(short) is _paramtypes.subquery_names(short)

@@ -1126,7 +1126,25 @@ def _arith_run(toks: list[_Tok], i: int, hi: int) -> tuple[int, int]:
         return end, atoms
 
 
-@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
+#: the longest statement text whose rewrites are cached (see :func:`_text_cache`)
+_CACHED_TEXT = 4096
+
+
+def _text_cache(rewrite: Callable[[str], str]) -> Callable[[str], str]:
+    """``rewrite`` of a statement's text, cached by the text (an lru_cache of 1024: a
+    prepared or repeated statement sends the same text) when it is at most
+    :data:`_CACHED_TEXT` characters long; a longer one (a bulk INSERT's, rarely repeated)
+    is rewritten each time and not kept: the cache's memory stays bounded."""
+    cached = functools.lru_cache(maxsize=1024)(rewrite)
+
+    @functools.wraps(rewrite)
+    def text_rewrite(sql: str) -> str:
+        return cached(sql) if len(sql) <= _CACHED_TEXT else rewrite(sql)
+
+    return text_rewrite
+
+
+@_text_cache
 def sqlite_concat_precedence(sql: str) -> str:
     """``sql`` with each operand of ``||`` that is arithmetic (``1 + 2 || 'x'``) in
     brackets: PostgreSQL's ``||`` binds less tightly than ``+ - * / %`` (``'3x'``),
@@ -1208,7 +1226,7 @@ class _CastCall(NamedTuple):
     target: str  # :data:`_SQLITE_CAST_TYPES`' value for the type
 
 
-@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
+@_text_cache
 def sqlite_cast_calls(sql: str) -> str:
     """``sql`` with each ``CAST(x AS type)`` as PostgreSQL runs it: to an integer type the
     function that casts as PostgreSQL does (:func:`._sqltext.cast_sql`: SQLite's CAST
@@ -1271,7 +1289,7 @@ def sqlite_cast_calls(sql: str) -> str:
 _SUBQUERY = re.compile(r"\(\s*select\b", re.I)
 
 
-@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
+@_text_cache
 def subquery_names(sql: str) -> str:
     """``sql`` with each select-list expression of a subquery (``(SELECT count(*) FROM t)
     s``, a common table expression's) that has no alias given PostgreSQL's name for it as
@@ -1321,7 +1339,7 @@ _AFTER_PATTERN = frozenset({")", ",", ";", "AND", "OR", "THEN", "ELSE", "END", "
                             "JOIN", "LEFT", "RIGHT", "INNER", "CROSS", "FULL", "WHERE"})
 
 
-@functools.lru_cache(maxsize=1024)  # (of the text alone, which statements repeat)
+@_text_cache
 def like_escapes(sql: str) -> str:
     """``sql`` with ``ESCAPE '\\'`` after each ``LIKE`` / ``ILIKE`` pattern that is a string
     literal holding a backslash, or a parameter, and has no ``ESCAPE``: PostgreSQL's LIKE
