@@ -591,3 +591,20 @@ def test_serve_on_an_address_in_use_names_the_address(tmp_path, env) -> None:
     assert out.returncode == 1, out
     assert out.stderr == (f"cryptdisk: error: cannot listen on 127.0.0.1:{port}: Address "
                           "already in use\n"), out.stderr  # 'Address already in use' before
+
+
+def test_a_bad_listen_address_is_refused_before_the_self_signed_pair_is_made(
+        tmp_path, env) -> None:
+    """`serve --self-signed --listen 127.0.0.1:notaport` made the certificate and its key
+    (and printed the fingerprint), then said --listen was wrong: a bad argument left files
+    behind. --listen is now read first."""
+    import cryptdisk as cd
+
+    db = str(tmp_path / "sales.db")
+    cd.connect(db).close()
+    assert cryptdisk("serve", db, "--add-user", "alice", "--admin", env=env).returncode == 0
+    out = cryptdisk("serve", db, "--self-signed", "--listen", "127.0.0.1:notaport", env=env)
+    assert out.returncode == 1 and out.stdout == "", out  # the fingerprint before
+    assert out.stderr == ("cryptdisk: error: --listen '127.0.0.1:notaport': expected "
+                          "HOST:PORT (e.g. 127.0.0.1:5432)\n"), out.stderr
+    assert not os.path.exists(db + ".server.pem") and not os.path.exists(db + ".server.key")

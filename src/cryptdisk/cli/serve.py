@@ -264,12 +264,12 @@ def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.Exit
         raise ServerError(f"no users in {users_path}",
                           hint=f"add one: cryptdisk serve {args.path} --add-user NAME "
                           f"--admin (password from ${PASSWORD_ENV} or a prompt)")
-    cert = args.tls_cert or settings.get("cert")
+    host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))  # (before
+    cert = args.tls_cert or settings.get("cert")  # a self-signed pair is made)
     key = args.tls_key or settings.get("key")
     if args.self_signed:
         cert, key = path + ".server.pem", path + ".server.key"
         if check and not (os.path.exists(cert) and os.path.exists(key)):
-            host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
             print(f"ok: {args.path} opens; {len(store.users)} user(s) in {users_path}; "
                   f"a self-signed TLS certificate {cert} would be created; would listen "
                   f"on {host}:{port} with {_plural(workers)}")
@@ -281,7 +281,6 @@ def _serve_opened(args: argparse.Namespace, engine: Any, opened: contextlib.Exit
         raise ServerError("give both a certificate and its key (--tls-cert and --tls-key)")
     ctx, binding = load_tls(cert, key, settings.get("client_ca")) if cert and key \
         else (None, None)
-    host, port = _listen(args.listen or settings.get("listen", "127.0.0.1:5432"))
     access_log = None
     log_keys = engine.keyring if settings.get("access_log_encrypted") else None
     if settings.get("access_log") and check:
