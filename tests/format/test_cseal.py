@@ -523,3 +523,11 @@ def test_an_extension_without_the_packed_read_falls_back_to_the_run_and_python(m
     assert reader.readinto_spans(buf, offset, spans) == 500 + 8 * seg + 2 - 1000
     assert bytes(buf[:500]) == plain[400:900]
     assert bytes(buf[500 : 500 + 8 * seg + 2 - 1000]) == plain[1000 : 8 * seg + 2]
+
+
+def test_the_built_extension_has_the_packed_read():
+    """The skips above spare a worktree whose untracked build predates ``decrypt_spans``;
+    a fresh build (CI's) must have it, so a stale or partial build fails here instead of
+    skipping into green."""
+    assert cseal is not None, "cryptdisk.format._cseal was not built"
+    assert _sealed._SPANS, "cryptdisk.format._cseal has no decrypt_spans: rebuild it"
