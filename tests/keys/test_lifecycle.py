@@ -428,6 +428,25 @@ def test_retired_keys_are_not_loaded_and_say_so(tmp_path):
         Keyring.from_config(cfg)
 
 
+def test_list_reports_a_source_no_provider_answers_to(tmp_path):
+    """keys list loads no key, but a source = "NAME" that names no provider is the error
+    loading the config gives: listed, then reported with a non-zero exit."""
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n'
+                   '[[keyring.keys]]\nid = 2\nsource = "nosuch"\n')
+    with pytest.raises(ConfigError, match="key 2: unknown source 'nosuch'"):
+        Keyring.from_config(cfg)
+    listed = run("keys", "list", "-c", str(cfg), "--format", "csv")
+    assert listed.returncode == 1, listed
+    assert "2,active,nosuch," in listed.stdout
+    assert listed.stderr.strip().splitlines()[-1] == (
+        f"cryptdisk: error: {cfg}: key 2: unknown source 'nosuch' (sources: aws-kms, kmip, "
+        "pkcs11)")
+    cfg.write_text(cfg.read_text().replace('"nosuch"', '"pkcs11"'))  # a known one lists
+    assert run("keys", "list", "-c", str(cfg)).returncode == 0
+
+
 def test_lifecycle_events_go_to_the_audit_log_without_material(tmp_path):
     cfg, data = setup(tmp_path)
     log = tmp_path / "audit.jsonl"

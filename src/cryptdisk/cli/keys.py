@@ -410,8 +410,11 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
         for key_id, files in usage.items():
             if key_id is not None:
                 counts[key_id] = counts.get(key_id, 0) + len(files)
+    unknown_sources: list[str] = []
     if config is not None:
-        rows = [(s.key_id, s.state, s.source, s.where) for s in KeyConfig(config).states()]
+        listed = KeyConfig(config)
+        rows = [(s.key_id, s.state, s.source, s.where) for s in listed.states()]
+        unknown_sources = listed.unknown_sources()
     table = {"id": [r[0] for r in rows], "state": [r[1] for r in rows],
              "source": [r[2] for r in rows], "where": [r[3] for r in rows]}
     if args.db or args.paths:
@@ -421,12 +424,14 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
         print(f"cryptdisk: warning: {left[0]}", file=sys.stderr)
         if left[1]:
             print(f"cryptdisk: hint: {left[1]}", file=sys.stderr)
+    for problem in unknown_sources:  # as loading the config would refuse it
+        print(f"cryptdisk: error: {config}: {problem}", file=sys.stderr)
     unknown = sorted(set(counts) - {r[0] for r in rows})
     if unknown:
         print(f"cryptdisk: error: files are under key(s) {', '.join(map(str, unknown))}, which "
               "the config does not have", file=sys.stderr)
         return 1
-    return 0
+    return 1 if unknown_sources else 0
 
 
 def _field(text: str) -> tuple[str, Any]:

@@ -327,6 +327,14 @@ class KeyConfig:
             out.append(KeyEntryState(key_id, self.state(key_id), source, where))
         return sorted(out, key=lambda s: s.key_id)
 
+    def unknown_sources(self) -> list[str]:
+        """What is wrong with each ``source = "NAME"`` entry that names no provider: the
+        error loading the config would give, for a listing that loads no key."""
+        names = set(key_provider_names())
+        return [f"key {e.get('id')}: unknown source {e['source']!r} (sources: "
+                f"{', '.join(sorted(_SOURCES))})" for e in self._entries
+                if "source" in e and not (isinstance(e["source"], str) and e["source"] in names)]
+
     def local_materials(self) -> dict[int, bytes | None]:
         """The material of every local (not provider-held) key entry, retired ones too,
         for telling which key a ClickHouse-format file uses; None for one that does not
