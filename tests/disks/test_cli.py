@@ -380,8 +380,15 @@ def test_convert_leaves_out_the_files_sqlite_keeps_beside_a_database(tmp_path: P
     assert "left out 5 file(s) of SQLite's beside a database" in done.stdout, done.stdout
     assert sorted(os.listdir(enc / "db")) == ["app.db"]
     assert sorted(os.listdir(enc / "plain")) == ["app.db"]
+    # sealed, as every converted file: the VFS does not open it, and the output says so
+    assert "note: 2 SQLite database(s) converted into sealed files" in done.stdout, done.stdout
+    import cryptdisk.sqlite as csql
+    from cryptdisk.errors import CryptdiskError
+    with pytest.raises(CryptdiskError, match="a sealed cryptdisk file, not a database"):
+        csql.connect(str(enc / "db" / "app.db"), keyring=cryptdisk.Keyring.from_config(config))
     plain_out = cli("convert", str(enc), str(back), "-c", str(config), "--to", "plain")
     assert plain_out.returncode == 0, plain_out.stderr
+    assert "SQLite database(s) converted into sealed" not in plain_out.stdout
     assert (back / "notes-wal-cdtail").read_bytes() == b"a user's file\n"
     assert (back / "notes-shm").read_bytes() == b"another\n"
     with sqlite3.connect(back / "db" / "app.db") as reader:

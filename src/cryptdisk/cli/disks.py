@@ -174,6 +174,11 @@ def _convert(args: argparse.Namespace) -> int:
         print(f"left out {summary.sqlite_files} file(s) of SQLite's beside a database "
               "(-shm, an empty -wal, a finished -journal, -wal-cdtail/-journal-cdtail): "
               "they hold none of its data")
+    if summary.sqlite_databases and args.to != "plain":
+        print(f"note: {summary.sqlite_databases} SQLite database(s) converted into sealed "
+              "files, readable (cryptdisk decrypt, convert --to plain) but not opened by "
+              "cryptdisk.sqlite; for a database to use encrypted, run 'cryptdisk sqlite "
+              "encrypt' on the plain database")
     if summary.removed_temps:
         print(f"removed {summary.removed_temps} unfinished temporary file(s) from an "
               "interrupted run")

@@ -58,6 +58,9 @@ class ConvertSummary:
     #: files beside SQLite databases left out (see above): ``-shm``, an empty ``-wal``, a
     #: finished ``-journal``, ``-journal-cdtail`` / ``-wal-cdtail``
     sqlite_files: int = 0
+    #: SQLite databases converted (or found converted): in a sealed file, as every
+    #: converted file, which the encrypted SQLite VFS does not open
+    sqlite_databases: int = 0
 
 
 def plaintext_digest(f: IO[bytes], sink: Callable[[bytes], object] | None = None,
@@ -207,6 +210,8 @@ def convert_tree(src: str, dst: str, target: Disk, *, config: ConfigKeys | None,
         if rel in beside or _sqlite_tail(rel, present):
             summary.sqlite_files += 1  # no state of its database's (checked above)
             continue
+        if rel in databases:
+            summary.sqlite_databases += 1
         def tick(n: int, rel: str = rel) -> None:
             if progress is not None:
                 progress(rel, n)
