@@ -227,3 +227,16 @@ def test_the_rewrites_keep_no_long_statement_text() -> None:
     assert kept < 100_000, kept  # (before: about 350 KB, the 8 texts)
     short = "SELECT (SELECT count(*) FROM t) s WHERE s LIKE $1"
     assert _paramtypes.subquery_names(short) is _paramtypes.subquery_names(short)
+
+
+def test_position_finds_a_substring(srv) -> None:
+    """``position(a IN b)``: the 1-based place of ``a`` in ``b``, 0 where it is not, NULL
+    for NULL; SQLite has no ``position`` (it read ``IN name`` as a table: 42P01)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, name TEXT)")
+        conn.execute("INSERT INTO t VALUES (1, 'apple'), (2, 'Banana'), (3, NULL)")
+        assert conn.execute("SELECT position('an' IN name), position(%s IN 'abc'), "
+                            "position(lower('A') IN lower(name)) FROM t ORDER BY id",
+                            ("c",)).fetchall() == [(0, 3, 1), (2, 3, 2), (None, 3, None)]
+        assert conn.execute("SELECT id FROM t WHERE position('pp' IN name) > 0"
+                            ).fetchall() == [(1,)]

@@ -1551,6 +1551,19 @@ def _sqlite_casts(sql: str) -> str:
             "literal instead, or serve the analytical engine") from None
 
 
+def _sqlite_position(args: str) -> str:
+    """PostgreSQL's ``position(a IN b)`` (its arguments ``args``) as SQLite's ``instr(b,
+    a)``: the same 1-based place, 0 where ``a`` is not in ``b``, NULL for a NULL."""
+    from ._paramtypes import _tokens
+
+    depth = 0
+    for tok in _tokens(args):
+        depth += (tok.text == "(") - (tok.text == ")")
+        if depth == 0 and tok.kind == "ref" and tok.text == "IN" and len(tok.parts) == 1:
+            return f"instr({args[tok.stop:]}, {args[:tok.start]})"
+    return f"position({args})"
+
+
 class _SQLiteSession(EngineSession):
     blob_concat = "CAST({} AS BLOB)"  # (SQLite's || of two blobs is text)
     # SQLite's hex(NULL) is '', not NULL: quote() tells NULL ('NULL') from a blob (X'61FF')
@@ -1810,6 +1823,8 @@ class _SQLiteSession(EngineSession):
                 "numbers are 64-bit integers and floats (about 15 significant digits): "
                 "write it as a string for a TEXT column, or serve the analytical engine "
                 "(DECIMAL(38,s))", "22003")
+        if "position" in sql.lower():  # position(a IN b): SQLite's instr(b, a)
+            sql = _sqltext.replace_calls(sql, "position", _sqlite_position)
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
                 _CAST_CALL.search(sql) is not None:  # $1::BIGINT, a::text, $$, 1 + 2 || 'x'
             sql = _sqlite_casts(sql)
