@@ -8,7 +8,7 @@ import pytest
 
 from cryptdisk import Key, Keyring
 from cryptdisk.disks import EncryptedDisk, FsspecDisk, LocalDisk
-from cryptdisk.errors import AuthenticationError, KeyNotFoundError, WrongKeyError
+from cryptdisk.errors import AuthenticationError, DiskError, KeyNotFoundError, WrongKeyError
 
 from .conftest import BUCKET
 
@@ -84,3 +84,44 @@ def test_algorithm_and_segment_size_apply(tmp_path: Path) -> None:
     assert disk.info("f").algorithm == "aes-128-gcm"
     with pytest.raises(ValueError, match="power of two"):
         EncryptedDisk("e", LocalDisk("raw", tmp_path), Keyring.generate(), segment_size=1000)
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+@pytest.mark.parametrize("child_does", ["abort", "drop", "close"])
+def test_a_forked_child_leaves_its_parents_file_being_written_alone(
+        tmp_path: Path, encrypted: bool, child_does: str) -> None:
+    """A child forked while a file is written (multiprocessing, Dask, a server's workers)
+    that aborts, drops (the garbage collector aborts an unclosed writer) or closes its copy
+    neither removes nor publishes the parent's temporary file: the parent still publishes
+    what it wrote, whole."""
+    import gc
+    import os
+
+    local = LocalDisk("l", tmp_path / "d")
+    disk = EncryptedDisk("e", local, Keyring([Key.generate(1)])) if encrypted else local
+    f = disk.open_write("f")
+    f.write(b"a" * 10)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            if child_does == "abort":
+                f.abort()
+            elif child_does == "drop":
+                del f
+                gc.collect()
+            else:
+                try:
+                    f.close()
+                    code = 3  # published the parent's half-written file
+                except DiskError as exc:  # refused: the file is the parent's
+                    code = 0 if "not published by a process it forked" in str(exc) else 4
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert not disk.exists("f")
+    f.write(b"b" * 100_000)
+    f.close()
+    with disk.open_read("f") as back:
+        assert back.read() == b"a" * 10 + b"b" * 100_000
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, cast
 
 from ..errors import DiskError, DiskFileNotFoundError, DiskIsADirectoryError
-from ..format import discard_temp
+from ..format import discard_temp, owned_file
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, FdReader, PreadFile
 from ._paths import is_temp, norm_path, temp_name
@@ -186,7 +186,7 @@ class LocalDisk(Disk):
         tmp = os.path.join(self.root, temp_name(rel))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o600)
-        raw = os.fdopen(fd, "wb")  # buffered: many small writes become few syscalls
+        raw = owned_file(fd)  # buffered: many small writes become few syscalls
 
         def publish() -> None:
             with _naming(full):

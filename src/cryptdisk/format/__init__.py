@@ -31,6 +31,7 @@ from ._io import (
     PublishingWriteFile,
     SealedReadFile,
     SealedWriteFile,
+    owned_file,
 )
 from ._layout import SegmentLayout
 from ._mutable import MUTABLE_NONCE, MutableStore, TailStore, mutable_layout, store_layout
@@ -101,6 +102,7 @@ __all__ = [
     "open_file",
     "open_header",
     "open_log",
+    "owned_file",
     "pack_spans",
     "read_header",
     "read_named_header",

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..errors import DiskError
 from ._header import Header
 from ._mutable import MutableStore
 from ._sealed import SealedReader, SealedWriter, pack_spans
@@ -214,6 +215,41 @@ class _Writer(Protocol):
     def close(self) -> None: ...
 
 
+class _OwnedFd(io.RawIOBase):
+    """A descriptor that only the process that opened it writes (see :func:`owned_file`)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._pid = os.getpid()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, data: Any) -> int:
+        if os.getpid() != self._pid:  # a forked child's copy: the file is the parent's
+            return len(memoryview(data).cast("B"))
+        return os.write(self._fd, data)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)  # (a child closes its own copy of the descriptor)
+            finally:
+                super().close()
+
+
+def owned_file(fd: int, buffering: int = io.DEFAULT_BUFFER_SIZE) -> io.BufferedWriter:
+    """A buffered writer over ``fd`` (which it closes) whose buffer reaches the file only
+    in the process that opened it: a child forked while it was written (multiprocessing,
+    Dask, a server's workers) that drops its copy, which flushes the buffer, must not
+    write the parent's buffered bytes into the parent's file a second time."""
+    return io.BufferedWriter(_OwnedFd(fd), buffering)
+
+
 class PublishingWriteFile(_Base):
     """A forward-only file whose ``close()`` publishes what was written.
 
@@ -232,6 +268,10 @@ class PublishingWriteFile(_Base):
         self._position = position
         self.name = name
         self.mode = mode
+        # A child forked while the file is written (multiprocessing, Dask, a server's
+        # workers) has a copy of this object: the file and its temporary are the
+        # parent's, which the child must neither discard nor publish.
+        self._pid = os.getpid()
 
     def writable(self) -> bool:
         return True
@@ -251,16 +291,22 @@ class PublishingWriteFile(_Base):
         return self._w.write(data)
 
     def abort(self) -> None:
-        """Discard what this file object wrote."""
+        """Discard what this file object wrote (in a forked child: only its copy)."""
         if not self.closed:
             try:
-                self._discard()
+                if os.getpid() == self._pid:
+                    self._discard()
             finally:
                 super().close()
 
     def close(self) -> None:
         if self.closed:
             return
+        if os.getpid() != self._pid:
+            super().close()
+            raise DiskError(f"{self.name}: a file being written by process {self._pid} "
+                            "is not published by a process it forked; its copy is closed, "
+                            "the file is left to the writer")
         try:
             self._w.close()
             self._publish()

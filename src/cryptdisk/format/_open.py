@@ -9,7 +9,7 @@ from typing import IO, Literal, overload
 from ..errors import ImmutableFileError
 from ._cipher import Algorithm
 from ._header import HEADER_SIZE, Header, Kind, new_header
-from ._io import MutableFile, SealedReadFile, SealedWriteFile, temp_beside
+from ._io import MutableFile, SealedReadFile, SealedWriteFile, owned_file, temp_beside
 from ._mutable import MutableStore
 from ._protocols import KeyLookup
 from ._reread import read_open_header
@@ -51,7 +51,7 @@ def _open_sealed_writer(path: str, mode: str, keys: KeyLookup, algorithm: Algori
     header, dek = new_header(Kind.SEALED, keys.current_key(), algorithm=algorithm,
                              segment_size=segment_size)
     fd, tmp = temp_beside(path)
-    raw = os.fdopen(fd, "wb", buffering=1 << 20)  # fewer, larger write syscalls
+    raw = owned_file(fd, 1 << 20)  # fewer, larger write syscalls
     try:
         writer = SealedWriter(raw, header, dek)
     except BaseException:
