@@ -125,6 +125,7 @@ from ._rows import TIME_ZONE, Rows, exact_table, has_wide, query_rows
 from ._scan import OpenParts, TableScan, integer_array
 from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
+from ._simpletree import agrees, probe_text, simple_tree
 from ._storage import resolve_config
 from ._system import system_tables
 from ._viewdefs import ViewMixin
@@ -942,9 +943,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         parse, which holds no GIL, then runs beside the open, which the statement waits
         for anyway, where the Python analysis of a written tree would delay its start
         (cold point queries 1.08x the wall, paired)."""
-        if written:  # (imported at its first use: nothing on a cold first statement)
-            from ._simpletree import simple_tree
-
+        if written:  # (the builder was checked in connect: see _parser_connection)
             simple = simple_tree(sql, self._parser)
             if simple is not None:
                 return simple
@@ -2522,10 +2521,16 @@ def _parser_connection(con: Any) -> Any:
     (``json_serialize_sql``): paid in connect, the first query does not pay it. On the
     calling thread: connect starts no thread (a thread left running would make connect's
     time depend on the machine's load, and a fork while it runs would free its cursor in
-    the child)."""
+    the child). That first JSON function is the tree of :func:`._simpletree.probe_text`,
+    which decides (once a process) whether simple statements' trees are written out by
+    :mod:`._simpletree`, so that a process's first simple statement does not pay for the
+    check (about 1.2 ms)."""
     parser = parser_cursor(con)
+    text = None
     with contextlib.suppress(duckdb.Error):
-        parser.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()
+        row = parser.execute("SELECT json_serialize_sql(?)", [probe_text()]).fetchone()
+        text = row[0] if row else None
+    agrees(text)
     return parser
 
 
