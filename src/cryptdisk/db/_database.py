@@ -944,7 +944,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         for anyway, where the Python analysis of a written tree would delay its start
         (cold point queries 1.08x the wall, paired)."""
         if written:  # (the builder was checked in connect: see _parser_connection)
-            simple = simple_tree(sql, self._parser)
+            simple = simple_tree(sql)
             if simple is not None:
                 return simple
         text = self._trees.get(sql)

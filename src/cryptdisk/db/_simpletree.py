@@ -17,7 +17,7 @@ that are no keyword of DuckDB's. Anything else (a quote, a dot, a comment, a ``;
 alias, another word or character) gives None: the statement asks DuckDB as before.
 
 :func:`agrees` checks the builder against the DuckDB it runs with, once per process at
-its first use (a statement using every form, parsed by both); on any difference the
+its first ``connect`` (a statement using every form, parsed by both); on any difference the
 builder is not used.
 """
 
@@ -259,22 +259,12 @@ class _Parser:
         return {"error": False, "statements": [{"node": node, "named_param_map": []}]}
 
 
-def simple_tree(sql: str, parser: Any = None) -> dict[str, Any] | None:
+def simple_tree(sql: str) -> dict[str, Any] | None:
     """The parse tree DuckDB's ``json_serialize_sql`` gives ``sql`` (as :mod:`._columns`
     reads it), if ``sql`` is a query of the forms in this module's description and the
-    builder matches this DuckDB (:func:`agrees`, asked of ``parser``, a cursor of
-    :func:`._columns.parser_cursor`, by the process's first call); otherwise None."""
-    if not sql.isascii():
-        return None
-    if _AGREES is None and parser is not None:
-        text = None
-        try:
-            row = parser.execute("SELECT json_serialize_sql(?)", [probe_text()]).fetchone()
-            text = row[0] if row else None
-        except Exception:
-            text = None
-        agrees(text)
-    if _AGREES is not True:
+    builder matches this DuckDB (:func:`agrees`, decided by ``connect``, which parses
+    :func:`probe_text` as its first JSON function); otherwise None."""
+    if _AGREES is not True or not sql.isascii():
         return None
     return _build(sql)
 
