@@ -13,13 +13,18 @@ import fcntl
 import os
 import struct
 
-__all__ = ["LOCK_LEN", "LOCK_START", "SHM_DMS_BYTE", "SQLITE_COMPANIONS", "SQLITE_JOURNALS",
-           "flock_struct", "locked", "sqlite_open"]
+__all__ = ["JOURNAL_MAGIC", "LOCK_LEN", "LOCK_START", "SHM_DMS_BYTE", "SQLITE_COMPANIONS",
+           "SQLITE_JOURNALS", "flock_struct", "journal_holds_rollback", "locked", "sqlite_open"]
 
 #: what SQLite (and cryptdisk's VFS) keep beside a database file
 SQLITE_COMPANIONS = ("-wal", "-journal", "-shm", "-wal-cdtail", "-journal-cdtail")
 #: what may hold part of a database's committed state (a WAL's frames, a hot journal)
 SQLITE_JOURNALS = ("-wal", "-journal")
+#: the first bytes of a rollback journal that holds a transaction to roll back (a hot
+#: journal): SQLite writes zeros there first, the magic once the journal's records are
+#: synced, and zeros again when the transaction ends (``journal_mode=PERSIST`` keeps the
+#: file, its header zeroed)
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 #: SQLite's lock bytes in a database file (unix VFS): PENDING, RESERVED, then the 510
 #: bytes of the SHARED range; its EXCLUSIVE lock is a write lock on all of them
 LOCK_START, LOCK_LEN = 0x40000000, 2 + 510
@@ -31,6 +36,15 @@ SHM_DMS_BYTE = 128
 def flock_struct(kind: int, start: int, length: int) -> bytes:
     """A ``struct flock`` for ``fcntl`` (an open-file-description lock: pid 0)."""
     return struct.pack("@hhqqi4x", kind, os.SEEK_SET, start, length, 0)
+
+
+def journal_holds_rollback(head: bytes | None) -> bool:
+    """Whether a rollback journal whose plaintext starts with ``head`` (its first
+    ``len(JOURNAL_MAGIC)`` bytes; None: it does not open or read) holds a transaction
+    SQLite would roll back, as a copy of the database's files can tell: it starts with
+    the magic, or it cannot be read. A shorter or zeroed header is one SQLite deletes or
+    reuses without rolling anything back."""
+    return head is None or head.startswith(JOURNAL_MAGIC)
 
 
 def locked(path: str, start: int, length: int) -> bool:

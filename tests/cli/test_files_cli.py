@@ -568,3 +568,38 @@ def test_decrypt_takes_a_persist_mode_database_whose_journal_sqlite_has_finished
     _no_traceback(r)
     assert r.returncode == 1 and b"has a journal beside it" in r.stderr
     assert not (tmp_path / "hot-out.db").exists()
+
+
+def test_decrypt_takes_a_database_whose_journal_is_shorter_than_its_magic(tmp_path, keyfile):
+    """A rollback journal shorter than SQLite's 8-byte magic holds nothing to roll back
+    (SQLite deletes it): decrypt refused such a database, saying its latest changes were
+    in the journal, where convert took it. Both now ask
+    cryptdisk._sqlitefiles.journal_holds_rollback."""
+    import sqlite3
+
+    import apsw
+
+    import cryptdisk.sqlite as csql
+    from cryptdisk import Key, Keyring
+    from cryptdisk.keys import key_from_file
+
+    keyring = Keyring([Key(1, key_from_file(str(keyfile)))])
+    db = tmp_path / "app.db"
+    conn = csql.connect(str(db), keyring=keyring)
+    conn.execute("CREATE TABLE t(v)")
+    conn.execute("INSERT INTO t VALUES ('committed')")
+    conn.close()
+    f = apsw.VFSFile(csql.vfs_for(keyring).vfs_name, str(db) + "-journal",
+                     [apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                      | apsw.SQLITE_OPEN_MAIN_JOURNAL, 0])
+    f.xWrite(b"\xd9\xd5\x05", 0)  # a journal torn inside its first bytes
+    f.xClose()
+    assert os.path.getsize(str(db) + "-journal") > 0
+    out = tmp_path / "out.db"
+    r = run("decrypt", str(db), str(out), "--key-file", str(keyfile))
+    _no_traceback(r)
+    assert r.returncode == 0, r.stderr  # 1 before: "has a journal beside it"
+    with sqlite3.connect(out) as plain:
+        assert plain.execute("SELECT v FROM t").fetchall() == [("committed",)]
+    with csql.connect(str(db), keyring=keyring) as again:  # SQLite agrees: nothing undone
+        assert again.execute("SELECT v FROM t").fetchall() == [("committed",)]

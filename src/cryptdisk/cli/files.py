@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any, Protocol
 
+from .._sqlitefiles import JOURNAL_MAGIC, journal_holds_rollback
 from ..errors import CryptdiskError, ImmutableFileError, NotEncryptedError
 from ..format import (
     DEFAULT_SEGMENT_SIZE,
@@ -280,22 +281,18 @@ def _decrypt_to(args: argparse.Namespace, path: str, out: IO[bytes]) -> None:
         _copy(f, out)
 
 
-#: the first bytes of a rollback journal SQLite would roll back (a hot journal); one that
-#: ``journal_mode=PERSIST`` keeps after a commit starts with zeros instead
-_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
-
-
 def _journal_is_done(args: argparse.Namespace, journal: str) -> bool:
     """Whether the encrypted rollback journal ``journal`` is one SQLite has finished with
     (its header zeroed, as ``journal_mode=PERSIST`` leaves it after every commit): it
-    opens under the keys and does not start with the journal magic. Anything else (it
-    does not open, is short, or holds a transaction to roll back): False."""
+    opens under the keys and does not start with the journal magic
+    (:func:`~cryptdisk._sqlitefiles.journal_holds_rollback`)."""
+    head: bytes | None
     try:
         with _open_input(args, journal) as f:
-            head = f.read(len(_JOURNAL_MAGIC))
+            head = f.read(len(JOURNAL_MAGIC))
     except (OSError, CryptdiskError):
-        return False
-    return len(head) == len(_JOURNAL_MAGIC) and head != _JOURNAL_MAGIC
+        head = None
+    return not journal_holds_rollback(head)
 
 
 def _refuse_sqlite_with_changes_beside(path: str, args: argparse.Namespace) -> None:

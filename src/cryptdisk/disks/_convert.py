@@ -34,7 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from .._sqlitefiles import SQLITE_COMPANIONS, SQLITE_JOURNALS, sqlite_open
+from .._sqlitefiles import (
+    JOURNAL_MAGIC,
+    SQLITE_COMPANIONS,
+    SQLITE_JOURNALS,
+    journal_holds_rollback,
+    sqlite_open,
+)
 from ..errors import AuthenticationError, CryptdiskError, DiskError, FormatError
 from ..format import HEADER_SIZE, LOG_TAIL_SUFFIX, TAIL_SUFFIX, Header, Kind
 from ._base import Disk
@@ -98,9 +104,6 @@ def _remove_temps(dst: str) -> int:
     return removed
 
 
-#: the first bytes of a rollback journal SQLite would roll back (a hot journal); one that
-#: ``journal_mode=PERSIST`` keeps after a commit starts with zeros instead
-_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 _PLAIN_SQLITE = b"SQLite format 3\0"
 
 
@@ -159,10 +162,9 @@ def _check_settled(src: str, rel: str, config: ConfigKeys | None) -> None:
         why = f"its WAL ({path}-wal) does not open with the config's keys, or is torn"
     elif wal:
         why = f"its WAL ({path}-wal) holds changes not yet copied into the file"
-    else:
-        head = _plaintext_head(path + "-journal", config, len(_JOURNAL_MAGIC))
-        if head == _JOURNAL_MAGIC or (head is None and os.path.exists(path + "-journal")):
-            why = f"its journal ({path}-journal) holds a transaction to roll back"
+    elif os.path.exists(path + "-journal") and journal_holds_rollback(
+            _plaintext_head(path + "-journal", config, len(JOURNAL_MAGIC))):
+        why = f"its journal ({path}-journal) holds a transaction to roll back"
     if why is not None:
         raise DiskError(f"{path} is a SQLite database whose file alone does not hold its "
                         f"state: {why}; convert copies files one by one and would leave "

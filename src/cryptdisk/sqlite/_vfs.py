@@ -41,6 +41,7 @@ from typing import Any
 
 import apsw
 
+from .._sqlitefiles import JOURNAL_MAGIC
 from ..errors import SegmentAuthenticationError
 from ..format import HEADER_SIZE, Header, MutableStore
 from ..format import KeyLookup as _KeyLookup
@@ -60,7 +61,6 @@ _counter = itertools.count(1)
 
 WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
-JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
 JOURNAL_RECORD_EXTRA = 8  # page number before the page, checksum after it
 _POWERSAFE_OVERWRITE = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"])
 _SAFE_APPEND = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_SAFE_APPEND"])
