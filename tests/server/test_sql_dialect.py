@@ -240,3 +240,45 @@ def test_position_finds_a_substring(srv) -> None:
                             ("c",)).fetchall() == [(0, 3, 1), (2, 3, 2), (None, 3, None)]
         assert conn.execute("SELECT id FROM t WHERE position('pp' IN name) > 0"
                             ).fetchall() == [(1,)]
+
+
+def test_integer_division_truncates(srv) -> None:
+    """``/`` of two integers is an integer in PostgreSQL (``7 / 2`` is 3, ``-7 / 2`` -3);
+    the analytical engine answered 3.5 (DuckDB's exact division), in a write too. Other
+    types still divide exactly."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE d (a INTEGER, b BIGINT, f DOUBLE PRECISION)")
+        conn.execute("INSERT INTO d VALUES (7, 2, 7.0)")
+        row = conn.execute("SELECT 7 / 2, -7 / 2, a / b, a / 2, f / 2, a / 2.0 FROM d"
+                           ).fetchone()
+        assert row[:5] == (3, -3, 3, 3, 3.5) and float(row[5]) == 3.5
+        assert conn.execute("SELECT count(*) / 2 FROM d").fetchone() == (0,)
+        conn.execute("CREATE TABLE q (v BIGINT)")
+        conn.execute("INSERT INTO q SELECT a / b FROM d")
+        assert conn.execute("SELECT v FROM q").fetchall() == [(3,)]
+
+
+def test_a_zero_divisor_is_22012(start_server, analytical) -> None:
+    """A division by zero of any type fails with 22012 ``division by zero`` in
+    PostgreSQL; the analytical engine answered infinity for ``1 / 0``, and DuckDB's own
+    message for ``%``. Now DuckDB reads ``/`` as ``//`` for the server's sessions (which
+    refuses a zero divisor); an interval, which has no ``//``, still divides, and a
+    session may SET DuckDB's exact division back. (SQLite answers NULL: docs/server.md.)"""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE d (a INTEGER, b BIGINT, f DOUBLE PRECISION)")
+        conn.execute("INSERT INTO d VALUES (7, 2, 7.0)")
+        for zero in ("1 / 0", "a / (b - 2)", "f / 0", "1.5 / 0", "a % 0"):
+            with pytest.raises(psycopg.errors.DivisionByZero, match="^division by zero$"):
+                conn.execute(f"SELECT {zero} FROM d")  # noqa: S608
+        conn.execute("CREATE TABLE q (v BIGINT)")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("INSERT INTO q SELECT a / 0 FROM d")
+        assert conn.execute("SELECT count(*) FROM q").fetchone() == (0,)
+        assert conn.execute("SELECT interval '1 day' / 2").fetchone()[0].total_seconds() \
+            == 43200
+        conn.execute("INSERT INTO q SELECT extract(epoch FROM interval '1 day' / 2)")
+        assert conn.execute("SELECT 7 / 2, v FROM q").fetchone() == (3, 43200)
+        conn.execute("SET integer_division = false")  # a session may have DuckDB's own
+        assert conn.execute("SELECT 7 / 2").fetchone() == (3.5,)
+

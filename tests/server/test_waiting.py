@@ -335,16 +335,15 @@ def test_a_sessions_set_reaches_its_own_queries_only(start_server, analytical) -
     session's; RESET undoes it."""
     srv = start_server(analytical)
     with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b:
-        assert a.execute("SELECT 7 / 2").fetchone() == (3.5,)  # a's reader made before
-        a.execute("SET integer_division = true")
-        assert a.execute("SELECT 7 / 2").fetchone() == (3,)
-        assert b.execute("SELECT 7 / 2").fetchone() == (3.5,)
-        a.execute("RESET integer_division")
+        assert a.execute("SELECT 7 / 2").fetchone() == (3,)  # a's reader made before
+        a.execute("SET integer_division = false")
         assert a.execute("SELECT 7 / 2").fetchone() == (3.5,)
+        assert b.execute("SELECT 7 / 2").fetchone() == (3,)
+        a.execute("RESET integer_division")
+        assert a.execute("SELECT 7 / 2").fetchone() == (3,)
     with pg(srv, autocommit=True) as c:
-        c.execute("SET integer_division = true")  # before its first query: no reader yet
-        assert c.execute("SELECT 7 / 2").fetchone() == (3,)
-
+        c.execute("SET integer_division = false")  # before its first query: no reader yet
+        assert c.execute("SELECT 7 / 2").fetchone() == (3.5,)
 
 @pytest.fixture
 def with_policies(analytical: Any, tmp_path: Any) -> Any:

@@ -629,6 +629,13 @@ def _without_context(err: StatementError) -> StatementError:
     return StatementError(bare, err.sqlstate, hint=err.hint)
 
 
+#: DuckDB's error for ``//`` and ``%`` by zero (and ``/``, read as ``//``: see
+#: :class:`AnalyticalEngine`)
+_DIVISION_BY_ZERO = "Invalid Input Error: Division by zero in expression"
+#: DuckDB's binder finding no ``//`` for a ``/`` of types it divides exactly only
+#: (``interval '1 day' / 2``): see :meth:`_AnalyticalSession._execute_lengths`
+_NO_INTEGER_DIVISION = "No function matches the given name and argument types '//("
+
 _NO_TABLE = re.compile(r"no table (['\"])(.*)\1 in .* \(tables: ", re.S)
 
 
@@ -659,6 +666,8 @@ def statement_error(exc: Exception) -> StatementError:
                 "indexes", "0A000",
                 hint="a table's ORDER BY (CREATE TABLE ... ORDER BY) sorts its parts, and a "
                 "query skips the parts its WHERE rules out; pandas: to_sql(..., index=False)")
+        if _DIVISION_BY_ZERO in text:  # (DuckDB's names the expression, and a setting)
+            return StatementError("division by zero", "22012")
         code = _duckdb_sqlstate(text)
         if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
             return _cancelled()
@@ -806,6 +815,20 @@ class _Turns:
             if shared is not None:
                 stop(shared)
             self._cond.notify_all()
+
+
+@contextlib.contextmanager
+def _exact_division(con: Any, run: Callable[[str], Any]) -> Iterator[None]:
+    """``integer_division`` off on DuckDB connection ``con`` (set by ``run``) meanwhile,
+    then as it was."""
+    from ..db import scalar
+
+    before = str(scalar(con, "SELECT current_setting('integer_division')")).lower()
+    run("SET SESSION integer_division = false")
+    try:
+        yield
+    finally:
+        run(f"SET SESSION integer_division = {'true' if before == 'true' else 'false'}")
 
 
 class _AnalyticalSession(EngineSession):
@@ -1162,11 +1185,15 @@ class _AnalyticalSession(EngineSession):
         """:meth:`_execute` of ``text``, and the text it ran: where DuckDB finds no
         ``length()`` of a bytea (its length has no BLOB form), once more with each
         ``length(x)`` as PostgreSQL's: the bytes of a bytea, else the characters
-        (:func:`_pg_length`). DuckDB refuses the statement as it binds it, before it
-        runs, so nothing ran twice."""
+        (:func:`_pg_length`); where it finds no ``//`` for a ``/`` (``interval / 2``:
+        see :class:`AnalyticalEngine`), once more with ``/`` read as DuckDB's exact
+        division. DuckDB refuses the statement as it binds it, before it runs, so
+        nothing ran twice."""
         try:
             return self._execute(text), text
         except Exception as exc:  # (the engine's DatabaseError, of DuckDB's binder's)
+            if _NO_INTEGER_DIVISION in str(exc):
+                return self._execute(text, exact_division=True), text
             if "'length(BLOB)'" not in str(exc):
                 raise
             rewritten = _sqltext.replace_calls(text, "length", _pg_length)
@@ -1174,9 +1201,10 @@ class _AnalyticalSession(EngineSession):
                 raise
         return self._execute(rewritten), rewritten
 
-    def _execute(self, text: str) -> Any:
+    def _execute(self, text: str, exact_division: bool = False) -> Any:
         """Run ``text`` in its turn: a query on this session's reader, beside other
-        sessions' queries; any other statement on the database's connection, alone."""
+        sessions' queries; any other statement on the database's connection, alone.
+        ``exact_division``: with ``integer_division`` off for it (``/`` as DuckDB's)."""
         from ..db import Reader
 
         if Reader.runs(text):
@@ -1185,8 +1213,14 @@ class _AnalyticalSession(EngineSession):
                     self._reader = self.engine.db.reader()
                     for setting in self._settings:  # this session's SETs, on its cursor
                         self._reader.configure(setting)
+                if exact_division:
+                    with _exact_division(self._reader.con, self._reader.configure):
+                        return self._reader.execute(text)
                 return self._reader.execute(text)
-        with self.engine.turn(self):
+        with self.engine.turn(self), contextlib.ExitStack() as stack:
+            if exact_division:  # (alone on the connection: no other statement sees it)
+                stack.enter_context(_exact_division(self.engine.db.con,
+                                                    self.engine.db.execute))
             target = self._insert_target(text)
             before = self._row_count(target) if target else None
             policies, privileges = self.engine.policies, self.privileges
@@ -1334,6 +1368,12 @@ class AnalyticalEngine(Engine):
         from .. import connect
 
         self.db = connect(path, config, **options)
+        # ``/`` as PostgreSQL's: of two integers, an integer (``7 / 2`` is 3, truncated);
+        # by zero, an error (22012) for every type. DuckDB's parser reads ``/`` as ``//``
+        # then, which divides integers as integers and the other types exactly, and
+        # refuses a zero divisor. Every cursor of the connection (the sessions' readers)
+        # starts with it; a session's ``SET integer_division = false`` is its own.
+        self.db.execute("SET GLOBAL integer_division = true")
         self.keyring = self.db.keyring
         #: whose statement runs on the database's one connection, and who waits (in order)
         self.turns = _Turns()
