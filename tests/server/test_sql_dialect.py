@@ -242,6 +242,7 @@ def test_position_finds_a_substring(srv) -> None:
                             ).fetchall() == [(1,)]
 
 
+
 def test_integer_division_truncates(srv) -> None:
     """``/`` of two integers is an integer in PostgreSQL (``7 / 2`` is 3, ``-7 / 2`` -3);
     the analytical engine answered 3.5 (DuckDB's exact division), in a write too. Other
@@ -282,3 +283,27 @@ def test_a_zero_divisor_is_22012(start_server, analytical) -> None:
         conn.execute("SET integer_division = false")  # a session may have DuckDB's own
         assert conn.execute("SELECT 7 / 2").fetchone() == (3.5,)
 
+
+def test_a_stored_sqlite_cast_reads_outside_the_server(start_server, sqlite_engine,
+                                                       keyring) -> None:
+    """A view, CHECK or DEFAULT the SQLite engine stored with a ``::int`` cast kept the
+    server's function (cryptdisk_int): the database's view failed through
+    cryptdisk.sqlite.connect ("no such function: cryptdisk_int"), and so did an insert
+    into the table. A stored definition now keeps SQLite's own CAST; a statement that is
+    not stored (CREATE TABLE ... AS SELECT, a query) still casts as PostgreSQL does."""
+    import cryptdisk.sqlite
+
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE h (x TEXT, f REAL, n INTEGER DEFAULT ('7'::int) "
+                     "CHECK (n::bigint < 100))")
+        conn.execute("INSERT INTO h (x, f) VALUES ('5', 2.5)")
+        conn.execute("CREATE VIEW v AS SELECT x::int AS i, f::int8 AS j, n FROM h")
+        conn.execute("CREATE TABLE c AS SELECT f::int AS k FROM h")
+        assert conn.execute("SELECT i, j, n FROM v").fetchall() == [(5, 2, 7)]
+        assert conn.execute("SELECT k, f::int, (f + 1)::int FROM c, h").fetchone() == \
+            (2, 2, 4)  # (float8's rint: halves to even)
+    with cryptdisk.sqlite.connect(sqlite_engine.path, keyring=keyring) as db:
+        assert db.execute("SELECT i, j, n FROM v").fetchall() == [(5, 2, 7)]
+        db.execute("INSERT INTO h (x, f) VALUES ('6', 1.0)")
+        assert db.execute("SELECT count(*) FROM v").fetchall() == [(2,)]

@@ -399,11 +399,15 @@ def postgres_spelling(sql: str, quote_literal: str,
 
 #: the SQLite function of PostgreSQL's decode(text, 'hex') (:func:`_sqlite_decode_hex`)
 _DECODE_HEX = "cryptdisk_decode_hex"
-#: a statement whose text SQLite may keep (a view, trigger, CHECK or generated column):
-#: its decode(text, 'hex') is SQLite's own unhex(), which gives NULL for what is not hex,
-#: so that the definition reads wherever the database is opened (cryptdisk.sqlite.connect,
-#: a decrypted copy), where the server's function does not exist
-_STORED = re.compile(r"\s*(?:CREATE|ALTER)\b", re.IGNORECASE)
+#: a statement whose text SQLite may keep (a view, trigger, index, CHECK, DEFAULT or
+#: generated column; not CREATE TABLE ... AS): its decode(text, 'hex') is SQLite's own
+#: unhex(), which gives NULL for what is not hex, and its casts to an integer type
+#: SQLite's CAST (which truncates), so that the definition reads wherever the database is
+#: opened (cryptdisk.sqlite.connect, a decrypted copy), where the server's functions do
+#: not exist
+_STORED = re.compile(r"\s*(?:CREATE|ALTER)\b(?!\s+(?:TEMP(?:ORARY)?\s+)?TABLE\s+"
+                     r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\"(?:[^\"]|\"\")*\"|[\w$.]+)\s+AS\b)",
+                     re.IGNORECASE)  # (CREATE TABLE ... AS SELECT keeps no expression)
 _SQLITE_UNHEX = "unhex({}, ' ' || char(9, 10, 13))"
 
 
@@ -1576,12 +1580,13 @@ def _sqlite_casts(sql: str) -> str:
 
     if "$" in sql:  # (SQLite has no dollar-quoted strings: $x is a named parameter)
         sql = _sqltext.dollar_strings(sql)
-    if "::" in sql:
-        sql = _sqltext.drop_casts(sql)
+    stored = _STORED.match(sql) is not None  # (a definition SQLite keeps reads without
+    if "::" in sql:  # the server: SQLite's own casts)
+        sql = _sqltext.drop_casts(sql, stored)
     try:
-        sql = _paramtypes.sqlite_casts(sql) if "::" in sql else sql
-        if "cast" in sql.lower() and _STORED.match(sql) is None:  # (a definition SQLite
-            sql = _paramtypes.sqlite_cast_calls(sql)  # keeps reads without the server)
+        sql = _paramtypes.sqlite_casts(sql, stored) if "::" in sql else sql
+        if "cast" in sql.lower() and not stored:
+            sql = _paramtypes.sqlite_cast_calls(sql)
         return _paramtypes.sqlite_concat_precedence(sql) if "||" in sql else sql
     except _paramtypes.CastRefused as exc:
         raise StatementError(

@@ -926,14 +926,15 @@ class CastRefused(ValueError):
 _TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZONE"})
 
 
-def sqlite_casts(sql: str) -> str:
+def sqlite_casts(sql: str, stored: bool = False) -> str:
     """``sql`` for SQLite, which has no ``::`` casts, with each ``x::type`` as SQLite's
     ``CAST(x AS type)``, or for an integer type the function that casts as PostgreSQL does
     (:func:`._sqltext.cast_sql`) (``a::text``, ``(a + 1)::text``, ``count(*)::int``,
     ``a::bigint::text``, ``CASE ... END::text``); a cast to a type SQLite has no CAST to
     (``x::date``, ``x::boolean``, ``x::numeric``) raises :class:`CastRefused`; a cast to a
     type not known here or to an array is left for SQLite to refuse. Strings, quoted names,
-    comments and dollar-quoted strings holding ``::`` are left alone."""
+    comments and dollar-quoted strings holding ``::`` are left alone. ``stored``: a
+    definition SQLite keeps, whose integer casts are SQLite's (:func:`._sqltext.cast_sql`)."""
     toks = _tokens(sql)
     # each cast found on the one tokenization of the text (re-reading the whole text for
     # each cast took seconds for a statement of a few hundred of them): (where it starts,
@@ -975,7 +976,8 @@ def sqlite_casts(sql: str) -> str:
             inner = "".join(parts)
             parts = outer
             parts.append(_bool_text(inner) if target == _BOOL_TEXT else
-                         _sqltext.cast_sql(inner, target, literal) if target else inner)
+                         _sqltext.cast_sql(inner, target, literal, stored) if target
+                         else inner)
             pos = cast_end  # (a cast inside the type's name goes with it)
 
     for c_start, c_end, op_end, target, literal in casts:

@@ -253,13 +253,16 @@ NUMBER_CASTS = {**dict.fromkeys(("int", "int4", "integer"), "INT4"),
                                 "REAL")}
 
 
-def cast_sql(operand: str, target: str, numeric: bool = False) -> str:
+def cast_sql(operand: str, target: str, numeric: bool = False, stored: bool = False) -> str:
     """SQLite's text of ``operand`` cast to ``target``: SQLite's ``CAST(... AS target)``,
     or for ``INT2``, ``INT4`` and ``INT8`` the call of :data:`INT_CAST_FUNCTION`, which
     answers as PostgreSQL's cast to ``smallint``, ``integer`` and ``bigint`` does
-    (``numeric``: the operand is a numeric literal, whose halves round away from zero)."""
+    (``numeric``: the operand is a numeric literal, whose halves round away from zero).
+    ``stored``: in a definition SQLite keeps (a view, trigger, CHECK, generated column),
+    SQLite's CAST for those too, so that it reads where the server's function does not
+    exist (``cryptdisk.sqlite.connect``, a decrypted copy)."""
     size = INT_CAST_BYTES.get(target)
-    if size is None:
+    if size is None or stored:
         return f"CAST({operand} AS {target})"
     return f"{INT_CAST_FUNCTION}({operand}, {size}, {int(numeric)})"
 
@@ -287,14 +290,14 @@ def _word_char(c: str) -> bool:  # (a character of a name or a number)
     return c.isalnum() or c in "_$"
 
 
-def drop_casts(sql: str) -> str:
+def drop_casts(sql: str, stored: bool = False) -> str:
     """``sql`` for SQLite, which has no ``::`` casts: a cast of a parameter (``$1::BIGINT``,
     as SQLAlchemy writes them) is dropped, the parameter's value being of its type already;
     a cast of a string literal becomes SQLite's ``CAST(... AS REAL)`` for the float types,
     :data:`INT_CAST_FUNCTION`'s call for the integer ones (:func:`cast_sql`: as PostgreSQL,
     ``'abc'::int`` fails with 22P02 where SQLite's CAST gives 0), and is dropped for the
     others (``'r'::VARCHAR``; SQLite's CAST to DATE or BOOLEAN would make a number of it).
-    Other casts are left for SQLite to refuse."""
+    Other casts are left for SQLite to refuse. ``stored``: see :func:`cast_sql`."""
     if "::" not in sql:
         return sql
     out, pos = [], 0
@@ -311,7 +314,7 @@ def drop_casts(sql: str) -> str:
         if s > pos and sql[s - 1] in "xX" and (s < 2 or not _word_char(sql[s - 2])):
             s -= 1  # (a blob's literal, X'01', as the server writes '\x01'::bytea)
         out.append(sql[pos:s])
-        out.append(cast_sql(sql[s:e], target) if target else sql[s:e])
+        out.append(cast_sql(sql[s:e], target, stored=stored) if target else sql[s:e])
         pos = m.end()
     if not out:
         return sql
