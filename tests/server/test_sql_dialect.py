@@ -81,6 +81,22 @@ def test_a_boolean_cast_to_text_is_true_or_false(srv) -> None:
                         (None, "true", None, None, None, None)]
 
 
+def test_a_coalesce_of_booleans_is_a_boolean(srv) -> None:
+    """``coalesce(a > 1, false)`` is a boolean in PostgreSQL, 'true' or 'false' as text;
+    the SQLite engine answered '1' and '0' for its ``::text`` (and 1 and 0 for it), the
+    call hiding the comparison from the server. ``nullif()`` of a boolean likewise; a
+    coalesce of other values is cast as before."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cb (a INTEGER)")
+        conn.execute("INSERT INTO cb VALUES (5), (NULL)")
+        rows = conn.execute(
+            "SELECT coalesce(a > 1, false)::text, CAST(coalesce(a > 9, true) AS TEXT), "
+            "nullif(a > 1, false)::text, coalesce(a, 7)::text, coalesce(a > 1, false) "
+            "FROM cb ORDER BY a NULLS LAST").fetchall()
+        assert rows == [("true", "false", "true", "5", True),
+                        ("false", "true", None, "7", False)]
+
+
 def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
     """``CAST(2.5 AS INTEGER)`` is 3 (a numeric's halves round away from zero), a float's
     half rounds to even, ``(-2.5)::int`` is -3: SQLite's CAST truncates (2, -2)."""

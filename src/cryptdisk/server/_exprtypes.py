@@ -28,7 +28,7 @@ import functools
 from collections.abc import Callable
 
 from . import _types as T
-from ._paramtypes import _Tok, _tokens
+from ._paramtypes import _closing, _Tok, _tokens
 from ._types import type_oid
 
 __all__ = ["select_types"]
@@ -132,11 +132,22 @@ _BOOLEAN_WORDS = frozenset({"AND", "OR", "NOT", "IS", "LIKE", "ILIKE", "GLOB", "
 _COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
 
 
+#: calls whose value is one of their arguments': a boolean where one of those is (NULLIF:
+#: its first)
+_PASSING_CALLS = frozenset({"COALESCE", "IFNULL", "NULLIF", "GREATEST", "LEAST"})
+
+
 def _boolean(toks: list[_Tok]) -> bool:
     """Whether ``toks`` is a boolean expression: a comparison, ``AND``, ``OR``, ``NOT``,
-    ``EXISTS``, ``true``, ``false`` at its top level."""
+    ``EXISTS``, ``true``, ``false`` at its top level, or ``coalesce()`` (``nullif()``,
+    ...) of one."""
     if len(toks) == 1:
         return toks[0].kind == "ref" and toks[0].text in ("TRUE", "FALSE")
+    first = toks[0]
+    if first.kind == "ref" and first.text in _PASSING_CALLS and len(first.parts) == 1 \
+            and toks[1].text == "(" and _closing(toks, 1) == len(toks) - 1:
+        args = _split(toks[2:-1], frozenset({","}))
+        return any(_boolean(a) for a in (args[:1] if first.text == "NULLIF" else args))
     depth, cases = 0, 0
     for i, tok in enumerate(toks):
         depth += tok.text == "("
