@@ -166,6 +166,31 @@ def test_like_tells_capitals_apart(srv) -> None:
         assert conn.execute("SELECT count(*) FROM t WHERE name NOT LIKE 'a%'").fetchone() == (1,)
 
 
+def test_ilike_ignores_case(srv) -> None:
+    """``ILIKE`` matches ignoring case, with ``\\`` escaping ``%`` and ``_``; ``NOT ILIKE``,
+    a parameter as the pattern, and ILIKE in a select list too. The SQLite engine, whose
+    SQLite has no ILIKE, failed with a syntax error (42601); in a definition SQLite keeps
+    it is refused (0A000, with a hint), which would not read outside the server."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE il (name TEXT)")
+        conn.execute("INSERT INTO il VALUES ('apple'), ('Apricot'), ('A%b'), ('ÄRGER'), "
+                     "(NULL)")
+        assert conn.execute("SELECT name FROM il WHERE name ILIKE 'a%' ORDER BY name"
+                            ).fetchall() == [("A%b",), ("Apricot",), ("apple",)]
+        assert conn.execute("SELECT name FROM il WHERE name ILIKE %s", ("%\\%%",)
+                            ).fetchall() == [("A%b",)]
+        assert conn.execute("SELECT count(*) FROM il WHERE name NOT ILIKE '_p%'"
+                            ).fetchone() == (2,)
+        assert conn.execute("SELECT name FROM il WHERE name ILIKE 'är%'").fetchall() == [
+            ("ÄRGER",)]
+        assert conn.execute("SELECT 'APPLE' ILIKE 'apple', NULL ILIKE 'a'").fetchone() == \
+            (True, None)
+        if srv.server.engine.name == "sqlite":
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+                conn.execute("CREATE VIEW iv AS SELECT name FROM il WHERE name ILIKE 'a%'")
+            assert err.value.diag.message_hint == "write lower(x) LIKE lower(pattern)"
+
+
 @pytest.mark.parametrize("prepare", [False, True])
 def test_a_boolean_expression_is_a_bool(srv, prepare) -> None:
     """``SELECT true``, a comparison, ``EXISTS``, ``IS NULL`` are bool columns of True and

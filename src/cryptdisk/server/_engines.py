@@ -420,6 +420,50 @@ def _sqlite_decode_hex(*args: Any) -> Any:
                        else str(text))
 
 
+@functools.lru_cache(maxsize=256)
+def _ilike_regex(pattern: str) -> re.Pattern[str]:
+    """PostgreSQL's ``ILIKE`` pattern (``%``, ``_``, ``\\`` its escape) as a regular
+    expression that ignores case."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 == len(pattern):
+                raise StatementError("LIKE pattern must not end with escape character", "22025")
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        i += 1
+    return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+
+
+def _sqlite_ilike(*args: Any) -> Any:
+    """PostgreSQL's ``value ILIKE pattern`` as SQLite's ``match(pattern, value)``, which
+    SQLite runs for ``value MATCH pattern`` (:func:`_ilike_spelling`): 1, 0 or NULL."""
+    pattern, value = args
+    if pattern is None or value is None:
+        return None
+    if isinstance(value, bytes) or isinstance(pattern, bytes):
+        raise StatementError("operator does not exist: bytea ~~* bytea", "42883",
+                             hint="ILIKE compares text: encode(b, 'hex') ILIKE ...")
+    return int(_ilike_regex(str(pattern)).fullmatch(str(value)) is not None)
+
+
+def _ilike_spelling(sql: str) -> str:
+    """``sql`` with ``x [NOT] ILIKE p`` as ``x [NOT] MATCH p`` (SQLite has no ILIKE; its
+    MATCH, outside a full-text table, calls the function :func:`_sqlite_ilike` the
+    server registers). Refused in a definition SQLite keeps (:data:`_STORED`), which
+    must read where the server's function does not exist."""
+    new = _sqltext.replace_words(sql, lambda w: "MATCH" if w.upper() == "ILIKE" else None)
+    if new != sql and _STORED.match(sql) is not None:
+        raise StatementError(
+            "the SQLite engine cannot keep ILIKE in a definition (a view, trigger, CHECK, "
+            "index): SQLite has no ILIKE", "0A000",
+            hint="write lower(x) LIKE lower(pattern)")
+    return new
+
+
 #: PostgreSQL's names of the integer types of :func:`_sqlite_int_cast`'s widths (bytes)
 _INT_TYPE_NAMES = {2: "smallint", 4: "integer", 8: "bigint"}
 _INT_LIMITS = {size: 1 << (8 * size - 1) for size in _INT_TYPE_NAMES}
@@ -1661,6 +1705,7 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
                                          deterministic=True)
+        self.conn.create_scalar_function("match", _sqlite_ilike, 2, deterministic=True)
         #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has
         #: committed to since the last sync, and those due for a checkpoint
         self._committed: set[str] = set()
@@ -1860,6 +1905,8 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
+        if "ilike" in sql.lower():  # (before postgres_spelling's LIKE escapes: MATCH has
+            sql = _ilike_spelling(sql)  # none, the function reads PostgreSQL's)
         sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})", _sqlite_blob))
         inexact = _sqltext.inexact_number(sql)
         if inexact is not None:

@@ -127,8 +127,8 @@ def _split(toks: list[_Tok], ops: frozenset[str]) -> list[list[_Tok]]:
 
 
 #: words of a boolean expression at its top level (outside a CASE)
-_BOOLEAN_WORDS = frozenset({"AND", "OR", "NOT", "IS", "LIKE", "ILIKE", "GLOB", "BETWEEN", "IN",
-                            "ISNULL", "NOTNULL", "EXISTS"})
+_BOOLEAN_WORDS = frozenset({"AND", "OR", "NOT", "IS", "LIKE", "ILIKE", "GLOB", "MATCH", "BETWEEN",
+                            "IN", "ISNULL", "NOTNULL", "EXISTS"})
 _COMPARISONS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">="})
 
 
