@@ -156,7 +156,7 @@ def _report_not_done(files: list[str]) -> None:
 # -- cryptdisk keys list|add|promote|retire|destroy: the key lifecycle -------------------------
 
 LIFECYCLE = """\
-The key lifecycle of a config's [keyring] (see docs/keys.md): add a key, promote it
+The key lifecycle of a config's [keyring] (see docs/keys-lifecycle.md): add a key, promote it
 (current: it wraps new files; --db and PATHs are rewrapped to it, resumable), retire an
 older key (refused while a file under --db or the PATHs uses it), destroy a retired key
 (its key file, token object or KMIP key, then its entry). Each step rewrites the config

@@ -363,8 +363,8 @@ class KeyConfig:
             raise ConfigError(
                 f"cannot {what} by editing the config's text safely (its [keyring] is laid "
                 "out in a way this edit does not handle); the config is unchanged",
-                path=self.path, hint="make the change by hand (see docs/keys.md, Key "
-                "lifecycle) or write the keys as [[keyring.keys]] tables")
+                path=self.path, hint="make the change by hand (see docs/keys-lifecycle.md) "
+                "or write the keys as [[keyring.keys]] tables")
         with _edit_lock(self.path):
             try:
                 with open(self.path, "rb") as f:
