@@ -300,6 +300,22 @@ def test_integer_division_truncates(srv) -> None:
         assert conn.execute("SELECT v FROM q").fetchall() == [(3,)]
 
 
+def test_integer_division_leaves_the_databases_fast_paths_on(analytical) -> None:
+    """The server's integer_division went through Database.execute, which took it for a
+    SET that may change column names and collations: count(DISTINCT) of a text column
+    was no longer counted outside DuckDB, nor min/max of the sort key read from the
+    catalog, for every query the server ran."""
+    from cryptdisk.db._distinct import DistinctCount
+
+    db = analytical.db
+    db.execute("CREATE TABLE fd (k BIGINT, s VARCHAR) ORDER BY k")
+    db.execute("INSERT INTO fd VALUES (1, 'a'), (2, 'b')")
+    assert db._settings_untouched
+    if DistinctCount.available():
+        assert isinstance(db._prepare("SELECT count(DISTINCT s) FROM fd"), DistinctCount)
+    assert db.reader().execute("SELECT 7 / 2").to_pylist() == [{"(7 // 2)": 3}]
+
+
 def test_a_zero_divisor_is_22012(start_server, analytical) -> None:
     """A division by zero of any type fails with 22012 ``division by zero`` in
     PostgreSQL; the analytical engine answered infinity for ``1 / 0``, and DuckDB's own

@@ -1420,8 +1420,12 @@ class AnalyticalEngine(Engine):
         # by zero, an error (22012) for every type. DuckDB's parser reads ``/`` as ``//``
         # then, which divides integers as integers and the other types exactly, and
         # refuses a zero divisor. Every cursor of the connection (the sessions' readers)
-        # starts with it; a session's ``SET integer_division = false`` is its own.
-        self.db.execute("SET GLOBAL integer_division = true")
+        # starts with it; a session's ``SET integer_division = false`` is its own. Set on
+        # DuckDB's connection, not through db.execute, which would take it for a change
+        # of the names and collations its fast paths rely on (count(DISTINCT) outside
+        # DuckDB, min/max from the catalog) and turn those off; cryptdisk parses with
+        # DuckDB's default (cryptdisk.db.parser_cursor).
+        self.db.con.execute("SET GLOBAL integer_division = true")
         self.keyring = self.db.keyring
         #: whose statement runs on the database's one connection, and who waits (in order)
         self.turns = _Turns()
