@@ -2581,7 +2581,7 @@ def connect(path: str | os.PathLike[str], config: Any = None, **options: Any) ->
     fsspec options such as ``endpoint_url``, never credentials).
 
     ``path`` may be an fsspec URL (``s3://bucket/db``): such a database opens
-    ``read_only=True`` with a config (see :mod:`._remote` and docs/database.md);
+    ``read_only=True`` with a config (see :mod:`._remote` and docs/database-object-store.md);
     :func:`cryptdisk.db.publish` puts a database there.
     A second process opening the same database for writing gets
     :class:`~cryptdisk.errors.DatabaseLockedError`.
