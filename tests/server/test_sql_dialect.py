@@ -314,6 +314,16 @@ def test_integer_division_leaves_the_databases_fast_paths_on(analytical) -> None
     if DistinctCount.available():
         assert isinstance(db._prepare("SELECT count(DISTINCT s) FROM fd"), DistinctCount)
     assert db.reader().execute("SELECT 7 / 2").to_pylist() == [{"(7 // 2)": 3}]
+    session = analytical.open_session()  # a / that has no //: run once more without it
+    try:
+        assert session.run("SELECT extract(epoch FROM interval '1 day' / 2)", []).rows == \
+            [(43200,)]
+        session.run("CREATE TABLE fi (v BIGINT)", [])
+        session.run("INSERT INTO fi SELECT extract(epoch FROM interval '1 day' / 2)", [])
+        assert session.run("SELECT v, 7 / 2 FROM fi", []).rows == [(43200, 3)]
+    finally:
+        session.close()
+    assert db._settings_untouched
 
 
 def test_a_zero_divisor_is_22012(start_server, analytical) -> None:

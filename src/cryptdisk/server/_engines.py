@@ -866,17 +866,17 @@ class _Turns:
 
 
 @contextlib.contextmanager
-def _exact_division(con: Any, run: Callable[[str], Any]) -> Iterator[None]:
-    """``integer_division`` off on DuckDB connection ``con`` (set by ``run``) meanwhile,
-    then as it was."""
+def _exact_division(con: Any) -> Iterator[None]:
+    """``integer_division`` off on DuckDB connection ``con`` meanwhile, then as it was
+    (on DuckDB's connection itself: see :class:`AnalyticalEngine`)."""
     from ..db import scalar
 
     before = str(scalar(con, "SELECT current_setting('integer_division')")).lower()
-    run("SET SESSION integer_division = false")
+    con.execute("SET SESSION integer_division = false")
     try:
         yield
     finally:
-        run(f"SET SESSION integer_division = {'true' if before == 'true' else 'false'}")
+        con.execute(f"SET SESSION integer_division = {'true' if before == 'true' else 'false'}")
 
 
 class _AnalyticalSession(EngineSession):
@@ -1262,13 +1262,12 @@ class _AnalyticalSession(EngineSession):
                     for setting in self._settings:  # this session's SETs, on its cursor
                         self._reader.configure(setting)
                 if exact_division:
-                    with _exact_division(self._reader.con, self._reader.configure):
+                    with _exact_division(self._reader.con):
                         return self._reader.execute(text)
                 return self._reader.execute(text)
         with self.engine.turn(self), contextlib.ExitStack() as stack:
             if exact_division:  # (alone on the connection: no other statement sees it)
-                stack.enter_context(_exact_division(self.engine.db.con,
-                                                    self.engine.db.execute))
+                stack.enter_context(_exact_division(self.engine.db.con))
             target = self._insert_target(text)
             before = self._row_count(target) if target else None
             policies, privileges = self.engine.policies, self.privileges
