@@ -18,9 +18,9 @@ encrypting (plain: hashing) its own part, so both cores work; while fewer than
 ``workers`` parts are being encoded, a part's next row group is taken in key order on a
 taker thread (see :func:`_ahead`) as its thread encodes the one before. At
 most ``workers`` parts are being encoded, each holding the block it encodes and one queued
-block, and one block is being gathered (a part being finished, its footer written, fsynced
-and renamed, holds no block: the next part starts beside it, on the pool's one thread
-beyond ``workers``): an insert holds about
+block, and one block is being gathered (a part being finished holds no block: its thread
+writes the footer and takes the next part, while the part is published, fsynced and
+renamed, on a publishing thread): an insert holds about
 ``(2 * workers + 1) * block_bytes`` of rows, whatever its size (one block more for a
 moment while a block's chunks are combined into the one contiguous copy that is then
 taken in key order a row group at a time, each row group encoded as it is taken).
@@ -330,7 +330,7 @@ class _Pool:
     """
 
     def __init__(self, threads: int) -> None:
-        self._jobs: collections.deque[_Job | _Next | None] = collections.deque()
+        self._jobs: collections.deque[_Job | _Next | _Publish | None] = collections.deque()
         self._most = threads
         self._threads: list[_waits.Worker] = []
         self._idle = 0  # threads waiting for a job (each takes the next one queued)
@@ -349,7 +349,7 @@ class _Pool:
             job.run()
             del job
 
-    def submit(self, job: _Job | _Next) -> None:
+    def submit(self, job: _Job | _Next | _Publish) -> None:
         with self._cond:
             self._jobs.append(job)
             if len(self._jobs) > self._idle and len(self._threads) < self._most:
@@ -429,9 +429,10 @@ class _Job:
 
     def __init__(self, writer: _PartWriter, order: list[str],
                  on_rows: Callable[[int], None] | None, lock: threading.Lock,
-                 takers: _Pool, spare: Callable[[], bool]) -> None:
+                 takers: _Pool, spare: Callable[[], bool], publishers: _Pool) -> None:
         self.writer = writer
         self._takers, self._spare = takers, spare
+        self._publishers = publishers
         self.rows = 0  # rows handed to it
         self.last: Any = None  # the largest key handed to it (None: unknown, no chaining)
         self.ended = False
@@ -451,16 +452,35 @@ class _Job:
         _waits.put(self._queue, (block, sort), self._done.is_set)
 
     def run(self) -> None:
-        """Write the blocks handed over until :meth:`end`, then finish (or discard) the
-        part; on the pool's thread."""
+        """Write the blocks handed over until :meth:`end` and seal the part, on the pool's
+        thread; its publish (``fsync``, rename) goes to a publishing thread, so this one
+        encodes the next part meanwhile (or discard the part)."""
+        handed = False
         try:
-            self._write()
+            handed = self._write()
         finally:
             self.encoded.set()
+            if not handed:
+                self._done.set()
+
+    def publish(self) -> None:
+        """Publish the sealed part (or discard it when the insert failed meanwhile); on a
+        publishing thread."""
+        try:
+            if self.stop:
+                self.writer.abort()
+            else:
+                self.part = self.writer.publish()
+        except BaseException as exc:  # re-raised by the inserting thread
+            self.error = exc
+            self.writer.abort()
+        finally:
             self._done.set()
 
-    def _write(self) -> None:
-        ended = False
+    def _write(self) -> bool:
+        """Encode and seal the part; whether its publish was handed to a publishing
+        thread (which then ends the job)."""
+        ended = handed = False
         try:
             while (item := self._queue.get()) is not None:
                 if self.stop:
@@ -489,14 +509,17 @@ class _Job:
             ended = True
             self.encoded.set()
             if not self.stop:
-                self.part = self.writer.finish()
+                self.writer.seal()
+                self._publishers.submit(_Publish(self))
+                handed = True
         except BaseException as exc:  # re-raised by the inserting thread
             self.error = exc
         finally:
-            if self.error is not None or self.stop:
+            if not handed and (self.error is not None or self.stop):
                 self.writer.abort()
             while not ended:  # take what the inserting thread still hands over
                 ended = self._queue.get() is None
+        return handed
 
     def end(self) -> None:
         """No more blocks: the thread finishes the part (see :meth:`join`)."""
@@ -508,6 +531,16 @@ class _Job:
     def join(self) -> None:
         self.end()
         _waits.wait(self._done)
+
+
+class _Publish:
+    """A sealed part's publish, run by a publishing thread of a :class:`_Pool`."""
+
+    def __init__(self, job: _Job) -> None:
+        self._job = job
+
+    def run(self) -> None:
+        self._job.publish()
 
 
 def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.Table]:
@@ -550,14 +583,18 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     (the catalog's next version). Returns the parts, published but not in the catalog.
     """
     source = _Prefetch(batches)
-    # a thread for each part being encoded and one for a part finishing (fsync) beside
-    # them; not one per finishing part: each thread's heap keeps memory (with 2 x workers
-    # threads, a 3M-row insert of 8 MiB blocks peaked 20-30 MB higher)
+    # a thread for each part being encoded and one for a part writing its footer beside
+    # them; not more: each thread's heap keeps memory (with 2 x workers threads, a
+    # 3M-row insert of 8 MiB blocks peaked 20-30 MB higher)
     pool = _Pool(max(1, workers) + 1)
     # while fewer than `workers` parts are being encoded (the insert's first block, its
     # last parts), a part's next row group is taken in key order on one of these threads
     # as the part's thread encodes the one before, so a lone part uses two cores
     takers = _Pool(max(1, workers))
+    # a sealed part's publish (its fsync waits for the disk: 60-280 ms for a 33 MB part on
+    # a busy disk) on threads of its own, not on a part thread: waiting there, it held up
+    # the next parts' encoding (the part threads all waiting for fsyncs)
+    publishers = _Pool(max(1, workers) + 1)
 
     def spare() -> bool:
         return sum(not j.encoded.is_set() for j in jobs[-max(1, workers):]) < max(1, workers)
@@ -594,13 +631,16 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                 current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),
                                            version=version,
                                            compression=settings[0], dictionary=settings[1],
-                                           key=key), order, on_rows, lock, takers, spare)
+                                           key=key), order, on_rows, lock, takers, spare,
+                               publishers)
                 jobs.append(current)
                 pool.submit(current)
             current.put(block, sort=not ordered)
             current.last = span[1] if span is not None else None
             del block
             _raise_any(jobs)
+        for job in jobs:  # the last part too is sealed as it is encoded, not once the
+            job.end()      # parts before it are published (joined in order below)
         for job in jobs:
             job.join()
         _raise_any(jobs)
@@ -614,6 +654,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     finally:
         pool.close()
         takers.close()
+        publishers.close()
         source.close()
 
 

@@ -644,6 +644,13 @@ class _PartWriter:
         self.rows += n
 
     def finish(self) -> PartMeta | None:
+        """:meth:`seal` then :meth:`publish` the part."""
+        self.seal()
+        return self.publish()
+
+    def seal(self) -> None:
+        """Write the part's footer and wait for its last bytes to reach the disk file (not
+        yet published); on an error the part is discarded."""
         try:
             extra = {NAN_KEY: self._nans.to_json()}
             bounds = self._bounds.to_bytes()
@@ -677,6 +684,11 @@ class _PartWriter:
         except BaseException:
             self.abort()
             raise
+
+    def publish(self) -> PartMeta | None:
+        """Publish the part :meth:`seal` wrote (on a local disk: ``fsync``, rename, ``fsync``
+        of its directory) and return its catalog entry, or None (the file removed) if it
+        has no row."""
         self._raw.close()  # publishes the file
         if self.rows == 0:  # nothing to keep
             self.disk.remove(self.path)
