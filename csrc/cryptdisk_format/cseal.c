@@ -157,6 +157,30 @@ static int overlap(const Py_buffer *a, const Py_buffer *b) {
     return a->len > 0 && b->len > 0 && a0 < b0 + (uintptr_t)b->len && b0 < a0 + (uintptr_t)a->len;
 }
 
+/* Decrypt the ``n``-byte ciphertext of ``record`` (the ciphertext then its 16-byte tag)
+ * under ``iv`` into ``pt``: 1 when the tag the decryption computes matches the record's
+ * (compared in constant time), else 0, and then the caller wipes ``pt``. Without the GIL. */
+static inline int open_record(const Key *self, struct gcm_context_data *ctx, uint8_t *pt,
+                              const uint8_t *record, size_t n, const uint8_t *iv) {
+    uint8_t tag[TAG];
+    memcpy(tag, record + n, TAG);
+    tag[0] ^= 0xff; /* a call that wrote no tag cannot match */
+    if (self->aes256)
+        IMB_AES256_GCM_DEC(imb, self->kd, ctx, pt, record, n, iv, NULL, 0, tag, TAG);
+    else
+        IMB_AES128_GCM_DEC(imb, self->kd, ctx, pt, record, n, iv, NULL, 0, tag, TAG);
+    return tag_equal(tag, record + n);
+}
+
+/* :func:`open_record` of segment ``i`` of a sealed file whose last segment is ``final``
+ * (its nonce made from both). */
+static inline int open_segment(const Key *self, struct gcm_context_data *ctx, uint8_t *pt,
+                               const uint8_t *record, size_t n, long long i, long long final) {
+    uint8_t iv[NONCE];
+    nonce_of(iv, (uint64_t)i, i == final);
+    return open_record(self, ctx, pt, record, n, iv);
+}
+
 static const char RUN_DOC[] =
     "decrypt_run(cipher, out, first, last, final, segment_size, final_size) -> int\n\n"
     "Decrypt and authenticate segments first..last of a sealed file, without the GIL.\n"
@@ -183,19 +207,11 @@ static PyObject *Key_decrypt_run(Key *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     struct gcm_context_data ctx;
-    uint8_t iv[NONCE], tag[TAG];
     const uint8_t *ct = cipher.buf;
     uint8_t *pt = out.buf;
     for (long long i = first; i <= last; i++) {
         size_t n = i < final ? (size_t)seg : (size_t)final_size;
-        nonce_of(iv, (uint64_t)i, i == final);
-        memcpy(tag, ct + n, TAG);
-        tag[0] ^= 0xff; /* a call that wrote no tag cannot match */
-        if (self->aes256)
-            IMB_AES256_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
-        else
-            IMB_AES128_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
-        if (!tag_equal(tag, ct + n)) {
+        if (!open_segment(self, &ctx, pt, ct, n, i, final)) {
             imb_clear_mem(pt, n); /* unauthenticated plaintext: never released */
             failed = (long long)i;
             break;
@@ -308,7 +324,6 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     struct gcm_context_data ctx;
-    uint8_t iv[NONCE], tag[TAG];
     const uint8_t *ct = cipher.buf;
     uint8_t *dst = out.buf;
     long long lo = offset, hi = offset + (long long)out.len; /* the range wanted */
@@ -319,16 +334,10 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
         /* a segment wholly inside the range goes straight to its place */
         int inside = s0 >= lo && s1 <= hi;
         uint8_t *pt = inside ? dst + (s0 - lo) : scratch;
-        nonce_of(iv, (uint64_t)i, i == final);
-        memcpy(tag, ct + n, TAG);
-        tag[0] ^= 0xff; /* a call that wrote no tag cannot match */
-        if (self->aes256)
-            IMB_AES256_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
-        else
-            IMB_AES128_GCM_DEC(imb, self->kd, &ctx, pt, ct, n, iv, NULL, 0, tag, TAG);
+        int ok = open_segment(self, &ctx, pt, ct, n, i, final);
         if (!inside)
             used = 1;
-        if (!tag_equal(tag, ct + n)) {
+        if (!ok) {
             failed = (long long)i;
             break;
         }
@@ -388,16 +397,8 @@ static PyObject *Key_decrypt(Key *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     struct gcm_context_data ctx;
-    uint8_t tag[TAG];
     size_t n = (size_t)out.len;
-    const uint8_t *ct = data.buf;
-    memcpy(tag, ct + n, TAG);
-    tag[0] ^= 0xff;
-    if (self->aes256)
-        IMB_AES256_GCM_DEC(imb, self->kd, &ctx, out.buf, ct, n, nonce.buf, NULL, 0, tag, TAG);
-    else
-        IMB_AES128_GCM_DEC(imb, self->kd, &ctx, out.buf, ct, n, nonce.buf, NULL, 0, tag, TAG);
-    ok = tag_equal(tag, ct + n);
+    ok = open_record(self, &ctx, out.buf, data.buf, n, nonce.buf);
     if (!ok)
         imb_clear_mem(out.buf, n);
     imb_clear_mem(&ctx, sizeof ctx);
