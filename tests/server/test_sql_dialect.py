@@ -4,6 +4,8 @@ translated, or refused with a clear error, never a different value."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import psycopg
 import pytest
 
@@ -349,6 +351,28 @@ def test_a_zero_divisor_is_22012(start_server, analytical) -> None:
         assert conn.execute("SELECT 7 / 2, v FROM q").fetchone() == (3, 43200)
         conn.execute("SET integer_division = false")  # a session may have DuckDB's own
         assert conn.execute("SELECT 7 / 2").fetchone() == (3.5,)
+
+
+def test_an_interval_division_leaves_no_other_division_exact(start_server, analytical) -> None:
+    """DuckDB has no ``//`` of an interval, so a statement dividing one runs again with
+    ``/`` as DuckDB's exact division; that retry made every other ``/`` of the statement
+    exact too: ``SELECT interval '1 day' / 2, 7 / 2`` answered 3.5 for ``7 / 2``
+    (PostgreSQL: 3), and ``1 / 0`` beside it NULL instead of 22012. Such a statement is
+    refused now (0A000, with a hint); one whose only division is the interval's still
+    answers."""
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE d (a INTEGER, b BIGINT)")
+        conn.execute("INSERT INTO d VALUES (7, 2)")
+        assert conn.execute("SELECT interval '1 day' / 2, 7 // 2, a % b FROM d").fetchone() \
+            == (dt.timedelta(hours=12), 3, 1)
+        for sql in ("SELECT interval '1 day' / 2, 7 / 2", "SELECT interval '1 day' / 2, 1 / 0",
+                    "SELECT a / b FROM d WHERE interval '4 hours' / 2 < interval '1 day'"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+                conn.execute(sql)
+            assert err.value.diag.message_hint == "multiply it: interval '1 day' * 0.5"
+        assert conn.execute("SELECT interval '1 day' * 0.5, 7 / 2").fetchone() == \
+            (dt.timedelta(hours=12), 3)
 
 
 def test_a_stored_sqlite_cast_reads_outside_the_server(start_server, sqlite_engine,

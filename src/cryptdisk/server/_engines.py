@@ -684,6 +684,18 @@ _DIVISION_BY_ZERO = "Invalid Input Error: Division by zero in expression"
 #: (``interval '1 day' / 2``): see :meth:`_AnalyticalSession._execute_lengths`
 _NO_INTEGER_DIVISION = "No function matches the given name and argument types '//("
 
+def _slash_divisions(sql: str) -> int:
+    """How many ``/`` operators ``sql`` has (not ``//``, nor a ``/`` in a string, a quoted
+    name or a comment)."""
+    from ._paramtypes import _tokens
+
+    toks = _tokens(sql)
+    return sum(1 for i, t in enumerate(toks) if t.kind == "op" and t.text == "/"
+               and not (i > 0 and toks[i - 1].text == "/" and toks[i - 1].stop == t.start)
+               and not (i + 1 < len(toks) and toks[i + 1].text == "/"
+                        and t.stop == toks[i + 1].start))
+
+
 _NO_TABLE = re.compile(r"no table (['\"])(.*)\1 in .* \(tables: ", re.S)
 
 
@@ -1241,6 +1253,11 @@ class _AnalyticalSession(EngineSession):
             return self._execute(text), text
         except Exception as exc:  # (the engine's DatabaseError, of DuckDB's binder's)
             if _NO_INTEGER_DIVISION in str(exc):
+                if _slash_divisions(text) > 1:  # (exact division would reach them all)
+                    raise StatementError(
+                        "the analytical engine divides an interval only in a statement "
+                        "with no other /", "0A000",
+                        hint="multiply it: interval '1 day' * 0.5") from None
                 return self._execute(text, exact_division=True), text
             if "'length(BLOB)'" not in str(exc):
                 raise
