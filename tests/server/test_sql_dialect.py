@@ -169,10 +169,12 @@ def test_like_tells_capitals_apart(srv) -> None:
 
 
 def test_ilike_ignores_case(srv) -> None:
-    """``ILIKE`` matches ignoring case, with ``\\`` escaping ``%`` and ``_``; ``NOT ILIKE``,
-    a parameter as the pattern, and ILIKE in a select list too. The SQLite engine, whose
-    SQLite has no ILIKE, failed with a syntax error (42601); in a definition SQLite keeps
-    it is refused (0A000, with a hint), which would not read outside the server."""
+    """``ILIKE`` matches ignoring case, with ``\\`` (or ``ESCAPE``'s character) escaping
+    ``%`` and ``_``; ``NOT ILIKE``, a parameter as the pattern, and ILIKE in a select list
+    too. The SQLite engine, whose SQLite has no ILIKE, failed with a syntax error (42601)
+    (and with ESCAPE, "wrong number of arguments to function MATCH()"); in a definition
+    SQLite keeps it is refused (0A000, with a hint), which would not read outside the
+    server."""
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE il (name TEXT)")
         conn.execute("INSERT INTO il VALUES ('apple'), ('Apricot'), ('A%b'), ('ÄRGER'), "
@@ -191,6 +193,10 @@ def test_ilike_ignores_case(srv) -> None:
             with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
                 conn.execute("CREATE VIEW iv AS SELECT name FROM il WHERE name ILIKE 'a%'")
             assert err.value.diag.message_hint == "write lower(x) LIKE lower(pattern)"
+        assert conn.execute("SELECT name FROM il WHERE name ILIKE 'a#%_' ESCAPE '#'"
+                            ).fetchall() == [("A%b",)]
+        assert conn.execute("SELECT count(*) FROM il WHERE name ILIKE 'a\\%_' ESCAPE ''"
+                            ).fetchone() == (0,)
 
 
 @pytest.mark.parametrize("prepare", [False, True])

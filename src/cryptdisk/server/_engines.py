@@ -421,13 +421,13 @@ def _sqlite_decode_hex(*args: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _ilike_regex(pattern: str) -> re.Pattern[str]:
-    """PostgreSQL's ``ILIKE`` pattern (``%``, ``_``, ``\\`` its escape) as a regular
-    expression that ignores case."""
+def _ilike_regex(pattern: str, escape: str = "\\") -> re.Pattern[str]:
+    """PostgreSQL's ``ILIKE`` pattern (``%``, ``_``, ``escape`` its escape character, ""
+    for none) as a regular expression that ignores case."""
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
-        if c == "\\":
+        if c == escape:
             if i + 1 == len(pattern):
                 raise StatementError("LIKE pattern must not end with escape character", "22025")
             out.append(re.escape(pattern[i + 1]))
@@ -439,22 +439,27 @@ def _ilike_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _sqlite_ilike(*args: Any) -> Any:
-    """PostgreSQL's ``value ILIKE pattern`` as SQLite's ``match(pattern, value)``, which
-    SQLite runs for ``value MATCH pattern`` (:func:`_ilike_spelling`): 1, 0 or NULL."""
-    pattern, value = args
-    if pattern is None or value is None:
+    """PostgreSQL's ``value ILIKE pattern [ESCAPE e]`` as SQLite's ``match(pattern, value
+    [, e])``, which SQLite runs for ``value MATCH pattern [ESCAPE e]``
+    (:func:`_ilike_spelling`): 1, 0 or NULL."""
+    pattern, value, *escape = args
+    if pattern is None or value is None or (escape and escape[0] is None):
         return None
-    if isinstance(value, bytes) or isinstance(pattern, bytes):
+    if any(isinstance(a, bytes) for a in args):
         raise StatementError("operator does not exist: bytea ~~* bytea", "42883",
                              hint="ILIKE compares text: encode(b, 'hex') ILIKE ...")
-    return int(_ilike_regex(str(pattern)).fullmatch(str(value)) is not None)
+    esc = str(escape[0]) if escape else "\\"
+    if len(esc) > 1:
+        raise StatementError("invalid escape string", "22025",
+                             hint="Escape string must be empty or one character.")
+    return int(_ilike_regex(str(pattern), esc).fullmatch(str(value)) is not None)
 
 
 def _ilike_spelling(sql: str) -> str:
-    """``sql`` with ``x [NOT] ILIKE p`` as ``x [NOT] MATCH p`` (SQLite has no ILIKE; its
-    MATCH, outside a full-text table, calls the function :func:`_sqlite_ilike` the
-    server registers). Refused in a definition SQLite keeps (:data:`_STORED`), which
-    must read where the server's function does not exist."""
+    """``sql`` with ``x [NOT] ILIKE p [ESCAPE e]`` as ``x [NOT] MATCH p [ESCAPE e]``
+    (SQLite has no ILIKE; its MATCH, outside a full-text table, calls the function
+    :func:`_sqlite_ilike` the server registers). Refused in a definition SQLite keeps
+    (:data:`_STORED`), which must read where the server's function does not exist."""
     new = _sqltext.replace_words(sql, lambda w: "MATCH" if w.upper() == "ILIKE" else None)
     if new != sql and _STORED.match(sql) is not None:
         raise StatementError(
@@ -1725,7 +1730,8 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
                                          deterministic=True)
-        self.conn.create_scalar_function("match", _sqlite_ilike, 2, deterministic=True)
+        for count in (2, 3):  # (x MATCH p [ESCAPE e]: match(p, x [, e]))
+            self.conn.create_scalar_function("match", _sqlite_ilike, count, deterministic=True)
         #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has
         #: committed to since the last sync, and those due for a checkpoint
         self._committed: set[str] = set()
