@@ -264,8 +264,8 @@ def test_a_wide_key_range_reads_each_column_once(db, monkeypatch):
     _point_table(db, monkeypatch)
     reads = []
     read = _partread.OpenPart.read
-    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
-        reads.append(list(cols)) or read(self, rgs, cols)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols, *j: (
+        reads.append(list(cols)) or read(self, rgs, cols, *j)))
     got = db.query("SELECT count(*), sum(c_float), count(c_str) FROM t "
                    "WHERE c_int BETWEEN 100 AND 4900")
     assert got[0][0] == got[0][2] == 4801
@@ -300,8 +300,8 @@ def test_narrow_columns_are_read_whole_and_sliced(db, monkeypatch):
     monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
         rows_rows.append((c, read_rows(self, rg, c, a, b) is not None)) or read_rows(
             self, rg, c, a, b)))
-    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
-        wholes.append(list(cols)) or read(self, rgs, cols)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols, *j: (
+        wholes.append(list(cols)) or read(self, rgs, cols, *j)))
     assert db.query("SELECT c_float, c_str FROM t WHERE c_int BETWEEN 10 AND 12") == [
         (i / 7, hashlib.md5(str(i).encode()).hexdigest()) for i in (10, 11, 12)]
     assert rows_rows == [("c_str", True)]
@@ -334,7 +334,7 @@ def _record_reads(monkeypatch):
     reads, rows_reads = [], []
     read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
     monkeypatch.setattr(_partread.OpenPart, "read",
-                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+                        lambda self, rgs, cols, *j: reads.append(cols) or read(self, rgs, cols, *j))
     monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
         rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
     return reads, rows_reads
@@ -455,8 +455,8 @@ def test_with_a_page_index_a_point_query_walks_no_header_and_reads_pages_only(db
     monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
         rows_rows.append((c, read_rows(self, rg, c, a, b) is not None)) or read_rows(
             self, rg, c, a, b)))
-    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
-        wholes.append(list(cols)) or read(self, rgs, cols)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols, *j: (
+        wholes.append(list(cols)) or read(self, rgs, cols, *j)))
     assert db.query("SELECT c_float, c_str FROM t WHERE c_int BETWEEN 10 AND 12") == [
         (i / 7, hashlib.md5(str(i).encode()).hexdigest()) for i in (10, 11, 12)]
     assert sorted(rows_rows) == [("c_float", True), ("c_int", True), ("c_str", True)]

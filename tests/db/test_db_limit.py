@@ -110,8 +110,8 @@ def test_a_limit_reads_the_first_granules_only(db, monkeypatch, policy):
     monkeypatch.setattr(_partread.OpenPart, "read_rows", read_rows)
     whole = []
     real_read = _partread.OpenPart.read
-    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
-        whole.append((rgs, cols)), real_read(self, rgs, cols))[1])
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols, *j: (
+        whole.append((rgs, cols)), real_read(self, rgs, cols, *j))[1])
     with cryptdisk.connect(db.path, read_only=True) as r:
         assert r.query("SELECT c_int, c_str FROM t LIMIT 3") == [(i, _md5(i)) for i in range(3)]
         assert r.last_scans["t"] == {"parts_skipped": 1, "row_groups_read": 1,

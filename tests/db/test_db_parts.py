@@ -388,6 +388,52 @@ def test_runs_cut_by_their_bytes_read_every_row_group_once(db, monkeypatch):
     assert max(len(run) for run in reads) == 2
 
 
+@pytest.mark.parametrize("policy", ["default", "plain"])
+def test_a_cold_scan_hands_each_run_to_duckdb_as_one_batch(db, monkeypatch, policy):
+    """A full scan's run of row groups whose columns are stored as their values is one
+    batch for DuckDB (before: a batch per row group, each with its own Python on the scan
+    thread and on the thread feeding DuckDB), while no row group of it is one the cache
+    keeps; a second statement, whose reads the cache keeps, gets a batch per row group,
+    each cached entry holding its own row group's buffer only (not the run's). With a
+    VARCHAR column read too, the run is a batch per row group. The answers are
+    DuckDB's."""
+    from cryptdisk.db import _scan
+
+    _stored_as_values(db, monkeypatch, _HASHED, rows=200_000, group_rows=5_000,
+                      policy=policy)
+    runs: list[tuple[list[int], list[int]]] = []
+    real = _scan.TableScan.read_groups
+
+    def spy(self, op, groups):
+        got = real(self, op, groups)
+        runs.append((list(groups), [b.num_rows for b in got]))
+        return got
+
+    monkeypatch.setattr(_scan.TableScan, "read_groups", spy)
+    sql = "SELECT sum(c_int), sum(c_i32), count(*), min(c_f32) FROM {t}"
+    want = db.con.sql(sql.format(t=f"({_HASHED.format(rows=200_000)}) "
+                                 "s(c_int, c_str, c_float, c_i32, c_f32)")).fetchall()
+    assert db.query(sql.format(t="t")) == want
+    long = [r for r in runs if len(r[0]) > 1]
+    assert sorted(rg for groups, _rows in runs for rg in groups) == list(range(40))
+    assert long and all(rows == [5_000 * len(groups)] for groups, rows in long)
+    runs.clear()
+    assert db.query(sql.format(t="t")) == want  # (kept by the cache now)
+    long = [r for r in runs if len(r[0]) > 1]
+    assert long and all(rows == [5_000] * len(groups) for groups, rows in long)
+    kept = [n for (_key, column), (_arr, n, _user) in db.cache._items.items()
+            if column == "c_int"]
+    assert kept and max(kept) < 2 * 5_000 * 8
+    runs.clear()
+    db.cache.clear()
+    with_strings = db.query("SELECT count(DISTINCT c_str), sum(c_int) FROM t")
+    assert with_strings == db.con.sql(
+        f"SELECT count(DISTINCT s), sum(k) FROM ({_HASHED.format(rows=200_000)}) "
+        "g(k, s, f, i, r)").fetchall()
+    long = [r for r in runs if len(r[0]) > 1]
+    assert long and all(rows == [5_000] * len(groups) for groups, rows in long)
+
+
 def _stored_as_values(db, monkeypatch, sql, rows=100_000, group_rows=20_000,
                       policy="default"):
     """A one-part table of ``sql``'s rows in row groups of ``group_rows``, every column
@@ -449,6 +495,31 @@ def test_a_read_of_columns_stored_as_their_values_builds_no_parquet_reader(
                       "s(c_int, c_str, c_float, c_i32, c_f32)").fetchall()
     # (floating sums: DuckDB's threads add them in any order)
     assert got[0] == pytest.approx(want[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["default", "plain"])
+@pytest.mark.parametrize("columns", [["c_int"], ["c_int", "c_float"], ["c_i32", "c_f32"]])
+def test_a_joined_read_is_one_array_over_one_buffer_per_column(db, monkeypatch, columns,
+                                                                policy):
+    """``read(..., joined=True)`` of several row groups gives each column stored as its
+    values as one array over one aligned buffer (the chunks' values one after another),
+    equal to the per row group read; a VARCHAR column beside them keeps a chunk per row
+    group. Before, every chunk was an array of its own (``joined`` did not exist)."""
+    part, disk = _stored_as_values(db, monkeypatch, _HASHED, policy=policy)
+    want = _parts.read_part(disk, part, [*columns, "c_str"])
+    op = _parts.open_part(disk, part)
+    try:
+        got = op.read([1, 2, 3, 4], [*columns, "c_str"], joined=True)
+        single = op.read([0], columns, joined=True)
+    finally:
+        op.close()
+    assert got.equals(want.slice(20_000))
+    assert single.equals(want.select(columns).slice(0, 20_000))
+    for c in columns:
+        (arr,) = got.column(c).chunks
+        assert arr.buffers()[1].address % 8 == 0
+        assert arr.buffers()[1].size == 80_000 * arr.type.bit_width // 8
+    assert got.column("c_str").num_chunks == 4
 
 
 def test_a_plain_part_whose_page_index_moved_a_page_is_refused_not_misread(
@@ -616,6 +687,9 @@ def test_a_flipped_byte_in_a_chunk_read_as_values_fails_the_read_on_both_backend
             op.read([3], ["c_int"])
         with pytest.raises(AuthenticationError, match=f"segment {index} "):
             op.read([2, 3, 4], ["c_int"])
+        with pytest.raises(AuthenticationError, match=f"segment {index} "):
+            op.read([2, 3, 4], ["c_int"], joined=True)
         assert op.read([0, 1], ["c_int"]).num_rows == 40_000
+        assert op.read([0, 1], ["c_int"], joined=True).num_rows == 40_000
     finally:
         op.close()

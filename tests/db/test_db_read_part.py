@@ -127,8 +127,8 @@ def _record_reads(monkeypatch):
 
     reads = []
     read = _partread.OpenPart.read
-    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols: (
-        reads.append((list(rgs), list(cols))) or read(self, rgs, cols)))
+    monkeypatch.setattr(_partread.OpenPart, "read", lambda self, rgs, cols, *j: (
+        reads.append((list(rgs), list(cols))) or read(self, rgs, cols, *j)))
     return reads
 
 

@@ -83,9 +83,9 @@ def test_a_full_scan_reads_runs_of_row_groups_and_answers_as_one_by_one(db, smal
     reads: list[list[int]] = []
     real = OpenPart.read
 
-    def read(self, row_groups, columns):
+    def read(self, row_groups, columns, *joined):
         reads.append(list(row_groups))
-        return real(self, row_groups, columns)
+        return real(self, row_groups, columns, *joined)
 
     monkeypatch.setattr(OpenPart, "read", read)
     sql = "SELECT sum(c_int), count(c_float), max(c_str), min(c_float) FROM t"
@@ -652,9 +652,9 @@ def test_granules_of_one_row_group_decode_a_chunk_read_whole_once(db, monkeypatc
     reads = collections.Counter()
     read = _partread.OpenPart.read
 
-    def counted(self, row_groups, columns):
+    def counted(self, row_groups, columns, *joined):
         reads.update((rg, c) for rg in row_groups for c in columns)
-        return read(self, row_groups, columns)
+        return read(self, row_groups, columns, *joined)
 
     monkeypatch.setattr(_partread.OpenPart, "read", counted)
     src = f"({body}) t(k, f, l, b)"
@@ -1302,7 +1302,7 @@ def test_top_n_by_the_key_decodes_the_first_granule_only(db, monkeypatch):
     reads, rows_reads = [], []
     read, read_rows = _partread.OpenPart.read, _partread.OpenPart.read_rows
     monkeypatch.setattr(_partread.OpenPart, "read",
-                        lambda self, rgs, cols: reads.append(cols) or read(self, rgs, cols))
+                        lambda self, rgs, cols, *j: reads.append(cols) or read(self, rgs, cols, *j))
     monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
         rows_reads.append((c, a, b)) or read_rows(self, rg, c, a, b)))
     seen = []

@@ -429,7 +429,7 @@ def _columns_read(monkeypatch):
     got: list = []
     read = _partread.OpenPart.read
     monkeypatch.setattr(_partread.OpenPart, "read",
-                        lambda self, rgs, cols: got.extend(cols) or read(self, rgs, cols))
+                        lambda self, rgs, cols, *j: got.extend(cols) or read(self, rgs, cols, *j))
     return got
 
 

@@ -259,6 +259,14 @@ _ARENA_KEEP = _ARENA_MIN + (-_ARENA_MIN % (1 << 21))
 #: Blocks of a read start this far apart in the arena (see ``OpenPart._blocks``).
 _ARENA_ALIGN = 4096
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
+def _direct_table(arrays: list[list[pa.Array]], fields: list[pa.Field]) -> pa.Table:
+    """The table of :meth:`OpenPart._read_direct`: each column's arrays as its chunks (a
+    column of one array: that array, with no ``pa.chunked_array`` around it)."""
+    return pa.Table.from_arrays(
+        [a[0] if len(a) == 1 else pa.chunked_array(a, fld.type)
+         for a, fld in zip(arrays, fields, strict=True)], schema=pa.schema(fields))
+
+
 #: Types whose Parquet PLAIN values are their Arrow buffer (see ``OpenPart._read_direct``).
 _FIXED = (pa.int64(), pa.int32(), pa.float64(), pa.float32())
 #: Parquet's physical type id of BYTE_ARRAY (VARCHAR's)
@@ -1010,19 +1018,23 @@ class OpenPart:
             return self._lookup.groups[rg]
         return int(self.meta.row_group(rg).num_rows)
 
-    def read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
-        """Rows of ``row_groups`` (consecutive or not), only ``columns``."""
+    def read(self, row_groups: list[int], columns: list[str], joined: bool = False
+             ) -> pa.Table:
+        """Rows of ``row_groups`` (consecutive or not), only ``columns``. ``joined``: a
+        column stored as its values (see :meth:`_read_direct`) comes as one array over
+        one buffer for all the row groups, not one per row group."""
         try:
-            return self._read(row_groups, columns)
+            return self._read(row_groups, columns, joined)
         except MemoryError:
             raise
         except (pa.ArrowException, FormatError) as exc:
             raise not_as_recorded(self.disk, self.part, exc) from None
 
-    def _read(self, row_groups: list[int], columns: list[str]) -> pa.Table:
+    def _read(self, row_groups: list[int], columns: list[str], joined: bool = False
+              ) -> pa.Table:
         if not self.disk.is_encrypted:
             if self._local is not None:
-                direct = self._read_direct(row_groups, columns)
+                direct = self._read_direct(row_groups, columns, joined)
                 if direct is not None:
                     return direct
                 return _read_row_groups(self._handle, self.meta, row_groups,
@@ -1032,7 +1044,7 @@ class OpenPart:
                 return pf.read_row_groups(row_groups, columns=columns, use_threads=False)
         chunks, compressed = self._chunks(row_groups, columns)
         if self._sealed and chunks:
-            direct = self._read_direct(row_groups, columns)
+            direct = self._read_direct(row_groups, columns, joined)
             if direct is not None:
                 return direct
         if self._native and chunks:
@@ -1429,7 +1441,8 @@ class OpenPart:
             return None
         return self._arrow_field(column, described[0])
 
-    def _read_direct(self, row_groups: list[int], columns: list[str]) -> pa.Table | None:
+    def _read_direct(self, row_groups: list[int], columns: list[str], joined: bool = False
+                     ) -> pa.Table | None:
         """``columns`` of ``row_groups`` with no Parquet reader, when every one is stored
         as its values (:meth:`_fixed_width`, :meth:`_fixed_pages`), and that buffer is
         the Arrow array, or is a VARCHAR column of uncompressed PLAIN pages
@@ -1443,7 +1456,9 @@ class OpenPart:
         column: about a fifth of the encrypted scan threads' CPU). A string chunk is
         decrypted (or read) into the thread's arena and its strings copied once into the
         array (:func:`~._granule.decode_one_width_chunk`). None when a column or chunk
-        is not such (read as usual)."""
+        is not such (read as usual). ``joined``: each column stored as its values is one
+        buffer for all of ``row_groups`` (allocated once, each chunk's values placed after
+        the previous chunk's) and one array, which a scan hands to DuckDB as one batch."""
         fields: list[pa.Field] = []
         plan: list[tuple[int, int, Any]] = []
         for c in columns:
@@ -1465,7 +1480,7 @@ class OpenPart:
                     return None
                 plan.append((rg, j, pages))
         if not self._sealed:
-            return self._read_values(row_groups, fields, plan)
+            return self._read_values(row_groups, fields, plan, joined)
         f = self._handle
         wanted = tuple(columns)
         hinted = [(rg, wanted) for rg in row_groups]
@@ -1477,33 +1492,64 @@ class OpenPart:
                 f.advise(start, end - start, True)
         arrays: list[list[pa.Array]] = [[] for _ in columns]
         lo, hi = self.size, 0
+        n = len(row_groups)
         try:
-            for k, (rg, j, pages) in enumerate(plan):
-                start, end, _compressed = self._chunk_info(rg, j)
-                lo, hi = min(lo, start), max(hi, end)
-                field = fields[k // len(row_groups)]
+            for i, field in enumerate(fields):
+                column = plan[i * n : (i + 1) * n]
                 if field.type == pa.string():
-                    arr = self._read_strings(start, end, pages, field, j)
-                    if arr is None:
-                        return None
-                    arrays[k // len(row_groups)].append(arr)
+                    for rg, j, pages in column:
+                        start, end, _compressed = self._chunk_info(rg, j)
+                        lo, hi = min(lo, start), max(hi, end)
+                        arr = self._read_strings(start, end, pages, field, j)
+                        if arr is None:
+                            return None
+                        arrays[i].append(arr)
                     continue
-                buf = pa.allocate_buffer(end - start)
-                view = memoryview(buf).cast("B")
-                try:  # the chunk's bytes, every segment authenticated, or an error; each
-                    # page's values moved over the headers before it (one C call)
-                    at = self._read_packed(view, start, pages)
-                finally:
-                    view.release()
-                arrays[k // len(row_groups)].append(pa.Array.from_buffers(
-                    field.type, at * 8 // field.type.bit_width, [None, buf.slice(0, at)],
-                    null_count=0))
+                if joined and n > 1:
+                    arrays[i].append(self._read_joined(column, field))
+                    lo = min(lo, self._chunk_info(column[0][0], column[0][1])[0])
+                    hi = max(hi, self._chunk_info(column[-1][0], column[-1][1])[1])
+                    continue
+                for rg, j, pages in column:
+                    start, end, _compressed = self._chunk_info(rg, j)
+                    lo, hi = min(lo, start), max(hi, end)
+                    buf = pa.allocate_buffer(end - start)
+                    view = memoryview(buf).cast("B")
+                    try:  # the chunk's bytes, every segment authenticated, or an error;
+                        # each page's values moved over the headers before it (one C call)
+                        at = self._read_packed(view, start, pages)
+                    finally:
+                        view.release()
+                    arrays[i].append(pa.Array.from_buffers(
+                        field.type, at * 8 // field.type.bit_width, [None, buf.slice(0, at)],
+                        null_count=0))
         finally:  # read (or failed): the mapped ciphertext goes
             if hi > lo:
                 f.advise(lo, hi - lo, False)
-        return pa.Table.from_arrays([pa.chunked_array(a, fld.type) for a, fld in
-                                     zip(arrays, fields, strict=True)],
-                                    schema=pa.schema(fields))
+        return _direct_table(arrays, fields)
+
+    def _read_joined(self, column: list[tuple[int, int, Any]], field: pa.Field) -> pa.Array:
+        """The chunks ``column`` (``(rg, leaf, values' spans)`` each, in order) of an
+        encrypted part's column stored as its values, as one array over one buffer: each
+        chunk decrypted (authenticated) at the end of the values before it and its pages'
+        values moved to there, so the buffer holds the values of all, one after another
+        (one allocation a read, not one a chunk)."""
+        room = at = 0
+        for rg, j, pages in column:  # the buffer: the values before each chunk + the chunk
+            start, end, _compressed = self._chunk_info(rg, j)
+            room = max(room, at + end - start)
+            at += sum(b - a for a, b in pages)
+        buf = pa.allocate_buffer(room)
+        view = memoryview(buf).cast("B")
+        at = 0
+        try:
+            for rg, j, pages in column:
+                start, end, _compressed = self._chunk_info(rg, j)
+                at += self._read_packed(view[at : at + end - start], start, pages)
+        finally:
+            view.release()
+        return pa.Array.from_buffers(field.type, at * 8 // field.type.bit_width,
+                                     [None, buf.slice(0, at)], null_count=0)
 
     def _read_packed(self, view: memoryview, start: int, pages: list[tuple[int, int]]
                      ) -> int:
@@ -1557,29 +1603,42 @@ class OpenPart:
             _give_back(pooled)
 
     def _read_values(self, row_groups: list[int], fields: list[pa.Field],
-                     plan: list[tuple[int, int, Any]]) -> pa.Table | None:
+                     plan: list[tuple[int, int, Any]], joined: bool = False
+                     ) -> pa.Table | None:
         """:meth:`_read_direct` of a plain part's local file: per column chunk one
         ``preadv`` puts each page's values at their place in a buffer of the values' size
         (the headers between them into a scratch buffer), so the kernel's copy from the
         page cache is the only one (pyarrow read each chunk into a buffer of its own,
         then copied every value into the array). Each page's header is checked to be the
         header of such a page of those values (the page index of a plain part is not
-        authenticated: an offset changed in it would shift the values silently)."""
+        authenticated: an offset changed in it would shift the values silently).
+        ``joined``: as in :meth:`_read_direct`, the chunks of a column go into one buffer."""
         fd = self._handle.fileno()
         arrays: list[list[pa.Array]] = [[] for _ in fields]
         prefixes: dict[tuple[int, int], bytes] = {}  # (values' bytes, width) -> header start
+        n = len(row_groups)
+        joint: Any = None  # (buffer, bytes placed) of the column being read joined
         for k, (rg, j, pages) in enumerate(plan):
             start, end, _compressed = self._chunk_info(rg, j)
-            field = fields[k // len(row_groups)]
+            field = fields[k // n]
             if field.type == pa.string():  # (each page header parsed and checked)
                 arr = self._read_strings(start, end, pages, field, j)
                 if arr is None:
                     return None
-                arrays[k // len(row_groups)].append(arr)
+                arrays[k // n].append(arr)
                 continue
             size = sum(b - a for a, b in pages)
-            buf = pa.allocate_buffer(size)
-            view = memoryview(buf).cast("B")
+            if joined and n > 1:
+                if k % n == 0:  # the column's first chunk: one buffer for all of them
+                    joint = [pa.allocate_buffer(sum(
+                        b - a for _rg, _j, ps in plan[k : k + n] for a, b in ps)), 0]
+                whole = memoryview(joint[0]).cast("B")  # (a slice of a buffer is read-only)
+                view = whole[joint[1] : joint[1] + size]
+                whole.release()
+                joint[1] += size
+            else:
+                buf = pa.allocate_buffer(size)
+                view = memoryview(buf).cast("B")
             width = field.type.bit_width // 8
             # the pages' headers, one after another (the bytes between the values)
             scratch = memoryview(bytearray(pages[-1][1] - start - size))
@@ -1616,11 +1675,15 @@ class OpenPart:
                     v.release()
             finally:
                 view.release()
-            arrays[k // len(row_groups)].append(pa.Array.from_buffers(
+            if joined and n > 1:
+                if k % n == n - 1:  # the column's last chunk: its one array
+                    arrays[k // n].append(pa.Array.from_buffers(
+                        field.type, joint[1] * 8 // field.type.bit_width, [None, joint[0]],
+                        null_count=0))
+                continue
+            arrays[k // n].append(pa.Array.from_buffers(
                 field.type, size * 8 // field.type.bit_width, [None, buf], null_count=0))
-        return pa.Table.from_arrays([pa.chunked_array(a, fld.type) for a, fld in
-                                     zip(arrays, fields, strict=True)],
-                                    schema=pa.schema(fields))
+        return _direct_table(arrays, fields)
 
     def _read_native(self, row_groups: list[int], columns: list[str],
                      chunks: list[tuple[int, int]], reuse: bool) -> pa.Table | None:

@@ -618,7 +618,22 @@ class TableScan:
         derived columns are computed from its own rows."""
         if len(groups) == 1:
             return [self.read_group(op, groups[0])]
-        table = op.read(groups, self.read_columns())
+        cache = self._cache
+        keys = [f"{op.part.id}/{rg}" for rg in groups]
+        # One batch for the run when no row group of it is kept by the cache (a first
+        # offer only remembers it: a cold scan) and nothing is computed per row group:
+        # each column stored as its values is then one buffer (see OpenPart.read), the
+        # run one batch for DuckDB, and the Python per row group (slices, batches, the
+        # stream's hand-over) is paid once a run.
+        joined = not self.derived and self.where is None and (cache is None or not any(
+            cache.offered(k, c) for k in keys for c in self.columns))
+        table = op.read(groups, self.read_columns(), joined)
+        if joined and all(col.num_chunks == 1 for col in table.columns):
+            if cache is not None:
+                for k in keys:
+                    for c in self.columns:
+                        cache.offer(k, c)
+            return [self._batch({c: table.column(c) for c in table.column_names})]
         out, start = [], 0
         for rg in groups:
             n = op.rows(rg)
