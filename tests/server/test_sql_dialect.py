@@ -199,6 +199,34 @@ def test_ilike_ignores_case(srv) -> None:
                             ).fetchone() == (0,)
 
 
+@pytest.mark.timeout(120)
+def test_an_ilike_pattern_of_many_percents_answers_at_once(start_server, sqlite_engine) -> None:
+    """The SQLite engine matched ILIKE with one regular expression, ``%`` as ``.*``:
+    Python's backtracking took exponential time in the number of ``%`` (8 of them over
+    40 characters: 5 s of CPU; 16 over 200: years), holding the GIL, so one client's
+    query stopped the whole server. Each stretch between ``%`` is now found in turn
+    (at most the value's length times the pattern's); the answers are unchanged. (Run
+    on this thread, where the test's timeout can interrupt the match.)"""
+    session = sqlite_engine.open_session()
+    try:
+        for pattern, expected in (("%a" * 16 + "%b", 0), ("%a" * 16 + "%", 1)):
+            assert session.run(f"SELECT '{'a' * 200}' ILIKE '{pattern}'", []).rows == \
+                [(expected,)], pattern
+    finally:
+        session.close()
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        cases = [("xAyBz", "%a_b%", True), ("ab", "a%b", True), ("a", "a%b", False),
+                 ("aXb", "a%%b", True), ("aba", "%a", True), ("abab", "a%ab", True),
+                 ("aab", "%ab", True), ("ab", "%b_", False), ("", "%", True), ("", "_", False),
+                 ("a\nb", "a_%", True), ("a%b", "a\\%b", True), ("axb", "a\\%b", False),
+                 ("ABC", "abc", True), ("ABC", "ab", False), ("ba", "%a%b%", False),
+                 ("a" * 200, "%a" * 16 + "%b", False)]
+        for value, pattern, expected in cases:
+            assert conn.execute("SELECT %s ILIKE %s", (value, pattern)).fetchone() == \
+                (expected,), (value, pattern)
+
+
 @pytest.mark.parametrize("prepare", [False, True])
 def test_a_boolean_expression_is_a_bool(srv, prepare) -> None:
     """``SELECT true``, a comparison, ``EXISTS``, ``IS NULL`` are bool columns of True and

@@ -421,21 +421,51 @@ def _sqlite_decode_hex(*args: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _ilike_regex(pattern: str, escape: str = "\\") -> re.Pattern[str]:
+def _ilike_stretches(pattern: str, escape: str = "\\"
+                     ) -> tuple[tuple[re.Pattern[str], int], ...]:
     """PostgreSQL's ``ILIKE`` pattern (``%``, ``_``, ``escape`` its escape character, ""
-    for none) as a regular expression that ignores case."""
-    out, i = [], 0
+    for none) as its stretches between ``%``: each a regular expression without
+    repetition that ignores case, and how many characters it matches (a ``%`` is no
+    ``.*``: Python's backtracking over several took exponential time)."""
+    stretches: list[tuple[re.Pattern[str], int]] = []
+    out: list[str] = []
+    i = 0
     while i < len(pattern):
         c = pattern[i]
         if c == escape:
             if i + 1 == len(pattern):
                 raise StatementError("LIKE pattern must not end with escape character", "22025")
             out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+            i += 1
+        elif c == "%":
+            stretches.append((re.compile("".join(out), re.IGNORECASE | re.DOTALL), len(out)))
+            out = []
+        else:
+            out.append("." if c == "_" else re.escape(c))
         i += 1
-    return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+    stretches.append((re.compile("".join(out), re.IGNORECASE | re.DOTALL), len(out)))
+    return tuple(stretches)
+
+
+def _ilike_matches(pattern: str, value: str, escape: str = "\\") -> bool:
+    """Whether ``value`` matches ILIKE's ``pattern``: the first stretch at its start, the
+    last at its end, each one between at its first place after the one before (the
+    earliest place leaves the most room to what follows): at most the value's length
+    times the pattern's."""
+    (first, size), *rest = _ilike_stretches(pattern, escape)
+    if not rest:
+        return first.fullmatch(value) is not None
+    *middle, (last, last_size) = rest
+    if first.match(value) is None:
+        return False
+    pos = size
+    for stretch, _ in middle:
+        found = stretch.search(value, pos)
+        if found is None:
+            return False
+        pos = found.end()
+    end = len(value) - last_size
+    return end >= pos and last.fullmatch(value, end) is not None
 
 
 def _sqlite_ilike(*args: Any) -> Any:
@@ -452,7 +482,7 @@ def _sqlite_ilike(*args: Any) -> Any:
     if len(esc) > 1:
         raise StatementError("invalid escape string", "22025",
                              hint="Escape string must be empty or one character.")
-    return int(_ilike_regex(str(pattern), esc).fullmatch(str(value)) is not None)
+    return int(_ilike_matches(str(pattern), str(value), esc))
 
 
 def _ilike_spelling(sql: str) -> str:
