@@ -432,3 +432,18 @@ def test_a_stored_sqlite_cast_reads_outside_the_server(start_server, sqlite_engi
         assert db.execute("SELECT i, j, n FROM v").fetchall() == [(5, 2, 7)]
         db.execute("INSERT INTO h (x, f) VALUES ('6', 1.0)")
         assert db.execute("SELECT count(*) FROM v").fetchall() == [(2,)]
+
+
+def test_create_table_as_with_a_quoted_qualified_name_casts_as_postgresql(
+        start_server, sqlite_engine) -> None:
+    """CREATE TABLE ... AS SELECT keeps no expression, so its casts are PostgreSQL's
+    (``2.5::int`` is 3) and it may use ILIKE; the SQLite engine took a quoted qualified
+    name (``"main"."c"``, ``public."c"``) for a definition SQLite keeps: its integer
+    casts truncated (2) and its ILIKE was refused (0A000)."""
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        for name in ('"main"."c1"', 'main."c2"', '"c3"', "c4"):
+            conn.execute(f"CREATE TABLE {name} AS SELECT 2.5::int AS k, "
+                         "CAST(3.5 AS integer) AS m, 'Ab' ILIKE 'a%' AS i")
+            table = name.replace('"', "").split(".")[-1]
+            assert conn.execute(f"SELECT k, m, i FROM {table}").fetchone() == (3, 4, 1), name

@@ -405,9 +405,10 @@ _DECODE_HEX = "cryptdisk_decode_hex"
 #: SQLite's CAST (which truncates), so that the definition reads wherever the database is
 #: opened (cryptdisk.sqlite.connect, a decrypted copy), where the server's functions do
 #: not exist
+_NAME_PART = r'(?:"(?:[^"]|"")*"|[\w$]+)'  # (a quoted or bare name)
 _STORED = re.compile(r"\s*(?:CREATE|ALTER)\b(?!\s+(?:TEMP(?:ORARY)?\s+)?TABLE\s+"
-                     r"(?:IF\s+NOT\s+EXISTS\s+)?(?:\"(?:[^\"]|\"\")*\"|[\w$.]+)\s+AS\b)",
-                     re.IGNORECASE)  # (CREATE TABLE ... AS SELECT keeps no expression)
+                     rf"(?:IF\s+NOT\s+EXISTS\s+)?(?:{_NAME_PART}\s*\.\s*)*{_NAME_PART}"
+                     r"\s+AS\b)", re.IGNORECASE)  # (CREATE TABLE ... AS keeps no expression)
 _SQLITE_UNHEX = "unhex({}, ' ' || char(9, 10, 13))"
 
 
