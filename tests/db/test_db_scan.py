@@ -1264,26 +1264,36 @@ _KEY_TOP_ROWS = st.lists(st.tuples(st.integers(-40, 40), st.text("ab", max_size=
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inserts=st.lists(_KEY_TOP_ROWS, min_size=0, max_size=3),
        null_part=st.booleans(), desc=st.booleans(), limit=st.integers(1, 30),
-       offset=st.sampled_from([None, 0, 7]), plain=st.booleans(), merged=st.booleans())
+       offset=st.sampled_from([None, 0, 7]), plain=st.booleans(), merged=st.booleans(),
+       compressed=st.booleans(), page_rows=st.sampled_from([4, 20]))
 def test_top_n_by_the_key_through_granules_equals_duckdb(shared_db, inserts, null_part, desc,
-                                                          limit, offset, plain, merged):
+                                                          limit, offset, plain, merged,
+                                                          compressed, page_rows):
     """ORDER BY key LIMIT n reads the granules that may hold each row group's n best keys
-    and hands DuckDB the rows of a sorted batch that can still reach the top: the same
-    rows as DuckDB, ties, NULL keys (a part without granule bounds), empty tables and
-    merged parts included."""
+    (of uncompressed pages, the n rows alone when no tie crosses the cut) and hands DuckDB
+    the rows of a sorted batch that can still reach the top: the same rows as DuckDB,
+    ties, NULL keys (a part without granule bounds), empty tables and merged parts
+    included."""
     db = shared_db
     if null_part:
         inserts = [*inserts, [(None, "n", 1.0), (3, "m", 2.0), (None, "o", None)]]
-    t, ref = _table_and_reference(db, inserts, 40, True,
-                                  " SETTINGS storage_policy = 'plain'" if plain else "",
-                                  page_rows=4)
+    old_codec = _parts.COMPRESSION
+    _parts.COMPRESSION = "lz4" if compressed else "none"
+    try:
+        t, ref = _table_and_reference(db, inserts, 40, True,
+                                      " SETTINGS storage_policy = 'plain'" if plain else "",
+                                      page_rows=page_rows)
+    finally:
+        _parts.COMPRESSION = old_codec
     if merged:
         old, old_pages = _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS
-        _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = 40, 4
+        _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = 40, page_rows
+        _parts.COMPRESSION = "lz4" if compressed else "none"
         try:
             db.sql(f"OPTIMIZE TABLE {t}")
         finally:
             _parts.ROW_GROUP_ROWS, _parts.GRANULE_ROWS = old, old_pages
+            _parts.COMPRESSION = old_codec
     direction = " DESC" if desc else ""
     sql = (f"SELECT k, s, f FROM {t} ORDER BY k{direction}, s, f LIMIT {limit}"
            + ("" if offset is None else f" OFFSET {offset}"))
@@ -1321,6 +1331,52 @@ def test_top_n_by_the_key_decodes_the_first_granule_only(db, monkeypatch):
     got = db.query("SELECT c_int FROM t ORDER BY c_int DESC LIMIT 150")
     assert got == [(i,) for i in range(4999, 4849, -1)]
     assert rows_reads == [("c_int", 800, 1000)]
+
+
+def test_top_n_by_the_key_decodes_its_rows_only(db, monkeypatch):
+    """On a part sorted by the key whose pages are stored uncompressed, ORDER BY key LIMIT
+    n decodes the n rows (the key's n + 1, to see that no tie crosses the cut) from the
+    bytes that hold them, not the pages of the granule: on an encrypted disk one segment
+    of each column is decrypted where the granule's strings take five (descending, the
+    strings before the rows too, their lengths checked). A tie at the cut reads the
+    granules (or the row group) as before."""
+    monkeypatch.setattr(_parts, "COMPRESSION", "none")
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t SELECT i // 3 * 3 + (i % 3 = 2)::INT, md5(i::VARCHAR), i / 7 "
+           "FROM range(20000) r(i)")  # keys 0, 0, 1, 3, 3, 4, ...: ties of two
+    decrypted, rows_reads, page_reads = [], [], []
+    call = _partread._SegmentReader.__call__
+    monkeypatch.setattr(_partread._SegmentReader, "__call__", lambda self, at, n: (
+        decrypted.append(n) or call(self, at, n)))
+    read_rows = _partread.OpenPart.read_rows
+    monkeypatch.setattr(_partread.OpenPart, "read_rows", lambda self, rg, c, a, b: (
+        rows_reads.append(c) or read_rows(self, rg, c, a, b)))
+    page_rows = getattr(_partread.OpenPart, "read_page_rows", None)
+    monkeypatch.setattr(_partread.OpenPart, "read_page_rows", lambda self, rg, c, a, b: (
+        page_reads.append((c, a, b)) or page_rows(self, rg, c, a, b)), raising=False)
+    ref = duckdb.connect()
+    ref.register("t", db.arrow_table("t"))
+    for sql, want in (
+            ("SELECT c_int, c_str, c_float FROM t ORDER BY c_int, c_str LIMIT 9",
+             [("c_int", 0, 10), ("c_str", 0, 9), ("c_float", 0, 9)]),
+            ("SELECT c_int, c_str, c_float FROM t ORDER BY c_int DESC, c_str LIMIT 3",
+             [("c_int", 19996, 20000), ("c_str", 19997, 20000), ("c_float", 19997, 20000)]),
+            ("SELECT c_str, c_int FROM t ORDER BY c_int, c_str LIMIT 3 OFFSET 3",
+             [("c_int", 0, 7), ("c_str", 0, 6)])):
+        decrypted.clear()
+        page_reads.clear()
+        with cryptdisk.connect(db.path, read_only=True, cache_bytes=0) as cold:
+            assert cold.query(sql) == ref.execute(sql).fetchall(), sql
+        assert rows_reads == [], sql
+        assert page_reads == want, sql
+        if "DESC" not in sql:  # (descending: the strings' lengths before the rows are read)
+            assert sum(decrypted) < 64 * 1024, (sql, decrypted)  # no page read whole
+    for sql in ("SELECT c_int, c_str FROM t ORDER BY c_int, c_str LIMIT 4",  # 0 0 1 3 | 3
+                "SELECT c_int, c_str FROM t ORDER BY c_int DESC, c_str LIMIT 4"):
+        page_reads.clear()
+        with cryptdisk.connect(db.path, read_only=True, cache_bytes=0) as cold:
+            assert cold.query(sql) == ref.execute(sql).fetchall(), sql
+        assert [c for c, _a, _b in page_reads] == ["c_int"], sql  # the key's probe only
 
 
 def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,

@@ -17,9 +17,11 @@ from segments that have authenticated.
 
 from __future__ import annotations
 
+import array
 import importlib
 import itertools
 import operator
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +30,8 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
 __all__ = ["GRANULE_ROWS", "PageIndex", "PageScanner", "PageSpan", "decode_chunk_pages",
-           "decode_one_width_chunk", "decode_pages", "decode_plain_pages", "granule_schema",
+           "decode_one_width_chunk", "decode_page_rows", "decode_pages", "decode_plain_pages",
+           "granule_schema",
            "leaf_schema", "page_spans", "plain_page_prefix", "plain_page_problem", "walked_all"]
 
 #: Rows per Parquet data page (ClickHouse's granule): a point query decodes one page
@@ -430,6 +433,10 @@ _PAGE_CODECS: dict[str, str | None] = {"UNCOMPRESSED": None, "LZ4": "lz4_raw",
                                        "ZSTD": "zstd", "SNAPPY": "snappy"}
 #: Parquet physical type id -> the NumPy type of its PLAIN values
 _PLAIN_WIDTH = {1: "<i4", 2: "<i8", 4: "<f4", 5: "<f8"}
+_PLAIN_SIZE = {1: 4, 2: 8, 4: 4, 5: 8}
+#: :func:`decode_page_rows` checks up to this many strings' lengths in Python, more at once
+#: in NumPy
+_FEW = 256
 _PLAIN_BYTE_ARRAY = 6
 _ENC_PLAIN, _ENC_RLE = 0, 3
 #: The longest page header :func:`decode_one_width_chunk` takes on its first bytes alone
@@ -508,6 +515,129 @@ def decode_plain_pages(compression: str, pages: list[PageSpan],
             return None
         arrays.append(arr)
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def decode_page_rows(compression: str, page: PageSpan, source: Callable[[int, int], Any],
+                     typ: pa.DataType, physical: int, optional: bool, first: int, end: int
+                     ) -> pa.Array | None:
+    """Rows ``first..end`` (of the page's own rows) of one uncompressed PLAIN data page
+    (v1; RLE definition levels of a flat column if ``optional``), reading only the bytes
+    that hold them (``source(offset, n)``: the file's bytes): its header, its levels, and
+    the values of those rows (fixed-width
+    values at their place; strings of one length, each record's length up to row ``end``
+    checked). On an encrypted disk only the segments holding them are decrypted (a top-N
+    of 10 rows on a sorted part: one segment of each column, not the page's five of
+    32-character hashes). None for anything else (a compressed page, strings of several
+    lengths, a header not as pyarrow writes it): the caller decodes whole pages."""
+    import numpy as np
+
+    def read(offset: int, n: int) -> Any:
+        return memoryview(source(offset, n)).cast("B")
+
+    n = page.end - page.start
+    if (compression.upper() != "UNCOMPRESSED" or page.dictionary or not
+            0 <= first < end <= page.rows or n < 8):
+        return None
+    head = read(page.start, min(n, 16))
+    if len(head) < 8 or head[0] != 0x15 or head[1] != 0x00 or head[2] != 0x15:
+        return None
+    size = _zigzag(_varint(head, 3)[0])
+    used = n - size
+    if not 0 < used <= _HEADER_LIMIT:
+        return None
+    head = read(page.start, used)
+    if optional:  # (the levels' encoding follows PLAIN in the header: parsed whole)
+        header, parsed = _read_struct(head, 0)
+        sub = header.get(5)
+        if (parsed != used or header.get(1) != _DATA_PAGE or header.get(2) != size
+                or header.get(3) != size or not isinstance(sub, dict)
+                or sub.get(1) != page.rows or sub.get(2) != _ENC_PLAIN
+                or sub.get(3) != _ENC_RLE):
+            return None
+    elif bytes(head[: len(prefix := plain_page_prefix(page.rows, size))]) != prefix:
+        return None
+    body = page.start + used
+    defined = None
+    at = 0
+    if optional:
+        length = read(body, 4)
+        if len(length) != 4:
+            return None
+        at = 4 + int.from_bytes(length, "little")
+        if at > size:
+            return None
+        found = _levels(np, read(body, at), page.rows)
+        if found is None:
+            return None
+        defined = found[0]
+    present = page.rows if defined is None else int(np.count_nonzero(defined))
+    before = first if defined is None else int(np.count_nonzero(defined[:first]))
+    upto = end if defined is None else int(np.count_nonzero(defined[:end]))
+    rows = end - first
+    nulls = rows - (upto - before)
+    # (no NULL among the rows: bytes and ints, not NumPy, whose first calls in a process
+    # cost a cold top-N more than its rows' decoding)
+    mask = None if not nulls else defined[first:end]  # type: ignore[index]
+    validity = None if mask is None else pa.py_buffer(np.packbits(mask, bitorder="little"))
+    values_at = body + at
+    if physical in _PLAIN_WIDTH:
+        width = _PLAIN_SIZE[physical]
+        if size - at != present * width:
+            return None
+        raw = read(values_at + before * width, (upto - before) * width)
+        if len(raw) != (upto - before) * width:
+            return None
+        if mask is None:
+            return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(bytes(raw))], 0)
+        full = np.zeros(rows, np.dtype(_PLAIN_WIDTH[physical]))
+        full[mask] = np.frombuffer(raw, full.dtype, upto - before)
+        return pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(full)], nulls)
+    text = pa.types.is_string(typ)
+    if physical != _PLAIN_BYTE_ARRAY or not (text or pa.types.is_binary(typ)):
+        return None
+    width = 0
+    data = b""
+    if upto:
+        lead = read(values_at, 4)
+        if len(lead) != 4:
+            return None
+        width = int.from_bytes(lead, "little")
+        record = 4 + width
+        if size - at != present * record:  # (the page's size: every string this long?)
+            return None
+        raw = read(values_at, upto * record)  # each length up to row ``end`` checked
+        if len(raw) != upto * record:
+            return None
+        if upto <= _FEW:
+            lengths = raw.cast("I") if not width % 4 and sys.byteorder == "little" else None
+            if lengths is not None:  # (records of a multiple of 4 bytes: every n-th word)
+                if any(v != width for v in lengths[:: record // 4]):
+                    return None
+            elif any(int.from_bytes(raw[k : k + 4], "little") != width
+                     for k in range(0, len(raw), record)):
+                return None
+            data = b"".join(raw[k + 4 : k + record]
+                            for k in range(before * record, len(raw), record))
+        else:
+            table = np.frombuffer(raw, np.dtype([("n", "<u4"), ("v", f"V{width}")]), upto) \
+                if width else np.frombuffer(raw, "<u4", upto)
+            if (not (table["n"] == width).all()) if width else table.any():
+                return None
+            data = table["v"][before:].tobytes() if width else b""
+    if mask is None:
+        offsets = pa.py_buffer(array.array("i", range(0, (rows + 1) * width, width))
+                               if width else bytes(4 * (rows + 1)))
+    else:
+        steps = np.zeros(rows + 1, np.int32)
+        np.cumsum(mask * np.int32(width), out=steps[1:])
+        offsets = pa.py_buffer(steps)
+    arr = pa.Array.from_buffers(typ, rows, [validity, offsets, pa.py_buffer(data)], nulls)
+    if text and not data.isascii():  # each value must be UTF-8
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    return arr
 
 
 def _read_pages(pages: list[PageSpan], read: Callable[[int, int], Any]) -> list[Any] | None:

@@ -38,6 +38,7 @@ from ._granule import (
     PageSpan,
     decode_chunk_pages,
     decode_one_width_chunk,
+    decode_page_rows,
     decode_pages,
     granule_schema,
     leaf_schema,
@@ -1182,6 +1183,36 @@ class OpenPart:
         read = self._page_reader()  # one per read: a segment decrypts once for both uses
         try:
             return self._read_rows(rg, column, first, end, read)
+        finally:
+            if isinstance(read, _SegmentReader):
+                read.release()
+
+    def read_page_rows(self, rg: int, column: str, first: int, end: int) -> pa.Array | None:
+        """Rows ``first..end`` of ``column`` in row group ``rg`` when they lie in one
+        uncompressed PLAIN data page, decoded from the bytes that hold them only
+        (:func:`~._granule.decode_page_rows`: a top-N's few rows of a sorted part); None
+        otherwise (then :meth:`read_rows` decodes the pages holding them)."""
+        if end <= first:
+            return None
+        read = self._page_reader()
+        try:
+            found = self.page_index(rg, column, read, until=end - 1)
+            if found is None:
+                return None
+            j = self._index[column]
+            page = next((p for p in found[0] if not p.dictionary
+                         and p.first_row <= first and end <= p.first_row + p.rows), None)
+            described = self.described(j)
+            if page is None or described is None or any(p.dictionary for p in found[0]):
+                return None
+            compression = (self._lookup.codec(rg, j)[0] if self._lookup is not None
+                           else str(self.meta.row_group(rg).column(j).compression))
+            try:
+                return decode_page_rows(compression, page, read, described[0], described[1],
+                                        described[4], first - page.first_row,
+                                        end - page.first_row)
+            except (PageError, pa.ArrowException):
+                return None  # (the pages are decoded whole, which reports any damage)
         finally:
             if isinstance(read, _SegmentReader):
                 read.release()

@@ -48,6 +48,8 @@ _NULL_BATCH = 1 << 20
 #: to at most this (see ``_Stream._run``), and at most ``RUN_GROUPS`` of them.
 RUN_BYTES = 4 << 20
 RUN_GROUPS = 8
+#: A top-N's batch of at most this many rows is ranked in Python (see ``_few_integers``)
+_FEW_ROWS = 64
 #: array.array's type code of each integer type: (bit width, unsigned) -> code.
 _ARRAY_CODES = {(8, False): "b", (16, False): "h", (32, False): "i", (64, False): "q",
                 (8, True): "B", (16, True): "H", (32, True): "I", (64, True): "Q"}
@@ -703,9 +705,61 @@ class TableScan:
             return None  # fewer rows than the limit: all of them may be wanted
         kept = [g for g in granules if (g[3] >= worst if desc else g[2] <= worst)]
         first, end = kept[0][0], kept[-1][1]
+        edge = max(g[3] for g in kept) if desc else min(g[2] for g in kept)
+        found = self._top_rows(op, rg, first, end, edge)
+        if found is not None:
+            return found
         if 2 * (end - first) > op.rows(rg):
             return None
         return self._paged_rows(op, rg, first, end)
+
+    def _top_rows(self, op: OpenPart, rg: int, first: int, end: int, edge: int
+                  ) -> pa.RecordBatch | None:
+        """Of rows ``first..end`` of row group ``rg`` (the granules that may reach an
+        ``ORDER BY key LIMIT n``), the ``n`` that do: a part holds its rows in key order,
+        so they are the span's first ``n`` (its last ``n`` when descending), decoded from
+        the bytes that hold them only (:meth:`OpenPart.read_page_rows`; a LIMIT 10
+        decrypts one segment of each column, not the granule's pages). The key's ``n + 1``
+        rows are read first: they must ascend from the span's bound ``edge`` and the one
+        past the cut sort strictly after the ``n``-th (a tie there, and anything else, is
+        None: the granules are read whole, and DuckDB picks among the tied rows)."""
+        top, key = self._top, self._key
+        assert top is not None and key is not None
+        n = top.limit
+        if end - first <= n + 1:
+            return None
+        a, b = (end - n - 1, end) if top.descending else (first, first + n + 1)
+        keys = op.read_page_rows(rg, key, a, b)
+        if keys is None or keys.null_count or len(keys) != b - a:
+            return None
+        values = _few_integers(keys)  # (not NumPy: see _few_integers)
+        if values is None or not all(map(operator.le, values, values[1:])):
+            return None
+        if top.descending:
+            if values[-1] != edge or values[0] == values[1]:
+                return None
+            a, keys = a + 1, keys.slice(1)
+        else:
+            if values[0] != edge or values[-1] == values[-2]:
+                return None
+            b, keys = b - 1, keys.slice(0, n)
+        cache = self._cache
+        ckey = f"{op.part.id}/{rg}"
+        arrays = []
+        for field in self.schema:
+            c = field.name
+            col = keys if c == key else op.read_page_rows(rg, c, a, b)
+            if col is None:  # not one page of PLAIN values: the pages holding the rows
+                col = op.read_rows(rg, c, a, b)
+                if col is None:  # narrow and not indexed, or not by page: the chunk, sliced
+                    col = _one(self._whole(op, rg, c).slice(a, b - a))
+            if cache is not None:
+                cache.offer(ckey, c)  # (its next read is whole, and kept)
+            if col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        self.granule_reads += 1
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _read_runs(self, op: OpenPart, rg: int, runs: list[tuple[int, int]]
                    ) -> pa.RecordBatch | None:
@@ -1283,6 +1337,21 @@ def _ranked_granules(blocks: list[tuple[OpenPart, Any, Any, Any, Any, Any, Any]]
     return plan(), static
 
 
+def _few_integers(col: pa.Array) -> list[int] | None:
+    """The values of an integer array without NULLs as Python ints, None for another
+    type: for a few values (a top-N's rows), where NumPy's first calls in a process cost
+    a cold query more (about 0.1 ms each) than the values' work."""
+    typ = col.type
+    code = _ARRAY_CODES.get((typ.bit_width, pa.types.is_unsigned_integer(typ))) \
+        if pa.types.is_integer(typ) else None
+    data = col.buffers()[1]
+    if code is None or data is None or col.null_count:
+        return None
+    values: list[int] = memoryview(data).cast(code)[  # type: ignore[call-overload]
+        col.offset : col.offset + len(col)].tolist()
+    return values
+
+
 def _numbers(col: pa.Array) -> Any:
     """The non-null values of an integer or floating array as numpy, NaN left out; else None."""
     typ = col.type
@@ -1406,8 +1475,10 @@ class _Stream:
         nulls: list[tuple[OpenPart, int, Any]] = []
         for op, groups in self._part_groups():
             # (granule bounds first: the column's statistics are in the Parquet footer,
-            # which a part opened by its lookup block then need not parse)
-            grains = op.column_granules(top.column) if granular else None
+            # which a part opened by its lookup block then need not parse; the key has
+            # none, its bounds come with the part: not looked for, 0.1 ms cold)
+            grains = op.column_granules(top.column) \
+                if granular and top.column != scan._key else None
             if grains is not None:
                 yield from self._granule_tasks(op, groups, grains, top, floating, ranked,
                                                blocks, nulls)
@@ -1548,8 +1619,20 @@ class _Stream:
     def _see(self, batch: pa.RecordBatch, top: TopN) -> None:
         """Keep the ``limit`` best sort values read so far (NaN and NULL never help)."""
         col = batch.column(batch.schema.get_field_index(top.column))
+        few = _few_integers(col) if len(col) <= _FEW_ROWS and (
+            self._best is None or isinstance(self._best, list)) else None
+        if few is not None:  # (a top-N's rows: Python ints, see _few_integers)
+            k = top.limit
+            best = sorted(few if self._best is None else self._best + few)
+            best = best[len(best) - k:] if top.descending else best[:k]
+            self._best = best
+            if len(best) >= k:
+                self._threshold = best[0] if top.descending else best[-1]
+            return
         values = _numbers(col)
         if values is not None:  # numpy: pyarrow.compute costs a cold query ~50 ms to import
+            if isinstance(self._best, list):
+                self._best = np.array(self._best, dtype=values.dtype)
             if self._best is not None:
                 values = np.concatenate([self._best, values])
             k = top.limit
@@ -1582,6 +1665,21 @@ class _Stream:
         col = batch.column(batch.schema.get_field_index(top.column))
         if not pa.types.is_integer(col.type) or col.null_count:
             return batch
+        few = _few_integers(col) if batch.num_rows <= _FEW_ROWS else None
+        if few is not None:  # (a top-N's rows: Python ints, see _few_integers)
+            if not all(map(operator.le, few, few[1:])):
+                return batch
+            k = min(top.limit, len(few))
+            t = self._threshold
+            if top.descending:
+                edge = few[len(few) - k]
+                t = edge if t is None or edge > t else t
+                start = bisect.bisect_left(few, t)
+                return batch.slice(start) if start else batch
+            edge = few[k - 1]
+            t = edge if t is None or edge < t else t
+            end = bisect.bisect_right(few, t)
+            return batch.slice(0, end) if end < batch.num_rows else batch
         values = _numbers(col)
         if values is None or len(values) != batch.num_rows:
             return batch
