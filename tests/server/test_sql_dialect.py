@@ -447,3 +447,39 @@ def test_create_table_as_with_a_quoted_qualified_name_casts_as_postgresql(
                          "CAST(3.5 AS integer) AS m, 'Ab' ILIKE 'a%' AS i")
             table = name.replace('"', "").split(".")[-1]
             assert conn.execute(f"SELECT k, m, i FROM {table}").fetchone() == (3, 4, 1), name
+
+
+def test_a_view_divides_outside_the_server_as_in_it(tmp_path) -> None:
+    """A view the analytical engine stores divides as it did in the server: cryptdisk's
+    catalog kept the view's text with ``/``, which the server reads as ``//``
+    (integer_division) and cryptdisk.connect as DuckDB's exact division: the same view
+    answered 3 in the server and 3.5 through the Python API (DuckDB's own catalog keeps
+    ``//``). The server now stores such a view's ``/`` as ``//``; a view dividing an
+    interval, which has no ``//``, is stored as written."""
+    import warnings
+
+    import cryptdisk
+    from cryptdisk.server._engines import AnalyticalEngine
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generated-key warning
+        engine = AnalyticalEngine(tmp_path / "a.db")
+    session = engine.open_session()
+    try:
+        session.run("CREATE TABLE t (a BIGINT, b BIGINT, f DOUBLE)", [])
+        session.run("INSERT INTO t VALUES (7, 2, 7.0)", [])
+        session.run("CREATE VIEW v AS SELECT a / b AS h, -7 / 2 AS k, f / 2 AS g, "
+                    "'a/b' AS s FROM t", [])
+        session.run("CREATE VIEW w AS SELECT interval '1 day' / 2 AS i", [])
+        assert session.run("SELECT h, k, g, s FROM v", []).rows == [(3, -3, 3.5, "a/b")]
+    finally:
+        session.close()
+        engine.close()
+    db = cryptdisk.connect(tmp_path / "a.db")
+    try:
+        assert db.execute("SELECT h, k, g, s FROM v").to_pylist() == [
+            {"h": 3, "k": -3, "g": 3.5, "s": "a/b"}]
+        assert db.execute("SELECT extract(epoch FROM i) AS e FROM w").to_pylist() == [
+            {"e": 43200}]
+    finally:
+        db.close()

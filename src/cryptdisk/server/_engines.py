@@ -720,16 +720,38 @@ _DIVISION_BY_ZERO = "Invalid Input Error: Division by zero in expression"
 #: (``interval '1 day' / 2``): see :meth:`_AnalyticalSession._execute_lengths`
 _NO_INTEGER_DIVISION = "No function matches the given name and argument types '//("
 
-def _slash_divisions(sql: str) -> int:
-    """How many ``/`` operators ``sql`` has (not ``//``, nor a ``/`` in a string, a quoted
-    name or a comment)."""
+def _slashes(sql: str) -> list[tuple[int, int]]:
+    """Where ``sql``'s ``/`` operators are (not ``//``, nor a ``/`` in a string, a quoted
+    name or a comment): (start, stop) each."""
     from ._paramtypes import _tokens
 
     toks = _tokens(sql)
-    return sum(1 for i, t in enumerate(toks) if t.kind == "op" and t.text == "/"
-               and not (i > 0 and toks[i - 1].text == "/" and toks[i - 1].stop == t.start)
-               and not (i + 1 < len(toks) and toks[i + 1].text == "/"
-                        and t.stop == toks[i + 1].start))
+    return [(t.start, t.stop) for i, t in enumerate(toks) if t.kind == "op" and t.text == "/"
+            and not (i > 0 and toks[i - 1].text == "/" and toks[i - 1].stop == t.start)
+            and not (i + 1 < len(toks) and toks[i + 1].text == "/"
+                     and t.stop == toks[i + 1].start)]
+
+
+def _slash_divisions(sql: str) -> int:
+    """How many ``/`` operators ``sql`` has (:func:`_slashes`)."""
+    return len(_slashes(sql))
+
+
+#: a statement whose text cryptdisk's catalog keeps as written (a view)
+_CREATE_VIEW = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?VIEW\b",
+                          re.IGNORECASE)
+
+
+def _integer_slashes(sql: str) -> str:
+    """``sql`` with each ``/`` operator as ``//``: what the server's ``/`` is
+    (integer_division), spelt so that it reads so without that setting too."""
+    out, pos = [], 0
+    for start, stop in _slashes(sql):
+        out.append(sql[pos:start])
+        out.append("//")
+        pos = stop
+    out.append(sql[pos:])
+    return "".join(out)
 
 
 _NO_TABLE = re.compile(r"no table (['\"])(.*)\1 in .* \(tables: ", re.S)
@@ -1285,6 +1307,16 @@ class _AnalyticalSession(EngineSession):
         see :class:`AnalyticalEngine`), once more with ``/`` read as DuckDB's exact
         division. DuckDB refuses the statement as it binds it, before it runs, so
         nothing ran twice."""
+        if _CREATE_VIEW.match(text) and _slashes(text):
+            # cryptdisk's catalog keeps a view's text, which the Python API reads without
+            # the server's integer_division: its / as the // the server reads (an
+            # interval's /, which has no //, as written)
+            stored = _integer_slashes(text)
+            try:
+                return self._execute(stored), stored
+            except Exception as exc:
+                if _NO_INTEGER_DIVISION not in str(exc):
+                    raise
         try:
             return self._execute(text), text
         except Exception as exc:  # (the engine's DatabaseError, of DuckDB's binder's)
