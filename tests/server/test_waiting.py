@@ -478,3 +478,22 @@ def test_a_subject_sessions_query_runs_beside_a_long_query(start_server,
             finally:
                 holder.stop()
                 reader.stop()
+
+
+def test_a_sessions_set_reaches_its_own_writes_only(start_server, analytical) -> None:
+    """A session's SET ran on the database's connection too, where every session's writes
+    run: after one session's ``SET integer_division = false``, another session's
+    ``INSERT ... SELECT 7 / 2`` wrote 3.5 (PostgreSQL's ``/``: 3). Now the SET is the
+    session's own, for its queries and its writes, and RESET undoes it."""
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b:
+        a.execute("CREATE TABLE q (who VARCHAR, v DOUBLE)")
+        a.execute("SET integer_division = false")
+        b.execute("INSERT INTO q SELECT 'b', 7 / 2")
+        a.execute("INSERT INTO q SELECT 'a', 7 / 2")
+        b.execute("INSERT INTO q SELECT 'b2', 7 / 2")  # the server's again after a's write
+        a.execute("RESET integer_division")
+        a.execute("INSERT INTO q SELECT 'a2', 7 / 2")
+        assert b.execute("SELECT who, v FROM q ORDER BY who").fetchall() == \
+            [("a", 3.5), ("a2", 3.0), ("b", 3.0), ("b2", 3.0)]
+        assert b.execute("SELECT 7 / 2").fetchone() == (3,)

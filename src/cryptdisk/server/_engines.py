@@ -949,6 +949,32 @@ def _exact_division(con: Any) -> Iterator[None]:
         con.execute(f"SET SESSION integer_division = {'true' if before == 'true' else 'false'}")
 
 
+#: ``SET [SESSION|LOCAL|GLOBAL] name`` / ``RESET [...] name``: the setting's name
+_SET_NAME = re.compile(r"\s*(?:SET|RESET)\s+(?:(?:SESSION|LOCAL|GLOBAL)\s+)?"
+                       r"(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*)", re.I)
+
+
+def _set_names(statements: list[str]) -> set[str]:
+    """The names (lower case) of the settings ``statements`` (SET and RESET) set."""
+    names = set()
+    for text in statements:
+        m = _SET_NAME.match(text)
+        if m:
+            names.add(m[1].strip('"').lower())
+    return names
+
+
+def _setting_values(con: Any, names: set[str]) -> dict[str, str | None]:
+    """DuckDB's settings ``names`` (lower case) on connection ``con``: name -> value."""
+    rows = con.execute("SELECT name, value FROM duckdb_settings() "
+                       "WHERE list_contains(?, lower(name))", [sorted(names)]).fetchall()
+    return {str(n): (None if v is None else str(v)) for n, v in rows}
+
+
+def _literal(value: str | None) -> str:
+    return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
+
+
 class _AnalyticalSession(EngineSession):
     invoker_views = True  # (a statement is checked with its views written out: _views)
 
@@ -958,6 +984,7 @@ class _AnalyticalSession(EngineSession):
         self._cancel = threading.Event()
         self._reader: Any = None  # its queries' cryptdisk.db.Reader, made at the first
         self._settings: list[str] = []  # its SET and RESET statements, in order
+        self._configuring = False  # a SET runs on its reader's cursor, alone
         self.privileges: Any = None
         self._parser: Any = None
         self.recording = False
@@ -1351,6 +1378,21 @@ class _AnalyticalSession(EngineSession):
                         return self._reader.execute(text)
                 return self._reader.execute(text)
         with self.engine.turn(self), contextlib.ExitStack() as stack:
+            words = _sqltext.first_words(text, 2) or [""]
+            if words[0] in ("SET", "RESET") and words[1:] != ["VARIABLE"]:
+                # On this session's reader's cursor (its queries run there), not on the
+                # database's connection, where every session's writes run: a write of
+                # this session has them for its run alone (_own_settings).
+                if self._reader is None:
+                    self._reader = self.engine.db.reader()
+                self._configuring = True  # (a cancel interrupts the reader: _stop)
+                try:
+                    self._reader.configure(text)
+                finally:
+                    self._configuring = False
+                self._settings.append(text)
+                return None
+            stack.enter_context(self._own_settings())
             if exact_division:  # (alone on the connection: no other statement sees it)
                 stack.enter_context(_exact_division(self.engine.db.con))
             target = self._insert_target(text)
@@ -1371,14 +1413,34 @@ class _AnalyticalSession(EngineSession):
                 # the rows it wrote, for its tag (INSERT 0 n): writes run alone in their turn
                 written = max(0, (self._row_count(target) or 0) - before)
                 result = pa.table({"count": pa.array([written], pa.int64())})
-            if (_sqltext.first_words(text, 1) or [""])[0] in ("SET", "RESET"):
-                # A connection-local setting (integer_division, search_path, ...) set on
-                # the database's connection would not reach this session's queries, which
-                # run on its reader's cursor: the session's SETs run there too.
+            if words[0] in ("SET", "RESET"):  # SET VARIABLE: for this session's queries too
                 self._settings.append(text)
                 if self._reader is not None:
                     self._reader.configure(text)
             return result
+
+    @contextlib.contextmanager
+    def _own_settings(self) -> Iterator[None]:
+        """This session's connection-local DuckDB settings (its ``SET``s, read from its
+        reader's cursor) on the database's connection meanwhile, then the server's again:
+        a statement that runs there alone (a write) computes as this session's queries
+        do, and no other session's does. Nothing to do for a session with no ``SET``."""
+        names = _set_names(self._settings)
+        if not names or self._reader is None:
+            yield
+            return
+        con = self.engine.db.con
+        ours, theirs = _setting_values(self._reader.con, names), _setting_values(con, names)
+        changed = {n: v for n, v in ours.items() if theirs.get(n) != v}
+        try:
+            for name, value in changed.items():
+                con.execute(f"SET SESSION {_quote(name)} = {_literal(value)}")
+            yield
+        finally:
+            for name in changed:
+                con.execute(f"RESET SESSION {_quote(name)}")  # (to the server's global)
+                if _setting_values(con, {name.lower()}).get(name) != theirs[name]:
+                    con.execute(f"SET SESSION {_quote(name)} = {_literal(theirs[name])}")
 
     @staticmethod
     def _insert_target(text: str) -> str | None:
@@ -1402,6 +1464,8 @@ class _AnalyticalSession(EngineSession):
                 self._reader.interrupt()
         else:
             self.engine.db.interrupt()
+            if self._configuring and self._reader is not None:
+                self._reader.interrupt()
 
     def interrupt(self) -> None:
         if self.interrupt_also is not None:
