@@ -753,7 +753,8 @@ def test_check_on_a_reader_follows_a_merge_that_removed_its_parts(tmp_path, monk
 
 def test_connect_warms_duckdb_on_the_calling_thread(tmp_path):
     """connect runs DuckDB's first JSON function itself (the first query's parse then
-    does not pay it) and starts no thread; a connect that fails leaves none either."""
+    does not pay it) and starts no thread but the scan pool's (made once a process, by
+    its first connect); a connect that fails leaves none either."""
     import threading
 
     from cryptdisk.errors import CatalogError
@@ -815,25 +816,64 @@ def test_names_and_labels_that_spell_a_lossy_type_are_not_refused(db):
     assert db.query("SELECT \"bit\", s['bit'], e, t FROM ok")[0][:3] == (1, 2, "BIT")
 
 
-def test_connect_in_a_fresh_process_starts_no_thread_and_imports_no_pandas(tmp_path):
-    """A fresh process's connect leaves it with its main thread only (no scan pool, no
-    warm-up thread), without importing pandas (most of a second)."""
+def test_connect_in_a_fresh_process_starts_the_scan_pool_only_and_imports_no_pandas(tmp_path):
+    """A fresh process's connect starts the scan pool's threads, idle, and no other thread
+    (no warm-up thread), and makes pyarrow's first allocation, so that the first query's
+    part open waits for neither; it imports no pandas (most of a second). A connect that
+    fails starts no thread; a process forked after connect starts its own pool."""
     import subprocess
     import sys
 
+    good, bad = tmp_path / "db", tmp_path / "bad"
     code = f"""
-import sys, threading
+import os, shutil, sys, threading
+import pyarrow as pa
 import cryptdisk
-db = cryptdisk.connect({str(tmp_path / 'db')!r})
-assert threading.active_count() == 1, threading.enumerate()
+from cryptdisk.db import _scan
+cryptdisk.connect({str(good)!r}).close()
+shutil.copytree({str(good)!r}, {str(bad)!r})
+shutil.copy({str(good) + ".key"!r}, {str(bad) + ".key"!r})
+raw = bytearray(open({str(bad / 'catalog')!r}, "rb").read())
+raw[-20] ^= 1
+open({str(bad / 'catalog')!r}, "wb").write(bytes(raw))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    code = f"""
+import os, sys, threading
+import pyarrow as pa
+import cryptdisk
+from cryptdisk.db import _scan
+from cryptdisk.errors import CatalogError
+def names():
+    return sorted(t.name.split("_")[0] for t in threading.enumerate())
+try:
+    cryptdisk.connect({str(bad)!r}, read_only=True)
+except CatalogError:
+    pass
+assert names() == ["MainThread"], threading.enumerate()
+assert pa.default_memory_pool().max_memory() == 0
+db = cryptdisk.connect({str(good)!r})
+want = min(_scan.scan_workers(), _scan._PRESTART)
+assert names() == ["MainThread"] + ["cryptdisk-scan"] * want, threading.enumerate()
+assert pa.default_memory_pool().max_memory() > 0
 assert "pandas" not in sys.modules
+pid = os.fork()
+if pid == 0:
+    ok = len(threading.enumerate()) == 1
+    child = cryptdisk.connect({str(good)!r}, read_only=True)
+    ok = ok and names() == ["MainThread"] + ["cryptdisk-scan"] * want
+    child.close()
+    os._exit(0 if ok else 3)
+assert os.waitpid(pid, 0)[1] == 0
 db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
 db.sql("INSERT INTO t SELECT range, range::VARCHAR FROM range(100)")
 assert db.query("SELECT s FROM t WHERE k = 42") == [("42",)]
 db.close()
 print("ok")
 """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -122,7 +122,7 @@ from ._remote import RemoteDirectory, check_published, is_url, location
 from ._rollback import PIN_FILE, default_pin_path, read_pins, rollback_error, write_pin
 from ._rotation import RotationMixin
 from ._rows import TIME_ZONE, Rows, exact_table, has_wide, query_rows
-from ._scan import OpenParts, TableScan, integer_array
+from ._scan import OpenParts, TableScan, integer_array, warm_up
 from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
 from ._simpletree import agrees, probe_text, simple_tree
@@ -443,6 +443,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                                 "newer data", self.path, self.catalog.version, evidence)
             role_prepare(self)  # its policies read and parsed before its first query
             self._read_settings()  # (once, not at the first statement that needs one)
+            warm_up()  # the scan pool's threads and pyarrow's first allocation
         except BaseException:
             con = getattr(self, "con", None)
             if con is not None:

@@ -39,7 +39,7 @@ from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
 from ._pushdown import Filter, TopN, may_match, widened
 from ._rows import TIME_ZONE
 
-__all__ = ["OpenParts", "TableScan", "scan_workers"]
+__all__ = ["OpenParts", "TableScan", "scan_workers", "warm_up"]
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -99,6 +99,17 @@ def _prestart(pool: ThreadPoolExecutor, n: int) -> None:
         return
     for _ in range(n):
         start()  # (a thread each while fewer than max_workers)
+
+
+def warm_up() -> None:
+    """Start the scan pool's threads (idle, see :func:`_prestart`) and make pyarrow's
+    memory pool's first allocation, for ``connect``: a process's first query then pays
+    neither on its critical path (its part's open waited 0.5 ms for the pool's threads
+    to start and 0.3-0.4 ms for that allocation, before any byte was read). No thread
+    runs anything: a process forked meanwhile starts its own pool (see
+    :func:`_forget_pool`)."""
+    _pool()
+    pa.allocate_buffer(1 << 16)  # (freed at once: the pool keeps its memory reserved)
 
 
 def _forget_pool() -> None:
