@@ -5,6 +5,7 @@ import hashlib
 import math
 import subprocess
 import sys
+import threading
 
 import duckdb
 import pyarrow as pa
@@ -1377,6 +1378,48 @@ def test_top_n_by_the_key_decodes_its_rows_only(db, monkeypatch):
         with cryptdisk.connect(db.path, read_only=True, cache_bytes=0) as cold:
             assert cold.query(sql) == ref.execute(sql).fetchall(), sql
         assert [c for c, _a, _b in page_reads] == ["c_int"], sql  # the key's probe only
+
+
+def test_a_cold_top_n_plans_once_its_part_opens_not_on_the_statements_thread(db,
+                                                                            monkeypatch):
+    """A cold top-N whose part is still opening (on the scan pool, while DuckDB parses the
+    statement) is planned and its first granule read on the thread that opens the part:
+    the statement goes on to DuckDB meanwhile instead of waiting for the open. A part
+    that fails to open still fails the statement with its error."""
+    from cryptdisk.db import _scan
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(5000))
+    events = []
+    prefetched = threading.Event()
+    prefetch = _scan.TableScan.prefetch
+    monkeypatch.setattr(_scan.TableScan, "prefetch", lambda self: (
+        prefetch(self), events.append("prefetch returned"), prefetched.set()))
+    open_part = _scan.open_part
+
+    def slow_open(disk, part):
+        prefetched.wait(10)  # (before the change, prefetch waited for this open: 10 s)
+        events.append("part opened")
+        return open_part(disk, part)
+
+    monkeypatch.setattr(_scan, "open_part", slow_open)
+    start = _scan._Stream.start
+    monkeypatch.setattr(_scan._Stream, "start", lambda self: (
+        events.append(("planned", threading.current_thread().name)), start(self))[1])
+    with cryptdisk.connect(db.path, read_only=True) as cold:
+        got = cold.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 3")
+    assert got == [(i, hashlib.md5(str(i).encode()).hexdigest()) for i in range(3)]
+    assert events[:3] == ["prefetch returned", "part opened",
+                          ("planned", events[2][1])], events
+    assert events[2][1].startswith("cryptdisk-scan"), events
+
+    def broken(disk, part):
+        raise CatalogError(f"part {part.path} is gone")
+
+    monkeypatch.setattr(_scan, "open_part", broken)
+    with cryptdisk.connect(db.path, read_only=True) as cold, \
+            pytest.raises(CatalogError, match="is gone"):
+        cold.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 3")
 
 
 def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,

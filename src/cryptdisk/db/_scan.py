@@ -173,6 +173,13 @@ class OpenParts:
                     self._open, part, key, self._generation, ahead=True, numbers=numbers))
         return bool(todo)
 
+    def in_flight(self, parts: list[PartMeta]) -> list[Future[OpenPart]]:
+        """The opens of ``parts`` (by :meth:`preopen`, in this process) still running."""
+        with self._lock:
+            found = [self._opening.get(p.id) for p in parts]
+        return [f[1] for f in found if f is not None and f[0] == os.getpid()
+                and not f[1].done()]
+
     def drop_key_reads(self) -> None:
         """Forget the key columns read ahead for the statement that ends."""
         with self._lock:
@@ -332,7 +339,11 @@ class TableScan:
         with self._lock:
             self._streams.append(stream)
             self._primed = stream
-        stream.start()
+        opening = self._open_parts.in_flight(self._parts) if self._top is not None else []
+        if opening:  # a top-N: planned and read once its parts open, on the opening thread
+            stream.start_after(opening)
+        else:
+            stream.start()
 
     def close(self) -> None:
         """Stop every stream still running (a LIMIT, an error)."""
@@ -1405,6 +1416,10 @@ class _Stream:
         self._todo: Iterator[tuple[OpenPart, int, Any]] | None = None  # row groups to submit
         self._started = False
         self._closed = False
+        #: set once :meth:`start_after`'s start ran (or will not), and what it raised
+        self._ready: threading.Event | None = None
+        self._start_error: BaseException | None = None
+        self._start_lock = threading.Lock()
         top = scan._top
         #: whether :meth:`_trim` may cut batches (an integer sort column)
         self._trims = top is not None and pa.types.is_integer(scan._types[top.column])
@@ -1744,6 +1759,10 @@ class _Stream:
                 return
             if scan._extremes:
                 yield from self._extremes()
+            if self._ready is not None:  # started once its parts open (start_after)
+                self._ready.wait()
+                if self._start_error is not None:
+                    raise self._start_error
             self.start()
             while True:
                 self._fill()
@@ -1761,6 +1780,32 @@ class _Stream:
             raise
         finally:
             self.close()
+
+    def start_after(self, opening: list[Future[OpenPart]]) -> None:
+        """:meth:`start` once the parts being opened (``opening``) are open, on the thread
+        that opens the last of them, not on the statement's, which goes on to DuckDB's
+        bind and plan meanwhile (a top-N waited for its part's open there, and its first
+        read for the GIL the statement then held); :meth:`batches` waits for it."""
+        self._ready = ready = threading.Event()
+        left = [len(opening)]
+        count = threading.Lock()
+
+        def go(_done: Future[OpenPart]) -> None:
+            with count:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                with self._start_lock:
+                    if not self._closed:
+                        self.start()
+            except BaseException as exc:  # (raised to DuckDB by batches)
+                self._start_error = exc
+            finally:
+                ready.set()
+
+        for fut in opening:
+            fut.add_done_callback(go)
 
     def start(self) -> None:
         """Plan the scan and set its first row groups (up to the window) reading."""
@@ -1897,9 +1942,10 @@ class _Stream:
         return groups[:take]
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._start_lock:  # (not while start_after's start runs)
+            if self._closed:
+                return
+            self._closed = True
         self._settle()
         while self._pending:  # running tasks finish (one row group each); queued ones go
             fut = self._pending.popleft()
