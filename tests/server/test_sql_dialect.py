@@ -455,7 +455,8 @@ def test_a_view_divides_outside_the_server_as_in_it(tmp_path) -> None:
     (integer_division) and cryptdisk.connect as DuckDB's exact division: the same view
     answered 3 in the server and 3.5 through the Python API (DuckDB's own catalog keeps
     ``//``). The server now stores such a view's ``/`` as ``//``; a view dividing an
-    interval, which has no ``//``, is stored as written."""
+    interval, which has no ``//``, is stored as written, and so is the view of a session
+    that SET integer_division = false (whose view divided as integers: 3, not 3.5)."""
     import warnings
 
     import cryptdisk
@@ -472,6 +473,9 @@ def test_a_view_divides_outside_the_server_as_in_it(tmp_path) -> None:
                     "'a/b' AS s FROM t", [])
         session.run("CREATE VIEW w AS SELECT interval '1 day' / 2 AS i", [])
         assert session.run("SELECT h, k, g, s FROM v", []).rows == [(3, -3, 3.5, "a/b")]
+        session.run("SET integer_division = false", [])  # DuckDB's own /: kept as written
+        session.run("CREATE VIEW x AS SELECT a / b AS e FROM t", [])
+        assert session.run("SELECT e FROM x", []).rows == [(3.5,)]
     finally:
         session.close()
         engine.close()
@@ -481,5 +485,6 @@ def test_a_view_divides_outside_the_server_as_in_it(tmp_path) -> None:
             {"h": 3, "k": -3, "g": 3.5, "s": "a/b"}]
         assert db.execute("SELECT extract(epoch FROM i) AS e FROM w").to_pylist() == [
             {"e": 43200}]
+        assert db.execute("SELECT e FROM x").to_pylist() == [{"e": 3.5}]
     finally:
         db.close()

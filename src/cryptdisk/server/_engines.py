@@ -1334,7 +1334,7 @@ class _AnalyticalSession(EngineSession):
         see :class:`AnalyticalEngine`), once more with ``/`` read as DuckDB's exact
         division. DuckDB refuses the statement as it binds it, before it runs, so
         nothing ran twice."""
-        if _CREATE_VIEW.match(text) and _slashes(text):
+        if _CREATE_VIEW.match(text) and _slashes(text) and self._divides_integers():
             # cryptdisk's catalog keeps a view's text, which the Python API reads without
             # the server's integer_division: its / as the // the server reads (an
             # interval's /, which has no //, as written)
@@ -1441,6 +1441,15 @@ class _AnalyticalSession(EngineSession):
                 con.execute(f"RESET SESSION {_quote(name)}")  # (to the server's global)
                 if _setting_values(con, {name.lower()}).get(name) != theirs[name]:
                     con.execute(f"SET SESSION {_quote(name)} = {_literal(theirs[name])}")
+
+    def _divides_integers(self) -> bool:
+        """Whether this session's ``/`` is ``//`` (the server's integer_division, unless
+        it SET that off)."""
+        if "integer_division" not in _set_names(self._settings) or self._reader is None:
+            return True
+        value = _setting_values(self._reader.con, {"integer_division"}).get(
+            "integer_division")
+        return str(value).lower() == "true"
 
     @staticmethod
     def _insert_target(text: str) -> str | None:
