@@ -1105,7 +1105,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         its scans: a ``HUGEINT`` column is a ``DECIMAL(38,0)``, a ``UUID`` one a
         ``VARCHAR``), every column nullable and without a default."""
         name = "__cd_describe_table"
-        self.con.register(name, self.arrow_schema(meta).empty_table())
+        self.con.register(name, _empty_table(self.arrow_schema(meta)))
         try:
             return self.con.sql(f"DESCRIBE SELECT * FROM {name}").to_arrow_table()
         finally:
@@ -2498,6 +2498,12 @@ def _qualified_names(sql: str) -> set[str]:
     return out
 
 
+def _empty_table(schema: pa.Schema) -> pa.Table:
+    """An empty table of ``schema`` (``Schema.empty_table`` imports pandas: most of a second
+    in a fresh process)."""
+    return pa.Table.from_batches([], schema=schema)
+
+
 def _parquet_stores(field: pa.Field) -> bool:
     """A Parquet file can hold a column of ``field``'s type (not Arrow's intervals, alone
     or inside a list, struct or map): an empty one is written to memory to find out."""
@@ -2506,7 +2512,7 @@ def _parquet_stores(field: pa.Field) -> bool:
     import pyarrow.parquet as pq
 
     try:
-        pq.write_table(pa.schema([field]).empty_table(), io.BytesIO())
+        pq.write_table(_empty_table(pa.schema([field])), io.BytesIO())
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return False
     return True
