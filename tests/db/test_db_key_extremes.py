@@ -211,7 +211,9 @@ def test_a_database_counts_no_set_until_one_runs(db):
     db.sql("INSERT INTO t VALUES (1)")
     db.query("SELECT min(k) FROM t")
     assert db._settings_untouched  # cryptdisk's statements and queries change nothing
-    db.execute("SET threads = 2")
+    db.execute("SET threads = 2")  # changes no column's name nor min/max
+    assert db._settings_untouched
+    db.execute("SET preserve_identifier_case = false")
     assert not db._settings_untouched
     assert isinstance(db, Database)
 

@@ -362,6 +362,47 @@ def test_integer_division_leaves_the_databases_fast_paths_on(analytical) -> None
     assert db._settings_untouched
 
 
+def test_a_sessions_set_leaves_the_fast_paths_on_where_it_cannot_change_them(analytical
+                                                                            ) -> None:
+    """A session's SET (any setting) went through Database.execute or Reader.configure,
+    which turned off count(DISTINCT) outside DuckDB and min/max of the sort key from the
+    catalog for every later query of every session. Now a SET of a setting that cannot
+    change their answer (integer_division) leaves them on, and one that can
+    (preserve_identifier_case) turns them off for its own session only."""
+    import pyarrow as pa
+
+    from cryptdisk.db._distinct import DistinctCount
+
+    db = analytical.db
+    db.execute("CREATE TABLE fd (k BIGINT, s VARCHAR) ORDER BY k")
+    db.execute("INSERT INTO fd VALUES (1, 'a'), (2, 'b')")
+    a, b = analytical.open_session(), analytical.open_session()
+    try:
+        a.run("SET integer_division = false", [])
+        assert a.run("SELECT 7 / 2", []).rows == [(3.5,)]
+        b.run("SET preserve_identifier_case = false", [])
+        assert b.run("SELECT max(k) AS MaxK FROM fd", []).columns[0][0] == "maxk"
+        assert a.run("SELECT max(k) AS MaxK FROM fd", []).columns[0][0] == "MaxK"
+        assert a.run("SELECT min(k), max(k) FROM fd", []).rows == [(1, 2)]
+        assert a._reader.last_scans["fd"]["parts_from_index"] == 1  # from the catalog
+        assert b.run("SELECT count(DISTINCT s) AS N FROM fd", []).rows == [(2,)]
+        # answered from the catalog the first time (DuckDB names the columns as written)
+        extremes = "SELECT min(k) AS Lo, max(k) AS Hi FROM fd"
+        assert isinstance(a._reader._prepare(extremes), pa.Table)
+        assert not isinstance(b._reader._prepare(extremes), pa.Table)
+        if DistinctCount.available():
+            assert isinstance(db._prepare("SELECT count(DISTINCT s) FROM fd"), DistinctCount)
+            assert isinstance(a._reader._prepare("SELECT count(DISTINCT s) FROM fd"),
+                              DistinctCount)
+            assert not isinstance(b._reader._prepare("SELECT count(DISTINCT s) FROM fd"),
+                                  DistinctCount)
+        assert db._names_certain() and a._reader._names_certain()
+        assert not b._reader._names_certain()
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_zero_divisor_is_22012(start_server, analytical) -> None:
     """A division by zero of any type fails with 22012 ``division by zero`` in
     PostgreSQL; the analytical engine answered infinity for ``1 / 0``, and DuckDB's own

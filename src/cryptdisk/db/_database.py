@@ -961,6 +961,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             self._trees.popitem(last=False)
         return tree
 
+    def _names_certain(self) -> bool:
+        """Whether no statement that may change how DuckDB names a result's columns or
+        which table a name reads ran here (see :attr:`_settings_untouched`): a reader
+        asks its own cursor's and the database's."""
+        return self._settings_untouched
+
     def _session_changed(self) -> None:
         """Forget the parse trees and settings read from DuckDB (a statement that is not a
         SELECT may have changed them)."""
@@ -1052,7 +1058,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             if len(used) == 1 and not pushed and prepared is None:
                 (only,) = used
                 counted = count_star_only(tree, only, len(self.catalog.tables[only].columns))
-                if counted is not None and not self._settings_untouched \
+                if counted is not None and not self._names_certain() \
                         and any(n != "count_star()" for n in counted):
                     counted = None  # an alias: DuckDB may fold its case (a SET ran)
                 if counted is not None:  # the catalog's row counts answer: no part is read,
@@ -1191,7 +1197,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             return None
         ident = (sql, name, tuple(tuple(c) for c in meta.columns), meta.order_by)
         schema = self._extreme_schemas.get(ident)
-        if schema is None and self._settings_untouched:
+        if schema is None and self._names_certain():
             names = key_extremes_names(tree)
             if names is not None and len(names) == len(items):
                 typ = columns.field(key).type
@@ -1223,7 +1229,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         made now, is read when :meth:`_run_duckdb_once` runs it (outside a reader's hold
         of the database). None (DuckDB counts) without the C set, while a statement may
         have changed how DuckDB names columns, or, for text, under a collation."""
-        if not self._settings_untouched or not DistinctCount.available():
+        if not self._names_certain() or not DistinctCount.available():
             return None
         meta = self.catalog.tables[name]
         schema = self.arrow_schema(meta)
@@ -1501,7 +1507,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     if not isinstance(shown, str):
                         return shown
                     sql = shown
-                if word not in _QUERIES:
+                if word not in _QUERIES and not _harmless_set(sql):
                     self._session_changed()
                 block = _block_change(sql)
                 if block is None:
@@ -1848,7 +1854,7 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_handles", "last_scans", "_prepared_queries",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
-                         "_closed", "_settings"})
+                         "_closed", "_settings", "_settings_untouched"})
 
 
 class Reader:
@@ -1923,6 +1929,9 @@ class Reader:
         self._extreme_schemas: collections.OrderedDict[Any, pa.Schema] = \
             collections.OrderedDict()
         self._settings: tuple[Any, ...] = ()  # see Database._setting
+        #: whether no SET that may change names ran on this reader's cursor (see
+        #: Database._names_certain; the database's own flag counts too)
+        self._settings_untouched = True
         self._closed = False
 
     def __getattr__(self, name: str) -> Any:
@@ -2053,18 +2062,43 @@ class Reader:
     def configure(self, statement: str) -> None:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
         local to a connection (``integer_division``, ``search_path``) set with
-        :meth:`Database.execute` applies to the database's connection only."""
+        :meth:`Database.execute` applies to the database's connection only. A setting that
+        may change how columns are named or which table a name reads turns off the fast
+        paths relying on those (count(DISTINCT) outside DuckDB, min/max of the sort key
+        from the catalog) for this reader, or for every connection if it is global."""
         parts = _sql.split_statements(statement)
         if len(parts) != 1 or _sql.first_word(parts[0].lstrip()) not in ("SET", "RESET"):
             raise DatabaseError("Reader.configure runs one SET or RESET statement")
         if self._closed:
             raise DatabaseError("this reader is closed")
         self._db._check_open()
-        self._settings_untouched = False  # (the database's: readers share its flag)
+        harmless = _harmless_set(parts[0])
+        if not harmless:  # (before it runs: a failed SET may have changed it too)
+            self._settings_untouched = False
+            self._extreme_schemas.clear()
         try:
             self.con.execute(parts[0])
         except duckdb.Error as exc:
             raise DatabaseError(str(exc)) from None
+        finally:
+            if not harmless and not self._own_setting(parts[0]):
+                self._db._session_changed()  # a global setting: every connection's
+
+    def _names_certain(self) -> bool:
+        return self._settings_untouched and self._db._settings_untouched
+
+    def _own_setting(self, statement: str) -> bool:
+        """Whether SET ``statement`` (run) changed this reader's cursor's setting only:
+        not GLOBAL, and a setting DuckDB keeps for each connection."""
+        m = _SET_NAME.match(statement)
+        if m is None or m[1] or m[2].upper() in ("ALL", "VARIABLE"):
+            return False
+        name = m[2].strip('"').lower()
+        with contextlib.suppress(duckdb.Error):
+            rows = self.con.execute("SELECT scope FROM duckdb_settings() "
+                                    "WHERE lower(name) = ?", [name]).fetchall()
+            return bool(rows) and rows[0][0] == "LOCAL"
+        return False
 
     def interrupt(self) -> None:
         """Stop the query this reader is running (DuckDB's interrupt of its cursor, or a
@@ -2393,6 +2427,25 @@ def _statement_words(st: _sql.Statement) -> str:
 #: The DuckDB settings a statement's reads depend on (see Database._setting).
 _SETTINGS = ("default_order", "default_null_order", "default_collation",
              "preserve_insertion_order")
+#: ``SET [SESSION|LOCAL|GLOBAL] name`` / ``RESET [...] name``: its scope, the name
+_SET_NAME = re.compile(r"\s*(?:SET|RESET)\s+(?:(GLOBAL)\s+|(?:SESSION|LOCAL)\s+)?"
+                       r"(\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_]*)", re.I)
+#: DuckDB settings that change neither how a result's columns are named nor which table
+#: a name reads, nor what count(*), count(DISTINCT) and min/max of a column answer: a SET
+#: of one leaves the fast paths that rely on those on (see Database._names_certain;
+#: count(DISTINCT) reads the collation, threads and memory limit it runs with itself).
+_HARMLESS_SETTINGS = frozenset({
+    "integer_division", "timezone", "calendar", "threads", "worker_threads",
+    "memory_limit", "max_memory", "default_order", "default_null_order",
+    "preserve_insertion_order", "enable_progress_bar", "default_collation"})
+
+
+def _harmless_set(statement: str) -> bool:
+    """Whether ``statement`` is a SET or RESET of one of :data:`_HARMLESS_SETTINGS`."""
+    m = _SET_NAME.match(statement)
+    return m is not None and m[2].strip('"').lower() in _HARMLESS_SETTINGS
+
+
 #: Parse trees kept (see Database._parse_tree).
 _TREES = 64
 #: The first words of statements that only read (see Database._session_changed).
