@@ -938,12 +938,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         """DuckDB's parse tree of the SELECT ``sql`` (see :func:`._columns.parse_tree`),
         from the recent statements' when ``sql`` is one of them; with ``written``, of a
         simple statement the tree :func:`._simpletree.simple_tree` writes out, with no
-        statement of DuckDB's.
-
-        Not ``written`` while a part of the statement opens on the scan pool: DuckDB's
-        parse, which holds no GIL, then runs beside the open, which the statement waits
-        for anyway, where the Python analysis of a written tree would delay its start
-        (cold point queries 1.08x the wall, paired)."""
+        statement of DuckDB's (also while the statement's part opens on the scan pool: the
+        pool's threads started in connect, the open ends before DuckDB's parse would, and
+        a cold ``ORDER BY key LIMIT 10`` took 0.8x the wall)."""
         if written:  # (the builder was checked in connect: see _parser_connection)
             simple = simple_tree(sql)
             if simple is not None:
@@ -1016,13 +1013,12 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         used = referenced_tables(sql, names)
         if used:
             words = unquoted_words(sql)
-            opening = False  # (a part opening: DuckDB parses meanwhile, see _parse_tree)
             for t in used:  # see _PREOPEN_PARTS
                 meta = self.catalog.tables[t]
                 parts, numbers = _to_preopen(meta, sql, words)
                 if parts:
-                    opening = self._open_parts.preopen(parts, meta.key, numbers) or opening
-            tree = self._parse_tree(sql, not opening) if prepared is None \
+                    self._open_parts.preopen(parts, meta.key, numbers)
+            tree = self._parse_tree(sql) if prepared is None \
                 else self._prepared_tree(*prepared)
             share_walks(tree)  # the analyses below walk it once
             wrong = schema_qualified_tables(tree, names) if tree is not None else []
