@@ -3,6 +3,7 @@
 import collections
 import hashlib
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -1422,6 +1423,33 @@ def test_a_cold_top_n_plans_once_its_part_opens_not_on_the_statements_thread(db,
         cold.query("SELECT c_int, c_str FROM t ORDER BY c_int LIMIT 3")
 
 
+def test_a_scan_thread_opens_a_part_itself_rather_than_wait_for_one_queued(db):
+    """On a scan pool thread, OpenParts.get does not wait for an open still queued or
+    running on the pool (a top-N's start runs there: with both pool threads waiting so,
+    no thread would be left to run the opens); it opens the part itself. Elsewhere it
+    waits for the open in flight."""
+    from concurrent.futures import Future
+
+    from cryptdisk.db import _scan
+
+    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    db.sql("INSERT INTO t " + gen(100))
+    part = db.catalog.tables["t"].parts[0]
+    parts = _scan.OpenParts(lambda: db.config)
+    never: Future = Future()  # an open queued behind the waiting threads: never runs
+    parts._opening[part.id] = (os.getpid(), never)
+    op = _scan._pool().submit(parts.get, part).result(timeout=60)
+    assert op.part == part
+    waiting = threading.Thread(target=parts.get, args=(part,), daemon=True)
+    parts._items.clear()
+    waiting.start()
+    waiting.join(1)
+    assert waiting.is_alive()  # (off the pool it waits for the open in flight)
+    never.set_result(op)
+    waiting.join(60)
+    assert not waiting.is_alive()
+
+
 def test_repeated_statements_reuse_the_parse_tree_until_a_setting_may_change(db,
                                                                            monkeypatch):
     """A repeated SELECT is parsed for cryptdisk once; a statement not a query forgets
@@ -1657,3 +1685,20 @@ def test_a_cached_column_read_back_as_another_type_is_cast(db, sql):
                                   "AS k, 1 AS i) t")).fetchall()
     for _ in range(3):  # cold, a second read (kept), from the cache
         assert db.query(sql) == want
+
+
+def test_a_descending_top_n_keeps_every_value_until_it_has_its_limit():
+    """A descending top-N that has seen fewer values than its limit keeps them all (a
+    negative slice start dropped the smallest ones, loosening its threshold)."""
+    from cryptdisk.db import _scan
+    from cryptdisk.db._pushdown import TopN
+
+    stream = _scan._Stream.__new__(_scan._Stream)
+    stream._best, stream._threshold = None, None
+    top = TopN("k", descending=True, limit=10)
+    stream._see(pa.record_batch({"k": pa.array(list(range(8)), pa.int64())}), top)
+    assert sorted(stream._best) == list(range(8))
+    assert stream._threshold is None
+    stream._see(pa.record_batch({"k": pa.array([20, 30, 40], pa.int64())}), top)
+    assert sorted(stream._best) == [1, 2, 3, 4, 5, 6, 7, 20, 30, 40]
+    assert stream._threshold == 1

@@ -112,6 +112,14 @@ def warm_up() -> None:
     pa.allocate_buffer(1 << 16)  # (freed at once: the pool keeps its memory reserved)
 
 
+def _on_pool_thread() -> bool:
+    """Whether this thread is one of the scan pool's: it must not wait for an open queued
+    on the pool (a top-N's start runs on the thread that opened its parts, see
+    ``_Stream.start_after``; with every pool thread so waiting, nothing would run the
+    queued opens), so :meth:`OpenParts.get` opens the part itself there."""
+    return threading.current_thread().name.startswith("cryptdisk-scan")
+
+
 def _forget_pool() -> None:
     global _POOL, _POOL_LOCK
     _POOL, _POOL_LOCK = None, threading.Lock()
@@ -146,7 +154,8 @@ class OpenParts:
                 self._items.move_to_end(part.id)
                 return op
             opening = self._opening.get(part.id)
-        if opening is not None and opening[0] == os.getpid():
+        if opening is not None and opening[0] == os.getpid() and (
+                opening[1].done() or not _on_pool_thread()):
             try:
                 op = opening[1].result()
             except Exception:  # opened again below, which raises the error
@@ -1650,7 +1659,7 @@ class _Stream:
         if few is not None:  # (a top-N's rows: Python ints, see _few_integers)
             k = top.limit
             best = sorted(few if self._best is None else self._best + few)
-            best = best[len(best) - k:] if top.descending else best[:k]
+            best = best[max(0, len(best) - k):] if top.descending else best[:k]
             self._best = best
             if len(best) >= k:
                 self._threshold = best[0] if top.descending else best[-1]
