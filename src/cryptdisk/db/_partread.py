@@ -260,6 +260,8 @@ _ARENA_KEEP = _ARENA_MIN + (-_ARENA_MIN % (1 << 21))
 #: Blocks of a read start this far apart in the arena (see ``OpenPart._blocks``).
 _ARENA_ALIGN = 4096
 _COMPRESSED = {"LZ4", "LZ4_RAW", "SNAPPY", "ZSTD", "GZIP", "BROTLI"}
+
+
 def _direct_table(arrays: list[list[pa.Array]], fields: list[pa.Field]) -> pa.Table:
     """The table of :meth:`OpenPart._read_direct`: each column's arrays as its chunks (a
     column of one array: that array, with no ``pa.chunked_array`` around it)."""

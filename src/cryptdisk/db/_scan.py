@@ -43,6 +43,8 @@ __all__ = ["OpenParts", "TableScan", "scan_workers", "warm_up"]
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+#: The scan pool's threads' names start so (see :func:`_on_pool_thread`).
+_THREAD_NAME = "cryptdisk-scan"
 _NULL_BATCH = 1 << 20
 #: A scan task reads consecutive row groups of a part while their column chunks add up
 #: to at most this (see ``_Stream._run``), and at most ``RUN_GROUPS`` of them.
@@ -76,7 +78,7 @@ def _pool() -> ThreadPoolExecutor:
     with _POOL_LOCK:
         if _POOL is None:
             pool = ThreadPoolExecutor(max_workers=scan_workers(),
-                                      thread_name_prefix="cryptdisk-scan")
+                                      thread_name_prefix=_THREAD_NAME)
             _prestart(pool, min(scan_workers(), _PRESTART))
             _POOL = pool
         return _POOL
@@ -117,7 +119,7 @@ def _on_pool_thread() -> bool:
     on the pool (a top-N's start runs on the thread that opened its parts, see
     ``_Stream.start_after``; with every pool thread so waiting, nothing would run the
     queued opens), so :meth:`OpenParts.get` opens the part itself there."""
-    return threading.current_thread().name.startswith("cryptdisk-scan")
+    return threading.current_thread().name.startswith(_THREAD_NAME)
 
 
 def _forget_pool() -> None:
