@@ -1,6 +1,7 @@
 """VARCHAR column chunks whose strings all have one length (hashes, UUIDs, codes), read
-whole by a scan: decrypted (or read) into the arena and decoded in one strided copy per
-chunk, without pyarrow's Parquet reader; anything else goes through pyarrow as before."""
+whole by a scan: decrypted (or read) into the arena and their strings copied once into the
+array (in C, ``_csort.one_width_into``, or through NumPy's strided view where it is not
+built), without pyarrow's Parquet reader; anything else goes through pyarrow as before."""
 
 import duckdb
 import pyarrow as pa
@@ -15,6 +16,10 @@ from cryptdisk.db import _parts as writer
 from cryptdisk.errors import AuthenticationError
 
 from .dbhelpers import flip_segment_byte
+
+#: as tests/db/test_db_granule.py: the C extension is optional (setup.py says why)
+needs_c = pytest.mark.skipif(_granule._ONE_WIDTH_INTO is None,
+                             reason="cryptdisk.db._csort is not built or has no one_width_into")
 
 #: (name, SQL of the VARCHAR column from i) of one length each: ASCII hashes, two-byte
 #: characters, empty strings, long strings
@@ -171,10 +176,15 @@ def test_pages_that_do_not_tile_the_chunk_are_refused(db, monkeypatch):
         assert got is None or len(got) == len(want)
 
 
-def test_one_width_text_that_is_not_utf8_is_not_decoded_here():
+@pytest.mark.parametrize("in_c", [True, False])
+def test_one_width_text_that_is_not_utf8_is_not_decoded_here(monkeypatch, in_c):
     """The text is checked: ASCII at once, anything else value by value; a chunk of
-    binary values of one width read as VARCHAR gives None (pyarrow's reader judges it)."""
+    binary values of one width read as VARCHAR gives None (pyarrow's reader judges it).
+    In C (``in_c``, where built) and through NumPy alike."""
     import io
+
+    if not in_c:
+        monkeypatch.setattr(_granule, "_ONE_WIDTH_INTO", None)
 
     import pyarrow.parquet as pq
 
@@ -219,7 +229,8 @@ def _tables(draw):
     nulls = draw(st.booleans())
     value = st.one_of(st.none(), one) if nulls else one
     inserts = draw(st.lists(st.lists(value, max_size=70), min_size=1, max_size=3))
-    return inserts, draw(st.sampled_from(["default", "plain"])), draw(st.booleans())
+    return (inserts, draw(st.sampled_from(["default", "plain"])), draw(st.booleans()),
+            draw(st.booleans()))
 
 
 @_SETTINGS
@@ -229,8 +240,11 @@ def test_one_width_strings_answer_as_duckdb(tmp_path_factory, monkeypatch, table
     characters, empty, up to 40 characters; NULLs or not; several inserts, so several
     parts; row groups of 16 rows in pages of 4; encrypted or plain; cache on or off):
     GROUP BY, ORDER BY, count, min, max, filters and LIMIT answer as DuckDB does over the
-    same rows, cold and warm."""
-    inserts, policy, cache = table
+    same rows, cold and warm; the strings copied in C or, as where the extension is not
+    built, through NumPy."""
+    inserts, policy, cache, in_c = table
+    if not in_c:
+        monkeypatch.setattr(_granule, "_ONE_WIDTH_INTO", None)
     monkeypatch.setattr(writer, "GRANULE_ROWS", 4)
     monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 16)
     _as_values(monkeypatch)
@@ -267,3 +281,61 @@ def test_one_width_strings_answer_as_duckdb(tmp_path_factory, monkeypatch, table
                 assert db.query(q) == ref.execute(q).fetchall(), q
     ref.close()
     assert direct or k == 0
+
+
+@needs_c
+@pytest.mark.parametrize("width", [0, 1, 9, 16, 31, 32, 33, 40, 64, 100])
+def test_the_c_copy_checks_every_length_and_tells_ascii(width):
+    """``one_width_into`` (the widths it copies word by word and any other): the values'
+    bytes packed at ``at``, nothing else written; a length that differs anywhere (first,
+    middle, last value) gives None; a byte >= 0x80 anywhere makes it say not ASCII; sizes
+    that do not add up are a ValueError, never a read or write past a buffer."""
+    copy = _granule._ONE_WIDTH_INTO
+    rows = [bytes((65 + (i * 7 + k) % 26) for k in range(width)) for i in range(37)]
+    values = b"".join(len(v).to_bytes(4, "little") + v for v in rows)
+    out = bytearray(b"\xee" * (3 + 37 * width + 5))
+    assert copy(values, 37, width, out, 3) is True
+    assert out[:3] == b"\xee" * 3 and out[3 + 37 * width :] == b"\xee" * 5
+    assert bytes(out[3 : 3 + 37 * width]) == b"".join(rows)
+    for i in (0, 18, 36):
+        at = i * (4 + width)
+        other = values[:at] + (width + 1).to_bytes(4, "little") + values[at + 4 :]
+        assert copy(other, 37, width, bytearray(len(out)), 3) is None
+    if width:
+        for i in (0, 18, 36):
+            at = i * (4 + width) + 4 + width - 1
+            high = values[:at] + b"\xc3" + values[at + 1 :]
+            assert copy(high, 37, width, bytearray(len(out)), 3) is False
+    with pytest.raises(ValueError, match="not count values"):
+        copy(values + b"x", 37, width, out, 3)
+    with pytest.raises(ValueError, match="not count values"):
+        copy(values, 36, width, out, 3)
+    with pytest.raises(ValueError, match="not count values"):
+        copy(values, 37, -1, out, 3)
+    if width:
+        with pytest.raises(ValueError, match="no room"):
+            copy(values, 37, width, out, 9)
+    with pytest.raises(ValueError, match="no room"):
+        copy(values, 37, width, out, len(out) + 1)
+    with pytest.raises(TypeError):
+        copy(values, 37, width, bytes(len(out)), 3)  # (not writable)
+
+
+@needs_c
+@pytest.mark.parametrize("policy", ["default", "plain"])
+def test_the_scan_copies_one_width_strings_in_c(db, monkeypatch, policy):
+    """A scan of hashes copies their strings in C (a call per page holding values), and answers
+    as DuckDB over the same rows, with NULLs and empty strings in other parts."""
+    _part, _disk, select = _table(db, monkeypatch, _ONE_WIDTH["md5"], policy, nulls=True)
+    db.sql("INSERT INTO t SELECT i::BIGINT, CASE WHEN i % 3 = 0 THEN NULL ELSE '' END "
+           "FROM range(50000, 50100) r(i)")
+    calls = []
+    real = _granule._ONE_WIDTH_INTO
+    monkeypatch.setattr(_granule, "_ONE_WIDTH_INTO", lambda *a: calls.append(a[2]) or real(*a))
+    db.cache.clear()
+    sql = "SELECT substr(c_str, 1, 2) AS p, count(*), count(c_str) FROM t GROUP BY p ORDER BY p"
+    want = db.con.sql(sql.replace("FROM t", f"FROM ({select} UNION ALL SELECT i::BIGINT, "
+                                  "CASE WHEN i % 3 = 0 THEN NULL ELSE '' END FROM "
+                                  "range(50000, 50100) r(i)) s(c_int, c_str)")).fetchall()
+    assert db.query(sql) == want
+    assert calls and set(calls) == {32}

@@ -63,6 +63,10 @@ try:  # PLAIN BYTE_ARRAY pages decoded in C (csrc/cryptdisk_db/csort.c), no type
         f"{__package__}._csort").byte_array_page
 except (ImportError, AttributeError):  # pragma: no cover - not built: one-width strings only
     _BYTE_ARRAY_PAGE = None
+try:  # a page's strings of one length copied into an array's data, in C (no type stubs)
+    _ONE_WIDTH_INTO: Any = importlib.import_module(f"{__package__}._csort").one_width_into
+except (ImportError, AttributeError):  # pragma: no cover - not built (or built before it)
+    _ONE_WIDTH_INTO = None
 _DATA_PAGE, _DATA_PAGE_V2 = 0, 3
 
 
@@ -936,21 +940,34 @@ def decode_one_width_chunk(chunk: Any, base: int, pages: list[PageSpan], typ: pa
     # pyarrow's pool, not NumPy's: memory a batch DuckDB has done with frees is the next
     # chunk's, where a fresh mapping of each chunk's strings cost page faults and zeroing
     buf = pa.allocate_buffer(present_all * width)
-    data = np.frombuffer(buf, np.uint8) if width else np.zeros(0, np.uint8)
-    record = np.dtype([("n", "<u4"), ("v", f"V{width}")]) if width else None
-    done = 0
-    for values, _rows, present, _defined in found:
-        if not present:
-            continue
-        if record is None:
-            if not (np.frombuffer(values, "<u4", present) == 0).all():
+    if _ONE_WIDTH_INTO is not None and width:
+        ascii_only = True
+        done = 0
+        for values, _rows, present, _defined in found:
+            if present:  # (each length checked, the bytes copied, without the GIL)
+                got = _ONE_WIDTH_INTO(values, present, width, buf, done * width)
+                if got is None:
+                    return None
+                ascii_only = ascii_only and got
+                done += present
+        data = None
+    else:
+        data = np.frombuffer(buf, np.uint8) if width else np.zeros(0, np.uint8)
+        record = np.dtype([("n", "<u4"), ("v", f"V{width}")]) if width else None
+        done = 0
+        for values, _rows, present, _defined in found:
+            if not present:
+                continue
+            if record is None:
+                if not (np.frombuffer(values, "<u4", present) == 0).all():
+                    return None
+                continue
+            table = np.frombuffer(values, record, present)
+            if not (table["n"] == width).all():
                 return None
-            continue
-        table = np.frombuffer(values, record, present)
-        if not (table["n"] == width).all():
-            return None
-        data[done * width : (done + present) * width].view(f"V{width}")[:] = table["v"]
-        done += present
+            data[done * width : (done + present) * width].view(f"V{width}")[:] = table["v"]
+            done += present
+        ascii_only = not len(data) or int(data.max()) < 0x80
     nulls = rows_all - present_all
     validity = None
     if not nulls:
@@ -963,8 +980,9 @@ def decode_one_width_chunk(chunk: Any, base: int, pages: list[PageSpan], typ: pa
         offsets = pa.py_buffer(offsets)
         validity = pa.py_buffer(np.packbits(defined_all, bitorder="little"))
     arr = pa.Array.from_buffers(typ, rows_all, [validity, offsets,
-                                                buf if width else pa.py_buffer(data)], nulls)
-    if text and len(data) and data.max() >= 0x80:  # not all ASCII: each value must be UTF-8
+                                                buf if data is None or width
+                                                else pa.py_buffer(data)], nulls)
+    if text and not ascii_only:  # not all ASCII: each value must be UTF-8
         try:
             arr.validate(full=True)
         except pa.ArrowInvalid:
