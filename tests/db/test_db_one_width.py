@@ -339,3 +339,30 @@ def test_the_scan_copies_one_width_strings_in_c(db, monkeypatch, policy):
                                   "range(50000, 50100) r(i)) s(c_int, c_str)")).fetchall()
     assert db.query(sql) == want
     assert calls and set(calls) == {32}
+
+
+@needs_c
+@settings(max_examples=300, deadline=None, database=None)
+@given(width=st.integers(0, 80), data=st.data())
+def test_the_c_copy_equals_a_plain_reading_of_the_values(width, data):
+    """Random values of one width (any bytes), at a random place in the output, sometimes
+    one length changed: the C copy gives None exactly when a length is not ``width``, and
+    otherwise the values' bytes packed in place, and says ASCII exactly when no byte of
+    them is >= 0x80; the bytes around them are untouched."""
+    count = data.draw(st.integers(0, 40))
+    rows = [data.draw(st.binary(min_size=width, max_size=width)) for _ in range(count)]
+    lengths = [width] * count
+    if count and data.draw(st.booleans()):
+        lengths[data.draw(st.integers(0, count - 1))] = data.draw(
+            st.integers(0, 2**32 - 1).filter(lambda n: n != width))
+    values = b"".join(n.to_bytes(4, "little") + v for n, v in zip(lengths, rows, strict=True))
+    at = data.draw(st.integers(0, 16))
+    out = bytearray(b"\x5a" * (at + count * width + 7))
+    got = _granule._ONE_WIDTH_INTO(values, count, width, out, at)
+    if any(n != width for n in lengths):
+        assert got is None
+        return
+    packed = b"".join(rows)
+    assert got is all(b < 0x80 for b in packed)
+    assert bytes(out[at : at + len(packed)]) == packed
+    assert out[:at] == b"\x5a" * at and out[at + len(packed) :] == b"\x5a" * 7
