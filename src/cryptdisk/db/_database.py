@@ -127,6 +127,7 @@ from ._schema import SchemaMixin
 from ._sigint import StatementLock, interruptible, kept_signals
 from ._simpletree import agrees, probe_text, simple_tree
 from ._storage import resolve_config
+from ._stream import STREAM_BATCH_ROWS, Stream, check_batch_rows
 from ._system import system_tables
 from ._viewdefs import ViewMixin
 from ._views import parse_view_statement
@@ -347,6 +348,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 raise
         self._mutex = StatementLock()  # (see ._sigint: a statement's signals)
         self._readers_running = 0  # queries Reader objects are running (see reader())
+        #: the open streams of this database and its readers (see stream), closed by close
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         self._doomed_parts: list[Any] = []  # deleted when the last of them ends
         self._registered: set[str] = set()  # temporary views (see _bind_exposed)
         self._exposed: dict[str, Any] = {}  # what the statement reads, by table name
@@ -533,6 +536,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
     def close(self) -> None:
         """Release the write lock and the cached plaintext."""
         with self._mutex:
+            for stream in list(self._streams):  # (their parts, their cursors)
+                stream.close()
             self._closed = True
             self.cache.clear()
             self._open_parts.clear()
@@ -1413,26 +1418,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     raise out_of_memory("the query", exc, "raise memory_limit (SET "
                                         "memory_limit = '8GB') or query fewer rows") from None
                 except duckdb.Error as exc:
-                    cause = self._scan_error()
-                    if cause is not None:
-                        raise cause from None
-                    missing = _missing_table(exc, sql, self.path, self.catalog.tables,
-                                             self.catalog.views)
-                    if missing is not None:
-                        raise missing from None
-                    message = _unprefixed(str(exc)) if self._handles else str(exc)
-                    for text, written in self._described_texts.items():
-                        message = message.replace(text, written)
-                    if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
-                        message = quiet_error(message)
-                    unread = _sql.cryptdisk_read_error(None, message)
-                    if unread is not None:
-                        raise unread from None
-                    copy_to = _copy_to_words(sql)
-                    if copy_to is not None:  # (DuckDB's IO Error names no statement)
-                        raise DatabaseError(f"{copy_to[0]}: {message}",
-                                            hint=copy_to[1]) from None
-                    raise DatabaseError(message) from None
+                    raise self._query_error(exc, sql) from None
                 except RuntimeError as exc:  # (a Ctrl-C)
                     raise ctrl_c(exc) from None
                 finally:
@@ -1448,6 +1434,31 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 self._reload_own_keys()
                 self._stamp = None
         return None  # pragma: no cover
+
+    def _query_error(self, exc: Exception, sql: str) -> BaseException:
+        """The error to raise for DuckDB's error ``exc`` running statement ``sql``: the
+        one a scan raised inside it (DuckDB reports it only as text), a missing table's,
+        or a :class:`DatabaseError` of DuckDB's message (the statement's own text)."""
+        cause = self._scan_error()
+        if cause is not None:
+            return cause
+        if isinstance(exc, duckdb.Error):
+            missing = _missing_table(exc, sql, self.path, self.catalog.tables,
+                                     self.catalog.views)
+            if missing is not None:
+                return missing
+        message = _unprefixed(str(exc)) if self._handles else str(exc)
+        for text, written in self._described_texts.items():
+            message = message.replace(text, written)
+        if role_rewrites(self):  # (DuckDB quotes the role's rewritten text)
+            message = quiet_error(message)
+        unread = _sql.cryptdisk_read_error(None, message)
+        if unread is not None:
+            return unread
+        copy_to = _copy_to_words(sql)
+        if copy_to is not None:  # (DuckDB's IO Error names no statement)
+            return DatabaseError(f"{copy_to[0]}: {message}", hint=copy_to[1])
+        return DatabaseError(message)
 
     def sql(self, sql: str, parameters: Any = None) -> pa.Table | None:
         """Run one or more statements; returns the last result as an Arrow table (or None).
@@ -1652,6 +1663,29 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     self._rows_wanted = False
             return query_rows(self.con, result)
 
+    def stream(self, sql: str, parameters: Any = None, *,
+               batch_rows: int = STREAM_BATCH_ROWS) -> Stream:
+        """Run one query (with ``parameters`` as :meth:`execute` takes them) and hand its
+        rows over as they are computed: a :class:`~cryptdisk.db.Stream` of Arrow batches
+        of up to ``batch_rows`` rows, read like a ``pyarrow.RecordBatchReader``.
+
+        The query runs on a DuckDB cursor of its own, as a :class:`Reader`'s does: this
+        connection and its readers go on running statements while the stream is open.
+        It reads the tables as the catalog was when it started (whole inserts only); the
+        parts it started from stay on disk until it is closed, whatever commits
+        meanwhile. Close it (``with db.stream(sql) as s:``) to release them early; it
+        closes itself after its last batch and on an error."""
+        if not isinstance(sql, str):
+            raise TypeError(f"Database.stream takes SQL text (str), not {type(sql).__name__}")
+        check_batch_rows(batch_rows)
+        self._check_open()
+        reader = Reader(self)
+        try:
+            return reader._stream(sql, parameters, batch_rows, "Database.stream", owned=True)
+        except BaseException:
+            reader.close()
+            raise
+
     def _fetch(self, statement: str) -> Rows | None:
         """One statement's result as its columns' names and the Python values DuckDB's
         ``fetchall`` gives (as :meth:`query`), None for a statement without one: what
@@ -1850,7 +1884,7 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_handles", "last_scans", "_prepared_queries",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
-                         "_closed", "_settings", "_settings_untouched"})
+                         "_closed", "_settings", "_settings_untouched", "_streaming"})
 
 
 class Reader:
@@ -1885,6 +1919,7 @@ class Reader:
     _read_description = Database._read_description
     _bind_exposed = Database._bind_exposed
     _scan_error = Database._scan_error
+    _query_error = Database._query_error
     _key_extremes = Database._key_extremes
     _count_distinct = Database._count_distinct
     _push = Database._push
@@ -1929,6 +1964,7 @@ class Reader:
         #: Database._names_certain; the database's own flag counts too)
         self._settings_untouched = True
         self._closed = False
+        self._streaming: weakref.ref[Stream] | None = None  # its open stream (see stream)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)  # the database's own state and methods
@@ -1990,8 +2026,7 @@ class Reader:
                                 "SHOW, SUMMARIZE and EXPLAIN of a query; PREPARE, EXECUTE "
                                 "and DEALLOCATE of a query); run other statements with "
                                 "Database.execute")
-        if self._closed:
-            raise DatabaseError("this reader is closed")
+        self._check_idle()
         db._check_open()  # (its cursor went with the database)
         with db._mutex:  # the views it reads written out (see ._views)
             st = _sql.Passthrough(db._expand(st.sql))
@@ -2055,6 +2090,168 @@ class Reader:
             self._rows_wanted = False
         return query_rows(self.con, result)
 
+    def stream(self, sql: str, parameters: Any = None, *,
+               batch_rows: int = STREAM_BATCH_ROWS) -> Stream:
+        """Run one query on this reader's cursor and hand its rows over as they are
+        computed (see :meth:`Database.stream`). Until the stream is closed (or ends) the
+        reader runs nothing else: its other statements raise :class:`DatabaseError`."""
+        if not isinstance(sql, str):
+            raise TypeError(f"Reader.stream takes SQL text (str), not {type(sql).__name__}")
+        check_batch_rows(batch_rows)
+        return self._stream(sql, parameters, batch_rows, "Reader.stream", owned=False)
+
+    def _stream(self, sql: str, parameters: Any, batch_rows: int, method: str,
+                owned: bool) -> Stream:
+        """:meth:`stream` of ``sql`` (checked to be text), on this reader; ``owned``: the
+        stream closes the reader as it ends (a reader made for it)."""
+        found = _sql.split_statements(sql)
+        if len(found) != 1:
+            raise DatabaseError(f"{method} runs one query, and this text holds "
+                                f"{len(found)} statements")
+        statement = found[0] if parameters is None else _bound(found[0], parameters, method)
+        self._check_idle()
+        db = self._db
+        db._check_open()
+        try:
+            with kept_signals():
+                st = _sql.parse(statement)
+                word = _sql.first_word(st.sql) if isinstance(st, _sql.Passthrough) else ""
+                if not isinstance(st, _sql.Passthrough) or word in _PREPARED_WORDS \
+                        or not self.runs(statement):
+                    raise DatabaseError(f"{method} runs a query (SELECT, WITH, FROM; "
+                                        "DESCRIBE, SHOW, SUMMARIZE and EXPLAIN of a query)",
+                                        hint="run other statements with Database.execute")
+                if word not in _QUERIES:  # (DESCRIBE, SHOW...: a few rows, held whole)
+                    table = self._execute_query(statement)
+                    stream = Stream.of_table(table if table is not None else pa.table({}))
+                    if owned:
+                        self.close()
+                    return stream
+                with db._mutex:  # the views it reads written out (see ._views)
+                    sql = _for_duckdb(db, db._expand(st.sql))
+                    db._readers_running += 1  # its parts stay until it is closed
+                try:
+                    return self._start_stream(sql, batch_rows, owned)
+                except BaseException:
+                    db._reader_ends()
+                    raise
+        except UnicodeDecodeError:
+            raise _undecodable() from None
+
+    def _check_idle(self) -> None:
+        """Refuse a statement while this reader's stream is open, and on a closed reader."""
+        if self._closed:
+            raise DatabaseError("this reader is closed")
+        stream = self._streaming() if self._streaming is not None else None
+        if stream is not None and not stream.closed:
+            raise DatabaseError("this reader's stream is open: close it first",
+                                hint="db.stream(sql) runs each stream on a cursor of its "
+                                "own")
+
+    def _start_stream(self, sql: str, batch_rows: int, owned: bool) -> Stream:
+        """Prepare the query ``sql`` (DuckDB's text) and start DuckDB's streaming result
+        of it (its scans registered on this reader's cursor until the stream ends)."""
+        db = self._db
+        for attempt in (0, 1):
+            try:
+                try:
+                    # (push=False: a field function the scan would compute fails inside
+                    # DuckDB's run, after batches went out; DuckDB computes it instead)
+                    prepared = self._prepare(sql, False)
+                    if isinstance(prepared, DistinctCount):  # (interrupt stops it)
+                        self._counting = prepared
+                        try:
+                            prepared = prepared.run()
+                        finally:
+                            self._counting = None
+                    if isinstance(prepared, pa.Table):
+                        self._release()  # type: ignore[misc]
+                        db._reader_ends()
+                        if owned:
+                            self.close()
+                        return Stream.of_table(prepared)
+                    with interruptible(self.con):
+                        if hasattr(self.con, "_submit"):
+                            got = self.con._submit(prepared, None, "stream", batch_rows)
+                            kinds = [str(d[1]) for d in got.description or ()]
+                            batches = got.arrow_reader()
+                        else:  # pragma: no cover - a DuckDB without _submit
+                            got = self.con.sql(prepared)
+                            kinds = [str(t) for t in got.types]
+                            batches = got.to_arrow_reader(batch_rows)
+                except duckdb.OutOfMemoryException as exc:
+                    self._release()  # type: ignore[misc]
+                    raise out_of_memory("the query", exc, "raise memory_limit (SET "
+                                        "memory_limit = '8GB') or query fewer rows") from None
+                except duckdb.Error as exc:
+                    error = self._query_error(exc, sql)  # type: ignore[misc]
+                    self._release()  # type: ignore[misc]
+                    raise error from None
+                except RuntimeError as exc:  # (a Ctrl-C)
+                    self._release()  # type: ignore[misc]
+                    raise ctrl_c(exc) from None
+                except BaseException:
+                    self._release()  # type: ignore[misc]
+                    raise
+            except CatalogError:
+                if attempt or not db.read_only:
+                    raise
+                self._stamp = None  # a part vanished under a stale catalog: reload, retry
+            except KeyNotFoundError:
+                if attempt or not (db.read_only and db.own_keys):
+                    raise
+                db._reload_own_keys()  # another process rotated to a newer key
+                self._stamp = None
+            else:
+                return self._streamed(sql, got, batches, kinds, owned)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _streamed(self, sql: str, got: Any, batches: pa.RecordBatchReader,
+                  kinds: list[str], owned: bool) -> Stream:
+        """The :class:`Stream` of DuckDB's streaming result ``got`` (read as ``batches``)."""
+        db = self._db
+        schema = batches.schema
+        wide = any(has_wide(f.type) for f in schema)
+        if wide:  # each UHUGEINT exact, as Database.sql gives it (see _run_prepared)
+            schema = exact_table(schema.empty_table(), kinds).schema
+
+        def next_batch() -> pa.RecordBatch | None:
+            try:
+                with interruptible(self.con):
+                    batch = batches.read_next_batch()
+            except StopIteration:
+                return None
+            except duckdb.OutOfMemoryException as exc:
+                raise out_of_memory("the query", exc, "raise memory_limit (SET "
+                                    "memory_limit = '8GB') or query fewer rows") from None
+            except (duckdb.Error, pa.ArrowException, OSError) as exc:  # (Arrow's C stream
+                # hands DuckDB's error over as an OSError)
+                raise self._query_error(exc, sql) from None  # type: ignore[misc]
+            except RuntimeError as exc:  # (a Ctrl-C)
+                raise ctrl_c(exc) from None
+            if wide:
+                table = exact_table(pa.Table.from_batches([batch]), kinds)
+                out = table.combine_chunks().to_batches()
+                return out[0] if out else pa.RecordBatch.from_pylist([], schema=schema)
+            return batch
+
+        def release() -> None:
+            try:
+                for end in (batches.close, got.close):  # DuckDB's statement ends (its
+                    with contextlib.suppress(Exception):  # scans no longer pulled)
+                        end()
+                self._release()  # type: ignore[misc]
+            finally:
+                db._reader_ends()
+                if owned:
+                    self.close()
+
+        stream = Stream(schema, next_batch, release, self.interrupt)
+        # (weak: the release holds this reader, and a stream dropped unclosed is collected)
+        self._streaming = weakref.ref(stream)
+        db._streams.add(stream)
+        return stream
+
     def configure(self, statement: str) -> None:
         """Run ``SET`` or ``RESET`` ``statement`` on this reader's cursor: a DuckDB setting
         local to a connection (``integer_division``, ``search_path``) set with
@@ -2065,8 +2262,7 @@ class Reader:
         parts = _sql.split_statements(statement)
         if len(parts) != 1 or _sql.first_word(parts[0].lstrip()) not in ("SET", "RESET"):
             raise DatabaseError("Reader.configure runs one SET or RESET statement")
-        if self._closed:
-            raise DatabaseError("this reader is closed")
+        self._check_idle()
         self._db._check_open()
         harmless = _harmless_set(parts[0])
         if not harmless:  # (before it runs: a failed SET may have changed it too)
@@ -2108,6 +2304,9 @@ class Reader:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            stream = self._streaming() if self._streaming is not None else None
+            if stream is not None:
+                stream.close()
             for c in (self._parser, self.con):
                 with contextlib.suppress(Exception):
                     c.close()
