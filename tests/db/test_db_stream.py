@@ -241,3 +241,39 @@ def test_a_stream_is_not_pickled_and_its_repr_says_what_it_is(db):
             pickle.dumps(s)
     assert repr(s) == "<cryptdisk.db.Stream of 2 columns closed>"
     assert isinstance(s, Stream)
+
+
+def test_closing_the_database_while_another_thread_reads_a_stream(tmp_path):
+    """``Database.close`` on one thread while another is computing a stream's batch: the
+    batch is stopped and the stream ends (its release takes the database's lock, which
+    close must not hold while it waits for the batch), and the reading thread is told the
+    stream was closed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        database = cryptdisk.connect(tmp_path / "db2", cache_bytes=0)
+    database.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
+    database.sql("INSERT INTO t " + gen(20_000))
+    s = database.stream("SELECT a.c_int, b.c_int FROM t a, t b", batch_rows=2048)
+    s.read_next_batch()
+    reading = threading.Event()
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            reading.set()
+            for _batch in s:
+                pass
+        except BaseException as exc:  # (the reading thread's error, checked below)
+            got.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    closer = threading.Thread(target=database.close, daemon=True)
+    reader.start()
+    reading.wait()
+    closer.start()
+    closer.join(30)
+    reader.join(30)
+    assert not closer.is_alive() and not reader.is_alive()  # (no deadlock)
+    assert s.closed and database._closed
+    assert len(got) == 1 and isinstance(got[0], DatabaseError)
+    assert "closed" in str(got[0])

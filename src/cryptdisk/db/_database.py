@@ -535,6 +535,11 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
     def close(self) -> None:
         """Release the write lock and the cached plaintext."""
+        # The streams first, not holding the lock: a batch being computed on another
+        # thread is stopped and waited for, and its end releases the stream, which takes
+        # the lock (_reader_ends); one started meanwhile is closed under the lock below.
+        for stream in list(self._streams):
+            stream.close()
         with self._mutex:
             for stream in list(self._streams):  # (their parts, their cursors)
                 stream.close()

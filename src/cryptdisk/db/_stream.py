@@ -58,6 +58,7 @@ class Stream:
         self._next_batch: Callable[[], pa.RecordBatch | None] | None = next_batch
         self._stop = stop
         self._lock = threading.Lock()  # a batch being read, or the release
+        self._closing = False  # close() interrupted a batch being computed
         #: the release, run once: by close(), at the end, or when the stream is collected
         self._release = weakref.finalize(self, release)
 
@@ -88,8 +89,11 @@ class Stream:
                 raise DatabaseError("this stream is closed")
             try:
                 batch = self._next_batch()
-            except BaseException:
+            except BaseException as exc:
                 self._end()
+                if self._closing and isinstance(exc, DatabaseError):  # (its interrupt)
+                    raise DatabaseError("this stream was closed while its batch was "
+                                        "computed") from None
                 raise
             if batch is None:
                 self._end()
@@ -127,6 +131,7 @@ class Stream:
         if not self._release.alive:
             return
         if not self._lock.acquire(blocking=False):
+            self._closing = True  # (what the reading thread is told)
             self.interrupt()  # a batch being computed on another thread: it ends first
             self._lock.acquire()
         try:
