@@ -107,6 +107,47 @@ def test_key_queries_parse_no_footer(tmp_path, monkeypatch, plain):
     assert parsed == [1]
 
 
+@pytest.mark.parametrize("plain", [False, True])
+def test_full_scans_of_stored_values_parse_no_footer(tmp_path, monkeypatch, plain):
+    """A cold full scan of columns stored as their values (a BIGINT, a DOUBLE, a VARCHAR
+    of one width) takes each column's Arrow field from the lookup block: pyarrow never
+    parses the footer, and the answers are DuckDB's over the same rows."""
+    import duckdb
+
+    monkeypatch.setattr(_parts, "GRANULE_ROWS", 100)
+    monkeypatch.setattr(_parts, "ROW_GROUP_ROWS", 1000)
+    path = tmp_path / "db"
+    policy = "plain" if plain else "default"
+    rows = ("SELECT (hash(i) >> 1)::BIGINT, md5(i::VARCHAR), hash(i + 1) / 7 "
+            "FROM range(20000) r(i)")  # (values that do not compress: stored as they are)
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int "
+               f"SETTINGS storage_policy = '{policy}'")
+        db.sql("INSERT INTO t " + rows)
+    parsed = []
+    read_metadata = pq.read_metadata
+    monkeypatch.setattr(pq, "read_metadata", lambda *a, **k: (
+        parsed.append(1), read_metadata(*a, **k))[1])
+    direct = []
+    real = _partread.OpenPart._read_direct
+    monkeypatch.setattr(_partread.OpenPart, "_read_direct", lambda self, *a: (
+        lambda got: (direct.append(got is not None), got)[1])(real(self, *a)))
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t {SCHEMA}")
+    con.execute(f"INSERT INTO t {rows}")
+    for sql in ["SELECT sum(c_int) FROM t", "SELECT avg(c_float) FROM t",
+                "SELECT max(c_str), count(c_str) FROM t",
+                "SELECT sum(c_int), min(c_float), min(c_str) FROM t"]:
+        direct.clear()
+        with cryptdisk.connect(path, read_only=True) as db:
+            want = [tuple(pytest.approx(v, rel=1e-12) if isinstance(v, float) else v
+                          for v in r) for r in con.execute(sql).fetchall()]  # (sums in
+            assert db.query(sql) == want, sql                                 # any order)
+            assert db.last_scans["t"]["row_groups_read"] == 20
+        assert direct and all(direct), sql  # (read without pyarrow's reader)
+        assert parsed == [], sql
+
+
 def test_parts_without_a_lookup_block_read_as_before(db, monkeypatch):
     """A part written before lookup blocks existed is opened by its footer; queries over
     old and new parts answer alike."""
