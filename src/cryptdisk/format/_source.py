@@ -112,17 +112,7 @@ class MmapSource:
         # The page cache keeps the data; only this process's mapping of it goes. Through
         # libc without the GIL: dropping the few MB a scan task read takes 0.1-0.3 ms,
         # which held the GIL from the other scan thread and the one feeding DuckDB.
-        if _MADVISE is None or self._addr is None:
-            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
-            return
-        try:  # an export of the map: a close meanwhile leaves it mapped until this ends
-            held = self._mv[start:end]
-        except ValueError:  # closed
-            return
-        try:
-            _MADVISE(self._addr + start, end - start, mmap.MADV_DONTNEED)
-        finally:
-            held.release()
+        self._advise(start, end, mmap.MADV_DONTNEED)
 
     def willneed(self, offset: int, n: int) -> None:
         # Faults on a file mapping read around them and then ahead sequentially: a scan of
@@ -134,7 +124,26 @@ class MmapSource:
         start = max(0, offset) - max(0, offset) % mmap.PAGESIZE
         end = min(offset + n, self.size)
         if end > start:
-            self._map.madvise(mmap.MADV_WILLNEED, start, end - start)
+            # (without the GIL too: the kernel looks up every page of the range in the page
+            # cache, 9 us for a 512 KiB column chunk cached already, 153 of them in a cold
+            # scan of a 10M-row BIGINT column)
+            self._advise(start, end, mmap.MADV_WILLNEED)
+
+    def _advise(self, start: int, end: int, advice: int) -> None:
+        """``madvise`` of the map's bytes ``[start, end)`` (page-aligned), through libc,
+        which lets go of the GIL for the call, where it can."""
+        if _MADVISE is None or self._addr is None:
+            assert self._map is not None
+            self._map.madvise(advice, start, end - start)
+            return
+        try:  # an export of the map: a close meanwhile leaves it mapped until this ends
+            held = self._mv[start:end]
+        except ValueError:  # closed
+            return
+        try:
+            _MADVISE(self._addr + start, end - start, advice)
+        finally:
+            held.release()
 
     def close(self) -> None:
         self._mv.release()
