@@ -882,6 +882,45 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
+def test_connect_opens_a_few_parts_so_the_first_query_reads_at_once(tmp_path, monkeypatch):
+    """connect opens the parts of tables that hold few (at most _CONNECT_OPENS in all, on
+    local disks) before it returns, so a first point query opens none; a table of more
+    parts is left for the statements that read it; a part that cannot be opened fails
+    the query that reads it, not connect."""
+    from cryptdisk.db import _database, _scan
+
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql(f"CREATE TABLE few {SCHEMA} ORDER BY c_int")
+        db.sql(f"CREATE TABLE p {SCHEMA} ORDER BY c_int SETTINGS storage_policy = 'plain'")
+        db.sql(f"CREATE TABLE many {SCHEMA} ORDER BY c_int")
+        db.sql("INSERT INTO few " + gen(100))
+        db.sql("INSERT INTO p " + gen(100))
+        for i in range(_database._CONNECT_OPENS):
+            db.sql("INSERT INTO many " + gen(10, 10 * i))
+        assert len(db.table("few").parts) == len(db.table("p").parts) == 1
+        few = db.table("few").parts[0].path
+    opened = []
+    open_part = _scan.open_part
+    monkeypatch.setattr(_scan, "open_part", lambda disk, part: (
+        opened.append(part.path), open_part(disk, part))[1])
+    with cryptdisk.connect(path, read_only=True) as cold:
+        assert sorted(opened) == sorted([few, cold.table("p").parts[0].path])
+        opened.clear()
+        assert cold.query("SELECT c_int, c_float FROM few WHERE c_int = 42") == [(42, 6.0)]
+        assert cold.query("SELECT c_str FROM p WHERE c_int = 7") == [
+            ("8f14e45fceea167a5a36dedd4bea2543",)]
+        assert opened == []
+        assert cold.query("SELECT count(*) FROM many WHERE c_int < 25") == [(25,)]
+        assert opened and set(opened) <= {p.path for p in cold.table("many").parts}
+    os.remove(path / "data" / few)
+    opened.clear()
+    with cryptdisk.connect(path, read_only=True) as cold:  # (no error: not read yet)
+        assert few in opened
+        with pytest.raises(CatalogError, match="missing on disk"):
+            cold.query("SELECT c_int FROM few WHERE c_int = 42")
+
+
 def test_only_parts_on_plain_disks_have_a_sha256_and_check_verifies_both(tmp_path, db):
     """An encrypted part has no SHA-256 (AES-GCM authenticates it; NULL in system.parts), a
     plain part has one. check() reads both: an encrypted part swapped for another valid part

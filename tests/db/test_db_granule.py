@@ -390,9 +390,13 @@ def test_the_key_column_is_read_while_duckdb_parses(tmp_path, monkeypatch, index
     """Opening a part ahead of a statement also reads the key's column of the row group
     holding an integer the statement names (with a page index, the pages of the granule
     holding it only; an earlier version's part, the whole chunk); the granule read uses
-    it, and what the statement does not use is dropped when it ends."""
+    it, and what the statement does not use is dropped when it ends (a part connect did
+    not open: see test_connect_opens_a_few_parts_so_the_first_query_reads_at_once)."""
+    from cryptdisk.db import _database
+
     path = tmp_path / "db"
     monkeypatch.setattr(_parts, "WRITE_PAGE_INDEX", index)
+    monkeypatch.setattr(_database, "_CONNECT_OPENS", 0)
     with cryptdisk.connect(path) as db:
         _point_table(db, monkeypatch)
     reads, rows_reads = _record_reads(monkeypatch)
@@ -632,7 +636,10 @@ def test_the_key_granule_bounds_are_each_granules_min_and_max(db, monkeypatch):
 def test_a_range_past_the_granule_read_ahead_reads_only_the_rest(tmp_path, monkeypatch):
     """``BETWEEN a AND b`` with ``b`` past the part: the key's granule holding ``a`` is read
     ahead, and the granule read decodes only the key's pages after it, up to the last
-    granule the range may keep."""
+    granule the range may keep (a part connect did not open)."""
+    from cryptdisk.db import _database
+
+    monkeypatch.setattr(_database, "_CONNECT_OPENS", 0)
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:
         _point_table(db, monkeypatch)

@@ -1201,9 +1201,14 @@ def test_a_statement_without_where_opens_a_small_tables_parts_while_duckdb_parse
     assert ahead[2:] == []  # 5 parts: opened when the scan knows which it reads
 
 
-def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups):
+def test_a_part_that_fails_to_preopen_fails_the_statement(tmp_path, small_groups,
+                                                          monkeypatch):
     """An error opening a part ahead of the statement (here: its file is gone) is the
-    statement's error, raised when the scan needs the part."""
+    statement's error, raised when the scan needs the part (a part connect did not open:
+    see test_connect_opens_a_few_parts_so_the_first_query_reads_at_once)."""
+    from cryptdisk.db import _database
+
+    monkeypatch.setattr(_database, "_CONNECT_OPENS", 0)
     path = tmp_path / "db"
     with cryptdisk.connect(path) as db:
         db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")

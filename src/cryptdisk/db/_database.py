@@ -144,6 +144,10 @@ log = logging.getLogger("cryptdisk.db")
 #: ``count``, ``min`` or ``max`` (the catalog may answer it without reading a part) or
 #: reads no rows (``DESCRIBE``...), open when its scan knows which ones it reads.
 _PREOPEN_PARTS = 4
+#: ``connect`` opens the parts of the tables whose parts, together, are at most this many
+#: (see :meth:`._scan.OpenParts.open_few`), waiting at most ``_CONNECT_WAIT`` seconds.
+_CONNECT_OPENS = _PREOPEN_PARTS
+_CONNECT_WAIT = 0.25
 _NO_PREOPEN = frozenset({"count", "min", "max", "describe", "show", "summarize", "explain"})
 _INTEGER = re.compile(r"(?<![\w.])-?\d{1,20}(?![\w.])")
 
@@ -448,6 +452,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             role_prepare(self)  # its policies read and parsed before its first query
             self._read_settings()  # (once, not at the first statement that needs one)
             warm_up()  # the scan pool's threads and pyarrow's first allocation
+            if self._remote is None:  # a few parts opened: a first query reads at once
+                self._open_parts.open_few(self.catalog.tables.values(), _CONNECT_OPENS,
+                                          _CONNECT_WAIT)
         except BaseException:
             con = getattr(self, "con", None)
             if con is not None:

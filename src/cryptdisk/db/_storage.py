@@ -21,8 +21,8 @@ from ..errors import DatabaseError, DiskError
 from ..keys import Keyring
 from ._keyfiles import default_key_path, load_keyring, make_first_key
 
-__all__ = ["Config", "DiskFile", "StoragePolicy", "default_key_path", "local_path", "open_read",
-           "policy_disk", "policy_disks",
+__all__ = ["Config", "DiskFile", "StoragePolicy", "default_key_path", "local_path",
+           "on_local_disk", "open_read", "policy_disk", "policy_disks",
            "resolve_config", "rewrap_on_disk", "stale_cleanup"]
 
 
@@ -121,6 +121,14 @@ def local_path(disk: Disk, path: str) -> str | None:
         return None
     fn = getattr(disk, "local_path", None)
     return fn(path) if fn is not None else None
+
+
+def on_local_disk(disk: Disk | None) -> bool:
+    """Whether ``disk`` keeps its files on a local filesystem: it is a local disk, or
+    wraps one (an encrypted disk over a local one)."""
+    while disk is not None and not isinstance(disk, LocalDisk):
+        disk = getattr(disk, "inner", None)
+    return disk is not None
 
 
 def rewrap_on_disk(disk: Disk, path: str) -> bool:
