@@ -36,7 +36,7 @@ from ..errors import (
     TableNotFoundError,
     UsersFileError,
 )
-from . import _sqltext, _types
+from . import _sqlitearith, _sqltext, _types
 from ._groupsync import GroupSync
 from ._writequeue import WriteQueue
 
@@ -540,6 +540,25 @@ def _sqlite_int_cast(*args: Any) -> Any:
     if not -limit <= n < limit:
         raise StatementError(f"{name} out of range", "22003")
     return n
+
+
+#: a number at the start of text, as SQLite's arithmetic reads text (else 0)
+_NUMBER_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _sqlite_divisor(*args: Any) -> Any:
+    """A divisor of ``/`` or ``%`` as SQLite's function (:data:`._sqlitearith.
+    DIVISOR_FUNCTION`): the value itself, or 22012 where it is zero (SQLite's ``/`` and
+    ``%`` would give NULL; text is read as SQLite's arithmetic reads it, 0 when it is no
+    number)."""
+    (value,) = args
+    if type(value) is str:
+        number = _NUMBER_PREFIX.match(value)
+        if number is None or float(number[0]) == 0:
+            raise StatementError("division by zero", "22012")
+    elif value == 0 and type(value) in (int, float):
+        raise StatementError("division by zero", "22012")
+    return value
 
 
 def _decode_hex(s: str) -> bytes:
@@ -1855,6 +1874,13 @@ class _SQLiteSession(EngineSession):
         self._epoch = 0
         self._tag = ""
         self._internal = False  # running the server's own statement on USERS_JOURNAL
+        #: the declared types of columns (:meth:`_date_column_operator`), at SQLite's
+        #: schema_version: table or view (lower case) -> column (lower case) -> OID
+        self._schema_version = -1
+        self._relations: set[str] = set()
+        self._declared: dict[str, dict[str, int]] = {}
+        #: what :meth:`_date_column_operator` answered for each statement, at that version
+        self._date_operators: dict[_sqlitearith.DateOperands, str | None] = {}
         #: set by :meth:`interrupt`: ends a wait for the write lock (the queue or SQLite's)
         self._cancel = threading.Event()
         self._busy_since = 0.0
@@ -1865,6 +1891,8 @@ class _SQLiteSession(EngineSession):
         self.conn.create_scalar_function(_DECODE_HEX, _sqlite_decode_hex, 1,
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
+                                         deterministic=True)
+        self.conn.create_scalar_function(_sqlitearith.DIVISOR_FUNCTION, _sqlite_divisor, 1,
                                          deterministic=True)
         for count in (2, 3):  # (x MATCH p [ESCAPE e]: match(p, x [, e]))
             self.conn.create_scalar_function("match", _sqlite_ilike, count, deterministic=True)
@@ -2067,6 +2095,9 @@ class _SQLiteSession(EngineSession):
         statement cache is keyed by the text: a cached statement is reused only while the
         privileges it was checked under hold (a GRANT, REVOKE or SET ROLE changes the
         prefix, so the next statement is prepared, and checked, again)."""
+        dates = _sqlitearith.date_operands(sql)
+        if dates.typed_literal or dates.operator or dates.columns:
+            self._refuse_dates(dates)
         if "ilike" in sql.lower():  # (before postgres_spelling's LIKE escapes: MATCH has
             sql = _ilike_spelling(sql)  # none, the function reads PostgreSQL's)
         sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})", _sqlite_blob))
@@ -2082,10 +2113,74 @@ class _SQLiteSession(EngineSession):
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
                 _CAST_CALL.search(sql) is not None:  # $1::BIGINT, a::text, $$, 1 + 2 || 'x'
             sql = _sqlite_casts(sql)
+        if ("/" in sql or "%" in sql) and _STORED.match(sql) is None:
+            sql = _sqlitearith.checked_divisors(sql)  # 1 / 0: 22012, not SQLite's NULL
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t
             text = _sqltext.unqualify(text, schemas=_PUBLIC_SCHEMA)
         return self._tagged(text)
+
+    def _refuse_dates(self, found: _sqlitearith.DateOperands) -> None:
+        """0A000 for a typed literal, or arithmetic on a date, time, timestamp or interval
+        (SQLite's would compute with the number their text starts with)."""
+        if found.typed_literal is not None:
+            raise StatementError(
+                f"typed literals such as {found.typed_literal} are not supported by the "
+                "SQLite engine, which holds dates and times as text", "0A000",
+                hint="write the string alone ('2024-01-31'), which compares with a DATE "
+                "column's text; for arithmetic, SQLite's date functions: date(d, '+1 day')")
+        operator = found.operator
+        if operator is None:
+            operator = self._date_column_operator(found)
+        if operator is not None:
+            raise StatementError(
+                f"operator {operator} on a date, time, timestamp or interval is not "
+                "supported by the SQLite engine, which holds them as text (SQLite would "
+                "compute with the number the text starts with, the year)", "0A000",
+                hint="use SQLite's date functions: date(d, '+1 day'), datetime(ts, "
+                "'-2 hours'), julianday(a) - julianday(b) for the days between; or "
+                "serve the analytical engine")
+
+    def _date_column_operator(self, found: _sqlitearith.DateOperands) -> str | None:
+        """The first operator of ``found.columns`` whose column is declared a date, time,
+        timestamp or interval by the tables and views among ``found.names`` (None: none
+        is); the answer is kept for the statement while SQLite's schema_version stays
+        (a change to the schema by any connection bumps it)."""
+        self._internal = True  # (the catalog: no privilege check, nothing recorded)
+        try:
+            ((version,),) = self.conn.execute("PRAGMA schema_version").fetchall()
+            if version != self._schema_version:
+                assert isinstance(version, int)
+                self._schema_version = version
+                self._relations = {str(n).lower() for (n,) in self.conn.execute(
+                    "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")}
+                self._declared, self._date_operators = {}, {}
+            if found in self._date_operators:
+                return self._date_operators[found]
+            in_scope = [n for n in found.names if n in self._relations]
+            for name in in_scope:
+                if name not in self._declared:
+                    self._declared[name] = {
+                        str(c).lower(): _types.sqlite_declared_oid(str(t or ""))
+                        for c, t in self.conn.execute(
+                            "SELECT name, type FROM pragma_table_info(?)", (name,))}
+        finally:
+            self._internal = False
+        declared = self._declared
+
+        def ref_type(parts: tuple[str, ...]) -> int:
+            column = parts[-1].lower()
+            if len(parts) >= 2 and parts[-2].lower() in declared:
+                return declared[parts[-2].lower()].get(column, 0)
+            types = {declared[t].get(column, 0) for t in in_scope} - {0}
+            return types.pop() if len(types) == 1 else 0
+
+        operator = next((op for op, parts in found.columns
+                         if ref_type(parts) in _sqlitearith.DATE_TYPES), None)
+        if len(self._date_operators) >= 1024:
+            self._date_operators.clear()
+        self._date_operators[found] = operator
+        return operator
 
     def check_numeric_strings(self, sql: str,
                               visible: Callable[[str], bool] | None = None) -> None:
