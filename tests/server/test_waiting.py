@@ -497,3 +497,33 @@ def test_a_sessions_set_reaches_its_own_writes_only(start_server, analytical) ->
         assert b.execute("SELECT who, v FROM q ORDER BY who").fetchall() == \
             [("a", 3.5), ("a2", 3.0), ("b", 3.0), ("b2", 3.0)]
         assert b.execute("SELECT 7 / 2").fetchone() == (3,)
+
+
+def test_a_sessions_variables_are_its_own(start_server, analytical) -> None:
+    """``SET VARIABLE`` ran on the database's connection, where every session's writes
+    run: another session's write read the variable (``INSERT ... SELECT getvariable('x')``),
+    and a second session's SET of the same name changed it for the first one's writes. Now
+    a session's variables are its own, for its queries and its writes, of their type,
+    and RESET VARIABLE drops them."""
+    srv = start_server(analytical)
+    with pg(srv, autocommit=True) as a, pg(srv, autocommit=True) as b, \
+            pg(srv, autocommit=True) as c:
+        a.execute("CREATE TABLE v (who VARCHAR, x INTEGER, n INTEGER)")
+        a.execute("SET VARIABLE x = 1")
+        a.execute("SET VARIABLE l = [10, 20, 30]")
+        b.execute("SET VARIABLE x = 2")
+        assert a.execute("SELECT getvariable('x'), len(getvariable('l'))").fetchone() == (1, 3)
+        assert b.execute("SELECT getvariable('x'), len(getvariable('l'))").fetchone() == \
+            (2, None)
+        assert c.execute("SELECT getvariable('x')").fetchone() == (None,)
+        a.execute("INSERT INTO v SELECT 'a', getvariable('x'), len(getvariable('l'))")
+        b.execute("INSERT INTO v SELECT 'b', getvariable('x'), len(getvariable('l'))")
+        c.execute("INSERT INTO v SELECT 'c', getvariable('x'), len(getvariable('l'))")
+        a.execute("RESET VARIABLE x")
+        a.execute("INSERT INTO v SELECT 'a2', getvariable('x'), len(getvariable('l'))")
+        b.execute("INSERT INTO v SELECT 'b2', getvariable('x'), len(getvariable('l'))")
+        assert c.execute("SELECT who, x, n FROM v ORDER BY who").fetchall() == \
+            [("a", 1, 3), ("a2", None, 3), ("b", 2, None), ("b2", 2, None),
+             ("c", None, None)]
+        assert a.execute("SELECT getvariable('x'), getvariable('l')[2]").fetchone() == \
+            (None, 20)

@@ -990,6 +990,13 @@ def _setting_values(con: Any, names: set[str]) -> dict[str, str | None]:
     return {str(n): (None if v is None else str(v)) for n, v in rows}
 
 
+def _variables(con: Any) -> list[tuple[str, str | None, str]]:
+    """DuckDB's variables (``SET VARIABLE``) on connection ``con``: (name, value as text,
+    type), which ``CAST(value AS type)`` makes again."""
+    rows = con.execute("SELECT name, value, type FROM duckdb_variables()").fetchall()
+    return [(str(n), None if v is None else str(v), str(t)) for n, v, t in rows]
+
+
 def _literal(value: str | None) -> str:
     return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
 
@@ -1003,6 +1010,7 @@ class _AnalyticalSession(EngineSession):
         self._cancel = threading.Event()
         self._reader: Any = None  # its queries' cryptdisk.db.Reader, made at the first
         self._settings: list[str] = []  # its SET and RESET statements, in order
+        self._variables = False  # it has run a SET (or RESET) VARIABLE, on its reader
         self._configuring = False  # a SET runs on its reader's cursor, alone
         self.privileges: Any = None
         self._parser: Any = None
@@ -1398,10 +1406,11 @@ class _AnalyticalSession(EngineSession):
                 return self._reader.execute(text)
         with self.engine.turn(self), contextlib.ExitStack() as stack:
             words = _sqltext.first_words(text, 2) or [""]
-            if words[0] in ("SET", "RESET") and words[1:] != ["VARIABLE"]:
+            if words[0] in ("SET", "RESET"):
                 # On this session's reader's cursor (its queries run there), not on the
                 # database's connection, where every session's writes run: a write of
-                # this session has them for its run alone (_own_settings).
+                # this session has them for its run alone (_own_settings). A variable
+                # (SET VARIABLE) likewise: DuckDB keeps one for each connection.
                 if self._reader is None:
                     self._reader = self.engine.db.reader()
                 self._configuring = True  # (a cancel interrupts the reader: _stop)
@@ -1409,7 +1418,10 @@ class _AnalyticalSession(EngineSession):
                     self._reader.configure(text)
                 finally:
                     self._configuring = False
-                self._settings.append(text)
+                if words[1:] == ["VARIABLE"]:
+                    self._variables = True
+                else:
+                    self._settings.append(text)
                 return None
             stack.enter_context(self._own_settings())
             if exact_division:  # (alone on the connection: no other statement sees it)
@@ -1432,10 +1444,6 @@ class _AnalyticalSession(EngineSession):
                 # the rows it wrote, for its tag (INSERT 0 n): writes run alone in their turn
                 written = max(0, (self._row_count(target) or 0) - before)
                 result = pa.table({"count": pa.array([written], pa.int64())})
-            if words[0] in ("SET", "RESET"):  # SET VARIABLE: for this session's queries too
-                self._settings.append(text)
-                if self._reader is not None:
-                    self._reader.configure(text)
             return result
 
     @contextlib.contextmanager
@@ -1445,17 +1453,22 @@ class _AnalyticalSession(EngineSession):
         a statement that runs there alone (a write) computes as this session's queries
         do, and no other session's does. Nothing to do for a session with no ``SET``."""
         names = _set_names(self._settings)
-        if not names or self._reader is None:
+        if (not names and not self._variables) or self._reader is None:
             yield
             return
         con = self.engine.db.con
         ours, theirs = _setting_values(self._reader.con, names), _setting_values(con, names)
         changed = {n: v for n, v in ours.items() if theirs.get(n) != v}
+        variables = _variables(self._reader.con) if self._variables else []
         try:
             for name, value in changed.items():
                 con.execute(f"SET SESSION {_quote(name)} = {_literal(value)}")
+            for name, value, kind in variables:  # (the database's connection has none)
+                con.execute(f"SET VARIABLE {_quote(name)} = CAST(? AS {kind})", [value])
             yield
         finally:
+            for name, _value, _kind in variables:
+                con.execute(f"RESET VARIABLE {_quote(name)}")
             for name in changed:
                 con.execute(f"RESET SESSION {_quote(name)}")  # (to the server's global)
                 if _setting_values(con, {name.lower()}).get(name) != theirs[name]:
