@@ -823,6 +823,8 @@ def statement_error(exc: Exception) -> StatementError:
                          if word in text), "23000")
         elif isinstance(exc, apsw.BusyError | apsw.LockedError):
             code = "55P03"
+        elif isinstance(exc, apsw.ReadOnlyError):  # (a file or directory not writable)
+            code = "25006"
         elif isinstance(exc, apsw.AuthError):
             code, text = "42501", "permission denied (" + text + ")"
         elif isinstance(exc, apsw.InterruptError):
@@ -2635,19 +2637,41 @@ class _SQLiteSession(EngineSession):
         """Remove the grants on unqualified names no table or view has (tables dropped or
         renamed where the server did not see it: an embedded connection while it was
         stopped), committed with the database's record of user changes as every change
-        to the users is (:meth:`commit_users`). Returns the names."""
-        self.run("BEGIN IMMEDIATE", [])  # no table is made or dropped meanwhile
+        to the users is (:meth:`commit_users`). Returns the names.
+
+        The names are read first without the write lock, which is taken only when a
+        grant is to go, without waiting on another process that holds it: then, and on
+        a database (or directory) that cannot be written, the grants stay, with a
+        warning, and the server serves on (a read-only database, read only)."""
+        first = _gone_grants(store, self.table_names())
+        if not first:
+            return []
         try:
+            with self._lock_now():
+                self.run("BEGIN IMMEDIATE", [])  # no table is made or dropped meanwhile
             tables = self.table_names()
-            gone = sorted({t for entry in [*store.users.values(), *store.roles.values()]
-                           for t in entry.get("grants", {}) if "." not in t
-                           and t not in tables})
+            gone = _gone_grants(store, tables)
             if gone:
                 self.commit_users(store, [("forget_table_grants", (tables,), {})])
             return gone
+        except (StatementError, CryptdiskError, OSError, apsw.Error) as exc:
+            log.warning("the grants on %s stay, though no table has the name: %s (they are "
+                        "removed at a start that can write the database)",
+                        ", ".join(first), exc)
+            return []
         finally:
             if self.conn.in_transaction:
                 self.run("ROLLBACK", [])
+
+    @contextlib.contextmanager
+    def _lock_now(self) -> Iterator[None]:
+        """Meanwhile a lock SQLite finds held by another connection fails at once
+        (SQLITE_BUSY, 55P03) instead of waiting up to the lock timeout."""
+        self.conn.set_busy_handler(None)
+        try:
+            yield
+        finally:
+            self.conn.set_busy_handler(self._busy)
 
     def copy_in(self, table: str, columns: list[str] | None,
                 rows: list[list[Any]], *, typed: bool = False) -> int:
@@ -2706,6 +2730,13 @@ class _SQLiteSession(EngineSession):
             if self.writing:
                 self.writing = False
                 self.engine.write_queue.release()
+
+
+def _gone_grants(store: Any, tables: set[str]) -> list[str]:
+    """The unqualified names the users and roles of ``store`` have grants on that are not
+    in ``tables`` (lower case), sorted."""
+    return sorted({t for entry in [*store.users.values(), *store.roles.values()]
+                   for t in entry.get("grants", {}) if "." not in t and t not in tables})
 
 
 class SQLiteEngine(Engine):
