@@ -41,10 +41,11 @@ def _fails(conn, sql: str, code: str, params=None) -> psycopg.Error:
     "SELECT 1 / 0", "SELECT 5 % 0", "SELECT 1.5 / 0", "SELECT 1 / 0.0", "SELECT n / z FROM t",
     "SELECT n % z FROM t", "SELECT x / (n - 7) FROM t", "SELECT n / -z FROM t",
     "SELECT 10 / s FROM t", "SELECT n / (z / 1) FROM t", "SELECT id FROM t WHERE n / z > 1",
-    "SELECT sum(n) / count(s) FROM t WHERE id = 2"])
+    "SELECT sum(n) / count(s) FROM t WHERE id = 2", "SELECT mod(n, z) FROM t",
+    "SELECT mod(7, 0)"])
 def test_a_zero_divisor_is_22012(conn, sql) -> None:
-    """SQLite's ``/`` and ``%`` answered NULL for a zero divisor (an integer, a float,
-    text, an expression), in the select list and in a WHERE alike."""
+    """SQLite's ``/``, ``%`` and ``mod()`` answered NULL for a zero divisor (an integer, a
+    float, text, an expression), in the select list and in a WHERE alike."""
     err = _fails(conn, sql, "22012")
     assert str(err) == "division by zero"
 
@@ -66,6 +67,8 @@ def test_nonzero_and_null_divisors_divide_as_before(conn) -> None:
     assert conn.execute("SELECT 7 / 2, 7 %% 3, n / 2, n %% 4, x / 2, n / %s, 7 / NULL, "
                         "n / (z + 2), -7 / 2 FROM t", (7,)).fetchone() == \
         (3, 1, 3, 3, 1.25, 1, None, 3, -3)
+    assert conn.execute("SELECT mod(n, 4), mod(n, NULL), modulo FROM t, "
+                        "(SELECT 5 AS modulo)").fetchone() == (3, None, 5)
     assert conn.execute("SELECT count(*) FROM t WHERE n / NULLIF(z, 0) > 1").fetchone() == (0,)
 
 

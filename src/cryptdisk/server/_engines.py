@@ -2113,7 +2113,8 @@ class _SQLiteSession(EngineSession):
         dates = _sqlitearith.date_operands(sql)
         if dates.typed_literal or dates.operator or dates.columns:
             self._refuse_dates(dates)
-        if "ilike" in sql.lower():  # (before postgres_spelling's LIKE escapes: MATCH has
+        lowered = sql.lower()
+        if "ilike" in lowered:  # (before postgres_spelling's LIKE escapes: MATCH has
             sql = _ilike_spelling(sql)  # none, the function reads PostgreSQL's)
         sql = _sqltext.quote_index_names(postgres_spelling(sql, "quote({})", _sqlite_blob))
         inexact = _sqltext.inexact_number(sql)
@@ -2123,12 +2124,12 @@ class _SQLiteSession(EngineSession):
                 "numbers are 64-bit integers and floats (about 15 significant digits): "
                 "write it as a string for a TEXT column, or serve the analytical engine "
                 "(DECIMAL(38,s))", "22003")
-        if "position" in sql.lower():  # position(a IN b): SQLite's instr(b, a)
+        if "position" in lowered:  # position(a IN b): SQLite's instr(b, a)
             sql = _sqltext.replace_calls(sql, "position", _sqlite_position)
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
                 _CAST_CALL.search(sql) is not None:  # $1::BIGINT, a::text, $$, 1 + 2 || 'x'
             sql = _sqlite_casts(sql)
-        if ("/" in sql or "%" in sql) and _STORED.match(sql) is None:
+        if ("/" in sql or "%" in sql or "mod" in lowered) and _STORED.match(sql) is None:
             sql = _sqlitearith.checked_divisors(sql)  # 1 / 0: 22012, not SQLite's NULL
         text = _sqltext.substitute(sql, _placeholder) if "$" in sql else sql
         if _PUBLIC.search(text) is not None:  # public.t: SQLite's main.t

@@ -1,7 +1,7 @@
 """Arithmetic PostgreSQL's way on the SQLite engine, read from a statement's text.
 
-SQLite's ``/`` and ``%`` give NULL for a zero divisor, where PostgreSQL fails with 22012:
-:func:`checked_divisors` passes each divisor through the server's function
+SQLite's ``/``, ``%`` and ``mod()`` give NULL for a zero divisor, where PostgreSQL fails
+with 22012: :func:`checked_divisors` passes each divisor through the server's function
 :data:`DIVISOR_FUNCTION`, which fails so. SQLite holds dates, times and timestamps as
 text, which its ``+`` and ``-`` read as the number they start with (``'2024-01-31' + 1``
 is 2025): :func:`date_operands` finds the operands of arithmetic that are such values
@@ -15,6 +15,7 @@ import functools
 import re
 from typing import NamedTuple
 
+from . import _sqltext
 from . import _types as T
 from ._paramtypes import _ARITH, _CLOSE, _OPEN, _arith_atom, _closing, _text_cache, _Tok, _tokens
 
@@ -63,9 +64,11 @@ def _atom_end(toks: list[_Tok], j: int) -> int:
 
 @_text_cache
 def checked_divisors(sql: str) -> str:
-    """``sql`` with each right operand of ``/`` and ``%`` (but a nonzero number) as
-    ``cryptdisk_divisor(operand)``; the text as it is where an operand's end is not
-    clear."""
+    """``sql`` with each right operand of ``/`` and ``%`` (but a nonzero number), and the
+    second argument of ``mod()``, as ``cryptdisk_divisor(operand)``; the text as it is
+    where an operand's end is not clear."""
+    if "mod" in sql.lower():
+        sql = _sqltext.replace_calls(sql, "mod", _mod_call)
     if "/" not in sql and "%" not in sql:
         return sql
     toks = _tokens(sql)
@@ -92,6 +95,14 @@ def checked_divisors(sql: str) -> str:
         pos = at
     out.append(sql[pos:])
     return "".join(out)
+
+
+def _mod_call(args: str) -> str:
+    """SQLite's ``mod(a, b)`` (its arguments ``args``) with ``b`` checked."""
+    parts = _sqltext.split_arguments(args)
+    if len(parts) != 2:
+        return f"mod({args})"
+    return f"mod({parts[0]}, {DIVISOR_FUNCTION}({parts[1]}))"
 
 
 class DateOperands(NamedTuple):
