@@ -92,7 +92,8 @@ def test_a_view_divides_as_sqlite_and_reads_outside_the_server(
 @pytest.mark.parametrize("sql", [
     "SELECT d + 1 FROM t", "SELECT d - 1 FROM t", "SELECT 30 + d FROM t",
     "SELECT ts - ts FROM t", "SELECT d - d FROM t", "SELECT t.d + 1 FROM t",
-    "SELECT a.ts - b.ts FROM t a, t b", "SELECT id FROM t WHERE d + 30 > 20240301",
+    "SELECT a.ts - b.ts FROM t a, t b", "SELECT z.d + 1 FROM t AS z",
+    "SELECT id FROM t WHERE d + 30 > 20240301",
     "SELECT '2024-01-01'::date + 30", "SELECT CAST('2024-01-01' AS DATE) + 1",
     "SELECT '2024-01-01'::timestamp - '2023-01-01'::timestamp", "SELECT current_date + 1",
     "SELECT current_timestamp - 1", "SELECT date(d) - 1 FROM t", "SELECT d * 2 FROM t",
@@ -131,6 +132,8 @@ def test_numeric_arithmetic_and_sqlites_date_functions_run(conn) -> None:
     assert conn.execute("SELECT date + 1, d - 1, u.d * 2 FROM u").fetchone() == (2025, 39, 80)
     assert conn.execute("SELECT u.d + 1, t.n + u.d FROM t JOIN u ON u.id = t.id").fetchone() \
         == (41, 47)
+    assert conn.execute("SELECT x.d - 1, v.d * 2 FROM (SELECT 5 AS d) x, t, u AS v"
+                        ).fetchone() == (4, 80)  # (aliases of a subquery and of u)
     assert conn.execute("SELECT date(d, '+1 day'), datetime(ts, '-2 hours'), "
                         "julianday(ts) - julianday(d), strftime('%Y', d) + 0, "
                         "strftime('%s', ts) - strftime('%s', d) FROM t").fetchone() == \

@@ -2182,12 +2182,14 @@ class _SQLiteSession(EngineSession):
                             "SELECT name, type FROM pragma_table_info(?)", (name,))}
         finally:
             self._internal = False
-        declared = self._declared
+        declared, aliases = self._declared, dict(found.aliases)
 
         def ref_type(parts: tuple[str, ...]) -> int:
             column = parts[-1].lower()
-            if len(parts) >= 2 and parts[-2].lower() in declared:
-                return declared[parts[-2].lower()].get(column, 0)
+            if len(parts) >= 2:  # t.d, a.d (FROM t a); not known through a subquery's alias
+                qualifier = parts[-2].lower()
+                table = qualifier if qualifier in declared else aliases.get(qualifier, "")
+                return declared[table].get(column, 0) if table in declared else 0
             types = {declared[t].get(column, 0) for t in in_scope} - {0}
             return types.pop() if len(types) == 1 else 0
 

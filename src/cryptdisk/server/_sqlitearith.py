@@ -118,6 +118,8 @@ class DateOperands(NamedTuple):
     columns: tuple[tuple[str, tuple[str, ...]], ...]
     #: every name in the statement, lower-cased (the tables it may read among them)
     names: frozenset[str]
+    #: (alias, the name before it) of each ``name [AS] alias`` (``FROM t a``), lower-cased
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 _NOTHING = DateOperands(None, None, (), frozenset())
@@ -148,7 +150,21 @@ def date_operands(sql: str) -> DateOperands:
     if literal is None and operator is None and not columns:
         return _NOTHING
     names = frozenset(p.lower() for t in toks if t.kind == "ref" for p in t.parts)
-    return DateOperands(literal, operator, tuple(columns), names)
+    return DateOperands(literal, operator, tuple(columns), names, _aliases(toks))
+
+
+def _aliases(toks: list[_Tok]) -> tuple[tuple[str, str], ...]:
+    """(alias, name) of each name followed by another (``t a``, ``t AS a``): a table's
+    alias where the first is a table (a column's alias otherwise, never a qualifier)."""
+    found = []
+    for k, t in enumerate(toks[:-1]):
+        if t.kind != "ref" or _word(t) in _BEFORE_SIGN:
+            continue
+        j = k + 2 if _word(toks[k + 1]) == "AS" else k + 1
+        if j < len(toks) and toks[j].kind == "ref" and len(toks[j].parts) == 1 and \
+                (j + 1 == len(toks) or toks[j + 1].text != "("):
+            found.append((toks[j].parts[0].lower(), t.parts[-1].lower()))
+    return tuple(found)
 
 
 def _ends_operand(t: _Tok) -> bool:
