@@ -1105,7 +1105,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 head = self._head(tree, t) if not filters and top is None else None
                 scan = self._scan(meta, cols, filters, top,
                                   key_extremes_only(tree, t, schema, key), head=head,
-                                  to_the_end=head is None and reads_to_the_end(tree))
+                                  to_the_end=not filters and top is None and head is None
+                                  and reads_to_the_end(tree))  # (no walk of a point query's tree)
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self._scans.append(scan)
                 if warm is None:

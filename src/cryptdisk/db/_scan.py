@@ -1907,10 +1907,11 @@ class _Stream:
                 continue
             # The first window's tasks read one row group each: a LIMIT that the first
             # batches satisfy reads no more than before; a longer scan then reads runs
-            # (not one filtered on the key, whose row groups may read granules only). A
-            # statement without a LIMIT reads runs from the first task (a cold sum of a
-            # 10M-row BIGINT column: its first four tasks took 7.4 ms of the scan threads'
-            # time for four row groups, where a run of seven takes 2-3 ms).
+            # (not one filtered on the key, whose row groups may read granules only). An
+            # unfiltered scan of a statement without a LIMIT (to_the_end) reads runs from
+            # the first task (a cold sum of a 10M-row BIGINT column: its first four tasks
+            # took 7.4 ms of the scan threads' time for four row groups, where a run of
+            # seven takes 2-3 ms).
             groups = ([rg] if top is not None or scan._key_filters
                       or (self._tasks_submitted < window and not scan.to_the_end)
                       or (op.part.id, rg) in scan._sparse
