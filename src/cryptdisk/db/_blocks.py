@@ -46,6 +46,7 @@ import pyarrow as pa
 from ..disks import Disk
 from . import _parts, _waits
 from ._catalog import PartMeta
+from ._numpy import arrow_indices, numpy_values
 from ._parts import (
     _PartWriter,
     _Prefetch,
@@ -136,11 +137,12 @@ def _order_bits(key: pa.Array) -> Any:
             return None
         key, t = key.view(width), width
     if pa.types.is_unsigned_integer(t):
-        return key.to_numpy().astype(np.uint64)  # a copy: the caller may overwrite it
+        return numpy_values(key).astype(np.uint64)  # a copy: the caller may overwrite it
     if pa.types.is_signed_integer(t):
-        return key.to_numpy().astype(np.int64, copy=False).view(np.uint64) ^ np.uint64(1 << 63)
+        return numpy_values(key).astype(np.int64, copy=False).view(np.uint64) ^ \
+            np.uint64(1 << 63)
     if t in (pa.float32(), pa.float64()):
-        x = key.to_numpy().astype(np.float64) + 0.0  # -0.0 + 0.0 is 0.0
+        x = numpy_values(key).astype(np.float64) + 0.0  # -0.0 + 0.0 is 0.0
         x[np.isnan(x)] = np.nan  # one NaN, with its sign bit clear
         bits = x.view(np.uint64)
         negative = bits >= np.uint64(1 << 63)
@@ -207,7 +209,7 @@ def _packed_sort_indices(key: pa.Array) -> Any:
         pos = np.union1d(ties, ties + 1)
         del ties
         sub = idx[pos]
-        idx[pos] = sub[np.argsort(_order_bits(key.take(sub)), kind="stable")]
+        idx[pos] = sub[np.argsort(_order_bits(key.take(arrow_indices(sub))), kind="stable")]
     return idx
 
 
@@ -232,7 +234,7 @@ def _sort_order(block: pa.Table, order: list[str]) -> Any:
 
 def _sorted(block: pa.Table, order: list[str]) -> pa.Table:
     """``block`` sorted by ``order`` (see :func:`_sort_order`)."""
-    return block.combine_chunks().take(_sort_order(block, order))
+    return block.combine_chunks().take(arrow_indices(_sort_order(block, order)))
 
 
 def _equal_width(col: pa.Array) -> int:
@@ -297,7 +299,7 @@ def _sorted_pieces(block: pa.Table, order: list[str], rows: int) -> Iterable[pa.
     import pyarrow.compute as pc  # not at import: a reader never pays it
     if any(c.num_chunks != 1 for c in block.columns):  # combine_chunks copies even one
         block = block.combine_chunks()
-    idx = _sort_order(block, order)
+    idx = arrow_indices(_sort_order(block, order))
     fixed: dict[int, pa.DataType] = {}
     for i, c in enumerate(block.columns):
         width = _equal_width(c.chunk(0)) if c.num_chunks == 1 else 0
@@ -308,7 +310,7 @@ def _sorted_pieces(block: pa.Table, order: list[str], rows: int) -> Iterable[pa.
     schema = block.schema
     for start in range(0, block.num_rows, rows):
         # the positions are a permutation of the block's rows: no bounds check of each
-        piece = pc.take(block, idx[start:start + rows], boundscheck=False)
+        piece = pc.take(block, idx.slice(start, rows), boundscheck=False)
         if fixed:
             piece = piece.combine_chunks() if any(
                 piece.column(i).num_chunks != 1 for i in fixed) else piece

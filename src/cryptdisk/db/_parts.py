@@ -32,6 +32,7 @@ from ..errors import CatalogError, DatabaseError, DiskFileNotFoundError, FormatE
 from . import _lookup, _waits
 from ._catalog import PartMeta
 from ._granule import GRANULE_ROWS, PageScanner
+from ._numpy import numpy_valid, numpy_values
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
@@ -253,7 +254,7 @@ class _KeyBounds:
             self.key = None
             return
         for start in range(0, len(col), group_rows):
-            piece = col.slice(start, group_rows).to_numpy()  # no NULL: no copy of one chunk
+            piece = numpy_values(col.slice(start, group_rows))  # no copy of one chunk
             self.mins.append(int(piece.min()))
             self.maxs.append(int(piece.max()))
             self.groups.append(len(piece))
@@ -322,16 +323,13 @@ class _ColumnGranules:
             starts = np.arange(0, rows, GRANULE_ROWS)
             for c, kind in self.columns:
                 col = batch.column(c).slice(start, rows)
-                if isinstance(col, pa.ChunkedArray):
-                    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
                 dtype = np.dtype("f8") if kind == "f" else np.dtype("i8")
-                values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False),
-                                    dtype=dtype) if col.null_count else \
-                    np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
+                values = np.asarray(numpy_values(col), dtype=dtype)
                 facts = np.zeros(len(starts), np.uint8)
                 number = None  # which rows hold a number (None: all of them)
                 if col.null_count:
-                    valid = col.is_valid().to_numpy(zero_copy_only=False)
+                    valid = numpy_valid(col)
+                    values = np.where(valid, values, dtype.type(0))  # a NULL's slot: 0
                     facts |= np.logical_or.reduceat(~valid, starts).astype(np.uint8) \
                         * GRANULE_NULL
                     number = valid
