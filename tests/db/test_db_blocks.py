@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cryptdisk
-from cryptdisk.db import _insert, _parts
+from cryptdisk.db import _blocks, _insert, _parts
 
 _FLOATS = st.one_of(st.none(), st.just(math.nan), st.sampled_from([-2.5, -0.0, 1.0, 3.25]))
 _ROWS = st.lists(st.tuples(st.one_of(st.none(), st.integers(-20, 20)),
@@ -683,3 +683,27 @@ def test_a_part_waiting_for_its_publish_holds_up_no_other_part(tmp_path, monkeyp
         assert len(db.table("t").parts) == 5 and len(waited) == 5
         assert all(waited), waited  # (no publish waited out the hold)
         assert db.query("SELECT count(*), sum(k) = sum(v) FROM t") == [(25_000, True)]
+
+
+@pytest.mark.parametrize("typ", [
+    pa.int8(), pa.uint64(), pa.float16(), pa.float32(), pa.float64(), pa.string(),
+    pa.large_string(), pa.binary(), pa.large_binary(), pa.binary(16), pa.string_view(),
+    pa.date32(), pa.date64(), pa.timestamp("ns", "UTC"), pa.time32("ms"), pa.time64("us"),
+    pa.duration("us"), pa.month_day_nano_interval(), pa.decimal128(38, 0),
+    pa.decimal256(40, 2), pa.bool_(), pa.null(), pa.list_(pa.int64()),
+    pa.struct([("a", pa.int64())]), pa.dictionary(pa.int32(), pa.string())])
+def test_sortable_without_compute_agrees_with_arrow(typ):
+    """The types sortable() answers without pyarrow.compute are ones Arrow sorts."""
+    import pyarrow.compute as pc
+
+    schema = pa.schema([("k", typ)])
+    try:
+        pc.sort_indices(pa.nulls(0, typ))
+        pc.greater_equal(pa.nulls(0, typ), pa.nulls(0, typ))
+        arrow = True
+    except pa.ArrowException:
+        arrow = False
+    if _blocks._plainly_sortable(typ):
+        assert arrow
+    assert _blocks.sortable(schema, ["k"]) is arrow
+    assert not _blocks.sortable(schema, ["missing"])

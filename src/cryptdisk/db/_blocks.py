@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import importlib
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -56,7 +57,7 @@ from ._parts import (
     null_free_schema,
 )
 
-__all__ = ["sortable", "write_sorted_parts"]
+__all__ = ["load_compute", "sortable", "write_sorted_parts"]
 
 try:  # the C radix sort (csrc/cryptdisk_db/csort.c), which has no type stubs (Any)
     _csort: Any = importlib.import_module(f"{__package__}._csort")
@@ -79,8 +80,26 @@ def _sort_u64(values: Any, low: int = 0) -> None:
         _csort.sort_u64(values)
 
 
+def _plainly_sortable(t: pa.DataType) -> bool:
+    """Whether Arrow sorts and compares type ``t`` for certain (numbers but half floats,
+    text and bytes but views, dates, times, timestamps, durations, decimals, booleans):
+    known without asking Arrow's compute functions."""
+    types = pa.types
+    return (types.is_integer(t) or types.is_float32(t) or types.is_float64(t)
+            or types.is_string(t) or types.is_large_string(t) or types.is_binary(t)
+            or types.is_large_binary(t) or types.is_fixed_size_binary(t)
+            or (types.is_temporal(t) and not types.is_interval(t))
+            or types.is_decimal(t) or types.is_boolean(t))
+
+
 def sortable(schema: pa.Schema, order: list[str]) -> bool:
-    """Whether Arrow can sort and compare the ``order`` columns of ``schema``."""
+    """Whether Arrow can sort and compare the ``order`` columns of ``schema``.
+
+    Types it plainly sorts are answered at once; others are tried on empty arrays with
+    Arrow's compute functions, whose module takes 40-100 ms to import (see
+    :func:`load_compute`)."""
+    if all(n in schema.names and _plainly_sortable(schema.field(n).type) for n in order):
+        return True
     import pyarrow.compute as pc  # not at import: a reader never pays it
     try:
         for name in order:
@@ -90,6 +109,22 @@ def sortable(schema: pa.Schema, order: list[str]) -> bool:
     except (pa.ArrowException, KeyError):
         return False
     return True
+
+
+def load_compute() -> None:
+    """Import ``pyarrow.compute`` on a thread of its own unless it is imported already.
+
+    Its import builds a wrapper and a docstring for each of Arrow's 280-odd functions:
+    40-100 ms of Python, holding the GIL, which a process's first insert paid before
+    DuckDB started reading. Started as the insert begins, it overlaps DuckDB's reading of
+    the first block; the first use of the module waits for it (the import lock)."""
+    if "pyarrow.compute" in sys.modules:
+        return
+
+    def load() -> None:
+        import pyarrow.compute  # noqa: F401
+
+    threading.Thread(target=load, name="cryptdisk-import", daemon=True).start()
 
 
 def _in_order(block: pa.Table, order: list[str]) -> bool:

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..errors import CatalogError, DatabaseError
 from . import _sql
-from ._blocks import sortable, write_sorted_parts
+from ._blocks import load_compute, sortable, write_sorted_parts
 from ._catalog import PartMeta
 from ._columns import stored_type
 from ._constraints import (
@@ -721,6 +721,7 @@ class InsertMixin(DatabaseState):
                      columns: list[str] | None, version: int,
                      on_rows: Callable[[int], None] | None, by_name: bool = False
                      ) -> list[PartMeta]:
+        load_compute()  # (imported as DuckDB starts reading: the parts need it)
         order = meta.order
         prefix = meta.prefix(self.catalog.db_id)
         if not order or sortable(schema, order):
@@ -768,6 +769,7 @@ class InsertMixin(DatabaseState):
                 data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
             return None
         self._writable(f"insert into {table}", adds=True)
+        load_compute()
         meta: TableMeta = self.table(table)
         schema = self.arrow_schema(meta)
         if meta.order and not sortable(schema, meta.order):

@@ -492,7 +492,13 @@ def dictionary_columns(batch: pa.RecordBatch, schema: pa.Schema) -> list[str] | 
     keep = []
     for f in schema:
         col = sample.column(sample.schema.get_field_index(f.name))
-        if pc.count_distinct(col).as_py() <= DICTIONARY_MAX_DISTINCT * len(col):
+        most = DICTIONARY_MAX_DISTINCT * len(col)
+        # more distinct values than that in the first rows alone: so in all of them (the
+        # hashing of half the rows for a column of unique values)
+        first = col.slice(0, int(most) + 1)
+        if len(first) < len(col) and pc.count_distinct(first).as_py() > most:
+            continue
+        if pc.count_distinct(col).as_py() <= most:
             keep.append(f.name)
     return keep
 
