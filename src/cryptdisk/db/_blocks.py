@@ -55,6 +55,7 @@ from ._parts import (
     dictionary_columns,
     fits_schema,
     null_free_schema,
+    statistics_columns,
 )
 
 __all__ = ["load_compute", "sortable", "write_sorted_parts"]
@@ -640,12 +641,13 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     lock = threading.Lock()
     key = order[0] if order else None
     try:
-        settings: tuple[Any, Any] | None = None
+        settings: tuple[Any, Any, Any] | None = None
         for block in _blocks(source, block_bytes, max_rows):
             if settings is None:  # judged on the insert's first rows, as write_parts does
                 sample = block.slice(0, 1 << 16).combine_chunks().to_batches()[0]
                 dictionary = dictionary_columns(sample, schema)
-                settings = (column_compression(sample, schema, dictionary), dictionary)
+                settings = (column_compression(sample, schema, dictionary), dictionary,
+                            statistics_columns(sample, schema, dictionary, order))
                 del sample
             ordered = not order or _in_order(block, order)
             span = _clean_range(block, key, ordered) if key else (None, None)
@@ -668,8 +670,8 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
                 current = _Job(_PartWriter(disk, prefix, null_free_schema(schema, block),
                                            version=version,
                                            compression=settings[0], dictionary=settings[1],
-                                           key=key), order, on_rows, lock, takers, spare,
-                               publishers)
+                                           key=key, statistics=settings[2]),
+                               order, on_rows, lock, takers, spare, publishers)
                 jobs.append(current)
                 pool.submit(current)
             current.put(block, sort=not ordered)

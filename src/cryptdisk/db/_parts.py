@@ -39,7 +39,8 @@ from ._stats import key_range_of
 __all__ = ["COLUMN_GRANULES_KEY", "KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY",
            "PART_ID_KEY", "check_footer", "column_compression", "column_granules",
            "dictionary_columns", "fits_schema", "key_bounds", "key_granules",
-           "not_as_recorded", "null_free_schema", "verify_part", "write_parts"]
+           "not_as_recorded", "null_free_schema", "statistics_columns", "verify_part",
+           "write_parts"]
 
 PART_ID_KEY = b"cryptdisk.part_id"
 #: Footer entry: the row groups holding NaN, per floating column (Parquet statistics
@@ -503,6 +504,65 @@ def dictionary_columns(batch: pa.RecordBatch, schema: pa.Schema) -> list[str] | 
     return keep
 
 
+#: Runs of an insert's first rows (in the part's order) whose ranges of a text column
+#: :func:`statistics_columns` compares.
+_STATISTICS_RUNS = 8
+
+
+def _text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+
+
+def statistics_columns(batch: pa.RecordBatch, schema: pa.Schema,
+                       dictionary: list[str] | bool, order: list[str]) -> list[str] | bool:
+    """The columns whose pages and row groups get Parquet statistics (min, max, NULLs),
+    judged on the first rows of an insert's first batch.
+
+    Every column but a text or binary one that is not in ``order`` (the ORDER BY), was
+    given no ``dictionary`` (more than half its sampled values distinct) and is spread
+    evenly: the sample in the part's row order (sorted by ``order``) cut into
+    :data:`_STATISTICS_RUNS` runs, every run's range holds a value of every other's
+    (hashes, UUIDs, random text). Such a column's row groups would each span nearly all
+    its values, so no filter is decided by them, while computing them (a comparison of
+    every string) was a fifth of the Parquet encoding of the benchmark's rows. True
+    (every column) when none is left out, the schema has nested columns or names with a
+    dot (pyarrow names statistics by leaf path), or the sample is small.
+    """
+    if (batch.num_rows < 4096 or any(pa.types.is_nested(f.type) for f in schema)
+            or any("." in f.name for f in schema)):
+        return True
+    if isinstance(dictionary, bool):  # (every column has a dictionary, or none does)
+        dictionary = [f.name for f in schema] if dictionary else []
+    text = [f.name for f in schema if _text(f.type) and f.name not in order
+            and f.name not in dictionary]
+    if not text:
+        return True
+    import pyarrow.compute as pc
+
+    sample = batch.slice(0, _SAMPLE_ROWS)
+    if order:
+        try:
+            sample = sample.take(pc.sort_indices(
+                sample, sort_keys=[(c, "ascending") for c in order]))
+        except (pa.ArrowException, KeyError):
+            return True
+    n = sample.num_rows
+    size = -(-n // _STATISTICS_RUNS)
+    spread = set()
+    for name in text:
+        col = sample.column(sample.schema.get_field_index(name))
+        lows, highs = [], []
+        for start in range(0, n, size):
+            found = pc.min_max(col.slice(start, size))
+            if found["min"].is_valid:
+                lows.append(found["min"].as_py())
+                highs.append(found["max"].as_py())
+        if len(lows) == _STATISTICS_RUNS and max(lows) < min(highs):
+            spread.add(name)
+    return [f.name for f in schema if f.name not in spread] if spread else True
+
+
 #: A column is compressed (LZ4) only if its sample's Parquet pages shrink by at least this
 #: share: LZ4 costs about as much CPU as the rest of a column's encoding, and on near-random
 #: bytes (hashes, random keys and floats) saves a few percent at best.
@@ -597,7 +657,7 @@ class _PartWriter:
 
     def __init__(self, disk: Disk, prefix: str, schema: pa.Schema, *, version: int,
                  compression: dict[str, str] | str, dictionary: list[str] | bool,
-                 key: str | None) -> None:
+                 key: str | None, statistics: list[str] | bool = True) -> None:
         self.disk, self.schema, self.key = disk, schema, key
         self.part_id = uuid.uuid4().hex
         self._version = str(version).encode()
@@ -620,6 +680,7 @@ class _PartWriter:
             self._writer = pq.ParquetWriter(self._buffered, meta_schema,
                                             compression=compression,
                                             use_dictionary=dictionary,
+                                            write_statistics=statistics,
                                             max_rows_per_page=GRANULE_ROWS,
                                             write_batch_size=GRANULE_ROWS)
         except BaseException:
@@ -791,11 +852,14 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
         dictionary = dictionary_columns(sample, schema) if sample is not None else True
         compression = (column_compression(sample, schema, dictionary) if sample is not None
                        else COMPRESSION)
+        statistics = (statistics_columns(sample, schema, dictionary, [key] if key else [])
+                      if sample is not None else True)
         del sample
         while pending is not None:
             writer = _PartWriter(disk, prefix, null_free_schema(schema, pending) if null_free
                                  else schema, version=version,
-                                 compression=compression, dictionary=dictionary, key=key)
+                                 compression=compression, dictionary=dictionary, key=key,
+                                 statistics=statistics)
             try:
                 while (pending is not None and writer.rows < max_rows
                        and (not writer.rows or fits_schema(writer.schema, pending))):
