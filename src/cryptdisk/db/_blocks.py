@@ -58,7 +58,10 @@ from ._parts import (
     statistics_columns,
 )
 
-__all__ = ["load_compute", "sortable", "write_sorted_parts"]
+__all__ = ["PUBLISHERS", "load_compute", "sortable", "write_sorted_parts"]
+
+#: Most parts of one insert being published (fsynced and renamed) at once.
+PUBLISHERS = 16
 
 try:  # the C radix sort (csrc/cryptdisk_db/csort.c), which has no type stubs (Any)
     _csort: Any = importlib.import_module(f"{__package__}._csort")
@@ -630,9 +633,12 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     # as the part's thread encodes the one before, so a lone part uses two cores
     takers = _Pool(max(1, workers))
     # a sealed part's publish (its fsync waits for the disk: 60-280 ms for a 33 MB part on
-    # a busy disk) on threads of its own, not on a part thread: waiting there, it held up
-    # the next parts' encoding (the part threads all waiting for fsyncs)
-    publishers = _Pool(max(1, workers) + 1)
+    # a busy disk, seconds on a host whose CPUs are all taken) on threads of its own, not
+    # on a part thread: waiting there, it held up the next parts' encoding (the part
+    # threads all waiting for fsyncs). Up to PUBLISHERS at once: a sealed part holds no
+    # block, and fsyncs waiting together share the file system's journal commits, where
+    # workers + 1 threads queued the last parts' publishes behind slow ones
+    publishers = _Pool(max(PUBLISHERS, workers + 1))
 
     def spare() -> bool:
         return sum(not j.encoded.is_set() for j in jobs[-max(1, workers):]) < max(1, workers)
