@@ -78,3 +78,26 @@ def test_small_samples_and_other_schemas_keep_every_column():
     assert statistics_columns(dotted, dotted.schema, [], ["k"]) is True
     nulls = pa.record_batch({"k": rows.column(0), "h": pa.nulls(5000, pa.string())})
     assert statistics_columns(nulls, nulls.schema, [], ["k"]) is True  # no range to judge
+
+
+def test_a_merge_keeps_a_column_without_statistics_required(tmp_path):
+    """A merge stores as REQUIRED the columns no source row group holds a NULL in: a part's
+    REQUIRED column counts as such without statistics (else the merged part's hash column
+    became OPTIONAL, and every scan of it decoded definition levels)."""
+    with cryptdisk.connect(tmp_path / "db") as db:
+        db.sql("CREATE TABLE t (k BIGINT, h VARCHAR, n VARCHAR) ORDER BY k SETTINGS "
+               "storage_policy = 'plain'")
+        for start in (0, _N // 2):
+            keys = sorted(range(start, start + _N // 2), key=_md5)
+            db.insert("t", pa.table({"k": pa.array(keys, pa.int64()),
+                                     "h": pa.array([_md5(i) for i in keys]),
+                                     "n": pa.array([None if i == 7 else _md5(-i)
+                                                    for i in keys])}))
+        assert _stats(db, "t")["h"] is False
+        db.optimize("t", final=True)
+        part = db.table("t").parts[0]
+        schema = pq.read_metadata(db.config.disks[part.disk].local_path(part.path)).schema
+        levels = {schema.column(j).name: schema.column(j).max_definition_level
+                  for j in range(len(schema))}
+        assert levels == {"k": 0, "h": 0, "n": 1}
+        assert db.query("SELECT count(*), count(h), count(n) FROM t") == [(_N, _N, _N - 1)]

@@ -993,14 +993,16 @@ class OpenPart:
 
     def nulls(self, rg: int, column: str) -> int | None:
         """Null count of ``column`` in row group ``rg``, if its statistics say (0 for a key
-        with bounds written for it, which has no NULL; read once per open part: pyarrow
-        builds a statistics object on each access)."""
+        with bounds written for it, and for a column the part stores as Parquet REQUIRED,
+        which hold no NULL, statistics or not; read once per open part: pyarrow builds a
+        statistics object on each access)."""
         got = self._nulls.get(column)
         if got is None:
             j = self._index.get(column)
             if j is None:
                 return None
-            if self.ranges(column) is not None and column in self._bounded:
+            if (self.ranges(column) is not None and column in self._bounded) or \
+                    self.meta.schema.column(j).max_definition_level == 0:
                 got = [0] * self.num_row_groups
             else:
                 got = []
