@@ -687,7 +687,8 @@ static PyObject *one_width_into(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     if (count < 0 || width < 0 || at < 0 || (size_t)count > (size_t)values.len / 4
-            || width > values.len || (size_t)values.len != (size_t)count * (4 + (size_t)width)) {
+            || (count > 0 && width > values.len)
+            || (size_t)values.len != (size_t)count * (4 + (size_t)width)) {
         PyErr_SetString(PyExc_ValueError, "one_width_into: the values are not count values "
                         "of width bytes");
         goto done;
