@@ -41,7 +41,7 @@ def _fails(conn, sql: str, code: str, params=None) -> psycopg.Error:
     "SELECT 1 / 0", "SELECT 5 % 0", "SELECT 1.5 / 0", "SELECT 1 / 0.0", "SELECT n / z FROM t",
     "SELECT n % z FROM t", "SELECT x / (n - 7) FROM t", "SELECT n / -z FROM t",
     "SELECT 10 / s FROM t", "SELECT n / (z / 1) FROM t", "SELECT id FROM t WHERE n / z > 1",
-    "SELECT sum(n) / count(s) FROM t WHERE id = 2", "SELECT mod(n, z) FROM t",
+    "SELECT sum(n) / sum(z) FROM t WHERE id = 1", "SELECT mod(n, z) FROM t",
     "SELECT mod(7, 0)"])
 def test_a_zero_divisor_is_22012(conn, sql) -> None:
     """SQLite's ``/``, ``%`` and ``mod()`` answered NULL for a zero divisor (an integer, a
@@ -70,6 +70,20 @@ def test_nonzero_and_null_divisors_divide_as_before(conn) -> None:
     assert conn.execute("SELECT mod(n, 4), mod(n, NULL), modulo FROM t, "
                         "(SELECT 5 AS modulo)").fetchone() == (3, None, 5)
     assert conn.execute("SELECT count(*) FROM t WHERE n / NULLIF(z, 0) > 1").fetchone() == (0,)
+
+
+def test_a_null_dividend_over_zero_is_null(conn) -> None:
+    """PostgreSQL's operators are strict: a NULL dividend gives NULL whatever the divisor
+    (``sum(n) / count(*)`` of no rows), not 22012; a dividend that is not NULL still
+    fails."""
+    conn.execute("INSERT INTO t (id, n, z) VALUES (2, NULL, 0)")
+    assert conn.execute("SELECT sum(n) / count(s), sum(n) % count(s) FROM t WHERE id = 3"
+                        ).fetchone() == (None, None)
+    assert conn.execute("SELECT n / z, n % z, mod(n, z), (n + 1) / z, -n / z FROM t "
+                        "WHERE id = 2").fetchone() == (None,) * 5
+    assert conn.execute("SELECT %s / z FROM t WHERE id = 2", (None,)).fetchone() == (None,)
+    _fails(conn, "SELECT n / z FROM t WHERE id = 1", "22012")
+    _fails(conn, "SELECT n * 1 / z FROM t WHERE id = 1", "22012")
 
 
 def test_a_view_divides_as_sqlite_and_reads_outside_the_server(

@@ -550,8 +550,11 @@ def _sqlite_divisor(*args: Any) -> Any:
     """A divisor of ``/`` or ``%`` as SQLite's function (:data:`._sqlitearith.
     DIVISOR_FUNCTION`): the value itself, or 22012 where it is zero (SQLite's ``/`` and
     ``%`` would give NULL; text is read as SQLite's arithmetic reads it, 0 when it is no
-    number)."""
-    (value,) = args
+    number). With a second argument, the dividend: where it is NULL the value is given as
+    it is (NULL over zero is NULL in PostgreSQL, whose operators are strict)."""
+    value = args[0]
+    if len(args) == 2 and args[1] is None:
+        return value
     if type(value) is str:
         number = _NUMBER_PREFIX.match(value)
         if number is None or float(number[0]) == 0:
@@ -1907,8 +1910,9 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
                                          deterministic=True)
-        self.conn.create_scalar_function(_sqlitearith.DIVISOR_FUNCTION, _sqlite_divisor, 1,
-                                         deterministic=True)
+        for count in (1, 2):  # (the divisor, and the dividend where it is one atom)
+            self.conn.create_scalar_function(_sqlitearith.DIVISOR_FUNCTION, _sqlite_divisor,
+                                             count, deterministic=True)
         for count in (2, 3):  # (x MATCH p [ESCAPE e]: match(p, x [, e]))
             self.conn.create_scalar_function("match", _sqlite_ilike, count, deterministic=True)
         #: WAL mode: the databases (``main``, attached ones) whose WAL this connection has

@@ -72,7 +72,7 @@ def checked_divisors(sql: str) -> str:
     if "/" not in sql and "%" not in sql:
         return sql
     toks = _tokens(sql)
-    wraps: list[tuple[int, int]] = []
+    wraps: list[tuple[int, int, str]] = []  # (start, stop, what closes the call)
     for k, t in enumerate(toks):
         if t.kind != "op" or t.text not in ("/", "%") or k == 0:
             continue
@@ -84,11 +84,13 @@ def checked_divisors(sql: str) -> str:
             continue
         if end == j + 1 and toks[j].kind == "num" and float(toks[j].text) != 0:
             continue  # x / 2: never zero
-        wraps.append((toks[k + 1].start, toks[end - 1].stop))
+        dividend = _dividend(toks, k)
+        close = ")" if dividend is None else f", {sql[dividend[0]:dividend[1]]})"
+        wraps.append((toks[k + 1].start, toks[end - 1].stop, close))
     if not wraps:
         return sql
-    marks = sorted([(start, DIVISOR_FUNCTION + "(") for start, _ in wraps] +
-                   [(stop, ")") for _, stop in wraps])  # (a divisor may hold another)
+    marks = sorted([(start, DIVISOR_FUNCTION + "(") for start, _, _ in wraps] +
+                   [(stop, close) for _, stop, close in wraps])  # (a divisor may hold another)
     out, pos = [], 0
     for at, mark in marks:
         out += [sql[pos:at], mark]
@@ -97,12 +99,49 @@ def checked_divisors(sql: str) -> str:
     return "".join(out)
 
 
+#: what, just before a left operand, makes it only part of the dividend (``x * y / z``)
+_NOT_WHOLE = frozenset({"*", "/", "%", "||", "::", ".", "COLLATE"})
+
+
+def _dividend(toks: list[_Tok], k: int) -> tuple[int, int] | None:
+    """Where the left operand of the ``/`` or ``%`` at ``toks[k]`` is in the text, when it
+    is one column, parameter, call or bracketed expression (not a subquery) and the whole
+    dividend: its divisor's function is given it too, for a NULL dividend is NULL over
+    zero in PostgreSQL (``sum(n) / count(*)`` of no rows), not 22012. None otherwise."""
+    i = k - 1
+    t = toks[i]
+    if t.text == ")":
+        depth, j = 0, i
+        while j >= 0:
+            depth += (toks[j].text in _CLOSE) - (toks[j].text in _OPEN)
+            if depth == 0:
+                break
+            j -= 1
+        if j < 0 or j + 1 >= i or _word(toks[j + 1]) in ("SELECT", "WITH", "VALUES"):
+            return None
+        if j > 0 and toks[j - 1].kind == "ref" and _word(toks[j - 1]) not in _BEFORE_SIGN:
+            j -= 1  # a call: f(...)
+        start = j
+    elif t.kind == "param" or (t.kind == "ref" and _word(t) not in _BEFORE_SIGN | {"END"}):
+        start = i
+    elif t.kind == "num" and i > 0 and toks[i - 1].text == "?":
+        start = i - 1  # ?N
+    else:
+        return None
+    if start > 0 and (toks[start - 1].text in _NOT_WHOLE or _word(toks[start - 1]) in (
+            "COLLATE", "ESCAPE")):
+        return None
+    if toks[start].start < 0 or t.stop < 0:
+        return None
+    return toks[start].start, t.stop
+
+
 def _mod_call(args: str) -> str:
     """SQLite's ``mod(a, b)`` (its arguments ``args``) with ``b`` checked."""
     parts = _sqltext.split_arguments(args)
     if len(parts) != 2:
         return f"mod({args})"
-    return f"mod({parts[0]}, {DIVISOR_FUNCTION}({parts[1]}))"
+    return f"mod({parts[0]}, {DIVISOR_FUNCTION}({parts[1]}, {parts[0]}))"
 
 
 class DateOperands(NamedTuple):
