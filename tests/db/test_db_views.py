@@ -205,6 +205,11 @@ def test_create_or_replace_rename_and_drop(views_db):
     ('CREATE VIEW "information_schema" AS SELECT 1', "a name of DuckDB's catalog"),
     ("CREATE VIEW schemata AS SELECT 1", "a name of DuckDB's catalog"),
     ("ALTER VIEW mid RENAME TO duckdb_views", "a name of DuckDB's catalog"),
+    ("CREATE VIEW x WITH (security_definer = true) AS SELECT 1", "unknown view option"),
+    ("CREATE VIEW x WITH (security_invoker = 2) AS SELECT 1", "true or false"),
+    ("ALTER VIEW mid SET (check_option = local)", "unknown view option"),
+    ("ALTER VIEW nothing SET (security_invoker = false)", "no view 'nothing'"),
+    ("ALTER VIEW t SET (security_invoker = false)", "t is a table, not a view"),
 ])
 def test_bad_view_statements_say_what_is_wrong(views_db, sql, message):
     before = views_db.query("SELECT name, query FROM system.views ORDER BY name")
@@ -448,3 +453,25 @@ def test_a_view_named_past_ascii_is_found_as_duckdb_finds_it(db):
                            r"matches a name's ASCII letters in any case, its other letters "
                            r"as written; the view is '(É|État)'$"):
             db.query(q)
+
+
+def test_security_invoker_is_kept_with_the_view(tmp_path):
+    """``WITH (security_invoker = false)`` and ``ALTER VIEW ... SET``/``RESET`` are kept in
+    the catalog (the server checks owner-rights views against their owner; through the
+    Python API there are no grants, so a view reads the same either way)."""
+    path = tmp_path / "db"
+    with cryptdisk.connect(path) as db:
+        db.sql("CREATE TABLE t (a BIGINT)")
+        db.sql("INSERT INTO t VALUES (1)")
+        db.sql("CREATE VIEW o (x) WITH (security_invoker = false) AS SELECT a FROM t")
+        db.sql("CREATE VIEW i WITH (security_invoker) AS SELECT a FROM t")
+        db.sql("CREATE VIEW p AS SELECT a FROM t")
+        db.sql("ALTER VIEW p SET (security_invoker = off)")
+        db.sql("ALTER VIEW o RENAME TO o2")
+        assert db.query("SELECT * FROM o2") == [(1,)]
+    with cryptdisk.connect(path) as db:
+        assert db.query("SELECT name, security_invoker, owner FROM system.views ORDER BY "
+                        "name") == [("i", True, None), ("o2", False, None), ("p", False, None)]
+        db.sql("ALTER VIEW p RESET (security_invoker)")
+        assert db.query("SELECT security_invoker FROM system.views WHERE name = 'p'") \
+            == [(True,)]

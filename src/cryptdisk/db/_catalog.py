@@ -149,7 +149,7 @@ class Catalog:
         doc = {"format": FORMAT, "db_id": self.db_id, "version": self.version,
                "tables": [_table_doc(t) for t in self.tables.values()]}
         if self.views:
-            doc["views"] = [asdict(v) for v in self.views.values()]
+            doc["views"] = [v.document() for v in self.views.values()]
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod

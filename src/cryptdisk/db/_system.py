@@ -133,6 +133,9 @@ def _views(db: Any) -> pa.Table:
         # the names given after the view's name (NULL: its query's)
         "columns": pa.array([v.columns for v in views], pa.list_(pa.string())),
         "reads": pa.array([v.reads for v in views], pa.list_(pa.string())),
+        # False: read with the rights of its owner (WITH (security_invoker = false))
+        "security_invoker": pa.array([v.security_invoker for v in views], pa.bool_()),
+        "owner": pa.array([v.owner for v in views], pa.string()),
     })
 
 

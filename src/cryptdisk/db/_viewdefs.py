@@ -25,8 +25,10 @@ from ._views import (
     AlterView,
     CreateView,
     DropView,
+    SetView,
     ViewMeta,
     Views,
+    current_view_owner,
     expand_statement,
     expand_views,
     view_reads,
@@ -73,22 +75,23 @@ class ViewMixin(DatabaseState):
 
     _parser: Any
 
-    def expand_views(self, sql: str, parser: Any = None) -> str:
+    def expand_views(self, sql: str, parser: Any = None, keep: bool = False) -> str:
         """Statement ``sql`` with every view it reads written out as its query (see
         :func:`._views.expand_statement`), as this database runs it: what a grant check
         or a policy rewrite must look at. ``parser``: a DuckDB cursor that only parses
         (:func:`~cryptdisk.db.parser_cursor`), for a caller on another thread than the
-        database's (by default the database's own, under its lock)."""
+        database's (by default the database's own, under its lock). ``keep``: the views
+        with their owner's rights are left as named (:func:`._views.expand_views`)."""
         if parser is None:
             with self._mutex:
-                return self._expand(sql)
+                return self._expand(sql, keep)
         views = self.catalog.views
         if not views:
             return sql
         return expand_statement(sql, views, lambda text: serialize_sql(text, parser),
-                                self._relation_exists)
+                                self._relation_exists, keep)
 
-    def _expand(self, sql: str) -> str:
+    def _expand(self, sql: str, keep: bool = False) -> str:
         """:meth:`expand_views` on the database's parser (the caller holds its lock)."""
         if self.read_only or self._remote is not None:  # the views others committed
             try:
@@ -105,7 +108,7 @@ class ViewMixin(DatabaseState):
         if not views:
             return sql
         return expand_statement(sql, views, lambda text: serialize_sql(text, self._parser),
-                                self._relation_exists)
+                                self._relation_exists, keep)
 
     def _relation_exists(self, name: str) -> bool:
         return name in self.catalog.tables or name in self.catalog.views
@@ -118,17 +121,19 @@ class ViewMixin(DatabaseState):
                                 hint="SELECT name FROM system.views lists the views")
         return meta  # type: ignore[no-any-return]
 
-    def _view_statement(self, st: CreateView | DropView | AlterView) -> None:
+    def _view_statement(self, st: CreateView | DropView | AlterView | SetView) -> None:
         self._writable(f"{type(st).__name__} {st.name}")
         self._role_check_view(st)
         if isinstance(st, CreateView):
             self._create_view(st)
         elif isinstance(st, DropView):
             self._drop_view(st)
+        elif isinstance(st, SetView):
+            self._set_view(st)
         else:
             self._rename_view(st)
 
-    def _role_check_view(self, st: CreateView | DropView | AlterView) -> None:
+    def _role_check_view(self, st: CreateView | DropView | AlterView | SetView) -> None:
         """On a connection opened with ``role=``: refuse to replace, drop or rename a view
         that reads (itself or through other views) a table with a masking or row access
         policy, as ``DROP TABLE`` of such a table is refused (whoever reads the view would
@@ -153,7 +158,8 @@ class ViewMixin(DatabaseState):
             table = self.catalog.tables.name(read) or read
             if role_has_policies(self, table):
                 verb = {CreateView: "CREATE OR REPLACE VIEW", DropView: "DROP VIEW",
-                        AlterView: "ALTER VIEW ... RENAME TO"}[type(st)]
+                        AlterView: "ALTER VIEW ... RENAME TO",
+                        SetView: "ALTER VIEW ... SET"}[type(st)]
                 raise FieldPolicyError(
                     f"permission denied: {verb} {old.name}: the view reads {table}, which "
                     f"has policies, and the connection has role {self.role!r}",
@@ -174,7 +180,8 @@ class ViewMixin(DatabaseState):
                 return
             raise DatabaseError(f"view {old.name} already exists",
                                 hint=f"CREATE OR REPLACE VIEW {name} AS ... replaces it")
-        meta = ViewMeta(name, st.query, st.columns)
+        meta = ViewMeta(name, st.query, st.columns, security_invoker=st.security_invoker,
+                        owner=None if st.security_invoker else current_view_owner())
         trial = Views(views)
         trial[name] = meta  # (a cycle through the view itself is found as it is read)
 
@@ -225,7 +232,21 @@ class ViewMixin(DatabaseState):
                                 f"{clash or new} has the name", hint="pick another name")
         changed = Views(views)
         del changed[old.name]
-        changed[new] = ViewMeta(new, old.query, old.columns, old.reads)
+        changed[new] = ViewMeta(new, old.query, old.columns, old.reads,
+                                old.security_invoker, old.owner)
+        self._publish_views(changed)
+
+    def _set_view(self, st: SetView) -> None:
+        """``ALTER VIEW v SET (security_invoker = ...)``: the owner of a view given its
+        owner's rights is whoever gives them (the server's admin)."""
+        table = self.catalog.tables.name(st.name)
+        if table is not None:
+            raise NotSupportedError(f"ALTER VIEW {table}: {table} is a table, not a view")
+        old = self.view(st.name)
+        changed = Views(self.catalog.views)
+        changed[old.name] = ViewMeta(old.name, old.query, old.columns, old.reads,
+                                     st.security_invoker,
+                                     None if st.security_invoker else current_view_owner())
         self._publish_views(changed)
 
     def _publish_views(self, views: Views) -> None:

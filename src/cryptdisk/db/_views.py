@@ -13,16 +13,21 @@ and only the name's bytes are replaced: the rest of the statement is run as writ
 view over a view is rewritten in turn; one that reads itself, directly or through
 others, is refused.
 
-Views have the rights of the user who reads them (invoker rights): whoever reads a view
-reads the tables it names, and needs what reading them needs.
+Views have the rights of the user who reads them (invoker rights) unless made ``WITH
+(security_invoker = false)`` (PostgreSQL's option, also ``ALTER VIEW v SET (...)``): such
+a view keeps the name of the user who made it (:func:`view_owner`, set by the server),
+and the server checks the tables it reads against that owner rather than the reader
+(:func:`expand_statement`'s ``keep``). Whatever the mode, the text is written out the
+same way for the run, so a role's masking and row access policies apply to the reader.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +35,8 @@ from ..errors import DatabaseError
 from ._columns import UNQUOTED_IDENT, matching_paren, referenced_tables
 from ._names import NameDict, fold
 
-__all__ = ["AlterView", "CreateView", "DropView", "ViewMeta", "Views", "expand_views",
-           "parse_view_statement", "view_reads"]
+__all__ = ["AlterView", "CreateView", "DropView", "SetView", "ViewMeta", "Views",
+           "expand_views", "parse_view_statement", "view_owner", "view_reads"]
 
 _IDENT = rf'(?:"(?:[^"]|"")+"|`[^`]+`|{UNQUOTED_IDENT})'
 #: expansions a :class:`Views` keeps (least recently used dropped first)
@@ -46,6 +51,18 @@ class ViewMeta:
     query: str  # the text after AS, as written
     columns: list[str] | None = None  # the names given after the view's name, if any
     reads: list[str] = field(default_factory=list)  # the tables and views it names
+    #: False: read with the rights of :attr:`owner` (``WITH (security_invoker = false)``)
+    security_invoker: bool = True
+    owner: str | None = None  # who made it (through the server; None: the Python API)
+
+    def document(self) -> dict[str, Any]:
+        """The catalog's entry (the mode and owner only when the view has the owner's
+        rights, so a catalog of invoker views reads as before)."""
+        doc: dict[str, Any] = {"name": self.name, "query": self.query,
+                               "columns": self.columns, "reads": self.reads}
+        if not self.security_invoker:
+            doc.update(security_invoker=False, owner=self.owner)
+        return doc
 
     def body(self) -> str:
         """The query the view stands for (its column names given, if it has any)."""
@@ -65,7 +82,10 @@ class Views(NameDict[ViewMeta]):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         #: statement text -> (its text with the views written out, the views it read)
-        self.expanded: collections.OrderedDict[str, tuple[str, tuple[str, ...]]] = \
+        #: (statement text, owner-rights views kept) -> (its text with the views written
+        #: out, the views it read)
+        self.expanded: collections.OrderedDict[tuple[str, bool],
+                                               tuple[str, tuple[str, ...]]] = \
             collections.OrderedDict()
 
     def _changed(self) -> None:
@@ -87,6 +107,25 @@ def _unquote(ident: str) -> str:
 # -- statements ------------------------------------------------------------------------
 
 
+_OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("view_owner",
+                                                                    default=None)
+
+
+@contextlib.contextmanager
+def view_owner(user: str | None) -> Iterator[None]:
+    """Record ``user`` as the owner of the views the block makes with the owner's rights
+    (the server runs an admin's ``CREATE VIEW`` in it)."""
+    token = _OWNER.set(user)
+    try:
+        yield
+    finally:
+        _OWNER.reset(token)
+
+
+def current_view_owner() -> str | None:
+    return _OWNER.get()
+
+
 @dataclass
 class CreateView:
     name: str
@@ -94,6 +133,14 @@ class CreateView:
     columns: list[str] | None = None
     or_replace: bool = False
     if_not_exists: bool = False
+    security_invoker: bool = True
+
+
+@dataclass
+class SetView:
+    """``ALTER VIEW v SET (security_invoker = ...)`` / ``RESET (security_invoker)``."""
+    name: str
+    security_invoker: bool
 
 
 @dataclass
@@ -117,7 +164,7 @@ _ALTER = re.compile(rf"(?is)ALTER\s+VIEW\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+RENAM
 _QUERY_START = re.compile(r"(?is)\(?\s*(SELECT|WITH|VALUES|FROM)\b")
 
 
-def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | None:
+def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | SetView | None:
     """``sql`` read as a statement on views (None: another statement; ``CREATE TEMP
     VIEW`` is DuckDB's, for the connection alone). One that does not read raises
     :class:`~cryptdisk.errors.DatabaseError`."""
@@ -140,6 +187,12 @@ def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | None:
                                     f"({rest[1:close].strip()})",
                                     hint=f"CREATE VIEW {name} (a, b) AS SELECT ...")
             rest = rest[close + 1:].lstrip()
+        invoker = True
+        wm = re.match(r"(?is)WITH\s*\(", rest)
+        if wm is not None:
+            close = wm.end() - 1 + _close(rest[wm.end() - 1:])
+            invoker = _view_options(f"CREATE VIEW {name}", rest[wm.end():close])
+            rest = rest[close + 1:].lstrip()
         am = re.match(r"(?is)AS\b\s*", rest)
         query = rest[am.end():].strip() if am else ""
         if not am or not _QUERY_START.match(query):
@@ -147,7 +200,7 @@ def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | None:
                                 hint=f"CREATE VIEW {name} AS SELECT ...")
         if m.group(1) and m.group(2):
             raise DatabaseError("CREATE OR REPLACE VIEW ... IF NOT EXISTS: give one of them")
-        return CreateView(name, query, columns, bool(m.group(1)), bool(m.group(2)))
+        return CreateView(name, query, columns, bool(m.group(1)), bool(m.group(2)), invoker)
     if head.startswith("DROP") and (m := _DROP.fullmatch(s)) is not None:
         if m.group(3):
             raise DatabaseError(f"DROP VIEW {m.group(2)}{''.join(m.group(3).split())}: a view "
@@ -159,12 +212,47 @@ def parse_view_statement(sql: str) -> CreateView | DropView | AlterView | None:
         return DropView(_unquote(m.group(2)), bool(m.group(1)))
     if head.startswith("ALTER") and re.match(r"(?is)ALTER\s+VIEW\b", s):
         m = _ALTER.fullmatch(s)
+        sm = _ALTER_SET.fullmatch(s)
+        if sm is not None:
+            name = _unquote(sm.group(1))
+            if sm.group(2).upper() == "RESET":
+                if [o.strip().lower() for o in sm.group(3).split(",")] != ["security_invoker"]:
+                    raise DatabaseError(f"ALTER VIEW {name} RESET: unknown view option "
+                                        f"({sm.group(3).strip()})",
+                                        hint=f"ALTER VIEW {name} RESET (security_invoker)")
+                return SetView(name, True)
+            return SetView(name, _view_options(f"ALTER VIEW {name}", sm.group(3)))
         if m is None:
             raise DatabaseError(f"cannot read {s[:60]!r}: a view changes by ALTER VIEW v "
                                 "RENAME TO w", hint="CREATE OR REPLACE VIEW v AS ... "
                                 "changes its query")
         return AlterView(_unquote(m.group(1)), _unquote(m.group(2)))
     return None
+
+
+_ALTER_SET = re.compile(rf"(?is)ALTER\s+VIEW\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+(SET|RESET)\s*"
+                        r"\(([^()]*)\)")
+_TRUE = frozenset({"true", "on", "yes", "1", "t", "y"})
+_FALSE = frozenset({"false", "off", "no", "0", "f", "n"})
+
+
+def _view_options(statement: str, text: str) -> bool:
+    """``security_invoker`` of a view's options (``security_invoker [= true|false]``, as
+    PostgreSQL's); any other option is refused."""
+    invoker = True
+    for option in text.split(","):
+        m = re.fullmatch(r"(?is)\s*(\w+)\s*(?:=\s*'?(\w+)'?)?\s*", option)
+        if m is None or m.group(1).lower() != "security_invoker":
+            raise DatabaseError(f"{statement}: unknown view option ({option.strip()}): a view "
+                                "takes security_invoker only",
+                                hint="WITH (security_invoker = false) gives the view its "
+                                "owner's rights")
+        value = (m.group(2) or "true").lower()
+        if value not in _TRUE | _FALSE:
+            raise DatabaseError(f"{statement}: security_invoker is true or false, not "
+                                f"{m.group(2)}")
+        invoker = value in _TRUE
+    return invoker
 
 
 def _close(text: str) -> int:
@@ -212,9 +300,11 @@ _UNQUOTED = re.compile(UNQUOTED_IDENT)
 
 
 def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
-                  used: list[str], outer: frozenset[str] = frozenset()) -> str:
+                  used: list[str], outer: frozenset[str] = frozenset(),
+                  keep: bool = False) -> str:
     """``sql`` (a query) with each view it reads written out (see the module); ``outer``:
-    the CTE names (lower case) in scope where ``sql`` is written out."""
+    the CTE names (lower case) in scope where ``sql`` is written out; ``keep``: the
+    views with their owner's rights are left as they are named (their reader's check)."""
     if not referenced_tables(sql, set(views)):
         return sql
     tree = parse(sql)
@@ -244,7 +334,10 @@ def _expand_query(sql: str, views: Views, parse: Parse, stack: tuple[str, ...],
                 hint=f"give the CTE another name than {hidden[0]}")
         if name not in used:
             used.append(name)
-        body = _expand_query(meta.body(), views, parse, (*stack, fold(name)), used, scope)
+        if keep and not meta.security_invoker:
+            continue
+        body = _expand_query(meta.body(), views, parse, (*stack, fold(name)), used, scope,
+                             keep)
         end = _name_end(data, offset)
         text = f"({body})" + ("" if aliased else f" AS {_quote(name)}")
         data = data[:offset] + text.encode() + data[end:]
@@ -270,19 +363,21 @@ def _name_end(data: bytes, start: int) -> int:
 
 
 def expand_views(sql: str, views: Views, parse: Parse,
-                 exists: Callable[[str], bool]) -> tuple[str, list[str]]:
+                 exists: Callable[[str], bool], keep: bool = False) -> tuple[str, list[str]]:
     """``sql`` (a query: ``SELECT``, ``WITH``, ``FROM``, ``VALUES``) with every view it
     reads written out, and the views it reads (empty: ``sql`` as it is). ``parse`` gives
     DuckDB's tree of a text; ``exists(name)`` says whether a table or view of that name
-    is in the catalog: a view that reads one gone fails, naming both."""
+    is in the catalog: a view that reads one gone fails, naming both. ``keep``: the
+    views with their owner's rights stay as named (what the reader's grants must allow)."""
     if not views:
         return sql, []
-    kept = views.expanded.get(sql)
+    key = (sql, keep)
+    kept = views.expanded.get(key)
     if kept is None:
         used: list[str] = []
-        text = _expand_query(sql, views, parse, (), used)
+        text = _expand_query(sql, views, parse, (), used, keep=keep)
         kept = (text, tuple(used))
-        views.expanded[sql] = kept
+        views.expanded[key] = kept
         # (the server's sessions share the views from their threads: an entry another
         # one dropped meanwhile is no error)
         with contextlib.suppress(KeyError):
@@ -290,7 +385,7 @@ def expand_views(sql: str, views: Views, parse: Parse,
                 views.expanded.popitem(last=False)
     else:
         with contextlib.suppress(KeyError):
-            views.expanded.move_to_end(sql)
+            views.expanded.move_to_end(key)
     text, used_views = kept
     for name in used_views:
         meta = views.get(name)
@@ -337,13 +432,14 @@ _QUERY_WORDS = frozenset({"SELECT", "WITH", "FROM", "VALUES"})
 
 
 def expand_statement(sql: str, views: Views, parse: Parse,
-                     exists: Callable[[str], bool]) -> str:
+                     exists: Callable[[str], bool], keep: bool = False) -> str:
     """Statement ``sql`` with every view it reads written out (:func:`expand_views`): a
     query, and the query in ``EXPLAIN``, ``COPY (query) TO``, ``DESCRIBE`` / ``SUMMARIZE``
     / ``SHOW`` (of a query, or of a view by its name), ``PREPARE p AS``, ``INSERT INTO t
     ...``, ``CREATE TABLE t ... AS``, and the ``WHERE`` and ``SET`` of ``DELETE`` and
     ``UPDATE``. A statement that changes a view (``INSERT INTO v``, ``DELETE FROM v``)
-    is refused; any other is left as it is (DuckDB names the view it does not know)."""
+    is refused; any other is left as it is (DuckDB names the view it does not know).
+    ``keep``: see :func:`expand_views`."""
     if not views or not referenced_tables(sql, set(views)):
         return sql
     from ._sql import _top_level_words, first_word
@@ -355,11 +451,11 @@ def expand_statement(sql: str, views: Views, parse: Parse,
     def inner(start: int, end: int | None = None) -> str:
         """``sql`` with the statement between ``start`` and ``end`` (of ``body``) expanded."""
         stop = len(body) if end is None else end
-        piece = expand_statement(body[start:stop], views, parse, exists)
+        piece = expand_statement(body[start:stop], views, parse, exists, keep)
         return sql[:lead] + body[:start] + piece + body[stop:]
 
     if word in _QUERY_WORDS or body.startswith("("):
-        return sql[:lead] + expand_views(body, views, parse, exists)[0]
+        return sql[:lead] + expand_views(body, views, parse, exists, keep)[0]
     if word == "EXPLAIN":
         m = _EXPLAINED.match(body)
         return inner(m.end()) if m else sql
@@ -372,7 +468,8 @@ def expand_statement(sql: str, views: Views, parse: Parse,
             name = views.name(_unquote(m.group(2)))
             if name is None:
                 return sql
-            query = expand_views(f"SELECT * FROM {_quote(name)}", views, parse, exists)[0]
+            query = expand_views(f"SELECT * FROM {_quote(name)}", views, parse, exists,
+                                 keep)[0]
             return f"{sql[:lead]}{m.group(1).upper()} {query}"
         m = re.match(r"(?is)(?:DESCRIBE|SUMMARIZE)\s+", body)
         return inner(m.end()) if m else sql
@@ -408,7 +505,7 @@ def expand_statement(sql: str, views: Views, parse: Parse,
             prefix, start = "SELECT 1 ", at
         else:  # "SELECT c = e, ... WHERE cond": the SET's expressions too
             prefix, start = "SELECT ", at + 3
-        done = expand_views(prefix + body[start:], views, parse, exists)[0]
+        done = expand_views(prefix + body[start:], views, parse, exists, keep)[0]
         return sql[:lead] + body[:start] + done[len(prefix):]
     if word in ("CREATE", "INSERT"):
         return _source(body, word, inner, sql)

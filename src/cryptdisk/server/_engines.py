@@ -293,6 +293,11 @@ class EngineSession:
         """The SQL that defines view ``name`` (None: none known)."""
         return None
 
+    def owner_views(self) -> set[str]:
+        """The (lower-case) names of the views that have their owner's rights: a grant on
+        one is what reading it needs."""
+        return set()
+
     def keys(self, name: str) -> TableKeys:
         """Table ``name``'s primary key, unique constraints, indexes and foreign keys, for
         ``pg_catalog`` (the analytical engine has none)."""
@@ -1103,6 +1108,20 @@ class _AnalyticalSession(EngineSession):
         catalog = self.engine.db.catalog
         return [*catalog.tables, *catalog.views]
 
+    def _checked_views(self, text: str) -> tuple[str, dict[str, str | None]]:
+        """What the grant check looks at: ``text`` with the views of invoker rights written
+        out and those of their owner's rights left as named, and those (lower-case name
+        -> owner): reading one needs SELECT on it, and its owner still an admin."""
+        db = self.engine.db
+        owners = {name.lower(): meta.owner for name, meta in db.catalog.views.items()
+                  if not meta.security_invoker}
+        if not owners:
+            return self._without_views(text), owners
+        try:
+            return str(db.expand_views(text, self._parse_connection(), keep=True)), owners
+        except Exception as exc:
+            raise statement_error(exc) from None
+
     def _without_views(self, text: str) -> str:
         """``text`` with the views it reads written out as their queries (see
         ``cryptdisk.db._views``): the grant check and the policies see the tables a view
@@ -1123,10 +1142,12 @@ class _AnalyticalSession(EngineSession):
 
         sql = postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL, _duckdb_blob)
         text = _sqltext.unqualify(_sqltext.substitute(sql, lit), self._table_names)
+        checked, owners = self._checked_views(text) if self.privileges is not None \
+            and not self.privileges.admin else (text, {})
         text = self._without_views(text)
         if self.privileges is not None and not self.privileges.admin \
                 and _SHOW_TABLES.fullmatch(text):
-            text = self._show_tables(self.privileges)
+            text = checked = self._show_tables(self.privileges)
         if self.block or self.read_only:
             from ..db import Reader
 
@@ -1137,7 +1158,10 @@ class _AnalyticalSession(EngineSession):
                 self._refuse_in_block()
         self._rewrote = False
         if self.privileges is not None:
-            self.privileges.check_analytical(text, self._parser)
+            self.privileges.check_analytical(checked if owners else text, self._parser,
+                                             owners)
+            if owners:  # the functions of the owner-rights views' queries too
+                self.privileges.check_analytical(text, self._parser, reads=False)
             if self.engine.policies is not None:  # masking and row access (._policies)
                 asked = text
                 text, self.revealed = self.engine.policies.rewrite(
@@ -1185,10 +1209,13 @@ class _AnalyticalSession(EngineSession):
         text = _sqltext.unqualify(_sqltext.substitute(
             postgres_spelling(sql, _DUCKDB_QUOTE_LITERAL, _duckdb_blob), lambda n: "NULL"),
             self._table_names)
+        checked, owners = self._checked_views(text)
         text = self._without_views(text)
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
-        privileges.check_analytical(text, con)
+        privileges.check_analytical(checked, con, owners)
+        if owners:
+            privileges.check_analytical(text, con, reads=False)
         if self.engine.policies is not None:
             self.engine.policies.rewrite(text, privileges, con, waiter=self)
 
@@ -1202,6 +1229,8 @@ class _AnalyticalSession(EngineSession):
         try:  # in its turn (see _Turns): an interrupt reaches this session's statement only
             if words[1:2] == ["TABLE"] and words[0] in ("ALTER", "CREATE", "DROP"):
                 table = self._alter(text)
+            elif "VIEW" in words[1:3] and words[0] in ("ALTER", "CREATE", "DROP"):
+                table, text = self._view_change(text)
             else:
                 table, text = self._execute_lengths(text)
         except StatementError:
@@ -1358,6 +1387,26 @@ class _AnalyticalSession(EngineSession):
             store.rename_table_grants(before, st.new_name)
         return result
 
+    def _view_change(self, text: str) -> tuple[Any, str]:
+        """Run ``CREATE``, ``DROP`` or ``ALTER VIEW``. The grants on a view with its
+        owner's rights follow it: a rename moves them, and a view that stops having them
+        (dropped, replaced by a view of invoker rights, ``SET (security_invoker =
+        true)``) loses them, after the catalog's commit (a server killed between leaves
+        them on a name no such view has, which it removes when it starts)."""
+        store = getattr(self.privileges, "store", None)
+        before = self.owner_views()
+        result = self._execute_lengths(text)
+        if store is None:
+            return result
+        after = self.owner_views()
+        gone, made = before - after, after - before
+        if len(gone) == 1 and len(made) == 1 and re.search(r"(?i)\bRENAME\b", text):
+            store.rename_table_grants(next(iter(gone)), next(iter(made)))
+            return result
+        for name in sorted(gone):
+            store.drop_table_grants(name)
+        return result
+
     def _execute_lengths(self, text: str) -> tuple[Any, str]:
         """:meth:`_execute` of ``text``, and the text it ran: where DuckDB finds no
         ``length()`` of a bytea (its length has no BLOB form), once more with each
@@ -1439,7 +1488,11 @@ class _AnalyticalSession(EngineSession):
             from ..db import mutation_policies
 
             self._rewrote = self._rewrote or policy is not None
-            with mutation_policies(policy):  # a role's DELETE and UPDATE read as it does
+            from ..db import view_owner
+
+            # (a view made WITH (security_invoker = false) keeps its maker, the admin)
+            with mutation_policies(policy), \
+                    view_owner(None if privileges is None else privileges.current_user):
                 result = self.engine.db.execute(text)
             if policy is not None and policy.text is not None:  # what it read, for the audit
                 self.revealed, self.audited = policy.revealed, policy.text
@@ -1568,6 +1621,10 @@ class _AnalyticalSession(EngineSession):
             catalog = self.engine.db.catalog
             return sorted([(name, "r") for name in catalog.tables]
                           + [(name, "v") for name in catalog.views])
+
+    def owner_views(self) -> set[str]:
+        return {name.lower() for name, meta in self.engine.db.catalog.views.items()
+                if not meta.security_invoker}
 
     def columns(self, name: str) -> list[tuple[str, str, bool, str | None]]:
         self._cancel.clear()

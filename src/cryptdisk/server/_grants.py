@@ -171,11 +171,18 @@ class Privileges:
             bool(exprs) and _reads_columns(f"SELECT {', '.join(exprs)}", con))
         return reads, None if reads_table else table
 
-    def check_analytical(self, sql: str, con: Any) -> None:
+    def check_analytical(self, sql: str, con: Any,
+                         owners: dict[str, str | None] | None = None,
+                         reads: bool = True) -> None:
         """Refuse ``sql`` unless it is a query over tables this user may SELECT, an
         INSERT into a table this user may INSERT into from such a query, or a DELETE or
         UPDATE of a table this user may DELETE or UPDATE whose WHERE and SET expressions
-        are such a query's (see :meth:`_check_change`)."""
+        are such a query's (see :meth:`_check_change`). ``owners``: the views with their
+        owner's rights (lower-case name -> owner), left named in ``sql``: reading one needs
+        SELECT on it, and its owner must still be an admin (what it reads is the owner's
+        to read). ``reads=False``: the tables are not checked, the functions are (those
+        of ``sql`` with every view written out: a view's functions are its reader's to
+        call, as in PostgreSQL)."""
         if self.admin:
             return
         change = _CHANGE.match(sql)
@@ -212,10 +219,18 @@ class Privileges:
             if name.lower() not in _SAFE_TABLE_FUNCTIONS:
                 raise StatementError(f"permission denied: table function {name} "
                                      "(admin users only)", "42501")
-        for table in tables:
+        for table in tables if reads else ():
             if unread is not None and table.lower() == unread:
                 unread = None  # (its FROM, read for no column: other references need it)
                 continue
+            if owners and table.lower() in owners:
+                owner = owners[table.lower()]
+                if owner is None or not self.store.is_admin(owner):
+                    raise StatementError(
+                        f"permission denied: view {table} has its owner's rights, and its "
+                        f"owner {owner or '(none recorded)'} is not an admin", "42501",
+                        hint=f"an admin can CREATE OR REPLACE VIEW {table} WITH "
+                        "(security_invoker = false) AS ..., becoming its owner")
             if not self.allowed(table, "SELECT"):
                 raise _denied("SELECT", table)
         for name in _scalar_functions(sql, con) & KEYED_FIELD_FUNCTIONS:

@@ -278,6 +278,8 @@ class Server:
         if db is None or getattr(db, "read_only", False):
             return
         tables = {t.lower() for t in db.catalog.tables}
+        # (a view with its owner's rights takes grants: reading it needs SELECT on it)
+        tables |= {v.lower() for v, meta in db.catalog.views.items() if not meta.security_invoker}
         if store is not None and hasattr(store, "forget_table_grants"):
             for name in store.forget_table_grants(tables):
                 log.info("grants on %s removed: no table has the name", name)

@@ -114,7 +114,9 @@ def _invoker_views(session: Any) -> dict[str, str]:
     if engine is None or not getattr(engine, "invoker_views", False):
         return {}
     try:
-        return {name.lower(): name for name, kind in engine.relations() if kind == "v"}
+        owners = engine.owner_views()
+        return {name.lower(): name for name, kind in engine.relations()
+                if kind == "v" and name.lower() not in owners}
     except StatementError:
         return {}
 
@@ -1347,7 +1349,8 @@ class ScramAuthenticator:
                 f"GRANT ... ON {view}: {view} is a view, and a view has the rights of the user "
                 "who reads it (invoker rights): reading it needs SELECT on the tables it reads",
                 "0A000", hint=f"GRANT SELECT ON the tables it reads (SELECT reads FROM "  # noqa: S608
-                f"system.views WHERE name = '{view}')")
+                f"system.views WHERE name = '{view}'), or ALTER VIEW {view} SET "
+                "(security_invoker = false) to give it its owner's rights")
         self.store.change_grants(users, [t.lower() for t in tables], actions,
                                  grant=verb == "GRANT")
         return Result(None, [], verb)
