@@ -1160,7 +1160,7 @@ class _AnalyticalSession(EngineSession):
         if self.privileges is not None:
             self.privileges.check_analytical(checked if owners else text, self._parser,
                                              owners)
-            if owners:  # the functions of the owner-rights views' queries too
+            if owners and checked != text:  # the functions of the views' queries too
                 self.privileges.check_analytical(text, self._parser, reads=False)
             if self.engine.policies is not None:  # masking and row access (._policies)
                 asked = text
@@ -1214,7 +1214,7 @@ class _AnalyticalSession(EngineSession):
         con = self._parse_connection()
         self._cancel.clear()  # a cancel sent before this check is not for it
         privileges.check_analytical(checked, con, owners)
-        if owners:
+        if owners and checked != text:
             privileges.check_analytical(text, con, reads=False)
         if self.engine.policies is not None:
             self.engine.policies.rewrite(text, privileges, con, waiter=self)
