@@ -156,3 +156,36 @@ def test_a_server_serves_a_database_it_cannot_write(folder, which) -> None:
     text = "\n".join(stderr)
     assert "the grants on t stay, though no table has the name" in text, text
     assert "Traceback" not in text and "internal error" not in text, text
+
+
+def test_a_table_created_after_a_start_that_kept_stale_grants_gets_none(folder) -> None:
+    """The grants a start could not remove (another process held the write lock) do not
+    reach a table created later with the name: CREATE TABLE removes them, in its commit."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder / "s.db"),
+                               str(folder / "k.key")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with serving(folder) as (port, _):
+            with connect(port) as conn:
+                assert grants(conn) == [("bob", "t")]  # kept: the start could not write
+                holder.stdin.close()
+                holder.wait(60)
+                conn.execute("CREATE TABLE t (secret TEXT)")
+                conn.execute("INSERT INTO t VALUES ('only for alice')")
+                assert grants(conn) == []
+            with psycopg.connect(host="127.0.0.1", port=port, user="bob",
+                                 password="pw of bob", sslmode="disable", autocommit=True,
+                                 connect_timeout=20) as bob:
+                with pytest.raises(psycopg.Error) as err:
+                    bob.execute("SELECT secret FROM t")
+                assert err.value.sqlstate == "42501"
+    finally:
+        if not holder.stdin.closed:
+            holder.stdin.close()
+        holder.wait(60)
+        holder.stdout.close()
+    with serving(folder) as (port, _):  # the removal was committed, not only in memory
+        with connect(port) as conn:
+            assert grants(conn) == []
+            assert conn.execute("SELECT secret FROM t").fetchall() == [("only for alice",)]

@@ -926,17 +926,18 @@ class Session:
         if head in TRANSACTION_WORDS:  # (the analytical engine: blocks of queries only)
             return await self._run_timed(head, sql, params, {}, self._transaction)
         sql, renames = self._identity(sql)
-        if head in ("DROP", "ALTER") and words[1:] in (["TABLE"], ["VIEW"]) \
+        if head in ("DROP", "ALTER", "CREATE") and words[1:] in (["TABLE"], ["VIEW"]) \
                 and self.server.authenticator is not None \
                 and getattr(self.engine, "commit_users", None) is not None \
-                and (head == "DROP" or _RENAME_TO.search(sql) is not None):
+                and (head != "ALTER" or _RENAME_TO.search(sql) is not None):
             return await self._table_statement(head, sql, params, renames)
         return await self._run_timed(head, sql, params, renames)
 
     async def _table_statement(self, head: str, sql: str, params: list[Any],
                                renames: dict[str, list[str]]) -> Result:
-        """SQLite: ``DROP TABLE`` / ``DROP VIEW`` removes the grants on what it drops, and
-        ``ALTER TABLE t RENAME TO u`` moves ``t``'s grants to ``u``, as in PostgreSQL, as
+        """SQLite: ``DROP TABLE`` / ``DROP VIEW`` removes the grants on what it drops,
+        ``ALTER TABLE t RENAME TO u`` moves ``t``'s grants to ``u``, and ``CREATE TABLE`` /
+        ``CREATE VIEW`` gives the new name none (:meth:`_carry_grants`), as in PostgreSQL, as
         changes to the users of the statement's transaction (outside one: a transaction
         of its own): they commit with it, in the database's record of user changes too
         (:meth:`_commit`), so a crash leaves both or neither, and a ROLLBACK keeps the
@@ -963,17 +964,23 @@ class Session:
 
     def _carry_grants(self, head: str, gone: set[str], made: set[str]) -> None:
         """Record in the transaction's view of the users the removal of the grants on the
-        names ``gone`` (a rename: their move to the one name ``made``)."""
-        if not gone:
+        names ``gone`` (a rename: their move to the one name ``made``), and of those on
+        the names ``made``: a new table gets no grants, not those a table of its name
+        left where this server could not remove them (dropped by another connection,
+        while a start found the database locked or read-only: ``forget_table_grants``)."""
+        if not gone and not made:
             return
         store = self._user_store()
         granted = {t for entry in [*store.users.values(), *store.roles.values()]
                    for t in entry.get("grants", {})}
-        if not gone & granted:
+        if not (gone | made) & granted:
             return  # (no change to the users: the commit stays a plain one)
         tx = self._users_transaction()
+        for name in sorted(made & granted):
+            tx.drop_table_grants(name)
         if head == "ALTER" and len(gone) == 1 and len(made) == 1:
-            tx.rename_table_grants(next(iter(gone)), next(iter(made)))
+            if gone & granted:
+                tx.rename_table_grants(next(iter(gone)), next(iter(made)))
             return
         for name in sorted(gone & granted):
             tx.drop_table_grants(name)
