@@ -1439,16 +1439,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     raise ctrl_c(exc) from None
                 finally:
                     self._release()
-            except CatalogError:
-                if attempt or not self.read_only:
+            except (CatalogError, KeyNotFoundError) as exc:
+                if attempt or not _retries(self, exc):
                     raise
-                self._stamp = None  # a part vanished under a stale catalog: reload, retry
-            except KeyNotFoundError:
-                if attempt or not (self.read_only and self.own_keys):
-                    raise
-                # Another process rotated to a key made after this one opened.
-                self._reload_own_keys()
-                self._stamp = None
+                self._stamp = None  # the catalog loaded again before the second attempt
         return None  # pragma: no cover
 
     def _query_error(self, exc: Exception, sql: str) -> BaseException:
@@ -1903,6 +1897,21 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_closed", "_settings", "_settings_untouched", "_streaming"})
 
 
+def _retries(db: Database, exc: CatalogError | KeyNotFoundError) -> bool:
+    """Whether a read-only connection's statement that failed with ``exc`` runs once
+    more, its catalog loaded again: a part vanished under a stale catalog
+    (:class:`CatalogError`), or another process rotated to a key made after this one
+    opened (:class:`KeyNotFoundError`, where the connection reads its own key file:
+    reloaded here). A writer's, or a second attempt's, error is raised."""
+    if not db.read_only:
+        return False
+    if isinstance(exc, KeyNotFoundError):
+        if not db.own_keys:
+            return False
+        db._reload_own_keys()
+    return True
+
+
 class Reader:
     """Queries of a :class:`Database` (``db.reader()``) that run on their own DuckDB cursor
     of its connection, so that several threads, each with its reader, query at once.
@@ -2209,15 +2218,10 @@ class Reader:
                 except BaseException:
                     self._release()  # type: ignore[misc]
                     raise
-            except CatalogError:
-                if attempt or not db.read_only:
+            except (CatalogError, KeyNotFoundError) as exc:
+                if attempt or not _retries(db, exc):
                     raise
-                self._stamp = None  # a part vanished under a stale catalog: reload, retry
-            except KeyNotFoundError:
-                if attempt or not (db.read_only and db.own_keys):
-                    raise
-                db._reload_own_keys()  # another process rotated to a newer key
-                self._stamp = None
+                self._stamp = None  # the catalog loaded again before the second attempt
             else:
                 return self._streamed(sql, got, batches, kinds, owned)
         raise AssertionError("unreachable")  # pragma: no cover
