@@ -286,8 +286,10 @@ def test_importing_cryptdisk_does_not_import_dask():
 
 def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(client,
                                                                            tmp_path):
-    """The workers' connections already hold the plan's catalog version; the merged-away
-    part's file is then deleted (the writer's cleanup): the task says to plan again."""
+    """The workers' connections already hold the plan's catalog version, but not its
+    parts open (``connect`` opens a few parts itself: not here, ``_CONNECT_OPENS = 0``; a
+    connection that holds them open reads them as they were); the merged-away part's file
+    is then deleted (the writer's cleanup): the task says to plan again."""
     with cryptdisk.connect(tmp_path / "db") as db:
         db.sql("CREATE TABLE u (a BIGINT)")
         db.sql("INSERT INTO u SELECT * FROM range(10)")
@@ -296,10 +298,15 @@ def test_a_part_removed_after_planning_fails_clearly_on_a_worker_that_knew_it(cl
         path = str(tmp_path / "db")
 
         def open_here():  # this worker's connection, at the plan's catalog version
+            import cryptdisk.db._database as database
             from cryptdisk.dask._read import _process_database
 
-            with _process_database(path, None) as (db, _opened):
-                return db.catalog.version
+            opens, database._CONNECT_OPENS = database._CONNECT_OPENS, 0
+            try:
+                with _process_database(path, None) as (db, _opened):
+                    return db.catalog.version
+            finally:
+                database._CONNECT_OPENS = opens
 
         assert set(client.run(open_here).values()) == {db.catalog.version}
         db.sql("OPTIMIZE TABLE u FINAL")

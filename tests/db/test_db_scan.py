@@ -2,7 +2,6 @@
 
 import collections
 import hashlib
-import json
 import math
 import os
 import subprocess
@@ -104,50 +103,6 @@ def test_a_full_scan_reads_runs_of_row_groups_and_answers_as_one_by_one(db, smal
     assert max(len(r) for r in reads) > 1  # runs of row groups, each within one part
     assert sorted(g for r in reads for g in r) == sorted(list(range(40)) + list(range(31)))
     assert all(r == list(range(r[0], r[0] + len(r))) for r in reads)
-
-
-def test_a_statement_without_a_limit_reads_runs_from_its_first_task(db, small_groups,
-                                                                     monkeypatch):
-    """A scan the statement reads to its end (no LIMIT, no EXISTS anywhere in it) reads
-    runs of row groups from its first task; one whose statement may stop early (a LIMIT
-    in a subquery, an EXISTS) reads one row group a task first. Same answers as DuckDB."""
-    from cryptdisk.db._partread import OpenPart
-    from cryptdisk.db._pushdown import reads_to_the_end
-
-    db.sql(f"CREATE TABLE t {SCHEMA} ORDER BY c_int")
-    db.sql("INSERT INTO t " + gen(40_000))
-    ref = duckdb.connect()
-    ref.execute(f"CREATE TABLE d {SCHEMA}")
-    ref.execute("INSERT INTO d " + gen(40_000))
-    reads: list[list[int]] = []
-    real = OpenPart.read
-
-    def read(self, row_groups, columns, *joined):
-        reads.append(list(row_groups))
-        return real(self, row_groups, columns, *joined)
-
-    monkeypatch.setattr(OpenPart, "read", read)
-    for sql, to_the_end in [
-            ("SELECT sum(c_int), avg(c_float) FROM t", True),
-            ("SELECT c_int % 3 AS k, count(*) FROM t GROUP BY k ORDER BY k", True),
-            ("SELECT sum(CAST(c_float AS INTEGER)), count(*)::INTEGER FROM t", True),
-            ("SELECT count(c_int) FROM t USING SAMPLE 100%", True),  # (a dict as a "type")
-            ("SELECT sum(c_int) FROM (SELECT c_int FROM t LIMIT 30000) s", False),
-            ("SELECT 1 AS one WHERE EXISTS (SELECT c_int FROM t WHERE c_float >= 0)", False),
-            ("WITH s AS (SELECT c_int FROM t) SELECT max(c_int) FROM s UNION ALL "
-             "SELECT 1 FROM t LIMIT 1", False)]:
-        assert reads_to_the_end(json.loads(
-            ref.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])) \
-            is to_the_end, sql
-        db.cache.clear()
-        reads.clear()
-        assert db.query(sql) == ref.execute(sql.replace(" t", " d")).fetchall(), sql
-        if to_the_end:
-            assert len(reads[0]) > 1 and sorted(g for r in reads for g in r) == list(range(40))
-        else:
-            assert [len(r) for r in reads[:scan_workers()]] == [1] * min(
-                scan_workers(), len(reads)), (sql, reads)
-    assert not reads_to_the_end(None)
 
 
 def test_a_table_read_twice_in_one_query_is_read_twice(db, small_groups):

@@ -115,7 +115,6 @@ from ._pushdown import (
     key_extremes_items,
     key_extremes_names,
     key_extremes_only,
-    reads_to_the_end,
     table_filters,
     top_n,
 )
@@ -722,14 +721,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
               filters: list[Any] | None = None, top: Any = None,
               extremes: bool = False, derived: list[Any] | None = None,
               name: str | None = None, where: str | None = None,
-              alias: str = "", head: tuple[int, int] | None = None,
-              to_the_end: bool = False) -> TableScan:
+              alias: str = "", head: tuple[int, int] | None = None) -> TableScan:
         names = [c for c, _t in meta.columns]
         cols = names if columns is None else [c for c in names if c in columns]
         cache = self._statement_cache if self._statement_cache is not None else self.cache
         return TableScan(self._open_parts, meta, self.arrow_schema(meta), cols, filters or [],
                          cache if self.cache.bound else None, top, extremes,
-                         derived, name, where, alias, head, to_the_end)
+                         derived, name, where, alias, head)
 
     def arrow_table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as Arrow (``columns`` only if given), through the cache.
@@ -1104,9 +1102,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                     top_n(tree, t, schema, self._default_order, self._default_null_order))
                 head = self._head(tree, t) if not filters and top is None else None
                 scan = self._scan(meta, cols, filters, top,
-                                  key_extremes_only(tree, t, schema, key), head=head,
-                                  to_the_end=not filters and top is None and head is None
-                                  and reads_to_the_end(tree))  # (no walk of a point query's tree)
+                                  key_extremes_only(tree, t, schema, key), head=head)
                 warm = scan.cached_table()  # all cached: DuckDB scans it on every thread
                 self._scans.append(scan)
                 if warm is None:

@@ -37,7 +37,7 @@ from ._names import fold
 __all__ = ["Filter", "all_pass", "count_star_only", "filters_from_tuples", "head_rows",
            "key_extremes_items",
            "key_extremes_names", "key_extremes_only",
-           "may_match", "reads_to_the_end", "table_filters", "widened"]
+           "may_match", "table_filters", "widened"]
 
 _FLIP = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": ">", "COMPARE_LESSTHANOREQUALTO": ">=",
          "COMPARE_GREATERTHAN": "<", "COMPARE_GREATERTHANOREQUALTO": "<="}
@@ -559,28 +559,6 @@ def head_rows(tree: dict[str, Any] | None, table: str) -> tuple[int, int] | None
         return None
     mods = found[0].get("modifiers") or []
     return _limit_offset(mods[0]) if len(mods) == 1 else None
-
-
-#: What may stop DuckDB reading a scan before its end (see :func:`reads_to_the_end`): a
-#: LIMIT (TOP n is one too), an EXISTS (DuckDB plans an uncorrelated one with a LIMIT 1).
-_STOPS = frozenset({"LIMIT_MODIFIER", "LIMIT_PERCENT_MODIFIER"})
-_STOPS_SUBQUERY = frozenset({"EXISTS", "NOT_EXISTS"})
-
-
-def reads_to_the_end(tree: dict[str, Any] | None) -> bool:
-    """Whether the statement reads its scans to their end: no LIMIT anywhere in it (a
-    subquery's, a CTE's, a set operation side's) and no EXISTS. A scan then reads runs of
-    row groups from its first tasks on (see ``_scan._Stream._fill``); otherwise its first
-    tasks read one row group each, in case the first rows are all the statement takes.
-    False for a statement not parsed (``tree`` None)."""
-    if tree is None:
-        return False
-    for node in _walk(tree):
-        kind, sub = node.get("type"), node.get("subquery_type")  # (a cast's "type" is a dict)
-        if (isinstance(kind, str) and kind in _STOPS) \
-                or (isinstance(sub, str) and sub in _STOPS_SUBQUERY):
-            return False
-    return True
 
 
 def _limit_offset(mod: dict[str, Any]) -> tuple[int, int] | None:

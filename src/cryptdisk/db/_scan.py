@@ -291,7 +291,7 @@ class TableScan:
                  top: TopN | None = None, extremes: bool = False,
                  derived: list[DerivedColumn] | None = None, name: str | None = None,
                  where: str | None = None, alias: str = "",
-                 head: tuple[int, int] | None = None, to_the_end: bool = False) -> None:
+                 head: tuple[int, int] | None = None) -> None:
         self._open_parts, self._meta, self._cache = parts, meta, cache
         self.name = name or meta.name
         self.columns = columns
@@ -308,9 +308,6 @@ class TableScan:
         self._head = head if (head is not None and columns and not filters and not derived
                               and self._top is None and not extremes
                               and head[0] < meta.rows) else None
-        #: the statement reads this scan to its end (no LIMIT, see
-        #: :func:`~._pushdown.reads_to_the_end`): its first tasks read runs too
-        self.to_the_end = to_the_end and self._head is None and self._top is None
         self._types = {f.name: f.type for f in schema}
         self._parts = list(meta.parts)
         self._key = meta.key
@@ -1907,14 +1904,9 @@ class _Stream:
                 continue
             # The first window's tasks read one row group each: a LIMIT that the first
             # batches satisfy reads no more than before; a longer scan then reads runs
-            # (not one filtered on the key, whose row groups may read granules only). An
-            # unfiltered scan of a statement without a LIMIT (to_the_end) reads runs from
-            # the first task (a cold sum of a 10M-row BIGINT column: its first four tasks
-            # took 7.4 ms of the scan threads' time for four row groups, where a run of
-            # seven takes 2-3 ms).
+            # (not one filtered on the key, whose row groups may read granules only).
             groups = ([rg] if top is not None or scan._key_filters
-                      or (self._tasks_submitted < window and not scan.to_the_end)
-                      or (op.part.id, rg) in scan._sparse
+                      or self._tasks_submitted < window or (op.part.id, rg) in scan._sparse
                       else self._run(op, rg))
             if self._pending:  # queued behind others: its bytes start coming from disk now
                 op.prefetch(groups, scan.read_columns())
