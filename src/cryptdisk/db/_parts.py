@@ -325,7 +325,8 @@ class _ColumnGranules:
             for c, kind in self.columns:
                 col = batch.column(c).slice(start, rows)
                 dtype = np.dtype("f8") if kind == "f" else np.dtype("i8")
-                values = np.asarray(numpy_values(col), dtype=dtype)
+                with np.errstate(invalid="ignore"):  # a NULL's slot may hold a signaling
+                    values = np.asarray(numpy_values(col), dtype=dtype)  # NaN (set to 0 below)
                 facts = np.zeros(len(starts), np.uint8)
                 number = None  # which rows hold a number (None: all of them)
                 if col.null_count:
