@@ -67,13 +67,20 @@ def _denied(action: str, table: str) -> StatementError:
 class Privileges:
     """What one session may do, read live from ``store`` (a GRANT takes effect at once).
 
-    The session's identity, for code that decides per user or role (e.g. masking)::
+    The session's identity, for code that decides per user or role (e.g. masking), at
+    ``session.privileges`` and ``engine_session.privileges`` (None on a server without
+    users)::
 
         p.session_user   # the user who logged in
         p.current_user   # the same, or the role chosen by SET ROLE
-        p.roles          # frozenset: current_user and every role it belongs to
+        p.roles          # frozenset: current_user and every role it belongs to, transitively
         p.has_role("analyst")
         p.admin          # current_user is an admin (admins may do anything)
+        p.allowed("sales", "SELECT")
+
+    These read the user store live, so a GRANT or REVOKE shows at the next call.
+    :meth:`UserStore.member_of` gives the roles of any user or role, and
+    :attr:`UserStore.roles` the roles themselves.
     """
 
     def __init__(self, store: UserStore, user: str) -> None:
