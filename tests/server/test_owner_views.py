@@ -204,3 +204,50 @@ def test_copy_to_stdout_and_explain_of_an_owner_view(start_server, analytical) -
                 b"".join(bytes(b) for b in copy)
         with pytest.raises(DENIED):  # EXPLAIN is for admins (its plan names the tables)
             bob.execute("EXPLAIN SELECT * FROM v_pub")
+
+
+@pytest.mark.parametrize("make", [
+    "CREATE VIEW v_pub WITH (security_invoker = false) AS SELECT s FROM secret",
+    "CREATE VIEW v_pub AS SELECT s FROM secret; "
+    "ALTER VIEW v_pub SET (security_invoker = false)",
+    "CREATE VIEW v0 WITH (security_invoker = false) AS SELECT s FROM secret; "
+    "ALTER VIEW v0 RENAME TO v_pub",
+    "CREATE TABLE v_pub (s VARCHAR)",
+    "CREATE TABLE v0 (s VARCHAR); ALTER TABLE v0 RENAME TO v_pub",
+    "CREATE TABLE v_pub AS SELECT s FROM secret",
+])
+def test_a_new_object_never_inherits_grants_left_on_its_name(start_server, analytical,
+                                                              make) -> None:
+    """Grants on a name no table or owner-rights view has (what a server killed between a
+    drop's catalog commit and the removal of its grants leaves, until it starts again;
+    here a GRANT on a name nothing has) are removed before a statement gives the name to
+    a new table or view: its reader gets nothing the admin did not grant on it."""
+    srv = start_server(analytical)
+    with admin_and_bob(srv, [*ANALYTICAL_SETUP, "GRANT SELECT ON v_pub TO bob"]) as bob:
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            for st in make.split("; "):
+                admin.execute(st)
+            assert admin.execute("SELECT count(*) FROM system.grants WHERE \"table\" = "
+                                 "'v_pub'").fetchone() == (0,)
+        with pytest.raises(DENIED):
+            bob.execute("SELECT * FROM v_pub")
+
+
+def test_a_renamed_view_or_table_keeps_its_grants_only_under_its_new_name(
+        start_server, analytical) -> None:
+    srv = start_server(analytical)
+    setup = [*ANALYTICAL_SETUP, OWNER_VIEWS[0], "GRANT SELECT ON v_pub, open_t TO bob",
+             "ALTER VIEW v_pub RENAME TO v_two", "ALTER TABLE open_t RENAME TO open_two"]
+    with admin_and_bob(srv, setup) as bob:
+        assert bob.execute("SELECT * FROM v_two").fetchall() == [(6,)]
+        assert bob.execute("SELECT * FROM open_two").fetchall() == [(1,)]
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT \"table\" FROM system.grants WHERE \"user\" = 'bob' "
+                                 "AND \"table\" IS NOT NULL ORDER BY 1").fetchall() == [
+                ("open_two",), ("v_two",)]
+            with pytest.raises(psycopg.Error):  # a rename that fails moves nothing
+                admin.execute("ALTER VIEW v_two RENAME TO open_two")
+            assert admin.execute("SELECT \"table\" FROM system.grants WHERE \"user\" = 'bob' "
+                                 "AND \"table\" IS NOT NULL ORDER BY 1").fetchall() == [
+                ("open_two",), ("v_two",)]
+

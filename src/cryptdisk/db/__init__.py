@@ -33,13 +33,13 @@ from ._rows import Rows, exact_uhugeint, has_wide, python_rows
 from ._schema import alter_table_statement, table_statement
 from ._sql import change_statement, split_statements
 from ._stream import STREAM_BATCH_ROWS, Stream
-from ._views import view_owner
+from ._views import parse_view_statement, view_owner
 
 __all__ = ["DEFAULT_COLUMN_CACHE_BYTES", "STREAM_BATCH_ROWS", "ColumnCache", "Database",
            "MutationPolicy", "PolicyRewriter", "PolicySession", "Reader", "Rows", "Stream",
            "add_connection_hook", "alter_table_statement", "change_statement",
            "connect", "exact_uhugeint", "has_wide", "is_url", "location", "mutation_policies",
-           "parser_cursor", "publish", "python_rows", "quiet_error", "read_policies",
-           "role_query", "scalar",
+           "parse_view_statement", "parser_cursor", "publish", "python_rows", "quiet_error",
+           "read_policies", "role_query", "scalar",
            "serialize_sql", "split_statements", "sql_literal", "table_statement",
            "view_owner"]

@@ -1358,9 +1358,12 @@ class _AnalyticalSession(EngineSession):
         """Run ``CREATE``, ``DROP`` or ``ALTER TABLE``: it holds the policy store's lock
         (the database changes the policy file: a rename carries a table's policies, a drop
         removes them, a new table's name loses what a crash left on it; the store reads the
-        file again after). A renamed table's grants follow it; a dropped table's are
-        removed before the catalog's commit (a crash between leaves the table without
-        them, never a later table of its name with them) and given back if it fails."""
+        file again after). A renamed table's grants follow it (given to the new name
+        before the catalog's commit, removed from the old after, as a view's:
+        :meth:`_view_change`); a dropped table's are removed before the catalog's commit
+        (a crash between leaves the table without them, never a later table of its name
+        with them) and given back if it fails; a new name loses the grants a crash left
+        on it (:meth:`_forget_stale_grants`)."""
         from ..db import table_statement
 
         st = table_statement(text)
@@ -1373,8 +1376,17 @@ class _AnalyticalSession(EngineSession):
         with policies.changing() if policies is not None else contextlib.nullcontext():
             before = self.engine.db.catalog.tables.name(st.name)
             removed: dict[str, list[str]] = {}
+            copied = None
             if dropping and store is not None and before is not None:
                 removed = store.drop_table_grants(before)
+            elif store is not None:
+                made = st.new_name if action == "rename" else \
+                    None if action is not None else st.name
+                self._forget_stale_grants(store, made)
+                if action == "rename" and before is not None and made \
+                        and not self._takes_grants(made):
+                    store.copy_table_grants(before, made)
+                    copied = made
             try:
                 result = self._execute(text)
             except BaseException:
@@ -1382,30 +1394,67 @@ class _AnalyticalSession(EngineSession):
                         self.engine.db.catalog.tables.name(before) is not None:
                     for name, actions in removed.items():
                         store.change_grants([name], [before.lower()], actions, grant=True)
+                if copied is not None and store is not None \
+                        and not self._takes_grants(copied):
+                    store.drop_table_grants(copied)
                 raise
-        if action == "rename" and store is not None and before is not None:
-            store.rename_table_grants(before, st.new_name)
+        if copied is not None and store is not None and before is not None \
+                and not self._takes_grants(before):
+            store.drop_table_grants(before)
         return result
 
     def _view_change(self, text: str) -> tuple[Any, str]:
         """Run ``CREATE``, ``DROP`` or ``ALTER VIEW``. The grants on a view with its
-        owner's rights follow it: a rename moves them, and a view that stops having them
-        (dropped, replaced by a view of invoker rights, ``SET (security_invoker =
-        true)``) loses them, after the catalog's commit (a server killed between leaves
-        them on a name no such view has, which it removes when it starts)."""
+        owner's rights follow it, so that a crash at any point leaves the old grants or
+        the new ones and never a grant on an object it was not given on: a rename gives
+        the new name the old one's grants before the catalog's commit and removes the old
+        name's after it; a view that stops having its owner's rights (dropped, replaced by
+        a view of invoker rights, ``SET (security_invoker = true)``) loses them after it.
+        What a crash leaves on a name no table or such view has is inert (no check reads
+        it), removed when the server starts, and before any statement gives the name to a
+        view with its owner's rights (:meth:`_forget_stale_grants`)."""
+        from ..db import parse_view_statement
+
         store = getattr(self.privileges, "store", None)
-        before = self.owner_views()
-        result = self._execute_lengths(text)
         if store is None:
-            return result
-        after = self.owner_views()
-        gone, made = before - after, after - before
-        if len(gone) == 1 and len(made) == 1 and re.search(r"(?i)\bRENAME\b", text):
-            store.rename_table_grants(next(iter(gone)), next(iter(made)))
-            return result
-        for name in sorted(gone):
-            store.drop_table_grants(name)
+            return self._execute_lengths(text)
+        try:
+            st = parse_view_statement(text)
+        except Exception:
+            st = None  # (its run says what is wrong with it)
+        before = self.owner_views()
+        kind = type(st).__name__
+        copied = None
+        if kind in ("CreateView", "SetView") and not getattr(st, "security_invoker", True):
+            self._forget_stale_grants(store, st.name)  # type: ignore[union-attr]
+        elif kind == "AlterView" and st.name.lower() in before:  # type: ignore[union-attr]
+            new = st.new_name  # type: ignore[union-attr]
+            self._forget_stale_grants(store, new)
+            if not self._takes_grants(new):
+                store.copy_table_grants(st.name, new)  # type: ignore[union-attr]
+                copied = new
+        try:
+            result = self._execute_lengths(text)
+        except BaseException:
+            if copied is not None and not self._takes_grants(copied):
+                store.drop_table_grants(copied)
+            raise
+        for name in sorted(before - self.owner_views()):
+            if not self._takes_grants(name):
+                store.drop_table_grants(name)
         return result
+
+    def _takes_grants(self, name: str) -> bool:
+        """A table or a view with its owner's rights has ``name``: grants on it are its."""
+        return self.engine.db.catalog.tables.name(name) is not None or \
+            name.lower() in self.owner_views()
+
+    def _forget_stale_grants(self, store: Any, name: str | None) -> None:
+        """Remove the grants on ``name`` when no table or owner-rights view has it, before
+        a statement gives it to one: grants a crash left there (a drop or rename killed
+        after the catalog's commit) never reach a new table or view of that name."""
+        if name and not self._takes_grants(name) and store.granted_on(name):
+            store.drop_table_grants(name)
 
     def _execute_lengths(self, text: str) -> tuple[Any, str]:
         """:meth:`_execute` of ``text``, and the text it ran: where DuckDB finds no

@@ -733,6 +733,28 @@ class UserStore:
 
         self._change(change)
 
+    def copy_table_grants(self, old: str, new: str) -> None:
+        """Give ``new`` every grant on ``old`` too (a view's rename, before the catalog's
+        commit: a crash before it leaves the grants on ``old`` and a name no view has,
+        one after it the grants on ``new``; the other name's are removed after)."""
+        old, new = old.lower(), new.lower()
+        if old == new:
+            return
+
+        def change() -> None:
+            for entry in [*self.users.values(), *self.roles.values()]:
+                grants = entry.get("grants", {})
+                if old in grants:
+                    grants[new] = sorted(set(grants[old]) | set(grants.get(new, ())))
+
+        self._change(change)
+
+    def granted_on(self, table: str) -> bool:
+        """Someone holds a grant on ``table``."""
+        table = table.lower()
+        return any(table in entry.get("grants", {})
+                   for entry in [*self.users.values(), *self.roles.values()])
+
     def drop_table_grants(self, table: str) -> dict[str, list[str]]:
         """Remove every grant on table ``table`` (``DROP TABLE``: grants go with the
         table, as in PostgreSQL); returns them, ``{grantee: [actions]}``, so a drop that
