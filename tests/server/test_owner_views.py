@@ -251,3 +251,25 @@ def test_a_renamed_view_or_table_keeps_its_grants_only_under_its_new_name(
                                  "AND \"table\" IS NOT NULL ORDER BY 1").fetchall() == [
                 ("open_two",), ("v_two",)]
 
+
+def test_an_owner_view_made_through_the_python_api_reads_as_an_admins(
+        start_server, analytical) -> None:
+    """A view made ``WITH (security_invoker = false)`` by the Python API has no owner (its
+    maker holds the database's key): through the server it reads as an admin's view,
+    needing SELECT on the view alone; one of invoker rights keeps its tables' grants."""
+    srv = start_server(analytical)
+    with admin_and_bob(srv, ANALYTICAL_SETUP) as bob:
+        analytical.db.sql("CREATE VIEW v_py WITH (security_invoker = false) AS "
+                          "SELECT length(s) AS n FROM secret")
+        analytical.db.sql("CREATE VIEW v_py_closed WITH (security_invoker = false) AS "
+                          "SELECT s FROM secret")
+        analytical.db.sql("CREATE VIEW v_py_inv AS SELECT s FROM secret")
+        with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+            admin.execute("GRANT SELECT ON v_py TO bob")
+            assert admin.execute("SELECT owner FROM system.views WHERE name = 'v_py'"
+                                 ).fetchall() == [(None,)]
+        assert bob.execute("SELECT * FROM v_py").fetchall() == [(6,)]
+        for sql in ("SELECT * FROM v_py_closed", "SELECT * FROM v_py_inv",
+                    "SELECT n, s FROM v_py, secret"):
+            with pytest.raises(DENIED):
+                bob.execute(sql)

@@ -187,9 +187,10 @@ class Privileges:
         are such a query's (see :meth:`_check_change`). ``owners``: the views with their
         owner's rights (lower-case name -> owner), left named in ``sql``: reading one needs
         SELECT on it, and its owner must still be an admin (what it reads is the owner's
-        to read). ``reads=False``: the tables are not checked, the functions are (those
-        of ``sql`` with every view written out: a view's functions are its reader's to
-        call, as in PostgreSQL)."""
+        to read); one with no owner (made through the Python API, by whoever holds the
+        database's key) reads as an admin's. ``reads=False``: the tables are not checked,
+        the functions are (those of ``sql`` with every view written out: a view's
+        functions are its reader's to call, as in PostgreSQL)."""
         if self.admin:
             return
         change = _CHANGE.match(sql)
@@ -231,11 +232,11 @@ class Privileges:
                 unread = None  # (its FROM, read for no column: other references need it)
                 continue
             if owners and table.lower() in owners:
-                owner = owners[table.lower()]
-                if owner is None or not self.store.is_admin(owner):
+                owner = owners[table.lower()]  # (None: made by the key's holder, through
+                if owner is not None and not self.store.is_admin(owner):  # the Python API)
                     raise StatementError(
                         f"permission denied: view {table} has its owner's rights, and its "
-                        f"owner {owner or '(none recorded)'} is not an admin", "42501",
+                        f"owner {owner} is not an admin", "42501",
                         hint=f"an admin can CREATE OR REPLACE VIEW {table} WITH "
                         "(security_invoker = false) AS ..., becoming its owner")
             if not self.allowed(table, "SELECT"):
