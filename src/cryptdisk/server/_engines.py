@@ -1363,7 +1363,8 @@ class _AnalyticalSession(EngineSession):
         :meth:`_view_change`); a dropped table's are removed before the catalog's commit
         (a crash between leaves the table without them, never a later table of its name
         with them) and given back if it fails; a new name loses the grants a crash left
-        on it (:meth:`_forget_stale_grants`)."""
+        on it (:meth:`_forget_stale_grants`). One such statement runs at a time
+        (:meth:`_naming`)."""
         from ..db import table_statement
 
         st = table_statement(text)
@@ -1373,7 +1374,8 @@ class _AnalyticalSession(EngineSession):
         store = getattr(self.privileges, "store", None)
         action = getattr(st, "action", None)
         dropping = type(st).__name__ == "DropTable"
-        with policies.changing() if policies is not None else contextlib.nullcontext():
+        with self._naming(), \
+                policies.changing() if policies is not None else contextlib.nullcontext():
             before = self.engine.db.catalog.tables.name(st.name)
             removed: dict[str, list[str]] = {}
             copied = None
@@ -1398,9 +1400,9 @@ class _AnalyticalSession(EngineSession):
                         and not self._takes_grants(copied):
                     store.drop_table_grants(copied)
                 raise
-        if copied is not None and store is not None and before is not None \
-                and not self._takes_grants(before):
-            store.drop_table_grants(before)
+            if copied is not None and store is not None and before is not None \
+                    and not self._takes_grants(before):
+                store.drop_table_grants(before)
         return result
 
     def _view_change(self, text: str) -> tuple[Any, str]:
@@ -1412,12 +1414,17 @@ class _AnalyticalSession(EngineSession):
         a view of invoker rights, ``SET (security_invoker = true)``) loses them after it.
         What a crash leaves on a name no table or such view has is inert (no check reads
         it), removed when the server starts, and before any statement gives the name to a
-        view with its owner's rights (:meth:`_forget_stale_grants`)."""
-        from ..db import parse_view_statement
-
+        view with its owner's rights (:meth:`_forget_stale_grants`). One such statement
+        runs at a time (:meth:`_naming`)."""
         store = getattr(self.privileges, "store", None)
         if store is None:
             return self._execute_lengths(text)
+        with self._naming():
+            return self._view_change_named(text, store)
+
+    def _view_change_named(self, text: str, store: Any) -> tuple[Any, str]:
+        from ..db import parse_view_statement
+
         try:
             st = parse_view_statement(text)
         except Exception:
@@ -1443,6 +1450,22 @@ class _AnalyticalSession(EngineSession):
             if not self._takes_grants(name):
                 store.drop_table_grants(name)
         return result
+
+    @contextlib.contextmanager
+    def _naming(self) -> Iterator[None]:
+        """Hold the engine's :attr:`AnalyticalEngine.naming` lock: one statement at a time
+        moves grants to a name, removes them from one, and commits. Else a rename that
+        gave its new name the grants before queueing for its turn, queued behind a CREATE
+        of that name, failed after the CREATE's commit and left the grants on the new
+        table or view. This session's cancel ends the wait (57014)."""
+        lock = self.engine.naming
+        while not lock.acquire(timeout=0.05):
+            if self._cancel.is_set():
+                raise _cancelled()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _takes_grants(self, name: str) -> bool:
         """A table or a view with its owner's rights has ``name``: grants on it are its."""
@@ -1729,6 +1752,9 @@ class AnalyticalEngine(Engine):
         self.keyring = self.db.keyring
         #: whose statement runs on the database's one connection, and who waits (in order)
         self.turns = _Turns()
+        #: held by a statement that creates, renames or drops a table or a view, from its
+        #: grant bookkeeping to its commit (:meth:`_AnalyticalSession._naming`)
+        self.naming = threading.Lock()
         #: a :class:`._policies.PolicyStore` (masking and row access policies), or None
         self.policies: Any = None
         #: (catalog, its version, the tables with UUID columns): see _uuid_tables
