@@ -669,6 +669,13 @@ def bytea_input(text: str) -> bytes:
     return bytes(out)
 
 
+#: a table or view has the name a CREATE or RENAME TO gives (cryptdisk's checks, DuckDB's
+#: catalog, SQLite's): PostgreSQL's duplicate_table
+_DUPLICATE = re.compile(r"already exists|is already another table|: an? (?:temporary )?"
+                        r"(?:table|view|table or view) \S+ (?:of this connection )?has the "
+                        r"name|RENAME TO \S+: a table \S+ exists$")
+
+
 def _duckdb_sqlstate(message: str) -> str:
     for prefix, code in (("NOT NULL constraint failed", "23502"),
                          # (a Conversion Error: a value outside the type, as PostgreSQL's
@@ -813,6 +820,8 @@ def statement_error(exc: Exception) -> StatementError:
                 "query skips the parts its WHERE rules out; pandas: to_sql(..., index=False)")
         if _DIVISION_BY_ZERO in text:  # (DuckDB's names the expression, and a setting)
             return StatementError("division by zero", "22012")
+        if _DUPLICATE.search(text.split("\n", 1)[0]):
+            return StatementError(text, "42P07", hint=exc.hint)
         code = _duckdb_sqlstate(text)
         if code == "57014":  # DuckDB's "INTERRUPT Error: Interrupted!", said as PostgreSQL does
             return _cancelled()
@@ -839,6 +848,7 @@ def statement_error(exc: Exception) -> StatementError:
             code, text = "57014", "canceling statement due to user request"
         elif isinstance(exc, apsw.SQLError):
             code = ("42P01" if "no such table" in text else "42703" if "no such column" in text
+                    else "42P07" if _DUPLICATE.search(text)
                     else "42601" if "syntax error" in text or "incomplete input" in text
                     else "3B001" if "no such savepoint" in text else "42000")
         elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
