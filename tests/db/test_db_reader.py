@@ -440,3 +440,48 @@ def test_a_read_only_connection_in_a_transaction_block_says_it_is_read_only(tmp_
         ro.sql("BEGIN")
         with pytest.raises(DatabaseError, match="open read-only"):
             ro.sql("CREATE TABLE t (k BIGINT)")
+
+
+def test_a_variable_leaves_the_fast_paths_on(tmp_path) -> None:
+    """``SET VARIABLE`` (a value ``getvariable()`` reads, kept for each connection) names
+    no column and no table: after it on a reader (or the database), count(*) and min/max
+    of the key still come from the catalog, count(DISTINCT) outside DuckDB, a point query
+    on the key still skips parts, and a filter on getvariable() answers as DuckDB does."""
+    import pyarrow as pa
+
+    from cryptdisk.db import connect
+    from cryptdisk.db._distinct import DistinctCount
+
+    with connect(str(tmp_path / "db")) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        for start in range(0, 40000, 10000):  # four parts, each its own key range
+            db.sql(f"INSERT INTO t SELECT i, 'v' || (i % 7) FROM range({start}, "
+                   f"{start + 10000}) r(i)")
+        db.execute("SET VARIABLE y = 1")  # on the database's connection
+        assert db._names_certain()
+        r = db.reader()
+        try:
+            r.configure("SET VARIABLE x = 14242")
+            assert r._names_certain() and db._names_certain()
+            assert r.query("SELECT k, s FROM t WHERE k = getvariable('x')") == [
+                (14242, "v4")]
+            assert r.query("SELECT count(*) FROM t WHERE k BETWEEN getvariable('x') AND "
+                           "getvariable('x') + 9") == [(10,)]
+            assert r.query("SELECT getvariable('y')") == [(None,)]  # the database's own
+            assert r.query("SELECT count(*) AS N FROM t") == [(40000,)]
+            assert r.last_scans["t"]["parts_from_index"] == 4  # the catalog's counts
+            assert r.last_scans["t"]["row_groups_read"] == 0
+            assert isinstance(r._prepare("SELECT min(k) AS Lo, max(k) AS Hi FROM t"),
+                              pa.Table)  # from the catalog, DuckDB not asked
+            if DistinctCount.available():
+                assert isinstance(r._prepare("SELECT count(DISTINCT s) FROM t"),
+                                  DistinctCount)
+            assert r.query("SELECT s FROM t WHERE k = 14242") == [("v4",)]
+            assert r.last_scans["t"]["parts_skipped"] == 3
+            r.configure("RESET VARIABLE x")
+            assert r.query("SELECT getvariable('x')") == [(None,)]
+            assert r._names_certain() and db._names_certain()
+            r.configure("SET preserve_identifier_case = false")  # a setting still counts
+            assert not r._names_certain()
+        finally:
+            r.close()

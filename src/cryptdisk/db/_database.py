@@ -2652,9 +2652,16 @@ _HARMLESS_SETTINGS = frozenset({
 
 
 def _harmless_set(statement: str) -> bool:
-    """Whether ``statement`` is a SET or RESET of one of :data:`_HARMLESS_SETTINGS`."""
+    """Whether ``statement`` is a SET or RESET of one of :data:`_HARMLESS_SETTINGS`, or of
+    a variable (``SET VARIABLE x = ...``): a value ``getvariable('x')`` reads, kept for
+    each connection, which names no column and no table and is read by DuckDB in the
+    queries that use it, never by a fast path."""
     m = _SET_NAME.match(statement)
-    return m is not None and m[2].strip('"').lower() in _HARMLESS_SETTINGS
+    if m is None:
+        return False
+    if m[2].upper() == "VARIABLE":  # (unquoted: the statement, not a setting's name)
+        return not m[1]
+    return m[2].strip('"').lower() in _HARMLESS_SETTINGS
 
 
 #: Parse trees kept (see Database._parse_tree).
