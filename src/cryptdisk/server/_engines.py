@@ -2384,11 +2384,25 @@ class _SQLiteSession(EngineSession):
             cur.execute(self._sql(sql), [p if type(p) is int else _sqlite_value(p)
                                          for p in params] if params else (),
                         can_cache=self.can_cache)
+            if self._desc:
+                self._described_as_run(cur)
             rows = list(cur)  # tuples (no row tracer)
             return rows, self.conn.changes()
         finally:
             cur.close()
             self._finish()
+
+    def _described_as_run(self, cur: apsw.Cursor) -> None:
+        """:attr:`_desc` from ``cur`` at its first row: a statement of apsw's cache that
+        another connection's schema change made stale is prepared again by SQLite as it
+        runs, after :meth:`_trace` described it as first prepared (a table dropped and
+        made again with other column types). Its DB-API description is read: apsw keeps
+        the trace's ``get_description()`` for the cursor."""
+        try:
+            now = cur.description
+        except apsw.ExecutionCompleteError:  # no row: no value is read under the types
+            return
+        self._desc = tuple((d[0], d[1]) for d in now)
 
     def _result(self, sql: str, rows: list[tuple[Any, ...]], changes: int) -> Result:
         desc = self._desc
