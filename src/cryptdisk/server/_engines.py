@@ -48,6 +48,8 @@ log = logging.getLogger("cryptdisk.server")
 _SHOW_TABLES = re.compile(r"(?is)\s*SHOW\s+TABLES\s*;?\s*")
 _ROWS = {"SELECT", "WITH", "VALUES", "TABLE", "FROM", "SHOW", "DESCRIBE", "SUMMARIZE",
          "PRAGMA", "EXPLAIN"}
+#: the queries the server streams (:meth:`_AnalyticalSession.run_stream`)
+_STREAMED = frozenset({"SELECT", "WITH", "FROM", "TABLE", "VALUES"})
 TRANSACTION_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT",
                      "RELEASE"}
 
@@ -65,6 +67,9 @@ class Result:
     columns: list[tuple[str, int]] | None  # None: the statement returns no rows
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     tag: str = ""
+    #: a query's rows still to be read (:class:`._rowstream.RowStream`): ``rows`` is empty
+    #: and ``tag`` is known once it ends
+    stream: Any = None
 
 
 def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
@@ -143,12 +148,19 @@ class EngineSession:
     invoker_views = False
     #: the session's transaction is READ ONLY: a statement that writes fails (25006)
     read_only = False
+    #: :meth:`run_stream` may give a query's rows as a stream
+    streams = False
 
     def record_tables(self) -> None:
         """Fill ``last_tables`` on every later statement."""
 
     def run(self, sql: str, params: list[Any]) -> Result:
         raise NotImplementedError
+
+    def run_stream(self, sql: str, params: list[Any]) -> Result:
+        """:meth:`run`, a query's rows in a :attr:`Result.stream` where the engine streams
+        them (the analytical engine), else whole."""
+        return self.run(sql, params)
 
     def run_quick(self, sql: str, params: list[Any]) -> Result | None:
         """Run read-only ``sql`` on the calling thread if it cannot block or run long, else
@@ -1023,6 +1035,7 @@ def _literal(value: str | None) -> str:
 
 class _AnalyticalSession(EngineSession):
     invoker_views = True  # (a statement is checked with its views written out: _views)
+    streams = True
 
     def __init__(self, engine: AnalyticalEngine) -> None:
         self.engine = engine
@@ -1044,6 +1057,10 @@ class _AnalyticalSession(EngineSession):
         #: in a transaction block (BEGIN ... COMMIT), which holds queries only: see
         #: :meth:`_block_statement`
         self.block = False
+        #: the streams of its queries still open (closed with the session), and the one
+        #: whose batch is being computed (what a cancel interrupts)
+        self._streams: set[Any] = set()
+        self._pulling: Any = None
 
     @property
     def in_transaction(self) -> bool:
@@ -1270,6 +1287,94 @@ class _AnalyticalSession(EngineSession):
             count = rows[0][0] if rows else 0
             return Result(None, [], command_tag(sql, count, False))
         return Result(columns, rows, command_tag(sql, len(rows), True))
+
+    def run_stream(self, sql: str, params: list[Any]) -> Result:
+        """:meth:`run` of a query as a stream of its rows (:mod:`._rowstream`): started on
+        this session's reader (which the stream keeps until it ends: another statement
+        meanwhile gets a new one), read batch by batch in the session's turns. A statement
+        that is not a plain query, or a session with ``SET VARIABLE`` values (a new
+        reader would not have them), runs as :meth:`run` does."""
+        words = _sqltext.first_words(sql, 1)
+        if not words or words[0] not in _STREAMED or self._variables:
+            return self.run(sql, params)
+        from ..db import Reader
+        from ._rowstream import RowStream
+
+        self._cancel.clear()
+        self.revealed, self.audited = [], None
+        policies, privileges = self.engine.policies, self.privileges
+        parser = self._parse_connection() if policies is not None and \
+            policies.audit is not None else None
+        try:
+            text = self._sql(sql, params)
+            if not Reader.runs(text) or \
+                    (_sqltext.first_words(text, 1) or [""])[0] not in _STREAMED:
+                return self.run(sql, params)
+            revealed, audited = self.revealed, self.audited
+            # its start and first two batches in one turn (a query beside the others, as
+            # run's) and this one hop to the session's thread: a result they hold whole
+            # (most queries') goes out as run's does
+            with self.engine.turn(self, shared=True):
+                stream, reader = self._start_stream(text)
+
+                def on_end(count: int) -> None:
+                    self._streams.discard(rows)
+                    self._give_back(reader)
+                    if parser is not None:
+                        policies.record(audited or text, privileges, revealed, count, parser)
+
+                rows = RowStream(self, stream, lambda n: command_tag(sql, n, True), on_end)
+                self._streams.add(rows)
+                first = rows.next_rows(in_turn=True)
+                second = rows.next_rows(in_turn=True) if first is not None else None
+        except StatementError:
+            raise
+        except Exception as exc:
+            if _NO_INTEGER_DIVISION in str(exc) or "'length(BLOB)'" in str(exc):
+                return self.run(sql, params)  # (refused as it bound: nothing ran)
+            err = statement_error(exc)
+            if self._rewrote:
+                err = _policy_failure(_without_context(err), sql)
+            raise err from None
+        try:
+            columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type))
+                                         for f in stream.schema])
+        except BaseException:
+            rows.close()
+            raise
+        if rows.closed:
+            return Result(columns, [*(first or ()), *(second or ())], rows.tag)
+        rows.pending = [*(first or ()), *(second or ())]
+        return Result(columns, [], "", rows)
+
+    def _start_stream(self, text: str) -> tuple[Any, Any]:
+        """DuckDB's streaming result of query ``text`` on this session's reader (the caller
+        holds its turn), and the reader: the stream's until it ends (:meth:`_give_back`)."""
+        from ._rowstream import BATCH_ROWS
+
+        reader = self._reader
+        if reader is None:
+            reader = self.engine.db.reader()
+            for setting in self._settings:
+                reader.configure(setting)
+        self._reader = None  # (a statement meanwhile gets a reader of its own)
+        try:
+            self._pulling = reader
+            try:
+                stream = reader.stream(text, batch_rows=BATCH_ROWS)
+            finally:
+                self._pulling = None
+        except BaseException:
+            self._give_back(reader)
+            raise
+        return stream, reader
+
+    def _give_back(self, reader: Any) -> None:
+        """A stream's reader, free again: this session's reader, unless it has another."""
+        if self._reader is None and not getattr(self, "_closed", False):
+            self._reader = reader
+        else:
+            reader.close()
 
     def _wide_kinds(self, text: str, table: Any) -> list[str] | None:
         """The DuckDB types of query ``text``'s columns when its result ``table`` has a
@@ -1641,6 +1746,9 @@ class _AnalyticalSession(EngineSession):
 
     def _stop(self, shared: bool) -> None:
         if shared:
+            pulling = self._pulling
+            if pulling is not None:  # a stream's batch (or its start) being computed
+                pulling.interrupt()
             if self._reader is not None:  # (None: the catalog's turn, or the reader's making)
                 self._reader.interrupt()
         else:
@@ -1734,6 +1842,10 @@ class _AnalyticalSession(EngineSession):
         return None if view is None else str(view.query)
 
     def close(self) -> None:
+        self._closed = True
+        for stream in list(self._streams):  # (the client went away mid-stream)
+            with contextlib.suppress(Exception):
+                stream.close()
         if self._parser is not None:
             self._parser.close()
         if self._reader is not None:

@@ -80,6 +80,8 @@ class _Portal:
     tables: set[str] = field(default_factory=set)  # a cursor's: what its FETCHes read
     #: its access-log line, held until its rows are sent (binary results can fail to encode)
     log_entry: dict[str, Any] | None = None
+    #: the rows an Execute streamed before a FETCH or MOVE named it (they are not held)
+    streamed: int = 0
 
 
 def _quote(name: str) -> str:
@@ -94,6 +96,8 @@ _READS = {"SELECT", "VALUES", "EXPLAIN", "TABLE", "SHOW"}
 _CURSOR_QUERIES = {"SELECT", "VALUES", "WITH", "TABLE", "FROM"}
 #: statements tried with :meth:`EngineSession.run_quick` (they only read)
 _QUICK = {"SELECT", "VALUES"}
+#: statements whose rows the engine may stream (:meth:`EngineSession.run_stream`)
+_STREAMED = frozenset({"SELECT", "WITH", "FROM", "TABLE", "VALUES"})
 #: writes tried with :meth:`EngineSession.run_write_quick` (in a transaction holding the lock)
 _QUICK_WRITES = {"UPDATE", "INSERT", "DELETE"}
 #: statements whose string literals may be bytea by their context (``INSERT INTO t
@@ -513,6 +517,13 @@ class Session:
             for portal in self.portals.values():  # lines still held: their rows were sent
                 if portal.log_entry is not None and self.server.access_log is not None:
                     self.server.access_log.write(**portal.log_entry)
+                stream = portal.result.stream if portal.result is not None else None
+                if stream is not None and stream.log_entry is not None \
+                        and self.server.access_log is not None:  # (closed with the engine)
+                    entry, stream.log_entry = stream.log_entry, None
+                    entry["duration_ms"] = round(
+                        (time.monotonic() - entry["duration_ms"]) * 1000, 3)
+                    self.server.access_log.write(**{**entry, "rows": stream.count})
             self.conn.close()
             try:  # what is still queued, then TLS's close_notify, but never wait long
                 await asyncio.wait_for(self.conn.wait_closed(), 2)
@@ -644,9 +655,7 @@ class Session:
                 raise _Closing()
             if isinstance(msg, P.Sync):
                 errored, self.skip_to_sync = self.skip_to_sync, False
-                dropped = self.portals.pop("", None)
-                if dropped is not None and dropped.log_entry is not None:
-                    await self._write_portal_log(dropped)
+                await self._drop_portal(self.portals.pop("", None))
                 if self.pipeline_tx:
                     await self._end_pipeline(errored)
                 self.send(P.READY_FOR_QUERY[self._status()])
@@ -749,9 +758,9 @@ class Session:
         :meth:`_run_one` would run it as, known from the query's plan: its first word,
         shape and integers, or (first word, None, []) for a transaction statement."""
         if self.server.access_log is None:
-            return await self._run_statement(sql, params, lifted)
+            return await self._run_statement(sql, params, lifted, stream=True)
         return await self._logged(sql, functools.partial(self._run_statement, sql, params,
-                                                         lifted))
+                                                         lifted, stream=True))
 
     async def _logged(self, sql: str, run: Callable[[], Awaitable[Result]],
                       portal: _Portal | None = None) -> Result:
@@ -783,7 +792,11 @@ class Session:
         finally:
             entry["tables"] = sorted(self.engine.last_tables) if self.engine else []
             entry["duration_ms"] = round((time.monotonic() - start) * 1000, 3)
-            if portal is not None and "sqlstate" not in entry and any(portal.result_formats):
+            stream = getattr(result, "stream", None) if "sqlstate" not in entry else None
+            if stream is not None:  # written as it ends (_end_stream), with its count
+                entry["duration_ms"] = start
+                stream.log_entry = entry
+            elif portal is not None and "sqlstate" not in entry and any(portal.result_formats):
                 portal.log_entry = entry
             elif entry.get("sqlstate") in ("57P01", "XX000"):  # the loop may be going away
                 log_.write(**entry)
@@ -812,7 +825,8 @@ class Session:
             pass
 
     async def _run_statement(self, sql: str, params: list[Any],
-                             lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
+                             lifted: tuple[str, str | None, list[Any]] | None = None,
+                             *, stream: bool = False) -> Result:
         """Run one statement: server-handled ones first, then the engine. A statement that
         fails in a transaction block leaves it failed (25P02 until ROLLBACK), also when
         the engine rolled the whole transaction back itself (SQLite does on an interrupt,
@@ -821,7 +835,7 @@ class Session:
         in_block = self.pending_begin or (self.engine is not None
                                           and self.engine.in_transaction)
         try:
-            return await self._run_one(sql, params, lifted)
+            return await self._run_one(sql, params, lifted, stream=stream)
         except Exception:
             if in_block and self.engine is not None and not self.engine.in_transaction \
                     and not self.pending_begin and not _ends_transaction(sql):
@@ -829,7 +843,10 @@ class Session:
             raise
 
     async def _run_one(self, sql: str, params: list[Any],
-                       lifted: tuple[str, str | None, list[Any]] | None = None) -> Result:
+                       lifted: tuple[str, str | None, list[Any]] | None = None,
+                       *, stream: bool = False) -> Result:
+        """Run one statement; ``stream``: a query's rows may come as a stream (the caller
+        sends them with :meth:`_send_rows`)."""
         if self.engine is not None:
             self.engine.last_tables = set()
             # (the engine refuses what writes after all: a CTE's INSERT, a SELECT INTO)
@@ -843,7 +860,7 @@ class Session:
                 return await self._run_timed(head, sql, params, {}, self._transaction)
             if head != "SELECT" and self.read_only():
                 raise read_only_error(sql)
-            return await self._run_timed(head, shape, values, {})
+            return await self._run_timed(head, shape, values, {}, stream=stream)
         words = _sqltext.first_words(sql, 2)
         head = words[0] if words else ""
         if self.failed and head not in _BLOCK_ENDS:
@@ -863,7 +880,8 @@ class Session:
             if shaped is not None and self.server.engine_statement(shaped[0]):
                 # the engine's own statement: its shape, prepared once, checked as SQLite
                 # prepares it under the session's privileges (their version in its text)
-                return await self._run_timed(head, shaped[0], list(shaped[1]), {})
+                return await self._run_timed(head, shaped[0], list(shaped[1]), {},
+                                             stream=stream)
         if head in ("DECLARE", "FETCH", "MOVE", "CLOSE"):
             return await self._cursor(head, sql, params)
         if head == "DEALLOCATE":
@@ -931,7 +949,7 @@ class Session:
                 and getattr(self.engine, "commit_users", None) is not None \
                 and (head != "ALTER" or _RENAME_TO.search(sql) is not None):
             return await self._table_statement(head, sql, params, renames)
-        return await self._run_timed(head, sql, params, renames)
+        return await self._run_timed(head, sql, params, renames, stream=stream)
 
     async def _table_statement(self, head: str, sql: str, params: list[Any],
                                renames: dict[str, list[str]]) -> Result:
@@ -997,9 +1015,11 @@ class Session:
         return self.user_tx.store
 
     async def _run_timed(self, head: str, sql: str, params: list[Any],
-                         renames: dict[str, list[str]], special: Any = None) -> Result:
+                         renames: dict[str, list[str]], special: Any = None,
+                         *, stream: bool = False) -> Result:
         """Run ``sql`` in the engine under the statement timeout; ``special``: the
-        information_schema's query or :meth:`_transaction` instead."""
+        information_schema's query or :meth:`_transaction` instead; ``stream``: a query's
+        rows as a stream where the engine streams them (its start under the timeout)."""
         assert self.engine is not None
         engine = self.engine
         timer = _StatementTimer(engine, self.statement_timeout())
@@ -1028,7 +1048,9 @@ class Session:
                 if self.pending_begin:
                     await self._begin(engine, "DEFERRED" if head in _READS else "IMMEDIATE")
                 # a read that finishes at once runs here, without the hop to the thread
-                quick = engine.run_quick(sql, params) if head in _QUICK else \
+                quick = await self.call(engine.run_stream, sql, params) \
+                    if stream and engine.streams and head in _STREAMED else \
+                    engine.run_quick(sql, params) if head in _QUICK else \
                     engine.run_write_quick(sql, params, deadline) if head in _QUICK_WRITES \
                     else None
                 result = quick if quick is not None else await self.call(engine.run, sql,
@@ -1176,13 +1198,36 @@ class Session:
             portal.result = await self._run_statement(portal.statement.sql, portal.params)
             if self.engine is not None:
                 portal.tables = set(self.engine.last_tables)
+        if portal.result.stream is not None:
+            await self._hold_rest(portal)
         rows = portal.result.rows
-        picked, portal.sent = move(portal.sent, len(rows), fetch)
+        picked, sent = move(portal.sent, len(rows), fetch)
+        if picked and min(picked) < portal.streamed:
+            raise StatementError("cursor can only scan forward", "55000",
+                                 hint="its rows before were streamed by Execute")
+        portal.sent = sent
         if self.engine is not None:
             self.engine.last_tables = set(portal.tables)
         if fetch.move:
             return Result(None, [], f"MOVE {len(picked)}")
         return Result(portal.result.columns, [rows[i] for i in picked], f"FETCH {len(picked)}")
+
+    async def _hold_rest(self, portal: _Portal) -> None:
+        """A portal streamed by Execute that FETCH or MOVE names: the rest of its rows held
+        (as a cursor's are), those streamed before not."""
+        assert portal.result is not None
+        stream = portal.result.stream
+        rest = list(stream.pending)
+        stream.pending = []
+        try:
+            while (got := await self._timed(stream.next_rows)) is not None:
+                rest += got
+        except StatementError as exc:
+            await self._end_stream(stream, exc)
+            raise
+        await self._end_stream(stream)
+        portal.streamed = portal.sent
+        portal.result = Result(portal.result.columns, [()] * portal.sent + rest, stream.tag)
 
     def _end_transaction_cursors(self) -> None:
         """A transaction's end closes its cursors declared WITHOUT HOLD."""
@@ -1384,7 +1429,10 @@ class Session:
             except StatementError as exc:
                 self._error(exc)
                 return
-            self._send_result(result, (), 0, None)
+            try:
+                await self._send_rows(result, (), 0, None)
+            except StatementError as exc:  # (after the rows sent: as PostgreSQL does)
+                self._error(exc)
             return
         try:
             statements = _sqltext.split_statements(sql)
@@ -1415,12 +1463,12 @@ class Session:
                     result = await self._copy(st)
                 else:
                     result = await self._execute(st, [])
+                await self._send_rows(result, (), 0, None)
             except StatementError as exc:
                 self._error(exc)
                 if implicit:
                     await self._rollback_implicit()
                 return
-            self._send_result(result, (), 0, None)
             if self.out_size > 1 << 16:  # else sent with ReadyForQuery: one write per query
                 await self.flush()
         if implicit:
@@ -1558,9 +1606,99 @@ class Session:
             typed=st.binary))
         return Result(None, [], f"COPY {count}")
 
+    async def _send_rows(self, result: Result, formats: tuple[int, ...], max_rows: int,
+                         portal: _Portal | None, *, describe: bool = True) -> bool:
+        """:meth:`_send_result`, of a streamed result too: its rows are read a batch at a
+        time and each batch sent before the next is read (waiting while the client has not
+        taken what was sent), up to ``max_rows`` (0: all); True when all were sent. A
+        failure ends the stream and raises (its ErrorResponse follows the rows sent)."""
+        stream = result.stream
+        if stream is None:
+            return self._send_result(result, formats, max_rows, portal, describe=describe)
+        assert self.engine is not None
+        timer = _StatementTimer(self.engine, self.statement_timeout())
+        sent = 0
+        described = portal.described_columns if portal is not None else None
+        columns = described if described is not None else result.columns
+        try:
+            if describe:
+                self._send_result(Result(columns, [], ""), formats, 0, None, complete=False)
+            while not max_rows or sent < max_rows:
+                rows = stream.pending
+                if not rows:
+                    if self.conn.lost:
+                        raise ConnectionError("the client went away")
+                    got = await self.call(stream.next_rows)
+                    if got is None:
+                        break
+                    rows = got
+                take = len(rows) if not max_rows else min(len(rows), max_rows - sent)
+                stream.pending = rows[take:]
+                part = Result(result.columns, rows[:take], "")
+                if described is not None:
+                    _conform(part, described)
+                part.columns = columns
+                self._send_result(part, formats, 0, None, describe=False, complete=False)
+                sent += take
+                if self.out_size > 1 << 16:
+                    await self.flush()
+                    await self.conn.drain()
+        except BaseException as exc:
+            if isinstance(exc, ConnectionError) or not isinstance(exc, Exception):
+                await self._end_stream(stream, StatementError("the client went away",
+                                                              "08006"))
+                raise
+            said = StatementError(str(exc), "22000") if isinstance(exc, ProtocolError) \
+                else timer.error(statement_error(exc))
+            err = said if isinstance(said, StatementError) else statement_error(exc)
+            await self._end_stream(stream, err)
+            raise err from None
+        finally:
+            timer.cancel()
+        if portal is not None:
+            portal.sent += sent
+        if stream.pending or not stream.closed:
+            self.send(P.PORTAL_SUSPENDED)
+            return False
+        await self._end_stream(stream)
+        self.send(P.command_complete(stream.tag))
+        return True
+
+    async def _end_stream(self, stream: Any, error: StatementError | None = None) -> None:
+        """Close ``stream`` (on the session's thread, after its batch) and write its
+        access-log line: the rows it read, or ``error``."""
+        if not stream.closed:
+            if self.executor is not None:
+                try:
+                    await self.executor.call(stream.close)
+                except Exception as exc:  # (its error was said already)
+                    log.debug("closing a stream failed: %s", exc)
+            else:
+                stream.close()
+        entry, stream.log_entry = stream.log_entry, None
+        if entry is None or self.server.access_log is None:
+            return
+        entry["duration_ms"] = round((time.monotonic() - entry["duration_ms"]) * 1000, 3)
+        entry["rows"] = stream.count
+        if error is not None:
+            entry.update(sqlstate=error.sqlstate, rows=0)
+        await asyncio.to_thread(self.server.access_log.write, **entry)
+
+    async def _drop_portal(self, portal: _Portal | None) -> None:
+        """A portal closed (Close, Sync, a Bind in its place, the transaction's end): its
+        stream ends, its held access-log line is written."""
+        if portal is None:
+            return
+        if portal.result is not None and portal.result.stream is not None:
+            await self._end_stream(portal.result.stream)
+        if portal.log_entry is not None:
+            await self._write_portal_log(portal)
+
     def _send_result(self, result: Result, formats: tuple[int, ...], max_rows: int,
-                     portal: _Portal | None, *, describe: bool = True) -> bool:
-        """Send rows (and the RowDescription when ``describe``); True when all were sent."""
+                     portal: _Portal | None, *, describe: bool = True,
+                     complete: bool = True) -> bool:
+        """Send rows (and the RowDescription when ``describe``); True when all were sent.
+        ``complete``: CommandComplete (or PortalSuspended) after them."""
         columns = result.columns
         if portal is not None and portal.described_columns is not None:
             columns = portal.described_columns
@@ -1584,6 +1722,8 @@ class Session:
                 for row in rows:
                     self.send(P.data_row([_types.encode_value(o, v, f)
                                           for o, v, f in zip(oids, row, fmts, strict=True)]))
+        if not complete:
+            return True
         if portal is not None:
             portal.sent = end
             if end < len(result.rows):
@@ -1639,9 +1779,7 @@ class Session:
                           for i, v in enumerate(msg.params)]
             except ProtocolError as exc:
                 raise StatementError(str(exc), "22P02") from None
-            replaced = self.portals.get(msg.portal)
-            if replaced is not None and replaced.log_entry is not None:
-                await self._write_portal_log(replaced)
+            await self._drop_portal(self.portals.get(msg.portal))
             self.portals[msg.portal] = _Portal(st, values, msg.result_formats)
             self.send(P.BIND_COMPLETE)
         elif isinstance(msg, P.Describe):
@@ -1705,7 +1843,8 @@ class Session:
                 if portal.result is None:
                     self._open_pipeline(portal.statement.sql, msg.name)
                     portal.result = await self._logged(portal.statement.sql, functools.partial(
-                        self._run_statement, portal.statement.sql, portal.params), portal)
+                        self._run_statement, portal.statement.sql, portal.params, stream=True),
+                        portal)
                 columns = portal.result.columns
                 if portal.statement.described and portal.statement.columns is not None \
                         and columns is not None \
@@ -1723,21 +1862,29 @@ class Session:
             if not portal.statement.sql:
                 self.send(P.EMPTY_QUERY)
                 return
+            if portal.result is not None and portal.result.stream is not None:
+                new_statement = getattr(self.engine, "new_statement", None)
+                if new_statement is not None:  # a cancel sent while it was suspended is
+                    new_statement()  # not for this Execute
             if portal.result is None:
                 self._open_pipeline(portal.statement.sql, msg.portal)
             if portal.result is None and _is_copy(portal.statement.sql):
                 portal.result = await self._copy(portal.statement.sql)
             elif portal.result is None:
                 portal.result = await self._logged(portal.statement.sql, functools.partial(
-                    self._run_statement, portal.statement.sql, portal.params), portal)
+                    self._run_statement, portal.statement.sql, portal.params, stream=True),
+                        portal)
                 st = portal.statement
                 if st.described and st.columns is not None and portal.result.columns is not None \
                         and len(st.columns) == len(portal.result.columns):
                     _conform(portal.result, st.columns)
                     portal.described_columns = st.columns
             try:
-                done = self._send_result(portal.result, portal.result_formats, msg.max_rows,
-                                         portal, describe=False)
+                done = await self._send_rows(portal.result, portal.result_formats,
+                                             msg.max_rows, portal, describe=False)
+            except StatementError:
+                self.portals.pop(msg.portal, None)  # (its stream ended with the error)
+                raise
             except ProtocolError as exc:
                 err = StatementError(str(exc), "22000")
                 await self._write_portal_log(portal, err)
@@ -1750,8 +1897,7 @@ class Session:
             else:
                 dropped = self.portals.pop(msg.name, None)
                 self.cursors.pop(msg.name, None)
-                if dropped is not None and dropped.log_entry is not None:
-                    await self._write_portal_log(dropped)
+                await self._drop_portal(dropped)
             self.send(P.CLOSE_COMPLETE)
 
     @staticmethod
