@@ -1314,13 +1314,14 @@ class _AnalyticalSession(EngineSession):
             # its start and first two batches in one turn (a query beside the others, as
             # run's) and this one hop to the session's thread: a result they hold whole
             # (most queries') goes out as run's does
+            audit_at_end = [parser is not None]
             with self.engine.turn(self, shared=True):
                 stream, reader = self._start_stream(text)
 
                 def on_end(count: int) -> None:
                     self._streams.discard(rows)
                     self._give_back(reader)
-                    if parser is not None:
+                    if audit_at_end[0]:
                         policies.record(audited or text, privileges, revealed, count, parser)
 
                 rows = RowStream(self, stream, lambda n: command_tag(sql, n, True), on_end)
@@ -1344,6 +1345,16 @@ class _AnalyticalSession(EngineSession):
             raise
         if rows.closed:
             return Result(columns, [*(first or ()), *(second or ())], rows.tag)
+        if audit_at_end[0]:
+            # its rows go out before it ends (a portal may stay suspended, the server may
+            # be killed meanwhile): the audit line is written now, before any, its count
+            # unknown (null); failing, the statement fails with no row sent, as run's
+            audit_at_end[0] = False
+            try:
+                policies.record(audited or text, privileges, revealed, None, parser)
+            except BaseException:
+                rows.close()
+                raise
         rows.pending = [*(first or ()), *(second or ())]
         return Result(columns, [], "", rows)
 

@@ -10,7 +10,8 @@ session's shared turn (:class:`._engines._Turns`), so a cancel or the statement 
 interrupts it, and between batches the session holds no turn: a client that reads
 slowly blocks no writer (the stream keeps the parts its snapshot reads, as a reader
 does). The stream ends at its last batch, on an error, or when it is closed (its portal
-closed, its session ended); its end writes the statement's audit line with its count.
+closed, its session ended). A statement that decrypts has its audit line written before
+its first row goes out (its rows null: not known yet), a result held whole with its count.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class RowStream:
         return rows
 
     def close(self) -> None:
-        """End the stream: its parts and cursor are let go; its audit line is written."""
+        """End the stream: its parts and cursor are let go (``on_end`` runs)."""
         on_end, self._on_end = self._on_end, None
         if on_end is None:
             return
