@@ -42,7 +42,7 @@ def _fails(conn, sql: str, code: str, params=None) -> psycopg.Error:
     "SELECT n % z FROM t", "SELECT x / (n - 7) FROM t", "SELECT n / -z FROM t",
     "SELECT 10 / s FROM t", "SELECT n / (z / 1) FROM t", "SELECT id FROM t WHERE n / z > 1",
     "SELECT sum(n) / sum(z) FROM t WHERE id = 1", "SELECT mod(n, z) FROM t",
-    "SELECT mod(7, 0)"])
+    "SELECT mod(7, 0)", "SELECT 1 / 0x0", "SELECT n % 0X00 FROM t"])
 def test_a_zero_divisor_is_22012(conn, sql) -> None:
     """SQLite's ``/``, ``%`` and ``mod()`` answered NULL for a zero divisor (an integer, a
     float, text, an expression), in the select list and in a WHERE alike."""
@@ -70,6 +70,9 @@ def test_nonzero_and_null_divisors_divide_as_before(conn) -> None:
     assert conn.execute("SELECT mod(n, 4), mod(n, NULL), modulo FROM t, "
                         "(SELECT 5 AS modulo)").fetchone() == (3, None, 5)
     assert conn.execute("SELECT count(*) FROM t WHERE n / NULLIF(z, 0) > 1").fetchone() == (0,)
+    # a hexadecimal divisor (SQLite's 0x literal) was split into 0 and a name x...
+    assert conn.execute("SELECT n / 0x2, 0x10 / 4, 0xA % 3, n / 0x0a + 1 FROM t"
+                        ).fetchone() == (3, 4, 1, 1)
 
 
 def test_a_null_dividend_over_zero_is_null(conn) -> None:
@@ -156,6 +159,22 @@ def test_numeric_arithmetic_and_sqlites_date_functions_run(conn) -> None:
                         "n - 1 > 0 AND s = '0'").fetchone() == (1,)
     assert conn.execute("SELECT '2024-01-31 + 1', 'x' || '-' || n FROM t").fetchone() == \
         ("2024-01-31 + 1", "x-7")
+
+
+def test_a_cte_column_named_as_a_date_column_is_refused_unless_qualified(conn) -> None:
+    """A column's type is told by its name in the tables the statement names (t.d is a
+    DATE), not through a CTE or subquery: one of their columns named d (an integer here)
+    is refused as the DATE would be, with the error's way out, never computed on a date's
+    text; qualified by the CTE's or subquery's name it is known not to be t's, and runs."""
+    for sql in ("WITH w AS (SELECT n AS d FROM t) SELECT d + 1 FROM w",
+                "WITH w(d) AS (SELECT n FROM t) SELECT d + 1 FROM w",
+                "SELECT d + 1 FROM (SELECT n AS d FROM t)",
+                "WITH w AS (SELECT n AS d FROM t) SELECT d + 1 FROM t"):  # (t.d: a DATE)
+        _fails(conn, sql, "0A000")
+    for sql in ("WITH w AS (SELECT n AS d FROM t) SELECT w.d + 1 FROM w",
+                "SELECT w.d + 1 FROM (SELECT n AS d FROM t) w",
+                "WITH w AS (SELECT n AS e FROM t) SELECT e + 1 FROM w"):
+        assert conn.execute(sql).fetchone() == (8,), sql
 
 
 def test_a_column_that_becomes_a_date_is_refused_after_the_change(start_server,

@@ -2168,6 +2168,7 @@ class _SQLiteSession(EngineSession):
         self._cancel = threading.Event()
         self._busy_since = 0.0
         self._busy_cancelled = False
+        self._writing = False  # the statement being run writes (see _trace)
         self.conn.set_busy_handler(self._busy)
         self.conn.set_progress_handler(self._progress, QUICK_STEPS)
         self.conn.authorizer = self._authorize
@@ -2492,8 +2493,9 @@ class _SQLiteSession(EngineSession):
         return text
 
     def _trace(self, cursor: apsw.Cursor, sql: str, _bindings: Any) -> bool:
-        if self.read_only and not cursor.is_readonly and not sql.startswith("BEGIN "):
-            raise read_only_error(sql)  # (SQLite's own word: the statement writes)
+        self._writing = not cursor.is_readonly  # (SQLite's own word: the statement writes)
+        if self.read_only and self._writing and not sql.startswith("BEGIN "):
+            raise read_only_error(sql)
         self._desc = cursor.get_description()
         return True
 
@@ -2565,11 +2567,19 @@ class _SQLiteSession(EngineSession):
         if self._cancel.is_set():  # (Event.clear takes a lock: a Python call)
             self._cancel.clear()
         self._busy_cancelled = False
+        self._writing = False
 
     def _failure(self, exc: Exception) -> StatementError:
-        """``exc`` as a StatementError: 57014 when a cancel ended a wait for a lock."""
+        """``exc`` as a StatementError: 57014 when a cancel ended a wait for a lock; 25006
+        when a write cannot open what it writes (the database's directory is read-only:
+        SQLite cannot make its journal there), as for a read-only file."""
         if self._busy_cancelled and isinstance(exc, apsw.BusyError | apsw.LockedError):
             return _cancelled()
+        if isinstance(exc, apsw.CantOpenError) and self._writing:
+            return StatementError(
+                "cannot write the database: its directory is read-only, and SQLite cannot "
+                "make its journal there (unable to open database file)", "25006",
+                hint="make the database's directory writable by the server")
         return statement_error(exc)
 
     def run(self, sql: str, params: list[Any]) -> Result:

@@ -35,7 +35,7 @@ _TOKEN = re.compile(r"""
   | (?P<qid>"(?:[^"]|"")+")
   | (?P<dollar>\$(?P<tag>(?:[A-Za-z_][A-Za-z0-9_]*)?)\$.*?\$(?P=tag)\$)
   | (?P<param>\$\d+)
-  | (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<num>0[xX][0-9A-Fa-f]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
   | (?P<op>::|<=|>=|<>|!=|\|\||[-+*/%=<>(),.;\[\]])
   | (?P<other>.)
@@ -343,7 +343,7 @@ def _infer(toks: list[_Tok], count: int, tables: dict[str, str],
     def literal_type(tok: _Tok) -> int:
         if tok.kind != "num":
             return 0
-        return T.INT8 if tok.text.isdigit() else T.NUMERIC
+        return T.INT8 if tok.text.isdigit() or tok.text[:2] == "0X" else T.NUMERIC
 
     def operand_type(i: int, step: int, arithmetic: bool) -> int:
         """The type of the operand from ``toks[i]`` on (going by ``step``): its first
@@ -1030,7 +1030,8 @@ def _numeric_literal(operand: Sequence[_Tok]) -> bool:
     """Whether ``operand`` is a numeric literal (``2.5``, ``-2.5``, ``(-2.5)``, ``1e3``):
     PostgreSQL's numeric, whose halves an integer cast rounds away from zero."""
     nums = [t for t in operand if t.kind == "num"]
-    return len(nums) == 1 and any(c in nums[0].text for c in ".eE") and \
+    return len(nums) == 1 and nums[0].text[:2] != "0X" and \
+        any(c in nums[0].text for c in ".eE") and \
         all(t.kind == "num" or (t.kind == "op" and t.text in ("(", ")", "+", "-"))
             for t in operand)
 

@@ -82,8 +82,8 @@ def checked_divisors(sql: str) -> str:
         end = _atom_end(toks, j)
         if end < 0:
             continue
-        if end == j + 1 and toks[j].kind == "num" and float(toks[j].text) != 0:
-            continue  # x / 2: never zero
+        if end == j + 1 and toks[j].kind == "num" and _number(toks[j].text) != 0:
+            continue  # x / 2, x / 0x10: never zero
         dividend = _dividend(toks, k)
         close = ")" if dividend is None else f", {sql[dividend[0]:dividend[1]]})"
         wraps.append((toks[k + 1].start, toks[end - 1].stop, close))
@@ -97,6 +97,11 @@ def checked_divisors(sql: str) -> str:
         pos = at
     out.append(sql[pos:])
     return "".join(out)
+
+
+def _number(text: str) -> float:
+    """The value of a number token (``2``, ``1.5e3``, SQLite's hexadecimal ``0x1F``)."""
+    return int(text, 16) if text[:2] in ("0x", "0X") else float(text)
 
 
 #: what, just before a left operand, makes it only part of the dividend (``x * y / z``)
