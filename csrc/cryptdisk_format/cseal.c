@@ -13,6 +13,14 @@
  * compared with the stored one in constant time, and a segment that fails is wiped before
  * the call returns its index: no unauthenticated plaintext is left in the output.
  *
+ * Reading: decrypt_run and decrypt_spans take the ciphertext as a buffer; pread_run and
+ * pread_spans read it themselves from a file descriptor, a few records at a time into a
+ * buffer of the calling OS thread (it stays in the CPU's cache between the read and the
+ * decryption), without the GIL. A file is never memory-mapped here: a mapping of a file
+ * another process truncates raises SIGBUS on the next read past its new end, which ends the
+ * process; pread returns short instead, and the first segment the file no longer holds
+ * whole is reported as one that fails to authenticate.
+ *
  * Thread safety: the manager is made at import and only its function table is read
  * afterwards (the GCM calls keep no state in it); each call has its GCM context on its stack;
  * a Key is read-only after it is made. A forked child inherits the manager as plain memory.
@@ -21,9 +29,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <intel-ipsec-mb.h>
 
@@ -181,6 +192,128 @@ static inline int open_segment(const Key *self, struct gcm_context_data *ctx, ui
     return open_record(self, ctx, pt, record, n, iv);
 }
 
+/* -- where a run's records come from ---------------------------------------------------- */
+
+/* pread_run and pread_spans read this many bytes of records at a time (at least one record) */
+#define READ_CHUNK (1024 * 1024)
+
+static pthread_key_t chunk_key;
+static pthread_once_t chunk_once = PTHREAD_ONCE_INIT;
+
+static void chunk_free(void *p) { free(p); }
+static void chunk_key_make(void) { (void)pthread_key_create(&chunk_key, chunk_free); }
+
+typedef struct {
+    size_t cap;
+    uint8_t data[];
+} Chunk;
+
+/* The calling OS thread's read buffer, at least ``n`` bytes (kept for the thread's life:
+ * freed when it exits), or NULL. Without the GIL. */
+static uint8_t *thread_chunk(size_t n) {
+    (void)pthread_once(&chunk_once, chunk_key_make);
+    Chunk *c = pthread_getspecific(chunk_key);
+    if (c == NULL || c->cap < n) {
+        Chunk *grown = malloc(sizeof(Chunk) + n);
+        if (grown == NULL)
+            return NULL;
+        grown->cap = n;
+        free(c);
+        c = grown;
+        if (pthread_setspecific(chunk_key, c) != 0) {
+            free(c);
+            return NULL;
+        }
+    }
+    return c->data;
+}
+
+/* The records of segments first..last: in memory (``mem``), or in file ``fd`` from offset
+ * ``pos``, read a chunk at a time. */
+typedef struct {
+    const uint8_t *mem;
+    int fd;
+    long long pos, first, last, final;
+    size_t seg, final_size;
+    uint8_t *buf;       /* fd: the thread's chunk */
+    size_t cap;         /* its size */
+    long long lo, hi;   /* fd: the records of segments lo..hi-1 are in buf */
+    int err;            /* fd: errno of a failed read, else 0 */
+} Records;
+
+static size_t record_len(const Records *r, long long i) {
+    return (i < r->final ? r->seg : r->final_size) + TAG;
+}
+
+/* Segment ``i``'s record (first <= i <= last, called in increasing order), or NULL when the
+ * file ends before its end (short) or the read failed (``err`` set). Without the GIL. */
+static const uint8_t *record_at(Records *r, long long i) {
+    size_t whole = r->seg + TAG;
+    if (r->mem != NULL)
+        return r->mem + (size_t)(i - r->first) * whole;
+    if (i >= r->lo && i < r->hi)
+        return r->buf + (size_t)(i - r->lo) * whole;
+    long long n = (long long)(r->cap / whole);
+    if (n < 1)
+        n = 1;
+    if (n > r->last - i + 1)
+        n = r->last - i + 1;
+    size_t want = (size_t)(n - 1) * whole + record_len(r, i + n - 1);
+    size_t got = 0;
+    off_t at = (off_t)(r->pos + (i - r->first) * (long long)whole);
+    while (got < want) {
+        ssize_t k = pread(r->fd, r->buf + got, want - got, at + (off_t)got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            r->err = errno ? errno : EIO;
+            return NULL;
+        }
+        if (k == 0)
+            break; /* the file ends here */
+        got += (size_t)k;
+    }
+    long long complete = got == want ? n : (long long)(got / whole);
+    if (complete < 1)
+        return NULL;
+    r->lo = i;
+    r->hi = i + complete;
+    return r->buf;
+}
+
+/* Records from ``fd`` at ``pos``: its chunk taken (ENOMEM in ``err`` if none). Without the GIL. */
+static void records_from_fd(Records *r, int fd, long long pos) {
+    size_t need = r->seg + TAG > READ_CHUNK ? r->seg + TAG : READ_CHUNK;
+    r->mem = NULL;
+    r->fd = fd;
+    r->pos = pos;
+    r->lo = r->hi = 0;
+    r->err = 0;
+    r->cap = need;
+    r->buf = thread_chunk(need);
+    if (r->buf == NULL)
+        r->err = ENOMEM;
+}
+
+/* Segments first..last from ``r`` into ``pt`` (decrypt_run's loop): -1, or the first that
+ * fails to authenticate or that the file does not hold (its output wiped). Without the GIL. */
+static long long open_run(const Key *self, Records *r, uint8_t *pt) {
+    struct gcm_context_data ctx;
+    long long failed = -1;
+    for (long long i = r->first; i <= r->last; i++) {
+        size_t n = i < r->final ? r->seg : r->final_size;
+        const uint8_t *ct = record_at(r, i);
+        if (ct == NULL || !open_segment(self, &ctx, pt, ct, n, i, r->final)) {
+            imb_clear_mem(pt, n); /* unauthenticated plaintext: never released */
+            failed = i;
+            break;
+        }
+        pt += n;
+    }
+    imb_clear_mem(&ctx, sizeof ctx);
+    return failed;
+}
+
 static const char RUN_DOC[] =
     "decrypt_run(cipher, out, first, last, final, segment_size, final_size) -> int\n\n"
     "Decrypt and authenticate segments first..last of a sealed file, without the GIL.\n"
@@ -205,24 +338,60 @@ static PyObject *Key_decrypt_run(Key *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "decrypt_run: the ciphertext and output buffers overlap");
         goto done;
     }
+    Records r = {.mem = cipher.buf, .first = first, .last = last, .final = final,
+                 .seg = (size_t)seg, .final_size = (size_t)final_size};
     Py_BEGIN_ALLOW_THREADS
-    struct gcm_context_data ctx;
-    const uint8_t *ct = cipher.buf;
-    uint8_t *pt = out.buf;
-    for (long long i = first; i <= last; i++) {
-        size_t n = i < final ? (size_t)seg : (size_t)final_size;
-        if (!open_segment(self, &ctx, pt, ct, n, i, final)) {
-            imb_clear_mem(pt, n); /* unauthenticated plaintext: never released */
-            failed = (long long)i;
-            break;
-        }
-        ct += n + TAG;
-        pt += n;
-    }
-    imb_clear_mem(&ctx, sizeof ctx);
+    failed = open_run(self, &r, out.buf);
     Py_END_ALLOW_THREADS
 done:
     PyBuffer_Release(&cipher);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(failed);
+}
+
+static const char PREAD_RUN_DOC[] =
+    "pread_run(fd, pos, out, first, last, final, segment_size, final_size) -> int\n\n"
+    "decrypt_run with the records read from file descriptor ``fd`` at offset ``pos`` (pread, a\n"
+    "chunk at a time, without the GIL) instead of a buffer. A segment the file no longer\n"
+    "holds whole (truncated) counts as one that does not authenticate; a failed read\n"
+    "raises OSError.";
+
+static PyObject *Key_pread_run(Key *self, PyObject *args) {
+    Py_buffer out;
+    int fd;
+    long long pos, first, last, final;
+    Py_ssize_t seg, final_size;
+    if (!PyArg_ParseTuple(args, "iLw*LLLnn:pread_run", &fd, &pos, &out, &first, &last, &final, &seg,
+                          &final_size))
+        return NULL;
+    long long failed = -1;
+    /* the ciphertext's length the layout needs, if ``out`` is as long as it says */
+    Py_ssize_t cipher_len = first >= 0 && first <= last && last - first < PY_SSIZE_T_MAX / (4 * TAG)
+                                ? out.len + (Py_ssize_t)(last - first + 1) * TAG
+                                : -1;
+    if (run_layout(first, last, final, seg, final_size, cipher_len, out.len) < 0)
+        goto done;
+    if (pos < 0 || fd < 0) {
+        PyErr_Format(PyExc_ValueError, "pread_run: bad file descriptor %d or offset %lld", fd, pos);
+        goto done;
+    }
+    Records r = {.first = first, .last = last, .final = final, .seg = (size_t)seg,
+                 .final_size = (size_t)final_size};
+    Py_BEGIN_ALLOW_THREADS
+    records_from_fd(&r, fd, pos);
+    if (r.err == 0) {
+        failed = open_run(self, &r, out.buf);
+        if (r.err != 0)
+            imb_clear_mem(out.buf, (size_t)out.len);
+    }
+    Py_END_ALLOW_THREADS
+    if (r.err != 0) {
+        errno = r.err;
+        PyErr_SetFromErrno(r.err == ENOMEM ? PyExc_MemoryError : PyExc_OSError);
+    }
+done:
     PyBuffer_Release(&out);
     if (PyErr_Occurred())
         return NULL;
@@ -242,14 +411,12 @@ static const char SPANS_DOC[] =
     "authenticates, else ``(index of the first that does not, 0)``: then all of ``out``\n"
     "is wiped. ValueError for buffers or spans that do not fit the layout.";
 
-static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
-    Py_buffer cipher, out;
-    long long first, last, final, offset;
-    Py_ssize_t seg, final_size;
-    PyObject *spans_obj;
-    if (!PyArg_ParseTuple(args, "y*w*LLLnnLO:decrypt_spans", &cipher, &out, &first, &last, &final,
-                          &seg, &final_size, &offset, &spans_obj))
-        return NULL;
+/* decrypt_spans and pread_spans: ``r`` holds (or reads) the records, ``cipher_len`` their
+ * length in memory (-1 from a file: then the layout is checked on ``out`` alone). */
+static PyObject *spans_impl(Key *self, Records *r, Py_ssize_t cipher_len, Py_buffer *outp,
+                            long long first, long long last, long long final, Py_ssize_t seg,
+                            Py_ssize_t final_size, long long offset, PyObject *spans_obj) {
+    Py_buffer out = *outp;
     long long failed = -1;
     Py_ssize_t packed = 0, count = 0;
     Py_ssize_t *spans = NULL;
@@ -272,18 +439,14 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
         Py_ssize_t plain = whole * seg + (last == final ? final_size : 0);
         Py_ssize_t need = plain + (Py_ssize_t)nseg * TAG;
         long long base = first * (long long)seg;
-        if (cipher.len != need || offset < base || out.len <= 0
+        if ((cipher_len >= 0 && cipher_len != need) || offset < base || out.len <= 0
             || offset - base + (long long)out.len > (long long)plain) {
             PyErr_Format(PyExc_ValueError,
-                         "decrypt_spans: segments %lld..%lld (a %zd-byte ciphertext, not %zd) do not "
+                         "decrypt_spans: segments %lld..%lld (a %zd-byte ciphertext) do not "
                          "hold the %zd bytes at offset %lld",
-                         first, last, need, cipher.len, out.len, offset);
+                         first, last, need, out.len, offset);
             goto done;
         }
-    }
-    if (overlap(&cipher, &out)) {
-        PyErr_SetString(PyExc_ValueError, "decrypt_spans: the ciphertext and output buffers overlap");
-        goto done;
     }
     fast = PySequence_Fast(spans_obj, "decrypt_spans: spans must be a sequence of (start, end) pairs");
     if (fast == NULL)
@@ -324,17 +487,19 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     struct gcm_context_data ctx;
-    const uint8_t *ct = cipher.buf;
     uint8_t *dst = out.buf;
     long long lo = offset, hi = offset + (long long)out.len; /* the range wanted */
     int used = 0;
-    for (long long i = first; i <= last; i++) {
+    if (r->mem == NULL && r->buf == NULL)
+        failed = first; /* (no read buffer: err says why) */
+    for (long long i = first; failed < 0 && i <= last; i++) {
         size_t n = i < final ? (size_t)seg : (size_t)final_size;
         long long s0 = i * (long long)seg, s1 = s0 + (long long)n;
         /* a segment wholly inside the range goes straight to its place */
         int inside = s0 >= lo && s1 <= hi;
         uint8_t *pt = inside ? dst + (s0 - lo) : scratch;
-        int ok = open_segment(self, &ctx, pt, ct, n, i, final);
+        const uint8_t *ct = record_at(r, i);
+        int ok = ct != NULL && open_segment(self, &ctx, pt, ct, n, i, final);
         if (!inside)
             used = 1;
         if (!ok) {
@@ -346,7 +511,6 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
             if (b > a)
                 memcpy(dst + (a - lo), scratch + (a - s0), (size_t)(b - a));
         }
-        ct += n + TAG;
     }
     if (failed >= 0) {
         imb_clear_mem(dst, (size_t)out.len); /* unauthenticated plaintext: never released */
@@ -362,15 +526,71 @@ static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
         imb_clear_mem(scratch, (size_t)seg);
     imb_clear_mem(&ctx, sizeof ctx);
     Py_END_ALLOW_THREADS
+    if (r->err != 0) {
+        errno = r->err;
+        PyErr_SetFromErrno(r->err == ENOMEM ? PyExc_MemoryError : PyExc_OSError);
+    }
 done:
     PyMem_RawFree(scratch);
     PyMem_Free(spans);
     Py_XDECREF(fast);
-    PyBuffer_Release(&cipher);
-    PyBuffer_Release(&out);
     if (PyErr_Occurred())
         return NULL;
     return Py_BuildValue("Ln", failed, failed >= 0 ? (Py_ssize_t)0 : packed);
+}
+
+static PyObject *Key_decrypt_spans(Key *self, PyObject *args) {
+    Py_buffer cipher, out;
+    long long first, last, final, offset;
+    Py_ssize_t seg, final_size;
+    PyObject *spans_obj, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*w*LLLnnLO:decrypt_spans", &cipher, &out, &first, &last, &final,
+                          &seg, &final_size, &offset, &spans_obj))
+        return NULL;
+    if (overlap(&cipher, &out)) {
+        PyErr_SetString(PyExc_ValueError, "decrypt_spans: the ciphertext and output buffers overlap");
+    } else {
+        Records r = {.mem = cipher.buf, .first = first, .last = last, .final = final,
+                     .seg = (size_t)seg, .final_size = (size_t)final_size};
+        result = spans_impl(self, &r, cipher.len, &out, first, last, final, seg, final_size, offset,
+                            spans_obj);
+    }
+    PyBuffer_Release(&cipher);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static const char PREAD_SPANS_DOC[] =
+    "pread_spans(fd, pos, out, first, last, final, segment_size, final_size, offset, spans)\n"
+    "-> (int, int)\n\n"
+    "decrypt_spans with the records read from file descriptor ``fd`` at offset ``pos`` (pread,\n"
+    "a chunk at a time, without the GIL) instead of a buffer. A segment the file no longer\n"
+    "holds whole (truncated) counts as one that does not authenticate; a failed read raises\n"
+    "OSError.";
+
+static PyObject *Key_pread_spans(Key *self, PyObject *args) {
+    Py_buffer out;
+    int fd;
+    long long pos, first, last, final, offset;
+    Py_ssize_t seg, final_size;
+    PyObject *spans_obj, *result = NULL;
+    if (!PyArg_ParseTuple(args, "iLw*LLLnnLO:pread_spans", &fd, &pos, &out, &first, &last, &final,
+                          &seg, &final_size, &offset, &spans_obj))
+        return NULL;
+    if (pos < 0 || fd < 0 || seg <= 0) {
+        PyErr_Format(PyExc_ValueError, "pread_spans: bad file descriptor %d, offset %lld or segment "
+                     "size %zd", fd, pos, seg);
+    } else {
+        Records r = {.first = first, .last = last, .final = final, .seg = (size_t)seg,
+                     .final_size = (size_t)final_size};
+        Py_BEGIN_ALLOW_THREADS
+        records_from_fd(&r, fd, pos);
+        Py_END_ALLOW_THREADS
+        result = spans_impl(self, &r, -1, &out, first, last, final, seg, final_size, offset,
+                            spans_obj);
+    }
+    PyBuffer_Release(&out);
+    return result;
 }
 
 static const char ONE_DOC[] =
@@ -460,6 +680,8 @@ static PyMethodDef Key_methods[] = {
     {"decrypt_run", (PyCFunction)Key_decrypt_run, METH_VARARGS, RUN_DOC},
     {"encrypt_run", (PyCFunction)Key_encrypt_run, METH_VARARGS, SEAL_DOC},
     {"decrypt_spans", (PyCFunction)Key_decrypt_spans, METH_VARARGS, SPANS_DOC},
+    {"pread_run", (PyCFunction)Key_pread_run, METH_VARARGS, PREAD_RUN_DOC},
+    {"pread_spans", (PyCFunction)Key_pread_spans, METH_VARARGS, PREAD_SPANS_DOC},
     {"decrypt", (PyCFunction)Key_decrypt, METH_VARARGS, ONE_DOC},
     {"__reduce__", Key_reduce, METH_NOARGS, "Refused: a Key holds key material."},
     {"__reduce_ex__", Key_reduce, METH_VARARGS, "Refused: a Key holds key material."},

@@ -1034,6 +1034,26 @@ class OpenPart:
             raise
         except (pa.ArrowException, FormatError) as exc:
             raise not_as_recorded(self.disk, self.part, exc) from None
+        except OSError:  # (pyarrow's "File too short" of a plain part cut short)
+            self._check_size()
+            raise
+
+    def _check_size(self) -> None:
+        """Raise the part's :class:`~cryptdisk.errors.CatalogError` if its plain file is
+        now shorter than when it was opened: another process truncated it under the read
+        (an encrypted part's read raises its ``TruncatedFileError`` itself)."""
+        handle = self._handle
+        if self._local is None or handle is None:
+            return
+        try:
+            now = os.fstat(handle.fileno()).st_size
+        except (OSError, ValueError):
+            return
+        if now < self.size:
+            raise CatalogError(
+                f"part {self.part.path} on disk {self.disk.name!r} was cut short to {now} "
+                f"bytes while being read (the catalog records {self.size})",
+                hint="restore the part from a backup")
 
     def _read(self, row_groups: list[int], columns: list[str], joined: bool = False
               ) -> pa.Table:
@@ -1187,6 +1207,9 @@ class OpenPart:
         read = self._page_reader()  # one per read: a segment decrypts once for both uses
         try:
             return self._read_rows(rg, column, first, end, read)
+        except (OSError, PageError):
+            self._check_size()
+            raise
         finally:
             if isinstance(read, _SegmentReader):
                 read.release()

@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidTag
 from ..errors import SegmentAuthenticationError, TruncatedFileError
 from ._cipher import TAG_SIZE, new_aead
 from ._header import HEADER_SIZE, Header, Kind
-from ._source import Source
+from ._source import FdSource, Source, borrowed
 
 __all__ = ["SealedReader", "SealedWriter", "iter_sealed_stream", "pack_spans", "sealed_layout",
            "sealed_library", "sealed_nonce", "segment_error"]
@@ -50,6 +50,8 @@ if os.environ.get(AEAD_ENV, "").strip().lower() == "cryptography":
     _cseal = None
 #: The extension has the one-call packed read (an extension built from older sources: not)
 _SPANS = _cseal is not None and hasattr(_cseal.Key, "decrypt_spans")
+#: ... and reads the ciphertext itself from a file descriptor (``pread_run``, ``pread_spans``)
+_PREAD = _SPANS and hasattr(_cseal.Key, "pread_spans")
 
 
 def sealed_library() -> str | None:
@@ -277,6 +279,10 @@ class SealedReader:
         self.segment_count, self.size = sealed_layout(source.size, self.segment_size, path)
         self._final_size = self.size - (self.segment_count - 1) * self.segment_size
         self._local = threading.local()
+        #: where the C extension reads the ciphertext itself (pread, a chunk at a time: it
+        #: is still in the CPU's cache when it is decrypted), else None
+        self._fd = source.fd if isinstance(source, FdSource) and self._key is not None \
+            and _PREAD else None
         if check_final:
             self._decrypt_segment(self.segment_count - 1)
 
@@ -287,8 +293,18 @@ class SealedReader:
             return self.segment_size
         return self.size - index * self.segment_size
 
-    def _fail(self, index: int) -> SegmentAuthenticationError:
+    def _fail(self, index: int) -> SegmentAuthenticationError | TruncatedFileError:
         offset = HEADER_SIZE + index * self._record
+        fd = getattr(self._src, "fd", None)
+        try:
+            now = os.fstat(fd).st_size if fd is not None else self._src.size
+        except OSError:
+            now = self._src.size
+        if now < self._src.size:  # truncated since it was opened (by another process)
+            where = f"{self.path}: " if self.path else ""
+            return TruncatedFileError(
+                f"{where}file is truncated: it was cut short to {now} bytes while being read "
+                f"(segment {index} at offset {offset} is gone)", offset=now, path=self.path)
         return segment_error(self.path, index, offset, index == self.segment_count - 1)
 
     def _decrypt_into(self, index: int, out: memoryview) -> None:
@@ -393,13 +409,20 @@ class SealedReader:
             final = self.segment_count - 1
             size = (last - first) * record + (self.size - last * seg if last == final
                                               else seg) + TAG_SIZE
-            cipher = self._src.view(HEADER_SIZE + first * record, size)
-            if len(cipher) == size:
-                failed, packed = self._key.decrypt_spans(cipher, out, first, last, final, seg,
-                                                         self._final_size, offset, spans)
+            if self._fd is not None:  # read and decrypted in one call, without the GIL
+                failed, packed = self._key.pread_spans(
+                    self._fd, HEADER_SIZE + first * record, out, first, last, final, seg,
+                    self._final_size, offset, spans)
                 if failed >= 0:
                     raise self._fail(failed)
                 return int(packed)
+            with borrowed(self._src, HEADER_SIZE + first * record, size) as cipher:
+                if len(cipher) == size:
+                    failed, packed = self._key.decrypt_spans(
+                        cipher, out, first, last, final, seg, self._final_size, offset, spans)
+                    if failed >= 0:
+                        raise self._fail(failed)
+                    return int(packed)
         if n:
             self.readinto_at(out, offset, advise=False, parallel=False)
         return pack_spans(out, offset, spans)
@@ -414,30 +437,37 @@ class SealedReader:
         final = self.segment_count - 1
         size = (last - first) * record + (self.size - last * seg if last == final else seg) \
             + TAG_SIZE
-        cipher = self._src.view(HEADER_SIZE + first * record, size)
-        if self._key is not None and len(cipher) == size:
-            # one call for the run, without the GIL: -1, or the segment that failed (wiped)
-            failed = self._key.decrypt_run(cipher, out, first, last, final, seg,
-                                           self._final_size)
+        if self._fd is not None:  # read and decrypted in one call, without the GIL
+            failed = self._key.pread_run(self._fd, HEADER_SIZE + first * record, out, first,
+                                         last, final, seg, self._final_size)
             if failed >= 0:
                 raise self._fail(failed)
             return
-        decrypt, pack = self._aead.decrypt_into, _NONCE.pack
-        at = pos = 0
-        for index in range(first, last + 1):
-            n = seg if index < final else self.size - index * seg
-            chunk = cipher[at : at + n + TAG_SIZE]
-            dst = out[pos : pos + n]
-            if len(chunk) != n + TAG_SIZE:
-                raise self._fail(index)
-            try:
-                decrypt(pack(index, index == final), chunk, None, dst)
-            except InvalidTag:
-                # OpenSSL has already written unauthenticated plaintext here: wipe it.
-                dst[:] = bytes(n)
-                raise self._fail(index) from None
-            at += record
-            pos += n
+        with borrowed(self._src, HEADER_SIZE + first * record, size) as cipher:
+            if self._key is not None and len(cipher) == size:
+                # one call for the run, without the GIL: -1, or the segment that failed
+                # (wiped)
+                failed = self._key.decrypt_run(cipher, out, first, last, final, seg,
+                                               self._final_size)
+                if failed >= 0:
+                    raise self._fail(failed)
+                return
+            decrypt, pack = self._aead.decrypt_into, _NONCE.pack
+            at = pos = 0
+            for index in range(first, last + 1):  # (a short ``cipher``: the file ends early)
+                n = seg if index < final else self.size - index * seg
+                chunk = cipher[at : at + n + TAG_SIZE]
+                dst = out[pos : pos + n]
+                if len(chunk) != n + TAG_SIZE:
+                    raise self._fail(index)
+                try:
+                    decrypt(pack(index, index == final), chunk, None, dst)
+                except InvalidTag:
+                    # OpenSSL has already written unauthenticated plaintext here: wipe it.
+                    dst[:] = bytes(n)
+                    raise self._fail(index) from None
+                at += record
+                pos += n
 
     def _decrypt_parts(self, offset: int, n: int, out: memoryview, first: int, last: int,
                        parallel: bool) -> None:

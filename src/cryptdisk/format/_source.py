@@ -2,23 +2,38 @@
 
 A *source* reads ``n`` bytes at an absolute offset without a shared position,
 so several threads (DuckDB does this) can read one file at once.
+
+Files are read with ``preadv``, not memory-mapped, by default: a mapped file that
+another process truncates faults with SIGBUS on the next read of a page past its new
+end, which kills the whole process (a server, for every client) with no exception to
+catch. ``preadv`` returns short instead, and the reader raises its clear error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
 import threading
-from collections.abc import Callable
-from typing import IO, Protocol
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol, cast
 
-__all__ = ["MMAP_MAX", "FdSource", "FileObjectSource", "MmapSource", "Source", "source_for"]
+__all__ = ["MMAP_MAX", "FdSource", "FileObjectSource", "MmapSource", "Source", "borrowed",
+           "source_for"]
 
-#: Files up to this size are memory-mapped (zero-copy); larger ones are read with
-#: ``preadv`` into reused buffers. Mapped pages count towards RSS, so readers call
-#: :meth:`MmapSource.release` on ranges they have consumed in large sequential reads.
+#: ``source_for(..., use_mmap=True)`` maps files up to this size (zero-copy); larger
+#: ones are read with ``preadv`` into reused buffers. Mapped pages count towards RSS, so
+#: readers call :meth:`MmapSource.release` on ranges they have consumed in large
+#: sequential reads.
 MMAP_MAX = 1 << 40
+#: Reads through :meth:`FdSource.borrow` land in buffers kept idle between reads (warm
+#: pages: fresh memory costs a page fault per 4 KiB, more than decrypting it), at most
+#: this many of at most ``_KEEP`` bytes each.
+_IDLE_MAX = 2 * (os.cpu_count() or 1) + 2
+_KEEP = 16 << 20
+_IDLE: list[bytearray] = []
+_IDLE_LOCK = threading.Lock()
 _FAULT_AROUND = 1 << 16  # Linux's default fault_around_bytes
 
 
@@ -85,8 +100,23 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def borrowed(source: Source, offset: int, n: int
+             ) -> contextlib.AbstractContextManager[memoryview]:
+    """Up to ``n`` bytes of ``source`` at ``offset`` (fewer only at end of file), valid inside
+    the ``with`` block only: the source's ``borrow`` where it has one (:class:`FdSource`:
+    large reads of any thread without a buffer per thread), else its :meth:`~Source.view`."""
+    borrow = getattr(source, "borrow", None)
+    if borrow is not None:
+        return cast("contextlib.AbstractContextManager[memoryview]", borrow(offset, n))
+    return contextlib.nullcontext(source.view(offset, n))
+
+
 class MmapSource:
-    """A read-only memory map: zero-copy views (the fastest path for local files)."""
+    """A read-only memory map: zero-copy views.
+
+    Only for files nothing truncates while they are mapped: a read of a page past the
+    file's new end raises SIGBUS, which ends the process (see the module's docstring).
+    """
 
     def __init__(self, fd: int, size: int) -> None:
         self.size = size
@@ -155,14 +185,17 @@ class MmapSource:
 
 
 class FdSource:
-    """``os.preadv`` on a file descriptor into a reused per-thread buffer.
+    """``os.preadv`` on a file descriptor: :meth:`view` into a reused per-thread buffer
+    (a view stays valid until the same thread asks for the next one), :meth:`borrow`
+    into one of a few process-wide buffers kept warm between reads.
 
-    A view stays valid until the same thread asks for the next one.
+    A file truncated under a read reads short (never a fault): the caller sees fewer
+    bytes than it asked for and raises its own error.
     """
 
     def __init__(self, fd: int, size: int) -> None:
         self.size = size
-        self._fd = fd
+        self.fd = fd
         self._local = threading.local()
 
     def view(self, offset: int, n: int) -> memoryview:
@@ -170,17 +203,59 @@ class FdSource:
         buf = getattr(self._local, "buf", None)
         if buf is None or len(buf) < n:
             buf = self._local.buf = bytearray(max(n, 1 << 16))
-        got = os.preadv(self._fd, [memoryview(buf)[:n]], offset) if n else 0
+        got = _preadv_all(self.fd, memoryview(buf)[:n], offset) if n else 0
         return memoryview(buf)[:got]
+
+    @contextlib.contextmanager
+    def borrow(self, offset: int, n: int) -> Iterator[memoryview]:
+        n = max(0, min(n, self.size - offset))
+        buf = _take(n)
+        try:
+            got = _preadv_all(self.fd, memoryview(buf)[:n], offset) if n else 0
+            yield memoryview(buf)[:got]
+        finally:
+            _give_back(buf)
 
     def release(self, offset: int, n: int) -> None:
         pass
 
     def willneed(self, offset: int, n: int) -> None:
-        pass
+        # Read ahead in the background exactly the ranges a scan is about to read (its
+        # column chunks are spread over the file: the kernel's own read-ahead follows
+        # the reads only once they are sequential). Without the GIL.
+        if n > 0 and hasattr(os, "posix_fadvise"):
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(self.fd, max(0, offset), n, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         pass
+
+
+def _take(n: int) -> bytearray:
+    """An idle buffer of at least ``n`` bytes, or a new one; give it back with
+    :func:`_give_back` once nothing refers to it."""
+    with _IDLE_LOCK:
+        for i in range(len(_IDLE) - 1, -1, -1):
+            if len(_IDLE[i]) >= n:
+                return _IDLE.pop(i)
+    return bytearray(max(n, 1 << 20))
+
+
+def _give_back(buf: bytearray) -> None:
+    with _IDLE_LOCK:
+        if len(_IDLE) < _IDLE_MAX and len(buf) <= _KEEP:
+            _IDLE.append(buf)
+
+
+def _preadv_all(fd: int, out: memoryview, offset: int) -> int:
+    """``preadv`` until ``out`` is full or the file ends; returns the bytes read."""
+    got = 0
+    while got < len(out):
+        n = os.preadv(fd, [out[got:]], offset + got)
+        if n <= 0:
+            break
+        got += n
+    return got
 
 
 class FileObjectSource:
@@ -219,8 +294,9 @@ class FileObjectSource:
         pass
 
 
-def source_for(fileobj: IO[bytes] | int, *, use_mmap: bool = True) -> Source:
-    """The best source for an open file: mmap or pread for real files, else the file object."""
+def source_for(fileobj: IO[bytes] | int, *, use_mmap: bool = False) -> Source:
+    """The source for an open file: ``preadv`` on real files (``use_mmap``: a memory map,
+    for files nothing truncates while they are read), else the file object."""
     fd: int | None
     if isinstance(fileobj, int):
         fd = fileobj
