@@ -531,3 +531,87 @@ def test_the_built_extension_has_the_packed_read():
     skipping into green."""
     assert cseal is not None, "cryptdisk.format._cseal was not built"
     assert _sealed._SPANS, "cryptdisk.format._cseal has no decrypt_spans: rebuild it"
+
+
+# -- reading the records from a file (pread_run, pread_spans) ------------------------------
+
+pread_built = pytest.mark.skipif(not _sealed._PREAD, reason="cryptdisk.format._cseal built "
+                                 "without pread_run (older sources): rebuild it")
+
+
+def _file_of(tmp_path, prefix: bytes, records: bytes) -> int:
+    path = tmp_path / "records"
+    path.write_bytes(prefix + records)
+    return os.open(path, os.O_RDWR)
+
+
+@pread_built
+@settings(max_examples=60, deadline=None)
+@given(layout=_layouts(), pad=st.integers(0, 300), cut=st.integers(0, 10**6))
+def test_pread_equals_decrypt_from_memory_and_a_cut_file_fails_its_first_short_segment(
+        tmp_path_factory, layout, pad, cut):
+    dek, first, last, final, seg, final_size = layout
+    plain = os.urandom(_plain_size(first, last, final, seg, final_size))
+    records = _records(dek, first, last, final, seg, final_size, plain)
+    key = cseal.Key(dek)
+    fd = _file_of(tmp_path_factory.mktemp("pread"), os.urandom(pad), records)
+    try:
+        out = bytearray(len(plain))
+        assert key.pread_run(fd, pad, out, first, last, final, seg, final_size) == -1
+        assert bytes(out) == plain
+        base = first * seg
+        lo, hi = base + len(plain) // 3, base + len(plain) - len(plain) // 4
+        if hi > lo:
+            spans = [(lo, lo + (hi - lo) // 2), (hi - (hi - lo) // 4, hi)]
+            got = bytearray(hi - lo)
+            mem = bytearray(hi - lo)
+            assert key.pread_spans(fd, pad, got, first, last, final, seg, final_size, lo,
+                                   spans) == key.decrypt_spans(
+                records, mem, first, last, final, seg, final_size, lo, spans)
+            assert got == mem
+        # cut short: the first segment whose record the file no longer holds whole fails,
+        # its plaintext and nothing after it written (a run), or all of it wiped (spans)
+        kept = cut % (len(records) + 1)
+        os.ftruncate(fd, pad + kept)
+        short = next((i for i in range(first, last + 1)
+                      if (i - first) * (seg + 16) + (final_size if i == final else seg) + 16
+                      > kept), -1)
+        out = bytearray(b"\xaa" * len(plain))
+        assert key.pread_run(fd, pad, out, first, last, final, seg, final_size) == short
+        if short >= 0:
+            at = (short - first) * seg
+            n = final_size if short == final else seg
+            assert bytes(out[:at]) == plain[:at]
+            assert out[at : at + n] == bytes(n)  # wiped
+            assert out[at + n :] == b"\xaa" * (len(out) - at - n)  # not written
+    finally:
+        os.close(fd)
+
+
+@pread_built
+def test_pread_reads_past_its_chunk_and_reports_a_bad_descriptor(tmp_path):
+    """64 KiB segments, 40 of them: more than one 1 MiB read; a closed descriptor raises
+    OSError, a negative one or offset ValueError."""
+    dek, seg, final = os.urandom(32), 1 << 16, 40
+    plain = os.urandom(final * seg + 7)
+    records = _records(dek, 0, final, final, seg, 7, plain)
+    key = cseal.Key(dek)
+    fd = _file_of(tmp_path, b"h" * 128, records)
+    try:
+        out = bytearray(len(plain))
+        assert key.pread_run(fd, 128, out, 0, final, final, seg, 7) == -1 and out == plain
+        got = bytearray(seg * 30)
+        assert key.pread_spans(fd, 128, got, 0, final, final, seg, 7, 5 * seg,
+                               [(5 * seg, 6 * seg), (30 * seg, 35 * seg)]) == (-1, 6 * seg)
+        assert got[: 6 * seg] == plain[5 * seg : 6 * seg] + plain[30 * seg : 35 * seg]
+        os.ftruncate(fd, 128 + 25 * (seg + 16) + 100)  # segment 25 is cut
+        assert key.pread_run(fd, 128, out, 0, final, final, seg, 7) == 25
+        assert out[: 25 * seg] == plain[: 25 * seg] and out[25 * seg : 26 * seg] == bytes(seg)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        key.pread_run(fd, 128, out, 0, final, final, seg, 7)
+    with pytest.raises(ValueError):
+        key.pread_run(-1, 128, out, 0, final, final, seg, 7)
+    with pytest.raises(ValueError):
+        key.pread_spans(3, -1, out, 0, final, final, seg, 7, 0, [])

@@ -1034,7 +1034,7 @@ class OpenPart:
             raise
         except (pa.ArrowException, FormatError) as exc:
             raise not_as_recorded(self.disk, self.part, exc) from None
-        except OSError:  # (pyarrow's "File too short" of a plain part cut short)
+        except (OSError, CatalogError):  # (pyarrow's "File too short", a short read)
             self._check_size()
             raise
 
@@ -1207,7 +1207,7 @@ class OpenPart:
         read = self._page_reader()  # one per read: a segment decrypts once for both uses
         try:
             return self._read_rows(rg, column, first, end, read)
-        except (OSError, PageError):
+        except (OSError, PageError, CatalogError):
             self._check_size()
             raise
         finally:

@@ -34,6 +34,15 @@ _IDLE_MAX = 2 * (os.cpu_count() or 1) + 2
 _KEEP = 16 << 20
 _IDLE: list[bytearray] = []
 _IDLE_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:  # (a fork while another thread held the lock)
+    global _IDLE_LOCK
+    _IDLE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 _FAULT_AROUND = 1 << 16  # Linux's default fault_around_bytes
 
 
