@@ -93,17 +93,17 @@ def test_a_signal_while_a_replaced_part_closes_ends_the_statement(db, sig, monke
     # the parts a statement replaces close when their last reference goes: io's finalizer
     # (or the statement's own close, where the exception propagates as it is)
     signum, raised = sig
-    real = _source.MmapSource.close
+    real = _source.FdSource.close
 
     def close(self):
-        monkeypatch.setattr(_source.MmapSource, "close", real)  # (once)
+        monkeypatch.setattr(_source.FdSource, "close", real)  # (once)
         signal.raise_signal(signum)
         real(self)
 
-    monkeypatch.setattr(_source.MmapSource, "close", close)
+    monkeypatch.setattr(_source.FdSource, "close", close)
     with pytest.raises(raised):
         db.sql(statement)
-    assert _source.MmapSource.close is real  # (the signal came)
+    assert _source.FdSource.close is real  # (the signal came)
     ids = _rows(db)  # committed or not, whole either way
     assert ids in (list(range(100)), [i for i in range(100) if i != 7])
 
