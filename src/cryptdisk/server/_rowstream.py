@@ -45,6 +45,7 @@ class RowStream:
         self._tag = tag
         self._on_end: Callable[[int], None] | None = on_end
         self.count = 0  # rows read so far
+        self.sent = 0  # rows sent to the client so far (its access-log line's count)
         self.done = False  # its last batch was read
         #: the access-log line held until the stream ends (see Session._logged)
         self.log_entry: dict[str, Any] | None = None

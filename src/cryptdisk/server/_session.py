@@ -523,7 +523,7 @@ class Session:
                     entry, stream.log_entry = stream.log_entry, None
                     entry["duration_ms"] = round(
                         (time.monotonic() - entry["duration_ms"]) * 1000, 3)
-                    self.server.access_log.write(**{**entry, "rows": stream.count})
+                    self.server.access_log.write(**{**entry, "rows": stream.sent})
             self.conn.close()
             try:  # what is still queued, then TLS's close_notify, but never wait long
                 await asyncio.wait_for(self.conn.wait_closed(), 2)
@@ -1640,6 +1640,7 @@ class Session:
                 part.columns = columns
                 self._send_result(part, formats, 0, None, describe=False, complete=False)
                 sent += take
+                stream.sent += take
                 if self.out_size > 1 << 16:
                     await self.flush()
                     await self.conn.drain()
@@ -1666,7 +1667,7 @@ class Session:
 
     async def _end_stream(self, stream: Any, error: StatementError | None = None) -> None:
         """Close ``stream`` (on the session's thread, after its batch) and write its
-        access-log line: the rows it read, or ``error``."""
+        access-log line: the rows it sent, or ``error``."""
         if not stream.closed:
             if self.executor is not None:
                 try:
@@ -1679,7 +1680,7 @@ class Session:
         if entry is None or self.server.access_log is None:
             return
         entry["duration_ms"] = round((time.monotonic() - entry["duration_ms"]) * 1000, 3)
-        entry["rows"] = stream.count
+        entry["rows"] = stream.sent
         if error is not None:
             entry.update(sqlstate=error.sqlstate, rows=0)
         await asyncio.to_thread(self.server.access_log.write, **entry)
