@@ -123,7 +123,7 @@ class Privileges:
         if self.admin:
             return True
         table = table.lower()
-        return any(action in self.store.grants(name).get(table, ()) for name in self.roles)
+        return any(action in self.store.actions(name, table) for name in self.roles)
 
     # -- SQLite ------------------------------------------------------------------------
 

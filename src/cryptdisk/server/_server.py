@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import signal
@@ -24,6 +25,12 @@ log = logging.getLogger("cryptdisk.server")
 _UNPLANNED: Any = object()
 
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+
+
+def _table_id(engine: Any, name: str) -> str | None:
+    """The catalog id of the analytical engine's table ``name`` (any case) names now."""
+    meta = engine.db.catalog.tables.get(name)
+    return None if meta is None else str(meta.id)
 
 
 def _nothing() -> None:
@@ -275,14 +282,21 @@ class Server:
                     log.info("grants on %s removed: no table has the name", name)
             return
         db = getattr(self.engine, "db", None)
-        if db is None or getattr(db, "read_only", False):
+        if db is None:
             return
-        tables = {t.lower() for t in db.catalog.tables}
-        # (a view with its owner's rights takes grants: reading it needs SELECT on it)
-        tables |= {v.lower() for v, meta in db.catalog.views.items() if not meta.security_invoker}
         if store is not None and hasattr(store, "forget_table_grants"):
-            for name in store.forget_table_grants(tables):
-                log.info("grants on %s removed: no table has the name", name)
+            # a grant whose table id is not the table's under its name now is never applied
+            store.table_id = functools.partial(_table_id, self.engine)
+        if getattr(db, "read_only", False):
+            return
+        ids = {t.lower(): meta.id for t, meta in db.catalog.tables.items()}
+        # (a view with its owner's rights takes grants: reading it needs SELECT on it)
+        tables = set(ids) | {v.lower() for v, meta in db.catalog.views.items()
+                             if not meta.security_invoker}
+        if store is not None and hasattr(store, "forget_table_grants"):
+            for name in store.forget_table_grants(tables, ids):
+                log.info("grants on %s removed: no table has the name, or another table "
+                         "has it than the one granted on", name)
         policies = getattr(self.engine, "policies", None)
         if policies is not None:
             for name in policies.forget_dropped():

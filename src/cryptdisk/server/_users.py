@@ -3,7 +3,11 @@
 The user file (``PATH.users`` beside the database unless configured) is a
 sealed cryptdisk file under the database's keyring: JSON of each user's SCRAM
 verifier, admin flag, grants and role memberships, and of each role's grants
-and memberships. It never holds a password.
+and memberships. It never holds a password. On the analytical engine each table
+grant also records the catalog id of the table it was given on (``grant_ids``,
+written with the grant; a reader of an earlier version skips it): a grant whose
+id is not the table's under that name now is never applied, and is removed at a
+start that can write (:meth:`UserStore.forget_table_grants`).
 
 Statements handled before the engine sees them::
 
@@ -139,6 +143,9 @@ def _users_file_error(path: str, what: str) -> UsersFileError:
 
 
 _ENTRY_LISTS = ("roles", "admin_roles")
+#: an entry's ``{table: catalog id}``: the analytical table each of its table grants was
+#: given on (a grant without one is by name: a view's, SQLite's, an older file's)
+GRANT_IDS = "grant_ids"
 
 
 def _check_entry(entry: Any, field: str, bad: Callable[[str], UsersFileError], *,
@@ -170,6 +177,9 @@ def _check_entry(entry: Any, field: str, bad: Callable[[str], UsersFileError], *
         if not isinstance(actions, list) or not all(a in ACTIONS for a in actions):
             raise bad(f"{field}.grants[{table!r}] is not a list of privileges "
                       f"({', '.join(ACTIONS)})")
+    ids = entry.get(GRANT_IDS, {})
+    if not isinstance(ids, dict) or not all(isinstance(i, str) for i in ids.values()):
+        raise bad(f"{field}.{GRANT_IDS} is not an object of table ids")
 
 
 def _parse_users(text: bytes, bad: Callable[[str], UsersFileError], *,
@@ -220,6 +230,12 @@ class UserStore:
     #: serial than the file's is not in the file yet
     serial = 0
     journal: JournalReader | None = None
+    #: the catalog id of the analytical table a name has now (None: no table has it); set
+    #: by the server of an analytical engine. A table grant records the id of the table
+    #: it was given on (:data:`GRANT_IDS`), and one whose id is not the table's under its
+    #: name now (dropped and made again where the server did not see it) is never applied.
+    #: None (SQLite, no server): grants are by name.
+    table_id: Callable[[str], str | None] | None = None
 
     def __init__(self, path: str | os.PathLike[str], keyring: Any, *,
                  iterations: int = DEFAULT_ITERATIONS,
@@ -435,7 +451,7 @@ class UserStore:
         with self._lock:
             users, roles = copy.deepcopy(self.users), copy.deepcopy(self.roles)
             generation = self.generation
-        return _ScratchStore(self.path, users, roles, generation)
+        return _ScratchStore(self.path, users, roles, generation, self.table_id)
 
     def _encode(self, serial: int) -> bytes:
         return json.dumps({"version": 1, "serial": serial, "users": self.users,
@@ -481,7 +497,7 @@ class UserStore:
         """Apply a transaction's changes together, in one save: all of them or none."""
         with self._exclusive():
             trial = _ScratchStore(self.path, copy.deepcopy(self.users),
-                                  copy.deepcopy(self.roles), self.generation)
+                                  copy.deepcopy(self.roles), self.generation, self.table_id)
             for name, args, kwargs in ops:
                 getattr(trial, name)(*args, **kwargs)
             before = self.users, self.roles
@@ -509,7 +525,7 @@ class UserStore:
         ``journal`` reads the record through the committing connection."""
         with self._exclusive(journal):
             trial = _ScratchStore(self.path, copy.deepcopy(self.users),
-                                  copy.deepcopy(self.roles), self.generation)
+                                  copy.deepcopy(self.roles), self.generation, self.table_id)
             for name, args, kwargs in ops:
                 getattr(trial, name)(*args, **kwargs)
             serial = self.serial + 1
@@ -697,9 +713,42 @@ class UserStore:
     def grants(self, name: str) -> dict[str, list[str]]:
         """``{table: [actions]}`` granted to ``name`` itself, a user or a role (tables
         lower-cased); what it has through roles is not included (see :meth:`member_of`)."""
-        grants: dict[str, list[str]] = \
-            self.users.get(name, self.roles.get(name, {})).get("grants", {})
-        return grants
+        entry = self.users.get(name, self.roles.get(name, {}))
+        grants: dict[str, list[str]] = entry.get("grants", {})
+        ids = entry.get(GRANT_IDS)
+        if not ids or self.table_id is None:
+            return grants
+        return {t: a for t, a in grants.items() if self._is_current(ids, t)}
+
+    def actions(self, name: str, table: str) -> list[str]:
+        """The actions granted to ``name`` itself on ``table`` (lower case); none when
+        the grant's table id is not the table's under that name now (:attr:`table_id`)."""
+        entry = self.users.get(name, self.roles.get(name, {}))
+        actions: list[str] = entry.get("grants", {}).get(table, [])
+        ids = entry.get(GRANT_IDS)
+        if actions and ids and not self._is_current(ids, table):
+            return []
+        return actions
+
+    def _is_current(self, ids: dict[str, str], table: str) -> bool:
+        """A grant on ``table`` whose entry records ``ids`` is on the table that has the
+        name now (or records no id: by name)."""
+        find = self.table_id
+        return find is None or table not in ids or find(table) == ids[table]
+
+    def _grant_id(self, table: str) -> str | None:
+        find = self.table_id
+        return None if find is None or "." in table else find(table)
+
+    @staticmethod
+    def _set_id(entry: dict[str, Any], table: str, table_id: str | None) -> None:
+        ids = entry.setdefault(GRANT_IDS, {})
+        if table_id is None:
+            ids.pop(table, None)
+        else:
+            ids[table] = table_id
+        if not ids:
+            del entry[GRANT_IDS]
 
     def change_grants(self, names: list[str], tables: list[str], actions: list[str], *,
                       grant: bool) -> None:
@@ -707,14 +756,20 @@ class UserStore:
             for name in names:
                 self._entry(name)
             for name in names:
-                grants = self._entry(name).setdefault("grants", {})
+                entry = self._entry(name)
+                grants = entry.setdefault("grants", {})
                 for table in tables:
                     have = set(grants.get(table, ()))
+                    current = self._grant_id(table)
+                    if self.table_id is not None and \
+                            not self._is_current(entry.get(GRANT_IDS, {}), table):
+                        have = set()  # another table's, of the name: not this one's
                     have = have | set(actions) if grant else have - set(actions)
                     if have:
                         grants[table] = sorted(have)
                     else:
                         grants.pop(table, None)
+                    self._set_id(entry, table, current if have else None)
 
         self._change(change)
 
@@ -730,6 +785,8 @@ class UserStore:
                 grants = entry.get("grants", {})
                 if old in grants:
                     grants[new] = sorted(set(grants.pop(old)) | set(grants.get(new, ())))
+                    self._set_id(entry, new, entry.get(GRANT_IDS, {}).get(old))
+                    self._set_id(entry, old, None)
 
         self._change(change)
 
@@ -746,6 +803,7 @@ class UserStore:
                 grants = entry.get("grants", {})
                 if old in grants:
                     grants[new] = sorted(set(grants[old]) | set(grants.get(new, ())))
+                    self._set_id(entry, new, entry.get(GRANT_IDS, {}).get(old))
 
         self._change(change)
 
@@ -768,30 +826,50 @@ class UserStore:
                 grants = entry.get("grants", {})
                 if table in grants:
                     removed[name] = grants.pop(table)
+                    self._set_id(entry, table, None)
 
         self._change(change)
         return removed
 
-    def forget_table_grants(self, tables: set[str]) -> list[str]:
+    def forget_table_grants(self, tables: set[str],
+                            ids: dict[str, str] | None = None) -> list[str]:
         """Remove the grants on unqualified names that no table of ``tables`` (lower
         case) has: those of tables dropped where the server did not see it (an embedded
-        connection while the server was stopped). Returns the names; the file is written
-        only when there are some. Qualified names (``system.parts``) are kept."""
-        def gone() -> set[str]:
-            return {t for entry in [*self.users.values(), *self.roles.values()]
-                    for t in entry.get("grants", {}) if "." not in t and t not in tables}
+        connection while the server was stopped). With ``ids`` (an analytical catalog's
+        ``{name: table id}``, lower-case names) also those whose recorded table id is not
+        the table's under the name now (dropped and made again), and a grant with none
+        recorded (a file of an earlier version) records the id of the table it is on
+        now. Returns the names whose grants were removed; the file is written only when
+        something changes. Qualified names (``system.parts``) are kept."""
+        def stale(entry: dict[str, Any]) -> set[str]:
+            recorded = entry.get(GRANT_IDS, {})
+            return {t for t in entry.get("grants", {}) if "." not in t and (
+                t not in tables or (ids is not None and t in recorded
+                and recorded[t] != ids.get(t)))}
 
-        if not gone():
+        def unrecorded(entry: dict[str, Any]) -> set[str]:
+            recorded = entry.get(GRANT_IDS, {})
+            return {t for t in entry.get("grants", {})
+                    if ids is not None and t in ids and t not in recorded}
+
+        def entries() -> list[dict[str, Any]]:
+            return [*self.users.values(), *self.roles.values()]
+
+        if not any(stale(e) or unrecorded(e) for e in entries()):
             return []
         found: set[str] = set()
 
         def change() -> None:
             found.clear()
-            found.update(gone())
-            for entry in [*self.users.values(), *self.roles.values()]:
+            for entry in entries():
                 grants = entry.get("grants", {})
-                for t in found & set(grants):
+                for t in stale(entry):
+                    found.add(t)
                     del grants[t]
+                    self._set_id(entry, t, None)
+                for t in unrecorded(entry):
+                    assert ids is not None
+                    self._set_id(entry, t, ids[t])
 
         self._change(change)
         return sorted(found)
@@ -801,8 +879,8 @@ class UserStore:
         admin_option NULL), or a role membership (table NULL, privilege ``MEMBER``)."""
         entries = sorted([*self.users.items(), *self.roles.items()])
         rows: list[tuple[str, str | None, str, str | None, bool | None]] = [
-            (n, t, a, None, None) for n, u in entries
-            for t, actions in sorted(u.get("grants", {}).items()) for a in actions]
+            (n, t, a, None, None) for n, _u in entries
+            for t, actions in sorted(self.grants(n).items()) for a in actions]
         rows += [(n, None, "MEMBER", r, r in u.get("admin_roles", ())) for n, u in entries
                  for r in sorted(u.get("roles", ()))]
         return rows
@@ -891,8 +969,10 @@ class _ScratchStore(UserStore):
     """:meth:`UserStore.scratch`: a copy in memory; changes are never saved."""
 
     def __init__(self, path: str, users: dict[str, dict[str, Any]],
-                 roles: dict[str, dict[str, Any]], generation: int) -> None:
+                 roles: dict[str, dict[str, Any]], generation: int,
+                 table_id: Callable[[str], str | None] | None = None) -> None:
         self.path = path
+        self.table_id = table_id
         self.keyring = None
         self.iterations = MIN_ITERATIONS
         self._lock = threading.Lock()
@@ -913,6 +993,7 @@ class _TxStore(UserStore):
     def __init__(self, parent: UserStore) -> None:
         self.parent = parent
         self.path = parent.path
+        self.table_id = parent.table_id
         self.keyring = None
         self.iterations = parent.iterations  # verifiers made here are the ones committed
         self._lock = threading.Lock()
