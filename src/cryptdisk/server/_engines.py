@@ -1298,7 +1298,7 @@ class _AnalyticalSession(EngineSession):
         if not words or words[0] not in _STREAMED or self._variables:
             return self.run(sql, params)
         from ..db import Reader
-        from ._rowstream import RowStream
+        from ._rowstream import BATCH_ROWS, RowStream
 
         self._cancel.clear()
         self.revealed, self.audited = [], None
@@ -1311,8 +1311,8 @@ class _AnalyticalSession(EngineSession):
                     (_sqltext.first_words(text, 1) or [""])[0] not in _STREAMED:
                 return self.run(sql, params)
             revealed, audited = self.revealed, self.audited
-            # its start and first two batches in one turn (a query beside the others, as
-            # run's) and this one hop to the session's thread: a result they hold whole
+            # its start and first 2 x BATCH_ROWS rows in one turn (a query beside the others,
+            # as run's) and this one hop to the session's thread: a result they hold whole
             # (most queries') goes out as run's does
             audit_at_end = [parser is not None]
             with self.engine.turn(self, shared=True):
@@ -1326,8 +1326,13 @@ class _AnalyticalSession(EngineSession):
 
                 rows = RowStream(self, stream, lambda n: command_tag(sql, n, True), on_end)
                 self._streams.add(rows)
-                first = rows.next_rows(in_turn=True)
-                second = rows.next_rows(in_turn=True) if first is not None else None
+                # (at least 2 x BATCH_ROWS rows: batches may be as small as a row group)
+                held: list[tuple[Any, ...]] = []
+                while len(held) < 2 * BATCH_ROWS:
+                    got = rows.next_rows(in_turn=True)
+                    if got is None:
+                        break
+                    held += got
         except StatementError:
             raise
         except Exception as exc:
@@ -1344,7 +1349,7 @@ class _AnalyticalSession(EngineSession):
             rows.close()
             raise
         if rows.closed:
-            return Result(columns, [*(first or ()), *(second or ())], rows.tag)
+            return Result(columns, held, rows.tag)
         if audit_at_end[0]:
             # its rows go out before it ends (a portal may stay suspended, the server may
             # be killed meanwhile): the audit line is written now, before any, its count
@@ -1355,7 +1360,7 @@ class _AnalyticalSession(EngineSession):
             except BaseException:
                 rows.close()
                 raise
-        rows.pending = [*(first or ()), *(second or ())]
+        rows.pending = held
         return Result(columns, [], "", rows)
 
     def _start_stream(self, text: str) -> tuple[Any, Any]:

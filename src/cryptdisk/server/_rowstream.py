@@ -2,8 +2,9 @@
 
 The server reads a SELECT's rows from a :class:`cryptdisk.db.Stream` a batch of
 :data:`BATCH_ROWS` rows at a time and sends each batch's DataRows before it reads the
-next, so the memory one query holds is at most two batches (the first two are read as
-the query starts: a result they hold whole is sent as it is) plus the socket's send
+next, so the memory one query holds is at most three batches (as the query starts, batches
+are read until they hold 2 x BATCH_ROWS rows: a result they hold whole is sent as it is;
+a batch may be smaller than BATCH_ROWS, as small as a part's row group) plus the socket's send
 queue (64 KiB before the session waits for the client), whatever the size of the
 result. Each batch is read in the
 session's shared turn (:class:`._engines._Turns`), so a cancel or the statement timeout
@@ -62,7 +63,8 @@ class RowStream:
         return self._on_end is None
 
     def next_rows(self, in_turn: bool = False) -> list[tuple[Any, ...]] | None:
-        """The next batch's rows as Python values, None at the end (the stream ends); a
+        """The next batch's rows as Python values (never none: empty batches are skipped),
+        None at the end (the stream ends); a
         failure (a part that fails authentication, a cancel) ends it and raises.
         ``in_turn``: the caller holds the session's turn (else it is taken for the batch)."""
         from ..db import python_rows
@@ -76,6 +78,8 @@ class RowStream:
                 session._pulling = self._stream
                 try:
                     batch = self._stream.read_next_batch()
+                    while batch.num_rows == 0:  # (DuckDB may hand over empty batches)
+                        batch = self._stream.read_next_batch()
                 finally:
                     session._pulling = None
         except StopIteration:
