@@ -615,3 +615,107 @@ def test_pread_reads_past_its_chunk_and_reports_a_bad_descriptor(tmp_path):
         key.pread_run(-1, 128, out, 0, final, final, seg, 7)
     with pytest.raises(ValueError):
         key.pread_spans(3, -1, out, 0, final, final, seg, 7, 0, [])
+
+
+@pread_built
+@pytest.mark.parametrize("bad", [0, 37, 63, 64, 65, 127, 128, 150])
+def test_pread_refuses_a_flipped_or_cut_segment_in_any_batch_and_leaves_no_plaintext(
+        tmp_path, bad):
+    """1000-byte segments, 151 of them, read from a file: a segment flipped anywhere (the
+    first, a middle one, the file's final one) is refused with its index, the segments
+    before it are plaintext and nothing at or after it is; cut short inside it, it is
+    refused and nothing after it is written; a packed read of the same range fails with
+    the same index, all of its output wiped."""
+    dek, seg, final, final_size = os.urandom(32), 1000, 150, 321
+    plain = os.urandom(final * seg + final_size)
+    records = _records(dek, 0, final, final, seg, final_size, plain)
+    key = cseal.Key(dek)
+    record = seg + 16
+    n = final_size if bad == final else seg
+    spans = [(10, 5 * seg), (5 * seg + 7, 140 * seg + 3), (140 * seg + 9, len(plain) - 2)]
+    for damage in ("flip", "cut"):
+        data = bytearray(records)
+        if damage == "flip":
+            data[bad * record + 17] ^= 0x01
+        else:
+            data = data[: bad * record + n // 2]
+        fd = _file_of(tmp_path, b"h" * 99, bytes(data))
+        try:
+            out = bytearray(b"\xaa" * len(plain))
+            assert key.pread_run(fd, 99, out, 0, final, final, seg, final_size) == bad
+            at = bad * seg
+            assert out[:at] == plain[:at]
+            assert out[at : at + n] == bytes(n)  # wiped
+            after = out[at + n :]
+            if damage == "cut":
+                assert after == b"\xaa" * len(after)  # not written
+            else:  # wiped or not written, never plaintext
+                for k in range(bad + 1, final + 1):
+                    got = bytes(out[k * seg : k * seg + (final_size if k == final else seg)])
+                    assert got.strip(b"\x00") == b"" or got.strip(b"\xaa") == b""
+            packed = bytearray(b"\xaa" * (len(plain) - 11))
+            assert key.pread_spans(fd, 99, packed, 0, final, final, seg, final_size, 10,
+                                   spans) == (bad, 0)
+            assert packed == bytes(len(packed))
+        finally:
+            os.close(fd)
+        fd = _file_of(tmp_path, b"h" * 99, records)  # whole: the same reads give the plaintext
+        try:
+            out = bytearray(len(plain))
+            assert key.pread_run(fd, 99, out, 0, final, final, seg, final_size) == -1
+            assert out == plain
+            packed = bytearray(len(plain) - 11)
+            want = b"".join(plain[a:b] for a, b in spans)
+            assert key.pread_spans(fd, 99, packed, 0, final, final, seg, final_size, 10,
+                                   spans) == (-1, len(want))
+            assert packed[: len(want)] == want
+        finally:
+            os.close(fd)
+
+
+@st.composite
+def _long_packed_reads(draw):
+    """Reads of up to 200 segments of 1 KiB, with up to 30 spans anywhere in the range,
+    empty ones included."""
+    seg = 1024
+    size = draw(st.integers(1, 200 * seg + 100))
+    offset = draw(st.integers(0, size - 1))
+    end = draw(st.integers(offset + 1, size))
+    cuts = sorted(draw(st.lists(st.integers(offset, end), max_size=60)))
+    spans = [(cuts[k], cuts[k + 1]) for k in range(0, len(cuts) - 1, 2)]
+    return seg, size, offset, end, spans
+
+
+@pread_built
+@settings(max_examples=80, deadline=None)
+@given(read=_long_packed_reads())
+def test_a_long_packed_read_from_a_file_equals_the_spans_of_the_plaintext(
+        tmp_path_factory, read):
+    """pread_spans gives the spans' bytes packed, as decrypt_spans does from memory, for
+    ranges of up to 200 segments and up to 30 spans."""
+    seg, size, offset, end, spans = read
+    dek = os.urandom(32)
+    plain = os.urandom(size)
+    final = (size - 1) // seg
+    final_size = size - final * seg
+    if final_size == seg:  # (a final segment is shorter than the others: one more, empty)
+        final, final_size = final + 1, 0
+    records = _records(dek, 0, final, final, seg, final_size, plain)
+    first, last = offset // seg, (end - 1) // seg
+    record = seg + 16
+    key = cseal.Key(dek)
+    fd = _file_of(tmp_path_factory.mktemp("spans"), b"x" * 7, records)
+    try:
+        got = bytearray(b"\xaa" * (end - offset))
+        count, packed = key.pread_spans(fd, 7 + first * record, got, first, last, final, seg,
+                                        final_size, offset, spans)
+        want = b"".join(plain[a:b] for a, b in spans)
+        assert (count, packed) == (-1, len(want)) and bytes(got[:packed]) == want
+        if not spans:
+            assert bytes(got) == plain[offset:end]
+        mem = bytearray(end - offset)
+        cipher = records[first * record : min(len(records), (last + 1) * record)]
+        assert key.decrypt_spans(cipher, mem, first, last, final, seg, final_size, offset,
+                                 spans) == (-1, len(want)) and mem[:packed] == want
+    finally:
+        os.close(fd)
