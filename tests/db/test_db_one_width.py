@@ -3,6 +3,8 @@ whole by a scan: decrypted (or read) into the arena and their strings copied onc
 array (in C, ``_csort.one_width_into``, or through NumPy's strided view where it is not
 built), without pyarrow's Parquet reader; anything else goes through pyarrow as before."""
 
+import hashlib
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -90,6 +92,41 @@ def test_strings_of_one_width_are_read_without_pyarrows_reader(db, monkeypatch, 
            "max(c_str) FROM t GROUP BY p ORDER BY p")
     assert db.query(sql) == db.con.sql(sql.replace("FROM t", f"FROM ({select}) s(c_int, c_str)")
                                        ).fetchall()
+
+
+def test_an_encrypted_string_chunk_is_one_read_and_its_edge_segments_authenticate(
+        tmp_path, db, monkeypatch):
+    """An encrypted string chunk is read by one call, its partial first and last segments
+    with the whole ones between (each edge a call and a read of its own cost the strings
+    scan about a tenth of its CPU), and a changed byte in its first segment, shared with
+    the chunk before it, fails the read with that segment's error."""
+    from cryptdisk.format._io import PositionalReadFile
+
+    part, disk, _select = _table(db, monkeypatch, _ONE_WIDTH["md5"])
+    calls = []
+    spans, into = PositionalReadFile.preadspans, PositionalReadFile.preadinto
+    monkeypatch.setattr(PositionalReadFile, "preadspans", lambda self, b, o, s: calls.append(
+        ("spans", o, len(b), s)) or spans(self, b, o, s))
+    monkeypatch.setattr(PositionalReadFile, "preadinto", lambda self, b, o, **k: calls.append(
+        ("into", o, len(b))) or into(self, b, o, **k))
+    op = _parts.open_part(disk, part)
+    try:
+        seg = op._segment
+        start, end, _compressed = op._chunk_info(2, op._index["c_str"])
+        calls.clear()
+        got = op.read([2], ["c_str"])
+    finally:
+        op.close()
+    assert calls == [("spans", start, end - start, [])]
+    assert got.column(0).to_pylist() == [hashlib.md5(str(i).encode()).hexdigest()
+                                         for i in range(20_000, 30_000)]
+    flip_segment_byte(tmp_path / "db" / "data" / part.path, start // seg, seg)
+    op = _parts.open_part(disk, part)
+    try:
+        with pytest.raises(AuthenticationError, match=f"segment {start // seg} "):
+            op.read([2], ["c_str"])
+    finally:
+        op.close()
 
 
 @pytest.mark.parametrize("policy", ["default", "plain"])

@@ -1646,6 +1646,12 @@ class OpenPart:
         """The part's bytes at ``start`` into ``view``: on an encrypted disk every segment
         authenticated (or an error), on a plain one read with ``pread``."""
         if self._sealed:
+            whole = getattr(self._handle, "preadspans", None)
+            if whole is not None and start + len(view) <= self.size:
+                # one call (with the C extension the GIL released once), the partial first
+                # and last segments included: no spans, so nothing is moved
+                whole(view, start, [])
+                return
             got = self._handle.preadinto(view, start, advise=False, parallel=False)
         else:
             got = os.preadv(self._handle.fileno(), [view], start)
