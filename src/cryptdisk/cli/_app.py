@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         protect_process()
         _terminate_cleanly()
+        _raise_open_files_limit()
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:  # the usage of the (sub)command they were given to, not the top level's
@@ -138,6 +139,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         # after the command's own output and errors: the warning is about the setup
         _warn_exposed_configs(args)
+
+
+#: The soft limit of open files the command raises its own to, at most (see below).
+OPEN_FILES = 65536
+
+
+def _raise_open_files_limit() -> None:
+    """Raise the process's soft limit of open files (``ulimit -n``, often 1024) towards its
+    hard limit, up to :data:`OPEN_FILES`, as ClickHouse's server does at start: a server's
+    clients and a table of many parts each hold descriptors, and only the process itself
+    knows it uses none with ``select()`` (which the low soft limit protects). Capped: a
+    child process inherits it, and some loop over every possible descriptor. The library
+    (``cryptdisk.connect``) leaves its host process's limit alone."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 class Terminated(BaseException):

@@ -234,12 +234,12 @@ class MaintenanceMixin(DatabaseState):
         insert's NULLs go into parts of their own. A row that is NULL after all fails the
         write (Arrow refuses the cast), never stores a wrong value."""
         schema = self.arrow_schema(meta)
-        ops = [self._open_parts.get(part) for part in meta.parts]
-        fields = []
-        for f in schema:
-            null_free = all(op.nulls(rg, f.name) == 0 for op in ops
-                            for rg in range(op.num_row_groups))
-            fields.append(f.with_nullable(False) if null_free else f)
+        nullable: set[str] = set()
+        for part in meta.parts:  # (one part open at a time: a table may have thousands)
+            op = self._open_parts.get(part)
+            nullable.update(f.name for f in schema if f.name not in nullable and any(
+                op.nulls(rg, f.name) != 0 for rg in range(op.num_row_groups)))
+        fields = [f if f.name in nullable else f.with_nullable(False) for f in schema]
         return pa.schema(fields, metadata=schema.metadata)
 
     def _sorted_batches(self, meta: TableMeta) -> Any:

@@ -32,6 +32,7 @@ from ..disks import Disk
 from ..errors import CatalogError, DiskFileNotFoundError, FormatError
 from . import _lookup, _waits
 from ._catalog import PartMeta
+from ._fdlimit import out_of_files, too_many_open_files
 from ._granule import (
     PageError,
     PageIndex,
@@ -571,6 +572,11 @@ def read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table
         raise
     except (pa.ArrowException, FormatError) as exc:
         raise not_as_recorded(disk, part, exc) from None
+    except OSError as exc:
+        if out_of_files(exc):
+            raise too_many_open_files(f"reading part {part.path} on disk {disk.name!r}",
+                                      exc) from None
+        raise
 
 
 def _read_part(disk: Disk, part: PartMeta, columns: list[str] | None) -> pa.Table:
@@ -1910,7 +1916,8 @@ def open_part(disk: Disk, part: PartMeta) -> OpenPart:
     """Open ``part`` for reading by row group, after checking it is the catalog's part.
 
     A file that is not what the catalog recorded (plain where it was encrypted,
-    not Parquet) raises :class:`~cryptdisk.errors.CatalogError`, as its reads do.
+    not Parquet) raises :class:`~cryptdisk.errors.CatalogError`, as its reads do; no
+    descriptor left, :func:`._fdlimit.too_many_open_files`'s ``DatabaseError``.
     """
     try:
         return OpenPart(disk, part)
@@ -1918,3 +1925,8 @@ def open_part(disk: Disk, part: PartMeta) -> OpenPart:
         raise
     except (pa.ArrowException, FormatError) as exc:
         raise not_as_recorded(disk, part, exc) from None
+    except OSError as exc:
+        if out_of_files(exc):  # (EMFILE: not a damaged part, a limit to raise)
+            raise too_many_open_files(f"opening part {part.path} on disk {disk.name!r}",
+                                      exc) from None
+        raise

@@ -31,6 +31,7 @@ from ..disks import Disk, discardable
 from ..errors import CatalogError, DatabaseError, DiskFileNotFoundError, FormatError
 from . import _lookup, _waits
 from ._catalog import PartMeta
+from ._fdlimit import out_of_files, too_many_open_files
 from ._granule import GRANULE_ROWS, PageScanner
 from ._numpy import numpy_valid, numpy_values
 from ._rollback import VERSION_KEY, part_file_name
@@ -935,6 +936,11 @@ def verify_part(disk: Disk, part: PartMeta) -> None:
         raise CatalogError(f"part {part.path} is missing on disk {disk.name!r}") from None
     except FormatError as exc:
         raise not_as_recorded(disk, part, exc) from None
+    except OSError as exc:
+        if out_of_files(exc):
+            raise too_many_open_files(f"verifying part {part.path} on disk {disk.name!r}",
+                                      exc) from None
+        raise
     if digest is not None and digest.hexdigest() != part.sha256:
         raise CatalogError(f"part {part.path} on disk {disk.name!r} does not match the "
                            "SHA-256 the catalog recorded (replaced or rolled back)")

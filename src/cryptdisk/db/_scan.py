@@ -34,6 +34,7 @@ from ..errors import CatalogError
 from ._cache import ColumnCache, StatementCache
 from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed, where_name
+from ._fdlimit import parts_kept_open
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
@@ -140,11 +141,15 @@ class OpenParts:
     an entry pushed out is dropped, not closed (a running scan may still read
     it; the file closes when the last reference goes). :meth:`preopen` opens
     parts on the scan pool ahead of a statement; :meth:`get` waits for one in
-    flight.
+    flight. ``limit`` (default :func:`._fdlimit.parts_kept_open`: 64, fewer under a
+    low ``ulimit -n``) bounds the descriptors kept: a scan holds only the parts it is
+    reading beyond those.
     """
 
-    def __init__(self, config: Callable[[], Any], limit: int = 64) -> None:
-        self._config, self._limit = config, limit  # the current config (keys may reload)
+    def __init__(self, config: Callable[[], Any], limit: int | None = None) -> None:
+        self._config = config  # the current config (keys may reload)
+        #: parts kept open between statements at most
+        self.limit = self._limit = parts_kept_open() if limit is None else limit
         self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
         self._opening: dict[str, tuple[int, Future[OpenPart]]] = {}  # id -> (pid, future)
         self._generation = 0  # clear() drops what is still being opened
@@ -352,6 +357,13 @@ class TableScan:
         self._wholes: collections.OrderedDict[tuple[str, int, str], Future[Any]] = \
             collections.OrderedDict()
         self._wholes_lock = threading.Lock()
+        if self._top is not None and sum(
+                1 for p in self._parts if p.rows and self._part_may_match(p)) > parts.limit:
+            # a top-N's plan ranks every part's row groups before reading any, holding
+            # every part open (a descriptor each): over more parts than are kept open the
+            # scan streams them in table order instead, and DuckDB sorts (OPTIMIZE TABLE
+            # merges the parts)
+            self._top = None
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         reader = pa.RecordBatchReader.from_batches(self.schema, self.batches())
