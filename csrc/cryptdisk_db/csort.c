@@ -161,6 +161,7 @@ typedef struct {
     part_t parts[NPART];
     uint64_t seed;
     size_t limit;
+    size_t first_slots; /* a partition's first table (from the rows expected) */
     atomic_size_t bytes;
     atomic_int full;
     atomic_uint turn; /* where the next add starts among the partitions */
@@ -254,7 +255,7 @@ static inline void place_slot(slot_t *slots, size_t mask, uint64_t h, uint64_t p
 /* Double (or make) partition t's table, its values placed again from the arena (read in
  * order, hashed again); 0 on failure (limit or malloc). */
 static int grow(DistinctObject *d, part_t *t) {
-    size_t size = t->slots ? 2 * (t->mask + 1) : FIRST_SLOTS;
+    size_t size = t->slots ? 2 * (t->mask + 1) : d->first_slots;
     if (!charge(d, size * sizeof(slot_t)))
         return 0;
     slot_t *fresh = calloc(size, sizeof(slot_t));
@@ -307,10 +308,27 @@ static int insert(DistinctObject *d, part_t *t, uint64_t h, const uint8_t *v, ui
     return 1;
 }
 
+/* A partition's first table for at most `expect` values in all: room for its share
+ * (plus four standard deviations of the binomial spread) below FULL_AT, so a set of that
+ * many values never doubles and rehashes a table; the tables at most a quarter of
+ * `limit` (a bound, not a count: fewer values leave most of each table untouched). */
+static size_t first_slots(size_t limit, unsigned long long expect) {
+    size_t slots = FIRST_SLOTS;
+    if (expect / NPART > FIRST_SLOTS / 2) {
+        double share = (double)expect / NPART;
+        double need = (share + 4.0 * __builtin_sqrt(share) + 16.0) * 10.0 / 7.0;
+        while (slots < need && slots < ((size_t)1 << 40))
+            slots <<= 1;
+    }
+    while (slots > FIRST_SLOTS && slots * sizeof(slot_t) * NPART > limit / 4)
+        slots >>= 1;
+    return slots;
+}
+
 static PyObject *Distinct_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"limit", "seed", NULL};
-    unsigned long long limit, seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KK", kwlist, &limit, &seed))
+    static char *kwlist[] = {"limit", "seed", "expect", NULL};
+    unsigned long long limit, seed, expect = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KK|K", kwlist, &limit, &seed, &expect))
         return NULL;
     DistinctObject *d = (DistinctObject *)type->tp_alloc(type, 0);
     if (d == NULL)
@@ -321,6 +339,7 @@ static PyObject *Distinct_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     }
     d->seed = seed;
     d->limit = (size_t)limit;
+    d->first_slots = first_slots((size_t)limit, expect);
     atomic_init(&d->bytes, 0);
     atomic_init(&d->full, 0);
     atomic_init(&d->turn, 0);
@@ -371,7 +390,7 @@ static PyObject *Distinct_add(DistinctObject *d, PyObject *args) {
     uint32_t *order = NULL;
     int ok = 1;
     if (bad == NULL && n > 0) {
-        hashes = malloc(n * sizeof *hashes);
+        hashes = malloc(2 * n * sizeof *hashes); /* by row, then by partition */
         order = malloc(n * sizeof *order);
         if (hashes == NULL || order == NULL || n > UINT32_MAX) {
             free(hashes);
@@ -415,11 +434,15 @@ static PyObject *Distinct_add(DistinctObject *d, PyObject *args) {
                 count[p + 1] += count[p];
             size_t start[NPART];
             memcpy(start, count, sizeof start);
+            /* the hashes again in partition order, so the adds below read them in turn */
+            uint64_t *ordered = hashes + n;
             for (size_t i = 0; i < n; i++) {
                 size_t at = (size_t)offset + i;
                 if (valid && !((valid[at >> 3] >> (at & 7)) & 1))
                     continue;
-                order[start[hashes[i] >> 56]++] = (uint32_t)i;
+                size_t k = start[hashes[i] >> 56]++;
+                order[k] = (uint32_t)i;
+                ordered[k] = hashes[i];
             }
             /* adds running at once start at different partitions, so they rarely wait */
             unsigned first = atomic_fetch_add(&d->turn, 101);
@@ -431,10 +454,10 @@ static PyObject *Distinct_add(DistinctObject *d, PyObject *args) {
                 pthread_mutex_lock(&t->lock);
                 for (size_t k = count[p]; k < count[p + 1]; k++) {
                     if (k + PREFETCH < count[p + 1] && t->slots != NULL)
-                        __builtin_prefetch(&t->slots[hashes[order[k + PREFETCH]] & t->mask]);
+                        __builtin_prefetch(&t->slots[ordered[k + PREFETCH] & t->mask]);
                     size_t i = order[k], at = (size_t)offset + i;
                     int64_t lo = wide ? o64[at] : o32[at], hi = wide ? o64[at + 1] : o32[at + 1];
-                    if (!insert(d, t, hashes[i], data + lo, (uint32_t)(hi - lo))) {
+                    if (!insert(d, t, ordered[k], data + lo, (uint32_t)(hi - lo))) {
                         ok = 0;
                         break;
                     }
@@ -487,9 +510,10 @@ static PyMethodDef Distinct_methods[] = {
 };
 
 PyDoc_STRVAR(Distinct_doc,
-    "Distinct(limit, seed)\n--\n\n"
+    "Distinct(limit, seed, expect=0)\n--\n\n"
     "An exact set of byte strings (Arrow string or binary values) holding at most `limit`\n"
-    "bytes, hashed under `seed`.");
+    "bytes, hashed under `seed`; `expect`, an upper bound on the values to be added (the\n"
+    "rows), sizes its tables at once (within a quarter of `limit`) instead of doubling.");
 
 static PyTypeObject DistinctType = {
     PyVarObject_HEAD_INIT(NULL, 0)

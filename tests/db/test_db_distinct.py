@@ -154,6 +154,16 @@ def test_a_count_past_memory_limit_fails_clearly(tmp_path):
         assert db.query("SELECT count(DISTINCT s) FROM t") == [(200000,)]
 
 
+def test_many_rows_of_few_values_count_within_a_small_memory_limit(tmp_path):
+    """The set's tables are sized from the table's rows, but never past a quarter of
+    memory_limit: 400K rows of 12 values count at 4MB (tables sized for every row would
+    take 4.6MB)."""
+    with cryptdisk.connect(tmp_path / "db", memory_limit="4MB", cache_bytes=0) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        db.sql("INSERT INTO t SELECT i, md5((i % 12)::VARCHAR) FROM range(400000) r(i)")
+        assert db.query("SELECT count(DISTINCT s) FROM t") == [(12,)]
+
+
 def test_a_tampered_part_fails_the_count(tmp_path, db):
     db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
     db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR) FROM range(20000) r(i)")
@@ -291,6 +301,42 @@ def test_the_c_set_refuses_buffers_that_do_not_fit():
 @needs_set
 def test_the_c_set_stops_at_its_limit():
     seen = _distinct._SET(64 * 1024, 7)
+    arr = pa.array([f"value {i:08d}" for i in range(100_000)])
+    assert seen.add(*_buffers(arr)) is False
+    assert 0 < seen.count() < 100_000 and seen.nbytes() <= 64 * 1024
+
+
+@needs_set
+def test_the_c_set_sizes_its_tables_from_the_rows_expected():
+    """expect: the tables are made at once for that many values (not doubled as they
+    fill: the bytes held grow by the copies alone), never past a quarter of the limit;
+    fewer values than expected (or none) count exactly."""
+    arr = pa.array([f"value {i:08d}" for i in range(100_000)])
+    seen = _distinct._SET(1 << 30, 7, expect=100_000)
+    assert seen.add(*_buffers(arr.slice(0, 1))) is True
+    tables = seen.nbytes() - 4096  # (the first value's partition: a first arena chunk)
+    assert tables >= 100_000 * 10 // 7 // 256 * 8  # (its partition's share, 70% full)
+    assert seen.add(*_buffers(arr)) is True and seen.count() == 100_000
+    copies = sum(4 + (len(v) + 3) // 4 * 4 for v in arr.to_pylist())
+    assert tables * 256 < seen.nbytes() <= tables * 256 + 2 * copies + 256 * 4096
+    unsized = _distinct._SET(1 << 30, 7)
+    assert unsized.add(*_buffers(arr.slice(0, 1))) is True
+    assert unsized.nbytes() - 4096 <= tables // 8
+
+    repeated = _distinct._SET(1 << 30, 7, expect=10**9)  # more rows than values
+    for _ in range(3):
+        assert repeated.add(*_buffers(arr.slice(0, 500))) is True
+    assert repeated.count() == 500 and repeated.nbytes() <= (1 << 30) // 4 + 256 * 8192
+    empty = _distinct._SET(1 << 30, 7, expect=10**6)
+    assert empty.add(*_buffers(pa.array([], pa.string()))) is True
+    assert empty.count() == 0 and empty.nbytes() == 0
+
+
+@needs_set
+def test_the_c_set_sized_past_its_limit_still_stops_at_it():
+    """Rows expected whose tables would pass the limit: the tables shrink to a quarter of
+    it, and values past the limit are refused as without expect."""
+    seen = _distinct._SET(64 * 1024, 7, expect=10**9)
     arr = pa.array([f"value {i:08d}" for i in range(100_000)])
     assert seen.add(*_buffers(arr)) is False
     assert 0 < seen.count() < 100_000 and seen.nbytes() <= 64 * 1024

@@ -1260,7 +1260,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             return None
         scan = self._scan(meta, [column])
         self._scans.append(scan)
-        return DistinctCount(scan, column, title, threads, limit)
+        return DistinctCount(scan, column, title, threads, limit, meta.rows)
 
     def _head(self, tree: Any, table: str) -> tuple[int, int] | None:
         """``(rows, blank)`` for ``SELECT cols FROM table LIMIT n [OFFSET m]``

@@ -9,7 +9,10 @@ instead: the scan's batches go to an exact set in C (``cryptdisk.db._csort.Disti
 on ``threads`` threads at once, without the GIL. Each value is hashed (a keyed 64-bit
 hash), placed in one of 256 partitions by the hash, each a table of 8-byte slots under
 its own lock, and copied into the partition's arena if no equal value is there; values
-whose hashes are equal are compared byte by byte, so the count is exact. It equals
+whose hashes are equal are compared byte by byte, so the count is exact. The tables are
+sized at once for the table's rows (its catalog's count, at least the distinct values),
+so they do not double and hash every value again as they fill; at most a quarter of
+``memory_limit`` goes to them so (more values than that grow them as they come). It equals
 DuckDB's: NULLs are not counted, text is compared byte by byte (only while no
 ``default_collation`` is set; otherwise DuckDB counts), and an empty table counts 0.
 
@@ -123,11 +126,14 @@ def _add(seen: Any, arr: pa.Array) -> bool:
 class DistinctCount:
     """A prepared ``count(DISTINCT col)`` (see the module): :meth:`run` counts ``col``
     over ``scan`` (a :class:`._scan.TableScan` of that column alone) on ``threads``
-    threads, within ``limit`` bytes, and returns DuckDB's answer as a one-row table."""
+    threads, within ``limit`` bytes, and returns DuckDB's answer as a one-row table.
+    ``rows``, the table's rows by its catalog (at least the values to count), sizes the
+    set's tables at once instead of doubling them (see the module)."""
 
-    def __init__(self, scan: Any, column: str, name: str, threads: int, limit: int) -> None:
+    def __init__(self, scan: Any, column: str, name: str, threads: int, limit: int,
+                 rows: int = 0) -> None:
         self.scan, self.column, self.name = scan, column, name
-        self.threads, self.limit = max(1, threads), limit
+        self.threads, self.limit, self.rows = max(1, threads), limit, max(0, rows)
         self._stopped = threading.Event()
 
     def stop(self) -> None:
@@ -141,7 +147,7 @@ class DistinctCount:
         return _SET is not None
 
     def run(self) -> pa.Table:
-        seen = _SET(self.limit, int.from_bytes(os.urandom(8), "little"))
+        seen = _SET(self.limit, int.from_bytes(os.urandom(8), "little"), self.rows)
         warm = self.scan.cached_table()  # every row group cached: no stream
         if warm is not None:
             arrays: Any = iter(warm.column(self.column).chunks)
