@@ -23,11 +23,6 @@ from cryptdisk.errors import AuthenticationError, DatabaseError
 needs_set = pytest.mark.skipif(not DistinctCount.available(),
                                reason="cryptdisk.db._csort is not built (DuckDB counts)")
 
-#: expect (tables sized from the rows) needs a build of the set from after it
-needs_sizing = pytest.mark.skipif(not _distinct._SIZED,
-                                  reason="cryptdisk.db._csort predates Distinct's expect "
-                                         "(rebuild it: pip install -e .)")
-
 _TEXT = st.one_of(st.none(), st.sampled_from(["", "a", "A", "ab", "é", "a\x00b", "x" * 40]),
                   st.text(max_size=20))
 _INSERTS = st.lists(st.lists(_TEXT, max_size=40), max_size=4)
@@ -312,7 +307,6 @@ def test_the_c_set_stops_at_its_limit():
 
 
 @needs_set
-@needs_sizing
 def test_the_c_set_sizes_its_tables_from_the_rows_expected():
     """expect: the tables are made at once for that many values (not doubled as they
     fill: the bytes held grow by the copies alone), never past a quarter of the limit;
@@ -339,7 +333,6 @@ def test_the_c_set_sizes_its_tables_from_the_rows_expected():
 
 
 @needs_set
-@needs_sizing
 def test_the_c_set_sized_past_its_limit_still_stops_at_it():
     """Rows expected whose tables would pass the limit: the tables shrink to a quarter of
     it, and values past the limit are refused as without expect."""

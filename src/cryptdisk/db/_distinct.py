@@ -47,18 +47,6 @@ try:  # the C set (csrc/cryptdisk_db/csort.c), which has no type stubs (Any)
 except ImportError:  # pragma: no cover - not built (setup.py says why): DuckDB counts
     _SET = None
 
-def _sizes(cls: Any) -> bool:
-    """Whether the built set takes ``expect`` (the rows it sizes its tables for); a build
-    from before it counts the same, its tables doubled as they fill."""
-    try:
-        cls(0, 0, 0)
-    except TypeError:
-        return False
-    return True
-
-
-_SIZED = _SET is not None and _sizes(_SET)
-
 _UNITS = {"bytes": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
@@ -159,8 +147,7 @@ class DistinctCount:
         return _SET is not None
 
     def run(self) -> pa.Table:
-        seed = int.from_bytes(os.urandom(8), "little")
-        seen = _SET(self.limit, seed, self.rows) if _SIZED else _SET(self.limit, seed)
+        seen = _SET(self.limit, int.from_bytes(os.urandom(8), "little"), self.rows)
         warm = self.scan.cached_table()  # every row group cached: no stream
         if warm is not None:
             arrays: Any = iter(warm.column(self.column).chunks)
