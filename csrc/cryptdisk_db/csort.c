@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #define DIGIT_BITS 11
@@ -161,7 +162,8 @@ typedef struct {
     part_t parts[NPART];
     uint64_t seed;
     size_t limit;
-    size_t first_slots; /* a partition's first table (from the rows expected) */
+    /* a partition's first table (from the rows expected; FIRST_SLOTS once squeezed) */
+    atomic_size_t first_slots;
     atomic_size_t bytes;
     atomic_int full;
     atomic_uint turn; /* where the next add starts among the partitions */
@@ -252,17 +254,9 @@ static inline void place_slot(slot_t *slots, size_t mask, uint64_t h, uint64_t p
     slots[j] = TAG(h) | place;
 }
 
-/* Double (or make) partition t's table, its values placed again from the arena (read in
- * order, hashed again); 0 on failure (limit or malloc). */
-static int grow(DistinctObject *d, part_t *t) {
-    size_t size = t->slots ? 2 * (t->mask + 1) : d->first_slots;
-    if (!charge(d, size * sizeof(slot_t)))
-        return 0;
-    slot_t *fresh = calloc(size, sizeof(slot_t));
-    if (fresh == NULL) {
-        atomic_fetch_sub(&d->bytes, size * sizeof(slot_t));
-        return 0;
-    }
+/* Partition t's table made again with `size` slots, its values placed again from the
+ * arena (read in order, hashed again). */
+static void place_all(DistinctObject *d, part_t *t, slot_t *fresh, size_t size) {
     size_t mask = size - 1;
     for (size_t at = 0; at < t->used;) {
         uint32_t n;
@@ -270,20 +264,85 @@ static int grow(DistinctObject *d, part_t *t) {
         place_slot(fresh, mask, hash_bytes(t->arena + at + 4, n, d->seed), (at >> 2) + 1);
         at += (4 + (size_t)n + 3) & ~(size_t)3;
     }
-    if (t->slots) {
-        free(t->slots);
-        atomic_fetch_sub(&d->bytes, (t->mask + 1) * sizeof(slot_t));
-    }
+    free(t->slots);
     t->slots = fresh;
     t->mask = mask;
+}
+
+/* Double (or make) partition t's table; 0 on failure (limit or malloc). */
+static int grow(DistinctObject *d, part_t *t) {
+    size_t size = t->slots ? 2 * (t->mask + 1) : atomic_load(&d->first_slots);
+    if (!charge(d, size * sizeof(slot_t)))
+        return 0;
+    slot_t *fresh = calloc(size, sizeof(slot_t));
+    if (fresh == NULL) {
+        atomic_fetch_sub(&d->bytes, size * sizeof(slot_t));
+        return 0;
+    }
+    size_t old = t->slots ? t->mask + 1 : 0;
+    place_all(d, t, fresh, size);
+    if (old)
+        atomic_fetch_sub(&d->bytes, old * sizeof(slot_t));
     return 1;
+}
+
+/* Partition t's table, if larger than doubling from FIRST_SLOTS would have made it for
+ * its values and `more` (sized from the rows expected), made that size; 1 if it shrank. */
+static int shrink(DistinctObject *d, part_t *t, size_t more) {
+    size_t size = t->slots ? t->mask + 1 : 0, want = FIRST_SLOTS;
+    while (want < size && t->count + more > FULL_AT(want))
+        want <<= 1;
+    if (want >= size)
+        return 0;
+    slot_t *fresh = calloc(want, sizeof(slot_t));
+    if (fresh == NULL)
+        return 0;
+    place_all(d, t, fresh, want);
+    atomic_fetch_sub(&d->bytes, (size - want) * sizeof(slot_t));
+    return 1;
+}
+
+/* The set at its limit: the tables sized from the rows expected that hold fewer values
+ * than that are shrunk to the size doubling would have given them (and tables made from
+ * now on start small), so that the set holds whatever it holds without ``expect``.
+ * ``own`` (locked by the caller) and every other partition, each taken with trylock (an
+ * add holding one is waited for by yielding, a few times at most: two adds squeezing at
+ * once never wait on each other); 1 if any bytes were freed (the caller tries again), 0
+ * if none can be. */
+static int squeeze(DistinctObject *d, part_t *own) {
+    int freed = atomic_exchange(&d->first_slots, (size_t)FIRST_SLOTS) > FIRST_SLOTS;
+    freed |= shrink(d, own, 1); /* (it is adding a value) */
+    uint8_t done[NPART] = {0};
+    for (int round = 0; round < 64; round++) {
+        int busy = 0;
+        for (int p = 0; p < NPART; p++) {
+            part_t *t = &d->parts[p];
+            if (t == own || done[p])
+                continue;
+            if (pthread_mutex_trylock(&t->lock) == 0) {
+                freed |= shrink(d, t, 0);
+                pthread_mutex_unlock(&t->lock);
+                done[p] = 1;
+            } else {
+                busy = 1;
+            }
+        }
+        if (!busy || freed)
+            break;
+        sched_yield();
+    }
+    return freed;
 }
 
 /* Add value v (n bytes, hash h) to partition t; 0 on failure. */
 static int insert(DistinctObject *d, part_t *t, uint64_t h, const uint8_t *v, uint32_t n) {
+again:
     if (t->slots == NULL || t->count + 1 > FULL_AT(t->mask + 1)) {
-        if (!grow(d, t))
+        if (!grow(d, t)) {
+            if (squeeze(d, t))
+                goto again;
             return 0;
+        }
     }
     const uint64_t tag = TAG(h);
     size_t j = h & t->mask;
@@ -301,8 +360,11 @@ static int insert(DistinctObject *d, part_t *t, uint64_t h, const uint8_t *v, ui
         j = (j + 1) & t->mask;
     }
     uint64_t place = keep(d, t, v, n);
-    if (place == 0)
+    if (place == 0) {
+        if (squeeze(d, t))
+            goto again; /* (its table may have shrunk: the value's slot is looked for again) */
         return 0;
+    }
     t->slots[j] = tag | place;
     t->count++;
     return 1;
@@ -339,7 +401,7 @@ static PyObject *Distinct_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     }
     d->seed = seed;
     d->limit = (size_t)limit;
-    d->first_slots = first_slots((size_t)limit, expect);
+    atomic_init(&d->first_slots, first_slots((size_t)limit, expect));
     atomic_init(&d->bytes, 0);
     atomic_init(&d->full, 0);
     atomic_init(&d->turn, 0);
@@ -513,7 +575,9 @@ PyDoc_STRVAR(Distinct_doc,
     "Distinct(limit, seed, expect=0)\n--\n\n"
     "An exact set of byte strings (Arrow string or binary values) holding at most `limit`\n"
     "bytes, hashed under `seed`; `expect`, an upper bound on the values to be added (the\n"
-    "rows), sizes its tables at once (within a quarter of `limit`) instead of doubling.");
+    "rows), sizes its tables at once (within a quarter of `limit`) instead of doubling;\n"
+    "at the limit they shrink to the sizes doubling would have given them, so the set\n"
+    "holds whatever it holds without `expect`.");
 
 static PyTypeObject DistinctType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -164,6 +164,16 @@ def test_many_rows_of_few_values_count_within_a_small_memory_limit(tmp_path):
         assert db.query("SELECT count(DISTINCT s) FROM t") == [(12,)]
 
 
+def test_rows_many_times_the_values_count_whatever_counts_with_tables_doubled(tmp_path):
+    """Tables sized for the rows take bytes of memory_limit that the values' copies may
+    need: 30,000 values of 192 bytes in 400K rows counted at 10MB before the tables were
+    sized from the rows, so they still count (the sized tables shrink at the limit)."""
+    with cryptdisk.connect(tmp_path / "db", memory_limit="10MB", cache_bytes=0) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        db.sql("INSERT INTO t SELECT i, repeat(md5((i % 30000)::VARCHAR), 6) "
+               "FROM range(400000) r(i)")
+        assert db.query("SELECT count(DISTINCT s) FROM t") == [(30000,)]
+
 def test_a_tampered_part_fails_the_count(tmp_path, db):
     db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
     db.sql("INSERT INTO t SELECT i, md5(i::VARCHAR) FROM range(20000) r(i)")
@@ -340,3 +350,30 @@ def test_the_c_set_sized_past_its_limit_still_stops_at_it():
     arr = pa.array([f"value {i:08d}" for i in range(100_000)])
     assert seen.add(*_buffers(arr)) is False
     assert 0 < seen.count() < 100_000 and seen.nbytes() <= 64 * 1024
+
+
+@needs_set
+@pytest.mark.parametrize("threads", [1, 4])
+def test_the_c_set_sized_from_rows_holds_what_it_holds_unsized(threads):
+    """A set sized for many more rows than it gets values holds, within its limit, every
+    value a set doubling its tables holds (its tables shrink to the doubled sizes at the
+    limit, then grow by doubling), on one thread or several adding at once; past what
+    either holds both stop."""
+    values = pa.array([f"{i:08d}" * 25 for i in range(22_000)])  # 200 bytes each
+    limit = 8 << 20
+    unsized = _distinct._SET(limit, 7)
+    assert unsized.add(*_buffers(values)) is True and unsized.count() == 22_000
+    sized = _distinct._SET(limit, 7, expect=10**8)
+    chunks = [values.slice(k, 1000) for k in range(0, len(values), 1000)]
+    added = []
+    workers = [threading.Thread(target=lambda k=k: added.extend(
+        sized.add(*_buffers(c)) for c in chunks[k::threads])) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert all(added) and sized.count() == 22_000 and sized.nbytes() <= limit
+    assert sized.add(*_buffers(values)) is True and sized.count() == 22_000  # (no change)
+    more = pa.array([f"{i:08d}" * 25 for i in range(22_000, 60_000)])
+    assert sized.add(*_buffers(more)) is False and unsized.add(*_buffers(more)) is False
+    assert sized.nbytes() <= limit

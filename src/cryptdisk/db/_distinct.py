@@ -12,7 +12,10 @@ its own lock, and copied into the partition's arena if no equal value is there; 
 whose hashes are equal are compared byte by byte, so the count is exact. The tables are
 sized at once for the table's rows (its catalog's count, at least the distinct values),
 so they do not double and hash every value again as they fill; at most a quarter of
-``memory_limit`` goes to them so (more values than that grow them as they come). It equals
+``memory_limit`` goes to them so (more values than that grow them as they come), and a
+set that reaches its limit shrinks the tables holding fewer values than they were sized
+for to the sizes doubling would have given them (the bytes go to the values' copies), so
+a count that fits with tables doubled fits sized from the rows too. It equals
 DuckDB's: NULLs are not counted, text is compared byte by byte (only while no
 ``default_collation`` is set; otherwise DuckDB counts), and an empty table counts 0.
 
