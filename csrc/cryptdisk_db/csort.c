@@ -164,6 +164,7 @@ typedef struct {
     size_t limit;
     /* a partition's first table (from the rows expected; FIRST_SLOTS once squeezed) */
     atomic_size_t first_slots;
+    int sized; /* whether it was made larger than FIRST_SLOTS (see squeeze) */
     atomic_size_t bytes;
     atomic_int full;
     atomic_uint turn; /* where the next add starts among the partitions */
@@ -310,6 +311,8 @@ static int shrink(DistinctObject *d, part_t *t, size_t more) {
  * once never wait on each other); 1 if any bytes were freed (the caller tries again), 0
  * if none can be. */
 static int squeeze(DistinctObject *d, part_t *own) {
+    if (!d->sized)
+        return 0; /* (tables doubled from FIRST_SLOTS: none is larger than doubling made it) */
     int freed = atomic_exchange(&d->first_slots, (size_t)FIRST_SLOTS) > FIRST_SLOTS;
     freed |= shrink(d, own, 1); /* (it is adding a value) */
     uint8_t done[NPART] = {0};
@@ -402,6 +405,7 @@ static PyObject *Distinct_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     d->seed = seed;
     d->limit = (size_t)limit;
     atomic_init(&d->first_slots, first_slots((size_t)limit, expect));
+    d->sized = atomic_load(&d->first_slots) > FIRST_SLOTS;
     atomic_init(&d->bytes, 0);
     atomic_init(&d->full, 0);
     atomic_init(&d->turn, 0);
