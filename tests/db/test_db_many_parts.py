@@ -221,3 +221,32 @@ def test_the_error_names_the_limit_and_the_way_out():
     err = too_many_open_files("opening part x", exc)
     assert isinstance(err, DatabaseError)
     assert "opening part x" in str(err) and "OPTIMIZE TABLE" in (err.hint or "")
+
+
+@pytest.mark.parametrize(("soft", "ranked"), [(4096, True), (1024, True), (256, False)])
+def test_a_top_n_over_more_parts_than_kept_open_still_ranks_them_within_the_limit(
+        tmp_path, monkeypatch, soft, ranked):
+    """A top-N plan holds every part it ranks open: it is given up for streaming only
+    over more parts than a quarter of the limit of open files (at ``ulimit -n`` 256, more
+    than 64), not over more than the 64 kept open between statements. 80 parts at 1024
+    or 4096 read a few row groups; at 256 all 80 are read (DuckDB sorts); the same rows."""
+    from cryptdisk.db import _fdlimit
+
+    monkeypatch.setattr(_fdlimit, "open_files_limit", lambda: soft)
+    cfg = write_config(tmp_path, [1], 1)
+    with cryptdisk.connect(tmp_path / "db", config=cfg, cache_bytes=0) as db:
+        db.sql("CREATE TABLE t (k BIGINT, s VARCHAR) ORDER BY k")
+        staged = []
+        for k in range(80):
+            rows = duckdb.sql(f"SELECT i * 80 + {k} AS k, md5(i::VARCHAR) AS s "
+                              "FROM range(50) r(i)").to_arrow_table()
+            staged += db.stage_parts("t", rows, db.catalog.version + 1)
+        db.commit_parts("t", staged)
+        ref = duckdb.connect()
+        ref.sql("CREATE TABLE t AS SELECT i * 80 + k AS k, md5(i::VARCHAR) AS s "
+                "FROM range(50) a(i), range(80) b(k)")
+        for sql in ["SELECT k, s FROM t ORDER BY k DESC LIMIT 3",
+                    "SELECT k FROM t ORDER BY k LIMIT 2"]:
+            assert db.query(sql) == ref.sql(sql).fetchall()
+            read = db.last_scans["t"]["row_groups_read"]
+            assert (read < 10) if ranked else (read == 80), (sql, read)

@@ -3,8 +3,9 @@ process has none left.
 
 An open part (encrypted or plain) holds one descriptor. Scans open parts as they reach
 them and keep at most :func:`parts_kept_open` of them open between statements (see
-``_scan.OpenParts``), a few more while row groups are being read; a top-N plan over more
-parts than that is not made (it would hold every part open, see ``_scan.TableScan``).
+``_scan.OpenParts``), a few more while row groups are being read; a top-N plan, which
+holds every part it ranks open, is not made over more than :func:`parts_ranked_open` (a
+quarter of the limit; see ``_scan.TableScan``).
 So a table of any number of parts is read within the process's limit (``ulimit -n``;
 many systems start processes with a soft limit of 1024). What still runs out of them (a
 very low limit, many databases or tables read at once in one process) fails with
@@ -18,7 +19,8 @@ import resource
 
 from ..errors import DatabaseError
 
-__all__ = ["open_files_limit", "out_of_files", "parts_kept_open", "too_many_open_files"]
+__all__ = ["open_files_limit", "out_of_files", "parts_kept_open", "parts_ranked_open",
+           "too_many_open_files"]
 
 #: Parts kept open between statements at most (fewer under a low ``ulimit -n``).
 KEPT_OPEN = 64
@@ -35,6 +37,14 @@ def parts_kept_open() -> int:
     a sixteenth of the process's limit (16 at ``ulimit -n 256``), at least 4."""
     soft = open_files_limit()
     return KEPT_OPEN if soft is None else max(4, min(KEPT_OPEN, soft // 16))
+
+
+def parts_ranked_open() -> int | None:
+    """How many parts a top-N plan may hold open at once (it ranks every part's row groups
+    before reading any, each part open): a quarter of the process's limit (256 at
+    ``ulimit -n`` 1024), at least :func:`parts_kept_open`; None if unlimited."""
+    soft = open_files_limit()
+    return None if soft is None else max(parts_kept_open(), soft // 4)
 
 
 def out_of_files(exc: BaseException) -> bool:

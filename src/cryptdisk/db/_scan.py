@@ -34,7 +34,7 @@ from ..errors import CatalogError
 from ._cache import ColumnCache, StatementCache
 from ._catalog import PartMeta, TableMeta
 from ._derived import DerivedColumn, DerivedFailed, where_name
-from ._fdlimit import parts_kept_open
+from ._fdlimit import parts_kept_open, parts_ranked_open
 from ._forksafe import track
 from ._partread import SPAN_MAX, OpenPart, open_part
 from ._parts import GRANULE_EMPTY, GRANULE_NAN, GRANULE_NULL
@@ -357,12 +357,13 @@ class TableScan:
         self._wholes: collections.OrderedDict[tuple[str, int, str], Future[Any]] = \
             collections.OrderedDict()
         self._wholes_lock = threading.Lock()
-        if self._top is not None and sum(
-                1 for p in self._parts if p.rows and self._part_may_match(p)) > parts.limit:
+        ranked = parts_ranked_open() if self._top is not None else None
+        if ranked is not None and sum(
+                1 for p in self._parts if p.rows and self._part_may_match(p)) > ranked:
             # a top-N's plan ranks every part's row groups before reading any, holding
-            # every part open (a descriptor each): over more parts than are kept open the
-            # scan streams them in table order instead, and DuckDB sorts (OPTIMIZE TABLE
-            # merges the parts)
+            # every part open (a descriptor each): over more parts than a quarter of the
+            # limit of open files the scan streams them in table order instead, and DuckDB
+            # sorts (OPTIMIZE TABLE merges the parts)
             self._top = None
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
