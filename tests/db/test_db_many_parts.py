@@ -250,3 +250,36 @@ def test_a_top_n_over_more_parts_than_kept_open_still_ranks_them_within_the_limi
             assert db.query(sql) == ref.sql(sql).fetchall()
             read = db.last_scans["t"]["row_groups_read"]
             assert (read < 10) if ranked else (read == 80), (sql, read)
+
+
+def test_an_insert_with_no_descriptor_left_gets_the_clear_error(tmp_path):
+    """An INSERT whose part file cannot be opened (no descriptor left) fails with the
+    same DatabaseError as a read (not a raw OSError); freed, it inserts."""
+    code = textwrap.dedent("""
+        import os, sys
+        import cryptdisk
+        from cryptdisk.errors import DatabaseError
+        with cryptdisk.connect(sys.argv[1]) as db:
+            db.sql("CREATE TABLE t (k BIGINT) ORDER BY k")
+            held = []
+            try:
+                while True:
+                    held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            try:
+                db.sql("INSERT INTO t SELECT * FROM range(10)")
+            except DatabaseError as exc:
+                print("error", "too many open files" in str(exc),
+                      "ulimit -n" in (exc.hint or ""))
+            finally:
+                for fd in held:
+                    os.close(fd)
+            db.sql("INSERT INTO t SELECT * FROM range(10)")
+            print("rows", db.query("SELECT count(*) FROM t")[0][0])
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "db")],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["error", "True", "True", "rows", "10"], proc.stdout

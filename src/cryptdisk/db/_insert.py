@@ -35,6 +35,7 @@ from ._constraints import (
     default_sql,
     not_null_sql,
 )
+from ._fdlimit import out_of_files, too_many_open_files
 from ._memory import out_of_memory
 from ._names import fold
 from ._partread import open_part
@@ -641,6 +642,8 @@ class InsertMixin(DatabaseState):
         except RuntimeError as exc:
             raise ctrl_c(exc) from None
         except OSError as exc:
+            if out_of_files(exc):  # (a new part's file, or the interrupt's pipe)
+                raise too_many_open_files(f"writing {what}", exc) from None
             if not _late_duckdb_error(exc):
                 raise
             # DuckDB's error in a row past the first batches, through its Arrow stream
