@@ -305,7 +305,9 @@ def test_a_ctrl_c_at_the_first_line_of_interruptibles_exit_puts_the_wakeup_fd_ba
             signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
         return None
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, whatever the test run was started with (a run started
+    # in the background by a non-interactive shell inherits SIGINT ignored)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(before)
     lock = _sigint.StatementLock()
@@ -316,7 +318,8 @@ def test_a_ctrl_c_at_the_first_line_of_interruptibles_exit_puts_the_wakeup_fd_ba
     finally:
         sys.settrace(None)
         now = signal.set_wakeup_fd(before)
+        kept = signal.signal(signal.SIGINT, handler)
     assert now == before
     assert _sigint._running is None
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert kept is signal.default_int_handler
     assert not lock._lock._is_owned()
