@@ -149,7 +149,7 @@ class OpenParts:
     def __init__(self, config: Callable[[], Any], limit: int | None = None) -> None:
         self._config = config  # the current config (keys may reload)
         #: parts kept open between statements at most
-        self.limit = self._limit = parts_kept_open() if limit is None else limit
+        self._limit = parts_kept_open() if limit is None else limit
         self._items: collections.OrderedDict[str, OpenPart] = collections.OrderedDict()
         self._opening: dict[str, tuple[int, Future[OpenPart]]] = {}  # id -> (pid, future)
         self._generation = 0  # clear() drops what is still being opened
@@ -358,7 +358,7 @@ class TableScan:
             collections.OrderedDict()
         self._wholes_lock = threading.Lock()
         ranked = parts_ranked_open() if self._top is not None else None
-        if ranked is not None and sum(
+        if ranked is not None and len(self._parts) > ranked and sum(
                 1 for p in self._parts if p.rows and self._part_may_match(p)) > ranked:
             # a top-N's plan ranks every part's row groups before reading any, holding
             # every part open (a descriptor each): over more parts than a quarter of the
