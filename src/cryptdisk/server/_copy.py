@@ -6,6 +6,11 @@ backslash escapes. CSV: RFC 4180 quoting, an empty field is NULL (the
 copy format: the 11-byte signature ``PGCOPY\\n\\377\\r\\n\\0``, flags, a header
 extension, then per row a 16-bit field count and per field a 32-bit length (-1:
 NULL) and the value in its type's binary format; a field count of -1 ends the data.
+
+COPY ... TO STDOUT encodes one CopyData per row. A result read a batch at a time (the
+analytical engine's stream) is encoded batch by batch: the header (CSV, text, binary's
+signature) only before the first batch's rows, binary's trailer only after the last, so
+the bytes are those of the whole result encoded at once.
 """
 
 from __future__ import annotations
@@ -187,12 +192,15 @@ def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
     return rows
 
 
-def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, ...]]) -> \
-        Iterator[bytes]:
+def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, ...]],
+                *, first: bool = True) -> Iterator[bytes]:
+    """Rows in text or CSV, a chunk (one CopyData) per row; ``first``: these are the
+    result's first rows (the header line, if asked for, comes before them)."""
+    header = st.header and first
     if st.csv:
         buf = io.StringIO()
         writer = csv.writer(buf, delimiter=st.delimiter, lineterminator="\n")
-        if st.header:
+        if header:
             writer.writerow(names)
         for row in rows:
             writer.writerow([st.null if v is None else _text(v) for v in row])
@@ -202,7 +210,7 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, .
         if buf.getvalue():
             yield buf.getvalue().encode()
         return
-    if st.header:
+    if header:
         yield (st.delimiter.join(names) + "\n").encode()
     for row in rows:
         fields = [st.null if v is None else _text(v).replace("\\", "\\\\").replace(
@@ -291,10 +299,13 @@ def decode_binary(data: bytes, oids: list[int]) -> list[list[object]]:
     return rows  # ended at a row boundary without the marker: PostgreSQL accepts that too
 
 
-def encode_binary(oids: list[int], rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+def encode_binary(oids: list[int], rows: Iterable[tuple[Any, ...]], *, first: bool = True,
+                  last: bool = True) -> Iterator[bytes]:
     """Rows in PostgreSQL's binary copy format, a chunk (one CopyData) per row and one for
-    the trailer; the header starts the first, as PostgreSQL sends it (psycopg expects it)."""
-    head = SIGNATURE + struct.pack("!Ii", 0, 0)
+    the trailer; the header starts the first, as PostgreSQL sends it (psycopg expects it).
+    ``first``: these are the result's first rows (the header is sent before them);
+    ``last``: its last (the trailer follows them)."""
+    head = SIGNATURE + struct.pack("!Ii", 0, 0) if first else b""
     count = struct.pack("!h", len(oids))
     for row in rows:
         out = [head, count]
@@ -307,4 +318,5 @@ def encode_binary(oids: list[int], rows: Iterable[tuple[Any, ...]]) -> Iterator[
                 out.append(struct.pack("!i", len(field)))
                 out.append(field)
         yield b"".join(out)
-    yield head + b"\xff\xff"
+    if last:
+        yield head + b"\xff\xff"

@@ -1519,7 +1519,7 @@ class Session:
         return await self._logged(sql, functools.partial(self._run_copy, sql))
 
     async def _run_copy(self, sql: str) -> Result:
-        from ._copy import encode_binary, encode_rows, parse_copy
+        from ._copy import parse_copy
 
         if self.failed:
             raise StatementError("current transaction is aborted, commands ignored until end "
@@ -1531,28 +1531,74 @@ class Session:
         if st.direction != "out" and engine.read_only:
             raise read_only_error(sql)
         if st.direction == "out":
-            cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
-            query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
-            result = await self._run_statement(query, [])
-            names = [n for n, _ in result.columns or []]
-            self.send(_copy_response(b"H", len(names), st.binary))
-            chunks = encode_binary([o for _, o in result.columns or []], result.rows) \
-                if st.binary else encode_rows(st, names, result.rows)
+            # the statement timeout runs from here, over sending the rows too
+            timer = _StatementTimer(engine, self.statement_timeout())
             try:
-                for chunk in chunks:
-                    self.send(P.message(b"d", chunk))
-                    if len(self.out) > 256:
-                        await self.flush()
-            except ProtocolError as exc:  # a value the binary format cannot carry
-                raise StatementError(str(exc), "22000") from None
-            self.send(P.COPY_DONE)
-            return Result(None, [], f"COPY {len(result.rows)}")
+                return await self._copy_out(st, timer)
+            finally:
+                timer.cancel()
         # the statement timeout runs from here, over the client's data too, as PostgreSQL's
         timer = _StatementTimer(engine, self.statement_timeout())
         try:
             return await self._copy_in(st, engine, timer)
         finally:
             timer.cancel()
+
+    async def _copy_out(self, st: Any, timer: _StatementTimer) -> Result:
+        """COPY ... TO STDOUT: its query runs (as a stream where the engine streams it:
+        :meth:`EngineSession.run_stream`), then CopyOutResponse, a CopyData per row and
+        CopyDone. A stream's rows are encoded and sent a batch at a time, each batch before
+        the next is read, waiting while the client has not taken what was sent, as
+        :meth:`_send_rows` sends a streamed query's. A failure after CopyOutResponse (a
+        part that fails authentication, a cancel, the timeout, a value the binary format
+        cannot carry) ends the stream and raises: its ErrorResponse follows the data sent."""
+        from ._copy import encode_binary, encode_rows
+
+        cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
+        query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
+        result = await self._run_statement(query, [], stream=True)
+        names = [n for n, _ in result.columns or []]
+        oids = [o for _, o in result.columns or []]
+        stream = result.stream
+        self.send(_copy_response(b"H", len(names), st.binary))
+
+        async def send(rows: list[tuple[Any, ...]], first: bool, last: bool) -> None:
+            for chunk in encode_binary(oids, rows, first=first, last=last) if st.binary \
+                    else encode_rows(st, names, rows, first=first):
+                self.send(P.message(b"d", chunk))
+                if self.out_size > 1 << 16:
+                    await self.flush()  # (waits while the client has not taken 64 KiB)
+
+        try:
+            if stream is None:
+                await send(result.rows, True, True)
+                count = len(result.rows)
+            else:
+                rows: list[tuple[Any, ...]] | None = stream.pending
+                stream.pending = []
+                first = True
+                while rows is not None:
+                    if rows:
+                        await send(rows, first, False)
+                        stream.sent += len(rows)
+                        first = False
+                    if self.conn.lost:
+                        raise ConnectionError("the client went away")
+                    rows = await self.call(stream.next_rows)
+                await send([], first, True)
+                count = stream.sent
+                await self._end_stream(stream)
+        except BaseException as exc:
+            if stream is not None:
+                err = await self._stream_failed(stream, exc, timer)
+            else:  # a value the binary format cannot carry
+                err = StatementError(str(exc), "22000") if isinstance(exc, ProtocolError) \
+                    else exc
+            if err is exc:
+                raise
+            raise err from None
+        self.send(P.COPY_DONE)
+        return Result(None, [], f"COPY {count}")
 
     async def _copy_in(self, st: Any, engine: EngineSession, timer: _StatementTimer) -> Result:
         from ._copy import decode_binary, decode_rows
@@ -1645,14 +1691,9 @@ class Session:
                     await self.flush()
                     await self.conn.drain()
         except BaseException as exc:
-            if isinstance(exc, ConnectionError) or not isinstance(exc, Exception):
-                await self._end_stream(stream, StatementError("the client went away",
-                                                              "08006"))
+            err = await self._stream_failed(stream, exc, timer)
+            if err is exc:
                 raise
-            said = StatementError(str(exc), "22000") if isinstance(exc, ProtocolError) \
-                else timer.error(statement_error(exc))
-            err = said if isinstance(said, StatementError) else statement_error(exc)
-            await self._end_stream(stream, err)
             raise err from None
         finally:
             timer.cancel()
@@ -1664,6 +1705,21 @@ class Session:
         await self._end_stream(stream)
         self.send(P.command_complete(stream.tag))
         return True
+
+    async def _stream_failed(self, stream: Any, exc: BaseException,
+                             timer: _StatementTimer) -> BaseException:
+        """End ``stream``, which failed with ``exc`` while its rows were being sent; what to
+        raise: ``exc`` when the client went away or the session is ending, else the
+        StatementError the client is told (a value the binary format cannot carry: 22000;
+        a cancel the statement timeout caused says so)."""
+        if isinstance(exc, ConnectionError) or not isinstance(exc, Exception):
+            await self._end_stream(stream, StatementError("the client went away", "08006"))
+            return exc
+        said = StatementError(str(exc), "22000") if isinstance(exc, ProtocolError) \
+            else timer.error(statement_error(exc))
+        err = said if isinstance(said, StatementError) else statement_error(exc)
+        await self._end_stream(stream, err)
+        return err
 
     async def _end_stream(self, stream: Any, error: StatementError | None = None) -> None:
         """Close ``stream`` (on the session's thread, after its batch) and write its
