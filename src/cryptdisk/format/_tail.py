@@ -11,6 +11,7 @@ WAL (see :mod:`cryptdisk.sqlite._tail`); append-only logs opened with
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 
 __all__ = ["LOG_SUFFIX", "SUFFIX", "TailSave", "remove_tail"]
@@ -35,7 +36,18 @@ class TailSave:
         self._fd = -1
 
     def save(self, index: int, record: memoryview) -> None:
-        """Keep ``record`` of segment ``index``, synced (the directory too, the first time)."""
+        """Keep ``record`` of segment ``index``, synced (the directory too, the first time).
+
+        A failure is an :class:`OSError` naming the side file (``ENOSPC`` on a full disk).
+        """
+        try:
+            self._save(index, record)
+        except OSError as e:
+            if e.filename is None:
+                raise OSError(e.errno, e.strerror, self.path) from e
+            raise
+
+    def _save(self, index: int, record: memoryview) -> None:
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             if self.sync:
@@ -46,8 +58,15 @@ class TailSave:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-        os.pwritev(self._fd, [index.to_bytes(8, "little"), len(record).to_bytes(8, "little"),
-                              record], 0)
+        head = index.to_bytes(8, "little") + len(record).to_bytes(8, "little")
+        done = os.pwritev(self._fd, [head, record], 0)
+        if done < 16 + len(record):  # short (a full disk): the rest, whose write says why
+            rest = memoryview(head + bytes(record))[done:]
+            while rest:
+                n = os.pwrite(self._fd, rest, 16 + len(record) - len(rest))
+                if n == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                rest = rest[n:]
         if self.sync:
             os.fdatasync(self._fd)
 
@@ -87,6 +106,8 @@ class TailSave:
 
 
 def remove_tail(path: str, suffix: str = SUFFIX) -> None:
-    """Delete the side file of ``path``."""
-    with contextlib.suppress(FileNotFoundError):
+    """Delete the side file of ``path`` if it can be (best effort: a side file left
+    behind, even a directory of that name, is harmless, as its copy is used only if it
+    authenticates as a record of the file it was saved for)."""
+    with contextlib.suppress(OSError):
         os.unlink(path + suffix)
