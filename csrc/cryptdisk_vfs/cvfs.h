@@ -163,7 +163,6 @@ typedef struct cdFile {
     int tail_fd;
     int raw_fd; /* the default VFS's descriptor of the raw file, once raw_size checked it (0: not yet) */
     char *tail_path;
-    unsigned char *tail_map; /* the side file, mapped (16 + rec bytes), or NULL */
     /* a rewrite whose saved copy is in the side file is not synced yet (tail_save) */
     int tail_pending;
     int tail_dir_synced; /* the side file's directory synced (once per open file) */
@@ -284,6 +283,7 @@ int cd_shm_unmap(cdFile *p, int delete_flag);
 /* vfs.c: the Python callbacks (they take the GIL) */
 void cd_warn(cdFile *p, const char *fmt, ...);
 int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...);
+int cd_os_error(int rc, int err, const char *path); /* an OSError pending; returns rc */
 int cd_auth_error(cdFile *p);
 
 #endif

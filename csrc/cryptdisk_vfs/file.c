@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -312,9 +311,6 @@ int x_close(sqlite3_file *f) {
     sqlite3_free(p->journal_of_copy);
     p->journal_of_copy = NULL;
     p->journal_of = NULL;
-    if (p->tail_map != NULL)
-        munmap(p->tail_map, (size_t)(16 + p->rec));
-    p->tail_map = NULL;
     if (p->tail_fd >= 0)
         close(p->tail_fd);
     p->tail_fd = -1;

@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -120,16 +119,48 @@ static void sync_dir_of(const char *path) {
     }
 }
 
-static int tail_write(cdFile *p, const unsigned char *head, const unsigned char *record, sqlite3_int64 len);
+/* index u64le || length u64le || record at offset 0 of the side file (opened the first
+ * time); an error leaves an OSError naming the side file pending (cd_os_error). */
+static int tail_write(cdFile *p, const unsigned char *head, const unsigned char *record, sqlite3_int64 len) {
+    size_t done = 0, total = (size_t)(16 + len);
+    if (p->tail_fd < 0) {
+        p->tail_fd = open(p->tail_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (p->tail_fd < 0)
+            return cd_os_error(errno == ENOSPC ? SQLITE_FULL : SQLITE_IOERR_WRITE, errno, p->tail_path);
+    }
+    while (done < total) { /* a short write is retried: the next one says why (ENOSPC, EFBIG) */
+        struct iovec iov[2];
+        int k = 0;
+        size_t from = done < 16 ? 0 : done - 16;
+        if (done < 16) {
+            iov[k].iov_base = (void *)(head + done);
+            iov[k++].iov_len = 16 - done;
+        }
+        iov[k].iov_base = (void *)(record + from);
+        iov[k++].iov_len = (size_t)len - from;
+        ssize_t n = pwritev(p->tail_fd, iov, k, (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int err = n < 0 ? errno : ENOSPC;
+            return cd_os_error(err == ENOSPC ? SQLITE_FULL : SQLITE_IOERR_WRITE, err, p->tail_path);
+        }
+        done += (size_t)n;
+    }
+    return SQLITE_OK;
+}
 
 /* Save the record of segment index before it is rewritten: index u64le || length u64le ||
- * record. The side file stays mapped, so a save is two stores and a copy, no system call;
- * what is in the mapping is in the page cache, so it survives the process being killed.
- * Power loss is worse: the kernel may write the rewrite back half done at any time, and
- * the record holds bytes of commits SQLite synced (or a checkpoint did), so the copy is
- * synced before the rewrite is issued (with the directory, the first time); and as the
- * side file holds one record, the rewrite of the one saved before is synced before its
- * copy is replaced, unless SQLite synced the file since (tail_pending). See docs/sqlite.md. */
+ * record, one pwritev, then fdatasync. A killed process loses nothing once pwritev has
+ * returned (the copy is in the page cache). Power loss is worse: the kernel may write the
+ * rewrite back half done at any time, and the record holds bytes of commits SQLite synced
+ * (or a checkpoint did), so the copy is synced before the rewrite is issued (with the
+ * directory, the first time); and as the side file holds one record, the rewrite of the
+ * one saved before is synced before its copy is replaced, unless SQLite synced the file
+ * since (tail_pending). Written, not mapped: a mapped side file cut short by anyone (another
+ * process, a user, a full file system under a sparse file) would kill the process with
+ * SIGBUS at the next copy; a write that fails is an I/O error for SQLite (SQLITE_FULL when
+ * the disk is full) and an OSError naming the side file for the caller. See docs/sqlite.md. */
 int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlite3_int64 len) {
     unsigned char head[16];
     int rc;
@@ -144,40 +175,13 @@ int tail_save(cdFile *p, sqlite3_int64 index, const unsigned char *record, sqlit
     if ((rc = tail_write(p, head, record, len)) != SQLITE_OK)
         return rc;
     n_tail_syncs++;
-    if ((p->tail_map != NULL ? msync(p->tail_map, (size_t)(16 + p->rec), MS_SYNC) : fdatasync(p->tail_fd)) != 0)
-        return SQLITE_IOERR_FSYNC;
+    if (fdatasync(p->tail_fd) != 0)
+        return cd_os_error(SQLITE_IOERR_FSYNC, errno, p->tail_path);
     if (!p->tail_dir_synced) { /* errors ignored, as SQLite's unixSync ignores them for directories */
         sync_dir_of(p->tail_path);
         p->tail_dir_synced = 1;
     }
     p->tail_pending = 1;
-    return SQLITE_OK;
-}
-
-static int tail_write(cdFile *p, const unsigned char *head, const unsigned char *record, sqlite3_int64 len) {
-    struct iovec iov[2];
-    size_t size = (size_t)(16 + p->rec);
-    if (p->tail_fd < 0) {
-        struct stat st;
-        p->tail_fd = open(p->tail_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (p->tail_fd < 0)
-            return SQLITE_IOERR_WRITE;
-        if (fstat(p->tail_fd, &st) == 0 && (st.st_size >= (off_t)size || ftruncate(p->tail_fd, (off_t)size) == 0)) {
-            void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->tail_fd, 0);
-            p->tail_map = map == MAP_FAILED ? NULL : map;
-        }
-    }
-    if (p->tail_map != NULL) {
-        memcpy(p->tail_map, head, 16);
-        memcpy(p->tail_map + 16, record, (size_t)len);
-        return SQLITE_OK;
-    }
-    iov[0].iov_base = (void *)head;
-    iov[0].iov_len = 16;
-    iov[1].iov_base = (void *)record;
-    iov[1].iov_len = (size_t)len;
-    if (pwritev(p->tail_fd, iov, 2, 0) != (ssize_t)(16 + len))
-        return SQLITE_IOERR_WRITE;
     return SQLITE_OK;
 }
 

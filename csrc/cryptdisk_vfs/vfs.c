@@ -49,6 +49,23 @@ int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...) {
     return SQLITE_CORRUPT;
 }
 
+/* A failed system call on a file of cryptdisk's own (the -cdtail side file): an OSError
+ * (its errno's subclass: IsADirectoryError, PermissionError...) naming the file, left
+ * pending for apsw unless an error already is; rc (an SQLITE_IOERR_* or SQLITE_FULL) for
+ * SQLite. */
+int cd_os_error(int rc, int err, const char *path) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (!PyErr_Occurred()) {
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", err, strerror(err), path);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+    }
+    PyGILState_Release(g);
+    return rc;
+}
+
 int cd_auth_error(cdFile *p) {
     sqlite3_int64 where = rec_at(p, p->fail_index);
     return cd_raise(p, ERR_AUTH, where,

@@ -20,27 +20,9 @@ import cryptdisk
 import cryptdisk.sqlite as csql
 from cryptdisk.sqlite import _native
 
-from .helpers import old_layout
+from .helpers import legacy_wal_db
 
 CHILD = Path(__file__).with_name("tail_child.py")
-
-
-def legacy_wal_db(tmp_path: Path, keyring, monkeypatch) -> Path:
-    """A database with a WAL written as a mutable file (kind 2) holding one commit, as a
-    crash of an older cryptdisk leaves it (so the WAL is not checkpointed away)."""
-    old_dir = tmp_path / "old"
-    old_dir.mkdir()
-    db = tmp_path / "t.db"
-    with old_layout(monkeypatch, old_dir / "t.db", keyring) as old:
-        old.execute("PRAGMA journal_mode=WAL")
-        old.execute("PRAGMA wal_autocheckpoint=0")
-        old.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
-        old.execute("INSERT INTO t VALUES(1, 'first')")
-        for suffix in ("", "-wal"):
-            shutil.copy(str(old_dir / "t.db") + suffix, str(db) + suffix)
-    with open(str(db) + "-wal", "rb") as f:
-        assert f.read(10)[9] == 2  # a mutable WAL
-    return db
 
 
 def test_every_tail_copy_is_synced_before_use(tmp_path, keyring, monkeypatch, vfs_implementation):
@@ -66,16 +48,16 @@ def test_every_tail_copy_is_synced_before_use(tmp_path, keyring, monkeypatch, vf
         saves = after["tail_saves"] - before["tail_saves"]
         assert saves >= 10  # one per commit at least: each shares the WAL's last record
         assert after["tail_syncs"] - before["tail_syncs"] == saves
-        assert tails == []  # C syncs its mapped copy with msync, not through os
+        assert tails == []  # C syncs its copy itself, not through os
     else:
         assert len(tails) >= 10
 
 
 def _events(log: str) -> list[tuple[str, str]]:
-    """(call, what) from strace -y output: what is the file for fd calls, '' for msync."""
+    """(call, file) from strace -y output."""
     out = []
     for line in log.splitlines():
-        m = re.match(r"\d+\s+(fdatasync|fsync|msync|pwrite64|pwritev)\((?:\d+<([^>]*)>)?", line)
+        m = re.match(r"\d+\s+(fdatasync|fsync|pwrite64|pwritev)\((?:\d+<([^>]*)>)?", line)
         if m:
             out.append((m.group(1), m.group(2) or ""))
     return out
@@ -99,7 +81,7 @@ def test_copy_synced_before_rewrite_and_kill_keeps_commits(tmp_path, monkeypatch
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     tracer = subprocess.Popen(
         ["strace", "-f", "-y", "-o", str(log), "-e",
-         "trace=fdatasync,fsync,msync,pwrite64,pwritev", sys.executable, str(CHILD), str(db),
+         "trace=fdatasync,fsync,pwrite64,pwritev", sys.executable, str(CHILD), str(db),
          sync], stdout=subprocess.PIPE, env=env)
     assert tracer.stdout is not None
     pid = int(tracer.stdout.readline())
@@ -110,7 +92,7 @@ def test_copy_synced_before_rewrite_and_kill_keeps_commits(tmp_path, monkeypatch
     wal_syncs = [i for i, (call, what) in enumerate(events)
                  if call in ("fdatasync", "fsync") and what == wal]
     copies = [i for i, (call, what) in enumerate(events)
-              if call == "msync" or (call in ("fdatasync", "fsync") and what == wal + "-cdtail")]
+              if call in ("fdatasync", "fsync") and what == wal + "-cdtail"]
     writes = [i for i, (call, what) in enumerate(events)
               if call.startswith("pwrite") and what == wal]
     assert len(copies) >= 29  # a synced copy per commit (the first may find no shared record)

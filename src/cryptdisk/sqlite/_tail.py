@@ -9,8 +9,9 @@ half new, and it no longer authenticates, taking committed bytes with it.
 
 So before such a rewrite the store puts the segment's current record, still
 encrypted, in ``<file>-cdtail``: ``index u64le || length u64le || record``
-(the Python VFS writes it with one ``pwritev``; the C VFS keeps the file
-mapped and copies into it, so the file may be longer than the record).
+(both VFSes write it with one ``pwritev`` at offset 0, never through a
+memory mapping, which a cut file would end with SIGBUS; only the length in it
+counts, the file may be longer).
 When a segment of that file later fails authentication and the side file
 holds an authentic record for the same index, the store uses it: the file is
 then as it was before the interrupted write, exactly what SQLite expects after
