@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import psycopg
 import pytest
 
+from cryptdisk.server import AnalyticalEngine
 from cryptdisk.server._cursors import move, parse_fetch
+from cryptdisk.server._rowstream import BATCH_ROWS
+from tests.server.test_streaming import _open_streams
 
 
 @pytest.mark.parametrize("engine_name", ["sqlite_engine", "analytical"])
@@ -97,3 +102,121 @@ def test_cursor_errors_are_clear(start_server, sqlite_engine, sql, error) -> Non
         c.execute("CLOSE ALL")
         with pytest.raises(psycopg.errors.InvalidCursorName):
             c.execute("FETCH NEXT FROM c")
+
+
+ROWS = 3 * BATCH_ROWS + 123
+
+
+@pytest.fixture
+def filled(analytical: AnalyticalEngine) -> AnalyticalEngine:
+    analytical.db.execute("CREATE TABLE t (i BIGINT, s VARCHAR)")
+    analytical.db.execute(f"INSERT INTO t SELECT i, 'v' || i FROM range({ROWS}) r(i)")
+    return analytical
+
+
+def test_a_cursor_without_scroll_streams_its_rows_forward(start_server, filled) -> None:
+    """psycopg's ServerCursor (no SCROLL, no WITH HOLD) on the analytical engine: FETCH
+    reads its rows from the query's stream (open until the cursor closes), the rows
+    in order; a move back fails with 55000 and its hint, as a NO SCROLL cursor's in
+    PostgreSQL; COMMIT ends the stream."""
+    srv = start_server(filled)
+    with psycopg.connect(**srv.dsn) as c:
+        with c.cursor("big") as cur:
+            cur.itersize = 1000
+            cur.execute("SELECT i, s FROM t ORDER BY i")
+            assert cur.fetchmany(3) == [(0, "v0"), (1, "v1"), (2, "v2")]
+            assert _open_streams(srv) == 1
+            got = [r[0] for r in cur]
+            assert got == list(range(3, ROWS))
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as err:
+                cur.scroll(-1)
+            assert "SCROLL" in (err.value.diag.message_hint or "")
+        c.rollback()
+        assert _open_streams(srv) == 0
+        c.execute("DECLARE c NO SCROLL CURSOR FOR SELECT i FROM t ORDER BY i")
+        assert c.execute("FETCH 2 FROM c").fetchall() == [(0,), (1,)]
+        assert _open_streams(srv) == 1
+        c.execute(f"MOVE {2 * BATCH_ROWS} IN c")
+        assert c.execute("FETCH 3 FROM c").fetchall() == [(i,) for i in range(
+            2 * BATCH_ROWS + 2, 2 * BATCH_ROWS + 5)]
+        (session,) = srv.server.sessions
+        held = session.portals["c"].result.stream.pending
+        assert len(held) <= BATCH_ROWS and held[0] == (2 * BATCH_ROWS + 5,)  # the rest unread
+        c.commit()
+        assert _open_streams(srv) == 0
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            c.execute("FETCH 1 FROM c")
+        c.rollback()
+        # a result of two batches or less is held whole; the cursor still moves forward only
+        c.execute("DECLARE small CURSOR FOR SELECT 1 UNION ALL SELECT 2")
+        assert c.execute("FETCH 2 FROM small").fetchall() == [(1,), (2,)]
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            c.execute("FETCH PRIOR FROM small")
+        c.rollback()
+        # SCROLL (and WITH HOLD) cursors hold their rows and move both ways
+        c.execute("DECLARE s SCROLL CURSOR FOR SELECT i FROM t ORDER BY i")
+        assert c.execute("FETCH LAST FROM s").fetchall() == [(ROWS - 1,)]
+        assert c.execute("FETCH BACKWARD 2 FROM s").fetchall() == [(ROWS - 2,), (ROWS - 3,)]
+        assert _open_streams(srv) == 0
+        c.execute("CLOSE s")
+
+
+FORWARD_MOVES = ["FETCH 1", "FETCH 7", "FETCH NEXT", f"FETCH {BATCH_ROWS + 3}",
+                 "MOVE FORWARD 500", f"MOVE {2 * BATCH_ROWS}", "FETCH RELATIVE 3",
+                 "MOVE RELATIVE 9000", "FETCH FORWARD 0"]
+
+
+def test_forward_fetches_of_a_streamed_cursor_match_a_held_one(start_server, filled) -> None:
+    """Random forward FETCHes and MOVEs (counts around the batch size, RELATIVE,
+    ABSOLUTE ahead, LAST, ALL) on a streamed cursor: the rows and tags that
+    PostgreSQL's moves over the whole result give (_cursors.move); the stream is let go
+    when the cursor closes."""
+    rng = random.Random(7)
+    srv = start_server(filled)
+    with psycopg.connect(**srv.dsn) as c:
+        for _ in range(4):
+            c.execute("DECLARE c CURSOR FOR SELECT i FROM t ORDER BY i")
+            pos = 0
+            while pos <= ROWS:
+                choices = [*FORWARD_MOVES, f"FETCH ABSOLUTE {pos + rng.randrange(1, 9000)}"]
+                if pos > ROWS / 2:
+                    choices += ["FETCH LAST", "FETCH ALL"]
+                sql = rng.choice(choices)
+                if sql == "FETCH FORWARD 0" and pos:
+                    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+                        c.execute(f"{sql} FROM c")
+                    c.rollback()
+                    break
+                picked, moved = move(pos, ROWS, parse_fetch(f"{sql} c"))
+                cur = c.execute(f"{sql} FROM c")
+                if sql.startswith("FETCH"):
+                    assert cur.fetchall() == [(i,) for i in picked], (sql, pos)
+                    assert cur.statusmessage == f"FETCH {len(picked)}"
+                else:
+                    assert cur.statusmessage == f"MOVE {len(picked)}"
+                pos = moved
+                if sql in ("FETCH LAST", "FETCH ALL"):
+                    break
+            else:
+                c.execute("CLOSE c")
+            c.rollback()
+            assert _open_streams(srv) == 0
+
+
+def test_the_statement_timeout_ends_a_fetch_and_closes_its_cursor(start_server,
+                                                                 filled) -> None:
+    """FETCH ALL of an endless streamed cursor: 57014 (statement timeout); the cursor and
+    its stream are gone, and the session goes on after ROLLBACK."""
+    srv = start_server(filled)
+    with psycopg.connect(**srv.dsn) as c:
+        c.execute("SET statement_timeout = 300")
+        c.execute("DECLARE c CURSOR FOR SELECT x.i, y.i FROM t x, t y")
+        assert len(c.execute("FETCH 5 FROM c").fetchall()) == 5
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            c.execute("FETCH ALL FROM c")
+        assert _open_streams(srv) == 0
+        c.rollback()
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            c.execute("FETCH 1 FROM c")
+        c.rollback()
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (ROWS,)

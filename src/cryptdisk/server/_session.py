@@ -82,6 +82,8 @@ class _Portal:
     log_entry: dict[str, Any] | None = None
     #: the rows an Execute streamed before a FETCH or MOVE named it (they are not held)
     streamed: int = 0
+    #: a DECLAREd cursor that moves forward only (:meth:`Session._fetch_forward`)
+    forward_only: bool = False
 
 
 def _quote(name: str) -> str:
@@ -1168,11 +1170,15 @@ class Session:
             if (_sqltext.first_words(st.query, 1) or [""])[0] not in _CURSOR_QUERIES:
                 raise StatementError("DECLARE CURSOR needs a query (SELECT, VALUES, WITH, "
                                      "TABLE)", "42P11")
-            result = await self._run_statement(st.query, params)
+            # neither SCROLL nor WITH HOLD, on an engine that streams: FETCH reads the rows
+            # from the query's stream as it asks for them, forward only
+            forward = not st.scroll and not st.hold and self.engine is not None and \
+                self.engine.streams
+            result = await self._run_statement(st.query, params, stream=forward)
             if result.columns is None:
                 raise StatementError("DECLARE CURSOR needs a query that returns rows",
                                      "42P11")
-            portal = _Portal(_Statement(st.query, (), 0), params, ())
+            portal = _Portal(_Statement(st.query, (), 0), params, (), forward_only=forward)
             portal.result = result
             if self.engine is not None:
                 portal.tables = set(self.engine.last_tables)
@@ -1186,7 +1192,7 @@ class Session:
                 raise StatementError(f'cursor "{name}" does not exist', "34000")
             for n in names:
                 self.cursors.pop(n, None)
-                self.portals.pop(n, None)
+                await self._drop_portal(self.portals.pop(n, None))
             return Result(None, [], "CLOSE CURSOR")
         fetch = parse_fetch(sql)
         # a named portal of the extended protocol is a cursor too, as in PostgreSQL (asyncpg
@@ -1198,6 +1204,8 @@ class Session:
             portal.result = await self._run_statement(portal.statement.sql, portal.params)
             if self.engine is not None:
                 portal.tables = set(self.engine.last_tables)
+        if portal.forward_only:
+            return await self._fetch_forward(fetch.name, portal, fetch)
         if portal.result.stream is not None:
             await self._hold_rest(portal)
         rows = portal.result.rows
@@ -1211,6 +1219,65 @@ class Session:
         if fetch.move:
             return Result(None, [], f"MOVE {len(picked)}")
         return Result(portal.result.columns, [rows[i] for i in picked], f"FETCH {len(picked)}")
+
+    async def _fetch_forward(self, name: str, portal: _Portal, fetch: Any) -> Result:
+        """FETCH / MOVE of a cursor that moves forward only (DECLAREd neither SCROLL nor
+        WITH HOLD on the analytical engine): the rows it reaches are read from the query's
+        stream, those after them stay unread, those before are let go. A move back
+        (``BACKWARD``, ``PRIOR``, the current row again, a position before it) fails with
+        55000, as in PostgreSQL's NO SCROLL cursor; a failure reading the stream (a cancel,
+        the timeout) closes the cursor."""
+        from ._cursors import move
+
+        assert portal.result is not None
+        result, pos = portal.result, portal.sent
+        stream = result.stream
+        if fetch.kind == "backward":
+            raise _scan_forward()
+        count = fetch.count
+        # the rows after the position the fetch reaches (None: all, to find the last)
+        need = None if count is None or (fetch.kind == "absolute" and count < 0) else \
+            max(count - pos, 0) if fetch.kind == "absolute" else max(count, 0)
+        if stream is None:  # (a result of at most two batches, held whole)
+            rows, offset = result.rows, 0
+        else:  # its rows from ``offset`` on
+            rows, offset = stream.pending, stream.count - len(stream.pending)
+            stream.pending = []
+            timer = _StatementTimer(self.engine, self.statement_timeout()) \
+                if self.engine is not None else None
+            try:
+                while not stream.closed and (need is None or offset + len(rows) < pos + need):
+                    got = await self.call(stream.next_rows)
+                    if got is None:
+                        break
+                    rows += got
+            except BaseException as exc:
+                self.cursors.pop(name, None)
+                self.portals.pop(name, None)
+                assert timer is not None
+                err = await self._stream_failed(stream, exc, timer)
+                if err is exc:
+                    raise
+                raise err from None
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        ended = stream is None or stream.closed
+        total = offset + len(rows) + (0 if ended else 1)  # (unended: past the rows it asks)
+        picked, moved = move(pos, total, fetch)
+        if moved < pos or any(i < pos for i in picked):
+            if stream is not None:
+                stream.pending = rows
+            raise _scan_forward()
+        out = [rows[i - offset] for i in picked]
+        if stream is not None:
+            stream.pending = rows[moved - offset:]
+        portal.sent = moved
+        if self.engine is not None:
+            self.engine.last_tables = set(portal.tables)
+        if fetch.move:
+            return Result(None, [], f"MOVE {len(picked)}")
+        return Result(result.columns, out, f"FETCH {len(picked)}")
 
     async def _hold_rest(self, portal: _Portal) -> None:
         """A portal streamed by Execute that FETCH or MOVE names: the rest of its rows held
@@ -1229,12 +1296,12 @@ class Session:
         portal.streamed = portal.sent
         portal.result = Result(portal.result.columns, [()] * portal.sent + rest, stream.tag)
 
-    def _end_transaction_cursors(self) -> None:
-        """A transaction's end closes its cursors declared WITHOUT HOLD."""
+    async def _end_transaction_cursors(self) -> None:
+        """A transaction's end closes its cursors declared WITHOUT HOLD (and their streams)."""
         for name, hold in list(self.cursors.items()):
             if not hold:
                 del self.cursors[name]
-                self.portals.pop(name, None)
+                await self._drop_portal(self.portals.pop(name, None))
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
         if head in ("BEGIN", "START"):
@@ -1253,7 +1320,7 @@ class Session:
             if self.pipeline_tx:  # ends the implicit transaction, as PostgreSQL does
                 self.pipeline_tx = False
                 self.send(P.notice_response("there is no transaction in progress"))
-            self._end_transaction_cursors()
+            await self._end_transaction_cursors()
             pending, self.pending_begin = self.pending_begin, False
             failed, self.failed = self.failed, False
             self.block_read_only = None
@@ -1500,7 +1567,7 @@ class Session:
     async def _end_implicit(self, verb: str) -> None:
         """End the implicit transaction of a simple query's statements (SQLite)."""
         self.pending_begin = False
-        self._end_transaction_cursors()
+        await self._end_transaction_cursors()
         assert self.engine is not None
         if verb == "COMMIT":
             await self._commit(self.engine)
@@ -2035,6 +2102,13 @@ def _conform(result: Result, described: list[tuple[str, int]]) -> None:
                 raise StatementError(*exc.args) from None
         rows.append(tuple(values))
     result.rows = rows
+
+
+def _scan_forward() -> StatementError:
+    return StatementError("cursor can only scan forward", "55000",
+                          hint="declare it with SCROLL to move backward (psycopg: "
+                          "scrollable=True); a cursor without SCROLL reads its rows as "
+                          "FETCH asks for them")
 
 
 def _ends_transaction(sql: str) -> bool:
