@@ -17,10 +17,13 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from ._openfiles import out_of_files
 
 __all__ = ["Connection", "Listener"]
 
@@ -94,6 +97,8 @@ class Connection:
         self._on_readable: Callable[[], None] = self._read_plain
         #: called (on the loop) when the client is found gone: end of stream or an error
         self.on_lost: Callable[[], None] | None = None
+        #: accepted on the listener's spare descriptor: the process has none left
+        self.spare = False
         self._resume_reading()
 
     # -- reading ----------------------------------------------------------------------------
@@ -443,6 +448,12 @@ class Listener:
         #: with worker processes accepting on the same sockets (:class:`._workers.Workers`):
         #: ``may_accept()``, ``defer()`` and ``connected(delta)`` spread connections evenly
         self.balance = balance
+        #: a descriptor held in reserve: closed to accept one client when the process has
+        #: none left (that client is refused, 53000: see :mod:`._openfiles`), opened again
+        #: once it is gone
+        self._spare: int | None = None
+        self._closed = False
+        self._keep_spare()
 
     def adopt(self, sockets: list[socket.socket]) -> None:
         """Accept on listening sockets bound elsewhere (the supervisor of worker processes)."""
@@ -484,36 +495,70 @@ class Listener:
                 self.loop.remove_reader(sock.fileno())
                 self.loop.call_later(_DEFER, self._resume, sock)
                 return
+            spare = False
             try:
                 conn, _addr = sock.accept()
             except _WOULD_BLOCK:
                 return
-            except OSError as exc:  # out of file descriptors and the like: pause a moment
-                log.warning("accepting a connection failed: %s", exc)
-                self.loop.remove_reader(sock.fileno())
-                self.loop.call_later(1.0, self._resume, sock)
-                return
+            except OSError as exc:  # out of file descriptors and the like
+                got = self._accept_on_spare(sock) if out_of_files(exc) else None
+                if got is None:  # (the spare in use too): pause a moment
+                    log.warning("accepting a connection failed: %s", exc)
+                    self.loop.remove_reader(sock.fileno())
+                    self.loop.call_later(1.0, self._resume, sock)
+                    return
+                conn, spare = got, True
+                log.warning("accepting a connection: %s; the client is refused (53000)", exc)
             try:
                 connection = Connection(self.loop, conn)
             except OSError:
                 conn.close()
+                if spare:
+                    self._keep_spare()
                 continue
+            connection.spare = spare
             task = self.loop.create_task(self.serve(connection))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+            if spare:
+                task.add_done_callback(lambda _t: self._keep_spare())
             if balance is not None:
                 balance.connected(1)
                 task.add_done_callback(lambda _t: balance.connected(-1))
                 return  # one at a time: the others get their turn
 
+    def _accept_on_spare(self, sock: socket.socket) -> socket.socket | None:
+        """The next client, accepted on the spare descriptor (closed for it), or None."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        os.close(spare)
+        try:
+            conn, _addr = sock.accept()
+        except OSError:  # (no client after all, or another thread took the descriptor)
+            self._keep_spare()
+            return None
+        return conn
+
+    def _keep_spare(self) -> None:
+        """Hold a spare descriptor (when none is held, and one is free)."""
+        if self._spare is None and not self._closed:
+            with contextlib.suppress(OSError):
+                self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
     def _resume(self, sock: socket.socket) -> None:
         if sock in self.sockets and sock.fileno() >= 0:
+            self._keep_spare()
             self.loop.add_reader(sock.fileno(), self._accept, sock)
 
     def close(self) -> None:
         """Stop accepting (connections already accepted go on)."""
+        self._closed = True
         sockets, self.sockets = self.sockets, []
         for sock in sockets:
             if sock.fileno() >= 0:
                 self.loop.remove_reader(sock.fileno())
                 sock.close()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare)

@@ -36,7 +36,7 @@ from ..errors import (
     TableNotFoundError,
     UsersFileError,
 )
-from . import _sqlitearith, _sqltext, _types
+from . import _openfiles, _sqlitearith, _sqltext, _types
 from ._groupsync import GroupSync
 from ._writequeue import WriteQueue
 
@@ -807,6 +807,9 @@ def statement_error(exc: Exception) -> StatementError:
     """The engine's error as a StatementError with the closest SQLSTATE."""
     if isinstance(exc, StatementError):
         return exc
+    if _openfiles.out_of_files(exc):  # (a file other than a part's: a log, DuckDB's own)
+        return StatementError(_openfiles.message("for the statement", exc),
+                              _openfiles.SQLSTATE, hint=_openfiles.HINT)
     if isinstance(exc, AuthenticationError):
         return StatementError(str(exc), "XX001")  # data_corrupted
     if isinstance(exc, TableNotFoundError):
@@ -821,6 +824,8 @@ def statement_error(exc: Exception) -> StatementError:
         return StatementError(str(exc), exc.sqlstate, hint=exc.hint)
     if isinstance(exc, DatabaseError):
         text = str(exc)
+        if "too many open files" in text.lower():  # (a part's open, or DuckDB's IO Error)
+            return StatementError(text, _openfiles.SQLSTATE, hint=exc.hint or _openfiles.HINT)
         if isinstance(exc, NotSupportedError) or "append-only" in text \
                 or "not supported" in text:
             return StatementError(text, "0A000", hint=exc.hint)

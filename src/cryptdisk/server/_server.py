@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import ServerError
-from . import _infoschema, _pgsession, _pgtables, _sqltext, _systables
+from . import _infoschema, _openfiles, _pgsession, _pgtables, _sqltext, _systables
 from ._accesslog import AccessLog
 from ._conn import Connection, Listener
 from ._engines import TRANSACTION_WORDS, Engine, Result
@@ -25,6 +25,8 @@ log = logging.getLogger("cryptdisk.server")
 _UNPLANNED: Any = object()
 
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+#: seconds a client accepted on the spare descriptor has to send its startup message
+SPARE_LOGIN_TIMEOUT = 5.0
 
 
 def _table_id(engine: Any, name: str) -> str | None:
@@ -241,7 +243,13 @@ class Server:
         try:
             connections = len(self._tasks) if self.workers is None else self.workers.total()
             session = Session(self, conn)
-            if self.draining or connections > self.max_connections:
+            if conn.spare:  # accepted on the listener's spare descriptor: none is left
+                session.refuse = (_openfiles.SQLSTATE,
+                                  _openfiles.message("for a new connection"))
+                session.refuse_hint = _openfiles.HINT
+                # (the spare is back once this client is gone: a silent one holds it briefly)
+                session.login_timeout = min(self.login_timeout, SPARE_LOGIN_TIMEOUT)
+            elif self.draining or connections > self.max_connections:
                 session.refuse = (("57P03", "the server is shutting down") if self.draining
                                   else ("53300", "sorry, too many clients already"))
                 if connections > 2 * self.max_connections:

@@ -382,6 +382,9 @@ class Session:
         #: (too many connections, shutting down): after TLS, as PostgreSQL does, so the
         #: client shows the message, and a CancelRequest is still taken
         self.refuse: tuple[str, str] | None = None
+        self.refuse_hint: str | None = None
+        #: seconds from connect to logged in (or refused)
+        self.login_timeout = server.login_timeout
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
         self.database = self.application_name = ""
@@ -484,7 +487,7 @@ class Session:
     async def run(self) -> None:
         try:
             try:
-                await asyncio.wait_for(self._startup(), self.server.login_timeout)
+                await asyncio.wait_for(self._startup(), self.login_timeout)
             except TimeoutError:
                 self._fatal("08006", "login timed out")
                 raise _Closing() from None
@@ -559,7 +562,7 @@ class Session:
                 raise _Closing()
             break
         if self.refuse is not None:
-            self._fatal(*self.refuse)
+            self._fatal(*self.refuse, hint=self.refuse_hint)
             raise _Closing()
         if not self.tls and not (self.server.plaintext_loopback and is_loopback(self.peer_host)):
             self._fatal("28000", "this server accepts TLS connections only",
@@ -595,7 +598,7 @@ class Session:
                 self.engine.record_tables()
         except Exception as exc:
             err = statement_error(exc)
-            self._fatal(err.sqlstate, str(err))
+            self._fatal(err.sqlstate, str(err), err.hint)
             raise _Closing() from None
         self.send(P.auth_ok())
         params = {
