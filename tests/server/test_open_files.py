@@ -33,9 +33,9 @@ import pytest
 import cryptdisk
 from tests.server.certs import make_ca_and_server
 
-PARTS = 300  # parts of table t: more than the server's limit of open files
-ROWS = 100  # rows of each part (30,000 in all: a stream suspends mid-table)
-LIMIT = 128  # the server's soft and hard limit of open files
+PARTS = 160  # parts of table t: more than the server's limit of open files
+ROWS = 150  # rows of each part (24,000 in all: a stream suspends mid-table)
+LIMIT = 64  # the server's soft and hard limit of open files
 PASSWORD = "pw of u"
 #: part k's rows: keys of the parts overlapping, NULLs in f (a fifth)
 PART_ROWS = ("SELECT (i * 7919 + {k} * 104729) % 100003 AS k, md5((i + {k})::VARCHAR) AS s, "
