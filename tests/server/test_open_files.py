@@ -98,10 +98,10 @@ class Served:
                 return int(soft), int(hard)
         raise AssertionError("no open-files limit in /proc")
 
-    def psycopg(self) -> psycopg.Connection:
+    def psycopg(self, autocommit: bool = True) -> psycopg.Connection:
         return psycopg.connect(host="localhost", port=self.port, user="u", password=PASSWORD,
-                               dbname="app", sslmode="verify-full",
-                               sslrootcert=str(self.ca), autocommit=True, connect_timeout=10)
+                               dbname="app", sslmode="verify-full", sslrootcert=str(self.ca),
+                               autocommit=autocommit, connect_timeout=10)
 
     async def asyncpg(self) -> asyncpg.Connection:
         return await asyncpg.connect(
@@ -270,9 +270,11 @@ def test_queries_answer_beside_suspended_streams(served: Served, database: Any) 
 
 
 def test_streams_left_open_cancelled_or_cut_off_leave_no_descriptor(served: Served) -> None:
-    """Twelve sessions open streams and go away in every way (the connection dropped with
-    the portal suspended, a CancelRequest mid-stream, the portal closed, the transaction
-    committed); once they are gone the server holds no more descriptors than before."""
+    """Sixteen sessions open streams and go away in every way (the connection dropped with
+    the portal suspended, a CancelRequest mid-stream, the transaction rolled back or
+    committed; psycopg's DECLAREd cursors, which stream too, left open as the client
+    closes, or closed); once they are gone the server holds no more descriptors than
+    before."""
     with served.psycopg() as c:  # the kept-open parts filled (the baseline's)
         for sql in QUERIES[:1] * 3:
             c.execute(sql).fetchall()
@@ -296,6 +298,14 @@ def test_streams_left_open_cancelled_or_cut_off_leave_no_descriptor(served: Serv
             await conn.close()
 
     asyncio.run(body())
+    for i in range(4):
+        with served.psycopg(autocommit=False) as c:
+            cur = c.cursor(name=f"c{i}")  # DECLARE ... NO SCROLL CURSOR: streamed
+            cur.execute(STREAMED)
+            assert len(cur.fetchmany(100)) == 100
+            if i % 2:
+                cur.close()  # CLOSE; else the client goes with the cursor open
+        cur.close()  # (the connection closed: nothing sent)
     with served.psycopg() as c:
         assert c.execute("SELECT count(*) FROM t").fetchall() == [(PARTS * ROWS,)]
     _wait_for(lambda: served.descriptors() <= before,
