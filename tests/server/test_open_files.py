@@ -14,6 +14,7 @@ part files, the server's descriptors read from /proc.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import resource
@@ -31,6 +32,7 @@ import psycopg
 import pytest
 
 import cryptdisk
+from cryptdisk.errors import DatabaseError
 from tests.server.certs import make_ca_and_server
 
 PARTS = 160  # parts of table t: more than the server's limit of open files
@@ -369,3 +371,17 @@ def test_past_the_limit_a_clear_error_and_the_server_serves_on(served: Served,
               f"descriptors back to {before} (now {served.descriptors()})")
     with served.psycopg() as c:
         assert c.execute(QUERIES[0]).fetchall() == want
+
+
+@pytest.mark.parametrize("exc", [
+    OSError(errno.EMFILE, "Too many open files"),  # a file other than a part's
+    OSError(errno.ENFILE, "Too many open files in system"),
+    DatabaseError('IO Error: Cannot open file "x.tmp": Too many open files'),  # DuckDB's
+])
+def test_every_error_of_no_descriptor_left_is_53000_with_the_way_out(exc: Exception) -> None:
+    from cryptdisk.server._engines import statement_error
+
+    err = statement_error(exc)
+    assert err.sqlstate == "53000", err.sqlstate
+    assert "too many open files" in str(err).lower() and "ulimit -n" in (err.hint or "")
+    assert ("the system" in str(err)) == (getattr(exc, "errno", None) == errno.ENFILE)
