@@ -181,3 +181,18 @@ def cancel_running(srv: ServerThread, conn: Any, sql: str = ENDLESS) -> list[Bas
             break
     assert not worker.is_alive()
     return errors
+
+
+def masked_reader(srv: ServerThread, table: str, column: str) -> dict[str, Any]:
+    """Make user ``bob`` (password ``bob pw``) a reader of ``table`` whose VARCHAR
+    ``column`` is masked to ``***`` (the engine has a PolicyStore); the connection
+    arguments to log in as bob."""
+    import psycopg
+
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for st in ["CREATE USER bob PASSWORD 'bob pw'", f"GRANT SELECT ON {table} TO bob",
+                   "GRANT APPLY POLICY TO u",
+                   "CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'",
+                   f"ALTER TABLE {table} ALTER {column} SET MASKING POLICY m"]:
+            c.execute(st)
+    return {**srv.dsn, "user": "bob", "password": "bob pw"}

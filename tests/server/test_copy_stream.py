@@ -24,7 +24,7 @@ import pytest
 
 from cryptdisk.server import AccessLog, AnalyticalEngine, _copy, _types
 from cryptdisk.server._rowstream import BATCH_ROWS, RowStream
-from tests.server.conftest import PASSWORD, USER
+from tests.server.conftest import PASSWORD, USER, masked_reader
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 from tests.server.test_access_log import lines
 from tests.server.test_streaming import _SERVER, _hwm, _open_streams, _wait_for
@@ -249,14 +249,8 @@ def test_masking_and_the_access_log_apply_to_a_streamed_copy(start_server, fille
     filled.policies = PolicyStore(tmp_path / "a.policies", filled.keyring, filled)
     log_path = tmp_path / "access.log"
     srv = start_server(filled, access_log=AccessLog(log_path))
-    with psycopg.connect(**srv.dsn, autocommit=True) as c:
-        for st in ["CREATE USER bob PASSWORD 'bob pw'", "GRANT SELECT ON t TO bob",
-                   "GRANT APPLY POLICY TO u",
-                   "CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'",
-                   "ALTER TABLE t ALTER s SET MASKING POLICY m"]:
-            c.execute(st)
-    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
-                         autocommit=True) as bob, bob.cursor() as cur:
+    bob_dsn = masked_reader(srv, "t", "s")
+    with psycopg.connect(**bob_dsn, autocommit=True) as bob, bob.cursor() as cur:
         text = b"".join(_copy_out(cur, "COPY t (i, s) TO STDOUT")).decode()
         assert {line.split("\t")[1] for line in text.splitlines()} == {"***"}
         assert len(text.splitlines()) == ROWS

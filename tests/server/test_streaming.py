@@ -24,6 +24,7 @@ from cryptdisk.db import _partread
 from cryptdisk.format import HEADER_SIZE
 from cryptdisk.server import AccessLog, AnalyticalEngine
 from cryptdisk.server._rowstream import BATCH_ROWS
+from tests.server.conftest import masked_reader
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 from tests.server.test_access_log import lines
 
@@ -302,15 +303,10 @@ def test_masking_and_the_access_log_apply_to_a_streamed_result(start_server, fil
     filled.policies = PolicyStore(tmp_path / "a.policies", filled.keyring, filled)
     log_path = tmp_path / "access.log"
     srv = start_server(filled, access_log=AccessLog(log_path))
+    bob_dsn = masked_reader(srv, "t", "b")
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
-        for st in ["CREATE USER bob PASSWORD 'bob pw'", "GRANT SELECT ON t TO bob",
-                   "GRANT APPLY POLICY TO u",
-                   "CREATE MASKING POLICY m AS (v VARCHAR) RETURNS VARCHAR -> '***'",
-                   "ALTER TABLE t ALTER b SET MASKING POLICY m"]:
-            c.execute(st)
         assert {r[0] for r in c.execute("SELECT b FROM t").fetchall()} != {"***"}
-    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
-                         autocommit=True) as bob:
+    with psycopg.connect(**bob_dsn, autocommit=True) as bob:
         rows = bob.execute("SELECT a, b FROM t ORDER BY a").fetchall()
         assert len(rows) == ROWS and {b for _, b in rows} == {"***"}
         rows = bob.execute("SELECT b FROM t WHERE a < %s", (BATCH_ROWS + 5,)).fetchall()
