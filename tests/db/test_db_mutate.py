@@ -87,6 +87,23 @@ def test_update_to_null_and_back(db):
     assert db.query("SELECT sum(c_float) FROM t WHERE c_int < 5") == [(5.0,)]
 
 
+def test_is_distinct_from_is_an_operator_not_a_from_clause(db):
+    """``IS [NOT] DISTINCT FROM`` in a WHERE or a SET: its FROM was read as the clause of
+    ``UPDATE ... FROM`` (refused with NotSupportedError) or ended a DELETE's WHERE."""
+    assert _count(db.execute("UPDATE t SET c_str = 'd' WHERE c_int IS NOT DISTINCT FROM 3")) == 1
+    assert _count(db.execute("UPDATE t SET c_float = NULL WHERE c_int < 2 AND c_str "
+                             "IS DISTINCT FROM 'x'")) == 2
+    assert _count(db.execute("UPDATE t SET c_str = (c_int IS DISTINCT FROM 5)::VARCHAR "
+                             "WHERE c_int BETWEEN 4 AND 5")) == 2
+    assert db.query("SELECT c_int, c_str FROM t WHERE c_int BETWEEN 3 AND 5 ORDER BY c_int") \
+        == [(3, "d"), (4, "true"), (5, "false")]
+    assert _count(db.execute("DELETE FROM t WHERE c_float IS NOT DISTINCT FROM NULL")) == 2
+    assert _count(db.execute("DELETE FROM t WHERE c_int IS DISTINCT FROM 7")) == 2997
+    assert db.query("SELECT c_int FROM t") == [(7,)]
+    with pytest.raises(NotSupportedError, match=r"UPDATE \.\.\. FROM"):
+        db.execute("UPDATE t SET c_str = o.s FROM other o WHERE c_int IS DISTINCT FROM 1")
+
+
 def test_subqueries_read_other_tables_and_the_table_as_it_was(db):
     db.sql("CREATE TABLE gone (id BIGINT)")
     db.sql("INSERT INTO gone SELECT * FROM range(0, 3000, 3)")

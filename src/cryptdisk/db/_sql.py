@@ -784,8 +784,10 @@ _CHANGE_HINT = "DELETE FROM t [WHERE cond]; UPDATE t SET c = expr [, ...] [WHERE
 
 def _top_level_words(text: str) -> list[tuple[int, str]]:
     """``(offset, word)`` of each of :data:`_CLAUSES` in ``text`` outside parentheses,
-    strings and quoted names."""
+    strings and quoted names; a ``FROM`` after ``DISTINCT`` is the operator ``IS [NOT]
+    DISTINCT FROM``, no clause."""
     out, depth, i, n = [], 0, 0, len(text)
+    prev = ""
     while i < n:
         c = text[i]
         if c in "'\"`":
@@ -803,8 +805,9 @@ def _top_level_words(text: str) -> list[tuple[int, str]]:
             while j < n and _ident_char(text[j]):
                 j += 1
             word = text[i:j].upper()
-            if word in _CLAUSES:
+            if word in _CLAUSES and not (word == "FROM" and prev == "DISTINCT"):
                 out.append((i, word))
+            prev = word
             i = j
             continue
         i += 1
