@@ -15,7 +15,8 @@ conjuncts apply too, carried between tables by column equalities
 Types follow DuckDB's comparison rules: integer columns take integer literals
 within BIGINT's range (compared exactly); floating columns take numeric
 literals, compared with a little slack (DuckDB's decimal-to-double cast may
-round differently from Python's), and a lower bound alone never skips a row
+round differently from Python's; a REAL column's slack is a REAL's precision, as DuckDB
+rounds the constant to REAL), and a lower bound alone never skips a row
 group because DuckDB orders NaN above every number and Parquet statistics leave
 NaN out; VARCHAR columns take string literals (byte order, as both use).
 """
@@ -373,10 +374,15 @@ def _renamed_refs(node: dict[str, Any], source: dict[str, str], quals: set[str]
 
 def widened(v: Any, typ: pa.DataType, up: bool) -> Any:
     """Filter bound ``v`` moved a hair outwards (up for an upper bound) on a floating
-    column, so statistics rounded by a cast never skip a row that matches."""
+    column, so statistics rounded by a cast never skip a row that matches. On a REAL
+    column the hair is a REAL's precision: DuckDB compares it with a constant rounded to
+    REAL (``r = 0.1`` holds for the REAL nearest 0.1, 0.10000000149...)."""
     if not pa.types.is_floating(typ):
         return v
-    eps = abs(v) * 1e-9 + 1e-300
+    if typ.bit_width == 32:
+        eps = abs(v) * 2.0**-23 + 2.0**-149  # a REAL's ulp (and its smallest subnormal)
+    else:
+        eps = abs(v) * 1e-9 + 1e-300
     return v + eps if up else v - eps
 
 
