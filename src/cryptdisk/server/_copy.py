@@ -1,8 +1,12 @@
 """COPY ... FROM STDIN and COPY ... TO STDOUT: the statement, and rows in text, CSV or binary.
 
 Text format is PostgreSQL's: fields split by a delimiter (tab), ``\\N`` for NULL,
-backslash escapes. CSV: RFC 4180 quoting, an empty field is NULL (the
-``NULL`` option changes that), optional header line. Binary is PostgreSQL's binary
+backslash escapes. CSV is PostgreSQL's CSV: a field is quoted when it holds the
+delimiter, the quote, a newline or a carriage return, when it equals the NULL string, or
+when it is ``\\.`` alone on a line; NULL is the NULL string unquoted (default: an empty
+field) and a quoted field is never NULL (``""`` is the empty string); the ``QUOTE`` and
+``ESCAPE`` characters (default both ``"``) say how quotes are written; a line ``\\.``
+alone ends the data; optional header line. Binary is PostgreSQL's binary
 copy format: the 11-byte signature ``PGCOPY\\n\\377\\r\\n\\0``, flags, a header
 extension, then per row a 16-bit field count and per field a 32-bit length (-1:
 NULL) and the value in its type's binary format; a field count of -1 ends the data.
@@ -15,9 +19,7 @@ the bytes are those of the whole result encoded at once.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import re
 import struct
 from collections.abc import Iterable, Iterator
@@ -51,6 +53,8 @@ class CopyStatement:
     header: bool = False
     delimiter: str = "\t"
     null: str = "\\N"
+    quote: str = '"'
+    escape: str = '"'
 
 
 def _ident(token: str) -> str:
@@ -74,14 +78,19 @@ def parse_copy(sql: str) -> CopyStatement:
                        [_ident(c.strip()) for c in m["cols"].split(",")] if m["cols"] else None)
     opts = m["opts"].strip()
     opts = re.sub(r"^WITH\s*", "", opts, flags=re.I).strip()
-    if opts.startswith("(") and opts.endswith(")"):
-        items = [o.strip() for o in opts[1:-1].split(",") if o.strip()]
+    if opts.startswith("(") and opts.endswith(")"):  # (commas inside '...' are values)
+        items = [o.strip() for o in re.findall(r"(?:'(?:[^']|'')*'|[^,'])+", opts[1:-1])
+                 if o.strip()]
     else:  # the old syntax: [BINARY] [DELIMITER [AS] ','] [NULL [AS] ''] [CSV [HEADER]]
         items = _old_options(opts)
+    given: set[str] = set()
     for item in items:
         key, _, value = item.partition(" ")
         key, value = key.upper(), value.strip()
         text = value[1:-1].replace("''", "'") if value.startswith("'") else value
+        if key in given:
+            raise StatementError("conflicting or redundant options", "42601")
+        given.add(key)
         if key == "FORMAT":
             if text.lower() not in ("text", "csv", "binary"):
                 raise StatementError(f"COPY format {text} is not supported (text, csv, "
@@ -96,15 +105,40 @@ def parse_copy(sql: str) -> CopyStatement:
             st.delimiter = text
         elif key == "NULL":
             st.null = text
+        elif key in ("QUOTE", "ESCAPE"):
+            if len(text) != 1:
+                raise StatementError(f"COPY {key.lower()} must be a single character",
+                                     "22023")
+            setattr(st, key.lower(), text)
         else:
             raise StatementError(f"COPY option {key} is not supported", "0A000")
         if st.binary and key in ("HEADER", "DELIMITER", "NULL"):
             raise StatementError(f"cannot specify {key} in BINARY mode", "42601")
+    if not st.csv and given & {"QUOTE", "ESCAPE"}:
+        key = "quote" if "QUOTE" in given else "escape"
+        raise StatementError(f"COPY {key} available only in CSV mode", "0A000")
     if st.csv:
-        st.delimiter = "," if st.delimiter == "\t" and "DELIMITER" not in opts.upper() \
-            else st.delimiter
-        st.null = "" if st.null == "\\N" and "NULL" not in opts.upper() else st.null
+        st.delimiter = st.delimiter if "DELIMITER" in given else ","
+        st.null = st.null if "NULL" in given else ""
+        st.escape = st.escape if "ESCAPE" in given else st.quote
+        _check_csv(st)
     return st
+
+
+def _check_csv(st: CopyStatement) -> None:
+    """PostgreSQL's checks of CSV options: without them a value and NULL, or a field and
+    the next, could be written alike."""
+    if st.delimiter in "\r\n" or st.null.count("\r") or st.null.count("\n"):
+        what = "delimiter" if st.delimiter in "\r\n" else "null representation"
+        raise StatementError(f"COPY {what} cannot use newline or carriage return", "22023")
+    if st.delimiter == st.quote:
+        raise StatementError("COPY delimiter and quote must be different", "22023")
+    if st.delimiter in st.null:
+        raise StatementError("COPY delimiter must not appear in the NULL specification",
+                             "22023")
+    if st.quote in st.null:
+        raise StatementError("CSV quote character must not appear in the NULL "
+                             "specification", "22023")
 
 
 def _old_options(opts: str) -> list[str]:
@@ -169,16 +203,8 @@ def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
         raise StatementError("COPY data is not valid UTF-8", "22021") from None
     rows: list[list[str | None]] = []
     if st.csv:
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=st.delimiter,
-                            strict=True)
-        try:
-            for i, raw in enumerate(reader):
-                if i == 0 and st.header:
-                    continue
-                rows.append([None if v == st.null else v for v in raw])
-        except csv.Error as exc:
-            raise StatementError(f"COPY: malformed CSV: {exc}", "22P04") from None
-        return rows
+        rows = _decode_csv(st, text)
+        return rows[1:] if st.header else rows
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -198,17 +224,13 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, .
     result's first rows (the header line, if asked for, comes before them)."""
     header = st.header and first
     if st.csv:
-        buf = io.StringIO()
-        writer = csv.writer(buf, delimiter=st.delimiter, lineterminator="\n")
+        single = len(names) == 1
         if header:
-            writer.writerow(names)
+            yield (st.delimiter.join(_csv_field(st, n, single) for n in names)
+                   + "\n").encode()
         for row in rows:
-            writer.writerow([st.null if v is None else _text(v) for v in row])
-            yield buf.getvalue().encode()
-            buf.seek(0)
-            buf.truncate()
-        if buf.getvalue():
-            yield buf.getvalue().encode()
+            yield (st.delimiter.join(st.null if v is None else _csv_field(st, _text(v), single)
+                                     for v in row) + "\n").encode()
         return
     if header:
         yield (st.delimiter.join(names) + "\n").encode()
@@ -217,6 +239,84 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, .
             "\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace(
             st.delimiter, "\\" + st.delimiter) for v in row]
         yield (st.delimiter.join(fields) + "\n").encode()
+
+
+# --- CSV ---------------------------------------------------------------------------------
+
+def _csv_field(st: CopyStatement, value: str, single: bool) -> str:
+    """A value (never NULL) as PostgreSQL's CSV writes it: quoted if it holds the
+    delimiter, the quote, a newline or a carriage return, if it equals the NULL string (so
+    that it reads back as that string), or if it is ``\\.`` in a row of one column (the
+    end-of-data marker); inside quotes the quote and the escape character follow an escape
+    character."""
+    if not (value == st.null or (single and value == "\\.")
+            or any(c in value for c in (st.delimiter, st.quote, "\n", "\r"))):
+        return value
+    q, e = st.quote, st.escape
+    body = value.replace(q, q + q) if e == q else value.replace(e, e + e).replace(q, e + q)
+    return q + body + q
+
+
+def _csv_patterns(st: CopyStatement) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    d, q, e = (re.escape(c) for c in (st.delimiter, st.quote, st.escape))
+    plain = re.compile(f"[^{d}{q}\r\n]*")  # an unquoted run
+    if st.quote == st.escape:
+        quoted = re.compile(f"((?:[^{q}]|{q}{q})*+){q}")
+    else:  # an escape before the quote or itself takes it; elsewhere it is itself
+        quoted = re.compile(f"((?:[^{q}{e}]|{e}[{q}{e}]|{e}(?![{q}{e}]))*+){q}")
+    return plain, quoted
+
+
+def _decode_csv(st: CopyStatement, text: str) -> list[list[str | None]]:
+    """Records of PostgreSQL's CSV. A field may mix quoted and unquoted parts (``a"b,c"``
+    is ``ab,c``); it is NULL only if no part was quoted and it equals the NULL string. The
+    line ending is the first line's (``\\n``, ``\\r\\n`` or ``\\r``): another one
+    outside quotes is an error, as in PostgreSQL. A line ``\\.`` alone, unquoted, ends
+    the data."""
+    plain, quoted = _csv_patterns(st)
+    q, e, d = st.quote, st.escape, st.delimiter
+    rows: list[list[str | None]] = []
+    pos, n, eol = 0, len(text), ""
+    while pos < n:
+        if text.startswith("\\.", pos) and text[pos + 2:pos + 3] in ("", "\r", "\n"):
+            break
+        row: list[str | None] = []
+        while True:  # one field
+            parts, was_quoted = [], False
+            while True:
+                m = plain.match(text, pos)
+                assert m
+                parts.append(m[0])
+                pos = m.end()
+                if pos < n and text[pos] == q:
+                    m = quoted.match(text, pos + 1)
+                    if not m:
+                        raise StatementError(f"COPY: malformed CSV: unterminated quoted "
+                                             f"field in line {len(rows) + 1}", "22P04")
+                    body = m[1]
+                    parts.append(body.replace(q + q, q) if e == q
+                                 else re.sub(f"{re.escape(e)}([{re.escape(q + e)}])",
+                                             r"\1", body))
+                    was_quoted = True
+                    pos = m.end()
+                    continue
+                break
+            field = "".join(parts)
+            row.append(None if not was_quoted and field == st.null else field)
+            if pos < n and text[pos] == d:
+                pos += 1
+                continue
+            break
+        rows.append(row)
+        if pos < n:  # a line ending
+            end = "\r\n" if text.startswith("\r\n", pos) else text[pos]
+            if eol and end != eol:
+                what = "carriage return" if "\r" in end and "\r" not in eol else "newline"
+                raise StatementError(f"COPY: malformed CSV: unquoted {what} in line "
+                                     f"{len(rows)} (quote a field to hold one)", "22P04")
+            eol = end
+            pos += len(end)
+    return rows
 
 
 # --- binary ------------------------------------------------------------------------------

@@ -1,0 +1,162 @@
+"""COPY's CSV format as PostgreSQL's: NULL and the empty string kept apart both ways,
+quoting, QUOTE/ESCAPE, the end-of-data marker, and the options PostgreSQL refuses."""
+
+from __future__ import annotations
+
+import itertools
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from cryptdisk.server import _copy
+from cryptdisk.server._engines import StatementError
+
+#: the option combinations PostgreSQL accepts of: delimiter, NULL, QUOTE, ESCAPE, HEADER
+DELIMITERS = [",", ";", "\t", "|"]
+NULLS = ["", "NULL", "\\N", "x"]
+QUOTES = ['"', "'"]
+ESCAPES = [None, "\\"]  # None: the same as QUOTE (the default)
+COMBINATIONS = [c for c in itertools.product(DELIMITERS, NULLS, QUOTES, ESCAPES, [False, True])
+                if c[0] != c[2] and c[0] not in c[1] and c[2] not in c[1]]
+
+
+def _options(delimiter: str, null: str, quote: str, escape: str | None, header: bool) -> str:
+    def lit(s: str) -> str:
+        return "'" + s.replace("'", "''") + "'"
+    opts = [f"FORMAT csv, DELIMITER {lit(delimiter)}, NULL {lit(null)}, QUOTE {lit(quote)}"]
+    if escape is not None:
+        opts.append(f"ESCAPE {lit(escape)}")
+    if header:
+        opts.append("HEADER")
+    return "(" + ", ".join(opts) + ")"
+
+
+#: strings made of what CSV treats specially (every delimiter, quote and escape, line ends,
+#: the end-of-data marker's characters), the NULL strings and plain text
+VALUE = hs.one_of(hs.none(), hs.sampled_from(["", "\\.", "NULL", "\\N", "x", " "]),
+                  hs.text(alphabet=",;\t|\"'\\\n\r.xNUL é", max_size=8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(options=hs.sampled_from(COMBINATIONS), width=hs.integers(1, 4), data=hs.data())
+def test_csv_round_trip_keeps_null_and_every_string(options, width, data) -> None:
+    rows = data.draw(hs.lists(hs.lists(VALUE, min_size=width, max_size=width), max_size=6))
+    names = data.draw(hs.lists(hs.text(alphabet=",\"'\n x", max_size=3), min_size=width,
+                               max_size=width))
+    opts = _options(*options)
+    out = _copy.parse_copy(f"COPY t TO STDOUT {opts}")
+    encoded = b"".join(_copy.encode_rows(out, names, [tuple(r) for r in rows]))
+    assert _copy.decode_rows(_copy.parse_copy(f"COPY t FROM STDIN {opts}"), encoded) == rows
+    if options[4]:  # the header line reads back as the names (quoted if one is NULL's)
+        plain = _copy.parse_copy(f"COPY t FROM STDIN {_options(*options[:4], False)}")
+        assert _copy.decode_rows(plain, encoded)[0] == names
+
+def test_csv_is_written_as_postgresql_writes_it() -> None:
+    st = _copy.parse_copy("COPY t TO STDOUT CSV")
+    assert list(_copy.encode_rows(st, ["a", "b"], [("x", ""), ("y", None)])) == [
+        b'x,""\n', b"y,\n"]
+    assert list(_copy.encode_rows(st, ["a"], [("",), (None,), ("\\.",), ("a\rb",)])) == [
+        b'""\n', b"\n", b'"\\."\n', b'"a\rb"\n']
+    assert list(_copy.encode_rows(st, ["a", "b"], [("\\.", 'say "hi"')])) == [
+        b'\\.,"say ""hi"""\n']
+    st = _copy.parse_copy("COPY t TO STDOUT (FORMAT csv, NULL 'n', QUOTE '''', "
+                          "ESCAPE '\\', HEADER)")
+    assert b"".join(_copy.encode_rows(st, ["n", "b"], [("n", ""), ("it's", "a\\b,")])) == \
+        b"'n',b\n'n',\n'it\\'s','a\\\\b,'\n"
+
+
+def test_csv_is_read_as_postgresql_reads_it() -> None:
+    st = _copy.parse_copy("COPY t FROM STDIN CSV")
+    assert _copy.decode_rows(st, b'x,""\ny,\n""\n\n"a""b","c\nd"\n') == [
+        ["x", ""], ["y", None], [""], [None], ['a"b', "c\nd"]]
+    # quoted and unquoted parts make one field, never NULL once a part is quoted
+    assert _copy.decode_rows(st, b'a"b,c"d,""""\n') == [["ab,cd", '"']]
+    # CRLF line ends; a quoted \. is a value, an unquoted one alone ends the data
+    assert _copy.decode_rows(st, b'1,2\r\n"\\."\r\n\\.\r\nnot read\r\n') == [
+        ["1", "2"], ["\\."]]
+    assert _copy.decode_rows(st, b"\\.x,\\.\n\\.") == [["\\.x", "\\."]]
+    st = _copy.parse_copy("COPY t FROM STDIN (FORMAT csv, NULL 'NULL', HEADER)")
+    assert _copy.decode_rows(st, b'"h\n1",h2\nNULL,"NULL"\n,\n') == [
+        [None, "NULL"], ["", ""]]
+    st = _copy.parse_copy("COPY t FROM STDIN (FORMAT csv, QUOTE '''', ESCAPE '\\')")
+    assert _copy.decode_rows(st, b"'it\\'s','a\\\\b',a\\b,'\\x'\n") == [
+        ["it's", "a\\b", "a\\b", "\\x"]]
+
+
+@pytest.mark.parametrize("data, message", [
+    (b'1,"open\n', "unterminated quoted field in line 1"),
+    (b"1,2\n3,4\r\n", "unquoted carriage return in line 2"),
+    (b"1,2\r\n3,4\n5\r\n", "unquoted newline in line 2"),
+])
+def test_malformed_csv_is_a_clear_error(data, message) -> None:
+    with pytest.raises(StatementError, match=message) as err:
+        _copy.decode_rows(_copy.parse_copy("COPY t FROM STDIN CSV"), data)
+    assert err.value.sqlstate == "22P04"
+
+
+@pytest.mark.parametrize("sql, sqlstate, message", [
+    ("COPY t TO STDOUT (FORMAT csv, FORCE_QUOTE (a, b))", "0A000", "FORCE_QUOTE"),
+    ("COPY t TO STDOUT (FORMAT csv, FORCE_QUOTE *)", "0A000", "FORCE_QUOTE"),
+    ("COPY t FROM STDIN (FORMAT csv, FORCE_NOT_NULL (a))", "0A000", "FORCE_NOT_NULL"),
+    ("COPY t FROM STDIN (FORMAT csv, FORCE_NULL (a))", "0A000", "FORCE_NULL"),
+    ("COPY t FROM STDIN CSV FORCE NOT NULL a", "0A000", "FORCE"),
+    ("COPY t TO STDOUT CSV FORCE QUOTE a", "0A000", "FORCE"),
+    ("COPY t TO STDOUT (QUOTE '\"')", "0A000", "quote available only in CSV mode"),
+    ("COPY t TO STDOUT (ESCAPE '\\')", "0A000", "escape available only in CSV mode"),
+    ("COPY t TO STDOUT (FORMAT csv, QUOTE 'ab')", "22023", "single character"),
+    ("COPY t TO STDOUT (FORMAT csv, DELIMITER '\"')", "22023", "delimiter and quote"),
+    ("COPY t TO STDOUT (FORMAT csv, NULL 'a,b')", "22023", "delimiter must not appear"),
+    ("COPY t TO STDOUT (FORMAT csv, NULL '\"')", "22023", "quote character must not"),
+    ("COPY t TO STDOUT (FORMAT csv, NULL 'a\nb')", "22023", "newline"),
+    ("COPY t TO STDOUT (FORMAT csv, DELIMITER ';', DELIMITER ',')", "42601", "redundant"),
+])
+def test_csv_options_postgresql_refuses_or_that_are_not_supported(sql, sqlstate,
+                                                                  message) -> None:
+    with pytest.raises(StatementError, match=message) as err:
+        _copy.parse_copy(sql)
+    assert err.value.sqlstate == sqlstate
+
+
+def test_a_comma_delimiter_in_the_new_syntax() -> None:
+    st = _copy.parse_copy("COPY t FROM STDIN (FORMAT text, DELIMITER ',')")
+    assert (st.csv, st.delimiter, st.null) == (False, ",", "\\N")
+    st = _copy.parse_copy("COPY t FROM STDIN (FORMAT csv, QUOTE ',', DELIMITER ';')")
+    assert (st.delimiter, st.quote, st.escape, st.null) == (";", ",", ",", "")
+
+
+#: what the client sends (PostgreSQL's CSV, by hand): '', NULL, quotes and a delimiter, a
+#: newline, the text \N (a string in CSV), the text NULL
+SENT = b'1,""\n2,\n3,"a ""q"", b"\n4,"line\nbreak"\n5,\\N\n6,NULL\n'
+ROWS = [(1, ""), (2, None), (3, 'a "q", b'), (4, "line\nbreak"), (5, "\\N"), (6, "NULL")]
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_csv_copy_keeps_null_and_the_empty_string_apart_with_psycopg(start_server, engine,
+                                                                      request) -> None:
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        with c.cursor() as cur:
+            with cur.copy("COPY t FROM STDIN (FORMAT csv)") as copy:
+                copy.write(SENT)
+            assert c.execute("SELECT a, b FROM t ORDER BY a").fetchall() == ROWS
+
+            def out(sql: str) -> bytes:
+                with cur.copy(sql) as copy:
+                    return b"".join(bytes(b) for b in copy)
+
+            # PostgreSQL's bytes, written by hand from its documented rules
+            assert out("COPY (SELECT a, b FROM t ORDER BY a) TO STDOUT CSV") == SENT
+            assert out("COPY (SELECT a, b FROM t ORDER BY a) TO STDOUT "
+                       "(FORMAT csv, NULL 'NULL', HEADER)") == (
+                b'a,b\n1,\n2,NULL\n3,"a ""q"", b"\n4,"line\nbreak"\n5,\\N\n6,"NULL"\n')
+            assert out("COPY (SELECT b FROM t ORDER BY a) TO STDOUT CSV") == (
+                b'""\n\n"a ""q"", b"\n"line\nbreak"\n\\N\nNULL\n')
+            # and what it wrote reads back as the same rows
+            c.execute("DELETE FROM t")
+            with cur.copy("COPY t FROM STDIN (FORMAT csv, NULL 'NULL', HEADER)") as copy:
+                copy.write(b'a,b\n1,\n2,NULL\n3,"a ""q"", b"\n4,"line\nbreak"\n5,\\N\n'
+                           b'6,"NULL"\n')
+            assert c.execute("SELECT a, b FROM t ORDER BY a").fetchall() == ROWS
