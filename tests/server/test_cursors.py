@@ -220,3 +220,36 @@ def test_the_statement_timeout_ends_a_fetch_and_closes_its_cursor(start_server,
             c.execute("FETCH 1 FROM c")
         c.rollback()
         assert c.execute("SELECT count(*) FROM t").fetchone() == (ROWS,)
+
+
+def test_a_zero_count_move_of_a_forward_cursor_only_tells_whether_it_is_on_a_row(
+        start_server, filled) -> None:
+    """MOVE 0 (FORWARD 0, BACKWARD 0, RELATIVE 0) of a cursor without SCROLL reads no row
+    again: as PostgreSQL's NO SCROLL cursor, it says MOVE 1 on a row, MOVE 0 before the
+    first or after the last, and fails on none; FETCH BACKWARD 0 off a row returns no row
+    (FETCH 0 on a row would read it again: 55000)."""
+    srv = start_server(filled)
+    with psycopg.connect(**srv.dsn) as c:
+        c.execute("DECLARE c NO SCROLL CURSOR FOR SELECT i FROM t ORDER BY i")
+        for zero in ("MOVE 0", "MOVE FORWARD 0", "MOVE BACKWARD 0", "MOVE RELATIVE 0",
+                     "FETCH BACKWARD 0", "FETCH 0"):
+            assert c.execute(f"{zero} FROM c").statusmessage.endswith(" 0"), zero
+        assert c.execute(f"FETCH {BATCH_ROWS + 5} FROM c").statusmessage == \
+            f"FETCH {BATCH_ROWS + 5}"
+        for zero in ("MOVE 0", "MOVE FORWARD 0", "MOVE BACKWARD 0", "MOVE RELATIVE 0"):
+            assert c.execute(f"{zero} FROM c").statusmessage == "MOVE 1", zero
+        assert c.execute("FETCH 2 FROM c").fetchall() == [(BATCH_ROWS + 5,), (BATCH_ROWS + 6,)]
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            c.execute("FETCH 0 FROM c")
+        c.rollback()
+        c.execute("DECLARE c CURSOR FOR SELECT i FROM t ORDER BY i")
+        (session,) = srv.server.sessions
+        held = len(session.portals["c"].result.stream.pending)  # (the rows read as it began)
+        c.execute(f"MOVE {held} FROM c")  # none held now
+        assert c.execute("MOVE 0 FROM c").statusmessage == "MOVE 1"
+        assert c.execute("FETCH 1 FROM c").fetchall() == [(held,)]
+        c.execute("MOVE ALL FROM c")
+        for zero in ("MOVE 0", "MOVE BACKWARD 0", "FETCH BACKWARD 0", "FETCH RELATIVE 0"):
+            assert c.execute(f"{zero} FROM c").statusmessage.endswith(" 0"), zero
+        c.rollback()
+        assert _open_streams(srv) == 0

@@ -1228,14 +1228,18 @@ class Session:
         WITH HOLD on the analytical engine): the rows it reaches are read from the query's
         stream, those after them stay unread, those before are let go. A move back
         (``BACKWARD``, ``PRIOR``, the current row again, a position before it) fails with
-        55000, as in PostgreSQL's NO SCROLL cursor; a failure reading the stream (a cancel,
-        the timeout) closes the cursor."""
+        55000, as in PostgreSQL's NO SCROLL cursor (a MOVE of 0 rows does not: it only says
+        whether the cursor is on a row); a failure reading the stream (a cancel, the
+        timeout) closes the cursor."""
         from ._cursors import move
 
         assert portal.result is not None
         result, pos = portal.result, portal.sent
         stream = result.stream
-        if fetch.kind == "backward":
+        # a count of 0 (FORWARD, BACKWARD, RELATIVE) stays on the current row: a MOVE only
+        # says whether there is one, a FETCH reads it again (a move back) only on a row
+        zero = fetch.count == 0 and fetch.kind != "absolute"
+        if fetch.kind == "backward" and not zero:
             raise _scan_forward()
         count = fetch.count
         # the rows after the position the fetch reaches (None: all, to find the last)
@@ -1268,11 +1272,11 @@ class Session:
         ended = stream is None or stream.closed
         total = offset + len(rows) + (0 if ended else 1)  # (unended: past the rows it asks)
         picked, moved = move(pos, total, fetch)
-        if moved < pos or any(i < pos for i in picked):
+        if moved < pos or (not (zero and fetch.move) and any(i < pos for i in picked)):
             if stream is not None:
                 stream.pending = rows
             raise _scan_forward()
-        out = [rows[i - offset] for i in picked]
+        out = [] if fetch.move else [rows[i - offset] for i in picked]
         if stream is not None:
             stream.pending = rows[moved - offset:]
         portal.sent = moved
