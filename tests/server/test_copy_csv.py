@@ -105,10 +105,10 @@ def test_malformed_csv_is_a_clear_error(data, message) -> None:
     ("COPY t TO STDOUT CSV FORCE QUOTE a", "0A000", "FORCE"),
     ("COPY t TO STDOUT (QUOTE '\"')", "0A000", "quote available only in CSV mode"),
     ("COPY t TO STDOUT (ESCAPE '\\')", "0A000", "escape available only in CSV mode"),
-    ("COPY t TO STDOUT (FORMAT csv, QUOTE 'ab')", "22023", "single character"),
+    ("COPY t TO STDOUT (FORMAT csv, QUOTE 'ab')", "0A000", "single one-byte character"),
     ("COPY t TO STDOUT (FORMAT csv, DELIMITER '\"')", "22023", "delimiter and quote"),
-    ("COPY t TO STDOUT (FORMAT csv, NULL 'a,b')", "22023", "delimiter must not appear"),
-    ("COPY t TO STDOUT (FORMAT csv, NULL '\"')", "22023", "quote character must not"),
+    ("COPY t TO STDOUT (FORMAT csv, NULL 'a,b')", "0A000", "delimiter must not appear"),
+    ("COPY t TO STDOUT (FORMAT csv, NULL '\"')", "0A000", "quote character must not"),
     ("COPY t TO STDOUT (FORMAT csv, NULL 'a\nb')", "22023", "newline"),
     ("COPY t TO STDOUT (FORMAT csv, DELIMITER ';', DELIMITER ',')", "42601", "redundant"),
 ])
@@ -117,6 +117,63 @@ def test_csv_options_postgresql_refuses_or_that_are_not_supported(sql, sqlstate,
     with pytest.raises(StatementError, match=message) as err:
         _copy.parse_copy(sql)
     assert err.value.sqlstate == sqlstate
+
+
+#: PostgreSQL 15's answers to COPY (SELECT 1 AS a, 'x' AS b) TO STDOUT (options), as psql
+#: printed them (None: accepted): text format refuses a delimiter its escapes or the NULL
+#: string could take for data, every format a newline in either
+PG_OPTION_ERRORS = [
+    ("DELIMITER 'n'", "22023", 'COPY delimiter cannot be "n"'),
+    ("DELIMITER '\\'", "22023", 'COPY delimiter cannot be "\\"'),
+    ("DELIMITER '.'", "22023", 'COPY delimiter cannot be "."'),
+    ("DELIMITER '7'", "22023", 'COPY delimiter cannot be "7"'),
+    ("DELIMITER 'N'", "0A000", "COPY delimiter must not appear in the NULL specification"),
+    ("DELIMITER '|', NULL 'a|b'", "0A000",
+     "COPY delimiter must not appear in the NULL specification"),
+    ("DELIMITER '\n'", "22023", "COPY delimiter cannot be newline or carriage return"),
+    ("DELIMITER '\r'", "22023", "COPY delimiter cannot be newline or carriage return"),
+    ("DELIMITER ''", "0A000", "COPY delimiter must be a single one-byte character"),
+    ("DELIMITER ';;'", "0A000", "COPY delimiter must be a single one-byte character"),
+    ("DELIMITER '\u00e9'", "0A000", "COPY delimiter must be a single one-byte character"),
+    ("NULL 'a\nb'", "22023", "COPY null representation cannot use newline or carriage return"),
+    ("NULL '\r'", "22023", "COPY null representation cannot use newline or carriage return"),
+    ("FORMAT csv, DELIMITER 'n'", None, None),
+    ("FORMAT csv, DELIMITER '\\'", None, None),
+    ("FORMAT csv, DELIMITER 'x', NULL 'x'", "0A000",
+     "COPY delimiter must not appear in the NULL specification"),
+    ("FORMAT csv, QUOTE 'x', NULL 'x'", "0A000",
+     "CSV quote character must not appear in the NULL specification"),
+    ("FORMAT csv, QUOTE ','", "22023", "COPY delimiter and quote must be different"),
+    ("FORMAT csv, DELIMITER '\r'", "22023",
+     "COPY delimiter cannot be newline or carriage return"),
+    ("FORMAT csv, NULL '\n'", "22023",
+     "COPY null representation cannot use newline or carriage return"),
+    ("FORMAT csv, QUOTE 'ab'", "0A000", "COPY quote must be a single one-byte character"),
+    ("FORMAT csv, QUOTE ''", "0A000", "COPY quote must be a single one-byte character"),
+    ("FORMAT csv, ESCAPE 'ab'", "0A000", "COPY escape must be a single one-byte character"),
+    ("FORMAT csv, DELIMITER ''", "0A000", "COPY delimiter must be a single one-byte character"),
+    ("QUOTE 'a'", "0A000", "COPY quote available only in CSV mode"),
+    ("ESCAPE 'a'", "0A000", "COPY escape available only in CSV mode"),
+    ("FORMAT binary, HEADER", "0A000", "cannot specify HEADER in BINARY mode"),
+    ("FORMAT binary, DELIMITER ','", "42601", "cannot specify DELIMITER in BINARY mode"),
+    ("FORMAT binary, NULL 'x'", "42601", "cannot specify NULL in BINARY mode"),
+    ("FORMAT binary, QUOTE 'x'", "0A000", "COPY quote available only in CSV mode"),
+    ("FORMAT csv, HEADER, HEADER", "42601", "conflicting or redundant options"),
+    ("FORMAT text, DELIMITER ','", None, None),
+    ("FORMAT csv, DELIMITER ',', QUOTE ''''", None, None),
+]
+
+
+@pytest.mark.parametrize("options, sqlstate, message", PG_OPTION_ERRORS)
+def test_copy_options_are_checked_as_postgresql_checks_them(options, sqlstate,
+                                                           message) -> None:
+    sql = f"COPY (SELECT 1 AS a, 'x' AS b) TO STDOUT ({options})"
+    if sqlstate is None:
+        _copy.parse_copy(sql)
+        return
+    with pytest.raises(StatementError) as err:
+        _copy.parse_copy(sql)
+    assert (err.value.sqlstate, str(err.value)) == (sqlstate, message)
 
 
 def test_a_comma_delimiter_in_the_new_syntax() -> None:

@@ -100,45 +100,55 @@ def parse_copy(sql: str) -> CopyStatement:
         elif key == "HEADER":
             st.header = text.lower() not in ("false", "off", "0")
         elif key == "DELIMITER":
-            if len(text) != 1:
-                raise StatementError("COPY delimiter must be a single character", "22023")
             st.delimiter = text
         elif key == "NULL":
             st.null = text
         elif key in ("QUOTE", "ESCAPE"):
-            if len(text) != 1:
-                raise StatementError(f"COPY {key.lower()} must be a single character",
-                                     "22023")
             setattr(st, key.lower(), text)
         else:
             raise StatementError(f"COPY option {key} is not supported", "0A000")
         if st.binary and key in ("HEADER", "DELIMITER", "NULL"):
-            raise StatementError(f"cannot specify {key} in BINARY mode", "42601")
-    if not st.csv and given & {"QUOTE", "ESCAPE"}:
-        key = "quote" if "QUOTE" in given else "escape"
-        raise StatementError(f"COPY {key} available only in CSV mode", "0A000")
+            raise StatementError(f"cannot specify {key} in BINARY mode",
+                                 "0A000" if key == "HEADER" else "42601")
     if st.csv:
         st.delimiter = st.delimiter if "DELIMITER" in given else ","
         st.null = st.null if "NULL" in given else ""
         st.escape = st.escape if "ESCAPE" in given else st.quote
-        _check_csv(st)
+    _check_options(st, given)
     return st
 
 
-def _check_csv(st: CopyStatement) -> None:
-    """PostgreSQL's checks of CSV options: without them a value and NULL, or a field and
-    the next, could be written alike."""
-    if st.delimiter in "\r\n" or st.null.count("\r") or st.null.count("\n"):
-        what = "delimiter" if st.delimiter in "\r\n" else "null representation"
-        raise StatementError(f"COPY {what} cannot use newline or carriage return", "22023")
-    if st.delimiter == st.quote:
-        raise StatementError("COPY delimiter and quote must be different", "22023")
+def _check_options(st: CopyStatement, given: set[str]) -> None:
+    """PostgreSQL's checks of the text and CSV options, in its order, with its codes:
+    without them a value and NULL, or a field and the next, could be written alike (in
+    text format a delimiter that is a letter, a digit, ``.`` or a backslash would be
+    taken for an escape)."""
+    def one_byte(what: str, value: str) -> None:
+        if len(value.encode()) != 1:
+            raise StatementError(f"COPY {what} must be a single one-byte character", "0A000")
+
+    one_byte("delimiter", st.delimiter)
+    if st.delimiter in "\r\n":
+        raise StatementError("COPY delimiter cannot be newline or carriage return", "22023")
+    if "\r" in st.null or "\n" in st.null:
+        raise StatementError("COPY null representation cannot use newline or carriage "
+                             "return", "22023")
+    if not st.csv and st.delimiter in "\\.abcdefghijklmnopqrstuvwxyz0123456789":
+        raise StatementError(f'COPY delimiter cannot be "{st.delimiter}"', "22023")
+    if not st.csv and given & {"QUOTE", "ESCAPE"}:
+        key = "quote" if "QUOTE" in given else "escape"
+        raise StatementError(f"COPY {key} available only in CSV mode", "0A000")
+    if st.csv:
+        one_byte("quote", st.quote)
+        if st.delimiter == st.quote:
+            raise StatementError("COPY delimiter and quote must be different", "22023")
+        one_byte("escape", st.escape)
     if st.delimiter in st.null:
         raise StatementError("COPY delimiter must not appear in the NULL specification",
-                             "22023")
-    if st.quote in st.null:
+                             "0A000")
+    if st.csv and st.quote in st.null:
         raise StatementError("CSV quote character must not appear in the NULL "
-                             "specification", "22023")
+                             "specification", "0A000")
 
 
 def _old_options(opts: str) -> list[str]:
