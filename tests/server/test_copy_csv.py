@@ -217,3 +217,21 @@ def test_csv_copy_keeps_null_and_the_empty_string_apart_with_psycopg(start_serve
                 copy.write(b'a,b\n1,\n2,NULL\n3,"a ""q"", b"\n4,"line\nbreak"\n5,\\N\n'
                            b'6,"NULL"\n')
             assert c.execute("SELECT a, b FROM t ORDER BY a").fetchall() == ROWS
+
+
+def test_text_format_is_written_as_postgresql_writes_it() -> None:
+    """PostgreSQL 15's bytes (COPY (SELECT E'\\b\\f\\u000b|\\\\\\t\\n\\r\\u0001x' AS "a<tab>b|",
+    'p' AS c) TO STDOUT ...): backspace, form feed and vertical tab as \\b \\f \\v, the
+    delimiter after a backslash, other control characters as they are; the header's
+    names escaped as values are."""
+    value, names = "\b\f\v|\\\t\n\r\x01x", ["a\tb|", "c"]
+
+    def out(options: str) -> bytes:
+        st = _copy.parse_copy(f"COPY t TO STDOUT ({options})")
+        return b"".join(_copy.encode_rows(st, names, [(value, "p")]))
+
+    assert out("HEADER") == b"a\\tb|\tc\n\\b\\f\\v|\\\\\\t\\n\\r\x01x\tp\n"
+    assert out("DELIMITER '|', HEADER") == \
+        b"a\\tb\\||c\n\\b\\f\\v\\|\\\\\\t\\n\\r\x01x|p\n"
+    assert out("DELIMITER '\x01'") == b"\\b\\f\\v|\\\\\\t\\n\\r\\\x01x\x01p\n"
+    assert out("DELIMITER '\v'") == b"\\b\\f\\v|\\\\\\t\\n\\r\x01x\x0bp\n"

@@ -243,12 +243,20 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, .
                                      for v in row) + "\n").encode()
         return
     if header:
-        yield (st.delimiter.join(names) + "\n").encode()
+        yield (st.delimiter.join(_text_field(st, n) for n in names) + "\n").encode()
     for row in rows:
-        fields = [st.null if v is None else _text(v).replace("\\", "\\\\").replace(
-            "\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace(
-            st.delimiter, "\\" + st.delimiter) for v in row]
+        fields = [st.null if v is None else _text_field(st, _text(v)) for v in row]
         yield (st.delimiter.join(fields) + "\n").encode()
+
+
+def _text_field(st: CopyStatement, value: str) -> str:
+    """A value (never NULL) as PostgreSQL's text format writes it: backspace, form feed,
+    newline, carriage return, tab and vertical tab as ``\\b`` ... ``\\v``, a backslash
+    and the delimiter after a backslash, other characters as they are. (The delimiter is
+    replaced last: it is none of the characters the escapes insert, parse_copy saw to it.)"""
+    return value.replace("\\", "\\\\").replace("\b", "\\b").replace("\f", "\\f").replace(
+        "\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace("\v", "\\v").replace(
+        st.delimiter, "\\" + st.delimiter)
 
 
 # --- CSV ---------------------------------------------------------------------------------
