@@ -267,8 +267,8 @@ def _csv_field(st: CopyStatement, value: str, single: bool) -> str:
     that it reads back as that string), or if it is ``\\.`` in a row of one column (the
     end-of-data marker); inside quotes the quote and the escape character follow an escape
     character."""
-    if not (value == st.null or (single and value == "\\.")
-            or any(c in value for c in (st.delimiter, st.quote, "\n", "\r"))):
+    if (st.delimiter not in value and st.quote not in value and "\n" not in value
+            and "\r" not in value and value != st.null and not (single and value == "\\.")):
         return value
     q, e = st.quote, st.escape
     body = value.replace(q, q + q) if e == q else value.replace(e, e + e).replace(q, e + q)
@@ -276,13 +276,15 @@ def _csv_field(st: CopyStatement, value: str, single: bool) -> str:
 
 
 def _csv_patterns(st: CopyStatement) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A field (unquoted runs and quoted parts, up to a delimiter, a line ending, the end
+    or a quote left open) and a quoted part (its content the group)."""
     d, q, e = (re.escape(c) for c in (st.delimiter, st.quote, st.escape))
-    plain = re.compile(f"[^{d}{q}\r\n]*")  # an unquoted run
     if st.quote == st.escape:
-        quoted = re.compile(f"((?:[^{q}]|{q}{q})*+){q}")
+        inner = f"(?:[^{q}]|{q}{q})*+"
     else:  # an escape before the quote or itself takes it; elsewhere it is itself
-        quoted = re.compile(f"((?:[^{q}{e}]|{e}[{q}{e}]|{e}(?![{q}{e}]))*+){q}")
-    return plain, quoted
+        inner = f"(?:[^{q}{e}]|{e}[{q}{e}]|{e}(?![{q}{e}]))*+"
+    return (re.compile(f"(?:[^{d}{q}\r\n]++|{q}{inner}{q})*+"),
+            re.compile(f"{q}({inner}){q}"))
 
 
 def _decode_csv(st: CopyStatement, text: str) -> list[list[str | None]]:
@@ -291,49 +293,39 @@ def _decode_csv(st: CopyStatement, text: str) -> list[list[str | None]]:
     line ending is the first line's (``\\n``, ``\\r\\n`` or ``\\r``): another one
     outside quotes is an error, as in PostgreSQL. A line ``\\.`` alone, unquoted, ends
     the data."""
-    plain, quoted = _csv_patterns(st)
-    q, e, d = st.quote, st.escape, st.delimiter
+    field, part = _csv_patterns(st)
+    q, e, d, null = st.quote, st.escape, st.delimiter, st.null
+    unescape = re.compile(f"{re.escape(e)}([{re.escape(q + e)}])")
+
+    def content(m: re.Match[str]) -> str:
+        return m[1].replace(q + q, q) if e == q else unescape.sub(r"\1", m[1])
+
     rows: list[list[str | None]] = []
     pos, n, eol = 0, len(text), ""
     while pos < n:
         if text.startswith("\\.", pos) and text[pos + 2:pos + 3] in ("", "\r", "\n"):
             break
         row: list[str | None] = []
-        while True:  # one field
-            parts, was_quoted = [], False
-            while True:
-                m = plain.match(text, pos)
-                assert m
-                parts.append(m[0])
-                pos = m.end()
-                if pos < n and text[pos] == q:
-                    m = quoted.match(text, pos + 1)
-                    if not m:
-                        raise StatementError(f"COPY: malformed CSV: unterminated quoted "
-                                             f"field in line {len(rows) + 1}", "22P04")
-                    body = m[1]
-                    parts.append(body.replace(q + q, q) if e == q
-                                 else re.sub(f"{re.escape(e)}([{re.escape(q + e)}])",
-                                             r"\1", body))
-                    was_quoted = True
-                    pos = m.end()
-                    continue
-                break
-            field = "".join(parts)
-            row.append(None if not was_quoted and field == st.null else field)
+        while True:
+            m = field.match(text, pos)
+            assert m
+            raw, pos = m[0], m.end()
+            row.append(part.sub(content, raw) if q in raw else None if raw == null else raw)
             if pos < n and text[pos] == d:
                 pos += 1
-                continue
-            break
+            elif pos < n and text[pos] == q:
+                raise StatementError(f"COPY: malformed CSV: unterminated quoted field in "
+                                     f"line {len(rows) + 1}", "22P04")
+            else:
+                break
         rows.append(row)
-        if pos < n:  # a line ending
-            end = "\r\n" if text.startswith("\r\n", pos) else text[pos]
-            if eol and end != eol:
-                what = "carriage return" if "\r" in end and "\r" not in eol else "newline"
-                raise StatementError(f"COPY: malformed CSV: unquoted {what} in line "
-                                     f"{len(rows)} (quote a field to hold one)", "22P04")
-            eol = end
-            pos += len(end)
+        end = "" if pos >= n else "\r\n" if text.startswith("\r\n", pos) else text[pos]
+        pos += len(end)
+        if end and eol and end != eol:
+            what = "carriage return" if "\r" in end and "\r" not in eol else "newline"
+            raise StatementError(f"COPY: malformed CSV: unquoted {what} in line "
+                                 f"{len(rows)} (quote a field to hold one)", "22P04")
+        eol = eol or end
     return rows
 
 
