@@ -235,3 +235,20 @@ def test_text_format_is_written_as_postgresql_writes_it() -> None:
         b"a\\tb\\||c\n\\b\\f\\v\\|\\\\\\t\\n\\r\x01x|p\n"
     assert out("DELIMITER '\x01'") == b"\\b\\f\\v|\\\\\\t\\n\\r\\\x01x\x01p\n"
     assert out("DELIMITER '\v'") == b"\\b\\f\\v|\\\\\\t\\n\\r\x01x\x0bp\n"
+
+
+@pytest.mark.parametrize("delimiter", ["|", ",", ";", "\x01"])
+def test_text_format_reads_back_what_it_writes_with_any_delimiter(delimiter) -> None:
+    """A value holding the delimiter is written with it escaped (``a\\|b``), and read
+    back whole, as PostgreSQL reads it (the fields split at unescaped delimiters only; a
+    backslash before a delimiter that ends a field is itself escaped)."""
+    d = delimiter
+    rows = [(f"a{d}b", "x"), ("\\", f"{d}"), (f"\\{d}", "\\N"), (None, f"end\\{d}{d}")]
+    opts = f"DELIMITER '{d}'"
+    out = b"".join(_copy.encode_rows(_copy.parse_copy(f"COPY t TO STDOUT ({opts})"),
+                                     ["a", "b"], rows))
+    back = _copy.decode_rows(_copy.parse_copy(f"COPY t FROM STDIN ({opts})"), out)
+    assert back == [list(r) for r in rows]
+    # PostgreSQL 15 read b'1|a\\|b\n2|a<tab>b\n' with DELIMITER '|' as (1, 'a|b'), (2, 'a\tb')
+    st = _copy.parse_copy("COPY t FROM STDIN (DELIMITER '|')")
+    assert _copy.decode_rows(st, b"1|a\\|b\n2|a\tb\n") == [["1", "a|b"], ["2", "a\tb"]]

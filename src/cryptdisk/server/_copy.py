@@ -224,8 +224,27 @@ def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
         if i == 0 and st.header:
             continue
         rows.append([None if f == st.null else _unescape(f)
-                     for f in line.rstrip("\r").split(st.delimiter)])
+                     for f in _split_text(line.rstrip("\r"), st.delimiter)])
     return rows
+
+
+def _split_text(line: str, delimiter: str) -> list[str]:
+    """A text-format line's fields, still escaped: split at the delimiters no backslash
+    escapes (a value's delimiter is written ``\\|``, as PostgreSQL writes it)."""
+    if "\\" not in line:
+        return line.split(delimiter)
+    fields, start, i, n = [], 0, 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == delimiter:
+            fields.append(line[start:i])
+            start = i + 1
+        i += 1
+    fields.append(line[start:])
+    return fields
 
 
 def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, ...]],
