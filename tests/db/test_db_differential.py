@@ -188,6 +188,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             e.ref.close()
 
 
+def _as_it_runs(result: Any) -> bool:
+    """Whether ``result`` is a cast that failed as DuckDB ran the statement (``k NOT
+    BETWEEN 'x' AND 1``): whether DuckDB gets there depends on its plan and the rows it
+    is handed (none past an empty join side, fewer after skipped row groups), so it
+    fails over one source and answers over another."""
+    return isinstance(result, Exception) and "Conversion Error" in str(result)
+
+
 def agree(env: Env, sql: str, how: str = "bag", params: list[Any] | None = None,
           runs: int = 2) -> None:
     """cryptdisk answers ``sql`` as DuckDB does, on each of ``runs`` runs (cold, then
@@ -196,8 +204,8 @@ def agree(env: Env, sql: str, how: str = "bag", params: list[Any] | None = None,
     for _ in range(runs):
         got, want = env.both(sql, params)
         if isinstance(want, Exception) or isinstance(got, Exception):
-            assert isinstance(got, Exception) and isinstance(want, Exception), \
-                (sql, params, got, want)
+            assert (isinstance(got, Exception) and isinstance(want, Exception)) \
+                or _as_it_runs(got) or _as_it_runs(want), (sql, params, got, want)
             continue
         if how == "ordered":
             assert _rows(got, False) == _rows(want, False), (sql, params)
@@ -405,13 +413,14 @@ def test_order_by_limit_offset(env, spec, data):
 
 
 @_SETTINGS
-@given(spec=tables(), data=st.data())
-def test_joins_and_parameters(env, spec, data):
+@given(pair=st.sampled_from(_KEYS).flatmap(lambda k: st.tuples(tables(k), tables(k))),
+       data=st.data())
+def test_joins_and_parameters(env, pair, data):
     """An encrypted and a plain table joined (inner, outer, comma) on columns of one type
     (the same key type: a comparison that casts values as it runs, such as VARCHAR with
     DOUBLE, fails or not by the plan DuckDB picks), conditions on either; PREPARE/EXECUTE
     and ``?`` parameters."""
-    other = data.draw(tables(spec["key"]))
+    spec, other = pair
     spec = dict(spec, plain=False)
     other = dict(other, plain=True, rows=other["rows"][:20])
     a, b = build(env, spec), build(env, other)
