@@ -253,3 +253,33 @@ def test_a_zero_count_move_of_a_forward_cursor_only_tells_whether_it_is_on_a_row
             assert c.execute(f"{zero} FROM c").statusmessage.endswith(" 0"), zero
         c.rollback()
         assert _open_streams(srv) == 0
+
+
+def test_a_move_over_a_streamed_cursor_holds_no_rows_it_skips(start_server,
+                                                              analytical) -> None:
+    """MOVE n, MOVE ALL, FETCH LAST and FETCH ABSOLUTE far ahead read the rows they pass
+    and let them go batch by batch (PostgreSQL's MOVE holds none): the session's Python
+    memory while they run stays far below the rows' (tracemalloc's peak), and the rows
+    after them are still there."""
+    import tracemalloc
+
+    n = 40 * BATCH_ROWS
+    analytical.db.execute(f"CREATE TABLE w AS SELECT i, repeat('x', 100) || i AS s "
+                          f"FROM range({n}) r(i)")
+    srv = start_server(analytical)
+    with psycopg.connect(**srv.dsn) as c:
+        tracemalloc.start()
+        try:
+            for sql, then in [(f"MOVE {n - 10} FROM c", [(n - 10,)]),
+                              (f"FETCH ABSOLUTE {n - 5} FROM c", [(n - 5,)]),
+                              ("FETCH LAST FROM c", []), ("MOVE ALL FROM c", [])]:
+                c.execute("DECLARE c CURSOR FOR SELECT i, s FROM w ORDER BY i")
+                tracemalloc.reset_peak()
+                c.execute(sql)
+                peak = tracemalloc.get_traced_memory()[1]
+                assert peak < 16 << 20, f"{sql}: {peak >> 20} MB"  # the rows: > 60 MB
+                assert [r[:1] for r in c.execute("FETCH 1 FROM c").fetchall()] == then
+                c.rollback()
+        finally:
+            tracemalloc.stop()
+        assert _open_streams(srv) == 0

@@ -1245,6 +1245,19 @@ class Session:
         # the rows after the position the fetch reaches (None: all, to find the last)
         need = None if count is None or (fetch.kind == "absolute" and count < 0) else \
             max(count - pos, 0) if fetch.kind == "absolute" else max(count, 0)
+        # the rows to keep as they are read, the others let go batch by batch (a MOVE
+        # holds none it passes): from index ``first`` on, or the last ``last`` rows
+        first: int | None = None
+        last: int | None = None
+        if count is None:  # ALL: a FETCH sends them, a MOVE keeps none
+            first, last = (None, 0) if fetch.move else (pos, None)
+        elif fetch.kind == "absolute" and count < 0:  # LAST, ABSOLUTE -n
+            last = -count
+        elif fetch.kind in ("absolute", "relative") and count > 0:
+            first = (count if fetch.kind == "absolute" else pos + count) - (0 if fetch.move
+                                                                            else 1)
+        elif fetch.kind == "forward":
+            first = pos + count if fetch.move else pos
         if stream is None:  # (a result of at most two batches, held whole)
             rows, offset = result.rows, 0
         else:  # its rows from ``offset`` on
@@ -1253,7 +1266,13 @@ class Session:
             timer = _StatementTimer(self.engine, self.statement_timeout()) \
                 if self.engine is not None else None
             try:
-                while not stream.closed and (need is None or offset + len(rows) < pos + need):
+                while True:
+                    drop = len(rows) - last if last is not None else \
+                        min(len(rows), first - offset) if first is not None else 0
+                    if drop > 0:
+                        rows, offset = rows[drop:], offset + drop
+                    if stream.closed or (need is not None and offset + len(rows) >= pos + need):
+                        break
                     got = await self.call(stream.next_rows)
                     if got is None:
                         break
