@@ -104,3 +104,45 @@ def test_a_plain_writer_drops_the_copy_it_would_not_keep(tmp_path) -> None:
         f.write(LINE * 400)
     assert not os.path.exists(str(path) + "-cdlogtail")
     assert _read(path) == LINE * 401
+
+
+@pytest.mark.parametrize("durable", [False, True])
+@pytest.mark.parametrize("later", [1, 2])
+def test_an_append_into_fresh_segments_cut_between_them_reads_as_before(tmp_path, durable,
+                                                                        later) -> None:
+    """An append that fills the log's last segment and goes on into ``later`` fresh ones
+    is several writes: a process killed between them (here: ``os._exit`` in the child as
+    the second write starts) leaves the log as it was, never the first part of the
+    append (a cut line) alone; the next writer appends after it."""
+    path = tmp_path / "a.log"
+    with open_log(path, keys=KEYRING, durable=durable) as log:
+        for _ in range(100):  # 20,000 bytes: the first segment partly full
+            log.write(LINE)
+    before = _read(path)
+    big = b"z" * (65536 * later) + b"\n"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            log = open_log(path, keys=KEYRING, durable=durable)
+            store = log._r
+            write_run, calls = store._write_run, []
+
+            def cut(run):
+                calls.append(run[0][0])
+                if len(calls) == 2:
+                    os._exit(9)  # killed between the append's two writes
+                write_run(run)
+
+            store._write_run = cut
+            log.write(big)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 9  # the append was cut between its writes
+    assert _read(path) == before
+    with open_log(path, keys=KEYRING, durable=durable) as log:
+        log.write(b"y" * 199 + b"\n")
+    assert _read(path) == before + b"y" * 199 + b"\n"
+    with open_log(path, keys=KEYRING, durable=durable) as log:  # and an uncut one
+        log.write(big)
+    assert _read(path) == before + b"y" * 199 + b"\n" + big

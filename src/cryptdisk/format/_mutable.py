@@ -393,6 +393,11 @@ class MutableStore:
     def _write_range(self, mv: memoryview, offset: int) -> None:
         pos, n = 0, len(mv)
         run: list[tuple[int, memoryview]] = []  # whole segments, written in one pwrite
+        #: a log's last segment, patched by an append that goes on into fresh segments:
+        #: written after them, so that a write cut between the two leaves that segment
+        #: short below a hole, which the saved record undoes (see ``_settle``), and never
+        #: the first part of the append alone, whole and authentic
+        last: tuple[int, memoryview] | None = None
         while pos < n:
             index, lo = self.layout.locate(offset + pos)
             take = min(self.layout.capacity(index) - lo, n - pos)
@@ -424,10 +429,17 @@ class MutableStore:
             if len(cur) < lo + take:
                 cur.extend(bytes(lo + take - len(cur)))
             cur[lo : lo + take] = mv[pos : pos + take]
-            self._write_run([(index, memoryview(cur))])
+            if self.save_appends and not pos and pos + take < n and old_len:
+                last = (index, memoryview(cur))
+            else:
+                self._write_run([(index, memoryview(cur))])
             pos += take
         if run:
             self._write_run(run)
+        if last is not None:
+            if getattr(self.tail, "sync", True):
+                os.fdatasync(self._fd)  # the fresh segments before the one they follow
+            self._write_run([last])
 
     def _write_one(self, index: int, plain: memoryview) -> None:
         """Seal one segment under a fresh nonce and write its record (one ``pwrite``)."""
