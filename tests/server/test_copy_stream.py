@@ -27,7 +27,13 @@ from cryptdisk.server._rowstream import BATCH_ROWS, RowStream
 from tests.server.conftest import PASSWORD, USER, masked_reader
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 from tests.server.test_access_log import lines
-from tests.server.test_streaming import _SERVER, _hwm, _open_streams, _wait_for
+from tests.server.test_streaming import (
+    _SERVER,
+    _hwm,
+    _open_streams,
+    _wait_for,
+    read_messages,
+)
 
 ROWS = 3 * BATCH_ROWS + 123
 #: the rows of ``i % 3 <> 1``
@@ -263,43 +269,6 @@ def test_masking_and_the_access_log_apply_to_a_streamed_copy(start_server, fille
     assert bobs == [("COPY", ROWS, None, ["t"]), ("COPY", 20000, None, ["t"])]
 
 
-def read_copy(port: int, sql: str) -> tuple[int, int, bytes]:
-    """Run ``sql`` (a COPY ... TO STDOUT) by simple query on a bare socket; (CopyData
-    messages, their bytes, the tag)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
-    body = struct.pack("!i", 196608) + cstr("user") + cstr("u") + b"\0"
-    sock.sendall(struct.pack("!i", len(body) + 4) + body)
-    buf = bytearray()
-    pos = ready = count = size = 0
-    tag = b""
-    while True:
-        while pos + 5 <= len(buf):
-            kind = buf[pos:pos + 1]
-            (length,) = struct.unpack_from("!i", buf, pos + 1)
-            if pos + 1 + length > len(buf):
-                break
-            if kind == b"d":
-                count += 1
-                size += length - 4
-            elif kind == b"C":
-                tag = bytes(buf[pos + 5:pos + length])
-            elif kind == b"E":
-                raise AssertionError(bytes(buf[pos:pos + 1 + length]))
-            elif kind == b"Z":
-                ready += 1
-                if ready == 1:
-                    sock.sendall(msg(b"Q", cstr(sql)))
-                else:
-                    sock.close()
-                    return count, size, tag
-            pos += 1 + length
-        del buf[:pos]
-        pos = 0
-        chunk = sock.recv(1 << 16)
-        assert chunk, "the server closed the connection"
-        buf += chunk
-
-
 #: 400,000 rows of about 610 bytes: 245 MB of CopyData, almost 4x the server's 64 MB
 BIG = "COPY (SELECT i, repeat('x', 600) || i AS pad FROM range(400000) r(i)) TO STDOUT"
 
@@ -315,11 +284,11 @@ def test_memory_of_a_large_copy_stays_bounded_in_a_server_process(tmp_path) -> N
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        read_copy(port, "COPY (SELECT i, repeat('x', 600) || i FROM range(40000) r(i)) "
-                  "TO STDOUT")
+        read_messages(port, "COPY (SELECT i, repeat('x', 600) || i FROM range(40000) r(i)) "
+                      "TO STDOUT", b"d")
         before = _hwm(proc.pid)
         started = time.monotonic()
-        count, size, tag = read_copy(port, BIG)
+        count, size, tag = read_messages(port, BIG, b"d")
         took = time.monotonic() - started
         grew = _hwm(proc.pid) - before
         assert (count, tag) == (400_000, b"COPY 400000") and size > 3.5 * (64 << 20)

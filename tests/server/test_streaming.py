@@ -337,31 +337,32 @@ def _hwm(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def read_result(port: int, sql: str) -> tuple[int, int, bytes]:
-    """Run ``sql`` by simple query on a bare socket; (DataRows, their bytes, the tag)."""
+def read_messages(port: int, sql: str, kind: bytes = b"D") -> tuple[int, int, bytes]:
+    """Run ``sql`` by simple query on a bare socket; (the messages of ``kind`` it answered,
+    DataRows by default, CopyData with ``b"d"``; their bytes; the tag)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=120)
     body = struct.pack("!i", 196608) + cstr("user") + cstr("u") + b"\0"
     sock.sendall(struct.pack("!i", len(body) + 4) + body)
     buf = bytearray()
     pos = 0
     ready = 0
-    rows = size = 0
+    count = size = 0
     tag = b""
     sent = False
     while True:
         while pos + 5 <= len(buf):
-            kind = buf[pos:pos + 1]
+            got = buf[pos:pos + 1]
             (length,) = struct.unpack_from("!i", buf, pos + 1)
             if pos + 1 + length > len(buf):
                 break
-            if kind == b"D":
-                rows += 1
+            if got == kind:
+                count += 1
                 size += length + 1
-            elif kind == b"C":
+            elif got == b"C":
                 tag = bytes(buf[pos + 5:pos + length])
-            elif kind == b"E":
+            elif got == b"E":
                 raise AssertionError(bytes(buf[pos:pos + 1 + length]))
-            elif kind == b"Z":
+            elif got == b"Z":
                 ready += 1
             pos += 1 + length
         del buf[:pos]
@@ -371,7 +372,7 @@ def read_result(port: int, sql: str) -> tuple[int, int, bytes]:
             sent = True
         if ready == 2:
             sock.close()
-            return rows, size, tag
+            return count, size, tag
         chunk = sock.recv(1 << 16)
         assert chunk, "the server closed the connection"
         buf += chunk
@@ -392,9 +393,9 @@ def test_memory_of_a_large_result_stays_bounded_in_a_server_process(tmp_path) ->
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        read_result(port, "SELECT i, repeat('x', 250) || i FROM range(10000) r(i)")
+        read_messages(port, "SELECT i, repeat('x', 250) || i FROM range(10000) r(i)")
         before = _hwm(proc.pid)
-        rows, size, tag = read_result(port, BIG)
+        rows, size, tag = read_messages(port, BIG)
         grew = _hwm(proc.pid) - before
         assert (rows, tag) == (1_000_000, b"SELECT 1000000") and size > 4 * 64 << 20
         assert grew < 100 << 20, f"the peak RSS grew by {grew >> 20} MB"
