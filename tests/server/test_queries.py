@@ -61,6 +61,11 @@ def test_errors_carry_sqlstate_and_the_session_goes_on(start_server, analytical)
             c.execute("SELEC 1")
         with pytest.raises(psycopg.errors.UndefinedTable):
             c.execute("SELECT * FROM nosuch")
+        # a statement cryptdisk's own parser cannot read (OPTIMIZE, SYSTEM, ALTER ...):
+        # a syntax error too, with its explanation, not an internal error (XX000)
+        for sql, said in [("OPTIMIZE a", "OPTIMIZE TABLE t"), ("SYSTEM NOTHING", "SYSTEM")]:
+            with pytest.raises(psycopg.errors.SyntaxError, match=said):
+                c.execute(sql)
         assert c.execute("SELECT 41 + %s", (1,)).fetchone() == (42,)
         # several statements in one simple query; the last result is returned
         c.execute("CREATE TABLE a (x INTEGER); INSERT INTO a VALUES (1), (2)")

@@ -835,6 +835,8 @@ def statement_error(exc: Exception) -> StatementError:
                 "indexes", "0A000",
                 hint="a table's ORDER BY (CREATE TABLE ... ORDER BY) sorts its parts, and a "
                 "query skips the parts its WHERE rules out; pandas: to_sql(..., index=False)")
+        if text.startswith(("cannot read '", 'cannot read "')):  # cryptdisk's own parser
+            return StatementError(text, "42601", hint=exc.hint)
         if _DIVISION_BY_ZERO in text:  # (DuckDB's names the expression, and a setting)
             return StatementError("division by zero", "22012")
         if _DUPLICATE.search(text.split("\n", 1)[0]):
