@@ -15,7 +15,6 @@ import decimal
 import socket
 import struct
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -27,13 +26,7 @@ from cryptdisk.server._rowstream import BATCH_ROWS, RowStream
 from tests.server.conftest import PASSWORD, USER, masked_reader
 from tests.server.rawclient import Raw, cstr, msg, sqlstate
 from tests.server.test_access_log import lines
-from tests.server.test_streaming import (
-    _SERVER,
-    _hwm,
-    _open_streams,
-    _wait_for,
-    read_messages,
-)
+from tests.server.test_streaming import _open_streams, _wait_for, peak_growth
 
 ROWS = 3 * BATCH_ROWS + 123
 #: the rows of ``i % 3 <> 1``
@@ -276,24 +269,10 @@ BIG = "COPY (SELECT i, repeat('x', 600) || i AS pad FROM range(400000) r(i)) TO 
 def test_memory_of_a_large_copy_stays_bounded_in_a_server_process(tmp_path) -> None:
     """A real server process (memory_limit 64MB) sends a 245 MB COPY: its peak RSS grows
     by far less than the data (23-42 MB in 3 runs; the held result grew it by 530 MB)."""
-    subprocess.run([sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "db"),
-                    "--create", "-q", "SELECT 1"], check=True, capture_output=True,
-                   timeout=120)
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(tmp_path / "db")],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline())
-        read_messages(port, "COPY (SELECT i, repeat('x', 600) || i FROM range(40000) r(i)) "
-                      "TO STDOUT", b"d")
-        before = _hwm(proc.pid)
-        started = time.monotonic()
-        count, size, tag = read_messages(port, BIG, b"d")
-        took = time.monotonic() - started
-        grew = _hwm(proc.pid) - before
-        assert (count, tag) == (400_000, b"COPY 400000") and size > 3.5 * (64 << 20)
-        assert grew < 64 << 20, f"the peak RSS grew by {grew >> 20} MB ({took:.1f} s)"
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        proc.stdout.close()  # type: ignore[union-attr]
+    started = time.monotonic()
+    count, size, tag, grew = peak_growth(
+        tmp_path, "COPY (SELECT i, repeat('x', 600) || i FROM range(40000) r(i)) TO STDOUT",
+        BIG, b"d")
+    took = time.monotonic() - started
+    assert (count, tag) == (400_000, b"COPY 400000") and size > 3.5 * (64 << 20)
+    assert grew < 64 << 20, f"the peak RSS grew by {grew >> 20} MB ({took:.1f} s)"

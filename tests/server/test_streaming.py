@@ -378,13 +378,12 @@ def read_messages(port: int, sql: str, kind: bytes = b"D") -> tuple[int, int, by
         buf += chunk
 
 
-#: 1,000,000 rows of about 270 bytes: 270 MB of DataRows, over 4x the server's 64 MB
-BIG = "SELECT i, repeat('x', 250) || i AS pad FROM range(1000000) r(i)"
-
-
-def test_memory_of_a_large_result_stays_bounded_in_a_server_process(tmp_path) -> None:
-    """A real server process (memory_limit 64MB) sends a 270 MB result: its peak RSS grows
-    by far less than the result (a buffered result grew it by over 1 GB)."""
+def peak_growth(tmp_path: Path, warm: str, sql: str,
+                kind: bytes = b"D") -> tuple[int, int, bytes, int]:
+    """A real server process (memory_limit 64MB, :data:`_SERVER`) on a new database runs
+    ``warm`` then ``sql`` for a bare-socket client (:func:`read_messages`); ``sql``'s
+    messages of ``kind``, their bytes, its tag, and how much it grew the server's peak
+    RSS (VmHWM) above where ``warm`` left it."""
     subprocess.run([sys.executable, "-m", "cryptdisk", "sql", str(tmp_path / "db"),
                     "--create", "-q", "SELECT 1"], check=True, capture_output=True,
                    timeout=120)
@@ -393,16 +392,27 @@ def test_memory_of_a_large_result_stays_bounded_in_a_server_process(tmp_path) ->
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
-        read_messages(port, "SELECT i, repeat('x', 250) || i FROM range(10000) r(i)")
+        read_messages(port, warm, kind)
         before = _hwm(proc.pid)
-        rows, size, tag = read_messages(port, BIG)
-        grew = _hwm(proc.pid) - before
-        assert (rows, tag) == (1_000_000, b"SELECT 1000000") and size > 4 * 64 << 20
-        assert grew < 100 << 20, f"the peak RSS grew by {grew >> 20} MB"
+        count, size, tag = read_messages(port, sql, kind)
+        return count, size, tag, _hwm(proc.pid) - before
     finally:
         proc.terminate()
         proc.wait(60)
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+#: 1,000,000 rows of about 270 bytes: 270 MB of DataRows, over 4x the server's 64 MB
+BIG = "SELECT i, repeat('x', 250) || i AS pad FROM range(1000000) r(i)"
+
+
+def test_memory_of_a_large_result_stays_bounded_in_a_server_process(tmp_path) -> None:
+    """A real server process (memory_limit 64MB) sends a 270 MB result: its peak RSS grows
+    by far less than the result (a buffered result grew it by over 1 GB)."""
+    rows, size, tag, grew = peak_growth(
+        tmp_path, "SELECT i, repeat('x', 250) || i FROM range(10000) r(i)", BIG)
+    assert (rows, tag) == (1_000_000, b"SELECT 1000000") and size > 4 * 64 << 20
+    assert grew < 100 << 20, f"the peak RSS grew by {grew >> 20} MB"
 
 
 def test_fetch_and_move_name_a_streamed_portal(start_server, filled) -> None:
