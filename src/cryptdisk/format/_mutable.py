@@ -429,7 +429,7 @@ class MutableStore:
             if len(cur) < lo + take:
                 cur.extend(bytes(lo + take - len(cur)))
             cur[lo : lo + take] = mv[pos : pos + take]
-            if self.save_appends and not pos and pos + take < n and old_len:
+            if self.save_appends and not pos and take < n and old_len:
                 last = (index, memoryview(cur))
             else:
                 self._write_run([(index, memoryview(cur))])
