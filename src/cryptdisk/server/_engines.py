@@ -693,7 +693,12 @@ def _duckdb_sqlstate(message: str) -> str:
                          # (a Conversion Error: a value outside the type, as PostgreSQL's
                          # "integer out of range")
                          ("out of range for the destination type", "22003"),
-                         ("Parser Error", "42601"), ("Catalog Error", "42P01"),
+                         ("Parser Error", "42601"),
+                         # (PostgreSQL's ambiguous_column, undefined_object: before the
+                         # Binder and Catalog Errors they are)
+                         ("Ambiguous reference to column", "42702"),
+                         ("unrecognized configuration parameter", "42704"),
+                         ("Catalog Error", "42P01"),
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
                          ("Invalid Input Error", "22023"), ("INTERRUPT Error", "57014"),
@@ -869,7 +874,8 @@ def statement_error(exc: Exception) -> StatementError:
             code = ("42P01" if "no such table" in text else "42703" if "no such column" in text
                     else "42P07" if _DUPLICATE.search(text)
                     else "42601" if "syntax error" in text or "incomplete input" in text
-                    else "3B001" if "no such savepoint" in text else "42000")
+                    else "3B001" if "no such savepoint" in text
+                    else "42702" if "ambiguous column name" in text else "42000")
         elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
             code = "22000"
         elif isinstance(exc, apsw.BindingsError):

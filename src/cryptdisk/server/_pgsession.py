@@ -24,7 +24,7 @@ from ._engines import Result, StatementError
 from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
-__all__ = ["answer", "answers", "columns"]
+__all__ = ["answer", "answers", "columns", "engine_resets"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -63,8 +63,20 @@ def _isolation(session: Any) -> str:
 
 
 def _timeout(session: Any) -> str:
-    timeout = session.statement_timeout()
-    return f"{int(timeout * 1000)}ms" if timeout else "0"
+    """As PostgreSQL shows a time: in the largest unit that holds it whole (``5s``)."""
+    ms = round((session.statement_timeout() or 0) * 1000)
+    if not ms:
+        return "0"
+    unit = next(u for u, n in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000),
+                               ("s", 1000), ("ms", 1)) if ms % n == 0)
+    return f"{ms // _UNIT_MS[unit]}{unit}"
+
+
+_UNIT_MS = {"d": 86_400_000, "h": 3_600_000, "min": 60_000, "s": 1000, "ms": 1}
+#: the settings a client may SET to any (valid) value, and their defaults
+_SESSION_DEFAULTS = {"extra_float_digits": "1", "client_min_messages": "notice"}
+_MESSAGE_LEVELS = ("debug5", "debug4", "debug3", "debug2", "debug1", "debug", "log",
+                   "notice", "warning", "error")
 
 
 _UNITS = {"": 0.001, "ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -95,6 +107,9 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "default_transaction_isolation": _isolation,
     "statement_timeout": _timeout,
     "application_name": lambda session: session.application_name,
+    "search_path": lambda session: session.settings.get("search_path", _FIXED["search_path"]),
+    **{name: (lambda session, name=name, default=default: session.settings.get(name, default))
+       for name, default in _SESSION_DEFAULTS.items()},
     "is_superuser": lambda session: "on" if session.server.is_admin(session.user) else "off",
     "session_authorization": lambda session: session.user,
     "transaction_read_only": lambda session: "on" if session.read_only_block()
@@ -115,7 +130,7 @@ def _parse(sql: str) -> str | list[tuple[str, str]] | None:
         name = " ".join(m[1].lower().split())
         name = {"transaction isolation level": "transaction_isolation",
                 "time zone": "timezone"}.get(name, name)
-        return name if name in _SETTINGS else None
+        return name if name in _SETTINGS else f"?{name}"
     if head != "SELE" or "(" not in sql:
         return None
     m = _SELECT.fullmatch(sql)
@@ -184,7 +199,7 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
         m = _RESET.fullmatch(sql)
         name = m[1].lower() if m else ""
         known = _FREE | _MODES | set(_ONLY) | (set(_ONLY_SQLITE) if sqlite else set())
-        return (name, None) if (name == "all" and sqlite) or name in known else None
+        return (name, None) if name == "all" or name in known else None
     if not head.startswith("SET"):
         return None
     if _SET_TRANSACTION.fullmatch(sql):
@@ -198,7 +213,57 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
     name = m[1].lower()
     if name in _FREE or name in _MODES or name in _ONLY or (sqlite and name in _ONLY_SQLITE):
         return name, m[2]
+    if name == "search_path" and _public_path(m[2]):  # (DuckDB's SET takes the others)
+        return name, m[2]
     return None
+
+
+def _public_path(value: str) -> bool:
+    """Whether a search_path is PostgreSQL's default one's schema (``public``,
+    ``"$user", public``), which is the analytical engine's own (DuckDB's ``main``)."""
+    words = set()
+    for m in _VALUE_WORD.finditer(value):
+        text = m[1].replace("''", "'") if m[1] is not None else \
+            m[2].replace('""', '"') if m[2] is not None else m[3]
+        words |= {w for w in re.split(r"[,\s]+", text.lower()) if w}
+    return "public" in words and words <= {"$user", "public"}
+
+
+def engine_resets(sql: str) -> list[str]:
+    """On the analytical engine, the DuckDB settings (run on the session's reader) that a
+    ``SET search_path`` to ``public`` or ``RESET ALL`` resets as well, beside the server's."""
+    setting = _setting(sql, False)
+    if setting is None or setting[0] not in ("search_path", "all"):
+        return []
+    return ["RESET search_path"] + (["RESET TimeZone"] if setting[0] == "all" else [])
+
+
+def _shown_path(value: str) -> str:
+    """A search_path as PostgreSQL shows it: ``public``, ``"$user", public``."""
+    items = []
+    for item in _items(value):
+        item = item.strip()
+        if item.startswith("'"):
+            item = _unquote(item)
+        elif not item.startswith('"'):
+            item = item.lower()
+        items.append(item)
+    return ", ".join(items)
+
+
+def _session_value(name: str, text: str) -> str:
+    """``text`` as PostgreSQL keeps it for ``name`` (22023 for a value it refuses)."""
+    if name == "extra_float_digits":
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise StatementError(f'invalid value for parameter "{name}": "{text}"', "22023")
+        if not -15 <= int(text) <= 3:
+            raise StatementError(f'{int(text)} is outside the valid range for parameter '
+                                 f'"{name}" (-15 .. 3)', "22023")
+        return str(int(text))
+    level = text.lower()
+    if level not in _MESSAGE_LEVELS:
+        raise StatementError(f'invalid value for parameter "{name}": "{text}"', "22023")
+    return "debug2" if level == "debug" else level
 
 
 def _unquote(value: str) -> str:
@@ -223,6 +288,7 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         elif mode is not None:
             session.block_read_only = mode[1].upper() == "ONLY"
         return Result(None, [], "SET")
+    session.keep_settings()  # (a rollback undoes it)
     if name in _MODES:
         text = "" if value is None else _unquote(value).strip().lower()
         on = False if text in ("", "default") else _ON.get(text)
@@ -233,8 +299,18 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         elif session.in_block():
             session.block_read_only = on
         return Result(None, [], "RESET" if value is None else "SET")
+    if name in _SESSION_DEFAULTS or name == "all":
+        if value is None or value.strip().lower() == "default":
+            session.settings.pop(name, None) if name != "all" else session.settings.clear()
+        else:
+            session.settings[name] = _session_value(name, _unquote(value).strip())
     if name in ("statement_timeout", "all"):  # (shorter than the server's: see Session)
         session.session_timeout = 0.0 if value is None else parse_timeout(value)
+    if name in ("search_path", "all"):
+        if value is None or value.strip().lower() == "default":
+            session.settings.pop("search_path", None)
+        elif _public_path(value):  # (another is refused below, on SQLite)
+            session.settings["search_path"] = _shown_path(value)
     if name in ("application_name", "all"):
         text = "" if value is None or value.strip().lower() == "default" else _unquote(value)
         session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)
@@ -254,13 +330,16 @@ def _set(name: str, value: str | None, session: Any) -> Result:
 
 def answers(sql: str, sqlite: bool = False) -> bool:
     """Whether :func:`answer` answers ``sql`` (the text alone decides it)."""
-    return _parse(sql) is not None or _setting(sql, sqlite) is not None
+    parsed = _parse(sql)
+    if isinstance(parsed, str) and parsed.startswith("?"):
+        return sqlite
+    return parsed is not None or _setting(sql, sqlite) is not None
 
 
 def columns(sql: str, session: Any) -> list[tuple[str, int]] | None:
     """The columns :func:`answer` gives ``sql`` (a Describe; a SET is not applied)."""
     parsed = _parse(sql)
-    if parsed is None:
+    if parsed is None or (isinstance(parsed, str) and parsed.startswith("?")):
         return None
     result = answer(sql, session)
     return result.columns if result is not None else None
@@ -269,15 +348,28 @@ def columns(sql: str, session: Any) -> list[tuple[str, int]] | None:
 def answer(sql: str, session: Any) -> Result | None:
     """``sql`` answered for ``session`` (see the module), or None when it is none of these."""
     parsed = _parse(sql)
+    sqlite = bool(session.server.engine.transactions)
     if parsed is None:
-        setting = _setting(sql, bool(session.server.engine.transactions))
+        setting = _setting(sql, sqlite)
+        if setting is None and sqlite:  # (SQLite has no SET; DuckDB's takes its own)
+            m = _SET.fullmatch(sql)
+            if m is not None and m[1].lower() not in ("role", "session_authorization"):
+                raise _unrecognized(m[1].lower())
         return None if setting is None else _set(*setting, session)
+    if isinstance(parsed, str) and parsed.startswith("?"):  # a setting SHOW does not know
+        if sqlite:  # (DuckDB's SHOW names a table, or its own settings)
+            raise _unrecognized(parsed[1:])
+        return None
     if isinstance(parsed, str):
         value = _SETTINGS[parsed](session)
         return Result([(parsed, TEXT)], [(value,)], "SHOW")
     columns = [(name, _call(function)[0]) for function, name in parsed]
     values = tuple(_call(function)[1](session) for function, _ in parsed)
     return Result(columns, [values], "SELECT 1")
+
+
+def _unrecognized(name: str) -> StatementError:
+    return StatementError(f'unrecognized configuration parameter "{name}"', "42704")
 
 
 def _call(function: str) -> tuple[int, Callable[[Any], Any]]:

@@ -116,6 +116,8 @@ _READ_ONLY_RUNS = frozenset({
     "SELECT", "VALUES", "TABLE", "WITH", "FROM", "SHOW", "SET", "RESET", "EXPLAIN",
     "DESCRIBE", "SUMMARIZE", "DECLARE", "FETCH", "MOVE", "CLOSE", "PREPARE", "EXECUTE",
     "DEALLOCATE", "LISTEN", "UNLISTEN", "NOTIFY", "DISCARD", *TRANSACTION_WORDS})
+#: COMMIT / ROLLBACK AND CHAIN (not AND NO CHAIN)
+_AND_CHAIN = re.compile(r"\bAND\s+CHAIN\b", re.I)
 #: BEGIN / START TRANSACTION's access mode
 _ACCESS_MODE = re.compile(r"\bREAD\s+(ONLY|WRITE)\b", re.I)
 
@@ -388,6 +390,12 @@ class Session:
         self.client_cert_name: str | None = None  # CN of a verified client certificate
         self.user = ""
         self.database = self.application_name = ""
+        #: the session's values of the settings a client may SET to any value and SHOW
+        #: (``extra_float_digits``, ``client_min_messages``; :mod:`._pgsession`)
+        self.settings: dict[str, str] = {}
+        #: (application_name, settings, session_timeout) before the transaction's first
+        #: SET (:meth:`keep_settings`)
+        self.tx_settings: tuple[str, dict[str, str], float, bool] | None = None
         #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
         self.session_timeout = 0.0
         #: what this session may do and who it acts as (None: a server without users)
@@ -916,6 +924,9 @@ class Session:
             if listed is not None:
                 return listed
         if head in ("SELECT", "SHOW", "SET", "RESET"):
+            if head != "SELECT" and not self.server.engine.transactions:
+                for text in _pgsession.engine_resets(sql):  # (DuckDB's, then the server's)
+                    await self._run_timed("RESET", text, [], {})
             answered = _pgsession.answer(sql, self)
             if answered is not None:
                 return answered
@@ -1330,6 +1341,11 @@ class Session:
                 await self._drop_portal(self.portals.pop(name, None))
 
     async def _transaction(self, engine: EngineSession, head: str, sql: str) -> Result:
+        """BEGIN / START TRANSACTION, COMMIT / END, ROLLBACK / ABORT (``AND CHAIN``: a new
+        block with the same access mode at once), SAVEPOINT, RELEASE and ROLLBACK TO, with
+        PostgreSQL's tags and errors: a savepoint outside a transaction block (a query's or
+        a pipeline's implicit transaction is none) is 25P01, one never set 3B001."""
+        words = _sqltext.first_words(sql, 3)
         if head in ("BEGIN", "START"):
             if self.pipeline_tx:  # the statements before it join the explicit transaction
                 self.pipeline_tx = False
@@ -1339,36 +1355,60 @@ class Session:
             else:
                 self.pending_begin = True
                 self.block_read_only = _begin_read_only(sql)
-            return Result(None, [], "BEGIN")
-        if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in \
-                _sqltext.first_words(sql, 3)[1:]:
-            tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
-            if self.pipeline_tx:  # ends the implicit transaction, as PostgreSQL does
-                self.pipeline_tx = False
-                self.send(P.notice_response("there is no transaction in progress"))
-            await self._end_transaction_cursors()
-            pending, self.pending_begin = self.pending_begin, False
-            failed, self.failed = self.failed, False
-            self.block_read_only = None
-            if failed:
-                tag = "ROLLBACK"
-            if not engine.in_transaction and self.user_tx is None:
-                if not pending and not failed:  # failed: the engine rolled it back already
-                    self.send(P.notice_response("there is no transaction in progress"))
-                return Result(None, [], tag)
-            if tag == "COMMIT":
-                await self._commit(engine)
-            else:
-                self._end_users(keep_role=False)
-                if engine.in_transaction:
-                    await self.call(engine.run, tag, [])
-            return Result(None, [], tag)
+            return Result(None, [], "START TRANSACTION" if head == "START" else "BEGIN")
+        explicit = self._status() != "I" and not self.pipeline_tx
+        if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in words[1:]:
+            chain = _AND_CHAIN.search(_sqltext.strip_strings(sql)) is not None
+            if chain and not explicit:
+                raise StatementError(f"{'COMMIT' if head in ('COMMIT', 'END') else 'ROLLBACK'}"
+                                     " AND CHAIN can only be used in transaction blocks",
+                                     "25P01")
+            read_only = self.block_read_only
+            result = await self._end_block(engine, head)
+            if chain:  # (PostgreSQL's COMMIT AND CHAIN: the next block begins now)
+                self.pending_begin = True
+                self.block_read_only = read_only
+            return result
+        if not explicit:
+            what = {"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT"}.get(
+                head, "ROLLBACK TO SAVEPOINT")
+            raise StatementError(f"{what} can only be used in transaction blocks", "25P01")
         await self._begin(engine, "IMMEDIATE")
+        if head != "SAVEPOINT":  # (SQLite's names ignore case, PostgreSQL's quoted ones not)
+            name = _savepoint_name(sql)
+            if name not in [n for n, _, _ in self.savepoints]:
+                raise StatementError(f'savepoint "{name}" does not exist', "3B001")
         result = await self.call(engine.run, sql, [])
-        if head == "ROLLBACK":
+        if head in ("ROLLBACK", "ABORT"):
             self.failed = False
         self._savepoint(head, sql)
         return result
+
+    async def _end_block(self, engine: EngineSession, head: str) -> Result:
+        """COMMIT or ROLLBACK the transaction block (a failed one: ROLLBACK, its tag too)."""
+        tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
+        if self.pipeline_tx:  # ends the implicit transaction, as PostgreSQL does
+            self.pipeline_tx = False
+            self.send(P.notice_response("there is no transaction in progress"))
+        await self._end_transaction_cursors()
+        pending, self.pending_begin = self.pending_begin, False
+        failed, self.failed = self.failed, False
+        self.block_read_only = None
+        self.savepoints.clear()
+        if failed:
+            tag = "ROLLBACK"
+        self.end_settings(keep=tag == "COMMIT")
+        if not engine.in_transaction and self.user_tx is None:
+            if not pending and not failed:  # failed: the engine rolled it back already
+                self.send(P.notice_response("there is no transaction in progress"))
+            return Result(None, [], tag)
+        if tag == "COMMIT":
+            await self._commit(engine)
+        else:
+            self._end_users(keep_role=False)
+            if engine.in_transaction:
+                await self.call(engine.run, tag, [])
+        return Result(None, [], tag)
 
     def read_only_block(self) -> bool:
         """In a transaction block of the analytical engine, which holds queries only: it
@@ -1429,11 +1469,29 @@ class Session:
         ``keep_role=False`` (a rollback) restores the role the transaction started as."""
         tx, self.user_tx = self.user_tx, None
         self.savepoints.clear()
+        self.end_settings(keep=keep_role)
         if tx is None or self.privileges is None:
             return
         self.privileges.store = tx.store.parent
         if not keep_role:
             self._restore_role(self.tx_role)
+
+    def keep_settings(self) -> None:
+        """Before a SET in a transaction: the session's settings as the transaction found
+        them, for a rollback to restore (PostgreSQL's SET is undone with its transaction)."""
+        if self.tx_settings is None and self._in_transaction():
+            self.tx_settings = (self.application_name, dict(self.settings),
+                                self.session_timeout, self.read_only_default)
+
+    def end_settings(self, *, keep: bool) -> None:
+        """The transaction ends: its SETs kept (a commit), or undone."""
+        saved, self.tx_settings = self.tx_settings, None
+        if saved is None or keep:
+            return
+        name, self.settings, self.session_timeout, self.read_only_default = saved
+        if name != self.application_name:
+            self.application_name = name
+            self.send(P.parameter_status("application_name", name))
 
     def _restore_role(self, role: str | None) -> None:
         if self.privileges is not None and role is not None:
@@ -1481,14 +1539,12 @@ class Session:
         self._end_users(keep_role=True)
 
     def _savepoint(self, head: str, sql: str) -> None:
-        """Track SAVEPOINT / RELEASE / ROLLBACK TO (run by SQLite) for the changes to
-        users and the SET ROLE made after a savepoint."""
-        m = re.search(r'(?:SAVEPOINT\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)\s*;?\s*$',
-                      sql)
-        if m is None:
+        """Track SAVEPOINT / RELEASE / ROLLBACK TO for the changes to users and the SET
+        ROLE made after a savepoint (and on the analytical engine, which has none of its
+        own, for the names set)."""
+        name = _savepoint_name(sql)
+        if name is None:
             return
-        token = m[1]
-        name = token[1:-1].replace('""', '"') if token.startswith('"') else token.lower()
         marks = [i for i, (n, _, _) in enumerate(self.savepoints) if n == name]
         if head == "SAVEPOINT":
             ops = len(self.user_tx.store.ops) if self.user_tx is not None else 0
@@ -2135,6 +2191,16 @@ def _scan_forward() -> StatementError:
                           hint="declare it with SCROLL to move backward (psycopg: "
                           "scrollable=True); a cursor without SCROLL reads its rows as "
                           "FETCH asks for them")
+
+
+def _savepoint_name(sql: str) -> str | None:
+    """The savepoint SAVEPOINT, RELEASE or ROLLBACK TO names (folded as PostgreSQL folds a
+    name: lower case unless quoted)."""
+    m = re.search(r'(?:SAVEPOINT\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)\s*;?\s*$', sql)
+    if m is None:
+        return None
+    token = m[1]
+    return token[1:-1].replace('""', '"') if token.startswith('"') else token.lower()
 
 
 def _ends_transaction(sql: str) -> bool:
