@@ -100,6 +100,11 @@ def _constant(value: str) -> Callable[[Any], str]:
     return lambda _session: value
 
 
+def _session_setting(name: str, default: str) -> Callable[[Any], str]:
+    """A setting the session holds once SET (``session.settings``)."""
+    return lambda session: str(session.settings.get(name, default))
+
+
 #: Every setting ``SHOW`` answers, by lower-case name: its value for a session.
 _SETTINGS: dict[str, Callable[[Any], str]] = {
     **{name: _constant(value) for name, value in _FIXED.items()},
@@ -107,9 +112,8 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "default_transaction_isolation": _isolation,
     "statement_timeout": _timeout,
     "application_name": lambda session: session.application_name,
-    "search_path": lambda session: session.settings.get("search_path", _FIXED["search_path"]),
-    **{name: (lambda session, name=name, default=default: session.settings.get(name, default))
-       for name, default in _SESSION_DEFAULTS.items()},
+    **{name: _session_setting(name, default) for name, default in
+       [*_SESSION_DEFAULTS.items(), ("search_path", _FIXED["search_path"])]},
     "is_superuser": lambda session: "on" if session.server.is_admin(session.user) else "off",
     "session_authorization": lambda session: session.user,
     "transaction_read_only": lambda session: "on" if session.read_only_block()
