@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import mmap
 import os
 import threading
 import time
@@ -31,9 +30,9 @@ def _engine(tmp_path: Any, journal: str, encrypted: bool = False) -> SQLiteEngin
 
 
 def _counts(engine: SQLiteEngine) -> tuple[int, int]:
-    with open(engine.path + ".sync-lock", "rb") as f:
-        data = f.read(16)
-    return int.from_bytes(data[:8], "little"), int.from_bytes(data[8:], "little")
+    """(started, completed) in the memory the server's processes share."""
+    shared = engine.group_sync._shared
+    return int(shared[0]), int(shared[1])
 
 
 @pytest.mark.parametrize("encrypted", [False, True])
@@ -89,12 +88,12 @@ def _group_sync(tmp_path: Any) -> tuple[GroupSync, str]:
 
 @contextlib.contextmanager
 def _holding(gs: GroupSync) -> Iterator[Any]:
-    """Play another process: hold the sync lock, with the counters (started, completed)
-    mapped; released at the end."""
+    """Play another process forked from the server: hold the sync lock, with the counters
+    (started, completed) it shares; released at the end."""
     fd = os.open(gs.path, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        yield memoryview(mmap.mmap(fd, 16)).cast("q")
+        yield gs._shared[:2]
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -128,6 +127,31 @@ def test_a_sync_begun_before_the_commit_does_not_serve_it(tmp_path: Any) -> None
         counts[1] = counts[0]
     thread.join(10)
     assert gs.counts() == (2, 2)  # so the waiter synced itself
+
+
+def test_the_counters_file_holds_nothing_and_a_replaced_one_is_not_shared(
+        tmp_path: Any, caplog: Any) -> None:
+    """The counters live in memory the server's processes share; ``.sync-lock`` is only
+    locked, so truncating it changes nothing. A process that finds another file at the
+    path than the one the others lock (deleted, replaced) counts alone, and says so:
+    counters shared under two locks could lose a count."""
+    gs, wal = _group_sync(tmp_path)
+    gs.sync(wal)
+    assert os.path.getsize(gs.path) == 0 and gs.counts() == (1, 1)
+    with open(gs.path, "wb") as f:
+        f.write(b"\xff" * 3)  # damaged: not read
+    gs.sync(wal)
+    assert gs.counts() == (2, 2)
+    gs.close()  # (this process opens the file again at its next sync)
+    other = os.open(gs.path, os.O_RDONLY)  # another process still has the first file
+    os.unlink(gs.path)
+    with caplog.at_level("ERROR", logger="cryptdisk.server"):
+        gs.sync(wal)
+    os.close(other)
+    assert "not the file the server's other processes lock" in caplog.text
+    assert gs.counts() == (1, 1)  # its own
+    assert (int(gs._shared[0]), int(gs._shared[1])) == (2, 2)  # the others' untouched
+    gs.close()
 
 
 def test_a_failed_sync_fails_the_statement(tmp_path: Any, monkeypatch: Any) -> None:

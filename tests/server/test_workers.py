@@ -426,13 +426,23 @@ def test_a_writer_waiting_longer_than_lock_timeout_gets_55p03(tmp_path: Path) ->
             served.proc.stdout.close()
 
 
-def _waiting_worker(served: Served) -> int:
-    """The pid of the worker waiting for another's write lock: it writes itself into the
-    first bytes of ``PATH.write-lock`` while it waits (0: none)."""
+def _waits_for_the_lock(served: Served, worker: int) -> bool:
+    """Whether ``worker`` waits for another worker's write lock: it writes its pid into the
+    first bytes of memory the supervisor made and shares with the workers (an anonymous
+    shared mapping of one page), read here through the supervisor's /proc/PID/mem."""
     import struct
 
-    with open(served.db + ".write-lock", "rb") as f:
-        return int(struct.unpack("q", f.read(8))[0])
+    pid = served.proc.pid
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
+        for line in maps:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if end - start != 4096 or fields[1] != "rw-s" or "/dev/zero" not in line:
+                continue
+            mem.seek(start)
+            if struct.unpack("q", mem.read(8))[0] == worker:
+                return True
+    return False
 
 
 def _cancel_until_done(conn: psycopg.Connection, statements: list[str],
@@ -478,7 +488,7 @@ def test_a_cancel_ends_a_wait_for_the_write_lock(tmp_path: Path) -> None:
         b_worker = _owner(served, b)
         # another worker's session, in a transaction: it waits on the cross-process flock
         err = _cancel_until_done(b, ["BEGIN", "INSERT INTO t VALUES (2)"],
-                                 waiting=lambda: _waiting_worker(served) == b_worker)
+                                 waiting=lambda: _waits_for_the_lock(served, b_worker))
         assert isinstance(err, psycopg.errors.QueryCanceled), err
         b.execute("ROLLBACK")
         # a session in the same worker as the holder: it waits in that worker's queue

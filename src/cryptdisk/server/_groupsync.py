@@ -13,22 +13,30 @@ next, as PostgreSQL's commits share its WAL flushes. A commit is acknowledged on
 ``synchronous=FULL`` and as PostgreSQL's default ``synchronous_commit = on`` (it survives
 kill -9 of the server and a power cut or OS crash, as far as the disk honours a flush).
 
-The bookkeeping is two counters in ``PATH.sync-lock``, mapped by every process, changed
-only under an ``flock`` of that file (and a thread lock inside each process, since an
-``flock`` is per open file): ``started``, the syncs begun, and ``completed``, the number
-of the latest one that finished. A committer reads ``started`` (say *n*) after its frames
-are in the file; sync *n* + 1 begins after that read, so once ``completed`` > *n* its
-frames are on disk, and it returns without a sync of its own. Otherwise it takes the lock,
-looks again, and syncs itself (whatever has been written by then, its own frames and the
-frames of every commit waiting behind it). Without the lock file (a read-only directory)
-each process counts for itself alone. A process forked during a sync closes its copy of
-the lock file's descriptor as it starts, so it never keeps the flock.
+The bookkeeping is two counters in memory shared by the server's processes (anonymous
+shared memory made with the engine, before the workers are forked), changed only under an
+``flock`` of ``PATH.sync-lock`` (and a thread lock inside each process, since an ``flock``
+is per open file): ``started``, the syncs begun, and ``completed``, the number of the
+latest one that finished. A committer reads ``started`` (say *n*) after its frames are in
+the file; sync *n* + 1 begins after that read, so once ``completed`` > *n* its frames are
+on disk, and it returns without a sync of its own. Otherwise it takes the lock, looks
+again, and syncs itself (whatever has been written by then, its own frames and the frames
+of every commit waiting behind it). ``PATH.sync-lock`` holds nothing: truncating or
+damaging it changes nothing (were the counters mapped from it, a process touching them
+after a truncation would die of SIGBUS). The memory also names the
+file the processes lock (device and inode, taken by the first): a process that finds
+another file at the path (it was deleted or replaced while the server ran) logs so and
+counts for itself alone, as it does without the lock file (a read-only directory), since
+counters shared under two different locks could lose a count. A process forked during a
+sync closes its copy of the lock file's descriptor as it starts, so it never keeps the
+flock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import mmap
 import os
 import threading
@@ -38,18 +46,17 @@ from .._flocks import hold, let_go
 
 __all__ = ["GroupSync"]
 
-_COUNTS = 16  # bytes: started, completed (int64 each)
+log = logging.getLogger("cryptdisk.server")
+
+#: the shared memory, int64 each: syncs started, latest completed; the lock file's device
+#: and inode (63 bits each; 0: no process has opened it yet)
+_SHARED = 4
+_MASK = (1 << 63) - 1
 
 
-def _mapped(path: str) -> mmap.mmap:
-    """The counters, mapped through an open of their own: a mapping keeps a copy of the
-    descriptor it was made from, so one made from the locked descriptor would hold the
-    flock in a forked child whatever that child closes."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        return mmap.mmap(fd, _COUNTS)
-    finally:
-        os.close(fd)
+def _local() -> Any:
+    """Counters of this process alone."""
+    return memoryview(bytearray(16)).cast("q")
 
 
 class GroupSync:
@@ -61,6 +68,7 @@ class GroupSync:
         self._pid = 0
         self._fd = -1
         self._counts: Any = None
+        self._shared = memoryview(mmap.mmap(-1, 8 * _SHARED, flags=mmap.MAP_SHARED)).cast("q")
         #: per process: WAL path -> (fd, inode) kept open to be synced
         self._wals: dict[str, tuple[int, int]] = {}
 
@@ -76,18 +84,37 @@ class GroupSync:
                 # dies with this process
                 fd = hold(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             except OSError:
-                self._counts = memoryview(bytearray(_COUNTS)).cast("q")
+                self._counts = _local()
                 return self._counts
             try:
-                if os.fstat(fd).st_size < _COUNTS:
-                    os.ftruncate(fd, _COUNTS)
-                self._counts = memoryview(_mapped(self.path)).cast("q")
-                self._fd = fd
-            except (OSError, ValueError):
+                self._counts = self._shared[:2] if self._same_file(fd) else _local()
+            except OSError:
                 let_go(fd)
                 os.close(fd)
-                self._counts = memoryview(bytearray(_COUNTS)).cast("q")
+                self._counts = _local()
+            else:
+                self._fd = fd
         return self._counts
+
+    def _same_file(self, fd: int) -> bool:
+        """Whether ``fd`` is the lock file the server's other processes lock (the first
+        process to open it names it in the shared memory, under its flock)."""
+        st = os.fstat(fd)
+        mine = (st.st_dev & _MASK, st.st_ino & _MASK)
+        shared = self._shared
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if shared[3] == 0:
+                shared[2], shared[3] = mine
+            if (shared[2], shared[3]) == mine:
+                return True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        log.error("%s is not the file the server's other processes lock (it was deleted or "
+                  "replaced while the server ran): this process makes its commits durable "
+                  "with WAL syncs of its own, shared with no other process; restart the "
+                  "server to share them again", self.path)
+        return False
 
     def counts(self) -> tuple[int, int]:
         """(syncs started, latest sync completed), as this process sees them."""

@@ -306,14 +306,22 @@ class UserStore:
         if not self._lock.acquire(blocking=False):
             return  # a change in this process: it reads the others' in first
         try:
-            if not shared.try_lock():
-                return  # another process is changing them: read when it is done
+            try:
+                if not shared.try_lock():
+                    return  # another process is changing them: read when it is done
+            except OSError as exc:  # (the counter could not be rewritten)
+                log.error("users: cannot read the changes other processes made (%s: %s)",
+                          shared.path, exc.strerror or exc)
+                return
             try:
                 self._reload()
                 if self._recover(wait=False):
                     self._seen = shared.bump()
             except (UsersJournalMismatch, UsersFileError) as exc:  # every change fails
                 log.error("%s", exc)  # with it, until resolved
+            except OSError as exc:  # (the statements go on with the users as last read)
+                log.error("users: cannot read the changes other processes made (%s: %s)",
+                          self.path, exc.strerror or exc)
             finally:
                 shared.unlock()
         finally:
@@ -901,30 +909,61 @@ class UserStore:
 class _ChangeCounter:
     """How many times the user file was changed, shared by every process that serves it:
     8 bytes at the start of ``path`` (the user file's name plus ``.lock``, mode 0600, no
-    secret in it), mapped into memory so reading it costs no system call; a change holds
-    an exclusive ``flock`` on it while it reads, saves and counts."""
+    secret in it), read with one ``pread`` before each statement; a change holds an
+    exclusive ``flock`` on it while it reads, saves and counts. (Not a memory map: a
+    process that touches a mapped file someone truncated dies of SIGBUS.)
+
+    Only whether the count moved matters, never its value: a file found shorter than 8
+    bytes (truncated, a restore, a full disk when it was made) is rewritten under the
+    flock with a random count no process has seen, so every process reads the user file
+    again, and the repair is logged."""
+
+    _COUNT = struct.Struct("=Q")
 
     def __init__(self, path: str) -> None:
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < 8:
-                os.ftruncate(fd, 8)
-            self._map = mmap.mmap(fd, 8)
-        finally:
-            os.close(fd)
-        self._counter = memoryview(self._map).cast("Q")
+        #: read and written with pread/pwrite (never locked: a forked child may keep it)
+        self._file = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._fd = -1
         self._pid = 0
+        self._quiet = True  # at start, an empty file is a new one: nothing to log
+        try:
+            if os.fstat(self._file).st_size < self._COUNT.size:
+                with self.locked():
+                    pass
+        except BaseException:
+            self.close()
+            raise
+        self._quiet = False
 
     def value(self) -> int:
-        return int(self._counter[0])
+        """The count, or -1 when the file cannot be read whole (the next change, or the
+        next :meth:`locked`, writes it again)."""
+        try:
+            data = os.pread(self._file, 8, 0)
+        except OSError:
+            return -1
+        return self._COUNT.unpack(data)[0] if len(data) == 8 else -1
+
+    def _whole(self) -> int:
+        """The count (the caller holds the flock), the file rewritten first if it is
+        shorter than the count (see the class's text)."""
+        data = os.pread(self._file, 8, 0)
+        if len(data) == 8:
+            return int(self._COUNT.unpack(data)[0])
+        value = secrets.randbits(64)
+        os.pwrite(self._file, self._COUNT.pack(value), 0)
+        if data or not self._quiet:
+            log.warning("users: %s held %d bytes, not 8 (truncated or damaged); rewritten, "
+                        "and every process reads the user file again", self.path, len(data))
+        return value
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         self._open()
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
+            self._whole()
             yield
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -936,6 +975,11 @@ class _ChangeCounter:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
+        try:
+            self._whole()
+        except BaseException:
+            self.unlock()
+            raise
         return True
 
     def _open(self) -> None:
@@ -950,18 +994,19 @@ class _ChangeCounter:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        """Unmap the counter and close this process's lock descriptor (an open file each)."""
+        """Close the counter's descriptor and this process's lock descriptor."""
         if self._fd >= 0 and self._pid == os.getpid():
             let_go(self._fd)
             os.close(self._fd)
         self._fd, self._pid = -1, 0
-        self._counter.release()
-        self._map.close()
+        if self._file >= 0:
+            os.close(self._file)
+            self._file = -1
 
     def bump(self) -> int:
         """Count a change (the caller holds :meth:`locked`); the new count."""
-        value = (int(self._counter[0]) + 1) & 0xFFFFFFFFFFFFFFFF
-        self._counter[0] = value
+        value = (self._whole() + 1) & 0xFFFFFFFFFFFFFFFF
+        os.pwrite(self._file, self._COUNT.pack(value), 0)
         return value
 
 
@@ -1108,9 +1153,11 @@ class _SharedFailures:
     A key is stored as its keyed 64-bit hash (BLAKE2b under ``secret``, so a client cannot
     choose names that collide), in a set-associative table of ``buckets`` x ``ways``
     entries (hash, count, last use); a new key takes a free entry of its bucket, else the
-    one used longest ago (bounded like :class:`_Failures`). Updates hold a POSIX record
-    lock on the table's (unlinked) file: it excludes the other processes, never this one,
-    and dies with a process killed while holding it."""
+    one used longest ago (bounded like :class:`_Failures`). The table is anonymous shared
+    memory (no file can be truncated under it: a process touching a truncated mapped file
+    dies of SIGBUS); updates hold a POSIX record lock on an empty unlinked file: it
+    excludes the other processes, never this one, and dies with a process killed while
+    holding it."""
 
     _ENTRY = struct.Struct("QQQ")  # key hash (0: free), count, last use
     _HEAD = struct.Struct("Q")     # the use counter
@@ -1128,8 +1175,7 @@ class _SharedFailures:
                               hint="set TMPDIR to a writable directory, or serve with "
                               "--workers 1") from None
         try:
-            os.ftruncate(self._file.fileno(), size)
-            self._memory = mmap.mmap(self._file.fileno(), size, flags=mmap.MAP_SHARED)
+            self._memory = mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
         except OSError as exc:
             self._file.close()
             raise ServerError("the workers' shared failed-login table cannot be made: "

@@ -10,13 +10,15 @@ server's other worker processes hold the same way: a worker that lets it go whil
 waits ends that one's pause at once, through a pipe the workers forked from one server
 share, and a waiter tries again every 1-2 ms besides (where SQLite's busy handler would
 sleep up to 100 ms). A process waiting there writes its pid, when it began to wait and
-when it last tried into the file's first 24 bytes (mapped by every process), then tries
-once more (a release before its pid was there woke nobody); a process that gets the lock
-while another, waiting since before it began, tried within the last 5 ms lets it go
-once, so two busy workers take turns. The kernel drops the
-flock of a process that dies; a process forked from it closes its copy of the lock
-file's descriptor, so it never keeps that flock. Without the lock file (a read-only
-directory) SQLite's own locking alone keeps processes apart.
+when it last tried into 24 bytes of memory the worker processes share (anonymous, made
+with the queue before they are forked), then tries once more (a release before its pid
+was there woke nobody); a process that gets the lock while another, waiting since before
+it began, tried within the last 5 ms lets it go once, so two busy workers take turns. The
+lock file holds nothing: truncating, damaging or deleting it changes nothing (were those
+bytes mapped from it, a process touching them after a truncation would die of SIGBUS).
+The kernel drops the flock of a process that dies; a process forked from it closes its
+copy of the lock file's descriptor, so it never keeps that flock. Without the lock file
+(a read-only directory) SQLite's own locking alone keeps processes apart.
 """
 
 from __future__ import annotations
@@ -114,7 +116,9 @@ class WriteQueue:
         self._line: collections.deque[_Turn] = collections.deque()
         self._fd = -1
         self._pid = 0
-        #: [pid, began, last tried] (monotonic ns) of the latest process to wait
+        #: [pid, began, last tried] (monotonic ns) of the latest process to wait: memory
+        #: the processes forked from this one share, in use while the lock file is open
+        self._shared = memoryview(mmap.mmap(-1, 24, flags=mmap.MAP_SHARED)).cast("q")
         self._waiter: Any = None
         #: a pipe the worker processes forked from this one share: a process that lets the
         #: lock go while another waits writes a byte, which ends that one's pause at once
@@ -132,14 +136,10 @@ class WriteQueue:
             try:
                 self._fd = hold(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                                         0o600))  # a forked child closes its copy
-                if os.fstat(self._fd).st_size < 24:
-                    os.ftruncate(self._fd, 24)
-                self._waiter = memoryview(mmap.mmap(self._fd, 24)).cast("q")
-            except (OSError, ValueError):
-                if self._fd >= 0:
-                    let_go(self._fd)
-                    os.close(self._fd)
+            except OSError:
                 self._fd = -1
+            else:
+                self._waiter = self._shared
         return self._fd
 
     # -- this process's turn ---------------------------------------------------------------
@@ -336,14 +336,14 @@ class WriteQueue:
         self._pass_on()
 
     def close(self) -> None:
-        """Close the wake pipe and this process's lock file (its descriptor, and its mapping
-        once no call holds it); the flock goes with the descriptor."""
+        """Close the wake pipe and this process's lock file; the flock goes with the
+        descriptor (the shared memory with the last reference to the queue)."""
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._wake_r = self._wake_w = -1
         if self._pid == os.getpid():
-            self._waiter = None  # (the mapping is unmapped when its last user lets it go)
+            self._waiter = None
             if self._fd >= 0:
                 let_go(self._fd)
                 with contextlib.suppress(OSError):
