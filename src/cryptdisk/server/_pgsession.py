@@ -76,7 +76,7 @@ _UNIT_MS = {"d": 86_400_000, "h": 3_600_000, "min": 60_000, "s": 1000, "ms": 1}
 #: the settings a client may SET to any (valid) value, and their defaults
 _SESSION_DEFAULTS = {"extra_float_digits": "1", "client_min_messages": "notice"}
 _MESSAGE_LEVELS = ("debug5", "debug4", "debug3", "debug2", "debug1", "debug", "log",
-                   "notice", "warning", "error")
+                   "info", "notice", "warning", "error")  # (info, debug: PostgreSQL's hidden)
 
 
 _UNITS = {"": 0.001, "ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
