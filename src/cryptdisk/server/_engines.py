@@ -81,6 +81,8 @@ def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
         return "INSERT" if rows is None else f"INSERT 0 {rows}"
     if head in ("UPDATE", "DELETE", "MERGE"):
         return head if rows is None else f"{head} {rows}"
+    if head == "TRUNCATE":
+        return "TRUNCATE TABLE"
     if head in ("CREATE", "DROP", "ALTER") and len(words) > 1:
         if head == "CREATE" and words[1] in _CREATE_MODIFIERS:  # CREATE UNIQUE INDEX: the
             kind = next((w for w in _sqltext.first_words(sql, 5)[1:]  # tag CREATE INDEX
@@ -698,6 +700,10 @@ def _duckdb_sqlstate(message: str) -> str:
                          # Binder and Catalog Errors they are)
                          ("Ambiguous reference to column", "42702"),
                          ("unrecognized configuration parameter", "42704"),
+                         ("must appear in the GROUP BY clause", "42803"),
+                         ("values were supplied", "42601"),  # (more or fewer than columns)
+                         ("field format", "22007"),  # (a date's, time's or timestamp's text)
+                         ("Not implemented Error", "0A000"),
                          ("Catalog Error", "42P01"),
                          ("Binder Error", "42703"), ("Conversion Error", "22P02"),
                          ("Constraint Error", "23000"), ("Out of Range Error", "22003"),
@@ -871,8 +877,12 @@ def statement_error(exc: Exception) -> StatementError:
         elif isinstance(exc, apsw.InterruptError):
             code, text = "57014", "canceling statement due to user request"
         elif isinstance(exc, apsw.SQLError):
-            code = ("42P01" if "no such table" in text else "42703" if "no such column" in text
+            code = ("42P01" if "no such table" in text
+                    else "42703" if "no such column" in text or "has no column named" in text
                     else "42P07" if _DUPLICATE.search(text)
+                    else "42601" if "values were supplied" in text
+                    else "42883" if "no such function" in text
+                    or "wrong number of arguments to function" in text
                     else "42601" if "syntax error" in text or "incomplete input" in text
                     else "3B001" if "no such savepoint" in text
                     else "42702" if "ambiguous column name" in text else "42000")

@@ -303,6 +303,8 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         elif session.in_block():
             session.block_read_only = on
         return Result(None, [], "RESET" if value is None else "SET")
+    if name == "all":  # (RESET ALL: the access mode of later transactions too)
+        session.read_only_default = False
     if name in _SESSION_DEFAULTS or name == "all":
         if value is None or value.strip().lower() == "default":
             session.settings.pop(name, None) if name != "all" else session.settings.clear()

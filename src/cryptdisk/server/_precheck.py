@@ -97,6 +97,10 @@ class _Check:
         head = words[0] if words else ""
         if head in TRANSACTION_WORDS or head in ("FETCH", "MOVE", "CLOSE"):
             return
+        if head == "DISCARD":  # (DISCARD ALL: the login user's role again)
+            if re.match(r"\s*DISCARD\s+ALL\b", sql, re.I):
+                self.trial.set_role(None)
+            return
         if head == "PREPARE" and _sqltext.first_words(sql, 2)[1:] != ["TRANSACTION"]:
             from ._prepared import parse_prepare
 

@@ -116,6 +116,9 @@ _READ_ONLY_RUNS = frozenset({
     "SELECT", "VALUES", "TABLE", "WITH", "FROM", "SHOW", "SET", "RESET", "EXPLAIN",
     "DESCRIBE", "SUMMARIZE", "DECLARE", "FETCH", "MOVE", "CLOSE", "PREPARE", "EXECUTE",
     "DEALLOCATE", "LISTEN", "UNLISTEN", "NOTIFY", "DISCARD", *TRANSACTION_WORDS})
+#: a session's settings a rollback restores: application_name, the others SET (by name),
+#: statement_timeout, default_transaction_read_only
+_Settings = tuple[str, dict[str, str], float, bool]
 #: COMMIT / ROLLBACK AND CHAIN (not AND NO CHAIN)
 _AND_CHAIN = re.compile(r"\bAND\s+CHAIN\b", re.I)
 #: BEGIN / START TRANSACTION's access mode
@@ -395,7 +398,9 @@ class Session:
         self.settings: dict[str, str] = {}
         #: (application_name, settings, session_timeout) before the transaction's first
         #: SET (:meth:`keep_settings`)
-        self.tx_settings: tuple[str, dict[str, str], float, bool] | None = None
+        self.tx_settings: _Settings | None = None
+        #: the simple query running holds several statements
+        self.several = False
         #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
         self.session_timeout = 0.0
         #: what this session may do and who it acts as (None: a server without users)
@@ -418,8 +423,9 @@ class Session:
         #: users, roles and grants until COMMIT (None: none made, or SET ROLE, yet)
         self.user_tx: Any = None
         self.tx_role: str | None = None  # the role the transaction started as
-        #: the transaction's savepoints: (name, changes to users made before it, role)
-        self.savepoints: list[tuple[str, int, str | None]] = []
+        #: the transaction's savepoints: (name, changes to users made before it, role,
+        #: the settings then: :meth:`_settings_now`)
+        self.savepoints: list[tuple[str, int, str | None, _Settings]] = []
         self.busy = False
         self.pid = server.new_pid()
         self.cancel_key = secrets.randbits(31)
@@ -681,6 +687,7 @@ class Session:
                 continue
             if isinstance(msg, P.Query):
                 await self._simple_query(msg.sql)
+                self.several = False
                 if self.pipeline_tx:  # a Query ends the implicit transaction it ran in
                     await self._end_pipeline(False)
                 self.send(P.READY_FOR_QUERY[self._status()])
@@ -759,7 +766,9 @@ class Session:
             await self._rollback_implicit()
 
     def _error(self, exc: StatementError) -> None:
-        if self.engine is not None and self.engine.in_transaction:
+        # (in a block whose engine transaction has not started yet too: BEGIN, then a
+        # statement the server answers itself fails)
+        if self.pending_begin or (self.engine is not None and self.engine.in_transaction):
             self.failed = True
         self.send(P.error_response(exc.sqlstate, str(exc), hint=exc.hint))
 
@@ -899,6 +908,8 @@ class Session:
             return await self._cursor(head, sql, params)
         if head == "DEALLOCATE":
             return self._deallocate(sql)
+        if head == "DISCARD":
+            return await self._discard(sql)
         if head in ("LISTEN", "NOTIFY", "UNLISTEN"):
             if head == "UNLISTEN":  # (asyncpg's pool sends UNLISTEN *): none to stop
                 return Result(None, [], "UNLISTEN")
@@ -924,8 +935,10 @@ class Session:
             if listed is not None:
                 return listed
         if head in ("SELECT", "SHOW", "SET", "RESET"):
-            if head != "SELECT" and not self.server.engine.transactions:
+            if head != "SELECT" and not self.server.engine.transactions and \
+                    self.engine is not None:
                 for text in _pgsession.engine_resets(sql):  # (DuckDB's, then the server's)
+                    self.engine.read_only = False  # (a setting: no write)
                     await self._run_timed("RESET", text, [], {})
             answered = _pgsession.answer(sql, self)
             if answered is not None:
@@ -1115,6 +1128,29 @@ class Session:
         if not name or self.statements.pop(name, None) is None:
             raise StatementError(f'prepared statement "{name}" does not exist', "26000")
         return Result(None, [], "DEALLOCATE")
+
+    async def _discard(self, sql: str) -> Result:
+        """``DISCARD ALL`` (what connection poolers send between clients: PgBouncer's
+        ``server_reset_query``): every cursor closed, every prepared statement deallocated,
+        the settings and the role reset, as in PostgreSQL; not in a transaction (25001).
+        ``DISCARD PLANS``, ``SEQUENCES`` and ``TEMP`` have nothing to drop."""
+        m = re.fullmatch(r"\s*DISCARD\s+(ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)\s*;?\s*", sql,
+                         re.I)
+        if m is None:
+            raise StatementError("syntax: DISCARD ALL | PLANS | SEQUENCES | TEMP", "42601")
+        what = m[1].upper().replace("TEMPORARY", "TEMP")
+        if what != "ALL":
+            return Result(None, [], f"DISCARD {what}")
+        if self._in_transaction() or self._status() != "I" or self.several:
+            raise StatementError("DISCARD ALL cannot run inside a transaction block", "25001")
+        for name in list(self.cursors):
+            self.cursors.pop(name, None)
+            await self._drop_portal(self.portals.pop(name, None))
+        self._deallocate("DEALLOCATE ALL")
+        await self._run_one("RESET ALL", [])
+        if self.privileges is not None:
+            self._restore_role(self.privileges.session_user)
+        return Result(None, [], "DISCARD ALL")
 
     def _prepare(self, sql: str) -> Result:
         """``PREPARE name [(type, ...)] AS statement`` (:mod:`._prepared`)."""
@@ -1376,7 +1412,7 @@ class Session:
         await self._begin(engine, "IMMEDIATE")
         if head != "SAVEPOINT":  # (SQLite's names ignore case, PostgreSQL's quoted ones not)
             name = _savepoint_name(sql)
-            if name not in [n for n, _, _ in self.savepoints]:
+            if name not in [mark[0] for mark in self.savepoints]:
                 raise StatementError(f'savepoint "{name}" does not exist', "3B001")
         result = await self.call(engine.run, sql, [])
         if head in ("ROLLBACK", "ABORT"):
@@ -1480,15 +1516,21 @@ class Session:
         """Before a SET in a transaction: the session's settings as the transaction found
         them, for a rollback to restore (PostgreSQL's SET is undone with its transaction)."""
         if self.tx_settings is None and self._in_transaction():
-            self.tx_settings = (self.application_name, dict(self.settings),
-                                self.session_timeout, self.read_only_default)
+            self.tx_settings = self._settings_now()
 
     def end_settings(self, *, keep: bool) -> None:
         """The transaction ends: its SETs kept (a commit), or undone."""
         saved, self.tx_settings = self.tx_settings, None
-        if saved is None or keep:
-            return
-        name, self.settings, self.session_timeout, self.read_only_default = saved
+        if saved is not None and not keep:
+            self._apply_settings(saved)
+
+    def _settings_now(self) -> _Settings:
+        return (self.application_name, dict(self.settings), self.session_timeout,
+                self.read_only_default)
+
+    def _apply_settings(self, saved: _Settings) -> None:
+        name, settings, self.session_timeout, self.read_only_default = saved
+        self.settings = dict(settings)
         if name != self.application_name:
             self.application_name = name
             self.send(P.parameter_status("application_name", name))
@@ -1545,16 +1587,17 @@ class Session:
         name = _savepoint_name(sql)
         if name is None:
             return
-        marks = [i for i, (n, _, _) in enumerate(self.savepoints) if n == name]
+        marks = [i for i, mark in enumerate(self.savepoints) if mark[0] == name]
         if head == "SAVEPOINT":
             ops = len(self.user_tx.store.ops) if self.user_tx is not None else 0
             role = self.privileges.current_user if self.privileges is not None else None
-            self.savepoints.append((name, ops, role))
+            self.savepoints.append((name, ops, role, self._settings_now()))
         elif marks and head == "RELEASE":
             del self.savepoints[marks[-1]:]
         elif marks and head == "ROLLBACK":
             del self.savepoints[marks[-1] + 1:]
-            _, ops, role = self.savepoints[-1]
+            _, ops, role, settings = self.savepoints[-1]
+            self._apply_settings(settings)  # (a SET after the savepoint is undone)
             if self.user_tx is not None:
                 self.user_tx.store.rollback_to(ops)
             self._restore_role(role)
@@ -1594,6 +1637,7 @@ class Session:
             self.send(P.EMPTY_QUERY)
             return
         implicit = False
+        self.several = len(statements) > 1  # (PostgreSQL's implicit transaction block)
         if len(statements) > 1:
             refused = await self._authorize_all(statements)
             if refused is not None:
@@ -1655,8 +1699,8 @@ class Session:
             await self._commit(self.engine)
             return
         self._end_users(keep_role=False)
+        self.failed = False
         if self.engine.in_transaction:
-            self.failed = False
             try:
                 await self.call(self.engine.run, verb, [])
             except Exception as exc:
