@@ -188,5 +188,5 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
                  f"{duration:g} s each; the streaming file is {size / MiB:.0f} MiB. Peak RSS is "
                  "VmHWM of the worker process that ran the case (a fresh interpreter). "
                  "'format (memory)' decrypt and 'raw AES-GCM (memory)' hold the whole "
-                 "ciphertext in memory by design; cryptdisk.open() maps files with mmap, and "
-                 "mapped file pages count in RSS.")
+                 "ciphertext in memory by design; cryptdisk.open() reads files with preadv "
+                 "into reused buffers (never mapped).")

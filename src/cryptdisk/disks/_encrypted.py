@@ -31,7 +31,6 @@ from ..format import (
     FileObjectSource,
     Header,
     Kind,
-    MmapSource,
     SealedReader,
     SealedWriter,
     Source,
@@ -158,7 +157,7 @@ class EncryptedDisk(WrappingDisk):
                                      names_known_key(self.keyring)), file.size
 
     def _open_source(self, path: str) -> tuple[Source, Callable[[], None]]:
-        """The encrypted bytes (a zero-copy map for local disks) and how to release them."""
+        """The encrypted bytes (read with ``preadv`` on local disks) and how to release them."""
         inner_path = self._inner(path)
         if isinstance(self.inner, LocalDisk):
             fd = self.inner.open_fd(inner_path, shown=path, disk=self.name)
@@ -167,9 +166,6 @@ class EncryptedDisk(WrappingDisk):
             except BaseException:
                 os.close(fd)
                 raise
-            if isinstance(source, MmapSource):
-                os.close(fd)  # the map stays valid without the descriptor
-                return source, lambda: None
             return source, lambda: os.close(fd)
         try:
             raw = self.inner.open_read(inner_path)

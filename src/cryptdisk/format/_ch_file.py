@@ -17,7 +17,7 @@ from ._ch_header import (
 )
 from ._ch_stream import CHReader, CHWriter, check_key
 from ._io import PositionalReadFile, PublishingWriteFile, temp_beside
-from ._source import MmapSource, source_for
+from ._source import source_for
 
 __all__ = ["CHReadFile", "CHWriteFile", "EmptyCHReader", "ch_append", "ch_key_finder",
            "open_clickhouse"]
@@ -144,9 +144,6 @@ def _open_read(name: str, key: _Key | None, key_for: KeyFor | None) -> CHReadFil
         k = _resolve_key(header, key, key_for, name)
         source = source_for(fd)
         reader = CHReader(source, header, k, name)
-        if isinstance(source, MmapSource):
-            os.close(fd)  # the map stays valid without the descriptor
-            return CHReadFile(reader, name)
         return CHReadFile(reader, name, closer=lambda: os.close(fd))
     except BaseException:
         with contextlib.suppress(OSError):

@@ -14,7 +14,7 @@ from ._mutable import MutableStore
 from ._protocols import KeyLookup
 from ._reread import read_open_header
 from ._sealed import SealedReader, SealedWriter
-from ._source import MmapSource, source_for
+from ._source import source_for
 from ._tail import LOG_SUFFIX, TailSave, remove_tail
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "open_file", "open_log", "read_header"]
@@ -136,9 +136,6 @@ def open_file(
             header, dek = read_open_header(lambda: os.pread(fd, HEADER_SIZE, 0), keys, name)
             if header.kind == Kind.SEALED:
                 source = source_for(fd)
-                if isinstance(source, MmapSource):
-                    os.close(fd)  # the map stays valid without the descriptor
-                    return SealedReadFile(SealedReader(source, header, dek, name), name)
                 keep = fd
                 return SealedReadFile(SealedReader(source, header, dek, name), name,
                                       closer=lambda: os.close(keep))

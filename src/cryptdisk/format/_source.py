@@ -123,8 +123,10 @@ def borrowed(source: Source, offset: int, n: int
 class MmapSource:
     """A read-only memory map: zero-copy views.
 
-    Only for files nothing truncates while they are mapped: a read of a page past the
-    file's new end raises SIGBUS, which ends the process (see the module's docstring).
+    No part of cryptdisk maps files (:func:`source_for` is always called without
+    ``use_mmap``): this is for callers that own the file, for files nothing truncates
+    while they are mapped. A read of a page past a truncated file's new end raises
+    SIGBUS, which ends the process (see the module's docstring).
     """
 
     def __init__(self, fd: int, size: int) -> None:
@@ -304,8 +306,9 @@ class FileObjectSource:
 
 
 def source_for(fileobj: IO[bytes] | int, *, use_mmap: bool = False) -> Source:
-    """The source for an open file: ``preadv`` on real files (``use_mmap``: a memory map,
-    for files nothing truncates while they are read), else the file object."""
+    """The source for an open file: ``preadv`` on real files, else the file object.
+    ``use_mmap``: a memory map (:class:`MmapSource`), never asked for by cryptdisk itself;
+    only for a file the caller owns and nothing truncates while it is read (SIGBUS)."""
     fd: int | None
     if isinstance(fileobj, int):
         fd = fileobj
