@@ -105,6 +105,8 @@ static void remove_anchor(const char *token) {
 static int start_index(cdFile *p, struct cdShm *s, mode_t mode, char *token) {
     unsigned char raw[TOKEN_HEX / 2];
     char line[LINE_LEN + 1];
+    ssize_t n;
+    int rc;
     if (read_token(s->fd, token))
         remove_anchor(token);
     if (RAND_bytes(raw, sizeof raw) != 1)
@@ -119,12 +121,26 @@ static int start_index(cdFile *p, struct cdShm *s, mode_t mode, char *token) {
         return cd_raise(p, ERR_SHM, 0, "%s: cannot create the WAL index in %s (%s); set CRYPTDISK_SHM_DIR to a writable directory in memory (tmpfs)",
                         p->path, shm_dir(), strerror(err));
     }
-    fchmod(afd, mode); /* the database's permissions, whatever the umask */
+    if (fchmod(afd, mode) != 0) { /* the database's permissions, whatever the umask */
+        int err = errno;
+        close(afd);
+        unlink(anchor);
+        rc = cd_os_error(SQLITE_IOERR_SHMOPEN, err, anchor);
+        sqlite3_free(anchor);
+        return rc;
+    }
     close(afd);
     sqlite3_free(anchor);
     snprintf(line, sizeof line, "%s%s\n", TOKEN_LINE, token);
-    if (ftruncate(s->fd, 0) != 0 || pwrite(s->fd, line, LINE_LEN, 0) != (ssize_t)LINE_LEN)
-        return SQLITE_IOERR_SHMOPEN;
+    int err = 0;
+    if (ftruncate(s->fd, 0) != 0)
+        err = errno;
+    else if ((n = pwrite(s->fd, line, LINE_LEN, 0)) != (ssize_t)LINE_LEN)
+        err = n < 0 ? errno : ENOSPC; /* (a short write: the device is full) */
+    if (err != 0) {
+        remove_anchor(token);
+        return cd_os_error(SQLITE_IOERR_SHMOPEN, err, s->lock_path);
+    }
     return SQLITE_OK;
 }
 

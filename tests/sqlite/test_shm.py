@@ -185,3 +185,60 @@ def test_the_last_connection_removes_the_index_even_when_the_wal_stays(tmp_path,
     conn = wal_db(db, key)  # rebuilt from the WAL
     assert conn.execute("SELECT count(*) FROM t").fetchall() == [(1,)]
     conn.close()
+
+
+_FAILING_FCHMOD = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <dlfcn.h>
+#include <sys/types.h>
+/* fchmod fails (EPERM) on the WAL index's anchor in $CRYPTDISK_SHM_DIR, works elsewhere. */
+int fchmod(int fd, mode_t mode) {
+    char link[64], target[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = 0;
+        if (strstr(target, "/cryptdisk-") != NULL) {
+            errno = EPERM;
+            return -1;
+        }
+    }
+    int (*real)(int, mode_t) = (int (*)(int, mode_t))dlsym(RTLD_NEXT, "fchmod");
+    return real(fd, mode);
+}
+"""
+
+
+def test_an_index_whose_permissions_cannot_be_set_is_a_clear_error(tmp_path, shm_dir, key):
+    """The anchor of the WAL index takes the database's permissions with fchmod: when that
+    fails, opening the index fails with the OSError, naming the anchor, and leaves no
+    anchor behind (it could carry the umask's mode instead of the database's)."""
+    shim = tmp_path / "fchmod.so"
+    (tmp_path / "fchmod.c").write_text(_FAILING_FCHMOD)
+    try:
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "fchmod.c"),
+                        "-ldl"], check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no C compiler to build the fchmod shim")
+    db = tmp_path / "a.db"
+    wal_db(db, key).close()
+    code = ("import sys, cryptdisk, cryptdisk.sqlite as c\n"
+            "k = cryptdisk.Keyring([cryptdisk.Key(1, bytes.fromhex(sys.argv[2]))])\n"
+            "try:\n"
+            "    conn = c.connect(sys.argv[1], keyring=k, implementation='c')\n"
+            "    conn.execute('SELECT count(*) FROM t').fetchall()\n"
+            "except Exception as exc:\n"
+            "    print(type(exc).__name__, exc)\n"
+            "else:\n"
+            "    print('opened')\n")
+    out = subprocess.run([sys.executable, "-c", code, str(db), key.hex()], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "LD_PRELOAD": str(shim)})
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.startswith("PermissionError"), out.stdout
+    assert str(shm_dir) in out.stdout and "cryptdisk-" in out.stdout, out.stdout
+    assert [p.name for p in shm_dir.iterdir()] == []
