@@ -687,6 +687,8 @@ class Session:
                 continue
             if isinstance(msg, P.Query):
                 await self._simple_query(msg.sql)
+                if self.several and self._status() == "I":  # its implicit block's cursors
+                    await self._end_transaction_cursors()
                 self.several = False
                 if self.pipeline_tx:  # a Query ends the implicit transaction it ran in
                     await self._end_pipeline(False)
@@ -1213,7 +1215,9 @@ class Session:
             in_tx = (self.pending_begin or (self.engine is not None
                                             and self.engine.in_transaction)) \
                 and not self.pipeline_tx  # an implicit transaction is no transaction block
-            if not st.hold and not in_tx:
+            # (a query's statements are one implicit transaction block, as in PostgreSQL,
+            # on the analytical engine too: the cursor lasts until the query's end)
+            if not st.hold and not in_tx and not self.several:
                 raise StatementError("DECLARE CURSOR can only be used in transaction blocks",
                                      "25P01", hint="declare it WITH HOLD (psycopg: "
                                      "withhold=True) in autocommit mode")
