@@ -38,6 +38,7 @@ from tests.server.certs import make_ca_and_server
 PARTS = 160  # parts of table t: more than the server's limit of open files
 ROWS = 150  # rows of each part (24,000 in all: a stream suspends mid-table)
 LIMIT = 64  # the server's soft and hard limit of open files
+STORM = 20  # clients refused at once at the limit
 PASSWORD = "pw of u"
 #: part k's rows: keys of the parts overlapping, NULLs in f (a fifth)
 PART_ROWS = ("SELECT (i * 7919 + {k} * 104729) % 100003 AS k, md5((i + {k})::VARCHAR) AS s, "
@@ -320,8 +321,10 @@ def test_past_the_limit_a_clear_error_and_the_server_serves_on(served: Served,
     left (each holds its socket), and kept: the statement that does not fit fails with
     53000 ("too many open files", the limit, the hint) and its session stays; a new
     connection then is refused so after TLS (it waited unanswered in the accept queue),
-    the held sessions read on (rows, or the same error); once they end, the server
-    answers and accepts as before and holds what it held."""
+    and so is each of a storm of clients after it, which the server's log tells in a
+    line or two with their count, not a line each; the held sessions read on (rows, or
+    the same error); once they end, the server answers and accepts as before and holds
+    what it held."""
     _root, ref = database
     want = ref.sql(QUERIES[0]).fetchall()
     before = served.descriptors()
@@ -354,6 +357,8 @@ def test_past_the_limit_a_clear_error_and_the_server_serves_on(served: Served,
                 failures.append(refused.value)
 
             await asyncio.wait_for(asyncio.to_thread(connect), 60)
+            for _ in range(STORM):  # a storm of clients: each refused, logged as a few lines
+                await asyncio.wait_for(asyncio.to_thread(connect), 60)
             for cur in cursors[:5]:  # held ones read on: rows or the clear error
                 try:
                     assert len(await asyncio.wait_for(cur.fetch(1000), 60)) == 1000
@@ -367,6 +372,10 @@ def test_past_the_limit_a_clear_error_and_the_server_serves_on(served: Served,
     for exc in failures:
         _clear(exc)
     assert served.proc.poll() is None
+    refusals = [line for line in served.errors().splitlines()
+                if "the client is refused (53000)" in line]
+    # one line at the first refusal, then one per 10 s with the count: not one a client
+    assert 1 <= len(refusals) <= 3 < STORM, refusals
     _wait_for(lambda: served.descriptors() <= before,
               f"descriptors back to {before} (now {served.descriptors()})")
     with served.psycopg() as c:
@@ -385,3 +394,30 @@ def test_every_error_of_no_descriptor_left_is_53000_with_the_way_out(exc: Except
     assert err.sqlstate == "53000", err.sqlstate
     assert "too many open files" in str(err).lower() and "ulimit -n" in (err.hint or "")
     assert ("the system" in str(err)) == (getattr(exc, "errno", None) == errno.ENFILE)
+
+
+def test_refusals_are_logged_once_per_interval_with_their_count(caplog: Any) -> None:
+    """The first refusal is logged at once; those within the next interval as one line
+    with their count when it ends; an interval with none ends the throttling, so the next
+    refusal is logged at once again."""
+    from cryptdisk.server._openfiles import Throttled
+
+    timers: list[Any] = []
+    warning = Throttled("refused", lambda delay, fn: timers.append((delay, fn)), every=10)
+    exc = OSError(errno.EMFILE, "Too many open files")
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+
+    with caplog.at_level("WARNING", logger="cryptdisk.server"):
+        for _ in range(500):
+            warning.warn(exc)
+        assert lines() == ["refused: [Errno 24] Too many open files"]
+        assert [d for d, _ in timers] == [10]
+        timers.pop()[1]()  # the interval ends: one line for the 499 others
+        assert lines()[1] == ("refused: 499 more in the last 10 s (the last: [Errno 24] Too "
+                              "many open files)")
+        timers.pop()[1]()  # an interval with none: nothing logged, no timer
+        assert len(lines()) == 2 and timers == []
+        warning.warn(exc)
+        assert len(lines()) == 3 and len(timers) == 1

@@ -16,18 +16,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import logging
 import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ._openfiles import out_of_files
+from ._openfiles import Throttled, out_of_files
 
 __all__ = ["Connection", "Listener"]
 
-log = logging.getLogger("cryptdisk.server")
 
 #: bytes read ahead of what the session consumed before reading pauses
 READ_LIMIT = 1 << 17
@@ -454,6 +452,11 @@ class Listener:
         self._spare: int | None = None
         self._closed = False
         self._keep_spare()
+        #: a storm of clients at the limit logs a line every few seconds, not one each
+        self._refused = Throttled("accepting a connection: no file descriptor left, the "
+                                  "client is refused (53000)", loop.call_later)
+        self._paused = Throttled("accepting connections paused for 1 s (clients wait in "
+                                 "the queue)", loop.call_later)
 
     def adopt(self, sockets: list[socket.socket]) -> None:
         """Accept on listening sockets bound elsewhere (the supervisor of worker processes)."""
@@ -503,12 +506,12 @@ class Listener:
             except OSError as exc:  # out of file descriptors and the like
                 got = self._accept_on_spare(sock) if out_of_files(exc) else None
                 if got is None:  # (the spare in use too): pause a moment
-                    log.warning("accepting a connection failed: %s", exc)
+                    self._paused.warn(exc)
                     self.loop.remove_reader(sock.fileno())
                     self.loop.call_later(1.0, self._resume, sock)
                     return
                 conn, spare = got, True
-                log.warning("accepting a connection: %s; the client is refused (53000)", exc)
+                self._refused.warn(exc)
             try:
                 connection = Connection(self.loop, conn)
             except OSError:
