@@ -30,8 +30,12 @@ ENGINES = ["analytical", "sqlite_engine"]
 def run_steps(raw: Raw, sql: str) -> list[str]:
     """One simple query's answer, reduced (see the module)."""
     raw.send(msg(b"Q", cstr(sql)))
+    return _reduce(raw.until(b"Z"))
+
+
+def _reduce(messages: list[tuple[bytes, bytes]]) -> list[str]:
     out = []
-    for kind, body in raw.until(b"Z"):
+    for kind, body in messages:
         if kind == b"C":
             out.append(body.rstrip(b"\0").decode())
         elif kind == b"E":
@@ -50,6 +54,25 @@ def run_steps(raw: Raw, sql: str) -> list[str]:
         elif kind == b"Z":
             out.append(body.decode())
     return out
+
+
+def run_pipeline(raw: Raw, steps: list[str]) -> list[str]:
+    """Each of ``steps`` through the extended protocol (Parse, Bind, Execute of the
+    unnamed statement and portal), ``SYNC`` a Sync, all sent at once; the answers reduced
+    as :func:`run_steps` reduces them, a status after each Sync."""
+    out = b""
+    for sql in steps:
+        if sql == "SYNC":
+            out += msg(b"S")
+            continue
+        out += msg(b"P", cstr("") + cstr(sql) + struct.pack("!h", 0))
+        out += msg(b"B", cstr("") + cstr("") + struct.pack("!hhh", 0, 0, 0))
+        out += msg(b"E", cstr("") + struct.pack("!i", 0))
+    raw.send(out)
+    answer: list[str] = []
+    for _ in range(steps.count("SYNC")):
+        answer += _reduce(raw.until(b"Z"))
+    return answer
 
 
 #: scenario -> [(query, PostgreSQL 15's answer)]
@@ -342,6 +365,50 @@ SCENARIOS: dict[str, list[tuple[str, list[str]]]] = {
     ],
 }
 
+#: Pipelines (the extended protocol; ``SYNC``: a Sync) sent in turn on one connection,
+#: and PostgreSQL 15's answers: the statements before a Sync are one implicit transaction
+#: (not a transaction block: no savepoint, no cursor), an error skips to the Sync
+PIPELINES: list[tuple[list[str], list[str]]] = [
+    (['CREATE TABLE t (a INTEGER)', 'SYNC'],
+     ['CREATE TABLE', 'I']),
+    (['INSERT INTO t VALUES (1)', 'INSERT INTO t VALUES (2)', 'SELECT 1/0',
+      'INSERT INTO t VALUES (3)', 'SYNC'],
+     ['INSERT 0 1', 'INSERT 0 1', 'E:22012', 'I']),
+    (['SELECT count(*) FROM t', 'SYNC'],
+     ['row:0', 'SELECT 1', 'I']),
+    (['INSERT INTO t VALUES (1)', 'SYNC', 'SELECT count(*) FROM t', 'SYNC'],
+     ['INSERT 0 1', 'I', 'row:1', 'SELECT 1', 'I']),
+    (['SELECT 1', 'COMMIT', 'SELECT 2', 'SYNC'],
+     ['row:1', 'SELECT 1', 'COMMIT', 'row:2', 'SELECT 1', 'I']),
+    (['', 'SYNC'],
+     ['EMPTY', 'I']),
+    (['SAVEPOINT a', 'SYNC'],
+     ['E:25P01', 'I']),
+    (['SELECT 1', 'SAVEPOINT a', 'SELECT 2', 'SYNC'],
+     ['row:1', 'SELECT 1', 'E:25P01', 'I']),
+    (['DECLARE c CURSOR FOR SELECT 1', 'SYNC'],
+     ['E:25P01', 'I']),
+    (['SELECT 1', 'DECLARE c CURSOR FOR SELECT 1', 'FETCH 1 FROM c', 'SYNC'],
+     ['row:1', 'SELECT 1', 'E:25P01', 'I']),
+    (['BEGIN', 'SELECT 1/0', 'SYNC', 'SELECT 1', 'SYNC', 'COMMIT', 'SYNC'],
+     ['BEGIN', 'E:22012', 'E', 'E:25P02', 'E', 'ROLLBACK', 'I']),
+    (['BEGIN', 'SELECT 1', 'SYNC', 'SELECT 2', 'SYNC', 'COMMIT', 'SYNC'],
+     ['BEGIN', 'row:1', 'SELECT 1', 'T', 'row:2', 'SELECT 1', 'T', 'COMMIT', 'I']),
+    (["SET application_name = 'p'", 'SELECT 1/0', 'SYNC'],
+     ['SET', 'E:22012', 'I']),
+    (['SHOW application_name', 'SYNC'],
+     ['row:', 'SHOW', 'I']),
+    (['DISCARD ALL', 'SYNC'],
+     ['DISCARD ALL', 'I']),
+    (['SELECT 1; SELECT 2', 'SYNC'],
+     ['E:42601', 'I']),
+    (['COMMIT AND CHAIN', 'SYNC'],
+     ['E:25P01', 'I']),
+    (['START TRANSACTION', 'SELECT 1', 'ROLLBACK', 'SELECT 2', 'SYNC'],
+     ['START TRANSACTION', 'row:1', 'SELECT 1', 'ROLLBACK', 'row:2', 'SELECT 1', 'I']),
+]
+
+
 #: (engine, scenario, query's index) -> the engine's answer where it differs from
 #: PostgreSQL's, each in docs/server-protocol.md's *Differences from PostgreSQL*
 DIFFERENCES: dict[tuple[str, str, int], list[str]] = {
@@ -372,6 +439,10 @@ DIFFERENCES: dict[tuple[str, str, int], list[str]] = {
     ("sqlite_engine", "errors_more", 7): ["E:42601", "I"],
     # (a query of several statements is no transaction on the analytical engine)
     ("analytical", "settings_rollback", 22): ["row:c", "SHOW", "I"],
+    # nor the statements of a pipeline (docs/server-operations.md)
+    ("analytical", "pipelines", 2): ["row:2", "SELECT 1", "I"],
+    ("analytical", "pipelines", 3): ["INSERT 0 1", "I", "row:3", "SELECT 1", "I"],
+    ("analytical", "pipelines", 13): ["row:p", "SHOW", "I"],
 }
 
 #: scenarios of tables with keys and of writes in transaction blocks: SQLite only (the
@@ -400,6 +471,18 @@ def test_as_postgresql_answers(start_server, request, engine, scenario) -> None:
                 for i, (_, pg) in enumerate(SCENARIOS[scenario])]
     for (sql, _), want, have in zip(SCENARIOS[scenario], expected, got, strict=True):
         assert (sql, have) == (sql, want)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pipelines_as_postgresql_answers(start_server, request, engine) -> None:
+    srv = start_server(request.getfixturevalue(engine), secure=False)
+    raw = _connect(srv)
+    try:
+        got = [run_pipeline(raw, steps) for steps, _ in PIPELINES]
+    finally:
+        raw.close()
+    for i, ((steps, pg), have) in enumerate(zip(PIPELINES, got, strict=True)):
+        assert (steps, have) == (steps, DIFFERENCES.get((engine, "pipelines", i), pg))
 
 
 # -- random sequences against a model of PostgreSQL's rules -----------------------------------
@@ -687,6 +770,15 @@ def _against_postgresql(port: int) -> int:
                 wrong += 1
                 print(f"{name}: {sql!r}: PostgreSQL {have}, pinned {want}")
         raw.close()
+    raw = Raw(port)
+    raw.startup("postgres")
+    run_steps(raw, "DROP TABLE IF EXISTS t")
+    for steps, want in PIPELINES:
+        have = run_pipeline(raw, steps)
+        if have != want:
+            wrong += 1
+            print(f"pipeline {steps}: PostgreSQL {have}, pinned {want}")
+    raw.close()
     rng = random.Random(1)
     for _ in range(300):
         sequence = [rng.choice(STEPS) for _ in range(rng.randint(0, 14))]
