@@ -363,6 +363,36 @@ SCENARIOS: dict[str, list[tuple[str, list[str]]]] = {
          ['DECLARE CURSOR', 'E:22012', 'I']),
         ('FETCH 1 FROM c', ['E:34000', 'I']),
     ],
+    # a query of several statements outside a block: an implicit block, from each statement
+    # on (a COMMIT or ROLLBACK in it ends it, a BEGIN makes it the explicit one; SAVEPOINT,
+    # RELEASE and ROLLBACK TO fail in it, and roll it back)
+    'implicit_blocks': [
+        ('CREATE TABLE t (id INTEGER PRIMARY KEY)', ['CREATE TABLE', 'I']),
+        ('INSERT INTO t VALUES (1); SAVEPOINT a; SELECT 1', ['INSERT 0 1', 'E:25P01', 'I']),
+        ('INSERT INTO t VALUES (2); RELEASE a', ['INSERT 0 1', 'E:25P01', 'I']),
+        ('INSERT INTO t VALUES (3); ROLLBACK TO a', ['INSERT 0 1', 'E:25P01', 'I']),
+        ('INSERT INTO t VALUES (4); ROLLBACK; SELECT 1',
+         ['INSERT 0 1', 'ROLLBACK', 'row:1', 'SELECT 1', 'I']),
+        ('INSERT INTO t VALUES (5); COMMIT; INSERT INTO t VALUES (6); SELECT 1/0',
+         ['INSERT 0 1', 'COMMIT', 'INSERT 0 1', 'E:22012', 'I']),
+        ('INSERT INTO t VALUES (7); COMMIT AND CHAIN', ['INSERT 0 1', 'E:25P01', 'I']),
+        ('SELECT id FROM t ORDER BY id', ['row:5', 'SELECT 1', 'I']),
+        ('INSERT INTO t VALUES (8); BEGIN; INSERT INTO t VALUES (9); SELECT 1/0',
+         ['INSERT 0 1', 'BEGIN', 'INSERT 0 1', 'E:22012', 'E']),
+        ('ROLLBACK', ['ROLLBACK', 'I']),
+        ('INSERT INTO t VALUES (10); BEGIN; INSERT INTO t VALUES (11)',
+         ['INSERT 0 1', 'BEGIN', 'INSERT 0 1', 'T']),
+        ('COMMIT', ['COMMIT', 'I']),
+        ('BEGIN; INSERT INTO t VALUES (12); COMMIT; INSERT INTO t VALUES (13); SELECT 1/0',
+         ['BEGIN', 'INSERT 0 1', 'COMMIT', 'INSERT 0 1', 'E:22012', 'I']),
+        ('SELECT id FROM t ORDER BY id', ['row:5', 'row:10', 'row:11', 'row:12', 'SELECT 4', 'I']),
+        ('DECLARE c CURSOR FOR SELECT id FROM t ORDER BY id; COMMIT; FETCH 1 FROM c',
+         ['DECLARE CURSOR', 'COMMIT', 'E:34000', 'I']),
+        ('INSERT INTO t VALUES (14); BEGIN READ ONLY; INSERT INTO t VALUES (15)',
+         ['INSERT 0 1', 'BEGIN', 'E:25006', 'E']),
+        ('ROLLBACK', ['ROLLBACK', 'I']),
+        ('SELECT id FROM t ORDER BY id', ['row:5', 'row:10', 'row:11', 'row:12', 'SELECT 4', 'I']),
+    ],
 }
 
 #: Pipelines (the extended protocol; ``SYNC``: a Sync) sent in turn on one connection,
@@ -447,7 +477,7 @@ DIFFERENCES: dict[tuple[str, str, int], list[str]] = {
 
 #: scenarios of tables with keys and of writes in transaction blocks: SQLite only (the
 #: analytical engine has no keys, and its blocks are read-only: docs/server-operations.md)
-SQLITE_ONLY = {"sqlite_only"}
+SQLITE_ONLY = {"sqlite_only", "implicit_blocks"}
 
 
 def _connect(srv: Any) -> Raw:

@@ -419,6 +419,10 @@ class Session:
         self.skip_to_sync = False    # extended query: an error discards until Sync
         #: extended query: the statements until the next Sync run as one implicit transaction
         self.pipeline_tx = False
+        #: simple query of several statements (SQLite): they run in PostgreSQL's implicit
+        #: transaction block, from each statement run outside a block on (a COMMIT or
+        #: ROLLBACK among them ends it, a BEGIN makes it an explicit one)
+        self.query_tx = False
         #: in a transaction (SQLite): the authenticator whose store holds its changes to
         #: users, roles and grants until COMMIT (None: none made, or SET ROLE, yet)
         self.user_tx: Any = None
@@ -1387,7 +1391,10 @@ class Session:
         a pipeline's implicit transaction is none) is 25P01, one never set 3B001."""
         words = _sqltext.first_words(sql, 3)
         if head in ("BEGIN", "START"):
-            if self.pipeline_tx:  # the statements before it join the explicit transaction
+            if self.query_tx:  # the query's implicit block becomes the explicit one
+                self.query_tx = False
+                self.block_read_only = _begin_read_only(sql)
+            elif self.pipeline_tx:  # the statements before it join the explicit transaction
                 self.pipeline_tx = False
                 self.pending_begin = self.pending_begin or not engine.in_transaction
             elif engine.in_transaction or self.pending_begin:
@@ -1396,7 +1403,7 @@ class Session:
                 self.pending_begin = True
                 self.block_read_only = _begin_read_only(sql)
             return Result(None, [], "START TRANSACTION" if head == "START" else "BEGIN")
-        explicit = self._status() != "I" and not self.pipeline_tx
+        explicit = self._status() != "I" and not self.pipeline_tx and not self.query_tx
         if head in ("COMMIT", "END", "ROLLBACK", "ABORT") and "TO" not in words[1:]:
             chain = _AND_CHAIN.search(_sqltext.strip_strings(sql)) is not None
             if chain and not explicit:
@@ -1427,8 +1434,8 @@ class Session:
     async def _end_block(self, engine: EngineSession, head: str) -> Result:
         """COMMIT or ROLLBACK the transaction block (a failed one: ROLLBACK, its tag too)."""
         tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
-        if self.pipeline_tx:  # ends the implicit transaction, as PostgreSQL does
-            self.pipeline_tx = False
+        if self.pipeline_tx or self.query_tx:  # ends the implicit one, as PostgreSQL does
+            self.pipeline_tx = self.query_tx = False
             self.send(P.notice_response("there is no transaction in progress"))
         await self._end_transaction_cursors()
         pending, self.pending_begin = self.pending_begin, False
@@ -1640,7 +1647,6 @@ class Session:
         if not statements:
             self.send(P.EMPTY_QUERY)
             return
-        implicit = False
         self.several = len(statements) > 1  # (PostgreSQL's implicit transaction block)
         if len(statements) > 1:
             refused = await self._authorize_all(statements)
@@ -1649,12 +1655,14 @@ class Session:
                 self._error(refusal)
                 await self._log_failure(statements[index], refusal)  # never run
                 return
-            # PostgreSQL runs them as one implicit transaction unless they manage their own
-            implicit = self.server.engine.transactions and self._status() == "I" and not any(
-                (_sqltext.first_words(st, 1) or [""])[0] in TRANSACTION_WORDS
-                for st in statements)
-            self.pending_begin = self.pending_begin or implicit
+        implicit = len(statements) > 1 and bool(self.server.engine.transactions)
         for st in statements:
+            # PostgreSQL's implicit transaction block: from a statement run outside a block
+            # on, until a COMMIT or ROLLBACK among them (or the end of the query) ends it
+            # (a BEGIN makes it the explicit block; SAVEPOINT fails in it: 25P01)
+            if implicit and not self.query_tx and self._status() == "I" \
+                    and not self.pipeline_tx:
+                self.query_tx = self.pending_begin = True
             try:
                 if _is_copy(st):
                     result = await self._copy(st)
@@ -1663,12 +1671,14 @@ class Session:
                 await self._send_rows(result, (), 0, None)
             except StatementError as exc:
                 self._error(exc)
-                if implicit:
+                if self.query_tx:
+                    self.query_tx = False
                     await self._rollback_implicit()
                 return
             if self.out_size > 1 << 16:  # else sent with ReadyForQuery: one write per query
                 await self.flush()
-        if implicit:
+        if self.query_tx:
+            self.query_tx = False
             await self._commit_implicit()
 
     async def _rollback_implicit(self) -> None:
