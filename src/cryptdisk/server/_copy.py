@@ -39,7 +39,6 @@ __all__ = ["SIGNATURE", "CopyStatement", "decode_binary", "decode_rows", "encode
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
 _IDENT = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
-_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
 
 
 @dataclass
@@ -55,6 +54,9 @@ class CopyStatement:
     null: str = "\\N"
     quote: str = '"'
     escape: str = '"'
+    header_match: bool = False   # HEADER MATCH: the header line must name the columns
+    force_not_null: list[str] | None = None  # CSV FROM: columns whose NULL string is a value
+    force_null: list[str] | None = None      # CSV FROM: columns whose quoted NULL string is NULL
 
 
 def _ident(token: str) -> str:
@@ -79,14 +81,15 @@ def parse_copy(sql: str) -> CopyStatement:
     opts = m["opts"].strip()
     opts = re.sub(r"^WITH\s*", "", opts, flags=re.I).strip()
     if opts.startswith("(") and opts.endswith(")"):  # (commas inside '...' are values)
-        items = [o.strip() for o in re.findall(r"(?:'(?:[^']|'')*'|[^,'])+", opts[1:-1])
-                 if o.strip()]
+        items = [o.strip() for o in re.findall(r"(?:'(?:[^']|'')*'|\([^)]*\)|[^,'(])+",
+                                                opts[1:-1]) if o.strip()]
     else:  # the old syntax: [BINARY] [DELIMITER [AS] ','] [NULL [AS] ''] [CSV [HEADER]]
         items = _old_options(opts)
     given: set[str] = set()
     for item in items:
-        key, _, value = item.partition(" ")
-        key, value = key.upper(), value.strip()
+        km = re.match(r"([A-Za-z_]*)\s*(.*)", item, re.S)
+        assert km
+        key, value = km[1].upper() or item, km[2].strip()
         text = value[1:-1].replace("''", "'") if value.startswith("'") else value
         if key in given:
             raise StatementError("conflicting or redundant options", "42601")
@@ -98,7 +101,18 @@ def parse_copy(sql: str) -> CopyStatement:
             st.csv = text.lower() == "csv"
             st.binary = text.lower() == "binary"
         elif key == "HEADER":
-            st.header = text.lower() not in ("false", "off", "0")
+            word = text.lower()
+            if word not in ("", "true", "on", "1", "false", "off", "0", "match"):
+                raise StatementError('header requires a Boolean value or "match"', "42601")
+            st.header = word not in ("false", "off", "0")
+            st.header_match = word == "match"
+            if st.header_match and direction == "out":
+                raise StatementError('cannot use "match" with HEADER in COPY TO', "0A000")
+        elif key in ("FORCE_NOT_NULL", "FORCE_NULL"):
+            if not (value.startswith("(") and value.endswith(")")):
+                raise StatementError(f'argument to option "{key.lower()}" must be a list of '
+                                     "column names", "22023")
+            setattr(st, key.lower(), [_ident(c.strip()) for c in value[1:-1].split(",")])
         elif key == "DELIMITER":
             st.delimiter = text
         elif key == "NULL":
@@ -149,6 +163,11 @@ def _check_options(st: CopyStatement, given: set[str]) -> None:
     if st.csv and st.quote in st.null:
         raise StatementError("CSV quote character must not appear in the NULL "
                              "specification", "0A000")
+    for key, what in (("FORCE_NOT_NULL", "force not null"), ("FORCE_NULL", "force null")):
+        if key in given and not st.csv:
+            raise StatementError(f"COPY {what} available only in CSV mode", "0A000")
+        if key in given and st.direction != "in":
+            raise StatementError(f"COPY {what} only available using COPY FROM", "0A000")
 
 
 def _old_options(opts: str) -> list[str]:
@@ -178,73 +197,13 @@ def _old_options(opts: str) -> list[str]:
     return items
 
 
-def _unescape(field: str) -> str:
-    out, i = [], 0
-    while i < len(field):
-        c = field[i]
-        if c != "\\" or i + 1 >= len(field):
-            out.append(c)
-            i += 1
-            continue
-        n = field[i + 1]
-        if n in _ESCAPES:
-            out.append(_ESCAPES[n])
-            i += 2
-        elif n in "01234567":
-            m = re.match(r"[0-7]{1,3}", field[i + 1:])
-            assert m
-            out.append(chr(int(m[0], 8)))
-            i += 1 + len(m[0])
-        elif n == "x" and re.match(r"[0-9A-Fa-f]", field[i + 2:i + 3]):
-            m = re.match(r"[0-9A-Fa-f]{1,2}", field[i + 2:])
-            assert m
-            out.append(chr(int(m[0], 16)))
-            i += 2 + len(m[0])
-        else:
-            out.append(n)
-            i += 2
-    return "".join(out)
-
-
 def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise StatementError("COPY data is not valid UTF-8", "22021") from None
-    rows: list[list[str | None]] = []
-    if st.csv:
-        rows = _decode_csv(st, text)
-        return rows[1:] if st.header else rows
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for i, line in enumerate(lines):
-        if line == "\\.":
-            break
-        if i == 0 and st.header:
-            continue
-        rows.append([None if f == st.null else _unescape(f)
-                     for f in _split_text(line.rstrip("\r"), st.delimiter)])
-    return rows
+    """The rows of text or CSV ``data`` (all of it: :func:`._copyin.decoder` reads it as
+    it comes)."""
+    from ._copyin import decoder
 
-
-def _split_text(line: str, delimiter: str) -> list[str]:
-    """A text-format line's fields, still escaped: split at the delimiters no backslash
-    escapes (a value's delimiter is written ``\\|``, as PostgreSQL writes it)."""
-    if "\\" not in line:
-        return line.split(delimiter)
-    fields, start, i, n = [], 0, 0, len(line)
-    while i < n:
-        c = line[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == delimiter:
-            fields.append(line[start:i])
-            start = i + 1
-        i += 1
-    fields.append(line[start:])
-    return fields
+    dec = decoder(st, max(len(data), 1))
+    return dec.feed(data) + dec.finish()
 
 
 def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, ...]],
@@ -294,67 +253,9 @@ def _csv_field(st: CopyStatement, value: str, single: bool) -> str:
     return q + body + q
 
 
-def _csv_patterns(st: CopyStatement) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A field (unquoted runs and quoted parts, up to a delimiter, a line ending, the end
-    or a quote left open) and a quoted part (its content the group)."""
-    d, q, e = (re.escape(c) for c in (st.delimiter, st.quote, st.escape))
-    if st.quote == st.escape:
-        inner = f"(?:[^{q}]|{q}{q})*+"
-    else:  # an escape before the quote or itself takes it; elsewhere it is itself
-        inner = f"(?:[^{q}{e}]|{e}[{q}{e}]|{e}(?![{q}{e}]))*+"
-    return (re.compile(f"(?:[^{d}{q}\r\n]++|{q}{inner}{q})*+"),
-            re.compile(f"{q}({inner}){q}"))
-
-
-def _decode_csv(st: CopyStatement, text: str) -> list[list[str | None]]:
-    """Records of PostgreSQL's CSV. A field may mix quoted and unquoted parts (``a"b,c"``
-    is ``ab,c``); it is NULL only if no part was quoted and it equals the NULL string. The
-    line ending is the first line's (``\\n``, ``\\r\\n`` or ``\\r``): another one
-    outside quotes is an error, as in PostgreSQL. A line ``\\.`` alone, unquoted, ends
-    the data."""
-    field, part = _csv_patterns(st)
-    q, e, d, null = st.quote, st.escape, st.delimiter, st.null
-    unescape = re.compile(f"{re.escape(e)}([{re.escape(q + e)}])")
-
-    def content(m: re.Match[str]) -> str:
-        return m[1].replace(q + q, q) if e == q else unescape.sub(r"\1", m[1])
-
-    rows: list[list[str | None]] = []
-    pos, n, eol = 0, len(text), ""
-    while pos < n:
-        if text.startswith("\\.", pos) and text[pos + 2:pos + 3] in ("", "\r", "\n"):
-            break
-        row: list[str | None] = []
-        while True:
-            m = field.match(text, pos)
-            assert m
-            raw, pos = m[0], m.end()
-            row.append(part.sub(content, raw) if q in raw else None if raw == null else raw)
-            if pos < n and text[pos] == d:
-                pos += 1
-            elif pos < n and text[pos] == q:
-                raise StatementError(f"COPY: malformed CSV: unterminated quoted field in "
-                                     f"line {len(rows) + 1}", "22P04")
-            else:
-                break
-        rows.append(row)
-        end = "" if pos >= n else "\r\n" if text.startswith("\r\n", pos) else text[pos]
-        pos += len(end)
-        if end and eol and end != eol:
-            what = "carriage return" if "\r" in end and "\r" not in eol else "newline"
-            raise StatementError(f"COPY: malformed CSV: unquoted {what} in line "
-                                 f"{len(rows)} (quote a field to hold one)", "22P04")
-        eol = eol or end
-    return rows
-
-
 # --- binary ------------------------------------------------------------------------------
 
 _INTS = {2: "!h", 4: "!i", 8: "!q"}
-
-
-def _bad(text: str) -> StatementError:
-    return StatementError(f"COPY binary data: {text}", "22P04")
 
 
 def _field(oid: int, data: bytes, row: int, column: int) -> object:
@@ -383,49 +284,13 @@ def _field(oid: int, data: bytes, row: int, column: int) -> object:
 
 
 def decode_binary(data: bytes, oids: list[int]) -> list[list[object]]:
-    """Rows of PostgreSQL's binary copy format, each field decoded by the OID of its
-    column; a malformed stream raises StatementError (22P04, 22P03 for a bad value)."""
-    view = memoryview(data)
-    n = len(view)
-    if n < 19 or bytes(view[:11]) != SIGNATURE:
-        raise _bad("the signature is missing (not PostgreSQL's binary copy format)")
-    flags, ext = struct.unpack_from("!Ii", view, 11)
-    if flags & 0x10000:
-        raise _bad("rows with OIDs are not supported")
-    if flags & 0xFFFF0000:
-        raise _bad(f"unknown critical flags {flags:#x} in the header")
-    if ext < 0 or ext > n - 19:
-        raise _bad("the header extension is longer than the data")
-    pos = 19 + ext
-    rows: list[list[object]] = []
-    width = len(oids)
-    while pos < n:
-        if pos + 2 > n:
-            raise _bad(f"row {len(rows) + 1} is truncated")
-        (count,) = struct.unpack_from("!h", view, pos)
-        pos += 2
-        if count == -1:
-            if pos != n:
-                raise _bad(f"{n - pos} bytes after the end-of-data marker")
-            return rows
-        if count != width:
-            raise _bad(f"row {len(rows) + 1} has {count} fields for {width} columns")
-        row: list[object] = []
-        for column, oid in enumerate(oids):
-            if pos + 4 > n:
-                raise _bad(f"row {len(rows) + 1} is truncated")
-            (size,) = struct.unpack_from("!i", view, pos)
-            pos += 4
-            if size == -1:
-                row.append(None)
-                continue
-            if size < 0 or size > n - pos:
-                raise _bad(f"row {len(rows) + 1}, column {column + 1}: a field of "
-                           f"{size} bytes where {n - pos} remain")
-            row.append(_field(oid, bytes(view[pos:pos + size]), len(rows) + 1, column + 1))
-            pos += size
-        rows.append(row)
-    return rows  # ended at a row boundary without the marker: PostgreSQL accepts that too
+    """Rows of PostgreSQL's binary copy format (all of ``data``: :func:`._copyin.decoder`
+    reads it as it comes), each field decoded by the OID of its column; a malformed stream
+    raises StatementError (22P04, 22P03 for a bad value)."""
+    from ._copyin import _BinaryDecoder
+
+    dec = _BinaryDecoder(oids, max(len(data), 1))
+    return dec.feed(data) + dec.finish()
 
 
 def encode_binary(oids: list[int], rows: Iterable[tuple[Any, ...]], *, first: bool = True,

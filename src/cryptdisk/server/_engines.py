@@ -19,8 +19,7 @@ import re
 import string
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,9 +212,12 @@ class EngineSession:
         """Ask a running statement to stop (a CancelRequest); it fails with 57014."""
 
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[Any]], *, typed: bool = False) -> int:
-        """Insert ``rows`` into ``table``, all or none: text values (None for NULL), or with
-        ``typed`` Python values (binary COPY)."""
+                batches: Iterable[list[list[Any]]], *, oids: list[int] | None = None) -> int:
+        """Insert the rows of ``batches`` (lists of rows, read as they come: COPY FROM
+        STDIN's data as the client sends it) into ``table``, all or none: text values (None
+        for NULL), or with ``oids`` (binary COPY) Python values of those column types. An
+        error raised by ``batches`` (the client's CopyFail, a malformed line) ends the
+        insert: nothing of it is left in the table."""
         raise NotImplementedError
 
     def column_types(self, table: str) -> list[tuple[str, int]]:
@@ -915,18 +917,32 @@ def _is_uuid(declared: str) -> bool:
     return declared.strip().upper() == "UUID"
 
 
-def _arrow_column(values: list[Any], typed: bool) -> Any:
-    """A column for :meth:`_AnalyticalSession.copy_in` (the database casts it to the table's
-    type): text, or typed values as Arrow infers them (text where it cannot)."""
+def _arrow_type(oid: int) -> Any:
+    """The Arrow type binary COPY's values of type ``oid`` are handed to the database in
+    (it casts them to the column's type); text for the types without one here."""
     import pyarrow as pa
 
-    if typed:
-        try:
-            return pa.array([str(v) if isinstance(v, uuid.UUID) else v for v in values])
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            return pa.array([None if v is None else _types._text(v) for v in values],
-                            pa.string())
-    return pa.array(values, pa.string())
+    return {_types.BOOL: pa.bool_(), _types.INT2: pa.int64(), _types.INT4: pa.int64(),
+            _types.INT8: pa.int64(), _types.OID: pa.int64(), _types.FLOAT4: pa.float64(),
+            _types.FLOAT8: pa.float64(), _types.BYTEA: pa.binary(), _types.DATE: pa.date32(),
+            _types.TIMESTAMP: pa.timestamp("us"),
+            _types.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+            _types.TIME: pa.time64("us")}.get(oid, pa.string())
+
+
+def _arrow_column(values: list[Any], kind: Any, before: int) -> Any:
+    """A column for :meth:`_AnalyticalSession.copy_in` of Arrow type ``kind``: text, or
+    binary COPY's values (:func:`_arrow_type`); ``before``: the rows of earlier batches."""
+    import pyarrow as pa
+
+    if kind == pa.string():
+        return pa.array([v if v is None or isinstance(v, str) else _types._text(v)
+                         for v in values], pa.string())
+    try:
+        return pa.array(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        raise StatementError(f"COPY binary data: rows {before + 1}-{before + len(values)}: "
+                             f"{exc}", "22P03") from None
 
 
 class _Turns:
@@ -1817,7 +1833,11 @@ class _AnalyticalSession(EngineSession):
                 for f, (_c, declared) in zip(schema, meta.columns, strict=True)]
 
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[Any]], *, typed: bool = False) -> int:
+                batches: Iterable[list[list[Any]]], *, oids: list[int] | None = None) -> int:
+        """One insert of every batch: the database reads them as an Arrow stream and
+        writes parts as they come, then publishes them in one catalog commit; an error from
+        ``batches`` or the insert publishes none (the parts written stay orphans, encrypted,
+        that the next open removes)."""
         import pyarrow as pa
 
         if self.read_only:
@@ -1830,19 +1850,43 @@ class _AnalyticalSession(EngineSession):
         if self.recording:
             self.last_tables = {table.lower()}
         self._cancel.clear()
+        failure: list[BaseException] = []  # what ``batches`` raised, raised again as it is
+        count = 0
         with self.engine.turn(self):
             try:
                 names = columns or [c for c, _ in self.engine.db.table(table).columns]
-                for i, row in enumerate(rows):
-                    if len(row) != len(names):
-                        raise StatementError(f"COPY row {i + 1} has {len(row)} fields for "
-                                             f"{len(names)} columns", "22P04")
-                data = pa.table({n: _arrow_column([r[j] for r in rows], typed)
-                                 for j, n in enumerate(names)})
-                self.engine.db.insert(table, data)
+                types = [_arrow_type(o) for o in oids] if oids is not None else \
+                    [pa.string()] * len(names)
+                schema = pa.schema([pa.field(n, t) for n, t in zip(names, types, strict=True)])
+
+                def arrow() -> Iterator[pa.RecordBatch]:
+                    nonlocal count
+                    try:
+                        for rows in batches:
+                            for i, row in enumerate(rows):
+                                if len(row) != len(names):
+                                    raise StatementError(
+                                        f"COPY row {count + i + 1} has {len(row)} fields for "
+                                        f"{len(names)} columns", "22P04")
+                            if rows:
+                                yield pa.RecordBatch.from_arrays(
+                                    [_arrow_column([r[j] for r in rows], t, count)
+                                     for j, t in enumerate(types)], schema=schema)
+                            count += len(rows)
+                            if self._cancel.is_set():
+                                raise StatementError("canceling statement due to user "
+                                                     "request", "57014")
+                    except BaseException as exc:
+                        failure.append(exc)
+                        raise
+
+                self.engine.db.insert(table, pa.RecordBatchReader.from_batches(schema,
+                                                                               arrow()))
             except Exception as exc:
+                if failure and isinstance(failure[0], StatementError):
+                    raise failure[0] from None
                 raise statement_error(exc) from None
-        return len(rows)
+        return count
 
     def relations(self) -> list[tuple[str, str]]:
         self._cancel.clear()
@@ -2998,32 +3042,16 @@ class _SQLiteSession(EngineSession):
             self.conn.set_busy_handler(self._busy)
 
     def copy_in(self, table: str, columns: list[str] | None,
-                rows: list[list[Any]], *, typed: bool = False) -> int:
-        if not rows:
-            return 0
-        if typed:
-            rows = [[_sqlite_value(v) for v in row] for row in rows]
-        width = len(rows[0])
+                batches: Iterable[list[list[Any]]], *, oids: list[int] | None = None) -> int:
+        """The rows inserted a batch at a time inside a savepoint of the statement's
+        transaction, which an error (from ``batches`` too) rolls back to."""
         declared = self.columns(table)
-        if columns is None:
-            have = len(declared)
-            if have and width != have:
-                raise StatementError(f"COPY row 1 has {width} fields for {have} columns",
-                                     "22P04")
-        if not typed:  # text into a NUMERIC column: SQLite makes it a REAL, maybe another
-            kinds = {c.lower(): _types.sqlite_declared_oid(t) for c, t, _n, _d in declared}
-            names = columns or [c for c, _t, _n, _d in declared]
-            for j, name in enumerate(names[:width]):
-                if kinds.get(name.lower()) == _types.NUMERIC:
-                    for row in rows:
-                        _exact_numeric_text(row[j] if j < len(row) else None)
-        for i, row in enumerate(rows):
-            if len(row) != width:
-                raise StatementError(f"COPY row {i + 1} has {len(row)} fields, the first "
-                                     f"has {width}", "22P04")
-        cols = f" ({', '.join(_quote(c) for c in columns)})" if columns else ""
-        sql = f"INSERT INTO {'.'.join(_quote(p) for p in table.split('.'))}{cols} " \
-              f"VALUES ({', '.join('?' * width)})"  # noqa: S608 - identifiers quoted
+        kinds = {c.lower(): _types.sqlite_declared_oid(t) for c, t, _n, _d in declared}
+        names = columns or [c for c, _t, _n, _d in declared]
+        numeric = [j for j, name in enumerate(names) if kinds.get(name.lower()) == _types.NUMERIC]
+        width: int | None = None
+        count = 0
+        sql = ""
         if self.recording:
             self.last_tables = set()
         with self.lock:
@@ -3032,7 +3060,33 @@ class _SQLiteSession(EngineSession):
             try:
                 cur.execute("SAVEPOINT cryptdisk_copy")
                 try:
-                    cur.executemany(self._tagged(sql), rows, can_cache=self.can_cache)
+                    for rows in batches:
+                        if not rows:
+                            continue
+                        if oids is not None:
+                            rows = [[_sqlite_value(v) for v in row] for row in rows]
+                        if width is None:
+                            width = len(rows[0])
+                            have = len(declared)
+                            if columns is None and have and width != have:
+                                raise StatementError(f"COPY row 1 has {width} fields for "
+                                                     f"{have} columns", "22P04")
+                            cols = f" ({', '.join(_quote(c) for c in columns)})" \
+                                if columns else ""
+                            target = ".".join(_quote(p) for p in table.split("."))
+                            sql = self._tagged(f"INSERT INTO {target}{cols} "  # noqa: S608
+                                               f"VALUES ({', '.join('?' * width)})")
+                        for i, row in enumerate(rows):
+                            if len(row) != width:
+                                raise StatementError(f"COPY row {count + i + 1} has {len(row)} "
+                                                     f"fields, the first has {width}", "22P04")
+                        if oids is None:  # text into a NUMERIC column: SQLite makes it a
+                            for j in numeric:  # REAL, maybe another number
+                                if j < width:
+                                    for row in rows:
+                                        _exact_numeric_text(row[j])
+                        cur.executemany(sql, rows, can_cache=self.can_cache)
+                        count += len(rows)
                 except BaseException:
                     cur.execute("ROLLBACK TO cryptdisk_copy")
                     raise
@@ -3043,7 +3097,7 @@ class _SQLiteSession(EngineSession):
             finally:
                 cur.close()
                 self._finish(release=False)
-        return len(rows)
+        return count
 
     def close(self) -> None:
         try:

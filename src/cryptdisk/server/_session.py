@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import ipaddress
 import logging
@@ -13,7 +14,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -360,6 +361,19 @@ class _SessionThread:
     def shutdown(self) -> None:
         """End the thread once the calls queued so far have run."""
         self.jobs.put(None)
+
+
+#: COPY FROM STDIN: the client's data read at a time (bytes), and rows inserted at a time
+_COPY_CHUNK = 1 << 20
+_COPY_BATCH = 1 << 16
+
+
+@dataclass
+class _CopyState:
+    done: bool = False  # the client's CopyDone or CopyFail was read
+    error: BaseException | None = None  # reading the client's data failed
+    stopped: bool = False  # the statement ended: the engine's thread reads no more
+    reading: concurrent.futures.Future[bytes | None] | None = None  # its read, if any
 
 
 class _Closing(Exception):
@@ -1808,7 +1822,13 @@ class Session:
         return Result(None, [], f"COPY {count}")
 
     async def _copy_in(self, st: Any, engine: EngineSession, timer: _StatementTimer) -> Result:
-        from ._copy import decode_binary, decode_rows
+        """COPY ... FROM STDIN, streamed: CopyInResponse, then the engine's insert runs on
+        the session's thread while the client sends; it reads the CopyData as it needs them
+        (:meth:`_copy_chunk`, at most :data:`_COPY_CHUNK` bytes at a time), decodes them
+        there (:mod:`._copyin`) and inserts the rows a batch of :data:`_COPY_BATCH` at a
+        time, all or none. A failure before the client's CopyDone (a malformed line, the
+        timeout) reads and drops the rest of its data, then is sent, as PostgreSQL does."""
+        from ._copyin import decoder
 
         async def timed(fn: Callable[..., T], *args: Any) -> T:
             try:
@@ -1817,7 +1837,9 @@ class Session:
                 raise timer.error(statement_error(exc)) from None
 
         types: list[tuple[str, int]] = []
-        if st.binary:  # its fields are read by the types of the columns they go to
+        if st.binary or st.header_match or st.force_null or st.force_not_null:
+            # binary fields are read by the types of the columns they go to; HEADER MATCH
+            # and FORCE_(NOT_)NULL name columns
             types = await timed(engine.column_types, st.table or "")
             if not types:
                 raise StatementError(f'relation "{st.table}" does not exist', "42P01")
@@ -1828,36 +1850,114 @@ class Session:
                     raise StatementError(f'column "{missing[0]}" of relation "{st.table}" '
                                          "does not exist", "42703")
                 types = [by_name[c.lower()] for c in st.columns]
+        names = [n for n, _ in types]
+        forced: dict[str, list[int]] = {}
+        for option in ("force_not_null", "force_null"):
+            at = {n.lower(): i for i, n in enumerate(names)}
+            given = getattr(st, option) or []
+            all_columns = {n.lower() for n, _ in await timed(engine.column_types,
+                                                           st.table or "")} if given else set()
+            for c in given:
+                if c.lower() not in all_columns:
+                    raise StatementError(f'column "{c}" of relation "{st.table}" does not '
+                                         "exist", "42703")
+                if c.lower() not in at:
+                    raise StatementError(f'{option.upper()} column "{c}" not referenced by '
+                                         "COPY", "42P10")
+            forced[option] = [at[c.lower()] for c in given]
         self.send(_copy_response(b"G", len(types or st.columns or []), st.binary))
         await self.flush()
-        data, limit = [], self.server.max_copy_size
+        dec = decoder(st, self.server.max_copy_size, name=st.table or "",
+                      oids=[o for _, o in types] if st.binary else None, names=names,
+                      force_not_null=forced.get("force_not_null", []),
+                      force_null=forced.get("force_null", []))
+        state = _CopyState()
+        # a COPY whose data fits a chunk is read before the transaction starts (SQLite's
+        # write lock is not held while a client is slow to send it)
+        first = await self._copy_chunk(state)
+        if timer.fired:  # the rows came after the timeout: none are written
+            await self._copy_drain(state)
+            raise timer.error(StatementError("", "57014"))
+        loop = asyncio.get_running_loop()
+
+        def batches() -> Iterator[list[list[Any]]]:
+            """The rows, a batch at a time, on the engine's thread: it waits for the
+            client's data on the event loop, and decodes it here."""
+            rows: list[list[Any]] = []
+            chunk: bytes | None = first
+            while True:
+                if chunk is None:
+                    rows += dec.finish()
+                    break
+                rows += dec.feed(chunk)
+                if len(rows) >= _COPY_BATCH:
+                    yield rows
+                    rows = []
+                if timer.fired:
+                    raise StatementError("canceling statement due to statement timeout",
+                                         "57014")
+                try:
+                    if state.stopped:
+                        raise ConnectionError("the COPY ended")
+                    state.reading = asyncio.run_coroutine_threadsafe(
+                        self._copy_chunk(state), loop)
+                    chunk = state.reading.result()
+                except BaseException as exc:  # (raised as it is, not as the engine's error)
+                    state.error = exc
+                    raise
+            yield rows
+
+        try:
+            try:
+                await self._begin(engine, "IMMEDIATE")
+            except Exception as exc:
+                raise timer.error(statement_error(exc)) from None
+            count = await timed(functools.partial(
+                engine.copy_in, st.table or "", names or st.columns, batches(),
+                oids=[o for _, o in types] if st.binary else None))
+        except BaseException as exc:
+            state.stopped = True  # (the session ends, or its engine call failed)
+            if state.reading is not None:
+                state.reading.cancel()
+            if isinstance(exc, StatementError) and not self.conn.lost:
+                await self._copy_drain(state)
+            if state.error is not None and state.error is not exc:
+                raise timer.error(state.error) from None
+            raise
+        return Result(None, [], f"COPY {count}")
+
+    async def _copy_chunk(self, state: _CopyState) -> bytes | None:
+        """The client's next CopyData bodies, up to about :data:`_COPY_CHUNK` bytes joined
+        (None: its CopyDone came); its CopyFail raises (57014)."""
+        if state.done:
+            return None
+        data: list[bytes] = []
         size = 0
-        while True:
+        while size < _COPY_CHUNK:
+            if data and len(self.conn.buffer) < 5:  # no whole message waits: go on with these
+                break
             kind, body = P.parse_copy_message(*await self._read_raw())
             if kind == "data":
-                size += len(body)
-                if size > limit:
-                    raise ProtocolError(f"COPY data exceeds the server's max_copy_size "
-                                        f"({limit} bytes)")
                 data.append(body)
+                size += len(body)
             elif kind == "fail":
+                state.done = True
                 raise StatementError(f"COPY from stdin failed: {body.decode()}", "57014")
             elif kind == "done":
+                state.done = True
                 break
-        if st.binary:
-            rows: list[list[Any]] = decode_binary(b"".join(data), [o for _, o in types])
-        else:
-            rows = decode_rows(st, b"".join(data))
-        if timer.fired:  # the rows came after the timeout: none are written
-            raise timer.error(StatementError("", "57014"))
-        try:
-            await self._begin(engine, "IMMEDIATE")
-        except Exception as exc:
-            raise timer.error(statement_error(exc)) from None
-        count = await timed(functools.partial(
-            engine.copy_in, st.table or "", [n for n, _ in types] or st.columns, rows,
-            typed=st.binary))
-        return Result(None, [], f"COPY {count}")
+        if not data:
+            return None
+        return data[0] if len(data) == 1 else b"".join(data)
+
+    async def _copy_drain(self, state: _CopyState) -> None:
+        """Read and drop the client's COPY data up to its CopyDone or CopyFail."""
+        while not state.done:
+            try:
+                if await self._copy_chunk(state) is None:
+                    return
+            except StatementError:
+                return
 
     async def _send_rows(self, result: Result, formats: tuple[int, ...], max_rows: int,
                          portal: _Portal | None, *, describe: bool = True) -> bool:
