@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from cryptdisk.server import _copy, _types
+from cryptdisk.server import _copy, _copyin, _types
 from cryptdisk.server._engines import StatementError
 
 #: column types the reader decodes differently; the first byte of the input picks 0-3 of them
@@ -26,14 +26,29 @@ def columns(seed: int) -> list[int]:
 
 
 def target(data: bytes) -> None:
-    """Rows or a StatementError (22P04 malformed, 22P03 a bad value); nothing else."""
+    """Rows or a StatementError (22P04 malformed, 22P03 a bad value); nothing else; the
+    same read whole or split into CopyData of any size."""
     oids = columns(data[0]) if data else []
+    step = 1 + (data[1] % 13 if len(data) > 1 else 0)
     try:
         rows = _copy.decode_binary(data[1:], oids)
     except StatementError as exc:
         assert exc.sqlstate in ("22P04", "22P03"), exc.sqlstate
+        try:
+            _pieces(data[1:], oids, step)
+        except StatementError as again:
+            assert again.sqlstate == exc.sqlstate, (again, exc)
+        else:
+            raise AssertionError("read whole it fails, split it does not") from None
         return
     assert all(len(r) == len(oids) for r in rows)
+    assert _pieces(data[1:], oids, step) == rows
+
+
+def _pieces(data: bytes, oids: list[int], step: int) -> list[list[object]]:
+    dec = _copyin.decoder(_copy.parse_copy("COPY t FROM STDIN BINARY"), 1 << 20, oids=oids)
+    return [r for i in range(0, len(data), step) for r in dec.feed(data[i:i + step])] + \
+        dec.finish()
 
 
 if __name__ == "__main__":

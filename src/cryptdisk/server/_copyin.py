@@ -235,6 +235,8 @@ class _LineDecoder(CopyDecoder):
             raise self._error("end-of-copy marker corrupt")
         first = rest[0]
         if self.eol == "\r\n":
+            if first == "\n" and csv:
+                return False
             if first == "\n":
                 raise self._error("end-of-copy marker does not match previous newline style")
             if first != "\r":
@@ -264,11 +266,13 @@ class _LineDecoder(CopyDecoder):
             if self.names is not None:
                 self._check_header(fields)
             return None
+        raw = list(fields) if self.force_null and self.force_not_null else fields
         for j in self.force_not_null:
             if j < len(fields) and fields[j] is None:
                 fields[j] = self.st.null
-        for j in self.force_null:
-            if j < len(fields) and fields[j] == self.st.null:
+        for j in self.force_null:  # (not a NULL FORCE_NOT_NULL made a value)
+            if j < len(fields) and fields[j] == self.st.null and (
+                    j not in self.force_not_null or raw[j] is not None):
                 fields[j] = None
         return fields
 
@@ -276,7 +280,8 @@ class _LineDecoder(CopyDecoder):
         """HEADER MATCH: PostgreSQL 15's checks of the header line's fields."""
         self.header = False
         names = self.names or []
-        got = fields if fields is not None else [""]  # no header line: an empty one
+        # no header line: an empty one, which CSV reads as NULL
+        got = fields if fields is not None else [None] if self.st.csv else [""]
         if len(got) != len(names):
             raise self._error(f"wrong number of fields in header line: got {len(got)}, "
                               f"expected {len(names)}", line=1)
