@@ -365,7 +365,7 @@ class _SessionThread:
 
 #: COPY FROM STDIN: the client's data read at a time (bytes), and rows inserted at a time
 _COPY_CHUNK = 1 << 20
-_COPY_BATCH = 1 << 16
+_COPY_BATCH = 1 << 14
 
 
 @dataclass
