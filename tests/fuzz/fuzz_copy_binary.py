@@ -46,7 +46,7 @@ def target(data: bytes) -> None:
 
 
 def _pieces(data: bytes, oids: list[int], step: int) -> list[list[object]]:
-    dec = _copyin.decoder(_copy.parse_copy("COPY t FROM STDIN BINARY"), 1 << 20, oids=oids)
+    dec = _copyin.decoder(_copy.parse_copy("COPY t FROM STDIN BINARY"), 1 << 62, oids=oids)
     return [r for i in range(0, len(data), step) for r in dec.feed(data[i:i + step])] + \
         dec.finish()
 

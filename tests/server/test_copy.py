@@ -319,3 +319,38 @@ def test_analytical_not_null_and_default_through_copy_and_the_catalogs(start_ser
                          "JOIN pg_class r ON a.attrelid = r.oid WHERE r.relname = 't' "
                          "AND a.attnum > 0 ORDER BY a.attnum"
                          ).fetchall() == [("k", True, False), ("s", False, True)]
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_header_match_and_force_null_name_the_tables_columns(start_server, engine,
+                                                             request) -> None:
+    """HEADER MATCH checks the header line against the copied columns (the column list's,
+    else the table's); FORCE_NOT_NULL / FORCE_NULL take the columns by name, as
+    PostgreSQL 15 does, with its errors for a column the table or the COPY lacks."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR, c VARCHAR)")
+
+        def copy(sql: str, data: bytes) -> None:
+            with c.cursor().copy(sql) as cp:
+                cp.write(data)
+
+        copy("COPY t FROM STDIN (FORMAT csv, HEADER MATCH)", b"a,b,c\n1,x,y\n")
+        copy("COPY t (c, a) FROM STDIN (HEADER MATCH)", b"c\ta\nz\t2\n")
+        copy("COPY t FROM STDIN (FORMAT csv, FORCE_NOT_NULL (b), FORCE_NULL (c))",
+             b'3,,""\n')
+        assert c.execute("SELECT a, b, c FROM t ORDER BY a").fetchall() == [
+            (1, "x", "y"), (2, None, "z"), (3, "", None)]
+        for sql, data, error, message in [
+            ("COPY t FROM STDIN (FORMAT csv, HEADER MATCH)", b"a,c,b\n",
+             psycopg.errors.BadCopyFileFormat, 'got "c", expected "b"'),
+            ("COPY t (a) FROM STDIN (HEADER MATCH)", b"a\tb\n",
+             psycopg.errors.BadCopyFileFormat, "wrong number of fields in header line"),
+            ("COPY t (a) FROM STDIN (FORMAT csv, FORCE_NULL (b))", b"",
+             psycopg.errors.InvalidColumnReference, 'FORCE_NULL column "b" not referenced'),
+            ("COPY t FROM STDIN (FORMAT csv, FORCE_NOT_NULL (z))", b"",
+             psycopg.errors.UndefinedColumn, 'column "z" of relation "t" does not exist'),
+        ]:
+            with pytest.raises(error, match=message):
+                copy(sql, data)
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (3,)

@@ -69,3 +69,24 @@ def test_any_split_into_copydata_reads_the_same(case, cuts) -> None:
     at = sorted({min(c, len(data)) for c in cuts})
     pieces = [data[a:b] for a, b in zip([0, *at], [*at, len(data)], strict=True)]
     expect(case, pieces)
+
+
+@pytest.mark.parametrize("options", ["", "(FORMAT csv)", "(FORMAT binary)"])
+def test_a_line_longer_than_max_copy_size_fails(options) -> None:
+    """The decoder holds at most ``max_line`` bytes of an unfinished line (row): a longer
+    one, in any split, fails with 54000 (``max_copy_size``); shorter lines of any total
+    size are read."""
+    st = _copy.parse_copy(f"COPY t FROM STDIN {options}")
+    if st.binary:
+        head = _copy.SIGNATURE + b"\0" * 8
+        dec = _copyin.decoder(st, 100, oids=[25])
+        assert dec.feed(head + b"\0\x01\0\0\0\x02ab" * 50) == [["ab"]] * 50
+        long = b"\0\x01\0\0\0\xc8" + b"x" * 200
+    else:
+        dec = _copyin.decoder(st, 100)
+        assert dec.feed(b"ab\n" * 1000) == [["ab"]] * 1000
+        long = b"x" * 200 + b"\n"
+    with pytest.raises(StatementError) as err:
+        for i in range(0, len(long), 30):
+            dec.feed(long[i:i + 30])
+    assert err.value.sqlstate == "54000", err.value

@@ -202,7 +202,7 @@ def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
     it comes)."""
     from ._copyin import decoder
 
-    dec = decoder(st, max(len(data), 1))
+    dec = decoder(st, 1 << 62)
     return dec.feed(data) + dec.finish()
 
 
@@ -289,7 +289,7 @@ def decode_binary(data: bytes, oids: list[int]) -> list[list[object]]:
     raises StatementError (22P04, 22P03 for a bad value)."""
     from ._copyin import _BinaryDecoder
 
-    dec = _BinaryDecoder(oids, max(len(data), 1))
+    dec = _BinaryDecoder(oids, 1 << 62)
     return dec.feed(data) + dec.finish()
 
 

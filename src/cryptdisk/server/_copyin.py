@@ -41,6 +41,7 @@ _ESCAPE_BYTES = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|([\s\S])|$)"
 #: a text line's characters up to its end, ``\\.`` or a backslash ending the buffer
 _TEXT_LINE = re.compile(r"(?:[^\\\r\n]++|\\[^.])*+")
 _NEWLINE = {"\n": "newline", "\r": "carriage return"}
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"  # (as _copy.SIGNATURE)
 
 
 def _utf8_error(data: bytes) -> StatementError:
@@ -138,9 +139,9 @@ class CopyDecoder:
                               hint=hint)
 
     def _too_long(self, size: int) -> StatementError:
-        return self._error(f"a line of over {size} bytes exceeds the server's max_copy_size "
-                           f"({self.max_line} bytes)", "send shorter lines, or raise "
-                           "max_copy_size", "54000")
+        return self._error(f"a line of {size} bytes or more exceeds the server's "
+                           f"max_copy_size ({self.max_line} bytes)", "send shorter lines, "
+                           "or raise max_copy_size", "54000")
 
 
 class _LineDecoder(CopyDecoder):
@@ -441,7 +442,8 @@ class _BinaryDecoder(CopyDecoder):
     def finish(self) -> list[list[Any]]:
         rows = self.feed(b"")
         if not self._header:
-            raise _bad("the signature is missing (not PostgreSQL's binary copy format)")
+            raise _bad("the header is truncated" if self._buf.startswith(_SIGNATURE) else
+                       "the signature is missing (not PostgreSQL's binary copy format)")
         if self._buf:
             raise _bad(f"row {self.lines + 1} is truncated")
         return rows  # ended at a row boundary without the marker: PostgreSQL accepts it
@@ -497,9 +499,11 @@ class _BinaryDecoder(CopyDecoder):
                 if size == -1:
                     row.append(None)
                     continue
-                if size < 0 or size > self.max_line:
+                if size < 0:
                     raise _bad(f"row {number}, column {column + 1}: a field of {size} "
                                "bytes")
+                if size > self.max_line:
+                    raise self._too_long(size)
                 if size > n - pos:
                     return rows, start
                 row.append(_field(oid, bytes(view[pos:pos + size]), number, column + 1))

@@ -1874,7 +1874,7 @@ class Session:
         state = _CopyState()
         # a COPY whose data fits a chunk is read before the transaction starts (SQLite's
         # write lock is not held while a client is slow to send it)
-        first = await self._copy_chunk(state)
+        first = await self._copy_chunk(state, whole=True)
         if timer.fired:  # the rows came after the timeout: none are written
             await self._copy_drain(state)
             raise timer.error(StatementError("", "57014"))
@@ -1926,15 +1926,16 @@ class Session:
             raise
         return Result(None, [], f"COPY {count}")
 
-    async def _copy_chunk(self, state: _CopyState) -> bytes | None:
+    async def _copy_chunk(self, state: _CopyState, whole: bool = False) -> bytes | None:
         """The client's next CopyData bodies, up to about :data:`_COPY_CHUNK` bytes joined
-        (None: its CopyDone came); its CopyFail raises (57014)."""
+        (None: its CopyDone came), those it has sent (``whole``: waiting for that many or its
+        CopyDone); its CopyFail raises (57014)."""
         if state.done:
             return None
         data: list[bytes] = []
         size = 0
         while size < _COPY_CHUNK:
-            if data and len(self.conn.buffer) < 5:  # no whole message waits: go on with these
+            if data and not whole and len(self.conn.buffer) < 5:  # none waits: take these
                 break
             kind, body = P.parse_copy_message(*await self._read_raw())
             if kind == "data":
