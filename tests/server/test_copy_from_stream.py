@@ -12,6 +12,7 @@ os.environ["PSYCOPG_IMPL"] = "python"  # as tests/server/conftest.py explains
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -172,3 +173,28 @@ def test_a_client_gone_mid_copy_leaves_the_table_as_it_was(server) -> None:
         with c.cursor().copy("COPY t FROM STDIN") as copy:
             copy.write(b"7\tnext\t1.5\t\\N\n")
         assert _summary(c) == (1, 7)
+
+
+def test_a_cancel_or_the_statement_timeout_mid_copy_leaves_the_table_as_it_was(
+        server) -> None:
+    """A CancelRequest while the client is still sending, or the statement timeout passing
+    then: 57014 once more data comes, no row of the COPY in the table."""
+    _engine, port, _pid = server
+    with _connect(port) as c:
+        pieces = _data(200_000)
+        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+            with c.cursor().copy("COPY t FROM STDIN") as copy:
+                for i, piece in enumerate(pieces):
+                    copy.write(piece)
+                    if i == 40:  # (4 MB: batches were inserted)
+                        c.cancel()
+                        time.sleep(0.5)
+        c.execute("SET statement_timeout = '1s'")
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            with c.cursor().copy("COPY t FROM STDIN") as copy:
+                for i, piece in enumerate(_data(200_000)):
+                    copy.write(piece)
+                    if i == 40:
+                        time.sleep(1.5)
+        c.execute("SET statement_timeout = 0")
+        assert _summary(c) == (0, 0)

@@ -1873,9 +1873,8 @@ class _AnalyticalSession(EngineSession):
                                     [_arrow_column([r[j] for r in rows], t, count)
                                      for j, t in enumerate(types)], schema=schema)
                             count += len(rows)
-                            if self._cancel.is_set():
-                                raise StatementError("canceling statement due to user "
-                                                     "request", "57014")
+                            if self._cancel.is_set():  # (sent while the rows were coming)
+                                raise _cancelled()
                     except BaseException as exc:
                         failure.append(exc)
                         raise
@@ -3087,6 +3086,8 @@ class _SQLiteSession(EngineSession):
                                         _exact_numeric_text(row[j])
                         cur.executemany(sql, rows, can_cache=self.can_cache)
                         count += len(rows)
+                        if self._cancel.is_set():  # (sent while the rows were coming)
+                            raise _cancelled()
                 except BaseException:
                     cur.execute("ROLLBACK TO cryptdisk_copy")
                     raise
