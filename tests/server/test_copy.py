@@ -354,3 +354,26 @@ def test_header_match_and_force_null_name_the_tables_columns(start_server, engin
             with pytest.raises(error, match=message):
                 copy(sql, data)
         assert c.execute("SELECT count(*) FROM t").fetchone() == (3,)
+
+
+@pytest.mark.parametrize("rows", [40_000, 300_000])  # within the first MiB read, and past it
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+def test_a_cancel_during_copy_from_stdin_fails_it_with_57014(start_server, engine, request,
+                                                             rows) -> None:
+    """A CancelRequest while the client sends its COPY data (the server reading it, or
+    the engine inserting a batch) fails the COPY with 57014 and leaves the table as it
+    was, as PostgreSQL does; the rest of the data is read and dropped. (psycopg's
+    cancel_safe returns once the server has taken the request.)"""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+            with c.cursor().copy("COPY t FROM STDIN") as copy:
+                for i in range(rows):
+                    copy.write(f"{i}\tx\n")
+                    if i == rows * 3 // 4:
+                        c.cancel_safe()
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        with c.cursor().copy("COPY t FROM STDIN") as copy:  # the next COPY is not cancelled
+            copy.write("1\ty\n")
+        assert c.execute("SELECT a, b FROM t").fetchall() == [(1, "y")]

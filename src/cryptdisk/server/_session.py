@@ -374,6 +374,7 @@ class _CopyState:
     error: BaseException | None = None  # reading the client's data failed
     stopped: bool = False  # the statement ended: the engine's thread reads no more
     reading: concurrent.futures.Future[bytes | None] | None = None  # its read, if any
+    cancelled: bool = False  # a CancelRequest came (while its data was read too)
 
 
 class _Closing(Exception):
@@ -1826,10 +1827,9 @@ class Session:
         the session's thread while the client sends; it reads the CopyData as it needs them
         (:meth:`_copy_chunk`, at most :data:`_COPY_CHUNK` bytes at a time), decodes them
         there (:mod:`._copyin`) and inserts the rows a batch of :data:`_COPY_BATCH` at a
-        time, all or none. A failure before the client's CopyDone (a malformed line, the
-        timeout) reads and drops the rest of its data, then is sent, as PostgreSQL does."""
-        from ._copyin import decoder
-
+        time, all or none. A failure before the client's CopyDone (a malformed line, a
+        cancel, the timeout) reads and drops the rest of its data, then is sent, as
+        PostgreSQL does."""
         async def timed(fn: Callable[..., T], *args: Any) -> T:
             try:
                 return await self.call(fn, *args)
@@ -1865,19 +1865,47 @@ class Session:
                     raise StatementError(f'{option.upper()} column "{c}" not referenced by '
                                          "COPY", "42P10")
             forced[option] = [at[c.lower()] for c in given]
+        state = _CopyState()
+        # a CancelRequest interrupts the engine, which may be waiting for the client's data
+        # (or not called yet): the COPY remembers it, and fails at its next chunk
+        previous = engine.interrupt_also
+
+        def cancelled() -> None:
+            state.cancelled = True
+            if previous is not None:
+                previous()
+
+        engine.interrupt_also = cancelled
+        try:
+            return await self._copy_stream(st, engine, timer, types, names, forced, state)
+        finally:
+            engine.interrupt_also = previous
+
+    async def _copy_stream(self, st: Any, engine: EngineSession, timer: _StatementTimer,
+                           types: list[tuple[str, int]], names: list[str],
+                           forced: dict[str, list[int]], state: _CopyState) -> Result:
+        """:meth:`_copy_in` from its CopyInResponse on."""
+        from ._copyin import decoder
+
+        async def timed(fn: Callable[..., T], *args: Any) -> T:
+            try:
+                return await self.call(fn, *args)
+            except Exception as exc:
+                raise timer.error(statement_error(exc)) from None
+
         self.send(_copy_response(b"G", len(types or st.columns or []), st.binary))
         await self.flush()
         dec = decoder(st, self.server.max_copy_size, name=st.table or "",
                       oids=[o for _, o in types] if st.binary else None, names=names,
                       force_not_null=forced.get("force_not_null", []),
                       force_null=forced.get("force_null", []))
-        state = _CopyState()
         # a COPY whose data fits a chunk is read before the transaction starts (SQLite's
         # write lock is not held while a client is slow to send it)
         first = await self._copy_chunk(state, whole=True)
-        if timer.fired:  # the rows came after the timeout: none are written
+        if timer.fired or state.cancelled:  # none of the rows are written
             await self._copy_drain(state)
-            raise timer.error(StatementError("", "57014"))
+            raise timer.error(StatementError("canceling statement due to user request",
+                                             "57014"))
         loop = asyncio.get_running_loop()
 
         def batches() -> Iterator[list[list[Any]]]:
@@ -1886,6 +1914,8 @@ class Session:
             rows: list[list[Any]] = []
             chunk: bytes | None = first
             while True:
+                if state.cancelled and not timer.fired:
+                    raise StatementError("canceling statement due to user request", "57014")
                 if chunk is None:
                     rows += dec.finish()
                     break
