@@ -30,7 +30,7 @@ from ..errors import ProtocolError
 from . import _types
 from ._engines import StatementError
 from ._sqltext import unqualified_parts
-from ._types import _text
+from ._types import text_formatter
 
 __all__ = ["SIGNATURE", "CopyStatement", "decode_binary", "decode_rows", "encode_binary",
            "encode_rows", "parse_copy"]
@@ -207,23 +207,29 @@ def decode_rows(st: CopyStatement, data: bytes) -> list[list[str | None]]:
 
 
 def encode_rows(st: CopyStatement, names: list[str], rows: Iterable[tuple[Any, ...]],
-                *, first: bool = True) -> Iterator[bytes]:
-    """Rows in text or CSV, a chunk (one CopyData) per row; ``first``: these are the
-    result's first rows (the header line, if asked for, comes before them)."""
+                *, first: bool = True, oids: list[int] | None = None,
+                extra_float_digits: int = 1) -> Iterator[bytes]:
+    """Rows in text or CSV, a chunk (one CopyData) per row, each value as a SELECT writes
+    its column's type ``oids`` in text (:func:`._types.text_formatter`; None: as its
+    Python type says); ``first``: these are the result's first rows (the header line, if
+    asked for, comes before them)."""
     header = st.header and first
+    writers = [text_formatter(o, extra_float_digits) for o in oids or [0] * len(names)]
     if st.csv:
         single = len(names) == 1
         if header:
             yield (st.delimiter.join(_csv_field(st, n, single) for n in names)
                    + "\n").encode()
         for row in rows:
-            yield (st.delimiter.join(st.null if v is None else _csv_field(st, _text(v), single)
-                                     for v in row) + "\n").encode()
+            yield (st.delimiter.join(st.null if v is None else _csv_field(st, w(v), single)
+                                     for w, v in zip(writers, row, strict=True))
+                   + "\n").encode()
         return
     if header:
         yield (st.delimiter.join(_text_field(st, n) for n in names) + "\n").encode()
     for row in rows:
-        fields = [st.null if v is None else _text_field(st, _text(v)) for v in row]
+        fields = [st.null if v is None else _text_field(st, w(v))
+                  for w, v in zip(writers, row, strict=True)]
         yield (st.delimiter.join(fields) + "\n").encode()
 
 

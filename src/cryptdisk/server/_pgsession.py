@@ -15,6 +15,7 @@ is). Anything else goes to the engine.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -94,6 +95,26 @@ def parse_timeout(value: str) -> float:
                              "22023", hint='valid units for this parameter are "ms", "s", '
                              '"min", "h", and "d"')
     return float(m[1]) * _UNITS[m[2]]
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", re.I)
+
+
+def parse_extra_float_digits(value: str) -> int:
+    """An extra_float_digits setting (-15 .. 3; a fraction rounded, DEFAULT: 1) as
+    PostgreSQL reads it; its errors as PostgreSQL words them (22023)."""
+    text = _unquote(value).strip()
+    if text.lower() in ("default", ""):
+        return 1
+    number = float(text) if _NUMBER.fullmatch(text) else math.nan
+    if not math.isfinite(number):
+        raise StatementError(f'invalid value for parameter "extra_float_digits": "{text}"',
+                             "22023")
+    digits = round(number)  # (to even, as PostgreSQL's rint)
+    if not -15 <= digits <= 3:
+        raise StatementError(f'{digits} is outside the valid range for parameter '
+                             f'"extra_float_digits" (-15 .. 3)', "22023")
+    return digits
 
 
 def _constant(value: str) -> Callable[[Any], str]:
@@ -257,13 +278,8 @@ def _shown_path(value: str) -> str:
 
 def _session_value(name: str, text: str) -> str:
     """``text`` as PostgreSQL keeps it for ``name`` (22023 for a value it refuses)."""
-    if name == "extra_float_digits":
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise StatementError(f'invalid value for parameter "{name}": "{text}"', "22023")
-        if not -15 <= int(text) <= 3:
-            raise StatementError(f'{int(text)} is outside the valid range for parameter '
-                                 f'"{name}" (-15 .. 3)', "22023")
-        return str(int(text))
+    if name == "extra_float_digits":  # (how floats are written in text: see _textout)
+        return str(parse_extra_float_digits(text))
     level = text.lower()
     if level not in _MESSAGE_LEVELS:
         raise StatementError(f'invalid value for parameter "{name}": "{text}"', "22023")

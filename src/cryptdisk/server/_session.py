@@ -7,6 +7,7 @@ import concurrent.futures
 import functools
 import ipaddress
 import logging
+import operator
 import queue
 import re
 import secrets
@@ -611,12 +612,20 @@ class Session:
         for m in re.finditer(r"(?:-c\s*|--)statement_timeout=(\S+)",
                              msg.parameters.get("options", "")):
             timeout = m[1]
-        if timeout is not None:
-            try:
+        # extra_float_digits likewise (JDBC's startup parameter; libpq's options)
+        digits = msg.parameters.get("extra_float_digits")
+        for m in re.finditer(r"(?:-c\s*|--)extra_float_digits=(\S+)",
+                             msg.parameters.get("options", "")):
+            digits = m[1]
+        try:
+            if timeout is not None:
                 self.session_timeout = _pgsession.parse_timeout(timeout)
-            except StatementError as exc:
-                self._fatal(exc.sqlstate, str(exc))
-                raise _Closing() from None
+            if digits is not None:
+                self.settings["extra_float_digits"] = str(
+                    _pgsession.parse_extra_float_digits(digits))
+        except StatementError as exc:
+            self._fatal(exc.sqlstate, str(exc))
+            raise _Closing() from None
         if not self.user:
             self._fatal("28000", "no user name in the startup message")
             raise _Closing()
@@ -1538,6 +1547,11 @@ class Session:
         if not keep_role:
             self._restore_role(self.tx_role)
 
+    @property
+    def extra_float_digits(self) -> int:
+        """How floats are written in text (PostgreSQL's setting: :mod:`._textout`)."""
+        return int(self.settings.get("extra_float_digits", 1))
+
     def keep_settings(self) -> None:
         """Before a SET in a transaction: the session's settings as the transaction found
         them, for a rollback to restore (PostgreSQL's SET is undone with its transaction)."""
@@ -1786,7 +1800,8 @@ class Session:
 
         async def send(rows: list[tuple[Any, ...]], first: bool, last: bool) -> None:
             for chunk in encode_binary(oids, rows, first=first, last=last) if st.binary \
-                    else encode_rows(st, names, rows, first=first):
+                    else encode_rows(st, names, rows, first=first, oids=oids,
+                                     extra_float_digits=self.extra_float_digits):
                 self.send(P.message(b"d", chunk))
                 if self.out_size > 1 << 16:
                     await self.flush()  # (waits while the client has not taken 64 KiB)
@@ -2106,16 +2121,17 @@ class Session:
         if columns is not None:
             rows = result.rows if start == 0 and end == len(result.rows) else \
                 result.rows[start:end]
-            if not any(fmts):  # text: the value alone says how it is written
-                encode = _types.encode_text
+            oids = [o for _, o in columns]
+            if not any(fmts):  # text: each column's values as PostgreSQL writes its type
+                encoders = _types.text_encoders(oids, self.extra_float_digits)
                 for row in rows:
-                    if len(row) != len(fmts):  # as zip(..., strict=True) below
+                    if len(row) != len(encoders):  # as zip(..., strict=True) below
                         raise ValueError(f"a row of {len(row)} values for {len(fmts)} columns")
-                    self.send(P.data_row([encode(v) for v in row]))
+                    self.send(P.data_row(list(map(operator.call, encoders, row))))
             else:
-                oids = [o for _, o in columns]
+                digits = self.extra_float_digits
                 for row in rows:
-                    self.send(P.data_row([_types.encode_value(o, v, f)
+                    self.send(P.data_row([_types.encode_value(o, v, f, digits)
                                           for o, v, f in zip(oids, row, fmts, strict=True)]))
         if not complete:
             return True

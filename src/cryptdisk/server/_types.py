@@ -6,19 +6,21 @@ import datetime as dt
 import decimal
 import functools
 import json
-import math
 import re
 import struct
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from ..errors import ProtocolError
+from ._textout import datetime_text, float4_text, float8_text, numeric_text, time_text
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid",
            "arrow_oid", "decode_param", "encode_value", "exact_result", "pg_type_name",
-           "sqlite_declared_oid", "sqlite_value", "value_oid"]
+           "sqlite_declared_oid", "sqlite_value", "text_encoders", "text_formatter",
+           "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -467,23 +469,27 @@ def exact_result(table: pa.Table, kinds: list[str] | None = None) -> pa.Table:
 
 
 def _text(value: Any) -> str:
+    """A value (never None) in text format, as PostgreSQL writes its type (floats as
+    double precision: :func:`text_formatter` writes a column's by its type)."""
     kind = type(value)
     if kind is int or kind is str:  # the common cases first (bool is an int subclass)
         return str(value)
+    if kind is float:
+        return float8_text(value)
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
+        return float8_text(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return "\\x" + bytes(value).hex()
     if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, dt.date | dt.time):
+        return datetime_text(value)
+    if isinstance(value, dt.date):
         return value.isoformat()
+    if isinstance(value, dt.time):
+        return time_text(value)
+    if isinstance(value, decimal.Decimal):
+        return numeric_text(value)
     if isinstance(value, dt.timedelta | pa.MonthDayNano):
         return interval_text(*interval_parts(value))
     if isinstance(value, PgArray):
@@ -491,6 +497,47 @@ def _text(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     return str(value)
+
+
+def text_formatter(oid: int, extra_float_digits: int = 1) -> Callable[[Any], str]:
+    """How a column of type ``oid`` writes its values (never None) in text format: a
+    real's as float4 (the shortest digits of the float4, not of the double it is held
+    in), floats with the session's ``extra_float_digits`` (see :mod:`._textout`), any
+    other as :func:`_text` writes it."""
+    if oid == FLOAT4 or (oid == FLOAT8 and extra_float_digits != 1):
+        write = float4_text if oid == FLOAT4 else float8_text
+
+        def floats(value: Any) -> str:
+            return write(value, extra_float_digits) if type(value) is float else _text(value)
+
+        return floats
+    return _text
+
+
+def _float8_bytes(value: Any) -> bytes | None:
+    """A double precision column's value (see :func:`float8_text`; this is the hot path
+    of a large result of floats)."""
+    if type(value) is float and -1e15 < value < 1e15:  # repr's digits, 1.0 as 1
+        text = repr(value)
+        return (text[:-2] if text[-2:] == ".0" else text).encode()
+    if type(value) is float:
+        return float8_text(value).encode()
+    return None if value is None else _text(value).encode("utf-8")
+
+
+def text_encoders(oids: Sequence[int], extra_float_digits: int = 1,
+                  ) -> list[Callable[[Any], bytes | None]]:
+    """For each column of type ``oids``, its values (None: NULL) as DataRow fields in
+    text format (see :func:`text_formatter`)."""
+    def encoder(oid: int) -> Callable[[Any], bytes | None]:
+        if oid == FLOAT8 and extra_float_digits == 1:
+            return _float8_bytes
+        if oid != FLOAT4 and oid != FLOAT8:
+            return encode_text
+        write = text_formatter(oid, extra_float_digits)
+        return lambda value: None if value is None else write(value).encode()
+
+    return [encoder(oid) for oid in oids]
 
 
 #: the array type of each element type a catalog's arrays hold
@@ -519,7 +566,7 @@ class PgArray(list[Any]):
             if v is None:
                 out.append("NULL")
                 continue
-            item = _text(v)
+            item = text_formatter(self.element)(v)
             if _ARRAY_QUOTED.search(item):
                 item = '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
             out.append(item)
@@ -616,7 +663,8 @@ def _binary(oid: int, value: Any) -> bytes:
 
 
 def encode_text(value: Any) -> bytes | None:
-    """One result value in text format (:func:`encode_value` with format 0)."""
+    """One result value in text format as its Python type says (a float as double
+    precision; :func:`text_encoders` writes a column's by its type)."""
     if value is None:
         return None
     kind = type(value)
@@ -625,13 +673,15 @@ def encode_text(value: Any) -> bytes | None:
     return _text(value).encode("utf-8")
 
 
-def encode_value(oid: int, value: Any, fmt: int) -> bytes | None:
-    """One result value in text (0) or binary (1) format; None is SQL NULL."""
+def encode_value(oid: int, value: Any, fmt: int, extra_float_digits: int = 1,
+                 ) -> bytes | None:
+    """One result value in text (0, see :func:`text_formatter`) or binary (1) format;
+    None is SQL NULL."""
     if value is None:
         return None
     if fmt == 1:
         return _binary(oid, value)
-    return _text(value).encode("utf-8")
+    return text_formatter(oid, extra_float_digits)(value).encode("utf-8")
 
 
 # --- parameters ----------------------------------------------------------------------

@@ -1,0 +1,211 @@
+"""Values written as PostgreSQL 15 writes them in text format (its ``*out`` functions):
+floats, timestamps, times and numerics, byte for byte.
+
+- ``double precision`` (``float8out``): with ``extra_float_digits`` above 0 (the default,
+  1) the shortest digits that read back as the same double (Ryu's, which are Python's
+  ``repr``'s), in fixed notation when the decimal exponent is in -4..14 (``1``,
+  ``0.0001``, ``123456789012345.6``), else as ``1e+15``, ``1.5e-05`` (at least two
+  exponent digits); ``NaN``, ``Infinity``, ``-Infinity``, ``-0``. With
+  ``extra_float_digits`` at or below 0: C's ``%.*g`` with 15 + extra_float_digits
+  significant digits (at least 1).
+- ``real`` (``float4out``): the same with the shortest digits that read back as the same
+  float4 (``0.1``, not the double's ``0.10000000149011612``) and fixed notation for
+  exponents -4..5 (``100000``, ``1e+06``); 6 + extra_float_digits digits at or below 0.
+- timestamps and times: no trailing zeros in the fraction, none at all for whole seconds
+  (``2024-01-02 03:04:05.5``); a zone's offset as ``+00``, ``+05:30`` or ``-04:56:02``
+  (minutes and seconds only when not zero).
+- numeric: every digit in fixed notation (``0.000000100``, never ``1.00E-7``), no
+  negative zero.
+
+These are on the hot path of large results: :func:`float8_text` costs one ``repr``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import struct
+
+__all__ = ["datetime_text", "float4_text", "float8_text", "numeric_text", "offset_text",
+           "time_text"]
+
+_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+_TWO_53 = 2.0 ** 53
+
+
+def _exponent_form(digits: str, exponent: int, sign: str) -> str:
+    """Significant ``digits`` (no trailing zeros) with the first at 10 ** ``exponent``, as
+    ``d.ddde+XX``."""
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{sign}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+
+
+def _fixed_form(digits: str, exponent: int, sign: str) -> str:
+    """Significant ``digits`` with the first at 10 ** ``exponent``, in fixed notation."""
+    if exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+    if len(digits) <= exponent + 1:
+        return sign + digits + "0" * (exponent + 1 - len(digits))
+    return f"{sign}{digits[:exponent + 1]}.{digits[exponent + 1:]}"
+
+
+def float8_text(value: float, extra_float_digits: int = 1) -> str:
+    """A double as PostgreSQL's ``float8out`` writes it (see the module)."""
+    if extra_float_digits <= 0:
+        return _rounded(value, 15 + extra_float_digits)
+    r = repr(value)  # shortest round-trip digits, fixed for exponents -4..15
+    if r[-2:] == ".0":  # integral: 1.0 -> 1, up to 15 digits
+        r = r[:-2]
+        if len(r) - (r[0] == "-") < 16:
+            return r
+    elif "e" in r:  # exponents below -4 or above 15: as PostgreSQL writes them
+        return r if -_TWO_53 < value < _TWO_53 else _float8_inside(value, r)
+    elif "n" in r:  # nan, inf, -inf
+        return _SPECIAL[r]
+    elif not (value >= 1e15 or value <= -1e15):
+        return r
+    if value >= _TWO_53 or value <= -_TWO_53:
+        r = _float8_inside(value, r)
+        if "e" in r:
+            return r
+    # 1e15 <= |value| < 1e16: Python writes it in fixed notation, PostgreSQL does not
+    sign = "-" if r[0] == "-" else ""
+    digits = r.lstrip("-").replace(".", "").rstrip("0")
+    return _exponent_form(digits, 15, sign)
+
+
+def _float8_inside(value: float, r: str) -> str:
+    """``repr(value)`` of a double of 2 ** 53 or more (integral, its gaps at least 2), or
+    when that lies exactly halfway to a neighbour (which reads back as ``value`` only by
+    the tie going to the even one: Python accepts it, PostgreSQL's Ryu does not) the
+    shortest digits strictly between the halfway points, as ``%.*e`` writes them."""
+    exact = int(value)
+    gap = math.ulp(value)
+    below = gap / 2 if math.frexp(abs(value))[0] == 0.5 else gap  # (a power of two)
+    shown = int(decimal.Decimal(r))
+    if not (2 * (shown - exact) == gap or 2 * (exact - shown) == below):
+        return r
+    ndigits = len(r.lstrip("-").split("e")[0].replace(".", "").rstrip("0"))
+    for precision in range(ndigits, 18):
+        text = f"{value:.{precision}e}"
+        shown = int(decimal.Decimal(text))
+        if 2 * abs(shown - exact) < (gap if shown > exact else below):
+            break
+    mantissa, _, exponent = text.partition("e")
+    return mantissa.rstrip("0").rstrip(".") + "e" + exponent
+
+
+def _rounded(value: float, precision: int) -> str:
+    """``%.*g`` with ``precision`` significant digits (at least 1), as PostgreSQL writes a
+    float when extra_float_digits is at or below 0."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return f"{value:.{max(precision, 1)}g}"
+
+
+def _float4_bounds(x: float) -> tuple[float, float]:
+    """The doubles halfway to the float4s below and above positive float4 ``x``: a
+    decimal strictly between them reads back as ``x`` (one exactly halfway does only when
+    the tie goes to ``x``, the even one: PostgreSQL's Ryu never writes those)."""
+    bits = _U32.unpack(_F32.pack(x))[0]
+    below = _F32.unpack(_U32.pack(bits - 1))[0]
+    above = x + (x - below) if bits == 0x7F7FFFFF else _F32.unpack(_U32.pack(bits + 1))[0]
+    return (x + below) / 2, (x + above) / 2
+
+
+def _inside(text: str, low: float, high: float) -> bool:
+    """Whether decimal ``text`` lies strictly between ``low`` and ``high``
+    (:func:`_float4_bounds`): exactly where it reads as one of them as a double."""
+    d = float(text)
+    if low < d < high:
+        return True
+    if d != low and d != high:
+        return False
+    exact, bound = decimal.Decimal(text), decimal.Decimal(d)
+    return exact > bound if d == low else exact < bound
+
+
+def _float4_digits(x: float) -> tuple[str, int]:
+    """The shortest significant digits that read back as positive float4 ``x`` (the one
+    closest to it among those of that length) and the exponent of the first."""
+    low, high = _float4_bounds(x)
+    for precision in range(1, 10):
+        text = f"{x:.{precision - 1}e}"  # the closest decimal of this many digits
+        if not _inside(text, low, high):
+            if float(text) >= x:
+                continue
+            # below x and out: at a power of two the next one up may be in (its gap
+            # above is twice the gap below)
+            up = decimal.Decimal(text).next_plus(decimal.Context(prec=precision))
+            text = format(up, f".{precision - 1}e")
+            if not _inside(text, low, high):
+                continue
+        mantissa, _, exponent = text.partition("e")
+        return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+    raise AssertionError(f"no 9-digit decimal reads back as {x!r}")  # (9 always do)
+
+
+def float4_text(value: float, extra_float_digits: int = 1) -> str:
+    """A float4 (held in a double) as PostgreSQL's ``float4out`` writes it (see the
+    module)."""
+    if extra_float_digits <= 0:
+        return _rounded(value, 6 + extra_float_digits)
+    if value != value or value in (float("inf"), float("-inf")):
+        return _rounded(value, 1)
+    if value == 0:
+        return "-0" if str(value)[0] == "-" else "0"
+    sign = "-" if value < 0 else ""
+    try:
+        single = _F32.unpack(_F32.pack(abs(value)))[0]
+    except OverflowError:  # (a double beyond float4's range: no float4 to write)
+        return float8_text(value)
+    digits, exponent = _float4_digits(single)
+    if -4 <= exponent < 6:
+        return _fixed_form(digits, exponent, sign)
+    return _exponent_form(digits, exponent, sign)
+
+
+def offset_text(offset: dt.timedelta) -> str:
+    """A zone's offset from UTC as PostgreSQL writes it: ``+00``, ``+05:30``,
+    ``-04:56:02``."""
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or seconds:
+        text += f":{minutes:02d}"
+    return text + (f":{seconds:02d}" if seconds else "")
+
+
+def datetime_text(value: dt.datetime) -> str:
+    """A timestamp (naive) or timestamptz (its offset from UTC written after it)."""
+    offset = value.utcoffset()
+    text = value.isoformat(" ") if offset is None else \
+        value.replace(tzinfo=None).isoformat(" ")
+    if value.microsecond:
+        text = text.rstrip("0")
+    return text if offset is None else text + offset_text(offset)
+
+
+def time_text(value: dt.time) -> str:
+    """A time of day (its offset after it if it has one: a timetz)."""
+    offset = value.utcoffset()
+    text = value.replace(tzinfo=None).isoformat() if offset is not None else value.isoformat()
+    if value.microsecond:
+        text = text.rstrip("0")
+    return text if offset is None else text + offset_text(offset)
+
+
+def numeric_text(value: decimal.Decimal) -> str:
+    """A numeric: fixed notation with its scale's digits; ``NaN``, ``Infinity``."""
+    if not value.is_finite():
+        return "NaN" if value.is_nan() else str(value)
+    if value.is_zero() and value.is_signed():
+        value = value.copy_abs()
+    return format(value, "f")

@@ -1,0 +1,88 @@
+"""Print the expected text of ``test_text_format.py``: what PostgreSQL 15 writes for its
+inputs, read from a real server (``python tests/server/pg_text_vectors.py DSN``, then
+paste its output over the test's tables). Not a test: it needs a PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+import sys
+import uuid
+from decimal import Decimal
+
+import psycopg
+
+
+def f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+FLOAT8 = [1.0, 0.1, -0.0, 0.0, 100.0, 1 / 3, -2.5, 1e14, 123456789012345.6, 1e15, 1.5e15,
+          1000000000000000.5, 9999999999999998.0, 1e16, 5.2990648348713776e16,
+          5.0171488407371104e16, 2.0 ** 60,
+          1e17, 1e-4, 0.00012345, 1e-5, 1.5e-5, -1.25e-7, 1e22, 1e300, 5e-324,
+          1.7976931348623157e308, 2.2250738585072014e-308, 2.0 ** 53, 12345678.9, 0.3,
+          float("nan"), float("inf"), float("-inf")]
+FLOAT4 = [f32(x) for x in (
+    1.0, 0.1, -0.0, 0.3, 1 / 3, 1e5, 123456.0, 999999.0, 1e6, 1234567.0, 16777216.0,
+    56795592.0, 1e-4, 1e-5, 1.5e-5, 3.4028234663852886e38, 1.401298464324817e-45,
+    1.1754943508222875e-38, 2.0 ** 40, 2.0 ** -20, 2.0 ** 90, 12345.678, float("nan"),
+    float("inf"), float("-inf"))]
+DIGITS = (1, 3, 0, -3, -15)
+#: (PostgreSQL type, input): a column of each type on both engines
+OTHERS = [
+    ("timestamp", dt.datetime(2024, 1, 2, 3, 4, 5, 500000)),
+    ("timestamp", dt.datetime(2024, 1, 2, 3, 4, 5)),
+    ("timestamp", dt.datetime(2024, 1, 2, 3, 4, 5, 1)),
+    ("timestamp", dt.datetime(2024, 1, 2, 3, 4, 5, 123400)),
+    ("timestamp", dt.datetime(99, 1, 1)),
+    ("timestamptz", dt.datetime(2024, 1, 2, 3, 4, 5, 500000, dt.UTC)),
+    ("timestamptz", dt.datetime(2024, 12, 31, 23, 59, 59, 999999, dt.UTC)),
+    ("time", dt.time(3, 4, 5, 500000)), ("time", dt.time(0, 0)),
+    ("time", dt.time(12, 0, 0, 120)),
+    ("date", dt.date(2024, 2, 29)), ("date", dt.date(99, 12, 31)),
+    ("numeric(18,9)", Decimal("1E-7")), ("numeric(18,9)", Decimal("-0")),
+    ("numeric(18,9)", Decimal("1.5")), ("numeric(18,9)", Decimal("-12345.123456789")),
+    ("boolean", True), ("boolean", False),
+    ("bytea", b"\x00\xffab\\"), ("bytea", b""),
+    ("uuid", uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11")),
+    ("text", "tab\there, 'quoted' \"dq\" back\\slash"), ("text", ""),
+]
+#: timestamptz written in these sessions' TimeZone (on the analytical engine)
+ZONES = ["Asia/Kolkata", "America/New_York", "Asia/Kathmandu"]
+INSTANTS = [dt.datetime(2024, 1, 2, 3, 4, 5, 500000, dt.UTC),
+            dt.datetime(2024, 7, 1, 12, 0, tzinfo=dt.UTC)]
+
+
+def main(dsn: str) -> None:
+    con = psycopg.connect(dsn, autocommit=True)
+
+    def text(sql: str, value: object) -> str:  # the type's output, not a cast to text's
+        param = "\\x" + value.hex() if isinstance(value, bytes) else \
+            repr(value) if isinstance(value, float) else str(value)
+        res = con.pgconn.exec_params(f"SELECT {sql}".encode(), [param.encode()])
+        assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+        out = res.get_value(0, 0)
+        assert out is not None
+        return out.decode()
+
+    def floats(cast: str, values: list[float]) -> dict[int, list[str]]:
+        out = {}
+        for digits in DIGITS:
+            con.execute(f"SET extra_float_digits = {digits}")
+            out[digits] = [text(f"$1::float8{cast}", x) for x in values]
+        con.execute("RESET extra_float_digits")
+        return out
+
+    print("FLOAT8_TEXT =", floats("", FLOAT8))
+    print("FLOAT4_TEXT =", floats("::real", FLOAT4))
+    print("OTHERS_TEXT =", [text(f"$1::{kind}", value) for kind, value in OTHERS])
+    zoned = {}
+    for zone in ZONES:
+        con.execute(f"SET TimeZone = '{zone}'")
+        zoned[zone] = [text("$1::timestamptz", t) for t in INSTANTS]
+    print("ZONED_TEXT =", zoned)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
