@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cryptdisk.server._textout import float4_text, float8_text
 from tests.server.pg_text_vectors import DIGITS, FLOAT4, FLOAT8, INSTANTS, OTHERS, ZONES
+from tests.server.rawclient import Raw, cstr, msg
 
 # --- written by PostgreSQL 15.x (tests/server/pg_text_vectors.py) ----------------------
 FLOAT8_TEXT = {-15: ['1', '0.1', '-0', '0', '1e+02', '0.3', '-2', '1e+14', '1e+14', '1e+15',
@@ -194,6 +195,10 @@ def test_extra_float_digits_is_checked_as_postgresql_checks_it(srv) -> None:
         conn.execute("RESET extra_float_digits")
         assert conn.execute("SHOW extra_float_digits").fetchone() == ("1",)
         assert conn.pgconn.exec_(b"SELECT d FROM x").get_value(0, 0) == b"0.30000000000000004"
+        conn.execute("BEGIN")  # a SET is undone with its transaction
+        conn.execute("SET extra_float_digits = 0")
+        conn.execute("ROLLBACK")
+        assert conn.pgconn.exec_(b"SELECT d FROM x").get_value(0, 0) == b"0.30000000000000004"
 
 
 def test_extra_float_digits_at_startup(srv) -> None:
@@ -207,6 +212,27 @@ def test_extra_float_digits_at_startup(srv) -> None:
         assert conn.pgconn.exec_(b"SELECT d FROM x").get_value(0, 0) == b"0.33333"
     with pytest.raises(psycopg.OperationalError, match=r"7 is outside the valid range"):
         psycopg.connect(**srv.dsn, options="-c extra_float_digits=7")
+
+
+def test_extra_float_digits_as_a_startup_parameter(start_server, analytical) -> None:
+    """JDBC's startup message has ``extra_float_digits=3``."""
+    srv = start_server(analytical, secure=False)
+    for value, want in ((b"0", b"0"), (b"3", b"3"), (b"9", None)):
+        raw = Raw(srv.port)
+        try:
+            body = struct.pack("!i", 196608) + cstr("user") + cstr("u") + \
+                cstr("extra_float_digits") + value + b"\0\0"
+            raw.send(struct.pack("!i", len(body) + 4) + body)
+            if want is None:  # refused, as PostgreSQL refuses it (FATAL 22023)
+                error = raw.until(b"E")[-1]
+                assert error[0] == b"E" and b"C22023" in error[1] and b"9 is outside" in error[1]
+                continue
+            assert raw.until(b"Z")[-1][0] == b"Z"
+            raw.send(msg(b"Q", cstr("SHOW extra_float_digits")))
+            rows = [m for m in raw.until(b"Z") if m[0] == b"D"]
+            assert len(rows) == 1 and rows[0][1].endswith(want)
+        finally:
+            raw.sock.close()
 
 
 # --- every float: reads back as itself, in as few digits as PostgreSQL's Ryu takes -----

@@ -108,14 +108,15 @@ def _rounded(value: float, precision: int) -> str:
     return f"{value:.{max(precision, 1)}g}"
 
 
-def _float4_bounds(x: float) -> tuple[float, float]:
-    """The doubles halfway to the float4s below and above positive float4 ``x``: a
-    decimal strictly between them reads back as ``x`` (one exactly halfway does only when
-    the tie goes to ``x``, the even one: PostgreSQL's Ryu never writes those)."""
+def _float4_bounds(x: float) -> tuple[float, float, bool]:
+    """The doubles halfway to the float4s below and above positive float4 ``x`` (a
+    decimal strictly between them reads back as ``x``; one exactly halfway does only when
+    the tie goes to ``x``, the even one: PostgreSQL's Ryu never writes those), and whether
+    ``x`` is a power of two (its gap below half its gap above)."""
     bits = _U32.unpack(_F32.pack(x))[0]
     below = _F32.unpack(_U32.pack(bits - 1))[0]
     above = x + (x - below) if bits == 0x7F7FFFFF else _F32.unpack(_U32.pack(bits + 1))[0]
-    return (x + below) / 2, (x + above) / 2
+    return (x + below) / 2, (x + above) / 2, bits & 0x7FFFFF == 0 and bits > 0x7FFFFF
 
 
 def _inside(text: str, low: float, high: float) -> bool:
@@ -130,24 +131,39 @@ def _inside(text: str, low: float, high: float) -> bool:
     return exact > bound if d == low else exact < bound
 
 
+def _float4_candidate(x: float, precision: int, low: float, high: float,
+                      power_of_two: bool) -> str | None:
+    """The decimal of ``precision`` significant digits closest to positive float4 ``x``
+    that reads back as it (``%.*e``), None for none."""
+    text = f"{x:.{precision - 1}e}"  # the closest of this many digits
+    if _inside(text, low, high):
+        return text
+    if not power_of_two or float(text) >= x:
+        return None
+    # below x and out: at a power of two the next one up may be in (the gap above x is
+    # twice the gap below)
+    up = decimal.Decimal(text).next_plus(decimal.Context(prec=precision))
+    text = format(up, f".{precision - 1}e")
+    return text if _inside(text, low, high) else None
+
+
 def _float4_digits(x: float) -> tuple[str, int]:
     """The shortest significant digits that read back as positive float4 ``x`` (the one
-    closest to it among those of that length) and the exponent of the first."""
-    low, high = _float4_bounds(x)
-    for precision in range(1, 10):
-        text = f"{x:.{precision - 1}e}"  # the closest decimal of this many digits
-        if not _inside(text, low, high):
-            if float(text) >= x:
-                continue
-            # below x and out: at a power of two the next one up may be in (its gap
-            # above is twice the gap below)
-            up = decimal.Decimal(text).next_plus(decimal.Context(prec=precision))
-            text = format(up, f".{precision - 1}e")
-            if not _inside(text, low, high):
-                continue
-        mantissa, _, exponent = text.partition("e")
-        return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
-    raise AssertionError(f"no 9-digit decimal reads back as {x!r}")  # (9 always do)
+    closest to it among those of that length) and the exponent of the first. A binary
+    search over the length: a decimal of n digits that reads back is one of n + 1 digits
+    too, and 9 digits always read back."""
+    low, high, power_of_two = _float4_bounds(x)
+    shortest, best = 1, f"{x:.8e}"
+    longest = 9
+    while shortest < longest:
+        middle = (shortest + longest) // 2
+        text = _float4_candidate(x, middle, low, high, power_of_two)
+        if text is None:
+            shortest = middle + 1
+        else:
+            longest, best = middle, text
+    mantissa, _, exponent = best.partition("e")
+    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
 
 
 def float4_text(value: float, extra_float_digits: int = 1) -> str:
