@@ -158,6 +158,20 @@ def test_bad_statements_are_clear_errors_and_change_nothing(db, statement, messa
     assert db.query("SELECT count(*), sum(c_int) FROM t") == [(3000, sum(range(3000)))]
 
 
+@pytest.mark.parametrize("statement, message", [
+    ("UPDATE t SET c_float = 'abc' WHERE c_int < 0", "Could not convert string 'abc'"),
+    ("UPDATE t SET c_float = 'a' || 'bc' WHERE false", "Could not convert string 'abc'"),
+])
+def test_a_constant_set_value_is_checked_though_no_row_matches(db, statement, message):
+    """As PostgreSQL folds a constant: SET n = 'abc' of a numeric column fails before any
+    row is read (it was a count of 0 when no row matched); one that reads a column does
+    not."""
+    with pytest.raises(DatabaseError, match=message):
+        db.execute(statement)
+    assert _count(db.execute("UPDATE t SET c_float = c_float / 0 WHERE c_int < 0")) == 0
+    assert _count(db.execute("UPDATE t SET c_float = '2.5' WHERE c_int < 0")) == 0
+
+
 def test_a_failed_update_leaves_no_file_behind(db, tmp_path):
     files = _files(tmp_path / "db")
     # the first part is rewritten, the second fails to convert

@@ -97,6 +97,18 @@ class _PartRows:
             raise
 
 
+def _reads_something(node: Any) -> bool:
+    """Whether a parse tree names a column or holds a subquery (is no constant)."""
+    if isinstance(node, dict):
+        if node.get("class") in ("COLUMN_REF", "SUBQUERY") or node.get("type") in (
+                "COLUMN_REF", "SUBQUERY", "PARAMETER"):
+            return True
+        return any(_reads_something(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_reads_something(v) for v in node)
+    return False
+
+
 class MutationMixin(DatabaseState):
     """``DELETE`` and ``UPDATE`` of :class:`~cryptdisk.db.Database`."""
 
@@ -154,6 +166,7 @@ class MutationMixin(DatabaseState):
         names = [c for c, _t in meta.columns]
         self._no_row_number(what, where, sets, names)
         types = dict(meta.columns)
+        self._fold_constants(what, sets, types)
         select = [_quote(ROW_NUMBER)] + [
             not_null_sql(meta, col, f"CAST(({expr}) AS {stored_type(types[col])})")
             + f" AS {_quote(f'{_SET}{i}')}"
@@ -205,6 +218,23 @@ class MutationMixin(DatabaseState):
                 self._remove_files([(disk, p.path) for p in written])
             raise
         return changed
+
+    def _fold_constants(self, what: str, sets: list[tuple[str, str]],
+                        types: dict[str, str]) -> None:
+        """Compute each ``SET`` value that reads no column once, before any row is read,
+        as PostgreSQL folds a constant: one its column's type cannot hold (``SET n =
+        'abc'`` of an INTEGER column) fails the UPDATE whether or not a row matches."""
+        for col, expr in sets:
+            tree = self._parse_tree(f"SELECT {expr}")
+            if tree is None or _reads_something(tree):
+                continue
+            try:
+                self._run_duckdb_once(f"SELECT CAST(({expr}) AS {stored_type(types[col])})",
+                                      False)
+            except DatabaseError as exc:
+                message = str(exc).split("\n", 1)[0]
+                raise type(exc)(f"{what}: {message}", hint=getattr(exc, "hint", None)) \
+                    from None
 
     def _assignments(self, meta: TableMeta, what: str, assignments: list[tuple[str, str]],
                      masked: set[str]) -> list[tuple[str, str]]:
