@@ -261,8 +261,9 @@ def test_a_running_server_keeps_its_users_when_another_process_leaves_a_malforme
 
 
 def test_close_releases_the_files_a_store_holds_open(tmp_path: Any, keyring: Keyring) -> None:
-    """A store holds its lock file open (mapped, and locked at each change) until
-    closed: a test session making a store per server ran past 1024 descriptors."""
+    """A store holds its lock file open (read before each statement, and locked at each
+    change) until closed: a test session making a store per server ran past 1024
+    descriptors."""
     def open_files() -> int:
         return len(os.listdir("/proc/self/fd"))
 
