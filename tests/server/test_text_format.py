@@ -308,3 +308,21 @@ def test_every_double_reads_back_as_itself(value) -> None:
 @settings(max_examples=3000)
 def test_every_float4_reads_back_as_itself(value) -> None:
     _check(value, float4_text(value), "f")
+
+
+def test_a_timestamptz_stored_with_another_offset_is_written_in_utc(start_server,
+                                                                    sqlite_engine) -> None:
+    """SQLite keeps a timestamptz's text as the client gave it (``+02``); PostgreSQL
+    writes the instant in the session's TimeZone, which is UTC there (as PostgreSQL 15
+    writes these with TimeZone UTC)."""
+    srv = start_server(sqlite_engine)
+    values = ["2024-07-02 03:04:05.25+02", "2024-01-02 03:04:05-05:30",
+              "2024-01-02 03:04:05", "2024-03-01 00:30:00+01"]
+    want = [("2024-07-02 01:04:05.25+00",), ("2024-01-02 08:34:05+00",),
+            ("2024-01-02 03:04:05+00",), ("2024-02-29 23:30:00+00",)]
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE z (i INTEGER, t TIMESTAMPTZ)")
+        for i, v in enumerate(values):
+            conn.execute(f"INSERT INTO z VALUES ({i}, '{v}')")
+        got = _texts(conn, "SELECT t FROM z ORDER BY i")
+        assert got == {"simple": want, "extended": want, "copy": want, "csv": want}

@@ -128,8 +128,14 @@ def value_oid(sample: Any) -> int:
 
 def _timestamp(value: str, tz: bool) -> dt.datetime:
     t = dt.datetime.fromisoformat(value)
-    if tz and t.tzinfo is None:
-        return t.replace(tzinfo=dt.UTC)  # (the session's TimeZone is UTC)
+    if tz:  # (the session's TimeZone is UTC: an instant stored with another offset, as
+        # the client wrote it, is written in UTC, as PostgreSQL writes it)
+        if t.tzinfo is None:
+            return t.replace(tzinfo=dt.UTC)
+        try:
+            return t.astimezone(dt.UTC)
+        except OverflowError:  # (year 1 or 9999 in UTC: beyond Python's, kept as stored)
+            return t
     if not tz and t.tzinfo is not None:
         return t.astimezone(dt.UTC).replace(tzinfo=None)
     return t
