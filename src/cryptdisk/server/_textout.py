@@ -34,6 +34,9 @@ _SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 _TWO_53 = 2.0 ** 53
+_INF = float("inf")
+#: half the gap between float4 subnormals (2 ** -149)
+_F4_HALF_DENORMAL = 2.0 ** -150
 
 
 def _exponent_form(digits: str, exponent: int, sign: str) -> str:
@@ -108,20 +111,9 @@ def _rounded(value: float, precision: int) -> str:
     return f"{value:.{max(precision, 1)}g}"
 
 
-def _float4_bounds(x: float) -> tuple[float, float, bool]:
-    """The doubles halfway to the float4s below and above positive float4 ``x`` (a
-    decimal strictly between them reads back as ``x``; one exactly halfway does only when
-    the tie goes to ``x``, the even one: PostgreSQL's Ryu never writes those), and whether
-    ``x`` is a power of two (its gap below half its gap above)."""
-    bits = _U32.unpack(_F32.pack(x))[0]
-    below = _F32.unpack(_U32.pack(bits - 1))[0]
-    above = x + (x - below) if bits == 0x7F7FFFFF else _F32.unpack(_U32.pack(bits + 1))[0]
-    return (x + below) / 2, (x + above) / 2, bits & 0x7FFFFF == 0 and bits > 0x7FFFFF
-
-
 def _inside(text: str, low: float, high: float) -> bool:
-    """Whether decimal ``text`` lies strictly between ``low`` and ``high``
-    (:func:`_float4_bounds`): exactly where it reads as one of them as a double."""
+    """Whether decimal ``text`` lies strictly between ``low`` and ``high``: exactly where
+    it reads as one of them as a double."""
     d = float(text)
     if low < d < high:
         return True
@@ -131,59 +123,54 @@ def _inside(text: str, low: float, high: float) -> bool:
     return exact > bound if d == low else exact < bound
 
 
-def _float4_candidate(x: float, precision: int, low: float, high: float,
-                      power_of_two: bool) -> str | None:
-    """The decimal of ``precision`` significant digits closest to positive float4 ``x``
-    that reads back as it (``%.*e``), None for none."""
-    text = f"{x:.{precision - 1}e}"  # the closest of this many digits
-    if _inside(text, low, high):
-        return text
-    if not power_of_two or float(text) >= x:
-        return None
-    # below x and out: at a power of two the next one up may be in (the gap above x is
-    # twice the gap below)
+def _next_up(text: str, precision: int) -> str:
+    """The decimal of ``precision`` significant digits after ``text`` (``%.*e``)."""
     up = decimal.Decimal(text).next_plus(decimal.Context(prec=precision))
-    text = format(up, f".{precision - 1}e")
-    return text if _inside(text, low, high) else None
-
-
-def _float4_digits(x: float) -> tuple[str, int]:
-    """The shortest significant digits that read back as positive float4 ``x`` (the one
-    closest to it among those of that length) and the exponent of the first. A binary
-    search over the length: a decimal of n digits that reads back is one of n + 1 digits
-    too, and 9 digits always read back."""
-    low, high, power_of_two = _float4_bounds(x)
-    shortest, best = 1, f"{x:.8e}"
-    longest = 9
-    while shortest < longest:
-        middle = (shortest + longest) // 2
-        text = _float4_candidate(x, middle, low, high, power_of_two)
-        if text is None:
-            shortest = middle + 1
-        else:
-            longest, best = middle, text
-    mantissa, _, exponent = best.partition("e")
-    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+    return format(up, f".{precision - 1}e")
 
 
 def float4_text(value: float, extra_float_digits: int = 1) -> str:
     """A float4 (held in a double) as PostgreSQL's ``float4out`` writes it (see the
-    module)."""
+    module): the shortest decimal strictly between the halfway points to the float4s
+    below and above (one exactly halfway reads back only when the tie goes to ``x``, the
+    even one: PostgreSQL's Ryu never writes those), the closest to the value of those of
+    its length. The length by a binary search: a decimal of n digits that reads back is
+    one of n + 1 digits too, and 9 digits always read back."""
     if extra_float_digits <= 0:
         return _rounded(value, 6 + extra_float_digits)
-    if value != value or value in (float("inf"), float("-inf")):
+    if value != value or value == _INF or value == -_INF:
         return _rounded(value, 1)
     if value == 0:
         return "-0" if str(value)[0] == "-" else "0"
-    sign = "-" if value < 0 else ""
     try:
-        single = _F32.unpack(_F32.pack(abs(value)))[0]
+        packed = _F32.pack(-value if value < 0 else value)
     except OverflowError:  # (a double beyond float4's range: no float4 to write)
         return float8_text(value)
-    digits, exponent = _float4_digits(single)
-    if -4 <= exponent < 6:
-        return _fixed_form(digits, exponent, sign)
-    return _exponent_form(digits, exponent, sign)
+    x, bits = _F32.unpack(packed)[0], _U32.unpack(packed)[0]
+    # the halfway points: half a gap either side (a quarter below a power of two)
+    half = math.ldexp(1.0, (bits >> 23) - 151) if bits > 0x7FFFFF else _F4_HALF_DENORMAL
+    # (the smallest normal's gap below is the subnormals', the same as above it)
+    power_of_two = bits & 0x7FFFFF == 0 and bits >= 0x1000000
+    low, high = x - (half / 2 if power_of_two else half), x + half
+    shortest, longest, best = 1, 9, f"{x:.8e}"
+    while shortest < longest:
+        middle = (shortest + longest) >> 1
+        text = f"{x:.{middle - 1}e}"  # the closest decimal of this many digits
+        d = float(text)
+        if not low < d < high and not ((d == low or d == high) and _inside(text, low, high)):
+            # out; below x at a power of two the next one up may be in (the gap above
+            # x is twice the gap below)
+            if not (power_of_two and d < x and _inside(text := _next_up(text, middle),
+                                                       low, high)):
+                shortest = middle + 1
+                continue
+        longest, best = middle, text
+    mantissa, _, exponent = best.partition("e")
+    digits, power = mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+    sign = "-" if value < 0 else ""
+    if -4 <= power < 6:
+        return _fixed_form(digits, power, sign)
+    return _exponent_form(digits, power, sign)
 
 
 def offset_text(offset: dt.timedelta) -> str:
