@@ -199,6 +199,23 @@ def test_counter_wraps_past_2_128():
     assert body == xor(data, ks[:100])
 
 
+def test_a_failed_sync_of_the_directory_fails_the_write(tmp_path, monkeypatch):
+    """The file is renamed into place, then its directory synced so the name survives a
+    crash of the machine: a failed sync is the writer's error, not ignored."""
+    real = os.fsync
+
+    def fsync(fd):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    p = tmp_path / "d.bin"
+    with pytest.raises(OSError, match="Input/output error"):
+        with open_clickhouse(p, "wb", key=KEY) as f:
+            f.write(b"data")
+
+
 def test_large_read_crosses_chunks(tmp_path, monkeypatch):
     import cryptdisk.format._ch_stream as stream
 

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._durable import fsync_path
 from ..errors import KeyNotFoundError
 from ._ch_header import (
     CH_HEADER_SIZE,
@@ -125,12 +126,9 @@ def _resolve_key(header: CHHeader, key: _Key | None, key_for: KeyFor | None, nam
 
 
 def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """Make the name ``path`` durable (an ``fsync`` of its directory; an ``OSError``
+    propagates: the file is in place but may not survive a crash of the machine)."""
+    fsync_path(os.path.dirname(os.path.abspath(path)) or ".")
 
 
 def _open_read(name: str, key: _Key | None, key_for: KeyFor | None) -> CHReadFile:
