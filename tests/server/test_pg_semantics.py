@@ -849,3 +849,41 @@ def _against_postgresql(port: int) -> int:
 
 if __name__ == "__main__":
     sys.exit(_against_postgresql(int(sys.argv[1].rpartition(":")[2])))
+
+
+#: RESET, SET ... TO DEFAULT, RESET ALL and DISCARD ALL restore what the client gave at
+#: startup (application_name, options -c statement_timeout / extra_float_digits), not the
+#: server's defaults: PostgreSQL 15's answers (psycopg's statusmessage or SHOW's value)
+STARTUP_RESETS = [
+    ("SET application_name = 'x'", 'SET'), ("SET statement_timeout = '3s'", 'SET'),
+    ('SET extra_float_digits = 0', 'SET'), ('RESET ALL', 'RESET'),
+    ('SHOW application_name', 'abc'), ('SHOW statement_timeout', '7s'),
+    ('SHOW extra_float_digits', '3'),
+    ("SET application_name = 'y'", 'SET'), ('SET statement_timeout = 5', 'SET'),
+    ('SET extra_float_digits = 1', 'SET'), ('RESET application_name', 'RESET'),
+    ('RESET statement_timeout', 'RESET'), ('RESET extra_float_digits', 'RESET'),
+    ('SHOW application_name', 'abc'), ('SHOW statement_timeout', '7s'),
+    ('SHOW extra_float_digits', '3'),
+    ('SET application_name TO DEFAULT', 'SET'), ('SET statement_timeout TO DEFAULT', 'SET'),
+    ('SET extra_float_digits TO DEFAULT', 'SET'),
+    ('SHOW application_name', 'abc'), ('SHOW statement_timeout', '7s'),
+    ('SHOW extra_float_digits', '3'),
+    ("SET application_name = 'z'", 'SET'), ('DISCARD ALL', 'DISCARD ALL'),
+    ('SHOW application_name', 'abc'), ('SHOW statement_timeout', '7s'),
+    ('SHOW extra_float_digits', '3'),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_resets_restore_the_startup_values(start_server, request, engine) -> None:
+    import psycopg
+
+    srv = start_server(request.getfixturevalue(engine), secure=False)
+    got = []
+    with psycopg.connect(host="127.0.0.1", port=srv.port, user="u", dbname="db",
+                         application_name="abc", autocommit=True,
+                         options="-c statement_timeout=7000 -c extra_float_digits=3") as c:
+        for sql, _ in STARTUP_RESETS:
+            cur = c.execute(sql)
+            got.append((sql, cur.fetchone()[0] if cur.description else cur.statusmessage))
+    assert got == STARTUP_RESETS

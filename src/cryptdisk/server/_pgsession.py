@@ -321,20 +321,31 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         return Result(None, [], "RESET" if value is None else "SET")
     if name == "all":  # (RESET ALL: the access mode of later transactions too)
         session.read_only_default = False
+    # RESET, SET ... TO DEFAULT: the session's default, what the client gave at startup
+    default = value is None or value.strip().lower() == "default"
+    given = "" if value is None else value
+    start: tuple[str, dict[str, str], float] = getattr(session, "startup_settings",
+                                                       ("", {}, 0.0))
+    start_name, start_settings, start_timeout = start
     if name in _SESSION_DEFAULTS or name == "all":
-        if value is None or value.strip().lower() == "default":
-            session.settings.pop(name, None) if name != "all" else session.settings.clear()
+        if not default:
+            session.settings[name] = _session_value(name, _unquote(given).strip())
+        elif name == "all":
+            session.settings.clear()
+            session.settings.update(start_settings)
+        elif name in start_settings:
+            session.settings[name] = start_settings[name]
         else:
-            session.settings[name] = _session_value(name, _unquote(value).strip())
+            session.settings.pop(name, None)
     if name in ("statement_timeout", "all"):  # (shorter than the server's: see Session)
-        session.session_timeout = 0.0 if value is None else parse_timeout(value)
+        session.session_timeout = start_timeout if default else parse_timeout(given)
     if name in ("search_path", "all"):
         if value is None or value.strip().lower() == "default":
             session.settings.pop("search_path", None)
         elif _public_path(value):  # (another is refused below, on SQLite)
             session.settings["search_path"] = _shown_path(value)
     if name in ("application_name", "all"):
-        text = "" if value is None or value.strip().lower() == "default" else _unquote(value)
+        text = start_name if default else _unquote(given)
         session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)
         session.send(parameter_status("application_name", session.application_name))
     elif name in _CHECKED and value is not None and value.strip().lower() != "default":

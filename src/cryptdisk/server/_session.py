@@ -419,6 +419,8 @@ class Session:
         self.several = False
         #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
         self.session_timeout = 0.0
+        #: (application_name, settings, session_timeout) as the startup packet set them
+        self.startup_settings: tuple[str, dict[str, str], float] = ("", {}, 0.0)
         #: what this session may do and who it acts as (None: a server without users)
         self.privileges: Any = None
         self.engine: EngineSession | None = None
@@ -626,6 +628,10 @@ class Session:
         except StatementError as exc:
             self._fatal(exc.sqlstate, str(exc))
             raise _Closing() from None
+        # what RESET, SET ... TO DEFAULT, RESET ALL and DISCARD ALL restore (PostgreSQL's
+        # session defaults: the startup packet's values)
+        self.startup_settings = (self.application_name, dict(self.settings),
+                                 self.session_timeout)
         if not self.user:
             self._fatal("28000", "no user name in the startup message")
             raise _Closing()
