@@ -187,6 +187,7 @@ _SET = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*
                   r"\s*(.*?)\s*;?\s*", re.I | re.S)
 _SET_TIME_ZONE = re.compile(r"\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.*?)\s*;?\s*",
                             re.I | re.S)
+_LOCAL = re.compile(r"\s*SET\s+LOCAL\b", re.I)
 _RESET = re.compile(r"\s*RESET\s+([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*", re.I)
 #: SET SESSION CHARACTERISTICS AS TRANSACTION ... / SET TRANSACTION ...: a transaction's
 #: options (SQLAlchemy's isolation_level and postgresql_readonly on pg8000 send it): READ
@@ -388,7 +389,17 @@ def answer(sql: str, session: Any) -> Result | None:
             m = _SET.fullmatch(sql)
             if m is not None and m[1].lower() not in ("role", "session_authorization"):
                 raise _unrecognized(m[1].lower())
-        return None if setting is None else _set(*setting, session)
+        if setting is None:
+            return None
+        if _LOCAL.match(sql) and setting[0] != "transaction":
+            if not session.in_block():  # (as PostgreSQL: a warning, and nothing changes)
+                session.send(notice_response("SET LOCAL can only be used in transaction "
+                                             "blocks"))
+                return Result(None, [], "SET")
+            session.keep_local(setting[0])
+        else:
+            session.drop_local(setting[0])
+        return _set(*setting, session)
     if isinstance(parsed, str) and parsed.startswith("?"):  # a setting SHOW does not know
         if sqlite:  # (DuckDB's SHOW names a table, or its own settings)
             raise _unrecognized(parsed[1:])

@@ -415,6 +415,9 @@ class Session:
         #: (application_name, settings, session_timeout) before the transaction's first
         #: SET (:meth:`keep_settings`)
         self.tx_settings: _Settings | None = None
+        #: the settings before the transaction's first SET LOCAL, and the names it set
+        self.local_before: _Settings | None = None
+        self.local_names: set[str] = set()
         #: the simple query running holds several statements
         self.several = False
         #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
@@ -1564,11 +1567,38 @@ class Session:
         if self.tx_settings is None and self._in_transaction():
             self.tx_settings = self._settings_now()
 
+    def keep_local(self, name: str) -> None:
+        """Before a ``SET LOCAL name`` in a transaction: its value then, which the
+        transaction's end restores, a commit too."""
+        if self.local_before is None:
+            self.local_before = self._settings_now()
+        self.local_names.add(name)
+
+    def drop_local(self, name: str) -> None:
+        """A ``SET`` or ``RESET`` of ``name`` (``all``) for the session: kept after the
+        transaction, as in PostgreSQL, though a ``SET LOCAL`` of it came before."""
+        if name == "all":
+            self.local_names.clear()
+        self.local_names.discard(name)
+
     def end_settings(self, *, keep: bool) -> None:
-        """The transaction ends: its SETs kept (a commit), or undone."""
+        """The transaction ends: its SETs kept (a commit; not its SET LOCALs), or undone."""
         saved, self.tx_settings = self.tx_settings, None
+        before, names = self.local_before, self.local_names
+        self.local_before, self.local_names = None, set()
         if saved is not None and not keep:
             self._apply_settings(saved)
+        elif before is not None and names:
+            app, settings, timeout, read_only = self._settings_now()
+            for name in names:
+                if name in before[1]:
+                    settings[name] = before[1][name]
+                else:
+                    settings.pop(name, None)
+            self._apply_settings((
+                before[0] if "application_name" in names else app, settings,
+                before[2] if "statement_timeout" in names else timeout,
+                before[3] if "default_transaction_read_only" in names else read_only))
 
     def _settings_now(self) -> _Settings:
         return (self.application_name, dict(self.settings), self.session_timeout,
