@@ -377,3 +377,47 @@ def test_a_cancel_during_copy_from_stdin_fails_it_with_57014(start_server, engin
         with c.cursor().copy("COPY t FROM STDIN") as copy:  # the next COPY is not cancelled
             copy.write("1\ty\n")
         assert c.execute("SELECT a, b FROM t").fetchall() == [(1, "y")]
+
+
+def test_the_timeout_of_a_copy_whose_client_stalls_lets_the_write_lock_go(
+        start_server, sqlite_engine) -> None:
+    """A client that stops sending in the middle of its COPY FROM (past the first MiB, so
+    the insert runs and holds SQLite's write lock) is stopped by the statement timeout
+    while it stalls, as PostgreSQL stops it: the lock is let go then, so another session's
+    write goes through before the stalled client sends again; the COPY fails with 57014
+    and leaves nothing."""
+    import threading
+    import time
+
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c, \
+            psycopg.connect(**srv.dsn, autocommit=True) as other:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        other.execute("CREATE TABLE u (a INTEGER)")
+        c.execute("SET statement_timeout = '1s'")
+        wrote = threading.Event()
+
+        def write() -> None:
+            other.execute("INSERT INTO u VALUES (1)")
+            wrote.set()
+
+        writer = threading.Thread(target=write)
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            with c.cursor().copy("COPY t FROM STDIN") as copy:
+                copy.write("".join(f"{i}\tx\n" for i in range(300_000)))  # (3.4 MB)
+                began = time.monotonic()
+                for _ in range(6000):  # the insert runs (its batches hold the write lock)
+                    if any(s.engine is not None and s.engine.in_transaction
+                           for s in list(srv.server.sessions)):
+                        break
+                    time.sleep(0.01)
+                time.sleep(0.3)
+                writer.start()
+                stalled_through = wrote.wait(30)  # the client sends nothing meanwhile,
+                time.sleep(max(0.0, began + 2 - time.monotonic()))  # past the timeout
+                copy.write("1\ty\n")
+        writer.join(60)
+        assert stalled_through  # the other write did not wait for the stalled client
+        c.execute("SET statement_timeout = 0")
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM u").fetchone() == (1,)

@@ -364,6 +364,15 @@ class _SessionThread:
         self.jobs.put(None)
 
 
+#: COPY FROM STDIN: how often (seconds) the insert waiting for the client's data looks
+#: for a cancel or the timeout
+_COPY_WAIT = 0.05
+
+
+class _CopyStopped(Exception):
+    """A cancel or the statement timeout ended the wait for a COPY's data."""
+
+
 #: COPY FROM STDIN: the client's data read at a time (bytes), and rows inserted at a time
 _COPY_CHUNK = 1 << 20
 _COPY_BATCH = 1 << 14
@@ -1980,9 +1989,21 @@ class Session:
                 try:
                     if state.stopped:
                         raise ConnectionError("the COPY ended")
-                    state.reading = asyncio.run_coroutine_threadsafe(
+                    state.reading = reading = asyncio.run_coroutine_threadsafe(
                         self._copy_chunk(state), loop)
-                    chunk = state.reading.result()
+                    # a cancel or the timeout ends the wait for a client slow to send (the
+                    # insert's transaction, SQLite's write lock, is let go now, not when
+                    # the client sends again); the read goes on, and the drain awaits it
+                    while True:
+                        try:
+                            chunk = reading.result(timeout=_COPY_WAIT)
+                            break
+                        except concurrent.futures.TimeoutError:
+                            if state.cancelled:
+                                raise _CopyStopped() from None
+                except _CopyStopped:
+                    raise StatementError("canceling statement due to user request",
+                                         "57014") from None
                 except BaseException as exc:  # (raised as it is, not as the engine's error)
                     state.error = exc
                     raise
@@ -1998,10 +2019,16 @@ class Session:
                 oids=[o for _, o in types] if st.binary else None))
         except BaseException as exc:
             state.stopped = True  # (the session ends, or its engine call failed)
-            if state.reading is not None:
-                state.reading.cancel()
+            reading = state.reading
             if isinstance(exc, StatementError) and not self.conn.lost:
+                if reading is not None and not reading.done():  # (a read cut short would
+                    try:  # lose the message's place)
+                        await asyncio.wrap_future(reading)
+                    except Exception:  # noqa: S110 - (its CopyFail, say: the drain sees it)
+                        pass
                 await self._copy_drain(state)
+            elif reading is not None:
+                reading.cancel()
             if state.error is not None and state.error is not exc:
                 raise timer.error(state.error) from None
             raise
