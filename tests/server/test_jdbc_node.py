@@ -316,7 +316,8 @@ def test_node_postgres_statement_timeout(start_server, request, node, engine) ->
     assert out[2] == "err 57014 canceling statement due to statement timeout"
     assert out[3:5] == ["ok SET ", "ok string:2s"]  # (as PostgreSQL shows it)
     assert out[5] == 'err 22023 invalid value for parameter "statement_timeout": "soon"'
-    assert out[6:8] == ["ok RESET ", "ok string:0"]
+    # RESET goes back to the startup packet's value, as in PostgreSQL 15
+    assert out[6:8] == ["ok RESET ", "ok string:300ms"]
     assert out[9] == out[11] == "err 57014 canceling statement due to statement timeout"
     assert out[12] in ("ok number:1", "ok string:1")
 
