@@ -1162,6 +1162,14 @@ class Session:
         finally:
             timer.cancel()
 
+    async def _call_timed(self, timer: _StatementTimer, fn: Callable[..., T], *args: Any) -> T:
+        """``self.call(fn, *args)`` under a statement's ``timer`` (COPY FROM's, which counts
+        from the COPY's start)."""
+        try:
+            return await self.call(fn, *args)
+        except Exception as exc:
+            raise timer.error(statement_error(exc)) from None
+
     def _deallocate(self, sql: str) -> Result:
         """``DEALLOCATE [PREPARE] name | ALL``: drop prepared statements, as a Close message
         does (psycopg sends it when its cache of prepared statements is full)."""
@@ -1890,17 +1898,13 @@ class Session:
         time, all or none. A failure before the client's CopyDone (a malformed line, a
         cancel, the timeout) reads and drops the rest of its data, then is sent, as
         PostgreSQL does."""
-        async def timed(fn: Callable[..., T], *args: Any) -> T:
-            try:
-                return await self.call(fn, *args)
-            except Exception as exc:
-                raise timer.error(statement_error(exc)) from None
-
+        timed = functools.partial(self._call_timed, timer)
         types: list[tuple[str, int]] = []
+        table_types: list[tuple[str, int]] = []
         if st.binary or st.header_match or st.force_null or st.force_not_null:
             # binary fields are read by the types of the columns they go to; HEADER MATCH
             # and FORCE_(NOT_)NULL name columns
-            types = await timed(engine.column_types, st.table or "")
+            types = table_types = await timed(engine.column_types, st.table or "")
             if not types:
                 raise StatementError(f'relation "{st.table}" does not exist', "42P01")
             if st.columns:
@@ -1912,11 +1916,10 @@ class Session:
                 types = [by_name[c.lower()] for c in st.columns]
         names = [n for n, _ in types]
         forced: dict[str, list[int]] = {}
+        at = {n.lower(): i for i, n in enumerate(names)}
+        all_columns = {n.lower() for n, _ in table_types}
         for option in ("force_not_null", "force_null"):
-            at = {n.lower(): i for i, n in enumerate(names)}
             given = getattr(st, option) or []
-            all_columns = {n.lower() for n, _ in await timed(engine.column_types,
-                                                           st.table or "")} if given else set()
             for c in given:
                 if c.lower() not in all_columns:
                     raise StatementError(f'column "{c}" of relation "{st.table}" does not '
@@ -1946,12 +1949,6 @@ class Session:
                            forced: dict[str, list[int]], state: _CopyState) -> Result:
         """:meth:`_copy_in` from its CopyInResponse on."""
         from ._copyin import decoder
-
-        async def timed(fn: Callable[..., T], *args: Any) -> T:
-            try:
-                return await self.call(fn, *args)
-            except Exception as exc:
-                raise timer.error(statement_error(exc)) from None
 
         self.send(_copy_response(b"G", len(types or st.columns or []), st.binary))
         await self.flush()
@@ -2014,7 +2011,7 @@ class Session:
                 await self._begin(engine, "IMMEDIATE")
             except Exception as exc:
                 raise timer.error(statement_error(exc)) from None
-            count = await timed(functools.partial(
+            count = await self._call_timed(timer, functools.partial(
                 engine.copy_in, st.table or "", names or st.columns, batches(),
                 oids=[o for _, o in types] if st.binary else None))
         except BaseException as exc:
