@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import functools
 import logging
+import math
 import os
 import re
 import string
@@ -284,6 +285,13 @@ class EngineSession:
         makes a numeric (``INSERT INTO t VALUES ('123456789012345.12345')`` into a NUMERIC
         column) and the engine would store as another number; ``visible`` as for
         :meth:`parameter_types`. The analytical engine's DECIMAL holds them: nothing."""
+
+    def float_literals(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
+        """``sql`` with each number literal that PostgreSQL reads as a float (cast to one,
+        or where a float column gives it its type) and the engine would refuse as inexact
+        written as the double it is; ``visible`` as for :meth:`parameter_types`. The
+        analytical engine refuses none: ``sql`` unchanged."""
+        return sql
 
     def authorize(self, sql: str, privileges: Any) -> None:
         """Raise StatementError (42501) if ``privileges`` (a :class:`._grants.Privileges`,
@@ -2551,6 +2559,21 @@ class _SQLiteSession(EngineSession):
                 sql, tables, columns, _types.NUMERIC,
                 lambda text: text[:1] == "'" and _sqltext.inexact_number(text[1:-1]) is not None):
             _exact_numeric_text(tok.text[1:-1].replace("''", "'"))
+
+    def float_literals(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
+        # PostgreSQL rounds such a literal to the nearest double (5.2990648348713776e+16,
+        # its own text of one); :meth:`_sql` refuses a literal SQLite would not hold as
+        # written, which a numeric must be: give it the double's shortest digits instead
+        from . import _paramtypes
+
+        tables, columns = self._context(visible)
+        found = _paramtypes.float_numbers(
+            sql, tables, columns, lambda text: _sqltext.inexact_number(text) is not None)
+        for tok in sorted(found, key=lambda t: t.start, reverse=True):
+            value = float(tok.text)
+            if math.isfinite(value):  # (else refused as inexact: out of float8's range)
+                sql = sql[:tok.start] + repr(value) + sql[tok.stop:]
+        return sql
 
     def _tagged(self, text: str) -> str:
         """``text`` with the privileges' version prefixed (see :meth:`_sql`)."""

@@ -27,7 +27,8 @@ from typing import NamedTuple
 from . import _sqltext
 from . import _types as T
 
-__all__ = ["bytea_concats", "bytea_strings", "infer", "parameter_columns", "typed_strings"]
+__all__ = ["bytea_concats", "bytea_strings", "float_numbers", "infer", "parameter_columns",
+           "typed_strings"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -192,6 +193,43 @@ def typed_strings(sql: str, tables: dict[str, str], columns: Columns, oid: int,
         return []
     types = _infer(lifted, count + len(strings), tables, columns)[count:]
     return [t for t, found in zip(strings, types, strict=True) if found == oid]
+
+
+#: what a sign after which is unary follows (``VALUES (-1.5``, ``x = -1.5``)
+_UNARY_BEFORE = frozenset({"(", ",", "=", "<>", "!=", "<", "<=", ">", ">=", "SELECT",
+                           "VALUES", "SET", "WHERE", "AND", "OR", "NOT", "WHEN", "THEN",
+                           "ELSE", "BETWEEN", "IN", "IS", "RETURNING"})
+
+
+def float_numbers(sql: str, tables: dict[str, str], columns: Columns,
+                  which: Callable[[str], bool]) -> list[_Tok]:
+    """The number literals of ``sql`` (their text: ``which`` of it true) that PostgreSQL
+    reads as a float: cast to float4 or float8 (``1.5::float8``, ``CAST(1.5 AS REAL)``)
+    or without a cast where their context makes them one, as :func:`infer` types a
+    parameter in their place (``INSERT INTO t(x) VALUES (1.5)`` of a float column)."""
+    toks = _tokens(sql)
+    count = max((int(t.text) for t in toks if t.kind == "param"), default=0)
+    lifted: list[_Tok] = []
+    numbers: list[_Tok] = []
+    cast: list[_Tok] = []
+    for k, t in enumerate(toks):
+        if t.kind == "num" and which(t.text):
+            if k + 2 < len(toks) and toks[k + 1].text in ("::", "AS") and \
+                    toks[k + 2].kind == "ref":  # 1.5::float8, CAST(1.5 AS DOUBLE PRECISION)
+                if T.type_oid(toks[k + 2].parts[-1]) in (T.FLOAT4, T.FLOAT8):
+                    cast.append(t)
+            else:
+                numbers.append(t)
+                t = _Tok("param", str(count + len(numbers)))
+                if lifted and lifted[-1].text in ("-", "+") and (
+                        len(lifted) < 2 or lifted[-2].text in _UNARY_BEFORE):
+                    lifted.pop()  # -1.5: the parameter's place is the signed number's
+        lifted.append(t)
+    if not numbers:
+        return cast
+    types = _infer(lifted, count + len(numbers), tables, columns)[count:]
+    return cast + [t for t, found in zip(numbers, types, strict=True)
+                   if found in (T.FLOAT4, T.FLOAT8)]
 
 
 def _operand_end(toks: list[_Tok], i: int, hi: int) -> int:

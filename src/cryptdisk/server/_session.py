@@ -945,6 +945,7 @@ class Session:
         if head in _BYTEA_CONTEXTS and self.engine is not None and \
                 _sqltext.long_number(sql):  # '123456789012345.12345' for a NUMERIC column
             await self._timed(self.engine.check_numeric_strings, sql, self._visible())
+            sql = await self._timed(self.engine.float_literals, sql, self._visible())
         if head in LIFTABLE and not params and self.server.engine_lifts_literals:
             shaped = _sqltext.lift_literals(sql)
             if shaped is not None and self.server.engine_statement(shaped[0]):
