@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cryptdisk.errors import AuthenticationError, FormatError, KeyNotFoundError
+from cryptdisk.errors import AuthenticationError, FieldError, FormatError, KeyNotFoundError
 from cryptdisk.fields import (
     FieldKey,
     _aead,
@@ -332,3 +332,36 @@ def test_every_character_outside_the_alphabet_is_refused_wherever_it_is(backend)
             spoiled = pa.array([text[:at] + junk + text[at + 1:]])
             with pytest.raises(FormatError, match=r"row 0: .*base64"):
                 decrypt(spoiled, key, output="binary")
+
+
+PAN = "4111111111111111"
+
+
+@pytest.mark.parametrize("fn", [encrypt, encrypt_deterministic, decrypt, decrypt_deterministic])
+@pytest.mark.parametrize("values", [
+    [1, PAN],                 # Arrow's own error would quote the value it could not convert
+    [{"pan": PAN}],           # a struct: no text to take
+    [[PAN]],                  # a list
+    [PAN + "\ud800"],         # a lone surrogate: not Unicode text
+], ids=["mixed", "struct", "list", "surrogate"])
+def test_values_that_are_no_column_raise_a_field_error_that_quotes_none(backend, fn, values):
+    with pytest.raises(FieldError) as info:
+        fn(values, KEY_FOR_INPUT)
+    assert PAN not in str(info.value) and "4111" not in str(info.value)
+
+
+@pytest.mark.parametrize("fn", [encrypt, encrypt_deterministic, decrypt, decrypt_deterministic])
+def test_a_key_that_is_no_field_key_is_a_type_error(backend, fn):
+    with pytest.raises(TypeError, match="FieldKey"):
+        fn(["x"], "cards")
+
+
+KEY_FOR_INPUT = FieldKey.generate("input")
+
+
+def test_base64_ciphertexts_as_string_view_are_text(backend):
+    # Arrow's string_view (Polars' strings) holds the same base64 text as string does
+    key = FieldKey.generate("k")
+    for seal, open_ in ((encrypt, decrypt), (encrypt_deterministic, decrypt_deterministic)):
+        text = seal(["abc", None], key, output="base64").cast(pa.string_view())
+        assert open_(text, key).to_pylist() == ["abc", None]

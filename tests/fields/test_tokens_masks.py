@@ -204,3 +204,42 @@ def test_values_that_are_not_text():
         for fn in (fpe_encrypt, tokenize):
             with pytest.raises(FieldError, match="take text"):
                 fn(values, KEY, "pan")
+
+
+PAN = "4111111111111111"
+
+
+@pytest.mark.parametrize("fn", [
+    mask_full, mask_last4, mask_email, mask_null,
+    lambda v: mask_hash(v, KEY), lambda v: fpe_encrypt(v, KEY, "pan"),
+    lambda v: tokenize(v, KEY, "pan"), lambda v: detokenize(v, KEY, "pan"),
+], ids=["mask_full", "mask_last4", "mask_email", "mask_null", "mask_hash", "fpe_encrypt",
+        "tokenize", "detokenize"])
+@pytest.mark.parametrize("values", [
+    [1, PAN],                 # Arrow's own error would quote the value it could not convert
+    [{"pan": PAN}],           # a struct: no text to take
+    [[PAN]],                  # a list
+    [PAN + "\ud800"],         # a lone surrogate: not Unicode text
+], ids=["mixed", "struct", "list", "surrogate"])
+def test_values_that_are_no_column_raise_a_field_error_that_quotes_none(fn, values):
+    if fn is mask_null and values == [[PAN]]:
+        assert mask_null(values).to_pylist() == [None]  # nulls of any type, lists too
+        return
+    if fn is mask_null and values == [{"pan": PAN}]:
+        assert mask_null(values).to_pylist() == [None]
+        return
+    with pytest.raises(FieldError) as info:
+        fn(values)
+    assert PAN not in str(info.value) and "4111" not in str(info.value)
+
+
+@pytest.mark.parametrize("fn", [mask_hash, fpe_encrypt, tokenize, detokenize])
+def test_a_key_that_is_no_field_key_is_a_type_error(fn):
+    with pytest.raises(TypeError, match="FieldKey"):
+        fn(["4111111111111111"], "cards")
+
+
+@pytest.mark.parametrize("option", ["keep_first", "keep_last"])
+def test_a_kept_count_is_an_int_not_a_bool(option):
+    with pytest.raises(FieldError, match="keep_first and keep_last"):
+        tokenize([PAN], KEY, "pan", **{option: True})

@@ -34,6 +34,7 @@ import pyarrow as pa
 from cryptography.exceptions import InvalidTag
 
 from ..errors import AuthenticationError, FormatError
+from ._arrays import as_array, as_text, field_key
 from ._keys import FieldKey
 
 try:  # the C extension, which has no type stubs (Any)
@@ -54,6 +55,23 @@ def _as_array(values: Any) -> pa.Array:
     if not isinstance(values, pa.Array):
         values = pa.array(values)
     return values
+
+
+def _checked(values: Any, key: Any, what: str, *, ciphertexts: bool = False) -> pa.Array:
+    """``values`` as an Arrow array of text or bytes, the function's input; other types
+    as their text (ciphertexts: text of another layout as ``string``, anything else
+    as the bytes of its text). Values of no such type, or a ``key`` that is no
+    :class:`FieldKey`, raise before any work, and the error quotes no value."""
+    field_key(key, what)
+    arr = as_array(values, what)
+    t = arr.type
+    if t in _TEXT or t in _BYTES:
+        return arr
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.binary())
+    text = as_text(arr, what)
+    return as_text(text, what, pa.binary()) if ciphertexts and not (
+        pa.types.is_string_view(t)) else text
 
 
 class _Column:
@@ -284,6 +302,7 @@ def _c_open(values: Any, key: FieldKey, siv: bool, output: str) -> pa.Array | No
 
 def encrypt(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
     """AES-256-GCM with a fresh random nonce per value, under ``key``'s current version."""
+    values = _checked(values, key, "encrypt")
     if _cfields is not None and (done := _c_seal(values, key, False, output)) is not None:
         return done
     col = _Column(values)
@@ -306,6 +325,7 @@ def encrypt(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
 
 def decrypt(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
     """Check and decrypt :func:`encrypt`'s output (binary, or base64 text)."""
+    values = _checked(values, key, "decrypt", ciphertexts=True)
     if _cfields is not None and (done := _c_open(values, key, False, output)) is not None:
         return done
     col = _ciphertexts(values)
@@ -326,6 +346,7 @@ def decrypt(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
 
 def encrypt_deterministic(values: Any, key: FieldKey, *, output: str = "binary") -> pa.Array:
     """AES-SIV (RFC 5297, no associated data): equal inputs give equal outputs."""
+    values = _checked(values, key, "encrypt_deterministic")
     if _cfields is not None and (done := _c_seal(values, key, True, output)) is not None:
         return done
     col = _Column(values)
@@ -342,6 +363,7 @@ def encrypt_deterministic(values: Any, key: FieldKey, *, output: str = "binary")
 
 def decrypt_deterministic(values: Any, key: FieldKey, *, output: str = "string") -> pa.Array:
     """Check and decrypt :func:`encrypt_deterministic`'s output."""
+    values = _checked(values, key, "decrypt_deterministic", ciphertexts=True)
     if _cfields is not None and (done := _c_open(values, key, True, output)) is not None:
         return done
     col = _ciphertexts(values)

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import FieldError
+from ._arrays import field_key
 from ._ff1 import ff1_decrypt, ff1_encrypt
 from ._keys import FieldKey
 
@@ -68,7 +69,7 @@ def _strings(values: Any) -> pa.Array:
     if not isinstance(values, pa.Array):
         try:
             values = pa.array(values, pa.string())
-        except (pa.ArrowTypeError, pa.ArrowInvalid):
+        except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeError):  # (a lone surrogate)
             raise FieldError("format-preserving functions take text (str values or an "
                              "Arrow string array)") from None
     if pa.types.is_large_string(values.type) or pa.types.is_string_view(values.type):
@@ -183,7 +184,7 @@ def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
     the key has several (:meth:`FieldKey.named_version`).
     """
     alpha = Alphabet(alphabet)
-    cipher = key.named_version(version, "fpe_encrypt").ff1_cipher()
+    cipher = field_key(key, "fpe_encrypt").named_version(version, "fpe_encrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_encrypt", lambda rows, x: ff1_group(
         ff1_encrypt, cipher, alpha.radix, tw, x, "fpe_encrypt", rows))
@@ -194,7 +195,7 @@ def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
                 version: int | None = None) -> pa.Array:
     """The inverse of :func:`fpe_encrypt` (same key version, column or tweak, alphabet)."""
     alpha = Alphabet(alphabet)
-    cipher = key.named_version(version, "fpe_decrypt").ff1_cipher()
+    cipher = field_key(key, "fpe_decrypt").named_version(version, "fpe_decrypt").ff1_cipher()
     tw = _tweak(column, tweak)
     return map_groups(values, alpha, "fpe_decrypt", lambda rows, x: ff1_group(
         ff1_decrypt, cipher, alpha.radix, tw, x, "fpe_decrypt", rows))

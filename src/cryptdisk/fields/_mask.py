@@ -16,33 +16,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import FieldError
 from . import _aead
+from ._arrays import as_array, as_text, field_key
 from ._keys import FieldKey
 
 __all__ = ["mask_email", "mask_full", "mask_hash", "mask_last4", "mask_null"]
 
 
-def _values(values: Any) -> pa.Array:
-    """``values`` (a sequence) as an Arrow array of the type Arrow infers; values of no
-    one type raise a :class:`FieldError` that names no value."""
-    try:
-        return pa.array(values)
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        raise FieldError("the values are of more than one type; pass text") from None
-
-
-def _text(values: Any) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if not isinstance(values, pa.Array):
-        try:
-            values = pa.array(values, pa.string())
-        except (pa.ArrowTypeError, pa.ArrowInvalid):  # numbers, say: as an array of them
-            values = _values(values)
-    if not pa.types.is_string(values.type):
-        values = values.cast(pa.string())
-    return values
+def _text(values: Any, what: str) -> pa.Array:
+    """``values`` as a ``string`` array: numbers as their text; values of no one type,
+    lists, structs and bytes that are not UTF-8 are a :class:`FieldError` quoting none."""
+    arr = as_array(values, what)
+    return arr if pa.types.is_string(arr.type) else as_text(arr, what)
 
 
 def _c_mask(kind: str, arr: pa.Array) -> pa.Array | None:
@@ -66,7 +51,7 @@ def _stars(counts: pa.Array, char: str) -> pa.Array:
 
 def mask_full(values: Any, char: str = "*") -> pa.Array:
     """Every character replaced by ``char`` (the length shows)."""
-    arr = _text(values)
+    arr = _text(values, "mask_full")
     if char == "*" and (done := _c_mask("full", arr)) is not None:
         return done
     return pc.if_else(arr.is_valid(), _stars(pc.utf8_length(arr), char),
@@ -75,7 +60,7 @@ def mask_full(values: Any, char: str = "*") -> pa.Array:
 
 def mask_last4(values: Any, char: str = "*") -> pa.Array:
     """All but the last four characters masked; values of four or fewer are masked whole."""
-    arr = _text(values)
+    arr = _text(values, "mask_last4")
     if char == "*" and (done := _c_mask("last4", arr)) is not None:
         return done
     length = pc.utf8_length(arr)
@@ -86,7 +71,7 @@ def mask_last4(values: Any, char: str = "*") -> pa.Array:
 
 def mask_email(values: Any) -> pa.Array:
     """``****@domain``: the local part hidden, the domain kept; no ``@``: masked whole."""
-    arr = _text(values)
+    arr = _text(values, "mask_email")
     if (done := _c_mask("email", arr)) is not None:
         return done
     kept = pc.replace_substring_regex(arr, r"^(?s).*@", "****@")
@@ -95,9 +80,7 @@ def mask_email(values: Any) -> pa.Array:
 
 def mask_null(values: Any) -> pa.Array:
     """Nulls of the same type."""
-    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    if not isinstance(arr, pa.Array):
-        arr = pa.array(arr)
+    arr = as_array(values, "mask_null")
     return pa.nulls(len(arr), arr.type)
 
 
@@ -108,14 +91,14 @@ def mask_hash(values: Any, key: FieldKey, *, version: int | None = None) -> pa.A
     key has several (:meth:`FieldKey.named_version`), so hashes made under one version
     keep matching after another is added.
     """
-    secret = key.named_version(version, "mask_hash").hmac_key()
+    secret = field_key(key, "mask_hash").named_version(version, "mask_hash").hmac_key()
     native = _aead.native_module()
     if native is not None:
-        text = _text(values)
+        text = _text(values, "mask_hash")
         validity, offsets, data, wide = _aead._buffers(text)
         _wide, offs, out = native.hmac_column(secret, validity, offsets, data, wide, len(text),
                                               text.offset, pa.allocate_buffer)
         return _aead._from_c(text, False, offs, out, True)
-    arr = _text(values).cast(pa.binary())
+    arr = _text(values, "mask_hash").cast(pa.binary())
     return pa.array([None if v is None else hmac.new(secret, v, hashlib.sha256).hexdigest()
                      for v in arr.to_pylist()], pa.string())

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import FieldError
+from ._arrays import field_key
 from ._ff1 import ff1_decrypt, ff1_encrypt
 from ._fpe import Alphabet, ff1_group, map_groups
 from ._keys import FieldKey
@@ -40,14 +41,14 @@ def luhn_valid(digits: np.ndarray) -> np.ndarray:
 
 def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_last: int,
          luhn: bool, alphabet: str, decrypt: bool, version: int | None) -> pa.Array:
-    if not isinstance(keep_first, int) or not isinstance(keep_last, int) or \
-            keep_first < 0 or keep_last < 0:
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+               for n in (keep_first, keep_last)):
         raise FieldError("keep_first and keep_last are numbers of characters (0 or more)")
     alpha = Alphabet(alphabet)
     if luhn and alpha.radix != 10:
         raise FieldError("luhn=True needs the digits alphabet")
     what = "detokenize" if decrypt else "tokenize"
-    cipher = key.named_version(version, what).ff1_cipher()
+    cipher = field_key(key, what).named_version(version, what).ff1_cipher()
     tweak = b"token:" + (column or "").encode("utf-8")
     step = ff1_decrypt if decrypt else ff1_encrypt
 
