@@ -36,7 +36,7 @@ from ..errors import (
     TableNotFoundError,
     UsersFileError,
 )
-from . import _openfiles, _sqlitearith, _sqltext, _types
+from . import _intervalin, _openfiles, _sqlitearith, _sqltext, _types
 from ._groupsync import GroupSync
 from ._writequeue import WriteQueue
 
@@ -286,6 +286,14 @@ class EngineSession:
         column) and the engine would store as another number; ``visible`` as for
         :meth:`parameter_types`. The analytical engine's DECIMAL holds them: nothing."""
 
+    def interval_strings(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
+        """``sql`` with each string literal that its context makes an interval (``INSERT
+        INTO t VALUES ('90 minutes')`` of an INTERVAL column) written as PostgreSQL writes
+        that interval (``'01:30:00'``), for an engine that keeps intervals as text; 22007
+        for text PostgreSQL does not read as one. The analytical engine has no INTERVAL
+        columns: ``sql`` unchanged."""
+        return sql
+
     def float_literals(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
         """``sql`` with each number literal that PostgreSQL reads as a float (cast to one,
         or where a float column gives it its type) and the engine would refuse as inexact
@@ -534,6 +542,23 @@ _INT_TYPE_NAMES = {2: "smallint", 4: "integer", 8: "bigint"}
 _INT_LIMITS = {size: 1 << (8 * size - 1) for size in _INT_TYPE_NAMES}
 #: PostgreSQL's integer input: spaces (C's isspace), a sign, decimal digits, spaces
 _PG_INT_TEXT = re.compile(r"[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*")
+
+
+def _sqlite_interval_cast(*args: Any) -> Any:
+    """PostgreSQL's cast of a parameter to an interval as SQLite's function
+    (:data:`._sqltext.INTERVAL_CAST_FUNCTION`): the text of the interval PostgreSQL reads
+    in ``value``, as the server stores intervals (:func:`._sqltext.interval_literal`);
+    NULL is NULL; text it does not read fails as there (22007)."""
+    (value,) = args
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        raise StatementError("cannot cast type bytea to interval", "42846")
+    try:
+        return _types.interval_text(*_intervalin.parse_interval(
+            value if isinstance(value, str) else repr(value)), plus=False)
+    except _intervalin.IntervalError as exc:
+        raise StatementError(*exc.args) from None
 
 
 def _sqlite_int_cast(*args: Any) -> Any:
@@ -2166,14 +2191,17 @@ def _sqlite_casts(sql: str) -> str:
 
     if "$" in sql:  # (SQLite has no dollar-quoted strings: $x is a named parameter)
         sql = _sqltext.dollar_strings(sql)
-    stored = _STORED.match(sql) is not None  # (a definition SQLite keeps reads without
-    if "::" in sql:  # the server: SQLite's own casts)
-        sql = _sqltext.drop_casts(sql, stored)
+    # (a definition SQLite keeps reads without the server: SQLite's own casts)
+    stored = _STORED.match(sql) is not None
     try:
+        if "::" in sql:
+            sql = _sqltext.drop_casts(sql, stored)
         sql = _paramtypes.sqlite_casts(sql, stored) if "::" in sql else sql
         if "cast" in sql.lower() and not stored:
             sql = _paramtypes.sqlite_cast_calls(sql)
         return _paramtypes.sqlite_concat_precedence(sql) if "||" in sql else sql
+    except _intervalin.IntervalError as exc:
+        raise StatementError(*exc.args) from None
     except _paramtypes.CastRefused as exc:
         raise StatementError(
             f"the SQLite engine cannot cast an expression to {exc.args[0]}: SQLite holds "
@@ -2239,6 +2267,7 @@ class _SQLiteSession(EngineSession):
         #: the declared types of columns (:meth:`_date_column_operator`), at SQLite's
         #: schema_version: table or view (lower case) -> column (lower case) -> OID
         self._schema_version = -1
+        self._interval_version, self._has_intervals = -1, False  # (interval_strings)
         self._relations: set[str] = set()
         self._declared: dict[str, dict[str, int]] = {}
         #: what :meth:`_date_column_operator` answered for each statement, at that version
@@ -2255,6 +2284,8 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INT_CAST_FUNCTION, _sqlite_int_cast, 3,
                                          deterministic=True)
+        self.conn.create_scalar_function(_sqltext.INTERVAL_CAST_FUNCTION,
+                                         _sqlite_interval_cast, 1, deterministic=True)
         for count in (1, 2):  # (the divisor, and the dividend where it is one atom)
             self.conn.create_scalar_function(_sqlitearith.DIVISOR_FUNCTION, _sqlite_divisor,
                                              count, deterministic=True)
@@ -2559,6 +2590,28 @@ class _SQLiteSession(EngineSession):
                 sql, tables, columns, _types.NUMERIC,
                 lambda text: text[:1] == "'" and _sqltext.inexact_number(text[1:-1]) is not None):
             _exact_numeric_text(tok.text[1:-1].replace("''", "'"))
+
+    def interval_strings(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
+        # kept as the text PostgreSQL writes, so that the same interval is the same text
+        # whichever way it was written (a parameter's is written so too)
+        from . import _paramtypes
+
+        ((version,),) = self._schema("PRAGMA schema_version", ())
+        if version != self._interval_version:
+            ((count,),) = self._schema("SELECT count(*) FROM sqlite_schema WHERE type = "
+                                       "'table' AND upper(sql) LIKE '%INTERVAL%'", ())
+            self._interval_version, self._has_intervals = version, bool(count)
+        if not self._has_intervals:
+            return sql
+        tables, columns = self._context(visible)
+        found = _paramtypes.typed_strings(sql, tables, columns, _types.INTERVAL,
+                                          lambda text: text[:1] == "'")
+        try:
+            for tok in sorted(found, key=lambda t: t.start, reverse=True):
+                sql = sql[:tok.start] + _sqltext.interval_literal(tok.text) + sql[tok.stop:]
+        except _intervalin.IntervalError as exc:
+            raise StatementError(*exc.args) from None
+        return sql
 
     def float_literals(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
         # PostgreSQL rounds such a literal to the nearest double (5.2990648348713776e+16,
@@ -3071,6 +3124,8 @@ class _SQLiteSession(EngineSession):
         kinds = {c.lower(): _types.sqlite_declared_oid(t) for c, t, _n, _d in declared}
         names = columns or [c for c, _t, _n, _d in declared]
         numeric = [j for j, name in enumerate(names) if kinds.get(name.lower()) == _types.NUMERIC]
+        intervals = [j for j, name in enumerate(names)
+                     if kinds.get(name.lower()) == _types.INTERVAL]
         width: int | None = None
         count = 0
         sql = ""
@@ -3107,6 +3162,10 @@ class _SQLiteSession(EngineSession):
                                 if j < width:
                                     for row in rows:
                                         _exact_numeric_text(row[j])
+                            for j in intervals:  # stored as a parameter's (interval_strings)
+                                if j < width:
+                                    for row in rows:
+                                        row[j] = _sqlite_interval_cast(row[j])
                         cur.executemany(sql, rows, can_cache=self.can_cache)
                         count += len(rows)
                         if self._cancel.is_set():  # (sent while the rows were coming)

@@ -942,6 +942,8 @@ class Session:
         if ("\\" in sql or "||" in sql) and head in _BYTEA_CONTEXTS and \
                 self.engine is not None:
             sql = await self._timed(self.engine.bytea_context, sql, self._visible())
+        if head in _BYTEA_CONTEXTS and self.engine is not None and "'" in sql:
+            sql = await self._timed(self.engine.interval_strings, sql, self._visible())
         if head in _BYTEA_CONTEXTS and self.engine is not None and \
                 _sqltext.long_number(sql):  # '123456789012345.12345' for a NUMERIC column
             await self._timed(self.engine.check_numeric_strings, sql, self._visible())

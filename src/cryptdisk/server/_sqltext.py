@@ -243,6 +243,9 @@ _CAST = re.compile(
 #: cast to an integer type: ``cryptdisk_int(x, bytes, numeric)`` (SQLite's CAST truncates
 #: a float, reads '3.7' and 'abc' as 3 and 0 and clamps what does not fit)
 INT_CAST_FUNCTION = "cryptdisk_int"
+#: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
+#: cast of text to an interval: the text PostgreSQL writes for it (see interval_literal)
+INTERVAL_CAST_FUNCTION = "cryptdisk_interval"
 #: the integer types' widths in bytes, as :func:`cast_sql`'s targets name them
 INT_CAST_BYTES = {"INT2": 2, "INT4": 4, "INT8": 8}
 #: :func:`cast_sql`'s target for each number type's name
@@ -314,12 +317,32 @@ def drop_casts(sql: str, stored: bool = False) -> str:
         if s > pos and sql[s - 1] in "xX" and (s < 2 or not _word_char(sql[s - 2])):
             s -= 1  # (a blob's literal, X'01', as the server writes '\x01'::bytea)
         out.append(sql[pos:s])
-        out.append(cast_sql(sql[s:e], target, stored=stored) if target else sql[s:e])
+        if target:
+            out.append(cast_sql(sql[s:e], target, stored=stored))
+        elif m[1].lower() == "interval" and not stored:  # '90 minutes'::interval, $1::interval
+            out.append(interval_literal(sql[s:e]) if kind == "quoted"
+                       else f"{INTERVAL_CAST_FUNCTION}({sql[s:e]})")
+        else:
+            out.append(sql[s:e])
         pos = m.end()
     if not out:
         return sql
     out.append(sql[pos:])
     return "".join(out)
+
+
+def interval_literal(literal: str) -> str:
+    """A string literal (``'90 minutes'``) of an interval as the literal of PostgreSQL's
+    text of it (``'01:30:00'``), without the ``+`` after a negative part, as a parameter's
+    is stored (:func:`._types.decode_param`): one interval, one text; raises
+    :class:`._intervalin.IntervalError` for text PostgreSQL does not read as one."""
+    from ._intervalin import parse_interval
+    from ._types import interval_text
+
+    body = literal[1:-1].replace("''", "'")
+    if literal[:1] in "eE":
+        return literal  # (an escape string: left as it is)
+    return "'" + interval_text(*parse_interval(body), plus=False) + "'"
 
 
 _INDEX_WORD = re.compile(r"(?<![\w$])index(?![\w$])", re.I)

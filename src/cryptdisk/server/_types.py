@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import ProtocolError
+from ._intervalin import Interval, IntervalError, parse_interval
 from ._textout import datetime_text, float4_text, float8_text, numeric_text, time_text
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid",
@@ -165,6 +166,8 @@ _READERS: dict[int, tuple[Any, str, str]] = {
     TIMESTAMP: (lambda v: _timestamp(v, False), "timestamp without time zone", "22007"),
     TIMESTAMPTZ: (lambda v: _timestamp(v, True), "timestamp with time zone", "22007"),
     UUID: (uuid.UUID, "uuid", "22P02"),
+    INTERVAL: (lambda v: parse_interval(v if isinstance(v, str) else repr(v)), "interval",
+               "22007"),  # (text; an INTERVAL column's affinity keeps '5' as 5)
 }
 
 
@@ -206,9 +209,12 @@ def sqlite_value(oid: int | tuple[int, int], value: Any) -> Any:
         return number.quantize(decimal.Decimal(1).scaleb(-oid[1]), decimal.ROUND_HALF_UP,
                                _WIDE)
     reader, name, code = _READERS[oid]
-    if isinstance(value, str) or (oid == NUMERIC and isinstance(value, int | float)):
+    if isinstance(value, str) or (oid in (NUMERIC, INTERVAL) and
+                                  isinstance(value, int | float)):
         try:
             return reader(value)
+        except IntervalError:
+            raise  # (its own message and SQLSTATE: 22007, or out of range)
         except (ValueError, TypeError, decimal.InvalidOperation, OverflowError):
             pass
     shown = value if isinstance(value, str) else repr(value)
@@ -277,50 +283,22 @@ def pg_type_name(duckdb_type: str) -> str:
 # --- intervals ------------------------------------------------------------------------
 
 _US_PER_HOUR = 3_600_000_000
-_INTERVAL_PART = re.compile(r"\s*([+-]?\d+)\s+(years?|mons?|days?)\b", re.I)
-_INTERVAL_TIME = re.compile(r"\s*([+-])?(\d+):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?\s*$")
 
 
 def interval_parts(value: Any) -> tuple[int, int, int]:
     """(months, days, microseconds) of an interval: DuckDB's through Arrow (a
-    ``MonthDayNano``), a ``timedelta``, or the text :func:`interval_text` writes."""
+    ``MonthDayNano``), a ``timedelta``, an :class:`._intervalin.Interval`, or text
+    PostgreSQL reads as one (``90 minutes``; :func:`._intervalin.parse_interval`)."""
+    if isinstance(value, Interval):
+        return value.months, value.days, value.micros
     if isinstance(value, pa.MonthDayNano):
         ns = value.nanoseconds
         return value.months, value.days, ns // 1000 if ns >= 0 else -(-ns // 1000)
     if isinstance(value, dt.timedelta):
         return 0, value.days, value.seconds * 1_000_000 + value.microseconds
     if isinstance(value, str):
-        return _parse_interval(value)
+        return tuple(parse_interval(value))  # type: ignore[return-value]
     raise TypeError(f"{type(value).__name__} is not an interval")
-
-
-def _parse_interval(text: str) -> tuple[int, int, int]:
-    """PostgreSQL's interval output (IntervalStyle postgres): ``1 year 2 mons -3 days
-    04:05:06.7``."""
-    months = days = 0
-    pos = 0
-    while (m := _INTERVAL_PART.match(text, pos)) is not None:
-        n, unit = int(m[1]), m[2].lower()
-        if unit.startswith("year"):
-            months += 12 * n
-        elif unit.startswith("mon"):
-            months += n
-        else:
-            days += n
-        pos = m.end()
-    rest = text[pos:]
-    micros = 0
-    if rest.strip():
-        t = _INTERVAL_TIME.match(rest)
-        if t is None:
-            raise ValueError(f"invalid interval {text!r}")
-        micros = int(t[2]) * _US_PER_HOUR + int(t[3]) * 60_000_000 + \
-            int(t[4] or 0) * 1_000_000 + int((t[5] or "0").ljust(6, "0"))
-        if t[1] == "-":
-            micros = -micros
-    elif pos == 0:
-        raise ValueError(f"invalid interval {text!r}")
-    return months, days, micros
 
 
 def interval_text(months: int, days: int, micros: int, *, plus: bool = True) -> str:
@@ -496,7 +474,7 @@ def _text(value: Any) -> str:
         return time_text(value)
     if isinstance(value, decimal.Decimal):
         return numeric_text(value)
-    if isinstance(value, dt.timedelta | pa.MonthDayNano):
+    if isinstance(value, dt.timedelta | pa.MonthDayNano | Interval):
         return interval_text(*interval_parts(value))
     if isinstance(value, PgArray):
         return value.text()
@@ -789,6 +767,8 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
             return dt.datetime.fromisoformat(_midnight(text)).replace(tzinfo=None)
         if oid == UUID:
             return uuid.UUID(text)
+        if oid == INTERVAL:  # as a binary one: the text PostgreSQL writes (as both read it)
+            return interval_text(*parse_interval(text), plus=False)
         return text
     except (ValueError, UnicodeDecodeError, struct.error, decimal.InvalidOperation) as exc:
         if fmt == 0 and not isinstance(exc, UnicodeDecodeError):

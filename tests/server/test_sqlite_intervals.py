@@ -1,0 +1,172 @@
+"""Intervals on the SQLite engine (``cryptdisk serve --sqlite``), which holds them as
+text: any text PostgreSQL reads as an interval goes in (a string literal an INTERVAL
+column types, ``'...'::interval``, a text or binary parameter) and comes out as
+PostgreSQL 15 writes that interval, in text and in binary (months, days, microseconds);
+text PostgreSQL refuses fails as there. The vectors were read from a real PostgreSQL 15
+(``SELECT s::interval::text`` and its fields; its SQLSTATE for the refused ones)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+
+import psycopg
+import pytest
+from psycopg.adapt import Loader
+from psycopg.pq import Format
+from psycopg.types.string import TextLoader
+
+from cryptdisk.server._intervalin import IntervalError, parse_interval
+from cryptdisk.server._types import interval_text
+
+SQLITE_JOURNALS = ["delete", "wal"]
+
+# --- PostgreSQL 15: input, its text (or SQLSTATE), (months, days, microseconds) ---------
+PG_INTERVALS = [
+    ('90 minutes', '01:30:00', (0, 0, 5400000000)),
+    ('1 day 25 hours', '1 day 25:00:00', (0, 1, 90000000000)),
+    ('-1 month 3 days', '-1 mons +3 days', (-1, 3, 0)),
+    ('1.5 years', '1 year 6 mons', (18, 0, 0)),
+    ('-1 day -02:00:00', '-1 days -02:00:00', (0, -1, -7200000000)),
+    ('0', '00:00:00', (0, 0, 0)),
+    ('1 day -1 hour', '1 day -01:00:00', (0, 1, -3600000000)),
+    ('-1:30', '-01:30:00', (0, 0, -5400000000)),
+    ('1.5 months', '1 mon 15 days', (1, 15, 0)),
+    ('3 weeks', '21 days', (0, 21, 0)),
+    ('-0.5 seconds', '-00:00:00.5', (0, 0, -500000)),
+    ('P1Y2M3DT4H5M6S', '1 year 2 mons 3 days 04:05:06', (14, 3, 14706000000)),
+    ('1 millennium', '1000 years', (12000, 0, 0)),
+    ('@ 1 hour ago', '-01:00:00', (0, 0, -3600000000)),
+    ('1 year 2 mons -3 days 04:05:06.7', '1 year 2 mons -3 days +04:05:06.7',
+     (14, -3, 14706700000)),
+    ('100000 hours', '100000:00:00', (0, 0, 360000000000000)),
+    ('1.25 days', '1 day 06:00:00', (0, 1, 21600000000)),
+    ('1-2', '1 year 2 mons', (14, 0, 0)),
+    ('-1-2', '-1 years -2 mons', (-14, 0, 0)),
+    ('1 2:03:04', '1 day 02:03:04', (0, 1, 7384000000)),
+    ('5', '00:00:05', (0, 0, 5000000)),
+    ('1.5', '00:00:01.5', (0, 0, 1500000)),
+    ('P1.5Y', '1 year 6 mons', (18, 0, 0)),
+    ('PT1.5H', '01:30:00', (0, 0, 5400000000)),
+    ('P2W', '14 days', (0, 14, 0)),
+    ('PT', '00:00:00', (0, 0, 0)),
+    ('1.05 years', '1 year 1 mon', (13, 0, 0)),
+    ('0.333 hours', '00:19:58.8', (0, 0, 1198800000)),
+    ('1.1 weeks', '7 days 16:48:00', (0, 7, 60480000000)),
+    ('1 mon 1.5 days', '1 mon 1 day 12:00:00', (1, 1, 43200000000)),
+    ('00:00:00.0000005', '00:00:00', (0, 0, 0)),
+    ('00:00:00.0000015', '00:00:00.000002', (0, 0, 2)),
+    ('2.5 us', '00:00:00.000002', (0, 0, 2)),
+    ('1 year 1-2', '2 years 2 mons', (26, 0, 0)),
+    ('1 DAY', '1 day', (0, 1, 0)),
+    ('-0.5 century 100 decade', '950 years', (11400, 0, 0)),
+    ('9223372036854775807 us', '2562047788:00:54.775807', (0, 0, 9223372036854775807)),
+    ('1 day 2 days', '22007', None),
+    ('1 hour 1 hour', '22007', None),
+    ('nonsense', '22007', None),
+    ('10:61', '22015', None),
+    ('2147483648 days', '22015', None),
+    ('178956971 years', '22008', None),
+    ('infinity', '22007', None),
+    ('1 fortnight', '22007', None),
+    ('', '22007', None),
+]
+# ---------------------------------------------------------------------------------------
+VALID = [(s, text, fields) for s, text, fields in PG_INTERVALS if fields is not None]
+
+
+class _RawBinary(Loader):
+    format = Format.BINARY
+
+    def load(self, data: bytes) -> bytes:
+        return bytes(data)
+
+
+@pytest.mark.parametrize("text,expected,fields", PG_INTERVALS)
+def test_interval_input_reads_as_postgresql_reads_it(text, expected, fields) -> None:
+    if fields is None:
+        with pytest.raises(IntervalError) as err:
+            parse_interval(text)
+        assert err.value.args[1] == expected
+        if expected == "22007":
+            assert err.value.args[0] == f'invalid input syntax for type interval: "{text}"'
+    else:
+        assert tuple(parse_interval(text)) == fields
+        assert interval_text(*fields) == expected
+        assert tuple(parse_interval(expected)) == fields  # its output reads back
+        assert tuple(parse_interval(interval_text(*fields, plus=False))) == fields
+
+
+@pytest.fixture
+def conn(start_server, sqlite_engine):
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE iv (id INTEGER PRIMARY KEY, i INTERVAL)")
+        yield c
+
+
+def _texts(conn, sql: str, params=None) -> list[tuple]:
+    cur = conn.cursor()
+    cur.adapters.register_loader("interval", TextLoader)
+    return cur.execute(sql, params).fetchall()
+
+
+def test_stored_intervals_come_out_as_postgresql_writes_them(conn) -> None:
+    """A string literal of any spelling goes in; the text and binary results are
+    PostgreSQL's, and a literal of another spelling of the same fields finds the row."""
+    for n, (text, _expected, _fields) in enumerate(VALID):
+        conn.execute(f"INSERT INTO iv VALUES ({n}, '{text}')")
+    assert _texts(conn, "SELECT i FROM iv ORDER BY id") == [(e,) for _s, e, _f in VALID]
+    cur = conn.cursor(binary=True)
+    cur.adapters.register_loader("interval", _RawBinary)
+    got = [struct.unpack("!qii", r[0]) for r in cur.execute("SELECT i FROM iv ORDER BY id")]
+    assert got == [(us, days, months) for _s, _e, (months, days, us) in VALID]
+    assert _texts(conn, "SELECT id FROM iv WHERE i = '01:30:00' ORDER BY id") == [(0,), (23,)]
+    assert _texts(conn, "SELECT id FROM iv WHERE i = '1 hour 30 minutes'::interval "
+                        "ORDER BY id") == [(0,), (23,)]
+    conn.execute("UPDATE iv SET i = '-1 day 2 hours' WHERE i = '1 year 6 mons'")
+    assert _texts(conn, "SELECT DISTINCT i FROM iv WHERE i = '-1 days +02:00:00'") == [
+        ("-1 days +02:00:00",)]
+
+
+@pytest.mark.parametrize("sql,code", [
+    ("INSERT INTO iv VALUES (1, 'nonsense')", "22007"),
+    ("INSERT INTO iv(id, i) VALUES (1, '1 hour 1 hour')", "22007"),
+    ("UPDATE iv SET i = '10:61'", "22015"),
+    ("SELECT 'nonsense'::interval", "22007"),
+    ("SELECT * FROM iv WHERE i = '178956971 years'", "22008"),
+])
+def test_text_postgresql_refuses_as_an_interval_fails_as_there(conn, sql, code) -> None:
+    with pytest.raises(psycopg.Error) as err:
+        conn.execute(sql)
+    assert err.value.sqlstate == code
+    assert _texts(conn, "SELECT count(*) FROM iv") == [(0,)]
+
+
+def test_parameters_and_casts(conn) -> None:
+    """A timedelta in text or binary and a string typed interval are stored as the
+    literal's text: each reads back as PostgreSQL writes it and compares equal."""
+    delta = dt.timedelta(days=-1, hours=2)
+    conn.execute("INSERT INTO iv VALUES (1, %s)", (delta,))
+    conn.execute("INSERT INTO iv VALUES (2, %b)", (delta,))
+    conn.execute("INSERT INTO iv VALUES (3, %s::interval)", ("-1 day 7200 seconds",))
+    conn.execute("INSERT INTO iv VALUES (4, '-1 days +02:00:00')")
+    assert _texts(conn, "SELECT id, i FROM iv ORDER BY id") == [
+        (n, "-1 days +02:00:00") for n in (1, 2, 3, 4)]
+    assert _texts(conn, "SELECT count(*) FROM iv WHERE i = '-24:00:00 -1 day'") == [(0,)]
+    assert _texts(conn, "SELECT count(*) FROM iv WHERE i = '-1 day +2 hours'") == [(4,)]
+    assert _texts(conn, "SELECT '90 minutes'::interval, '1 day 25 hours'::interval") == [
+        ("01:30:00", "1 day 25:00:00")]
+
+
+def test_copy_text_reads_intervals_as_postgresql_does(conn) -> None:
+    with conn.cursor() as cur:
+        with cur.copy("COPY iv FROM STDIN") as copy:
+            copy.write(b"1\t90 minutes\n2\t-1 day 2 hours\n3\t\\N\n")
+        assert _texts(conn, "SELECT id FROM iv WHERE i = '01:30:00'") == [(1,)]
+        with cur.copy("COPY iv TO STDOUT") as copy:
+            assert [r[1] for r in copy.rows()] == ["01:30:00", "-1 days +02:00:00", None]
+        with pytest.raises(psycopg.Error) as err:
+            with cur.copy("COPY iv FROM STDIN") as copy:
+                copy.write(b"4\tnonsense\n")
+        assert err.value.sqlstate == "22007"
