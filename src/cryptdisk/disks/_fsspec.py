@@ -24,7 +24,7 @@ from typing import IO, Any, cast
 from ..errors import ConfigError, DiskError, DiskFileNotFoundError, DiskIsADirectoryError
 from ._base import Disk, DiskConfig, FileInfo
 from ._files import AtomicWriteFile, PreadFile
-from ._local import _make_dirs
+from ._local import _destination_is_a_directory, _make_dirs, _parent_is_a_file
 from ._paths import is_temp, join_prefix, norm_path, temp_name
 from ._spool import collect_stale_spools_once, open_spool
 
@@ -284,8 +284,16 @@ class FsspecDisk(Disk):
     def rename(self, src: str, dst: str) -> None:
         self._stat(src)
         target = self._full(dst)
-        if not self.object_store and "/" in target:
-            self._makedirs(target.rsplit("/", 1)[0])
+        if not self.object_store:
+            # A move onto a directory would move the file into it, unseen.
+            self.fs.invalidate_cache(target)
+            if self.fs.isdir(target):
+                raise _destination_is_a_directory(dst, self.name)
+            if "/" in target:
+                try:
+                    self._makedirs(target.rsplit("/", 1)[0])
+                except (FileExistsError, NotADirectoryError):
+                    raise _parent_is_a_file(dst, self.name) from None
         self.fs.mv(self._full(src), target)
         self.fs.invalidate_cache()
 

@@ -273,11 +273,16 @@ class LocalDisk(Disk):
         if os.path.isdir(self.os_path(src)):
             raise DiskIsADirectoryError(f"{src}: is a directory on disk {self.name!r}")
         target = self.os_path(dst)
-        _make_dirs(os.path.dirname(target))
+        try:
+            _make_dirs(os.path.dirname(target))
+        except (FileExistsError, NotADirectoryError):
+            raise _parent_is_a_file(dst, self.name) from None
         try:
             os.replace(self.os_path(src), target)
         except FileNotFoundError:
             raise self._missing(src) from None
+        except IsADirectoryError:
+            raise _destination_is_a_directory(dst, self.name) from None
         _fsync_dir(os.path.dirname(target))
 
 
@@ -285,6 +290,14 @@ def _parent_is_a_file(path: str, disk: str) -> DiskError:
     exc = DiskError(f"{path}: cannot be written on disk {disk!r}: a parent directory of it "
                     "is a file")
     exc.parent_is_a_file = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _destination_is_a_directory(path: str, disk: str) -> DiskIsADirectoryError:
+    """A rename's destination ``path`` is a directory (marked so that a wrapping disk says
+    it of the destination, not of the source)."""
+    exc = DiskIsADirectoryError(f"{path}: is a directory on disk {disk!r}")
+    exc.at_destination = True  # type: ignore[attr-defined]
     return exc
 
 

@@ -76,5 +76,9 @@ class WrappingDisk(Disk):
     def rename(self, src: str, dst: str) -> None:
         try:
             self.inner.rename(self._inner(src), self._inner(dst))
-        except (DiskFileNotFoundError, DiskIsADirectoryError) as exc:
-            raise self._own_error(src, exc) from None
+        except DiskError as exc:
+            if getattr(exc, "at_destination", False) or getattr(exc, "parent_is_a_file", False):
+                raise self._own_error(dst, exc) from None
+            if isinstance(exc, DiskFileNotFoundError | DiskIsADirectoryError):
+                raise self._own_error(src, exc) from None
+            raise
