@@ -128,6 +128,36 @@ def test_insert_from_python_objects_and_files(tmp_path, db):
         db.insert("t", [1, 2, 3])
 
 
+def test_insert_of_local_parquet_reads_without_prefetching(tmp_path, db, monkeypatch):
+    """A local Parquet file is read with DuckDB's prefetching off (fresh buffers per row
+    group: CPU and page faults, see _insert._local_parquet_reads), CSV with the setting
+    as it was; the connection's setting is the same afterwards, and one the caller set
+    stays set."""
+    from cryptdisk.db._database import Database
+
+    setting = "SELECT current_setting('disable_parquet_prefetching')"
+    seen = []
+    original = Database.insert_query
+
+    def spy(self, table, query, **kwargs):
+        seen.append(self.con.execute(setting).fetchall()[0][0])
+        return original(self, table, query, **kwargs)
+
+    monkeypatch.setattr(Database, "insert_query", spy)
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    pq.write_table(pa.table({"c_int": [4, 3], "c_str": ["p", "q"], "c_float": [4.0, 3.0]}),
+                   tmp_path / "x.parquet")
+    (tmp_path / "x.csv").write_text("c_int,c_str\n5,c\n")
+    assert db.insert("t", tmp_path / "x.parquet") == 2
+    assert db.insert("t", str(tmp_path / "x.csv")) == 1
+    assert seen == [True, False]
+    assert db.con.execute(setting).fetchall() == [(False,)]
+    db.con.execute("SET disable_parquet_prefetching = true")
+    assert db.insert("t", tmp_path / "x.parquet") == 2
+    assert db.con.execute(setting).fetchall() == [(True,)]
+    assert db.query("SELECT list(c_int ORDER BY c_int) FROM t") == [([3, 3, 4, 4, 5],)]
+
+
 def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
     """A file that is not Parquet (named .parquet), an Arrow table or DataFrame of no
     columns: DuckDB's own exceptions came out of insert() before."""
