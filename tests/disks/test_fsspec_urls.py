@@ -29,7 +29,12 @@ def test_fsspec_disk_refuses_credentials_in_its_url_without_quoting_them(url: st
     {"client_kwargs": {"endpoint_url": f"http://AKID:{SECRET}@127.0.0.1:9000"}},
     {"client_kwargs": {"headers": {"Authorization": f"Bearer {SECRET}"}}},
     {"mirrors": ["http://a.example/", f"http://u:{SECRET}@b.example/"]},
-    {"token": SECRET}])
+    {"token": SECRET},
+    # adlfs: an Azure Storage connection string holds the account key or a SAS
+    {"connection_string": "DefaultEndpointsProtocol=https;AccountName=a;"
+                          f"AccountKey={SECRET};EndpointSuffix=core.windows.net"},
+    {"client_kwargs": {"conn": f"BlobEndpoint=https://a.example/;SharedAccessSignature={SECRET}"}},
+])
 def test_fsspec_disk_refuses_credentials_in_storage_options(options: dict) -> None:
     with pytest.raises(ConfigError) as info:
         FsspecDisk("m", "memory://x/y", options)

@@ -40,7 +40,10 @@ __all__ = [
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
 #: Words that mark a storage option (or a URL's query parameter) as a secret: refused.
 SECRET_OPTION_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "sas",
-                       "auth")
+                       "auth", "connection_string")
+#: Fields of an Azure Storage connection string that hold a secret (adlfs takes one as
+#: ``connection_string``; under any name, a value holding one is refused).
+_CONNECTION_STRING_SECRETS = ("accountkey=", "sharedaccesssignature=", "sharedaccesskey=")
 #: ... and a query parameter only (``sig``: Azure's SAS, ``X-Amz-Signature``; an option
 #: such as ``signature_version`` is no secret).
 _SECRET_QUERY_WORDS = (*SECRET_OPTION_WORDS, "sig")
@@ -93,6 +96,11 @@ def _check_option_value(value: Any, where: str) -> None:
         for i, item in enumerate(value):
             _check_option_value(item, f"{where}[{i}]")
     elif isinstance(value, str):
+        fields = value.replace(" ", "").lower()
+        if any(f in fields for f in _CONNECTION_STRING_SECRETS):
+            raise ConfigError(f"{where}: looks like a connection string holding a credential "
+                              "(an account key or a shared access signature); secrets are "
+                              "not allowed in storage_options", hint=_ELSEWHERE)
         check_url(value, where)
 
 
