@@ -53,6 +53,44 @@ ZONES = ["Asia/Kolkata", "America/New_York", "Asia/Kathmandu"]
 INSTANTS = [dt.datetime(2024, 1, 2, 3, 4, 5, 500000, dt.UTC),
             dt.datetime(2024, 7, 1, 12, 0, tzinfo=dt.UTC)]
 
+#: (PostgreSQL's expression, DuckDB's for the same value): values Python's datetime cannot
+#: hold (infinities, BC, after 9999, 24:00), lists as arrays, read in text and binary
+SPECIAL = [
+    ("'infinity'::timestamp", "'infinity'::TIMESTAMP"),
+    ("'-infinity'::timestamp", "'-infinity'::TIMESTAMP"),
+    ("'infinity'::timestamptz", "'infinity'::TIMESTAMPTZ"),
+    ("'-infinity'::timestamptz", "'-infinity'::TIMESTAMPTZ"),
+    ("'infinity'::date", "'infinity'::DATE"), ("'-infinity'::date", "'-infinity'::DATE"),
+    ("'0044-03-15 BC'::date", "'0044-03-15 (BC)'::DATE"),
+    ("'0001-12-31 BC'::date", "'0000-12-31'::DATE"),
+    ("'4713-01-01 BC'::date", "'4713-01-01 (BC)'::DATE"),
+    ("'10000-01-01'::date", "'10000-01-01'::DATE"),
+    ("'0044-03-15 12:00:00.5 BC'::timestamp", "'-0043-03-15 12:00:00.5'::TIMESTAMP"),
+    ("'0001-12-31 23:59:59.999999 BC'::timestamp", "'0000-12-31 23:59:59.999999'::TIMESTAMP"),
+    ("'294000-01-01 01:02:03'::timestamp", "'294000-01-01 01:02:03'::TIMESTAMP"),
+    ("'24:00:00'::time", "'24:00:00'::TIME"),
+    ("ARRAY[1, 2, NULL]::int8[]", "[1, 2, NULL]::BIGINT[]"),
+    ("ARRAY[1, NULL]::int4[]", "[1, NULL]::INTEGER[]"),
+    ("ARRAY[1, 2]::int2[]", "[1, 2]::SMALLINT[]"),
+    ("ARRAY[1.5, 0.1, 'NaN', '-Infinity']::float8[]",
+     "[1.5::DOUBLE, 0.1, 'NaN'::DOUBLE, '-Infinity'::DOUBLE]"),
+    ("ARRAY[0.1]::float4[]", "[0.1]::REAL[]"),
+    ("ARRAY[true, false, NULL]::bool[]", "[true, false, NULL]::BOOLEAN[]"),
+    ("ARRAY['a b', 'c\"d', NULL, '', 'null', 'NULLx', 'x{', '}', 'a,b', 'back\\slash', "
+     "'tab\t', 'nbsp\u00a0', 'plain']::text[]",
+     "['a b', 'c\"d', NULL, '', 'null', 'NULLx', 'x{', '}', 'a,b', 'back\\slash', "
+     "'tab\t', 'nbsp\u00a0', 'plain']::VARCHAR[]"),
+    ("ARRAY[]::int8[]", "[]::BIGINT[]"),
+    ("ARRAY[[1, 2], [3, NULL]]::int4[]", "[[1, 2], [3, NULL]]::INTEGER[][]"),
+    ("ARRAY[[['a']], [['b c']]]::text[]", "[[['a']], [['b c']]]::VARCHAR[][][]"),
+    ("ARRAY['2024-01-02 03:04:05.5', 'infinity', '0044-03-15 BC']::timestamp[]",
+     "['2024-01-02 03:04:05.5', 'infinity', '-0043-03-15']::TIMESTAMP[]"),
+    ("ARRAY['2024-02-29', '-infinity']::date[]", "['2024-02-29', '-infinity']::DATE[]"),
+    ("ARRAY['12:00:00', '24:00:00']::time[]", "['12:00:00', '24:00:00']::TIME[]"),
+    ("ARRAY[1.50, -2]::numeric(10,2)[]", "[1.50, -2]::DECIMAL(10,2)[]"),
+    ("ARRAY['\\x00ff'::bytea]", "['\\x00\\xFF'::BLOB]"),
+]
+
 
 def main(dsn: str) -> None:
     con = psycopg.connect(dsn, autocommit=True)
@@ -82,6 +120,17 @@ def main(dsn: str) -> None:
         con.execute(f"SET TimeZone = '{zone}'")
         zoned[zone] = [text("$1::timestamptz", t) for t in INSTANTS]
     print("ZONED_TEXT =", zoned)
+    special = []
+    for sql, _ in SPECIAL:
+        row = []
+        for fmt in (0, 1):
+            res = con.pgconn.exec_params(f"SELECT {sql}".encode(), [], result_format=fmt)
+            assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.error_message
+            out = res.get_value(0, 0)
+            assert out is not None
+            row.append(out.decode() if fmt == 0 else out.hex())
+        special.append((res.ftype(0), *row))
+    print("SPECIAL_PG =", special)
 
 
 if __name__ == "__main__":

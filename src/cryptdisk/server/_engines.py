@@ -1351,9 +1351,9 @@ class _AnalyticalSession(EngineSession):
         if table is None or (words and words[0] in ("SET", "RESET") and table.num_rows == 0):
             return Result(None, [], command_tag(sql, None, False))  # (DuckDB's "Success")
         columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
-        from ..db import python_rows  # (db imported when a DuckDB engine is used)
+        from ._resultrows import result_rows  # (db imported when a DuckDB engine is used)
 
-        rows = python_rows(_types.exact_result(table, self._wide_kinds(text, table)))
+        rows = result_rows(_types.exact_result(table, self._wide_kinds(text, table)))
         returns_rows = (_sqltext.first_words(sql, 1) or [""])[0] in _ROWS
         if not returns_rows and len(columns) == 1 and columns[0][0].lower() == "count":
             count = rows[0][0] if rows else 0

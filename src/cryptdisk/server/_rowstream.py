@@ -67,7 +67,7 @@ class RowStream:
         None at the end (the stream ends); a
         failure (a part that fails authentication, a cancel) ends it and raises.
         ``in_turn``: the caller holds the session's turn (else it is taken for the batch)."""
-        from ..db import python_rows
+        from ._resultrows import result_rows
 
         session = self._session
         if self._on_end is None:
@@ -91,7 +91,7 @@ class RowStream:
             raise
         import pyarrow as pa
 
-        rows = python_rows(_types.exact_result(pa.Table.from_batches([batch])))
+        rows = result_rows(_types.exact_result(pa.Table.from_batches([batch])))
         self.count += len(rows)
         return rows
 

@@ -16,12 +16,13 @@ import pyarrow as pa
 
 from ..errors import ProtocolError
 from ._intervalin import Interval, IntervalError, parse_interval
+from ._pgdatetime import PgDatetime
 from ._textout import datetime_text, float4_text, float8_text, numeric_text, time_text
 
-__all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "TEXT", "PgArray", "array_oid",
-           "arrow_oid", "decode_param", "encode_value", "exact_result", "pg_type_name",
-           "sqlite_declared_oid", "sqlite_value", "text_encoders", "text_formatter",
-           "value_oid"]
+__all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "RAGGED", "TEXT", "PgArray",
+           "array_oid", "arrow_oid", "decode_param", "encode_value", "exact_result", "is_list",
+           "pg_type_name", "rectangular", "sqlite_declared_oid", "sqlite_value",
+           "text_encoders", "text_formatter", "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -35,7 +36,10 @@ _EPOCH_TZ = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 def arrow_oid(t: pa.DataType) -> int:
-    """The PostgreSQL type OID that represents Arrow type ``t`` (text for what has none)."""
+    """The PostgreSQL type OID that represents Arrow type ``t`` (text for what has none;
+    a list's: :func:`array_oid`)."""
+    if is_list(t):
+        return array_oid(t) or TEXT
     if pa.types.is_boolean(t):
         return BOOL
     if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
@@ -488,6 +492,14 @@ def text_formatter(oid: int, extra_float_digits: int = 1) -> Callable[[Any], str
     real's as float4 (the shortest digits of the float4, not of the double it is held
     in), floats with the session's ``extra_float_digits`` (see :mod:`._textout`), any
     other as :func:`_text` writes it."""
+    if oid in _ELEMENTS:
+        write_element = text_formatter(_ELEMENTS[oid], extra_float_digits)
+
+        def array(value: Any) -> str:
+            return _array_text(value, write_element) if isinstance(value, list) \
+                else _text(value)
+
+        return array
     if oid == FLOAT4 or (oid == FLOAT8 and extra_float_digits != 1):
         write = float4_text if oid == FLOAT4 else float8_text
 
@@ -516,7 +528,7 @@ def text_encoders(oids: Sequence[int], extra_float_digits: int = 1,
     def encoder(oid: int) -> Callable[[Any], bytes | None]:
         if oid == FLOAT8 and extra_float_digits == 1:
             return _float8_bytes
-        if oid != FLOAT4 and oid != FLOAT8:
+        if oid != FLOAT4 and oid != FLOAT8 and oid not in _ELEMENTS:
             return encode_text
         write = text_formatter(oid, extra_float_digits)
         return lambda value: None if value is None else write(value).encode()
@@ -524,13 +536,100 @@ def text_encoders(oids: Sequence[int], extra_float_digits: int = 1,
     return [encoder(oid) for oid in oids]
 
 
-#: the array type of each element type a catalog's arrays hold
-_ARRAY_OIDS = {BOOL: 1000, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016, FLOAT4: 1021,
-               FLOAT8: 1022, OID: 1028}
+#: the array type of each element type (a list's, a catalog's arrays)
+_ARRAY_OIDS = {BOOL: 1000, BYTEA: 1001, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016,
+               FLOAT4: 1021, FLOAT8: 1022, OID: 1028, VARCHAR: 1015, DATE: 1182, TIME: 1183,
+               TIMESTAMP: 1115, TIMESTAMPTZ: 1185, INTERVAL: 1187, NUMERIC: 1231, UUID: 2951,
+               JSON: 199, TIMETZ: 1270}
+_ELEMENTS = {array: element for element, array in _ARRAY_OIDS.items()}
 #: PostgreSQL's array types of the base types (a parameter of one is refused)
-ARRAY_TYPES = frozenset({*_ARRAY_OIDS.values(), 199, 1001, 1003, 1014, 1015, 1115, 1182,
-                         1183, 1185, 1187, 1231, 1270, 2951, 3807})
-_ARRAY_QUOTED = re.compile(r'[{}",\\\s]|^$|^null$', re.I)
+ARRAY_TYPES = frozenset({*_ARRAY_OIDS.values(), 1014, 3807})
+#: an element array_out quotes: empty, NULL in any case, or with a brace, quote, comma,
+#: backslash or ASCII white space (array_isspace's; not Unicode's)
+_ARRAY_QUOTED = re.compile(r'[{}",\\ \t\n\r\v\f]|^$|^null$', re.I)
+
+
+def is_list(t: pa.DataType) -> bool:
+    """Whether Arrow type ``t`` is a list (variable or fixed size)."""
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                or pa.types.is_fixed_size_list(t))
+
+
+def _shape(value: list[Any]) -> list[int]:
+    """The dimensions of a (nested) list as a PostgreSQL array: its lengths down the first
+    elements, every list at a level of the same length and none NULL (PostgreSQL's arrays
+    are rectangular), else :class:`ProtocolError`; ``[0]`` for one without elements."""
+    dims, level = [len(value)], value
+    while level and isinstance(level[0], list):
+        dims.append(len(level[0]))
+        level = level[0]
+
+    def check(items: list[Any], depth: int) -> None:
+        if len(items) != dims[depth]:
+            raise ProtocolError(RAGGED)
+        for item in items:
+            if depth + 1 < len(dims):
+                if not isinstance(item, list):
+                    raise ProtocolError(RAGGED)
+                check(item, depth + 1)
+            elif isinstance(item, list):
+                raise ProtocolError(RAGGED)
+
+    check(value, 0)
+    return [0] if 0 in dims else dims
+
+
+#: why a list of lists is refused
+RAGGED = ("a list of lists of different lengths (or with a NULL list) has no PostgreSQL "
+           "array: PostgreSQL's multidimensional arrays are rectangular (cast the column "
+           "to VARCHAR for DuckDB's text of it)")
+
+
+def _array_text(value: list[Any], write: Callable[[Any], str]) -> str:
+    """A (nested) list as PostgreSQL's ``array_out`` writes it: ``{1,2,NULL}``,
+    ``{{1,2},{3,4}}``, ``{"a b","c\\"d",NULL}``; its elements by ``write``."""
+    if _shape(value) == [0]:
+        return "{}"
+
+    def items(level: list[Any]) -> str:
+        out = []
+        for v in level:
+            if v is None:
+                out.append("NULL")
+            elif isinstance(v, list):
+                out.append(items(v))
+            else:
+                item = write(v)
+                if _ARRAY_QUOTED.search(item):
+                    item = '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                out.append(item)
+        return "{" + ",".join(out) + "}"
+
+    return items(value)
+
+
+def _array_binary(element: int, value: list[Any]) -> bytes:
+    """A (nested) list in PostgreSQL's binary array format: its dimensions (each from 1),
+    then its elements in row-major order, -1 for a NULL."""
+    dims = _shape(value)
+    if dims == [0]:  # an empty array has no dimensions
+        return struct.pack("!iiI", 0, 0, element)
+    flat: list[Any] = value
+    for _ in dims[1:]:
+        flat = [v for inner in flat for v in inner]
+    items = [None if v is None else _binary(element, v) for v in flat]
+    head = struct.pack("!iiI", len(dims), any(i is None for i in items), element)
+    return head + b"".join(struct.pack("!ii", d, 1) for d in dims) + b"".join(
+        struct.pack("!i", -1) if i is None else struct.pack("!i", len(i)) + i for i in items)
+
+
+def rectangular(value: list[Any]) -> bool:
+    """Whether a (nested) list is a PostgreSQL array (see :func:`_shape`)."""
+    try:
+        _shape(value)
+    except ProtocolError:
+        return False
+    return True
 
 
 class PgArray(list[Any]):
@@ -545,33 +644,21 @@ class PgArray(list[Any]):
         self.element = element
 
     def text(self) -> str:
-        out = []
-        for v in self:
-            if v is None:
-                out.append("NULL")
-                continue
-            item = text_formatter(self.element)(v)
-            if _ARRAY_QUOTED.search(item):
-                item = '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            out.append(item)
-        return "{" + ",".join(out) + "}"
+        return _array_text(self, text_formatter(self.element))
 
     def binary(self) -> bytes:
-        items = [None if v is None else _binary(self.element, v) for v in self]
-        head = struct.pack("!iiI", 1, any(i is None for i in items), self.element)
-        if not items:  # an empty array has no dimensions
-            return struct.pack("!iiI", 0, 0, self.element)
-        return head + struct.pack("!ii", len(items), 1) + b"".join(
-            struct.pack("!i", -1) if i is None else struct.pack("!i", len(i)) + i
-            for i in items)
+        return _array_binary(self.element, self)
 
 
 def array_oid(t: pa.DataType) -> int | None:
-    """The PostgreSQL array type OID for Arrow list type ``t`` (None: not one)."""
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+    """The PostgreSQL array type OID for Arrow list type ``t`` (None: not one): of its
+    innermost elements' type (a list of lists is a multidimensional array), text's for
+    a type the server sends as text."""
+    if not is_list(t) or _has_map(t):  # (a MAP's column is sent as DuckDB's text)
         return None
-    element = arrow_oid(t.value_type)
-    return _ARRAY_OIDS.get(element) if not pa.types.is_list(t.value_type) else None
+    while is_list(t):
+        t = t.value_type
+    return _ARRAY_OIDS.get(arrow_oid(t), 1009)
 
 
 def _numeric_binary(value: decimal.Decimal) -> bytes:
@@ -637,10 +724,15 @@ def _binary(oid: int, value: Any) -> bytes:
             return _numeric_binary(decimal.Decimal(value))
         if oid == UUID:
             return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
-        if isinstance(value, PgArray):
-            return value.binary()
+        if oid in _ELEMENTS and isinstance(value, list):
+            return _array_binary(_ELEMENTS[oid], value)
     except (struct.error, TypeError, AttributeError, ValueError,
             decimal.InvalidOperation) as exc:
+        if isinstance(value, PgDatetime):  # (infinity, BC, beyond 9999, 24:00:00)
+            if value.binary:
+                return value.binary
+            raise ProtocolError(f"date {value} is out of PostgreSQL's range in binary "
+                                "format") from None
         raise ProtocolError(f"cannot send {type(value).__name__} as binary type {oid}: "
                             f"{exc}") from None
     return _text(value).encode("utf-8")
