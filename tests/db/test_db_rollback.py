@@ -251,3 +251,29 @@ def test_files_a_move_wrote_are_evidence_too_and_survive(tmp_path):
     for f, data in newest.items():
         (tmp_path / "db" / f).write_bytes(data)
     assert count(path) == 100
+
+
+@pytest.mark.parametrize("order", ["", " ORDER BY a"])
+def test_an_insert_that_fails_midway_removes_the_parts_it_wrote(tmp_path, order):
+    """Its input fails after parts of the first rows were written (and, a sorted table's,
+    published): they are removed with the failure, not left to the next writer's open."""
+    path = str(tmp_path / "db")
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
+
+    def batches():
+        for start in range(0, 400_000, 50_000):
+            yield pa.record_batch([pa.array(range(start, start + 50_000))[::-1],
+                                   pa.array([f"row {i}" for i in range(50_000)])], schema)
+        raise RuntimeError("the input failed")
+
+    with cryptdisk.connect(path, insert_block_bytes=1 << 16) as db:
+        db.sql(f"CREATE TABLE t (a BIGINT, b VARCHAR){order}")
+        db.insert("t", pa.table({"a": [1], "b": ["x"]}))
+        before = data_files(path)
+        written = []
+        with pytest.raises(RuntimeError, match="the input failed"):
+            db.insert("t", pa.RecordBatchReader.from_batches(schema, batches()),
+                      on_rows=lambda n: written.append(data_files(path)))
+        assert len(written[-1]) > len(before)  # (parts were on disk before it failed)
+        assert data_files(path) == before
+        assert db.query("SELECT count(*) FROM t") == [(1,)]

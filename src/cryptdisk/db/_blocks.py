@@ -29,7 +29,7 @@ ranges overlap; ``OPTIMIZE`` merges them.
 
 All parts are published (each an atomic rename) before the caller commits the
 catalog once for all of them; on an error the parts being written are discarded
-and the ones already published are orphans for the next writer to remove.
+and the ones already published removed (a crash leaves them to the next writer).
 """
 
 from __future__ import annotations
@@ -695,6 +695,7 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
             job.stop = True
         for job in jobs:
             job.join()
+        _parts.discard_parts(disk, [j.part for j in jobs if j.part is not None])
         raise
     finally:
         pool.close()

@@ -17,6 +17,7 @@ digest would add nothing but a second pass over its bytes as it is written.
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import sys
 import threading
@@ -37,9 +38,11 @@ from ._numpy import numpy_valid, numpy_values
 from ._rollback import VERSION_KEY, part_file_name
 from ._stats import key_range_of
 
+log = logging.getLogger("cryptdisk.db")
+
 __all__ = ["COLUMN_GRANULES_KEY", "KEY_BOUNDS_KEY", "KEY_GRANULES_KEY", "NAN_KEY", "PAGES_KEY",
            "PART_ID_KEY", "check_footer", "column_compression", "column_granules",
-           "dictionary_columns", "fits_schema", "key_bounds", "key_granules",
+           "dictionary_columns", "discard_parts", "fits_schema", "key_bounds", "key_granules",
            "not_as_recorded", "null_free_schema", "statistics_columns", "verify_part",
            "write_parts"]
 
@@ -841,12 +844,12 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
     catalog entry: the part-level sparse index.
 
     Returns the new parts (already on disk, not yet in the catalog). If this
-    raises, parts written so far stay on disk as orphans for the next open to
-    remove; the caller records nothing.
+    raises, the parts written so far are removed (:func:`discard_parts`); the caller
+    records nothing.
     """
     source = _Prefetch(batches)
+    parts: list[PartMeta] = []
     try:
-        parts: list[PartMeta] = []
         pieces = _whole_groups(source.next, ROW_GROUP_ROWS)
         pending = next(pieces, None)
         sample = (pending.slice(0, _SAMPLE_ROWS).combine_chunks().to_batches()[0]
@@ -879,8 +882,26 @@ def write_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch], sche
             if part is not None:
                 parts.append(part)
         return parts
+    except BaseException:
+        discard_parts(disk, parts)
+        raise
     finally:
         source.close()
+
+
+def discard_parts(disk: Disk, parts: Iterable[PartMeta]) -> None:
+    """Remove the files of ``parts``, written by an insert that failed (no catalog names
+    them, none will: their version is the next one's, which this writer holds). One that
+    cannot be removed stays an orphan for the next writer's open to remove, as after a
+    crash; the insert's own error is the one raised."""
+    for part in parts:
+        try:
+            disk.remove(part.path)
+        except (FileNotFoundError, DiskFileNotFoundError):
+            pass
+        except OSError as exc:
+            log.warning("cryptdisk: removing part %s of a failed insert failed (%s): the "
+                        "next writer's open removes it", part.path, type(exc).__name__)
 
 
 def not_as_recorded(disk: Disk, part: PartMeta, exc: BaseException) -> CatalogError:
