@@ -468,7 +468,7 @@ def test_sqlite_declared_types_read_alike_by_describe_and_by_execution(start_ser
     try:
         rows = con.run(query)
         assert [c["type_oid"] for c in con.columns] == oids
-        assert rows == [[None] * 10, expected]
+        assert rows == [expected, [None] * 10]  # (NULL last, as in PostgreSQL)
         assert con.run("SELECT d, p FROM typed WHERE i = :i", i=7) == [[expected[2],
                                                                          expected[0]]]
     finally:
@@ -476,10 +476,10 @@ def test_sqlite_declared_types_read_alike_by_describe_and_by_execution(start_ser
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         for binary in (False, True):
             cur = c.cursor(binary=binary)
-            assert cur.execute(query).fetchall() == [(None,) * 10, tuple(expected)]
+            assert cur.execute(query).fetchall() == [tuple(expected), (None,) * 10]
             assert [d.type_code for d in cur.description] == oids
             cur.execute(query, prepare=True)  # Parse, Describe, Execute
-            assert cur.fetchall() == [(None,) * 10, tuple(expected)]
+            assert cur.fetchall() == [tuple(expected), (None,) * 10]
             assert [d.type_code for d in cur.description] == oids
     # a value its declared type cannot read is a clear error, not a garbled one
     with psycopg.connect(**srv.dsn, autocommit=True) as c:

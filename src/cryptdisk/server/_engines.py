@@ -2504,6 +2504,10 @@ class _SQLiteSession(EngineSession):
                 "numbers are 64-bit integers and floats (about 15 significant digits): "
                 "write it as a string for a TEXT column, or serve the analytical engine "
                 "(DECIMAL(38,s))", "22003")
+        if "order" in lowered:  # NULL sorts after every value, as in PostgreSQL
+            from . import _paramtypes
+
+            sql = _paramtypes.null_order(sql)
         if "position" in lowered:  # position(a IN b): SQLite's instr(b, a)
             sql = _sqltext.replace_calls(sql, "position", _sqlite_position)
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \

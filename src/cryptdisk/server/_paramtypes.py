@@ -27,8 +27,8 @@ from typing import NamedTuple
 from . import _sqltext
 from . import _types as T
 
-__all__ = ["bytea_concats", "bytea_strings", "float_numbers", "infer", "parameter_columns",
-           "typed_strings"]
+__all__ = ["bytea_concats", "bytea_strings", "float_numbers", "infer", "null_order",
+           "parameter_columns", "typed_strings"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -230,6 +230,55 @@ def float_numbers(sql: str, tables: dict[str, str], columns: Columns,
     types = _infer(lifted, count + len(numbers), tables, columns)[count:]
     return cast + [t for t, found in zip(numbers, types, strict=True)
                    if found in (T.FLOAT4, T.FLOAT8)]
+
+
+#: what ends an ORDER BY list (besides a ``)`` closing its bracket and ``;``)
+_ORDER_ENDS = frozenset({"LIMIT", "OFFSET", "FETCH", "FOR", "UNION", "INTERSECT", "EXCEPT",
+                         "WINDOW", "RANGE", "ROWS", "GROUPS"})
+
+
+def null_order(sql: str) -> str:
+    """``sql`` with PostgreSQL's place for NULLs written out on each ``ORDER BY`` item
+    that does not say it (in a query, a window's ``OVER``, an aggregate's arguments):
+    ``NULLS LAST`` ascending, ``NULLS FIRST`` descending, as PostgreSQL sorts NULL above
+    every value; SQLite sorts it below."""
+    toks = _tokens(sql)
+    edits: list[int] = []
+    edits_kind: list[bool] = []
+    i = 0
+    while i + 1 < len(toks):
+        if not (toks[i].text == "ORDER" and toks[i + 1].text == "BY"):
+            i += 1
+            continue
+        i += 2
+        depth = 0
+        last: _Tok | None = None
+        descending = nulls = False
+        while i <= len(toks):
+            t = toks[i] if i < len(toks) else None
+            ends = t is None or (depth == 0 and (
+                t.text in (",", ";", ")") or (t.kind == "ref" and t.text in _ORDER_ENDS)))
+            if ends:
+                if last is not None and not nulls:
+                    edits.append(last.stop)
+                    edits_kind.append(descending)
+                if t is None or t.text != ",":
+                    break
+                last, descending, nulls = None, False, False
+            else:
+                assert t is not None
+                if t.text == "(":
+                    depth += 1
+                elif t.text == ")":
+                    depth -= 1
+                if depth == 0 and t.kind == "ref":
+                    descending = descending or t.text == "DESC"
+                    nulls = nulls or t.text == "NULLS"
+                last = t
+            i += 1
+    for at, desc in sorted(zip(edits, edits_kind, strict=True), reverse=True):
+        sql = sql[:at] + (" NULLS FIRST" if desc else " NULLS LAST") + sql[at:]
+    return sql
 
 
 def _operand_end(toks: list[_Tok], i: int, hi: int) -> int:

@@ -1,0 +1,57 @@
+"""Common statements on the SQLite engine (``cryptdisk serve --sqlite``) answer as
+PostgreSQL 15 does where SQLite's own answer differs: the rows (as text) or the SQLSTATE
+below were read from a real PostgreSQL 15 running the same statements on the same
+table."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.types.string import TextLoader
+
+SQLITE_JOURNALS = ["delete", "wal"]
+
+_TABLE = ("CREATE TABLE p (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, ok BOOLEAN, "
+          "big BIGINT)")
+_ROWS = ("INSERT INTO p VALUES (1, 'Apple', 3, true, 9223372036854775807), "
+         "(2, 'banana', NULL, false, -9223372036854775808), (3, NULL, 7, NULL, 0)")
+
+# --- PostgreSQL 15: statement -> rows (text; None is NULL) or SQLSTATE ------------------
+PG_ANSWERS = [
+    # NULL sorts above every value: last ascending, first descending
+    ("SELECT name FROM p ORDER BY name", [("Apple",), ("banana",), (None,)]),
+    ("SELECT name FROM p ORDER BY name DESC", [(None,), ("banana",), ("Apple",)]),
+    ("SELECT qty FROM p ORDER BY qty", [("3",), ("7",), (None,)]),
+    ("SELECT qty FROM p ORDER BY qty DESC, id", [(None,), ("7",), ("3",)]),
+    ("SELECT qty FROM p ORDER BY qty NULLS FIRST", [(None,), ("3",), ("7",)]),
+    ("SELECT qty FROM p ORDER BY qty DESC NULLS LAST", [("7",), ("3",), (None,)]),
+    ("SELECT ok, count(*) FROM p GROUP BY ok ORDER BY ok",
+     [("f", "1"), ("t", "1"), (None, "1")]),
+    ("SELECT id, row_number() OVER (ORDER BY qty) FROM p ORDER BY id",
+     [("1", "1"), ("2", "3"), ("3", "2")]),
+    ("SELECT string_agg(name, ',' ORDER BY name DESC) FROM p", [("banana,Apple",)]),
+    ("SELECT id FROM (SELECT id, qty FROM p ORDER BY qty LIMIT 2) s ORDER BY id",
+     [("1",), ("3",)]),
+]
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def conn(start_server, sqlite_engine):
+    srv = start_server(sqlite_engine)
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute(_TABLE)
+        c.execute(_ROWS)
+        for name in ("int4", "int8", "bool", "float8", "numeric"):
+            c.adapters.register_loader(name, TextLoader)
+        yield c
+
+
+@pytest.mark.parametrize("sql,expected", PG_ANSWERS)
+def test_answers_as_postgresql(conn, sql, expected) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(sql)
+        assert err.value.sqlstate == expected, err.value
+    else:
+        assert conn.execute(sql).fetchall() == expected
