@@ -32,6 +32,17 @@ PG_ANSWERS = [
     ("SELECT string_agg(name, ',' ORDER BY name DESC) FROM p", [("banana,Apple",)]),
     ("SELECT id FROM (SELECT id, qty FROM p ORDER BY qty LIMIT 2) s ORDER BY id",
      [("1",), ("3",)]),
+    # int8 arithmetic past its range: 22003 (SQLite went on in floats)
+    ("SELECT big + 1 FROM p WHERE id = 1", "22003"),
+    ("SELECT big - 1 FROM p WHERE id = 2", "22003"),
+    ("SELECT big * 2 FROM p WHERE id = 1", "22003"),
+    ("SELECT -big FROM p WHERE id = 2", "22003"),
+    ("SELECT abs(big) FROM p WHERE id = 2", "22003"),
+    ("SELECT big + qty FROM p WHERE id = 1", "22003"),
+    ("SELECT big + 0, big - 0 FROM p ORDER BY id",
+     [("9223372036854775807", "9223372036854775807"),
+      ("-9223372036854775808", "-9223372036854775808"), ("0", "0")]),
+    ("SELECT qty * 2 FROM p ORDER BY id", [("6",), (None,), ("14",)]),
 ]
 # ---------------------------------------------------------------------------------------
 

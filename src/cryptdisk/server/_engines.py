@@ -921,6 +921,8 @@ def statement_error(exc: Exception) -> StatementError:
                     else "42601" if "syntax error" in text or "incomplete input" in text
                     else "3B001" if "no such savepoint" in text
                     else "42702" if "ambiguous column name" in text else "42000")
+            if text == "integer overflow":  # (abs(), sum() of int8s past its range)
+                code, text = "22003", "bigint out of range"
         elif isinstance(exc, apsw.MismatchError | apsw.RangeError | apsw.TooBigError):
             code = "22000"
         elif isinstance(exc, apsw.BindingsError):
@@ -2688,6 +2690,7 @@ class _SQLiteSession(EngineSession):
             return Result(None, [], command_tag(sql, count, False))
         columns = []
         settled: list[int] | None = None
+        looked_up = False
         for i, (name, decl) in enumerate(desc):
             if decl:  # its declared type, as a Describe says before it runs
                 oid = _types.sqlite_declared_oid(decl)
@@ -2696,6 +2699,10 @@ class _SQLiteSession(EngineSession):
                 if oid in (_types.INT8, _types.FLOAT8, _types.TEXT):
                     if settled is None:
                         settled = _settled_types(sql, len(desc))
+                    if oid == _types.FLOAT8 and not settled[i] and not looked_up:
+                        looked_up = True  # big + 1 of a BIGINT column: its columns' types
+                        settled = [a or b for a, b in zip(
+                            settled, self._expression_types(sql, len(desc)), strict=True)]
                     if settled[i] == _types.BOOL or (
                             settled[i] == _types.INT8 and oid == _types.FLOAT8):
                         oid = settled[i]  # true, a = b: bool; an integer that overflowed:

@@ -238,9 +238,9 @@ def conform(oid: int, value: Any) -> Any:
     if oid in (INT2, INT4, INT8):
         if kind is int or kind is bool:
             return int(value)
-        if kind is float and value.is_integer() and -2.0 ** 63 <= value < 2.0 ** 63:
+        if kind is float and value.is_integer() and -2.0 ** 63 < value < 2.0 ** 63:
             return int(value)
-        if kind is float and not -2.0 ** 63 <= value < 2.0 ** 63:
+        if kind is float and not -2.0 ** 63 < value < 2.0 ** 63:  # (-2 ** 63: -2 ** 63 - 1)
             raise ValueError("bigint out of range", "22003")
         if kind is str and value.strip().lstrip("+-").isdigit():
             return int(value)
