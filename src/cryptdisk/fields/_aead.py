@@ -58,17 +58,21 @@ def _as_array(values: Any) -> pa.Array:
 
 
 def _checked(values: Any, key: Any, what: str, *, ciphertexts: bool = False) -> pa.Array:
-    """``values`` as an Arrow array of text or bytes, the function's input; other types
-    as their text (ciphertexts: text of another layout as ``string``, anything else
-    as the bytes of its text). Values of no such type, or a ``key`` that is no
+    """``values`` as an Arrow array of text or bytes, the function's input: dictionaries
+    as their values, views as ``string`` or ``binary``, other types as their text
+    (ciphertexts: as the bytes of their text). Values of no such type, or a ``key`` that is no
     :class:`FieldKey`, raise before any work, and the error quotes no value."""
     field_key(key, what)
     arr = as_array(values, what)
+    if pa.types.is_dictionary(arr.type):  # (pandas' categoricals): as their values
+        arr = arr.dictionary_decode()
     t = arr.type
     if t in _TEXT or t in _BYTES:
         return arr
     if pa.types.is_null(t):
         return pa.nulls(len(arr), pa.binary())
+    if pa.types.is_binary_view(t):
+        return as_text(arr, what, pa.binary())
     text = as_text(arr, what)
     return as_text(text, what, pa.binary()) if ciphertexts and not (
         pa.types.is_string_view(t)) else text
