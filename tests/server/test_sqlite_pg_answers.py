@@ -43,6 +43,17 @@ PG_ANSWERS = [
      [("9223372036854775807", "9223372036854775807"),
       ("-9223372036854775808", "-9223372036854775808"), ("0", "0")]),
     ("SELECT qty * 2 FROM p ORDER BY id", [("6",), (None,), ("14",)]),
+    # booleans: NOT and IS [NOT] DISTINCT FROM are booleans; a string cast to boolean is
+    # read by PostgreSQL's boolean input
+    ("SELECT NOT ok FROM p ORDER BY id", [("f",), ("t",), (None,)]),
+    ("SELECT ok IS DISTINCT FROM true, ok IS NOT DISTINCT FROM NULL FROM p ORDER BY id",
+     [("f", "f"), ("t", "f"), ("t", "t")]),
+    ("SELECT 1 IS DISTINCT FROM NULL, 2 IS NOT DISTINCT FROM 2", [("t", "t")]),
+    ("SELECT 'true'::boolean, 'yes'::bool, 'f'::boolean, ' ON '::boolean, 'of'::boolean, "
+     "'0'::boolean, CAST('t' AS BOOLEAN)", [("t", "t", "f", "t", "f", "f", "t")]),
+    ("SELECT id FROM p WHERE ok = 'yes'::boolean", [("1",)]),
+    ("SELECT 'maybe'::boolean", "22P02"),
+    ("SELECT 'o'::boolean", "22P02"),
 ]
 # ---------------------------------------------------------------------------------------
 

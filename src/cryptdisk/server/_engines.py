@@ -2202,7 +2202,7 @@ def _sqlite_casts(sql: str) -> str:
         if "cast" in sql.lower() and not stored:
             sql = _paramtypes.sqlite_cast_calls(sql)
         return _paramtypes.sqlite_concat_precedence(sql) if "||" in sql else sql
-    except _intervalin.IntervalError as exc:
+    except (_intervalin.IntervalError, _sqltext.InputError) as exc:
         raise StatementError(*exc.args) from None
     except _paramtypes.CastRefused as exc:
         raise StatementError(

@@ -28,7 +28,7 @@ import functools
 from collections.abc import Callable
 
 from . import _types as T
-from ._paramtypes import _closing, _Tok, _tokens
+from ._paramtypes import OPERAND_AFTER, _closing, _Tok, _tokens
 from ._types import type_oid
 
 __all__ = ["select_types"]
@@ -80,8 +80,9 @@ def _items(sql: str) -> tuple[tuple[_Tok, ...], ...] | None:
             depth += 1
         elif tok.text == ")":
             depth -= 1
-        if depth == 0 and (tok.text in _ENDS and tok.kind in ("ref", "op")):
-            break
+        if depth == 0 and (tok.text in _ENDS and tok.kind in ("ref", "op")) and not (
+                tok.text == "FROM" and items[-1] and items[-1][-1].text == "DISTINCT"):
+            break  # (x IS DISTINCT FROM y is an item)
         if depth == 0 and tok.text == ",":
             items.append([])
             continue
@@ -94,7 +95,7 @@ def _items(sql: str) -> tuple[tuple[_Tok, ...], ...] | None:
             item = item[:-2]
         elif len(item) >= 2 and item[-1].kind == "ref" and len(item[-1].parts) == 1 and \
                 (item[-2].kind in ("ref", "num", "str", "param") or item[-2].text == ")") and \
-                item[-2].text not in ("::", "AS"):
+                item[-2].text not in ("::", "AS") and item[-2].text not in OPERAND_AFTER:
             item = item[:-1]  # an alias without AS
         out.append(tuple(item))
     return tuple(out)

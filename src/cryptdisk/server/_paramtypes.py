@@ -759,7 +759,8 @@ def _item_alias(item: list[_Tok]) -> str | None:
             item[-1].kind == "ref":
         return item[-1].parts[-1]
     if len(item) >= 2 and item[-1].kind == "ref" and item[-1].text not in _NOT_ALIAS and (
-            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE):
+            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE) and \
+            item[-2].text not in OPERAND_AFTER:
         return item[-1].parts[-1]
     return None
 
@@ -815,6 +816,9 @@ _OPEN = frozenset({"(", "["})
 _CLOSE = frozenset({")", "]"})
 #: words that end an expression and are no alias (``CASE ... END``, ``$1 IS NULL``)
 _NOT_ALIAS = frozenset({"END", "NULL", "TRUE", "FALSE", "UNKNOWN"})
+#: words after which a name is an operand, not an alias (``NOT ok``, ``x IS NOT b``)
+OPERAND_AFTER = frozenset({"NOT", "AND", "OR", "IS", "IN", "LIKE", "ILIKE", "BETWEEN", "CASE",
+                           "WHEN", "THEN", "ELSE", "EXISTS", "DISTINCT", "FROM", "SELECT"})
 
 
 def _closing(item: list[_Tok], k: int) -> int:

@@ -319,6 +319,9 @@ def drop_casts(sql: str, stored: bool = False) -> str:
         out.append(sql[pos:s])
         if target:
             out.append(cast_sql(sql[s:e], target, stored=stored))
+        elif kind == "quoted" and m[1].lower() in ("bool", "boolean") and not stored \
+                and sql[s] == "'":  # 'yes'::boolean: 1, as PostgreSQL's boolean input
+            out.append(bool_literal(sql[s:e]))
         elif m[1].lower() == "interval" and not stored:  # '90 minutes'::interval, $1::interval
             out.append(interval_literal(sql[s:e]) if kind == "quoted"
                        else f"{INTERVAL_CAST_FUNCTION}({sql[s:e]})")
@@ -329,6 +332,26 @@ def drop_casts(sql: str, stored: bool = False) -> str:
         return sql
     out.append(sql[pos:])
     return "".join(out)
+
+
+class InputError(ValueError):
+    """A literal its type's input refuses: ``args`` are (message, SQLSTATE)."""
+
+
+def bool_literal(literal: str) -> str:
+    """A string literal cast to boolean (``'yes'``) as SQLite's ``1`` or ``0``, read as
+    PostgreSQL's boolean input reads it (``t``, ``true``, ``yes``, ``on``, ``1`` and
+    their false ones, any case, a prefix that tells them apart, spaces around); raises
+    :class:`InputError` (22P02) for other text."""
+    body = literal[1:-1].replace("''", "'")
+    word = body.strip(" \t\n\r\v\f").lower()
+    if word and ("true".startswith(word) or "yes".startswith(word) or word == "1"
+                 or (len(word) >= 2 and "on".startswith(word))):
+        return "1"
+    if word and ("false".startswith(word) or "no".startswith(word) or word == "0"
+                 or (len(word) >= 2 and "off".startswith(word))):
+        return "0"
+    raise InputError(f'invalid input syntax for type boolean: "{body}"', "22P02")
 
 
 def interval_literal(literal: str) -> str:
