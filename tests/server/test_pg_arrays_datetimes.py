@@ -1,9 +1,10 @@
 """Values Python's datetime cannot hold (infinite, BC and after-9999 dates and
-timestamps, ``24:00:00``) and lists (PostgreSQL arrays) through the analytical engine, as
-PostgreSQL 15 sends them: the type in RowDescription, the text in the simple and extended
-protocol's DataRows and COPY TO's text and CSV, the binary in DataRows and binary COPY.
-The expected values were read from a real PostgreSQL 15 by
-``tests/server/pg_text_vectors.py`` (the inputs, SPECIAL, are imported from there)."""
+timestamps, ``24:00:00``), nanosecond timestamps (rounded to microseconds) and lists
+(PostgreSQL arrays) through the analytical engine, as PostgreSQL 15 sends them: the type
+in RowDescription, the text in the simple and extended protocol's DataRows and COPY TO's
+text and CSV, the binary in DataRows and binary COPY. The expected values were read from
+a real PostgreSQL 15 by ``tests/server/pg_text_vectors.py`` (the inputs, SPECIAL, are
+imported from there)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ SPECIAL_PG = [
     (1114, '0001-12-31 23:59:59.999999 BC', 'ff1fe2ffc59c5fff'),
     (1114, '294000-01-01 01:02:03', '7fe0f12712e438c0'),
     (1083, '24:00:00', '000000141dd76000'),
+    (1114, '2024-01-02 03:04:05.123457', '0002b0ec8517d581'),
+    (1114, 'infinity', '7fffffffffffffff'),
     (1016, '{1,2,NULL}',
      '00000001000000010000001400000003000000010000000800000000000000010000000800000000'
      '00000002ffffffff'),

@@ -124,10 +124,11 @@ def _special(t: pa.DataType, array: pa.Array) -> bool:
     if pa.types.is_date32(t):
         ints = array.view(pa.int32())
         low, high = _LOW, _HIGH
-    elif pa.types.is_timestamp(t) and t.unit in _UNIT_US:
+    elif pa.types.is_timestamp(t):
         ints = array.view(pa.int64())
-        scale = _DAY_US // _UNIT_US[t.unit]
-        low, high = _LOW * scale, (_HIGH + 1) * scale - 1
+        scale = _DAY_US // _UNIT_US[t.unit] if t.unit in _UNIT_US else _DAY_US * 1000
+        # (nanoseconds reach years 1677 to 2262 only: their infinities are the special ones)
+        low, high = max(_LOW * scale, 1 - _TS_INF), min((_HIGH + 1) * scale - 1, _TS_INF - 1)
     elif pa.types.is_time64(t):
         ints = array.view(pa.int64())
         low, high = 0, (_DAY_US if t.unit == "us" else _DAY_US * 1000) - 1
@@ -168,7 +169,7 @@ def values(array: pa.Array) -> list[Any]:
     zone = zoneinfo.ZoneInfo(t.tz) if t.tz else None
     scale = _UNIT_US.get(t.unit, 1)
     return [None if v is None else _INFINITE_TIMES.get(v) or
-            _timestamp(v * scale if t.unit != "ns" else v // 1000, zone) for v in raw]
+            _timestamp(v * scale if t.unit != "ns" else (v + 500) // 1000, zone) for v in raw]
 
 
 def temporal(t: pa.DataType) -> bool:
