@@ -28,6 +28,18 @@ FLOAT4 = [f32(x) for x in (
     56795592.0, 1e-4, 1e-5, 1.5e-5, 3.4028234663852886e38, 1.401298464324817e-45,
     1.1754943508222875e-38, 2.0 ** 40, 2.0 ** -20, 2.0 ** 90, 12345.678, float("nan"),
     float("inf"), float("-inf"))]
+#: reals at float4out's hard places (test_float4_text.py): the subnormals, the largest,
+#: values of 9 digits, 2 ** 24, float4s whose shortest digits lie exactly halfway to a
+#: neighbour (56795592, 33554430), each side of fixed notation's ends (1e-4, 1e6) and of
+#: the exponents pyarrow writes in fixed notation (1e-6, 1e10), -0, NaN, the infinities
+FLOAT4_HARD = [f32(x) for x in (
+    1e-45, 1.4e-45, 3.4028235e38, -3.4028235e38, 123456789.0, 16777216.0, 16777217.0, 1e-5,
+    1e-4, 9.9999997e-05, 0.000099999, 1e-6, 1.5e-6, 9.9999e-7, 1e-7, 1.2e-9, 1e-10,
+    999999.94, 999999.0, 1e6, 1234567.5, 12345678.0, 4e9, 9.876543e9, 1e10, 56795592.0,
+    33554430.0, 1.17549435e-38, 13972.1044921875, 123.80096435546875,
+    1.1760161629813165e-35, 0.00011126645404146984, -0.0, 0.0, -1.5e-5, -2.5e7,
+    float("nan"), float("inf"), float("-inf"))]
+HARD_DIGITS = (-15, -3, 0, 1, 2, 3)
 DIGITS = (1, 3, 0, -3, -15)
 #: (PostgreSQL type, input): a column of each type on both engines
 OTHERS = [
@@ -117,6 +129,12 @@ def main(dsn: str) -> None:
 
     print("FLOAT8_TEXT =", floats("", FLOAT8))
     print("FLOAT4_TEXT =", floats("::real", FLOAT4))
+    hard = {}
+    for digits in HARD_DIGITS:
+        con.execute(f"SET extra_float_digits = {digits}")
+        hard[digits] = [text("$1::float8::real", x) for x in FLOAT4_HARD]
+    con.execute("RESET extra_float_digits")
+    print("FLOAT4_HARD_TEXT =", hard, "(test_float4_text.py)")
     print("OTHERS_TEXT =", [text(f"$1::{kind}", value) for kind, value in OTHERS])
     zoned = {}
     for zone in ZONES:

@@ -2186,8 +2186,9 @@ class Session:
                 result.rows[start:end]
             oids = [o for _, o in columns]
             if not any(fmts):  # text: each column's values as PostgreSQL writes its type
+                oids, texts = _types.with_real_texts(oids, rows, self.extra_float_digits)
                 encoders = _types.text_encoders(oids, self.extra_float_digits)
-                for row in rows:
+                for row in texts:
                     if len(row) != len(encoders):  # as zip(..., strict=True) below
                         raise ValueError(f"a row of {len(row)} values for {len(fmts)} columns")
                     self.send(P.data_row(list(map(operator.call, encoders, row))))

@@ -17,7 +17,11 @@ floats, timestamps, times and numerics, byte for byte.
 - numeric: every digit in fixed notation (``0.000000100``, never ``1.00E-7``), no
   negative zero.
 
-These are on the hot path of large results: :func:`float8_text` costs one ``repr``.
+These are on the hot path of large results: :func:`float8_text` costs one ``repr``, and
+:func:`float4_texts` writes a whole column of reals at a time: pyarrow's cast of float4 to
+text (double-conversion's shortest digits, in C++), rewritten to PostgreSQL's notation by
+a few regular expressions; the rare value whose digits lie exactly halfway to a neighbour
+(double-conversion writes those, PostgreSQL's Ryu does not) by :func:`float4_text`.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ import decimal
 import math
 import struct
 
-__all__ = ["datetime_text", "float4_text", "float8_text", "numeric_text", "offset_text",
-           "time_text"]
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["datetime_text", "float4_text", "float4_texts", "float8_text", "numeric_text",
+           "offset_text", "time_text"]
 
 _SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _F32 = struct.Struct("<f")
@@ -171,6 +178,67 @@ def float4_text(value: float, extra_float_digits: int = 1) -> str:
     if -4 <= power < 6:
         return _fixed_form(digits, power, sign)
     return _exponent_form(digits, power, sign)
+
+
+_U32_ZERO, _U32_ONE, _U32_MAGNITUDE, _U32_LARGEST = (
+    pa.scalar(n, pa.uint32()) for n in (0, 1, 0x7FFFFFFF, 0x7F7FFFFF))
+#: pyarrow's text of a float4 -> PostgreSQL's, by magnitude (|x| from, to: a little wider
+#: than the decimal exponent each rewrites, the rewrite itself is exact): pyarrow writes
+#: exponents -6..9 in fixed notation, PostgreSQL only -4..5; exponents of one digit take
+#: two; a mantissa's trailing zeros, and a point with no digits after it, are dropped
+_F4_PADDED = (0.99e-10, 1.01e-6, r"e-([1-9])$", r"e-0\1")
+_F4_NOTATION = (
+    *((0.99 * 10.0 ** -n, 1.01 * 10.0 ** (1 - n), rf"^(-?)0\.{'0' * (n - 1)}([1-9])(\d*)$",
+       rf"\1\2.\3e-{n:02d}") for n in (5, 6)),
+    *((0.99 * 10.0 ** n, 1.01 * 10.0 ** (n + 1), rf"^(-?)([1-9])(\d{{{n}}})(?:\.(\d+))?$",
+       rf"\1\2.\3\4e+{n:02d}") for n in range(6, 10)),
+)
+_F4_TRAILING = r"\.?0*e"
+
+
+def float4_texts(values: pa.Array, extra_float_digits: int = 1) -> pa.StringArray:
+    """A column of float4s (float32 or float64, each read as the float4 nearest it; nulls
+    stay null) as :func:`float4_text` writes each: the same text, a column at a time (see
+    the module)."""
+    singles = pc.cast(values, pa.float32(), safe=False)
+    # a double beyond float4's range, a value whose digits may lie on a halfway point, any
+    # value when extra_float_digits is at or below 0: written one by one
+    slow = pc.and_(pc.is_inf(singles), pc.is_finite(values))
+    if extra_float_digits > 0:
+        texts = singles.cast(pa.string())
+        bits = pc.bit_wise_and(singles.view(pa.uint32()), _U32_MAGNITUDE)
+        ordinary = pc.and_(pc.greater(bits, _U32_ZERO), pc.less(bits, _U32_LARGEST))
+        # (ordinary: not 0, the largest float4, infinite or NaN; its neighbours finite;
+        # the others' neighbours below are nonsense, never looked at)
+        below = pc.subtract(bits, _U32_ONE).view(pa.float32())
+        above = pc.add(bits, _U32_ONE).view(pa.float32())
+        x = pc.abs(singles.cast(pa.float64()))
+        shown = pc.abs(texts.cast(pa.float64()))  # (a float4 and its halfway points are
+        # doubles exactly: a decimal at one reads as it)
+        low = pc.divide(pc.add(x, below.cast(pa.float64())), 2.0)
+        high = pc.divide(pc.add(x, above.cast(pa.float64())), 2.0)
+        inside = pc.and_(pc.greater(shown, low), pc.less(shown, high))
+        slow = pc.or_(slow, pc.and_(ordinary, pc.invert(inside)))
+        for start, end, pattern, replacement in (_F4_PADDED, *_F4_NOTATION):
+            these = pc.fill_null(pc.and_(pc.greater_equal(x, start), pc.less(x, end)), False)
+            if pc.any(these).as_py():
+                some = pc.replace_substring_regex(pc.filter(texts, these), pattern,
+                                                  replacement)
+                if pattern != _F4_PADDED[2]:
+                    some = pc.replace_substring_regex(some, _F4_TRAILING, "e")
+                texts = pc.replace_with_mask(texts, these, some)
+        if pc.any(pc.invert(pc.is_finite(singles))).as_py():
+            texts = pc.replace_substring(pc.replace_substring(texts, "nan", "NaN"), "inf",
+                                         "Infinity")
+    else:
+        texts = pa.nulls(len(values), pa.string())
+        slow = pc.is_valid(values)
+    slow = pc.fill_null(slow, False)
+    if not pc.any(slow).as_py():
+        return texts
+    doubles = pc.filter(values.cast(pa.float64()), slow).to_pylist()
+    return pc.replace_with_mask(texts, slow, pa.array(
+        [float4_text(v, extra_float_digits) for v in doubles], pa.string()))
 
 
 def offset_text(offset: dt.timedelta) -> str:
