@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cryptdisk.server._textout import float4_text, float4_texts
-from cryptdisk.server._types import real_texts
+from cryptdisk.server._types import FLOAT4, TEXT, real_texts, real_writers
 from tests.server.pg_text_vectors import FLOAT4_HARD, HARD_DIGITS
 from tests.server.test_text_format import _texts
 
@@ -90,6 +90,18 @@ def test_doubles_are_read_as_the_nearest_float4(values, digits) -> None:
 def test_values_that_are_not_floats_are_written_one_by_one() -> None:
     assert real_texts([1.5, 2, None, "x"]) == ["1.5", "2", None, "x"]
     assert real_texts([]) == []
+
+
+def test_real_writers_give_a_columns_texts_in_turn() -> None:
+    rows = [(1, 0.5), (2, None), (3, 1e10)]
+    writers = real_writers([TEXT, FLOAT4], rows, encoded=True)
+    assert list(writers) == [1]
+    assert [writers[1](v) for _, v in rows] == [b"0.5", None, b"1e+10"]
+    skipping = real_writers([TEXT, FLOAT4], rows, nulls=False)[1]
+    assert [skipping(v) for _, v in rows if v is not None] == ["0.5", "1e+10"]
+    assert real_writers([TEXT, TEXT], rows) == {}
+    with pytest.raises(ValueError, match="a row of 1 values for 2 columns"):
+        real_writers([TEXT, FLOAT4], [*rows, (4,)])
 
 
 def test_exact_halfway_digits_are_not_written() -> None:

@@ -30,7 +30,7 @@ from ..errors import ProtocolError
 from . import _types
 from ._engines import StatementError
 from ._sqltext import unqualified_parts
-from ._types import text_formatter, with_real_texts
+from ._types import real_writers, text_formatter
 
 __all__ = ["SIGNATURE", "CopyStatement", "decode_binary", "decode_rows", "encode_binary",
            "encode_rows", "parse_copy"]
@@ -211,13 +211,13 @@ def encode_rows(st: CopyStatement, names: list[str], rows: Sequence[Sequence[Any
                 extra_float_digits: int = 1) -> Iterator[bytes]:
     """Rows in text or CSV, a chunk (one CopyData) per row, each value as a SELECT writes
     its column's type ``oids`` in text (:func:`._types.text_formatter`, a real column's
-    values all at once: :func:`._types.with_real_texts`; None: as its Python type says);
+    values all at once: :func:`._types.real_writers`; None: as its Python type says);
     ``first``: these are the result's first rows (the header line, if asked for, comes
     before them)."""
     header = st.header and first
-    if oids is not None:
-        oids, rows = with_real_texts(oids, rows, extra_float_digits)
     writers = [text_formatter(o, extra_float_digits) for o in oids or [0] * len(names)]
+    for i, write in real_writers(oids or [], rows, extra_float_digits, nulls=False).items():
+        writers[i] = write
     if st.csv:
         single = len(names) == 1
         if header:

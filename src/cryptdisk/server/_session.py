@@ -2186,9 +2186,11 @@ class Session:
                 result.rows[start:end]
             oids = [o for _, o in columns]
             if not any(fmts):  # text: each column's values as PostgreSQL writes its type
-                oids, texts = _types.with_real_texts(oids, rows, self.extra_float_digits)
                 encoders = _types.text_encoders(oids, self.extra_float_digits)
-                for row in texts:
+                for i, write in _types.real_writers(oids, rows, self.extra_float_digits,
+                                                    encoded=True).items():
+                    encoders[i] = write  # (a real column's texts: a column at a time)
+                for row in rows:
                     if len(row) != len(encoders):  # as zip(..., strict=True) below
                         raise ValueError(f"a row of {len(row)} values for {len(fmts)} columns")
                     self.send(P.data_row(list(map(operator.call, encoders, row))))

@@ -21,8 +21,8 @@ from ._textout import datetime_text, float4_text, float4_texts, float8_text, num
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "RAGGED", "TEXT", "PgArray",
            "array_oid", "arrow_oid", "decode_param", "encode_value", "exact_result", "is_list",
-           "pg_type_name", "real_texts", "rectangular", "sqlite_declared_oid", "sqlite_value",
-           "text_encoders", "text_formatter", "value_oid", "with_real_texts"]
+           "pg_type_name", "real_texts", "real_writers", "rectangular", "sqlite_declared_oid",
+           "sqlite_value", "text_encoders", "text_formatter", "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
@@ -510,37 +510,45 @@ def text_formatter(oid: int, extra_float_digits: int = 1) -> Callable[[Any], str
     return _text
 
 
-def real_texts(values: Sequence[Any], extra_float_digits: int = 1) -> list[str | None]:
-    """A real column's values (None: NULL) in text, as :func:`text_formatter` writes each:
-    a column of floats at a time (:func:`._textout.float4_texts`: the hot path of a large
-    result of reals), any other value by value."""
+def real_texts(values: Sequence[Any], extra_float_digits: int = 1, *,
+               encoded: bool = False) -> list[Any]:
+    """A real column's values (None: NULL) in text, as :func:`text_formatter` writes each
+    (``encoded``: as UTF-8 bytes): a column of floats at a time
+    (:func:`._textout.float4_texts`: the hot path of a large result of reals), any other
+    value by value."""
     if extra_float_digits > 0 and set(map(type, values)) <= _FLOAT_OR_NONE:
-        texts: list[str | None] = float4_texts(pa.array(values, pa.float64()),
-                                               extra_float_digits).to_pylist()
-        return texts
+        texts = float4_texts(pa.array(values, pa.float64()), extra_float_digits)
+        out: list[Any] = (texts.cast(pa.binary()) if encoded else texts).to_pylist()
+        return out
     write = text_formatter(FLOAT4, extra_float_digits)
-    return [None if v is None else write(v) for v in values]
+    return [None if v is None else write(v).encode() if encoded else write(v)
+            for v in values]
 
 
 _FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
-def with_real_texts(oids: Sequence[int], rows: Sequence[Sequence[Any]],
-                    extra_float_digits: int = 1) -> tuple[list[int], Sequence[Sequence[Any]]]:
-    """Rows of columns of type ``oids`` with each real column's values replaced by their
-    text (:func:`real_texts`), and the types with text in those columns' places: how a
-    batch of rows is written in text (DataRows, COPY), a real column at a time. A row of
+def real_writers(oids: Sequence[int], rows: Sequence[Sequence[Any]],
+                 extra_float_digits: int = 1, *, nulls: bool = True,
+                 encoded: bool = False) -> dict[int, Callable[[Any], Any]]:
+    """For each real column of ``rows`` (columns of type ``oids``), by its index, a writer
+    that gives the next of the column's texts (:func:`real_texts`, written a column at a
+    time) at each call, whatever it is passed: to be called once for each row's value in
+    turn (``nulls`` False: for each value but the NULLs, whose texts it skips). A row of
     another length than ``oids`` raises ValueError."""
     reals = [i for i, oid in enumerate(oids) if oid == FLOAT4]
     if not reals or not rows:
-        return list(oids), rows
+        return {}
     for row in rows:
         if len(row) != len(oids):
             raise ValueError(f"a row of {len(row)} values for {len(oids)} columns")
-    columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
+    writers: dict[int, Callable[[Any], Any]] = {}
     for i in reals:
-        columns[i] = real_texts(columns[i], extra_float_digits)
-    return [TEXT if oid == FLOAT4 else oid for oid in oids], list(zip(*columns, strict=True))
+        texts = real_texts([row[i] for row in rows], extra_float_digits, encoded=encoded)
+        if not nulls:
+            texts = [t for t in texts if t is not None]
+        writers[i] = functools.partial(next, iter(texts))  # (next(texts, value))
+    return writers
 
 
 def _float8_bytes(value: Any) -> bytes | None:
