@@ -57,9 +57,11 @@ _TOKEN = re.compile(r"""\s*(?:
   | (?P<num>[+-]?(?:\d+\.?\d*|\.\d+))
   | (?P<word>[a-z]+)
   | (?P<at>@))""", re.X)
-_ISO = re.compile(r"p(?:(?P<date>(?:[+-]?(?:\d+\.?\d*|\.\d+)[ymwd])*)"
-                  r"(?:t(?P<time>(?:[+-]?(?:\d+\.?\d*|\.\d+)[hms])*))?)")
-_ISO_PART = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([ymwdhs])")
+#: what C's strtod reads of a number starting with a digit, '-' or '.' (PostgreSQL's
+#: ParseISO8601Number); hexadecimal is not read here
+_ISO_NUMBER = re.compile(r"-?(?:(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?|inf(?:inity)?|nan)")
+_ISO_DATE = {"y": ("year", 1), "m": ("mon", 1), "w": ("day", 7), "d": ("day", 1)}
+_ISO_TIME = {"h": 3600 * _US_SECOND, "m": 60 * _US_SECOND, "s": _US_SECOND}
 
 
 def parse_interval(text: str) -> Interval:
@@ -73,12 +75,7 @@ def parse_interval(text: str) -> Interval:
             fields = _postgres(s, text)
     except OverflowError:
         raise IntervalError(f'interval field value out of range: "{text}"', "22015") from None
-    months, days, micros = fields
-    if not -_INT32 <= months < _INT32:
-        raise IntervalError("interval out of range", "22008")
-    if not (-_INT32 <= days < _INT32 and -_INT64 <= micros < _INT64):
-        raise IntervalError(f'interval field value out of range: "{text}"', "22015")
-    return Interval(months, days, micros)
+    return Interval(*fields)
 
 
 def _bad(text: str) -> IntervalError:
@@ -86,49 +83,56 @@ def _bad(text: str) -> IntervalError:
 
 
 class _Fields:
+    """PostgreSQL's ``pg_itm_in``: years and months apart (int32 each), days (int32),
+    microseconds (int64); a step past its field's range is PostgreSQL's field overflow
+    (22015), years and months together past int32 its "interval out of range" (22008)."""
+
     def __init__(self) -> None:
-        self.months = self.days = self.micros = 0
+        self.years = self.months = self.days = self.micros = 0
 
     def add(self, number: str, field: str, scale: int) -> None:
         """``number`` (its sign on its fraction too) of ``field`` times ``scale``."""
         whole_text, _, frac_text = number.partition(".")
-        negative = whole_text.startswith("-")
         whole = int(whole_text) if whole_text.lstrip("+-") else 0
-        if not -_INT64 <= whole < _INT64:
-            raise OverflowError
         frac = float("0." + frac_text) if frac_text else 0.0
-        if negative:
-            frac = -frac
+        self.adjust(whole, -frac if whole_text.startswith("-") else frac, field, scale)
+
+    def adjust(self, whole: int, frac: float, field: str, scale: int) -> None:
+        """``whole`` and ``frac`` (of the same sign) of ``field`` times ``scale``."""
+        if field == "us":
+            self.micros = _fit(self.micros + _fit(whole * scale, _INT64), _INT64)
+            self._fract_micros(frac, scale)
+            return
+        whole = _fit(_fit(whole, _INT32) * scale, _INT32)
         if field == "year":
-            self.months += whole * scale * 12 + _rint(frac * scale * 12)
+            self.years = _fit(self.years + whole, _INT32)
+            self.months = _fit(self.months + _rint(frac * scale * 12), _INT32)
         elif field == "mon":
-            self.months += whole * scale
+            self.months = _fit(self.months + whole, _INT32)
             self._fract_days(frac, 30)
-        elif field == "day":
-            self.days += whole * scale
+        else:
+            self.days = _fit(self.days + whole, _INT32)
             if scale == 1:
                 self._fract_micros(frac, _US_DAY)
             else:
                 self._fract_days(frac, scale)
-        else:
-            self.micros += whole * scale
-            self._fract_micros(frac, scale)
 
     def _fract_days(self, frac: float, scale: int) -> None:
         if frac:
             frac *= scale
             extra = int(frac)
-            self.days += extra
+            self.days = _fit(self.days + extra, _INT32)
             self._fract_micros(frac - extra, _US_DAY)
 
     def _fract_micros(self, frac: float, scale: int) -> None:
         if frac:
             frac *= scale
             usec = int(frac)
-            self.micros += usec + _rint(frac - usec)
+            self.micros = _fit(self.micros + usec + _rint(frac - usec), _INT64)
 
     def time(self, token: str) -> None:
-        """``[+-]h:mm[:ss[.frac]]`` into microseconds, its sign on all of it."""
+        """``[+-]h:mm[:ss[.frac]]`` into microseconds, its sign on all of it (a second
+        of 60, as PostgreSQL takes)."""
         negative = token.startswith("-")
         parts = token.lstrip("+-").split(":")
         hours, minutes = int(parts[0]), int(parts[1])
@@ -137,11 +141,31 @@ class _Fields:
         us = (hours * 60 + minutes) * 60 * _US_SECOND
         if len(parts) == 3:
             sec, _, frac = parts[2].partition(".")
-            if int(sec) > 59:
+            if int(sec) > 60:
                 raise OverflowError
             us += int(sec) * _US_SECOND + _rint(float("0." + frac) * _US_SECOND) if frac \
                 else int(sec) * _US_SECOND
-        self.micros += -us if negative else us
+        self.micros = _fit(self.micros + (-us if negative else us), _INT64)
+
+    def ago(self) -> None:
+        """PostgreSQL's ``ago``: each field negated (its minimum has no negation)."""
+        if self.micros == -_INT64 or -_INT32 in (self.years, self.months, self.days):
+            raise OverflowError
+        self.years, self.months = -self.years, -self.months
+        self.days, self.micros = -self.days, -self.micros
+
+    def result(self) -> tuple[int, int, int]:
+        months = self.years * 12 + self.months
+        if not -_INT32 <= months < _INT32:
+            raise IntervalError("interval out of range", "22008")
+        return months, self.days, self.micros
+
+
+def _fit(n: int, limit: int) -> int:
+    """``n``, or OverflowError when it is outside [-limit, limit)."""
+    if not -limit <= n < limit:
+        raise OverflowError
+    return n
 
 
 def _rint(x: float) -> int:
@@ -181,11 +205,11 @@ def _postgres(s: str, text: str) -> tuple[int, int, int]:
                 if unit is None:
                     raise _bad(text)
                 field, scale, mask = unit
+                f.add(value, field, scale)  # PostgreSQL: its overflow before the mask
                 masks = _SECONDS if mask == "s" and "." in value else {mask}
                 if seen & masks:
                     raise _bad(text)
                 seen |= masks
-                f.add(value, field, scale)
                 i += 2
             elif kind == "num" and following is not None and following[0] == "time":
                 if "day" in seen:  # SQL's day-time: 1 2:03:04
@@ -209,7 +233,7 @@ def _postgres(s: str, text: str) -> tuple[int, int, int]:
                 years, months = value.lstrip("+-").split("-")
                 if int(months) > 11:
                     raise OverflowError
-                f.months += sign * (int(years) * 12 + int(months))
+                f.adjust(sign * _fit(int(years) * 12 + int(months), _INT32), 0.0, "mon", 1)
                 i += 1
             else:
                 raise _bad(text)
@@ -218,21 +242,34 @@ def _postgres(s: str, text: str) -> tuple[int, int, int]:
             raise
         raise _bad(text) from None
     if ago:
-        return -f.months, -f.days, -f.micros
-    return f.months, f.days, f.micros
+        f.ago()
+    return f.result()
 
 
 def _iso(s: str, text: str) -> tuple[int, int, int]:
-    m = _ISO.fullmatch(s)
-    if m is None or not (m["date"] or m["time"] is not None):
+    """ISO 8601's designators, each number read as PostgreSQL reads it: C's strtod
+    (``1e2``; no ``+``), refused past 1e15, its fraction what the double holds past its
+    whole part (``P8691948.66D`` is 8691948 days 15:50:24.000013 there)."""
+    if s == "p":
         raise _bad(text)
     f = _Fields()
-    for part, in_time in ((m["date"] or "", False), (m["time"] or "", True)):
-        for number, unit in _ISO_PART.findall(part):
-            if in_time:
-                f.add(number, "us", {"h": 3600, "m": 60, "s": 1}[unit] * _US_SECOND)
-            else:
-                field, scale = {"y": ("year", 1), "m": ("mon", 1), "w": ("day", 7),
-                                "d": ("day", 1)}[unit]
-                f.add(number, field, scale)
-    return f.months, f.days, f.micros
+    pos, in_time = 1, False
+    while pos < len(s):
+        if s[pos] == "t":
+            in_time, pos = True, pos + 1
+            continue
+        m = _ISO_NUMBER.match(s, pos)
+        if m is None:
+            raise _bad(text)
+        value = float(m[0])
+        if not -1e15 <= value <= 1e15:  # and NaN
+            raise OverflowError
+        whole = int(value)
+        unit, pos = s[m.end():m.end() + 1], m.end() + 1
+        if in_time and unit in _ISO_TIME:
+            f.adjust(whole, value - whole, "us", _ISO_TIME[unit])
+        elif not in_time and unit in _ISO_DATE:
+            f.adjust(whole, value - whole, *_ISO_DATE[unit])
+        else:
+            raise _bad(text)
+    return f.result()
