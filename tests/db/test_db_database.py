@@ -158,6 +158,29 @@ def test_insert_of_local_parquet_reads_without_prefetching(tmp_path, db, monkeyp
     assert db.query("SELECT list(c_int ORDER BY c_int) FROM t") == [([3, 3, 4, 4, 5],)]
 
 
+def test_insert_error_with_prefetching_already_off_is_the_insert_error(tmp_path, db,
+                                                                      monkeypatch):
+    """An error of the insert itself, with the caller's prefetching already off, comes out
+    as raised (the setting's context manager caught it and yielded again: RuntimeError)."""
+    import duckdb
+
+    from cryptdisk.db._database import Database
+
+    def failing(self, table, query, **kwargs):
+        raise duckdb.IOException("the insert's own error")
+
+    db.sql(f"CREATE TABLE t {SCHEMA}")
+    pq.write_table(pa.table({"c_int": [1], "c_str": ["p"], "c_float": [1.0]}),
+                   tmp_path / "x.parquet")
+    monkeypatch.setattr(Database, "insert_query", failing)
+    for already_off in (True, False):
+        db.con.execute(f"SET disable_parquet_prefetching = {already_off}")
+        with pytest.raises(duckdb.IOException, match="the insert's own error"):
+            db.insert("t", tmp_path / "x.parquet")
+        assert db.con.execute("SELECT current_setting('disable_parquet_prefetching')"
+                              ).fetchall() == [(already_off,)]
+
+
 def test_insert_of_unreadable_input_is_a_database_error(tmp_path, db):
     """A file that is not Parquet (named .parquet), an Arrow table or DataFrame of no
     columns: DuckDB's own exceptions came out of insert() before."""

@@ -515,11 +515,12 @@ def _local_parquet_reads(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     connection's setting is restored afterwards (and left alone if already off)."""
     try:
         rows = con.execute("SELECT current_setting('disable_parquet_prefetching')").fetchall()
-        if not rows or rows[0][0] in (True, "true"):
-            yield
-            return
-        con.execute("SET disable_parquet_prefetching = true")
+        switch = bool(rows) and rows[0][0] not in (True, "true")
+        if switch:
+            con.execute("SET disable_parquet_prefetching = true")
     except duckdb.Error:  # (a DuckDB without the setting)
+        switch = False
+    if not switch:  # (the body's errors are never caught here)
         yield
         return
     try:
