@@ -152,6 +152,8 @@ def test_stored_intervals_come_out_as_postgresql_writes_them(conn) -> None:
     ("INSERT INTO iv(id, i) VALUES (1, '1 hour 1 hour')", "22007"),
     ("UPDATE iv SET i = '10:61'", "22015"),
     ("SELECT 'nonsense'::interval", "22007"),
+    ("SELECT CAST('nonsense' AS interval)", "22007"),
+    ("INSERT INTO iv VALUES (1, CAST('1 hour 1 hour' AS INTERVAL))", "22007"),
     ("SELECT * FROM iv WHERE i = '178956971 years'", "22008"),
 ])
 def test_text_postgresql_refuses_as_an_interval_fails_as_there(conn, sql, code) -> None:
@@ -175,6 +177,12 @@ def test_parameters_and_casts(conn) -> None:
     assert _texts(conn, "SELECT count(*) FROM iv WHERE i = '-1 day +2 hours'") == [(4,)]
     assert _texts(conn, "SELECT '90 minutes'::interval, '1 day 25 hours'::interval") == [
         ("01:30:00", "1 day 25:00:00")]
+    # SQL's CAST (as SQLAlchemy writes it) reads its string or parameter as ``::`` does
+    assert _texts(conn, "SELECT CAST('P1D' AS interval), CAST(%s AS INTERVAL), "
+                  "CAST(%s AS interval)", ("90 minutes", "1 day 7200 seconds")) == [
+        ("1 day", "01:30:00", "1 day 02:00:00")]
+    conn.execute("INSERT INTO iv VALUES (5, CAST(%s AS interval))", ("P1DT2H",))
+    assert _texts(conn, "SELECT i FROM iv WHERE id = 5") == [("1 day 02:00:00",)]
 
 
 def test_copy_text_reads_intervals_as_postgresql_does(conn) -> None:

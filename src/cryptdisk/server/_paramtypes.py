@@ -1293,6 +1293,8 @@ def sqlite_concat_precedence(sql: str) -> str:
 
 #: the target of a boolean expression's cast to text (see :func:`_bool_text`)
 _BOOL_TEXT = "bool text"
+#: a :class:`_CastCall`'s target for a string or parameter cast to interval
+_INTERVAL_TEXT = "interval text"
 
 
 def _boolean_operand(operand: list[_Tok]) -> bool:
@@ -1326,8 +1328,8 @@ def sqlite_cast_calls(sql: str) -> str:
     function that casts as PostgreSQL does (:func:`._sqltext.cast_sql`: SQLite's CAST
     truncates 2.5 to 2, reads 'abc' as 0); to a type SQLite has no CAST to (``date``,
     ``numeric``, ``boolean``, ...) a parameter or string literal as it is (as
-    :func:`._sqltext.drop_casts` does), any other operand :class:`CastRefused`; other
-    types as written."""
+    :func:`._sqltext.drop_casts` does; to ``interval`` the text PostgreSQL writes for it,
+    as ``::interval``), any other operand :class:`CastRefused`; other types as written."""
     toks = _tokens(sql)
     calls: list[_CastCall] = []
     for k, t in enumerate(toks):
@@ -1349,6 +1351,9 @@ def sqlite_cast_calls(sql: str) -> str:
         operand = tuple(toks[k + 2:at])
         if target == "TEXT" and _boolean_operand(list(operand)):
             target = _BOOL_TEXT  # (SQLite's CAST of its 1 or 0: '1', not 'true')
+        elif written == "interval" and end == close and len(operand) == 1 and \
+                operand[0].kind in ("param", "str"):
+            target = _INTERVAL_TEXT  # (as ``::interval``: PostgreSQL's text of it)
         elif target is None or target in ("REAL", "TEXT", "BLOB"):
             continue  # (SQLite's CAST answers as PostgreSQL's)
         if not target and not (len(operand) == 1 and operand[0].kind in ("param", "str")):
@@ -1369,6 +1374,9 @@ def sqlite_cast_calls(sql: str) -> str:
                 out.append(operand)
             elif call.target == _BOOL_TEXT:
                 out.append(_bool_text(operand))
+            elif call.target == _INTERVAL_TEXT:
+                out.append(_sqltext.interval_literal(operand) if call.toks[0].kind == "str"
+                           else f"{_sqltext.INTERVAL_CAST_FUNCTION}({operand})")
             else:
                 out.append(_sqltext.cast_sql(operand, call.target,
                                              _numeric_literal(call.toks)))
