@@ -54,6 +54,22 @@ PG_ANSWERS = [
     ("SELECT id FROM p WHERE ok = 'yes'::boolean", [("1",)]),
     ("SELECT 'maybe'::boolean", "22P02"),
     ("SELECT 'o'::boolean", "22P02"),
+    # a string cast to a float is read by PostgreSQL's float input (SQLite's CAST: 0)
+    ("SELECT 'Infinity'::float8, '-inf'::float8, ' 1.5e3 '::float8, '.5'::float8, "
+     "'0x10'::float8, CAST('2.5' AS DOUBLE PRECISION)",
+     [("Infinity", "-Infinity", "1500", "0.5", "16", "2.5")]),
+    ("SELECT 'abc'::float8", "22P02"),
+    ("SELECT '1_000'::float8", "22P02"),
+    ("SELECT '1e400'::float8", "22003"),
+    ("SELECT '1e-400'::float8", "22003"),
+    ("SELECT '2.5'::float8::int, '3.5'::float8::int8, '1.5'::float8::text",
+     [("2", "4", "1.5")]),
+    # substr counts positions from 1, a start below it taking fewer characters
+    ("SELECT substr('hello', -1, 3), substr('hello', 0, 2), substr('hello', 10), "
+     "substr('hello', 2, 3), substr('hello', 2), substr('hello', -5), substring('héllo', 2, 2)",
+     [("h", "h", "", "ell", "ello", "hello", "él")]),
+    ("SELECT substr('hello', 2, -1)", "22011"),
+    ("SELECT substr(name, -1, 3) FROM p ORDER BY id", [("A",), ("b",), (None,)]),
 ]
 # ---------------------------------------------------------------------------------------
 
@@ -77,3 +93,17 @@ def test_answers_as_postgresql(conn, sql, expected) -> None:
         assert err.value.sqlstate == expected, err.value
     else:
         assert conn.execute(sql).fetchall() == expected
+
+
+def test_a_boolean_column_takes_postgresql_boolean_text(conn) -> None:
+    """Strings a BOOLEAN column gives its type are read by PostgreSQL's boolean input as
+    they are stored (SQLite kept 'false' as text, sent back as 'false', true to WHERE)."""
+    conn.execute("INSERT INTO p (id, ok) VALUES (4, 'false'), (5, 'yes'), (6, ' off ')")
+    conn.execute("UPDATE p SET ok = 'no' WHERE id = 1")
+    assert conn.execute("SELECT id, ok FROM p WHERE id <> 3 ORDER BY id").fetchall() == [
+        ("1", "f"), ("2", "f"), ("4", "f"), ("5", "t"), ("6", "f")]
+    assert conn.execute("SELECT id FROM p WHERE ok ORDER BY id").fetchall() == [("5",)]
+    assert conn.execute("SELECT id FROM p WHERE ok = 'y'").fetchall() == [("5",)]
+    with pytest.raises(psycopg.Error) as err:
+        conn.execute("INSERT INTO p (id, ok) VALUES (7, 'maybe')")
+    assert err.value.sqlstate == "22P02"

@@ -561,6 +561,33 @@ def _sqlite_interval_cast(*args: Any) -> Any:
         raise StatementError(*exc.args) from None
 
 
+def _sqlite_substr(*args: Any) -> Any:
+    """PostgreSQL's ``substr(s, start [, count])`` (and ``substring``) as SQLite's function
+    (:data:`._sqltext.SUBSTR_FUNCTION`): the characters (a blob's bytes) at positions
+    ``start`` to ``start + count - 1`` that exist, so a start below 1 takes fewer
+    (``substr('hello', -1, 3)`` is ``h``; SQLite's counts from the end: ``o``); NULL for a
+    NULL argument; a negative count fails with 22011."""
+    if len(args) not in (2, 3):
+        raise StatementError("function substr takes 2 or 3 arguments", "42883")
+    if any(a is None for a in args):
+        return None
+    value, numbers = args[0], args[1:]
+    if any(type(n) is not int for n in numbers):
+        try:
+            numbers = tuple(_sqlite_int_cast(n, 4, 0) for n in numbers)
+        except StatementError:
+            raise StatementError("substr's start and count are integers", "42883") from None
+    if not isinstance(value, str | bytes):
+        value = str(value)
+    start = numbers[0]
+    begin = max(start, 1) - 1
+    if len(numbers) == 1:
+        return value[begin:]
+    if numbers[1] < 0:
+        raise StatementError("negative substring length not allowed", "22011")
+    return value[begin:max(start + numbers[1] - 1, begin)]
+
+
 def _sqlite_int_cast(*args: Any) -> Any:
     """PostgreSQL's cast to ``smallint``, ``integer`` or ``bigint`` (``size`` bytes) as
     SQLite's function (:data:`._sqltext.INT_CAST_FUNCTION`) of ``(value, size, numeric)``:
@@ -2288,6 +2315,8 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INTERVAL_CAST_FUNCTION,
                                          _sqlite_interval_cast, 1, deterministic=True)
+        self.conn.create_scalar_function(_sqltext.SUBSTR_FUNCTION, _sqlite_substr, -1,
+                                         deterministic=True)
         for count in (1, 2):  # (the divisor, and the dividend where it is one atom)
             self.conn.create_scalar_function(_sqlitearith.DIVISOR_FUNCTION, _sqlite_divisor,
                                              count, deterministic=True)
@@ -2510,6 +2539,9 @@ class _SQLiteSession(EngineSession):
             from . import _paramtypes
 
             sql = _paramtypes.null_order(sql)
+        if "substr" in lowered and _STORED.match(sql) is None:  # substr('abc', -1, 3)
+            for name in ("substr", "substring"):  # (a definition SQLite keeps: its own)
+                sql = _sqltext.replace_calls(sql, name, _sqltext.SUBSTR_FUNCTION + "({})")
         if "position" in lowered:  # position(a IN b): SQLite's instr(b, a)
             sql = _sqltext.replace_calls(sql, "position", _sqlite_position)
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
@@ -2602,20 +2634,24 @@ class _SQLiteSession(EngineSession):
         # whichever way it was written (a parameter's is written so too)
         from . import _paramtypes
 
+        # (and a boolean's as SQLite's 1 or 0: 'yes' is true, as in PostgreSQL)
         ((version,),) = self._schema("PRAGMA schema_version", ())
         if version != self._interval_version:
             ((count,),) = self._schema("SELECT count(*) FROM sqlite_schema WHERE type = "
-                                       "'table' AND upper(sql) LIKE '%INTERVAL%'", ())
+                                       "'table' AND (upper(sql) LIKE '%INTERVAL%' OR "
+                                       "upper(sql) LIKE '%BOOL%')", ())
             self._interval_version, self._has_intervals = version, bool(count)
         if not self._has_intervals:
             return sql
         tables, columns = self._context(visible)
-        found = _paramtypes.typed_strings(sql, tables, columns, _types.INTERVAL,
-                                          lambda text: text[:1] == "'")
+        edits = [(tok, _sqltext.interval_literal) for tok in _paramtypes.typed_strings(
+            sql, tables, columns, _types.INTERVAL, lambda text: text[:1] == "'")]
+        edits += [(tok, _sqltext.bool_literal) for tok in _paramtypes.typed_strings(
+            sql, tables, columns, _types.BOOL, lambda text: text[:1] == "'")]
         try:
-            for tok in sorted(found, key=lambda t: t.start, reverse=True):
-                sql = sql[:tok.start] + _sqltext.interval_literal(tok.text) + sql[tok.stop:]
-        except _intervalin.IntervalError as exc:
+            for tok, literal in sorted(edits, key=lambda e: e[0].start, reverse=True):
+                sql = sql[:tok.start] + literal(tok.text) + sql[tok.stop:]
+        except (_intervalin.IntervalError, _sqltext.InputError) as exc:
             raise StatementError(*exc.args) from None
         return sql
 

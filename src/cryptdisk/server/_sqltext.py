@@ -246,6 +246,9 @@ INT_CAST_FUNCTION = "cryptdisk_int"
 #: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
 #: cast of text to an interval: the text PostgreSQL writes for it (see interval_literal)
 INTERVAL_CAST_FUNCTION = "cryptdisk_interval"
+#: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
+#: substr(s, start [, count]) (SQLite's counts a start below 1 from the end)
+SUBSTR_FUNCTION = "cryptdisk_substr"
 #: the integer types' widths in bytes, as :func:`cast_sql`'s targets name them
 INT_CAST_BYTES = {"INT2": 2, "INT4": 4, "INT8": 8}
 #: :func:`cast_sql`'s target for each number type's name
@@ -310,14 +313,23 @@ def drop_casts(sql: str, stored: bool = False) -> str:
         m = _CAST.match(sql, e)
         if m is None:
             continue
+        first = m
         while (more := _CAST.match(sql, m.end())) is not None:  # $1::int8::text
             m = more
+        if first is not m and kind == "quoted" and sql[s] == "'" and not stored and \
+                first[2] is None and sqlite_cast(first[1]) == "REAL":
+            out.append(sql[pos:s])  # '2.5'::float8::int: the float, cast on from there
+            out.append(f"CAST({float_literal(sql[s:e], first[1])} AS REAL)")
+            pos = first.end()
+            continue
         target = sqlite_cast(m[1]) \
             if kind == "quoted" and m[2] is None and "[" not in m.group() else None
         if s > pos and sql[s - 1] in "xX" and (s < 2 or not _word_char(sql[s - 2])):
             s -= 1  # (a blob's literal, X'01', as the server writes '\x01'::bytea)
         out.append(sql[pos:s])
-        if target:
+        if target == "REAL" and kind == "quoted" and sql[s] == "'" and not stored:
+            out.append(float_literal(sql[s:e], m[1]))  # 'NaN'::float8, 'abc'::float8
+        elif target:
             out.append(cast_sql(sql[s:e], target, stored=stored))
         elif kind == "quoted" and m[1].lower() in ("bool", "boolean") and not stored \
                 and sql[s] == "'":  # 'yes'::boolean: 1, as PostgreSQL's boolean input
@@ -352,6 +364,34 @@ def bool_literal(literal: str) -> str:
                  or (len(word) >= 2 and "off".startswith(word))):
         return "0"
     raise InputError(f'invalid input syntax for type boolean: "{body}"', "22P02")
+
+
+_PG_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?0[xX][0-9a-fA-F]+")
+_PG_FLOAT_WORDS = {"nan": "NULL", "infinity": "9e999", "+infinity": "9e999", "inf": "9e999",
+                   "+inf": "9e999", "-infinity": "-9e999", "-inf": "-9e999"}
+
+
+def float_literal(literal: str, type_name: str) -> str:
+    """A string literal cast to a float type (``'1.5'::float8``) as SQLite's number,
+    read as PostgreSQL's float input reads it (spaces around, ``Infinity``, ``-inf``,
+    ``NaN``: SQLite keeps NaN as NULL); raises :class:`InputError` for other text (22P02,
+    where SQLite's CAST would give 0) and for a number out of the type's range (22003)."""
+    body = literal[1:-1].replace("''", "'")
+    word = body.strip(" \t\n\r\v\f")
+    four = type_name.lower() in ("real", "float4")
+    name = "real" if four else "double precision"
+    if word.lower() in _PG_FLOAT_WORDS:
+        return _PG_FLOAT_WORDS[word.lower()]
+    if _PG_FLOAT.fullmatch(word) is None:
+        raise InputError(f'invalid input syntax for type {name}: "{body}"', "22P02")
+    value = float.fromhex(word) if "x" in word.lower() else float(word)
+    limit = 3.4028234663852886e38 if four else 1.7976931348623157e308
+    tiny = 1.401298464324817e-45 if four else 5e-324
+    if abs(value) > limit or (value == 0 and any(c in "123456789" for c in
+                                                  word.lower().split("e")[0])) or (
+            four and 0 < abs(value) < tiny):
+        raise InputError(f'"{body}" is out of range for type {name}', "22003")
+    return repr(value)
 
 
 def interval_literal(literal: str) -> str:

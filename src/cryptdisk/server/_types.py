@@ -17,6 +17,7 @@ import pyarrow as pa
 from ..errors import ProtocolError
 from ._intervalin import Interval, IntervalError, parse_interval
 from ._pgdatetime import PgDatetime
+from ._sqltext import InputError, bool_literal
 from ._textout import datetime_text, float4_text, float4_texts, float8_text, numeric_text, time_text
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "RAGGED", "TEXT", "PgArray",
@@ -205,7 +206,14 @@ def sqlite_value(oid: int | tuple[int, int], value: Any) -> Any:
     if value is None:
         return None
     if oid == BOOL:  # SQLite stores booleans as 0 and 1: written as t and f
-        return bool(value) if type(value) in (int, float) else value
+        if type(value) in (int, float):
+            return bool(value)
+        if isinstance(value, str):  # (text stored as sent: 'yes', read as PostgreSQL reads it)
+            try:
+                return bool_literal("'" + value.replace("'", "''") + "'") == "1"
+            except InputError as exc:
+                raise ValueError(*exc.args) from None
+        return value
     if isinstance(oid, tuple):  # numeric with a declared scale
         number = sqlite_value(NUMERIC, value)
         if not number.is_finite():
