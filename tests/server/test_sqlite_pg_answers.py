@@ -62,6 +62,11 @@ PG_ANSWERS = [
     ("SELECT '1_000'::float8", "22P02"),
     ("SELECT '1e400'::float8", "22003"),
     ("SELECT '1e-400'::float8", "22003"),
+    # float4's range is strtof's: its largest value as PostgreSQL writes it reads back
+    ("SELECT '3.4028235e38'::float4", [("3.4028235e+38",)]),
+    ("SELECT '3.4028236e38'::float4", "22003"),
+    ("SELECT '4e-46'::float4", "22003"),
+    ("SELECT '0x1" + "0" * 300 + "'::float8", "22003"),  # (strtod: ERANGE)
     ("SELECT '2.5'::float8::int, '3.5'::float8::int8, '1.5'::float8::text",
      [("2", "4", "1.5")]),
     # substr counts positions from 1, a start below it taking fewer characters
@@ -93,6 +98,13 @@ def test_answers_as_postgresql(conn, sql, expected) -> None:
         assert err.value.sqlstate == expected, err.value
     else:
         assert conn.execute(sql).fetchall() == expected
+
+
+def test_a_float4_below_its_smallest_rounds_as_strtof_does(conn) -> None:
+    """'8e-46'::float4 is PostgreSQL's 1e-45 (strtof rounds it to the smallest subnormal);
+    only a value that rounds to 0 is out of range. SQLite holds the double."""
+    assert conn.execute("SELECT '8e-46'::float4 > 0, '-3.40282356e38'::real < 0").fetchall() \
+        == [("t", "t")]
 
 
 def test_a_boolean_column_takes_postgresql_boolean_text(conn) -> None:

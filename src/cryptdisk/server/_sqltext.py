@@ -8,7 +8,9 @@ dollar-quoted strings, so a ``;`` or ``$1`` inside any of them is left alone.
 from __future__ import annotations
 
 import functools
+import math
 import re
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -384,12 +386,16 @@ def float_literal(literal: str, type_name: str) -> str:
         return _PG_FLOAT_WORDS[word.lower()]
     if _PG_FLOAT.fullmatch(word) is None:
         raise InputError(f'invalid input syntax for type {name}: "{body}"', "22P02")
-    value = float.fromhex(word) if "x" in word.lower() else float(word)
-    limit = 3.4028234663852886e38 if four else 1.7976931348623157e308
-    tiny = 1.401298464324817e-45 if four else 5e-324
-    if abs(value) > limit or (value == 0 and any(c in "123456789" for c in
-                                                  word.lower().split("e")[0])) or (
-            four and 0 < abs(value) < tiny):
+    try:
+        value = float.fromhex(word) if "x" in word.lower() else float(word)
+    except OverflowError:  # (a hexadecimal one past float8's range)
+        value = math.inf
+    try:  # float4: what strtof makes of it (FLT_MAX's 3.4028235e38, 8e-46 as 1e-45)
+        single = struct.unpack("f", struct.pack("f", value))[0] if four else value
+    except OverflowError:
+        single = math.inf
+    if math.isinf(single) or (single == 0 and any(c in "123456789" for c in
+                                                   word.lower().split("e")[0])):
         raise InputError(f'"{body}" is out of range for type {name}', "22003")
     return repr(value)
 
