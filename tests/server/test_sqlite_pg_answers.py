@@ -119,3 +119,21 @@ def test_a_boolean_column_takes_postgresql_boolean_text(conn) -> None:
     with pytest.raises(psycopg.Error) as err:
         conn.execute("INSERT INTO p (id, ok) VALUES (7, 'maybe')")
     assert err.value.sqlstate == "22P02"
+
+
+def test_typed_strings_follow_schema_changes(conn) -> None:
+    """The same statement text is typed anew after the schema changes: a column that
+    becomes BOOLEAN reads 'yes' as true, one that becomes TEXT keeps it."""
+    insert = "INSERT INTO b VALUES ('yes')"
+    conn.execute("CREATE TABLE b (v TEXT)")
+    conn.execute(insert)
+    assert conn.execute("SELECT v FROM b").fetchall() == [("yes",)]
+    conn.execute("DROP TABLE b")
+    conn.execute("CREATE TABLE b (v BOOLEAN)")
+    conn.execute(insert)
+    conn.execute(insert)
+    assert conn.execute("SELECT v FROM b").fetchall() == [("t",), ("t",)]
+    conn.execute("DROP TABLE b")
+    conn.execute("CREATE TABLE b (v TEXT)")
+    conn.execute(insert)
+    assert conn.execute("SELECT v FROM b").fetchall() == [("yes",)]

@@ -2296,7 +2296,10 @@ class _SQLiteSession(EngineSession):
         #: the declared types of columns (:meth:`_date_column_operator`), at SQLite's
         #: schema_version: table or view (lower case) -> column (lower case) -> OID
         self._schema_version = -1
-        self._interval_version, self._has_intervals = -1, False  # (interval_strings)
+        # (interval_strings: the schema version, its tables with interval or boolean
+        # columns, and statements typed under it)
+        self._interval_version, self._typed_tables = -1, list[str]()
+        self._typed_done: dict[tuple[str, Any], str] = {}
         self._relations: set[str] = set()
         self._declared: dict[str, dict[str, int]] = {}
         #: what :meth:`_date_column_operator` answered for each statement, at that version
@@ -2636,13 +2639,20 @@ class _SQLiteSession(EngineSession):
 
         # (and a boolean's as SQLite's 1 or 0: 'yes' is true, as in PostgreSQL)
         ((version,),) = self._schema("PRAGMA schema_version", ())
-        if version != self._interval_version:
-            ((count,),) = self._schema("SELECT count(*) FROM sqlite_schema WHERE type = "
-                                       "'table' AND (upper(sql) LIKE '%INTERVAL%' OR "
-                                       "upper(sql) LIKE '%BOOL%')", ())
-            self._interval_version, self._has_intervals = version, bool(count)
-        if not self._has_intervals:
+        if version != self._interval_version:  # the tables that may have such columns
+            self._interval_version, self._typed_done = version, {}
+            self._typed_tables = [str(n).lower() for (n,) in self._schema(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND (upper(sql) "
+                "LIKE '%INTERVAL%' OR upper(sql) LIKE '%BOOL%')", ())]
+        if not self._typed_tables:
             return sql
+        lowered = sql.lower()
+        if not any(name in lowered for name in self._typed_tables):
+            return sql
+        key = (sql, getattr(self.privileges, "version", None))
+        done = self._typed_done.get(key)
+        if done is not None:  # (the same statement again: typed as before)
+            return done
         tables, columns = self._context(visible)
         edits = [(tok, _sqltext.interval_literal) for tok in _paramtypes.typed_strings(
             sql, tables, columns, _types.INTERVAL, lambda text: text[:1] == "'")]
@@ -2653,6 +2663,9 @@ class _SQLiteSession(EngineSession):
                 sql = sql[:tok.start] + literal(tok.text) + sql[tok.stop:]
         except (_intervalin.IntervalError, _sqltext.InputError) as exc:
             raise StatementError(*exc.args) from None
+        if len(self._typed_done) >= 256:
+            self._typed_done.clear()
+        self._typed_done[key] = sql
         return sql
 
     def float_literals(self, sql: str, visible: Callable[[str], bool] | None = None) -> str:
