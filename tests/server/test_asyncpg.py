@@ -301,3 +301,41 @@ def test_uuid_results_and_parameters(start_server, request, engine_name) -> None
                     as copy:
                 copy.set_types(["uuid"])
                 assert list(copy.rows()) == [(third,)]
+
+
+def test_lists_as_arrays(start_server, request) -> None:
+    """asyncpg looks each array type up in pg_catalog (pg_type, pg_range; the lookup's own
+    OID arrays are oid[], which it decodes itself) and reads the analytical engine's lists
+    as lists: each element type, NULL elements, an empty list, a rectangular nested list."""
+    srv = start(start_server, request, "analytical")
+
+    async def body(conn: asyncpg.Connection) -> None:
+        cases = [
+            ("[1, NULL, 3]::BIGINT[]", "int8[]", [1, None, 3]),
+            ("[1, 2]::INTEGER[]", "int4[]", [1, 2]),
+            ("[1.5, NULL]::DOUBLE[]", "float8[]", [1.5, None]),
+            ("[true, NULL, false]::BOOLEAN[]", "bool[]", [True, None, False]),
+            ("['2024-01-02'::DATE, NULL]", "date[]", [dt.date(2024, 1, 2), None]),
+            ("['2024-01-02 03:04:05'::TIMESTAMP]", "timestamp[]",
+             [dt.datetime(2024, 1, 2, 3, 4, 5)]),
+            ("['a b', NULL, 'c\"d']::VARCHAR[]", "text[]", ["a b", None, 'c"d']),
+            ("[]::BIGINT[]", "int8[]", []),
+            ("[[1, 2], [3, NULL]]::BIGINT[][]", "int8[]", [[1, 2], [3, None]]),
+        ]
+        for sql, type_name, expected in cases:
+            st = await asyncio.wait_for(conn.prepare(f"SELECT {sql} AS x"), 30)
+            assert [a.type.name for a in st.get_attributes()] == [type_name], sql
+            assert st.get_attributes()[0].type.kind == "array", sql
+            assert await asyncio.wait_for(st.fetchval(), 30) == expected, sql
+        rows = await conn.fetch("SELECT [i, i + 1] AS x FROM range(3) r(i) ORDER BY i")
+        assert [r["x"] for r in rows] == [[0, 1], [1, 2], [2, 3]]
+        # a type pg_type does not list (indoption's int2vector): asyncpg's lookup finds no
+        # row and it says so, without looking again and again
+        with pytest.raises(asyncpg.exceptions.InternalClientError, match="could not resolve"):
+            await asyncio.wait_for(conn.fetch("SELECT indoption FROM pg_index"), 30)
+        # the lookup's own OID arrays are oid[], which asyncpg reads itself
+        assert await conn.fetchval(
+            "SELECT array_agg(oid ORDER BY oid) FROM pg_type WHERE typname IN "
+            "('_int8', 'int8')") == [20, 1016]
+
+    run(srv, body)

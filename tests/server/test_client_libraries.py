@@ -110,6 +110,24 @@ def test_malformed_binary_time_parameters(oid, data) -> None:
         decode_param(oid, data, 1)
 
 
+def _oid_array(items: list[int | None]) -> bytes:
+    head = struct.pack("!iiIii", 1, None in items, 26, len(items), 1)
+    return head + b"".join(struct.pack("!i", -1) if i is None else struct.pack("!iI", 4, i)
+                           for i in items)
+
+
+def test_oid_array_parameters() -> None:
+    """oid[] (asyncpg's type lookup's $1::oid[]) in binary and text; malformed ones refused."""
+    assert decode_param(1028, _oid_array([1016, None, 4294967295]), 1) == [1016, None, 4294967295]
+    assert decode_param(1028, struct.pack("!iiI", 0, 0, 26), 1) == []
+    assert decode_param(1028, b"{1016, 25,NULL}", 0) == [1016, 25, None]
+    assert decode_param(1028, b"{}", 0) == []
+    for data, fmt in [(_oid_array([1])[:-2], 1), (_oid_array([1]) + b"x", 1),
+                      (struct.pack("!iiIii", 1, 0, 20, 0, 1), 1), (b"1,2", 0), (b"{a}", 0)]:
+        with pytest.raises(ProtocolError):
+            decode_param(1028, data, fmt)
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_analytical_insert_returning_is_refused(start_server, analytical, driver) -> None:
     """An INSERT cannot return its rows on the analytical engine: refused (0A000, nothing

@@ -99,8 +99,8 @@ def _cast_type(toks: list[_Tok], at: int) -> int:
     end = at + len(words)
     if end < len(toks) and toks[end].text == "(":  # numeric(10, 2), varchar(20)
         end = next((i + 1 for i in range(end, len(toks)) if toks[i].text == ")"), end)
-    if end < len(toks) and toks[end].text == "[":  # an array: not described
-        return 0
+    if end < len(toks) and toks[end].text == "[":  # an array: not described, but oid[]
+        return T.OID_ARRAY if words == ["oid"] else 0  # (asyncpg's type lookup sends one)
     return T.type_oid(" ".join(words))
 
 

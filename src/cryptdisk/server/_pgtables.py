@@ -32,6 +32,7 @@ _SCHEMA = "cd_pg_catalog"  # the name the query runs under (DuckDB has its own p
 _PUBLIC, _PG_CATALOG, _INFORMATION_SCHEMA = 2200, 11, 13183
 _BTREE = 403  # pg_am's btree
 _INT2VECTOR = 22
+_INT8_ARRAY, _OID_ARRAY = 1016, 1028
 _OWNER = 10
 
 #: (name, DuckDB type) of each table's columns, in PostgreSQL's order (the ones clients use)
@@ -152,6 +153,10 @@ _TABLES: dict[str, list[tuple[str, str]]] = {
                    ("opcnamespace", "BIGINT"), ("opcowner", "BIGINT"), ("opcfamily", "BIGINT"),
                    ("opcintype", "BIGINT"), ("opcdefault", "BOOLEAN"),
                    ("opckeytype", "BIGINT")],
+    "pg_range": [("rngtypid", "BIGINT"), ("rngsubtype", "BIGINT"),
+                 ("rngmultitypid", "BIGINT"), ("rngcollation", "BIGINT"),
+                 ("rngsubopc", "BIGINT"), ("rngcanonical", "VARCHAR"),
+                 ("rngsubdiff", "VARCHAR")],
     "pg_inherits": [("inhrelid", "BIGINT"), ("inhparent", "BIGINT"), ("inhseqno", "INTEGER"),
                     ("inhdetachpending", "BOOLEAN")],
     "pg_enum": [("oid", "BIGINT"), ("enumtypid", "BIGINT"), ("enumsortorder", "REAL"),
@@ -364,6 +369,13 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                         None, None, None, None, "i", "p", False, 0, -1, 0,
                         _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
                        for oid, name, length, category, array in _BASE_TYPES]
+    # their array types, as PostgreSQL has them (asyncpg reads an array by its typelem)
+    rows["pg_type"] += [(array, f"_{name}", _PG_CATALOG, _OWNER, -1, False, "b", "A", False,
+                         True, ",", 0, "array_subscript_handler", oid, 0, "array_in",
+                         "array_out", "array_recv", "array_send", None, None,
+                         "array_typanalyze", "d" if length == 8 else "i", "x", False, 0, -1,
+                         0, _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
+                        for oid, name, length, _category, array in _BASE_TYPES if array]
     if {"pg_roles", "pg_user"} & wanted:
         roles = _roles(privileges)
         rows["pg_roles"] = [(name, admin, True, admin, admin, login, False, -1,
@@ -579,4 +591,15 @@ def query(sql: str, params: list[Any], engine: EngineSession, privileges: Any,
     if result.columns is not None:  # int2vector, as drivers read it (pg8000: a list)
         result.columns = [(name, _INT2VECTOR if name == "indoption" and oid == _types.TEXT
                            else oid) for name, oid in result.columns]
+        # a list of BIGINTs here is of OIDs (conpfeqop, proargtypes, array_agg(atttypid)):
+        # oid[] as in PostgreSQL, which asyncpg reads without looking it up (its type
+        # lookup's own attrtypoids: as int8[] it would look int8[] up again, forever)
+        oid_arrays = [i for i, (_, oid) in enumerate(result.columns) if oid == _INT8_ARRAY]
+        if oid_arrays:
+            for i in oid_arrays:
+                result.columns[i] = (result.columns[i][0], _OID_ARRAY)
+            for row in result.rows:
+                for i in oid_arrays:
+                    if isinstance(row[i], _types.PgArray):
+                        row[i].element = _types.OID
     return result

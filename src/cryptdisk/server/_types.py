@@ -20,16 +20,17 @@ from ._pgdatetime import PgDatetime
 from ._sqltext import InputError, bool_literal
 from ._textout import datetime_text, float4_text, float4_texts, float8_text, numeric_text, time_text
 
-__all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "RAGGED", "TEXT", "PgArray",
-           "array_oid", "arrow_oid", "decode_param", "encode_value", "exact_result", "is_list",
-           "pg_type_name", "real_texts", "real_writers", "rectangular", "sqlite_declared_oid",
-           "sqlite_value", "text_encoders", "text_formatter", "value_oid"]
+__all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "OID_ARRAY", "RAGGED", "TEXT",
+           "PgArray", "array_oid", "arrow_oid", "decode_param", "encode_value", "exact_result",
+           "is_list", "pg_type_name", "real_texts", "real_writers", "rectangular",
+           "sqlite_declared_oid", "sqlite_value", "text_encoders", "text_formatter", "value_oid"]
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSON = (
     1082, 1083, 1114, 1184, 1186, 1700, 2950, 114)
 TIMETZ = 1266
+OID_ARRAY = 1028  # the one array type a parameter may have (pg_catalog's queries')
 _TEXTLIKE = {0, TEXT, UNKNOWN, VARCHAR, BPCHAR, NAME, JSON, 3802}
 _EPOCH_DATE = dt.date(2000, 1, 1)
 _EPOCH = dt.datetime(2000, 1, 1)
@@ -750,6 +751,8 @@ def _binary(oid: int, value: Any) -> bytes:
             return struct.pack("!i", value)
         if oid == INT8:
             return struct.pack("!q", value)
+        if oid == OID:
+            return struct.pack("!I", value)
         if oid == FLOAT4:
             return struct.pack("!f", value)
         if oid == FLOAT8:
@@ -842,7 +845,8 @@ def _decode_numeric(data: bytes) -> decimal.Decimal:
 
 _OID_NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", OID: "oid",
               FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
-              TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamp with time zone", UUID: "uuid"}
+              TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamp with time zone", UUID: "uuid",
+              OID_ARRAY: "oid[]"}
 
 
 #: a date and a zone, as PostgreSQL's JDBC driver sends a java.sql.Date (setDate:
@@ -883,8 +887,10 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
         return None
     try:
         if fmt == 1:
-            return _decode_binary(oid, data)
+            return _oid_array(data) if oid == OID_ARRAY else _decode_binary(oid, data)
         text = data.decode("utf-8")
+        if oid == OID_ARRAY:
+            return _oid_array_text(text)
         if oid in (INT2, INT4, INT8, OID):
             return int(text)
         if oid in (FLOAT4, FLOAT8):
@@ -916,6 +922,40 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
             raise ProtocolError(f"invalid input syntax for type {_OID_NAMES.get(oid, oid)}: "
                                 f'"{text}"') from None
         raise ProtocolError(f"invalid value for parameter of type {oid}: {exc}") from None
+
+
+def _oid_array_text(text: str) -> list[int | None]:
+    """An oid[] parameter (one dimension) in text, ``{1,2,NULL}``, as a list."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"malformed array literal {text!r}")
+    items = [i.strip() for i in text[1:-1].split(",")] if text[1:-1].strip() else []
+    return [None if i.upper() == "NULL" else int(i) for i in items]
+
+
+def _oid_array(data: bytes) -> list[int | None]:
+    """An oid[] parameter (one dimension) in PostgreSQL's binary array format as a list."""
+    ndims, _, element = struct.unpack_from("!iiI", data)
+    if ndims == 0:
+        return []
+    if ndims != 1 or element != OID:
+        raise ValueError(f"an oid[] of {ndims} dimensions of type {element}")
+    (count, _) = struct.unpack_from("!ii", data, 12)
+    out: list[int | None] = []
+    at = 20
+    for _ in range(count):
+        (length,) = struct.unpack_from("!i", data, at)
+        at += 4
+        if length == -1:
+            out.append(None)
+            continue
+        if length != 4:
+            raise ValueError(f"an oid of {length} bytes")
+        out.append(struct.unpack_from("!I", data, at)[0])
+        at += 4
+    if at != len(data):
+        raise ValueError(f"{len(data) - at} bytes after the array")
+    return out
 
 
 def _decode_binary(oid: int, data: bytes) -> Any:
