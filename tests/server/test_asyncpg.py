@@ -337,5 +337,15 @@ def test_lists_as_arrays(start_server, request) -> None:
         assert await conn.fetchval(
             "SELECT array_agg(oid ORDER BY oid) FROM pg_type WHERE typname IN "
             "('_int8', 'int8')") == [20, 1016]
+        # the array types' rows as PostgreSQL 15 has them
+        rows = await conn.fetch(
+            "SELECT typname, typelem, typcategory, typdelim, typalign, typinput, typoutput "
+            "FROM pg_type WHERE typname IN ('_int4', '_int8', '_interval', '_text') "
+            "ORDER BY typname")
+        assert [tuple(r) for r in rows] == [
+            ("_int4", 23, "A", ",", "i", "array_in", "array_out"),
+            ("_int8", 20, "A", ",", "d", "array_in", "array_out"),
+            ("_interval", 1186, "A", ",", "d", "array_in", "array_out"),
+            ("_text", 25, "A", ",", "i", "array_in", "array_out")]
 
     run(srv, body)

@@ -373,8 +373,9 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
     rows["pg_type"] += [(array, f"_{name}", _PG_CATALOG, _OWNER, -1, False, "b", "A", False,
                          True, ",", 0, "array_subscript_handler", oid, 0, "array_in",
                          "array_out", "array_recv", "array_send", None, None,
-                         "array_typanalyze", "d" if length == 8 else "i", "x", False, 0, -1,
-                         0, _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
+                         "array_typanalyze",
+                         "d" if length == 8 or oid == _types.INTERVAL else "i", "x", False,
+                         0, -1, 0, _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
                         for oid, name, length, _category, array in _BASE_TYPES if array]
     if {"pg_roles", "pg_user"} & wanted:
         roles = _roles(privileges)
