@@ -17,11 +17,13 @@ floats, timestamps, times and numerics, byte for byte.
 - numeric: every digit in fixed notation (``0.000000100``, never ``1.00E-7``), no
   negative zero.
 
-These are on the hot path of large results: :func:`float8_text` costs one ``repr``, and
-:func:`float4_texts` writes a whole column of reals at a time: pyarrow's cast of float4 to
-text (double-conversion's shortest digits, in C++), rewritten to PostgreSQL's notation by
-a few regular expressions; the rare value whose digits lie exactly halfway to a neighbour
-(double-conversion writes those, PostgreSQL's Ryu does not) by :func:`float4_text`.
+These are on the hot path of large results: :func:`float4_texts` and
+:func:`float8_texts` write a whole column of floats at a time: pyarrow's cast of float4 or
+double to text (double-conversion's shortest digits, in C++), rewritten to PostgreSQL's
+notation by a few regular expressions; a value whose digits may lie exactly halfway to a
+neighbour (double-conversion writes those, PostgreSQL's Ryu does not: the rare float4
+found so, every double of 2 ** 53 or more) by :func:`float4_text` or :func:`float8_text`
+(one ``repr``), as are all with ``extra_float_digits`` at or below 0.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["datetime_text", "float4_text", "float4_texts", "float8_text", "numeric_text",
-           "offset_text", "time_text"]
+__all__ = ["datetime_text", "float4_text", "float4_texts", "float8_text", "float8_texts",
+           "numeric_text", "offset_text", "time_text"]
 
 _SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _F32 = struct.Struct("<f")
@@ -239,6 +241,53 @@ def float4_texts(values: pa.Array, extra_float_digits: int = 1) -> pa.StringArra
     doubles = pc.filter(values.cast(pa.float64()), slow).to_pylist()
     return pc.replace_with_mask(texts, slow, pa.array(
         [float4_text(v, extra_float_digits) for v in doubles], pa.string()))
+
+
+#: pyarrow's text of a double -> PostgreSQL's, by magnitude (as for float4s): exponents -6
+#: and -5 (fixed in pyarrow) and one-digit negative exponents as for float4s; exponents 10
+#: to 14 (pyarrow's exponent form, PostgreSQL's fixed): the digits padded with zeros and
+#: marked (p), the point put after the integer's digits, the fraction's trailing zeros
+#: (and a point with none after it) dropped with the mark
+_F8_FIXED = tuple(
+    (0.99 * 10.0 ** n, 1.01 * 10.0 ** (n + 1), (
+        (rf"^(-?)(\d)(?:\.(\d*))?e\+{n}$", r"\1\2\3" + "0" * n + "p"),
+        (rf"^(-?)(\d{{{n + 1}}})(\d*)p$", r"\1\2.\3p"),
+        (r"\.?0*p$", "")))
+    for n in range(10, 15))
+
+
+def float8_texts(values: pa.Array, extra_float_digits: int = 1) -> pa.StringArray:
+    """A column of doubles (nulls stay null) as :func:`float8_text` writes each: the same
+    text, a column at a time (see the module)."""
+    values = values.cast(pa.float64())
+    if extra_float_digits <= 0:
+        texts = pa.nulls(len(values), pa.string())
+        slow = pc.is_valid(values)
+    else:
+        texts = values.cast(pa.string())
+        x = pc.abs(values)
+        # from 2 ** 53 on, a double's halfway points are integers that pyarrow's digits
+        # may be (PostgreSQL's Ryu never writes those): written one by one
+        slow = pc.and_(pc.greater_equal(x, _TWO_53), pc.is_finite(values))
+        steps = [(start, end, ((pattern, replacement),
+                               *(((_F4_TRAILING, "e"),) if pattern != _F4_PADDED[2] else ())))
+                 for start, end, pattern, replacement in (_F4_PADDED, *_F4_NOTATION[:2])]
+        for start, end, rewrites in (*steps, *_F8_FIXED):
+            these = pc.fill_null(pc.and_(pc.greater_equal(x, start), pc.less(x, end)), False)
+            if pc.any(these).as_py():
+                some = pc.filter(texts, these)
+                for pattern, replacement in rewrites:
+                    some = pc.replace_substring_regex(some, pattern, replacement)
+                texts = pc.replace_with_mask(texts, these, some)
+        if pc.any(pc.invert(pc.is_finite(values))).as_py():
+            texts = pc.replace_substring(pc.replace_substring(texts, "nan", "NaN"), "inf",
+                                         "Infinity")
+    slow = pc.fill_null(slow, False)
+    if not pc.any(slow).as_py():
+        return texts
+    doubles = pc.filter(values, slow).to_pylist()
+    return pc.replace_with_mask(texts, slow, pa.array(
+        [float8_text(v, extra_float_digits) for v in doubles], pa.string()))
 
 
 def offset_text(offset: dt.timedelta) -> str:

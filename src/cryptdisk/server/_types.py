@@ -18,7 +18,15 @@ from ..errors import ProtocolError
 from ._intervalin import Interval, IntervalError, parse_interval
 from ._pgdatetime import PgDatetime
 from ._sqltext import InputError, bool_literal
-from ._textout import datetime_text, float4_text, float4_texts, float8_text, numeric_text, time_text
+from ._textout import (
+    datetime_text,
+    float4_text,
+    float4_texts,
+    float8_text,
+    float8_texts,
+    numeric_text,
+    time_text,
+)
 
 __all__ = ["ARRAY_TYPES", "BOOL", "BYTEA", "FLOAT8", "INT8", "OID_ARRAY", "RAGGED", "TEXT",
            "PgArray", "array_oid", "arrow_oid", "decode_param", "encode_value", "exact_result",
@@ -520,16 +528,18 @@ def text_formatter(oid: int, extra_float_digits: int = 1) -> Callable[[Any], str
 
 
 def real_texts(values: Sequence[Any], extra_float_digits: int = 1, *,
-               encoded: bool = False) -> list[Any]:
-    """A real column's values (None: NULL) in text, as :func:`text_formatter` writes each
-    (``encoded``: as UTF-8 bytes): a column of floats at a time
-    (:func:`._textout.float4_texts`: the hot path of a large result of reals), any other
-    value by value."""
+               encoded: bool = False, oid: int = FLOAT4) -> list[Any]:
+    """A real (``oid`` FLOAT4) or double precision (FLOAT8) column's values (None: NULL)
+    in text, as :func:`text_formatter` writes each (``encoded``: as UTF-8 bytes): a column
+    of floats at a time (:func:`._textout.float4_texts`, :func:`._textout.float8_texts`:
+    the hot path of a large result of floats), any other value by value."""
     if extra_float_digits > 0 and set(map(type, values)) <= _FLOAT_OR_NONE:
-        texts = float4_texts(pa.array(values, pa.float64()), extra_float_digits)
+        column = pa.array(values, pa.float64())
+        texts = float4_texts(column, extra_float_digits) if oid == FLOAT4 else \
+            float8_texts(column, extra_float_digits)
         out: list[Any] = (texts.cast(pa.binary()) if encoded else texts).to_pylist()
         return out
-    write = text_formatter(FLOAT4, extra_float_digits)
+    write = text_formatter(oid, extra_float_digits)
     return [None if v is None else write(v).encode() if encoded else write(v)
             for v in values]
 
@@ -540,12 +550,13 @@ _FLOAT_OR_NONE = frozenset({float, type(None)})
 def real_writers(oids: Sequence[int], rows: Sequence[Sequence[Any]],
                  extra_float_digits: int = 1, *, nulls: bool = True,
                  encoded: bool = False) -> dict[int, Callable[[Any], Any]]:
-    """For each real column of ``rows`` (columns of type ``oids``), by its index, a writer
-    that gives the next of the column's texts (:func:`real_texts`, written a column at a
-    time) at each call, whatever it is passed: to be called once for each row's value in
-    turn (``nulls`` False: for each value but the NULLs, whose texts it skips). A row of
-    another length than ``oids`` raises ValueError."""
-    reals = [i for i, oid in enumerate(oids) if oid == FLOAT4]
+    """For each real or double precision column of ``rows`` (columns of type ``oids``), by
+    its index, a writer that gives the next of the column's texts (:func:`real_texts`,
+    written a column at a time) at each call, whatever it is passed: to be called once for
+    each row's value in turn (``nulls`` False: for each value but the NULLs, whose texts it
+    skips). A row of another length than ``oids`` raises ValueError."""
+    reals = [i for i, oid in enumerate(oids)
+             if oid == FLOAT4 or (oid == FLOAT8 and extra_float_digits > 0)]
     if not reals or not rows:
         return {}
     for row in rows:
@@ -553,7 +564,8 @@ def real_writers(oids: Sequence[int], rows: Sequence[Sequence[Any]],
             raise ValueError(f"a row of {len(row)} values for {len(oids)} columns")
     writers: dict[int, Callable[[Any], Any]] = {}
     for i in reals:
-        texts = real_texts([row[i] for row in rows], extra_float_digits, encoded=encoded)
+        texts = real_texts([row[i] for row in rows], extra_float_digits, encoded=encoded,
+                           oid=oids[i])
         if not nulls:
             texts = [t for t in texts if t is not None]
         writers[i] = functools.partial(next, iter(texts))  # (next(texts, value))
