@@ -627,6 +627,49 @@ def _sqlite_int_cast(*args: Any) -> Any:
 _NUMBER_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
+def _copy_float(text: str) -> Any:
+    """A COPY field of a float column as PostgreSQL's float8 input reads it (``inf``,
+    `` 1.5 ``; NaN is NULL, as SQLite keeps it); 22P02 / 22003 as there."""
+    if text.isascii() and "_" not in text:  # (Python's float reads ASCII as strtod does,
+        try:  # and 1_000; a word, 0 or beyond the range: PostgreSQL's rules below)
+            number = float(text)
+        except ValueError:
+            pass
+        else:
+            if number != 0 and math.isfinite(number):
+                return number
+    value = _sqltext.float_literal("'" + text.replace("'", "''") + "'", "float8")
+    return None if value == "NULL" else float(value)
+
+
+def _copy_bool(text: str) -> int:
+    """A COPY field of a boolean column as PostgreSQL's boolean input reads it (``yes``,
+    ``off``), as SQLite's 1 or 0; 22P02 for other text."""
+    return int(_sqltext.bool_literal("'" + text.replace("'", "''") + "'"))
+
+
+#: the column types whose COPY text fields are read by PostgreSQL's input of the type
+_COPY_INPUTS: dict[int, Callable[[str], Any]] = {
+    _types.INT8: lambda text: _sqlite_int_cast(text, 8, 0), _types.FLOAT8: _copy_float,
+    _types.BOOL: _copy_bool}
+
+
+def _copy_typed(rows: list[list[Any]], j: int, name: str, read: Callable[[str], Any],
+                before: int) -> None:
+    """Field ``j`` (column ``name``) of each text row read by ``read``; a field it refuses
+    fails the COPY with the input's SQLSTATE, naming the row (``before`` rows earlier)."""
+    for i, row in enumerate(rows):
+        text = row[j]
+        if type(text) is str:
+            try:
+                row[j] = read(text)
+            except (StatementError, _sqltext.InputError) as exc:
+                message = exc.args[0]
+                code = exc.sqlstate if isinstance(exc, StatementError) else exc.args[1]
+                raise StatementError(f"{message} (COPY row {before + i + 1}, column "
+                                     f"{name})", code) from None
+
+
 def _sqlite_divisor(*args: Any) -> Any:
     """A divisor of ``/`` or ``%`` as SQLite's function (:data:`._sqlitearith.
     DIVISOR_FUNCTION`): the value itself, or 22012 where it is zero (SQLite's ``/`` and
@@ -3186,6 +3229,10 @@ class _SQLiteSession(EngineSession):
         numeric = [j for j, name in enumerate(names) if kinds.get(name.lower()) == _types.NUMERIC]
         intervals = [j for j, name in enumerate(names)
                      if kinds.get(name.lower()) == _types.INTERVAL]
+        # text read by the column type's PostgreSQL input (SQLite would keep 'abc' of a
+        # DOUBLE PRECISION column, or 1e30 of an INTEGER one, as it is)
+        typed = [(j, name, _COPY_INPUTS[kind]) for j, name in enumerate(names)
+                 if (kind := kinds.get(name.lower())) in _COPY_INPUTS]
         width: int | None = None
         count = 0
         sql = ""
@@ -3226,6 +3273,9 @@ class _SQLiteSession(EngineSession):
                                 if j < width:
                                     for row in rows:
                                         row[j] = _sqlite_interval_cast(row[j])
+                            for j, name, read in typed:
+                                if j < width:
+                                    _copy_typed(rows, j, name, read, count)
                         cur.executemany(sql, rows, can_cache=self.can_cache)
                         count += len(rows)
                         if self._cancel.is_set():  # (sent while the rows were coming)

@@ -368,7 +368,8 @@ def bool_literal(literal: str) -> str:
     raise InputError(f'invalid input syntax for type boolean: "{body}"', "22P02")
 
 
-_PG_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?0[xX][0-9a-fA-F]+")
+_PG_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?0[xX][0-9a-fA-F]+",
+                       re.ASCII)  # (strtod's digits are ASCII: not '\u0663')
 _PG_FLOAT_WORDS = {"nan": "NULL", "infinity": "9e999", "+infinity": "9e999", "inf": "9e999",
                    "+inf": "9e999", "-infinity": "-9e999", "-inf": "-9e999"}
 
