@@ -638,14 +638,14 @@ def _copy_float(text: str) -> Any:
         else:
             if number != 0 and math.isfinite(number):
                 return number
-    value = _sqltext.float_literal("'" + text.replace("'", "''") + "'", "float8")
+    value = _sqltext.float_input(text, "float8")
     return None if value == "NULL" else float(value)
 
 
 def _copy_bool(text: str) -> int:
     """A COPY field of a boolean column as PostgreSQL's boolean input reads it (``yes``,
     ``off``), as SQLite's 1 or 0; 22P02 for other text."""
-    return int(_sqltext.bool_literal("'" + text.replace("'", "''") + "'"))
+    return int(_sqltext.bool_input(text))
 
 
 #: the column types whose COPY text fields are read by PostgreSQL's input of the type

@@ -357,7 +357,11 @@ def bool_literal(literal: str) -> str:
     PostgreSQL's boolean input reads it (``t``, ``true``, ``yes``, ``on``, ``1`` and
     their false ones, any case, a prefix that tells them apart, spaces around); raises
     :class:`InputError` (22P02) for other text."""
-    body = literal[1:-1].replace("''", "'")
+    return bool_input(literal[1:-1].replace("''", "'"))
+
+
+def bool_input(body: str) -> str:
+    """Text read by PostgreSQL's boolean input (see :func:`bool_literal`): ``1`` or ``0``."""
     word = body.strip(" \t\n\r\v\f").lower()
     if word and ("true".startswith(word) or "yes".startswith(word) or word == "1"
                  or (len(word) >= 2 and "on".startswith(word))):
@@ -379,7 +383,11 @@ def float_literal(literal: str, type_name: str) -> str:
     read as PostgreSQL's float input reads it (spaces around, ``Infinity``, ``-inf``,
     ``NaN``: SQLite keeps NaN as NULL); raises :class:`InputError` for other text (22P02,
     where SQLite's CAST would give 0) and for a number out of the type's range (22003)."""
-    body = literal[1:-1].replace("''", "'")
+    return float_input(literal[1:-1].replace("''", "'"), type_name)
+
+
+def float_input(body: str, type_name: str) -> str:
+    """Text read by PostgreSQL's float input (see :func:`float_literal`): SQLite's number."""
     word = body.strip(" \t\n\r\v\f")
     four = type_name.lower() in ("real", "float4")
     name = "real" if four else "double precision"
