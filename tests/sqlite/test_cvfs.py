@@ -174,7 +174,7 @@ def test_file_sizes_are_read_without_a_stat(tmp_path, keyring, journal):
 
     On Linux 6.13+ a stat marks the file's ctime as seen, so its next write takes a
     fine-grained timestamp and dirties the inode: with synchronous=FULL each commit's
-    fdatasync then writes the inode block too (docs/sqlite.md, "Performance").
+    fdatasync then writes the inode block too (docs/sqlite-vfs.md, "Files on disk").
     """
     conn = csql.connect(str(tmp_path / "s.db"), keyring=keyring, implementation="c")
     conn.execute(f"PRAGMA journal_mode={journal}")

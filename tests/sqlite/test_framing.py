@@ -134,7 +134,7 @@ def test_a_commit_syncs_its_framed_journal_once(tmp_path, keyring, count_syncs, 
     """The database file claims safe append (a framed journal's records read back as
     written or as zeros), so with synchronous=FULL SQLite syncs the journal once per
     commit, not twice, and leaves the record count to the journal's size
-    (docs/sqlite.md, "Durability")."""
+    (docs/sqlite-vfs.md, "Durability")."""
     path = str(tmp_path / "j.db")
     conn = apsw.Connection(path, vfs="cd-count-syncs")
     for pragma in (f"page_size={page}", "synchronous=FULL", "journal_mode=DELETE"):

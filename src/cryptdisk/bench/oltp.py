@@ -147,7 +147,7 @@ def run(options: BenchOptions, record: Recorder, progress: Progress) -> None:
     NOTES.append("cryptdisk's database files claim SQLite's safe append (a journal record "
                  "reads back as written or, not authentic, as zeros), so a DELETE-mode "
                  "commit syncs its journal once; plain SQLite and SQLCipher sync it twice "
-                 "(docs/sqlite.md, \"Durability\").")
+                 "(docs/sqlite-vfs.md, \"Durability\").")
     with experiment_dir(options, "oltp") as workdir:
         strategies = _strategies(record)
         todo = [c for c in cases(options) if options.case is None or options.case in c.name]

@@ -91,7 +91,7 @@ class MutableStore:
     those bytes.
 
     Options for a file that other processes write at the same time (SQLite's
-    databases, journals and WALs; see ``docs/sqlite.md``):
+    databases, journals and WALs; see ``docs/sqlite-vfs.md``):
 
     - ``shared``: the size is asked of the file system at every read, write,
       truncate and :meth:`current_size` (``lseek``, one integer), never cached;

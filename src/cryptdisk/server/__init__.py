@@ -26,8 +26,8 @@ Masking and row access policies (``CREATE MASKING POLICY``, ...) of the analytic
 engine: ``engine.policies = PolicyStore("sales.db.policies", engine.keyring, engine,
 audit=AuditLog("sales.db.audit", engine.keyring))`` (the audit log of decryptions).
 
-See ``docs/server.md`` for how to connect, ``docs/server-protocol.md`` for the protocol,
-catalogs and types, and ``docs/server-operations.md`` for workers,
+See ``docs/server.md`` for how to connect, ``docs/server-protocol.md`` for the protocol
+and catalogs, ``docs/server-types.md`` for types, and ``docs/server-operations.md`` for workers,
 the access log, transactions and what is not implemented.
 """
 

@@ -13,7 +13,7 @@ encrypted page by page with AES-GCM and a fresh random nonce per write; a page
 that was flipped, moved, swapped, or copied from another file raises
 :class:`PageAuthenticationError` (a :class:`cryptdisk.AuthenticationError`),
 and pages cut from the end of the database raise :class:`PageTruncatedError`.
-Decrypted pages live only in the process's memory (SQLite's page cache). ``docs/sqlite.md``
+Decrypted pages live only in the process's memory (SQLite's page cache). ``docs/sqlite-vfs.md``
 describes the layout, the threat model and what is not detected (a whole-file
 rollback, or one page replaced by an older version of itself).
 

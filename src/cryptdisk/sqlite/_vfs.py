@@ -16,7 +16,7 @@
   ``cryptdisk-plain`` from the C extension (``csrc/cryptdisk_vfs/shm.c``), so
   the index is in ``$CRYPTDISK_SHM_DIR`` (``/dev/shm``) as with the C VFS.
   Without the C extension it stays with SQLite's default VFS, beside the
-  database (docs/sqlite.md, "The wal-index").
+  database (docs/sqlite-vfs.md, "The wal-index").
 
 ``xFileControl`` is not overridden, so SQLite's frequent file controls (lock
 timeouts, several per transaction) stay in C. One consequence: do not set
@@ -449,7 +449,7 @@ class EncryptedFile(apsw.VFSFile):
         # a WAL frame is one record (framed WAL), so a commit never shares a
         # record with the one before it, and SQLite need not pad commits to a
         # sector boundary. (A mutable WAL left by an older cryptdisk shares its
-        # last segment; rewrites of it keep a -cdtail copy, see docs/sqlite.md.)
+        # last segment; rewrites of it keep a -cdtail copy, see docs/sqlite-vfs.md.)
         if self._kind != MAIN:
             return 0
         if self._reused_journal():
@@ -458,7 +458,7 @@ class EncryptedFile(apsw.VFSFile):
         # exactly what this VFS wrote there or, torn, cut or otherwise not
         # authentic, as zeros, which end SQLite's playback (page number 0).
         # So SQLite may take the record count from the journal's size and sync
-        # the journal once per commit instead of twice (docs/sqlite.md,
+        # the journal once per commit instead of twice (docs/sqlite-vfs.md,
         # "Durability").
         return _POWERSAFE_OVERWRITE | _SAFE_APPEND
 
