@@ -31,7 +31,7 @@ __all__ = ["handles", "query"]
 _SCHEMA = "cd_pg_catalog"  # the name the query runs under (DuckDB has its own pg_catalog)
 _PUBLIC, _PG_CATALOG, _INFORMATION_SCHEMA = 2200, 11, 13183
 _BTREE = 403  # pg_am's btree
-_INT2VECTOR = 22
+_INT2VECTOR = _types.INT2VECTOR
 _INT8_ARRAY, _OID_ARRAY = 1016, 1028
 _OWNER = 10
 
@@ -214,9 +214,10 @@ _BASE_TYPES = [
     (_types.TIME, "time", 8, "D", 1183), (_types.TIMESTAMP, "timestamp", 8, "D", 1115),
     (_types.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
     (_types.INTERVAL, "interval", 16, "T", 1187), (_types.NUMERIC, "numeric", -1, "N", 1231),
-    (_types.UUID, "uuid", 16, "U", 2951)]
-_TEXT_TYPES = {_types.TEXT, _types.VARCHAR, _types.BPCHAR, _types.NAME}
-_COLLATION = 100  # "default"
+    (_types.UUID, "uuid", 16, "U", 2951), (_INT2VECTOR, "int2vector", -1, "A", 1006)]
+#: the collation of a type's values (pg_type's typcollation, pg_attribute's attcollation):
+#: "default" (100) for the text types, "C" (950) for name, as in PostgreSQL 15
+_COLLATIONS = {_types.TEXT: 100, _types.VARCHAR: 100, _types.BPCHAR: 100, _types.NAME: 950}
 #: the names format_type gives (information_schema's data_type, as psql's \d shows them)
 _FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
            _types.VARCHAR: "character varying", _types.BPCHAR: "character",
@@ -367,15 +368,22 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
     rows["pg_type"] = [(oid, name, _PG_CATALOG, _OWNER, length, length in (1, 2, 4, 8), "b",
                         category, False, True, ",", 0, None, 0, array, None, None, None,
                         None, None, None, None, "i", "p", False, 0, -1, 0,
-                        _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
-                       for oid, name, length, category, array in _BASE_TYPES]
+                        _COLLATIONS.get(oid, 0), None, None, None)
+                       for oid, name, length, category, array in _BASE_TYPES
+                       if oid != _INT2VECTOR]
+    # int2vector (pg_index's indoption): an array of int2, as PostgreSQL has it
+    rows["pg_type"].append((
+        _INT2VECTOR, "int2vector", _PG_CATALOG, _OWNER, -1, False, "b", "A", False, True, ",",
+        0, "array_subscript_handler", _types.INT2, 1006, "int2vectorin", "int2vectorout",
+        "int2vectorrecv", "int2vectorsend", None, None, None, "i", "p", False, 0, -1, 0, 0,
+        None, None, None))
     # their array types, as PostgreSQL has them (asyncpg reads an array by its typelem)
     rows["pg_type"] += [(array, f"_{name}", _PG_CATALOG, _OWNER, -1, False, "b", "A", False,
                          True, ",", 0, "array_subscript_handler", oid, 0, "array_in",
                          "array_out", "array_recv", "array_send", None, None,
                          "array_typanalyze",
                          "d" if length == 8 or oid == _types.INTERVAL else "i", "x", False,
-                         0, -1, 0, _COLLATION if oid in _TEXT_TYPES else 0, None, None, None)
+                         0, -1, 0, _COLLATIONS.get(oid, 0), None, None, None)
                         for oid, name, length, _category, array in _BASE_TYPES if array]
     if {"pg_roles", "pg_user"} & wanted:
         roles = _roles(privileges)
@@ -408,7 +416,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                     oid, column, type_oid, -1, length, i + 1, 0, -1,
                     _typmod(type_oid, type_name), length in (1, 2, 4, 8), "i", "p", "",
                     bool(notnull), default is not None, False, "", "", False, True, 0,
-                    _COLLATION if type_oid in _TEXT_TYPES else 0, None, None, None, None))
+                    _COLLATIONS.get(type_oid, 0), None, None, None, None))
             if default is not None and "pg_attrdef" in wanted:
                 rows["pg_attrdef"].append((oid * 1000 + i + 1, oid, i + 1, default))
     if {"pg_constraint", "pg_index"} & wanted:

