@@ -33,7 +33,13 @@ from fsspec import AbstractFileSystem
 
 from .config import Config, load_config
 from .disks import Disk, discardable, positional
-from .errors import ConfigError, DiskFileNotFoundError, DiskIsADirectoryError, PolicyError
+from .errors import (
+    ConfigError,
+    DiskError,
+    DiskFileNotFoundError,
+    DiskIsADirectoryError,
+    PolicyError,
+)
 from .keys import file_stamp
 
 __all__ = ["CryptdiskFileSystem"]
@@ -43,6 +49,26 @@ _FSSPEC_OPTIONS = {"skip_instance_cache", "use_listings_cache", "listings_expiry
                    "max_paths", "asynchronous", "loop"}
 #: The keyword :meth:`CryptdiskFileSystem.mv` passes through fsspec's ``copy`` to ``cp_file``.
 _MOVE = "cryptdisk_move"
+
+
+def _called_by_block_cache(frame: Any) -> bool:
+    """Whether ``frame`` is fsspec's ``blockcache::`` opening a file of the layer below."""
+    if frame.f_code.co_name != "_open":
+        return False
+    from fsspec.implementations.cached import CachingFileSystem
+
+    return frame.f_code is CachingFileSystem._open.__code__
+
+
+def _block_cache_refused(path: str) -> DiskError:
+    """fsspec's ``blockcache::`` keeps the byte ranges it reads in a sparse file of its
+    ``cache_storage``: over ``cryptdisk://`` those are the decrypted bytes."""
+    return DiskError(
+        f"blockcache::cryptdisk://{path}: fsspec's blockcache would write the byte ranges "
+        "it reads, decrypted, to its cache directory; cryptdisk:// refuses it",
+        hint="read cryptdisk:// directly: encrypted disks cache decrypted reads in process "
+        "memory (cache_mb); simplecache:: and filecache:: keep whole decrypted files on "
+        "disk, so give them a cache_storage on an encrypted volume")
 
 
 class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -220,6 +246,8 @@ class CryptdiskFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
               cache_options: Any = None, **kwargs: Any) -> Any:
+        if "r" in mode and _called_by_block_cache(sys._getframe(1)):
+            raise _block_cache_refused(self._strip_protocol(path))
         disk, rel = self._split(path)
         if mode == "rb":
             return disk.open_read(rel)

@@ -345,3 +345,37 @@ def test_a_config_changed_by_a_key_rotation_is_loaded_again(tmp_path: Path) -> N
     assert fs.cat_file("secure/new.bin") == b"new"
     with pytest.raises(KeyNotFoundError):
         fs.cat_file("secure/old.bin")
+
+
+def test_blockcache_is_refused_as_it_would_keep_plaintext(config_path: str,
+                                                          tmp_path: Path) -> None:
+    """fsspec's blockcache:: keeps the byte ranges it reads in a sparse file of its cache
+    directory: over cryptdisk:// those are the decrypted bytes, so reading through it is
+    refused with a DiskError that says why and what to use (before the fix: fsspec's raw
+    AttributeError on the file's blocksize). Writes pass through it (it caches none)."""
+    from cryptdisk.errors import DiskError
+
+    data = MARKER.encode() * 1000
+    CryptdiskFileSystem(config=config_path).pipe_file("secure/a.bin", data)
+    cache = tmp_path / "blockcache"
+    chained = fsspec.open("blockcache::cryptdisk://secure/a.bin", cryptdisk={
+        "config": config_path}, blockcache={"cache_storage": str(cache)})
+    with pytest.raises(DiskError, match=r"blockcache::cryptdisk://secure/a\.bin: .*"
+                       "blockcache would write the byte ranges it reads, decrypted") as err:
+        with chained as f:
+            f.read()
+    assert "cache_mb" in (err.value.hint or "")
+    bc = fsspec.filesystem("blockcache", target_protocol="cryptdisk",
+                           target_options={"config": config_path}, cache_storage=str(cache))
+    for read in (lambda: bc.cat_file("secure/a.bin"), lambda: bc.open("secure/a.bin").read(),
+                 lambda: bc.open("secure/a.bin", compression="infer")):
+        with pytest.raises(DiskError, match="blockcache"):
+            read()
+    assert not any(MARKER.encode() in p.read_bytes() for p in cache.rglob("*") if p.is_file())
+    with bc.open("secure/b.bin", "wb") as f:
+        f.write(data)
+    assert CryptdiskFileSystem(config=config_path).cat_file("secure/b.bin") == data
+    assert assert_ciphertext_only(tmp_path / "raw" / "enc") == 2
+    with fsspec.open("simplecache::cryptdisk://secure/a.bin", cryptdisk={
+            "config": config_path}, simplecache={"cache_storage": str(tmp_path / "sc")}) as f:
+        assert f.read() == data  # the whole-file caches still work (docs/disks.md warns)
