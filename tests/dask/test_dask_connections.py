@@ -125,7 +125,7 @@ class _CountingPool:
 def test_each_read_and_write_task_gives_arrow_s_freed_memory_back(tmp_path, monkeypatch):
     """Arrow's allocator keeps what a partition's read freed, which Dask counts as the
     worker's unmanaged memory: 600 MB workers reading a 1.7 GB table paused at 80% and
-    never resumed (docs/dask.md, Memory). Every read and write task releases it."""
+    never resumed (docs/dask-cost.md, Memory). Every read and write task releases it."""
     import dask.dataframe as dd
     import pandas as pd
     import pyarrow as pa

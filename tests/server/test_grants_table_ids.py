@@ -1,6 +1,7 @@
 """Analytical engine: a table grant records the catalog id of the table it was given on, so
 a table another connection drops and creates again under the name while the server is
-stopped does not get the old table's grants (docs/server.md, "Grants are kept by name")."""
+stopped does not get the old table's grants (docs/server-privileges.md, "Grants are kept by
+name")."""
 
 from __future__ import annotations
 

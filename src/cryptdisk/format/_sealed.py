@@ -397,7 +397,7 @@ class SealedReader:
         raises (with the C extension ``buf`` is then wiped). With the C extension this is
         one call that releases the GIL once (the shared first and last segments, the run
         between them and the packing), where :meth:`readinto_at` and a Python loop
-        moving the spans took the GIL back several times a read (docs/engine-cost.md)."""
+        moving the spans took the GIL back several times a read (docs/engine-profile.md)."""
         out = memoryview(buf).cast("B")
         n = len(out)
         if offset < 0 or offset + n > self.size:

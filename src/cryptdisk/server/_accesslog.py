@@ -5,7 +5,7 @@ Each line has ``time`` (UTC, ISO 8601), ``user``, ``source`` (client address),
 or writes, where the engine says), ``rows``, ``duration_ms`` and, for a
 failure, ``sqlstate`` (and ``rows`` 0). Never the statement's text, parameter values or
 passwords. The session writes one line per statement it is asked to run, COPY included
-(see docs/server-operations.md, Access log).
+(see docs/server-access-log.md).
 """
 
 from __future__ import annotations
