@@ -404,7 +404,7 @@ class Repository:
         missing a wrapping this one wrote: applied again). Wrappings are only ever added,
         so a wrapping missing from the config read back was lost. Two updates whose
         requests interleave within one round trip (one's re-read and write on both sides
-        of the other's write and read-back) can still lose one (docs/backup.md)."""
+        of the other's write and read-back) can still lose one (docs/backup-repository.md)."""
         for _ in range(10):
             raw = self.fs.cat_file(path)
             config = self._fresh_config(raw)
