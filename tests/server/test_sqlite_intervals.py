@@ -196,3 +196,27 @@ def test_copy_text_reads_intervals_as_postgresql_does(conn) -> None:
             with cur.copy("COPY iv FROM STDIN") as copy:
                 copy.write(b"4\tnonsense\n")
         assert err.value.sqlstate == "22007"
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_select_list_cast_to_interval_is_an_interval(conn, prepare) -> None:
+    """``'...'::interval`` and ``CAST(... AS [pg_catalog.]interval)`` in a select list are
+    described as interval (1186) and written as PostgreSQL 15 wrote them (the ``+`` after
+    a negative part), in text and binary; a schema-qualified type is the type."""
+    sql = ("SELECT '1 day 2 hours'::interval, CAST('-1 day 2 hours' AS interval), "
+           "%s::interval, CAST(%s AS pg_catalog.interval), '-1 mon 3 days'::pg_catalog.interval, "
+           "CAST('5' AS \"pg_catalog\".\"interval\") AS x")
+    params = ("-1 day 7200 seconds", "1 day")
+    cur = conn.cursor()
+    cur.adapters.register_loader("interval", TextLoader)
+    cur.execute(sql, params, prepare=prepare)
+    assert [d.type_code for d in cur.description] == [1186] * 6
+    assert [d.name for d in cur.description] == ["interval"] * 5 + ["x"]
+    assert cur.fetchall() == [("1 day 02:00:00", "-1 days +02:00:00", "-1 days +02:00:00",
+                               "1 day", "-1 mons +3 days", "00:00:05")]
+    day = dt.timedelta(days=-1, hours=2)
+    assert conn.execute(sql, params, binary=True, prepare=prepare).fetchall() == [
+        (dt.timedelta(days=1, hours=2), day, day, dt.timedelta(days=1),
+         dt.timedelta(days=-27), dt.timedelta(seconds=5))]
+    assert conn.execute("SELECT CAST(%s AS pg_catalog.int4), '7'::pg_catalog.int8",
+                        (5,)).fetchall() == [(5, 7)]

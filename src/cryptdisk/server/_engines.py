@@ -2796,8 +2796,10 @@ class _SQLiteSession(EngineSession):
                         settled = [a or b for a, b in zip(
                             settled, self._expression_types(sql, len(desc)), strict=True)]
                     if settled[i] == _types.BOOL or (
-                            settled[i] == _types.INT8 and oid == _types.FLOAT8):
-                        oid = settled[i]  # true, a = b: bool; an integer that overflowed:
+                            settled[i] == _types.INT8 and oid == _types.FLOAT8) or (
+                            settled[i] == _types.INTERVAL and oid == _types.TEXT):
+                        oid = settled[i]  # true, a = b: bool; '1 day'::interval (its
+                        # text as stored) an interval; an integer that overflowed:
                         try:  # 22003 (SQLite's integer arithmetic went on in floats)
                             rows = [(*r[:i], _types.conform(oid, r[i]), *r[i + 1:])
                                     for r in rows]

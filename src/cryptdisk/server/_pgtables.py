@@ -228,6 +228,9 @@ _SCAN = re.compile(r"\bpg_\w+", re.I)
 _FROM = re.compile(r"\bFROM\b", re.I)
 #: pg_catalog.pg_x, not a call: one of PostgreSQL's catalogs (42P01 where the server has none)
 _CATALOG_RELATION = re.compile(r"\bpg_catalog\s*\.\s*pg_\w+\b(?!\s*\()", re.I)
+#: pg_catalog. before a cast's type (``$1::pg_catalog.int4``, ``CAST(x AS pg_catalog.interval)``):
+#: the type, not the catalog
+_TYPE_QUALIFIER = re.compile(r"(::|\bAS)\s*pg_catalog\s*\.", re.I)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -243,6 +246,8 @@ def handles(sql: str) -> bool:
         return False
     # one of the tables; or pg_catalog's functions alone (a query of the engine's tables
     # that calls pg_catalog.lower(...) is the engine's)
+    if "::" in text or "as" in lower:
+        text = _TYPE_QUALIFIER.sub(r"\1 ", text)
     words = {m.group().lower() for m in _SCAN.finditer(text)}
     return bool(words & _TABLE_NAMES) or (
         "pg_catalog" in words and (_FROM.search(text) is None
