@@ -349,9 +349,22 @@ def test_session_settings_clients_set(start_server, request, engine) -> None:
         c.execute("RESET application_name")
         assert c.execute("SHOW application_name").fetchone() == ("",)
         for st in ("SET bytea_output = escape", "SET client_encoding = 'LATIN1'",
-                   "SET datestyle = 'SQL, DMY'"):
+                   "SET datestyle = 'SQL, DMY'", "SET IntervalStyle = 'iso_8601'",
+                   "SET intervalstyle TO SQL_STANDARD"):
             with pytest.raises(psycopg.errors.FeatureNotSupported, match="only"):
                 c.execute(st)
+        # a value PostgreSQL 15 does not take: its 22023, message and hint
+        for st, value, hint in (
+                ("SET IntervalStyle = 'bogus'", '"intervalstyle": "bogus"',
+                 "postgres, postgres_verbose, sql_standard, iso_8601"),
+                ("SET intervalstyle TO ''", '"intervalstyle": ""', "postgres, postgres_"),
+                ("SET bytea_output = base64", '"bytea_output": "base64"', "escape, hex")):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+                c.execute(st)
+            assert err.value.diag.message_primary == f"invalid value for parameter {value}"
+            assert f"Available values: {hint}" in (err.value.diag.message_hint or "")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="only one argument"):
+            c.execute("SET IntervalStyle = postgres, iso_8601")
         if engine == "sqlite_engine":  # (the analytical engine's DuckDB takes its own)
             c.execute("SET TIME ZONE 'UTC'")
             c.execute("SET search_path = '$user', public")

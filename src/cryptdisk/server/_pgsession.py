@@ -214,6 +214,10 @@ _ONLY = {"bytea_output": ("hex", {"hex"}), "client_encoding": ("UTF8", {"utf8"})
 _ONLY_SQLITE = {"timezone": ("UTC", {"utc", "gmt", "etc/utc", "z", "zulu", "0", "00:00"}),
                 "search_path": ('"$user", public', {"$user", "public"})}
 _CHECKED = {**_ONLY, **_ONLY_SQLITE}
+#: the values PostgreSQL takes for those of its settings that are lists of names: another
+#: is 22023 there, as here (one of these but the server's: 0A000)
+_ENUMS = {"intervalstyle": ("postgres", "postgres_verbose", "sql_standard", "iso_8601"),
+          "bytea_output": ("escape", "hex")}
 _VALUE_WORD = re.compile(r"'((?:[^']|'')*)'|\"((?:[^\"]|\"\")*)\"|([^,\s]+)")
 _ALIASES = {"utf-8": "utf8", "unicode": "utf8", "+00:00": "utc", "etc/gmt": "utc"}
 
@@ -350,6 +354,8 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         session.application_name = text[:63]  # (PostgreSQL's NAMEDATALEN - 1)
         session.send(parameter_status("application_name", session.application_name))
     elif name in _CHECKED and value is not None and value.strip().lower() != "default":
+        if name in _ENUMS:
+            _check_enum(name, value)
         shown, allowed = _CHECKED[name]
         words = set()
         for m in _VALUE_WORD.finditer(value):
@@ -360,6 +366,18 @@ def _set(name: str, value: str | None, session: Any) -> Result:
             raise StatementError(f"SET {name}: the server's sessions have {name} {shown!r} "
                                  "only", "0A000")
     return Result(None, [], "RESET" if value is None else "SET")
+
+
+def _check_enum(name: str, value: str) -> None:
+    """22023 for a value of ``name`` (one of :data:`_ENUMS`) PostgreSQL does not take."""
+    items = [m[1].replace("''", "'") if m[1] is not None else
+             m[2].replace('""', '"') if m[2] is not None else m[3]
+             for m in _VALUE_WORD.finditer(value)]
+    if len(items) != 1:
+        raise StatementError(f"SET {name} takes only one argument", "22023")
+    if items[0].lower() not in _ENUMS[name]:
+        raise StatementError(f'invalid value for parameter "{name}": "{items[0]}"', "22023",
+                             hint=f"Available values: {', '.join(_ENUMS[name])}.")
 
 
 def answers(sql: str, sqlite: bool = False) -> bool:
