@@ -305,6 +305,25 @@ def test_constants_subqueries_and_case_are_named_as_postgresql_names_them(
 
 
 @pytest.mark.parametrize("prepare", [False, True])
+def test_not_of_a_column_and_distinct_from_are_named_as_postgresql_names_them(
+        srv, prepare) -> None:
+    """``NOT ok`` of a boolean column is ``?column?`` (the server took ``ok`` for an alias
+    and sent the engine's ``NOT ok``), and the items after ``a IS DISTINCT FROM b`` are
+    named too (its ``FROM`` ended the select list). The names PostgreSQL 15 gave the same
+    query."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x INTEGER, ok BOOLEAN)")
+        conn.execute("INSERT INTO t VALUES (1, true)")
+        cur = conn.cursor()
+        cur.execute("SELECT NOT ok, NOT t.ok, -x, x + 1, x::text, NOT ok AND ok, NOT NOT ok, "
+                    "ok IS NOT DISTINCT FROM ok, x IN (1), NOT ok o FROM t", prepare=prepare)
+        assert [d.name for d in cur.description] == [
+            "?column?", "?column?", "?column?", "?column?", "x", "?column?", "?column?",
+            "?column?", "?column?", "o"]
+        assert cur.fetchall() == [(False, False, -1, 2, "1", False, True, True, True, False)]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
 def test_star_of_a_subquery_has_its_columns_named_as_postgresql_names_them(
         srv, prepare) -> None:
     """``SELECT * FROM (SELECT count(*) FROM t) s``: the subquery's columns, named as

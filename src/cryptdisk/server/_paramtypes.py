@@ -625,8 +625,9 @@ def _select_items(toks: list[_Tok]) -> tuple[list[list[_Tok]], int] | None:
     depth = 0
     for k in range(i, len(toks)):
         t = toks[k]
-        if depth == 0 and (t.kind in ("ref", "op") and t.text in _SELECT_END):
-            return items, k
+        if depth == 0 and (t.kind in ("ref", "op") and t.text in _SELECT_END) and not (
+                t.text == "FROM" and items[-1] and items[-1][-1].text == "DISTINCT"):
+            return items, k  # (x IS DISTINCT FROM y is an item)
         if depth == 0 and t.text == ",":
             items.append([])
             continue
@@ -843,7 +844,8 @@ def _expression_name(item: list[_Tok]) -> str | None:
         if depth == 0 and t.kind == "ref" and t.text == "AS":
             return None
     if len(item) >= 2 and item[-1].kind == "ref" and item[-1].text not in _NOT_ALIAS and (
-            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE):
+            item[-2].kind in ("param", "num", "str", "ref") or item[-2].text in _CLOSE) and \
+            item[-2].text not in OPERAND_AFTER:  # (NOT ok: an operand, no alias)
         return None  # (an alias without AS, or a shape not known: x IS NOT DISTINCT ...)
     while item[0].text == "(" and _closing(item, 0) == len(item) - 1:
         item = item[1:-1]  # (parentheses are no node: (upper($1)) is upper)
