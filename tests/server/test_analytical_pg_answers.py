@@ -60,3 +60,39 @@ def test_int2vector_and_name_in_pg_type(srv) -> None:
         return await conn.fetch("SELECT '0 3' AS indoption FROM pg_type WHERE oid = 22")
 
     assert [tuple(r) for r in _asyncpg(srv, body)] == [([0, 3],)]  # PostgreSQL: [0, 3]
+
+
+def _sqlstate(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
+    with pytest.raises(psycopg.Error) as info:
+        if " FROM STDIN" in sql:
+            with conn.cursor().copy(sql) as copy:
+                copy.write(b"1\n")
+        else:
+            with conn.cursor().copy(sql) as copy:
+                list(copy)
+    return info.value.sqlstate, info.value.diag.message_primary or ""
+
+
+@pytest.mark.parametrize("fmt", ["", " (FORMAT csv)", " (FORMAT binary)"])
+def test_copy_names_a_column_the_table_lacks(srv, fmt) -> None:
+    """COPY FROM and TO with a column list naming a column the table lacks: 42703 naming
+    it; a column named twice: 42701 (PostgreSQL 15's answers and messages); the connection
+    goes on."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b VARCHAR)")
+        for direction in ("FROM STDIN", "TO STDOUT"):
+            assert _sqlstate(conn, f"COPY t (nope) {direction}{fmt}") == \
+                ("42703", 'column "nope" of relation "t" does not exist')
+            assert _sqlstate(conn, f"COPY t (a, nope, a) {direction}{fmt}") == \
+                ("42703", 'column "nope" of relation "t" does not exist')
+            assert _sqlstate(conn, f"COPY t (a, b, a) {direction}{fmt}") == \
+                ("42701", 'column "a" specified more than once')
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        # a user without a grant on t: refused, whatever the columns (none is named)
+        conn.execute("CREATE USER bob PASSWORD 'bob pw'")
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True) as bob:
+        for direction in ("FROM STDIN", "TO STDOUT"):
+            for columns in ("nope", "a", "a, a"):
+                assert _sqlstate(bob, f"COPY t ({columns}) {direction}{fmt}")[0] == "42501"
+            assert _sqlstate(bob, f"COPY nosuch {direction}{fmt}")[0] == "42501"

@@ -205,6 +205,22 @@ def _row_description(columns: tuple[tuple[str, int], ...], fmts: tuple[int, ...]
     return P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts, strict=True)])
 
 
+def _copy_columns(table: str, columns: list[str],
+                  types: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (name, OID) of each column a COPY's column list names, in its order, from its
+    table's ``types``; a column the table lacks fails with 42703 and one named twice with
+    42701, the first in the list first, as PostgreSQL checks them."""
+    by_name = {n.lower(): (n, o) for n, o in types}
+    seen: set[str] = set()
+    for c in columns:
+        if c.lower() not in by_name:
+            raise StatementError(f'column "{c}" of relation "{table}" does not exist', "42703")
+        if c.lower() in seen:
+            raise StatementError(f'column "{c}" specified more than once', "42701")
+        seen.add(c.lower())
+    return [by_name[c.lower()] for c in columns]
+
+
 def _copy_response(kind: bytes, columns: int, binary: bool) -> bytes:
     """CopyInResponse (G) or CopyOutResponse (H): every column in text, or in binary."""
     fmt = 1 if binary else 0
@@ -1846,6 +1862,12 @@ class Session:
         cannot carry) ends the stream and raises: its ErrorResponse follows the data sent."""
         from ._copy import encode_binary, encode_rows
 
+        if st.columns and st.table and self._visible()(st.table):
+            # (the query would name DuckDB's missing column)
+            assert self.engine is not None
+            types = await self._call_timed(timer, self.engine.column_types, st.table)
+            if types:  # (none: the query's 42P01)
+                _copy_columns(st.table, st.columns, types)
         cols = ", ".join(_quote(c) for c in st.columns) if st.columns else "*"
         query = st.query or f"SELECT {cols} FROM {_quote_name(st.table or '')}"  # noqa: S608
         result = await self._run_statement(query, [], stream=True)
@@ -1904,19 +1926,18 @@ class Session:
         timed = functools.partial(self._call_timed, timer)
         types: list[tuple[str, int]] = []
         table_types: list[tuple[str, int]] = []
-        if st.binary or st.header_match or st.force_null or st.force_not_null:
+        if st.binary or st.header_match or st.force_null or st.force_not_null or st.columns:
             # binary fields are read by the types of the columns they go to; HEADER MATCH
-            # and FORCE_(NOT_)NULL name columns
+            # and FORCE_(NOT_)NULL name columns; a column list is checked as PostgreSQL does
+            if not self._visible()(st.table or ""):  # (as the insert refuses it: its
+                # columns, or whether it exists, are not the user's to learn)
+                raise StatementError(f"permission denied: INSERT on table {st.table}",
+                                     "42501")
             types = table_types = await timed(engine.column_types, st.table or "")
             if not types:
                 raise StatementError(f'relation "{st.table}" does not exist', "42P01")
             if st.columns:
-                by_name = {n.lower(): (n, o) for n, o in types}
-                missing = [c for c in st.columns if c.lower() not in by_name]
-                if missing:
-                    raise StatementError(f'column "{missing[0]}" of relation "{st.table}" '
-                                         "does not exist", "42703")
-                types = [by_name[c.lower()] for c in st.columns]
+                types = _copy_columns(st.table or "", st.columns, types)
         names = [n for n, _ in types]
         forced: dict[str, list[int]] = {}
         at = {n.lower(): i for i, n in enumerate(names)}
