@@ -255,3 +255,20 @@ def test_an_ff1_option_given_as_null_is_refused(db):
                   "version := NULL), 'cards', version := 1) AS v").to_pylist() == [
         {"v": "4111111111111111"}]
     assert db.sql("SELECT fpe_encrypt(NULL, 'cards') AS v").to_pylist() == [{"v": None}]
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["in the scan", "as DuckDB UDFs"])
+def test_fpe_decrypt_cannot_detokenize_through_a_token_column_name(db, push):
+    """fpe_decrypt(v, k, col := 'token:pan') used the tweak of pan's tokens: it read
+    them in clear outside tokenize's options and policies. It is refused."""
+    db.push_field_functions = push
+    db.sql("CREATE TABLE tok AS SELECT tokenize(pan, 'cards', col := 'pan') AS t FROM t")
+    for sql in ("SELECT fpe_decrypt(t, 'cards', col := 'token:pan') FROM tok",
+                "SELECT fpe_encrypt(t, 'cards', col := 'token:pan') FROM tok"):
+        with pytest.raises(DatabaseError, match="column name beginning with 'token:' is "
+                           "refused") as info:
+            db.sql(sql)
+        assert "4111111111111111" not in str(info.value) and CARDS not in str(info.value)
+    assert sorted(db.sql("SELECT detokenize(t, 'cards', col := 'pan') AS v FROM tok")
+                  .to_pylist(), key=str) == [
+        {"v": "4111111111111111"}, {"v": "5500005555555559"}, {"v": None}]

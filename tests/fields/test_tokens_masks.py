@@ -13,6 +13,7 @@ from cryptdisk.errors import FieldError
 from cryptdisk.fields import (
     FieldKey,
     detokenize,
+    fpe_decrypt,
     fpe_encrypt,
     luhn_valid,
     mask_email,
@@ -243,3 +244,35 @@ def test_a_key_that_is_no_field_key_is_a_type_error(fn):
 def test_a_kept_count_is_an_int_not_a_bool(option):
     with pytest.raises(FieldError, match="keep_first and keep_last"):
         tokenize([PAN], KEY, "pan", **{option: True})
+
+
+def test_fpe_cannot_compute_tokens_of_another_column():
+    """tokenize tweaks FF1 with "token:" + column under the key's one FF1 subkey, which
+    fpe_encrypt / fpe_decrypt use with the column name as tweak: a column (or tweak)
+    "token:pan" would make fpe_decrypt detokenize column pan's tokens (before: it gave
+    the clear card numbers back, the middle of kept-digit tokens too). It is refused; a
+    value fpe_encrypt made under such a name before is that column's token and reads
+    with detokenize."""
+    from cryptdisk.fields._ff1 import ff1_encrypt
+
+    cards = ["4111111111111111", "5500005555555559"]
+    whole = tokenize(cards, KEY, "pan").to_pylist()
+    kept = tokenize(cards, KEY, "pan", keep_first=6, keep_last=4).to_pylist()
+    refused = "beginning with 'token:' is refused"
+    for call in (lambda: fpe_decrypt(whole, KEY, "token:pan"),
+                 lambda: fpe_decrypt([t[6:12] for t in kept], KEY, "token:pan"),
+                 lambda: fpe_encrypt(cards, KEY, "token:pan"),
+                 lambda: fpe_decrypt(whole, KEY, "x", tweak=b"token:pan"),
+                 lambda: fpe_encrypt(cards, KEY, tweak=bytearray(b"token:"))):
+        with pytest.raises(FieldError, match=refused) as info:
+            call()
+        assert "detokenize" in (info.value.hint or "")
+    # what fpe_encrypt(cards, KEY, "token:pan") gave before: FF1 with that tweak
+    x = np.array([[int(c) for c in v] for v in cards])
+    cipher = KEY.named_version(None, "test").ff1_cipher()
+    old = ["".join(map(str, row)) for row in ff1_encrypt(cipher, 10, b"token:pan", x)]
+    assert old == whole
+    assert detokenize(old, KEY, "pan").to_pylist() == cards
+    # other names keep working, "token" without the colon and a prefix later in the name
+    for col in ("token", "tokens:pan", "pan token:", "Token:pan"):
+        assert fpe_decrypt(fpe_encrypt(cards, KEY, col), KEY, col).to_pylist() == cards

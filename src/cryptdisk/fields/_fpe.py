@@ -5,6 +5,11 @@ Values are grouped by length and each group goes through FF1 as one batch
 buffers; other alphabets (radix up to 2**16) character by character. The tweak is
 the column name (UTF-8) unless one is given, so the same value in two columns
 encrypts differently; nulls stay null.
+
+Tokens (:mod:`._tokens`) are FF1 under the same subkey with the tweak ``"token:" +
+column`` (:data:`TOKEN_TWEAK`): a column or tweak of ``fpe_encrypt`` / ``fpe_decrypt``
+beginning with it is refused, or ``fpe_decrypt(v, key, "token:pan")`` would detokenize
+the tokens of column ``pan`` outside the token options and policies.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from ._arrays import field_key
 from ._ff1 import ff1_decrypt, ff1_encrypt
 from ._keys import FieldKey
 
-__all__ = ["ALPHABETS", "Alphabet", "ff1_group", "fpe_decrypt", "fpe_encrypt"]
+__all__ = ["ALPHABETS", "TOKEN_TWEAK", "Alphabet", "ff1_group", "fpe_decrypt", "fpe_encrypt"]
+
+#: What begins the FF1 tweak of a token (``"token:" + column``); no FF1 tweak of
+#: ``fpe_encrypt`` / ``fpe_decrypt`` may begin with it (see the module docstring).
+TOKEN_TWEAK = b"token:"
 
 _DIGITS = "0123456789"
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
@@ -160,16 +169,27 @@ def ff1_group(step: Callable[..., np.ndarray], cipher: Any, radix: int, tweak: b
                          f"characters: {exc}") from None
 
 
-def _tweak(column: str | None, tweak: bytes | None) -> bytes:
+def _tweak(column: str | None, tweak: bytes | None, what: str) -> bytes:
     if tweak is not None:
         if not isinstance(tweak, (bytes, bytearray)):
             raise TypeError("tweak must be bytes")
-        return bytes(tweak)
-    if column is None:
+        out = bytes(tweak)
+    elif column is None:
         return b""
-    if not isinstance(column, str):
+    elif not isinstance(column, str):
         raise TypeError("column must be a str (the tweak is its name)")
-    return column.encode("utf-8")
+    else:
+        out = column.encode("utf-8")
+    if out.startswith(TOKEN_TWEAK):
+        named = "a tweak" if tweak is not None else "a column name"
+        raise FieldError(
+            f"{what}: {named} beginning with 'token:' is refused: tokenize tweaks FF1 with "
+            "'token:' + its column under the same key, so this would read or make the "
+            "tokens of another column",
+            hint="name the column without the 'token:' prefix; values made under such a "
+            "name are that column's tokens: detokenize(v, 'KEY', col := 'COLUMN') reads "
+            "them")
+    return out
 
 
 def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
@@ -185,7 +205,7 @@ def fpe_encrypt(values: Any, key: FieldKey, column: str | None = None, *,
     """
     alpha = Alphabet(alphabet)
     cipher = field_key(key, "fpe_encrypt").named_version(version, "fpe_encrypt").ff1_cipher()
-    tw = _tweak(column, tweak)
+    tw = _tweak(column, tweak, "fpe_encrypt")
     return map_groups(values, alpha, "fpe_encrypt", lambda rows, x: ff1_group(
         ff1_encrypt, cipher, alpha.radix, tw, x, "fpe_encrypt", rows))
 
@@ -196,6 +216,6 @@ def fpe_decrypt(values: Any, key: FieldKey, column: str | None = None, *,
     """The inverse of :func:`fpe_encrypt` (same key version, column or tweak, alphabet)."""
     alpha = Alphabet(alphabet)
     cipher = field_key(key, "fpe_decrypt").named_version(version, "fpe_decrypt").ff1_cipher()
-    tw = _tweak(column, tweak)
+    tw = _tweak(column, tweak, "fpe_decrypt")
     return map_groups(values, alpha, "fpe_decrypt", lambda rows, x: ff1_group(
         ff1_decrypt, cipher, alpha.radix, tw, x, "fpe_decrypt", rows))

@@ -3,6 +3,8 @@
 A token is FF1 (:mod:`._ff1`) over the middle of a value, under the key's FF1
 subkey with the tweak ``"token:" + column``, so one key and column always give the
 same token for a value (joins on tokens work) and another column gives another.
+``fpe_encrypt`` and ``fpe_decrypt`` refuse a column or tweak beginning with
+``"token:"``, so they never compute a token.
 Options keep the first and last characters in clear (``keep_first=6, keep_last=4``
 for a card number's BIN and last four) and keep Luhn validity (``luhn=True``): the
 middle is re-encrypted until the whole number passes the Luhn check (cycle
@@ -24,7 +26,7 @@ import pyarrow as pa
 from ..errors import FieldError
 from ._arrays import field_key
 from ._ff1 import ff1_decrypt, ff1_encrypt
-from ._fpe import Alphabet, ff1_group, map_groups
+from ._fpe import TOKEN_TWEAK, Alphabet, ff1_group, map_groups
 from ._keys import FieldKey
 
 __all__ = ["detokenize", "luhn_valid", "tokenize"]
@@ -49,7 +51,7 @@ def _run(values: Any, key: FieldKey, column: str | None, keep_first: int, keep_l
         raise FieldError("luhn=True needs the digits alphabet")
     what = "detokenize" if decrypt else "tokenize"
     cipher = field_key(key, what).named_version(version, what).ff1_cipher()
-    tweak = b"token:" + (column or "").encode("utf-8")
+    tweak = TOKEN_TWEAK + (column or "").encode("utf-8")
     step = ff1_decrypt if decrypt else ff1_encrypt
 
     def one(rows: np.ndarray, x: np.ndarray) -> np.ndarray:
