@@ -233,3 +233,20 @@ def test_psql_shows_the_errors(start_server, sqlite_engine, certs) -> None:
     assert "HINT:  use SQLite's date functions: date(d, '+1 day')" in out.stderr
     out = psql("SELECT n + 1, n / 2 FROM t")
     assert out.returncode == 0 and out.stdout.strip() == "8|3"
+
+
+def test_integer_columns_are_int8_and_a_check_gives_int4s_range(conn) -> None:
+    """An INTEGER (or SMALLINT) column is SQLite's 64-bit integer, described as int8: it
+    takes 3000000000 and 2147483647 + 1, where PostgreSQL's int4 fails with 22003 (as
+    docs/server-protocol.md says); a cast to int4 keeps int4's range, and a CHECK gives a
+    column that range (23514, not 22003)."""
+    conn.execute("INSERT INTO t (id, n) VALUES (2, 3000000000)")
+    conn.execute("UPDATE t SET z = n + 2147483647 WHERE id = 1")
+    cur = conn.execute("SELECT n, z FROM t ORDER BY id")
+    assert [d.type_code for d in cur.description] == [20, 20]
+    assert cur.fetchall() == [(7, 2147483654), (3000000000, None)]
+    _fails(conn, "SELECT n::int4 FROM t", "22003")
+    conn.execute("CREATE TABLE c (x INTEGER CHECK (x BETWEEN -2147483648 AND 2147483647))")
+    _fails(conn, "INSERT INTO c VALUES (3000000000)", "23514")
+    conn.execute("INSERT INTO c VALUES (2147483647)")
+    _fails(conn, "UPDATE c SET x = x + 1", "23514")
