@@ -96,3 +96,44 @@ def test_copy_names_a_column_the_table_lacks(srv, fmt) -> None:
             for columns in ("nope", "a", "a, a"):
                 assert _sqlstate(bob, f"COPY t ({columns}) {direction}{fmt}")[0] == "42501"
             assert _sqlstate(bob, f"COPY nosuch {direction}{fmt}")[0] == "42501"
+
+
+def _zone(conn: psycopg.Connection) -> tuple[Any, ...]:
+    """(SHOW timezone's column and value, current_setting('TimeZone'), the TimeZone
+    ParameterStatus, the text of an instant)."""
+    cur = conn.execute("SHOW timezone")
+    shown = (cur.description[0].name, cur.fetchone()[0])
+    setting = conn.execute("SELECT current_setting('TimeZone')").fetchone()[0]
+    res = conn.pgconn.exec_(b"SELECT '2024-01-01 00:00:00+00'::TIMESTAMPTZ")
+    return (*shown, setting, conn.info.parameter_status("TimeZone"), res.get_value(0, 0))
+
+
+def test_set_time_zone_is_shown_and_followed(srv) -> None:
+    """SET TimeZone / SET TIME ZONE: SHOW, current_setting and the ParameterStatus give
+    the zone set (PostgreSQL's name of it), and timestamptz values are written in it
+    (PostgreSQL 15's answers); RESET and DISCARD ALL go back to UTC."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        assert _zone(conn) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+        conn.execute("SET TimeZone = 'europe/paris'")
+        assert _zone(conn) == ("TimeZone", "Europe/Paris", "Europe/Paris", "Europe/Paris",
+                               b"2024-01-01 01:00:00+01")
+        # psycopg reads timestamptz values in the zone the ParameterStatus gave
+        value = conn.execute("SELECT '2024-07-01 00:00:00+00'::TIMESTAMPTZ").fetchone()[0]
+        assert (value.isoformat(), str(value.tzinfo)) == \
+            ("2024-07-01T02:00:00+02:00", "Europe/Paris")
+        conn.execute("SET TIME ZONE 'America/New_York'")
+        assert _zone(conn) == ("TimeZone", "America/New_York", "America/New_York",
+                               "America/New_York", b"2023-12-31 19:00:00-05")
+        conn.execute("RESET TimeZone")
+        assert _zone(conn) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+        conn.execute("SET timezone TO 'Asia/Kolkata'")
+        assert _zone(conn)[1:] == ("Asia/Kolkata", "Asia/Kolkata", "Asia/Kolkata",
+                                   b"2024-01-01 05:30:00+05:30")
+        conn.execute("DISCARD ALL")
+        assert _zone(conn) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+        # a zone that does not exist (PostgreSQL 15: 22023, its message)
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SET TimeZone = 'Nowhere/X'")
+        assert (info.value.sqlstate, info.value.diag.message_primary) == \
+            ("22023", 'invalid value for parameter "TimeZone": "Nowhere/X"')
+        assert _zone(conn)[1] == "UTC"

@@ -25,7 +25,7 @@ from ._engines import Result, StatementError
 from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
-__all__ = ["answer", "answers", "columns", "engine_resets"]
+__all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -51,7 +51,7 @@ _SHOW = re.compile(r"\s*SHOW\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_]+)*)\s*;?\s
 _FIXED = {
     "server_version": "15.0", "server_version_num": "150000",
     "server_encoding": "UTF8", "client_encoding": "UTF8", "datestyle": "ISO, MDY",
-    "intervalstyle": "postgres", "timezone": "UTC", "integer_datetimes": "on",
+    "intervalstyle": "postgres", "integer_datetimes": "on",
     "standard_conforming_strings": "on", "search_path": '"$user", public',
     "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
 }
@@ -132,6 +132,7 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "transaction_isolation": _isolation,
     "default_transaction_isolation": _isolation,
     "statement_timeout": _timeout,
+    "timezone": lambda session: session.time_zone,
     "application_name": lambda session: session.application_name,
     **{name: _session_setting(name, default) for name, default in
        [*_SESSION_DEFAULTS.items(), ("search_path", _FIXED["search_path"])]},
@@ -142,6 +143,10 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "default_transaction_read_only": lambda session: "on" if session.read_only_default
     else "off",
 }
+
+
+#: the column a SHOW names, where PostgreSQL's name of the setting has capitals
+_SHOWN = {"timezone": "TimeZone", "datestyle": "DateStyle", "intervalstyle": "IntervalStyle"}
 
 
 def _parse(sql: str) -> str | list[tuple[str, str]] | None:
@@ -246,6 +251,17 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
     if name == "search_path" and _public_path(m[2]):  # (DuckDB's SET takes the others)
         return name, m[2]
     return None
+
+
+_TIME_ZONE = re.compile(r"\s*(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:TIME\s+ZONE\b|"
+                        r"\"?TimeZone\"?\s*(?:=|\bTO\b))|RESET\s+(?:\"?TimeZone\"?|ALL)\s*;?\s*$)",
+                        re.I)
+
+
+def names_time_zone(sql: str) -> bool:
+    """Whether ``sql`` is a ``SET`` or ``RESET`` of ``TimeZone`` (``SET TIME ZONE``,
+    ``RESET ALL``): the session's zone may have changed."""
+    return _TIME_ZONE.match(sql) is not None
 
 
 def _public_path(value: str) -> bool:
@@ -424,7 +440,7 @@ def answer(sql: str, session: Any) -> Result | None:
         return None
     if isinstance(parsed, str):
         value = _SETTINGS[parsed](session)
-        return Result([(parsed, TEXT)], [(value,)], "SHOW")
+        return Result([(_SHOWN.get(parsed, parsed), TEXT)], [(value,)], "SHOW")
     columns = [(name, _call(function)[0]) for function, name in parsed]
     values = tuple(_call(function)[1](session) for function, _ in parsed)
     return Result(columns, [values], "SELECT 1")

@@ -205,6 +205,10 @@ def _row_description(columns: tuple[tuple[str, int], ...], fmts: tuple[int, ...]
     return P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts, strict=True)])
 
 
+#: DuckDB's error for a SET TimeZone to a zone it does not know
+_UNKNOWN_ZONE = re.compile(r"Unknown TimeZone '(.*)'!")
+
+
 def _copy_columns(table: str, columns: list[str],
                   types: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """The (name, OID) of each column a COPY's column list names, in its order, from its
@@ -437,6 +441,8 @@ class Session:
         #: the session's values of the settings a client may SET to any value and SHOW
         #: (``extra_float_digits``, ``client_min_messages``; :mod:`._pgsession`)
         self.settings: dict[str, str] = {}
+        #: the session's TimeZone (on the analytical engine DuckDB's, which SET changes)
+        self.time_zone = "UTC"
         #: (application_name, settings, session_timeout) before the transaction's first
         #: SET (:meth:`keep_settings`)
         self.tx_settings: _Settings | None = None
@@ -920,8 +926,19 @@ class Session:
         not run on their own, outside the transaction the client believes it is in."""
         in_block = self.pending_begin or (self.engine is not None
                                           and self.engine.in_transaction)
+        zone = lifted is None and _pgsession.names_time_zone(sql)
         try:
-            return await self._run_one(sql, params, lifted, stream=stream)
+            try:
+                result = await self._run_one(sql, params, lifted, stream=stream)
+            except StatementError as exc:
+                unknown = _UNKNOWN_ZONE.search(str(exc)) if zone else None
+                if unknown is None:
+                    raise
+                raise StatementError(f'invalid value for parameter "TimeZone": '
+                                     f'"{unknown[1]}"', "22023") from None
+            if zone:
+                await self._follow_time_zone()
+            return result
         except Exception:
             if in_block and self.engine is not None and not self.engine.in_transaction \
                     and not self.pending_begin and not _ends_transaction(sql):
@@ -1204,6 +1221,20 @@ class Session:
             raise StatementError(f'prepared statement "{name}" does not exist', "26000")
         return Result(None, [], "DEALLOCATE")
 
+    async def _follow_time_zone(self) -> None:
+        """After a SET or RESET of ``TimeZone`` (or ``RESET ALL``) on the analytical
+        engine, whose DuckDB takes it: the zone DuckDB now writes timestamps with time zone
+        in is the session's ``TimeZone`` (``SHOW``, ``current_setting``), and a change is
+        reported to the client in a ParameterStatus, as PostgreSQL reports it (psycopg
+        reads timestamptz values in it)."""
+        if self.server.engine.transactions or self.engine is None:
+            return
+        result = await self._timed(self.engine.run, "SELECT current_setting('TimeZone')", [])
+        zone = str(result.rows[0][0]) if result.rows and result.rows[0][0] else "UTC"
+        if zone != self.time_zone:
+            self.time_zone = zone
+            self.send(P.parameter_status("TimeZone", zone))
+
     async def _discard(self, sql: str) -> Result:
         """``DISCARD ALL`` (what connection poolers send between clients: PgBouncer's
         ``server_reset_query``): every cursor closed, every prepared statement deallocated,
@@ -1223,6 +1254,7 @@ class Session:
             await self._drop_portal(self.portals.pop(name, None))
         self._deallocate("DEALLOCATE ALL")
         await self._run_one("RESET ALL", [])
+        await self._follow_time_zone()
         if self.privileges is not None:
             self._restore_role(self.privileges.session_user)
         return Result(None, [], "DISCARD ALL")
