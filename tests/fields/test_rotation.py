@@ -274,3 +274,67 @@ def test_a_masking_policy_hashing_under_a_named_version_keeps_its_hashes(setup):
             with pytest.raises(DatabaseError, match="mask_hash: field key 'cards' has "
                                "versions 1, 2"):
                 analyst.query("SELECT name FROM customers")
+
+
+def _key_file(path, material_hex, mode=0o600):
+    """Replace the key file at ``path`` as a rotation does: a new file renamed over it."""
+    import os
+
+    new = path.with_name(path.name + ".new")
+    new.write_text(material_hex + "\n")
+    new.chmod(mode)
+    os.replace(new, path)
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["in the scan", "as DuckDB UDFs"])
+def test_a_replaced_key_file_reaches_an_open_database(tmp_path, monkeypatch, push):
+    """A field key read from a key file that another process replaces (the config
+    unchanged): the open database's next statement reads the new file, and drops what
+    its scan computed under the old material. Before, it kept the old material: a token
+    of the new key detokenized to other digits without an error, a ciphertext of it
+    failed to authenticate."""
+    from cryptdisk.errors import KeyFileError
+    from cryptdisk.fields import FieldKeys, encrypt, tokenize
+
+    monkeypatch.setenv("CRYPTDISK_TEST_EMAILS_KEY", "ab" * 32)
+    config = tmp_path / "cryptdisk.toml"
+    key_file = tmp_path / "cards.key"
+    _key_file(key_file, CARDS)
+    _keys(config, '[fields.keys.cards]\nfile = "cards.key"\n')
+    pan = "4111111111111111"
+    db = cryptdisk.connect(tmp_path / "db", str(config))
+    try:
+        db.push_field_functions = push
+        old_ct = db.sql(f"SELECT encrypt('{pan}', 'cards') AS c").to_pylist()[0]["c"]
+        # what the other process makes under the new material (its own FieldKeys)
+        _key_file(key_file, CARDS_2)
+        new = FieldKeys.from_config(config)["cards"]
+        _key_file(key_file, CARDS)
+        token = tokenize([pan], new, "pan", keep_first=6, keep_last=4).to_pylist()[0]
+        new_ct = encrypt([pan], new, output="base64").to_pylist()[0]
+        db.sql(f"CREATE TABLE t AS SELECT '{token}' AS tok, '{new_ct}' AS c")
+        detok = "SELECT detokenize(tok, 'cards', col := 'pan', keep_first := 6, " \
+                "keep_last := 4) AS v FROM t"
+        assert db.sql(detok).to_pylist() != [{"v": pan}]  # the old key's digits (cached)
+        assert ("__cd_derived_0" in db.last_scans) is push
+        with pytest.raises(DatabaseError, match="does not authenticate"):
+            db.sql("SELECT decrypt(c, 'cards') FROM t")
+
+        _key_file(key_file, CARDS_2)  # the config is not touched
+        assert db.sql(detok).to_pylist() == [{"v": pan}]
+        assert db.sql("SELECT decrypt(c, 'cards') AS v FROM t").to_pylist() == [{"v": pan}]
+        with pytest.raises(DatabaseError, match="does not authenticate"):
+            db.sql(f"SELECT decrypt('{old_ct}', 'cards')")
+
+        # a key file the database cannot use fails statements, with its error, until
+        # it is fixed; never the old material
+        _key_file(key_file, CARDS, mode=0o644)
+        with pytest.raises(KeyFileError, match="accessible by group or others") as info:
+            db.sql(detok)
+        assert CARDS not in str(info.value) and CARDS_2 not in str(info.value)
+        with pytest.raises(KeyFileError):
+            db.sql("SELECT 1")
+        _key_file(key_file, CARDS_2)
+        assert db.sql(detok).to_pylist() == [{"v": pan}]
+    finally:
+        db.close()

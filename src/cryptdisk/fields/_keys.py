@@ -248,6 +248,31 @@ class FieldKeys(Mapping[str, FieldKey]):
         keys.check_apart(at_rest or (), path=name)
         return keys
 
+    @staticmethod
+    def key_files(path: str | os.PathLike[str]) -> tuple[str, ...]:
+        """The key files the ``[fields.keys]`` of the config at ``path`` are read from
+        (``file = ...``, as the ``file`` provider resolves them), for a process that
+        follows them (:class:`._scanfns.FieldExtension`); none when the config does not
+        parse (:meth:`from_config` says why)."""
+        name = os.fspath(path)
+        try:
+            with open(name, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            return ()
+        fields = data.get("fields")
+        specs = fields.get("keys") if isinstance(fields, Mapping) else None
+        if not isinstance(specs, Mapping):
+            return ()
+        base = os.path.dirname(os.path.abspath(name))
+        out = []
+        for spec in specs.values():
+            for entry in spec if isinstance(spec, list) else [spec]:
+                value = entry.get("file") if isinstance(entry, Mapping) else None
+                if isinstance(value, str) and value:
+                    out.append(os.path.join(base, os.path.expanduser(value)))
+        return tuple(out)
+
     def check_apart(self, at_rest: Iterable[Key], *, path: str | None = None) -> None:
         """Raise :class:`ConfigError` if a version of a field key has the material of one
         of the ``at_rest`` keys (compared in constant time; no message holds material)."""

@@ -1,9 +1,10 @@
 """Field functions the embedded database's scan computes (derived columns).
 
 :class:`FieldExtension` is what :func:`._sql.config_hook` gives each database: the
-field keys of its config (read again before a statement when the config file changed:
-a key version added or a key removed reaches the next statement, and the database
-drops the derived columns computed under the old keys), and the binders of the
+field keys of its config (read again before a statement when the config file or a key
+file it names changed: a key version added, a key removed or a key file replaced reaches
+the next statement, and the database drops the derived columns computed under the old
+keys), and the binders of the
 functions the scan may compute over whole Arrow arrays (``cryptdisk.db._derived``):
 ``decrypt``, ``decrypt_deterministic``, ``fpe_decrypt``, ``detokenize``, ``mask_full``,
 ``mask_last4``, ``mask_email``, ``mask_null`` and ``mask_hash``, with the same
@@ -23,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CryptdiskError
+from ..keys import file_stamp
 from ._aead import decrypt, decrypt_deterministic
 from ._fpe import fpe_decrypt
 from ._keys import FieldKey, FieldKeys
@@ -62,8 +64,9 @@ class FieldExtension:
         self._lock = threading.Lock()
         self.generation = 0
         self._nonce = secrets.token_hex(8)  # tags of this connection's keys only
-        self._stamp = self._stat()
-        self.keys = self._load()
+        self._files: tuple[str, ...] = ()
+        self._stamp: tuple[Any, ...] = ()
+        self.keys = self._reload()
         self.scan_functions = self._binders()
 
     def cursor_setup(self, cursor: Any) -> None:
@@ -73,14 +76,12 @@ class FieldExtension:
 
         register_temp_macros(cursor)
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self, files: tuple[str, ...]) -> tuple[Any, ...]:
+        """What changes when the config or one of ``files`` (its key files) is rewritten
+        or replaced; the config's stamp comes first."""
         if self.path is None:
-            return None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+            return ()
+        return (file_stamp(self.path), *map(file_stamp, files))
 
     def _load(self) -> FieldKeys:
         if self.path is None or not os.path.isfile(self.path):
@@ -90,16 +91,28 @@ class FieldExtension:
     def current(self) -> FieldKeys:
         return self.keys
 
+    def _reload(self) -> FieldKeys:
+        """The field keys read again, the stamp of what they were read from taken first
+        (a file changed during the read differs from it at the next check): the config,
+        then its key files as the config names them at that moment."""
+        if self.path is None:
+            return self._load()
+        config = file_stamp(self.path)
+        files = FieldKeys.key_files(self.path)
+        stamp = (config, *map(file_stamp, files))
+        keys = self._load()  # raises (a broken config or key file): the old keys stay
+        self._files, self._stamp = files, stamp
+        return keys
+
     def refresh(self) -> bool:
-        """Read the field keys again if the config file changed; True if it did."""
-        stamp = self._stat()
-        if stamp == self._stamp:
+        """Read the field keys again if the config file or one of its key files changed
+        (an ``os.stat`` of each per call); True if they did."""
+        if self._stat(self._files) == self._stamp:
             return False
         with self._lock:
-            if stamp == self._stamp:
+            if self._stat(self._files) == self._stamp:
                 return False
-            keys = self._load()  # a broken config: the error, and the old keys stay
-            self.keys, self._stamp = keys, stamp
+            self.keys = self._reload()
             self.generation += 1
         return True
 
