@@ -134,6 +134,10 @@ class Catalog:
     #: of a catalog at a URL on S3: the ETag of the sealed bytes it was read from (or
     #: written as), on which the next commit is conditional (see ._remote)
     etag: str | None = field(default=None, compare=False, repr=False)
+    #: the version a failed :func:`save_catalog` may or may not have published (the
+    #: catalog could not be looked at after the failure), or None: while it is set, this
+    #: in-memory catalog may be behind the one on disk (see Database._commit)
+    unsettled: int | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tables, Tables):
@@ -217,6 +221,14 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
     it fail with :class:`~cryptdisk.errors.PublishConflictError`, overwriting nothing.
     The rule is the same in both places: published once the new catalog is in place
     (renamed over the old one; the object at the URL), whatever is raised after that.
+
+    Locally a failure is told apart by looking at the catalog file after it: replaced
+    (published: ``catalog.version`` stays the new one, an error is logged and an
+    interrupt raised), the old one still (not published: the version goes back, the
+    failure is raised), or unknown when even that look fails: the version goes back,
+    ``catalog.unsettled`` records the one that may be on disk, and an error is raised as
+    a :class:`~cryptdisk.errors.CatalogError` saying so (an interrupt as it is). The
+    caller then keeps every file the change wrote and reads the catalog again.
     """
     if remote is not None:
         _save_remote(keyring, catalog, remote)
@@ -228,9 +240,10 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
         with cd_open(path, "wb", keys=keyring) as f:
             f.write(catalog.to_json())
     except BaseException as exc:
+        after = _stamp_or_error(db_path)
         # Renamed over the catalog already (a failed fsync of the directory, an interrupt
         # after the rename): published. Only the writer holding the lock replaces it.
-        if _stamp_or_none(db_path) not in (before, None):
+        if not isinstance(after, OSError) and after not in (before, None):
             if not isinstance(exc, Exception):
                 raise  # (an interrupt) catalog.version stays: see Database._committing
             log.warning("cryptdisk: %s: catalog version %d is published, but finishing "
@@ -238,7 +251,18 @@ def save_catalog(db_path: str, keyring: Keyring, catalog: Catalog, remote: Any =
                         db_path, catalog.version, type(exc).__name__)
             return
         catalog.version -= 1
-        raise
+        if not isinstance(after, OSError):
+            raise  # the catalog on disk is the one before: nothing published
+        catalog.unsettled = catalog.version + 1
+        if not isinstance(exc, Exception):
+            raise
+        raise CatalogError(
+            f"{path}: writing catalog version {catalog.version + 1} failed "
+            f"({type(exc).__name__}: {exc}), and whether it was published is unknown: the "
+            f"catalog cannot be looked at ({type(after).__name__}: {after})",
+            hint="the change may or may not be committed; this connection reads the "
+            "catalog again before its next statement, and the files the change wrote "
+            "stay until then") from exc
 
 
 def _save_remote(keyring: Keyring, catalog: Catalog, remote: Any) -> None:
@@ -260,11 +284,12 @@ def _save_remote(keyring: Keyring, catalog: Catalog, remote: Any) -> None:
     catalog.etag = tag
 
 
-def _stamp_or_none(db_path: str) -> Any:
+def _stamp_or_error(db_path: str) -> Any:
+    """:func:`catalog_stamp`, or the ``OSError`` that looking at the catalog raised."""
     try:
         return catalog_stamp(db_path)
-    except OSError:
-        return None
+    except OSError as exc:
+        return exc
 
 
 def remove_catalog_temps(db_path: str) -> int:

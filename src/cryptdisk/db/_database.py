@@ -645,8 +645,21 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             self._after_publish(lambda: remote.stamp_of(CATALOG_FILE, self.catalog.etag),
                                 self._collect_abandoned)
             return
-        save_catalog(self.path, self.keyring, self.catalog)
+        try:
+            save_catalog(self.path, self.keyring, self.catalog)
+        except BaseException:
+            if self.catalog.unsettled is not None:  # maybe published: see _settle
+                self._stamp = None
+            raise
         self._after_publish(lambda: catalog_stamp(self.path), self._collect_pending)
+
+    def _settle(self) -> None:
+        """After a commit that may or may not have published its catalog (the catalog could
+        not be looked at after its write failed, see :func:`._catalog.save_catalog`): read
+        the catalog on disk again, the version before the change or the one with it, before
+        anything else runs on this connection. Until it can be read, statements fail."""
+        if self._remote is None and self.catalog.unsettled is not None:
+            self.refresh()
 
     def _after_publish(self, stamp: Callable[[], Any], collect: Callable[[], Any]) -> None:
         """The steps of a commit after its catalog is published: the commit stands
@@ -677,6 +690,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         t``, ``rotate keys``) on a closed or read-only connection, and on a database at a
         URL unless it only ``adds`` (CREATE TABLE, INSERT) or publishes ``staged`` parts."""
         self._check_open()
+        self._settle()
         if self.read_only:
             raise DatabaseError(f"{what}: the database is open read-only",
                                 hint="to change it, connect without read_only=True "
@@ -1001,6 +1015,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         without it."""
         if self.read_only or self._remote is not None:  # others commit meanwhile
             self.refresh()
+        self._settle()
         self.last_scans = {}
         if self._statement_cache is not None:  # (not released: a retry's second prepare)
             self._statement_cache.end()

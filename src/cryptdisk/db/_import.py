@@ -82,40 +82,49 @@ class ImportMixin(DatabaseState):
             key = meta.key
             known = {p.id for t in self.catalog.tables.values() for p in t.parts}
             new: list[PartMeta] = []
-            for src in parts:
-                path = f"{prefix}/{part_file_name(version, uuid.uuid4().hex)}"
-                # a SHA-256 on a plain disk only, as inserts (see _parts)
-                digest = None if disk.is_encrypted else hashlib.sha256()
-                written = 0
-                with disk.open_write(path) as dst:
-                    while data := src.read(_COPY_BYTES):
-                        if digest is not None:
-                            digest.update(data)
-                        dst.write(data)
-                        written += len(data)
-                        if on_bytes is not None:
-                            on_bytes(len(data))
-                footer, size = _footer(disk, path)
-                part_id = (footer.metadata or {}).get(PART_ID_KEY, b"").decode("ascii", "replace")
-                what = f"import_parts into {meta.name}: part {len(new)}"
-                if not _PART_ID.fullmatch(part_id):
-                    raise DatabaseError(f"{what} is not a part cryptdisk wrote (no part id "
-                                        "in its footer)")
-                if part_id in known:
-                    raise DatabaseError(f"{what}: the database already has part {part_id}")
-                got = footer.schema.to_arrow_schema().remove_metadata()
-                if not _same_columns(got, schema):
-                    raise DatabaseError(f"{what} has columns ({got.to_string()}), the table "
-                                        f"({schema.to_string()})".replace("\n", ", "))
-                if size != written:
-                    raise DatabaseError(f"{what}: {written} bytes written, {size} read back")
-                info = disk.info(path)
-                lo, hi = (key_range_of(footer, key) if key else None) or (None, None)
-                known.add(part_id)
-                new.append(PartMeta(part_id, disk.name, path, footer.num_rows, written,
-                                    digest.hexdigest() if digest is not None else "",
-                                    info.key_id, info.algorithm,
-                                    info.stored_size, key_min=lo, key_max=hi))
+            copied: list[PartMeta] = []  # (every file written, for an error to delete)
+            try:
+                for src in parts:
+                    path = f"{prefix}/{part_file_name(version, uuid.uuid4().hex)}"
+                    # a SHA-256 on a plain disk only, as inserts (see _parts)
+                    digest = None if disk.is_encrypted else hashlib.sha256()
+                    written = 0
+                    copied.append(PartMeta("", disk.name, path, 0, 0, ""))
+                    with disk.open_write(path) as dst:
+                        while data := src.read(_COPY_BYTES):
+                            if digest is not None:
+                                digest.update(data)
+                            dst.write(data)
+                            written += len(data)
+                            if on_bytes is not None:
+                                on_bytes(len(data))
+                    footer, size = _footer(disk, path)
+                    part_id = (footer.metadata or {}).get(PART_ID_KEY, b"").decode(
+                        "ascii", "replace")
+                    what = f"import_parts into {meta.name}: part {len(new)}"
+                    if not _PART_ID.fullmatch(part_id):
+                        raise DatabaseError(f"{what} is not a part cryptdisk wrote (no part id "
+                                            "in its footer)")
+                    if part_id in known:
+                        raise DatabaseError(f"{what}: the database already has part {part_id}")
+                    got = footer.schema.to_arrow_schema().remove_metadata()
+                    if not _same_columns(got, schema):
+                        raise DatabaseError(f"{what} has columns ({got.to_string()}), the "
+                                            f"table ({schema.to_string()})".replace("\n", ", "))
+                    if size != written:
+                        raise DatabaseError(f"{what}: {written} bytes written, {size} read "
+                                            "back")
+                    info = disk.info(path)
+                    lo, hi = (key_range_of(footer, key) if key else None) or (None, None)
+                    known.add(part_id)
+                    new.append(PartMeta(part_id, disk.name, path, footer.num_rows,
+                                        written,
+                                        digest.hexdigest() if digest is not None else "",
+                                        info.key_id, info.algorithm,
+                                        info.stored_size, key_min=lo, key_max=hi))
+            except BaseException:  # no catalog names them: gone now, not at next open
+                self._discard_unpublished(copied)
+                raise
             return self._publish(meta, new)
 
 

@@ -687,9 +687,12 @@ class InsertMixin(DatabaseState):
             return self._bind_exposed(f"SELECT * FROM {_ANSWER}")
         return str(prepared)
 
-    def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int:
+    def _publish(self, meta: TableMeta, parts: list[PartMeta], *, own: bool = True) -> int:
         """Add ``parts`` to table ``meta`` and commit the catalog; if the commit fails they
-        leave ``meta`` again. Returns their row count (0, and no commit, for no parts)."""
+        leave ``meta`` again, and their files (``own``: this statement wrote them) are
+        deleted when that commit certainly did not publish them (see
+        :meth:`_discard_unpublished`). Returns their row count (0, and no commit, for no
+        parts)."""
         if not parts:
             return 0
         meta.parts.extend(parts)
@@ -697,7 +700,7 @@ class InsertMixin(DatabaseState):
         def undo() -> None:
             del meta.parts[-len(parts):]
 
-        with self._committing(undo):
+        with self._committing(undo, parts if own else ()):
             self._commit()
         _warn_of_small_parts(self.catalog.db_id, meta)
         return sum(p.rows for p in parts)
@@ -1185,4 +1188,5 @@ class InsertMixin(DatabaseState):
                 verify_part(disk, part)
                 open_part(disk, part)
                 new.append(part)
-            return self._publish(meta, new)
+            # (staged by another connection, which may commit them again: kept)
+            return self._publish(meta, new, own=False)

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -78,9 +78,11 @@ class MaintenanceMixin(DatabaseState):
                     disk.remove(part.path)
 
     @contextlib.contextmanager
-    def _committing(self, undo: Callable[[], Any]) -> Iterator[None]:
+    def _committing(self, undo: Callable[[], Any],
+                    written: Iterable[PartMeta] = ()) -> Iterator[None]:
         """Around a commit (and what follows it) of a change made in memory: on an
-        exception, ``undo`` it unless the catalog was published meanwhile. Once the
+        exception, ``undo`` it unless the catalog was published meanwhile, and delete the
+        files the change ``written`` (see :meth:`_discard_unpublished`). Once the
         catalog is published the change is committed whatever happens next (an error or
         interrupt after the rename: :func:`._catalog.save_catalog` keeps the version):
         undoing it, or deleting its files, would lose data the catalog names."""
@@ -90,11 +92,34 @@ class MaintenanceMixin(DatabaseState):
         except BaseException:
             if not self._published_since(version):
                 undo()
+                self._discard_unpublished(written)
             raise
 
     def _published_since(self, version: int) -> bool:
         """Whether a catalog later than ``version`` was published (by this connection)."""
         return self.catalog.version > version
+
+    def _discard_unpublished(self, written: Iterable[PartMeta]) -> None:
+        """Delete the files ``written`` for a change whose commit failed, now rather than at
+        the next writer's open, when it is certain that no catalog names them: the catalog
+        on disk is still the one this connection had (it holds the writer lock, and their
+        names are new). After a failure whose outcome is unknown
+        (``catalog.unsettled``) they stay: that catalog may be published and name them.
+        Best effort: a file that cannot be removed is left to the next writer's open. At a
+        URL they stay for a later commit (see :meth:`_collect_abandoned`)."""
+        if self._remote is not None or self.catalog.unsettled is not None:
+            return
+        for part in written:
+            disk = self.config.disks.get(part.disk)
+            try:
+                if disk is not None:
+                    disk.remove(part.path)
+            except (DiskFileNotFoundError, FileNotFoundError):
+                pass
+            except Exception as exc:
+                log.warning("cryptdisk: %s: removing %s of a change that was not committed "
+                            "failed (%s): the next writer's open removes it", self.path,
+                            part.path, type(exc).__name__)
 
     def _remove_replaced(self, parts: list[PartMeta]) -> None:
         """:meth:`_remove_parts` after a commit: an error leaves them to garbage collection."""
@@ -118,7 +143,8 @@ class MaintenanceMixin(DatabaseState):
             for k, v in saved.items():
                 setattr(meta, k, v)
 
-        with self._committing(undo):
+        kept = {(p.disk, p.path) for p in old}
+        with self._committing(undo, [p for p in new if (p.disk, p.path) not in kept]):
             self._commit()
         self._remove_replaced([p for p in old if p.id not in {n.id for n in new}
                                or p.path not in {n.path for n in new}])
@@ -158,30 +184,36 @@ class MaintenanceMixin(DatabaseState):
             role_check_statement(self, "move()", table)
             meta = self.table(table)
             target = policy_disk(self.policy(policy))
-            moved = []
-            for part in meta.parts:
-                if part.disk == target.name:
-                    moved.append(part)
-                    continue
-                source = self.config.disks[part.disk]
-                verify_part(source, part)
-                name = part_file_name(self.catalog.version + 1, part.id, f".{target.name}")
-                path = f"{meta.prefix(self.catalog.db_id)}/{name}"
-                # a part without a SHA-256 (it was encrypted) gets one on a plain disk
-                digest = None if part.sha256 or target.is_encrypted else hashlib.sha256()
-                with source.open_read(part.path) as src, target.open_write(path) as dst:
-                    while chunk := src.read(8 << 20):
-                        if digest is not None:
-                            digest.update(chunk)
-                        dst.write(chunk)
-                        if on_bytes is not None:
-                            on_bytes(len(chunk))
-                info = target.info(path)
-                moved.append(dataclasses.replace(  # keeps the key range
-                    part, disk=target.name, path=path, key_id=info.key_id,
-                    sha256=digest.hexdigest() if digest is not None else part.sha256,
-                    algorithm=info.algorithm, bytes_on_disk=info.stored_size,
-                    disk_type=None, encrypted=None))
+            moved: list[PartMeta] = []
+            copied: list[PartMeta] = []  # (the new files, for an error to delete)
+            try:
+                for part in meta.parts:
+                    if part.disk == target.name:
+                        moved.append(part)
+                        continue
+                    source = self.config.disks[part.disk]
+                    verify_part(source, part)
+                    name = part_file_name(self.catalog.version + 1, part.id, f".{target.name}")
+                    path = f"{meta.prefix(self.catalog.db_id)}/{name}"
+                    # a part without a SHA-256 (it was encrypted) gets one on a plain disk
+                    digest = None if part.sha256 or target.is_encrypted else hashlib.sha256()
+                    with source.open_read(part.path) as src, target.open_write(path) as dst:
+                        while chunk := src.read(8 << 20):
+                            if digest is not None:
+                                digest.update(chunk)
+                            dst.write(chunk)
+                            if on_bytes is not None:
+                                on_bytes(len(chunk))
+                    copied.append(dataclasses.replace(part, disk=target.name, path=path))
+                    info = target.info(path)
+                    moved.append(dataclasses.replace(  # keeps the key range
+                        part, disk=target.name, path=path, key_id=info.key_id,
+                        sha256=digest.hexdigest() if digest is not None else part.sha256,
+                        algorithm=info.algorithm, bytes_on_disk=info.stored_size,
+                        disk_type=None, encrypted=None))
+            except BaseException:  # copies no catalog names: gone now, not at next open
+                self._discard_unpublished(copied)
+                raise
             self._replace_parts(meta, moved, policy=policy,
                                 encrypted=bool(target.is_encrypted))
 

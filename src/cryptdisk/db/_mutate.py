@@ -213,9 +213,10 @@ class MutationMixin(DatabaseState):
                 self._replace_parts(meta, parts)
         except BaseException:
             # the files written for a commit that does not happen (best effort: the next
-            # writer's commit deletes what is left); published, the catalog names them
+            # writer's open deletes what is left); published, or maybe published (its
+            # outcome unknown), the catalog names them
             if not self._published_since(version - 1):
-                self._remove_files([(disk, p.path) for p in written])
+                self._discard_unpublished(written)
             raise
         return changed
 

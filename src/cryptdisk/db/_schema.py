@@ -104,9 +104,13 @@ class SchemaMixin(DatabaseState):
         parts = self._insert_rows(meta, schema, disk, query, None,
                                   f"CREATE TABLE {st.name} AS", "raise memory_limit")
         meta.parts = parts
-        self._forget_policies(meta.name)  # a dropped table's, left by a crash
+        try:
+            self._forget_policies(meta.name)  # a dropped table's, left by a crash
+        except BaseException:
+            self._discard_unpublished(parts)
+            raise
         self.catalog.tables[meta.name] = meta
-        with self._committing(lambda: self.catalog.tables.pop(meta.name)):
+        with self._committing(lambda: self.catalog.tables.pop(meta.name), parts):
             self._commit()
 
     def _query_columns(self, table: str, query: str) -> list[tuple[str, str]]:

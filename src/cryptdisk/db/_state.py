@@ -11,7 +11,7 @@ mixins subclass it for the type checker only (at run time their base is
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -81,10 +81,13 @@ class DatabaseState(Protocol):
 
     def _commit(self) -> None: ...
 
-    def _committing(self, undo: Callable[[], Any]) -> contextlib.AbstractContextManager[None]:
+    def _committing(self, undo: Callable[[], Any], written: Iterable[PartMeta] = ()
+                    ) -> contextlib.AbstractContextManager[None]:
         ...
 
     def _published_since(self, version: int) -> bool: ...
+
+    def _discard_unpublished(self, written: Iterable[PartMeta]) -> None: ...
 
     def _prepare(self, sql: str, push: bool = True) -> Any: ...  # (see Database._prepare)
 
@@ -121,7 +124,8 @@ class DatabaseState(Protocol):
 
     def _bind_exposed(self, sql: str) -> str: ...
 
-    def _publish(self, meta: TableMeta, parts: list[PartMeta]) -> int: ...
+    def _publish(self, meta: TableMeta, parts: list[PartMeta], *, own: bool = True
+                 ) -> int: ...
 
     def optimize(self, table: str, *, final: bool = False,
                  on_rows: Callable[[int], None] | None = None) -> bool: ...
