@@ -137,3 +137,22 @@ def test_set_time_zone_is_shown_and_followed(srv) -> None:
         assert (info.value.sqlstate, info.value.diag.message_primary) == \
             ("22023", 'invalid value for parameter "TimeZone": "Nowhere/X"')
         assert _zone(conn)[1] == "UTC"
+
+
+def test_a_value_that_cannot_be_sent_fails_its_statement_only(srv) -> None:
+    """A result held whole (here a pg_catalog query's) with a value its type cannot be
+    sent as: an ErrorResponse for the statement (2202E for a list of lists that is no
+    array, 22000 for a date binary cannot hold) and ReadyForQuery; the connection goes on,
+    in the simple and the extended protocol, in a query of several statements too."""
+    ragged = "SELECT [[1, 2], [3]] AS x FROM pg_type LIMIT 1"
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        for sql in (ragged, f"SELECT 1; {ragged}"):
+            res = conn.pgconn.exec_(sql.encode())
+            assert res.status == psycopg.pq.ExecStatus.FATAL_ERROR
+            assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"2202E"
+            assert conn.pgconn.status == psycopg.pq.ConnStatus.OK
+            assert conn.execute("SELECT 2").fetchone() == (2,)
+        res = conn.pgconn.exec_params(
+            b"SELECT DATE '5881580-07-10' AS d FROM pg_type LIMIT 1", [], result_format=1)
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22000"
+        assert conn.execute("SELECT 3").fetchone() == (3,)

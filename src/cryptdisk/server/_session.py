@@ -205,6 +205,13 @@ def _row_description(columns: tuple[tuple[str, int], ...], fmts: tuple[int, ...]
     return P.row_description([(n, o, f) for (n, o), f in zip(columns, fmts, strict=True)])
 
 
+def _encoding_error(exc: ProtocolError) -> StatementError:
+    """The statement's error for a result value that its type cannot be sent as (a
+    result held whole, not streamed): 2202E for a list of lists that is no array, else
+    22000; the connection goes on."""
+    return StatementError(str(exc), "2202E" if str(exc) == _types.RAGGED else "22000")
+
+
 #: DuckDB's error for a SET TimeZone to a zone it does not know
 _UNKNOWN_ZONE = re.compile(r"Unknown TimeZone '(.*)'!")
 
@@ -1769,6 +1776,8 @@ class Session:
                 await self._send_rows(result, (), 0, None)
             except StatementError as exc:  # (after the rows sent: as PostgreSQL does)
                 self._error(exc)
+            except ProtocolError as exc:  # a value its type cannot be sent as
+                self._error(_encoding_error(exc))
             return
         try:
             statements = _sqltext.split_statements(sql)
@@ -1801,7 +1810,10 @@ class Session:
                     result = await self._copy(st)
                 else:
                     result = await self._execute(st, [])
-                await self._send_rows(result, (), 0, None)
+                try:
+                    await self._send_rows(result, (), 0, None)
+                except ProtocolError as exc:  # a value its type cannot be sent as
+                    raise _encoding_error(exc) from None
             except StatementError as exc:
                 self._error(exc)
                 if self.query_tx:
@@ -2416,7 +2428,7 @@ class Session:
                 self.portals.pop(msg.portal, None)  # (its stream ended with the error)
                 raise
             except ProtocolError as exc:
-                err = StatementError(str(exc), "22000")
+                err = _encoding_error(exc)
                 await self._write_portal_log(portal, err)
                 raise err from None
             if done and portal.log_entry is not None:
