@@ -156,3 +156,51 @@ def test_a_value_that_cannot_be_sent_fails_its_statement_only(srv) -> None:
             b"SELECT DATE '5881580-07-10' AS d FROM pg_type LIMIT 1", [], result_format=1)
         assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22000"
         assert conn.execute("SELECT 3").fetchone() == (3,)
+
+
+#: (DuckDB's value, PostgreSQL 15's text and binary timetz_send of it)
+TIMETZ = [("'12:34:56+05:30'::TIMETZ", "12:34:56+05:30", "0000000a8bda1c00ffffb2a8"),
+          ("'00:00:00+00'::TIMETZ", "00:00:00+00", "000000000000000000000000"),
+          ("'12:34:56.123-08'::TIMETZ", "12:34:56.123-08", "0000000a8bdbfc7800007080"),
+          ("'24:00:00-15:59'::TIMETZ", "24:00:00-15:59", "000000141dd760000000e0c4"),
+          ("'12:34:56+05:30:15'::TIMETZ", "12:34:56+05:30:15", "0000000a8bda1c00ffffb299")]
+
+
+@pytest.mark.parametrize(("duckdb", "text", "binary"), TIMETZ, ids=[t for _, t, _ in TIMETZ])
+def test_timetz_keeps_its_offset(srv, duckdb, text, binary) -> None:
+    """A TIMETZ value is sent as timetz (1266) with its offset, as PostgreSQL writes it in
+    text (simple and extended protocol, COPY) and binary (DataRow, binary COPY), in a
+    query and in a view's column, beside a NULL, and before it runs (a Describe)."""
+    from tests.server.test_pg_arrays_datetimes import _binary_copy
+    from tests.server.test_text_format import _texts
+
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        sql = f"SELECT {duckdb} AS v"
+        got = _texts(conn, sql)
+        assert got == {k: [(text,)] for k in ("simple", "extended", "copy", "csv")}
+        res = conn.pgconn.exec_params(sql.encode(), [], result_format=1)
+        assert (res.ftype(0), res.get_value(0, 0).hex()) == (1266, binary)
+        assert [f.hex() for f in _binary_copy(conn, sql)] == [binary]
+        conn.execute(f"CREATE VIEW w AS SELECT 1 AS i, {duckdb} AS v UNION ALL SELECT 2, NULL")
+        res = conn.pgconn.exec_(b"SELECT i, v FROM w ORDER BY i")
+        assert (res.ftype(1), [res.get_value(r, 1) for r in range(2)]) == \
+            (1266, [text.encode(), None])
+        conn.pgconn.prepare(b"st", sql.encode())
+        assert conn.pgconn.describe_prepared(b"st").ftype(0) == 1266
+
+
+def test_timetz_as_drivers_read_it(srv) -> None:
+    """psycopg (text and binary) and asyncpg (binary) read a TIMETZ as a time with its
+    offset, as they read PostgreSQL's."""
+    import datetime as dt
+
+    want = dt.time(12, 34, 56, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30)))
+    sql = "SELECT '12:34:56+05:30'::TIMETZ AS v, TIME '01:02:03' AS t"
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        assert conn.execute(sql).fetchone() == (want, dt.time(1, 2, 3))
+        assert conn.cursor(binary=True).execute(sql).fetchone() == (want, dt.time(1, 2, 3))
+
+    async def body(conn: asyncpg.Connection) -> Any:
+        return tuple(await conn.fetchrow(sql))
+
+    assert _asyncpg(srv, body) == (want, dt.time(1, 2, 3))

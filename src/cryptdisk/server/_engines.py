@@ -1422,7 +1422,16 @@ class _AnalyticalSession(EngineSession):
                             self._parse_connection())
         if table is None or (words and words[0] in ("SET", "RESET") and table.num_rows == 0):
             return Result(None, [], command_tag(sql, None, False))  # (DuckDB's "Success")
+        zoned = self._timetz(text, table.schema)
+        if zoned is not None:  # (once more, its TIMETZ columns as their text)
+            try:
+                table = self._execute(zoned[0])
+            except Exception as exc:
+                raise statement_error(exc) from None
         columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
+        if zoned is not None:
+            columns = [(n, _types.TIMETZ if i in zoned[1] else o)
+                       for i, (n, o) in enumerate(columns)]
         from ._resultrows import result_rows  # (db imported when a DuckDB engine is used)
 
         rows = result_rows(_types.exact_result(table, self._wide_kinds(text, table)))
@@ -1487,6 +1496,10 @@ class _AnalyticalSession(EngineSession):
                 err = _policy_failure(_without_context(err), sql)
             raise err from None
         try:
+            if self._timetz(text, stream.schema) is not None:
+                audit_at_end[0] = False  # (run's audits it)
+                rows.close()
+                return self.run(sql, params)  # (its TIMETZ columns' text: see _timetz)
             columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type))
                                          for f in stream.schema])
         except BaseException:
@@ -1562,12 +1575,39 @@ class _AnalyticalSession(EngineSession):
             table, query = self._execute_lengths(query)
             if table is None:
                 return None
-            return self._uuids(text, [(f.name, _types.arrow_oid(f.type))
-                                      for f in table.schema])
+            zoned = self._timetz(text, table.schema)
+            return [(n, _types.TIMETZ if zoned is not None and i in zoned[1] else o)
+                    for i, (n, o) in enumerate(self._uuids(
+                        text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema]))]
         except Exception:
             if self._cancel.is_set():  # cancelled or timed out, waiting or running: 57014
                 raise _cancelled() from None
             return None  # a statement that fails says so when it runs
+
+    def _timetz(self, text: str, schema: Any) -> tuple[str, set[int]] | None:
+        """Query ``text`` with its ``TIME WITH TIME ZONE`` columns as their text, and
+        their places, when its result (of Arrow ``schema``) has one; else None. DuckDB's
+        Arrow export drops a TIMETZ's offset (``12:00:00+05:30`` comes as the time
+        ``12:00:00``); its text of one is PostgreSQL's, which the server sends as timetz
+        (1266). Only a result with a time column is described (DuckDB's ``DESCRIBE``)."""
+        import pyarrow as pa
+
+        if not any(pa.types.is_time(f.type) for f in schema):
+            return None
+        try:
+            described = self._execute(f"DESCRIBE {text}")
+        except Exception:  # (a statement DESCRIBE does not take: no TIMETZ to find)
+            return None
+        if described is None or "column_type" not in described.column_names:
+            return None
+        kinds = [str(k) for k in described.column("column_type").to_pylist()]
+        if len(kinds) != len(schema) or _TIMETZ not in kinds:
+            return None
+        zoned = {i for i, k in enumerate(kinds) if k == _TIMETZ}
+        items = ", ".join(
+            f"CAST(#{i + 1} AS VARCHAR) AS {_quote(f.name)}" if i in zoned
+            else f"#{i + 1} AS {_quote(f.name)}" for i, f in enumerate(schema))
+        return f"SELECT {items} FROM ({text}) AS __cd_timetz", zoned  # noqa: S608
 
     def _uuids(self, text: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """``columns`` (the query ``text``'s result, whose UUIDs Arrow holds as text) with
@@ -2128,6 +2168,9 @@ def _exact_numeric_text(text: Any) -> None:
         return
     if value.is_finite():  # (text of digits alone is read as an INTEGER when it fits)
         _sqlite_numeric(value, whole=re.fullmatch(r"\s*[+-]?\d+\s*", text) is not None)
+
+
+_TIMETZ = "TIME WITH TIME ZONE"  # (DuckDB's name of the type, in a DESCRIBE)
 
 
 def _quote(name: str) -> str:

@@ -754,6 +754,29 @@ def _numeric_binary(value: decimal.Decimal) -> bytes:
                        0x4000 if sign else 0, dscale, *groups)
 
 
+#: a timetz's text, as DuckDB and PostgreSQL write it: ``12:34:56.5+05:30``, ``24:00:00-08``
+_TIMETZ_TEXT = re.compile(r"(\d+):(\d+):(\d+)(?:\.(\d{1,6}))?([+-])(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def _timetz_binary(value: Any) -> bytes:
+    """A timetz as PostgreSQL's timetz_send writes it: the time's microseconds (int64),
+    then the zone's offset in seconds west of UTC (int32)."""
+    if isinstance(value, dt.time):
+        offset = value.utcoffset()
+        if offset is None:
+            raise TypeError("a time without an offset")
+        us = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 \
+            + value.microsecond
+        return struct.pack("!qi", us, -int(offset.total_seconds()))
+    m = _TIMETZ_TEXT.fullmatch(str(value))
+    if m is None:
+        raise ValueError(f"{value!r} is not a timetz")
+    us = ((int(m[1]) * 60 + int(m[2])) * 60 + int(m[3])) * 1_000_000 + \
+        int((m[4] or "").ljust(6, "0"))
+    east = (int(m[6]) * 60 + int(m[7] or 0)) * 60 + int(m[8] or 0)
+    return struct.pack("!qi", us, east if m[5] == "-" else -east)
+
+
 def _binary(oid: int, value: Any) -> bytes:
     try:
         if oid == BOOL:
@@ -782,6 +805,8 @@ def _binary(oid: int, value: Any) -> bytes:
         if oid == TIME:
             us = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
             return struct.pack("!q", us + value.microsecond)
+        if oid == TIMETZ:
+            return _timetz_binary(value)
         if oid == INTERVAL:
             months, days, us = interval_parts(value)
             return struct.pack("!qii", us, days, months)
