@@ -220,3 +220,16 @@ def test_a_select_list_cast_to_interval_is_an_interval(conn, prepare) -> None:
          dt.timedelta(days=-27), dt.timedelta(seconds=5))]
     assert conn.execute("SELECT CAST(%s AS pg_catalog.int4), '7'::pg_catalog.int8",
                         (5,)).fetchall() == [(5, 7)]
+
+
+def test_an_interval_column_cast_to_text_is_the_stored_text(conn) -> None:
+    """An interval is stored without the ``+`` PostgreSQL writes after a negative part:
+    the column reads as PostgreSQL's text (``-1 days +02:00:00``), but its cast to text
+    gives the stored ``-1 days 02:00:00`` (PostgreSQL 15: ``-1 days +02:00:00``), as
+    docs/server-sqlite.md says."""
+    conn.execute("INSERT INTO iv VALUES (1, '-1 day 2 hours'), (2, '1 day -2 hours')")
+    cur = conn.cursor()
+    cur.adapters.register_loader("interval", TextLoader)
+    assert cur.execute("SELECT i, i::text, CAST(i AS text) FROM iv ORDER BY id").fetchall() \
+        == [("-1 days +02:00:00", "-1 days 02:00:00", "-1 days 02:00:00"),
+            ("1 day -02:00:00", "1 day -02:00:00", "1 day -02:00:00")]
