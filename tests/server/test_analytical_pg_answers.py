@@ -204,3 +204,39 @@ def test_timetz_as_drivers_read_it(srv) -> None:
         return tuple(await conn.fetchrow(sql))
 
     assert _asyncpg(srv, body) == (want, dt.time(1, 2, 3))
+
+
+def test_set_time_zone_after_a_comment_is_followed(srv) -> None:
+    """A SET TimeZone (or RESET ALL) that comments begin is DuckDB's SET all the same:
+    SHOW, current_setting and the ParameterStatus follow it (PostgreSQL 15 answers as
+    without the comments)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("/* app */ SET TimeZone = 'Asia/Tokyo'")
+        assert _zone(conn) == ("TimeZone", "Asia/Tokyo", "Asia/Tokyo", "Asia/Tokyo",
+                               b"2024-01-01 09:00:00+09")
+        conn.execute("-- app\n/* a\n b */ SET TIME ZONE 'Europe/Paris'")
+        assert _zone(conn)[1:] == ("Europe/Paris", "Europe/Paris", "Europe/Paris",
+                                   b"2024-01-01 01:00:00+01")
+        conn.execute("/* SET TimeZone = 'Asia/Tokyo' */ SELECT 1")
+        assert _zone(conn)[1] == "Europe/Paris"
+
+
+def _fails(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute(sql)
+    return info.value.sqlstate, info.value.diag.message_primary or ""
+
+
+def test_set_local_in_a_transaction_block_is_not_supported(srv) -> None:
+    """DuckDB's SET LOCAL is not implemented: 0A000 in a transaction block as outside
+    one (it was XX000, an internal error, in a block), and the block rolls back."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        assert _fails(conn, "SET LOCAL TimeZone = 'Asia/Tokyo'")[0] == "0A000"
+        conn.execute("BEGIN")
+        for sql in ("SET LOCAL TimeZone = 'Asia/Tokyo'", "SET LOCAL threads = 1"):
+            assert _fails(conn, sql) == ("0A000", "Not implemented Error: SET LOCAL is "
+                                            "not implemented.")
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN")
+        conn.execute("ROLLBACK")
+        assert _zone(conn)[1] == "UTC"

@@ -1239,13 +1239,16 @@ class _AnalyticalSession(EngineSession):
 
     def _check_syntax(self, text: str) -> None:
         """A syntax error (42601, as outside a block) for ``text`` that DuckDB cannot
-        parse: in a transaction block or a read-only transaction it is no refused write."""
+        parse, 0A000 for what its parser does not implement (``SET LOCAL``): in a
+        transaction block or a read-only transaction it is no refused write."""
         import duckdb
 
         try:
             self._parse_connection().extract_statements(text)
         except duckdb.ParserException as exc:
             raise StatementError(str(exc), "42601") from None
+        except duckdb.NotImplementedException as exc:  # (its parser's: SET LOCAL)
+            raise StatementError(str(exc), "0A000") from None
 
     def new_statement(self) -> None:
         """A statement of this session that the server runs itself (a policy statement)

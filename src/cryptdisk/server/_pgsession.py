@@ -253,9 +253,10 @@ def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
     return None
 
 
-_TIME_ZONE = re.compile(r"\s*(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:TIME\s+ZONE\b|"
+_TIME_ZONE = re.compile(r"(?:\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/))*"  # (comments before it)
+                        r"\s*(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:TIME\s+ZONE\b|"
                         r"\"?TimeZone\"?\s*(?:=|\bTO\b))|RESET\s+(?:\"?TimeZone\"?|ALL)\s*;?\s*$)",
-                        re.I)
+                        re.I | re.S)
 
 
 def names_time_zone(sql: str) -> bool:
