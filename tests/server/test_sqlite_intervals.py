@@ -233,3 +233,40 @@ def test_an_interval_column_cast_to_text_is_the_stored_text(conn) -> None:
     assert cur.execute("SELECT i, i::text, CAST(i AS text) FROM iv ORDER BY id").fetchall() \
         == [("-1 days +02:00:00", "-1 days 02:00:00", "-1 days 02:00:00"),
             ("1 day -02:00:00", "1 day -02:00:00", "1 day -02:00:00")]
+
+
+def test_text_an_expression_writes_into_an_interval_column_is_read_as_one(conn) -> None:
+    """An expression written into an INTERVAL column (``INSERT ... SELECT``, ``VALUES
+    (x || y)``, ``UPDATE ... SET i = s``), which SQLite stored as any text, is read as
+    PostgreSQL reads an interval: text that is none fails the statement with 22007 (as
+    PostgreSQL 15 answered ``INSERT INTO t (i) SELECT 'garbage'``; it refuses a text
+    expression with 42804 before any row), an interval's text is stored as PostgreSQL
+    writes it, and a failed statement leaves the table as it was."""
+    conn.execute("CREATE TABLE src (s TEXT)")
+    conn.execute("INSERT INTO src VALUES ('90 minutes')")
+    conn.execute("INSERT INTO iv VALUES (1, '1 day')")
+    for sql, params in [
+            ("INSERT INTO iv (id, i) SELECT 2, 'garbage'", None),
+            ("INSERT INTO iv (id, i) SELECT 2, %s", ("garbage",)),
+            ("INSERT INTO iv VALUES (2, '1 ' || 'fortnight')", None),
+            ("INSERT INTO iv SELECT 2, s || 'x' FROM src", None),
+            ("UPDATE iv SET i = 'x' || 'y'", None),
+            ("UPDATE iv SET i = %s || %s WHERE id = 1", ("1 day", " 1 day")),
+            ("UPDATE iv SET i = CASE WHEN id = 1 THEN 'nonsense' END", None),
+            ("UPDATE iv SET i = (SELECT s || '!' FROM src) WHERE id = 1", None)]:
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(sql, params)
+        assert err.value.sqlstate == "22007", sql
+        assert err.value.diag.message_primary.startswith(
+            "invalid input syntax for type interval"), sql
+    assert _texts(conn, "SELECT id, i FROM iv ORDER BY id") == [(1, "1 day")]
+    conn.execute("INSERT INTO iv (id, i) SELECT 2, s FROM src")
+    conn.execute("INSERT INTO iv AS x (i, id) VALUES ('-1 ' || 'day 2 hours', 3)")
+    conn.execute("INSERT INTO iv (id, i) SELECT %s, %s", (4, "P1DT2H"))
+    conn.execute("UPDATE iv SET i = upper(s) FROM src WHERE id = 1")
+    conn.execute("INSERT INTO iv (id, i) SELECT id + 10, i FROM iv WHERE id = 1")
+    conn.execute("INSERT INTO iv (id, i) VALUES (5, NULL)")
+    assert _texts(conn, "SELECT id, i FROM iv ORDER BY id") == [
+        (1, "01:30:00"), (2, "01:30:00"), (3, "-1 days +02:00:00"), (4, "1 day 02:00:00"),
+        (5, None), (11, "01:30:00")]
+    assert _texts(conn, "SELECT count(*) FROM iv WHERE i = '90 minutes'") == [(3,)]

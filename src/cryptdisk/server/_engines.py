@@ -2285,6 +2285,15 @@ QUICK_STEPS = 20000
 _BUSY_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
 #: statements :meth:`_SQLiteSession.run_write_quick` may run (their first six characters)
 _WRITE_HEADS = ("UPDATE", "INSERT", "DELETE")
+_VALUE = r"(?:\$\d+|[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|'(?:[^']|'')*'|NULL|DEFAULT)"
+#: an INSERT of VALUES or an UPDATE whose SET writes only parameters and literals, which
+#: :meth:`_SQLiteSession._checked_intervals` leaves as they are (typed already)
+_PLAIN_WRITE = re.compile(
+    rf"""\s*(?:INSERT\s+INTO\s+[^()'";]+(?:\([^()'";]*\)\s*)?VALUES\s*
+         \(\s*{_VALUE}(?:\s*,\s*{_VALUE})*\s*\)(?:\s*,\s*\(\s*{_VALUE}(?:\s*,\s*{_VALUE})*\s*\))*
+       | UPDATE\s+[\w."]+(?:\s+(?:AS\s+)?\w+)?\s+SET\s+[\w"]+\s*=\s*{_VALUE}
+         (?:\s*,\s*[\w"]+\s*=\s*{_VALUE})*)\s*(?:;\s*$|$|(?:WHERE|RETURNING)\b)""",
+    re.I | re.X)
 
 
 def _cancelled() -> StatementError:
@@ -2393,6 +2402,10 @@ class _SQLiteSession(EngineSession):
         self._declared: dict[str, dict[str, int]] = {}
         #: what :meth:`_date_column_operator` answered for each statement, at that version
         self._date_operators: dict[_sqlitearith.DateOperands, str | None] = {}
+        #: (:meth:`_checked_intervals`, at that version) the tables with an INTERVAL
+        #: column, and each write's text with its expressions for one checked
+        self._interval_tables: set[str] = set()
+        self._interval_writes: dict[str, str] = {}
         #: set by :meth:`interrupt`: ends a wait for the write lock (the queue or SQLite's)
         self._cancel = threading.Event()
         self._busy_since = 0.0
@@ -2616,6 +2629,8 @@ class _SQLiteSession(EngineSession):
         dates = _sqlitearith.date_operands(sql)
         if dates.typed_literal or dates.operator or dates.columns:
             self._refuse_dates(dates)
+        if sql[:6].upper() in _WRITE_HEADS[:2] and _PLAIN_WRITE.match(sql) is None:
+            sql = self._checked_intervals(sql)  # (INSERT INTO t (i) SELECT s FROM u)
         lowered = sql.lower()
         if "ilike" in lowered:  # (before postgres_spelling's LIKE escapes: MATCH has
             sql = _ilike_spelling(sql)  # none, the function reads PostgreSQL's)
@@ -2674,22 +2689,12 @@ class _SQLiteSession(EngineSession):
         (a change to the schema by any connection bumps it)."""
         self._internal = True  # (the catalog: no privilege check, nothing recorded)
         try:
-            ((version,),) = self.conn.execute("PRAGMA schema_version").fetchall()
-            if version != self._schema_version:
-                assert isinstance(version, int)
-                self._schema_version = version
-                self._relations = {str(n).lower() for (n,) in self.conn.execute(
-                    "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")}
-                self._declared, self._date_operators = {}, {}
+            self._schema_now()
             if found in self._date_operators:
                 return self._date_operators[found]
             in_scope = [n for n in found.names if n in self._relations]
             for name in in_scope:
-                if name not in self._declared:
-                    self._declared[name] = {
-                        str(c).lower(): _types.sqlite_declared_oid(str(t or ""))
-                        for c, t in self.conn.execute(
-                            "SELECT name, type FROM pragma_table_info(?)", (name,))}
+                self._declared_types(name)
         finally:
             self._internal = False
         declared, aliases = self._declared, dict(found.aliases)
@@ -2709,6 +2714,67 @@ class _SQLiteSession(EngineSession):
             self._date_operators.clear()
         self._date_operators[found] = operator
         return operator
+
+    def _schema_now(self) -> None:
+        """The caches of the declared types brought to SQLite's schema_version (the caller
+        holds :attr:`lock` and has set :attr:`_internal`; not from apsw's statement cache,
+        whose counts are the statements')."""
+        ((version,),) = self.conn.execute("PRAGMA schema_version",
+                                          can_cache=False).fetchall()
+        if version != self._schema_version:
+            assert isinstance(version, int)
+            self._schema_version = version
+            self._relations = {str(n).lower() for (n,) in self.conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")}
+            self._interval_tables = {str(n).lower() for (n,) in self.conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
+                "upper(sql) LIKE '%INTERVAL%'")}
+            self._declared, self._date_operators, self._interval_writes = {}, {}, {}
+
+    def _declared_types(self, name: str) -> dict[str, int]:
+        """column (lower case) -> OID of table or view ``name`` (lower case), as
+        :meth:`_schema_now` keeps them."""
+        if name not in self._declared:
+            self._declared[name] = {
+                str(c).lower(): _types.sqlite_declared_oid(str(t or ""))
+                for c, t in self.conn.execute(
+                    "SELECT name, type FROM pragma_table_info(?)", (name,))}
+        return self._declared[name]
+
+    def _checked_intervals(self, sql: str) -> str:
+        """The write ``sql`` with each expression it writes into an INTERVAL column, other
+        than a literal or parameter (typed already: :meth:`interval_strings`), read as
+        PostgreSQL reads an interval by the server's function
+        (:data:`._sqltext.INTERVAL_CAST_FUNCTION`: 22007 for text that is none, else its
+        text as the server stores intervals), where SQLite would store any text
+        (``UPDATE t SET i = s``); the caller holds :attr:`lock`."""
+        from . import _paramtypes
+
+        self._internal = True  # (the catalog: no privilege check, nothing recorded)
+        try:
+            self._schema_now()
+            lowered = sql.lower()
+            if not any(name in lowered for name in self._interval_tables):
+                return sql
+            done = self._interval_writes.get(sql)
+            if done is not None:
+                return done
+
+            def columns(name: str) -> list[tuple[str, int]] | None:
+                return list(self._declared_types(name.lower()).items())
+
+            spans = _paramtypes.written_expressions(
+                sql, {n: n for n in self._relations}, columns, _types.INTERVAL)
+        finally:
+            self._internal = False
+        out = sql
+        for start, stop in sorted(spans, reverse=True):
+            out = (f"{out[:start]}{_sqltext.INTERVAL_CAST_FUNCTION}({out[start:stop]})"
+                   f"{out[stop:]}")
+        if len(self._interval_writes) >= 256:
+            self._interval_writes.clear()
+        self._interval_writes[sql] = out
+        return out
 
     def check_numeric_strings(self, sql: str,
                               visible: Callable[[str], bool] | None = None) -> None:

@@ -28,7 +28,7 @@ from . import _sqltext
 from . import _types as T
 
 __all__ = ["bytea_concats", "bytea_strings", "float_numbers", "infer", "null_order",
-           "parameter_columns", "typed_strings"]
+           "parameter_columns", "typed_strings", "written_expressions"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
@@ -572,6 +572,125 @@ def _insert_values(toks: list[_Tok], result: list[int],
         i += 1
         if i < len(toks) and toks[i].text == ",":
             i += 1
+
+
+#: what ends an UPDATE's SET list
+_SET_END = frozenset({"FROM", "WHERE", "RETURNING", "ORDER", "LIMIT", ";"})
+
+
+def written_expressions(sql: str, tables: dict[str, str], columns: Columns,
+                        oid: int) -> list[tuple[int, int]]:
+    """(start, stop) in ``sql`` of each expression an ``INSERT`` or ``UPDATE`` writes into
+    a column of type ``oid`` (``INSERT INTO t (c) VALUES (x || y)``, ``INSERT INTO t (c)
+    SELECT s FROM u``, the first query's items only; ``UPDATE t SET c = upper(s)``), but
+    ``NULL``, ``DEFAULT``, a column of that type, and in ``VALUES`` or ``SET`` a lone
+    parameter or string literal (:func:`infer` and :func:`typed_strings` type those). A
+    ``*`` in the select list, a column list in ``SET`` and a shape not known give none."""
+    toks = _tokens(sql)
+    if len(toks) < 4 or toks[0].text not in ("INSERT", "UPDATE"):
+        return []
+    ref_type, table_columns = _ref_types(toks, tables, columns)
+    found: list[tuple[int, int]] = []
+
+    def add(item: list[_Tok], typed_alone: bool) -> None:
+        if not item:
+            return
+        if len(item) == 1:
+            one = item[0]
+            if one.kind == "ref" and one.text in ("NULL", "DEFAULT"):
+                return
+            if ref_type(one) == oid or (typed_alone and one.kind in ("param", "str")):
+                return
+        found.append((item[0].start, item[-1].stop))
+
+    if toks[0].text == "UPDATE":
+        i = 1
+        if toks[i].text == "OR":
+            i += 2
+        if toks[i].kind != "ref" or toks[i].parts[-1].lower() not in tables:
+            return []
+        cols = table_columns(toks[i].parts[-1])
+        i += 1
+        if toks[i].text == "AS":
+            i += 1
+        if toks[i].text != "SET":
+            i += 1  # an alias
+        if i >= len(toks) or toks[i].text != "SET":
+            return []
+        i += 1
+        while i + 2 < len(toks) and toks[i].kind == "ref" and toks[i + 1].text == "=":
+            name, i = toks[i].parts[-1].lower(), i + 2
+            item: list[_Tok] = []
+            depth = 0
+            while i < len(toks):
+                t = toks[i]
+                if depth == 0 and (t.text == "," or (t.kind in ("ref", "op") and
+                                                     t.text in _SET_END)):
+                    break
+                depth += (t.text in _OPEN) - (t.text in _CLOSE)
+                item.append(t)
+                i += 1
+            if cols.get(name) == oid:
+                add(item, True)
+            if i >= len(toks) or toks[i].text != ",":
+                break
+            i += 1
+        return found
+    if toks[1].text != "INTO" or toks[2].kind != "ref" or \
+            toks[2].parts[-1].lower() not in tables:
+        return []
+    cols = table_columns(toks[2].parts[-1])
+    i = 3
+    if toks[i].text == "AS":
+        i += 1
+    if toks[i].kind == "ref" and toks[i].text not in ("VALUES", "SELECT", "DEFAULT"):
+        i += 1  # an alias
+    names: list[str] = list(cols)
+    if i < len(toks) and toks[i].text == "(":
+        close = _closing(toks, i)
+        if close < 0:
+            return []
+        names = [t.parts[-1].lower() for t in toks[i + 1:close] if t.kind == "ref"]
+        i = close + 1
+    if i < len(toks) and toks[i].text == "SELECT":
+        listed = _select_items(toks[i:])
+        if listed is None:
+            return []
+        for place, item in enumerate(listed[0]):
+            if not item or item[-1].text == "*" or place >= len(names):
+                break
+            if _item_alias(item) is not None:
+                item = item[:-2] if len(item) > 2 and item[-2].text == "AS" else item[:-1]
+            if cols.get(names[place]) == oid:
+                add(item, False)
+        return found
+    if i >= len(toks) or toks[i].text != "VALUES":
+        return []
+    i += 1
+    while i < len(toks) and toks[i].text == "(":
+        close = _closing(toks, i)
+        if close < 0:
+            break
+        for place, item in enumerate(_split_items(toks[i + 1:close])):
+            if place < len(names) and cols.get(names[place]) == oid:
+                add(item, True)
+        i = close + 1
+        if i < len(toks) and toks[i].text == ",":
+            i += 1
+    return found
+
+
+def _split_items(toks: list[_Tok]) -> list[list[_Tok]]:
+    """``toks`` split at its top-level commas."""
+    items: list[list[_Tok]] = [[]]
+    depth = 0
+    for t in toks:
+        if depth == 0 and t.text == ",":
+            items.append([])
+            continue
+        depth += (t.text in _OPEN) - (t.text in _CLOSE)
+        items[-1].append(t)
+    return items
 
 
 #: the words that end a select list
