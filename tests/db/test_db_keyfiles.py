@@ -357,3 +357,38 @@ def test_a_rotation_whose_checks_fail_leaves_no_pending_key(tmp_path):
     os.rename(away, part)
     again = run("rotate", str(path))
     assert again.returncode == 0 and "under key 1" in again.stdout
+
+
+@pytest.mark.parametrize("step", ["write", "rename"])
+def test_a_rotation_whose_key_staging_fails_leaves_no_staged_key(tmp_path, monkeypatch, step):
+    """An error while the new key is staged (a full disk): the rotation raises, its files
+    stay under the old key, and nothing is left that a rerun without the key would take
+    for a rotation killed while staging it (which refuses and asks for the key)."""
+    import errno
+
+    import cryptdisk.db._keyfiles as keyfiles
+
+    path = make_db(tmp_path, inserts=1)
+    real_write, real_replace = keyfiles.write_key_file, os.replace
+
+    def write_key_file(p, key, **kw):
+        real_write(p, key, **kw)
+        if step == "write" and str(p).endswith(".key.new"):
+            raise OSError(errno.ENOSPC, "injected: no space left")
+
+    def replace(src, dst, *a, **k):
+        if step == "rename" and str(dst).endswith(".key.pending"):
+            raise OSError(errno.EIO, "injected: I/O error")
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(keyfiles, "write_key_file", write_key_file)
+    monkeypatch.setattr(os, "replace", replace)
+    with cryptdisk.connect(path) as db:
+        with pytest.raises(OSError, match="injected"):
+            db.rotate_keys(new_key=Key.generate(2))
+    monkeypatch.undo()
+    assert not os.path.exists(f"{path}.key.new") and not os.path.exists(f"{path}.key.pending")
+    assert key_ids(path) == {1: 2}
+    again = run("rotate", str(path))
+    assert again.returncode == 0, again.stderr
+    assert key_ids(path) == {1: 2}

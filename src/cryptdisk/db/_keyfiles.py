@@ -22,6 +22,7 @@ again).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -174,8 +175,15 @@ def stage_current_key(db_path: str, key: Key) -> bool:
     if _holds(pending, key):
         return True
     tmp = _staging_path(db_path)
-    write_key_file(tmp, key, overwrite=True)  # synced
-    os.replace(tmp, pending)
+    try:
+        write_key_file(tmp, key, overwrite=True)  # synced
+        os.replace(tmp, pending)
+    except BaseException:
+        # An error (a full disk, an I/O error): gone again, so that a rerun without the key
+        # is not taken for one after a rotation killed while staging it (which asks for it)
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     sync_parent(pending)
     return True
 
