@@ -215,3 +215,38 @@ def test_staged_parts_stay_after_a_failed_commit_and_commit_later(tmp_path, monk
         assert _ids(db) == [*BEFORE, 3000]
     with cryptdisk.connect(path, cfg) as db:
         assert db.check() == 5
+
+
+@pytest.mark.parametrize("op", ["insert", "insert_arrow", "update", "optimize", "move",
+                                "add_column", "create_as"])
+def test_a_new_file_whose_directory_sync_fails_is_deleted(tmp_path, monkeypatch, op):
+    """A new part (or a moved copy) renamed into place whose directory's ``fsync`` then
+    fails: the statement fails and changes nothing, and the file goes with it (no catalog
+    will name it), not at the next writer's open."""
+    import cryptdisk.disks._local as local
+
+    path, cfg = _setup(tmp_path)
+    run, _after = OPS[op]
+    real = local._fsync_dir
+    fired = []
+
+    def fsync_dir(directory):
+        if not fired and any(f.endswith(".parquet") and f not in files  # a new part's
+                             for f in os.listdir(directory)):
+            fired.append(directory)
+            raise OSError(errno.EIO, "injected: fsync of the directory")
+        return real(directory)
+
+    files: set[str] = set()
+    with cryptdisk.connect(path, cfg) as db:
+        files |= _parquet_files(tmp_path)
+        monkeypatch.setattr(local, "_fsync_dir", fsync_dir)
+        with pytest.raises(OSError, match="fsync of the directory"):
+            run(db)
+        monkeypatch.undo()
+        assert fired
+        assert _parquet_files(tmp_path) == files
+        assert _ids(db) == BEFORE
+    with cryptdisk.connect(path, cfg) as db:
+        assert _ids(db) == BEFORE
+        assert db.check() == 4

@@ -197,6 +197,8 @@ class MaintenanceMixin(DatabaseState):
                     path = f"{meta.prefix(self.catalog.db_id)}/{name}"
                     # a part without a SHA-256 (it was encrypted) gets one on a plain disk
                     digest = None if part.sha256 or target.is_encrypted else hashlib.sha256()
+                    # (before: a close that fails after the rename leaves the file in place)
+                    copied.append(dataclasses.replace(part, disk=target.name, path=path))
                     with source.open_read(part.path) as src, target.open_write(path) as dst:
                         while chunk := src.read(8 << 20):
                             if digest is not None:
@@ -204,7 +206,6 @@ class MaintenanceMixin(DatabaseState):
                             dst.write(chunk)
                             if on_bytes is not None:
                                 on_bytes(len(chunk))
-                    copied.append(dataclasses.replace(part, disk=target.name, path=path))
                     info = target.info(path)
                     moved.append(dataclasses.replace(  # keeps the key range
                         part, disk=target.name, path=path, key_id=info.key_id,

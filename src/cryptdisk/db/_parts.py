@@ -16,6 +16,7 @@ digest would add nothing but a second pass over its bytes as it is written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
@@ -759,11 +760,18 @@ class _PartWriter:
         """Publish the part :meth:`seal` wrote (on a local disk: ``fsync``, rename, ``fsync``
         of its directory) and return its catalog entry, or None (the file removed) if it
         has no row."""
-        self._raw.close()  # publishes the file
-        if self.rows == 0:  # nothing to keep
-            self.disk.remove(self.path)
-            return None
-        info = self.disk.info(self.path)
+        try:
+            self._raw.close()  # publishes the file
+            if self.rows == 0:  # nothing to keep
+                self.disk.remove(self.path)
+                return None
+            info = self.disk.info(self.path)
+        except BaseException:
+            # (the file may be in place: renamed, then its directory's fsync failed) no
+            # catalog will name it: it goes, not at the next writer's open
+            with contextlib.suppress(Exception):
+                self.disk.remove(self.path)
+            raise
         lo, hi = (key_range_of(self._writer.writer.metadata, self.key) if self.key else None
                   ) or (None, None)
         return PartMeta(self.part_id, self.disk.name, self.path, self.rows, self._sink.tell(),
