@@ -240,3 +240,21 @@ def test_set_local_in_a_transaction_block_is_not_supported(srv) -> None:
             conn.execute("BEGIN")
         conn.execute("ROLLBACK")
         assert _zone(conn)[1] == "UTC"
+
+
+def test_timetz_in_a_query_ending_in_a_comment(srv) -> None:
+    """A query with a TIMETZ column whose text ends in a -- comment (as a tool appends
+    one) keeps its offset, as in PostgreSQL 15, in the simple and the extended protocol
+    and a server-side cursor (it failed with 42601: the comment ate what the server
+    wrapped the query in)."""
+    import datetime as dt
+
+    want = [(dt.time(12, 34, 56, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))), 1)]
+    sql = "SELECT '12:34:56+05:30'::TIMETZ AS v, 1 AS n -- app: report"
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        res = conn.pgconn.exec_(sql.encode())
+        assert (res.ftype(0), res.get_value(0, 0)) == (1266, b"12:34:56+05:30")
+        assert conn.execute(sql, prepare=True).fetchall() == want
+        with conn.transaction(), conn.cursor("c") as cur:
+            cur.execute(sql)
+            assert cur.fetchall() == want

@@ -1610,7 +1610,8 @@ class _AnalyticalSession(EngineSession):
         items = ", ".join(
             f"CAST(#{i + 1} AS VARCHAR) AS {_quote(f.name)}" if i in zoned
             else f"#{i + 1} AS {_quote(f.name)}" for i, f in enumerate(schema))
-        return f"SELECT {items} FROM ({text}) AS __cd_timetz", zoned  # noqa: S608
+        # (a line break before the parenthesis: text may end in a -- comment)
+        return f"SELECT {items} FROM ({text}\n) AS __cd_timetz", zoned  # noqa: S608
 
     def _uuids(self, text: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """``columns`` (the query ``text``'s result, whose UUIDs Arrow holds as text) with
