@@ -270,3 +270,17 @@ def test_text_an_expression_writes_into_an_interval_column_is_read_as_one(conn) 
         (1, "01:30:00"), (2, "01:30:00"), (3, "-1 days +02:00:00"), (4, "1 day 02:00:00"),
         (5, None), (11, "01:30:00")]
     assert _texts(conn, "SELECT count(*) FROM iv WHERE i = '90 minutes'") == [(3,)]
+
+
+def test_a_set_column_list_writes_its_text_unchecked(conn) -> None:
+    """``UPDATE ... SET (i) = (...)`` is not read as an interval as it is written (as
+    docs/server-sqlite.md says; PostgreSQL 15 refuses it, 42804): SQLite stores the text,
+    and each read of the column as interval then fails with 22007."""
+    conn.execute("INSERT INTO iv VALUES (1, '1 day')")
+    conn.execute("UPDATE iv SET (i) = (SELECT 'garbage') WHERE id = 1")
+    with pytest.raises(psycopg.Error) as err:
+        conn.execute("SELECT i FROM iv").fetchall()
+    assert err.value.sqlstate == "22007"
+    with pytest.raises(psycopg.Error) as err:
+        conn.execute("UPDATE iv SET i = (SELECT 'garbage') WHERE id = 1")
+    assert err.value.sqlstate == "22007"
