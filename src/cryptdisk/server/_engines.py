@@ -2751,8 +2751,8 @@ class _SQLiteSession(EngineSession):
         (``UPDATE t SET i = s``); the caller holds :attr:`lock`."""
         from . import _paramtypes
 
-        self._internal = True  # (the catalog: no privilege check, nothing recorded)
-        try:
+        internal, self._internal = self._internal, True  # (the catalog: no privilege
+        try:  # check, nothing recorded)
             self._schema_now()
             lowered = sql.lower()
             if not any(name in lowered for name in self._interval_tables):
@@ -2767,7 +2767,7 @@ class _SQLiteSession(EngineSession):
             spans = _paramtypes.written_expressions(
                 sql, {n: n for n in self._relations}, columns, _types.INTERVAL)
         finally:
-            self._internal = False
+            self._internal = internal
         out = sql
         for start, stop in sorted(spans, reverse=True):
             out = (f"{out[:start]}{_sqltext.INTERVAL_CAST_FUNCTION}({out[start:stop]})"
