@@ -331,6 +331,23 @@ def test_sqlalchemy_isolation_level_on_pg8000(start_server, request, engine) -> 
 
 
 @pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
+def test_the_settings_set_to_the_servers_value_are_shown(start_server, request,
+                                                          engine) -> None:
+    """SHOW and current_setting answer each setting a client may SET only to the server's
+    value, as PostgreSQL 15 does (bytea_output failed: 42P01 on the analytical engine,
+    42704 on SQLite)."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for name, value in (("bytea_output", "hex"), ("client_encoding", "UTF8"),
+                            ("DateStyle", "ISO, MDY"), ("IntervalStyle", "postgres"),
+                            ("standard_conforming_strings", "on")):
+            c.execute(f"SET {name} = '{value}'")
+            cur = c.execute(f"SHOW {name}")
+            assert (cur.description[0].name, cur.fetchall()) == (name, [(value,)])
+            assert c.execute(f"SELECT current_setting('{name}')").fetchall() == [(value,)]
+
+
+@pytest.mark.parametrize("engine", ["analytical", "sqlite_engine"])
 def test_session_settings_clients_set(start_server, request, engine) -> None:
     """SET of the settings JDBC drivers and BI tools send: application_name and the like
     taken; a value the server cannot have refused clearly (0A000)."""

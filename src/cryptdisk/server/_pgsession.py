@@ -51,6 +51,7 @@ _SHOW = re.compile(r"\s*SHOW\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_]+)*)\s*;?\s
 _FIXED = {
     "server_version": "15.0", "server_version_num": "150000",
     "server_encoding": "UTF8", "client_encoding": "UTF8", "datestyle": "ISO, MDY",
+    "bytea_output": "hex",
     "intervalstyle": "postgres", "integer_datetimes": "on",
     "standard_conforming_strings": "on", "search_path": '"$user", public',
     "max_identifier_length": "63", "lc_collate": "C", "lc_ctype": "C",
