@@ -707,3 +707,44 @@ def test_sortable_without_compute_agrees_with_arrow(typ):
         assert arrow
     assert _blocks.sortable(schema, ["k"]) is arrow
     assert not _blocks.sortable(schema, ["missing"])
+
+
+@pytest.mark.parametrize("block_bytes", [1 << 30, 1 << 14])
+def test_the_parts_encodings_are_judged_as_the_first_rows_come(tmp_path, monkeypatch,
+                                                                block_bytes):
+    """On the insert's first 64Ki rows as soon as they are held, not once the whole first
+    block is (the judging held up DuckDB and every part thread); a first block shorter
+    than that is judged on itself."""
+    from cryptdisk.disks import LocalDisk
+
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    n = 1 << 15  # rows a batch
+    pulled = []
+
+    def batches():
+        for i in range(8):
+            pulled.append(i)
+            keys = list(range((8 - i) * n, (7 - i) * n, -1))  # out of order: sorted
+            yield pa.record_batch([pa.array(keys, pa.int64()),
+                                   pa.array([str(k % 7) for k in keys])], schema=schema)
+
+    judged = []
+    real = _blocks.dictionary_columns
+
+    def spy(sample, schema):
+        judged.append((len(pulled), sample.num_rows, sample.column("k")[0].as_py()))
+        return real(sample, schema)
+
+    monkeypatch.setattr(_blocks, "dictionary_columns", spy)
+    parts = _blocks.write_sorted_parts(LocalDisk("d", str(tmp_path)), "t", batches(), schema,
+                                       version=1, max_rows=1 << 24, block_bytes=block_bytes,
+                                       order=["k"], workers=2)
+    assert sum(p.rows for p in parts) == 8 * n
+    [(seen, rows, first)] = judged
+    assert first == 8 * n  # the input's first row
+    if block_bytes > 1 << 20:  # one block of all the rows: judged on its first 2 batches
+        assert rows == _parts._SAMPLE_ROWS
+        assert seen < 8  # before: once all 8 were pulled (the block complete)
+        assert len(parts) == 1
+    else:  # blocks of one batch, shorter than the sample: judged on the first
+        assert rows == n

@@ -584,10 +584,15 @@ class _Publish:
         self._job.publish()
 
 
-def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.Table]:
+def _blocks(source: _Prefetch, block_bytes: int, max_rows: int,
+            on_sample: Callable[[pa.Table], None] | None = None,
+            sample_rows: int = 0) -> Iterable[pa.Table]:
     """The source's batches gathered into tables of about ``block_bytes`` (at least one
     batch) and at most ``max_rows`` rows, cut at a multiple of :data:`._parts.ROW_GROUP_ROWS`
-    rows where they hold one; the rest starts the next."""
+    rows where they hold one; the rest starts the next.
+
+    ``on_sample`` is called with the first ``sample_rows`` rows as soon as they are held,
+    before the first table is complete, if they come before it (not at all otherwise)."""
     held: list[pa.RecordBatch] = []
     size = rows = 0
     while True:
@@ -598,7 +603,11 @@ def _blocks(source: _Prefetch, block_bytes: int, max_rows: int) -> Iterable[pa.T
             held.append(batch)
             size += batch.nbytes
             rows += batch.num_rows
+            if on_sample is not None and rows >= sample_rows:
+                on_sample(pa.Table.from_batches(held).slice(0, sample_rows))
+                on_sample = None
         while held and (batch is None or size >= block_bytes or rows >= max_rows):
+            on_sample = None  # (a first table shorter than the sample: judged on it)
             table = pa.Table.from_batches(held)
             cut = min(rows, max_rows)
             if batch is not None and cut >= _parts.ROW_GROUP_ROWS:
@@ -646,15 +655,25 @@ def write_sorted_parts(disk: Disk, prefix: str, batches: Iterable[pa.RecordBatch
     jobs: list[_Job] = []  # in the order started; the last one may take more blocks
     lock = threading.Lock()
     key = order[0] if order else None
+    settings: tuple[Any, Any, Any] | None = None
+
+    def judge(rows: pa.Table) -> None:
+        """The parts' encodings, judged on the insert's first rows (as write_parts does)."""
+        nonlocal settings
+        sample = rows.combine_chunks().to_batches()[0]
+        dictionary = dictionary_columns(sample, schema)
+        settings = (column_compression(sample, schema, dictionary), dictionary,
+                    statistics_columns(sample, schema, dictionary, order))
+
     try:
-        settings: tuple[Any, Any, Any] | None = None
-        for block in _blocks(source, block_bytes, max_rows):
-            if settings is None:  # judged on the insert's first rows, as write_parts does
-                sample = block.slice(0, 1 << 16).combine_chunks().to_batches()[0]
-                dictionary = dictionary_columns(sample, schema)
-                settings = (column_compression(sample, schema, dictionary), dictionary,
-                            statistics_columns(sample, schema, dictionary, order))
-                del sample
+        # judged as the first rows come, while DuckDB produces the rest of the first block:
+        # judged on the whole block, its 30 ms of CPU held up the first part's start, and
+        # DuckDB stopped once two batches waited
+        early = judge if max_rows >= _parts._SAMPLE_ROWS else None
+        for block in _blocks(source, block_bytes, max_rows, early, _parts._SAMPLE_ROWS):
+            if settings is None:  # a first block shorter than the sample
+                judge(block.slice(0, _parts._SAMPLE_ROWS))
+            assert settings is not None  # (judge set it)
             ordered = not order or _in_order(block, order)
             span = _clean_range(block, key, ordered) if key else (None, None)
             current = jobs[-1] if jobs and not jobs[-1].ended else None
