@@ -258,3 +258,19 @@ def test_timetz_in_a_query_ending_in_a_comment(srv) -> None:
         with conn.transaction(), conn.cursor("c") as cur:
             cur.execute(sql)
             assert cur.fetchall() == want
+
+
+def test_set_global_time_zone_is_refused(srv) -> None:
+    """DuckDB's SET GLOBAL TimeZone (an admin's) is refused with 0A000: it changed the
+    zone every other session wrote timestamptz in while their SHOW, current_setting and
+    ParameterStatus still said UTC (PostgreSQL has no SET GLOBAL: 42601)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn, \
+            psycopg.connect(**srv.dsn, autocommit=True) as other:
+        for sql in ("SET GLOBAL TimeZone = 'Asia/Tokyo'", "SET GLOBAL TIME ZONE 'Asia/Tokyo'",
+                    "/* app */ SET GLOBAL timezone TO 'Asia/Tokyo'", "RESET GLOBAL TimeZone"):
+            assert _fails(conn, sql)[0] == "0A000", sql
+        for c in (conn, other):
+            assert _zone(c) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+        conn.execute("SET TimeZone = 'Asia/Tokyo'")  # (the session's own: taken)
+        assert _zone(conn)[1] == "Asia/Tokyo"
+        assert _zone(other)[1:] == ("UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")

@@ -25,7 +25,8 @@ from ._engines import Result, StatementError
 from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
-__all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone"]
+__all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone",
+           "sets_global_time_zone"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -258,6 +259,18 @@ _TIME_ZONE = re.compile(r"(?:\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/))*"  # (comments b
                         r"\s*(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:TIME\s+ZONE\b|"
                         r"\"?TimeZone\"?\s*(?:=|\bTO\b))|RESET\s+(?:\"?TimeZone\"?|ALL)\s*;?\s*$)",
                         re.I | re.S)
+
+
+_GLOBAL_TIME_ZONE = re.compile(r"(?:\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/))*\s*(?:SET|RESET)\s+"
+                               r"GLOBAL\s+(?:TIME\s+ZONE\b|\"?TimeZone\"?(?!\w))",
+                               re.I | re.S)
+
+
+def sets_global_time_zone(sql: str) -> bool:
+    """Whether ``sql`` is DuckDB's ``SET GLOBAL TimeZone`` (or its ``RESET``), which the
+    server refuses: it would change the zone of the sessions that set none, while each
+    reports its own (``SHOW``, ``current_setting``, its ParameterStatus)."""
+    return _GLOBAL_TIME_ZONE.match(sql) is not None
 
 
 def names_time_zone(sql: str) -> bool:

@@ -935,6 +935,12 @@ class Session:
                                           and self.engine.in_transaction)
         zone = lifted is None and _pgsession.names_time_zone(sql)
         try:
+            if lifted is None and not self.server.engine.transactions and \
+                    _pgsession.sets_global_time_zone(sql):
+                raise StatementError(
+                    "SET GLOBAL TimeZone is not supported: it would change the zone of "
+                    "every session that set none, while each reports its own", "0A000",
+                    hint="SET TimeZone = 'zone' sets this session's zone")
             try:
                 result = await self._run_one(sql, params, lifted, stream=stream)
             except StatementError as exc:
