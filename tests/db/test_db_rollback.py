@@ -277,3 +277,43 @@ def test_an_insert_that_fails_midway_removes_the_parts_it_wrote(tmp_path, order)
         assert len(written[-1]) > len(before)  # (parts were on disk before it failed)
         assert data_files(path) == before
         assert db.query("SELECT count(*) FROM t") == [(1,)]
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_two_disks_over_one_directory_lose_no_part_to_garbage_collection(tmp_path, wrapped):
+    """A config whose policies name two disks over one directory (two local disks of one
+    path; or an encrypted disk over one local disk, and a second local disk of the same
+    path): each lists the other's parts, which its catalog entries do not name. The
+    writer's open took them for abandoned and deleted them (the catalog then named
+    missing parts); now a file is live through either disk, and an orphan goes once."""
+    from cryptdisk.keys import Key, write_key_file
+
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    first = ('[disks.raw]\ntype = "local"\npath = "store/x"\n'
+             '[disks.a]\ntype = "encrypted"\ndisk = "raw"\n') if wrapped else \
+        '[disks.a]\ntype = "local"\npath = "store/x"\n'
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keyring]\ncurrent_key_id = 1\n[[keyring.keys]]\nid = 1\nfile = "k1.hex"\n'
+                   f'{first}[disks.b]\ntype = "local"\npath = "store/x"\n'
+                   '[policies.default]\nvolumes = [{ name = "main", disks = ["a"] }]\n'
+                   '[policies.other]\nvolumes = [{ name = "main", disks = ["b"] }]\n')
+    path = str(tmp_path / "db")
+    with cryptdisk.connect(path, cfg) as db:
+        db.sql(f"CREATE TABLE t {SCHEMA}")
+        db.sql(f"INSERT INTO t {gen(100)}")
+        db.sql(f"INSERT INTO t {gen(100, 100)}")
+        part = db.table("t").parts[0]
+        version = db.catalog.version
+    store = tmp_path / "store" / "x"
+    # an orphan: a file named for a version the catalog has reached, which it does not name
+    orphan = store / part.path.replace(os.path.basename(part.path),
+                                       f"v{version}-{'0' * 32}.parquet")
+    shutil.copyfile(store / part.path, orphan)
+    with cryptdisk.connect(path, cfg) as db:  # a writer: collects garbage
+        assert not orphan.exists()
+        assert db.check() == 2
+        assert db.query("SELECT count(*) FROM t") == [(200,)]
+        assert db.collect_garbage() == 0
+    with cryptdisk.connect(path, cfg) as db:
+        assert db.check() == 2
+        assert db.query("SELECT sum(c_int) FROM t") == [(sum(range(200)),)]

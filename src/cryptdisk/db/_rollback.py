@@ -209,13 +209,44 @@ class Survey:
                 f"up to {newest[2]} ({newest[1]} on disk {newest[0].name!r})")
 
 
+def _stored_at(disk: Any, name: str) -> str | None:
+    """The real OS path of a disk file's stored bytes, or None (not on a local directory)."""
+    fn = getattr(disk, "os_path", None)
+    if fn is None:
+        return None
+    try:
+        where = fn(name)
+    except (CryptdiskError, OSError, ValueError):
+        return None
+    return os.path.realpath(where) if where else None
+
+
+def _aliased(disks: list[Any], prefix: str) -> set[str]:
+    """The names of the disks among ``disks`` whose files under ``prefix`` are stored in the
+    same local directory as another's (two disks of a config over one directory)."""
+    seen: dict[str, list[str]] = {}
+    for disk in disks:
+        where = _stored_at(disk, prefix)
+        if where is not None:
+            seen.setdefault(where, []).append(disk.name)
+    return {name for names in seen.values() if len(names) > 1 for name in names}
+
+
 def survey(disks: Iterable[Any], prefix: str, live: set[tuple[str, str]],
            version: int) -> Survey:
     """Sort the files under ``prefix`` that ``live`` does not name against catalog ``version``.
 
-    A disk that cannot be listed is skipped (its files are left alone).
+    A disk that cannot be listed is skipped (its files are left alone). Two disks whose
+    files are one local directory (a config that names it twice) list the same files:
+    a file the catalog names through one is live through the other too, and each file
+    is sorted once.
     """
     out = Survey(version)
+    disks = list(disks)
+    aliased = _aliased(disks, prefix)
+    by_name = {disk.name: disk for disk in disks}
+    live_at = {_stored_at(by_name[d], p) for d, p in live if d in aliased}
+    seen: set[str | None] = set()
     for disk in disks:
         try:
             names = disk.list(prefix)
@@ -224,6 +255,11 @@ def survey(disks: Iterable[Any], prefix: str, live: set[tuple[str, str]],
         for name in names:
             if (disk.name, name) in live:
                 continue
+            if disk.name in aliased:
+                where = _stored_at(disk, name)
+                if where is not None and (where in live_at or where in seen):
+                    continue
+                seen.add(where)
             v = file_version(name)
             if v is None:
                 out.unversioned.append((disk, name))
