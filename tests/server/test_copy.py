@@ -421,3 +421,22 @@ def test_the_timeout_of_a_copy_whose_client_stalls_lets_the_write_lock_go(
         c.execute("SET statement_timeout = 0")
         assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)
         assert c.execute("SELECT count(*) FROM u").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("engine", ["sqlite_engine", "analytical"])
+@pytest.mark.parametrize(("columns", "near"), [("()", ")"), ("(a,)", ")"), ("(, a)", ","),
+                                               ("(a,, b)", ",")])
+def test_an_empty_name_in_a_copy_column_list(start_server, engine, request, columns,
+                                             near) -> None:
+    """An empty column list, or an empty name in one, is PostgreSQL 15's syntax error
+    (42601 at or near the ) or , after it), in and out; COPY t () was taken as every
+    column, and an empty name failed as a column the table lacks (42703)."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (a BIGINT, b VARCHAR)")
+        for sql in (f"COPY t {columns} FROM STDIN", f"COPY t {columns} TO STDOUT"):
+            with pytest.raises(psycopg.errors.SyntaxError) as err:
+                with c.cursor().copy(sql) as copy:
+                    list(copy) if "TO" in sql else copy.write(b"1\tx\n")
+            assert err.value.diag.message_primary == f'syntax error at or near "{near}"'
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (0,)

@@ -72,6 +72,12 @@ def parse_copy(sql: str) -> CopyStatement:
         raise StatementError("COPY: only COPY table [(columns)] FROM STDIN and COPY "
                              "table|(query) TO STDOUT are supported", "0A000")
     direction = "in" if m["dir"].upper().startswith("FROM") else "out"
+    if m["cols"] is not None:  # (an empty name: "()", "(a,)", "(a,,b)")
+        names = m["cols"].split(",")
+        for place, name in enumerate(names):
+            if not name.strip():
+                near = ")" if place == len(names) - 1 else ","
+                raise StatementError(f'syntax error at or near "{near}"', "42601")
     if direction == "in" and m["query"]:
         raise StatementError("COPY (query) FROM STDIN is not valid", "42601")
     st = CopyStatement(direction, ".".join(unqualified_parts(
