@@ -281,6 +281,7 @@ void cd_shm_barrier(cdFile *p);
 int cd_shm_unmap(cdFile *p, int delete_flag);
 
 /* vfs.c: the Python callbacks (they take the GIL) */
+void cd_keep_earlier(PyObject *et, PyObject *ev, PyObject *tb);
 void cd_warn(cdFile *p, const char *fmt, ...);
 int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...);
 int cd_os_error(int rc, int err, const char *path); /* an OSError pending; returns rc */

@@ -177,12 +177,19 @@ static sqlite3_int64 segment_size_for(int kind, const unsigned char *first, sqli
     return page == 0 ? 4096 : pow2_segment(page);
 }
 
+/* The header of a file written for the first time (a write, or gathered bytes written
+ * before a read, a size query or a sync). A header_for that failed (its exception pending)
+ * is an I/O error here, not SQLITE_CANTOPEN: only SQLITE_IOERR and SQLITE_FULL put SQLite's
+ * pager in its error state, so that a rollback whose journal cannot be written or read
+ * leaves no changed page in the connection's cache (with SQLITE_CANTOPEN it kept them, and
+ * the connection saw a statement's partial update that was never committed). */
 static int cd_create(cdFile *p, const unsigned char *first, sqlite3_int64 n, sqlite3_int64 offset) {
     int rc = cd_load(p), lead, extra;
-    if (rc != SQLITE_OK || p->loaded)
-        return rc;
-    framing(p->kind, first, n, offset, &lead, &extra);
-    return cd_call_header(p, NULL, 0, 0, segment_size_for(p->kind, first, n, offset), lead, extra, 1);
+    if (rc == SQLITE_OK && !p->loaded) {
+        framing(p->kind, first, n, offset, &lead, &extra);
+        rc = cd_call_header(p, NULL, 0, 0, segment_size_for(p->kind, first, n, offset), lead, extra, 1);
+    }
+    return rc == SQLITE_CANTOPEN ? SQLITE_IOERR_WRITE : rc;
 }
 
 /* -- gathering journal and WAL writes -------------------------------------- */

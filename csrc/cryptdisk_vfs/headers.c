@@ -75,9 +75,12 @@ static int ask(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int a
 int cd_ask_header(cdFile *p, const unsigned char *header, sqlite3_int64 hlen, int attempt, sqlite3_int64 seg,
                   int lead, int extra, unsigned char *out, unsigned char *dek, int *dek_len) {
     PyGILState_STATE g = PyGILState_Ensure();
-    /* an earlier failure's exception still waits for apsw (SQLite may open again before
-     * it returns): keep it rather than call into Python with it set */
-    int ok = !PyErr_Occurred() ? ask(p, header, hlen, attempt, seg, lead, extra, out, dek, dek_len) : 0;
+    /* an exception may already wait for apsw: a function of the statement raised, or an
+     * earlier open failed, and SQLite opens (a rollback's journal) before returning */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    int ok = ask(p, header, hlen, attempt, seg, lead, extra, out, dek, dek_len);
+    cd_keep_earlier(et, ev, tb);
     PyGILState_Release(g);
     return ok == 1 ? SQLITE_OK : ok == 2 ? CD_REREAD : SQLITE_CANTOPEN;
 }
@@ -88,10 +91,8 @@ static int pool_fill(cdFile *p, sqlite3_int64 seg, int lead, int extra) {
     cdHeaderPool fresh;
     int n = 0;
     PyGILState_STATE g = PyGILState_Ensure();
-    if (PyErr_Occurred()) { /* as in cd_ask_header */
-        PyGILState_Release(g);
-        return SQLITE_CANTOPEN;
-    }
+    PyObject *et, *ev, *tb; /* as in cd_ask_header */
+    PyErr_Fetch(&et, &ev, &tb);
     n_header_batches++;
     PyObject *r = PyObject_CallFunction(p->vfs->header_for, "sOLiii", p->path, Py_None, (long long)seg, lead, extra,
                                         HEADER_POOL);
@@ -105,6 +106,7 @@ static int pool_fill(cdFile *p, sqlite3_int64 seg, int lead, int extra) {
         PyErr_Format(PyExc_TypeError, "header_for must return a list of %d (header, dek) pairs", HEADER_POOL);
     }
     Py_XDECREF(r);
+    cd_keep_earlier(et, ev, tb);
     PyGILState_Release(g);
     if (n == 0) {
         cd_wipe(fresh.dek, sizeof fresh.dek);

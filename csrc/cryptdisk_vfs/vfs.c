@@ -24,14 +24,28 @@ const sqlite3_api_routines *sqlite3_api = NULL;
         va_end(ap_);                             \
     } while (0)
 
+/* After a call into Python made with the exception that was pending (et, ev, tb: taken
+ * by PyErr_Fetch) set aside: that earlier exception is pending again, the call's own, if
+ * any, dropped (apsw raises the first failure; SQLite has the call's return code). With
+ * none earlier, the call's exception stays pending. */
+void cd_keep_earlier(PyObject *et, PyObject *ev, PyObject *tb) {
+    if (et == NULL)
+        return;
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
 void cd_warn(cdFile *p, const char *fmt, ...) {
     char msg[1024];
     CD_FORMAT(msg, fmt);
     PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *et, *ev, *tb; /* (a statement's exception may be pending) */
+    PyErr_Fetch(&et, &ev, &tb);
     PyObject *r = PyObject_CallFunction(p->vfs->warner, "s", msg);
     if (r == NULL)
         PyErr_WriteUnraisable(p->vfs->warner);
     Py_XDECREF(r);
+    PyErr_Restore(et, ev, tb);
     PyGILState_Release(g);
 }
 
@@ -40,10 +54,17 @@ int cd_raise(cdFile *p, int code, sqlite3_int64 offset, const char *fmt, ...) {
     char msg[1024];
     CD_FORMAT(msg, fmt);
     PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *et, *ev, *tb; /* the file's failure replaces a pending exception (a statement's) */
+    PyErr_Fetch(&et, &ev, &tb);
     PyObject *exc = PyObject_CallFunction(p->vfs->raiser, "isLs", code, msg, (long long)offset, p->path);
     if (exc != NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
+    } else {
+        cd_keep_earlier(et, ev, tb);
     }
     PyGILState_Release(g);
     return SQLITE_CORRUPT;

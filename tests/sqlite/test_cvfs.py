@@ -278,6 +278,76 @@ def test_a_malformed_batch_of_headers_is_an_error_not_a_journal(tmp_path, keyrin
     good.close()
 
 
+def _failing_updates(conn, other, times: int) -> None:
+    """Run ``times`` multi-row UPDATEs whose function raises on the second row, checking
+    after each that neither connection sees the first row's change."""
+    def boom(value):
+        if value == "b":
+            raise ValueError("refused")
+        return value + "x"
+
+    conn.create_scalar_function("boom", boom)
+    for _ in range(times):
+        with pytest.raises(ValueError, match="refused"):
+            conn.execute("UPDATE f SET s = boom(s)")
+        assert conn.execute("SELECT s FROM f ORDER BY id").fetchall() == [("a",), ("b",), ("c",)]
+        assert other.execute("SELECT s FROM f ORDER BY id").fetchall() == [("a",), ("b",), ("c",)]
+
+
+def test_a_statement_failing_in_a_function_rolls_back_whatever_journal_it_needs(tmp_path, keyring):
+    """A function that raises leaves its exception pending while SQLite rolls the
+    statement back, and the rollback may need a batch of new journal headers from Python
+    (every 8 journals): it gets them (the 7th such UPDATE kept its first row's change in
+    the connection's cache, and left the journal, when the C code refused to call Python
+    with an exception pending)."""
+    path = str(tmp_path / "f.db")
+    conn = csql.connect(path, keyring=keyring, implementation="c")
+    other = csql.connect(path, keyring=keyring, implementation="c")
+    conn.execute("CREATE TABLE f(id INTEGER PRIMARY KEY, s TEXT)")
+    conn.execute("INSERT INTO f VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    _failing_updates(conn, other, 20)
+    assert not os.path.exists(path + "-journal")
+    conn.execute("UPDATE f SET s = s || 'y' WHERE id = 1")  # and the connection still writes
+    assert other.execute("SELECT s FROM f WHERE id = 1").fetchall() == [("ay",)]
+    conn.close()
+    other.close()
+
+
+class _FailingJournalHeaders(_native.NativeVFS):
+    """header_for fails to make new journal headers once ``allowed`` batches were made (a
+    key provider that went away)."""
+
+    allowed = 1
+
+    def _header_for(self, path, header, segment_size, lead, frame_extra, count=0, attempt=None):
+        if header is None and count:
+            if self.allowed <= 0:
+                raise OSError("the key provider is unreachable")
+            self.allowed -= 1
+        return super()._header_for(path, header, segment_size, lead, frame_extra, count, attempt)
+
+
+def test_a_rollback_whose_journal_cannot_be_made_leaves_no_change_behind(tmp_path, keyring):
+    """When the journal's header cannot be made during a failed statement's rollback, the
+    VFS answers SQLite with an I/O error, which puts its pager in the error state: the
+    connection drops the changed pages instead of showing (and building on) a partial
+    update that was never committed."""
+    import apsw
+
+    vfs = _FailingJournalHeaders(keyring)
+    path = str(tmp_path / "g.db")
+    conn = apsw.Connection(path, vfs=vfs.vfs_name)
+    other = csql.connect(path, keyring=keyring, implementation="c")
+    conn.execute("CREATE TABLE f(id INTEGER PRIMARY KEY, s TEXT)")
+    conn.execute("INSERT INTO f VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    _failing_updates(conn, other, 10)  # the journals after the first 8 cannot be made
+    with pytest.raises(OSError, match="unreachable"):  # a write that needs one says why
+        conn.execute("UPDATE f SET s = 'z' WHERE id = 1")
+    assert other.execute("SELECT s FROM f ORDER BY id").fetchall() == [("a",), ("b",), ("c",)]
+    conn.close()
+    other.close()
+
+
 def _page_record(conn, path: str, table: str) -> int:
     """Where the record of ``table``'s root page is in the database file."""
     ((root,),) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
