@@ -73,7 +73,8 @@ def _setup(tmp_path):
 
 class _CatalogTrap:
     """Fails the next rename of the catalog: before it (``before``), or after it with the
-    catalog impossible to look at (``unknown``: ``stat`` of it fails until disarmed)."""
+    catalog impossible to look at (``unknown``: ``stat`` of it fails until disarmed), or
+    before it with the catalog impossible to look at (``unknown_before``)."""
 
     def __init__(self, monkeypatch, mode):
         self.mode, self.fired, self.renamed = mode, False, False
@@ -85,6 +86,9 @@ class _CatalogTrap:
             self.fired = True
             if mode == "before":
                 raise OSError(errno.ENOSPC, "injected: no space left")
+            if mode == "unknown_before":
+                self.renamed = True  # (not renamed: stat fails all the same)
+                raise OSError(errno.EIO, "injected: I/O error before the rename")
             real_replace(src, dst, *a, **k)
             self.renamed = True
             raise OSError(errno.EIO, "injected: I/O error after the rename")
@@ -153,6 +157,32 @@ def test_a_commit_whose_outcome_is_unknown_keeps_its_files_and_reads_the_catalog
         assert _ids(db) == sorted([*after, 2000])
         assert db.check() == _all_parts(db)
         assert _parquet_files(tmp_path) >= _named(db)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_commit_whose_unknown_outcome_was_no_publish_deletes_its_files_once_known(
+        tmp_path, monkeypatch, op):
+    """The write failed before the rename and the catalog could not be looked at: the
+    files stay while that is unknown, and go when the next statement reads the catalog
+    again and finds the version before."""
+    path, cfg = _setup(tmp_path)
+    run, _after = OPS[op]
+    with cryptdisk.connect(path, cfg) as db:
+        version, files = db.catalog.version, _parquet_files(tmp_path)
+        trap = _CatalogTrap(monkeypatch, "unknown_before")
+        with pytest.raises(CatalogError, match="whether it was published is unknown"):
+            run(db)
+        trap.disarm()
+        monkeypatch.undo()
+        assert _parquet_files(tmp_path) >= files
+        assert _ids(db) == BEFORE  # read again: the version before
+        assert db.catalog.version == version
+        assert _parquet_files(tmp_path) == files  # and the change's files are gone
+        db.sql("INSERT INTO t VALUES (2000, 'z')")
+    with cryptdisk.connect(path, cfg) as db:
+        assert _ids(db) == [*BEFORE, 2000]
+        assert _parquet_files(tmp_path) == _named(db)
+        assert db.check() == _all_parts(db)
 
 
 def test_a_move_that_fails_half_way_deletes_the_copies_it_made(tmp_path, monkeypatch):

@@ -371,6 +371,8 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         elif pin not in (None, False):
             self._pins.append(os.path.abspath(os.fspath(pin)))  # type: ignore[arg-type]
         self._pending: list[tuple[Any, str]] = []
+        #: the files of changes whose commit may or may not have published them (see _settle)
+        self._unsettled_files: list[Any] = []
         self._scans: list[TableScan] = []
         #: What the last statement's scans read and skipped, per table (see TableScan.stats).
         self.last_scans: dict[str, dict[str, int]] = {}
@@ -657,9 +659,18 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         """After a commit that may or may not have published its catalog (the catalog could
         not be looked at after its write failed, see :func:`._catalog.save_catalog`): read
         the catalog on disk again, the version before the change or the one with it, before
-        anything else runs on this connection. Until it can be read, statements fail."""
-        if self._remote is None and self.catalog.unsettled is not None:
-            self.refresh()
+        anything else runs on this connection. Until it can be read, statements fail. When
+        it is the version before, the files those changes wrote are deleted then."""
+        unsettled = self.catalog.unsettled
+        if self._remote is not None or unsettled is None:
+            return
+        self.refresh()
+        if self.catalog.unsettled is not None:
+            return  # (not read again: the catalog cannot be looked at yet)
+        kept, self._unsettled_files = self._unsettled_files, []
+        if self.catalog.version < unsettled:  # still the one before: certainly unpublished
+            live = self._live(self.catalog)
+            self._discard_unpublished([p for p in kept if (p.disk, p.path) not in live])
 
     def _after_publish(self, stamp: Callable[[], Any], collect: Callable[[], Any]) -> None:
         """The steps of a commit after its catalog is published: the commit stands

@@ -104,10 +104,14 @@ class MaintenanceMixin(DatabaseState):
         the next writer's open, when it is certain that no catalog names them: the catalog
         on disk is still the one this connection had (it holds the writer lock, and their
         names are new). After a failure whose outcome is unknown
-        (``catalog.unsettled``) they stay: that catalog may be published and name them.
+        (``catalog.unsettled``) they stay: that catalog may be published and name them
+        (Database._settle deletes them once the catalog read again is the one before).
         Best effort: a file that cannot be removed is left to the next writer's open. At a
         URL they stay for a later commit (see :meth:`_collect_abandoned`)."""
-        if self._remote is not None or self.catalog.unsettled is not None:
+        if self._remote is not None:
+            return
+        if self.catalog.unsettled is not None:  # kept until the catalog is read again
+            self._unsettled_files.extend(written)
             return
         for part in written:
             disk = self.config.disks.get(part.disk)

@@ -54,6 +54,7 @@ class DatabaseState(Protocol):
     _pins: list[str]
     #: Files (disk, path) to delete once the next catalog is published.
     _pending: list[tuple[Any, str]]
+    _unsettled_files: list[Any]
     #: Parts opened and checked, kept for the next reads (an ``_scan.OpenParts``).
     _open_parts: Any
     #: Queries :class:`~cryptdisk.db.Reader` objects are running now.
