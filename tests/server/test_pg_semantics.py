@@ -913,3 +913,28 @@ def test_resets_restore_the_startup_values(start_server, request, engine) -> Non
             cur = c.execute(sql)
             got.append((sql, cur.fetchone()[0] if cur.description else cur.statusmessage))
     assert got == STARTUP_RESETS
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_client_min_messages_and_application_name_in_startup_options(start_server, request,
+                                                                     engine) -> None:
+    """``options=-c client_min_messages=...`` and ``-c application_name=...`` are the
+    session's (SHOW, the application_name ParameterStatus) and what RESET ALL restores,
+    as in PostgreSQL 15 (they were ignored: notice, ''); a level PostgreSQL refuses fails
+    the connection with its 22023."""
+    import psycopg
+
+    srv = start_server(request.getfixturevalue(engine), secure=False)
+    dsn = {"host": "127.0.0.1", "port": srv.port, "user": "u", "dbname": "db"}
+    with psycopg.connect(**dsn, autocommit=True,
+                         options="-c client_min_messages=warning -c application_name=opt") as c:
+        assert c.info.parameter_status("application_name") == "opt"
+        for _ in range(2):
+            assert c.execute("SHOW client_min_messages").fetchone() == ("warning",)
+            assert c.execute("SHOW application_name").fetchone() == ("opt",)
+            c.execute("SET client_min_messages = error")
+            c.execute("SET application_name = 'x'")
+            c.execute("RESET ALL")
+    with pytest.raises(psycopg.OperationalError,
+                       match='invalid value for parameter "client_min_messages": "bogus"'):
+        psycopg.connect(**dsn, options="-c client_min_messages=bogus")

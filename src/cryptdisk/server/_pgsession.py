@@ -26,7 +26,7 @@ from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
 __all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone",
-           "sets_global_time_zone"]
+           "parse_message_level", "sets_global_time_zone"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -320,6 +320,12 @@ def _session_value(name: str, text: str) -> str:
     if level not in _MESSAGE_LEVELS:
         raise StatementError(f'invalid value for parameter "{name}": "{text}"', "22023")
     return "debug2" if level == "debug" else level
+
+
+def parse_message_level(text: str) -> str:
+    """A client_min_messages setting as PostgreSQL keeps it (22023 for a level it
+    refuses)."""
+    return _session_value("client_min_messages", text.strip())
 
 
 def _unquote(value: str) -> str:

@@ -648,24 +648,27 @@ class Session:
         self.user = msg.parameters.get("user", "")
         #: the database the client named (one server serves one: only current_database())
         self.database = msg.parameters.get("database") or self.user
-        self.application_name = msg.parameters.get("application_name", "")
-        # statement_timeout as a startup parameter (node-postgres's statement_timeout) or
-        # in options (libpq's and JDBC's options=-c statement_timeout=...)
-        timeout = msg.parameters.get("statement_timeout")
-        for m in re.finditer(r"(?:-c\s*|--)statement_timeout=(\S+)",
+        # application_name, statement_timeout (node-postgres's), extra_float_digits (JDBC's)
+        # and client_min_messages as startup parameters or in options (libpq's and JDBC's
+        # options=-c statement_timeout=...), the latter taking precedence
+        given = {name: msg.parameters.get(name) for name in (
+            "application_name", "statement_timeout", "extra_float_digits",
+            "client_min_messages")}
+        for m in re.finditer(r"(?:-c\s*|--)(application_name|statement_timeout|"
+                             r"extra_float_digits|client_min_messages)=(\S+)",
                              msg.parameters.get("options", "")):
-            timeout = m[1]
-        # extra_float_digits likewise (JDBC's startup parameter; libpq's options)
-        digits = msg.parameters.get("extra_float_digits")
-        for m in re.finditer(r"(?:-c\s*|--)extra_float_digits=(\S+)",
-                             msg.parameters.get("options", "")):
-            digits = m[1]
+            given[m[1]] = m[2]
+        self.application_name = (given["application_name"] or "")[:63]  # (NAMEDATALEN - 1)
+        timeout, digits = given["statement_timeout"], given["extra_float_digits"]
         try:
             if timeout is not None:
                 self.session_timeout = _pgsession.parse_timeout(timeout)
             if digits is not None:
                 self.settings["extra_float_digits"] = str(
                     _pgsession.parse_extra_float_digits(digits))
+            if given["client_min_messages"] is not None:
+                self.settings["client_min_messages"] = _pgsession.parse_message_level(
+                    given["client_min_messages"])
         except StatementError as exc:
             self._fatal(exc.sqlstate, str(exc))
             raise _Closing() from None
@@ -696,7 +699,7 @@ class Session:
             "standard_conforming_strings": "on", "TimeZone": "UTC",
             "is_superuser": "on" if self.server.is_admin(self.user) else "off",
             "session_authorization": self.user,
-            "application_name": msg.parameters.get("application_name", ""),
+            "application_name": self.application_name,
             "cryptdisk_version": __version__,
         }
         for name, value in params.items():
