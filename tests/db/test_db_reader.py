@@ -485,3 +485,30 @@ def test_a_variable_leaves_the_fast_paths_on(tmp_path) -> None:
             assert not r._names_certain()
         finally:
             r.close()
+
+
+def test_arrow_lossless_is_for_the_queries_results_only(db):
+    """With arrow_lossless a reader's query result (execute, stream) is DuckDB's lossless
+    Arrow export (a TIMETZ with its offset); its cursor has the default export between
+    queries, and a reader without it, or after it is turned off, gets the default."""
+    sql = "SELECT '12:34:56+05:30'::TIMETZ AS v, true AS b, count(*) AS n FROM t"
+    r = db.reader()
+    try:
+        assert str(r.execute(sql).schema.field("v").type) == "time64[us]"
+        r.arrow_lossless = True
+        got = r.execute(sql)
+        kind = got.schema.field("v").type
+        assert (kind.extension_name, kind.type_name) == ("arrow.opaque", "time_tz")
+        bits = int.from_bytes(got.column("v")[0].as_py(), "little")
+        assert (bits >> 24, 57599 - (bits & 0xFFFFFF)) == (45296 * 10**6, 19800)
+        assert got.column("n").to_pylist() == [6000]
+        setting = "SELECT current_setting('arrow_lossless_conversion')"
+        assert r.con.execute(setting).fetchone() == (False,)  # (after the query)
+        stream = r.stream(sql)
+        assert stream.schema.field("v").type == kind
+        assert stream.read_all().column("n").to_pylist() == [6000]
+        r.arrow_lossless = False
+        assert str(r.execute(sql).schema.field("v").type) == "time64[us]"
+        assert str(db.sql(sql).schema.field("v").type) == "time64[us]"
+    finally:
+        r.close()

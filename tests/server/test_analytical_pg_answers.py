@@ -6,6 +6,7 @@ was read from a real PostgreSQL 15 (noted beside it)."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import ssl
 from typing import Any
 
@@ -192,8 +193,6 @@ def test_timetz_keeps_its_offset(srv, duckdb, text, binary) -> None:
 def test_timetz_as_drivers_read_it(srv) -> None:
     """psycopg (text and binary) and asyncpg (binary) read a TIMETZ as a time with its
     offset, as they read PostgreSQL's."""
-    import datetime as dt
-
     want = dt.time(12, 34, 56, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30)))
     sql = "SELECT '12:34:56+05:30'::TIMETZ AS v, TIME '01:02:03' AS t"
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
@@ -274,3 +273,85 @@ def test_set_global_time_zone_is_refused(srv) -> None:
         conn.execute("SET TimeZone = 'Asia/Tokyo'")  # (the session's own: taken)
         assert _zone(conn)[1] == "Asia/Tokyo"
         assert _zone(other)[1:] == ("UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+
+
+def test_timetz_query_runs_once(srv) -> None:
+    """A query with a TIMETZ column runs once, in the simple and extended protocol, held
+    whole and streamed: its sequence advances by one a row, as PostgreSQL's does."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        sql = "SELECT nextval('s') AS n, '12:00:00+01'::TIMETZ AS v"
+        assert conn.execute(sql).fetchone() == (1, dt.time(12, tzinfo=dt.timezone(
+            dt.timedelta(hours=1))))
+        res = conn.pgconn.exec_(sql.encode())
+        assert [res.get_value(0, i) for i in range(2)] == [b"2", b"12:00:00+01"]
+        res = conn.pgconn.exec_params(sql.encode(), [], result_format=1)
+        assert res.get_value(0, 0) == (3).to_bytes(8, "big")
+        got = conn.execute("SELECT nextval('s'), '12:00:00+01'::TIMETZ FROM range(5000)")
+        assert [r[0] for r in got.fetchall()] == list(range(4, 5004))  # (streamed)
+        assert conn.execute("SELECT currval('s')").fetchone() == (5003,)
+
+
+#: results whose lossless Arrow export differs from DuckDB's default one
+LOSSLESS = [
+    "SELECT true AS v, NULL::BOOLEAN AS w, [true, false, NULL] AS x, {'b': false} AS y",
+    "SELECT '00000000-0000-0000-0000-000000000001'::UUID AS v, NULL::UUID AS w",
+    "SELECT (-170141183460469231731687303715884105728)::HUGEINT AS v, NULL::HUGEINT AS w",
+    "SELECT 340282366920938463463374607431768211455::UHUGEINT AS v, 5::UHUGEINT AS w",
+    "SELECT '101'::BIT AS v, '{\"a\": 1}'::JSON AS w, 5::VARINT AS x, INTERVAL 1 DAY AS y",
+    "SELECT ['12:00:00+01'::TIMETZ, NULL] AS v, {'t': '12:00:00-01'::TIMETZ} AS w",
+    "SELECT {'a': gen_random_uuid() IS NULL, 'b': 1::HUGEINT, 'c': [1::UHUGEINT]} AS v",
+    "SELECT MAP {'00000000-0000-0000-0000-000000000001'::UUID: [1::HUGEINT]} AS v",
+    "SELECT ['00000000-0000-0000-0000-000000000001'::UUID, NULL]::UUID[2] AS v",
+    "SELECT union_value(u := '00000000-0000-0000-0000-000000000001'::UUID)"
+    "::UNION(u UUID, i INT) AS v",
+    "SELECT CASE WHEN i % 2 = 0 THEN NULL ELSE {'u': i::HUGEINT} END AS v FROM range(5) t(i)"]
+
+
+@pytest.mark.parametrize("sql", LOSSLESS)
+def test_lossless_export_read_as_the_default_one(sql) -> None:
+    """lossy_result gives what DuckDB's default Arrow export gives (a UHUGEINT exact, as
+    exact_result makes it; a nested TIMETZ a time), empty or not, and a TIMETZ's text."""
+    import duckdb
+
+    from cryptdisk.db._rows import exact_table
+    from cryptdisk.server import _types
+
+    con = duckdb.connect()
+    for limit in ("", " LIMIT 0"):
+        rel = con.sql(f"SELECT * FROM ({sql}){limit}")
+        want = exact_table(rel.to_arrow_table(), [str(t) for t in rel.types])
+        con.execute("SET arrow_lossless_conversion = true")
+        table = con.sql(f"SELECT * FROM ({sql}){limit}").to_arrow_table()
+        con.execute("RESET arrow_lossless_conversion")
+        assert not table.schema.equals(want.schema)
+        got = _types.lossy_result(table)
+        assert got.schema.equals(want.schema) and got.to_pylist() == want.to_pylist()
+        assert _types.lossy_schema(table.schema).equals(want.schema)
+
+
+def test_timetz_text_is_duckdbs() -> None:
+    """Each TIMETZ's text from the lossless export is DuckDB's (PostgreSQL's) text of it,
+    at the ends of its range and with an offset of hours, minutes and seconds."""
+    import random
+
+    import duckdb
+
+    from cryptdisk.server import _types
+
+    rnd = random.Random(7)
+    values = ["24:00:00-15:59:59", "00:00:00+15:59:59", "12:34:56.000001-00:00:01"]
+    for _ in range(500):
+        us, east = rnd.randrange(86_400_000_001), rnd.randrange(-57599, 57600)
+        east = int(east / 3600) * 3600 if rnd.random() < 0.3 else east
+        s, a = us // 1_000_000, abs(east)
+        values.append(f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{us % 10**6:06d}"
+                      f"{'-' if east < 0 else '+'}{a // 3600:02d}:{a // 60 % 60:02d}:{a % 60:02d}")
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    table = con.sql("SELECT v::TIMETZ AS z, CAST(v::TIMETZ AS VARCHAR) AS t "
+                    "FROM unnest(?) AS x(v)", params=[[*values, None]]).to_arrow_table()
+    got = _types.lossy_result(table)
+    assert _types.zoned_field(got.schema.field("z"))
+    assert got.column("z").to_pylist() == got.column("t").to_pylist()
+    assert got.column("z").to_pylist()[-1] is None

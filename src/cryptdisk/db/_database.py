@@ -1391,6 +1391,13 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                 return scan.error
         return None
 
+    def _lossless_export(self) -> None:
+        """(A reader's :attr:`Reader.arrow_lossless`; the database's export is DuckDB's
+        default.)"""
+
+    def _lossy_export(self) -> None:
+        """(See :meth:`_lossless_export`.)"""
+
     def _run_prepared(self, sql: str, rows: bool = False) -> pa.Table | Rows | None:
         """Run the statement :meth:`_prepare` made. A ``SELECT`` over registry sources
         (see :meth:`_bind_exposed`) goes to DuckDB once (``_submit``: parsed, bound and
@@ -1401,6 +1408,16 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
         wrapped to a negative number), ``UUID`` as text, ``BIT`` and ``TIMETZ`` without
         their values. The Arrow table has each ``UHUGEINT`` (alone or nested) as its value,
         a ``DECIMAL(39,0)`` (:func:`._rows.exact_table`)."""
+        if rows:
+            return self._run_prepared_export(sql, rows)
+        self._lossless_export()
+        try:
+            return self._run_prepared_export(sql, rows)
+        finally:
+            self._lossy_export()
+
+    def _run_prepared_export(self, sql: str, rows: bool) -> pa.Table | Rows | None:
+        """:meth:`_run_prepared`, with DuckDB's Arrow export as it is set."""
         with interruptible(self.con):
             if self._handles:
                 if rows:
@@ -1916,7 +1933,8 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_handles", "last_scans", "_prepared_queries",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
-                         "_closed", "_settings", "_settings_untouched", "_streaming"})
+                         "_closed", "_settings", "_settings_untouched", "_streaming",
+                         "arrow_lossless", "_lossless_set"})
 
 
 def _retries(db: Database, exc: CatalogError | KeyNotFoundError) -> bool:
@@ -1959,6 +1977,7 @@ class Reader:
     _run_duckdb = Database._run_duckdb
     _run_duckdb_once = Database._run_duckdb_once
     _run_prepared = Database._run_prepared
+    _run_prepared_export = Database._run_prepared_export
     _run_prepared_statement = Database._run_prepared_statement
     _release = Database._release
     _expose = Database._expose
@@ -2012,6 +2031,10 @@ class Reader:
         self._settings_untouched = True
         self._closed = False
         self._streaming: weakref.ref[Stream] | None = None  # its open stream (see stream)
+        #: its queries' results (execute, sql, stream) as DuckDB's lossless Arrow export
+        #: gives them (see _lossless_export)
+        self.arrow_lossless = False
+        self._lossless_set = False  # arrow_lossless_conversion is on, on its cursor
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)  # the database's own state and methods
@@ -2026,6 +2049,31 @@ class Reader:
                  ) -> str | pa.Table | DistinctCount:
         with self._db._mutex:  # the catalog as its last commit left it
             return Database._prepare(self, sql, push, prepared)  # type: ignore[arg-type]
+
+    def _lossless_export(self) -> None:
+        """With :attr:`arrow_lossless`, turn DuckDB's ``arrow_lossless_conversion`` on for
+        the query about to run on this reader's cursor (its result's types are taken as it
+        starts): a ``TIME WITH TIME ZONE`` comes as ``arrow.opaque`` ``time_tz`` with its
+        offset, a ``UUID`` as ``arrow.uuid``, ``HUGEINT``, ``UHUGEINT`` and ``BIT`` as
+        ``arrow.opaque``, ``JSON`` as ``arrow.json``. Only the query's own result: the
+        reader's other statements (its scans' schemas, key extremes) run with it off
+        (:meth:`_lossy_export`)."""
+        if self.arrow_lossless and not self._lossless_set:
+            try:
+                self.con.execute("SET SESSION arrow_lossless_conversion = true")
+            except duckdb.Error as exc:
+                raise DatabaseError(f"cannot set arrow_lossless_conversion: {exc}") from None
+            self._lossless_set = True
+
+    def _lossy_export(self) -> None:
+        """DuckDB's default Arrow export again on this reader's cursor (see
+        :meth:`_lossless_export`): before each statement, after a query's table."""
+        if self._lossless_set:
+            self._lossless_set = False
+            try:
+                self.con.execute("RESET SESSION arrow_lossless_conversion")
+            except duckdb.Error as exc:
+                raise DatabaseError(f"cannot reset arrow_lossless_conversion: {exc}") from None
 
     @staticmethod
     def runs(statement: str) -> bool:
@@ -2074,6 +2122,7 @@ class Reader:
                                 "and DEALLOCATE of a query); run other statements with "
                                 "Database.execute")
         self._check_idle()
+        self._lossy_export()  # (the last query's result may have had it on)
         db._check_open()  # (its cursor went with the database)
         with db._mutex:  # the views it reads written out (see ._views)
             st = _sql.Passthrough(db._expand(st.sql))
@@ -2157,6 +2206,7 @@ class Reader:
                                 f"{len(found)} statements")
         statement = found[0] if parameters is None else _bound(found[0], parameters, method)
         self._check_idle()
+        self._lossy_export()  # (the last query's result may have had it on)
         db = self._db
         db._check_open()
         try:
@@ -2200,6 +2250,7 @@ class Reader:
         of it (its scans registered on this reader's cursor until the stream ends)."""
         db = self._db
         for attempt in (0, 1):
+            self._lossy_export()  # (a failed first attempt's)
             try:
                 try:
                     # (push=False: a field function the scan would compute fails inside
@@ -2217,6 +2268,7 @@ class Reader:
                         if owned:
                             self.close()
                         return Stream.of_table(prepared)
+                    self._lossless_export()  # (off again before its next statement)
                     with interruptible(self.con):
                         if hasattr(self.con, "_submit"):
                             got = self.con._submit(prepared, None, "stream", batch_rows)
@@ -2305,6 +2357,7 @@ class Reader:
         if len(parts) != 1 or _sql.first_word(parts[0].lstrip()) not in ("SET", "RESET"):
             raise DatabaseError("Reader.configure runs one SET or RESET statement")
         self._check_idle()
+        self._lossy_export()  # (the last query's result may have had it on)
         self._db._check_open()
         harmless = _harmless_set(parts[0])
         if not harmless:  # (before it runs: a failed SET may have changed it too)

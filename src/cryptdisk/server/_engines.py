@@ -1425,16 +1425,7 @@ class _AnalyticalSession(EngineSession):
                             self._parse_connection())
         if table is None or (words and words[0] in ("SET", "RESET") and table.num_rows == 0):
             return Result(None, [], command_tag(sql, None, False))  # (DuckDB's "Success")
-        zoned = self._timetz(text, table.schema)
-        if zoned is not None:  # (once more, its TIMETZ columns as their text)
-            try:
-                table = self._execute(zoned[0])
-            except Exception as exc:
-                raise statement_error(exc) from None
-        columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema])
-        if zoned is not None:
-            columns = [(n, _types.TIMETZ if i in zoned[1] else o)
-                       for i, (n, o) in enumerate(columns)]
+        columns = self._columns(text, table.schema)
         from ._resultrows import result_rows  # (db imported when a DuckDB engine is used)
 
         rows = result_rows(_types.exact_result(table, self._wide_kinds(text, table)))
@@ -1499,12 +1490,7 @@ class _AnalyticalSession(EngineSession):
                 err = _policy_failure(_without_context(err), sql)
             raise err from None
         try:
-            if self._timetz(text, stream.schema) is not None:
-                audit_at_end[0] = False  # (run's audits it)
-                rows.close()
-                return self.run(sql, params)  # (its TIMETZ columns' text: see _timetz)
-            columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type))
-                                         for f in stream.schema])
+            columns = self._columns(text, _types.lossy_schema(stream.schema))
         except BaseException:
             rows.close()
             raise
@@ -1530,7 +1516,7 @@ class _AnalyticalSession(EngineSession):
 
         reader = self._reader
         if reader is None:
-            reader = self.engine.db.reader()
+            reader = self._new_reader()
             for setting in self._settings:
                 reader.configure(setting)
         self._reader = None  # (a statement meanwhile gets a reader of its own)
@@ -1578,40 +1564,29 @@ class _AnalyticalSession(EngineSession):
             table, query = self._execute_lengths(query)
             if table is None:
                 return None
-            zoned = self._timetz(text, table.schema)
-            return [(n, _types.TIMETZ if zoned is not None and i in zoned[1] else o)
-                    for i, (n, o) in enumerate(self._uuids(
-                        text, [(f.name, _types.arrow_oid(f.type)) for f in table.schema]))]
+            return self._columns(text, table.schema)
         except Exception:
             if self._cancel.is_set():  # cancelled or timed out, waiting or running: 57014
                 raise _cancelled() from None
             return None  # a statement that fails says so when it runs
 
-    def _timetz(self, text: str, schema: Any) -> tuple[str, set[int]] | None:
-        """Query ``text`` with its ``TIME WITH TIME ZONE`` columns as their text, and
-        their places, when its result (of Arrow ``schema``) has one; else None. DuckDB's
-        Arrow export drops a TIMETZ's offset (``12:00:00+05:30`` comes as the time
-        ``12:00:00``); its text of one is PostgreSQL's, which the server sends as timetz
-        (1266). Only a result with a time column is described (DuckDB's ``DESCRIBE``)."""
-        import pyarrow as pa
+    def _new_reader(self) -> Any:
+        """A reader of the database for this session's queries, whose results come as
+        DuckDB's lossless Arrow export gives them (``arrow_lossless``): a ``TIME WITH TIME
+        ZONE`` with its offset, which the default export drops. :meth:`_execute`, the
+        streams (:mod:`._rowstream`) and :meth:`describe` read them through
+        :func:`._types.lossy_result`."""
+        reader = self.engine.db.reader()
+        reader.arrow_lossless = True
+        return reader
 
-        if not any(pa.types.is_time(f.type) for f in schema):
-            return None
-        try:
-            described = self._execute(f"DESCRIBE {text}")
-        except Exception:  # (a statement DESCRIBE does not take: no TIMETZ to find)
-            return None
-        if described is None or "column_type" not in described.column_names:
-            return None
-        kinds = [str(k) for k in described.column("column_type").to_pylist()]
-        if len(kinds) != len(schema) or _TIMETZ not in kinds:
-            return None
-        zoned = {i for i, k in enumerate(kinds) if k == _TIMETZ}
-        items = ", ".join(
-            f"CAST(#{i + 1} AS VARCHAR) AS {_quote(f.name)}" if i in zoned
-            else f"#{i + 1} AS {_quote(f.name)}" for i, f in enumerate(schema))
-        # (a line break before the parenthesis: text may end in a -- comment)
-        return f"SELECT {items} FROM ({text}\n) AS __cd_timetz", zoned  # noqa: S608
+    def _columns(self, text: str, schema: Any) -> list[tuple[str, int]]:
+        """The (name, type OID) of each column of query ``text``'s result (Arrow
+        ``schema``, of :func:`._types.lossy_result`): timetz (1266) for a ``TIME WITH TIME
+        ZONE``'s text, uuid for a UUID's (:meth:`_uuids`)."""
+        columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in schema])
+        return [(n, _types.TIMETZ if _types.zoned_field(f) else o)
+                for (n, o), f in zip(columns, schema, strict=True)]
 
     def _uuids(self, text: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """``columns`` (the query ``text``'s result, whose UUIDs Arrow holds as text) with
@@ -1842,13 +1817,13 @@ class _AnalyticalSession(EngineSession):
         if Reader.runs(text):
             with self.engine.turn(self, shared=True):
                 if self._reader is None:  # (a cursor of the connection, made under its lock)
-                    self._reader = self.engine.db.reader()
+                    self._reader = self._new_reader()
                     for setting in self._settings:  # this session's SETs, on its cursor
                         self._reader.configure(setting)
                 if exact_division:
                     with _exact_division(self._reader.con):
-                        return self._reader.execute(text)
-                return self._reader.execute(text)
+                        return _types.lossy_result(self._reader.execute(text))
+                return _types.lossy_result(self._reader.execute(text))
         with self.engine.turn(self), contextlib.ExitStack() as stack:
             words = _sqltext.first_words(text, 2) or [""]
             if words[0] in ("SET", "RESET"):
@@ -1857,7 +1832,7 @@ class _AnalyticalSession(EngineSession):
                 # this session has them for its run alone (_own_settings). A variable
                 # (SET VARIABLE) likewise: DuckDB keeps one for each connection.
                 if self._reader is None:
-                    self._reader = self.engine.db.reader()
+                    self._reader = self._new_reader()
                 self._configuring = True  # (a cancel interrupts the reader: _stop)
                 try:
                     self._reader.configure(text)
@@ -2172,9 +2147,6 @@ def _exact_numeric_text(text: Any) -> None:
         return
     if value.is_finite():  # (text of digits alone is read as an INTEGER when it fits)
         _sqlite_numeric(value, whole=re.fullmatch(r"\s*[+-]?\d+\s*", text) is not None)
-
-
-_TIMETZ = "TIME WITH TIME ZONE"  # (DuckDB's name of the type, in a DESCRIBE)
 
 
 def _quote(name: str) -> str:

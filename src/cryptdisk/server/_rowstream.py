@@ -91,7 +91,8 @@ class RowStream:
             raise
         import pyarrow as pa
 
-        rows = result_rows(_types.exact_result(pa.Table.from_batches([batch])))
+        rows = result_rows(_types.exact_result(pa.Table.from_batches(
+            [_types.lossy_result(batch)])))
         self.count += len(rows)
         return rows
 

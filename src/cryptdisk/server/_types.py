@@ -1043,3 +1043,167 @@ def _decode_binary(oid: int, data: bytes) -> Any:
         us, days, months = struct.unpack("!qii", data)
         return interval_text(months, days, us, plus=False)
     raise ProtocolError(f"binary parameters of type {oid} are not supported; send it as text")
+
+
+#: a result column's Arrow field metadata that marks a ``TIME WITH TIME ZONE`` made text
+#: by :func:`lossy_result` (sent as timetz, 1266)
+TIMETZ_FIELD = {b"cryptdisk.type": b"timetz"}
+
+_TIMETZ_OFFSET_BITS = 24  # DuckDB's dtime_tz_t: microseconds << 24 | 57599 - offset
+_TIMETZ_MAX_OFFSET = 16 * 60 * 60 - 1
+_UHUGEINT_TYPE = pa.decimal256(39, 0)  # (as _rows.exact_uhugeint makes one)
+
+
+def _opaque(t: pa.DataType) -> str | None:
+    """The DuckDB type name of an ``arrow.opaque`` type of DuckDB's lossless Arrow export,
+    ``arrow.uuid`` and ``arrow.json`` as ``uuid`` and ``json``; None for any other type."""
+    if not isinstance(t, pa.BaseExtensionType):
+        return None
+    name = t.extension_name
+    if name == "arrow.opaque" and getattr(t, "vendor_name", "") == "DuckDB":
+        return str(t.type_name)
+    return {"arrow.uuid": "uuid", "arrow.json": "json", "arrow.bool8": "bool8"}.get(name)
+
+
+def _lossless(t: pa.DataType) -> bool:
+    """Whether Arrow type ``t`` has (alone or nested) a type :func:`_lossy_array` turns
+    back into DuckDB's default export's."""
+    if _opaque(t) not in (None, "bignum"):
+        return True
+    if pa.types.is_map(t):
+        return _lossless(t.key_type) or _lossless(t.item_type)
+    if pa.types.is_struct(t) or pa.types.is_union(t):
+        return any(_lossless(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _lossless(t.value_type)
+    return False
+
+
+def _timetz_parts(values: pa.Array) -> list[tuple[int, int] | None]:
+    """Each ``time_tz`` value of ``values`` (its 8 bytes, DuckDB's ``dtime_tz_t``) as
+    (microseconds of the day, offset in seconds east of UTC), None for a NULL."""
+    out: list[tuple[int, int] | None] = []
+    for raw in values.to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        bits = int.from_bytes(raw, "little")
+        out.append((bits >> _TIMETZ_OFFSET_BITS,
+                    _TIMETZ_MAX_OFFSET - (bits & ((1 << _TIMETZ_OFFSET_BITS) - 1))))
+    return out
+
+
+def timetz_text(us: int, east: int) -> str:
+    """A timetz as PostgreSQL 15 (and DuckDB) write it: ``12:34:56.5+05:30``,
+    ``24:00:00-15:59``, ``12:34:56+05:30:15``."""
+    seconds, micro = divmod(us, 1_000_000)
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    if micro:
+        text += f".{micro:06d}".rstrip("0")
+    hours, rest = divmod(abs(east), 3600)
+    text += f"{'-' if east < 0 else '+'}{hours:02d}"
+    if rest:
+        text += f":{rest // 60:02d}" + (f":{rest % 60:02d}" if rest % 60 else "")
+    return text
+
+
+def _storage(array: pa.Array) -> pa.Array:
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
+
+
+def _lossy_array(array: pa.Array) -> pa.Array:
+    """``array`` of DuckDB's lossless Arrow export as DuckDB's default export gives it: a
+    ``UUID`` as its text, ``HUGEINT`` ``DECIMAL(38,0)``, ``BIT`` binary, ``JSON`` text, a
+    ``TIME WITH TIME ZONE`` its time without the offset, ``BOOLEAN`` bool; a ``UHUGEINT``
+    its exact value, a
+    ``DECIMAL(39,0)`` (as ``exact_result`` makes one)."""
+    t = array.type
+    if not _lossless(t):
+        return array
+    kind = _opaque(t)
+    if kind is not None:
+        storage = _storage(array)
+        if kind == "uuid":
+            return pa.array([None if b is None else str(uuid.UUID(bytes=b))
+                             for b in storage.to_pylist()], pa.string())
+        if kind == "time_tz":
+            return pa.array([None if p is None else p[0] for p in _timetz_parts(storage)],
+                            pa.time64("us"))
+        if kind == "hugeint":  # (the same 16 bytes, as the default export reads them)
+            return pa.Array.from_buffers(pa.decimal128(38, 0), len(storage),
+                                         storage.buffers(), storage.null_count,
+                                         storage.offset)
+        if kind == "uhugeint":
+            return pa.array([None if b is None else
+                             decimal.Decimal(int.from_bytes(b, "little"))
+                             for b in storage.to_pylist()], _UHUGEINT_TYPE)
+        if kind == "bool8":
+            return storage.cast(pa.bool_())
+        return storage  # (BIT's bytes, JSON's text)
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = _lossy_array(array.values)
+        item = pa.field(t.value_field.name, values.type, t.value_field.nullable)
+        if pa.types.is_list(t):
+            return pa.ListArray.from_arrays(array.offsets, values, pa.list_(item), mask=mask)
+        return pa.LargeListArray.from_arrays(array.offsets, values, pa.large_list(item),
+                                             mask=mask)
+    if pa.types.is_fixed_size_list(t):
+        values = _lossy_array(array.flatten())
+        item = pa.field(t.value_field.name, values.type, t.value_field.nullable)
+        return pa.FixedSizeListArray.from_arrays(values, type=pa.list_(item, t.list_size),
+                                                 mask=mask)
+    if pa.types.is_map(t):
+        keys, items = _lossy_array(array.keys), _lossy_array(array.items)
+        return pa.MapArray.from_arrays(array.offsets, keys, items, mask=mask)
+    if pa.types.is_struct(t):
+        fields = [_lossy_array(f) for f in array.flatten()]
+        return pa.StructArray.from_arrays(
+            fields, fields=[pa.field(t.field(i).name, f.type, t.field(i).nullable)
+                            for i, f in enumerate(fields)], mask=mask)
+    children = [_lossy_array(array.field(i)) for i in range(t.num_fields)]  # (a union)
+    names = [t.field(i).name for i in range(t.num_fields)]
+    if t.mode == "sparse":
+        return pa.UnionArray.from_sparse(array.type_codes, children, names, t.type_codes)
+    return pa.UnionArray.from_dense(array.type_codes, array.offsets, children, names,
+                                    t.type_codes)
+
+
+def lossy_result(data: Any) -> Any:
+    """A result table or batch of DuckDB's lossless Arrow export (see
+    ``cryptdisk.db.Reader.arrow_lossless``) as the server reads DuckDB's default one,
+    with each ``TIME WITH TIME ZONE`` column (not one nested in a list or struct) as its
+    text (PostgreSQL's, :func:`timetz_text`) in a field marked :data:`TIMETZ_FIELD`."""
+    if data is None or not any(_lossless(f.type) for f in data.schema):
+        return data
+    columns, fields = [], []
+    for i, field in enumerate(data.schema):
+        column = data.column(i)
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        if not chunks:  # (an empty table's)
+            chunks = [pa.nulls(0, field.type)]
+        if _opaque(field.type) == "time_tz":
+            done = [pa.array([None if p is None else timetz_text(*p)
+                              for p in _timetz_parts(_storage(c))], pa.string())
+                    for c in chunks]
+            fields.append(pa.field(field.name, pa.string(), field.nullable, TIMETZ_FIELD))
+        else:
+            done = [_lossy_array(c) for c in chunks]
+            fields.append(pa.field(field.name, done[0].type, field.nullable))
+        columns.append(done)
+    schema = pa.schema(fields)
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays([c[0] for c in columns], schema=schema)
+    return pa.Table.from_arrays([pa.chunked_array(c, f.type) for c, f in
+                                 zip(columns, fields, strict=True)], schema=schema)
+
+
+def lossy_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema :func:`lossy_result` gives a result of ``schema``."""
+    return lossy_result(pa.Table.from_arrays([pa.nulls(0, f.type) for f in schema],
+                                             schema=schema)).schema
+
+
+def zoned_field(field: pa.Field) -> bool:
+    """Whether a column of :func:`lossy_result` is a ``TIME WITH TIME ZONE``'s text."""
+    return bool(field.metadata) and field.metadata.get(b"cryptdisk.type") == b"timetz"
