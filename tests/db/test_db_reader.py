@@ -507,6 +507,12 @@ def test_arrow_lossless_is_for_the_queries_results_only(db):
         stream = r.stream(sql)
         assert stream.schema.field("v").type == kind
         assert stream.read_all().column("n").to_pylist() == [6000]
+        # a query whose text can make no TIMETZ keeps the default export (no SET/RESET)
+        plain = r.execute("SELECT true AS b, count(*) AS n FROM t")
+        assert str(plain.schema.field("b").type) == "bool"
+        db.execute("CREATE VIEW zoned AS SELECT '01:02:03-08'::TIMETZ AS z")
+        kind = r.execute("SELECT z FROM zoned").schema.field("z").type  # (views written out)
+        assert (kind.extension_name, kind.type_name) == ("arrow.opaque", "time_tz")
         r.arrow_lossless = False
         assert str(r.execute(sql).schema.field("v").type) == "time64[us]"
         assert str(db.sql(sql).schema.field("v").type) == "time64[us]"
