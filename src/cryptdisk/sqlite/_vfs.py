@@ -31,13 +31,15 @@ application gets the exception itself, naming the file and offset).
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import apsw
 
@@ -58,12 +60,17 @@ log = logging.getLogger("cryptdisk.sqlite")
 _FLUSH_AT = 1 << 20  # seal gathered journal/WAL bytes once this many are pending
 _MAIN_FLAGS = apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_TEMP_DB | apsw.SQLITE_OPEN_TRANSIENT_DB
 _counter = itertools.count(1)
+_T = TypeVar("_T")
 
 WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
 JOURNAL_RECORD_EXTRA = 8  # page number before the page, checksum after it
 _POWERSAFE_OVERWRITE = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_POWERSAFE_OVERWRITE"])
 _SAFE_APPEND = int(apsw.mapping_device_characteristics["SQLITE_IOCAP_SAFE_APPEND"])
+_IOERR_READ, _IOERR_WRITE, _IOERR_FSYNC, _IOERR_FSTAT, _IOERR_TRUNCATE, _IOERR_CLOSE = (
+    int(apsw.mapping_extended_result_codes[f"SQLITE_IOERR_{op}"])
+    for op in ("READ", "WRITE", "FSYNC", "FSTAT", "TRUNCATE", "CLOSE"))
+_FULL = int(apsw.mapping_result_codes["SQLITE_FULL"])
 
 
 def _pow2(n: int) -> int:
@@ -269,6 +276,9 @@ class EncryptedFile(apsw.VFSFile):
     # -- VFS methods -------------------------------------------------------------------
 
     def xRead(self, amount: int, offset: int) -> Any:
+        return _as_io_error(_IOERR_READ, self._read_file, amount, offset)
+
+    def _read_file(self, amount: int, offset: int) -> Any:
         if self._pend:
             self._flush()
         store = self._store or self._load()
@@ -339,6 +349,9 @@ class EncryptedFile(apsw.VFSFile):
             )
 
     def xWrite(self, data: Any, offset: int) -> None:
+        return _as_io_error(_IOERR_WRITE, self._write, data, offset)
+
+    def _write(self, data: Any, offset: int) -> None:
         if not self._gather:
             journal = self._vfs.journals.get(self.path)
             if journal is not None and journal._pend:
@@ -401,12 +414,18 @@ class EncryptedFile(apsw.VFSFile):
             f"PRAGMA page_size={page} and VACUUM INTO a new file instead")
 
     def xFileSize(self) -> int:
+        return _as_io_error(_IOERR_FSTAT, self._file_size)
+
+    def _file_size(self) -> int:
         if self._pend:
             self._flush()
         store = self._store or self._load()
         return 0 if store is None else store.current_size()
 
     def xTruncate(self, newsize: int) -> None:
+        return _as_io_error(_IOERR_TRUNCATE, self._truncate, newsize)
+
+    def _truncate(self, newsize: int) -> None:
         if self._pend:
             self._flush()
         elif not self._gather:
@@ -431,6 +450,9 @@ class EncryptedFile(apsw.VFSFile):
             raise _page_error(exc) from None
 
     def xSync(self, flags: int) -> None:
+        return _as_io_error(_IOERR_FSYNC, self._sync, flags)
+
+    def _sync(self, flags: int) -> None:
         if self._pend:
             self._flush()
         elif not self._gather:
@@ -478,9 +500,14 @@ class EncryptedFile(apsw.VFSFile):
         return journal is not None and journal._reused
 
     def xClose(self) -> None:
+        err = None
         try:
             if self._pend:
                 self._flush()
+        except Exception as exc:
+            err = _io_error(exc, _IOERR_CLOSE)
+            if err is exc:
+                raise
         finally:
             if self._journal_of is not None and self._vfs.journals.get(self._journal_of) is self:
                 del self._vfs.journals[self._journal_of]
@@ -494,6 +521,11 @@ class EncryptedFile(apsw.VFSFile):
             self._fd = -1
             self._drop_store()
             super().xClose()
+        if err is not None:
+            try:
+                raise err
+            finally:
+                del err  # see _as_io_error
 
     def _drop_store(self) -> None:
         """Forget the store (its data key with it) and close its -cdtail side file."""
@@ -517,6 +549,67 @@ def _page_error(exc: SegmentAuthenticationError) -> PageAuthenticationError:
     if isinstance(exc, PageAuthenticationError):
         return exc
     return PageAuthenticationError(str(exc), offset=exc.offset, path=exc.path)
+
+
+_IO_CLASSES: dict[tuple[type[Exception], bool], type[Exception]] = {}
+
+
+def _io_error(exc: Exception, code: int) -> Exception:
+    """``exc`` as an I/O error for SQLite, if apsw would answer it otherwise.
+
+    apsw answers SQLite with the code of the first of its exception classes an
+    exception is an instance of (``SQLITE_IOERR`` for ``apsw.IOError``), its
+    ``extendedresult`` attribute if it has one, and ``SQLITE_ERROR`` for anything
+    else (an ``OSError``, a key provider's error). SQLite drops a connection's
+    changed pages after a failed rollback only on an I/O error (or a full disk);
+    with any other code it keeps them, and the connection would see a partial
+    update that was never committed. So a failure of a read, write, sync, size,
+    truncate or close becomes an instance of a subclass of its own class and
+    ``apsw.IOError`` (``apsw.FullError`` for ``ENOSPC``, as the C VFS answers), with
+    the same arguments and attributes: SQLite gets ``code`` (``SQLITE_FULL``),
+    and the caller, to whom apsw raises it, the same error by class and message.
+    apsw's own errors (``PageAuthenticationError`` is ``SQLITE_CORRUPT``) keep
+    their codes.
+    """
+    if isinstance(exc, apsw.Error):
+        return exc
+    base = type(exc)
+    full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    cls = _IO_CLASSES.get((base, full))
+    try:
+        if cls is None:
+            cls = type(base.__name__, (base, apsw.FullError if full else apsw.IOError),
+                       {"__module__": base.__module__, "__qualname__": base.__qualname__})
+            _IO_CLASSES[base, full] = cls
+        args = exc.args
+        if isinstance(exc, OSError) and exc.filename is not None:  # not in its args
+            args = (exc.errno, exc.strerror, exc.filename, None, exc.filename2)
+        new: Exception = cls.__new__(cls, *args)
+        new.args = exc.args
+        new.__dict__.update(vars(exc))
+        new.extendedresult = _FULL if full else code  # type: ignore[attr-defined]
+    except Exception:  # a class that cannot be combined or copied: raised as it is
+        return exc
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    new.__suppress_context__ = exc.__suppress_context__
+    return new.with_traceback(exc.__traceback__)
+
+
+def _as_io_error(code: int, method: Callable[..., _T], *args: Any) -> _T:
+    """``method(*args)``, raising what it raises as :func:`_io_error` makes it."""
+    try:
+        return method(*args)
+    except Exception as exc:
+        err = _io_error(exc, code)
+        if err is exc:
+            raise
+    try:
+        raise err  # outside the handler: not chained to its original
+    finally:
+        # This frame is in err's traceback: a local referring to err would make a
+        # cycle keeping the frames' buffers alive until a garbage collection (a
+        # gathered journal could not grow: BufferError).
+        del err
 
 
 def _anonymous_file() -> int:
