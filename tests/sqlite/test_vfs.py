@@ -100,3 +100,22 @@ def test_a_failed_write_is_an_io_error_to_sqlite_and_the_same_error_to_the_calle
     monkeypatch.undo()
     conn.execute("CREATE TABLE f(id INTEGER PRIMARY KEY, s TEXT)")  # nothing was left behind
     conn.close()
+
+
+@pytest.mark.parametrize("original", [
+    KeyProviderError("the key provider is unreachable"),
+    OSError(errno.ENOSPC, "No space left on device", "/tmp/x.db-journal"),
+    OSError(errno.EIO, "Input/output error"),
+], ids=["provider", "enospc", "eio"])
+def test_the_io_error_copy_pickles_as_the_original_error(original):
+    """The copy that answers SQLite an I/O error pickles (a process pool, a Dask worker
+    sending it back) as the original class, with its message and attributes."""
+    import pickle
+
+    made = _vfs._io_error(original, int(apsw.mapping_extended_result_codes["SQLITE_IOERR_WRITE"]))
+    assert isinstance(made, apsw.Error)
+    back = pickle.loads(pickle.dumps(made))
+    assert type(back) is type(original)
+    assert str(back) == str(original) and back.args == original.args
+    assert getattr(back, "filename", None) == getattr(original, "filename", None)
+    assert not hasattr(back, "extendedresult")

@@ -579,7 +579,8 @@ def _io_error(exc: Exception, code: int) -> Exception:
     try:
         if cls is None:
             cls = type(base.__name__, (base, apsw.FullError if full else apsw.IOError),
-                       {"__module__": base.__module__, "__qualname__": base.__qualname__})
+                       {"__module__": base.__module__, "__qualname__": base.__qualname__,
+                        "__reduce__": _reduce_as(base)})
             _IO_CLASSES[base, full] = cls
         args = exc.args
         if isinstance(exc, OSError) and exc.filename is not None:  # not in its args
@@ -593,6 +594,17 @@ def _io_error(exc: Exception, code: int) -> Exception:
     new.__cause__, new.__context__ = exc.__cause__, exc.__context__
     new.__suppress_context__ = exc.__suppress_context__
     return new.with_traceback(exc.__traceback__)
+
+
+def _reduce_as(base: type[Exception]) -> Callable[[Exception], Any]:
+    """A ``__reduce__`` that pickles an :func:`_io_error` copy as its original class
+    (the made class has the original's name, so pickle cannot find it by that name)."""
+    def reduce(self: Exception) -> Any:
+        made = base.__reduce__(self)
+        state = {k: v for k, v in (made[2] or {}).items() if k != "extendedresult"} \
+            if len(made) > 2 else None
+        return (base, made[1], state or None)
+    return reduce
 
 
 def _as_io_error(code: int, method: Callable[..., _T], *args: Any) -> _T:
