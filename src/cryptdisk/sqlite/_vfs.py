@@ -600,9 +600,9 @@ def _reduce_as(base: type[Exception]) -> Callable[[Exception], Any]:
     """A ``__reduce__`` that pickles an :func:`_io_error` copy as its original class
     (the made class has the original's name, so pickle cannot find it by that name)."""
     def reduce(self: Exception) -> Any:
-        made = base.__reduce__(self)
-        state = {k: v for k, v in (made[2] or {}).items() if k != "extendedresult"} \
-            if len(made) > 2 else None
+        made: Any = base.__reduce__(self)  # (class, args, state dict)
+        state = dict(made[2] or {}) if len(made) > 2 else {}
+        state.pop("extendedresult", None)
         return (base, made[1], state or None)
     return reduce
 
