@@ -561,6 +561,36 @@ def _sqlite_interval_cast(*args: Any) -> Any:
         raise StatementError(*exc.args) from None
 
 
+#: the dates :func:`_sqlite_date_input` reads: ISO 8601's year-month-day, then a time
+#: and a zone that it drops (a timestamp's text, as PostgreSQL's date input takes it)
+_PG_DATE_TEXT = re.compile(r"\s*([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})"
+                           r"(?:[ T][0-9]{1,2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?"
+                           r"(?:\s*(?:Z|[+-][0-9]{1,2}(?::?[0-9]{2})?))?)?\s*")
+
+
+def _sqlite_date_input(*args: Any) -> Any:
+    """PostgreSQL's date input of a parameter written into a DATE column as SQLite's
+    function (:data:`._sqltext.DATE_INPUT_FUNCTION`): the ISO text of the date
+    (``2024-1-2`` is ``2024-01-02``, a timestamp its date); NULL is NULL; a month or day
+    out of range fails with 22008 and text of no ISO date with 22007, as there (the other
+    forms PostgreSQL reads, ``January 8, 1999``, are refused too)."""
+    (value,) = args
+    if not isinstance(value, str):
+        if isinstance(value, bytes):
+            raise StatementError("cannot cast type bytea to date", "42846")
+        return value
+    m = _PG_DATE_TEXT.fullmatch(value)
+    if m is None:
+        raise StatementError(f'invalid input syntax for type date: "{value}"', "22007",
+                             hint="the SQLite engine reads dates as ISO 8601's "
+                             "YYYY-MM-DD")
+    try:
+        return dt.date(int(m[1]), int(m[2]), int(m[3])).isoformat()
+    except ValueError:
+        raise StatementError(f'date/time field value out of range: "{value}"',
+                             "22008") from None
+
+
 def _sqlite_substr(*args: Any) -> Any:
     """PostgreSQL's ``substr(s, start [, count])`` (and ``substring``) as SQLite's function
     (:data:`._sqltext.SUBSTR_FUNCTION`): the characters (a blob's bytes) at positions
@@ -2379,6 +2409,10 @@ class _SQLiteSession(EngineSession):
         #: column, and each write's text with its expressions for one checked
         self._interval_tables: set[str] = set()
         self._interval_writes: dict[str, str] = {}
+        #: (:meth:`_checked_parameters`, at that version) the tables whose definition
+        #: names DATE or INTERVAL, and each write's text with its parameters read
+        self._dated_tables: set[str] = set()
+        self._parameter_writes: dict[str, str] = {}
         #: set by :meth:`interrupt`: ends a wait for the write lock (the queue or SQLite's)
         self._cancel = threading.Event()
         self._busy_since = 0.0
@@ -2393,6 +2427,8 @@ class _SQLiteSession(EngineSession):
                                          deterministic=True)
         self.conn.create_scalar_function(_sqltext.INTERVAL_CAST_FUNCTION,
                                          _sqlite_interval_cast, 1, deterministic=True)
+        self.conn.create_scalar_function(_sqltext.DATE_INPUT_FUNCTION, _sqlite_date_input,
+                                         1, deterministic=True)
         self.conn.create_scalar_function(_sqltext.SUBSTR_FUNCTION, _sqlite_substr, -1,
                                          deterministic=True)
         for count in (1, 2):  # (the divisor, and the dividend where it is one atom)
@@ -2604,6 +2640,8 @@ class _SQLiteSession(EngineSession):
             self._refuse_dates(dates)
         if sql[:6].upper() in _WRITE_HEADS[:2] and _PLAIN_WRITE.match(sql) is None:
             sql = self._checked_intervals(sql)  # (INSERT INTO t (i) SELECT s FROM u)
+        if "$" in sql and sql[:6].upper() in _WRITE_HEADS[:2]:
+            sql = self._checked_parameters(sql)  # (VALUES ($1) of a DATE column)
         lowered = sql.lower()
         if "ilike" in lowered:  # (before postgres_spelling's LIKE escapes: MATCH has
             sql = _ilike_spelling(sql)  # none, the function reads PostgreSQL's)
@@ -2702,7 +2740,12 @@ class _SQLiteSession(EngineSession):
             self._interval_tables = {str(n).lower() for (n,) in self.conn.execute(
                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
                 "upper(sql) LIKE '%INTERVAL%'")}
+            self._dated_tables = self._interval_tables | {
+                str(n).lower() for (n,) in self.conn.execute(
+                    "SELECT name FROM sqlite_schema WHERE type = 'table' AND "
+                    "upper(sql) LIKE '%DATE%'")}
             self._declared, self._date_operators, self._interval_writes = {}, {}, {}
+            self._parameter_writes = {}
 
     def _declared_types(self, name: str) -> dict[str, int]:
         """column (lower case) -> OID of table or view ``name`` (lower case), as
@@ -2747,6 +2790,44 @@ class _SQLiteSession(EngineSession):
         if len(self._interval_writes) >= 256:
             self._interval_writes.clear()
         self._interval_writes[sql] = out
+        return out
+
+    def _checked_parameters(self, sql: str) -> str:
+        """The write ``sql`` with each lone parameter it writes into a DATE or INTERVAL
+        column (``VALUES ($1)``, ``SET d = $1``) read by PostgreSQL's input of the type
+        (:data:`._sqltext.DATE_INPUT_FUNCTION`, :data:`._sqltext.INTERVAL_CAST_FUNCTION`):
+        a client may send it untyped and run it with no Describe to type it (psycopg),
+        where SQLite would store any text; a typed one reads as it is. The caller holds
+        :attr:`lock`."""
+        from . import _paramtypes
+
+        internal, self._internal = self._internal, True  # (the catalog: no privilege
+        try:  # check, nothing recorded)
+            self._schema_now()
+            lowered = sql.lower()
+            if not any(name in lowered for name in self._dated_tables):
+                return sql
+            done = self._parameter_writes.get(sql)
+            if done is not None:
+                return done
+
+            def columns(name: str) -> list[tuple[str, int]] | None:
+                return list(self._declared_types(name.lower()).items())
+
+            relations = {n: n for n in self._relations}
+            spans = [(start, stop, function) for oid, function in (
+                (_types.DATE, _sqltext.DATE_INPUT_FUNCTION),
+                (_types.INTERVAL, _sqltext.INTERVAL_CAST_FUNCTION))
+                for start, stop in _paramtypes.written_expressions(
+                    sql, relations, columns, oid, parameters=True)]
+        finally:
+            self._internal = internal
+        out = sql
+        for start, stop, function in sorted(spans, reverse=True):
+            out = f"{out[:start]}{function}({out[start:stop]}){out[stop:]}"
+        if len(self._parameter_writes) >= 256:
+            self._parameter_writes.clear()
+        self._parameter_writes[sql] = out
         return out
 
     def check_numeric_strings(self, sql: str,

@@ -579,13 +579,15 @@ _SET_END = frozenset({"FROM", "WHERE", "RETURNING", "ORDER", "LIMIT", ";"})
 
 
 def written_expressions(sql: str, tables: dict[str, str], columns: Columns,
-                        oid: int) -> list[tuple[int, int]]:
+                        oid: int, parameters: bool = False) -> list[tuple[int, int]]:
     """(start, stop) in ``sql`` of each expression an ``INSERT`` or ``UPDATE`` writes into
     a column of type ``oid`` (``INSERT INTO t (c) VALUES (x || y)``, ``INSERT INTO t (c)
     SELECT s FROM u``, the first query's items only; ``UPDATE t SET c = upper(s)``), but
     ``NULL``, ``DEFAULT``, a column of that type, and in ``VALUES`` or ``SET`` a lone
     parameter or string literal (:func:`infer` and :func:`typed_strings` type those). A
-    ``*`` in the select list, a column list in ``SET`` and a shape not known give none."""
+    ``*`` in the select list, a column list in ``SET`` and a shape not known give none.
+    ``parameters``: the lone parameters in ``VALUES`` or ``SET`` only (``$1`` of ``VALUES
+    ($1)``), which a client may send untyped with no Describe to type them."""
     toks = _tokens(sql)
     if len(toks) < 4 or toks[0].text not in ("INSERT", "UPDATE"):
         return []
@@ -593,6 +595,10 @@ def written_expressions(sql: str, tables: dict[str, str], columns: Columns,
     found: list[tuple[int, int]] = []
 
     def add(item: list[_Tok], typed_alone: bool) -> None:
+        if parameters:
+            if typed_alone and len(item) == 1 and item[0].kind == "param":
+                found.append((item[0].start, item[0].stop))
+            return
         if not item:
             return
         if len(item) == 1:

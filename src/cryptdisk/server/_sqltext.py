@@ -249,6 +249,9 @@ INT_CAST_FUNCTION = "cryptdisk_int"
 #: cast of text to an interval: the text PostgreSQL writes for it (see interval_literal)
 INTERVAL_CAST_FUNCTION = "cryptdisk_interval"
 #: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
+#: date input of a parameter written into a DATE column: its ISO text (YYYY-MM-DD)
+DATE_INPUT_FUNCTION = "cryptdisk_date"
+#: the SQLite function, registered on the server's SQLite connections, of PostgreSQL's
 #: substr(s, start [, count]) (SQLite's counts a start below 1 from the end)
 SUBSTR_FUNCTION = "cryptdisk_substr"
 #: the integer types' widths in bytes, as :func:`cast_sql`'s targets name them
