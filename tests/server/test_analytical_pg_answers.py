@@ -355,3 +355,60 @@ def test_timetz_text_is_duckdbs() -> None:
     assert _types.zoned_field(got.schema.field("z"))
     assert got.column("z").to_pylist() == got.column("t").to_pylist()
     assert got.column("z").to_pylist()[-1] is None
+
+
+def test_startup_time_zone_is_the_sessions(srv, monkeypatch) -> None:
+    """A TimeZone in the startup packet (JDBC sends the JVM's; libpq PGTZ's, options'
+    -c TimeZone=) is the session's zone from its start: SHOW, current_setting, the
+    ParameterStatus and timestamptz text give it, and RESET, SET TIME ZONE LOCAL and
+    DISCARD ALL go back to it (PostgreSQL 15's answers); a startup parameter counts
+    before options, as PostgreSQL takes them."""
+    kolkata = ("TimeZone", "Asia/Kolkata", "Asia/Kolkata", "Asia/Kolkata",
+               b"2024-01-01 05:30:00+05:30")
+    with psycopg.connect(**srv.dsn, autocommit=True,
+                         options="-c TimeZone=asia/kolkata") as conn:
+        assert _zone(conn) == kolkata
+        value = conn.execute("SELECT '2024-07-01 00:00:00+00'::TIMESTAMPTZ").fetchone()[0]
+        assert value.isoformat() == "2024-07-01T05:30:00+05:30"
+        for reset in ("RESET TimeZone", "SET TIME ZONE LOCAL", "SET timezone TO DEFAULT",
+                      "RESET ALL", "DISCARD ALL"):
+            conn.execute("SET TimeZone = 'Europe/Paris'")
+            assert _zone(conn)[1] == "Europe/Paris"
+            conn.execute(reset)
+            assert _zone(conn) == kolkata, reset
+        conn.execute("CREATE USER bob PASSWORD 'bob pw'")
+    # a user without grants too (the zone is set before the user's privileges apply)
+    with psycopg.connect(**{**srv.dsn, "user": "bob", "password": "bob pw"},
+                         autocommit=True, options="-c TimeZone=asia/kolkata") as bob:
+        assert _zone(bob) == kolkata
+    monkeypatch.setenv("PGTZ", "europe/paris")  # (libpq: a "timezone" startup parameter)
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        assert _zone(conn) == ("TimeZone", "Europe/Paris", "Europe/Paris", "Europe/Paris",
+                               b"2024-01-01 01:00:00+01")
+    with psycopg.connect(**srv.dsn, autocommit=True, options="-c timezone=Asia/Tokyo") as c:
+        assert _zone(c)[1] == "Europe/Paris"  # (PostgreSQL 15: Europe/Paris)
+    monkeypatch.delenv("PGTZ")
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:  # (none given: UTC)
+        assert _zone(conn) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
+
+
+def test_startup_time_zone_unknown_is_refused(srv) -> None:
+    """A startup TimeZone that does not exist refuses the connection with PostgreSQL
+    15's FATAL 22023 and its message."""
+    with pytest.raises(psycopg.OperationalError,
+                       match='invalid value for parameter "TimeZone": "Nowhere/X"'):
+        psycopg.connect(**srv.dsn, options="-c TimeZone=Nowhere/X")
+
+    async def connect() -> Any:
+        return await asyncpg.connect(
+            host="localhost", port=srv.port, user=srv.dsn["user"],
+            password=srv.dsn["password"], database="db",
+            server_settings={"TimeZone": "Nowhere/X"},
+            ssl=ssl.create_default_context(cafile=str(srv.dsn["sslrootcert"])))
+
+    with pytest.raises(asyncpg.PostgresError) as info:
+        asyncio.run(connect())
+    assert (info.value.sqlstate, str(info.value)) == \
+        ("22023", 'invalid value for parameter "TimeZone": "Nowhere/X"')
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:  # (the server goes on)
+        assert _zone(conn)[1] == "UTC"

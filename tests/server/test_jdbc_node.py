@@ -120,6 +120,19 @@ def test_jdbc_parameters_and_results_of_each_type(start_server, request, jdbc, e
     assert out[8] == "ok Long:7"
 
 
+def test_jdbc_session_starts_in_the_jvm_time_zone(start_server, analytical, jdbc) -> None:
+    """JDBC sends the JVM's zone as the startup packet's TimeZone: on the analytical
+    engine the session starts in it, as on PostgreSQL 15 (SHOW TimeZone: Asia/Kolkata,
+    a timestamptz's text in it); it was UTC whatever the JVM's zone."""
+    srv = start_server(analytical)
+    out = jdbc(srv, ADMIN, ("query", "SHOW TimeZone"),
+               ("query", "SELECT current_setting('TimeZone')"),
+               ("query", "SELECT CAST(TIMESTAMPTZ '2024-01-01 00:00:00+00' AS TEXT)"),
+               options=["-Duser.timezone=Asia/Kolkata"])
+    assert out == ["ok connected", "ok String:Asia/Kolkata", "ok String:Asia/Kolkata",
+                   "ok String:2024-01-01 05:30:00+05:30"]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_jdbc_errors_transactions_and_cancel(start_server, request, jdbc, engine) -> None:
     """SQLSTATEs of errors, a failed transaction (autocommit off) until its rollback, a

@@ -26,7 +26,7 @@ from ._protocol import notice_response, parameter_status
 from ._types import INT4, TEXT
 
 __all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone",
-           "parse_message_level", "sets_global_time_zone"]
+           "parse_message_level", "resets_time_zone", "sets_global_time_zone"]
 
 #: function -> (result type, value for the session)
 _FUNCTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
@@ -277,6 +277,17 @@ def names_time_zone(sql: str) -> bool:
     """Whether ``sql`` is a ``SET`` or ``RESET`` of ``TimeZone`` (``SET TIME ZONE``,
     ``RESET ALL``): the session's zone may have changed."""
     return _TIME_ZONE.match(sql) is not None
+
+
+_RESET_TIME_ZONE = re.compile(r"(?:\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/))*\s*(?:RESET\s+(?:\"?TimeZone"
+                              r"\"?|ALL)|SET\s+(?:SESSION\s+)?(?:TIME\s+ZONE\s+(?:DEFAULT|LOCAL)|"
+                              r"\"?TimeZone\"?\s*(?:=|\bTO\b)\s*DEFAULT))\s*;?\s*$", re.I | re.S)
+
+
+def resets_time_zone(sql: str) -> bool:
+    """Whether ``sql`` sets ``TimeZone`` back to the session's default (``RESET``,
+    ``RESET ALL``, ``SET TimeZone TO DEFAULT``, ``SET TIME ZONE LOCAL``)."""
+    return _RESET_TIME_ZONE.match(sql) is not None
 
 
 def _public_path(value: str) -> bool:

@@ -460,6 +460,8 @@ class Session:
         self.several = False
         #: the session's statement_timeout (seconds; 0: the server's): SET, or at startup
         self.session_timeout = 0.0
+        #: the TimeZone the startup packet gave (analytical engine): RESET goes back to it
+        self.startup_zone: str | None = None
         #: (application_name, settings, session_timeout) as the startup packet set them
         self.startup_settings: tuple[str, dict[str, str], float] = ("", {}, 0.0)
         #: what this session may do and who it acts as (None: a server without users)
@@ -659,6 +661,14 @@ class Session:
                              msg.parameters.get("options", "")):
             given[m[1]] = m[2]
         self.application_name = (given["application_name"] or "")[:63]  # (NAMEDATALEN - 1)
+        # TimeZone (JDBC sends the JVM's, libpq PGTZ's): the session starts in it, on the
+        # analytical engine (SQLite's is UTC only: ignored there, as JDBC always sends one);
+        # a startup parameter before options' -c, as PostgreSQL takes them
+        zones = [m[1] for m in re.finditer(r"(?:-c\s*|--)timezone=(\S+)",
+                                           msg.parameters.get("options", ""), re.I)]
+        zones += [v for k, v in msg.parameters.items() if k.lower() == "timezone"]
+        self.startup_zone = zones[-1] if zones and not self.server.engine.transactions \
+            else None
         timeout, digits = given["statement_timeout"], given["extra_float_digits"]
         try:
             if timeout is not None:
@@ -682,12 +692,18 @@ class Session:
         await self._login(msg.parameters)
         try:
             self.engine = await self.call(self.server.engine.open_session)
+            if self.startup_zone is not None:
+                await self._set_start_zone()
+                self.time_zone = await self._engine_zone()
             auth = self.server.authenticator
             if auth is not None:
                 self.privileges = auth.privileges(self.user)
                 self.engine.set_privileges(self.privileges)
             if self.server.access_log is not None:
                 self.engine.record_tables()
+        except StatementError as exc:
+            self._fatal(exc.sqlstate, str(exc), exc.hint)
+            raise _Closing() from None
         except Exception as exc:
             err = statement_error(exc)
             self._fatal(err.sqlstate, str(err), err.hint)
@@ -696,7 +712,7 @@ class Session:
         params = {
             "server_version": "15.0", "server_encoding": "UTF8", "client_encoding": "UTF8",
             "DateStyle": "ISO, MDY", "integer_datetimes": "on", "IntervalStyle": "postgres",
-            "standard_conforming_strings": "on", "TimeZone": "UTC",
+            "standard_conforming_strings": "on", "TimeZone": self.time_zone,
             "is_superuser": "on" if self.server.is_admin(self.user) else "off",
             "session_authorization": self.user,
             "application_name": self.application_name,
@@ -953,6 +969,8 @@ class Session:
                 raise StatementError(f'invalid value for parameter "TimeZone": '
                                      f'"{unknown[1]}"', "22023") from None
             if zone:
+                if _pgsession.resets_time_zone(sql):
+                    await self._set_start_zone()
                 await self._follow_time_zone()
             return result
         except Exception:
@@ -1245,11 +1263,32 @@ class Session:
         reads timestamptz values in it)."""
         if self.server.engine.transactions or self.engine is None:
             return
-        result = await self._timed(self.engine.run, "SELECT current_setting('TimeZone')", [])
-        zone = str(result.rows[0][0]) if result.rows and result.rows[0][0] else "UTC"
+        zone = await self._engine_zone()
         if zone != self.time_zone:
             self.time_zone = zone
             self.send(P.parameter_status("TimeZone", zone))
+
+    async def _engine_zone(self) -> str:
+        """The zone DuckDB writes timestamps with time zone in (analytical engine)."""
+        assert self.engine is not None
+        result = await self._timed(self.engine.run, "SELECT current_setting('TimeZone')", [])
+        return str(result.rows[0][0]) if result.rows and result.rows[0][0] else "UTC"
+
+    async def _set_start_zone(self) -> None:
+        """DuckDB's TimeZone set to the one the startup packet gave, if it gave one: the
+        session's default, which RESET (and RESET ALL, DISCARD ALL) goes back to, as in
+        PostgreSQL. A zone DuckDB does not know fails with PostgreSQL's 22023."""
+        if self.startup_zone is None or self.engine is None:
+            return
+        zone = self.startup_zone
+        try:
+            await self._timed(self.engine.run,
+                              "SET TimeZone = '" + zone.replace("'", "''") + "'", [])
+        except StatementError as exc:
+            if _UNKNOWN_ZONE.search(str(exc)) is None:
+                raise
+            raise StatementError(f'invalid value for parameter "TimeZone": "{zone}"',
+                                 "22023") from None
 
     async def _discard(self, sql: str) -> Result:
         """``DISCARD ALL`` (what connection poolers send between clients: PgBouncer's
@@ -1270,6 +1309,7 @@ class Session:
             await self._drop_portal(self.portals.pop(name, None))
         self._deallocate("DEALLOCATE ALL")
         await self._run_one("RESET ALL", [])
+        await self._set_start_zone()
         await self._follow_time_zone()
         if self.privileges is not None:
             self._restore_role(self.privileges.session_user)
