@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import cryptdisk
+import cryptdisk.fs
 from cryptdisk.errors import ConfigError, KeyNotFoundError
 from cryptdisk.format import Header
 from cryptdisk.keys import AUDIT_ENV, Key, Keyring, write_key_file
@@ -705,3 +706,34 @@ def test_a_forked_child_does_not_keep_the_edit_lock_of_a_dead_edit(tmp_path):
         done = run("keys", "add", "3", "-c", cfg, "--file", str(tmp_path / "k3.hex"))
         assert done.returncode == 0, done.stderr
     assert [k["id"] for k in keyring_section(cfg)["keys"]] == [1, 3]
+
+
+def test_retire_and_destroy_refuse_the_names_key_of_an_encrypted_disk(tmp_path):
+    """A disk with encrypt_names derives its names key from names_key_id for its life:
+    retiring that key made the config unloadable, and destroying it lost every name on
+    the disk, though no file's header was under it any more."""
+    write_key_file(tmp_path / "k1.hex", Key.generate(1))
+    write_key_file(tmp_path / "k2.hex", Key.generate(2))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace('disk = "secure_local"\n',
+                                  'disk = "secure_local"\nencrypt_names = true\n'
+                                  'names_key_id = 1\n'))
+    fs = cryptdisk.fs.CryptdiskFileSystem(config=str(cfg), skip_instance_cache=True)
+    with fs.open("secure/dir/a.txt", "wb") as f:
+        f.write(b"named")
+    store = str(tmp_path / "store")
+    assert run("keys", "add", "2", "-c", str(cfg), "--file", "k2.hex", cwd=tmp_path).returncode == 0
+    assert run("keys", "promote", "2", "-c", str(cfg), store).returncode == 0
+    refused = run("keys", "retire", "1", "-c", str(cfg), store)
+    assert refused.returncode == 1, refused
+    assert "key 1 is the names key (names_key_id) of disk 'secure'" in refused.stderr
+    assert keyring_section(str(cfg))["keys"][0].get("state") is None
+    text = cfg.read_text()
+    cfg.write_text(text.replace('file = "k1.hex"', 'state = "retired"\nfile = "k1.hex"'))
+    refused = run("keys", "destroy", "1", "-c", str(cfg), store)  # (retired by hand)
+    assert refused.returncode == 1, refused
+    assert "key 1 is the names key (names_key_id) of disk 'secure'" in refused.stderr
+    assert (tmp_path / "k1.hex").exists()
+    cfg.write_text(text)
+    fs = cryptdisk.fs.CryptdiskFileSystem(config=str(cfg), skip_instance_cache=True)
+    assert fs.cat("secure/dir/a.txt") == b"named"
