@@ -63,6 +63,22 @@ def test_int2vector_and_name_in_pg_type(srv) -> None:
     assert [tuple(r) for r in _asyncpg(srv, body)] == [([0, 3],)]  # PostgreSQL: [0, 3]
 
 
+def test_timetz_in_pg_type(srv) -> None:
+    """timetz (1266) and its array type (1270) are in pg_type as PostgreSQL 15 has them,
+    so a client that looks a type up (psycopg's TypeInfo.fetch) finds them; they were
+    missing (TypeInfo.fetch: None)."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        # PostgreSQL 15: (1266, timetz, 12, f, D, 0, 1270, d), (1270, _timetz, -1, f, A,
+        # 1266, 0, d)
+        rows = conn.execute(
+            "SELECT oid, typname, typlen, typbyval, typcategory, typelem, typarray, typalign "
+            "FROM pg_type WHERE oid IN (1266, 1270) ORDER BY oid").fetchall()
+        assert rows == [(1266, "timetz", 12, False, "D", 0, 1270, "d"),
+                        (1270, "_timetz", -1, False, "A", 1266, 0, "d")]
+        info = psycopg.types.TypeInfo.fetch(conn, "timetz")
+        assert info is not None and (info.oid, info.array_oid) == (1266, 1270)
+
+
 def _sqlstate(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
     with pytest.raises(psycopg.Error) as info:
         if " FROM STDIN" in sql:

@@ -211,7 +211,8 @@ _BASE_TYPES = [
     (_types.JSON, "json", -1, "U", 199), (_types.FLOAT4, "float4", 4, "N", 1021),
     (_types.FLOAT8, "float8", 8, "N", 1022), (_types.BPCHAR, "bpchar", -1, "S", 1014),
     (_types.VARCHAR, "varchar", -1, "S", 1015), (_types.DATE, "date", 4, "D", 1182),
-    (_types.TIME, "time", 8, "D", 1183), (_types.TIMESTAMP, "timestamp", 8, "D", 1115),
+    (_types.TIME, "time", 8, "D", 1183), (_types.TIMETZ, "timetz", 12, "D", 1270),
+    (_types.TIMESTAMP, "timestamp", 8, "D", 1115),
     (_types.TIMESTAMPTZ, "timestamptz", 8, "D", 1185),
     (_types.INTERVAL, "interval", 16, "T", 1187), (_types.NUMERIC, "numeric", -1, "N", 1231),
     (_types.UUID, "uuid", 16, "U", 2951), (_INT2VECTOR, "int2vector", -1, "A", 1006)]
@@ -231,6 +232,12 @@ _CATALOG_RELATION = re.compile(r"\bpg_catalog\s*\.\s*pg_\w+\b(?!\s*\()", re.I)
 #: pg_catalog. before a cast's type (``$1::pg_catalog.int4``, ``CAST(x AS pg_catalog.interval)``):
 #: the type, not the catalog
 _TYPE_QUALIFIER = re.compile(r"(::|\bAS)\s*pg_catalog\s*\.", re.I)
+
+
+def _align(oid: int, length: int) -> str:
+    """A base type's typalign (its array type's too): "d" for the 8-byte ones, interval
+    and timetz, as in PostgreSQL 15; "i" for the others."""
+    return "d" if length == 8 or oid in (_types.INTERVAL, _types.TIMETZ) else "i"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -372,7 +379,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                              (1664, "pg_global", _OWNER, None, None)]
     rows["pg_type"] = [(oid, name, _PG_CATALOG, _OWNER, length, length in (1, 2, 4, 8), "b",
                         category, False, True, ",", 0, None, 0, array, None, None, None,
-                        None, None, None, None, "i", "p", False, 0, -1, 0,
+                        None, None, None, None, _align(oid, length), "p", False, 0, -1, 0,
                         _COLLATIONS.get(oid, 0), None, None, None)
                        for oid, name, length, category, array in _BASE_TYPES
                        if oid != _INT2VECTOR]
@@ -387,7 +394,7 @@ def _rows(engine: EngineSession, privileges: Any, wanted: set[str],
                          True, ",", 0, "array_subscript_handler", oid, 0, "array_in",
                          "array_out", "array_recv", "array_send", None, None,
                          "array_typanalyze",
-                         "d" if length == 8 or oid == _types.INTERVAL else "i", "x", False,
+                         _align(oid, length), "x", False,
                          0, -1, 0, _COLLATIONS.get(oid, 0), None, None, None)
                         for oid, name, length, _category, array in _BASE_TYPES if array]
     if {"pg_roles", "pg_user"} & wanted:
