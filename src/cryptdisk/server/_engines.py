@@ -2324,6 +2324,8 @@ def _sqlite_casts(sql: str) -> str:
     # (a definition SQLite keeps reads without the server: SQLite's own casts)
     stored = _STORED.match(sql) is not None
     try:
+        if "::" in sql or "cast" in sql.lower():
+            _paramtypes.check_cast_types(sql)
         if "::" in sql:
             sql = _sqltext.drop_casts(sql, stored)
         sql = _paramtypes.sqlite_casts(sql, stored) if "::" in sql else sql
@@ -2332,6 +2334,8 @@ def _sqlite_casts(sql: str) -> str:
         return _paramtypes.sqlite_concat_precedence(sql) if "||" in sql else sql
     except (_intervalin.IntervalError, _sqltext.InputError) as exc:
         raise StatementError(*exc.args) from None
+    except _paramtypes.UnknownType as exc:
+        raise StatementError(f'type "{exc.args[0]}" does not exist', "42704") from None
     except _paramtypes.CastRefused as exc:
         raise StatementError(
             f"the SQLite engine cannot cast an expression to {exc.args[0]}: SQLite holds "

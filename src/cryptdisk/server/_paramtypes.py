@@ -1140,6 +1140,37 @@ class CastRefused(ValueError):
     """A ``x::type`` the SQLite engine cannot run as PostgreSQL does; ``args[0]`` is the
     type as written."""
 
+
+def _null(operand: list[_Tok]) -> bool:
+    """Whether a cast's operand is ``NULL`` (a NULL of any type: the cast is dropped)."""
+    return len(operand) == 1 and operand[0].kind == "ref" and operand[0].text == "NULL"
+
+
+class UnknownType(ValueError):
+    """A cast to a type PostgreSQL does not have (``5::bogus``); ``args[0]`` is its name
+    as written."""
+
+
+#: the first word of the name of each type PostgreSQL 15 has (pg_catalog's pg_type, but
+#: arrays and composite types, and the SQL standard's names its grammar reads), which a
+#: cast may name: a cast to any other fails with 42704, as there
+_PG_TYPE_WORDS = frozenset("""
+    aclitem any anyarray anycompatible anycompatiblearray anycompatiblemultirange
+    anycompatiblenonarray anycompatiblerange anyelement anyenum anymultirange anynonarray
+    anyrange bit bool box bpchar bytea char cid cidr circle cstring date datemultirange
+    daterange event_trigger fdw_handler float4 float8 gtsvector index_am_handler inet int2
+    int2vector int4 int4multirange int4range int8 int8multirange int8range internal
+    interval json jsonb jsonpath language_handler line lseg macaddr macaddr8 money name
+    numeric nummultirange numrange oid oidvector path pg_brin_bloom_summary
+    pg_brin_minmax_multi_summary pg_ddl_command pg_dependencies pg_lsn pg_mcv_list
+    pg_ndistinct pg_node_tree pg_snapshot point polygon record refcursor regclass
+    regcollation regconfig regdictionary regnamespace regoper regoperator regproc
+    regprocedure regrole regtype table_am_handler text tid time timestamp timestamptz timetz
+    trigger tsm_handler tsmultirange tsquery tsrange tstzmultirange tstzrange tsvector
+    txid_snapshot unknown uuid varbit varchar void xid xid8 xml
+    int integer smallint bigint real float double decimal dec boolean character national
+    nchar""".split())
+
 #: words that go on a type's name (``double precision``, ``timestamp with time zone``)
 _TYPE_WORDS = frozenset({"PRECISION", "VARYING", "WITH", "WITHOUT", "TIME", "ZONE"})
 
@@ -1168,7 +1199,7 @@ def sqlite_casts(sql: str, stored: bool = False) -> str:
         target = _SQLITE_CAST_TYPES.get(written) if end > 0 else None
         if start < 0 or target is None:
             continue
-        if not target:
+        if not target and not _null(toks[start:k]):  # (NULL::interval: a NULL)
             raise CastRefused(written)
         made[end] = start  # (a::bigint::text: the second's operand is the first cast)
         literal = _numeric_literal(toks[start:k])
@@ -1366,6 +1397,39 @@ def _text_cache(rewrite: Callable[[str], str]) -> Callable[[str], str]:
 
 
 @_text_cache
+def check_cast_types(sql: str) -> str:
+    """``sql`` itself, once each type a ``x::type`` or ``CAST(x AS type)`` of it names is
+    one PostgreSQL has (or, in ``CAST``, one SQLite's CAST reads: ``BLOB``); else raises
+    :class:`UnknownType` (SQLite reads ``CAST(5 AS bogus)`` as a number and ``::`` not at
+    all)."""
+    toks = _tokens(sql)
+    calls: list[bool] = []  # for each bracket open: whether it is CAST('s
+    for k, t in enumerate(toks):
+        if t.text in _OPEN:
+            calls.append(k > 0 and toks[k - 1].kind == "ref" and toks[k - 1].text == "CAST")
+            continue
+        if t.text in _CLOSE:
+            if calls:
+                calls.pop()
+            continue
+        if not ((t.kind == "op" and t.text == "::") or
+                (t.kind == "ref" and t.text == "AS" and calls and calls[-1])):
+            continue
+        at = k + 1
+        if at >= len(toks) or toks[at].kind != "ref" or toks[at].text.startswith('"'):
+            continue
+        parts = toks[at].parts
+        qualified = len(parts) == 2 and parts[0].lower() == "pg_catalog"
+        if len(parts) > 2 or (len(parts) == 2 and not qualified):
+            continue  # (a user's schema: not a type here either, but left to SQLite)
+        word = parts[-1].lower()
+        if word not in _PG_TYPE_WORDS and (t.text == "::" or qualified or
+                                           word not in T._CAST_NAMES):
+            raise UnknownType(".".join(parts))
+    return sql
+
+
+@_text_cache
 def sqlite_concat_precedence(sql: str) -> str:
     """``sql`` with each operand of ``||`` that is arithmetic (``1 + 2 || 'x'``) in
     brackets: PostgreSQL's ``||`` binds less tightly than ``+ - * / %`` (``'3x'``),
@@ -1483,8 +1547,9 @@ def sqlite_cast_calls(sql: str) -> str:
             target = _INTERVAL_TEXT  # (as ``::interval``: PostgreSQL's text of it)
         elif target is None or target in ("REAL", "TEXT", "BLOB"):
             continue  # (SQLite's CAST answers as PostgreSQL's)
-        if not target and not (len(operand) == 1 and operand[0].kind in ("param", "str")):
-            raise CastRefused(written)
+        if not target and not (len(operand) == 1 and operand[0].kind in ("param", "str")) \
+                and not _null(list(operand)):
+            raise CastRefused(written)  # (CAST(NULL AS date): a NULL, as it is)
         calls.append(_CastCall(t.start, toks[close].stop,
                                (operand[0].start, operand[-1].stop), operand, target))
     if not calls:
