@@ -737,3 +737,29 @@ def test_retire_and_destroy_refuse_the_names_key_of_an_encrypted_disk(tmp_path):
     cfg.write_text(text)
     fs = cryptdisk.fs.CryptdiskFileSystem(config=str(cfg), skip_instance_cache=True)
     assert fs.cat("secure/dir/a.txt") == b"named"
+    # the disk's keys named by id (keys = [1, 2]), as disks.md shows it
+    cfg.write_text(text.replace("names_key_id = 1\n", "names_key_id = 1\nkeys = [1, 2]\n"))
+    refused = run("keys", "retire", "1", "-c", str(cfg), store)
+    assert "key 1 is the names key (names_key_id) of disk 'secure'" in refused.stderr
+    # a disk's own key by that id is not the keyring's
+    cfg.write_text(text.replace("names_key_id = 1\n", "names_key_id = 1\nkeys = [2, "
+                                "{ id = 1, file = \"k1.hex\" }]\n"))
+    assert run("keys", "retire", "1", "-c", str(cfg), store).returncode == 0
+
+
+def test_retire_refuses_a_key_a_disk_names_by_id(tmp_path):
+    """A retired key is not loaded, so a disk that lists it in keys, or has it as its
+    current_key_id, made the config unloadable once retire had succeeded."""
+    cfg, data = setup(tmp_path)
+    added = run("keys", "add", "2", "-c", cfg, "--generate", str(tmp_path / "k2.hex"))
+    assert added.returncode == 0
+    assert run("keys", "promote", "2", "-c", cfg, str(data)).returncode == 0
+    text = Path(cfg).read_text()
+    for setting, line in (("keys", "keys = [1, 2]\ncurrent_key_id = 2\n"),
+                          ("current_key_id", "current_key_id = 1\n")):
+        Path(cfg).write_text(text.replace('disk = "secure_local"\n',
+                                          f'disk = "secure_local"\n{line}'))
+        refused = run("keys", "retire", "1", "-c", cfg, str(data))
+        assert refused.returncode == 1, refused
+        assert f"disk 'secure' names key 1 in its {setting}" in refused.stderr
+        assert Keyring.from_config(cfg).ids == [1, 2]  # unchanged, and loads

@@ -461,21 +461,32 @@ class KeyConfig:
         audit_event("promote", key_id, config=self.path, previous=old)
         return True
 
-    def _check_not_names_key(self, key_id: int) -> None:
-        """Refuse a key an encrypted disk of the config derives its names key from
-        (``names_key_id``, for the disk's life): without it, no name on that disk reads."""
+    def _check_no_disk_names(self, key_id: int) -> None:
+        """Refuse a key a disk of the config names: its ``names_key_id`` (the key its names
+        key derives from, for the disk's life: without it no name on that disk reads), its
+        ``current_key_id``, or an id in its ``keys`` (the config would no longer load)."""
         disks = self.data.get("disks")
-        names = [name for name, spec in (disks.items() if isinstance(disks, dict) else ())
-                 if isinstance(spec, dict) and spec.get("encrypt_names") is True
-                 and spec.get("names_key_id") == key_id and "keys" not in spec]
-        if names:
-            listed = ", ".join(repr(name) for name in names)
-            raise KeyringError(
-                f"{self.path}: key {key_id} is the names key (names_key_id) of disk"
-                f"{'s' if len(names) > 1 else ''} {listed}: the names of its files read with "
-                "that key only, whatever key their headers are under",
-                hint="copy the files to a disk with another names_key_id first; the key "
-                "stays while the disk holds files")
+        for name, spec in disks.items() if isinstance(disks, dict) else ():
+            if not isinstance(spec, dict):
+                continue
+            keys = spec.get("keys")
+            listed = isinstance(keys, list) and any(
+                type(entry) is int and entry == key_id for entry in keys)
+            if not listed and keys is not None:
+                continue  # (the disk's own [[disks.NAME.keys]] by that id, not the keyring's)
+            if spec.get("encrypt_names") is True and spec.get("names_key_id") == key_id:
+                raise KeyringError(
+                    f"{self.path}: key {key_id} is the names key (names_key_id) of disk "
+                    f"{name!r}: the names of its files read with that key only, whatever key "
+                    "their headers are under", hint="copy the files to a disk with another "
+                    "names_key_id first; the key stays while the disk holds files")
+            if listed or spec.get("current_key_id") == key_id:
+                setting = "keys" if listed else "current_key_id"
+                raise KeyringError(
+                    f"{self.path}: disk {name!r} names key {key_id} in its {setting}: the "
+                    "config would not load without it",
+                    hint=f"take key {key_id} out of [disks.{name}] once none of its files "
+                    "uses it, then retire it")
 
     def _set_state(self, key_id: int, state: str) -> None:
         index = self._index(key_id)
@@ -505,7 +516,7 @@ class KeyConfig:
                                "key and rewrap the files to it first")
         if state == "retired":
             return False
-        self._check_not_names_key(key_id)
+        self._check_no_disk_names(key_id)
         self._set_state(key_id, "retired")
         audit_event("retire", key_id, config=self.path)
         return True
@@ -522,7 +533,7 @@ class KeyConfig:
             raise KeyringError(f"{self.path}: key {key_id} is not retired; retire it first "
                                f"(cryptdisk keys retire {key_id}), which checks no file "
                                "uses it")
-        self._check_not_names_key(key_id)
+        self._check_no_disk_names(key_id)
         entry = self.entry(key_id)
         done, left = _destroy_material(entry, self.base)
         index = self._index(key_id)
