@@ -1613,9 +1613,10 @@ class _AnalyticalSession(EngineSession):
     def _columns(self, text: str, schema: Any) -> list[tuple[str, int]]:
         """The (name, type OID) of each column of query ``text``'s result (Arrow
         ``schema``, of :func:`._types.lossy_result`): timetz (1266) for a ``TIME WITH TIME
-        ZONE``'s text, uuid for a UUID's (:meth:`_uuids`)."""
+        ZONE``'s text, timetz[] (1270) for a list of them, uuid for a UUID's (:meth:`_uuids`)."""
         columns = self._uuids(text, [(f.name, _types.arrow_oid(f.type)) for f in schema])
-        return [(n, _types.TIMETZ if _types.zoned_field(f) else o)
+        return [(n, _types.TIMETZ if _types.zoned_field(f) else
+                 _types.TIMETZ_ARRAY if _types.zoned_list(f.type) else o)
                 for (n, o), f in zip(columns, schema, strict=True)]
 
     def _uuids(self, text: str, columns: list[tuple[str, int]]) -> list[tuple[str, int]]:

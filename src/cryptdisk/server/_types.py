@@ -37,7 +37,7 @@ BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME = 700, 701, 705, 1043, 1042, 19
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, JSON = (
     1082, 1083, 1114, 1184, 1186, 1700, 2950, 114)
-TIMETZ = 1266
+TIMETZ, TIMETZ_ARRAY = 1266, 1270
 INT2VECTOR = 22  # pg_index's indoption (its text, "0 1", here)
 OID_ARRAY = 1028  # the one array type a parameter may have (pg_catalog's queries')
 _TEXTLIKE = {0, TEXT, UNKNOWN, VARCHAR, BPCHAR, NAME, JSON, 3802}
@@ -1114,7 +1114,8 @@ def _storage(array: pa.Array) -> pa.Array:
 def _lossy_array(array: pa.Array) -> pa.Array:
     """``array`` of DuckDB's lossless Arrow export as DuckDB's default export gives it: a
     ``UUID`` as its text, ``HUGEINT`` ``DECIMAL(38,0)``, ``BIT`` binary, ``JSON`` text, a
-    ``TIME WITH TIME ZONE`` its time without the offset, ``BOOLEAN`` bool; a ``UHUGEINT``
+    ``TIME WITH TIME ZONE`` (in a list or struct) its text with the offset (PostgreSQL's,
+    :func:`timetz_text`), ``BOOLEAN`` bool; a ``UHUGEINT``
     its exact value, a
     ``DECIMAL(39,0)`` (as ``exact_result`` makes one)."""
     t = array.type
@@ -1126,9 +1127,9 @@ def _lossy_array(array: pa.Array) -> pa.Array:
         if kind == "uuid":
             return pa.array([None if b is None else str(uuid.UUID(bytes=b))
                              for b in storage.to_pylist()], pa.string())
-        if kind == "time_tz":
-            return pa.array([None if p is None else p[0] for p in _timetz_parts(storage)],
-                            pa.time64("us"))
+        if kind == "time_tz":  # (in a list or struct: its text, as at the top level)
+            return pa.array([None if p is None else timetz_text(*p)
+                             for p in _timetz_parts(storage)], pa.string())
         if kind == "hugeint":  # (the same 16 bytes, as the default export reads them)
             return pa.Array.from_buffers(pa.decimal128(38, 0), len(storage),
                                          storage.buffers(), storage.null_count,
@@ -1141,16 +1142,18 @@ def _lossy_array(array: pa.Array) -> pa.Array:
             return storage.cast(pa.bool_())
         return storage  # (BIT's bytes, JSON's text)
     mask = array.is_null() if array.null_count else None
+    # a list of TIME WITH TIME ZONE: its values' field marked (sent as timetz[], 1270)
+    zoned = TIMETZ_FIELD if _opaque(getattr(t, "value_type", None)) == "time_tz" else None
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         values = _lossy_array(array.values)
-        item = pa.field(t.value_field.name, values.type, t.value_field.nullable)
+        item = pa.field(t.value_field.name, values.type, t.value_field.nullable, zoned)
         if pa.types.is_list(t):
             return pa.ListArray.from_arrays(array.offsets, values, pa.list_(item), mask=mask)
         return pa.LargeListArray.from_arrays(array.offsets, values, pa.large_list(item),
                                              mask=mask)
     if pa.types.is_fixed_size_list(t):
         values = _lossy_array(array.flatten())
-        item = pa.field(t.value_field.name, values.type, t.value_field.nullable)
+        item = pa.field(t.value_field.name, values.type, t.value_field.nullable, zoned)
         return pa.FixedSizeListArray.from_arrays(values, type=pa.list_(item, t.list_size),
                                                  mask=mask)
     if pa.types.is_map(t):
@@ -1172,8 +1175,9 @@ def _lossy_array(array: pa.Array) -> pa.Array:
 def lossy_result(data: Any) -> Any:
     """A result table or batch of DuckDB's lossless Arrow export (see
     ``cryptdisk.db.Reader.arrow_lossless``) as the server reads DuckDB's default one,
-    with each ``TIME WITH TIME ZONE`` column (not one nested in a list or struct) as its
-    text (PostgreSQL's, :func:`timetz_text`) in a field marked :data:`TIMETZ_FIELD`."""
+    with each ``TIME WITH TIME ZONE`` column as its text (PostgreSQL's,
+    :func:`timetz_text`) in a field marked :data:`TIMETZ_FIELD`, and one in a list or
+    struct as its text too (a list's values' field marked so: :func:`zoned_list`)."""
     if data is None or not any(_lossless(f.type) for f in data.schema):
         return data
     columns, fields = [], []
@@ -1207,3 +1211,13 @@ def lossy_schema(schema: pa.Schema) -> pa.Schema:
 def zoned_field(field: pa.Field) -> bool:
     """Whether a column of :func:`lossy_result` is a ``TIME WITH TIME ZONE``'s text."""
     return bool(field.metadata) and field.metadata.get(b"cryptdisk.type") == b"timetz"
+
+
+def zoned_list(t: pa.DataType) -> bool:
+    """Whether a column type of :func:`lossy_result` is a (nested) list of ``TIME WITH
+    TIME ZONE`` texts: an array of timetz (1270)."""
+    if not is_list(t) or _has_map(t):
+        return False
+    while is_list(t.value_type):
+        t = t.value_type
+    return zoned_field(t.value_field)
