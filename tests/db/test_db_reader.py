@@ -487,6 +487,33 @@ def test_a_variable_leaves_the_fast_paths_on(tmp_path) -> None:
             r.close()
 
 
+def test_arrow_lossless_keeps_the_readers_own_setting(db):
+    """A reader's own arrow_lossless_conversion (configure) is what its cursor has after
+    a query that arrow_lossless set it for: on stays on, off stays off; it was reset to
+    DuckDB's default (off) after each such query."""
+    sql = "SELECT '12:34:56+05:30'::TIMETZ AS v"
+    setting = "SELECT current_setting('arrow_lossless_conversion')"
+    r = db.reader()
+    try:
+        r.arrow_lossless = True
+        r.configure("SET SESSION arrow_lossless_conversion = true")
+        for _ in range(2):
+            kind = r.execute(sql).schema.field("v").type
+            assert (kind.extension_name, kind.type_name) == ("arrow.opaque", "time_tz")
+            assert r.con.execute(setting).fetchone() == (True,)
+        r.stream(sql).read_all()
+        r.configure("SET SESSION arrow_lossless_conversion = false")
+        assert r.con.execute(setting).fetchone() == (False,)
+        kind = r.execute(sql).schema.field("v").type  # (on for the query alone)
+        assert (kind.extension_name, kind.type_name) == ("arrow.opaque", "time_tz")
+        assert r.con.execute(setting).fetchone() == (False,)
+        r.configure("SET SESSION arrow_lossless_conversion = true")
+        r.execute(sql)
+        assert r.con.execute(setting).fetchone() == (True,)
+    finally:
+        r.close()
+
+
 def test_arrow_lossless_is_for_the_queries_results_only(db):
     """With arrow_lossless a reader's query result (execute, stream) is DuckDB's lossless
     Arrow export (a TIMETZ with its offset); its cursor has the default export between

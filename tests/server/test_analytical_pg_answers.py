@@ -244,6 +244,21 @@ def test_timetz_in_a_list_or_struct_keeps_its_offset(srv) -> None:
     assert _asyncpg(srv, body) == want
 
 
+def test_users_arrow_lossless_conversion_is_kept(srv) -> None:
+    """A session's own SET SESSION arrow_lossless_conversion (DuckDB's) stays what it set
+    across queries with a TIMETZ, which the server reads through DuckDB's lossless export
+    (it was reset to off after each); the values sent are the same either way."""
+    sql = "SELECT '12:34:56+05:30'::TIMETZ AS v, ['01:02:03-08'::TIMETZ] AS l, true AS b"
+    with psycopg.connect(**srv.dsn, autocommit=True) as conn:
+        want = conn.execute(sql).fetchone()
+        for value in ("true", "false", "true"):
+            conn.execute(f"SET SESSION arrow_lossless_conversion = {value}")
+            for _ in range(2):
+                assert conn.execute(sql).fetchone() == want
+                assert conn.execute("SHOW arrow_lossless_conversion").fetchone() == \
+                    (value == "true",)
+
+
 def test_timetz_as_drivers_read_it(srv) -> None:
     """psycopg (text and binary) and asyncpg (binary) read a TIMETZ as a time with its
     offset, as they read PostgreSQL's."""

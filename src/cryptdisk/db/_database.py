@@ -1934,7 +1934,7 @@ _READER_OWN = frozenset({"con", "_parser", "_scans", "_registered", "_exposed",
                          "_statement_cache",
                          "_extremes_pending", "_counting", "_trees", "_extreme_schemas",
                          "_closed", "_settings", "_settings_untouched", "_streaming",
-                         "arrow_lossless", "_lossless_set"})
+                         "arrow_lossless", "_lossless_set", "_lossless_user"})
 
 
 #: words of a query's text that can make a ``TIME WITH TIME ZONE`` (a cast or literal,
@@ -2041,7 +2041,11 @@ class Reader:
         #: its queries' results (execute, sql, stream) as DuckDB's lossless Arrow export
         #: gives them (see _lossless_export)
         self.arrow_lossless = False
-        self._lossless_set = False  # arrow_lossless_conversion is on, on its cursor
+        #: what turns arrow_lossless_conversion back after a query that set it on its
+        #: cursor (see _lossless_export); None: not set
+        self._lossless_set: str | None = None
+        #: a configure statement named arrow_lossless_conversion (the user's own setting)
+        self._lossless_user = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)  # the database's own state and methods
@@ -2066,21 +2070,31 @@ class Reader:
         ``arrow.uuid``, ``HUGEINT``, ``UHUGEINT`` and ``BIT`` as ``arrow.opaque``,
         ``JSON`` as ``arrow.json``. Only such a query's own result: the reader's other
         statements (its scans' schemas, key extremes) and other queries run with it off
-        (:meth:`_lossy_export`; the ``SET`` and ``RESET`` cost about 0.2 ms a query)."""
-        if self.arrow_lossless and not self._lossless_set and _TIMETZ_WORDS.search(sql):
-            try:
-                self.con.execute("SET SESSION arrow_lossless_conversion = true")
-            except duckdb.Error as exc:
-                raise DatabaseError(f"cannot set arrow_lossless_conversion: {exc}") from None
-            self._lossless_set = True
+        (:meth:`_lossy_export`; the ``SET`` and ``RESET`` cost about 0.2 ms a query). A
+        setting of the reader's own (:meth:`configure`) is kept: on, nothing is set; off,
+        it is set off again after the query (not reset to DuckDB's default)."""
+        if not self.arrow_lossless or self._lossless_set is not None or \
+                not _TIMETZ_WORDS.search(sql):
+            return
+        restore = "RESET SESSION arrow_lossless_conversion"
+        try:
+            if self._lossless_user:
+                if self.con.execute("SELECT current_setting('arrow_lossless_conversion')"
+                                    ).fetchall() == [(True,)]:
+                    return
+                restore = "SET SESSION arrow_lossless_conversion = false"
+            self.con.execute("SET SESSION arrow_lossless_conversion = true")
+        except duckdb.Error as exc:
+            raise DatabaseError(f"cannot set arrow_lossless_conversion: {exc}") from None
+        self._lossless_set = restore
 
     def _lossy_export(self) -> None:
         """DuckDB's default Arrow export again on this reader's cursor (see
         :meth:`_lossless_export`): before each statement, after a query's table."""
-        if self._lossless_set:
-            self._lossless_set = False
+        if self._lossless_set is not None:
+            restore, self._lossless_set = self._lossless_set, None
             try:
-                self.con.execute("RESET SESSION arrow_lossless_conversion")
+                self.con.execute(restore)
             except duckdb.Error as exc:
                 raise DatabaseError(f"cannot reset arrow_lossless_conversion: {exc}") from None
 
@@ -2368,6 +2382,8 @@ class Reader:
         self._check_idle()
         self._lossy_export()  # (the last query's result may have had it on)
         self._db._check_open()
+        if "arrow_lossless_conversion" in parts[0].lower():
+            self._lossless_user = True  # (kept by _lossless_export)
         harmless = _harmless_set(parts[0])
         if not harmless:  # (before it runs: a failed SET may have changed it too)
             self._settings_untouched = False
