@@ -120,7 +120,8 @@ def test_cast_to_an_integer_rounds_as_postgresql(srv) -> None:
 def test_sqlite_refuses_a_cast_call_it_cannot_run(start_server, sqlite_engine) -> None:
     """On SQLite, ``CAST(x AS DATE)`` of an expression is refused as ``x::date`` is
     (SQLite's CAST makes the number 2026 of '2026-01-01 10:00'); a string literal's or a
-    parameter's cast keeps its value, as ``'...'::date`` does."""
+    parameter's cast keeps its value, as ``'...'::date`` does (a date, as PostgreSQL
+    describes it)."""
     srv = start_server(sqlite_engine)
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE ts (t TEXT)")
@@ -131,7 +132,7 @@ def test_sqlite_refuses_a_cast_call_it_cannot_run(start_server, sqlite_engine) -
                 conn.execute(sql)
             assert "cannot cast an expression to" in str(err.value)
         assert conn.execute("SELECT CAST('2026-01-02' AS DATE), CAST(%s AS TEXT)",
-                            ("x",)).fetchone() == ("2026-01-02", "x")
+                            ("x",)).fetchone() == (dt.date(2026, 1, 2), "x")
 
 
 def test_a_subquery_expression_is_read_by_its_postgresql_name(srv) -> None:

@@ -4,6 +4,10 @@ real PostgreSQL 15 answered the same statements through psycopg."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import uuid
+
 import psycopg
 import pytest
 
@@ -42,3 +46,28 @@ def test_a_null_cast_to_interval_is_a_null_interval(conn, prepare) -> None:
     conn.execute("CREATE TABLE t (id INTEGER, i INTERVAL)")
     conn.execute("INSERT INTO t VALUES (1, CAST(NULL AS interval)), (2, NULL::interval)")
     assert conn.execute("SELECT count(*) FROM t WHERE i IS NULL").fetchone() == (2,)
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_string_cast_in_the_select_list_is_described_as_its_type(conn, prepare) -> None:
+    """'...'::date, ::uuid, ::numeric, ::time, ::timestamp, ::timestamptz (and a
+    parameter's cast, CAST(... AS date)) are described as PostgreSQL describes them, and
+    psycopg reads them into its types."""
+    cur = conn.execute(
+        "SELECT '2024-01-02'::date, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid, "
+        "'1.50'::numeric, '10:00'::time, '2024-01-02 10:00'::timestamp, "
+        "'2024-01-02 10:00+02'::timestamptz", prepare=prepare)
+    assert types(cur) == [1082, 2950, 1700, 1083, 1114, 1184]
+    assert cur.fetchall() == [(
+        dt.date(2024, 1, 2), uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        decimal.Decimal("1.50"), dt.time(10, 0), dt.datetime(2024, 1, 2, 10, 0),
+        dt.datetime(2024, 1, 2, 8, 0, tzinfo=dt.UTC))]
+    cur = conn.execute("SELECT %s::date, %s::numeric, CAST('2024-01-04' AS date)",
+                       ("2024-01-03", "2.5"), prepare=prepare)
+    assert types(cur) == [1082, 1700, 1082]
+    assert cur.fetchall() == [(dt.date(2024, 1, 3), decimal.Decimal("2.5"),
+                               dt.date(2024, 1, 4))]
+    for sql in ("SELECT 'abc'::uuid", "SELECT 'x'::numeric"):
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):  # 22P02
+            conn.execute(sql, prepare=prepare)
+

@@ -2254,6 +2254,12 @@ def _expression_oid(name: str) -> int:
     return _types.TEXT
 
 
+#: the types of a cast SQLite leaves as text (``'2024-01-02'::date``, ``$1::uuid``): a
+#: column its text types so is sent as that type, as PostgreSQL describes it
+_TEXT_CASTS = frozenset({_types.INTERVAL, _types.DATE, _types.TIME, _types.TIMESTAMP,
+                         _types.TIMESTAMPTZ, _types.UUID, _types.NUMERIC})
+
+
 @functools.lru_cache(maxsize=512)
 def _settled_types(sql: str, count: int) -> list[int]:
     """The type of each of ``sql``'s ``count`` result columns its text alone settles
@@ -2968,9 +2974,10 @@ class _SQLiteSession(EngineSession):
                             settled, self._expression_types(sql, len(desc)), strict=True)]
                     if settled[i] == _types.BOOL or (
                             settled[i] == _types.INT8 and oid == _types.FLOAT8) or (
-                            settled[i] == _types.INTERVAL and oid == _types.TEXT):
+                            settled[i] in _TEXT_CASTS and oid == _types.TEXT):
                         oid = settled[i]  # true, a = b: bool; '1 day'::interval (its
-                        # text as stored) an interval; an integer that overflowed:
+                        # text as stored) an interval, '2024-01-02'::date a date, ...;
+                        # an integer that overflowed:
                         try:  # 22003 (SQLite's integer arithmetic went on in floats)
                             rows = [(*r[:i], _types.conform(oid, r[i]), *r[i + 1:])
                                     for r in rows]
