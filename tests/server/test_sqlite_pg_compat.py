@@ -71,3 +71,19 @@ def test_a_string_cast_in_the_select_list_is_described_as_its_type(conn, prepare
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):  # 22P02
             conn.execute(sql, prepare=prepare)
 
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_write_after_with_is_tagged_as_the_write(conn, prepare) -> None:
+    conn.execute("CREATE TABLE w (a INTEGER)")
+    for sql, tag in [
+            ("WITH x AS (SELECT 1) INSERT INTO w SELECT * FROM x", "INSERT 0 1"),
+            ("WITH RECURSIVE x(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM x WHERE n < 3) "
+             "INSERT INTO w SELECT n FROM x", "INSERT 0 3"),
+            ("WITH x AS (SELECT 1) UPDATE w SET a = a + 1", "UPDATE 4"),
+            ("WITH x AS MATERIALIZED (SELECT 1), y AS (SELECT 2) "
+             "DELETE FROM w WHERE a > 3 RETURNING a", "DELETE 1"),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", "SELECT 1")]:
+        cur = conn.execute(sql, prepare=prepare)
+        assert cur.statusmessage == tag, sql
+        assert cur.rowcount == int(tag.split()[-1]), sql
+

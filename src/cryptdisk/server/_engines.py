@@ -74,7 +74,7 @@ class Result:
 
 def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
     words = _sqltext.first_words(sql, 2) or [""]
-    head = words[0]
+    head = words[0] if words[0] != "WITH" else with_head(sql)
     if returns_rows and head not in ("INSERT", "UPDATE", "DELETE"):
         return f"SELECT {rows or 0}"
     if head == "INSERT":
@@ -90,6 +90,31 @@ def command_tag(sql: str, rows: int | None, returns_rows: bool) -> str:
             return f"CREATE {kind}"
         return " ".join(words[:2])
     return head
+
+
+#: the statements a WITH's common table expressions may precede
+_WITH_HEADS = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "VALUES", "TABLE"})
+
+
+@functools.lru_cache(maxsize=256)
+def with_head(sql: str) -> str:
+    """The statement that ``WITH ...`` ``sql`` runs after its common table expressions
+    (``WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x``: INSERT, whose command tag
+    PostgreSQL sends); WITH where it is not found."""
+    from ._paramtypes import _tokens
+
+    depth, before = 0, ""
+    for tok in _tokens(sql)[1:]:
+        if tok.text in ("(", "["):
+            depth += 1
+        elif tok.text in (")", "]"):
+            depth -= 1
+        elif depth == 0:
+            if tok.kind == "ref" and tok.text in _WITH_HEADS and \
+                    before not in ("", "RECURSIVE", ","):  # (not a CTE's name)
+                return tok.text
+            before = tok.text
+    return "WITH"
 
 
 #: the words between CREATE and what it creates, which its command tag leaves out
@@ -2955,6 +2980,8 @@ class _SQLiteSession(EngineSession):
         desc = self._desc
         if not desc:
             head = (_sqltext.first_words(sql, 1) or [""])[0]
+            if head == "WITH":
+                head = with_head(sql)
             count = changes if head in ("INSERT", "UPDATE", "DELETE") else None
             return Result(None, [], command_tag(sql, count, False))
         columns = []
