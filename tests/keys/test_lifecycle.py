@@ -763,3 +763,32 @@ def test_retire_refuses_a_key_a_disk_names_by_id(tmp_path):
         assert refused.returncode == 1, refused
         assert f"disk 'secure' names key 1 in its {setting}" in refused.stderr
         assert Keyring.from_config(cfg).ids == [1, 2]  # unchanged, and loads
+
+
+def test_destroy_of_a_hex_key_leaves_no_copy_in_a_killed_edits_temporary_file(tmp_path):
+    """An edit killed after writing the config's temporary file left it beside the config,
+    with the config's text: a hex key's material stayed there after destroy said it was
+    gone. Each edit (under the edit lock, so no other edit is live) deletes such files."""
+    material = Key.generate(1)
+    hex_material = (tmp_path / "tmp.hex")
+    write_key_file(hex_material, material)
+    secret = hex_material.read_text().split()[-1]
+    hex_material.unlink()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace('file = "k1.hex"   # made by cryptdisk keygen',
+                                  f'hex = "{secret}"'))
+    cfg.chmod(0o600)
+    data = tmp_path / "data"
+    data.mkdir()
+    with cryptdisk.open(data / "f.cdk", "wb", keyring=Keyring.from_config(cfg)) as f:
+        f.write(b"file 0")
+    assert run("keys", "add", "2", "-c", str(cfg), "--generate",
+               str(tmp_path / "k2.hex")).returncode == 0
+    line = _kill_at(2, ["keys", "promote", "2", str(data), "-c", str(cfg)])
+    assert line == "paused 2 fsync", line  # the temporary file written whole, then killed
+    assert any(secret in p.read_text() for p in tmp_path.glob(".c.toml.*.tmp"))
+    for verb in ("promote", "retire", "destroy"):
+        done = run("keys", verb, "1" if verb != "promote" else "2", "-c", str(cfg), str(data))
+        assert done.returncode == 0, (verb, done.stderr)
+    left = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert left == []

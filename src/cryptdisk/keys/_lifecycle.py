@@ -80,7 +80,8 @@ def atomic_write_text(path: str, text: str) -> None:
     """Replace ``path`` with ``text``: temporary file, fsync, rename, fsync of the directory.
 
     The file keeps the old file's mode (0600 for a new one). A process killed at any
-    point leaves the old file or the new one (and at worst a stray ``.tmp`` file).
+    point leaves the old file or the new one (and at worst a stray ``.tmp`` file, which the
+    next edit deletes).
     """
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -237,6 +238,18 @@ def _edit(method: _F) -> _F:
     return edit  # type: ignore[return-value]
 
 
+def _remove_killed_temps(path: str) -> None:
+    """Delete the temporary files of edits of ``path`` that were killed (:func:`atomic_write_text`
+    names them ``.NAME.PID.tmp``): called under the edit lock, so no live edit owns one. They
+    hold the config's text, a ``hex`` key's material too, which a destroy must not leave."""
+    directory, name = os.path.split(os.path.abspath(path))
+    pattern = re.compile(rf"\.{re.escape(name)}\.[0-9]+\.tmp")
+    for entry in os.listdir(directory):
+        if pattern.fullmatch(entry):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, entry))
+
+
 @contextlib.contextmanager
 def _edit_lock(path: str) -> Any:
     """An exclusive lock serialising the edits of the configs of ``path``'s directory (a
@@ -374,6 +387,7 @@ class KeyConfig:
             if now != self.text:
                 raise _Stale()
             atomic_write_text(self.path, text)
+            _remove_killed_temps(self.path)
         self._read()
 
     def _lines(self) -> list[str]:
