@@ -87,3 +87,26 @@ def test_a_write_after_with_is_tagged_as_the_write(conn, prepare) -> None:
         assert cur.statusmessage == tag, sql
         assert cur.rowcount == int(tag.split()[-1]), sql
 
+
+
+def test_show_timezone_gives_the_name_set(conn) -> None:
+    """SQLite's sessions are in UTC only; SHOW and the ParameterStatus give the name SET
+    gave, as PostgreSQL shows it (its canonical name), and RESET or a rollback undoes it."""
+    def shown() -> str:
+        return conn.execute("SHOW timezone").fetchone()[0]
+
+    for sql, name in [("SET TimeZone = 'GMT'", "GMT"), ("SET TimeZone = 'gmt'", "GMT"),
+                      ("SET TIME ZONE 'zulu'", "Zulu"), ("SET TimeZone = 'z'", "Etc/UTC"),
+                      ("SET TIME ZONE 0", "<+00>-00"), ("SET TimeZone = '00:00'", "00:00"),
+                      ("SET TimeZone TO 'etc/utc'", "Etc/UTC"), ("SET TimeZone = 'UTC'", "UTC")]:
+        conn.execute(sql)
+        assert shown() == name, sql
+        assert conn.info.parameter_status("TimeZone") == name, sql
+        assert conn.execute("SELECT current_setting('TimeZone')").fetchone() == (name,)
+    conn.execute("SET TimeZone = 'GMT'")
+    conn.execute("RESET TimeZone")
+    assert shown() == "UTC" and conn.info.parameter_status("TimeZone") == "UTC"
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET TimeZone = 'GMT'")
+        assert shown() == "GMT"
+    assert shown() == "UTC"

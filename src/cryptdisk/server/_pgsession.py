@@ -134,7 +134,7 @@ _SETTINGS: dict[str, Callable[[Any], str]] = {
     "transaction_isolation": _isolation,
     "default_transaction_isolation": _isolation,
     "statement_timeout": _timeout,
-    "timezone": lambda session: session.time_zone,
+    "timezone": lambda session: session.settings.get("timezone", session.time_zone),
     "application_name": lambda session: session.application_name,
     **{name: _session_setting(name, default) for name, default in
        [*_SESSION_DEFAULTS.items(), ("search_path", _FIXED["search_path"])]},
@@ -227,6 +227,10 @@ _ENUMS = {"intervalstyle": ("postgres", "postgres_verbose", "sql_standard", "iso
           "bytea_output": ("escape", "hex")}
 _VALUE_WORD = re.compile(r"'((?:[^']|'')*)'|\"((?:[^\"]|\"\")*)\"|([^,\s]+)")
 _ALIASES = {"utf-8": "utf8", "unicode": "utf8", "+00:00": "utc", "etc/gmt": "utc"}
+#: the name PostgreSQL 15 shows (SHOW, ParameterStatus) for each UTC zone SQLite's
+#: sessions take, by the name SET gave (another is shown as given: 00:00, +00:00)
+_UTC_NAMES = {"utc": "UTC", "gmt": "GMT", "etc/utc": "Etc/UTC", "etc/gmt": "Etc/GMT",
+              "z": "Etc/UTC", "zulu": "Zulu", "0": "<+00>-00"}
 
 
 def _setting(sql: str, sqlite: bool) -> tuple[str, str | None] | None:
@@ -413,7 +417,23 @@ def _set(name: str, value: str | None, session: Any) -> Result:
         if not words or not words <= allowed or (name == "search_path" and "public" not in words):
             raise StatementError(f"SET {name}: the server's sessions have {name} {shown!r} "
                                  "only", "0A000")
+        if name == "timezone":  # (SQLite's: UTC, under the name PostgreSQL shows for it)
+            text = _unquote(value).strip()
+            _shown_zone(session, _UTC_NAMES.get(text.lower(), text))
+    elif name == "timezone" and "timezone" in session.settings:
+        _shown_zone(session, session.time_zone)  # (RESET: UTC, as the session started)
     return Result(None, [], "RESET" if value is None else "SET")
+
+
+def _shown_zone(session: Any, zone: str) -> None:
+    """The SQLite session's ``TimeZone`` is shown as ``zone`` (reported to the client in a
+    ParameterStatus when it changes, as PostgreSQL reports it)."""
+    if zone != session.settings.get("timezone", session.time_zone):
+        session.send(parameter_status("TimeZone", zone))
+    if zone == session.time_zone:
+        session.settings.pop("timezone", None)
+    else:
+        session.settings["timezone"] = zone
 
 
 def _check_enum(name: str, value: str) -> None:
