@@ -525,3 +525,71 @@ def test_analytical_copy_from_a_server_file_is_for_admins(start_server, analytic
         assert admin.execute("SELECT count(*) FROM sink").fetchone() == (0,)
         admin.execute(f"COPY sink FROM '{data}' (HEADER)")
         assert admin.execute("SELECT a FROM sink ORDER BY a").fetchall() == [(5,), (6,)]
+
+
+def test_analytical_non_admin_sets_its_own_session(start_server, analytical) -> None:
+    """A user without grants SETs and RESETs its own session's settings (TimeZone, ...,
+    search_path to public) as any PostgreSQL 15 user may: its SHOW, its ParameterStatus
+    and its timestamptz text follow; another session's zone does not move."""
+    srv = start_server(analytical)
+    with admin_and_bob(srv, ANALYTICAL_SETUP) as bob, \
+            psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        for sql in ("SET TimeZone = 'Asia/Tokyo'", "SET SESSION TimeZone TO 'Asia/Tokyo'"):
+            bob.execute(sql)
+            assert bob.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+            assert bob.info.parameter_status("TimeZone") == "Asia/Tokyo"
+            assert bob.execute("SELECT '2024-07-01 00:00:00+00'::TIMESTAMPTZ::VARCHAR"
+                               ).fetchone() == ("2024-07-01 09:00:00+09",)
+            assert admin.execute("SHOW TimeZone").fetchone() == ("UTC",)
+            assert admin.execute("SELECT '2024-07-01 00:00:00+00'::TIMESTAMPTZ::VARCHAR"
+                                 ).fetchone() == ("2024-07-01 00:00:00+00",)
+            bob.execute("RESET TimeZone")
+            assert bob.execute("SHOW TimeZone").fetchone() == ("UTC",)
+        bob.execute("SET TIME ZONE 'Europe/Paris'")
+        assert bob.execute("SELECT current_setting('TimeZone')").fetchone() == \
+            ("Europe/Paris",)
+        for sql, shown in [("SET application_name = 'bobs'", ("application_name", "bobs")),
+                           ("SET statement_timeout = '5s'", ("statement_timeout", "5s")),
+                           ("SET client_min_messages = warning",
+                            ("client_min_messages", "warning")),
+                           ("SET extra_float_digits = 0", ("extra_float_digits", "0")),
+                           ("SET search_path = public", ("search_path", "public"))]:
+            bob.execute(sql)
+            assert bob.execute(f"SHOW {shown[0]}").fetchone() == (shown[1],), sql
+        bob.execute("RESET ALL")
+        assert bob.execute("SHOW TimeZone").fetchone() == ("UTC",)
+        assert bob.execute("SHOW search_path").fetchone() == ('"$user", public',)
+        bob.execute("SET TimeZone TO 'Asia/Kolkata'")
+        bob.execute("RESET search_path")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="Nowhere/X"):
+            bob.execute("SET TimeZone = 'Nowhere/X'")
+        assert bob.execute("SHOW TimeZone").fetchone() == ("Asia/Kolkata",)
+
+
+@pytest.mark.parametrize("sql", [
+    "SET threads = 1", "SET threads TO 1", "RESET threads", "SET GLOBAL threads = 1",
+    "SET memory_limit = '1GB'", "SET SESSION memory_limit = '1GB'",
+    "SET arrow_lossless_conversion = true", "SET GLOBAL arrow_lossless_conversion = true",
+    "SET GLOBAL search_path = 'main'",
+    "SET search_path = other", "SET search_path = 'system.main'", "PRAGMA threads = 1",
+    "SET TimeZone = 'UTC' || ''", "SET TimeZone = current_setting('threads')",
+])
+def test_analytical_non_admin_set_of_the_databases_settings_is_refused(
+        start_server, analytical, sql) -> None:
+    """A SET that changes the database (DuckDB's global settings) or takes the session to
+    tables the grants do not name (another search_path) stays an admin's, and changes
+    nothing: not the other sessions' settings, not the user's own."""
+    srv = start_server(analytical)
+    show = ("SELECT current_setting('threads'), current_setting('memory_limit'), "
+            "current_setting('arrow_lossless_conversion'), current_setting('search_path')")
+    with admin_and_bob(srv, ANALYTICAL_SETUP) as bob, \
+            psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        before = admin.execute(show).fetchone()
+        bob_before = bob.execute("SELECT current_setting('arrow_lossless_conversion')"
+                                 ).fetchone()
+        with pytest.raises(DENIED):
+            bob.execute(sql)
+        assert admin.execute(show).fetchone() == before
+        assert bob.execute("SELECT current_setting('arrow_lossless_conversion')"
+                           ).fetchone() == bob_before
+        assert bob.execute("SHOW TimeZone").fetchone() == ("UTC",)

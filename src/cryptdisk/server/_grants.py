@@ -24,6 +24,12 @@ PostgreSQL; ``RESET ROLE`` goes back to the login user.
   guesses against stored deterministic ciphertexts or tokens. The masks
   without a key (``mask_full``, ``mask_last4``, ``mask_email``, ``mask_null``)
   stay open.
+
+  Any user may also run the ``SET`` / ``RESET`` that change only its own
+  session's DuckDB settings (:func:`sets_own_setting`: its ``TimeZone``, its
+  ``search_path`` back to the database's schema), as any PostgreSQL user sets
+  its own session's; DuckDB's other settings (``threads``, ``memory_limit``,
+  ... of the whole database, ``SET GLOBAL``) and ``PRAGMA`` stay an admin's.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from ._sqltext import DEFAULT_SCHEMAS, unqualified_parts
 if TYPE_CHECKING:
     from ._users import UserStore
 
-__all__ = ["ACTIONS", "KEYED_FIELD_FUNCTIONS", "Privileges", "query_references"]
+__all__ = ["ACTIONS", "KEYED_FIELD_FUNCTIONS", "Privileges", "query_references",
+           "sets_own_setting"]
 
 ACTIONS = ("SELECT", "INSERT", "UPDATE", "DELETE")
 _SAFE_TABLE_FUNCTIONS = {"range", "generate_series", "unnest"}
@@ -191,7 +198,7 @@ class Privileges:
         database's key) reads as an admin's. ``reads=False``: the tables are not checked,
         the functions are (those of ``sql`` with every view written out: a view's
         functions are its reader's to call, as in PostgreSQL)."""
-        if self.admin:
+        if self.admin or sets_own_setting(sql):
             return
         change = _CHANGE.match(sql)
         unread = None  # the changed table, when the statement reads none of its columns
@@ -214,6 +221,13 @@ class Privileges:
                 return  # one row of the columns' defaults (a DEFAULT reads no table)
             sql = rest
         found = query_references(sql, con)
+        setting = _SETTING.match(sql) if found is None else None
+        if setting is not None:
+            raise StatementError(
+                f"permission denied: {setting[1].upper()} {setting[2]} (admin users only)",
+                "42501", hint="a user that is not an admin may set its own session's "
+                "settings only: TimeZone, application_name, statement_timeout, "
+                "client_min_messages, extra_float_digits, search_path to public, ...")
         if found is None:
             raise StatementError("permission denied: only admin users may run statements "
                                  "other than queries and INSERT on the analytical database",
@@ -244,6 +258,26 @@ class Privileges:
         for name in _scalar_functions(sql, con) & KEYED_FIELD_FUNCTIONS:
             raise StatementError(f"permission denied: function {name} uses a field key "
                                  "(admin users only)", "42501")
+
+
+#: a SET or RESET of the session's own DuckDB settings: its TimeZone (a quoted or plain
+#: value alone: nothing can follow it), and RESET search_path (what the server's RESET ALL
+#: and SET search_path = public run). A search_path naming another schema is not one: the
+#: grants name tables without their schema.
+_OWN_SETTING = re.compile(
+    r"\s*(?:SET\s+(?:SESSION\s+|LOCAL\s+)?(?:TIME\s+ZONE\s+|\"?TimeZone\"?\s*(?:=|\bTO\b)\s*)"
+    r"(?:'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[A-Za-z0-9_/+:.-]+)"
+    r"|RESET\s+(?:\"?TimeZone\"?|search_path))\s*;?\s*", re.I)
+
+#: the SET or RESET of another setting: (SET or RESET, its name)
+_SETTING = re.compile(r"\s*(SET|RESET)\s+((?:GLOBAL\s+|SESSION\s+|LOCAL\s+)?"
+                      r"(?:TIME\s+ZONE|\"(?:[^\"]|\"\")+\"|[A-Za-z_][A-Za-z0-9_]*))", re.I)
+
+
+def sets_own_setting(sql: str) -> bool:
+    """Whether ``sql`` changes only its session's own DuckDB settings (see
+    :data:`_OWN_SETTING`), which any user may, as in PostgreSQL."""
+    return _OWN_SETTING.fullmatch(sql) is not None
 
 
 #: what :func:`query_references` names among a statement's table functions for a

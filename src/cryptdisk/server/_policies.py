@@ -602,9 +602,10 @@ class PolicyStore:
         policies through them, for ``privileges``' session (see the module docstring),
         and the columns (``t.c``) read through a policy that decrypts. ``waiter``: the
         session's engine session, whose cancel ends the rewrite's wait for the catalog."""
-        if not self.active or privileges.admin:
-            return sql, []
-        from ._grants import _CHANGE, _INSERT, _close_paren
+        from ._grants import _CHANGE, _INSERT, _close_paren, sets_own_setting
+
+        if not self.active or privileges.admin or sets_own_setting(sql):
+            return sql, []  # (a session's own setting reads no table)
 
         if _CHANGE.match(sql):  # the database reads its table through them as it runs
             return sql, []      # (see mutation_policy)
