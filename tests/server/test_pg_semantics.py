@@ -936,3 +936,50 @@ def test_client_min_messages_and_application_name_in_startup_options(start_serve
     with pytest.raises(psycopg.OperationalError,
                        match='invalid value for parameter "client_min_messages": "bogus"'):
         psycopg.connect(**dsn, options="-c client_min_messages=bogus")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_startup_parameters_count_after_options(start_server, request, engine) -> None:
+    """A startup parameter (application_name, statement_timeout, extra_float_digits,
+    client_min_messages) wins over the same setting in options' -c, and is what RESET
+    restores; a value PostgreSQL refuses in either fails the connection (22023): PostgreSQL
+    15's answers, through psycopg and asyncpg (which sends any startup parameter)."""
+    import asyncio
+
+    import asyncpg
+    import psycopg
+
+    srv = start_server(request.getfixturevalue(engine), secure=False)
+    names = ["application_name", "statement_timeout", "extra_float_digits",
+             "client_min_messages"]
+    with psycopg.connect(host="127.0.0.1", port=srv.port, user="u", dbname="db",
+                         autocommit=True, application_name="plain",
+                         options="-c application_name=opt") as c:
+        assert c.info.parameter_status("application_name") == "plain"
+        assert c.execute("SHOW application_name").fetchone() == ("plain",)
+
+    async def shown(settings: dict[str, str]) -> list[list[str]]:
+        c = await asyncpg.connect(host="127.0.0.1", port=srv.port, user="u", database="db",
+                                  ssl=False, server_settings=settings)
+        try:
+            got = [await c.fetchval(f"SHOW {n}") for n in names]
+            for n in names:
+                await c.execute(f"RESET {n}")
+            return [got, [await c.fetchval(f"SHOW {n}") for n in names]]
+        finally:
+            await c.close()
+
+    options = ("-c application_name=opt -c statement_timeout=7000 -c extra_float_digits=3 "
+               "-c client_min_messages=error")
+    assert asyncio.run(shown({"application_name": "plain", "statement_timeout": "3000",
+                              "extra_float_digits": "2", "client_min_messages": "warning",
+                              "options": options})) == [["plain", "3s", "2", "warning"]] * 2
+    assert asyncio.run(shown({"options": options})) == [["opt", "7s", "3", "error"]] * 2
+    for startup, message in [
+            ({"statement_timeout": "3000", "options": "-c statement_timeout=bogus"},
+             'invalid value for parameter "statement_timeout": "bogus"'),
+            ({"client_min_messages": "bogus", "options": "-c client_min_messages=error"},
+             'invalid value for parameter "client_min_messages": "bogus"')]:
+        with pytest.raises(asyncpg.PostgresError) as info:
+            asyncio.run(shown(startup))
+        assert (info.value.sqlstate, str(info.value)) == ("22023", message)

@@ -652,14 +652,17 @@ class Session:
         self.database = msg.parameters.get("database") or self.user
         # application_name, statement_timeout (node-postgres's), extra_float_digits (JDBC's)
         # and client_min_messages as startup parameters or in options (libpq's and JDBC's
-        # options=-c statement_timeout=...), the latter taking precedence
-        given = {name: msg.parameters.get(name) for name in (
-            "application_name", "statement_timeout", "extra_float_digits",
-            "client_min_messages")}
-        for m in re.finditer(r"(?:-c\s*|--)(application_name|statement_timeout|"
-                             r"extra_float_digits|client_min_messages)=(\S+)",
-                             msg.parameters.get("options", "")):
-            given[m[1]] = m[2]
+        # options=-c statement_timeout=...): each value checked, a startup parameter
+        # counting after options' -c, as PostgreSQL takes them
+        names = ("application_name", "statement_timeout", "extra_float_digits",
+                 "client_min_messages")
+        values = [(m[1].lower(), m[2]) for m in re.finditer(
+            r"(?:-c\s*|--)(application_name|statement_timeout|extra_float_digits|"
+            r"client_min_messages)=(\S+)", msg.parameters.get("options", ""), re.I)]
+        values += [(name, msg.parameters[name]) for name in names
+                   if msg.parameters.get(name) is not None]
+        given: dict[str, str | None] = {name: None for name in names}
+        given.update(values)
         self.application_name = (given["application_name"] or "")[:63]  # (NAMEDATALEN - 1)
         # TimeZone (JDBC sends the JVM's, libpq PGTZ's): the session starts in it, on the
         # analytical engine (SQLite's is UTC only: ignored there, as JDBC always sends one);
@@ -669,8 +672,15 @@ class Session:
         zones += [v for k, v in msg.parameters.items() if k.lower() == "timezone"]
         self.startup_zone = zones[-1] if zones and not self.server.engine.transactions \
             else None
-        timeout, digits = given["statement_timeout"], given["extra_float_digits"]
+        parse: dict[str, Callable[[str], Any]] = {
+            "statement_timeout": _pgsession.parse_timeout,
+            "extra_float_digits": _pgsession.parse_extra_float_digits,
+            "client_min_messages": _pgsession.parse_message_level}
         try:
+            for name, value in values:  # (one PostgreSQL refuses fails the connection)
+                if name in parse:
+                    parse[name](value)
+            timeout, digits = given["statement_timeout"], given["extra_float_digits"]
             if timeout is not None:
                 self.session_timeout = _pgsession.parse_timeout(timeout)
             if digits is not None:
