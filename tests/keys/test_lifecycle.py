@@ -792,3 +792,21 @@ def test_destroy_of_a_hex_key_leaves_no_copy_in_a_killed_edits_temporary_file(tm
         assert done.returncode == 0, (verb, done.stderr)
     left = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert left == []
+
+
+def test_a_clickhouse_xml_config_is_refused_by_name(tmp_path):
+    """The lifecycle edits TOML; an XML config (which the rest of cryptdisk takes) was
+    refused as "not valid TOML: Invalid statement"."""
+    xml = tmp_path / "storage.xml"
+    xml.write_text("<clickhouse><storage_configuration><disks><d><type>local</type>"
+                   f"<path>{tmp_path}/d/</path></d></disks></storage_configuration>"
+                   "</clickhouse>\n")
+    xml.chmod(0o600)
+    for argv in (["list"], ["add", "2", "--generate", str(tmp_path / "k2.hex")],
+                 ["retire", "1", str(tmp_path)]):
+        refused = run("keys", *argv, "-c", str(xml))
+        assert refused.returncode == 1, refused
+        assert "a ClickHouse XML config's keys are its disks' and edited by hand" in \
+            refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "k2.hex").exists()

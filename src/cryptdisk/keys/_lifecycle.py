@@ -279,6 +279,10 @@ class KeyConfig:
             raise ConfigError("config file does not exist", path=self.path) from None
         except UnicodeDecodeError:
             raise ConfigError("not UTF-8 text", path=self.path) from None
+        if self.path.endswith(".xml") or self.text.lstrip().startswith("<"):
+            raise ConfigError("the key lifecycle edits the [keyring] of a TOML config; a "
+                              "ClickHouse XML config's keys are its disks' and edited by hand",
+                              path=self.path, hint="see docs/keys-lifecycle.md")
         try:
             self.data = tomllib.loads(self.text)
         except tomllib.TOMLDecodeError as exc:
