@@ -110,3 +110,20 @@ def test_show_timezone_gives_the_name_set(conn) -> None:
         conn.execute("SET TimeZone = 'GMT'")
         assert shown() == "GMT"
     assert shown() == "UTC"
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_name_cast_to_regclass_names_a_relation(conn, prepare) -> None:
+    """'x'::regclass fails with 42P01 where no relation has that name, as in PostgreSQL
+    (SQLite answered the string); a relation's name is read as PostgreSQL's regclass
+    input reads it (unquoted: lower case; schema public)."""
+    conn.execute("CREATE TABLE t (a INTEGER)")
+    conn.execute("CREATE VIEW v AS SELECT a FROM t")
+    for sql in ("SELECT 'x'::pg_catalog.regclass", "SELECT 'x'::regclass",
+                "SELECT 'public.x'::regclass", "SELECT 1 WHERE 'x'::regclass IS NOT NULL"):
+        with pytest.raises(psycopg.errors.UndefinedTable) as err:
+            conn.execute(sql, prepare=prepare)
+        assert err.value.diag.message_primary.startswith('relation "')
+    cur = conn.execute("SELECT 't'::pg_catalog.regclass, 'T'::regclass, 'public.t'::regclass, "
+                       "'v'::regclass, '::regclass'", prepare=prepare)
+    assert cur.fetchall() == [("t", "t", "t", "v", "::regclass")]

@@ -2335,6 +2335,15 @@ def _cancelled() -> StatementError:
     return StatementError("canceling statement due to user request", "57014")
 
 
+#: the dot-separated parts of a relation's name (``public.t``, ``"My T"``)
+_REGCLASS_PART = re.compile(r'"(?:[^"]|"")*"|[^."]+')
+
+
+def _sqlite_quote(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 #: where ``CAST(`` may be
 _CAST_CALL = re.compile(r"cast\s*\(", re.I)
 #: where a dollar-quoted string may open (a $ then no digit: $1 is a parameter)
@@ -2698,6 +2707,8 @@ class _SQLiteSession(EngineSession):
                 sql = _sqltext.replace_calls(sql, name, _sqltext.SUBSTR_FUNCTION + "({})")
         if "position" in lowered:  # position(a IN b): SQLite's instr(b, a)
             sql = _sqltext.replace_calls(sql, "position", _sqlite_position)
+        if "regclass" in lowered:  # 'x'::regclass: 42P01 for no such relation
+            sql = self._regclass_names(sql)
         if "::" in sql or "||" in sql or _DOLLAR_OPEN.search(sql) is not None or \
                 _CAST_CALL.search(sql) is not None:  # $1::BIGINT, a::text, $$, 1 + 2 || 'x'
             sql = _sqlite_casts(sql)
@@ -2728,6 +2739,34 @@ class _SQLiteSession(EngineSession):
                 hint="use SQLite's date functions: date(d, '+1 day'), datetime(ts, "
                 "'-2 hours'), julianday(a) - julianday(b) for the days between; or "
                 "serve the analytical engine")
+
+    def _regclass_names(self, sql: str) -> str:
+        """``sql`` with each string literal cast to ``regclass`` (``'T'::regclass``) as the
+        name of the relation it names, as PostgreSQL's regclass input reads it (unquoted
+        parts folded to lower case, a schema ``public`` dropped: ``t``); 42P01 where no
+        table or view has that name, as there (``pg_`` names, pg_catalog's, as written).
+        The caller holds :attr:`lock`."""
+        found = _sqltext.regclass_literals(sql)
+        if not found:
+            return sql
+        internal, self._internal = self._internal, True  # (the catalog: no privilege
+        try:  # check, nothing recorded)
+            self._schema_now()
+        finally:
+            self._internal = internal
+        out = sql
+        for start, stop in reversed(found):
+            written = sql[start + 1:stop - 1].replace("''", "'")
+            parts = [p[1:-1].replace('""', '"') if p.startswith('"') else p.strip().lower()
+                     for p in _REGCLASS_PART.findall(written)]
+            if len(parts) == 2 and parts[0] == "public":
+                parts = parts[1:]
+            if len(parts) == 1 and parts[0].startswith("pg_"):
+                continue
+            if len(parts) != 1 or parts[0].lower() not in self._relations:
+                raise StatementError(f'relation "{written}" does not exist', "42P01")
+            out = f"{out[:start]}{_sqlite_quote(parts[0])}{out[stop:]}"
+        return out
 
     def _date_column_operator(self, found: _sqlitearith.DateOperands) -> str | None:
         """The first operator of ``found.columns`` whose column is declared a date, time,

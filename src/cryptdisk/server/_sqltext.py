@@ -216,6 +216,18 @@ def strip_strings(sql: str) -> str:
     return "".join(out)
 
 
+#: a cast to regclass after a string literal (``::regclass``, ``::pg_catalog.regclass``)
+_REGCLASS_CAST = re.compile(r"\s*::\s*(?:\"?pg_catalog\"?\s*\.\s*)?\"?regclass\"?(?![\w$])",
+                            re.I)
+
+
+def regclass_literals(sql: str) -> list[tuple[int, int]]:
+    """(start, end) of each string literal of ``sql`` cast to regclass (``'t'::regclass``),
+    outside strings, quoted names and comments."""
+    return [(s, e) for kind, s, e in _scan(sql)
+            if kind == "quoted" and sql[s] == "'" and _REGCLASS_CAST.match(sql, e)]
+
+
 _EMPTY_CALL = re.compile(r"\s*\(\s*\)")
 
 
