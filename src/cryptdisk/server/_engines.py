@@ -2773,8 +2773,8 @@ class _SQLiteSession(EngineSession):
         timestamp or interval by the tables and views among ``found.names`` (None: none
         is); the answer is kept for the statement while SQLite's schema_version stays
         (a change to the schema by any connection bumps it)."""
-        self._internal = True  # (the catalog: no privilege check, nothing recorded)
-        try:
+        internal, self._internal = self._internal, True  # (the catalog: no privilege
+        try:  # check, nothing recorded)
             self._schema_now()
             if found in self._date_operators:
                 return self._date_operators[found]
@@ -2782,7 +2782,7 @@ class _SQLiteSession(EngineSession):
             for name in in_scope:
                 self._declared_types(name)
         finally:
-            self._internal = False
+            self._internal = internal
         declared, aliases = self._declared, dict(found.aliases)
 
         def ref_type(parts: tuple[str, ...]) -> int:
