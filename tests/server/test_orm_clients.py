@@ -400,6 +400,29 @@ def test_pg_catalog_functions_without_from(start_server, request, engine) -> Non
                          "1700, 655366)").fetchone() == ("bigint", "numeric(10,2)")
 
 
+#: (type oid, typmod, PostgreSQL 15's format_type), checked against PostgreSQL 15
+FORMAT_TYPES = [(1266, -1, "time with time zone"), (1270, -1, "time with time zone[]"),
+                (1083, -1, "time without time zone"), (1183, -1, "time without time zone[]"),
+                (1184, -1, "timestamp with time zone"), (1007, -1, "integer[]"),
+                (1015, -1, "character varying[]"), (1042, -1, "bpchar"),
+                (1042, None, "character"), (1014, -1, "bpchar[]"), (25, -1, "text"),
+                (22, -1, "int2vector"), (1266, None, "time with time zone"),
+                (None, -1, None), (999999, -1, "???")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_format_type_names_types_as_postgresql(start_server, request, engine) -> None:
+    """``format_type`` (qualified or not: DuckDB's own named types as DuckDB does, timetz
+    for time with time zone) gives PostgreSQL 15's names, of the array types too."""
+    srv = start_server(request.getfixturevalue(engine))
+    with psycopg.connect(**srv.dsn, autocommit=True) as c:
+        for qualifier in ("", "pg_catalog."):
+            got = c.execute("SELECT " + ", ".join(
+                f"{qualifier}format_type({'NULL' if t is None else t}, "
+                f"{'NULL' if m is None else m})" for t, m, _ in FORMAT_TYPES)).fetchone()
+            assert list(got) == [name for _, _, name in FORMAT_TYPES], qualifier
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_current_setting_of_a_session_setting(start_server, request, engine) -> None:
     """``SELECT current_setting('server_version_num')`` (how JDBC tools and ORMs read the

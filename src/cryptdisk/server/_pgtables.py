@@ -219,14 +219,20 @@ _BASE_TYPES = [
 #: the collation of a type's values (pg_type's typcollation, pg_attribute's attcollation):
 #: "default" (100) for the text types, "C" (950) for name, as in PostgreSQL 15
 _COLLATIONS = {_types.TEXT: 100, _types.VARCHAR: 100, _types.BPCHAR: 100, _types.NAME: 950}
-#: the names format_type gives (information_schema's data_type, as psql's \d shows them)
+#: the names format_type gives (information_schema's data_type, as psql's \d shows them),
+#: without a typmod (-1: bpchar is "bpchar", as in PostgreSQL 15), and those of the array
+#: types ("integer[]")
 _FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
-           _types.VARCHAR: "character varying", _types.BPCHAR: "character",
-           _types.NAME: "name", _types.OID: "oid"}
+           _types.VARCHAR: "character varying", _types.BPCHAR: "bpchar",
+           _types.NAME: "name", _types.OID: "oid", _types.TIMETZ: "time with time zone",
+           _INT2VECTOR: "int2vector"}
+_FORMAT.update({array: _FORMAT[oid] + "[]" for oid, _name, _length, _category, array
+                in _BASE_TYPES if array})
 
 _TABLE_NAMES = frozenset(_TABLES)
 _SCAN = re.compile(r"\bpg_\w+", re.I)
 _FROM = re.compile(r"\bFROM\b", re.I)
+_FORMAT_TYPE = re.compile(r"\bformat_type\s*\(", re.I)
 #: pg_catalog.pg_x, not a call: one of PostgreSQL's catalogs (42P01 where the server has none)
 _CATALOG_RELATION = re.compile(r"\bpg_catalog\s*\.\s*pg_\w+\b(?!\s*\()", re.I)
 #: pg_catalog. before a cast's type (``$1::pg_catalog.int4``, ``CAST(x AS pg_catalog.interval)``):
@@ -245,19 +251,22 @@ def handles(sql: str) -> bool:
     """Whether ``sql`` is a query over ``pg_catalog`` answered here (it names one of the
     tables, or calls its functions without a FROM); cached per text."""
     lower = sql.lower()
-    if "pg_" not in lower or (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
+    if ("pg_" not in lower and "format_type" not in lower) or \
+            (_sqltext.first_words(sql, 1) or [""])[0] not in ("SELECT", "WITH"):
         return False
     try:
         text = _sqltext.strip_strings(sql)
     except Exception:
         return False
     # one of the tables; or pg_catalog's functions alone (a query of the engine's tables
-    # that calls pg_catalog.lower(...) is the engine's)
+    # that calls pg_catalog.lower(...) is the engine's), format_type also unqualified (DuckDB
+    # has its own, which names types as DuckDB does)
     if "::" in text or "as" in lower:
         text = _TYPE_QUALIFIER.sub(r"\1 ", text)
     words = {m.group().lower() for m in _SCAN.finditer(text)}
     return bool(words & _TABLE_NAMES) or (
-        "pg_catalog" in words and (_FROM.search(text) is None
+        ("pg_catalog" in words or _FORMAT_TYPE.search(text) is not None)
+        and (_FROM.search(text) is None
                                    or _CATALOG_RELATION.search(text) is not None))
 
 
@@ -290,7 +299,9 @@ def _macros() -> list[str]:
         f"CREATE MACRO {s}.format_type(t, m) AS CASE WHEN t IS NULL THEN NULL "
         f"WHEN t = {_types.NUMERIC} AND m >= 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' "
         f"|| ((m - 4) & 65535) || ')' WHEN t = {_types.VARCHAR} AND m >= 4 THEN "
-        f"'character varying(' || (m - 4) || ')' ELSE CASE t {names} ELSE '???' END END",
+        f"'character varying(' || (m - 4) || ')' WHEN t = {_types.BPCHAR} AND m >= 4 THEN "
+        f"'character(' || (m - 4) || ')' WHEN t = {_types.BPCHAR} AND m IS NULL THEN "
+        f"'character' ELSE CASE t {names} ELSE '???' END END",
         f"CREATE MACRO {s}.pg_get_expr(e, r) AS e, (e, r, p) AS e",
         f"CREATE MACRO {s}.pg_table_is_visible(o) AS true",
         f"CREATE MACRO {s}.pg_type_is_visible(o) AS true",
