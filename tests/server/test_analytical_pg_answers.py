@@ -460,6 +460,31 @@ def test_startup_time_zone_is_the_sessions(srv, monkeypatch) -> None:
         assert _zone(conn) == ("TimeZone", "UTC", "UTC", "UTC", b"2024-01-01 00:00:00+00")
 
 
+def test_set_time_zone_in_a_read_only_session(srv) -> None:
+    """With default_transaction_read_only on (or SET SESSION CHARACTERISTICS AS TRANSACTION
+    READ ONLY), a session still SETs and RESETs its TimeZone, an admin's and a user's
+    without grants alike, as in PostgreSQL 15 (it was 25006 "cannot execute SET in a
+    read-only transaction"); writes and DuckDB's global settings stay 25006."""
+    with psycopg.connect(**srv.dsn, autocommit=True) as admin:
+        admin.execute("CREATE USER bob PASSWORD 'bob pw'")
+    for dsn in (srv.dsn, {**srv.dsn, "user": "bob", "password": "bob pw"}):
+        for read_only in ("SET default_transaction_read_only = on",
+                          "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"):
+            with psycopg.connect(**dsn, autocommit=True) as conn:
+                conn.execute(read_only)
+                conn.execute("SET TimeZone = 'Asia/Tokyo'")
+                assert _zone(conn)[1:] == ("Asia/Tokyo", "Asia/Tokyo", "Asia/Tokyo",
+                                           b"2024-01-01 09:00:00+09")
+                for reset in ("RESET TimeZone", "SET TIME ZONE LOCAL"):
+                    conn.execute("SET TIME ZONE 'Europe/Paris'")
+                    assert _zone(conn)[1] == "Europe/Paris"
+                    conn.execute(reset)
+                    assert _zone(conn)[1] == "UTC"
+                for sql in ("CREATE TABLE t (a INTEGER)", "SET threads = 1"):
+                    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                        conn.execute(sql)
+
+
 def test_startup_time_zone_unknown_is_refused(srv) -> None:
     """A startup TimeZone that does not exist refuses the connection with PostgreSQL
     15's FATAL 22023 and its message."""

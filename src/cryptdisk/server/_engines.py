@@ -1379,8 +1379,11 @@ class _AnalyticalSession(EngineSession):
             text = checked = self._show_tables(self.privileges)
         if self.block or self.read_only:
             from ..db import Reader
+            from ._grants import sets_own_setting
 
-            if not Reader.runs(text):
+            # (a session's own setting writes nothing: any session may change it, as in
+            # PostgreSQL; in a block, a ROLLBACK would not undo DuckDB's)
+            if not Reader.runs(text) and (self.block or not sets_own_setting(text)):
                 self._check_syntax(text)  # a statement that does not parse: 42601
                 if self.read_only:
                     raise read_only_error(sql)
