@@ -30,6 +30,8 @@ def stored(conn) -> list[tuple[object, ...]]:
     ("2024-13-45", "22008"), ("2024-02-30", "22008"), ("not a date", "22007")])
 def test_a_bad_untyped_date_is_refused(conn, value, sqlstate) -> None:
     for sql, params in [("INSERT INTO t (id, d) VALUES (%s, %s)", (1, value)),
+                        ("INSERT INTO t (id, d) VALUES (%s, %s::date)", (1, value)),
+                        ("INSERT INTO t (id, d) VALUES (%s, CAST(%s AS date))", (1, value)),
                         ("INSERT INTO t VALUES (1, %s, NULL), (2, '2024-01-01', NULL)",
                          (value,))]:
         with pytest.raises(psycopg.Error) as err:
@@ -48,10 +50,13 @@ def test_a_good_untyped_date_is_stored_as_postgresql_stores_it(conn) -> None:
     conn.execute("INSERT INTO t (id, d) VALUES (1, %s), (2, %s), (3, %s), (4, %s)",
                  ("2024-1-2", " 2024-03-04 ", "2024-05-06 10:00", "2024-07-08T23:59:59+02"))
     conn.execute("INSERT INTO t (id, d) VALUES (5, %s)", (None,))
+    conn.execute("INSERT INTO t (id, d) VALUES (6, %s::date)", ("2024-1-3",))
+    conn.execute("INSERT INTO t (id, d) VALUES (7, CAST(%s AS date))", ("2024-1-4",))
     conn.execute("UPDATE t SET d = %s WHERE id = 5", ("2024-2-29",))
     assert stored(conn) == [(1, "2024-01-02", None), (2, "2024-03-04", None),
                             (3, "2024-05-06", None), (4, "2024-07-08", None),
-                            (5, "2024-02-29", None)]
+                            (5, "2024-02-29", None), (6, "2024-01-03", None),
+                            (7, "2024-01-04", None)]
     assert conn.execute("SELECT count(*) FROM t WHERE d = '2024-01-02'").fetchone() == (1,)
 
 

@@ -587,7 +587,8 @@ def written_expressions(sql: str, tables: dict[str, str], columns: Columns,
     parameter or string literal (:func:`infer` and :func:`typed_strings` type those). A
     ``*`` in the select list, a column list in ``SET`` and a shape not known give none.
     ``parameters``: the lone parameters in ``VALUES`` or ``SET`` only (``$1`` of ``VALUES
-    ($1)``), which a client may send untyped with no Describe to type them."""
+    ($1)``, or cast: ``$1::date``), which a client may send untyped with no Describe to
+    type them (a parameter's cast is dropped, see :func:`._sqltext.drop_casts`)."""
     toks = _tokens(sql)
     if len(toks) < 4 or toks[0].text not in ("INSERT", "UPDATE"):
         return []
@@ -595,9 +596,14 @@ def written_expressions(sql: str, tables: dict[str, str], columns: Columns,
     found: list[tuple[int, int]] = []
 
     def add(item: list[_Tok], typed_alone: bool) -> None:
-        if parameters:
-            if typed_alone and len(item) == 1 and item[0].kind == "param":
-                found.append((item[0].start, item[0].stop))
+        if parameters:  # ($1, or $1::date, CAST($1 AS date): a parameter's cast is dropped)
+            if typed_alone and item and (
+                    (item[0].kind == "param" and (len(item) == 1 or (
+                        item[1].text == "::" and _cast_target(item, 2)[0] == len(item)))) or
+                    (len(item) > 5 and item[0].text == "CAST" and item[1].text == "(" and
+                     item[2].kind == "param" and item[3].text == "AS" and
+                     _cast_target(item, 4)[0] == len(item) - 1 and item[-1].text == ")")):
+                found.append((item[0].start, item[-1].stop))
             return
         if not item:
             return
