@@ -296,10 +296,16 @@ def _fails(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
 
 
 def test_set_local_in_a_transaction_block_is_not_supported(srv) -> None:
-    """DuckDB's SET LOCAL is not implemented: 0A000 in a transaction block as outside
-    one (it was XX000, an internal error, in a block), and the block rolls back."""
+    """DuckDB's SET LOCAL is not implemented: 0A000 in a transaction block (it was XX000,
+    an internal error), and the block rolls back. Outside one, SET LOCAL TimeZone (SET
+    LOCAL TIME ZONE) changes nothing and says so, as in PostgreSQL 15 (it was 0A000)."""
     with psycopg.connect(**srv.dsn, autocommit=True) as conn:
-        assert _fails(conn, "SET LOCAL TimeZone = 'Asia/Tokyo'")[0] == "0A000"
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        for sql in ("SET LOCAL TimeZone = 'Asia/Tokyo'", "SET LOCAL TIME ZONE 'Asia/Tokyo'"):
+            assert conn.execute(sql).statusmessage == "SET"
+            assert _zone(conn)[1:4] == ("UTC", "UTC", "UTC")
+        assert notices == ["SET LOCAL can only be used in transaction blocks"] * 2
         conn.execute("BEGIN")
         for sql in ("SET LOCAL TimeZone = 'Asia/Tokyo'", "SET LOCAL threads = 1"):
             assert _fails(conn, sql) == ("0A000", "Not implemented Error: SET LOCAL is "

@@ -475,6 +475,10 @@ def answer(sql: str, session: Any) -> Result | None:
             m = _SET.fullmatch(sql)
             if m is not None and m[1].lower() not in ("role", "session_authorization"):
                 raise _unrecognized(m[1].lower())
+        if setting is None and not sqlite and _LOCAL.match(sql) and names_time_zone(sql) \
+                and not session.in_block():  # (DuckDB has no SET LOCAL: 0A000 there)
+            session.send(notice_response("SET LOCAL can only be used in transaction blocks"))
+            return Result(None, [], "SET")  # (as PostgreSQL: a warning, and nothing changes)
         if setting is None:
             return None
         if _LOCAL.match(sql) and setting[0] != "transaction":
