@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import cryptdisk
-from cryptdisk.errors import KeyNotFoundError
+from cryptdisk.errors import KeyNotFoundError, RotationError
 
 from .dbhelpers import SCHEMA, gen, write_config
 
@@ -210,3 +210,20 @@ def test_reencrypt_on_a_remote_encrypted_disk(tmp_path):
         db.sql("SYSTEM ROTATE KEYS")  # nothing left to rewrap there
     with cryptdisk.connect(path, config([2], 2, "r2.toml")) as db:
         assert db.query("SELECT count(*), sum(c_int) FROM t") == [(500, 124750)]
+
+
+def test_rotate_refuses_a_disk_whose_own_current_key_is_not_the_configs(tmp_path):
+    """A disk limited to its keys = [1] writes and rewraps under key 1 whatever the
+    keyring's current key: a rotation to key 2 rewrapped the catalog only, then failed
+    ('did not finish ... run the rotation again'), which could never finish."""
+    path = make_db(tmp_path)
+    cfg = write_config(tmp_path, [1, 2], 2, "c12.toml")
+    cfg.write_text(cfg.read_text().replace('disk = "secure_local"\n',
+                                           'disk = "secure_local"\nkeys = [1]\n'))
+    catalog = (path / "catalog").read_bytes()
+    with cryptdisk.connect(path, cfg) as db:
+        with pytest.raises(RotationError, match="stopped before changing anything") as err:
+            db.sql("SYSTEM ROTATE KEYS")
+        assert "disk 'secure' writes under its current key 1, not the keyring's 2" in \
+            str(err.value)
+    assert (path / "catalog").read_bytes() == catalog

@@ -143,7 +143,12 @@ class RotationMixin(DatabaseState):
                         problems.append(f"{label}: disk {disk.name!r} ({disk.type}) cannot "
                                         "rewrap files under the keyring's key")
                     continue
-                if rewrap and not getattr(disk, "can_rewrap", False) \
+                if rewrap and keyring.current_key_id != self.keyring.current_key_id:
+                    problems.append(f"{label}: disk {disk.name!r} writes under its current key "
+                                    f"{keyring.current_key_id}, not the keyring's "
+                                    f"{self.keyring.current_key_id} (its keys or "
+                                    "current_key_id in the config)")
+                elif rewrap and not getattr(disk, "can_rewrap", False) \
                         and disk.stored_key_id(part.path) != keyring.current_key_id:
                     problems.append(f"{label}: disk {disk.name!r} is over a "
                                     f"{disk.inner.type} disk, which cannot rewrite a "
