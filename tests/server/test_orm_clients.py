@@ -407,13 +407,19 @@ FORMAT_TYPES = [(1266, -1, "time with time zone"), (1270, -1, "time with time zo
                 (1015, -1, "character varying[]"), (1042, -1, "bpchar"),
                 (1042, None, "character"), (1014, -1, "bpchar[]"), (25, -1, "text"),
                 (22, -1, "int2vector"), (1266, None, "time with time zone"),
-                (None, -1, None), (999999, -1, "???")]
+                (None, -1, None), (999999, -1, "???"),
+                (1083, 3, "time(3) without time zone"), (1266, 3, "time(3) with time zone"),
+                (1114, 0, "timestamp(0) without time zone"),
+                (1270, 2, "time(2) with time zone[]"), (1231, 655366, "numeric(10,2)[]"),
+                (1015, 14, "character varying(10)[]"), (1042, 14, "character(10)"),
+                (1043, 3, "character varying"), (23, 5, "integer")]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_format_type_names_types_as_postgresql(start_server, request, engine) -> None:
     """``format_type`` (qualified or not: DuckDB's own named types as DuckDB does, timetz
-    for time with time zone) gives PostgreSQL 15's names, of the array types too."""
+    for time with time zone) gives PostgreSQL 15's names, of the array types too, with a
+    typmod's precision or length."""
     srv = start_server(request.getfixturevalue(engine))
     with psycopg.connect(**srv.dsn, autocommit=True) as c:
         for qualifier in ("", "pg_catalog."):

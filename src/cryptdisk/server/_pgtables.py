@@ -220,14 +220,16 @@ _BASE_TYPES = [
 #: "default" (100) for the text types, "C" (950) for name, as in PostgreSQL 15
 _COLLATIONS = {_types.TEXT: 100, _types.VARCHAR: 100, _types.BPCHAR: 100, _types.NAME: 950}
 #: the names format_type gives (information_schema's data_type, as psql's \d shows them),
-#: without a typmod (-1: bpchar is "bpchar", as in PostgreSQL 15), and those of the array
-#: types ("integer[]")
+#: without a typmod (-1: bpchar is "bpchar", as in PostgreSQL 15); an array type's is its
+#: element's with "[]" ("integer[]", "numeric(10,2)[]")
 _FORMAT = {**{oid: names[0] for oid, names in _NAMES.items()},
            _types.VARCHAR: "character varying", _types.BPCHAR: "bpchar",
            _types.NAME: "name", _types.OID: "oid", _types.TIMETZ: "time with time zone",
            _INT2VECTOR: "int2vector"}
-_FORMAT.update({array: _FORMAT[oid] + "[]" for oid, _name, _length, _category, array
-                in _BASE_TYPES if array})
+#: array type -> its element type
+_ELEMENTS = {array: oid for oid, _name, _length, _category, array in _BASE_TYPES if array}
+#: the types whose typmod is a precision shown after their first word (time(3) with ...)
+_PRECISIONS = (_types.TIME, _types.TIMETZ, _types.TIMESTAMP, _types.TIMESTAMPTZ)
 
 _TABLE_NAMES = frozenset(_TABLES)
 _SCAN = re.compile(r"\bpg_\w+", re.I)
@@ -280,6 +282,7 @@ def _macros() -> list[str]:
         ("search_path", '"$user", public'), ("max_identifier_length", "63"))) + \
         " ELSE CAST(NULL AS VARCHAR) END"
     names = " ".join(f"WHEN {oid} THEN '{name}'" for oid, name in _FORMAT.items())
+    elements = " ".join(f"WHEN {array} THEN {oid}" for array, oid in _ELEMENTS.items())
     definition = "(SELECT min(definition) FROM cd_pg_catalog.cd_definitions WHERE oid = o)"
     index_column = "(SELECT min(name) FROM cd_pg_catalog.cd_index_columns WHERE oid = o AND n = c)"
     pairs = ", ".join(f"({', '.join(f'k{i}, v{i}' for i in range(n))}) AS "
@@ -296,12 +299,18 @@ def _macros() -> list[str]:
         f"CREATE TYPE {s}.regproc AS VARCHAR",
         f"CREATE TYPE {s}.regnamespace AS BIGINT",
         # a numeric's typmod is ((precision << 16) | scale) + 4; a varchar's, length + 4
-        f"CREATE MACRO {s}.format_type(t, m) AS CASE WHEN t IS NULL THEN NULL "
+        # (a time's, a timestamp's: the precision)
+        f"CREATE MACRO {s}.cd_format_element(t, m) AS CASE "
         f"WHEN t = {_types.NUMERIC} AND m >= 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' "
         f"|| ((m - 4) & 65535) || ')' WHEN t = {_types.VARCHAR} AND m >= 4 THEN "
         f"'character varying(' || (m - 4) || ')' WHEN t = {_types.BPCHAR} AND m >= 4 THEN "
         f"'character(' || (m - 4) || ')' WHEN t = {_types.BPCHAR} AND m IS NULL THEN "
-        f"'character' ELSE CASE t {names} ELSE '???' END END",
+        f"'character' WHEN t IN {_PRECISIONS} AND m >= 0 THEN "
+        f"regexp_replace(CASE t {names} END, '^(\\w+)', '\\1(' || m || ')') "
+        f"ELSE CASE t {names} ELSE '???' END END",
+        f"CREATE MACRO {s}.format_type(t, m) AS CASE WHEN t IS NULL THEN NULL "
+        f"WHEN t IN {tuple(_ELEMENTS)} THEN {s}.cd_format_element(CASE t {elements} END, m) "
+        f"|| '[]' ELSE {s}.cd_format_element(t, m) END",
         f"CREATE MACRO {s}.pg_get_expr(e, r) AS e, (e, r, p) AS e",
         f"CREATE MACRO {s}.pg_table_is_visible(o) AS true",
         f"CREATE MACRO {s}.pg_type_is_visible(o) AS true",
