@@ -93,3 +93,33 @@ def test_typed_parameters_are_read_as_before(conn) -> None:
     conn.execute("INSERT INTO t VALUES (2, %s::date, %s::interval)", ("2024-01-03", "2 days"))
     assert stored(conn) == [(1, "2024-01-02", "1 day 02:00:00"),
                             (2, "2024-01-03", "2 days")]
+
+
+def test_parameters_typed_by_a_describe_are_read_as_postgresql_reads_them(
+        start_server, sqlite_engine) -> None:
+    """pg8000 sends its strings untyped and Describes the statement first: the server
+    types them by the column (DATE, INTERVAL) and reads them at Bind, with PostgreSQL's
+    SQLSTATE for text it refuses (not 22P02) and its ISO forms (2024-1-2) read."""
+    import ssl
+
+    import pg8000.native
+
+    srv = start_server(sqlite_engine)
+    c = pg8000.native.Connection(
+        "u", host="localhost", port=srv.port, password="pw", database="db",
+        ssl_context=ssl.create_default_context(cafile=str(srv.dsn["sslrootcert"])))
+    try:
+        c.run("CREATE TABLE t (id INTEGER, d DATE, i INTERVAL)")
+        for column, value, sqlstate, message in [
+                ("d", "2024-13-45", "22008", 'date/time field value out of range: "2024-13-45"'),
+                ("d", "not a date", "22007", 'invalid input syntax for type date: "not a date"'),
+                ("i", "garbage", "22007", 'invalid input syntax for type interval: "garbage"'),
+                ("i", "2147483648 years", "22015",
+                 'interval field value out of range: "2147483648 years"')]:
+            with pytest.raises(pg8000.native.DatabaseError) as err:
+                c.run(f"INSERT INTO t (id, {column}) VALUES (1, :v)", v=value)
+            assert (err.value.args[0]["C"], err.value.args[0]["M"]) == (sqlstate, message)
+        c.run("INSERT INTO t (id, d, i) VALUES (1, :d, :i)", d="2024-1-2", i="90 minutes")
+        assert c.run("SELECT id, d::text, i::text FROM t") == [[1, "2024-01-02", "01:30:00"]]
+    finally:
+        c.close()

@@ -586,13 +586,6 @@ def _sqlite_interval_cast(*args: Any) -> Any:
         raise StatementError(*exc.args) from None
 
 
-#: the dates :func:`_sqlite_date_input` reads: ISO 8601's year-month-day, then a time
-#: and a zone that it drops (a timestamp's text, as PostgreSQL's date input takes it)
-_PG_DATE_TEXT = re.compile(r"\s*([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})"
-                           r"(?:[ T][0-9]{1,2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?"
-                           r"(?:\s*(?:Z|[+-][0-9]{1,2}(?::?[0-9]{2})?))?)?\s*")
-
-
 def _sqlite_date_input(*args: Any) -> Any:
     """PostgreSQL's date input of a parameter written into a DATE column as SQLite's
     function (:data:`._sqltext.DATE_INPUT_FUNCTION`): the ISO text of the date
@@ -604,7 +597,7 @@ def _sqlite_date_input(*args: Any) -> Any:
         if isinstance(value, bytes):
             raise StatementError("cannot cast type bytea to date", "42846")
         return value
-    m = _PG_DATE_TEXT.fullmatch(value)
+    m = _types.PG_DATE_TEXT.fullmatch(value)  # (ISO's year-month-day, a time dropped)
     if m is None:
         raise StatementError(f'invalid input syntax for type date: "{value}"', "22007",
                              hint="the SQLite engine reads dates as ISO 8601's "

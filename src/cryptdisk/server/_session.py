@@ -2378,8 +2378,8 @@ class Session:
             try:
                 values = [self._bind_value(st, i, v, formats[i], untyped[i])
                           for i, v in enumerate(msg.params)]
-            except ProtocolError as exc:
-                raise StatementError(str(exc), "22P02") from None
+            except ProtocolError as exc:  # (a date's field out of range: 22008, ...)
+                raise StatementError(str(exc), getattr(exc, "sqlstate", "22P02")) from None
             await self._drop_portal(self.portals.get(msg.portal))
             self.portals[msg.portal] = _Portal(st, values, msg.result_formats)
             self.send(P.BIND_COMPLETE)

@@ -913,14 +913,43 @@ def _midnight(text: str) -> str:
     return f"{m[1]} 00:00:00{m[2]}" if m else text
 
 
+#: the dates a date parameter's text may be beside Python's ISO forms: ISO 8601's
+#: year-month-day (``2024-1-2``), then a time and a zone that are dropped
+PG_DATE_TEXT = re.compile(r"\s*([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})"
+                          r"(?:[ T][0-9]{1,2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?"
+                          r"(?:\s*(?:Z|[+-][0-9]{1,2}(?::?[0-9]{2})?))?)?\s*")
+
+
+class ParameterInputError(ProtocolError):
+    """A parameter's text that its type's input refuses, with PostgreSQL's SQLSTATE for it
+    (``sqlstate``: 22007 for a date that is none, 22008 for a field out of range)."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 def _date_param(text: str) -> dt.date:
     """A date parameter's text: a date, or a timestamp or a date with a zone (JDBC's
-    setDate) of which the date, as PostgreSQL's date input takes them."""
-    text = text.strip()
+    setDate) of which the date, as PostgreSQL's date input takes them (its ISO forms:
+    :data:`PG_DATE_TEXT`); :class:`ParameterInputError` for other text."""
+    given, text = text, text.strip()
     try:
         return dt.date.fromisoformat(text)
     except ValueError:
+        pass
+    try:
         return dt.datetime.fromisoformat(_midnight(text)).date()
+    except ValueError:
+        pass
+    m = PG_DATE_TEXT.fullmatch(text)
+    if m is None:
+        raise ParameterInputError(f'invalid input syntax for type date: "{given}"', "22007")
+    try:
+        return dt.date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        raise ParameterInputError(f'date/time field value out of range: "{given}"',
+                                  "22008") from None
 
 
 def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
@@ -959,6 +988,8 @@ def decode_param(oid: int, data: bytes | None, fmt: int) -> Any:
         if oid == INTERVAL:  # as a binary one: the text PostgreSQL writes (as both read it)
             return interval_text(*parse_interval(text), plus=False)
         return text
+    except IntervalError as exc:  # (22007; 22015 or 22008 out of range)
+        raise ParameterInputError(*exc.args) from None
     except (ValueError, UnicodeDecodeError, struct.error, decimal.InvalidOperation) as exc:
         if fmt == 0 and not isinstance(exc, UnicodeDecodeError):
             raise ProtocolError(f"invalid input syntax for type {_OID_NAMES.get(oid, oid)}: "
