@@ -938,6 +938,38 @@ def test_client_min_messages_and_application_name_in_startup_options(start_serve
         psycopg.connect(**dsn, options="-c client_min_messages=bogus")
 
 
+#: statements PostgreSQL 15 answers with a WARNING, and its SQLSTATE (checked there)
+WARNINGS = [("BEGIN", None), ("BEGIN", ("25001", "there is already a transaction in progress")),
+            ("COMMIT", None), ("COMMIT", ("25P01", "there is no transaction in progress")),
+            ("ROLLBACK", ("25P01", "there is no transaction in progress")),
+            ("SET LOCAL application_name = 'x'",
+             ("25P01", "SET LOCAL can only be used in transaction blocks")),
+            ("SET TRANSACTION READ ONLY",
+             ("25P01", "SET TRANSACTION can only be used in transaction blocks"))]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_warnings_are_warnings_and_client_min_messages_filters_them(start_server, request,
+                                                                    engine) -> None:
+    """The transaction-state warnings are WARNINGs with PostgreSQL 15's SQLSTATE (they
+    were NOTICEs, 00000), sent at client_min_messages warning and below, and not at
+    error, as there."""
+    import psycopg
+
+    srv = start_server(request.getfixturevalue(engine), secure=False)
+    with psycopg.connect(host="127.0.0.1", port=srv.port, user="u", dbname="db",
+                         autocommit=True) as c:
+        got: list[tuple[str | None, str | None, str | None]] = []
+        c.add_notice_handler(lambda d: got.append((d.severity_nonlocalized, d.sqlstate,
+                                                   d.message_primary)))
+        for level, sent in (("notice", True), ("warning", True), ("error", False)):
+            c.execute(f"SET client_min_messages = {level}")
+            for sql, warning in WARNINGS:
+                got.clear()
+                c.execute(sql)
+                assert got == ([("WARNING", *warning)] if warning and sent else []), \
+                    (level, sql)
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_startup_parameters_count_after_options(start_server, request, engine) -> None:
     """A startup parameter (application_name, statement_timeout, extra_float_digits,

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import __version__
 from ._engines import Result, StatementError
-from ._protocol import notice_response, parameter_status
+from ._protocol import parameter_status
 from ._types import INT4, TEXT
 
 __all__ = ["answer", "answers", "columns", "engine_resets", "names_time_zone",
@@ -360,8 +360,7 @@ def _set(name: str, value: str | None, session: Any) -> Result:
             if mode is not None:
                 session.read_only_default = mode[1].upper() == "ONLY"
         elif not session.in_block():  # (as PostgreSQL: a warning, and nothing changes)
-            session.send(notice_response("SET TRANSACTION can only be used in transaction "
-                                         "blocks"))
+            session.warn("SET TRANSACTION can only be used in transaction blocks", "25P01")
         elif mode is not None:
             session.block_read_only = mode[1].upper() == "ONLY"
         return Result(None, [], "SET")
@@ -477,14 +476,13 @@ def answer(sql: str, session: Any) -> Result | None:
                 raise _unrecognized(m[1].lower())
         if setting is None and not sqlite and _LOCAL.match(sql) and names_time_zone(sql) \
                 and not session.in_block():  # (DuckDB has no SET LOCAL: 0A000 there)
-            session.send(notice_response("SET LOCAL can only be used in transaction blocks"))
+            session.warn("SET LOCAL can only be used in transaction blocks", "25P01")
             return Result(None, [], "SET")  # (as PostgreSQL: a warning, and nothing changes)
         if setting is None:
             return None
         if _LOCAL.match(sql) and setting[0] != "transaction":
             if not session.in_block():  # (as PostgreSQL: a warning, and nothing changes)
-                session.send(notice_response("SET LOCAL can only be used in transaction "
-                                             "blocks"))
+                session.warn("SET LOCAL can only be used in transaction blocks", "25P01")
                 return Result(None, [], "SET")
             session.keep_local(setting[0])
         else:

@@ -415,8 +415,11 @@ def error_response(code: str, text: str, *, severity: str = "ERROR",
     return message(b"E", b"".join(fields) + b"\0")
 
 
-def notice_response(text: str) -> bytes:
-    return message(b"N", b"SNOTICE\0VNOTICE\0C00000\0M" + cstr(text) + b"\0")
+def notice_response(text: str, severity: str = "NOTICE", code: str = "00000") -> bytes:
+    """A NoticeResponse: a NOTICE, or a WARNING with its SQLSTATE."""
+    level = severity.encode()
+    return message(b"N", b"S" + level + b"\0V" + level + b"\0C" + code.encode() + b"\0M"
+                   + cstr(text) + b"\0")
 
 
 #: ReadyForQuery for each transaction status

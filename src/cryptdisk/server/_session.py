@@ -521,6 +521,12 @@ class Session:
         self.out.append(data)
         self.out_size += len(data)
 
+    def warn(self, text: str, code: str) -> None:
+        """A WARNING for the client (PostgreSQL's: ``code``), unless its
+        client_min_messages is ``error``."""
+        if self.settings.get("client_min_messages") != "error":
+            self.send(P.notice_response(text, "WARNING", code))
+
     async def flush(self) -> None:
         if self.out:
             self.conn.write(b"".join(self.out))
@@ -1565,7 +1571,7 @@ class Session:
                 self.pipeline_tx = False
                 self.pending_begin = self.pending_begin or not engine.in_transaction
             elif engine.in_transaction or self.pending_begin:
-                self.send(P.notice_response("there is already a transaction in progress"))
+                self.warn("there is already a transaction in progress", "25001")
             else:
                 self.pending_begin = True
                 self.block_read_only = _begin_read_only(sql)
@@ -1603,7 +1609,7 @@ class Session:
         tag = "COMMIT" if head in ("COMMIT", "END") else "ROLLBACK"
         if self.pipeline_tx or self.query_tx:  # ends the implicit one, as PostgreSQL does
             self.pipeline_tx = self.query_tx = False
-            self.send(P.notice_response("there is no transaction in progress"))
+            self.warn("there is no transaction in progress", "25P01")
         await self._end_transaction_cursors()
         pending, self.pending_begin = self.pending_begin, False
         failed, self.failed = self.failed, False
@@ -1614,7 +1620,7 @@ class Session:
         self.end_settings(keep=tag == "COMMIT")
         if not engine.in_transaction and self.user_tx is None:
             if not pending and not failed:  # failed: the engine rolled it back already
-                self.send(P.notice_response("there is no transaction in progress"))
+                self.warn("there is no transaction in progress", "25P01")
             return Result(None, [], tag)
         if tag == "COMMIT":
             await self._commit(engine)
