@@ -127,3 +127,15 @@ def test_a_name_cast_to_regclass_names_a_relation(conn, prepare) -> None:
     cur = conn.execute("SELECT 't'::pg_catalog.regclass, 'T'::regclass, 'public.t'::regclass, "
                        "'v'::regclass, '::regclass'", prepare=prepare)
     assert cur.fetchall() == [("t", "t", "t", "v", "::regclass")]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_string_cast_to_date_is_read_by_the_date_input(conn, prepare) -> None:
+    """'2024-1-2'::date is 2024-01-02; a month or day out of range fails with 22008, other
+    text with 22007, as in PostgreSQL."""
+    assert conn.execute("SELECT '2024-1-2'::date", prepare=prepare).fetchone() == (
+        dt.date(2024, 1, 2),)
+    with pytest.raises(psycopg.errors.DatetimeFieldOverflow):  # 22008
+        conn.execute("SELECT '2024-13-45'::date", prepare=prepare)
+    with pytest.raises(psycopg.errors.InvalidDatetimeFormat):  # 22007
+        conn.execute("SELECT 'x'::date", prepare=prepare)

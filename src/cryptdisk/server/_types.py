@@ -157,11 +157,26 @@ def _timestamp(value: str, tz: bool) -> dt.datetime:
     return t
 
 
+class _FieldOutOfRange(ValueError):
+    """A date whose month or day is out of range: ``args`` are (message, 22008)."""
+
+
 def _date(value: str) -> dt.date:
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
+        pass
+    try:
         return dt.datetime.fromisoformat(value).date()  # a timestamp: its date
+    except ValueError:
+        m = PG_DATE_TEXT.fullmatch(value)  # 2024-1-2, as PostgreSQL's date input reads it
+        if m is None:
+            raise
+    try:
+        return dt.date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        raise _FieldOutOfRange(f'date/time field value out of range: "{value}"',
+                               "22008") from None
 
 
 def _decimal(value: Any) -> decimal.Decimal:
@@ -235,7 +250,7 @@ def sqlite_value(oid: int | tuple[int, int], value: Any) -> Any:
                                   isinstance(value, int | float)):
         try:
             return reader(value)
-        except IntervalError:
+        except (IntervalError, _FieldOutOfRange):
             raise  # (its own message and SQLSTATE: 22007, or out of range)
         except (ValueError, TypeError, decimal.InvalidOperation, OverflowError):
             pass
