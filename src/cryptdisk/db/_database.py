@@ -42,7 +42,7 @@ from ..errors import (
     PublishConflictError,
 )
 from ..errors import TableNotFoundError as _TableNotFound
-from ..keys import ProviderKey
+from ..keys import ProviderKey, file_stamp
 from . import _sql
 from ._agreement import disagreements, record_storage
 from ._cache import DEFAULT_COLUMN_CACHE_BYTES, ColumnCache, StatementCache
@@ -410,6 +410,10 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
             #: again as a rotation starts), or None
             self._config_file = os.fspath(config) if isinstance(config, (str, os.PathLike)) \
                 and os.fspath(config).endswith(".toml") else None
+            #: the config file's stamp when its keys were loaded (taken first: a change
+            #: made while it loads is seen by the next write, see _follow_config_keys)
+            self._config_stamp = file_stamp(self._config_file) \
+                if self._config_file is not None else None
             resolved: Any = resolve_config(self.path, config, creating)  # (DatabaseState's)
             self.config = resolved
             #: whether this database loaded its config (None or a file path) and so closes
@@ -631,6 +635,7 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
 
     def _commit(self) -> None:
         record_storage(self.catalog, self.config)  # new tables and parts
+        self._follow_config_keys()  # the catalog under the config's current key
         if self._remote is not None:
             try:
                 save_catalog(self.path, self.keyring, self.catalog, self._remote)
@@ -726,6 +731,9 @@ class Database(InsertMixin, ImportMixin, MaintenanceMixin, RotationMixin, Schema
                         "commit)", hint="run the insert again")
             else:
                 self.refresh()  # the newest catalog: the commit is conditional on it
+        # the change's files go under the config's current key now, not the one loaded at
+        # open (a key promoted in another process since: see _follow_config_keys)
+        self._follow_config_keys()
 
     def refresh(self) -> None:
         """Reload the catalog if another process published a new one."""

@@ -36,7 +36,7 @@ from ..errors import (
     RotationError,
 )
 from ..format import HEADER_SIZE, Header
-from ..keys import Key, Keyring, ProviderKey, rewrap_file
+from ..keys import Key, Keyring, ProviderKey, file_stamp, rewrap_file
 from ._catalog import CATALOG_FILE, PartMeta, catalog_key_id
 from ._keyfiles import (
     default_key_path,
@@ -310,6 +310,27 @@ class RotationMixin(DatabaseState):
         file, policies and audit log), write under the new current key and read files
         rewrapped under it."""
         self.keyring.adopt(load_keyring(self.path))
+
+    def _follow_config_keys(self) -> None:
+        """Before a write: when the TOML config the database was opened with changed since
+        its keys were loaded (``cryptdisk keys promote`` in another process), load them
+        again (:meth:`_reload_config_keys`), so every file written from now on (part,
+        catalog, pin, ...) is under the key the config makes current, as a
+        :class:`~cryptdisk.keys.FollowingKeyring` does. A config that does not load at this
+        moment (an edit half written by hand) leaves the keys loaded before in use; its
+        next change is tried again."""
+        path = getattr(self, "_config_file", None)
+        if path is None:
+            return
+        stamp = file_stamp(path)
+        if stamp == getattr(self, "_config_stamp", None):
+            return
+        self._config_stamp = stamp
+        try:
+            self._reload_config_keys()
+        except (CryptdiskError, OSError):
+            return
+        self.cache.drop_derived()  # field functions' values go with the keys' change
 
     def _reload_config_keys(self) -> None:
         """Load the keys of the TOML config the database was opened with again, into the
