@@ -1,5 +1,9 @@
 """Helpers shared by the database tests (a unique module name, unlike ``conftest``)."""
 
+import os
+import subprocess
+import sys
+
 from cryptdisk.format import HEADER_SIZE
 from cryptdisk.keys import Key, write_key_file
 
@@ -35,3 +39,12 @@ def flip_segment_byte(path, index: int, segment: int) -> None:
     data = bytearray(path.read_bytes())
     data[HEADER_SIZE + index * (segment + 16) + 9] ^= 1
     path.write_bytes(bytes(data))
+
+
+def run_cli(*args):
+    """``python -m cryptdisk ARGS`` of this checkout's source, in a child process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(os.path.dirname(__file__), "..", "..", "src"),
+         os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
+                          text=True, env=env, timeout=120)

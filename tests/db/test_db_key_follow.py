@@ -1,22 +1,11 @@
 """A writer that holds a database open while ``cryptdisk keys promote`` runs in another
 process writes its new files under the key the config makes current at the write."""
 
-import os
-import subprocess
-import sys
 
 import cryptdisk
 from cryptdisk.format import Header
 
-from .dbhelpers import SCHEMA, gen, write_config
-
-
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(os.path.dirname(__file__), "..", "..", "src"),
-         os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+from .dbhelpers import SCHEMA, gen, run_cli, write_config
 
 
 def header_key_ids(folder):

@@ -1,15 +1,13 @@
 """Key rotation: after rotating (or re-encrypting), the old key can go."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 import cryptdisk
 from cryptdisk.errors import KeyNotFoundError, RotationError
 
-from .dbhelpers import SCHEMA, gen, write_config
+from .dbhelpers import SCHEMA, gen, run_cli, write_config
 
 
 def make_db(tmp_path):
@@ -46,14 +44,6 @@ def test_without_rotation_the_old_key_is_needed(tmp_path):
     path = make_db(tmp_path)
     with pytest.raises(KeyNotFoundError):
         cryptdisk.connect(path, write_config(tmp_path, [2], 2, "c2.toml"))
-
-
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(os.path.dirname(__file__), "..", "..", "src"),
-         os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "cryptdisk", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
 
 
 def test_cli_reencrypt_gives_new_data_keys(tmp_path):
