@@ -1,7 +1,6 @@
 """A writer that holds a database open while ``cryptdisk keys promote`` runs in another
 process writes its new files under the key the config makes current at the write."""
 
-
 import cryptdisk
 from cryptdisk.format import Header
 
