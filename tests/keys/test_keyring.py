@@ -259,3 +259,40 @@ def test_derive_is_hkdf_sha256_and_separates_purposes():
         key.derive(b"")
     with pytest.raises(ValueError, match="purpose"):
         key.derive("text")  # type: ignore[arg-type]
+
+
+def test_file_stamp_sees_an_edit_in_place_of_the_same_size_and_time(tmp_path):
+    from cryptdisk.keys import file_stamp
+
+    cfg = _config(tmp_path, "[keyring]\ncurrent_key_id = 1\n")
+    before = file_stamp(str(cfg))
+    st = os.stat(cfg)
+    cfg.write_text("[keyring]\ncurrent_key_id = 2\n")  # same inode, same size
+    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same time: one clock tick
+    after = file_stamp(str(cfg))
+    assert before is not None and after is not None
+    assert before[:3] == after[:3]  # the stat alone cannot tell them apart
+    assert before != after
+    assert file_stamp(str(cfg)) == after  # unchanged: the same stamp
+    assert file_stamp(str(tmp_path / "nope.toml")) is None
+    # the digest is keyed: the stamp holds no plain hash of the file's bytes
+    import hashlib
+
+    digest = after[3]
+    data = cfg.read_bytes()
+    assert digest not in (hashlib.sha256(data).digest()[:16],
+                          hashlib.blake2b(data, digest_size=16).digest())
+
+
+def test_following_keyring_sees_an_edit_in_place_of_the_same_size_and_time(tmp_path):
+    from cryptdisk.keys import FollowingKeyring
+
+    text = (f"[keyring]\ncurrent_key_id = 1\n\n[[keyring.keys]]\nid = 1\nhex = '{HEX}'\n\n"
+            f"[[keyring.keys]]\nid = 2\nhex = '{HEX[::-1]}'\n")
+    cfg = _config(tmp_path, text)
+    ring = FollowingKeyring(cfg)
+    assert ring.current_key_id == 1
+    st = os.stat(cfg)
+    cfg.write_text(text.replace("current_key_id = 1", "current_key_id = 2"))
+    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert ring.current_key_id == 2

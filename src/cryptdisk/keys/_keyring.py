@@ -36,6 +36,7 @@ file fails at start-up, naming the config path and the element.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tomllib
@@ -323,13 +324,25 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
         raise with_location(exc, path, where) from None
 
 
-def file_stamp(path: str) -> tuple[int, int, int] | None:
-    """What changes when the file at ``path`` is rewritten or replaced (None: no file)."""
+#: files up to this size (configs, key files) are stamped with a digest of their bytes too
+_STAMP_BYTES = 1 << 20
+#: the digests' key, this process's own: a stamp says nothing of a key file's bytes
+_STAMP_KEY = os.urandom(32)
+
+
+def file_stamp(path: str) -> tuple[int, int, int, bytes] | None:
+    """What changes when the file at ``path`` is rewritten or replaced (None: no file it can
+    read): its inode, modification time and size, and for a file of up to 1 MiB a keyed
+    digest of its bytes (an edit in place that keeps the size, within one tick of the file
+    system's clock, leaves the other three as they were)."""
     try:
-        st = os.stat(path)
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(_STAMP_BYTES + 1) if st.st_size <= _STAMP_BYTES else b""
     except OSError:
         return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+    digest = hashlib.blake2b(data, key=_STAMP_KEY, digest_size=16).digest() if data else b""
+    return (st.st_ino, st.st_mtime_ns, st.st_size, digest)
 
 
 class FollowingKeyring(Keyring):
@@ -337,9 +350,9 @@ class FollowingKeyring(Keyring):
     process (``cryptdisk serve``) takes the key that ``cryptdisk keys add`` / ``promote``
     in another process made current, and reads files rewrapped under it.
 
-    The file's stat is checked on each lookup (a file is opened, not a page read); a
-    config that does not load at that moment (an edit half written by hand) leaves the
-    keys loaded before in use.
+    The file's :func:`file_stamp` is checked on each lookup (a file is opened and read,
+    not a page); a config that does not load at that moment (an edit half written by
+    hand) leaves the keys loaded before in use.
     """
 
     def __init__(self, path: str | os.PathLike[str], loaded: Keyring | None = None) -> None:
