@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -324,7 +325,9 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
         raise with_location(exc, path, where) from None
 
 
-#: files up to this size (configs, key files) are stamped with a digest of their bytes too
+#: a file modified less than this long ago is stamped with a digest of its bytes too
+_RACY_NS = 2_000_000_000
+#: ... if it has at most this many bytes (configs and key files do)
 _STAMP_BYTES = 1 << 20
 #: the digests' key, this process's own: a stamp says nothing of a key file's bytes
 _STAMP_KEY = os.urandom(32)
@@ -332,16 +335,21 @@ _STAMP_KEY = os.urandom(32)
 
 def file_stamp(path: str) -> tuple[int, int, int, bytes] | None:
     """What changes when the file at ``path`` is rewritten or replaced (None: no file it can
-    read): its inode, modification time and size, and for a file of up to 1 MiB a keyed
-    digest of its bytes (an edit in place that keeps the size, within one tick of the file
-    system's clock, leaves the other three as they were)."""
+    read): its inode, modification time and size, and while it was modified less than two
+    seconds ago (up to 1 MiB) a keyed digest of its bytes too: an edit in place that keeps
+    the size within one tick of the file system's clock leaves the other three as they
+    were. A stamp taken in that window differs from any taken after it (one needless
+    reload at most); otherwise a stamp costs one ``stat``."""
     try:
+        st = os.stat(path)
+        if time.time_ns() - st.st_mtime_ns >= _RACY_NS or st.st_size > _STAMP_BYTES:
+            return (st.st_ino, st.st_mtime_ns, st.st_size, b"")
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            data = f.read(_STAMP_BYTES + 1) if st.st_size <= _STAMP_BYTES else b""
+            data = f.read(_STAMP_BYTES + 1)
     except OSError:
         return None
-    digest = hashlib.blake2b(data, key=_STAMP_KEY, digest_size=16).digest() if data else b""
+    digest = hashlib.blake2b(data, key=_STAMP_KEY, digest_size=16).digest()
     return (st.st_ino, st.st_mtime_ns, st.st_size, digest)
 
 
@@ -350,8 +358,8 @@ class FollowingKeyring(Keyring):
     process (``cryptdisk serve``) takes the key that ``cryptdisk keys add`` / ``promote``
     in another process made current, and reads files rewrapped under it.
 
-    The file's :func:`file_stamp` is checked on each lookup (a file is opened and read,
-    not a page); a config that does not load at that moment (an edit half written by
+    The file's :func:`file_stamp` is checked on each lookup (a ``stat``, not a page); a
+    config that does not load at that moment (an edit half written by
     hand) leaves the keys loaded before in use.
     """
 
