@@ -359,8 +359,8 @@ class FollowingKeyring(Keyring):
     in another process made current, and reads files rewrapped under it.
 
     The file's :func:`file_stamp` is checked on each lookup (a ``stat``, not a page); a
-    config that does not load at that moment (an edit half written by
-    hand) leaves the keys loaded before in use.
+    config that does not load at that moment (an edit half written by hand) leaves the
+    keys loaded before in use.
     """
 
     def __init__(self, path: str | os.PathLike[str], loaded: Keyring | None = None) -> None:

@@ -2835,33 +2835,9 @@ class _SQLiteSession(EngineSession):
         (:data:`._sqltext.INTERVAL_CAST_FUNCTION`: 22007 for text that is none, else its
         text as the server stores intervals), where SQLite would store any text
         (``UPDATE t SET i = s``); the caller holds :attr:`lock`."""
-        from . import _paramtypes
-
-        internal, self._internal = self._internal, True  # (the catalog: no privilege
-        try:  # check, nothing recorded)
-            self._schema_now()
-            lowered = sql.lower()
-            if not any(name in lowered for name in self._interval_tables):
-                return sql
-            done = self._interval_writes.get(sql)
-            if done is not None:
-                return done
-
-            def columns(name: str) -> list[tuple[str, int]] | None:
-                return list(self._declared_types(name.lower()).items())
-
-            spans = _paramtypes.written_expressions(
-                sql, {n: n for n in self._relations}, columns, _types.INTERVAL)
-        finally:
-            self._internal = internal
-        out = sql
-        for start, stop in sorted(spans, reverse=True):
-            out = (f"{out[:start]}{_sqltext.INTERVAL_CAST_FUNCTION}({out[start:stop]})"
-                   f"{out[stop:]}")
-        if len(self._interval_writes) >= 256:
-            self._interval_writes.clear()
-        self._interval_writes[sql] = out
-        return out
+        return self._wrapped_writes(sql, "_interval_tables", "_interval_writes",
+                                    ((_types.INTERVAL, _sqltext.INTERVAL_CAST_FUNCTION),),
+                                    parameters=False)
 
     def _checked_parameters(self, sql: str) -> str:
         """The write ``sql`` with each lone parameter it writes into a DATE or INTERVAL
@@ -2870,35 +2846,48 @@ class _SQLiteSession(EngineSession):
         a client may send it untyped and run it with no Describe to type it (psycopg),
         where SQLite would store any text; a typed one reads as it is. The caller holds
         :attr:`lock`."""
+        return self._wrapped_writes(sql, "_dated_tables", "_parameter_writes",
+                                    ((_types.DATE, _sqltext.DATE_INPUT_FUNCTION),
+                                     (_types.INTERVAL, _sqltext.INTERVAL_CAST_FUNCTION)),
+                                    parameters=True)
+
+    def _wrapped_writes(self, sql: str, tables_name: str, done_name: str,
+                        wraps: tuple[tuple[int, str], ...], *, parameters: bool) -> str:
+        """``sql`` with each expression it writes into a column of one of ``wraps``' types
+        (:func:`._paramtypes.written_expressions`; only lone parameters if ``parameters``)
+        passed through that type's function, or ``sql`` itself when it names none of the
+        tables in attribute ``tables_name``; kept in the dictionary in attribute
+        ``done_name`` (both made anew by :meth:`_schema_now` at a schema change; the
+        dictionary cleared at 256 statements)."""
         from . import _paramtypes
 
         internal, self._internal = self._internal, True  # (the catalog: no privilege
         try:  # check, nothing recorded)
             self._schema_now()
+            tables: set[str] = getattr(self, tables_name)
+            done: dict[str, str] = getattr(self, done_name)
             lowered = sql.lower()
-            if not any(name in lowered for name in self._dated_tables):
+            if not any(name in lowered for name in tables):
                 return sql
-            done = self._parameter_writes.get(sql)
-            if done is not None:
-                return done
+            out = done.get(sql)
+            if out is not None:
+                return out
 
             def columns(name: str) -> list[tuple[str, int]] | None:
                 return list(self._declared_types(name.lower()).items())
 
             relations = {n: n for n in self._relations}
-            spans = [(start, stop, function) for oid, function in (
-                (_types.DATE, _sqltext.DATE_INPUT_FUNCTION),
-                (_types.INTERVAL, _sqltext.INTERVAL_CAST_FUNCTION))
-                for start, stop in _paramtypes.written_expressions(
-                    sql, relations, columns, oid, parameters=True)]
+            spans = [(start, stop, function) for oid, function in wraps
+                     for start, stop in _paramtypes.written_expressions(
+                         sql, relations, columns, oid, parameters=parameters)]
         finally:
             self._internal = internal
         out = sql
         for start, stop, function in sorted(spans, reverse=True):
             out = f"{out[:start]}{function}({out[start:stop]}){out[stop:]}"
-        if len(self._parameter_writes) >= 256:
-            self._parameter_writes.clear()
-        self._parameter_writes[sql] = out
+        if len(done) >= 256:
+            done.clear()
+        done[sql] = out
         return out
 
     def check_numeric_strings(self, sql: str,
