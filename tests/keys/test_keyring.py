@@ -274,10 +274,25 @@ def test_file_stamp_sees_an_edit_in_place_of_the_same_size_and_time(tmp_path):
     assert before[:3] == after[:3]  # the stat alone cannot tell them apart
     assert before != after
     assert file_stamp(str(cfg)) == after  # unchanged: the same stamp
-    old = st.st_mtime_ns - 10**10  # settled (changed 10 s before): a stat, no digest
+    old = st.st_mtime_ns - 10**10  # settled (changed 10 s before): read once, then a stat
     os.utime(cfg, ns=(old, old))
     settled = file_stamp(str(cfg))
-    assert settled is not None and settled[3] == b"" and settled != after
+    assert settled is not None and settled != after and settled[3] == after[3]
+    opened = []
+    real_open = open
+
+    def counting_open(*args, **kwargs):
+        opened.append(args[0])
+        return real_open(*args, **kwargs)
+
+    import builtins
+
+    builtins.open = counting_open
+    try:
+        assert file_stamp(str(cfg)) == settled
+    finally:
+        builtins.open = real_open
+    assert opened == []  # the same stat as when read settled: the same bytes
     assert file_stamp(str(tmp_path / "nope.toml")) is None
     # the digest is keyed: the stamp holds no plain hash of the file's bytes
     import hashlib

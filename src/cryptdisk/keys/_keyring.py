@@ -325,32 +325,43 @@ def _key_from_entry(entry: Any, default_alg: Any, base: str, path: str | None,
         raise with_location(exc, path, where) from None
 
 
-#: a file modified less than this long ago is stamped with a digest of its bytes too
+#: a file modified less than this long ago may still change within its modification time's
+#: clock tick (its bytes are read at each stamp until then)
 _RACY_NS = 2_000_000_000
-#: ... if it has at most this many bytes (configs and key files do)
+#: files up to this size (configs, key files) are stamped by their bytes too
 _STAMP_BYTES = 1 << 20
 #: the digests' key, this process's own: a stamp says nothing of a key file's bytes
 _STAMP_KEY = os.urandom(32)
+#: path -> (inode, mtime, size, digest) of a file read once its mtime had settled: an edit
+#: since then changes its mtime, so a file whose stat is the same has the same bytes
+_SETTLED: dict[str, tuple[int, int, int, bytes]] = {}
 
 
 def file_stamp(path: str) -> tuple[int, int, int, bytes] | None:
     """What changes when the file at ``path`` is rewritten or replaced (None: no file it can
-    read): its inode, modification time and size, and while it was modified less than two
-    seconds ago (up to 1 MiB) a keyed digest of its bytes too: an edit in place that keeps
-    the size within one tick of the file system's clock leaves the other three as they
-    were. A stamp taken in that window differs from any taken after it (one needless
-    reload at most); otherwise a stamp costs one ``stat``."""
+    read): its inode, modification time and size and, for a file of up to 1 MiB, a keyed
+    digest of its bytes (an edit in place that keeps the size within one tick of the file
+    system's clock leaves the other three as they were). The bytes are read while the
+    file changed less than two seconds ago and once after that; otherwise a stamp costs
+    one ``stat``."""
+    now = time.time_ns()  # (before the read: a digest cached was read after it settled)
     try:
         st = os.stat(path)
-        if time.time_ns() - st.st_mtime_ns >= _RACY_NS or st.st_size > _STAMP_BYTES:
+        if st.st_size > _STAMP_BYTES:
             return (st.st_ino, st.st_mtime_ns, st.st_size, b"")
+        known = _SETTLED.get(path)
+        if known is not None and known[:3] == (st.st_ino, st.st_mtime_ns, st.st_size):
+            return known
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read(_STAMP_BYTES + 1)
     except OSError:
         return None
-    digest = hashlib.blake2b(data, key=_STAMP_KEY, digest_size=16).digest()
-    return (st.st_ino, st.st_mtime_ns, st.st_size, digest)
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size,
+             hashlib.blake2b(data, key=_STAMP_KEY, digest_size=16).digest())
+    if now - st.st_mtime_ns >= _RACY_NS:
+        _SETTLED[path] = stamp
+    return stamp
 
 
 class FollowingKeyring(Keyring):
